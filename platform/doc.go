@@ -1,0 +1,3 @@
+// Package platform is the root of Taskmesh's infrastructure packages (pg,
+// eventstore, outbox, kafka, projection, otel, …). It holds no code itself.
+package platform

@@ -1,0 +1,268 @@
+// Package eventstore keeps a service's events in Postgres: the source of
+// truth from which every other state is derived.
+//
+// Events are appended inside the caller's transaction, so a command's events
+// and its inline projection (the state the service decides from, such as the
+// scheduler's tasks table) commit or roll back together. Concurrency is
+// optimistic: (aggregate_id, version) is unique, so when two writers both
+// append version N of an aggregate exactly one commits and the other gets a
+// *ConflictError (errors.Is(err, ErrConflict)) and must reload and decide
+// again.
+//
+// The events table doubles as the transactional outbox; package outbox
+// publishes it to Kafka.
+package eventstore
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskmesh/taskmesh/platform/pg"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations returns the event store's schema (events and outbox
+// checkpoints), to be applied with pg.Migrate in the owning service's schema.
+func Migrations() pg.MigrationSet {
+	set, err := pg.LoadMigrations("eventstore", migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // embedded at build time; a bad name is a programming error
+	}
+	return set
+}
+
+// Event is one recorded fact about an aggregate.
+type Event struct {
+	// Position in the events table, assigned on append (0 before).
+	ID            int64
+	AggregateType string
+	AggregateID   string
+	// Version is 1 for an aggregate's first event and grows by one.
+	Version  int64
+	Type     string
+	EventID  string // a UUID
+	TenantID string
+	// OccurredAt is decided by the domain (injected clock), not the database.
+	OccurredAt time.Time
+	// Payload is the serialized topic envelope, published to Kafka as is.
+	Payload []byte
+	// Headers travel with the event to Kafka record headers (trace context).
+	Headers map[string]string
+}
+
+// MaxPayload is the largest payload Append accepts: below Kafka's default
+// 1 MiB message limit, so the relay can always publish what was stored.
+const MaxPayload = 900 << 10
+
+// ErrConflict is matched (errors.Is) by every *ConflictError.
+var ErrConflict = errors.New("eventstore: version conflict")
+
+// ErrInvalid is returned for a batch that cannot be appended as given
+// (missing fields, versions not consecutive).
+var ErrInvalid = errors.New("eventstore: invalid events")
+
+// ConflictError says another writer already appended Version of AggregateID.
+// The transaction it was returned in is aborted.
+type ConflictError struct {
+	AggregateID string
+	Version     int64
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("eventstore: version conflict on %s (version %d already exists)", e.AggregateID, e.Version)
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// Querier is what reads need: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Execer is what appends need: a transaction (or, in tests, anything that
+// executes statements).
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Store appends and loads events of the events table found on the
+// connection's search_path (each service has it in its own schema).
+type Store struct{}
+
+// New returns a Store.
+func New() *Store { return &Store{} }
+
+// Append records events in tx. Events of one aggregate must be given in
+// consecutive version order. A version that already exists yields a
+// *ConflictError; the caller's transaction is then aborted and must be
+// rolled back, so nothing of the command is stored.
+func (s *Store) Append(ctx context.Context, tx Execer, events ...Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if err := validate(events); err != nil {
+		return err
+	}
+	n := len(events)
+	var (
+		types   = make([]string, n)
+		aggIDs  = make([]string, n)
+		vers    = make([]int64, n)
+		evTypes = make([]string, n)
+		evIDs   = make([]string, n)
+		tenants = make([]string, n)
+		times   = make([]time.Time, n)
+		loads   = make([][]byte, n)
+		heads   = make([][]byte, n)
+	)
+	for i, e := range events {
+		types[i], aggIDs[i], vers[i], evTypes[i] = e.AggregateType, e.AggregateID, e.Version, e.Type
+		evIDs[i], tenants[i], times[i], loads[i] = e.EventID, e.TenantID, e.OccurredAt, e.Payload
+		if len(e.Headers) > 0 {
+			b, err := json.Marshal(e.Headers)
+			if err != nil {
+				return fmt.Errorf("eventstore: encode headers: %w", err)
+			}
+			heads[i] = b
+		}
+	}
+	// One statement for the whole batch; WITH ORDINALITY keeps the given
+	// order, so ids (and the relay's order) follow version order.
+	_, err := tx.Exec(ctx, `
+		INSERT INTO events (aggregate_type, aggregate_id, version, event_type, event_id,
+		                    tenant_id, occurred_at, payload, headers)
+		SELECT t, a, v, et, eid, tn, oc, p, h
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::uuid[],
+		            $6::text[], $7::timestamptz[], $8::bytea[], $9::jsonb[])
+		     WITH ORDINALITY AS x(t, a, v, et, eid, tn, oc, p, h, ord)
+		ORDER BY ord`,
+		types, aggIDs, vers, evTypes, evIDs, tenants, times, loads, heads)
+	if err != nil {
+		if pg.IsUniqueViolation(err, "events_aggregate_version_key") {
+			return conflictFrom(err, events)
+		}
+		return fmt.Errorf("eventstore: append: %w", err)
+	}
+	return nil
+}
+
+// conflictFrom names the conflicting event. Postgres reports the key in the
+// error detail; when it cannot be parsed the first event is named.
+func conflictFrom(err error, events []Event) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		for _, e := range events {
+			if pgErr.Detail == fmt.Sprintf("Key (aggregate_id, version)=(%s, %d) already exists.", e.AggregateID, e.Version) {
+				return &ConflictError{AggregateID: e.AggregateID, Version: e.Version}
+			}
+		}
+	}
+	return &ConflictError{AggregateID: events[0].AggregateID, Version: events[0].Version}
+}
+
+func validate(events []Event) error {
+	last := map[string]int64{}
+	for i, e := range events {
+		switch {
+		case e.AggregateType == "" || e.AggregateID == "" || e.Type == "":
+			return fmt.Errorf("%w: event %d needs aggregate type, aggregate id and type", ErrInvalid, i)
+		case e.EventID == "":
+			return fmt.Errorf("%w: event %d has no event id", ErrInvalid, i)
+		case e.Payload == nil:
+			return fmt.Errorf("%w: event %d has no payload", ErrInvalid, i)
+		case len(e.Payload) > MaxPayload:
+			return fmt.Errorf("%w: event %d payload is %d bytes (at most %d)", ErrInvalid, i, len(e.Payload), MaxPayload)
+		case e.OccurredAt.IsZero():
+			return fmt.Errorf("%w: event %d has no occurred_at", ErrInvalid, i)
+		case e.Version < 1:
+			return fmt.Errorf("%w: event %d has version %d", ErrInvalid, i, e.Version)
+		}
+		if prev, ok := last[e.AggregateID]; ok && e.Version != prev+1 {
+			return fmt.Errorf("%w: %s versions %d then %d are not consecutive", ErrInvalid, e.AggregateID, prev, e.Version)
+		}
+		last[e.AggregateID] = e.Version
+	}
+	return nil
+}
+
+const selectColumns = `id, aggregate_type, aggregate_id, version, event_type, event_id::text,
+	tenant_id, occurred_at, payload, headers`
+
+// Load returns the events of one aggregate with a version above after, in
+// version order.
+func (s *Store) Load(ctx context.Context, q Querier, aggregateID string, after int64) ([]Event, error) {
+	rows, err := q.Query(ctx, `SELECT `+selectColumns+` FROM events
+		WHERE aggregate_id = $1 AND version > $2 ORDER BY version`, aggregateID, after)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: load %s: %w", aggregateID, err)
+	}
+	events, err := collect(rows)
+	if err != nil {
+		return nil, fmt.Errorf("eventstore: load %s: %w", aggregateID, err)
+	}
+	return events, nil
+}
+
+// Rebuild feeds every event of aggregateType, page by page, to apply, in
+// append order (which is version order within each aggregate). It is how an
+// inline projection is rebuilt from the events alone: truncate the
+// projection's tables, then Rebuild in the same transaction.
+func (s *Store) Rebuild(ctx context.Context, tx Querier, aggregateType string, pageSize int,
+	apply func(ctx context.Context, page []Event) error) error {
+	if pageSize <= 0 {
+		pageSize = 1000
+	}
+	var after int64
+	for {
+		// Pages rather than one cursor: apply writes through the same
+		// connection, which cannot run a statement while rows are open.
+		rows, err := tx.Query(ctx, `SELECT `+selectColumns+` FROM events
+			WHERE aggregate_type = $1 AND id > $2 ORDER BY id LIMIT $3`, aggregateType, after, pageSize)
+		if err != nil {
+			return fmt.Errorf("eventstore: rebuild %s: %w", aggregateType, err)
+		}
+		page, err := collect(rows)
+		if err != nil {
+			return fmt.Errorf("eventstore: rebuild %s: %w", aggregateType, err)
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		if err := apply(ctx, page); err != nil {
+			return err
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+func collect(rows pgx.Rows) ([]Event, error) {
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var (
+			e       Event
+			headers []byte
+		)
+		if err := rows.Scan(&e.ID, &e.AggregateType, &e.AggregateID, &e.Version, &e.Type, &e.EventID,
+			&e.TenantID, &e.OccurredAt, &e.Payload, &headers); err != nil {
+			return nil, err
+		}
+		if len(headers) > 0 {
+			if err := json.Unmarshal(headers, &e.Headers); err != nil {
+				return nil, fmt.Errorf("decode headers of event %d: %w", e.ID, err)
+			}
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,403 @@
+// Package outbox publishes a service's committed events to Kafka: the relay
+// half of the transactional outbox whose other half is package eventstore
+// (the events table is the outbox; nothing is written twice).
+//
+// The relay loop, step by step:
+//
+//  1. Take the advisory lock "outbox:<name>". Standby relays wait here, so
+//     exactly one relay per service publishes.
+//  2. Create a transactional producer with transactional id
+//     "taskmesh-outbox-<name>" and load its producer id. This fences any
+//     previous holder: its open Kafka transaction is aborted and it can never
+//     commit another one.
+//  3. Learn what is already in Kafka: the checkpoint in Postgres, and the
+//     position header of the last committed record of every partition. A
+//     crash between a Kafka commit and the checkpoint write leaves records
+//     past the checkpoint; they are recognised and skipped, not repeated.
+//  4. Repeatedly read up to BatchSize events after the cursor whose writing
+//     transactions have all finished (tx_id below the snapshot's xmin), in
+//     Position order; produce them in one Kafka transaction (key = aggregate
+//     id, partition chosen like Kafka's default partitioner); commit; then
+//     store the checkpoint.
+//  5. On any error drop the producer and the lock, back off and start over
+//     at 1. The cursor only moves after a Kafka commit, so nothing is lost;
+//     rows are read in Position order, so one aggregate's events are never
+//     reordered.
+//
+// Reading by "tx_id < xmin" instead of "id > last id" is what makes late
+// commits safe: a transaction that got a lower id but commits after a higher
+// one keeps xmin at or below its tx_id until it finishes, so the relay cannot
+// move past it.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/pg"
+)
+
+// Record header keys the relay sets besides the event's own headers (the
+// trace context).
+const (
+	HeaderPosition      = "taskmesh-position"
+	HeaderEventType     = "taskmesh-event-type"
+	HeaderAggregateType = "taskmesh-aggregate-type"
+	HeaderVersion       = "taskmesh-version"
+	HeaderEventID       = "taskmesh-event-id"
+	HeaderTenant        = "taskmesh-tenant"
+)
+
+// Config configures a Relay.
+type Config struct {
+	// Name identifies the relay: its checkpoint row, its advisory lock and
+	// its Kafka transactional id. One name per service (e.g. "scheduler").
+	Name  string
+	Topic string
+	// Partitions is used when the relay creates the topic (default 16).
+	Partitions int32
+	// BatchSize is the most events per Kafka transaction (default 1000).
+	BatchSize int
+	// PollInterval is how often an idle relay looks for new events when it
+	// is not woken by Notify (default 10ms).
+	PollInterval time.Duration
+	// ProduceTimeout bounds producing and committing one batch (default 15s).
+	ProduceTimeout time.Duration
+	// StandbyInterval is how often a standby relay retries the lock (default 1s).
+	StandbyInterval time.Duration
+	Kafka           kafka.Config
+	Logger          *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Partitions <= 0 {
+		c.Partitions = 16
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 1000
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 10 * time.Millisecond
+	}
+	if c.ProduceTimeout <= 0 {
+		c.ProduceTimeout = 15 * time.Second
+	}
+	if c.StandbyInterval <= 0 {
+		c.StandbyInterval = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Relay publishes the events table of its pool's schema to one topic.
+type Relay struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	wake chan struct{}
+
+	published atomic.Int64
+	active    atomic.Bool
+
+	mu     sync.Mutex
+	cursor Position
+}
+
+// New returns a relay for the events table on pool's search_path.
+func New(pool *pgxpool.Pool, cfg Config) *Relay {
+	cfg.defaults()
+	return &Relay{pool: pool, cfg: cfg, wake: make(chan struct{}, 1)}
+}
+
+// Notify wakes the relay now instead of at its next poll; writers in the
+// same process call it after committing events.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats is a snapshot of what the relay has done since it was created.
+type Stats struct {
+	Published int64    // records committed to Kafka
+	Active    bool     // holds the lock and publishes
+	Cursor    Position // last event read and published (or skipped as published)
+}
+
+// Stats returns the relay's counters.
+func (r *Relay) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Stats{Published: r.published.Load(), Active: r.active.Load(), Cursor: r.cursor}
+}
+
+// Run relays until ctx is done. It returns nil on cancellation; failures
+// are logged and retried with backoff, never returned.
+func (r *Relay) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		held, err := r.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := r.cfg.StandbyInterval
+		if err != nil {
+			r.cfg.Logger.Warn("outbox relay stopped; retrying", "relay", r.cfg.Name, "err", err, "retry_in", backoff)
+			wait = backoff
+			backoff = min(backoff*2, 5*time.Second)
+		} else if held {
+			backoff = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	return nil
+}
+
+// session is one tenure as the active relay. held reports whether the lock
+// was obtained.
+func (r *Relay) session(ctx context.Context) (held bool, err error) {
+	lock, ok, err := pg.TryLock(ctx, r.pool, "outbox:"+r.cfg.Name)
+	if err != nil || !ok {
+		return false, err
+	}
+	defer lock.Release()
+	r.active.Store(true)
+	defer r.active.Store(false)
+
+	cl, err := r.producer()
+	if err != nil {
+		return true, err
+	}
+	defer cl.Close()
+
+	setup, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout)
+	defer cancel()
+	// Loading the producer id is what fences a previous relay.
+	if _, _, err := cl.ProducerID(setup); err != nil {
+		return true, fmt.Errorf("init producer: %w", err)
+	}
+	if err := kafka.EnsureTopics(setup, cl, kafka.TopicSpec{Name: r.cfg.Topic, Partitions: r.cfg.Partitions, ReplicationFactor: -1}); err != nil {
+		return true, err
+	}
+	partitions, err := kafka.Partitions(setup, cl, r.cfg.Topic)
+	if err != nil {
+		return true, err
+	}
+	conn := lock.Conn()
+	cursor, err := loadCheckpoint(setup, conn, r.cfg.Name)
+	if err != nil {
+		return true, err
+	}
+	inKafka, err := lastPublished(setup, cl, r.cfg.Topic, partitions)
+	if err != nil {
+		return true, err
+	}
+	r.setCursor(cursor)
+	r.cfg.Logger.Info("outbox relay active", "relay", r.cfg.Name, "topic", r.cfg.Topic,
+		"partitions", partitions, "checkpoint", cursor.String(), "in_kafka", fmt.Sprint(inKafka))
+
+	timer := time.NewTimer(r.cfg.PollInterval)
+	defer timer.Stop()
+	for {
+		batch, err := readBatch(ctx, conn, cursor, r.cfg.BatchSize)
+		if err != nil {
+			return true, err
+		}
+		if len(batch) == 0 {
+			timer.Reset(r.cfg.PollInterval)
+			select {
+			case <-ctx.Done():
+				return true, nil
+			case <-r.wake:
+			case <-timer.C:
+			}
+			continue
+		}
+		if err := r.publish(ctx, cl, batch, partitions, inKafka); err != nil {
+			return true, err
+		}
+		cursor = batch[len(batch)-1].pos
+		if err := saveCheckpoint(ctx, conn, r.cfg.Name, cursor); err != nil {
+			return true, err
+		}
+		r.setCursor(cursor)
+	}
+}
+
+func (r *Relay) setCursor(p Position) {
+	r.mu.Lock()
+	r.cursor = p
+	r.mu.Unlock()
+}
+
+func (r *Relay) producer() (*kgo.Client, error) {
+	opts, err := r.cfg.Kafka.Opts()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts,
+		kgo.TransactionalID("taskmesh-outbox-"+r.cfg.Name),
+		kgo.TransactionTimeout(2*r.cfg.ProduceTimeout),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		// No RecordDeliveryTimeout: kgo measures it from the record
+		// timestamp, which is the event's time and may be long past when
+		// the relay catches up. The batch context bounds delivery instead.
+		kgo.ProducerLinger(0),
+	)
+	return kgo.NewClient(opts...)
+}
+
+// publish produces one batch in one Kafka transaction, skipping events
+// whose partition already has them, and commits.
+func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partitions int32, inKafka map[int32]Position) error {
+	records := make([]*kgo.Record, 0, len(batch))
+	for i := range batch {
+		ev := &batch[i]
+		p := kafka.PartitionFor([]byte(ev.aggregateID), partitions)
+		if last, ok := inKafka[p]; ok && !last.Less(ev.pos) {
+			continue // committed by a predecessor after its last checkpoint
+		}
+		records = append(records, ev.record(r.cfg.Topic, p))
+	}
+	if len(records) == 0 {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout)
+	defer cancel()
+	if err := cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin kafka transaction: %w", err)
+	}
+	if err := cl.ProduceSync(pctx, records...).FirstErr(); err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	if err := cl.EndTransaction(pctx, kgo.TryCommit); err != nil {
+		// The outcome may be unknown: the next session fences this producer
+		// and reads the partitions' tails, so either way nothing repeats.
+		return fmt.Errorf("commit kafka transaction: %w", err)
+	}
+	for _, rec := range records {
+		pos, _ := ParsePosition(string(rec.Headers[0].Value))
+		inKafka[rec.Partition] = pos
+	}
+	r.published.Add(int64(len(records)))
+	return nil
+}
+
+// row is an event as the relay reads it.
+type row struct {
+	pos           Position
+	aggregateType string
+	aggregateID   string
+	version       int64
+	eventType     string
+	eventID       string
+	tenantID      string
+	occurredAt    time.Time
+	payload       []byte
+	headers       map[string]string
+}
+
+func (e *row) record(topic string, partition int32) *kgo.Record {
+	rec := &kgo.Record{
+		Topic:     topic,
+		Partition: partition,
+		Key:       []byte(e.aggregateID),
+		Value:     e.payload,
+		Timestamp: e.occurredAt,
+	}
+	// The position must stay the first header: publish and the tail reader
+	// rely on it.
+	rec.Headers = append(rec.Headers,
+		kgo.RecordHeader{Key: HeaderPosition, Value: []byte(e.pos.String())},
+		kgo.RecordHeader{Key: HeaderEventType, Value: []byte(e.eventType)},
+		kgo.RecordHeader{Key: HeaderAggregateType, Value: []byte(e.aggregateType)},
+		kgo.RecordHeader{Key: HeaderVersion, Value: []byte(strconv.FormatInt(e.version, 10))},
+		kgo.RecordHeader{Key: HeaderEventID, Value: []byte(e.eventID)},
+		kgo.RecordHeader{Key: HeaderTenant, Value: []byte(e.tenantID)},
+	)
+	for k, v := range e.headers {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	return rec
+}
+
+func readBatch(ctx context.Context, conn *pgxpool.Conn, after Position, limit int) ([]row, error) {
+	rows, err := conn.Query(ctx, `
+		SELECT tx_id::text AS tx_text, id, aggregate_type, aggregate_id, version, event_type, event_id::text,
+		       tenant_id, occurred_at, payload, headers
+		FROM events
+		WHERE (tx_id, id) > ($1::text::xid8, $2::bigint)
+		  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+		ORDER BY events.tx_id, events.id -- qualified: the xid8 column, not its text form
+		LIMIT $3`, strconv.FormatUint(after.TxID, 10), after.EventID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	defer rows.Close()
+	var out []row
+	for rows.Next() {
+		var (
+			e    row
+			txid string
+		)
+		if err := rows.Scan(&txid, &e.pos.EventID, &e.aggregateType, &e.aggregateID, &e.version,
+			&e.eventType, &e.eventID, &e.tenantID, &e.occurredAt, &e.payload, &e.headers); err != nil {
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		if e.pos.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
+			return nil, fmt.Errorf("read events: tx_id %q: %w", txid, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	return out, nil
+}
+
+func loadCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string) (Position, error) {
+	var (
+		txid string
+		p    Position
+	)
+	err := conn.QueryRow(ctx, `SELECT tx_id::text, event_id FROM outbox_checkpoints WHERE relay = $1`, name).Scan(&txid, &p.EventID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Position{}, nil
+	}
+	if err != nil {
+		return Position{}, fmt.Errorf("load checkpoint: %w", err)
+	}
+	if p.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
+		return Position{}, fmt.Errorf("load checkpoint: %w", err)
+	}
+	return p, nil
+}
+
+// saveCheckpoint records how far the relay got. Losing it in a crash is
+// harmless: the next relay reads the partitions' tails.
+func saveCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string, p Position) error {
+	_, err := conn.Exec(ctx, `
+		INSERT INTO outbox_checkpoints (relay, tx_id, event_id, updated_at)
+		VALUES ($1, $2::text::xid8, $3, now())
+		ON CONFLICT (relay) DO UPDATE SET tx_id = EXCLUDED.tx_id, event_id = EXCLUDED.event_id, updated_at = now()`,
+		name, strconv.FormatUint(p.TxID, 10), p.EventID)
+	if err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	return nil
+}

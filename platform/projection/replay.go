@@ -1,0 +1,288 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/pg"
+)
+
+// ReplaySpec names a live projection and how to build a copy of it.
+type ReplaySpec struct {
+	// Name and Topic of the live projection (its stored offsets).
+	Name  string
+	Topic string
+	// Tables are the live tables the projection writes.
+	Tables []string
+	// NewHandler returns a handler that writes to the given tables instead
+	// of the live ones (live name → replay name).
+	NewHandler func(tables map[string]string) Handler
+	Kafka      kafka.Config
+	// Suffix names the replay tables (<table><Suffix>); default "_replay".
+	Suffix string
+	// Keep leaves the replay tables in place after the comparison.
+	Keep      bool
+	BatchSize int
+}
+
+// Report is what Replay found.
+type Report struct {
+	Records  int64 // records applied to the replay tables
+	Tables   []TableReport
+	Duration time.Duration
+}
+
+// Equal reports whether every replay table equals its live table.
+func (r *Report) Equal() bool {
+	for _, t := range r.Tables {
+		if t.OnlyInLive != 0 || t.OnlyInReplay != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// TableReport compares one live table with its replay.
+type TableReport struct {
+	Live, Replay             string
+	LiveRows, ReplayRows     int64
+	OnlyInLive, OnlyInReplay int64
+	// Samples are up to five differing rows as JSON, prefixed "live: " or
+	// "replay: ".
+	Samples []string
+}
+
+// Replay rebuilds a projection from offset 0 into fresh tables and compares
+// them, row for row, with the live tables at the same offsets.
+//
+// The comparison must see both sides at the same point of the log while the
+// live runner keeps going. So Replay first catches up with the live offsets,
+// then, in a transaction that locks the live projection's offset rows (the
+// live runner blocks at its next commit), replays whatever the live side
+// applied meanwhile and compares. The live runner is paused only for that
+// last step.
+func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, error) {
+	began := time.Now()
+	if spec.Suffix == "" {
+		spec.Suffix = "_replay"
+	}
+	if spec.BatchSize <= 0 {
+		spec.BatchSize = 1000
+	}
+	mapping := make(map[string]string, len(spec.Tables))
+	for _, t := range spec.Tables {
+		mapping[t] = t + spec.Suffix
+		if err := freshCopy(ctx, pool, t, mapping[t]); err != nil {
+			return nil, err
+		}
+	}
+	partitions, ends, err := endOffsets(ctx, spec.Kafka, spec.Topic)
+	if err != nil {
+		return nil, err
+	}
+	live, err := loadOffsets(ctx, pool, spec.Name, spec.Topic)
+	if err != nil {
+		return nil, err
+	}
+	if len(live) == 0 && len(ends) > 0 && anyPositive(ends) {
+		return nil, fmt.Errorf("projection %s has applied nothing yet: there is no live state to compare", spec.Name)
+	}
+	cl, err := consumer(spec.Kafka, spec.Topic, partitions, nil, kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	rp := &replayer{cl: cl, handler: spec.NewHandler(mapping), pool: pool, batch: spec.BatchSize, pos: map[int32]int64{}}
+
+	if err := rp.until(ctx, live); err != nil {
+		return nil, err
+	}
+	report := &Report{}
+	err = pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT partition, next_offset FROM projection_offsets
+			WHERE projection = $1 AND topic = $2 FOR UPDATE`, spec.Name, spec.Topic)
+		if err != nil {
+			return fmt.Errorf("lock live offsets: %w", err)
+		}
+		now := map[int32]int64{}
+		var (
+			p int32
+			o int64
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&p, &o}, func() error { now[p] = o; return nil }); err != nil {
+			return fmt.Errorf("lock live offsets: %w", err)
+		}
+		if len(now) > 0 {
+			if err := rp.until(ctx, now); err != nil {
+				return err
+			}
+		}
+		for _, t := range spec.Tables {
+			tr, err := compare(ctx, tx, t, mapping[t])
+			if err != nil {
+				return err
+			}
+			report.Tables = append(report.Tables, tr)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !spec.Keep {
+		for _, t := range spec.Tables {
+			if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{mapping[t]}.Sanitize()); err != nil {
+				return nil, fmt.Errorf("drop %s: %w", mapping[t], err)
+			}
+		}
+	}
+	report.Records = rp.applied
+	report.Duration = time.Since(began)
+	return report, nil
+}
+
+func freshCopy(ctx context.Context, pool *pgxpool.Pool, live, replay string) error {
+	l, r := pgx.Identifier{live}.Sanitize(), pgx.Identifier{replay}.Sanitize()
+	_, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+r+`; CREATE TABLE `+r+` (LIKE `+l+` INCLUDING ALL)`)
+	if err != nil {
+		return fmt.Errorf("create replay table %s: %w", replay, err)
+	}
+	return nil
+}
+
+// endOffsets returns the topic's partition count and read-committed end
+// offsets.
+func endOffsets(ctx context.Context, cfg kafka.Config, topic string) (int32, map[int32]int64, error) {
+	opts, err := cfg.Opts()
+	if err != nil {
+		return 0, nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer cl.Close()
+	partitions, err := kafka.Partitions(ctx, cl, topic)
+	if err != nil {
+		return 0, nil, err
+	}
+	listed, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	ends := map[int32]int64{}
+	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	return partitions, ends, nil
+}
+
+func anyPositive(m map[int32]int64) bool {
+	for _, v := range m {
+		if v > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// replayer applies records to the replay tables up to given offsets,
+// holding back records past them for a later call. Targets are the live
+// runner's stored offsets, which are always one past a data record, so each
+// target is reached by a record the consumer returns.
+type replayer struct {
+	cl      *kgo.Client
+	handler Handler
+	pool    *pgxpool.Pool
+	batch   int
+	pos     map[int32]int64 // next offset applied per partition
+	held    []*kgo.Record
+	applied int64
+}
+
+func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
+	done := func() bool {
+		for p, o := range target {
+			if rp.pos[p] < o {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		var batch, later []*kgo.Record
+		for _, rec := range rp.held {
+			if rec.Offset < target[rec.Partition] {
+				batch = append(batch, rec)
+			} else {
+				later = append(later, rec)
+			}
+		}
+		if len(batch) == 0 {
+			fetches := rp.cl.PollRecords(ctx, rp.batch)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fetchErr(fetches); err != nil {
+				return err
+			}
+			for _, rec := range fetches.Records() {
+				if rec.Offset < target[rec.Partition] {
+					batch = append(batch, rec)
+				} else {
+					later = append(later, rec)
+				}
+			}
+		}
+		rp.held = later
+		if len(batch) == 0 {
+			continue
+		}
+		if err := pg.InTx(ctx, rp.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			return rp.handler.Apply(ctx, tx, batch)
+		}); err != nil {
+			return fmt.Errorf("replay apply: %w", err)
+		}
+		for p, o := range nextOffsets(batch) {
+			rp.pos[p] = max(rp.pos[p], o)
+		}
+		rp.applied += int64(len(batch))
+	}
+	return nil
+}
+
+// compare counts rows that differ between two tables of the same shape.
+func compare(ctx context.Context, tx pgx.Tx, live, replay string) (TableReport, error) {
+	l, r := pgx.Identifier{live}.Sanitize(), pgx.Identifier{replay}.Sanitize()
+	tr := TableReport{Live: live, Replay: replay}
+	err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+l+`), (SELECT count(*) FROM `+r+`),
+		(SELECT count(*) FROM (TABLE `+l+` EXCEPT ALL TABLE `+r+`) d),
+		(SELECT count(*) FROM (TABLE `+r+` EXCEPT ALL TABLE `+l+`) d)`).
+		Scan(&tr.LiveRows, &tr.ReplayRows, &tr.OnlyInLive, &tr.OnlyInReplay)
+	if err != nil {
+		return tr, fmt.Errorf("compare %s with %s: %w", live, replay, err)
+	}
+	if tr.OnlyInLive+tr.OnlyInReplay == 0 {
+		return tr, nil
+	}
+	rows, err := tx.Query(ctx, `
+		(SELECT 'live: ' || row_to_json(d)::text FROM (TABLE `+l+` EXCEPT ALL TABLE `+r+`) d LIMIT 5)
+		UNION ALL
+		(SELECT 'replay: ' || row_to_json(d)::text FROM (TABLE `+r+` EXCEPT ALL TABLE `+l+`) d LIMIT 5)`)
+	if err != nil {
+		return tr, fmt.Errorf("sample differences of %s: %w", live, err)
+	}
+	tr.Samples, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return tr, fmt.Errorf("sample differences of %s: %w", live, err)
+	}
+	return tr, nil
+}

@@ -1,0 +1,312 @@
+// Package projection builds Postgres read models from a Kafka topic.
+//
+// A Runner consumes every partition of one topic and hands batches of
+// records to a Handler inside a transaction that also stores the consumed
+// offsets, so rows and offsets always agree: a runner killed mid-batch
+// leaves nothing of that batch behind and, on restart, applies it again from
+// the stored offsets. Handlers guard every write with the aggregate version,
+// so a record applied twice (a replay into the live tables, a duplicate) is
+// a no-op.
+//
+// The runner loop, step by step:
+//
+//  1. Take the advisory lock "projection:<name>" (standby runners wait), so
+//     one runner per projection applies records.
+//  2. Load the stored offsets and consume each partition from there with
+//     read_committed isolation (the outbox relay publishes transactionally).
+//  3. For each polled batch, on the lock's connection: begin, Handler.Apply,
+//     store the next offsets, commit. Using the lock's connection means a
+//     runner whose session died cannot commit after a successor took over.
+//  4. On any error drop the consumer and the lock, back off, start over.
+//
+// Replay rebuilds a projection from offset 0 into fresh tables and compares
+// them with the live ones (see Replay).
+package projection
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/pg"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations returns the offsets table, to be applied with pg.Migrate in the
+// schema that holds the projection's tables.
+func Migrations() pg.MigrationSet {
+	set, err := pg.LoadMigrations("projection", migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	return set
+}
+
+// Handler applies records to a read model inside tx. It must derive every
+// value from the records (never from the clock or the database's state
+// beyond its own rows), so a replay produces identical rows, and must skip
+// records it already applied (a version guard), because replays and
+// redeliveries feed it records again.
+type Handler interface {
+	Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error
+
+// Apply calls f.
+func (f HandlerFunc) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
+	return f(ctx, tx, records)
+}
+
+// Config configures a Runner.
+type Config struct {
+	// Name identifies the projection: its offsets and its lock.
+	Name  string
+	Topic string
+	// Partitions is used if the runner has to create the topic (default 16).
+	Partitions int32
+	// BatchSize is the most records per transaction (default 1000).
+	BatchSize int
+	// StandbyInterval is how often a standby runner retries the lock (default 1s).
+	StandbyInterval time.Duration
+	Kafka           kafka.Config
+	Logger          *slog.Logger
+	// AfterCommit, if set, is called with each committed batch (metrics,
+	// live streams). It runs on the runner's goroutine: keep it short.
+	AfterCommit func(records []*kgo.Record)
+}
+
+func (c *Config) defaults() {
+	if c.Partitions <= 0 {
+		c.Partitions = 16
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 1000
+	}
+	if c.StandbyInterval <= 0 {
+		c.StandbyInterval = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Runner applies one topic to one projection.
+type Runner struct {
+	pool    *pgxpool.Pool
+	cfg     Config
+	handler Handler
+
+	mu      sync.Mutex
+	applied int64
+	offsets map[int32]int64
+}
+
+// NewRunner returns a runner writing through pool (whose search_path holds
+// the projection's tables and projection_offsets).
+func NewRunner(pool *pgxpool.Pool, cfg Config, h Handler) *Runner {
+	cfg.defaults()
+	return &Runner{pool: pool, cfg: cfg, handler: h, offsets: map[int32]int64{}}
+}
+
+// Applied returns how many records the runner has committed.
+func (r *Runner) Applied() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.applied
+}
+
+// Run applies records until ctx is done; it returns nil on cancellation and
+// retries failures with backoff.
+func (r *Runner) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		held, err := r.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := r.cfg.StandbyInterval
+		if err != nil {
+			r.cfg.Logger.Warn("projection runner stopped; retrying", "projection", r.cfg.Name, "err", err, "retry_in", backoff)
+			wait = backoff
+			backoff = min(backoff*2, 5*time.Second)
+		} else if held {
+			backoff = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	return nil
+}
+
+func (r *Runner) session(ctx context.Context) (bool, error) {
+	lock, ok, err := pg.TryLock(ctx, r.pool, "projection:"+r.cfg.Name)
+	if err != nil || !ok {
+		return false, err
+	}
+	defer lock.Release()
+	conn := lock.Conn()
+
+	partitions, err := ensureTopic(ctx, r.cfg.Kafka, r.cfg.Topic, r.cfg.Partitions)
+	if err != nil {
+		return true, err
+	}
+	stored, err := loadOffsets(ctx, conn, r.cfg.Name, r.cfg.Topic)
+	if err != nil {
+		return true, err
+	}
+	cl, err := consumer(r.cfg.Kafka, r.cfg.Topic, partitions, stored)
+	if err != nil {
+		return true, err
+	}
+	defer cl.Close()
+	r.cfg.Logger.Info("projection runner active", "projection", r.cfg.Name, "topic", r.cfg.Topic, "partitions", partitions)
+
+	for {
+		fetches := cl.PollRecords(ctx, r.cfg.BatchSize)
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		if err := fetchErr(fetches); err != nil {
+			return true, err
+		}
+		records := fetches.Records()
+		if len(records) == 0 {
+			continue
+		}
+		next := nextOffsets(records)
+		err := pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			if err := r.handler.Apply(ctx, tx, records); err != nil {
+				return fmt.Errorf("apply: %w", err)
+			}
+			return storeOffsets(ctx, tx, r.cfg.Name, r.cfg.Topic, next)
+		})
+		if err != nil {
+			return true, err
+		}
+		r.mu.Lock()
+		r.applied += int64(len(records))
+		for p, o := range next {
+			r.offsets[p] = o
+		}
+		r.mu.Unlock()
+		if r.cfg.AfterCommit != nil {
+			r.cfg.AfterCommit(records)
+		}
+	}
+}
+
+// ensureTopic creates the topic if needed and returns its partition count.
+func ensureTopic(ctx context.Context, cfg kafka.Config, topic string, partitions int32) (int32, error) {
+	opts, err := cfg.Opts()
+	if err != nil {
+		return 0, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	if err := kafka.EnsureTopics(ctx, cl, kafka.TopicSpec{Name: topic, Partitions: partitions, ReplicationFactor: -1}); err != nil {
+		return 0, err
+	}
+	return kafka.Partitions(ctx, cl, topic)
+}
+
+// consumer reads every partition from its stored offset (0 when none).
+func consumer(cfg kafka.Config, topic string, partitions int32, stored map[int32]int64, extra ...kgo.Opt) (*kgo.Client, error) {
+	opts, err := cfg.Opts()
+	if err != nil {
+		return nil, err
+	}
+	start := make(map[int32]kgo.Offset, partitions)
+	for p := int32(0); p < partitions; p++ {
+		start[p] = kgo.NewOffset().At(stored[p])
+	}
+	opts = append(opts,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Offsets below the log start (retention) resume at the start.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100*time.Millisecond),
+	)
+	opts = append(opts, extra...)
+	return kgo.NewClient(opts...)
+}
+
+func fetchErr(fetches kgo.Fetches) error {
+	var first error
+	fetches.EachError(func(topic string, partition int32, err error) {
+		if first == nil {
+			first = fmt.Errorf("fetch %s/%d: %w", topic, partition, err)
+		}
+	})
+	return first
+}
+
+func nextOffsets(records []*kgo.Record) map[int32]int64 {
+	next := map[int32]int64{}
+	for _, rec := range records {
+		if rec.Offset+1 > next[rec.Partition] {
+			next[rec.Partition] = rec.Offset + 1
+		}
+	}
+	return next
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func loadOffsets(ctx context.Context, q querier, name, topic string) (map[int32]int64, error) {
+	rows, err := q.Query(ctx, `SELECT partition, next_offset FROM projection_offsets
+		WHERE projection = $1 AND topic = $2`, name, topic)
+	if err != nil {
+		return nil, fmt.Errorf("load offsets of %s: %w", name, err)
+	}
+	out := map[int32]int64{}
+	var (
+		p int32
+		o int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&p, &o}, func() error {
+		out[p] = o
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load offsets of %s: %w", name, err)
+	}
+	return out, nil
+}
+
+func storeOffsets(ctx context.Context, tx pgx.Tx, name, topic string, next map[int32]int64) error {
+	parts := make([]int32, 0, len(next))
+	offs := make([]int64, 0, len(next))
+	for p, o := range next {
+		parts = append(parts, p)
+		offs = append(offs, o)
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO projection_offsets (projection, topic, partition, next_offset, updated_at)
+		SELECT $1, $2, p, o, now() FROM unnest($3::int[], $4::bigint[]) AS x(p, o)
+		ON CONFLICT (projection, topic, partition)
+		DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()`,
+		name, topic, parts, offs)
+	if err != nil {
+		return fmt.Errorf("store offsets of %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,30 @@
+// Command taskmesh is the one Taskmesh binary: each service as a
+// subcommand, everything in one process on embedded defaults (dev), and the
+// operator tools (ctl, replay, bench).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := &cobra.Command{
+		Use:           "taskmesh",
+		Short:         "Taskmesh: a control plane for GPU workloads",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(benchCommand())
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "taskmesh:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,364 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/outbox"
+	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/platform/projection"
+)
+
+// EventsOptions configures the event pipeline benchmark.
+type EventsOptions struct {
+	Dir        string        // work directory on the disk under test (not tmpfs)
+	Runs       int           // repetitions; medians are reported
+	Writers    int           // concurrent writing transactions
+	Aggregates int           // aggregates the writers spread over
+	Events     int           // events per throughput run
+	Rate       int           // events/s of the lag run
+	LagFor     time.Duration // length of the lag run
+	PgbenchFor time.Duration // length of each pgbench run
+	Out        io.Writer
+}
+
+func (o *EventsOptions) defaults() {
+	if o.Runs <= 0 {
+		o.Runs = 3
+	}
+	if o.Writers <= 0 {
+		o.Writers = 8
+	}
+	if o.Aggregates <= 0 {
+		o.Aggregates = 10_000
+	}
+	if o.Events <= 0 {
+		o.Events = 40_000
+	}
+	if o.Rate <= 0 {
+		o.Rate = 2000
+	}
+	if o.LagFor <= 0 {
+		o.LagFor = 10 * time.Second
+	}
+	if o.PgbenchFor <= 0 {
+		o.PgbenchFor = 10 * time.Second
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+}
+
+// EventsResult holds the medians.
+type EventsResult struct {
+	EndToEnd   float64 // events/s appended, relayed and projected
+	Appended   float64 // events/s appended (writers alone)
+	Pgbench    float64 // pgbench -N tps, same server
+	LagP50     time.Duration
+	LagP99     time.Duration
+	Ratio      float64 // EndToEnd / Pgbench
+	TargetsMet bool
+}
+
+const benchSchema = "bench"
+
+var benchTables = pg.MigrationSet{Component: "bench", Migrations: []pg.Migration{{Version: 1, Name: "counters", SQL: `
+	CREATE TABLE counters (id text PRIMARY KEY, value bigint NOT NULL, version bigint NOT NULL);
+	CREATE TABLE counter_views (id text PRIMARY KEY, value bigint NOT NULL, version bigint NOT NULL);`}}}
+
+// Events measures the event pipeline: each of Writers transactions appends
+// one event to one of Aggregates aggregates and updates its inline
+// projection row; the outbox relay publishes to the embedded broker; a
+// projection runner builds counter_views from Kafka. Postgres runs at its
+// durable defaults (fsync, synchronous_commit on). pgbench -N on the same
+// server, interleaved with the runs, gives the ceiling.
+func Events(ctx context.Context, o EventsOptions) (*EventsResult, error) {
+	o.defaults()
+	env, err := startEnv(ctx, o.Dir, "events")
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	fmt.Fprintf(o.Out, "event pipeline: Postgres %s (durable defaults), embedded Kafka %s\n", env.server.URL(""), env.broker.Addrs()[0])
+
+	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL("postgres"), Schema: benchSchema, MaxConns: int32(o.Writers + 8)})
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	if err := pg.Migrate(ctx, pool, benchSchema, eventstore.Migrations(), projection.Migrations(), benchTables); err != nil {
+		return nil, err
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO counters SELECT 'agg-' || g, 0, 0 FROM generate_series(0, $1 - 1) g`, o.Aggregates); err != nil {
+		return nil, err
+	}
+
+	p := &pipeline{pool: pool, store: eventstore.New()}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	p.relay = outbox.New(pool, outbox.Config{Name: "bench", Topic: "bench.events", Partitions: 16, Kafka: env.broker.Config()})
+	runner := projection.NewRunner(pool, projection.Config{Name: "counter_views", Topic: "bench.events", Partitions: 16,
+		Kafka: env.broker.Config(), AfterCommit: p.observe}, projection.HandlerFunc(applyCounterViews))
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = p.relay.Run(runCtx) }()
+	go func() { defer wg.Done(); _ = runner.Run(runCtx) }()
+
+	pb, err := newPgbench(ctx, env.server, o.Writers)
+	if err != nil {
+		return nil, err
+	}
+
+	var endToEnd, appended, tps []float64
+	var rows [][]string
+	for run := 1; run <= o.Runs; run++ {
+		e2e, app, err := p.throughput(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		t, err := pb.run(ctx, o.PgbenchFor)
+		if err != nil {
+			return nil, err
+		}
+		endToEnd, appended, tps = append(endToEnd, e2e), append(appended, app), append(tps, t)
+		rows = append(rows, []string{fmt.Sprint(run), fmt.Sprintf("%.0f", e2e), fmt.Sprintf("%.0f", app), fmt.Sprintf("%.0f", t), fmt.Sprintf("%.2f", e2e/t)})
+	}
+	fmt.Fprintf(o.Out, "\nthroughput: %d writers, one event + inline projection row per transaction, %d events per run\n", o.Writers, o.Events)
+	table(o.Out, []string{"run", "end-to-end ev/s", "appended ev/s", "pgbench -N tps", "ratio"}, rows)
+
+	lag, err := p.lagRun(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	r := &EventsResult{EndToEnd: median(endToEnd), Appended: median(appended), Pgbench: median(tps),
+		LagP50: percentile(lag, 50), LagP99: percentile(lag, 99)}
+	r.Ratio = r.EndToEnd / r.Pgbench
+	r.TargetsMet = r.EndToEnd >= 5000 && r.Ratio >= 0.5 && r.LagP99 < 250*time.Millisecond
+	fmt.Fprintf(o.Out, "\nprojection lag at %d events/s for %s (%d events): p50 %s, p99 %s\n", o.Rate, o.LagFor, len(lag), ms(r.LagP50), ms(r.LagP99))
+	fmt.Fprintf(o.Out, "\nmedians of %d runs\n", o.Runs)
+	table(o.Out, []string{"measure", "value", "target", "verdict"}, [][]string{
+		{"end-to-end events/s", fmt.Sprintf("%.0f", r.EndToEnd), ">= 5000", verdict(r.EndToEnd >= 5000)},
+		{"ratio to pgbench -N", fmt.Sprintf("%.2f (pgbench %.0f tps)", r.Ratio, r.Pgbench), ">= 0.50", verdict(r.Ratio >= 0.5)},
+		{"projection lag p50", ms(r.LagP50), "", ""},
+		{"projection lag p99", ms(r.LagP99), "< 250 ms", verdict(r.LagP99 < 250*time.Millisecond)},
+	})
+	return r, nil
+}
+
+// pipeline is the system under test.
+type pipeline struct {
+	pool  *pgxpool.Pool
+	store *eventstore.Store
+	relay *outbox.Relay
+
+	projected atomic.Int64
+	mu        sync.Mutex
+	lags      []time.Duration
+	measure   bool
+}
+
+// observe is the projection runner's AfterCommit hook.
+func (p *pipeline) observe(records []*kgo.Record) {
+	now := time.Now()
+	p.mu.Lock()
+	if p.measure {
+		for _, r := range records {
+			p.lags = append(p.lags, now.Sub(r.Timestamp))
+		}
+	}
+	p.mu.Unlock()
+	p.projected.Add(int64(len(records)))
+}
+
+// write is one command: bump the inline row, append its event, commit.
+func (p *pipeline) write(ctx context.Context, agg string) error {
+	err := pg.InTx(ctx, p.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var value, version int64
+		if err := tx.QueryRow(ctx, `UPDATE counters SET value = value + 1, version = version + 1
+			WHERE id = $1 RETURNING value, version`, agg).Scan(&value, &version); err != nil {
+			return err
+		}
+		now := time.Now()
+		env := &taskv1.TaskEvent{EventId: uuid.NewString(), AggregateId: agg, Version: version,
+			OccurredAt: timestamppb.New(now), TenantId: "bench",
+			Event: &taskv1.TaskEvent_Progressed{Progressed: &taskv1.TaskProgressed{Progress: int32(value)}}}
+		payload, err := proto.Marshal(env)
+		if err != nil {
+			return err
+		}
+		return p.store.Append(ctx, tx, eventstore.Event{AggregateType: "counter", AggregateID: agg, Version: version,
+			Type: "TaskProgressed", EventID: env.EventId, TenantID: "bench", OccurredAt: now, Payload: payload})
+	})
+	if err == nil {
+		p.relay.Notify()
+	}
+	return err
+}
+
+// throughput appends o.Events events as fast as o.Writers transactions can
+// and returns end-to-end and append-only rates.
+func (p *pipeline) throughput(ctx context.Context, o EventsOptions) (endToEnd, appended float64, err error) {
+	target := p.projected.Load() + int64(o.Events)
+	var next atomic.Int64
+	start := time.Now()
+	if err := p.writers(ctx, o.Writers, o.Aggregates, func() bool { return next.Add(1) <= int64(o.Events) }); err != nil {
+		return 0, 0, err
+	}
+	appendedIn := time.Since(start)
+	if err := p.waitProjected(ctx, target); err != nil {
+		return 0, 0, err
+	}
+	total := time.Since(start)
+	return float64(o.Events) / total.Seconds(), float64(o.Events) / appendedIn.Seconds(), nil
+}
+
+// lagRun writes at o.Rate for o.LagFor and returns each event's lag from
+// its commit-time timestamp to its projection commit.
+func (p *pipeline) lagRun(ctx context.Context, o EventsOptions) ([]time.Duration, error) {
+	p.mu.Lock()
+	p.lags, p.measure = nil, true
+	p.mu.Unlock()
+	total := int64(o.Rate) * int64(o.LagFor/time.Second)
+	target := p.projected.Load() + total
+	interval := time.Second / time.Duration(o.Rate)
+	start := time.Now()
+	var issued atomic.Int64
+	err := p.writers(ctx, o.Writers, o.Aggregates, func() bool {
+		n := issued.Add(1)
+		if n > total {
+			return false
+		}
+		if wait := time.Until(start.Add(time.Duration(n) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitProjected(ctx, target); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.measure = false
+	return p.lags, nil
+}
+
+// writers runs n writers until more returns false.
+func (p *pipeline) writers(ctx context.Context, n, aggregates int, more func() bool) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, seed*31))
+			for more() {
+				if err := p.write(ctx, fmt.Sprintf("agg-%d", rng.IntN(aggregates))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(uint64(time.Now().UnixNano()) + uint64(i))
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (p *pipeline) waitProjected(ctx context.Context, target int64) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for p.projected.Load() < target {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("projection stuck at %d of %d records", p.projected.Load(), target)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// applyCounterViews projects a batch with one statement: the newest version
+// of each counter wins, older or repeated versions are ignored.
+func applyCounterViews(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
+	ids := make([]string, 0, len(records))
+	values := make([]int64, 0, len(records))
+	versions := make([]int64, 0, len(records))
+	for _, r := range records {
+		var env taskv1.TaskEvent
+		if err := proto.Unmarshal(r.Value, &env); err != nil {
+			return err
+		}
+		ids = append(ids, env.GetAggregateId())
+		values = append(values, int64(env.GetProgressed().GetProgress()))
+		versions = append(versions, env.GetVersion())
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO counter_views (id, value, version)
+		SELECT DISTINCT ON (id) id, value, version
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS x(id, value, version)
+		ORDER BY id, version DESC
+		ON CONFLICT (id) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version
+		WHERE counter_views.version < EXCLUDED.version`, ids, values, versions)
+	return err
+}
+
+// env is a durable Postgres server and an embedded broker under dir.
+type env struct {
+	server *pg.LocalServer
+	broker *kafka.Embedded
+	dir    string
+}
+
+func startEnv(ctx context.Context, dir, name string) (*env, error) {
+	if dir == "" {
+		dir = filepath.Join(".taskmesh", "bench")
+	}
+	dir = filepath.Join(dir, name)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	server := &pg.LocalServer{DataDir: filepath.Join(dir, "pg"), Durable: true,
+		Params: map[string]string{"max_connections": "300"}}
+	if err := server.Start(ctx); err != nil {
+		return nil, err
+	}
+	broker, err := kafka.StartEmbedded(kafka.EmbeddedOptions{Partitions: 16})
+	if err != nil {
+		_ = server.Stop()
+		return nil, err
+	}
+	return &env{server: server, broker: broker, dir: dir}, nil
+}
+
+func (e *env) close() {
+	e.broker.Close()
+	_ = e.server.Stop()
+	_ = os.RemoveAll(e.dir)
+}

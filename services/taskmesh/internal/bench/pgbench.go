@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/taskmesh/taskmesh/platform/pg"
+)
+
+// pgbench measures the server's write ceiling with `pgbench -N` (the
+// simple-update script: three writes and a commit per transaction) from
+// the given number of clients.
+type pgbench struct {
+	server  *pg.LocalServer
+	bin     string
+	clients int
+}
+
+func newPgbench(ctx context.Context, server *pg.LocalServer, clients int) (*pgbench, error) {
+	binDir := server.BinDir
+	if binDir == "" {
+		var err error
+		if binDir, err = pg.FindBinDir(); err != nil {
+			return nil, err
+		}
+	}
+	bin := filepath.Join(binDir, "pgbench")
+	if _, err := exec.LookPath(bin); err != nil {
+		if bin, err = exec.LookPath("pgbench"); err != nil {
+			return nil, fmt.Errorf("pgbench not found (install the postgresql-contrib or postgresql-client package): %w", err)
+		}
+	}
+	pb := &pgbench{server: server, bin: bin, clients: clients}
+	pool, err := pg.Open(ctx, pg.Config{URL: server.URL("postgres")})
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, `DROP DATABASE IF EXISTS pgbench`); err != nil {
+		return nil, err
+	}
+	if _, err := pool.Exec(ctx, `CREATE DATABASE pgbench`); err != nil {
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, bin, "-i", "-q", "-s", "10", server.URL("pgbench")).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("pgbench -i: %w\n%s", err, out)
+	}
+	return pb, nil
+}
+
+var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+
+// run returns transactions per second over d.
+func (pb *pgbench) run(ctx context.Context, d time.Duration) (float64, error) {
+	out, err := exec.CommandContext(ctx, pb.bin, "-N", "-c", strconv.Itoa(pb.clients), "-j", "2",
+		"-T", strconv.Itoa(int(d.Seconds())), pb.server.URL("pgbench")).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
+	}
+	m := tpsLine.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench: no tps in output:\n%s", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
