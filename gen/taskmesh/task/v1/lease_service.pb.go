@@ -1041,6 +1041,162 @@ func (x *StopAttempt) GetGracePeriodSec() int32 {
 	return 0
 }
 
+type CreateResultUploadRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	AgentId   string                 `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	AttemptId string                 `protobuf:"bytes,3,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	// Exact size of the body the agent will PUT (at most 10 GiB).
+	SizeBytes int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// Hex SHA-256 of the body.
+	Sha256        string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	ContentType   string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateResultUploadRequest) Reset() {
+	*x = CreateResultUploadRequest{}
+	mi := &file_taskmesh_task_v1_lease_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateResultUploadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateResultUploadRequest) ProtoMessage() {}
+
+func (x *CreateResultUploadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_lease_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateResultUploadRequest.ProtoReflect.Descriptor instead.
+func (*CreateResultUploadRequest) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_lease_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CreateResultUploadRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *CreateResultUploadRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *CreateResultUploadRequest) GetAttemptId() string {
+	if x != nil {
+		return x.AttemptId
+	}
+	return ""
+}
+
+func (x *CreateResultUploadRequest) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *CreateResultUploadRequest) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *CreateResultUploadRequest) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+type CreateResultUploadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PUT the body here (with the headers) before the URL expires.
+	UploadUrl string            `protobuf:"bytes,1,opt,name=upload_url,json=uploadUrl,proto3" json:"upload_url,omitempty"`
+	Headers   map[string]string `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Name this key in CompleteTaskRequest.result_object.
+	ObjectKey     string                 `protobuf:"bytes,3,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateResultUploadResponse) Reset() {
+	*x = CreateResultUploadResponse{}
+	mi := &file_taskmesh_task_v1_lease_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateResultUploadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateResultUploadResponse) ProtoMessage() {}
+
+func (x *CreateResultUploadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_lease_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateResultUploadResponse.ProtoReflect.Descriptor instead.
+func (*CreateResultUploadResponse) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_lease_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CreateResultUploadResponse) GetUploadUrl() string {
+	if x != nil {
+		return x.UploadUrl
+	}
+	return ""
+}
+
+func (x *CreateResultUploadResponse) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *CreateResultUploadResponse) GetObjectKey() string {
+	if x != nil {
+		return x.ObjectKey
+	}
+	return ""
+}
+
+func (x *CreateResultUploadResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 var File_taskmesh_task_v1_lease_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
@@ -1155,14 +1311,39 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\n" +
 	"attempt_id\x18\x02 \x01(\tR\tattemptId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12(\n" +
-	"\x10grace_period_sec\x18\x04 \x01(\x05R\x0egracePeriodSec2\xef\x06\n" +
+	"\x10grace_period_sec\x18\x04 \x01(\x05R\x0egracePeriodSec\"\x9f\x02\n" +
+	"\x19CreateResultUploadRequest\x12#\n" +
+	"\atask_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x06taskId\x12%\n" +
+	"\bagent_id\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\aagentId\x12)\n" +
+	"\n" +
+	"attempt_id\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\tattemptId\x12,\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03B\r\xbaH\n" +
+	"\"\b\x18\x80\x80\x80\x80((\x00R\tsizeBytes\x120\n" +
+	"\x06sha256\x18\x05 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x06sha256\x12+\n" +
+	"\fcontent_type\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\vcontentType\"\xa6\x02\n" +
+	"\x1aCreateResultUploadResponse\x12\x1d\n" +
+	"\n" +
+	"upload_url\x18\x01 \x01(\tR\tuploadUrl\x12S\n" +
+	"\aheaders\x18\x02 \x03(\v29.taskmesh.task.v1.CreateResultUploadResponse.HeadersEntryR\aheaders\x12\x1d\n" +
+	"\n" +
+	"object_key\x18\x03 \x01(\tR\tobjectKey\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x99\b\n" +
 	"\fLeaseService\x12}\n" +
 	"\n" +
 	"ClaimTasks\x12#.taskmesh.task.v1.ClaimTasksRequest\x1a$.taskmesh.task.v1.ClaimTasksResponse\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/api/v1/agent/tasks/claim\x12\x84\x01\n" +
 	"\tStartTask\x12\".taskmesh.task.v1.StartTaskRequest\x1a#.taskmesh.task.v1.StartTaskResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/api/v1/agent/tasks/{task_id}/start\x12\x99\x01\n" +
 	"\x0eRenewTaskLease\x12'.taskmesh.task.v1.RenewTaskLeaseRequest\x1a(.taskmesh.task.v1.RenewTaskLeaseResponse\"4\x82\xd3\xe4\x93\x02.:\x01*\")/api/v1/agent/tasks/{task_id}/lease/renew\x12\xa2\x01\n" +
 	"\x12ReportTaskProgress\x12+.taskmesh.task.v1.ReportTaskProgressRequest\x1a,.taskmesh.task.v1.ReportTaskProgressResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/api/v1/agent/tasks/{task_id}/progress\x12\x90\x01\n" +
-	"\fCompleteTask\x12%.taskmesh.task.v1.CompleteTaskRequest\x1a&.taskmesh.task.v1.CompleteTaskResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/api/v1/agent/tasks/{task_id}/complete\x12\x84\x01\n" +
+	"\fCompleteTask\x12%.taskmesh.task.v1.CompleteTaskRequest\x1a&.taskmesh.task.v1.CompleteTaskResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/api/v1/agent/tasks/{task_id}/complete\x12\xa7\x01\n" +
+	"\x12CreateResultUpload\x12+.taskmesh.task.v1.CreateResultUploadRequest\x1a,.taskmesh.task.v1.CreateResultUploadResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/api/v1/agent/tasks/{task_id}/result/upload\x12\x84\x01\n" +
 	"\rSendHeartbeat\x12&.taskmesh.task.v1.SendHeartbeatRequest\x1a'.taskmesh.task.v1.SendHeartbeatResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/api/v1/agent/heartbeatB:Z8github.com/taskmesh/taskmesh/gen/taskmesh/task/v1;taskv1b\x06proto3"
 
 var (
@@ -1177,7 +1358,7 @@ func file_taskmesh_task_v1_lease_service_proto_rawDescGZIP() []byte {
 	return file_taskmesh_task_v1_lease_service_proto_rawDescData
 }
 
-var file_taskmesh_task_v1_lease_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_taskmesh_task_v1_lease_service_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_taskmesh_task_v1_lease_service_proto_goTypes = []any{
 	(*ClaimTasksRequest)(nil),          // 0: taskmesh.task.v1.ClaimTasksRequest
 	(*ClaimTasksResponse)(nil),         // 1: taskmesh.task.v1.ClaimTasksResponse
@@ -1193,39 +1374,46 @@ var file_taskmesh_task_v1_lease_service_proto_goTypes = []any{
 	(*SendHeartbeatRequest)(nil),       // 11: taskmesh.task.v1.SendHeartbeatRequest
 	(*SendHeartbeatResponse)(nil),      // 12: taskmesh.task.v1.SendHeartbeatResponse
 	(*StopAttempt)(nil),                // 13: taskmesh.task.v1.StopAttempt
-	(*durationpb.Duration)(nil),        // 14: google.protobuf.Duration
-	(*Task)(nil),                       // 15: taskmesh.task.v1.Task
-	(*timestamppb.Timestamp)(nil),      // 16: google.protobuf.Timestamp
+	(*CreateResultUploadRequest)(nil),  // 14: taskmesh.task.v1.CreateResultUploadRequest
+	(*CreateResultUploadResponse)(nil), // 15: taskmesh.task.v1.CreateResultUploadResponse
+	nil,                                // 16: taskmesh.task.v1.CreateResultUploadResponse.HeadersEntry
+	(*durationpb.Duration)(nil),        // 17: google.protobuf.Duration
+	(*Task)(nil),                       // 18: taskmesh.task.v1.Task
+	(*timestamppb.Timestamp)(nil),      // 19: google.protobuf.Timestamp
 }
 var file_taskmesh_task_v1_lease_service_proto_depIdxs = []int32{
-	14, // 0: taskmesh.task.v1.ClaimTasksRequest.wait:type_name -> google.protobuf.Duration
-	15, // 1: taskmesh.task.v1.ClaimTasksResponse.tasks:type_name -> taskmesh.task.v1.Task
-	16, // 2: taskmesh.task.v1.StartTaskResponse.started_at:type_name -> google.protobuf.Timestamp
-	16, // 3: taskmesh.task.v1.StartTaskResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	16, // 4: taskmesh.task.v1.RenewTaskLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	16, // 5: taskmesh.task.v1.ReportTaskProgressResponse.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	17, // 0: taskmesh.task.v1.ClaimTasksRequest.wait:type_name -> google.protobuf.Duration
+	18, // 1: taskmesh.task.v1.ClaimTasksResponse.tasks:type_name -> taskmesh.task.v1.Task
+	19, // 2: taskmesh.task.v1.StartTaskResponse.started_at:type_name -> google.protobuf.Timestamp
+	19, // 3: taskmesh.task.v1.StartTaskResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	19, // 4: taskmesh.task.v1.RenewTaskLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	19, // 5: taskmesh.task.v1.ReportTaskProgressResponse.last_heartbeat_at:type_name -> google.protobuf.Timestamp
 	9,  // 6: taskmesh.task.v1.CompleteTaskRequest.result_object:type_name -> taskmesh.task.v1.ResultObject
-	16, // 7: taskmesh.task.v1.CompleteTaskRequest.ended_at:type_name -> google.protobuf.Timestamp
-	16, // 8: taskmesh.task.v1.CompleteTaskResponse.ended_at:type_name -> google.protobuf.Timestamp
+	19, // 7: taskmesh.task.v1.CompleteTaskRequest.ended_at:type_name -> google.protobuf.Timestamp
+	19, // 8: taskmesh.task.v1.CompleteTaskResponse.ended_at:type_name -> google.protobuf.Timestamp
 	13, // 9: taskmesh.task.v1.SendHeartbeatResponse.stop:type_name -> taskmesh.task.v1.StopAttempt
-	16, // 10: taskmesh.task.v1.SendHeartbeatResponse.next_heartbeat_before:type_name -> google.protobuf.Timestamp
-	0,  // 11: taskmesh.task.v1.LeaseService.ClaimTasks:input_type -> taskmesh.task.v1.ClaimTasksRequest
-	2,  // 12: taskmesh.task.v1.LeaseService.StartTask:input_type -> taskmesh.task.v1.StartTaskRequest
-	4,  // 13: taskmesh.task.v1.LeaseService.RenewTaskLease:input_type -> taskmesh.task.v1.RenewTaskLeaseRequest
-	6,  // 14: taskmesh.task.v1.LeaseService.ReportTaskProgress:input_type -> taskmesh.task.v1.ReportTaskProgressRequest
-	8,  // 15: taskmesh.task.v1.LeaseService.CompleteTask:input_type -> taskmesh.task.v1.CompleteTaskRequest
-	11, // 16: taskmesh.task.v1.LeaseService.SendHeartbeat:input_type -> taskmesh.task.v1.SendHeartbeatRequest
-	1,  // 17: taskmesh.task.v1.LeaseService.ClaimTasks:output_type -> taskmesh.task.v1.ClaimTasksResponse
-	3,  // 18: taskmesh.task.v1.LeaseService.StartTask:output_type -> taskmesh.task.v1.StartTaskResponse
-	5,  // 19: taskmesh.task.v1.LeaseService.RenewTaskLease:output_type -> taskmesh.task.v1.RenewTaskLeaseResponse
-	7,  // 20: taskmesh.task.v1.LeaseService.ReportTaskProgress:output_type -> taskmesh.task.v1.ReportTaskProgressResponse
-	10, // 21: taskmesh.task.v1.LeaseService.CompleteTask:output_type -> taskmesh.task.v1.CompleteTaskResponse
-	12, // 22: taskmesh.task.v1.LeaseService.SendHeartbeat:output_type -> taskmesh.task.v1.SendHeartbeatResponse
-	17, // [17:23] is the sub-list for method output_type
-	11, // [11:17] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	19, // 10: taskmesh.task.v1.SendHeartbeatResponse.next_heartbeat_before:type_name -> google.protobuf.Timestamp
+	16, // 11: taskmesh.task.v1.CreateResultUploadResponse.headers:type_name -> taskmesh.task.v1.CreateResultUploadResponse.HeadersEntry
+	19, // 12: taskmesh.task.v1.CreateResultUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 13: taskmesh.task.v1.LeaseService.ClaimTasks:input_type -> taskmesh.task.v1.ClaimTasksRequest
+	2,  // 14: taskmesh.task.v1.LeaseService.StartTask:input_type -> taskmesh.task.v1.StartTaskRequest
+	4,  // 15: taskmesh.task.v1.LeaseService.RenewTaskLease:input_type -> taskmesh.task.v1.RenewTaskLeaseRequest
+	6,  // 16: taskmesh.task.v1.LeaseService.ReportTaskProgress:input_type -> taskmesh.task.v1.ReportTaskProgressRequest
+	8,  // 17: taskmesh.task.v1.LeaseService.CompleteTask:input_type -> taskmesh.task.v1.CompleteTaskRequest
+	14, // 18: taskmesh.task.v1.LeaseService.CreateResultUpload:input_type -> taskmesh.task.v1.CreateResultUploadRequest
+	11, // 19: taskmesh.task.v1.LeaseService.SendHeartbeat:input_type -> taskmesh.task.v1.SendHeartbeatRequest
+	1,  // 20: taskmesh.task.v1.LeaseService.ClaimTasks:output_type -> taskmesh.task.v1.ClaimTasksResponse
+	3,  // 21: taskmesh.task.v1.LeaseService.StartTask:output_type -> taskmesh.task.v1.StartTaskResponse
+	5,  // 22: taskmesh.task.v1.LeaseService.RenewTaskLease:output_type -> taskmesh.task.v1.RenewTaskLeaseResponse
+	7,  // 23: taskmesh.task.v1.LeaseService.ReportTaskProgress:output_type -> taskmesh.task.v1.ReportTaskProgressResponse
+	10, // 24: taskmesh.task.v1.LeaseService.CompleteTask:output_type -> taskmesh.task.v1.CompleteTaskResponse
+	15, // 25: taskmesh.task.v1.LeaseService.CreateResultUpload:output_type -> taskmesh.task.v1.CreateResultUploadResponse
+	12, // 26: taskmesh.task.v1.LeaseService.SendHeartbeat:output_type -> taskmesh.task.v1.SendHeartbeatResponse
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_lease_service_proto_init() }
@@ -1240,7 +1428,7 @@ func file_taskmesh_task_v1_lease_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_task_v1_lease_service_proto_rawDesc), len(file_taskmesh_task_v1_lease_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	LeaseService_RenewTaskLease_FullMethodName     = "/taskmesh.task.v1.LeaseService/RenewTaskLease"
 	LeaseService_ReportTaskProgress_FullMethodName = "/taskmesh.task.v1.LeaseService/ReportTaskProgress"
 	LeaseService_CompleteTask_FullMethodName       = "/taskmesh.task.v1.LeaseService/CompleteTask"
+	LeaseService_CreateResultUpload_FullMethodName = "/taskmesh.task.v1.LeaseService/CreateResultUpload"
 	LeaseService_SendHeartbeat_FullMethodName      = "/taskmesh.task.v1.LeaseService/SendHeartbeat"
 )
 
@@ -52,6 +53,10 @@ type LeaseServiceClient interface {
 	ReportTaskProgress(ctx context.Context, in *ReportTaskProgressRequest, opts ...grpc.CallOption) (*ReportTaskProgressResponse, error)
 	// CompleteTask reports the attempt's outcome.
 	CompleteTask(ctx context.Context, in *CompleteTaskRequest, opts ...grpc.CallOption) (*CompleteTaskResponse, error)
+	// CreateResultUpload returns a presigned URL the agent PUTs a large result
+	// (64 KiB or more) to; CompleteTask then names the object in
+	// result_object.
+	CreateResultUpload(ctx context.Context, in *CreateResultUploadRequest, opts ...grpc.CallOption) (*CreateResultUploadResponse, error)
 	// SendHeartbeat is the machine-level heartbeat. Missed heartbeats mark the
 	// agent dead and release its leases long before they expire. The answer
 	// lists attempts the agent must stop (cancelled or preempted).
@@ -116,6 +121,16 @@ func (c *leaseServiceClient) CompleteTask(ctx context.Context, in *CompleteTaskR
 	return out, nil
 }
 
+func (c *leaseServiceClient) CreateResultUpload(ctx context.Context, in *CreateResultUploadRequest, opts ...grpc.CallOption) (*CreateResultUploadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateResultUploadResponse)
+	err := c.cc.Invoke(ctx, LeaseService_CreateResultUpload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *leaseServiceClient) SendHeartbeat(ctx context.Context, in *SendHeartbeatRequest, opts ...grpc.CallOption) (*SendHeartbeatResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SendHeartbeatResponse)
@@ -151,6 +166,10 @@ type LeaseServiceServer interface {
 	ReportTaskProgress(context.Context, *ReportTaskProgressRequest) (*ReportTaskProgressResponse, error)
 	// CompleteTask reports the attempt's outcome.
 	CompleteTask(context.Context, *CompleteTaskRequest) (*CompleteTaskResponse, error)
+	// CreateResultUpload returns a presigned URL the agent PUTs a large result
+	// (64 KiB or more) to; CompleteTask then names the object in
+	// result_object.
+	CreateResultUpload(context.Context, *CreateResultUploadRequest) (*CreateResultUploadResponse, error)
 	// SendHeartbeat is the machine-level heartbeat. Missed heartbeats mark the
 	// agent dead and release its leases long before they expire. The answer
 	// lists attempts the agent must stop (cancelled or preempted).
@@ -179,6 +198,9 @@ func (UnimplementedLeaseServiceServer) ReportTaskProgress(context.Context, *Repo
 }
 func (UnimplementedLeaseServiceServer) CompleteTask(context.Context, *CompleteTaskRequest) (*CompleteTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompleteTask not implemented")
+}
+func (UnimplementedLeaseServiceServer) CreateResultUpload(context.Context, *CreateResultUploadRequest) (*CreateResultUploadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateResultUpload not implemented")
 }
 func (UnimplementedLeaseServiceServer) SendHeartbeat(context.Context, *SendHeartbeatRequest) (*SendHeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SendHeartbeat not implemented")
@@ -294,6 +316,24 @@ func _LeaseService_CompleteTask_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeaseService_CreateResultUpload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateResultUploadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeaseServiceServer).CreateResultUpload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeaseService_CreateResultUpload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeaseServiceServer).CreateResultUpload(ctx, req.(*CreateResultUploadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LeaseService_SendHeartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SendHeartbeatRequest)
 	if err := dec(in); err != nil {
@@ -338,6 +378,10 @@ var LeaseService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CompleteTask",
 			Handler:    _LeaseService_CompleteTask_Handler,
+		},
+		{
+			MethodName: "CreateResultUpload",
+			Handler:    _LeaseService_CreateResultUpload_Handler,
 		},
 		{
 			MethodName: "SendHeartbeat",

@@ -75,7 +75,7 @@ type Task struct {
 	// Admission queue and the reason a task is still pending, when known.
 	Queue string `protobuf:"bytes,38,opt,name=queue,proto3" json:"queue,omitempty"`
 	// The aggregate version: the number of events recorded for this task.
-	Version       int64                  `protobuf:"varint,39,opt,name=version,proto3" json:"version,omitempty"`
+	Version       int32                  `protobuf:"varint,39,opt,name=version,proto3" json:"version,omitempty"`
 	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -377,7 +377,7 @@ func (x *Task) GetQueue() string {
 	return ""
 }
 
-func (x *Task) GetVersion() int64 {
+func (x *Task) GetVersion() int32 {
 	if x != nil {
 		return x.Version
 	}
@@ -748,7 +748,7 @@ type TaskResult struct {
 	Error        string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	PresignedUrl string `protobuf:"bytes,8,opt,name=presigned_url,json=presignedUrl,proto3" json:"presigned_url,omitempty"`
 	// Seconds the presigned URL stays valid.
-	ExpiresIn     int64  `protobuf:"varint,9,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	ExpiresIn     int32  `protobuf:"varint,9,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
 	SizeBytes     int64  `protobuf:"varint,10,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	Sha256        string `protobuf:"bytes,11,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -841,7 +841,7 @@ func (x *TaskResult) GetPresignedUrl() string {
 	return ""
 }
 
-func (x *TaskResult) GetExpiresIn() int64 {
+func (x *TaskResult) GetExpiresIn() int32 {
 	if x != nil {
 		return x.ExpiresIn
 	}
@@ -916,7 +916,7 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x10progress_message\x18$ \x01(\tR\x0fprogressMessage\x125\n" +
 	"\bretry_at\x18% \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\x12\x14\n" +
 	"\x05queue\x18& \x01(\tR\x05queue\x12\x18\n" +
-	"\aversion\x18' \x01(\x03R\aversion\x129\n" +
+	"\aversion\x18' \x01(\x05R\aversion\x129\n" +
 	"\n" +
 	"updated_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
@@ -993,7 +993,7 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x05error\x18\a \x01(\tR\x05error\x12#\n" +
 	"\rpresigned_url\x18\b \x01(\tR\fpresignedUrl\x12\x1d\n" +
 	"\n" +
-	"expires_in\x18\t \x01(\x03R\texpiresIn\x12\x1d\n" +
+	"expires_in\x18\t \x01(\x05R\texpiresIn\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\n" +
 	" \x01(\x03R\tsizeBytes\x12\x16\n" +
