@@ -1,0 +1,134 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// ClaimFilter describes the agent asking for work.
+type ClaimFilter struct {
+	Tenant  string // "*" for a shared-pool agent
+	Machine string
+	IP      string
+	Labels  []string
+	Types   []string
+	Limit   int
+	Now     time.Time
+}
+
+// ClaimCandidates locks up to f.Limit claimable tasks for the agent in
+// (priority, created_at) order, skipping rows other claims hold (SKIP
+// LOCKED: concurrent claims never wait for, or get, the same task). A task
+// is claimable when its dependencies completed and, for scatter, when no
+// sibling ran on this machine.
+func ClaimCandidates(ctx context.Context, tx pgx.Tx, f ClaimFilter) ([]domain.Task, error) {
+	if f.Labels == nil {
+		f.Labels = []string{}
+	}
+	if f.Types == nil {
+		f.Types = []string{}
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT doc FROM tasks t
+		WHERE status = 'pending' AND NOT deleted AND retry_at <= $1
+		  AND ($2 = '*' OR tenant_id = $2)
+		  AND (machine_id = '' OR machine_id = $3)
+		  AND (target_ip = '' OR target_ip = $4)
+		  AND labels <@ $5::text[]
+		  AND (cardinality($6::text[]) = 0 OR type = ANY($6::text[]))
+		  AND (cardinality(depends_on) = 0 OR NOT EXISTS (
+		        SELECT 1 FROM unnest(t.depends_on) AS d(id) LEFT JOIN tasks dt ON dt.id = d.id
+		        WHERE dt.id IS NULL OR dt.status <> 'completed'))
+		  AND (NOT scatter OR NOT EXISTS (
+		        SELECT 1 FROM tasks s WHERE s.fanout_id = t.fanout_id AND s.assigned_machine_id = $3 AND s.id <> t.id))
+		ORDER BY priority, created_at
+		LIMIT $7
+		FOR UPDATE SKIP LOCKED`,
+		f.Now, f.Tenant, f.Machine, f.IP, f.Labels, f.Types, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim candidates: %w", err)
+	}
+	ts, err := scanTasks(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claim candidates: %w", err)
+	}
+	return ts, nil
+}
+
+// PriorClaim returns the task ids leased by an earlier claim with the same
+// agent and request id, or ok=false.
+func PriorClaim(ctx context.Context, q Querier, agentID, requestID string) (ids []string, ok bool, err error) {
+	err = q.QueryRow(ctx, `SELECT task_ids FROM claims WHERE agent_id = $1 AND request_id = $2`, agentID, requestID).Scan(&ids)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("prior claim: %w", err)
+	}
+	return ids, true, nil
+}
+
+// RecordClaim remembers a claim's tasks for its retries.
+func RecordClaim(ctx context.Context, tx pgx.Tx, agentID, requestID string, ids []string, now time.Time) error {
+	_, err := tx.Exec(ctx, `INSERT INTO claims (agent_id, request_id, task_ids, created_at) VALUES ($1, $2, $3, $4)`,
+		agentID, requestID, nonNil(ids), now)
+	if err != nil {
+		return fmt.Errorf("record claim: %w", err)
+	}
+	return nil
+}
+
+// GetMany returns tasks by id in the given order (missing ones skipped).
+func GetMany(ctx context.Context, q Querier, ids []string) ([]domain.Task, error) {
+	rows, err := q.Query(ctx, `SELECT t.doc FROM unnest($1::text[]) WITH ORDINALITY AS x(id, ord)
+		JOIN tasks t ON t.id = x.id ORDER BY x.ord`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("get tasks: %w", err)
+	}
+	return scanTasks(rows)
+}
+
+// PriorCreate returns the task ids of an earlier create with the same
+// tenant and request id. It takes the request id first (INSERT … ON
+// CONFLICT) so concurrent duplicates wait for the first to commit.
+func PriorCreate(ctx context.Context, tx pgx.Tx, tenant, requestID string, ids []string, now time.Time) (prior []string, ok bool, err error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO create_requests (tenant_id, request_id, task_ids, created_at)
+		VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, tenant, requestID, ids, now)
+	if err != nil {
+		return nil, false, fmt.Errorf("create request: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil, false, nil
+	}
+	err = tx.QueryRow(ctx, `SELECT task_ids FROM create_requests WHERE tenant_id = $1 AND request_id = $2`, tenant, requestID).Scan(&prior)
+	if err != nil {
+		return nil, false, fmt.Errorf("create request: %w", err)
+	}
+	return prior, true, nil
+}
+
+// MissingTasks returns which of ids are not tasks of tenant.
+func MissingTasks(ctx context.Context, q Querier, tenant string, ids []string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT x.id FROM unnest($1::text[]) AS x(id)
+		WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = x.id AND t.tenant_id = $2 AND NOT t.deleted)`, ids, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("check tasks: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+
+// ByAttempts returns the tasks whose current attempt is one of attempts.
+func ByAttempts(ctx context.Context, q Querier, attempts []string) ([]domain.Task, error) {
+	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE attempt_id = ANY($1::text[]) AND attempt_id <> ''`, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("tasks by attempt: %w", err)
+	}
+	return scanTasks(rows)
+}

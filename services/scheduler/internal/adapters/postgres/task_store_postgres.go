@@ -1,0 +1,221 @@
+// Package postgres keeps the scheduler's state in Postgres: task events in
+// the event store and, in the same transaction, the tasks row (the inline
+// projection claims and single-task reads decide from), plus the claim and
+// create idempotency tables and the agents' heartbeats.
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/platform/otel"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// AggregateType of task events in the event store.
+const AggregateType = "task"
+
+// Querier is a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+var events = eventstore.New()
+
+const taskColumns = `doc`
+
+// scanTasks reads rows of a single doc column.
+func scanTasks(rows pgx.Rows) ([]domain.Task, error) {
+	defer rows.Close()
+	var out []domain.Task
+	for rows.Next() {
+		var doc []byte
+		if err := rows.Scan(&doc); err != nil {
+			return nil, err
+		}
+		var t domain.Task
+		if err := json.Unmarshal(doc, &t); err != nil {
+			return nil, fmt.Errorf("decode task doc: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Get returns a task of tenant (any tenant when tenant is "*"); deleted
+// tasks are not found.
+func Get(ctx context.Context, q Querier, tenant, id string) (domain.Task, error) {
+	rows, err := q.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = $1 AND ($2 = '*' OR tenant_id = $2) AND NOT deleted`, id, tenant)
+	if err != nil {
+		return domain.Task{}, fmt.Errorf("get task %s: %w", id, err)
+	}
+	ts, err := scanTasks(rows)
+	if err != nil {
+		return domain.Task{}, fmt.Errorf("get task %s: %w", id, err)
+	}
+	if len(ts) == 0 {
+		return domain.Task{}, domain.ErrNotFound
+	}
+	return ts[0], nil
+}
+
+// Lock loads a task for update inside tx (any tenant when tenant is "*").
+func Lock(ctx context.Context, tx pgx.Tx, tenant, id string) (domain.Task, error) {
+	rows, err := tx.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = $1 AND ($2 = '*' OR tenant_id = $2) AND NOT deleted FOR UPDATE`, id, tenant)
+	if err != nil {
+		return domain.Task{}, fmt.Errorf("lock task %s: %w", id, err)
+	}
+	ts, err := scanTasks(rows)
+	if err != nil {
+		return domain.Task{}, fmt.Errorf("lock task %s: %w", id, err)
+	}
+	if len(ts) == 0 {
+		return domain.Task{}, domain.ErrNotFound
+	}
+	return ts[0], nil
+}
+
+// Change is one task's new events.
+type Change struct {
+	Before  domain.Task // zero for a new task
+	Records []domain.Record
+}
+
+// Save appends the events of every change and writes the tasks rows, all
+// in tx, and returns the tasks after the changes. Trace context from ctx is
+// stored with the events so consumers continue the trace.
+func Save(ctx context.Context, tx pgx.Tx, changes ...Change) ([]domain.Task, error) {
+	trace := otel.Inject(ctx)
+	var evs []eventstore.Event
+	after := make([]domain.Task, 0, len(changes))
+	for _, c := range changes {
+		t := c.Before
+		for _, r := range c.Records {
+			t = domain.Apply(t, r)
+			id := uuid.NewString()
+			payload, err := codec.Marshal(id, t.ID, t.TenantID, t.Version, r, trace)
+			if err != nil {
+				return nil, err
+			}
+			evs = append(evs, eventstore.Event{AggregateType: AggregateType, AggregateID: t.ID, Version: t.Version,
+				Type: r.Event.EventName(), EventID: id, TenantID: t.TenantID, OccurredAt: r.At, Payload: payload, Headers: trace})
+		}
+		after = append(after, t)
+	}
+	if len(evs) == 0 {
+		return after, nil
+	}
+	if err := events.Append(ctx, tx, evs...); err != nil {
+		return nil, err
+	}
+	if err := Upsert(ctx, tx, after...); err != nil {
+		return nil, err
+	}
+	return after, nil
+}
+
+// Upsert writes tasks rows from their state (also used to rebuild them).
+func Upsert(ctx context.Context, tx pgx.Tx, tasks ...domain.Task) error {
+	n := len(tasks)
+	var (
+		ids, tenants, statuses, types, machines, ips, fanouts, groups = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		agents, amachines, attempts, preempted                        = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		prios                                                         = make([]int32, n)
+		labels, deps                                                  = make([][]string, n), make([][]string, n)
+		scatter, deleted                                              = make([]bool, n), make([]bool, n)
+		leases, timeouts                                              = make([]*time.Time, n), make([]*time.Time, n)
+		retries, created, updated                                     = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+		versions                                                      = make([]int64, n)
+		docs                                                          = make([][]byte, n)
+	)
+	for i, t := range tasks {
+		doc, err := json.Marshal(t)
+		if err != nil {
+			return fmt.Errorf("encode task %s: %w", t.ID, err)
+		}
+		ids[i], tenants[i], statuses[i], types[i] = t.ID, t.TenantID, string(t.Status), t.Spec.Type
+		machines[i], ips[i], fanouts[i], groups[i] = t.Spec.MachineID, t.Spec.TargetIP, t.FanoutID, t.Spec.GroupID
+		agents[i], amachines[i], attempts[i], preempted[i] = t.AgentID, t.AssignedMachine, t.AttemptID, t.PreemptedBy
+		prios[i], labels[i], deps[i] = int32(t.Spec.Priority), nonNil(t.Spec.Labels), nonNil(t.Spec.DependsOn)
+		scatter[i], deleted[i] = t.Spec.Mode == domain.ModeScatter, t.Deleted
+		leases[i] = optTime(t.LeaseExpiresAt)
+		if t.Status == domain.StatusRunning && !t.StartedAt.IsZero() {
+			at := t.StartedAt.Add(time.Duration(t.Spec.Timeout+t.Spec.GracePeriod) * time.Second)
+			timeouts[i] = &at
+		}
+		retries[i], created[i], updated[i], versions[i], docs[i] = t.RetryAt, t.CreatedAt, t.UpdatedAt, t.Version, doc
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO tasks (id, tenant_id, status, priority, type, machine_id, target_ip, labels, depends_on,
+			fanout_id, scatter, group_id, agent_id, assigned_machine_id, attempt_id, lease_expires_at, timeout_at,
+			retry_at, preempted_by, created_at, updated_at, deleted, version, doc)
+		SELECT id, tn, st, pr, ty, ma, ip, lb::text[], dp::text[], fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
+			$8::text[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::text[], $14::text[], $15::text[],
+			$16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::text[], $20::timestamptz[],
+			$21::timestamptz[], $22::bool[], $23::bigint[], $24::jsonb[])
+			AS x(id, tn, st, pr, ty, ma, ip, lb, dp, fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc)
+		ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, priority = EXCLUDED.priority, type = EXCLUDED.type,
+			machine_id = EXCLUDED.machine_id, target_ip = EXCLUDED.target_ip, labels = EXCLUDED.labels,
+			depends_on = EXCLUDED.depends_on, fanout_id = EXCLUDED.fanout_id, scatter = EXCLUDED.scatter,
+			group_id = EXCLUDED.group_id, agent_id = EXCLUDED.agent_id, assigned_machine_id = EXCLUDED.assigned_machine_id,
+			attempt_id = EXCLUDED.attempt_id, lease_expires_at = EXCLUDED.lease_expires_at, timeout_at = EXCLUDED.timeout_at,
+			retry_at = EXCLUDED.retry_at, preempted_by = EXCLUDED.preempted_by, updated_at = EXCLUDED.updated_at,
+			deleted = EXCLUDED.deleted, version = EXCLUDED.version, doc = EXCLUDED.doc`,
+		ids, tenants, statuses, prios, types, machines, ips, textArray(labels), textArray(deps), fanouts, scatter, groups,
+		agents, amachines, attempts, leases, timeouts, retries, preempted, created, updated, deleted, versions, docs)
+	if err != nil {
+		return fmt.Errorf("write tasks: %w", err)
+	}
+	return nil
+}
+
+// textArray encodes a list of lists as Postgres array literals, because a
+// text[] column filled from unnest needs one text value per row.
+func textArray(lists [][]string) []string {
+	out := make([]string, len(lists))
+	for i, l := range lists {
+		b := []byte{'{'}
+		for j, s := range l {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			for _, r := range []byte(s) {
+				if r == '"' || r == '\\' {
+					b = append(b, '\\')
+				}
+				b = append(b, r)
+			}
+			b = append(b, '"')
+		}
+		out[i] = string(append(b, '}'))
+	}
+	return out
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// IsConflict reports an optimistic-concurrency conflict on a task.
+func IsConflict(err error) bool { return errors.Is(err, eventstore.ErrConflict) }

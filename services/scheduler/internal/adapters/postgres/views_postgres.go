@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// ListFilter selects tasks from task_views.
+type ListFilter struct {
+	Tenant                      string // "*" = every tenant
+	Status, Machine, Group      string
+	Priority                    int // 0 = any
+	CreatedAfter, CreatedBefore time.Time
+	PageSize                    int
+	PageToken                   string
+}
+
+// ErrBadPageToken is returned for a page token this server did not make.
+var ErrBadPageToken = &domain.InvalidError{Field: "page_token", Reason: "is not a token from a previous page"}
+
+// List returns a page of tasks, newest first, and the token of the next
+// page ("" on the last). Pages are keyset-paginated on (created_at, id), so
+// tasks created meanwhile do not shift them.
+func List(ctx context.Context, q Querier, f ListFilter) ([]domain.Task, string, error) {
+	if f.PageSize <= 0 {
+		f.PageSize = 50
+	}
+	var (
+		where = []string{"NOT deleted", "($1 = '*' OR tenant_id = $1)"}
+		args  = []any{f.Tenant}
+	)
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.ReplaceAll(cond, "?", fmt.Sprintf("$%d", len(args))))
+	}
+	if f.Status != "" {
+		add("status = ?", f.Status)
+	}
+	if f.Machine != "" {
+		add("(machine_id = ? OR assigned_machine_id = ?)", f.Machine)
+	}
+	if f.Group != "" {
+		add("group_id = ?", f.Group)
+	}
+	if f.Priority != 0 {
+		add("priority = ?", f.Priority)
+	}
+	if !f.CreatedAfter.IsZero() {
+		add("created_at >= ?", f.CreatedAfter)
+	}
+	if !f.CreatedBefore.IsZero() {
+		add("created_at < ?", f.CreatedBefore)
+	}
+	if f.PageToken != "" {
+		at, id, err := decodeToken(f.PageToken)
+		if err != nil {
+			return nil, "", err
+		}
+		args = append(args, at, id)
+		where = append(where, fmt.Sprintf("(created_at, id) < ($%d, $%d)", len(args)-1, len(args)))
+	}
+	args = append(args, f.PageSize+1)
+	rows, err := q.Query(ctx, `SELECT doc FROM task_views WHERE `+strings.Join(where, " AND ")+
+		fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("list tasks: %w", err)
+	}
+	tasks, err := scanTasks(rows)
+	if err != nil {
+		return nil, "", fmt.Errorf("list tasks: %w", err)
+	}
+	next := ""
+	if len(tasks) > f.PageSize {
+		tasks = tasks[:f.PageSize]
+		last := tasks[len(tasks)-1]
+		next = encodeToken(last.CreatedAt, last.ID)
+	}
+	return tasks, next, nil
+}
+
+func encodeToken(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
+}
+
+func decodeToken(tok string) (time.Time, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return time.Time{}, "", ErrBadPageToken
+	}
+	at, id, ok := strings.Cut(string(b), "|")
+	if !ok || id == "" {
+		return time.Time{}, "", ErrBadPageToken
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return time.Time{}, "", ErrBadPageToken
+	}
+	return t, id, nil
+}

@@ -1,0 +1,154 @@
+// Package app holds the scheduler's use cases, one per file. Each write
+// loads the task inside a group-committed transaction (pg.GroupCommitter),
+// lets the domain decide, and saves the resulting events together with the
+// inline projection row. Reads of one task come from that row, so a client
+// sees its own writes at once; lists come from the Kafka-fed task_views.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskmesh/taskmesh/platform/objectstore"
+	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// Config tunes the scheduler's timing.
+type Config struct {
+	// AgentLostAfter: an agent that has not heartbeated for this long is
+	// lost and its leases are released (default 15s, three missed 5 s beats).
+	AgentLostAfter time.Duration
+	// TimeoutSlack: how long past timeout + grace the server waits for the
+	// agent to report a timeout itself before failing the attempt (default 30s).
+	TimeoutSlack time.Duration
+	// ResultURLTTL: how long result links stay valid (default 1h).
+	ResultURLTTL time.Duration
+	// UploadURLTTL: how long a result upload URL stays valid (default 1h).
+	UploadURLTTL time.Duration
+	// ClaimRetention: how long claim request ids are remembered (default 1h).
+	ClaimRetention time.Duration
+	// PreemptGap: a pending task preempts running work only when its
+	// priority is at least this much higher (seed 004 §10.3: 3; 0 disables).
+	PreemptGap int
+	// PreemptAfter: how long a preempting task waits for free capacity
+	// before taking it (default 2s).
+	PreemptAfter time.Duration
+	// PreemptMaxWait: a preempted task returns to pending after this long
+	// even if its preemptor is still running (default 10m).
+	PreemptMaxWait time.Duration
+	// MaxWait caps a claim's long poll (default 60s).
+	MaxWait time.Duration
+}
+
+func (c *Config) defaults() {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	set(&c.AgentLostAfter, 15*time.Second)
+	set(&c.TimeoutSlack, 30*time.Second)
+	set(&c.ResultURLTTL, time.Hour)
+	set(&c.UploadURLTTL, time.Hour)
+	set(&c.ClaimRetention, time.Hour)
+	set(&c.PreemptAfter, 2*time.Second)
+	set(&c.PreemptMaxWait, 10*time.Minute)
+	set(&c.MaxWait, 60*time.Second)
+}
+
+// App is the scheduler's use cases.
+type App struct {
+	pool    *pgxpool.Pool
+	gc      *pg.GroupCommitter
+	objects objectstore.Store
+	now     func() time.Time
+	cfg     Config
+	hub     *Hub
+	log     *slog.Logger
+}
+
+// New returns the use cases over pool; writes go through gc.
+func New(pool *pgxpool.Pool, gc *pg.GroupCommitter, objects objectstore.Store, now func() time.Time, hub *Hub, cfg Config, log *slog.Logger) *App {
+	cfg.defaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &App{pool: pool, gc: gc, objects: objects, now: func() time.Time { return now().UTC() }, cfg: cfg, hub: hub, log: log}
+}
+
+// Caller is who asks: a tenant's user, an agent, or an admin.
+type Caller struct {
+	// Tenant scopes every task the caller may see; "*" for admins and
+	// shared-pool agents.
+	Tenant  string
+	Subject string
+	AgentID string // agents only
+	IP      string
+}
+
+// Errors the app adds to the domain's.
+var (
+	// ErrForbidden: the caller may not act as the agent it names.
+	ErrForbidden = errors.New("forbidden")
+)
+
+// checkAgent makes an agent act only as itself.
+func (c Caller) checkAgent(agentID string) error {
+	if c.AgentID != "" && c.AgentID != agentID {
+		return fmt.Errorf("%w: this token belongs to agent %s, not %s", ErrForbidden, c.AgentID, agentID)
+	}
+	return nil
+}
+
+// mutate runs one domain decision on one task in a group-committed
+// transaction and returns the task after it. A decision that records
+// nothing (an idempotent repeat) returns the task as it was.
+//
+// Another replica may change the task between load and save; the event
+// store then refuses the version and the decision is made again on the
+// fresh state (a few times at most).
+func (a *App) mutate(ctx context.Context, tenant, id string, decide func(t domain.Task, now time.Time) ([]domain.Record, error)) (domain.Task, error) {
+	for attempt := 0; ; attempt++ {
+		out, err := a.mutateOnce(ctx, tenant, id, decide)
+		if err != nil && postgres.IsConflict(err) && attempt < 4 {
+			continue
+		}
+		return out, err
+	}
+}
+
+func (a *App) mutateOnce(ctx context.Context, tenant, id string, decide func(t domain.Task, now time.Time) ([]domain.Record, error)) (domain.Task, error) {
+	var out domain.Task
+	err := a.gc.Do(ctx, id, func(ctx context.Context, tx pgx.Tx) error {
+		t, err := postgres.Lock(ctx, tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		recs, err := decide(t, a.now())
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 {
+			out = t
+			return nil
+		}
+		after, err := postgres.Save(ctx, tx, postgres.Change{Before: t, Records: recs})
+		if err != nil {
+			return err
+		}
+		out = after[0]
+		return nil
+	})
+	if err == nil {
+		a.hub.Changed(out)
+	}
+	return out, err
+}

@@ -1,0 +1,100 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// UpdateTask changes a pending task. Fields left out (nil numbers, empty
+// strings and lists) keep their current value.
+func (a *App) UpdateTask(ctx context.Context, c Caller, id string, in domain.SpecInput) (domain.Task, error) {
+	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		spec, err := domain.NormalizeSpec(merge(t.Spec, in))
+		if err != nil {
+			return nil, err
+		}
+		return t.Update(now, c.Subject, spec)
+	})
+}
+
+// merge overlays the fields set in in on the current spec.
+func merge(s domain.Spec, in domain.SpecInput) domain.SpecInput {
+	str := func(v, cur string) string {
+		if v != "" {
+			return v
+		}
+		return cur
+	}
+	num := func(v *int, cur int) *int {
+		if v != nil {
+			return v
+		}
+		return &cur
+	}
+	list := func(v, cur []string) []string {
+		if v != nil {
+			return v
+		}
+		return cur
+	}
+	out := domain.SpecInput{
+		Name: str(in.Name, s.Name), Type: str(in.Type, s.Type), Command: str(in.Command, s.Command),
+		Workdir: str(in.Workdir, s.Workdir), Args: list(in.Args, s.Args), Env: in.Env,
+		Timeout: num(in.Timeout, s.Timeout), Priority: num(in.Priority, s.Priority),
+		RetryDelay: num(in.RetryDelay, s.RetryDelay), MaxRetries: num(in.MaxRetries, s.MaxRetries),
+		MachineID: str(in.MachineID, s.MachineID), GroupID: str(in.GroupID, s.GroupID), ParentID: str(in.ParentID, s.ParentID),
+		Queue: str(in.Queue, s.Queue), DependsOn: list(in.DependsOn, s.DependsOn), Mode: str(in.Mode, s.Mode),
+		Labels: list(in.Labels, s.Labels), ScatterCount: s.ScatterCount,
+		LeaseTTL: num(in.LeaseTTL, s.LeaseTTL), RenewInterval: num(in.RenewInterval, s.RenewInterval),
+		HeartbeatInterval: num(in.HeartbeatInterval, s.HeartbeatInterval), GracePeriod: num(in.GracePeriod, s.GracePeriod),
+	}
+	if in.ScatterCount != 0 {
+		out.ScatterCount = in.ScatterCount
+	}
+	if in.Env == nil {
+		out.Env = s.Env
+	}
+	return out
+}
+
+// DeleteTask removes a task no attempt holds.
+func (a *App) DeleteTask(ctx context.Context, c Caller, id string) error {
+	_, err := a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		return t.Delete(now, c.Subject)
+	})
+	return err
+}
+
+// CancelTask cancels a task that is not final; its agent is told to stop
+// the attempt at its next heartbeat.
+func (a *App) CancelTask(ctx context.Context, c Caller, id, reason string) (domain.Task, error) {
+	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		return t.Cancel(now, c.Subject, reason)
+	})
+}
+
+// RetryTask puts a failed or cancelled task back to pending.
+func (a *App) RetryTask(ctx context.Context, c Caller, id string) (domain.Task, error) {
+	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		return t.Retry(now, c.Subject)
+	})
+}
+
+// SuspendTask pauses a running task; ResumeTask requeues it.
+func (a *App) SuspendTask(ctx context.Context, c Caller, id, reason string) (domain.Task, error) {
+	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		return t.Suspend(now, c.Subject, reason)
+	})
+}
+
+// ResumeTask returns a suspended task to pending.
+func (a *App) ResumeTask(ctx context.Context, c Caller, id string) (domain.Task, error) {
+	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		if t.Status != domain.StatusSuspended {
+			return nil, domain.ErrImmutable
+		}
+		return t.Requeue(now, c.Subject, "resumed")
+	})
+}

@@ -1,0 +1,118 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// ClaimRequest is an agent asking for work.
+type ClaimRequest struct {
+	AgentID, MachineID, RequestID string
+	Labels, Types                 []string
+	Limit                         int
+	Wait                          time.Duration // long poll; 0 answers at once
+}
+
+// ClaimTasks leases up to Limit tasks to the agent. The same agent and
+// request id always get the same tasks back (a retried claim whose answer
+// was lost does not lease more). With Wait it blocks until work appears or
+// the wait ends, woken by submissions rather than sleeping a fixed interval.
+func (a *App) ClaimTasks(ctx context.Context, c Caller, r ClaimRequest) ([]domain.Task, string, error) {
+	if err := c.checkAgent(r.AgentID); err != nil {
+		return nil, "", err
+	}
+	if r.RequestID == "" {
+		r.RequestID = uuid.NewString()
+	}
+	if r.Limit <= 0 {
+		r.Limit = 1
+	}
+	wait := min(r.Wait, a.cfg.MaxWait)
+	deadline := a.now().Add(wait)
+	for {
+		// Subscribe before looking, so work submitted in between wakes us.
+		signal := a.hub.WorkSignal()
+		tasks, err := a.claimOnce(ctx, c, r)
+		if err != nil || len(tasks) > 0 {
+			return tasks, r.RequestID, err
+		}
+		left := deadline.Sub(a.now())
+		if left <= 0 {
+			return nil, r.RequestID, nil
+		}
+		// Re-check at least every second: retry_at passing, or another
+		// replica's work when NOTIFY is lost, wake nobody.
+		select {
+		case <-ctx.Done():
+			return nil, r.RequestID, nil
+		case <-signal:
+		case <-time.After(min(left, time.Second)):
+		}
+	}
+}
+
+func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest) ([]domain.Task, error) {
+	var out []domain.Task
+	err := a.gc.Do(ctx, "agent/"+r.AgentID, func(ctx context.Context, tx pgx.Tx) error {
+		out = nil
+		now := a.now()
+		if prior, ok, err := postgres.PriorClaim(ctx, tx, r.AgentID, r.RequestID); err != nil || ok {
+			if err == nil {
+				out, err = postgres.GetMany(ctx, tx, prior)
+			}
+			return err
+		}
+		candidates, err := postgres.ClaimCandidates(ctx, tx, postgres.ClaimFilter{Tenant: c.Tenant, Machine: r.MachineID,
+			IP: c.IP, Labels: r.Labels, Types: r.Types, Limit: r.Limit, Now: now})
+		if err != nil || len(candidates) == 0 {
+			return err
+		}
+		var changes []postgres.Change
+		scattered := map[string]bool{} // one task per scatter fan-out per machine
+		for _, t := range candidates {
+			if t.Spec.Mode == domain.ModeScatter {
+				if scattered[t.FanoutID] {
+					continue
+				}
+				scattered[t.FanoutID] = true
+			}
+			recs, err := t.Lease(now, uuid.NewString(), r.AgentID, r.MachineID, r.RequestID)
+			if err != nil {
+				return err
+			}
+			changes = append(changes, postgres.Change{Before: t, Records: recs})
+		}
+		out, err = postgres.Save(ctx, tx, changes...)
+		if err != nil {
+			return err
+		}
+		ids := make([]string, len(out))
+		for i, t := range out {
+			ids[i] = t.ID
+		}
+		return postgres.RecordClaim(ctx, tx, r.AgentID, r.RequestID, ids, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > 0 {
+		// A claim proves the agent alive, like a heartbeat.
+		_ = postgres.Heartbeat(ctx, a.pool, postgres.Agent{AgentID: r.AgentID, MachineID: r.MachineID, TenantID: tenantOf(c),
+			IP: c.IP, Labels: r.Labels, LastHeartbeatAt: a.now(), LostAfter: a.now().Add(a.cfg.AgentLostAfter)})
+	}
+	return out, nil
+}
+
+// tenantOf is the tenant an agent serves ("" for the shared pool).
+func tenantOf(c Caller) string {
+	if c.Tenant == "*" {
+		return ""
+	}
+	return c.Tenant
+}

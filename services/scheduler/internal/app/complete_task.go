@@ -1,0 +1,151 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/taskmesh/taskmesh/platform/objectstore"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// ResultObject names a result the agent uploaded.
+type ResultObject struct {
+	Key    string
+	Size   int64
+	SHA256 string
+}
+
+// Completion is an agent's report of an attempt's end.
+type Completion struct {
+	AgentID, AttemptID string
+	ExitCode           int
+	Stdout, Stderr     string
+	Error              string
+	Object             *ResultObject
+	EndedAt            time.Time
+}
+
+// CompleteTask records the attempt's outcome. Repeating it for the same
+// attempt succeeds without recording anything. A result object must be the
+// one issued to this attempt (CreateResultUpload) and must exist with the
+// reported size and checksum.
+func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completion) (domain.Task, error) {
+	if err := c.checkAgent(r.AgentID); err != nil {
+		return domain.Task{}, err
+	}
+	result := &domain.Result{StorageType: "db", Stdout: r.Stdout, Stderr: r.Stderr}
+	if r.Object != nil {
+		current, err := postgres.Get(ctx, a.pool, c.Tenant, id)
+		if err != nil {
+			return domain.Task{}, err
+		}
+		if err := a.checkObject(ctx, current, r.AttemptID, *r.Object); err != nil {
+			return domain.Task{}, err
+		}
+		result = &domain.Result{StorageType: "s3", Stdout: r.Stdout, Stderr: r.Stderr, ObjectKey: r.Object.Key,
+			SizeBytes: r.Object.Size, SHA256: r.Object.SHA256}
+	}
+	if r.Stdout == "" && r.Stderr == "" && r.Object == nil {
+		result = nil
+	}
+	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		recs, _, err := t.Complete(now, r.AgentID, r.AttemptID, domain.Outcome{ExitCode: r.ExitCode, Error: r.Error,
+			Result: result, EndedAt: r.EndedAt})
+		return recs, err
+	})
+}
+
+// resultKey is where an attempt's large result lives: under the task's
+// tenant, so links can never point into another tenant's results.
+func resultKey(t domain.Task, attemptID string) string {
+	return fmt.Sprintf("results/%s/%s/%s.json", t.TenantID, t.ID, attemptID)
+}
+
+func (a *App) checkObject(ctx context.Context, t domain.Task, attemptID string, o ResultObject) error {
+	if o.Key != resultKey(t, attemptID) {
+		return &domain.InvalidError{Field: "result_object.key", Reason: "is not the key issued to this attempt"}
+	}
+	if a.objects == nil {
+		return &domain.InvalidError{Field: "result_object", Reason: "no object store is configured"}
+	}
+	info, err := a.objects.Stat(ctx, o.Key)
+	if errors.Is(err, objectstore.ErrNotFound) {
+		return &domain.InvalidError{Field: "result_object", Reason: "was not uploaded"}
+	}
+	if err != nil {
+		return fmt.Errorf("stat result %s: %w", o.Key, err)
+	}
+	if info.Size != o.Size || (o.SHA256 != "" && info.SHA256 != "" && info.SHA256 != o.SHA256) {
+		return &domain.InvalidError{Field: "result_object", Reason: fmt.Sprintf("stored object has %d bytes and sha256 %s, not what was reported", info.Size, info.SHA256)}
+	}
+	return nil
+}
+
+// Upload is where an agent PUTs a large result.
+type Upload struct {
+	URL       string
+	Headers   map[string]string
+	Key       string
+	ExpiresAt time.Time
+}
+
+// CreateResultUpload issues a presigned PUT for the current attempt's result.
+func (a *App) CreateResultUpload(ctx context.Context, c Caller, id, agentID, attemptID string, size int64, contentType string) (Upload, error) {
+	if err := c.checkAgent(agentID); err != nil {
+		return Upload{}, err
+	}
+	if a.objects == nil {
+		return Upload{}, &domain.InvalidError{Field: "result", Reason: "no object store is configured for large results"}
+	}
+	t, err := postgres.Get(ctx, a.pool, c.Tenant, id)
+	if err != nil {
+		return Upload{}, err
+	}
+	if t.AttemptID != attemptID || t.AgentID != agentID {
+		return Upload{}, fmt.Errorf("%w: %s is not the current attempt", domain.ErrAttemptMismatch, attemptID)
+	}
+	if !t.Status.Leased() {
+		return Upload{}, fmt.Errorf("%w: the task is %s", domain.ErrImmutable, t.Status)
+	}
+	if contentType == "" {
+		contentType = "application/json"
+	}
+	key := resultKey(t, attemptID)
+	url, headers, err := a.objects.PresignPut(ctx, key, a.cfg.UploadURLTTL, size, contentType)
+	if err != nil {
+		return Upload{}, fmt.Errorf("presign upload: %w", err)
+	}
+	return Upload{URL: url, Headers: headers, Key: key, ExpiresAt: a.now().Add(a.cfg.UploadURLTTL)}, nil
+}
+
+// Result is a finished task's output as the result API shows it.
+type Result struct {
+	Task         domain.Task
+	PresignedURL string
+	ExpiresIn    time.Duration
+}
+
+// GetResult returns where the task's output is: inline, or a link to the
+// object store valid for ResultURLTTL. A task without an outcome yet
+// answers with its status and no result.
+func (a *App) GetResult(ctx context.Context, c Caller, id string) (Result, error) {
+	t, err := postgres.Get(ctx, a.pool, c.Tenant, id)
+	if err != nil {
+		return Result{}, err
+	}
+	out := Result{Task: t}
+	if t.Result != nil && t.Result.ObjectKey != "" {
+		if a.objects == nil {
+			return Result{}, errors.New("result is in the object store but none is configured")
+		}
+		url, err := a.objects.PresignGet(ctx, t.Result.ObjectKey, a.cfg.ResultURLTTL)
+		if err != nil {
+			return Result{}, fmt.Errorf("presign result: %w", err)
+		}
+		out.PresignedURL, out.ExpiresIn = url, a.cfg.ResultURLTTL
+	}
+	return out, nil
+}

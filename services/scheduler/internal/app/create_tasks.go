@@ -1,0 +1,135 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// MaxFanout bounds how many tasks one submission may create.
+const MaxFanout = 10000
+
+// CreateTasks submits a task. Targets, broadcast and scatter fan it out
+// into several tasks that share a fan-out id and a group (a new group
+// unless the spec names one). With requestID, a repeated create by the same
+// tenant returns the tasks of the first instead of creating more.
+func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, requestID string) ([]domain.Task, error) {
+	spec, err := domain.NormalizeSpec(in)
+	if err != nil {
+		return nil, err
+	}
+	if len(spec.DependsOn) > 0 {
+		missing, err := postgres.MissingTasks(ctx, a.pool, c.Tenant, spec.DependsOn)
+		if err != nil {
+			return nil, err
+		}
+		if len(missing) > 0 {
+			return nil, &domain.InvalidError{Field: "depends_on", Reason: fmt.Sprintf("no such task %q", missing[0])}
+		}
+	}
+	specs, err := a.fanOut(ctx, c, spec, in)
+	if err != nil {
+		return nil, err
+	}
+	fanout := ""
+	if len(specs) > 1 {
+		fanout = uuid.NewString()
+		for i := range specs {
+			if specs[i].GroupID == "" {
+				specs[i].GroupID = fanout
+			}
+		}
+	}
+	ids := make([]string, len(specs))
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7()).String()
+	}
+	if in.Repeat > 1 {
+		// Each repetition waits for the previous one to complete; a failed
+		// one cancels the rest (the sweeper's dependency rule).
+		for i := 1; i < len(specs); i++ {
+			specs[i].DependsOn = append(append([]string(nil), spec.DependsOn...), ids[i-1])
+		}
+	}
+
+	var created []domain.Task
+	key := ids[0]
+	if requestID != "" {
+		key = c.Tenant + "/" + requestID
+	}
+	err = a.gc.Do(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
+		now := a.now()
+		if requestID != "" {
+			prior, ok, err := postgres.PriorCreate(ctx, tx, c.Tenant, requestID, ids, now)
+			if err != nil {
+				return err
+			}
+			if ok {
+				created, err = postgres.GetMany(ctx, tx, prior)
+				return err
+			}
+		}
+		changes := make([]postgres.Change, len(specs))
+		for i, s := range specs {
+			changes[i] = postgres.Change{Records: domain.Submit(now, ids[i], c.Tenant, c.Subject, requestID, fanout, s)}
+		}
+		var err error
+		created, err = postgres.Save(ctx, tx, changes...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.hub.WakeClaimers()
+	return created, nil
+}
+
+// fanOut turns one normalized spec into the specs of the tasks to create.
+func (a *App) fanOut(ctx context.Context, c Caller, spec domain.Spec, in domain.SpecInput) ([]domain.Spec, error) {
+	var out []domain.Spec
+	switch {
+	case len(in.TargetMachines) > 0 || len(in.TargetIPs) > 0:
+		for _, m := range in.TargetMachines {
+			s := spec
+			s.MachineID = m
+			out = append(out, s)
+		}
+		for _, ip := range in.TargetIPs {
+			s := spec
+			s.TargetIP = ip
+			out = append(out, s)
+		}
+	case spec.Mode == domain.ModeBroadcast:
+		machines, err := postgres.Machines(ctx, a.pool, c.Tenant, spec.Labels)
+		if err != nil {
+			return nil, err
+		}
+		if len(machines) == 0 {
+			return nil, &domain.InvalidError{Field: "distribution", Reason: "broadcast found no live machine with the required labels"}
+		}
+		for _, m := range machines {
+			s := spec
+			s.MachineID = m
+			out = append(out, s)
+		}
+	case in.Repeat > 1:
+		for i := 0; i < in.Repeat; i++ {
+			out = append(out, spec) // chained one after another by CreateTasks
+		}
+	case spec.Mode == domain.ModeScatter:
+		for i := 0; i < spec.ScatterCount; i++ {
+			out = append(out, spec)
+		}
+	default:
+		out = []domain.Spec{spec}
+	}
+	if len(out) > MaxFanout {
+		return nil, &domain.InvalidError{Field: "targets", Reason: fmt.Sprintf("would create %d tasks; at most %d", len(out), MaxFanout)}
+	}
+	return out, nil
+}

@@ -1,0 +1,67 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// Heartbeat is an agent's machine-level heartbeat.
+type Heartbeat struct {
+	AgentID, MachineID string
+	Labels             []string
+	AttemptIDs         []string // attempts the agent runs now
+	FreeSlots          int
+}
+
+// Stop tells an agent to stop an attempt.
+type Stop struct {
+	TaskID, AttemptID, Reason string
+	GracePeriodSec            int
+}
+
+// SendHeartbeat records the agent alive and answers which of its attempts
+// it must stop: cancelled, preempted, suspended, or no longer its lease.
+func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop, error) {
+	if err := c.checkAgent(h.AgentID); err != nil {
+		return nil, err
+	}
+	now := a.now()
+	if err := postgres.Heartbeat(ctx, a.pool, postgres.Agent{AgentID: h.AgentID, MachineID: h.MachineID, TenantID: tenantOf(c),
+		IP: c.IP, Labels: h.Labels, FreeSlots: h.FreeSlots, LastHeartbeatAt: now, LostAfter: now.Add(a.cfg.AgentLostAfter)}); err != nil {
+		return nil, err
+	}
+	if len(h.AttemptIDs) == 0 {
+		return nil, nil
+	}
+	tasks, err := postgres.ByAttempts(ctx, a.pool, h.AttemptIDs)
+	if err != nil {
+		return nil, err
+	}
+	byAttempt := map[string]domain.Task{}
+	for _, t := range tasks {
+		byAttempt[t.AttemptID] = t
+	}
+	var stops []Stop
+	for _, att := range h.AttemptIDs {
+		t, ok := byAttempt[att]
+		if !ok {
+			// The task moved on to another attempt (or is gone).
+			stops = append(stops, Stop{AttemptID: att, Reason: "lease_lost", GracePeriodSec: domain.DefaultGracePeriod})
+			continue
+		}
+		if stop, why := t.MustStop(att); stop {
+			stops = append(stops, Stop{TaskID: t.ID, AttemptID: att, Reason: why, GracePeriodSec: t.Spec.GracePeriod})
+		}
+	}
+	return stops, nil
+}
+
+// NextHeartbeatBefore is when an agent heartbeating now is lost unless it
+// heartbeats again.
+func (a *App) NextHeartbeatBefore() time.Time { return a.now().Add(a.cfg.AgentLostAfter) }
+
+// Watch subscribes to changes of one task (see Hub.Watch).
+func (a *App) Watch(id string) (<-chan struct{}, func()) { return a.hub.Watch(id) }

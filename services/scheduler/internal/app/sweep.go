@@ -1,0 +1,182 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// sweepBatch bounds the tasks one sweep step handles; the next sweep takes
+// the rest.
+const sweepBatch = 500
+
+// SweepReport counts what one sweep did.
+type SweepReport struct {
+	AgentsLost, LeasesExpired, TimedOut, Requeued, DependentsCancelled, Preempted int
+}
+
+// Sweep does the scheduler's timed work once:
+//
+//  1. agents whose heartbeats stopped are lost: their leases are released
+//     at once (reason agent_lost), long before the lease itself expires;
+//  2. leases that ran out are released (reason lease_expired);
+//  3. running attempts past timeout + grace + slack fail (the agent did not
+//     report the timeout itself);
+//  4. preempted tasks whose preemptor finished go back to pending;
+//  5. pending tasks whose dependency failed or was cancelled are cancelled;
+//  6. pending tasks that outrank running work by PreemptGap and found no
+//     free capacity preempt it.
+//
+// Each task changes in its own command, so one bad task cannot stall the
+// rest. Run it from exactly one replica (RunSweeper holds a lock).
+func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
+	var rep SweepReport
+	now := a.now()
+	lost, err := postgres.LostAgents(ctx, a.pool, now)
+	if err != nil {
+		return rep, err
+	}
+	rep.AgentsLost = len(lost)
+	for _, agent := range lost {
+		ids, err := postgres.LeasesOf(ctx, a.pool, agent)
+		if err != nil {
+			return rep, err
+		}
+		a.log.Warn("agent lost: releasing its leases", "agent", agent, "tasks", len(ids))
+		rep.LeasesExpired += a.each(ctx, ids, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+			if t.AgentID != agent {
+				return nil, nil
+			}
+			return t.ExpireLease(now, domain.ReasonAgentLost)
+		})
+	}
+	ids, err := postgres.ExpiredLeases(ctx, a.pool, now, sweepBatch)
+	if err != nil {
+		return rep, err
+	}
+	rep.LeasesExpired += a.each(ctx, ids, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		if !t.Status.Leased() || !now.After(t.LeaseExpiresAt) {
+			return nil, nil // renewed meanwhile
+		}
+		return t.ExpireLease(now, domain.ReasonLeaseExpired)
+	})
+	if ids, err = postgres.Overdue(ctx, a.pool, now, a.cfg.TimeoutSlack, sweepBatch); err != nil {
+		return rep, err
+	}
+	rep.TimedOut = a.each(ctx, ids, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		if !t.TimedOut(now, a.cfg.TimeoutSlack) {
+			return nil, nil
+		}
+		return t.TimeOut(now)
+	})
+	if ids, err = postgres.ReleasablePreempted(ctx, a.pool, now, a.cfg.PreemptMaxWait, sweepBatch); err != nil {
+		return rep, err
+	}
+	rep.Requeued = a.each(ctx, ids, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		if t.Status != domain.StatusPreempted {
+			return nil, nil
+		}
+		return t.Requeue(now, "scheduler", "preemptor finished")
+	})
+	deps, err := postgres.BlockedByFailure(ctx, a.pool, sweepBatch)
+	if err != nil {
+		return rep, err
+	}
+	for id, dep := range deps {
+		rep.DependentsCancelled += a.each(ctx, []string{id}, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+			if t.Status != domain.StatusPending {
+				return nil, nil
+			}
+			return t.Cancel(now, "scheduler", fmt.Sprintf("dependency %s did not complete", dep))
+		})
+	}
+	if a.cfg.PreemptGap > 0 {
+		n, err := a.preempt(ctx, now)
+		if err != nil {
+			return rep, err
+		}
+		rep.Preempted = n
+	}
+	if err := postgres.PruneClaims(ctx, a.pool, now.Add(-a.cfg.ClaimRetention)); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// each applies decide to every task id (any tenant) and counts the tasks
+// that changed. Errors are logged: the next sweep tries again.
+func (a *App) each(ctx context.Context, ids []string, decide func(domain.Task, time.Time) ([]domain.Record, error)) int {
+	n := 0
+	for _, id := range ids {
+		before, err := postgres.Get(ctx, a.pool, "*", id)
+		if err != nil {
+			continue
+		}
+		after, err := a.mutate(ctx, "*", id, decide)
+		switch {
+		case errors.Is(err, domain.ErrImmutable), errors.Is(err, domain.ErrNotFound):
+		case err != nil:
+			a.log.Warn("sweep: task not changed", "task", id, "err", err)
+		case after.Version != before.Version:
+			n++
+		}
+	}
+	return n
+}
+
+// preempt applies seed 004 §10.3: a pending task that has waited
+// PreemptAfter with no agent able to take it preempts the lowest-priority,
+// most recently started running task it could replace, when the priority
+// gap is at least PreemptGap. The victim's agent is told to stop at its
+// next heartbeat; the victim returns to pending when the preemptor ends.
+func (a *App) preempt(ctx context.Context, now time.Time) (int, error) {
+	pairs, err := postgres.PreemptionCandidates(ctx, a.pool, now.Add(-a.cfg.PreemptAfter), a.cfg.PreemptGap, 20)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range pairs {
+		n += a.each(ctx, []string{p.Victim}, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+			if !t.Status.Leased() || t.Spec.Priority-p.Priority < a.cfg.PreemptGap {
+				return nil, nil
+			}
+			return t.Preempt(now, p.Preemptor, fmt.Sprintf("priority %d task %s needs the slot", p.Priority, p.Preemptor))
+		})
+	}
+	return n, nil
+}
+
+// RunSweeper sweeps every interval while it holds the sweeper lock.
+func (a *App) RunSweeper(ctx context.Context, interval time.Duration) {
+	for ctx.Err() == nil {
+		lock, ok, err := pg.TryLock(ctx, a.pool, "scheduler:sweeper")
+		if err != nil || !ok {
+			sleep(ctx, interval)
+			continue
+		}
+		tick := time.NewTicker(interval)
+		for ctx.Err() == nil {
+			if err := lock.Alive(ctx); err != nil {
+				break
+			}
+			if rep, err := a.Sweep(ctx); err != nil {
+				a.log.Warn("sweep failed", "err", err)
+			} else if rep != (SweepReport{}) {
+				a.log.Info("sweep", "agents_lost", rep.AgentsLost, "leases_expired", rep.LeasesExpired,
+					"timed_out", rep.TimedOut, "requeued", rep.Requeued, "dependents_cancelled", rep.DependentsCancelled,
+					"preempted", rep.Preempted)
+			}
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+		tick.Stop()
+		lock.Release()
+	}
+}

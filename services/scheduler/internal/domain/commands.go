@@ -1,0 +1,270 @@
+package domain
+
+import (
+	"fmt"
+	"time"
+)
+
+// Submit records a new pending task.
+func Submit(now time.Time, id, tenantID, createdBy, requestID, fanoutID string, spec Spec) []Record {
+	return []Record{{At: now, Actor: createdBy, Event: Submitted{ID: id, TenantID: tenantID, CreatedBy: createdBy,
+		RequestID: requestID, FanoutID: fanoutID, Spec: spec}}}
+}
+
+func one(now time.Time, actor string, e Event) []Record {
+	return []Record{{At: now, Actor: actor, Event: e}}
+}
+
+// Update replaces a pending task's spec.
+func (t Task) Update(now time.Time, actor string, spec Spec) ([]Record, error) {
+	if t.Status != StatusPending {
+		return nil, immutable(t, "update")
+	}
+	return one(now, actor, Updated{Spec: spec}), nil
+}
+
+// Delete removes a task that no attempt holds.
+func (t Task) Delete(now time.Time, actor string) ([]Record, error) {
+	if t.Status.Leased() {
+		return nil, fmt.Errorf("%w: cancel the %s task before deleting it", ErrImmutable, t.Status)
+	}
+	return one(now, actor, Deleted{}), nil
+}
+
+// Cancel stops a task that is not final; an active attempt is told to stop.
+func (t Task) Cancel(now time.Time, actor, reason string) ([]Record, error) {
+	if t.Status.Final() {
+		return nil, immutable(t, "cancel")
+	}
+	return one(now, actor, Canceled{Reason: reason, AttemptID: t.AttemptID}), nil
+}
+
+// Retry puts a failed or cancelled task back to pending at once; it does
+// not count against max_retries.
+func (t Task) Retry(now time.Time, actor string) ([]Record, error) {
+	if t.Status != StatusFailed && t.Status != StatusCancelled {
+		return nil, immutable(t, "retry")
+	}
+	return one(now, actor, RetryScheduled{RetryCount: t.RetryCount, RetryAt: now, Manual: true}), nil
+}
+
+// Lease hands the task to an agent under a new attempt.
+func (t Task) Lease(now time.Time, attemptID, agentID, machineID, claimRequestID string) ([]Record, error) {
+	if !t.Claimable(now) {
+		return nil, immutable(t, "lease")
+	}
+	return one(now, agentID, Leased{AttemptID: attemptID, AgentID: agentID, MachineID: machineID,
+		ClaimRequestID: claimRequestID, LeaseExpiresAt: now.Add(time.Duration(t.Spec.LeaseTTL) * time.Second)}), nil
+}
+
+// checkAttempt is the fencing rule shared by the agent calls: another
+// attempt is 30001 before anything else is looked at.
+func (t Task) checkAttempt(agentID, attemptID string) error {
+	if attemptID == "" || attemptID != t.AttemptID || (agentID != "" && agentID != t.AgentID) {
+		return fmt.Errorf("%w: %s is not the current attempt", ErrAttemptMismatch, attemptID)
+	}
+	return nil
+}
+
+// checkLive refuses a final or preempted task (30002) and an expired lease
+// (30003).
+func (t Task) checkLive(now time.Time, what string) error {
+	if !t.Status.Leased() {
+		return immutable(t, what)
+	}
+	if !t.LeaseExpiresAt.IsZero() && now.After(t.LeaseExpiresAt) {
+		return fmt.Errorf("%w at %s", ErrLeaseExpired, t.LeaseExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Start marks the attempt running. Repeating it for a running attempt
+// records nothing and succeeds.
+func (t Task) Start(now time.Time, agentID, attemptID string) ([]Record, error) {
+	if err := t.checkAttempt(agentID, attemptID); err != nil {
+		return nil, err
+	}
+	if err := t.checkLive(now, "start"); err != nil {
+		return nil, err
+	}
+	if t.Status == StatusRunning {
+		return nil, nil
+	}
+	return one(now, agentID, Started{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, 0)}), nil
+}
+
+func (t Task) renewedUntil(now time.Time, extendSec int) time.Time {
+	if extendSec <= 0 {
+		extendSec = t.Spec.LeaseTTL
+	}
+	return now.Add(time.Duration(extendSec) * time.Second)
+}
+
+// Renew extends the attempt's lease by extendSec (default the task's
+// lease_ttl_sec).
+func (t Task) Renew(now time.Time, agentID, attemptID string, extendSec int) ([]Record, error) {
+	if err := t.checkAttempt(agentID, attemptID); err != nil {
+		return nil, err
+	}
+	if err := t.checkLive(now, "renew the lease of"); err != nil {
+		return nil, err
+	}
+	return one(now, agentID, LeaseRenewed{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, extendSec)}), nil
+}
+
+// ReportProgress records progress of the current attempt.
+func (t Task) ReportProgress(now time.Time, agentID, attemptID string, progress int, message string) ([]Record, error) {
+	if err := t.checkAttempt(agentID, attemptID); err != nil {
+		return nil, err
+	}
+	if err := t.checkLive(now, "report progress on"); err != nil {
+		return nil, err
+	}
+	if progress < 0 || progress > 100 {
+		return nil, invalid("progress", "must be 0 to 100")
+	}
+	return one(now, agentID, Progressed{AttemptID: attemptID, Progress: progress, Message: message}), nil
+}
+
+// Outcome is what an agent reports at the end of an attempt.
+type Outcome struct {
+	ExitCode int
+	Error    string // set when the process could not report (timeout, spawn error, killed)
+	Reason   string // timeout, spawn_error, killed, …; "" derives exit_code or error
+	Result   *Result
+	EndedAt  time.Time
+}
+
+// Complete records the attempt's outcome: completed on exit code 0 without
+// error, otherwise failed, followed by a retry while retries remain.
+// Repeating it for an attempt that already reported succeeds and records
+// nothing (Repeat reports it). A lease that ran out is not held against an
+// attempt the sweeper has not yet expired: its result is still the truth.
+func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (records []Record, repeat bool, err error) {
+	if attemptID != "" && attemptID == t.FinishedAttemptID && (agentID == "" || agentID == t.AgentID || t.AgentID == "") {
+		return nil, true, nil
+	}
+	if err := t.checkAttempt(agentID, attemptID); err != nil {
+		return nil, false, err
+	}
+	if !t.Status.Leased() {
+		return nil, false, immutable(t, "complete")
+	}
+	if o.EndedAt.IsZero() || o.EndedAt.After(now) {
+		o.EndedAt = now
+	}
+	if o.ExitCode == 0 && o.Error == "" {
+		return one(now, agentID, Succeeded{AttemptID: attemptID, ExitCode: 0, Result: o.Result, EndedAt: o.EndedAt}), false, nil
+	}
+	reason := o.Reason
+	if reason == "" {
+		reason = "exit_code"
+		if o.Error != "" {
+			reason = "error"
+		}
+	}
+	code := o.ExitCode
+	msg := o.Error
+	if msg == "" {
+		msg = fmt.Sprintf("exit code %d", code)
+	}
+	return t.fail(now, agentID, Failed{AttemptID: attemptID, ExitCode: &code, Error: msg, Reason: reason,
+		Result: o.Result, EndedAt: o.EndedAt}), false, nil
+}
+
+// fail records a failed attempt and, while retries remain, its retry after
+// retry_delay.
+func (t Task) fail(now time.Time, actor string, f Failed) []Record {
+	out := one(now, actor, f)
+	if t.RetryCount < t.Spec.MaxRetries {
+		out = append(out, Record{At: now, Actor: actor, Event: RetryScheduled{RetryCount: t.RetryCount + 1,
+			RetryAt: now.Add(time.Duration(t.Spec.RetryDelay) * time.Second)}})
+	}
+	return out
+}
+
+// Lease-loss reasons.
+const (
+	ReasonLeaseExpired = "lease_expired"
+	ReasonAgentLost    = "agent_lost"
+	ReasonTimeout      = "timeout"
+)
+
+// ExpireLease takes the task back from an attempt whose lease ran out or
+// whose agent stopped heartbeating: pending again at once (a crash should
+// not wait for retry_delay), or failed when its retries are used up.
+func (t Task) ExpireLease(now time.Time, reason string) ([]Record, error) {
+	if !t.Status.Leased() {
+		return nil, immutable(t, "expire the lease of")
+	}
+	exhausted := t.RetryCount >= t.Spec.MaxRetries
+	count := t.RetryCount
+	if !exhausted {
+		count++
+	}
+	return one(now, "scheduler", LeaseExpired{AttemptID: t.AttemptID, AgentID: t.AgentID, Reason: reason,
+		RetryCount: count, Failed: exhausted}), nil
+}
+
+// TimedOut reports whether a running attempt outlived its timeout plus the
+// grace period and slack an agent needs to report it itself.
+func (t Task) TimedOut(now time.Time, slack time.Duration) bool {
+	if t.Status != StatusRunning || t.StartedAt.IsZero() {
+		return false
+	}
+	limit := time.Duration(t.Spec.Timeout+t.Spec.GracePeriod)*time.Second + slack
+	return now.Sub(t.StartedAt) > limit
+}
+
+// TimeOut fails an attempt the agent did not report in time.
+func (t Task) TimeOut(now time.Time) ([]Record, error) {
+	if t.Status != StatusRunning {
+		return nil, immutable(t, "time out")
+	}
+	return t.fail(now, "scheduler", Failed{AttemptID: t.AttemptID, Error: fmt.Sprintf("timeout after %ds", t.Spec.Timeout),
+		Reason: ReasonTimeout, EndedAt: now}), nil
+}
+
+// Preempt stops the attempt to make room for the task by; the task waits
+// in preempted until Requeue.
+func (t Task) Preempt(now time.Time, by, reason string) ([]Record, error) {
+	if !t.Status.Leased() {
+		return nil, immutable(t, "preempt")
+	}
+	return one(now, "scheduler", Preempted{AttemptID: t.AttemptID, By: by, Reason: reason}), nil
+}
+
+// Suspend pauses a running task on purpose; Resume (Requeue) brings it back.
+func (t Task) Suspend(now time.Time, actor, reason string) ([]Record, error) {
+	if !t.Status.Leased() {
+		return nil, immutable(t, "suspend")
+	}
+	return one(now, actor, Suspended{AttemptID: t.AttemptID, Reason: reason}), nil
+}
+
+// Requeue returns a preempted or suspended task to pending.
+func (t Task) Requeue(now time.Time, actor, reason string) ([]Record, error) {
+	if t.Status != StatusPreempted && t.Status != StatusSuspended {
+		return nil, immutable(t, "requeue")
+	}
+	return one(now, actor, Requeued{From: string(t.Status), Reason: reason}), nil
+}
+
+// MustStop reports whether an agent running attemptID must stop it, and why.
+func (t Task) MustStop(attemptID string) (bool, string) {
+	switch {
+	case t.Deleted:
+		return true, "deleted"
+	case attemptID != t.AttemptID:
+		return true, "lease_lost"
+	case t.Status == StatusCancelled:
+		return true, "cancelled"
+	case t.Status == StatusPreempted:
+		return true, "preempted"
+	case t.Status == StatusSuspended:
+		return true, "suspended"
+	case !t.Status.Leased():
+		return true, "lease_lost"
+	}
+	return false, ""
+}

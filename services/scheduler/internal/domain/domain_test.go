@@ -1,0 +1,299 @@
+package domain
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+func spec(t *testing.T, mut func(*SpecInput)) Spec {
+	t.Helper()
+	in := SpecInput{Name: "train", Command: "python", Args: []string{"train.py"}}
+	if mut != nil {
+		mut(&in)
+	}
+	s, err := NormalizeSpec(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func ptr(i int) *int { return &i }
+
+// run applies a command's records, failing the test on error.
+func run(t *testing.T, task Task, recs []Record, err error) Task {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		task = Apply(task, r)
+	}
+	return task
+}
+
+func submitted(t *testing.T, mut func(*SpecInput)) Task {
+	return Fold(Submit(t0, "task-1", "tenant-a", "key-1", "", "", spec(t, mut)))
+}
+
+func leased(t *testing.T, mut func(*SpecInput)) Task {
+	task := submitted(t, mut)
+	recs, err := task.Lease(t0.Add(time.Second), "att-1", "agent-1", "m-1", "req-1")
+	return run(t, task, recs, err)
+}
+
+func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
+	s := spec(t, nil)
+	if s.Priority != 5 || s.MaxRetries != 3 || s.RetryDelay != 60 || s.Timeout != 3600 || s.LeaseTTL != 300 ||
+		s.Type != TypeShell || s.Mode != ModeSingle || s.GracePeriod != 30 || s.RenewInterval != 60 {
+		t.Fatalf("defaults = %+v", s)
+	}
+	big := map[string]string{}
+	for i := 0; i < 100; i++ {
+		big[string(rune('A'+i%26))+string(rune('A'+i/26))] = string(make([]byte, 1000))
+	}
+	tests := map[string]struct {
+		mut   func(*SpecInput)
+		field string
+	}{
+		"no name":          {func(in *SpecInput) { in.Name = " " }, "name"},
+		"no command":       {func(in *SpecInput) { in.Command = "" }, "command"},
+		"priority 0":       {func(in *SpecInput) { in.Priority = ptr(0) }, "priority"},
+		"priority 11":      {func(in *SpecInput) { in.Priority = ptr(11) }, "priority"},
+		"bad type":         {func(in *SpecInput) { in.Type = "docker" }, "type"},
+		"env key":          {func(in *SpecInput) { in.Env = map[string]string{"1X": "y"} }, "env"},
+		"oversized env":    {func(in *SpecInput) { in.Env = big }, "env"},
+		"renew >= ttl":     {func(in *SpecInput) { in.LeaseTTL, in.RenewInterval = ptr(60), ptr(60) }, "renew_interval_sec"},
+		"scatter no count": {func(in *SpecInput) { in.Mode = ModeScatter }, "distribution.count"},
+		"broadcast+mach":   {func(in *SpecInput) { in.Mode, in.MachineID = ModeBroadcast, "m" }, "distribution"},
+		"bad mode":         {func(in *SpecInput) { in.Mode = "random" }, "distribution.mode"},
+		"bad target ip":    {func(in *SpecInput) { in.TargetIPs = []string{"300.1.1.1"} }, "targets.ips"},
+		"targets+machine":  {func(in *SpecInput) { in.TargetMachines, in.MachineID = []string{"a"}, "b" }, "targets"},
+		"timeout 0":        {func(in *SpecInput) { in.Timeout = ptr(0) }, "timeout"},
+		"nul in arg":       {func(in *SpecInput) { in.Args = []string{"a\x00b"} }, "args"},
+	}
+	for name, tt := range tests {
+		in := SpecInput{Name: "n", Command: "c"}
+		tt.mut(&in)
+		_, err := NormalizeSpec(in)
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Field != tt.field || !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v, want invalid %s", name, err, tt.field)
+		}
+	}
+	if _, err := NormalizeSpec(SpecInput{Name: "probe", Type: TypeNoop}); err != nil {
+		t.Errorf("noop without command: %v", err)
+	}
+}
+
+func TestHappyPathAndFencing(t *testing.T) {
+	task := leased(t, nil)
+	if task.Status != StatusAssigned || task.AttemptID != "att-1" || !task.LeaseExpiresAt.Equal(t0.Add(301*time.Second)) {
+		t.Fatalf("leased = %+v", task)
+	}
+	now := t0.Add(2 * time.Second)
+	// Another attempt is refused everywhere with 30001.
+	if _, err := task.Start(now, "agent-1", "att-0"); !errors.Is(err, ErrAttemptMismatch) {
+		t.Fatalf("start other attempt: %v", err)
+	}
+	if _, err := task.Start(now, "agent-2", "att-1"); !errors.Is(err, ErrAttemptMismatch) {
+		t.Fatalf("start by other agent: %v", err)
+	}
+	recs, err := task.Start(now, "agent-1", "att-1")
+	task = run(t, task, recs, err)
+	if task.Status != StatusRunning {
+		t.Fatalf("status = %s", task.Status)
+	}
+	// Start again: success, nothing recorded.
+	if recs, err := task.Start(now, "agent-1", "att-1"); err != nil || len(recs) != 0 {
+		t.Fatalf("repeated start = %v, %v", recs, err)
+	}
+	if _, err := task.ReportProgress(now, "agent-1", "old", 10, ""); !errors.Is(err, ErrAttemptMismatch) {
+		t.Fatalf("progress from old attempt: %v", err)
+	}
+	recs, err = task.ReportProgress(now, "agent-1", "att-1", 40, "epoch 4")
+	task = run(t, task, recs, err)
+	recs, err = task.Renew(now.Add(time.Minute), "agent-1", "att-1", 120)
+	task = run(t, task, recs, err)
+	if !task.LeaseExpiresAt.Equal(now.Add(3 * time.Minute)) {
+		t.Fatalf("renewed lease = %s", task.LeaseExpiresAt)
+	}
+	recs, _, err = task.Complete(now.Add(2*time.Minute), "agent-1", "att-1", Outcome{Result: &Result{StorageType: "db", Stdout: "ok"}})
+	task = run(t, task, recs, err)
+	if task.Status != StatusCompleted || *task.ExitCode != 0 || task.Progress != 100 || task.Result.Stdout != "ok" {
+		t.Fatalf("completed = %+v", task)
+	}
+	// Complete again with the same attempt: success, nothing recorded.
+	if recs, repeat, err := task.Complete(now.Add(3*time.Minute), "agent-1", "att-1", Outcome{ExitCode: 9}); err != nil || !repeat || len(recs) != 0 {
+		t.Fatalf("repeated complete = %v, %v, %v", recs, repeat, err)
+	}
+	if _, _, err := task.Complete(now, "agent-1", "att-2", Outcome{}); !errors.Is(err, ErrAttemptMismatch) {
+		t.Fatalf("foreign complete: %v", err)
+	}
+	if _, err := task.Renew(now, "agent-1", "att-1", 0); !errors.Is(err, ErrImmutable) {
+		t.Fatalf("renew after completion: %v", err)
+	}
+	if task.Version != 6 {
+		t.Fatalf("version = %d, want 6", task.Version)
+	}
+}
+
+func TestExpiredLeaseAnswers410ButLateResultIsKept(t *testing.T) {
+	task := leased(t, func(in *SpecInput) { in.LeaseTTL = ptr(30); in.RenewInterval = ptr(10) })
+	late := t0.Add(time.Hour)
+	if _, err := task.Renew(late, "agent-1", "att-1", 0); !errors.Is(err, ErrLeaseExpired) {
+		t.Fatalf("renew expired: %v", err)
+	}
+	if _, err := task.Start(late, "agent-1", "att-1"); !errors.Is(err, ErrLeaseExpired) {
+		t.Fatalf("start expired: %v", err)
+	}
+	recs, _, err := task.Complete(late, "agent-1", "att-1", Outcome{})
+	if task = run(t, task, recs, err); task.Status != StatusCompleted {
+		t.Fatalf("late result before the sweeper: %s", task.Status)
+	}
+}
+
+func TestFailureRetriesThenFails(t *testing.T) {
+	task := leased(t, func(in *SpecInput) { in.MaxRetries = ptr(1); in.RetryDelay = ptr(10) })
+	now := t0.Add(5 * time.Second)
+	recs, _, err := task.Complete(now, "agent-1", "att-1", Outcome{ExitCode: 2})
+	task = run(t, task, recs, err)
+	if task.Status != StatusPending || task.RetryCount != 1 || !task.RetryAt.Equal(now.Add(10*time.Second)) || task.Claimable(now) {
+		t.Fatalf("after first failure = %+v", task)
+	}
+	if _, err := task.Lease(now, "att-2", "agent-1", "m", ""); !errors.Is(err, ErrImmutable) {
+		t.Fatalf("leased before retry_delay: %v", err)
+	}
+	// The failed attempt repeating its complete still gets success.
+	if _, repeat, err := task.Complete(now, "agent-1", "att-1", Outcome{ExitCode: 2}); !repeat || err != nil {
+		t.Fatalf("repeat after retry scheduled: %v %v", repeat, err)
+	}
+	later := now.Add(10 * time.Second)
+	recs, err = task.Lease(later, "att-2", "agent-2", "m2", "")
+	task = run(t, task, recs, err)
+	recs, _, err = task.Complete(later, "agent-2", "att-2", Outcome{ExitCode: 1, Error: "timeout after 5s", Reason: ReasonTimeout})
+	task = run(t, task, recs, err)
+	if task.Status != StatusFailed || task.Error != "timeout after 5s" || *task.ExitCode != 1 {
+		t.Fatalf("after retries = %+v", task)
+	}
+	recs, err = task.Retry(later, "user")
+	if task = run(t, task, recs, err); task.Status != StatusPending || !task.Claimable(later) {
+		t.Fatalf("manual retry = %+v", task)
+	}
+}
+
+func TestLeaseExpiryRequeuesOrFails(t *testing.T) {
+	tests := []struct {
+		name       string
+		retries    int
+		wantStatus Status
+	}{
+		{"retries left", 2, StatusPending},
+		{"exhausted", 0, StatusFailed},
+	}
+	for _, tt := range tests {
+		task := leased(t, func(in *SpecInput) { in.MaxRetries = ptr(tt.retries) })
+		recs, err := task.ExpireLease(t0.Add(time.Hour), ReasonAgentLost)
+		task = run(t, task, recs, err)
+		if task.Status != tt.wantStatus {
+			t.Errorf("%s: status %s, want %s", tt.name, task.Status, tt.wantStatus)
+		}
+		if tt.wantStatus == StatusPending && (task.AttemptID != "" || !task.Claimable(t0.Add(time.Hour))) {
+			t.Errorf("%s: not claimable again: %+v", tt.name, task)
+		}
+		// The lost attempt's late complete is rejected.
+		if _, _, err := task.Complete(t0.Add(2*time.Hour), "agent-1", "att-1", Outcome{}); err == nil {
+			t.Errorf("%s: stale complete accepted", tt.name)
+		}
+	}
+}
+
+func TestCancelPreemptSuspendDelete(t *testing.T) {
+	task := leased(t, nil)
+	recs, err := task.Cancel(t0, "user", "not needed")
+	c := run(t, task, recs, err)
+	if c.Status != StatusCancelled {
+		t.Fatalf("cancel: %s", c.Status)
+	}
+	if stop, why := c.MustStop("att-1"); !stop || why != "cancelled" {
+		t.Fatalf("must stop = %v %s", stop, why)
+	}
+	if _, err := c.Cancel(t0, "user", ""); !errors.Is(err, ErrImmutable) {
+		t.Fatalf("cancel twice: %v", err)
+	}
+	if _, _, err := c.Complete(t0, "agent-1", "att-1", Outcome{}); !errors.Is(err, ErrImmutable) {
+		t.Fatalf("complete after cancel: %v", err)
+	}
+	if _, err := task.Delete(t0, "user"); !errors.Is(err, ErrImmutable) {
+		t.Fatalf("delete while assigned: %v", err)
+	}
+	recs, err = c.Delete(t0, "user")
+	if c = run(t, c, recs, err); !c.Deleted {
+		t.Fatal("not deleted")
+	}
+
+	recs, err = task.Preempt(t0, "urgent-task", "priority")
+	p := run(t, task, recs, err)
+	if p.Status != StatusPreempted || p.PreemptedBy != "urgent-task" {
+		t.Fatalf("preempted = %+v", p)
+	}
+	if stop, why := p.MustStop("att-1"); !stop || why != "preempted" {
+		t.Fatalf("must stop = %v %s", stop, why)
+	}
+	recs, err = p.Requeue(t0, "scheduler", "preemptor finished")
+	if p = run(t, p, recs, err); p.Status != StatusPending || p.AttemptID != "" {
+		t.Fatalf("requeued = %+v", p)
+	}
+
+	recs, err = task.Suspend(t0, "user", "maintenance")
+	s := run(t, task, recs, err)
+	recs, err = s.Requeue(t0, "user", "resume")
+	if s = run(t, s, recs, err); s.Status != StatusPending {
+		t.Fatalf("resumed = %s", s.Status)
+	}
+	if _, err := submitted(t, nil).Update(t0, "user", spec(t, nil)); err != nil {
+		t.Fatalf("update pending: %v", err)
+	}
+	if _, err := task.Update(t0, "user", spec(t, nil)); !errors.Is(err, ErrImmutable) {
+		t.Fatalf("update assigned: %v", err)
+	}
+}
+
+func TestServerSideTimeout(t *testing.T) {
+	task := leased(t, func(in *SpecInput) { in.Timeout = ptr(60); in.GracePeriod = ptr(10); in.MaxRetries = ptr(0) })
+	recs, err := task.Start(t0.Add(2*time.Second), "agent-1", "att-1")
+	task = run(t, task, recs, err)
+	if task.TimedOut(t0.Add(70*time.Second), 5*time.Second) {
+		t.Fatal("timed out within timeout + grace + slack")
+	}
+	if !task.TimedOut(t0.Add(80*time.Second), 5*time.Second) {
+		t.Fatal("not timed out after timeout + grace + slack")
+	}
+	recs, err = task.TimeOut(t0.Add(80 * time.Second))
+	if task = run(t, task, recs, err); task.Status != StatusFailed || task.Error != "timeout after 60s" {
+		t.Fatalf("timed out = %+v", task)
+	}
+}
+
+func TestMatchesHardConstraints(t *testing.T) {
+	task := submitted(t, func(in *SpecInput) { in.Labels = []string{"gpu:a100", "region:us-east"}; in.MachineID = "m1" })
+	tests := []struct {
+		machine string
+		labels  []string
+		types   []string
+		want    bool
+	}{
+		{"m1", []string{"gpu:a100", "region:us-east", "x"}, nil, true},
+		{"m1", []string{"gpu:a100"}, nil, false},
+		{"m2", []string{"gpu:a100", "region:us-east"}, nil, false},
+		{"m1", []string{"gpu:a100", "region:us-east"}, []string{"noop"}, false},
+	}
+	for _, tt := range tests {
+		if got := task.Matches(tt.machine, "", tt.labels, tt.types); got != tt.want {
+			t.Errorf("Matches(%s, %v, %v) = %v", tt.machine, tt.labels, tt.types, got)
+		}
+	}
+}

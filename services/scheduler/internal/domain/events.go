@@ -1,0 +1,179 @@
+package domain
+
+import "time"
+
+// Event is a fact about one task, named in the past tense.
+type Event interface{ EventName() string }
+
+// Record is an event with when and by whom it happened.
+type Record struct {
+	Event Event
+	At    time.Time
+	Actor string
+}
+
+type (
+	Submitted struct {
+		ID, TenantID, CreatedBy, RequestID, FanoutID string
+		Spec                                         Spec
+	}
+	Updated struct{ Spec Spec }
+	Admitted struct {
+		Queue, ClusterQueue string
+		Flavors             map[string]string
+	}
+	Leased struct {
+		AttemptID, AgentID, MachineID, ClaimRequestID string
+		LeaseExpiresAt                                time.Time
+	}
+	Started struct {
+		AttemptID      string
+		LeaseExpiresAt time.Time
+	}
+	Progressed struct {
+		AttemptID string
+		Progress  int
+		Message   string
+	}
+	LeaseRenewed struct {
+		AttemptID      string
+		LeaseExpiresAt time.Time
+	}
+	Succeeded struct {
+		AttemptID string
+		ExitCode  int
+		Result    *Result
+		EndedAt   time.Time
+	}
+	Failed struct {
+		AttemptID string
+		ExitCode  *int
+		Error     string
+		Reason    string // exit_code, timeout, spawn_error, killed, …
+		Result    *Result
+		EndedAt   time.Time
+	}
+	RetryScheduled struct {
+		RetryCount int
+		RetryAt    time.Time
+		Manual     bool
+	}
+	LeaseExpired struct {
+		AttemptID, AgentID, Reason string
+		RetryCount                 int
+		Failed                     bool
+	}
+	Preempted struct{ AttemptID, By, Reason string }
+	Suspended struct{ AttemptID, Reason string }
+	Requeued  struct{ From, Reason string }
+	Canceled  struct{ Reason, AttemptID string }
+	Deleted   struct{}
+	Expired   struct{}
+)
+
+func (Submitted) EventName() string      { return "TaskSubmitted" }
+func (Updated) EventName() string        { return "TaskUpdated" }
+func (Admitted) EventName() string       { return "TaskAdmitted" }
+func (Leased) EventName() string         { return "TaskLeased" }
+func (Started) EventName() string        { return "TaskStarted" }
+func (Progressed) EventName() string     { return "TaskProgressed" }
+func (LeaseRenewed) EventName() string   { return "TaskLeaseRenewed" }
+func (Succeeded) EventName() string      { return "TaskSucceeded" }
+func (Failed) EventName() string         { return "TaskFailed" }
+func (RetryScheduled) EventName() string { return "TaskRetryScheduled" }
+func (LeaseExpired) EventName() string   { return "TaskLeaseExpired" }
+func (Preempted) EventName() string      { return "TaskPreempted" }
+func (Suspended) EventName() string      { return "TaskSuspended" }
+func (Requeued) EventName() string       { return "TaskRequeued" }
+func (Canceled) EventName() string       { return "TaskCanceled" }
+func (Deleted) EventName() string        { return "TaskDeleted" }
+func (Expired) EventName() string        { return "TaskExpired" }
+
+// Apply folds one recorded event into t. It never fails: events are facts.
+func Apply(t Task, r Record) Task {
+	t.Version++
+	t.UpdatedAt = r.At
+	switch e := r.Event.(type) {
+	case Submitted:
+		t = Task{ID: e.ID, TenantID: e.TenantID, CreatedBy: e.CreatedBy, RequestID: e.RequestID,
+			FanoutID: e.FanoutID, Spec: e.Spec, Version: t.Version, Status: StatusPending,
+			CreatedAt: r.At, UpdatedAt: r.At, RetryAt: r.At}
+	case Updated:
+		t.Spec = e.Spec
+	case Admitted:
+		t.Spec.Queue = e.Queue
+	case Leased:
+		t.clearAttempt()
+		t.Status = StatusAssigned
+		t.AttemptID, t.AgentID, t.AssignedMachine, t.ClaimRequestID = e.AttemptID, e.AgentID, e.MachineID, e.ClaimRequestID
+		t.AssignedAt, t.LeaseExpiresAt, t.LastHeartbeatAt = r.At, e.LeaseExpiresAt, r.At
+	case Started:
+		t.Status = StatusRunning
+		t.StartedAt, t.LeaseExpiresAt, t.LastHeartbeatAt = r.At, e.LeaseExpiresAt, r.At
+	case Progressed:
+		t.Progress, t.ProgressMessage, t.LastHeartbeatAt = e.Progress, e.Message, r.At
+	case LeaseRenewed:
+		t.LeaseExpiresAt, t.LastHeartbeatAt = e.LeaseExpiresAt, r.At
+	case Succeeded:
+		code := e.ExitCode
+		t.Status, t.ExitCode, t.Result, t.EndedAt, t.Error = StatusCompleted, &code, e.Result, e.EndedAt, ""
+		t.Progress = 100
+		if t.StartedAt.IsZero() {
+			t.StartedAt = e.EndedAt
+		}
+		t.LeaseExpiresAt = time.Time{}
+		t.FinishedAttemptID, t.FinishedStatus, t.FinishedAt = e.AttemptID, StatusCompleted, e.EndedAt
+	case Failed:
+		t.Status, t.ExitCode, t.Error, t.Result, t.EndedAt = StatusFailed, e.ExitCode, e.Error, e.Result, e.EndedAt
+		t.LeaseExpiresAt = time.Time{}
+		t.FinishedAttemptID, t.FinishedStatus, t.FinishedAt = e.AttemptID, StatusFailed, e.EndedAt
+	case RetryScheduled:
+		t.Status, t.RetryCount, t.RetryAt = StatusPending, e.RetryCount, e.RetryAt
+		t.AgentID, t.AssignedMachine, t.LeaseExpiresAt = "", "", time.Time{}
+	case LeaseExpired:
+		t.RetryCount = e.RetryCount
+		t.LeaseExpiresAt = time.Time{}
+		if e.Failed {
+			t.Status, t.EndedAt = StatusFailed, r.At
+			t.Error = "lease expired: " + e.Reason
+		} else {
+			t.clearAttempt()
+			t.Status, t.RetryAt = StatusPending, r.At
+		}
+	case Preempted:
+		t.Status, t.PreemptedBy = StatusPreempted, e.By
+		t.LeaseExpiresAt = time.Time{}
+	case Suspended:
+		t.Status = StatusSuspended
+		t.LeaseExpiresAt = time.Time{}
+	case Requeued:
+		t.clearAttempt()
+		t.Status, t.RetryAt, t.PreemptedBy = StatusPending, r.At, ""
+	case Canceled:
+		t.Status, t.EndedAt = StatusCancelled, r.At
+		if e.Reason != "" {
+			t.Error = "cancelled: " + e.Reason
+		}
+		t.LeaseExpiresAt = time.Time{}
+	case Deleted, Expired:
+		t.Deleted = true
+	}
+	return t
+}
+
+// clearAttempt forgets the current attempt before a new one or a requeue.
+func (t *Task) clearAttempt() {
+	t.AttemptID, t.AgentID, t.AssignedMachine, t.ClaimRequestID = "", "", "", ""
+	t.AssignedAt, t.StartedAt, t.EndedAt, t.LeaseExpiresAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	t.ExitCode, t.Error, t.Result = nil, "", nil
+	t.Progress, t.ProgressMessage = 0, ""
+}
+
+// Fold replays records from the zero state.
+func Fold(records []Record) Task {
+	var t Task
+	for _, r := range records {
+		t = Apply(t, r)
+	}
+	return t
+}

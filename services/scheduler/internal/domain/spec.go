@@ -1,0 +1,178 @@
+package domain
+
+import (
+	"net/netip"
+	"regexp"
+	"strings"
+)
+
+// SpecInput is a submission as received: optional numbers are nil when the
+// submitter left them out, so defaults apply.
+type SpecInput struct {
+	Name, Type, Command, Workdir         string
+	Args                                 []string
+	Env                                  map[string]string
+	Timeout, Priority, RetryDelay        *int
+	MaxRetries                           *int
+	MachineID, GroupID, ParentID, Queue  string
+	DependsOn                            []string
+	Mode                                 string
+	Labels                               []string
+	ScatterCount                         int
+	LeaseTTL, RenewInterval, GracePeriod *int
+	HeartbeatInterval                    *int
+	// Targets fan one submission out into one task per machine or IP.
+	TargetMachines []string
+	TargetIPs      []string
+	// Repeat runs the task this many times, one after another (seed 004
+	// §7.1 repeat_count; 0 or 1 = once).
+	Repeat int
+}
+
+// Limits on what one task may carry.
+const (
+	MaxEnvBytes  = 64 << 10
+	MaxArgsBytes = 128 << 10
+)
+
+var (
+	envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	ident  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
+)
+
+func orDefault(p *int, d int) int {
+	if p == nil {
+		return d
+	}
+	return *p
+}
+
+// NormalizeSpec validates in and fills defaults. Every error is an
+// *InvalidError naming the field.
+func NormalizeSpec(in SpecInput) (Spec, error) {
+	s := Spec{
+		Name: strings.TrimSpace(in.Name), Type: in.Type, Command: in.Command, Args: in.Args,
+		Workdir: in.Workdir, Env: in.Env,
+		Timeout:    orDefault(in.Timeout, DefaultTimeout),
+		Priority:   orDefault(in.Priority, DefaultPriority),
+		RetryDelay: orDefault(in.RetryDelay, DefaultRetryDelay),
+		MaxRetries: orDefault(in.MaxRetries, DefaultMaxRetries),
+		MachineID:  in.MachineID, GroupID: in.GroupID, ParentID: in.ParentID, DependsOn: in.DependsOn,
+		Mode: in.Mode, Labels: in.Labels, ScatterCount: in.ScatterCount, Queue: in.Queue,
+		LeaseTTL:          orDefault(in.LeaseTTL, DefaultLeaseTTL),
+		RenewInterval:     orDefault(in.RenewInterval, DefaultRenewInterval),
+		HeartbeatInterval: orDefault(in.HeartbeatInterval, DefaultHeartbeatInterval),
+		GracePeriod:       orDefault(in.GracePeriod, DefaultGracePeriod),
+	}
+	if s.Type == "" {
+		s.Type = TypeShell
+	}
+	if s.Mode == "" {
+		s.Mode = ModeSingle
+	}
+	switch {
+	case s.Name == "":
+		return s, invalid("name", "is required")
+	case len(s.Name) > 255:
+		return s, invalid("name", "is longer than 255 characters")
+	case s.Type != TypeShell && s.Type != TypePython && s.Type != TypeScript && s.Type != TypeNoop:
+		return s, invalid("type", "must be shell, python, script or noop, not %q", s.Type)
+	case s.Command == "" && s.Type != TypeNoop:
+		return s, invalid("command", "is required")
+	case strings.ContainsRune(s.Command, 0):
+		return s, invalid("command", "contains a NUL byte")
+	case s.Priority < 1 || s.Priority > 10:
+		return s, invalid("priority", "must be 1 (highest) to 10, not %d", s.Priority)
+	case s.Timeout < 1 || s.Timeout > 7*86400:
+		return s, invalid("timeout", "must be 1 to 604800 seconds, not %d", s.Timeout)
+	case s.RetryDelay < 0 || s.RetryDelay > 86400:
+		return s, invalid("retry_delay", "must be 0 to 86400 seconds")
+	case s.MaxRetries < 0 || s.MaxRetries > 100:
+		return s, invalid("max_retries", "must be 0 to 100")
+	case s.LeaseTTL < 5 || s.LeaseTTL > 86400:
+		return s, invalid("lease_ttl_sec", "must be 5 to 86400 seconds")
+	case s.RenewInterval < 1 || s.RenewInterval >= s.LeaseTTL:
+		return s, invalid("renew_interval_sec", "must be at least 1 and below lease_ttl_sec (%d)", s.LeaseTTL)
+	case s.HeartbeatInterval < 1 || s.HeartbeatInterval > 86400:
+		return s, invalid("heartbeat_interval_sec", "must be 1 to 86400 seconds")
+	case s.GracePeriod < 0 || s.GracePeriod > 3600:
+		return s, invalid("grace_period_sec", "must be 0 to 3600 seconds")
+	}
+	var envBytes int
+	for k, v := range s.Env {
+		if !envKey.MatchString(k) {
+			return s, invalid("env", "key %q is not a valid variable name", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return s, invalid("env", "value of %s contains a NUL byte", k)
+		}
+		envBytes += len(k) + len(v)
+	}
+	if envBytes > MaxEnvBytes {
+		return s, invalid("env", "is %d bytes; at most %d", envBytes, MaxEnvBytes)
+	}
+	var argBytes int
+	for _, a := range s.Args {
+		if strings.ContainsRune(a, 0) {
+			return s, invalid("args", "an argument contains a NUL byte")
+		}
+		argBytes += len(a)
+	}
+	if argBytes > MaxArgsBytes {
+		return s, invalid("args", "are %d bytes; at most %d", argBytes, MaxArgsBytes)
+	}
+	for name, v := range map[string]string{"machine_id": s.MachineID, "group_id": s.GroupID, "parent_id": s.ParentID, "queue": s.Queue} {
+		if v != "" && !ident.MatchString(v) {
+			return s, invalid(name, "%q is not a valid identifier", v)
+		}
+	}
+	for _, d := range s.DependsOn {
+		if !ident.MatchString(d) {
+			return s, invalid("depends_on", "%q is not a valid task id", d)
+		}
+	}
+	for _, l := range s.Labels {
+		if !ident.MatchString(l) {
+			return s, invalid("labels", "%q is not a valid label", l)
+		}
+	}
+	switch s.Mode {
+	case ModeSingle:
+		if s.ScatterCount != 0 {
+			return s, invalid("distribution.count", "is only for scatter")
+		}
+	case ModeBroadcast:
+		if s.MachineID != "" || s.ScatterCount != 0 {
+			return s, invalid("distribution", "broadcast takes neither machine_id nor count")
+		}
+	case ModeScatter:
+		if s.MachineID != "" {
+			return s, invalid("distribution.machine_id", "scatter spreads over machines; it takes no machine_id")
+		}
+		if s.ScatterCount < 1 || s.ScatterCount > 10000 {
+			return s, invalid("distribution.count", "scatter needs a count of 1 to 10000")
+		}
+	default:
+		return s, invalid("distribution.mode", "must be single, broadcast or scatter, not %q", s.Mode)
+	}
+	if (len(in.TargetMachines) > 0 || len(in.TargetIPs) > 0) && (s.MachineID != "" || s.Mode != ModeSingle) {
+		return s, invalid("targets", "cannot be combined with machine_id or a broadcast/scatter distribution")
+	}
+	if in.Repeat < 0 || in.Repeat > 1000 {
+		return s, invalid("repeat_count", "must be 1 to 1000")
+	}
+	if in.Repeat > 1 && (len(in.TargetMachines) > 0 || len(in.TargetIPs) > 0 || s.Mode != ModeSingle) {
+		return s, invalid("repeat_count", "cannot be combined with targets or a broadcast/scatter distribution")
+	}
+	for _, m := range in.TargetMachines {
+		if !ident.MatchString(m) {
+			return s, invalid("targets.machine_ids", "%q is not a valid machine id", m)
+		}
+	}
+	for _, ip := range in.TargetIPs {
+		if _, err := netip.ParseAddr(ip); err != nil {
+			return s, invalid("targets.ips", "%q is not an IP address", ip)
+		}
+	}
+	return s, nil
+}

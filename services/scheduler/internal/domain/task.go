@@ -1,0 +1,157 @@
+package domain
+
+import (
+	"slices"
+	"time"
+)
+
+// Status is a task's lifecycle state, spelled as the task API shows it.
+type Status string
+
+const (
+	StatusPending   Status = "pending"
+	StatusAssigned  Status = "assigned"
+	StatusRunning   Status = "running"
+	StatusCompleted Status = "completed"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+	StatusPreempted Status = "preempted"
+	StatusSuspended Status = "suspended"
+)
+
+// Final reports whether no further transition happens on its own.
+func (s Status) Final() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// Leased reports whether an attempt holds the task.
+func (s Status) Leased() bool { return s == StatusAssigned || s == StatusRunning }
+
+// Task types.
+const (
+	TypeShell  = "shell"
+	TypePython = "python"
+	TypeScript = "script"
+	// TypeNoop completes without spawning a process (benchmarks, probes).
+	TypeNoop = "noop"
+)
+
+// Distribution modes (seed 004 §10.4).
+const (
+	ModeSingle    = "single"
+	ModeBroadcast = "broadcast"
+	ModeScatter   = "scatter"
+)
+
+// Spec is what the submitter chose, with defaults filled in.
+type Spec struct {
+	Name              string            `json:"name"`
+	Type              string            `json:"type"`
+	Command           string            `json:"command"`
+	Args              []string          `json:"args,omitempty"`
+	Workdir           string            `json:"workdir,omitempty"`
+	Env               map[string]string `json:"env,omitempty"`
+	Timeout           int               `json:"timeout"`     // seconds
+	Priority          int               `json:"priority"`    // 1 (highest) … 10
+	RetryDelay        int               `json:"retry_delay"` // seconds
+	MaxRetries        int               `json:"max_retries"`
+	MachineID         string            `json:"machine_id,omitempty"` // hard target
+	TargetIP          string            `json:"target_ip,omitempty"`  // hard target by agent address
+	GroupID           string            `json:"group_id,omitempty"`
+	ParentID          string            `json:"parent_id,omitempty"`
+	DependsOn         []string          `json:"depends_on,omitempty"`
+	Mode              string            `json:"mode,omitempty"`   // single, broadcast, scatter
+	Labels            []string          `json:"labels,omitempty"` // required machine labels, never relaxed
+	ScatterCount      int               `json:"scatter_count,omitempty"`
+	LeaseTTL          int               `json:"lease_ttl_sec"`
+	RenewInterval     int               `json:"renew_interval_sec"`
+	HeartbeatInterval int               `json:"heartbeat_interval_sec"`
+	GracePeriod       int               `json:"grace_period_sec"`
+	Queue             string            `json:"queue,omitempty"`
+}
+
+// Defaults from seed 004's SQL and §6.3.2.
+const (
+	DefaultPriority          = 5
+	DefaultMaxRetries        = 3
+	DefaultRetryDelay        = 60
+	DefaultTimeout           = 3600
+	DefaultLeaseTTL          = 300
+	DefaultRenewInterval     = 60
+	DefaultHeartbeatInterval = 30
+	DefaultGracePeriod       = 30
+)
+
+// Result is where an attempt's output is kept.
+type Result struct {
+	StorageType string `json:"storage_type"` // db or s3
+	Stdout      string `json:"stdout,omitempty"`
+	Stderr      string `json:"stderr,omitempty"`
+	ObjectKey   string `json:"object_key,omitempty"`
+	SizeBytes   int64  `json:"size_bytes,omitempty"`
+	SHA256      string `json:"sha256,omitempty"`
+}
+
+// Task is the aggregate's state: everything the task API shows.
+type Task struct {
+	ID        string `json:"id"`
+	TenantID  string `json:"tenant_id"`
+	CreatedBy string `json:"created_by,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+	FanoutID  string `json:"fanout_id,omitempty"`
+	Spec      Spec   `json:"spec"`
+	Version   int64  `json:"version"`
+
+	Status     Status  `json:"status"`
+	RetryCount int     `json:"retry_count"`
+	ExitCode   *int    `json:"exit_code,omitempty"`
+	Error      string  `json:"error,omitempty"`
+	Result     *Result `json:"result,omitempty"`
+
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
+	AssignedAt      time.Time `json:"assigned_at,omitzero"`
+	StartedAt       time.Time `json:"started_at,omitzero"`
+	EndedAt         time.Time `json:"ended_at,omitzero"`
+	RetryAt         time.Time `json:"retry_at,omitzero"`
+	LeaseExpiresAt  time.Time `json:"lease_expires_at,omitzero"`
+	LastHeartbeatAt time.Time `json:"last_heartbeat_at,omitzero"`
+
+	AgentID         string `json:"assigned_agent_id,omitempty"`
+	AssignedMachine string `json:"assigned_machine_id,omitempty"`
+	AttemptID       string `json:"attempt_id,omitempty"`
+	ClaimRequestID  string `json:"claim_request_id,omitempty"`
+
+	Progress        int    `json:"progress"`
+	ProgressMessage string `json:"progress_message,omitempty"`
+	// PreemptedBy names the task this one made room for while preempted.
+	PreemptedBy string `json:"preempted_by,omitempty"`
+	// The last attempt that reported an outcome, so that attempt repeating
+	// its complete gets the same answer (idempotency) after the task moved on.
+	FinishedAttemptID string    `json:"finished_attempt_id,omitempty"`
+	FinishedStatus    Status    `json:"finished_status,omitempty"`
+	FinishedAt        time.Time `json:"finished_at,omitzero"`
+	Deleted           bool      `json:"deleted,omitempty"`
+}
+
+// Claimable reports whether the task may be leased at now.
+func (t *Task) Claimable(now time.Time) bool {
+	return t.Status == StatusPending && !t.Deleted && !now.Before(t.RetryAt)
+}
+
+// Matches reports whether an agent on machine with labels, address ip and
+// task types may run t. Hard constraints are never relaxed.
+func (t *Task) Matches(machine, ip string, labels, types []string) bool {
+	if t.Spec.MachineID != "" && t.Spec.MachineID != machine {
+		return false
+	}
+	if t.Spec.TargetIP != "" && t.Spec.TargetIP != ip {
+		return false
+	}
+	for _, l := range t.Spec.Labels {
+		if !slices.Contains(labels, l) {
+			return false
+		}
+	}
+	return len(types) == 0 || slices.Contains(types, t.Spec.Type)
+}

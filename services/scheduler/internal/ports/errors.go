@@ -1,0 +1,65 @@
+// Package ports serves the scheduler's gRPC API (TaskService,
+// LeaseService): proto ↔ domain mapping, request validation, and the one
+// place where errors become gRPC statuses.
+package ports
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// statusWith builds a status carrying the business code (see
+// grpcserver.Status); the reason is the enum name without its prefix.
+func statusWith(c codes.Code, code taskv1.ErrorCode, msg string, details ...*errdetails.BadRequest_FieldViolation) error {
+	return grpcserver.Status(c, int(code), strings.TrimPrefix(code.String(), "ERROR_CODE_"), msg, details...)
+}
+
+// toStatus maps an error of the use cases to a gRPC status: the only place
+// that does. Unknown errors are logged and answered as internal without
+// their text.
+func toStatus(log *slog.Logger, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	var invalid *domain.InvalidError
+	switch {
+	case errors.As(err, &invalid):
+		return statusWith(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error(),
+			&errdetails.BadRequest_FieldViolation{Field: invalid.Field, Description: invalid.Reason})
+	case errors.Is(err, domain.ErrInvalid):
+		return statusWith(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error())
+	case errors.Is(err, domain.ErrAttemptMismatch):
+		return statusWith(codes.Aborted, taskv1.ErrorCode_ERROR_CODE_ATTEMPT_MISMATCH, err.Error())
+	case errors.Is(err, domain.ErrLeaseExpired):
+		return statusWith(codes.FailedPrecondition, taskv1.ErrorCode_ERROR_CODE_LEASE_EXPIRED, err.Error())
+	case errors.Is(err, domain.ErrImmutable):
+		return statusWith(codes.FailedPrecondition, taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE, err.Error())
+	case errors.Is(err, domain.ErrNotFound):
+		return statusWith(codes.NotFound, taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND, err.Error())
+	case errors.Is(err, app.ErrForbidden):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, pg.ErrCommitterClosed):
+		return status.Error(codes.Unavailable, "scheduler is shutting down")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	}
+	log.Error("internal error", "err", err)
+	return statusWith(codes.Internal, taskv1.ErrorCode_ERROR_CODE_INTERNAL, "internal error")
+}

@@ -1,0 +1,177 @@
+package ports
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+)
+
+// TaskServer serves taskv1.TaskService.
+type TaskServer struct {
+	taskv1.UnimplementedTaskServiceServer
+	App *app.App
+	Log *slog.Logger
+}
+
+func (s *TaskServer) CreateTask(ctx context.Context, r *taskv1.CreateTaskRequest) (*taskv1.CreateTaskResponse, error) {
+	c, err := caller(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := s.App.CreateTasks(ctx, c, specInput(r.GetSpec()), r.GetRequestId())
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	resp := &taskv1.CreateTaskResponse{Task: taskToProto(tasks[0])}
+	for _, t := range tasks {
+		resp.TaskIds = append(resp.TaskIds, t.ID)
+	}
+	return resp, nil
+}
+
+func (s *TaskServer) ListTasks(ctx context.Context, r *taskv1.ListTasksRequest) (*taskv1.ListTasksResponse, error) {
+	c, err := caller(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	f := postgres.ListFilter{Status: r.GetStatus(), Machine: r.GetMachineId(), Group: r.GetGroupId(),
+		Priority: int(r.GetPriority()), PageSize: int(r.GetPageSize()), PageToken: r.GetPageToken()}
+	if r.CreatedAfter != nil {
+		f.CreatedAfter = r.GetCreatedAfter().AsTime()
+	}
+	if r.CreatedBefore != nil {
+		f.CreatedBefore = r.GetCreatedBefore().AsTime()
+	}
+	tasks, next, err := s.App.ListTasks(ctx, c, f)
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	resp := &taskv1.ListTasksResponse{NextPageToken: next, Tasks: make([]*taskv1.Task, 0, len(tasks))}
+	for _, t := range tasks {
+		resp.Tasks = append(resp.Tasks, taskToProto(t))
+	}
+	return resp, nil
+}
+
+func (s *TaskServer) GetTask(ctx context.Context, r *taskv1.GetTaskRequest) (*taskv1.GetTaskResponse, error) {
+	c, err := caller(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.App.GetTask(ctx, c, r.GetId())
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	return &taskv1.GetTaskResponse{Task: taskToProto(t)}, nil
+}
+
+func (s *TaskServer) UpdateTask(ctx context.Context, r *taskv1.UpdateTaskRequest) (*taskv1.UpdateTaskResponse, error) {
+	c, err := caller(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.App.UpdateTask(ctx, c, r.GetId(), specInput(r.GetSpec()))
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	return &taskv1.UpdateTaskResponse{Task: taskToProto(t)}, nil
+}
+
+func (s *TaskServer) DeleteTask(ctx context.Context, r *taskv1.DeleteTaskRequest) (*taskv1.DeleteTaskResponse, error) {
+	c, err := caller(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.App.DeleteTask(ctx, c, r.GetId()); err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	return &taskv1.DeleteTaskResponse{Id: r.GetId(), Deleted: true}, nil
+}
+
+func (s *TaskServer) CancelTask(ctx context.Context, r *taskv1.CancelTaskRequest) (*taskv1.CancelTaskResponse, error) {
+	c, err := caller(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.App.CancelTask(ctx, c, r.GetId(), r.GetReason())
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	return &taskv1.CancelTaskResponse{Task: taskToProto(t)}, nil
+}
+
+func (s *TaskServer) RetryTask(ctx context.Context, r *taskv1.RetryTaskRequest) (*taskv1.RetryTaskResponse, error) {
+	c, err := caller(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.App.RetryTask(ctx, c, r.GetId())
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	return &taskv1.RetryTaskResponse{Task: taskToProto(t)}, nil
+}
+
+func (s *TaskServer) GetTaskResult(ctx context.Context, r *taskv1.GetTaskResultRequest) (*taskv1.GetTaskResultResponse, error) {
+	c, err := caller(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.App.GetResult(ctx, c, r.GetId())
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	t := res.Task
+	out := &taskv1.TaskResult{TaskId: t.ID, Status: string(t.Status), Error: t.Error}
+	if t.ExitCode != nil {
+		c := int32(*t.ExitCode)
+		out.ExitCode = &c
+	}
+	if t.Result != nil {
+		out.StorageType, out.Stdout, out.Stderr = t.Result.StorageType, t.Result.Stdout, t.Result.Stderr
+		out.SizeBytes, out.Sha256 = t.Result.SizeBytes, t.Result.SHA256
+		if res.PresignedURL != "" {
+			out.PresignedUrl, out.ExpiresIn = res.PresignedURL, int32(res.ExpiresIn/time.Second)
+		}
+	}
+	return &taskv1.GetTaskResultResponse{Result: out}, nil
+}
+
+// WatchTask streams the task at once and after every change until it is
+// final. Changes made by this replica arrive at once; others' are picked up
+// by a once-a-second re-read.
+func (s *TaskServer) WatchTask(r *taskv1.WatchTaskRequest, stream taskv1.TaskService_WatchTaskServer) error {
+	ctx := stream.Context()
+	c, err := caller(ctx, false)
+	if err != nil {
+		return err
+	}
+	changes, cancel := s.App.Watch(r.GetId())
+	defer cancel()
+	var last int64 = -1
+	for {
+		t, err := s.App.GetTask(ctx, c, r.GetId())
+		if err != nil {
+			return toStatus(s.Log, err)
+		}
+		if t.Version != last {
+			last = t.Version
+			if err := stream.Send(&taskv1.WatchTaskResponse{Task: taskToProto(t)}); err != nil {
+				return err
+			}
+		}
+		if t.Status.Final() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changes:
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -1,0 +1,173 @@
+// Package scheduler is the scheduler service: it owns the task aggregate
+// (submission, leases and attempts, retries, timeouts, cancellation,
+// preemption) and serves TaskService and LeaseService over gRPC. The
+// taskmesh binary composes it with New, Register and Run.
+package scheduler
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/objectstore"
+	"github.com/taskmesh/taskmesh/platform/outbox"
+	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/platform/projection"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/views"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Topic carries every task event, keyed by task id.
+const Topic = "taskmesh.task.events.v1"
+
+// Schema is the scheduler's default Postgres schema.
+const Schema = "scheduler"
+
+// Migrations are the scheduler schema's: the event store, projection
+// offsets, and the scheduler's own tables.
+func Migrations() []pg.MigrationSet {
+	own, err := pg.LoadMigrations("scheduler", migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	return []pg.MigrationSet{eventstore.Migrations(), projection.Migrations(), own}
+}
+
+// Timing tunes leases, heartbeats and preemption; zero values take the
+// defaults documented on each field of app.Config.
+type Timing struct {
+	AgentLostAfter, TimeoutSlack, ResultURLTTL, UploadURLTTL time.Duration
+	PreemptAfter, PreemptMaxWait                             time.Duration
+	// PreemptGap is seed 004's preemption rule (priority gap ≥ 3); 0 turns
+	// preemption off, -1 keeps the default 3.
+	PreemptGap    int
+	SweepInterval time.Duration // default 1s
+}
+
+// Config configures the service.
+type Config struct {
+	DB         *pgxpool.Pool // search_path starts with the scheduler's schema, migrated
+	Kafka      kafka.Config
+	Topic      string // default Topic
+	Partitions int32  // when creating the topic (default 16)
+	// Objects keeps large results; nil refuses them.
+	Objects objectstore.Store
+	Timing  Timing
+	// Writers is how many group-commit transactions run at once (default 4).
+	Writers int
+	Now     func() time.Time
+	Logger  *slog.Logger
+}
+
+// Service is a running scheduler.
+type Service struct {
+	cfg   Config
+	app   *app.App
+	hub   *app.Hub
+	gc    *pg.GroupCommitter
+	relay *outbox.Relay
+	log   *slog.Logger
+}
+
+// New builds the service; Run starts its background work.
+func New(cfg Config) (*Service, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("scheduler: no database")
+	}
+	if cfg.Writers <= 0 {
+		cfg.Writers = 4
+	}
+	// Five connections are held for the service's lifetime (relay, two
+	// projection runners, sweeper, LISTEN); writers and reads need the rest.
+	if need := int32(5 + cfg.Writers + 4); cfg.DB.Config().MaxConns < need {
+		return nil, fmt.Errorf("scheduler: the database pool allows %d connections; it needs at least %d (5 long-lived, %d writers, 4 for reads)",
+			cfg.DB.Config().MaxConns, need, cfg.Writers)
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = Topic
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 16
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Timing.SweepInterval <= 0 {
+		cfg.Timing.SweepInterval = time.Second
+	}
+	gap := cfg.Timing.PreemptGap
+	if gap < 0 {
+		gap = 3
+	}
+	s := &Service{cfg: cfg, hub: app.NewHub(), log: cfg.Logger.With("service", "scheduler")}
+	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "scheduler", Topic: cfg.Topic, Partitions: cfg.Partitions,
+		Kafka: cfg.Kafka, Logger: s.log})
+	s.gc = pg.NewGroupCommitter(cfg.DB, pg.GroupCommitOptions{Workers: cfg.Writers, MaxBatch: 128, AfterCommit: s.relay.Notify})
+	t := cfg.Timing
+	s.app = app.New(cfg.DB, s.gc, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
+		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
+		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait}, s.log)
+	return s, nil
+}
+
+// Register adds TaskService and LeaseService to a server built with
+// platform/grpcserver (internal authentication and validation).
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	taskv1.RegisterTaskServiceServer(g, &ports.TaskServer{App: s.app, Log: s.log})
+	taskv1.RegisterLeaseServiceServer(g, &ports.LeaseServer{App: s.app, Log: s.log})
+}
+
+// Run relays events to Kafka, builds the task_views and audit_logs
+// projections, sweeps leases, and wakes waiting claims, until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	run(func(ctx context.Context) { _ = s.relay.Run(ctx) })
+	for _, p := range []struct {
+		name    string
+		handler projection.Handler
+	}{
+		{"task_views", views.TaskViews{Table: "task_views"}},
+		{"audit_logs", views.AuditLogs{Table: "audit_logs"}},
+	} {
+		runner := projection.NewRunner(s.cfg.DB, projection.Config{Name: p.name, Topic: s.cfg.Topic,
+			Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, p.handler)
+		run(func(ctx context.Context) { _ = runner.Run(ctx) })
+	}
+	run(func(ctx context.Context) { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval) })
+	run(func(ctx context.Context) { s.hub.Run(ctx, s.cfg.DB) })
+	<-ctx.Done()
+	wg.Wait()
+	s.gc.Close()
+	return nil
+}
+
+// ReplaySpecs describe the Kafka projections for `taskmesh replay`.
+func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
+	return []projection.ReplaySpec{
+		{Name: "task_views", Topic: Topic, Tables: []string{"task_views"}, Kafka: k,
+			NewHandler: func(m map[string]string) projection.Handler { return views.TaskViews{Table: m["task_views"]} }},
+		{Name: "audit_logs", Topic: Topic, Tables: []string{"audit_logs"}, Kafka: k,
+			NewHandler: func(m map[string]string) projection.Handler { return views.AuditLogs{Table: m["audit_logs"]} }},
+	}
+}
