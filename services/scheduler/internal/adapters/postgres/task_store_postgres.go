@@ -219,3 +219,11 @@ func optTime(t time.Time) *time.Time {
 
 // IsConflict reports an optimistic-concurrency conflict on a task.
 func IsConflict(err error) bool { return errors.Is(err, eventstore.ErrConflict) }
+
+// SameDoc reports whether two task states serialize identically (what the
+// tasks.doc column would hold).
+func SameDoc(a, b domain.Task) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(x) == string(y)
+}

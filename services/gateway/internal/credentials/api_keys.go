@@ -1,0 +1,110 @@
+package credentials
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskmesh/taskmesh/platform/pg"
+)
+
+// prefixAttempts bounds the retries when a new random prefix collides with
+// an existing one (40 random bits: a collision is already rare).
+const prefixAttempts = 5
+
+// CreateAPIKey issues an API key for the tenant and returns it with its
+// secret, the bearer string "tm_<prefix>_<secret>", which is shown only
+// here. expiresAt, if set, must be in the future. Errors: ErrInvalid,
+// ErrNotFound (no such tenant).
+func (s *Store) CreateAPIKey(ctx context.Context, tenantID, name string, expiresAt *time.Time) (APIKey, string, error) {
+	now := s.now()
+	if len(name) > 255 {
+		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w: name longer than 255 bytes", tenantID, ErrInvalid)
+	}
+	if expiresAt != nil && !expiresAt.After(now) {
+		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w: expiry %s is not in the future", tenantID, ErrInvalid, expiresAt.Format(time.RFC3339))
+	}
+	k := APIKey{
+		ID:        newID("key_"),
+		TenantID:  tenantID,
+		Name:      name,
+		CreatedAt: pgTime(now),
+		ExpiresAt: utc(expiresAt),
+	}
+	for range prefixAttempts {
+		bearer, prefix, hash := newSecret(userScheme)
+		// INSERT … SELECT: no row is inserted when the tenant does not
+		// exist, which tells "no such tenant" apart without parsing a
+		// foreign-key violation.
+		tag, err := s.db.Exec(ctx, `
+			INSERT INTO api_keys (id, tenant_id, name, prefix, secret_hash, created_at, expires_at)
+			SELECT $1, id, $3, $4, $5, $6, $7 FROM tenants WHERE id = $2`,
+			k.ID, k.TenantID, k.Name, prefix, hash, k.CreatedAt, k.ExpiresAt)
+		if pg.IsUniqueViolation(err, "api_keys_prefix_key") {
+			continue
+		}
+		if err != nil {
+			return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w", tenantID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return APIKey{}, "", fmt.Errorf("create api key: tenant %q: %w", tenantID, ErrNotFound)
+		}
+		k.Prefix = prefix
+		return k, bearer, nil
+	}
+	return APIKey{}, "", fmt.Errorf("create api key for tenant %q: no free prefix after %d attempts", tenantID, prefixAttempts)
+}
+
+// RevokeAPIKey revokes one of the tenant's keys; it stops working at once.
+// Revoking a revoked key succeeds and keeps the first revocation time.
+// Errors: ErrNotFound (no such key for this tenant).
+func (s *Store) RevokeAPIKey(ctx context.Context, tenantID, keyID string) error {
+	tag, err := s.db.Exec(ctx, `
+		UPDATE api_keys SET revoked_at = coalesce(revoked_at, $3)
+		WHERE id = $1 AND tenant_id = $2`, keyID, tenantID, s.now())
+	if err != nil {
+		return fmt.Errorf("revoke api key %s: %w", keyID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("revoke api key %s of tenant %q: %w", keyID, tenantID, ErrNotFound)
+	}
+	return nil
+}
+
+// ListAPIKeys returns the tenant's keys, oldest first, revoked and expired
+// ones included. Errors: ErrNotFound (no such tenant).
+func (s *Store) ListAPIKeys(ctx context.Context, tenantID string) ([]APIKey, error) {
+	ok, err := s.tenantExists(ctx, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("list api keys of tenant %q: %w", tenantID, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("list api keys: tenant %q: %w", tenantID, ErrNotFound)
+	}
+	rows, err := s.db.Query(ctx, `
+		SELECT id, tenant_id, name, prefix, created_at, expires_at, revoked_at
+		FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("list api keys of tenant %q: %w", tenantID, err)
+	}
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (APIKey, error) {
+		var k APIKey
+		err := row.Scan(&k.ID, &k.TenantID, &k.Name, &k.Prefix, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt)
+		k.CreatedAt = k.CreatedAt.UTC()
+		k.ExpiresAt, k.RevokedAt = utc(k.ExpiresAt), utc(k.RevokedAt)
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list api keys of tenant %q: %w", tenantID, err)
+	}
+	if keys == nil {
+		keys = []APIKey{}
+	}
+	return keys, nil
+}
+
+// errNoRows reports pgx.ErrNoRows, possibly wrapped.
+func errNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -1,0 +1,193 @@
+package credentials
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/taskmesh/taskmesh/platform/authn"
+)
+
+// dummyHash is compared against when no row matches a prefix, so a lookup
+// miss costs the same compare as a hit.
+var dummyHash = make([]byte, 32)
+
+// Authenticate checks a bearer string (without the "Bearer " scheme) used
+// from remoteIP and returns the caller: an API key gives a user principal of
+// its tenant, an agent token an agent principal. Errors: an *AuthError
+// wrapping ErrUnauthenticated (malformed, unknown, wrong, expired, revoked)
+// or ErrForbidden (an agent token used from an address it may not be used
+// from); any other error is a database failure.
+//
+// An agent token without allowed CIDRs used from an address other than the
+// one it is bound to is revoked before the error is returned.
+func (s *Store) Authenticate(ctx context.Context, bearer, remoteIP string) (authn.Principal, error) {
+	kind, prefix, ok := parseBearer(bearer)
+	if !ok {
+		return authn.Principal{}, unauthenticated("malformed bearer token")
+	}
+	hash := hashBearer(bearer)
+	if kind == kindAgent {
+		return s.authenticateAgent(ctx, prefix, hash, remoteIP)
+	}
+	return s.authenticateUser(ctx, prefix, hash, remoteIP)
+}
+
+func (s *Store) authenticateUser(ctx context.Context, prefix string, hash []byte, remoteIP string) (authn.Principal, error) {
+	var (
+		keyID, tenantID, tier string
+		stored                []byte
+		expiresAt, revokedAt  *time.Time
+	)
+	err := s.db.QueryRow(ctx, `
+		SELECT k.id, k.tenant_id, t.tier, k.secret_hash, k.expires_at, k.revoked_at
+		FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
+		WHERE k.prefix = $1`, prefix).Scan(&keyID, &tenantID, &tier, &stored, &expiresAt, &revokedAt)
+	if errNoRows(err) {
+		subtle.ConstantTimeCompare(hash, dummyHash)
+		return authn.Principal{}, unauthenticated("invalid api key")
+	}
+	if err != nil {
+		return authn.Principal{}, fmt.Errorf("authenticate api key %s: %w", prefix, err)
+	}
+	if subtle.ConstantTimeCompare(hash, stored) != 1 {
+		return authn.Principal{}, unauthenticated("invalid api key")
+	}
+	// Past this point the caller holds the real secret, so the reasons can
+	// be specific.
+	if revokedAt != nil {
+		return authn.Principal{}, unauthenticated("api key revoked")
+	}
+	if expiresAt != nil && !s.now().Before(*expiresAt) {
+		return authn.Principal{}, unauthenticated("api key expired")
+	}
+	return authn.Principal{
+		Kind:     authn.KindUser,
+		TenantID: tenantID,
+		Subject:  keyID,
+		RemoteIP: canonicalIP(remoteIP),
+		Tier:     tier,
+	}, nil
+}
+
+func (s *Store) authenticateAgent(ctx context.Context, prefix string, hash []byte, remoteIP string) (authn.Principal, error) {
+	var (
+		tier   string
+		stored []byte
+	)
+	row := s.db.QueryRow(ctx, `
+		SELECT `+agentTokenColumns+`, coalesce(t.tier, ''), a.secret_hash
+		FROM agent_tokens a LEFT JOIN tenants t ON t.id = a.tenant_id
+		WHERE a.prefix = $1`, prefix)
+	tok, err := scanAgentToken(scanTail{row, []any{&tier, &stored}})
+	if errNoRows(err) {
+		subtle.ConstantTimeCompare(hash, dummyHash)
+		return authn.Principal{}, unauthenticated("invalid agent token")
+	}
+	if err != nil {
+		return authn.Principal{}, fmt.Errorf("authenticate agent token %s: %w", prefix, err)
+	}
+	if subtle.ConstantTimeCompare(hash, stored) != 1 {
+		return authn.Principal{}, unauthenticated("invalid agent token")
+	}
+	if tok.RevokedAt != nil {
+		return authn.Principal{}, unauthenticated("agent token revoked")
+	}
+	if tok.ExpiresAt != nil && !s.now().Before(*tok.ExpiresAt) {
+		return authn.Principal{}, unauthenticated("agent token expired")
+	}
+	ip, err := netip.ParseAddr(remoteIP)
+	if err != nil {
+		// Without an address neither an allow-list nor a binding can be
+		// checked; refuse rather than guess.
+		return authn.Principal{}, forbidden("remote address unknown")
+	}
+	ip = ip.Unmap().WithZone("")
+	if err := s.checkAgentAddress(ctx, tok, ip); err != nil {
+		return authn.Principal{}, err
+	}
+	return authn.Principal{
+		Kind:     authn.KindAgent,
+		TenantID: tok.TenantID,
+		Subject:  tok.AgentID,
+		AgentID:  tok.AgentID,
+		RemoteIP: ip.String(),
+		Tier:     tier,
+	}, nil
+}
+
+// checkAgentAddress enforces seed 004 §8.1: allowed CIDRs when the token has
+// them, else the address the token is bound to, binding it on first use.
+func (s *Store) checkAgentAddress(ctx context.Context, tok AgentToken, ip netip.Addr) error {
+	if len(tok.AllowedCIDRs) > 0 {
+		for _, p := range tok.AllowedCIDRs {
+			if p.Contains(ip) {
+				return nil
+			}
+		}
+		// An operator-configured range is not revoked on a miss: the range
+		// exists for NAT and elastic IPs, where a stray address is more
+		// likely a network change than a leak.
+		s.log.Warn("agent token refused: address outside its allowed CIDRs",
+			"token_id", tok.ID, "agent_id", tok.AgentID, "remote_ip", ip.String())
+		return forbidden("agent token not allowed from this address")
+	}
+	bound := tok.BoundIP
+	if !bound.IsValid() {
+		// Bind atomically: of two first uses racing from different
+		// addresses exactly one binds, the other sees the binding below. The
+		// prefix condition keeps a rotation that happened since the lookup
+		// from being bound by the old secret.
+		tag, err := s.db.Exec(ctx, `
+			UPDATE agent_tokens SET bound_ip = $3
+			WHERE id = $1 AND prefix = $2 AND bound_ip IS NULL AND revoked_at IS NULL`,
+			tok.ID, tok.Prefix, ip.String())
+		if err != nil {
+			return fmt.Errorf("bind agent token %s: %w", tok.ID, err)
+		}
+		if tag.RowsAffected() == 1 {
+			s.log.Info("agent token bound to its first address",
+				"token_id", tok.ID, "agent_id", tok.AgentID, "remote_ip", ip.String())
+			return nil
+		}
+		now, err := s.GetAgentToken(ctx, tok.ID)
+		if err != nil {
+			return fmt.Errorf("bind agent token %s: %w", tok.ID, err)
+		}
+		if now.Prefix != tok.Prefix || now.RevokedAt != nil || !now.BoundIP.IsValid() {
+			return unauthenticated("agent token revoked")
+		}
+		bound = now.BoundIP
+	}
+	if bound == ip {
+		return nil
+	}
+	reason := fmt.Sprintf("used from %s while bound to %s", ip, bound)
+	if _, err := s.revokeAgentToken(ctx, tok.ID, reason); err != nil {
+		return fmt.Errorf("revoke agent token %s after use from a foreign address: %w", tok.ID, err)
+	}
+	s.log.Warn("agent token revoked: used from an address other than the one it is bound to",
+		"token_id", tok.ID, "agent_id", tok.AgentID, "bound_ip", bound.String(), "remote_ip", ip.String())
+	return forbidden("agent token used from an unexpected address; it has been revoked")
+}
+
+// canonicalIP returns addr in canonical form (IPv4-mapped IPv6 unmapped),
+// or addr unchanged when it does not parse.
+func canonicalIP(addr string) string {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return addr
+	}
+	return ip.Unmap().WithZone("").String()
+}
+
+// scanTail scans a row whose leading columns are agentTokenColumns followed
+// by extra columns into extra.
+type scanTail struct {
+	row   interface{ Scan(...any) error }
+	extra []any
+}
+
+func (s scanTail) Scan(dest ...any) error { return s.row.Scan(append(dest, s.extra...)...) }

@@ -1,0 +1,189 @@
+// Package httperr is the one place where the gateway turns errors into HTTP
+// answers: the documented envelope {"code":…,"message":…,"data":null} of
+// seed 004 §5.1, with the business code separate from the HTTP status.
+//
+// A gRPC status from an internal service is mapped by its
+// google.rpc.ErrorInfo (domain "taskmesh", metadata "code", or the reason
+// naming a taskmesh.task.v1.ErrorCode) when it has one, else by its gRPC
+// code. Messages of 5xx answers are replaced by a generic text: they may
+// carry internal details (SQL, addresses), which the caller must not see and
+// the gateway logs instead.
+package httperr
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+)
+
+// Domain is the ErrorInfo domain of Taskmesh's business errors.
+const Domain = "taskmesh"
+
+// Business codes (taskv1.ErrorCode) and the transport-level codes, which
+// reuse the HTTP status because the seed defines no business code for them.
+const (
+	CodeAttemptMismatch = int(taskv1.ErrorCode_ERROR_CODE_ATTEMPT_MISMATCH) // 30001
+	CodeTaskImmutable   = int(taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE)   // 30002
+	CodeLeaseExpired    = int(taskv1.ErrorCode_ERROR_CODE_LEASE_EXPIRED)    // 30003
+	CodeTaskNotFound    = int(taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND)   // 30004
+	CodeInvalidArgument = int(taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT) // 30005
+	CodeInternal        = int(taskv1.ErrorCode_ERROR_CODE_INTERNAL)         // 30099
+
+	CodeUnauthenticated  = http.StatusUnauthorized     // 401
+	CodePermissionDenied = http.StatusForbidden        // 403
+	CodeNoRoute          = http.StatusNotFound         // 404
+	CodeMethodNotAllowed = http.StatusMethodNotAllowed // 405
+	CodeTooManyRequests  = http.StatusTooManyRequests  // 429
+)
+
+// Code documents one value of the envelope's code field.
+type Code struct {
+	Code       int
+	HTTPStatus int
+	Meaning    string
+}
+
+// Codes lists every code the gateway answers with, for the OpenAPI
+// document. The business rows are the table of seed 004 §5.1.
+var Codes = []Code{
+	{CodeAttemptMismatch, http.StatusConflict, "attempt_id is not the task's current attempt"},
+	{CodeTaskImmutable, http.StatusConflict, "the task is final or cannot change this way"},
+	{CodeLeaseExpired, http.StatusGone, "the lease has expired"},
+	{CodeTaskNotFound, http.StatusNotFound, "no such task for this caller"},
+	{CodeInvalidArgument, http.StatusBadRequest, "malformed request, unknown field or out-of-range value"},
+	{CodeInternal, http.StatusInternalServerError, "internal error (503 when a service is unavailable)"},
+	{CodeUnauthenticated, http.StatusUnauthorized, "missing, unknown, expired or revoked credential"},
+	{CodePermissionDenied, http.StatusForbidden, "credential of the wrong kind for this route, or agent token used from a disallowed address"},
+	{CodeNoRoute, http.StatusNotFound, "no such route"},
+	{CodeMethodNotAllowed, http.StatusMethodNotAllowed, "route exists, method does not"},
+	{CodeTooManyRequests, http.StatusTooManyRequests, "rate limit or quota exceeded"},
+}
+
+// businessStatus is the HTTP status of each business code.
+var businessStatus = map[int]int{
+	CodeAttemptMismatch: http.StatusConflict,
+	CodeTaskImmutable:   http.StatusConflict,
+	CodeLeaseExpired:    http.StatusGone,
+	CodeTaskNotFound:    http.StatusNotFound,
+	CodeInvalidArgument: http.StatusBadRequest,
+	CodeInternal:        http.StatusInternalServerError,
+}
+
+// Problem is one error answer.
+type Problem struct {
+	HTTPStatus int
+	Code       int
+	// Message is what the caller sees.
+	Message string
+	// Detail is the original message, for the log; it may differ from
+	// Message for 5xx answers.
+	Detail string
+}
+
+// Envelope is the JSON body of every error answer. Data is always null.
+type Envelope struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data"`
+}
+
+// New returns a problem whose message the gateway wrote itself and which is
+// shown as is, even for 5xx.
+func New(httpStatus, code int, message string) Problem {
+	return Problem{HTTPStatus: httpStatus, Code: code, Message: message, Detail: message}
+}
+
+// FromStatus maps a gRPC status to the answer (see the package doc).
+func FromStatus(st *status.Status) Problem {
+	p := fromCode(st.Code())
+	p.Message, p.Detail = st.Message(), st.Message()
+	if code, ok := businessCode(st); ok {
+		p.Code = code
+		// An unknown business code (a newer service) keeps the status of
+		// its gRPC code.
+		if s, known := businessStatus[code]; known {
+			p.HTTPStatus = s
+		}
+	}
+	return hide(p)
+}
+
+// FromError maps any error: a gRPC status error by FromStatus, anything
+// else as an internal error.
+func FromError(err error) Problem {
+	return FromStatus(status.Convert(err))
+}
+
+// fromCode is the mapping used when a status has no ErrorInfo.
+func fromCode(c codes.Code) Problem {
+	switch c {
+	case codes.InvalidArgument:
+		return Problem{HTTPStatus: http.StatusBadRequest, Code: CodeInvalidArgument}
+	case codes.NotFound:
+		return Problem{HTTPStatus: http.StatusNotFound, Code: CodeTaskNotFound}
+	case codes.Aborted:
+		return Problem{HTTPStatus: http.StatusConflict, Code: CodeAttemptMismatch}
+	case codes.FailedPrecondition:
+		return Problem{HTTPStatus: http.StatusConflict, Code: CodeTaskImmutable}
+	case codes.Unauthenticated:
+		return Problem{HTTPStatus: http.StatusUnauthorized, Code: CodeUnauthenticated}
+	case codes.PermissionDenied:
+		return Problem{HTTPStatus: http.StatusForbidden, Code: CodePermissionDenied}
+	case codes.ResourceExhausted:
+		return Problem{HTTPStatus: http.StatusTooManyRequests, Code: CodeTooManyRequests}
+	case codes.Unavailable:
+		return Problem{HTTPStatus: http.StatusServiceUnavailable, Code: CodeInternal}
+	default:
+		return Problem{HTTPStatus: http.StatusInternalServerError, Code: CodeInternal}
+	}
+}
+
+// businessCode finds the taskmesh ErrorInfo of st: metadata "code" first,
+// else the reason as an ErrorCode name without its prefix.
+func businessCode(st *status.Status) (int, bool) {
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.GetDomain() != Domain {
+			continue
+		}
+		if c, err := strconv.Atoi(info.GetMetadata()["code"]); err == nil && c > 0 {
+			return c, true
+		}
+		if c, ok := taskv1.ErrorCode_value["ERROR_CODE_"+info.GetReason()]; ok && c != 0 {
+			return int(c), true
+		}
+	}
+	return 0, false
+}
+
+// hide replaces the message of 5xx answers that came from elsewhere.
+func hide(p Problem) Problem {
+	switch {
+	case p.HTTPStatus == http.StatusServiceUnavailable:
+		p.Message = "service unavailable"
+	case p.HTTPStatus >= 500:
+		p.Message = "internal error"
+	}
+	return p
+}
+
+// Write sends p as the envelope. A 401 also names the scheme the client
+// should use (RFC 6750).
+func Write(w http.ResponseWriter, p Problem) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if p.HTTPStatus == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="taskmesh"`)
+	}
+	w.WriteHeader(p.HTTPStatus)
+	// Encoding a struct of an int and a string cannot fail; a write error
+	// means the client has gone.
+	_ = json.NewEncoder(w).Encode(Envelope{Code: p.Code, Message: p.Message})
+}

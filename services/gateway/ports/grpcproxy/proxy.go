@@ -1,0 +1,200 @@
+package grpcproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/access"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/clientip"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
+)
+
+// Authenticator checks a bearer secret used from an address (see
+// credentials.Store.Authenticate for the errors).
+type Authenticator interface {
+	Authenticate(ctx context.Context, bearer, remoteIP string) (authn.Principal, error)
+}
+
+// Options configure the front door.
+type Options struct {
+	// Upstream is the connection to the scheduler; it must carry the
+	// interceptors of package outbound.
+	Upstream grpc.ClientConnInterface
+	Auth     Authenticator
+	// TrustedProxies may set x-forwarded-for (see package clientip).
+	TrustedProxies []netip.Prefix
+	// Health is served as grpc.health.v1.
+	Health *health.Server
+	Logger *slog.Logger
+	// ServerOptions are appended (e.g. message size limits).
+	ServerOptions []grpc.ServerOption
+}
+
+// NewServer returns the front door's gRPC server.
+func NewServer(opts Options) *grpc.Server {
+	p := &proxy{upstream: opts.Upstream, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger}
+	srv := grpc.NewServer(append([]grpc.ServerOption{
+		grpc.UnknownServiceHandler(p.handle),
+		grpc.ForceServerCodec(codec{}),
+	}, opts.ServerOptions...)...)
+	healthpb.RegisterHealthServer(srv, opts.Health)
+	return srv
+}
+
+type proxy struct {
+	upstream grpc.ClientConnInterface
+	auth     Authenticator
+	trusted  []netip.Prefix
+	log      *slog.Logger
+}
+
+// bothStreams describes a call as client- and server-streaming, which fits
+// every kind of RPC: a unary call is a stream of one message each way.
+var bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+
+func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
+	method, ok := grpc.MethodFromServerStream(ss)
+	if !ok {
+		return status.Error(codes.Internal, "grpcproxy: no method in stream")
+	}
+	in, _ := metadata.FromIncomingContext(ss.Context())
+	id := requestid.Ensure(first(in, requestid.MetadataKey))
+
+	principal, err := p.authenticate(ss.Context(), in)
+	if err != nil {
+		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", status.Convert(err).Message())
+		return err
+	}
+	if err := access.Method(principal, method); err != nil {
+		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", err.Error())
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+
+	// The outgoing context keeps the client's deadline and cancellation;
+	// its metadata is rebuilt by the outbound interceptor from these values
+	// only.
+	ctx := authn.NewContext(ss.Context(), principal)
+	ctx = requestid.NewContext(ctx, id)
+	ctx = outbound.ExtractTrace(ctx, first(in, "traceparent"), first(in, "tracestate"))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	cs, err := p.upstream.NewStream(ctx, bothStreams, method, grpc.ForceCodec(codec{}))
+	if err != nil {
+		return err
+	}
+	upErr := make(chan error, 1)
+	downErr := make(chan error, 1)
+	go func() { upErr <- forwardUp(ss, cs) }()
+	go func() { downErr <- forwardDown(cs, ss) }()
+	for {
+		select {
+		case err := <-upErr:
+			if err != nil {
+				// The client's side broke (cancelled, reset): abandon the
+				// upstream call; cancel() is deferred.
+				return status.Convert(err).Err()
+			}
+			// The client half-closed normally; wait for the answer.
+			upErr = nil
+		case err := <-downErr:
+			// The scheduler finished: its status (nil for OK) is the
+			// call's, with code, message and details untouched.
+			return err
+		}
+	}
+}
+
+// authenticate reads the bearer secret from the "authorization" metadata.
+func (p *proxy) authenticate(ctx context.Context, in metadata.MD) (authn.Principal, error) {
+	bearer, ok := credentials.FromAuthorization(first(in, "authorization"))
+	if !ok {
+		return authn.Principal{}, status.Error(codes.Unauthenticated, "missing bearer token in authorization metadata")
+	}
+	var addr string
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		addr = pr.Addr.String()
+	}
+	ip := clientip.Resolve(addr, in.Get("x-forwarded-for"), p.trusted)
+	principal, err := p.auth.Authenticate(ctx, bearer, ip)
+	var ae *credentials.AuthError
+	switch {
+	case err == nil:
+		return principal, nil
+	case errors.As(err, &ae) && errors.Is(err, credentials.ErrForbidden):
+		return authn.Principal{}, status.Error(codes.PermissionDenied, ae.Reason)
+	case errors.As(err, &ae):
+		return authn.Principal{}, status.Error(codes.Unauthenticated, ae.Reason)
+	default:
+		p.log.Error("authenticating a grpc call failed", "err", err)
+		return authn.Principal{}, status.Error(codes.Unavailable, "credential store unavailable")
+	}
+}
+
+// forwardUp copies the client's messages to the scheduler, then
+// half-closes. A nil return means the client half-closed normally.
+func forwardUp(ss grpc.ServerStream, cs grpc.ClientStream) error {
+	for {
+		f := &frame{}
+		if err := ss.RecvMsg(f); err != nil {
+			if errors.Is(err, io.EOF) {
+				return cs.CloseSend()
+			}
+			return err
+		}
+		if err := cs.SendMsg(f); err != nil {
+			// io.EOF: the scheduler already ended the call; forwardDown
+			// reports how. Stop reading from the client.
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// forwardDown copies the scheduler's headers, messages and trailers to the
+// client and returns the scheduler's final status.
+func forwardDown(cs grpc.ClientStream, ss grpc.ServerStream) error {
+	// Header blocks until the scheduler sends headers or the call fails;
+	// on failure RecvMsg below returns the status.
+	if md, err := cs.Header(); err == nil && len(md) > 0 {
+		if err := ss.SendHeader(md); err != nil {
+			return err
+		}
+	}
+	for {
+		f := &frame{}
+		if err := cs.RecvMsg(f); err != nil {
+			ss.SetTrailer(cs.Trailer())
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := ss.SendMsg(f); err != nil {
+			return err
+		}
+	}
+}
+
+func first(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}

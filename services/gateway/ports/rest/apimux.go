@@ -1,0 +1,84 @@
+package rest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
+)
+
+// marshaler writes the documented JSON: proto field names (snake_case, as
+// in seed 004) and every field present even when unset, so clients see
+// "exit_code": null rather than a missing key. Unknown request fields are
+// errors, so a misspelt field is reported instead of silently ignored.
+var marshaler = &runtime.JSONPb{
+	MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+}
+
+// newAPIMux returns the generated REST mux for the task and lease services.
+func newAPIMux(ctx context.Context, upstream grpc.ClientConnInterface, log *slog.Logger) (*runtime.ServeMux, error) {
+	errs := &errorWriter{log: log}
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		// Metadata for the scheduler is built by package outbound; nothing
+		// from the HTTP request is forwarded, and nothing the scheduler
+		// sets leaks out as Grpc-Metadata-* headers.
+		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		// Routes are exactly the documented ones: no method override
+		// header, no POST-as-GET fallback.
+		runtime.WithDisableHTTPMethodOverride(),
+		runtime.WithDisablePathLengthFallback(),
+		runtime.WithErrorHandler(errs.grpcError),
+		runtime.WithRoutingErrorHandler(errs.routingError),
+	)
+	if err := taskv1.RegisterTaskServiceHandlerClient(ctx, mux, taskv1.NewTaskServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register task service: %w", err)
+	}
+	if err := taskv1.RegisterLeaseServiceHandlerClient(ctx, mux, taskv1.NewLeaseServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register lease service: %w", err)
+	}
+	return mux, nil
+}
+
+// errorWriter answers grpc-gateway's errors with the envelope.
+type errorWriter struct{ log *slog.Logger }
+
+// grpcError handles every error of a routed request: the body did not
+// decode (InvalidArgument from the generated code), the outbound check
+// refused the call, or the scheduler answered with a status.
+func (e *errorWriter) grpcError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	st := status.Convert(err)
+	p := httperr.FromStatus(st)
+	if p.HTTPStatus >= 500 && st.Code() != codes.Canceled {
+		e.log.Error("internal service error", "method", r.Method, "path", r.URL.Path,
+			"grpc_code", st.Code().String(), "error", st.Message(), "request_id", requestid.FromContext(ctx))
+	}
+	httperr.Write(w, p)
+}
+
+// routingError handles requests the mux has no route for. They get their
+// own codes, not 30004: an agent calling a route that does not exist (a
+// version mismatch, a typo) must not conclude that its task is gone.
+func (e *errorWriter) routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	switch httpStatus {
+	case http.StatusMethodNotAllowed:
+		httperr.Write(w, httperr.New(httpStatus, httperr.CodeMethodNotAllowed, r.Method+" not allowed on "+r.URL.Path))
+	case http.StatusBadRequest:
+		httperr.Write(w, httperr.New(httpStatus, httperr.CodeInvalidArgument, "malformed request path"))
+	default:
+		httperr.Write(w, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+r.URL.Path))
+	}
+}

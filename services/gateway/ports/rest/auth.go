@@ -1,0 +1,74 @@
+package rest
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/access"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/clientip"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
+)
+
+// authenticator admits API requests: it authenticates the bearer secret,
+// applies the route's kind rule and hands the request, with the principal
+// in its context, to next. Authentication comes before anything reads the
+// body, so an anonymous caller learns nothing about routes or payloads.
+type authenticator struct {
+	next    http.Handler
+	auth    Authenticator
+	trusted []netip.Prefix
+	log     *slog.Logger
+}
+
+func (a *authenticator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, access.AgentRoutePrefix) {
+		// Agent answers hand out leases and attempt ids (seed 004 §10.1:
+		// claim has side effects); no cache may keep or replay them.
+		w.Header().Set("Cache-Control", "no-store")
+	}
+	ip := clientip.Resolve(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), a.trusted)
+	bearer, ok := credentials.FromAuthorization(r.Header.Get("Authorization"))
+	if !ok {
+		a.refuse(w, r, ip, httperr.New(http.StatusUnauthorized, httperr.CodeUnauthenticated, "missing bearer token"))
+		return
+	}
+	p, err := a.auth.Authenticate(r.Context(), bearer, ip)
+	if err != nil {
+		a.refuse(w, r, ip, a.authProblem(r, err))
+		return
+	}
+	if err := access.Route(p, r.URL.Path); err != nil {
+		a.refuse(w, r, ip, httperr.New(http.StatusForbidden, httperr.CodePermissionDenied, err.Error()))
+		return
+	}
+	// The secret has done its job; nothing after this point needs it.
+	r.Header.Del("Authorization")
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	a.next.ServeHTTP(w, r.WithContext(authn.NewContext(r.Context(), p)))
+}
+
+func (a *authenticator) authProblem(r *http.Request, err error) httperr.Problem {
+	var ae *credentials.AuthError
+	switch {
+	case errors.As(err, &ae) && errors.Is(err, credentials.ErrForbidden):
+		return httperr.New(http.StatusForbidden, httperr.CodePermissionDenied, ae.Reason)
+	case errors.As(err, &ae):
+		return httperr.New(http.StatusUnauthorized, httperr.CodeUnauthenticated, ae.Reason)
+	}
+	a.log.Error("authenticating a request failed", "err", err, "request_id", requestid.FromContext(r.Context()))
+	return httperr.New(http.StatusServiceUnavailable, httperr.CodeInternal, "credential store unavailable")
+}
+
+// refuse answers an authentication or authorization failure and logs it
+// without the secret.
+func (a *authenticator) refuse(w http.ResponseWriter, r *http.Request, ip string, p httperr.Problem) {
+	a.log.Info("http request refused", "method", r.Method, "path", r.URL.Path, "remote_ip", ip,
+		"status", p.HTTPStatus, "reason", p.Detail, "request_id", requestid.FromContext(r.Context()))
+	httperr.Write(w, p)
+}

@@ -1,0 +1,141 @@
+package rest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"google.golang.org/grpc"
+
+	openapi "github.com/taskmesh/taskmesh/gen/openapi"
+	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
+)
+
+// maxBodyBytes bounds request bodies. The largest legitimate body is a
+// completion with 64 KiB each of stdout and stderr; larger results go to the
+// object store.
+const maxBodyBytes = 1 << 20
+
+// Authenticator checks a bearer secret used from an address (see
+// credentials.Store.Authenticate for the errors).
+type Authenticator interface {
+	Authenticate(ctx context.Context, bearer, remoteIP string) (authn.Principal, error)
+}
+
+// Options configure the handler.
+type Options struct {
+	// Upstream is the connection to the scheduler; it must carry the
+	// interceptors of package outbound.
+	Upstream grpc.ClientConnInterface
+	Auth     Authenticator
+	// TrustedProxies may set X-Forwarded-For (see package clientip).
+	TrustedProxies []netip.Prefix
+	// Ready reports whether the scheduler connection is ready (/healthz).
+	Ready func() bool
+	// Objects, if not nil, serves /objects/ without authentication: its
+	// URLs are signed. It sees the full path, which signatures cover.
+	Objects http.Handler
+	Logger  *slog.Logger
+}
+
+type handler struct {
+	api     http.Handler // authenticated API
+	objects http.Handler
+	openapi []byte
+	ready   func() bool
+	log     *slog.Logger
+}
+
+// NewHandler returns the gateway's HTTP handler.
+func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
+	doc, err := Document(openapi.JSON)
+	if err != nil {
+		return nil, fmt.Errorf("rest: openapi document: %w", err)
+	}
+	mux, err := newAPIMux(ctx, opts.Upstream, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return &handler{
+		api:     &authenticator{next: mux, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
+		objects: opts.Objects,
+		openapi: doc,
+		ready:   opts.Ready,
+		log:     opts.Logger,
+	}, nil
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := requestid.Ensure(r.Header.Get(requestid.Header))
+	w.Header().Set(requestid.Header, id)
+	ctx := requestid.NewContext(r.Context(), id)
+	ctx = outbound.ExtractTrace(ctx, r.Header.Get("Traceparent"), r.Header.Get("Tracestate"))
+	r = r.WithContext(ctx)
+	defer h.recover(w, r)
+
+	path := r.URL.Path
+	switch {
+	case path == "/healthz":
+		h.health(w, r)
+	case path == "/openapi.json":
+		h.serveOpenAPI(w, r)
+	case h.objects != nil && strings.HasPrefix(path, "/objects/"):
+		h.objects.ServeHTTP(w, r)
+	case strings.HasPrefix(path, "/api/"):
+		h.api.ServeHTTP(w, r)
+	default:
+		httperr.Write(w, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+path))
+	}
+}
+
+// recover answers a panic with the envelope instead of a dropped
+// connection, and logs it.
+func (h *handler) recover(w http.ResponseWriter, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	h.log.Error("panic serving http", "panic", v, "method", r.Method, "path", r.URL.Path,
+		"request_id", requestid.FromContext(r.Context()))
+	httperr.Write(w, httperr.New(http.StatusInternalServerError, httperr.CodeInternal, "internal error"))
+}
+
+// onlyGet answers 405 for other methods and reports whether to go on.
+func onlyGet(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	httperr.Write(w, httperr.New(http.StatusMethodNotAllowed, httperr.CodeMethodNotAllowed, r.Method+" not allowed on "+r.URL.Path))
+	return false
+}
+
+func (h *handler) health(w http.ResponseWriter, r *http.Request) {
+	if !onlyGet(w, r) {
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	if !h.ready() {
+		httperr.Write(w, httperr.New(http.StatusServiceUnavailable, httperr.CodeInternal, "scheduler connection not ready"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+func (h *handler) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	if !onlyGet(w, r) {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(h.openapi)
+}

@@ -1,0 +1,120 @@
+package rest
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/taskmesh/taskmesh/services/gateway/internal/access"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
+)
+
+// Document returns the generated OpenAPI 2.0 document completed with what
+// the generator cannot know: the bearer security scheme and the error
+// envelope with every code, as responses of every operation. It runs once,
+// at start-up.
+func Document(generated []byte) ([]byte, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(generated, &doc); err != nil {
+		return nil, err
+	}
+	// The merged document takes the title of whichever proto came last.
+	doc["info"] = map[string]any{
+		"title":   "Taskmesh API",
+		"version": "v1",
+		"description": "Errors are answered as {\"code\": int, \"message\": string, \"data\": null}; " +
+			"see the ErrorEnvelope definition for every code. Each answer carries X-Request-Id.",
+	}
+	doc["securityDefinitions"] = map[string]any{
+		"bearer": map[string]any{
+			"type": "apiKey",
+			"in":   "header",
+			"name": "Authorization",
+			"description": "\"Bearer <secret>\": a tenant API key (tm_…) for /api/v1/… routes, " +
+				"an agent token (tma_…) for /api/v1/agent/… routes. The other kind is refused with 403.",
+		},
+	}
+	doc["security"] = []any{map[string]any{"bearer": []any{}}}
+
+	defs, _ := doc["definitions"].(map[string]any)
+	if defs == nil {
+		defs = map[string]any{}
+		doc["definitions"] = defs
+	}
+	defs["ErrorEnvelope"] = envelopeSchema()
+
+	paths, _ := doc["paths"].(map[string]any)
+	for path, item := range paths {
+		ops, ok := item.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("path %s is not an object", path)
+		}
+		for _, op := range ops {
+			op, ok := op.(map[string]any)
+			if !ok {
+				continue // e.g. a path-level "parameters" list
+			}
+			responses, _ := op["responses"].(map[string]any)
+			if responses == nil {
+				responses = map[string]any{}
+				op["responses"] = responses
+			}
+			for status, desc := range errorResponses(strings.HasPrefix(path, access.AgentRoutePrefix)) {
+				responses[strconv.Itoa(status)] = map[string]any{
+					"description": desc,
+					"schema":      map[string]any{"$ref": "#/definitions/ErrorEnvelope"},
+				}
+			}
+		}
+	}
+	return json.MarshalIndent(doc, "", "  ")
+}
+
+// envelopeSchema documents the envelope and lists every code.
+func envelopeSchema() map[string]any {
+	var enum []any
+	var lines []string
+	for _, c := range httperr.Codes {
+		enum = append(enum, c.Code)
+		lines = append(lines, fmt.Sprintf("%d (HTTP %d): %s", c.Code, c.HTTPStatus, c.Meaning))
+	}
+	return map[string]any{
+		"type":     "object",
+		"required": []any{"code", "message", "data"},
+		"properties": map[string]any{
+			"code": map[string]any{
+				"type":        "integer",
+				"format":      "int32",
+				"enum":        enum,
+				"description": "Business code, separate from the HTTP status:\n" + strings.Join(lines, "\n"),
+			},
+			"message": map[string]any{"type": "string"},
+			"data":    map[string]any{"type": "object", "x-nullable": true, "description": "Always null."},
+		},
+		"example": map[string]any{"code": httperr.CodeAttemptMismatch, "message": "attempt mismatch", "data": nil},
+	}
+}
+
+// errorResponses returns the error statuses of an operation with the codes
+// each can carry. 410 (lease expired) only concerns the agent routes.
+func errorResponses(agentRoute bool) map[int]string {
+	byStatus := map[int][]string{}
+	for _, c := range httperr.Codes {
+		switch {
+		case c.Code == httperr.CodeMethodNotAllowed:
+			continue // an operation is a path and its method
+		case c.Code == httperr.CodeLeaseExpired && !agentRoute:
+			continue
+		}
+		byStatus[c.HTTPStatus] = append(byStatus[c.HTTPStatus], fmt.Sprintf("%d %s", c.Code, c.Meaning))
+	}
+	byStatus[503] = []string{fmt.Sprintf("%d service unavailable", httperr.CodeInternal)}
+	out := map[int]string{}
+	for _, s := range slices.Sorted(maps.Keys(byStatus)) {
+		out[s] = strings.Join(byStatus[s], "; ")
+	}
+	return out
+}

@@ -1,0 +1,135 @@
+package gateway_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/schedulertest"
+)
+
+const completeBody = `{"agent_id":"agent-001","attempt_id":"attempt-1","exit_code":0}`
+
+func TestRESTBusinessErrors(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name        string
+		err         error
+		wantStatus  int
+		wantCode    int
+		wantMessage string
+	}{
+		{"attempt mismatch", schedulertest.BusinessError(codes.Aborted, "attempt mismatch", taskv1.ErrorCode_ERROR_CODE_ATTEMPT_MISMATCH), 409, 30001, "attempt mismatch"},
+		{"task immutable", schedulertest.BusinessError(codes.FailedPrecondition, "task is completed", taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE), 409, 30002, "task is completed"},
+		{"lease expired", schedulertest.BusinessError(codes.FailedPrecondition, "lease expired", taskv1.ErrorCode_ERROR_CODE_LEASE_EXPIRED), 410, 30003, "lease expired"},
+		{"task not found", schedulertest.BusinessError(codes.NotFound, "task not found", taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND), 404, 30004, "task not found"},
+		{"invalid argument", schedulertest.BusinessError(codes.InvalidArgument, "exit_code required", taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT), 400, 30005, "exit_code required"},
+		{"internal", schedulertest.BusinessError(codes.Internal, "relation tasks does not exist", taskv1.ErrorCode_ERROR_CODE_INTERNAL), 500, 30099, "internal error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.fake.Fail("CompleteTask", tt.err)
+			r := e.do(t, "POST", "/api/v1/agent/tasks/task-001/complete", e.agentSec, completeBody)
+			assertEnvelope(t, r, tt.wantStatus, tt.wantCode, tt.wantMessage)
+		})
+	}
+	// The internal message is logged, not answered.
+	if logs := e.logs.String(); !strings.Contains(logs, "relation tasks does not exist") {
+		t.Error("the internal error's message was not logged")
+	}
+}
+
+func TestRESTGRPCCodeFallbacks(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		code        codes.Code
+		wantStatus  int
+		wantCode    int
+		wantMessage string
+	}{
+		{codes.InvalidArgument, 400, 30005, "bad field"},
+		{codes.NotFound, 404, 30004, "bad field"},
+		{codes.Aborted, 409, 30001, "bad field"},
+		{codes.FailedPrecondition, 409, 30002, "bad field"},
+		{codes.Unauthenticated, 401, 401, "bad field"},
+		{codes.PermissionDenied, 403, 403, "bad field"},
+		{codes.ResourceExhausted, 429, 429, "bad field"},
+		{codes.Unavailable, 503, 30099, "service unavailable"},
+		{codes.Internal, 500, 30099, "internal error"},
+		{codes.Unknown, 500, 30099, "internal error"},
+		{codes.DeadlineExceeded, 500, 30099, "internal error"},
+		{codes.Unimplemented, 500, 30099, "internal error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.code.String(), func(t *testing.T) {
+			e.fake.Fail("GetTask", status.Error(tt.code, "bad field"))
+			r := e.do(t, "GET", "/api/v1/tasks/task-001", e.userSecret, "")
+			assertEnvelope(t, r, tt.wantStatus, tt.wantCode, tt.wantMessage)
+		})
+	}
+}
+
+func TestRESTMalformedBodies(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name, method, path, bearer, body string
+	}{
+		{"malformed JSON", "POST", "/api/v1/agent/tasks/claim", "agent", `{"agent_id": "agent-001",`},
+		{"not an object", "POST", "/api/v1/agent/tasks/claim", "agent", `[1,2]`},
+		{"unknown field", "POST", "/api/v1/agent/tasks/claim", "agent", `{"agent_id":"agent-001","limitt":3}`},
+		{"wrong type", "POST", "/api/v1/agent/tasks/claim", "agent", `{"agent_id":"agent-001","limit":"ten"}`},
+		{"unknown field in task spec", "POST", "/api/v1/tasks", "user", `{"name":"t","command":"python","prioritee":3}`},
+		{"camelCase is not the documented name", "POST", "/api/v1/agent/tasks/t1/complete", "agent", `{"agent_id":"a","attempt_id":"b","exitCode":0,"bogus":1}`},
+		{"body too large", "POST", "/api/v1/tasks", "user", `{"name":"` + strings.Repeat("x", 2<<20) + `"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.fake.Reset()
+			bearer := e.userSecret
+			if tt.bearer == "agent" {
+				bearer = e.agentSec
+			}
+			r := e.do(t, tt.method, tt.path, bearer, tt.body)
+			assertEnvelope(t, r, http.StatusBadRequest, 30005, "")
+			if calls := e.fake.Calls(); len(calls) != 0 {
+				t.Errorf("the scheduler got %d calls, want none", len(calls))
+			}
+		})
+	}
+}
+
+func TestRESTRoutingErrors(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name, method, path string
+		bearer             bool
+		wantStatus         int
+		wantCode           int
+	}{
+		{"unknown api route", "GET", "/api/v1/nothing", true, 404, 404},
+		{"unknown agent route", "POST", "/api/v1/agent/tasks/t1/strat", false, 404, 404},
+		{"wrong method", "DELETE", "/api/v1/tasks", true, 405, 405},
+		{"outside the api", "GET", "/index.html", false, 404, 404},
+		{"post to healthz", "POST", "/healthz", false, 405, 405},
+		{"post to openapi", "POST", "/openapi.json", false, 405, 405},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bearer := ""
+			if tt.bearer {
+				bearer = e.userSecret
+			} else if tt.path[:min(len(tt.path), 14)] == "/api/v1/agent/" {
+				bearer = e.agentSec
+			}
+			r := e.do(t, tt.method, tt.path, bearer, "")
+			assertEnvelope(t, r, tt.wantStatus, tt.wantCode, "")
+		})
+	}
+	if calls := e.fake.Calls(); len(calls) != 0 {
+		t.Errorf("the scheduler got %d calls, want none", len(calls))
+	}
+}

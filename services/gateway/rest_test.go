@@ -1,0 +1,266 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+)
+
+var (
+	assignedAt = time.Date(2026, 2, 5, 12, 0, 0, 0, time.UTC)
+	leaseUntil = time.Date(2026, 2, 5, 12, 5, 0, 0, time.UTC)
+)
+
+// claimedTask is seed 004 §10.1's claim example.
+func claimedTask() *taskv1.Task {
+	return &taskv1.Task{
+		Id:              "task-001",
+		Command:         "python",
+		Args:            []string{"train.py"},
+		Priority:        3,
+		Status:          "assigned",
+		AssignedAgentId: "agent-001",
+		AssignedAt:      timestamppb.New(assignedAt),
+		LeaseExpiresAt:  timestamppb.New(leaseUntil),
+		AttemptId:       "attempt-uuid-1",
+	}
+}
+
+func TestRESTClaimAnswer(t *testing.T) {
+	e := newEnv(t)
+	e.fake.Respond("ClaimTasks", &taskv1.ClaimTasksResponse{Tasks: []*taskv1.Task{claimedTask()}, RequestId: "req-uuid-1"})
+	r := e.do(t, "POST", "/api/v1/agent/tasks/claim", e.agentSec, claimBody)
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if got := r.header.Get("Cache-Control"); got != "no-store" {
+		t.Errorf("Cache-Control = %q, want no-store", got)
+	}
+	body := r.json(t)
+	tasks, ok := body["tasks"].([]any)
+	if !ok || len(tasks) != 1 {
+		t.Fatalf("body = %s, want {\"tasks\":[…]}", r.body)
+	}
+	task := tasks[0].(map[string]any)
+	want := map[string]any{
+		"id": "task-001", "command": "python", "args": []any{"train.py"}, "priority": float64(3),
+		"status": "assigned", "assigned_agent_id": "agent-001", "assigned_at": "2026-02-05T12:00:00Z",
+		"lease_expires_at": "2026-02-05T12:05:00Z", "attempt_id": "attempt-uuid-1",
+	}
+	for k, v := range want {
+		if got, _ := json.Marshal(task[k]); string(got) != mustJSON(v) {
+			t.Errorf("tasks[0].%s = %s, want %s", k, got, mustJSON(v))
+		}
+	}
+	// The request reached the scheduler decoded from snake_case.
+	c, _ := e.fake.LastCall()
+	wantReq := &taskv1.ClaimTasksRequest{AgentId: "agent-001", MachineId: "m-1", Limit: 1, RequestId: "req-uuid-1"}
+	if !proto.Equal(c.Request, wantReq) {
+		t.Errorf("scheduler got %v, want %v", c.Request, wantReq)
+	}
+
+	// Errors on agent routes are not cacheable either.
+	e.fake.Fail("ClaimTasks", context.DeadlineExceeded)
+	if r := e.do(t, "POST", "/api/v1/agent/tasks/claim", e.agentSec, claimBody); r.header.Get("Cache-Control") != "no-store" {
+		t.Errorf("error answer: Cache-Control = %q, want no-store", r.header.Get("Cache-Control"))
+	}
+	if r := e.do(t, "POST", "/api/v1/agent/tasks/claim", "", claimBody); r.header.Get("Cache-Control") != "no-store" {
+		t.Errorf("401 answer: Cache-Control = %q, want no-store", r.header.Get("Cache-Control"))
+	}
+}
+
+func TestRESTTaskAnswerIsBareSnakeCase(t *testing.T) {
+	e := newEnv(t)
+	task := claimedTask()
+	task.Status = "running"
+	e.fake.Respond("GetTask", &taskv1.GetTaskResponse{Task: task})
+	r := e.do(t, "GET", "/api/v1/tasks/task-001", e.userSecret, "")
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	body := r.json(t)
+	if _, wrapped := body["task"]; wrapped {
+		t.Errorf("task is wrapped: %s", r.body)
+	}
+	if body["id"] != "task-001" || body["assigned_agent_id"] != "agent-001" || body["lease_expires_at"] != "2026-02-05T12:05:00Z" {
+		t.Errorf("body = %s", r.body)
+	}
+	// Unset fields are present (EmitUnpopulated), with proto names only.
+	for _, k := range []string{"stdout", "stderr", "retry_count", "machine_id", "depends_on", "started_at", "ended_at", "progress_message"} {
+		if _, ok := body[k]; !ok {
+			t.Errorf("field %q missing from %s", k, r.body)
+		}
+	}
+	for k := range body {
+		if regexp.MustCompile(`[A-Z]`).MatchString(k) {
+			t.Errorf("field %q is not snake_case", k)
+		}
+	}
+	if c, _ := e.fake.LastCall(); !proto.Equal(c.Request, &taskv1.GetTaskRequest{Id: "task-001"}) {
+		t.Errorf("scheduler got %v", c.Request)
+	}
+
+	// Create: the body is the spec, the answer the bare first task.
+	e.fake.Respond("CreateTask", &taskv1.CreateTaskResponse{Task: &taskv1.Task{Id: "task-9", Name: "train", Status: "pending"}, TaskIds: []string{"task-9"}})
+	r = e.do(t, "POST", "/api/v1/tasks?request_id=idem-1", e.userSecret, `{"name":"train","command":"python","args":["train.py"],"priority":3,"max_retries":2}`)
+	if r.status != 200 {
+		t.Fatalf("create: status %d: %s", r.status, r.body)
+	}
+	if b := r.json(t); b["id"] != "task-9" || b["status"] != "pending" {
+		t.Errorf("create answer = %s", r.body)
+	}
+	c, _ := e.fake.LastCall()
+	req := c.Request.(*taskv1.CreateTaskRequest)
+	if req.GetRequestId() != "idem-1" || req.GetSpec().GetName() != "train" || req.GetSpec().GetPriority() != 3 || req.GetSpec().GetMaxRetries() != 2 {
+		t.Errorf("scheduler got %v", req)
+	}
+}
+
+func TestRESTRequestID(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name, sent string
+		wantEcho   bool
+	}{
+		{name: "generated when absent"},
+		{name: "echoed when sane", sent: "req-uuid-42", wantEcho: true},
+		{name: "replaced when not sane", sent: "bad id\twith tab"},
+		{name: "replaced when too long", sent: strings.Repeat("a", 200)},
+	}
+	hex32 := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var headers []string
+			if tt.sent != "" {
+				headers = []string{"X-Request-Id", tt.sent}
+			}
+			r := e.do(t, "GET", "/api/v1/tasks", e.userSecret, "", headers...)
+			got := r.header.Get("X-Request-Id")
+			switch {
+			case tt.wantEcho && got != tt.sent:
+				t.Errorf("X-Request-Id = %q, want %q echoed", got, tt.sent)
+			case !tt.wantEcho && !hex32.MatchString(got):
+				t.Errorf("X-Request-Id = %q, want a generated id", got)
+			}
+			c, _ := e.fake.LastCall()
+			if fwd := c.MD.Get("x-request-id"); len(fwd) != 1 || fwd[0] != got {
+				t.Errorf("scheduler got x-request-id %q, want %q", fwd, got)
+			}
+		})
+	}
+	// Error answers carry it too.
+	if r := e.do(t, "GET", "/api/v1/tasks", "", ""); !hex32.MatchString(r.header.Get("X-Request-Id")) {
+		t.Errorf("401 answer without X-Request-Id")
+	}
+}
+
+func TestRESTTraceContextForwarded(t *testing.T) {
+	e := newEnv(t)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	e.do(t, "GET", "/api/v1/tasks", e.userSecret, "",
+		"Traceparent", "00-"+traceID+"-00f067aa0ba902b7-01", "Tracestate", "vendor=x", "Baggage", "user=evil")
+	c, _ := e.fake.LastCall()
+	tp := c.MD.Get("traceparent")
+	if len(tp) != 1 || !strings.HasPrefix(tp[0], "00-"+traceID+"-") {
+		t.Errorf("traceparent = %q, want trace %s", tp, traceID)
+	}
+	if ts := c.MD.Get("tracestate"); len(ts) != 1 || ts[0] != "vendor=x" {
+		t.Errorf("tracestate = %q", ts)
+	}
+	if b := c.MD.Get("baggage"); len(b) != 0 {
+		t.Errorf("baggage %q reached the scheduler", b)
+	}
+}
+
+func TestOpenAPIDocument(t *testing.T) {
+	e := newEnv(t)
+	r := e.do(t, "GET", "/openapi.json", "", "")
+	if r.status != 200 || r.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d, type %q", r.status, r.header.Get("Content-Type"))
+	}
+	var doc struct {
+		Swagger             string
+		SecurityDefinitions map[string]map[string]any `json:"securityDefinitions"`
+		Security            []map[string][]string
+		Definitions         map[string]struct {
+			Properties map[string]struct {
+				Enum []int
+			}
+		}
+		Paths map[string]map[string]struct {
+			Responses map[string]struct {
+				Schema struct {
+					Ref string `json:"$ref"`
+				}
+			}
+		}
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Fatalf("not valid JSON: %v", err)
+	}
+	if doc.Swagger != "2.0" {
+		t.Errorf("swagger = %q", doc.Swagger)
+	}
+	if b := doc.SecurityDefinitions["bearer"]; b["type"] != "apiKey" || b["in"] != "header" || b["name"] != "Authorization" {
+		t.Errorf("securityDefinitions.bearer = %v", b)
+	}
+	if len(doc.Security) != 1 || doc.Security[0]["bearer"] == nil {
+		t.Errorf("security = %v", doc.Security)
+	}
+	enum := doc.Definitions["ErrorEnvelope"].Properties["code"].Enum
+	for _, want := range []int{30001, 30002, 30003, 30004, 30005, 30099, 401, 403, 429} {
+		found := false
+		for _, c := range enum {
+			found = found || c == want
+		}
+		if !found {
+			t.Errorf("ErrorEnvelope code enum %v lacks %d", enum, want)
+		}
+	}
+	claim := doc.Paths["/api/v1/agent/tasks/claim"]["post"].Responses
+	getTask := doc.Paths["/api/v1/tasks/{id}"]["get"].Responses
+	for _, status := range []string{"400", "401", "403", "404", "409", "410", "429", "500", "503"} {
+		if claim[status].Schema.Ref != "#/definitions/ErrorEnvelope" {
+			t.Errorf("claim lacks the %s error response", status)
+		}
+	}
+	for _, status := range []string{"401", "403", "404", "409", "429", "500"} {
+		if getTask[status].Schema.Ref != "#/definitions/ErrorEnvelope" {
+			t.Errorf("GET task lacks the %s error response", status)
+		}
+	}
+	if _, ok := getTask["410"]; ok {
+		t.Error("GET task documents 410, which only lease routes answer")
+	}
+	if _, ok := getTask["200"]; !ok {
+		t.Error("the generated 200 response was lost")
+	}
+}
+
+func TestHealthzAndObjects(t *testing.T) {
+	objects := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("object " + r.URL.Path + "?" + r.URL.RawQuery))
+	})
+	e := newEnv(t, withObjects(objects))
+	r := e.do(t, "GET", "/healthz", "", "")
+	if r.status != 200 || r.json(t)["status"] != "ok" {
+		t.Errorf("healthz: %d %s", r.status, r.body)
+	}
+	// Objects need no bearer (the URL is signed) and see the full path.
+	r = e.do(t, "GET", "/objects/results/t1.bin?sig=abc", "", "")
+	if r.status != 200 || string(r.body) != "object /objects/results/t1.bin?sig=abc" {
+		t.Errorf("objects: %d %s", r.status, r.body)
+	}
+	// Without an object handler the path is an ordinary unknown route.
+	e2 := newEnv(t)
+	assertEnvelope(t, e2.do(t, "GET", "/objects/x", "", ""), 404, 404, "")
+}
