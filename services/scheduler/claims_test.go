@@ -14,7 +14,9 @@ import (
 // 16 agents claiming in batches over 5,000 tasks never get the same task,
 // and every task is handed out exactly once.
 func TestConcurrentAgentsNeverClaimTheSameTask(t *testing.T) {
-	e := newEnv(t)
+	// Agents that go quiet are lost after AgentLostAfter and their tasks
+	// re-leased (tested elsewhere); here every lease must be the only one.
+	e := newEnv(t, func(c *scheduler.Config) { c.Timing.AgentLostAfter = time.Hour })
 	ctx := user("tenant-a")
 	const n = 5000
 	var wg sync.WaitGroup
@@ -30,6 +32,7 @@ func TestConcurrentAgentsNeverClaimTheSameTask(t *testing.T) {
 			}
 		}(w)
 	}
+	wg.Wait()
 	var (
 		mu    sync.Mutex
 		owner = map[string]string{}
@@ -72,6 +75,10 @@ func TestConcurrentAgentsNeverClaimTheSameTask(t *testing.T) {
 	var assigned int
 	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM tasks WHERE status = 'assigned'`).Scan(&assigned); err != nil || assigned != n {
 		t.Fatalf("assigned rows = %d, %v", assigned, err)
+	}
+	var leases, tasks int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT aggregate_id) FROM events WHERE event_type = 'TaskLeased'`).Scan(&leases, &tasks); err != nil || leases != n || tasks != n {
+		t.Fatalf("TaskLeased events = %d for %d tasks, %v", leases, tasks, err)
 	}
 }
 

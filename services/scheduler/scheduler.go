@@ -23,8 +23,10 @@ import (
 	"github.com/taskmesh/taskmesh/platform/outbox"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/projection"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/views"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
 )
 
@@ -79,6 +81,7 @@ type Service struct {
 	app   *app.App
 	hub   *app.Hub
 	gc    *pg.GroupCommitter
+	tasks *pg.KeyedBatcher[domain.Task, postgres.Traced]
 	relay *outbox.Relay
 	log   *slog.Logger
 }
@@ -119,9 +122,11 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, hub: app.NewHub(), log: cfg.Logger.With("service", "scheduler")}
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "scheduler", Topic: cfg.Topic, Partitions: cfg.Partitions,
 		Kafka: cfg.Kafka, Logger: s.log})
-	s.gc = pg.NewGroupCommitter(cfg.DB, pg.GroupCommitOptions{Workers: cfg.Writers, MaxBatch: 128, AfterCommit: s.relay.Notify})
+	s.gc = pg.NewGroupCommitter(cfg.DB, pg.GroupCommitOptions{Workers: max(1, cfg.Writers/2), MaxBatch: 128, AfterCommit: s.relay.Notify})
+	s.tasks = pg.NewKeyedBatcher[domain.Task, postgres.Traced](cfg.DB, postgres.TaskStore{}, pg.KeyedBatcherOptions{
+		Workers: max(1, cfg.Writers/2), MaxBatch: 256, Retryable: postgres.IsConflict, AfterCommit: s.relay.Notify})
 	t := cfg.Timing
-	s.app = app.New(cfg.DB, s.gc, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
+	s.app = app.New(cfg.DB, s.gc, s.tasks, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
 		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait}, s.log)
 	return s, nil
@@ -159,6 +164,7 @@ func (s *Service) Run(ctx context.Context) error {
 	<-ctx.Done()
 	wg.Wait()
 	s.gc.Close()
+	s.tasks.Close()
 	return nil
 }
 

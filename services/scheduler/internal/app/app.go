@@ -12,10 +12,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskmesh/taskmesh/platform/objectstore"
+	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
@@ -68,6 +68,7 @@ func (c *Config) defaults() {
 type App struct {
 	pool    *pgxpool.Pool
 	gc      *pg.GroupCommitter
+	tasks   *pg.KeyedBatcher[domain.Task, postgres.Traced]
 	objects objectstore.Store
 	now     func() time.Time
 	cfg     Config
@@ -75,13 +76,15 @@ type App struct {
 	log     *slog.Logger
 }
 
-// New returns the use cases over pool; writes go through gc.
-func New(pool *pgxpool.Pool, gc *pg.GroupCommitter, objects objectstore.Store, now func() time.Time, hub *Hub, cfg Config, log *slog.Logger) *App {
+// New returns the use cases over pool. Changes to existing tasks go
+// through tasks (set-based batches); creations and claims through gc.
+func New(pool *pgxpool.Pool, gc *pg.GroupCommitter, tasks *pg.KeyedBatcher[domain.Task, postgres.Traced], objects objectstore.Store,
+	now func() time.Time, hub *Hub, cfg Config, log *slog.Logger) *App {
 	cfg.defaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &App{pool: pool, gc: gc, objects: objects, now: func() time.Time { return now().UTC() }, cfg: cfg, hub: hub, log: log}
+	return &App{pool: pool, gc: gc, tasks: tasks, objects: objects, now: func() time.Time { return now().UTC() }, cfg: cfg, hub: hub, log: log}
 }
 
 // Caller is who asks: a tenant's user, an agent, or an admin.
@@ -108,44 +111,27 @@ func (c Caller) checkAgent(agentID string) error {
 	return nil
 }
 
-// mutate runs one domain decision on one task in a group-committed
-// transaction and returns the task after it. A decision that records
-// nothing (an idempotent repeat) returns the task as it was.
-//
-// Another replica may change the task between load and save; the event
-// store then refuses the version and the decision is made again on the
-// fresh state (a few times at most).
+// mutate runs one domain decision on one task, batched with concurrent
+// decisions on other tasks (pg.KeyedBatcher: one lock query, one event
+// append and one row write per batch), and returns the task after it. A
+// decision that records nothing (an idempotent repeat) returns the task as
+// it was. Tasks of other tenants do not exist for the caller.
 func (a *App) mutate(ctx context.Context, tenant, id string, decide func(t domain.Task, now time.Time) ([]domain.Record, error)) (domain.Task, error) {
-	for attempt := 0; ; attempt++ {
-		out, err := a.mutateOnce(ctx, tenant, id, decide)
-		if err != nil && postgres.IsConflict(err) && attempt < 4 {
-			continue
-		}
-		return out, err
-	}
-}
-
-func (a *App) mutateOnce(ctx context.Context, tenant, id string, decide func(t domain.Task, now time.Time) ([]domain.Record, error)) (domain.Task, error) {
-	var out domain.Task
-	err := a.gc.Do(ctx, id, func(ctx context.Context, tx pgx.Tx) error {
-		t, err := postgres.Lock(ctx, tx, tenant, id)
-		if err != nil {
-			return err
+	trace := otel.Inject(ctx)
+	out, err := a.tasks.Do(ctx, id, func(t domain.Task, found bool) (domain.Task, []postgres.Traced, error) {
+		if !found || (tenant != "*" && t.TenantID != tenant) {
+			return t, nil, domain.ErrNotFound
 		}
 		recs, err := decide(t, a.now())
 		if err != nil {
-			return err
+			return t, nil, err
 		}
-		if len(recs) == 0 {
-			out = t
-			return nil
+		events := make([]postgres.Traced, len(recs))
+		for i, r := range recs {
+			t = domain.Apply(t, r)
+			events[i] = postgres.Traced{Record: r, Trace: trace}
 		}
-		after, err := postgres.Save(ctx, tx, postgres.Change{Before: t, Records: recs})
-		if err != nil {
-			return err
-		}
-		out = after[0]
-		return nil
+		return t, events, nil
 	})
 	if err == nil {
 		a.hub.Changed(out)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/otel"
+	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -88,20 +89,27 @@ func Lock(ctx context.Context, tx pgx.Tx, tenant, id string) (domain.Task, error
 type Change struct {
 	Before  domain.Task // zero for a new task
 	Records []domain.Record
+	// Traces, when set, holds each record's trace context (commands batched
+	// together come from different requests); otherwise ctx's is used.
+	Traces []map[string]string
 }
 
 // Save appends the events of every change and writes the tasks rows, all
-// in tx, and returns the tasks after the changes. Trace context from ctx is
-// stored with the events so consumers continue the trace.
+// in tx, and returns the tasks after the changes. Trace context is stored
+// with the events so Kafka consumers continue the caller's trace.
 func Save(ctx context.Context, tx pgx.Tx, changes ...Change) ([]domain.Task, error) {
 	trace := otel.Inject(ctx)
 	var evs []eventstore.Event
 	after := make([]domain.Task, 0, len(changes))
 	for _, c := range changes {
 		t := c.Before
-		for _, r := range c.Records {
+		for i, r := range c.Records {
 			t = domain.Apply(t, r)
 			id := uuid.NewString()
+			trace := trace
+			if i < len(c.Traces) {
+				trace = c.Traces[i]
+			}
 			payload, err := codec.Marshal(id, t.ID, t.TenantID, t.Version, r, trace)
 			if err != nil {
 				return nil, err
@@ -226,4 +234,46 @@ func SameDoc(a, b domain.Task) bool {
 	x, err1 := json.Marshal(a)
 	y, err2 := json.Marshal(b)
 	return err1 == nil && err2 == nil && string(x) == string(y)
+}
+
+// Traced is a recorded event with the trace context of the request that
+// caused it.
+type Traced struct {
+	domain.Record
+	Trace map[string]string
+}
+
+// TaskStore is the pg.KeyedStore of tasks: batches of commands lock their
+// tasks with one query and save every change with one Save.
+type TaskStore struct{}
+
+// Lock loads and locks the tasks (any tenant; deleted ones are absent).
+func (TaskStore) Lock(ctx context.Context, tx pgx.Tx, ids []string) (map[string]domain.Task, error) {
+	rows, err := tx.Query(ctx, `SELECT doc FROM tasks WHERE id = ANY($1::text[]) AND NOT deleted ORDER BY id FOR UPDATE`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("lock tasks: %w", err)
+	}
+	ts, err := scanTasks(rows)
+	if err != nil {
+		return nil, fmt.Errorf("lock tasks: %w", err)
+	}
+	out := make(map[string]domain.Task, len(ts))
+	for _, t := range ts {
+		out[t.ID] = t
+	}
+	return out, nil
+}
+
+// Save writes a batch's changes.
+func (TaskStore) Save(ctx context.Context, tx pgx.Tx, changes []pg.KeyedChange[domain.Task, Traced]) error {
+	list := make([]Change, len(changes))
+	for i, c := range changes {
+		ch := Change{Before: c.Before, Records: make([]domain.Record, len(c.Events)), Traces: make([]map[string]string, len(c.Events))}
+		for j, e := range c.Events {
+			ch.Records[j], ch.Traces[j] = e.Record, e.Trace
+		}
+		list[i] = ch
+	}
+	_, err := Save(ctx, tx, list...)
+	return err
 }
