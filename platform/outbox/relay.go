@@ -213,12 +213,23 @@ func (r *Relay) session(ctx context.Context) (held bool, err error) {
 
 	timer := time.NewTimer(r.cfg.PollInterval)
 	defer timer.Stop()
+	var (
+		lastSaved time.Time
+		saved     = cursor
+	)
 	for {
 		batch, err := readBatch(ctx, conn, cursor, r.cfg.BatchSize)
 		if err != nil {
 			return true, err
 		}
 		if len(batch) == 0 {
+			if saved != cursor {
+				// Idle: record how far the relay got.
+				if err := saveCheckpoint(ctx, conn, r.cfg.Name, cursor); err != nil {
+					return true, err
+				}
+				saved, lastSaved = cursor, time.Now()
+			}
 			timer.Reset(r.cfg.PollInterval)
 			select {
 			case <-ctx.Done():
@@ -232,8 +243,15 @@ func (r *Relay) session(ctx context.Context) (held bool, err error) {
 			return true, err
 		}
 		cursor = batch[len(batch)-1].pos
-		if err := saveCheckpoint(ctx, conn, r.cfg.Name, cursor); err != nil {
-			return true, err
+		// The checkpoint only shortens a successor's start (it reads the
+		// partitions' tails anyway), so a busy relay writes it at most every
+		// checkpointEvery instead of committing per batch; an idle one
+		// writes it at once (above).
+		if time.Since(lastSaved) >= checkpointEvery {
+			if err := saveCheckpoint(ctx, conn, r.cfg.Name, cursor); err != nil {
+				return true, err
+			}
+			saved, lastSaved = cursor, time.Now()
 		}
 		r.setCursor(cursor)
 	}
@@ -297,6 +315,9 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partit
 	r.published.Add(int64(len(records)))
 	return nil
 }
+
+// checkpointEvery bounds how often a busy relay writes its checkpoint.
+const checkpointEvery = 200 * time.Millisecond
 
 // row is an event as the relay reads it.
 type row struct {

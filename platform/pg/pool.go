@@ -45,6 +45,22 @@ func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		searchPath = pgx.Identifier{cfg.Schema}.Sanitize() + ", public"
 	}
 	pcfg.ConnConfig.RuntimeParams["search_path"] = searchPath
+	// Taskmesh's queries are short OLTP statements. Their generic plans can
+	// carry pessimistic cost estimates (a claim scanning for rows that match
+	// many parameters looks like a full scan), which makes PostgreSQL
+	// JIT-compile them: 100–600 ms of compilation for a 1 ms query. A URL
+	// that sets jit (options=-c jit=on) wins over this default.
+	//
+	// For the same reason every execution gets a custom plan: a generic plan
+	// made while a queue table was nearly empty (a fresh deployment, a
+	// benchmark) keeps its sequential scans long after the table grew,
+	// because nothing re-plans it until the table is analyzed. Taskmesh
+	// batches its writes, so planning happens per batch, not per command.
+	for param, value := range map[string]string{"jit": "off", "plan_cache_mode": "force_custom_plan"} {
+		if _, set := pcfg.ConnConfig.RuntimeParams[param]; !set {
+			pcfg.ConnConfig.RuntimeParams[param] = value
+		}
+	}
 	if cfg.ApplicationName != "" {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = cfg.ApplicationName
 	}

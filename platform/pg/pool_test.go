@@ -122,3 +122,12 @@ func TestOpenTracesQueries(t *testing.T) {
 		t.Errorf("no child span of the request carries the query; %d spans ended", len(rec.Ended()))
 	}
 }
+
+func TestOpenPlansForOLTP(t *testing.T) {
+	pool := pgtest.New(t).Open(t, "plancheck")
+	var jit, mode string
+	if err := pool.QueryRow(context.Background(), `SELECT current_setting('jit'), current_setting('plan_cache_mode')`).Scan(&jit, &mode); err != nil ||
+		jit != "off" || mode != "force_custom_plan" {
+		t.Fatalf("jit = %q, plan_cache_mode = %q, %v", jit, mode, err)
+	}
+}

@@ -3,6 +3,7 @@ module github.com/taskmesh/taskmesh/services/scheduler
 go 1.26.0
 
 require (
+	github.com/goccy/go-json v0.12.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/taskmesh/taskmesh/gen v0.0.0

@@ -58,7 +58,7 @@ func newEnv(t testing.TB, mutate ...func(*scheduler.Config)) *env {
 	t.Cleanup(pool.Close)
 	e := &env{t: t, pool: pool, broker: kafkatest.New(t, kafkatest.WithPartitions(4)), clock: &clock{}}
 	cfg := scheduler.Config{DB: e.pool, Kafka: e.broker.Config(), Partitions: 4, Now: e.clock.Now,
-		Timing: scheduler.Timing{SweepInterval: 50 * time.Millisecond, PreemptGap: -1, PreemptAfter: 200 * time.Millisecond}}
+		Timing: scheduler.Timing{SweepInterval: 50 * time.Millisecond, PreemptAfter: 200 * time.Millisecond}}
 	for _, m := range mutate {
 		m(&cfg)
 	}

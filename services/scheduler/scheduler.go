@@ -54,8 +54,9 @@ func Migrations() []pg.MigrationSet {
 type Timing struct {
 	AgentLostAfter, TimeoutSlack, ResultURLTTL, UploadURLTTL time.Duration
 	PreemptAfter, PreemptMaxWait                             time.Duration
-	// PreemptGap is seed 004's preemption rule (priority gap ≥ 3); 0 turns
-	// preemption off, -1 keeps the default 3.
+	// PreemptGap is the priority gap from which a waiting task preempts
+	// running work: 0 means seed 004's rule (3); a negative value turns
+	// preemption off.
 	PreemptGap    int
 	SweepInterval time.Duration // default 1s
 }
@@ -94,10 +95,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Writers <= 0 {
 		cfg.Writers = 4
 	}
-	// Five connections are held for the service's lifetime (relay, two
-	// projection runners, sweeper, LISTEN); writers and reads need the rest.
-	if need := int32(5 + cfg.Writers + 4); cfg.DB.Config().MaxConns < need {
-		return nil, fmt.Errorf("scheduler: the database pool allows %d connections; it needs at least %d (5 long-lived, %d writers, 4 for reads)",
+	// Four connections are held for the service's lifetime (relay,
+	// projection runner, sweeper, LISTEN); writers and reads need the rest.
+	if need := int32(4 + cfg.Writers + 4); cfg.DB.Config().MaxConns < need {
+		return nil, fmt.Errorf("scheduler: the database pool allows %d connections; it needs at least %d (4 long-lived, %d writers, 4 for reads)",
 			cfg.DB.Config().MaxConns, need, cfg.Writers)
 	}
 	if cfg.Topic == "" {
@@ -116,8 +117,11 @@ func New(cfg Config) (*Service, error) {
 		cfg.Timing.SweepInterval = time.Second
 	}
 	gap := cfg.Timing.PreemptGap
-	if gap < 0 {
+	switch {
+	case gap == 0:
 		gap = 3
+	case gap < 0:
+		gap = 0 // off
 	}
 	s := &Service{cfg: cfg, hub: app.NewHub(), log: cfg.Logger.With("service", "scheduler")}
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "scheduler", Topic: cfg.Topic, Partitions: cfg.Partitions,
@@ -148,17 +152,12 @@ func (s *Service) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); f(ctx) }()
 	}
 	run(func(ctx context.Context) { _ = s.relay.Run(ctx) })
-	for _, p := range []struct {
-		name    string
-		handler projection.Handler
-	}{
-		{"task_views", views.TaskViews{Table: "task_views"}},
-		{"audit_logs", views.AuditLogs{Table: "audit_logs"}},
-	} {
-		runner := projection.NewRunner(s.cfg.DB, projection.Config{Name: p.name, Topic: s.cfg.Topic,
-			Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, p.handler)
-		run(func(ctx context.Context) { _ = runner.Run(ctx) })
-	}
+	// One consumer feeds both read models (one fetch, one decode, one
+	// commit per batch).
+	runner := projection.NewRunner(s.cfg.DB, projection.Config{Name: readModels, Topic: s.cfg.Topic,
+		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, readModelHandler(map[string]string{
+		"task_views": "task_views", "audit_logs": "audit_logs"}))
+	run(func(ctx context.Context) { _ = runner.Run(ctx) })
 	run(func(ctx context.Context) { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval) })
 	run(func(ctx context.Context) { s.hub.Run(ctx, s.cfg.DB) })
 	<-ctx.Done()
@@ -168,12 +167,15 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
+// readModels names the projection that builds task_views and audit_logs.
+const readModels = "task_read_models"
+
+func readModelHandler(tables map[string]string) projection.Handler {
+	return projection.Chain(views.TaskViews{Table: tables["task_views"]}, views.AuditLogs{Table: tables["audit_logs"]})
+}
+
 // ReplaySpecs describe the Kafka projections for `taskmesh replay`.
 func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
-	return []projection.ReplaySpec{
-		{Name: "task_views", Topic: Topic, Tables: []string{"task_views"}, Kafka: k,
-			NewHandler: func(m map[string]string) projection.Handler { return views.TaskViews{Table: m["task_views"]} }},
-		{Name: "audit_logs", Topic: Topic, Tables: []string{"audit_logs"}, Kafka: k,
-			NewHandler: func(m map[string]string) projection.Handler { return views.AuditLogs{Table: m["audit_logs"]} }},
-	}
+	return []projection.ReplaySpec{{Name: readModels, Topic: Topic, Tables: []string{"task_views", "audit_logs"}, Kafka: k,
+		NewHandler: readModelHandler}}
 }

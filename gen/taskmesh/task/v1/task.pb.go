@@ -396,8 +396,9 @@ func (x *Task) GetUpdatedAt() *timestamppb.Timestamp {
 // timeout 3600 s, lease_ttl_sec 300).
 type TaskSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Type  string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// Required when creating; an update may leave it out to keep it.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	// Required except for type noop.
 	Command              string            `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
 	Args                 []string          `protobuf:"bytes,4,rep,name=args,proto3" json:"args,omitempty"`
@@ -923,11 +924,10 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_exit_code\"\xc3\n" +
+	"_exit_code\"\xc1\n" +
 	"\n" +
-	"\bTaskSpec\x12\x1e\n" +
-	"\x04name\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\x04name\x128\n" +
+	"\bTaskSpec\x12\x1c\n" +
+	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x128\n" +
 	"\x04type\x18\x02 \x01(\tB$\xbaH!r\x1fR\x00R\x05shellR\x06pythonR\x06scriptR\x04noopR\x04type\x12\"\n" +
 	"\acommand\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\acommand\x12$\n" +
 	"\x04args\x18\x04 \x03(\tB\x10\xbaH\r\x92\x01\n" +

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -57,6 +58,25 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 		}
 	}
 
+	if len(specs) == 1 && requestID == "" {
+		// The common case: one task, no idempotency key. It joins the
+		// set-based batches (one event append and one row write for many
+		// creates).
+		trace := otel.Inject(ctx)
+		t, err := a.tasks.Do(ctx, ids[0], func(_ domain.Task, found bool) (domain.Task, []postgres.Traced, error) {
+			if found {
+				return domain.Task{}, nil, fmt.Errorf("task id %s already exists", ids[0])
+			}
+			recs := domain.Submit(a.now(), ids[0], c.Tenant, c.Subject, "", "", specs[0])
+			return domain.Fold(recs), []postgres.Traced{{Record: recs[0], Trace: trace}}, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.hub.WakeClaimers()
+		return []domain.Task{t}, nil
+	}
+	// Several tasks (all or none) or an idempotency key: one transaction.
 	var created []domain.Task
 	key := ids[0]
 	if requestID != "" {

@@ -1,17 +1,39 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"runtime/pprof"
+
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/bench"
 )
 
 func benchCommand() *cobra.Command {
 	var events bench.EventsOptions
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure Taskmesh on this machine beside a ceiling or peer measured in the same run",
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if cpuProfile == "" {
+				return nil
+			}
+			f, err := os.Create(cpuProfile)
+			if err != nil {
+				return err
+			}
+			return pprof.StartCPUProfile(f)
+		},
+		PersistentPostRun: func(*cobra.Command, []string) {
+			if cpuProfile != "" {
+				pprof.StopCPUProfile()
+			}
+		},
 	}
+	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	eventsCmd := &cobra.Command{
 		Use:   "events",
 		Short: "Event store → outbox relay → Kafka → projection, against pgbench -N on the same server",
@@ -31,16 +53,46 @@ func benchCommand() *cobra.Command {
 	f.DurationVar(&events.LagFor, "lag-for", 0, "length of the lag run (default 10s)")
 	f.DurationVar(&events.PgbenchFor, "pgbench-for", 0, "length of each pgbench run (default 10s)")
 
+	var tasks bench.TasksOptions
+	tasksCmd := &cobra.Command{
+		Use:   "tasks",
+		Short: "Burn-down of no-op tasks over the lease API beside River on the same server; start latency; crash recovery",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tasks.Out = cmd.OutOrStdout()
+			_, err := bench.Tasks(cmd.Context(), tasks)
+			return err
+		},
+	}
+	tf := tasksCmd.Flags()
+	tf.StringVar(&tasks.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
+	tf.IntVar(&tasks.Runs, "runs", 3, "repetitions (medians are reported)")
+	tf.IntVar(&tasks.Tasks, "tasks", 100_000, "no-op tasks per burn-down")
+	tf.IntVar(&tasks.Agents, "agents", 8, "concurrent agents")
+	tf.IntVar(&tasks.ClaimBatch, "claim-batch", 200, "tasks per claim")
+	tf.IntVar(&tasks.InFlight, "in-flight", 64, "completions in flight per agent")
+	tf.IntVar(&tasks.Rate, "rate", 500, "tasks/s of the latency run")
+	tf.DurationVar(&tasks.RateFor, "rate-for", 0, "length of the latency run (default 20s)")
+	tf.BoolVar(&tasks.PGStats, "pg-stats", false, "print the statements that took most server time (pg_stat_statements)")
+
 	all := &cobra.Command{
 		Use:   "all",
 		Short: "Run every benchmark",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			events.Out = cmd.OutOrStdout()
-			_, err := bench.Events(cmd.Context(), events)
+			events.Out, tasks.Out = cmd.OutOrStdout(), cmd.OutOrStdout()
+			if _, err := bench.Events(cmd.Context(), events); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			_, err := bench.Tasks(cmd.Context(), tasks)
 			return err
 		},
 	}
 	all.Flags().AddFlagSet(f)
-	cmd.AddCommand(eventsCmd, all)
+	tf.VisitAll(func(fl *pflag.Flag) {
+		if all.Flags().Lookup(fl.Name) == nil {
+			all.Flags().AddFlag(fl)
+		}
+	})
+	cmd.AddCommand(eventsCmd, tasksCmd, all)
 	return cmd
 }

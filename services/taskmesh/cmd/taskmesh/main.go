@@ -14,6 +14,9 @@ import (
 )
 
 func main() {
+	if code, ok := executorShim(os.Args); ok {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := &cobra.Command{
@@ -22,7 +25,8 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(benchCommand())
+	root.AddCommand(benchCommand(), devCommand(), schedulerCommand(), gatewayCommand(), executorCommand(),
+		replayCommand(), ctlCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "taskmesh:", err)
 		os.Exit(1)

@@ -44,7 +44,7 @@ func scanTasks(rows pgx.Rows) ([]domain.Task, error) {
 			return nil, err
 		}
 		var t domain.Task
-		if err := json.Unmarshal(doc, &t); err != nil {
+		if err := codec.DecodeTask(doc, &t); err != nil {
 			return nil, fmt.Errorf("decode task doc: %w", err)
 		}
 		out = append(out, t)
@@ -125,14 +125,94 @@ func Save(ctx context.Context, tx pgx.Tx, changes ...Change) ([]domain.Task, err
 	if err := events.Append(ctx, tx, evs...); err != nil {
 		return nil, err
 	}
-	if err := Upsert(ctx, tx, after...); err != nil {
+	// New tasks are inserted; existing ones updated in place (cheaper than
+	// an upsert's speculative insertion).
+	var (
+		created, changed []domain.Task
+		specChanged      []bool
+	)
+	for i, c := range changes {
+		if c.Before.Version == 0 {
+			created = append(created, after[i])
+			continue
+		}
+		changed = append(changed, after[i])
+		updatedSpec := false
+		for _, r := range c.Records {
+			if _, ok := r.Event.(domain.Updated); ok {
+				updatedSpec = true
+			}
+		}
+		specChanged = append(specChanged, updatedSpec)
+	}
+	if err := Upsert(ctx, tx, created...); err != nil {
+		return nil, err
+	}
+	if err := update(ctx, tx, changed, specChanged); err != nil {
 		return nil, err
 	}
 	return after, nil
 }
 
+// update writes the new state of existing tasks; the columns copied from
+// the spec are refreshed only where specChanged (TaskUpdated is rare).
+func update(ctx context.Context, tx pgx.Tx, tasks []domain.Task, specChanged []bool) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	n := len(tasks)
+	ids, statuses, agents, amachines, attempts, preempted := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	prios := make([]int32, n)
+	leases, timeouts := make([]*time.Time, n), make([]*time.Time, n)
+	retries, updated := make([]time.Time, n), make([]time.Time, n)
+	deleted := make([]bool, n)
+	versions := make([]int64, n)
+	docs := make([][]byte, n)
+	for i, t := range tasks {
+		doc, err := json.Marshal(t)
+		if err != nil {
+			return fmt.Errorf("encode task %s: %w", t.ID, err)
+		}
+		ids[i], statuses[i], agents[i], amachines[i], attempts[i], preempted[i] = t.ID, string(t.Status), t.AgentID, t.AssignedMachine, t.AttemptID, t.PreemptedBy
+		prios[i], leases[i], timeouts[i] = int32(t.Spec.Priority), optTime(t.LeaseExpiresAt), timeoutAt(t)
+		retries[i], updated[i], deleted[i], versions[i], docs[i] = t.RetryAt, t.UpdatedAt, t.Deleted, t.Version, doc
+	}
+	// The spec columns (type, targets, labels, dependencies, group) are read
+	// from the doc only where the spec changed.
+	_, err := tx.Exec(ctx, `
+		UPDATE tasks t SET status = x.st, priority = x.pr, agent_id = x.ag, assigned_machine_id = x.am, attempt_id = x.att,
+			lease_expires_at = x.le, timeout_at = x.tu, retry_at = x.re, preempted_by = x.pb, updated_at = x.up,
+			deleted = x.de, version = x.ve, doc = x.doc,
+			type = CASE WHEN x.sc THEN x.doc->'spec'->>'type' ELSE t.type END,
+			machine_id = CASE WHEN x.sc THEN coalesce(x.doc->'spec'->>'machine_id', '') ELSE t.machine_id END,
+			target_ip = CASE WHEN x.sc THEN coalesce(x.doc->'spec'->>'target_ip', '') ELSE t.target_ip END,
+			group_id = CASE WHEN x.sc THEN coalesce(x.doc->'spec'->>'group_id', '') ELSE t.group_id END,
+			labels = CASE WHEN x.sc THEN ARRAY(SELECT jsonb_array_elements_text(coalesce(x.doc->'spec'->'labels', '[]'))) ELSE t.labels END,
+			depends_on = CASE WHEN x.sc THEN ARRAY(SELECT jsonb_array_elements_text(coalesce(x.doc->'spec'->'depends_on', '[]'))) ELSE t.depends_on END
+		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[],
+			$9::timestamptz[], $10::text[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::jsonb[], $15::bool[])
+			AS x(id, st, pr, ag, am, att, le, tu, re, pb, up, de, ve, doc, sc)
+		WHERE t.id = x.id`,
+		ids, statuses, prios, agents, amachines, attempts, leases, timeouts, retries, preempted, updated, deleted, versions, docs, specChanged)
+	if err != nil {
+		return fmt.Errorf("update tasks: %w", err)
+	}
+	return nil
+}
+
+func timeoutAt(t domain.Task) *time.Time {
+	if t.Status != domain.StatusRunning || t.StartedAt.IsZero() {
+		return nil
+	}
+	at := t.StartedAt.Add(time.Duration(t.Spec.Timeout+t.Spec.GracePeriod) * time.Second)
+	return &at
+}
+
 // Upsert writes tasks rows from their state (also used to rebuild them).
 func Upsert(ctx context.Context, tx pgx.Tx, tasks ...domain.Task) error {
+	if len(tasks) == 0 {
+		return nil
+	}
 	n := len(tasks)
 	var (
 		ids, tenants, statuses, types, machines, ips, fanouts, groups = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -155,11 +235,7 @@ func Upsert(ctx context.Context, tx pgx.Tx, tasks ...domain.Task) error {
 		agents[i], amachines[i], attempts[i], preempted[i] = t.AgentID, t.AssignedMachine, t.AttemptID, t.PreemptedBy
 		prios[i], labels[i], deps[i] = int32(t.Spec.Priority), nonNil(t.Spec.Labels), nonNil(t.Spec.DependsOn)
 		scatter[i], deleted[i] = t.Spec.Mode == domain.ModeScatter, t.Deleted
-		leases[i] = optTime(t.LeaseExpiresAt)
-		if t.Status == domain.StatusRunning && !t.StartedAt.IsZero() {
-			at := t.StartedAt.Add(time.Duration(t.Spec.Timeout+t.Spec.GracePeriod) * time.Second)
-			timeouts[i] = &at
-		}
+		leases[i], timeouts[i] = optTime(t.LeaseExpiresAt), timeoutAt(t)
 		retries[i], created[i], updated[i], versions[i], docs[i] = t.RetryAt, t.CreatedAt, t.UpdatedAt, t.Version, doc
 	}
 	_, err := tx.Exec(ctx, `

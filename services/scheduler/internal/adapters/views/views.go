@@ -40,7 +40,9 @@ func (v TaskViews) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) 
 		versions[id] = append(versions[id], env.GetVersion())
 	}
 	table := pgx.Identifier{v.Table}.Sanitize()
-	rows, err := tx.Query(ctx, `SELECT doc FROM `+table+` WHERE id = ANY($1::text[]) FOR UPDATE`, order)
+	// No row locks: the runner holding the projection's lock is the only
+	// writer of these rows.
+	rows, err := tx.Query(ctx, `SELECT doc FROM `+table+` WHERE id = ANY($1::text[])`, order)
 	if err != nil {
 		return fmt.Errorf("task_views: load: %w", err)
 	}
@@ -52,7 +54,7 @@ func (v TaskViews) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) 
 			return err
 		}
 		var t domain.Task
-		if err := json.Unmarshal(doc, &t); err != nil {
+		if err := codec.DecodeTask(doc, &t); err != nil {
 			rows.Close()
 			return fmt.Errorf("task_views: decode: %w", err)
 		}
@@ -62,7 +64,7 @@ func (v TaskViews) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) 
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	var changed []domain.Task
+	var created, changed []domain.Task
 	for _, id := range order {
 		t, before := current[id], current[id].Version
 		for i, r := range byTask[id] {
@@ -72,11 +74,56 @@ func (v TaskViews) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) 
 			t = domain.Apply(t, r)
 			t.Version = versions[id][i]
 		}
-		if t.Version != before {
+		switch {
+		case t.Version == before:
+		case before == 0:
+			created = append(created, t)
+		default:
 			changed = append(changed, t)
 		}
 	}
-	return upsertViews(ctx, tx, table, changed)
+	if err := upsertViews(ctx, tx, table, created); err != nil {
+		return err
+	}
+	return updateViews(ctx, tx, table, changed)
+}
+
+// updateViews rewrites existing rows (cheaper than an upsert).
+func updateViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Task) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	n := len(tasks)
+	ids, statuses, amachines := make([]string, n), make([]string, n), make([]string, n)
+	prios := make([]int32, n)
+	updated := make([]any, n)
+	deleted := make([]bool, n)
+	versions := make([]int64, n)
+	docs := make([][]byte, n)
+	for i, t := range tasks {
+		doc, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		ids[i], statuses[i], amachines[i], prios[i] = t.ID, string(t.Status), t.AssignedMachine, int32(t.Spec.Priority)
+		updated[i], deleted[i], versions[i], docs[i] = t.UpdatedAt, t.Deleted, t.Version, doc
+	}
+	// Name, type, target machine and group follow the doc's spec, which
+	// changes only through TaskUpdated; reading them from it keeps one
+	// statement for every kind of change.
+	_, err := tx.Exec(ctx, `
+		UPDATE `+table+` v SET status = x.st, priority = x.pr, assigned_machine_id = x.am, updated_at = x.up,
+			deleted = x.de, version = x.ve, doc = x.doc,
+			name = x.doc->'spec'->>'name', type = x.doc->'spec'->>'type',
+			machine_id = coalesce(x.doc->'spec'->>'machine_id', ''), group_id = coalesce(x.doc->'spec'->>'group_id', '')
+		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bool[], $7::bigint[], $8::jsonb[])
+			AS x(id, st, pr, am, up, de, ve, doc)
+		WHERE v.id = x.id AND v.version < x.ve`,
+		ids, statuses, prios, amachines, updated, deleted, versions, docs)
+	if err != nil {
+		return fmt.Errorf("task_views: update: %w", err)
+	}
+	return nil
 }
 
 func upsertViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Task) error {

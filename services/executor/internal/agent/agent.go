@@ -1,0 +1,231 @@
+// Package agent is the executor agent: it pulls tasks from the Taskmesh
+// LeaseService, runs them through shims, keeps leases alive, reports
+// progress and outcomes, and keeps every promise in a local journal so that
+// it survives restarts and server outages (seed 004 §4, §6).
+//
+// The agent's loops, each a goroutine of Run:
+//
+//  1. claim: when process slots are free, ClaimTasks with limit = free slots
+//     and a long-poll wait. The request_id is reused when the call is
+//     retried after a transport error, so a lost response returns the same
+//     tasks. Claimed tasks are journaled (assigned) before anything starts.
+//  2. local: runs pending tasks created through the agent-local API.
+//  3. heartbeat: SendHeartbeat with the running attempts and free slots;
+//     stops the attempts the server lists (cancelled, preempted,
+//     lease_lost). A heartbeat that succeeds after failures wakes the sync
+//     loop.
+//  4. sync: delivers finished outcomes that could not be delivered when
+//     they happened, in order of end time, with exponential backoff.
+//
+// Each attempt runs in its own goroutine: policy check, journal "running",
+// StartTask (execution.go), run directory and shim start (spawn.go), then
+// supervision: lease renewal, progress, stop requests and the shim's exit
+// (supervise.go). The outcome is journaled (synced=0) before CompleteTask
+// is sent (outcome.go, deliver.go).
+//
+// On start, recover.go reloads the journal: attempts that were running are
+// checked with the server (RenewTaskLease) and reattached to their shims or
+// stopped; pending local tasks are queued again; unsynced outcomes are
+// delivered.
+//
+// Stopping Run detaches from the shims without stopping the tasks: a new
+// agent on the same data directory reattaches within the orphan grace.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
+	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
+	"google.golang.org/grpc"
+)
+
+// Agent runs tasks for one machine.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	journal *journal.Journal
+	policy  policy.Policy
+	conn    *grpc.ClientConn
+	lease   taskv1.LeaseServiceClient // nil without a server: local tasks only
+	http    *http.Client              // result uploads
+	baseEnv []string                  // PATH, HOME, LANG of the agent; nothing else
+
+	slots   chan struct{} // process slots: a send takes one
+	noops   chan struct{} // bound on noop tasks in flight
+	running atomic.Int32  // processes running now
+
+	mu            sync.Mutex
+	runs          map[string]*attempt // active attempts by attempt id
+	inflight      map[string]bool     // attempts being delivered now
+	reachable     bool
+	lastHeartbeat time.Time
+
+	backlog      atomic.Bool // some outcome waits for the sync loop
+	localWaiting atomic.Int32
+	syncWake     chan struct{}
+	localWake    chan struct{}
+
+	wg       sync.WaitGroup // every goroutine Run started
+	listener net.Listener
+}
+
+// New opens the journal, dials the server and binds the local API, so that
+// configuration errors surface before Run.
+func New(ctx context.Context, cfg Config) (*Agent, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("executor config: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "runs"), 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	j, err := journal.Open(ctx, filepath.Join(cfg.DataDir, "journal.db"))
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:     cfg,
+		log:     cfg.Logger.With("agent_id", cfg.AgentID),
+		now:     cfg.Now,
+		journal: j,
+		policy: policy.Policy{
+			Types: cfg.Types, AllowedCommands: cfg.AllowedCommands, BlockedPatterns: cfg.BlockedPatterns,
+		},
+		http:      &http.Client{Timeout: 10 * time.Minute},
+		baseEnv:   baseEnv(),
+		slots:     make(chan struct{}, cfg.Slots),
+		noops:     make(chan struct{}, cfg.NoopConcurrency),
+		runs:      map[string]*attempt{},
+		inflight:  map[string]bool{},
+		syncWake:  make(chan struct{}, 1),
+		localWake: make(chan struct{}, 1),
+	}
+	if cfg.Server != "" {
+		conn, err := dial(cfg)
+		if err != nil {
+			j.Close()
+			return nil, err
+		}
+		a.conn, a.lease = conn, taskv1.NewLeaseServiceClient(conn)
+	}
+	if cfg.LocalAPIAddr != "" {
+		ln, err := net.Listen("tcp", cfg.LocalAPIAddr)
+		if err != nil {
+			a.close()
+			return nil, fmt.Errorf("local api listen %s: %w", cfg.LocalAPIAddr, err)
+		}
+		a.listener = ln
+	}
+	return a, nil
+}
+
+// LocalAPIAddr returns the address the local API listens on ("" if off).
+func (a *Agent) LocalAPIAddr() string {
+	if a.listener == nil {
+		return ""
+	}
+	return a.listener.Addr().String()
+}
+
+func (a *Agent) close() {
+	if a.listener != nil {
+		a.listener.Close()
+	}
+	if a.conn != nil {
+		a.conn.Close()
+	}
+	a.journal.Close()
+}
+
+// Run runs the agent until ctx ends. Tasks keep running in their shims
+// after it returns.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var srv *http.Server
+	if a.listener != nil {
+		srv = &http.Server{
+			Handler:           localapi.Handler(ctx, localapi.NewServer(a.journal, a)),
+			ReadHeaderTimeout: 10 * time.Second,
+		}
+		a.go_(func() {
+			if err := srv.Serve(a.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("local api stopped", "err", err)
+			}
+		})
+	}
+
+	if err := a.recover(ctx); err != nil {
+		cancel()
+		a.wg.Wait()
+		return err
+	}
+	a.go_(func() { a.localLoop(ctx) })
+	if a.lease != nil {
+		a.go_(func() { a.claimLoop(ctx) })
+		a.go_(func() { a.heartbeatLoop(ctx) })
+		a.go_(func() { a.syncLoop(ctx) })
+	}
+	a.log.Info("executor agent started", "server", a.cfg.Server, "slots", a.cfg.Slots,
+		"local_api", a.LocalAPIAddr(), "data_dir", a.cfg.DataDir)
+
+	<-ctx.Done()
+	if srv != nil {
+		shut, done := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(shut)
+		done()
+	}
+	a.wg.Wait()
+	a.log.Info("executor agent stopped")
+	return nil
+}
+
+// go_ starts a goroutine that Run waits for.
+func (a *Agent) go_(f func()) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		f()
+	}()
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// baseEnv is the minimal environment every task starts from. The agent's
+// own environment is never passed on: it may hold the agent token.
+func baseEnv() []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	home := os.Getenv("HOME")
+	if home == "" {
+		home = "/"
+	}
+	lang := os.Getenv("LANG")
+	if lang == "" {
+		lang = "C.UTF-8"
+	}
+	return []string{"PATH=" + path, "HOME=" + home, "LANG=" + lang}
+}

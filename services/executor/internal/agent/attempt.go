@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
+)
+
+// attempt is an attempt this agent holds and has not finished: claimed,
+// queued locally, or running.
+type attempt struct {
+	task journal.Task
+	// stopCh holds the first stop request; later ones are dropped.
+	stopCh chan stopRequest
+	// done is closed when the attempt's goroutine has ended.
+	done chan struct{}
+	// Tokens held: a process slot and/or a noop slot.
+	slot, noop bool
+}
+
+func newAttempt(t journal.Task) *attempt {
+	return &attempt{task: t, stopCh: make(chan stopRequest, 1), done: make(chan struct{})}
+}
+
+// stopRequest asks an attempt to stop.
+type stopRequest struct {
+	reason string
+	detail string
+	// grace before SIGKILL; 0 means the task's or the agent's default.
+	grace time.Duration
+}
+
+func (at *attempt) requestStop(r stopRequest) {
+	select {
+	case at.stopCh <- r:
+	default:
+	}
+}
+
+// Agent-side stop reasons. The server's (cancelled, preempted, lease_lost)
+// are used as given.
+const (
+	reasonCancelled    = "cancelled"
+	reasonPreempted    = "preempted"
+	reasonLeaseLost    = "lease_lost"
+	reasonTaskFinal    = "task_final"
+	reasonLocalCancel  = "local_cancel"
+	reasonRecoveryLost = "lease_lost_while_away"
+)
+
+// stopOutcome maps why an attempt was stopped to the status recorded, the
+// error reported and whether the server already decided the outcome (then
+// there is nothing to complete: the attempt is not ours any more).
+func (a *Agent) stopOutcome(t journal.Task, reason, detail string) (status, errText string, serverDecided bool) {
+	switch reason {
+	case reasonCancelled:
+		status, errText, serverDecided = journal.StatusCancelled, "cancelled by the server", true
+	case reasonPreempted:
+		status, errText, serverDecided = journal.StatusPreempted, "preempted by the server", true
+	case reasonLeaseLost:
+		status, errText, serverDecided = journal.StatusFailed, "lease lost", true
+	case reasonTaskFinal:
+		status, errText, serverDecided = journal.StatusCancelled, "task is final on the server", true
+	case reasonLocalCancel:
+		status, errText = journal.StatusCancelled, "cancelled through the agent-local API"
+	case reasonRecoveryLost:
+		status, errText = journal.StatusFailed, "lease lost while the agent was away"
+	case shim.StopTimeout:
+		status, errText = journal.StatusFailed, fmt.Sprintf("timeout after %ds", t.Timeout)
+	case shim.StopOrphaned:
+		status, errText = journal.StatusFailed, fmt.Sprintf("orphaned: no agent attached for %s", a.cfg.OrphanGrace)
+	case shim.StopTerminated:
+		status, errText = journal.StatusFailed, "the shim was terminated"
+	default:
+		status, errText, serverDecided = journal.StatusFailed, "stopped by the server: "+reason, true
+	}
+	if detail != "" {
+		errText += ": " + detail
+	}
+	return status, errText, serverDecided
+}

@@ -1,0 +1,178 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// claimLoop pulls work from the server: a long poll whenever a process
+// slot is free, never a fixed sleep.
+func (a *Agent) claimLoop(ctx context.Context) {
+	bo := backoffDelay{base: 200 * time.Millisecond, limit: 10 * time.Second}
+	requestID := ""
+	for ctx.Err() == nil {
+		n := a.takeSlots(ctx)
+		if n == 0 {
+			return
+		}
+		if requestID == "" {
+			requestID = uuid.NewString()
+		}
+		cctx, cancel := context.WithTimeout(ctx, a.cfg.ClaimWait+a.cfg.RPCTimeout)
+		resp, err := a.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
+			AgentId:   a.cfg.AgentID,
+			MachineId: a.cfg.MachineID,
+			Limit:     int32(n),
+			RequestId: requestID,
+			Labels:    a.cfg.Labels,
+			Wait:      durationpb.New(a.cfg.ClaimWait),
+			Types:     a.cfg.Types,
+		})
+		cancel()
+		if err != nil {
+			a.giveSlots(n)
+			if ctx.Err() != nil {
+				return
+			}
+			if rpcerr.Transient(err) {
+				// Keep the request id: if the server leased tasks and the
+				// answer was lost, the retry returns the same tasks.
+				a.log.Warn("claim failed, retrying", "err", err)
+			} else {
+				a.log.Error("claim refused", "err", err)
+				requestID = ""
+			}
+			sleep(ctx, bo.next())
+			continue
+		}
+		bo.reset()
+		requestID = ""
+		a.startClaimed(ctx, resp.GetTasks(), n)
+	}
+}
+
+// maxClaimLimit is the largest limit the server accepts.
+const maxClaimLimit = 1000
+
+// takeSlots blocks until a process slot is free, then takes every free
+// one. Local tasks waiting for a slot go first.
+func (a *Agent) takeSlots(ctx context.Context) int {
+	for a.localWaiting.Load() > 0 {
+		if !sleep(ctx, 50*time.Millisecond) {
+			return 0
+		}
+	}
+	select {
+	case a.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < min(a.cfg.Slots, maxClaimLimit) {
+		select {
+		case a.slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (a *Agent) giveSlots(n int) {
+	for range n {
+		<-a.slots
+	}
+}
+
+// startClaimed journals the claimed tasks (before anything starts) and
+// starts them. held is the number of slots the claim took.
+func (a *Agent) startClaimed(ctx context.Context, tasks []*taskv1.Task, held int) {
+	now := a.now()
+	rows := make([]journal.Task, 0, len(tasks))
+	for _, t := range tasks {
+		if t.GetId() == "" || t.GetAttemptId() == "" {
+			a.log.Error("claimed task without id or attempt id", "task_id", t.GetId())
+			continue
+		}
+		rows = append(rows, fromClaim(t, a.cfg.AgentID, now))
+	}
+	created, err := a.journal.Insert(bg, rows...)
+	if err != nil {
+		// Without a journal entry the task must not run; its lease runs
+		// out and the server gives it to someone else.
+		a.log.Error("journal claimed tasks", "err", err)
+		a.giveSlots(held)
+		return
+	}
+	for i, row := range rows {
+		at := newAttempt(row)
+		if !created[i] || !a.register(at) {
+			continue // already known: a replayed answer
+		}
+		if policy.NormalizeType(row.Type) == policy.TypeNoop {
+			// noop needs no process slot, only a noop slot.
+			select {
+			case a.noops <- struct{}{}:
+			case <-ctx.Done():
+				a.forget(at)
+				continue
+			}
+			at.noop = true
+			a.go_(func() { a.execute(ctx, at) })
+			continue
+		}
+		if held > 0 {
+			held--
+			at.slot = true
+			a.go_(func() { a.execute(ctx, at) })
+			continue
+		}
+		// The server returned more than asked: wait for a slot.
+		a.go_(func() {
+			select {
+			case a.slots <- struct{}{}:
+				at.slot = true
+				a.execute(ctx, at)
+			case <-ctx.Done():
+				a.forget(at)
+			}
+		})
+	}
+	a.giveSlots(held)
+}
+
+// forget drops an attempt that never started (shutdown); the journal keeps
+// it as assigned and recovery picks it up.
+func (a *Agent) forget(at *attempt) {
+	a.mu.Lock()
+	delete(a.runs, at.task.AttemptID)
+	a.mu.Unlock()
+	close(at.done)
+}
+
+func fromClaim(t *taskv1.Task, agentID string, now time.Time) journal.Task {
+	row := journal.Task{
+		ID: t.GetId(), Name: t.GetName(), Type: policy.NormalizeType(t.GetType()), Origin: journal.OriginServer,
+		Command: t.GetCommand(), Args: t.GetArgs(), Workdir: t.GetWorkdir(), Env: t.GetEnv(),
+		Timeout: int(t.GetTimeout()), Priority: int(t.GetPriority()),
+		LeaseTTLSec: int(t.GetLeaseTtlSec()), RenewIntervalSec: int(t.GetRenewIntervalSec()),
+		GracePeriodSec: int(t.GetGracePeriodSec()),
+		Status:         journal.StatusAssigned, AttemptID: t.GetAttemptId(), AssignedAgentID: agentID,
+		ReceivedAt: now, AssignedAt: now,
+	}
+	if t.GetLeaseExpiresAt() != nil {
+		row.LeaseExpiresAt = t.GetLeaseExpiresAt().AsTime()
+	}
+	if t.GetAssignedAt() != nil {
+		row.AssignedAt = t.GetAssignedAt().AsTime()
+	}
+	return row
+}

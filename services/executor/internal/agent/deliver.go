@@ -1,0 +1,202 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// errBusy: another goroutine is delivering the same attempt right now.
+var errBusy = errors.New("delivery in progress")
+
+// errNoServer: the agent runs without a server.
+var errNoServer = errors.New("no server configured")
+
+// deliverLive delivers a fresh outcome at once, unless older outcomes are
+// waiting: then the sync loop delivers it after them, keeping end-time
+// order.
+func (a *Agent) deliverLive(ctx context.Context, attemptID string) {
+	if a.backlog.Load() {
+		wake(a.syncWake)
+		return
+	}
+	if err := a.deliver(ctx, attemptID); err != nil {
+		a.backlog.Store(true)
+		wake(a.syncWake)
+	}
+}
+
+// syncLoop delivers unsynced outcomes, oldest end first, backing off while
+// the server is unreachable (seed 004 §6.2).
+func (a *Agent) syncLoop(ctx context.Context) {
+	bo := backoffDelay{base: 500 * time.Millisecond, limit: 30 * time.Second}
+	var retry <-chan time.Time
+	wake(a.syncWake) // outcomes left by a previous run
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.syncWake:
+		case <-retry:
+		}
+		if a.drain(ctx) {
+			retry = time.After(bo.next())
+		} else {
+			bo.reset()
+			retry = nil
+		}
+	}
+}
+
+// drain delivers until nothing is unsynced (false) or a delivery fails
+// (true).
+func (a *Agent) drain(ctx context.Context) bool {
+	for ctx.Err() == nil {
+		rows, err := a.journal.Unsynced(bg, 50)
+		if err != nil {
+			a.log.Error("journal", "err", err)
+			return true
+		}
+		if len(rows) == 0 {
+			a.backlog.Store(false)
+			return false
+		}
+		a.backlog.Store(true)
+		for _, t := range rows {
+			if err := a.deliver(ctx, t.AttemptID); err != nil {
+				return true
+			}
+		}
+	}
+	return true
+}
+
+// deliver sends one outcome: the result object first when the output is
+// large, then CompleteTask. A definitive answer marks the row synced: the
+// server took it, or it refused it for good (the attempt is not ours any
+// more, or the request can never succeed). Anything else is left for a
+// retry.
+func (a *Agent) deliver(ctx context.Context, attemptID string) error {
+	if a.lease == nil {
+		// No server configured (any more): the outcome waits in the journal.
+		return errNoServer
+	}
+	a.mu.Lock()
+	if a.inflight[attemptID] {
+		a.mu.Unlock()
+		return errBusy
+	}
+	a.inflight[attemptID] = true
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.inflight, attemptID)
+		a.mu.Unlock()
+	}()
+
+	t, err := a.journal.Get(bg, attemptID)
+	if err != nil {
+		return err
+	}
+	if t.Synced || !journal.Final(t.Status) {
+		return nil
+	}
+	log := a.log.With("task_id", t.ID, "attempt_id", t.AttemptID)
+	if t.ResultUpload && t.ResultKey == "" {
+		if err := a.uploadResult(ctx, &t); err != nil {
+			return a.deliveryFailed(t, "upload result", err)
+		}
+	}
+	req := &taskv1.CompleteTaskRequest{
+		TaskId: t.ID, AgentId: a.cfg.AgentID, AttemptId: t.AttemptID,
+		Stdout: t.Stdout, Stderr: t.Stderr, Error: truncateUTF8(t.Error, 4096),
+		EndedAt: timestamppb.New(t.EndedAt),
+	}
+	if t.ExitCode != nil {
+		req.ExitCode = int32(*t.ExitCode)
+	}
+	if t.ResultKey != "" {
+		req.ResultObject = &taskv1.ResultObject{Key: t.ResultKey, SizeBytes: t.ResultSize, Sha256: t.ResultSHA256}
+	}
+	cctx, cancel := a.rpcCtx(ctx)
+	_, err = a.lease.CompleteTask(cctx, req)
+	cancel()
+	if err != nil {
+		return a.deliveryFailed(t, "complete task", err)
+	}
+	if err := a.journal.MarkSynced(bg, t.AttemptID, ""); err != nil {
+		return err
+	}
+	log.Debug("outcome delivered", "status", t.Status)
+	a.cleanup(t.RunDir)
+	return nil
+}
+
+// deliveryFailed sorts a failed delivery into "refused for good" (nil:
+// marked synced with the reason) and "try again" (the error).
+func (a *Agent) deliveryFailed(t journal.Task, what string, err error) error {
+	switch rpcerr.Code(err) {
+	case rpcerr.AttemptMismatch, rpcerr.TaskImmutable, rpcerr.LeaseExpired,
+		rpcerr.TaskNotFound, rpcerr.InvalidArgument:
+		note := fmt.Sprintf("%s rejected by the server: %d %s", what, rpcerr.Code(err), rpcerr.Message(err))
+		a.log.Warn("outcome rejected", "task_id", t.ID, "attempt_id", t.AttemptID, "reason", note)
+		if merr := a.journal.MarkSynced(bg, t.AttemptID, note); merr != nil {
+			return merr
+		}
+		a.cleanup(t.RunDir)
+		return nil
+	}
+	_ = a.journal.RecordSyncFailure(bg, t.AttemptID, what+": "+err.Error())
+	return fmt.Errorf("%s %s: %w", what, t.AttemptID, err)
+}
+
+// uploadResult puts the full output in the object store and journals the
+// object, so a retried delivery does not upload it again.
+func (a *Agent) uploadResult(ctx context.Context, t *journal.Task) error {
+	body, err := buildResultBody(t.RunDir, t.StdoutTruncated, t.StderrTruncated)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(body)
+	digest := hex.EncodeToString(sum[:])
+	cctx, cancel := a.rpcCtx(ctx)
+	up, err := a.lease.CreateResultUpload(cctx, &taskv1.CreateResultUploadRequest{
+		TaskId: t.ID, AgentId: a.cfg.AgentID, AttemptId: t.AttemptID,
+		SizeBytes: int64(len(body)), Sha256: digest, ContentType: "application/json",
+	})
+	cancel()
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, up.GetUploadUrl(), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range up.GetHeaders() {
+		req.Header.Set(k, v)
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("put result: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("put result: %s", resp.Status)
+	}
+	t.ResultKey, t.ResultSize, t.ResultSHA256 = up.GetObjectKey(), int64(len(body)), digest
+	return a.journal.SetResultObject(bg, t.AttemptID, t.ResultKey, t.ResultSize, t.ResultSHA256)
+}

@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+)
+
+// bg is the context of journal writes: an outcome must be recorded even
+// while the agent shuts down.
+var bg = context.Background()
+
+// register makes at an active attempt. It reports false if the attempt is
+// already active (a replayed claim, a second recovery).
+func (a *Agent) register(at *attempt) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.runs[at.task.AttemptID]; ok {
+		return false
+	}
+	a.runs[at.task.AttemptID] = at
+	return true
+}
+
+// release ends an attempt's goroutine: it returns its tokens and forgets it.
+func (a *Agent) release(at *attempt) {
+	a.mu.Lock()
+	delete(a.runs, at.task.AttemptID)
+	a.mu.Unlock()
+	if at.slot {
+		<-a.slots
+	}
+	if at.noop {
+		<-a.noops
+	}
+	close(at.done)
+}
+
+func (a *Agent) active(attemptID string) *attempt {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.runs[attemptID]
+}
+
+// execute runs a new attempt from the start. It is the goroutine of the
+// attempt; tokens were taken by the caller.
+func (a *Agent) execute(ctx context.Context, at *attempt) {
+	defer a.release(at)
+	t := at.task
+	log := a.log.With("task_id", t.ID, "attempt_id", t.AttemptID)
+
+	if err := a.policy.Check(policy.Task{Type: t.Type, Command: t.Command, Args: t.Args, Env: t.Env, Workdir: t.Workdir}); err != nil {
+		log.Warn("task refused", "reason", err)
+		a.finish(ctx, at, a.failedBeforeStart(err.Error()))
+		return
+	}
+	select {
+	case r := <-at.stopCh:
+		// Stopped before it started (heartbeat stop, local cancel, or a
+		// lease found lost during recovery): nothing runs.
+		a.finishStopped(ctx, at, r)
+		return
+	default:
+	}
+	if policy.NormalizeType(t.Type) == policy.TypeNoop {
+		now := a.now()
+		code := 0
+		a.finish(ctx, at, journal.Outcome{Status: journal.StatusCompleted, ExitCode: &code, StartedAt: now, EndedAt: now})
+		return
+	}
+	running, err := a.journal.MarkRunning(bg, t.AttemptID, a.now())
+	if err != nil {
+		log.Error("journal", "err", err)
+		return
+	}
+	if !running {
+		return // finished meanwhile (a pending local task cancelled)
+	}
+	if t.Origin == journal.OriginServer && a.lease != nil {
+		if err := a.startOnServer(ctx, at); err != nil {
+			if rpcerr.AttemptGone(err) {
+				a.finishStopped(ctx, at, lostRequest(err))
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			// Unreachable server: the lease was granted, so run anyway
+			// (§6.2); completion is delivered when the server is back.
+			log.Warn("start task not acknowledged, running anyway", "err", err)
+		}
+	}
+	a.spawnAndSupervise(ctx, at)
+}
+
+// lostRequest turns a 30001/30002/30003 answer into the stop it implies.
+func lostRequest(err error) stopRequest {
+	reason := reasonLeaseLost
+	if rpcerr.Code(err) == rpcerr.TaskImmutable {
+		reason = reasonTaskFinal
+	}
+	return stopRequest{reason: reason, detail: fmt.Sprintf("%d %s", rpcerr.Code(err), rpcerr.Message(err))}
+}
+
+// startOnServer sends StartTask, retrying transport errors a few times
+// (StartTask is idempotent for the same attempt).
+func (a *Agent) startOnServer(ctx context.Context, at *attempt) error {
+	t := at.task
+	bo := backoffDelay{base: 200 * time.Millisecond, limit: 2 * time.Second}
+	var err error
+	for try := 0; try < 4; try++ {
+		if try > 0 && !sleep(ctx, bo.next()) {
+			return ctx.Err()
+		}
+		cctx, cancel := a.rpcCtx(ctx)
+		var resp *taskv1.StartTaskResponse
+		resp, err = a.lease.StartTask(cctx, &taskv1.StartTaskRequest{
+			TaskId: t.ID, AgentId: a.cfg.AgentID, AttemptId: t.AttemptID,
+		})
+		cancel()
+		if err == nil {
+			_ = a.journal.SetServerStarted(bg, t.AttemptID)
+			if resp.GetLeaseExpiresAt() != nil {
+				at.task.LeaseExpiresAt = resp.GetLeaseExpiresAt().AsTime()
+				_ = a.journal.SetLease(bg, t.AttemptID, at.task.LeaseExpiresAt, a.now())
+			}
+			return nil
+		}
+		if !rpcerr.Transient(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// failedBeforeStart is the outcome of an attempt refused or unable to
+// start: no process ran.
+func (a *Agent) failedBeforeStart(msg string) journal.Outcome {
+	now := a.now()
+	code := -1
+	return journal.Outcome{Status: journal.StatusFailed, ExitCode: &code, Error: msg, StartedAt: now, EndedAt: now}
+}
+
+// finishStopped records an attempt stopped before it had a process.
+func (a *Agent) finishStopped(ctx context.Context, at *attempt, r stopRequest) {
+	status, errText, decided := a.stopOutcome(at.task, r.reason, r.detail)
+	now := a.now()
+	a.finish(ctx, at, journal.Outcome{
+		Status: status, Error: errText, EndedAt: now, StopReason: r.reason,
+		Synced: decided, Note: decidedNote(decided, r.reason),
+	})
+}
+
+func decidedNote(decided bool, reason string) string {
+	if !decided {
+		return ""
+	}
+	return "not reported: the server decided (" + reason + ")"
+}

@@ -1,0 +1,220 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
+)
+
+func TestExecution(t *testing.T) {
+	t.Setenv("TASKMESH_TEST_AGENT_SECRET", "do-not-leak")
+	h := newHarness(t, nil)
+	probe := filepath.Join(shortDir(t), "pwned")
+	workdir := filepath.Join(shortDir(t), "new", "sub")
+	withEnv := shell("env")
+	withEnv.Env = map[string]string{"FOO": "bar baz", "TASKMESH_TASK_ID": "forged"}
+	inWorkdir := shell("pwd")
+	inWorkdir.Workdir = workdir
+
+	tests := []struct {
+		name        string
+		task        *taskv1.Task
+		wantStatus  string
+		wantCode    int32
+		wantStdout  string // exact, unless empty
+		contains    []string
+		notContains []string
+		wantErr     string
+		check       func(t *testing.T, id string)
+	}{
+		{
+			name:       "args are never shell-expanded",
+			task:       shell("echo", "$(touch "+probe+")", "a;b", "`id`"),
+			wantStatus: journal.StatusCompleted,
+			wantStdout: "$(touch " + probe + ") a;b `id`\n",
+			check: func(t *testing.T, _ string) {
+				if _, err := os.Stat(probe); err == nil {
+					t.Error("the argument was run by a shell")
+				}
+			},
+		},
+		{
+			name:       "script gets its args as positional parameters",
+			task:       script(`echo "first=$1"; echo "count=$#"; exit 4`, "a b", "$(c)"),
+			wantStatus: journal.StatusFailed, wantCode: 4,
+			wantStdout: "first=a b\ncount=2\n",
+		},
+		{
+			name:        "environment is minimal plus task env",
+			task:        withEnv,
+			wantStatus:  journal.StatusCompleted,
+			contains:    []string{"FOO=bar baz", "TASKMESH_ATTEMPT_ID=", "TASKMESH_PROGRESS_FILE=", "PATH=", "TMPDIR="},
+			notContains: []string{"do-not-leak", "agent-token-123", "TASKMESH_TASK_ID=forged"},
+			check: func(t *testing.T, id string) {
+				c := h.fake.Complete(id)
+				if !strings.Contains(c.GetStdout(), "TASKMESH_TASK_ID="+id+"\n") {
+					t.Errorf("TASKMESH_TASK_ID missing from %q", c.GetStdout())
+				}
+			},
+		},
+		{
+			name:       "task workdir is created",
+			task:       inWorkdir,
+			wantStatus: journal.StatusCompleted,
+			wantStdout: workdir + "\n",
+		},
+		{
+			name:       "default workdir is WorkRoot/<task id>",
+			task:       shell("pwd"),
+			wantStatus: journal.StatusCompleted,
+			check: func(t *testing.T, id string) {
+				want := filepath.Join(h.cfg.DataDir, "work", id) + "\n"
+				if got := h.fake.Complete(id).GetStdout(); got != want {
+					t.Errorf("pwd = %q, want %q", got, want)
+				}
+			},
+		},
+		{
+			name:       "stderr and invalid UTF-8",
+			task:       script(`printf 'bad:\377\n' >&2`),
+			wantStatus: journal.StatusCompleted,
+			check: func(t *testing.T, id string) {
+				if got := h.fake.Complete(id).GetStderr(); got != "bad:\uFFFD\n" {
+					t.Errorf("stderr = %q", got)
+				}
+			},
+		},
+		{
+			name:       "command not found",
+			task:       shell("no-such-command-xyz"),
+			wantStatus: journal.StatusFailed, wantCode: -1,
+			wantErr: "executable file not found",
+		},
+		{
+			name:       "killed by a signal",
+			task:       script(`kill -SEGV $$`),
+			wantStatus: journal.StatusFailed, wantCode: 128 + int32(syscall.SIGSEGV),
+			wantErr: "killed by SIGSEGV",
+		},
+	}
+	ids := make([]string, len(tests))
+	for i, tc := range tests {
+		ids[i] = h.fake.Add(tc.task)[0]
+	}
+	h.start()
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := h.fake.WaitComplete(t, ids[i], 15*time.Second)
+			row := h.waitRow(ids[i], 5*time.Second, "synced", func(r journal.Task) bool { return r.Synced })
+			if row.Status != tc.wantStatus || c.GetExitCode() != tc.wantCode {
+				t.Errorf("status %s exit %d, want %s %d (error %q)", row.Status, c.GetExitCode(), tc.wantStatus, tc.wantCode, c.GetError())
+			}
+			if tc.wantStdout != "" && c.GetStdout() != tc.wantStdout {
+				t.Errorf("stdout = %q, want %q", c.GetStdout(), tc.wantStdout)
+			}
+			for _, s := range tc.contains {
+				if !strings.Contains(c.GetStdout(), s) {
+					t.Errorf("stdout lacks %q", s)
+				}
+			}
+			for _, s := range tc.notContains {
+				if strings.Contains(c.GetStdout(), s) {
+					t.Errorf("stdout contains %q", s)
+				}
+			}
+			if !strings.Contains(c.GetError(), tc.wantErr) {
+				t.Errorf("error = %q, want it to contain %q", c.GetError(), tc.wantErr)
+			}
+			if tc.check != nil {
+				tc.check(t, ids[i])
+			}
+		})
+	}
+}
+
+func TestTimeoutKillsWholeTree(t *testing.T) {
+	h := newHarness(t, nil).start()
+	pids := filepath.Join(shortDir(t), "pids")
+	task := script(`sleep 300 & echo $! >> "$1"
+sh -c 'sleep 300 & echo $! >> "$1"; sleep 300' x "$1" & echo $! >> "$1"
+echo $$ >> "$1"
+wait`, pids)
+	task.Timeout = 1
+	task.GracePeriodSec = 1
+	id := h.fake.Add(task)[0]
+	begin := time.Now()
+	c := h.fake.WaitComplete(t, id, 15*time.Second)
+	if c.GetError() != "timeout after 1s" {
+		t.Errorf("error = %q, want timeout after 1s", c.GetError())
+	}
+	if took := time.Since(begin); took > 6*time.Second {
+		t.Errorf("timeout took %s", took)
+	}
+	row := h.row(id)
+	if row.Status != journal.StatusFailed || row.PID == 0 {
+		t.Fatalf("row = %+v", row)
+	}
+	if !groupGone(row.PID) {
+		t.Error("processes of the task's group survived the timeout")
+	}
+	b, _ := os.ReadFile(pids)
+	fields := strings.Fields(string(b))
+	if len(fields) < 4 {
+		t.Fatalf("pid file %q: the tree did not start", b)
+	}
+	for _, f := range fields {
+		var pid int
+		for _, r := range f {
+			pid = pid*10 + int(r-'0')
+		}
+		if alive(pid) {
+			t.Errorf("process %d survived", pid)
+		}
+	}
+}
+
+func TestHeartbeatStopGraceThenKill(t *testing.T) {
+	h := newHarness(t, nil).start()
+	ready := filepath.Join(shortDir(t), "ready")
+	id := h.fake.Add(script(`trap 'echo got-term' TERM; touch "$1"; while :; do sleep 0.05; done`, ready))[0]
+	leasetest.WaitFor(t, 10*time.Second, "task running", func() bool { _, err := os.Stat(ready); return err == nil })
+	begin := time.Now()
+	h.fake.StopOnHeartbeat(id, "cancelled", 1)
+	row := h.waitFinal(id, 15*time.Second)
+	if took := time.Since(begin); took < time.Second {
+		t.Errorf("task ended %s after the stop, before its 1s grace", took)
+	}
+	if row.Status != journal.StatusCancelled || !row.Synced || !strings.Contains(row.Error, "cancelled by the server") {
+		t.Errorf("row = status %s synced %v error %q", row.Status, row.Synced, row.Error)
+	}
+	if row.ExitCode == nil || *row.ExitCode != 128+int(syscall.SIGKILL) {
+		t.Errorf("exit code = %v, want SIGKILL", row.ExitCode)
+	}
+	if !strings.Contains(row.Stdout, "got-term") {
+		t.Errorf("stdout %q: SIGTERM did not come first", row.Stdout)
+	}
+	if !groupGone(row.PID) {
+		t.Error("process group survived")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if c := h.fake.Calls("CompleteTask"); len(c) != 0 {
+		t.Errorf("a cancelled attempt was completed: %v", c)
+	}
+	hb := h.fake.Calls("SendHeartbeat")
+	found := false
+	for _, c := range hb {
+		for _, a := range c.Req.(*taskv1.SendHeartbeatRequest).GetAttemptIds() {
+			found = found || a == row.AttemptID
+		}
+	}
+	if !found {
+		t.Error("heartbeats never listed the running attempt")
+	}
+}

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+)
+
+// heartbeatLoop sends the machine heartbeat and obeys its stop list.
+func (a *Agent) heartbeatLoop(ctx context.Context) {
+	for {
+		next := a.heartbeat(ctx)
+		if !sleep(ctx, next) {
+			return
+		}
+	}
+}
+
+// heartbeat sends one heartbeat and returns the delay to the next.
+func (a *Agent) heartbeat(ctx context.Context) time.Duration {
+	a.mu.Lock()
+	var ids []string
+	for id, at := range a.runs {
+		if at.task.Origin == journal.OriginServer {
+			ids = append(ids, id)
+		}
+	}
+	a.mu.Unlock()
+	free := max(a.cfg.Slots-int(a.running.Load()), 0)
+
+	cctx, cancel := a.rpcCtx(ctx)
+	resp, err := a.lease.SendHeartbeat(cctx, &taskv1.SendHeartbeatRequest{
+		AgentId: a.cfg.AgentID, MachineId: a.cfg.MachineID, Labels: a.cfg.Labels,
+		AttemptIds: ids, FreeSlots: int32(free),
+	})
+	cancel()
+	interval := a.cfg.HeartbeatInterval
+	a.mu.Lock()
+	was := a.reachable
+	a.reachable = err == nil
+	if err == nil {
+		a.lastHeartbeat = a.now()
+	}
+	a.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			a.log.Warn("heartbeat failed", "err", err)
+		}
+		return interval
+	}
+	if !was {
+		// The server is back: deliver what waited.
+		wake(a.syncWake)
+	}
+	for _, s := range resp.GetStop() {
+		at := a.active(s.GetAttemptId())
+		if at == nil {
+			continue
+		}
+		a.log.Info("server stops attempt", "task_id", s.GetTaskId(), "attempt_id", s.GetAttemptId(), "reason", s.GetReason())
+		reason := s.GetReason()
+		if reason == "" {
+			reason = reasonCancelled
+		}
+		at.requestStop(stopRequest{
+			reason: reason,
+			grace:  time.Duration(s.GetGracePeriodSec()) * time.Second,
+		})
+	}
+	if nb := resp.GetNextHeartbeatBefore(); nb != nil {
+		if d := nb.AsTime().Sub(a.now()) / 2; d > 0 && d < interval {
+			interval = max(d, 100*time.Millisecond)
+		}
+	}
+	return interval
+}

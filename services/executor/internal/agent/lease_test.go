@@ -1,0 +1,132 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"google.golang.org/protobuf/proto"
+)
+
+func TestRenewLosesAttempt(t *testing.T) {
+	tests := []struct {
+		name       string
+		code       int
+		wantStatus string
+		wantErr    string
+	}{
+		{name: "lease expired", code: rpcerr.LeaseExpired, wantStatus: journal.StatusFailed, wantErr: "lease lost: 30003"},
+		{name: "attempt mismatch", code: rpcerr.AttemptMismatch, wantStatus: journal.StatusFailed, wantErr: "lease lost: 30001"},
+		{name: "task final", code: rpcerr.TaskImmutable, wantStatus: journal.StatusCancelled, wantErr: "task is final on the server: 30002"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, func(c *Config) { c.RenewInterval = 300 * time.Millisecond; c.GracePeriod = time.Second })
+			h.fake.SetFail(func(method string, _ proto.Message) error {
+				if method == "RenewTaskLease" {
+					return rpcerr.New(tc.code, "refused")
+				}
+				return nil
+			})
+			id := h.fake.Add(shell("sleep", "30"))[0]
+			h.start()
+			begin := time.Now()
+			row := h.waitFinal(id, 10*time.Second)
+			if time.Since(begin) > 5*time.Second {
+				t.Errorf("stopping took %s", time.Since(begin))
+			}
+			if row.Status != tc.wantStatus || !strings.HasPrefix(row.Error, tc.wantErr) || !row.Synced {
+				t.Errorf("row status %s error %q synced %v, want %s %q", row.Status, row.Error, row.Synced, tc.wantStatus, tc.wantErr)
+			}
+			if !groupGone(row.PID) {
+				t.Error("process survived the lost lease")
+			}
+			time.Sleep(200 * time.Millisecond)
+			if n := len(h.fake.Calls("CompleteTask")); n != 0 {
+				t.Errorf("%d CompleteTask calls for a lost attempt", n)
+			}
+		})
+	}
+}
+
+func TestRenewKeepsLeaseAlive(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.RenewInterval = time.Hour })
+	// A 3 s lease: the agent must renew before a third of it is left,
+	// whatever its renew interval says.
+	h.fake.SetLeaseTTL(3 * time.Second)
+	id := h.fake.Add(shell("sleep", "4"))[0]
+	h.start()
+	c := h.fake.WaitComplete(t, id, 15*time.Second)
+	if c.GetExitCode() != 0 {
+		t.Fatalf("completion %v", c)
+	}
+	if n := len(h.fake.Calls("RenewTaskLease")); n < 2 {
+		t.Errorf("%d renewals during a 4 s task with a 3 s lease", n)
+	}
+}
+
+func TestServerUnreachableOutcomesSyncLater(t *testing.T) {
+	h := newHarness(t, nil)
+	dir := shortDir(t)
+	// Three tasks that end in a known order, each after a file says go.
+	var ids []string
+	for i, d := range []string{"0.3", "0.9", "0.6"} {
+		marker := filepath.Join(dir, "go"+string(rune('0'+i)))
+		ids = append(ids, h.fake.Add(script(`while [ ! -e "$1" ]; do sleep 0.05; done; sleep "$2"; echo done`, marker, d))[0])
+	}
+	h.start()
+	for _, id := range ids {
+		h.waitRow(id, 10*time.Second, "process of "+id, func(r journal.Task) bool { return r.PID != 0 })
+	}
+	h.fake.Stop()
+	for i := range ids {
+		os.WriteFile(filepath.Join(dir, "go"+string(rune('0'+i))), nil, 0o600)
+	}
+	var rows []journal.Task
+	for _, id := range ids {
+		row := h.waitFinal(id, 10*time.Second)
+		if row.Synced || row.Status != journal.StatusCompleted {
+			t.Fatalf("row while offline: status %s synced %v", row.Status, row.Synced)
+		}
+		rows = append(rows, row)
+	}
+	slices.SortFunc(rows, func(a, b journal.Task) int { return a.EndedAt.Compare(b.EndedAt) })
+	var wantOrder []string
+	for _, r := range rows {
+		wantOrder = append(wantOrder, r.ID)
+	}
+	if !slices.Equal(wantOrder, []string{ids[0], ids[2], ids[1]}) {
+		t.Logf("tasks ended in an unexpected order %v (ids %v)", wantOrder, ids)
+	}
+	leasetest.WaitFor(t, 5*time.Second, "agent notices the outage", func() bool {
+		st, _ := h.agent.Status(t.Context())
+		return !st.ServerReachable && st.Unsynced == 3
+	})
+	before := len(h.fake.Calls("CompleteTask"))
+	h.fake.Restart(t)
+	for _, id := range ids {
+		if c := h.fake.WaitComplete(t, id, 20*time.Second); c.GetStdout() != "done\n" {
+			t.Errorf("late completion %v", c)
+		}
+	}
+	var order []string
+	for _, c := range h.fake.Calls("CompleteTask")[before:] {
+		id := c.Req.(*taskv1.CompleteTaskRequest).GetTaskId()
+		if !slices.Contains(order, id) {
+			order = append(order, id)
+		}
+	}
+	if !slices.Equal(order, wantOrder) {
+		t.Errorf("delivered %v, want end-time order %v", order, wantOrder)
+	}
+	for _, id := range ids {
+		h.waitRow(id, 5*time.Second, "synced", func(r journal.Task) bool { return r.Synced })
+	}
+}

@@ -1,0 +1,208 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
+	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+)
+
+// Local tasks (seed 004 §5.2) run on this agent only and are never
+// reported to the server. They wait in the journal as pending, highest
+// priority first, and take process slots before the claim loop starts its
+// next claim; a claim already long-polling keeps its slots until it
+// returns (at most ClaimWait), because abandoning it could lose tasks the
+// server leased in the meantime.
+
+// Submit queues a local task. The policy applies as to server tasks; a
+// refused or malformed spec is an InvalidArgument (30005) error and
+// changes nothing.
+func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task, error) {
+	if spec == nil {
+		return journal.Task{}, rpcerr.New(rpcerr.InvalidArgument, "spec is required")
+	}
+	if err := validateSpec(spec); err != nil {
+		return journal.Task{}, rpcerr.New(rpcerr.InvalidArgument, err.Error())
+	}
+	typ := policy.NormalizeType(spec.GetType())
+	if err := a.policy.Check(policy.Task{
+		Type: typ, Command: spec.GetCommand(), Args: spec.GetArgs(), Env: spec.GetEnv(), Workdir: spec.GetWorkdir(),
+	}); err != nil {
+		return journal.Task{}, rpcerr.New(rpcerr.InvalidArgument, err.Error())
+	}
+	now := a.now()
+	t := journal.Task{
+		ID: uuid.NewString(), AttemptID: uuid.NewString(), Name: spec.GetName(), Type: typ,
+		Origin: journal.OriginLocal, Command: spec.GetCommand(), Args: spec.GetArgs(),
+		Workdir: spec.GetWorkdir(), Env: spec.GetEnv(),
+		Timeout: 3600, Priority: 5,
+		Status: journal.StatusPending, AssignedAgentID: a.cfg.AgentID,
+		ReceivedAt: now, Synced: true,
+	}
+	if spec.Timeout != nil {
+		t.Timeout = int(spec.GetTimeout())
+	}
+	if spec.Priority != nil {
+		t.Priority = int(spec.GetPriority())
+	}
+	if spec.GracePeriodSec != nil {
+		t.GracePeriodSec = int(spec.GetGracePeriodSec())
+	}
+	if _, err := a.journal.Insert(bg, t); err != nil {
+		return journal.Task{}, rpcerr.New(rpcerr.Internal, err.Error())
+	}
+	wake(a.localWake)
+	return a.journal.Get(bg, t.AttemptID)
+}
+
+// validateSpec checks what the task API's validation would (task.proto).
+func validateSpec(s *taskv1.TaskSpec) error {
+	switch n := len([]rune(s.GetName())); {
+	case n == 0:
+		return errors.New("name is required")
+	case n > policy.MaxNameChars:
+		return fmt.Errorf("name is longer than %d characters", policy.MaxNameChars)
+	}
+	switch s.GetType() {
+	case "", policy.TypeShell, policy.TypePython, policy.TypeScript, policy.TypeNoop:
+	default:
+		return fmt.Errorf("type %q is not one of shell, python, script, noop", s.GetType())
+	}
+	if s.Timeout != nil && (s.GetTimeout() < 1 || s.GetTimeout() > 604800) {
+		return errors.New("timeout must be between 1 and 604800 seconds")
+	}
+	if s.Priority != nil && (s.GetPriority() < 1 || s.GetPriority() > 10) {
+		return errors.New("priority must be between 1 and 10")
+	}
+	if s.GracePeriodSec != nil && (s.GetGracePeriodSec() < 0 || s.GetGracePeriodSec() > 3600) {
+		return errors.New("grace_period_sec must be between 0 and 3600")
+	}
+	return nil
+}
+
+// Cancel stops a task of this agent: a pending local task is cancelled at
+// once; a running one is stopped (SIGTERM, grace, SIGKILL). A server task
+// stopped this way is reported to the server as cancelled on the agent.
+// It waits briefly for the stop to finish and returns the task as it is
+// then.
+func (a *Agent) Cancel(ctx context.Context, id string) (journal.Task, error) {
+	t, err := a.journal.Latest(bg, id)
+	if errors.Is(err, journal.ErrNotFound) {
+		return journal.Task{}, rpcerr.New(rpcerr.TaskNotFound, fmt.Sprintf("task %s not found", id))
+	}
+	if err != nil {
+		return journal.Task{}, rpcerr.New(rpcerr.Internal, err.Error())
+	}
+	if journal.Final(t.Status) {
+		return journal.Task{}, rpcerr.New(rpcerr.TaskImmutable, fmt.Sprintf("task %s is already %s", id, t.Status))
+	}
+	at := a.active(t.AttemptID)
+	if at == nil {
+		// Pending and not yet picked up: nothing runs.
+		if t.Status == journal.StatusPending {
+			now := a.now()
+			_, _ = a.journal.Finish(bg, t.AttemptID, journal.Outcome{
+				Status: journal.StatusCancelled, Error: "cancelled through the agent-local API",
+				EndedAt: now, StopReason: reasonLocalCancel, Synced: t.Origin == journal.OriginLocal,
+			})
+			return a.journal.Get(bg, t.AttemptID)
+		}
+		return journal.Task{}, rpcerr.New(rpcerr.TaskImmutable, fmt.Sprintf("task %s is not running here", id))
+	}
+	at.requestStop(stopRequest{reason: reasonLocalCancel})
+	select {
+	case <-at.done:
+	case <-time.After(2 * time.Second):
+	case <-ctx.Done():
+	}
+	return a.journal.Get(bg, t.AttemptID)
+}
+
+// Status summarises the queue.
+func (a *Agent) Status(ctx context.Context) (localapi.QueueStatus, error) {
+	c, err := a.journal.Count(bg)
+	if err != nil {
+		return localapi.QueueStatus{}, rpcerr.New(rpcerr.Internal, err.Error())
+	}
+	a.mu.Lock()
+	reachable, last := a.reachable, a.lastHeartbeat
+	a.mu.Unlock()
+	return localapi.QueueStatus{
+		AgentID: a.cfg.AgentID, MachineID: a.cfg.MachineID, Labels: a.cfg.Labels,
+		Slots: a.cfg.Slots, Running: int(a.running.Load()),
+		Pending: c.Pending + c.Assigned, Unsynced: c.Unsynced,
+		ServerReachable: reachable, LastHeartbeat: last,
+	}, nil
+}
+
+// localLoop runs pending local tasks, highest priority first.
+func (a *Agent) localLoop(ctx context.Context) {
+	wake(a.localWake)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.localWake:
+		}
+		for ctx.Err() == nil {
+			at := a.nextLocal()
+			if at == nil {
+				break
+			}
+			if !a.takeLocalSlot(ctx, at) {
+				a.forget(at)
+				return
+			}
+			a.go_(func() { a.execute(ctx, at) })
+		}
+	}
+}
+
+// nextLocal registers and returns the next pending local task, if any.
+func (a *Agent) nextLocal() *attempt {
+	rows, err := a.journal.WithStatus(bg, journal.StatusPending)
+	if err != nil {
+		a.log.Error("journal", "err", err)
+		return nil
+	}
+	for _, t := range rows {
+		if t.Origin != journal.OriginLocal {
+			continue
+		}
+		at := newAttempt(t)
+		if a.register(at) {
+			return at
+		}
+	}
+	return nil
+}
+
+// takeLocalSlot takes the slot the attempt needs; while it waits, the
+// claim loop does not start new claims.
+func (a *Agent) takeLocalSlot(ctx context.Context, at *attempt) bool {
+	if at.task.Type == policy.TypeNoop {
+		select {
+		case a.noops <- struct{}{}:
+			at.noop = true
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	a.localWaiting.Add(1)
+	defer a.localWaiting.Add(-1)
+	select {
+	case a.slots <- struct{}{}:
+		at.slot = true
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

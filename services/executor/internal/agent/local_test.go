@@ -1,0 +1,58 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestLocalQueueSurvivesRestart runs an agent without a server: one slot,
+// a running local task and a pending one. After a restart the running one
+// is reattached and the pending one runs.
+func TestLocalQueueSurvivesRestart(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Server = ""; c.Slots = 1; c.OrphanGrace = 10 * time.Second })
+	h.start()
+	gate := filepath.Join(shortDir(t), "go")
+	ctx := context.Background()
+	first, err := h.agent.Submit(ctx, &taskv1.TaskSpec{Name: "first", Type: "script",
+		Command: `while [ ! -e "$1" ]; do sleep 0.05; done; echo first`, Args: []string{gate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := h.agent.Submit(ctx, &taskv1.TaskSpec{Name: "second", Command: "echo", Args: []string{"second"},
+		Priority: proto.Int32(9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitRow(first.ID, 10*time.Second, "first running", func(r journal.Task) bool { return r.PID != 0 })
+	if row := h.row(second.ID); row.Status != journal.StatusPending {
+		t.Fatalf("second task is %s while the only slot is busy", row.Status)
+	}
+	h.stop()
+
+	h.start()
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ id, stdout string }{{first.ID, "first\n"}, {second.ID, "second\n"}} {
+		row := h.waitFinal(tc.id, 15*time.Second)
+		if row.Status != journal.StatusCompleted || row.Stdout != tc.stdout || !row.Synced || row.Origin != journal.OriginLocal {
+			t.Errorf("%s: status %s stdout %q synced %v", tc.id, row.Status, row.Stdout, row.Synced)
+		}
+	}
+	st, err := h.agent.Status(ctx)
+	if err != nil || st.ServerReachable || st.Unsynced != 0 || st.Pending != 0 {
+		t.Errorf("status = %+v, %v", st, err)
+	}
+	leasetest.WaitFor(t, 5*time.Second, "run dirs removed", func() bool {
+		entries, _ := os.ReadDir(filepath.Join(h.cfg.DataDir, "runs"))
+		return len(entries) == 0
+	})
+}

@@ -1,0 +1,154 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
+)
+
+type apiClient struct {
+	t    *testing.T
+	base string
+}
+
+// do sends a request and decodes the JSON answer into a map.
+func (c apiClient) do(method, path, body string) (int, map[string]any) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		c.t.Fatalf("%s %s: body %q is not JSON: %v", method, path, b, err)
+	}
+	return resp.StatusCode, m
+}
+
+func (c apiClient) waitStatus(id, status string) map[string]any {
+	c.t.Helper()
+	var task map[string]any
+	leasetest.WaitFor(c.t, 10*time.Second, id+" "+status, func() bool {
+		_, task = c.do("GET", "/api/v1/tasks/"+id, "")
+		return task["status"] == status
+	})
+	return task
+}
+
+func TestLocalAPI(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		c.LocalAPIAddr = "127.0.0.1:0"
+		c.BlockedPatterns = []string{"rm -rf /"}
+		c.GracePeriod = time.Second
+	}).start()
+	api := apiClient{t: t, base: "http://" + h.agent.LocalAPIAddr()}
+
+	code, created := api.do("POST", "/api/v1/tasks", `{"name":"hello","type":"shell","command":"echo","args":["hi"],"priority":3}`)
+	if code != 200 || created["status"] != "pending" || created["origin"] != "local" || created["synced"] != true ||
+		created["priority"] != float64(3) || created["id"] == "" {
+		t.Fatalf("create = %d %v", code, created)
+	}
+	helloID := created["id"].(string)
+	done := api.waitStatus(helloID, "completed")
+	if done["stdout"] != "hi\n" || done["exit_code"] != float64(0) || done["started_at"] == nil || done["ended_at"] == nil {
+		t.Errorf("completed task = %v", done)
+	}
+
+	_, long := api.do("POST", "/api/v1/tasks", `{"name":"long","command":"sleep","args":["30"]}`)
+	longID := long["id"].(string)
+	api.waitStatus(longID, "running")
+	code, cancelled := api.do("POST", "/api/v1/tasks/"+longID+"/cancel", `{}`)
+	if code != 200 {
+		t.Fatalf("cancel = %d %v", code, cancelled)
+	}
+	c := api.waitStatus(longID, "cancelled")
+	if c["error"] != "cancelled through the agent-local API" || c["exit_code"] != float64(143) {
+		t.Errorf("cancelled task = %v", c)
+	}
+
+	code, list := api.do("GET", "/api/v1/tasks", "")
+	tasks, _ := list["tasks"].([]any)
+	if code != 200 || len(tasks) != 2 || tasks[0].(map[string]any)["id"] != longID || tasks[1].(map[string]any)["id"] != helloID {
+		t.Errorf("list = %d %v, want newest first", code, list)
+	}
+	_, filtered := api.do("GET", "/api/v1/tasks?status=completed", "")
+	if ft, _ := filtered["tasks"].([]any); len(ft) != 1 {
+		t.Errorf("list by status = %v", filtered)
+	}
+
+	code, qs := api.do("GET", "/api/v1/queue/status", "")
+	if code != 200 || qs["agent_id"] != "agent-1" || qs["machine_id"] != "machine-1" || qs["slots"] != float64(4) ||
+		qs["running"] != float64(0) || qs["pending"] != float64(0) || qs["server_reachable"] != true {
+		t.Errorf("queue status = %d %v", code, qs)
+	}
+
+	errTests := []struct {
+		name, method, path, body string
+		wantHTTP                 int
+		wantCode                 float64
+		wantMsg                  string
+	}{
+		{"unknown id", "GET", "/api/v1/tasks/nope", "", 404, 30004, "task nope not found"},
+		{"cancel unknown", "POST", "/api/v1/tasks/nope/cancel", "{}", 404, 30004, "not found"},
+		{"cancel final", "POST", "/api/v1/tasks/" + helloID + "/cancel", "{}", 409, 30002, "already completed"},
+		{"missing name", "POST", "/api/v1/tasks", `{"command":"echo"}`, 400, 30005, "name is required"},
+		{"bad type", "POST", "/api/v1/tasks", `{"name":"x","type":"docker","command":"echo"}`, 400, 30005, "type"},
+		{"missing command", "POST", "/api/v1/tasks", `{"name":"x","type":"shell"}`, 400, 30005, "command is required"},
+		{"blocked pattern", "POST", "/api/v1/tasks", `{"name":"x","command":"sh","args":["-c","rm -rf /"]}`, 400, 30005, `blocked pattern "rm -rf /"`},
+		{"bad json", "POST", "/api/v1/tasks", `{"name":`, 400, 30005, ""},
+		{"bad limit", "GET", "/api/v1/tasks?limit=5000", "", 400, 30005, "limit"},
+	}
+	for _, tc := range errTests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := api.do(tc.method, tc.path, tc.body)
+			msg, _ := body["message"].(string)
+			data, hasData := body["data"]
+			if code != tc.wantHTTP || body["code"] != tc.wantCode || !strings.Contains(msg, tc.wantMsg) || !hasData || data != nil {
+				t.Errorf("= %d %v, want %d {code %v, message ~%q, data null}", code, body, tc.wantHTTP, tc.wantCode, tc.wantMsg)
+			}
+		})
+	}
+
+	// Local tasks never reach the server.
+	for _, call := range h.fake.Calls("") {
+		b, _ := json.Marshal(call.Req)
+		if bytes.Contains(b, []byte(helloID)) || bytes.Contains(b, []byte(longID)) {
+			t.Errorf("local task sent to the server in %s", call.Method)
+		}
+	}
+	if n := len(h.fake.Calls("CompleteTask")) + len(h.fake.Calls("StartTask")); n != 0 {
+		t.Errorf("%d task calls to the server for local tasks", n)
+	}
+}
+
+func TestLocalAPICancelsServerTask(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.LocalAPIAddr = "127.0.0.1:0" })
+	task := shell("sleep", "30")
+	task.GracePeriodSec = 1
+	id := h.fake.Add(task)[0]
+	h.start()
+	api := apiClient{t: t, base: "http://" + h.agent.LocalAPIAddr()}
+	api.waitStatus(id, "running")
+	h.waitRow(id, 5*time.Second, "pid", func(r journal.Task) bool { return r.PID != 0 })
+	if code, _ := api.do("POST", "/api/v1/tasks/"+id+"/cancel", "{}"); code != 200 {
+		t.Fatalf("cancel = %d", code)
+	}
+	c := h.fake.WaitComplete(t, id, 10*time.Second)
+	if c.GetError() != "cancelled through the agent-local API" || c.GetExitCode() != 143 {
+		t.Errorf("completion = %v", c)
+	}
+}

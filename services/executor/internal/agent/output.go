@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
+)
+
+const (
+	// inlineLimit: a stream shorter than this is sent inline in
+	// CompleteTask (seed 004 §10.2: results under 64 KiB go to the
+	// database); otherwise the result goes to the object store.
+	inlineLimit = 64 << 10
+	// tailBytes of each stream are still sent inline with a large result.
+	tailBytes = 32 << 10
+)
+
+type output struct {
+	stdout, stderr string
+	large          bool
+}
+
+// collectOutput reads what CompleteTask carries inline: the whole streams
+// when both are small, otherwise their last tailBytes.
+func collectOutput(runDir string, st shim.Status) output {
+	if st.StdoutBytes < inlineLimit && st.StderrBytes < inlineLimit {
+		so := sanitize(readFile(filepath.Join(runDir, shim.StdoutFile)))
+		se := sanitize(readFile(filepath.Join(runDir, shim.StderrFile)))
+		// Replacing invalid bytes can make a string longer; it must still
+		// fit the API's inline limit.
+		if len(so) <= inlineLimit && len(se) <= inlineLimit {
+			return output{stdout: so, stderr: se}
+		}
+	}
+	return output{
+		stdout: tailUTF8(readFile(filepath.Join(runDir, shim.StdoutTail)), tailBytes),
+		stderr: tailUTF8(readFile(filepath.Join(runDir, shim.StderrTail)), tailBytes),
+		large:  true,
+	}
+}
+
+func readFile(p string) []byte {
+	b, _ := os.ReadFile(p)
+	return b
+}
+
+// sanitize makes b valid UTF-8 (protobuf strings must be), replacing
+// invalid bytes with U+FFFD.
+func sanitize(b []byte) string {
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// tailUTF8 returns the valid UTF-8 form of b's last bytes, at most n bytes
+// long and starting on a character boundary.
+func tailUTF8(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	s := sanitize(b)
+	for len(s) > n {
+		_, size := utf8.DecodeRuneInString(s)
+		s = s[size:]
+	}
+	return s
+}
+
+// truncateUTF8 cuts s to at most n bytes on a character boundary.
+func truncateUTF8(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// resultBody is the JSON object uploaded for a large result.
+type resultBody struct {
+	Stdout               string `json:"stdout"`
+	Stderr               string `json:"stderr"`
+	StdoutTruncatedBytes int64  `json:"stdout_truncated_bytes"`
+	StderrTruncatedBytes int64  `json:"stderr_truncated_bytes"`
+}
+
+// buildResultBody reads the kept output of a run directory.
+func buildResultBody(runDir string, stdoutDropped, stderrDropped int64) ([]byte, error) {
+	return json.Marshal(resultBody{
+		Stdout:               sanitize(readFile(filepath.Join(runDir, shim.StdoutFile))),
+		Stderr:               sanitize(readFile(filepath.Join(runDir, shim.StderrFile))),
+		StdoutTruncatedBytes: stdoutDropped,
+		StderrTruncatedBytes: stderrDropped,
+	})
+}

@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+)
+
+// recover resumes what a previous run of the agent left (seed 004 §6.1):
+//
+//   - assigned and running server attempts are checked with the server
+//     (RenewTaskLease). A valid lease, or no answer (the server may be down,
+//     §6.2), resumes the attempt: reattach to its shim, or read the shim's
+//     status file if it has finished, or start it if it never had a
+//     process. 30001/30002/30003 stop the process through the shim and
+//     record it failed; the outcome is still offered to the server, which
+//     may refuse it.
+//   - running local attempts are reattached the same way.
+//   - pending local tasks re-enter the local queue (localLoop reads them).
+//   - unsynced outcomes are delivered by the sync loop when it starts.
+func (a *Agent) recover(ctx context.Context) error {
+	rows, err := a.journal.WithStatus(bg, journal.StatusAssigned, journal.StatusRunning)
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	for _, t := range rows {
+		at := newAttempt(t)
+		if !a.register(at) {
+			continue
+		}
+		log := a.log.With("task_id", t.ID, "attempt_id", t.AttemptID)
+		if t.Origin == journal.OriginServer && a.lease != nil {
+			cctx, cancel := a.rpcCtx(ctx)
+			resp, err := a.lease.RenewTaskLease(cctx, &taskv1.RenewTaskLeaseRequest{
+				TaskId: t.ID, AgentId: a.cfg.AgentID, AttemptId: t.AttemptID,
+			})
+			cancel()
+			switch {
+			case err == nil:
+				if resp.GetLeaseExpiresAt() != nil {
+					at.task.LeaseExpiresAt = resp.GetLeaseExpiresAt().AsTime()
+					_ = a.journal.SetLease(bg, t.AttemptID, at.task.LeaseExpiresAt, a.now())
+				}
+				log.Info("resuming attempt: lease still valid")
+			case rpcerr.AttemptGone(err):
+				log.Info("attempt lost while the agent was away", "code", rpcerr.Code(err))
+				at.requestStop(stopRequest{reason: reasonRecoveryLost,
+					detail: fmt.Sprintf("%d %s", rpcerr.Code(err), rpcerr.Message(err))})
+			default:
+				log.Warn("cannot check the lease, resuming", "err", err)
+			}
+		}
+		a.takeRecoveredSlot(at)
+		a.go_(func() { a.resume(ctx, at) })
+	}
+	return nil
+}
+
+// takeRecoveredSlot takes a slot without waiting: a process that already
+// runs cannot wait for one. If the slots are all taken (fewer configured
+// than before the restart) the attempt runs without one.
+func (a *Agent) takeRecoveredSlot(at *attempt) {
+	select {
+	case a.slots <- struct{}{}:
+		at.slot = true
+	default:
+		a.log.Warn("more attempts recovered than slots", "attempt_id", at.task.AttemptID)
+	}
+}
+
+// resume continues one recovered attempt.
+func (a *Agent) resume(ctx context.Context, at *attempt) {
+	t := at.task
+	if t.RunDir == "" {
+		// No process was ever started: run it from the beginning (a stop
+		// requested during recovery is honoured before spawning).
+		a.execute(ctx, at)
+		return
+	}
+	// supervise reattaches to the shim, or reads its status file when the
+	// shim has finished and left.
+	defer a.release(at)
+	a.supervise(ctx, at)
+}

@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
+	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
+)
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+// safeName makes an id usable as a single path element.
+func safeName(id string) string {
+	s := unsafeChars.ReplaceAllString(id, "_")
+	if s == "" || s == "." || s == ".." {
+		s = "_" + s
+	}
+	return s
+}
+
+// prepare creates the run directory and working directory and builds the
+// shim spec.
+func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
+	runDir := filepath.Join(a.cfg.DataDir, "runs", safeName(t.AttemptID))
+	if err := os.MkdirAll(filepath.Join(runDir, "tmp"), 0o700); err != nil {
+		return "", shim.Spec{}, fmt.Errorf("run dir: %w", err)
+	}
+	workdir := t.Workdir
+	if workdir == "" {
+		workdir = filepath.Join(a.cfg.WorkRoot, safeName(t.ID))
+	}
+	if err := os.MkdirAll(workdir, 0o755); err != nil {
+		return runDir, shim.Spec{}, fmt.Errorf("workdir %s: %w", workdir, err)
+	}
+	var argv []string
+	switch policy.NormalizeType(t.Type) {
+	case policy.TypeScript:
+		// The body is a file, never a `sh -c` string: arguments stay
+		// arguments ($1, $2, ...).
+		script := filepath.Join(runDir, "script.sh")
+		if err := os.WriteFile(script, []byte(t.Command), 0o700); err != nil {
+			return runDir, shim.Spec{}, fmt.Errorf("write script: %w", err)
+		}
+		argv = append([]string{"/bin/sh", script}, t.Args...)
+	default:
+		argv = append([]string{t.Command}, t.Args...)
+	}
+	progressFile := filepath.Join(runDir, "progress")
+	env := append([]string{}, a.baseEnv...)
+	env = append(env, "TMPDIR="+filepath.Join(runDir, "tmp"))
+	for k, v := range t.Env {
+		if strings.HasPrefix(k, "TASKMESH_") {
+			continue
+		}
+		env = append(env, k+"="+v)
+	}
+	env = append(env,
+		"TASKMESH_TASK_ID="+t.ID,
+		"TASKMESH_ATTEMPT_ID="+t.AttemptID,
+		"TASKMESH_PROGRESS_FILE="+progressFile)
+	grace := a.cfg.GracePeriod
+	if t.GracePeriodSec > 0 {
+		grace = time.Duration(t.GracePeriodSec) * time.Second
+	}
+	spec := shim.Spec{
+		TaskID: t.ID, AttemptID: t.AttemptID,
+		Argv: argv, Env: dedupeEnv(env), Dir: workdir,
+		Timeout:          time.Duration(t.Timeout) * time.Second,
+		Grace:            grace,
+		OrphanGrace:      a.cfg.OrphanGrace,
+		OutputLimit:      a.cfg.OutputLimit,
+		TailBytes:        tailBytes,
+		MemoryLimitBytes: a.cfg.MemoryLimitBytes,
+		CPULimitSeconds:  a.cfg.CPULimitSeconds,
+		ProgressFile:     progressFile,
+		Socket:           shim.SocketPath(runDir),
+		SelfArgv:         a.cfg.ShimCommand,
+	}
+	return runDir, spec, nil
+}
+
+// dedupeEnv keeps the last value of each variable (task env overrides the
+// base).
+func dedupeEnv(env []string) []string {
+	idx := map[string]int{}
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// spawnAndSupervise starts the shim and watches the attempt to its end.
+func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
+	t := at.task
+	runDir, spec, err := a.prepare(t)
+	if err != nil {
+		a.finish(ctx, at, a.failedBeforeStart(err.Error()))
+		return
+	}
+	// Journal the run directory before the shim exists: a restart then
+	// finds the shim (or its status file) even if Start never returned.
+	if err := a.journal.SetProcess(bg, t.AttemptID, runDir, spec.Socket, 0, 0); err != nil {
+		a.log.Error("journal", "err", err)
+		return
+	}
+	at.task.RunDir, at.task.ShimSocket = runDir, spec.Socket
+	started, err := shim.Start(ctx, shim.Launch{
+		Command: a.cfg.ShimCommand,
+		Env:     a.baseEnv,
+		RunDir:  runDir,
+		Spec:    spec,
+	})
+	var se *shim.StartError
+	switch {
+	case errors.As(err, &se):
+		a.finishFromRunDir(ctx, at, nil)
+		return
+	case err != nil && ctx.Err() != nil:
+		return // shutting down; recovery finds the shim through the journal
+	case err != nil:
+		a.finish(ctx, at, a.failedBeforeStart("shim: "+err.Error()))
+		return
+	}
+	_ = a.journal.SetProcess(bg, t.AttemptID, runDir, spec.Socket, started.ShimPID, started.PID)
+	at.task.ShimPID, at.task.PID = started.ShimPID, started.PID
+	a.supervise(ctx, at)
+}

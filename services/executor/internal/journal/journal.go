@@ -1,0 +1,552 @@
+// Package journal is the agent's durable record of every task it holds:
+// the local_tasks table of seed 004 §3.3 in SQLite (modernc.org/sqlite, pure
+// Go; WAL mode with a busy timeout).
+//
+// Invariants the agent relies on:
+//   - every state change is written here before the server is told, so a
+//     restarted agent knows what it promised (§6.1);
+//   - a finished attempt stays with synced=0 until the server acknowledged or
+//     rejected its outcome, and unsynced outcomes are delivered in order of
+//     ended_at (§6.2);
+//   - an attempt finishes once: Finish only moves a row out of pending,
+//     assigned or running, so a natural exit racing a stop records one
+//     outcome.
+//
+// Rows are keyed by (id, attempt_id): the server may lease the same task to
+// this agent again with a new attempt (a retry), and the old attempt's row
+// must survive until its outcome is synced. Local tasks get an attempt id of
+// their own. Times are stored as fixed-width UTC RFC 3339 text so that they
+// sort as text.
+package journal
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Task statuses, as in seed 004 §2.3.
+const (
+	StatusPending   = "pending"
+	StatusAssigned  = "assigned"
+	StatusRunning   = "running"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
+	StatusPreempted = "preempted"
+)
+
+// Origins of a row.
+const (
+	OriginServer = "server" // claimed from the scheduler
+	OriginLocal  = "local"  // created through the agent-local API
+)
+
+// ErrNotFound is returned by Get and Latest when no row matches.
+var ErrNotFound = errors.New("journal: task not found")
+
+// Task is one row of local_tasks.
+type Task struct {
+	ID      string
+	Name    string
+	Type    string
+	Origin  string
+	Command string
+	Args    []string
+	Workdir string
+	Env     map[string]string
+	// Timeout is in seconds (0: none).
+	Timeout  int
+	Priority int
+	// Lease parameters the server gave (0: agent defaults).
+	LeaseTTLSec      int
+	RenewIntervalSec int
+	GracePeriodSec   int
+
+	Status          string
+	AttemptID       string
+	AssignedAgentID string
+	LeaseExpiresAt  time.Time
+	ExitCode        *int
+	Stdout, Stderr  string
+	// Bytes of each stream that were counted but not kept (output cap).
+	StdoutTruncated, StderrTruncated int64
+	Error                            string
+	Progress                         int
+	ProgressMessage                  string
+
+	ReceivedAt      time.Time
+	AssignedAt      time.Time
+	StartedAt       time.Time
+	EndedAt         time.Time
+	LastHeartbeatAt time.Time
+
+	// Synced: the outcome reached the server (or the server rejected it, or
+	// the server itself decided the outcome; see LastSyncError).
+	Synced        bool
+	SyncAttempts  int
+	LastSyncError string
+	// ServerStarted: StartTask was acknowledged.
+	ServerStarted bool
+
+	// Process bookkeeping for reattaching after a restart.
+	RunDir     string
+	ShimSocket string
+	ShimPID    int
+	PID        int
+	// StopReason says who stopped the process (timeout, cancelled, ...).
+	StopReason string
+
+	// ResultUpload: the output is too large to send inline and goes to the
+	// object store; ResultKey and the rest are set once it is uploaded.
+	ResultUpload bool
+	ResultKey    string
+	ResultSize   int64
+	ResultSHA256 string
+}
+
+// Final reports whether status is an end state.
+func Final(status string) bool {
+	switch status {
+	case StatusCompleted, StatusFailed, StatusCancelled, StatusPreempted:
+		return true
+	}
+	return false
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS local_tasks (
+    id                     TEXT NOT NULL,
+    attempt_id             TEXT NOT NULL,
+    name                   TEXT NOT NULL DEFAULT '',
+    type                   TEXT NOT NULL DEFAULT 'shell',
+    origin                 TEXT NOT NULL DEFAULT 'server',
+    command                TEXT NOT NULL,
+    args                   TEXT NOT NULL DEFAULT '[]',
+    workdir                TEXT,
+    env                    TEXT,
+    timeout                INTEGER DEFAULT 3600,
+    priority               INTEGER DEFAULT 5,
+    lease_ttl_sec          INTEGER NOT NULL DEFAULT 0,
+    renew_interval_sec     INTEGER NOT NULL DEFAULT 0,
+    grace_period_sec       INTEGER NOT NULL DEFAULT 0,
+
+    status                 TEXT DEFAULT 'pending',
+    assigned_agent_id      TEXT,
+    lease_expires_at       TEXT,
+    exit_code              INTEGER,
+    stdout                 TEXT,
+    stderr                 TEXT,
+    stdout_truncated_bytes INTEGER NOT NULL DEFAULT 0,
+    stderr_truncated_bytes INTEGER NOT NULL DEFAULT 0,
+    error                  TEXT,
+    progress               INTEGER NOT NULL DEFAULT 0,
+    progress_message       TEXT NOT NULL DEFAULT '',
+
+    received_at            TEXT,
+    assigned_at            TEXT,
+    started_at             TEXT,
+    ended_at               TEXT,
+    last_heartbeat_at      TEXT,
+
+    synced                 INTEGER DEFAULT 0,
+    sync_attempts          INTEGER NOT NULL DEFAULT 0,
+    last_sync_error        TEXT NOT NULL DEFAULT '',
+    server_started         INTEGER NOT NULL DEFAULT 0,
+
+    run_dir                TEXT NOT NULL DEFAULT '',
+    shim_socket            TEXT NOT NULL DEFAULT '',
+    shim_pid               INTEGER NOT NULL DEFAULT 0,
+    pid                    INTEGER NOT NULL DEFAULT 0,
+    stop_reason            TEXT NOT NULL DEFAULT '',
+
+    result_upload          INTEGER NOT NULL DEFAULT 0,
+    result_key             TEXT NOT NULL DEFAULT '',
+    result_size            INTEGER NOT NULL DEFAULT 0,
+    result_sha256          TEXT NOT NULL DEFAULT '',
+
+    PRIMARY KEY (id, attempt_id)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_local_tasks_attempt ON local_tasks(attempt_id);
+CREATE INDEX IF NOT EXISTS idx_local_tasks_status ON local_tasks(status);
+CREATE INDEX IF NOT EXISTS idx_local_tasks_priority ON local_tasks(priority);
+CREATE INDEX IF NOT EXISTS idx_local_tasks_unsynced ON local_tasks(synced, ended_at);
+`
+
+// Journal is the SQLite-backed store. It is safe for concurrent use.
+type Journal struct {
+	db *sql.DB
+}
+
+// Open opens (creating if needed) the journal at path.
+func Open(ctx context.Context, path string) (*Journal, error) {
+	dsn := "file:" + path +
+		"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
+	// One connection: SQLite serialises writers anyway, and a single
+	// connection turns lock contention into Go-side queueing instead of
+	// SQLITE_BUSY retries.
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("create journal schema: %w", err)
+	}
+	return &Journal{db: db}, nil
+}
+
+// Close closes the database.
+func (j *Journal) Close() error { return j.db.Close() }
+
+const timeLayout = "2006-01-02T15:04:05.000000000Z"
+
+func fmtTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format(timeLayout)
+}
+
+func parseTime(s sql.NullString) time.Time {
+	if !s.Valid || s.String == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(timeLayout, s.String)
+	if err != nil {
+		t, _ = time.Parse(time.RFC3339Nano, s.String)
+	}
+	return t
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Insert stores new rows in one transaction and reports, per row, whether
+// it was new: an attempt already journaled (a replayed claim) is left as it
+// is, so the caller never starts it twice.
+func (j *Journal) Insert(ctx context.Context, ts ...Task) ([]bool, error) {
+	tx, err := j.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("insert tasks: %w", err)
+	}
+	defer tx.Rollback()
+	created := make([]bool, len(ts))
+	for i, t := range ts {
+		args, _ := json.Marshal(nonNil(t.Args))
+		env, _ := json.Marshal(t.Env)
+		res, err := tx.ExecContext(ctx, `
+INSERT INTO local_tasks (id, attempt_id, name, type, origin, command, args, workdir, env,
+    timeout, priority, lease_ttl_sec, renew_interval_sec, grace_period_sec,
+    status, assigned_agent_id, lease_expires_at, received_at, assigned_at, synced)
+VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?)
+ON CONFLICT DO NOTHING`,
+			t.ID, t.AttemptID, t.Name, t.Type, t.Origin, t.Command, string(args), t.Workdir, string(env),
+			t.Timeout, t.Priority, t.LeaseTTLSec, t.RenewIntervalSec, t.GracePeriodSec,
+			t.Status, t.AssignedAgentID, fmtTime(t.LeaseExpiresAt), fmtTime(t.ReceivedAt), fmtTime(t.AssignedAt), b2i(t.Synced))
+		if err != nil {
+			return nil, fmt.Errorf("insert task %s: %w", t.ID, err)
+		}
+		n, _ := res.RowsAffected()
+		created[i] = n == 1
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("insert tasks: %w", err)
+	}
+	return created, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+const columns = `id, attempt_id, name, type, origin, command, args, workdir, env,
+    timeout, priority, lease_ttl_sec, renew_interval_sec, grace_period_sec,
+    status, assigned_agent_id, lease_expires_at, exit_code, stdout, stderr,
+    stdout_truncated_bytes, stderr_truncated_bytes, error, progress, progress_message,
+    received_at, assigned_at, started_at, ended_at, last_heartbeat_at,
+    synced, sync_attempts, last_sync_error, server_started,
+    run_dir, shim_socket, shim_pid, pid, stop_reason,
+    result_upload, result_key, result_size, result_sha256`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanTask(s scanner) (Task, error) {
+	var (
+		t                                         Task
+		args, env, workdir, agent                 sql.NullString
+		stdout, stderr, errText                   sql.NullString
+		lease, recv, assigned, started, ended, hb sql.NullString
+		exit                                      sql.NullInt64
+		timeout, priority, synced                 sql.NullInt64
+		serverStarted, upload                     int
+	)
+	err := s.Scan(&t.ID, &t.AttemptID, &t.Name, &t.Type, &t.Origin, &t.Command, &args, &workdir, &env,
+		&timeout, &priority, &t.LeaseTTLSec, &t.RenewIntervalSec, &t.GracePeriodSec,
+		&t.Status, &agent, &lease, &exit, &stdout, &stderr,
+		&t.StdoutTruncated, &t.StderrTruncated, &errText, &t.Progress, &t.ProgressMessage,
+		&recv, &assigned, &started, &ended, &hb,
+		&synced, &t.SyncAttempts, &t.LastSyncError, &serverStarted,
+		&t.RunDir, &t.ShimSocket, &t.ShimPID, &t.PID, &t.StopReason,
+		&upload, &t.ResultKey, &t.ResultSize, &t.ResultSHA256)
+	if err != nil {
+		return Task{}, err
+	}
+	if args.Valid && args.String != "" {
+		_ = json.Unmarshal([]byte(args.String), &t.Args)
+	}
+	if env.Valid && env.String != "" && env.String != "null" {
+		_ = json.Unmarshal([]byte(env.String), &t.Env)
+	}
+	t.Workdir, t.AssignedAgentID = workdir.String, agent.String
+	t.Stdout, t.Stderr, t.Error = stdout.String, stderr.String, errText.String
+	t.Timeout, t.Priority = int(timeout.Int64), int(priority.Int64)
+	if exit.Valid {
+		c := int(exit.Int64)
+		t.ExitCode = &c
+	}
+	t.LeaseExpiresAt = parseTime(lease)
+	t.ReceivedAt, t.AssignedAt = parseTime(recv), parseTime(assigned)
+	t.StartedAt, t.EndedAt, t.LastHeartbeatAt = parseTime(started), parseTime(ended), parseTime(hb)
+	t.Synced = synced.Int64 != 0
+	t.ServerStarted = serverStarted != 0
+	t.ResultUpload = upload != 0
+	return t, nil
+}
+
+func (j *Journal) query(ctx context.Context, q string, args ...any) ([]Task, error) {
+	rows, err := j.db.QueryContext(ctx, `SELECT `+columns+` FROM local_tasks `+q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Get returns the row of one attempt.
+func (j *Journal) Get(ctx context.Context, attemptID string) (Task, error) {
+	ts, err := j.query(ctx, `WHERE attempt_id = ?`, attemptID)
+	if err != nil {
+		return Task{}, fmt.Errorf("get attempt %s: %w", attemptID, err)
+	}
+	if len(ts) == 0 {
+		return Task{}, ErrNotFound
+	}
+	return ts[0], nil
+}
+
+// Latest returns the newest attempt of a task.
+func (j *Journal) Latest(ctx context.Context, taskID string) (Task, error) {
+	ts, err := j.query(ctx, `WHERE id = ? ORDER BY received_at DESC, rowid DESC LIMIT 1`, taskID)
+	if err != nil {
+		return Task{}, fmt.Errorf("get task %s: %w", taskID, err)
+	}
+	if len(ts) == 0 {
+		return Task{}, ErrNotFound
+	}
+	return ts[0], nil
+}
+
+// List returns rows newest first, optionally of one status; limit <= 0
+// means 100.
+func (j *Journal) List(ctx context.Context, status string, limit int) ([]Task, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var (
+		ts  []Task
+		err error
+	)
+	if status == "" {
+		ts, err = j.query(ctx, `ORDER BY received_at DESC, rowid DESC LIMIT ?`, limit)
+	} else {
+		ts, err = j.query(ctx, `WHERE status = ? ORDER BY received_at DESC, rowid DESC LIMIT ?`, status, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return ts, nil
+}
+
+// WithStatus returns the rows in any of the statuses, by priority (1 is
+// highest) then arrival: the order the local queue runs them in.
+func (j *Journal) WithStatus(ctx context.Context, statuses ...string) ([]Task, error) {
+	if len(statuses) == 0 {
+		return nil, nil
+	}
+	ph := strings.TrimSuffix(strings.Repeat("?,", len(statuses)), ",")
+	args := make([]any, len(statuses))
+	for i, s := range statuses {
+		args[i] = s
+	}
+	ts, err := j.query(ctx, `WHERE status IN (`+ph+`) ORDER BY priority, received_at, rowid`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("tasks with status %v: %w", statuses, err)
+	}
+	return ts, nil
+}
+
+// Unsynced returns finished attempts whose outcome the server has not
+// acknowledged, oldest end first: the order they must be delivered in.
+func (j *Journal) Unsynced(ctx context.Context, limit int) ([]Task, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	ts, err := j.query(ctx, `WHERE synced = 0 AND status IN ('completed','failed','cancelled','preempted')
+ORDER BY ended_at, rowid LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("unsynced tasks: %w", err)
+	}
+	return ts, nil
+}
+
+// Counts summarises the journal for the queue status.
+type Counts struct {
+	Pending, Assigned, Running, Unsynced int
+}
+
+// Count returns the Counts.
+func (j *Journal) Count(ctx context.Context) (Counts, error) {
+	var c Counts
+	err := j.db.QueryRowContext(ctx, `SELECT
+    COALESCE(SUM(status = 'pending'), 0),
+    COALESCE(SUM(status = 'assigned'), 0),
+    COALESCE(SUM(status = 'running'), 0),
+    COALESCE(SUM(synced = 0 AND status IN ('completed','failed','cancelled','preempted')), 0)
+FROM local_tasks`).Scan(&c.Pending, &c.Assigned, &c.Running, &c.Unsynced)
+	if err != nil {
+		return Counts{}, fmt.Errorf("count tasks: %w", err)
+	}
+	return c, nil
+}
+
+// exec runs an update of one attempt and reports whether a row changed.
+func (j *Journal) exec(ctx context.Context, what, q string, args ...any) (bool, error) {
+	res, err := j.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", what, err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// MarkRunning records that the attempt is about to start (before StartTask
+// is sent): a restart that finds it running without a process knows the
+// process was lost.
+func (j *Journal) MarkRunning(ctx context.Context, attemptID string, at time.Time) (bool, error) {
+	return j.exec(ctx, "mark running "+attemptID, `UPDATE local_tasks
+SET status = 'running', started_at = COALESCE(started_at, ?)
+WHERE attempt_id = ? AND status IN ('pending','assigned','running')`, fmtTime(at), attemptID)
+}
+
+// SetServerStarted records that StartTask was acknowledged.
+func (j *Journal) SetServerStarted(ctx context.Context, attemptID string) error {
+	_, err := j.exec(ctx, "set server started "+attemptID,
+		`UPDATE local_tasks SET server_started = 1 WHERE attempt_id = ?`, attemptID)
+	return err
+}
+
+// SetProcess records where the attempt's shim and process are.
+func (j *Journal) SetProcess(ctx context.Context, attemptID, runDir, socket string, shimPID, pid int) error {
+	_, err := j.exec(ctx, "set process "+attemptID, `UPDATE local_tasks
+SET run_dir = ?, shim_socket = ?, shim_pid = ?, pid = ? WHERE attempt_id = ?`,
+		runDir, socket, shimPID, pid, attemptID)
+	return err
+}
+
+// SetLease records a renewed lease.
+func (j *Journal) SetLease(ctx context.Context, attemptID string, expires, at time.Time) error {
+	_, err := j.exec(ctx, "set lease "+attemptID, `UPDATE local_tasks
+SET lease_expires_at = ?, last_heartbeat_at = ? WHERE attempt_id = ?`,
+		fmtTime(expires), fmtTime(at), attemptID)
+	return err
+}
+
+// SetProgress records the latest progress.
+func (j *Journal) SetProgress(ctx context.Context, attemptID string, progress int, msg string, at time.Time) error {
+	_, err := j.exec(ctx, "set progress "+attemptID, `UPDATE local_tasks
+SET progress = ?, progress_message = ?, last_heartbeat_at = ? WHERE attempt_id = ?`,
+		progress, msg, fmtTime(at), attemptID)
+	return err
+}
+
+// Outcome is how an attempt ended.
+type Outcome struct {
+	Status                           string
+	ExitCode                         *int
+	Stdout, Stderr                   string
+	StdoutTruncated, StderrTruncated int64
+	Error                            string
+	StartedAt                        time.Time
+	EndedAt                          time.Time
+	StopReason                       string
+	// Upload: the output goes to the object store (see Task.ResultUpload).
+	Upload bool
+	// Synced is set when there is nothing to tell the server (local tasks,
+	// or outcomes the server itself decided); Note says why.
+	Synced bool
+	Note   string
+}
+
+// Finish records the outcome unless the attempt already ended; it reports
+// whether it did.
+func (j *Journal) Finish(ctx context.Context, attemptID string, o Outcome) (bool, error) {
+	var exit any
+	if o.ExitCode != nil {
+		exit = *o.ExitCode
+	}
+	return j.exec(ctx, "finish "+attemptID, `UPDATE local_tasks
+SET status = ?, exit_code = ?, stdout = ?, stderr = ?, stdout_truncated_bytes = ?,
+    stderr_truncated_bytes = ?, error = ?, started_at = COALESCE(started_at, ?), ended_at = ?,
+    stop_reason = ?, synced = ?, last_sync_error = ?, result_upload = ?,
+    progress = CASE WHEN ? = 'completed' THEN 100 ELSE progress END
+WHERE attempt_id = ? AND status IN ('pending','assigned','running')`,
+		o.Status, exit, o.Stdout, o.Stderr, o.StdoutTruncated, o.StderrTruncated, o.Error,
+		fmtTime(o.StartedAt), fmtTime(o.EndedAt), o.StopReason, b2i(o.Synced), o.Note, b2i(o.Upload),
+		o.Status, attemptID)
+}
+
+// SetResultObject records an uploaded result, so a retried delivery does
+// not upload it again.
+func (j *Journal) SetResultObject(ctx context.Context, attemptID, key string, size int64, sha string) error {
+	_, err := j.exec(ctx, "set result object "+attemptID, `UPDATE local_tasks
+SET result_key = ?, result_size = ?, result_sha256 = ? WHERE attempt_id = ?`, key, size, sha, attemptID)
+	return err
+}
+
+// MarkSynced records that the server has the outcome (note empty) or
+// refused it for good (note says why).
+func (j *Journal) MarkSynced(ctx context.Context, attemptID, note string) error {
+	_, err := j.exec(ctx, "mark synced "+attemptID, `UPDATE local_tasks
+SET synced = 1, sync_attempts = sync_attempts + 1, last_sync_error = ? WHERE attempt_id = ?`, note, attemptID)
+	return err
+}
+
+// RecordSyncFailure counts a failed delivery.
+func (j *Journal) RecordSyncFailure(ctx context.Context, attemptID, errText string) error {
+	_, err := j.exec(ctx, "record sync failure "+attemptID, `UPDATE local_tasks
+SET sync_attempts = sync_attempts + 1, last_sync_error = ? WHERE attempt_id = ?`, errText, attemptID)
+	return err
+}

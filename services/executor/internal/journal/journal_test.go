@@ -1,0 +1,132 @@
+package journal
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func open(t *testing.T) *Journal {
+	t.Helper()
+	j, err := Open(context.Background(), filepath.Join(t.TempDir(), "journal.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
+}
+
+var t0 = time.Date(2026, 2, 5, 12, 0, 0, 0, time.UTC)
+
+func row(id, attempt string, at time.Time) Task {
+	return Task{
+		ID: id, AttemptID: attempt, Name: "n", Type: "shell", Origin: OriginServer, Command: "echo",
+		Args: []string{"a b", "c"}, Env: map[string]string{"K": "v"}, Timeout: 60, Priority: 5,
+		Status: StatusAssigned, LeaseExpiresAt: at.Add(5 * time.Minute), ReceivedAt: at, AssignedAt: at,
+	}
+}
+
+func TestInsertIsIdempotentAndRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	j := open(t)
+	created, err := j.Insert(ctx, row("t1", "a1", t0), row("t2", "a2", t0))
+	if err != nil || !created[0] || !created[1] {
+		t.Fatalf("Insert = %v, %v", created, err)
+	}
+	created, err = j.Insert(ctx, row("t1", "a1", t0.Add(time.Hour)))
+	if err != nil || created[0] {
+		t.Fatalf("replayed Insert = %v, %v; want not created", created, err)
+	}
+	got, err := j.Get(ctx, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := row("t1", "a1", t0)
+	if got.ID != want.ID || got.Args[0] != "a b" || got.Env["K"] != "v" || !got.ReceivedAt.Equal(t0) ||
+		!got.LeaseExpiresAt.Equal(want.LeaseExpiresAt) || got.Status != StatusAssigned || got.ExitCode != nil || got.Synced {
+		t.Errorf("round trip = %+v", got)
+	}
+	if _, err := j.Get(ctx, "missing"); err != ErrNotFound {
+		t.Errorf("Get missing = %v", err)
+	}
+}
+
+func TestFinishOnce(t *testing.T) {
+	ctx := context.Background()
+	j := open(t)
+	j.Insert(ctx, row("t1", "a1", t0))
+	code := 3
+	changed, err := j.Finish(ctx, "a1", Outcome{Status: StatusFailed, ExitCode: &code, EndedAt: t0.Add(time.Second), Error: "x"})
+	if err != nil || !changed {
+		t.Fatalf("Finish = %v, %v", changed, err)
+	}
+	changed, err = j.Finish(ctx, "a1", Outcome{Status: StatusCompleted, EndedAt: t0.Add(2 * time.Second)})
+	if err != nil || changed {
+		t.Fatalf("second Finish = %v, %v; want no change", changed, err)
+	}
+	got, _ := j.Get(ctx, "a1")
+	if got.Status != StatusFailed || *got.ExitCode != 3 || got.Error != "x" {
+		t.Errorf("row = %+v", got)
+	}
+}
+
+func TestUnsyncedInEndOrder(t *testing.T) {
+	ctx := context.Background()
+	j := open(t)
+	ends := map[string]time.Duration{"a1": 3 * time.Second, "a2": time.Second, "a3": 2 * time.Second, "a4": 0}
+	for _, a := range []string{"a1", "a2", "a3", "a4"} {
+		j.Insert(ctx, row("t"+a, a, t0))
+	}
+	for _, a := range []string{"a1", "a2", "a3"} {
+		// Nanosecond differences must sort too: times are fixed-width text.
+		j.Finish(ctx, a, Outcome{Status: StatusCompleted, EndedAt: t0.Add(ends[a] + time.Nanosecond)})
+	}
+	j.Finish(ctx, "a4", Outcome{Status: StatusCancelled, EndedAt: t0, Synced: true, Note: "server decided"})
+	rows, err := j.Unsynced(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, r.AttemptID)
+	}
+	if len(got) != 3 || got[0] != "a2" || got[1] != "a3" || got[2] != "a1" {
+		t.Fatalf("Unsynced = %v, want [a2 a3 a1]", got)
+	}
+	j.MarkSynced(ctx, "a2", "")
+	j.RecordSyncFailure(ctx, "a3", "unavailable")
+	c, _ := j.Count(ctx)
+	if c.Unsynced != 2 {
+		t.Errorf("Count = %+v", c)
+	}
+	r3, _ := j.Get(ctx, "a3")
+	if r3.SyncAttempts != 1 || r3.LastSyncError != "unavailable" {
+		t.Errorf("a3 = %+v", r3)
+	}
+}
+
+func TestLatestAndList(t *testing.T) {
+	ctx := context.Background()
+	j := open(t)
+	j.Insert(ctx, row("t1", "a1", t0), row("t2", "b1", t0.Add(time.Second)))
+	// The same task leased again to this agent: a new attempt, a new row.
+	j.Insert(ctx, row("t1", "a2", t0.Add(2*time.Second)))
+	latest, err := j.Latest(ctx, "t1")
+	if err != nil || latest.AttemptID != "a2" {
+		t.Fatalf("Latest = %v, %v", latest.AttemptID, err)
+	}
+	list, _ := j.List(ctx, "", 0)
+	if len(list) != 3 || list[0].AttemptID != "a2" || list[2].AttemptID != "a1" {
+		t.Errorf("List order wrong: %v", list)
+	}
+	j.MarkRunning(ctx, "b1", t0)
+	running, _ := j.List(ctx, StatusRunning, 10)
+	if len(running) != 1 || running[0].AttemptID != "b1" {
+		t.Errorf("List running = %v", running)
+	}
+	active, _ := j.WithStatus(ctx, StatusAssigned, StatusRunning)
+	if len(active) != 3 {
+		t.Errorf("WithStatus = %d rows", len(active))
+	}
+}

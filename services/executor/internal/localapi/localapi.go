@@ -1,0 +1,216 @@
+// Package localapi serves the agent-local API of seed 004 §5.2 (list, get,
+// create, cancel, queue status) as agentv1.AgentLocalServiceServer over the
+// journal and the agent, exposed as REST through grpc-gateway.
+//
+// JSON uses the proto field names (protojson UseProtoNames). Errors are the
+// seed's envelope {"code":…,"message":…,"data":null} with the business code
+// (30004 → 404, 30005 → 400, 30001/30002 → 409, 30003 → 410, else 500),
+// mapped in one place: writeError.
+package localapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	agentv1 "github.com/taskmesh/taskmesh/gen/taskmesh/agent/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Reader reads the journal.
+type Reader interface {
+	// Latest returns the newest attempt of a task, or journal.ErrNotFound.
+	Latest(ctx context.Context, taskID string) (journal.Task, error)
+	// List returns attempts newest first, optionally of one status.
+	List(ctx context.Context, status string, limit int) ([]journal.Task, error)
+}
+
+// Backend is what the agent does for the API. Its errors are status
+// errors carrying business codes (rpcerr.New).
+type Backend interface {
+	// Submit queues a local task.
+	Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task, error)
+	// Cancel stops or cancels a task of this agent (30004 unknown, 30002
+	// already final).
+	Cancel(ctx context.Context, id string) (journal.Task, error)
+	// Status summarises slots and queues.
+	Status(ctx context.Context) (QueueStatus, error)
+}
+
+// QueueStatus is the agent's summary for GET /api/v1/queue/status.
+type QueueStatus struct {
+	AgentID, MachineID string
+	Labels             []string
+	Slots, Running     int
+	Pending, Unsynced  int
+	ServerReachable    bool
+	LastHeartbeat      time.Time
+}
+
+// Server implements agentv1.AgentLocalServiceServer.
+type Server struct {
+	agentv1.UnimplementedAgentLocalServiceServer
+	r Reader
+	b Backend
+}
+
+// NewServer returns the service.
+func NewServer(r Reader, b Backend) *Server { return &Server{r: r, b: b} }
+
+// CreateLocalTask queues a task on this agent only.
+func (s *Server) CreateLocalTask(ctx context.Context, req *agentv1.CreateLocalTaskRequest) (*agentv1.CreateLocalTaskResponse, error) {
+	t, err := s.b.Submit(ctx, req.GetSpec())
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.CreateLocalTaskResponse{Task: toProto(t)}, nil
+}
+
+// ListLocalTasks lists the journal, newest first.
+func (s *Server) ListLocalTasks(ctx context.Context, req *agentv1.ListLocalTasksRequest) (*agentv1.ListLocalTasksResponse, error) {
+	if len(req.GetStatus()) > 32 {
+		return nil, rpcerr.New(rpcerr.InvalidArgument, "status is longer than 32 characters")
+	}
+	if req.GetLimit() < 0 || req.GetLimit() > 1000 {
+		return nil, rpcerr.New(rpcerr.InvalidArgument, "limit must be between 0 and 1000")
+	}
+	ts, err := s.r.List(ctx, req.GetStatus(), int(req.GetLimit()))
+	if err != nil {
+		return nil, rpcerr.New(rpcerr.Internal, err.Error())
+	}
+	resp := &agentv1.ListLocalTasksResponse{Tasks: make([]*agentv1.LocalTask, 0, len(ts))}
+	for _, t := range ts {
+		resp.Tasks = append(resp.Tasks, toProto(t))
+	}
+	return resp, nil
+}
+
+// GetLocalTask returns one journal entry (the task's newest attempt).
+func (s *Server) GetLocalTask(ctx context.Context, req *agentv1.GetLocalTaskRequest) (*agentv1.GetLocalTaskResponse, error) {
+	if req.GetId() == "" || len(req.GetId()) > 128 {
+		return nil, rpcerr.New(rpcerr.InvalidArgument, "id must be 1 to 128 characters")
+	}
+	t, err := s.r.Latest(ctx, req.GetId())
+	if errors.Is(err, journal.ErrNotFound) {
+		return nil, rpcerr.New(rpcerr.TaskNotFound, "task "+req.GetId()+" not found")
+	}
+	if err != nil {
+		return nil, rpcerr.New(rpcerr.Internal, err.Error())
+	}
+	return &agentv1.GetLocalTaskResponse{Task: toProto(t)}, nil
+}
+
+// CancelLocalTask stops a task running here.
+func (s *Server) CancelLocalTask(ctx context.Context, req *agentv1.CancelLocalTaskRequest) (*agentv1.CancelLocalTaskResponse, error) {
+	if req.GetId() == "" || len(req.GetId()) > 128 {
+		return nil, rpcerr.New(rpcerr.InvalidArgument, "id must be 1 to 128 characters")
+	}
+	t, err := s.b.Cancel(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.CancelLocalTaskResponse{Task: toProto(t)}, nil
+}
+
+// GetQueueStatus summarises slots, the local queue and sync state.
+func (s *Server) GetQueueStatus(ctx context.Context, _ *agentv1.GetQueueStatusRequest) (*agentv1.GetQueueStatusResponse, error) {
+	q, err := s.b.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.GetQueueStatusResponse{
+		AgentId: q.AgentID, MachineId: q.MachineID, Labels: q.Labels,
+		Slots: int32(q.Slots), Running: int32(q.Running), Pending: int32(q.Pending),
+		Unsynced: int32(q.Unsynced), ServerReachable: q.ServerReachable,
+		LastHeartbeatAt: ts(q.LastHeartbeat),
+	}, nil
+}
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func toProto(t journal.Task) *agentv1.LocalTask {
+	lt := &agentv1.LocalTask{
+		Id: t.ID, Name: t.Name, Type: t.Type, Command: t.Command, Args: t.Args,
+		Workdir: t.Workdir, Env: t.Env, Timeout: int32(t.Timeout), Priority: int32(t.Priority),
+		Status: t.Status, AttemptId: t.AttemptID, AssignedAgentId: t.AssignedAgentID,
+		LeaseExpiresAt: ts(t.LeaseExpiresAt), Stdout: t.Stdout, Stderr: t.Stderr, Error: t.Error,
+		ReceivedAt: ts(t.ReceivedAt), AssignedAt: ts(t.AssignedAt), StartedAt: ts(t.StartedAt),
+		EndedAt: ts(t.EndedAt), Synced: t.Synced, Origin: t.Origin, Progress: int32(t.Progress),
+	}
+	if t.ExitCode != nil {
+		c := int32(*t.ExitCode)
+		lt.ExitCode = &c
+	}
+	return lt
+}
+
+// Handler returns the REST handler for srv.
+func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer) http.Handler {
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{},
+		}),
+		runtime.WithErrorHandler(writeError),
+		runtime.WithRoutingErrorHandler(routingError),
+	)
+	// RegisterAgentLocalServiceHandlerServer only fails for a nil mux.
+	_ = agentv1.RegisterAgentLocalServiceHandlerServer(ctx, mux, srv)
+	return mux
+}
+
+// envelope is the seed's error body.
+type envelope struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data"`
+}
+
+// httpStatus maps business codes to HTTP statuses (seed 004 §5.1).
+func httpStatus(code int) int {
+	switch code {
+	case rpcerr.AttemptMismatch, rpcerr.TaskImmutable:
+		return http.StatusConflict
+	case rpcerr.LeaseExpired:
+		return http.StatusGone
+	case rpcerr.TaskNotFound:
+		return http.StatusNotFound
+	case rpcerr.InvalidArgument:
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+	code := rpcerr.FromGRPC(err)
+	writeEnvelope(w, httpStatus(code), envelope{Code: code, Message: rpcerr.Message(err)})
+}
+
+func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, status int) {
+	switch status {
+	case http.StatusNotFound:
+		writeEnvelope(w, status, envelope{Code: rpcerr.TaskNotFound, Message: "no route for " + r.URL.Path})
+	case http.StatusMethodNotAllowed:
+		writeEnvelope(w, status, envelope{Code: rpcerr.InvalidArgument, Message: r.Method + " is not allowed on " + r.URL.Path})
+	default:
+		writeEnvelope(w, status, envelope{Code: rpcerr.InvalidArgument, Message: http.StatusText(status)})
+	}
+}
+
+func writeEnvelope(w http.ResponseWriter, status int, e envelope) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(e)
+}

@@ -1,0 +1,116 @@
+package localapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+)
+
+// fake is a journal and backend in memory.
+type fake struct {
+	tasks     []journal.Task
+	cancelErr error
+}
+
+func (f *fake) Latest(_ context.Context, id string) (journal.Task, error) {
+	for _, t := range f.tasks {
+		if t.ID == id {
+			return t, nil
+		}
+	}
+	return journal.Task{}, journal.ErrNotFound
+}
+
+func (f *fake) List(_ context.Context, status string, _ int) ([]journal.Task, error) {
+	var out []journal.Task
+	for _, t := range f.tasks {
+		if status == "" || t.Status == status {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func (f *fake) Submit(_ context.Context, spec *taskv1.TaskSpec) (journal.Task, error) {
+	return journal.Task{ID: "new", Name: spec.GetName(), Status: journal.StatusPending, Origin: journal.OriginLocal}, nil
+}
+
+func (f *fake) Cancel(_ context.Context, id string) (journal.Task, error) {
+	if f.cancelErr != nil {
+		return journal.Task{}, f.cancelErr
+	}
+	return f.Latest(context.Background(), id)
+}
+
+func (f *fake) Status(context.Context) (QueueStatus, error) {
+	return QueueStatus{AgentID: "a", Slots: 4, Running: 1, LastHeartbeat: time.Unix(1770292800, 0)}, nil
+}
+
+func TestHandler(t *testing.T) {
+	code := 0
+	f := &fake{tasks: []journal.Task{{ID: "t1", Name: "one", Status: journal.StatusCompleted, ExitCode: &code,
+		Stdout: "hi\n", Origin: journal.OriginLocal, Synced: true, EndedAt: time.Unix(1770292800, 0)}}}
+	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f)))
+	defer srv.Close()
+
+	tests := []struct {
+		name, method, path, body string
+		cancelErr                error
+		wantHTTP                 int
+		want                     map[string]any // subset of the JSON answer
+	}{
+		{name: "get", method: "GET", path: "/api/v1/tasks/t1", wantHTTP: 200,
+			want: map[string]any{"id": "t1", "exit_code": float64(0), "stdout": "hi\n", "synced": true,
+				"ended_at": "2026-02-05T12:00:00Z", "assigned_agent_id": ""}},
+		{name: "list", method: "GET", path: "/api/v1/tasks", wantHTTP: 200},
+		{name: "create", method: "POST", path: "/api/v1/tasks", body: `{"name":"x","command":"echo"}`, wantHTTP: 200,
+			want: map[string]any{"id": "new", "status": "pending", "origin": "local"}},
+		{name: "queue status", method: "GET", path: "/api/v1/queue/status", wantHTTP: 200,
+			want: map[string]any{"agent_id": "a", "slots": float64(4), "running": float64(1), "last_heartbeat_at": "2026-02-05T12:00:00Z"}},
+		{name: "not found", method: "GET", path: "/api/v1/tasks/zz", wantHTTP: 404,
+			want: map[string]any{"code": float64(30004), "message": "task zz not found", "data": nil}},
+		{name: "conflict", method: "POST", path: "/api/v1/tasks/t1/cancel", body: "{}", wantHTTP: 409,
+			cancelErr: rpcerr.New(rpcerr.TaskImmutable, "task t1 is already completed"),
+			want:      map[string]any{"code": float64(30002), "message": "task t1 is already completed", "data": nil}},
+		{name: "internal", method: "POST", path: "/api/v1/tasks/t1/cancel", body: "{}", wantHTTP: 500,
+			cancelErr: rpcerr.New(rpcerr.Internal, "disk full"),
+			want:      map[string]any{"code": float64(30099), "message": "disk full", "data": nil}},
+		{name: "unknown field", method: "POST", path: "/api/v1/tasks", body: `{"name":"x","bogus":1}`, wantHTTP: 400,
+			want: map[string]any{"code": float64(30005), "data": nil}},
+		{name: "no route", method: "GET", path: "/api/v1/nothing", wantHTTP: 404,
+			want: map[string]any{"code": float64(30004), "data": nil}},
+		{name: "wrong method", method: "DELETE", path: "/api/v1/tasks", wantHTTP: 405,
+			want: map[string]any{"code": float64(30005), "data": nil}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f.cancelErr = tc.cancelErr
+			req, _ := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(tc.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var got map[string]any
+			if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+				t.Fatalf("body: %v", err)
+			}
+			if resp.StatusCode != tc.wantHTTP {
+				t.Errorf("HTTP %d, want %d (%v)", resp.StatusCode, tc.wantHTTP, got)
+			}
+			for k, v := range tc.want {
+				if gv, ok := got[k]; !ok || gv != v {
+					t.Errorf("%s = %v (present %v), want %v", k, gv, ok, v)
+				}
+			}
+		})
+	}
+}

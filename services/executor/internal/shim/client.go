@@ -1,0 +1,226 @@
+package shim
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// StartError says the task could not be started (command not found, bad
+// workdir, ...). The shim has written status.json with the same error.
+type StartError struct{ Msg string }
+
+func (e *StartError) Error() string { return "start: " + e.Msg }
+
+// Launch describes how to start a shim.
+type Launch struct {
+	// Command is the shim command prefix, e.g. [exe, "executor", "shim"].
+	Command []string
+	// Env is the shim's own environment. It should be minimal: the task's
+	// environment travels in the Spec.
+	Env    []string
+	RunDir string
+	Spec   Spec
+	// ReadyTimeout bounds the wait for the readiness line (default 30 s).
+	ReadyTimeout time.Duration
+}
+
+// Started identifies a running shim and task.
+type Started struct {
+	ShimPID int
+	PID     int
+}
+
+// Start writes the spec, starts the shim in its own session and waits for
+// it to report the task's pid. The shim's exit is reaped by a goroutine of
+// the caller; once the caller's process dies the shim is reparented and
+// keeps running.
+func Start(ctx context.Context, l Launch) (Started, error) {
+	if len(l.Command) == 0 {
+		return Started{}, errors.New("shim: no command")
+	}
+	if err := WriteSpec(l.RunDir, l.Spec); err != nil {
+		return Started{}, fmt.Errorf("write shim spec: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(l.RunDir, LogFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return Started{}, err
+	}
+	defer logf.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return Started{}, err
+	}
+	defer pr.Close()
+
+	args := append(append([]string{}, l.Command[1:]...), "serve", "-dir", l.RunDir)
+	cmd := exec.Command(l.Command[0], args...)
+	cmd.Env = l.Env
+	cmd.Dir = l.RunDir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{pw}
+	// Setsid: the shim must not share the agent's session or process group,
+	// so signals aimed at the agent (a terminal's ^C, a group kill) miss it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		return Started{}, fmt.Errorf("start shim: %w", err)
+	}
+	go func() { _ = cmd.Wait() }()
+
+	timeout := l.ReadyTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	lineCh := make(chan []byte, 1)
+	go func() {
+		line, _ := bufio.NewReader(pr).ReadBytes('\n')
+		lineCh <- line
+	}()
+	var line []byte
+	select {
+	case line = <-lineCh:
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		return Started{}, fmt.Errorf("shim did not become ready within %s", timeout)
+	case <-ctx.Done():
+		// The shim goes on; if it started the task it will notice that no
+		// agent attaches and stop it after its orphan grace.
+		return Started{}, ctx.Err()
+	}
+	var r ready
+	if len(line) == 0 || json.Unmarshal(line, &r) != nil {
+		b, _ := os.ReadFile(filepath.Join(l.RunDir, LogFile))
+		return Started{}, fmt.Errorf("shim exited before it was ready: %s", strings.TrimSpace(string(b)))
+	}
+	if r.Error != "" {
+		return Started{ShimPID: cmd.Process.Pid}, &StartError{Msg: r.Error}
+	}
+	return Started{ShimPID: cmd.Process.Pid, PID: r.PID}, nil
+}
+
+// ErrGone is returned by Attach when no shim listens on the socket (it
+// finished and left, or died).
+var ErrGone = errors.New("shim is gone")
+
+// Session is the agent's attachment to one shim: a wait connection held
+// open for the task's whole life (which tells the shim an agent is there)
+// and a control connection for state and stop requests.
+type Session struct {
+	mu   sync.Mutex // serialises control requests
+	ctl  net.Conn
+	ctlR *bufio.Reader
+	wait net.Conn
+
+	done   chan struct{}
+	result Status
+	err    error
+}
+
+// Attach connects to the shim at socket.
+func Attach(socket string) (*Session, error) {
+	ctl, err := net.DialTimeout("unix", socket, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrGone, err)
+	}
+	wait, err := net.DialTimeout("unix", socket, 5*time.Second)
+	if err != nil {
+		ctl.Close()
+		return nil, fmt.Errorf("%w: %v", ErrGone, err)
+	}
+	s := &Session{ctl: ctl, ctlR: bufio.NewReader(ctl), wait: wait, done: make(chan struct{})}
+	go s.awaitExit()
+	return s, nil
+}
+
+func (s *Session) awaitExit() {
+	defer close(s.done)
+	b, _ := json.Marshal(Request{Op: OpWait})
+	if _, err := s.wait.Write(append(b, '\n')); err != nil {
+		s.err = fmt.Errorf("shim wait: %w", err)
+		return
+	}
+	line, err := bufio.NewReader(s.wait).ReadBytes('\n')
+	if err != nil {
+		s.err = fmt.Errorf("shim connection lost: %w", err)
+		return
+	}
+	var resp Response
+	if err := json.Unmarshal(line, &resp); err != nil {
+		s.err = fmt.Errorf("shim answer: %w", err)
+		return
+	}
+	if resp.State.Exit == nil {
+		s.err = errors.New("shim answered wait without an exit status")
+		return
+	}
+	s.result = *resp.State.Exit
+}
+
+// Done is closed when the task ended or the connection broke; Result then
+// tells which.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Result returns the task's status after Done is closed. An error means the
+// shim went away without answering (Close was called, or it died): the
+// caller should look for status.json.
+func (s *Session) Result() (Status, error) {
+	<-s.done
+	return s.result, s.err
+}
+
+// State asks for the current state.
+func (s *Session) State(ctx context.Context) (State, error) {
+	return s.request(ctx, Request{Op: OpState})
+}
+
+// Stop asks the shim to stop the task: SIGTERM to its group, then SIGKILL
+// after grace (<= 0: the spec's grace).
+func (s *Session) Stop(ctx context.Context, reason string, grace time.Duration) (State, error) {
+	return s.request(ctx, Request{Op: OpStop, Reason: reason, Grace: grace})
+}
+
+func (s *Session) request(ctx context.Context, req Request) (State, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = s.ctl.SetDeadline(deadline)
+	b, _ := json.Marshal(req)
+	if _, err := s.ctl.Write(append(b, '\n')); err != nil {
+		return State{}, fmt.Errorf("shim %s: %w", req.Op, err)
+	}
+	line, err := s.ctlR.ReadBytes('\n')
+	if err != nil {
+		return State{}, fmt.Errorf("shim %s: %w", req.Op, err)
+	}
+	var resp Response
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return State{}, fmt.Errorf("shim %s: %w", req.Op, err)
+	}
+	if resp.Error != "" {
+		return resp.State, fmt.Errorf("shim %s: %s", req.Op, resp.Error)
+	}
+	return resp.State, nil
+}
+
+// Close detaches from the shim. The task keeps running; if no agent
+// attaches again within the orphan grace, the shim stops it.
+func (s *Session) Close() {
+	s.ctl.Close()
+	s.wait.Close()
+	<-s.done
+}

@@ -1,0 +1,46 @@
+package shim
+
+import (
+	"flag"
+	"fmt"
+	"os"
+)
+
+// Main is the shim's command line; args follow `executor shim`:
+//
+//	serve -dir <run dir>                          run the shim for a run directory
+//	exec -as <bytes> -cpu <seconds> -- <path> <argv...>   set limits, execve
+//
+// It returns the process exit code.
+func Main(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: shim serve -dir DIR | shim exec -as N -cpu N -- PATH ARGV...")
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		fs := flag.NewFlagSet("shim serve", flag.ContinueOnError)
+		dir := fs.String("dir", "", "run directory holding spec.json")
+		if err := fs.Parse(args[1:]); err != nil || *dir == "" {
+			return 2
+		}
+		return serve(*dir)
+	case "exec":
+		fs := flag.NewFlagSet("shim exec", flag.ContinueOnError)
+		as := fs.Int64("as", 0, "RLIMIT_AS in bytes (0: unchanged)")
+		cpu := fs.Int64("cpu", 0, "RLIMIT_CPU in seconds (0: unchanged)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		rest := fs.Args()
+		if len(rest) < 2 {
+			fmt.Fprintln(os.Stderr, "shim exec: need PATH and ARGV")
+			return 2
+		}
+		err := execLimited(*as, *cpu, rest[0], rest[1:], os.Environ())
+		fmt.Fprintf(os.Stderr, "shim exec: %v\n", err)
+		return 127
+	}
+	fmt.Fprintf(os.Stderr, "shim: unknown command %q\n", args[0])
+	return 2
+}

@@ -1,0 +1,201 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// spawn starts the task and the goroutines around it. The returned channel
+// yields the main process's wait status.
+func (s *server) spawn() (<-chan syscall.WaitStatus, error) {
+	spec := s.spec
+	if err := os.MkdirAll(spec.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("workdir: %w", err)
+	}
+	path, err := lookPath(spec.Argv[0], spec.Env, spec.Dir)
+	if err != nil {
+		return nil, err
+	}
+	argv := append([]string{spec.Argv[0]}, spec.Argv[1:]...)
+	if spec.MemoryLimitBytes > 0 || spec.CPULimitSeconds > 0 {
+		if len(spec.SelfArgv) == 0 {
+			return nil, errors.New("resource limits need the shim command")
+		}
+		wrapper := append([]string{}, spec.SelfArgv...)
+		wrapper = append(wrapper, "exec",
+			"-as", strconv.FormatInt(spec.MemoryLimitBytes, 10),
+			"-cpu", strconv.FormatInt(spec.CPULimitSeconds, 10),
+			"--", path)
+		argv = append(wrapper, argv...)
+		path = spec.SelfArgv[0]
+	}
+
+	outF, err := os.OpenFile(filepath.Join(s.runDir, StdoutFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	errF, err := os.OpenFile(filepath.Join(s.runDir, StderrFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	s.stdout = &capture{f: outF, limit: spec.OutputLimit, tailSize: spec.TailBytes, onLine: s.stdoutLine}
+	s.stderr = &capture{f: errF, limit: spec.OutputLimit, tailSize: spec.TailBytes}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+
+	// The reaper must be running before the fork: it is the only caller of
+	// wait4, and as a subreaper the shim also inherits the task's orphans.
+	exitCh := make(chan syscall.WaitStatus, 1)
+	pidCh := make(chan int, 1)
+	reaped := make(chan struct{})
+	go reap(pidCh, exitCh, reaped)
+
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Dir:   spec.Dir,
+		Env:   spec.Env,
+		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		close(pidCh)
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("exec %s: %w", spec.Argv[0], err)
+	}
+	s.pid = pid
+	pidCh <- pid
+
+	var pumps sync.WaitGroup
+	pumps.Add(2)
+	go func() { defer pumps.Done(); pump(outR, s.stdout) }()
+	go func() { defer pumps.Done(); pump(errR, s.stderr) }()
+
+	// Hand the status on only once the output is drained (or given up on:
+	// a process that left the group may hold the pipe open forever).
+	result := make(chan syscall.WaitStatus, 1)
+	go func() {
+		ws := <-exitCh
+		s.mu.Lock()
+		s.ended = true
+		s.mu.Unlock()
+		// Whatever is left of the group dies with the task.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		waitGroupGone(pid, 5*time.Second)
+		drained := make(chan struct{})
+		go func() { pumps.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(2 * time.Second):
+			outR.Close()
+			errR.Close()
+			<-drained
+		}
+		outF.Close()
+		errF.Close()
+		result <- ws
+	}()
+	return result, nil
+}
+
+// reap waits for every child. The main process's status goes to exitCh;
+// the others (descendants reparented to the subreaper) are just reaped.
+func reap(pidCh <-chan int, exitCh chan<- syscall.WaitStatus, done chan<- struct{}) {
+	defer close(done)
+	main, ok := <-pidCh
+	if !ok {
+		return
+	}
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return // ECHILD: nothing left to reap
+		}
+		if pid == main {
+			exitCh <- ws
+		}
+	}
+}
+
+// waitGroupGone polls until no process is left in the group.
+func waitGroupGone(pgid int, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lookPath resolves a command name with the task's PATH, not the shim's.
+func lookPath(name string, env []string, dir string) (string, error) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if err := executable(p); err != nil {
+			return "", fmt.Errorf("exec %q: %w", name, err)
+		}
+		return p, nil
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, name)
+		if executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("exec %q: executable file not found in $PATH", name)
+}
+
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return errors.New("is a directory")
+	}
+	if fi.Mode()&0o111 == 0 {
+		return os.ErrPermission
+	}
+	return nil
+}

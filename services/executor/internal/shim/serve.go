@@ -1,0 +1,239 @@
+package shim
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// server is the running shim.
+type server struct {
+	spec   Spec
+	runDir string
+	pid    int // task pid = its process group id
+
+	stdout, stderr *capture
+
+	mu        sync.Mutex // guards the fields below
+	conns     int
+	orphan    *time.Timer
+	stopping  string
+	ended     bool // the main process exited; no stop may be recorded now
+	killTimer *time.Timer
+	progress  Progress
+	fileStamp string // size+mtime of the progress file last read
+	exit      *Status
+	done      chan struct{} // closed when exit is set
+}
+
+// serve runs the shim for runDir and returns its exit code.
+func serve(runDir string) int {
+	spec, err := readSpec(runDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+		reportReady(ready{Error: err.Error()})
+		return 1
+	}
+	// The shim lives in its own session; a hangup from a terminal the agent
+	// once had must not kill it, and a closed agent socket must not either.
+	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	if err := becomeSubreaper(); err != nil {
+		fmt.Fprintf(os.Stderr, "shim: subreaper: %v\n", err)
+	}
+
+	s := &server{spec: spec, runDir: runDir, done: make(chan struct{})}
+	_ = os.Remove(spec.Socket)
+	ln, err := net.Listen("unix", spec.Socket)
+	if err != nil {
+		err = fmt.Errorf("listen %s: %w", spec.Socket, err)
+		s.failStart(err)
+		return 1
+	}
+	_ = os.Chmod(spec.Socket, 0o600)
+	defer os.Remove(spec.Socket)
+
+	started := time.Now()
+	exitCh, err := s.spawn()
+	if err != nil {
+		ln.Close()
+		s.failStart(err)
+		return 0
+	}
+	reportReady(ready{PID: s.pid})
+
+	s.mu.Lock()
+	s.armOrphanLocked()
+	s.mu.Unlock()
+	go s.accept(ln)
+	var timeout <-chan time.Time
+	if spec.Timeout > 0 {
+		t := time.NewTimer(spec.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	poll := time.NewTicker(250 * time.Millisecond)
+	defer poll.Stop()
+
+	var ws syscall.WaitStatus
+	for waiting := true; waiting; {
+		select {
+		case ws = <-exitCh:
+			waiting = false
+		case <-timeout:
+			s.stop(StopTimeout, spec.Grace)
+		case <-term:
+			s.stop(StopTerminated, spec.Grace)
+		case <-poll.C:
+			s.pollProgressFile()
+		}
+	}
+	ended := time.Now()
+	s.finish(ws, started, ended)
+
+	// Linger until the agent has read the outcome (every connection
+	// closed), but not forever: status.json holds it too.
+	deadline := time.After(10 * time.Second)
+	for {
+		s.mu.Lock()
+		n := s.conns
+		s.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-deadline:
+			return 0
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	ln.Close()
+	return 0
+}
+
+// reportReady writes the readiness line to fd 3 (see the package doc) and
+// closes it.
+func reportReady(r ready) {
+	f := os.NewFile(3, "ready")
+	if f == nil {
+		return
+	}
+	b, _ := json.Marshal(r)
+	_, _ = f.Write(append(b, '\n'))
+	f.Close()
+}
+
+// failStart records a task that never ran.
+func (s *server) failStart(err error) {
+	now := time.Now()
+	st := Status{
+		TaskID: s.spec.TaskID, AttemptID: s.spec.AttemptID,
+		ExitCode: -1, StartError: err.Error(), StartedAt: now, EndedAt: now,
+	}
+	if werr := writeStatus(s.runDir, st); werr != nil {
+		fmt.Fprintf(os.Stderr, "shim: write status: %v\n", werr)
+	}
+	reportReady(ready{Error: err.Error()})
+}
+
+// finish writes the outcome and wakes every waiter.
+func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
+	st := Status{
+		TaskID: s.spec.TaskID, AttemptID: s.spec.AttemptID, PID: s.pid,
+		StartedAt: started, EndedAt: ended,
+	}
+	switch {
+	case ws.Exited():
+		st.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		sig := ws.Signal()
+		st.Signal, st.SignalName = int(sig), signalName(sig)
+		st.ExitCode = 128 + int(sig)
+	}
+	var outTail, errTail []byte
+	st.StdoutBytes, st.StdoutDropped, outTail = s.stdout.result()
+	st.StderrBytes, st.StderrDropped, errTail = s.stderr.result()
+	_ = os.WriteFile(filepath.Join(s.runDir, StdoutTail), outTail, 0o600)
+	_ = os.WriteFile(filepath.Join(s.runDir, StderrTail), errTail, 0o600)
+	s.pollProgressFile()
+
+	s.mu.Lock()
+	st.Stop = s.stopping
+	st.Progress, st.ProgressMessage = s.progress.Value, s.progress.Message
+	if s.killTimer != nil {
+		s.killTimer.Stop()
+	}
+	if s.orphan != nil {
+		s.orphan.Stop()
+	}
+	s.mu.Unlock()
+
+	if err := writeStatus(s.runDir, st); err != nil {
+		fmt.Fprintf(os.Stderr, "shim: write status: %v\n", err)
+	}
+	s.mu.Lock()
+	s.exit = &st
+	close(s.done)
+	s.mu.Unlock()
+}
+
+func signalName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGXCPU:
+		return "SIGXCPU"
+	case syscall.SIGSEGV:
+		return "SIGSEGV"
+	case syscall.SIGABRT:
+		return "SIGABRT"
+	case syscall.SIGBUS:
+		return "SIGBUS"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGPIPE:
+		return "SIGPIPE"
+	}
+	return "signal " + strconv.Itoa(int(sig))
+}
+
+// stop sends SIGTERM to the group now and SIGKILL after grace. Only the
+// first stop counts: its reason is the one recorded.
+func (s *server) stop(reason string, grace time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping != "" || s.ended {
+		return
+	}
+	s.stopping = reason
+	pgid := s.pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	s.killTimer = time.AfterFunc(grace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+}
+
+// armOrphanLocked starts the orphan countdown; s.mu is held.
+func (s *server) armOrphanLocked() {
+	if s.orphan != nil {
+		s.orphan.Stop()
+	}
+	s.orphan = time.AfterFunc(s.spec.OrphanGrace, func() {
+		s.mu.Lock()
+		alone := s.conns == 0
+		s.mu.Unlock()
+		if alone {
+			s.stop(StopOrphaned, s.spec.Grace)
+		}
+	})
+}

@@ -1,0 +1,325 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary act as the shim: the agent re-executes its
+// own binary as `<exe> executor shim ...`.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "executor" && os.Args[2] == "shim" {
+		os.Exit(Main(os.Args[3:]))
+	}
+	os.Exit(m.Run())
+}
+
+func shortDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "tmsh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func baseEnv() []string {
+	return []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}
+}
+
+type run struct {
+	dir     string
+	started Started
+	sess    *Session
+}
+
+func launch(t *testing.T, argv []string, mod func(*Spec)) (*run, error) {
+	t.Helper()
+	dir := shortDir(t)
+	spec := Spec{
+		TaskID: "t1", AttemptID: "a1", Argv: argv, Env: baseEnv(), Dir: dir,
+		Grace: 2 * time.Second, OrphanGrace: 10 * time.Second,
+		OutputLimit: 1 << 20, TailBytes: 1024,
+		ProgressFile: filepath.Join(dir, "progress"), Socket: SocketPath(dir),
+		SelfArgv: []string{os.Args[0], "executor", "shim"},
+	}
+	if mod != nil {
+		mod(&spec)
+	}
+	st, err := Start(context.Background(), Launch{
+		Command: []string{os.Args[0], "executor", "shim"}, Env: baseEnv(), RunDir: dir, Spec: spec,
+	})
+	r := &run{dir: dir, started: st}
+	if err != nil {
+		return r, err
+	}
+	r.sess, err = Attach(spec.Socket)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	t.Cleanup(r.sess.Close)
+	return r, nil
+}
+
+func (r *run) wait(t *testing.T, limit time.Duration) Status {
+	t.Helper()
+	select {
+	case <-r.sess.Done():
+	case <-time.After(limit):
+		t.Fatalf("task did not end within %s", limit)
+	}
+	st, err := r.sess.Result()
+	if err != nil {
+		t.Fatalf("result: %v", err)
+	}
+	return st
+}
+
+func groupGone(pgid int) bool {
+	return errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+}
+
+func TestShimExitAndOutput(t *testing.T) {
+	tests := []struct {
+		name        string
+		argv        []string
+		limit       int64
+		wantCode    int
+		wantSignal  string
+		wantStdout  string
+		wantDropped int64
+		wantTail    string
+	}{
+		{name: "ok", argv: []string{"sh", "-c", "echo hello; echo err >&2"}, limit: 1 << 20, wantStdout: "hello\n", wantTail: "hello\n"},
+		{name: "exit code", argv: []string{"sh", "-c", "exit 7"}, limit: 1 << 20, wantCode: 7},
+		{name: "signal", argv: []string{"sh", "-c", "kill -KILL $$"}, limit: 1 << 20, wantCode: 137, wantSignal: "SIGKILL"},
+		{name: "cap", argv: []string{"sh", "-c", "printf 0123456789abcdef"}, limit: 10, wantStdout: "0123456789", wantDropped: 6, wantTail: "0123456789abcdef"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := launch(t, tc.argv, func(s *Spec) { s.OutputLimit = tc.limit })
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := r.wait(t, 10*time.Second)
+			if st.ExitCode != tc.wantCode || st.SignalName != tc.wantSignal {
+				t.Fatalf("exit = %d %q, want %d %q", st.ExitCode, st.SignalName, tc.wantCode, tc.wantSignal)
+			}
+			out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
+			if string(out) != tc.wantStdout {
+				t.Errorf("stdout = %q, want %q", out, tc.wantStdout)
+			}
+			if st.StdoutDropped != tc.wantDropped {
+				t.Errorf("dropped = %d, want %d", st.StdoutDropped, tc.wantDropped)
+			}
+			tail, _ := os.ReadFile(filepath.Join(r.dir, StdoutTail))
+			if string(tail) != tc.wantTail {
+				t.Errorf("tail = %q, want %q", tail, tc.wantTail)
+			}
+			disk, ok, err := ReadStatus(r.dir)
+			if err != nil || !ok || disk.ExitCode != st.ExitCode || disk.PID != r.started.PID {
+				t.Errorf("status.json = %+v ok=%v err=%v", disk, ok, err)
+			}
+		})
+	}
+}
+
+func TestShimStartError(t *testing.T) {
+	r, err := launch(t, []string{"no-such-command-xyz"}, nil)
+	var se *StartError
+	if !errors.As(err, &se) || !strings.Contains(se.Msg, "not found") {
+		t.Fatalf("err = %v, want StartError not found", err)
+	}
+	st, ok, _ := ReadStatus(r.dir)
+	if !ok || st.ExitCode != -1 || st.StartError == "" {
+		t.Fatalf("status = %+v ok=%v", st, ok)
+	}
+}
+
+func TestShimStopGraceThenKill(t *testing.T) {
+	// The task traps SIGTERM and keeps running: only SIGKILL after the grace
+	// period ends it.
+	r, err := launch(t, []string{"sh", "-c", `trap 'echo got-term' TERM; echo ready; while :; do sleep 0.05; done`}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
+		return strings.Contains(string(b), "ready")
+	})
+	begin := time.Now()
+	if _, err := r.sess.Stop(context.Background(), "cancelled", 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	st := r.wait(t, 10*time.Second)
+	if took := time.Since(begin); took < 450*time.Millisecond {
+		t.Errorf("ended after %s, before the grace period", took)
+	}
+	if st.Stop != "cancelled" || st.SignalName != "SIGKILL" {
+		t.Errorf("status = %+v, want stop cancelled by SIGKILL", st)
+	}
+	out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
+	if !strings.Contains(string(out), "got-term") {
+		t.Errorf("stdout %q: SIGTERM was not delivered first", out)
+	}
+	if !groupGone(r.started.PID) {
+		t.Error("process group still has members")
+	}
+}
+
+func TestShimTimeoutKillsTree(t *testing.T) {
+	r, err := launch(t, []string{"sh", "-c", `sleep 300 & sleep 300 & sh -c 'sleep 300 & sleep 300' & wait`},
+		func(s *Spec) { s.Timeout = 300 * time.Millisecond; s.Grace = time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.wait(t, 10*time.Second)
+	if st.Stop != StopTimeout {
+		t.Fatalf("stop = %q, want timeout", st.Stop)
+	}
+	if !groupGone(r.started.PID) {
+		t.Fatal("process group still has members after timeout")
+	}
+}
+
+func TestShimOrphaned(t *testing.T) {
+	r, err := launch(t, []string{"sleep", "300"}, func(s *Spec) { s.OrphanGrace = 300 * time.Millisecond })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.sess.Close()
+	waitFor(t, func() bool { _, ok, _ := ReadStatus(r.dir); return ok })
+	st, _, _ := ReadStatus(r.dir)
+	if st.Stop != StopOrphaned || st.SignalName != "SIGTERM" {
+		t.Fatalf("status = %+v, want orphaned by SIGTERM", st)
+	}
+}
+
+func TestShimReattach(t *testing.T) {
+	r, err := launch(t, []string{"sh", "-c", "sleep 0.5; exit 3"}, func(s *Spec) { s.OrphanGrace = 5 * time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.sess.Close()
+	time.Sleep(100 * time.Millisecond)
+	sess, err := Attach(SocketPath(r.dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	r.sess = sess
+	if st := r.wait(t, 10*time.Second); st.ExitCode != 3 || st.Stop != "" {
+		t.Fatalf("status = %+v, want exit 3", st)
+	}
+}
+
+func TestShimProgress(t *testing.T) {
+	tests := []struct {
+		name    string
+		script  string
+		wantVal int
+		wantMsg string
+	}{
+		{name: "stdout", script: `echo '::progress::40 loading'; sleep 1`, wantVal: 40, wantMsg: "loading"},
+		{name: "file", script: `echo 10 a >> "$TASKMESH_PROGRESS_FILE"; echo '75 almost' >> "$TASKMESH_PROGRESS_FILE"; sleep 1`, wantVal: 75, wantMsg: "almost"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := launch(t, []string{"sh", "-c", tc.script}, func(s *Spec) {
+				s.Env = append(s.Env, "TASKMESH_PROGRESS_FILE="+s.ProgressFile)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool {
+				st, err := r.sess.State(context.Background())
+				return err == nil && st.Progress.Value == tc.wantVal && st.Progress.Message == tc.wantMsg
+			})
+			if st := r.wait(t, 10*time.Second); st.Progress != tc.wantVal {
+				t.Errorf("final progress = %d, want %d", st.Progress, tc.wantVal)
+			}
+		})
+	}
+}
+
+func TestShimLimits(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed for the memory limit test: %v", err)
+	}
+	tests := []struct {
+		name     string
+		argv     []string
+		mod      func(*Spec)
+		wantCode int
+	}{
+		{name: "memory", argv: []string{python, "-c", "b = bytearray(1 << 30)"},
+			mod: func(s *Spec) { s.MemoryLimitBytes = 256 << 20 }, wantCode: 1},
+		{name: "memory unlimited", argv: []string{python, "-c", "b = bytearray(1 << 30)"}, wantCode: 0},
+		{name: "cpu", argv: []string{"sh", "-c", "while :; do :; done"},
+			mod: func(s *Spec) { s.CPULimitSeconds = 1 }, wantCode: 128 + int(syscall.SIGXCPU)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := launch(t, tc.argv, tc.mod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := r.wait(t, 30*time.Second)
+			if st.ExitCode != tc.wantCode {
+				errb, _ := os.ReadFile(filepath.Join(r.dir, StderrFile))
+				t.Fatalf("exit = %d, want %d (stderr %q)", st.ExitCode, tc.wantCode, errb)
+			}
+		})
+	}
+}
+
+func TestParseProgress(t *testing.T) {
+	tests := []struct {
+		in      string
+		wantV   int
+		wantMsg string
+		wantOK  bool
+	}{
+		{"50", 50, "", true},
+		{" 12.7 step 3 of 9 ", 12, "step 3 of 9", true},
+		{"100%", 100, "", true},
+		{"101", 0, "", false},
+		{"-1", 0, "", false},
+		{"abc", 0, "", false},
+		{"", 0, "", false},
+	}
+	for _, tc := range tests {
+		v, msg, ok := ParseProgress(tc.in)
+		if v != tc.wantV || msg != tc.wantMsg || ok != tc.wantOK {
+			t.Errorf("ParseProgress(%q) = %d %q %v, want %d %q %v", tc.in, v, msg, ok, tc.wantV, tc.wantMsg, tc.wantOK)
+		}
+	}
+}
+
+func TestSocketPathLength(t *testing.T) {
+	short := SocketPath("/tmp/x")
+	long := SocketPath("/" + strings.Repeat("d", 120))
+	if short != "/tmp/x/shim.sock" || len(long) >= 108 || long != SocketPath("/"+strings.Repeat("d", 120)) {
+		t.Fatalf("SocketPath: %q %q", short, long)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,181 @@
+package shim
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Files in a run directory.
+const (
+	SpecFile   = "spec.json"
+	StatusFile = "status.json"
+	StdoutFile = "stdout.log"
+	StderrFile = "stderr.log"
+	StdoutTail = "stdout.tail"
+	StderrTail = "stderr.tail"
+	LogFile    = "shim.log"
+	socketName = "shim.sock"
+)
+
+// Spec is what the shim runs. The agent writes it (mode 0600: the task's
+// environment may hold secrets) before starting the shim.
+type Spec struct {
+	TaskID    string `json:"task_id"`
+	AttemptID string `json:"attempt_id"`
+	// Argv is the task's argv; Argv[0] is looked up in the PATH of Env when
+	// it has no slash.
+	Argv []string `json:"argv"`
+	// Env is the task's complete environment (KEY=value).
+	Env []string `json:"env"`
+	Dir string   `json:"dir"`
+	// Timeout stops the task (reason "timeout"); 0 means none.
+	Timeout     time.Duration `json:"timeout"`
+	Grace       time.Duration `json:"grace"`
+	OrphanGrace time.Duration `json:"orphan_grace"`
+	// OutputLimit is the number of bytes kept per stream.
+	OutputLimit int64 `json:"output_limit"`
+	// TailBytes is the size of the kept end of each stream.
+	TailBytes        int    `json:"tail_bytes"`
+	MemoryLimitBytes int64  `json:"memory_limit_bytes"`
+	CPULimitSeconds  int64  `json:"cpu_limit_seconds"`
+	ProgressFile     string `json:"progress_file"`
+	Socket           string `json:"socket"`
+	// SelfArgv re-executes the shim binary (e.g. [exe, "executor", "shim"]);
+	// used for the resource-limit wrapper.
+	SelfArgv []string `json:"self_argv"`
+}
+
+// Stop reasons the shim itself uses; the agent's own reasons (cancelled,
+// preempted, lease_lost, ...) are recorded as given.
+const (
+	StopTimeout    = "timeout"
+	StopOrphaned   = "orphaned"
+	StopTerminated = "shim_terminated"
+)
+
+// Status is the content of status.json: how the task ended.
+type Status struct {
+	TaskID    string `json:"task_id"`
+	AttemptID string `json:"attempt_id"`
+	PID       int    `json:"pid"`
+	// ExitCode is the exit status, 128+signal when killed by a signal, or
+	// -1 when the task never started (StartError says why).
+	ExitCode   int    `json:"exit_code"`
+	Signal     int    `json:"signal,omitempty"`
+	SignalName string `json:"signal_name,omitempty"`
+	// Stop is why the shim stopped the task (a Stop* constant or the
+	// agent's reason); empty when the task ended on its own.
+	Stop       string    `json:"stop,omitempty"`
+	StartError string    `json:"start_error,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	EndedAt    time.Time `json:"ended_at"`
+	// Stream sizes: total bytes written and bytes dropped by the cap.
+	StdoutBytes   int64 `json:"stdout_bytes"`
+	StdoutDropped int64 `json:"stdout_dropped"`
+	StderrBytes   int64 `json:"stderr_bytes"`
+	StderrDropped int64 `json:"stderr_dropped"`
+	// Last progress seen.
+	Progress        int    `json:"progress"`
+	ProgressMessage string `json:"progress_message,omitempty"`
+}
+
+// SocketPath returns the socket for a run directory. Unix socket paths are
+// limited to 108 bytes; a long run directory gets a socket in the temporary
+// directory named after a hash of the run directory instead.
+func SocketPath(runDir string) string {
+	p := filepath.Join(runDir, socketName)
+	if len(p) < 100 {
+		return p
+	}
+	sum := sha256.Sum256([]byte(runDir))
+	return filepath.Join(os.TempDir(), "taskmesh-shim-"+hex.EncodeToString(sum[:8])+".sock")
+}
+
+// WriteSpec writes the spec into runDir.
+func WriteSpec(runDir string, s Spec) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(runDir, SpecFile), b, 0o600)
+}
+
+func readSpec(runDir string) (Spec, error) {
+	var s Spec
+	b, err := os.ReadFile(filepath.Join(runDir, SpecFile))
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("parse %s: %w", SpecFile, err)
+	}
+	if len(s.Argv) == 0 {
+		return s, errors.New("spec has no argv")
+	}
+	return s, nil
+}
+
+// ReadStatus returns the status file of runDir; ok is false when there is
+// none (the shim has not finished, or never ran).
+func ReadStatus(runDir string) (st Status, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(runDir, StatusFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, false, fmt.Errorf("parse %s: %w", StatusFile, err)
+	}
+	return st, true, nil
+}
+
+func writeStatus(runDir string, st Status) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(runDir, StatusFile), b, 0o600)
+}
+
+// writeAtomic replaces path with data so that readers see the old file or
+// the whole new one, even across a crash.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+// Package ctl is the command-line client of Taskmesh, `taskmesh ctl`: it
+// submits tasks from the seed's YAML files and lists, inspects, watches,
+// cancels, retries and deletes them through the gateway's gRPC front door,
+// as a tenant identified by an API key.
+//
+// The command tree is
+//
+//	ctl tasks submit -f FILE…   create tasks from task files (taskfile.go)
+//	ctl tasks list              one page, or every page with --all
+//	ctl tasks get ID            human readable, or -o json|yaml
+//	ctl tasks watch ID          follow a task until it is final
+//	ctl tasks cancel|retry|delete ID
+//	ctl tasks result ID         inline output, or the object-store download
+//
+// Errors print as one line, "error: <message> (code <n> <meaning>)", and
+// exit 1; mistakes in the command line itself exit 2 before anything is
+// sent (see Main).
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// defaultTimeout bounds each unary call; watch streams are not bounded.
+const defaultTimeout = 30 * time.Second
+
+// app holds what every subcommand shares: the global flags and the
+// process environment (injected by tests).
+type app struct {
+	env        environment
+	terminal   func(io.Writer) bool
+	httpClient *http.Client
+	now        func() time.Time
+
+	conn    connFlags
+	output  string
+	timeout time.Duration
+}
+
+func defaultApp() *app {
+	return &app{
+		env:        environment{getenv: os.Getenv, homeDir: os.UserHomeDir},
+		terminal:   isTerminal,
+		httpClient: &http.Client{Transport: downloadTransport()},
+		now:        time.Now,
+	}
+}
+
+// Command returns the `ctl` command with `tasks` under it. Errors are
+// returned, not printed: use Main to print them and get the exit code.
+func Command() *cobra.Command { return defaultApp().command() }
+
+// Main runs `taskmesh ctl` with args (those after "ctl") and returns the
+// exit code: 0, 1 (ExitError) or 2 (ExitUsage). It prints errors as
+// FormatError does. The binary calls it rather than executing Command
+// beside the other subcommands so that the exit code and the error line
+// are ctl's own.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return defaultApp().main(ctx, args, stdin, stdout, stderr)
+}
+
+func (a *app) main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// A parent named like the binary makes help and usage hints read
+	// "taskmesh ctl tasks …", the command the user typed.
+	root := &cobra.Command{Use: "taskmesh", SilenceErrors: true, SilenceUsage: true}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.AddCommand(a.command())
+	root.SetArgs(append([]string{"ctl"}, args...))
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, FormatError(err))
+	}
+	return ExitCode(err)
+}
+
+func (a *app) command() *cobra.Command {
+	ctl := &cobra.Command{
+		Use:   "ctl",
+		Short: "Manage Taskmesh tasks through the gateway",
+		Long: `Manage Taskmesh tasks through the gateway's gRPC front door.
+
+The server and API key come from, highest first: --server and --api-key;
+TASKMESH_SERVER and TASKMESH_API_KEY; the config file (--config, default
+$XDG_CONFIG_HOME/taskmesh/config.yaml or ~/.config/taskmesh/config.yaml)
+with server: and api_key:, which must be private (chmod 600).
+Prefer the environment or the config file to --api-key, which other users
+of the machine can see in the process list.
+
+Plaintext is used only for loopback addresses (the default server is
+` + DefaultServer + `); any other server is reached over TLS with the system's
+root certificates unless --insecure is given.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          cobra.ArbitraryArgs,
+		RunE:          groupRunE,
+	}
+	// Flag parse errors are usage errors wherever they happen below.
+	ctl.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &UsageError{Command: c.CommandPath(), Err: err}
+	})
+	f := ctl.PersistentFlags()
+	f.StringVar(&a.conn.server, "server", "", "gateway gRPC address host:port (default "+DefaultServer+", env "+EnvServer+")")
+	f.StringVar(&a.conn.apiKey, "api-key", "", "API key (env "+EnvAPIKey+"; visible to other users in the process list)")
+	f.StringVar(&a.conn.config, "config", "", "config file with server: and api_key: (default $XDG_CONFIG_HOME/taskmesh/config.yaml)")
+	f.BoolVar(&a.conn.tls, "tls", false, "use TLS with the system roots even for a loopback address")
+	f.BoolVar(&a.conn.insecure, "insecure", false, "use plaintext even for a non-loopback address (sends the key unencrypted)")
+	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
+	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each request (not of watch)")
+
+	tasks := &cobra.Command{
+		Use:     "tasks",
+		Aliases: []string{"task"},
+		Short:   "Submit, list, inspect, watch, cancel, retry and delete tasks",
+		Args:    cobra.ArbitraryArgs,
+		RunE:    groupRunE,
+	}
+	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
+		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand())
+	ctl.AddCommand(tasks)
+	return ctl
+}
+
+// groupRunE serves commands that only group others: bare, they show
+// help; with an argument, it names an unknown subcommand (cobra reports
+// those only for the root command).
+func groupRunE(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+	}
+	return &UsageError{Command: cmd.CommandPath(), Err: errors.New(msg)}
+}
+
+// format returns the -o format, refusing unknown ones before any request.
+func (a *app) format(cmd *cobra.Command, allowed ...string) (string, error) {
+	if len(allowed) == 0 {
+		allowed = []string{formatTable, formatJSON, formatYAML}
+	}
+	for _, f := range allowed {
+		if a.output == f {
+			return f, nil
+		}
+	}
+	return "", usageErrorf(cmd, "-o %s: want %s", a.output, strings.Join(allowed, ", "))
+}
+
+// connect resolves the settings and dials. Settings the command line can
+// fix (no key, contradicting flags) are usage errors.
+func (a *app) connect(cmd *cobra.Command) (*conn, error) {
+	s, err := resolveSettings(a.conn, a.env)
+	var ie invocationError
+	if errors.As(err, &ie) {
+		return nil, &UsageError{Command: cmd.CommandPath(), Err: ie.error}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return dial(s)
+}
+
+// call returns a context for one unary request.
+func (a *app) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, a.timeout)
+}
+
+// idArgs checks for exactly one task id.
+var idArgs = usageArgs(func(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) == 0:
+		return errors.New("no task id given")
+	case len(args) > 1:
+		return fmt.Errorf("want one task id, got %d arguments", len(args))
+	case strings.TrimSpace(args[0]) == "":
+		return errors.New("the task id is empty")
+	}
+	return nil
+})

@@ -1,0 +1,326 @@
+package ctl
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+)
+
+func i32(v int32) *int32 { return &v }
+
+// wantTask is a task a file must map to, field by field.
+type wantTask struct {
+	id    string
+	where string
+	spec  *taskv1.TaskSpec
+}
+
+// The seed's examples, copied verbatim into testdata/.
+func TestParseSeedExamples(t *testing.T) {
+	tests := []struct {
+		file      string
+		want      []wantTask
+		wantNotes []string // substrings, one note each, in order
+	}{
+		{
+			file: "seed_7_1_single_task.yaml",
+			want: []wantTask{{id: "task-train-001", where: "seed_7_1_single_task.yaml:2", spec: &taskv1.TaskSpec{
+				Name: "pytorch-train", Type: "python", Command: "python", Args: []string{"train.py", "--epochs=100"},
+				Workdir: "/workspace", Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"},
+				Timeout: i32(86400), Priority: i32(3), MaxRetries: i32(3), RetryDelay: i32(60),
+				MachineId: "machine-001", GroupId: "", ParentId: "", DependsOn: nil,
+				LeaseTtlSec: i32(300), RenewIntervalSec: i32(60), HeartbeatIntervalSec: i32(30), GracePeriodSec: i32(30),
+			}}},
+		},
+		{
+			file: "seed_7_1_stability_targets.yaml",
+			want: []wantTask{{where: "seed_7_1_stability_targets.yaml:2", spec: &taskv1.TaskSpec{
+				Name: "stability-test", Type: "shell", Command: "bash", Args: []string{"-c", "./stress_test.sh"},
+				Timeout: i32(3600), Priority: i32(3), RepeatCount: i32(1),
+				Targets: &taskv1.Targets{MachineIds: []string{"machine-001", "machine-002"}},
+			}}},
+		},
+		{
+			file: "seed_7_1_stability_inner_loop.yaml",
+			want: []wantTask{{id: "task-stability-001", where: "seed_7_1_stability_inner_loop.yaml:2", spec: &taskv1.TaskSpec{
+				Name: "stability-test", Type: "shell", Command: "bash",
+				Args:    []string{"-c", "for i in {1..1000}; do ./stress_test.sh || exit 1; done"},
+				Timeout: i32(86400), Priority: i32(3),
+			}}},
+		},
+		{
+			file: "seed_6_3_3_local_queue.yaml",
+			want: []wantTask{
+				{id: "task-train-001", where: "seed_6_3_3_local_queue.yaml:7", spec: &taskv1.TaskSpec{
+					Name: "pytorch-train", Type: "python", Command: "python", Args: []string{"train.py", "--epochs=100"},
+					Workdir: "/workspace", Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"},
+					Timeout: i32(86400), Priority: i32(3), MaxRetries: i32(3), RetryDelay: i32(60),
+					// The queue's machine: these tasks were queued there.
+					MachineId: "machine-001",
+				}},
+				{id: "task-cleanup-002", where: "seed_6_3_3_local_queue.yaml:33", spec: &taskv1.TaskSpec{
+					Name: "cleanup-workdir", Type: "shell", Command: "bash", Args: []string{"-c", "rm -rf /workspace/tmp/*"},
+					Workdir: "/workspace", Env: map[string]string{}, Timeout: i32(600), Priority: i32(5),
+					MachineId: "machine-001",
+				}},
+			},
+			wantNotes: []string{
+				"seed_6_3_3_local_queue.yaml:2: ignoring local_queue.agent_id, local_queue.updated_at",
+				`seed_6_3_3_local_queue.yaml:7: task "task-train-001": ignoring state fields status, attempt_id, assigned_agent_id, assigned_at, lease_expires_at, started_at, last_heartbeat_at, exit_code, error`,
+				`seed_6_3_3_local_queue.yaml:33: task "task-cleanup-002": ignoring state fields status, attempt_id, assigned_agent_id, assigned_at, lease_expires_at, started_at, last_heartbeat_at, exit_code, error`,
+				"seed_6_3_3_local_queue.yaml:2: tasks without machine_id target the queue's machine machine-001",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, notes, err := ParseTaskFile(tt.file, data)
+			if err != nil {
+				t.Fatalf("ParseTaskFile: %v", err)
+			}
+			assertTasks(t, got, tt.want)
+			if len(notes) != len(tt.wantNotes) {
+				t.Fatalf("notes = %q, want %d", notes, len(tt.wantNotes))
+			}
+			for i, w := range tt.wantNotes {
+				if !strings.Contains(notes[i], w) {
+					t.Errorf("note %d = %q, want it to contain %q", i, notes[i], w)
+				}
+			}
+		})
+	}
+}
+
+func assertTasks(t *testing.T, got []FileTask, want []wantTask) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d tasks, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		if got[i].ID != w.id {
+			t.Errorf("task %d: id = %q, want %q", i, got[i].ID, w.id)
+		}
+		if w.where != "" && got[i].Where != w.where {
+			t.Errorf("task %d: where = %q, want %q", i, got[i].Where, w.where)
+		}
+		if !proto.Equal(got[i].Spec, w.spec) {
+			t.Errorf("task %d: spec\n got: %s\nwant: %s", i, prototext.Format(got[i].Spec), prototext.Format(w.spec))
+		}
+	}
+}
+
+func TestParseForms(t *testing.T) {
+	tests := []struct {
+		name, data string
+		want       []wantTask
+	}{
+		{
+			name: "bare task mapping",
+			data: "name: probe\ntype: noop\npriority: 1\n",
+			want: []wantTask{{spec: &taskv1.TaskSpec{Name: "probe", Type: "noop", Priority: i32(1)}}},
+		},
+		{
+			name: "json",
+			data: `{"task": {"id": "j1", "name": "j", "command": "echo", "args": ["a b"], "timeout": 5, "env": {"A": "1"}}}`,
+			want: []wantTask{{id: "j1", spec: &taskv1.TaskSpec{Name: "j", Command: "echo", Args: []string{"a b"},
+				Timeout: i32(5), Env: map[string]string{"A": "1"}}}},
+		},
+		{
+			name: "several documents",
+			data: "task: {name: a, command: x}\n---\ntask: {name: b, command: y}\n---\n",
+			want: []wantTask{
+				{where: "f.yaml:1", spec: &taskv1.TaskSpec{Name: "a", Command: "x"}},
+				{where: "f.yaml:3", spec: &taskv1.TaskSpec{Name: "b", Command: "y"}},
+			},
+		},
+		{
+			name: "nulls are absent, zeros are kept",
+			data: "task:\n  name: n\n  command: c\n  timeout: null\n  max_retries: 0\n  group_id: ~\n  args: null\n",
+			want: []wantTask{{spec: &taskv1.TaskSpec{Name: "n", Command: "c", MaxRetries: i32(0)}}},
+		},
+		{
+			name: "unquoted scalars keep their text",
+			data: "task:\n  name: 42\n  command: c\n  machine_id: 007\n  env: {CUDA_VISIBLE_DEVICES: 0, EMPTY: , FLAG: true}\n",
+			want: []wantTask{{spec: &taskv1.TaskSpec{Name: "42", Command: "c", MachineId: "007",
+				Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0", "EMPTY": "", "FLAG": "true"}}}},
+		},
+		{
+			name: "distribution and the remaining fields",
+			data: `task:
+  name: d
+  command: c
+  parent_id: p1
+  group_id: g1
+  depends_on: [a, b]
+  queue: gpu
+  distribution: {mode: scatter, labels: ["gpu:v100"], count: 3}
+`,
+			want: []wantTask{{spec: &taskv1.TaskSpec{Name: "d", Command: "c", ParentId: "p1", GroupId: "g1",
+				DependsOn: []string{"a", "b"}, Queue: "gpu",
+				Distribution: &taskv1.Distribution{Mode: "scatter", Labels: []string{"gpu:v100"}, Count: 3}}}},
+		},
+		{
+			name: "a queue task's own placement wins over the queue's machine",
+			data: `local_queue:
+  machine_id: m-queue
+  tasks:
+    - {name: own, command: c, machine_id: m-own}
+    - {name: targeted, command: c, targets: {ips: ["10.0.0.1"]}}
+    - {name: inherits, command: c}
+`,
+			want: []wantTask{
+				{spec: &taskv1.TaskSpec{Name: "own", Command: "c", MachineId: "m-own"}},
+				{spec: &taskv1.TaskSpec{Name: "targeted", Command: "c", Targets: &taskv1.Targets{Ips: []string{"10.0.0.1"}}}},
+				{spec: &taskv1.TaskSpec{Name: "inherits", Command: "c", MachineId: "m-queue"}},
+			},
+		},
+		{
+			name: "anchors and aliases",
+			data: "task:\n  name: a\n  command: c\n  args: &args [x, y]\n  depends_on: *args\n",
+			want: []wantTask{{spec: &taskv1.TaskSpec{Name: "a", Command: "c", Args: []string{"x", "y"}, DependsOn: []string{"x", "y"}}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _, err := ParseTaskFile("f.yaml", []byte(tt.data))
+			if err != nil {
+				t.Fatalf("ParseTaskFile: %v", err)
+			}
+			assertTasks(t, got, tt.want)
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, data string
+		want       string // the whole error
+	}{
+		{"unknown key with line", "task:\n  name: x\n  command: c\n  prority: 3\n",
+			`f.yaml:4: unknown key "prority" in task (did you mean "priority"?)`},
+		{"unknown key far from anything", "task:\n  name: x\n  gpu_memory: 3\n",
+			`f.yaml:3: unknown key "gpu_memory" in task`},
+		{"unknown key in a queue task", "local_queue:\n  tasks:\n    - name: a\n      command: c\n      commnd: d\n",
+			`f.yaml:5: unknown key "commnd" in local_queue.tasks[0] (did you mean "command"?)`},
+		{"unknown key of the queue", "local_queue:\n  agent: a\n  tasks: []\n",
+			`f.yaml:2: unknown key "agent" in local_queue`},
+		{"unknown key in targets", "task:\n  name: x\n  targets:\n    machine_id: [a]\n",
+			`f.yaml:4: unknown key "machine_id" in task.targets (did you mean "machine_ids"?)`},
+		{"unknown key in distribution", "task:\n  name: x\n  distribution: {mode: single, label: [a]}\n",
+			`f.yaml:3: unknown key "label" in task.distribution (did you mean "labels"?)`},
+		{"key beside task", "task: {name: x}\nname: y\n",
+			`f.yaml:2: unknown key "name" beside task (a file holds task: {…} alone)`},
+		{"quoted number", "task:\n  name: x\n  timeout: \"1h\"\n",
+			`f.yaml:3: task.timeout: want a whole number, got string "1h"`},
+		{"fractional number", "task:\n  name: x\n  priority: 2.5\n",
+			`f.yaml:3: task.priority: want a whole number, got number 2.5`},
+		{"number out of range", "task:\n  name: x\n  timeout: 99999999999\n",
+			`f.yaml:3: task.timeout: 99999999999 is out of range`},
+		{"boolean for a number", "task:\n  name: x\n  max_retries: yes\n",
+			`f.yaml:3: task.max_retries: want a whole number, got string "yes"`},
+		{"string for a list", "task:\n  name: x\n  args: \"train.py --epochs=100\"\n",
+			`f.yaml:3: task.args: want a list of strings, got string "train.py --epochs=100"`},
+		{"nested list item", "task:\n  name: x\n  depends_on:\n    - [a]\n",
+			`f.yaml:4: task.depends_on[0]: want a string, got a list`},
+		{"list for env", "task:\n  name: x\n  env: [A=1]\n",
+			`f.yaml:3: task.env: want a mapping of names to values, got a list`},
+		{"mapping for a string", "task:\n  name: {first: x}\n",
+			`f.yaml:2: task.name: want a string, got a mapping`},
+		{"list for targets", "task:\n  name: x\n  targets: [m1]\n",
+			`f.yaml:3: task.targets: want a mapping with machine_ids and ips, got a list`},
+		{"duplicate key", "task:\n  name: x\n  priority: 1\n  priority: 2\n",
+			`f.yaml:4: duplicate key "task.priority" (first at line 3)`},
+		{"top-level list", "- name: x\n",
+			`f.yaml:1: want a mapping (task: {…}, local_queue: {…} or a task), got a list`},
+		{"task groups", "group:\n  mode: serial\n  tasks: []\n",
+			`f.yaml:1: "group" files are not supported by submit; submit each task as task: {…} (targets and repeat_count cover fan-out and repetition)`},
+		{"queue without tasks", "local_queue:\n  agent_id: a\n",
+			`f.yaml:2: local_queue has no tasks`},
+		{"empty file", "", `f.yaml: no task in file (want task: {…}, local_queue: {tasks: […]} or a task mapping)`},
+		{"syntax error", "task:\n\tname: x\n", `f.yaml: line 2: found character that cannot start any token`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := ParseTaskFile("f.yaml", []byte(tt.data))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if err.Error() != tt.want {
+				t.Errorf("error = %q\n want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// -f - reads standard input, once, and names it <stdin> in messages.
+func TestReadTaskFilesFromStdin(t *testing.T) {
+	single, err := os.ReadFile("testdata/seed_7_1_single_task.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := "testdata/seed_6_3_3_local_queue.yaml"
+	a := testApp()
+	cmd := &cobra.Command{Use: "submit"}
+	var stderr bytes.Buffer
+	cmd.SetIn(bytes.NewReader(single))
+	cmd.SetErr(&stderr)
+	tasks, err := a.readTaskFiles(cmd, []string{"-", queue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids, wheres []string
+	for _, task := range tasks {
+		ids = append(ids, task.ID)
+		wheres = append(wheres, task.Where)
+	}
+	if got := strings.Join(ids, ","); got != "task-train-001,task-train-001,task-cleanup-002" {
+		t.Errorf("ids = %s", got)
+	}
+	if wheres[0] != "<stdin>:2" {
+		t.Errorf("stdin task at %q", wheres[0])
+	}
+	if n := strings.Count(stderr.String(), "note: "); n != 4 {
+		t.Errorf("stderr has %d notes, want 4:\n%s", n, stderr.String())
+	}
+
+	_, err = a.readTaskFiles(cmd, []string{"-", "-"})
+	if ExitCode(err) != ExitUsage {
+		t.Errorf("-f - twice: %v, want a usage error", err)
+	}
+
+	cmd.SetIn(strings.NewReader("task:\n  name: x\n  colour: red\n"))
+	_, err = a.readTaskFiles(cmd, []string{"-"})
+	if err == nil || err.Error() != `<stdin>:3: unknown key "colour" in task` {
+		t.Errorf("error = %v", err)
+	}
+}
+
+func TestApplyRequestID(t *testing.T) {
+	one := []FileTask{{ID: "from-file"}}
+	applyRequestID(one, "r")
+	if one[0].ID != "r" {
+		t.Errorf("single task id = %q", one[0].ID)
+	}
+	several := []FileTask{{ID: "a"}, {}}
+	applyRequestID(several, "r")
+	if several[0].ID != "r-1" || several[1].ID != "r-2" {
+		t.Errorf("ids = %q, %q", several[0].ID, several[1].ID)
+	}
+	kept := []FileTask{{ID: "a"}}
+	applyRequestID(kept, "")
+	if kept[0].ID != "a" {
+		t.Errorf("no --request-id changed the id to %q", kept[0].ID)
+	}
+}

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/platform/pgtest"
+	"github.com/taskmesh/taskmesh/services/executor"
+	"github.com/taskmesh/taskmesh/services/gateway"
+	"github.com/taskmesh/taskmesh/services/scheduler"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
+)
+
+const envAgent = "TASKMESH_E2E_AGENT"
+
+// TestMain routes the test binary's re-executions: `executor shim …` for
+// the shims of task processes, and an agent process when envAgent holds its
+// configuration.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "executor" && os.Args[2] == "shim" {
+		os.Exit(executor.Shim(os.Args[3:]))
+	}
+	if cfg := os.Getenv(envAgent); cfg != "" {
+		os.Exit(runAgent(cfg))
+	}
+	pgtest.Main(m)
+}
+
+// agentSpec configures an agent child process.
+type agentSpec struct {
+	AgentID, Server, Token, DataDir string
+	Slots                           int
+}
+
+func runAgent(raw string) int {
+	var s agentSpec
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	err := executor.Run(context.Background(), executor.Config{AgentID: s.AgentID, MachineID: "machine-" + s.AgentID, Slots: s.Slots,
+		Server: s.Server, Token: s.Token, DataDir: s.DataDir, HeartbeatInterval: 300 * time.Millisecond, ClaimWait: 2 * time.Second,
+		RenewInterval: time.Second, OrphanGrace: 2 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		return 1
+	}
+	return 0
+}
+
+// world is a running Taskmesh plus helpers to act on it.
+type world struct {
+	t     *testing.T
+	s     *stack.Stack
+	dir   string
+	mu    sync.Mutex
+	procs []*exec.Cmd
+}
+
+func newWorld(t *testing.T, timing ...func(*scheduler.Timing)) *world {
+	t.Helper()
+	tm := scheduler.Timing{AgentLostAfter: 3 * time.Second, SweepInterval: 200 * time.Millisecond, PreemptAfter: time.Second}
+	for _, f := range timing {
+		f(&tm)
+	}
+	dir, err := os.MkdirTemp("", "tme2e") // short: shims put sockets under it
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s, err := stack.Start(context.Background(), stack.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
+		DatabaseURL: pgtest.New(t).URL, Timing: tm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, s: s, dir: dir}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		for _, p := range w.procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+		w.mu.Unlock()
+		s.Close()
+	})
+	return w
+}
+
+// tenantKey creates a tenant and returns an API key of it.
+func (w *world) tenantKey(tenant string) string {
+	w.t.Helper()
+	ctx := context.Background()
+	c := w.s.Gateway.Credentials()
+	if _, err := c.CreateTenant(ctx, tenant, tenant, gateway.TierStandard); err != nil {
+		w.t.Fatal(err)
+	}
+	_, key, err := c.CreateAPIKey(ctx, tenant, "e2e", nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return key
+}
+
+// agentToken makes a token for a shared-pool agent.
+func (w *world) agentToken(id string) string {
+	w.t.Helper()
+	_, tok, err := w.s.Gateway.Credentials().CreateAgentToken(context.Background(), id, "", []string{"127.0.0.1/32"}, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return tok
+}
+
+// startAgent runs an agent child process; kill SIGKILLs it.
+func (w *world) startAgent(id, token string, slots int) (kill func()) {
+	w.t.Helper()
+	spec, _ := json.Marshal(agentSpec{AgentID: id, Server: w.s.GRPCAddr, Token: token, Slots: slots,
+		DataDir: filepath.Join(w.dir, "agents", id)})
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envAgent+"="+string(spec))
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	w.mu.Lock()
+	w.procs = append(w.procs, cmd)
+	w.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait() }) }
+}
+
+// call sends a REST request and decodes the JSON answer.
+func (w *world) call(method, path, bearer string, body any) (int, map[string]any, http.Header) {
+	w.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		raw, _ := json.Marshal(b)
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, w.s.HTTPURL+path, rd)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	out := map[string]any{}
+	if len(raw) > 0 && json.Unmarshal(raw, &out) != nil {
+		out["_raw"] = string(raw)
+	}
+	return resp.StatusCode, out, resp.Header
+}
+
+func (w *world) submit(key string, task map[string]any) string {
+	w.t.Helper()
+	code, body, _ := w.call("POST", "/api/v1/tasks", key, task)
+	if code != 200 {
+		w.t.Fatalf("create: %d %v", code, body)
+	}
+	return body["id"].(string)
+}
+
+func (w *world) task(key, id string) map[string]any {
+	w.t.Helper()
+	code, body, _ := w.call("GET", "/api/v1/tasks/"+id, key, nil)
+	if code != 200 {
+		w.t.Fatalf("get %s: %d %v", id, code, body)
+	}
+	return body
+}
+
+// waitStatus polls the task until its status is one of want.
+func (w *world) waitStatus(key, id string, d time.Duration, want ...string) map[string]any {
+	w.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		t := w.task(key, id)
+		for _, s := range want {
+			if t["status"] == s {
+				return t
+			}
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("task %s is %v after %s, want %v (error %v)", id, t["status"], d, want, t["error"])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }

@@ -1,0 +1,395 @@
+// Package stack composes every Taskmesh service in one process on embedded
+// defaults: a Postgres server it runs itself (or DATABASE_URL), an
+// embedded Kafka-protocol broker (or real brokers), a filesystem object
+// store, the scheduler, the gateway and a local executor agent. `taskmesh
+// dev` runs it; end-to-end tests start it on temporary directories.
+//
+// All state lives under DataDir, so stopping and starting again keeps every
+// task, event and credential.
+package stack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/objectstore"
+	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/gateway"
+	"github.com/taskmesh/taskmesh/services/scheduler"
+)
+
+// Options configures a stack.
+type Options struct {
+	DataDir string
+	// HTTPAddr and GRPCAddr are the gateway's public addresses.
+	HTTPAddr, GRPCAddr string
+	// DatabaseURL uses an existing Postgres instead of a local server.
+	DatabaseURL string
+	// PGPort for the local server (0 = any free port).
+	PGPort int
+	// KafkaBrokers uses an existing cluster instead of the embedded broker.
+	KafkaBrokers []string
+	// KafkaPort for the embedded broker (0 = any free port).
+	KafkaPort int
+	// Durable runs the local Postgres with fsync on and makes the embedded
+	// broker sync every batch (dev: true; tests: false, faster).
+	Durable bool
+	// Agent starts a local executor agent with AgentSlots slots; its local
+	// API listens on AgentLocalAPI ("" = off).
+	Agent         bool
+	AgentSlots    int
+	AgentLocalAPI string
+	// Timing overrides the scheduler's timing (tests).
+	Timing scheduler.Timing
+	Logger *slog.Logger
+}
+
+// Stack is a running Taskmesh.
+type Stack struct {
+	opts      Options
+	Postgres  string // database URL (password elided in String output)
+	Kafka     []string
+	HTTPURL   string
+	GRPCAddr  string
+	ObjectDir string
+	// DemoAPIKey belongs to tenant "demo"; AgentToken to the local agent.
+	DemoAPIKey string
+	AgentToken    string
+	AgentID       string
+	AgentLocalAPI string
+	MachineID  string
+
+	Gateway   *gateway.Gateway
+	Scheduler *scheduler.Service
+	pools     []*pgxpool.Pool
+	server    *pg.LocalServer
+	broker    *kafka.Embedded
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	errs      chan error
+}
+
+// Start brings every component up and returns once they serve.
+func Start(ctx context.Context, o Options) (_ *Stack, err error) {
+	if o.DataDir == "" {
+		o.DataDir = ".taskmesh"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.AgentSlots <= 0 {
+		o.AgentSlots = 4
+	}
+	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	s := &Stack{opts: o, errs: make(chan error, 8)}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if err := s.startPostgres(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.startKafka(); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+
+	internalToken, err := randomHex(32)
+	if err != nil {
+		return nil, err
+	}
+	objects, err := s.objectStore()
+	if err != nil {
+		return nil, err
+	}
+	schedAddr, err := s.startScheduler(ctx, runCtx, internalToken, objects)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startGateway(ctx, runCtx, schedAddr, internalToken, objects); err != nil {
+		return nil, err
+	}
+	if err := s.bootstrap(ctx); err != nil {
+		return nil, err
+	}
+	if o.Agent {
+		s.AgentLocalAPI = o.AgentLocalAPI
+		if err := s.startAgent(runCtx); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *Stack) startPostgres(ctx context.Context) error {
+	if s.opts.DatabaseURL != "" {
+		s.Postgres = s.opts.DatabaseURL
+		return nil
+	}
+	password, err := secretFile(filepath.Join(s.opts.DataDir, "postgres.password"))
+	if err != nil {
+		return err
+	}
+	s.server = &pg.LocalServer{DataDir: filepath.Join(s.opts.DataDir, "pg"), Port: s.opts.PGPort, Durable: s.opts.Durable,
+		Password: password, LogPath: filepath.Join(s.opts.DataDir, "postgres.log"),
+		Params: map[string]string{"max_connections": "200"}}
+	if err := s.server.Start(ctx); err != nil {
+		return fmt.Errorf("start Postgres: %w", err)
+	}
+	admin, err := pg.Open(ctx, pg.Config{URL: s.server.URL("postgres")})
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	var exists bool
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'taskmesh')`).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		if _, err := admin.Exec(ctx, `CREATE DATABASE taskmesh`); err != nil {
+			return err
+		}
+	}
+	s.Postgres = s.server.URL("taskmesh")
+	return nil
+}
+
+func (s *Stack) startKafka() error {
+	if len(s.opts.KafkaBrokers) > 0 {
+		s.Kafka = s.opts.KafkaBrokers
+		return nil
+	}
+	b, err := kafka.StartEmbedded(kafka.EmbeddedOptions{DataDir: filepath.Join(s.opts.DataDir, "kafka"), Port: s.opts.KafkaPort,
+		SyncWrites: s.opts.Durable, Partitions: 16})
+	if err != nil {
+		return fmt.Errorf("start the embedded Kafka broker: %w", err)
+	}
+	s.broker = b
+	s.Kafka = b.Addrs()
+	return nil
+}
+
+func (s *Stack) kafkaConfig() kafka.Config {
+	return kafka.Config{Brokers: s.Kafka, ClientID: "taskmesh"}
+}
+
+func (s *Stack) pool(ctx context.Context, schema string, conns int32, sets ...pg.MigrationSet) (*pgxpool.Pool, error) {
+	pool, err := pg.Open(ctx, pg.Config{URL: s.Postgres, Schema: schema, MaxConns: conns, ApplicationName: "taskmesh-" + schema})
+	if err != nil {
+		return nil, err
+	}
+	s.pools = append(s.pools, pool)
+	if err := pg.Migrate(ctx, pool, schema, sets...); err != nil {
+		return nil, fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	return pool, nil
+}
+
+// objectStore is the filesystem store under DataDir, its URLs pointing at
+// the gateway's /objects/.
+func (s *Stack) objectStore() (*objectstore.FS, error) {
+	secret, err := secretFile(filepath.Join(s.opts.DataDir, "objects.secret"))
+	if err != nil {
+		return nil, err
+	}
+	httpAddr := s.opts.HTTPAddr
+	if httpAddr == "" || strings.HasSuffix(httpAddr, ":0") {
+		// The URL base must be known before the gateway listens: pick the
+		// port now.
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		httpAddr = fmt.Sprintf("127.0.0.1:%d", port)
+		s.opts.HTTPAddr = httpAddr
+	}
+	s.ObjectDir = filepath.Join(s.opts.DataDir, "objects")
+	return objectstore.NewFS(objectstore.FSConfig{Root: s.ObjectDir, BaseURL: "http://" + httpAddr + "/objects", Secret: []byte(secret)})
+}
+
+func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string, objects objectstore.Store) (string, error) {
+	pool, err := s.pool(ctx, scheduler.Schema, 48, scheduler.Migrations()...)
+	if err != nil {
+		return "", err
+	}
+	svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: s.kafkaConfig(), Objects: objects, Timing: s.opts.Timing,
+		Logger: s.opts.Logger})
+	if err != nil {
+		return "", err
+	}
+	srv, err := grpcserver.New(grpcserver.Options{InternalToken: internalToken, Logger: s.opts.Logger})
+	if err != nil {
+		return "", err
+	}
+	svc.Register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	s.Scheduler = svc
+	s.go_(func() error { return srv.Serve(lis) })
+	s.go_(func() error { <-runCtx.Done(); srv.GracefulStop(); return nil })
+	s.go_(func() error { return svc.Run(runCtx) })
+	return lis.Addr().String(), nil
+}
+
+func (s *Stack) startGateway(ctx, runCtx context.Context, schedAddr, internalToken string, objects *objectstore.FS) error {
+	pool, err := s.pool(ctx, "gateway", 16, gateway.Migrations())
+	if err != nil {
+		return err
+	}
+	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
+		InternalToken: internalToken, DB: pool, Objects: objects.Handler(), Logger: s.opts.Logger})
+	if err != nil {
+		return err
+	}
+	s.Gateway = g
+	s.HTTPURL = "http://" + g.HTTPAddr()
+	s.GRPCAddr = g.GRPCAddr()
+	s.go_(func() error { return g.Run(runCtx) })
+	return nil
+}
+
+// bootstrap creates the demo tenant, its API key and the local agent's
+// token once, and keeps the secrets (0600) under DataDir so a restart
+// prints the same key.
+func (s *Stack) bootstrap(ctx context.Context) error {
+	creds := s.Gateway.Credentials()
+	keyFile := filepath.Join(s.opts.DataDir, "demo-api-key")
+	if b, err := os.ReadFile(keyFile); err == nil {
+		s.DemoAPIKey = strings.TrimSpace(string(b))
+	} else {
+		if _, err := creds.CreateTenant(ctx, "demo", "Demo tenant", gateway.TierStandard); err != nil && !errors.Is(err, gateway.ErrExists) {
+			return fmt.Errorf("create the demo tenant: %w", err)
+		}
+		_, secret, err := creds.CreateAPIKey(ctx, "demo", "demo key (taskmesh dev)", nil)
+		if err != nil {
+			return fmt.Errorf("create the demo API key: %w", err)
+		}
+		if err := os.WriteFile(keyFile, []byte(secret+"\n"), 0o600); err != nil {
+			return err
+		}
+		s.DemoAPIKey = secret
+	}
+	host, _ := os.Hostname()
+	s.MachineID, s.AgentID = "machine-"+sanitize(host), "agent-local-1"
+	tokenFile := filepath.Join(s.opts.DataDir, "agent-token")
+	if b, err := os.ReadFile(tokenFile); err == nil {
+		s.AgentToken = strings.TrimSpace(string(b))
+		return nil
+	}
+	// The local agent serves every tenant (shared pool), on loopback only.
+	_, secret, err := creds.CreateAgentToken(ctx, s.AgentID, "", []string{"127.0.0.1/32", "::1/128"}, nil)
+	if err != nil {
+		return fmt.Errorf("create the local agent's token: %w", err)
+	}
+	s.AgentToken = secret
+	return os.WriteFile(tokenFile, []byte(secret+"\n"), 0o600)
+}
+
+// go_ runs f until the stack stops; its error, if any, ends Wait.
+func (s *Stack) go_(f func() error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := f(); err != nil && !errors.Is(err, context.Canceled) {
+			select {
+			case s.errs <- err:
+			default:
+			}
+		}
+	}()
+}
+
+// Wait blocks until ctx is done or a component fails.
+func (s *Stack) Wait(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-s.errs:
+		return err
+	}
+}
+
+// Close stops every component and the servers it started; data stays.
+func (s *Stack) Close() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		s.opts.Logger.Warn("components did not stop within 20s")
+	}
+	for _, p := range s.pools {
+		p.Close()
+	}
+	if s.broker != nil {
+		s.broker.Close()
+	}
+	if s.server != nil {
+		_ = s.server.Stop()
+	}
+}
+
+// secretFile returns the secret kept in path, creating it (0600) once.
+func secretFile(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	secret, err := randomHex(32)
+	if err != nil {
+		return "", err
+	}
+	return secret, os.WriteFile(path, []byte(secret+"\n"), 0o600)
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() == 0 {
+		return "local"
+	}
+	return b.String()
+}
