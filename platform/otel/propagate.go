@@ -2,6 +2,7 @@ package otel
 
 import (
 	"context"
+	"go.opentelemetry.io/otel/trace"
 	"slices"
 	"strings"
 
@@ -60,4 +61,28 @@ func ExtractRecord(ctx context.Context, r *kgo.Record) context.Context {
 		}
 	}
 	return Extract(ctx, m)
+}
+
+// maxLinks bounds the links of one batch span.
+const maxLinks = 128
+
+// RecordLinks returns a span link to the trace each record carries (at most
+// maxLinks, duplicates dropped). A consumer handling records in batches
+// starts its span with these links: the batch has many parents, and each
+// producer's trace then leads to where its records were consumed.
+func RecordLinks(ctx context.Context, records []*kgo.Record) []trace.Link {
+	var links []trace.Link
+	seen := map[trace.SpanID]bool{}
+	for _, r := range records {
+		sc := trace.SpanContextFromContext(ExtractRecord(ctx, r))
+		if !sc.IsValid() || seen[sc.SpanID()] {
+			continue
+		}
+		seen[sc.SpanID()] = true
+		links = append(links, trace.Link{SpanContext: sc})
+		if len(links) == maxLinks {
+			break
+		}
+	}
+	return links
 }

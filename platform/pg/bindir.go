@@ -17,6 +17,11 @@ var ErrNoBinaries = errors.New("PostgreSQL server binaries (initdb, postgres) no
 	"install them with `apt-get install -y postgresql` (Debian/Ubuntu) or `brew install postgresql@15` (macOS), " +
 	"or set TASKMESH_PG_BIN to their directory (`taskmesh dev` can instead use an existing server given in DATABASE_URL)")
 
+// ErrUnreachableDataDir is returned (wrapped) by LocalServer.Start when the
+// server user cannot reach the data directory (running as root with a 0700
+// directory above it); the caller may choose another place.
+var ErrUnreachableDataDir = errors.New("pg: data directory unreachable by the server user")
+
 // FindBinDir finds the directory holding initdb and postgres: $TASKMESH_PG_BIN,
 // then `pg_config --bindir`, then the highest /usr/lib/postgresql/*/bin
 // (Debian and Ubuntu install there without putting the server on PATH), then

@@ -68,8 +68,8 @@ func checkReachable(dataDir string, u *osUser) error {
 				st.Gid == u.gid && mode&0o010 != 0 ||
 				st.Uid == u.uid && mode&0o100 != 0
 			if !searchable {
-				return fmt.Errorf("pg: the %s user, which runs the server because this process is root, cannot reach %s: %s is mode %v; put the data directory elsewhere or make that directory searchable (chmod o+x)",
-					u.name, dataDir, dir, fi.Mode().Perm())
+				return fmt.Errorf("%w: the %s user, which runs the server because this process is root, cannot reach %s: %s is mode %v; put the data directory elsewhere or make that directory searchable (chmod o+x)",
+					ErrUnreachableDataDir, u.name, dataDir, dir, fi.Mode().Perm())
 			}
 		}
 		if parent := filepath.Dir(dir); parent == dir {

@@ -34,10 +34,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
+
+var tracer = otel.Tracer("github.com/taskmesh/taskmesh/platform/projection")
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
@@ -188,21 +194,29 @@ func (r *Runner) session(ctx context.Context) (bool, error) {
 			continue
 		}
 		next := nextOffsets(records)
-		err := pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		bctx, span := tracer.Start(ctx, "projection "+r.cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithLinks(otel.RecordLinks(ctx, records)...),
+			trace.WithAttributes(attribute.Int("messaging.batch.message_count", len(records)),
+				attribute.String("messaging.destination.name", r.cfg.Topic)))
+		err := pg.InTx(bctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 			// No need to wait for the WAL flush: rows and offsets commit
 			// together, so a crash that loses this commit loses both, and
 			// the batch is applied again from Kafka.
-			if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			if _, err := tx.Exec(bctx, `SET LOCAL synchronous_commit = off`); err != nil {
 				return err
 			}
-			if err := r.handler.Apply(ctx, tx, records); err != nil {
+			if err := r.handler.Apply(bctx, tx, records); err != nil {
 				return fmt.Errorf("apply: %w", err)
 			}
-			return storeOffsets(ctx, tx, r.cfg.Name, r.cfg.Topic, next)
+			return storeOffsets(bctx, tx, r.cfg.Name, r.cfg.Topic, next)
 		})
 		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			span.End()
 			return true, err
 		}
+		span.End()
 		r.mu.Lock()
 		r.applied += int64(len(records))
 		for p, o := range next {

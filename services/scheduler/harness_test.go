@@ -18,6 +18,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/kafkatest"
+	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/scheduler"
@@ -80,7 +81,7 @@ func newEnv(t testing.TB, mutate ...func(*scheduler.Config)) *env {
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(lis) }()
 	go func() { defer close(done); _ = svc.Run(ctx) }()
-	e.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	e.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), otel.DialOption())
 	if err != nil {
 		t.Fatal(err)
 	}

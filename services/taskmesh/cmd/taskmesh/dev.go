@@ -87,7 +87,7 @@ Taskmesh is running.
 
   REST API       %[1]s          (OpenAPI: %[1]s/openapi.json)
   gRPC           %[2]s
-  Postgres       %[3]s
+  Postgres       %[3]s%[11]s
   Kafka          %[4]s          (topic taskmesh.task.events.v1)
   Object store   %[5]s
   Local agent    %[6]s on %[7]s   (its local API: %[10]s)
@@ -104,7 +104,7 @@ Try it:
 
 Press Ctrl-C to stop; data stays in the data directory.
 `, s.HTTPURL, s.GRPCAddr, password.ReplaceAllString(s.Postgres, "://$1:***@"), strings.Join(s.Kafka, ","), s.ObjectDir,
-		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s))
+		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s))
 }
 
 func agentAPI(s *stack.Stack) string {
@@ -112,4 +112,13 @@ func agentAPI(s *stack.Stack) string {
 		return "off"
 	}
 	return "http://" + s.AgentLocalAPI
+}
+
+// pgDirNote mentions where Postgres keeps its data when it is not under the
+// data directory.
+func pgDirNote(s *stack.Stack) string {
+	if s.PostgresDir == "" || strings.HasPrefix(s.PostgresDir, filepath.Clean(s.DataDir())) {
+		return ""
+	}
+	return "\n                 (data in " + s.PostgresDir + ": the postgres user cannot reach the data directory)"
 }

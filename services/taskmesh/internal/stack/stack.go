@@ -11,6 +11,7 @@ package stack
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -62,6 +63,8 @@ type Options struct {
 type Stack struct {
 	opts      Options
 	Postgres  string // database URL (password elided in String output)
+	// PostgresDir is the local server's data directory ("" with DatabaseURL).
+	PostgresDir string
 	Kafka     []string
 	HTTPURL   string
 	GRPCAddr  string
@@ -148,10 +151,25 @@ func (s *Stack) startPostgres(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.server = &pg.LocalServer{DataDir: filepath.Join(s.opts.DataDir, "pg"), Port: s.opts.PGPort, Durable: s.opts.Durable,
+	s.PostgresDir = filepath.Join(s.opts.DataDir, "pg")
+	s.server = &pg.LocalServer{DataDir: s.PostgresDir, Port: s.opts.PGPort, Durable: s.opts.Durable,
 		Password: password, LogPath: filepath.Join(s.opts.DataDir, "postgres.log"),
 		Params: map[string]string{"max_connections": "200"}}
-	if err := s.server.Start(ctx); err != nil {
+	err = s.server.Start(ctx)
+	if errors.Is(err, pg.ErrUnreachableDataDir) {
+		// Root in a private (0700) directory: the postgres user that runs
+		// the server cannot get to DataDir. Keep the cluster in a place of
+		// its own that is stable for this DataDir, so restarts find it.
+		abs, _ := filepath.Abs(s.opts.DataDir)
+		sum := sha256.Sum256([]byte(abs))
+		s.PostgresDir = filepath.Join("/var/lib/taskmesh/dev", hex.EncodeToString(sum[:6]), "pg")
+		if err = os.MkdirAll(filepath.Dir(s.PostgresDir), 0o755); err != nil {
+			return err
+		}
+		s.server.DataDir = s.PostgresDir
+		err = s.server.Start(ctx)
+	}
+	if err != nil {
 		return fmt.Errorf("start Postgres: %w", err)
 	}
 	admin, err := pg.Open(ctx, pg.Config{URL: s.server.URL("postgres")})
@@ -393,3 +411,6 @@ func sanitize(s string) string {
 	}
 	return b.String()
 }
+
+// DataDir is where the stack keeps its state.
+func (s *Stack) DataDir() string { return s.opts.DataDir }

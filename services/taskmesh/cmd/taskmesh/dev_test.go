@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary act as the taskmesh binary: the dev test
+// runs it as `taskmesh dev`, and the local agent re-executes it as
+// `taskmesh executor shim …`.
+func TestMain(m *testing.M) {
+	if os.Getenv("TASKMESH_TEST_AS_BINARY") != "" || (len(os.Args) > 2 && os.Args[1] == "executor" && os.Args[2] == "shim") {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type devProcess struct {
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan error // the exit, once
+}
+
+// startDev runs `taskmesh dev` on dir and waits for its banner.
+func startDev(t *testing.T, dir string, ports [4]int) *devProcess {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "dev", "--data-dir", dir,
+		"--http", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--grpc", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		"--pg-port", fmt.Sprint(ports[2]), "--kafka-port", fmt.Sprint(ports[3]), "--agent-local-api", "")
+	cmd.Env = append(os.Environ(), "TASKMESH_TEST_AS_BINARY=1")
+	cmd.Args[0] = "taskmesh"
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &devProcess{cmd: cmd, out: &bytes.Buffer{}, done: make(chan error, 1)}
+	ready, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			p.out.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "Taskmesh is running") {
+				close(ready)
+			}
+		}
+	}()
+	go func() { p.done <- cmd.Wait(); pw.Close() }()
+	select {
+	case <-ready:
+	case <-exited:
+		t.Fatalf("taskmesh dev exited:\n%s", p.out)
+	case <-time.After(90 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("taskmesh dev did not start:\n%s", p.out)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return p
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *devProcess) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("taskmesh dev exited with %v:\n%s", err, p.out)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("taskmesh dev did not stop:\n%s", p.out)
+	}
+}
+
+func rest(t *testing.T, method, url, key string, body any) map[string]any {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]any{}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%s %s: %d %v %v", method, url, resp.StatusCode, out, err)
+	}
+	return out
+}
+
+func waitCompleted(t *testing.T, base, key, id string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		task := rest(t, "GET", base+"/api/v1/tasks/"+id, key, nil)
+		if task["status"] == "completed" {
+			return task
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s is %v", id, task["status"])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// `taskmesh dev` starts everything with one command, runs a task on its
+// local agent, and after a stop and a start still has every task.
+func TestDevRunsTasksAndKeepsThemAcrossRestarts(t *testing.T) {
+	if _, err := os.Stat("/usr/lib/postgresql"); err != nil {
+		t.Fatalf("PostgreSQL server binaries are needed: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "tmdev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Searchable by the postgres user, so the cluster stays under dir.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ports := [4]int{freePort(t), freePort(t), freePort(t), freePort(t)}
+	base := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+
+	first := startDev(t, dir, ports)
+	keyBytes, err := os.ReadFile(filepath.Join(dir, "demo-api-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimSpace(string(keyBytes))
+	if !strings.Contains(first.out.String(), key) {
+		t.Fatalf("the banner does not show the demo key:\n%s", first.out)
+	}
+	created := rest(t, "POST", base+"/api/v1/tasks", key, map[string]any{"name": "before restart", "command": "echo", "args": []string{"kept"}})
+	id := created["id"].(string)
+	if done := waitCompleted(t, base, key, id); done["stdout"] != "kept\n" {
+		t.Fatalf("task = %v", done)
+	}
+	first.stop(t)
+
+	second := startDev(t, dir, ports)
+	again := rest(t, "GET", base+"/api/v1/tasks/"+id, key, nil)
+	if again["status"] != "completed" || again["stdout"] != "kept\n" {
+		t.Fatalf("after restart: %v", again)
+	}
+	created = rest(t, "POST", base+"/api/v1/tasks", key, map[string]any{"name": "after restart", "command": "echo", "args": []string{"new"}})
+	waitCompleted(t, base, key, created["id"].(string))
+	second.stop(t)
+}
