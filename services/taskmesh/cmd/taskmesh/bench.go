@@ -72,6 +72,9 @@ func benchCommand() *cobra.Command {
 	tf.IntVar(&tasks.InFlight, "in-flight", 64, "completions in flight per agent")
 	tf.IntVar(&tasks.Rate, "rate", 500, "tasks/s of the latency run")
 	tf.DurationVar(&tasks.RateFor, "rate-for", 0, "length of the latency run (default 20s)")
+	tf.IntVar(&tasks.SpawnTasks, "spawn-tasks", 1000, "/bin/true tasks run through a real executor")
+	tf.IntVar(&tasks.SpawnSlots, "spawn-slots", 8, "slots of that executor")
+	tf.StringVar(&tasks.BurnProfile, "burn-profile", "", "write a CPU profile of the first burn-down alone")
 	tf.BoolVar(&tasks.PGStats, "pg-stats", false, "print the statements that took most server time (pg_stat_statements)")
 
 	all := &cobra.Command{

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,11 @@ type TasksOptions struct {
 	InFlight   int           // completions in flight per agent
 	Rate       int           // tasks/s of the latency run
 	RateFor    time.Duration // length of the latency run
+	// BurnProfile, if set, receives a CPU profile of the first burn-down
+	// alone (not the submission or the peer).
+	BurnProfile string
+	SpawnTasks  int // /bin/true tasks run through a real executor
+	SpawnSlots int
 	// PGStats prints the statements that took most of the server's time in
 	// each burn-down (pg_stat_statements), for tuning.
 	PGStats bool
@@ -62,6 +68,12 @@ func (o *TasksOptions) defaults() {
 	}
 	if o.Out == nil {
 		o.Out = os.Stdout
+	}
+	if o.SpawnTasks <= 0 {
+		o.SpawnTasks = 1000
+	}
+	if o.SpawnSlots <= 0 {
+		o.SpawnSlots = 8
 	}
 }
 
@@ -115,11 +127,17 @@ func Tasks(ctx context.Context, o TasksOptions) (*TasksResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	spawn, err := spawning(ctx, env, o)
+	if err != nil {
+		return nil, err
+	}
 	r := &TasksResult{BurnDown: median(burn), Submit: median(submit), River: median(river),
-		StartP50: percentile(lat, 50), StartP99: percentile(lat, 99), Recovery: rec}
+		StartP50: percentile(lat, 50), StartP99: percentile(lat, 99), Recovery: rec, ProcessSpawning: spawn}
 	r.Ratio = r.BurnDown / r.River
 	fmt.Fprintf(o.Out, "\nsubmit → start at %d tasks/s for %s (%d tasks): p50 %s, p99 %s\n", o.Rate, o.RateFor, len(lat), ms(r.StartP50), ms(r.StartP99))
 	fmt.Fprintf(o.Out, "lost agent → task leased to another agent (lease_ttl_sec 300, heartbeats every 5 s): %s\n", r.Recovery.Round(time.Millisecond))
+	fmt.Fprintf(o.Out, "process spawning: %d /bin/true tasks through the gateway and a real executor agent (%d slots, shims): %.0f tasks/s\n",
+		o.SpawnTasks, o.SpawnSlots, r.ProcessSpawning)
 	fmt.Fprintf(o.Out, "\nmedians of %d runs\n", o.Runs)
 	table(o.Out, []string{"measure", "value", "target", "verdict"}, [][]string{
 		{"burn-down tasks/s", fmt.Sprintf("%.0f", r.BurnDown), ">= 5000", verdict(r.BurnDown >= 5000)},
@@ -127,6 +145,7 @@ func Tasks(ctx context.Context, o TasksOptions) (*TasksResult, error) {
 		{"submit → start p50", ms(r.StartP50), "", ""},
 		{"submit → start p99", ms(r.StartP99), "< 100 ms", verdict(r.StartP99 < 100*time.Millisecond)},
 		{"crash recovery", r.Recovery.Round(time.Millisecond).String(), "< 30 s", verdict(r.Recovery < 30*time.Second)},
+		{"process spawning tasks/s", fmt.Sprintf("%.0f", r.ProcessSpawning), "", ""},
 	})
 	return r, nil
 }
@@ -134,6 +153,8 @@ func Tasks(ctx context.Context, o TasksOptions) (*TasksResult, error) {
 // schedulerUnderTest is a scheduler service on its own database and topic,
 // served on loopback.
 type schedulerUnderTest struct {
+	addr   string
+	db     string
 	pool   *pgxpool.Pool
 	conn   *grpc.ClientConn
 	tasks  taskv1.TaskServiceClient
@@ -186,7 +207,7 @@ func startScheduler(ctx context.Context, env *env, db string, timing scheduler.T
 		cancel()
 		return nil, err
 	}
-	return &schedulerUnderTest{pool: pool, conn: conn, tasks: taskv1.NewTaskServiceClient(conn), leases: taskv1.NewLeaseServiceClient(conn), topic: topic,
+	return &schedulerUnderTest{addr: lis.Addr().String(), db: db, pool: pool, conn: conn, tasks: taskv1.NewTaskServiceClient(conn), leases: taskv1.NewLeaseServiceClient(conn), topic: topic,
 		stop: func() { conn.Close(); cancel(); srv.Stop(); wg.Wait(); pool.Close() }}, nil
 }
 
@@ -223,6 +244,16 @@ func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn, sub
 		}
 	}
 
+	if o.BurnProfile != "" && run == 1 {
+		f, err := os.Create(o.BurnProfile)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return 0, 0, err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	start := time.Now()
 	var done atomic.Int64
 	actx, cancel := context.WithCancel(ctx)
