@@ -214,24 +214,26 @@ func (s *Store) Load(ctx context.Context, q Querier, aggregateID string, after i
 }
 
 // Rebuild feeds every event of aggregateType, page by page, to apply, in
-// append order (which is version order within each aggregate). It is how an
-// inline projection is rebuilt from the events alone: truncate the
-// projection's tables, then Rebuild in the same transaction.
+// the order transactions appended them (the outbox's position order, which
+// is version order within each aggregate). It is how an inline projection
+// is rebuilt from the events alone: truncate the projection's tables, then
+// Rebuild in the same transaction.
 func (s *Store) Rebuild(ctx context.Context, tx Querier, aggregateType string, pageSize int,
 	apply func(ctx context.Context, page []Event) error) error {
 	if pageSize <= 0 {
 		pageSize = 1000
 	}
-	var after int64
+	afterTx, afterID := "0", int64(0)
 	for {
 		// Pages rather than one cursor: apply writes through the same
 		// connection, which cannot run a statement while rows are open.
-		rows, err := tx.Query(ctx, `SELECT `+selectColumns+` FROM events
-			WHERE aggregate_type = $1 AND id > $2 ORDER BY id LIMIT $3`, aggregateType, after, pageSize)
+		rows, err := tx.Query(ctx, `SELECT `+selectColumns+`, tx_id::text AS tx_text FROM events
+			WHERE (tx_id, id) > ($2::text::xid8, $3::bigint) AND aggregate_type = $1
+			ORDER BY events.tx_id, events.id LIMIT $4`, aggregateType, afterTx, afterID, pageSize)
 		if err != nil {
 			return fmt.Errorf("eventstore: rebuild %s: %w", aggregateType, err)
 		}
-		page, err := collect(rows)
+		page, last, err := collectWithTx(rows)
 		if err != nil {
 			return fmt.Errorf("eventstore: rebuild %s: %w", aggregateType, err)
 		}
@@ -241,28 +243,47 @@ func (s *Store) Rebuild(ctx context.Context, tx Querier, aggregateType string, p
 		if err := apply(ctx, page); err != nil {
 			return err
 		}
-		after = page[len(page)-1].ID
+		afterTx, afterID = last, page[len(page)-1].ID
 	}
 }
 
+
+
 func collect(rows pgx.Rows) ([]Event, error) {
+	events, _, err := scan(rows, false)
+	return events, err
+}
+
+// collectWithTx is collect for rows that end with the tx_id as text; it
+// also returns the last row's tx_id.
+func collectWithTx(rows pgx.Rows) ([]Event, string, error) { return scan(rows, true) }
+
+func scan(rows pgx.Rows, withTx bool) ([]Event, string, error) {
 	defer rows.Close()
-	var out []Event
+	var (
+		out  []Event
+		last string
+	)
 	for rows.Next() {
 		var (
 			e       Event
 			headers []byte
 		)
-		if err := rows.Scan(&e.ID, &e.AggregateType, &e.AggregateID, &e.Version, &e.Type, &e.EventID,
-			&e.TenantID, &e.OccurredAt, &e.Payload, &headers); err != nil {
-			return nil, err
+		dest := []any{&e.ID, &e.AggregateType, &e.AggregateID, &e.Version, &e.Type, &e.EventID,
+			&e.TenantID, &e.OccurredAt, &e.Payload, &headers}
+		if withTx {
+			dest = append(dest, &last)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, "", err
 		}
 		if len(headers) > 0 {
 			if err := json.Unmarshal(headers, &e.Headers); err != nil {
-				return nil, fmt.Errorf("decode headers of event %d: %w", e.ID, err)
+				return nil, "", fmt.Errorf("decode headers of event %d: %w", e.ID, err)
 			}
 		}
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	return out, last, rows.Err()
 }
+

@@ -262,10 +262,13 @@ func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
 // compare counts rows that differ between two tables of the same shape.
 func compare(ctx context.Context, tx pgx.Tx, live, replay string) (TableReport, error) {
 	l, r := pgx.Identifier{live}.Sanitize(), pgx.Identifier{replay}.Sanitize()
+	// Rows compare by their text form: every column type has one (json has
+	// no equality operator), and equal text is what "identical" means here.
+	lt, rt := `(SELECT x::text AS row FROM `+l+` x)`, `(SELECT x::text AS row FROM `+r+` x)`
 	tr := TableReport{Live: live, Replay: replay}
 	err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+l+`), (SELECT count(*) FROM `+r+`),
-		(SELECT count(*) FROM (TABLE `+l+` EXCEPT ALL TABLE `+r+`) d),
-		(SELECT count(*) FROM (TABLE `+r+` EXCEPT ALL TABLE `+l+`) d)`).
+		(SELECT count(*) FROM (`+lt+` EXCEPT ALL `+rt+`) d),
+		(SELECT count(*) FROM (`+rt+` EXCEPT ALL `+lt+`) d)`).
 		Scan(&tr.LiveRows, &tr.ReplayRows, &tr.OnlyInLive, &tr.OnlyInReplay)
 	if err != nil {
 		return tr, fmt.Errorf("compare %s with %s: %w", live, replay, err)
@@ -274,9 +277,9 @@ func compare(ctx context.Context, tx pgx.Tx, live, replay string) (TableReport, 
 		return tr, nil
 	}
 	rows, err := tx.Query(ctx, `
-		(SELECT 'live: ' || row_to_json(d)::text FROM (TABLE `+l+` EXCEPT ALL TABLE `+r+`) d LIMIT 5)
+		(SELECT 'live: ' || row FROM (`+lt+` EXCEPT ALL `+rt+`) d LIMIT 5)
 		UNION ALL
-		(SELECT 'replay: ' || row_to_json(d)::text FROM (TABLE `+r+` EXCEPT ALL TABLE `+l+`) d LIMIT 5)`)
+		(SELECT 'replay: ' || row FROM (`+rt+` EXCEPT ALL `+lt+`) d LIMIT 5)`)
 	if err != nil {
 		return tr, fmt.Errorf("sample differences of %s: %w", live, err)
 	}

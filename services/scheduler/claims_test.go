@@ -257,7 +257,7 @@ func TestRebuildAndReplay(t *testing.T) {
 	if err != nil || rep.Tasks != 30 || len(rep.Differences) != 0 {
 		t.Fatalf("compare = %+v, %v", rep, err)
 	}
-	if _, err := e.pool.Exec(context.Background(), `UPDATE tasks SET doc = jsonb_set(doc, '{progress}', '7') WHERE doc->>'status' = 'completed' AND ctid IN (SELECT ctid FROM tasks WHERE doc->>'status' = 'completed' LIMIT 1)`); err != nil {
+	if _, err := e.pool.Exec(context.Background(), `UPDATE tasks SET doc = jsonb_set(doc::jsonb, '{progress}', '7')::json WHERE doc->>'status' = 'completed' AND ctid IN (SELECT ctid FROM tasks WHERE doc->>'status' = 'completed' LIMIT 1)`); err != nil {
 		t.Fatal(err)
 	}
 	rep, err = scheduler.RebuildInlineProjection(context.Background(), e.pool, true)

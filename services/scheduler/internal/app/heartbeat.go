@@ -36,7 +36,7 @@ func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop,
 	if len(h.AttemptIDs) == 0 {
 		return nil, nil
 	}
-	tasks, err := postgres.ByAttempts(ctx, a.pool, h.AttemptIDs)
+	tasks, err := postgres.ByAttempts(ctx, a.pool, h.AgentID, h.AttemptIDs)
 	if err != nil {
 		return nil, err
 	}

@@ -365,7 +365,7 @@ func startEnv(ctx context.Context, dir, name string) (*env, error) {
 	}
 	server := &pg.LocalServer{DataDir: filepath.Join(dir, "pg"), Durable: true,
 		Params: map[string]string{"max_connections": "300", "shared_preload_libraries": "pg_stat_statements,auto_explain",
-			"pg_stat_statements.track": "all", "auto_explain.log_min_duration": os.Getenv("TASKMESH_BENCH_EXPLAIN_MS"),
+			"pg_stat_statements.track": "all", "pg_stat_statements.track_planning": "on", "auto_explain.log_min_duration": os.Getenv("TASKMESH_BENCH_EXPLAIN_MS"),
 			"auto_explain.log_analyze": "on", "auto_explain.log_buffers": "on", "auto_explain.log_nested_statements": "on"}}
 	if err := server.Start(ctx); err != nil {
 		return nil, err

@@ -174,7 +174,7 @@ func startScheduler(ctx context.Context, env *env, db string, timing scheduler.T
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL(db), Schema: scheduler.Schema, MaxConns: 48})
+	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL(db) + os.Getenv("TASKMESH_BENCH_URL_SUFFIX"), Schema: scheduler.Schema, MaxConns: 48})
 	if err != nil {
 		return nil, err
 	}
@@ -509,6 +509,26 @@ func printStatements(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error
 		}
 		out = append(out, []string{fmt.Sprint(calls), fmt.Sprint(total), fmt.Sprintf("%.3f", mean), fmt.Sprint(n), q})
 	}
+	trows, err := pool.Query(ctx, `SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd,
+		(SELECT count(*) FROM pg_index i WHERE i.indrelid = s.relid) FROM pg_stat_user_tables s
+		WHERE n_tup_ins + n_tup_upd > 1000 ORDER BY n_tup_ins + n_tup_upd DESC`)
+	if err != nil {
+		return err
+	}
+	var tout [][]string
+	for trows.Next() {
+		var (
+			rel                 string
+			ins, upd, hot, idxs int64
+		)
+		if err := trows.Scan(&rel, &ins, &upd, &hot, &idxs); err != nil {
+			return err
+		}
+		tout = append(tout, []string{rel, fmt.Sprint(ins), fmt.Sprint(upd), fmt.Sprint(hot), fmt.Sprint(idxs)})
+	}
+	trows.Close()
+	fmt.Fprintln(w, "\ntable writes since the database was created")
+	table(w, []string{"table", "inserts", "updates", "hot updates", "indexes"}, tout)
 	fmt.Fprintln(w, "\nstatements by total time (pg_stat_statements)")
 	table(w, []string{"calls", "total ms", "mean ms", "rows", "query"}, out)
 	return rows.Err()

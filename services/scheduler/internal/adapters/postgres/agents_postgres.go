@@ -129,10 +129,23 @@ type Preemption struct {
 // no live agent with free slots could take, each with the lowest-priority,
 // most recently started leased task (priority at least gap lower) on a
 // machine that satisfies the pending task's constraints.
+//
+// It runs every sweep, so it must stay cheap with many pending tasks: only
+// tasks that outrank the lowest-priority running work by gap can preempt
+// anything, and that bound comes from an index before any task is looked at.
 func PreemptionCandidates(ctx context.Context, q Querier, waitedSince time.Time, gap, limit int) ([]Preemption, error) {
 	rows, err := q.Query(ctx, `
+		WITH bound AS (
+			SELECT max(priority) AS lowest FROM tasks WHERE status IN ('assigned', 'running')
+		), waiting AS (
+			SELECT p.* FROM tasks p, bound
+			WHERE p.status = 'pending' AND NOT p.deleted AND p.priority <= bound.lowest - $2
+			  AND p.created_at < $1 AND p.retry_at < $1
+			ORDER BY p.priority, p.created_at
+			LIMIT $3 * 4
+		)
 		SELECT p.id, p.priority, v.id
-		FROM tasks p
+		FROM waiting p
 		CROSS JOIN LATERAL (
 			SELECT r.id FROM tasks r JOIN agents ag ON ag.agent_id = r.agent_id AND NOT ag.lost
 			WHERE r.status IN ('assigned', 'running') AND r.priority - p.priority >= $2
@@ -141,8 +154,7 @@ func PreemptionCandidates(ctx context.Context, q Querier, waitedSince time.Time,
 			  AND p.labels <@ ag.labels
 			ORDER BY r.priority DESC, r.doc->>'started_at' DESC NULLS FIRST
 			LIMIT 1) v
-		WHERE p.status = 'pending' AND NOT p.deleted AND p.created_at < $1 AND p.retry_at < $1
-		  AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.status = 'preempted' AND x.preempted_by = p.id)
+		WHERE NOT EXISTS (SELECT 1 FROM tasks x WHERE x.status = 'preempted' AND x.preempted_by = p.id)
 		  AND NOT EXISTS (
 			SELECT 1 FROM agents ag WHERE NOT ag.lost AND ag.free_slots > 0
 			  AND (p.tenant_id = ag.tenant_id OR ag.tenant_id = '')

@@ -124,9 +124,12 @@ func MissingTasks(ctx context.Context, q Querier, tenant string, ids []string) (
 }
 
 
-// ByAttempts returns the tasks whose current attempt is one of attempts.
-func ByAttempts(ctx context.Context, q Querier, attempts []string) ([]domain.Task, error) {
-	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE attempt_id = ANY($1::text[]) AND attempt_id <> ''`, attempts)
+// ByAttempts returns the tasks of agent whose current attempt is one of
+// attempts (through the agent index: a heartbeat names its agent).
+func ByAttempts(ctx context.Context, q Querier, agentID string, attempts []string) ([]domain.Task, error) {
+	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE agent_id = $1
+		AND status IN ('assigned', 'running', 'cancelled', 'preempted', 'suspended')
+		AND attempt_id = ANY($2::text[])`, agentID, attempts)
 	if err != nil {
 		return nil, fmt.Errorf("tasks by attempt: %w", err)
 	}

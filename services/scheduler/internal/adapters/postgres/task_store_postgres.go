@@ -187,10 +187,10 @@ func update(ctx context.Context, tx pgx.Tx, tasks []domain.Task, specChanged []b
 			machine_id = CASE WHEN x.sc THEN coalesce(x.doc->'spec'->>'machine_id', '') ELSE t.machine_id END,
 			target_ip = CASE WHEN x.sc THEN coalesce(x.doc->'spec'->>'target_ip', '') ELSE t.target_ip END,
 			group_id = CASE WHEN x.sc THEN coalesce(x.doc->'spec'->>'group_id', '') ELSE t.group_id END,
-			labels = CASE WHEN x.sc THEN ARRAY(SELECT jsonb_array_elements_text(coalesce(x.doc->'spec'->'labels', '[]'))) ELSE t.labels END,
-			depends_on = CASE WHEN x.sc THEN ARRAY(SELECT jsonb_array_elements_text(coalesce(x.doc->'spec'->'depends_on', '[]'))) ELSE t.depends_on END
+			labels = CASE WHEN x.sc THEN ARRAY(SELECT json_array_elements_text(coalesce(x.doc->'spec'->'labels', '[]'::json))) ELSE t.labels END,
+			depends_on = CASE WHEN x.sc THEN ARRAY(SELECT json_array_elements_text(coalesce(x.doc->'spec'->'depends_on', '[]'::json))) ELSE t.depends_on END
 		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[],
-			$9::timestamptz[], $10::text[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::jsonb[], $15::bool[])
+			$9::timestamptz[], $10::text[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::json[], $15::bool[])
 			AS x(id, st, pr, ag, am, att, le, tu, re, pb, up, de, ve, doc, sc)
 		WHERE t.id = x.id`,
 		ids, statuses, prios, agents, amachines, attempts, leases, timeouts, retries, preempted, updated, deleted, versions, docs, specChanged)
@@ -246,7 +246,7 @@ func Upsert(ctx context.Context, tx pgx.Tx, tasks ...domain.Task) error {
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 			$8::text[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::text[], $14::text[], $15::text[],
 			$16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::text[], $20::timestamptz[],
-			$21::timestamptz[], $22::bool[], $23::bigint[], $24::jsonb[])
+			$21::timestamptz[], $22::bool[], $23::bigint[], $24::json[])
 			AS x(id, tn, st, pr, ty, ma, ip, lb, dp, fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc)
 		ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, priority = EXCLUDED.priority, type = EXCLUDED.type,
 			machine_id = EXCLUDED.machine_id, target_ip = EXCLUDED.target_ip, labels = EXCLUDED.labels,

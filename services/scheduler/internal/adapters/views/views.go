@@ -116,7 +116,7 @@ func updateViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Ta
 			deleted = x.de, version = x.ve, doc = x.doc,
 			name = x.doc->'spec'->>'name', type = x.doc->'spec'->>'type',
 			machine_id = coalesce(x.doc->'spec'->>'machine_id', ''), group_id = coalesce(x.doc->'spec'->>'group_id', '')
-		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bool[], $7::bigint[], $8::jsonb[])
+		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bool[], $7::bigint[], $8::json[])
 			AS x(id, st, pr, am, up, de, ve, doc)
 		WHERE v.id = x.id AND v.version < x.ve`,
 		ids, statuses, prios, amachines, updated, deleted, versions, docs)
@@ -150,7 +150,7 @@ func upsertViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Ta
 		INSERT INTO `+table+` (id, tenant_id, status, priority, type, name, machine_id, assigned_machine_id, group_id,
 			created_at, updated_at, deleted, version, doc)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
-			$8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::jsonb[])
+			$8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::json[])
 		ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, priority = EXCLUDED.priority, type = EXCLUDED.type,
 			name = EXCLUDED.name, machine_id = EXCLUDED.machine_id, assigned_machine_id = EXCLUDED.assigned_machine_id,
 			group_id = EXCLUDED.group_id, updated_at = EXCLUDED.updated_at, deleted = EXCLUDED.deleted,
