@@ -107,11 +107,48 @@ func New() *Store { return &Store{} }
 // *ConflictError; the caller's transaction is then aborted and must be
 // rolled back, so nothing of the command is stored.
 func (s *Store) Append(ctx context.Context, tx Execer, events ...Event) error {
-	if len(events) == 0 {
+	sql, args, err := s.appendStatement(events)
+	if err != nil || sql == "" {
+		return err
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		return AppendError(err, events)
+	}
+	return nil
+}
+
+// QueueAppend adds the statement that appends events to b, for callers
+// that pipeline a transaction's statements (pgx.Batch). When the batch is
+// sent, pass the statement's error through AppendError.
+func (s *Store) QueueAppend(b *pgx.Batch, events ...Event) error {
+	sql, args, err := s.appendStatement(events)
+	if err != nil || sql == "" {
+		return err
+	}
+	b.Queue(sql, args...)
+	return nil
+}
+
+// AppendError turns the error of an append statement into a *ConflictError
+// when another writer had the version, and wraps it otherwise.
+func AppendError(err error, events []Event) error {
+	if err == nil {
 		return nil
 	}
+	if pg.IsUniqueViolation(err, "events_aggregate_version_key") {
+		return conflictFrom(err, events)
+	}
+	return fmt.Errorf("eventstore: append: %w", err)
+}
+
+// appendStatement validates events and builds one INSERT for all of them
+// ("" when there are none).
+func (s *Store) appendStatement(events []Event) (string, []any, error) {
+	if len(events) == 0 {
+		return "", nil, nil
+	}
 	if err := validate(events); err != nil {
-		return err
+		return "", nil, err
 	}
 	n := len(events)
 	var (
@@ -131,14 +168,14 @@ func (s *Store) Append(ctx context.Context, tx Execer, events ...Event) error {
 		if len(e.Headers) > 0 {
 			b, err := json.Marshal(e.Headers)
 			if err != nil {
-				return fmt.Errorf("eventstore: encode headers: %w", err)
+				return "", nil, fmt.Errorf("eventstore: encode headers: %w", err)
 			}
 			heads[i] = b
 		}
 	}
 	// One statement for the whole batch; WITH ORDINALITY keeps the given
 	// order, so ids (and the relay's order) follow version order.
-	_, err := tx.Exec(ctx, `
+	return `
 		INSERT INTO events (aggregate_type, aggregate_id, version, event_type, event_id,
 		                    tenant_id, occurred_at, payload, headers)
 		SELECT t, a, v, et, eid, tn, oc, p, h
@@ -146,14 +183,7 @@ func (s *Store) Append(ctx context.Context, tx Execer, events ...Event) error {
 		            $6::text[], $7::timestamptz[], $8::bytea[], $9::jsonb[])
 		     WITH ORDINALITY AS x(t, a, v, et, eid, tn, oc, p, h, ord)
 		ORDER BY ord`,
-		types, aggIDs, vers, evTypes, evIDs, tenants, times, loads, heads)
-	if err != nil {
-		if pg.IsUniqueViolation(err, "events_aggregate_version_key") {
-			return conflictFrom(err, events)
-		}
-		return fmt.Errorf("eventstore: append: %w", err)
-	}
-	return nil
+		[]any{types, aggIDs, vers, evTypes, evIDs, tenants, times, loads, heads}, nil
 }
 
 // conflictFrom names the conflicting event. Postgres reports the key in the

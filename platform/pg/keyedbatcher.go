@@ -23,8 +23,10 @@ import (
 //  3. writes every change with one call (KeyedStore.Save), and commits.
 //
 // A batch of N commands thus costs a handful of statements instead of N
-// times a handful, which is what lets a small machine sustain thousands of
-// commands per second. Keys are sharded over workers, so two workers never
+// times a handful, and they are pipelined: one round trip sends BEGIN and
+// the lock query, one sends every write and COMMIT. That is what lets a
+// small machine sustain thousands of commands per second, and keeps each
+// command's latency low. Keys are sharded over workers, so two workers never
 // hold locks on the same key. Only the batch's commands that decided
 // successfully see a Save or commit error.
 type KeyedBatcher[S, E any] struct {
@@ -39,13 +41,17 @@ type KeyedBatcher[S, E any] struct {
 	closing  chan struct{}
 }
 
-// KeyedStore loads and saves the state a KeyedBatcher works on.
+// KeyedStore describes how to load and save the state a KeyedBatcher works
+// on, as statements the batcher pipelines.
 type KeyedStore[S, E any] interface {
-	// Lock returns the state of the keys that exist, locked for the
-	// transaction (SELECT … FOR UPDATE).
-	Lock(ctx context.Context, tx pgx.Tx, keys []string) (map[string]S, error)
-	// Save writes the changes (each key at most once, in first-change order).
-	Save(ctx context.Context, tx pgx.Tx, changes []KeyedChange[S, E]) error
+	// Lock returns the statement that loads the state of the keys that
+	// exist, locked for the transaction (SELECT … FOR UPDATE in key order),
+	// and how to read its rows (read must consume them).
+	Lock(keys []string) (sql string, args []any, read func(pgx.Rows) (map[string]S, error))
+	// Queue adds the statements that write the changes (each key at most
+	// once, in first-change order) to b. mapErr turns the error of a failed
+	// statement into what the commands see (e.g. a typed conflict).
+	Queue(b *pgx.Batch, changes []KeyedChange[S, E]) (mapErr func(error) error, err error)
 }
 
 // KeyedChange is what a batch did to one key.
@@ -207,21 +213,48 @@ func (b *KeyedBatcher[S, E]) attempt(cmds []*keyedCmd[S, E]) (results []keyedRes
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	tx, err := b.pool.Begin(ctx)
+	conn, err := b.pool.Acquire(ctx)
 	if err != nil {
-		return results, fmt.Errorf("pg: begin: %w", err)
+		return results, fmt.Errorf("pg: acquire: %w", err)
 	}
+	defer conn.Release()
+	inTx := false
 	defer func() {
-		if err != nil {
+		if err != nil && inTx {
+			// A failed pipeline leaves the transaction open (aborted).
 			rctx, rcancel := context.WithTimeout(context.Background(), rollbackTimeout)
-			_ = tx.Rollback(rctx)
+			if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+				_ = conn.Conn().Close(rctx) // never hand back a connection in a transaction
+			}
 			rcancel()
 		}
 	}()
-	state, err := b.store.Lock(ctx, tx, keys)
+
+	sql, args, read := b.store.Lock(keys)
+	lock := &pgx.Batch{}
+	lock.Queue("BEGIN")
+	lock.Queue(sql, args...)
+	inTx = true
+	state, err := func() (map[string]S, error) {
+		br := conn.SendBatch(ctx, lock)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("pg: begin: %w", err)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return nil, err
+		}
+		state, err := read(rows)
+		if err != nil {
+			return nil, err
+		}
+		return state, br.Close()
+	}()
 	if err != nil {
 		return results, err
 	}
+
 	changes := map[string]*KeyedChange[S, E]{}
 	var order []string
 	for i, c := range cmds {
@@ -245,18 +278,33 @@ func (b *KeyedBatcher[S, E]) attempt(cmds []*keyedCmd[S, E]) (results []keyedRes
 		ch.Events = append(ch.Events, events...)
 		state[c.key] = after
 	}
+	write := &pgx.Batch{}
+	mapErr := func(err error) error { return err }
 	if len(order) > 0 {
 		list := make([]KeyedChange[S, E], 0, len(order))
 		for _, k := range order {
 			list = append(list, *changes[k])
 		}
-		if err := b.store.Save(ctx, tx, list); err != nil {
+		if mapErr, err = b.store.Queue(write, list); err != nil {
 			return results, err
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
+	write.Queue("COMMIT")
+	br := conn.SendBatch(ctx, write)
+	n := write.Len()
+	for i := 0; i < n; i++ {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			if i == n-1 {
+				return results, fmt.Errorf("pg: commit: %w", err)
+			}
+			return results, mapErr(err)
+		}
+	}
+	if err := br.Close(); err != nil {
 		return results, fmt.Errorf("pg: commit: %w", err)
 	}
+	inTx = false
 	return results, nil
 }
 

@@ -23,37 +23,34 @@ type counterStore struct {
 
 var errRetry = errors.New("conflict, try again")
 
-func (s *counterStore) Lock(ctx context.Context, tx pgx.Tx, keys []string) (map[string]int, error) {
-	rows, err := tx.Query(ctx, `SELECT id, n FROM kb.counters WHERE id = ANY($1) ORDER BY id FOR UPDATE`, keys)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int{}
-	var (
-		id string
-		n  int
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error { out[id] = n; return nil })
-	return out, err
+func (s *counterStore) Lock(keys []string) (string, []any, func(pgx.Rows) (map[string]int, error)) {
+	return `SELECT id, n FROM kb.counters WHERE id = ANY($1) ORDER BY id FOR UPDATE`, []any{keys},
+		func(rows pgx.Rows) (map[string]int, error) {
+			out := map[string]int{}
+			var (
+				id string
+				n  int
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { out[id] = n; return nil })
+			return out, err
+		}
 }
 
-func (s *counterStore) Save(ctx context.Context, tx pgx.Tx, changes []pg.KeyedChange[int, string]) error {
+func (s *counterStore) Queue(b *pgx.Batch, changes []pg.KeyedChange[int, string]) (func(error) error, error) {
 	if s.failNext.Load() > 0 {
 		s.failNext.Add(-1)
-		return errRetry
+		// A statement that fails when the batch runs, mapped to errRetry.
+		b.Queue(`SELECT 1/0`)
+		return func(error) error { return errRetry }, nil
 	}
 	s.saves.Add(1)
 	for _, c := range changes {
-		if _, err := tx.Exec(ctx, `INSERT INTO kb.counters (id, n) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n`, c.Key, c.After); err != nil {
-			return err
-		}
+		b.Queue(`INSERT INTO kb.counters (id, n) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n`, c.Key, c.After)
 		for _, e := range c.Events {
-			if _, err := tx.Exec(ctx, `INSERT INTO kb.events (id, what) VALUES ($1, $2)`, c.Key, e); err != nil {
-				return err
-			}
+			b.Queue(`INSERT INTO kb.events (id, what) VALUES ($1, $2)`, c.Key, e)
 		}
 	}
-	return nil
+	return func(err error) error { return err }, nil
 }
 
 func TestKeyedBatcher(t *testing.T) {

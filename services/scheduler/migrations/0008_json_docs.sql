@@ -5,3 +5,5 @@
 -- spec columns) work on json as well.
 ALTER TABLE tasks ALTER COLUMN doc TYPE json USING doc::json;
 ALTER TABLE task_views ALTER COLUMN doc TYPE json USING doc::json;
+ALTER TABLE audit_logs ALTER COLUMN details TYPE json USING details::json;
+ALTER TABLE audit_logs ALTER COLUMN details SET DEFAULT '{}'::json;

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -99,7 +100,7 @@ func Events(ctx context.Context, o EventsOptions) (*EventsResult, error) {
 	defer env.close()
 	fmt.Fprintf(o.Out, "event pipeline: Postgres %s (durable defaults), embedded Kafka %s\n", env.server.URL(""), env.broker.Addrs()[0])
 
-	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL("postgres"), Schema: benchSchema, MaxConns: int32(o.Writers + 8)})
+	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL("postgres") + os.Getenv("TASKMESH_BENCH_URL_SUFFIX"), Schema: benchSchema, MaxConns: int32(o.Writers + 8)})
 	if err != nil {
 		return nil, err
 	}
@@ -118,8 +119,9 @@ func Events(ctx context.Context, o EventsOptions) (*EventsResult, error) {
 	defer wg.Wait()
 	defer stop()
 	p.relay = outbox.New(pool, outbox.Config{Name: "bench", Topic: "bench.events", Partitions: 16, Kafka: env.broker.Config()})
-	p.committer = pg.NewGroupCommitter(pool, pg.GroupCommitOptions{Workers: 2, MaxBatch: 64, AfterCommit: p.relay.Notify})
-	defer p.committer.Close()
+	p.batcher = pg.NewKeyedBatcher[counter, eventstore.Event](pool, counterStore{}, pg.KeyedBatcherOptions{
+		Workers: 2, MaxBatch: 256, AfterCommit: p.relay.Notify})
+	defer p.batcher.Close()
 	runner := projection.NewRunner(pool, projection.Config{Name: "counter_views", Topic: "bench.events", Partitions: 16,
 		Kafka: env.broker.Config(), AfterCommit: p.observe}, projection.HandlerFunc(applyCounterViews))
 	wg.Add(2)
@@ -153,7 +155,7 @@ func Events(ctx context.Context, o EventsOptions) (*EventsResult, error) {
 			fmt.Sprintf("%.0f", one), fmt.Sprintf("%.0f", t), fmt.Sprintf("%.2f", e2e/t)})
 	}
 	fmt.Fprintf(o.Out, "\nthroughput: %d writers, each command appends one event and updates its inline projection row; %d events per run\n", o.Writers, o.Events)
-	fmt.Fprintf(o.Out, "(group commit: concurrent commands share transactions; single: one transaction per command)\n")
+	fmt.Fprintf(o.Out, "(end-to-end: concurrent commands batched set-based, one pipelined transaction per batch; single-tx: one transaction per command)\n")
 	table(o.Out, []string{"run", "end-to-end ev/s", "appended ev/s", "single-tx end-to-end ev/s", "pgbench -N tps", "ratio"}, rows)
 
 	lag, err := p.lagRun(ctx, o)
@@ -181,8 +183,8 @@ type pipeline struct {
 	pool      *pgxpool.Pool
 	store     *eventstore.Store
 	relay     *outbox.Relay
-	committer *pg.GroupCommitter
-	grouped   bool // run commands through the group committer
+	batcher   *pg.KeyedBatcher[counter, eventstore.Event]
+	grouped   bool // run commands through the set-based batcher
 
 	projected atomic.Int64
 	mu        sync.Mutex
@@ -211,25 +213,80 @@ func (p *pipeline) write(ctx context.Context, agg string) error {
 			WHERE id = $1 RETURNING value, version`, agg).Scan(&value, &version); err != nil {
 			return err
 		}
-		now := time.Now()
-		env := &taskv1.TaskEvent{EventId: uuid.NewString(), AggregateId: agg, Version: version,
-			OccurredAt: timestamppb.New(now), TenantId: "bench",
-			Event: &taskv1.TaskEvent_Progressed{Progressed: &taskv1.TaskProgressed{Progress: int32(value)}}}
-		payload, err := proto.Marshal(env)
+		ev, err := counterEvent(agg, counter{value: value, version: version})
 		if err != nil {
 			return err
 		}
-		return p.store.Append(ctx, tx, eventstore.Event{AggregateType: "counter", AggregateID: agg, Version: version,
-			Type: "TaskProgressed", EventID: env.EventId, TenantID: "bench", OccurredAt: now, Payload: payload})
+		return p.store.Append(ctx, tx, ev)
 	}
 	if p.grouped {
-		return p.committer.Do(ctx, agg, cmd)
+		_, err := p.batcher.Do(ctx, agg, func(c counter, found bool) (counter, []eventstore.Event, error) {
+			if !found {
+				return c, nil, fmt.Errorf("no counter %s", agg)
+			}
+			c.value++
+			c.version++
+			ev, err := counterEvent(agg, c)
+			return c, []eventstore.Event{ev}, err
+		})
+		return err
 	}
 	err := pg.InTx(ctx, p.pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return cmd(ctx, tx) })
 	if err == nil {
 		p.relay.Notify()
 	}
 	return err
+}
+
+// counter is the inline projection row of one benchmark aggregate.
+type counter struct{ value, version int64 }
+
+// counterEvent records c's new value as a task-progress envelope.
+func counterEvent(agg string, c counter) (eventstore.Event, error) {
+	now := time.Now()
+	env := &taskv1.TaskEvent{EventId: uuid.NewString(), AggregateId: agg, Version: c.version,
+		OccurredAt: timestamppb.New(now), TenantId: "bench",
+		Event: &taskv1.TaskEvent_Progressed{Progressed: &taskv1.TaskProgressed{Progress: int32(c.value)}}}
+	payload, err := proto.Marshal(env)
+	if err != nil {
+		return eventstore.Event{}, err
+	}
+	return eventstore.Event{AggregateType: "counter", AggregateID: agg, Version: c.version,
+		Type: "TaskProgressed", EventID: env.EventId, TenantID: "bench", OccurredAt: now, Payload: payload}, nil
+}
+
+// counterStore is the pg.KeyedStore of counters: a batch locks its
+// counters with one query and writes their events and rows with one
+// statement each.
+type counterStore struct{}
+
+func (counterStore) Lock(ids []string) (string, []any, func(pgx.Rows) (map[string]counter, error)) {
+	return `SELECT id, value, version FROM counters WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`, []any{ids},
+		func(rows pgx.Rows) (map[string]counter, error) {
+			out := map[string]counter{}
+			var (
+				id string
+				c  counter
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &c.value, &c.version}, func() error { out[id] = c; return nil })
+			return out, err
+		}
+}
+
+func (counterStore) Queue(b *pgx.Batch, changes []pg.KeyedChange[counter, eventstore.Event]) (func(error) error, error) {
+	var evs []eventstore.Event
+	ids := make([]string, len(changes))
+	values, versions := make([]int64, len(changes)), make([]int64, len(changes))
+	for i, c := range changes {
+		evs = append(evs, c.Events...)
+		ids[i], values[i], versions[i] = c.Key, c.After.value, c.After.version
+	}
+	if err := eventstore.New().QueueAppend(b, evs...); err != nil {
+		return nil, err
+	}
+	b.Queue(`UPDATE counters c SET value = x.v, version = x.ve FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS x(id, v, ve)
+		WHERE c.id = x.id`, ids, values, versions)
+	return func(err error) error { return eventstore.AppendError(err, evs) }, nil
 }
 
 // throughput appends o.Events events as fast as o.Writers transactions can
@@ -350,17 +407,33 @@ type env struct {
 	server *pg.LocalServer
 	broker *kafka.Embedded
 	dir    string
+	lock   *os.File // held while the benchmark runs
 }
 
 func startEnv(ctx context.Context, dir, name string) (*env, error) {
 	if dir == "" {
 		dir = filepath.Join(".taskmesh", "bench")
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// Two benchmarks in one work directory would delete each other's
+	// servers: hold a lock on it for the whole run.
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("another benchmark is running in %s (pass --dir to use another directory)", dir)
+	}
 	dir = filepath.Join(dir, name)
 	if err := os.RemoveAll(dir); err != nil {
+		lock.Close()
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
+		lock.Close()
 		return nil, err
 	}
 	server := &pg.LocalServer{DataDir: filepath.Join(dir, "pg"), Durable: true,
@@ -368,18 +441,21 @@ func startEnv(ctx context.Context, dir, name string) (*env, error) {
 			"pg_stat_statements.track": "all", "pg_stat_statements.track_planning": "on", "auto_explain.log_min_duration": os.Getenv("TASKMESH_BENCH_EXPLAIN_MS"),
 			"auto_explain.log_analyze": "on", "auto_explain.log_buffers": "on", "auto_explain.log_nested_statements": "on"}}
 	if err := server.Start(ctx); err != nil {
+		lock.Close()
 		return nil, err
 	}
 	broker, err := kafka.StartEmbedded(kafka.EmbeddedOptions{Partitions: 16})
 	if err != nil {
 		_ = server.Stop()
+		lock.Close()
 		return nil, err
 	}
-	return &env{server: server, broker: broker, dir: dir}, nil
+	return &env{server: server, broker: broker, dir: dir, lock: lock}, nil
 }
 
 func (e *env) close() {
 	e.broker.Close()
 	_ = e.server.Stop()
 	_ = os.RemoveAll(e.dir)
+	e.lock.Close()
 }

@@ -94,10 +94,17 @@ type Change struct {
 	Traces []map[string]string
 }
 
-// Save appends the events of every change and writes the tasks rows, all
-// in tx, and returns the tasks after the changes. Trace context is stored
+// statement is SQL with its arguments, to execute or to queue in a
+// pipeline.
+type statement struct {
+	sql  string
+	args []any
+}
+
+// plan turns changes into the events to append, the statements that write
+// the tasks rows, and the tasks after the changes. Trace context is stored
 // with the events so Kafka consumers continue the caller's trace.
-func Save(ctx context.Context, tx pgx.Tx, changes ...Change) ([]domain.Task, error) {
+func plan(ctx context.Context, changes []Change) ([]eventstore.Event, []statement, []domain.Task, error) {
 	trace := otel.Inject(ctx)
 	var evs []eventstore.Event
 	after := make([]domain.Task, 0, len(changes))
@@ -112,7 +119,7 @@ func Save(ctx context.Context, tx pgx.Tx, changes ...Change) ([]domain.Task, err
 			}
 			payload, err := codec.Marshal(id, t.ID, t.TenantID, t.Version, r, trace)
 			if err != nil {
-				return nil, err
+				return nil, nil, nil, err
 			}
 			evs = append(evs, eventstore.Event{AggregateType: AggregateType, AggregateID: t.ID, Version: t.Version,
 				Type: r.Event.EventName(), EventID: id, TenantID: t.TenantID, OccurredAt: r.At, Payload: payload, Headers: trace})
@@ -120,16 +127,14 @@ func Save(ctx context.Context, tx pgx.Tx, changes ...Change) ([]domain.Task, err
 		after = append(after, t)
 	}
 	if len(evs) == 0 {
-		return after, nil
-	}
-	if err := events.Append(ctx, tx, evs...); err != nil {
-		return nil, err
+		return nil, nil, after, nil
 	}
 	// New tasks are inserted; existing ones updated in place (cheaper than
 	// an upsert's speculative insertion).
 	var (
 		created, changed []domain.Task
 		specChanged      []bool
+		stmts            []statement
 	)
 	for i, c := range changes {
 		if c.Before.Version == 0 {
@@ -145,20 +150,57 @@ func Save(ctx context.Context, tx pgx.Tx, changes ...Change) ([]domain.Task, err
 		}
 		specChanged = append(specChanged, updatedSpec)
 	}
-	if err := Upsert(ctx, tx, created...); err != nil {
+	for _, build := range []func() (statement, error){
+		func() (statement, error) { return upsertStatement(created) },
+		func() (statement, error) { return updateStatement(changed, specChanged) },
+	} {
+		st, err := build()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if st.sql != "" {
+			stmts = append(stmts, st)
+		}
+	}
+	return evs, stmts, after, nil
+}
+
+// Save appends the events of every change and writes the tasks rows, all
+// in tx, and returns the tasks after the changes.
+func Save(ctx context.Context, tx pgx.Tx, changes ...Change) ([]domain.Task, error) {
+	evs, stmts, after, err := plan(ctx, changes)
+	if err != nil {
 		return nil, err
 	}
-	if err := update(ctx, tx, changed, specChanged); err != nil {
+	if err := events.Append(ctx, tx, evs...); err != nil {
 		return nil, err
+	}
+	for _, st := range stmts {
+		if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
+			return nil, fmt.Errorf("write tasks: %w", err)
+		}
 	}
 	return after, nil
 }
 
-// update writes the new state of existing tasks; the columns copied from
-// the spec are refreshed only where specChanged (TaskUpdated is rare).
-func update(ctx context.Context, tx pgx.Tx, tasks []domain.Task, specChanged []bool) error {
+// Upsert writes tasks rows from their state (also used to rebuild them).
+func Upsert(ctx context.Context, tx pgx.Tx, tasks ...domain.Task) error {
+	st, err := upsertStatement(tasks)
+	if err != nil || st.sql == "" {
+		return err
+	}
+	if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
+		return fmt.Errorf("write tasks: %w", err)
+	}
+	return nil
+}
+
+// updateStatement writes the new state of existing tasks; the columns
+// copied from the spec are refreshed only where specChanged (TaskUpdated is
+// rare).
+func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error) {
 	if len(tasks) == 0 {
-		return nil
+		return statement{}, nil
 	}
 	n := len(tasks)
 	ids, statuses, agents, amachines, attempts, preempted := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -171,7 +213,7 @@ func update(ctx context.Context, tx pgx.Tx, tasks []domain.Task, specChanged []b
 	for i, t := range tasks {
 		doc, err := json.Marshal(t)
 		if err != nil {
-			return fmt.Errorf("encode task %s: %w", t.ID, err)
+			return statement{}, fmt.Errorf("encode task %s: %w", t.ID, err)
 		}
 		ids[i], statuses[i], agents[i], amachines[i], attempts[i], preempted[i] = t.ID, string(t.Status), t.AgentID, t.AssignedMachine, t.AttemptID, t.PreemptedBy
 		prios[i], leases[i], timeouts[i] = int32(t.Spec.Priority), optTime(t.LeaseExpiresAt), timeoutAt(t)
@@ -179,7 +221,7 @@ func update(ctx context.Context, tx pgx.Tx, tasks []domain.Task, specChanged []b
 	}
 	// The spec columns (type, targets, labels, dependencies, group) are read
 	// from the doc only where the spec changed.
-	_, err := tx.Exec(ctx, `
+	return statement{`
 		UPDATE tasks t SET status = x.st, priority = x.pr, agent_id = x.ag, assigned_machine_id = x.am, attempt_id = x.att,
 			lease_expires_at = x.le, timeout_at = x.tu, retry_at = x.re, preempted_by = x.pb, updated_at = x.up,
 			deleted = x.de, version = x.ve, doc = x.doc,
@@ -193,11 +235,7 @@ func update(ctx context.Context, tx pgx.Tx, tasks []domain.Task, specChanged []b
 			$9::timestamptz[], $10::text[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::json[], $15::bool[])
 			AS x(id, st, pr, ag, am, att, le, tu, re, pb, up, de, ve, doc, sc)
 		WHERE t.id = x.id`,
-		ids, statuses, prios, agents, amachines, attempts, leases, timeouts, retries, preempted, updated, deleted, versions, docs, specChanged)
-	if err != nil {
-		return fmt.Errorf("update tasks: %w", err)
-	}
-	return nil
+		[]any{ids, statuses, prios, agents, amachines, attempts, leases, timeouts, retries, preempted, updated, deleted, versions, docs, specChanged}}, nil
 }
 
 func timeoutAt(t domain.Task) *time.Time {
@@ -208,10 +246,10 @@ func timeoutAt(t domain.Task) *time.Time {
 	return &at
 }
 
-// Upsert writes tasks rows from their state (also used to rebuild them).
-func Upsert(ctx context.Context, tx pgx.Tx, tasks ...domain.Task) error {
+// upsertStatement inserts (or replaces) tasks rows from their state.
+func upsertStatement(tasks []domain.Task) (statement, error) {
 	if len(tasks) == 0 {
-		return nil
+		return statement{}, nil
 	}
 	n := len(tasks)
 	var (
@@ -228,7 +266,7 @@ func Upsert(ctx context.Context, tx pgx.Tx, tasks ...domain.Task) error {
 	for i, t := range tasks {
 		doc, err := json.Marshal(t)
 		if err != nil {
-			return fmt.Errorf("encode task %s: %w", t.ID, err)
+			return statement{}, fmt.Errorf("encode task %s: %w", t.ID, err)
 		}
 		ids[i], tenants[i], statuses[i], types[i] = t.ID, t.TenantID, string(t.Status), t.Spec.Type
 		machines[i], ips[i], fanouts[i], groups[i] = t.Spec.MachineID, t.Spec.TargetIP, t.FanoutID, t.Spec.GroupID
@@ -238,7 +276,7 @@ func Upsert(ctx context.Context, tx pgx.Tx, tasks ...domain.Task) error {
 		leases[i], timeouts[i] = optTime(t.LeaseExpiresAt), timeoutAt(t)
 		retries[i], created[i], updated[i], versions[i], docs[i] = t.RetryAt, t.CreatedAt, t.UpdatedAt, t.Version, doc
 	}
-	_, err := tx.Exec(ctx, `
+	return statement{`
 		INSERT INTO tasks (id, tenant_id, status, priority, type, machine_id, target_ip, labels, depends_on,
 			fanout_id, scatter, group_id, agent_id, assigned_machine_id, attempt_id, lease_expires_at, timeout_at,
 			retry_at, preempted_by, created_at, updated_at, deleted, version, doc)
@@ -255,12 +293,8 @@ func Upsert(ctx context.Context, tx pgx.Tx, tasks ...domain.Task) error {
 			attempt_id = EXCLUDED.attempt_id, lease_expires_at = EXCLUDED.lease_expires_at, timeout_at = EXCLUDED.timeout_at,
 			retry_at = EXCLUDED.retry_at, preempted_by = EXCLUDED.preempted_by, updated_at = EXCLUDED.updated_at,
 			deleted = EXCLUDED.deleted, version = EXCLUDED.version, doc = EXCLUDED.doc`,
-		ids, tenants, statuses, prios, types, machines, ips, textArray(labels), textArray(deps), fanouts, scatter, groups,
-		agents, amachines, attempts, leases, timeouts, retries, preempted, created, updated, deleted, versions, docs)
-	if err != nil {
-		return fmt.Errorf("write tasks: %w", err)
-	}
-	return nil
+		[]any{ids, tenants, statuses, prios, types, machines, ips, textArray(labels), textArray(deps), fanouts, scatter, groups,
+			agents, amachines, attempts, leases, timeouts, retries, preempted, created, updated, deleted, versions, docs}}, nil
 }
 
 // textArray encodes a list of lists as Postgres array literals, because a
@@ -320,28 +354,28 @@ type Traced struct {
 }
 
 // TaskStore is the pg.KeyedStore of tasks: batches of commands lock their
-// tasks with one query and save every change with one Save.
+// tasks with one query and write every change with one event append and
+// one row statement, pipelined.
 type TaskStore struct{}
 
 // Lock loads and locks the tasks (any tenant; deleted ones are absent).
-func (TaskStore) Lock(ctx context.Context, tx pgx.Tx, ids []string) (map[string]domain.Task, error) {
-	rows, err := tx.Query(ctx, `SELECT doc FROM tasks WHERE id = ANY($1::text[]) AND NOT deleted ORDER BY id FOR UPDATE`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("lock tasks: %w", err)
-	}
-	ts, err := scanTasks(rows)
-	if err != nil {
-		return nil, fmt.Errorf("lock tasks: %w", err)
-	}
-	out := make(map[string]domain.Task, len(ts))
-	for _, t := range ts {
-		out[t.ID] = t
-	}
-	return out, nil
+func (TaskStore) Lock(ids []string) (string, []any, func(pgx.Rows) (map[string]domain.Task, error)) {
+	return `SELECT doc FROM tasks WHERE id = ANY($1::text[]) AND NOT deleted ORDER BY id FOR UPDATE`, []any{ids},
+		func(rows pgx.Rows) (map[string]domain.Task, error) {
+			ts, err := scanTasks(rows)
+			if err != nil {
+				return nil, fmt.Errorf("lock tasks: %w", err)
+			}
+			out := make(map[string]domain.Task, len(ts))
+			for _, t := range ts {
+				out[t.ID] = t
+			}
+			return out, nil
+		}
 }
 
-// Save writes a batch's changes.
-func (TaskStore) Save(ctx context.Context, tx pgx.Tx, changes []pg.KeyedChange[domain.Task, Traced]) error {
+// Queue adds a batch's writes to b.
+func (TaskStore) Queue(b *pgx.Batch, changes []pg.KeyedChange[domain.Task, Traced]) (func(error) error, error) {
 	list := make([]Change, len(changes))
 	for i, c := range changes {
 		ch := Change{Before: c.Before, Records: make([]domain.Record, len(c.Events)), Traces: make([]map[string]string, len(c.Events))}
@@ -350,6 +384,20 @@ func (TaskStore) Save(ctx context.Context, tx pgx.Tx, changes []pg.KeyedChange[d
 		}
 		list[i] = ch
 	}
-	_, err := Save(ctx, tx, list...)
-	return err
+	evs, stmts, _, err := plan(context.Background(), list)
+	if err != nil {
+		return nil, err
+	}
+	if err := events.QueueAppend(b, evs...); err != nil {
+		return nil, err
+	}
+	for _, st := range stmts {
+		b.Queue(st.sql, st.args...)
+	}
+	return func(err error) error {
+		if pg.IsUniqueViolation(err, "events_aggregate_version_key") {
+			return eventstore.AppendError(err, evs) // a typed conflict: the batch is decided again
+		}
+		return fmt.Errorf("write tasks: %w", err)
+	}, nil
 }

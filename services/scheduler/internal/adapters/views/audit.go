@@ -40,7 +40,7 @@ func (a AuditLogs) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) 
 	_, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{a.Table}.Sanitize()+`
 		(id, timestamp, tenant_id, action, resource, resource_id, user_id, machine_id, details)
 		SELECT i, ts, tn, ac, 'task', ri, us, ma, de FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[],
-			$5::text[], $6::text[], $7::text[], $8::jsonb[]) AS x(i, ts, tn, ac, ri, us, ma, de)
+			$5::text[], $6::text[], $7::text[], $8::json[]) AS x(i, ts, tn, ac, ri, us, ma, de)
 		ON CONFLICT (id) DO NOTHING`, ids, times, tenants, actions, resIDs, users, machines, details)
 	if err != nil {
 		return fmt.Errorf("audit: write: %w", err)

@@ -95,6 +95,7 @@ func updateViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Ta
 	}
 	n := len(tasks)
 	ids, statuses, amachines := make([]string, n), make([]string, n), make([]string, n)
+	names, types, machines, groups := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	prios := make([]int32, n)
 	updated := make([]any, n)
 	deleted := make([]bool, n)
@@ -106,20 +107,17 @@ func updateViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Ta
 			return err
 		}
 		ids[i], statuses[i], amachines[i], prios[i] = t.ID, string(t.Status), t.AssignedMachine, int32(t.Spec.Priority)
+		names[i], types[i], machines[i], groups[i] = t.Spec.Name, t.Spec.Type, t.Spec.MachineID, t.Spec.GroupID
 		updated[i], deleted[i], versions[i], docs[i] = t.UpdatedAt, t.Deleted, t.Version, doc
 	}
-	// Name, type, target machine and group follow the doc's spec, which
-	// changes only through TaskUpdated; reading them from it keeps one
-	// statement for every kind of change.
 	_, err := tx.Exec(ctx, `
 		UPDATE `+table+` v SET status = x.st, priority = x.pr, assigned_machine_id = x.am, updated_at = x.up,
-			deleted = x.de, version = x.ve, doc = x.doc,
-			name = x.doc->'spec'->>'name', type = x.doc->'spec'->>'type',
-			machine_id = coalesce(x.doc->'spec'->>'machine_id', ''), group_id = coalesce(x.doc->'spec'->>'group_id', '')
-		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bool[], $7::bigint[], $8::json[])
-			AS x(id, st, pr, am, up, de, ve, doc)
+			deleted = x.de, version = x.ve, doc = x.doc, name = x.na, type = x.ty, machine_id = x.ma, group_id = x.gr
+		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bool[], $7::bigint[], $8::json[],
+			$9::text[], $10::text[], $11::text[], $12::text[])
+			AS x(id, st, pr, am, up, de, ve, doc, na, ty, ma, gr)
 		WHERE v.id = x.id AND v.version < x.ve`,
-		ids, statuses, prios, amachines, updated, deleted, versions, docs)
+		ids, statuses, prios, amachines, updated, deleted, versions, docs, names, types, machines, groups)
 	if err != nil {
 		return fmt.Errorf("task_views: update: %w", err)
 	}
