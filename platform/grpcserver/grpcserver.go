@@ -159,3 +159,32 @@ func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
 		return handler(srv, ss)
 	}
 }
+
+// Code returns the business code err carries (the ErrorInfo of domain
+// ErrorDomain that Status writes), or 0 when it carries none: nil, a
+// transport failure, a plain gRPC status.
+func Code(err error) int {
+	if info := Info(err); info != nil {
+		if n, err := strconv.Atoi(info.GetMetadata()["code"]); err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
+// Info returns the ErrorInfo of domain ErrorDomain err carries, or nil.
+func Info(err error) *errdetails.ErrorInfo {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+			return info
+		}
+	}
+	return nil
+}

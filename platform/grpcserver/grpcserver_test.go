@@ -111,3 +111,20 @@ func TestInternalTokenRequiredButNotForHealth(t *testing.T) {
 		t.Fatalf("health: %v, %v", resp, err)
 	}
 }
+
+func TestCodeReadsWhatStatusWrites(t *testing.T) {
+	tests := []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{Status(codes.Aborted, 30001, "ATTEMPT_MISMATCH", "attempt mismatch"), 30001},
+		{status.Error(codes.NotFound, "plain"), 0},
+		{context.Canceled, 0},
+	}
+	for _, tt := range tests {
+		if got := Code(tt.err); got != tt.want {
+			t.Errorf("Code(%v) = %d, want %d", tt.err, got, tt.want)
+		}
+	}
+}

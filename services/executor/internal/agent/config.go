@@ -11,32 +11,76 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 )
 
-// Config is the agent's configuration; see the public executor.Config for
-// the meaning of each field. Zero values get the documented defaults from
-// withDefaults.
-type Config struct {
+// Settings are an agent's settings, as operators give them (the public
+// executor.Config). Zero durations and sizes take the defaults noted.
+type Settings struct {
 	AgentID, MachineID string
-	Labels             []string
-	Slots              int
-	Types              []string
-	Server             string
-	Token              string
-	TLS                *tls.Config
-	DataDir            string
-	WorkRoot           string
-	ClaimWait          time.Duration
-	HeartbeatInterval  time.Duration
-	RenewInterval      time.Duration
-	GracePeriod        time.Duration
-	OutputLimit        int64
-	AllowedCommands    []string
-	BlockedPatterns    []string
-	MemoryLimitBytes   int64
-	CPULimitSeconds    int64
-	LocalAPIAddr       string
-	OrphanGrace        time.Duration
-	Logger             *slog.Logger
-	Now                func() time.Time
+	// Labels this machine has, e.g. "gpu:a100".
+	Labels []string
+	// Slots is the number of task processes run at once (default 4).
+	Slots int
+	// Types of tasks this agent runs (default shell, python, script, noop).
+	Types []string
+	// Server is the gRPC target of the Taskmesh front door (host:port);
+	// empty runs local tasks only.
+	Server string
+	// Token is sent as "authorization: Bearer <token>" on every call; it is
+	// never logged and never passed to tasks.
+	Token string
+	// TLS for the server connection; nil is plaintext (loopback dev).
+	TLS *tls.Config
+	// DataDir holds the journal (journal.db) and the run directories.
+	DataDir string
+	// WorkRoot is the base of default working directories:
+	// WorkRoot/<task id> (default DataDir/work).
+	WorkRoot string
+	// ClaimWait is the long-poll wait of each claim (default 30 s).
+	ClaimWait time.Duration
+	// HeartbeatInterval of the machine heartbeat (default 5 s).
+	HeartbeatInterval time.Duration
+	// RenewInterval is the lease renewal interval when the task gives none
+	// (default 60 s); renewal also happens before a third of the remaining
+	// lease has passed.
+	RenewInterval time.Duration
+	// GracePeriod between SIGTERM and SIGKILL when the task gives none
+	// (default 30 s).
+	GracePeriod time.Duration
+	// OutputLimit is the number of bytes kept per stream (default 16 MiB);
+	// the rest is counted and dropped.
+	OutputLimit int64
+	// AllowedCommands, when not empty, lists the command base names that
+	// may run ("sh" for scripts).
+	AllowedCommands []string
+	// BlockedPatterns are substrings refused anywhere in the command line
+	// or script body.
+	BlockedPatterns []string
+	// MemoryLimitBytes is each task's RLIMIT_AS (0: none).
+	MemoryLimitBytes int64
+	// CPULimitSeconds is each task's RLIMIT_CPU (0: none).
+	CPULimitSeconds int64
+	// LocalAPIAddr is the address of the agent-local REST API; "" turns it
+	// off (see DefaultLocalAPIAddr).
+	LocalAPIAddr string
+	// OrphanGrace is how long a shim keeps a task running without an agent
+	// attached (default 10 s, at most 14 s: below the server's ~15 s
+	// dead-agent timeout, so a task is stopped before it is re-leased).
+	OrphanGrace time.Duration
+	Logger      *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// LogValue keeps the token out of logs when Settings are logged.
+func (c Settings) LogValue() slog.Value {
+	c.Token = "[redacted]"
+	type plain Settings // drops the LogValue method: no recursion
+	return slog.AnyValue(plain(c))
+}
+
+// Config is the agent's configuration: the operator's Settings plus knobs
+// for tests. Zero values get the documented defaults from withDefaults.
+type Config struct {
+	Settings
 
 	// ShimCommand starts the shim: the agent appends "serve -dir <run dir>".
 	// Default: this executable with "executor shim" (the taskmesh binary's

@@ -72,15 +72,14 @@ type harness struct {
 func newHarness(t testing.TB, mod func(*Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, fake: leasetest.Start(t), logs: &syncBuffer{}}
-	h.cfg = Config{
+	h.cfg = Config{Settings: Settings{
 		AgentID: "agent-1", MachineID: "machine-1", Labels: []string{"gpu:a100"},
 		Slots: 4, Server: h.fake.Addr(), Token: "agent-token-123",
 		DataDir:   shortDir(t),
 		ClaimWait: time.Second, HeartbeatInterval: 200 * time.Millisecond,
 		RenewInterval: time.Second, GracePeriod: 2 * time.Second, OrphanGrace: 3 * time.Second,
-		ShimCommand: []string{os.Args[0], "executor", "shim"},
-		Logger:      slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+		Logger: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}, ShimCommand: []string{os.Args[0], "executor", "shim"}}
 	if mod != nil {
 		mod(&h.cfg)
 	}

@@ -11,17 +11,17 @@
 package rpcerr
 
 import (
-	"strconv"
 	"strings"
 
-	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 )
 
 // Domain is the ErrorInfo domain of Taskmesh business errors.
-const Domain = "taskmesh"
+const Domain = grpcserver.ErrorDomain
 
 // Business codes, as numbers (see taskmesh.task.v1.ErrorCode).
 const (
@@ -35,25 +35,7 @@ const (
 
 // Code returns the business code carried by err, or 0 when err is nil or
 // carries none (transport failures, deadlines, plain gRPC errors).
-func Code(err error) int {
-	if err == nil {
-		return 0
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return 0
-	}
-	for _, d := range st.Details() {
-		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok || info.GetDomain() != Domain {
-			continue
-		}
-		if n, err := strconv.Atoi(info.GetMetadata()["code"]); err == nil {
-			return n
-		}
-	}
-	return 0
-}
+func Code(err error) int { return grpcserver.Code(err) }
 
 // AttemptGone reports whether err says the attempt no longer belongs to the
 // caller: another attempt holds the task (30001), the task is final (30002)
@@ -97,16 +79,7 @@ func New(code int, msg string) error {
 	if !ok {
 		gc = codes.Unknown
 	}
-	reason := strings.TrimPrefix(taskv1.ErrorCode(code).String(), "ERROR_CODE_")
-	st, err := status.New(gc, msg).WithDetails(&errdetails.ErrorInfo{
-		Reason:   reason,
-		Domain:   Domain,
-		Metadata: map[string]string{"code": strconv.Itoa(code)},
-	})
-	if err != nil {
-		return status.Error(gc, msg)
-	}
-	return st.Err()
+	return grpcserver.Status(gc, code, strings.TrimPrefix(taskv1.ErrorCode(code).String(), "ERROR_CODE_"), msg)
 }
 
 // FromGRPC returns the business code for an error that carries none,

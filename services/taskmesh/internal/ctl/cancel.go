@@ -1,7 +1,10 @@
 package ctl
 
 import (
+	"context"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+	"io"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
@@ -13,22 +16,10 @@ func (a *app) cancelCommand() *cobra.Command {
 		Short: "Cancel a task that is not final (a running process gets SIGTERM, then SIGKILL after the grace period)",
 		Args:  idArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := a.format(cmd)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
-			resp, err := c.tasks.CancelTask(ctx, &taskv1.CancelTaskRequest{Id: args[0], Reason: reason})
-			if err != nil {
-				return err
-			}
-			return writeTaskStatus(cmd.OutOrStdout(), format, resp.GetTask())
+			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
+				resp, err := c.tasks.CancelTask(ctx, &taskv1.CancelTaskRequest{Id: args[0], Reason: reason})
+				return resp.GetTask(), statusLine(resp.GetTask()), err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the cancellation")

@@ -4,15 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 )
 
 // Exit codes of Main.
@@ -21,9 +20,6 @@ const (
 	ExitError = 1 // the request failed, or the task failed or was cancelled
 	ExitUsage = 2 // bad flags or arguments: nothing was sent
 )
-
-// errorDomain is the google.rpc.ErrorInfo domain of Taskmesh business codes.
-const errorDomain = "taskmesh"
 
 // UsageError is a mistake in the command line itself. It exits with
 // ExitUsage, so scripts can tell "you called me wrong" from "the server
@@ -125,24 +121,15 @@ func grpcStatus(err error) (*status.Status, bool) {
 
 // statusCode returns the number and words shown in parentheses.
 func statusCode(st *status.Status) (int, string) {
-	for _, d := range st.Details() {
-		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok || info.GetDomain() != errorDomain {
-			continue
+	code := grpcserver.Code(st.Err())
+	if code == 0 {
+		// A server that names the reason but not the number.
+		if info := grpcserver.Info(st.Err()); info != nil {
+			code = int(taskv1.ErrorCode_value["ERROR_CODE_"+info.GetReason()])
 		}
-		reason := info.GetReason()
-		code, err := strconv.Atoi(info.GetMetadata()["code"])
-		if err != nil || code <= 0 {
-			c, ok := taskv1.ErrorCode_value["ERROR_CODE_"+reason]
-			if !ok || c == 0 {
-				continue
-			}
-			code = int(c)
-		}
-		if reason == "" {
-			reason = strings.TrimPrefix(taskv1.ErrorCode(code).String(), "ERROR_CODE_")
-		}
-		return code, words(reason)
+	}
+	if code != 0 {
+		return code, words(strings.TrimPrefix(taskv1.ErrorCode(code).String(), "ERROR_CODE_"))
 	}
 	return httpStatus(st.Code()), words(st.Code().String())
 }

@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -9,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
@@ -19,25 +21,11 @@ func (a *app) getCommand() *cobra.Command {
 		Short: "Show one task (-o json|yaml for the whole task)",
 		Args:  idArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := a.format(cmd)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
-			resp, err := c.tasks.GetTask(ctx, &taskv1.GetTaskRequest{Id: args[0]})
-			if err != nil {
-				return err
-			}
-			if format != formatTable {
-				return writeProto(cmd.OutOrStdout(), format, resp.GetTask())
-			}
-			return describeTask(cmd.OutOrStdout(), resp.GetTask())
+			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
+				resp, err := c.tasks.GetTask(ctx, &taskv1.GetTaskRequest{Id: args[0]})
+				t := resp.GetTask()
+				return t, func(w io.Writer) error { return describeTask(w, t) }, err
+			})
 		},
 	}
 }

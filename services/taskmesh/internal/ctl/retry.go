@@ -1,10 +1,12 @@
 package ctl
 
 import (
+	"context"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
@@ -15,32 +17,19 @@ func (a *app) retryCommand() *cobra.Command {
 		Short: "Put a failed or cancelled task back to pending",
 		Args:  idArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := a.format(cmd)
-			if err != nil {
-				return err
-			}
-			c, err := a.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := a.call(cmd.Context())
-			defer cancel()
-			resp, err := c.tasks.RetryTask(ctx, &taskv1.RetryTaskRequest{Id: args[0]})
-			if err != nil {
-				return err
-			}
-			return writeTaskStatus(cmd.OutOrStdout(), format, resp.GetTask())
+			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
+				resp, err := c.tasks.RetryTask(ctx, &taskv1.RetryTaskRequest{Id: args[0]})
+				return resp.GetTask(), statusLine(resp.GetTask()), err
+			})
 		},
 	}
 }
 
-// writeTaskStatus is the answer of cancel and retry: "<id> <status>", or
-// the whole task with -o json|yaml.
-func writeTaskStatus(out io.Writer, format string, t *taskv1.Task) error {
-	if format != formatTable {
-		return writeProto(out, format, t)
+// statusLine is the answer of cancel and retry in the table format:
+// "<id> <status>".
+func statusLine(t *taskv1.Task) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s %s\n", t.GetId(), t.GetStatus())
+		return err
 	}
-	_, err := fmt.Fprintf(out, "%s %s\n", t.GetId(), t.GetStatus())
-	return err
 }
