@@ -277,8 +277,6 @@ func (s *Store) Rebuild(ctx context.Context, tx Querier, aggregateType string, p
 	}
 }
 
-
-
 func collect(rows pgx.Rows) ([]Event, error) {
 	events, _, err := scan(rows, false)
 	return events, err
@@ -316,4 +314,3 @@ func scan(rows pgx.Rows, withTx bool) ([]Event, string, error) {
 	}
 	return out, last, rows.Err()
 }
-

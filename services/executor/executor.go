@@ -24,8 +24,6 @@ const DefaultLocalAPIAddr = agent.DefaultLocalAPIAddr
 // agent.Settings. Zero durations and sizes take the defaults noted there.
 type Config = agent.Settings
 
-
-
 // Run runs the agent until ctx is cancelled. Running tasks stay with their
 // shims when it returns; a new Run on the same DataDir reattaches to them.
 func Run(ctx context.Context, cfg Config) error {

@@ -17,7 +17,7 @@ type (
 		ID, TenantID, CreatedBy, RequestID, FanoutID string
 		Spec                                         Spec
 	}
-	Updated struct{ Spec Spec }
+	Updated  struct{ Spec Spec }
 	Admitted struct {
 		Queue, ClusterQueue string
 		Flavors             map[string]string

@@ -180,11 +180,11 @@ func Events(ctx context.Context, o EventsOptions) (*EventsResult, error) {
 
 // pipeline is the system under test.
 type pipeline struct {
-	pool      *pgxpool.Pool
-	store     *eventstore.Store
-	relay     *outbox.Relay
-	batcher   *pg.KeyedBatcher[counter, eventstore.Event]
-	grouped   bool // run commands through the set-based batcher
+	pool    *pgxpool.Pool
+	store   *eventstore.Store
+	relay   *outbox.Relay
+	batcher *pg.KeyedBatcher[counter, eventstore.Event]
+	grouped bool // run commands through the set-based batcher
 
 	projected atomic.Int64
 	mu        sync.Mutex

@@ -37,7 +37,7 @@ type TasksOptions struct {
 	// alone (not the submission or the peer).
 	BurnProfile string
 	SpawnTasks  int // /bin/true tasks run through a real executor
-	SpawnSlots int
+	SpawnSlots  int
 	// PGStats prints the statements that took most of the server's time in
 	// each burn-down (pg_stat_statements), for tuning.
 	PGStats bool

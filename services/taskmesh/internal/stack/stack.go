@@ -61,20 +61,20 @@ type Options struct {
 
 // Stack is a running Taskmesh.
 type Stack struct {
-	opts      Options
-	Postgres  string // database URL (password elided in String output)
+	opts     Options
+	Postgres string // database URL (password elided in String output)
 	// PostgresDir is the local server's data directory ("" with DatabaseURL).
 	PostgresDir string
-	Kafka     []string
-	HTTPURL   string
-	GRPCAddr  string
-	ObjectDir string
+	Kafka       []string
+	HTTPURL     string
+	GRPCAddr    string
+	ObjectDir   string
 	// DemoAPIKey belongs to tenant "demo"; AgentToken to the local agent.
-	DemoAPIKey string
+	DemoAPIKey    string
 	AgentToken    string
 	AgentID       string
 	AgentLocalAPI string
-	MachineID  string
+	MachineID     string
 
 	Gateway   *gateway.Gateway
 	Scheduler *scheduler.Service

@@ -123,7 +123,6 @@ func MissingTasks(ctx context.Context, q Querier, tenant string, ids []string) (
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-
 // ByAttempts returns the tasks of agent whose current attempt is one of
 // attempts (through the agent index: a heartbeat names its agent).
 func ByAttempts(ctx context.Context, q Querier, agentID string, attempts []string) ([]domain.Task, error) {
