@@ -86,6 +86,8 @@ check-generated: tools third-party-protos ## Fail when gen/ differs from what `m
 lint: tools third-party-protos ## buf lint, buf format check, go vet on every module.
 	$(BIN)/buf lint
 	$(BIN)/buf format --diff --exit-code proto
+	@unformatted=$$(gofmt -l gen platform services tools); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet $(MODULES)
 
 .PHONY: clean

@@ -174,7 +174,7 @@ func startScheduler(ctx context.Context, env *env, db string, timing scheduler.T
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL(db) + os.Getenv("TASKMESH_BENCH_URL_SUFFIX"), Schema: scheduler.Schema, MaxConns: 48})
+	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL(db), Schema: scheduler.Schema, MaxConns: 48})
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +183,7 @@ func startScheduler(ctx context.Context, env *env, db string, timing scheduler.T
 		return nil, err
 	}
 	topic := "bench." + db
-	svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: env.broker.Config(), Topic: topic, Timing: timing, Writers: benchWriters()})
+	svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: env.broker.Config(), Topic: topic, Timing: timing, Writers: 4})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -532,12 +532,4 @@ func printStatements(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error
 	fmt.Fprintln(w, "\nstatements by total time (pg_stat_statements)")
 	table(w, []string{"calls", "total ms", "mean ms", "rows", "query"}, out)
 	return rows.Err()
-}
-
-func benchWriters() int {
-	var n int
-	if _, err := fmt.Sscan(os.Getenv("TASKMESH_BENCH_WRITERS"), &n); err != nil || n <= 0 {
-		return 4
-	}
-	return n
 }
