@@ -438,10 +438,17 @@ func startEnv(ctx context.Context, dir, name string) (*env, error) {
 		lock.Close()
 		return nil, err
 	}
-	server := &pg.LocalServer{DataDir: filepath.Join(dir, "pg"), Durable: true,
-		Params: map[string]string{"max_connections": "300", "shared_preload_libraries": "pg_stat_statements,auto_explain",
-			"pg_stat_statements.track": "all", "pg_stat_statements.track_planning": "on", "auto_explain.log_min_duration": os.Getenv("TASKMESH_BENCH_EXPLAIN_MS"),
-			"auto_explain.log_analyze": "on", "auto_explain.log_buffers": "on", "auto_explain.log_nested_statements": "on"}}
+	params := map[string]string{"max_connections": "300", "shared_preload_libraries": "pg_stat_statements,auto_explain",
+		"pg_stat_statements.track": "all", "pg_stat_statements.track_planning": "on"}
+	// TASKMESH_BENCH_EXPLAIN_MS=n logs the plans of statements slower than
+	// n ms to the server log (auto_explain), for tuning.
+	if ms := os.Getenv("TASKMESH_BENCH_EXPLAIN_MS"); ms != "" {
+		params["auto_explain.log_min_duration"] = ms
+		params["auto_explain.log_analyze"] = "on"
+		params["auto_explain.log_buffers"] = "on"
+		params["auto_explain.log_nested_statements"] = "on"
+	}
+	server := &pg.LocalServer{DataDir: filepath.Join(dir, "pg"), Durable: true, Params: params}
 	if err := server.Start(ctx); err != nil {
 		lock.Close()
 		return nil, err
