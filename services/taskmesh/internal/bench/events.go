@@ -468,4 +468,3 @@ func (e *env) close() {
 	_ = os.RemoveAll(e.dir)
 	e.lock.Close()
 }
-
