@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,8 +41,26 @@ func freePort(t *testing.T) int {
 
 type devProcess struct {
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	out  *lockedBuffer
 	done chan error // the exit, once
+}
+
+// lockedBuffer is written by the output reader and read by the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) WriteString(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.WriteString(s)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // startDev runs `taskmesh dev` on dir and waits for its banner.
@@ -57,7 +76,7 @@ func startDev(t *testing.T, dir string, ports [4]int) *devProcess {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &devProcess{cmd: cmd, out: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &devProcess{cmd: cmd, out: &lockedBuffer{}, done: make(chan error, 1)}
 	ready, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
