@@ -30,7 +30,8 @@ type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// shell, python, script, noop (built in: completes without spawning).
+	// shell, python, script, noop (built in: completes without spawning),
+	// video (the executor's video runner).
 	Type    string            `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
 	Command string            `protobuf:"bytes,4,opt,name=command,proto3" json:"command,omitempty"`
 	Args    []string          `protobuf:"bytes,5,rep,name=args,proto3" json:"args,omitempty"`
@@ -75,8 +76,14 @@ type Task struct {
 	// Admission queue and the reason a task is still pending, when known.
 	Queue string `protobuf:"bytes,38,opt,name=queue,proto3" json:"queue,omitempty"`
 	// The aggregate version: the number of events recorded for this task.
-	Version       int32                  `protobuf:"varint,39,opt,name=version,proto3" json:"version,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Version   int32                  `protobuf:"varint,39,opt,name=version,proto3" json:"version,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// Resources the task needs while it runs, as Kubernetes quantities.
+	Resources map[string]string `protobuf:"bytes,41,rep,name=resources,proto3" json:"resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The GU quota the task runs under, when it names one.
+	Quota string `protobuf:"bytes,42,opt,name=quota,proto3" json:"quota,omitempty"`
+	// Parameters of a video-generation task (type video).
+	Video         *VideoParams `protobuf:"bytes,43,opt,name=video,proto3" json:"video,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +398,27 @@ func (x *Task) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Task) GetResources() map[string]string {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *Task) GetQuota() string {
+	if x != nil {
+		return x.Quota
+	}
+	return ""
+}
+
+func (x *Task) GetVideo() *VideoParams {
+	if x != nil {
+		return x.Video
+	}
+	return nil
+}
+
 // TaskSpec is what a client chooses when it submits a task; the scheduler
 // fills the defaults (priority 5, max_retries 3, retry_delay 60 s,
 // timeout 3600 s, lease_ttl_sec 300).
@@ -399,7 +427,7 @@ type TaskSpec struct {
 	// Required when creating; an update may leave it out to keep it.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	// Required except for type noop.
+	// Required except for types noop and video.
 	Command              string            `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
 	Args                 []string          `protobuf:"bytes,4,rep,name=args,proto3" json:"args,omitempty"`
 	Workdir              string            `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
@@ -421,7 +449,17 @@ type TaskSpec struct {
 	// How many times to run the task (simple repeat, default 1).
 	RepeatCount *int32 `protobuf:"varint,21,opt,name=repeat_count,json=repeatCount,proto3,oneof" json:"repeat_count,omitempty"`
 	// Admission queue; empty picks the tenant's default queue.
-	Queue         string `protobuf:"bytes,22,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue string `protobuf:"bytes,22,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Resources the task needs while it runs, counted against its queue's
+	// quota: Kubernetes quantity strings keyed by resource name, e.g.
+	// {"nvidia.com/gpu": "2", "cpu": "500m", "memory": "4Gi"}.
+	Resources map[string]string `protobuf:"bytes,23,rep,name=resources,proto3" json:"resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The tenant's GU quota (second level) the task runs under. GPU work
+	// naming a quota that does not exist fails with GU_QUOTA_NOT_EXISTS; one
+	// whose WorkGroup is not running yet with GU_QUOTA_CREATING.
+	Quota string `protobuf:"bytes,24,opt,name=quota,proto3" json:"quota,omitempty"`
+	// Required for type video, refused for every other type.
+	Video         *VideoParams `protobuf:"bytes,25,opt,name=video,proto3" json:"video,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -610,6 +648,199 @@ func (x *TaskSpec) GetQueue() string {
 	return ""
 }
 
+func (x *TaskSpec) GetResources() map[string]string {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetQuota() string {
+	if x != nil {
+		return x.Quota
+	}
+	return ""
+}
+
+func (x *TaskSpec) GetVideo() *VideoParams {
+	if x != nil {
+		return x.Video
+	}
+	return nil
+}
+
+// VideoParams is a validated, normalised video-generation request (seed 000
+// §1.1.2) as the executor's video runner and the Kubernetes backend consume
+// it. The video API fills it; limits are checked there.
+type VideoParams struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Model id, e.g. wan2.2-t2v or wan2.2-i2v.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// text_to_video or image_to_video.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// At most 800 characters, already truncated.
+	Prompt string `protobuf:"bytes,3,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	// At most 500 characters, already truncated.
+	NegativePrompt string `protobuf:"bytes,4,opt,name=negative_prompt,json=negativePrompt,proto3" json:"negative_prompt,omitempty"`
+	PromptExtend   bool   `protobuf:"varint,5,opt,name=prompt_extend,json=promptExtend,proto3" json:"prompt_extend,omitempty"`
+	// The rewritten prompt the model uses; empty when prompt_extend is false.
+	ActualPrompt string `protobuf:"bytes,6,opt,name=actual_prompt,json=actualPrompt,proto3" json:"actual_prompt,omitempty"`
+	// The validated first frame (image_to_video): a signed object-store URL
+	// the runner downloads, valid as long as the task.
+	ImageUrl string `protobuf:"bytes,7,opt,name=image_url,json=imageUrl,proto3" json:"image_url,omitempty"`
+	// Object-store key of the first frame.
+	ImageObjectKey string `protobuf:"bytes,8,opt,name=image_object_key,json=imageObjectKey,proto3" json:"image_object_key,omitempty"`
+	// Requested tier: 480P, 720P or 1080P.
+	Resolution string `protobuf:"bytes,9,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	// Output size in pixels; the aspect ratio follows the input image.
+	Width  int32 `protobuf:"varint,10,opt,name=width,proto3" json:"width,omitempty"`
+	Height int32 `protobuf:"varint,11,opt,name=height,proto3" json:"height,omitempty"`
+	// Seconds of video.
+	Duration int32 `protobuf:"varint,12,opt,name=duration,proto3" json:"duration,omitempty"`
+	// Frames the model generates (WAN_FRAME_NUM).
+	FrameNum int32 `protobuf:"varint,13,opt,name=frame_num,json=frameNum,proto3" json:"frame_num,omitempty"`
+	Seed     int32 `protobuf:"varint,14,opt,name=seed,proto3" json:"seed,omitempty"`
+	// Adds the "AI生成" mark bottom-right.
+	Watermark     bool `protobuf:"varint,15,opt,name=watermark,proto3" json:"watermark,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VideoParams) Reset() {
+	*x = VideoParams{}
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VideoParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VideoParams) ProtoMessage() {}
+
+func (x *VideoParams) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VideoParams.ProtoReflect.Descriptor instead.
+func (*VideoParams) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *VideoParams) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *VideoParams) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *VideoParams) GetPrompt() string {
+	if x != nil {
+		return x.Prompt
+	}
+	return ""
+}
+
+func (x *VideoParams) GetNegativePrompt() string {
+	if x != nil {
+		return x.NegativePrompt
+	}
+	return ""
+}
+
+func (x *VideoParams) GetPromptExtend() bool {
+	if x != nil {
+		return x.PromptExtend
+	}
+	return false
+}
+
+func (x *VideoParams) GetActualPrompt() string {
+	if x != nil {
+		return x.ActualPrompt
+	}
+	return ""
+}
+
+func (x *VideoParams) GetImageUrl() string {
+	if x != nil {
+		return x.ImageUrl
+	}
+	return ""
+}
+
+func (x *VideoParams) GetImageObjectKey() string {
+	if x != nil {
+		return x.ImageObjectKey
+	}
+	return ""
+}
+
+func (x *VideoParams) GetResolution() string {
+	if x != nil {
+		return x.Resolution
+	}
+	return ""
+}
+
+func (x *VideoParams) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *VideoParams) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *VideoParams) GetDuration() int32 {
+	if x != nil {
+		return x.Duration
+	}
+	return 0
+}
+
+func (x *VideoParams) GetFrameNum() int32 {
+	if x != nil {
+		return x.FrameNum
+	}
+	return 0
+}
+
+func (x *VideoParams) GetSeed() int32 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *VideoParams) GetWatermark() bool {
+	if x != nil {
+		return x.Watermark
+	}
+	return false
+}
+
 // Distribution says which machines may run a task (seed 004 §10.4).
 type Distribution struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -626,7 +857,7 @@ type Distribution struct {
 
 func (x *Distribution) Reset() {
 	*x = Distribution{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +869,7 @@ func (x *Distribution) String() string {
 func (*Distribution) ProtoMessage() {}
 
 func (x *Distribution) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +882,7 @@ func (x *Distribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Distribution.ProtoReflect.Descriptor instead.
 func (*Distribution) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Distribution) GetMode() string {
@@ -693,7 +924,7 @@ type Targets struct {
 
 func (x *Targets) Reset() {
 	*x = Targets{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +936,7 @@ func (x *Targets) String() string {
 func (*Targets) ProtoMessage() {}
 
 func (x *Targets) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +949,7 @@ func (x *Targets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Targets.ProtoReflect.Descriptor instead.
 func (*Targets) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Targets) GetMachineIds() []string {
@@ -758,7 +989,7 @@ type TaskResult struct {
 
 func (x *TaskResult) Reset() {
 	*x = TaskResult{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +1001,7 @@ func (x *TaskResult) String() string {
 func (*TaskResult) ProtoMessage() {}
 
 func (x *TaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +1014,7 @@ func (x *TaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
 func (*TaskResult) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TaskResult) GetTaskId() string {
@@ -867,7 +1098,7 @@ var File_taskmesh_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\f\n" +
+	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\r\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -919,16 +1150,21 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x05queue\x18& \x01(\tR\x05queue\x12\x18\n" +
 	"\aversion\x18' \x01(\x05R\aversion\x129\n" +
 	"\n" +
-	"updated_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x1a6\n" +
+	"updated_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12C\n" +
+	"\tresources\x18) \x03(\v2%.taskmesh.task.v1.Task.ResourcesEntryR\tresources\x12\x14\n" +
+	"\x05quota\x18* \x01(\tR\x05quota\x123\n" +
+	"\x05video\x18+ \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
+	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_exit_code\"\xc1\n" +
-	"\n" +
+	"_exit_code\"\x9c\r\n" +
 	"\bTaskSpec\x12\x1c\n" +
-	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x128\n" +
-	"\x04type\x18\x02 \x01(\tB$\xbaH!r\x1fR\x00R\x05shellR\x06pythonR\x06scriptR\x04noopR\x04type\x12\"\n" +
+	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x12?\n" +
+	"\x04type\x18\x02 \x01(\tB+\xbaH(r&R\x00R\x05shellR\x06pythonR\x06scriptR\x04noopR\x05videoR\x04type\x12\"\n" +
 	"\acommand\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\acommand\x12$\n" +
 	"\x04args\x18\x04 \x03(\tB\x10\xbaH\r\x92\x01\n" +
 	"\x10\x80\x02\"\x05r\x03\x18\x80@R\x04args\x12\"\n" +
@@ -957,8 +1193,14 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\xbaH\a\x1a\x05\x18\x90\x1c(\x00H\aR\x0egracePeriodSec\x88\x01\x01\x122\n" +
 	"\frepeat_count\x18\x15 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x01H\bR\vrepeatCount\x88\x01\x01\x12\x1e\n" +
-	"\x05queue\x18\x16 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x05queue\x1a6\n" +
+	"\x05queue\x18\x16 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x05queue\x12\xbe\x01\n" +
+	"\tresources\x18\x17 \x03(\v2).taskmesh.task.v1.TaskSpec.ResourcesEntryBu\xbaHr\x9a\x01o\x10\x10\"&r$\x10\x01\x18\x80\x012\x1d^[A-Za-z0-9][A-Za-z0-9._/-]*$*CrA\x10\x01\x18 2;^([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$R\tresources\x12\x1e\n" +
+	"\x05quota\x18\x18 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x05quota\x123\n" +
+	"\x05video\x18\x19 \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
+	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
 	"\n" +
@@ -970,7 +1212,30 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x13_renew_interval_secB\x19\n" +
 	"\x17_heartbeat_interval_secB\x13\n" +
 	"\x11_grace_period_secB\x0f\n" +
-	"\r_repeat_count\"\xbd\x01\n" +
+	"\r_repeat_count\"\xf9\x04\n" +
+	"\vVideoParams\x12\x1f\n" +
+	"\x05model\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\x05model\x128\n" +
+	"\x04type\x18\x02 \x01(\tB$\xbaH!r\x1fR\rtext_to_videoR\x0eimage_to_videoR\x04type\x12\"\n" +
+	"\x06prompt\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\xa0\x06R\x06prompt\x121\n" +
+	"\x0fnegative_prompt\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\xf4\x03R\x0enegativePrompt\x12#\n" +
+	"\rprompt_extend\x18\x05 \x01(\bR\fpromptExtend\x12-\n" +
+	"\ractual_prompt\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\xa0\x1fR\factualPrompt\x12%\n" +
+	"\timage_url\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\bimageUrl\x122\n" +
+	"\x10image_object_key\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x0eimageObjectKey\x128\n" +
+	"\n" +
+	"resolution\x18\t \x01(\tB\x18\xbaH\x15r\x13R\x04480PR\x04720PR\x051080PR\n" +
+	"resolution\x12 \n" +
+	"\x05width\x18\n" +
+	" \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x80 (\x10R\x05width\x12\"\n" +
+	"\x06height\x18\v \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x80 (\x10R\x06height\x12%\n" +
+	"\bduration\x18\f \x01(\x05B\t\xbaH\x06\x1a\x04\x18<(\x01R\bduration\x12'\n" +
+	"\tframe_num\x18\r \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x90N(\x01R\bframeNum\x12\x1b\n" +
+	"\x04seed\x18\x0e \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\x04seed\x12\x1c\n" +
+	"\twatermark\x18\x0f \x01(\bR\twatermark\"\xbd\x01\n" +
 	"\fDistribution\x127\n" +
 	"\x04mode\x18\x01 \x01(\tB#\xbaH r\x1eR\x00R\x06singleR\tbroadcastR\ascatterR\x04mode\x12'\n" +
 	"\n" +
@@ -1013,36 +1278,43 @@ func file_taskmesh_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_taskmesh_task_v1_task_proto_rawDescData
 }
 
-var file_taskmesh_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_taskmesh_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_taskmesh_task_v1_task_proto_goTypes = []any{
 	(*Task)(nil),                  // 0: taskmesh.task.v1.Task
 	(*TaskSpec)(nil),              // 1: taskmesh.task.v1.TaskSpec
-	(*Distribution)(nil),          // 2: taskmesh.task.v1.Distribution
-	(*Targets)(nil),               // 3: taskmesh.task.v1.Targets
-	(*TaskResult)(nil),            // 4: taskmesh.task.v1.TaskResult
-	nil,                           // 5: taskmesh.task.v1.Task.EnvEntry
-	nil,                           // 6: taskmesh.task.v1.TaskSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*VideoParams)(nil),           // 2: taskmesh.task.v1.VideoParams
+	(*Distribution)(nil),          // 3: taskmesh.task.v1.Distribution
+	(*Targets)(nil),               // 4: taskmesh.task.v1.Targets
+	(*TaskResult)(nil),            // 5: taskmesh.task.v1.TaskResult
+	nil,                           // 6: taskmesh.task.v1.Task.EnvEntry
+	nil,                           // 7: taskmesh.task.v1.Task.ResourcesEntry
+	nil,                           // 8: taskmesh.task.v1.TaskSpec.EnvEntry
+	nil,                           // 9: taskmesh.task.v1.TaskSpec.ResourcesEntry
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_taskmesh_task_v1_task_proto_depIdxs = []int32{
-	5,  // 0: taskmesh.task.v1.Task.env:type_name -> taskmesh.task.v1.Task.EnvEntry
-	7,  // 1: taskmesh.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 2: taskmesh.task.v1.Task.assigned_at:type_name -> google.protobuf.Timestamp
-	7,  // 3: taskmesh.task.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	7,  // 4: taskmesh.task.v1.Task.ended_at:type_name -> google.protobuf.Timestamp
-	7,  // 5: taskmesh.task.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 6: taskmesh.task.v1.Task.distribution:type_name -> taskmesh.task.v1.Distribution
-	7,  // 7: taskmesh.task.v1.Task.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	7,  // 8: taskmesh.task.v1.Task.retry_at:type_name -> google.protobuf.Timestamp
-	7,  // 9: taskmesh.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	6,  // 10: taskmesh.task.v1.TaskSpec.env:type_name -> taskmesh.task.v1.TaskSpec.EnvEntry
-	2,  // 11: taskmesh.task.v1.TaskSpec.distribution:type_name -> taskmesh.task.v1.Distribution
-	3,  // 12: taskmesh.task.v1.TaskSpec.targets:type_name -> taskmesh.task.v1.Targets
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 0: taskmesh.task.v1.Task.env:type_name -> taskmesh.task.v1.Task.EnvEntry
+	10, // 1: taskmesh.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	10, // 2: taskmesh.task.v1.Task.assigned_at:type_name -> google.protobuf.Timestamp
+	10, // 3: taskmesh.task.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	10, // 4: taskmesh.task.v1.Task.ended_at:type_name -> google.protobuf.Timestamp
+	10, // 5: taskmesh.task.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
+	3,  // 6: taskmesh.task.v1.Task.distribution:type_name -> taskmesh.task.v1.Distribution
+	10, // 7: taskmesh.task.v1.Task.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	10, // 8: taskmesh.task.v1.Task.retry_at:type_name -> google.protobuf.Timestamp
+	10, // 9: taskmesh.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	7,  // 10: taskmesh.task.v1.Task.resources:type_name -> taskmesh.task.v1.Task.ResourcesEntry
+	2,  // 11: taskmesh.task.v1.Task.video:type_name -> taskmesh.task.v1.VideoParams
+	8,  // 12: taskmesh.task.v1.TaskSpec.env:type_name -> taskmesh.task.v1.TaskSpec.EnvEntry
+	3,  // 13: taskmesh.task.v1.TaskSpec.distribution:type_name -> taskmesh.task.v1.Distribution
+	4,  // 14: taskmesh.task.v1.TaskSpec.targets:type_name -> taskmesh.task.v1.Targets
+	9,  // 15: taskmesh.task.v1.TaskSpec.resources:type_name -> taskmesh.task.v1.TaskSpec.ResourcesEntry
+	2,  // 16: taskmesh.task.v1.TaskSpec.video:type_name -> taskmesh.task.v1.VideoParams
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_proto_init() }
@@ -1052,14 +1324,14 @@ func file_taskmesh_task_v1_task_proto_init() {
 	}
 	file_taskmesh_task_v1_task_proto_msgTypes[0].OneofWrappers = []any{}
 	file_taskmesh_task_v1_task_proto_msgTypes[1].OneofWrappers = []any{}
-	file_taskmesh_task_v1_task_proto_msgTypes[4].OneofWrappers = []any{}
+	file_taskmesh_task_v1_task_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_task_v1_task_proto_rawDesc), len(file_taskmesh_task_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -49,6 +49,13 @@ func merge(s domain.Spec, in domain.SpecInput) domain.SpecInput {
 		Labels: list(in.Labels, s.Labels), ScatterCount: s.ScatterCount,
 		LeaseTTL: num(in.LeaseTTL, s.LeaseTTL), RenewInterval: num(in.RenewInterval, s.RenewInterval),
 		HeartbeatInterval: num(in.HeartbeatInterval, s.HeartbeatInterval), GracePeriod: num(in.GracePeriod, s.GracePeriod),
+		Resources: in.Resources, Quota: str(in.Quota, s.Quota), Video: in.Video,
+	}
+	if in.Resources == nil {
+		out.Resources = s.Resources
+	}
+	if in.Video == nil {
+		out.Video = s.Video
 	}
 	if in.ScatterCount != 0 {
 		out.ScatterCount = in.ScatterCount

@@ -74,6 +74,23 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 		"targets+machine":  {func(in *SpecInput) { in.TargetMachines, in.MachineID = []string{"a"}, "b" }, "targets"},
 		"timeout 0":        {func(in *SpecInput) { in.Timeout = ptr(0) }, "timeout"},
 		"nul in arg":       {func(in *SpecInput) { in.Args = []string{"a\x00b"} }, "args"},
+		"bad quantity":     {func(in *SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "two"} }, "resources"},
+		"bad resource":     {func(in *SpecInput) { in.Resources = map[string]string{"gpu count": "1"} }, "resources"},
+		"bad quota":        {func(in *SpecInput) { in.Quota = "no spaces" }, "quota"},
+		"video on shell":   {func(in *SpecInput) { in.Video = validVideo() }, "video"},
+		"video missing":    {func(in *SpecInput) { in.Type = TypeVideo }, "video"},
+		"video no prompt": {func(in *SpecInput) {
+			in.Type, in.Video = TypeVideo, validVideo()
+			in.Video.Prompt = ""
+		}, "video.prompt"},
+		"i2v no image": {func(in *SpecInput) {
+			in.Type, in.Video = TypeVideo, validVideo()
+			in.Video.Type = "image_to_video"
+		}, "video.image_url"},
+		"video bad size": {func(in *SpecInput) {
+			in.Type, in.Video = TypeVideo, validVideo()
+			in.Video.Width = 5000
+		}, "video.width"},
 	}
 	for name, tt := range tests {
 		in := SpecInput{Name: "n", Command: "c"}
@@ -87,6 +104,16 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 	if _, err := NormalizeSpec(SpecInput{Name: "probe", Type: TypeNoop}); err != nil {
 		t.Errorf("noop without command: %v", err)
 	}
+	v, err := NormalizeSpec(SpecInput{Name: "clip", Type: TypeVideo, Video: validVideo(),
+		Resources: map[string]string{"nvidia.com/gpu": "2", "cpu": "500m", "memory": "4Gi"}, Quota: "gu-q1"})
+	if err != nil || v.Video == nil || v.Resources["cpu"] != "500m" || v.Quota != "gu-q1" {
+		t.Errorf("video without command = %+v, %v", v, err)
+	}
+}
+
+func validVideo() *Video {
+	return &Video{Model: "wan2.2-t2v", Type: "text_to_video", Prompt: "a cat", Resolution: "480P",
+		Width: 832, Height: 480, Duration: 5, FrameNum: 81, Seed: 7}
 }
 
 func TestHappyPathAndFencing(t *testing.T) {

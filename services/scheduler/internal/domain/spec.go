@@ -26,18 +26,24 @@ type SpecInput struct {
 	TargetIPs      []string
 	// Repeat runs the task this many times, one after another (seed 004
 	// §7.1 repeat_count; 0 or 1 = once).
-	Repeat int
+	Repeat    int
+	Resources map[string]string
+	Quota     string
+	Video     *Video
 }
 
 // Limits on what one task may carry.
 const (
 	MaxEnvBytes  = 64 << 10
 	MaxArgsBytes = 128 << 10
+	MaxResources = 16
 )
 
 var (
 	envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	ident  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
+	// quantity is the Kubernetes resource quantity syntax without exponents.
+	quantity = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$`)
 )
 
 func orDefault(p *int, d int) int {
@@ -59,6 +65,7 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		MaxRetries: orDefault(in.MaxRetries, DefaultMaxRetries),
 		MachineID:  in.MachineID, GroupID: in.GroupID, ParentID: in.ParentID, DependsOn: in.DependsOn,
 		Mode: in.Mode, Labels: in.Labels, ScatterCount: in.ScatterCount, Queue: in.Queue,
+		Resources: in.Resources, Quota: in.Quota, Video: in.Video,
 		LeaseTTL:          orDefault(in.LeaseTTL, DefaultLeaseTTL),
 		RenewInterval:     orDefault(in.RenewInterval, DefaultRenewInterval),
 		HeartbeatInterval: orDefault(in.HeartbeatInterval, DefaultHeartbeatInterval),
@@ -75,10 +82,14 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		return s, invalid("name", "is required")
 	case len(s.Name) > 255:
 		return s, invalid("name", "is longer than 255 characters")
-	case s.Type != TypeShell && s.Type != TypePython && s.Type != TypeScript && s.Type != TypeNoop:
-		return s, invalid("type", "must be shell, python, script or noop, not %q", s.Type)
-	case s.Command == "" && s.Type != TypeNoop:
+	case s.Type != TypeShell && s.Type != TypePython && s.Type != TypeScript && s.Type != TypeNoop && s.Type != TypeVideo:
+		return s, invalid("type", "must be shell, python, script, noop or video, not %q", s.Type)
+	case s.Command == "" && s.Type != TypeNoop && s.Type != TypeVideo:
 		return s, invalid("command", "is required")
+	case s.Type == TypeVideo && s.Video == nil:
+		return s, invalid("video", "is required for a video task")
+	case s.Type != TypeVideo && s.Video != nil:
+		return s, invalid("video", "is only for type video")
 	case strings.ContainsRune(s.Command, 0):
 		return s, invalid("command", "contains a NUL byte")
 	case s.Priority < 1 || s.Priority > 10:
@@ -121,7 +132,13 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	if argBytes > MaxArgsBytes {
 		return s, invalid("args", "are %d bytes; at most %d", argBytes, MaxArgsBytes)
 	}
-	for name, v := range map[string]string{"machine_id": s.MachineID, "group_id": s.GroupID, "parent_id": s.ParentID, "queue": s.Queue} {
+	if err := checkResources(s.Resources); err != nil {
+		return s, err
+	}
+	if err := checkVideo(s.Video); err != nil {
+		return s, err
+	}
+	for name, v := range map[string]string{"machine_id": s.MachineID, "group_id": s.GroupID, "parent_id": s.ParentID, "queue": s.Queue, "quota": s.Quota} {
 		if v != "" && !ident.MatchString(v) {
 			return s, invalid(name, "%q is not a valid identifier", v)
 		}
@@ -175,4 +192,46 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		}
 	}
 	return s, nil
+}
+
+func checkResources(r map[string]string) error {
+	if len(r) > MaxResources {
+		return invalid("resources", "names %d resources; at most %d", len(r), MaxResources)
+	}
+	for name, q := range r {
+		if !ident.MatchString(name) {
+			return invalid("resources", "%q is not a valid resource name", name)
+		}
+		if !quantity.MatchString(q) {
+			return invalid("resources", "%s: %q is not a quantity such as 2, 500m or 4Gi", name, q)
+		}
+	}
+	return nil
+}
+
+// checkVideo guards the invariants the runner relies on; the video API has
+// already applied the documented limits.
+func checkVideo(v *Video) error {
+	if v == nil {
+		return nil
+	}
+	switch {
+	case v.Model == "":
+		return invalid("video.model", "is required")
+	case v.Type != "text_to_video" && v.Type != "image_to_video":
+		return invalid("video.type", "must be text_to_video or image_to_video, not %q", v.Type)
+	case v.Prompt == "":
+		return invalid("video.prompt", "is required")
+	case v.Type == "image_to_video" && v.ImageURL == "":
+		return invalid("video.image_url", "is required for image_to_video")
+	case v.Width < 16 || v.Height < 16 || v.Width > 4096 || v.Height > 4096:
+		return invalid("video.width", "%dx%d is outside 16 to 4096 pixels", v.Width, v.Height)
+	case v.Duration < 1 || v.Duration > 60:
+		return invalid("video.duration", "must be 1 to 60 seconds")
+	case v.FrameNum < 1:
+		return invalid("video.frame_num", "must be at least 1")
+	case v.Seed < 0:
+		return invalid("video.seed", "must be 0 to 2147483647")
+	}
+	return nil
 }

@@ -34,6 +34,8 @@ const (
 	TypeScript = "script"
 	// TypeNoop completes without spawning a process (benchmarks, probes).
 	TypeNoop = "noop"
+	// TypeVideo runs the executor's video runner on Spec.Video.
+	TypeVideo = "video"
 )
 
 // Distribution modes (seed 004 §10.4).
@@ -68,6 +70,32 @@ type Spec struct {
 	HeartbeatInterval int               `json:"heartbeat_interval_sec"`
 	GracePeriod       int               `json:"grace_period_sec"`
 	Queue             string            `json:"queue,omitempty"`
+	// Resources are Kubernetes quantity strings by resource name; the quota
+	// service counts them against the task's queue.
+	Resources map[string]string `json:"resources,omitempty"`
+	// Quota is the tenant's GU quota the task runs under.
+	Quota string `json:"quota,omitempty"`
+	Video *Video `json:"video,omitempty"`
+}
+
+// Video is a validated video-generation request (seed 000 §1.1.2); the
+// video API checks the documented limits before it becomes a task.
+type Video struct {
+	Model          string `json:"model"`
+	Type           string `json:"type"` // text_to_video or image_to_video
+	Prompt         string `json:"prompt"`
+	NegativePrompt string `json:"negative_prompt,omitempty"`
+	PromptExtend   bool   `json:"prompt_extend,omitempty"`
+	ActualPrompt   string `json:"actual_prompt,omitempty"`
+	ImageURL       string `json:"image_url,omitempty"`
+	ImageObjectKey string `json:"image_object_key,omitempty"`
+	Resolution     string `json:"resolution"` // 480P, 720P, 1080P
+	Width          int    `json:"width"`
+	Height         int    `json:"height"`
+	Duration       int    `json:"duration"` // seconds
+	FrameNum       int    `json:"frame_num"`
+	Seed           int    `json:"seed"`
+	Watermark      bool   `json:"watermark,omitempty"`
 }
 
 // Defaults from seed 004's SQL and §6.3.2.

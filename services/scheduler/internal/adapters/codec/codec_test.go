@@ -23,6 +23,13 @@ func TestEveryEventRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	video, err := domain.NormalizeSpec(domain.SpecInput{Name: "v", Type: domain.TypeVideo, Quota: "gu-1",
+		Resources: map[string]string{"nvidia.com/gpu": "2"}, Video: &domain.Video{Model: "wan2.2-i2v", Type: "image_to_video",
+			Prompt: "p", NegativePrompt: "n", PromptExtend: true, ActualPrompt: "ap", ImageURL: "https://x/i.png",
+			ImageObjectKey: "k", Resolution: "720P", Width: 1280, Height: 720, Duration: 5, FrameNum: 81, Seed: 9, Watermark: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ipSpec := spec
 	ipSpec.MachineID, ipSpec.TargetIP = "", "10.0.0.9"
 	result := &domain.Result{StorageType: "s3", Stdout: "out", Stderr: "err", ObjectKey: "results/t/x/a.json", SizeBytes: 9, SHA256: "ab"}
@@ -30,6 +37,7 @@ func TestEveryEventRoundTrips(t *testing.T) {
 		domain.Submitted{ID: "task-1", TenantID: "t", CreatedBy: "key-1", RequestID: "r", FanoutID: "f", Spec: spec},
 		domain.Submitted{ID: "task-1", TenantID: "t", CreatedBy: "key-1", Spec: scatter},
 		domain.Submitted{ID: "task-1", TenantID: "t", CreatedBy: "key-1", Spec: ipSpec},
+		domain.Submitted{ID: "task-1", TenantID: "t", CreatedBy: "key-1", Spec: video},
 		domain.Updated{Spec: spec},
 		domain.Admitted{Queue: "premium", ClusterQueue: "cq", Flavors: map[string]string{"gpu": "a100"}},
 		domain.Leased{AttemptID: "a", AgentID: "ag", MachineID: "m", ClaimRequestID: "c", LeaseExpiresAt: at},
