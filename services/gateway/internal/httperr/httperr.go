@@ -14,12 +14,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
 
 // Domain is the ErrorInfo domain of Taskmesh's business errors.
@@ -79,6 +81,9 @@ var businessStatus = map[int]int{
 type Problem struct {
 	HTTPStatus int
 	Code       int
+	// VideoCode, if set, is the code shown on the video API's routes
+	// instead of the one derived from HTTPStatus (see WriteFor).
+	VideoCode string
 	// Message is what the caller sees.
 	Message string
 	// Detail is the original message, for the log; it may differ from
@@ -186,4 +191,82 @@ func Write(w http.ResponseWriter, p Problem) {
 	// Encoding a struct of an int and a string cannot fail; a write error
 	// means the client has gone.
 	_ = json.NewEncoder(w).Encode(Envelope{Code: p.Code, Message: p.Message})
+}
+
+// The video API (seed 000 §1.1.2) has its own error body with string
+// codes: {"code":"InvalidApiKey","message":…,"request_id":…}.
+const (
+	VideoInvalidAPIKey    = "InvalidApiKey"
+	VideoInvalidParameter = "InvalidParameter"
+	VideoAccessDenied     = "AccessDenied"
+	VideoNotFound         = "NotFound"
+	VideoMethodNotAllowed = "MethodNotAllowed"
+	VideoThrottling       = "Throttling"
+	VideoInternalError    = "InternalError"
+	VideoUnavailable      = "ServiceUnavailable"
+)
+
+// VideoEnvelope is the error body of the video API.
+type VideoEnvelope struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	RequestID string `json:"request_id"`
+}
+
+// invalidAPIKeyMessage is the documented message of InvalidApiKey.
+const invalidAPIKeyMessage = "Invalid API-key provided."
+
+// IsVideoPath reports whether path belongs to the video API, whose errors
+// use VideoEnvelope.
+func IsVideoPath(path string) bool {
+	return strings.HasPrefix(path, "/v1/video/") || strings.HasPrefix(path, "/api/v1/video/")
+}
+
+// videoCode derives a video API code from the HTTP status.
+func videoCode(httpStatus int) string {
+	switch httpStatus {
+	case http.StatusBadRequest:
+		return VideoInvalidParameter
+	case http.StatusUnauthorized:
+		return VideoInvalidAPIKey
+	case http.StatusForbidden:
+		return VideoAccessDenied
+	case http.StatusNotFound:
+		return VideoNotFound
+	case http.StatusMethodNotAllowed:
+		return VideoMethodNotAllowed
+	case http.StatusTooManyRequests:
+		return VideoThrottling
+	case http.StatusServiceUnavailable:
+		return VideoUnavailable
+	}
+	if httpStatus >= 500 {
+		return VideoInternalError
+	}
+	return VideoInvalidParameter
+}
+
+// WriteFor sends p in the error body of the API r belongs to: the video
+// API's VideoEnvelope on its routes, the seed 004 envelope everywhere else.
+// Headers are the same as Write's.
+func WriteFor(w http.ResponseWriter, r *http.Request, p Problem) {
+	if !IsVideoPath(r.URL.Path) {
+		Write(w, p)
+		return
+	}
+	code, msg := p.VideoCode, p.Message
+	if code == "" {
+		code = videoCode(p.HTTPStatus)
+	}
+	if code == VideoInvalidAPIKey {
+		msg = invalidAPIKeyMessage
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if p.HTTPStatus == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="taskmesh"`)
+	}
+	w.WriteHeader(p.HTTPStatus)
+	_ = json.NewEncoder(w).Encode(VideoEnvelope{Code: code, Message: msg, RequestID: requestid.FromContext(r.Context())})
 }

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
 
 func withInfo(c codes.Code, msg string, info *errdetails.ErrorInfo) *status.Status {
@@ -85,5 +87,33 @@ func TestWrite(t *testing.T) {
 	}
 	if _, ok := body["data"]; !ok {
 		t.Error("data is missing, want null")
+	}
+}
+
+func TestWriteForPicksTheEnvelopeOfTheAPI(t *testing.T) {
+	tests := []struct {
+		path     string
+		p        Problem
+		wantBody string
+	}{
+		{"/api/v1/tasks", New(401, CodeUnauthenticated, "missing bearer token"),
+			`{"code":401,"message":"missing bearer token","data":null}`},
+		{"/v1/video/generations", New(401, CodeUnauthenticated, "missing bearer token"),
+			`{"code":"InvalidApiKey","message":"Invalid API-key provided.","request_id":"req-1"}`},
+		{"/api/v1/video/generations/tasks/x", New(429, CodeTooManyRequests, "rate limit exceeded"),
+			`{"code":"Throttling","message":"rate limit exceeded","request_id":"req-1"}`},
+		{"/v1/video/generations/x", Problem{HTTPStatus: 409, VideoCode: "TaskRunning", Message: "running"},
+			`{"code":"TaskRunning","message":"running","request_id":"req-1"}`},
+		{"/v1/video/generations", New(500, CodeInternal, "internal error"),
+			`{"code":"InternalError","message":"internal error","request_id":"req-1"}`},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest(http.MethodGet, tt.path, nil)
+		r = r.WithContext(requestid.NewContext(r.Context(), "req-1"))
+		w := httptest.NewRecorder()
+		WriteFor(w, r, tt.p)
+		if w.Code != tt.p.HTTPStatus || w.Body.String() != tt.wantBody+"\n" {
+			t.Errorf("%s: %d %s, want %d %s", tt.path, w.Code, w.Body, tt.p.HTTPStatus, tt.wantBody)
+		}
 	}
 }

@@ -66,7 +66,7 @@ func (e *errorWriter) grpcError(ctx context.Context, _ *runtime.ServeMux, _ runt
 		e.log.Error("internal service error", "method", r.Method, "path", r.URL.Path,
 			"grpc_code", st.Code().String(), "error", st.Message(), "request_id", requestid.FromContext(ctx))
 	}
-	httperr.Write(w, p)
+	httperr.WriteFor(w, r, p)
 }
 
 // routingError handles requests the mux has no route for. They get their
@@ -75,10 +75,10 @@ func (e *errorWriter) grpcError(ctx context.Context, _ *runtime.ServeMux, _ runt
 func (e *errorWriter) routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	switch httpStatus {
 	case http.StatusMethodNotAllowed:
-		httperr.Write(w, httperr.New(httpStatus, httperr.CodeMethodNotAllowed, r.Method+" not allowed on "+r.URL.Path))
+		httperr.WriteFor(w, r, httperr.New(httpStatus, httperr.CodeMethodNotAllowed, r.Method+" not allowed on "+r.URL.Path))
 	case http.StatusBadRequest:
-		httperr.Write(w, httperr.New(httpStatus, httperr.CodeInvalidArgument, "malformed request path"))
+		httperr.WriteFor(w, r, httperr.New(httpStatus, httperr.CodeInvalidArgument, "malformed request path"))
 	default:
-		httperr.Write(w, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+r.URL.Path))
+		httperr.WriteFor(w, r, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+r.URL.Path))
 	}
 }

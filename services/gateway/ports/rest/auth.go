@@ -70,5 +70,5 @@ func (a *authenticator) authProblem(r *http.Request, err error) httperr.Problem 
 func (a *authenticator) refuse(w http.ResponseWriter, r *http.Request, ip string, p httperr.Problem) {
 	a.log.Info("http request refused", "method", r.Method, "path", r.URL.Path, "remote_ip", ip,
 		"status", p.HTTPStatus, "reason", p.Detail, "request_id", requestid.FromContext(r.Context()))
-	httperr.Write(w, p)
+	httperr.WriteFor(w, r, p)
 }

@@ -90,7 +90,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(path, "/api/"):
 		h.api.ServeHTTP(w, r)
 	default:
-		httperr.Write(w, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+path))
+		httperr.WriteFor(w, r, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+path))
 	}
 }
 
@@ -106,7 +106,7 @@ func (h *handler) recover(w http.ResponseWriter, r *http.Request) {
 	}
 	h.log.Error("panic serving http", "panic", v, "method", r.Method, "path", r.URL.Path,
 		"request_id", requestid.FromContext(r.Context()))
-	httperr.Write(w, httperr.New(http.StatusInternalServerError, httperr.CodeInternal, "internal error"))
+	httperr.WriteFor(w, r, httperr.New(http.StatusInternalServerError, httperr.CodeInternal, "internal error"))
 }
 
 // onlyGet answers 405 for other methods and reports whether to go on.
@@ -115,7 +115,7 @@ func onlyGet(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	w.Header().Set("Allow", "GET, HEAD")
-	httperr.Write(w, httperr.New(http.StatusMethodNotAllowed, httperr.CodeMethodNotAllowed, r.Method+" not allowed on "+r.URL.Path))
+	httperr.WriteFor(w, r, httperr.New(http.StatusMethodNotAllowed, httperr.CodeMethodNotAllowed, r.Method+" not allowed on "+r.URL.Path))
 	return false
 }
 
@@ -125,7 +125,7 @@ func (h *handler) health(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	if !h.ready() {
-		httperr.Write(w, httperr.New(http.StatusServiceUnavailable, httperr.CodeInternal, "scheduler connection not ready"))
+		httperr.WriteFor(w, r, httperr.New(http.StatusServiceUnavailable, httperr.CodeInternal, "scheduler connection not ready"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
