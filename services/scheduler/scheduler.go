@@ -84,8 +84,8 @@ type Config struct {
 	QuotaTopic string // default QuotaTopic
 	// InternalToken authenticates the scheduler's calls to the quota service.
 	InternalToken string
-	Now     func() time.Time
-	Logger  *slog.Logger
+	Now           func() time.Time
+	Logger        *slog.Logger
 }
 
 // Service is a running scheduler.
