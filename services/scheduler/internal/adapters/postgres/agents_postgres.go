@@ -78,10 +78,13 @@ func Overdue(ctx context.Context, q Querier, now time.Time, slack time.Duration,
 }
 
 // ReleasablePreempted returns preempted tasks whose preemptor finished or
-// is gone, or that waited longer than maxWait.
+// is gone, or that waited longer than maxWait. Tasks evicted for quota (with
+// a cluster queue) are not among them: their preemptor is the quota
+// service's business, and they return once their agent confirms the stop
+// (see StrandedEvictions).
 func ReleasablePreempted(ctx context.Context, q Querier, now time.Time, maxWait time.Duration, limit int) ([]string, error) {
 	return ids(ctx, q, `SELECT t.id FROM tasks t LEFT JOIN tasks p ON p.id = t.preempted_by
-		WHERE t.status = 'preempted' AND (p.id IS NULL OR p.deleted OR p.status IN ('completed', 'failed', 'cancelled')
+		WHERE t.status = 'preempted' AND t.doc->>'cluster_queue' IS NULL AND (p.id IS NULL OR p.deleted OR p.status IN ('completed', 'failed', 'cancelled')
 			OR t.updated_at < $1)
 		LIMIT $2`, now.Add(-maxWait), limit)
 }
