@@ -207,7 +207,7 @@ func TestRenderKeepsTheSeedsStructure(t *testing.T) {
 		"metadata.labels." + QueueLabel, "metadata.labels." + PriorityClassLabel,
 		"metadata.labels.app.kubernetes.io/managed-by", "metadata.labels." + AgentLabel,
 		"metadata.annotations." + TaskAnnotation, "metadata.annotations." + AttemptAnno,
-		"spec.runPolicy.suspend",
+		"spec.runPolicy.suspend", "spec.runPolicy.ttlSecondsAfterFinished",
 	}
 	want := append(paths(seed, ""), added...)
 	sort.Strings(want)
