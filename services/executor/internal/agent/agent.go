@@ -49,6 +49,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
+	"github.com/taskmesh/taskmesh/services/executor/internal/video"
 	"google.golang.org/grpc"
 )
 
@@ -61,6 +62,7 @@ type Agent struct {
 	policy  policy.Policy
 	conn    *grpc.ClientConn
 	lease   taskv1.LeaseServiceClient // nil without a server: local tasks only
+	video   video.Tools               // the video runner's tools (type video)
 	http    *http.Client              // result uploads
 	baseEnv []string                  // PATH, HOME, LANG of the agent; nothing else
 
@@ -93,6 +95,10 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "runs"), 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	tools, err := findVideoTools(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("executor config: %w", err)
+	}
 	j, err := journal.Open(ctx, filepath.Join(cfg.DataDir, "journal.db"))
 	if err != nil {
 		return nil, err
@@ -102,6 +108,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		log:     cfg.Logger.With("agent_id", cfg.AgentID),
 		now:     cfg.Now,
 		journal: j,
+		video:   tools,
 		policy: policy.Policy{
 			Types: cfg.Types, AllowedCommands: cfg.AllowedCommands, BlockedPatterns: cfg.BlockedPatterns,
 		},

@@ -9,6 +9,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -173,6 +174,12 @@ func fromClaim(t *taskv1.Task, agentID string, now time.Time) journal.Task {
 	}
 	if t.GetAssignedAt() != nil {
 		row.AssignedAt = t.GetAssignedAt().AsTime()
+	}
+	if v := t.GetVideo(); v != nil {
+		// Journaled with the task: a restarted agent still has them.
+		if b, err := protojson.Marshal(v); err == nil {
+			row.Video = string(b)
+		}
 	}
 	return row
 }

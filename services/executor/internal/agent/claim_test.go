@@ -18,9 +18,11 @@ func TestClaimLongPoll(t *testing.T) {
 		t.Errorf("claim wait = %s, want 5s", got)
 	}
 	if first.GetLimit() != 4 || first.GetAgentId() != "agent-1" || first.GetMachineId() != "machine-1" ||
-		len(first.GetLabels()) != 1 || len(first.GetTypes()) != 4 || first.GetRequestId() == "" {
+		len(first.GetLabels()) != 1 || len(first.GetTypes()) != 5 || first.GetRequestId() == "" {
 		t.Errorf("claim request = %v", first)
 	}
+	// (The default types: shell, python, script, noop, and video as ffmpeg
+	// is installed here.)
 	// The claim is parked on the server; a new task is delivered through it
 	// at once, not after a polling interval.
 	time.Sleep(300 * time.Millisecond)

@@ -19,8 +19,16 @@ type Settings struct {
 	Labels []string
 	// Slots is the number of task processes run at once (default 4).
 	Slots int
-	// Types of tasks this agent runs (default shell, python, script, noop).
+	// Types of tasks this agent runs (default shell, python, script, noop,
+	// and video when ffmpeg is installed). Listing video without ffmpeg is
+	// a configuration error.
 	Types []string
+	// VideoFFmpeg is the ffmpeg executable of the video runner (default
+	// "ffmpeg" on PATH).
+	VideoFFmpeg string
+	// VideoFont is the font file for the title card and the watermark
+	// (default: a CJK-capable font found through fontconfig).
+	VideoFont string
 	// Server is the gRPC target of the Taskmesh front door (host:port);
 	// empty runs local tasks only.
 	Server string
@@ -91,6 +99,13 @@ type Config struct {
 	RPCTimeout time.Duration
 	// NoopConcurrency bounds noop tasks in flight (default 16 × Slots).
 	NoopConcurrency int
+	// VideoRealtime renders videos no faster than playback, so progress
+	// moves visibly (demonstrations and tests).
+	VideoRealtime bool
+
+	// typesDefaulted: Types was empty and got the defaults, so video joins
+	// them when its tools are present.
+	typesDefaulted bool
 }
 
 // Defaults.
@@ -129,6 +144,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if len(c.Types) == 0 {
 		c.Types = []string{policy.TypeShell, policy.TypePython, policy.TypeScript, policy.TypeNoop}
+		c.typesDefaulted = true
 	}
 	if c.WorkRoot == "" {
 		c.WorkRoot = filepath.Join(c.DataDir, "work")

@@ -13,6 +13,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -161,30 +162,45 @@ func (a *Agent) deliveryFailed(t journal.Task, what string, err error) error {
 	return fmt.Errorf("%s %s: %w", what, t.AttemptID, err)
 }
 
-// uploadResult puts the full output in the object store and journals the
-// object, so a retried delivery does not upload it again.
+// uploadResult puts the result in the object store and journals the
+// object, so a retried delivery does not upload it again: the rendered MP4
+// of a video task, otherwise the full output as JSON.
 func (a *Agent) uploadResult(ctx context.Context, t *journal.Task) error {
+	if policy.NormalizeType(t.Type) == policy.TypeVideo {
+		return a.uploadVideo(ctx, t)
+	}
 	body, err := buildResultBody(t.RunDir, t.StdoutTruncated, t.StderrTruncated)
 	if err != nil {
 		return err
 	}
 	sum := sha256.Sum256(body)
-	digest := hex.EncodeToString(sum[:])
+	return a.putResult(ctx, t, "application/json", int64(len(body)), hex.EncodeToString(sum[:]),
+		func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil })
+}
+
+// putResult asks for an upload URL, PUTs the body there and journals the
+// object. open is called once, for the PUT.
+func (a *Agent) putResult(ctx context.Context, t *journal.Task, contentType string, size int64, digest string, open func() (io.ReadCloser, error)) error {
 	cctx, cancel := a.rpcCtx(ctx)
 	up, err := a.lease.CreateResultUpload(cctx, &taskv1.CreateResultUploadRequest{
 		TaskId: t.ID, AgentId: a.cfg.AgentID, AttemptId: t.AttemptID,
-		SizeBytes: int64(len(body)), Sha256: digest, ContentType: "application/json",
+		SizeBytes: size, Sha256: digest, ContentType: contentType,
 	})
 	cancel()
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, up.GetUploadUrl(), bytes.NewReader(body))
+	body, err := open()
 	if err != nil {
 		return err
 	}
-	req.ContentLength = int64(len(body))
-	req.Header.Set("Content-Type", "application/json")
+	defer body.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, up.GetUploadUrl(), body)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", contentType)
 	for k, v := range up.GetHeaders() {
 		req.Header.Set(k, v)
 	}
@@ -197,6 +213,6 @@ func (a *Agent) uploadResult(ctx context.Context, t *journal.Task) error {
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("put result: %s", resp.Status)
 	}
-	t.ResultKey, t.ResultSize, t.ResultSHA256 = up.GetObjectKey(), int64(len(body)), digest
+	t.ResultKey, t.ResultSize, t.ResultSHA256 = up.GetObjectKey(), size, digest
 	return a.journal.SetResultObject(bg, t.AttemptID, t.ResultKey, t.ResultSize, t.ResultSHA256)
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
@@ -52,6 +53,14 @@ func (a *Agent) processOutcome(at *attempt, st shim.Status, stop *stopRequest) j
 	o.Stdout, o.Stderr = out.stdout, out.stderr
 	o.StdoutTruncated, o.StderrTruncated = st.StdoutDropped, st.StderrDropped
 	o.Upload = out.large
+	if policy.NormalizeType(t.Type) == policy.TypeVideo {
+		// A rendered video is the result object; a failed render says why
+		// in one line.
+		o.Upload = o.Status == journal.StatusCompleted
+		if o.Status == journal.StatusFailed && o.Error == "" {
+			o.Error = videoError(t.RunDir)
+		}
+	}
 	return o
 }
 

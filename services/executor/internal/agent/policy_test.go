@@ -12,6 +12,7 @@ import (
 
 func TestPolicyRefusesTasks(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
+		c.Types = []string{"shell", "script"}
 		c.AllowedCommands = []string{"echo", "sh"}
 		c.BlockedPatterns = []string{"rm -rf /", "dd if="}
 	})
@@ -26,7 +27,7 @@ func TestPolicyRefusesTasks(t *testing.T) {
 		{name: "blocked in args", task: shell("echo", "rm -rf /"), wantErr: `blocked pattern "rm -rf /"`},
 		{name: "blocked in script", task: script("echo start\ndd if=/dev/zero of=x\n"), wantErr: `blocked pattern "dd if="`},
 		{name: "script runs as sh", task: script("echo ok")},
-		{name: "type not run here", task: &taskv1.Task{Name: "x", Type: "video", Command: "echo"}, wantErr: `task type "video" is not run by this agent`},
+		{name: "type not run here", task: &taskv1.Task{Name: "x", Type: "python", Command: "echo"}, wantErr: `task type "python" is not run by this agent`},
 	}
 	ids := make([]string, len(tests))
 	for i, tc := range tests {

@@ -13,6 +13,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
+	"github.com/taskmesh/taskmesh/services/executor/internal/video"
 )
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
@@ -42,6 +43,18 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 	}
 	var argv []string
 	switch policy.NormalizeType(t.Type) {
+	case policy.TypeVideo:
+		// The runner is this binary (`executor shim video`), started by the
+		// shim like any task process so that timeout, cancel and preemption
+		// reach ffmpeg the same way.
+		job, err := a.videoJob(t)
+		if err != nil {
+			return runDir, shim.Spec{}, err
+		}
+		if err := video.Save(runDir, job); err != nil {
+			return runDir, shim.Spec{}, fmt.Errorf("write video job: %w", err)
+		}
+		argv = append(append([]string{}, a.cfg.ShimCommand...), "video", "-dir", runDir)
 	case policy.TypeScript:
 		// The body is a file, never a `sh -c` string: arguments stay
 		// arguments ($1, $2, ...).

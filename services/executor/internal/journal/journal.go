@@ -109,6 +109,10 @@ type Task struct {
 	ResultKey    string
 	ResultSize   int64
 	ResultSHA256 string
+
+	// Video holds the parameters of a video task (taskv1.VideoParams as
+	// protojson); empty for other types.
+	Video string
 }
 
 // Final reports whether status is an end state.
@@ -170,6 +174,7 @@ CREATE TABLE IF NOT EXISTS local_tasks (
     result_key             TEXT NOT NULL DEFAULT '',
     result_size            INTEGER NOT NULL DEFAULT 0,
     result_sha256          TEXT NOT NULL DEFAULT '',
+    video                  TEXT NOT NULL DEFAULT '',
 
     PRIMARY KEY (id, attempt_id)
 );
@@ -200,7 +205,47 @@ func Open(ctx context.Context, path string) (*Journal, error) {
 		db.Close()
 		return nil, fmt.Errorf("create journal schema: %w", err)
 	}
+	if err := addMissingColumns(ctx, db); err != nil {
+		db.Close()
+		return nil, err
+	}
 	return &Journal{db: db}, nil
+}
+
+// addedColumns are columns later versions added to local_tasks: a journal
+// written by an older agent gets them on open, so its unsynced outcomes
+// survive the upgrade.
+var addedColumns = []struct{ name, ddl string }{
+	{"video", `ALTER TABLE local_tasks ADD COLUMN video TEXT NOT NULL DEFAULT ''`},
+}
+
+func addMissingColumns(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info('local_tasks')`)
+	if err != nil {
+		return fmt.Errorf("journal columns: %w", err)
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return fmt.Errorf("journal columns: %w", err)
+		}
+		have[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("journal columns: %w", err)
+	}
+	for _, c := range addedColumns {
+		if have[c.name] {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, c.ddl); err != nil {
+			return fmt.Errorf("journal: add column %s: %w", c.name, err)
+		}
+	}
+	return nil
 }
 
 // Close closes the database.
@@ -249,12 +294,12 @@ func (j *Journal) Insert(ctx context.Context, ts ...Task) ([]bool, error) {
 		res, err := tx.ExecContext(ctx, `
 INSERT INTO local_tasks (id, attempt_id, name, type, origin, command, args, workdir, env,
     timeout, priority, lease_ttl_sec, renew_interval_sec, grace_period_sec,
-    status, assigned_agent_id, lease_expires_at, received_at, assigned_at, synced)
-VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?)
+    status, assigned_agent_id, lease_expires_at, received_at, assigned_at, synced, video)
+VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?,?)
 ON CONFLICT DO NOTHING`,
 			t.ID, t.AttemptID, t.Name, t.Type, t.Origin, t.Command, string(args), t.Workdir, string(env),
 			t.Timeout, t.Priority, t.LeaseTTLSec, t.RenewIntervalSec, t.GracePeriodSec,
-			t.Status, t.AssignedAgentID, fmtTime(t.LeaseExpiresAt), fmtTime(t.ReceivedAt), fmtTime(t.AssignedAt), b2i(t.Synced))
+			t.Status, t.AssignedAgentID, fmtTime(t.LeaseExpiresAt), fmtTime(t.ReceivedAt), fmtTime(t.AssignedAt), b2i(t.Synced), t.Video)
 		if err != nil {
 			return nil, fmt.Errorf("insert task %s: %w", t.ID, err)
 		}
@@ -281,7 +326,7 @@ const columns = `id, attempt_id, name, type, origin, command, args, workdir, env
     received_at, assigned_at, started_at, ended_at, last_heartbeat_at,
     synced, sync_attempts, last_sync_error, server_started,
     run_dir, shim_socket, shim_pid, pid, stop_reason,
-    result_upload, result_key, result_size, result_sha256`
+    result_upload, result_key, result_size, result_sha256, video`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -302,7 +347,7 @@ func scanTask(s scanner) (Task, error) {
 		&recv, &assigned, &started, &ended, &hb,
 		&synced, &t.SyncAttempts, &t.LastSyncError, &serverStarted,
 		&t.RunDir, &t.ShimSocket, &t.ShimPID, &t.PID, &t.StopReason,
-		&upload, &t.ResultKey, &t.ResultSize, &t.ResultSHA256)
+		&upload, &t.ResultKey, &t.ResultSize, &t.ResultSHA256, &t.Video)
 	if err != nil {
 		return Task{}, err
 	}

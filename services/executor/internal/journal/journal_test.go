@@ -2,7 +2,9 @@ package journal
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -128,5 +130,56 @@ func TestLatestAndList(t *testing.T) {
 	active, _ := j.WithStatus(ctx, StatusAssigned, StatusRunning)
 	if len(active) != 3 {
 		t.Errorf("WithStatus = %d rows", len(active))
+	}
+}
+
+func TestVideoParamsRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	j := open(t)
+	r := row("v1", "va1", t0)
+	r.Type, r.Command, r.Video = "video", "", `{"model":"wan2.2-t2v","prompt":"一只猫"}`
+	if _, err := j.Insert(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := j.Get(ctx, "va1")
+	if err != nil || got.Video != r.Video || got.Type != "video" {
+		t.Fatalf("Get = %+v, %v; want video %q", got, err, r.Video)
+	}
+}
+
+// A journal written before the video column existed opens, keeps its rows
+// and gains the column.
+func TestOpenUpgradesAnOlderJournal(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := strings.Replace(schema, "    video                  TEXT NOT NULL DEFAULT '',\n", "", 1)
+	if old == schema {
+		t.Fatal("schema has no video column to remove")
+	}
+	if _, err := db.ExecContext(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO local_tasks (id, attempt_id, command, status) VALUES ('t1', 'a1', 'echo', 'completed')`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	j, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("open an older journal: %v", err)
+	}
+	defer j.Close()
+	got, err := j.Get(ctx, "a1")
+	if err != nil || got.Status != StatusCompleted || got.Video != "" {
+		t.Fatalf("old row = %+v, %v", got, err)
+	}
+	r := row("v1", "va1", t0)
+	r.Video = `{"model":"m"}`
+	if _, err := j.Insert(ctx, r); err != nil {
+		t.Fatalf("insert after upgrade: %v", err)
 	}
 }

@@ -21,6 +21,9 @@ const (
 	TypePython = "python"
 	TypeScript = "script"
 	TypeNoop   = "noop"
+	// TypeVideo renders a video with the executor's own runner; it has no
+	// command, so allowed_commands and blocked patterns do not apply.
+	TypeVideo = "video"
 )
 
 // Size limits, the same as the task API's validation (task.proto TaskSpec),
@@ -94,7 +97,7 @@ func (p Policy) Check(t Task) error {
 	if err := checkSizes(t); err != nil {
 		return err
 	}
-	if typ == TypeNoop {
+	if typ == TypeNoop || typ == TypeVideo {
 		return nil
 	}
 	if strings.TrimSpace(t.Command) == "" {

@@ -4,12 +4,15 @@ import (
 	"flag"
 	"fmt"
 	"os"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/video"
 )
 
 // Main is the shim's command line; args follow `executor shim`:
 //
 //	serve -dir <run dir>                          run the shim for a run directory
 //	exec -as <bytes> -cpu <seconds> -- <path> <argv...>   set limits, execve
+//	video -dir <run dir>                          render a video task (package video)
 //
 // It returns the process exit code.
 func Main(args []string) int {
@@ -25,6 +28,8 @@ func Main(args []string) int {
 			return 2
 		}
 		return serve(*dir)
+	case "video":
+		return video.Main(args[1:])
 	case "exec":
 		fs := flag.NewFlagSet("shim exec", flag.ContinueOnError)
 		as := fs.Int64("as", 0, "RLIMIT_AS in bytes (0: unchanged)")

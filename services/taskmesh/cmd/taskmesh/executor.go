@@ -28,6 +28,8 @@ func executorCommand() *cobra.Command {
 		cfg                             executor.Config
 		labels, types, allowed, blocked string
 		tokenFile, logFormat            string
+		backend, priorityClasses        string
+		k8s                             executor.KubernetesConfig
 	)
 	cmd := &cobra.Command{
 		Use:     "executor",
@@ -56,7 +58,18 @@ func executorCommand() *cobra.Command {
 			if cfg.AgentID == "" {
 				return fmt.Errorf("--agent-id is required")
 			}
-			return executor.Run(cmd.Context(), cfg)
+			switch backend {
+			case "process":
+				return executor.Run(cmd.Context(), cfg)
+			case "kubernetes":
+				k8s.AgentID, k8s.MachineID, k8s.Labels = cfg.AgentID, cfg.MachineID, cfg.Labels
+				k8s.Server, k8s.Token, k8s.Logger = cfg.Server, cfg.Token, cfg.Logger
+				if k8s.PriorityClasses, err = keyValues(priorityClasses); err != nil {
+					return fmt.Errorf("--k8s-priority-classes: %w", err)
+				}
+				return executor.RunKubernetes(cmd.Context(), k8s)
+			}
+			return fmt.Errorf("--backend %q: want process or kubernetes", backend)
 		},
 	}
 	host, _ := os.Hostname()
@@ -65,7 +78,9 @@ func executorCommand() *cobra.Command {
 	f.StringVar(&cfg.MachineID, "machine-id", host, "this machine's id")
 	f.StringVar(&labels, "labels", "", "comma-separated machine labels, e.g. gpu:a100,region:us-east")
 	f.IntVar(&cfg.Slots, "slots", 4, "tasks run at once")
-	f.StringVar(&types, "types", "", "task types to run (default shell,python,script,noop)")
+	f.StringVar(&types, "types", "", "task types to run (default shell,python,script,noop, and video when ffmpeg is installed)")
+	f.StringVar(&cfg.VideoFFmpeg, "video-ffmpeg", "", "ffmpeg executable of the video runner (default: ffmpeg on PATH)")
+	f.StringVar(&cfg.VideoFont, "video-font", "", "font file for video title cards and the watermark (default: a CJK font from fontconfig)")
 	f.StringVar(&cfg.Server, "server", "127.0.0.1:9090", "gRPC front door of Taskmesh")
 	f.StringVar(&cfg.Token, "token", "", "agent token (prefer --token-file or TASKMESH_TOKEN)")
 	f.StringVar(&tokenFile, "token-file", "", "file holding the agent token")
@@ -80,5 +95,37 @@ func executorCommand() *cobra.Command {
 	f.Int64Var(&cfg.CPULimitSeconds, "cpu-limit", 0, "per-task CPU-time limit in seconds (0: none)")
 	f.StringVar(&cfg.LocalAPIAddr, "local-api", executor.DefaultLocalAPIAddr, "agent-local REST API address (empty: off)")
 	f.StringVar(&logFormat, "log-format", "text", "text or json")
+
+	// The Kubernetes backend: video tasks as PyTorchJobs queued by Kueue.
+	f.StringVar(&backend, "backend", "process", "process (run tasks on this machine) or kubernetes (video tasks as PyTorchJobs)")
+	f.StringVar(&k8s.Kubeconfig, "kubeconfig", "", "kubeconfig file of the kubernetes backend (default: in-cluster service account)")
+	f.StringVar(&k8s.Namespace, "k8s-namespace", "default", "namespace of the PyTorchJobs and the Kueue LocalQueues")
+	f.IntVar(&k8s.Slots, "k8s-slots", 16, "PyTorchJobs one kubernetes backend holds at once")
+	f.StringVar(&k8s.Image, "k8s-image", "", "model image of the PyTorchJobs (default the seed's wan22 image)")
+	f.StringVar(&k8s.S3Endpoint, "s3-endpoint", "", "S3 endpoint the PyTorchJobs upload videos to")
+	f.StringVar(&k8s.S3Bucket, "s3-bucket", "", "S3 bucket of the videos")
+	f.StringVar(&k8s.S3Secret, "s3-secret", "s3-credentials", "Secret holding S3_ACCESS_KEY and S3_SECRET_KEY")
+	f.StringVar(&k8s.ModelRoot, "k8s-model-root", "/data/Wan-AI", "host directory of the model checkpoints")
+	f.StringVar(&k8s.OutputRoot, "k8s-output-root", "/data/Wan-AI/output", "host directory the videos are written to")
+	f.StringVar(&k8s.DefaultQueue, "k8s-default-queue", "standard", "Kueue LocalQueue of tasks that name no queue")
+	f.StringVar(&priorityClasses, "k8s-priority-classes", "premium=taskmesh-premium,standard=taskmesh-standard",
+		"LocalQueue=WorkloadPriorityClass pairs, comma-separated")
+	f.IntVar(&k8s.GPUsPerReplica, "k8s-gpus-per-replica", 2, "most GPUs of one PyTorchJob replica; larger tasks get Workers")
 	return cmd
+}
+
+// keyValues parses "a=b,c=d".
+func keyValues(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("%q is not queue=class", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
 }

@@ -1,0 +1,528 @@
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+)
+
+// TaskType is the only task type the backend claims.
+const TaskType = "video"
+
+// Config configures a backend. Zero durations take the defaults noted.
+type Config struct {
+	// AgentID is the backend's identity on the lease API (its agent token
+	// is bound to it); MachineID defaults to it.
+	AgentID, MachineID string
+	Labels             []string
+	// Slots is the number of jobs held at once (default 16): Kueue queues
+	// them in the cluster, this only bounds what one backend leases.
+	Slots int
+	// ClaimWait is the long-poll wait of a claim (default 30 s, at most 60 s).
+	ClaimWait time.Duration
+	// PollInterval is how often a job's conditions are read (default 5 s).
+	PollInterval time.Duration
+	// RenewInterval is the lease renewal interval (default 30 s; sooner when
+	// a third of the lease is left).
+	RenewInterval time.Duration
+	// HeartbeatInterval of SendHeartbeat, which carries cancel and preempt
+	// (default 5 s).
+	HeartbeatInterval time.Duration
+	// RPCTimeout bounds every call but the long-poll claim (default 10 s).
+	RPCTimeout time.Duration
+	// Render configures the jobs.
+	Render RenderConfig
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.AgentID == "" {
+		return c, errors.New("agent id is required")
+	}
+	if c.MachineID == "" {
+		c.MachineID = c.AgentID
+	}
+	if c.Slots <= 0 {
+		c.Slots = 16
+	}
+	if c.ClaimWait <= 0 {
+		c.ClaimWait = 30 * time.Second
+	}
+	c.ClaimWait = min(c.ClaimWait, 60*time.Second)
+	if c.PollInterval <= 0 {
+		c.PollInterval = 5 * time.Second
+	}
+	if c.RenewInterval <= 0 {
+		c.RenewInterval = 30 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 5 * time.Second
+	}
+	if c.RPCTimeout <= 0 {
+		c.RPCTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Render.AgentID = c.AgentID
+	c.Render = c.Render.withDefaults()
+	if c.Render.S3Endpoint == "" || c.Render.S3Bucket == "" {
+		return c, errors.New("the S3 endpoint and bucket of the videos are required")
+	}
+	return c, nil
+}
+
+// Backend claims video tasks and runs them as PyTorchJobs.
+type Backend struct {
+	cfg   Config
+	log   *slog.Logger
+	lease taskv1.LeaseServiceClient
+	jobs  dynamic.ResourceInterface
+
+	mu   sync.Mutex
+	runs map[string]*run // by attempt id
+	wg   sync.WaitGroup
+	// freed wakes the claim loop when a job ends.
+	freed chan struct{}
+}
+
+// run is one attempt held as a PyTorchJob.
+type run struct {
+	taskID, attemptID, job string
+	// leaseExpires is the lease's end as the server last said.
+	leaseExpires time.Time
+	// stop receives the server's stop reason (cancelled, preempted, ...).
+	stop chan string
+}
+
+// New returns a backend that leases through lease and keeps its jobs in
+// the configured namespace of client.
+func New(cfg Config, lease taskv1.LeaseServiceClient, client dynamic.Interface) (*Backend, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes backend: %w", err)
+	}
+	return &Backend{
+		cfg: cfg, log: cfg.Logger.With("backend", "kubernetes", "agent_id", cfg.AgentID),
+		lease: lease, jobs: client.Resource(PyTorchJobs).Namespace(cfg.Render.Namespace),
+		runs: map[string]*run{}, freed: make(chan struct{}, 1),
+	}, nil
+}
+
+// Run claims and follows jobs until ctx ends. Jobs keep running in the
+// cluster after it returns; a backend with the same agent id picks them up.
+func (b *Backend) Run(ctx context.Context) error {
+	if err := b.adopt(ctx); err != nil {
+		return err
+	}
+	b.spawn(func() { b.claimLoop(ctx) })
+	b.spawn(func() { b.heartbeatLoop(ctx) })
+	b.log.Info("kubernetes backend started", "namespace", b.cfg.Render.Namespace, "slots", b.cfg.Slots)
+	<-ctx.Done()
+	b.wg.Wait()
+	return nil
+}
+
+func (b *Backend) spawn(f func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+}
+
+// adopt resumes following the jobs this backend left running.
+func (b *Backend) adopt(ctx context.Context) error {
+	list, err := b.jobs.List(ctx, metav1.ListOptions{LabelSelector: AgentLabel + "=" + labelValue(b.cfg.AgentID)})
+	if err != nil {
+		return fmt.Errorf("list PyTorchJobs: %w", err)
+	}
+	for i := range list.Items {
+		job := &list.Items[i]
+		a := job.GetAnnotations()
+		r := &run{taskID: a[TaskAnnotation], attemptID: a[AttemptAnno], job: job.GetName(), stop: make(chan string, 1)}
+		if r.taskID == "" || r.attemptID == "" || !b.register(r) {
+			continue
+		}
+		b.log.Info("following the job of an earlier run", "task_id", r.taskID, "job", r.job)
+		b.spawn(func() { b.follow(ctx, r, nil) })
+	}
+	return nil
+}
+
+func (b *Backend) register(r *run) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.runs[r.attemptID]; ok {
+		return false
+	}
+	b.runs[r.attemptID] = r
+	return true
+}
+
+func (b *Backend) release(r *run) {
+	b.mu.Lock()
+	delete(b.runs, r.attemptID)
+	b.mu.Unlock()
+	select {
+	case b.freed <- struct{}{}:
+	default:
+	}
+}
+
+func (b *Backend) free() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return max(b.cfg.Slots-len(b.runs), 0)
+}
+
+func (b *Backend) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.cfg.RPCTimeout)
+}
+
+// claimLoop leases video tasks whenever a slot is free.
+func (b *Backend) claimLoop(ctx context.Context) {
+	requestID := ""
+	for ctx.Err() == nil {
+		n := b.free()
+		if n == 0 {
+			select {
+			case <-b.freed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if requestID == "" {
+			requestID = uuid.NewString()
+		}
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.ClaimWait+b.cfg.RPCTimeout)
+		resp, err := b.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
+			AgentId: b.cfg.AgentID, MachineId: b.cfg.MachineID, Labels: b.cfg.Labels,
+			Limit: int32(n), RequestId: requestID, Wait: durationpb.New(b.cfg.ClaimWait), Types: []string{TaskType},
+		})
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !rpcerr.Transient(err) {
+				requestID = "" // a refused request is not retried as is
+			}
+			b.log.Warn("claim failed", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		requestID = ""
+		for _, t := range resp.GetTasks() {
+			r := &run{taskID: t.GetId(), attemptID: t.GetAttemptId(), job: JobName(t.GetId()), stop: make(chan string, 1)}
+			if t.GetLeaseExpiresAt() != nil {
+				r.leaseExpires = t.GetLeaseExpiresAt().AsTime()
+			}
+			if !b.register(r) {
+				continue
+			}
+			b.spawn(func() { b.follow(ctx, r, t) })
+		}
+	}
+}
+
+// follow submits the task's job (task nil: the job exists already) and maps
+// its conditions to the lease API until the attempt ends.
+func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
+	defer b.release(r)
+	log := b.log.With("task_id", r.taskID, "attempt_id", r.attemptID, "job", r.job)
+	if t != nil {
+		job, err := Render(t, b.cfg.Render)
+		if err != nil {
+			log.Warn("task refused", "err", err)
+			b.complete(ctx, r, -1, "", "render PyTorchJob: "+err.Error())
+			return
+		}
+		if err := b.submit(ctx, r, job); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("job not submitted", "err", err)
+				b.complete(ctx, r, -1, "", err.Error())
+			}
+			return
+		}
+		log.Info("job submitted", "queue", job.GetLabels()[QueueLabel])
+	}
+	started := false
+	poll := time.NewTicker(b.cfg.PollInterval)
+	defer poll.Stop()
+	renew := time.NewTimer(0) // verify the lease at once (an adopted job's may be gone)
+	if t != nil {
+		renew.Reset(b.renewDelay(r))
+	}
+	defer renew.Stop()
+	check := time.NewTimer(0)
+	defer check.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case reason := <-r.stop:
+			// The server decided (cancelled, preempted, lease lost): the job
+			// goes, nothing is reported.
+			log.Info("server stops the attempt", "reason", reason)
+			b.deleteJob(log, r.job)
+			return
+		case <-renew.C:
+			cctx, cancel := b.rpcCtx(ctx)
+			resp, err := b.lease.RenewTaskLease(cctx, &taskv1.RenewTaskLeaseRequest{TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID})
+			cancel()
+			switch {
+			case rpcerr.AttemptGone(err):
+				log.Info("lease lost: deleting the job", "err", err)
+				b.deleteJob(log, r.job)
+				return
+			case err != nil:
+				log.Warn("lease renewal failed", "err", err)
+				renew.Reset(min(b.renewDelay(r), 2*time.Second))
+			default:
+				if resp.GetLeaseExpiresAt() != nil {
+					r.leaseExpires = resp.GetLeaseExpiresAt().AsTime()
+				}
+				renew.Reset(b.renewDelay(r))
+			}
+		case <-poll.C:
+		case <-check.C:
+		}
+		job, err := b.jobs.Get(ctx, r.job, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			log.Warn("job deleted behind the backend's back")
+			b.complete(ctx, r, -1, "", fmt.Sprintf("PyTorchJob %s was deleted before it finished", r.job))
+			return
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("read job", "err", err)
+			}
+			continue
+		}
+		phase, msg := JobPhase(job)
+		if phase != Queued && !started {
+			if err := b.start(ctx, r); err != nil {
+				if rpcerr.AttemptGone(err) {
+					log.Info("attempt gone at start: deleting the job", "err", err)
+					b.deleteJob(log, r.job)
+					return
+				}
+				continue // retried at the next poll
+			}
+			started = true
+		}
+		switch phase {
+		case Succeeded:
+			b.complete(ctx, r, 0, b.resultJSON(r.job), "")
+			b.forget(log, r.job)
+			return
+		case Failed:
+			b.complete(ctx, r, 1, "", msg)
+			b.forget(log, r.job)
+			return
+		}
+	}
+}
+
+// submit creates the job. A job of the same name from this attempt (a
+// retried create) is kept; one left by an earlier attempt of the task is
+// replaced.
+func (b *Backend) submit(ctx context.Context, r *run, job *unstructured.Unstructured) error {
+	for try := 0; ; try++ {
+		_, err := b.jobs.Create(ctx, job, metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			if transientAPI(err) && try < 5 {
+				sleep(ctx, time.Duration(try+1)*time.Second)
+				continue
+			}
+			return fmt.Errorf("create PyTorchJob %s: %w", r.job, err)
+		}
+		old, gerr := b.jobs.Get(ctx, r.job, metav1.GetOptions{})
+		if gerr == nil && old.GetAnnotations()[AttemptAnno] == r.attemptID {
+			return nil
+		}
+		if try >= 10 {
+			return fmt.Errorf("create PyTorchJob %s: a job of an earlier attempt is still there", r.job)
+		}
+		if gerr == nil && old.GetDeletionTimestamp() == nil {
+			b.deleteJob(b.log, r.job)
+		}
+		if !sleep(ctx, time.Second) {
+			return ctx.Err()
+		}
+	}
+}
+
+func transientAPI(err error) bool {
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
+}
+
+// deleteJob removes a job and its pods.
+func (b *Backend) deleteJob(log *slog.Logger, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RPCTimeout)
+	defer cancel()
+	policy := metav1.DeletePropagationBackground
+	if err := b.jobs.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil && !apierrors.IsNotFound(err) {
+		log.Error("delete job", "err", err)
+	}
+}
+
+// forget takes the backend's label off a finished job: its outcome is
+// reported, and a restarted backend must not report it again. The job
+// stays for inspection until the operator's TTL removes it.
+func (b *Backend) forget(log *slog.Logger, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RPCTimeout)
+	defer cancel()
+	patch := []byte(`{"metadata":{"labels":{"` + AgentLabel + `":null}}}`)
+	if _, err := b.jobs.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		log.Warn("unlabel finished job", "err", err)
+	}
+}
+
+// renewDelay is the renew interval, but no later than a third of the
+// remaining lease.
+func (b *Backend) renewDelay(r *run) time.Duration {
+	d := b.cfg.RenewInterval
+	if !r.leaseExpires.IsZero() {
+		d = min(d, time.Until(r.leaseExpires)/3)
+	}
+	return max(d, 100*time.Millisecond)
+}
+
+// start reports the job running (StartTask is idempotent).
+func (b *Backend) start(ctx context.Context, r *run) error {
+	cctx, cancel := b.rpcCtx(ctx)
+	defer cancel()
+	resp, err := b.lease.StartTask(cctx, &taskv1.StartTaskRequest{TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID})
+	if err != nil {
+		return err
+	}
+	if resp.GetLeaseExpiresAt() != nil {
+		r.leaseExpires = resp.GetLeaseExpiresAt().AsTime()
+	}
+	return nil
+}
+
+// complete reports the attempt's outcome, retrying while the server is
+// unreachable. An answer that the attempt is no longer this backend's ends
+// it too.
+func (b *Backend) complete(ctx context.Context, r *run, exit int, stdout, errText string) {
+	req := &taskv1.CompleteTaskRequest{
+		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID,
+		ExitCode: int32(exit), Stdout: stdout, Error: truncate(errText, 4096), EndedAt: timestamppb.Now(),
+	}
+	delay := 200 * time.Millisecond
+	for {
+		cctx, cancel := b.rpcCtx(ctx)
+		_, err := b.lease.CompleteTask(cctx, req)
+		cancel()
+		if err == nil || !rpcerr.Transient(err) {
+			if err != nil {
+				b.log.Warn("outcome rejected", "task_id", r.taskID, "attempt_id", r.attemptID, "err", err)
+			}
+			return
+		}
+		if !sleep(ctx, delay) {
+			return
+		}
+		delay = min(delay*2, 10*time.Second)
+	}
+}
+
+// Result is the stdout of a succeeded job: where the model put the video.
+type Result struct {
+	S3EndpointURL string `json:"s3_endpoint_url"`
+	S3Bucket      string `json:"s3_bucket"`
+	S3KeyPrefix   string `json:"s3_key_prefix"`
+	// S3URL is s3://<bucket>/<key prefix>/.
+	S3URL string `json:"s3_url"`
+}
+
+func (b *Backend) resultJSON(job string) string {
+	raw, _ := json.Marshal(Result{
+		S3EndpointURL: b.cfg.Render.S3Endpoint, S3Bucket: b.cfg.Render.S3Bucket, S3KeyPrefix: job,
+		S3URL: "s3://" + b.cfg.Render.S3Bucket + "/" + job + "/",
+	})
+	return string(raw)
+}
+
+// heartbeatLoop sends the backend's heartbeat and passes the server's
+// stops to their attempts.
+func (b *Backend) heartbeatLoop(ctx context.Context) {
+	for {
+		b.mu.Lock()
+		ids := make([]string, 0, len(b.runs))
+		for id := range b.runs {
+			ids = append(ids, id)
+		}
+		free := max(b.cfg.Slots-len(b.runs), 0)
+		b.mu.Unlock()
+		cctx, cancel := b.rpcCtx(ctx)
+		resp, err := b.lease.SendHeartbeat(cctx, &taskv1.SendHeartbeatRequest{
+			AgentId: b.cfg.AgentID, MachineId: b.cfg.MachineID, Labels: b.cfg.Labels,
+			AttemptIds: ids, FreeSlots: int32(free),
+		})
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			b.log.Warn("heartbeat failed", "err", err)
+		}
+		for _, s := range resp.GetStop() {
+			b.mu.Lock()
+			r := b.runs[s.GetAttemptId()]
+			b.mu.Unlock()
+			if r == nil {
+				continue
+			}
+			reason := s.GetReason()
+			if reason == "" {
+				reason = "cancelled"
+			}
+			select {
+			case r.stop <- reason:
+			default:
+			}
+		}
+		if !sleep(ctx, b.cfg.HeartbeatInterval) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}

@@ -1,0 +1,104 @@
+package executor
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/kubernetes"
+	"github.com/taskmesh/taskmesh/services/executor/internal/leaseconn"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// KubernetesConfig configures the Kubernetes backend: an executor that
+// claims video tasks and runs each as a Kubeflow PyTorchJob queued by
+// Kueue (seed 000 §1.2–§1.3) instead of as a local process.
+type KubernetesConfig struct {
+	// AgentID, MachineID, Labels, Server, Token and TLS are as for an agent.
+	AgentID, MachineID string
+	Labels             []string
+	Server             string
+	Token              string
+	TLS                *tls.Config
+	// Kubeconfig is the kubeconfig file; empty uses the in-cluster service
+	// account (deployments/kubernetes/executor-kubernetes.yaml).
+	Kubeconfig string
+	// Namespace of the PyTorchJobs and of the Kueue LocalQueues.
+	Namespace string
+	// Slots bounds the jobs one backend holds (default 16).
+	Slots int
+	// Image is the model image; S3Endpoint, S3Bucket and S3Secret where the
+	// jobs put the videos (S3Secret names the Secret with S3_ACCESS_KEY and
+	// S3_SECRET_KEY); ModelRoot and OutputRoot the host directories of the
+	// checkpoints and the output. Empty ones take the seed's values, but
+	// the endpoint and bucket are required.
+	Image, S3Endpoint, S3Bucket, S3Secret, ModelRoot, OutputRoot string
+	// DefaultQueue is the LocalQueue of tasks that name none.
+	DefaultQueue string
+	// PriorityClasses maps a LocalQueue to its Kueue WorkloadPriorityClass.
+	PriorityClasses map[string]string
+	// GPUsPerReplica is the most GPUs one pod gets (default 2).
+	GPUsPerReplica int
+	// PollInterval of the job conditions (default 5 s).
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// RunKubernetes runs the Kubernetes backend until ctx is cancelled. Jobs
+// keep running in the cluster when it returns; a backend with the same
+// agent id follows them again.
+func RunKubernetes(ctx context.Context, cfg KubernetesConfig) error {
+	if cfg.Server == "" {
+		return errors.New("kubernetes backend: the server address is required")
+	}
+	rc, err := restConfig(cfg.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubernetes backend: %w", err)
+	}
+	client, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes backend: %w", err)
+	}
+	conn, err := leaseconn.Dial(cfg.Server, cfg.Token, cfg.TLS)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	b, err := kubernetes.New(kubernetes.Config{
+		AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots,
+		PollInterval: cfg.PollInterval, Logger: cfg.Logger,
+		Render: kubernetes.RenderConfig{
+			Namespace: cfg.Namespace, Image: cfg.Image,
+			S3Endpoint: cfg.S3Endpoint, S3Bucket: cfg.S3Bucket, S3Secret: cfg.S3Secret,
+			ModelRoot: cfg.ModelRoot, OutputRoot: cfg.OutputRoot,
+			DefaultQueue: cfg.DefaultQueue, PriorityClasses: cfg.PriorityClasses, GPUsPerReplica: cfg.GPUsPerReplica,
+		},
+	}, taskv1.NewLeaseServiceClient(conn), client)
+	if err != nil {
+		return err
+	}
+	return b.Run(ctx)
+}
+
+// restConfig reads a kubeconfig file, or the in-cluster configuration
+// when none is given.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	return rc, nil
+}
