@@ -182,6 +182,20 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 			// The URL may hold a password: do not repeat it.
 			return nil, errors.New("gateway: RateLimits.RedisURL does not parse as a redis:// URL")
 		}
+		// A request waits for the limiter: keep a slow or dead Redis from
+		// adding seconds to each (the URL's query may set other values).
+		if ropts.MaxRetries == 0 {
+			ropts.MaxRetries = 1
+		}
+		if ropts.DialTimeout == 0 {
+			ropts.DialTimeout = time.Second
+		}
+		if ropts.ReadTimeout == 0 {
+			ropts.ReadTimeout = 500 * time.Millisecond
+		}
+		if ropts.WriteTimeout == 0 {
+			ropts.WriteTimeout = 500 * time.Millisecond
+		}
 		g.redis = redis.NewClient(ropts)
 		limiter = ratelimit.NewRedis(g.redis, nil)
 	} else {

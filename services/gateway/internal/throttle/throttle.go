@@ -45,10 +45,12 @@ const (
 	DefaultVideoTokensPerSecond = 100
 )
 
-// DefaultTiers are the tier defaults when the configuration gives none.
+// DefaultTiers are the tier defaults when the configuration gives none. A
+// video generation with a full prompt costs 1,300 tokens at the default
+// cost per second: some 75 a minute for a standard tenant.
 var DefaultTiers = map[string]credentials.Limits{
-	credentials.TierPremium:  {RPM: 600, TPM: 200_000},
-	credentials.TierStandard: {RPM: 60, TPM: 20_000},
+	credentials.TierPremium:  {RPM: 3000, TPM: 1_000_000},
+	credentials.TierStandard: {RPM: 600, TPM: 100_000},
 }
 
 // Config configures a Throttle.
