@@ -101,6 +101,18 @@ func validationError(err error, log *slog.Logger) error {
 	return Status(codes.InvalidArgument, CodeInvalidArgument, "INVALID_ARGUMENT", ve.Error(), fields...)
 }
 
+// Validate checks m against its protovalidate rules and returns nil or the
+// status validateUnary answers with (InvalidArgument, business code
+// CodeInvalidArgument, one field violation per broken rule). It is for
+// handlers called without the interceptor chain, e.g. by grpc-gateway's
+// in-process handlers.
+func Validate(v protovalidate.Validator, m proto.Message, log *slog.Logger) error {
+	if err := v.Validate(m); err != nil {
+		return validationError(err, log)
+	}
+	return nil
+}
+
 func validateUnary(v protovalidate.Validator, log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if m, ok := req.(proto.Message); ok {

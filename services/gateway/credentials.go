@@ -15,6 +15,11 @@ import (
 // their errors:
 //
 //	CreateTenant(ctx, id, name, tier) (Tenant, error)
+//	AddTenant(ctx, TenantSpec) (Tenant, error)                             // with RPM/TPM limits
+//	UpdateTenant(ctx, id, TenantUpdate) (Tenant, error)
+//	AddAPIKey(ctx, APIKeySpec) (APIKey, secret, error)                     // with RPM/TPM limits
+//	BootstrapAdminKey(ctx, name) (AdminKey, secret, created, error)        // "tmo_…", only if none is usable
+//	CreateAdminKey(ctx, name, expiresAt) (AdminKey, secret, error)
 //	CreateAPIKey(ctx, tenantID, name, expiresAt) (APIKey, secret, error)   // secret "tm_<prefix>_<secret>"
 //	RevokeAPIKey(ctx, tenantID, keyID) error
 //	ListAPIKeys(ctx, tenantID) ([]APIKey, error)                           // never secrets or hashes
@@ -33,6 +38,14 @@ type (
 	Tenant     = credentials.Tenant
 	APIKey     = credentials.APIKey
 	AgentToken = credentials.AgentToken
+	// AdminKey is an operator key (tmo_…): it may call the admin API and
+	// nothing else.
+	AdminKey = credentials.AdminKey
+	// TenantSpec, TenantUpdate and APIKeySpec are the arguments of
+	// AddTenant, UpdateTenant and AddAPIKey (with rate limits).
+	TenantSpec   = credentials.TenantSpec
+	TenantUpdate = credentials.TenantUpdate
+	APIKeySpec   = credentials.APIKeySpec
 	// AuthError is the error of Authenticate: Kind is ErrUnauthenticated or
 	// ErrForbidden, Reason is safe to show the caller.
 	AuthError = credentials.AuthError

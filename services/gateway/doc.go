@@ -8,7 +8,14 @@
 //   - a gRPC front door that forwards TaskService and LeaseService calls,
 //     unary and streaming, to the scheduler without per-method code —
 //     package ports/grpcproxy;
+//   - the admin API (taskmesh.admin.v1.AdminService: tenants, tiers, limits,
+//     API keys) on both, to operator keys only — package ports/admin;
 //   - /openapi.json, /healthz, grpc.health.v1, and signed object downloads.
+//
+// Requests of API keys are charged against per-key and per-tenant limits
+// of requests and tokens per minute (package internal/throttle over the
+// GCRA limiters of internal/ratelimit), kept in Redis when several replicas
+// share them (Config.RateLimits).
 //
 // Every caller is authenticated with a Postgres-backed credential store
 // (Credentials): tenants' API keys and agents' tokens bound to their agent id

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -12,16 +13,21 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/ratelimit"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/throttle"
+	"github.com/taskmesh/taskmesh/services/gateway/ports/admin"
 	"github.com/taskmesh/taskmesh/services/gateway/ports/grpcproxy"
 	"github.com/taskmesh/taskmesh/services/gateway/ports/rest"
 )
@@ -53,7 +59,40 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (time.Now if nil).
 	Now func() time.Time
+	// RateLimits configures the RPM and TPM limits.
+	RateLimits RateLimits
 }
+
+// RateLimits configures the per-key and per-tenant limits of requests per
+// minute (RPM) and tokens per minute (TPM).
+type RateLimits struct {
+	// RedisURL (redis://[user:pass@]host:port/db, rediss:// for TLS) is
+	// the store shared by every replica, so that a limit holds in total.
+	// Empty: limits are kept in this process, right only for a single
+	// replica (each replica would allow the whole limit).
+	RedisURL string
+	// Tiers are the default limits of a tenant without its own, by tier
+	// (DefaultTierLimits if nil). A zero field is no limit.
+	Tiers map[string]Limits
+	// VideoTokensPerSecond is the token cost of each second of a video
+	// generation (DefaultVideoTokensPerSecond if 0). A video request costs
+	// runes(prompt truncated to 800) + VideoTokensPerSecond × duration.
+	VideoTokensPerSecond int64
+	// OtherRouteTokens is the token cost of every other request (0: those
+	// are limited by RPM only).
+	OtherRouteTokens int64
+}
+
+// Limits are requests and tokens per minute; 0 is no limit.
+type Limits = credentials.Limits
+
+// DefaultVideoTokensPerSecond is the default token cost of one second of
+// generated video.
+const DefaultVideoTokensPerSecond = throttle.DefaultVideoTokensPerSecond
+
+// DefaultTierLimits returns the tier defaults used when RateLimits.Tiers is
+// nil.
+func DefaultTierLimits() map[string]Limits { return maps.Clone(throttle.DefaultTiers) }
 
 // Timeouts of the HTTP server and of shutdown.
 const (
@@ -72,6 +111,8 @@ const (
 type Gateway struct {
 	log      *slog.Logger
 	creds    *credentials.Store
+	throttle *throttle.Throttle
+	redis    *redis.Client // nil without RateLimits.RedisURL
 	upstream *grpc.ClientConn
 	handler  http.Handler
 	health   *health.Server
@@ -113,10 +154,62 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: credential tables not reachable (is the schema migrated with gateway.Migrations?): %w", err)
 	}
 
+	rl := cfg.RateLimits
+	if rl.Tiers == nil {
+		rl.Tiers = DefaultTierLimits()
+	}
+	if rl.VideoTokensPerSecond == 0 {
+		rl.VideoTokensPerSecond = DefaultVideoTokensPerSecond
+	}
+	if rl.VideoTokensPerSecond < 0 || rl.OtherRouteTokens < 0 {
+		return nil, errors.New("gateway: token costs must not be negative")
+	}
+	for tier, l := range rl.Tiers {
+		if l.RPM < 0 || l.TPM < 0 || l.RPM > credentials.MaxLimit || l.TPM > credentials.MaxLimit {
+			return nil, fmt.Errorf("gateway: tier %q limits %+v are not in [0, %d]", tier, l, credentials.MaxLimit)
+		}
+	}
+
 	g := &Gateway{
 		log:    log,
 		creds:  credentials.New(cfg.DB, cfg.Now, log),
 		health: health.NewServer(),
+	}
+	var limiter ratelimit.Limiter
+	if rl.RedisURL != "" {
+		ropts, err := redis.ParseURL(rl.RedisURL)
+		if err != nil {
+			// The URL may hold a password: do not repeat it.
+			return nil, errors.New("gateway: RateLimits.RedisURL does not parse as a redis:// URL")
+		}
+		// A request waits for the limiter: keep a slow or dead Redis from
+		// adding seconds to each (the URL's query may set other values).
+		if ropts.MaxRetries == 0 {
+			ropts.MaxRetries = 1
+		}
+		if ropts.DialTimeout == 0 {
+			ropts.DialTimeout = time.Second
+		}
+		if ropts.ReadTimeout == 0 {
+			ropts.ReadTimeout = 500 * time.Millisecond
+		}
+		if ropts.WriteTimeout == 0 {
+			ropts.WriteTimeout = 500 * time.Millisecond
+		}
+		g.redis = redis.NewClient(ropts)
+		limiter = ratelimit.NewRedis(g.redis, nil)
+	} else {
+		limiter = ratelimit.NewMemory(cfg.Now)
+	}
+	g.throttle = throttle.New(limiter, g.creds, throttle.Config{
+		Tiers:                rl.Tiers,
+		VideoTokensPerSecond: rl.VideoTokensPerSecond,
+		OtherRouteTokens:     rl.OtherRouteTokens,
+	}, cfg.Now, log)
+	adminSrv, err := admin.New(g.creds, rl.Tiers, log)
+	if err != nil {
+		g.closeRedis()
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	opts := append([]grpc.DialOption{
 		// Internal traffic stays inside the cluster network; the internal
@@ -130,6 +223,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}, outbound.DialOptions(cfg.InternalToken)...)
 	upstream, err := grpc.NewClient(cfg.SchedulerTarget, opts...)
 	if err != nil {
+		g.closeRedis()
 		return nil, fmt.Errorf("gateway: scheduler client for %q: %w", cfg.SchedulerTarget, err)
 	}
 	g.upstream = upstream
@@ -141,9 +235,12 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		Ready:          func() bool { return upstream.GetState() == connectivity.Ready },
 		Objects:        cfg.Objects,
 		Logger:         log,
+		Throttle:       g.throttle.Middleware,
+		Admin:          adminSrv,
 	})
 	if err != nil {
 		upstream.Close()
+		g.closeRedis()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.grpcSrv = grpcproxy.NewServer(grpcproxy.Options{
@@ -152,6 +249,8 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		TrustedProxies: cfg.TrustedProxies,
 		Health:         g.health,
 		Logger:         log,
+		Throttle:       g.throttle.GRPCError,
+		Register:       func(r grpc.ServiceRegistrar) { adminv1.RegisterAdminServiceServer(r, adminSrv) },
 	})
 	g.httpSrv = &http.Server{
 		Handler:           g.handler,
@@ -163,11 +262,13 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	var lc net.ListenConfig
 	if g.httpLis, err = lc.Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
 		upstream.Close()
+		g.closeRedis()
 		return nil, fmt.Errorf("gateway: listen http: %w", err)
 	}
 	if g.grpcLis, err = lc.Listen(ctx, "tcp", cfg.GRPCAddr); err != nil {
 		g.httpLis.Close()
 		upstream.Close()
+		g.closeRedis()
 		return nil, fmt.Errorf("gateway: listen grpc: %w", err)
 	}
 
@@ -282,7 +383,14 @@ func (g *Gateway) Close() error {
 		// closing again returns an error worth ignoring.
 		g.httpLis.Close()
 		g.grpcLis.Close()
-		g.closeErr = g.upstream.Close()
+		g.closeErr = errors.Join(g.upstream.Close(), g.closeRedis())
 	})
 	return g.closeErr
+}
+
+func (g *Gateway) closeRedis() error {
+	if g.redis == nil {
+		return nil
+	}
+	return g.redis.Close()
 }

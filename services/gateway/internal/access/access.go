@@ -2,8 +2,9 @@
 // service. The rule is the same for REST routes and gRPC methods: a tenant's
 // API key calls the task API (taskmesh.task.v1.TaskService, REST
 // /api/v1/… except /api/v1/agent/…), an agent token calls the lease API
-// (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…). Anything else is
-// refused, so a leaked agent token cannot read tenants' tasks and a user key
+// (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…), an operator key
+// calls the admin API (taskmesh.admin.v1.AdminService, REST
+// /api/v1/admin/…) and nothing else. Anything else is refused, so a leaked agent token cannot read tenants' tasks and a user key
 // cannot impersonate an executor.
 package access
 
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"strings"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 )
@@ -21,9 +23,13 @@ var ErrDenied = errors.New("permission denied")
 // AgentRoutePrefix is the REST prefix of the lease API.
 const AgentRoutePrefix = "/api/v1/agent/"
 
+// AdminRoutePrefix is the REST prefix of the admin API.
+const AdminRoutePrefix = "/api/v1/admin/"
+
 var (
 	taskMethods  = "/" + taskv1.TaskService_ServiceDesc.ServiceName + "/"
 	leaseMethods = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
+	adminMethods = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
 )
 
 // deniedError carries a message written for the caller.
@@ -37,6 +43,13 @@ func denied(msg string) error { return &deniedError{msg: msg} }
 // Method checks a gRPC full method name ("/pkg.Service/Method").
 func Method(p authn.Principal, fullMethod string) error {
 	switch {
+	case strings.HasPrefix(fullMethod, adminMethods):
+		if p.Kind == authn.KindAdmin {
+			return nil
+		}
+		return denied("the admin API needs an operator key (tmo_…)")
+	case p.Kind == authn.KindAdmin:
+		return denied("operator keys can only call the admin API")
 	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, taskMethods):
 		return nil
 	case p.Kind == authn.KindAgent && strings.HasPrefix(fullMethod, leaseMethods):
@@ -53,6 +66,13 @@ func Method(p authn.Principal, fullMethod string) error {
 func Route(p authn.Principal, path string) error {
 	agentRoute := strings.HasPrefix(path, AgentRoutePrefix)
 	switch {
+	case strings.HasPrefix(path, AdminRoutePrefix) || path == strings.TrimSuffix(AdminRoutePrefix, "/"):
+		if p.Kind == authn.KindAdmin {
+			return nil
+		}
+		return denied("the admin API needs an operator key (tmo_…)")
+	case p.Kind == authn.KindAdmin:
+		return denied("operator keys can only call /api/v1/admin/ routes")
 	case agentRoute && p.Kind == authn.KindAgent, !agentRoute && p.Kind == authn.KindUser:
 		return nil
 	case agentRoute:

@@ -24,6 +24,10 @@ func TestMethod(t *testing.T) {
 		{p: user, method: "/taskmesh.task.v1.TaskServiceX/GetTask"},
 		{p: user, method: "/taskmesh.quota.v1.QuotaService/CreateQuota"},
 		{p: admin, method: "/taskmesh.task.v1.TaskService/GetTask"},
+		{p: admin, method: "/taskmesh.task.v1.LeaseService/ClaimTasks"},
+		{p: admin, method: "/taskmesh.admin.v1.AdminService/CreateTenant", want: true},
+		{p: user, method: "/taskmesh.admin.v1.AdminService/CreateTenant"},
+		{p: agent, method: "/taskmesh.admin.v1.AdminService/ListTenants"},
 		{p: authn.Principal{}, method: "/taskmesh.task.v1.TaskService/GetTask"},
 	}
 	for _, tt := range tests {
@@ -50,6 +54,12 @@ func TestRoute(t *testing.T) {
 		{p: agent, path: "/api/v1/tasks"},
 		{p: agent, path: "/api/v1/agentx"},
 		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/tasks"},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/agent/tasks/claim"},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/admin/tenants", want: true},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/admin", want: true},
+		{p: user, path: "/api/v1/admin/tenants"},
+		{p: user, path: "/api/v1/admin"},
+		{p: agent, path: "/api/v1/admin/tenants/t/api-keys"},
 	}
 	for _, tt := range tests {
 		if err := Route(tt.p, tt.path); (err == nil) != tt.want {

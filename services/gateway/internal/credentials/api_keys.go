@@ -15,24 +15,42 @@ import (
 // an existing one (40 random bits: a collision is already rare).
 const prefixAttempts = 5
 
-// CreateAPIKey issues an API key for the tenant and returns it with its
-// secret, the bearer string "tm_<prefix>_<secret>", which is shown only
-// here. expiresAt, if set, must be in the future. Errors: ErrInvalid,
-// ErrNotFound (no such tenant).
+// APIKeySpec is what AddAPIKey creates.
+type APIKeySpec struct {
+	TenantID, Name string
+	// ExpiresAt, if set, must be in the future.
+	ExpiresAt *time.Time
+	// Limits are the key's own; zero fields leave only the tenant's.
+	Limits Limits
+}
+
+// CreateAPIKey issues an API key without limits of its own; see AddAPIKey.
 func (s *Store) CreateAPIKey(ctx context.Context, tenantID, name string, expiresAt *time.Time) (APIKey, string, error) {
+	return s.AddAPIKey(ctx, APIKeySpec{TenantID: tenantID, Name: name, ExpiresAt: expiresAt})
+}
+
+// AddAPIKey issues an API key for the tenant and returns it with its
+// secret, the bearer string "tm_<prefix>_<secret>", which is shown only
+// here. Errors: ErrInvalid, ErrNotFound (no such tenant).
+func (s *Store) AddAPIKey(ctx context.Context, spec APIKeySpec) (APIKey, string, error) {
 	now := s.now()
-	if len(name) > 255 {
+	tenantID := spec.TenantID
+	if len(spec.Name) > 255 {
 		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w: name longer than 255 bytes", tenantID, ErrInvalid)
 	}
-	if expiresAt != nil && !expiresAt.After(now) {
-		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w: expiry %s is not in the future", tenantID, ErrInvalid, expiresAt.Format(time.RFC3339))
+	if spec.ExpiresAt != nil && !spec.ExpiresAt.After(now) {
+		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w: expiry %s is not in the future", tenantID, ErrInvalid, spec.ExpiresAt.Format(time.RFC3339))
+	}
+	if err := spec.Limits.check(); err != nil {
+		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w", tenantID, err)
 	}
 	k := APIKey{
 		ID:        newID("key_"),
 		TenantID:  tenantID,
-		Name:      name,
+		Name:      spec.Name,
+		Limits:    spec.Limits,
 		CreatedAt: pgTime(now),
-		ExpiresAt: utc(expiresAt),
+		ExpiresAt: utc(spec.ExpiresAt),
 	}
 	for range prefixAttempts {
 		bearer, prefix, hash := newSecret(userScheme)
@@ -40,9 +58,9 @@ func (s *Store) CreateAPIKey(ctx context.Context, tenantID, name string, expires
 		// exist, which tells "no such tenant" apart without parsing a
 		// foreign-key violation.
 		tag, err := s.db.Exec(ctx, `
-			INSERT INTO api_keys (id, tenant_id, name, prefix, secret_hash, created_at, expires_at)
-			SELECT $1, id, $3, $4, $5, $6, $7 FROM tenants WHERE id = $2`,
-			k.ID, k.TenantID, k.Name, prefix, hash, k.CreatedAt, k.ExpiresAt)
+			INSERT INTO api_keys (id, tenant_id, name, prefix, secret_hash, created_at, expires_at, rpm_limit, tpm_limit)
+			SELECT $1, id, $3, $4, $5, $6, $7, $8, $9 FROM tenants WHERE id = $2`,
+			k.ID, k.TenantID, k.Name, prefix, hash, k.CreatedAt, k.ExpiresAt, k.Limits.RPM, k.Limits.TPM)
 		if pg.IsUniqueViolation(err, "api_keys_prefix_key") {
 			continue
 		}
@@ -84,19 +102,12 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenantID string) ([]APIKey, err
 	if !ok {
 		return nil, fmt.Errorf("list api keys: tenant %q: %w", tenantID, ErrNotFound)
 	}
-	rows, err := s.db.Query(ctx, `
-		SELECT id, tenant_id, name, prefix, created_at, expires_at, revoked_at
+	rows, err := s.db.Query(ctx, `SELECT `+apiKeyColumns+`
 		FROM api_keys WHERE tenant_id = $1 ORDER BY created_at, id`, tenantID)
 	if err != nil {
 		return nil, fmt.Errorf("list api keys of tenant %q: %w", tenantID, err)
 	}
-	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (APIKey, error) {
-		var k APIKey
-		err := row.Scan(&k.ID, &k.TenantID, &k.Name, &k.Prefix, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt)
-		k.CreatedAt = k.CreatedAt.UTC()
-		k.ExpiresAt, k.RevokedAt = utc(k.ExpiresAt), utc(k.RevokedAt)
-		return k, err
-	})
+	keys, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (APIKey, error) { return scanAPIKey(row) })
 	if err != nil {
 		return nil, fmt.Errorf("list api keys of tenant %q: %w", tenantID, err)
 	}
@@ -104,6 +115,31 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenantID string) ([]APIKey, err
 		keys = []APIKey{}
 	}
 	return keys, nil
+}
+
+// GetAPIKey returns one of the tenant's keys. Errors: ErrNotFound (no such
+// key for this tenant).
+func (s *Store) GetAPIKey(ctx context.Context, tenantID, keyID string) (APIKey, error) {
+	k, err := scanAPIKey(s.db.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = $1 AND tenant_id = $2`, keyID, tenantID))
+	if errNoRows(err) {
+		return APIKey{}, fmt.Errorf("api key %s of tenant %q: %w", keyID, tenantID, ErrNotFound)
+	}
+	if err != nil {
+		return APIKey{}, fmt.Errorf("get api key %s: %w", keyID, err)
+	}
+	return k, nil
+}
+
+// apiKeyColumns are read by scanAPIKey, in this order.
+const apiKeyColumns = `id, tenant_id, name, prefix, rpm_limit, tpm_limit, created_at, expires_at, revoked_at, last_used_at`
+
+func scanAPIKey(row pgx.Row) (APIKey, error) {
+	var k APIKey
+	err := row.Scan(&k.ID, &k.TenantID, &k.Name, &k.Prefix, &k.Limits.RPM, &k.Limits.TPM,
+		&k.CreatedAt, &k.ExpiresAt, &k.RevokedAt, &k.LastUsedAt)
+	k.CreatedAt = k.CreatedAt.UTC()
+	k.ExpiresAt, k.RevokedAt, k.LastUsedAt = utc(k.ExpiresAt), utc(k.RevokedAt), utc(k.LastUsedAt)
+	return k, err
 }
 
 // errNoRows reports pgx.ErrNoRows, possibly wrapped.

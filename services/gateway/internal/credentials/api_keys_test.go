@@ -158,3 +158,72 @@ func assertAuthError(t *testing.T, f fixture, bearer, ip string, wantKind error,
 		t.Errorf("Authenticate error = %v, want %v with reason %q", err, wantKind, wantReason)
 	}
 }
+
+func TestAPIKeyLimitsAndLastUse(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.store.AddTenant(ctx, TenantSpec{ID: "acme", Name: "Acme", Tier: TierStandard, Limits: Limits{RPM: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	key, secret, err := f.store.AddAPIKey(ctx, APIKeySpec{TenantID: "acme", Name: "batch", Limits: Limits{RPM: 10, TPM: 2000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key.Limits != (Limits{RPM: 10, TPM: 2000}) || key.LastUsedAt != nil {
+		t.Errorf("AddAPIKey = %+v", key)
+	}
+	got, err := f.store.LimitsOfKey(ctx, key.ID)
+	if want := (KeyLimits{Key: Limits{RPM: 10, TPM: 2000}, Tenant: Limits{RPM: 100}}); err != nil || got != want {
+		t.Errorf("LimitsOfKey = %+v, %v; want %+v", got, err, want)
+	}
+	if _, err := f.store.LimitsOfKey(ctx, "key_nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("LimitsOfKey(unknown) error = %v, want ErrNotFound", err)
+	}
+	if _, _, err := f.store.AddAPIKey(ctx, APIKeySpec{TenantID: "acme", Limits: Limits{TPM: -1}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("AddAPIKey(negative tpm) error = %v, want ErrInvalid", err)
+	}
+
+	// Use is recorded at most once a minute.
+	lastUsed := func() *time.Time {
+		t.Helper()
+		k, err := f.store.GetAPIKey(ctx, "acme", key.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k.LastUsedAt
+	}
+	first := f.clock.Now()
+	if _, err := f.store.Authenticate(ctx, secret, "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastUsed(); got == nil || !got.Equal(first) {
+		t.Errorf("after first use, LastUsedAt = %v, want %v", got, first)
+	}
+	f.clock.Advance(59 * time.Second)
+	if _, err := f.store.Authenticate(ctx, secret, "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastUsed(); got == nil || !got.Equal(first) {
+		t.Errorf("59 s later, LastUsedAt = %v, want still %v", got, first)
+	}
+	f.clock.Advance(time.Second)
+	if _, err := f.store.Authenticate(ctx, secret, "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastUsed(); got == nil || !got.Equal(f.clock.Now()) {
+		t.Errorf("a minute later, LastUsedAt = %v, want %v", got, f.clock.Now())
+	}
+	// A refused secret is not a use.
+	f.clock.Advance(time.Hour)
+	if err := f.store.RevokeAPIKey(ctx, "acme", key.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertAuthError(t, f, secret, "192.0.2.1", ErrUnauthenticated, "api key revoked")
+	if got := lastUsed(); got == nil || !got.Equal(f.clock.Now().Add(-time.Hour)) {
+		t.Errorf("a refused use moved LastUsedAt to %v", got)
+	}
+
+	if _, err := f.store.GetAPIKey(ctx, "globex", key.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetAPIKey by another tenant: %v, want ErrNotFound", err)
+	}
+}

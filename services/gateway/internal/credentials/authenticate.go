@@ -14,9 +14,15 @@ import (
 // miss costs the same compare as a hit.
 var dummyHash = make([]byte, 32)
 
+// lastUsedGranularity is how stale a key's last_used_at may be: the column
+// is written at most once per this period per key, so that using a key
+// costs no write on most requests.
+const lastUsedGranularity = time.Minute
+
 // Authenticate checks a bearer string (without the "Bearer " scheme) used
 // from remoteIP and returns the caller: an API key gives a user principal of
-// its tenant, an agent token an agent principal. Errors: an *AuthError
+// its tenant, an agent token an agent principal, an operator key an admin
+// principal (no tenant). Errors: an *AuthError
 // wrapping ErrUnauthenticated (malformed, unknown, wrong, expired, revoked)
 // or ErrForbidden (an agent token used from an address it may not be used
 // from); any other error is a database failure.
@@ -29,22 +35,25 @@ func (s *Store) Authenticate(ctx context.Context, bearer, remoteIP string) (auth
 		return authn.Principal{}, unauthenticated("malformed bearer token")
 	}
 	hash := hashBearer(bearer)
-	if kind == kindAgent {
+	switch kind {
+	case kindAgent:
 		return s.authenticateAgent(ctx, prefix, hash, remoteIP)
+	case kindAdmin:
+		return s.authenticateAdmin(ctx, prefix, hash, remoteIP)
 	}
 	return s.authenticateUser(ctx, prefix, hash, remoteIP)
 }
 
 func (s *Store) authenticateUser(ctx context.Context, prefix string, hash []byte, remoteIP string) (authn.Principal, error) {
 	var (
-		keyID, tenantID, tier string
-		stored                []byte
-		expiresAt, revokedAt  *time.Time
+		keyID, tenantID, tier          string
+		stored                         []byte
+		expiresAt, revokedAt, lastUsed *time.Time
 	)
 	err := s.db.QueryRow(ctx, `
-		SELECT k.id, k.tenant_id, t.tier, k.secret_hash, k.expires_at, k.revoked_at
+		SELECT k.id, k.tenant_id, t.tier, k.secret_hash, k.expires_at, k.revoked_at, k.last_used_at
 		FROM api_keys k JOIN tenants t ON t.id = k.tenant_id
-		WHERE k.prefix = $1`, prefix).Scan(&keyID, &tenantID, &tier, &stored, &expiresAt, &revokedAt)
+		WHERE k.prefix = $1`, prefix).Scan(&keyID, &tenantID, &tier, &stored, &expiresAt, &revokedAt, &lastUsed)
 	if errNoRows(err) {
 		subtle.ConstantTimeCompare(hash, dummyHash)
 		return authn.Principal{}, unauthenticated("invalid api key")
@@ -60,9 +69,11 @@ func (s *Store) authenticateUser(ctx context.Context, prefix string, hash []byte
 	if revokedAt != nil {
 		return authn.Principal{}, unauthenticated("api key revoked")
 	}
-	if expiresAt != nil && !s.now().Before(*expiresAt) {
+	now := s.now()
+	if expiresAt != nil && !now.Before(*expiresAt) {
 		return authn.Principal{}, unauthenticated("api key expired")
 	}
+	s.touch(ctx, "api_keys", keyID, lastUsed, now)
 	return authn.Principal{
 		Kind:     authn.KindUser,
 		TenantID: tenantID,
@@ -70,6 +81,54 @@ func (s *Store) authenticateUser(ctx context.Context, prefix string, hash []byte
 		RemoteIP: canonicalIP(remoteIP),
 		Tier:     tier,
 	}, nil
+}
+
+func (s *Store) authenticateAdmin(ctx context.Context, prefix string, hash []byte, remoteIP string) (authn.Principal, error) {
+	var (
+		keyID                          string
+		stored                         []byte
+		expiresAt, revokedAt, lastUsed *time.Time
+	)
+	err := s.db.QueryRow(ctx, `
+		SELECT id, secret_hash, expires_at, revoked_at, last_used_at FROM admin_keys WHERE prefix = $1`,
+		prefix).Scan(&keyID, &stored, &expiresAt, &revokedAt, &lastUsed)
+	if errNoRows(err) {
+		subtle.ConstantTimeCompare(hash, dummyHash)
+		return authn.Principal{}, unauthenticated("invalid admin key")
+	}
+	if err != nil {
+		return authn.Principal{}, fmt.Errorf("authenticate admin key %s: %w", prefix, err)
+	}
+	if subtle.ConstantTimeCompare(hash, stored) != 1 {
+		return authn.Principal{}, unauthenticated("invalid admin key")
+	}
+	if revokedAt != nil {
+		return authn.Principal{}, unauthenticated("admin key revoked")
+	}
+	now := s.now()
+	if expiresAt != nil && !now.Before(*expiresAt) {
+		return authn.Principal{}, unauthenticated("admin key expired")
+	}
+	s.touch(ctx, "admin_keys", keyID, lastUsed, now)
+	return authn.Principal{Kind: authn.KindAdmin, Subject: keyID, RemoteIP: canonicalIP(remoteIP)}, nil
+}
+
+// touch records that a key was used now, unless its last_used_at is less
+// than lastUsedGranularity old. A failure is logged, not returned: the
+// caller has been authenticated, and a missed timestamp is not worth
+// refusing the request.
+func (s *Store) touch(ctx context.Context, table, keyID string, lastUsed *time.Time, now time.Time) {
+	if lastUsed != nil && now.Sub(*lastUsed) < lastUsedGranularity {
+		return
+	}
+	// The condition repeats the check, so that concurrent first requests
+	// of a minute write once.
+	_, err := s.db.Exec(ctx, `UPDATE `+table+` SET last_used_at = $2
+		WHERE id = $1 AND (last_used_at IS NULL OR last_used_at <= $3)`,
+		keyID, pgTime(now), pgTime(now.Add(-lastUsedGranularity)))
+	if err != nil {
+		s.log.Warn("recording when a key was last used failed", "table", table, "key_id", keyID, "err", err)
+	}
 }
 
 func (s *Store) authenticateAgent(ctx context.Context, prefix string, hash []byte, remoteIP string) (authn.Principal, error) {

@@ -11,6 +11,7 @@ import (
 const (
 	userScheme  = "tm_"
 	agentScheme = "tma_"
+	adminScheme = "tmo_"
 	prefixLen   = 8
 	// secretLen is base64url (unpadded) of 32 random bytes.
 	secretLen   = 43
@@ -23,6 +24,7 @@ type credKind int
 const (
 	kindUser credKind = iota + 1
 	kindAgent
+	kindAdmin
 )
 
 // newSecret returns a fresh bearer string for scheme, its lookup prefix and
@@ -63,6 +65,8 @@ func parseBearer(bearer string) (credKind, string, bool) {
 	switch {
 	case strings.HasPrefix(bearer, agentScheme):
 		kind, rest = kindAgent, bearer[len(agentScheme):]
+	case strings.HasPrefix(bearer, adminScheme):
+		kind, rest = kindAdmin, bearer[len(adminScheme):]
 	case strings.HasPrefix(bearer, userScheme):
 		kind, rest = kindUser, bearer[len(userScheme):]
 	default:

@@ -6,7 +6,7 @@ import (
 )
 
 func TestNewSecretShape(t *testing.T) {
-	for _, scheme := range []string{userScheme, agentScheme} {
+	for _, scheme := range []string{userScheme, agentScheme, adminScheme} {
 		bearer, prefix, hash := newSecret(scheme)
 		if !strings.HasPrefix(bearer, scheme+prefix+"_") {
 			t.Errorf("bearer %q does not start with %q", bearer[:len(scheme)+prefixLen], scheme+prefix+"_")
@@ -18,7 +18,8 @@ func TestNewSecretShape(t *testing.T) {
 			t.Errorf("len(hash) = %d, want 32", len(hash))
 		}
 		kind, p, ok := parseBearer(bearer)
-		if !ok || p != prefix || (kind == kindAgent) != (scheme == agentScheme) {
+		wantKind := map[string]credKind{userScheme: kindUser, agentScheme: kindAgent, adminScheme: kindAdmin}[scheme]
+		if !ok || p != prefix || kind != wantKind {
 			t.Errorf("parseBearer(new %s secret) = %v, %q, %v", scheme, kind, p, ok)
 		}
 	}
@@ -39,6 +40,8 @@ func TestParseBearer(t *testing.T) {
 	}{
 		{in: "tm_abcdefgh_" + secret, wantKind: kindUser, wantPrefix: "abcdefgh", wantOK: true},
 		{in: "tma_abcd2345_" + secret, wantKind: kindAgent, wantPrefix: "abcd2345", wantOK: true},
+		{in: "tmo_abcd2345_" + secret, wantKind: kindAdmin, wantPrefix: "abcd2345", wantOK: true},
+		{in: "tmo_abcd2345" + secret},
 		{in: "tm_abcdefgh_" + strings.Repeat("-_9z", 10) + "abc", wantKind: kindUser, wantPrefix: "abcdefgh", wantOK: true},
 		{in: ""},
 		{in: "Bearer tm_abcdefgh_" + secret},

@@ -2,6 +2,7 @@ package credentials
 
 import (
 	"embed"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -58,10 +59,37 @@ const (
 
 // Tenant is a customer account.
 type Tenant struct {
-	ID        string
-	Name      string
-	Tier      string
+	ID   string
+	Name string
+	Tier string
+	// Limits are the tenant's own; a zero field means the tier's default.
+	Limits    Limits
 	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Limits are requests and tokens per minute. Zero means "not set": a
+// tenant then gets its tier's default, a key only its tenant's limits.
+type Limits struct {
+	RPM int
+	TPM int
+}
+
+// MaxLimit bounds every limit, so that a typo cannot overflow the rate
+// arithmetic.
+const MaxLimit = 1_000_000_000
+
+// check returns ErrInvalid for a negative or too large limit.
+func (l Limits) check() error {
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"rpm limit", l.RPM}, {"tpm limit", l.TPM}} {
+		if v.n < 0 || v.n > MaxLimit {
+			return fmt.Errorf("%w: %s %d is not in [0, %d]", ErrInvalid, v.name, v.n, MaxLimit)
+		}
+	}
+	return nil
 }
 
 // APIKey describes a tenant's API key. It never carries the secret or its
@@ -72,10 +100,28 @@ type APIKey struct {
 	Name     string
 	// Prefix is the non-secret part of the key (tm_<Prefix>_…), to tell keys
 	// apart in lists and logs.
-	Prefix    string
+	Prefix string
+	// Limits are the key's own, within its tenant's; zero fields leave
+	// only the tenant's limit.
+	Limits    Limits
 	CreatedAt time.Time
 	ExpiresAt *time.Time
 	RevokedAt *time.Time
+	// LastUsedAt is when the key was last accepted, to the minute (see
+	// lastUsedGranularity).
+	LastUsedAt *time.Time
+}
+
+// AdminKey describes an operator key (tmo_…): it may call the admin API
+// and nothing else. It never carries the secret or its hash.
+type AdminKey struct {
+	ID         string
+	Name       string
+	Prefix     string
+	CreatedAt  time.Time
+	ExpiresAt  *time.Time
+	RevokedAt  *time.Time
+	LastUsedAt *time.Time
 }
 
 // AgentToken describes an executor agent's token. It never carries the

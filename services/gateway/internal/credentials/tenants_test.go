@@ -3,7 +3,9 @@ package credentials
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestCreateTenant(t *testing.T) {
@@ -32,5 +34,113 @@ func TestCreateTenant(t *testing.T) {
 		if err == nil && (got.ID != tt.id || got.Name != tt.name || got.Tier != tt.tier || !got.CreatedAt.Equal(f.clock.Now())) {
 			t.Errorf("CreateTenant(%q) = %+v", tt.id, got)
 		}
+	}
+}
+
+func TestAddTenantWithLimits(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	got, err := f.store.AddTenant(ctx, TenantSpec{ID: "acme", Name: "Acme", Tier: TierPremium, Limits: Limits{RPM: 120, TPM: 5000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Tenant{ID: "acme", Name: "Acme", Tier: TierPremium, Limits: Limits{RPM: 120, TPM: 5000}, CreatedAt: f.clock.Now(), UpdatedAt: f.clock.Now()}
+	if got != want {
+		t.Errorf("AddTenant = %+v, want %+v", got, want)
+	}
+	if read, err := f.store.GetTenant(ctx, "acme"); err != nil || read != want {
+		t.Errorf("GetTenant = %+v, %v; want %+v", read, err, want)
+	}
+	for _, l := range []Limits{{RPM: -1}, {TPM: -1}, {RPM: MaxLimit + 1}, {TPM: MaxLimit + 1}} {
+		if _, err := f.store.AddTenant(ctx, TenantSpec{ID: "bad", Name: "x", Tier: TierStandard, Limits: l}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("AddTenant(limits %+v) error = %v, want ErrInvalid", l, err)
+		}
+	}
+	if _, err := f.store.GetTenant(ctx, "bad"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a refused tenant was stored: GetTenant error = %v", err)
+	}
+}
+
+func TestListTenantsPages(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	for _, id := range []string{"delta", "alpha", "charlie", "bravo", "echo"} {
+		f.tenant(t, id, TierStandard)
+	}
+	var ids []string
+	after := ""
+	pages := 0
+	for {
+		page, next, err := f.store.ListTenants(ctx, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, tn := range page {
+			ids = append(ids, tn.ID)
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if got, want := strings.Join(ids, ","), "alpha,bravo,charlie,delta,echo"; got != want || pages != 3 {
+		t.Errorf("pages %d, ids %s; want 3 pages of %s", pages, got, want)
+	}
+	// A page that ends exactly at the last tenant says there is no more.
+	if page, next, err := f.store.ListTenants(ctx, "", 5); err != nil || len(page) != 5 || next != "" {
+		t.Errorf("ListTenants(limit 5) = %d tenants, next %q, %v", len(page), next, err)
+	}
+	if _, _, err := f.store.ListTenants(ctx, "", 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("ListTenants(limit 0) error = %v, want ErrInvalid", err)
+	}
+}
+
+func TestUpdateTenant(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	created := f.tenant(t, "acme", TierStandard)
+	f.clock.Advance(time.Hour)
+	str := func(s string) *string { return &s }
+	num := func(n int) *int { return &n }
+
+	got, err := f.store.UpdateTenant(ctx, "acme", TenantUpdate{Tier: str(TierPremium), RPM: num(30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Tenant{ID: "acme", Name: created.Name, Tier: TierPremium, Limits: Limits{RPM: 30}, CreatedAt: created.CreatedAt, UpdatedAt: f.clock.Now()}
+	if got != want {
+		t.Errorf("UpdateTenant = %+v, want %+v", got, want)
+	}
+	// Absent fields keep their value; 0 returns a limit to the tier default.
+	got, err = f.store.UpdateTenant(ctx, "acme", TenantUpdate{Name: str("Acme Corp"), RPM: num(0), TPM: num(900)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != "Acme Corp" || got.Tier != TierPremium || got.Limits != (Limits{TPM: 900}) {
+		t.Errorf("second update = %+v", got)
+	}
+
+	tests := []struct {
+		name    string
+		id      string
+		u       TenantUpdate
+		wantErr error
+	}{
+		{"unknown tenant", "nobody", TenantUpdate{Name: str("x")}, ErrNotFound},
+		{"empty name", "acme", TenantUpdate{Name: str("")}, ErrInvalid},
+		{"unknown tier", "acme", TenantUpdate{Tier: str("gold")}, ErrInvalid},
+		{"negative rpm", "acme", TenantUpdate{RPM: num(-5)}, ErrInvalid},
+		{"tpm too large", "acme", TenantUpdate{TPM: num(MaxLimit + 1)}, ErrInvalid},
+		// A valid field beside an invalid one is not applied either.
+		{"partly invalid", "acme", TenantUpdate{Name: str("Renamed"), Tier: str("gold")}, ErrInvalid},
+	}
+	for _, tt := range tests {
+		if _, err := f.store.UpdateTenant(ctx, tt.id, tt.u); !errors.Is(err, tt.wantErr) {
+			t.Errorf("%s: error = %v, want %v", tt.name, err, tt.wantErr)
+		}
+	}
+	if after, _ := f.store.GetTenant(ctx, "acme"); after != got {
+		t.Errorf("refused updates changed the tenant: %+v, want %+v", after, got)
 	}
 }

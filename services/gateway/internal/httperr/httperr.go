@@ -44,6 +44,7 @@ const (
 	CodeNoRoute          = http.StatusNotFound         // 404
 	CodeMethodNotAllowed = http.StatusMethodNotAllowed // 405
 	CodeTooManyRequests  = http.StatusTooManyRequests  // 429
+	CodeConflict         = http.StatusConflict         // 409
 )
 
 // Code documents one value of the envelope's code field.
@@ -69,6 +70,7 @@ var Codes = []Code{
 	{CodeNoRoute, http.StatusNotFound, "no such route"},
 	{CodeMethodNotAllowed, http.StatusMethodNotAllowed, "route exists, method does not"},
 	{CodeTooManyRequests, http.StatusTooManyRequests, "rate limit or quota exceeded"},
+	{CodeConflict, http.StatusConflict, "admin API: the tenant already exists"},
 }
 
 // businessStatus is the HTTP status of each business code.
@@ -146,6 +148,8 @@ func fromCode(c codes.Code) Problem {
 		return Problem{HTTPStatus: http.StatusUnauthorized, Code: CodeUnauthenticated}
 	case codes.PermissionDenied:
 		return Problem{HTTPStatus: http.StatusForbidden, Code: CodePermissionDenied}
+	case codes.AlreadyExists:
+		return Problem{HTTPStatus: http.StatusConflict, Code: CodeConflict}
 	case codes.ResourceExhausted:
 		return Problem{HTTPStatus: http.StatusTooManyRequests, Code: CodeTooManyRequests}
 	case codes.Unavailable:

@@ -57,6 +57,7 @@ func TestFromStatus(t *testing.T) {
 		{"Unauthenticated", status.New(codes.Unauthenticated, "who"), 401, 401, "who"},
 		{"PermissionDenied", status.New(codes.PermissionDenied, "no"), 403, 403, "no"},
 		{"ResourceExhausted", status.New(codes.ResourceExhausted, "slow down"), 429, 429, "slow down"},
+		{"AlreadyExists", status.New(codes.AlreadyExists, "tenant \"a\" exists"), 409, 409, "tenant \"a\" exists"},
 		{"Unavailable", status.New(codes.Unavailable, "dial tcp 10.0.0.3:9000: refused"), 503, 30099, "service unavailable"},
 		{"Internal", status.New(codes.Internal, "nil pointer"), 500, 30099, "internal error"},
 		{"Unknown", status.New(codes.Unknown, "boom"), 500, 30099, "internal error"},

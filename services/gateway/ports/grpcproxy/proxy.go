@@ -42,16 +42,30 @@ type Options struct {
 	Logger *slog.Logger
 	// ServerOptions are appended (e.g. message size limits).
 	ServerOptions []grpc.ServerOption
+	// Throttle, if not nil, is asked before each call of an authenticated
+	// caller; a non-nil error (a status) refuses the call.
+	Throttle func(ctx context.Context, p authn.Principal) error
+	// Register, if not nil, registers services the gateway serves itself
+	// (the admin API) instead of proxying. Their unary calls are
+	// authenticated, checked by package access and throttled like proxied
+	// ones; the principal is in the handler's context (authn.FromContext).
+	Register func(grpc.ServiceRegistrar)
 }
 
 // NewServer returns the front door's gRPC server.
 func NewServer(opts Options) *grpc.Server {
-	p := &proxy{upstream: opts.Upstream, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger}
+	p := &proxy{upstream: opts.Upstream, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger, throttle: opts.Throttle}
 	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.UnknownServiceHandler(p.handle),
 		grpc.ForceServerCodec(codec{}),
+		// Runs for registered services only: the unknown-service handler
+		// is a stream handler, and health needs no credentials.
+		grpc.UnaryInterceptor(p.unaryLocal),
 	}, opts.ServerOptions...)...)
 	healthpb.RegisterHealthServer(srv, opts.Health)
+	if opts.Register != nil {
+		opts.Register(srv)
+	}
 	return srv
 }
 
@@ -60,6 +74,7 @@ type proxy struct {
 	auth     Authenticator
 	trusted  []netip.Prefix
 	log      *slog.Logger
+	throttle func(ctx context.Context, p authn.Principal) error
 }
 
 // bothStreams describes a call as client- and server-streaming, which fits
@@ -74,14 +89,9 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 	in, _ := metadata.FromIncomingContext(ss.Context())
 	id := requestid.Ensure(first(in, requestid.MetadataKey))
 
-	principal, err := p.authenticate(ss.Context(), in)
+	principal, err := p.admit(ss.Context(), in, method, id)
 	if err != nil {
-		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", status.Convert(err).Message())
 		return err
-	}
-	if err := access.Method(principal, method); err != nil {
-		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", err.Error())
-		return status.Error(codes.PermissionDenied, err.Error())
 	}
 
 	// The outgoing context keeps the client's deadline and cancellation;
@@ -117,6 +127,42 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 			return err
 		}
 	}
+}
+
+// admit authenticates the caller, checks the method is theirs to call and
+// charges their rate limits; the error is the status to answer with.
+func (p *proxy) admit(ctx context.Context, in metadata.MD, method, id string) (authn.Principal, error) {
+	principal, err := p.authenticate(ctx, in)
+	if err != nil {
+		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", status.Convert(err).Message())
+		return authn.Principal{}, err
+	}
+	if err := access.Method(principal, method); err != nil {
+		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", err.Error())
+		return authn.Principal{}, status.Error(codes.PermissionDenied, err.Error())
+	}
+	if p.throttle != nil {
+		if err := p.throttle(ctx, principal); err != nil {
+			p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", status.Convert(err).Message())
+			return authn.Principal{}, err
+		}
+	}
+	return principal, nil
+}
+
+// unaryLocal admits unary calls of the services the gateway serves itself.
+func (p *proxy) unaryLocal(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info.FullMethod == "/grpc.health.v1.Health/Check" {
+		return handler(ctx, req)
+	}
+	in, _ := metadata.FromIncomingContext(ctx)
+	id := requestid.Ensure(first(in, requestid.MetadataKey))
+	principal, err := p.admit(ctx, in, info.FullMethod, id)
+	if err != nil {
+		return nil, err
+	}
+	ctx = authn.NewContext(ctx, principal)
+	return handler(requestid.NewContext(ctx, id), req)
 }
 
 // authenticate reads the bearer secret from the "authorization" metadata.

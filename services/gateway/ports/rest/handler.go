@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	openapi "github.com/taskmesh/taskmesh/gen/openapi"
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
@@ -42,6 +43,11 @@ type Options struct {
 	// URLs are signed. It sees the full path, which signatures cover.
 	Objects http.Handler
 	Logger  *slog.Logger
+	// Throttle, if not nil, wraps the API after authentication (the
+	// principal is in the request's context): the rate limits.
+	Throttle func(http.Handler) http.Handler
+	// Admin, if not nil, is served under /api/v1/admin/ to operator keys.
+	Admin adminv1.AdminServiceServer
 }
 
 type handler struct {
@@ -62,8 +68,17 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Admin != nil {
+		if err := adminv1.RegisterAdminServiceHandlerServer(ctx, mux, opts.Admin); err != nil {
+			return nil, fmt.Errorf("rest: register admin service: %w", err)
+		}
+	}
+	var api http.Handler = mux
+	if opts.Throttle != nil {
+		api = opts.Throttle(mux)
+	}
 	return &handler{
-		api:     &authenticator{next: mux, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
+		api:     &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
 		objects: opts.Objects,
 		openapi: doc,
 		ready:   opts.Ready,
@@ -87,7 +102,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveOpenAPI(w, r)
 	case h.objects != nil && strings.HasPrefix(path, "/objects/"):
 		h.objects.ServeHTTP(w, r)
-	case strings.HasPrefix(path, "/api/"):
+	case strings.HasPrefix(path, "/api/"), strings.HasPrefix(path, "/v1/video/"):
 		h.api.ServeHTTP(w, r)
 	default:
 		httperr.WriteFor(w, r, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+path))

@@ -21,6 +21,7 @@ func devCommand() *cobra.Command {
 		o       stack.Options
 		logFile string
 		noAgent bool
+		limits  rateLimitFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -36,6 +37,10 @@ keeps all data.`,
 				o.KafkaBrokers = strings.Split(b, ",")
 			}
 			o.Durable, o.Agent = true, !noAgent
+			var err error
+			if o.RateLimits, err = limits.config(); err != nil {
+				return err
+			}
 			if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 				return err
 			}
@@ -76,6 +81,7 @@ keeps all data.`,
 	f.BoolVar(&noAgent, "no-agent", false, "do not start the local agent")
 	f.StringVar(&o.AgentLocalAPI, "agent-local-api", "127.0.0.1:7071", "the local agent's own REST API (empty: off)")
 	f.StringVar(&logFile, "log-file", "", "log file (default <data-dir>/taskmesh.log)")
+	limits.add(f)
 	return cmd
 }
 
@@ -93,6 +99,7 @@ Taskmesh is running.
   Local agent    %[6]s on %[7]s   (its local API: %[10]s)
   Logs           %[8]s
   Demo API key   %[9]s   (tenant "demo")
+  Operator key   %[12]s   (admin API: taskmesh ctl tenants|keys)
 
 Try it:
   export TASKMESH_API_KEY=%[9]s
@@ -104,7 +111,7 @@ Try it:
 
 Press Ctrl-C to stop; data stays in the data directory.
 `, s.HTTPURL, s.GRPCAddr, password.ReplaceAllString(s.Postgres, "://$1:***@"), strings.Join(s.Kafka, ","), s.ObjectDir,
-		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s))
+		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s), s.AdminKeyFile)
 }
 
 func agentAPI(s *stack.Stack) string {

@@ -178,6 +178,20 @@ func TestDevRunsTasksAndKeepsThemAcrossRestarts(t *testing.T) {
 	if !strings.Contains(first.out.String(), key) {
 		t.Fatalf("the banner does not show the demo key:\n%s", first.out)
 	}
+	// The operator key sits next to the demo key, private, and works on
+	// the admin API.
+	adminFile := filepath.Join(dir, "admin-key")
+	adminBytes, err := os.ReadFile(adminFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(adminFile); err != nil || fi.Mode().Perm() != 0o600 || !strings.Contains(first.out.String(), adminFile) {
+		t.Fatalf("operator key file %v %v; banner:\n%s", fi, err, first.out)
+	}
+	adminKey := strings.TrimSpace(string(adminBytes))
+	if demo := rest(t, "GET", base+"/api/v1/admin/tenants/demo", adminKey, nil); demo["tier"] != "standard" {
+		t.Fatalf("demo tenant through the admin API = %v", demo)
+	}
 	created := rest(t, "POST", base+"/api/v1/tasks", key, map[string]any{"name": "before restart", "command": "echo", "args": []string{"kept"}})
 	id := created["id"].(string)
 	if done := waitCompleted(t, base, key, id); done["stdout"] != "kept\n" {
@@ -190,6 +204,10 @@ func TestDevRunsTasksAndKeepsThemAcrossRestarts(t *testing.T) {
 	if again["status"] != "completed" || again["stdout"] != "kept\n" {
 		t.Fatalf("after restart: %v", again)
 	}
+	if b, err := os.ReadFile(adminFile); err != nil || strings.TrimSpace(string(b)) != adminKey {
+		t.Fatalf("the operator key changed across a restart: %v", err)
+	}
+	rest(t, "GET", base+"/api/v1/admin/tenants", adminKey, nil)
 	created = rest(t, "POST", base+"/api/v1/tasks", key, map[string]any{"name": "after restart", "command": "echo", "args": []string{"new"}})
 	waitCompleted(t, base, key, created["id"].(string))
 	second.stop(t)

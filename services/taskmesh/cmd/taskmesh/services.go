@@ -181,6 +181,8 @@ func gatewayCommand() *cobra.Command {
 		c                          common
 		httpAddr, grpcAddr, target string
 		fsRoot, fsBaseURL, fsKey   string
+		limits                     rateLimitFlags
+		adminKeyFile               string
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -201,6 +203,9 @@ func gatewayCommand() *cobra.Command {
 				return err
 			}
 			cfg := gateway.Config{HTTPAddr: httpAddr, GRPCAddr: grpcAddr, SchedulerTarget: target, InternalToken: token, DB: pool, Logger: log}
+			if cfg.RateLimits, err = limits.config(); err != nil {
+				return err
+			}
 			if fsRoot != "" {
 				secret, err := flagenv.Secret("", fsKey)
 				if err != nil {
@@ -216,6 +221,16 @@ func gatewayCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if adminKeyFile != "" {
+				_, created, err := g.AdminKeyFile(ctx, adminKeyFile, true)
+				if err != nil {
+					g.Close()
+					return err
+				}
+				if created {
+					log.Info("operator key for the admin API written", "file", adminKeyFile)
+				}
+			}
 			log.Info("gateway serving", "http", g.HTTPAddr(), "grpc", g.GRPCAddr())
 			return g.Run(ctx)
 		},
@@ -228,6 +243,8 @@ func gatewayCommand() *cobra.Command {
 	f.StringVar(&fsRoot, "objects-fs-root", "", "serve the fs object store at /objects/ from this directory")
 	f.StringVar(&fsBaseURL, "objects-fs-base-url", "", "public URL of /objects")
 	f.StringVar(&fsKey, "objects-fs-secret-file", "", "file holding the URL-signing secret")
+	f.StringVar(&adminKeyFile, "admin-key-file", "", "if no usable operator key exists, create one and write it to this file (0600)")
+	limits.add(f)
 	return cmd
 }
 

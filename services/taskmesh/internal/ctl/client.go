@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
@@ -39,6 +40,9 @@ const defaultPort = "9090"
 const (
 	EnvServer = "TASKMESH_SERVER"
 	EnvAPIKey = "TASKMESH_API_KEY"
+	// EnvAdminKey is the operator key (tmo_…) of the tenants and keys
+	// commands.
+	EnvAdminKey = "TASKMESH_ADMIN_KEY"
 )
 
 // maxRecvBytes lets a full page of tasks through (500 tasks, each with up
@@ -48,7 +52,11 @@ const maxRecvBytes = 128 << 20
 // connFlags are the connection flags of the ctl command.
 type connFlags struct {
 	server, apiKey, config string
+	adminKey               string
 	tls, insecure          bool
+	// admin says the command calls the admin API: the operator key is
+	// sent instead of the API key.
+	admin bool
 }
 
 // environment is what the client reads from the process, injectable for
@@ -71,7 +79,7 @@ type Settings struct {
 
 // fileConfig is the config file's content.
 type fileConfig struct {
-	Server, APIKey string
+	Server, APIKey, AdminKey string
 }
 
 // resolveSettings applies the precedence flags > environment > config file
@@ -102,6 +110,12 @@ func resolveSettings(f connFlags, env environment) (Settings, error) {
 		Server:     first(f.server, strings.TrimSpace(env.getenv(EnvServer)), cfg.Server, DefaultServer),
 		APIKey:     first(f.apiKey, strings.TrimSpace(env.getenv(EnvAPIKey)), cfg.APIKey),
 		ConfigPath: path,
+	}
+	if f.admin {
+		s.APIKey = first(f.adminKey, strings.TrimSpace(env.getenv(EnvAdminKey)), cfg.AdminKey)
+		if s.APIKey == "" {
+			return Settings{}, invocationError{fmt.Errorf("no operator key: pass --admin-key, set %s, or put admin_key: in the config file (mode 0600); taskmesh dev writes one to its data directory", EnvAdminKey)}
+		}
 	}
 	if s.APIKey == "" {
 		where := "~/.config/taskmesh/config.yaml"
@@ -167,7 +181,7 @@ func loadConfig(path string) (cfg fileConfig, found bool, err error) {
 	if err != nil {
 		return fileConfig{}, true, err
 	}
-	if cfg.APIKey != "" && runtime.GOOS != "windows" {
+	if (cfg.APIKey != "" || cfg.AdminKey != "") && runtime.GOOS != "windows" {
 		fi, err := os.Stat(path)
 		if err != nil {
 			return fileConfig{}, true, fmt.Errorf("config file: %w", err)
@@ -204,8 +218,10 @@ func parseConfig(path string, data []byte) (fileConfig, error) {
 			dst = &cfg.Server
 		case "api_key":
 			dst = &cfg.APIKey
+		case "admin_key":
+			dst = &cfg.AdminKey
 		default:
-			return fileConfig{}, fmt.Errorf("config file %s:%d: unknown key %q (want server or api_key)", path, k.Line, k.Value)
+			return fileConfig{}, fmt.Errorf("config file %s:%d: unknown key %q (want server, api_key or admin_key)", path, k.Line, k.Value)
 		}
 		if v.Kind != yaml.ScalarNode {
 			return fileConfig{}, fmt.Errorf("config file %s:%d: %s must be a string", path, v.Line, k.Value)
@@ -292,6 +308,7 @@ func (bearer) String() string { return "bearer([REDACTED])" }
 type conn struct {
 	cc    *grpc.ClientConn
 	tasks taskv1.TaskServiceClient
+	admin adminv1.AdminServiceClient
 }
 
 func (c *conn) Close() error { return c.cc.Close() }
@@ -315,7 +332,7 @@ func dial(s Settings) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
-	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc)}, nil
+	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message

@@ -1,7 +1,8 @@
 // Package ctl is the command-line client of Taskmesh, `taskmesh ctl`: it
 // submits tasks from the seed's YAML files and lists, inspects, watches,
 // cancels, retries and deletes them through the gateway's gRPC front door,
-// as a tenant identified by an API key.
+// as a tenant identified by an API key; and manages tenants and their API
+// keys through the admin API with an operator key.
 //
 // The command tree is
 //
@@ -11,6 +12,8 @@
 //	ctl tasks watch ID          follow a task until it is final
 //	ctl tasks cancel|retry|delete ID
 //	ctl tasks result ID         inline output, or the object-store download
+//	ctl tenants create|list|get|update   tenants, tiers, limits (admin.go)
+//	ctl keys create|list|revoke          a tenant's API keys (admin.go)
 //
 // Errors print as one line, "error: <message> (code <n> <meaning>)", and
 // exit 1; mistakes in the command line itself exit 2 before anything is
@@ -95,6 +98,8 @@ The server and API key come from, highest first: --server and --api-key;
 TASKMESH_SERVER and TASKMESH_API_KEY; the config file (--config, default
 $XDG_CONFIG_HOME/taskmesh/config.yaml or ~/.config/taskmesh/config.yaml)
 with server: and api_key:, which must be private (chmod 600).
+The tenants and keys commands send the operator key (tmo_…) instead:
+--admin-key, TASKMESH_ADMIN_KEY, or admin_key: in the config file.
 Prefer the environment or the config file to --api-key, which other users
 of the machine can see in the process list.
 
@@ -113,6 +118,7 @@ root certificates unless --insecure is given.`,
 	f := ctl.PersistentFlags()
 	f.StringVar(&a.conn.server, "server", "", "gateway gRPC address host:port (default "+DefaultServer+", env "+EnvServer+")")
 	f.StringVar(&a.conn.apiKey, "api-key", "", "API key (env "+EnvAPIKey+"; visible to other users in the process list)")
+	f.StringVar(&a.conn.adminKey, "admin-key", "", "operator key for tenants and keys (env "+EnvAdminKey+"; visible in the process list)")
 	f.StringVar(&a.conn.config, "config", "", "config file with server: and api_key: (default $XDG_CONFIG_HOME/taskmesh/config.yaml)")
 	f.BoolVar(&a.conn.tls, "tls", false, "use TLS with the system roots even for a loopback address")
 	f.BoolVar(&a.conn.insecure, "insecure", false, "use plaintext even for a non-loopback address (sends the key unencrypted)")
@@ -128,7 +134,7 @@ root certificates unless --insecure is given.`,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand())
-	ctl.AddCommand(tasks)
+	ctl.AddCommand(tasks, a.tenantsCommand(), a.keysCommand())
 	return ctl
 }
 

@@ -56,7 +56,9 @@ type Options struct {
 	AgentLocalAPI string
 	// Timing overrides the scheduler's timing (tests).
 	Timing scheduler.Timing
-	Logger *slog.Logger
+	// RateLimits configures the gateway's RPM and TPM limits.
+	RateLimits gateway.RateLimits
+	Logger     *slog.Logger
 }
 
 // Stack is a running Taskmesh.
@@ -70,7 +72,9 @@ type Stack struct {
 	GRPCAddr    string
 	ObjectDir   string
 	// DemoAPIKey belongs to tenant "demo"; AgentToken to the local agent.
-	DemoAPIKey    string
+	DemoAPIKey string
+	// AdminKeyFile holds an operator key for the admin API (0600).
+	AdminKeyFile  string
 	AgentToken    string
 	AgentID       string
 	AgentLocalAPI string
@@ -275,7 +279,7 @@ func (s *Stack) startGateway(ctx, runCtx context.Context, schedAddr, internalTok
 		return err
 	}
 	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
-		InternalToken: internalToken, DB: pool, Objects: objects.Handler(), Logger: s.opts.Logger})
+		InternalToken: internalToken, DB: pool, Objects: objects.Handler(), Logger: s.opts.Logger, RateLimits: s.opts.RateLimits})
 	if err != nil {
 		return err
 	}
@@ -306,6 +310,11 @@ func (s *Stack) bootstrap(ctx context.Context) error {
 			return err
 		}
 		s.DemoAPIKey = secret
+	}
+	// The operator key sits next to the demo key.
+	s.AdminKeyFile = filepath.Join(s.opts.DataDir, "admin-key")
+	if _, _, err := s.Gateway.AdminKeyFile(ctx, s.AdminKeyFile, false); err != nil {
+		return fmt.Errorf("create the operator key: %w", err)
 	}
 	host, _ := os.Hostname()
 	s.MachineID, s.AgentID = "machine-"+sanitize(host), "agent-local-1"

@@ -1,0 +1,162 @@
+package throttle
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"unicode/utf8"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
+)
+
+// Video request rules that the token cost follows (seed 000 §1.1.2): the
+// prompt is truncated to maxPromptRunes, and duration is 5 s when absent.
+const (
+	maxPromptRunes  = 800
+	defaultDuration = 5
+	// maxCostDuration bounds the duration the cost is computed from. The
+	// video API accepts only 5; a larger value is refused there as
+	// InvalidParameter, and must not be refused here first as too costly.
+	maxCostDuration = 60
+)
+
+// videoGenerationPaths are the routes that create a video generation task.
+var videoGenerationPaths = map[string]bool{
+	"/v1/video/generations":     true,
+	"/api/v1/video/generations": true,
+}
+
+// videoRequest is the part of a video generation request the cost needs.
+type videoRequest struct {
+	Input struct {
+		Prompt string `json:"prompt"`
+	} `json:"input"`
+	Parameters struct {
+		Duration json.Number `json:"duration"`
+	} `json:"parameters"`
+}
+
+// VideoCost is the token cost of a video generation request body:
+//
+//	runes(prompt, truncated to 800) + perSecond × duration
+//
+// with duration 5 when absent, not a whole number in [1, 60], or when the
+// body does not parse (the video API then refuses it; the cost still
+// counts the attempt).
+func VideoCost(body []byte, perSecond int64) int64 {
+	var req videoRequest
+	duration := int64(defaultDuration)
+	if json.Unmarshal(body, &req) != nil {
+		return perSecond * duration
+	}
+	if d, err := req.Parameters.Duration.Int64(); err == nil && d >= 1 && d <= maxCostDuration {
+		duration = d
+	}
+	return int64(min(utf8.RuneCountInString(req.Input.Prompt), maxPromptRunes)) + perSecond*duration
+}
+
+// tokensOf returns the request's token cost, reading and restoring the
+// body of a video generation request.
+func (t *Throttle) tokensOf(r *http.Request) (int64, error) {
+	if r.Method != http.MethodPost || !videoGenerationPaths[r.URL.Path] {
+		return t.cfg.OtherRouteTokens, nil
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return 0, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return VideoCost(body, t.cfg.VideoTokensPerSecond), nil
+}
+
+// Middleware limits the requests next serves. The principal must be in the
+// request's context (authn.NewContext); requests without one pass. Over a
+// limit it answers 429 with Retry-After in the route's error envelope
+// (httperr.WriteFor); every limited answer carries X-RateLimit-* headers.
+func (t *Throttle) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, ok := authn.FromContext(r.Context())
+		if !ok || p.Kind != authn.KindUser {
+			next.ServeHTTP(w, r)
+			return
+		}
+		tokens, err := t.tokensOf(r)
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				httperr.WriteFor(w, r, httperr.New(http.StatusRequestEntityTooLarge, httperr.CodeInvalidArgument, "request body too large"))
+				return
+			}
+			httperr.WriteFor(w, r, httperr.New(http.StatusBadRequest, httperr.CodeInvalidArgument, "request body could not be read"))
+			return
+		}
+		usage, err := t.Check(r.Context(), p, tokens)
+		setHeaders(w.Header(), usage)
+		var refusal *Refusal
+		switch {
+		case errors.As(err, &refusal):
+			if !refusal.Never {
+				w.Header().Set("Retry-After", strconv.FormatInt(refusal.RetryAfterSeconds(), 10))
+			}
+			httperr.WriteFor(w, r, httperr.New(http.StatusTooManyRequests, httperr.CodeTooManyRequests, refusal.Reason))
+			return
+		case err != nil:
+			t.log.Error("reading rate limits failed", "err", err, "request_id", requestid.FromContext(r.Context()))
+			httperr.WriteFor(w, r, httperr.New(http.StatusServiceUnavailable, httperr.CodeInternal, "rate limits unavailable"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// setHeaders writes X-RateLimit-{Limit,Remaining,Reset}-{Requests,Tokens};
+// Reset is in whole seconds, rounded up.
+func setHeaders(h http.Header, u Usage) {
+	for _, v := range []struct {
+		suffix string
+		w      *Window
+	}{{"Requests", u.Requests}, {"Tokens", u.Tokens}} {
+		if v.w == nil {
+			continue
+		}
+		h.Set("X-RateLimit-Limit-"+v.suffix, strconv.FormatInt(v.w.Limit, 10))
+		h.Set("X-RateLimit-Remaining-"+v.suffix, strconv.FormatInt(v.w.Remaining, 10))
+		h.Set("X-RateLimit-Reset-"+v.suffix, strconv.FormatInt(int64(math.Ceil(v.w.ResetAfter.Seconds())), 10))
+	}
+}
+
+// GRPCError checks a gRPC front-door call by p (RPM and the flat token
+// cost; the front door does not decode messages) and returns nil when it
+// may proceed, ResourceExhausted with a RetryInfo detail when a limit is
+// exceeded, or Unavailable when the limits could not be read.
+func (t *Throttle) GRPCError(ctx context.Context, p authn.Principal) error {
+	_, err := t.Check(ctx, p, t.cfg.OtherRouteTokens)
+	var refusal *Refusal
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &refusal):
+		st := status.New(codes.ResourceExhausted, refusal.Reason)
+		if !refusal.Never {
+			if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(refusal.RetryAfter)}); derr == nil {
+				st = d
+			}
+		}
+		return st.Err()
+	default:
+		t.log.Error("reading rate limits failed", "err", err)
+		return status.Error(codes.Unavailable, "rate limits unavailable")
+	}
+}

@@ -1,0 +1,268 @@
+// Package admin serves taskmesh.admin.v1.AdminService: tenants and their
+// API keys, over the credential store the gateway owns. The same Server
+// answers the gRPC front door (behind UnaryInterceptor) and the REST routes
+// under /api/v1/admin/ (grpc-gateway's in-process handlers, behind the REST
+// authenticator), so every method checks its caller and validates its
+// request itself rather than trusting a chain that REST does not run.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"buf.build/go/protovalidate"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
+)
+
+// Page sizes of ListTenants.
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+// Server implements adminv1.AdminServiceServer.
+type Server struct {
+	adminv1.UnimplementedAdminServiceServer
+	store *credentials.Store
+	tiers map[string]credentials.Limits
+	v     protovalidate.Validator
+	log   *slog.Logger
+}
+
+// New returns the admin service on store. tiers are the default limits by
+// tier, shown as a tenant's effective limits when it has none of its own.
+func New(store *credentials.Store, tiers map[string]credentials.Limits, log *slog.Logger) (*Server, error) {
+	v, err := protovalidate.New()
+	if err != nil {
+		return nil, fmt.Errorf("admin: protovalidate: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{store: store, tiers: tiers, v: v, log: log}, nil
+}
+
+// check admits only operators and validates req.
+func (s *Server) check(ctx context.Context, req proto.Message) error {
+	p, ok := authn.FromContext(ctx)
+	if !ok {
+		return grpcserver.Status(codes.Unauthenticated, 401, "UNAUTHENTICATED", "missing credentials")
+	}
+	if p.Kind != authn.KindAdmin {
+		return grpcserver.Status(codes.PermissionDenied, 403, "PERMISSION_DENIED", "the admin API needs an operator key (tmo_…)")
+	}
+	return grpcserver.Validate(s.v, req, s.log)
+}
+
+// CreateTenant implements AdminService.
+func (s *Server) CreateTenant(ctx context.Context, req *adminv1.CreateTenantRequest) (*adminv1.CreateTenantResponse, error) {
+	if err := s.check(ctx, req); err != nil {
+		return nil, err
+	}
+	t, err := s.store.AddTenant(ctx, credentials.TenantSpec{
+		ID: req.GetTenantId(), Name: req.GetName(), Tier: req.GetTier(),
+		Limits: credentials.Limits{RPM: int(req.GetRpmLimit()), TPM: int(req.GetTpmLimit())},
+	})
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	s.audit(ctx, "tenant created", "tenant_id", t.ID)
+	return &adminv1.CreateTenantResponse{Tenant: s.tenant(t)}, nil
+}
+
+// ListTenants implements AdminService. The page token is the last id of
+// the previous page.
+func (s *Server) ListTenants(ctx context.Context, req *adminv1.ListTenantsRequest) (*adminv1.ListTenantsResponse, error) {
+	if err := s.check(ctx, req); err != nil {
+		return nil, err
+	}
+	size := int(req.GetPageSize())
+	if size == 0 {
+		size = defaultPageSize
+	}
+	size = min(size, maxPageSize)
+	ts, next, err := s.store.ListTenants(ctx, req.GetPageToken(), size)
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	resp := &adminv1.ListTenantsResponse{Tenants: make([]*adminv1.Tenant, 0, len(ts)), NextPageToken: next}
+	for _, t := range ts {
+		resp.Tenants = append(resp.Tenants, s.tenant(t))
+	}
+	return resp, nil
+}
+
+// GetTenant implements AdminService.
+func (s *Server) GetTenant(ctx context.Context, req *adminv1.GetTenantRequest) (*adminv1.GetTenantResponse, error) {
+	if err := s.check(ctx, req); err != nil {
+		return nil, err
+	}
+	t, err := s.store.GetTenant(ctx, req.GetTenantId())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return &adminv1.GetTenantResponse{Tenant: s.tenant(t)}, nil
+}
+
+// UpdateTenant implements AdminService.
+func (s *Server) UpdateTenant(ctx context.Context, req *adminv1.UpdateTenantRequest) (*adminv1.UpdateTenantResponse, error) {
+	if err := s.check(ctx, req); err != nil {
+		return nil, err
+	}
+	u := credentials.TenantUpdate{Name: req.Name, Tier: req.Tier}
+	if req.RpmLimit != nil {
+		n := int(req.GetRpmLimit())
+		u.RPM = &n
+	}
+	if req.TpmLimit != nil {
+		n := int(req.GetTpmLimit())
+		u.TPM = &n
+	}
+	t, err := s.store.UpdateTenant(ctx, req.GetTenantId(), u)
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	s.audit(ctx, "tenant updated", "tenant_id", t.ID)
+	return &adminv1.UpdateTenantResponse{Tenant: s.tenant(t)}, nil
+}
+
+// CreateApiKey implements AdminService. A key's own limits may not exceed
+// its tenant's effective ones: such a limit could never be reached.
+func (s *Server) CreateApiKey(ctx context.Context, req *adminv1.CreateApiKeyRequest) (*adminv1.CreateApiKeyResponse, error) {
+	if err := s.check(ctx, req); err != nil {
+		return nil, err
+	}
+	t, err := s.store.GetTenant(ctx, req.GetTenantId())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	eff := s.effective(t)
+	for _, l := range []struct {
+		name      string
+		key, tent int
+	}{{"rpm_limit", int(req.GetRpmLimit()), eff.RPM}, {"tpm_limit", int(req.GetTpmLimit()), eff.TPM}} {
+		if l.key > 0 && l.tent > 0 && l.key > l.tent {
+			return nil, s.fail(ctx, fmt.Errorf("%w: %s %d exceeds the tenant's %d", credentials.ErrInvalid, l.name, l.key, l.tent))
+		}
+	}
+	spec := credentials.APIKeySpec{
+		TenantID: req.GetTenantId(), Name: req.GetName(),
+		Limits: credentials.Limits{RPM: int(req.GetRpmLimit()), TPM: int(req.GetTpmLimit())},
+	}
+	if req.ExpiresAt != nil {
+		if err := req.GetExpiresAt().CheckValid(); err != nil {
+			return nil, s.fail(ctx, fmt.Errorf("%w: expires_at: %v", credentials.ErrInvalid, err))
+		}
+		at := req.GetExpiresAt().AsTime()
+		spec.ExpiresAt = &at
+	}
+	k, secret, err := s.store.AddAPIKey(ctx, spec)
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	s.audit(ctx, "api key created", "tenant_id", k.TenantID, "key_id", k.ID, "prefix", k.Prefix)
+	return &adminv1.CreateApiKeyResponse{ApiKey: apiKey(k), Secret: secret}, nil
+}
+
+// ListApiKeys implements AdminService.
+func (s *Server) ListApiKeys(ctx context.Context, req *adminv1.ListApiKeysRequest) (*adminv1.ListApiKeysResponse, error) {
+	if err := s.check(ctx, req); err != nil {
+		return nil, err
+	}
+	ks, err := s.store.ListAPIKeys(ctx, req.GetTenantId())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	resp := &adminv1.ListApiKeysResponse{ApiKeys: make([]*adminv1.ApiKey, 0, len(ks))}
+	for _, k := range ks {
+		resp.ApiKeys = append(resp.ApiKeys, apiKey(k))
+	}
+	return resp, nil
+}
+
+// RevokeApiKey implements AdminService.
+func (s *Server) RevokeApiKey(ctx context.Context, req *adminv1.RevokeApiKeyRequest) (*adminv1.RevokeApiKeyResponse, error) {
+	if err := s.check(ctx, req); err != nil {
+		return nil, err
+	}
+	if err := s.store.RevokeAPIKey(ctx, req.GetTenantId(), req.GetKeyId()); err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	k, err := s.store.GetAPIKey(ctx, req.GetTenantId(), req.GetKeyId())
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	s.audit(ctx, "api key revoked", "tenant_id", k.TenantID, "key_id", k.ID, "prefix", k.Prefix)
+	return &adminv1.RevokeApiKeyResponse{ApiKey: apiKey(k)}, nil
+}
+
+// fail maps a store error to a status, once for both transports: REST
+// shows the business code, which for these errors is the HTTP status.
+func (s *Server) fail(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, credentials.ErrInvalid):
+		return grpcserver.Status(codes.InvalidArgument, grpcserver.CodeInvalidArgument, "INVALID_ARGUMENT", err.Error())
+	case errors.Is(err, credentials.ErrNotFound):
+		return grpcserver.Status(codes.NotFound, 404, "NOT_FOUND", err.Error())
+	case errors.Is(err, credentials.ErrExists):
+		return grpcserver.Status(codes.AlreadyExists, 409, "ALREADY_EXISTS", err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return grpcserver.Status(codes.Canceled, grpcserver.CodeInternal, "CANCELED", "request canceled")
+	}
+	s.log.ErrorContext(ctx, "admin request failed", "err", err)
+	return grpcserver.Status(codes.Unavailable, grpcserver.CodeInternal, "UNAVAILABLE", "credential store unavailable")
+}
+
+// audit logs an operator's change with the operator's key id.
+func (s *Server) audit(ctx context.Context, msg string, args ...any) {
+	p, _ := authn.FromContext(ctx)
+	s.log.InfoContext(ctx, msg, append(args, "admin_key_id", p.Subject)...)
+}
+
+// effective is the tenant's limits in force: its own, else its tier's.
+func (s *Server) effective(t credentials.Tenant) credentials.Limits {
+	l, def := t.Limits, s.tiers[t.Tier]
+	if l.RPM == 0 {
+		l.RPM = def.RPM
+	}
+	if l.TPM == 0 {
+		l.TPM = def.TPM
+	}
+	return l
+}
+
+func (s *Server) tenant(t credentials.Tenant) *adminv1.Tenant {
+	eff := s.effective(t)
+	return &adminv1.Tenant{
+		Id: t.ID, Name: t.Name, Tier: t.Tier,
+		RpmLimit: int32(t.Limits.RPM), TpmLimit: int32(t.Limits.TPM),
+		EffectiveRpmLimit: int32(eff.RPM), EffectiveTpmLimit: int32(eff.TPM),
+		CreatedAt: timestamppb.New(t.CreatedAt), UpdatedAt: timestamppb.New(t.UpdatedAt),
+	}
+}
+
+func apiKey(k credentials.APIKey) *adminv1.ApiKey {
+	return &adminv1.ApiKey{
+		Id: k.ID, TenantId: k.TenantID, Name: k.Name, Prefix: k.Prefix,
+		RpmLimit: int32(k.Limits.RPM), TpmLimit: int32(k.Limits.TPM),
+		CreatedAt: timestamppb.New(k.CreatedAt), ExpiresAt: ts(k.ExpiresAt),
+		RevokedAt: ts(k.RevokedAt), LastUsedAt: ts(k.LastUsedAt),
+	}
+}
+
+func ts(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
