@@ -109,13 +109,13 @@ func fingerprint(s *State) string {
 		}
 		if q.node != nil {
 			u, _ := s.ClusterQueueUsage(name)
-			fmt.Fprintf(&b, " usage=%+v", u.Resources)
+			fmt.Fprintf(&b, " usage=%s", formatUsage(u))
 		}
 		b.WriteString("\n")
 	}
 	for _, name := range slices.Sorted(maps.Keys(s.cohorts)) {
 		u, _ := s.CohortUsage(name)
-		fmt.Fprintf(&b, "cohort %s usage=%+v\n", name, u.Resources)
+		fmt.Fprintf(&b, "cohort %s usage=%s\n", name, formatUsage(u))
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.workloads)) {
 		w := s.workloads[id]
@@ -306,4 +306,20 @@ func TestRemoveAndEvictFreeUsage(t *testing.T) {
 	if u.Pending != 0 || u.Admitted != 0 {
 		t.Errorf("usage %+v, want empty", u)
 	}
+}
+
+func formatUsage(u Usage) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pending=%d admitted=%d", u.Pending, u.Admitted)
+	for _, r := range u.Resources {
+		limit := func(p *int64) string {
+			if p == nil {
+				return "-"
+			}
+			return fmt.Sprint(*p)
+		}
+		fmt.Fprintf(&b, " [%s/%s nominal=%d subtree=%d used=%d borrowed=%d lent=%d available=%d bl=%s ll=%s]",
+			r.Flavor, r.Resource, r.Nominal, r.Subtree, r.Used, r.Borrowed, r.Lent, r.Available, limit(r.BorrowingLimit), limit(r.LendingLimit))
+	}
+	return b.String()
 }
