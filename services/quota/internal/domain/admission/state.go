@@ -54,10 +54,9 @@ type workload struct {
 	compiled    *compiledReq
 	compiledFor *node
 
-	// noFit memoizes "neither fits nor can preempt" against the root's
-	// generations, so unchanged queues are not re-evaluated every cycle.
-	noFitRelease uint64
-	noFitChange  uint64
+	// memo records "neither fits nor can preempt" against the root's memo
+	// keys, so unchanged queues are not re-evaluated every cycle.
+	memo noFitMemo
 }
 
 type resQty struct {
@@ -93,6 +92,10 @@ type queue struct {
 	node     *node // nil while the ClusterQueue is not configured
 	pending  []*workload
 	admitted map[string]*workload
+	// seq counts insertions into pending; memo summarizes its pending
+	// workloads for Schedule.
+	seq  uint64
+	memo queueMemo
 }
 
 // State is the admission state: configuration, usage, pending and admitted
@@ -197,6 +200,7 @@ func (s *State) build(cfg Config) {
 	newNode := func(name string, groups []ResourceGroup) *node {
 		n := &node{
 			name:        name,
+			idx:         len(s.nodes),
 			off:         len(s.nodes) * numFR,
 			nominal:     make([]int64, numFR),
 			borrowLimit: make([]int64, numFR),
@@ -255,7 +259,8 @@ func (s *State) build(cfg Config) {
 		if n.parent == nil {
 			n.computeQuotas(numFR)
 			s.gen++
-			n.releaseGen, n.changeGen = s.gen, s.gen
+			n.configGen, n.changeGen = s.gen, s.gen
+			n.released = make([]int64, numFR)
 		}
 	}
 	s.usage = make([]int64, len(s.nodes)*numFR)
@@ -316,7 +321,9 @@ func (s *State) charge(n *node, a []frQty, sign int64) {
 	s.gen++
 	n.root.changeGen = s.gen
 	if sign < 0 {
-		n.root.releaseGen = s.gen
+		for _, r := range a {
+			n.root.released[r.fr] += r.qty
+		}
 	}
 }
 
@@ -334,6 +341,7 @@ func queueLess(a, b *workload) int {
 func (q *queue) insert(w *workload) {
 	i, _ := slices.BinarySearchFunc(q.pending, w, queueLess)
 	q.pending = slices.Insert(q.pending, i, w)
+	q.seq++
 }
 
 func (q *queue) position(w *workload) int {
@@ -512,7 +520,7 @@ func (s *State) Evict(id string) error {
 		return fmt.Errorf("%w: %s", ErrNotAdmitted, id)
 	}
 	s.release(w)
-	w.noFitRelease, w.noFitChange = 0, 0
+	w.memo = noFitMemo{}
 	s.queues[w.ClusterQueue].insert(w)
 	return nil
 }
