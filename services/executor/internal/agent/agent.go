@@ -46,10 +46,10 @@ import (
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
-	"github.com/taskmesh/taskmesh/services/executor/internal/video"
 	"google.golang.org/grpc"
 )
 

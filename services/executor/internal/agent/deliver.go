@@ -21,6 +21,9 @@ import (
 // errBusy: another goroutine is delivering the same attempt right now.
 var errBusy = errors.New("delivery in progress")
 
+// errResultLost: the result to upload is gone from the run directory.
+var errResultLost = errors.New("result lost")
+
 // errNoServer: the agent runs without a server.
 var errNoServer = errors.New("no server configured")
 
@@ -114,9 +117,16 @@ func (a *Agent) deliver(ctx context.Context, attemptID string) error {
 		return nil
 	}
 	log := a.log.With("task_id", t.ID, "attempt_id", t.AttemptID)
+	var lost error
 	if t.ResultUpload && t.ResultKey == "" {
 		if err := a.uploadResult(ctx, &t); err != nil {
-			return a.deliveryFailed(t, "upload result", err)
+			if !errors.Is(err, errResultLost) {
+				return a.deliveryFailed(t, "upload result", err)
+			}
+			// Retrying cannot bring it back, and a stuck outcome would hold
+			// up every later one: report the attempt failed instead.
+			log.Error("result lost before upload", "err", err)
+			lost = err
 		}
 	}
 	req := &taskv1.CompleteTaskRequest{
@@ -126,6 +136,9 @@ func (a *Agent) deliver(ctx context.Context, attemptID string) error {
 	}
 	if t.ExitCode != nil {
 		req.ExitCode = int32(*t.ExitCode)
+	}
+	if lost != nil {
+		req.ExitCode, req.Error = -1, truncateUTF8(lost.Error(), 4096)
 	}
 	if t.ResultKey != "" {
 		req.ResultObject = &taskv1.ResultObject{Key: t.ResultKey, SizeBytes: t.ResultSize, Sha256: t.ResultSHA256}

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
-	"github.com/taskmesh/taskmesh/services/executor/internal/video"
 )
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)

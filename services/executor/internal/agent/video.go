@@ -13,9 +13,9 @@ import (
 	"strings"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
-	"github.com/taskmesh/taskmesh/services/executor/internal/video"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -89,6 +89,9 @@ func videoError(runDir string) string {
 func (a *Agent) uploadVideo(ctx context.Context, t *journal.Task) error {
 	path := filepath.Join(t.RunDir, video.OutputFile)
 	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: the rendered video %s is gone", errResultLost, video.OutputFile)
+	}
 	if err != nil {
 		return fmt.Errorf("video result: %w", err)
 	}

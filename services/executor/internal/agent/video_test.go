@@ -241,3 +241,40 @@ func TestVideoConfiguration(t *testing.T) {
 		}
 	})
 }
+
+// A rendered video that disappears before it could be uploaded fails the
+// attempt instead of holding up every later outcome.
+func TestLostVideoFailsTheAttempt(t *testing.T) {
+	needFFmpeg(t)
+	store := &objectStore{}
+	srv := httptest.NewServer(store)
+	defer srv.Close()
+	h := newHarness(t, nil)
+	h.fake.SetUploadURL(srv.URL)
+	h.fake.SetFail(func(method string, _ proto.Message) error {
+		if method == "CreateResultUpload" || method == "CompleteTask" {
+			return rpcerr.New(rpcerr.Internal, "object store unavailable")
+		}
+		return nil
+	})
+	lost := h.fake.Add(videoTask("text_to_video", ""))[0]
+	h.start()
+	row := h.waitRow(lost, 30*time.Second, "render finished, not delivered", func(r journal.Task) bool {
+		return r.Status == journal.StatusCompleted && r.SyncAttempts > 0
+	})
+	if err := os.Remove(filepath.Join(row.RunDir, "video.mp4")); err != nil {
+		t.Fatal(err)
+	}
+	next := h.fake.Add(shell("echo", "after"))[0]
+	h.fake.SetFail(nil)
+	c := h.fake.WaitComplete(t, lost, 30*time.Second)
+	if c.GetExitCode() != -1 || !strings.Contains(c.GetError(), "result lost: the rendered video video.mp4 is gone") || c.GetResultObject() != nil {
+		t.Errorf("completion of the lost video: exit %d error %q object %v", c.GetExitCode(), c.GetError(), c.GetResultObject())
+	}
+	if c := h.fake.WaitComplete(t, next, 30*time.Second); c.GetExitCode() != 0 {
+		t.Errorf("the next task: %v", c)
+	}
+	if len(store.all()) != 0 {
+		t.Errorf("%d uploads of a lost video", len(store.all()))
+	}
+}

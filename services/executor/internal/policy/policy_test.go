@@ -27,6 +27,8 @@ func TestCheck(t *testing.T) {
 		{name: "blocked in script", p: p, task: Task{Type: "script", Command: "x=1\ndd if=/dev/sda of=y"}, want: `blocked pattern "dd if="`},
 		{name: "any command when list empty", p: Policy{}, task: Task{Type: "shell", Command: "anything"}},
 		{name: "noop needs no command", p: p, task: Task{Type: "noop"}},
+		{name: "video needs no command and is not an allowed command", p: Policy{Types: []string{"video"}, AllowedCommands: []string{"python"}}, task: Task{Type: "video"}},
+		{name: "video not run without being listed", p: p, task: Task{Type: "video"}, want: `task type "video" is not run by this agent`},
 		{name: "command required", p: p, task: Task{Type: "shell"}, want: `command is required for type "shell"`},
 		{name: "type not run", p: Policy{Types: []string{"noop"}}, task: Task{Type: "shell", Command: "x"}, want: `task type "shell" is not run by this agent`},
 		{name: "too many args", p: Policy{}, task: Task{Command: "x", Args: make([]string, 257)}, want: "257 args, at most 256 allowed"},

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/taskmesh/taskmesh/services/executor/internal/video"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
 )
 
 // Main is the shim's command line; args follow `executor shim`:

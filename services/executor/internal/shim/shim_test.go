@@ -77,10 +77,17 @@ func (r *run) wait(t *testing.T, limit time.Duration) Status {
 		t.Fatalf("task did not end within %s", limit)
 	}
 	st, err := r.sess.Result()
-	if err != nil {
-		t.Fatalf("result: %v", err)
+	if err == nil {
+		return st
 	}
-	return st
+	// A task that ends at once can finish before the shim accepted the
+	// wait connection; the shim then leaves without answering, and the
+	// agent reads status.json instead (Session.Result's contract).
+	disk, ok, rerr := ReadStatus(r.dir)
+	if rerr != nil || !ok {
+		t.Fatalf("result: %v, and no status.json (%v)", err, rerr)
+	}
+	return disk
 }
 
 func groupGone(pgid int) bool {

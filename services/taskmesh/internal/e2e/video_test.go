@@ -39,8 +39,8 @@ func TestVideoTaskCompletesWithAnMP4(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("download: %d", resp.StatusCode)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "video/mp4" {
+		t.Fatalf("download: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	path := filepath.Join(t.TempDir(), "clip.mp4")
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
