@@ -1085,12 +1085,12 @@ const file_taskmesh_admin_v1_admin_service_proto_rawDesc = "" +
 	"\n" +
 	"_tpm_limit\"I\n" +
 	"\x14UpdateTenantResponse\x121\n" +
-	"\x06tenant\x18\x01 \x01(\v2\x19.taskmesh.admin.v1.TenantR\x06tenant\"\xee\x01\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x19.taskmesh.admin.v1.TenantR\x06tenant\"\xf8\x01\n" +
 	"\x13CreateApiKeyRequest\x12&\n" +
 	"\ttenant_id\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18?R\btenantId\x12\x1c\n" +
-	"\x04name\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x129\n" +
+	"\x04name\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x12C\n" +
 	"\n" +
-	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12*\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampB\b\xbaH\x05\xb2\x01\x02@\x01R\texpiresAt\x12*\n" +
 	"\trpm_limit\x18\x04 \x01(\x05B\r\xbaH\n" +
 	"\x1a\b\x18\x80\x94\xeb\xdc\x03(\x00R\brpmLimit\x12*\n" +
 	"\ttpm_limit\x18\x05 \x01(\x05B\r\xbaH\n" +
