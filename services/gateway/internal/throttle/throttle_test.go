@@ -108,6 +108,19 @@ func TestCheckCachesLimits(t *testing.T) {
 	}
 }
 
+// The largest limit the store accepts is one the limiter can keep.
+func TestCheckMaxLimit(t *testing.T) {
+	src := &fakeLimits{limits: credentials.KeyLimits{
+		Key:    credentials.Limits{RPM: credentials.MaxLimit, TPM: credentials.MaxLimit},
+		Tenant: credentials.Limits{RPM: credentials.MaxLimit, TPM: credentials.MaxLimit},
+	}}
+	th := newThrottle(src, &testClock{t: time.Unix(0, 0)}, Config{})
+	u, err := th.Check(context.Background(), user, 1000)
+	if err != nil || u.Requests == nil || u.Requests.Remaining != credentials.MaxLimit-1 || u.Tokens.Remaining != credentials.MaxLimit-1000 {
+		t.Errorf("Check = %+v, %v", u, err)
+	}
+}
+
 func TestCheckUnlimitedTierChargesNothing(t *testing.T) {
 	src := &fakeLimits{}
 	th := newThrottle(src, &testClock{t: time.Unix(0, 0)}, Config{Tiers: map[string]credentials.Limits{}})
