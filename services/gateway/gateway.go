@@ -209,7 +209,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		VideoTokensPerSecond: rl.VideoTokensPerSecond,
 		OtherRouteTokens:     rl.OtherRouteTokens,
 	}, cfg.Now, log)
-	adminSrv, err := admin.New(g.creds, rl.Tiers, log)
+	adminSrv, err := admin.New(g.creds, rl.Tiers, g.throttle.Forget, log)
 	if err != nil {
 		g.closeRedis()
 		return nil, fmt.Errorf("gateway: %w", err)

@@ -205,6 +205,23 @@ func TestRESTRateLimitTierDefaults(t *testing.T) {
 	}
 }
 
+// A change through this gateway's admin API applies from the next request,
+// without waiting for the limit cache to expire.
+func TestRESTRateLimitChangeAppliesAtOnce(t *testing.T) {
+	e := newEnv(t)
+	e.fake.Respond("GetTask", &taskv1.GetTaskResponse{Task: claimedTask()})
+	admin := e.adminSecret(t)
+	secret := e.limitedKey(t, "changing", gateway.Limits{RPM: 5}, gateway.Limits{})
+	if r := e.do(t, "GET", "/api/v1/tasks/task-001", secret, ""); r.status != http.StatusOK {
+		t.Fatalf("status %d", r.status)
+	}
+	if r := e.do(t, "PATCH", "/api/v1/admin/tenants/changing", admin, `{"rpm_limit":1}`); r.status != http.StatusOK {
+		t.Fatalf("update: %d %s", r.status, r.body)
+	}
+	// Four more would fit the old limit; the new one is used up.
+	assertEnvelope(t, e.do(t, "GET", "/api/v1/tasks/task-001", secret, ""), 429, 429, "tenant limit of 1 requests per minute exceeded")
+}
+
 func TestGRPCRateLimit(t *testing.T) {
 	e := newEnv(t)
 	e.fake.Respond("GetTask", &taskv1.GetTaskResponse{Task: claimedTask()})

@@ -106,6 +106,13 @@ func TestCheckCachesLimits(t *testing.T) {
 	if src.reads != 2 {
 		t.Errorf("%d reads after the TTL, want 2", src.reads)
 	}
+	th.Forget()
+	if _, err := th.Check(context.Background(), user, 0); err != nil {
+		t.Fatal(err)
+	}
+	if src.reads != 3 {
+		t.Errorf("%d reads after Forget, want 3", src.reads)
+	}
 }
 
 // The largest limit the store accepts is one the limiter can keep.
