@@ -86,6 +86,9 @@ type RateLimits struct {
 // Limits are requests and tokens per minute; 0 is no limit.
 type Limits = credentials.Limits
 
+// MaxLimit is the largest limit (per minute) a tenant, key or tier may have.
+const MaxLimit = credentials.MaxLimit
+
 // DefaultVideoTokensPerSecond is the default token cost of one second of
 // generated video.
 const DefaultVideoTokensPerSecond = throttle.DefaultVideoTokensPerSecond
@@ -206,7 +209,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		VideoTokensPerSecond: rl.VideoTokensPerSecond,
 		OtherRouteTokens:     rl.OtherRouteTokens,
 	}, cfg.Now, log)
-	adminSrv, err := admin.New(g.creds, rl.Tiers, log)
+	adminSrv, err := admin.New(g.creds, rl.Tiers, g.throttle.Forget, log)
 	if err != nil {
 		g.closeRedis()
 		return nil, fmt.Errorf("gateway: %w", err)

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,6 +207,23 @@ func TestRESTRateLimitTierDefaults(t *testing.T) {
 	}
 }
 
+// A change through this gateway's admin API applies from the next request,
+// without waiting for the limit cache to expire.
+func TestRESTRateLimitChangeAppliesAtOnce(t *testing.T) {
+	e := newEnv(t)
+	e.fake.Respond("GetTask", &taskv1.GetTaskResponse{Task: claimedTask()})
+	admin := e.adminSecret(t)
+	secret := e.limitedKey(t, "changing", gateway.Limits{RPM: 5}, gateway.Limits{})
+	if r := e.do(t, "GET", "/api/v1/tasks/task-001", secret, ""); r.status != http.StatusOK {
+		t.Fatalf("status %d", r.status)
+	}
+	if r := e.do(t, "PATCH", "/api/v1/admin/tenants/changing", admin, `{"rpm_limit":1}`); r.status != http.StatusOK {
+		t.Fatalf("update: %d %s", r.status, r.body)
+	}
+	// Four more would fit the old limit; the new one is used up.
+	assertEnvelope(t, e.do(t, "GET", "/api/v1/tasks/task-001", secret, ""), 429, 429, "tenant limit of 1 requests per minute exceeded")
+}
+
 func TestGRPCRateLimit(t *testing.T) {
 	e := newEnv(t)
 	e.fake.Respond("GetTask", &taskv1.GetTaskResponse{Task: claimedTask()})
@@ -254,32 +273,44 @@ func gatewayOn(t *testing.T, db *pgxpool.Pool, fake *schedulertest.Fake, redisUR
 	return g
 }
 
-// countAllowed sends n requests alternating between the gateways and
+// countAllowed sends n requests at once, spread over the gateways, and
 // counts those not refused with 429.
 func countAllowed(t *testing.T, gws []*gateway.Gateway, secret string, n int) int {
 	t.Helper()
-	allowed := 0
+	var (
+		wg      sync.WaitGroup
+		allowed atomic.Int32
+		failed  atomic.Value
+	)
 	for i := range n {
-		g := gws[i%len(gws)]
-		req, err := http.NewRequest("GET", "http://"+g.HTTPAddr()+"/api/v1/tasks/task-001", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+secret)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		switch resp.StatusCode {
-		case http.StatusOK:
-			allowed++
-		case http.StatusTooManyRequests:
-		default:
-			t.Fatalf("request %d: status %d", i, resp.StatusCode)
-		}
+		wg.Go(func() {
+			g := gws[i%len(gws)]
+			req, err := http.NewRequest("GET", "http://"+g.HTTPAddr()+"/api/v1/tasks/task-001", nil)
+			if err != nil {
+				failed.Store(err.Error())
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+secret)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				failed.Store(err.Error())
+				return
+			}
+			resp.Body.Close()
+			switch resp.StatusCode {
+			case http.StatusOK:
+				allowed.Add(1)
+			case http.StatusTooManyRequests:
+			default:
+				failed.Store(fmt.Sprintf("request %d: status %d", i, resp.StatusCode))
+			}
+		})
 	}
-	return allowed
+	wg.Wait()
+	if f := failed.Load(); f != nil {
+		t.Fatal(f)
+	}
+	return int(allowed.Load())
 }
 
 // TestTwoGatewaysShareOneLimit: two replicas on one Redis allow a tenant's
@@ -300,10 +331,10 @@ func TestTwoGatewaysShareOneLimit(t *testing.T) {
 	}
 
 	shared := []*gateway.Gateway{gatewayOn(t, db, fake, redisSrv.URL), gatewayOn(t, db, fake, redisSrv.URL)}
-	// 10 a minute is one every 6 s: the 20 requests take far less, so
-	// exactly the burst of 10 passes.
-	if got := countAllowed(t, shared, secret, 20); got != 10 {
-		t.Errorf("two replicas sharing Redis allowed %d of 20, want 10", got)
+	// 10 a minute is one every 6 s: the 40 concurrent requests take far
+	// less, so exactly the burst of 10 passes.
+	if got := countAllowed(t, shared, secret, 40); got != 10 {
+		t.Errorf("two replicas sharing Redis allowed %d of 40, want 10", got)
 	}
 
 	// The failure this guards against: replicas limiting alone.
@@ -315,8 +346,8 @@ func TestTwoGatewaysShareOneLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	alone := []*gateway.Gateway{gatewayOn(t, db, fake, ""), gatewayOn(t, db, fake, "")}
-	if got := countAllowed(t, alone, secret2, 20); got != 20 {
-		t.Errorf("two in-process replicas allowed %d of 20; the comparison expects 20 (10 each)", got)
+	if got := countAllowed(t, alone, secret2, 40); got != 20 {
+		t.Errorf("two in-process replicas allowed %d of 40; the comparison expects 20 (10 each)", got)
 	}
 }
 

@@ -75,9 +75,9 @@ type Limits struct {
 	TPM int
 }
 
-// MaxLimit bounds every limit, so that a typo cannot overflow the rate
-// arithmetic.
-const MaxLimit = 1_000_000_000
+// MaxLimit bounds every limit: one per microsecond, the finest rate the
+// gateway's limiter keeps time in (a million requests or tokens a second).
+const MaxLimit = 60_000_000
 
 // check returns ErrInvalid for a negative or too large limit.
 func (l Limits) check() error {

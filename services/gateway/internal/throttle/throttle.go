@@ -245,6 +245,15 @@ func usageOf(charges []ratelimit.Charge, kinds []limitKind, d ratelimit.Decision
 	return u
 }
 
+// Forget drops every cached limit, so that a change made through this
+// gateway applies from its next request (other replicas see it within
+// CacheTTL).
+func (t *Throttle) Forget() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clear(t.cache)
+}
+
 // limitsOf returns the key's limits, from the cache when fresh.
 func (t *Throttle) limitsOf(ctx context.Context, keyID string) (credentials.KeyLimits, error) {
 	now := t.now()

@@ -106,6 +106,26 @@ func TestCheckCachesLimits(t *testing.T) {
 	if src.reads != 2 {
 		t.Errorf("%d reads after the TTL, want 2", src.reads)
 	}
+	th.Forget()
+	if _, err := th.Check(context.Background(), user, 0); err != nil {
+		t.Fatal(err)
+	}
+	if src.reads != 3 {
+		t.Errorf("%d reads after Forget, want 3", src.reads)
+	}
+}
+
+// The largest limit the store accepts is one the limiter can keep.
+func TestCheckMaxLimit(t *testing.T) {
+	src := &fakeLimits{limits: credentials.KeyLimits{
+		Key:    credentials.Limits{RPM: credentials.MaxLimit, TPM: credentials.MaxLimit},
+		Tenant: credentials.Limits{RPM: credentials.MaxLimit, TPM: credentials.MaxLimit},
+	}}
+	th := newThrottle(src, &testClock{t: time.Unix(0, 0)}, Config{})
+	u, err := th.Check(context.Background(), user, 1000)
+	if err != nil || u.Requests == nil || u.Requests.Remaining != credentials.MaxLimit-1 || u.Tokens.Remaining != credentials.MaxLimit-1000 {
+		t.Errorf("Check = %+v, %v", u, err)
+	}
 }
 
 func TestCheckUnlimitedTierChargesNothing(t *testing.T) {

@@ -35,13 +35,16 @@ type Server struct {
 	adminv1.UnimplementedAdminServiceServer
 	store *credentials.Store
 	tiers map[string]credentials.Limits
-	v     protovalidate.Validator
-	log   *slog.Logger
+	// changed is called after limits change (the throttle's cache).
+	changed func()
+	v       protovalidate.Validator
+	log     *slog.Logger
 }
 
 // New returns the admin service on store. tiers are the default limits by
-// tier, shown as a tenant's effective limits when it has none of its own.
-func New(store *credentials.Store, tiers map[string]credentials.Limits, log *slog.Logger) (*Server, error) {
+// tier, shown as a tenant's effective limits when it has none of its own;
+// changed, if not nil, is called after a tenant's limits or tier change.
+func New(store *credentials.Store, tiers map[string]credentials.Limits, changed func(), log *slog.Logger) (*Server, error) {
 	v, err := protovalidate.New()
 	if err != nil {
 		return nil, fmt.Errorf("admin: protovalidate: %w", err)
@@ -49,7 +52,10 @@ func New(store *credentials.Store, tiers map[string]credentials.Limits, log *slo
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{store: store, tiers: tiers, v: v, log: log}, nil
+	if changed == nil {
+		changed = func() {}
+	}
+	return &Server{store: store, tiers: tiers, changed: changed, v: v, log: log}, nil
 }
 
 // check admits only operators and validates req.
@@ -132,6 +138,7 @@ func (s *Server) UpdateTenant(ctx context.Context, req *adminv1.UpdateTenantRequ
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
+	s.changed()
 	s.audit(ctx, "tenant updated", "tenant_id", t.ID)
 	return &adminv1.UpdateTenantResponse{Tenant: s.tenant(t)}, nil
 }

@@ -18,7 +18,7 @@ import (
 // The store is never reached by these cases: the caller or the request is
 // refused first, so a nil store proves nothing was changed.
 func TestCheckRefusesBeforeTheStore(t *testing.T) {
-	s, err := New(nil, nil, slog.New(slog.DiscardHandler))
+	s, err := New(nil, nil, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestCheckRefusesBeforeTheStore(t *testing.T) {
 }
 
 func TestFail(t *testing.T) {
-	s, err := New(nil, nil, slog.New(slog.DiscardHandler))
+	s, err := New(nil, nil, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

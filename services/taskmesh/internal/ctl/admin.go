@@ -38,7 +38,7 @@ func checkTier(cmd *cobra.Command, tier string) error {
 }
 
 // maxLimit is the largest RPM or TPM the server accepts.
-const maxLimit = 1_000_000_000
+const maxLimit = 60_000_000
 
 func checkLimit(cmd *cobra.Command, name string, v int) error {
 	if v < 0 || v > maxLimit {

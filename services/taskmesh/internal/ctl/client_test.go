@@ -91,6 +91,34 @@ func TestSettingsHomeConfig(t *testing.T) {
 	}
 }
 
+// The tenants and keys commands send the operator key, from the flag, the
+// environment or the config file, never the API key.
+func TestSettingsAdminKey(t *testing.T) {
+	dir := t.TempDir()
+	path := writeConfig(t, dir, "api_key: user-key\nadmin_key: file-admin\n", 0o600)
+	tests := []struct {
+		name  string
+		flags connFlags
+		env   map[string]string
+		want  string
+	}{
+		{"config file", connFlags{config: path, admin: true}, nil, "file-admin"},
+		{"environment over file", connFlags{config: path, admin: true}, map[string]string{EnvAdminKey: "env-admin"}, "env-admin"},
+		{"flag over environment", connFlags{config: path, admin: true, adminKey: "flag-admin"}, map[string]string{EnvAdminKey: "env-admin"}, "flag-admin"},
+		{"task commands keep the API key", connFlags{config: path}, map[string]string{EnvAdminKey: "env-admin"}, "user-key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := environment{getenv: func(k string) string { return tt.env[k] },
+				homeDir: func() (string, error) { return "", errors.New("unused") }}
+			s, err := resolveSettings(tt.flags, env)
+			if err != nil || s.APIKey != tt.want {
+				t.Errorf("key %q, %v; want %q", s.APIKey, err, tt.want)
+			}
+		})
+	}
+}
+
 func TestConfigFileChecks(t *testing.T) {
 	const secret = "tm_abcdef_supersecretvalue"
 	tests := []struct {
@@ -104,7 +132,8 @@ func TestConfigFileChecks(t *testing.T) {
 		{"key readable by group", "api_key: " + secret + "\n", 0o640, "chmod 600"},
 		{"key writable by group", "api_key: " + secret + "\n", 0o620, "chmod 600"},
 		{"no key: any mode", "server: s.example:1\n", 0o644, "no API key"},
-		{"unknown key", "server: s\napi-key: " + secret + "\n", 0o600, `:2: unknown key "api-key" (want server or api_key)`},
+		{"unknown key", "server: s\napi-key: " + secret + "\n", 0o600, `:2: unknown key "api-key" (want server, api_key or admin_key)`},
+		{"operator key readable by others", "admin_key: " + secret + "\n", 0o644, "chmod 600"},
 		{"key of the wrong type", "api_key: [" + secret + "]\n", 0o600, ":1: api_key must be a string"},
 		{"not a mapping", "- " + secret + "\n", 0o600, "want a mapping with server: and api_key:"},
 	}
