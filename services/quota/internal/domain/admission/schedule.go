@@ -143,7 +143,6 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 		for fi := range g.flavors {
 			fo := &g.flavors[fi]
 			mode, borrow := modeFit, false
-			worst := blockedFlavor{fr: -1}
 			for k, idx := range rg.idx {
 				fr, q := fo.frs[idx], rg.qty[k]
 				avail := cache.get(n, u, fr)
@@ -151,9 +150,7 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 					borrow = borrow || n.borrowingWith(u, fr, q)
 					continue
 				}
-				if d := q - avail; d > worst.deficit {
-					worst = blockedFlavor{fr: fr, deficit: d}
-				}
+				blocked = append(blocked, blockedFlavor{flavor: fi, fr: fr, qty: q})
 				if short != nil {
 					own := max(0, n.subtree[fr]-u[n.off+fr])
 					*short = append(*short, Shortage{
@@ -174,7 +171,6 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 			if mode == modePreempt && best == modeNoFit {
 				best, bestF = modePreempt, fi
 			}
-			blocked = append(blocked, worst)
 		}
 		if best == modeNoFit {
 			if cache != nil {
@@ -229,8 +225,12 @@ func (s *State) publicAssignment(a assignment) Assignment {
 }
 
 // memoized reports whether w was found neither fitting nor able to
-// preempt, and nothing that could change that happened since.
-func memoized(n *node, w *workload) bool {
+// preempt, and that still holds: for a queue that never preempts, every
+// flavor of the group that failed still lacks one of the resources it
+// lacked (checked against the current simulation, so this is exact
+// enough to hold in any cycle); for a preempting queue, nothing changed
+// in its tree since.
+func memoized(cy *cycle, n *node, w *workload) bool {
 	r := n.root
 	m := &w.memo
 	if m.config != r.configGen || m.config == 0 {
@@ -239,43 +239,51 @@ func memoized(n *node, w *workload) bool {
 	if n.cq.canPreempt {
 		// Victims may appear with any admission: only an unchanged tree
 		// keeps the memo.
-		return m.change == r.changeGen
+		return m.change == r.changeGen && cy.ver[r.idx] == 0
 	}
 	if m.permanent {
 		return true
 	}
-	// Still short in every flavor of the failing group: releases since
-	// the memo cannot have covered any flavor's deficit.
-	for _, b := range m.blocked {
-		if r.released[b.fr]-b.releasedAt >= b.deficit {
+	if len(m.blocked) == 0 {
+		return false
+	}
+	// Entries come grouped by flavor.
+	for i := 0; i < len(m.blocked); {
+		flavor, short := m.blocked[i].flavor, false
+		for ; i < len(m.blocked) && m.blocked[i].flavor == flavor; i++ {
+			b := &m.blocked[i]
+			short = short || b.qty > cy.avail.get(n, cy.sim, b.fr)
+		}
+		if !short {
 			return false
 		}
 	}
-	return len(m.blocked) > 0
+	return true
 }
 
 // noFitMemo is why a workload was found neither fitting nor able to
-// preempt: per flavor of the group that failed, the flavor/resource with
-// the largest deficit and the root's released total at the time.
+// preempt: the short resources of each flavor of the group that failed.
 type noFitMemo struct {
 	config, change uint64
 	permanent      bool // a requested resource has no quota in the queue
 	blocked        []blockedFlavor
 }
 
+// blockedFlavor is one short resource of a flavor that did not fit:
+// flavor indexes the group's flavors, fr is the flavor/resource, qty the
+// quantity requested.
 type blockedFlavor struct {
-	fr         int
-	deficit    int64
-	releasedAt int64
+	flavor int
+	fr     int
+	qty    int64
 }
 
 func (s *State) remember(n *node, w *workload, a assignment) {
 	r := n.root
-	m := noFitMemo{config: r.configGen, change: r.changeGen, permanent: a.permanent, blocked: w.memo.blocked[:0]}
-	for _, b := range a.blocked {
-		m.blocked = append(m.blocked, blockedFlavor{fr: b.fr, deficit: b.deficit, releasedAt: r.released[b.fr]})
+	w.memo = noFitMemo{
+		config: r.configGen, change: r.changeGen, permanent: a.permanent,
+		blocked: append(w.memo.blocked[:0], a.blocked...),
 	}
-	w.memo = m
 }
 
 // cursor walks one ClusterQueue's pending workloads during Schedule.
@@ -305,7 +313,9 @@ type cycle struct {
 	ver    []int // per root node index
 	avail  availCache
 	chosen map[string]bool // victims decided in this call
-	pools  map[*node][]*workload
+	// decided: the call has returned a decision already.
+	decided bool
+	pools   map[*node][]*workload
 }
 
 // evaluate assigns flavors to w and, when it must preempt and is not
@@ -331,26 +341,29 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	n := c.q.node
 	root := n.root
 	q := c.q
-	// More usage never makes a workload fit, so a memo holds in a
-	// simulation that only added usage; but it may add victims (queues
-	// start borrowing), so preempting queues need a clean root.
-	memoUsable := func() bool { return cy.ver[root.idx] == 0 || !n.cq.canPreempt }
-	if c.pos == 0 && !c.strict && memoUsable() && q.memoValid(n) {
+	if c.pos == 0 && !c.strict && q.memoValid(cy, n) {
 		c.blocked = true
 		return entry{}, false
 	}
 	// A BestEffortFIFO scan of the whole queue that finds nothing
-	// summarizes its memos into the queue's.
+	// summarizes its workloads' memos into the queue's.
 	summarize := c.pos == 0 && !c.strict
 	if summarize {
 		q.memo.config = 0 // invalid until the scan completes
-		q.memo.threshold = resize(q.memo.threshold, len(root.released))
+		q.memo.minQty = resize(q.memo.minQty, len(s.frs))
 	}
 	for c.pos < len(q.pending) {
 		w := q.pending[c.pos]
 		clean := cy.ver[root.idx] == 0
-		if memoUsable() && memoized(n, w) {
+		if memoized(cy, n, w) {
 			if c.strict {
+				break
+			}
+			if !clean && cy.decided {
+				// See below: the same stop whether the memo or an
+				// evaluation says it does not fit, so memos never change
+				// the decisions.
+				summarize = false
 				break
 			}
 			if summarize {
@@ -370,6 +383,13 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 			}
 		} else {
 			summarize = false
+			if cy.decided {
+				// This call's decisions took the room it lacks. Looking
+				// further would evaluate every workload behind it against
+				// a simulation; the next call, on the applied facts,
+				// memoizes them instead.
+				break
+			}
 		}
 		if c.strict {
 			break
@@ -378,31 +398,48 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	}
 	if summarize {
 		q.memo.config, q.memo.change, q.memo.seq = root.configGen, root.changeGen, q.seq
+		q.memo.availAt = q.memo.availAt[:0]
+		for _, fr := range n.cq.frs {
+			q.memo.availAt = append(q.memo.availAt, cy.avail.get(n, cy.sim, fr))
+		}
 	}
 	c.blocked = true
 	return entry{}, false
 }
 
 // queueMemo records that every pending workload of a BestEffortFIFO queue
-// was memoized as not admissible: valid while the queue gained no
-// workload and, per flavor/resource, the root's released total stays
-// below the smallest threshold of its workloads' memos (for preempting
-// queues: while the tree is unchanged).
+// was memoized as not admissible, what the queue could use of each of its
+// flavor/resources then, and the smallest quantity any workload lacked
+// per flavor/resource. While the queue gained no workload, every memo
+// holds if nothing the queue can use grew since, or if each of those
+// smallest quantities still exceeds it (for a preempting queue: while
+// its tree is unchanged).
 type queueMemo struct {
 	config, change, seq uint64
-	threshold           []int64
+	availAt             []int64 // per n.cq.frs
+	minQty              []int64 // per flavor/resource
 }
 
-func (q *queue) memoValid(n *node) bool {
+func (q *queue) memoValid(cy *cycle, n *node) bool {
 	m, r := &q.memo, n.root
 	if m.config == 0 || m.config != r.configGen || m.seq != q.seq {
 		return false
 	}
 	if n.cq.canPreempt {
-		return m.change == r.changeGen
+		return m.change == r.changeGen && cy.ver[r.idx] == 0
 	}
-	for fr, t := range m.threshold {
-		if r.released[fr] >= t {
+	grew := false
+	for i, fr := range n.cq.frs {
+		if cy.avail.get(n, cy.sim, fr) > m.availAt[i] {
+			grew = true
+			break
+		}
+	}
+	if !grew {
+		return true
+	}
+	for fr, v := range m.minQty {
+		if v != math.MaxInt64 && v <= cy.avail.get(n, cy.sim, fr) {
 			return false
 		}
 	}
@@ -412,7 +449,7 @@ func (q *queue) memoValid(n *node) bool {
 // fold adds a memoized workload to the queue summary being built.
 func (q *queue) fold(w *workload) {
 	for _, b := range w.memo.blocked {
-		q.memo.threshold[b.fr] = min(q.memo.threshold[b.fr], satAdd(b.releasedAt, b.deficit))
+		q.memo.minQty[b.fr] = min(q.memo.minQty[b.fr], b.qty)
 	}
 }
 
@@ -447,6 +484,12 @@ func (cy *cycle) charge(n *node, frs []frQty) {
 // preempt reserves its request for the rest of the call, so lower-ranked
 // heads cannot take the room its victims free. All victims of one
 // preemptor come in one call.
+//
+// Callers loop: apply the decisions, then call again until Schedule
+// returns none. A call that has decided something stops searching a
+// queue at the first workload those decisions crowd out (a further search
+// would re-evaluate workloads against a simulation instead of the facts);
+// a call that returns nothing has considered every pending workload.
 func (s *State) Schedule(now time.Time, max int) []Decision {
 	if max <= 0 {
 		return nil
@@ -466,6 +509,7 @@ func (s *State) Schedule(now time.Time, max int) []Decision {
 	var heads []entry
 	for {
 		heads = heads[:0]
+		cy.decided = len(out) > 0
 		for _, c := range cursors {
 			if !c.blocked {
 				if e, ok := s.nominate(cy, c); ok {

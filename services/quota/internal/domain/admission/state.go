@@ -69,6 +69,7 @@ type clusterQueue struct {
 	spec     ClusterQueue
 	groups   []group
 	resGroup map[string]int // resource → index in groups
+	frs      []int          // every flavor/resource of its groups
 	// canPreempt: some preemption policy is enabled.
 	canPreempt bool
 }
@@ -260,7 +261,6 @@ func (s *State) build(cfg Config) {
 			n.computeQuotas(numFR)
 			s.gen++
 			n.configGen, n.changeGen = s.gen, s.gen
-			n.released = make([]int64, numFR)
 		}
 	}
 	s.usage = make([]int64, len(s.nodes)*numFR)
@@ -288,6 +288,7 @@ func newClusterQueue(spec ClusterQueue, frIndex map[frKey]int) *clusterQueue {
 			fo := flavorOpt{name: f.Name}
 			for _, r := range f.Resources {
 				fo.frs = append(fo.frs, frIndex[frKey{f.Name, r.Name}])
+				cq.frs = append(cq.frs, frIndex[frKey{f.Name, r.Name}])
 			}
 			cg.flavors = append(cg.flavors, fo)
 		}
@@ -320,11 +321,7 @@ func (s *State) charge(n *node, a []frQty, sign int64) {
 	}
 	s.gen++
 	n.root.changeGen = s.gen
-	if sign < 0 {
-		for _, r := range a {
-			n.root.released[r.fr] += r.qty
-		}
-	}
+
 }
 
 // queueLess is the admission order: priority desc, creation asc, id asc.
