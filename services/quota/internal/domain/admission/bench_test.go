@@ -61,13 +61,17 @@ func (g *benchGen) workload() Workload {
 // the quota service does (admissions; preemptions as Preempt then Evict).
 // It reports decisions per second and the median time from a Remove to
 // the return of the Schedule call with the next admission.
-func BenchmarkScheduleSteadyState(b *testing.B) { benchSteadyState(b, false) }
+func BenchmarkScheduleSteadyState(b *testing.B) { benchSteadyState(b, false, 1) }
 
-// BenchmarkScheduleSteadyStatePreemption is the same with a third of the
-// queues preempting.
-func BenchmarkScheduleSteadyStatePreemption(b *testing.B) { benchSteadyState(b, true) }
+// BenchmarkScheduleSteadyStateBatch16 frees capacity 16 workloads at a
+// time, as a service applying a burst of completions before scheduling.
+func BenchmarkScheduleSteadyStateBatch16(b *testing.B) { benchSteadyState(b, false, 16) }
 
-func benchSteadyState(b *testing.B, preemption bool) {
+// BenchmarkScheduleSteadyStatePreemption is BenchmarkScheduleSteadyState
+// with a third of the queues preempting.
+func BenchmarkScheduleSteadyStatePreemption(b *testing.B) { benchSteadyState(b, true, 1) }
+
+func benchSteadyState(b *testing.B, preemption bool, batch int) {
 	s, err := New(benchConfig(preemption))
 	if err != nil {
 		b.Fatal(err)
@@ -123,19 +127,21 @@ func benchSteadyState(b *testing.B, preemption bool) {
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		t := time.Now()
-		// The oldest admitted workload finishes (skip ones evicted since).
-		for len(admitted) > 0 {
-			id := admitted[0]
-			admitted = admitted[1:]
-			if w := s.workloads[id]; w != nil && w.admitted {
-				if err := s.Remove(id); err != nil {
-					b.Fatal(err)
+		for range batch {
+			// The oldest admitted workload finishes (skip ones evicted since).
+			for len(admitted) > 0 {
+				id := admitted[0]
+				admitted = admitted[1:]
+				if w := s.workloads[id]; w != nil && w.admitted {
+					if err := s.Remove(id); err != nil {
+						b.Fatal(err)
+					}
+					break
 				}
-				break
 			}
-		}
-		if err := s.Enqueue(g.workload()); err != nil {
-			b.Fatal(err)
+			if err := s.Enqueue(g.workload()); err != nil {
+				b.Fatal(err)
+			}
 		}
 		admittedOne := false
 		for {

@@ -282,7 +282,9 @@ func (s *State) remember(n *node, w *workload, a assignment) {
 	r := n.root
 	w.memo = noFitMemo{
 		config: r.configGen, change: r.changeGen, permanent: a.permanent,
-		blocked: append(w.memo.blocked[:0], a.blocked...),
+		// Usually a few entries: keep them inside the workload record,
+		// next to the rest of the memo, for the scan's sake.
+		blocked: append(w.memoInline[:0], a.blocked...),
 	}
 }
 

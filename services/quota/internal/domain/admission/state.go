@@ -56,7 +56,8 @@ type workload struct {
 
 	// memo records "neither fits nor can preempt" against the root's memo
 	// keys, so unchanged queues are not re-evaluated every cycle.
-	memo noFitMemo
+	memo       noFitMemo
+	memoInline [4]blockedFlavor
 }
 
 type resQty struct {
