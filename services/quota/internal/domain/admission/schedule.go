@@ -315,8 +315,6 @@ type cycle struct {
 	ver    []int // per root node index
 	avail  availCache
 	chosen map[string]bool // victims decided in this call
-	// decided: the call has returned a decision already.
-	decided bool
 	pools   map[*node][]*workload
 }
 
@@ -361,13 +359,6 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 			if c.strict {
 				break
 			}
-			if !clean && cy.decided {
-				// See below: the same stop whether the memo or an
-				// evaluation says it does not fit, so memos never change
-				// the decisions.
-				summarize = false
-				break
-			}
 			if summarize {
 				q.fold(w)
 			}
@@ -378,20 +369,17 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 		if a.mode != modeNoFit {
 			return entry{c: c, w: w, a: a, targets: t, ver: cy.ver[root.idx]}, true
 		}
-		if clean {
+		// A memo of a queue that never preempts is checked against the
+		// simulation of the moment, so it may be taken in any cycle; a
+		// preempting queue's memo stands for the facts, so only while the
+		// root matches them.
+		if clean || !n.cq.canPreempt {
 			s.remember(n, w, a)
 			if summarize {
 				q.fold(w)
 			}
 		} else {
 			summarize = false
-			if cy.decided {
-				// This call's decisions took the room it lacks. Looking
-				// further would evaluate every workload behind it against
-				// a simulation; the next call, on the applied facts,
-				// memoizes them instead.
-				break
-			}
 		}
 		if c.strict {
 			break
@@ -487,11 +475,8 @@ func (cy *cycle) charge(n *node, frs []frQty) {
 // heads cannot take the room its victims free. All victims of one
 // preemptor come in one call.
 //
-// Callers loop: apply the decisions, then call again until Schedule
-// returns none. A call that has decided something stops searching a
-// queue at the first workload those decisions crowd out (a further search
-// would re-evaluate workloads against a simulation instead of the facts);
-// a call that returns nothing has considered every pending workload.
+// A call returning fewer than max decisions has considered every pending
+// workload: calling again before new facts decides nothing.
 func (s *State) Schedule(now time.Time, max int) []Decision {
 	if max <= 0 {
 		return nil
@@ -511,7 +496,6 @@ func (s *State) Schedule(now time.Time, max int) []Decision {
 	var heads []entry
 	for {
 		heads = heads[:0]
-		cy.decided = len(out) > 0
 		for _, c := range cursors {
 			if !c.blocked {
 				if e, ok := s.nominate(cy, c); ok {
