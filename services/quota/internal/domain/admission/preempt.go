@@ -121,10 +121,11 @@ func victimOrder(x, y *workload) int {
 }
 
 // pool lists a ClusterQueue's admitted workloads that are not being
-// evicted, in victim order; built once per Schedule call.
+// evicted, in victim order. It depends on the facts only, so it is kept
+// until its tree changes.
 func (cy *cycle) pool(s *State, n *node) []*workload {
-	if p, ok := cy.pools[n]; ok {
-		return p
+	if c, ok := s.pools[n]; ok && c.gen == n.root.changeGen {
+		return c.ws
 	}
 	var p []*workload
 	for _, w := range s.queues[n.name].admitted {
@@ -133,11 +134,21 @@ func (cy *cycle) pool(s *State, n *node) []*workload {
 		}
 	}
 	slices.SortFunc(p, victimOrder)
-	if cy.pools == nil {
-		cy.pools = map[*node][]*workload{}
+	if s.pools == nil {
+		s.pools = map[*node]poolCache{}
 	}
-	cy.pools[n] = p
+	s.pools[n] = poolCache{gen: n.root.changeGen, ws: p}
 	return p
+}
+
+type poolCache struct {
+	gen uint64
+	ws  []*workload
+}
+
+type sumsCache struct {
+	gen  uint64
+	sums *prioSums
 }
 
 // allowedVictim applies a preemption policy between preemptor p and
@@ -258,13 +269,13 @@ type sumsKey struct {
 	fr int
 }
 
-// sums builds, once per Schedule call, the priority sums of what the
-// admitted workloads not being evicted hold of fr, for a ClusterQueue or,
-// given a root, for every ClusterQueue below it.
+// sums is the priority sums of what the admitted workloads not being
+// evicted hold of fr, for a ClusterQueue or, given a root, for every
+// ClusterQueue below it; kept until the tree changes.
 func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
 	k := sumsKey{n, fr}
-	if p, ok := cy.prio[k]; ok {
-		return p
+	if c, ok := s.sums[k]; ok && c.gen == n.root.changeGen {
+		return c.sums
 	}
 	var ws []*workload
 	if n.isCQ() {
@@ -288,10 +299,10 @@ func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
 			}
 		}
 	}
-	if cy.prio == nil {
-		cy.prio = map[sumsKey]*prioSums{}
+	if s.sums == nil {
+		s.sums = map[sumsKey]sumsCache{}
 	}
-	cy.prio[k] = p
+	s.sums[k] = sumsCache{gen: n.root.changeGen, sums: p}
 	return p
 }
 

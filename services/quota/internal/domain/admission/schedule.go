@@ -365,8 +365,6 @@ type cycle struct {
 	ver    []int // per root node index
 	avail  availCache
 	chosen map[string]bool // victims decided in this call
-	pools  map[*node][]*workload
-	prio   map[sumsKey]*prioSums
 }
 
 // evaluate assigns flavors to w and, when it must preempt and is not
