@@ -419,7 +419,7 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	// summarizes its workloads' memos into the queue's.
 	summarize := c.pos == 0 && !c.strict
 	if summarize {
-		q.memo.config = 0 // invalid until the scan completes
+		q.memo.config, q.memo.factsOnly = 0, false // invalid until the scan completes
 		q.memo.minQty = resize(q.memo.minQty, len(s.frs))
 	}
 	for c.pos < len(q.pending) {
@@ -429,9 +429,7 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 			if c.strict {
 				break
 			}
-			if summarize && (w.memo.byChange || w.memo.boundFR >= 0) {
-				summarize = false
-			} else if summarize {
+			if summarize {
 				q.fold(w)
 			}
 			c.pos++
@@ -441,8 +439,7 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 		if a.mode != modeNoFit {
 			return entry{c: c, w: w, a: a, targets: t, ver: cy.ver[root.idx]}, true
 		}
-		// Queue summaries cover exact "does not fit" memos only.
-		if s.remember(n, w, a, clean) && summarize && !w.memo.byChange && w.memo.boundFR < 0 {
+		if s.remember(n, w, a, clean) && summarize {
 			q.fold(w)
 		} else {
 			summarize = false
@@ -452,7 +449,8 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 		}
 		c.pos++
 	}
-	if summarize {
+	// A summary standing for the facts needs a scan that saw them.
+	if summarize && (!q.memo.factsOnly || cy.ver[root.idx] == 0) {
 		q.memo.config, q.memo.change, q.memo.seq = root.configGen, root.changeGen, q.seq
 		q.memo.availAt = q.memo.availAt[:0]
 		for _, fr := range n.cq.frs {
@@ -473,12 +471,19 @@ type queueMemo struct {
 	config, change, seq uint64
 	availAt             []int64 // per n.cq.frs
 	minQty              []int64 // per flavor/resource
+	// factsOnly: some memo holds for the facts only (a preemptor), so the
+	// summary does too: valid while the tree is unchanged and the
+	// simulation matches the facts.
+	factsOnly bool
 }
 
 func (q *queue) memoValid(cy *cycle, n *node) bool {
 	m, r := &q.memo, n.root
 	if m.config == 0 || m.config != r.configGen || m.seq != q.seq {
 		return false
+	}
+	if m.factsOnly {
+		return m.change == r.changeGen && cy.ver[r.idx] == 0
 	}
 	grew := false
 	for i, fr := range n.cq.frs {
@@ -500,6 +505,9 @@ func (q *queue) memoValid(cy *cycle, n *node) bool {
 
 // fold adds a memoized workload to the queue summary being built.
 func (q *queue) fold(w *workload) {
+	if w.memo.byChange || w.memo.boundFR >= 0 {
+		q.memo.factsOnly = true
+	}
 	for _, b := range w.memo.blocked {
 		q.memo.minQty[b.fr] = min(q.memo.minQty[b.fr], b.qty)
 	}
