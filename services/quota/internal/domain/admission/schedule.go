@@ -545,8 +545,12 @@ func (cy *cycle) charge(n *node, frs []frQty) {
 // heads cannot take the room its victims free. All victims of one
 // preemptor come in one call.
 //
-// A call returning fewer than max decisions has considered every pending
-// workload: calling again before new facts decides nothing.
+// Callers apply the decisions and call again while decisions come. With
+// no preemption configured, a call returning fewer than max decisions
+// has considered every pending workload and the next call, on the
+// applied decisions, decides nothing. With preemption it may: a workload
+// just admitted by borrowing can be reclaimed at once by a preemptor that
+// had no victim before, as in Kueue, and reservations order differently.
 func (s *State) Schedule(now time.Time, max int) []Decision {
 	if max <= 0 {
 		return nil
