@@ -99,8 +99,8 @@ type assignment struct {
 	frs    []frQty  // chosen flavor/resource per requested resource
 	res    []string // resource names, parallel to frs
 	need   []int    // frs that do not fit now (preemption must free them)
-	// When mode is modeNoFit: the deficits of the failing group's flavors,
-	// or permanent when a resource has no quota at all.
+	// When mode is modeNoFit: the short resources of each flavor of the
+	// failing group, or permanent when a resource has no quota at all.
 	blocked   []blockedFlavor
 	permanent bool
 	// When mode is modePreempt and a single group must preempt: that

@@ -54,8 +54,8 @@ type workload struct {
 	compiled    *compiledReq
 	compiledFor *node
 
-	// memo records "neither fits nor can preempt" against the root's memo
-	// keys, so unchanged queues are not re-evaluated every cycle.
+	// memo records why the workload neither fit nor could preempt when
+	// last evaluated (see memoized), so scans skip it cheaply.
 	memo       noFitMemo
 	memoInline [4]blockedFlavor
 }
@@ -106,8 +106,9 @@ type queue struct {
 // State is the admission state: configuration, usage, pending and admitted
 // workloads. Mutations are facts that always leave it consistent;
 // decisions come from Schedule. It is not safe for concurrent use: the
-// caller serializes access (Schedule and Explain only read, but Schedule
-// refreshes internal memos).
+// caller serializes access (Schedule and Explain change no fact, but
+// Schedule updates internal memos and caches that never change a
+// decision).
 type State struct {
 	cfg       Config
 	frIndex   map[frKey]int
