@@ -543,7 +543,8 @@ func (cy *cycle) charge(n *node, frs []frQty) {
 // cycles repeat until nothing moves or max is reached. A head that must
 // preempt reserves its request for the rest of the call, so lower-ranked
 // heads cannot take the room its victims free. All victims of one
-// preemptor come in one call.
+// preemptor come in one call (the only case where a call returns more
+// than max decisions: a first preemptor needing more victims than max).
 //
 // Callers apply the decisions and call again while decisions come. With
 // no preemption configured, a call returning fewer than max decisions
