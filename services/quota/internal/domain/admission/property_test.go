@@ -156,6 +156,13 @@ func TestRandomSequencesRespectLimitsAndReplay(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 7))
 			cfg := randomConfig(r)
+			// A quarter of the runs without preemption.
+			preemption := seed%4 != 0
+			if !preemption {
+				for i := range cfg.ClusterQueues {
+					cfg.ClusterQueues[i].Preemption = Preemption{}
+				}
+			}
 			s := mustNew(t, cfg)
 			var facts []fact
 			var evicting []string
@@ -187,7 +194,21 @@ func TestRandomSequencesRespectLimitsAndReplay(t *testing.T) {
 					record(fact{kind: "enqueue", w: wl(fmt.Sprintf("w%d", next), fmt.Sprintf("q%d", r.IntN(5)), r.IntN(8), step, reqs)})
 				case p < 70:
 					before := fingerprint(s)
-					ds := s.Schedule(t0, 1+r.IntN(10))
+					mx := 1 + r.IntN(10)
+					ds := s.Schedule(t0, mx)
+					if step%8 == 0 {
+						// Memos are internal: a state rebuilt from the facts,
+						// without them, decides the same.
+						fresh := mustNew(t, cfg)
+						for _, f := range facts {
+							if err := f.apply(fresh); err != nil {
+								t.Fatal(err)
+							}
+						}
+						if got := fresh.Schedule(t0, mx); !reflect.DeepEqual(ds, got) {
+							t.Fatalf("step %d: decisions depend on memos:\n%+v\nrebuilt state:\n%+v", step, ds, got)
+						}
+					}
 					if again := s.Schedule(t0, len(ds)+1); !reflect.DeepEqual(ds, again[:min(len(ds), len(again))]) {
 						t.Fatalf("Schedule not repeatable:\n%+v\n%+v", ds, again)
 					}
@@ -200,6 +221,13 @@ func TestRandomSequencesRespectLimitsAndReplay(t *testing.T) {
 						} else {
 							record(fact{kind: "preempt", id: d.Victim, preemptor: d.Preemptor})
 							evicting = append(evicting, d.Victim)
+						}
+					}
+					if len(ds) < mx && !preemption {
+						// Fewer than max, no preemption: everything was
+						// considered.
+						if more := s.Schedule(t0, 100); len(more) > 0 {
+							t.Fatalf("step %d: after %+v (max %d), Schedule decided more: %+v", step, ds, mx, more)
 						}
 					}
 				case p < 85:

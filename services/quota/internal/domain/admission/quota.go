@@ -41,13 +41,10 @@ type node struct {
 
 	// Memo keys, meaningful on roots only: configGen identifies the
 	// configuration the tree was built from; changeGen changes on any
-	// change in the tree (usage, admitted set, evictions); released[fr]
-	// totals the usage released in the tree since it was built, which
-	// bounds how much any node's available quantity can have grown.
-	// Scheduling memoizes "does not fit" against them.
+	// change in the tree (usage, admitted set, evictions). Scheduling
+	// memoizes "does not fit" against them.
 	configGen uint64
 	changeGen uint64
-	released  []int64
 }
 
 func (n *node) isCQ() bool { return n.cq != nil }

@@ -99,10 +99,18 @@ type assignment struct {
 	frs    []frQty  // chosen flavor/resource per requested resource
 	res    []string // resource names, parallel to frs
 	need   []int    // frs that do not fit now (preemption must free them)
-	// When mode is modeNoFit: the deficits of the failing group's flavors,
-	// or permanent when a resource has no quota at all.
+	// When mode is modeNoFit: the short resources of each flavor of the
+	// failing group, or permanent when a resource has no quota at all.
 	blocked   []blockedFlavor
 	permanent bool
+	// When mode is modePreempt and a single group must preempt: that
+	// group's short resources per flavor (none of its flavors fits).
+	preemptBlocked []blockedFlavor
+	preemptGroups  int
+	// Set by evaluate when no victims can cover the shortfall of boundFR
+	// (boundQty requested): -1/0 otherwise.
+	boundFR  int
+	boundQty int64
 }
 
 // Shortage is one flavor/resource a workload does not fit in: what it
@@ -143,7 +151,6 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 		for fi := range g.flavors {
 			fo := &g.flavors[fi]
 			mode, borrow := modeFit, false
-			worst := blockedFlavor{fr: -1}
 			for k, idx := range rg.idx {
 				fr, q := fo.frs[idx], rg.qty[k]
 				avail := cache.get(n, u, fr)
@@ -151,9 +158,7 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 					borrow = borrow || n.borrowingWith(u, fr, q)
 					continue
 				}
-				if d := q - avail; d > worst.deficit {
-					worst = blockedFlavor{fr: fr, deficit: d}
-				}
+				blocked = append(blocked, blockedFlavor{flavor: fi, fr: fr, qty: q})
 				if short != nil {
 					own := max(0, n.subtree[fr]-u[n.off+fr])
 					*short = append(*short, Shortage{
@@ -174,13 +179,24 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 			if mode == modePreempt && best == modeNoFit {
 				best, bestF = modePreempt, fi
 			}
-			blocked = append(blocked, worst)
 		}
 		if best == modeNoFit {
 			if cache != nil {
 				cache.blocked = blocked
 			}
 			return assignment{mode: modeNoFit, blocked: blocked}
+		}
+		if best == modePreempt {
+			a.preemptGroups++
+			if cache != nil {
+				cache.pblocked = append(cache.pblocked[:0], blocked...)
+				a.preemptBlocked = cache.pblocked
+			} else {
+				a.preemptBlocked = slices.Clone(blocked)
+			}
+			if cache != nil {
+				cache.blocked = blocked
+			}
 		}
 		a.mode = max(a.mode, best)
 		a.borrow = a.borrow || bestBorrow
@@ -201,10 +217,11 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 // change of the simulated usage starts a new epoch. A nil cache computes
 // directly.
 type availCache struct {
-	epoch   uint32
-	stamp   []uint32
-	val     []int64
-	blocked []blockedFlavor // scratch for assign's no-fit deficits
+	epoch    uint32
+	stamp    []uint32
+	val      []int64
+	blocked  []blockedFlavor // scratch for assign's short resources
+	pblocked []blockedFlavor // scratch for the group that must preempt
 }
 
 func (c *availCache) get(n *node, u []int64, fr int) int64 {
@@ -229,53 +246,96 @@ func (s *State) publicAssignment(a assignment) Assignment {
 }
 
 // memoized reports whether w was found neither fitting nor able to
-// preempt, and nothing that could change that happened since.
-func memoized(n *node, w *workload) bool {
+// preempt, and that still holds: for a queue that never preempts, every
+// flavor of the group that failed still lacks one of the resources it
+// lacked (checked against the current simulation, so this is exact
+// enough to hold in any cycle); for a preempting queue, nothing changed
+// in its tree since.
+func memoized(s *State, cy *cycle, n *node, w *workload) bool {
 	r := n.root
 	m := &w.memo
-	if m.config != r.configGen || m.config == 0 {
+	if m.config != r.configGen || m.config == 0 || len(w.victims) > 0 {
+		// A preemptor waiting for its victims is always nominated.
 		return false
-	}
-	if n.cq.canPreempt {
-		// Victims may appear with any admission: only an unchanged tree
-		// keeps the memo.
-		return m.change == r.changeGen
 	}
 	if m.permanent {
 		return true
 	}
-	// Still short in every flavor of the failing group: releases since
-	// the memo cannot have covered any flavor's deficit.
-	for _, b := range m.blocked {
-		if r.released[b.fr]-b.releasedAt >= b.deficit {
+	if m.byChange {
+		// Victims may appear with any admission: only an unchanged tree
+		// that still matches the facts keeps the memo.
+		return m.change == r.changeGen && cy.ver[r.idx] == 0
+	}
+	if len(m.blocked) == 0 {
+		return false
+	}
+	if m.boundFR >= 0 {
+		// It could preempt, but what every candidate holds of boundFR
+		// cannot cover the shortfall: candidates only come with
+		// admissions, the shortfall only shrinks with releases.
+		if m.boundQty-cy.avail.get(n, cy.sim, m.boundFR) <= cy.freeable(s, n, w, m.boundFR) {
 			return false
 		}
 	}
-	return len(m.blocked) > 0
+	// Entries come grouped by flavor.
+	for i := 0; i < len(m.blocked); {
+		flavor, short := m.blocked[i].flavor, false
+		for ; i < len(m.blocked) && m.blocked[i].flavor == flavor; i++ {
+			b := &m.blocked[i]
+			short = short || b.qty > cy.avail.get(n, cy.sim, b.fr)
+		}
+		if !short {
+			return false
+		}
+	}
+	return true
 }
 
 // noFitMemo is why a workload was found neither fitting nor able to
-// preempt: per flavor of the group that failed, the flavor/resource with
-// the largest deficit and the root's released total at the time.
+// preempt: the short resources of each flavor of the group that failed
+// (or, when it could preempt, of the group that must), and for a
+// preemptor the flavor/resource no set of victims could free enough of.
 type noFitMemo struct {
 	config, change uint64
 	permanent      bool // a requested resource has no quota in the queue
+	byChange       bool // valid only while the tree is unchanged
 	blocked        []blockedFlavor
+	boundFR        int
+	boundQty       int64
 }
 
+// blockedFlavor is one short resource of a flavor that did not fit:
+// flavor indexes the group's flavors, fr is the flavor/resource, qty the
+// quantity requested.
 type blockedFlavor struct {
-	fr         int
-	deficit    int64
-	releasedAt int64
+	flavor int
+	fr     int
+	qty    int64
 }
 
-func (s *State) remember(n *node, w *workload, a assignment) {
+// remember memoizes a no-fit evaluation. It reports false when the memo
+// stands for the facts only (victims that were not found), which the
+// caller may record only while the root matches them.
+func (s *State) remember(n *node, w *workload, a assignment, clean bool) bool {
 	r := n.root
-	m := noFitMemo{config: r.configGen, change: r.changeGen, permanent: a.permanent, blocked: w.memo.blocked[:0]}
-	for _, b := range a.blocked {
-		m.blocked = append(m.blocked, blockedFlavor{fr: b.fr, deficit: b.deficit, releasedAt: r.released[b.fr]})
+	m := noFitMemo{config: r.configGen, change: r.changeGen, permanent: a.permanent, boundFR: -1}
+	blocked := a.blocked
+	switch {
+	case a.permanent || len(a.blocked) > 0:
+		// Neither fits nor could preempt in any flavor.
+	case a.boundFR >= 0 && a.preemptGroups == 1:
+		blocked, m.boundFR, m.boundQty = a.preemptBlocked, a.boundFR, a.boundQty
+	default:
+		if !clean {
+			return false
+		}
+		m.byChange = true
 	}
+	// Usually a few entries: keep them inside the workload record, next
+	// to the rest of the memo, for the scan's sake.
+	m.blocked = append(w.memoInline[:0], blocked...)
 	w.memo = m
+	return true
 }
 
 // cursor walks one ClusterQueue's pending workloads during Schedule.
@@ -305,7 +365,9 @@ type cycle struct {
 	ver    []int // per root node index
 	avail  availCache
 	chosen map[string]bool // victims decided in this call
-	pools  map[*node][]*workload
+	// scratch for queue summaries
+	grown []int
+	cands []*workload
 }
 
 // evaluate assigns flavors to w and, when it must preempt and is not
@@ -316,11 +378,32 @@ func (s *State) evaluate(cy *cycle, n *node, w *workload) (assignment, []*worklo
 	if a.mode != modePreempt || len(w.victims) > 0 {
 		return a, nil
 	}
+	// Before searching victims: if even evicting every candidate could
+	// not cover the shortfall of one needed flavor/resource, no victims
+	// exist, and the memo can say so exactly (see memoized).
+	for _, fr := range a.need {
+		q := a.qtyOf(fr)
+		if q-cy.avail.get(n, cy.sim, fr) > cy.freeable(s, n, w, fr) {
+			a.mode, a.boundFR, a.boundQty = modeNoFit, fr, q
+			return a, nil
+		}
+	}
 	t := s.targets(cy, n, w, a)
 	if len(t) == 0 {
 		a.mode = modeNoFit
 	}
 	return a, t
+}
+
+// qtyOf is the quantity the assignment charges to fr.
+func (a *assignment) qtyOf(fr int) int64 {
+	var q int64
+	for _, r := range a.frs {
+		if r.fr == fr {
+			q += r.qty
+		}
+	}
+	return q
 }
 
 // nominate finds the cursor's head: the first workload that fits or can
@@ -331,25 +414,31 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	n := c.q.node
 	root := n.root
 	q := c.q
-	// More usage never makes a workload fit, so a memo holds in a
-	// simulation that only added usage; but it may add victims (queues
-	// start borrowing), so preempting queues need a clean root.
-	memoUsable := func() bool { return cy.ver[root.idx] == 0 || !n.cq.canPreempt }
-	if c.pos == 0 && !c.strict && memoUsable() && q.memoValid(n) {
-		c.blocked = true
-		return entry{}, false
+	if c.pos == 0 && !c.strict {
+		valid, grown := q.memoValid(cy, n)
+		if valid {
+			c.blocked = true
+			return entry{}, false
+		}
+		if grown != nil {
+			return s.rescan(cy, c, grown)
+		}
 	}
 	// A BestEffortFIFO scan of the whole queue that finds nothing
-	// summarizes its memos into the queue's.
+	// summarizes its workloads' memos into the queue's.
 	summarize := c.pos == 0 && !c.strict
 	if summarize {
-		q.memo.config = 0 // invalid until the scan completes
-		q.memo.threshold = resize(q.memo.threshold, len(root.released))
+		q.memo.config, q.memo.factsOnly = 0, false // invalid until the scan completes
+		q.memo.minQty = resize(q.memo.minQty, len(s.frs))
+		q.memo.byFR = slices.Grow(q.memo.byFR[:0], len(s.frs))[:len(s.frs)]
+		for i := range q.memo.byFR {
+			q.memo.byFR[i] = q.memo.byFR[i][:0]
+		}
 	}
 	for c.pos < len(q.pending) {
 		w := q.pending[c.pos]
 		clean := cy.ver[root.idx] == 0
-		if memoUsable() && memoized(n, w) {
+		if memoized(s, cy, n, w) {
 			if c.strict {
 				break
 			}
@@ -363,11 +452,8 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 		if a.mode != modeNoFit {
 			return entry{c: c, w: w, a: a, targets: t, ver: cy.ver[root.idx]}, true
 		}
-		if clean {
-			s.remember(n, w, a)
-			if summarize {
-				q.fold(w)
-			}
+		if s.remember(n, w, a, clean) && summarize {
+			q.fold(w)
 		} else {
 			summarize = false
 		}
@@ -376,43 +462,135 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 		}
 		c.pos++
 	}
-	if summarize {
+	// A summary standing for the facts needs a scan that saw them.
+	if summarize && (!q.memo.factsOnly || cy.ver[root.idx] == 0) {
 		q.memo.config, q.memo.change, q.memo.seq = root.configGen, root.changeGen, q.seq
+		q.memo.snapshot(cy, n)
 	}
 	c.blocked = true
 	return entry{}, false
 }
 
-// queueMemo records that every pending workload of a BestEffortFIFO queue
-// was memoized as not admissible: valid while the queue gained no
-// workload and, per flavor/resource, the root's released total stays
-// below the smallest threshold of its workloads' memos (for preempting
-// queues: while the tree is unchanged).
-type queueMemo struct {
-	config, change, seq uint64
-	threshold           []int64
-}
-
-func (q *queue) memoValid(n *node) bool {
-	m, r := &q.memo, n.root
-	if m.config == 0 || m.config != r.configGen || m.seq != q.seq {
-		return false
+// rescan is nominate for a summarized queue where only the grown
+// flavor/resources changed: a workload without a memo entry on any of
+// them lacks, in every flavor, something that did not grow, so only
+// those with one are checked, in queue order. When none fits either,
+// the summary is brought up to date instead of being rebuilt.
+func (s *State) rescan(cy *cycle, c *cursor, grown []int) (entry, bool) {
+	q, n := c.q, c.q.node
+	root := n.root
+	cands := cy.cands[:0]
+	for _, fr := range grown {
+		cands = append(cands, q.memo.byFR[fr]...)
 	}
-	if n.cq.canPreempt {
-		return m.change == r.changeGen
+	if len(grown) > 1 {
+		slices.SortFunc(cands, queueLess)
+		cands = slices.Compact(cands)
 	}
-	for fr, t := range m.threshold {
-		if r.released[fr] >= t {
-			return false
+	cy.cands = cands
+	remembered := false
+	for _, w := range cands {
+		if w.admitted || q.position(w) < 0 {
+			continue // admitted or removed since the summary
+		}
+		if memoized(s, cy, n, w) {
+			continue
+		}
+		a, t := s.evaluate(cy, n, w)
+		if a.mode != modeNoFit {
+			if remembered {
+				// Memos taken against what the queue can use now do not
+				// hold against the summary's older snapshot.
+				q.memo.config = 0
+			}
+			c.pos = q.position(w)
+			return entry{c: c, w: w, a: a, targets: t, ver: cy.ver[root.idx]}, true
+		}
+		remembered = true
+		if !s.remember(n, w, a, cy.ver[root.idx] == 0) {
+			q.memo.config = 0
+			continue
+		}
+		q.fold(w)
+		if q.memo.factsOnly {
+			q.memo.config = 0
 		}
 	}
-	return true
+	if q.memo.config != 0 {
+		q.memo.snapshot(cy, n)
+	}
+	c.blocked = true
+	return entry{}, false
+}
+
+// snapshot records what the queue can use now: every pending workload
+// was found not admissible against it.
+func (m *queueMemo) snapshot(cy *cycle, n *node) {
+	m.availAt = m.availAt[:0]
+	for _, fr := range n.cq.frs {
+		m.availAt = append(m.availAt, cy.avail.get(n, cy.sim, fr))
+	}
+}
+
+// queueMemo records that every pending workload of a BestEffortFIFO queue
+// was memoized as fitting in no flavor and unable to preempt in any,
+// what the queue could use of each of its flavor/resources then, and the
+// smallest quantity any workload lacked per flavor/resource. While the
+// queue gained no workload, every memo holds if nothing the queue can use
+// grew since, or if each of those smallest quantities still exceeds it.
+type queueMemo struct {
+	config, change, seq uint64
+	availAt             []int64 // per n.cq.frs
+	minQty              []int64 // per flavor/resource
+	// factsOnly: some memo holds for the facts only (a preemptor), so the
+	// summary does too: valid while the tree is unchanged and the
+	// simulation matches the facts.
+	factsOnly bool
+	// byFR lists, per flavor/resource and in queue order, the workloads
+	// with a memo entry on it (possibly more: entries that changed).
+	byFR [][]*workload
+}
+
+// memoValid reports whether the summary says that no workload of the
+// queue is admissible. When not, but only some flavor/resources grew
+// since, it returns them (see rescan).
+func (q *queue) memoValid(cy *cycle, n *node) (bool, []int) {
+	m, r := &q.memo, n.root
+	if m.config == 0 || m.config != r.configGen || m.seq != q.seq {
+		return false, nil
+	}
+	if m.factsOnly {
+		return m.change == r.changeGen && cy.ver[r.idx] == 0, nil
+	}
+	grown := cy.grown[:0]
+	for i, fr := range n.cq.frs {
+		if cy.avail.get(n, cy.sim, fr) > m.availAt[i] {
+			grown = append(grown, fr)
+		}
+	}
+	cy.grown = grown
+	if len(grown) == 0 {
+		return true, nil
+	}
+	for fr, v := range m.minQty {
+		if v != math.MaxInt64 && v <= cy.avail.get(n, cy.sim, fr) {
+			return false, grown
+		}
+	}
+	return true, nil
 }
 
 // fold adds a memoized workload to the queue summary being built.
 func (q *queue) fold(w *workload) {
+	if w.memo.byChange || w.memo.boundFR >= 0 {
+		q.memo.factsOnly = true
+	}
 	for _, b := range w.memo.blocked {
-		q.memo.threshold[b.fr] = min(q.memo.threshold[b.fr], satAdd(b.releasedAt, b.deficit))
+		q.memo.minQty[b.fr] = min(q.memo.minQty[b.fr], b.qty)
+		list := q.memo.byFR[b.fr]
+		if i, found := slices.BinarySearchFunc(list, w, queueLess); !found {
+			q.memo.byFR[b.fr] = slices.Insert(list, i, w)
+		}
 	}
 }
 
@@ -446,7 +624,15 @@ func (cy *cycle) charge(n *node, frs []frQty) {
 // cycles repeat until nothing moves or max is reached. A head that must
 // preempt reserves its request for the rest of the call, so lower-ranked
 // heads cannot take the room its victims free. All victims of one
-// preemptor come in one call.
+// preemptor come in one call (the only case where a call returns more
+// than max decisions: a first preemptor needing more victims than max).
+//
+// Callers apply the decisions and call again while decisions come. With
+// no preemption configured, a call returning fewer than max decisions
+// has considered every pending workload and the next call, on the
+// applied decisions, decides nothing. With preemption it may: a workload
+// just admitted by borrowing can be reclaimed at once by a preemptor that
+// had no victim before, as in Kueue, and reservations order differently.
 func (s *State) Schedule(now time.Time, max int) []Decision {
 	if max <= 0 {
 		return nil
