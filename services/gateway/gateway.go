@@ -21,6 +21,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
 	"github.com/taskmesh/taskmesh/services/gateway/ports/grpcproxy"
 	"github.com/taskmesh/taskmesh/services/gateway/ports/rest"
@@ -53,6 +54,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (time.Now if nil).
 	Now func() time.Time
+	// Live configures live task streams (see LiveConfig).
+	Live LiveConfig
 }
 
 // Timeouts of the HTTP server and of shutdown.
@@ -75,6 +78,7 @@ type Gateway struct {
 	upstream *grpc.ClientConn
 	handler  http.Handler
 	health   *health.Server
+	live     *live.Service
 
 	httpLis, grpcLis net.Listener
 	httpSrv          *http.Server
@@ -133,6 +137,14 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: scheduler client for %q: %w", cfg.SchedulerTarget, err)
 	}
 	g.upstream = upstream
+	lv := cfg.Live
+	g.live, err = live.New(live.Config{Kafka: lv.Kafka, Topic: lv.Topic, Tasks: taskv1.NewTaskServiceClient(upstream),
+		MaxStreamsPerTenant: lv.MaxStreamsPerTenant, Buffer: lv.Buffer, KeepAlive: lv.KeepAlive,
+		IdleTimeout: lv.IdleTimeout, WriteTimeout: lv.WriteTimeout, Logger: log})
+	if err != nil {
+		upstream.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 
 	g.handler, err = rest.NewHandler(ctx, rest.Options{
 		Upstream:       upstream,
@@ -140,6 +152,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		TrustedProxies: cfg.TrustedProxies,
 		Ready:          func() bool { return upstream.GetState() == connectivity.Ready },
 		Objects:        cfg.Objects,
+		Live:           g.live,
 		Logger:         log,
 	})
 	if err != nil {
@@ -224,6 +237,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 func (g *Gateway) run(ctx context.Context) error {
 	// Each server reports nil when it was stopped on purpose.
 	errc := make(chan error, 2)
+	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
+	liveDone := make(chan struct{})
+	go func() { defer close(liveDone); _ = g.live.Run(liveCtx) }()
 	go func() {
 		err := g.httpSrv.Serve(g.httpLis)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -240,6 +256,12 @@ func (g *Gateway) run(ctx context.Context) error {
 	case runErr = <-errc: // a server failed, or Close was called
 	}
 	g.health.Shutdown() // probes see NOT_SERVING while we drain
+	// Live streams never end on their own soon: close them (clients
+	// reconnect to another replica with their last id) before the HTTP
+	// server waits for its requests.
+	g.live.Shutdown()
+	stopLive()
+	<-liveDone
 
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()

@@ -149,11 +149,17 @@ func (s *Service) Shutdown() {
 	s.streams.Wait()
 }
 
+// Router is where Register adds routes: a grpc-gateway runtime.ServeMux.
+type Router interface {
+	HandlePath(method, pattern string, h runtime.HandlerFunc) error
+}
+
 // Register adds the two stream routes of an API to mux: GET
 // <prefix>/events (SSE) and GET <prefix>/ws (WebSocket), where prefix ends
 // with the path parameter {task_id}, e.g. "/api/v1/tasks/{task_id}".
-// view renders the API's frames. Authentication is mux's caller's job.
-func (s *Service) Register(mux *runtime.ServeMux, prefix string, view View) error {
+// view renders the API's frames. Authentication is mux's caller's job: the
+// handlers expect the principal in the request's context.
+func (s *Service) Register(mux Router, prefix string, view View) error {
 	if !strings.HasSuffix(prefix, "/{task_id}") {
 		return fmt.Errorf("live: route prefix %q must end with /{task_id}", prefix)
 	}

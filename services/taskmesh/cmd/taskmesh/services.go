@@ -181,13 +181,14 @@ func gatewayCommand() *cobra.Command {
 		c                          common
 		httpAddr, grpcAddr, target string
 		fsRoot, fsBaseURL, fsKey   string
+		liveCfg                    gateway.LiveConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the gateway: REST API, gRPC front door, authentication",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			log, _, token, shutdown, err := c.setup(ctx, cmd, "gateway")
+			log, k, token, shutdown, err := c.setup(ctx, cmd, "gateway")
 			if err != nil {
 				return err
 			}
@@ -200,7 +201,9 @@ func gatewayCommand() *cobra.Command {
 			if err := pg.Migrate(ctx, pool, "gateway", gateway.Migrations()); err != nil {
 				return err
 			}
-			cfg := gateway.Config{HTTPAddr: httpAddr, GRPCAddr: grpcAddr, SchedulerTarget: target, InternalToken: token, DB: pool, Logger: log}
+			liveCfg.Kafka = k // live task streams tail the task topic; without brokers they answer 503
+			cfg := gateway.Config{HTTPAddr: httpAddr, GRPCAddr: grpcAddr, SchedulerTarget: target, InternalToken: token, DB: pool, Logger: log,
+				Live: liveCfg}
 			if fsRoot != "" {
 				secret, err := flagenv.Secret("", fsKey)
 				if err != nil {
@@ -228,6 +231,8 @@ func gatewayCommand() *cobra.Command {
 	f.StringVar(&fsRoot, "objects-fs-root", "", "serve the fs object store at /objects/ from this directory")
 	f.StringVar(&fsBaseURL, "objects-fs-base-url", "", "public URL of /objects")
 	f.StringVar(&fsKey, "objects-fs-secret-file", "", "file holding the URL-signing secret")
+	f.IntVar(&liveCfg.MaxStreamsPerTenant, "live-max-streams-per-tenant", 100, "open live task streams (SSE, WebSocket) per tenant on this gateway")
+	f.DurationVar(&liveCfg.IdleTimeout, "live-idle-timeout", 10*time.Minute, "close a live task stream that sent nothing for this long")
 	return cmd
 }
 
