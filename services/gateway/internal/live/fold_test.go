@@ -15,7 +15,10 @@ import (
 // apply moves the live fields the way the scheduler's fold does.
 func TestApply(t *testing.T) {
 	at := timestamppb.New(time.Date(2026, 2, 5, 12, 0, 0, 0, time.UTC))
-	ev := func(e *taskv1.TaskEvent) *taskv1.TaskEvent { e.AggregateId, e.Version, e.OccurredAt = "t1", 7, at; return e }
+	ev := func(e *taskv1.TaskEvent) *taskv1.TaskEvent {
+		e.AggregateId, e.Version, e.OccurredAt = "t1", 7, at
+		return e
+	}
 	running := func() *taskv1.Task {
 		return &taskv1.Task{Id: "t1", Version: 6, Status: StatusRunning, AttemptId: "a1", AssignedAgentId: "agent-1",
 			Progress: 40, ProgressMessage: "half", StartedAt: at, AssignedAt: at, LeaseExpiresAt: at, MaxRetries: 3}
@@ -50,7 +53,9 @@ func TestApply(t *testing.T) {
 				return t.Status == StatusCancelled && t.Error == "cancelled: not needed" && t.EndedAt != nil
 			}},
 		{"succeeded", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{EndedAt: at}}}, false,
-			func(t *taskv1.Task) bool { return t.Status == StatusCompleted && t.Progress == 100 && t.GetExitCode() == 0 }},
+			func(t *taskv1.Task) bool {
+				return t.Status == StatusCompleted && t.Progress == 100 && t.GetExitCode() == 0
+			}},
 		{"renewed", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_LeaseRenewed{LeaseRenewed: &taskv1.TaskLeaseRenewed{}}}, false,
 			func(t *taskv1.Task) bool { return t.Status == StatusRunning && t.LastHeartbeatAt != nil }},
 		{"expired", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Expired{Expired: &taskv1.TaskExpired{}}}, true,
