@@ -244,7 +244,13 @@ type sseClient struct {
 // Last-Event-ID.
 func (w *liveWorld) openSSE(key, id string, lastID int64, query string) (*http.Response, *sseClient) {
 	w.t.Helper()
-	req, err := http.NewRequest("GET", w.url+"/api/v1/tasks/"+id+"/events"+query, nil)
+	return w.openSSEAt(w.url, key, id, lastID, query)
+}
+
+// openSSEAt is openSSE on the gateway at base.
+func (w *liveWorld) openSSEAt(base, key, id string, lastID int64, query string) (*http.Response, *sseClient) {
+	w.t.Helper()
+	req, err := http.NewRequest("GET", base+"/api/v1/tasks/"+id+"/events"+query, nil)
 	if err != nil {
 		w.t.Fatal(err)
 	}

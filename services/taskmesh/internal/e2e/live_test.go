@@ -40,7 +40,8 @@ func checkFinal(t *testing.T, w *liveWorld, id string, frames []frame) {
 
 // A client following a task over SSE sees every step, driven by real lease
 // calls, in order, with the task's own fields; the stream ends after the
-// final state.
+// final state. A client of another gateway replica, which tails the topic
+// on its own, sees the same.
 func TestLiveSSEFollowsTheTaskToItsEnd(t *testing.T) {
 	w := newLiveWorld(t)
 	id := w.submit(w.keyA, "watched")
@@ -48,6 +49,7 @@ func TestLiveSSEFollowsTheTaskToItsEnd(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("open: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+	_, other := w.openSSEAt(w.agentURL, w.keyA, id, -1, "")
 	if f := c.until("pending"); f.Data["change"] != "snapshot" || f.Data["task_id"] != id || f.ID != 1 {
 		t.Fatalf("first frame = %+v", f)
 	}
@@ -69,6 +71,15 @@ func TestLiveSSEFollowsTheTaskToItsEnd(t *testing.T) {
 		t.Errorf("assigned frame = %v", c.seen[1].Data)
 	}
 	checkFinal(t, w, id, c.seen)
+	other.drain()
+	if got := statuses(other.seen); !slices.Equal(got, lifecycle) {
+		t.Errorf("frames from the other replica = %v, want %v", got, lifecycle)
+	}
+	for i := range other.seen {
+		if other.seen[i].ID != c.seen[i].ID || other.seen[i].Data["updated_at"] != c.seen[i].Data["updated_at"] {
+			t.Errorf("frame %d differs between replicas: %v / %v", i, other.seen[i].Data, c.seen[i].Data)
+		}
+	}
 }
 
 // The same over a WebSocket: JSON messages {id, event, data}, closed with
