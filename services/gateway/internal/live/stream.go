@@ -168,8 +168,13 @@ func (st *stream) onEvent(ctx context.Context, out sink, d delivery) (bool, erro
 	st.deleted = apply(st.task, d.event)
 	st.applied = v
 	final := st.deleted
-	if !final && Final(st.task.GetStatus()) {
+	switch status := st.task.GetStatus(); {
+	case final || !Final(status):
+	case status == StatusFailed:
+		// Only a failure can be followed by a retry in the same commit.
 		final = st.confirmFinal(ctx, v)
+	default:
+		final = true
 	}
 	st.final = final
 	return st.emit(ctx, out, Update{Task: st.task, Version: v, Event: d.event, Deleted: st.deleted, Final: final}, d.link)
