@@ -292,3 +292,35 @@ func TestLiveResumeAcrossAGatewayRestart(t *testing.T) {
 	}
 	checkOrder(t, assigned.ID, resumed.seen)
 }
+
+// A failed attempt with a retry left is followed by the retry (committed
+// with the failure): the stream shows the failure, not as final, and goes
+// on to the attempt that completes.
+func TestLiveFailureWithARetryLeftIsNotTheEnd(t *testing.T) {
+	w := newLiveWorld(t)
+	id := w.must("POST", "/api/v1/tasks", w.keyA, map[string]any{"name": "flaky", "type": "shell", "command": "true",
+		"max_retries": 1, "retry_delay": 0})["id"].(string)
+	_, c := w.openSSE(w.keyA, id, -1, "")
+	c.until("pending")
+	attempt := w.claim(id)
+	w.start(id, attempt)
+	w.agentCall(id, attempt, "complete", map[string]any{"exit_code": 3, "stderr": "flaked\n"})
+	failed := c.until("failed")
+	if failed.final() || failed.Data["change"] != "failed" || failed.Data["exit_code"] != float64(3) {
+		t.Fatalf("failed frame = %v", failed.Data)
+	}
+	if f := c.until("pending"); f.Data["retry_count"] != float64(1) || f.Data["change"] != "retry_scheduled" {
+		t.Fatalf("retry frame = %v", f.Data)
+	}
+	second := w.claim(id)
+	w.start(id, second)
+	w.complete(id, second)
+	c.drain()
+	want := []string{"status:pending", "status:assigned", "status:running", "status:failed", "status:pending",
+		"status:assigned", "status:running", "status:completed"}
+	if got := statuses(c.seen); !slices.Equal(got, want) {
+		t.Fatalf("frames = %v, want %v", got, want)
+	}
+	checkOrder(t, 0, c.seen)
+	checkFinal(t, w, id, c.seen)
+}
