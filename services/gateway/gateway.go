@@ -24,6 +24,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/ratelimit"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/throttle"
@@ -61,6 +62,8 @@ type Config struct {
 	Now func() time.Time
 	// RateLimits configures the RPM and TPM limits.
 	RateLimits RateLimits
+	// Live configures live task streams (see LiveConfig).
+	Live LiveConfig
 }
 
 // RateLimits configures the per-key and per-tenant limits of requests per
@@ -119,6 +122,7 @@ type Gateway struct {
 	upstream *grpc.ClientConn
 	handler  http.Handler
 	health   *health.Server
+	live     *live.Service
 
 	httpLis, grpcLis net.Listener
 	httpSrv          *http.Server
@@ -230,6 +234,14 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: scheduler client for %q: %w", cfg.SchedulerTarget, err)
 	}
 	g.upstream = upstream
+	lv := cfg.Live
+	g.live, err = live.New(live.Config{Kafka: lv.Kafka, Topic: lv.Topic, Tasks: taskv1.NewTaskServiceClient(upstream),
+		MaxStreamsPerTenant: lv.MaxStreamsPerTenant, Buffer: lv.Buffer, KeepAlive: lv.KeepAlive,
+		IdleTimeout: lv.IdleTimeout, WriteTimeout: lv.WriteTimeout, Logger: log})
+	if err != nil {
+		upstream.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 
 	g.handler, err = rest.NewHandler(ctx, rest.Options{
 		Upstream:       upstream,
@@ -237,6 +249,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		TrustedProxies: cfg.TrustedProxies,
 		Ready:          func() bool { return upstream.GetState() == connectivity.Ready },
 		Objects:        cfg.Objects,
+		Live:           g.live,
 		Logger:         log,
 		Throttle:       g.throttle.Middleware,
 		Admin:          adminSrv,
@@ -328,6 +341,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 func (g *Gateway) run(ctx context.Context) error {
 	// Each server reports nil when it was stopped on purpose.
 	errc := make(chan error, 2)
+	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
+	liveDone := make(chan struct{})
+	go func() { defer close(liveDone); _ = g.live.Run(liveCtx) }()
 	go func() {
 		err := g.httpSrv.Serve(g.httpLis)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -344,6 +360,12 @@ func (g *Gateway) run(ctx context.Context) error {
 	case runErr = <-errc: // a server failed, or Close was called
 	}
 	g.health.Shutdown() // probes see NOT_SERVING while we drain
+	// Live streams never end on their own soon: close them (clients
+	// reconnect to another replica with their last id) before the HTTP
+	// server waits for its requests.
+	g.live.Shutdown()
+	stopLive()
+	<-liveDone
 
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()

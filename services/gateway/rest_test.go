@@ -244,6 +244,24 @@ func TestOpenAPIDocument(t *testing.T) {
 	if _, ok := getTask["200"]; !ok {
 		t.Error("the generated 200 response was lost")
 	}
+	// The hand-written live stream routes are documented like the others.
+	events := doc.Paths["/api/v1/tasks/{task_id}/events"]["get"].Responses
+	ws := doc.Paths["/api/v1/tasks/{task_id}/ws"]["get"].Responses
+	if events["200"].Schema.Ref != "#/definitions/liveTaskFrame" || ws["101"].Schema.Ref != "#/definitions/liveTaskFrame" ||
+		events["404"].Schema.Ref != "#/definitions/ErrorEnvelope" || ws["429"].Schema.Ref != "#/definitions/ErrorEnvelope" {
+		t.Errorf("live routes: events %v, ws %v", events, ws)
+	}
+	if _, ok := doc.Definitions["liveTaskFrame"].Properties["progress_message"]; !ok {
+		t.Error("no liveTaskFrame definition")
+	}
+}
+
+// Without Kafka brokers the live stream routes answer 503 with the
+// envelope; polling is unaffected.
+func TestLiveStreamsNeedKafka(t *testing.T) {
+	e := newEnv(t)
+	assertEnvelope(t, e.do(t, "GET", "/api/v1/tasks/t1/events", e.userSecret, ""), 503, 30099, "")
+	assertEnvelope(t, e.do(t, "GET", "/api/v1/tasks/t1/events", "", ""), 401, 401, "")
 }
 
 func TestHealthzAndObjects(t *testing.T) {

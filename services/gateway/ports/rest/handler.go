@@ -14,6 +14,7 @@ import (
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
@@ -42,13 +43,19 @@ type Options struct {
 	// Objects, if not nil, serves /objects/ without authentication: its
 	// URLs are signed. It sees the full path, which signatures cover.
 	Objects http.Handler
-	Logger  *slog.Logger
 	// Throttle, if not nil, wraps the API after authentication (the
 	// principal is in the request's context): the rate limits.
 	Throttle func(http.Handler) http.Handler
 	// Admin, if not nil, is served under /api/v1/admin/ to operator keys.
 	Admin adminv1.AdminServiceServer
+	// Live, if not nil, serves live task streams at
+	// /api/v1/tasks/{task_id}/events and /ws.
+	Live   *live.Service
+	Logger *slog.Logger
 }
+
+// liveTaskRoutes is the prefix of the task API's live stream routes.
+const liveTaskRoutes = "/api/v1/tasks/{task_id}"
 
 type handler struct {
 	api     http.Handler // authenticated API
@@ -60,13 +67,25 @@ type handler struct {
 
 // NewHandler returns the gateway's HTTP handler.
 func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
-	doc, err := Document(openapi.JSON)
+	var extras []Extra
+	if opts.Live != nil {
+		extras = append(extras, Extra{
+			Paths:       live.OpenAPIPaths(liveTaskRoutes, "TaskService", "#/definitions/liveTaskFrame"),
+			Definitions: map[string]any{"liveTaskFrame": live.TaskFrameSchema()},
+		})
+	}
+	doc, err := Document(openapi.JSON, extras...)
 	if err != nil {
 		return nil, fmt.Errorf("rest: openapi document: %w", err)
 	}
 	mux, err := newAPIMux(ctx, opts.Upstream, opts.Logger)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Live != nil {
+		if err := opts.Live.Register(mux, liveTaskRoutes, live.TaskView); err != nil {
+			return nil, fmt.Errorf("rest: %w", err)
+		}
 	}
 	if opts.Admin != nil {
 		if err := adminv1.RegisterAdminServiceHandlerServer(ctx, mux, opts.Admin); err != nil {

@@ -12,11 +12,16 @@ import (
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 )
 
+// Extra documents hand-written routes, which the generator does not see.
+type Extra struct {
+	Paths, Definitions map[string]any
+}
+
 // Document returns the generated OpenAPI 2.0 document completed with what
-// the generator cannot know: the bearer security scheme and the error
-// envelope with every code, as responses of every operation. It runs once,
-// at start-up.
-func Document(generated []byte) ([]byte, error) {
+// the generator cannot know: the hand-written routes (extras), the bearer
+// security scheme and the error envelope with every code, as responses of
+// every operation. It runs once, at start-up.
+func Document(generated []byte, extras ...Extra) ([]byte, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(generated, &doc); err != nil {
 		return nil, err
@@ -47,6 +52,14 @@ func Document(generated []byte) ([]byte, error) {
 	defs["ErrorEnvelope"] = envelopeSchema()
 
 	paths, _ := doc["paths"].(map[string]any)
+	if paths == nil {
+		paths = map[string]any{}
+		doc["paths"] = paths
+	}
+	for _, x := range extras {
+		maps.Copy(paths, x.Paths)
+		maps.Copy(defs, x.Definitions)
+	}
 	for path, item := range paths {
 		ops, ok := item.(map[string]any)
 		if !ok {

@@ -45,3 +45,25 @@ func TestDocumentRejectsInvalidInput(t *testing.T) {
 		t.Error("Document accepted a malformed path item")
 	}
 }
+
+func TestDocumentMergesHandWrittenRoutes(t *testing.T) {
+	out, err := Document(openapi.JSON, Extra{
+		Paths:       map[string]any{"/api/v1/x/{id}/stream": map[string]any{"get": map[string]any{"operationId": "X"}}},
+		Definitions: map[string]any{"xFrame": map[string]any{"type": "object"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths       map[string]map[string]map[string]any
+		Definitions map[string]any
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	op := doc.Paths["/api/v1/x/{id}/stream"]["get"]
+	responses, _ := op["responses"].(map[string]any)
+	if op["operationId"] != "X" || responses["404"] == nil || doc.Definitions["xFrame"] == nil {
+		t.Errorf("hand-written route = %v, definitions %v", op, doc.Definitions["xFrame"])
+	}
+}

@@ -107,6 +107,7 @@ Try it:
        -H 'Content-Type: application/json' \
        -d '{"name":"hello","type":"shell","command":"echo","args":["hello from taskmesh"]}'
   curl -s %[1]s/api/v1/tasks/<id> -H "Authorization: Bearer $TASKMESH_API_KEY"
+  curl -sN %[1]s/api/v1/tasks/<id>/events -H "Authorization: Bearer $TASKMESH_API_KEY"   # live (SSE)
   curl -s %[1]s/api/v1/tasks/<id>/result -H "Authorization: Bearer $TASKMESH_API_KEY"
 
 Press Ctrl-C to stop; data stays in the data directory.

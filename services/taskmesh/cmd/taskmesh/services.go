@@ -183,13 +183,14 @@ func gatewayCommand() *cobra.Command {
 		fsRoot, fsBaseURL, fsKey   string
 		limits                     rateLimitFlags
 		adminKeyFile               string
+		liveCfg                    gateway.LiveConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the gateway: REST API, gRPC front door, authentication",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			log, _, token, shutdown, err := c.setup(ctx, cmd, "gateway")
+			log, k, token, shutdown, err := c.setup(ctx, cmd, "gateway")
 			if err != nil {
 				return err
 			}
@@ -202,7 +203,9 @@ func gatewayCommand() *cobra.Command {
 			if err := pg.Migrate(ctx, pool, "gateway", gateway.Migrations()); err != nil {
 				return err
 			}
-			cfg := gateway.Config{HTTPAddr: httpAddr, GRPCAddr: grpcAddr, SchedulerTarget: target, InternalToken: token, DB: pool, Logger: log}
+			liveCfg.Kafka = k // live task streams tail the task topic; without brokers they answer 503
+			cfg := gateway.Config{HTTPAddr: httpAddr, GRPCAddr: grpcAddr, SchedulerTarget: target, InternalToken: token, DB: pool, Logger: log,
+				Live: liveCfg}
 			if cfg.RateLimits, err = limits.config(); err != nil {
 				return err
 			}
@@ -245,6 +248,8 @@ func gatewayCommand() *cobra.Command {
 	f.StringVar(&fsKey, "objects-fs-secret-file", "", "file holding the URL-signing secret")
 	f.StringVar(&adminKeyFile, "admin-key-file", "", "if no usable operator key exists, create one and write it to this file (0600)")
 	limits.add(f)
+	f.IntVar(&liveCfg.MaxStreamsPerTenant, "live-max-streams-per-tenant", 100, "open live task streams (SSE, WebSocket) per tenant on this gateway")
+	f.DurationVar(&liveCfg.IdleTimeout, "live-idle-timeout", 10*time.Minute, "close a live task stream that sent nothing for this long")
 	return cmd
 }
 

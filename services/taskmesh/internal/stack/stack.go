@@ -279,7 +279,8 @@ func (s *Stack) startGateway(ctx, runCtx context.Context, schedAddr, internalTok
 		return err
 	}
 	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
-		InternalToken: internalToken, DB: pool, Objects: objects.Handler(), Logger: s.opts.Logger, RateLimits: s.opts.RateLimits})
+		InternalToken: internalToken, DB: pool, Objects: objects.Handler(), Logger: s.opts.Logger, RateLimits: s.opts.RateLimits,
+		Live: gateway.LiveConfig{Kafka: s.kafkaConfig()}})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,93 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"testing"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/twmb/franz-go/pkg/kgo"
+	gotel "go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/protobuf/proto"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/otel"
+)
+
+// Another API registers the same routes under its prefix with a view in
+// its own vocabulary; updates it does not show are skipped, the final one
+// always comes.
+func TestAnotherAPIRegistersItsOwnView(t *testing.T) {
+	h := newHarness(t)
+	videoStatus := map[string]string{StatusPending: "QUEUED", StatusAssigned: "QUEUED", StatusRunning: "RUNNING",
+		StatusCompleted: "SUCCEEDED", StatusFailed: "FAILED", StatusCancelled: "CANCELED"}
+	view := func(u Update) (Frame, bool) {
+		if _, renewed := u.Event.GetEvent().(*taskv1.TaskEvent_Leased); renewed && !u.Final {
+			return Frame{}, false // the video API does not tell queued from assigned
+		}
+		return Frame{Event: "video", Data: map[string]any{"status": videoStatus[u.Task.GetStatus()],
+			"taskProgress": u.Task.GetProgress()}}, true
+	}
+	mux := runtime.NewServeMux()
+	if err := h.svc.Register(mux, "/v1/video/generations/{task_id}", view); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.srv.Close) // the task API's server, replaced by the video API's
+	h.srv = httptest.NewServer(withTenant(mux))
+
+	h.submit("v1", "acme")
+	c := h.openSSE("/v1/video/generations/v1/events", "acme")
+	c.next()
+	h.step("v1", leased("a1"))
+	h.step("v1", started("a1"))
+	h.step("v1", progressed("a1", 30))
+	h.step("v1", succeeded("a1"))
+	var got []string
+	for _, f := range c.all() {
+		d := f["data"].(map[string]any)
+		got = append(got, f["id"].(string)+" "+d["status"].(string)+" "+fmt.Sprint(d["taskProgress"]))
+	}
+	if want := []string{"3 RUNNING 0", "4 RUNNING 30", "5 SUCCEEDED 100"}; !slices.Equal(got, want) {
+		t.Fatalf("frames = %v, want %v", got, want)
+	}
+}
+
+// The push span of a frame links to the trace of the command that caused
+// the event (the record's trace headers).
+func TestPushSpanLinksTheEventsTrace(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	prev := gotel.GetTracerProvider()
+	gotel.SetTracerProvider(tp)
+	t.Cleanup(func() { gotel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+
+	h := newHarness(t)
+	h.submit("t1", "acme")
+	c := h.openSSE(path, "acme")
+	c.next()
+	ctx, cmd := tp.Tracer("test").Start(context.Background(), "lease command")
+	ev := h.record("t1", leased("a1"))
+	raw, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &kgo.Record{Key: []byte("t1"), Value: raw}
+	otel.InjectRecord(ctx, rec)
+	cmd.End()
+	if err := h.prod.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	c.next()
+	waitFor(t, "the push span", func() bool {
+		for _, s := range exp.GetSpans() {
+			if s.Name == "live push" && len(s.Links) == 1 && s.Links[0].SpanContext.TraceID() == cmd.SpanContext().TraceID() {
+				return true
+			}
+		}
+		return false
+	})
+}
