@@ -1,7 +1,9 @@
 // Package access decides which kind of caller may reach which internal
 // service. The rule is the same for REST routes and gRPC methods: a tenant's
 // API key calls the task API (taskmesh.task.v1.TaskService, REST
-// /api/v1/… except /api/v1/agent/…), an agent token calls the lease API
+// /api/v1/… except /api/v1/agent/…) and the video API
+// (taskmesh.video.v1.VideoService, REST /v1/video/… and
+// /api/v1/video/…), an agent token calls the lease API
 // (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…). Anything else is
 // refused, so a leaked agent token cannot read tenants' tasks and a user key
 // cannot impersonate an executor.
@@ -12,6 +14,7 @@ import (
 	"strings"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 )
 
@@ -24,6 +27,7 @@ const AgentRoutePrefix = "/api/v1/agent/"
 var (
 	taskMethods  = "/" + taskv1.TaskService_ServiceDesc.ServiceName + "/"
 	leaseMethods = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
+	videoMethods = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
 )
 
 // deniedError carries a message written for the caller.
@@ -37,13 +41,13 @@ func denied(msg string) error { return &deniedError{msg: msg} }
 // Method checks a gRPC full method name ("/pkg.Service/Method").
 func Method(p authn.Principal, fullMethod string) error {
 	switch {
-	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, taskMethods):
+	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods)):
 		return nil
 	case p.Kind == authn.KindAgent && strings.HasPrefix(fullMethod, leaseMethods):
 		return nil
 	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, leaseMethods):
 		return denied("API keys cannot call the agent API; use an agent token")
-	case p.Kind == authn.KindAgent && strings.HasPrefix(fullMethod, taskMethods):
+	case p.Kind == authn.KindAgent && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods)):
 		return denied("agent tokens can only call the agent API")
 	}
 	return denied("method not available through the gateway")

@@ -46,6 +46,7 @@ type Options struct {
 
 type handler struct {
 	api     http.Handler // authenticated API
+	video   http.Handler // authenticated video API
 	objects http.Handler
 	openapi []byte
 	ready   func() bool
@@ -54,7 +55,7 @@ type handler struct {
 
 // NewHandler returns the gateway's HTTP handler.
 func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
-	doc, err := Document(openapi.JSON)
+	doc, err := Document(openapi.JSON, openapi.VideoJSON)
 	if err != nil {
 		return nil, fmt.Errorf("rest: openapi document: %w", err)
 	}
@@ -62,8 +63,14 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	video, err := newVideoMux(ctx, opts.Upstream, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
 	return &handler{
-		api:     &authenticator{next: mux, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
+		api: &authenticator{next: mux, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
+		video: &authenticator{next: video, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger,
+			maxBody: maxVideoBodyBytes},
 		objects: opts.Objects,
 		openapi: doc,
 		ready:   opts.Ready,
@@ -87,6 +94,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveOpenAPI(w, r)
 	case h.objects != nil && strings.HasPrefix(path, "/objects/"):
 		h.objects.ServeHTTP(w, r)
+	case httperr.IsVideoPath(path):
+		h.video.ServeHTTP(w, r)
 	case strings.HasPrefix(path, "/api/"):
 		h.api.ServeHTTP(w, r)
 	default:

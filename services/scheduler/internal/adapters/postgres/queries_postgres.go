@@ -137,8 +137,8 @@ func ByAttempts(ctx context.Context, q Querier, agentID string, attempts []strin
 
 // VideoTasksCreatedBefore returns up to limit video tasks (any tenant)
 // submitted before before, oldest first; removed ones are skipped. The
-// type is a literal so the partial index of the video component's
-// migrations serves the query.
+// type is a literal so the partial index tasks_video_created_idx serves the
+// query.
 func VideoTasksCreatedBefore(ctx context.Context, q Querier, before time.Time, limit int) ([]domain.Task, error) {
 	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE type = 'video' AND NOT deleted AND created_at < $1
 		ORDER BY created_at LIMIT $2`, before, limit)
