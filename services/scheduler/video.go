@@ -103,7 +103,7 @@ func newVideo(cfg Config, tasks videoapp.Tasks, log *slog.Logger) (*video, error
 		rw = rewrite.Fallback{Primary: o, Secondary: rewrite.Rules{}, Log: log}
 	}
 	a := videoapp.New(videoapp.Config{Tasks: tasks, Catalog: catalog, Routing: routing, Objects: cfg.Objects,
-		Frames: frames.NewLoader(frames.Options{Timeout: vc.ImageTimeout, AllowPrivate: vc.AllowPrivateImageURLs}),
+		Frames:   frames.NewLoader(frames.Options{Timeout: vc.ImageTimeout, AllowPrivate: vc.AllowPrivateImageURLs}),
 		Rewriter: rw, Now: cfg.Now, Seed: vc.Seed, Log: log})
 	return &video{app: a, sweep: vc.SweepInterval,
 		server: &videoports.Server{App: a, Catalog: catalog, Location: vc.Location, Log: log}}, nil

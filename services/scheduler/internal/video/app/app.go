@@ -122,9 +122,13 @@ func (a *App) Create(ctx context.Context, c sched.Caller, r domain.Request) (tas
 		}
 	}
 	route := a.cfg.Routing.For(c.Tier)
-	priority := route.Priority
+	// A failed generation is FAILED at once, as documented, not retried:
+	// the same input would fail the same way, and the client polls for a
+	// final status. An attempt lost with its agent fails it too; the client
+	// submits again.
+	priority, retries := route.Priority, 0
 	tasks, err := a.cfg.Tasks.CreateTasks(ctx, c, task.SpecInput{
-		Name: "video " + plan.Model.ID, Type: task.TypeVideo, Priority: &priority, Queue: route.Queue,
+		Name: "video " + plan.Model.ID, Type: task.TypeVideo, Priority: &priority, MaxRetries: &retries, Queue: route.Queue,
 		Resources: map[string]string{"nvidia.com/gpu": plan.Model.GPUs}, Video: v,
 	}, "")
 	if err != nil {

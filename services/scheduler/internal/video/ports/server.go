@@ -77,7 +77,11 @@ func request(r *videov1.CreateVideoGenerationRequest) (domain.Request, error) {
 		img = u
 	}
 	out := domain.Request{Model: r.GetModel(), Type: r.GetType(), Prompt: in.GetPrompt(), NegativePrompt: in.GetNegativePrompt(),
-		Image: img, Resolution: p.GetResolution(), PromptExtend: p.PromptExtend, Watermark: p.Watermark, Seed: p.Seed}
+		Image: img, Resolution: p.GetResolution()}
+	if p == nil {
+		return out, nil // every parameter takes its default
+	}
+	out.PromptExtend, out.Watermark, out.Seed = p.PromptExtend, p.Watermark, p.Seed
 	if p.Duration != nil {
 		d := int(p.GetDuration())
 		out.Duration = &d
