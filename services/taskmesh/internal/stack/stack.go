@@ -60,7 +60,7 @@ type Options struct {
 	// wan2.2-t2v and wan2.2-i2v).
 	Video *scheduler.VideoConfig
 	// Now is the scheduler's clock (tests; default time.Now).
-	Now func() time.Time
+	Now    func() time.Time
 	Logger *slog.Logger
 }
 
