@@ -21,6 +21,7 @@ func devCommand() *cobra.Command {
 		o       stack.Options
 		logFile string
 		noAgent bool
+		video   = videoFlags{enabled: true}
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -36,6 +37,10 @@ keeps all data.`,
 				o.KafkaBrokers = strings.Split(b, ",")
 			}
 			o.Durable, o.Agent = true, !noAgent
+			var err error
+			if o.Video, err = video.config(); err != nil {
+				return err
+			}
 			if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 				return err
 			}
@@ -76,6 +81,7 @@ keeps all data.`,
 	f.BoolVar(&noAgent, "no-agent", false, "do not start the local agent")
 	f.StringVar(&o.AgentLocalAPI, "agent-local-api", "127.0.0.1:7071", "the local agent's own REST API (empty: off)")
 	f.StringVar(&logFile, "log-file", "", "log file (default <data-dir>/taskmesh.log)")
+	video.add(f, false)
 	return cmd
 }
 
