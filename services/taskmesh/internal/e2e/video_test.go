@@ -19,6 +19,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/scheduler"
@@ -472,6 +479,30 @@ func TestVideoGenerationAPI(t *testing.T) {
 		code, body, _ = del("no-such-task", "/api/v1/video/generations/")
 		if out, _ := body["output"].(map[string]any); code != 200 || out["task_status"] != "UNKNOWN" {
 			t.Errorf("DELETE unknown = %d %v", code, body)
+		}
+	})
+
+	t.Run("the gRPC front door forwards VideoService", func(t *testing.T) {
+		w := w.in(t)
+		conn, err := grpc.NewClient(w.s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		client := videov1.NewVideoServiceClient(conn)
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+w.premium)
+		created, err := client.CreateVideoGeneration(ctx, &videov1.CreateVideoGenerationRequest{Model: "wan2.2-t2v",
+			Input: &videov1.VideoGenerationInput{Prompt: "over gRPC"}})
+		if err != nil || created.GetOutput().GetTaskStatus() != "QUEUED" {
+			t.Fatalf("create = %v, %v", created, err)
+		}
+		got, err := client.GetVideoGeneration(ctx, &videov1.GetVideoGenerationRequest{TaskId: created.GetOutput().GetTaskId()})
+		if err != nil || got.GetData().GetTaskInput().GetPrompt() != "over gRPC" {
+			t.Errorf("get = %v, %v", got, err)
+		}
+		agentCtx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+w.agent)
+		if _, err := client.GetVideoGeneration(agentCtx, &videov1.GetVideoGenerationRequest{TaskId: "x"}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("agent token: %v", err)
 		}
 	})
 
