@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 )
 
 // Client setup: where the server is, which key to send, and whether to use
@@ -292,6 +293,7 @@ func (bearer) String() string { return "bearer([REDACTED])" }
 type conn struct {
 	cc    *grpc.ClientConn
 	tasks taskv1.TaskServiceClient
+	video videov1.VideoServiceClient
 }
 
 func (c *conn) Close() error { return c.cc.Close() }
@@ -315,7 +317,7 @@ func dial(s Settings) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
-	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc)}, nil
+	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), video: videov1.NewVideoServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message

@@ -1,7 +1,8 @@
 // Package ctl is the command-line client of Taskmesh, `taskmesh ctl`: it
 // submits tasks from the seed's YAML files and lists, inspects, watches,
-// cancels, retries and deletes them through the gateway's gRPC front door,
-// as a tenant identified by an API key.
+// cancels, retries and deletes them, and submits, inspects and deletes
+// video generations, through the gateway's gRPC front door, as a tenant
+// identified by an API key.
 //
 // The command tree is
 //
@@ -11,6 +12,7 @@
 //	ctl tasks watch ID          follow a task until it is final
 //	ctl tasks cancel|retry|delete ID
 //	ctl tasks result ID         inline output, or the object-store download
+//	ctl video submit|get|delete the video generation API (video.go)
 //
 // Errors print as one line, "error: <message> (code <n> <meaning>)", and
 // exit 1; mistakes in the command line itself exit 2 before anything is
@@ -128,7 +130,7 @@ root certificates unless --insecure is given.`,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand())
-	ctl.AddCommand(tasks)
+	ctl.AddCommand(tasks, a.videoCommand())
 	return ctl
 }
 
