@@ -105,9 +105,12 @@ func (a *App) Create(ctx context.Context, c sched.Caller, r domain.Request) (tas
 	}
 	v.Width, v.Height = domain.OutputSize(plan.Resolution, plan.Type, info.Width, info.Height)
 	if plan.PromptExtend {
-		if v.ActualPrompt, err = a.cfg.Rewriter.Rewrite(ctx, plan.Prompt); err != nil {
+		rewritten, err := a.cfg.Rewriter.Rewrite(ctx, plan.Prompt)
+		if err != nil {
 			return task.Task{}, fmt.Errorf("video: rewriting the prompt: %w", err)
 		}
+		// The model takes no longer prompt than a client may send.
+		v.ActualPrompt = domain.Truncate(rewritten, domain.MaxPromptChars)
 	}
 	if frame != nil {
 		v.ImageObjectKey = fmt.Sprintf("video-inputs/%s/%s.%s", c.Tenant, uuid.NewString(), info.Format)

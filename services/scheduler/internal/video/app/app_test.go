@@ -142,6 +142,20 @@ func TestCreateMapsThePlanOntoATask(t *testing.T) {
 	}
 }
 
+type longRewriter struct{}
+
+func (longRewriter) Rewrite(_ context.Context, p string) (string, error) { return strings.Repeat("长", 900), nil }
+
+func TestCreateCutsTheRewrittenPrompt(t *testing.T) {
+	tasks := &fakeTasks{}
+	if _, err := newApp(t, tasks, nil, longRewriter{}).Create(context.Background(), caller, domain.Request{Model: "wan2.2-t2v", Prompt: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len([]rune(tasks.created[0].Video.ActualPrompt)); n != domain.MaxPromptChars {
+		t.Errorf("actual prompt has %d characters", n)
+	}
+}
+
 func TestCreateFailuresStoreNothing(t *testing.T) {
 	ctx := context.Background()
 	// The rewriter fails: nothing stored, nothing created.
