@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
@@ -152,6 +153,8 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		TrustedProxies: cfg.TrustedProxies,
 		Health:         g.health,
 		Logger:         log,
+		// Video requests carry first frames of up to 10 MB as base64.
+		ServerOptions: []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcserver.MaxRecvMsgBytes)},
 	})
 	g.httpSrv = &http.Server{
 		Handler:           g.handler,

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"image"
 	"image/color"
@@ -307,6 +308,36 @@ func TestVideoGenerationAPI(t *testing.T) {
 		video = w.task(w.premium, id)["video"].(map[string]any)
 		if video["height"].(float64) <= video["width"].(float64) {
 			t.Errorf("a portrait image gave %vx%v", video["width"], video["height"])
+		}
+	})
+
+	t.Run("first frames up to 10 MB, not more", func(t *testing.T) {
+		w := w.in(t)
+		// Stored uncompressed, a 1800×1700 RGBA PNG is about 9.2 MB,
+		// some 12 MB as a data: URI.
+		img := image.NewRGBA(image.Rect(0, 0, 1800, 1700))
+		_, _ = rand.Read(img.Pix)
+		for i := 3; i < len(img.Pix); i += 4 {
+			img.Pix[i] = 0xff
+		}
+		var buf bytes.Buffer
+		if err := (&png.Encoder{CompressionLevel: png.NoCompression}).Encode(&buf, img); err != nil {
+			t.Fatal(err)
+		}
+		if buf.Len() < 8<<20 || buf.Len() > 10<<20 {
+			t.Fatalf("the test image has %d bytes", buf.Len())
+		}
+		id := w.post(w.premium, map[string]any{"model": "wan2.2-i2v", "input": map[string]any{"prompt": "big",
+			"image": "data:image/png;base64," + base64.StdEncoding.EncodeToString(buf.Bytes())}})
+		if video := w.task(w.premium, id)["video"].(map[string]any); video["image_object_key"] == "" {
+			t.Errorf("video = %v", video)
+		}
+		tooBig := "data:image/png;base64," + base64.StdEncoding.EncodeToString(append(buf.Bytes(), make([]byte, 2<<20)...))
+		code, body, hdr := w.call("POST", "/v1/video/generations", w.premium, map[string]any{"model": "wan2.2-i2v",
+			"input": map[string]any{"prompt": "too big", "image": tooBig}})
+		videoError(t, "11 MB", code, body, hdr, 400, "InvalidParameter")
+		if msg, _ := body["message"].(string); !strings.Contains(msg, "10 MB") {
+			t.Errorf("message = %q", msg)
 		}
 	})
 
