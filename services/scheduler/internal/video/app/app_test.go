@@ -144,7 +144,9 @@ func TestCreateMapsThePlanOntoATask(t *testing.T) {
 
 type longRewriter struct{}
 
-func (longRewriter) Rewrite(_ context.Context, p string) (string, error) { return strings.Repeat("长", 900), nil }
+func (longRewriter) Rewrite(_ context.Context, p string) (string, error) {
+	return strings.Repeat("长", 900), nil
+}
 
 func TestCreateCutsTheRewrittenPrompt(t *testing.T) {
 	tasks := &fakeTasks{}
