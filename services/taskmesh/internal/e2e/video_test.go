@@ -365,7 +365,7 @@ func TestVideoGenerationAPI(t *testing.T) {
 			"no image for i2v":  {map[string]any{"model": "wan2.2-i2v", "input": map[string]any{"prompt": "x"}}, "input.image"},
 			"png with alpha":    {map[string]any{"model": "wan2.2-i2v", "input": map[string]any{"prompt": "x", "image": pngDataURI(t, 400, 400, true)}}, "input.image"},
 			"359 pixels":        {map[string]any{"model": "wan2.2-i2v", "input": map[string]any{"prompt": "x", "image": pngDataURI(t, 359, 400, false)}}, "input.image"},
-			"private URL":       {map[string]any{"model": "wan2.2-i2v", "input": map[string]any{"prompt": "x", "image": "http://127.0.0.1:1/a.png"}}, "input.image"},
+			"unreachable URL":   {map[string]any{"model": "wan2.2-i2v", "input": map[string]any{"prompt": "x", "image": "http://127.0.0.1:1/a.png"}}, "input.image"},
 			"duration 10":       {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"duration": 10}}, "parameters.duration"},
 			"resolution 4K":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"resolution": "4K"}}, "parameters.resolution"},
 			"seed out of range": {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"seed": 2147483648}}, "parameters.seed"},
