@@ -79,6 +79,10 @@ func New(cfg Config) *App {
 // ErrNoObjectStore: image_to_video needs somewhere to keep the first frame.
 var ErrNoObjectStore = errors.New("video: no object store is configured for first frames")
 
+// ErrNoTenant: an admin credential acts for every tenant, so a generation
+// it submitted would belong to none.
+var ErrNoTenant = errors.New("an admin credential cannot submit generations; use a tenant's API key")
+
 // actor records the video API's own changes in the task's history.
 const actor = "video-api"
 
@@ -86,6 +90,9 @@ const actor = "video-api"
 // rewrites its prompt and queues the generation on the route of c's tier.
 // Nothing is stored when r is refused.
 func (a *App) Create(ctx context.Context, c sched.Caller, r domain.Request) (task.Task, error) {
+	if c.Tenant == "*" || c.Tenant == "" {
+		return task.Task{}, ErrNoTenant
+	}
 	plan, err := a.cfg.Catalog.Normalize(r, a.cfg.Seed)
 	if err != nil {
 		return task.Task{}, err

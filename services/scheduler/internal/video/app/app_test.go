@@ -185,6 +185,10 @@ func TestCreateFailuresStoreNothing(t *testing.T) {
 	if _, err := a.Create(ctx, caller, domain.Request{Model: "wan2.2-t2v", Prompt: "x"}); err != nil {
 		t.Errorf("text_to_video without a store: %v", err)
 	}
+	// An admin has no tenant to submit for.
+	if _, err := a.Create(ctx, sched.Caller{Tenant: "*"}, domain.Request{Model: "wan2.2-t2v", Prompt: "x"}); !errors.Is(err, ErrNoTenant) {
+		t.Errorf("admin: %v", err)
+	}
 	// Invalid input never reaches the tasks.
 	var inv *domain.InvalidError
 	if _, err := a.Create(ctx, caller, domain.Request{Model: "wan2.2-t2v"}); !errors.As(err, &inv) || len(tasks.created) != 1 {

@@ -198,7 +198,7 @@ func (s *Server) status(err error) error {
 		return refusal(CodeTaskRunning, err.Error())
 	case errors.Is(err, domain.ErrTaskCanceled):
 		return refusal(CodeTaskCanceled, err.Error())
-	case errors.Is(err, domain.ErrForbidden):
+	case errors.Is(err, domain.ErrForbidden), errors.Is(err, app.ErrNoTenant):
 		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, app.ErrNoObjectStore):
 		return status.Error(codes.Unavailable, err.Error())

@@ -46,6 +46,7 @@ func TestStatusMapsEveryError(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", domain.ErrTaskRunning), codes.FailedPrecondition, CodeTaskRunning},
 		{domain.ErrTaskCanceled, codes.FailedPrecondition, CodeTaskCanceled},
 		{domain.ErrForbidden, codes.PermissionDenied, ""},
+		{app.ErrNoTenant, codes.PermissionDenied, ""},
 		{app.ErrNoObjectStore, codes.Unavailable, ""},
 		{task.ErrNotFound, codes.NotFound, ""},
 		{errors.New("boom"), codes.Internal, ""},
