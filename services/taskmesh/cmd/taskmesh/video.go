@@ -30,7 +30,7 @@ func (v *videoFlags) add(f *pflag.FlagSet, withSwitch bool) {
 	f.DurationVar(&v.rewriterTimeout, "video-rewriter-timeout", 20*time.Second, "give up rewriting after this long and use the rule-based rewriter")
 	f.DurationVar(&v.imageTimeout, "video-image-timeout", 15*time.Second, "time limit for downloading a first frame")
 	f.BoolVar(&v.allowPrivate, "video-allow-private-image-urls", false, "let first frames be downloaded from non-public addresses (development only)")
-	f.StringVar(&v.timeZone, "video-time-zone", "UTC", "time zone of the video API's wall-clock times (IANA name, e.g. Asia/Shanghai)")
+	f.StringVar(&v.timeZone, "video-time-zone", "", "time zone of the video API's wall-clock times, an IANA name such as UTC (default: UTC+8, as the API's document shows them)")
 }
 
 // config returns the scheduler's video configuration; nil when the API is
@@ -39,9 +39,12 @@ func (v *videoFlags) config() (*scheduler.VideoConfig, error) {
 	if !v.enabled {
 		return nil, nil
 	}
-	loc, err := time.LoadLocation(v.timeZone)
-	if err != nil {
-		return nil, fmt.Errorf("--video-time-zone: %w", err)
+	var loc *time.Location // the scheduler's default
+	if v.timeZone != "" {
+		var err error
+		if loc, err = time.LoadLocation(v.timeZone); err != nil {
+			return nil, fmt.Errorf("--video-time-zone: %w", err)
+		}
 	}
 	key, err := flagenv.Secret("", v.rewriterKeyFile)
 	if err != nil {

@@ -28,6 +28,9 @@ func TestVideoFlags(t *testing.T) {
 	if err != nil || cfg.RewriterAPIKey != "sk-test" || cfg.Location.String() != "Asia/Shanghai" || cfg.RewriterModel != "m" {
 		t.Fatalf("config = %+v, %v", cfg, err)
 	}
+	if cfg, err := parse().config(); err != nil || cfg.Location != nil {
+		t.Errorf("defaults: %+v, %v", cfg, err)
+	}
 	if cfg, err := parse("--video=false").config(); cfg != nil || err != nil {
 		t.Errorf("switched off: %+v, %v", cfg, err)
 	}

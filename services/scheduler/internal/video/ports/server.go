@@ -33,7 +33,7 @@ type Server struct {
 	App     *app.App
 	Catalog domain.Catalog
 	// Location is the time zone of gmtCreate and the other wall-clock
-	// times (default UTC).
+	// times (default DocumentZone).
 	Location *time.Location
 	Log      *slog.Logger
 }
@@ -102,6 +102,12 @@ func (s *Server) GetVideoGeneration(ctx context.Context, r *videov1.GetVideoGene
 	return &videov1.GetVideoGenerationResponse{Success: true, Code: 200, RequestId: id, RequestIdCamel: id, Data: s.data(v)}, nil
 }
 
+// DocumentZone is the zone of the document's wall-clock times: its example
+// pairs gmtCreate "2025-10-25 10:51:37" with gmtCreateTimeStamp
+// 1761360697000, which is 02:51:37 UTC — China Standard Time, UTC+8 all
+// year round, so a fixed zone needs no time zone database.
+var DocumentZone = time.FixedZone("CST", 8*60*60)
+
 // Wall-clock formats of the document's answers.
 const (
 	secondLayout = "2006-01-02 15:04:05"
@@ -118,7 +124,7 @@ func (s *Server) data(v app.View) *videov1.VideoGenerationTask {
 	t, spec := v.Task, v.Task.Spec.Video
 	loc := s.Location
 	if loc == nil {
-		loc = time.UTC
+		loc = DocumentZone
 	}
 	wall := func(at time.Time) *wrapperspb.StringValue {
 		if at.IsZero() {
