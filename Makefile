@@ -73,12 +73,14 @@ generate: tools third-party-protos ## Regenerate gen/ from proto/.
 	rm -rf gen/taskmesh gen/openapi/*.json
 	$(BIN)/buf generate
 	$(BIN)/buf generate --template buf.gen.openapi.yaml
+	$(BIN)/buf generate --template buf.gen.openapi-video.yaml
 
 .PHONY: check-generated
 check-generated: tools third-party-protos ## Fail when gen/ differs from what `make generate` produces.
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(BIN)/buf generate -o "$$tmp"; \
 	$(BIN)/buf generate --template buf.gen.openapi.yaml -o "$$tmp"; \
+	$(BIN)/buf generate --template buf.gen.openapi-video.yaml -o "$$tmp"; \
 	if ! diff -r -q -x go.mod -x go.sum -x openapi.go "$$tmp/gen" gen; then \
 	  echo "gen/ is stale: run 'make generate' and commit the result" >&2; exit 1; fi
 

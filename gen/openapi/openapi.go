@@ -1,9 +1,10 @@
 // Package openapi embeds the generated OpenAPI document.
 //
 // taskmesh.swagger.json is produced by `make generate` (protoc-gen-openapiv2,
-// every public service merged into one file); this file is the only
-// hand-written one in the directory and lets the gateway serve the document
-// without reading it from disk.
+// every public service merged into one file) and video.swagger.json likewise
+// for the video API, whose JSON keys are the protos' json_name values; this
+// file is the only hand-written one in the directory and lets the gateway
+// serve the documents without reading them from disk.
 package openapi
 
 import _ "embed"
@@ -14,3 +15,9 @@ import _ "embed"
 //
 //go:embed taskmesh.swagger.json
 var JSON []byte
+
+// VideoJSON is the OpenAPI 2.0 document of the video API (seed 000), with
+// its JSON key names. The gateway merges it into JSON.
+//
+//go:embed video.swagger.json
+var VideoJSON []byte

@@ -22,6 +22,7 @@ import (
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
@@ -267,6 +268,8 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		Logger:         log,
 		Throttle:       g.throttle.GRPCError,
 		Register:       func(r grpc.ServiceRegistrar) { adminv1.RegisterAdminServiceServer(r, adminSrv) },
+		// Video requests carry first frames of up to 10 MB as base64.
+		ServerOptions: []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcserver.MaxRecvMsgBytes)},
 	})
 	g.httpSrv = &http.Server{
 		Handler:           g.handler,

@@ -193,7 +193,9 @@ func TestOpenAPIDocument(t *testing.T) {
 		Security            []map[string][]string
 		Definitions         map[string]struct {
 			Properties map[string]struct {
-				Enum []int
+				// Numbers for the task API's codes, strings for the video
+				// API's.
+				Enum []any
 			}
 		}
 		Paths map[string]map[string]struct {
@@ -220,10 +222,26 @@ func TestOpenAPIDocument(t *testing.T) {
 	for _, want := range []int{30001, 30002, 30003, 30004, 30005, 30099, 401, 403, 429} {
 		found := false
 		for _, c := range enum {
-			found = found || c == want
+			found = found || c == float64(want)
 		}
 		if !found {
 			t.Errorf("ErrorEnvelope code enum %v lacks %d", enum, want)
+		}
+	}
+	videoEnum := doc.Definitions["VideoErrorEnvelope"].Properties["code"].Enum
+	for _, want := range []string{"InvalidParameter", "InvalidApiKey", "AccessDenied", "UnsupportedOperation.TaskRunning",
+		"UnsupportedOperation.TaskCanceled", "Throttling", "InternalError"} {
+		found := false
+		for _, c := range videoEnum {
+			found = found || c == want
+		}
+		if !found {
+			t.Errorf("VideoErrorEnvelope code enum %v lacks %s", videoEnum, want)
+		}
+	}
+	for _, status := range []string{"400", "401", "403", "409", "429", "500"} {
+		if r := doc.Paths["/api/v1/video/generations/{task_id}"]["delete"].Responses[status]; r.Schema.Ref != "#/definitions/VideoErrorEnvelope" {
+			t.Errorf("video DELETE lacks the %s error response", status)
 		}
 	}
 	claim := doc.Paths["/api/v1/agent/tasks/claim"]["post"].Responses

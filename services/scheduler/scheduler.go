@@ -84,8 +84,11 @@ type Config struct {
 	QuotaTopic string // default QuotaTopic
 	// InternalToken authenticates the scheduler's calls to the quota service.
 	InternalToken string
-	Now           func() time.Time
-	Logger        *slog.Logger
+	// Video, if set, serves the video generation API (VideoService) and
+	// sweeps its expired generations.
+	Video  *VideoConfig
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Service is a running scheduler.
@@ -96,6 +99,7 @@ type Service struct {
 	gc    *pg.GroupCommitter
 	tasks *pg.KeyedBatcher[domain.Task, postgres.Traced]
 	relay *outbox.Relay
+	video *video // nil without Config.Video
 	log   *slog.Logger
 }
 
@@ -160,14 +164,25 @@ func New(cfg Config) (*Service, error) {
 		s.cfg.QuotaTopic = cfg.QuotaTopic
 		s.app.SetAdmission(quota.NewResolver(cfg.Quota, cfg.InternalToken))
 	}
+	if cfg.Video != nil {
+		v, err := newVideo(cfg, s.app, s.log)
+		if err != nil {
+			return nil, err
+		}
+		s.video = v
+	}
 	return s, nil
 }
 
-// Register adds TaskService and LeaseService to a server built with
+// Register adds TaskService and LeaseService (and VideoService when
+// configured) to a server built with
 // platform/grpcserver (internal authentication and validation).
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	taskv1.RegisterTaskServiceServer(g, &ports.TaskServer{App: s.app, Log: s.log})
 	taskv1.RegisterLeaseServiceServer(g, &ports.LeaseServer{App: s.app, Log: s.log})
+	if s.video != nil {
+		s.video.register(g)
+	}
 }
 
 // Run relays events to Kafka, builds the task_views and audit_logs
@@ -192,6 +207,9 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	run(func(ctx context.Context) { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval) })
 	run(func(ctx context.Context) { s.hub.Run(ctx, s.cfg.DB) })
+	if s.video != nil {
+		run(func(ctx context.Context) { s.video.app.RunSweeper(ctx, s.video.sweep) })
+	}
 	<-ctx.Done()
 	wg.Wait()
 	s.gc.Close()

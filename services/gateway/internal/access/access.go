@@ -1,10 +1,13 @@
 // Package access decides which kind of caller may reach which internal
 // service. The rule is the same for REST routes and gRPC methods: a tenant's
 // API key calls the task API (taskmesh.task.v1.TaskService, REST
-// /api/v1/… except /api/v1/agent/…), an agent token calls the lease API
-// (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…), an operator key
-// calls the admin API (taskmesh.admin.v1.AdminService, REST
-// /api/v1/admin/…) and nothing else. Anything else is refused, so a leaked agent token cannot read tenants' tasks and a user key
+// /api/v1/… except /api/v1/agent/…) and the video API
+// (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…),
+// an agent token calls the lease API (taskmesh.task.v1.LeaseService, REST
+// /api/v1/agent/…), an operator key calls the admin API
+// (taskmesh.admin.v1.AdminService, REST /api/v1/admin/…) and nothing else.
+// Anything else is refused, so a leaked agent token cannot read tenants'
+// tasks and a user key
 // cannot impersonate an executor.
 package access
 
@@ -14,6 +17,7 @@ import (
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 )
 
@@ -30,6 +34,7 @@ var (
 	taskMethods  = "/" + taskv1.TaskService_ServiceDesc.ServiceName + "/"
 	leaseMethods = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
 	adminMethods = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
+	videoMethods = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
 )
 
 // deniedError carries a message written for the caller.
@@ -50,13 +55,13 @@ func Method(p authn.Principal, fullMethod string) error {
 		return denied("the admin API needs an operator key (tmo_…)")
 	case p.Kind == authn.KindAdmin:
 		return denied("operator keys can only call the admin API")
-	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, taskMethods):
+	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods)):
 		return nil
 	case p.Kind == authn.KindAgent && strings.HasPrefix(fullMethod, leaseMethods):
 		return nil
 	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, leaseMethods):
 		return denied("API keys cannot call the agent API; use an agent token")
-	case p.Kind == authn.KindAgent && strings.HasPrefix(fullMethod, taskMethods):
+	case p.Kind == authn.KindAgent && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods)):
 		return denied("agent tokens can only call the agent API")
 	}
 	return denied("method not available through the gateway")

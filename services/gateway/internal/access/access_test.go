@@ -21,6 +21,8 @@ func TestMethod(t *testing.T) {
 		{p: user, method: "/taskmesh.task.v1.LeaseService/ClaimTasks"},
 		{p: agent, method: "/taskmesh.task.v1.LeaseService/ClaimTasks", want: true},
 		{p: agent, method: "/taskmesh.task.v1.TaskService/GetTask"},
+		{p: user, method: "/taskmesh.video.v1.VideoService/CreateVideoGeneration", want: true},
+		{p: agent, method: "/taskmesh.video.v1.VideoService/GetVideoGeneration"},
 		{p: user, method: "/taskmesh.task.v1.TaskServiceX/GetTask"},
 		{p: user, method: "/taskmesh.quota.v1.QuotaService/CreateQuota"},
 		{p: admin, method: "/taskmesh.task.v1.TaskService/GetTask"},

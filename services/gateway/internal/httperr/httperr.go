@@ -116,6 +116,7 @@ func New(httpStatus, code int, message string) Problem {
 func FromStatus(st *status.Status) Problem {
 	p := fromCode(st.Code())
 	p.Message, p.Detail = st.Message(), st.Message()
+	p.VideoCode = videoCodeOf(st)
 	if code, ok := businessCode(st); ok {
 		p.Code = code
 		// An unknown business code (a newer service) keeps the status of
@@ -177,6 +178,20 @@ func businessCode(st *status.Status) (int, bool) {
 	return 0, false
 }
 
+// videoCodeOf is the video API code a service chose for st (ErrorInfo
+// metadata "video_code"), e.g. UnsupportedOperation.TaskRunning for a
+// refused DELETE; "" lets WriteFor derive it from the HTTP status.
+func videoCodeOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
+			if c := info.GetMetadata()["video_code"]; c != "" {
+				return c
+			}
+		}
+	}
+	return ""
+}
+
 // hide replaces the message of 5xx answers that came from elsewhere.
 func hide(p Problem) Problem {
 	switch {
@@ -215,6 +230,35 @@ const (
 	VideoInternalError    = "InternalError"
 	VideoUnavailable      = "ServiceUnavailable"
 )
+
+// Video API codes of a refused DELETE (409): the task is running, or it is
+// canceled (removed automatically 24 hours after submission).
+const (
+	VideoTaskRunning  = "UnsupportedOperation.TaskRunning"
+	VideoTaskCanceled = "UnsupportedOperation.TaskCanceled"
+)
+
+// VideoCode documents one code of the video API's error body.
+type VideoCode struct {
+	Code       string
+	HTTPStatus int
+	Meaning    string
+}
+
+// VideoCodes lists every code the video API answers with, for the OpenAPI
+// document.
+var VideoCodes = []VideoCode{
+	{VideoInvalidParameter, http.StatusBadRequest, "a parameter is missing or out of range; the message names it"},
+	{VideoInvalidAPIKey, http.StatusUnauthorized, "missing, unknown, expired or revoked API key"},
+	{VideoAccessDenied, http.StatusForbidden, "the task belongs to another tenant, or the credential may not call this API"},
+	{VideoNotFound, http.StatusNotFound, "no such route (an unknown task is not an error: its status is UNKNOWN)"},
+	{VideoMethodNotAllowed, http.StatusMethodNotAllowed, "route exists, method does not"},
+	{VideoTaskRunning, http.StatusConflict, "DELETE of a RUNNING task: it can be neither canceled nor deleted"},
+	{VideoTaskCanceled, http.StatusConflict, "DELETE of a CANCELED task: it is removed automatically 24 hours after submission"},
+	{VideoThrottling, http.StatusTooManyRequests, "rate limit exceeded"},
+	{VideoInternalError, http.StatusInternalServerError, "internal error"},
+	{VideoUnavailable, http.StatusServiceUnavailable, "a service is unavailable; retry later"},
+}
 
 // VideoEnvelope is the error body of the video API.
 type VideoEnvelope struct {

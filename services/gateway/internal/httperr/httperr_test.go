@@ -123,3 +123,28 @@ func TestWriteForPicksTheEnvelopeOfTheAPI(t *testing.T) {
 		}
 	}
 }
+
+func TestVideoCodeFromStatusReachesTheVideoBody(t *testing.T) {
+	st, err := status.New(codes.FailedPrecondition, "the task is running").WithDetails(&errdetails.ErrorInfo{Domain: Domain,
+		Reason: "TASK_IMMUTABLE", Metadata: map[string]string{"code": "30002", "video_code": VideoTaskRunning}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := FromStatus(st)
+	if p.HTTPStatus != http.StatusConflict || p.VideoCode != VideoTaskRunning {
+		t.Fatalf("problem = %+v", p)
+	}
+	rec := httptest.NewRecorder()
+	WriteFor(rec, httptest.NewRequest(http.MethodDelete, "/api/v1/video/generations/x", nil), p)
+	var body VideoEnvelope
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != http.StatusConflict || body.Code != VideoTaskRunning {
+		t.Errorf("video body = %d %s", rec.Code, rec.Body)
+	}
+	// The task API's envelope keeps its numeric code.
+	rec = httptest.NewRecorder()
+	WriteFor(rec, httptest.NewRequest(http.MethodDelete, "/api/v1/tasks/x", nil), p)
+	var env Envelope
+	if err := json.Unmarshal(rec.Body.Bytes(), &env); err != nil || env.Code != CodeTaskImmutable {
+		t.Errorf("task body = %s", rec.Body)
+	}
+}

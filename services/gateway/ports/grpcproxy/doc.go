@@ -8,7 +8,7 @@
 //
 // Before forwarding, the caller is authenticated from its "authorization"
 // metadata with the same credentials and kind rules as REST (user keys reach
-// TaskService, agent tokens LeaseService, anything else is
+// TaskService and VideoService, agent tokens LeaseService, anything else is
 // PermissionDenied). Incoming metadata is dropped except the trace context
 // and x-request-id; package outbound builds the scheduler's metadata from
 // scratch. Response headers, messages, trailers and the final status

@@ -24,6 +24,8 @@ type authenticator struct {
 	auth    Authenticator
 	trusted []netip.Prefix
 	log     *slog.Logger
+	// maxBody bounds request bodies (default maxBodyBytes).
+	maxBody int64
 }
 
 func (a *authenticator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -49,7 +51,11 @@ func (a *authenticator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The secret has done its job; nothing after this point needs it.
 	r.Header.Del("Authorization")
-	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	limit := a.maxBody
+	if limit == 0 {
+		limit = maxBodyBytes
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	a.next.ServeHTTP(w, r.WithContext(authn.NewContext(r.Context(), p)))
 }
 

@@ -59,6 +59,7 @@ const liveTaskRoutes = "/api/v1/tasks/{task_id}"
 
 type handler struct {
 	api     http.Handler // authenticated API
+	video   http.Handler // authenticated video API
 	objects http.Handler
 	openapi []byte
 	ready   func() bool
@@ -67,7 +68,7 @@ type handler struct {
 
 // NewHandler returns the gateway's HTTP handler.
 func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
-	var extras []Extra
+	extras := []Extra{{Video: openapi.VideoJSON}}
 	if opts.Live != nil {
 		extras = append(extras, Extra{
 			Paths:       live.OpenAPIPaths(liveTaskRoutes, "TaskService", "#/definitions/liveTaskFrame"),
@@ -92,12 +93,18 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: register admin service: %w", err)
 		}
 	}
-	var api http.Handler = mux
+	video, err := newVideoMux(ctx, opts.Upstream, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	var api, videoAPI http.Handler = mux, video
 	if opts.Throttle != nil {
-		api = opts.Throttle(mux)
+		api, videoAPI = opts.Throttle(mux), opts.Throttle(video)
 	}
 	return &handler{
-		api:     &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
+		api: &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
+		video: &authenticator{next: videoAPI, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger,
+			maxBody: maxVideoBodyBytes},
 		objects: opts.Objects,
 		openapi: doc,
 		ready:   opts.Ready,
@@ -121,7 +128,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveOpenAPI(w, r)
 	case h.objects != nil && strings.HasPrefix(path, "/objects/"):
 		h.objects.ServeHTTP(w, r)
-	case strings.HasPrefix(path, "/api/"), strings.HasPrefix(path, "/v1/video/"):
+	case httperr.IsVideoPath(path):
+		h.video.ServeHTTP(w, r)
+	case strings.HasPrefix(path, "/api/"):
 		h.api.ServeHTTP(w, r)
 	default:
 		httperr.WriteFor(w, r, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+path))

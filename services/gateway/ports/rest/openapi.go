@@ -12,15 +12,20 @@ import (
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 )
 
-// Extra documents hand-written routes, which the generator does not see.
+// Extra documents what the main generated document lacks: hand-written
+// routes (Paths, Definitions), or a separately generated video document
+// (Video), whose operations answer the video API's error body.
 type Extra struct {
 	Paths, Definitions map[string]any
+	Video              []byte
 }
 
 // Document returns the generated OpenAPI 2.0 document completed with what
-// the generator cannot know: the hand-written routes (extras), the bearer
-// security scheme and the error envelope with every code, as responses of
-// every operation. It runs once, at start-up.
+// the generator cannot know: the bearer security scheme and the error
+// envelope with every code, as responses of every operation, and the extras:
+// hand-written routes, and video documents (generated apart: their keys are
+// JSON names), merged in with the video API's error body and codes on their
+// operations. It runs once, at start-up.
 func Document(generated []byte, extras ...Extra) ([]byte, error) {
 	var doc map[string]any
 	if err := json.Unmarshal(generated, &doc); err != nil {
@@ -83,7 +88,103 @@ func Document(generated []byte, extras ...Extra) ([]byte, error) {
 			}
 		}
 	}
+	for _, x := range extras {
+		if x.Video == nil {
+			continue
+		}
+		defs["VideoErrorEnvelope"] = videoEnvelopeSchema()
+		if err := mergeVideo(doc, defs, x.Video); err != nil {
+			return nil, err
+		}
+	}
 	return json.MarshalIndent(doc, "", "  ")
+}
+
+// mergeVideo adds a video document's paths and definitions to doc, each
+// operation answering the video error body.
+func mergeVideo(doc, defs map[string]any, raw []byte) error {
+	var v map[string]any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return fmt.Errorf("video document: %w", err)
+	}
+	vdefs, _ := v["definitions"].(map[string]any)
+	for name, d := range vdefs {
+		if _, dup := defs[name]; dup {
+			return fmt.Errorf("video document: definition %s already exists", name)
+		}
+		defs[name] = d
+	}
+	paths, _ := doc["paths"].(map[string]any)
+	if paths == nil {
+		paths = map[string]any{}
+		doc["paths"] = paths
+	}
+	vpaths, _ := v["paths"].(map[string]any)
+	for path, item := range vpaths {
+		if _, dup := paths[path]; dup {
+			return fmt.Errorf("video document: path %s already exists", path)
+		}
+		ops, ok := item.(map[string]any)
+		if !ok {
+			return fmt.Errorf("video document: path %s is not an object", path)
+		}
+		for _, op := range ops {
+			op, ok := op.(map[string]any)
+			if !ok {
+				continue
+			}
+			responses, _ := op["responses"].(map[string]any)
+			if responses == nil {
+				responses = map[string]any{}
+				op["responses"] = responses
+			}
+			for status, desc := range videoErrorResponses() {
+				responses[strconv.Itoa(status)] = map[string]any{
+					"description": desc,
+					"schema":      map[string]any{"$ref": "#/definitions/VideoErrorEnvelope"},
+				}
+			}
+		}
+		paths[path] = ops
+	}
+	return nil
+}
+
+// videoEnvelopeSchema documents the video API's error body and its codes.
+func videoEnvelopeSchema() map[string]any {
+	var enum []any
+	var lines []string
+	for _, c := range httperr.VideoCodes {
+		enum = append(enum, c.Code)
+		lines = append(lines, fmt.Sprintf("%s (HTTP %d): %s", c.Code, c.HTTPStatus, c.Meaning))
+	}
+	return map[string]any{
+		"type":     "object",
+		"required": []any{"code", "message", "request_id"},
+		"properties": map[string]any{
+			"code":       map[string]any{"type": "string", "enum": enum, "description": "Error code:\n" + strings.Join(lines, "\n")},
+			"message":    map[string]any{"type": "string"},
+			"request_id": map[string]any{"type": "string", "description": "The request's id, also the X-Request-Id header."},
+		},
+		"example": map[string]any{"code": httperr.VideoInvalidAPIKey, "message": "Invalid API-key provided.", "request_id": "fb53c4ec-1c12-4fc4-a580-6d6ac0f1a8b2"},
+	}
+}
+
+// videoErrorResponses returns the video operations' error statuses with
+// their codes.
+func videoErrorResponses() map[int]string {
+	byStatus := map[int][]string{}
+	for _, c := range httperr.VideoCodes {
+		if c.HTTPStatus == 404 || c.HTTPStatus == 405 {
+			continue // about routes, not operations
+		}
+		byStatus[c.HTTPStatus] = append(byStatus[c.HTTPStatus], c.Code+": "+c.Meaning)
+	}
+	out := map[int]string{}
+	for s, codes := range byStatus {
+		out[s] = strings.Join(codes, "; ")
+	}
+	return out
 }
 
 // envelopeSchema documents the envelope and lists every code.

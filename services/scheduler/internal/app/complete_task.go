@@ -59,9 +59,15 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 }
 
 // resultKey is where an attempt's large result lives: under the task's
-// tenant, so links can never point into another tenant's results.
+// tenant, so links can never point into another tenant's results. A video
+// task's result is its MP4 (seed 000: the runner uploads the video as the
+// task's result object, content type video/mp4).
 func resultKey(t domain.Task, attemptID string) string {
-	return fmt.Sprintf("results/%s/%s/%s.json", t.TenantID, t.ID, attemptID)
+	ext := "json"
+	if t.Spec.Type == domain.TypeVideo {
+		ext = "mp4"
+	}
+	return fmt.Sprintf("results/%s/%s/%s.%s", t.TenantID, t.ID, attemptID, ext)
 }
 
 func (a *App) checkObject(ctx context.Context, t domain.Task, attemptID string, o ResultObject) error {
@@ -112,6 +118,9 @@ func (a *App) CreateResultUpload(ctx context.Context, c Caller, id, agentID, att
 	}
 	if contentType == "" {
 		contentType = "application/json"
+		if t.Spec.Type == domain.TypeVideo {
+			contentType = "video/mp4"
+		}
 	}
 	key := resultKey(t, attemptID)
 	url, headers, err := a.objects.PresignPut(ctx, key, a.cfg.UploadURLTTL, size, contentType)

@@ -41,6 +41,20 @@ func (t Task) Cancel(now time.Time, actor, reason string) ([]Record, error) {
 	return one(now, actor, Canceled{Reason: reason, AttemptID: t.AttemptID}), nil
 }
 
+// Expire removes a task whose retention ended (the video API keeps its
+// tasks 24 hours). A task that is not final is cancelled first, so its
+// attempt is told to stop and nothing counts it as live any more.
+func (t Task) Expire(now time.Time, actor string) ([]Record, error) {
+	if t.Deleted {
+		return nil, fmt.Errorf("%w: the task is already removed", ErrImmutable)
+	}
+	var out []Record
+	if !t.Status.Final() {
+		out = one(now, actor, Canceled{Reason: "expired", AttemptID: t.AttemptID})
+	}
+	return append(out, Record{At: now, Actor: actor, Event: Expired{}}), nil
+}
+
 // Retry puts a failed or cancelled task back to pending at once; it does
 // not count against max_retries.
 func (t Task) Retry(now time.Time, actor string) ([]Record, error) {

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -322,5 +323,44 @@ func TestMatchesHardConstraints(t *testing.T) {
 		if got := task.Matches(tt.machine, "", tt.labels, tt.types); got != tt.want {
 			t.Errorf("Matches(%s, %v, %v) = %v", tt.machine, tt.labels, tt.types, got)
 		}
+	}
+}
+
+func TestExpireCancelsLiveTasksAndRemovesEveryTask(t *testing.T) {
+	done := run(t, leased(t, nil), nil, nil)
+	recs, _, err := done.Complete(t0.Add(2*time.Second), "agent-1", "att-1", Outcome{})
+	done = run(t, done, recs, err)
+	tests := map[string]struct {
+		task   Task
+		events []string
+	}{
+		"pending":   {submitted(t, nil), []string{"TaskCanceled", "TaskExpired"}},
+		"leased":    {leased(t, nil), []string{"TaskCanceled", "TaskExpired"}},
+		"completed": {done, []string{"TaskExpired"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			recs, err := tc.task.Expire(t0.Add(time.Hour), "scheduler")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, r := range recs {
+				names = append(names, r.Event.EventName())
+			}
+			if strings.Join(names, ",") != strings.Join(tc.events, ",") {
+				t.Fatalf("events = %v, want %v", names, tc.events)
+			}
+			after := run(t, tc.task, recs, nil)
+			if !after.Deleted || !after.Status.Final() {
+				t.Fatalf("after expiry: deleted %v, status %s", after.Deleted, after.Status)
+			}
+			if stop, why := after.MustStop(tc.task.AttemptID); !stop || why != "deleted" {
+				t.Errorf("MustStop = %v %q, want the attempt stopped", stop, why)
+			}
+			if _, err := after.Expire(t0.Add(2*time.Hour), "scheduler"); !errors.Is(err, ErrImmutable) {
+				t.Errorf("expiring twice: %v, want ErrImmutable", err)
+			}
+		})
 	}
 }

@@ -110,3 +110,7 @@ func taskToProto(t domain.Task) *taskv1.Task {
 	}
 	return p
 }
+
+// UserCaller is the caller of a tenant's API (admins included) for the
+// scheduler's other gRPC services (the video API).
+func UserCaller(ctx context.Context) (app.Caller, error) { return caller(ctx, false) }

@@ -63,3 +63,7 @@ func toStatus(log *slog.Logger, err error) error {
 	log.Error("internal error", "err", err)
 	return statusWith(codes.Internal, taskv1.ErrorCode_ERROR_CODE_INTERNAL, "internal error")
 }
+
+// ToStatus is toStatus for the scheduler's other gRPC services (the video
+// API), so that every scheduler error is mapped by the same rules.
+func ToStatus(log *slog.Logger, err error) error { return toStatus(log, err) }

@@ -22,6 +22,7 @@ func devCommand() *cobra.Command {
 		logFile string
 		noAgent bool
 		limits  rateLimitFlags
+		video   = videoFlags{enabled: true}
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -39,6 +40,9 @@ keeps all data.`,
 			o.Durable, o.Agent = true, !noAgent
 			var err error
 			if o.RateLimits, err = limits.config(); err != nil {
+				return err
+			}
+			if o.Video, err = video.config(); err != nil {
 				return err
 			}
 			if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
@@ -82,6 +86,7 @@ keeps all data.`,
 	f.StringVar(&o.AgentLocalAPI, "agent-local-api", "127.0.0.1:7071", "the local agent's own REST API (empty: off)")
 	f.StringVar(&logFile, "log-file", "", "log file (default <data-dir>/taskmesh.log)")
 	limits.add(f)
+	video.add(f, false)
 	return cmd
 }
 

@@ -92,6 +92,7 @@ func schedulerCommand() *cobra.Command {
 		writers                  int
 		agentLostAfter           time.Duration
 		preemptGap               int
+		video                    videoFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -136,8 +137,12 @@ func schedulerCommand() *cobra.Command {
 			default:
 				return fmt.Errorf("--objects must be fs, s3 or none, not %q", objectsKind)
 			}
+			vc, err := video.config()
+			if err != nil {
+				return err
+			}
 			svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: k, Objects: objects, Writers: writers, Logger: log,
-				Timing: scheduler.Timing{AgentLostAfter: agentLostAfter, PreemptGap: preemptGap}})
+				Timing: scheduler.Timing{AgentLostAfter: agentLostAfter, PreemptGap: preemptGap}, Video: vc})
 			if err != nil {
 				return err
 			}
@@ -173,6 +178,7 @@ func schedulerCommand() *cobra.Command {
 	f.StringVar(&s3.AccessKey, "s3-access-key", "", "S3 access key")
 	f.StringVar(&s3SecretFile, "s3-secret-key-file", "", "file holding the S3 secret key")
 	f.BoolVar(&s3.UseSSL, "s3-ssl", true, "use TLS to S3")
+	video.add(f, true)
 	return cmd
 }
 

@@ -22,6 +22,7 @@ import (
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 )
 
 // Client setup: where the server is, which key to send, and whether to use
@@ -309,6 +310,7 @@ type conn struct {
 	cc    *grpc.ClientConn
 	tasks taskv1.TaskServiceClient
 	admin adminv1.AdminServiceClient
+	video videov1.VideoServiceClient
 }
 
 func (c *conn) Close() error { return c.cc.Close() }
@@ -332,7 +334,8 @@ func dial(s Settings) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
-	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc)}, nil
+	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
+		video: videov1.NewVideoServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message

@@ -1,8 +1,9 @@
 // Package ctl is the command-line client of Taskmesh, `taskmesh ctl`: it
 // submits tasks from the seed's YAML files and lists, inspects, watches,
-// cancels, retries and deletes them through the gateway's gRPC front door,
-// as a tenant identified by an API key; and manages tenants and their API
-// keys through the admin API with an operator key.
+// cancels, retries and deletes them, and submits, inspects and deletes
+// video generations, through the gateway's gRPC front door, as a tenant
+// identified by an API key; and manages tenants and their API keys through
+// the admin API with an operator key.
 //
 // The command tree is
 //
@@ -14,6 +15,7 @@
 //	ctl tasks result ID         inline output, or the object-store download
 //	ctl tenants create|list|get|update   tenants, tiers, limits (admin.go)
 //	ctl keys create|list|revoke          a tenant's API keys (admin.go)
+//	ctl video submit|get|delete the video generation API (video.go)
 //
 // Errors print as one line, "error: <message> (code <n> <meaning>)", and
 // exit 1; mistakes in the command line itself exit 2 before anything is
@@ -134,7 +136,7 @@ root certificates unless --insecure is given.`,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand())
-	ctl.AddCommand(tasks, a.tenantsCommand(), a.keysCommand())
+	ctl.AddCommand(tasks, a.videoCommand(), a.tenantsCommand(), a.keysCommand())
 	return ctl
 }
 

@@ -82,7 +82,7 @@ func newStack(t *testing.T) *stack {
 	mux.Handle("/objects/", objects.Handler())
 
 	svc, err := scheduler.New(scheduler.Config{DB: schedPool, Kafka: broker.Config(), Partitions: 4, Objects: objects,
-		Timing: scheduler.Timing{SweepInterval: 100 * time.Millisecond}})
+		Timing: scheduler.Timing{SweepInterval: 100 * time.Millisecond}, Video: &scheduler.VideoConfig{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,13 @@ var protoJSON = protojson.MarshalOptions{UseProtoNames: true}
 // varies its whitespace on purpose, and the CLI's output should be the same
 // from run to run for diffs and scripts.
 func marshalProto(m proto.Message, indent bool) ([]byte, error) {
-	b, err := protoJSON.Marshal(m)
+	opts := protoJSON
+	if strings.HasPrefix(string(m.ProtoReflect().Descriptor().FullName()), "taskmesh.video.") {
+		// The video API's documented keys are its JSON names (requestId
+		// beside request_id, …), as its REST answers show them.
+		opts.UseProtoNames = false
+	}
+	b, err := opts.Marshal(m)
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,12 @@ type Options struct {
 	Timing scheduler.Timing
 	// RateLimits configures the gateway's RPM and TPM limits.
 	RateLimits gateway.RateLimits
-	Logger     *slog.Logger
+	// Video configures the video generation API (nil: the defaults, models
+	// wan2.2-t2v and wan2.2-i2v).
+	Video *scheduler.VideoConfig
+	// Now is the scheduler's clock (tests; default time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Stack is a running Taskmesh.
@@ -252,8 +257,12 @@ func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string
 	if err != nil {
 		return "", err
 	}
+	video := s.opts.Video
+	if video == nil {
+		video = &scheduler.VideoConfig{}
+	}
 	svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: s.kafkaConfig(), Objects: objects, Timing: s.opts.Timing,
-		Logger: s.opts.Logger})
+		Video: video, Now: s.opts.Now, Logger: s.opts.Logger})
 	if err != nil {
 		return "", err
 	}

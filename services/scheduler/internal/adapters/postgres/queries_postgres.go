@@ -134,3 +134,16 @@ func ByAttempts(ctx context.Context, q Querier, agentID string, attempts []strin
 	}
 	return scanTasks(rows)
 }
+
+// VideoTasksCreatedBefore returns up to limit video tasks (any tenant)
+// submitted before before, oldest first; removed ones are skipped. The
+// type is a literal so the partial index tasks_video_created_idx serves the
+// query.
+func VideoTasksCreatedBefore(ctx context.Context, q Querier, before time.Time, limit int) ([]domain.Task, error) {
+	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE type = 'video' AND NOT deleted AND created_at < $1
+		ORDER BY created_at LIMIT $2`, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("video tasks created before %s: %w", before.Format(time.RFC3339), err)
+	}
+	return scanTasks(rows)
+}

@@ -1,0 +1,51 @@
+package rest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+)
+
+// maxVideoBodyBytes bounds the video API's bodies: a first frame of 10 MB
+// sent as base64 in a data: URI is about 13.4 MB.
+const maxVideoBodyBytes = 15 << 20
+
+// videoMarshaler writes the video API's JSON (seed 000 §1.1.2), whose keys
+// mix snake_case and camelCase: every field of the video protos names its
+// documented key with json_name, so the JSON names are used. Unset message
+// fields are present as null, as the document shows them ("completed_time":
+// null, "video_url": null), while unset proto3 optional fields are left out
+// — which is how taskInput.actual_prompt is absent when prompt_extend is
+// off, and data.code and data.message appear only for a FAILED task.
+// Unknown request fields are errors, as on the task API.
+var videoMarshaler = &runtime.JSONPb{
+	MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
+	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+}
+
+// newVideoMux returns the generated REST mux of the video API, with the
+// same header rules and error handlers as the task API's (the error writer
+// picks the video error body by path).
+func newVideoMux(ctx context.Context, upstream grpc.ClientConnInterface, log *slog.Logger) (*runtime.ServeMux, error) {
+	errs := &errorWriter{log: log}
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, videoMarshaler),
+		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithDisableHTTPMethodOverride(),
+		runtime.WithDisablePathLengthFallback(),
+		runtime.WithErrorHandler(errs.grpcError),
+		runtime.WithRoutingErrorHandler(errs.routingError),
+	)
+	if err := videov1.RegisterVideoServiceHandlerClient(ctx, mux, videov1.NewVideoServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register video service: %w", err)
+	}
+	return mux, nil
+}

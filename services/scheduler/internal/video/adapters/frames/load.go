@@ -1,0 +1,174 @@
+package frames
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/video/domain"
+)
+
+// Options configure a Loader.
+type Options struct {
+	// Timeout bounds a download, connection to last byte (default 15s).
+	Timeout time.Duration
+	// AllowPrivate lets downloads reach non-public addresses (tests, a
+	// development machine). Off by default.
+	AllowPrivate bool
+}
+
+// Loader fetches first frames.
+type Loader struct {
+	client *http.Client
+}
+
+// maxRedirects bounds how many redirects a download follows.
+const maxRedirects = 5
+
+// NewLoader returns a loader.
+func NewLoader(o Options) *Loader {
+	if o.Timeout <= 0 {
+		o.Timeout = 15 * time.Second
+	}
+	dialer := &net.Dialer{Timeout: o.Timeout}
+	if !o.AllowPrivate {
+		dialer.Control = refusePrivate
+	}
+	transport := &http.Transport{
+		// No proxy: a proxy would dial on the client's behalf and defeat the
+		// address check.
+		Proxy:                 nil,
+		DialContext:           dialer.DialContext,
+		TLSHandshakeTimeout:   o.Timeout,
+		ResponseHeaderTimeout: o.Timeout,
+		MaxIdleConns:          4,
+		IdleConnTimeout:       30 * time.Second,
+	}
+	return &Loader{client: &http.Client{Transport: transport, Timeout: o.Timeout,
+		CheckRedirect: func(r *http.Request, via []*http.Request) error {
+			if len(via) >= maxRedirects {
+				return fmt.Errorf("more than %d redirects", maxRedirects)
+			}
+			if r.URL.Scheme != "http" && r.URL.Scheme != "https" {
+				return fmt.Errorf("redirect to a %s URL", r.URL.Scheme)
+			}
+			return nil
+		}}}
+}
+
+// errPrivateAddress is the dialer's refusal.
+var errPrivateAddress = errors.New("the address is not public")
+
+// refusePrivate runs after DNS resolution, on the address actually dialed.
+func refusePrivate(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: %s", errPrivateAddress, address)
+	}
+	if !Public(ap.Addr()) {
+		return fmt.Errorf("%w: %s", errPrivateAddress, ap.Addr())
+	}
+	return nil
+}
+
+// cgnat is the shared address space of RFC 6598, private in practice.
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+// Public reports whether a is a public unicast address.
+func Public(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsValid() && a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast() &&
+		!cgnat.Contains(a)
+}
+
+// Load returns the first frame named by image (an http(s) URL or a data:
+// URI) and what it is. Every refusal is an *domain.InvalidError on
+// input.image; nothing else can fail.
+func (l *Loader) Load(ctx context.Context, image string) ([]byte, domain.ImageInfo, error) {
+	var b []byte
+	var err error
+	switch {
+	case strings.HasPrefix(image, "data:"):
+		b, err = decodeDataURI(image)
+	case strings.HasPrefix(image, "http://") || strings.HasPrefix(image, "https://"):
+		b, err = l.download(ctx, image)
+	default:
+		err = domain.ImageUnusable("must be an http(s) URL or data:{MIME_type};base64,{data}")
+	}
+	if err != nil {
+		return nil, domain.ImageInfo{}, err
+	}
+	info, err := Inspect(b)
+	if err != nil {
+		return nil, info, err
+	}
+	return b, info, nil
+}
+
+// decodeDataURI reads data:{MIME_type};base64,{data}. The MIME type must be
+// an image type but is otherwise ignored: the content decides.
+func decodeDataURI(s string) ([]byte, error) {
+	header, data, ok := strings.Cut(strings.TrimPrefix(s, "data:"), ",")
+	mime, enc, _ := strings.Cut(header, ";")
+	if !ok || enc != "base64" || !strings.HasPrefix(strings.ToLower(mime), "image/") {
+		return nil, domain.ImageUnusable("is not data:{MIME_type};base64,{data} with an image MIME type")
+	}
+	if base64.StdEncoding.DecodedLen(len(data)) > domain.MaxImageBytes+2 {
+		return nil, domain.ImageTooLarge(base64.StdEncoding.DecodedLen(len(data)))
+	}
+	b, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return nil, domain.ImageUnusable("has invalid base64 data")
+	}
+	return b, nil
+}
+
+func (l *Loader) download(ctx context.Context, raw string) ([]byte, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return nil, domain.ImageUnusable("is not a valid URL")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, domain.ImageUnusable("is not a valid URL")
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		if errors.Is(err, errPrivateAddress) {
+			return nil, domain.ImageUnusable("URL does not point to a public address")
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, domain.ImageUnusable("could not be downloaded in time")
+		}
+		return nil, domain.ImageUnusable("could not be downloaded")
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, domain.ImageUnusable("could not be downloaded: HTTP %d", resp.StatusCode)
+	}
+	if resp.ContentLength > domain.MaxImageBytes {
+		return nil, domain.ImageTooLarge(int(resp.ContentLength))
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, domain.MaxImageBytes+1))
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, domain.ImageUnusable("could not be downloaded in time")
+		}
+		return nil, domain.ImageUnusable("could not be downloaded")
+	}
+	if len(b) > domain.MaxImageBytes {
+		return nil, domain.ImageTooLarge(len(b))
+	}
+	return b, nil
+}
