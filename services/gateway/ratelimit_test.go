@@ -274,8 +274,9 @@ func gatewayOn(t *testing.T, db *pgxpool.Pool, fake *schedulertest.Fake, redisUR
 }
 
 // countAllowed sends n requests at once, spread over the gateways, and
-// counts those not refused with 429.
-func countAllowed(t *testing.T, gws []*gateway.Gateway, secret string, n int) int {
+// counts those let through: not refused with 429. An authentication
+// failure or a server error fails the test.
+func countAllowed(t *testing.T, gws []*gateway.Gateway, secret string, n int, method, path, body string) int {
 	t.Helper()
 	var (
 		wg      sync.WaitGroup
@@ -285,7 +286,7 @@ func countAllowed(t *testing.T, gws []*gateway.Gateway, secret string, n int) in
 	for i := range n {
 		wg.Go(func() {
 			g := gws[i%len(gws)]
-			req, err := http.NewRequest("GET", "http://"+g.HTTPAddr()+"/api/v1/tasks/task-001", nil)
+			req, err := http.NewRequest(method, "http://"+g.HTTPAddr()+path, strings.NewReader(body))
 			if err != nil {
 				failed.Store(err.Error())
 				return
@@ -297,12 +298,12 @@ func countAllowed(t *testing.T, gws []*gateway.Gateway, secret string, n int) in
 				return
 			}
 			resp.Body.Close()
-			switch resp.StatusCode {
-			case http.StatusOK:
-				allowed.Add(1)
-			case http.StatusTooManyRequests:
-			default:
+			switch {
+			case resp.StatusCode == http.StatusTooManyRequests:
+			case resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden, resp.StatusCode >= 500:
 				failed.Store(fmt.Sprintf("request %d: status %d", i, resp.StatusCode))
+			default:
+				allowed.Add(1)
 			}
 		})
 	}
@@ -333,8 +334,21 @@ func TestTwoGatewaysShareOneLimit(t *testing.T) {
 	shared := []*gateway.Gateway{gatewayOn(t, db, fake, redisSrv.URL), gatewayOn(t, db, fake, redisSrv.URL)}
 	// 10 a minute is one every 6 s: the 40 concurrent requests take far
 	// less, so exactly the burst of 10 passes.
-	if got := countAllowed(t, shared, secret, 40); got != 10 {
+	if got := countAllowed(t, shared, secret, 40, "GET", "/api/v1/tasks/task-001", ""); got != 10 {
 		t.Errorf("two replicas sharing Redis allowed %d of 40, want 10", got)
+	}
+
+	// Tokens too: 2000 a minute, 800 a video request, two fit in total.
+	if _, err := creds.AddTenant(ctx, gateway.TenantSpec{ID: "tokens", Name: "Tokens", Tier: gateway.TierStandard, Limits: gateway.Limits{TPM: 2000}}); err != nil {
+		t.Fatal(err)
+	}
+	_, tokenSecret, err := creds.AddAPIKey(ctx, gateway.APIKeySpec{TenantID: "tokens", Name: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	video := mustJSON(map[string]any{"input": map[string]any{"prompt": strings.Repeat("p", 300)}})
+	if got := countAllowed(t, shared, tokenSecret, 10, "POST", "/v1/video/generations", video); got != 2 {
+		t.Errorf("two replicas sharing Redis let %d video requests of 800 tokens through a 2000 TPM limit, want 2", got)
 	}
 
 	// The failure this guards against: replicas limiting alone.
@@ -346,7 +360,7 @@ func TestTwoGatewaysShareOneLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	alone := []*gateway.Gateway{gatewayOn(t, db, fake, ""), gatewayOn(t, db, fake, "")}
-	if got := countAllowed(t, alone, secret2, 40); got != 20 {
+	if got := countAllowed(t, alone, secret2, 40, "GET", "/api/v1/tasks/task-001", ""); got != 20 {
 		t.Errorf("two in-process replicas allowed %d of 40; the comparison expects 20 (10 each)", got)
 	}
 }
