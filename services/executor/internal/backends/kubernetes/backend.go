@@ -329,13 +329,16 @@ func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
 			started = true
 		}
 		switch phase {
-		case Succeeded:
-			b.complete(ctx, r, 0, b.resultJSON(r.job), "")
-			b.forget(log, r.job)
-			return
-		case Failed:
-			b.complete(ctx, r, 1, "", msg)
-			b.forget(log, r.job)
+		case Succeeded, Failed:
+			exit, stdout := 1, ""
+			if phase == Succeeded {
+				exit, stdout, msg = 0, b.resultJSON(r.job), ""
+			}
+			// Until the server has the outcome the job keeps its label: a
+			// backend stopped meanwhile reports it after its restart.
+			if b.complete(ctx, r, exit, stdout, msg) {
+				b.forget(log, r.job)
+			}
 			return
 		}
 	}
@@ -425,9 +428,9 @@ func (b *Backend) start(ctx context.Context, r *run) error {
 }
 
 // complete reports the attempt's outcome, retrying while the server is
-// unreachable. An answer that the attempt is no longer this backend's ends
-// it too.
-func (b *Backend) complete(ctx context.Context, r *run, exit int, stdout, errText string) {
+// unreachable. It reports whether the server answered for good: it took
+// the outcome, or refused it (the attempt is no longer this backend's).
+func (b *Backend) complete(ctx context.Context, r *run, exit int, stdout, errText string) bool {
 	req := &taskv1.CompleteTaskRequest{
 		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID,
 		ExitCode: int32(exit), Stdout: stdout, Error: truncate(errText, 4096), EndedAt: timestamppb.Now(),
@@ -441,10 +444,10 @@ func (b *Backend) complete(ctx context.Context, r *run, exit int, stdout, errTex
 			if err != nil {
 				b.log.Warn("outcome rejected", "task_id", r.taskID, "attempt_id", r.attemptID, "err", err)
 			}
-			return
+			return true
 		}
 		if !sleep(ctx, delay) {
-			return
+			return false
 		}
 		delay = min(delay*2, 10*time.Second)
 	}

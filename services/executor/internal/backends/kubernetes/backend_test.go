@@ -13,6 +13,9 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leaseconn"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -367,5 +370,32 @@ func TestConfigNeedsAgentAndS3(t *testing.T) {
 	}
 	if _, err := New(Config{AgentID: "a"}, nil, cluster); err == nil || !strings.Contains(err.Error(), "S3 endpoint and bucket") {
 		t.Errorf("without S3: %v", err)
+	}
+}
+
+// An outcome the server could not take before the backend stopped is
+// reported by the next backend: the job keeps its label until then.
+func TestOutcomeSurvivesABackendRestartWhileTheServerIsDown(t *testing.T) {
+	w := newWorld(t)
+	id := w.fake.Add(claimed("task-outage", textToVideo, "standard"))[0]
+	w.start()
+	name := JobName(id)
+	w.waitJob(name)
+	w.fake.SetFail(func(method string, _ proto.Message) error {
+		if method == "CompleteTask" {
+			return status.Error(codes.Unavailable, "server down")
+		}
+		return nil
+	})
+	w.setConditions(name, "", "Created", "Running", "Succeeded")
+	leasetest.WaitFor(t, 5*time.Second, "a refused completion", func() bool { return w.calls("CompleteTask", id) > 0 })
+	w.stop()
+	if j, err := w.job(name); err != nil || j.GetLabels()[AgentLabel] == "" {
+		t.Fatalf("job %v (%v): the unreported job lost the backend's label", j, err)
+	}
+	w.fake.SetFail(nil)
+	w.start()
+	if c := w.fake.WaitComplete(t, id, 5*time.Second); c.GetExitCode() != 0 {
+		t.Errorf("completion after restart %v", c)
 	}
 }

@@ -170,9 +170,9 @@ func Render(t *taskv1.Task, cfg RenderConfig) (*unstructured.Unstructured, error
 	if prompt == "" {
 		prompt = v.GetPrompt()
 	}
-	modelTask, ckpt := "t2v-A14B", "Wan2.2-T2V-A14B"
-	if v.GetType() == imageToVideo {
-		modelTask, ckpt = "i2v-A14B", "Wan2.2-I2V-A14B"
+	modelTask, ckpt, err := modelOf(v)
+	if err != nil {
+		return nil, err
 	}
 	frames := v.GetFrameNum()
 	if frames <= 0 {
@@ -241,6 +241,21 @@ func Render(t *taskv1.Task, cfg RenderConfig) (*unstructured.Unstructured, error
 		return nil, err
 	}
 	return job, nil
+}
+
+// modelOf picks generate.py's --task and the checkpoint directory from the
+// model (wan2.2-t2v, wan2.2-i2v); a model that names neither follows the
+// video type. A model that cannot do the type is refused.
+func modelOf(v *taskv1.VideoParams) (task, ckpt string, err error) {
+	model := strings.ToLower(v.GetModel())
+	i2v := v.GetType() == imageToVideo
+	switch {
+	case strings.Contains(model, "i2v") && !i2v, strings.Contains(model, "t2v") && i2v:
+		return "", "", fmt.Errorf("model %q cannot run %s", v.GetModel(), v.GetType())
+	case i2v:
+		return "i2v-A14B", "Wan2.2-I2V-A14B", nil
+	}
+	return "t2v-A14B", "Wan2.2-T2V-A14B", nil
 }
 
 // taskGPUs is the task's nvidia.com/gpu resource: the job's GPUs across

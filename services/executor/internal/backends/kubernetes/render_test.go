@@ -329,6 +329,7 @@ func TestRenderRefusesBadTasks(t *testing.T) {
 		{name: "GPUs not a multiple of a replica", mod: func(t *taskv1.Task, _ *RenderConfig) { t.Resources = map[string]string{gpuResource: "3"} }, wantErr: "nvidia.com/gpu 3 is not a multiple of the 2 GPUs of one replica"},
 		{name: "no queue", mod: func(t *taskv1.Task, c *RenderConfig) { t.Queue, c.DefaultQueue = "", "" }, wantErr: "the task names no queue"},
 		{name: "queue not a label value", mod: func(t *taskv1.Task, _ *RenderConfig) { t.Queue = "premium queue!" }, wantErr: `queue "premium queue!" cannot be a label value`},
+		{name: "model of the other type", mod: func(t *taskv1.Task, _ *RenderConfig) { t.Video.Model = "wan2.2-i2v" }, wantErr: `model "wan2.2-i2v" cannot run text_to_video`},
 		{name: "no S3", mod: func(_ *taskv1.Task, c *RenderConfig) { c.S3Bucket = "" }, wantErr: "no S3 endpoint and bucket configured"},
 	}
 	for _, tc := range tests {

@@ -105,8 +105,12 @@ func wrapParagraph(p string, cols int) []string {
 	return lines
 }
 
+// noLineStart are the fullwidth marks a line may not begin with.
+const noLineStart = "，。、；：！？）」』】》〉…—～％"
+
 // tokens splits a paragraph into break units: runs of narrow non-space
-// characters (words), single wide characters, and single spaces.
+// characters (words), single wide characters (with any closing
+// punctuation after them), and single spaces.
 func tokens(p string) []string {
 	var out []string
 	word := -1
@@ -122,6 +126,12 @@ func tokens(p string) []string {
 			if word >= 0 {
 				out = append(out, p[word:i])
 				word = -1
+			}
+			// Closing punctuation never starts a line: it goes with the
+			// character before it.
+			if strings.ContainsRune(noLineStart, r) && len(out) > 0 && out[len(out)-1] != " " {
+				out[len(out)-1] += string(r)
+				continue
 			}
 			out = append(out, string(r))
 		default:
