@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -311,4 +313,29 @@ func TestConfigErrors(t *testing.T) {
 	if err := svc.Register(mux, "/api/v1/tasks/{task_id}", nil); err == nil {
 		t.Error("Register accepted a nil view")
 	}
+}
+
+// An idle WebSocket gets its frames, pings, and a 1001 close frame saying
+// to reconnect.
+func TestIdleWebSocketIsClosedWithGoingAway(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond; c.KeepAlive = 50 * time.Millisecond })
+	h.submit("t1", "acme")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.srv.URL, "http")+"/api/v1/tasks/t1/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"X-Tenant": {"acme"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	_, msg, err := c.Read(ctx)
+	if err != nil || !strings.HasPrefix(string(msg), `{"id":1,"event":"status","data":{"task_id":"t1","version":1,"change":"snapshot"`) {
+		t.Fatalf("first message %s, %v", msg, err)
+	}
+	_, _, err = c.Read(ctx)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusGoingAway || !strings.Contains(ce.Reason, "idle") {
+		t.Errorf("close = %v", err)
+	}
+	waitFor(t, "the stream to end", func() bool { return h.svc.Stats().Ended["idle"] == 1 })
 }

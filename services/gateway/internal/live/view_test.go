@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -56,14 +57,29 @@ func TestAnotherAPIRegistersItsOwnView(t *testing.T) {
 	}
 }
 
+var (
+	tracingOnce sync.Once
+	spans       *tracetest.InMemoryExporter
+	provider    *sdktrace.TracerProvider
+)
+
+// testTracing installs a recording tracer provider once per test binary:
+// the package's tracer binds to the first global provider set, so it is
+// never replaced. The spans of earlier tests are reset.
+func testTracing() (*tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
+	tracingOnce.Do(func() {
+		spans = tracetest.NewInMemoryExporter()
+		provider = sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+		gotel.SetTracerProvider(provider)
+	})
+	spans.Reset()
+	return spans, provider
+}
+
 // The push span of a frame links to the trace of the command that caused
 // the event (the record's trace headers).
 func TestPushSpanLinksTheEventsTrace(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	prev := gotel.GetTracerProvider()
-	gotel.SetTracerProvider(tp)
-	t.Cleanup(func() { gotel.SetTracerProvider(prev); _ = tp.Shutdown(context.Background()) })
+	exp, tp := testTracing()
 
 	h := newHarness(t)
 	h.submit("t1", "acme")

@@ -67,9 +67,13 @@ func (s *Service) ServeWebSocket(w http.ResponseWriter, r *http.Request, taskID 
 	ctx, cancel := s.streamContext(r.Context())
 	defer cancel()
 	s.metrics.started(ctx, "websocket")
-	// Reading runs in the background: it answers pings, notices the
-	// client's close and cancels ctx then.
-	ctx = c.CloseRead(ctx)
+	// Reading runs in the background: it answers pings and notices the
+	// client's close, which ends the stream. Its context is not the
+	// stream's: the library drops the connection when a read's context
+	// ends, and a stream ended by shutdown or idleness must still send
+	// its close frame.
+	clientGone := c.CloseRead(context.WithoutCancel(ctx))
+	defer context.AfterFunc(clientGone, cancel)()
 	reason, err := st.run(ctx, &wsSink{c: c, svc: s})
 	code, text := closeStatus(reason, err)
 	_ = c.Close(code, text)
@@ -130,13 +134,21 @@ func (s *wsSink) send(ctx context.Context, id int64, event string, data []byte) 
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.svc.cfg.WriteTimeout)
+	ctx, cancel := s.writeContext(ctx)
 	defer cancel()
 	return s.c.Write(ctx, websocket.MessageText, msg)
 }
 
 func (s *wsSink) keepAlive(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.svc.cfg.WriteTimeout)
+	ctx, cancel := s.writeContext(ctx)
 	defer cancel()
 	return s.c.Ping(ctx)
+}
+
+// writeContext bounds one write by WriteTimeout only. The stream's own
+// context ending (shutdown, idle) must not cut a write short: the
+// WebSocket library closes the connection when a write's context ends,
+// and the client would get no close frame telling it why.
+func (s *wsSink) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.svc.cfg.WriteTimeout)
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
@@ -259,9 +260,30 @@ func TestLiveResumeAcrossAGatewayRestart(t *testing.T) {
 	w := newLiveWorld(t)
 	id := w.submit(w.keyA, "survives restarts")
 	_, c := w.openSSE(w.keyA, id, -1, "")
+	ws, _, err := w.openWS(w.keyA, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	attempt := w.claim(id)
 	assigned := c.until("assigned")
+	// The WebSocket client reads on (answering the close handshake) while
+	// the gateway stops; it is closed with 1001: reconnect with
+	// after_version.
+	wsClosed := make(chan websocket.StatusCode, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for {
+			if _, _, err := ws.conn.Read(ctx); err != nil {
+				wsClosed <- websocket.CloseStatus(err)
+				return
+			}
+		}
+	}()
 	w.stopGateway()
+	if code := <-wsClosed; code != websocket.StatusGoingAway {
+		t.Errorf("WebSocket on shutdown closed with %v, want 1001", code)
+	}
 	select {
 	case msg := <-c.closeEvent:
 		if msg["reason"] != "shutdown" {
