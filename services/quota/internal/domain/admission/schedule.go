@@ -365,9 +365,6 @@ type cycle struct {
 	ver    []int // per root node index
 	avail  availCache
 	chosen map[string]bool // victims decided in this call
-	// scratch for queue summaries
-	grown []int
-	cands []*workload
 }
 
 // evaluate assigns flavors to w and, when it must preempt and is not
@@ -414,15 +411,9 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	n := c.q.node
 	root := n.root
 	q := c.q
-	if c.pos == 0 && !c.strict {
-		valid, grown := q.memoValid(cy, n)
-		if valid {
-			c.blocked = true
-			return entry{}, false
-		}
-		if grown != nil {
-			return s.rescan(cy, c, grown)
-		}
+	if c.pos == 0 && !c.strict && q.memoValid(cy, n) {
+		c.blocked = true
+		return entry{}, false
 	}
 	// A BestEffortFIFO scan of the whole queue that finds nothing
 	// summarizes its workloads' memos into the queue's.
@@ -430,10 +421,6 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	if summarize {
 		q.memo.config, q.memo.factsOnly = 0, false // invalid until the scan completes
 		q.memo.minQty = resize(q.memo.minQty, len(s.frs))
-		q.memo.byFR = slices.Grow(q.memo.byFR[:0], len(s.frs))[:len(s.frs)]
-		for i := range q.memo.byFR {
-			q.memo.byFR[i] = q.memo.byFR[i][:0]
-		}
 	}
 	for c.pos < len(q.pending) {
 		w := q.pending[c.pos]
@@ -465,71 +452,13 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	// A summary standing for the facts needs a scan that saw them.
 	if summarize && (!q.memo.factsOnly || cy.ver[root.idx] == 0) {
 		q.memo.config, q.memo.change, q.memo.seq = root.configGen, root.changeGen, q.seq
-		q.memo.snapshot(cy, n)
+		q.memo.availAt = q.memo.availAt[:0]
+		for _, fr := range n.cq.frs {
+			q.memo.availAt = append(q.memo.availAt, cy.avail.get(n, cy.sim, fr))
+		}
 	}
 	c.blocked = true
 	return entry{}, false
-}
-
-// rescan is nominate for a summarized queue where only the grown
-// flavor/resources changed: a workload without a memo entry on any of
-// them lacks, in every flavor, something that did not grow, so only
-// those with one are checked, in queue order. When none fits either,
-// the summary is brought up to date instead of being rebuilt.
-func (s *State) rescan(cy *cycle, c *cursor, grown []int) (entry, bool) {
-	q, n := c.q, c.q.node
-	root := n.root
-	cands := cy.cands[:0]
-	for _, fr := range grown {
-		cands = append(cands, q.memo.byFR[fr]...)
-	}
-	if len(grown) > 1 {
-		slices.SortFunc(cands, queueLess)
-		cands = slices.Compact(cands)
-	}
-	cy.cands = cands
-	remembered := false
-	for _, w := range cands {
-		if w.admitted || q.position(w) < 0 {
-			continue // admitted or removed since the summary
-		}
-		if memoized(s, cy, n, w) {
-			continue
-		}
-		a, t := s.evaluate(cy, n, w)
-		if a.mode != modeNoFit {
-			if remembered {
-				// Memos taken against what the queue can use now do not
-				// hold against the summary's older snapshot.
-				q.memo.config = 0
-			}
-			c.pos = q.position(w)
-			return entry{c: c, w: w, a: a, targets: t, ver: cy.ver[root.idx]}, true
-		}
-		remembered = true
-		if !s.remember(n, w, a, cy.ver[root.idx] == 0) {
-			q.memo.config = 0
-			continue
-		}
-		q.fold(w)
-		if q.memo.factsOnly {
-			q.memo.config = 0
-		}
-	}
-	if q.memo.config != 0 {
-		q.memo.snapshot(cy, n)
-	}
-	c.blocked = true
-	return entry{}, false
-}
-
-// snapshot records what the queue can use now: every pending workload
-// was found not admissible against it.
-func (m *queueMemo) snapshot(cy *cycle, n *node) {
-	m.availAt = m.availAt[:0]
-	for _, fr := range n.cq.frs {
-		m.availAt = append(m.availAt, cy.avail.get(n, cy.sim, fr))
-	}
 }
 
 // queueMemo records that every pending workload of a BestEffortFIFO queue
@@ -546,38 +475,32 @@ type queueMemo struct {
 	// summary does too: valid while the tree is unchanged and the
 	// simulation matches the facts.
 	factsOnly bool
-	// byFR lists, per flavor/resource and in queue order, the workloads
-	// with a memo entry on it (possibly more: entries that changed).
-	byFR [][]*workload
 }
 
-// memoValid reports whether the summary says that no workload of the
-// queue is admissible. When not, but only some flavor/resources grew
-// since, it returns them (see rescan).
-func (q *queue) memoValid(cy *cycle, n *node) (bool, []int) {
+func (q *queue) memoValid(cy *cycle, n *node) bool {
 	m, r := &q.memo, n.root
 	if m.config == 0 || m.config != r.configGen || m.seq != q.seq {
-		return false, nil
+		return false
 	}
 	if m.factsOnly {
-		return m.change == r.changeGen && cy.ver[r.idx] == 0, nil
+		return m.change == r.changeGen && cy.ver[r.idx] == 0
 	}
-	grown := cy.grown[:0]
+	grew := false
 	for i, fr := range n.cq.frs {
 		if cy.avail.get(n, cy.sim, fr) > m.availAt[i] {
-			grown = append(grown, fr)
+			grew = true
+			break
 		}
 	}
-	cy.grown = grown
-	if len(grown) == 0 {
-		return true, nil
+	if !grew {
+		return true
 	}
 	for fr, v := range m.minQty {
 		if v != math.MaxInt64 && v <= cy.avail.get(n, cy.sim, fr) {
-			return false, grown
+			return false
 		}
 	}
-	return true, nil
+	return true
 }
 
 // fold adds a memoized workload to the queue summary being built.
@@ -587,10 +510,6 @@ func (q *queue) fold(w *workload) {
 	}
 	for _, b := range w.memo.blocked {
 		q.memo.minQty[b.fr] = min(q.memo.minQty[b.fr], b.qty)
-		list := q.memo.byFR[b.fr]
-		if i, found := slices.BinarySearchFunc(list, w, queueLess); !found {
-			q.memo.byFR[b.fr] = slices.Insert(list, i, w)
-		}
 	}
 }
 
