@@ -24,6 +24,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/projection"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/quota"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/views"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
@@ -35,6 +36,10 @@ var migrationFiles embed.FS
 
 // Topic carries every task event, keyed by task id.
 const Topic = "taskmesh.task.events.v1"
+
+// QuotaTopic carries the quota service's events, among them its admission
+// decisions.
+const QuotaTopic = "taskmesh.quota.events.v1"
 
 // Schema is the scheduler's default Postgres schema.
 const Schema = "scheduler"
@@ -72,8 +77,15 @@ type Config struct {
 	Timing  Timing
 	// Writers is how many group-commit transactions run at once (default 4).
 	Writers int
-	Now     func() time.Time
-	Logger  *slog.Logger
+	// Quota, if set, is a connection to the quota service: tasks that name a
+	// queue, a GU quota or resources wait for its admission, and its
+	// decisions are read from QuotaTopic. Nil: no task waits for admission.
+	Quota      grpc.ClientConnInterface
+	QuotaTopic string // default QuotaTopic
+	// InternalToken authenticates the scheduler's calls to the quota service.
+	InternalToken string
+	Now           func() time.Time
+	Logger        *slog.Logger
 }
 
 // Service is a running scheduler.
@@ -96,10 +108,15 @@ func New(cfg Config) (*Service, error) {
 		cfg.Writers = 4
 	}
 	// Four connections are held for the service's lifetime (relay,
-	// projection runner, sweeper, LISTEN); writers and reads need the rest.
-	if need := int32(4 + cfg.Writers + 4); cfg.DB.Config().MaxConns < need {
-		return nil, fmt.Errorf("scheduler: the database pool allows %d connections; it needs at least %d (4 long-lived, %d writers, 4 for reads)",
-			cfg.DB.Config().MaxConns, need, cfg.Writers)
+	// projection runner, sweeper, LISTEN), five with the admission
+	// decisions' consumer; writers and reads need the rest.
+	long := 4
+	if cfg.Quota != nil {
+		long = 5
+	}
+	if need := int32(long + cfg.Writers + 4); cfg.DB.Config().MaxConns < need {
+		return nil, fmt.Errorf("scheduler: the database pool allows %d connections; it needs at least %d (%d long-lived, %d writers, 4 for reads)",
+			cfg.DB.Config().MaxConns, need, long, cfg.Writers)
 	}
 	if cfg.Topic == "" {
 		cfg.Topic = Topic
@@ -133,6 +150,16 @@ func New(cfg Config) (*Service, error) {
 	s.app = app.New(cfg.DB, s.gc, s.tasks, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
 		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait}, s.log)
+	if cfg.Quota != nil {
+		if cfg.InternalToken == "" {
+			return nil, errors.New("scheduler: a quota service needs Config.InternalToken")
+		}
+		if cfg.QuotaTopic == "" {
+			cfg.QuotaTopic = QuotaTopic
+		}
+		s.cfg.QuotaTopic = cfg.QuotaTopic
+		s.app.SetAdmission(quota.NewResolver(cfg.Quota, cfg.InternalToken))
+	}
 	return s, nil
 }
 
@@ -158,6 +185,11 @@ func (s *Service) Run(ctx context.Context) error {
 		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, readModelHandler(map[string]string{
 		"task_views": "task_views", "audit_logs": "audit_logs"}))
 	run(func(ctx context.Context) { _ = runner.Run(ctx) })
+	if s.cfg.Quota != nil {
+		decisions := projection.NewRunner(s.cfg.DB, projection.Config{Name: admissionDecisions, Topic: s.cfg.QuotaTopic,
+			Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, quota.Decisions{Tasks: s.app})
+		run(func(ctx context.Context) { _ = decisions.Run(ctx) })
+	}
 	run(func(ctx context.Context) { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval) })
 	run(func(ctx context.Context) { s.hub.Run(ctx, s.cfg.DB) })
 	<-ctx.Done()
@@ -166,6 +198,9 @@ func (s *Service) Run(ctx context.Context) error {
 	s.tasks.Close()
 	return nil
 }
+
+// admissionDecisions names the consumer of the quota service's decisions.
+const admissionDecisions = "admission_decisions"
 
 // readModels names the projection that builds task_views and audit_logs.
 const readModels = "task_read_models"

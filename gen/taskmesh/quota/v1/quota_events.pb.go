@@ -115,6 +115,17 @@ type QuotaEvent struct {
 	//	*QuotaEvent_InventoryReserved
 	//	*QuotaEvent_InventoryReleased
 	//	*QuotaEvent_TenantRenamed
+	//	*QuotaEvent_ClusterQueueDefined
+	//	*QuotaEvent_ClusterQueueDeleted
+	//	*QuotaEvent_CohortDefined
+	//	*QuotaEvent_CohortDeleted
+	//	*QuotaEvent_LocalQueueDefined
+	//	*QuotaEvent_LocalQueueDeleted
+	//	*QuotaEvent_WorkloadQueued
+	//	*QuotaEvent_WorkloadAdmitted
+	//	*QuotaEvent_WorkloadPreemptionRequested
+	//	*QuotaEvent_WorkloadEvicted
+	//	*QuotaEvent_WorkloadFinished
 	Event         isQuotaEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -413,6 +424,105 @@ func (x *QuotaEvent) GetTenantRenamed() *TenantRenamed {
 	return nil
 }
 
+func (x *QuotaEvent) GetClusterQueueDefined() *ClusterQueueDefined {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_ClusterQueueDefined); ok {
+			return x.ClusterQueueDefined
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetClusterQueueDeleted() *ClusterQueueDeleted {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_ClusterQueueDeleted); ok {
+			return x.ClusterQueueDeleted
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetCohortDefined() *CohortDefined {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_CohortDefined); ok {
+			return x.CohortDefined
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetCohortDeleted() *CohortDeleted {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_CohortDeleted); ok {
+			return x.CohortDeleted
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetLocalQueueDefined() *LocalQueueDefined {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_LocalQueueDefined); ok {
+			return x.LocalQueueDefined
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetLocalQueueDeleted() *LocalQueueDeleted {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_LocalQueueDeleted); ok {
+			return x.LocalQueueDeleted
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetWorkloadQueued() *WorkloadQueued {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_WorkloadQueued); ok {
+			return x.WorkloadQueued
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetWorkloadAdmitted() *WorkloadAdmitted {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_WorkloadAdmitted); ok {
+			return x.WorkloadAdmitted
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetWorkloadPreemptionRequested() *WorkloadPreemptionRequested {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_WorkloadPreemptionRequested); ok {
+			return x.WorkloadPreemptionRequested
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetWorkloadEvicted() *WorkloadEvicted {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_WorkloadEvicted); ok {
+			return x.WorkloadEvicted
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetWorkloadFinished() *WorkloadFinished {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_WorkloadFinished); ok {
+			return x.WorkloadFinished
+		}
+	}
+	return nil
+}
+
 type isQuotaEvent_Event interface {
 	isQuotaEvent_Event()
 }
@@ -509,6 +619,52 @@ type QuotaEvent_TenantRenamed struct {
 	TenantRenamed *TenantRenamed `protobuf:"bytes,45,opt,name=tenant_renamed,json=tenantRenamed,proto3,oneof"`
 }
 
+type QuotaEvent_ClusterQueueDefined struct {
+	// Admission (aggregates "cluster-queue/<name>", "cohort/<name>",
+	// "local-queue/<name>" and "workload/<task id>").
+	ClusterQueueDefined *ClusterQueueDefined `protobuf:"bytes,50,opt,name=cluster_queue_defined,json=clusterQueueDefined,proto3,oneof"`
+}
+
+type QuotaEvent_ClusterQueueDeleted struct {
+	ClusterQueueDeleted *ClusterQueueDeleted `protobuf:"bytes,51,opt,name=cluster_queue_deleted,json=clusterQueueDeleted,proto3,oneof"`
+}
+
+type QuotaEvent_CohortDefined struct {
+	CohortDefined *CohortDefined `protobuf:"bytes,52,opt,name=cohort_defined,json=cohortDefined,proto3,oneof"`
+}
+
+type QuotaEvent_CohortDeleted struct {
+	CohortDeleted *CohortDeleted `protobuf:"bytes,53,opt,name=cohort_deleted,json=cohortDeleted,proto3,oneof"`
+}
+
+type QuotaEvent_LocalQueueDefined struct {
+	LocalQueueDefined *LocalQueueDefined `protobuf:"bytes,54,opt,name=local_queue_defined,json=localQueueDefined,proto3,oneof"`
+}
+
+type QuotaEvent_LocalQueueDeleted struct {
+	LocalQueueDeleted *LocalQueueDeleted `protobuf:"bytes,55,opt,name=local_queue_deleted,json=localQueueDeleted,proto3,oneof"`
+}
+
+type QuotaEvent_WorkloadQueued struct {
+	WorkloadQueued *WorkloadQueued `protobuf:"bytes,60,opt,name=workload_queued,json=workloadQueued,proto3,oneof"`
+}
+
+type QuotaEvent_WorkloadAdmitted struct {
+	WorkloadAdmitted *WorkloadAdmitted `protobuf:"bytes,61,opt,name=workload_admitted,json=workloadAdmitted,proto3,oneof"`
+}
+
+type QuotaEvent_WorkloadPreemptionRequested struct {
+	WorkloadPreemptionRequested *WorkloadPreemptionRequested `protobuf:"bytes,62,opt,name=workload_preemption_requested,json=workloadPreemptionRequested,proto3,oneof"`
+}
+
+type QuotaEvent_WorkloadEvicted struct {
+	WorkloadEvicted *WorkloadEvicted `protobuf:"bytes,63,opt,name=workload_evicted,json=workloadEvicted,proto3,oneof"`
+}
+
+type QuotaEvent_WorkloadFinished struct {
+	WorkloadFinished *WorkloadFinished `protobuf:"bytes,64,opt,name=workload_finished,json=workloadFinished,proto3,oneof"`
+}
+
 func (*QuotaEvent_QuotaCreated) isQuotaEvent_Event() {}
 
 func (*QuotaEvent_QuotaUpdated) isQuotaEvent_Event() {}
@@ -554,6 +710,28 @@ func (*QuotaEvent_InventoryReserved) isQuotaEvent_Event() {}
 func (*QuotaEvent_InventoryReleased) isQuotaEvent_Event() {}
 
 func (*QuotaEvent_TenantRenamed) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_ClusterQueueDefined) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_ClusterQueueDeleted) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_CohortDefined) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_CohortDeleted) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_LocalQueueDefined) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_LocalQueueDeleted) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_WorkloadQueued) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_WorkloadAdmitted) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_WorkloadPreemptionRequested) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_WorkloadEvicted) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_WorkloadFinished) isQuotaEvent_Event() {}
 
 // QuotaCreated: a quota exists. Level 1 quotas are roots; deeper quotas
 // have parent_id set and root_id naming their level 1 ancestor
@@ -1863,11 +2041,679 @@ func (x *InventoryReleased) GetQuotaId() string {
 	return ""
 }
 
+// ClusterQueueDefined: a ClusterQueue was created or replaced.
+type ClusterQueueDefined struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Spec  *ClusterQueueSpec      `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// config, api or work_group.
+	Origin        string `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterQueueDefined) Reset() {
+	*x = ClusterQueueDefined{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterQueueDefined) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterQueueDefined) ProtoMessage() {}
+
+func (x *ClusterQueueDefined) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterQueueDefined.ProtoReflect.Descriptor instead.
+func (*ClusterQueueDefined) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ClusterQueueDefined) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClusterQueueDefined) GetSpec() *ClusterQueueSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *ClusterQueueDefined) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+// ClusterQueueDeleted: a ClusterQueue is gone.
+type ClusterQueueDeleted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterQueueDeleted) Reset() {
+	*x = ClusterQueueDeleted{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterQueueDeleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterQueueDeleted) ProtoMessage() {}
+
+func (x *ClusterQueueDeleted) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterQueueDeleted.ProtoReflect.Descriptor instead.
+func (*ClusterQueueDeleted) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ClusterQueueDeleted) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// CohortDefined: a cohort was created or replaced.
+type CohortDefined struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Spec          *CohortSpec            `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Origin        string                 `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CohortDefined) Reset() {
+	*x = CohortDefined{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CohortDefined) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CohortDefined) ProtoMessage() {}
+
+func (x *CohortDefined) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CohortDefined.ProtoReflect.Descriptor instead.
+func (*CohortDefined) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CohortDefined) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CohortDefined) GetSpec() *CohortSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *CohortDefined) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+// CohortDeleted: a cohort is gone.
+type CohortDeleted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CohortDeleted) Reset() {
+	*x = CohortDeleted{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CohortDeleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CohortDeleted) ProtoMessage() {}
+
+func (x *CohortDeleted) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CohortDeleted.ProtoReflect.Descriptor instead.
+func (*CohortDeleted) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CohortDeleted) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// LocalQueueDefined: tenants may submit to cluster_queue under name.
+type LocalQueueDefined struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Spec          *LocalQueueSpec        `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Origin        string                 `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalQueueDefined) Reset() {
+	*x = LocalQueueDefined{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalQueueDefined) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalQueueDefined) ProtoMessage() {}
+
+func (x *LocalQueueDefined) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalQueueDefined.ProtoReflect.Descriptor instead.
+func (*LocalQueueDefined) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *LocalQueueDefined) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LocalQueueDefined) GetSpec() *LocalQueueSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *LocalQueueDefined) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+// LocalQueueDeleted: the queue name is gone.
+type LocalQueueDeleted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocalQueueDeleted) Reset() {
+	*x = LocalQueueDeleted{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocalQueueDeleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocalQueueDeleted) ProtoMessage() {}
+
+func (x *LocalQueueDeleted) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocalQueueDeleted.ProtoReflect.Descriptor instead.
+func (*LocalQueueDeleted) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *LocalQueueDeleted) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// WorkloadQueued: a task waits for admission in cluster_queue.
+type WorkloadQueued struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	TaskId       string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ClusterQueue string                 `protobuf:"bytes,2,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	// Kueue's scale: higher is more important (task priority 1 → 10).
+	Priority int32 `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	// The task's creation time: queues are FIFO by priority, then this.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Requests in milli-units by resource name.
+	Requests map[string]int64 `protobuf:"bytes,5,rep,name=requests,proto3" json:"requests,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The task event version that (re)queued it: decisions name it, so the
+	// scheduler ignores a decision about an earlier stay in the queue.
+	TaskVersion   int64 `protobuf:"varint,6,opt,name=task_version,json=taskVersion,proto3" json:"task_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkloadQueued) Reset() {
+	*x = WorkloadQueued{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadQueued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadQueued) ProtoMessage() {}
+
+func (x *WorkloadQueued) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadQueued.ProtoReflect.Descriptor instead.
+func (*WorkloadQueued) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WorkloadQueued) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *WorkloadQueued) GetClusterQueue() string {
+	if x != nil {
+		return x.ClusterQueue
+	}
+	return ""
+}
+
+func (x *WorkloadQueued) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *WorkloadQueued) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *WorkloadQueued) GetRequests() map[string]int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *WorkloadQueued) GetTaskVersion() int64 {
+	if x != nil {
+		return x.TaskVersion
+	}
+	return 0
+}
+
+// WorkloadAdmitted: the task may run; its requests count against the
+// chosen flavors.
+type WorkloadAdmitted struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	TaskId       string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ClusterQueue string                 `protobuf:"bytes,2,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	// Flavor chosen for each resource.
+	Flavors map[string]string `protobuf:"bytes,3,rep,name=flavors,proto3" json:"flavors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Whether the admission borrows quota from the cohort.
+	Borrowing bool `protobuf:"varint,4,opt,name=borrowing,proto3" json:"borrowing,omitempty"`
+	// WorkloadQueued.task_version of the stay in the queue admitted.
+	TaskVersion   int64 `protobuf:"varint,5,opt,name=task_version,json=taskVersion,proto3" json:"task_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkloadAdmitted) Reset() {
+	*x = WorkloadAdmitted{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadAdmitted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadAdmitted) ProtoMessage() {}
+
+func (x *WorkloadAdmitted) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadAdmitted.ProtoReflect.Descriptor instead.
+func (*WorkloadAdmitted) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *WorkloadAdmitted) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *WorkloadAdmitted) GetClusterQueue() string {
+	if x != nil {
+		return x.ClusterQueue
+	}
+	return ""
+}
+
+func (x *WorkloadAdmitted) GetFlavors() map[string]string {
+	if x != nil {
+		return x.Flavors
+	}
+	return nil
+}
+
+func (x *WorkloadAdmitted) GetBorrowing() bool {
+	if x != nil {
+		return x.Borrowing
+	}
+	return false
+}
+
+func (x *WorkloadAdmitted) GetTaskVersion() int64 {
+	if x != nil {
+		return x.TaskVersion
+	}
+	return 0
+}
+
+// WorkloadPreemptionRequested: the admitted task must stop to make room
+// for preemptor; its quota is freed once it has stopped (WorkloadEvicted).
+type WorkloadPreemptionRequested struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	TaskId          string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	PreemptorTaskId string                 `protobuf:"bytes,2,opt,name=preemptor_task_id,json=preemptorTaskId,proto3" json:"preemptor_task_id,omitempty"`
+	Reason          string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// WorkloadQueued.task_version of the victim's admitted stay.
+	TaskVersion   int64 `protobuf:"varint,4,opt,name=task_version,json=taskVersion,proto3" json:"task_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkloadPreemptionRequested) Reset() {
+	*x = WorkloadPreemptionRequested{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadPreemptionRequested) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadPreemptionRequested) ProtoMessage() {}
+
+func (x *WorkloadPreemptionRequested) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadPreemptionRequested.ProtoReflect.Descriptor instead.
+func (*WorkloadPreemptionRequested) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *WorkloadPreemptionRequested) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *WorkloadPreemptionRequested) GetPreemptorTaskId() string {
+	if x != nil {
+		return x.PreemptorTaskId
+	}
+	return ""
+}
+
+func (x *WorkloadPreemptionRequested) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *WorkloadPreemptionRequested) GetTaskVersion() int64 {
+	if x != nil {
+		return x.TaskVersion
+	}
+	return 0
+}
+
+// WorkloadEvicted: an admitted task no longer holds quota and waits again
+// (it was preempted and has stopped, or its attempt failed and will retry).
+type WorkloadEvicted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkloadEvicted) Reset() {
+	*x = WorkloadEvicted{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadEvicted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadEvicted) ProtoMessage() {}
+
+func (x *WorkloadEvicted) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadEvicted.ProtoReflect.Descriptor instead.
+func (*WorkloadEvicted) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *WorkloadEvicted) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *WorkloadEvicted) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// WorkloadFinished: the task ended or was deleted; it holds nothing.
+type WorkloadFinished struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkloadFinished) Reset() {
+	*x = WorkloadFinished{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadFinished) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadFinished) ProtoMessage() {}
+
+func (x *WorkloadFinished) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadFinished.ProtoReflect.Descriptor instead.
+func (*WorkloadFinished) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *WorkloadFinished) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *WorkloadFinished) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_taskmesh_quota_v1_quota_events_proto protoreflect.FileDescriptor
 
 const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\n" +
-	"$taskmesh/quota/v1/quota_events.proto\x12\x11taskmesh.quota.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x12\n" +
+	"$taskmesh/quota/v1/quota_events.proto\x12\x11taskmesh.quota.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!taskmesh/quota/v1/admission.proto\"\xc6\x19\n" +
 	"\n" +
 	"QuotaEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
@@ -1901,7 +2747,18 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\rinventory_set\x18* \x01(\v2\x1f.taskmesh.quota.v1.InventorySetH\x00R\finventorySet\x12U\n" +
 	"\x12inventory_reserved\x18+ \x01(\v2$.taskmesh.quota.v1.InventoryReservedH\x00R\x11inventoryReserved\x12U\n" +
 	"\x12inventory_released\x18, \x01(\v2$.taskmesh.quota.v1.InventoryReleasedH\x00R\x11inventoryReleased\x12I\n" +
-	"\x0etenant_renamed\x18- \x01(\v2 .taskmesh.quota.v1.TenantRenamedH\x00R\rtenantRenamed\x1a?\n" +
+	"\x0etenant_renamed\x18- \x01(\v2 .taskmesh.quota.v1.TenantRenamedH\x00R\rtenantRenamed\x12\\\n" +
+	"\x15cluster_queue_defined\x182 \x01(\v2&.taskmesh.quota.v1.ClusterQueueDefinedH\x00R\x13clusterQueueDefined\x12\\\n" +
+	"\x15cluster_queue_deleted\x183 \x01(\v2&.taskmesh.quota.v1.ClusterQueueDeletedH\x00R\x13clusterQueueDeleted\x12I\n" +
+	"\x0ecohort_defined\x184 \x01(\v2 .taskmesh.quota.v1.CohortDefinedH\x00R\rcohortDefined\x12I\n" +
+	"\x0ecohort_deleted\x185 \x01(\v2 .taskmesh.quota.v1.CohortDeletedH\x00R\rcohortDeleted\x12V\n" +
+	"\x13local_queue_defined\x186 \x01(\v2$.taskmesh.quota.v1.LocalQueueDefinedH\x00R\x11localQueueDefined\x12V\n" +
+	"\x13local_queue_deleted\x187 \x01(\v2$.taskmesh.quota.v1.LocalQueueDeletedH\x00R\x11localQueueDeleted\x12L\n" +
+	"\x0fworkload_queued\x18< \x01(\v2!.taskmesh.quota.v1.WorkloadQueuedH\x00R\x0eworkloadQueued\x12R\n" +
+	"\x11workload_admitted\x18= \x01(\v2#.taskmesh.quota.v1.WorkloadAdmittedH\x00R\x10workloadAdmitted\x12t\n" +
+	"\x1dworkload_preemption_requested\x18> \x01(\v2..taskmesh.quota.v1.WorkloadPreemptionRequestedH\x00R\x1bworkloadPreemptionRequested\x12O\n" +
+	"\x10workload_evicted\x18? \x01(\v2\".taskmesh.quota.v1.WorkloadEvictedH\x00R\x0fworkloadEvicted\x12R\n" +
+	"\x11workload_finished\x18@ \x01(\v2#.taskmesh.quota.v1.WorkloadFinishedH\x00R\x10workloadFinished\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
@@ -1991,7 +2848,56 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\x11InventoryReleased\x12!\n" +
 	"\fmachine_type\x18\x01 \x01(\tR\vmachineType\x12\x12\n" +
 	"\x04gpus\x18\x02 \x01(\x03R\x04gpus\x12\x19\n" +
-	"\bquota_id\x18\x03 \x01(\tR\aquotaId*M\n" +
+	"\bquota_id\x18\x03 \x01(\tR\aquotaId\"z\n" +
+	"\x13ClusterQueueDefined\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
+	"\x04spec\x18\x02 \x01(\v2#.taskmesh.quota.v1.ClusterQueueSpecR\x04spec\x12\x16\n" +
+	"\x06origin\x18\x03 \x01(\tR\x06origin\")\n" +
+	"\x13ClusterQueueDeleted\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"n\n" +
+	"\rCohortDefined\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
+	"\x04spec\x18\x02 \x01(\v2\x1d.taskmesh.quota.v1.CohortSpecR\x04spec\x12\x16\n" +
+	"\x06origin\x18\x03 \x01(\tR\x06origin\"#\n" +
+	"\rCohortDeleted\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"v\n" +
+	"\x11LocalQueueDefined\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x125\n" +
+	"\x04spec\x18\x02 \x01(\v2!.taskmesh.quota.v1.LocalQueueSpecR\x04spec\x12\x16\n" +
+	"\x06origin\x18\x03 \x01(\tR\x06origin\"'\n" +
+	"\x11LocalQueueDeleted\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xd2\x02\n" +
+	"\x0eWorkloadQueued\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12#\n" +
+	"\rcluster_queue\x18\x02 \x01(\tR\fclusterQueue\x12\x1a\n" +
+	"\bpriority\x18\x03 \x01(\x05R\bpriority\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12K\n" +
+	"\brequests\x18\x05 \x03(\v2/.taskmesh.quota.v1.WorkloadQueued.RequestsEntryR\brequests\x12!\n" +
+	"\ftask_version\x18\x06 \x01(\x03R\vtaskVersion\x1a;\n" +
+	"\rRequestsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x99\x02\n" +
+	"\x10WorkloadAdmitted\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12#\n" +
+	"\rcluster_queue\x18\x02 \x01(\tR\fclusterQueue\x12J\n" +
+	"\aflavors\x18\x03 \x03(\v20.taskmesh.quota.v1.WorkloadAdmitted.FlavorsEntryR\aflavors\x12\x1c\n" +
+	"\tborrowing\x18\x04 \x01(\bR\tborrowing\x12!\n" +
+	"\ftask_version\x18\x05 \x01(\x03R\vtaskVersion\x1a:\n" +
+	"\fFlavorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9d\x01\n" +
+	"\x1bWorkloadPreemptionRequested\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12*\n" +
+	"\x11preemptor_task_id\x18\x02 \x01(\tR\x0fpreemptorTaskId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12!\n" +
+	"\ftask_version\x18\x04 \x01(\x03R\vtaskVersion\"B\n" +
+	"\x0fWorkloadEvicted\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"C\n" +
+	"\x10WorkloadFinished\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason*M\n" +
 	"\tQuotaKind\x12\x1a\n" +
 	"\x16QUOTA_KIND_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rQUOTA_KIND_CU\x10\x01\x12\x11\n" +
@@ -2010,40 +2916,56 @@ func file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP() []byte {
 }
 
 var file_taskmesh_quota_v1_quota_events_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_taskmesh_quota_v1_quota_events_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_taskmesh_quota_v1_quota_events_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_taskmesh_quota_v1_quota_events_proto_goTypes = []any{
-	(QuotaKind)(0),                 // 0: taskmesh.quota.v1.QuotaKind
-	(*QuotaEvent)(nil),             // 1: taskmesh.quota.v1.QuotaEvent
-	(*QuotaCreated)(nil),           // 2: taskmesh.quota.v1.QuotaCreated
-	(*QuotaUpdated)(nil),           // 3: taskmesh.quota.v1.QuotaUpdated
-	(*QuotaUnsubscribed)(nil),      // 4: taskmesh.quota.v1.QuotaUnsubscribed
-	(*QuotaDeleted)(nil),           // 5: taskmesh.quota.v1.QuotaDeleted
-	(*QuotaProduced)(nil),          // 6: taskmesh.quota.v1.QuotaProduced
-	(*ProducedWorkGroup)(nil),      // 7: taskmesh.quota.v1.ProducedWorkGroup
-	(*QuotaProductionFailed)(nil),  // 8: taskmesh.quota.v1.QuotaProductionFailed
-	(*RayClusterProvisioning)(nil), // 9: taskmesh.quota.v1.RayClusterProvisioning
-	(*RayClusterApplied)(nil),      // 10: taskmesh.quota.v1.RayClusterApplied
-	(*RayClusterFailed)(nil),       // 11: taskmesh.quota.v1.RayClusterFailed
-	(*RayClusterRunning)(nil),      // 12: taskmesh.quota.v1.RayClusterRunning
-	(*WorkGroupProvisioning)(nil),  // 13: taskmesh.quota.v1.WorkGroupProvisioning
-	(*WorkGroupApplied)(nil),       // 14: taskmesh.quota.v1.WorkGroupApplied
-	(*WorkGroupSpecChanged)(nil),   // 15: taskmesh.quota.v1.WorkGroupSpecChanged
-	(*WorkGroupRunning)(nil),       // 16: taskmesh.quota.v1.WorkGroupRunning
-	(*WorkGroupFailed)(nil),        // 17: taskmesh.quota.v1.WorkGroupFailed
-	(*WorkGroupDeleting)(nil),      // 18: taskmesh.quota.v1.WorkGroupDeleting
-	(*WorkGroupDeleted)(nil),       // 19: taskmesh.quota.v1.WorkGroupDeleted
-	(*TenantCreated)(nil),          // 20: taskmesh.quota.v1.TenantCreated
-	(*TenantRenamed)(nil),          // 21: taskmesh.quota.v1.TenantRenamed
-	(*ClusterCreated)(nil),         // 22: taskmesh.quota.v1.ClusterCreated
-	(*InventorySet)(nil),           // 23: taskmesh.quota.v1.InventorySet
-	(*InventoryReserved)(nil),      // 24: taskmesh.quota.v1.InventoryReserved
-	(*InventoryReleased)(nil),      // 25: taskmesh.quota.v1.InventoryReleased
-	nil,                            // 26: taskmesh.quota.v1.QuotaEvent.TraceContextEntry
-	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(QuotaKind)(0),                      // 0: taskmesh.quota.v1.QuotaKind
+	(*QuotaEvent)(nil),                  // 1: taskmesh.quota.v1.QuotaEvent
+	(*QuotaCreated)(nil),                // 2: taskmesh.quota.v1.QuotaCreated
+	(*QuotaUpdated)(nil),                // 3: taskmesh.quota.v1.QuotaUpdated
+	(*QuotaUnsubscribed)(nil),           // 4: taskmesh.quota.v1.QuotaUnsubscribed
+	(*QuotaDeleted)(nil),                // 5: taskmesh.quota.v1.QuotaDeleted
+	(*QuotaProduced)(nil),               // 6: taskmesh.quota.v1.QuotaProduced
+	(*ProducedWorkGroup)(nil),           // 7: taskmesh.quota.v1.ProducedWorkGroup
+	(*QuotaProductionFailed)(nil),       // 8: taskmesh.quota.v1.QuotaProductionFailed
+	(*RayClusterProvisioning)(nil),      // 9: taskmesh.quota.v1.RayClusterProvisioning
+	(*RayClusterApplied)(nil),           // 10: taskmesh.quota.v1.RayClusterApplied
+	(*RayClusterFailed)(nil),            // 11: taskmesh.quota.v1.RayClusterFailed
+	(*RayClusterRunning)(nil),           // 12: taskmesh.quota.v1.RayClusterRunning
+	(*WorkGroupProvisioning)(nil),       // 13: taskmesh.quota.v1.WorkGroupProvisioning
+	(*WorkGroupApplied)(nil),            // 14: taskmesh.quota.v1.WorkGroupApplied
+	(*WorkGroupSpecChanged)(nil),        // 15: taskmesh.quota.v1.WorkGroupSpecChanged
+	(*WorkGroupRunning)(nil),            // 16: taskmesh.quota.v1.WorkGroupRunning
+	(*WorkGroupFailed)(nil),             // 17: taskmesh.quota.v1.WorkGroupFailed
+	(*WorkGroupDeleting)(nil),           // 18: taskmesh.quota.v1.WorkGroupDeleting
+	(*WorkGroupDeleted)(nil),            // 19: taskmesh.quota.v1.WorkGroupDeleted
+	(*TenantCreated)(nil),               // 20: taskmesh.quota.v1.TenantCreated
+	(*TenantRenamed)(nil),               // 21: taskmesh.quota.v1.TenantRenamed
+	(*ClusterCreated)(nil),              // 22: taskmesh.quota.v1.ClusterCreated
+	(*InventorySet)(nil),                // 23: taskmesh.quota.v1.InventorySet
+	(*InventoryReserved)(nil),           // 24: taskmesh.quota.v1.InventoryReserved
+	(*InventoryReleased)(nil),           // 25: taskmesh.quota.v1.InventoryReleased
+	(*ClusterQueueDefined)(nil),         // 26: taskmesh.quota.v1.ClusterQueueDefined
+	(*ClusterQueueDeleted)(nil),         // 27: taskmesh.quota.v1.ClusterQueueDeleted
+	(*CohortDefined)(nil),               // 28: taskmesh.quota.v1.CohortDefined
+	(*CohortDeleted)(nil),               // 29: taskmesh.quota.v1.CohortDeleted
+	(*LocalQueueDefined)(nil),           // 30: taskmesh.quota.v1.LocalQueueDefined
+	(*LocalQueueDeleted)(nil),           // 31: taskmesh.quota.v1.LocalQueueDeleted
+	(*WorkloadQueued)(nil),              // 32: taskmesh.quota.v1.WorkloadQueued
+	(*WorkloadAdmitted)(nil),            // 33: taskmesh.quota.v1.WorkloadAdmitted
+	(*WorkloadPreemptionRequested)(nil), // 34: taskmesh.quota.v1.WorkloadPreemptionRequested
+	(*WorkloadEvicted)(nil),             // 35: taskmesh.quota.v1.WorkloadEvicted
+	(*WorkloadFinished)(nil),            // 36: taskmesh.quota.v1.WorkloadFinished
+	nil,                                 // 37: taskmesh.quota.v1.QuotaEvent.TraceContextEntry
+	nil,                                 // 38: taskmesh.quota.v1.WorkloadQueued.RequestsEntry
+	nil,                                 // 39: taskmesh.quota.v1.WorkloadAdmitted.FlavorsEntry
+	(*timestamppb.Timestamp)(nil),       // 40: google.protobuf.Timestamp
+	(*ClusterQueueSpec)(nil),            // 41: taskmesh.quota.v1.ClusterQueueSpec
+	(*CohortSpec)(nil),                  // 42: taskmesh.quota.v1.CohortSpec
+	(*LocalQueueSpec)(nil),              // 43: taskmesh.quota.v1.LocalQueueSpec
 }
 var file_taskmesh_quota_v1_quota_events_proto_depIdxs = []int32{
-	27, // 0: taskmesh.quota.v1.QuotaEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	26, // 1: taskmesh.quota.v1.QuotaEvent.trace_context:type_name -> taskmesh.quota.v1.QuotaEvent.TraceContextEntry
+	40, // 0: taskmesh.quota.v1.QuotaEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	37, // 1: taskmesh.quota.v1.QuotaEvent.trace_context:type_name -> taskmesh.quota.v1.QuotaEvent.TraceContextEntry
 	2,  // 2: taskmesh.quota.v1.QuotaEvent.quota_created:type_name -> taskmesh.quota.v1.QuotaCreated
 	3,  // 3: taskmesh.quota.v1.QuotaEvent.quota_updated:type_name -> taskmesh.quota.v1.QuotaUpdated
 	4,  // 4: taskmesh.quota.v1.QuotaEvent.quota_unsubscribed:type_name -> taskmesh.quota.v1.QuotaUnsubscribed
@@ -2067,13 +2989,30 @@ var file_taskmesh_quota_v1_quota_events_proto_depIdxs = []int32{
 	24, // 22: taskmesh.quota.v1.QuotaEvent.inventory_reserved:type_name -> taskmesh.quota.v1.InventoryReserved
 	25, // 23: taskmesh.quota.v1.QuotaEvent.inventory_released:type_name -> taskmesh.quota.v1.InventoryReleased
 	21, // 24: taskmesh.quota.v1.QuotaEvent.tenant_renamed:type_name -> taskmesh.quota.v1.TenantRenamed
-	0,  // 25: taskmesh.quota.v1.QuotaCreated.kind:type_name -> taskmesh.quota.v1.QuotaKind
-	7,  // 26: taskmesh.quota.v1.QuotaProduced.work_groups:type_name -> taskmesh.quota.v1.ProducedWorkGroup
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	26, // 25: taskmesh.quota.v1.QuotaEvent.cluster_queue_defined:type_name -> taskmesh.quota.v1.ClusterQueueDefined
+	27, // 26: taskmesh.quota.v1.QuotaEvent.cluster_queue_deleted:type_name -> taskmesh.quota.v1.ClusterQueueDeleted
+	28, // 27: taskmesh.quota.v1.QuotaEvent.cohort_defined:type_name -> taskmesh.quota.v1.CohortDefined
+	29, // 28: taskmesh.quota.v1.QuotaEvent.cohort_deleted:type_name -> taskmesh.quota.v1.CohortDeleted
+	30, // 29: taskmesh.quota.v1.QuotaEvent.local_queue_defined:type_name -> taskmesh.quota.v1.LocalQueueDefined
+	31, // 30: taskmesh.quota.v1.QuotaEvent.local_queue_deleted:type_name -> taskmesh.quota.v1.LocalQueueDeleted
+	32, // 31: taskmesh.quota.v1.QuotaEvent.workload_queued:type_name -> taskmesh.quota.v1.WorkloadQueued
+	33, // 32: taskmesh.quota.v1.QuotaEvent.workload_admitted:type_name -> taskmesh.quota.v1.WorkloadAdmitted
+	34, // 33: taskmesh.quota.v1.QuotaEvent.workload_preemption_requested:type_name -> taskmesh.quota.v1.WorkloadPreemptionRequested
+	35, // 34: taskmesh.quota.v1.QuotaEvent.workload_evicted:type_name -> taskmesh.quota.v1.WorkloadEvicted
+	36, // 35: taskmesh.quota.v1.QuotaEvent.workload_finished:type_name -> taskmesh.quota.v1.WorkloadFinished
+	0,  // 36: taskmesh.quota.v1.QuotaCreated.kind:type_name -> taskmesh.quota.v1.QuotaKind
+	7,  // 37: taskmesh.quota.v1.QuotaProduced.work_groups:type_name -> taskmesh.quota.v1.ProducedWorkGroup
+	41, // 38: taskmesh.quota.v1.ClusterQueueDefined.spec:type_name -> taskmesh.quota.v1.ClusterQueueSpec
+	42, // 39: taskmesh.quota.v1.CohortDefined.spec:type_name -> taskmesh.quota.v1.CohortSpec
+	43, // 40: taskmesh.quota.v1.LocalQueueDefined.spec:type_name -> taskmesh.quota.v1.LocalQueueSpec
+	40, // 41: taskmesh.quota.v1.WorkloadQueued.created_at:type_name -> google.protobuf.Timestamp
+	38, // 42: taskmesh.quota.v1.WorkloadQueued.requests:type_name -> taskmesh.quota.v1.WorkloadQueued.RequestsEntry
+	39, // 43: taskmesh.quota.v1.WorkloadAdmitted.flavors:type_name -> taskmesh.quota.v1.WorkloadAdmitted.FlavorsEntry
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_quota_v1_quota_events_proto_init() }
@@ -2081,6 +3020,7 @@ func file_taskmesh_quota_v1_quota_events_proto_init() {
 	if File_taskmesh_quota_v1_quota_events_proto != nil {
 		return
 	}
+	file_taskmesh_quota_v1_admission_proto_init()
 	file_taskmesh_quota_v1_quota_events_proto_msgTypes[0].OneofWrappers = []any{
 		(*QuotaEvent_QuotaCreated)(nil),
 		(*QuotaEvent_QuotaUpdated)(nil),
@@ -2105,6 +3045,17 @@ func file_taskmesh_quota_v1_quota_events_proto_init() {
 		(*QuotaEvent_InventoryReserved)(nil),
 		(*QuotaEvent_InventoryReleased)(nil),
 		(*QuotaEvent_TenantRenamed)(nil),
+		(*QuotaEvent_ClusterQueueDefined)(nil),
+		(*QuotaEvent_ClusterQueueDeleted)(nil),
+		(*QuotaEvent_CohortDefined)(nil),
+		(*QuotaEvent_CohortDeleted)(nil),
+		(*QuotaEvent_LocalQueueDefined)(nil),
+		(*QuotaEvent_LocalQueueDeleted)(nil),
+		(*QuotaEvent_WorkloadQueued)(nil),
+		(*QuotaEvent_WorkloadAdmitted)(nil),
+		(*QuotaEvent_WorkloadPreemptionRequested)(nil),
+		(*QuotaEvent_WorkloadEvicted)(nil),
+		(*QuotaEvent_WorkloadFinished)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2112,7 +3063,7 @@ func file_taskmesh_quota_v1_quota_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_quota_v1_quota_events_proto_rawDesc), len(file_taskmesh_quota_v1_quota_events_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -38,6 +38,12 @@ const (
 	ErrorCode_ERROR_CODE_TASK_NOT_FOUND ErrorCode = 30004
 	// The request is malformed or a field is out of range (HTTP 400).
 	ErrorCode_ERROR_CODE_INVALID_ARGUMENT ErrorCode = 30005
+	// GPU work names a GU quota the tenant does not have (HTTP 400; seed 003
+	// GU_QUOTA_NOT_EXISTS).
+	ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS ErrorCode = 30010
+	// The GU quota's WorkGroup is not running yet (HTTP 409; seed 003
+	// GU_QUOTA_CREATING): try again once it is.
+	ErrorCode_ERROR_CODE_GU_QUOTA_CREATING ErrorCode = 30011
 	// Anything else (HTTP 500).
 	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 30099
 )
@@ -51,16 +57,20 @@ var (
 		30003: "ERROR_CODE_LEASE_EXPIRED",
 		30004: "ERROR_CODE_TASK_NOT_FOUND",
 		30005: "ERROR_CODE_INVALID_ARGUMENT",
+		30010: "ERROR_CODE_GU_QUOTA_NOT_EXISTS",
+		30011: "ERROR_CODE_GU_QUOTA_CREATING",
 		30099: "ERROR_CODE_INTERNAL",
 	}
 	ErrorCode_value = map[string]int32{
-		"ERROR_CODE_UNSPECIFIED":      0,
-		"ERROR_CODE_ATTEMPT_MISMATCH": 30001,
-		"ERROR_CODE_TASK_IMMUTABLE":   30002,
-		"ERROR_CODE_LEASE_EXPIRED":    30003,
-		"ERROR_CODE_TASK_NOT_FOUND":   30004,
-		"ERROR_CODE_INVALID_ARGUMENT": 30005,
-		"ERROR_CODE_INTERNAL":         30099,
+		"ERROR_CODE_UNSPECIFIED":         0,
+		"ERROR_CODE_ATTEMPT_MISMATCH":    30001,
+		"ERROR_CODE_TASK_IMMUTABLE":      30002,
+		"ERROR_CODE_LEASE_EXPIRED":       30003,
+		"ERROR_CODE_TASK_NOT_FOUND":      30004,
+		"ERROR_CODE_INVALID_ARGUMENT":    30005,
+		"ERROR_CODE_GU_QUOTA_NOT_EXISTS": 30010,
+		"ERROR_CODE_GU_QUOTA_CREATING":   30011,
+		"ERROR_CODE_INTERNAL":            30099,
 	}
 )
 
@@ -95,14 +105,16 @@ var File_taskmesh_task_v1_errors_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1dtaskmesh/task/v1/errors.proto\x12\x10taskmesh.task.v1*\xea\x01\n" +
+	"\x1dtaskmesh/task/v1/errors.proto\x12\x10taskmesh.task.v1*\xb4\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1bERROR_CODE_ATTEMPT_MISMATCH\x10\xb1\xea\x01\x12\x1f\n" +
 	"\x19ERROR_CODE_TASK_IMMUTABLE\x10\xb2\xea\x01\x12\x1e\n" +
 	"\x18ERROR_CODE_LEASE_EXPIRED\x10\xb3\xea\x01\x12\x1f\n" +
 	"\x19ERROR_CODE_TASK_NOT_FOUND\x10\xb4\xea\x01\x12!\n" +
-	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\xb5\xea\x01\x12\x19\n" +
+	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\xb5\xea\x01\x12$\n" +
+	"\x1eERROR_CODE_GU_QUOTA_NOT_EXISTS\x10\xba\xea\x01\x12\"\n" +
+	"\x1cERROR_CODE_GU_QUOTA_CREATING\x10\xbb\xea\x01\x12\x19\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x93\xeb\x01B:Z8github.com/taskmesh/taskmesh/gen/taskmesh/task/v1;taskv1b\x06proto3"
 
 var (

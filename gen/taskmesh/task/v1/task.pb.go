@@ -83,7 +83,13 @@ type Task struct {
 	// The GU quota the task runs under, when it names one.
 	Quota string `protobuf:"bytes,42,opt,name=quota,proto3" json:"quota,omitempty"`
 	// Parameters of a video-generation task (type video).
-	Video         *VideoParams `protobuf:"bytes,43,opt,name=video,proto3" json:"video,omitempty"`
+	Video *VideoParams `protobuf:"bytes,43,opt,name=video,proto3" json:"video,omitempty"`
+	// The ClusterQueue that admits the task; empty when it needs no
+	// admission.
+	ClusterQueue string `protobuf:"bytes,44,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	// Whether admission granted the task its quota; a pending task with a
+	// cluster_queue is claimed only once admitted.
+	Admitted      bool `protobuf:"varint,45,opt,name=admitted,proto3" json:"admitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -417,6 +423,20 @@ func (x *Task) GetVideo() *VideoParams {
 		return x.Video
 	}
 	return nil
+}
+
+func (x *Task) GetClusterQueue() string {
+	if x != nil {
+		return x.ClusterQueue
+	}
+	return ""
+}
+
+func (x *Task) GetAdmitted() bool {
+	if x != nil {
+		return x.Admitted
+	}
+	return false
 }
 
 // TaskSpec is what a client chooses when it submits a task; the scheduler
@@ -1098,7 +1118,7 @@ var File_taskmesh_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\r\n" +
+	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x0e\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1153,7 +1173,9 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"updated_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12C\n" +
 	"\tresources\x18) \x03(\v2%.taskmesh.task.v1.Task.ResourcesEntryR\tresources\x12\x14\n" +
 	"\x05quota\x18* \x01(\tR\x05quota\x123\n" +
-	"\x05video\x18+ \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x1a6\n" +
+	"\x05video\x18+ \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x12#\n" +
+	"\rcluster_queue\x18, \x01(\tR\fclusterQueue\x12\x1a\n" +
+	"\badmitted\x18- \x01(\bR\badmitted\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +

@@ -414,7 +414,9 @@ type TaskSubmitted struct {
 	Spec      *TaskSpec              `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
 	RequestId string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Set when targets fanned one submission out into several tasks.
-	FanoutId      string `protobuf:"bytes,3,opt,name=fanout_id,json=fanoutId,proto3" json:"fanout_id,omitempty"`
+	FanoutId string `protobuf:"bytes,3,opt,name=fanout_id,json=fanoutId,proto3" json:"fanout_id,omitempty"`
+	// The ClusterQueue that admits the task; empty = no admission needed.
+	ClusterQueue  string `protobuf:"bytes,4,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -470,10 +472,19 @@ func (x *TaskSubmitted) GetFanoutId() string {
 	return ""
 }
 
+func (x *TaskSubmitted) GetClusterQueue() string {
+	if x != nil {
+		return x.ClusterQueue
+	}
+	return ""
+}
+
 // TaskUpdated: a pending task's spec changed; spec is the whole new spec.
+// A task with a cluster_queue waits for admission again.
 type TaskUpdated struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Spec          *TaskSpec              `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	ClusterQueue  string                 `protobuf:"bytes,2,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -513,6 +524,13 @@ func (x *TaskUpdated) GetSpec() *TaskSpec {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *TaskUpdated) GetClusterQueue() string {
+	if x != nil {
+		return x.ClusterQueue
+	}
+	return ""
 }
 
 // TaskAdmitted: quota admission granted the task its queue's resources.
@@ -1537,14 +1555,16 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
-	"\x05event\"{\n" +
+	"\x05event\"\xa0\x01\n" +
 	"\rTaskSubmitted\x12.\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecR\x04spec\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x1b\n" +
-	"\tfanout_id\x18\x03 \x01(\tR\bfanoutId\"=\n" +
+	"\tfanout_id\x18\x03 \x01(\tR\bfanoutId\x12#\n" +
+	"\rcluster_queue\x18\x04 \x01(\tR\fclusterQueue\"b\n" +
 	"\vTaskUpdated\x12.\n" +
-	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecR\x04spec\"\xcc\x01\n" +
+	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecR\x04spec\x12#\n" +
+	"\rcluster_queue\x18\x02 \x01(\tR\fclusterQueue\"\xcc\x01\n" +
 	"\fTaskAdmitted\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12#\n" +
 	"\rcluster_queue\x18\x02 \x01(\tR\fclusterQueue\x12E\n" +

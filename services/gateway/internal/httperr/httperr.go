@@ -30,12 +30,14 @@ const Domain = "taskmesh"
 // Business codes (taskv1.ErrorCode) and the transport-level codes, which
 // reuse the HTTP status because the seed defines no business code for them.
 const (
-	CodeAttemptMismatch = int(taskv1.ErrorCode_ERROR_CODE_ATTEMPT_MISMATCH) // 30001
-	CodeTaskImmutable   = int(taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE)   // 30002
-	CodeLeaseExpired    = int(taskv1.ErrorCode_ERROR_CODE_LEASE_EXPIRED)    // 30003
-	CodeTaskNotFound    = int(taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND)   // 30004
-	CodeInvalidArgument = int(taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT) // 30005
-	CodeInternal        = int(taskv1.ErrorCode_ERROR_CODE_INTERNAL)         // 30099
+	CodeAttemptMismatch = int(taskv1.ErrorCode_ERROR_CODE_ATTEMPT_MISMATCH)    // 30001
+	CodeTaskImmutable   = int(taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE)      // 30002
+	CodeLeaseExpired    = int(taskv1.ErrorCode_ERROR_CODE_LEASE_EXPIRED)       // 30003
+	CodeTaskNotFound    = int(taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND)      // 30004
+	CodeInvalidArgument = int(taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)    // 30005
+	CodeGUQuotaMissing  = int(taskv1.ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS) // 30010
+	CodeGUQuotaCreating = int(taskv1.ErrorCode_ERROR_CODE_GU_QUOTA_CREATING)   // 30011
+	CodeInternal        = int(taskv1.ErrorCode_ERROR_CODE_INTERNAL)            // 30099
 
 	CodeUnauthenticated  = http.StatusUnauthorized     // 401
 	CodePermissionDenied = http.StatusForbidden        // 403
@@ -59,6 +61,8 @@ var Codes = []Code{
 	{CodeLeaseExpired, http.StatusGone, "the lease has expired"},
 	{CodeTaskNotFound, http.StatusNotFound, "no such task for this caller"},
 	{CodeInvalidArgument, http.StatusBadRequest, "malformed request, unknown field or out-of-range value"},
+	{CodeGUQuotaMissing, http.StatusBadRequest, "GU_QUOTA_NOT_EXISTS: GPU work names a GU quota the tenant does not have"},
+	{CodeGUQuotaCreating, http.StatusConflict, "GU_QUOTA_CREATING: the GU quota's WorkGroup is not running yet; retry later"},
 	{CodeInternal, http.StatusInternalServerError, "internal error (503 when a service is unavailable)"},
 	{CodeUnauthenticated, http.StatusUnauthorized, "missing, unknown, expired or revoked credential"},
 	{CodePermissionDenied, http.StatusForbidden, "credential of the wrong kind for this route, or agent token used from a disallowed address"},
@@ -74,6 +78,8 @@ var businessStatus = map[int]int{
 	CodeLeaseExpired:    http.StatusGone,
 	CodeTaskNotFound:    http.StatusNotFound,
 	CodeInvalidArgument: http.StatusBadRequest,
+	CodeGUQuotaMissing:  http.StatusBadRequest,
+	CodeGUQuotaCreating: http.StatusConflict,
 	CodeInternal:        http.StatusInternalServerError,
 }
 

@@ -74,6 +74,9 @@ type App struct {
 	cfg     Config
 	hub     *Hub
 	log     *slog.Logger
+	// admission is nil when no quota service is configured: then no task
+	// waits for admission.
+	admission Admission
 }
 
 // New returns the use cases over pool. Changes to existing tasks go
@@ -87,6 +90,10 @@ func New(pool *pgxpool.Pool, gc *pg.GroupCommitter, tasks *pg.KeyedBatcher[domai
 	return &App{pool: pool, gc: gc, tasks: tasks, objects: objects, now: func() time.Time { return now().UTC() }, cfg: cfg, hub: hub, log: log}
 }
 
+// SetAdmission makes tasks that name a queue, a GU quota or resources wait
+// for the quota service's admission. Call it before serving.
+func (a *App) SetAdmission(adm Admission) { a.admission = adm }
+
 // Caller is who asks: a tenant's user, an agent, or an admin.
 type Caller struct {
 	// Tenant scopes every task the caller may see; "*" for admins and
@@ -95,6 +102,9 @@ type Caller struct {
 	Subject string
 	AgentID string // agents only
 	IP      string
+	// Tier is the tenant's tier (premium, standard), when known; it picks
+	// the admission queues a task may use.
+	Tier string
 }
 
 // Errors the app adds to the domain's.

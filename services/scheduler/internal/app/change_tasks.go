@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"time"
 
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
@@ -9,13 +11,45 @@ import (
 
 // UpdateTask changes a pending task. Fields left out (nil numbers, empty
 // strings and lists) keep their current value.
+//
+// The new spec's queue is resolved first (a call to the quota service,
+// which must not happen inside the task's batch) against the task as read;
+// should a concurrent update change what admission depends on before this
+// one lands, it starts over.
 func (a *App) UpdateTask(ctx context.Context, c Caller, id string, in domain.SpecInput) (domain.Task, error) {
+	for attempt := 0; ; attempt++ {
+		t, err := a.updateTask(ctx, c, id, in)
+		if !errors.Is(err, errResolvedStale) || attempt == 2 {
+			return t, err
+		}
+	}
+}
+
+// errResolvedStale: the queue was resolved for a spec that changed since.
+var errResolvedStale = errors.New("task changed while its queue was resolved")
+
+func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.SpecInput) (domain.Task, error) {
+	cur, err := a.GetTask(ctx, c, id)
+	if err != nil {
+		return domain.Task{}, err
+	}
+	want, err := domain.NormalizeSpec(merge(cur.Spec, in))
+	if err != nil {
+		return domain.Task{}, err
+	}
+	cq, err := a.resolveQueue(ctx, c, want)
+	if err != nil {
+		return domain.Task{}, err
+	}
 	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		spec, err := domain.NormalizeSpec(merge(t.Spec, in))
 		if err != nil {
 			return nil, err
 		}
-		return t.Update(now, c.Subject, spec)
+		if spec.Queue != want.Queue || spec.Quota != want.Quota || !maps.Equal(spec.Resources, want.Resources) {
+			return nil, errResolvedStale
+		}
+		return t.Update(now, c.Subject, spec, cq)
 	})
 }
 

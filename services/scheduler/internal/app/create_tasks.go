@@ -33,6 +33,10 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 			return nil, &domain.InvalidError{Field: "depends_on", Reason: fmt.Sprintf("no such task %q", missing[0])}
 		}
 	}
+	cq, err := a.resolveQueue(ctx, c, spec)
+	if err != nil {
+		return nil, err
+	}
 	specs, err := a.fanOut(ctx, c, spec, in)
 	if err != nil {
 		return nil, err
@@ -67,7 +71,7 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 			if found {
 				return domain.Task{}, nil, fmt.Errorf("task id %s already exists", ids[0])
 			}
-			recs := domain.Submit(a.now(), ids[0], c.Tenant, c.Subject, "", "", specs[0])
+			recs := domain.Submit(a.now(), ids[0], c.Tenant, c.Subject, "", "", specs[0], cq)
 			return domain.Fold(recs), []postgres.Traced{{Record: recs[0], Trace: trace}}, nil
 		})
 		if err != nil {
@@ -96,7 +100,7 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 		}
 		changes := make([]postgres.Change, len(specs))
 		for i, s := range specs {
-			changes[i] = postgres.Change{Records: domain.Submit(now, ids[i], c.Tenant, c.Subject, requestID, fanout, s)}
+			changes[i] = postgres.Change{Records: domain.Submit(now, ids[i], c.Tenant, c.Subject, requestID, fanout, s, cq)}
 		}
 		var err error
 		created, err = postgres.Save(ctx, tx, changes...)

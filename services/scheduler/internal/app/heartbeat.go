@@ -33,6 +33,9 @@ func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop,
 		IP: c.IP, Labels: h.Labels, FreeSlots: h.FreeSlots, LastHeartbeatAt: now, LostAfter: now.Add(a.cfg.AgentLostAfter)}); err != nil {
 		return nil, err
 	}
+	if err := a.requeueStopped(ctx, h); err != nil {
+		return nil, err
+	}
 	if len(h.AttemptIDs) == 0 {
 		return nil, nil
 	}
@@ -57,6 +60,33 @@ func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop,
 		}
 	}
 	return stops, nil
+}
+
+// requeueStopped returns admitted work the quota service preempted to its
+// queue once the agent's heartbeat no longer lists the attempt: the process
+// has stopped, so its quota is free for the preemptor.
+func (a *App) requeueStopped(ctx context.Context, h Heartbeat) error {
+	preempted, err := postgres.PreemptedOf(ctx, a.pool, h.AgentID)
+	if err != nil || len(preempted) == 0 {
+		return err
+	}
+	running := make(map[string]bool, len(h.AttemptIDs))
+	for _, att := range h.AttemptIDs {
+		running[att] = true
+	}
+	var stopped []string
+	for _, t := range preempted {
+		if !running[t.AttemptID] {
+			stopped = append(stopped, t.ID)
+		}
+	}
+	a.each(ctx, stopped, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		if t.Status != domain.StatusPreempted || t.AgentID != h.AgentID || running[t.AttemptID] {
+			return nil, nil
+		}
+		return t.Requeue(now, "agent:"+h.AgentID, "stopped after preemption")
+	})
+	return nil
 }
 
 // NextHeartbeatBefore is when an agent heartbeating now is lost unless it

@@ -27,7 +27,9 @@ type SweepReport struct {
 //  2. leases that ran out are released (reason lease_expired);
 //  3. running attempts past timeout + grace + slack fail (the agent did not
 //     report the timeout itself);
-//  4. preempted tasks whose preemptor finished go back to pending;
+//  4. preempted tasks whose preemptor finished go back to pending, and so
+//     do tasks preempted for quota whose agent can no longer confirm the
+//     stop (the heartbeat does it otherwise);
 //  5. pending tasks whose dependency failed or was cancelled are cancelled;
 //  6. pending tasks that outrank running work by PreemptGap and found no
 //     free capacity preempt it.
@@ -82,6 +84,18 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 			return nil, nil
 		}
 		return t.Requeue(now, "scheduler", "preemptor finished")
+	})
+	// Work preempted for quota returns to its queue when its agent's
+	// heartbeat shows it stopped; when no heartbeat will (agent lost, or
+	// silent past the grace period), the sweeper does it.
+	if ids, err = postgres.StrandedEvictions(ctx, a.pool, now, a.cfg.AgentLostAfter, sweepBatch); err != nil {
+		return rep, err
+	}
+	rep.Requeued += a.each(ctx, ids, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		if t.Status != domain.StatusPreempted {
+			return nil, nil
+		}
+		return t.Requeue(now, "scheduler", "agent did not confirm the preempted attempt stopped")
 	})
 	deps, err := postgres.BlockedByFailure(ctx, a.pool, sweepBatch)
 	if err != nil {

@@ -5,22 +5,24 @@ import (
 	"time"
 )
 
-// Submit records a new pending task.
-func Submit(now time.Time, id, tenantID, createdBy, requestID, fanoutID string, spec Spec) []Record {
+// Submit records a new pending task; with a clusterQueue it waits there
+// for admission before any agent may claim it.
+func Submit(now time.Time, id, tenantID, createdBy, requestID, fanoutID string, spec Spec, clusterQueue string) []Record {
 	return []Record{{At: now, Actor: createdBy, Event: Submitted{ID: id, TenantID: tenantID, CreatedBy: createdBy,
-		RequestID: requestID, FanoutID: fanoutID, Spec: spec}}}
+		RequestID: requestID, FanoutID: fanoutID, Spec: spec, ClusterQueue: clusterQueue}}}
 }
 
 func one(now time.Time, actor string, e Event) []Record {
 	return []Record{{At: now, Actor: actor, Event: e}}
 }
 
-// Update replaces a pending task's spec.
-func (t Task) Update(now time.Time, actor string, spec Spec) ([]Record, error) {
+// Update replaces a pending task's spec; a task with a clusterQueue waits
+// for admission again (its requests or priority may have changed).
+func (t Task) Update(now time.Time, actor string, spec Spec, clusterQueue string) ([]Record, error) {
 	if t.Status != StatusPending {
 		return nil, immutable(t, "update")
 	}
-	return one(now, actor, Updated{Spec: spec}), nil
+	return one(now, actor, Updated{Spec: spec, ClusterQueue: clusterQueue}), nil
 }
 
 // Delete removes a task that no attempt holds.
@@ -267,4 +269,33 @@ func (t Task) MustStop(attemptID string) (bool, string) {
 		return true, "lease_lost"
 	}
 	return false, ""
+}
+
+// Admit records the quota service's admission of the task's stay in its
+// ClusterQueue that began at version epoch. A decision about another queue
+// or an earlier stay, or for a task no longer waiting, records nothing:
+// decisions arrive asynchronously and may have been overtaken.
+func (t Task) Admit(now time.Time, epoch int64, clusterQueue string, flavors map[string]string) []Record {
+	if !t.AwaitingAdmission() || t.AdmissionEpoch != epoch || t.ClusterQueue != clusterQueue {
+		return nil
+	}
+	return one(now, "quota", Admitted{Queue: t.Spec.Queue, ClusterQueue: clusterQueue, Flavors: flavors})
+}
+
+// Evict takes the admission of the stay that began at epoch back to make
+// room for the task by: a leased attempt is preempted (its agent stops it;
+// the task waits in preempted until it has), an admitted task no agent has
+// taken yet goes straight back to its queue. Anything else (another stay,
+// already preempted, final) records nothing.
+func (t Task) Evict(now time.Time, epoch int64, by, reason string) []Record {
+	if t.ClusterQueue == "" || !t.Admitted || t.AdmissionEpoch != epoch || t.Deleted {
+		return nil
+	}
+	switch t.Status {
+	case StatusAssigned, StatusRunning:
+		return one(now, "quota", Preempted{AttemptID: t.AttemptID, By: by, Reason: reason})
+	case StatusPending:
+		return one(now, "quota", Requeued{From: string(StatusPending), Reason: reason})
+	}
+	return nil
 }

@@ -36,7 +36,7 @@ func run(t *testing.T, task Task, recs []Record, err error) Task {
 }
 
 func submitted(t *testing.T, mut func(*SpecInput)) Task {
-	return Fold(Submit(t0, "task-1", "tenant-a", "key-1", "", "", spec(t, mut)))
+	return Fold(Submit(t0, "task-1", "tenant-a", "key-1", "", "", spec(t, mut), ""))
 }
 
 func leased(t *testing.T, mut func(*SpecInput)) Task {
@@ -281,10 +281,10 @@ func TestCancelPreemptSuspendDelete(t *testing.T) {
 	if s = run(t, s, recs, err); s.Status != StatusPending {
 		t.Fatalf("resumed = %s", s.Status)
 	}
-	if _, err := submitted(t, nil).Update(t0, "user", spec(t, nil)); err != nil {
+	if _, err := submitted(t, nil).Update(t0, "user", spec(t, nil), ""); err != nil {
 		t.Fatalf("update pending: %v", err)
 	}
-	if _, err := task.Update(t0, "user", spec(t, nil)); !errors.Is(err, ErrImmutable) {
+	if _, err := task.Update(t0, "user", spec(t, nil), ""); !errors.Is(err, ErrImmutable) {
 		t.Fatalf("update assigned: %v", err)
 	}
 }

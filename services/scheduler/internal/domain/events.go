@@ -16,8 +16,13 @@ type (
 	Submitted struct {
 		ID, TenantID, CreatedBy, RequestID, FanoutID string
 		Spec                                         Spec
+		// ClusterQueue admits the task; "" = it needs no admission.
+		ClusterQueue string
 	}
-	Updated  struct{ Spec Spec }
+	Updated struct {
+		Spec         Spec
+		ClusterQueue string
+	}
 	Admitted struct {
 		Queue, ClusterQueue string
 		Flavors             map[string]string
@@ -97,11 +102,13 @@ func Apply(t Task, r Record) Task {
 	case Submitted:
 		t = Task{ID: e.ID, TenantID: e.TenantID, CreatedBy: e.CreatedBy, RequestID: e.RequestID,
 			FanoutID: e.FanoutID, Spec: e.Spec, Version: t.Version, Status: StatusPending,
-			CreatedAt: r.At, UpdatedAt: r.At, RetryAt: r.At}
+			CreatedAt: r.At, UpdatedAt: r.At, RetryAt: r.At, ClusterQueue: e.ClusterQueue}
+		t.queueForAdmission()
 	case Updated:
-		t.Spec = e.Spec
+		t.Spec, t.ClusterQueue = e.Spec, e.ClusterQueue
+		t.queueForAdmission()
 	case Admitted:
-		t.Spec.Queue = e.Queue
+		t.Admitted, t.Flavors = true, e.Flavors
 	case Leased:
 		t.clearAttempt()
 		t.Status = StatusAssigned
@@ -115,6 +122,7 @@ func Apply(t Task, r Record) Task {
 	case LeaseRenewed:
 		t.LeaseExpiresAt, t.LastHeartbeatAt = e.LeaseExpiresAt, r.At
 	case Succeeded:
+		t.releaseAdmission()
 		code := e.ExitCode
 		t.Status, t.ExitCode, t.Result, t.EndedAt, t.Error = StatusCompleted, &code, e.Result, e.EndedAt, ""
 		t.Progress = 100
@@ -124,19 +132,23 @@ func Apply(t Task, r Record) Task {
 		t.LeaseExpiresAt = time.Time{}
 		t.FinishedAttemptID, t.FinishedStatus, t.FinishedAt = e.AttemptID, StatusCompleted, e.EndedAt
 	case Failed:
+		t.releaseAdmission()
 		t.Status, t.ExitCode, t.Error, t.Result, t.EndedAt = StatusFailed, e.ExitCode, e.Error, e.Result, e.EndedAt
 		t.LeaseExpiresAt = time.Time{}
 		t.FinishedAttemptID, t.FinishedStatus, t.FinishedAt = e.AttemptID, StatusFailed, e.EndedAt
 	case RetryScheduled:
 		t.Status, t.RetryCount, t.RetryAt = StatusPending, e.RetryCount, e.RetryAt
 		t.AgentID, t.AssignedMachine, t.LeaseExpiresAt = "", "", time.Time{}
+		t.queueForAdmission()
 	case LeaseExpired:
 		t.RetryCount = e.RetryCount
 		t.LeaseExpiresAt = time.Time{}
 		if e.Failed {
+			t.releaseAdmission()
 			t.Status, t.EndedAt = StatusFailed, r.At
 			t.Error = "lease expired: " + e.Reason
 		} else {
+			// The task keeps its admission: another agent takes it over.
 			t.clearAttempt()
 			t.Status, t.RetryAt = StatusPending, r.At
 		}
@@ -144,21 +156,41 @@ func Apply(t Task, r Record) Task {
 		t.Status, t.PreemptedBy = StatusPreempted, e.By
 		t.LeaseExpiresAt = time.Time{}
 	case Suspended:
+		// Suspension gives the quota back; resuming queues the task again.
+		t.releaseAdmission()
 		t.Status = StatusSuspended
 		t.LeaseExpiresAt = time.Time{}
 	case Requeued:
 		t.clearAttempt()
 		t.Status, t.RetryAt, t.PreemptedBy = StatusPending, r.At, ""
+		t.queueForAdmission()
 	case Canceled:
+		t.releaseAdmission()
 		t.Status, t.EndedAt = StatusCancelled, r.At
 		if e.Reason != "" {
 			t.Error = "cancelled: " + e.Reason
 		}
 		t.LeaseExpiresAt = time.Time{}
 	case Deleted, Expired:
+		t.releaseAdmission()
 		t.Deleted = true
 	}
 	return t
+}
+
+// queueForAdmission starts a new stay in the task's ClusterQueue, called
+// after t.Version counts the event that queued it. The quota service
+// derives the same stays from the same events (see package doc).
+func (t *Task) queueForAdmission() {
+	t.Admitted, t.Flavors, t.AdmissionEpoch = false, nil, 0
+	if t.ClusterQueue != "" {
+		t.AdmissionEpoch = t.Version
+	}
+}
+
+// releaseAdmission gives the task's quota back.
+func (t *Task) releaseAdmission() {
+	t.Admitted, t.Flavors = false, nil
 }
 
 // clearAttempt forgets the current attempt before a new one or a requeue.

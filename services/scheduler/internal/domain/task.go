@@ -160,11 +160,26 @@ type Task struct {
 	FinishedStatus    Status    `json:"finished_status,omitempty"`
 	FinishedAt        time.Time `json:"finished_at,omitzero"`
 	Deleted           bool      `json:"deleted,omitempty"`
+
+	// Admission (Kueue's model, decided by the quota service). A task with
+	// a ClusterQueue is claimable only while Admitted. AdmissionEpoch is the
+	// version of the event that last put the task in its queue; a decision
+	// about an earlier stay in the queue no longer applies.
+	ClusterQueue   string            `json:"cluster_queue,omitempty"`
+	Admitted       bool              `json:"admitted,omitempty"`
+	Flavors        map[string]string `json:"flavors,omitempty"`
+	AdmissionEpoch int64             `json:"admission_epoch,omitempty"`
 }
 
 // Claimable reports whether the task may be leased at now.
 func (t *Task) Claimable(now time.Time) bool {
-	return t.Status == StatusPending && !t.Deleted && !now.Before(t.RetryAt)
+	return t.Status == StatusPending && !t.Deleted && !now.Before(t.RetryAt) && !t.AwaitingAdmission()
+}
+
+// AwaitingAdmission reports whether the task is pending in a ClusterQueue
+// that has not admitted it yet.
+func (t *Task) AwaitingAdmission() bool {
+	return t.ClusterQueue != "" && !t.Admitted && t.Status == StatusPending && !t.Deleted
 }
 
 // Matches reports whether an agent on machine with labels, address ip and

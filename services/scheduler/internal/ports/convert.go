@@ -24,9 +24,9 @@ func caller(ctx context.Context, agentAPI bool) (app.Caller, error) {
 	}
 	switch {
 	case p.Kind == authn.KindAdmin:
-		return app.Caller{Tenant: "*", Subject: p.Subject, IP: p.RemoteIP}, nil
+		return app.Caller{Tenant: "*", Subject: p.Subject, IP: p.RemoteIP, Tier: p.Tier}, nil
 	case p.Kind == authn.KindUser && !agentAPI:
-		return app.Caller{Tenant: p.TenantID, Subject: p.Subject, IP: p.RemoteIP}, nil
+		return app.Caller{Tenant: p.TenantID, Subject: p.Subject, IP: p.RemoteIP, Tier: p.Tier}, nil
 	case p.Kind == authn.KindAgent && agentAPI:
 		tenant := p.TenantID
 		if tenant == "" {
@@ -93,6 +93,7 @@ func taskToProto(t domain.Task) *taskv1.Task {
 		LastHeartbeatAt: ts(t.LastHeartbeatAt), Progress: int32(t.Progress), ProgressMessage: t.ProgressMessage,
 		Queue: t.Spec.Queue, Version: int32(t.Version), UpdatedAt: ts(t.UpdatedAt),
 		Resources: t.Spec.Resources, Quota: t.Spec.Quota, Video: codec.VideoToProto(t.Spec.Video),
+		ClusterQueue: t.ClusterQueue, Admitted: t.Admitted,
 	}
 	if p.MachineId == "" {
 		p.MachineId = t.AssignedMachine

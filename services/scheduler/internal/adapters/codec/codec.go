@@ -24,10 +24,10 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 	switch e := r.Event.(type) {
 	case domain.Submitted:
 		env.Event = &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{Spec: specToProto(e.Spec),
-			RequestId: e.RequestID, FanoutId: e.FanoutID}}
+			RequestId: e.RequestID, FanoutId: e.FanoutID, ClusterQueue: e.ClusterQueue}}
 		// Ids and the creator are the envelope's; CreatedBy rides in actor.
 	case domain.Updated:
-		env.Event = &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{Spec: specToProto(e.Spec)}}
+		env.Event = &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{Spec: specToProto(e.Spec), ClusterQueue: e.ClusterQueue}}
 	case domain.Admitted:
 		env.Event = &taskv1.TaskEvent_Admitted{Admitted: &taskv1.TaskAdmitted{Queue: e.Queue, ClusterQueue: e.ClusterQueue, Flavors: e.Flavors}}
 	case domain.Leased:
@@ -99,9 +99,10 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 	switch e := env.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
 		r.Event = domain.Submitted{ID: env.GetAggregateId(), TenantID: env.GetTenantId(), CreatedBy: env.GetActor(),
-			RequestID: e.Submitted.GetRequestId(), FanoutID: e.Submitted.GetFanoutId(), Spec: specFromProto(e.Submitted.GetSpec())}
+			RequestID: e.Submitted.GetRequestId(), FanoutID: e.Submitted.GetFanoutId(), Spec: specFromProto(e.Submitted.GetSpec()),
+			ClusterQueue: e.Submitted.GetClusterQueue()}
 	case *taskv1.TaskEvent_Updated:
-		r.Event = domain.Updated{Spec: specFromProto(e.Updated.GetSpec())}
+		r.Event = domain.Updated{Spec: specFromProto(e.Updated.GetSpec()), ClusterQueue: e.Updated.GetClusterQueue()}
 	case *taskv1.TaskEvent_Admitted:
 		r.Event = domain.Admitted{Queue: e.Admitted.GetQueue(), ClusterQueue: e.Admitted.GetClusterQueue(), Flavors: e.Admitted.GetFlavors()}
 	case *taskv1.TaskEvent_Leased:

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
 // Execer runs statements: a pool, a connection or a transaction.
@@ -76,12 +78,38 @@ func Overdue(ctx context.Context, q Querier, now time.Time, slack time.Duration,
 }
 
 // ReleasablePreempted returns preempted tasks whose preemptor finished or
-// is gone, or that waited longer than maxWait.
+// is gone, or that waited longer than maxWait. Tasks evicted for quota (with
+// a cluster queue) are not among them: their preemptor is the quota
+// service's business, and they return once their agent confirms the stop
+// (see StrandedEvictions).
 func ReleasablePreempted(ctx context.Context, q Querier, now time.Time, maxWait time.Duration, limit int) ([]string, error) {
 	return ids(ctx, q, `SELECT t.id FROM tasks t LEFT JOIN tasks p ON p.id = t.preempted_by
-		WHERE t.status = 'preempted' AND (p.id IS NULL OR p.deleted OR p.status IN ('completed', 'failed', 'cancelled')
+		WHERE t.status = 'preempted' AND t.doc->>'cluster_queue' IS NULL AND (p.id IS NULL OR p.deleted OR p.status IN ('completed', 'failed', 'cancelled')
 			OR t.updated_at < $1)
 		LIMIT $2`, now.Add(-maxWait), limit)
+}
+
+// PreemptedOf returns the tasks with an admission (a cluster queue) that
+// were preempted while agentID ran them; their quota comes back once the
+// agent has stopped them.
+func PreemptedOf(ctx context.Context, q Querier, agentID string) ([]domain.Task, error) {
+	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE status = 'preempted' AND agent_id = $1
+		AND doc->>'cluster_queue' IS NOT NULL`, agentID)
+	if err != nil {
+		return nil, fmt.Errorf("preempted tasks of %s: %w", agentID, err)
+	}
+	return scanTasks(rows)
+}
+
+// StrandedEvictions returns preempted tasks with an admission whose agent
+// is lost, or that are still preempted longer after the preemption than
+// their grace period plus slack: no heartbeat will confirm they stopped.
+func StrandedEvictions(ctx context.Context, q Querier, now time.Time, slack time.Duration, limit int) ([]string, error) {
+	return ids(ctx, q, `SELECT t.id FROM tasks t LEFT JOIN agents a ON a.agent_id = t.agent_id
+		WHERE t.status = 'preempted' AND t.doc->>'cluster_queue' IS NOT NULL
+		  AND (a.agent_id IS NULL OR a.lost
+		       OR t.updated_at + make_interval(secs => coalesce((t.doc->'spec'->>'grace_period_sec')::int, 0)) < $1)
+		LIMIT $2`, now.Add(-slack), limit)
 }
 
 // PruneClaims forgets claim idempotency records older than before.
@@ -139,7 +167,7 @@ func PreemptionCandidates(ctx context.Context, q Querier, waitedSince time.Time,
 			SELECT max(priority) AS lowest FROM tasks WHERE status IN ('assigned', 'running')
 		), waiting AS (
 			SELECT p.* FROM tasks p, bound
-			WHERE p.status = 'pending' AND NOT p.deleted AND p.priority <= bound.lowest - $2
+			WHERE p.status = 'pending' AND NOT p.deleted AND NOT p.awaiting_admission AND p.priority <= bound.lowest - $2
 			  AND p.created_at < $1 AND p.retry_at < $1
 			ORDER BY p.priority, p.created_at
 			LIMIT $3 * 4

@@ -36,7 +36,7 @@ func ClaimCandidates(ctx context.Context, tx pgx.Tx, f ClaimFilter) ([]domain.Ta
 	}
 	rows, err := tx.Query(ctx, `
 		SELECT doc FROM tasks t
-		WHERE status = 'pending' AND NOT deleted AND retry_at <= $1
+		WHERE status = 'pending' AND NOT deleted AND NOT awaiting_admission AND retry_at <= $1
 		  AND ($2 = '*' OR tenant_id = $2)
 		  AND (machine_id = '' OR machine_id = $3)
 		  AND (target_ip = '' OR target_ip = $4)

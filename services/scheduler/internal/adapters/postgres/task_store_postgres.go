@@ -207,7 +207,7 @@ func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error)
 	prios := make([]int32, n)
 	leases, timeouts := make([]*time.Time, n), make([]*time.Time, n)
 	retries, updated := make([]time.Time, n), make([]time.Time, n)
-	deleted := make([]bool, n)
+	deleted, waiting := make([]bool, n), make([]bool, n)
 	versions := make([]int64, n)
 	docs := make([][]byte, n)
 	for i, t := range tasks {
@@ -218,13 +218,14 @@ func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error)
 		ids[i], statuses[i], agents[i], amachines[i], attempts[i], preempted[i] = t.ID, string(t.Status), t.AgentID, t.AssignedMachine, t.AttemptID, t.PreemptedBy
 		prios[i], leases[i], timeouts[i] = int32(t.Spec.Priority), optTime(t.LeaseExpiresAt), timeoutAt(t)
 		retries[i], updated[i], deleted[i], versions[i], docs[i] = t.RetryAt, t.UpdatedAt, t.Deleted, t.Version, doc
+		waiting[i] = t.AwaitingAdmission()
 	}
 	// The spec columns (type, targets, labels, dependencies, group) are read
 	// from the doc only where the spec changed.
 	return statement{`
 		UPDATE tasks t SET status = x.st, priority = x.pr, agent_id = x.ag, assigned_machine_id = x.am, attempt_id = x.att,
 			lease_expires_at = x.le, timeout_at = x.tu, retry_at = x.re, preempted_by = x.pb, updated_at = x.up,
-			deleted = x.de, version = x.ve, doc = x.doc,
+			deleted = x.de, version = x.ve, doc = x.doc, awaiting_admission = x.aw,
 			type = CASE WHEN x.sc THEN x.doc->'spec'->>'type' ELSE t.type END,
 			machine_id = CASE WHEN x.sc THEN coalesce(x.doc->'spec'->>'machine_id', '') ELSE t.machine_id END,
 			target_ip = CASE WHEN x.sc THEN coalesce(x.doc->'spec'->>'target_ip', '') ELSE t.target_ip END,
@@ -232,10 +233,11 @@ func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error)
 			labels = CASE WHEN x.sc THEN ARRAY(SELECT json_array_elements_text(coalesce(x.doc->'spec'->'labels', '[]'::json))) ELSE t.labels END,
 			depends_on = CASE WHEN x.sc THEN ARRAY(SELECT json_array_elements_text(coalesce(x.doc->'spec'->'depends_on', '[]'::json))) ELSE t.depends_on END
 		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[],
-			$9::timestamptz[], $10::text[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::json[], $15::bool[])
-			AS x(id, st, pr, ag, am, att, le, tu, re, pb, up, de, ve, doc, sc)
+			$9::timestamptz[], $10::text[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::json[], $15::bool[], $16::bool[])
+			AS x(id, st, pr, ag, am, att, le, tu, re, pb, up, de, ve, doc, sc, aw)
 		WHERE t.id = x.id`,
-		[]any{ids, statuses, prios, agents, amachines, attempts, leases, timeouts, retries, preempted, updated, deleted, versions, docs, specChanged}}, nil
+		[]any{ids, statuses, prios, agents, amachines, attempts, leases, timeouts, retries, preempted, updated, deleted, versions, docs,
+			specChanged, waiting}}, nil
 }
 
 func timeoutAt(t domain.Task) *time.Time {
@@ -257,7 +259,7 @@ func upsertStatement(tasks []domain.Task) (statement, error) {
 		agents, amachines, attempts, preempted                        = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		prios                                                         = make([]int32, n)
 		labels, deps                                                  = make([][]string, n), make([][]string, n)
-		scatter, deleted                                              = make([]bool, n), make([]bool, n)
+		scatter, deleted, waiting                                     = make([]bool, n), make([]bool, n), make([]bool, n)
 		leases, timeouts                                              = make([]*time.Time, n), make([]*time.Time, n)
 		retries, created, updated                                     = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		versions                                                      = make([]int64, n)
@@ -272,29 +274,30 @@ func upsertStatement(tasks []domain.Task) (statement, error) {
 		machines[i], ips[i], fanouts[i], groups[i] = t.Spec.MachineID, t.Spec.TargetIP, t.FanoutID, t.Spec.GroupID
 		agents[i], amachines[i], attempts[i], preempted[i] = t.AgentID, t.AssignedMachine, t.AttemptID, t.PreemptedBy
 		prios[i], labels[i], deps[i] = int32(t.Spec.Priority), nonNil(t.Spec.Labels), nonNil(t.Spec.DependsOn)
-		scatter[i], deleted[i] = t.Spec.Mode == domain.ModeScatter, t.Deleted
+		scatter[i], deleted[i], waiting[i] = t.Spec.Mode == domain.ModeScatter, t.Deleted, t.AwaitingAdmission()
 		leases[i], timeouts[i] = optTime(t.LeaseExpiresAt), timeoutAt(t)
 		retries[i], created[i], updated[i], versions[i], docs[i] = t.RetryAt, t.CreatedAt, t.UpdatedAt, t.Version, doc
 	}
 	return statement{`
 		INSERT INTO tasks (id, tenant_id, status, priority, type, machine_id, target_ip, labels, depends_on,
 			fanout_id, scatter, group_id, agent_id, assigned_machine_id, attempt_id, lease_expires_at, timeout_at,
-			retry_at, preempted_by, created_at, updated_at, deleted, version, doc)
-		SELECT id, tn, st, pr, ty, ma, ip, lb::text[], dp::text[], fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc
+			retry_at, preempted_by, created_at, updated_at, deleted, version, doc, awaiting_admission)
+		SELECT id, tn, st, pr, ty, ma, ip, lb::text[], dp::text[], fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc, aw
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 			$8::text[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::text[], $14::text[], $15::text[],
 			$16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::text[], $20::timestamptz[],
-			$21::timestamptz[], $22::bool[], $23::bigint[], $24::json[])
-			AS x(id, tn, st, pr, ty, ma, ip, lb, dp, fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc)
+			$21::timestamptz[], $22::bool[], $23::bigint[], $24::json[], $25::bool[])
+			AS x(id, tn, st, pr, ty, ma, ip, lb, dp, fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc, aw)
 		ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, priority = EXCLUDED.priority, type = EXCLUDED.type,
 			machine_id = EXCLUDED.machine_id, target_ip = EXCLUDED.target_ip, labels = EXCLUDED.labels,
 			depends_on = EXCLUDED.depends_on, fanout_id = EXCLUDED.fanout_id, scatter = EXCLUDED.scatter,
 			group_id = EXCLUDED.group_id, agent_id = EXCLUDED.agent_id, assigned_machine_id = EXCLUDED.assigned_machine_id,
 			attempt_id = EXCLUDED.attempt_id, lease_expires_at = EXCLUDED.lease_expires_at, timeout_at = EXCLUDED.timeout_at,
 			retry_at = EXCLUDED.retry_at, preempted_by = EXCLUDED.preempted_by, updated_at = EXCLUDED.updated_at,
-			deleted = EXCLUDED.deleted, version = EXCLUDED.version, doc = EXCLUDED.doc`,
+			deleted = EXCLUDED.deleted, version = EXCLUDED.version, doc = EXCLUDED.doc,
+			awaiting_admission = EXCLUDED.awaiting_admission`,
 		[]any{ids, tenants, statuses, prios, types, machines, ips, textArray(labels), textArray(deps), fanouts, scatter, groups,
-			agents, amachines, attempts, leases, timeouts, retries, preempted, created, updated, deleted, versions, docs}}, nil
+			agents, amachines, attempts, leases, timeouts, retries, preempted, created, updated, deleted, versions, docs, waiting}}, nil
 }
 
 // textArray encodes a list of lists as Postgres array literals, because a

@@ -1,0 +1,89 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+)
+
+// Tasks are the use cases decisions apply to (app.App).
+type Tasks interface {
+	AdmitTask(ctx context.Context, id string, epoch int64, clusterQueue string, flavors map[string]string) error
+	EvictTask(ctx context.Context, id string, epoch int64, preemptor, reason string) error
+}
+
+// Decisions is a projection.Handler over the quota topic that applies
+// admission decisions to tasks. It writes through the scheduler's own
+// batched commands, not the runner's transaction, so it is not a read
+// model and is never replayed; at-least-once delivery is safe because
+// every decision is idempotent.
+type Decisions struct {
+	Tasks Tasks
+	// Parallel bounds how many tasks are changed at once (default 64).
+	Parallel int
+}
+
+type decision struct {
+	admit *quotav1.WorkloadAdmitted
+	evict *quotav1.WorkloadPreemptionRequested
+}
+
+// Apply implements projection.Handler. Decisions about different tasks
+// run concurrently (they batch into few transactions); those about one
+// task run in their order on the topic.
+func (d Decisions) Apply(ctx context.Context, _ pgx.Tx, records []*kgo.Record) error {
+	byTask := map[string][]decision{}
+	var order []string
+	for _, r := range records {
+		var env quotav1.QuotaEvent
+		if err := proto.Unmarshal(r.Value, &env); err != nil {
+			return fmt.Errorf("decode quota event at %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+		}
+		var dec decision
+		var id string
+		switch e := env.GetEvent().(type) {
+		case *quotav1.QuotaEvent_WorkloadAdmitted:
+			dec.admit, id = e.WorkloadAdmitted, e.WorkloadAdmitted.GetTaskId()
+		case *quotav1.QuotaEvent_WorkloadPreemptionRequested:
+			dec.evict, id = e.WorkloadPreemptionRequested, e.WorkloadPreemptionRequested.GetTaskId()
+		default:
+			continue // quotas, WorkGroups, definitions: not the scheduler's business
+		}
+		if _, seen := byTask[id]; !seen {
+			order = append(order, id)
+		}
+		byTask[id] = append(byTask[id], dec)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	limit := d.Parallel
+	if limit <= 0 {
+		limit = 64
+	}
+	g.SetLimit(limit)
+	for _, id := range order {
+		g.Go(func() error {
+			for _, dec := range byTask[id] {
+				var err error
+				switch {
+				case dec.admit != nil:
+					a := dec.admit
+					err = d.Tasks.AdmitTask(ctx, id, a.GetTaskVersion(), a.GetClusterQueue(), a.GetFlavors())
+				case dec.evict != nil:
+					e := dec.evict
+					err = d.Tasks.EvictTask(ctx, id, e.GetTaskVersion(), e.GetPreemptorTaskId(), e.GetReason())
+				}
+				if err != nil {
+					return fmt.Errorf("apply admission decision to task %s: %w", id, err)
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}

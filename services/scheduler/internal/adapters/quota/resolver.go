@@ -1,0 +1,46 @@
+package quota
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+)
+
+// Resolver is app.Admission over the quota service's AdmissionService.
+type Resolver struct {
+	client        quotav1.AdmissionServiceClient
+	internalToken string
+}
+
+// NewResolver calls the quota service on conn, authenticating as an
+// internal service with internalToken on behalf of each caller.
+func NewResolver(conn grpc.ClientConnInterface, internalToken string) *Resolver {
+	return &Resolver{client: quotav1.NewAdmissionServiceClient(conn), internalToken: internalToken}
+}
+
+// ResolveQueue implements app.Admission. The caller's principal travels
+// with the call so the quota service decides which queues its tenant and
+// tier may use. The quota service's answers (unknown queue, seed 003's
+// GU_QUOTA_NOT_EXISTS / GU_QUOTA_CREATING) are returned as they are; an
+// unreachable quota service is Unavailable.
+func (r *Resolver) ResolveQueue(ctx context.Context, c app.Caller, queue, quota string, resources map[string]string) (string, error) {
+	p := authn.Principal{Kind: authn.KindUser, TenantID: c.Tenant, Subject: c.Subject, RemoteIP: c.IP, Tier: c.Tier}
+	if c.Tenant == "*" {
+		p = authn.Principal{Kind: authn.KindAdmin, Subject: c.Subject, RemoteIP: c.IP}
+	}
+	res, err := r.client.ResolveQueue(authn.Outgoing(ctx, p, r.internalToken),
+		&quotav1.ResolveQueueRequest{Queue: queue, Quota: quota, Resources: resources})
+	if err != nil {
+		if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+			return "", status.Error(codes.Unavailable, "quota service unavailable: the task was not created; try again")
+		}
+		return "", err
+	}
+	return res.GetClusterQueue(), nil
+}
