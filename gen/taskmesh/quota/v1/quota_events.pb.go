@@ -737,18 +737,22 @@ func (*QuotaEvent_WorkloadFinished) isQuotaEvent_Event() {}
 // have parent_id set and root_id naming their level 1 ancestor
 // (background marks the background child of a root).
 type QuotaCreated struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	QuotaId       string                 `protobuf:"bytes,1,opt,name=quota_id,json=quotaId,proto3" json:"quota_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Kind          QuotaKind              `protobuf:"varint,3,opt,name=kind,proto3,enum=taskmesh.quota.v1.QuotaKind" json:"kind,omitempty"`
-	Cluster       string                 `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Level         int32                  `protobuf:"varint,5,opt,name=level,proto3" json:"level,omitempty"`
-	ParentId      string                 `protobuf:"bytes,6,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
-	Background    bool                   `protobuf:"varint,7,opt,name=background,proto3" json:"background,omitempty"`
-	MachineType   string                 `protobuf:"bytes,8,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
-	MinUnits      int64                  `protobuf:"varint,9,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
-	MaxUnits      int64                  `protobuf:"varint,10,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
-	RootId        string                 `protobuf:"bytes,11,opt,name=root_id,json=rootId,proto3" json:"root_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	QuotaId     string                 `protobuf:"bytes,1,opt,name=quota_id,json=quotaId,proto3" json:"quota_id,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Kind        QuotaKind              `protobuf:"varint,3,opt,name=kind,proto3,enum=taskmesh.quota.v1.QuotaKind" json:"kind,omitempty"`
+	Cluster     string                 `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Level       int32                  `protobuf:"varint,5,opt,name=level,proto3" json:"level,omitempty"`
+	ParentId    string                 `protobuf:"bytes,6,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Background  bool                   `protobuf:"varint,7,opt,name=background,proto3" json:"background,omitempty"`
+	MachineType string                 `protobuf:"bytes,8,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	MinUnits    int64                  `protobuf:"varint,9,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
+	MaxUnits    int64                  `protobuf:"varint,10,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
+	RootId      string                 `protobuf:"bytes,11,opt,name=root_id,json=rootId,proto3" json:"root_id,omitempty"`
+	// The quota waits for WorkGroups (status Provisioning until
+	// QuotaProduced): GU roots with WorkGroup quotas below them, and the
+	// WorkGroup quotas themselves. Others are Active at once.
+	Provisioning  bool `protobuf:"varint,12,opt,name=provisioning,proto3" json:"provisioning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -858,6 +862,13 @@ func (x *QuotaCreated) GetRootId() string {
 		return x.RootId
 	}
 	return ""
+}
+
+func (x *QuotaCreated) GetProvisioning() bool {
+	if x != nil {
+		return x.Provisioning
+	}
+	return false
 }
 
 // QuotaUpdated: a quota's limits changed.
@@ -2762,7 +2773,7 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
-	"\x05event\"\xd2\x02\n" +
+	"\x05event\"\xf6\x02\n" +
 	"\fQuotaCreated\x12\x19\n" +
 	"\bquota_id\x18\x01 \x01(\tR\aquotaId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
@@ -2777,7 +2788,8 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\tmin_units\x18\t \x01(\x03R\bminUnits\x12\x1b\n" +
 	"\tmax_units\x18\n" +
 	" \x01(\x03R\bmaxUnits\x12\x17\n" +
-	"\aroot_id\x18\v \x01(\tR\x06rootId\"H\n" +
+	"\aroot_id\x18\v \x01(\tR\x06rootId\x12\"\n" +
+	"\fprovisioning\x18\f \x01(\bR\fprovisioning\"H\n" +
 	"\fQuotaUpdated\x12\x1b\n" +
 	"\tmin_units\x18\x01 \x01(\x03R\bminUnits\x12\x1b\n" +
 	"\tmax_units\x18\x02 \x01(\x03R\bmaxUnits\"+\n" +

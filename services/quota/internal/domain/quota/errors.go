@@ -50,3 +50,5 @@ func NotFound(what, id string) error { return fmt.Errorf("%w: %s %q", ErrNotFoun
 func conflict(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrConflict, fmt.Sprintf(format, args...))
 }
+
+func exists(what, id string) error { return fmt.Errorf("%w: %s %q", ErrExists, what, id) }
