@@ -93,12 +93,7 @@ func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGro
 		}
 	}
 	if len(named) == 0 {
-		if quota == "" {
-			return WorkGroup{}, guStatus(codes.NotFound, quotav1.ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS,
-				fmt.Sprintf("GU quota does not exist: tenant %s has no GU quota", tenantID))
-		}
-		return WorkGroup{}, guStatus(codes.NotFound, quotav1.ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS,
-			fmt.Sprintf("GU quota does not exist: tenant %s has no GU quota %q", tenantID, quota))
+		return WorkGroup{}, GUQuotaNotExists(tenantID, quota)
 	}
 	byID := map[string]domain.Quota{}
 	for _, q := range qs {
@@ -129,6 +124,15 @@ func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGro
 	}
 	return WorkGroup{}, guStatus(codes.FailedPrecondition, quotav1.ErrorCode_ERROR_CODE_GU_QUOTA_CREATING,
 		"GU quota is being created: "+why+"; retry once it runs")
+}
+
+// GUQuotaNotExists is CheckGUQuota's NotFound answer.
+func GUQuotaNotExists(tenantID, quota string) error {
+	msg := fmt.Sprintf("GU quota does not exist: tenant %s has no GU quota %q", tenantID, quota)
+	if quota == "" {
+		msg = fmt.Sprintf("GU quota does not exist: tenant %s has no GU quota", tenantID)
+	}
+	return guStatus(codes.NotFound, quotav1.ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS, msg)
 }
 
 // workGroupQuota finds the quota whose WorkGroup serves q.
