@@ -36,6 +36,9 @@ type Config struct {
 	// SchedulerTarget is the scheduler's internal gRPC address (a
 	// grpc.NewClient target).
 	SchedulerTarget string
+	// QuotaTarget, if set, is the quota service's internal gRPC address:
+	// QuotaService is then served over REST and the gRPC front door.
+	QuotaTarget string
 	// InternalToken is sent to internal services (authn.MDInternalToken).
 	// Never logged.
 	InternalToken string
@@ -73,6 +76,7 @@ type Gateway struct {
 	log      *slog.Logger
 	creds    *credentials.Store
 	upstream *grpc.ClientConn
+	quota    *grpc.ClientConn // nil without Config.QuotaTarget
 	handler  http.Handler
 	health   *health.Server
 
@@ -133,9 +137,18 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: scheduler client for %q: %w", cfg.SchedulerTarget, err)
 	}
 	g.upstream = upstream
+	var quotaUpstream grpc.ClientConnInterface
+	if cfg.QuotaTarget != "" {
+		if g.quota, err = grpc.NewClient(cfg.QuotaTarget, opts...); err != nil {
+			upstream.Close()
+			return nil, fmt.Errorf("gateway: quota client for %q: %w", cfg.QuotaTarget, err)
+		}
+		quotaUpstream = g.quota
+	}
 
 	g.handler, err = rest.NewHandler(ctx, rest.Options{
 		Upstream:       upstream,
+		QuotaUpstream:  quotaUpstream,
 		Auth:           g.creds,
 		TrustedProxies: cfg.TrustedProxies,
 		Ready:          func() bool { return upstream.GetState() == connectivity.Ready },
@@ -148,6 +161,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g.grpcSrv = grpcproxy.NewServer(grpcproxy.Options{
 		Upstream:       upstream,
+		QuotaUpstream:  quotaUpstream,
 		Auth:           g.creds,
 		TrustedProxies: cfg.TrustedProxies,
 		Health:         g.health,
@@ -283,6 +297,9 @@ func (g *Gateway) Close() error {
 		g.httpLis.Close()
 		g.grpcLis.Close()
 		g.closeErr = g.upstream.Close()
+		if g.quota != nil {
+			g.quota.Close()
+		}
 	})
 	return g.closeErr
 }

@@ -150,3 +150,27 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	registerPorts(g, s)
 }
+
+// operatorCaller is the service acting for its operator (bootstrap).
+var operatorCaller = app.Caller{Admin: true}
+
+// EnsureCluster records the cluster if it is new and sets its inventory
+// (GPUs per machine type), for embedded defaults; existing values that
+// match change nothing.
+func (s *Service) EnsureCluster(ctx context.Context, name, description string, inventory map[string]int64) error {
+	if _, err := s.app.CreateCluster(ctx, operatorCaller, name, description); err != nil && !errors.Is(err, domain.ErrExists) {
+		return err
+	}
+	for mt, n := range inventory {
+		if _, err := s.app.SetInventory(ctx, operatorCaller, name, mt, n); err != nil && !errors.Is(err, domain.ErrConflict) {
+			return err
+		}
+	}
+	return nil
+}
+
+// RegisterTenant records a tenant (same id as the gateway's) or renames it.
+func (s *Service) RegisterTenant(ctx context.Context, id, name string) error {
+	_, err := s.app.RegisterTenant(ctx, operatorCaller, id, name)
+	return err
+}

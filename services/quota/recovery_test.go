@@ -3,7 +3,9 @@ package quota_test
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/inprocess"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
 	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
 )
@@ -122,5 +124,21 @@ func TestUnsubscriptionOfWhatIsAlreadyGone(t *testing.T) {
 	// Deleting again: not found.
 	if _, err := e.app().DeleteQuota(context.Background(), admin, w.Quota.ID, ""); err == nil {
 		t.Fatal("deleting a deleted quota succeeded")
+	}
+}
+
+// The cluster lost the resources the quota service had applied (an
+// operator that lost its state, a resource deleted by hand): they are
+// applied again and production still completes.
+func TestProductionReappliesVanishedResources(t *testing.T) {
+	e := newEnv(t)
+	e.seed("acme", "c1", "A100", 8)
+	var v app.QuotaView
+	e.crashAt(app.StepWorkGroupObserved, func() { v = e.createGU("acme", "c1", "gu1", "A100", 4, 8) })
+	e.op = inprocess.New(inprocess.Config{Delay: 10 * time.Millisecond})
+	e.start(nil)
+	e.waitStatus(v.Quota.ID, domain.QuotaActive)
+	if c := e.op.Counts(); c.RayCreated != 1 || c.WorkGroupCreated != 1 {
+		t.Fatalf("operator counts = %+v", c)
 	}
 }

@@ -22,7 +22,10 @@ func TestMethod(t *testing.T) {
 		{p: agent, method: "/taskmesh.task.v1.LeaseService/ClaimTasks", want: true},
 		{p: agent, method: "/taskmesh.task.v1.TaskService/GetTask"},
 		{p: user, method: "/taskmesh.task.v1.TaskServiceX/GetTask"},
-		{p: user, method: "/taskmesh.quota.v1.QuotaService/CreateQuota"},
+		// Tenants reach QuotaService; it refuses them operator actions.
+		{p: user, method: "/taskmesh.quota.v1.QuotaService/CreateQuota", want: true},
+		{p: agent, method: "/taskmesh.quota.v1.QuotaService/GetQuota"},
+		{p: user, method: "/taskmesh.quota.v1.AdmissionService/ResolveQueue"},
 		{p: admin, method: "/taskmesh.task.v1.TaskService/GetTask"},
 		{p: authn.Principal{}, method: "/taskmesh.task.v1.TaskService/GetTask"},
 	}

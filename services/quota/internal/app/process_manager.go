@@ -199,6 +199,14 @@ func (m *ProcessManager) ray(ctx context.Context, r domain.RayCluster) error {
 	if err != nil {
 		return fmt.Errorf("status of Ray cluster %s: %w", r.Name, err)
 	}
+	if o.Phase == domain.PhaseAbsent && r.Applied {
+		// The resource vanished after it was accepted (deleted by hand, or
+		// an operator that lost its state): apply it again.
+		if err := m.op.ApplyRayCluster(ctx, spec); err != nil && !errors.Is(err, domain.ErrOperatorRejected) {
+			return fmt.Errorf("apply Ray cluster %s again: %w", r.Name, err)
+		}
+		return nil
+	}
 	if o.Phase != domain.PhaseRunning && o.Phase != domain.PhaseFailed {
 		return nil
 	}
@@ -294,6 +302,21 @@ func (m *ProcessManager) workGroup(ctx context.Context, w domain.WorkGroup) erro
 	o, err := m.op.WorkGroupStatus(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("status of WorkGroup %s: %w", w.ID, err)
+	}
+	if o.Phase == domain.PhaseAbsent && w.AppliedGeneration >= w.Generation {
+		// As for Ray clusters: a vanished resource is applied again, its
+		// Ray cluster first (applying an existing one changes nothing).
+		ray, err := m.store.Ray(ctx, w.TenantID, w.Cluster)
+		if err != nil {
+			return err
+		}
+		if err := m.op.ApplyRayCluster(ctx, domain.RaySpecOf(ray)); err != nil && !errors.Is(err, domain.ErrOperatorRejected) {
+			return fmt.Errorf("apply Ray cluster %s again: %w", ray.Name, err)
+		}
+		if err := m.op.ApplyWorkGroup(ctx, spec); err != nil && !errors.Is(err, domain.ErrOperatorRejected) {
+			return fmt.Errorf("apply WorkGroup %s again: %w", w.ID, err)
+		}
+		return nil
 	}
 	if o.Phase != domain.PhaseRunning && o.Phase != domain.PhaseFailed {
 		return nil

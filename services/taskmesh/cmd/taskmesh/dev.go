@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -93,6 +94,7 @@ Taskmesh is running.
   Local agent    %[6]s on %[7]s   (its local API: %[10]s)
   Logs           %[8]s
   Demo API key   %[9]s   (tenant "demo")
+  Quota cluster  %[12]s   (in-process operator; GPUs per machine type)
 
 Try it:
   export TASKMESH_API_KEY=%[9]s
@@ -104,7 +106,17 @@ Try it:
 
 Press Ctrl-C to stop; data stays in the data directory.
 `, s.HTTPURL, s.GRPCAddr, password.ReplaceAllString(s.Postgres, "://$1:***@"), strings.Join(s.Kafka, ","), s.ObjectDir,
-		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s))
+		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s), quotaCluster(s))
+}
+
+// quotaCluster describes the embedded default cluster, e.g. "local A100=16".
+func quotaCluster(s *stack.Stack) string {
+	types := make([]string, 0, len(s.QuotaInventory))
+	for mt, n := range s.QuotaInventory {
+		types = append(types, fmt.Sprintf("%s=%d", mt, n))
+	}
+	sort.Strings(types)
+	return strings.TrimSpace(s.QuotaCluster + " " + strings.Join(types, " "))
 }
 
 func agentAPI(s *stack.Stack) string {

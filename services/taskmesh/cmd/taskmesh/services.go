@@ -180,6 +180,7 @@ func gatewayCommand() *cobra.Command {
 	var (
 		c                          common
 		httpAddr, grpcAddr, target string
+		quotaTarget                string
 		fsRoot, fsBaseURL, fsKey   string
 	)
 	cmd := &cobra.Command{
@@ -200,7 +201,8 @@ func gatewayCommand() *cobra.Command {
 			if err := pg.Migrate(ctx, pool, "gateway", gateway.Migrations()); err != nil {
 				return err
 			}
-			cfg := gateway.Config{HTTPAddr: httpAddr, GRPCAddr: grpcAddr, SchedulerTarget: target, InternalToken: token, DB: pool, Logger: log}
+			cfg := gateway.Config{HTTPAddr: httpAddr, GRPCAddr: grpcAddr, SchedulerTarget: target, QuotaTarget: quotaTarget,
+				InternalToken: token, DB: pool, Logger: log}
 			if fsRoot != "" {
 				secret, err := flagenv.Secret("", fsKey)
 				if err != nil {
@@ -225,6 +227,7 @@ func gatewayCommand() *cobra.Command {
 	f.StringVar(&httpAddr, "http", "127.0.0.1:8080", "REST address")
 	f.StringVar(&grpcAddr, "grpc", "127.0.0.1:9090", "gRPC front door address")
 	f.StringVar(&target, "scheduler", "127.0.0.1:9091", "scheduler's internal gRPC address")
+	f.StringVar(&quotaTarget, "quota", "", "quota service's internal gRPC address (empty: no quota API)")
 	f.StringVar(&fsRoot, "objects-fs-root", "", "serve the fs object store at /objects/ from this directory")
 	f.StringVar(&fsBaseURL, "objects-fs-base-url", "", "public URL of /objects")
 	f.StringVar(&fsKey, "objects-fs-secret-file", "", "file holding the URL-signing secret")

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/quota"
+)
+
+func quotaCommand() *cobra.Command {
+	var (
+		c                           common
+		listen, operator            string
+		operatorDelay, passInterval time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "quota",
+		Short: "Run the quota service (tenants, clusters, CU/GU quotas, Ray WorkGroups)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log, k, token, shutdown, err := c.setup(ctx, cmd, "quota")
+			if err != nil {
+				return err
+			}
+			defer shutdown(context.Background())
+			if token == "" {
+				return errors.New("an internal token is required (--internal-token-file or TASKMESH_INTERNAL_TOKEN)")
+			}
+			if operator != "inprocess" {
+				return fmt.Errorf("--operator must be inprocess, not %q", operator)
+			}
+			pool, err := pg.Open(ctx, pg.Config{URL: c.databaseURL, Schema: quota.Schema, MaxConns: 16, ApplicationName: "taskmesh-quota"})
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if err := pg.Migrate(ctx, pool, quota.Schema, quota.Migrations()...); err != nil {
+				return err
+			}
+			svc, err := quota.New(quota.Config{DB: pool, Kafka: k, OperatorDelay: operatorDelay, PassInterval: passInterval, Logger: log})
+			if err != nil {
+				return err
+			}
+			srv, err := grpcserver.New(grpcserver.Options{InternalToken: token, Logger: log})
+			if err != nil {
+				return err
+			}
+			svc.Register(srv)
+			lis, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			go func() { <-ctx.Done(); srv.GracefulStop() }()
+			go func() {
+				if err := svc.Run(ctx); err != nil {
+					log.Error("quota service stopped", "err", err)
+				}
+			}()
+			log.Info("quota serving", "addr", lis.Addr().String())
+			return srv.Serve(lis)
+		},
+	}
+	c.flags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:9092", "internal gRPC address")
+	f.StringVar(&operator, "operator", "inprocess", "cluster operator: inprocess (embedded default)")
+	f.DurationVar(&operatorDelay, "operator-delay", 2*time.Second, "in-process operator: time until a resource runs")
+	f.DurationVar(&passInterval, "pass-interval", time.Second, "how often pending productions and unsubscriptions are driven")
+	return cmd
+}
