@@ -176,10 +176,10 @@ type Inventory struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Cluster     string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	MachineType string                 `protobuf:"bytes,2,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
-	TotalGpus   int64                  `protobuf:"varint,3,opt,name=total_gpus,json=totalGpus,proto3" json:"total_gpus,omitempty"`
+	TotalGpus   int32                  `protobuf:"varint,3,opt,name=total_gpus,json=totalGpus,proto3" json:"total_gpus,omitempty"`
 	// Held by root GU quotas (their min_units).
-	AllocatedGpus int64 `protobuf:"varint,4,opt,name=allocated_gpus,json=allocatedGpus,proto3" json:"allocated_gpus,omitempty"`
-	AvailableGpus int64 `protobuf:"varint,5,opt,name=available_gpus,json=availableGpus,proto3" json:"available_gpus,omitempty"`
+	AllocatedGpus int32 `protobuf:"varint,4,opt,name=allocated_gpus,json=allocatedGpus,proto3" json:"allocated_gpus,omitempty"`
+	AvailableGpus int32 `protobuf:"varint,5,opt,name=available_gpus,json=availableGpus,proto3" json:"available_gpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -228,21 +228,21 @@ func (x *Inventory) GetMachineType() string {
 	return ""
 }
 
-func (x *Inventory) GetTotalGpus() int64 {
+func (x *Inventory) GetTotalGpus() int32 {
 	if x != nil {
 		return x.TotalGpus
 	}
 	return 0
 }
 
-func (x *Inventory) GetAllocatedGpus() int64 {
+func (x *Inventory) GetAllocatedGpus() int32 {
 	if x != nil {
 		return x.AllocatedGpus
 	}
 	return 0
 }
 
-func (x *Inventory) GetAvailableGpus() int64 {
+func (x *Inventory) GetAvailableGpus() int32 {
 	if x != nil {
 		return x.AvailableGpus
 	}
@@ -266,8 +266,8 @@ type Quota struct {
 	// Ray cluster is never mapped onto it.
 	Background  bool   `protobuf:"varint,9,opt,name=background,proto3" json:"background,omitempty"`
 	MachineType string `protobuf:"bytes,10,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
-	MinUnits    int64  `protobuf:"varint,11,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
-	MaxUnits    int64  `protobuf:"varint,12,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
+	MinUnits    int32  `protobuf:"varint,11,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
+	MaxUnits    int32  `protobuf:"varint,12,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
 	// Provisioning, Active, Failed, Unsubscribing or Deleted.
 	Status string `protobuf:"bytes,13,opt,name=status,proto3" json:"status,omitempty"`
 	// Why the quota failed (status Failed).
@@ -383,14 +383,14 @@ func (x *Quota) GetMachineType() string {
 	return ""
 }
 
-func (x *Quota) GetMinUnits() int64 {
+func (x *Quota) GetMinUnits() int32 {
 	if x != nil {
 		return x.MinUnits
 	}
 	return 0
 }
 
-func (x *Quota) GetMaxUnits() int64 {
+func (x *Quota) GetMaxUnits() int32 {
 	if x != nil {
 		return x.MaxUnits
 	}
@@ -449,7 +449,7 @@ type WorkGroup struct {
 	Cluster     string                 `protobuf:"bytes,5,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	RayCluster  string                 `protobuf:"bytes,6,opt,name=ray_cluster,json=rayCluster,proto3" json:"ray_cluster,omitempty"`
 	MachineType string                 `protobuf:"bytes,7,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
-	Gpus        int64                  `protobuf:"varint,8,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	Gpus        int32                  `protobuf:"varint,8,opt,name=gpus,proto3" json:"gpus,omitempty"`
 	// Creating, Running, Deleting, Deleted or Failed.
 	Status string `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
 	// Why the WorkGroup failed (status Failed).
@@ -539,7 +539,7 @@ func (x *WorkGroup) GetMachineType() string {
 	return ""
 }
 
-func (x *WorkGroup) GetGpus() int64 {
+func (x *WorkGroup) GetGpus() int32 {
 	if x != nil {
 		return x.Gpus
 	}
@@ -699,8 +699,8 @@ type QuotaSpec struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique among the tenant's quotas that are not deleted.
 	Name     string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	MinUnits int64  `protobuf:"varint,2,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
-	MaxUnits int64  `protobuf:"varint,3,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
+	MinUnits int32  `protobuf:"varint,2,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
+	MaxUnits int32  `protobuf:"varint,3,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
 	// Marks the background child of a root (second level only).
 	Background bool `protobuf:"varint,4,opt,name=background,proto3" json:"background,omitempty"`
 	// GU: the GPU machine type; a root needs one, children inherit it.
@@ -747,14 +747,14 @@ func (x *QuotaSpec) GetName() string {
 	return ""
 }
 
-func (x *QuotaSpec) GetMinUnits() int64 {
+func (x *QuotaSpec) GetMinUnits() int32 {
 	if x != nil {
 		return x.MinUnits
 	}
 	return 0
 }
 
-func (x *QuotaSpec) GetMaxUnits() int64 {
+func (x *QuotaSpec) GetMaxUnits() int32 {
 	if x != nil {
 		return x.MaxUnits
 	}
@@ -1315,7 +1315,7 @@ type SetInventoryRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	MachineType   string                 `protobuf:"bytes,2,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
-	TotalGpus     int64                  `protobuf:"varint,3,opt,name=total_gpus,json=totalGpus,proto3" json:"total_gpus,omitempty"`
+	TotalGpus     int32                  `protobuf:"varint,3,opt,name=total_gpus,json=totalGpus,proto3" json:"total_gpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1364,7 +1364,7 @@ func (x *SetInventoryRequest) GetMachineType() string {
 	return ""
 }
 
-func (x *SetInventoryRequest) GetTotalGpus() int64 {
+func (x *SetInventoryRequest) GetTotalGpus() int32 {
 	if x != nil {
 		return x.TotalGpus
 	}
@@ -1865,8 +1865,8 @@ func (x *ListQuotasResponse) GetNextPageToken() string {
 type UpdateQuotaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	QuotaId       string                 `protobuf:"bytes,1,opt,name=quota_id,json=quotaId,proto3" json:"quota_id,omitempty"`
-	MinUnits      int64                  `protobuf:"varint,2,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
-	MaxUnits      int64                  `protobuf:"varint,3,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
+	MinUnits      int32                  `protobuf:"varint,2,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
+	MaxUnits      int32                  `protobuf:"varint,3,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1908,14 +1908,14 @@ func (x *UpdateQuotaRequest) GetQuotaId() string {
 	return ""
 }
 
-func (x *UpdateQuotaRequest) GetMinUnits() int64 {
+func (x *UpdateQuotaRequest) GetMinUnits() int32 {
 	if x != nil {
 		return x.MinUnits
 	}
 	return 0
 }
 
-func (x *UpdateQuotaRequest) GetMaxUnits() int64 {
+func (x *UpdateQuotaRequest) GetMaxUnits() int32 {
 	if x != nil {
 		return x.MaxUnits
 	}
@@ -2479,9 +2479,9 @@ const file_taskmesh_quota_v1_quota_service_proto_rawDesc = "" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12!\n" +
 	"\fmachine_type\x18\x02 \x01(\tR\vmachineType\x12\x1d\n" +
 	"\n" +
-	"total_gpus\x18\x03 \x01(\x03R\ttotalGpus\x12%\n" +
-	"\x0eallocated_gpus\x18\x04 \x01(\x03R\rallocatedGpus\x12%\n" +
-	"\x0eavailable_gpus\x18\x05 \x01(\x03R\ravailableGpus\"\xd8\x04\n" +
+	"total_gpus\x18\x03 \x01(\x05R\ttotalGpus\x12%\n" +
+	"\x0eallocated_gpus\x18\x04 \x01(\x05R\rallocatedGpus\x12%\n" +
+	"\x0eavailable_gpus\x18\x05 \x01(\x05R\ravailableGpus\"\xd8\x04\n" +
 	"\x05Quota\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
@@ -2496,8 +2496,8 @@ const file_taskmesh_quota_v1_quota_service_proto_rawDesc = "" +
 	"background\x12!\n" +
 	"\fmachine_type\x18\n" +
 	" \x01(\tR\vmachineType\x12\x1b\n" +
-	"\tmin_units\x18\v \x01(\x03R\bminUnits\x12\x1b\n" +
-	"\tmax_units\x18\f \x01(\x03R\bmaxUnits\x12\x16\n" +
+	"\tmin_units\x18\v \x01(\x05R\bminUnits\x12\x1b\n" +
+	"\tmax_units\x18\f \x01(\x05R\bmaxUnits\x12\x16\n" +
 	"\x06status\x18\r \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x0e \x01(\tR\x06reason\x12;\n" +
 	"\n" +
@@ -2517,7 +2517,7 @@ const file_taskmesh_quota_v1_quota_service_proto_rawDesc = "" +
 	"\vray_cluster\x18\x06 \x01(\tR\n" +
 	"rayCluster\x12!\n" +
 	"\fmachine_type\x18\a \x01(\tR\vmachineType\x12\x12\n" +
-	"\x04gpus\x18\b \x01(\x03R\x04gpus\x12\x16\n" +
+	"\x04gpus\x18\b \x01(\x05R\x04gpus\x12\x16\n" +
 	"\x06status\x18\t \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x129\n" +
@@ -2542,8 +2542,8 @@ const file_taskmesh_quota_v1_quota_service_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xb8\x03\n" +
 	"\tQuotaSpec\x12<\n" +
 	"\x04name\x18\x01 \x01(\tB(\xbaH%r#2!^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$R\x04name\x12(\n" +
-	"\tmin_units\x18\x02 \x01(\x03B\v\xbaH\b\"\x06\x18\xc0\x84=(\x00R\bminUnits\x12(\n" +
-	"\tmax_units\x18\x03 \x01(\x03B\v\xbaH\b\"\x06\x18\xc0\x84=(\x01R\bmaxUnits\x12\x1e\n" +
+	"\tmin_units\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\bminUnits\x12(\n" +
+	"\tmax_units\x18\x03 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x01R\bmaxUnits\x12\x1e\n" +
 	"\n" +
 	"background\x18\x04 \x01(\bR\n" +
 	"background\x12P\n" +
@@ -2579,7 +2579,7 @@ const file_taskmesh_quota_v1_quota_service_proto_rawDesc = "" +
 	"\acluster\x18\x01 \x01(\tB+\xbaH(r&2$^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$R\acluster\x12K\n" +
 	"\fmachine_type\x18\x02 \x01(\tB(\xbaH%r#2!^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$R\vmachineType\x12+\n" +
 	"\n" +
-	"total_gpus\x18\x03 \x01(\x03B\f\xbaH\t\"\a\x18\x80\xad\xe2\x04(\x00R\ttotalGpus\"R\n" +
+	"total_gpus\x18\x03 \x01(\x05B\f\xbaH\t\x1a\a\x18\x80\xad\xe2\x04(\x00R\ttotalGpus\"R\n" +
 	"\x14SetInventoryResponse\x12:\n" +
 	"\tinventory\x18\x01 \x01(\v2\x1c.taskmesh.quota.v1.InventoryR\tinventory\"\\\n" +
 	"\x13GetInventoryRequest\x12E\n" +
@@ -2618,8 +2618,8 @@ const file_taskmesh_quota_v1_quota_service_proto_rawDesc = "" +
 	"\x12UpdateQuotaRequest\x12%\n" +
 	"\bquota_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\aquotaId\x12(\n" +
-	"\tmin_units\x18\x02 \x01(\x03B\v\xbaH\b\"\x06\x18\xc0\x84=(\x00R\bminUnits\x12(\n" +
-	"\tmax_units\x18\x03 \x01(\x03B\v\xbaH\b\"\x06\x18\xc0\x84=(\x01R\bmaxUnits:e\xbaHb\x1a`\n" +
+	"\tmin_units\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\bminUnits\x12(\n" +
+	"\tmax_units\x18\x03 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x01R\bmaxUnits:e\xbaHb\x1a`\n" +
 	"\x17update_quota.min_le_max\x12#min_units must not exceed max_units\x1a this.min_units <= this.max_units\"E\n" +
 	"\x13UpdateQuotaResponse\x12.\n" +
 	"\x05quota\x18\x01 \x01(\v2\x18.taskmesh.quota.v1.QuotaR\x05quota\"]\n" +

@@ -134,7 +134,7 @@ func (s *QuotaServer) SetInventory(ctx context.Context, r *quotav1.SetInventoryR
 	if err != nil {
 		return nil, err
 	}
-	inv, err := s.App.SetInventory(ctx, c, r.GetCluster(), r.GetMachineType(), r.GetTotalGpus())
+	inv, err := s.App.SetInventory(ctx, c, r.GetCluster(), r.GetMachineType(), int64(r.GetTotalGpus()))
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
@@ -213,7 +213,7 @@ func (s *QuotaServer) UpdateQuota(ctx context.Context, r *quotav1.UpdateQuotaReq
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.App.UpdateQuota(ctx, c, r.GetQuotaId(), r.GetMinUnits(), r.GetMaxUnits())
+	v, err := s.App.UpdateQuota(ctx, c, r.GetQuotaId(), int64(r.GetMinUnits()), int64(r.GetMaxUnits()))
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}

@@ -85,6 +85,11 @@ type Stack struct {
 	// Ray clusters and WorkGroups.
 	QuotaCluster   string
 	QuotaInventory map[string]int64
+	// QuotaAddr is the quota service's internal gRPC address; operator
+	// actions (producing quotas) go there with InternalToken and an admin
+	// principal (authn.Outgoing).
+	QuotaAddr     string
+	InternalToken string
 	pools          []*pgxpool.Pool
 	server         *pg.LocalServer
 	broker         *kafka.Embedded
@@ -138,6 +143,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.QuotaAddr, s.InternalToken = quotaAddr, internalToken
 	if err := s.startGateway(ctx, runCtx, schedAddr, quotaAddr, internalToken, objects); err != nil {
 		return nil, err
 	}
