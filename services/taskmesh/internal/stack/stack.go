@@ -90,12 +90,12 @@ type Stack struct {
 	// principal (authn.Outgoing).
 	QuotaAddr     string
 	InternalToken string
-	pools          []*pgxpool.Pool
-	server         *pg.LocalServer
-	broker         *kafka.Embedded
-	cancel         context.CancelFunc
-	wg             sync.WaitGroup
-	errs           chan error
+	pools         []*pgxpool.Pool
+	server        *pg.LocalServer
+	broker        *kafka.Embedded
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
+	errs          chan error
 }
 
 // Start brings every component up and returns once they serve.
