@@ -11,6 +11,7 @@
 //	ctl tasks watch ID          follow a task until it is final
 //	ctl tasks cancel|retry|delete ID
 //	ctl tasks result ID         inline output, or the object-store download
+//	ctl quota …                 the quota service, as the operator (quota.go)
 //
 // Errors print as one line, "error: <message> (code <n> <meaning>)", and
 // exit 1; mistakes in the command line itself exit 2 before anything is
@@ -128,7 +129,7 @@ root certificates unless --insecure is given.`,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand())
-	ctl.AddCommand(tasks)
+	ctl.AddCommand(tasks, a.quotaCommand())
 	return ctl
 }
 
