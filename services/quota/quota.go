@@ -17,12 +17,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/outbox"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/inprocess"
+	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/kubernetes"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
 	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
@@ -173,4 +176,15 @@ func (s *Service) EnsureCluster(ctx context.Context, name, description string, i
 func (s *Service) RegisterTenant(ctx context.Context, id, name string) error {
 	_, err := s.app.RegisterTenant(ctx, operatorCaller, id, name)
 	return err
+}
+
+// NewKubernetesOperator returns the cluster operator that writes the MFS
+// custom resources (deployments/kubernetes/50-mfs-crds.yaml) into
+// namespace of the cluster cfg reaches.
+func NewKubernetesOperator(cfg *rest.Config, namespace string) (Operator, error) {
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("quota: kubernetes client: %w", err)
+	}
+	return kubernetes.New(client, namespace), nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	k8srest "k8s.io/client-go/rest"
 
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/pg"
@@ -17,7 +18,7 @@ import (
 func quotaCommand() *cobra.Command {
 	var (
 		c                           common
-		listen, operator            string
+		listen, operator, namespace string
 		operatorDelay, passInterval time.Duration
 	)
 	cmd := &cobra.Command{
@@ -33,8 +34,19 @@ func quotaCommand() *cobra.Command {
 			if token == "" {
 				return errors.New("an internal token is required (--internal-token-file or TASKMESH_INTERNAL_TOKEN)")
 			}
-			if operator != "inprocess" {
-				return fmt.Errorf("--operator must be inprocess, not %q", operator)
+			var op quota.Operator // nil: the in-process one
+			switch operator {
+			case "inprocess":
+			case "kubernetes":
+				cfg, err := k8srest.InClusterConfig()
+				if err != nil {
+					return fmt.Errorf("--operator kubernetes runs inside the cluster: %w", err)
+				}
+				if op, err = quota.NewKubernetesOperator(cfg, namespace); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("--operator must be inprocess or kubernetes, not %q", operator)
 			}
 			pool, err := pg.Open(ctx, pg.Config{URL: c.databaseURL, Schema: quota.Schema, MaxConns: 16, ApplicationName: "taskmesh-quota"})
 			if err != nil {
@@ -44,7 +56,7 @@ func quotaCommand() *cobra.Command {
 			if err := pg.Migrate(ctx, pool, quota.Schema, quota.Migrations()...); err != nil {
 				return err
 			}
-			svc, err := quota.New(quota.Config{DB: pool, Kafka: k, OperatorDelay: operatorDelay, PassInterval: passInterval, Logger: log})
+			svc, err := quota.New(quota.Config{DB: pool, Kafka: k, Operator: op, OperatorDelay: operatorDelay, PassInterval: passInterval, Logger: log})
 			if err != nil {
 				return err
 			}
@@ -70,7 +82,8 @@ func quotaCommand() *cobra.Command {
 	c.flags(cmd)
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:9092", "internal gRPC address")
-	f.StringVar(&operator, "operator", "inprocess", "cluster operator: inprocess (embedded default)")
+	f.StringVar(&operator, "operator", "inprocess", "cluster operator: inprocess (embedded default) or kubernetes (MFS custom resources, in-cluster credentials)")
+	f.StringVar(&namespace, "operator-namespace", "taskmesh", "kubernetes operator: namespace of the MFS custom resources")
 	f.DurationVar(&operatorDelay, "operator-delay", 2*time.Second, "in-process operator: time until a resource runs")
 	f.DurationVar(&passInterval, "pass-interval", time.Second, "how often pending productions and unsubscriptions are driven")
 	return cmd
