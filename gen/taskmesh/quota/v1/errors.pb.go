@@ -26,15 +26,15 @@ const (
 // google.rpc.ErrorInfo (domain "taskmesh") whose reason is the enum name
 // without its prefix (e.g. GU_QUOTA_NOT_EXISTS) and whose metadata "code" is
 // the number. Malformed requests use the task API's 30005.
+//
+// The submit-time check's errors (CheckGUQuota) carry only the reason,
+// GU_QUOTA_NOT_EXISTS (gRPC NotFound) or GU_QUOTA_CREATING (gRPC
+// FailedPrecondition), so that they read as the task API's codes 30010 and
+// 30011 when a task submission is refused for them.
 type ErrorCode int32
 
 const (
 	ErrorCode_ERROR_CODE_UNSPECIFIED ErrorCode = 0
-	// The tenant has no such GU quota (gRPC NotFound, HTTP 404).
-	ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS ErrorCode = 31001
-	// The GU quota exists but its WorkGroup does not, or is not Running yet
-	// (gRPC FailedPrecondition, HTTP 409).
-	ErrorCode_ERROR_CODE_GU_QUOTA_CREATING ErrorCode = 31002
 	// The cluster has fewer free GPUs of the machine type than the quota
 	// needs; nothing was created (gRPC FailedPrecondition, HTTP 409).
 	ErrorCode_ERROR_CODE_INVENTORY_INSUFFICIENT ErrorCode = 31003
@@ -52,8 +52,6 @@ const (
 var (
 	ErrorCode_name = map[int32]string{
 		0:     "ERROR_CODE_UNSPECIFIED",
-		31001: "ERROR_CODE_GU_QUOTA_NOT_EXISTS",
-		31002: "ERROR_CODE_GU_QUOTA_CREATING",
 		31003: "ERROR_CODE_INVENTORY_INSUFFICIENT",
 		31004: "ERROR_CODE_QUOTA_NOT_FOUND",
 		31005: "ERROR_CODE_QUOTA_EXISTS",
@@ -61,8 +59,6 @@ var (
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":            0,
-		"ERROR_CODE_GU_QUOTA_NOT_EXISTS":    31001,
-		"ERROR_CODE_GU_QUOTA_CREATING":      31002,
 		"ERROR_CODE_INVENTORY_INSUFFICIENT": 31003,
 		"ERROR_CODE_QUOTA_NOT_FOUND":        31004,
 		"ERROR_CODE_QUOTA_EXISTS":           31005,
@@ -101,15 +97,13 @@ var File_taskmesh_quota_v1_errors_proto protoreflect.FileDescriptor
 
 const file_taskmesh_quota_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1etaskmesh/quota/v1/errors.proto\x12\x11taskmesh.quota.v1*\xfc\x01\n" +
+	"\x1etaskmesh/quota/v1/errors.proto\x12\x11taskmesh.quota.v1*\xc6\x01\n" +
 	"\tErrorCode\x12\x1a\n" +
-	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12$\n" +
-	"\x1eERROR_CODE_GU_QUOTA_NOT_EXISTS\x10\x99\xf2\x01\x12\"\n" +
-	"\x1cERROR_CODE_GU_QUOTA_CREATING\x10\x9a\xf2\x01\x12'\n" +
+	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12'\n" +
 	"!ERROR_CODE_INVENTORY_INSUFFICIENT\x10\x9b\xf2\x01\x12 \n" +
 	"\x1aERROR_CODE_QUOTA_NOT_FOUND\x10\x9c\xf2\x01\x12\x1d\n" +
 	"\x17ERROR_CODE_QUOTA_EXISTS\x10\x9d\xf2\x01\x12\x1f\n" +
-	"\x19ERROR_CODE_QUOTA_CONFLICT\x10\x9e\xf2\x01B<Z:github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1;quotav1b\x06proto3"
+	"\x19ERROR_CODE_QUOTA_CONFLICT\x10\x9e\xf2\x01\"\b\b\x99\xf2\x01\x10\x99\xf2\x01\"\b\b\x9a\xf2\x01\x10\x9a\xf2\x01B<Z:github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1;quotav1b\x06proto3"
 
 var (
 	file_taskmesh_quota_v1_errors_proto_rawDescOnce sync.Once

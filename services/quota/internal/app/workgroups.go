@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
-	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
@@ -122,7 +122,7 @@ func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGro
 			why += " (" + w.Reason + ")"
 		}
 	}
-	return WorkGroup{}, guStatus(codes.FailedPrecondition, quotav1.ErrorCode_ERROR_CODE_GU_QUOTA_CREATING,
+	return WorkGroup{}, guStatus(codes.FailedPrecondition, ReasonGUQuotaCreating,
 		"GU quota is being created: "+why+"; retry once it runs")
 }
 
@@ -132,7 +132,7 @@ func GUQuotaNotExists(tenantID, quota string) error {
 	if quota == "" {
 		msg = fmt.Sprintf("GU quota does not exist: tenant %s has no GU quota", tenantID)
 	}
-	return guStatus(codes.NotFound, quotav1.ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS, msg)
+	return guStatus(codes.NotFound, ReasonGUQuotaNotExists, msg)
 }
 
 // workGroupQuota finds the quota whose WorkGroup serves q.
@@ -157,8 +157,15 @@ func workGroupQuota(q domain.Quota, all []domain.Quota, byID map[string]domain.Q
 	return q, q.HasWorkGroup()
 }
 
-func guStatus(c codes.Code, code quotav1.ErrorCode, msg string) error {
-	return grpcserver.Status(c, int(code), strings.TrimPrefix(code.String(), "ERROR_CODE_"), msg)
+// guStatus builds the check's error: an ErrorInfo with the reason only
+// (no business code of its own), which the gateway reads as the task API's
+// taskv1.ErrorCode of that name (30010, 30011).
+func guStatus(c codes.Code, reason, msg string) error {
+	st, err := status.New(c, msg).WithDetails(&errdetails.ErrorInfo{Domain: grpcserver.ErrorDomain, Reason: reason})
+	if err != nil {
+		return status.Error(c, msg)
+	}
+	return st.Err()
 }
 
 // RunningWorkGroups lists every Running WorkGroup (for admission: the GPU

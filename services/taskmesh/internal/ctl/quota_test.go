@@ -91,7 +91,7 @@ func TestQuotaCommands(t *testing.T) {
 	}
 
 	// Errors: a check of a missing quota, a bad count, no token.
-	if r := a.run(t, "", "quota", "check", "acme", "nope"); r.code != 1 || !strings.Contains(r.stderr, "code 31001 gu quota not exists") {
+	if r := a.run(t, "", "quota", "check", "acme", "nope"); r.code != 1 || !strings.Contains(r.stderr, "code 30010 gu quota not exists") {
 		t.Fatalf("check nope: %d %s", r.code, r.stderr)
 	}
 	if r := a.run(t, "", "quota", "inventory", "set", "c1", "A100", "many"); r.code != 2 {
