@@ -95,6 +95,7 @@ Taskmesh is running.
   Logs           %[8]s
   Demo API key   %[9]s   (tenant "demo")
   Quota cluster  %[12]s   (in-process operator; GPUs per machine type)
+  Quota service  %[13]s   (operators: taskmesh ctl quota --quota-server %[13]s --internal-token-file %[14]s)
 
 Try it:
   export TASKMESH_API_KEY=%[9]s
@@ -106,7 +107,8 @@ Try it:
 
 Press Ctrl-C to stop; data stays in the data directory.
 `, s.HTTPURL, s.GRPCAddr, password.ReplaceAllString(s.Postgres, "://$1:***@"), strings.Join(s.Kafka, ","), s.ObjectDir,
-		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s), quotaCluster(s))
+		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s), quotaCluster(s),
+		s.QuotaAddr, s.InternalTokenFile)
 }
 
 // quotaCluster describes the embedded default cluster, e.g. "local A100=16".

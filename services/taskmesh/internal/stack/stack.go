@@ -88,14 +88,15 @@ type Stack struct {
 	// QuotaAddr is the quota service's internal gRPC address; operator
 	// actions (producing quotas) go there with InternalToken and an admin
 	// principal (authn.Outgoing).
-	QuotaAddr     string
-	InternalToken string
-	pools         []*pgxpool.Pool
-	server        *pg.LocalServer
-	broker        *kafka.Embedded
-	cancel        context.CancelFunc
-	wg            sync.WaitGroup
-	errs          chan error
+	QuotaAddr         string
+	InternalToken     string
+	InternalTokenFile string
+	pools             []*pgxpool.Pool
+	server            *pg.LocalServer
+	broker            *kafka.Embedded
+	cancel            context.CancelFunc
+	wg                sync.WaitGroup
+	errs              chan error
 }
 
 // Start brings every component up and returns once they serve.
@@ -144,6 +145,12 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.QuotaAddr, s.InternalToken = quotaAddr, internalToken
+	// Operators reach the quota service with this token (taskmesh ctl
+	// quota); it changes on every start.
+	s.InternalTokenFile = filepath.Join(s.opts.DataDir, "internal-token")
+	if err := os.WriteFile(s.InternalTokenFile, []byte(internalToken+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	if err := s.startGateway(ctx, runCtx, schedAddr, quotaAddr, internalToken, objects); err != nil {
 		return nil, err
 	}
