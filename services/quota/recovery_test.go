@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/services/quota"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/inprocess"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
 	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
@@ -140,5 +141,39 @@ func TestProductionReappliesVanishedResources(t *testing.T) {
 	e.waitStatus(v.Quota.ID, domain.QuotaActive)
 	if c := e.op.Counts(); c.RayCreated != 1 || c.WorkGroupCreated != 1 {
 		t.Fatalf("operator counts = %+v", c)
+	}
+}
+
+// Two instances driving the same flows at once (two replicas) create
+// nothing twice: operator calls are idempotent and each step is recorded
+// once, the loser of a version race seeing it done.
+func TestTwoInstancesProduceOnce(t *testing.T) {
+	e := newEnv(t)
+	second, err := quota.New(quota.Config{DB: e.pool, Kafka: e.broker.Config(), Partitions: 2, Operator: e.op,
+		PassInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = second.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	e.seed("acme", "c1", "A100", 16)
+	var ids []string
+	for _, name := range []string{"gu1", "gu2", "gu3"} {
+		ids = append(ids, e.createGU("acme", "c1", name, "A100", 2, 4).Quota.ID)
+	}
+	for _, id := range ids {
+		e.waitStatus(id, domain.QuotaActive)
+		if n := e.eventCount("quota/"+id, "QuotaProduced"); n != 1 {
+			t.Errorf("QuotaProduced of %s recorded %d times", id, n)
+		}
+	}
+	if c := e.op.Counts(); c.RayCreated != 1 || c.WorkGroupCreated != 3 {
+		t.Fatalf("operator counts = %+v", c)
+	}
+	if n := e.eventCount(domain.RayAggregate("acme", "c1"), "RayClusterApplied"); n != 1 {
+		t.Fatalf("RayClusterApplied recorded %d times", n)
 	}
 }
