@@ -88,3 +88,20 @@ func quotaCommand() *cobra.Command {
 	f.DurationVar(&passInterval, "pass-interval", time.Second, "how often pending productions and unsubscriptions are driven")
 	return cmd
 }
+
+// replayQuota rebuilds the quota service's inline projection from its
+// events and compares it with the live tables; found is false when the
+// database has no quota schema.
+func replayQuota(ctx context.Context, databaseURL string, apply bool) (quota.RebuildReport, bool, error) {
+	pool, err := pg.Open(ctx, pg.Config{URL: databaseURL, Schema: quota.Schema, MaxConns: 2})
+	if err != nil {
+		return quota.RebuildReport{}, false, err
+	}
+	defer pool.Close()
+	var present bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, quota.Schema+".quotas").Scan(&present); err != nil || !present {
+		return quota.RebuildReport{}, false, err
+	}
+	rep, err := quota.RebuildInlineProjection(ctx, pool, apply)
+	return rep, true, err
+}

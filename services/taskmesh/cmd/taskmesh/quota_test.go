@@ -126,4 +126,12 @@ func TestQuotaProcessKilledMidProductionResumes(t *testing.T) {
 			t.Errorf("%s recorded %d times, want %d", typ, n, want)
 		}
 	}
+	// `taskmesh replay` finds the inline projection equal to its rebuild.
+	rep, found, err := replayQuota(context.Background(), db.URL, false)
+	if err != nil || !found || len(rep.Differences) != 0 || rep.Events == 0 {
+		t.Fatalf("replay = %+v, %v, %v", rep, found, err)
+	}
+	if _, found, err := replayQuota(context.Background(), pgtest.New(t).URL, false); err != nil || found {
+		t.Fatalf("replay of a database without the quota schema: %v, %v", found, err)
+	}
 }

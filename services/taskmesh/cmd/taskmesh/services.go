@@ -264,6 +264,15 @@ func replayCommand() *cobra.Command {
 			fmt.Fprintf(out, "tasks (inline projection): %d tasks from %d events, %d differ%s\n", rep.Tasks, rep.Events, len(rep.Differences),
 				map[bool]string{true: " (rebuilt)", false: ""}[inline])
 			equal = equal && len(rep.Differences) == 0
+			qrep, found, err := replayQuota(ctx, c.databaseURL, inline)
+			if err != nil {
+				return err
+			}
+			if found {
+				fmt.Fprintf(out, "quota (inline projection): %d aggregates from %d events, %d differ%s\n", qrep.Aggregates, qrep.Events,
+					len(qrep.Differences), map[bool]string{true: " (rebuilt)", false: ""}[inline])
+				equal = equal && len(qrep.Differences) == 0
+			}
 			for _, spec := range scheduler.ReplaySpecs(k) {
 				spec.Keep = keep
 				r, err := projection.Replay(ctx, pool, spec)
@@ -288,6 +297,6 @@ func replayCommand() *cobra.Command {
 	}
 	c.flags(cmd)
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the replay tables for inspection")
-	cmd.Flags().BoolVar(&inline, "rebuild-inline", false, "also replace the tasks table with its rebuild from events")
+	cmd.Flags().BoolVar(&inline, "rebuild-inline", false, "also replace the inline projections (tasks, quota tables) with their rebuild from events")
 	return cmd
 }
