@@ -1,9 +1,7 @@
-// Package quota is the quota service (seed 003): tenants, clusters with
-// their GPU inventory, CU and GU quotas, the tenant's Ray cluster per
-// compute cluster and the Ray WorkGroup behind each GU quota, produced and
-// unsubscribed by durable process managers through a cluster operator. It
-// serves QuotaService over gRPC and offers the submit-time GU quota check
-// in process. The taskmesh binary composes it with New, Register and Run.
+// The quota service's entry: New builds it on a migrated schema, Register
+// serves QuotaService, Run relays its events and drives its flows. See
+// doc.go for the package overview.
+
 package quota
 
 import (
