@@ -78,8 +78,9 @@ type Service struct {
 	cfg   Config
 	store *postgres.Store
 	app   *app.App
-	pm    *app.ProcessManager
-	relay *outbox.Relay
+	pm       *app.ProcessManager
+	operator Operator
+	relay    *outbox.Relay
 	log   *slog.Logger
 }
 
@@ -108,6 +109,7 @@ func New(cfg Config) (*Service, error) {
 	if op == nil {
 		op = inprocess.New(inprocess.Config{Delay: cfg.OperatorDelay, Now: cfg.Now, OnChange: s.wake})
 	}
+	s.operator = op
 	s.pm = app.NewProcessManager(s.app, s.store, op, cfg.PassInterval)
 	s.pm.Fault = cfg.Fault
 	s.store.AfterCommit = func(events []domain.Event) {
@@ -141,6 +143,11 @@ func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = s.relay.Run(ctx) }()
+	if w, ok := s.operator.(interface {
+		Watch(context.Context, func())
+	}); ok {
+		w.Watch(ctx, s.pm.Wake) // status changes wake the process manager
+	}
 	err := s.pm.Run(ctx)
 	cancel() // a stopped process manager stops the whole service, like a crash
 	wg.Wait()

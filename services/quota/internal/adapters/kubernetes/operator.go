@@ -1,7 +1,8 @@
 // Package kubernetes is the cluster operator that writes the seed's MFS
 // custom resources (MFSRayCluster, MFSWorkGroup of group mfs.taskmesh.io,
 // deployments/kubernetes/50-mfs-crds.yaml) with client-go's dynamic client
-// and reads the status the in-cluster MFS operator reports on them.
+// and reads the status the in-cluster MFS operator reports on them; Watch
+// wakes the process manager when a resource changes.
 //
 // Spec generations: the quota service's WorkGroup generation is written to
 // the annotation taskmesh.io/spec-generation, and the MFS operator reports
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -200,4 +202,28 @@ func (o *Operator) DeleteWorkGroup(ctx context.Context, spec domain.WorkGroupSpe
 		return fmt.Errorf("MFSWorkGroup %s: %w", spec.Name, err)
 	}
 	return nil
+}
+
+// Watch calls onChange whenever an MFS resource of the namespace changes
+// (the MFS operator updated a status, someone deleted one), until ctx is
+// done, so the process manager acts at once instead of at its next pass.
+// A broken watch is opened again after a pause.
+func (o *Operator) Watch(ctx context.Context, onChange func()) {
+	for _, gvr := range []schema.GroupVersionResource{RayClusters, WorkGroups} {
+		go func() {
+			for ctx.Err() == nil {
+				w, err := o.client.Resource(gvr).Namespace(o.namespace).Watch(ctx, metav1.ListOptions{})
+				if err == nil {
+					for range w.ResultChan() {
+						onChange()
+					}
+					w.Stop()
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+	}
 }

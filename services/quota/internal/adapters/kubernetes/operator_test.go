@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -176,5 +177,30 @@ func TestMissingCRDIsRejected(t *testing.T) {
 	err := op.ApplyWorkGroup(context.Background(), wgSpec)
 	if err == nil || errors.Is(err, domain.ErrOperatorRejected) {
 		t.Fatalf("transient failure: %v", err)
+	}
+}
+
+// A status written by the MFS operator wakes the watcher.
+func TestWatchReportsChanges(t *testing.T) {
+	c := newFake()
+	op := New(c, "taskmesh")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	woke := make(chan struct{}, 16)
+	op.Watch(ctx, func() { woke <- struct{}{} })
+	deadline := time.After(10 * time.Second)
+	// The fake's watch starts asynchronously: apply until it reports.
+	for {
+		_ = op.DeleteWorkGroup(ctx, wgSpec)
+		if err := op.ApplyWorkGroup(ctx, wgSpec); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-woke:
+			return
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("no change reported")
+		}
 	}
 }
