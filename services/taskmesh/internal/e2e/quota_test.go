@@ -6,7 +6,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
@@ -102,5 +105,26 @@ func TestQuotasThroughREST(t *testing.T) {
 	code, other, _ := w.call("GET", "/api/v1/tenants/acme/quotas", beta, nil)
 	if code != 200 || len(other["quotas"].([]any)) != 0 {
 		t.Fatalf("beta listed acme's quotas: %d %v", code, other)
+	}
+
+	// The gRPC front door forwards QuotaService to the quota service too.
+	front, err := grpc.NewClient(w.s.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer front.Close()
+	qc := quotav1.NewQuotaServiceClient(front)
+	asKey := func(key string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	}
+	check, err := qc.CheckGUQuota(asKey(acme), &quotav1.CheckGUQuotaRequest{TenantId: "acme", Quota: "gu1"})
+	if err != nil || check.GetWorkGroup().GetStatus() != "Running" {
+		t.Fatalf("check through the front door = %v, %v", check, err)
+	}
+	if _, err := qc.GetQuota(asKey(beta), &quotav1.GetQuotaRequest{QuotaId: id}); status.Code(err) != codes.NotFound {
+		t.Fatalf("beta through the front door: %v", err)
+	}
+	if _, err := qc.DeleteQuota(asKey(acme), &quotav1.DeleteQuotaRequest{QuotaId: id}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("acme unsubscribed through the front door: %v", err)
 	}
 }
