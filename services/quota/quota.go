@@ -75,13 +75,13 @@ type Config struct {
 
 // Service is a running quota service.
 type Service struct {
-	cfg   Config
-	store *postgres.Store
-	app   *app.App
+	cfg      Config
+	store    *postgres.Store
+	app      *app.App
 	pm       *app.ProcessManager
 	operator Operator
 	relay    *outbox.Relay
-	log   *slog.Logger
+	log      *slog.Logger
 }
 
 // New builds the service; Run starts its background work.
