@@ -279,3 +279,31 @@ func TestEventsReachKafkaAndProjectionRebuilds(t *testing.T) {
 		t.Fatalf("after repair: %v", rep.Differences)
 	}
 }
+
+// Concurrent productions of one name: exactly one wins, the others are
+// told the name exists, and the inventory is taken once.
+func TestConcurrentProductionsOfOneName(t *testing.T) {
+	e := newEnv(t)
+	e.seed("acme", "c1", "A100", 64)
+	errs := make(chan error, 6)
+	for range 6 {
+		go func() {
+			_, err := e.app().CreateQuota(context.Background(), admin, domain.CreateQuota{TenantID: "acme", Cluster: "c1",
+				Kind: domain.KindGU, Spec: domain.Spec{Name: "same", Min: 2, Max: 2, MachineType: "A100"}})
+			errs <- err
+		}()
+	}
+	won := 0
+	for range 6 {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case !errors.Is(err, domain.ErrExists):
+			t.Errorf("err = %v, want ErrExists", err)
+		}
+	}
+	cl, _ := e.app().GetCluster(context.Background(), admin, "c1")
+	if won != 1 || cl.Inventory["A100"].Allocated != 2 {
+		t.Fatalf("%d productions won, %d GPUs allocated", won, cl.Inventory["A100"].Allocated)
+	}
+}
