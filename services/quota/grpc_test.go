@@ -132,6 +132,14 @@ func TestQuotaServiceOverGRPC(t *testing.T) {
 		t.Fatalf("created %v", q)
 	}
 	e.waitStatus(q.GetId(), domain.QuotaActive)
+	_, err = c.SetInventory(ops, &quotav1.SetInventoryRequest{Cluster: "c1", MachineType: "A100", TotalGpus: 1})
+	if code, business := businessCode(err); code != codes.FailedPrecondition || business != "31006" {
+		t.Fatalf("inventory below what quotas hold: %s %s", code, business)
+	}
+	_, err = c.CreateCluster(ops, &quotav1.CreateClusterRequest{Name: "c1"})
+	if code, business := businessCode(err); code != codes.AlreadyExists || business != "31005" {
+		t.Fatalf("cluster created twice: %s %s", code, business)
+	}
 
 	// The tenant reads its own quota; another tenant's is not found.
 	got, err := c.GetQuota(tenantKey("acme"), &quotav1.GetQuotaRequest{QuotaId: q.GetId()})
