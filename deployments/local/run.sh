@@ -16,7 +16,8 @@ chmod 600 "$state/internal-token"
 export TASKMESH_DATABASE_URL=$DATABASE_URL TASKMESH_KAFKA_BROKERS=$KAFKA_BROKERS
 trap 'kill 0' EXIT
 bin/taskmesh scheduler --listen 127.0.0.1:9091 --internal-token-file "$state/internal-token" &
-bin/taskmesh gateway --http 127.0.0.1:8080 --grpc 127.0.0.1:9090 --scheduler 127.0.0.1:9091 \
+bin/taskmesh quota --listen 127.0.0.1:9092 --internal-token-file "$state/internal-token" &
+bin/taskmesh gateway --http 127.0.0.1:8080 --grpc 127.0.0.1:9090 --scheduler 127.0.0.1:9091 --quota 127.0.0.1:9092 \
   --internal-token-file "$state/internal-token" &
 if [ -n "${AGENT_TOKEN_FILE:-}" ]; then
   bin/taskmesh executor --agent-id local-1 --server 127.0.0.1:9090 --token-file "$AGENT_TOKEN_FILE" \

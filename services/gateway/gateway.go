@@ -44,6 +44,9 @@ type Config struct {
 	// SchedulerTarget is the scheduler's internal gRPC address (a
 	// grpc.NewClient target).
 	SchedulerTarget string
+	// QuotaTarget, if set, is the quota service's internal gRPC address:
+	// QuotaService is then served over REST and the gRPC front door.
+	QuotaTarget string
 	// InternalToken is sent to internal services (authn.MDInternalToken).
 	// Never logged.
 	InternalToken string
@@ -121,6 +124,7 @@ type Gateway struct {
 	throttle *throttle.Throttle
 	redis    *redis.Client // nil without RateLimits.RedisURL
 	upstream *grpc.ClientConn
+	quota    *grpc.ClientConn // nil without Config.QuotaTarget
 	handler  http.Handler
 	health   *health.Server
 	live     *live.Service
@@ -235,17 +239,29 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: scheduler client for %q: %w", cfg.SchedulerTarget, err)
 	}
 	g.upstream = upstream
+	var quotaUpstream grpc.ClientConnInterface
+	if cfg.QuotaTarget != "" {
+		if g.quota, err = grpc.NewClient(cfg.QuotaTarget, opts...); err != nil {
+			upstream.Close()
+			g.closeRedis()
+			return nil, fmt.Errorf("gateway: quota client for %q: %w", cfg.QuotaTarget, err)
+		}
+		quotaUpstream = g.quota
+	}
 	lv := cfg.Live
 	g.live, err = live.New(live.Config{Kafka: lv.Kafka, Topic: lv.Topic, Tasks: taskv1.NewTaskServiceClient(upstream),
 		MaxStreamsPerTenant: lv.MaxStreamsPerTenant, Buffer: lv.Buffer, KeepAlive: lv.KeepAlive,
 		IdleTimeout: lv.IdleTimeout, WriteTimeout: lv.WriteTimeout, Logger: log})
 	if err != nil {
 		upstream.Close()
+		g.closeQuota()
+		g.closeRedis()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 
 	g.handler, err = rest.NewHandler(ctx, rest.Options{
 		Upstream:       upstream,
+		QuotaUpstream:  quotaUpstream,
 		Auth:           g.creds,
 		TrustedProxies: cfg.TrustedProxies,
 		Ready:          func() bool { return upstream.GetState() == connectivity.Ready },
@@ -257,11 +273,13 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	})
 	if err != nil {
 		upstream.Close()
+		g.closeQuota()
 		g.closeRedis()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.grpcSrv = grpcproxy.NewServer(grpcproxy.Options{
 		Upstream:       upstream,
+		QuotaUpstream:  quotaUpstream,
 		Auth:           g.creds,
 		TrustedProxies: cfg.TrustedProxies,
 		Health:         g.health,
@@ -281,12 +299,14 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	var lc net.ListenConfig
 	if g.httpLis, err = lc.Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
 		upstream.Close()
+		g.closeQuota()
 		g.closeRedis()
 		return nil, fmt.Errorf("gateway: listen http: %w", err)
 	}
 	if g.grpcLis, err = lc.Listen(ctx, "tcp", cfg.GRPCAddr); err != nil {
 		g.httpLis.Close()
 		upstream.Close()
+		g.closeQuota()
 		g.closeRedis()
 		return nil, fmt.Errorf("gateway: listen grpc: %w", err)
 	}
@@ -412,8 +432,16 @@ func (g *Gateway) Close() error {
 		g.httpLis.Close()
 		g.grpcLis.Close()
 		g.closeErr = errors.Join(g.upstream.Close(), g.closeRedis())
+		g.closeQuota()
 	})
 	return g.closeErr
+}
+
+// closeQuota closes the quota service's connection, if there is one.
+func (g *Gateway) closeQuota() {
+	if g.quota != nil {
+		g.quota.Close()
+	}
 }
 
 func (g *Gateway) closeRedis() error {

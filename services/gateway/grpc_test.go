@@ -223,8 +223,12 @@ func TestGRPCAuthRefusals(t *testing.T) {
 		{"user key on lease service", e.userSecret, e.claim(conn), codes.PermissionDenied},
 		{"agent token on task service", e.agentSec, e.getTask(conn), codes.PermissionDenied},
 		{"unknown service", e.userSecret, func(ctx context.Context) error {
-			return conn.Invoke(ctx, "/taskmesh.quota.v1.QuotaService/CreateQuota", &taskv1.GetTaskRequest{}, &taskv1.GetTaskResponse{})
+			return conn.Invoke(ctx, "/taskmesh.billing.v1.BillingService/Charge", &taskv1.GetTaskRequest{}, &taskv1.GetTaskResponse{})
 		}, codes.PermissionDenied},
+		// Without Config.QuotaTarget there is no quota service to reach.
+		{"quota service not configured", e.userSecret, func(ctx context.Context) error {
+			return conn.Invoke(ctx, "/taskmesh.quota.v1.QuotaService/GetQuota", &taskv1.GetTaskRequest{}, &taskv1.GetTaskResponse{})
+		}, codes.Unimplemented},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

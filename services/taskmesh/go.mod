@@ -22,12 +22,14 @@ require (
 	github.com/spf13/pflag v1.0.10
 	github.com/taskmesh/taskmesh/services/executor v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/gateway v0.0.0-00010101000000-000000000000
+	github.com/taskmesh/taskmesh/services/quota v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/scheduler v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go v1.22.2
 	go.yaml.in/yaml/v3 v3.0.5
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
+	k8s.io/client-go v0.37.2
 )
 
 require (

@@ -75,8 +75,11 @@ func (QuotaKind) EnumDescriptor() ([]byte, []int) {
 }
 
 // QuotaEvent is the envelope of every record on the taskmesh.quota.events.v1
-// topic (record key = aggregate_id). Aggregates are quotas, Ray clusters and
-// WorkGroups; each has consecutive versions starting at 1.
+// topic (record key = aggregate_id). Aggregates are tenants ("tenant/<id>"),
+// clusters with their inventory ("cluster/<name>"), quotas
+// ("quota/<quota id>"), Ray clusters ("ray/<tenant>/<cluster>") and
+// WorkGroups ("workgroup/<quota id>"); each has consecutive versions
+// starting at 1. Oneof numbers 50 and up are kept for admission events.
 type QuotaEvent struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	EventId     string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
@@ -93,13 +96,25 @@ type QuotaEvent struct {
 	//	*QuotaEvent_QuotaUpdated
 	//	*QuotaEvent_QuotaUnsubscribed
 	//	*QuotaEvent_QuotaDeleted
+	//	*QuotaEvent_QuotaProduced
+	//	*QuotaEvent_QuotaProductionFailed
 	//	*QuotaEvent_RayClusterProvisioning
 	//	*QuotaEvent_RayClusterRunning
+	//	*QuotaEvent_RayClusterApplied
+	//	*QuotaEvent_RayClusterFailed
 	//	*QuotaEvent_WorkGroupProvisioning
 	//	*QuotaEvent_WorkGroupRunning
 	//	*QuotaEvent_WorkGroupFailed
 	//	*QuotaEvent_WorkGroupDeleting
 	//	*QuotaEvent_WorkGroupDeleted
+	//	*QuotaEvent_WorkGroupApplied
+	//	*QuotaEvent_WorkGroupSpecChanged
+	//	*QuotaEvent_TenantCreated
+	//	*QuotaEvent_ClusterCreated
+	//	*QuotaEvent_InventorySet
+	//	*QuotaEvent_InventoryReserved
+	//	*QuotaEvent_InventoryReleased
+	//	*QuotaEvent_TenantRenamed
 	//	*QuotaEvent_ClusterQueueDefined
 	//	*QuotaEvent_ClusterQueueDeleted
 	//	*QuotaEvent_CohortDefined
@@ -238,6 +253,24 @@ func (x *QuotaEvent) GetQuotaDeleted() *QuotaDeleted {
 	return nil
 }
 
+func (x *QuotaEvent) GetQuotaProduced() *QuotaProduced {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_QuotaProduced); ok {
+			return x.QuotaProduced
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetQuotaProductionFailed() *QuotaProductionFailed {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_QuotaProductionFailed); ok {
+			return x.QuotaProductionFailed
+		}
+	}
+	return nil
+}
+
 func (x *QuotaEvent) GetRayClusterProvisioning() *RayClusterProvisioning {
 	if x != nil {
 		if x, ok := x.Event.(*QuotaEvent_RayClusterProvisioning); ok {
@@ -251,6 +284,24 @@ func (x *QuotaEvent) GetRayClusterRunning() *RayClusterRunning {
 	if x != nil {
 		if x, ok := x.Event.(*QuotaEvent_RayClusterRunning); ok {
 			return x.RayClusterRunning
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetRayClusterApplied() *RayClusterApplied {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_RayClusterApplied); ok {
+			return x.RayClusterApplied
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetRayClusterFailed() *RayClusterFailed {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_RayClusterFailed); ok {
+			return x.RayClusterFailed
 		}
 	}
 	return nil
@@ -296,6 +347,78 @@ func (x *QuotaEvent) GetWorkGroupDeleted() *WorkGroupDeleted {
 	if x != nil {
 		if x, ok := x.Event.(*QuotaEvent_WorkGroupDeleted); ok {
 			return x.WorkGroupDeleted
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetWorkGroupApplied() *WorkGroupApplied {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_WorkGroupApplied); ok {
+			return x.WorkGroupApplied
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetWorkGroupSpecChanged() *WorkGroupSpecChanged {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_WorkGroupSpecChanged); ok {
+			return x.WorkGroupSpecChanged
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetTenantCreated() *TenantCreated {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_TenantCreated); ok {
+			return x.TenantCreated
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetClusterCreated() *ClusterCreated {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_ClusterCreated); ok {
+			return x.ClusterCreated
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetInventorySet() *InventorySet {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_InventorySet); ok {
+			return x.InventorySet
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetInventoryReserved() *InventoryReserved {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_InventoryReserved); ok {
+			return x.InventoryReserved
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetInventoryReleased() *InventoryReleased {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_InventoryReleased); ok {
+			return x.InventoryReleased
+		}
+	}
+	return nil
+}
+
+func (x *QuotaEvent) GetTenantRenamed() *TenantRenamed {
+	if x != nil {
+		if x, ok := x.Event.(*QuotaEvent_TenantRenamed); ok {
+			return x.TenantRenamed
 		}
 	}
 	return nil
@@ -420,12 +543,28 @@ type QuotaEvent_QuotaDeleted struct {
 	QuotaDeleted *QuotaDeleted `protobuf:"bytes,13,opt,name=quota_deleted,json=quotaDeleted,proto3,oneof"`
 }
 
+type QuotaEvent_QuotaProduced struct {
+	QuotaProduced *QuotaProduced `protobuf:"bytes,14,opt,name=quota_produced,json=quotaProduced,proto3,oneof"`
+}
+
+type QuotaEvent_QuotaProductionFailed struct {
+	QuotaProductionFailed *QuotaProductionFailed `protobuf:"bytes,15,opt,name=quota_production_failed,json=quotaProductionFailed,proto3,oneof"`
+}
+
 type QuotaEvent_RayClusterProvisioning struct {
 	RayClusterProvisioning *RayClusterProvisioning `protobuf:"bytes,20,opt,name=ray_cluster_provisioning,json=rayClusterProvisioning,proto3,oneof"`
 }
 
 type QuotaEvent_RayClusterRunning struct {
 	RayClusterRunning *RayClusterRunning `protobuf:"bytes,21,opt,name=ray_cluster_running,json=rayClusterRunning,proto3,oneof"`
+}
+
+type QuotaEvent_RayClusterApplied struct {
+	RayClusterApplied *RayClusterApplied `protobuf:"bytes,22,opt,name=ray_cluster_applied,json=rayClusterApplied,proto3,oneof"`
+}
+
+type QuotaEvent_RayClusterFailed struct {
+	RayClusterFailed *RayClusterFailed `protobuf:"bytes,23,opt,name=ray_cluster_failed,json=rayClusterFailed,proto3,oneof"`
 }
 
 type QuotaEvent_WorkGroupProvisioning struct {
@@ -446,6 +585,38 @@ type QuotaEvent_WorkGroupDeleting struct {
 
 type QuotaEvent_WorkGroupDeleted struct {
 	WorkGroupDeleted *WorkGroupDeleted `protobuf:"bytes,34,opt,name=work_group_deleted,json=workGroupDeleted,proto3,oneof"`
+}
+
+type QuotaEvent_WorkGroupApplied struct {
+	WorkGroupApplied *WorkGroupApplied `protobuf:"bytes,35,opt,name=work_group_applied,json=workGroupApplied,proto3,oneof"`
+}
+
+type QuotaEvent_WorkGroupSpecChanged struct {
+	WorkGroupSpecChanged *WorkGroupSpecChanged `protobuf:"bytes,36,opt,name=work_group_spec_changed,json=workGroupSpecChanged,proto3,oneof"`
+}
+
+type QuotaEvent_TenantCreated struct {
+	TenantCreated *TenantCreated `protobuf:"bytes,40,opt,name=tenant_created,json=tenantCreated,proto3,oneof"`
+}
+
+type QuotaEvent_ClusterCreated struct {
+	ClusterCreated *ClusterCreated `protobuf:"bytes,41,opt,name=cluster_created,json=clusterCreated,proto3,oneof"`
+}
+
+type QuotaEvent_InventorySet struct {
+	InventorySet *InventorySet `protobuf:"bytes,42,opt,name=inventory_set,json=inventorySet,proto3,oneof"`
+}
+
+type QuotaEvent_InventoryReserved struct {
+	InventoryReserved *InventoryReserved `protobuf:"bytes,43,opt,name=inventory_reserved,json=inventoryReserved,proto3,oneof"`
+}
+
+type QuotaEvent_InventoryReleased struct {
+	InventoryReleased *InventoryReleased `protobuf:"bytes,44,opt,name=inventory_released,json=inventoryReleased,proto3,oneof"`
+}
+
+type QuotaEvent_TenantRenamed struct {
+	TenantRenamed *TenantRenamed `protobuf:"bytes,45,opt,name=tenant_renamed,json=tenantRenamed,proto3,oneof"`
 }
 
 type QuotaEvent_ClusterQueueDefined struct {
@@ -502,9 +673,17 @@ func (*QuotaEvent_QuotaUnsubscribed) isQuotaEvent_Event() {}
 
 func (*QuotaEvent_QuotaDeleted) isQuotaEvent_Event() {}
 
+func (*QuotaEvent_QuotaProduced) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_QuotaProductionFailed) isQuotaEvent_Event() {}
+
 func (*QuotaEvent_RayClusterProvisioning) isQuotaEvent_Event() {}
 
 func (*QuotaEvent_RayClusterRunning) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_RayClusterApplied) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_RayClusterFailed) isQuotaEvent_Event() {}
 
 func (*QuotaEvent_WorkGroupProvisioning) isQuotaEvent_Event() {}
 
@@ -515,6 +694,22 @@ func (*QuotaEvent_WorkGroupFailed) isQuotaEvent_Event() {}
 func (*QuotaEvent_WorkGroupDeleting) isQuotaEvent_Event() {}
 
 func (*QuotaEvent_WorkGroupDeleted) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_WorkGroupApplied) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_WorkGroupSpecChanged) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_TenantCreated) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_ClusterCreated) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_InventorySet) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_InventoryReserved) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_InventoryReleased) isQuotaEvent_Event() {}
+
+func (*QuotaEvent_TenantRenamed) isQuotaEvent_Event() {}
 
 func (*QuotaEvent_ClusterQueueDefined) isQuotaEvent_Event() {}
 
@@ -538,20 +733,26 @@ func (*QuotaEvent_WorkloadEvicted) isQuotaEvent_Event() {}
 
 func (*QuotaEvent_WorkloadFinished) isQuotaEvent_Event() {}
 
-// QuotaCreated: a quota exists. Level 1 quotas are roots; level 2 quotas
-// have parent_id set (background marks the background child).
+// QuotaCreated: a quota exists. Level 1 quotas are roots; deeper quotas
+// have parent_id set and root_id naming their level 1 ancestor
+// (background marks the background child of a root).
 type QuotaCreated struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	QuotaId       string                 `protobuf:"bytes,1,opt,name=quota_id,json=quotaId,proto3" json:"quota_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Kind          QuotaKind              `protobuf:"varint,3,opt,name=kind,proto3,enum=taskmesh.quota.v1.QuotaKind" json:"kind,omitempty"`
-	Cluster       string                 `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Level         int32                  `protobuf:"varint,5,opt,name=level,proto3" json:"level,omitempty"`
-	ParentId      string                 `protobuf:"bytes,6,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
-	Background    bool                   `protobuf:"varint,7,opt,name=background,proto3" json:"background,omitempty"`
-	MachineType   string                 `protobuf:"bytes,8,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
-	MinUnits      int64                  `protobuf:"varint,9,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
-	MaxUnits      int64                  `protobuf:"varint,10,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	QuotaId     string                 `protobuf:"bytes,1,opt,name=quota_id,json=quotaId,proto3" json:"quota_id,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Kind        QuotaKind              `protobuf:"varint,3,opt,name=kind,proto3,enum=taskmesh.quota.v1.QuotaKind" json:"kind,omitempty"`
+	Cluster     string                 `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Level       int32                  `protobuf:"varint,5,opt,name=level,proto3" json:"level,omitempty"`
+	ParentId    string                 `protobuf:"bytes,6,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	Background  bool                   `protobuf:"varint,7,opt,name=background,proto3" json:"background,omitempty"`
+	MachineType string                 `protobuf:"bytes,8,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	MinUnits    int64                  `protobuf:"varint,9,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
+	MaxUnits    int64                  `protobuf:"varint,10,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
+	RootId      string                 `protobuf:"bytes,11,opt,name=root_id,json=rootId,proto3" json:"root_id,omitempty"`
+	// The quota waits for WorkGroups (status Provisioning until
+	// QuotaProduced): GU roots with WorkGroup quotas below them, and the
+	// WorkGroup quotas themselves. Others are Active at once.
+	Provisioning  bool `protobuf:"varint,12,opt,name=provisioning,proto3" json:"provisioning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -654,6 +855,20 @@ func (x *QuotaCreated) GetMaxUnits() int64 {
 		return x.MaxUnits
 	}
 	return 0
+}
+
+func (x *QuotaCreated) GetRootId() string {
+	if x != nil {
+		return x.RootId
+	}
+	return ""
+}
+
+func (x *QuotaCreated) GetProvisioning() bool {
+	if x != nil {
+		return x.Provisioning
+	}
+	return false
 }
 
 // QuotaUpdated: a quota's limits changed.
@@ -792,19 +1007,192 @@ func (*QuotaDeleted) Descriptor() ([]byte, []int) {
 	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{4}
 }
 
-// RayClusterProvisioning: the operator was asked to create the Ray cluster
-// of ⟨tenant, cluster⟩.
+// QuotaProduced: the quota is ready to use: every WorkGroup it needs runs.
+// This is the message consumers wait for after buying a GU quota (a root's
+// lists the WorkGroups of its subtree).
+type QuotaProduced struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkGroups    []*ProducedWorkGroup   `protobuf:"bytes,1,rep,name=work_groups,json=workGroups,proto3" json:"work_groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaProduced) Reset() {
+	*x = QuotaProduced{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaProduced) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaProduced) ProtoMessage() {}
+
+func (x *QuotaProduced) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaProduced.ProtoReflect.Descriptor instead.
+func (*QuotaProduced) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *QuotaProduced) GetWorkGroups() []*ProducedWorkGroup {
+	if x != nil {
+		return x.WorkGroups
+	}
+	return nil
+}
+
+// ProducedWorkGroup is one running WorkGroup of a produced quota.
+type ProducedWorkGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	QuotaId       string                 `protobuf:"bytes,1,opt,name=quota_id,json=quotaId,proto3" json:"quota_id,omitempty"`
+	QuotaName     string                 `protobuf:"bytes,2,opt,name=quota_name,json=quotaName,proto3" json:"quota_name,omitempty"`
+	WorkGroupId   string                 `protobuf:"bytes,3,opt,name=work_group_id,json=workGroupId,proto3" json:"work_group_id,omitempty"`
+	MachineType   string                 `protobuf:"bytes,4,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	Gpus          int64                  `protobuf:"varint,5,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProducedWorkGroup) Reset() {
+	*x = ProducedWorkGroup{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProducedWorkGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProducedWorkGroup) ProtoMessage() {}
+
+func (x *ProducedWorkGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProducedWorkGroup.ProtoReflect.Descriptor instead.
+func (*ProducedWorkGroup) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ProducedWorkGroup) GetQuotaId() string {
+	if x != nil {
+		return x.QuotaId
+	}
+	return ""
+}
+
+func (x *ProducedWorkGroup) GetQuotaName() string {
+	if x != nil {
+		return x.QuotaName
+	}
+	return ""
+}
+
+func (x *ProducedWorkGroup) GetWorkGroupId() string {
+	if x != nil {
+		return x.WorkGroupId
+	}
+	return ""
+}
+
+func (x *ProducedWorkGroup) GetMachineType() string {
+	if x != nil {
+		return x.MachineType
+	}
+	return ""
+}
+
+func (x *ProducedWorkGroup) GetGpus() int64 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+// QuotaProductionFailed: a WorkGroup the quota needs failed; reason says why.
+type QuotaProductionFailed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaProductionFailed) Reset() {
+	*x = QuotaProductionFailed{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaProductionFailed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaProductionFailed) ProtoMessage() {}
+
+func (x *QuotaProductionFailed) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaProductionFailed.ProtoReflect.Descriptor instead.
+func (*QuotaProductionFailed) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *QuotaProductionFailed) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// RayClusterProvisioning: the Ray cluster of ⟨tenant, cluster⟩ is to be
+// created (recorded before the operator is asked, so a restart resumes it).
+// cu_quota names the tenant's CU quota its head and CU pods run under (a
+// non-background second-level quota; empty when the tenant has none).
 type RayClusterProvisioning struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	RayName       string                 `protobuf:"bytes,2,opt,name=ray_name,json=rayName,proto3" json:"ray_name,omitempty"`
+	CuQuotaId     string                 `protobuf:"bytes,3,opt,name=cu_quota_id,json=cuQuotaId,proto3" json:"cu_quota_id,omitempty"`
+	CuQuotaName   string                 `protobuf:"bytes,4,opt,name=cu_quota_name,json=cuQuotaName,proto3" json:"cu_quota_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RayClusterProvisioning) Reset() {
 	*x = RayClusterProvisioning{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[5]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +1204,7 @@ func (x *RayClusterProvisioning) String() string {
 func (*RayClusterProvisioning) ProtoMessage() {}
 
 func (x *RayClusterProvisioning) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[5]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +1217,7 @@ func (x *RayClusterProvisioning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RayClusterProvisioning.ProtoReflect.Descriptor instead.
 func (*RayClusterProvisioning) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{5}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RayClusterProvisioning) GetCluster() string {
@@ -846,6 +1234,102 @@ func (x *RayClusterProvisioning) GetRayName() string {
 	return ""
 }
 
+func (x *RayClusterProvisioning) GetCuQuotaId() string {
+	if x != nil {
+		return x.CuQuotaId
+	}
+	return ""
+}
+
+func (x *RayClusterProvisioning) GetCuQuotaName() string {
+	if x != nil {
+		return x.CuQuotaName
+	}
+	return ""
+}
+
+// RayClusterApplied: the operator accepted the Ray cluster's resource.
+type RayClusterApplied struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RayClusterApplied) Reset() {
+	*x = RayClusterApplied{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RayClusterApplied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RayClusterApplied) ProtoMessage() {}
+
+func (x *RayClusterApplied) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RayClusterApplied.ProtoReflect.Descriptor instead.
+func (*RayClusterApplied) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{9}
+}
+
+// RayClusterFailed: the operator reports the Ray cluster failed.
+type RayClusterFailed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RayClusterFailed) Reset() {
+	*x = RayClusterFailed{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RayClusterFailed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RayClusterFailed) ProtoMessage() {}
+
+func (x *RayClusterFailed) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RayClusterFailed.ProtoReflect.Descriptor instead.
+func (*RayClusterFailed) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RayClusterFailed) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // RayClusterRunning: the operator reports the Ray cluster ready.
 type RayClusterRunning struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -856,7 +1340,7 @@ type RayClusterRunning struct {
 
 func (x *RayClusterRunning) Reset() {
 	*x = RayClusterRunning{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[6]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1352,7 @@ func (x *RayClusterRunning) String() string {
 func (*RayClusterRunning) ProtoMessage() {}
 
 func (x *RayClusterRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[6]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1365,7 @@ func (x *RayClusterRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RayClusterRunning.ProtoReflect.Descriptor instead.
 func (*RayClusterRunning) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{6}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RayClusterRunning) GetEndpoint() string {
@@ -891,8 +1375,8 @@ func (x *RayClusterRunning) GetEndpoint() string {
 	return ""
 }
 
-// WorkGroupProvisioning: the operator was asked to create a GU quota's
-// WorkGroup.
+// WorkGroupProvisioning: a GU quota's WorkGroup is to be created (recorded
+// before the operator is asked; generation 1).
 type WorkGroupProvisioning struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkGroupId   string                 `protobuf:"bytes,1,opt,name=work_group_id,json=workGroupId,proto3" json:"work_group_id,omitempty"`
@@ -900,13 +1384,15 @@ type WorkGroupProvisioning struct {
 	RayClusterId  string                 `protobuf:"bytes,3,opt,name=ray_cluster_id,json=rayClusterId,proto3" json:"ray_cluster_id,omitempty"`
 	MachineType   string                 `protobuf:"bytes,4,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
 	Gpus          int64                  `protobuf:"varint,5,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	QuotaName     string                 `protobuf:"bytes,6,opt,name=quota_name,json=quotaName,proto3" json:"quota_name,omitempty"`
+	Cluster       string                 `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkGroupProvisioning) Reset() {
 	*x = WorkGroupProvisioning{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[7]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1404,7 @@ func (x *WorkGroupProvisioning) String() string {
 func (*WorkGroupProvisioning) ProtoMessage() {}
 
 func (x *WorkGroupProvisioning) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[7]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1417,7 @@ func (x *WorkGroupProvisioning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkGroupProvisioning.ProtoReflect.Descriptor instead.
 func (*WorkGroupProvisioning) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{7}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkGroupProvisioning) GetWorkGroupId() string {
@@ -969,6 +1455,120 @@ func (x *WorkGroupProvisioning) GetGpus() int64 {
 	return 0
 }
 
+func (x *WorkGroupProvisioning) GetQuotaName() string {
+	if x != nil {
+		return x.QuotaName
+	}
+	return ""
+}
+
+func (x *WorkGroupProvisioning) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+// WorkGroupApplied: the operator accepted the WorkGroup's resource at this
+// generation of its spec.
+type WorkGroupApplied struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    int64                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkGroupApplied) Reset() {
+	*x = WorkGroupApplied{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkGroupApplied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkGroupApplied) ProtoMessage() {}
+
+func (x *WorkGroupApplied) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkGroupApplied.ProtoReflect.Descriptor instead.
+func (*WorkGroupApplied) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *WorkGroupApplied) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// WorkGroupSpecChanged: the quota subtree behind the WorkGroup changed; the
+// resource must be applied again at the new generation.
+type WorkGroupSpecChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    int64                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	Gpus          int64                  `protobuf:"varint,2,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkGroupSpecChanged) Reset() {
+	*x = WorkGroupSpecChanged{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkGroupSpecChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkGroupSpecChanged) ProtoMessage() {}
+
+func (x *WorkGroupSpecChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkGroupSpecChanged.ProtoReflect.Descriptor instead.
+func (*WorkGroupSpecChanged) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WorkGroupSpecChanged) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *WorkGroupSpecChanged) GetGpus() int64 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
 // WorkGroupRunning: the operator reports the WorkGroup ready.
 type WorkGroupRunning struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -979,7 +1579,7 @@ type WorkGroupRunning struct {
 
 func (x *WorkGroupRunning) Reset() {
 	*x = WorkGroupRunning{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[8]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1591,7 @@ func (x *WorkGroupRunning) String() string {
 func (*WorkGroupRunning) ProtoMessage() {}
 
 func (x *WorkGroupRunning) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[8]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1604,7 @@ func (x *WorkGroupRunning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkGroupRunning.ProtoReflect.Descriptor instead.
 func (*WorkGroupRunning) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{8}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkGroupRunning) GetGpus() int64 {
@@ -1024,7 +1624,7 @@ type WorkGroupFailed struct {
 
 func (x *WorkGroupFailed) Reset() {
 	*x = WorkGroupFailed{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[9]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1636,7 @@ func (x *WorkGroupFailed) String() string {
 func (*WorkGroupFailed) ProtoMessage() {}
 
 func (x *WorkGroupFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[9]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1649,7 @@ func (x *WorkGroupFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkGroupFailed.ProtoReflect.Descriptor instead.
 func (*WorkGroupFailed) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{9}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WorkGroupFailed) GetReason() string {
@@ -1068,7 +1668,7 @@ type WorkGroupDeleting struct {
 
 func (x *WorkGroupDeleting) Reset() {
 	*x = WorkGroupDeleting{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[10]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1680,7 @@ func (x *WorkGroupDeleting) String() string {
 func (*WorkGroupDeleting) ProtoMessage() {}
 
 func (x *WorkGroupDeleting) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[10]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1693,7 @@ func (x *WorkGroupDeleting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkGroupDeleting.ProtoReflect.Descriptor instead.
 func (*WorkGroupDeleting) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{10}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{17}
 }
 
 // WorkGroupDeleted: the WorkGroup is gone.
@@ -1105,7 +1705,7 @@ type WorkGroupDeleted struct {
 
 func (x *WorkGroupDeleted) Reset() {
 	*x = WorkGroupDeleted{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[11]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1717,7 @@ func (x *WorkGroupDeleted) String() string {
 func (*WorkGroupDeleted) ProtoMessage() {}
 
 func (x *WorkGroupDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[11]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1730,326 @@ func (x *WorkGroupDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkGroupDeleted.ProtoReflect.Descriptor instead.
 func (*WorkGroupDeleted) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{11}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{18}
+}
+
+// TenantCreated: the quota service knows the tenant (same id as the
+// gateway's).
+type TenantCreated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantCreated) Reset() {
+	*x = TenantCreated{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantCreated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantCreated) ProtoMessage() {}
+
+func (x *TenantCreated) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantCreated.ProtoReflect.Descriptor instead.
+func (*TenantCreated) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *TenantCreated) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// TenantRenamed: the tenant's display name changed.
+type TenantRenamed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantRenamed) Reset() {
+	*x = TenantRenamed{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantRenamed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantRenamed) ProtoMessage() {}
+
+func (x *TenantRenamed) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantRenamed.ProtoReflect.Descriptor instead.
+func (*TenantRenamed) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TenantRenamed) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// ClusterCreated: a compute cluster quotas can be produced on.
+type ClusterCreated struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterCreated) Reset() {
+	*x = ClusterCreated{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterCreated) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterCreated) ProtoMessage() {}
+
+func (x *ClusterCreated) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterCreated.ProtoReflect.Descriptor instead.
+func (*ClusterCreated) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ClusterCreated) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClusterCreated) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// InventorySet: the cluster has total_gpus GPUs of machine_type.
+type InventorySet struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MachineType   string                 `protobuf:"bytes,1,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	TotalGpus     int64                  `protobuf:"varint,2,opt,name=total_gpus,json=totalGpus,proto3" json:"total_gpus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InventorySet) Reset() {
+	*x = InventorySet{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InventorySet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InventorySet) ProtoMessage() {}
+
+func (x *InventorySet) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InventorySet.ProtoReflect.Descriptor instead.
+func (*InventorySet) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *InventorySet) GetMachineType() string {
+	if x != nil {
+		return x.MachineType
+	}
+	return ""
+}
+
+func (x *InventorySet) GetTotalGpus() int64 {
+	if x != nil {
+		return x.TotalGpus
+	}
+	return 0
+}
+
+// InventoryReserved: a root GU quota took gpus GPUs of machine_type.
+type InventoryReserved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MachineType   string                 `protobuf:"bytes,1,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	Gpus          int64                  `protobuf:"varint,2,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	QuotaId       string                 `protobuf:"bytes,3,opt,name=quota_id,json=quotaId,proto3" json:"quota_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InventoryReserved) Reset() {
+	*x = InventoryReserved{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InventoryReserved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InventoryReserved) ProtoMessage() {}
+
+func (x *InventoryReserved) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InventoryReserved.ProtoReflect.Descriptor instead.
+func (*InventoryReserved) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *InventoryReserved) GetMachineType() string {
+	if x != nil {
+		return x.MachineType
+	}
+	return ""
+}
+
+func (x *InventoryReserved) GetGpus() int64 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *InventoryReserved) GetQuotaId() string {
+	if x != nil {
+		return x.QuotaId
+	}
+	return ""
+}
+
+// InventoryReleased: a root GU quota gave gpus GPUs of machine_type back.
+type InventoryReleased struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MachineType   string                 `protobuf:"bytes,1,opt,name=machine_type,json=machineType,proto3" json:"machine_type,omitempty"`
+	Gpus          int64                  `protobuf:"varint,2,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	QuotaId       string                 `protobuf:"bytes,3,opt,name=quota_id,json=quotaId,proto3" json:"quota_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InventoryReleased) Reset() {
+	*x = InventoryReleased{}
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InventoryReleased) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InventoryReleased) ProtoMessage() {}
+
+func (x *InventoryReleased) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InventoryReleased.ProtoReflect.Descriptor instead.
+func (*InventoryReleased) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *InventoryReleased) GetMachineType() string {
+	if x != nil {
+		return x.MachineType
+	}
+	return ""
+}
+
+func (x *InventoryReleased) GetGpus() int64 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *InventoryReleased) GetQuotaId() string {
+	if x != nil {
+		return x.QuotaId
+	}
+	return ""
 }
 
 // ClusterQueueDefined: a ClusterQueue was created or replaced.
@@ -1146,7 +2065,7 @@ type ClusterQueueDefined struct {
 
 func (x *ClusterQueueDefined) Reset() {
 	*x = ClusterQueueDefined{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[12]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +2077,7 @@ func (x *ClusterQueueDefined) String() string {
 func (*ClusterQueueDefined) ProtoMessage() {}
 
 func (x *ClusterQueueDefined) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[12]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +2090,7 @@ func (x *ClusterQueueDefined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterQueueDefined.ProtoReflect.Descriptor instead.
 func (*ClusterQueueDefined) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{12}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ClusterQueueDefined) GetName() string {
@@ -1205,7 +2124,7 @@ type ClusterQueueDeleted struct {
 
 func (x *ClusterQueueDeleted) Reset() {
 	*x = ClusterQueueDeleted{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[13]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +2136,7 @@ func (x *ClusterQueueDeleted) String() string {
 func (*ClusterQueueDeleted) ProtoMessage() {}
 
 func (x *ClusterQueueDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[13]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +2149,7 @@ func (x *ClusterQueueDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterQueueDeleted.ProtoReflect.Descriptor instead.
 func (*ClusterQueueDeleted) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{13}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClusterQueueDeleted) GetName() string {
@@ -1252,7 +2171,7 @@ type CohortDefined struct {
 
 func (x *CohortDefined) Reset() {
 	*x = CohortDefined{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[14]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +2183,7 @@ func (x *CohortDefined) String() string {
 func (*CohortDefined) ProtoMessage() {}
 
 func (x *CohortDefined) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[14]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +2196,7 @@ func (x *CohortDefined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortDefined.ProtoReflect.Descriptor instead.
 func (*CohortDefined) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{14}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CohortDefined) GetName() string {
@@ -1311,7 +2230,7 @@ type CohortDeleted struct {
 
 func (x *CohortDeleted) Reset() {
 	*x = CohortDeleted{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[15]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +2242,7 @@ func (x *CohortDeleted) String() string {
 func (*CohortDeleted) ProtoMessage() {}
 
 func (x *CohortDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[15]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +2255,7 @@ func (x *CohortDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CohortDeleted.ProtoReflect.Descriptor instead.
 func (*CohortDeleted) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{15}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CohortDeleted) GetName() string {
@@ -1358,7 +2277,7 @@ type LocalQueueDefined struct {
 
 func (x *LocalQueueDefined) Reset() {
 	*x = LocalQueueDefined{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[16]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +2289,7 @@ func (x *LocalQueueDefined) String() string {
 func (*LocalQueueDefined) ProtoMessage() {}
 
 func (x *LocalQueueDefined) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[16]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +2302,7 @@ func (x *LocalQueueDefined) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalQueueDefined.ProtoReflect.Descriptor instead.
 func (*LocalQueueDefined) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{16}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LocalQueueDefined) GetName() string {
@@ -1417,7 +2336,7 @@ type LocalQueueDeleted struct {
 
 func (x *LocalQueueDeleted) Reset() {
 	*x = LocalQueueDeleted{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[17]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +2348,7 @@ func (x *LocalQueueDeleted) String() string {
 func (*LocalQueueDeleted) ProtoMessage() {}
 
 func (x *LocalQueueDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[17]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +2361,7 @@ func (x *LocalQueueDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalQueueDeleted.ProtoReflect.Descriptor instead.
 func (*LocalQueueDeleted) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{17}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LocalQueueDeleted) GetName() string {
@@ -1472,7 +2391,7 @@ type WorkloadQueued struct {
 
 func (x *WorkloadQueued) Reset() {
 	*x = WorkloadQueued{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[18]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +2403,7 @@ func (x *WorkloadQueued) String() string {
 func (*WorkloadQueued) ProtoMessage() {}
 
 func (x *WorkloadQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[18]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +2416,7 @@ func (x *WorkloadQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadQueued.ProtoReflect.Descriptor instead.
 func (*WorkloadQueued) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{18}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WorkloadQueued) GetTaskId() string {
@@ -1560,7 +2479,7 @@ type WorkloadAdmitted struct {
 
 func (x *WorkloadAdmitted) Reset() {
 	*x = WorkloadAdmitted{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[19]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +2491,7 @@ func (x *WorkloadAdmitted) String() string {
 func (*WorkloadAdmitted) ProtoMessage() {}
 
 func (x *WorkloadAdmitted) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[19]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +2504,7 @@ func (x *WorkloadAdmitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadAdmitted.ProtoReflect.Descriptor instead.
 func (*WorkloadAdmitted) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{19}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkloadAdmitted) GetTaskId() string {
@@ -1638,7 +2557,7 @@ type WorkloadPreemptionRequested struct {
 
 func (x *WorkloadPreemptionRequested) Reset() {
 	*x = WorkloadPreemptionRequested{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[20]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +2569,7 @@ func (x *WorkloadPreemptionRequested) String() string {
 func (*WorkloadPreemptionRequested) ProtoMessage() {}
 
 func (x *WorkloadPreemptionRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[20]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +2582,7 @@ func (x *WorkloadPreemptionRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadPreemptionRequested.ProtoReflect.Descriptor instead.
 func (*WorkloadPreemptionRequested) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{20}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WorkloadPreemptionRequested) GetTaskId() string {
@@ -1706,7 +2625,7 @@ type WorkloadEvicted struct {
 
 func (x *WorkloadEvicted) Reset() {
 	*x = WorkloadEvicted{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[21]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +2637,7 @@ func (x *WorkloadEvicted) String() string {
 func (*WorkloadEvicted) ProtoMessage() {}
 
 func (x *WorkloadEvicted) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[21]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +2650,7 @@ func (x *WorkloadEvicted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadEvicted.ProtoReflect.Descriptor instead.
 func (*WorkloadEvicted) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{21}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WorkloadEvicted) GetTaskId() string {
@@ -1759,7 +2678,7 @@ type WorkloadFinished struct {
 
 func (x *WorkloadFinished) Reset() {
 	*x = WorkloadFinished{}
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[22]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +2690,7 @@ func (x *WorkloadFinished) String() string {
 func (*WorkloadFinished) ProtoMessage() {}
 
 func (x *WorkloadFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[22]
+	mi := &file_taskmesh_quota_v1_quota_events_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +2703,7 @@ func (x *WorkloadFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkloadFinished.ProtoReflect.Descriptor instead.
 func (*WorkloadFinished) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{22}
+	return file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WorkloadFinished) GetTaskId() string {
@@ -1805,7 +2724,7 @@ var File_taskmesh_quota_v1_quota_events_proto protoreflect.FileDescriptor
 
 const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\n" +
-	"$taskmesh/quota/v1/quota_events.proto\x12\x11taskmesh.quota.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!taskmesh/quota/v1/admission.proto\"\xd9\x11\n" +
+	"$taskmesh/quota/v1/quota_events.proto\x12\x11taskmesh.quota.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!taskmesh/quota/v1/admission.proto\"\xc6\x19\n" +
 	"\n" +
 	"QuotaEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
@@ -1820,14 +2739,26 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	" \x01(\v2\x1f.taskmesh.quota.v1.QuotaCreatedH\x00R\fquotaCreated\x12F\n" +
 	"\rquota_updated\x18\v \x01(\v2\x1f.taskmesh.quota.v1.QuotaUpdatedH\x00R\fquotaUpdated\x12U\n" +
 	"\x12quota_unsubscribed\x18\f \x01(\v2$.taskmesh.quota.v1.QuotaUnsubscribedH\x00R\x11quotaUnsubscribed\x12F\n" +
-	"\rquota_deleted\x18\r \x01(\v2\x1f.taskmesh.quota.v1.QuotaDeletedH\x00R\fquotaDeleted\x12e\n" +
+	"\rquota_deleted\x18\r \x01(\v2\x1f.taskmesh.quota.v1.QuotaDeletedH\x00R\fquotaDeleted\x12I\n" +
+	"\x0equota_produced\x18\x0e \x01(\v2 .taskmesh.quota.v1.QuotaProducedH\x00R\rquotaProduced\x12b\n" +
+	"\x17quota_production_failed\x18\x0f \x01(\v2(.taskmesh.quota.v1.QuotaProductionFailedH\x00R\x15quotaProductionFailed\x12e\n" +
 	"\x18ray_cluster_provisioning\x18\x14 \x01(\v2).taskmesh.quota.v1.RayClusterProvisioningH\x00R\x16rayClusterProvisioning\x12V\n" +
-	"\x13ray_cluster_running\x18\x15 \x01(\v2$.taskmesh.quota.v1.RayClusterRunningH\x00R\x11rayClusterRunning\x12b\n" +
+	"\x13ray_cluster_running\x18\x15 \x01(\v2$.taskmesh.quota.v1.RayClusterRunningH\x00R\x11rayClusterRunning\x12V\n" +
+	"\x13ray_cluster_applied\x18\x16 \x01(\v2$.taskmesh.quota.v1.RayClusterAppliedH\x00R\x11rayClusterApplied\x12S\n" +
+	"\x12ray_cluster_failed\x18\x17 \x01(\v2#.taskmesh.quota.v1.RayClusterFailedH\x00R\x10rayClusterFailed\x12b\n" +
 	"\x17work_group_provisioning\x18\x1e \x01(\v2(.taskmesh.quota.v1.WorkGroupProvisioningH\x00R\x15workGroupProvisioning\x12S\n" +
 	"\x12work_group_running\x18\x1f \x01(\v2#.taskmesh.quota.v1.WorkGroupRunningH\x00R\x10workGroupRunning\x12P\n" +
 	"\x11work_group_failed\x18  \x01(\v2\".taskmesh.quota.v1.WorkGroupFailedH\x00R\x0fworkGroupFailed\x12V\n" +
 	"\x13work_group_deleting\x18! \x01(\v2$.taskmesh.quota.v1.WorkGroupDeletingH\x00R\x11workGroupDeleting\x12S\n" +
-	"\x12work_group_deleted\x18\" \x01(\v2#.taskmesh.quota.v1.WorkGroupDeletedH\x00R\x10workGroupDeleted\x12\\\n" +
+	"\x12work_group_deleted\x18\" \x01(\v2#.taskmesh.quota.v1.WorkGroupDeletedH\x00R\x10workGroupDeleted\x12S\n" +
+	"\x12work_group_applied\x18# \x01(\v2#.taskmesh.quota.v1.WorkGroupAppliedH\x00R\x10workGroupApplied\x12`\n" +
+	"\x17work_group_spec_changed\x18$ \x01(\v2'.taskmesh.quota.v1.WorkGroupSpecChangedH\x00R\x14workGroupSpecChanged\x12I\n" +
+	"\x0etenant_created\x18( \x01(\v2 .taskmesh.quota.v1.TenantCreatedH\x00R\rtenantCreated\x12L\n" +
+	"\x0fcluster_created\x18) \x01(\v2!.taskmesh.quota.v1.ClusterCreatedH\x00R\x0eclusterCreated\x12F\n" +
+	"\rinventory_set\x18* \x01(\v2\x1f.taskmesh.quota.v1.InventorySetH\x00R\finventorySet\x12U\n" +
+	"\x12inventory_reserved\x18+ \x01(\v2$.taskmesh.quota.v1.InventoryReservedH\x00R\x11inventoryReserved\x12U\n" +
+	"\x12inventory_released\x18, \x01(\v2$.taskmesh.quota.v1.InventoryReleasedH\x00R\x11inventoryReleased\x12I\n" +
+	"\x0etenant_renamed\x18- \x01(\v2 .taskmesh.quota.v1.TenantRenamedH\x00R\rtenantRenamed\x12\\\n" +
 	"\x15cluster_queue_defined\x182 \x01(\v2&.taskmesh.quota.v1.ClusterQueueDefinedH\x00R\x13clusterQueueDefined\x12\\\n" +
 	"\x15cluster_queue_deleted\x183 \x01(\v2&.taskmesh.quota.v1.ClusterQueueDeletedH\x00R\x13clusterQueueDeleted\x12I\n" +
 	"\x0ecohort_defined\x184 \x01(\v2 .taskmesh.quota.v1.CohortDefinedH\x00R\rcohortDefined\x12I\n" +
@@ -1842,7 +2773,7 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
-	"\x05event\"\xb9\x02\n" +
+	"\x05event\"\xf6\x02\n" +
 	"\fQuotaCreated\x12\x19\n" +
 	"\bquota_id\x18\x01 \x01(\tR\aquotaId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
@@ -1856,30 +2787,80 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\fmachine_type\x18\b \x01(\tR\vmachineType\x12\x1b\n" +
 	"\tmin_units\x18\t \x01(\x03R\bminUnits\x12\x1b\n" +
 	"\tmax_units\x18\n" +
-	" \x01(\x03R\bmaxUnits\"H\n" +
+	" \x01(\x03R\bmaxUnits\x12\x17\n" +
+	"\aroot_id\x18\v \x01(\tR\x06rootId\x12\"\n" +
+	"\fprovisioning\x18\f \x01(\bR\fprovisioning\"H\n" +
 	"\fQuotaUpdated\x12\x1b\n" +
 	"\tmin_units\x18\x01 \x01(\x03R\bminUnits\x12\x1b\n" +
 	"\tmax_units\x18\x02 \x01(\x03R\bmaxUnits\"+\n" +
 	"\x11QuotaUnsubscribed\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x0e\n" +
-	"\fQuotaDeleted\"M\n" +
+	"\fQuotaDeleted\"V\n" +
+	"\rQuotaProduced\x12E\n" +
+	"\vwork_groups\x18\x01 \x03(\v2$.taskmesh.quota.v1.ProducedWorkGroupR\n" +
+	"workGroups\"\xa8\x01\n" +
+	"\x11ProducedWorkGroup\x12\x19\n" +
+	"\bquota_id\x18\x01 \x01(\tR\aquotaId\x12\x1d\n" +
+	"\n" +
+	"quota_name\x18\x02 \x01(\tR\tquotaName\x12\"\n" +
+	"\rwork_group_id\x18\x03 \x01(\tR\vworkGroupId\x12!\n" +
+	"\fmachine_type\x18\x04 \x01(\tR\vmachineType\x12\x12\n" +
+	"\x04gpus\x18\x05 \x01(\x03R\x04gpus\"/\n" +
+	"\x15QuotaProductionFailed\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x91\x01\n" +
 	"\x16RayClusterProvisioning\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x19\n" +
-	"\bray_name\x18\x02 \x01(\tR\arayName\"/\n" +
+	"\bray_name\x18\x02 \x01(\tR\arayName\x12\x1e\n" +
+	"\vcu_quota_id\x18\x03 \x01(\tR\tcuQuotaId\x12\"\n" +
+	"\rcu_quota_name\x18\x04 \x01(\tR\vcuQuotaName\"\x13\n" +
+	"\x11RayClusterApplied\"*\n" +
+	"\x10RayClusterFailed\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"/\n" +
 	"\x11RayClusterRunning\x12\x1a\n" +
-	"\bendpoint\x18\x01 \x01(\tR\bendpoint\"\xb3\x01\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\"\xec\x01\n" +
 	"\x15WorkGroupProvisioning\x12\"\n" +
 	"\rwork_group_id\x18\x01 \x01(\tR\vworkGroupId\x12\x19\n" +
 	"\bquota_id\x18\x02 \x01(\tR\aquotaId\x12$\n" +
 	"\x0eray_cluster_id\x18\x03 \x01(\tR\frayClusterId\x12!\n" +
 	"\fmachine_type\x18\x04 \x01(\tR\vmachineType\x12\x12\n" +
-	"\x04gpus\x18\x05 \x01(\x03R\x04gpus\"&\n" +
+	"\x04gpus\x18\x05 \x01(\x03R\x04gpus\x12\x1d\n" +
+	"\n" +
+	"quota_name\x18\x06 \x01(\tR\tquotaName\x12\x18\n" +
+	"\acluster\x18\a \x01(\tR\acluster\"2\n" +
+	"\x10WorkGroupApplied\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\"J\n" +
+	"\x14WorkGroupSpecChanged\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x03R\n" +
+	"generation\x12\x12\n" +
+	"\x04gpus\x18\x02 \x01(\x03R\x04gpus\"&\n" +
 	"\x10WorkGroupRunning\x12\x12\n" +
 	"\x04gpus\x18\x01 \x01(\x03R\x04gpus\")\n" +
 	"\x0fWorkGroupFailed\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x13\n" +
 	"\x11WorkGroupDeleting\"\x12\n" +
-	"\x10WorkGroupDeleted\"z\n" +
+	"\x10WorkGroupDeleted\"#\n" +
+	"\rTenantCreated\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"#\n" +
+	"\rTenantRenamed\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"F\n" +
+	"\x0eClusterCreated\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\"P\n" +
+	"\fInventorySet\x12!\n" +
+	"\fmachine_type\x18\x01 \x01(\tR\vmachineType\x12\x1d\n" +
+	"\n" +
+	"total_gpus\x18\x02 \x01(\x03R\ttotalGpus\"e\n" +
+	"\x11InventoryReserved\x12!\n" +
+	"\fmachine_type\x18\x01 \x01(\tR\vmachineType\x12\x12\n" +
+	"\x04gpus\x18\x02 \x01(\x03R\x04gpus\x12\x19\n" +
+	"\bquota_id\x18\x03 \x01(\tR\aquotaId\"e\n" +
+	"\x11InventoryReleased\x12!\n" +
+	"\fmachine_type\x18\x01 \x01(\tR\vmachineType\x12\x12\n" +
+	"\x04gpus\x18\x02 \x01(\x03R\x04gpus\x12\x19\n" +
+	"\bquota_id\x18\x03 \x01(\tR\aquotaId\"z\n" +
 	"\x13ClusterQueueDefined\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
 	"\x04spec\x18\x02 \x01(\v2#.taskmesh.quota.v1.ClusterQueueSpecR\x04spec\x12\x16\n" +
@@ -1947,7 +2928,7 @@ func file_taskmesh_quota_v1_quota_events_proto_rawDescGZIP() []byte {
 }
 
 var file_taskmesh_quota_v1_quota_events_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_taskmesh_quota_v1_quota_events_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_taskmesh_quota_v1_quota_events_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_taskmesh_quota_v1_quota_events_proto_goTypes = []any{
 	(QuotaKind)(0),                      // 0: taskmesh.quota.v1.QuotaKind
 	(*QuotaEvent)(nil),                  // 1: taskmesh.quota.v1.QuotaEvent
@@ -1955,69 +2936,95 @@ var file_taskmesh_quota_v1_quota_events_proto_goTypes = []any{
 	(*QuotaUpdated)(nil),                // 3: taskmesh.quota.v1.QuotaUpdated
 	(*QuotaUnsubscribed)(nil),           // 4: taskmesh.quota.v1.QuotaUnsubscribed
 	(*QuotaDeleted)(nil),                // 5: taskmesh.quota.v1.QuotaDeleted
-	(*RayClusterProvisioning)(nil),      // 6: taskmesh.quota.v1.RayClusterProvisioning
-	(*RayClusterRunning)(nil),           // 7: taskmesh.quota.v1.RayClusterRunning
-	(*WorkGroupProvisioning)(nil),       // 8: taskmesh.quota.v1.WorkGroupProvisioning
-	(*WorkGroupRunning)(nil),            // 9: taskmesh.quota.v1.WorkGroupRunning
-	(*WorkGroupFailed)(nil),             // 10: taskmesh.quota.v1.WorkGroupFailed
-	(*WorkGroupDeleting)(nil),           // 11: taskmesh.quota.v1.WorkGroupDeleting
-	(*WorkGroupDeleted)(nil),            // 12: taskmesh.quota.v1.WorkGroupDeleted
-	(*ClusterQueueDefined)(nil),         // 13: taskmesh.quota.v1.ClusterQueueDefined
-	(*ClusterQueueDeleted)(nil),         // 14: taskmesh.quota.v1.ClusterQueueDeleted
-	(*CohortDefined)(nil),               // 15: taskmesh.quota.v1.CohortDefined
-	(*CohortDeleted)(nil),               // 16: taskmesh.quota.v1.CohortDeleted
-	(*LocalQueueDefined)(nil),           // 17: taskmesh.quota.v1.LocalQueueDefined
-	(*LocalQueueDeleted)(nil),           // 18: taskmesh.quota.v1.LocalQueueDeleted
-	(*WorkloadQueued)(nil),              // 19: taskmesh.quota.v1.WorkloadQueued
-	(*WorkloadAdmitted)(nil),            // 20: taskmesh.quota.v1.WorkloadAdmitted
-	(*WorkloadPreemptionRequested)(nil), // 21: taskmesh.quota.v1.WorkloadPreemptionRequested
-	(*WorkloadEvicted)(nil),             // 22: taskmesh.quota.v1.WorkloadEvicted
-	(*WorkloadFinished)(nil),            // 23: taskmesh.quota.v1.WorkloadFinished
-	nil,                                 // 24: taskmesh.quota.v1.QuotaEvent.TraceContextEntry
-	nil,                                 // 25: taskmesh.quota.v1.WorkloadQueued.RequestsEntry
-	nil,                                 // 26: taskmesh.quota.v1.WorkloadAdmitted.FlavorsEntry
-	(*timestamppb.Timestamp)(nil),       // 27: google.protobuf.Timestamp
-	(*ClusterQueueSpec)(nil),            // 28: taskmesh.quota.v1.ClusterQueueSpec
-	(*CohortSpec)(nil),                  // 29: taskmesh.quota.v1.CohortSpec
-	(*LocalQueueSpec)(nil),              // 30: taskmesh.quota.v1.LocalQueueSpec
+	(*QuotaProduced)(nil),               // 6: taskmesh.quota.v1.QuotaProduced
+	(*ProducedWorkGroup)(nil),           // 7: taskmesh.quota.v1.ProducedWorkGroup
+	(*QuotaProductionFailed)(nil),       // 8: taskmesh.quota.v1.QuotaProductionFailed
+	(*RayClusterProvisioning)(nil),      // 9: taskmesh.quota.v1.RayClusterProvisioning
+	(*RayClusterApplied)(nil),           // 10: taskmesh.quota.v1.RayClusterApplied
+	(*RayClusterFailed)(nil),            // 11: taskmesh.quota.v1.RayClusterFailed
+	(*RayClusterRunning)(nil),           // 12: taskmesh.quota.v1.RayClusterRunning
+	(*WorkGroupProvisioning)(nil),       // 13: taskmesh.quota.v1.WorkGroupProvisioning
+	(*WorkGroupApplied)(nil),            // 14: taskmesh.quota.v1.WorkGroupApplied
+	(*WorkGroupSpecChanged)(nil),        // 15: taskmesh.quota.v1.WorkGroupSpecChanged
+	(*WorkGroupRunning)(nil),            // 16: taskmesh.quota.v1.WorkGroupRunning
+	(*WorkGroupFailed)(nil),             // 17: taskmesh.quota.v1.WorkGroupFailed
+	(*WorkGroupDeleting)(nil),           // 18: taskmesh.quota.v1.WorkGroupDeleting
+	(*WorkGroupDeleted)(nil),            // 19: taskmesh.quota.v1.WorkGroupDeleted
+	(*TenantCreated)(nil),               // 20: taskmesh.quota.v1.TenantCreated
+	(*TenantRenamed)(nil),               // 21: taskmesh.quota.v1.TenantRenamed
+	(*ClusterCreated)(nil),              // 22: taskmesh.quota.v1.ClusterCreated
+	(*InventorySet)(nil),                // 23: taskmesh.quota.v1.InventorySet
+	(*InventoryReserved)(nil),           // 24: taskmesh.quota.v1.InventoryReserved
+	(*InventoryReleased)(nil),           // 25: taskmesh.quota.v1.InventoryReleased
+	(*ClusterQueueDefined)(nil),         // 26: taskmesh.quota.v1.ClusterQueueDefined
+	(*ClusterQueueDeleted)(nil),         // 27: taskmesh.quota.v1.ClusterQueueDeleted
+	(*CohortDefined)(nil),               // 28: taskmesh.quota.v1.CohortDefined
+	(*CohortDeleted)(nil),               // 29: taskmesh.quota.v1.CohortDeleted
+	(*LocalQueueDefined)(nil),           // 30: taskmesh.quota.v1.LocalQueueDefined
+	(*LocalQueueDeleted)(nil),           // 31: taskmesh.quota.v1.LocalQueueDeleted
+	(*WorkloadQueued)(nil),              // 32: taskmesh.quota.v1.WorkloadQueued
+	(*WorkloadAdmitted)(nil),            // 33: taskmesh.quota.v1.WorkloadAdmitted
+	(*WorkloadPreemptionRequested)(nil), // 34: taskmesh.quota.v1.WorkloadPreemptionRequested
+	(*WorkloadEvicted)(nil),             // 35: taskmesh.quota.v1.WorkloadEvicted
+	(*WorkloadFinished)(nil),            // 36: taskmesh.quota.v1.WorkloadFinished
+	nil,                                 // 37: taskmesh.quota.v1.QuotaEvent.TraceContextEntry
+	nil,                                 // 38: taskmesh.quota.v1.WorkloadQueued.RequestsEntry
+	nil,                                 // 39: taskmesh.quota.v1.WorkloadAdmitted.FlavorsEntry
+	(*timestamppb.Timestamp)(nil),       // 40: google.protobuf.Timestamp
+	(*ClusterQueueSpec)(nil),            // 41: taskmesh.quota.v1.ClusterQueueSpec
+	(*CohortSpec)(nil),                  // 42: taskmesh.quota.v1.CohortSpec
+	(*LocalQueueSpec)(nil),              // 43: taskmesh.quota.v1.LocalQueueSpec
 }
 var file_taskmesh_quota_v1_quota_events_proto_depIdxs = []int32{
-	27, // 0: taskmesh.quota.v1.QuotaEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	24, // 1: taskmesh.quota.v1.QuotaEvent.trace_context:type_name -> taskmesh.quota.v1.QuotaEvent.TraceContextEntry
+	40, // 0: taskmesh.quota.v1.QuotaEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	37, // 1: taskmesh.quota.v1.QuotaEvent.trace_context:type_name -> taskmesh.quota.v1.QuotaEvent.TraceContextEntry
 	2,  // 2: taskmesh.quota.v1.QuotaEvent.quota_created:type_name -> taskmesh.quota.v1.QuotaCreated
 	3,  // 3: taskmesh.quota.v1.QuotaEvent.quota_updated:type_name -> taskmesh.quota.v1.QuotaUpdated
 	4,  // 4: taskmesh.quota.v1.QuotaEvent.quota_unsubscribed:type_name -> taskmesh.quota.v1.QuotaUnsubscribed
 	5,  // 5: taskmesh.quota.v1.QuotaEvent.quota_deleted:type_name -> taskmesh.quota.v1.QuotaDeleted
-	6,  // 6: taskmesh.quota.v1.QuotaEvent.ray_cluster_provisioning:type_name -> taskmesh.quota.v1.RayClusterProvisioning
-	7,  // 7: taskmesh.quota.v1.QuotaEvent.ray_cluster_running:type_name -> taskmesh.quota.v1.RayClusterRunning
-	8,  // 8: taskmesh.quota.v1.QuotaEvent.work_group_provisioning:type_name -> taskmesh.quota.v1.WorkGroupProvisioning
-	9,  // 9: taskmesh.quota.v1.QuotaEvent.work_group_running:type_name -> taskmesh.quota.v1.WorkGroupRunning
-	10, // 10: taskmesh.quota.v1.QuotaEvent.work_group_failed:type_name -> taskmesh.quota.v1.WorkGroupFailed
-	11, // 11: taskmesh.quota.v1.QuotaEvent.work_group_deleting:type_name -> taskmesh.quota.v1.WorkGroupDeleting
-	12, // 12: taskmesh.quota.v1.QuotaEvent.work_group_deleted:type_name -> taskmesh.quota.v1.WorkGroupDeleted
-	13, // 13: taskmesh.quota.v1.QuotaEvent.cluster_queue_defined:type_name -> taskmesh.quota.v1.ClusterQueueDefined
-	14, // 14: taskmesh.quota.v1.QuotaEvent.cluster_queue_deleted:type_name -> taskmesh.quota.v1.ClusterQueueDeleted
-	15, // 15: taskmesh.quota.v1.QuotaEvent.cohort_defined:type_name -> taskmesh.quota.v1.CohortDefined
-	16, // 16: taskmesh.quota.v1.QuotaEvent.cohort_deleted:type_name -> taskmesh.quota.v1.CohortDeleted
-	17, // 17: taskmesh.quota.v1.QuotaEvent.local_queue_defined:type_name -> taskmesh.quota.v1.LocalQueueDefined
-	18, // 18: taskmesh.quota.v1.QuotaEvent.local_queue_deleted:type_name -> taskmesh.quota.v1.LocalQueueDeleted
-	19, // 19: taskmesh.quota.v1.QuotaEvent.workload_queued:type_name -> taskmesh.quota.v1.WorkloadQueued
-	20, // 20: taskmesh.quota.v1.QuotaEvent.workload_admitted:type_name -> taskmesh.quota.v1.WorkloadAdmitted
-	21, // 21: taskmesh.quota.v1.QuotaEvent.workload_preemption_requested:type_name -> taskmesh.quota.v1.WorkloadPreemptionRequested
-	22, // 22: taskmesh.quota.v1.QuotaEvent.workload_evicted:type_name -> taskmesh.quota.v1.WorkloadEvicted
-	23, // 23: taskmesh.quota.v1.QuotaEvent.workload_finished:type_name -> taskmesh.quota.v1.WorkloadFinished
-	0,  // 24: taskmesh.quota.v1.QuotaCreated.kind:type_name -> taskmesh.quota.v1.QuotaKind
-	28, // 25: taskmesh.quota.v1.ClusterQueueDefined.spec:type_name -> taskmesh.quota.v1.ClusterQueueSpec
-	29, // 26: taskmesh.quota.v1.CohortDefined.spec:type_name -> taskmesh.quota.v1.CohortSpec
-	30, // 27: taskmesh.quota.v1.LocalQueueDefined.spec:type_name -> taskmesh.quota.v1.LocalQueueSpec
-	27, // 28: taskmesh.quota.v1.WorkloadQueued.created_at:type_name -> google.protobuf.Timestamp
-	25, // 29: taskmesh.quota.v1.WorkloadQueued.requests:type_name -> taskmesh.quota.v1.WorkloadQueued.RequestsEntry
-	26, // 30: taskmesh.quota.v1.WorkloadAdmitted.flavors:type_name -> taskmesh.quota.v1.WorkloadAdmitted.FlavorsEntry
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	6,  // 6: taskmesh.quota.v1.QuotaEvent.quota_produced:type_name -> taskmesh.quota.v1.QuotaProduced
+	8,  // 7: taskmesh.quota.v1.QuotaEvent.quota_production_failed:type_name -> taskmesh.quota.v1.QuotaProductionFailed
+	9,  // 8: taskmesh.quota.v1.QuotaEvent.ray_cluster_provisioning:type_name -> taskmesh.quota.v1.RayClusterProvisioning
+	12, // 9: taskmesh.quota.v1.QuotaEvent.ray_cluster_running:type_name -> taskmesh.quota.v1.RayClusterRunning
+	10, // 10: taskmesh.quota.v1.QuotaEvent.ray_cluster_applied:type_name -> taskmesh.quota.v1.RayClusterApplied
+	11, // 11: taskmesh.quota.v1.QuotaEvent.ray_cluster_failed:type_name -> taskmesh.quota.v1.RayClusterFailed
+	13, // 12: taskmesh.quota.v1.QuotaEvent.work_group_provisioning:type_name -> taskmesh.quota.v1.WorkGroupProvisioning
+	16, // 13: taskmesh.quota.v1.QuotaEvent.work_group_running:type_name -> taskmesh.quota.v1.WorkGroupRunning
+	17, // 14: taskmesh.quota.v1.QuotaEvent.work_group_failed:type_name -> taskmesh.quota.v1.WorkGroupFailed
+	18, // 15: taskmesh.quota.v1.QuotaEvent.work_group_deleting:type_name -> taskmesh.quota.v1.WorkGroupDeleting
+	19, // 16: taskmesh.quota.v1.QuotaEvent.work_group_deleted:type_name -> taskmesh.quota.v1.WorkGroupDeleted
+	14, // 17: taskmesh.quota.v1.QuotaEvent.work_group_applied:type_name -> taskmesh.quota.v1.WorkGroupApplied
+	15, // 18: taskmesh.quota.v1.QuotaEvent.work_group_spec_changed:type_name -> taskmesh.quota.v1.WorkGroupSpecChanged
+	20, // 19: taskmesh.quota.v1.QuotaEvent.tenant_created:type_name -> taskmesh.quota.v1.TenantCreated
+	22, // 20: taskmesh.quota.v1.QuotaEvent.cluster_created:type_name -> taskmesh.quota.v1.ClusterCreated
+	23, // 21: taskmesh.quota.v1.QuotaEvent.inventory_set:type_name -> taskmesh.quota.v1.InventorySet
+	24, // 22: taskmesh.quota.v1.QuotaEvent.inventory_reserved:type_name -> taskmesh.quota.v1.InventoryReserved
+	25, // 23: taskmesh.quota.v1.QuotaEvent.inventory_released:type_name -> taskmesh.quota.v1.InventoryReleased
+	21, // 24: taskmesh.quota.v1.QuotaEvent.tenant_renamed:type_name -> taskmesh.quota.v1.TenantRenamed
+	26, // 25: taskmesh.quota.v1.QuotaEvent.cluster_queue_defined:type_name -> taskmesh.quota.v1.ClusterQueueDefined
+	27, // 26: taskmesh.quota.v1.QuotaEvent.cluster_queue_deleted:type_name -> taskmesh.quota.v1.ClusterQueueDeleted
+	28, // 27: taskmesh.quota.v1.QuotaEvent.cohort_defined:type_name -> taskmesh.quota.v1.CohortDefined
+	29, // 28: taskmesh.quota.v1.QuotaEvent.cohort_deleted:type_name -> taskmesh.quota.v1.CohortDeleted
+	30, // 29: taskmesh.quota.v1.QuotaEvent.local_queue_defined:type_name -> taskmesh.quota.v1.LocalQueueDefined
+	31, // 30: taskmesh.quota.v1.QuotaEvent.local_queue_deleted:type_name -> taskmesh.quota.v1.LocalQueueDeleted
+	32, // 31: taskmesh.quota.v1.QuotaEvent.workload_queued:type_name -> taskmesh.quota.v1.WorkloadQueued
+	33, // 32: taskmesh.quota.v1.QuotaEvent.workload_admitted:type_name -> taskmesh.quota.v1.WorkloadAdmitted
+	34, // 33: taskmesh.quota.v1.QuotaEvent.workload_preemption_requested:type_name -> taskmesh.quota.v1.WorkloadPreemptionRequested
+	35, // 34: taskmesh.quota.v1.QuotaEvent.workload_evicted:type_name -> taskmesh.quota.v1.WorkloadEvicted
+	36, // 35: taskmesh.quota.v1.QuotaEvent.workload_finished:type_name -> taskmesh.quota.v1.WorkloadFinished
+	0,  // 36: taskmesh.quota.v1.QuotaCreated.kind:type_name -> taskmesh.quota.v1.QuotaKind
+	7,  // 37: taskmesh.quota.v1.QuotaProduced.work_groups:type_name -> taskmesh.quota.v1.ProducedWorkGroup
+	41, // 38: taskmesh.quota.v1.ClusterQueueDefined.spec:type_name -> taskmesh.quota.v1.ClusterQueueSpec
+	42, // 39: taskmesh.quota.v1.CohortDefined.spec:type_name -> taskmesh.quota.v1.CohortSpec
+	43, // 40: taskmesh.quota.v1.LocalQueueDefined.spec:type_name -> taskmesh.quota.v1.LocalQueueSpec
+	40, // 41: taskmesh.quota.v1.WorkloadQueued.created_at:type_name -> google.protobuf.Timestamp
+	38, // 42: taskmesh.quota.v1.WorkloadQueued.requests:type_name -> taskmesh.quota.v1.WorkloadQueued.RequestsEntry
+	39, // 43: taskmesh.quota.v1.WorkloadAdmitted.flavors:type_name -> taskmesh.quota.v1.WorkloadAdmitted.FlavorsEntry
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_quota_v1_quota_events_proto_init() }
@@ -2031,13 +3038,25 @@ func file_taskmesh_quota_v1_quota_events_proto_init() {
 		(*QuotaEvent_QuotaUpdated)(nil),
 		(*QuotaEvent_QuotaUnsubscribed)(nil),
 		(*QuotaEvent_QuotaDeleted)(nil),
+		(*QuotaEvent_QuotaProduced)(nil),
+		(*QuotaEvent_QuotaProductionFailed)(nil),
 		(*QuotaEvent_RayClusterProvisioning)(nil),
 		(*QuotaEvent_RayClusterRunning)(nil),
+		(*QuotaEvent_RayClusterApplied)(nil),
+		(*QuotaEvent_RayClusterFailed)(nil),
 		(*QuotaEvent_WorkGroupProvisioning)(nil),
 		(*QuotaEvent_WorkGroupRunning)(nil),
 		(*QuotaEvent_WorkGroupFailed)(nil),
 		(*QuotaEvent_WorkGroupDeleting)(nil),
 		(*QuotaEvent_WorkGroupDeleted)(nil),
+		(*QuotaEvent_WorkGroupApplied)(nil),
+		(*QuotaEvent_WorkGroupSpecChanged)(nil),
+		(*QuotaEvent_TenantCreated)(nil),
+		(*QuotaEvent_ClusterCreated)(nil),
+		(*QuotaEvent_InventorySet)(nil),
+		(*QuotaEvent_InventoryReserved)(nil),
+		(*QuotaEvent_InventoryReleased)(nil),
+		(*QuotaEvent_TenantRenamed)(nil),
 		(*QuotaEvent_ClusterQueueDefined)(nil),
 		(*QuotaEvent_ClusterQueueDeleted)(nil),
 		(*QuotaEvent_CohortDefined)(nil),
@@ -2056,7 +3075,7 @@ func file_taskmesh_quota_v1_quota_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_quota_v1_quota_events_proto_rawDesc), len(file_taskmesh_quota_v1_quota_events_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

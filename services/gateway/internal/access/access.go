@@ -3,12 +3,13 @@
 // API key calls the task API (taskmesh.task.v1.TaskService, REST
 // /api/v1/… except /api/v1/agent/…) and the video API
 // (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…),
-// an agent token calls the lease API (taskmesh.task.v1.LeaseService, REST
-// /api/v1/agent/…), an operator key calls the admin API
-// (taskmesh.admin.v1.AdminService, REST /api/v1/admin/…) and nothing else.
-// Anything else is refused, so a leaked agent token cannot read tenants'
-// tasks and a user key
-// cannot impersonate an executor.
+// and reads its own quotas (taskmesh.quota.v1.QuotaService), an agent token
+// calls the lease API (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…),
+// an operator key calls the admin API (taskmesh.admin.v1.AdminService, REST
+// /api/v1/admin/…) and manages quotas (QuotaService, REST OperatorRoutes)
+// and nothing else. Anything else is refused, so a leaked agent token cannot
+// read tenants' tasks and a user key cannot impersonate an executor. Which
+// quota actions need an operator is the quota service's decision.
 package access
 
 import (
@@ -16,6 +17,7 @@ import (
 	"strings"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
@@ -35,7 +37,23 @@ var (
 	leaseMethods = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
 	adminMethods = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
 	videoMethods = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
+	// A tenant's key reads its own quotas; the quota service refuses it
+	// every operator action.
+	quotaMethods = "/" + quotav1.QuotaService_ServiceDesc.ServiceName + "/"
 )
+
+// OperatorRoutes are the REST prefixes, besides the admin API, that an
+// operator key may call: the quota service's.
+var OperatorRoutes = []string{"/api/v1/quotas", "/api/v1/clusters", "/api/v1/tenants", "/api/v1/workgroups"}
+
+func operatorRoute(path string) bool {
+	for _, r := range OperatorRoutes {
+		if path == r || strings.HasPrefix(path, r+"/") {
+			return true
+		}
+	}
+	return false
+}
 
 // deniedError carries a message written for the caller.
 type deniedError struct{ msg string }
@@ -53,9 +71,13 @@ func Method(p authn.Principal, fullMethod string) error {
 			return nil
 		}
 		return denied("the admin API needs an operator key (tmo_…)")
+	case p.Kind == authn.KindAdmin && strings.HasPrefix(fullMethod, quotaMethods):
+		return nil
 	case p.Kind == authn.KindAdmin:
-		return denied("operator keys can only call the admin API")
+		return denied("operator keys can only call the admin and quota APIs")
 	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods)):
+		return nil
+	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, quotaMethods):
 		return nil
 	case p.Kind == authn.KindAgent && strings.HasPrefix(fullMethod, leaseMethods):
 		return nil
@@ -76,8 +98,10 @@ func Route(p authn.Principal, path string) error {
 			return nil
 		}
 		return denied("the admin API needs an operator key (tmo_…)")
+	case p.Kind == authn.KindAdmin && operatorRoute(path):
+		return nil
 	case p.Kind == authn.KindAdmin:
-		return denied("operator keys can only call /api/v1/admin/ routes")
+		return denied("operator keys can only call /api/v1/admin/ and quota routes")
 	case agentRoute && p.Kind == authn.KindAgent, !agentRoute && p.Kind == authn.KindUser:
 		return nil
 	case agentRoute:

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
@@ -38,6 +39,12 @@ const (
 	CodeGUQuotaMissing  = int(taskv1.ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS) // 30010
 	CodeGUQuotaCreating = int(taskv1.ErrorCode_ERROR_CODE_GU_QUOTA_CREATING)   // 30011
 	CodeInternal        = int(taskv1.ErrorCode_ERROR_CODE_INTERNAL)            // 30099
+
+	// The quota service's codes (quotav1.ErrorCode).
+	CodeInventoryInsufficient = int(quotav1.ErrorCode_ERROR_CODE_INVENTORY_INSUFFICIENT) // 31003
+	CodeQuotaNotFound         = int(quotav1.ErrorCode_ERROR_CODE_QUOTA_NOT_FOUND)        // 31004
+	CodeQuotaExists           = int(quotav1.ErrorCode_ERROR_CODE_QUOTA_EXISTS)           // 31005
+	CodeQuotaConflict         = int(quotav1.ErrorCode_ERROR_CODE_QUOTA_CONFLICT)         // 31006
 
 	CodeUnauthenticated  = http.StatusUnauthorized     // 401
 	CodePermissionDenied = http.StatusForbidden        // 403
@@ -64,6 +71,10 @@ var Codes = []Code{
 	{CodeInvalidArgument, http.StatusBadRequest, "malformed request, unknown field or out-of-range value"},
 	{CodeGUQuotaMissing, http.StatusBadRequest, "GU_QUOTA_NOT_EXISTS: GPU work names a GU quota the tenant does not have"},
 	{CodeGUQuotaCreating, http.StatusConflict, "GU_QUOTA_CREATING: the GU quota's WorkGroup is not running yet; retry later"},
+	{CodeInventoryInsufficient, http.StatusConflict, "the cluster has too few free GPUs for the quota; nothing was created"},
+	{CodeQuotaNotFound, http.StatusNotFound, "no such tenant, cluster, quota or WorkGroup for this caller"},
+	{CodeQuotaExists, http.StatusConflict, "a tenant, cluster or quota of that name already exists"},
+	{CodeQuotaConflict, http.StatusConflict, "the quota's state does not allow the change (e.g. it is being unsubscribed)"},
 	{CodeInternal, http.StatusInternalServerError, "internal error (503 when a service is unavailable)"},
 	{CodeUnauthenticated, http.StatusUnauthorized, "missing, unknown, expired or revoked credential"},
 	{CodePermissionDenied, http.StatusForbidden, "credential of the wrong kind for this route, or agent token used from a disallowed address"},
@@ -83,6 +94,11 @@ var businessStatus = map[int]int{
 	CodeGUQuotaMissing:  http.StatusBadRequest,
 	CodeGUQuotaCreating: http.StatusConflict,
 	CodeInternal:        http.StatusInternalServerError,
+
+	CodeInventoryInsufficient: http.StatusConflict,
+	CodeQuotaNotFound:         http.StatusNotFound,
+	CodeQuotaExists:           http.StatusConflict,
+	CodeQuotaConflict:         http.StatusConflict,
 }
 
 // Problem is one error answer.

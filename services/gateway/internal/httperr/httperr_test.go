@@ -44,6 +44,9 @@ func TestFromStatus(t *testing.T) {
 			&errdetails.ErrorInfo{Domain: Domain, Reason: "GU_QUOTA_NOT_EXISTS"}), 400, 30010, "GU_QUOTA_NOT_EXISTS: no GU quota gu-1"},
 		{"GU_QUOTA_CREATING", withInfo(codes.FailedPrecondition, "GU_QUOTA_CREATING: WorkGroup is Creating",
 			&errdetails.ErrorInfo{Domain: Domain, Reason: "GU_QUOTA_CREATING"}), 409, 30011, "GU_QUOTA_CREATING: WorkGroup is Creating"},
+		// The quota service's own codes.
+		{"31003", withInfo(codes.FailedPrecondition, "2 free GPUs", code("31003")), 409, 31003, "2 free GPUs"},
+		{"31005", withInfo(codes.AlreadyExists, "quota gu1 exists", code("31005")), 409, 31005, "quota gu1 exists"},
 		{"30099 hides its message", withInfo(codes.Internal, "pq: relation tasks does not exist", code("30099")), 500, 30099, "internal error"},
 		{"code wins over gRPC code", withInfo(codes.Unknown, "lease expired", code("30003")), 410, 30003, "lease expired"},
 		{"reason without metadata", withInfo(codes.Aborted, "m", &errdetails.ErrorInfo{Domain: Domain, Reason: "LEASE_EXPIRED"}), 410, 30003, "m"},

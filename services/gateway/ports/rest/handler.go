@@ -35,7 +35,10 @@ type Options struct {
 	// Upstream is the connection to the scheduler; it must carry the
 	// interceptors of package outbound.
 	Upstream grpc.ClientConnInterface
-	Auth     Authenticator
+	// QuotaUpstream, if set, is the connection to the quota service
+	// (QuotaService routes), with the same interceptors.
+	QuotaUpstream grpc.ClientConnInterface
+	Auth          Authenticator
 	// TrustedProxies may set X-Forwarded-For (see package clientip).
 	TrustedProxies []netip.Prefix
 	// Ready reports whether the scheduler connection is ready (/healthz).
@@ -79,7 +82,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rest: openapi document: %w", err)
 	}
-	mux, err := newAPIMux(ctx, opts.Upstream, opts.Logger)
+	mux, err := newAPIMux(ctx, opts.Upstream, opts.QuotaUpstream, opts.Logger)
 	if err != nil {
 		return nil, err
 	}

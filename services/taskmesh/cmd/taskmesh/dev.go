@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -105,6 +106,8 @@ Taskmesh is running.
   Logs           %[8]s
   Demo API key   %[9]s   (tenant "demo")
   Operator key   %[12]s   (admin API: taskmesh ctl tenants|keys)
+  Quota cluster  %[13]s   (in-process operator; GPUs per machine type)
+  Quota service  %[14]s   (operators: taskmesh ctl quota --quota-server %[14]s --internal-token-file %[15]s)
 
 Try it:
   export TASKMESH_API_KEY=%[9]s
@@ -117,7 +120,18 @@ Try it:
 
 Press Ctrl-C to stop; data stays in the data directory.
 `, s.HTTPURL, s.GRPCAddr, password.ReplaceAllString(s.Postgres, "://$1:***@"), strings.Join(s.Kafka, ","), s.ObjectDir,
-		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s), s.AdminKeyFile)
+		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s), s.AdminKeyFile, quotaCluster(s),
+		s.QuotaAddr, s.InternalTokenFile)
+}
+
+// quotaCluster describes the embedded default cluster, e.g. "local A100=16".
+func quotaCluster(s *stack.Stack) string {
+	types := make([]string, 0, len(s.QuotaInventory))
+	for mt, n := range s.QuotaInventory {
+		types = append(types, fmt.Sprintf("%s=%d", mt, n))
+	}
+	sort.Strings(types)
+	return strings.TrimSpace(s.QuotaCluster + " " + strings.Join(types, " "))
 }
 
 func agentAPI(s *stack.Stack) string {

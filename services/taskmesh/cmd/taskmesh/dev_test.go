@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskmesh/taskmesh/platform/pgtest"
 )
 
 // TestMain lets the test binary act as the taskmesh binary: the dev test
@@ -26,7 +28,8 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	pgtest.Main(m) // the quota process test's database
+
 }
 
 func freePort(t *testing.T) int {

@@ -186,6 +186,7 @@ func gatewayCommand() *cobra.Command {
 	var (
 		c                          common
 		httpAddr, grpcAddr, target string
+		quotaTarget                string
 		fsRoot, fsBaseURL, fsKey   string
 		limits                     rateLimitFlags
 		adminKeyFile               string
@@ -210,8 +211,8 @@ func gatewayCommand() *cobra.Command {
 				return err
 			}
 			liveCfg.Kafka = k // live task streams tail the task topic; without brokers they answer 503
-			cfg := gateway.Config{HTTPAddr: httpAddr, GRPCAddr: grpcAddr, SchedulerTarget: target, InternalToken: token, DB: pool, Logger: log,
-				Live: liveCfg}
+			cfg := gateway.Config{HTTPAddr: httpAddr, GRPCAddr: grpcAddr, SchedulerTarget: target, QuotaTarget: quotaTarget,
+				InternalToken: token, DB: pool, Logger: log, Live: liveCfg}
 			if cfg.RateLimits, err = limits.config(); err != nil {
 				return err
 			}
@@ -249,6 +250,7 @@ func gatewayCommand() *cobra.Command {
 	f.StringVar(&httpAddr, "http", "127.0.0.1:8080", "REST address")
 	f.StringVar(&grpcAddr, "grpc", "127.0.0.1:9090", "gRPC front door address")
 	f.StringVar(&target, "scheduler", "127.0.0.1:9091", "scheduler's internal gRPC address")
+	f.StringVar(&quotaTarget, "quota", "", "quota service's internal gRPC address (empty: no quota API)")
 	f.StringVar(&fsRoot, "objects-fs-root", "", "serve the fs object store at /objects/ from this directory")
 	f.StringVar(&fsBaseURL, "objects-fs-base-url", "", "public URL of /objects")
 	f.StringVar(&fsKey, "objects-fs-secret-file", "", "file holding the URL-signing secret")
@@ -289,6 +291,15 @@ func replayCommand() *cobra.Command {
 			fmt.Fprintf(out, "tasks (inline projection): %d tasks from %d events, %d differ%s\n", rep.Tasks, rep.Events, len(rep.Differences),
 				map[bool]string{true: " (rebuilt)", false: ""}[inline])
 			equal = equal && len(rep.Differences) == 0
+			qrep, found, err := replayQuota(ctx, c.databaseURL, inline)
+			if err != nil {
+				return err
+			}
+			if found {
+				fmt.Fprintf(out, "quota (inline projection): %d aggregates from %d events, %d differ%s\n", qrep.Aggregates, qrep.Events,
+					len(qrep.Differences), map[bool]string{true: " (rebuilt)", false: ""}[inline])
+				equal = equal && len(qrep.Differences) == 0
+			}
 			for _, spec := range scheduler.ReplaySpecs(k) {
 				spec.Keep = keep
 				r, err := projection.Replay(ctx, pool, spec)
@@ -313,6 +324,6 @@ func replayCommand() *cobra.Command {
 	}
 	c.flags(cmd)
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the replay tables for inspection")
-	cmd.Flags().BoolVar(&inline, "rebuild-inline", false, "also replace the tasks table with its rebuild from events")
+	cmd.Flags().BoolVar(&inline, "rebuild-inline", false, "also replace the inline projections (tasks, quota tables) with their rebuild from events")
 	return cmd
 }

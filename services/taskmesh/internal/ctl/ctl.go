@@ -16,6 +16,7 @@
 //	ctl tenants create|list|get|update   tenants, tiers, limits (admin.go)
 //	ctl keys create|list|revoke          a tenant's API keys (admin.go)
 //	ctl video submit|get|delete the video generation API (video.go)
+//	ctl quota …                 the quota service, as the operator (quota.go)
 //
 // Errors print as one line, "error: <message> (code <n> <meaning>)", and
 // exit 1; mistakes in the command line itself exit 2 before anything is
@@ -136,7 +137,7 @@ root certificates unless --insecure is given.`,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand())
-	ctl.AddCommand(tasks, a.videoCommand(), a.tenantsCommand(), a.keysCommand())
+	ctl.AddCommand(tasks, a.videoCommand(), a.tenantsCommand(), a.keysCommand(), a.quotaCommand())
 	return ctl
 }
 

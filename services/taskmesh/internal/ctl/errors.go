@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 )
@@ -129,7 +130,11 @@ func statusCode(st *status.Status) (int, string) {
 		}
 	}
 	if code != 0 {
-		return code, words(strings.TrimPrefix(taskv1.ErrorCode(code).String(), "ERROR_CODE_"))
+		name := taskv1.ErrorCode(code).String()
+		if _, known := taskv1.ErrorCode_name[int32(code)]; !known {
+			name = quotav1.ErrorCode(code).String() // the quota service's codes
+		}
+		return code, words(strings.TrimPrefix(name, "ERROR_CODE_"))
 	}
 	return httpStatus(st.Code()), words(st.Code().String())
 }

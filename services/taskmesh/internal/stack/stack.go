@@ -30,6 +30,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/gateway"
+	"github.com/taskmesh/taskmesh/services/quota"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 )
 
@@ -87,12 +88,24 @@ type Stack struct {
 
 	Gateway   *gateway.Gateway
 	Scheduler *scheduler.Service
-	pools     []*pgxpool.Pool
-	server    *pg.LocalServer
-	broker    *kafka.Embedded
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	errs      chan error
+	Quota     *quota.Service
+	// QuotaCluster is the embedded default cluster with QuotaInventory
+	// GPUs per machine type, on which the in-process operator provisions
+	// Ray clusters and WorkGroups.
+	QuotaCluster   string
+	QuotaInventory map[string]int64
+	// QuotaAddr is the quota service's internal gRPC address; operator
+	// actions (producing quotas) go there with InternalToken and an admin
+	// principal (authn.Outgoing).
+	QuotaAddr         string
+	InternalToken     string
+	InternalTokenFile string
+	pools             []*pgxpool.Pool
+	server            *pg.LocalServer
+	broker            *kafka.Embedded
+	cancel            context.CancelFunc
+	wg                sync.WaitGroup
+	errs              chan error
 }
 
 // Start brings every component up and returns once they serve.
@@ -136,7 +149,18 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.startGateway(ctx, runCtx, schedAddr, internalToken, objects); err != nil {
+	quotaAddr, err := s.startQuota(ctx, runCtx, internalToken)
+	if err != nil {
+		return nil, err
+	}
+	s.QuotaAddr, s.InternalToken = quotaAddr, internalToken
+	// Operators reach the quota service with this token (taskmesh ctl
+	// quota); it changes on every start.
+	s.InternalTokenFile = filepath.Join(s.opts.DataDir, "internal-token")
+	if err := os.WriteFile(s.InternalTokenFile, []byte(internalToken+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	if err := s.startGateway(ctx, runCtx, schedAddr, quotaAddr, internalToken, objects); err != nil {
 		return nil, err
 	}
 	if err := s.bootstrap(ctx); err != nil {
@@ -282,14 +306,53 @@ func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string
 	return lis.Addr().String(), nil
 }
 
-func (s *Stack) startGateway(ctx, runCtx context.Context, schedAddr, internalToken string, objects *objectstore.FS) error {
+// Embedded default of the quota service: one cluster with some GPUs.
+const (
+	defaultQuotaCluster = "local"
+	defaultMachineType  = "A100"
+	defaultGPUs         = 16
+	// quotaOperatorDelay is how long the in-process operator takes to
+	// provision a Ray cluster or WorkGroup.
+	quotaOperatorDelay = 2 * time.Second
+)
+
+func (s *Stack) startQuota(ctx, runCtx context.Context, internalToken string) (string, error) {
+	pool, err := s.pool(ctx, quota.Schema, 16, quota.Migrations()...)
+	if err != nil {
+		return "", err
+	}
+	svc, err := quota.New(quota.Config{DB: pool, Kafka: s.kafkaConfig(), OperatorDelay: quotaOperatorDelay, Logger: s.opts.Logger})
+	if err != nil {
+		return "", err
+	}
+	s.QuotaCluster, s.QuotaInventory = defaultQuotaCluster, map[string]int64{defaultMachineType: defaultGPUs}
+	if err := svc.EnsureCluster(ctx, s.QuotaCluster, "embedded default cluster (in-process operator)", s.QuotaInventory); err != nil {
+		return "", fmt.Errorf("quota: default cluster: %w", err)
+	}
+	srv, err := grpcserver.New(grpcserver.Options{InternalToken: internalToken, Logger: s.opts.Logger})
+	if err != nil {
+		return "", err
+	}
+	svc.Register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	s.Quota = svc
+	s.go_(func() error { return srv.Serve(lis) })
+	s.go_(func() error { <-runCtx.Done(); srv.GracefulStop(); return nil })
+	s.go_(func() error { return svc.Run(runCtx) })
+	return lis.Addr().String(), nil
+}
+
+func (s *Stack) startGateway(ctx, runCtx context.Context, schedAddr, quotaAddr, internalToken string, objects *objectstore.FS) error {
 	pool, err := s.pool(ctx, "gateway", 16, gateway.Migrations())
 	if err != nil {
 		return err
 	}
 	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
-		InternalToken: internalToken, DB: pool, Objects: objects.Handler(), Logger: s.opts.Logger, RateLimits: s.opts.RateLimits,
-		Live: gateway.LiveConfig{Kafka: s.kafkaConfig()}})
+		QuotaTarget: quotaAddr, InternalToken: internalToken, DB: pool, Objects: objects.Handler(), Logger: s.opts.Logger,
+		RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()}})
 	if err != nil {
 		return err
 	}
@@ -325,6 +388,9 @@ func (s *Stack) bootstrap(ctx context.Context) error {
 	s.AdminKeyFile = filepath.Join(s.opts.DataDir, "admin-key")
 	if _, _, err := s.Gateway.AdminKeyFile(ctx, s.AdminKeyFile, false); err != nil {
 		return fmt.Errorf("create the operator key: %w", err)
+	}
+	if err := s.Quota.RegisterTenant(ctx, "demo", "Demo tenant"); err != nil {
+		return fmt.Errorf("register the demo tenant with the quota service: %w", err)
 	}
 	host, _ := os.Hostname()
 	s.MachineID, s.AgentID = "machine-"+sanitize(host), "agent-local-1"

@@ -1,0 +1,176 @@
+package quota_test
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+)
+
+const internalToken = "test-internal-token"
+
+// client serves the env's current instance over gRPC.
+func (e *env) client() quotav1.QuotaServiceClient {
+	e.t.Helper()
+	srv, err := grpcserver.New(grpcserver.Options{InternalToken: internalToken})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.svc.Register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close(); srv.Stop() })
+	return quotav1.NewQuotaServiceClient(conn)
+}
+
+func as(p authn.Principal) context.Context {
+	return authn.Outgoing(context.Background(), p, internalToken)
+}
+func operator() context.Context { return as(authn.Principal{Kind: authn.KindAdmin, Subject: "ops"}) }
+func tenantKey(t string) context.Context {
+	return as(authn.Principal{Kind: authn.KindUser, TenantID: t, Subject: "key-" + t})
+}
+
+// businessCode returns a status's gRPC code and ErrorInfo code metadata
+// (CheckGUQuota's errors carry a reason only).
+func businessCode(err error) (codes.Code, string) {
+	st := status.Convert(err)
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return st.Code(), info.GetMetadata()["code"]
+		}
+	}
+	return st.Code(), ""
+}
+
+func TestQuotaServiceOverGRPC(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ops := operator()
+	if _, err := c.RegisterTenant(ops, &quotav1.RegisterTenantRequest{TenantId: "acme", Name: "Acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RegisterTenant(ops, &quotav1.RegisterTenantRequest{TenantId: "beta", Name: "Beta"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateCluster(ops, &quotav1.CreateClusterRequest{Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetInventory(ops, &quotav1.SetInventoryRequest{Cluster: "c1", MachineType: "A100", TotalGpus: 8}); err != nil {
+		t.Fatal(err)
+	}
+
+	cases := []struct {
+		name     string
+		ctx      context.Context
+		call     func(context.Context) error
+		code     codes.Code
+		business string
+	}{
+		{"tenant may not produce", tenantKey("acme"), func(ctx context.Context) error {
+			_, err := c.CreateQuota(ctx, &quotav1.CreateQuotaRequest{TenantId: "acme", Cluster: "c1", Kind: "GU",
+				Spec: &quotav1.QuotaSpec{Name: "x", MinUnits: 1, MaxUnits: 1, MachineType: "A100"}})
+			return err
+		}, codes.PermissionDenied, ""},
+		{"min above max is invalid", ops, func(ctx context.Context) error {
+			_, err := c.CreateQuota(ctx, &quotav1.CreateQuotaRequest{TenantId: "acme", Cluster: "c1", Kind: "GU",
+				Spec: &quotav1.QuotaSpec{Name: "x", MinUnits: 3, MaxUnits: 1, MachineType: "A100"}})
+			return err
+		}, codes.InvalidArgument, "30005"},
+		{"inventory short", ops, func(ctx context.Context) error {
+			_, err := c.CreateQuota(ctx, &quotav1.CreateQuotaRequest{TenantId: "acme", Cluster: "c1", Kind: "GU",
+				Spec: &quotav1.QuotaSpec{Name: "x", MinUnits: 9, MaxUnits: 9, MachineType: "A100"}})
+			return err
+		}, codes.FailedPrecondition, "31003"},
+		{"unknown quota", ops, func(ctx context.Context) error {
+			_, err := c.GetQuota(ctx, &quotav1.GetQuotaRequest{QuotaId: "q-none"})
+			return err
+		}, codes.NotFound, "31004"},
+		{"agents may not", as(authn.Principal{Kind: authn.KindAgent, AgentID: "a1", Subject: "a1"}), func(ctx context.Context) error {
+			_, err := c.ListQuotas(ctx, &quotav1.ListQuotasRequest{})
+			return err
+		}, codes.PermissionDenied, ""},
+		{"check: no such GU quota", ops, func(ctx context.Context) error {
+			_, err := c.CheckGUQuota(ctx, &quotav1.CheckGUQuotaRequest{TenantId: "acme", Quota: "gu1"})
+			return err
+		}, codes.NotFound, ""},
+	}
+	for _, tc := range cases {
+		code, business := businessCode(tc.call(tc.ctx))
+		if code != tc.code || business != tc.business {
+			t.Errorf("%s: %s %q, want %s %q", tc.name, code, business, tc.code, tc.business)
+		}
+	}
+	if qs, _ := c.ListQuotas(ops, &quotav1.ListQuotasRequest{}); len(qs.GetQuotas()) != 0 {
+		t.Fatalf("refused requests stored quotas: %v", qs)
+	}
+
+	created, err := c.CreateQuota(ops, &quotav1.CreateQuotaRequest{TenantId: "acme", Cluster: "c1", Kind: "GU",
+		Spec: &quotav1.QuotaSpec{Name: "gu1", MinUnits: 2, MaxUnits: 4, MachineType: "A100"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := created.GetQuota()
+	if q.GetStatus() != domain.QuotaProvisioning || len(q.GetChildren()) != 2 {
+		t.Fatalf("created %v", q)
+	}
+	e.waitStatus(q.GetId(), domain.QuotaActive)
+	_, err = c.SetInventory(ops, &quotav1.SetInventoryRequest{Cluster: "c1", MachineType: "A100", TotalGpus: 1})
+	if code, business := businessCode(err); code != codes.FailedPrecondition || business != "31006" {
+		t.Fatalf("inventory below what quotas hold: %s %s", code, business)
+	}
+	_, err = c.CreateCluster(ops, &quotav1.CreateClusterRequest{Name: "c1"})
+	if code, business := businessCode(err); code != codes.AlreadyExists || business != "31005" {
+		t.Fatalf("cluster created twice: %s %s", code, business)
+	}
+
+	// The tenant reads its own quota; another tenant's is not found.
+	got, err := c.GetQuota(tenantKey("acme"), &quotav1.GetQuotaRequest{QuotaId: q.GetId()})
+	if err != nil || got.GetQuota().GetStatus() != domain.QuotaActive {
+		t.Fatalf("get = %v, %v", got, err)
+	}
+	if _, err := c.GetQuota(tenantKey("beta"), &quotav1.GetQuotaRequest{QuotaId: q.GetId()}); status.Code(err) != codes.NotFound {
+		t.Fatalf("beta got acme's quota: %v", err)
+	}
+	check, err := c.CheckGUQuota(tenantKey("acme"), &quotav1.CheckGUQuotaRequest{TenantId: "acme", Quota: "gu1"})
+	if err != nil || check.GetWorkGroup().GetStatus() != domain.StatusRunning || check.GetQuotaName() != "gu1-default" {
+		t.Fatalf("check = %v, %v", check, err)
+	}
+	if _, err := c.CheckGUQuota(tenantKey("beta"), &quotav1.CheckGUQuotaRequest{TenantId: "acme", Quota: "gu1"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("beta checked acme's quota: %v", err)
+	}
+	wgs, err := c.ListWorkGroups(tenantKey("acme"), &quotav1.ListWorkGroupsRequest{Status: "Running"})
+	if err != nil || len(wgs.GetWorkGroups()) != 1 || wgs.GetWorkGroups()[0].GetGpus() != 2 {
+		t.Fatalf("work groups = %v, %v", wgs, err)
+	}
+	page, err := c.ListQuotas(ops, &quotav1.ListQuotasRequest{PageSize: 2})
+	if err != nil || len(page.GetQuotas()) != 2 || page.GetNextPageToken() == "" {
+		t.Fatalf("page = %v, %v", page, err)
+	}
+	rest, err := c.ListQuotas(ops, &quotav1.ListQuotasRequest{PageSize: 2, PageToken: page.GetNextPageToken()})
+	if err != nil || len(rest.GetQuotas()) != 1 || rest.GetNextPageToken() != "" {
+		t.Fatalf("rest = %v, %v", rest, err)
+	}
+	del, err := c.DeleteQuota(ops, &quotav1.DeleteQuotaRequest{QuotaId: q.GetId()})
+	if err != nil || del.GetQuota().GetStatus() != domain.QuotaUnsubscribing {
+		t.Fatalf("delete = %v, %v", del, err)
+	}
+	e.waitStatus(q.GetId(), domain.QuotaDeletedStatus)
+}

@@ -1,0 +1,140 @@
+// Package app holds the quota service's use cases (tenants, clusters and
+// inventory, quota production, update and unsubscription, reads, the
+// submit-time GU quota check) and the process manager that drives
+// production and unsubscription through the cluster operator.
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
+	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+)
+
+// ErrForbidden: the caller may not do this (a tenant's key on an operator
+// action).
+var ErrForbidden = errors.New("forbidden: operator credential required")
+
+// Caller is who asks: an operator (Admin) or a tenant's key.
+type Caller struct {
+	TenantID string
+	Admin    bool
+}
+
+// Operator is the cluster operator (seed 003: the MFS CRD and its
+// operator): it creates Ray clusters and WorkGroups on a compute cluster
+// and reports their status. Every method is idempotent.
+type Operator interface {
+	// ApplyRayCluster creates the Ray cluster's resource, or leaves it as
+	// is when it exists. An error wrapping domain.ErrOperatorRejected can
+	// never succeed as is (the resource is refused); others are retried.
+	ApplyRayCluster(ctx context.Context, spec domain.RaySpec) error
+	// RayClusterStatus reports the Ray cluster's phase.
+	RayClusterStatus(ctx context.Context, spec domain.RaySpec) (domain.Observation, error)
+	// ApplyWorkGroup creates or updates the WorkGroup's resource to spec.
+	// Errors as for ApplyRayCluster.
+	ApplyWorkGroup(ctx context.Context, spec domain.WorkGroupSpec) error
+	// WorkGroupStatus reports the WorkGroup's phase and the generation of
+	// the spec it is about; PhaseAbsent when it does not exist.
+	WorkGroupStatus(ctx context.Context, spec domain.WorkGroupSpec) (domain.Observation, error)
+	// DeleteWorkGroup deletes the WorkGroup's resource; one that does not
+	// exist is deleted already (nil).
+	DeleteWorkGroup(ctx context.Context, spec domain.WorkGroupSpec) error
+}
+
+// App is the quota service's use cases over its store.
+type App struct {
+	store *postgres.Store
+	now   func() time.Time
+	newID func() string
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	watchers map[chan struct{}]struct{}
+}
+
+// New returns the use cases. now and newID may be nil (real clock, random
+// ids).
+func New(store *postgres.Store, now func() time.Time, newID func() string, log *slog.Logger) *App {
+	if now == nil {
+		now = time.Now
+	}
+	if newID == nil {
+		newID = RandomID
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &App{store: store, now: now, newID: newID, log: log, watchers: map[chan struct{}]struct{}{}}
+}
+
+// RandomID returns a new quota id: "q-" and 16 hex digits, a DNS label so
+// it can name custom resources.
+func RandomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "q-" + hex.EncodeToString(b[:])
+}
+
+func (a *App) clock() time.Time { return a.now().UTC().Truncate(time.Microsecond) }
+
+// Committed tells the app what a transaction recorded: WorkGroup changes
+// wake WatchWorkGroups subscribers. The store's AfterCommit calls it.
+func (a *App) Committed(events []domain.Event) {
+	for _, e := range events {
+		if _, ok := e.Data.(domain.WorkGroupRunning); ok {
+			a.notify()
+			return
+		}
+		switch e.Data.(type) {
+		case domain.WorkGroupFailed, domain.WorkGroupDeleting, domain.WorkGroupDeleted, domain.WorkGroupSpecChanged:
+			a.notify()
+			return
+		}
+	}
+}
+
+func (a *App) notify() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ch := range a.watchers {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// WatchWorkGroups returns a channel that receives a value (coalesced) after
+// the set of Running WorkGroups may have changed in this process, until
+// ctx is done.
+func (a *App) WatchWorkGroups(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	a.mu.Lock()
+	a.watchers[ch] = struct{}{}
+	a.mu.Unlock()
+	go func() {
+		<-ctx.Done()
+		a.mu.Lock()
+		delete(a.watchers, ch)
+		a.mu.Unlock()
+	}()
+	return ch
+}
+
+func requireAdmin(c Caller) error {
+	if !c.Admin {
+		return ErrForbidden
+	}
+	return nil
+}
+
+// visible reports whether the caller may see the tenant's records; others'
+// are not found rather than forbidden, so ids do not leak.
+func visible(c Caller, tenantID string) bool { return c.Admin || c.TenantID == tenantID }

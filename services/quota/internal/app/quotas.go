@@ -1,0 +1,265 @@
+package app
+
+import (
+	"context"
+	"errors"
+
+	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
+	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+)
+
+// QuotaView is a quota with its WorkGroup (if it has one) and, for single
+// reads, its subtree.
+type QuotaView struct {
+	Quota     domain.Quota
+	WorkGroup *domain.WorkGroup
+	Children  []QuotaView
+}
+
+// CreateQuota produces a quota (operators only): it records the quotas, the
+// inventory they take, and the Ray cluster and WorkGroups to create, in one
+// transaction, and answers at once; the process manager does the rest.
+func (a *App) CreateQuota(ctx context.Context, c Caller, cmd domain.CreateQuota) (QuotaView, error) {
+	if err := requireAdmin(c); err != nil {
+		return QuotaView{}, err
+	}
+	var id string
+	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
+		st := domain.ProductionState{NewID: a.newID, Now: a.clock()}
+		var err error
+		if cmd.ParentID != "" {
+			if st.Parent, err = tx.Quota(cmd.ParentID); err != nil {
+				return err
+			}
+			if !st.Parent.Exists() || st.Parent.Status == domain.QuotaDeletedStatus {
+				return domain.NotFound("quota", cmd.ParentID)
+			}
+			if cmd.TenantID == "" {
+				cmd.TenantID = st.Parent.TenantID
+			}
+			if st.Parent.Exists() && st.Parent.TenantID != cmd.TenantID {
+				return domain.NotFound("quota", cmd.ParentID)
+			}
+			if st.Siblings, err = tx.Quotas(`parent_id = $1`, cmd.ParentID); err != nil {
+				return err
+			}
+			if st.Anchor, st.AnchorWorkGroup, err = anchorOf(tx, st.Parent); err != nil {
+				return err
+			}
+		}
+		if st.Tenant, err = tx.Tenant(cmd.TenantID); err != nil {
+			return err
+		}
+		cluster := cmd.Cluster
+		if cluster == "" {
+			cluster = st.Parent.Cluster
+		}
+		if st.Cluster, err = tx.Cluster(cluster); err != nil {
+			return err
+		}
+		if st.TenantQuotas, err = tx.Quotas(`tenant_id = $1 AND status <> 'Deleted'`, cmd.TenantID); err != nil {
+			return err
+		}
+		if st.Ray, err = tx.Ray(cmd.TenantID, cluster); err != nil {
+			return err
+		}
+		events, err := domain.Produce(cmd, st)
+		if err != nil {
+			return err
+		}
+		for _, e := range events {
+			if qc, ok := e.Data.(domain.QuotaCreated); ok {
+				id = qc.ID
+				break
+			}
+		}
+		return tx.Record(events...)
+	})
+	if err != nil {
+		return QuotaView{}, err
+	}
+	return a.GetQuota(ctx, c, id)
+}
+
+// anchorOf returns the WorkGroup quota at or above q (its second-level
+// ancestor, if that one has a WorkGroup) and the WorkGroup.
+func anchorOf(tx *postgres.Tx, q domain.Quota) (domain.Quota, domain.WorkGroup, error) {
+	for q.Level > 2 {
+		p, err := tx.Quota(q.ParentID)
+		if err != nil {
+			return domain.Quota{}, domain.WorkGroup{}, err
+		}
+		q = p
+	}
+	if q.Level != 2 || !q.HasWorkGroup() {
+		return domain.Quota{}, domain.WorkGroup{}, nil
+	}
+	wg, err := tx.WorkGroup(q.ID)
+	return q, wg, err
+}
+
+// UpdateQuota changes a quota's limits (operators only).
+func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max int64) (QuotaView, error) {
+	if err := requireAdmin(c); err != nil {
+		return QuotaView{}, err
+	}
+	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
+		st := domain.UpdateState{Now: a.clock()}
+		var err error
+		if st.Quota, err = tx.Quota(id); err != nil {
+			return err
+		}
+		if !st.Quota.Exists() {
+			return domain.NotFound("quota", id)
+		}
+		if st.Quota.ParentID != "" {
+			if st.Parent, err = tx.Quota(st.Quota.ParentID); err != nil {
+				return err
+			}
+			if st.Siblings, err = tx.Quotas(`parent_id = $1`, st.Quota.ParentID); err != nil {
+				return err
+			}
+		}
+		if st.Children, err = tx.Quotas(`parent_id = $1`, id); err != nil {
+			return err
+		}
+		if st.Cluster, err = tx.Cluster(st.Quota.Cluster); err != nil {
+			return err
+		}
+		if st.Anchor, st.AnchorWorkGroup, err = anchorOf(tx, st.Quota); err != nil {
+			return err
+		}
+		events, err := domain.UpdateQuota(st, min, max)
+		if err != nil {
+			return err
+		}
+		return tx.Record(events...)
+	})
+	if err != nil {
+		return QuotaView{}, err
+	}
+	return a.GetQuota(ctx, c, id)
+}
+
+// unsubscribeState reads what deciding q's unsubscription needs.
+func unsubscribeState(tx *postgres.Tx, q domain.Quota) (domain.UnsubscribeState, error) {
+	st := domain.UnsubscribeState{Quota: q, WorkGroups: map[string]domain.WorkGroup{}}
+	var err error
+	if st.Subtree, err = tx.Subtree(q); err != nil {
+		return st, err
+	}
+	for _, s := range append([]domain.Quota{q}, st.Subtree...) {
+		if !s.HasWorkGroup() {
+			continue
+		}
+		wg, err := tx.WorkGroup(s.ID)
+		if err != nil {
+			return st, err
+		}
+		if wg.Exists() {
+			st.WorkGroups[s.ID] = wg
+		}
+	}
+	st.Ray, err = tx.Ray(q.TenantID, q.Cluster)
+	return st, err
+}
+
+// DeleteQuota unsubscribes a quota and its subtree (operators only).
+func (a *App) DeleteQuota(ctx context.Context, c Caller, id, reason string) (QuotaView, error) {
+	if err := requireAdmin(c); err != nil {
+		return QuotaView{}, err
+	}
+	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
+		q, err := tx.Quota(id)
+		if err != nil {
+			return err
+		}
+		if !q.Exists() {
+			return domain.NotFound("quota", id)
+		}
+		st, err := unsubscribeState(tx, q)
+		if err != nil {
+			return err
+		}
+		st.Reason, st.Now = reason, a.clock()
+		events, err := domain.Unsubscribe(st)
+		if err != nil {
+			return err
+		}
+		return tx.Record(events...)
+	})
+	if err != nil {
+		return QuotaView{}, err
+	}
+	return a.GetQuota(ctx, c, id)
+}
+
+// GetQuota returns a quota with its WorkGroup and subtree; another
+// tenant's quota is not found.
+func (a *App) GetQuota(ctx context.Context, c Caller, id string) (QuotaView, error) {
+	q, err := a.store.Quota(ctx, id)
+	if err != nil {
+		return QuotaView{}, err
+	}
+	if !visible(c, q.TenantID) {
+		return QuotaView{}, domain.NotFound("quota", id)
+	}
+	tree, err := a.store.Quotas(ctx, postgres.QuotaFilter{RootID: q.RootID})
+	if err != nil {
+		return QuotaView{}, err
+	}
+	wgs, err := a.store.WorkGroups(ctx, q.TenantID, "")
+	if err != nil {
+		return QuotaView{}, err
+	}
+	byQuota := map[string]domain.WorkGroup{}
+	for _, w := range wgs {
+		byQuota[w.QuotaID] = w
+	}
+	children := map[string][]domain.Quota{}
+	for _, x := range tree {
+		children[x.ParentID] = append(children[x.ParentID], x)
+	}
+	var build func(domain.Quota) QuotaView
+	build = func(x domain.Quota) QuotaView {
+		v := QuotaView{Quota: x}
+		if w, ok := byQuota[x.ID]; ok {
+			v.WorkGroup = &w
+		}
+		for _, ch := range children[x.ID] {
+			v.Children = append(v.Children, build(ch))
+		}
+		return v
+	}
+	return build(q), nil
+}
+
+// ListQuotas lists quotas by id, each with its WorkGroup; a tenant's key
+// lists its own only.
+func (a *App) ListQuotas(ctx context.Context, c Caller, f postgres.QuotaFilter) ([]QuotaView, error) {
+	if !c.Admin {
+		if f.TenantID != "" && f.TenantID != c.TenantID {
+			return nil, nil
+		}
+		f.TenantID = c.TenantID
+	}
+	qs, err := a.store.Quotas(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]QuotaView, 0, len(qs))
+	for _, q := range qs {
+		v := QuotaView{Quota: q}
+		if q.HasWorkGroup() {
+			w, err := a.store.WorkGroup(ctx, q.ID)
+			switch {
+			case err == nil:
+				v.WorkGroup = &w
+			case !errors.Is(err, domain.ErrNotFound):
+				return nil, err
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

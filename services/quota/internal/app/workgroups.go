@@ -1,0 +1,188 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
+	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+)
+
+// GetWorkGroup returns the WorkGroup of a quota; another tenant's is not
+// found.
+func (a *App) GetWorkGroup(ctx context.Context, c Caller, quotaID string) (domain.WorkGroup, error) {
+	w, err := a.store.WorkGroup(ctx, quotaID)
+	if err != nil {
+		return w, err
+	}
+	if !visible(c, w.TenantID) {
+		return domain.WorkGroup{}, domain.NotFound("WorkGroup of quota", quotaID)
+	}
+	return w, nil
+}
+
+// ListWorkGroups lists WorkGroups; a tenant's key lists its own only.
+func (a *App) ListWorkGroups(ctx context.Context, c Caller, tenant, status string) ([]domain.WorkGroup, error) {
+	if !c.Admin {
+		if tenant != "" && tenant != c.TenantID {
+			return nil, nil
+		}
+		tenant = c.TenantID
+	}
+	return a.store.WorkGroups(ctx, tenant, status)
+}
+
+// GetRayCluster returns the Ray cluster of ⟨tenant, cluster⟩.
+func (a *App) GetRayCluster(ctx context.Context, c Caller, tenant, cluster string) (domain.RayCluster, error) {
+	if !visible(c, tenant) {
+		return domain.RayCluster{}, domain.NotFound("Ray cluster of", tenant+"/"+cluster)
+	}
+	return a.store.Ray(ctx, tenant, cluster)
+}
+
+// WorkGroup is a GU quota's Running WorkGroup as admission sees it: the
+// capacity a tenant's GPU work may use under that quota.
+type WorkGroup struct {
+	TenantID string
+	// Quota is the GU quota's name (what tasks name); QuotaID its id.
+	Quota       string
+	QuotaID     string
+	Cluster     string
+	MachineType string
+	GPUs        int64
+}
+
+func workGroupOf(w domain.WorkGroup) WorkGroup {
+	return WorkGroup{TenantID: w.TenantID, Quota: w.QuotaName, QuotaID: w.QuotaID, Cluster: w.Cluster,
+		MachineType: w.MachineType, GPUs: w.GPUs}
+}
+
+// Reasons of CheckGUQuota's errors (google.rpc.ErrorInfo, domain
+// "taskmesh").
+const (
+	ReasonGUQuotaNotExists = "GU_QUOTA_NOT_EXISTS"
+	ReasonGUQuotaCreating  = "GU_QUOTA_CREATING"
+)
+
+// CheckGUQuota is the submit-time check (seed 003 "关于GU Quota调度") for
+// GPU work of tenantID naming a GU quota (its name or id; empty: any of the
+// tenant's). It returns the quota's Running WorkGroup, or a gRPC status
+// error — in process too, so the admission layer and the RPC answer alike:
+// NotFound with reason GU_QUOTA_NOT_EXISTS when the tenant has no such GU
+// quota, FailedPrecondition with GU_QUOTA_CREATING when its WorkGroup does
+// not exist or is not Running. Other errors are the store's.
+//
+// A root or deeper quota is served by the WorkGroup of its second-level
+// quota (a root: its first non-background one); the background quota has
+// no WorkGroup.
+func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGroup, error) {
+	qs, err := a.store.Quotas(ctx, postgresFilter(tenantID))
+	if err != nil {
+		return WorkGroup{}, err
+	}
+	var named []domain.Quota
+	for _, q := range qs {
+		if q.Open() && (quota == "" || q.Name == quota || q.ID == quota) {
+			named = append(named, q)
+		}
+	}
+	if len(named) == 0 {
+		return WorkGroup{}, GUQuotaNotExists(tenantID, quota)
+	}
+	byID := map[string]domain.Quota{}
+	for _, q := range qs {
+		byID[q.ID] = q
+	}
+	var why string
+	for _, q := range named {
+		wq, ok := workGroupQuota(q, qs, byID)
+		if !ok {
+			why = fmt.Sprintf("GU quota %s has no WorkGroup", q.Name)
+			continue
+		}
+		w, err := a.store.WorkGroup(ctx, wq.ID)
+		switch {
+		case errors.Is(err, domain.ErrNotFound):
+			why = fmt.Sprintf("the WorkGroup of GU quota %s does not exist yet", q.Name)
+			continue
+		case err != nil:
+			return WorkGroup{}, err
+		}
+		if w.Status == domain.StatusRunning {
+			return workGroupOf(w), nil
+		}
+		why = fmt.Sprintf("the WorkGroup of GU quota %s is %s, not Running", q.Name, w.Status)
+		if w.Reason != "" {
+			why += " (" + w.Reason + ")"
+		}
+	}
+	return WorkGroup{}, guStatus(codes.FailedPrecondition, ReasonGUQuotaCreating,
+		"GU quota is being created: "+why+"; retry once it runs")
+}
+
+// GUQuotaNotExists is CheckGUQuota's NotFound answer.
+func GUQuotaNotExists(tenantID, quota string) error {
+	msg := fmt.Sprintf("GU quota does not exist: tenant %s has no GU quota %q", tenantID, quota)
+	if quota == "" {
+		msg = fmt.Sprintf("GU quota does not exist: tenant %s has no GU quota", tenantID)
+	}
+	return guStatus(codes.NotFound, ReasonGUQuotaNotExists, msg)
+}
+
+// workGroupQuota finds the quota whose WorkGroup serves q.
+func workGroupQuota(q domain.Quota, all []domain.Quota, byID map[string]domain.Quota) (domain.Quota, bool) {
+	switch {
+	case q.Level == 1:
+		for _, c := range all {
+			if c.ParentID == q.ID && c.HasWorkGroup() && c.Open() {
+				return c, true
+			}
+		}
+		return domain.Quota{}, false
+	case q.Level > 2:
+		for q.Level > 2 {
+			p, ok := byID[q.ParentID]
+			if !ok {
+				return domain.Quota{}, false
+			}
+			q = p
+		}
+	}
+	return q, q.HasWorkGroup()
+}
+
+// guStatus builds the check's error: an ErrorInfo with the reason only
+// (no business code of its own), which the gateway reads as the task API's
+// taskv1.ErrorCode of that name (30010, 30011).
+func guStatus(c codes.Code, reason, msg string) error {
+	st, err := status.New(c, msg).WithDetails(&errdetails.ErrorInfo{Domain: grpcserver.ErrorDomain, Reason: reason})
+	if err != nil {
+		return status.Error(c, msg)
+	}
+	return st.Err()
+}
+
+// RunningWorkGroups lists every Running WorkGroup (for admission: the GPU
+// capacity each tenant's GU quota holds). WatchWorkGroups says when to
+// read it again.
+func (a *App) RunningWorkGroups(ctx context.Context) ([]WorkGroup, error) {
+	ws, err := a.store.WorkGroups(ctx, "", domain.StatusRunning)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]WorkGroup, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, workGroupOf(w))
+	}
+	return out, nil
+}
+
+func postgresFilter(tenant string) postgres.QuotaFilter {
+	return postgres.QuotaFilter{TenantID: tenant, Kind: string(domain.KindGU)}
+}

@@ -1,0 +1,62 @@
+// Package ports serves QuotaService over gRPC: proto ↔ domain mapping,
+// the caller's rights, and the one place where errors become gRPC
+// statuses (with the business code of quotav1.ErrorCode in an ErrorInfo).
+package ports
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	"github.com/taskmesh/taskmesh/services/quota/internal/app"
+	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+)
+
+func statusWith(c codes.Code, code quotav1.ErrorCode, msg string) error {
+	return grpcserver.Status(c, int(code), strings.TrimPrefix(code.String(), "ERROR_CODE_"), msg)
+}
+
+// toStatus maps a use case's error to a gRPC status. Statuses pass through
+// (CheckGUQuota builds its own); unknown errors are logged and answered as
+// internal without their text.
+func toStatus(log *slog.Logger, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	var invalid *domain.InvalidError
+	switch {
+	case errors.As(err, &invalid):
+		// Malformed requests use the task API's 30005, like validation.
+		return grpcserver.Status(codes.InvalidArgument, int(taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT), "INVALID_ARGUMENT",
+			err.Error(), &errdetails.BadRequest_FieldViolation{Field: invalid.Field, Description: invalid.Reason})
+	case errors.Is(err, domain.ErrInvalid):
+		return grpcserver.Status(codes.InvalidArgument, int(taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT), "INVALID_ARGUMENT", err.Error())
+	case errors.Is(err, domain.ErrInventoryInsufficient):
+		return statusWith(codes.FailedPrecondition, quotav1.ErrorCode_ERROR_CODE_INVENTORY_INSUFFICIENT, err.Error())
+	case errors.Is(err, domain.ErrNotFound):
+		return statusWith(codes.NotFound, quotav1.ErrorCode_ERROR_CODE_QUOTA_NOT_FOUND, err.Error())
+	case errors.Is(err, domain.ErrExists):
+		return statusWith(codes.AlreadyExists, quotav1.ErrorCode_ERROR_CODE_QUOTA_EXISTS, err.Error())
+	case errors.Is(err, domain.ErrConflict):
+		return statusWith(codes.FailedPrecondition, quotav1.ErrorCode_ERROR_CODE_QUOTA_CONFLICT, err.Error())
+	case errors.Is(err, app.ErrForbidden):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	}
+	log.Error("internal error", "err", err)
+	return grpcserver.Status(codes.Internal, int(taskv1.ErrorCode_ERROR_CODE_INTERNAL), "INTERNAL", "internal error")
+}
