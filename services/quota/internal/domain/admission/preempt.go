@@ -1,0 +1,182 @@
+package admission
+
+import (
+	"cmp"
+	"slices"
+)
+
+// candidate is an admitted workload that a preemptor may evict.
+type candidate struct {
+	w   *workload
+	n   *node // its ClusterQueue node
+	own bool  // in the preemptor's ClusterQueue
+}
+
+// targets finds the victims that let preemptor p (on ClusterQueue node n,
+// with assignment a) fit, following Kueue's classical preemption:
+//
+//   - candidates are admitted workloads using a flavor/resource p needs,
+//     in its own ClusterQueue per withinClusterQueue, and in other
+//     ClusterQueues of its cohort tree that borrow per
+//     reclaimWithinCohort; MinPriorityGap applies to priority rules;
+//   - they are tried in order (other queues first, lowest priority, most
+//     recently admitted), removed greedily until p fits, then each but the
+//     last is put back if p still fits without it;
+//   - reclaiming from other queues is tried without letting p borrow;
+//     failing that, only p's own queue, with borrowing.
+//
+// Workloads already being evicted, or chosen earlier in the same Schedule
+// call, are not candidates. sim is restored before returning.
+func (s *State) targets(n *node, p *workload, a assignment, sim []int64, chosen map[string]bool) []*workload {
+	need := a.need
+	uses := func(w *workload) bool {
+		for _, r := range w.assignment {
+			if slices.Contains(need, r.fr) {
+				return true
+			}
+		}
+		return false
+	}
+	spec := n.cq.spec.Preemption
+	var cands []candidate
+	eligible := func(w *workload) bool {
+		return !w.evicting && !chosen[w.ID] && uses(w)
+	}
+	if spec.WithinClusterQueue != "" && spec.WithinClusterQueue != Never {
+		for _, w := range s.queues[n.name].admitted {
+			if eligible(w) && allowedVictim(spec.WithinClusterQueue, spec.MinPriorityGap, p, w) {
+				cands = append(cands, candidate{w: w, n: n, own: true})
+			}
+		}
+	}
+	if n.parent != nil && spec.ReclaimWithinCohort != "" && spec.ReclaimWithinCohort != Never {
+		s.eachQueue(n.root, func(o *node) {
+			if o == n || o.withinNominal(sim, need) {
+				return
+			}
+			for _, w := range s.queues[o.name].admitted {
+				if eligible(w) && allowedVictim(spec.ReclaimWithinCohort, spec.MinPriorityGap, p, w) {
+					cands = append(cands, candidate{w: w, n: o})
+				}
+			}
+		})
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	slices.SortFunc(cands, func(x, y candidate) int {
+		if x.own != y.own {
+			if x.own {
+				return 1
+			}
+			return -1
+		}
+		if c := cmp.Compare(x.w.Priority, y.w.Priority); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(y.w.admitSeq, x.w.admitSeq); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.w.ID, y.w.ID)
+	})
+	own := slices.DeleteFunc(slices.Clone(cands), func(c candidate) bool { return !c.own })
+	if len(own) == len(cands) {
+		return minimalPreemptions(n, a, sim, need, cands, true)
+	}
+	if t := minimalPreemptions(n, a, sim, need, cands, false); t != nil {
+		return t
+	}
+	return minimalPreemptions(n, a, sim, need, own, true)
+}
+
+// allowedVictim applies a preemption policy between preemptor p and
+// candidate v. With a MinPriorityGap, v must be at least that many levels
+// below p, and equal priority never qualifies; Any ignores priorities.
+func allowedVictim(policy PreemptionPolicy, gap int, p, v *workload) bool {
+	lower := int64(v.Priority) < int64(p.Priority)
+	if gap > 0 {
+		lower = int64(v.Priority) <= int64(p.Priority)-int64(gap)
+	}
+	switch policy {
+	case Any:
+		return true
+	case LowerPriority:
+		return lower
+	case LowerOrNewerEqualPriority:
+		return lower || (gap == 0 && v.Priority == p.Priority && p.Created.Before(v.Created))
+	}
+	return false
+}
+
+// minimalPreemptions removes candidates in order until the preemptor fits,
+// then puts back every victim but the last that is not needed.
+func minimalPreemptions(n *node, a assignment, sim []int64, need []int, cands []candidate, allowBorrow bool) []*workload {
+	var victims []candidate
+	fits := false
+	for _, c := range cands {
+		if !c.own && c.n.withinNominal(sim, need) {
+			// That queue no longer borrows: nothing to reclaim from it.
+			continue
+		}
+		unchargeSim(c, sim, -1)
+		victims = append(victims, c)
+		if fitsIn(n, a, sim, allowBorrow) {
+			fits = true
+			break
+		}
+	}
+	if !fits {
+		for _, c := range victims {
+			unchargeSim(c, sim, 1)
+		}
+		return nil
+	}
+	for i := len(victims) - 2; i >= 0; i-- {
+		unchargeSim(victims[i], sim, 1)
+		if fitsIn(n, a, sim, allowBorrow) {
+			victims = slices.Delete(victims, i, i+1)
+			continue
+		}
+		unchargeSim(victims[i], sim, -1)
+	}
+	out := make([]*workload, len(victims))
+	for i, c := range victims {
+		unchargeSim(c, sim, 1)
+		out[i] = c.w
+	}
+	return out
+}
+
+func unchargeSim(c candidate, sim []int64, sign int64) {
+	for _, r := range c.w.assignment {
+		c.n.addUsage(sim, r.fr, sign*r.qty)
+	}
+}
+
+// fitsIn reports whether assignment a fits on n now; without borrowing it
+// must also stay within n's own quota.
+func fitsIn(n *node, a assignment, sim []int64, allowBorrow bool) bool {
+	for _, r := range a.frs {
+		if !allowBorrow && sim[n.off+r.fr]+r.qty > n.subtree[r.fr] {
+			return false
+		}
+		if r.qty > n.available(sim, r.fr) {
+			return false
+		}
+	}
+	return true
+}
+
+// eachQueue calls f for every ClusterQueue node under root, in
+// configuration order.
+func (s *State) eachQueue(root *node, f func(*node)) {
+	for _, c := range root.cohorts {
+		s.eachQueue(c, f)
+	}
+	for _, q := range root.queues {
+		f(q)
+	}
+	if root.isCQ() {
+		f(root)
+	}
+}
