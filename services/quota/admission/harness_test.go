@@ -124,7 +124,9 @@ func (e *env) instance(pool *pgxpool.Pool, mutate ...func(*admission.Config)) (*
 	}
 }
 
-func (e *env) client() quotav1.AdmissionServiceClient { return quotav1.NewAdmissionServiceClient(e.conn) }
+func (e *env) client() quotav1.AdmissionServiceClient {
+	return quotav1.NewAdmissionServiceClient(e.conn)
+}
 
 func as(p authn.Principal) context.Context {
 	return authn.Outgoing(context.Background(), p, internalToken)

@@ -227,4 +227,3 @@ func flavorUsage(u admission.Usage) []*quotav1.FlavorUsage {
 	}
 	return out
 }
-
