@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -86,7 +87,7 @@ func (e *env) start(mutate ...func(*admission.Config)) {
 // instance runs one more service instance on pool.
 func (e *env) instance(pool *pgxpool.Pool, mutate ...func(*admission.Config)) (*admission.Service, *grpc.ClientConn, func()) {
 	e.t.Helper()
-	cfg := admission.Config{DB: pool, Kafka: e.broker.Config(), Partitions: 4, Tick: 20 * time.Millisecond}
+	cfg := admission.Config{DB: pool, Kafka: e.broker.Config(), Partitions: 4, Tick: 20 * time.Millisecond, Logger: testLogger(e.t)}
 	for _, m := range mutate {
 		m(&cfg)
 	}
@@ -250,3 +251,12 @@ func (e *env) quotaEvent(id string, version int64) *quotav1.QuotaEvent {
 	}
 	return &env
 }
+
+// testLogger logs warnings and errors through t.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
