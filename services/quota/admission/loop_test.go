@@ -10,7 +10,6 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
-	"github.com/taskmesh/taskmesh/services/quota/admission"
 )
 
 // soloQueue defines a ClusterQueue of gpus GPUs outside any cohort.
@@ -176,4 +175,3 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-var _ = admission.Schema
