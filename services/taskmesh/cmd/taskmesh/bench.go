@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -77,6 +78,22 @@ func benchCommand() *cobra.Command {
 	tf.StringVar(&tasks.BurnProfile, "burn-profile", "", "write a CPU profile of the first burn-down alone")
 	tf.BoolVar(&tasks.PGStats, "pg-stats", false, "print the statements that took most server time (pg_stat_statements)")
 
+	var gw bench.GatewayOptions
+	gatewayCmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "REST submit+get through the gateway against the same calls over gRPC straight to the scheduler",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			gw.Out = cmd.OutOrStdout()
+			_, err := bench.Gateway(cmd.Context(), gw)
+			return err
+		},
+	}
+	gf := gatewayCmd.Flags()
+	gf.StringVar(&gw.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
+	gf.IntVar(&gw.Runs, "runs", 3, "repetitions (medians are reported)")
+	gf.IntVar(&gw.Clients, "clients", 16, "concurrent clients per path")
+	gf.DurationVar(&gw.For, "gateway-for", 10*time.Second, "length of each measured phase")
+
 	all := &cobra.Command{
 		Use:   "all",
 		Short: "Run every benchmark",
@@ -86,16 +103,23 @@ func benchCommand() *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
-			_, err := bench.Tasks(cmd.Context(), tasks)
+			if _, err := bench.Tasks(cmd.Context(), tasks); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			gw.Out = cmd.OutOrStdout()
+			_, err := bench.Gateway(cmd.Context(), gw)
 			return err
 		},
 	}
 	all.Flags().AddFlagSet(f)
-	tf.VisitAll(func(fl *pflag.Flag) {
-		if all.Flags().Lookup(fl.Name) == nil {
-			all.Flags().AddFlag(fl)
-		}
-	})
-	cmd.AddCommand(eventsCmd, tasksCmd, all)
+	for _, fs := range []*pflag.FlagSet{tf, gf} {
+		fs.VisitAll(func(fl *pflag.Flag) {
+			if all.Flags().Lookup(fl.Name) == nil {
+				all.Flags().AddFlag(fl)
+			}
+		})
+	}
+	cmd.AddCommand(eventsCmd, tasksCmd, gatewayCmd, all)
 	return cmd
 }

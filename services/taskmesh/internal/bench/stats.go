@@ -23,6 +23,15 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// medianDuration of ds (0 for none).
+func medianDuration(ds []time.Duration) time.Duration {
+	fs := make([]float64, len(ds))
+	for i, d := range ds {
+		fs[i] = float64(d)
+	}
+	return time.Duration(median(fs))
+}
+
 // percentile p (0–100) of ds, nearest rank.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
