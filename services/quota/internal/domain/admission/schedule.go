@@ -203,31 +203,100 @@ type cursor struct {
 	blocked bool
 }
 
+// entry is a nominated head: its assignment and, when it must preempt,
+// its victims, computed against the simulated usage of version ver of its
+// root.
 type entry struct {
-	c *cursor
-	w *workload
-	a assignment
+	c       *cursor
+	w       *workload
+	a       assignment
+	targets []*workload
+	ver     int
+}
+
+// cycle is the simulation one Schedule call runs on: usage with this
+// call's decisions charged, and per root a version counting the changes
+// (0: the root still matches the facts, so memos apply).
+type cycle struct {
+	sim    []int64
+	ver    map[*node]int
+	chosen map[string]bool // victims decided in this call
+}
+
+// evaluate assigns flavors to w and, when it must preempt and is not
+// already waiting for victims, finds its victims. A preemptor without
+// victims is reported as modeNoFit.
+func (s *State) evaluate(cy *cycle, n *node, w *workload) (assignment, []*workload) {
+	a := s.assign(n, w, cy.sim, nil)
+	if a.mode != modePreempt || len(w.victims) > 0 {
+		return a, nil
+	}
+	t := s.targets(n, w, a, cy.sim, cy.chosen)
+	if len(t) == 0 {
+		a.mode = modeNoFit
+	}
+	return a, t
+}
+
+// nominate finds the cursor's head: the first workload that fits or can
+// preempt (or waits for its victims). Workloads that can do neither are
+// memoized when the root matches the facts, and skipped (BestEffortFIFO)
+// or block the queue (StrictFIFO).
+func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
+	n := c.q.node
+	root := n.root
+	for c.pos < len(c.q.pending) {
+		w := c.q.pending[c.pos]
+		clean := cy.ver[root] == 0
+		if clean && memoized(n, w) {
+			if c.strict {
+				break
+			}
+			c.pos++
+			continue
+		}
+		a, t := s.evaluate(cy, n, w)
+		if a.mode != modeNoFit {
+			return entry{c: c, w: w, a: a, targets: t, ver: cy.ver[root]}, true
+		}
+		if clean {
+			w.noFitRelease, w.noFitChange = root.releaseGen, root.changeGen
+		}
+		if c.strict {
+			break
+		}
+		c.pos++
+	}
+	c.blocked = true
+	return entry{}, false
+}
+
+func (cy *cycle) charge(n *node, frs []frQty) {
+	for _, r := range frs {
+		n.addUsage(cy.sim, r.fr, r.qty)
+	}
+	cy.ver[n.root]++
 }
 
 // Schedule decides what to do next, at most max decisions: admissions of
 // pending workloads that fit, and preemptions for those that could fit by
 // evicting others. It does not change the state's facts (it refreshes
 // internal memos only): the caller persists the decisions and applies
-// them in order with Admit and Preempt, which then always succeed.
+// them in order with Admit and Preempt, which then always succeed. A
+// larger max extends the decisions of a smaller one.
 //
-// Like Kueue, each cycle takes the head of every ClusterQueue, orders the
-// heads (not borrowing first, then priority, then age), and admits what
-// fits, charging usage as it goes so one cycle never over-admits; cycles
-// repeat until nothing moves or max is reached. A head that must preempt
-// reserves its request for the rest of the call, so lower-ranked heads
-// cannot take the room its victims free.
+// Like Kueue, each cycle nominates the head of every ClusterQueue, orders
+// the heads (not borrowing first, then priority, then age), and admits
+// what fits, charging usage as it goes so one cycle never over-admits;
+// cycles repeat until nothing moves or max is reached. A head that must
+// preempt reserves its request for the rest of the call, so lower-ranked
+// heads cannot take the room its victims free. All victims of one
+// preemptor come in one call.
 func (s *State) Schedule(now time.Time, max int) []Decision {
 	if max <= 0 {
 		return nil
 	}
-	sim := slices.Clone(s.usage)
-	dirty := map[*node]bool{} // roots whose simulated usage differs from the facts
-	chosen := map[string]bool{}
+	cy := &cycle{sim: slices.Clone(s.usage), ver: map[*node]int{}, chosen: map[string]bool{}}
 	var cursors []*cursor
 	for _, name := range slices.Sorted(maps.Keys(s.queues)) {
 		q := s.queues[name]
@@ -237,32 +306,17 @@ func (s *State) Schedule(now time.Time, max int) []Decision {
 	}
 	var out []Decision
 	var heads []entry
-	for len(out) < max {
+	for {
 		heads = heads[:0]
-		moved := false
 		for _, c := range cursors {
-			if c.blocked {
-				continue
-			}
-			n := c.q.node
-			for c.pos < len(c.q.pending) {
-				w := c.q.pending[c.pos]
-				if !memoized(n, w) {
-					heads = append(heads, entry{c: c, w: w, a: s.assign(n, w, sim, nil)})
-					break
+			if !c.blocked {
+				if e, ok := s.nominate(cy, c); ok {
+					heads = append(heads, e)
 				}
-				if c.strict {
-					c.blocked = true
-					break
-				}
-				c.pos++
-			}
-			if c.pos >= len(c.q.pending) {
-				c.blocked = true
 			}
 		}
 		if len(heads) == 0 {
-			break
+			return out
 		}
 		slices.SortFunc(heads, func(a, b entry) int {
 			if a.a.borrow != b.a.borrow {
@@ -275,72 +329,38 @@ func (s *State) Schedule(now time.Time, max int) []Decision {
 		})
 		for i := range heads {
 			if len(out) >= max {
-				break
+				return out
 			}
 			e := &heads[i]
 			n := e.c.q.node
-			root := n.root
-			if dirty[root] {
-				e.a = s.assign(n, e.w, sim, nil)
+			if e.ver != cy.ver[n.root] {
+				// Earlier heads of this cycle changed the usage under it.
+				e.a, e.targets = s.evaluate(cy, n, e.w)
 			}
-			switch e.a.mode {
-			case modeFit:
+			switch {
+			case e.a.mode == modeFit:
 				out = append(out, Decision{Kind: DecideAdmit, At: now, ID: e.w.ID, Assignment: s.publicAssignment(e.a)})
-				for _, r := range e.a.frs {
-					n.addUsage(sim, r.fr, r.qty)
-				}
-				dirty[root] = true
+				cy.charge(n, e.a.frs)
 				e.c.pos++
-				moved = true
-				continue
-			case modePreempt:
-				if len(e.w.victims) > 0 {
-					// Its victims are still stopping: wait for them.
-					s.reserve(n, e.a, sim)
-					dirty[root] = true
-					e.c.blocked = true
-					continue
-				}
-				targets := s.targets(n, e.w, e.a, sim, chosen)
-				if len(targets) > 0 && (len(out) == 0 || len(out)+len(targets) <= max) {
-					for _, v := range targets {
-						chosen[v.ID] = true
-						out = append(out, Decision{Kind: DecidePreempt, At: now, Victim: v.ID, Preemptor: e.w.ID})
-					}
-					s.reserve(n, e.a, sim)
-					dirty[root] = true
-					e.c.blocked = true
-					moved = true
-					continue
-				}
-				if len(targets) > 0 {
-					// No room left in this call for the whole victim set.
-					e.c.blocked = true
-					continue
-				}
-			}
-			// Neither fits nor can preempt.
-			if !dirty[root] {
-				e.w.noFitRelease, e.w.noFitChange = root.releaseGen, root.changeGen
-			}
-			if e.c.strict {
+			case e.a.mode == modePreempt && len(e.w.victims) > 0:
+				// Its victims are still stopping: wait for them.
+				cy.charge(n, e.a.frs)
 				e.c.blocked = true
-			} else {
+			case e.a.mode == modePreempt:
+				if len(out) > 0 && len(out)+len(e.targets) > max {
+					return out
+				}
+				for _, v := range e.targets {
+					cy.chosen[v.ID] = true
+					out = append(out, Decision{Kind: DecidePreempt, At: now, Victim: v.ID, Preemptor: e.w.ID})
+				}
+				cy.charge(n, e.a.frs)
+				e.c.blocked = true
+			case e.c.strict:
+				e.c.blocked = true
+			default:
 				e.c.pos++
-				moved = true
 			}
 		}
-		if !moved {
-			break
-		}
-	}
-	return out
-}
-
-// reserve charges a preemptor's request to the simulated usage so heads
-// ranked after it in this call cannot take the room being freed for it.
-func (s *State) reserve(n *node, a assignment, sim []int64) {
-	for _, r := range a.frs {
-		n.addUsage(sim, r.fr, r.qty)
 	}
 }
