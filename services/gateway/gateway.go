@@ -36,6 +36,10 @@ type Config struct {
 	// SchedulerTarget is the scheduler's internal gRPC address (a
 	// grpc.NewClient target).
 	SchedulerTarget string
+	// QuotaTarget, if set, is the quota service's internal gRPC address:
+	// its AdmissionService is served under /api/v1/… and through the
+	// gRPC front door.
+	QuotaTarget string
 	// InternalToken is sent to internal services (authn.MDInternalToken).
 	// Never logged.
 	InternalToken string
@@ -73,6 +77,7 @@ type Gateway struct {
 	log      *slog.Logger
 	creds    *credentials.Store
 	upstream *grpc.ClientConn
+	quota    *grpc.ClientConn // nil without Config.QuotaTarget
 	handler  http.Handler
 	health   *health.Server
 
@@ -133,9 +138,18 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: scheduler client for %q: %w", cfg.SchedulerTarget, err)
 	}
 	g.upstream = upstream
+	var quota *grpc.ClientConn
+	if cfg.QuotaTarget != "" {
+		if quota, err = grpc.NewClient(cfg.QuotaTarget, opts...); err != nil {
+			upstream.Close()
+			return nil, fmt.Errorf("gateway: quota client for %q: %w", cfg.QuotaTarget, err)
+		}
+		g.quota = quota
+	}
 
 	g.handler, err = rest.NewHandler(ctx, rest.Options{
 		Upstream:       upstream,
+		Quota:          optionalConn(quota),
 		Auth:           g.creds,
 		TrustedProxies: cfg.TrustedProxies,
 		Ready:          func() bool { return upstream.GetState() == connectivity.Ready },
@@ -143,11 +157,12 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		Logger:         log,
 	})
 	if err != nil {
-		upstream.Close()
+		closeConns(upstream, quota)
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.grpcSrv = grpcproxy.NewServer(grpcproxy.Options{
 		Upstream:       upstream,
+		Quota:          optionalConn(quota),
 		Auth:           g.creds,
 		TrustedProxies: cfg.TrustedProxies,
 		Health:         g.health,
@@ -162,12 +177,12 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 
 	var lc net.ListenConfig
 	if g.httpLis, err = lc.Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
-		upstream.Close()
+		closeConns(upstream, quota)
 		return nil, fmt.Errorf("gateway: listen http: %w", err)
 	}
 	if g.grpcLis, err = lc.Listen(ctx, "tcp", cfg.GRPCAddr); err != nil {
 		g.httpLis.Close()
-		upstream.Close()
+		closeConns(upstream, quota)
 		return nil, fmt.Errorf("gateway: listen grpc: %w", err)
 	}
 
@@ -282,7 +297,24 @@ func (g *Gateway) Close() error {
 		// closing again returns an error worth ignoring.
 		g.httpLis.Close()
 		g.grpcLis.Close()
-		g.closeErr = g.upstream.Close()
+		g.closeErr = closeConns(g.upstream, g.quota)
 	})
 	return g.closeErr
+}
+
+// closeConns closes the upstream connections (quota may be nil).
+func closeConns(upstream, quota *grpc.ClientConn) error {
+	err := upstream.Close()
+	if quota != nil {
+		err = errors.Join(err, quota.Close())
+	}
+	return err
+}
+
+// optionalConn keeps a nil connection nil as an interface.
+func optionalConn(c *grpc.ClientConn) grpc.ClientConnInterface {
+	if c == nil {
+		return nil
+	}
+	return c
 }

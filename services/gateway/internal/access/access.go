@@ -1,7 +1,9 @@
 // Package access decides which kind of caller may reach which internal
 // service. The rule is the same for REST routes and gRPC methods: a tenant's
 // API key calls the task API (taskmesh.task.v1.TaskService, REST
-// /api/v1/… except /api/v1/agent/…), an agent token calls the lease API
+// /api/v1/… except /api/v1/agent/…) and the admission API
+// (taskmesh.quota.v1.AdmissionService but its internal ResolveQueue), an
+// agent token calls the lease API
 // (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…). Anything else is
 // refused, so a leaked agent token cannot read tenants' tasks and a user key
 // cannot impersonate an executor.
@@ -11,6 +13,7 @@ import (
 	"errors"
 	"strings"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 )
@@ -24,6 +27,10 @@ const AgentRoutePrefix = "/api/v1/agent/"
 var (
 	taskMethods  = "/" + taskv1.TaskService_ServiceDesc.ServiceName + "/"
 	leaseMethods = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
+	// Tenants read queues and explain their tasks; ResolveQueue is the
+	// scheduler's, and the service itself refuses tenants' writes.
+	admissionMethods = "/" + quotav1.AdmissionService_ServiceDesc.ServiceName + "/"
+	resolveQueue     = admissionMethods + "ResolveQueue"
 )
 
 // deniedError carries a message written for the caller.
@@ -38,6 +45,8 @@ func denied(msg string) error { return &deniedError{msg: msg} }
 func Method(p authn.Principal, fullMethod string) error {
 	switch {
 	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, taskMethods):
+		return nil
+	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, admissionMethods) && fullMethod != resolveQueue:
 		return nil
 	case p.Kind == authn.KindAgent && strings.HasPrefix(fullMethod, leaseMethods):
 		return nil

@@ -23,6 +23,10 @@ func TestMethod(t *testing.T) {
 		{p: agent, method: "/taskmesh.task.v1.TaskService/GetTask"},
 		{p: user, method: "/taskmesh.task.v1.TaskServiceX/GetTask"},
 		{p: user, method: "/taskmesh.quota.v1.QuotaService/CreateQuota"},
+		{p: user, method: "/taskmesh.quota.v1.AdmissionService/ExplainTaskAdmission", want: true},
+		{p: user, method: "/taskmesh.quota.v1.AdmissionService/ListClusterQueues", want: true},
+		{p: user, method: "/taskmesh.quota.v1.AdmissionService/ResolveQueue"},
+		{p: agent, method: "/taskmesh.quota.v1.AdmissionService/ListClusterQueues"},
 		{p: admin, method: "/taskmesh.task.v1.TaskService/GetTask"},
 		{p: authn.Principal{}, method: "/taskmesh.task.v1.TaskService/GetTask"},
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,7 +35,10 @@ type Options struct {
 	// Upstream is the connection to the scheduler; it must carry the
 	// interceptors of package outbound.
 	Upstream grpc.ClientConnInterface
-	Auth     Authenticator
+	// Quota, if set, receives the quota service's methods
+	// (/taskmesh.quota.v1.…), with the same interceptors.
+	Quota grpc.ClientConnInterface
+	Auth  Authenticator
 	// TrustedProxies may set x-forwarded-for (see package clientip).
 	TrustedProxies []netip.Prefix
 	// Health is served as grpc.health.v1.
@@ -46,7 +50,7 @@ type Options struct {
 
 // NewServer returns the front door's gRPC server.
 func NewServer(opts Options) *grpc.Server {
-	p := &proxy{upstream: opts.Upstream, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger}
+	p := &proxy{upstream: opts.Upstream, quota: opts.Quota, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger}
 	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.UnknownServiceHandler(p.handle),
 		grpc.ForceServerCodec(codec{}),
@@ -55,8 +59,12 @@ func NewServer(opts Options) *grpc.Server {
 	return srv
 }
 
+// quotaMethods prefixes the quota service's methods.
+const quotaMethods = "/taskmesh.quota.v1."
+
 type proxy struct {
 	upstream grpc.ClientConnInterface
+	quota    grpc.ClientConnInterface
 	auth     Authenticator
 	trusted  []netip.Prefix
 	log      *slog.Logger
@@ -93,7 +101,14 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	cs, err := p.upstream.NewStream(ctx, bothStreams, method, grpc.ForceCodec(codec{}))
+	upstream := p.upstream
+	if strings.HasPrefix(method, quotaMethods) {
+		if p.quota == nil {
+			return status.Error(codes.Unimplemented, "the quota service is not available through this gateway")
+		}
+		upstream = p.quota
+	}
+	cs, err := upstream.NewStream(ctx, bothStreams, method, grpc.ForceCodec(codec{}))
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
@@ -26,8 +27,9 @@ var marshaler = &runtime.JSONPb{
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 }
 
-// newAPIMux returns the generated REST mux for the task and lease services.
-func newAPIMux(ctx context.Context, upstream grpc.ClientConnInterface, log *slog.Logger) (*runtime.ServeMux, error) {
+// newAPIMux returns the generated REST mux for the task and lease services,
+// and the quota service's admission routes when quota is set.
+func newAPIMux(ctx context.Context, upstream, quota grpc.ClientConnInterface, log *slog.Logger) (*runtime.ServeMux, error) {
 	errs := &errorWriter{log: log}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
@@ -49,6 +51,11 @@ func newAPIMux(ctx context.Context, upstream grpc.ClientConnInterface, log *slog
 	}
 	if err := taskv1.RegisterLeaseServiceHandlerClient(ctx, mux, taskv1.NewLeaseServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register lease service: %w", err)
+	}
+	if quota != nil {
+		if err := quotav1.RegisterAdmissionServiceHandlerClient(ctx, mux, quotav1.NewAdmissionServiceClient(quota)); err != nil {
+			return nil, fmt.Errorf("rest: register admission service: %w", err)
+		}
 	}
 	return mux, nil
 }

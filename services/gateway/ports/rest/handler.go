@@ -33,7 +33,10 @@ type Options struct {
 	// Upstream is the connection to the scheduler; it must carry the
 	// interceptors of package outbound.
 	Upstream grpc.ClientConnInterface
-	Auth     Authenticator
+	// Quota, if set, is the connection to the quota service
+	// (AdmissionService routes), with the same interceptors.
+	Quota grpc.ClientConnInterface
+	Auth  Authenticator
 	// TrustedProxies may set X-Forwarded-For (see package clientip).
 	TrustedProxies []netip.Prefix
 	// Ready reports whether the scheduler connection is ready (/healthz).
@@ -58,7 +61,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rest: openapi document: %w", err)
 	}
-	mux, err := newAPIMux(ctx, opts.Upstream, opts.Logger)
+	mux, err := newAPIMux(ctx, opts.Upstream, opts.Quota, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
