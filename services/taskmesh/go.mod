@@ -21,6 +21,7 @@ require (
 	github.com/spf13/pflag v1.0.10
 	github.com/taskmesh/taskmesh/services/executor v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/gateway v0.0.0-00010101000000-000000000000
+	github.com/taskmesh/taskmesh/services/quota v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/scheduler v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go v1.22.2
 	go.yaml.in/yaml/v3 v3.0.5

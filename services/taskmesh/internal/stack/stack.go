@@ -1,8 +1,9 @@
 // Package stack composes every Taskmesh service in one process on embedded
 // defaults: a Postgres server it runs itself (or DATABASE_URL), an
 // embedded Kafka-protocol broker (or real brokers), a filesystem object
-// store, the scheduler, the gateway and a local executor agent. `taskmesh
-// dev` runs it; end-to-end tests start it on temporary directories.
+// store, the scheduler, the quota service's admission layer, the gateway
+// and a local executor agent. `taskmesh dev` runs it; end-to-end tests
+// start it on temporary directories.
 //
 // All state lives under DataDir, so stopping and starting again keeps every
 // task, event and credential.
@@ -24,12 +25,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
+	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/gateway"
+	"github.com/taskmesh/taskmesh/services/quota/admission"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 )
 
@@ -56,7 +61,9 @@ type Options struct {
 	AgentLocalAPI string
 	// Timing overrides the scheduler's timing (tests).
 	Timing scheduler.Timing
-	Logger *slog.Logger
+	// GUQuotas checks the GU quotas tasks name; nil refuses them.
+	GUQuotas admission.GUQuotas
+	Logger   *slog.Logger
 }
 
 // Stack is a running Taskmesh.
@@ -78,6 +85,7 @@ type Stack struct {
 
 	Gateway   *gateway.Gateway
 	Scheduler *scheduler.Service
+	Admission *admission.Service
 	pools     []*pgxpool.Pool
 	server    *pg.LocalServer
 	broker    *kafka.Embedded
@@ -123,11 +131,15 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	schedAddr, err := s.startScheduler(ctx, runCtx, internalToken, objects)
+	quotaAddr, err := s.startAdmission(ctx, runCtx, internalToken)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.startGateway(ctx, runCtx, schedAddr, internalToken, objects); err != nil {
+	schedAddr, err := s.startScheduler(ctx, runCtx, internalToken, objects, quotaAddr)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startGateway(ctx, runCtx, schedAddr, quotaAddr, internalToken, objects); err != nil {
 		return nil, err
 	}
 	if err := s.bootstrap(ctx); err != nil {
@@ -243,13 +255,51 @@ func (s *Stack) objectStore() (*objectstore.FS, error) {
 	return objectstore.NewFS(objectstore.FSConfig{Root: s.ObjectDir, BaseURL: "http://" + httpAddr + "/objects", Secret: []byte(secret)})
 }
 
-func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string, objects objectstore.Store) (string, error) {
+// startAdmission runs the quota service's admission layer: the queues the
+// scheduler's GPU work waits in.
+func (s *Stack) startAdmission(ctx, runCtx context.Context, internalToken string) (string, error) {
+	pool, err := s.pool(ctx, admission.Schema, 16, admission.Migrations()...)
+	if err != nil {
+		return "", err
+	}
+	svc, err := admission.New(admission.Config{DB: pool, Kafka: s.kafkaConfig(), GUQuotas: s.opts.GUQuotas, Logger: s.opts.Logger})
+	if err != nil {
+		return "", err
+	}
+	s.Admission = svc
+	return s.serve(runCtx, internalToken, svc.Register, svc.Run)
+}
+
+// serve runs a service's gRPC server on a loopback port and its
+// background work until the stack stops.
+func (s *Stack) serve(runCtx context.Context, internalToken string, register func(grpc.ServiceRegistrar), run func(context.Context) error) (string, error) {
+	srv, err := grpcserver.New(grpcserver.Options{InternalToken: internalToken, Logger: s.opts.Logger})
+	if err != nil {
+		return "", err
+	}
+	register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	s.go_(func() error { return srv.Serve(lis) })
+	s.go_(func() error { <-runCtx.Done(); srv.GracefulStop(); return nil })
+	s.go_(func() error { return run(runCtx) })
+	return lis.Addr().String(), nil
+}
+
+func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string, objects objectstore.Store, quotaAddr string) (string, error) {
 	pool, err := s.pool(ctx, scheduler.Schema, 48, scheduler.Migrations()...)
 	if err != nil {
 		return "", err
 	}
+	quota, err := grpc.NewClient(quotaAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), otel.DialOption())
+	if err != nil {
+		return "", err
+	}
+	s.go_(func() error { <-runCtx.Done(); return quota.Close() })
 	svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: s.kafkaConfig(), Objects: objects, Timing: s.opts.Timing,
-		Logger: s.opts.Logger})
+		Quota: quota, InternalToken: internalToken, Logger: s.opts.Logger})
 	if err != nil {
 		return "", err
 	}
@@ -269,13 +319,13 @@ func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string
 	return lis.Addr().String(), nil
 }
 
-func (s *Stack) startGateway(ctx, runCtx context.Context, schedAddr, internalToken string, objects *objectstore.FS) error {
+func (s *Stack) startGateway(ctx, runCtx context.Context, schedAddr, quotaAddr, internalToken string, objects *objectstore.FS) error {
 	pool, err := s.pool(ctx, "gateway", 16, gateway.Migrations())
 	if err != nil {
 		return err
 	}
 	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
-		InternalToken: internalToken, DB: pool, Objects: objects.Handler(), Logger: s.opts.Logger})
+		QuotaTarget: quotaAddr, InternalToken: internalToken, DB: pool, Objects: objects.Handler(), Logger: s.opts.Logger})
 	if err != nil {
 		return err
 	}
