@@ -53,10 +53,15 @@ sleep 300 & wait`, termFile, ranFile)
 
 	high := w.submit(prem, map[string]any{"name": "prem", "type": "shell", "command": "echo", "args": []string{"premium done"},
 		"resources": gpus})
-	waitFor(t, 30*time.Second, "the standard task's process to get SIGTERM", func() bool {
-		b, _ := os.ReadFile(termFile)
-		return strings.Contains(string(b), "TERM")
-	})
+	deadline := time.Now().Add(30 * time.Second)
+	for b, _ := os.ReadFile(termFile); !strings.Contains(string(b), "TERM"); b, _ = os.ReadFile(termFile) {
+		if time.Now().After(deadline) {
+			_, ex, _ := w.call("GET", "/api/v1/tasks/"+high+"/admission", prem, nil)
+			t.Fatalf("the standard task's process got no SIGTERM: standard task %v; premium task %v, admission %v",
+				w.task(std, low), w.task(prem, high), ex)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	w.waitStatus(std, low, 30*time.Second, "pending", "queued")
 	done := w.waitStatus(prem, high, 30*time.Second, "completed")
 	if done["stdout"] != "premium done\n" || done["cluster_queue"] != admission.HighPriorityQueue {
