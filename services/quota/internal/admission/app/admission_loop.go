@@ -192,7 +192,7 @@ func (l *Loop) rebuild(ctx context.Context, conn *pgxpool.Conn) error {
 				if held := r.State == StateAdmitted || r.State == StateEvicting; held != pass {
 					continue
 				}
-				l.work[r.TaskID()] = r
+				l.work[r.ID] = r
 				l.restore(r)
 			}
 		}
@@ -224,9 +224,6 @@ func (l *Loop) restore(r *WorkloadRecord) {
 		}
 	}
 }
-
-// TaskID is the workload's task.
-func (r *WorkloadRecord) TaskID() string { return r.ID }
 
 // cycleOut collects what one cycle records.
 type cycleOut struct {
