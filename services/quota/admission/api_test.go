@@ -290,4 +290,3 @@ func TestSyncWorkGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-

@@ -175,7 +175,6 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-
 // Every lock holder (the admission loop, the relay, the task projection)
 // loses its connection mid-flight: new sessions rebuild from what was
 // committed and carry on, with no admission lost, repeated or over quota.
