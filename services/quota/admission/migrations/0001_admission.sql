@@ -53,7 +53,9 @@ CREATE TABLE workloads (
     version       bigint      NOT NULL
 );
 
-CREATE INDEX workloads_queue_idx ON workloads (cluster_queue) WHERE state IN ('admitted', 'evicting');
+-- No index besides the key: every admission cycle rewrites its rows, and
+-- without indexed columns changing those updates stay HOT. Counting a
+-- queue's admitted work (deleting a queue) scans, which is rare.
 
 -- Task lifecycle facts the task-topic projection hands to the admission
 -- loop, in arrival order. The loop is the only writer of workload events,

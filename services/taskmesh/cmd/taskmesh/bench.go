@@ -110,7 +110,7 @@ func benchCommand() *cobra.Command {
 	af.IntVar(&adm.Workloads, "workloads", 10_000, "pending workloads (1 GPU each)")
 	af.IntVar(&adm.Queues, "queues", 50, "ClusterQueues")
 	af.IntVar(&adm.Cohorts, "cohorts", 5, "cohorts the queues are spread over")
-	af.IntVar(&adm.GPUs, "queue-gpus", 8, "nominal GPUs of each queue")
+	af.IntVar(&adm.GPUs, "queue-gpus", 20, "nominal GPUs of each queue")
 
 	all := &cobra.Command{
 		Use:   "all",

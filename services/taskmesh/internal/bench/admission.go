@@ -53,7 +53,7 @@ func (o *AdmissionOptions) defaults() {
 		o.Cohorts = 5
 	}
 	if o.GPUs <= 0 {
-		o.GPUs = 8
+		o.GPUs = 20
 	}
 	if o.Out == nil {
 		o.Out = os.Stdout
@@ -194,6 +194,7 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 
 	// Every workload waits before capacity is freed: the queues fill up
 	// with the first ones, the rest stay pending.
+	deadline := time.Now().Add(5 * time.Minute)
 	produceErr := make(chan error, 1)
 	event := func(id string, version int64, ev *taskv1.TaskEvent) *kgo.Record {
 		ev.EventId, ev.AggregateId, ev.Version, ev.OccurredAt, ev.TenantId = fmt.Sprintf("%s-%d", id, version), id, version, timestamppb.Now(), "bench"
@@ -218,10 +219,23 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 	if err := producer.Flush(ctx); err != nil {
 		return nil, err
 	}
+	// Capacity is freed only once every workload is recorded as waiting.
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM workloads`).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n == o.Workloads {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("admission bench: only %d of %d workloads recorded", n, o.Workloads)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	// Answer each admission with the task's end, remembering when.
 	ended := make(map[string]time.Time, o.Workloads)
-	deadline := time.Now().Add(5 * time.Minute)
 	for len(ended) < o.Workloads {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("admission bench: only %d of %d workloads admitted", len(ended), o.Workloads)
