@@ -3,6 +3,7 @@ package admission
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 // maxAdmissible is the largest cpu request Schedule admits on an empty
@@ -251,5 +252,103 @@ func TestBorrowingFlagAndOrdering(t *testing.T) {
 	}
 	if ds[0].Assignment.Borrowing {
 		t.Errorf("b1 assignment borrows: %+v", ds[0].Assignment)
+	}
+}
+
+func TestUsageViews(t *testing.T) {
+	s := mustNew(t, Config{Cohorts: []Cohort{{Name: "c"}}, ClusterQueues: []ClusterQueue{
+		cpuCQ("team-a", "c", 9, i64(5)), cpuCQ("team-b", "c", 12, nil, i64(4))}})
+	admitNow(t, s, wl("a1", "team-a", 0, 0, cpu(7)), wl("a2", "team-a", 0, 1, cpu(5)))
+	mustEnqueue(t, s, wl("a3", "team-a", 0, 2, cpu(5)), wl("b1", "team-b", 0, 3, cpu(20)))
+	tests := []struct {
+		name string
+		get  func() (Usage, error)
+		want Usage
+	}{
+		{"team-a borrows 3 of team-b's lendable 4", func() (Usage, error) { return s.ClusterQueueUsage("team-a") }, Usage{
+			Name: "team-a", Parent: "c", Pending: 1, Admitted: 2,
+			Resources: []ResourceUsage{{Flavor: "default", Resource: "cpu", Nominal: 9, Subtree: 9, Used: 12, Borrowed: 3,
+				Available: 1, BorrowingLimit: i64(5)}},
+		}},
+		{"team-b lends 3 and keeps 8 guaranteed", func() (Usage, error) { return s.ClusterQueueUsage("team-b") }, Usage{
+			Name: "team-b", Parent: "c", Pending: 1,
+			Resources: []ResourceUsage{{Flavor: "default", Resource: "cpu", Nominal: 12, Subtree: 12, Lent: 3,
+				Available: 9, LendingLimit: i64(4)}},
+		}},
+		{"cohort counts usage beyond guaranteed quota", func() (Usage, error) { return s.CohortUsage("c") }, Usage{
+			Name: "c", Pending: 2, Admitted: 2,
+			Resources: []ResourceUsage{{Flavor: "default", Resource: "cpu", Subtree: 13, Used: 12, Available: 1}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if formatUsage(got) != formatUsage(tt.want) || got.Name != tt.want.Name || got.Parent != tt.want.Parent {
+				t.Errorf("got  %s %s %s\nwant %s %s %s", got.Name, got.Parent, formatUsage(got), tt.want.Name, tt.want.Parent, formatUsage(tt.want))
+			}
+		})
+	}
+}
+
+func TestExplainReasons(t *testing.T) {
+	q := withPreemption(cpuCQ("q", "", 4), LowerPriority, "", 0)
+	s := mustNew(t, Config{ClusterQueues: []ClusterQueue{q}})
+	admitNow(t, s, wl("low", "q", 0, 0, cpu(4)))
+	mustEnqueue(t, s, wl("high", "q", 5, 1, cpu(2)), wl("huge", "q", 9, 2, cpu(5)))
+	tests := []struct {
+		id       string
+		reason   Reason
+		position int
+		message  string
+	}{
+		{"low", ReasonAdmitted, -1, "admitted"},
+		{"huge", ReasonInsufficientQuota, 0, "position 0 in q: default/cpu: requested 5, available 0 (nominal 4, borrowable 0)"},
+		{"high", ReasonNeedsPreemption, 1, "position 1 in q: default/cpu: requested 2, available 0 (nominal 4, borrowable 0)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id, func(t *testing.T) {
+			e, err := s.Explain(tt.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Reason != tt.reason || e.Position != tt.position || e.Message != tt.message {
+				t.Errorf("Explain = %+v, want %s at %d: %q", e, tt.reason, tt.position, tt.message)
+			}
+		})
+	}
+	if e, _ := s.Explain("low"); e.Flavors["cpu"] != "default" {
+		t.Errorf("admitted flavors %v", e.Flavors)
+	}
+}
+
+func TestScheduleStampsAndLimits(t *testing.T) {
+	s := mustNew(t, Config{ClusterQueues: []ClusterQueue{cpuCQ("q", "", 4)}})
+	mustEnqueue(t, s, wl("a", "q", 0, 0, cpu(1)), wl("b", "q", 0, 1, cpu(1)))
+	if ds := s.Schedule(t0, 0); ds != nil {
+		t.Errorf("Schedule(max 0) = %+v", ds)
+	}
+	now := t0.Add(time.Hour)
+	ds := s.Schedule(now, 10)
+	if len(ds) != 2 || !ds[0].At.Equal(now) || ds[0].Kind.String() != "Admit" {
+		t.Errorf("decisions %+v, want two admissions at %v", ds, now)
+	}
+}
+
+func TestAdmittedUsageSurvivesFlavorRemoval(t *testing.T) {
+	two := cq("q", "", grp(flavor("old", rq("cpu", 4)), flavor("new", rq("cpu", 4))))
+	s := mustNew(t, Config{ClusterQueues: []ClusterQueue{two}})
+	admitNow(t, s, wl("a", "q", 0, 0, cpu(3)))
+	if err := s.Reconfigure(Config{ClusterQueues: []ClusterQueue{cq("q", "", grp(flavor("new", rq("cpu", 4))))}}); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := s.ClusterQueueUsage("q")
+	if got := formatUsage(u); got != "pending=0 admitted=1 [new/cpu nominal=4 subtree=4 used=0 borrowed=0 lent=0 available=4 bl=- ll=-] [old/cpu nominal=0 subtree=0 used=3 borrowed=3 lent=0 available=0 bl=- ll=-]" {
+		t.Errorf("usage %s", got)
+	}
+	if err := s.Remove("a"); err != nil {
+		t.Fatal(err)
 	}
 }

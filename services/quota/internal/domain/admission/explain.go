@@ -87,10 +87,10 @@ func (s *State) Explain(id string) (Explanation, error) {
 		return e, nil
 	}
 	n := q.node
-	a := s.assign(n, w, s.usage, &e.Shortages)
+	a := s.assign(n, w, s.usage, nil, &e.Shortages)
 	switch {
 	case n.cq.spec.QueueingStrategy == StrictFIFO && e.Position > 0 &&
-		s.assign(n, q.pending[0], s.usage, nil).mode != modeFit:
+		s.assign(n, q.pending[0], s.usage, nil, nil).mode != modeFit:
 		e.Reason, e.BlockedBy = ReasonBlockedByHead, q.pending[0].ID
 		e.Message = fmt.Sprintf("position %d in %s behind head %s, which does not fit (StrictFIFO)", e.Position, w.ClusterQueue, e.BlockedBy)
 		return e, nil

@@ -26,9 +26,11 @@ type candidate struct {
 //     failing that, only p's own queue, with borrowing.
 //
 // Workloads already being evicted, or chosen earlier in the same Schedule
-// call, are not candidates. sim is restored before returning.
-func (s *State) targets(n *node, p *workload, a assignment, sim []int64, chosen map[string]bool) []*workload {
+// call, are not candidates. The simulated usage is restored before
+// returning.
+func (s *State) targets(cy *cycle, n *node, p *workload, a assignment) []*workload {
 	need := a.need
+	sim := cy.sim
 	uses := func(w *workload) bool {
 		for _, r := range w.assignment {
 			if slices.Contains(need, r.fr) {
@@ -37,47 +39,63 @@ func (s *State) targets(n *node, p *workload, a assignment, sim []int64, chosen 
 		}
 		return false
 	}
-	spec := n.cq.spec.Preemption
+	// freeable bounds what evicting every candidate could free in each
+	// needed flavor/resource: if it cannot cover the shortfall, no set of
+	// victims can, and the simulation below is skipped.
+	freeable := make([]int64, len(need))
 	var cands []candidate
-	eligible := func(w *workload) bool {
-		return !w.evicting && !chosen[w.ID] && uses(w)
-	}
-	if spec.WithinClusterQueue != "" && spec.WithinClusterQueue != Never {
-		for _, w := range s.queues[n.name].admitted {
-			if eligible(w) && allowedVictim(spec.WithinClusterQueue, spec.MinPriorityGap, p, w) {
-				cands = append(cands, candidate{w: w, n: n, own: true})
+	add := func(o *node, policy PreemptionPolicy, own bool) {
+		for _, w := range cy.pool(s, o) {
+			if !allowedVictim(policy, n.cq.spec.Preemption.MinPriorityGap, p, w) {
+				if w.Priority > p.Priority {
+					break // the pool is sorted by priority: none further qualifies
+				}
+				continue
+			}
+			if cy.chosen[w.ID] || !uses(w) {
+				continue
+			}
+			cands = append(cands, candidate{w: w, n: o, own: own})
+			for _, r := range w.assignment {
+				if i := slices.Index(need, r.fr); i >= 0 {
+					freeable[i] += r.qty
+				}
 			}
 		}
 	}
+	spec := n.cq.spec.Preemption
+	if spec.WithinClusterQueue != "" && spec.WithinClusterQueue != Never {
+		add(n, spec.WithinClusterQueue, true)
+	}
 	if n.parent != nil && spec.ReclaimWithinCohort != "" && spec.ReclaimWithinCohort != Never {
 		s.eachQueue(n.root, func(o *node) {
-			if o == n || o.withinNominal(sim, need) {
-				return
-			}
-			for _, w := range s.queues[o.name].admitted {
-				if eligible(w) && allowedVictim(spec.ReclaimWithinCohort, spec.MinPriorityGap, p, w) {
-					cands = append(cands, candidate{w: w, n: o})
-				}
+			if o != n && !o.withinNominal(sim, need) {
+				add(o, spec.ReclaimWithinCohort, false)
 			}
 		})
 	}
 	if len(cands) == 0 {
 		return nil
 	}
-	slices.SortFunc(cands, func(x, y candidate) int {
+	for i, fr := range need {
+		var q int64
+		for _, r := range a.frs {
+			if r.fr == fr {
+				q += r.qty
+			}
+		}
+		if q-n.available(sim, fr) > freeable[i] {
+			return nil
+		}
+	}
+	slices.SortStableFunc(cands, func(x, y candidate) int {
 		if x.own != y.own {
 			if x.own {
 				return 1
 			}
 			return -1
 		}
-		if c := cmp.Compare(x.w.Priority, y.w.Priority); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(y.w.admitSeq, x.w.admitSeq); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.w.ID, y.w.ID)
+		return victimOrder(x.w, y.w)
 	})
 	own := slices.DeleteFunc(slices.Clone(cands), func(c candidate) bool { return !c.own })
 	if len(own) == len(cands) {
@@ -87,6 +105,38 @@ func (s *State) targets(n *node, p *workload, a assignment, sim []int64, chosen 
 		return t
 	}
 	return minimalPreemptions(n, a, sim, need, own, true)
+}
+
+// victimOrder is Kueue's candidate order within a queue: lowest priority
+// first, then most recently admitted.
+func victimOrder(x, y *workload) int {
+	if c := cmp.Compare(x.Priority, y.Priority); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(y.admitSeq, x.admitSeq); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.ID, y.ID)
+}
+
+// pool lists a ClusterQueue's admitted workloads that are not being
+// evicted, in victim order; built once per Schedule call.
+func (cy *cycle) pool(s *State, n *node) []*workload {
+	if p, ok := cy.pools[n]; ok {
+		return p
+	}
+	var p []*workload
+	for _, w := range s.queues[n.name].admitted {
+		if !w.evicting {
+			p = append(p, w)
+		}
+	}
+	slices.SortFunc(p, victimOrder)
+	if cy.pools == nil {
+		cy.pools = map[*node][]*workload{}
+	}
+	cy.pools[n] = p
+	return p
 }
 
 // allowedVictim applies a preemption policy between preemptor p and

@@ -187,7 +187,21 @@ func TestRandomSequencesRespectLimitsAndReplay(t *testing.T) {
 					record(fact{kind: "enqueue", w: wl(fmt.Sprintf("w%d", next), fmt.Sprintf("q%d", r.IntN(5)), r.IntN(8), step, reqs)})
 				case p < 70:
 					before := fingerprint(s)
-					ds := s.Schedule(t0, 1+r.IntN(10))
+					mx := 1 + r.IntN(10)
+					ds := s.Schedule(t0, mx)
+					if step%8 == 0 {
+						// Memos are internal: a state rebuilt from the facts,
+						// without them, decides the same.
+						fresh := mustNew(t, cfg)
+						for _, f := range facts {
+							if err := f.apply(fresh); err != nil {
+								t.Fatal(err)
+							}
+						}
+						if got := fresh.Schedule(t0, mx); !reflect.DeepEqual(ds, got) {
+							t.Fatalf("step %d: decisions depend on memos:\n%+v\nrebuilt state:\n%+v", step, ds, got)
+						}
+					}
 					if again := s.Schedule(t0, len(ds)+1); !reflect.DeepEqual(ds, again[:min(len(ds), len(again))]) {
 						t.Fatalf("Schedule not repeatable:\n%+v\n%+v", ds, again)
 					}

@@ -28,7 +28,9 @@ type node struct {
 	// height is the distance to the furthest leaf below (Kueue's borrowing
 	// level uses it); a ClusterQueue has height 0.
 	height int
-	// off is the node's offset into usage slices (a multiple of numFR).
+	// idx is the node's index in State.nodes; off its offset into usage
+	// slices (idx*numFR).
+	idx int
 	off int
 
 	nominal     []int64
@@ -37,12 +39,12 @@ type node struct {
 	subtree     []int64
 	local       []int64
 
-	// Generation counters, meaningful on roots only: releaseGen changes
-	// when capacity may have grown in the tree (a workload left, the
-	// configuration changed); changeGen on any change of usage or of the
-	// admitted set. Scheduling memoizes "does not fit" against them.
-	releaseGen uint64
-	changeGen  uint64
+	// Memo keys, meaningful on roots only: configGen identifies the
+	// configuration the tree was built from; changeGen changes on any
+	// change in the tree (usage, admitted set, evictions). Scheduling
+	// memoizes "does not fit" against them.
+	configGen uint64
+	changeGen uint64
 }
 
 func (n *node) isCQ() bool { return n.cq != nil }

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"time"
 )
@@ -98,6 +99,10 @@ type assignment struct {
 	frs    []frQty  // chosen flavor/resource per requested resource
 	res    []string // resource names, parallel to frs
 	need   []int    // frs that do not fit now (preemption must free them)
+	// When mode is modeNoFit: the deficits of the failing group's flavors,
+	// or permanent when a resource has no quota at all.
+	blocked   []blockedFlavor
+	permanent bool
 }
 
 // Shortage is one flavor/resource a workload does not fit in: what it
@@ -117,7 +122,7 @@ type Shortage struct {
 // resource group the first flavor where everything fits (borrowing
 // allowed) wins; otherwise the first flavor where preemption could make
 // room. short, when not nil, collects why flavors were rejected.
-func (s *State) assign(n *node, w *workload, u []int64, short *[]Shortage) assignment {
+func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short *[]Shortage) assignment {
 	c := s.compile(n, w)
 	if len(c.uncovered) > 0 {
 		if short != nil {
@@ -125,22 +130,27 @@ func (s *State) assign(n *node, w *workload, u []int64, short *[]Shortage) assig
 				*short = append(*short, Shortage{Resource: r.res, Requested: r.qty})
 			}
 		}
-		return assignment{mode: modeNoFit}
+		return assignment{mode: modeNoFit, permanent: true}
 	}
 	a := assignment{mode: modeFit}
 	for _, rg := range c.groups {
 		g := &n.cq.groups[rg.g]
 		best, bestF, bestBorrow := modeNoFit, -1, false
+		var blocked []blockedFlavor
+		if cache != nil {
+			blocked = cache.blocked[:0]
+		}
 		for fi := range g.flavors {
 			fo := &g.flavors[fi]
 			mode, borrow := modeFit, false
 			for k, idx := range rg.idx {
 				fr, q := fo.frs[idx], rg.qty[k]
-				avail := n.available(u, fr)
+				avail := cache.get(n, u, fr)
 				if q <= avail {
 					borrow = borrow || n.borrowingWith(u, fr, q)
 					continue
 				}
+				blocked = append(blocked, blockedFlavor{flavor: fi, fr: fr, qty: q})
 				if short != nil {
 					own := max(0, n.subtree[fr]-u[n.off+fr])
 					*short = append(*short, Shortage{
@@ -163,7 +173,10 @@ func (s *State) assign(n *node, w *workload, u []int64, short *[]Shortage) assig
 			}
 		}
 		if best == modeNoFit {
-			return assignment{mode: modeNoFit}
+			if cache != nil {
+				cache.blocked = blocked
+			}
+			return assignment{mode: modeNoFit, blocked: blocked}
 		}
 		a.mode = max(a.mode, best)
 		a.borrow = a.borrow || bestBorrow
@@ -172,12 +185,35 @@ func (s *State) assign(n *node, w *workload, u []int64, short *[]Shortage) assig
 			fr, q := fo.frs[idx], rg.qty[k]
 			a.frs = append(a.frs, frQty{fr, q})
 			a.res = append(a.res, rg.res[k])
-			if best == modePreempt && q > n.available(u, fr) {
+			if best == modePreempt && q > cache.get(n, u, fr) {
 				a.need = append(a.need, fr)
 			}
 		}
 	}
 	return a
+}
+
+// availCache memoizes node.available during one Schedule call; every
+// change of the simulated usage starts a new epoch. A nil cache computes
+// directly.
+type availCache struct {
+	epoch   uint32
+	stamp   []uint32
+	val     []int64
+	blocked []blockedFlavor // scratch for assign's no-fit deficits
+}
+
+func (c *availCache) get(n *node, u []int64, fr int) int64 {
+	if c == nil {
+		return n.available(u, fr)
+	}
+	i := n.off + fr
+	if c.stamp[i] == c.epoch {
+		return c.val[i]
+	}
+	v := n.available(u, fr)
+	c.val[i], c.stamp[i] = v, c.epoch
+	return v
 }
 
 func (s *State) publicAssignment(a assignment) Assignment {
@@ -189,10 +225,67 @@ func (s *State) publicAssignment(a assignment) Assignment {
 }
 
 // memoized reports whether w was found neither fitting nor able to
-// preempt, and nothing that could change that happened since.
-func memoized(n *node, w *workload) bool {
+// preempt, and that still holds: for a queue that never preempts, every
+// flavor of the group that failed still lacks one of the resources it
+// lacked (checked against the current simulation, so this is exact
+// enough to hold in any cycle); for a preempting queue, nothing changed
+// in its tree since.
+func memoized(cy *cycle, n *node, w *workload) bool {
 	r := n.root
-	return w.noFitRelease == r.releaseGen && (!n.cq.canPreempt || w.noFitChange == r.changeGen)
+	m := &w.memo
+	if m.config != r.configGen || m.config == 0 {
+		return false
+	}
+	if n.cq.canPreempt {
+		// Victims may appear with any admission: only an unchanged tree
+		// keeps the memo.
+		return m.change == r.changeGen && cy.ver[r.idx] == 0
+	}
+	if m.permanent {
+		return true
+	}
+	if len(m.blocked) == 0 {
+		return false
+	}
+	// Entries come grouped by flavor.
+	for i := 0; i < len(m.blocked); {
+		flavor, short := m.blocked[i].flavor, false
+		for ; i < len(m.blocked) && m.blocked[i].flavor == flavor; i++ {
+			b := &m.blocked[i]
+			short = short || b.qty > cy.avail.get(n, cy.sim, b.fr)
+		}
+		if !short {
+			return false
+		}
+	}
+	return true
+}
+
+// noFitMemo is why a workload was found neither fitting nor able to
+// preempt: the short resources of each flavor of the group that failed.
+type noFitMemo struct {
+	config, change uint64
+	permanent      bool // a requested resource has no quota in the queue
+	blocked        []blockedFlavor
+}
+
+// blockedFlavor is one short resource of a flavor that did not fit:
+// flavor indexes the group's flavors, fr is the flavor/resource, qty the
+// quantity requested.
+type blockedFlavor struct {
+	flavor int
+	fr     int
+	qty    int64
+}
+
+func (s *State) remember(n *node, w *workload, a assignment) {
+	r := n.root
+	w.memo = noFitMemo{
+		config: r.configGen, change: r.changeGen, permanent: a.permanent,
+		// Usually a few entries: keep them inside the workload record,
+		// next to the rest of the memo, for the scan's sake.
+		blocked: append(w.memoInline[:0], a.blocked...),
+	}
 }
 
 // cursor walks one ClusterQueue's pending workloads during Schedule.
@@ -219,19 +312,21 @@ type entry struct {
 // (0: the root still matches the facts, so memos apply).
 type cycle struct {
 	sim    []int64
-	ver    map[*node]int
+	ver    []int // per root node index
+	avail  availCache
 	chosen map[string]bool // victims decided in this call
+	pools   map[*node][]*workload
 }
 
 // evaluate assigns flavors to w and, when it must preempt and is not
 // already waiting for victims, finds its victims. A preemptor without
 // victims is reported as modeNoFit.
 func (s *State) evaluate(cy *cycle, n *node, w *workload) (assignment, []*workload) {
-	a := s.assign(n, w, cy.sim, nil)
+	a := s.assign(n, w, cy.sim, &cy.avail, nil)
 	if a.mode != modePreempt || len(w.victims) > 0 {
 		return a, nil
 	}
-	t := s.targets(n, w, a, cy.sim, cy.chosen)
+	t := s.targets(cy, n, w, a)
 	if len(t) == 0 {
 		a.mode = modeNoFit
 	}
@@ -245,37 +340,124 @@ func (s *State) evaluate(cy *cycle, n *node, w *workload) (assignment, []*worklo
 func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	n := c.q.node
 	root := n.root
-	for c.pos < len(c.q.pending) {
-		w := c.q.pending[c.pos]
-		clean := cy.ver[root] == 0
-		if clean && memoized(n, w) {
+	q := c.q
+	if c.pos == 0 && !c.strict && q.memoValid(cy, n) {
+		c.blocked = true
+		return entry{}, false
+	}
+	// A BestEffortFIFO scan of the whole queue that finds nothing
+	// summarizes its workloads' memos into the queue's.
+	summarize := c.pos == 0 && !c.strict
+	if summarize {
+		q.memo.config = 0 // invalid until the scan completes
+		q.memo.minQty = resize(q.memo.minQty, len(s.frs))
+	}
+	for c.pos < len(q.pending) {
+		w := q.pending[c.pos]
+		clean := cy.ver[root.idx] == 0
+		if memoized(cy, n, w) {
 			if c.strict {
 				break
+			}
+			if summarize {
+				q.fold(w)
 			}
 			c.pos++
 			continue
 		}
 		a, t := s.evaluate(cy, n, w)
 		if a.mode != modeNoFit {
-			return entry{c: c, w: w, a: a, targets: t, ver: cy.ver[root]}, true
+			return entry{c: c, w: w, a: a, targets: t, ver: cy.ver[root.idx]}, true
 		}
-		if clean {
-			w.noFitRelease, w.noFitChange = root.releaseGen, root.changeGen
+		// A memo of a queue that never preempts is checked against the
+		// simulation of the moment, so it may be taken in any cycle; a
+		// preempting queue's memo stands for the facts, so only while the
+		// root matches them.
+		if clean || !n.cq.canPreempt {
+			s.remember(n, w, a)
+			if summarize {
+				q.fold(w)
+			}
+		} else {
+			summarize = false
 		}
 		if c.strict {
 			break
 		}
 		c.pos++
 	}
+	if summarize {
+		q.memo.config, q.memo.change, q.memo.seq = root.configGen, root.changeGen, q.seq
+		q.memo.availAt = q.memo.availAt[:0]
+		for _, fr := range n.cq.frs {
+			q.memo.availAt = append(q.memo.availAt, cy.avail.get(n, cy.sim, fr))
+		}
+	}
 	c.blocked = true
 	return entry{}, false
+}
+
+// queueMemo records that every pending workload of a BestEffortFIFO queue
+// was memoized as not admissible, what the queue could use of each of its
+// flavor/resources then, and the smallest quantity any workload lacked
+// per flavor/resource. While the queue gained no workload, every memo
+// holds if nothing the queue can use grew since, or if each of those
+// smallest quantities still exceeds it (for a preempting queue: while
+// its tree is unchanged).
+type queueMemo struct {
+	config, change, seq uint64
+	availAt             []int64 // per n.cq.frs
+	minQty              []int64 // per flavor/resource
+}
+
+func (q *queue) memoValid(cy *cycle, n *node) bool {
+	m, r := &q.memo, n.root
+	if m.config == 0 || m.config != r.configGen || m.seq != q.seq {
+		return false
+	}
+	if n.cq.canPreempt {
+		return m.change == r.changeGen && cy.ver[r.idx] == 0
+	}
+	grew := false
+	for i, fr := range n.cq.frs {
+		if cy.avail.get(n, cy.sim, fr) > m.availAt[i] {
+			grew = true
+			break
+		}
+	}
+	if !grew {
+		return true
+	}
+	for fr, v := range m.minQty {
+		if v != math.MaxInt64 && v <= cy.avail.get(n, cy.sim, fr) {
+			return false
+		}
+	}
+	return true
+}
+
+// fold adds a memoized workload to the queue summary being built.
+func (q *queue) fold(w *workload) {
+	for _, b := range w.memo.blocked {
+		q.memo.minQty[b.fr] = min(q.memo.minQty[b.fr], b.qty)
+	}
+}
+
+// resize returns buf with n elements, all MaxInt64.
+func resize(buf []int64, n int) []int64 {
+	buf = slices.Grow(buf[:0], n)[:n]
+	for i := range buf {
+		buf[i] = math.MaxInt64
+	}
+	return buf
 }
 
 func (cy *cycle) charge(n *node, frs []frQty) {
 	for _, r := range frs {
 		n.addUsage(cy.sim, r.fr, r.qty)
 	}
-	cy.ver[n.root]++
+	cy.ver[n.root.idx]++
+	cy.avail.epoch++
 }
 
 // Schedule decides what to do next, at most max decisions: admissions of
@@ -292,11 +474,17 @@ func (cy *cycle) charge(n *node, frs []frQty) {
 // preempt reserves its request for the rest of the call, so lower-ranked
 // heads cannot take the room its victims free. All victims of one
 // preemptor come in one call.
+//
+// A call returning fewer than max decisions has considered every pending
+// workload: calling again before new facts decides nothing.
 func (s *State) Schedule(now time.Time, max int) []Decision {
 	if max <= 0 {
 		return nil
 	}
-	cy := &cycle{sim: slices.Clone(s.usage), ver: map[*node]int{}, chosen: map[string]bool{}}
+	cy := &cycle{
+		sim: slices.Clone(s.usage), ver: make([]int, len(s.nodes)), chosen: map[string]bool{},
+		avail: availCache{epoch: 1, stamp: make([]uint32, len(s.usage)), val: make([]int64, len(s.usage))},
+	}
 	var cursors []*cursor
 	for _, name := range slices.Sorted(maps.Keys(s.queues)) {
 		q := s.queues[name]
@@ -333,7 +521,7 @@ func (s *State) Schedule(now time.Time, max int) []Decision {
 			}
 			e := &heads[i]
 			n := e.c.q.node
-			if e.ver != cy.ver[n.root] {
+			if e.ver != cy.ver[n.root.idx] {
 				// Earlier heads of this cycle changed the usage under it.
 				e.a, e.targets = s.evaluate(cy, n, e.w)
 			}

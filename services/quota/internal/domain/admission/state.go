@@ -54,10 +54,10 @@ type workload struct {
 	compiled    *compiledReq
 	compiledFor *node
 
-	// noFit memoizes "neither fits nor can preempt" against the root's
-	// generations, so unchanged queues are not re-evaluated every cycle.
-	noFitRelease uint64
-	noFitChange  uint64
+	// memo records "neither fits nor can preempt" against the root's memo
+	// keys, so unchanged queues are not re-evaluated every cycle.
+	memo       noFitMemo
+	memoInline [4]blockedFlavor
 }
 
 type resQty struct {
@@ -70,6 +70,7 @@ type clusterQueue struct {
 	spec     ClusterQueue
 	groups   []group
 	resGroup map[string]int // resource → index in groups
+	frs      []int          // every flavor/resource of its groups
 	// canPreempt: some preemption policy is enabled.
 	canPreempt bool
 }
@@ -93,6 +94,10 @@ type queue struct {
 	node     *node // nil while the ClusterQueue is not configured
 	pending  []*workload
 	admitted map[string]*workload
+	// seq counts insertions into pending; memo summarizes its pending
+	// workloads for Schedule.
+	seq  uint64
+	memo queueMemo
 }
 
 // State is the admission state: configuration, usage, pending and admitted
@@ -197,6 +202,7 @@ func (s *State) build(cfg Config) {
 	newNode := func(name string, groups []ResourceGroup) *node {
 		n := &node{
 			name:        name,
+			idx:         len(s.nodes),
 			off:         len(s.nodes) * numFR,
 			nominal:     make([]int64, numFR),
 			borrowLimit: make([]int64, numFR),
@@ -255,7 +261,7 @@ func (s *State) build(cfg Config) {
 		if n.parent == nil {
 			n.computeQuotas(numFR)
 			s.gen++
-			n.releaseGen, n.changeGen = s.gen, s.gen
+			n.configGen, n.changeGen = s.gen, s.gen
 		}
 	}
 	s.usage = make([]int64, len(s.nodes)*numFR)
@@ -283,6 +289,7 @@ func newClusterQueue(spec ClusterQueue, frIndex map[frKey]int) *clusterQueue {
 			fo := flavorOpt{name: f.Name}
 			for _, r := range f.Resources {
 				fo.frs = append(fo.frs, frIndex[frKey{f.Name, r.Name}])
+				cq.frs = append(cq.frs, frIndex[frKey{f.Name, r.Name}])
 			}
 			cg.flavors = append(cg.flavors, fo)
 		}
@@ -315,9 +322,7 @@ func (s *State) charge(n *node, a []frQty, sign int64) {
 	}
 	s.gen++
 	n.root.changeGen = s.gen
-	if sign < 0 {
-		n.root.releaseGen = s.gen
-	}
+
 }
 
 // queueLess is the admission order: priority desc, creation asc, id asc.
@@ -334,6 +339,7 @@ func queueLess(a, b *workload) int {
 func (q *queue) insert(w *workload) {
 	i, _ := slices.BinarySearchFunc(q.pending, w, queueLess)
 	q.pending = slices.Insert(q.pending, i, w)
+	q.seq++
 }
 
 func (q *queue) position(w *workload) int {
@@ -512,7 +518,7 @@ func (s *State) Evict(id string) error {
 		return fmt.Errorf("%w: %s", ErrNotAdmitted, id)
 	}
 	s.release(w)
-	w.noFitRelease, w.noFitChange = 0, 0
+	w.memo = noFitMemo{}
 	s.queues[w.ClusterQueue].insert(w)
 	return nil
 }
