@@ -111,6 +111,7 @@ func benchCommand() *cobra.Command {
 	af.IntVar(&adm.Queues, "queues", 50, "ClusterQueues")
 	af.IntVar(&adm.Cohorts, "cohorts", 5, "cohorts the queues are spread over")
 	af.IntVar(&adm.GPUs, "queue-gpus", 20, "nominal GPUs of each queue")
+	af.BoolVar(&adm.PGStats, "admission-pg-stats", false, "print the statements that took most server time (pg_stat_statements)")
 
 	all := &cobra.Command{
 		Use:   "all",

@@ -36,7 +36,10 @@ type AdmissionOptions struct {
 	Cohorts   int
 	// GPUs is each queue's nominal quota; every workload asks for one.
 	GPUs int
-	Out  io.Writer
+	// PGStats prints the statements that took most of the server's time
+	// in each run (pg_stat_statements), for tuning.
+	PGStats bool
+	Out     io.Writer
 }
 
 func (o *AdmissionOptions) defaults() {
@@ -234,6 +237,11 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	if o.PGStats {
+		if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+			return nil, err
+		}
+	}
 	// Answer each admission with the task's end, remembering when.
 	ended := make(map[string]time.Time, o.Workloads)
 	for len(ended) < o.Workloads {
@@ -266,6 +274,11 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 	}
 	if err := producer.Flush(ctx); err != nil {
 		return nil, err
+	}
+	if o.PGStats {
+		if err := printStatements(ctx, pool, o.Out); err != nil {
+			return nil, err
+		}
 	}
 	return admissionStats(ctx, pool, ended, cohortOf)
 }
