@@ -88,9 +88,13 @@ func Priority(taskPriority int32) int {
 	return 11 - int(taskPriority)
 }
 
-// Apply implements projection.Handler.
+// Apply implements projection.Handler: the batch's facts in three
+// statements (read the tasks' last versions, insert the facts in order,
+// store the new versions). The runner is the only writer of these tables
+// (it holds its lock), so reading before writing is safe.
 func (Facts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
-	b := &pgx.Batch{}
+	var facts []Fact
+	var ids []string
 	for _, r := range records {
 		var ev taskv1.TaskEvent
 		if err := proto.Unmarshal(r.Value, &ev); err != nil {
@@ -100,35 +104,80 @@ func (Facts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error 
 		if err != nil {
 			return err
 		}
-		if f.Kind == "" {
+		if f.Kind != "" {
+			facts = append(facts, f)
+			ids = append(ids, f.TaskID)
+		}
+	}
+	if len(facts) == 0 {
+		return nil
+	}
+	seen := map[string]int64{}
+	rows, err := tx.Query(ctx, `SELECT task_id, version FROM workload_task_versions WHERE task_id = ANY($1)`, ids)
+	if err != nil {
+		return fmt.Errorf("read task versions: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			rows.Close()
+			return fmt.Errorf("read task versions: %w", err)
+		}
+		seen[id] = v
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read task versions: %w", err)
+	}
+	n := len(facts)
+	var (
+		taskIDs, kinds, tenants, queues, reasons = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		versions                                 = make([]int64, 0, n)
+		prios                                    = make([]int32, 0, n)
+		created                                  = make([]*time.Time, 0, n)
+		reqs                                     = make([]*string, 0, n)
+	)
+	changed := map[string]bool{}
+	for _, f := range facts {
+		last, known := seen[f.TaskID]
+		// A task is followed once an event names its queue; older or
+		// repeated versions are already applied.
+		if (!known && !f.Opens) || (known && f.TaskVersion <= last) {
 			continue
 		}
-		var reqs any
+		seen[f.TaskID], changed[f.TaskID] = f.TaskVersion, true
+		var c *time.Time
+		if !f.Created.IsZero() {
+			c = &f.Created
+		}
+		var rq *string
 		if f.Requests != nil {
-			rb, err := json.Marshal(f.Requests)
+			b, err := json.Marshal(f.Requests)
 			if err != nil {
 				return fmt.Errorf("encode requests: %w", err)
 			}
-			reqs = string(rb)
+			s := string(b)
+			rq = &s
 		}
-		var created any
-		if !f.Created.IsZero() {
-			created = f.Created
-		}
-		guard := `UPDATE workload_task_versions SET version = $2 WHERE task_id = $1 AND version < $2 RETURNING 1`
-		if f.Opens {
-			guard = `INSERT INTO workload_task_versions (task_id, version) VALUES ($1, $2)
-				ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version
-				WHERE workload_task_versions.version < EXCLUDED.version RETURNING 1`
-		}
-		b.Queue(`WITH g AS (`+guard+`)
-			INSERT INTO workload_facts (task_id, task_version, kind, tenant_id, cluster_queue, priority, created_at, requests, reason)
-			SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9 FROM g`,
-			f.TaskID, f.TaskVersion, string(f.Kind), f.TenantID, f.ClusterQueue, f.Priority, created, reqs, f.Reason)
+		taskIDs, versions, kinds = append(taskIDs, f.TaskID), append(versions, f.TaskVersion), append(kinds, string(f.Kind))
+		tenants, queues, prios = append(tenants, f.TenantID), append(queues, f.ClusterQueue), append(prios, int32(f.Priority))
+		created, reqs, reasons = append(created, c), append(reqs, rq), append(reasons, f.Reason)
 	}
-	if b.Len() == 0 {
+	if len(taskIDs) == 0 {
 		return nil
 	}
+	vids, vvers := make([]string, 0, len(changed)), make([]int64, 0, len(changed))
+	for id := range changed {
+		vids, vvers = append(vids, id), append(vvers, seen[id])
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO workload_facts (task_id, task_version, kind, tenant_id, cluster_queue, priority, created_at, requests, reason)
+		SELECT t, v, k, tn, q, p, c, r, rs
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[], $8::jsonb[], $9::text[])
+		     WITH ORDINALITY AS x(t, v, k, tn, q, p, c, r, rs, ord)
+		ORDER BY ord`, taskIDs, versions, kinds, tenants, queues, prios, created, reqs, reasons)
+	b.Queue(`INSERT INTO workload_task_versions (task_id, version) SELECT * FROM unnest($1::text[], $2::bigint[])
+		ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version`, vids, vvers)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("record workload facts: %w", err)
 	}
