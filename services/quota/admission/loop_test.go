@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -205,5 +206,38 @@ func TestLoopSurvivesLosingItsConnection(t *testing.T) {
 		if got := e.events(tk.id); len(got) != 3 {
 			t.Fatalf("%s events = %v", tk.id, got)
 		}
+	}
+}
+
+// Recorded admissions survive a restart after their queue's quota shrank
+// below them: nothing is admitted until usage is under the new quota.
+func TestRestartAfterQuotaShrank(t *testing.T) {
+	e := newEnv(t)
+	e.soloQueue("solo", "2")
+	ts := make([]*task, 3)
+	for i := range ts {
+		ts[i] = &task{id: fmt.Sprintf("s%d", i), tenant: "t", queue: "solo", priority: int32(2 + i), gpus: "1"}
+		e.submit(ts[i])
+	}
+	e.waitState("s0", "admitted", 1)
+	e.waitState("s1", "admitted", 1)
+	e.waitState("s2", "pending", 1)
+	e.soloQueue("solo", "1")
+	e.start()
+	waitFor(t, func() bool {
+		r, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "solo"})
+		return err == nil && r.ClusterQueue.AdmittedWorkloads == 2 && r.ClusterQueue.PendingWorkloads == 1
+	})
+	e.publish(ts[0], &taskv1.TaskSucceeded{AttemptId: "a"})
+	e.waitState("s0", "finished", 1)
+	time.Sleep(200 * time.Millisecond) // several cycles
+	if st, _ := e.state("s2"); st != "pending" {
+		t.Fatalf("s2 is %s while the queue is at its new quota", st)
+	}
+	e.publish(ts[1], &taskv1.TaskSucceeded{AttemptId: "a"})
+	e.waitState("s2", "admitted", 1)
+	// s1 was admitted once, never again after the restart.
+	if got, want := e.events("s1"), []string{"WorkloadQueued", "WorkloadAdmitted", "WorkloadFinished"}; !slices.Equal(got, want) {
+		t.Fatalf("s1 events = %v, want %v", got, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
@@ -175,7 +176,10 @@ func (l *Loop) rebuild(ctx context.Context, conn *pgxpool.Conn) error {
 		if err != nil {
 			return err
 		}
-		core, err := l.newCore(defs)
+		// Recorded admissions stand even where quota shrank since they
+		// were decided: admit them under unbounded quotas, then move to
+		// the real ones (Reconfigure keeps usage), then queue the rest.
+		core, err := l.newCore(unbounded(defs))
 		if err != nil {
 			return fmt.Errorf("admission loop: recorded definitions: %w", err)
 		}
@@ -184,27 +188,70 @@ func (l *Loop) rebuild(ctx context.Context, conn *pgxpool.Conn) error {
 			return err
 		}
 		l.core, l.gen, l.work, l.outside = core, gen, make(map[string]*WorkloadRecord, len(recs)), map[string]bool{}
-		// Admitted work first, so pending work is ordered against the
-		// usage it really competes with.
-		for _, pass := range []bool{true, false} {
-			for i := range recs {
-				r := &recs[i]
-				if held := r.State == StateAdmitted || r.State == StateEvicting; held != pass {
-					continue
-				}
-				l.work[r.ID] = r
+		for i := range recs {
+			r := &recs[i]
+			l.work[r.ID] = r
+			if r.State == StateAdmitted || r.State == StateEvicting {
 				l.restore(r)
+			}
+		}
+		if err := core.Reconfigure(defs); err != nil {
+			return fmt.Errorf("admission loop: recorded definitions: %w", err)
+		}
+		for i := range recs {
+			if r := &recs[i]; r.State == StatePending {
+				l.restore(r)
+			}
+		}
+		for i := range recs {
+			r := &recs[i]
+			if r.State != StateEvicting || l.outside[r.ID] {
+				continue
+			}
+			if err := l.core.Preempt(r.ID, r.Preemptor); err != nil {
+				// The preemptor is gone; the victim still stops and is
+				// requeued by the scheduler, which ends its stay.
+				l.log.Info("admission loop: restore eviction", "task_id", r.ID, "err", err)
 			}
 		}
 		return nil
 	})
 }
 
-// restore puts a recorded workload back into the core.
-func (l *Loop) restore(r *WorkloadRecord) {
-	if r.State == StateFinished {
-		return
+// unbounded is defs with every quota unlimited, to restore recorded
+// admissions whatever the current quotas are.
+func unbounded(defs Definitions) Definitions {
+	out := Definitions{ClusterQueues: make(map[string]*quotav1.ClusterQueueSpec, len(defs.ClusterQueues)),
+		Cohorts: make(map[string]*quotav1.CohortSpec, len(defs.Cohorts))}
+	open := func(groups []*quotav1.ResourceGroup) {
+		for _, g := range groups {
+			for _, f := range g.GetFlavors() {
+				for _, r := range f.GetResources() {
+					r.NominalQuota, r.BorrowingLimit, r.LendingLimit = unboundedQuota, nil, nil
+				}
+			}
+		}
 	}
+	for name, spec := range defs.ClusterQueues {
+		c := proto.CloneOf(spec)
+		open(c.GetResourceGroups())
+		out.ClusterQueues[name] = c
+	}
+	for name, spec := range defs.Cohorts {
+		c := proto.CloneOf(spec)
+		open(c.GetResourceGroups())
+		out.Cohorts[name] = c
+	}
+	return out
+}
+
+// unboundedQuota is more than anything can request, within the core's
+// bounds (10^15 units).
+const unboundedQuota = "1P"
+
+// restore puts a recorded workload back into the core: pending, or
+// admitted with its recorded flavors.
+func (l *Loop) restore(r *WorkloadRecord) {
 	if err := l.core.Enqueue(r.Workload); err != nil {
 		l.outside[r.ID] = true
 		return
@@ -212,16 +259,8 @@ func (l *Loop) restore(r *WorkloadRecord) {
 	if r.State == StatePending {
 		return
 	}
-	// The recorded admission stands even if quota shrank since: the
-	// workload runs, and the core counts it as over-admitted.
 	if err := l.core.Admit(r.ID, r.Flavors); err != nil {
 		l.log.Warn("admission loop: restore admission", "task_id", r.ID, "err", err)
-		return
-	}
-	if r.State == StateEvicting {
-		if err := l.core.Preempt(r.ID, r.Preemptor); err != nil {
-			l.log.Warn("admission loop: restore eviction", "task_id", r.ID, "err", err)
-		}
 	}
 }
 
