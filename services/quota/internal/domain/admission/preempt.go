@@ -2,6 +2,7 @@ package admission
 
 import (
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -120,10 +121,11 @@ func victimOrder(x, y *workload) int {
 }
 
 // pool lists a ClusterQueue's admitted workloads that are not being
-// evicted, in victim order; built once per Schedule call.
+// evicted, in victim order. It depends on the facts only, so it is kept
+// until its tree changes.
 func (cy *cycle) pool(s *State, n *node) []*workload {
-	if p, ok := cy.pools[n]; ok {
-		return p
+	if c, ok := s.pools[n]; ok && c.gen == n.root.changeGen {
+		return c.ws
 	}
 	var p []*workload
 	for _, w := range s.queues[n.name].admitted {
@@ -132,11 +134,21 @@ func (cy *cycle) pool(s *State, n *node) []*workload {
 		}
 	}
 	slices.SortFunc(p, victimOrder)
-	if cy.pools == nil {
-		cy.pools = map[*node][]*workload{}
+	if s.pools == nil {
+		s.pools = map[*node]poolCache{}
 	}
-	cy.pools[n] = p
+	s.pools[n] = poolCache{gen: n.root.changeGen, ws: p}
 	return p
+}
+
+type poolCache struct {
+	gen uint64
+	ws  []*workload
+}
+
+type sumsCache struct {
+	gen  uint64
+	sums *prioSums
 }
 
 // allowedVictim applies a preemption policy between preemptor p and
@@ -229,4 +241,108 @@ func (s *State) eachQueue(root *node, f func(*node)) {
 	if root.isCQ() {
 		f(root)
 	}
+}
+
+// prioSums is what a set of admitted workloads holds of one
+// flavor/resource, cumulated by priority (ascending).
+type prioSums struct {
+	prio []int
+	sum  []int64 // sum[i]: held by the workloads of priority <= prio[i]
+}
+
+// atMost is what the workloads of priority <= thr hold.
+func (p *prioSums) atMost(thr int64) int64 {
+	i, _ := slices.BinarySearchFunc(p.prio, thr, func(v int, t int64) int {
+		if int64(v) <= t {
+			return -1
+		}
+		return 1
+	})
+	if i == 0 {
+		return 0
+	}
+	return p.sum[i-1]
+}
+
+type sumsKey struct {
+	n  *node // a ClusterQueue, or a root for all its ClusterQueues
+	fr int
+}
+
+// sums is the priority sums of what the admitted workloads not being
+// evicted hold of fr, for a ClusterQueue or, given a root, for every
+// ClusterQueue below it; kept until the tree changes.
+func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
+	k := sumsKey{n, fr}
+	if c, ok := s.sums[k]; ok && c.gen == n.root.changeGen {
+		return c.sums
+	}
+	var ws []*workload
+	if n.isCQ() {
+		ws = cy.pool(s, n)
+	} else {
+		s.eachQueue(n, func(o *node) { ws = append(ws, cy.pool(s, o)...) })
+		slices.SortFunc(ws, func(x, y *workload) int { return cmp.Compare(x.Priority, y.Priority) })
+	}
+	p := &prioSums{}
+	var total int64
+	for _, w := range ws {
+		for _, r := range w.assignment {
+			if r.fr != fr {
+				continue
+			}
+			total = satAdd(total, r.qty)
+			if l := len(p.prio); l > 0 && p.prio[l-1] == w.Priority {
+				p.sum[l-1] = total
+			} else {
+				p.prio, p.sum = append(p.prio, w.Priority), append(p.sum, total)
+			}
+		}
+	}
+	if s.sums == nil {
+		s.sums = map[sumsKey]sumsCache{}
+	}
+	s.sums[k] = sumsCache{gen: n.root.changeGen, sums: p}
+	return p
+}
+
+// victimThreshold is the highest priority a policy lets preemptor p
+// evict (ok false for Never); LowerOrNewerEqualPriority counts every
+// equal priority, so the result bounds the candidates from above.
+func victimThreshold(policy PreemptionPolicy, gap int, p *workload) (int64, bool) {
+	prio := int64(p.Priority)
+	switch policy {
+	case Any:
+		return math.MaxInt64, true
+	case LowerPriority:
+		if gap > 0 {
+			return prio - int64(gap), true
+		}
+		return prio - 1, true
+	case LowerOrNewerEqualPriority:
+		if gap > 0 {
+			return prio - int64(gap), true
+		}
+		return prio, true
+	}
+	return 0, false
+}
+
+// freeable bounds what evicting every candidate of preemptor p could free
+// of fr: all the admitted workloads its policies let it evict, in its own
+// queue and, reclaiming, anywhere else in its cohort tree (borrowing or
+// not). It only grows with admissions.
+func (cy *cycle) freeable(s *State, n *node, p *workload, fr int) int64 {
+	spec := n.cq.spec.Preemption
+	var total int64
+	own := cy.sums(s, n, fr)
+	if thr, ok := victimThreshold(spec.WithinClusterQueue, spec.MinPriorityGap, p); ok {
+		total = own.atMost(thr)
+	}
+	if n.parent != nil {
+		if thr, ok := victimThreshold(spec.ReclaimWithinCohort, spec.MinPriorityGap, p); ok {
+			total = satAdd(total, cy.sums(s, n.root, fr).atMost(thr)-own.atMost(thr))
+		}
+	}
+	return total
 }

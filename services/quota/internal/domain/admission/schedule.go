@@ -103,6 +103,14 @@ type assignment struct {
 	// or permanent when a resource has no quota at all.
 	blocked   []blockedFlavor
 	permanent bool
+	// When mode is modePreempt and a single group must preempt: that
+	// group's short resources per flavor (none of its flavors fits).
+	preemptBlocked []blockedFlavor
+	preemptGroups  int
+	// Set by evaluate when no victims can cover the shortfall of boundFR
+	// (boundQty requested): -1/0 otherwise.
+	boundFR  int
+	boundQty int64
 }
 
 // Shortage is one flavor/resource a workload does not fit in: what it
@@ -178,6 +186,18 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 			}
 			return assignment{mode: modeNoFit, blocked: blocked}
 		}
+		if best == modePreempt {
+			a.preemptGroups++
+			if cache != nil {
+				cache.pblocked = append(cache.pblocked[:0], blocked...)
+				a.preemptBlocked = cache.pblocked
+			} else {
+				a.preemptBlocked = slices.Clone(blocked)
+			}
+			if cache != nil {
+				cache.blocked = blocked
+			}
+		}
 		a.mode = max(a.mode, best)
 		a.borrow = a.borrow || bestBorrow
 		fo := &g.flavors[bestF]
@@ -197,10 +217,11 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 // change of the simulated usage starts a new epoch. A nil cache computes
 // directly.
 type availCache struct {
-	epoch   uint32
-	stamp   []uint32
-	val     []int64
-	blocked []blockedFlavor // scratch for assign's no-fit deficits
+	epoch    uint32
+	stamp    []uint32
+	val      []int64
+	blocked  []blockedFlavor // scratch for assign's short resources
+	pblocked []blockedFlavor // scratch for the group that must preempt
 }
 
 func (c *availCache) get(n *node, u []int64, fr int) int64 {
@@ -230,22 +251,31 @@ func (s *State) publicAssignment(a assignment) Assignment {
 // lacked (checked against the current simulation, so this is exact
 // enough to hold in any cycle); for a preempting queue, nothing changed
 // in its tree since.
-func memoized(cy *cycle, n *node, w *workload) bool {
+func memoized(s *State, cy *cycle, n *node, w *workload) bool {
 	r := n.root
 	m := &w.memo
-	if m.config != r.configGen || m.config == 0 {
+	if m.config != r.configGen || m.config == 0 || len(w.victims) > 0 {
+		// A preemptor waiting for its victims is always nominated.
 		return false
-	}
-	if n.cq.canPreempt {
-		// Victims may appear with any admission: only an unchanged tree
-		// keeps the memo.
-		return m.change == r.changeGen && cy.ver[r.idx] == 0
 	}
 	if m.permanent {
 		return true
 	}
+	if m.byChange {
+		// Victims may appear with any admission: only an unchanged tree
+		// that still matches the facts keeps the memo.
+		return m.change == r.changeGen && cy.ver[r.idx] == 0
+	}
 	if len(m.blocked) == 0 {
 		return false
+	}
+	if m.boundFR >= 0 {
+		// It could preempt, but what every candidate holds of boundFR
+		// cannot cover the shortfall: candidates only come with
+		// admissions, the shortfall only shrinks with releases.
+		if m.boundQty-cy.avail.get(n, cy.sim, m.boundFR) <= cy.freeable(s, n, w, m.boundFR) {
+			return false
+		}
 	}
 	// Entries come grouped by flavor.
 	for i := 0; i < len(m.blocked); {
@@ -262,11 +292,16 @@ func memoized(cy *cycle, n *node, w *workload) bool {
 }
 
 // noFitMemo is why a workload was found neither fitting nor able to
-// preempt: the short resources of each flavor of the group that failed.
+// preempt: the short resources of each flavor of the group that failed
+// (or, when it could preempt, of the group that must), and for a
+// preemptor the flavor/resource no set of victims could free enough of.
 type noFitMemo struct {
 	config, change uint64
 	permanent      bool // a requested resource has no quota in the queue
+	byChange       bool // valid only while the tree is unchanged
 	blocked        []blockedFlavor
+	boundFR        int
+	boundQty       int64
 }
 
 // blockedFlavor is one short resource of a flavor that did not fit:
@@ -278,14 +313,29 @@ type blockedFlavor struct {
 	qty    int64
 }
 
-func (s *State) remember(n *node, w *workload, a assignment) {
+// remember memoizes a no-fit evaluation. It reports false when the memo
+// stands for the facts only (victims that were not found), which the
+// caller may record only while the root matches them.
+func (s *State) remember(n *node, w *workload, a assignment, clean bool) bool {
 	r := n.root
-	w.memo = noFitMemo{
-		config: r.configGen, change: r.changeGen, permanent: a.permanent,
-		// Usually a few entries: keep them inside the workload record,
-		// next to the rest of the memo, for the scan's sake.
-		blocked: append(w.memoInline[:0], a.blocked...),
+	m := noFitMemo{config: r.configGen, change: r.changeGen, permanent: a.permanent, boundFR: -1}
+	blocked := a.blocked
+	switch {
+	case a.permanent || len(a.blocked) > 0:
+		// Neither fits nor could preempt in any flavor.
+	case a.boundFR >= 0 && a.preemptGroups == 1:
+		blocked, m.boundFR, m.boundQty = a.preemptBlocked, a.boundFR, a.boundQty
+	default:
+		if !clean {
+			return false
+		}
+		m.byChange = true
 	}
+	// Usually a few entries: keep them inside the workload record, next
+	// to the rest of the memo, for the scan's sake.
+	m.blocked = append(w.memoInline[:0], blocked...)
+	w.memo = m
+	return true
 }
 
 // cursor walks one ClusterQueue's pending workloads during Schedule.
@@ -315,7 +365,6 @@ type cycle struct {
 	ver    []int // per root node index
 	avail  availCache
 	chosen map[string]bool // victims decided in this call
-	pools   map[*node][]*workload
 }
 
 // evaluate assigns flavors to w and, when it must preempt and is not
@@ -326,11 +375,32 @@ func (s *State) evaluate(cy *cycle, n *node, w *workload) (assignment, []*worklo
 	if a.mode != modePreempt || len(w.victims) > 0 {
 		return a, nil
 	}
+	// Before searching victims: if even evicting every candidate could
+	// not cover the shortfall of one needed flavor/resource, no victims
+	// exist, and the memo can say so exactly (see memoized).
+	for _, fr := range a.need {
+		q := a.qtyOf(fr)
+		if q-cy.avail.get(n, cy.sim, fr) > cy.freeable(s, n, w, fr) {
+			a.mode, a.boundFR, a.boundQty = modeNoFit, fr, q
+			return a, nil
+		}
+	}
 	t := s.targets(cy, n, w, a)
 	if len(t) == 0 {
 		a.mode = modeNoFit
 	}
 	return a, t
+}
+
+// qtyOf is the quantity the assignment charges to fr.
+func (a *assignment) qtyOf(fr int) int64 {
+	var q int64
+	for _, r := range a.frs {
+		if r.fr == fr {
+			q += r.qty
+		}
+	}
+	return q
 }
 
 // nominate finds the cursor's head: the first workload that fits or can
@@ -349,13 +419,13 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	// summarizes its workloads' memos into the queue's.
 	summarize := c.pos == 0 && !c.strict
 	if summarize {
-		q.memo.config = 0 // invalid until the scan completes
+		q.memo.config, q.memo.factsOnly = 0, false // invalid until the scan completes
 		q.memo.minQty = resize(q.memo.minQty, len(s.frs))
 	}
 	for c.pos < len(q.pending) {
 		w := q.pending[c.pos]
 		clean := cy.ver[root.idx] == 0
-		if memoized(cy, n, w) {
+		if memoized(s, cy, n, w) {
 			if c.strict {
 				break
 			}
@@ -369,15 +439,8 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 		if a.mode != modeNoFit {
 			return entry{c: c, w: w, a: a, targets: t, ver: cy.ver[root.idx]}, true
 		}
-		// A memo of a queue that never preempts is checked against the
-		// simulation of the moment, so it may be taken in any cycle; a
-		// preempting queue's memo stands for the facts, so only while the
-		// root matches them.
-		if clean || !n.cq.canPreempt {
-			s.remember(n, w, a)
-			if summarize {
-				q.fold(w)
-			}
+		if s.remember(n, w, a, clean) && summarize {
+			q.fold(w)
 		} else {
 			summarize = false
 		}
@@ -386,7 +449,8 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 		}
 		c.pos++
 	}
-	if summarize {
+	// A summary standing for the facts needs a scan that saw them.
+	if summarize && (!q.memo.factsOnly || cy.ver[root.idx] == 0) {
 		q.memo.config, q.memo.change, q.memo.seq = root.configGen, root.changeGen, q.seq
 		q.memo.availAt = q.memo.availAt[:0]
 		for _, fr := range n.cq.frs {
@@ -398,16 +462,19 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 }
 
 // queueMemo records that every pending workload of a BestEffortFIFO queue
-// was memoized as not admissible, what the queue could use of each of its
-// flavor/resources then, and the smallest quantity any workload lacked
-// per flavor/resource. While the queue gained no workload, every memo
-// holds if nothing the queue can use grew since, or if each of those
-// smallest quantities still exceeds it (for a preempting queue: while
-// its tree is unchanged).
+// was memoized as fitting in no flavor and unable to preempt in any,
+// what the queue could use of each of its flavor/resources then, and the
+// smallest quantity any workload lacked per flavor/resource. While the
+// queue gained no workload, every memo holds if nothing the queue can use
+// grew since, or if each of those smallest quantities still exceeds it.
 type queueMemo struct {
 	config, change, seq uint64
 	availAt             []int64 // per n.cq.frs
 	minQty              []int64 // per flavor/resource
+	// factsOnly: some memo holds for the facts only (a preemptor), so the
+	// summary does too: valid while the tree is unchanged and the
+	// simulation matches the facts.
+	factsOnly bool
 }
 
 func (q *queue) memoValid(cy *cycle, n *node) bool {
@@ -415,7 +482,7 @@ func (q *queue) memoValid(cy *cycle, n *node) bool {
 	if m.config == 0 || m.config != r.configGen || m.seq != q.seq {
 		return false
 	}
-	if n.cq.canPreempt {
+	if m.factsOnly {
 		return m.change == r.changeGen && cy.ver[r.idx] == 0
 	}
 	grew := false
@@ -438,6 +505,9 @@ func (q *queue) memoValid(cy *cycle, n *node) bool {
 
 // fold adds a memoized workload to the queue summary being built.
 func (q *queue) fold(w *workload) {
+	if w.memo.byChange || w.memo.boundFR >= 0 {
+		q.memo.factsOnly = true
+	}
 	for _, b := range w.memo.blocked {
 		q.memo.minQty[b.fr] = min(q.memo.minQty[b.fr], b.qty)
 	}

@@ -116,6 +116,10 @@ type State struct {
 	usage     []int64
 	gen       uint64 // source of unique generation numbers
 	admitSeq  uint64
+	// Per-tree caches for preemption, valid while the root's changeGen
+	// is the one recorded.
+	pools map[*node]poolCache
+	sums  map[sumsKey]sumsCache
 }
 
 type frKey struct{ flavor, resource string }
@@ -199,6 +203,7 @@ func (s *State) build(cfg Config) {
 
 	s.nodes = s.nodes[:0]
 	s.cohorts = make(map[string]*node, len(cfg.Cohorts))
+	s.pools, s.sums = nil, nil
 	newNode := func(name string, groups []ResourceGroup) *node {
 		n := &node{
 			name:        name,
