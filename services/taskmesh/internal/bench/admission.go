@@ -66,8 +66,14 @@ func (o *AdmissionOptions) defaults() {
 // AdmissionResult holds the medians.
 type AdmissionResult struct {
 	Decisions float64 // admissions recorded per second while capacity is freed
-	FreedP50  time.Duration
-	FreedP99  time.Duration
+	// From a task's end being published (TaskSucceeded produced) to the
+	// next admission recorded in its cohort: Kafka, the task projection and
+	// the loop's wait included.
+	FreedP50 time.Duration
+	FreedP99 time.Duration
+	// From WorkloadFinished recorded to the next WorkloadAdmitted recorded
+	// in the cohort (usually the same cycle).
+	RecordedP99 time.Duration
 }
 
 // Admission measures the quota service's admission layer end to end: the
@@ -75,9 +81,11 @@ type AdmissionResult struct {
 // publishes them), every admission is read back from the quota topic (as
 // the scheduler reads it) and answered at once with a TaskSucceeded, so
 // capacity is freed steadily until every workload ran. Reported: admissions
-// recorded per second, and the time from a task's end being published to
-// the next admission recorded in its cohort (which the freed quota makes
-// possible: the queue's own pending work, or a sibling borrowing it).
+// recorded per second; the time from WorkloadFinished recorded to the next
+// WorkloadAdmitted recorded in its cohort; and, stricter, from the task's
+// end being published to that admission (Kafka, the task projection and
+// the wait for the loop included). Timestamps are the events' occurred_at,
+// taken by the loop when its cycle starts.
 func Admission(ctx context.Context, o AdmissionOptions) (*AdmissionResult, error) {
 	o.defaults()
 	env, err := startEnv(ctx, o.Dir, "admission")
@@ -87,7 +95,7 @@ func Admission(ctx context.Context, o AdmissionOptions) (*AdmissionResult, error
 	defer env.close()
 	fmt.Fprintf(o.Out, "admission: Postgres %s (durable defaults), embedded Kafka %s\n", env.server.URL(""), env.broker.Addrs()[0])
 	var rates []float64
-	var p50s, p99s []time.Duration
+	var p50s, p99s, rec99s []time.Duration
 	var rows [][]string
 	for run := 1; run <= o.Runs; run++ {
 		r, err := admissionRun(ctx, env, o, run)
@@ -95,17 +103,20 @@ func Admission(ctx context.Context, o AdmissionOptions) (*AdmissionResult, error
 			return nil, err
 		}
 		rates, p50s, p99s = append(rates, r.Decisions), append(p50s, r.FreedP50), append(p99s, r.FreedP99)
-		rows = append(rows, []string{fmt.Sprint(run), fmt.Sprintf("%.0f", r.Decisions), ms(r.FreedP50), ms(r.FreedP99)})
+		rec99s = append(rec99s, r.RecordedP99)
+		rows = append(rows, []string{fmt.Sprint(run), fmt.Sprintf("%.0f", r.Decisions), ms(r.FreedP50), ms(r.FreedP99), ms(r.RecordedP99)})
 	}
 	fmt.Fprintf(o.Out, "\n%d workloads (1 GPU each) over %d ClusterQueues of %d GPUs in %d cohorts; each admission answered by the task's end\n",
 		o.Workloads, o.Queues, o.GPUs, o.Cohorts)
-	table(o.Out, []string{"run", "admissions/s", "freed → admitted p50", "freed → admitted p99"}, rows)
-	res := &AdmissionResult{Decisions: median(rates), FreedP50: medianDuration(p50s), FreedP99: medianDuration(p99s)}
+	table(o.Out, []string{"run", "admissions/s", "end published → admitted p50", "p99", "finished → admitted recorded p99"}, rows)
+	res := &AdmissionResult{Decisions: median(rates), FreedP50: medianDuration(p50s), FreedP99: medianDuration(p99s),
+		RecordedP99: medianDuration(rec99s)}
 	fmt.Fprintf(o.Out, "\nmedians of %d runs\n", o.Runs)
 	table(o.Out, []string{"measure", "value", "target", "verdict"}, [][]string{
 		{"admission decisions/s", fmt.Sprintf("%.0f", res.Decisions), ">= 5000", verdict(res.Decisions >= 5000)},
-		{"capacity freed → next admission p50", ms(res.FreedP50), "", ""},
-		{"capacity freed → next admission p99", ms(res.FreedP99), "< 100 ms", verdict(res.FreedP99 < 100*time.Millisecond)},
+		{"WorkloadFinished → next WorkloadAdmitted recorded p99", ms(res.RecordedP99), "< 100 ms", verdict(res.RecordedP99 < 100*time.Millisecond)},
+		{"task end published → next admission recorded p50", ms(res.FreedP50), "", ""},
+		{"task end published → next admission recorded p99", ms(res.FreedP99), "< 100 ms", verdict(res.FreedP99 < 100*time.Millisecond)},
 	})
 	return res, nil
 }
@@ -335,21 +346,27 @@ func admissionStats(ctx context.Context, pool *pgxpool.Pool, ended map[string]ti
 	var lat []time.Duration
 	var firstEnd, lastAdmit time.Time
 	admitted := 0
-	waiting := map[int][]string{} // cohort → ends not yet followed by an admission
+	type end struct {
+		task string
+		at   time.Time
+	}
+	var recorded []time.Duration
+	waiting := map[int][]end{} // cohort → ends not yet followed by an admission
 	for _, r := range recs {
 		if !r.admitted {
 			if firstEnd.IsZero() {
 				firstEnd = r.at
 			}
-			waiting[r.cohort] = append(waiting[r.cohort], r.task)
+			waiting[r.cohort] = append(waiting[r.cohort], end{r.task, r.at})
 			continue
 		}
 		if !firstEnd.IsZero() {
 			admitted++
 			lastAdmit = r.at
 		}
-		for _, t := range waiting[r.cohort] {
-			lat = append(lat, max(0, r.at.Sub(ended[t])))
+		for _, w := range waiting[r.cohort] {
+			lat = append(lat, max(0, r.at.Sub(ended[w.task])))
+			recorded = append(recorded, max(0, r.at.Sub(w.at)))
 		}
 		waiting[r.cohort] = waiting[r.cohort][:0]
 	}
@@ -357,5 +374,5 @@ func admissionStats(ctx context.Context, pool *pgxpool.Pool, ended map[string]ti
 		return nil, fmt.Errorf("admission bench: no admission after the first end (%d records)", len(recs))
 	}
 	return &AdmissionResult{Decisions: float64(admitted) / lastAdmit.Sub(firstEnd).Seconds(),
-		FreedP50: percentile(lat, 50), FreedP99: percentile(lat, 99)}, nil
+		FreedP50: percentile(lat, 50), FreedP99: percentile(lat, 99), RecordedP99: percentile(recorded, 99)}, nil
 }
