@@ -290,3 +290,27 @@ func TestSyncWorkGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A standby instance (its loop waits for the lock) still answers from the
+// recorded state.
+func TestStandbyInstanceExplainsFromRecords(t *testing.T) {
+	e := newEnv(t)
+	e.soloQueue("solo", "1")
+	tk := &task{id: "rec", tenant: "t1", queue: "solo", priority: 5, gpus: "1"}
+	e.submit(tk)
+	e.waitState("rec", "admitted", 1)
+	_, conn, stop := e.instance(e.open())
+	defer stop()
+	c := quotav1.NewAdmissionServiceClient(conn)
+	ex, err := c.ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "rec"})
+	if err != nil || ex.State != "admitted" || ex.ClusterQueue != "solo" || ex.Flavors["nvidia.com/gpu"] != "a100" {
+		t.Fatalf("standby explain = %v, %v", ex, err)
+	}
+	if _, err := c.ExplainTaskAdmission(user("t2", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "rec"}); code(err) != codes.NotFound {
+		t.Fatalf("standby, another tenant: %v", err)
+	}
+	q, err := c.GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "solo"})
+	if err != nil || q.ClusterQueue.Spec == nil {
+		t.Fatalf("standby get = %v, %v", q, err)
+	}
+}
