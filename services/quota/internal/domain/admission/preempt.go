@@ -121,29 +121,20 @@ func victimOrder(x, y *workload) int {
 }
 
 // pool lists a ClusterQueue's admitted workloads that are not being
-// evicted, in victim order. It depends on the facts only, so it is kept
-// until its tree changes.
+// evicted, in victim order (kept up to date by the facts).
 func (cy *cycle) pool(s *State, n *node) []*workload {
-	if c, ok := s.pools[n]; ok && c.gen == n.root.changeGen {
-		return c.ws
-	}
-	var p []*workload
-	for _, w := range s.queues[n.name].admitted {
-		if !w.evicting {
-			p = append(p, w)
-		}
-	}
-	slices.SortFunc(p, victimOrder)
-	if s.pools == nil {
-		s.pools = map[*node]poolCache{}
-	}
-	s.pools[n] = poolCache{gen: n.root.changeGen, ws: p}
-	return p
+	return s.queues[n.name].victims
 }
 
-type poolCache struct {
-	gen uint64
-	ws  []*workload
+func (q *queue) addVictim(w *workload) {
+	i, _ := slices.BinarySearchFunc(q.victims, w, victimOrder)
+	q.victims = slices.Insert(q.victims, i, w)
+}
+
+func (q *queue) dropVictim(w *workload) {
+	if i, ok := slices.BinarySearchFunc(q.victims, w, victimOrder); ok {
+		q.victims = slices.Delete(q.victims, i, i+1)
+	}
 }
 
 type sumsCache struct {

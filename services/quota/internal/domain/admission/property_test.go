@@ -156,6 +156,13 @@ func TestRandomSequencesRespectLimitsAndReplay(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 7))
 			cfg := randomConfig(r)
+			// A quarter of the runs without preemption.
+			preemption := seed%4 != 0
+			if !preemption {
+				for i := range cfg.ClusterQueues {
+					cfg.ClusterQueues[i].Preemption = Preemption{}
+				}
+			}
 			s := mustNew(t, cfg)
 			var facts []fact
 			var evicting []string
@@ -214,6 +221,13 @@ func TestRandomSequencesRespectLimitsAndReplay(t *testing.T) {
 						} else {
 							record(fact{kind: "preempt", id: d.Victim, preemptor: d.Preemptor})
 							evicting = append(evicting, d.Victim)
+						}
+					}
+					if len(ds) < mx && !preemption {
+						// Fewer than max, no preemption: everything was
+						// considered.
+						if more := s.Schedule(t0, 100); len(more) > 0 {
+							t.Fatalf("step %d: after %+v (max %d), Schedule decided more: %+v", step, ds, mx, more)
 						}
 					}
 				case p < 85:

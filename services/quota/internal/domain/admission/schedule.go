@@ -99,8 +99,8 @@ type assignment struct {
 	frs    []frQty  // chosen flavor/resource per requested resource
 	res    []string // resource names, parallel to frs
 	need   []int    // frs that do not fit now (preemption must free them)
-	// When mode is modeNoFit: the deficits of the failing group's flavors,
-	// or permanent when a resource has no quota at all.
+	// When mode is modeNoFit: the short resources of each flavor of the
+	// failing group, or permanent when a resource has no quota at all.
 	blocked   []blockedFlavor
 	permanent bool
 	// When mode is modePreempt and a single group must preempt: that
@@ -543,10 +543,15 @@ func (cy *cycle) charge(n *node, frs []frQty) {
 // cycles repeat until nothing moves or max is reached. A head that must
 // preempt reserves its request for the rest of the call, so lower-ranked
 // heads cannot take the room its victims free. All victims of one
-// preemptor come in one call.
+// preemptor come in one call (the only case where a call returns more
+// than max decisions: a first preemptor needing more victims than max).
 //
-// A call returning fewer than max decisions has considered every pending
-// workload: calling again before new facts decides nothing.
+// Callers apply the decisions and call again while decisions come. With
+// no preemption configured, a call returning fewer than max decisions
+// has considered every pending workload and the next call, on the
+// applied decisions, decides nothing. With preemption it may: a workload
+// just admitted by borrowing can be reclaimed at once by a preemptor that
+// had no victim before, as in Kueue, and reservations order differently.
 func (s *State) Schedule(now time.Time, max int) []Decision {
 	if max <= 0 {
 		return nil

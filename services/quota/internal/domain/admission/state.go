@@ -54,8 +54,8 @@ type workload struct {
 	compiled    *compiledReq
 	compiledFor *node
 
-	// memo records "neither fits nor can preempt" against the root's memo
-	// keys, so unchanged queues are not re-evaluated every cycle.
+	// memo records why the workload neither fit nor could preempt when
+	// last evaluated (see memoized), so scans skip it cheaply.
 	memo       noFitMemo
 	memoInline [4]blockedFlavor
 }
@@ -94,6 +94,9 @@ type queue struct {
 	node     *node // nil while the ClusterQueue is not configured
 	pending  []*workload
 	admitted map[string]*workload
+	// victims: the admitted workloads not being evicted, in the order
+	// preemption tries them.
+	victims []*workload
 	// seq counts insertions into pending; memo summarizes its pending
 	// workloads for Schedule.
 	seq  uint64
@@ -103,8 +106,9 @@ type queue struct {
 // State is the admission state: configuration, usage, pending and admitted
 // workloads. Mutations are facts that always leave it consistent;
 // decisions come from Schedule. It is not safe for concurrent use: the
-// caller serializes access (Schedule and Explain only read, but Schedule
-// refreshes internal memos).
+// caller serializes access (Schedule and Explain change no fact, but
+// Schedule updates internal memos and caches that never change a
+// decision).
 type State struct {
 	cfg       Config
 	frIndex   map[frKey]int
@@ -116,10 +120,9 @@ type State struct {
 	usage     []int64
 	gen       uint64 // source of unique generation numbers
 	admitSeq  uint64
-	// Per-tree caches for preemption, valid while the root's changeGen
-	// is the one recorded.
-	pools map[*node]poolCache
-	sums  map[sumsKey]sumsCache
+	// Per-tree cache for preemption, valid while the root's changeGen is
+	// the one recorded.
+	sums map[sumsKey]sumsCache
 }
 
 type frKey struct{ flavor, resource string }
@@ -203,7 +206,7 @@ func (s *State) build(cfg Config) {
 
 	s.nodes = s.nodes[:0]
 	s.cohorts = make(map[string]*node, len(cfg.Cohorts))
-	s.pools, s.sums = nil, nil
+	s.sums = nil
 	newNode := func(name string, groups []ResourceGroup) *node {
 		n := &node{
 			name:        name,
@@ -431,6 +434,7 @@ func (s *State) Admit(id string, a Assignment) error {
 	q.admitted[id] = w
 	s.admitSeq++
 	w.admitted, w.assignment, w.admitSeq = true, frs, s.admitSeq
+	q.addVictim(w) // after admitSeq: it orders victims
 	w.flavors = make(map[string]string, len(frs))
 	for _, r := range frs {
 		k := s.frs[r.fr]
@@ -496,6 +500,7 @@ func (s *State) Preempt(victim, preemptor string) error {
 	if p.admitted {
 		return fmt.Errorf("%w: preemptor %s", ErrNotPending, preemptor)
 	}
+	s.queues[v.ClusterQueue].dropVictim(v)
 	v.evicting, v.evictingFor = true, preemptor
 	p.victims = append(p.victims, victim)
 	s.gen++
@@ -553,6 +558,9 @@ func (s *State) release(w *workload) {
 	q := s.queues[w.ClusterQueue]
 	s.charge(q.node, w.assignment, -1)
 	delete(q.admitted, w.ID)
+	if !w.evicting {
+		q.dropVictim(w)
+	}
 	w.admitted, w.assignment, w.flavors = false, nil, nil
 	if w.evicting {
 		if p := s.workloads[w.evictingFor]; p != nil {
