@@ -286,8 +286,8 @@ func (o *cycleOut) record(r *WorkloadRecord, at time.Time, ev any) {
 	o.changed[r.ID] = r
 }
 
-// cycle runs one transaction; more reports that a limit was reached and
-// another cycle should follow at once.
+// cycle runs one transaction; more reports that another cycle should
+// follow at once (facts are left, or decisions were made).
 func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -314,14 +314,17 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		for _, f := range facts {
 			l.applyFact(f, now, out)
 		}
-		decisions := l.core.Schedule(now, l.cfg.MaxDecisions)
-		for _, d := range decisions {
+		beforeDecisions := len(out.events)
+		for _, d := range l.core.Schedule(now, l.cfg.MaxDecisions) {
 			l.applyDecision(d, now, out)
 		}
 		if out.err != nil {
 			return out.err
 		}
-		more = len(facts) == l.cfg.MaxFacts || len(decisions) == l.cfg.MaxDecisions
+		// The core may decide more once these decisions are applied (its
+		// contract: call again while decisions come). Only applied ones
+		// count, so a refused decision cannot spin the loop.
+		more = len(facts) == l.cfg.MaxFacts || len(out.events) > beforeDecisions
 		if len(facts) == 0 && len(out.events) == 0 {
 			return nil
 		}
