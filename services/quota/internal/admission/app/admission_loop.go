@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -485,10 +484,6 @@ func (l *Loop) applyDecision(d Decision, now time.Time, out *cycleOut) {
 			Reason: d.Reason, TaskVersion: v.TaskVersion})
 	}
 }
-
-// ErrNotActive is returned by reads of live state when this instance's
-// loop is a standby.
-var ErrNotActive = errors.New("the admission loop is not active in this instance")
 
 // explain returns the live explanation of a workload; ok is false when
 // this instance does not hold the state.

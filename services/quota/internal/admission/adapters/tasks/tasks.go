@@ -34,9 +34,9 @@ type Fact struct {
 }
 
 // Convert maps one task event to its fact (pure).
-func Convert(ev *taskv1.TaskEvent) (Fact, error) {
+func Convert(ev *taskv1.TaskEvent) Fact {
 	f := Fact{Fact: app.Fact{TaskID: ev.GetAggregateId(), TaskVersion: ev.GetVersion(), TenantID: ev.GetTenantId()}}
-	queue := func(cq string, spec *taskv1.TaskSpec, created time.Time) error {
+	queue := func(cq string, spec *taskv1.TaskSpec, created time.Time) Fact {
 		reqs, err := quantity.MilliMap(spec.GetResources())
 		if err != nil {
 			// The scheduler validated the spec; a bad quantity here is
@@ -46,16 +46,16 @@ func Convert(ev *taskv1.TaskEvent) (Fact, error) {
 		}
 		f.Kind, f.Opens, f.ClusterQueue, f.Created, f.Requests = app.FactQueue, true, cq, created, reqs
 		f.Priority = Priority(spec.GetPriority())
-		return nil
+		return f
 	}
 	switch e := ev.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
 		if cq := e.Submitted.GetClusterQueue(); cq != "" {
-			return f, queue(cq, e.Submitted.GetSpec(), ev.GetOccurredAt().AsTime())
+			return queue(cq, e.Submitted.GetSpec(), ev.GetOccurredAt().AsTime())
 		}
 	case *taskv1.TaskEvent_Updated:
 		if cq := e.Updated.GetClusterQueue(); cq != "" {
-			return f, queue(cq, e.Updated.GetSpec(), time.Time{})
+			return queue(cq, e.Updated.GetSpec(), time.Time{})
 		}
 		f.Kind, f.Reason = app.FactFinish, "the task no longer needs admission"
 	case *taskv1.TaskEvent_RetryScheduled:
@@ -79,7 +79,7 @@ func Convert(ev *taskv1.TaskEvent) (Fact, error) {
 	case *taskv1.TaskEvent_Expired:
 		f.Kind, f.Reason = app.FactDelete, "expired"
 	}
-	return f, nil
+	return f
 }
 
 // Priority maps a task priority (1 most important … 10) to Kueue's scale,
@@ -100,11 +100,7 @@ func (Facts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error 
 		if err := proto.Unmarshal(r.Value, &ev); err != nil {
 			return fmt.Errorf("decode task event at %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
 		}
-		f, err := Convert(&ev)
-		if err != nil {
-			return err
-		}
-		if f.Kind != "" {
+		if f := Convert(&ev); f.Kind != "" {
 			facts = append(facts, f)
 			ids = append(ids, f.TaskID)
 		}
