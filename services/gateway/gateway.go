@@ -45,7 +45,8 @@ type Config struct {
 	// grpc.NewClient target).
 	SchedulerTarget string
 	// QuotaTarget, if set, is the quota service's internal gRPC address:
-	// QuotaService is then served over REST and the gRPC front door.
+	// its QuotaService and AdmissionService are served under /api/v1/… and
+	// through the gRPC front door.
 	QuotaTarget string
 	// InternalToken is sent to internal services (authn.MDInternalToken).
 	// Never logged.

@@ -3,11 +3,12 @@
 // API key calls the task API (taskmesh.task.v1.TaskService, REST
 // /api/v1/… except /api/v1/agent/…) and the video API
 // (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…),
-// and reads its own quotas (taskmesh.quota.v1.QuotaService), an agent token
+// and reads its own quotas and queues (taskmesh.quota.v1.QuotaService,
+// AdmissionService but its internal ResolveQueue), an agent token
 // calls the lease API (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…),
 // an operator key calls the admin API (taskmesh.admin.v1.AdminService, REST
-// /api/v1/admin/…) and manages quotas (QuotaService, REST OperatorRoutes)
-// and nothing else. Anything else is refused, so a leaked agent token cannot
+// /api/v1/admin/…) and manages quotas and queues (QuotaService,
+// AdmissionService, REST OperatorRoutes) and nothing else. Anything else is refused, so a leaked agent token cannot
 // read tenants' tasks and a user key cannot impersonate an executor. Which
 // quota actions need an operator is the quota service's decision.
 package access
@@ -40,11 +41,16 @@ var (
 	// A tenant's key reads its own quotas; the quota service refuses it
 	// every operator action.
 	quotaMethods = "/" + quotav1.QuotaService_ServiceDesc.ServiceName + "/"
+	// Tenants read queues and explain their tasks; ResolveQueue is the
+	// scheduler's, and the service itself refuses tenants' writes.
+	admissionMethods = "/" + quotav1.AdmissionService_ServiceDesc.ServiceName + "/"
+	resolveQueue     = admissionMethods + "ResolveQueue"
 )
 
 // OperatorRoutes are the REST prefixes, besides the admin API, that an
-// operator key may call: the quota service's.
-var OperatorRoutes = []string{"/api/v1/quotas", "/api/v1/clusters", "/api/v1/tenants", "/api/v1/workgroups"}
+// operator key may call: the quota service's (quotas and admission queues).
+var OperatorRoutes = []string{"/api/v1/quotas", "/api/v1/clusters", "/api/v1/tenants", "/api/v1/workgroups",
+	"/api/v1/cluster-queues", "/api/v1/cohorts", "/api/v1/local-queues"}
 
 func operatorRoute(path string) bool {
 	for _, r := range OperatorRoutes {
@@ -71,13 +77,15 @@ func Method(p authn.Principal, fullMethod string) error {
 			return nil
 		}
 		return denied("the admin API needs an operator key (tmo_…)")
-	case p.Kind == authn.KindAdmin && strings.HasPrefix(fullMethod, quotaMethods):
+	case fullMethod == resolveQueue:
+		return denied("ResolveQueue is internal to the scheduler")
+	case p.Kind == authn.KindAdmin && (strings.HasPrefix(fullMethod, quotaMethods) || strings.HasPrefix(fullMethod, admissionMethods)):
 		return nil
 	case p.Kind == authn.KindAdmin:
 		return denied("operator keys can only call the admin and quota APIs")
 	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods)):
 		return nil
-	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, quotaMethods):
+	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, quotaMethods) || strings.HasPrefix(fullMethod, admissionMethods)):
 		return nil
 	case p.Kind == authn.KindAgent && strings.HasPrefix(fullMethod, leaseMethods):
 		return nil

@@ -27,7 +27,12 @@ func TestMethod(t *testing.T) {
 		// Tenants reach QuotaService; it refuses them operator actions.
 		{p: user, method: "/taskmesh.quota.v1.QuotaService/CreateQuota", want: true},
 		{p: agent, method: "/taskmesh.quota.v1.QuotaService/GetQuota"},
+		{p: user, method: "/taskmesh.quota.v1.AdmissionService/ExplainTaskAdmission", want: true},
+		{p: user, method: "/taskmesh.quota.v1.AdmissionService/ListClusterQueues", want: true},
 		{p: user, method: "/taskmesh.quota.v1.AdmissionService/ResolveQueue"},
+		{p: agent, method: "/taskmesh.quota.v1.AdmissionService/ListClusterQueues"},
+		{p: admin, method: "/taskmesh.quota.v1.AdmissionService/PutClusterQueue", want: true},
+		{p: admin, method: "/taskmesh.quota.v1.AdmissionService/ResolveQueue"},
 		{p: admin, method: "/taskmesh.task.v1.TaskService/GetTask"},
 		{p: admin, method: "/taskmesh.task.v1.LeaseService/ClaimTasks"},
 		{p: admin, method: "/taskmesh.admin.v1.AdminService/CreateTenant", want: true},

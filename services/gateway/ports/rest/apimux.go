@@ -27,7 +27,8 @@ var marshaler = &runtime.JSONPb{
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 }
 
-// newAPIMux returns the generated REST mux for the task and lease services.
+// newAPIMux returns the generated REST mux for the task and lease services,
+// and the quota service's admission routes when quota is set.
 func newAPIMux(ctx context.Context, upstream, quota grpc.ClientConnInterface, log *slog.Logger) (*runtime.ServeMux, error) {
 	errs := &errorWriter{log: log}
 	mux := runtime.NewServeMux(
@@ -54,6 +55,9 @@ func newAPIMux(ctx context.Context, upstream, quota grpc.ClientConnInterface, lo
 	if quota != nil {
 		if err := quotav1.RegisterQuotaServiceHandlerClient(ctx, mux, quotav1.NewQuotaServiceClient(quota)); err != nil {
 			return nil, fmt.Errorf("rest: register quota service: %w", err)
+		}
+		if err := quotav1.RegisterAdmissionServiceHandlerClient(ctx, mux, quotav1.NewAdmissionServiceClient(quota)); err != nil {
+			return nil, fmt.Errorf("rest: register admission service: %w", err)
 		}
 	}
 	return mux, nil

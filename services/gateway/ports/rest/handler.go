@@ -36,7 +36,7 @@ type Options struct {
 	// interceptors of package outbound.
 	Upstream grpc.ClientConnInterface
 	// QuotaUpstream, if set, is the connection to the quota service
-	// (QuotaService routes), with the same interceptors.
+	// (QuotaService and AdmissionService routes), with the same interceptors.
 	QuotaUpstream grpc.ClientConnInterface
 	Auth          Authenticator
 	// TrustedProxies may set X-Forwarded-For (see package clientip).

@@ -94,6 +94,25 @@ func benchCommand() *cobra.Command {
 	gf.IntVar(&gw.Clients, "clients", 16, "concurrent clients per path")
 	gf.DurationVar(&gw.For, "gateway-for", 10*time.Second, "length of each measured phase")
 
+	var adm bench.AdmissionOptions
+	admissionCmd := &cobra.Command{
+		Use:   "admission",
+		Short: "Quota admission end to end: pending workloads on the task topic, capacity freed as each is admitted",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			adm.Out = cmd.OutOrStdout()
+			_, err := bench.Admission(cmd.Context(), adm)
+			return err
+		},
+	}
+	af := admissionCmd.Flags()
+	af.StringVar(&adm.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
+	af.IntVar(&adm.Runs, "runs", 3, "repetitions (medians are reported)")
+	af.IntVar(&adm.Workloads, "workloads", 10_000, "pending workloads (1 GPU each)")
+	af.IntVar(&adm.Queues, "queues", 50, "ClusterQueues")
+	af.IntVar(&adm.Cohorts, "cohorts", 5, "cohorts the queues are spread over")
+	af.IntVar(&adm.GPUs, "queue-gpus", 20, "nominal GPUs of each queue")
+	af.BoolVar(&adm.PGStats, "admission-pg-stats", false, "print the statements that took most server time (pg_stat_statements)")
+
 	all := &cobra.Command{
 		Use:   "all",
 		Short: "Run every benchmark",
@@ -108,18 +127,23 @@ func benchCommand() *cobra.Command {
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
 			gw.Out = cmd.OutOrStdout()
-			_, err := bench.Gateway(cmd.Context(), gw)
+			if _, err := bench.Gateway(cmd.Context(), gw); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			adm.Out = cmd.OutOrStdout()
+			_, err := bench.Admission(cmd.Context(), adm)
 			return err
 		},
 	}
 	all.Flags().AddFlagSet(f)
-	for _, fs := range []*pflag.FlagSet{tf, gf} {
+	for _, fs := range []*pflag.FlagSet{tf, gf, af} {
 		fs.VisitAll(func(fl *pflag.Flag) {
 			if all.Flags().Lookup(fl.Name) == nil {
 				all.Flags().AddFlag(fl)
 			}
 		})
 	}
-	cmd.AddCommand(eventsCmd, tasksCmd, gatewayCmd, all)
+	cmd.AddCommand(eventsCmd, tasksCmd, gatewayCmd, admissionCmd, all)
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/quota"
+	"github.com/taskmesh/taskmesh/services/quota/admission"
 )
 
 func quotaCommand() *cobra.Command {
@@ -23,7 +24,7 @@ func quotaCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "quota",
-		Short: "Run the quota service (tenants, clusters, CU/GU quotas, Ray WorkGroups)",
+		Short: "Run the quota service (tenants, clusters, CU/GU quotas, Ray WorkGroups, queue admission)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			log, k, token, shutdown, err := c.setup(ctx, cmd, "quota")
@@ -60,11 +61,27 @@ func quotaCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// Queue admission (ClusterQueues, cohorts, the admission loop)
+			// runs beside it, in its own schema, and admits GU quota work
+			// into the WorkGroups' queues.
+			apool, err := pg.Open(ctx, pg.Config{URL: c.databaseURL, Schema: admission.Schema, MaxConns: 16, ApplicationName: "taskmesh-admission"})
+			if err != nil {
+				return err
+			}
+			defer apool.Close()
+			if err := pg.Migrate(ctx, apool, admission.Schema, admission.Migrations()...); err != nil {
+				return err
+			}
+			adm, err := admission.New(admission.Config{DB: apool, Kafka: k, GUQuotas: svc.GUQuotas(), Logger: log})
+			if err != nil {
+				return err
+			}
 			srv, err := grpcserver.New(grpcserver.Options{InternalToken: token, Logger: log})
 			if err != nil {
 				return err
 			}
 			svc.Register(srv)
+			adm.Register(srv)
 			lis, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
@@ -75,6 +92,12 @@ func quotaCommand() *cobra.Command {
 					log.Error("quota service stopped", "err", err)
 				}
 			}()
+			go func() {
+				if err := adm.Run(ctx); err != nil && ctx.Err() == nil {
+					log.Error("admission stopped", "err", err)
+				}
+			}()
+			go svc.SyncAdmission(ctx, adm)
 			log.Info("quota serving", "addr", lis.Addr().String())
 			return srv.Serve(lis)
 		},

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/kafka"
@@ -93,6 +95,7 @@ func schedulerCommand() *cobra.Command {
 		agentLostAfter           time.Duration
 		preemptGap               int
 		video                    videoFlags
+		quotaTarget              string
 	)
 	cmd := &cobra.Command{
 		Use:   "scheduler",
@@ -141,8 +144,19 @@ func schedulerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: k, Objects: objects, Writers: writers, Logger: log,
-				Timing: scheduler.Timing{AgentLostAfter: agentLostAfter, PreemptGap: preemptGap}, Video: vc})
+			cfg := scheduler.Config{DB: pool, Kafka: k, Objects: objects, Writers: writers, Logger: log,
+				Timing: scheduler.Timing{AgentLostAfter: agentLostAfter, PreemptGap: preemptGap}, Video: vc}
+			if quotaTarget != "" {
+				// Tasks with a queue, a GU quota or resources wait for the
+				// quota service's admission.
+				conn, err := grpc.NewClient(quotaTarget, grpc.WithTransportCredentials(insecure.NewCredentials()), otel.DialOption())
+				if err != nil {
+					return fmt.Errorf("--quota %q: %w", quotaTarget, err)
+				}
+				defer conn.Close()
+				cfg.Quota, cfg.InternalToken = conn, token
+			}
+			svc, err := scheduler.New(cfg)
 			if err != nil {
 				return err
 			}
@@ -165,6 +179,7 @@ func schedulerCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:9091", "internal gRPC address")
 	f.IntVar(&writers, "writers", 4, "concurrent group-commit transactions")
+	f.StringVar(&quotaTarget, "quota", "", "quota service's internal gRPC address: admission of queued GPU work (empty: tasks are admitted at once)")
 	f.DurationVar(&agentLostAfter, "agent-lost-after", 15*time.Second, "release an agent's leases after this long without heartbeats")
 	f.IntVar(&preemptGap, "preempt-gap", 3, "priority gap from which waiting tasks preempt running ones (negative: never)")
 	f.StringVar(&objectsKind, "objects", "none", "result object store: fs, s3 or none")

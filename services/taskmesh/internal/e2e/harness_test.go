@@ -75,13 +75,20 @@ func newWorld(t *testing.T, timing ...func(*scheduler.Timing)) *world {
 	for _, f := range timing {
 		f(&tm)
 	}
+	return newWorldWith(t, stack.Options{Timing: tm})
+}
+
+// newWorldWith starts a world on o (directories, addresses and database
+// are filled in).
+func newWorldWith(t *testing.T, o stack.Options) *world {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "tme2e") // short: shims put sockets under it
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	s, err := stack.Start(context.Background(), stack.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
-		DatabaseURL: pgtest.New(t).URL, Timing: tm})
+	o.DataDir, o.HTTPAddr, o.GRPCAddr, o.DatabaseURL = dir, "127.0.0.1:0", "127.0.0.1:0", pgtest.New(t).URL
+	s, err := stack.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,9 +108,15 @@ func newWorld(t *testing.T, timing ...func(*scheduler.Timing)) *world {
 // tenantKey creates a tenant and returns an API key of it.
 func (w *world) tenantKey(tenant string) string {
 	w.t.Helper()
+	return w.tenantKeyOfTier(tenant, gateway.TierStandard)
+}
+
+// tenantKeyOfTier creates a tenant of tier and returns an API key of it.
+func (w *world) tenantKeyOfTier(tenant, tier string) string {
+	w.t.Helper()
 	ctx := context.Background()
 	c := w.s.Gateway.Credentials()
-	if _, err := c.CreateTenant(ctx, tenant, tenant, gateway.TierStandard); err != nil {
+	if _, err := c.CreateTenant(ctx, tenant, tenant, tier); err != nil {
 		w.t.Fatal(err)
 	}
 	_, key, err := c.CreateAPIKey(ctx, tenant, "e2e", nil)

@@ -1,8 +1,9 @@
 // Package stack composes every Taskmesh service in one process on embedded
 // defaults: a Postgres server it runs itself (or DATABASE_URL), an
 // embedded Kafka-protocol broker (or real brokers), a filesystem object
-// store, the scheduler, the gateway and a local executor agent. `taskmesh
-// dev` runs it; end-to-end tests start it on temporary directories.
+// store, the scheduler, the quota service's admission layer, the gateway
+// and a local executor agent. `taskmesh dev` runs it; end-to-end tests
+// start it on temporary directories.
 //
 // All state lives under DataDir, so stopping and starting again keeps every
 // task, event and credential.
@@ -24,13 +25,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
+	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/quota"
+	"github.com/taskmesh/taskmesh/services/quota/admission"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 )
 
@@ -63,8 +68,11 @@ type Options struct {
 	// wan2.2-t2v and wan2.2-i2v).
 	Video *scheduler.VideoConfig
 	// Now is the scheduler's clock (tests; default time.Now).
-	Now    func() time.Time
-	Logger *slog.Logger
+	Now func() time.Time
+	// GUQuotas replaces the embedded quota service's GU quota check in
+	// admission (tests); nil uses the quota service.
+	GUQuotas admission.GUQuotas
+	Logger   *slog.Logger
 }
 
 // Stack is a running Taskmesh.
@@ -89,6 +97,7 @@ type Stack struct {
 	Gateway   *gateway.Gateway
 	Scheduler *scheduler.Service
 	Quota     *quota.Service
+	Admission *admission.Service
 	// QuotaCluster is the embedded default cluster with QuotaInventory
 	// GPUs per machine type, on which the in-process operator provisions
 	// Ray clusters and WorkGroups.
@@ -145,10 +154,6 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	schedAddr, err := s.startScheduler(ctx, runCtx, internalToken, objects)
-	if err != nil {
-		return nil, err
-	}
 	quotaAddr, err := s.startQuota(ctx, runCtx, internalToken)
 	if err != nil {
 		return nil, err
@@ -158,6 +163,10 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	// quota); it changes on every start.
 	s.InternalTokenFile = filepath.Join(s.opts.DataDir, "internal-token")
 	if err := os.WriteFile(s.InternalTokenFile, []byte(internalToken+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	schedAddr, err := s.startScheduler(ctx, runCtx, internalToken, objects, quotaAddr)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.startGateway(ctx, runCtx, schedAddr, quotaAddr, internalToken, objects); err != nil {
@@ -276,7 +285,25 @@ func (s *Stack) objectStore() (*objectstore.FS, error) {
 	return objectstore.NewFS(objectstore.FSConfig{Root: s.ObjectDir, BaseURL: "http://" + httpAddr + "/objects", Secret: []byte(secret)})
 }
 
-func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string, objects objectstore.Store) (string, error) {
+// serve runs a service's gRPC server on a loopback port and its
+// background work until the stack stops.
+func (s *Stack) serve(runCtx context.Context, internalToken string, register func(grpc.ServiceRegistrar), run func(context.Context) error) (string, error) {
+	srv, err := grpcserver.New(grpcserver.Options{InternalToken: internalToken, Logger: s.opts.Logger})
+	if err != nil {
+		return "", err
+	}
+	register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	s.go_(func() error { return srv.Serve(lis) })
+	s.go_(func() error { <-runCtx.Done(); srv.GracefulStop(); return nil })
+	s.go_(func() error { return run(runCtx) })
+	return lis.Addr().String(), nil
+}
+
+func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string, objects objectstore.Store, quotaAddr string) (string, error) {
 	pool, err := s.pool(ctx, scheduler.Schema, 48, scheduler.Migrations()...)
 	if err != nil {
 		return "", err
@@ -285,8 +312,13 @@ func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string
 	if video == nil {
 		video = &scheduler.VideoConfig{}
 	}
+	quota, err := grpc.NewClient(quotaAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), otel.DialOption())
+	if err != nil {
+		return "", err
+	}
+	s.go_(func() error { <-runCtx.Done(); return quota.Close() })
 	svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: s.kafkaConfig(), Objects: objects, Timing: s.opts.Timing,
-		Video: video, Now: s.opts.Now, Logger: s.opts.Logger})
+		Video: video, Now: s.opts.Now, Quota: quota, InternalToken: internalToken, Logger: s.opts.Logger})
 	if err != nil {
 		return "", err
 	}
@@ -329,20 +361,27 @@ func (s *Stack) startQuota(ctx, runCtx context.Context, internalToken string) (s
 	if err := svc.EnsureCluster(ctx, s.QuotaCluster, "embedded default cluster (in-process operator)", s.QuotaInventory); err != nil {
 		return "", fmt.Errorf("quota: default cluster: %w", err)
 	}
-	srv, err := grpcserver.New(grpcserver.Options{InternalToken: internalToken, Logger: s.opts.Logger})
+	// Queue admission runs in the quota service: the queues the
+	// scheduler's GPU work waits in, GU quotas' WorkGroups among them.
+	apool, err := s.pool(ctx, admission.Schema, 16, admission.Migrations()...)
 	if err != nil {
 		return "", err
 	}
-	svc.Register(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	gu := s.opts.GUQuotas
+	if gu == nil {
+		gu = svc.GUQuotas()
+	}
+	adm, err := admission.New(admission.Config{DB: apool, Kafka: s.kafkaConfig(), GUQuotas: gu, Logger: s.opts.Logger})
 	if err != nil {
 		return "", err
 	}
-	s.Quota = svc
-	s.go_(func() error { return srv.Serve(lis) })
-	s.go_(func() error { <-runCtx.Done(); srv.GracefulStop(); return nil })
-	s.go_(func() error { return svc.Run(runCtx) })
-	return lis.Addr().String(), nil
+	s.Quota, s.Admission = svc, adm
+	register := func(r grpc.ServiceRegistrar) { svc.Register(r); adm.Register(r) }
+	return s.serve(runCtx, internalToken, register, func(ctx context.Context) error {
+		go svc.SyncAdmission(ctx, adm)
+		go func() { _ = adm.Run(ctx) }()
+		return svc.Run(ctx)
+	})
 }
 
 func (s *Stack) startGateway(ctx, runCtx context.Context, schedAddr, quotaAddr, internalToken string, objects *objectstore.FS) error {

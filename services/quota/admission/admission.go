@@ -1,0 +1,160 @@
+// Package admission is the quota service's admission layer: Kueue-style
+// ClusterQueues, cohorts and LocalQueues around the pure admission core.
+// It records definitions and workloads as events (schema Schema), relays
+// them to the quota topic where the scheduler reads its decisions
+// (WorkloadAdmitted, WorkloadPreemptionRequested), follows the task topic
+// to learn when work is queued and when it ends, and serves
+// AdmissionService. The taskmesh binary composes it with New, Register and
+// Run.
+package admission
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/outbox"
+	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/platform/projection"
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/adapters/kueue"
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/adapters/tasks"
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/ports"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Schema is the admission layer's default Postgres schema.
+const Schema = "admission"
+
+// Topic carries the quota service's events, this layer's among them.
+const Topic = "taskmesh.quota.events.v1"
+
+// TaskTopic carries the scheduler's task events.
+const TaskTopic = "taskmesh.task.events.v1"
+
+// Migrations are the admission schema's: the event store, projection
+// offsets, and this layer's tables.
+func Migrations() []pg.MigrationSet {
+	own, err := pg.LoadMigrations("admission", migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	return []pg.MigrationSet{eventstore.Migrations(), projection.Migrations(), own}
+}
+
+// GUQuotas checks the GU quota a task names; see app.GUQuotas.
+type GUQuotas = app.GUQuotas
+
+// WorkGroup is a GU quota's running WorkGroup.
+type WorkGroup = app.WorkGroup
+
+// Config configures the layer.
+type Config struct {
+	DB         *pgxpool.Pool // search_path starts with the admission schema, migrated
+	Kafka      kafka.Config
+	Topic      string // default Topic
+	TaskTopic  string // default TaskTopic
+	Partitions int32  // when creating topics (default 16)
+	// GUQuotas checks GU quotas named by tasks; nil refuses them.
+	GUQuotas GUQuotas
+	// NoDefaults skips the embedded default queues (DefaultDefinitions).
+	NoDefaults bool
+	// Tick is how often the admission loop looks for work unprompted
+	// (default 200ms).
+	Tick   time.Duration
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Service is a running admission layer.
+type Service struct {
+	cfg   Config
+	app   *app.App
+	loop  *app.Loop
+	relay *outbox.Relay
+	log   *slog.Logger
+}
+
+// New builds the layer; Run starts its background work.
+func New(cfg Config) (*Service, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("admission: no database")
+	}
+	// Held for the service's lifetime: relay, projection runner, loop.
+	if need := int32(3 + 3); cfg.DB.Config().MaxConns < need {
+		return nil, fmt.Errorf("admission: the database pool allows %d connections; it needs at least %d", cfg.DB.Config().MaxConns, need)
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = Topic
+	}
+	if cfg.TaskTopic == "" {
+		cfg.TaskTopic = TaskTopic
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 16
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger.With("service", "admission")}
+	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "admission", Topic: cfg.Topic, Partitions: cfg.Partitions,
+		Kafka: cfg.Kafka, Logger: s.log})
+	store := postgres.Store{Events: eventstore.New()}
+	s.loop = app.NewLoop(cfg.DB, store, kueue.New, cfg.Now, s.log, app.LoopConfig{Tick: cfg.Tick, AfterCommit: s.relay.Notify})
+	s.app = app.New(app.Options{DB: cfg.DB, Store: store, Validate: kueue.Validate, Loop: s.loop, GUQuotas: cfg.GUQuotas,
+		TierQueues: TierQueues, Now: cfg.Now, Logger: s.log, AfterWrite: s.relay.Notify})
+	return s, nil
+}
+
+// Register adds AdmissionService to a server built with platform/grpcserver.
+func (s *Service) Register(g grpc.ServiceRegistrar) {
+	quotav1.RegisterAdmissionServiceServer(g, &ports.AdmissionServer{App: s.app, Log: s.log})
+}
+
+// SyncWorkGroups makes the work_group ClusterQueues match the running
+// WorkGroups (one queue gu-<tenant>-<quota> each); call it whenever that
+// set changes.
+func (s *Service) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
+	return s.app.SyncWorkGroups(ctx, groups)
+}
+
+// Run records the embedded defaults, then relays events, follows the task
+// topic and runs the admission loop until ctx is done.
+func (s *Service) Run(ctx context.Context) error {
+	if !s.cfg.NoDefaults {
+		if err := s.app.ApplyDefaults(ctx, DefaultDefinitions()); err != nil {
+			return fmt.Errorf("admission: defaults: %w", err)
+		}
+	}
+	var wg sync.WaitGroup
+	run := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	run(func(ctx context.Context) { _ = s.relay.Run(ctx) })
+	facts := projection.NewRunner(s.cfg.DB, projection.Config{Name: "admission_workloads", Topic: s.cfg.TaskTopic,
+		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log,
+		AfterCommit: func([]*kgo.Record) { s.loop.Wake() }}, tasks.Facts{})
+	run(func(ctx context.Context) { _ = facts.Run(ctx) })
+	run(func(ctx context.Context) { _ = s.loop.Run(ctx) })
+	<-ctx.Done()
+	wg.Wait()
+	return nil
+}

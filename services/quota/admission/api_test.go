@@ -1,0 +1,316 @@
+package admission_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/quota/admission"
+)
+
+func code(err error) codes.Code { return status.Code(err) }
+
+// businessCode reads the ErrorInfo reason of a status.
+func reason(err error) string {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.Reason
+		}
+	}
+	return ""
+}
+
+func gpuQueue(cohort, gpus string) *quotav1.ClusterQueueSpec {
+	return &quotav1.ClusterQueueSpec{Cohort: cohort, ResourceGroups: []*quotav1.ResourceGroup{{CoveredResources: []string{"nvidia.com/gpu"},
+		Flavors: []*quotav1.FlavorQuotas{{Name: "a100", Resources: []*quotav1.ResourceQuota{{Name: "nvidia.com/gpu", NominalQuota: gpus}}}}}}}
+}
+
+func TestEmbeddedDefaults(t *testing.T) {
+	e := newEnv(t)
+	waitFor(t, func() bool {
+		r, err := e.client().ListClusterQueues(user("t1", "standard"), &quotav1.ListClusterQueuesRequest{})
+		return err == nil && len(r.ClusterQueues) == 2
+	})
+	r, err := e.client().ListClusterQueues(user("t1", "standard"), &quotav1.ListClusterQueuesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range r.ClusterQueues {
+		p := q.Spec.GetPreemption()
+		if q.Origin != "config" || q.Spec.Cohort != admission.DefaultCohort || p.GetMinPriorityGap() != 3 ||
+			p.GetWithinClusterQueue() != "LowerPriority" || p.GetReclaimWithinCohort() != "Any" {
+			t.Fatalf("default queue %v", q)
+		}
+	}
+	cs, err := e.client().ListCohorts(admin(), &quotav1.ListCohortsRequest{})
+	if err != nil || len(cs.Cohorts) != 1 || len(cs.Cohorts[0].ClusterQueues) != 2 {
+		t.Fatalf("cohorts = %v, %v", cs, err)
+	}
+	lqs, err := e.client().ListLocalQueues(admin(), &quotav1.ListLocalQueuesRequest{})
+	if err != nil || len(lqs.LocalQueues) != 4 {
+		t.Fatalf("local queues = %v, %v", lqs, err)
+	}
+	// A changed default survives a restart: defaults only fill gaps.
+	if _, err := e.client().PutClusterQueue(admin(), &quotav1.PutClusterQueueRequest{Name: admission.LowPriorityQueue,
+		Spec: gpuQueue(admission.DefaultCohort, "3")}); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	q, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: admission.LowPriorityQueue})
+	if err != nil || q.ClusterQueue.Origin != "api" || q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota != "3" {
+		t.Fatalf("after restart: %v, %v", q, err)
+	}
+}
+
+func TestDefinitionsAreForOperatorsAndValidated(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ctx := context.Background()
+	count := func() int {
+		var n int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE aggregate_id LIKE 'cluster-queue/x%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	tests := []struct {
+		name string
+		ctx  context.Context
+		req  *quotav1.PutClusterQueueRequest
+		want codes.Code
+	}{
+		{"tenant", user("t1", "premium"), &quotav1.PutClusterQueueRequest{Name: "x1", Spec: gpuQueue("", "1")}, codes.PermissionDenied},
+		{"bad name", admin(), &quotav1.PutClusterQueueRequest{Name: "X_1", Spec: gpuQueue("", "1")}, codes.InvalidArgument},
+		{"bad quantity", admin(), &quotav1.PutClusterQueueRequest{Name: "x2", Spec: gpuQueue("", "lots")}, codes.InvalidArgument},
+		{"unknown cohort", admin(), &quotav1.PutClusterQueueRequest{Name: "x3", Spec: gpuQueue("nope", "1")}, codes.InvalidArgument},
+		{"flavor misses a covered resource", admin(), &quotav1.PutClusterQueueRequest{Name: "x4", Spec: &quotav1.ClusterQueueSpec{
+			ResourceGroups: []*quotav1.ResourceGroup{{CoveredResources: []string{"nvidia.com/gpu", "cpu"},
+				Flavors: []*quotav1.FlavorQuotas{{Name: "f", Resources: []*quotav1.ResourceQuota{{Name: "nvidia.com/gpu", NominalQuota: "1"}}}}}}}},
+			codes.InvalidArgument},
+		{"lending limit without cohort", admin(), &quotav1.PutClusterQueueRequest{Name: "x5", Spec: &quotav1.ClusterQueueSpec{
+			ResourceGroups: []*quotav1.ResourceGroup{{CoveredResources: []string{"nvidia.com/gpu"},
+				Flavors: []*quotav1.FlavorQuotas{{Name: "f", Resources: []*quotav1.ResourceQuota{{Name: "nvidia.com/gpu", NominalQuota: "1",
+					LendingLimit: new("1")}}}}}}}}, codes.InvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.PutClusterQueue(tt.ctx, tt.req)
+			if code(err) != tt.want {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if tt.want == codes.InvalidArgument && reason(err) != "INVALID_ARGUMENT" {
+				t.Fatalf("reason = %q", reason(err))
+			}
+		})
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d events recorded by refused writes", n)
+	}
+
+	// Deleting: unknown, in use by admitted work, a cohort with members.
+	if _, err := c.DeleteClusterQueue(admin(), &quotav1.DeleteClusterQueueRequest{Name: "nope"}); code(err) != codes.NotFound {
+		t.Fatalf("delete unknown: %v", err)
+	}
+	if _, err := c.PutClusterQueue(admin(), &quotav1.PutClusterQueueRequest{Name: "x9", Spec: gpuQueue("", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	tk := &task{id: "busy", tenant: "t1", queue: "x9", priority: 5, gpus: "1"}
+	e.submit(tk)
+	e.waitState("busy", "admitted", 1)
+	if _, err := c.DeleteClusterQueue(user("t1", "premium"), &quotav1.DeleteClusterQueueRequest{Name: "x9"}); code(err) != codes.PermissionDenied {
+		t.Fatalf("tenant delete: %v", err)
+	}
+	if _, err := c.DeleteClusterQueue(admin(), &quotav1.DeleteClusterQueueRequest{Name: "x9"}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("delete busy queue: %v", err)
+	}
+	if _, err := c.DeleteCohort(admin(), &quotav1.DeleteCohortRequest{Name: admission.DefaultCohort}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("delete cohort with members: %v", err)
+	}
+	e.publish(tk, &taskv1.TaskSucceeded{AttemptId: "a"})
+	e.waitState("busy", "finished", 1)
+	if _, err := c.DeleteClusterQueue(admin(), &quotav1.DeleteClusterQueueRequest{Name: "x9"}); err != nil {
+		t.Fatalf("delete idle queue: %v", err)
+	}
+	if got := count(); got != 2 {
+		t.Fatalf("x9 events = %d, want defined and deleted", got)
+	}
+	// Work for a queue that does not exist waits, and says why.
+	lost := &task{id: "lost", tenant: "t1", queue: "x9", priority: 5, gpus: "1"}
+	e.submit(lost)
+	e.waitState("lost", "pending", 1)
+	ex, err := c.ExplainTaskAdmission(user("t1", "premium"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "lost"})
+	if err != nil || ex.State != "pending" || !strings.Contains(ex.Reason, "x9") {
+		t.Fatalf("explain lost = %v, %v", ex, err)
+	}
+	// Defining the queue again admits it.
+	if _, err := c.PutClusterQueue(admin(), &quotav1.PutClusterQueueRequest{Name: "x9", Spec: gpuQueue("", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState("lost", "admitted", 1)
+}
+
+func TestExplainTaskAdmission(t *testing.T) {
+	e := newEnv(t)
+	e.soloQueue("solo", "1")
+	a := &task{id: "first", tenant: "t1", queue: "solo", priority: 5, gpus: "1"}
+	b := &task{id: "second", tenant: "t1", queue: "solo", priority: 5, gpus: "1"}
+	e.submit(a)
+	e.waitState("first", "admitted", 1)
+	e.submit(b)
+	e.waitState("second", "pending", 1)
+	c := e.client()
+	ex, err := c.ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "second"})
+	if err != nil || ex.State != "pending" || ex.Position != 1 || ex.ClusterQueue != "solo" || len(ex.Shortages) != 1 ||
+		ex.Shortages[0].Requested != "1" || ex.Shortages[0].Available != "0" {
+		t.Fatalf("explain second = %v, %v", ex, err)
+	}
+	ex, err = c.ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "first"})
+	if err != nil || ex.State != "admitted" || ex.Flavors["nvidia.com/gpu"] != "a100" || ex.AdmittedAt == nil {
+		t.Fatalf("explain first = %v, %v", ex, err)
+	}
+	for _, id := range []string{"second", "nothing"} {
+		if _, err := c.ExplainTaskAdmission(user("t2", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: id}); code(err) != codes.NotFound {
+			t.Fatalf("another tenant's %s: %v", id, err)
+		}
+	}
+	if _, err := c.ExplainTaskAdmission(admin(), &quotav1.ExplainTaskAdmissionRequest{TaskId: "second"}); err != nil {
+		t.Fatalf("operator: %v", err)
+	}
+}
+
+// guQuotas is a fake GU quota check: running WorkGroups by tenant/quota,
+// and the quota service's errors otherwise.
+type guQuotas map[string]admission.WorkGroup
+
+func (g guQuotas) CheckGUQuota(_ context.Context, tenant, quota string) (admission.WorkGroup, error) {
+	if quota == "creating" {
+		return admission.WorkGroup{}, guStatus(codes.FailedPrecondition, "GU_QUOTA_CREATING")
+	}
+	wg, ok := g[tenant+"/"+quota]
+	if !ok {
+		return admission.WorkGroup{}, guStatus(codes.NotFound, "GU_QUOTA_NOT_EXISTS")
+	}
+	return wg, nil
+}
+
+func guStatus(c codes.Code, r string) error {
+	st, _ := status.New(c, strings.ToLower(r)).WithDetails(&errdetails.ErrorInfo{Reason: r, Domain: "taskmesh"})
+	return st.Err()
+}
+
+func TestResolveQueue(t *testing.T) {
+	gu := guQuotas{"t1/q1": {TenantID: "t1", Quota: "q1", MachineType: "a100", GPUs: 4}}
+	e := newEnv(t, func(c *admission.Config) { c.GUQuotas = gu })
+	gpu := map[string]string{"nvidia.com/gpu": "1"}
+	tests := []struct {
+		name       string
+		ctx        context.Context
+		req        *quotav1.ResolveQueueRequest
+		want       string
+		wantCode   codes.Code
+		wantReason string
+	}{
+		{"premium GPU work", user("t1", "premium"), &quotav1.ResolveQueueRequest{Resources: gpu}, admission.HighPriorityQueue, codes.OK, ""},
+		{"standard GPU work", user("t1", "standard"), &quotav1.ResolveQueueRequest{Resources: gpu}, admission.LowPriorityQueue, codes.OK, ""},
+		{"unknown tier", user("t1", ""), &quotav1.ResolveQueueRequest{Resources: gpu}, admission.LowPriorityQueue, codes.OK, ""},
+		{"no resources", user("t1", "premium"), &quotav1.ResolveQueueRequest{}, "", codes.OK, ""},
+		{"CPU only", user("t1", "premium"), &quotav1.ResolveQueueRequest{Resources: map[string]string{"cpu": "2"}}, "", codes.OK, ""},
+		{"alias", user("t1", "premium"), &quotav1.ResolveQueueRequest{Queue: "premium"}, admission.HighPriorityQueue, codes.OK, ""},
+		{"named queue of another tier", user("t1", "standard"), &quotav1.ResolveQueueRequest{Queue: admission.HighPriorityQueue}, "", codes.PermissionDenied, ""},
+		{"operator any queue", admin(), &quotav1.ResolveQueueRequest{Queue: admission.HighPriorityQueue}, admission.HighPriorityQueue, codes.OK, ""},
+		{"unknown queue", user("t1", "premium"), &quotav1.ResolveQueueRequest{Queue: "nope"}, "", codes.InvalidArgument, "INVALID_ARGUMENT"},
+		{"bad quantity", user("t1", "premium"), &quotav1.ResolveQueueRequest{Resources: map[string]string{"nvidia.com/gpu": "x"}}, "", codes.InvalidArgument, "INVALID_ARGUMENT"},
+		{"running GU quota", user("t1", "standard"), &quotav1.ResolveQueueRequest{Quota: "q1", Resources: gpu}, "gu-t1-q1", codes.OK, ""},
+		{"missing GU quota", user("t1", "standard"), &quotav1.ResolveQueueRequest{Quota: "q2", Resources: gpu}, "", codes.NotFound, "GU_QUOTA_NOT_EXISTS"},
+		{"GU quota of another tenant", user("t2", "standard"), &quotav1.ResolveQueueRequest{Quota: "q1", Resources: gpu}, "", codes.NotFound, "GU_QUOTA_NOT_EXISTS"},
+		{"GU quota being created", user("t1", "standard"), &quotav1.ResolveQueueRequest{Quota: "creating", Resources: gpu}, "", codes.FailedPrecondition, "GU_QUOTA_CREATING"},
+	}
+	waitFor(t, func() bool {
+		_, err := e.client().ResolveQueue(user("t1", "premium"), &quotav1.ResolveQueueRequest{Queue: "premium"})
+		return err == nil
+	})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := e.client().ResolveQueue(tt.ctx, tt.req)
+			if code(err) != tt.wantCode || r.GetClusterQueue() != tt.want {
+				t.Fatalf("ResolveQueue = %q, %v; want %q, %v", r.GetClusterQueue(), err, tt.want, tt.wantCode)
+			}
+			if tt.wantReason != "" && reason(err) != tt.wantReason {
+				t.Fatalf("reason = %q, want %q", reason(err), tt.wantReason)
+			}
+		})
+	}
+	// Without a GU quota dependency, naming a quota is refused clearly.
+	e.start()
+	if _, err := e.client().ResolveQueue(user("t1", "standard"), &quotav1.ResolveQueueRequest{Quota: "q1"}); code(err) != codes.InvalidArgument {
+		t.Fatalf("no GU quotas: %v", err)
+	}
+}
+
+func TestSyncWorkGroups(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	wg := admission.WorkGroup{TenantID: "t1", Quota: "q1", MachineType: "h100", GPUs: 2}
+	if err := e.svc.SyncWorkGroups(ctx, []admission.WorkGroup{wg}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"})
+	if err != nil || q.ClusterQueue.Origin != "work_group" ||
+		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Name != "h100" ||
+		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota != "2" {
+		t.Fatalf("work group queue = %v, %v", q, err)
+	}
+	tk := &task{id: "gu-task", tenant: "t1", queue: "gu-t1-q1", priority: 5, gpus: "2"}
+	e.submit(tk)
+	e.waitState("gu-task", "admitted", 1)
+	// The WorkGroup goes away while it runs: the queue stays until idle.
+	if err := e.svc.SyncWorkGroups(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"}); err != nil {
+		t.Fatalf("busy work group queue removed: %v", err)
+	}
+	e.publish(tk, &taskv1.TaskSucceeded{AttemptId: "a"})
+	e.waitState("gu-task", "finished", 1)
+	if err := e.svc.SyncWorkGroups(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"}); code(err) != codes.NotFound {
+		t.Fatalf("idle work group queue kept: %v", err)
+	}
+	// Operator queues are never touched by a sync.
+	if _, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: admission.HighPriorityQueue}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A standby instance (its loop waits for the lock) still answers from the
+// recorded state.
+func TestStandbyInstanceExplainsFromRecords(t *testing.T) {
+	e := newEnv(t)
+	e.soloQueue("solo", "1")
+	tk := &task{id: "rec", tenant: "t1", queue: "solo", priority: 5, gpus: "1"}
+	e.submit(tk)
+	e.waitState("rec", "admitted", 1)
+	_, conn, stop := e.instance(e.open())
+	defer stop()
+	c := quotav1.NewAdmissionServiceClient(conn)
+	ex, err := c.ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "rec"})
+	if err != nil || ex.State != "admitted" || ex.ClusterQueue != "solo" || ex.Flavors["nvidia.com/gpu"] != "a100" {
+		t.Fatalf("standby explain = %v, %v", ex, err)
+	}
+	if _, err := c.ExplainTaskAdmission(user("t2", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "rec"}); code(err) != codes.NotFound {
+		t.Fatalf("standby, another tenant: %v", err)
+	}
+	q, err := c.GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "solo"})
+	if err != nil || q.ClusterQueue.Spec == nil {
+		t.Fatalf("standby get = %v, %v", q, err)
+	}
+}

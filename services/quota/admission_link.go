@@ -1,0 +1,65 @@
+package quota
+
+import (
+	"context"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/quota/admission"
+	"github.com/taskmesh/taskmesh/services/quota/internal/app"
+)
+
+// GUQuotas is the service's submit-time GU quota check as the admission
+// layer asks it (admission.Config.GUQuotas): its GU_QUOTA_NOT_EXISTS and
+// GU_QUOTA_CREATING statuses pass through unchanged.
+func (s *Service) GUQuotas() admission.GUQuotas { return guQuotas{s.app} }
+
+type guQuotas struct{ app *app.App }
+
+func (g guQuotas) CheckGUQuota(ctx context.Context, tenantID, quota string) (admission.WorkGroup, error) {
+	wg, err := g.app.CheckGUQuota(ctx, tenantID, quota)
+	if err != nil {
+		return admission.WorkGroup{}, err
+	}
+	return admissionWorkGroup(wg), nil
+}
+
+func admissionWorkGroup(wg app.WorkGroup) admission.WorkGroup {
+	return admission.WorkGroup{TenantID: wg.TenantID, Quota: wg.Quota, MachineType: wg.MachineType, GPUs: wg.GPUs}
+}
+
+// resyncEvery bounds how long a WorkGroup queue that was kept because it
+// still held admitted work outlives its WorkGroup once that work is done.
+const resyncEvery = 30 * time.Second
+
+// SyncAdmission keeps adm's WorkGroup ClusterQueues in step with the
+// Running WorkGroups — at once, whenever they may have changed, and every
+// resyncEvery — until ctx ends. Both run in this process (WatchWorkGroups
+// is in-process).
+func (s *Service) SyncAdmission(ctx context.Context, adm *admission.Service) {
+	changed := s.app.WatchWorkGroups(ctx)
+	tick := time.NewTicker(resyncEvery)
+	defer tick.Stop()
+	for {
+		if err := s.syncAdmission(ctx, adm); err != nil && ctx.Err() == nil {
+			s.log.Warn("syncing WorkGroup queues with admission failed; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Service) syncAdmission(ctx context.Context, adm *admission.Service) error {
+	groups, err := s.app.RunningWorkGroups(ctx)
+	if err != nil {
+		return err
+	}
+	out := make([]admission.WorkGroup, len(groups))
+	for i, g := range groups {
+		out[i] = admissionWorkGroup(g)
+	}
+	return adm.SyncWorkGroups(ctx, out)
+}

@@ -1,0 +1,164 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
+)
+
+// tables by definition kind; never user input.
+var tables = map[app.DefinitionKind]string{
+	app.KindClusterQueue: "cluster_queues",
+	app.KindCohort:       "cohorts",
+	app.KindLocalQueue:   "local_queues",
+}
+
+// LoadDefinitions implements app.LoopStore.
+func (s Store) LoadDefinitions(ctx context.Context, tx pgx.Tx) (app.Definitions, error) {
+	defs := app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{}, Cohorts: map[string]*quotav1.CohortSpec{}}
+	cqs, err := s.ListDefinitions(ctx, tx, app.KindClusterQueue)
+	if err != nil {
+		return defs, err
+	}
+	for _, d := range cqs {
+		defs.ClusterQueues[d.Name] = d.ClusterQueue
+	}
+	chs, err := s.ListDefinitions(ctx, tx, app.KindCohort)
+	if err != nil {
+		return defs, err
+	}
+	for _, d := range chs {
+		defs.Cohorts[d.Name] = d.Cohort
+	}
+	return defs, nil
+}
+
+// ListDefinitions returns every definition of kind by name.
+func (Store) ListDefinitions(ctx context.Context, q eventstore.Querier, kind app.DefinitionKind) ([]app.Definition, error) {
+	rows, err := q.Query(ctx, `SELECT name, spec, origin FROM `+tables[kind]+` ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", tables[kind], err)
+	}
+	defer rows.Close()
+	var out []app.Definition
+	for rows.Next() {
+		var d app.Definition
+		var spec []byte
+		if err := rows.Scan(&d.Name, &spec, &d.Origin); err != nil {
+			return nil, fmt.Errorf("list %s: %w", tables[kind], err)
+		}
+		d.Kind = kind
+		if err := decodeSpec(&d, spec); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// GetDefinition reads one definition; ok is false when there is none.
+func (s Store) GetDefinition(ctx context.Context, q eventstore.Querier, kind app.DefinitionKind, name string) (app.Definition, bool, error) {
+	rows, err := q.Query(ctx, `SELECT spec, origin FROM `+tables[kind]+` WHERE name = $1`, name)
+	if err != nil {
+		return app.Definition{}, false, fmt.Errorf("read %s: %w", tables[kind], err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return app.Definition{}, false, rows.Err()
+	}
+	d := app.Definition{Kind: kind, Name: name}
+	var spec []byte
+	if err := rows.Scan(&spec, &d.Origin); err != nil {
+		return d, false, fmt.Errorf("read %s: %w", tables[kind], err)
+	}
+	return d, true, decodeSpec(&d, spec)
+}
+
+func decodeSpec(d *app.Definition, spec []byte) error {
+	var m proto.Message
+	switch d.Kind {
+	case app.KindClusterQueue:
+		d.ClusterQueue = &quotav1.ClusterQueueSpec{}
+		m = d.ClusterQueue
+	case app.KindCohort:
+		d.Cohort = &quotav1.CohortSpec{}
+		m = d.Cohort
+	case app.KindLocalQueue:
+		d.LocalQueue = &quotav1.LocalQueueSpec{}
+		m = d.LocalQueue
+	}
+	if err := proto.Unmarshal(spec, m); err != nil {
+		return fmt.Errorf("decode %s %s: %w", d.Kind, d.Name, err)
+	}
+	return nil
+}
+
+// LockDefinitions bumps the definitions generation, holding its row lock
+// until the transaction ends: the admission loop waits for the change
+// and sees it in its next cycle.
+func (Store) LockDefinitions(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, `UPDATE definitions_generation SET generation = generation + 1 WHERE id = 1`); err != nil {
+		return fmt.Errorf("lock definitions: %w", err)
+	}
+	return nil
+}
+
+// SaveDefinition records d's event and upserts (or, with deleted, removes)
+// its row.
+func (s Store) SaveDefinition(ctx context.Context, tx pgx.Tx, d app.Definition, deleted bool, at time.Time, ev eventstore.Event) error {
+	if err := s.Events.Append(ctx, tx, ev); err != nil {
+		return err
+	}
+	if deleted {
+		_, err := tx.Exec(ctx, `DELETE FROM `+tables[d.Kind]+` WHERE name = $1`, d.Name)
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", tables[d.Kind], err)
+		}
+		return nil
+	}
+	var m proto.Message
+	switch d.Kind {
+	case app.KindClusterQueue:
+		m = d.ClusterQueue
+	case app.KindCohort:
+		m = d.Cohort
+	case app.KindLocalQueue:
+		m = d.LocalQueue
+	}
+	spec, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", d.Kind, err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+tables[d.Kind]+` (name, spec, origin, updated_at) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, origin = EXCLUDED.origin, updated_at = EXCLUDED.updated_at`,
+		d.Name, spec, d.Origin, at); err != nil {
+		return fmt.Errorf("save %s: %w", tables[d.Kind], err)
+	}
+	return nil
+}
+
+// AggregateVersion is the last version of an aggregate (0: none yet).
+func (Store) AggregateVersion(ctx context.Context, tx pgx.Tx, aggregateID string) (int64, error) {
+	var v int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM events WHERE aggregate_id = $1`, aggregateID).Scan(&v); err != nil {
+		return 0, fmt.Errorf("read version of %s: %w", aggregateID, err)
+	}
+	return v, nil
+}
+
+// AdmittedIn counts the workloads holding quota in a ClusterQueue.
+func (Store) AdmittedIn(ctx context.Context, tx pgx.Tx, clusterQueue string) (int, error) {
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM workloads WHERE cluster_queue = $1 AND state IN ('admitted', 'evicting')`,
+		clusterQueue).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count admitted workloads: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,179 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
+)
+
+// Store implements app.LoopStore and app.DefinitionStore.
+type Store struct {
+	Events *eventstore.Store
+}
+
+// DefinitionsGeneration implements app.LoopStore.
+func (Store) DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error) {
+	var gen int64
+	if err := tx.QueryRow(ctx, `SELECT generation FROM definitions_generation WHERE id = 1 FOR SHARE`).Scan(&gen); err != nil {
+		return 0, fmt.Errorf("read definitions generation: %w", err)
+	}
+	return gen, nil
+}
+
+// LoadWorkloads implements app.LoopStore.
+func (Store) LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]app.WorkloadRecord, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT task_id, tenant_id, cluster_queue, priority, created_at, requests, task_version, state,
+		       flavors, borrowing, admitted_at, preemptor, reason, version
+		FROM workloads`)
+	if err != nil {
+		return nil, fmt.Errorf("load workloads: %w", err)
+	}
+	var out []app.WorkloadRecord
+	for rows.Next() {
+		var r app.WorkloadRecord
+		var admittedAt *time.Time
+		if err := rows.Scan(&r.ID, &r.TenantID, &r.ClusterQueue, &r.Priority, &r.Created, &r.Requests, &r.TaskVersion,
+			&r.State, &r.Flavors, &r.Borrowing, &admittedAt, &r.Preemptor, &r.Reason, &r.Version); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("load workloads: %w", err)
+		}
+		if admittedAt != nil {
+			r.AdmittedAt = *admittedAt
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load workloads: %w", err)
+	}
+	return out, nil
+}
+
+// Workload reads one recorded workload; ok is false when there is none.
+func (Store) Workload(ctx context.Context, q eventstore.Querier, taskID string) (r app.WorkloadRecord, ok bool, err error) {
+	rows, err := q.Query(ctx, `
+		SELECT task_id, tenant_id, cluster_queue, priority, created_at, requests, task_version, state,
+		       flavors, borrowing, admitted_at, preemptor, reason, version
+		FROM workloads WHERE task_id = $1`, taskID)
+	if err != nil {
+		return r, false, fmt.Errorf("read workload: %w", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return r, false, rows.Err()
+	}
+	var admittedAt *time.Time
+	if err := rows.Scan(&r.ID, &r.TenantID, &r.ClusterQueue, &r.Priority, &r.Created, &r.Requests, &r.TaskVersion,
+		&r.State, &r.Flavors, &r.Borrowing, &admittedAt, &r.Preemptor, &r.Reason, &r.Version); err != nil {
+		return r, false, fmt.Errorf("read workload: %w", err)
+	}
+	if admittedAt != nil {
+		r.AdmittedAt = *admittedAt
+	}
+	return r, true, nil
+}
+
+// PendingFacts implements app.LoopStore.
+func (Store) PendingFacts(ctx context.Context, tx pgx.Tx, limit int) ([]app.Fact, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT seq, task_id, task_version, kind, tenant_id, cluster_queue, priority, created_at, requests, reason
+		FROM workload_facts ORDER BY seq LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read workload facts: %w", err)
+	}
+	var out []app.Fact
+	for rows.Next() {
+		var f app.Fact
+		var created *time.Time
+		var kind string
+		if err := rows.Scan(&f.Seq, &f.TaskID, &f.TaskVersion, &kind, &f.TenantID, &f.ClusterQueue, &f.Priority,
+			&created, &f.Requests, &f.Reason); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read workload facts: %w", err)
+		}
+		f.Kind = app.FactKind(kind)
+		if created != nil {
+			f.Created = *created
+		}
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read workload facts: %w", err)
+	}
+	return out, nil
+}
+
+// SaveCycle implements app.LoopStore: one round trip for the whole cycle.
+func (s Store) SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*app.WorkloadRecord, removed []string, lastFact int64) error {
+	b := &pgx.Batch{}
+	if err := s.Events.QueueAppend(b, events...); err != nil {
+		return err
+	}
+	appended := len(events) > 0
+	if n := len(changed); n > 0 {
+		var (
+			ids, tenants, queues, states, preemptors, reasons = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			prios                                             = make([]int32, n)
+			created                                           = make([]time.Time, n)
+			admitted                                          = make([]*time.Time, n)
+			reqs, flavors                                     = make([]string, n), make([]*string, n)
+			taskVers, vers                                    = make([]int64, n), make([]int64, n)
+			borrowing                                         = make([]bool, n)
+		)
+		for i, r := range changed {
+			ids[i], tenants[i], queues[i], states[i], preemptors[i], reasons[i] = r.ID, r.TenantID, r.ClusterQueue, r.State, r.Preemptor, r.Reason
+			prios[i], created[i], taskVers[i], vers[i], borrowing[i] = int32(r.Priority), r.Created, r.TaskVersion, r.Version, r.Borrowing
+			if !r.AdmittedAt.IsZero() {
+				admitted[i] = &r.AdmittedAt
+			}
+			rb, err := json.Marshal(r.Requests)
+			if err != nil {
+				return fmt.Errorf("encode requests: %w", err)
+			}
+			reqs[i] = string(rb)
+			if r.Flavors != nil {
+				fb, err := json.Marshal(r.Flavors)
+				if err != nil {
+					return fmt.Errorf("encode flavors: %w", err)
+				}
+				fs := string(fb)
+				flavors[i] = &fs
+			}
+		}
+		b.Queue(`
+			INSERT INTO workloads (task_id, tenant_id, cluster_queue, priority, created_at, requests, task_version,
+			                       state, flavors, borrowing, admitted_at, preemptor, reason, version)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::timestamptz[], $6::jsonb[],
+			                     $7::bigint[], $8::text[], $9::jsonb[], $10::bool[], $11::timestamptz[], $12::text[],
+			                     $13::text[], $14::bigint[])
+			ON CONFLICT (task_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id, cluster_queue = EXCLUDED.cluster_queue,
+			    priority = EXCLUDED.priority, created_at = EXCLUDED.created_at, requests = EXCLUDED.requests,
+			    task_version = EXCLUDED.task_version, state = EXCLUDED.state, flavors = EXCLUDED.flavors,
+			    borrowing = EXCLUDED.borrowing, admitted_at = EXCLUDED.admitted_at, preemptor = EXCLUDED.preemptor,
+			    reason = EXCLUDED.reason, version = EXCLUDED.version`,
+			ids, tenants, queues, prios, created, reqs, taskVers, states, flavors, borrowing, admitted, preemptors, reasons, vers)
+	}
+	if len(removed) > 0 {
+		b.Queue(`DELETE FROM workloads WHERE task_id = ANY($1)`, removed)
+	}
+	if lastFact > 0 {
+		b.Queue(`DELETE FROM workload_facts WHERE seq <= $1`, lastFact)
+	}
+	res := tx.SendBatch(ctx, b)
+	for i := range b.Len() {
+		if _, err := res.Exec(); err != nil {
+			res.Close()
+			if i == 0 && appended {
+				return eventstore.AppendError(err, events)
+			}
+			return fmt.Errorf("save admission cycle: %w", err)
+		}
+	}
+	return res.Close()
+}

@@ -1,0 +1,181 @@
+// Package tasks turns the scheduler's task events (taskmesh.task.events.v1)
+// into workload facts for the admission loop: a projection.Handler whose
+// writes commit with the consumer's offsets.
+//
+// A fact is written only for an event newer than the last one seen of its
+// task (workload_task_versions), so redelivered or replayed records change
+// nothing. Tasks that never had a ClusterQueue leave no row at all.
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
+)
+
+// Facts is the projection.Handler.
+type Facts struct{}
+
+// Fact is what one task event means for its workload; Kind "" means
+// nothing.
+type Fact struct {
+	app.Fact
+	// Opens: the fact may start tracking a task (it names a queue).
+	Opens bool
+}
+
+// Convert maps one task event to its fact (pure).
+func Convert(ev *taskv1.TaskEvent) Fact {
+	f := Fact{Fact: app.Fact{TaskID: ev.GetAggregateId(), TaskVersion: ev.GetVersion(), TenantID: ev.GetTenantId()}}
+	queue := func(cq string, spec *taskv1.TaskSpec, created time.Time) Fact {
+		reqs, err := quantity.MilliMap(spec.GetResources())
+		if err != nil {
+			// The scheduler validated the spec; a bad quantity here is
+			// recorded as asking for nothing rather than stalling the
+			// projection.
+			reqs = map[string]int64{}
+		}
+		f.Kind, f.Opens, f.ClusterQueue, f.Created, f.Requests = app.FactQueue, true, cq, created, reqs
+		f.Priority = Priority(spec.GetPriority())
+		return f
+	}
+	switch e := ev.GetEvent().(type) {
+	case *taskv1.TaskEvent_Submitted:
+		if cq := e.Submitted.GetClusterQueue(); cq != "" {
+			return queue(cq, e.Submitted.GetSpec(), ev.GetOccurredAt().AsTime())
+		}
+	case *taskv1.TaskEvent_Updated:
+		if cq := e.Updated.GetClusterQueue(); cq != "" {
+			return queue(cq, e.Updated.GetSpec(), time.Time{})
+		}
+		f.Kind, f.Reason = app.FactFinish, "the task no longer needs admission"
+	case *taskv1.TaskEvent_RetryScheduled:
+		f.Kind, f.Reason = app.FactRequeue, "retry"
+	case *taskv1.TaskEvent_Requeued:
+		f.Kind, f.Reason = app.FactRequeue, e.Requeued.GetReason()
+	case *taskv1.TaskEvent_Succeeded:
+		f.Kind, f.Reason = app.FactFinish, "succeeded"
+	case *taskv1.TaskEvent_Failed:
+		f.Kind, f.Reason = app.FactFinish, "failed"
+	case *taskv1.TaskEvent_Canceled:
+		f.Kind, f.Reason = app.FactFinish, "canceled"
+	case *taskv1.TaskEvent_Suspended:
+		f.Kind, f.Reason = app.FactFinish, "suspended"
+	case *taskv1.TaskEvent_LeaseExpired:
+		if e.LeaseExpired.GetFailed() {
+			f.Kind, f.Reason = app.FactFinish, "lease expired"
+		}
+	case *taskv1.TaskEvent_Deleted:
+		f.Kind, f.Reason = app.FactDelete, "deleted"
+	case *taskv1.TaskEvent_Expired:
+		f.Kind, f.Reason = app.FactDelete, "expired"
+	}
+	return f
+}
+
+// Priority maps a task priority (1 most important … 10) to Kueue's scale,
+// where higher is more important.
+func Priority(taskPriority int32) int {
+	return 11 - int(taskPriority)
+}
+
+// Apply implements projection.Handler: the batch's facts in three
+// statements (read the tasks' last versions, insert the facts in order,
+// store the new versions). The runner is the only writer of these tables
+// (it holds its lock), so reading before writing is safe.
+func (Facts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
+	var facts []Fact
+	var ids []string
+	for _, r := range records {
+		var ev taskv1.TaskEvent
+		if err := proto.Unmarshal(r.Value, &ev); err != nil {
+			return fmt.Errorf("decode task event at %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+		}
+		if f := Convert(&ev); f.Kind != "" {
+			facts = append(facts, f)
+			ids = append(ids, f.TaskID)
+		}
+	}
+	if len(facts) == 0 {
+		return nil
+	}
+	seen := map[string]int64{}
+	rows, err := tx.Query(ctx, `SELECT task_id, version FROM workload_task_versions WHERE task_id = ANY($1)`, ids)
+	if err != nil {
+		return fmt.Errorf("read task versions: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			rows.Close()
+			return fmt.Errorf("read task versions: %w", err)
+		}
+		seen[id] = v
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read task versions: %w", err)
+	}
+	n := len(facts)
+	var (
+		taskIDs, kinds, tenants, queues, reasons = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		versions                                 = make([]int64, 0, n)
+		prios                                    = make([]int32, 0, n)
+		created                                  = make([]*time.Time, 0, n)
+		reqs                                     = make([]*string, 0, n)
+	)
+	changed := map[string]bool{}
+	for _, f := range facts {
+		last, known := seen[f.TaskID]
+		// A task is followed once an event names its queue; older or
+		// repeated versions are already applied.
+		if (!known && !f.Opens) || (known && f.TaskVersion <= last) {
+			continue
+		}
+		seen[f.TaskID], changed[f.TaskID] = f.TaskVersion, true
+		var c *time.Time
+		if !f.Created.IsZero() {
+			c = &f.Created
+		}
+		var rq *string
+		if f.Requests != nil {
+			b, err := json.Marshal(f.Requests)
+			if err != nil {
+				return fmt.Errorf("encode requests: %w", err)
+			}
+			s := string(b)
+			rq = &s
+		}
+		taskIDs, versions, kinds = append(taskIDs, f.TaskID), append(versions, f.TaskVersion), append(kinds, string(f.Kind))
+		tenants, queues, prios = append(tenants, f.TenantID), append(queues, f.ClusterQueue), append(prios, int32(f.Priority))
+		created, reqs, reasons = append(created, c), append(reqs, rq), append(reasons, f.Reason)
+	}
+	if len(taskIDs) == 0 {
+		return nil
+	}
+	vids, vvers := make([]string, 0, len(changed)), make([]int64, 0, len(changed))
+	for id := range changed {
+		vids, vvers = append(vids, id), append(vvers, seen[id])
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO workload_facts (task_id, task_version, kind, tenant_id, cluster_queue, priority, created_at, requests, reason)
+		SELECT t, v, k, tn, q, p, c, r, rs
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[], $8::jsonb[], $9::text[])
+		     WITH ORDINALITY AS x(t, v, k, tn, q, p, c, r, rs, ord)
+		ORDER BY ord`, taskIDs, versions, kinds, tenants, queues, prios, created, reqs, reasons)
+	b.Queue(`INSERT INTO workload_task_versions (task_id, version) SELECT * FROM unnest($1::text[], $2::bigint[])
+		ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version`, vids, vvers)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("record workload facts: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package tasks
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
+)
+
+func TestConvert(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	p := int32(1)
+	spec := &taskv1.TaskSpec{Priority: &p, Resources: map[string]string{"nvidia.com/gpu": "2", "cpu": "500m"}}
+	tests := []struct {
+		name      string
+		ev        *taskv1.TaskEvent
+		wantKind  app.FactKind
+		wantOpens bool
+	}{
+		{"submitted with queue", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{ClusterQueue: "q", Spec: spec}}}, app.FactQueue, true},
+		{"submitted without queue", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{Spec: spec}}}, "", false},
+		{"updated with queue", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{ClusterQueue: "q", Spec: spec}}}, app.FactQueue, true},
+		{"updated without queue", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{Spec: spec}}}, app.FactFinish, false},
+		{"retry", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_RetryScheduled{RetryScheduled: &taskv1.TaskRetryScheduled{}}}, app.FactRequeue, false},
+		{"requeued", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Requeued{Requeued: &taskv1.TaskRequeued{}}}, app.FactRequeue, false},
+		{"preempted keeps usage", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Preempted{Preempted: &taskv1.TaskPreempted{}}}, "", false},
+		{"leased", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Leased{Leased: &taskv1.TaskLeased{}}}, "", false},
+		{"succeeded", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{}}}, app.FactFinish, false},
+		{"failed", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Failed{Failed: &taskv1.TaskFailed{}}}, app.FactFinish, false},
+		{"canceled", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Canceled{Canceled: &taskv1.TaskCanceled{}}}, app.FactFinish, false},
+		{"suspended", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Suspended{Suspended: &taskv1.TaskSuspended{}}}, app.FactFinish, false},
+		{"lease expired, retried", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_LeaseExpired{LeaseExpired: &taskv1.TaskLeaseExpired{}}}, "", false},
+		{"lease expired, failed", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_LeaseExpired{LeaseExpired: &taskv1.TaskLeaseExpired{Failed: true}}}, app.FactFinish, false},
+		{"deleted", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Deleted{Deleted: &taskv1.TaskDeleted{}}}, app.FactDelete, false},
+		{"expired", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Expired{Expired: &taskv1.TaskExpired{}}}, app.FactDelete, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.ev.AggregateId, tt.ev.Version, tt.ev.TenantId, tt.ev.OccurredAt = "t1", 7, "ten", timestamppb.New(at)
+			f := Convert(tt.ev)
+			if f.Kind != tt.wantKind || f.Opens != tt.wantOpens {
+				t.Fatalf("Convert = %+v; want kind %q opens %v", f, tt.wantKind, tt.wantOpens)
+			}
+			if f.Kind != "" && (f.TaskID != "t1" || f.TaskVersion != 7 || f.TenantID != "ten") {
+				t.Fatalf("identity = %+v", f.Fact)
+			}
+			if f.Kind == app.FactQueue {
+				if f.Priority != 10 || f.Requests["nvidia.com/gpu"] != 2000 || f.Requests["cpu"] != 500 || f.ClusterQueue != "q" {
+					t.Fatalf("queued workload = %+v", f.Fact)
+				}
+				if _, ok := tt.ev.GetEvent().(*taskv1.TaskEvent_Submitted); ok != f.Created.Equal(at) {
+					t.Fatalf("created = %v (only a submission sets it)", f.Created)
+				}
+			}
+		})
+	}
+}
+
+func TestPriority(t *testing.T) {
+	for task, want := range map[int32]int{1: 10, 5: 6, 10: 1} {
+		if got := Priority(task); got != want {
+			t.Errorf("Priority(%d) = %d, want %d", task, got, want)
+		}
+	}
+}

@@ -1,0 +1,551 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/platform/pg"
+)
+
+// LoopStore is what the admission loop reads and writes (package
+// adapters/postgres). Every method runs in the caller's transaction.
+type LoopStore interface {
+	// DefinitionsGeneration reads the topology's generation and holds a
+	// share lock on it until the transaction ends, so no definition
+	// changes during the cycle.
+	DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error)
+	LoadDefinitions(ctx context.Context, tx pgx.Tx) (Definitions, error)
+	// LoadWorkloads returns every recorded workload, finished ones included.
+	LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]WorkloadRecord, error)
+	// PendingFacts returns up to limit facts in arrival order.
+	PendingFacts(ctx context.Context, tx pgx.Tx, limit int) ([]Fact, error)
+	// SaveCycle appends events, upserts changed workloads, deletes removed
+	// ones and the facts up to lastFact.
+	SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*WorkloadRecord, removed []string, lastFact int64) error
+}
+
+// LoopConfig tunes the admission loop.
+type LoopConfig struct {
+	// Tick is how often the loop looks for work without being woken
+	// (facts from another instance, timers of the core); default 200ms.
+	Tick time.Duration
+	// MaxFacts bounds the facts consumed per cycle (default 2000);
+	// MaxDecisions the decisions made per cycle (default 2000).
+	MaxFacts, MaxDecisions int
+	// AfterCommit runs after each cycle that recorded events (wakes the
+	// outbox relay).
+	AfterCommit func()
+}
+
+// Loop is the admission loop. Exactly one instance is active: it holds
+// the advisory lock "admission-loop", and standbys wait for it.
+//
+// A session, step by step:
+//
+//  1. Take the lock, then rebuild the core from the recorded definitions
+//     and workloads (admitted and evicting ones with their admission).
+//  2. Each cycle, in one transaction on the lock's connection: share-lock
+//     the definitions generation and reconfigure the core if it moved;
+//     consume the pending task facts (new stays, finished work) into the
+//     core; ask the core for decisions and apply them; record every
+//     resulting event and workload row; delete the consumed facts; commit.
+//  3. Wait for a wake-up (new facts, a definition change) or the tick, and
+//     check the lock is still held.
+//
+// The core is changed before the commit; when a cycle fails the session
+// ends and the next one rebuilds the core from what was committed, so the
+// core never holds an unrecorded decision for long, and a decision is
+// never published without being recorded.
+type Loop struct {
+	db      *pgxpool.Pool
+	store   LoopStore
+	newCore NewCore
+	now     func() time.Time
+	log     *slog.Logger
+	cfg     LoopConfig
+	wake    chan struct{}
+
+	// mu guards the session state below against the reads (Explain,
+	// usage) of other goroutines.
+	mu      sync.Mutex
+	core    Core // nil outside a session
+	gen     int64
+	work    map[string]*WorkloadRecord
+	outside map[string]bool // pending workloads the core does not hold (unknown queue)
+}
+
+// NewLoop returns a loop; Run starts it.
+func NewLoop(db *pgxpool.Pool, store LoopStore, newCore NewCore, now func() time.Time, log *slog.Logger, cfg LoopConfig) *Loop {
+	if cfg.Tick <= 0 {
+		cfg.Tick = 200 * time.Millisecond
+	}
+	if cfg.MaxFacts <= 0 {
+		cfg.MaxFacts = 2000
+	}
+	if cfg.MaxDecisions <= 0 {
+		cfg.MaxDecisions = 2000
+	}
+	return &Loop{db: db, store: store, newCore: newCore, now: now, log: log, cfg: cfg, wake: make(chan struct{}, 1)}
+}
+
+// Wake makes the loop run a cycle now instead of at its next tick.
+func (l *Loop) Wake() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// lockName elects the active loop.
+const lockName = "admission-loop"
+
+// Run runs sessions until ctx is done.
+func (l *Loop) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		lock, ok, err := pg.TryLock(ctx, l.db, lockName)
+		switch {
+		case err != nil:
+			l.log.Warn("admission loop: lock", "err", err)
+		case ok:
+			err = l.session(ctx, lock)
+			lock.Release()
+			if err != nil && ctx.Err() == nil {
+				l.log.Warn("admission loop: session ended", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(l.cfg.Tick):
+		}
+	}
+	return nil
+}
+
+func (l *Loop) session(ctx context.Context, lock *pg.Lock) error {
+	defer func() {
+		l.mu.Lock()
+		l.core, l.work, l.outside = nil, nil, nil
+		l.mu.Unlock()
+	}()
+	if err := l.rebuild(ctx, lock.Conn()); err != nil {
+		return err
+	}
+	tick := time.NewTicker(l.cfg.Tick)
+	defer tick.Stop()
+	for {
+		more, err := l.cycle(ctx, lock.Conn())
+		if err != nil {
+			return err
+		}
+		if more {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.wake:
+		case <-tick.C:
+			if err := lock.Alive(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// rebuild loads the recorded state into a new core.
+func (l *Loop) rebuild(ctx context.Context, conn *pgxpool.Conn) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		gen, err := l.store.DefinitionsGeneration(ctx, tx)
+		if err != nil {
+			return err
+		}
+		defs, err := l.store.LoadDefinitions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		// Recorded admissions stand even where quota shrank since they
+		// were decided: admit them under unbounded quotas, then move to
+		// the real ones (Reconfigure keeps usage), then queue the rest.
+		core, err := l.newCore(unbounded(defs))
+		if err != nil {
+			return fmt.Errorf("admission loop: recorded definitions: %w", err)
+		}
+		recs, err := l.store.LoadWorkloads(ctx, tx)
+		if err != nil {
+			return err
+		}
+		l.core, l.gen, l.work, l.outside = core, gen, make(map[string]*WorkloadRecord, len(recs)), map[string]bool{}
+		for i := range recs {
+			r := &recs[i]
+			l.work[r.ID] = r
+			if r.State == StateAdmitted || r.State == StateEvicting {
+				l.restore(r)
+			}
+		}
+		if err := core.Reconfigure(defs); err != nil {
+			return fmt.Errorf("admission loop: recorded definitions: %w", err)
+		}
+		for i := range recs {
+			if r := &recs[i]; r.State == StatePending {
+				l.restore(r)
+			}
+		}
+		for i := range recs {
+			r := &recs[i]
+			if r.State != StateEvicting || l.outside[r.ID] {
+				continue
+			}
+			if err := l.core.Preempt(r.ID, r.Preemptor); err != nil {
+				// The preemptor is gone; the victim still stops and is
+				// requeued by the scheduler, which ends its stay.
+				l.log.Info("admission loop: restore eviction", "task_id", r.ID, "err", err)
+			}
+		}
+		return nil
+	})
+}
+
+// unbounded is defs with every quota unlimited, to restore recorded
+// admissions whatever the current quotas are.
+func unbounded(defs Definitions) Definitions {
+	out := Definitions{ClusterQueues: make(map[string]*quotav1.ClusterQueueSpec, len(defs.ClusterQueues)),
+		Cohorts: make(map[string]*quotav1.CohortSpec, len(defs.Cohorts))}
+	open := func(groups []*quotav1.ResourceGroup) {
+		for _, g := range groups {
+			for _, f := range g.GetFlavors() {
+				for _, r := range f.GetResources() {
+					r.NominalQuota, r.BorrowingLimit, r.LendingLimit = unboundedQuota, nil, nil
+				}
+			}
+		}
+	}
+	for name, spec := range defs.ClusterQueues {
+		c := proto.CloneOf(spec)
+		open(c.GetResourceGroups())
+		out.ClusterQueues[name] = c
+	}
+	for name, spec := range defs.Cohorts {
+		c := proto.CloneOf(spec)
+		open(c.GetResourceGroups())
+		out.Cohorts[name] = c
+	}
+	return out
+}
+
+// unboundedQuota is more than anything can request, within the core's
+// bounds (10^15 units).
+const unboundedQuota = "1P"
+
+// restore puts a recorded workload back into the core: pending, or
+// admitted with its recorded flavors.
+func (l *Loop) restore(r *WorkloadRecord) {
+	if err := l.core.Enqueue(r.Workload); err != nil {
+		l.outside[r.ID] = true
+		return
+	}
+	if r.State == StatePending {
+		return
+	}
+	if err := l.core.Admit(r.ID, r.Flavors); err != nil {
+		l.log.Warn("admission loop: restore admission", "task_id", r.ID, "err", err)
+	}
+}
+
+// cycleOut collects what one cycle records.
+type cycleOut struct {
+	events  []eventstore.Event
+	changed map[string]*WorkloadRecord
+	removed []string
+	err     error
+}
+
+func (o *cycleOut) record(r *WorkloadRecord, at time.Time, ev any) {
+	if o.err != nil {
+		return
+	}
+	r.Version++
+	e, err := newEvent(AggregateWorkload, r.ID, r.Version, r.TenantID, "admission", at, ev)
+	if err != nil {
+		o.err = err
+		return
+	}
+	o.events = append(o.events, e)
+	o.changed[r.ID] = r
+}
+
+// cycle runs one transaction; more reports that another cycle should
+// follow at once (facts are left, or decisions were made).
+func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var recorded bool
+	err = pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		gen, err := l.store.DefinitionsGeneration(ctx, tx)
+		if err != nil {
+			return err
+		}
+		now := l.now()
+		if gen != l.gen {
+			defs, err := l.store.LoadDefinitions(ctx, tx)
+			if err != nil {
+				return err
+			}
+			l.reconfigure(defs)
+			l.gen = gen
+		}
+		facts, err := l.store.PendingFacts(ctx, tx, l.cfg.MaxFacts)
+		if err != nil {
+			return err
+		}
+		out := &cycleOut{changed: map[string]*WorkloadRecord{}}
+		for _, f := range facts {
+			l.applyFact(f, now, out)
+		}
+		beforeDecisions := len(out.events)
+		for _, d := range l.core.Schedule(now, l.cfg.MaxDecisions) {
+			l.applyDecision(d, now, out)
+		}
+		if out.err != nil {
+			return out.err
+		}
+		// The core may decide more once these decisions are applied (its
+		// contract: call again while decisions come). Only applied ones
+		// count, so a refused decision cannot spin the loop.
+		more = len(facts) == l.cfg.MaxFacts || len(out.events) > beforeDecisions
+		if len(facts) == 0 && len(out.events) == 0 {
+			return nil
+		}
+		var last int64
+		if len(facts) > 0 {
+			last = facts[len(facts)-1].Seq
+		}
+		changed := make([]*WorkloadRecord, 0, len(out.changed))
+		for _, r := range out.changed {
+			if l.work[r.ID] == r {
+				changed = append(changed, r)
+			}
+		}
+		recorded = len(out.events) > 0
+		return l.store.SaveCycle(ctx, tx, out.events, changed, out.removed, last)
+	})
+	if err != nil {
+		return false, fmt.Errorf("admission cycle: %w", err)
+	}
+	if recorded && l.cfg.AfterCommit != nil {
+		l.cfg.AfterCommit()
+	}
+	return more, nil
+}
+
+// reconfigure moves the core to new definitions. Pending workloads of
+// queues that disappear leave the core (they wait outside it until their
+// queue is defined again); workloads waiting for a queue that now exists
+// enter it.
+func (l *Loop) reconfigure(defs Definitions) {
+	for id, r := range l.work {
+		if r.State == StatePending && !l.outside[id] {
+			if _, ok := defs.ClusterQueues[r.ClusterQueue]; !ok {
+				if err := l.core.Remove(id); err == nil {
+					l.outside[id] = true
+				}
+			}
+		}
+	}
+	if err := l.core.Reconfigure(defs); err != nil {
+		// Writers validate before recording, so this is a definition
+		// the core refuses in the current state (e.g. a queue with
+		// admitted work): keep the previous topology.
+		l.log.Error("admission loop: reconfigure refused; keeping the previous topology", "err", err)
+	}
+	for id := range l.outside {
+		r := l.work[id]
+		if err := l.core.Enqueue(r.Workload); err == nil {
+			delete(l.outside, id)
+			r.Reason = ""
+		}
+	}
+}
+
+// applyFact feeds one task lifecycle fact to the core and records its
+// events.
+func (l *Loop) applyFact(f Fact, now time.Time, out *cycleOut) {
+	r := l.work[f.TaskID]
+	switch f.Kind {
+	case FactQueue, FactRequeue:
+		if f.Kind == FactRequeue && r == nil {
+			return // never had a queue: nothing to requeue
+		}
+		next := &WorkloadRecord{}
+		if r != nil {
+			*next = *r
+			l.leave(r, "requeued: "+f.Reason, now, out)
+		}
+		if f.Kind == FactQueue {
+			next.ID, next.TenantID, next.ClusterQueue = f.TaskID, f.TenantID, f.ClusterQueue
+			next.Priority, next.Requests = f.Priority, f.Requests
+			if !f.Created.IsZero() || next.Created.IsZero() {
+				next.Created = f.Created
+			}
+		}
+		next.TaskVersion, next.State, next.Flavors, next.Borrowing = f.TaskVersion, StatePending, nil, false
+		next.AdmittedAt, next.Preemptor, next.Reason = time.Time{}, "", ""
+		if r != nil {
+			next.Version = r.Version
+		}
+		l.work[f.TaskID] = next
+		if err := l.core.Enqueue(next.Workload); err != nil {
+			l.outside[next.ID] = true
+			next.Reason = err.Error()
+		}
+		out.record(next, now, &quotav1.WorkloadQueued{TaskId: next.ID, ClusterQueue: next.ClusterQueue,
+			Priority: int32(next.Priority), CreatedAt: timestamppb.New(next.Created), Requests: next.Requests,
+			TaskVersion: next.TaskVersion})
+	case FactFinish, FactDelete:
+		if r == nil {
+			return
+		}
+		if r.State != StateFinished {
+			l.leaveCore(r)
+			r.State, r.Reason, r.Flavors, r.Borrowing, r.Preemptor = StateFinished, f.Reason, nil, false, ""
+			out.record(r, now, &quotav1.WorkloadFinished{TaskId: r.ID, Reason: f.Reason})
+		}
+		if f.Kind == FactDelete {
+			delete(l.work, r.ID)
+			delete(out.changed, r.ID)
+			out.removed = append(out.removed, r.ID)
+		}
+	}
+}
+
+// leave takes r out of the core before a new stay; an admitted workload
+// records that it no longer holds quota.
+func (l *Loop) leave(r *WorkloadRecord, reason string, now time.Time, out *cycleOut) {
+	held := r.State == StateAdmitted || r.State == StateEvicting
+	l.leaveCore(r)
+	if held {
+		out.record(r, now, &quotav1.WorkloadEvicted{TaskId: r.ID, Reason: reason})
+	}
+}
+
+func (l *Loop) leaveCore(r *WorkloadRecord) {
+	if r.State == StateFinished {
+		return
+	}
+	if l.outside[r.ID] {
+		delete(l.outside, r.ID)
+		return
+	}
+	if err := l.core.Remove(r.ID); err != nil {
+		l.log.Warn("admission loop: remove", "task_id", r.ID, "err", err)
+	}
+}
+
+// applyDecision applies one decision of the core and records it.
+func (l *Loop) applyDecision(d Decision, now time.Time, out *cycleOut) {
+	switch d.Kind {
+	case DecisionAdmit:
+		r := l.work[d.Workload]
+		if r == nil {
+			return
+		}
+		if err := l.core.Admit(d.Workload, d.Flavors); err != nil {
+			// The core's own decision no longer fits: a bug in the core,
+			// or a state change in this cycle it did not see. Skip it;
+			// the next cycle decides again.
+			l.log.Error("admission loop: admit", "task_id", d.Workload, "err", err)
+			return
+		}
+		r.State, r.Flavors, r.Borrowing, r.AdmittedAt = StateAdmitted, d.Flavors, d.Borrowing, now
+		out.record(r, now, &quotav1.WorkloadAdmitted{TaskId: r.ID, ClusterQueue: r.ClusterQueue, Flavors: d.Flavors,
+			Borrowing: d.Borrowing, TaskVersion: r.TaskVersion})
+	case DecisionPreempt:
+		v := l.work[d.Victim]
+		if v == nil {
+			return
+		}
+		if err := l.core.Preempt(d.Victim, d.Workload); err != nil {
+			l.log.Error("admission loop: preempt", "task_id", d.Victim, "err", err)
+			return
+		}
+		v.State, v.Preemptor = StateEvicting, d.Workload
+		out.record(v, now, &quotav1.WorkloadPreemptionRequested{TaskId: v.ID, PreemptorTaskId: d.Workload,
+			Reason: d.Reason, TaskVersion: v.TaskVersion})
+	}
+}
+
+// explain returns the live explanation of a workload; ok is false when
+// this instance does not hold the state.
+func (l *Loop) explain(id string) (rec WorkloadRecord, ex Explanation, known, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.core == nil {
+		return WorkloadRecord{}, Explanation{}, false, false
+	}
+	r := l.work[id]
+	if r == nil {
+		return WorkloadRecord{}, Explanation{}, false, true
+	}
+	rec = *r
+	switch {
+	case r.State == StateFinished:
+		ex = Explanation{ClusterQueue: r.ClusterQueue, State: StateFinished, Reason: r.Reason}
+	case l.outside[id]:
+		ex = Explanation{ClusterQueue: r.ClusterQueue, State: StatePending, Reason: r.Reason}
+	default:
+		var err error
+		if ex, err = l.core.Explain(id); err != nil {
+			ex = Explanation{ClusterQueue: r.ClusterQueue, State: r.State, Reason: err.Error()}
+		}
+	}
+	return rec, ex, true, true
+}
+
+// Usage is the live usage of the queues and cohorts, and the number of
+// pending and admitted workloads per queue.
+type Usage struct {
+	Queues            map[string][]*quotav1.FlavorUsage
+	Cohorts           map[string][]*quotav1.FlavorUsage
+	Pending, Admitted map[string]int
+}
+
+// usage reads the live usage of the named queues and cohorts.
+func (l *Loop) usage(queues, cohorts []string) (Usage, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.core == nil {
+		return Usage{}, false
+	}
+	u := Usage{Queues: map[string][]*quotav1.FlavorUsage{}, Cohorts: map[string][]*quotav1.FlavorUsage{},
+		Pending: map[string]int{}, Admitted: map[string]int{}}
+	for _, q := range queues {
+		if f, err := l.core.ClusterQueueUsage(q); err == nil {
+			u.Queues[q] = f
+		}
+	}
+	for _, c := range cohorts {
+		if f, err := l.core.CohortUsage(c); err == nil {
+			u.Cohorts[c] = f
+		}
+	}
+	for _, r := range l.work {
+		switch r.State {
+		case StatePending:
+			u.Pending[r.ClusterQueue]++
+		case StateAdmitted, StateEvicting:
+			u.Admitted[r.ClusterQueue]++
+		}
+	}
+	return u, true
+}

@@ -1,0 +1,288 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	"github.com/taskmesh/taskmesh/platform/pg"
+)
+
+// aggregateOf names a definition's aggregate type.
+func aggregateOf(k DefinitionKind) string {
+	switch k {
+	case KindClusterQueue:
+		return AggregateClusterQueue
+	case KindCohort:
+		return AggregateCohort
+	default:
+		return AggregateLocalQueue
+	}
+}
+
+// Put creates or replaces a definition (operators only). The new topology
+// is checked by the core's rules first (ErrInvalid wrapping the core's
+// error); nothing is recorded when it fails.
+func (a *App) Put(ctx context.Context, c Caller, d Definition) (Definition, error) {
+	if !c.Operator {
+		return Definition{}, ErrPermissionDenied
+	}
+	if d.Origin == "" {
+		d.Origin = OriginAPI
+	}
+	err := pg.InTx(ctx, a.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return a.put(ctx, tx, c, d, false)
+	})
+	if err != nil {
+		return Definition{}, err
+	}
+	a.written()
+	return d, nil
+}
+
+// put records d in tx; onlyIfAbsent skips an existing name (embedded
+// defaults).
+func (a *App) put(ctx context.Context, tx pgx.Tx, c Caller, d Definition, onlyIfAbsent bool) error {
+	if err := a.store.LockDefinitions(ctx, tx); err != nil {
+		return err
+	}
+	if onlyIfAbsent {
+		if _, ok, err := a.store.GetDefinition(ctx, tx, d.Kind, d.Name); err != nil || ok {
+			return err
+		}
+	}
+	if d.Kind != KindLocalQueue {
+		defs, err := a.store.LoadDefinitions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if d.Kind == KindClusterQueue {
+			defs.ClusterQueues[d.Name] = d.ClusterQueue
+		} else {
+			defs.Cohorts[d.Name] = d.Cohort
+		}
+		if err := a.validate(defs); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	var ev any
+	switch d.Kind {
+	case KindClusterQueue:
+		ev = &quotav1.ClusterQueueDefined{Name: d.Name, Spec: d.ClusterQueue, Origin: d.Origin}
+	case KindCohort:
+		ev = &quotav1.CohortDefined{Name: d.Name, Spec: d.Cohort, Origin: d.Origin}
+	case KindLocalQueue:
+		ev = &quotav1.LocalQueueDefined{Name: d.Name, Spec: d.LocalQueue, Origin: d.Origin}
+	}
+	return a.record(ctx, tx, c, d, false, ev)
+}
+
+func (a *App) record(ctx context.Context, tx pgx.Tx, c Caller, d Definition, deleted bool, ev any) error {
+	agg := aggregateOf(d.Kind)
+	v, err := a.store.AggregateVersion(ctx, tx, agg+"/"+d.Name)
+	if err != nil {
+		return err
+	}
+	now := a.now()
+	e, err := newEvent(agg, d.Name, v+1, "", c.Actor, now, ev)
+	if err != nil {
+		return err
+	}
+	return a.store.SaveDefinition(ctx, tx, d, deleted, now, e)
+}
+
+// Delete removes a definition (operators only). A ClusterQueue holding
+// admitted workloads, and a cohort some queue or cohort still names, are
+// ErrInUse.
+func (a *App) Delete(ctx context.Context, c Caller, kind DefinitionKind, name string) error {
+	if !c.Operator {
+		return ErrPermissionDenied
+	}
+	err := pg.InTx(ctx, a.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return a.delete(ctx, tx, c, kind, name)
+	})
+	if err != nil {
+		return err
+	}
+	a.written()
+	return nil
+}
+
+func (a *App) delete(ctx context.Context, tx pgx.Tx, c Caller, kind DefinitionKind, name string) error {
+	if err := a.store.LockDefinitions(ctx, tx); err != nil {
+		return err
+	}
+	d, ok, err := a.store.GetDefinition(ctx, tx, kind, name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
+	}
+	var ev any
+	switch kind {
+	case KindClusterQueue:
+		n, err := a.store.AdmittedIn(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return fmt.Errorf("cluster queue %q has %d admitted workloads: %w", name, n, ErrInUse)
+		}
+		ev = &quotav1.ClusterQueueDeleted{Name: name}
+	case KindCohort:
+		defs, err := a.store.LoadDefinitions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for q, spec := range defs.ClusterQueues {
+			if spec.GetCohort() == name {
+				return fmt.Errorf("cohort %q still has cluster queue %q: %w", name, q, ErrInUse)
+			}
+		}
+		for ch, spec := range defs.Cohorts {
+			if spec.GetParent() == name {
+				return fmt.Errorf("cohort %q is the parent of %q: %w", name, ch, ErrInUse)
+			}
+		}
+		ev = &quotav1.CohortDeleted{Name: name}
+	case KindLocalQueue:
+		ev = &quotav1.LocalQueueDeleted{Name: name}
+	}
+	return a.record(ctx, tx, c, d, true, ev)
+}
+
+// written wakes the relay and the loop after a committed change.
+func (a *App) written() {
+	if a.afterWrite != nil {
+		a.afterWrite()
+	}
+	if a.loop != nil {
+		a.loop.Wake()
+	}
+}
+
+// Get reads one definition.
+func (a *App) Get(ctx context.Context, kind DefinitionKind, name string) (Definition, error) {
+	d, ok, err := a.store.GetDefinition(ctx, a.db, kind, name)
+	if err != nil {
+		return d, err
+	}
+	if !ok {
+		return d, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
+	}
+	return d, nil
+}
+
+// List reads every definition of kind.
+func (a *App) List(ctx context.Context, kind DefinitionKind) ([]Definition, error) {
+	return a.store.ListDefinitions(ctx, a.db, kind)
+}
+
+// Usage is the live usage of the named queues and cohorts; ok is false
+// when this instance's loop is a standby (the definitions are still
+// served, without usage).
+func (a *App) Usage(queues, cohorts []string) (Usage, bool) {
+	if a.loop == nil {
+		return Usage{}, false
+	}
+	return a.loop.usage(queues, cohorts)
+}
+
+// ApplyDefaults records each default definition whose name does not exist
+// yet (origin config). Existing definitions, changed through the API or
+// not, are left alone.
+func (a *App) ApplyDefaults(ctx context.Context, defaults []Definition) error {
+	c := Caller{Operator: true, Actor: "config"}
+	err := pg.InTx(ctx, a.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		for _, d := range defaults {
+			d.Origin = OriginConfig
+			if err := a.put(ctx, tx, c, d, true); err != nil {
+				return fmt.Errorf("default %s %q: %w", d.Kind, d.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	a.written()
+	return nil
+}
+
+// SyncWorkGroups makes the ClusterQueues of origin work_group match the
+// running WorkGroups: one queue gu-<tenant>-<quota> per WorkGroup with its
+// GPUs as nominal quota of flavor <machine type>; queues of WorkGroups no
+// longer running are deleted (refused, and kept, while they hold admitted
+// work: a later sync retries).
+func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
+	c := Caller{Operator: true, Actor: "work_group"}
+	var kept []string
+	err := pg.InTx(ctx, a.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		want := map[string]*quotav1.ClusterQueueSpec{}
+		for _, g := range groups {
+			want[WorkGroupQueue(g.TenantID, g.Quota)] = workGroupSpec(g)
+		}
+		existing, err := a.store.ListDefinitions(ctx, tx, KindClusterQueue)
+		if err != nil {
+			return err
+		}
+		for _, d := range existing {
+			if d.Origin != OriginWorkGroup {
+				continue
+			}
+			spec, ok := want[d.Name]
+			if ok && proto.Equal(spec, d.ClusterQueue) {
+				delete(want, d.Name)
+				continue
+			}
+			if ok {
+				continue // replaced below
+			}
+			n, err := a.store.AdmittedIn(ctx, tx, d.Name)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				kept = append(kept, d.Name)
+				continue
+			}
+			if err := a.delete(ctx, tx, c, KindClusterQueue, d.Name); err != nil {
+				return err
+			}
+		}
+		for name, spec := range want {
+			d := Definition{Kind: KindClusterQueue, Name: name, Origin: OriginWorkGroup, ClusterQueue: spec}
+			if err := a.put(ctx, tx, c, d, false); err != nil {
+				return fmt.Errorf("work group queue %q: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(kept) > 0 {
+		a.log.Info("work group queues kept while they hold admitted work", "cluster_queues", kept)
+	}
+	a.written()
+	return nil
+}
+
+// workGroupSpec is the ClusterQueue of a running WorkGroup.
+func workGroupSpec(g WorkGroup) *quotav1.ClusterQueueSpec {
+	flavor := g.MachineType
+	if flavor == "" {
+		flavor = "default-flavor"
+	}
+	return &quotav1.ClusterQueueSpec{
+		ResourceGroups: []*quotav1.ResourceGroup{{CoveredResources: []string{GPUResource},
+			Flavors: []*quotav1.FlavorQuotas{{Name: flavor, Resources: []*quotav1.ResourceQuota{
+				{Name: GPUResource, NominalQuota: fmt.Sprint(g.GPUs)}}}}}},
+		QueueingStrategy: "BestEffortFIFO",
+		Preemption:       &quotav1.ClusterQueuePreemption{WithinClusterQueue: "LowerPriority", MinPriorityGap: 3},
+	}
+}

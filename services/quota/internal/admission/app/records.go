@@ -1,0 +1,60 @@
+package app
+
+import "time"
+
+// Workload states as recorded in the workloads table.
+const (
+	StatePending  = "pending"
+	StateAdmitted = "admitted"
+	StateEvicting = "evicting"
+	StateFinished = "finished"
+)
+
+// WorkloadRecord is a workload as the loop keeps and records it.
+type WorkloadRecord struct {
+	Workload
+	TenantID string
+	// TaskVersion is the task event version that started this stay in the
+	// queue; every decision names it.
+	TaskVersion int64
+	State       string
+	Flavors     map[string]string
+	Borrowing   bool
+	AdmittedAt  time.Time
+	// Preemptor is the workload an evicting one makes room for.
+	Preemptor string
+	// Reason says why a pending workload is outside the core (its queue
+	// does not exist) or why it finished.
+	Reason string
+	// Version is the workload aggregate's version.
+	Version int64
+}
+
+// FactKind says what a task lifecycle fact does to its workload.
+type FactKind string
+
+const (
+	// FactQueue starts a new stay with the fact's queue and spec.
+	FactQueue FactKind = "queue"
+	// FactRequeue starts a new stay with the workload's known spec.
+	FactRequeue FactKind = "requeue"
+	// FactFinish ends the workload; its usage is freed.
+	FactFinish FactKind = "finish"
+	// FactDelete ends the workload and forgets it.
+	FactDelete FactKind = "delete"
+)
+
+// Fact is a task lifecycle fact waiting for the loop.
+type Fact struct {
+	Seq          int64
+	TaskID       string
+	TaskVersion  int64
+	Kind         FactKind
+	TenantID     string
+	ClusterQueue string
+	Priority     int
+	// Created is the task's creation time (zero: keep the known one).
+	Created  time.Time
+	Requests map[string]int64
+	Reason   string
+}

@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/taskmesh/taskmesh/services/gateway"
+	"github.com/taskmesh/taskmesh/services/quota/admission"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
+)
+
+// noGUQuotas is a GU quota check for tenants without any: every quota is
+// GU_QUOTA_NOT_EXISTS, as the quota service answers.
+type noGUQuotas struct{}
+
+func (noGUQuotas) CheckGUQuota(_ context.Context, tenant, quota string) (admission.WorkGroup, error) {
+	st, _ := status.New(codes.NotFound, fmt.Sprintf("GU_QUOTA_NOT_EXISTS: tenant %s has no GU quota %s", tenant, quota)).
+		WithDetails(&errdetails.ErrorInfo{Domain: "taskmesh", Reason: "GU_QUOTA_NOT_EXISTS", Metadata: map[string]string{"code": "30010"}})
+	return admission.WorkGroup{}, st.Err()
+}
+
+// On the embedded queues: a standard tenant's task borrows the cohort's 8
+// GPUs and runs; a premium task needing the premium queue's 8 GPUs takes
+// them back. The standard task's process gets SIGTERM, the task returns to
+// pending, the premium task runs and completes, then the standard task is
+// admitted again and completes.
+func TestPremiumWorkReclaimsBorrowedGPUs(t *testing.T) {
+	w := newWorld(t)
+	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
+	std := w.s.DemoAPIKey // tier standard
+	prem := w.tenantKeyOfTier("studio", gateway.TierPremium)
+	gpus := map[string]string{"nvidia.com/gpu": "8"}
+
+	termFile := filepath.Join(w.dir, "std.term")
+	ranFile := filepath.Join(w.dir, "std.ran")
+	script := fmt.Sprintf(`if [ -e %[2]s ]; then echo second run; exit 0; fi; touch %[2]s
+trap 'echo TERM >> %[1]s; exit 143' TERM
+sleep 300 & wait`, termFile, ranFile)
+	low := w.submit(std, map[string]any{"name": "std", "type": "script", "command": script, "resources": gpus, "grace_period_sec": 5})
+	first := w.waitStatus(std, low, 30*time.Second, "running")
+	if first["cluster_queue"] != admission.LowPriorityQueue {
+		t.Fatalf("standard task queued in %v", first["cluster_queue"])
+	}
+
+	high := w.submit(prem, map[string]any{"name": "prem", "type": "shell", "command": "echo", "args": []string{"premium done"},
+		"resources": gpus})
+	deadline := time.Now().Add(30 * time.Second)
+	for b, _ := os.ReadFile(termFile); !strings.Contains(string(b), "TERM"); b, _ = os.ReadFile(termFile) {
+		if time.Now().After(deadline) {
+			_, ex, _ := w.call("GET", "/api/v1/tasks/"+high+"/admission", prem, nil)
+			t.Fatalf("the standard task's process got no SIGTERM: standard task %v; premium task %v, admission %v",
+				w.task(std, low), w.task(prem, high), ex)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.waitStatus(std, low, 30*time.Second, "pending", "queued")
+	done := w.waitStatus(prem, high, 30*time.Second, "completed")
+	if done["stdout"] != "premium done\n" || done["cluster_queue"] != admission.HighPriorityQueue {
+		t.Fatalf("premium task = %v", done)
+	}
+	again := w.waitStatus(std, low, 40*time.Second, "completed")
+	if again["stdout"] != "second run\n" || again["attempt_id"] == first["attempt_id"] {
+		t.Fatalf("standard task = %v (first attempt %v)", again, first["attempt_id"])
+	}
+	// Where it stood is explained to its tenant only.
+	code, ex, _ := w.call("GET", "/api/v1/tasks/"+low+"/admission", std, nil)
+	if code != 200 || ex["cluster_queue"] != admission.LowPriorityQueue {
+		t.Fatalf("explain = %d %v", code, ex)
+	}
+	if code, _, _ := w.call("GET", "/api/v1/tasks/"+low+"/admission", prem, nil); code != 404 {
+		t.Fatalf("another tenant's explanation: %d", code)
+	}
+	code, qs, _ := w.call("GET", "/api/v1/cluster-queues", std, nil)
+	if list, _ := qs["cluster_queues"].([]any); code != 200 || len(list) != 2 {
+		t.Fatalf("cluster queues = %d %v", code, qs)
+	}
+}
+
+// GPU work naming a GU quota the tenant does not have is refused with
+// seed 004's envelope, and nothing is stored.
+func TestUnknownGUQuotaIsRefused(t *testing.T) {
+	w := newWorldWith(t, stack.Options{GUQuotas: noGUQuotas{}})
+	key := w.s.DemoAPIKey
+	code, body, _ := w.call("POST", "/api/v1/tasks", key, map[string]any{"name": "gu", "type": "shell", "command": "true",
+		"quota": "render-farm", "resources": map[string]string{"nvidia.com/gpu": "1"}})
+	if code != 400 || body["code"] != float64(30010) || body["data"] != nil || !strings.Contains(fmt.Sprint(body["message"]), "GU_QUOTA_NOT_EXISTS") {
+		t.Fatalf("submit = %d %v", code, body)
+	}
+	if _, ok := body["data"]; !ok {
+		t.Fatalf("envelope without data: %v", body)
+	}
+	_, list, _ := w.call("GET", "/api/v1/tasks", key, nil)
+	if tasks, _ := list["tasks"].([]any); len(tasks) != 0 {
+		t.Fatalf("tasks stored: %v", list)
+	}
+}
