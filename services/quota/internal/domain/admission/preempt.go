@@ -300,8 +300,8 @@ func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
 // victimThreshold is the highest priority a policy lets preemptor p
 // evict (ok false for Never); LowerOrNewerEqualPriority counts every
 // equal priority, so the result bounds the candidates from above.
-func victimThreshold(policy PreemptionPolicy, gap int, p *workload) (int64, bool) {
-	prio := int64(p.Priority)
+func victimThreshold(policy PreemptionPolicy, gap int, priority int) (int64, bool) {
+	prio := int64(priority)
 	switch policy {
 	case Any:
 		return math.MaxInt64, true
@@ -323,15 +323,15 @@ func victimThreshold(policy PreemptionPolicy, gap int, p *workload) (int64, bool
 // of fr: all the admitted workloads its policies let it evict, in its own
 // queue and, reclaiming, anywhere else in its cohort tree (borrowing or
 // not). It only grows with admissions.
-func (cy *cycle) freeable(s *State, n *node, p *workload, fr int) int64 {
+func (cy *cycle) freeable(s *State, n *node, prio int, fr int) int64 {
 	spec := n.cq.spec.Preemption
 	var total int64
 	own := cy.sums(s, n, fr)
-	if thr, ok := victimThreshold(spec.WithinClusterQueue, spec.MinPriorityGap, p); ok {
+	if thr, ok := victimThreshold(spec.WithinClusterQueue, spec.MinPriorityGap, prio); ok {
 		total = own.atMost(thr)
 	}
 	if n.parent != nil {
-		if thr, ok := victimThreshold(spec.ReclaimWithinCohort, spec.MinPriorityGap, p); ok {
+		if thr, ok := victimThreshold(spec.ReclaimWithinCohort, spec.MinPriorityGap, prio); ok {
 			total = satAdd(total, cy.sums(s, n.root, fr).atMost(thr)-own.atMost(thr))
 		}
 	}
