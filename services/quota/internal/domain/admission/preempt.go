@@ -255,17 +255,11 @@ func (p *prioSums) atMost(thr int64) int64 {
 	return p.sum[i-1]
 }
 
-type sumsKey struct {
-	n  *node // a ClusterQueue, or a root for all its ClusterQueues
-	fr int
-}
-
 // sums is the priority sums of what the admitted workloads not being
 // evicted hold of fr, for a ClusterQueue or, given a root, for every
 // ClusterQueue below it; kept until the tree changes.
 func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
-	k := sumsKey{n, fr}
-	if c, ok := s.sums[k]; ok && c.gen == n.root.changeGen {
+	if c := &s.sums[n.off+fr]; c.sums != nil && c.gen == n.root.changeGen {
 		return c.sums
 	}
 	var ws []*workload
@@ -290,10 +284,7 @@ func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
 			}
 		}
 	}
-	if s.sums == nil {
-		s.sums = map[sumsKey]sumsCache{}
-	}
-	s.sums[k] = sumsCache{gen: n.root.changeGen, sums: p}
+	s.sums[n.off+fr] = sumsCache{gen: n.root.changeGen, sums: p}
 	return p
 }
 

@@ -120,7 +120,7 @@ type State struct {
 	admitSeq  uint64
 	// Per-tree cache for preemption, valid while the root's changeGen is
 	// the one recorded.
-	sums map[sumsKey]sumsCache
+	sums []sumsCache // by node offset + fr, like usage
 }
 
 type frKey struct{ flavor, resource string }
@@ -204,7 +204,6 @@ func (s *State) build(cfg Config) {
 
 	s.nodes = s.nodes[:0]
 	s.cohorts = make(map[string]*node, len(cfg.Cohorts))
-	s.sums = nil
 	newNode := func(name string, groups []ResourceGroup) *node {
 		n := &node{
 			name:        name,
@@ -271,6 +270,7 @@ func (s *State) build(cfg Config) {
 		}
 	}
 	s.usage = make([]int64, len(s.nodes)*numFR)
+	s.sums = make([]sumsCache, len(s.usage))
 	for _, id := range ids {
 		w := s.workloads[id]
 		if !w.admitted {
