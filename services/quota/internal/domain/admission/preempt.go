@@ -255,17 +255,11 @@ func (p *prioSums) atMost(thr int64) int64 {
 	return p.sum[i-1]
 }
 
-type sumsKey struct {
-	n  *node // a ClusterQueue, or a root for all its ClusterQueues
-	fr int
-}
-
 // sums is the priority sums of what the admitted workloads not being
 // evicted hold of fr, for a ClusterQueue or, given a root, for every
 // ClusterQueue below it; kept until the tree changes.
 func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
-	k := sumsKey{n, fr}
-	if c, ok := s.sums[k]; ok && c.gen == n.root.changeGen {
+	if c := &s.sums[n.off+fr]; c.sums != nil && c.gen == n.root.changeGen {
 		return c.sums
 	}
 	var ws []*workload
@@ -290,18 +284,15 @@ func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
 			}
 		}
 	}
-	if s.sums == nil {
-		s.sums = map[sumsKey]sumsCache{}
-	}
-	s.sums[k] = sumsCache{gen: n.root.changeGen, sums: p}
+	s.sums[n.off+fr] = sumsCache{gen: n.root.changeGen, sums: p}
 	return p
 }
 
 // victimThreshold is the highest priority a policy lets preemptor p
 // evict (ok false for Never); LowerOrNewerEqualPriority counts every
 // equal priority, so the result bounds the candidates from above.
-func victimThreshold(policy PreemptionPolicy, gap int, p *workload) (int64, bool) {
-	prio := int64(p.Priority)
+func victimThreshold(policy PreemptionPolicy, gap int, priority int) (int64, bool) {
+	prio := int64(priority)
 	switch policy {
 	case Any:
 		return math.MaxInt64, true
@@ -323,15 +314,15 @@ func victimThreshold(policy PreemptionPolicy, gap int, p *workload) (int64, bool
 // of fr: all the admitted workloads its policies let it evict, in its own
 // queue and, reclaiming, anywhere else in its cohort tree (borrowing or
 // not). It only grows with admissions.
-func (cy *cycle) freeable(s *State, n *node, p *workload, fr int) int64 {
+func (cy *cycle) freeable(s *State, n *node, prio int, fr int) int64 {
 	spec := n.cq.spec.Preemption
 	var total int64
 	own := cy.sums(s, n, fr)
-	if thr, ok := victimThreshold(spec.WithinClusterQueue, spec.MinPriorityGap, p); ok {
+	if thr, ok := victimThreshold(spec.WithinClusterQueue, spec.MinPriorityGap, prio); ok {
 		total = own.atMost(thr)
 	}
 	if n.parent != nil {
-		if thr, ok := victimThreshold(spec.ReclaimWithinCohort, spec.MinPriorityGap, p); ok {
+		if thr, ok := victimThreshold(spec.ReclaimWithinCohort, spec.MinPriorityGap, prio); ok {
 			total = satAdd(total, cy.sums(s, n.root, fr).atMost(thr)-own.atMost(thr))
 		}
 	}

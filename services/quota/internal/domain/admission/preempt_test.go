@@ -246,3 +246,29 @@ func TestPreemptorsDoNotShareVictims(t *testing.T) {
 		t.Fatalf("decisions %+v, want low preempted for p1 only", ds)
 	}
 }
+
+func TestReclaimAcrossCohortTree(t *testing.T) {
+	// a and b sit in different child cohorts of org; b borrows a's idle
+	// quota through org, and a takes it back.
+	cfg := Config{
+		Cohorts: []Cohort{{Name: "org"}, {Name: "a-dept", Parent: "org"}, {Name: "b-dept", Parent: "org"}},
+		ClusterQueues: []ClusterQueue{
+			withPreemption(cpuCQ("a", "a-dept", 4), Never, LowerPriority, 0),
+			cpuCQ("b", "b-dept", 4),
+		},
+	}
+	s := mustNew(t, cfg)
+	admitNow(t, s, wl("b1", "b", 0, 0, cpu(4)), wl("b2", "b", 0, 1, cpu(4)))
+	if u, _ := s.CohortUsage("org"); u.Resources[0].Used != 8 {
+		t.Fatalf("org usage %+v, want 8 used", u.Resources[0])
+	}
+	mustEnqueue(t, s, wl("p", "a", 10, 2, cpu(4)))
+	ds := s.Schedule(t0, 10)
+	if got := victimIDs(ds); !slices.Equal(got, []string{"b2"}) {
+		t.Fatalf("victims %v, want [b2] (most recently admitted)", got)
+	}
+	apply(t, s, ds)
+	if got := admittedIDs(s.Schedule(t0, 10)); !slices.Equal(got, []string{"p"}) {
+		t.Errorf("admitted %v, want [p]", got)
+	}
+}

@@ -158,7 +158,7 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 					borrow = borrow || n.borrowingWith(u, fr, q)
 					continue
 				}
-				blocked = append(blocked, blockedFlavor{flavor: fi, fr: fr, qty: q})
+				blocked = append(blocked, blockedFlavor{flavor: int32(fi), fr: int32(fr), qty: q})
 				if short != nil {
 					own := max(0, n.subtree[fr]-u[n.off+fr])
 					*short = append(*short, Shortage{
@@ -251,11 +251,12 @@ func (s *State) publicAssignment(a assignment) Assignment {
 // lacked (checked against the current simulation, so this is exact
 // enough to hold in any cycle); for a preempting queue, nothing changed
 // in its tree since.
-func memoized(s *State, cy *cycle, n *node, w *workload) bool {
+//
+// m is the memo kept beside the workload in its queue: the scan reads it
+// without touching the workload record.
+func memoized(s *State, cy *cycle, n *node, m *noFitMemo) bool {
 	r := n.root
-	m := &w.memo
-	if m.config != r.configGen || m.config == 0 || len(w.victims) > 0 {
-		// A preemptor waiting for its victims is always nominated.
+	if m.config != r.configGen || m.config == 0 {
 		return false
 	}
 	if m.permanent {
@@ -266,23 +267,25 @@ func memoized(s *State, cy *cycle, n *node, w *workload) bool {
 		// that still matches the facts keeps the memo.
 		return m.change == r.changeGen && cy.ver[r.idx] == 0
 	}
-	if len(m.blocked) == 0 {
+	blocked := m.entries()
+	if len(blocked) == 0 {
 		return false
 	}
 	if m.boundFR >= 0 {
 		// It could preempt, but what every candidate holds of boundFR
 		// cannot cover the shortfall: candidates only come with
 		// admissions, the shortfall only shrinks with releases.
-		if m.boundQty-cy.avail.get(n, cy.sim, m.boundFR) <= cy.freeable(s, n, w, m.boundFR) {
+		fr := int(m.boundFR)
+		if m.boundQty-cy.avail.get(n, cy.sim, fr) <= cy.freeable(s, n, m.prio, fr) {
 			return false
 		}
 	}
 	// Entries come grouped by flavor.
-	for i := 0; i < len(m.blocked); {
-		flavor, short := m.blocked[i].flavor, false
-		for ; i < len(m.blocked) && m.blocked[i].flavor == flavor; i++ {
-			b := &m.blocked[i]
-			short = short || b.qty > cy.avail.get(n, cy.sim, b.fr)
+	for i := 0; i < len(blocked); {
+		flavor, short := blocked[i].flavor, false
+		for ; i < len(blocked) && blocked[i].flavor == flavor; i++ {
+			b := &blocked[i]
+			short = short || b.qty > cy.avail.get(n, cy.sim, int(b.fr))
 		}
 		if !short {
 			return false
@@ -299,42 +302,57 @@ type noFitMemo struct {
 	config, change uint64
 	permanent      bool // a requested resource has no quota in the queue
 	byChange       bool // valid only while the tree is unchanged
-	blocked        []blockedFlavor
-	boundFR        int
-	boundQty       int64
+	// The blocked entries: usually a few, kept inline.
+	n      uint8
+	inline [4]blockedFlavor
+	extra  []blockedFlavor
+	// A preemptor's flavor/resource no victims can cover, what it asks of
+	// it, and its priority.
+	boundFR  int32
+	boundQty int64
+	prio     int
+}
+
+func (m *noFitMemo) entries() []blockedFlavor {
+	if m.extra != nil {
+		return m.extra
+	}
+	return m.inline[:m.n]
 }
 
 // blockedFlavor is one short resource of a flavor that did not fit:
 // flavor indexes the group's flavors, fr is the flavor/resource, qty the
 // quantity requested.
 type blockedFlavor struct {
-	flavor int
-	fr     int
+	flavor int32
+	fr     int32
 	qty    int64
 }
 
 // remember memoizes a no-fit evaluation. It reports false when the memo
 // stands for the facts only (victims that were not found), which the
 // caller may record only while the root matches them.
-func (s *State) remember(n *node, w *workload, a assignment, clean bool) bool {
+func (s *State) remember(dst *noFitMemo, n *node, w *workload, a assignment, clean bool) bool {
 	r := n.root
-	m := noFitMemo{config: r.configGen, change: r.changeGen, permanent: a.permanent, boundFR: -1}
+	m := noFitMemo{config: r.configGen, change: r.changeGen, permanent: a.permanent, boundFR: -1, prio: w.Priority}
 	blocked := a.blocked
 	switch {
 	case a.permanent || len(a.blocked) > 0:
 		// Neither fits nor could preempt in any flavor.
 	case a.boundFR >= 0 && a.preemptGroups == 1:
-		blocked, m.boundFR, m.boundQty = a.preemptBlocked, a.boundFR, a.boundQty
+		blocked, m.boundFR, m.boundQty = a.preemptBlocked, int32(a.boundFR), a.boundQty
 	default:
 		if !clean {
 			return false
 		}
 		m.byChange = true
 	}
-	// Usually a few entries: keep them inside the workload record, next
-	// to the rest of the memo, for the scan's sake.
-	m.blocked = append(w.memoInline[:0], blocked...)
-	w.memo = m
+	if len(blocked) <= len(m.inline) {
+		m.n = uint8(copy(m.inline[:], blocked))
+	} else {
+		m.extra = slices.Clone(blocked)
+	}
+	*dst = m
 	return true
 }
 
@@ -380,7 +398,7 @@ func (s *State) evaluate(cy *cycle, n *node, w *workload) (assignment, []*worklo
 	// exist, and the memo can say so exactly (see memoized).
 	for _, fr := range a.need {
 		q := a.qtyOf(fr)
-		if q-cy.avail.get(n, cy.sim, fr) > cy.freeable(s, n, w, fr) {
+		if q-cy.avail.get(n, cy.sim, fr) > cy.freeable(s, n, w.Priority, fr) {
 			a.mode, a.boundFR, a.boundQty = modeNoFit, fr, q
 			return a, nil
 		}
@@ -425,12 +443,13 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	for c.pos < len(q.pending) {
 		w := q.pending[c.pos]
 		clean := cy.ver[root.idx] == 0
-		if memoized(s, cy, n, w) {
+		m := &q.memos[c.pos]
+		if memoized(s, cy, n, m) {
 			if c.strict {
 				break
 			}
 			if summarize {
-				q.fold(w)
+				q.fold(m)
 			}
 			c.pos++
 			continue
@@ -439,8 +458,8 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 		if a.mode != modeNoFit {
 			return entry{c: c, w: w, a: a, targets: t, ver: cy.ver[root.idx]}, true
 		}
-		if s.remember(n, w, a, clean) && summarize {
-			q.fold(w)
+		if s.remember(m, n, w, a, clean) && summarize {
+			q.fold(m)
 		} else {
 			summarize = false
 		}
@@ -504,11 +523,11 @@ func (q *queue) memoValid(cy *cycle, n *node) bool {
 }
 
 // fold adds a memoized workload to the queue summary being built.
-func (q *queue) fold(w *workload) {
-	if w.memo.byChange || w.memo.boundFR >= 0 {
+func (q *queue) fold(m *noFitMemo) {
+	if m.byChange || m.boundFR >= 0 {
 		q.memo.factsOnly = true
 	}
-	for _, b := range w.memo.blocked {
+	for _, b := range m.entries() {
 		q.memo.minQty[b.fr] = min(q.memo.minQty[b.fr], b.qty)
 	}
 }

@@ -53,11 +53,6 @@ type workload struct {
 	// the ClusterQueue node they were compiled for.
 	compiled    *compiledReq
 	compiledFor *node
-
-	// memo records why the workload neither fit nor could preempt when
-	// last evaluated (see memoized), so scans skip it cheaply.
-	memo       noFitMemo
-	memoInline [4]blockedFlavor
 }
 
 type resQty struct {
@@ -90,9 +85,12 @@ type flavorOpt struct {
 // ones. It survives Reconfigure removing the ClusterQueue, so the pending
 // workloads wait for it to come back.
 type queue struct {
-	name     string
-	node     *node // nil while the ClusterQueue is not configured
-	pending  []*workload
+	name    string
+	node    *node // nil while the ClusterQueue is not configured
+	pending []*workload
+	// memos[i] records why pending[i] neither fit nor could preempt when
+	// last evaluated (see memoized), so scans skip it cheaply.
+	memos    []noFitMemo
 	admitted map[string]*workload
 	// victims: the admitted workloads not being evicted, in the order
 	// preemption tries them.
@@ -122,7 +120,7 @@ type State struct {
 	admitSeq  uint64
 	// Per-tree cache for preemption, valid while the root's changeGen is
 	// the one recorded.
-	sums map[sumsKey]sumsCache
+	sums []sumsCache // by node offset + fr, like usage
 }
 
 type frKey struct{ flavor, resource string }
@@ -206,7 +204,6 @@ func (s *State) build(cfg Config) {
 
 	s.nodes = s.nodes[:0]
 	s.cohorts = make(map[string]*node, len(cfg.Cohorts))
-	s.sums = nil
 	newNode := func(name string, groups []ResourceGroup) *node {
 		n := &node{
 			name:        name,
@@ -273,6 +270,7 @@ func (s *State) build(cfg Config) {
 		}
 	}
 	s.usage = make([]int64, len(s.nodes)*numFR)
+	s.sums = make([]sumsCache, len(s.usage))
 	for _, id := range ids {
 		w := s.workloads[id]
 		if !w.admitted {
@@ -347,6 +345,7 @@ func queueLess(a, b *workload) int {
 func (q *queue) insert(w *workload) {
 	i, _ := slices.BinarySearchFunc(q.pending, w, queueLess)
 	q.pending = slices.Insert(q.pending, i, w)
+	q.memos = slices.Insert(q.memos, i, noFitMemo{})
 	q.seq++
 }
 
@@ -361,6 +360,7 @@ func (q *queue) position(w *workload) int {
 func (q *queue) drop(w *workload) {
 	if i := q.position(w); i >= 0 {
 		q.pending = slices.Delete(q.pending, i, i+1)
+		q.memos = slices.Delete(q.memos, i, i+1)
 	}
 }
 
@@ -503,6 +503,13 @@ func (s *State) Preempt(victim, preemptor string) error {
 	s.queues[v.ClusterQueue].dropVictim(v)
 	v.evicting, v.evictingFor = true, preemptor
 	p.victims = append(p.victims, victim)
+	// A preemptor waiting for its victims is always nominated: forget
+	// why it could not preempt before.
+	if pq := s.queues[p.ClusterQueue]; pq != nil {
+		if i := pq.position(p); i >= 0 {
+			pq.memos[i] = noFitMemo{}
+		}
+	}
 	s.gen++
 	s.queues[v.ClusterQueue].touch(s.gen)
 	return nil
@@ -528,7 +535,6 @@ func (s *State) Evict(id string) error {
 		return fmt.Errorf("%w: %s", ErrNotAdmitted, id)
 	}
 	s.release(w)
-	w.memo = noFitMemo{}
 	s.queues[w.ClusterQueue].insert(w)
 	return nil
 }
