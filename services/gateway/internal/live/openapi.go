@@ -87,3 +87,22 @@ func TaskFrameSchema() map[string]any {
 		},
 	}
 }
+
+// VideoFrameSchema is the OpenAPI schema of VideoView's frame data.
+func VideoFrameSchema() map[string]any {
+	str := func(desc string) map[string]any { return map[string]any{"type": "string", "description": desc} }
+	return map[string]any{
+		"type":        "object",
+		"description": "One frame of a live video generation stream.",
+		"properties": map[string]any{
+			"task_id":      str("Task id."),
+			"taskId":       str("Task id (the document's other spelling)."),
+			"task_status":  str("QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELED or UNKNOWN."),
+			"taskStatus":   str("task_status (the document's other spelling)."),
+			"taskProgress": map[string]any{"type": "integer", "format": "int32", "description": "0–100."},
+			"message":      str("Why the generation failed (FAILED only)."),
+			"version":      map[string]any{"type": "integer", "format": "int64", "description": "Task version after the change; the frame id."},
+			"final":        map[string]any{"type": "boolean", "description": "Last frame of the stream."},
+		},
+	}
+}

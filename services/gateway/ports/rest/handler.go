@@ -57,8 +57,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// liveTaskRoutes is the prefix of the task API's live stream routes.
-const liveTaskRoutes = "/api/v1/tasks/{task_id}"
+// liveTaskRoutes and liveVideoRoutes are the prefixes of the task and
+// video APIs' live stream routes (…/events: SSE, …/ws: WebSocket).
+const (
+	liveTaskRoutes  = "/api/v1/tasks/{task_id}"
+	liveVideoRoutes = "/v1/video/generations/{task_id}"
+)
 
 type handler struct {
 	api     http.Handler // authenticated API
@@ -76,6 +80,9 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 		extras = append(extras, Extra{
 			Paths:       live.OpenAPIPaths(liveTaskRoutes, "TaskService", "#/definitions/liveTaskFrame"),
 			Definitions: map[string]any{"liveTaskFrame": live.TaskFrameSchema()},
+		}, Extra{
+			Paths:       live.OpenAPIPaths(liveVideoRoutes, "VideoService", "#/definitions/liveVideoFrame"),
+			Definitions: map[string]any{"liveVideoFrame": live.VideoFrameSchema()},
 		})
 	}
 	doc, err := Document(openapi.JSON, extras...)
@@ -99,6 +106,11 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	video, err := newVideoMux(ctx, opts.Upstream, opts.Logger)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Live != nil {
+		if err := opts.Live.Register(video, liveVideoRoutes, live.VideoView); err != nil {
+			return nil, fmt.Errorf("rest: %w", err)
+		}
 	}
 	var api, videoAPI http.Handler = mux, video
 	if opts.Throttle != nil {

@@ -80,10 +80,16 @@ func Document(generated []byte, extras ...Extra) ([]byte, error) {
 				responses = map[string]any{}
 				op["responses"] = responses
 			}
-			for status, desc := range errorResponses(strings.HasPrefix(path, access.AgentRoutePrefix)) {
+			// Hand-written video routes answer the video API's error body.
+			errs, ref := errorResponses(strings.HasPrefix(path, access.AgentRoutePrefix)), "#/definitions/ErrorEnvelope"
+			if httperr.IsVideoPath(path) {
+				errs, ref = videoErrorResponses(), "#/definitions/VideoErrorEnvelope"
+				defs["VideoErrorEnvelope"] = videoEnvelopeSchema()
+			}
+			for status, desc := range errs {
 				responses[strconv.Itoa(status)] = map[string]any{
 					"description": desc,
-					"schema":      map[string]any{"$ref": "#/definitions/ErrorEnvelope"},
+					"schema":      map[string]any{"$ref": ref},
 				}
 			}
 		}

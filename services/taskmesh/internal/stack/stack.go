@@ -72,6 +72,10 @@ type Options struct {
 	// GUQuotas replaces the embedded quota service's GU quota check in
 	// admission (tests); nil uses the quota service.
 	GUQuotas admission.GUQuotas
+	// NoAdmission runs the scheduler without the quota service's
+	// admission: work with a queue or GPU requests is claimable at once
+	// (tests of other parts that play the GPU runner themselves).
+	NoAdmission bool
 	Logger   *slog.Logger
 }
 
@@ -312,13 +316,17 @@ func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string
 	if video == nil {
 		video = &scheduler.VideoConfig{}
 	}
-	quota, err := grpc.NewClient(quotaAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), otel.DialOption())
-	if err != nil {
-		return "", err
+	cfg := scheduler.Config{DB: pool, Kafka: s.kafkaConfig(), Objects: objects, Timing: s.opts.Timing,
+		Video: video, Now: s.opts.Now, Logger: s.opts.Logger}
+	if !s.opts.NoAdmission {
+		quota, err := grpc.NewClient(quotaAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), otel.DialOption())
+		if err != nil {
+			return "", err
+		}
+		s.go_(func() error { <-runCtx.Done(); return quota.Close() })
+		cfg.Quota, cfg.InternalToken = quota, internalToken
 	}
-	s.go_(func() error { <-runCtx.Done(); return quota.Close() })
-	svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: s.kafkaConfig(), Objects: objects, Timing: s.opts.Timing,
-		Video: video, Now: s.opts.Now, Quota: quota, InternalToken: internalToken, Logger: s.opts.Logger})
+	svc, err := scheduler.New(cfg)
 	if err != nil {
 		return "", err
 	}

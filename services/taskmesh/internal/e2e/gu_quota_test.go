@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// GPU work under a GU quota (seed 003 "关于GU Quota调度"), through the real
+// quota service: refused while the tenant has no such quota
+// (GU_QUOTA_NOT_EXISTS) and while its WorkGroup is being created
+// (GU_QUOTA_CREATING), storing nothing; once an operator has produced it
+// through the gateway, the task is admitted into the WorkGroup's queue and
+// runs.
+func TestGPUWorkRunsInItsGUQuotasWorkGroup(t *testing.T) {
+	w := newWorld(t)
+	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
+	if err := w.s.Quota.RegisterTenant(context.Background(), "acme", "Acme"); err != nil {
+		t.Fatal(err)
+	}
+	acme := w.tenantKey("acme")
+	b, err := os.ReadFile(w.s.AdminKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator := strings.TrimSpace(string(b))
+	task := map[string]any{"name": "render", "type": "shell", "command": "echo", "args": []string{"rendered"},
+		"quota": "gu1", "resources": map[string]string{"nvidia.com/gpu": "2"}}
+	refused := func(wantHTTP int, wantCode float64, reason string) {
+		t.Helper()
+		code, body, _ := w.call("POST", "/api/v1/tasks", acme, task)
+		if code != wantHTTP || body["code"] != wantCode || !strings.Contains(fmt.Sprint(body["message"]), reason) {
+			t.Fatalf("submit = %d %v, want %d/%v (%s)", code, body, wantHTTP, wantCode, reason)
+		}
+	}
+	refused(400, 30010, "GU quota does not exist")
+
+	// The operator produces the quota through the gateway with an operator
+	// key; a tenant's key may not.
+	quota := map[string]any{"tenant_id": "acme", "cluster": w.s.QuotaCluster, "kind": "GU",
+		"spec": map[string]any{"name": "gu1", "min_units": 2, "max_units": 2, "machine_type": "A100"}}
+	if code, body, _ := w.call("POST", "/api/v1/quotas", acme, quota); code != 403 {
+		t.Fatalf("a tenant producing a quota: %d %v", code, body)
+	}
+	code, created, _ := w.call("POST", "/api/v1/quotas", operator, quota)
+	if code != 200 || created["status"] != "Provisioning" {
+		t.Fatalf("produce = %d %v", code, created)
+	}
+	// The in-process operator takes seconds to run the WorkGroup.
+	refused(409, 30011, "GU quota is being created")
+	if _, list, _ := w.call("GET", "/api/v1/tasks", acme, nil); len(list["tasks"].([]any)) != 0 {
+		t.Fatalf("refused submissions stored tasks: %v", list)
+	}
+
+	var id string
+	waitFor(t, 60*time.Second, "the WorkGroup's queue to admit GU quota work", func() bool {
+		code, body, _ := w.call("POST", "/api/v1/tasks", acme, task)
+		if code == 200 {
+			id = body["id"].(string)
+		}
+		return code == 200
+	})
+	done := w.waitStatus(acme, id, 30*time.Second, "completed")
+	if done["stdout"] != "rendered\n" || !strings.HasPrefix(fmt.Sprint(done["cluster_queue"]), "gu-acme-gu1") {
+		t.Fatalf("task = %v", done)
+	}
+	code, q, _ := w.call("GET", "/api/v1/cluster-queues/"+fmt.Sprint(done["cluster_queue"]), operator, nil)
+	if code != 200 {
+		t.Fatalf("the WorkGroup's cluster queue: %d %v", code, q)
+	}
+}
