@@ -76,7 +76,7 @@ type Options struct {
 	// admission: work with a queue or GPU requests is claimable at once
 	// (tests of other parts that play the GPU runner themselves).
 	NoAdmission bool
-	Logger   *slog.Logger
+	Logger      *slog.Logger
 }
 
 // Stack is a running Taskmesh.
