@@ -76,13 +76,15 @@ func (s *Store) AddAPIKey(ctx context.Context, spec APIKeySpec) (APIKey, string,
 	return APIKey{}, "", fmt.Errorf("create api key for tenant %q: no free prefix after %d attempts", tenantID, prefixAttempts)
 }
 
-// RevokeAPIKey revokes one of the tenant's keys; it stops working at once.
+// RevokeAPIKey revokes one of the tenant's keys; it stops working at once
+// on this gateway and within KeyCacheTTL on the others.
 // Revoking a revoked key succeeds and keeps the first revocation time.
 // Errors: ErrNotFound (no such key for this tenant).
 func (s *Store) RevokeAPIKey(ctx context.Context, tenantID, keyID string) error {
 	tag, err := s.db.Exec(ctx, `
 		UPDATE api_keys SET revoked_at = coalesce(revoked_at, $3)
 		WHERE id = $1 AND tenant_id = $2`, keyID, tenantID, s.now())
+	s.keys.forget() // whether or not it committed: the cache may only shrink
 	if err != nil {
 		return fmt.Errorf("revoke api key %s: %w", keyID, err)
 	}

@@ -45,6 +45,10 @@ func (s *Store) Authenticate(ctx context.Context, bearer, remoteIP string) (auth
 }
 
 func (s *Store) authenticateUser(ctx context.Context, prefix string, hash []byte, remoteIP string) (authn.Principal, error) {
+	if p, ok := s.keys.get(hash, s.now()); ok {
+		p.RemoteIP = canonicalIP(remoteIP)
+		return p, nil
+	}
 	var (
 		keyID, tenantID, tier          string
 		stored                         []byte
@@ -74,13 +78,10 @@ func (s *Store) authenticateUser(ctx context.Context, prefix string, hash []byte
 		return authn.Principal{}, unauthenticated("api key expired")
 	}
 	s.touch(ctx, "api_keys", keyID, lastUsed, now)
-	return authn.Principal{
-		Kind:     authn.KindUser,
-		TenantID: tenantID,
-		Subject:  keyID,
-		RemoteIP: canonicalIP(remoteIP),
-		Tier:     tier,
-	}, nil
+	p := authn.Principal{Kind: authn.KindUser, TenantID: tenantID, Subject: keyID, Tier: tier}
+	s.keys.put(hash, p, now, expiresAt)
+	p.RemoteIP = canonicalIP(remoteIP)
+	return p, nil
 }
 
 func (s *Store) authenticateAdmin(ctx context.Context, prefix string, hash []byte, remoteIP string) (authn.Principal, error) {

@@ -32,9 +32,10 @@ func Migrations() pg.MigrationSet {
 // Store manages and checks credentials in Postgres. It is safe for
 // concurrent use.
 type Store struct {
-	db  *pgxpool.Pool
-	now func() time.Time
-	log *slog.Logger
+	db   *pgxpool.Pool
+	now  func() time.Time
+	log  *slog.Logger
+	keys keyCache
 }
 
 // New returns a Store on db, whose search_path must start with the schema

@@ -147,6 +147,7 @@ func (s *Store) UpdateTenant(ctx context.Context, id string, u TenantUpdate) (Te
 			rpm_limit = coalesce($4, rpm_limit), tpm_limit = coalesce($5, tpm_limit), updated_at = $6
 		WHERE id = $1
 		RETURNING `+tenantColumns, id, u.Name, u.Tier, u.RPM, u.TPM, pgTime(s.now())))
+	s.keys.forget() // cached keys carry the tenant's tier
 	if errNoRows(err) {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", id, ErrNotFound)
 	}
