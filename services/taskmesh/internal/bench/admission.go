@@ -114,7 +114,10 @@ func Admission(ctx context.Context, o AdmissionOptions) (*AdmissionResult, error
 	fmt.Fprintf(o.Out, "\nmedians of %d runs\n", o.Runs)
 	table(o.Out, []string{"measure", "value", "target", "verdict"}, [][]string{
 		{"admission decisions/s", fmt.Sprintf("%.0f", res.Decisions), ">= 5000", verdict(res.Decisions >= 5000)},
-		{"WorkloadFinished → next WorkloadAdmitted recorded p99", ms(res.RecordedP99), "< 100 ms", verdict(res.RecordedP99 < 100*time.Millisecond)},
+		// Finishing and the next admission are recorded in one cycle's
+		// transaction, so this is near zero by construction; the row
+		// below, from the task's end on the task topic, is the one judged.
+		{"WorkloadFinished → next WorkloadAdmitted recorded p99", ms(res.RecordedP99), "", ""},
 		{"task end published → next admission recorded p50", ms(res.FreedP50), "", ""},
 		{"task end published → next admission recorded p99", ms(res.FreedP99), "< 100 ms", verdict(res.FreedP99 < 100*time.Millisecond)},
 	})
