@@ -3,6 +3,7 @@ package quota_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
@@ -151,4 +152,22 @@ func defaultChild(t *testing.T, v app.QuotaView) app.QuotaView {
 	}
 	t.Fatalf("no child with a WorkGroup in %+v", v)
 	return app.QuotaView{}
+}
+
+// A Ray cluster the operator reports Failed fails the WorkGroups inside
+// it and their quota, with the cluster's reason; the WorkGroup is never
+// taken as Running while its cluster is not.
+func TestProductionRayClusterFailure(t *testing.T) {
+	e := newEnv(t)
+	e.seed("acme", "c1", "A100", 8)
+	e.op.FailRayCluster(domain.RayName("acme", "c1"), "head node unschedulable")
+	v := e.createGU("acme", "c1", "gu1", "A100", 4, 4)
+	v = e.waitStatus(v.Quota.ID, domain.QuotaFailed)
+	def := defaultChild(t, v)
+	if def.WorkGroup.Status != domain.StatusFailed || !strings.Contains(def.WorkGroup.Reason, "head node unschedulable") {
+		t.Fatalf("work group = %+v", def.WorkGroup)
+	}
+	if _, err := e.app().CheckGUQuota(context.Background(), "acme", "gu1"); err == nil {
+		t.Fatal("a GU quota whose Ray cluster failed passed the submit-time check")
+	}
 }

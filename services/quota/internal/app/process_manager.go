@@ -321,6 +321,23 @@ func (m *ProcessManager) workGroup(ctx context.Context, w domain.WorkGroup) erro
 	if o.Phase != domain.PhaseRunning && o.Phase != domain.PhaseFailed {
 		return nil
 	}
+	if o.Phase == domain.PhaseRunning {
+		// A WorkGroup runs inside its Ray cluster: it counts as Running
+		// once the cluster has been seen Running, so the quota never
+		// settles ahead of its cluster, whichever the operator reports
+		// first.
+		ray, err := m.store.Ray(ctx, w.TenantID, w.Cluster)
+		if err != nil {
+			return err
+		}
+		switch ray.Status {
+		case domain.StatusRunning:
+		case domain.StatusFailed:
+			return m.failWorkGroup(ctx, w, fmt.Sprintf("Ray cluster %s failed: %s", ray.Name, ray.Reason))
+		default:
+			return nil
+		}
+	}
 	if err := m.fault(StepWorkGroupObserved); err != nil {
 		return err
 	}

@@ -4,10 +4,8 @@
 package ports
 
 import (
-	"context"
 	"errors"
 	"log/slog"
-	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -21,42 +19,35 @@ import (
 )
 
 func statusWith(c codes.Code, code quotav1.ErrorCode, msg string) error {
-	return grpcserver.Status(c, int(code), strings.TrimPrefix(code.String(), "ERROR_CODE_"), msg)
+	return grpcserver.CodeStatus(c, code, msg)
 }
 
-// toStatus maps a use case's error to a gRPC status. Statuses pass through
-// (CheckGUQuota builds its own); unknown errors are logged and answered as
-// internal without their text.
+// toStatus maps a use case's error to a gRPC status (grpcserver.ToStatus
+// with the quota service's errors). Statuses pass through: CheckGUQuota
+// builds its own.
 func toStatus(log *slog.Logger, err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok && !errors.Is(err, context.Canceled) {
-		return err
-	}
+	return grpcserver.ToStatus(log, err, quotaStatus)
+}
+
+func quotaStatus(err error) (error, bool) {
 	var invalid *domain.InvalidError
 	switch {
 	case errors.As(err, &invalid):
 		// Malformed requests use the task API's 30005, like validation.
-		return grpcserver.Status(codes.InvalidArgument, int(taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT), "INVALID_ARGUMENT",
-			err.Error(), &errdetails.BadRequest_FieldViolation{Field: invalid.Field, Description: invalid.Reason})
+		return grpcserver.CodeStatus(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error(),
+			&errdetails.BadRequest_FieldViolation{Field: invalid.Field, Description: invalid.Reason}), true
 	case errors.Is(err, domain.ErrInvalid):
-		return grpcserver.Status(codes.InvalidArgument, int(taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT), "INVALID_ARGUMENT", err.Error())
+		return grpcserver.CodeStatus(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error()), true
 	case errors.Is(err, domain.ErrInventoryInsufficient):
-		return statusWith(codes.FailedPrecondition, quotav1.ErrorCode_ERROR_CODE_INVENTORY_INSUFFICIENT, err.Error())
+		return statusWith(codes.FailedPrecondition, quotav1.ErrorCode_ERROR_CODE_INVENTORY_INSUFFICIENT, err.Error()), true
 	case errors.Is(err, domain.ErrNotFound):
-		return statusWith(codes.NotFound, quotav1.ErrorCode_ERROR_CODE_QUOTA_NOT_FOUND, err.Error())
+		return statusWith(codes.NotFound, quotav1.ErrorCode_ERROR_CODE_QUOTA_NOT_FOUND, err.Error()), true
 	case errors.Is(err, domain.ErrExists):
-		return statusWith(codes.AlreadyExists, quotav1.ErrorCode_ERROR_CODE_QUOTA_EXISTS, err.Error())
+		return statusWith(codes.AlreadyExists, quotav1.ErrorCode_ERROR_CODE_QUOTA_EXISTS, err.Error()), true
 	case errors.Is(err, domain.ErrConflict):
-		return statusWith(codes.FailedPrecondition, quotav1.ErrorCode_ERROR_CODE_QUOTA_CONFLICT, err.Error())
+		return statusWith(codes.FailedPrecondition, quotav1.ErrorCode_ERROR_CODE_QUOTA_CONFLICT, err.Error()), true
 	case errors.Is(err, app.ErrForbidden):
-		return status.Error(codes.PermissionDenied, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request cancelled")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+		return status.Error(codes.PermissionDenied, err.Error()), true
 	}
-	log.Error("internal error", "err", err)
-	return grpcserver.Status(codes.Internal, int(taskv1.ErrorCode_ERROR_CODE_INTERNAL), "INTERNAL", "internal error")
+	return nil, false
 }

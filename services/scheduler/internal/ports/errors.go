@@ -4,10 +4,8 @@
 package ports
 
 import (
-	"context"
 	"errors"
 	"log/slog"
-	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -21,47 +19,39 @@ import (
 )
 
 // statusWith builds a status carrying the business code (see
-// grpcserver.Status); the reason is the enum name without its prefix.
+// grpcserver.CodeStatus).
 func statusWith(c codes.Code, code taskv1.ErrorCode, msg string, details ...*errdetails.BadRequest_FieldViolation) error {
-	return grpcserver.Status(c, int(code), strings.TrimPrefix(code.String(), "ERROR_CODE_"), msg, details...)
+	return grpcserver.CodeStatus(c, code, msg, details...)
 }
 
 // toStatus maps an error of the use cases to a gRPC status: the only place
-// that does. Unknown errors are logged and answered as internal without
-// their text.
+// that does (grpcserver.ToStatus with the scheduler's errors).
 func toStatus(log *slog.Logger, err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok && !errors.Is(err, context.Canceled) {
-		return err
-	}
+	return grpcserver.ToStatus(log, err, schedulerStatus)
+}
+
+func schedulerStatus(err error) (error, bool) {
 	var invalid *domain.InvalidError
 	switch {
 	case errors.As(err, &invalid):
 		return statusWith(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error(),
-			&errdetails.BadRequest_FieldViolation{Field: invalid.Field, Description: invalid.Reason})
+			&errdetails.BadRequest_FieldViolation{Field: invalid.Field, Description: invalid.Reason}), true
 	case errors.Is(err, domain.ErrInvalid):
-		return statusWith(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error())
+		return statusWith(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error()), true
 	case errors.Is(err, domain.ErrAttemptMismatch):
-		return statusWith(codes.Aborted, taskv1.ErrorCode_ERROR_CODE_ATTEMPT_MISMATCH, err.Error())
+		return statusWith(codes.Aborted, taskv1.ErrorCode_ERROR_CODE_ATTEMPT_MISMATCH, err.Error()), true
 	case errors.Is(err, domain.ErrLeaseExpired):
-		return statusWith(codes.FailedPrecondition, taskv1.ErrorCode_ERROR_CODE_LEASE_EXPIRED, err.Error())
+		return statusWith(codes.FailedPrecondition, taskv1.ErrorCode_ERROR_CODE_LEASE_EXPIRED, err.Error()), true
 	case errors.Is(err, domain.ErrImmutable):
-		return statusWith(codes.FailedPrecondition, taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE, err.Error())
+		return statusWith(codes.FailedPrecondition, taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE, err.Error()), true
 	case errors.Is(err, domain.ErrNotFound):
-		return statusWith(codes.NotFound, taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND, err.Error())
+		return statusWith(codes.NotFound, taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND, err.Error()), true
 	case errors.Is(err, app.ErrForbidden):
-		return status.Error(codes.PermissionDenied, err.Error())
+		return status.Error(codes.PermissionDenied, err.Error()), true
 	case errors.Is(err, pg.ErrCommitterClosed):
-		return status.Error(codes.Unavailable, "scheduler is shutting down")
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request cancelled")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+		return status.Error(codes.Unavailable, "scheduler is shutting down"), true
 	}
-	log.Error("internal error", "err", err)
-	return statusWith(codes.Internal, taskv1.ErrorCode_ERROR_CODE_INTERNAL, "internal error")
+	return nil, false
 }
 
 // ToStatus is toStatus for the scheduler's other gRPC services (the video

@@ -1,0 +1,69 @@
+package grpcserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// testCode stands in for a generated error enum.
+type testCode int32
+
+func (c testCode) String() string { return map[testCode]string{30004: "ERROR_CODE_TASK_NOT_FOUND"}[c] }
+
+var errKnown = errors.New("no such thing")
+
+func TestToStatus(t *testing.T) {
+	dependency := status.Error(codes.FailedPrecondition, "GU quota is being created")
+	service := func(err error) (error, bool) {
+		if errors.Is(err, errKnown) {
+			return CodeStatus(codes.NotFound, testCode(30004), err.Error()), true
+		}
+		return nil, false
+	}
+	tests := []struct {
+		name       string
+		err        error
+		want       codes.Code
+		wantReason string
+		wantMsg    string
+	}{
+		{"a dependency's status passes through", dependency, codes.FailedPrecondition, "", "GU quota is being created"},
+		{"the service's own errors", fmt.Errorf("get: %w", errKnown), codes.NotFound, "TASK_NOT_FOUND", "get: no such thing"},
+		{"cancelled", fmt.Errorf("query: %w", context.Canceled), codes.Canceled, "", "request cancelled"},
+		{"deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "", "deadline exceeded"},
+		{"anything else is internal, without its text", errors.New("password=hunter2 leaked"), codes.Internal, "INTERNAL", "internal error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			st := status.Convert(ToStatus(slog.New(slog.NewTextHandler(&logs, nil)), tt.err, service))
+			if st.Code() != tt.want || st.Message() != tt.wantMsg {
+				t.Fatalf("status = %v %q, want %v %q", st.Code(), st.Message(), tt.want, tt.wantMsg)
+			}
+			var reason string
+			for _, d := range st.Details() {
+				if info, ok := d.(*errdetails.ErrorInfo); ok {
+					reason = info.GetReason()
+				}
+			}
+			if reason != tt.wantReason {
+				t.Errorf("reason = %q, want %q", reason, tt.wantReason)
+			}
+			if internal := tt.want == codes.Internal; internal != strings.Contains(logs.String(), "internal error") {
+				t.Errorf("logged = %q (only unknown errors are logged)", logs.String())
+			}
+		})
+	}
+	if err := ToStatus(slog.Default(), nil, service); err != nil {
+		t.Errorf("ToStatus(nil) = %v", err)
+	}
+}
