@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 )
@@ -307,10 +308,11 @@ func (bearer) String() string { return "bearer([REDACTED])" }
 
 // conn is an open client.
 type conn struct {
-	cc    *grpc.ClientConn
-	tasks taskv1.TaskServiceClient
-	admin adminv1.AdminServiceClient
-	video videov1.VideoServiceClient
+	cc        *grpc.ClientConn
+	tasks     taskv1.TaskServiceClient
+	admin     adminv1.AdminServiceClient
+	video     videov1.VideoServiceClient
+	admission quotav1.AdmissionServiceClient
 }
 
 func (c *conn) Close() error { return c.cc.Close() }
@@ -335,7 +337,7 @@ func dial(s Settings) (*conn, error) {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
 	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
-		video: videov1.NewVideoServiceClient(cc)}, nil
+		video: videov1.NewVideoServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message

@@ -16,6 +16,8 @@
 //	ctl tenants create|list|get|update   tenants, tiers, limits (admin.go)
 //	ctl keys create|list|revoke          a tenant's API keys (admin.go)
 //	ctl video submit|get|delete the video generation API (video.go)
+//	ctl queues list|get          admission queues with live usage (queues.go)
+//	ctl tasks why ID             why a task waits for admission (queues.go)
 //	ctl quota …                 the quota service, as the operator (quota.go)
 //
 // Errors print as one line, "error: <message> (code <n> <meaning>)", and
@@ -136,8 +138,8 @@ root certificates unless --insecure is given.`,
 		RunE:    groupRunE,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
-		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand())
-	ctl.AddCommand(tasks, a.videoCommand(), a.tenantsCommand(), a.keysCommand(), a.quotaCommand())
+		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
+	ctl.AddCommand(tasks, a.videoCommand(), a.queuesCommand(), a.tenantsCommand(), a.keysCommand(), a.quotaCommand())
 	return ctl
 }
 
