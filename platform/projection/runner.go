@@ -43,7 +43,10 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
-var tracer = otel.Tracer("github.com/taskmesh/taskmesh/platform/projection")
+// tracer is asked for at each batch, not once at start-up, so that it
+// follows the tracer provider installed now (a provider set after a global
+// tracer was first taken is picked up only once).
+func tracer() trace.Tracer { return otel.Tracer("github.com/taskmesh/taskmesh/platform/projection") }
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
@@ -194,7 +197,7 @@ func (r *Runner) session(ctx context.Context) (bool, error) {
 			continue
 		}
 		next := nextOffsets(records)
-		bctx, span := tracer.Start(ctx, "projection "+r.cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer),
+		bctx, span := tracer().Start(ctx, "projection "+r.cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithLinks(otel.RecordLinks(ctx, records)...),
 			trace.WithAttributes(attribute.Int("messaging.batch.message_count", len(records)),
 				attribute.String("messaging.destination.name", r.cfg.Topic)))

@@ -16,7 +16,11 @@ import (
 	gotel "github.com/taskmesh/taskmesh/platform/otel"
 )
 
-var tracer = gotel.Tracer("github.com/taskmesh/taskmesh/services/gateway/internal/live")
+// tracer is asked for at each push, so that it follows the tracer provider
+// installed now (see platform/projection).
+func tracer() trace.Tracer {
+	return gotel.Tracer("github.com/taskmesh/taskmesh/services/gateway/internal/live")
+}
 
 // sink is the transport of one stream (SSE or WebSocket).
 type sink interface {
@@ -241,7 +245,7 @@ func (st *stream) emit(ctx context.Context, out sink, u Update, link trace.SpanC
 	if link.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: link}))
 	}
-	ctx, span := tracer.Start(ctx, "live push", opts...)
+	ctx, span := tracer().Start(ctx, "live push", opts...)
 	err = out.send(ctx, u.Version, f.Event, data)
 	span.End()
 	if err != nil {
