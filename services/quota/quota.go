@@ -126,10 +126,6 @@ func (s *Service) wake() {
 	}
 }
 
-// Wake asks the process manager for a pass now (a Kubernetes operator's
-// watch calls it when a resource's status changes).
-func (s *Service) Wake() { s.wake() }
-
 // App is the service's use cases, for in-process callers (the admission
 // layer: CheckGUQuota, RunningWorkGroups, WatchWorkGroups).
 func (s *Service) App() *app.App { return s.app }

@@ -75,12 +75,6 @@ func (s *Store) Quota(ctx context.Context, id string) (domain.Quota, error) {
 	return one[domain.Quota](ctx, s, "quota", id, `SELECT doc FROM quotas WHERE id = $1`, id)
 }
 
-// QuotaByName returns the tenant's open (not deleted) quota of that name.
-func (s *Store) QuotaByName(ctx context.Context, tenant, name string) (domain.Quota, error) {
-	return one[domain.Quota](ctx, s, "quota", name,
-		`SELECT doc FROM quotas WHERE tenant_id = $1 AND name = $2 AND status <> 'Deleted'`, tenant, name)
-}
-
 // QuotaFilter selects quotas; empty fields match everything.
 type QuotaFilter struct {
 	TenantID, Cluster, Kind, Status, RootID string

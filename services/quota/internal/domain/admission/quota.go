@@ -168,40 +168,6 @@ func (n *node) withinNominal(u []int64, frs []int) bool {
 	return true
 }
 
-// lowestSubtreeThatFits is Kueue's borrowing level: the height of the
-// lowest subtree (the ClusterQueue itself, then its ancestors) whose quota
-// absorbs val more of fr. 0 means no borrowing. The second result reports
-// whether that subtree is below the root, i.e. reclaiming quota there is
-// possible even when the ClusterQueue borrows.
-func (n *node) lowestSubtreeThatFits(u []int64, fr int, val int64) (int, bool) {
-	if !n.borrowingWith(u, fr, val) || n.parent == nil {
-		return 0, n.parent != nil
-	}
-	remaining := val - n.localAvailable(u, fr)
-	for a := n.parent; a != nil; a = a.parent {
-		if !a.borrowingWith(u, fr, remaining) {
-			return a.height, a.parent != nil
-		}
-		remaining -= a.localAvailable(u, fr)
-	}
-	return n.root.height, false
-}
-
-// fitsInQuota is Kueue's QuantitiesFitInQuota: whether requests fit in the
-// node's own quota, and what remains to be found above it once its
-// guaranteed quota is used.
-func (n *node) fitsInQuota(u []int64, reqs []frQty, remaining []frQty) (bool, []frQty) {
-	fits := true
-	remaining = remaining[:0]
-	for _, r := range reqs {
-		if n.subtree[r.fr] < u[n.off+r.fr]+r.qty {
-			fits = false
-		}
-		remaining = append(remaining, frQty{r.fr, max(0, r.qty-n.localAvailable(u, r.fr))})
-	}
-	return fits, remaining
-}
-
 // frQty is a quantity of one flavor/resource.
 type frQty struct {
 	fr  int

@@ -18,11 +18,6 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrInventoryInsufficient: the cluster has too few free GPUs.
 	ErrInventoryInsufficient = errors.New("inventory insufficient")
-	// ErrGUQuotaNotExists: submit-time check, the tenant has no such GU quota.
-	ErrGUQuotaNotExists = errors.New("GU quota does not exist")
-	// ErrGUQuotaCreating: submit-time check, the GU quota's WorkGroup does
-	// not exist or is not Running.
-	ErrGUQuotaCreating = errors.New("GU quota is being created")
 	// ErrOperatorRejected is wrapped by cluster operators when a resource
 	// can never be applied as it is (its custom resource definition is not
 	// installed, the spec is refused). Other operator errors are retried.
