@@ -1,4 +1,4 @@
-// Package admission is the quota service's admission core, modelled on
+// Package admitcore is the quota service's admission core, modelled on
 // Kueue: ClusterQueues with resource groups and flavors, hierarchical
 // cohorts that lend and borrow quota (nominalQuota, borrowingLimit,
 // lendingLimit), StrictFIFO and BestEffortFIFO queueing, and preemption
@@ -19,4 +19,4 @@
 // are checked against the quota available at the moment, never against a
 // clock, and never change a decision (the property test compares with a
 // state rebuilt from the facts).
-package admission
+package admitcore

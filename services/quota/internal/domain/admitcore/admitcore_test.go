@@ -1,4 +1,4 @@
-package admission
+package admitcore
 
 import (
 	"slices"
