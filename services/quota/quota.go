@@ -26,7 +26,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/kubernetes"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 //go:embed migrations/*.sql
@@ -112,7 +112,7 @@ func New(cfg Config) (*Service, error) {
 	s.operator = op
 	s.pm = app.NewProcessManager(s.app, s.store, op, cfg.PassInterval)
 	s.pm.Fault = cfg.Fault
-	s.store.AfterCommit = func(events []domain.Event) {
+	s.store.AfterCommit = func(events []capacity.Event) {
 		s.relay.Notify()
 		s.app.Committed(events)
 		s.pm.Wake()
@@ -162,11 +162,11 @@ var operatorCaller = app.Caller{Admin: true}
 // (GPUs per machine type), for embedded defaults; existing values that
 // match change nothing.
 func (s *Service) EnsureCluster(ctx context.Context, name, description string, inventory map[string]int64) error {
-	if _, err := s.app.CreateCluster(ctx, operatorCaller, name, description); err != nil && !errors.Is(err, domain.ErrExists) {
+	if _, err := s.app.CreateCluster(ctx, operatorCaller, name, description); err != nil && !errors.Is(err, capacity.ErrExists) {
 		return err
 	}
 	for mt, n := range inventory {
-		if _, err := s.app.SetInventory(ctx, operatorCaller, name, mt, n); err != nil && !errors.Is(err, domain.ErrConflict) {
+		if _, err := s.app.SetInventory(ctx, operatorCaller, name, mt, n); err != nil && !errors.Is(err, capacity.ErrConflict) {
 			return err
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // ErrForbidden: the caller may not do this (a tenant's key on an operator
@@ -32,20 +32,20 @@ type Caller struct {
 // and reports their status. Every method is idempotent.
 type Operator interface {
 	// ApplyRayCluster creates the Ray cluster's resource, or leaves it as
-	// is when it exists. An error wrapping domain.ErrOperatorRejected can
+	// is when it exists. An error wrapping capacity.ErrOperatorRejected can
 	// never succeed as is (the resource is refused); others are retried.
-	ApplyRayCluster(ctx context.Context, spec domain.RaySpec) error
+	ApplyRayCluster(ctx context.Context, spec capacity.RaySpec) error
 	// RayClusterStatus reports the Ray cluster's phase.
-	RayClusterStatus(ctx context.Context, spec domain.RaySpec) (domain.Observation, error)
+	RayClusterStatus(ctx context.Context, spec capacity.RaySpec) (capacity.Observation, error)
 	// ApplyWorkGroup creates or updates the WorkGroup's resource to spec.
 	// Errors as for ApplyRayCluster.
-	ApplyWorkGroup(ctx context.Context, spec domain.WorkGroupSpec) error
+	ApplyWorkGroup(ctx context.Context, spec capacity.WorkGroupSpec) error
 	// WorkGroupStatus reports the WorkGroup's phase and the generation of
 	// the spec it is about; PhaseAbsent when it does not exist.
-	WorkGroupStatus(ctx context.Context, spec domain.WorkGroupSpec) (domain.Observation, error)
+	WorkGroupStatus(ctx context.Context, spec capacity.WorkGroupSpec) (capacity.Observation, error)
 	// DeleteWorkGroup deletes the WorkGroup's resource; one that does not
 	// exist is deleted already (nil).
-	DeleteWorkGroup(ctx context.Context, spec domain.WorkGroupSpec) error
+	DeleteWorkGroup(ctx context.Context, spec capacity.WorkGroupSpec) error
 }
 
 // App is the quota service's use cases over its store.
@@ -86,14 +86,14 @@ func (a *App) clock() time.Time { return a.now().UTC().Truncate(time.Microsecond
 
 // Committed tells the app what a transaction recorded: WorkGroup changes
 // wake WatchWorkGroups subscribers. The store's AfterCommit calls it.
-func (a *App) Committed(events []domain.Event) {
+func (a *App) Committed(events []capacity.Event) {
 	for _, e := range events {
-		if _, ok := e.Data.(domain.WorkGroupRunning); ok {
+		if _, ok := e.Data.(capacity.WorkGroupRunning); ok {
 			a.notify()
 			return
 		}
 		switch e.Data.(type) {
-		case domain.WorkGroupFailed, domain.WorkGroupDeleting, domain.WorkGroupDeleted, domain.WorkGroupSpecChanged:
+		case capacity.WorkGroupFailed, capacity.WorkGroupDeleting, capacity.WorkGroupDeleted, capacity.WorkGroupSpecChanged:
 			a.notify()
 			return
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // Reads outside commands: straight from the inline projection, so they
@@ -22,7 +22,7 @@ func one[T any](ctx context.Context, s *Store, what, id, sql string, args ...any
 	)
 	err := s.DB.QueryRow(ctx, sql, args...).Scan(&doc)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return v, domain.NotFound(what, id)
+		return v, capacity.NotFound(what, id)
 	}
 	if err != nil {
 		return v, fmt.Errorf("read %s %s: %w", what, id, err)
@@ -51,28 +51,28 @@ func many[T any](ctx context.Context, s *Store, sql string, args ...any) ([]T, e
 }
 
 // Tenant returns a tenant.
-func (s *Store) Tenant(ctx context.Context, id string) (domain.Tenant, error) {
-	return one[domain.Tenant](ctx, s, "tenant", id, `SELECT doc FROM tenants WHERE id = $1`, id)
+func (s *Store) Tenant(ctx context.Context, id string) (capacity.Tenant, error) {
+	return one[capacity.Tenant](ctx, s, "tenant", id, `SELECT doc FROM tenants WHERE id = $1`, id)
 }
 
 // Tenants lists every tenant by id.
-func (s *Store) Tenants(ctx context.Context) ([]domain.Tenant, error) {
-	return many[domain.Tenant](ctx, s, `SELECT doc FROM tenants ORDER BY id`)
+func (s *Store) Tenants(ctx context.Context) ([]capacity.Tenant, error) {
+	return many[capacity.Tenant](ctx, s, `SELECT doc FROM tenants ORDER BY id`)
 }
 
 // Cluster returns a cluster.
-func (s *Store) Cluster(ctx context.Context, name string) (domain.Cluster, error) {
-	return one[domain.Cluster](ctx, s, "cluster", name, `SELECT doc FROM clusters WHERE name = $1`, name)
+func (s *Store) Cluster(ctx context.Context, name string) (capacity.Cluster, error) {
+	return one[capacity.Cluster](ctx, s, "cluster", name, `SELECT doc FROM clusters WHERE name = $1`, name)
 }
 
 // Clusters lists every cluster by name.
-func (s *Store) Clusters(ctx context.Context) ([]domain.Cluster, error) {
-	return many[domain.Cluster](ctx, s, `SELECT doc FROM clusters ORDER BY name`)
+func (s *Store) Clusters(ctx context.Context) ([]capacity.Cluster, error) {
+	return many[capacity.Cluster](ctx, s, `SELECT doc FROM clusters ORDER BY name`)
 }
 
 // Quota returns a quota (deleted ones too).
-func (s *Store) Quota(ctx context.Context, id string) (domain.Quota, error) {
-	return one[domain.Quota](ctx, s, "quota", id, `SELECT doc FROM quotas WHERE id = $1`, id)
+func (s *Store) Quota(ctx context.Context, id string) (capacity.Quota, error) {
+	return one[capacity.Quota](ctx, s, "quota", id, `SELECT doc FROM quotas WHERE id = $1`, id)
 }
 
 // QuotaFilter selects quotas; empty fields match everything.
@@ -85,7 +85,7 @@ type QuotaFilter struct {
 }
 
 // Quotas lists quotas by id.
-func (s *Store) Quotas(ctx context.Context, f QuotaFilter) ([]domain.Quota, error) {
+func (s *Store) Quotas(ctx context.Context, f QuotaFilter) ([]capacity.Quota, error) {
 	sql := `SELECT doc FROM quotas WHERE id > $1`
 	args := []any{f.After}
 	add := func(cond string, v any) {
@@ -114,31 +114,31 @@ func (s *Store) Quotas(ctx context.Context, f QuotaFilter) ([]domain.Quota, erro
 	if f.Limit > 0 {
 		sql += " LIMIT " + strconv.Itoa(f.Limit)
 	}
-	return many[domain.Quota](ctx, s, sql, args...)
+	return many[capacity.Quota](ctx, s, sql, args...)
 }
 
 // WorkGroup returns the WorkGroup of a quota.
-func (s *Store) WorkGroup(ctx context.Context, quotaID string) (domain.WorkGroup, error) {
-	return one[domain.WorkGroup](ctx, s, "WorkGroup of quota", quotaID, `SELECT doc FROM work_groups WHERE quota_id = $1`, quotaID)
+func (s *Store) WorkGroup(ctx context.Context, quotaID string) (capacity.WorkGroup, error) {
+	return one[capacity.WorkGroup](ctx, s, "WorkGroup of quota", quotaID, `SELECT doc FROM work_groups WHERE quota_id = $1`, quotaID)
 }
 
 // WorkGroups lists WorkGroups by quota id; empty filters match everything.
-func (s *Store) WorkGroups(ctx context.Context, tenant, status string) ([]domain.WorkGroup, error) {
-	return many[domain.WorkGroup](ctx, s, `SELECT doc FROM work_groups
+func (s *Store) WorkGroups(ctx context.Context, tenant, status string) ([]capacity.WorkGroup, error) {
+	return many[capacity.WorkGroup](ctx, s, `SELECT doc FROM work_groups
 		WHERE ($1 = '' OR tenant_id = $1) AND ($2 = '' OR status = $2) ORDER BY quota_id`, tenant, status)
 }
 
 // Ray returns the Ray cluster of ⟨tenant, cluster⟩.
-func (s *Store) Ray(ctx context.Context, tenant, cluster string) (domain.RayCluster, error) {
-	return one[domain.RayCluster](ctx, s, "Ray cluster of", tenant+"/"+cluster,
+func (s *Store) Ray(ctx context.Context, tenant, cluster string) (capacity.RayCluster, error) {
+	return one[capacity.RayCluster](ctx, s, "Ray cluster of", tenant+"/"+cluster,
 		`SELECT doc FROM ray_clusters WHERE tenant_id = $1 AND cluster = $2`, tenant, cluster)
 }
 
 // Pending is the work the process manager has to drive.
 type Pending struct {
-	Rays       []domain.RayCluster
-	WorkGroups []domain.WorkGroup
-	Quotas     []domain.Quota
+	Rays       []capacity.RayCluster
+	WorkGroups []capacity.WorkGroup
+	Quotas     []capacity.Quota
 }
 
 // Pending reads the Ray clusters being created, WorkGroups being created or
@@ -148,12 +148,12 @@ func (s *Store) Pending(ctx context.Context) (Pending, error) {
 		p   Pending
 		err error
 	)
-	if p.Rays, err = many[domain.RayCluster](ctx, s, `SELECT doc FROM ray_clusters WHERE status = 'Creating' ORDER BY tenant_id, cluster`); err != nil {
+	if p.Rays, err = many[capacity.RayCluster](ctx, s, `SELECT doc FROM ray_clusters WHERE status = 'Creating' ORDER BY tenant_id, cluster`); err != nil {
 		return p, err
 	}
-	if p.WorkGroups, err = many[domain.WorkGroup](ctx, s, `SELECT doc FROM work_groups WHERE status IN ('Creating', 'Deleting') ORDER BY quota_id`); err != nil {
+	if p.WorkGroups, err = many[capacity.WorkGroup](ctx, s, `SELECT doc FROM work_groups WHERE status IN ('Creating', 'Deleting') ORDER BY quota_id`); err != nil {
 		return p, err
 	}
-	p.Quotas, err = many[domain.Quota](ctx, s, `SELECT doc FROM quotas WHERE status IN ('Provisioning', 'Failed', 'Unsubscribing') ORDER BY level DESC, id`)
+	p.Quotas, err = many[capacity.Quota](ctx, s, `SELECT doc FROM quotas WHERE status IN ('Provisioning', 'Failed', 'Unsubscribing') ORDER BY level DESC, id`)
 	return p, err
 }

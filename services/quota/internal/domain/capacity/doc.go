@@ -1,4 +1,4 @@
-// Package quota is the quota service's domain (seed 003): tenants,
+// Package capacity is the quota service's domain (seed 003): tenants,
 // clusters with their GPU inventory, CU and GU quotas in trees (a root at
 // level 1, second-level children including a background child, deeper
 // levels nested at any depth), the Ray cluster of each ⟨tenant, cluster⟩
@@ -31,4 +31,4 @@
 // Unsubscribe, FinishUnsubscription), so every step is recorded before or
 // after the operator call it guards and can be repeated safely: a decision
 // on a state that already moved on returns no events.
-package quota
+package capacity

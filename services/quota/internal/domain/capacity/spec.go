@@ -1,4 +1,4 @@
-package quota
+package capacity
 
 // RaySpec is what a cluster operator needs to create a Ray cluster.
 type RaySpec struct {
