@@ -15,7 +15,9 @@ import (
 // Reads outside commands: straight from the inline projection, so they
 // reflect every committed write.
 
-func one[T any](ctx context.Context, s *Store, what, id, sql string, args ...any) (T, error) {
+// readDoc decodes the doc column of the one row sql selects; no row is
+// capacity.ErrNotFound naming what and id.
+func readDoc[T any](ctx context.Context, s *Store, what, id, sql string, args ...any) (T, error) {
 	var (
 		v   T
 		doc []byte
@@ -30,7 +32,8 @@ func one[T any](ctx context.Context, s *Store, what, id, sql string, args ...any
 	return v, json.Unmarshal(doc, &v)
 }
 
-func many[T any](ctx context.Context, s *Store, sql string, args ...any) ([]T, error) {
+// readDocs decodes the doc column of every row sql selects, in its order.
+func readDocs[T any](ctx context.Context, s *Store, sql string, args ...any) ([]T, error) {
 	rows, err := s.DB.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -52,27 +55,27 @@ func many[T any](ctx context.Context, s *Store, sql string, args ...any) ([]T, e
 
 // Tenant returns a tenant.
 func (s *Store) Tenant(ctx context.Context, id string) (capacity.Tenant, error) {
-	return one[capacity.Tenant](ctx, s, "tenant", id, `SELECT doc FROM tenants WHERE id = $1`, id)
+	return readDoc[capacity.Tenant](ctx, s, "tenant", id, `SELECT doc FROM tenants WHERE id = $1`, id)
 }
 
 // Tenants lists every tenant by id.
 func (s *Store) Tenants(ctx context.Context) ([]capacity.Tenant, error) {
-	return many[capacity.Tenant](ctx, s, `SELECT doc FROM tenants ORDER BY id`)
+	return readDocs[capacity.Tenant](ctx, s, `SELECT doc FROM tenants ORDER BY id`)
 }
 
 // Cluster returns a cluster.
 func (s *Store) Cluster(ctx context.Context, name string) (capacity.Cluster, error) {
-	return one[capacity.Cluster](ctx, s, "cluster", name, `SELECT doc FROM clusters WHERE name = $1`, name)
+	return readDoc[capacity.Cluster](ctx, s, "cluster", name, `SELECT doc FROM clusters WHERE name = $1`, name)
 }
 
 // Clusters lists every cluster by name.
 func (s *Store) Clusters(ctx context.Context) ([]capacity.Cluster, error) {
-	return many[capacity.Cluster](ctx, s, `SELECT doc FROM clusters ORDER BY name`)
+	return readDocs[capacity.Cluster](ctx, s, `SELECT doc FROM clusters ORDER BY name`)
 }
 
 // Quota returns a quota (deleted ones too).
 func (s *Store) Quota(ctx context.Context, id string) (capacity.Quota, error) {
-	return one[capacity.Quota](ctx, s, "quota", id, `SELECT doc FROM quotas WHERE id = $1`, id)
+	return readDoc[capacity.Quota](ctx, s, "quota", id, `SELECT doc FROM quotas WHERE id = $1`, id)
 }
 
 // QuotaFilter selects quotas; empty fields match everything.
@@ -114,23 +117,23 @@ func (s *Store) Quotas(ctx context.Context, f QuotaFilter) ([]capacity.Quota, er
 	if f.Limit > 0 {
 		sql += " LIMIT " + strconv.Itoa(f.Limit)
 	}
-	return many[capacity.Quota](ctx, s, sql, args...)
+	return readDocs[capacity.Quota](ctx, s, sql, args...)
 }
 
 // WorkGroup returns the WorkGroup of a quota.
 func (s *Store) WorkGroup(ctx context.Context, quotaID string) (capacity.WorkGroup, error) {
-	return one[capacity.WorkGroup](ctx, s, "WorkGroup of quota", quotaID, `SELECT doc FROM work_groups WHERE quota_id = $1`, quotaID)
+	return readDoc[capacity.WorkGroup](ctx, s, "WorkGroup of quota", quotaID, `SELECT doc FROM work_groups WHERE quota_id = $1`, quotaID)
 }
 
 // WorkGroups lists WorkGroups by quota id; empty filters match everything.
 func (s *Store) WorkGroups(ctx context.Context, tenant, status string) ([]capacity.WorkGroup, error) {
-	return many[capacity.WorkGroup](ctx, s, `SELECT doc FROM work_groups
+	return readDocs[capacity.WorkGroup](ctx, s, `SELECT doc FROM work_groups
 		WHERE ($1 = '' OR tenant_id = $1) AND ($2 = '' OR status = $2) ORDER BY quota_id`, tenant, status)
 }
 
 // Ray returns the Ray cluster of ⟨tenant, cluster⟩.
 func (s *Store) Ray(ctx context.Context, tenant, cluster string) (capacity.RayCluster, error) {
-	return one[capacity.RayCluster](ctx, s, "Ray cluster of", tenant+"/"+cluster,
+	return readDoc[capacity.RayCluster](ctx, s, "Ray cluster of", tenant+"/"+cluster,
 		`SELECT doc FROM ray_clusters WHERE tenant_id = $1 AND cluster = $2`, tenant, cluster)
 }
 
@@ -148,12 +151,12 @@ func (s *Store) Pending(ctx context.Context) (Pending, error) {
 		p   Pending
 		err error
 	)
-	if p.Rays, err = many[capacity.RayCluster](ctx, s, `SELECT doc FROM ray_clusters WHERE status = 'Creating' ORDER BY tenant_id, cluster`); err != nil {
+	if p.Rays, err = readDocs[capacity.RayCluster](ctx, s, `SELECT doc FROM ray_clusters WHERE status = 'Creating' ORDER BY tenant_id, cluster`); err != nil {
 		return p, err
 	}
-	if p.WorkGroups, err = many[capacity.WorkGroup](ctx, s, `SELECT doc FROM work_groups WHERE status IN ('Creating', 'Deleting') ORDER BY quota_id`); err != nil {
+	if p.WorkGroups, err = readDocs[capacity.WorkGroup](ctx, s, `SELECT doc FROM work_groups WHERE status IN ('Creating', 'Deleting') ORDER BY quota_id`); err != nil {
 		return p, err
 	}
-	p.Quotas, err = many[capacity.Quota](ctx, s, `SELECT doc FROM quotas WHERE status IN ('Provisioning', 'Failed', 'Unsubscribing') ORDER BY level DESC, id`)
+	p.Quotas, err = readDocs[capacity.Quota](ctx, s, `SELECT doc FROM quotas WHERE status IN ('Provisioning', 'Failed', 'Unsubscribing') ORDER BY level DESC, id`)
 	return p, err
 }

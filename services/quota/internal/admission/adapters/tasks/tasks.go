@@ -22,8 +22,8 @@ import (
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
 )
 
-// Facts is the projection.Handler.
-type Facts struct{}
+// Projection is the projection.Handler that records the facts.
+type Projection struct{}
 
 // Fact is what one task event means for its workload; Kind "" means
 // nothing.
@@ -92,7 +92,7 @@ func Priority(taskPriority int32) int {
 // statements (read the tasks' last versions, insert the facts in order,
 // store the new versions). The runner is the only writer of these tables
 // (it holds its lock), so reading before writing is safe.
-func (Facts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
+func (Projection) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
 	var facts []Fact
 	var ids []string
 	for _, r := range records {
