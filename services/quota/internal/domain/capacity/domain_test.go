@@ -61,6 +61,17 @@ func TestTenantAndCluster(t *testing.T) {
 	}
 }
 
+func TestTenantFoldTakesItsIDFromTheAggregate(t *testing.T) {
+	events, err := RegisterTenant(Tenant{}, "acme", "Acme", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fold(Tenant{}, events)
+	if got.ID != "acme" || got.Name != "Acme" || !got.Exists() {
+		t.Errorf("folded tenant = %+v, want id acme, name Acme", got)
+	}
+}
+
 func TestProduceRoot(t *testing.T) {
 	events, err := Produce(CreateQuota{TenantID: "acme", Cluster: "c1", Kind: KindGU, Spec: Spec{Name: "gu", Min: 4, Max: 8, MachineType: "A100"}},
 		ProductionState{Tenant: tenant(), Cluster: cluster(8), NewID: ids(), Now: now})
@@ -71,8 +82,8 @@ func TestProduceRoot(t *testing.T) {
 	for _, e := range events {
 		kinds = append(kinds, fmt.Sprintf("%s %T", e.Aggregate, e.Data))
 	}
-	want := []string{"cluster/c1 quota.InventoryReserved", "quota/q-1 quota.QuotaCreated", "quota/q-2 quota.QuotaCreated",
-		"quota/q-3 quota.QuotaCreated", "ray/acme/c1 quota.RayClusterProvisioning", "workgroup/q-2 quota.WorkGroupProvisioning"}
+	want := []string{"cluster/c1 capacity.InventoryReserved", "quota/q-1 capacity.QuotaCreated", "quota/q-2 capacity.QuotaCreated",
+		"quota/q-3 capacity.QuotaCreated", "ray/acme/c1 capacity.RayClusterProvisioning", "workgroup/q-2 capacity.WorkGroupProvisioning"}
 	if fmt.Sprint(kinds) != fmt.Sprint(want) {
 		t.Fatalf("events\n got %v\nwant %v", kinds, want)
 	}
@@ -213,13 +224,13 @@ func TestObserveAndSettle(t *testing.T) {
 		o    Observation
 		want string
 	}{
-		{"running", wg, Observation{Phase: PhaseRunning, Generation: 1}, "quota.WorkGroupRunning"},
+		{"running", wg, Observation{Phase: PhaseRunning, Generation: 1}, "capacity.WorkGroupRunning"},
 		{"running at an older generation", wg.Apply(Event{Version: 3, Data: WorkGroupSpecChanged{Generation: 2, GPUs: 2}}).
 			Apply(Event{Version: 4, Data: WorkGroupApplied{Generation: 2}}), Observation{Phase: PhaseRunning, Generation: 1}, ""},
-		{"failed", wg, Observation{Phase: PhaseFailed, Generation: 1, Reason: "boom"}, "quota.WorkGroupFailed"},
+		{"failed", wg, Observation{Phase: PhaseFailed, Generation: 1, Reason: "boom"}, "capacity.WorkGroupFailed"},
 		{"pending", wg, Observation{Phase: PhasePending, Generation: 1}, ""},
 		{"not applied yet", fold(WorkGroup{}, []Event{{Data: WorkGroupProvisioning{QuotaID: "d"}}}), Observation{Phase: PhaseRunning, Generation: 1}, ""},
-		{"deleted", wg.Apply(Event{Version: 3, Data: WorkGroupDeleting{}}), Observation{Phase: PhaseAbsent}, "quota.WorkGroupDeleted"},
+		{"deleted", wg.Apply(Event{Version: 3, Data: WorkGroupDeleting{}}), Observation{Phase: PhaseAbsent}, "capacity.WorkGroupDeleted"},
 		{"still deleting", wg.Apply(Event{Version: 3, Data: WorkGroupDeleting{}}), Observation{Phase: PhaseRunning}, ""},
 	}
 	for _, tt := range tests {

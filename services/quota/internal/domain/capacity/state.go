@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -57,8 +58,12 @@ type Tenant struct {
 	Name string `json:"name"`
 }
 
-// Apply folds one of the tenant's events.
+// Apply folds one of the tenant's events. The id is the aggregate's
+// (TenantAggregate): the events do not repeat it.
 func (t Tenant) Apply(e Event) Tenant {
+	if t.ID == "" {
+		t.ID = strings.TrimPrefix(e.Aggregate, "tenant/")
+	}
 	switch d := e.Data.(type) {
 	case TenantCreated:
 		t.Name = d.Name
