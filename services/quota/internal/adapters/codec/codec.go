@@ -6,6 +6,7 @@ package codec
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -119,7 +120,9 @@ func setEvent(env *quotav1.QuotaEvent, data any) (string, error) {
 	default:
 		return "", fmt.Errorf("codec: unknown event %T", data)
 	}
-	return fmt.Sprintf("%T", data)[len("quota."):], nil
+	// The event type recorded is the Go type's name without its package,
+	// so renaming the package changes nothing in the log.
+	return reflect.TypeOf(data).Name(), nil
 }
 
 // Unmarshal decodes an envelope back into a domain event. Events of the
