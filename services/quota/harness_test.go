@@ -14,7 +14,6 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/quota"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/inprocess"
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
@@ -169,4 +168,4 @@ func (e *env) eventCount(aggregate, typ string) int {
 	return n
 }
 
-func postgresAll() postgres.QuotaFilter { return postgres.QuotaFilter{} }
+func allQuotas() app.QuotaFilter { return app.QuotaFilter{} }

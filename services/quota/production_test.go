@@ -88,7 +88,7 @@ func TestProductionInventoryShortCreatesNothing(t *testing.T) {
 	}
 	var after int
 	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM events`).Scan(&after)
-	qs, _ := e.app().ListQuotas(context.Background(), admin, postgresAll())
+	qs, _ := e.app().ListQuotas(context.Background(), admin, allQuotas())
 	if after != before || len(qs) != 0 || e.op.Counts().RayCreated != 0 {
 		t.Fatalf("events %d → %d, quotas %d, operator %+v", before, after, len(qs), e.op.Counts())
 	}

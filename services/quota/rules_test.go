@@ -217,10 +217,10 @@ func TestTenantIsolation(t *testing.T) {
 	if _, err := e.app().GetQuota(ctx, beta, v.Quota.ID); !errors.Is(err, capacity.ErrNotFound) {
 		t.Fatalf("beta read acme's quota: %v", err)
 	}
-	if qs, _ := e.app().ListQuotas(ctx, beta, postgresAll()); len(qs) != 0 {
+	if qs, _ := e.app().ListQuotas(ctx, beta, allQuotas()); len(qs) != 0 {
 		t.Fatalf("beta listed %d quotas", len(qs))
 	}
-	if qs, _ := e.app().ListQuotas(ctx, app.Caller{TenantID: "acme"}, postgresAll()); len(qs) != 3 {
+	if qs, _ := e.app().ListQuotas(ctx, app.Caller{TenantID: "acme"}, allQuotas()); len(qs) != 3 {
 		t.Fatalf("acme listed %d quotas", len(qs))
 	}
 }

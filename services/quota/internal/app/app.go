@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
@@ -50,7 +49,7 @@ type Operator interface {
 
 // App is the quota service's use cases over its store.
 type App struct {
-	store *postgres.Store
+	store Store
 	now   func() time.Time
 	newID func() string
 	log   *slog.Logger
@@ -61,7 +60,7 @@ type App struct {
 
 // New returns the use cases. now and newID may be nil (real clock, random
 // ids).
-func New(store *postgres.Store, now func() time.Time, newID func() string, log *slog.Logger) *App {
+func New(store Store, now func() time.Time, newID func() string, log *slog.Logger) *App {
 	if now == nil {
 		now = time.Now
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
@@ -52,7 +51,7 @@ const (
 //     and give a root's inventory back.
 type ProcessManager struct {
 	app      *App
-	store    *postgres.Store
+	store    ProcessStore
 	op       Operator
 	interval time.Duration
 	wake     chan struct{}
@@ -64,7 +63,7 @@ type ProcessManager struct {
 
 // NewProcessManager returns a process manager that passes every interval
 // (default 1s) and whenever woken.
-func NewProcessManager(a *App, store *postgres.Store, op Operator, interval time.Duration) *ProcessManager {
+func NewProcessManager(a *App, store ProcessStore, op Operator, interval time.Duration) *ProcessManager {
 	if interval <= 0 {
 		interval = time.Second
 	}
@@ -119,8 +118,8 @@ func (m *ProcessManager) fault(step string) error {
 }
 
 // record runs decide in a transaction on fresh state and records its events.
-func (m *ProcessManager) record(ctx context.Context, decide func(tx *postgres.Tx) ([]capacity.Event, error)) error {
-	_, err := m.store.Update(ctx, "process-manager", func(tx *postgres.Tx) error {
+func (m *ProcessManager) record(ctx context.Context, decide func(tx Tx) ([]capacity.Event, error)) error {
+	_, err := m.store.Update(ctx, "process-manager", func(tx Tx) error {
 		events, err := decide(tx)
 		if err != nil || len(events) == 0 {
 			return err
@@ -169,7 +168,7 @@ func (m *ProcessManager) ray(ctx context.Context, r capacity.RayCluster) error {
 		err := m.op.ApplyRayCluster(ctx, spec)
 		if errors.Is(err, capacity.ErrOperatorRejected) {
 			reason := err.Error()
-			return m.record(ctx, func(tx *postgres.Tx) ([]capacity.Event, error) {
+			return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 				cur, err := tx.Ray(r.TenantID, r.Cluster)
 				if err != nil || cur.Status != capacity.StatusCreating {
 					return nil, err
@@ -184,7 +183,7 @@ func (m *ProcessManager) ray(ctx context.Context, r capacity.RayCluster) error {
 		if err := m.fault(StepRayApplied); err != nil {
 			return err
 		}
-		if err := m.record(ctx, func(tx *postgres.Tx) ([]capacity.Event, error) {
+		if err := m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 			cur, err := tx.Ray(r.TenantID, r.Cluster)
 			if err != nil || cur.Status != capacity.StatusCreating || cur.Applied {
 				return nil, err
@@ -213,7 +212,7 @@ func (m *ProcessManager) ray(ctx context.Context, r capacity.RayCluster) error {
 	if err := m.fault(StepRayObserved); err != nil {
 		return err
 	}
-	return m.record(ctx, func(tx *postgres.Tx) ([]capacity.Event, error) {
+	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 		cur, err := tx.Ray(r.TenantID, r.Cluster)
 		if err != nil {
 			return nil, err
@@ -223,7 +222,7 @@ func (m *ProcessManager) ray(ctx context.Context, r capacity.RayCluster) error {
 }
 
 // specOf reads the WorkGroup's quota and subtree in tx.
-func specOf(tx *postgres.Tx, w capacity.WorkGroup) (capacity.WorkGroupSpec, error) {
+func specOf(tx Tx, w capacity.WorkGroup) (capacity.WorkGroupSpec, error) {
 	q, err := tx.Quota(w.QuotaID)
 	if err != nil {
 		return capacity.WorkGroupSpec{}, err
@@ -238,7 +237,7 @@ func specOf(tx *postgres.Tx, w capacity.WorkGroup) (capacity.WorkGroupSpec, erro
 // readSpec reads a WorkGroup's current spec.
 func (m *ProcessManager) readSpec(ctx context.Context, w capacity.WorkGroup) (capacity.WorkGroupSpec, error) {
 	var spec capacity.WorkGroupSpec
-	_, err := m.store.Update(ctx, "process-manager", func(tx *postgres.Tx) error {
+	_, err := m.store.Update(ctx, "process-manager", func(tx Tx) error {
 		var err error
 		spec, err = specOf(tx, w)
 		return err
@@ -247,7 +246,7 @@ func (m *ProcessManager) readSpec(ctx context.Context, w capacity.WorkGroup) (ca
 }
 
 func (m *ProcessManager) failWorkGroup(ctx context.Context, w capacity.WorkGroup, reason string) error {
-	return m.record(ctx, func(tx *postgres.Tx) ([]capacity.Event, error) {
+	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 		cur, err := tx.WorkGroup(w.QuotaID)
 		if err != nil || cur.Generation != w.Generation {
 			return nil, err
@@ -288,7 +287,7 @@ func (m *ProcessManager) workGroup(ctx context.Context, w capacity.WorkGroup) er
 		if err := m.fault(StepWorkGroupApplied); err != nil {
 			return err
 		}
-		if err := m.record(ctx, func(tx *postgres.Tx) ([]capacity.Event, error) {
+		if err := m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 			cur, err := tx.WorkGroup(w.QuotaID)
 			if err != nil || cur.Status != capacity.StatusCreating || cur.AppliedGeneration >= spec.Generation {
 				return nil, err
@@ -341,7 +340,7 @@ func (m *ProcessManager) workGroup(ctx context.Context, w capacity.WorkGroup) er
 	if err := m.fault(StepWorkGroupObserved); err != nil {
 		return err
 	}
-	return m.record(ctx, func(tx *postgres.Tx) ([]capacity.Event, error) {
+	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 		cur, err := tx.WorkGroup(w.QuotaID)
 		if err != nil {
 			return nil, err
@@ -367,7 +366,7 @@ func (m *ProcessManager) deleteWorkGroup(ctx context.Context, w capacity.WorkGro
 	if err := m.fault(StepWorkGroupDeleted); err != nil {
 		return err
 	}
-	return m.record(ctx, func(tx *postgres.Tx) ([]capacity.Event, error) {
+	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 		cur, err := tx.WorkGroup(w.QuotaID)
 		if err != nil {
 			return nil, err
@@ -381,7 +380,7 @@ func (m *ProcessManager) quota(ctx context.Context, q capacity.Quota) error {
 		if err := m.fault(StepQuotaDelete); err != nil {
 			return err
 		}
-		return m.record(ctx, func(tx *postgres.Tx) ([]capacity.Event, error) {
+		return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 			cur, err := tx.Quota(q.ID)
 			if err != nil {
 				return nil, err
@@ -405,7 +404,7 @@ func (m *ProcessManager) quota(ctx context.Context, q capacity.Quota) error {
 	if err := m.fault(StepQuotaSettle); err != nil {
 		return err
 	}
-	return m.record(ctx, func(tx *postgres.Tx) ([]capacity.Event, error) {
+	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 		cur, err := tx.Quota(q.ID)
 		if err != nil {
 			return nil, err

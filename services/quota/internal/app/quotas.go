@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
@@ -24,7 +23,7 @@ func (a *App) CreateQuota(ctx context.Context, c Caller, cmd capacity.CreateQuot
 		return QuotaView{}, err
 	}
 	var id string
-	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
+	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
 		st := capacity.ProductionState{NewID: a.newID, Now: a.clock()}
 		var err error
 		if cmd.ParentID != "" {
@@ -40,7 +39,7 @@ func (a *App) CreateQuota(ctx context.Context, c Caller, cmd capacity.CreateQuot
 			if st.Parent.Exists() && st.Parent.TenantID != cmd.TenantID {
 				return capacity.NotFound("quota", cmd.ParentID)
 			}
-			if st.Siblings, err = tx.Quotas(`parent_id = $1`, cmd.ParentID); err != nil {
+			if st.Siblings, err = tx.Children(cmd.ParentID); err != nil {
 				return err
 			}
 			if st.Anchor, st.AnchorWorkGroup, err = anchorOf(tx, st.Parent); err != nil {
@@ -57,7 +56,7 @@ func (a *App) CreateQuota(ctx context.Context, c Caller, cmd capacity.CreateQuot
 		if st.Cluster, err = tx.Cluster(cluster); err != nil {
 			return err
 		}
-		if st.TenantQuotas, err = tx.Quotas(`tenant_id = $1 AND status <> 'Deleted'`, cmd.TenantID); err != nil {
+		if st.TenantQuotas, err = tx.TenantQuotas(cmd.TenantID); err != nil {
 			return err
 		}
 		if st.Ray, err = tx.Ray(cmd.TenantID, cluster); err != nil {
@@ -83,7 +82,7 @@ func (a *App) CreateQuota(ctx context.Context, c Caller, cmd capacity.CreateQuot
 
 // anchorOf returns the WorkGroup quota at or above q (its second-level
 // ancestor, if that one has a WorkGroup) and the WorkGroup.
-func anchorOf(tx *postgres.Tx, q capacity.Quota) (capacity.Quota, capacity.WorkGroup, error) {
+func anchorOf(tx Tx, q capacity.Quota) (capacity.Quota, capacity.WorkGroup, error) {
 	for q.Level > 2 {
 		p, err := tx.Quota(q.ParentID)
 		if err != nil {
@@ -103,7 +102,7 @@ func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max int
 	if err := requireAdmin(c); err != nil {
 		return QuotaView{}, err
 	}
-	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
+	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
 		st := capacity.UpdateState{Now: a.clock()}
 		var err error
 		if st.Quota, err = tx.Quota(id); err != nil {
@@ -116,11 +115,11 @@ func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max int
 			if st.Parent, err = tx.Quota(st.Quota.ParentID); err != nil {
 				return err
 			}
-			if st.Siblings, err = tx.Quotas(`parent_id = $1`, st.Quota.ParentID); err != nil {
+			if st.Siblings, err = tx.Children(st.Quota.ParentID); err != nil {
 				return err
 			}
 		}
-		if st.Children, err = tx.Quotas(`parent_id = $1`, id); err != nil {
+		if st.Children, err = tx.Children(id); err != nil {
 			return err
 		}
 		if st.Cluster, err = tx.Cluster(st.Quota.Cluster); err != nil {
@@ -142,7 +141,7 @@ func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max int
 }
 
 // unsubscribeState reads what deciding q's unsubscription needs.
-func unsubscribeState(tx *postgres.Tx, q capacity.Quota) (capacity.UnsubscribeState, error) {
+func unsubscribeState(tx Tx, q capacity.Quota) (capacity.UnsubscribeState, error) {
 	st := capacity.UnsubscribeState{Quota: q, WorkGroups: map[string]capacity.WorkGroup{}}
 	var err error
 	if st.Subtree, err = tx.Subtree(q); err != nil {
@@ -169,7 +168,7 @@ func (a *App) DeleteQuota(ctx context.Context, c Caller, id, reason string) (Quo
 	if err := requireAdmin(c); err != nil {
 		return QuotaView{}, err
 	}
-	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
+	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
 		q, err := tx.Quota(id)
 		if err != nil {
 			return err
@@ -204,7 +203,7 @@ func (a *App) GetQuota(ctx context.Context, c Caller, id string) (QuotaView, err
 	if !visible(c, q.TenantID) {
 		return QuotaView{}, capacity.NotFound("quota", id)
 	}
-	tree, err := a.store.Quotas(ctx, postgres.QuotaFilter{RootID: q.RootID})
+	tree, err := a.store.Quotas(ctx, QuotaFilter{RootID: q.RootID})
 	if err != nil {
 		return QuotaView{}, err
 	}
@@ -236,7 +235,7 @@ func (a *App) GetQuota(ctx context.Context, c Caller, id string) (QuotaView, err
 
 // ListQuotas lists quotas by id, each with its WorkGroup; a tenant's key
 // lists its own only.
-func (a *App) ListQuotas(ctx context.Context, c Caller, f postgres.QuotaFilter) ([]QuotaView, error) {
+func (a *App) ListQuotas(ctx context.Context, c Caller, f QuotaFilter) ([]QuotaView, error) {
 	if !c.Admin {
 		if f.TenantID != "" && f.TenantID != c.TenantID {
 			return nil, nil

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
@@ -82,7 +81,7 @@ const (
 // quota (a root: its first non-background one); the background quota has
 // no WorkGroup.
 func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGroup, error) {
-	qs, err := a.store.Quotas(ctx, postgresFilter(tenantID))
+	qs, err := a.store.Quotas(ctx, guQuotasOf(tenantID))
 	if err != nil {
 		return WorkGroup{}, err
 	}
@@ -183,6 +182,7 @@ func (a *App) RunningWorkGroups(ctx context.Context) ([]WorkGroup, error) {
 	return out, nil
 }
 
-func postgresFilter(tenant string) postgres.QuotaFilter {
-	return postgres.QuotaFilter{TenantID: tenant, Kind: string(capacity.KindGU)}
+// guQuotasOf selects the tenant's GU quotas.
+func guQuotasOf(tenant string) QuotaFilter {
+	return QuotaFilter{TenantID: tenant, Kind: string(capacity.KindGU)}
 }

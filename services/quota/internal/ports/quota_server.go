@@ -9,7 +9,6 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
@@ -183,7 +182,7 @@ func (s *QuotaServer) ListQuotas(ctx context.Context, r *quotav1.ListQuotasReque
 		if size == 0 {
 			size = 100
 		}
-		vs, err := s.App.ListQuotas(ctx, c, postgres.QuotaFilter{TenantID: r.GetTenantId(), Cluster: r.GetCluster(), Kind: r.GetKind(),
+		vs, err := s.App.ListQuotas(ctx, c, app.QuotaFilter{TenantID: r.GetTenantId(), Cluster: r.GetCluster(), Kind: r.GetKind(),
 			Status: r.GetStatus(), RootsOnly: r.GetRootsOnly(), After: r.GetPageToken(), Limit: size + 1})
 		if err != nil {
 			return nil, err

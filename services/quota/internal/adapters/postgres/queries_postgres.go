@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskmesh/taskmesh/services/quota/internal/app"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
@@ -78,17 +79,8 @@ func (s *Store) Quota(ctx context.Context, id string) (capacity.Quota, error) {
 	return readDoc[capacity.Quota](ctx, s, "quota", id, `SELECT doc FROM quotas WHERE id = $1`, id)
 }
 
-// QuotaFilter selects quotas; empty fields match everything.
-type QuotaFilter struct {
-	TenantID, Cluster, Kind, Status, RootID string
-	RootsOnly                               bool
-	// After is the last id of the previous page; Limit 0 means no limit.
-	After string
-	Limit int
-}
-
 // Quotas lists quotas by id.
-func (s *Store) Quotas(ctx context.Context, f QuotaFilter) ([]capacity.Quota, error) {
+func (s *Store) Quotas(ctx context.Context, f app.QuotaFilter) ([]capacity.Quota, error) {
 	sql := `SELECT doc FROM quotas WHERE id > $1`
 	args := []any{f.After}
 	add := func(cond string, v any) {
@@ -137,18 +129,11 @@ func (s *Store) Ray(ctx context.Context, tenant, cluster string) (capacity.RayCl
 		`SELECT doc FROM ray_clusters WHERE tenant_id = $1 AND cluster = $2`, tenant, cluster)
 }
 
-// Pending is the work the process manager has to drive.
-type Pending struct {
-	Rays       []capacity.RayCluster
-	WorkGroups []capacity.WorkGroup
-	Quotas     []capacity.Quota
-}
-
 // Pending reads the Ray clusters being created, WorkGroups being created or
 // deleted, and quotas producing, failed or being unsubscribed.
-func (s *Store) Pending(ctx context.Context) (Pending, error) {
+func (s *Store) Pending(ctx context.Context) (app.Pending, error) {
 	var (
-		p   Pending
+		p   app.Pending
 		err error
 	)
 	if p.Rays, err = readDocs[capacity.RayCluster](ctx, s, `SELECT doc FROM ray_clusters WHERE status = 'Creating' ORDER BY tenant_id, cluster`); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/codec"
+	"github.com/taskmesh/taskmesh/services/quota/internal/app"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
@@ -33,6 +34,12 @@ type Store struct {
 	events      eventstore.Store
 }
 
+var (
+	_ app.Store        = (*Store)(nil)
+	_ app.ProcessStore = (*Store)(nil)
+	_ app.Tx           = (*Tx)(nil)
+)
+
 // NewStore returns a Store on db.
 func NewStore(db *pgxpool.Pool, afterCommit func([]capacity.Event)) *Store {
 	return &Store{DB: db, AfterCommit: afterCommit}
@@ -41,10 +48,10 @@ func NewStore(db *pgxpool.Pool, afterCommit func([]capacity.Event)) *Store {
 // maxAttempts bounds the retries of a command that lost a version race.
 const maxAttempts = 8
 
-// Update runs fn in a transaction and commits what it recorded; fn is run
-// again (with fresh states) when another writer got in first. The recorded
-// events are returned with their versions.
-func (s *Store) Update(ctx context.Context, actor string, fn func(*Tx) error) ([]capacity.Event, error) {
+// Update implements app.Store: fn runs in a transaction, and again (with
+// fresh states) when another writer got in first. The recorded events are
+// returned with their versions.
+func (s *Store) Update(ctx context.Context, actor string, fn func(app.Tx) error) ([]capacity.Event, error) {
 	for attempt := 1; ; attempt++ {
 		var recorded []capacity.Event
 		err := pg.InTx(ctx, s.DB, pgx.TxOptions{}, func(ptx pgx.Tx) error {
@@ -126,9 +133,6 @@ func version(s any) int64 {
 func apply(s any, e capacity.Event) any {
 	switch x := s.(type) {
 	case capacity.Tenant:
-		if x.ID == "" {
-			x.ID = strings.TrimPrefix(e.Aggregate, "tenant/")
-		}
 		return x.Apply(e)
 	case capacity.Cluster:
 		return x.Apply(e)
@@ -347,9 +351,20 @@ func (t *Tx) WorkGroup(quotaID string) (capacity.WorkGroup, error) {
 	return s.(capacity.WorkGroup), nil
 }
 
-// Quotas returns the quotas matching where (a condition on the quotas
-// table), read in this transaction and cached for later reads.
-func (t *Tx) Quotas(where string, args ...any) ([]capacity.Quota, error) {
+// Children implements app.Tx.
+func (t *Tx) Children(parentID string) ([]capacity.Quota, error) {
+	return t.quotas(`parent_id = $1`, parentID)
+}
+
+// TenantQuotas implements app.Tx.
+func (t *Tx) TenantQuotas(tenantID string) ([]capacity.Quota, error) {
+	return t.quotas(`tenant_id = $1 AND status <> 'Deleted'`, tenantID)
+}
+
+// quotas returns the quotas matching where (a condition on the quotas
+// table, never user input): the rows select them, the states come from
+// this transaction (and stay cached for later reads).
+func (t *Tx) quotas(where string, args ...any) ([]capacity.Quota, error) {
 	rows, err := t.tx.Query(t.ctx, `SELECT id FROM quotas WHERE `+where+` ORDER BY level, id`, args...)
 	if err != nil {
 		return nil, err
@@ -369,12 +384,12 @@ func (t *Tx) Quotas(where string, args ...any) ([]capacity.Quota, error) {
 	return out, nil
 }
 
-// Subtree returns every quota below q (not q itself).
+// Subtree implements app.Tx: one query per level.
 func (t *Tx) Subtree(q capacity.Quota) ([]capacity.Quota, error) {
 	var out []capacity.Quota
 	frontier := []string{q.ID}
 	for len(frontier) > 0 {
-		children, err := t.Quotas(`parent_id = ANY($1)`, frontier)
+		children, err := t.quotas(`parent_id = ANY($1)`, frontier)
 		if err != nil {
 			return nil, err
 		}
