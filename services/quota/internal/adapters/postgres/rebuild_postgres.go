@@ -23,14 +23,14 @@ func NewStates() *States { return &States{states: map[string]any{}} }
 func (s *States) Apply(e capacity.Event) error {
 	cur, ok := s.states[e.Aggregate]
 	if !ok {
-		z, err := zero(e.Aggregate)
+		z, err := capacity.ZeroState(e.Aggregate)
 		if err != nil {
 			return err
 		}
 		cur = z
 		s.order = append(s.order, e.Aggregate)
 	}
-	s.states[e.Aggregate] = apply(cur, e)
+	s.states[e.Aggregate] = capacity.Fold(cur, e)
 	return nil
 }
 

@@ -99,8 +99,8 @@ func (t *Tx) Record(events ...capacity.Event) error {
 		if err != nil {
 			return err
 		}
-		e.Version = version(cur) + 1
-		next := apply(cur, e)
+		e.Version = capacity.StateVersion(cur) + 1
+		next := capacity.Fold(cur, e)
 		t.states[e.Aggregate] = next
 		if t.dirty == nil {
 			t.dirty = map[string]bool{}
@@ -114,61 +114,12 @@ func (t *Tx) Record(events ...capacity.Event) error {
 	return nil
 }
 
-func version(s any) int64 {
-	switch x := s.(type) {
-	case capacity.Tenant:
-		return x.Version
-	case capacity.Cluster:
-		return x.Version
-	case capacity.Quota:
-		return x.Version
-	case capacity.RayCluster:
-		return x.Version
-	case capacity.WorkGroup:
-		return x.Version
-	}
-	return 0
-}
-
-func apply(s any, e capacity.Event) any {
-	switch x := s.(type) {
-	case capacity.Tenant:
-		return x.Apply(e)
-	case capacity.Cluster:
-		return x.Apply(e)
-	case capacity.Quota:
-		return x.Apply(e)
-	case capacity.RayCluster:
-		return x.Apply(e)
-	case capacity.WorkGroup:
-		return x.Apply(e)
-	}
-	return s
-}
-
-// zero returns the empty state of an aggregate id's type.
-func zero(aggregate string) (any, error) {
-	switch codec.AggregateType(aggregate) {
-	case "tenant":
-		return capacity.Tenant{}, nil
-	case "cluster":
-		return capacity.Cluster{}, nil
-	case "quota":
-		return capacity.Quota{}, nil
-	case "ray":
-		return capacity.RayCluster{}, nil
-	case "workgroup":
-		return capacity.WorkGroup{}, nil
-	}
-	return nil, fmt.Errorf("unknown aggregate %q", aggregate)
-}
-
 // state returns the aggregate's state in this transaction (zero when new).
 func (t *Tx) state(aggregate string) (any, error) {
 	if s, ok := t.states[aggregate]; ok {
 		return s, nil
 	}
-	s, err := zero(aggregate)
+	s, err := capacity.ZeroState(aggregate)
 	if err != nil {
 		return nil, err
 	}

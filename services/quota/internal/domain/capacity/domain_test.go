@@ -279,3 +279,36 @@ func TestRayName(t *testing.T) {
 		t.Errorf("long names: %s", long)
 	}
 }
+
+func TestZeroStateAndFoldByAggregateType(t *testing.T) {
+	tests := []struct {
+		aggregate string
+		data      any
+		want      any
+	}{
+		{TenantAggregate("acme"), TenantCreated{Name: "Acme"}, Tenant{}},
+		{ClusterAggregate("c1"), ClusterCreated{Name: "c1"}, Cluster{}},
+		{QuotaAggregate("q-1"), QuotaUpdated{Min: 1, Max: 2}, Quota{}},
+		{RayAggregate("acme", "c1"), RayClusterApplied{}, RayCluster{}},
+		{WorkGroupAggregate("q-1"), WorkGroupApplied{Generation: 1}, WorkGroup{}},
+	}
+	for _, tt := range tests {
+		s, err := ZeroState(tt.aggregate)
+		if err != nil || fmt.Sprintf("%T", s) != fmt.Sprintf("%T", tt.want) || StateVersion(s) != 0 {
+			t.Errorf("ZeroState(%s) = %T v%d, %v; want a %T at version 0", tt.aggregate, s, StateVersion(s), err, tt.want)
+			continue
+		}
+		for v := int64(1); v <= 2; v++ {
+			s = Fold(s, Event{Aggregate: tt.aggregate, Version: v, At: now, Data: tt.data})
+		}
+		if fmt.Sprintf("%T", s) != fmt.Sprintf("%T", tt.want) || StateVersion(s) != 2 {
+			t.Errorf("%s folded twice = %T v%d, want a %T at version 2", tt.aggregate, s, StateVersion(s), tt.want)
+		}
+	}
+	if _, err := ZeroState("job/1"); err == nil {
+		t.Error("ZeroState of an unknown aggregate type succeeded")
+	}
+	if got := Fold("not a state", Event{Version: 1}); got != "not a state" || StateVersion(got) != 0 {
+		t.Errorf("Fold of a non-state = %v", got)
+	}
+}
