@@ -49,8 +49,8 @@ func Migrations() []pg.MigrationSet {
 }
 
 // Operator is the cluster operator the process manager drives; see
-// app.Operator for its contract. NewInProcessOperator and
-// kubernetes.New (package operator/kubernetes) implement it.
+// app.Operator for its contract. The in-process operator (the default
+// when Config.Operator is nil) and NewKubernetesOperator implement it.
 type Operator = app.Operator
 
 // Config configures the service.
