@@ -178,8 +178,8 @@ func serviceHomes(t *testing.T, services []*protoService, pages []*page) map[str
 		case 1:
 			home[s.fullName] = homes[0]
 		case 0:
-			t.Errorf("no page under docs/api/ has a heading naming %s (%s): add one, e.g. \"## %s — `%s`\", to the page that documents it",
-				s.fullName, s.file, s.short, s.fullName)
+			t.Errorf("no page under docs/api/ has a heading naming %s (%s): add \"### `%s`\" above the table of its RPCs on the page that documents it",
+				s.fullName, s.file, s.fullName)
 		default:
 			var names []string
 			for _, p := range homes {
