@@ -17,26 +17,23 @@ import (
 	"github.com/taskmesh/taskmesh/services/gateway/internal/schedulertest"
 )
 
-// gatewayConnections counts the sessions a gateway's own pool holds on db.
-func gatewayConnections(t *testing.T, db *pgtest.DB) int {
-	t.Helper()
-	admin := db.Open(t, "public")
-	var n int
-	err := admin.QueryRow(context.Background(),
-		`SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'taskmesh-gateway'`, db.Name).Scan(&n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// waitNoGatewayConnections waits until the server has seen the gateway's
-// pool go away.
+// waitNoGatewayConnections waits until the server has seen the sessions of
+// the gateway's own pool on db go away.
 func waitNoGatewayConnections(t *testing.T, db *pgtest.DB) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); gatewayConnections(t, db) != 0; time.Sleep(20 * time.Millisecond) {
+	admin := db.Open(t, "public")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var n int
+		err := admin.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'taskmesh-gateway'`, db.Name).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the gateway's pool still holds %d connections", gatewayConnections(t, db))
+			t.Fatalf("the gateway's pool still holds %d connections", n)
 		}
 	}
 }
