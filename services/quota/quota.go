@@ -1,5 +1,6 @@
 // The quota service's entry: New builds it on a migrated schema, Register
-// serves QuotaService, Run relays its events and drives its flows. See
+// serves QuotaService, Run relays its events and drives its flows; the
+// package's Run (server.go) is the whole process with its gRPC server. See
 // doc.go for the package overview.
 
 package quota

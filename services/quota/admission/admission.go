@@ -4,8 +4,8 @@
 // them to the quota topic where the scheduler reads its decisions
 // (WorkloadAdmitted, WorkloadPreemptionRequested), follows the task topic
 // to learn when work is queued and when it ends, and serves
-// AdmissionService. The taskmesh binary composes it with New, Register and
-// Run.
+// AdmissionService. The quota service's process (quota.Run) composes it
+// with New, Register and Run, beside the quota service on one gRPC server.
 package admission
 
 import (
