@@ -506,7 +506,10 @@ func serveHTTP(ctx context.Context, srv *http.Server, lis net.Listener, grace ti
 	go func() { served <- srv.Serve(lis) }()
 	select {
 	case err := <-served:
-		return err // never http.ErrServerClosed: only the shutdown below closes srv
+		// Never http.ErrServerClosed: only the shutdown below closes srv.
+		// Its open connections go with it.
+		srv.Close()
+		return err
 	case <-ctx.Done():
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
