@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
@@ -34,12 +35,13 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Topic carries every task event, keyed by task id.
-const Topic = "taskmesh.task.events.v1"
+// Topic carries every task event, keyed by task id (the topic TaskEvent
+// declares in its proto).
+var Topic = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 
 // QuotaTopic carries the quota service's events, among them its admission
 // decisions.
-const QuotaTopic = "taskmesh.quota.events.v1"
+var QuotaTopic = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
 
 // Schema is the scheduler's default Postgres schema.
 const Schema = "scheduler"
