@@ -226,7 +226,7 @@ const admissionDecisions = "admission_decisions"
 const readModels = "task_read_models"
 
 func readModelHandler(tables map[string]string) projection.Handler {
-	return projection.Chain(views.TaskViews{Table: tables["task_views"]}, views.AuditLogs{Table: tables["audit_logs"]})
+	return views.ReadModels{TaskViews: tables["task_views"], AuditLogs: tables["audit_logs"]}
 }
 
 // ReplaySpecs describe the Kafka projections for `taskmesh replay`.
