@@ -7,7 +7,7 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	github.com/taskmesh/taskmesh/gen v0.0.0
 	github.com/taskmesh/taskmesh/platform v0.0.0
-	github.com/taskmesh/taskmesh/services/scheduler v0.0.0
+	github.com/taskmesh/taskmesh/services/scheduler v0.0.0-00010101000000-000000000000
 	golang.org/x/sys v0.49.0
 	golang.org/x/text v0.43.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941

@@ -152,7 +152,7 @@ func (s *Service) Run(ctx context.Context) error {
 	run(func(ctx context.Context) { _ = s.relay.Run(ctx) })
 	facts := projection.NewRunner(s.cfg.DB, projection.Config{Name: "admission_workloads", Topic: s.cfg.TaskTopic,
 		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log,
-		AfterCommit: func([]*kgo.Record) { s.loop.Wake() }}, tasks.Facts{})
+		AfterCommit: func([]*kgo.Record) { s.loop.Wake() }}, tasks.WorkloadFacts{})
 	run(func(ctx context.Context) { _ = facts.Run(ctx) })
 	run(func(ctx context.Context) { _ = s.loop.Run(ctx) })
 	<-ctx.Done()
