@@ -146,9 +146,18 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 	case *taskv1.TaskEvent_Expired:
 		r.Event = domain.Expired{}
 	default:
-		return r, fmt.Errorf("codec: envelope %s v%d has no known event", env.GetAggregateId(), env.GetVersion())
+		return r, fmt.Errorf("codec: envelope %s v%d: no case for its event (%s)", env.GetAggregateId(), env.GetVersion(), eventCase(env))
 	}
 	return r, nil
+}
+
+// eventCase names the oneof case an envelope holds, for errors.
+func eventCase(env *taskv1.TaskEvent) string {
+	m := env.ProtoReflect()
+	if fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("event")); fd != nil {
+		return string(fd.Name())
+	}
+	return "none"
 }
 
 func toTimestamp(x time.Time) *timestamppb.Timestamp {
