@@ -47,8 +47,7 @@
 //  6. Admission: a case in the quota service's Convert
 //     (services/quota/internal/admission/adapters/tasks) saying what the
 //     event means for the task's workload, or that it means nothing.
-//  7. Docs: the event, its fields and its consumers in the event model
-//     under docs/.
+//  7. Docs: the event, its fields and its consumers in docs/events.md.
 //
 // Then go test -run TestLifecycleCoverage over the scheduler, gateway and
 // quota modules names any consumer still missing a case.
