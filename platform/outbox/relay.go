@@ -20,9 +20,9 @@
 //     id, partition chosen like Kafka's default partitioner); commit; then
 //     store the checkpoint.
 //  5. On any error drop the producer and the lock, back off and start over
-//     at 1 (leader.Run). The cursor only moves after a Kafka commit, so nothing is lost;
-//     rows are read in Position order, so one aggregate's events are never
-//     reordered.
+//     at 1 (leader.Run). The cursor only moves after a Kafka commit, so
+//     nothing is lost; rows are read in Position order, so one aggregate's
+//     events are never reordered.
 //
 // Reading by "tx_id < xmin" instead of "id > last id" is what makes late
 // commits safe: a transaction that got a lower id but commits after a higher
