@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/outbox"
@@ -33,8 +34,9 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Topic carries every quota event, keyed by aggregate id.
-const Topic = "taskmesh.quota.events.v1"
+// Topic carries every quota event, keyed by aggregate id (the topic
+// QuotaEvent declares in its proto).
+var Topic = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
 
 // Schema is the quota service's default Postgres schema.
 const Schema = "quota"

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
@@ -35,12 +36,13 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Topic carries every task event, keyed by task id.
-const Topic = "taskmesh.task.events.v1"
+// Topic carries every task event, keyed by task id (the topic TaskEvent
+// declares in its proto).
+var Topic = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 
 // QuotaTopic carries the quota service's events, among them its admission
 // decisions.
-const QuotaTopic = "taskmesh.quota.events.v1"
+var QuotaTopic = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
 
 // Schema is the scheduler's default Postgres schema.
 const Schema = "scheduler"
@@ -227,7 +229,7 @@ const admissionDecisions = "admission_decisions"
 const readModels = "task_read_models"
 
 func readModelHandler(tables map[string]string) projection.Handler {
-	return projection.Chain(views.TaskViews{Table: tables["task_views"]}, views.AuditLogs{Table: tables["audit_logs"]})
+	return views.ReadModels{TaskViews: tables["task_views"], AuditLogs: tables["audit_logs"]}
 }
 
 // ReplaySpecs describe the Kafka projections for `taskmesh replay`.

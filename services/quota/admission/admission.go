@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/outbox"
@@ -41,10 +42,10 @@ var migrationFiles embed.FS
 const Schema = "admission"
 
 // Topic carries the quota service's events, this layer's among them.
-const Topic = "taskmesh.quota.events.v1"
+var Topic = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
 
 // TaskTopic carries the scheduler's task events.
-const TaskTopic = "taskmesh.task.events.v1"
+var TaskTopic = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 
 // Migrations are the admission schema's: the event store, projection
 // offsets, and this layer's tables.
@@ -148,7 +149,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.relay.Run(ctx) })
 	facts := projection.NewRunner(s.cfg.DB, projection.Config{Name: "admission_workloads", Topic: s.cfg.TaskTopic,
 		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log,
-		AfterCommit: func([]*kgo.Record) { s.loop.Wake() }}, tasks.Facts{})
+		AfterCommit: func([]*kgo.Record) { s.loop.Wake() }}, tasks.WorkloadFacts{})
 	g.Go(func() error { return facts.Run(ctx) })
 	g.Go(func() error { return s.loop.Run(ctx) })
 	return g.Wait()
