@@ -19,7 +19,7 @@ import (
 func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, trace map[string]string) (*taskv1.TaskEvent, error) {
 	env := &taskv1.TaskEvent{
 		EventId: eventID, AggregateId: taskID, Version: version, TenantId: tenantID,
-		OccurredAt: ts(r.At), TraceContext: trace, Actor: r.Actor,
+		OccurredAt: toTimestamp(r.At), TraceContext: trace, Actor: r.Actor,
 	}
 	switch e := r.Event.(type) {
 	case domain.Submitted:
@@ -32,19 +32,19 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 		env.Event = &taskv1.TaskEvent_Admitted{Admitted: &taskv1.TaskAdmitted{Queue: e.Queue, ClusterQueue: e.ClusterQueue, Flavors: e.Flavors}}
 	case domain.Leased:
 		env.Event = &taskv1.TaskEvent_Leased{Leased: &taskv1.TaskLeased{AttemptId: e.AttemptID, AgentId: e.AgentID,
-			MachineId: e.MachineID, LeaseExpiresAt: ts(e.LeaseExpiresAt), ClaimRequestId: e.ClaimRequestID}}
+			MachineId: e.MachineID, LeaseExpiresAt: toTimestamp(e.LeaseExpiresAt), ClaimRequestId: e.ClaimRequestID}}
 	case domain.Started:
-		env.Event = &taskv1.TaskEvent_Started{Started: &taskv1.TaskStarted{AttemptId: e.AttemptID, LeaseExpiresAt: ts(e.LeaseExpiresAt)}}
+		env.Event = &taskv1.TaskEvent_Started{Started: &taskv1.TaskStarted{AttemptId: e.AttemptID, LeaseExpiresAt: toTimestamp(e.LeaseExpiresAt)}}
 	case domain.Progressed:
 		env.Event = &taskv1.TaskEvent_Progressed{Progressed: &taskv1.TaskProgressed{AttemptId: e.AttemptID,
 			Progress: int32(e.Progress), Message: e.Message}}
 	case domain.LeaseRenewed:
-		env.Event = &taskv1.TaskEvent_LeaseRenewed{LeaseRenewed: &taskv1.TaskLeaseRenewed{AttemptId: e.AttemptID, LeaseExpiresAt: ts(e.LeaseExpiresAt)}}
+		env.Event = &taskv1.TaskEvent_LeaseRenewed{LeaseRenewed: &taskv1.TaskLeaseRenewed{AttemptId: e.AttemptID, LeaseExpiresAt: toTimestamp(e.LeaseExpiresAt)}}
 	case domain.Succeeded:
 		env.Event = &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{AttemptId: e.AttemptID,
-			ExitCode: int32(e.ExitCode), Result: resultToProto(e.Result), EndedAt: ts(e.EndedAt)}}
+			ExitCode: int32(e.ExitCode), Result: resultToProto(e.Result), EndedAt: toTimestamp(e.EndedAt)}}
 	case domain.Failed:
-		f := &taskv1.TaskFailed{AttemptId: e.AttemptID, Error: e.Error, Reason: e.Reason, Result: resultToProto(e.Result), EndedAt: ts(e.EndedAt)}
+		f := &taskv1.TaskFailed{AttemptId: e.AttemptID, Error: e.Error, Reason: e.Reason, Result: resultToProto(e.Result), EndedAt: toTimestamp(e.EndedAt)}
 		if e.ExitCode != nil {
 			c := int32(*e.ExitCode)
 			f.ExitCode = &c
@@ -52,7 +52,7 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 		env.Event = &taskv1.TaskEvent_Failed{Failed: f}
 	case domain.RetryScheduled:
 		env.Event = &taskv1.TaskEvent_RetryScheduled{RetryScheduled: &taskv1.TaskRetryScheduled{RetryCount: int32(e.RetryCount),
-			RetryAt: ts(e.RetryAt), Manual: e.Manual}}
+			RetryAt: toTimestamp(e.RetryAt), Manual: e.Manual}}
 	case domain.LeaseExpired:
 		env.Event = &taskv1.TaskEvent_LeaseExpired{LeaseExpired: &taskv1.TaskLeaseExpired{AttemptId: e.AttemptID, AgentId: e.AgentID,
 			Reason: e.Reason, RetryCount: int32(e.RetryCount), Failed: e.Failed}}
@@ -95,7 +95,7 @@ func Unmarshal(payload []byte) (*taskv1.TaskEvent, domain.Record, error) {
 
 // Record turns an envelope back into the domain record.
 func Record(env *taskv1.TaskEvent) (domain.Record, error) {
-	r := domain.Record{At: t(env.GetOccurredAt()), Actor: env.GetActor()}
+	r := domain.Record{At: fromTimestamp(env.GetOccurredAt()), Actor: env.GetActor()}
 	switch e := env.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
 		r.Event = domain.Submitted{ID: env.GetAggregateId(), TenantID: env.GetTenantId(), CreatedBy: env.GetActor(),
@@ -108,19 +108,19 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 	case *taskv1.TaskEvent_Leased:
 		l := e.Leased
 		r.Event = domain.Leased{AttemptID: l.GetAttemptId(), AgentID: l.GetAgentId(), MachineID: l.GetMachineId(),
-			ClaimRequestID: l.GetClaimRequestId(), LeaseExpiresAt: t(l.GetLeaseExpiresAt())}
+			ClaimRequestID: l.GetClaimRequestId(), LeaseExpiresAt: fromTimestamp(l.GetLeaseExpiresAt())}
 	case *taskv1.TaskEvent_Started:
-		r.Event = domain.Started{AttemptID: e.Started.GetAttemptId(), LeaseExpiresAt: t(e.Started.GetLeaseExpiresAt())}
+		r.Event = domain.Started{AttemptID: e.Started.GetAttemptId(), LeaseExpiresAt: fromTimestamp(e.Started.GetLeaseExpiresAt())}
 	case *taskv1.TaskEvent_Progressed:
 		r.Event = domain.Progressed{AttemptID: e.Progressed.GetAttemptId(), Progress: int(e.Progressed.GetProgress()), Message: e.Progressed.GetMessage()}
 	case *taskv1.TaskEvent_LeaseRenewed:
-		r.Event = domain.LeaseRenewed{AttemptID: e.LeaseRenewed.GetAttemptId(), LeaseExpiresAt: t(e.LeaseRenewed.GetLeaseExpiresAt())}
+		r.Event = domain.LeaseRenewed{AttemptID: e.LeaseRenewed.GetAttemptId(), LeaseExpiresAt: fromTimestamp(e.LeaseRenewed.GetLeaseExpiresAt())}
 	case *taskv1.TaskEvent_Succeeded:
 		s := e.Succeeded
-		r.Event = domain.Succeeded{AttemptID: s.GetAttemptId(), ExitCode: int(s.GetExitCode()), Result: resultFromProto(s.GetResult()), EndedAt: t(s.GetEndedAt())}
+		r.Event = domain.Succeeded{AttemptID: s.GetAttemptId(), ExitCode: int(s.GetExitCode()), Result: resultFromProto(s.GetResult()), EndedAt: fromTimestamp(s.GetEndedAt())}
 	case *taskv1.TaskEvent_Failed:
 		f := e.Failed
-		ev := domain.Failed{AttemptID: f.GetAttemptId(), Error: f.GetError(), Reason: f.GetReason(), Result: resultFromProto(f.GetResult()), EndedAt: t(f.GetEndedAt())}
+		ev := domain.Failed{AttemptID: f.GetAttemptId(), Error: f.GetError(), Reason: f.GetReason(), Result: resultFromProto(f.GetResult()), EndedAt: fromTimestamp(f.GetEndedAt())}
 		if f.ExitCode != nil {
 			c := int(f.GetExitCode())
 			ev.ExitCode = &c
@@ -128,7 +128,7 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 		r.Event = ev
 	case *taskv1.TaskEvent_RetryScheduled:
 		rs := e.RetryScheduled
-		r.Event = domain.RetryScheduled{RetryCount: int(rs.GetRetryCount()), RetryAt: t(rs.GetRetryAt()), Manual: rs.GetManual()}
+		r.Event = domain.RetryScheduled{RetryCount: int(rs.GetRetryCount()), RetryAt: fromTimestamp(rs.GetRetryAt()), Manual: rs.GetManual()}
 	case *taskv1.TaskEvent_LeaseExpired:
 		le := e.LeaseExpired
 		r.Event = domain.LeaseExpired{AttemptID: le.GetAttemptId(), AgentID: le.GetAgentId(), Reason: le.GetReason(),
@@ -146,19 +146,28 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 	case *taskv1.TaskEvent_Expired:
 		r.Event = domain.Expired{}
 	default:
-		return r, fmt.Errorf("codec: envelope %s v%d has no known event", env.GetAggregateId(), env.GetVersion())
+		return r, fmt.Errorf("codec: envelope %s v%d: no case for its event (%s)", env.GetAggregateId(), env.GetVersion(), eventCase(env))
 	}
 	return r, nil
 }
 
-func ts(x time.Time) *timestamppb.Timestamp {
+// eventCase names the oneof case an envelope holds, for errors.
+func eventCase(env *taskv1.TaskEvent) string {
+	m := env.ProtoReflect()
+	if fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("event")); fd != nil {
+		return string(fd.Name())
+	}
+	return "none"
+}
+
+func toTimestamp(x time.Time) *timestamppb.Timestamp {
 	if x.IsZero() {
 		return nil
 	}
 	return timestamppb.New(x)
 }
 
-func t(x *timestamppb.Timestamp) time.Time {
+func fromTimestamp(x *timestamppb.Timestamp) time.Time {
 	if x == nil {
 		return time.Time{}
 	}
