@@ -10,9 +10,9 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/taskproto"
 )
 
 // caller turns the authenticated principal into the use cases' Caller.
@@ -56,7 +56,7 @@ func specInput(s *taskv1.TaskSpec) domain.SpecInput {
 		LeaseTTL: intPtr(s.LeaseTtlSec), RenewInterval: intPtr(s.RenewIntervalSec), HeartbeatInterval: intPtr(s.HeartbeatIntervalSec),
 		GracePeriod:    intPtr(s.GracePeriodSec),
 		TargetMachines: s.GetTargets().GetMachineIds(), TargetIPs: s.GetTargets().GetIps(),
-		Resources: s.GetResources(), Quota: s.GetQuota(), Video: codec.VideoFromProto(s.GetVideo()),
+		Resources: s.GetResources(), Quota: s.GetQuota(), Video: taskproto.VideoFromProto(s.GetVideo()),
 	}
 	if d := s.GetDistribution(); d != nil {
 		in.Mode, in.Labels, in.ScatterCount = d.GetMode(), d.GetLabels(), int(d.GetCount())
@@ -92,7 +92,7 @@ func taskToProto(t domain.Task) *taskv1.Task {
 		HeartbeatIntervalSec: int32(t.Spec.HeartbeatInterval), GracePeriodSec: int32(t.Spec.GracePeriod),
 		LastHeartbeatAt: ts(t.LastHeartbeatAt), Progress: int32(t.Progress), ProgressMessage: t.ProgressMessage,
 		Queue: t.Spec.Queue, Version: int32(t.Version), UpdatedAt: ts(t.UpdatedAt),
-		Resources: t.Spec.Resources, Quota: t.Spec.Quota, Video: codec.VideoToProto(t.Spec.Video),
+		Resources: t.Spec.Resources, Quota: t.Spec.Quota, Video: taskproto.VideoToProto(t.Spec.Video),
 		ClusterQueue: t.ClusterQueue, Admitted: t.Admitted,
 	}
 	if p.MachineId == "" {

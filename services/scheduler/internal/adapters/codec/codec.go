@@ -13,6 +13,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/taskproto"
 )
 
 // Envelope builds the topic envelope for one recorded event.
@@ -178,7 +179,7 @@ func specToProto(s domain.Spec) *taskv1.TaskSpec {
 		LeaseTtlSec: i32(s.LeaseTTL), RenewIntervalSec: i32(s.RenewInterval), HeartbeatIntervalSec: i32(s.HeartbeatInterval),
 		GracePeriodSec: i32(s.GracePeriod), Queue: s.Queue,
 		Distribution: &taskv1.Distribution{Mode: s.Mode, Labels: s.Labels, Count: int32(s.ScatterCount)},
-		Resources:    s.Resources, Quota: s.Quota, Video: VideoToProto(s.Video),
+		Resources:    s.Resources, Quota: s.Quota, Video: taskproto.VideoToProto(s.Video),
 	}
 	if s.TargetIP != "" {
 		p.Targets = &taskv1.Targets{Ips: []string{s.TargetIP}}
@@ -194,7 +195,7 @@ func specFromProto(p *taskv1.TaskSpec) domain.Spec {
 		LeaseTTL: int(p.GetLeaseTtlSec()), RenewInterval: int(p.GetRenewIntervalSec()), HeartbeatInterval: int(p.GetHeartbeatIntervalSec()),
 		GracePeriod: int(p.GetGracePeriodSec()), Queue: p.GetQueue(),
 		Mode: p.GetDistribution().GetMode(), Labels: p.GetDistribution().GetLabels(), ScatterCount: int(p.GetDistribution().GetCount()),
-		Resources: p.GetResources(), Quota: p.GetQuota(), Video: VideoFromProto(p.GetVideo()),
+		Resources: p.GetResources(), Quota: p.GetQuota(), Video: taskproto.VideoFromProto(p.GetVideo()),
 	}
 	if ips := p.GetTargets().GetIps(); len(ips) == 1 {
 		s.TargetIP = ips[0]
@@ -214,31 +215,4 @@ func resultFromProto(p *taskv1.ResultRef) *domain.Result {
 		return nil
 	}
 	return &domain.Result{StorageType: p.GetStorageType(), Stdout: p.GetStdout(), Stderr: p.GetStderr(), ObjectKey: p.GetObjectKey(), SizeBytes: p.GetSizeBytes(), SHA256: p.GetSha256()}
-}
-
-// VideoToProto and VideoFromProto map a video task's parameters; nil stays
-// nil.
-func VideoToProto(v *domain.Video) *taskv1.VideoParams {
-	if v == nil {
-		return nil
-	}
-	return &taskv1.VideoParams{
-		Model: v.Model, Type: v.Type, Prompt: v.Prompt, NegativePrompt: v.NegativePrompt, PromptExtend: v.PromptExtend,
-		ActualPrompt: v.ActualPrompt, ImageUrl: v.ImageURL, ImageObjectKey: v.ImageObjectKey, Resolution: v.Resolution,
-		Width: int32(v.Width), Height: int32(v.Height), Duration: int32(v.Duration), FrameNum: int32(v.FrameNum),
-		Seed: int32(v.Seed), Watermark: v.Watermark,
-	}
-}
-
-func VideoFromProto(p *taskv1.VideoParams) *domain.Video {
-	if p == nil {
-		return nil
-	}
-	return &domain.Video{
-		Model: p.GetModel(), Type: p.GetType(), Prompt: p.GetPrompt(), NegativePrompt: p.GetNegativePrompt(),
-		PromptExtend: p.GetPromptExtend(), ActualPrompt: p.GetActualPrompt(), ImageURL: p.GetImageUrl(),
-		ImageObjectKey: p.GetImageObjectKey(), Resolution: p.GetResolution(), Width: int(p.GetWidth()),
-		Height: int(p.GetHeight()), Duration: int(p.GetDuration()), FrameNum: int(p.GetFrameNum()), Seed: int(p.GetSeed()),
-		Watermark: p.GetWatermark(),
-	}
 }
