@@ -27,7 +27,6 @@ import (
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/quota"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/views"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
 )
 
@@ -96,8 +95,7 @@ type Service struct {
 	cfg   Config
 	app   *app.App
 	hub   *app.Hub
-	gc    *pg.GroupCommitter
-	tasks *pg.KeyedBatcher[domain.Task, postgres.Traced]
+	store *postgres.TaskStore
 	relay *outbox.Relay
 	video *video // nil without Config.Video
 	log   *slog.Logger
@@ -147,11 +145,11 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, hub: app.NewHub(), log: cfg.Logger.With("service", "scheduler")}
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "scheduler", Topic: cfg.Topic, Partitions: cfg.Partitions,
 		Kafka: cfg.Kafka, Logger: s.log})
-	s.gc = pg.NewGroupCommitter(cfg.DB, pg.GroupCommitOptions{Workers: max(1, cfg.Writers/2), MaxBatch: 128, AfterCommit: s.relay.Notify})
-	s.tasks = pg.NewKeyedBatcher[domain.Task, postgres.Traced](cfg.DB, postgres.TaskStore{}, pg.KeyedBatcherOptions{
-		Workers: max(1, cfg.Writers/2), MaxBatch: 256, Retryable: postgres.IsConflict, AfterCommit: s.relay.Notify})
+	s.store = postgres.NewTaskStore(cfg.DB, postgres.TaskStoreOptions{Writers: cfg.Writers, AfterCommit: s.relay.Notify})
+	stores := app.Stores{Tasks: s.store, Views: postgres.TaskViews{DB: cfg.DB}, Agents: postgres.Agents{DB: cfg.DB},
+		Sweeps: postgres.SweepQueries{DB: cfg.DB}, Sweeper: postgres.SweeperLock{DB: cfg.DB}}
 	t := cfg.Timing
-	s.app = app.New(cfg.DB, s.gc, s.tasks, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
+	s.app = app.New(stores, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
 		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait}, s.log)
 	if cfg.Quota != nil {
@@ -206,14 +204,13 @@ func (s *Service) Run(ctx context.Context) error {
 		run(func(ctx context.Context) { _ = decisions.Run(ctx) })
 	}
 	run(func(ctx context.Context) { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval) })
-	run(func(ctx context.Context) { s.hub.Run(ctx, s.cfg.DB) })
+	run(func(ctx context.Context) { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub) })
 	if s.video != nil {
 		run(func(ctx context.Context) { s.video.app.RunSweeper(ctx, s.video.sweep) })
 	}
 	<-ctx.Done()
 	wg.Wait()
-	s.gc.Close()
-	s.tasks.Close()
+	s.store.Close()
 	return nil
 }
 
