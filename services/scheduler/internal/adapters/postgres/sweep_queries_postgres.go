@@ -101,7 +101,9 @@ func (q SweepQueries) BlockedByFailure(ctx context.Context, limit int) (map[stri
 // PreemptionCandidates finds pending tasks created before waitedSince that
 // no live agent with free slots could take, each with the lowest-priority,
 // most recently started leased task (priority at least gap lower) on a
-// machine that satisfies the pending task's constraints.
+// machine that satisfies the pending task's constraints. started_at is
+// compared as a time: as text, RFC 3339 with trimmed fractions does not
+// sort in time order.
 //
 // It runs every sweep, so it must stay cheap with many pending tasks: only
 // tasks that outrank the lowest-priority running work by gap can preempt
@@ -125,7 +127,7 @@ func (q SweepQueries) PreemptionCandidates(ctx context.Context, waitedSince time
 			  AND (p.tenant_id = ag.tenant_id OR ag.tenant_id = '')
 			  AND (p.machine_id = '' OR p.machine_id = ag.machine_id)
 			  AND p.labels <@ ag.labels
-			ORDER BY r.priority DESC, r.doc->>'started_at' DESC NULLS FIRST
+			ORDER BY r.priority DESC, (r.doc->>'started_at')::timestamptz DESC NULLS FIRST
 			LIMIT 1) v
 		WHERE NOT EXISTS (SELECT 1 FROM tasks x WHERE x.status = 'preempted' AND x.preempted_by = p.id)
 		  AND NOT EXISTS (
