@@ -481,6 +481,9 @@ func (s *TaskStore) Mutate(ctx context.Context, id string, decide func(t domain.
 func (s *TaskStore) Create(ctx context.Context, n app.NewTasks) ([]domain.Task, error) {
 	if len(n.Tasks) == 1 && n.RequestID == "" {
 		recs := n.Tasks[0]
+		if _, err := submittedID(recs); err != nil {
+			return nil, err
+		}
 		t := domain.Fold(recs)
 		trace := otel.Inject(ctx)
 		events := make([]traced, len(recs))
@@ -501,14 +504,11 @@ func (s *TaskStore) Create(ctx context.Context, n app.NewTasks) ([]domain.Task, 
 	ids := make([]string, len(n.Tasks))
 	changes := make([]change, len(n.Tasks))
 	for i, recs := range n.Tasks {
-		if len(recs) == 0 {
-			return nil, errors.New("create tasks: a new task needs its TaskSubmitted")
+		id, err := submittedID(recs)
+		if err != nil {
+			return nil, err
 		}
-		sub, ok := recs[0].Event.(domain.Submitted)
-		if !ok {
-			return nil, fmt.Errorf("create tasks: a new task starts with TaskSubmitted, not %s", recs[0].Event.EventName())
-		}
-		ids[i], changes[i] = sub.ID, change{Records: recs}
+		ids[i], changes[i] = id, change{Records: recs}
 	}
 	if len(ids) == 0 {
 		return nil, nil
@@ -537,6 +537,19 @@ func (s *TaskStore) Create(ctx context.Context, n app.NewTasks) ([]domain.Task, 
 		return nil, stopping(err)
 	}
 	return created, nil
+}
+
+// submittedID is the id of the new task recs make, which must start with
+// its TaskSubmitted.
+func submittedID(recs []domain.Record) (string, error) {
+	if len(recs) == 0 {
+		return "", errors.New("create tasks: a new task needs its TaskSubmitted")
+	}
+	sub, ok := recs[0].Event.(domain.Submitted)
+	if !ok {
+		return "", fmt.Errorf("create tasks: a new task starts with TaskSubmitted, not %s", recs[0].Event.EventName())
+	}
+	return sub.ID, nil
 }
 
 // Claim implements app.TaskStore in one group-committed transaction: the
