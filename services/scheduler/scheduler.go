@@ -1,7 +1,8 @@
 // Package scheduler is the scheduler service: it owns the task aggregate
 // (submission, leases and attempts, retries, timeouts, cancellation,
 // preemption) and serves TaskService and LeaseService over gRPC. The
-// taskmesh binary composes it with New, Register and Run.
+// taskmesh binary runs it with Run (server.go), which builds it with New,
+// registers it on its own gRPC server and runs Service.Run beside it.
 package scheduler
 
 import (
@@ -10,10 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -106,9 +107,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("scheduler: no database")
 	}
-	if cfg.Writers <= 0 {
-		cfg.Writers = 4
-	}
+	cfg = cfg.withDefaults()
 	// Four connections are held for the service's lifetime (relay,
 	// projection runner, sweeper, LISTEN), five with the admission
 	// decisions' consumer; writers and reads need the rest.
@@ -119,21 +118,6 @@ func New(cfg Config) (*Service, error) {
 	if need := int32(long + cfg.Writers + 4); cfg.DB.Config().MaxConns < need {
 		return nil, fmt.Errorf("scheduler: the database pool allows %d connections; it needs at least %d (%d long-lived, %d writers, 4 for reads)",
 			cfg.DB.Config().MaxConns, need, long, cfg.Writers)
-	}
-	if cfg.Topic == "" {
-		cfg.Topic = Topic
-	}
-	if cfg.Partitions <= 0 {
-		cfg.Partitions = 16
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Timing.SweepInterval <= 0 {
-		cfg.Timing.SweepInterval = time.Second
 	}
 	gap := cfg.Timing.PreemptGap
 	switch {
@@ -172,6 +156,29 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// withDefaults fills in the zero values that have defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.Writers <= 0 {
+		cfg.Writers = 4
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = Topic
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 16
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Timing.SweepInterval <= 0 {
+		cfg.Timing.SweepInterval = time.Second
+	}
+	return cfg
+}
+
 // Register adds TaskService and LeaseService (and VideoService when
 // configured) to a server built with
 // platform/grpcserver (internal authentication and validation).
@@ -186,32 +193,28 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 // Run relays events to Kafka, builds the task_views and audit_logs
 // projections, sweeps leases, and wakes waiting claims, until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	run := func(f func(context.Context)) {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(ctx) }()
-	}
-	run(func(ctx context.Context) { _ = s.relay.Run(ctx) })
+	// The first part that fails stops the others, and its error is Run's.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.relay.Run(ctx) })
 	// One consumer feeds both read models (one fetch, one decode, one
 	// commit per batch).
 	runner := projection.NewRunner(s.cfg.DB, projection.Config{Name: readModels, Topic: s.cfg.Topic,
 		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, readModelHandler(map[string]string{
 		"task_views": "task_views", "audit_logs": "audit_logs"}))
-	run(func(ctx context.Context) { _ = runner.Run(ctx) })
+	g.Go(func() error { return runner.Run(ctx) })
 	if s.cfg.Quota != nil {
 		decisions := projection.NewRunner(s.cfg.DB, projection.Config{Name: admissionDecisions, Topic: s.cfg.QuotaTopic,
 			Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, quota.Decisions{Tasks: s.app})
-		run(func(ctx context.Context) { _ = decisions.Run(ctx) })
+		g.Go(func() error { return decisions.Run(ctx) })
 	}
-	run(func(ctx context.Context) { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval) })
-	run(func(ctx context.Context) { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub) })
+	g.Go(func() error { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
+	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })
 	if s.video != nil {
-		run(func(ctx context.Context) { s.video.app.RunSweeper(ctx, s.video.sweep) })
+		g.Go(func() error { s.video.app.RunSweeper(ctx, s.video.sweep); return nil })
 	}
-	<-ctx.Done()
-	wg.Wait()
+	err := g.Wait()
 	s.store.Close()
-	return nil
+	return err
 }
 
 // admissionDecisions names the consumer of the quota service's decisions.
