@@ -60,8 +60,8 @@ type Timing struct {
 	AgentLostAfter, TimeoutSlack, ResultURLTTL, UploadURLTTL time.Duration
 	PreemptAfter, PreemptMaxWait                             time.Duration
 	// PreemptGap is the priority gap from which a waiting task preempts
-	// running work: 0 means seed 004's rule (3); a negative value turns
-	// preemption off.
+	// running work: 0 means the documented default, 3 (docs/api/tasks.md);
+	// a negative value turns preemption off.
 	PreemptGap    int
 	SweepInterval time.Duration // default 1s
 }
