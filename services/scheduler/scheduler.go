@@ -29,7 +29,6 @@ import (
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/quota"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/views"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
 )
 
@@ -63,8 +62,8 @@ type Timing struct {
 	AgentLostAfter, TimeoutSlack, ResultURLTTL, UploadURLTTL time.Duration
 	PreemptAfter, PreemptMaxWait                             time.Duration
 	// PreemptGap is the priority gap from which a waiting task preempts
-	// running work: 0 means seed 004's rule (3); a negative value turns
-	// preemption off.
+	// running work: 0 means the documented default, 3 (docs/api/tasks.md);
+	// a negative value turns preemption off.
 	PreemptGap    int
 	SweepInterval time.Duration // default 1s
 }
@@ -99,8 +98,7 @@ type Service struct {
 	cfg   Config
 	app   *app.App
 	hub   *app.Hub
-	gc    *pg.GroupCommitter
-	tasks *pg.KeyedBatcher[domain.Task, postgres.Traced]
+	store *postgres.TaskStore
 	relay *outbox.Relay
 	video *video // nil without Config.Video
 	log   *slog.Logger
@@ -133,11 +131,11 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, hub: app.NewHub(), log: cfg.Logger.With("service", "scheduler")}
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "scheduler", Topic: cfg.Topic, Partitions: cfg.Partitions,
 		Kafka: cfg.Kafka, Logger: s.log})
-	s.gc = pg.NewGroupCommitter(cfg.DB, pg.GroupCommitOptions{Workers: max(1, cfg.Writers/2), MaxBatch: 128, AfterCommit: s.relay.Notify})
-	s.tasks = pg.NewKeyedBatcher[domain.Task, postgres.Traced](cfg.DB, postgres.TaskStore{}, pg.KeyedBatcherOptions{
-		Workers: max(1, cfg.Writers/2), MaxBatch: 256, Retryable: postgres.IsConflict, AfterCommit: s.relay.Notify})
+	s.store = postgres.NewTaskStore(cfg.DB, postgres.TaskStoreOptions{Writers: cfg.Writers, AfterCommit: s.relay.Notify})
+	stores := app.Stores{Tasks: s.store, Views: postgres.TaskViews{DB: cfg.DB}, Agents: postgres.Agents{DB: cfg.DB},
+		Sweeps: postgres.SweepQueries{DB: cfg.DB}, Sweeper: postgres.SweeperLock{DB: cfg.DB}}
 	t := cfg.Timing
-	s.app = app.New(cfg.DB, s.gc, s.tasks, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
+	s.app = app.New(stores, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
 		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait}, s.log)
 	if cfg.Quota != nil {
@@ -212,13 +210,12 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error { return decisions.Run(ctx) })
 	}
 	g.Go(func() error { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
-	g.Go(func() error { s.hub.Run(ctx, s.cfg.DB); return nil })
+	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })
 	if s.video != nil {
 		g.Go(func() error { s.video.app.RunSweeper(ctx, s.video.sweep); return nil })
 	}
 	err := g.Wait()
-	s.gc.Close()
-	s.tasks.Close()
+	s.store.Close()
 	return err
 }
 

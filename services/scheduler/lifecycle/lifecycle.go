@@ -18,6 +18,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/taskproto"
 )
 
 // Status is a task's state, spelled as the task API shows it (Task.status).
@@ -64,7 +65,7 @@ func Apply(task *taskv1.Task, ev *taskv1.TaskEvent) (next *taskv1.Task, deleted 
 		return nil, false, fmt.Errorf("%w: %s v%d: %s has no case in the fold", ErrUnknownEvent,
 			ev.GetAggregateId(), ev.GetVersion(), r.Event.EventName())
 	}
-	t := domain.Apply(codec.TaskFromProto(task), r)
+	t := domain.Apply(taskproto.TaskFromProto(task), r)
 	t.Version = ev.GetVersion()
-	return codec.TaskToProto(t), t.Deleted, nil
+	return taskproto.TaskToProto(t), t.Deleted, nil
 }

@@ -10,9 +10,9 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/taskproto"
 )
 
 // caller turns the authenticated principal into the use cases' Caller.
@@ -56,7 +56,7 @@ func specInput(s *taskv1.TaskSpec) domain.SpecInput {
 		LeaseTTL: intPtr(s.LeaseTtlSec), RenewInterval: intPtr(s.RenewIntervalSec), HeartbeatInterval: intPtr(s.HeartbeatIntervalSec),
 		GracePeriod:    intPtr(s.GracePeriodSec),
 		TargetMachines: s.GetTargets().GetMachineIds(), TargetIPs: s.GetTargets().GetIps(),
-		Resources: s.GetResources(), Quota: s.GetQuota(), Video: codec.VideoFromProto(s.GetVideo()),
+		Resources: s.GetResources(), Quota: s.GetQuota(), Video: taskproto.VideoFromProto(s.GetVideo()),
 	}
 	if d := s.GetDistribution(); d != nil {
 		in.Mode, in.Labels, in.ScatterCount = d.GetMode(), d.GetLabels(), int(d.GetCount())
@@ -70,16 +70,12 @@ func specInput(s *taskv1.TaskSpec) domain.SpecInput {
 	return in
 }
 
-func ts(t time.Time) *timestamppb.Timestamp {
-	if t.IsZero() {
-		return nil
-	}
-	return timestamppb.New(t)
-}
+// ts renders a time as the API shows it (the zero time is unset).
+func ts(t time.Time) *timestamppb.Timestamp { return taskproto.ToTimestamp(t) }
 
 // taskToProto shows a task as the task API documents it; the rendering is
-// the codec's, shared with the gateway's live streams.
-func taskToProto(t domain.Task) *taskv1.Task { return codec.TaskToProto(t) }
+// shared with the gateway's live streams (taskproto.TaskToProto).
+func taskToProto(t domain.Task) *taskv1.Task { return taskproto.TaskToProto(t) }
 
 // UserCaller is the caller of a tenant's API (admins included) for the
 // scheduler's other gRPC services (the video API).

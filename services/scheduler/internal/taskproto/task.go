@@ -1,6 +1,10 @@
-package codec
+package taskproto
 
 import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -14,14 +18,14 @@ func TaskToProto(t domain.Task) *taskv1.Task {
 		Id: t.ID, Name: t.Spec.Name, Type: t.Spec.Type, Command: t.Spec.Command, Args: t.Spec.Args, Workdir: t.Spec.Workdir,
 		Env: t.Spec.Env, Timeout: int32(t.Spec.Timeout), Priority: int32(t.Spec.Priority), RetryCount: int32(t.RetryCount),
 		RetryDelay: int32(t.Spec.RetryDelay), MaxRetries: int32(t.Spec.MaxRetries), Status: string(t.Status), Error: t.Error,
-		CreatedAt: toTimestamp(t.CreatedAt), AssignedAt: toTimestamp(t.AssignedAt), StartedAt: toTimestamp(t.StartedAt), EndedAt: toTimestamp(t.EndedAt),
+		CreatedAt: ToTimestamp(t.CreatedAt), AssignedAt: ToTimestamp(t.AssignedAt), StartedAt: ToTimestamp(t.StartedAt), EndedAt: ToTimestamp(t.EndedAt),
 		MachineId: t.Spec.MachineID, GroupId: t.Spec.GroupID, ParentId: t.Spec.ParentID, DependsOn: t.Spec.DependsOn,
-		AssignedAgentId: t.AgentID, LeaseExpiresAt: toTimestamp(t.LeaseExpiresAt), AttemptId: t.AttemptID,
+		AssignedAgentId: t.AgentID, LeaseExpiresAt: ToTimestamp(t.LeaseExpiresAt), AttemptId: t.AttemptID,
 		Distribution: &taskv1.Distribution{Mode: t.Spec.Mode, MachineId: t.Spec.MachineID, Labels: t.Spec.Labels, Count: int32(t.Spec.ScatterCount)},
 		LeaseTtlSec:  int32(t.Spec.LeaseTTL), RenewIntervalSec: int32(t.Spec.RenewInterval),
 		HeartbeatIntervalSec: int32(t.Spec.HeartbeatInterval), GracePeriodSec: int32(t.Spec.GracePeriod),
-		LastHeartbeatAt: toTimestamp(t.LastHeartbeatAt), Progress: int32(t.Progress), ProgressMessage: t.ProgressMessage,
-		Queue: t.Spec.Queue, Version: int32(t.Version), UpdatedAt: toTimestamp(t.UpdatedAt),
+		LastHeartbeatAt: ToTimestamp(t.LastHeartbeatAt), Progress: int32(t.Progress), ProgressMessage: t.ProgressMessage,
+		Queue: t.Spec.Queue, Version: int32(t.Version), UpdatedAt: ToTimestamp(t.UpdatedAt),
 		Resources: t.Spec.Resources, Quota: t.Spec.Quota, Video: VideoToProto(t.Spec.Video),
 		ClusterQueue: t.ClusterQueue, Admitted: t.Admitted,
 	}
@@ -29,7 +33,7 @@ func TaskToProto(t domain.Task) *taskv1.Task {
 		p.MachineId = t.AssignedMachine
 	}
 	if t.Status == domain.StatusPending && t.RetryAt.After(t.CreatedAt) {
-		p.RetryAt = toTimestamp(t.RetryAt)
+		p.RetryAt = ToTimestamp(t.RetryAt)
 	}
 	if t.ExitCode != nil {
 		c := int32(*t.ExitCode)
@@ -57,9 +61,9 @@ func TaskFromProto(p *taskv1.Task) domain.Task {
 	task := domain.Task{
 		ID: p.GetId(), Version: int64(p.GetVersion()), Status: domain.Status(p.GetStatus()),
 		RetryCount: int(p.GetRetryCount()), Error: p.GetError(),
-		CreatedAt: fromTimestamp(p.GetCreatedAt()), UpdatedAt: fromTimestamp(p.GetUpdatedAt()), AssignedAt: fromTimestamp(p.GetAssignedAt()),
-		StartedAt: fromTimestamp(p.GetStartedAt()), EndedAt: fromTimestamp(p.GetEndedAt()), RetryAt: fromTimestamp(p.GetRetryAt()),
-		LeaseExpiresAt: fromTimestamp(p.GetLeaseExpiresAt()), LastHeartbeatAt: fromTimestamp(p.GetLastHeartbeatAt()),
+		CreatedAt: FromTimestamp(p.GetCreatedAt()), UpdatedAt: FromTimestamp(p.GetUpdatedAt()), AssignedAt: FromTimestamp(p.GetAssignedAt()),
+		StartedAt: FromTimestamp(p.GetStartedAt()), EndedAt: FromTimestamp(p.GetEndedAt()), RetryAt: FromTimestamp(p.GetRetryAt()),
+		LeaseExpiresAt: FromTimestamp(p.GetLeaseExpiresAt()), LastHeartbeatAt: FromTimestamp(p.GetLastHeartbeatAt()),
 		AgentID: p.GetAssignedAgentId(), AttemptID: p.GetAttemptId(),
 		Progress: int(p.GetProgress()), ProgressMessage: p.GetProgressMessage(),
 		ClusterQueue: p.GetClusterQueue(), Admitted: p.GetAdmitted(),
@@ -88,4 +92,21 @@ func TaskFromProto(p *taskv1.Task) domain.Task {
 		task.Result = &domain.Result{Stdout: p.GetStdout(), Stderr: p.GetStderr()}
 	}
 	return task
+}
+
+// ToTimestamp renders a time for the API and the event codec; the zero
+// time is unset.
+func ToTimestamp(x time.Time) *timestamppb.Timestamp {
+	if x.IsZero() {
+		return nil
+	}
+	return timestamppb.New(x)
+}
+
+// FromTimestamp is ToTimestamp's inverse: unset is the zero time.
+func FromTimestamp(x *timestamppb.Timestamp) time.Time {
+	if x == nil {
+		return time.Time{}
+	}
+	return x.AsTime()
 }
