@@ -10,7 +10,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
-// Producing a GU root (seed "生产GU Quota"): inventory is taken, the
+// Producing a GU root (docs/api/quota.md, "Production and unsubscription"): inventory is taken, the
 // standard second level is created, the Ray cluster and the WorkGroup of
 // the non-background second-level quota are created once, and the quota
 // becomes Active with QuotaProduced recorded.
@@ -40,7 +40,7 @@ func TestProductionEndToEnd(t *testing.T) {
 			t.Fatalf("default child after production = %+v, %+v", c.Quota, c.WorkGroup)
 		}
 	}
-	// The operator got the second-level quota, not the root (联调问题).
+	// The operator got the second-level quota, not the root.
 	spec, ok := e.op.WorkGroup(capacity.WorkGroupName(def.Quota.ID))
 	if !ok || spec.QuotaID != def.Quota.ID || spec.QuotaName != "gu1-default" || spec.MachineType != "A100" || spec.GPUs != 4 {
 		t.Fatalf("operator spec = %+v (found %v)", spec, ok)
@@ -113,7 +113,7 @@ func TestProductionOperatorFailure(t *testing.T) {
 		t.Fatal("a failed GU quota passed the submit-time check")
 	}
 
-	// 联调问题: updates are allowed while the resource exists (here Failed).
+	// Updates are allowed while the resource exists (here Failed).
 	e.op.FailWorkGroup("gu1-default", "")
 	if _, err := e.app().UpdateQuota(context.Background(), admin, def.Quota.ID, 3, 4); err != nil {
 		t.Fatal(err)
@@ -125,8 +125,8 @@ func TestProductionOperatorFailure(t *testing.T) {
 	}
 }
 
-// A Ray cluster resource the cluster refuses (its CRD is not installed:
-// 联调问题 "无法找到MFS CRD") fails the WorkGroup and the quota visibly.
+// A Ray cluster resource the cluster refuses (its CRD is not installed, a
+// known integration pitfall) fails the WorkGroup and the quota visibly.
 func TestProductionRayClusterRejected(t *testing.T) {
 	e := newEnv(t)
 	e.seed("acme", "c1", "A100", 8)

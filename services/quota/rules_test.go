@@ -37,7 +37,7 @@ func wantGUError(t *testing.T, err error, code codes.Code, reason string) {
 	t.Fatalf("err = %v has no ErrorInfo %s", err, reason)
 }
 
-// CheckGUQuota's three outcomes (seed 003 "关于GU Quota调度").
+// CheckGUQuota's three outcomes (docs/api/quota.md, "The submit-time GU check").
 func TestCheckGUQuota(t *testing.T) {
 	e := newEnv(t)
 	e.seed("acme", "c1", "A100", 8)
@@ -95,7 +95,7 @@ func TestWatchWorkGroups(t *testing.T) {
 	}
 }
 
-// Regression tests of the seed's 联调问题 list, and the quota rules.
+// Regression tests of known integration pitfalls, and the quota rules.
 func TestQuotaRules(t *testing.T) {
 	e := newEnv(t)
 	e.seed("acme", "c1", "A100", 64)

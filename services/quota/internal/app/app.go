@@ -26,9 +26,10 @@ type Caller struct {
 	Admin    bool
 }
 
-// Operator is the cluster operator (seed 003: the MFS CRD and its
-// operator): it creates Ray clusters and WorkGroups on a compute cluster
-// and reports their status. Every method is idempotent.
+// Operator is the cluster operator (the MFS custom resources and their
+// operator; docs/decisions/0013-quota-flows-as-process-managers.md): it
+// creates Ray clusters and WorkGroups on a compute cluster and reports
+// their status. Every method is idempotent.
 type Operator interface {
 	// ApplyRayCluster creates the Ray cluster's resource, or leaves it as
 	// is when it exists. An error wrapping capacity.ErrOperatorRejected can

@@ -26,7 +26,7 @@ const (
 	StepQuotaDelete       = "quota.delete"
 )
 
-// ProcessManager drives production and unsubscription (seed 003) through
+// ProcessManager drives production and unsubscription (docs/decisions/0013-quota-flows-as-process-managers.md) through
 // the cluster operator. It keeps no state of its own: every pass reads what
 // is pending from the store, and every step is recorded as an event before
 // the next one starts, so a new instance (after a crash, on another

@@ -69,7 +69,7 @@ const (
 	ReasonGUQuotaCreating  = "GU_QUOTA_CREATING"
 )
 
-// CheckGUQuota is the submit-time check (seed 003 "关于GU Quota调度") for
+// CheckGUQuota is the submit-time check (docs/api/quota.md, "The submit-time GU check") for
 // GPU work of tenantID naming a GU quota (its name or id; empty: any of the
 // tenant's). It returns the quota's Running WorkGroup, or a gRPC status
 // error — in process too, so the admission layer and the RPC answer alike:

@@ -159,7 +159,7 @@ func TestDeleteAndAbsence(t *testing.T) {
 	}
 }
 
-// A cluster without the MFS CRD (联调问题 "无法找到MFS CRD") refuses the
+// A cluster without the MFS custom resource definitions refuses the
 // resource: the error says it can never succeed as is; other failures are
 // retried.
 func TestMissingCRDIsRejected(t *testing.T) {

@@ -100,7 +100,7 @@ type Preemption struct {
 	// their nominal quota.
 	ReclaimWithinCohort PreemptionPolicy
 	// MinPriorityGap is how many priority levels a victim must be below the
-	// preemptor when the policy compares priorities (seed 004 uses 3).
+	// preemptor when the policy compares priorities (the embedded defaults use 3).
 	// 0 keeps Kueue's rule: any lower priority. Any ignores it: reclaiming
 	// lent quota does not depend on priority.
 	MinPriorityGap int

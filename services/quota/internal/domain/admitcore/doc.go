@@ -3,7 +3,8 @@
 // cohorts that lend and borrow quota (nominalQuota, borrowingLimit,
 // lendingLimit), StrictFIFO and BestEffortFIFO queueing, and preemption
 // within a ClusterQueue and across its cohort, with a minimum priority gap
-// (seed 004: only when the gap is at least 3).
+// (the embedded defaults: only when the gap is at least 3; see
+// docs/decisions/0011-kueue-style-admission.md).
 //
 // The package is pure: no I/O and no clock. State changes only through
 // facts the caller has recorded (Enqueue, Admit, Preempt, Evict, Remove,

@@ -156,8 +156,9 @@ func TestPreemptionVictims(t *testing.T) {
 	}
 }
 
-// seed 000 §1.3: premium queue 8 GPUs, standard queue 2 GPUs, one cohort;
-// seed 004 §10.3: preempt only with a priority gap of at least 3.
+// The embedded defaults (docs/api/quota.md): premium queue 8 GPUs,
+// standard queue 2 GPUs, one cohort; preempt only with a priority gap of
+// at least 3.
 func tiers() Config {
 	gpuCQ := func(name string, nominal int64) ClusterQueue {
 		c := cq(name, "gpu", grp(flavor("a100", rq("nvidia.com/gpu", nominal))))

@@ -1,4 +1,4 @@
-// Package capacity is the quota service's domain (seed 003): tenants,
+// Package capacity is the quota service's domain: tenants,
 // clusters with their GPU inventory, CU and GU quotas in trees (a root at
 // level 1, second-level children including a background child, deeper
 // levels nested at any depth), the Ray cluster of each ⟨tenant, cluster⟩

@@ -91,7 +91,7 @@ func TestProduceRoot(t *testing.T) {
 	if !root.Provisioning || root.Level != 1 || root.RootID != "q-1" {
 		t.Errorf("root = %+v", root)
 	}
-	// 联调问题: the second level's minimum is the root's, and the WorkGroup
+	// The second level's minimum is the root's, and the WorkGroup
 	// names the second-level quota.
 	if def.Min != 4 || def.Max != 8 || def.Level != 2 || def.ParentID != "q-1" || !def.Provisioning || def.MachineType != "A100" {
 		t.Errorf("default = %+v", def)

@@ -22,7 +22,7 @@ type UpdateState struct {
 	Now             time.Time
 }
 
-// UpdateQuota changes a quota's limits (seed 联调问题: allowed whenever the
+// UpdateQuota changes a quota's limits (allowed whenever the
 // WorkGroup's resource exists, not only once it runs). The WorkGroup behind
 // it is applied again at a new generation; a GU root's min_units takes or
 // gives back inventory. Limits must keep min ≤ max, fit the parent and
@@ -125,7 +125,7 @@ type UnsubscribeState struct {
 	Now    time.Time
 }
 
-// Unsubscribe gives a quota and its subtree up (seed "退订GU Quota"): every
+// Unsubscribe gives a quota and its subtree up (docs/api/quota.md, "Production and unsubscription"): every
 // WorkGroup still there is to be deleted first; when the tenant has no Ray
 // cluster on the cluster, or nothing is left to delete, the quotas are
 // deleted at once. Unsubscribing again records nothing.

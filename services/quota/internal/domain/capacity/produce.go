@@ -53,7 +53,7 @@ const (
 	BackgroundSuffix = "-background"
 )
 
-// Produce decides a production (seed 003 "生产GU Quota"): it validates the
+// Produce decides a production (docs/api/quota.md, "Production and unsubscription"): it validates the
 // tree, checks the cluster's inventory for a GU root (ErrInventoryInsufficient
 // and nothing recorded when short), and returns the events that create the
 // quotas, reserve the inventory, and ask for the Ray cluster (when the
@@ -271,7 +271,7 @@ func (p *planner) add(s Spec, level int, parent, root Quota) {
 }
 
 // workGroup asks for q's WorkGroup, and for the Ray cluster first when the
-// tenant has no usable one on the cluster (seed: create ⟨Ray cluster,
+// tenant has no usable one on the cluster (create ⟨Ray cluster,
 // WorkGroup⟩ together, otherwise only the WorkGroup).
 func (p *planner) workGroup(q Quota) {
 	ray := p.st.Ray
@@ -289,7 +289,7 @@ func (p *planner) workGroup(q Quota) {
 
 // cuQuota is the tenant's CU quota on the cluster that the Ray head and CU
 // pods run under: a non-background second-level one (never the background
-// quota, seed 联调问题).
+// quota).
 func (p *planner) cuQuota() Quota {
 	for _, q := range p.st.TenantQuotas {
 		if q.Kind == KindCU && q.Cluster == p.cmd.Cluster && q.Level == 2 && !q.Background && q.Open() {

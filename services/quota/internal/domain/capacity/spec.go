@@ -14,7 +14,7 @@ func RaySpecOf(r RayCluster) RaySpec {
 
 // WorkGroupSpec is what a cluster operator needs to create or update a
 // WorkGroup. The quota named is the second-level quota the WorkGroup
-// belongs to, never its root (seed 联调问题).
+// belongs to, never its root.
 type WorkGroupSpec struct {
 	Name, TenantID, Cluster, RayCluster string
 	QuotaID, QuotaName, MachineType     string
