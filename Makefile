@@ -42,7 +42,7 @@ bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print 
 	$(BIN)/taskmesh bench all $(BENCHFLAGS)
 	# In-process costs: the rate limiter's decision (mean and p99) and the
 	# admission core's scheduling, 5 runs each (take the medians).
-	go test -run '^$$' -bench . -count 5 ./services/gateway/internal/ratelimit/ ./services/quota/internal/domain/admission/
+	go test -run '^$$' -bench . -count 5 ./services/gateway/internal/ratelimit/ ./services/quota/internal/domain/admitcore/
 
 .PHONY: tools
 tools: $(BIN)/buf $(PLUGINS) ## Build buf and the protoc plugins from pinned modules.

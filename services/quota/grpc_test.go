@@ -14,7 +14,7 @@ import (
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 const internalToken = "test-internal-token"
@@ -128,10 +128,10 @@ func TestQuotaServiceOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := created.GetQuota()
-	if q.GetStatus() != domain.QuotaProvisioning || len(q.GetChildren()) != 2 {
+	if q.GetStatus() != capacity.QuotaProvisioning || len(q.GetChildren()) != 2 {
 		t.Fatalf("created %v", q)
 	}
-	e.waitStatus(q.GetId(), domain.QuotaActive)
+	e.waitStatus(q.GetId(), capacity.QuotaActive)
 	_, err = c.SetInventory(ops, &quotav1.SetInventoryRequest{Cluster: "c1", MachineType: "A100", TotalGpus: 1})
 	if code, business := businessCode(err); code != codes.FailedPrecondition || business != "31006" {
 		t.Fatalf("inventory below what quotas hold: %s %s", code, business)
@@ -143,14 +143,14 @@ func TestQuotaServiceOverGRPC(t *testing.T) {
 
 	// The tenant reads its own quota; another tenant's is not found.
 	got, err := c.GetQuota(tenantKey("acme"), &quotav1.GetQuotaRequest{QuotaId: q.GetId()})
-	if err != nil || got.GetQuota().GetStatus() != domain.QuotaActive {
+	if err != nil || got.GetQuota().GetStatus() != capacity.QuotaActive {
 		t.Fatalf("get = %v, %v", got, err)
 	}
 	if _, err := c.GetQuota(tenantKey("beta"), &quotav1.GetQuotaRequest{QuotaId: q.GetId()}); status.Code(err) != codes.NotFound {
 		t.Fatalf("beta got acme's quota: %v", err)
 	}
 	check, err := c.CheckGUQuota(tenantKey("acme"), &quotav1.CheckGUQuotaRequest{TenantId: "acme", Quota: "gu1"})
-	if err != nil || check.GetWorkGroup().GetStatus() != domain.StatusRunning || check.GetQuotaName() != "gu1-default" {
+	if err != nil || check.GetWorkGroup().GetStatus() != capacity.StatusRunning || check.GetQuotaName() != "gu1-default" {
 		t.Fatalf("check = %v, %v", check, err)
 	}
 	if _, err := c.CheckGUQuota(tenantKey("beta"), &quotav1.CheckGUQuotaRequest{TenantId: "acme", Quota: "gu1"}); status.Code(err) != codes.NotFound {
@@ -169,8 +169,8 @@ func TestQuotaServiceOverGRPC(t *testing.T) {
 		t.Fatalf("rest = %v, %v", rest, err)
 	}
 	del, err := c.DeleteQuota(ops, &quotav1.DeleteQuotaRequest{QuotaId: q.GetId()})
-	if err != nil || del.GetQuota().GetStatus() != domain.QuotaUnsubscribing {
+	if err != nil || del.GetQuota().GetStatus() != capacity.QuotaUnsubscribing {
 		t.Fatalf("delete = %v, %v", del, err)
 	}
-	e.waitStatus(q.GetId(), domain.QuotaDeletedStatus)
+	e.waitStatus(q.GetId(), capacity.QuotaDeletedStatus)
 }

@@ -14,9 +14,8 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/quota"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/inprocess"
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 func TestMain(m *testing.M) {
@@ -109,7 +108,7 @@ func (e *env) seed(tenant, cluster, machineType string, gpus int64) {
 	if _, err := e.app().RegisterTenant(ctx, admin, tenant, "Tenant "+tenant); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.app().CreateCluster(ctx, admin, cluster, ""); err != nil && !errors.Is(err, domain.ErrExists) {
+	if _, err := e.app().CreateCluster(ctx, admin, cluster, ""); err != nil && !errors.Is(err, capacity.ErrExists) {
 		e.t.Fatal(err)
 	}
 	if _, err := e.app().SetInventory(ctx, admin, cluster, machineType, gpus); err != nil {
@@ -117,10 +116,10 @@ func (e *env) seed(tenant, cluster, machineType string, gpus int64) {
 	}
 }
 
-func (e *env) createGU(tenant, cluster, name, machineType string, min, max int64, children ...domain.Spec) app.QuotaView {
+func (e *env) createGU(tenant, cluster, name, machineType string, min, max int64, children ...capacity.Spec) app.QuotaView {
 	e.t.Helper()
-	v, err := e.app().CreateQuota(context.Background(), admin, domain.CreateQuota{TenantID: tenant, Cluster: cluster, Kind: domain.KindGU,
-		Spec: domain.Spec{Name: name, Min: min, Max: max, MachineType: machineType, Children: children}})
+	v, err := e.app().CreateQuota(context.Background(), admin, capacity.CreateQuota{TenantID: tenant, Cluster: cluster, Kind: capacity.KindGU,
+		Spec: capacity.Spec{Name: name, Min: min, Max: max, MachineType: machineType, Children: children}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -169,4 +168,4 @@ func (e *env) eventCount(aggregate, typ string) int {
 	return n
 }
 
-func postgresAll() postgres.QuotaFilter { return postgres.QuotaFilter{} }
+func allQuotas() app.QuotaFilter { return app.QuotaFilter{} }

@@ -28,7 +28,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/kubernetes"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 //go:embed migrations/*.sql
@@ -52,8 +52,8 @@ func Migrations() []pg.MigrationSet {
 }
 
 // Operator is the cluster operator the process manager drives; see
-// app.Operator for its contract. NewInProcessOperator and
-// kubernetes.New (package operator/kubernetes) implement it.
+// app.Operator for its contract. The in-process operator (the default
+// when Config.Operator is nil) and NewKubernetesOperator implement it.
 type Operator = app.Operator
 
 // Config configures the service.
@@ -115,7 +115,7 @@ func New(cfg Config) (*Service, error) {
 	s.operator = op
 	s.pm = app.NewProcessManager(s.app, s.store, op, cfg.PassInterval)
 	s.pm.Fault = cfg.Fault
-	s.store.AfterCommit = func(events []domain.Event) {
+	s.store.AfterCommit = func(events []capacity.Event) {
 		s.relay.Notify()
 		s.app.Committed(events)
 		s.pm.Wake()
@@ -128,10 +128,6 @@ func (s *Service) wake() {
 		s.pm.Wake()
 	}
 }
-
-// Wake asks the process manager for a pass now (a Kubernetes operator's
-// watch calls it when a resource's status changes).
-func (s *Service) Wake() { s.wake() }
 
 // App is the service's use cases, for in-process callers (the admission
 // layer: CheckGUQuota, RunningWorkGroups, WatchWorkGroups).
@@ -166,11 +162,11 @@ var operatorCaller = app.Caller{Admin: true}
 // (GPUs per machine type), for embedded defaults; existing values that
 // match change nothing.
 func (s *Service) EnsureCluster(ctx context.Context, name, description string, inventory map[string]int64) error {
-	if _, err := s.app.CreateCluster(ctx, operatorCaller, name, description); err != nil && !errors.Is(err, domain.ErrExists) {
+	if _, err := s.app.CreateCluster(ctx, operatorCaller, name, description); err != nil && !errors.Is(err, capacity.ErrExists) {
 		return err
 	}
 	for mt, n := range inventory {
-		if _, err := s.app.SetInventory(ctx, operatorCaller, name, mt, n); err != nil && !errors.Is(err, domain.ErrConflict) {
+		if _, err := s.app.SetInventory(ctx, operatorCaller, name, mt, n); err != nil && !errors.Is(err, capacity.ErrConflict) {
 			return err
 		}
 	}

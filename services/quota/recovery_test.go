@@ -8,7 +8,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/quota"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/inprocess"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // Stopping the service at every step of production and starting a fresh
@@ -23,16 +23,16 @@ func TestProductionResumesAfterACrashAtEveryStep(t *testing.T) {
 			e.seed("acme", "c1", "A100", 8)
 			var v app.QuotaView
 			e.crashAt(step, func() { v = e.createGU("acme", "c1", "gu1", "A100", 4, 8) })
-			if got := e.quota(v.Quota.ID).Quota.Status; got != domain.QuotaProvisioning {
+			if got := e.quota(v.Quota.ID).Quota.Status; got != capacity.QuotaProvisioning {
 				t.Fatalf("status after the crash = %s", got)
 			}
 			e.start(nil)
-			v = e.waitStatus(v.Quota.ID, domain.QuotaActive)
+			v = e.waitStatus(v.Quota.ID, capacity.QuotaActive)
 			if c := e.op.Counts(); c.RayCreated != 1 || c.WorkGroupCreated != 1 || c.WorkGroupUpdated != 0 {
 				t.Fatalf("operator counts = %+v", c)
 			}
 			def := defaultChild(t, v)
-			if def.WorkGroup.Status != domain.StatusRunning {
+			if def.WorkGroup.Status != capacity.StatusRunning {
 				t.Fatalf("work group = %+v", def.WorkGroup)
 			}
 			for _, c := range []struct{ agg, typ string }{
@@ -40,13 +40,13 @@ func TestProductionResumesAfterACrashAtEveryStep(t *testing.T) {
 				{"quota/" + def.Quota.ID, "QuotaProduced"},
 				{"workgroup/" + def.Quota.ID, "WorkGroupRunning"},
 				{"workgroup/" + def.Quota.ID, "WorkGroupApplied"},
-				{domain.RayAggregate("acme", "c1"), "RayClusterRunning"},
+				{capacity.RayAggregate("acme", "c1"), "RayClusterRunning"},
 			} {
 				if n := e.eventCount(c.agg, c.typ); n != 1 {
 					t.Errorf("%s %s recorded %d times", c.agg, c.typ, n)
 				}
 			}
-			if n := e.eventCount(domain.RayAggregate("acme", "c1"), "RayClusterApplied"); n != 1 {
+			if n := e.eventCount(capacity.RayAggregate("acme", "c1"), "RayClusterApplied"); n != 1 {
 				t.Errorf("RayClusterApplied recorded %d times", n)
 			}
 		})
@@ -61,20 +61,20 @@ func TestUnsubscriptionResumesAfterACrashAtEveryStep(t *testing.T) {
 			e := newEnv(t)
 			e.seed("acme", "c1", "A100", 8)
 			v := e.createGU("acme", "c1", "gu1", "A100", 4, 8)
-			e.waitStatus(v.Quota.ID, domain.QuotaActive)
+			e.waitStatus(v.Quota.ID, capacity.QuotaActive)
 			e.crashAt(step, func() {
 				got, err := e.app().DeleteQuota(context.Background(), admin, v.Quota.ID, "unsubscribed")
-				if err != nil || got.Quota.Status != domain.QuotaUnsubscribing {
+				if err != nil || got.Quota.Status != capacity.QuotaUnsubscribing {
 					t.Errorf("delete = %+v, %v", got.Quota, err)
 				}
 			})
 			e.start(nil)
-			v = e.waitStatus(v.Quota.ID, domain.QuotaDeletedStatus)
+			v = e.waitStatus(v.Quota.ID, capacity.QuotaDeletedStatus)
 			for _, c := range v.Children {
-				if c.Quota.Status != domain.QuotaDeletedStatus {
+				if c.Quota.Status != capacity.QuotaDeletedStatus {
 					t.Errorf("child %s is %s", c.Quota.Name, c.Quota.Status)
 				}
-				if c.WorkGroup != nil && c.WorkGroup.Status != domain.StatusDeleted {
+				if c.WorkGroup != nil && c.WorkGroup.Status != capacity.StatusDeleted {
 					t.Errorf("work group %s is %s", c.WorkGroup.ID, c.WorkGroup.Status)
 				}
 			}
@@ -98,12 +98,12 @@ func TestUnsubscriptionOfWhatIsAlreadyGone(t *testing.T) {
 	e := newEnv(t)
 	e.seed("acme", "c1", "A100", 8)
 	v := e.createGU("acme", "c1", "gu1", "A100", 4, 8)
-	v = e.waitStatus(v.Quota.ID, domain.QuotaActive)
+	v = e.waitStatus(v.Quota.ID, capacity.QuotaActive)
 	e.op.RemoveWorkGroup(defaultChild(t, v).WorkGroup.ID)
 	if _, err := e.app().DeleteQuota(context.Background(), admin, v.Quota.ID, ""); err != nil {
 		t.Fatal(err)
 	}
-	e.waitStatus(v.Quota.ID, domain.QuotaDeletedStatus)
+	e.waitStatus(v.Quota.ID, capacity.QuotaDeletedStatus)
 	if c := e.op.Counts(); c.WorkGroupDeleted != 0 {
 		t.Fatalf("operator counts = %+v", c)
 	}
@@ -111,15 +111,15 @@ func TestUnsubscriptionOfWhatIsAlreadyGone(t *testing.T) {
 	// Another tenant whose GU quota has only the background child: no
 	// WorkGroup, never a Ray cluster; unsubscription answers Deleted.
 	e.seed("beta", "c1", "A100", 8)
-	w := e.createGU("beta", "c1", "bg-only", "A100", 2, 2, domain.Spec{Name: "bg-only-background", Max: 2, Background: true})
-	if w.Quota.Status != domain.QuotaActive {
+	w := e.createGU("beta", "c1", "bg-only", "A100", 2, 2, capacity.Spec{Name: "bg-only-background", Max: 2, Background: true})
+	if w.Quota.Status != capacity.QuotaActive {
 		t.Fatalf("quota without WorkGroups = %s", w.Quota.Status)
 	}
 	if _, err := e.app().GetRayCluster(context.Background(), admin, "beta", "c1"); err == nil {
 		t.Fatal("a Ray cluster was created for a background-only quota")
 	}
 	got, err := e.app().DeleteQuota(context.Background(), admin, w.Quota.ID, "")
-	if err != nil || got.Quota.Status != domain.QuotaDeletedStatus {
+	if err != nil || got.Quota.Status != capacity.QuotaDeletedStatus {
 		t.Fatalf("delete = %+v, %v", got.Quota, err)
 	}
 	// Deleting again: not found.
@@ -138,7 +138,7 @@ func TestProductionReappliesVanishedResources(t *testing.T) {
 	e.crashAt(app.StepWorkGroupObserved, func() { v = e.createGU("acme", "c1", "gu1", "A100", 4, 8) })
 	e.op = inprocess.New(inprocess.Config{Delay: 10 * time.Millisecond})
 	e.start(nil)
-	e.waitStatus(v.Quota.ID, domain.QuotaActive)
+	e.waitStatus(v.Quota.ID, capacity.QuotaActive)
 	if c := e.op.Counts(); c.RayCreated != 1 || c.WorkGroupCreated != 1 {
 		t.Fatalf("operator counts = %+v", c)
 	}
@@ -165,7 +165,7 @@ func TestTwoInstancesProduceOnce(t *testing.T) {
 		ids = append(ids, e.createGU("acme", "c1", name, "A100", 2, 4).Quota.ID)
 	}
 	for _, id := range ids {
-		e.waitStatus(id, domain.QuotaActive)
+		e.waitStatus(id, capacity.QuotaActive)
 		if n := e.eventCount("quota/"+id, "QuotaProduced"); n != 1 {
 			t.Errorf("QuotaProduced of %s recorded %d times", id, n)
 		}
@@ -173,7 +173,7 @@ func TestTwoInstancesProduceOnce(t *testing.T) {
 	if c := e.op.Counts(); c.RayCreated != 1 || c.WorkGroupCreated != 3 {
 		t.Fatalf("operator counts = %+v", c)
 	}
-	if n := e.eventCount(domain.RayAggregate("acme", "c1"), "RayClusterApplied"); n != 1 {
+	if n := e.eventCount(capacity.RayAggregate("acme", "c1"), "RayClusterApplied"); n != 1 {
 		t.Fatalf("RayClusterApplied recorded %d times", n)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/kafkatest"
 	"github.com/taskmesh/taskmesh/services/quota"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -37,7 +37,7 @@ func wantGUError(t *testing.T, err error, code codes.Code, reason string) {
 	t.Fatalf("err = %v has no ErrorInfo %s", err, reason)
 }
 
-// CheckGUQuota's three outcomes (seed 003 "关于GU Quota调度").
+// CheckGUQuota's three outcomes (docs/api/quota.md, "The submit-time GU check").
 func TestCheckGUQuota(t *testing.T) {
 	e := newEnv(t)
 	e.seed("acme", "c1", "A100", 8)
@@ -63,7 +63,7 @@ func TestCheckGUQuota(t *testing.T) {
 	wantGUError(t, err, codes.NotFound, app.ReasonGUQuotaNotExists)
 
 	e.start(nil)
-	e.waitStatus(v.Quota.ID, domain.QuotaActive)
+	e.waitStatus(v.Quota.ID, capacity.QuotaActive)
 	for _, name := range []string{"gu1", "gu1-default", ""} {
 		wg, err := e.app().CheckGUQuota(ctx, "acme", name)
 		if err != nil || wg.TenantID != "acme" || wg.Quota != "gu1-default" || wg.MachineType != "A100" || wg.GPUs != 4 {
@@ -95,7 +95,7 @@ func TestWatchWorkGroups(t *testing.T) {
 	}
 }
 
-// Regression tests of the seed's 联调问题 list, and the quota rules.
+// Regression tests of known integration pitfalls, and the quota rules.
 func TestQuotaRules(t *testing.T) {
 	e := newEnv(t)
 	e.seed("acme", "c1", "A100", 64)
@@ -103,16 +103,16 @@ func TestQuotaRules(t *testing.T) {
 
 	// Deeply nested GU quotas: every level is created and the operator gets
 	// the whole subtree of the second-level quota.
-	deep := domain.Spec{Name: "l5", Min: 1, Max: 2}
+	deep := capacity.Spec{Name: "l5", Min: 1, Max: 2}
 	for _, n := range []string{"l4", "l3"} {
-		deep = domain.Spec{Name: n, Min: 1, Max: 2, Children: []domain.Spec{deep}}
+		deep = capacity.Spec{Name: n, Min: 1, Max: 2, Children: []capacity.Spec{deep}}
 	}
 	v := e.createGU("acme", "c1", "deep", "A100", 8, 8,
-		domain.Spec{Name: "l2", Min: 2, Max: 4, Children: []domain.Spec{deep}},
-		domain.Spec{Name: "deep-bg", Max: 8, Background: true})
-	v = e.waitStatus(v.Quota.ID, domain.QuotaActive)
+		capacity.Spec{Name: "l2", Min: 2, Max: 4, Children: []capacity.Spec{deep}},
+		capacity.Spec{Name: "deep-bg", Max: 8, Background: true})
+	v = e.waitStatus(v.Quota.ID, capacity.QuotaActive)
 	l2 := defaultChild(t, v)
-	spec, ok := e.op.WorkGroup(domain.WorkGroupName(l2.Quota.ID))
+	spec, ok := e.op.WorkGroup(capacity.WorkGroupName(l2.Quota.ID))
 	if !ok {
 		t.Fatal("no WorkGroup applied")
 	}
@@ -132,44 +132,44 @@ func TestQuotaRules(t *testing.T) {
 	}
 
 	// Adding a quota below the WorkGroup quota applies the WorkGroup again.
-	if _, err := e.app().CreateQuota(ctx, admin, domain.CreateQuota{ParentID: l2.Quota.ID,
-		Spec: domain.Spec{Name: "l3b", Min: 0, Max: 1}}); err != nil {
+	if _, err := e.app().CreateQuota(ctx, admin, capacity.CreateQuota{ParentID: l2.Quota.ID,
+		Spec: capacity.Spec{Name: "l3b", Min: 0, Max: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the WorkGroup to be updated", func() bool { return e.op.Counts().WorkGroupUpdated == 1 })
 	eventually(t, "the WorkGroup to run again", func() bool {
 		w, err := e.app().GetWorkGroup(ctx, admin, l2.Quota.ID)
-		return err == nil && w.Status == domain.StatusRunning && w.Generation == 2
+		return err == nil && w.Status == capacity.StatusRunning && w.Generation == 2
 	})
 	_ = e.stop() // nothing records events behind the checks below
 
 	bad := []struct {
 		name string
-		cmd  domain.CreateQuota
+		cmd  capacity.CreateQuota
 		want error
 	}{
-		{"min above max", domain.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: domain.KindGU,
-			Spec: domain.Spec{Name: "x", Min: 3, Max: 2, MachineType: "A100"}}, domain.ErrInvalid},
-		{"children's min above the parent's", domain.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: domain.KindGU,
-			Spec: domain.Spec{Name: "x", Min: 2, Max: 4, MachineType: "A100", Children: []domain.Spec{{Name: "x1", Min: 2, Max: 2}, {Name: "x2", Min: 1, Max: 2}}}}, domain.ErrInvalid},
-		{"child max above the parent's", domain.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: domain.KindGU,
-			Spec: domain.Spec{Name: "x", Min: 2, Max: 4, MachineType: "A100", Children: []domain.Spec{{Name: "x1", Min: 1, Max: 5}}}}, domain.ErrInvalid},
-		{"background below level 2", domain.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: domain.KindGU,
-			Spec: domain.Spec{Name: "x", Min: 2, Max: 4, MachineType: "A100", Children: []domain.Spec{{Name: "x1", Min: 1, Max: 2,
-				Children: []domain.Spec{{Name: "x2", Max: 1, Background: true}}}}}}, domain.ErrInvalid},
-		{"GU without machine type", domain.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: domain.KindGU,
-			Spec: domain.Spec{Name: "x", Min: 1, Max: 1}}, domain.ErrInvalid},
-		{"other machine type below", domain.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: domain.KindGU,
-			Spec: domain.Spec{Name: "x", Min: 1, Max: 1, MachineType: "A100", Children: []domain.Spec{{Name: "x1", Max: 1, MachineType: "H100"}}}}, domain.ErrInvalid},
-		{"duplicate name", domain.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: domain.KindGU,
-			Spec: domain.Spec{Name: "deep", Min: 1, Max: 1, MachineType: "A100"}}, domain.ErrExists},
-		{"unknown tenant", domain.CreateQuota{TenantID: "nobody", Cluster: "c1", Kind: domain.KindGU,
-			Spec: domain.Spec{Name: "x", Min: 1, Max: 1, MachineType: "A100"}}, domain.ErrNotFound},
-		{"unknown cluster", domain.CreateQuota{TenantID: "acme", Cluster: "c9", Kind: domain.KindGU,
-			Spec: domain.Spec{Name: "x", Min: 1, Max: 1, MachineType: "A100"}}, domain.ErrNotFound},
-		{"unknown parent", domain.CreateQuota{ParentID: "q-missing", Spec: domain.Spec{Name: "x", Min: 0, Max: 1}}, domain.ErrNotFound},
-		{"child min beyond the parent's free min", domain.CreateQuota{ParentID: l2.Quota.ID,
-			Spec: domain.Spec{Name: "x", Min: 2, Max: 2}}, domain.ErrInvalid},
+		{"min above max", capacity.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: capacity.KindGU,
+			Spec: capacity.Spec{Name: "x", Min: 3, Max: 2, MachineType: "A100"}}, capacity.ErrInvalid},
+		{"children's min above the parent's", capacity.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: capacity.KindGU,
+			Spec: capacity.Spec{Name: "x", Min: 2, Max: 4, MachineType: "A100", Children: []capacity.Spec{{Name: "x1", Min: 2, Max: 2}, {Name: "x2", Min: 1, Max: 2}}}}, capacity.ErrInvalid},
+		{"child max above the parent's", capacity.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: capacity.KindGU,
+			Spec: capacity.Spec{Name: "x", Min: 2, Max: 4, MachineType: "A100", Children: []capacity.Spec{{Name: "x1", Min: 1, Max: 5}}}}, capacity.ErrInvalid},
+		{"background below level 2", capacity.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: capacity.KindGU,
+			Spec: capacity.Spec{Name: "x", Min: 2, Max: 4, MachineType: "A100", Children: []capacity.Spec{{Name: "x1", Min: 1, Max: 2,
+				Children: []capacity.Spec{{Name: "x2", Max: 1, Background: true}}}}}}, capacity.ErrInvalid},
+		{"GU without machine type", capacity.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: capacity.KindGU,
+			Spec: capacity.Spec{Name: "x", Min: 1, Max: 1}}, capacity.ErrInvalid},
+		{"other machine type below", capacity.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: capacity.KindGU,
+			Spec: capacity.Spec{Name: "x", Min: 1, Max: 1, MachineType: "A100", Children: []capacity.Spec{{Name: "x1", Max: 1, MachineType: "H100"}}}}, capacity.ErrInvalid},
+		{"duplicate name", capacity.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: capacity.KindGU,
+			Spec: capacity.Spec{Name: "deep", Min: 1, Max: 1, MachineType: "A100"}}, capacity.ErrExists},
+		{"unknown tenant", capacity.CreateQuota{TenantID: "nobody", Cluster: "c1", Kind: capacity.KindGU,
+			Spec: capacity.Spec{Name: "x", Min: 1, Max: 1, MachineType: "A100"}}, capacity.ErrNotFound},
+		{"unknown cluster", capacity.CreateQuota{TenantID: "acme", Cluster: "c9", Kind: capacity.KindGU,
+			Spec: capacity.Spec{Name: "x", Min: 1, Max: 1, MachineType: "A100"}}, capacity.ErrNotFound},
+		{"unknown parent", capacity.CreateQuota{ParentID: "q-missing", Spec: capacity.Spec{Name: "x", Min: 0, Max: 1}}, capacity.ErrNotFound},
+		{"child min beyond the parent's free min", capacity.CreateQuota{ParentID: l2.Quota.ID,
+			Spec: capacity.Spec{Name: "x", Min: 2, Max: 2}}, capacity.ErrInvalid},
 	}
 	var before int
 	_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&before)
@@ -189,7 +189,7 @@ func TestQuotaRules(t *testing.T) {
 	if _, err := e.app().CreateQuota(ctx, app.Caller{TenantID: "acme"}, bad[0].cmd); !errors.Is(err, app.ErrForbidden) {
 		t.Fatalf("tenant produced a quota: %v", err)
 	}
-	if _, err := e.app().UpdateQuota(ctx, admin, v.Quota.ID, 1, 8); !errors.Is(err, domain.ErrInvalid) {
+	if _, err := e.app().UpdateQuota(ctx, admin, v.Quota.ID, 1, 8); !errors.Is(err, capacity.ErrInvalid) {
 		t.Fatalf("root min below its children's: %v", err)
 	}
 	e.start(func(s string) error { // hold the deletion
@@ -201,7 +201,7 @@ func TestQuotaRules(t *testing.T) {
 	if _, err := e.app().DeleteQuota(ctx, admin, v.Quota.ID, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.app().UpdateQuota(ctx, admin, l2.Quota.ID, 1, 4); !errors.Is(err, domain.ErrConflict) {
+	if _, err := e.app().UpdateQuota(ctx, admin, l2.Quota.ID, 1, 4); !errors.Is(err, capacity.ErrConflict) {
 		t.Fatalf("update while deleting: %v", err)
 	}
 }
@@ -214,13 +214,13 @@ func TestTenantIsolation(t *testing.T) {
 	v := e.createGU("acme", "c1", "gu1", "A100", 1, 1)
 	ctx := context.Background()
 	beta := app.Caller{TenantID: "beta"}
-	if _, err := e.app().GetQuota(ctx, beta, v.Quota.ID); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := e.app().GetQuota(ctx, beta, v.Quota.ID); !errors.Is(err, capacity.ErrNotFound) {
 		t.Fatalf("beta read acme's quota: %v", err)
 	}
-	if qs, _ := e.app().ListQuotas(ctx, beta, postgresAll()); len(qs) != 0 {
+	if qs, _ := e.app().ListQuotas(ctx, beta, allQuotas()); len(qs) != 0 {
 		t.Fatalf("beta listed %d quotas", len(qs))
 	}
-	if qs, _ := e.app().ListQuotas(ctx, app.Caller{TenantID: "acme"}, postgresAll()); len(qs) != 3 {
+	if qs, _ := e.app().ListQuotas(ctx, app.Caller{TenantID: "acme"}, allQuotas()); len(qs) != 3 {
 		t.Fatalf("acme listed %d quotas", len(qs))
 	}
 }
@@ -231,14 +231,14 @@ func TestEventsReachKafkaAndProjectionRebuilds(t *testing.T) {
 	e := newEnv(t)
 	e.seed("acme", "c1", "A100", 8)
 	v := e.createGU("acme", "c1", "gu1", "A100", 4, 8)
-	e.waitStatus(v.Quota.ID, domain.QuotaActive)
+	e.waitStatus(v.Quota.ID, capacity.QuotaActive)
 	if _, err := e.app().UpdateQuota(context.Background(), admin, v.Quota.ID, 5, 8); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.app().DeleteQuota(context.Background(), admin, v.Quota.ID, "bye"); err != nil {
 		t.Fatal(err)
 	}
-	e.waitStatus(v.Quota.ID, domain.QuotaDeletedStatus)
+	e.waitStatus(v.Quota.ID, capacity.QuotaDeletedStatus)
 
 	var stored int
 	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM events`).Scan(&stored)
@@ -288,8 +288,8 @@ func TestConcurrentProductionsOfOneName(t *testing.T) {
 	errs := make(chan error, 6)
 	for range 6 {
 		go func() {
-			_, err := e.app().CreateQuota(context.Background(), admin, domain.CreateQuota{TenantID: "acme", Cluster: "c1",
-				Kind: domain.KindGU, Spec: domain.Spec{Name: "same", Min: 2, Max: 2, MachineType: "A100"}})
+			_, err := e.app().CreateQuota(context.Background(), admin, capacity.CreateQuota{TenantID: "acme", Cluster: "c1",
+				Kind: capacity.KindGU, Spec: capacity.Spec{Name: "same", Min: 2, Max: 2, MachineType: "A100"}})
 			errs <- err
 		}()
 	}
@@ -298,7 +298,7 @@ func TestConcurrentProductionsOfOneName(t *testing.T) {
 		switch err := <-errs; {
 		case err == nil:
 			won++
-		case !errors.Is(err, domain.ErrExists):
+		case !errors.Is(err, capacity.ErrExists):
 			t.Errorf("err = %v, want ErrExists", err)
 		}
 	}

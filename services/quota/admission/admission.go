@@ -117,9 +117,9 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger.With("service", "admission")}
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "admission", Topic: cfg.Topic, Partitions: cfg.Partitions,
 		Kafka: cfg.Kafka, Logger: s.log})
-	store := postgres.Store{Events: eventstore.New()}
+	store := postgres.Store{DB: cfg.DB, Events: eventstore.New()}
 	s.loop = app.NewLoop(cfg.DB, store, kueue.New, cfg.Now, s.log, app.LoopConfig{Tick: cfg.Tick, AfterCommit: s.relay.Notify})
-	s.app = app.New(app.Options{DB: cfg.DB, Store: store, Validate: kueue.Validate, Loop: s.loop, GUQuotas: cfg.GUQuotas,
+	s.app = app.New(app.Options{Store: store, Validate: kueue.Validate, Loop: s.loop, GUQuotas: cfg.GUQuotas,
 		TierQueues: TierQueues, Now: cfg.Now, Logger: s.log, AfterWrite: s.relay.Notify})
 	return s, nil
 }

@@ -5,8 +5,9 @@ import (
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
 )
 
-// Names of the embedded defaults (seed 000 §1.3: premium tenants queue on
-// 8 GPUs, standard tenants on 2, sharing them as one cohort).
+// Names of the embedded defaults: premium tenants queue on 8 GPUs,
+// standard tenants on 2, sharing them as one cohort (docs/api/quota.md,
+// "Which work waits, and where").
 const (
 	DefaultCohort      = "tenants"
 	HighPriorityQueue  = "tenant-high-priority-queue"
@@ -36,7 +37,8 @@ func DefaultDefinitions() []app.Definition {
 				Flavors: []*quotav1.FlavorQuotas{{Name: DefaultFlavor,
 					Resources: []*quotav1.ResourceQuota{{Name: app.GPUResource, NominalQuota: gpus}}}}}},
 			QueueingStrategy: "BestEffortFIFO",
-			// Seed 004 §10.3: preempt only for a priority gap of 3 or more.
+			// Preempt only for a priority gap of 3 or more
+			// (docs/decisions/0011-kueue-style-admission.md).
 			Preemption: &quotav1.ClusterQueuePreemption{WithinClusterQueue: "LowerPriority",
 				ReclaimWithinCohort: "Any", MinPriorityGap: defaultGapOfSeed04},
 		}

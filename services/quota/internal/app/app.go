@@ -13,8 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // ErrForbidden: the caller may not do this (a tenant's key on an operator
@@ -27,30 +26,31 @@ type Caller struct {
 	Admin    bool
 }
 
-// Operator is the cluster operator (seed 003: the MFS CRD and its
-// operator): it creates Ray clusters and WorkGroups on a compute cluster
-// and reports their status. Every method is idempotent.
+// Operator is the cluster operator (the MFS custom resources and their
+// operator; docs/decisions/0013-quota-flows-as-process-managers.md): it
+// creates Ray clusters and WorkGroups on a compute cluster and reports
+// their status. Every method is idempotent.
 type Operator interface {
 	// ApplyRayCluster creates the Ray cluster's resource, or leaves it as
-	// is when it exists. An error wrapping domain.ErrOperatorRejected can
+	// is when it exists. An error wrapping capacity.ErrOperatorRejected can
 	// never succeed as is (the resource is refused); others are retried.
-	ApplyRayCluster(ctx context.Context, spec domain.RaySpec) error
+	ApplyRayCluster(ctx context.Context, spec capacity.RaySpec) error
 	// RayClusterStatus reports the Ray cluster's phase.
-	RayClusterStatus(ctx context.Context, spec domain.RaySpec) (domain.Observation, error)
+	RayClusterStatus(ctx context.Context, spec capacity.RaySpec) (capacity.Observation, error)
 	// ApplyWorkGroup creates or updates the WorkGroup's resource to spec.
 	// Errors as for ApplyRayCluster.
-	ApplyWorkGroup(ctx context.Context, spec domain.WorkGroupSpec) error
+	ApplyWorkGroup(ctx context.Context, spec capacity.WorkGroupSpec) error
 	// WorkGroupStatus reports the WorkGroup's phase and the generation of
 	// the spec it is about; PhaseAbsent when it does not exist.
-	WorkGroupStatus(ctx context.Context, spec domain.WorkGroupSpec) (domain.Observation, error)
+	WorkGroupStatus(ctx context.Context, spec capacity.WorkGroupSpec) (capacity.Observation, error)
 	// DeleteWorkGroup deletes the WorkGroup's resource; one that does not
 	// exist is deleted already (nil).
-	DeleteWorkGroup(ctx context.Context, spec domain.WorkGroupSpec) error
+	DeleteWorkGroup(ctx context.Context, spec capacity.WorkGroupSpec) error
 }
 
 // App is the quota service's use cases over its store.
 type App struct {
-	store *postgres.Store
+	store Store
 	now   func() time.Time
 	newID func() string
 	log   *slog.Logger
@@ -61,7 +61,7 @@ type App struct {
 
 // New returns the use cases. now and newID may be nil (real clock, random
 // ids).
-func New(store *postgres.Store, now func() time.Time, newID func() string, log *slog.Logger) *App {
+func New(store Store, now func() time.Time, newID func() string, log *slog.Logger) *App {
 	if now == nil {
 		now = time.Now
 	}
@@ -86,14 +86,14 @@ func (a *App) clock() time.Time { return a.now().UTC().Truncate(time.Microsecond
 
 // Committed tells the app what a transaction recorded: WorkGroup changes
 // wake WatchWorkGroups subscribers. The store's AfterCommit calls it.
-func (a *App) Committed(events []domain.Event) {
+func (a *App) Committed(events []capacity.Event) {
 	for _, e := range events {
-		if _, ok := e.Data.(domain.WorkGroupRunning); ok {
+		if _, ok := e.Data.(capacity.WorkGroupRunning); ok {
 			a.notify()
 			return
 		}
 		switch e.Data.(type) {
-		case domain.WorkGroupFailed, domain.WorkGroupDeleting, domain.WorkGroupDeleted, domain.WorkGroupSpecChanged:
+		case capacity.WorkGroupFailed, capacity.WorkGroupDeleting, capacity.WorkGroupDeleted, capacity.WorkGroupSpecChanged:
 			a.notify()
 			return
 		}

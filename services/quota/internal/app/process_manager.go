@@ -7,8 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // Steps of the production and unsubscription flows, named for the fault
@@ -27,7 +26,7 @@ const (
 	StepQuotaDelete       = "quota.delete"
 )
 
-// ProcessManager drives production and unsubscription (seed 003) through
+// ProcessManager drives production and unsubscription (docs/decisions/0013-quota-flows-as-process-managers.md) through
 // the cluster operator. It keeps no state of its own: every pass reads what
 // is pending from the store, and every step is recorded as an event before
 // the next one starts, so a new instance (after a crash, on another
@@ -52,7 +51,7 @@ const (
 //     and give a root's inventory back.
 type ProcessManager struct {
 	app      *App
-	store    *postgres.Store
+	store    ProcessStore
 	op       Operator
 	interval time.Duration
 	wake     chan struct{}
@@ -64,7 +63,7 @@ type ProcessManager struct {
 
 // NewProcessManager returns a process manager that passes every interval
 // (default 1s) and whenever woken.
-func NewProcessManager(a *App, store *postgres.Store, op Operator, interval time.Duration) *ProcessManager {
+func NewProcessManager(a *App, store ProcessStore, op Operator, interval time.Duration) *ProcessManager {
 	if interval <= 0 {
 		interval = time.Second
 	}
@@ -119,8 +118,8 @@ func (m *ProcessManager) fault(step string) error {
 }
 
 // record runs decide in a transaction on fresh state and records its events.
-func (m *ProcessManager) record(ctx context.Context, decide func(tx *postgres.Tx) ([]domain.Event, error)) error {
-	_, err := m.store.Update(ctx, "process-manager", func(tx *postgres.Tx) error {
+func (m *ProcessManager) record(ctx context.Context, decide func(tx Tx) ([]capacity.Event, error)) error {
+	_, err := m.store.Update(ctx, "process-manager", func(tx Tx) error {
 		events, err := decide(tx)
 		if err != nil || len(events) == 0 {
 			return err
@@ -160,22 +159,22 @@ func (m *ProcessManager) Pass(ctx context.Context) error {
 
 func (m *ProcessManager) now() time.Time { return m.app.clock() }
 
-func (m *ProcessManager) ray(ctx context.Context, r domain.RayCluster) error {
-	spec := domain.RaySpecOf(r)
+func (m *ProcessManager) ray(ctx context.Context, r capacity.RayCluster) error {
+	spec := capacity.RaySpecOf(r)
 	if !r.Applied {
 		if err := m.fault(StepRayApply); err != nil {
 			return err
 		}
 		err := m.op.ApplyRayCluster(ctx, spec)
-		if errors.Is(err, domain.ErrOperatorRejected) {
+		if errors.Is(err, capacity.ErrOperatorRejected) {
 			reason := err.Error()
-			return m.record(ctx, func(tx *postgres.Tx) ([]domain.Event, error) {
+			return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 				cur, err := tx.Ray(r.TenantID, r.Cluster)
-				if err != nil || cur.Status != domain.StatusCreating {
+				if err != nil || cur.Status != capacity.StatusCreating {
 					return nil, err
 				}
-				return []domain.Event{{Aggregate: domain.RayAggregate(r.TenantID, r.Cluster), TenantID: r.TenantID, At: m.now(),
-					Data: domain.RayClusterFailed{Reason: reason}}}, nil
+				return []capacity.Event{{Aggregate: capacity.RayAggregate(r.TenantID, r.Cluster), TenantID: r.TenantID, At: m.now(),
+					Data: capacity.RayClusterFailed{Reason: reason}}}, nil
 			})
 		}
 		if err != nil {
@@ -184,13 +183,13 @@ func (m *ProcessManager) ray(ctx context.Context, r domain.RayCluster) error {
 		if err := m.fault(StepRayApplied); err != nil {
 			return err
 		}
-		if err := m.record(ctx, func(tx *postgres.Tx) ([]domain.Event, error) {
+		if err := m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 			cur, err := tx.Ray(r.TenantID, r.Cluster)
-			if err != nil || cur.Status != domain.StatusCreating || cur.Applied {
+			if err != nil || cur.Status != capacity.StatusCreating || cur.Applied {
 				return nil, err
 			}
-			return []domain.Event{{Aggregate: domain.RayAggregate(r.TenantID, r.Cluster), TenantID: r.TenantID, At: m.now(),
-				Data: domain.RayClusterApplied{}}}, nil
+			return []capacity.Event{{Aggregate: capacity.RayAggregate(r.TenantID, r.Cluster), TenantID: r.TenantID, At: m.now(),
+				Data: capacity.RayClusterApplied{}}}, nil
 		}); err != nil {
 			return err
 		}
@@ -199,46 +198,46 @@ func (m *ProcessManager) ray(ctx context.Context, r domain.RayCluster) error {
 	if err != nil {
 		return fmt.Errorf("status of Ray cluster %s: %w", r.Name, err)
 	}
-	if o.Phase == domain.PhaseAbsent && r.Applied {
+	if o.Phase == capacity.PhaseAbsent && r.Applied {
 		// The resource vanished after it was accepted (deleted by hand, or
 		// an operator that lost its state): apply it again.
-		if err := m.op.ApplyRayCluster(ctx, spec); err != nil && !errors.Is(err, domain.ErrOperatorRejected) {
+		if err := m.op.ApplyRayCluster(ctx, spec); err != nil && !errors.Is(err, capacity.ErrOperatorRejected) {
 			return fmt.Errorf("apply Ray cluster %s again: %w", r.Name, err)
 		}
 		return nil
 	}
-	if o.Phase != domain.PhaseRunning && o.Phase != domain.PhaseFailed {
+	if o.Phase != capacity.PhaseRunning && o.Phase != capacity.PhaseFailed {
 		return nil
 	}
 	if err := m.fault(StepRayObserved); err != nil {
 		return err
 	}
-	return m.record(ctx, func(tx *postgres.Tx) ([]domain.Event, error) {
+	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 		cur, err := tx.Ray(r.TenantID, r.Cluster)
 		if err != nil {
 			return nil, err
 		}
-		return domain.ObserveRay(cur, o, m.now()), nil
+		return capacity.ObserveRay(cur, o, m.now()), nil
 	})
 }
 
 // specOf reads the WorkGroup's quota and subtree in tx.
-func specOf(tx *postgres.Tx, w domain.WorkGroup) (domain.WorkGroupSpec, error) {
+func specOf(tx Tx, w capacity.WorkGroup) (capacity.WorkGroupSpec, error) {
 	q, err := tx.Quota(w.QuotaID)
 	if err != nil {
-		return domain.WorkGroupSpec{}, err
+		return capacity.WorkGroupSpec{}, err
 	}
 	sub, err := tx.Subtree(q)
 	if err != nil {
-		return domain.WorkGroupSpec{}, err
+		return capacity.WorkGroupSpec{}, err
 	}
-	return domain.WorkGroupSpecOf(w, q, sub), nil
+	return capacity.WorkGroupSpecOf(w, q, sub), nil
 }
 
 // readSpec reads a WorkGroup's current spec.
-func (m *ProcessManager) readSpec(ctx context.Context, w domain.WorkGroup) (domain.WorkGroupSpec, error) {
-	var spec domain.WorkGroupSpec
-	_, err := m.store.Update(ctx, "process-manager", func(tx *postgres.Tx) error {
+func (m *ProcessManager) readSpec(ctx context.Context, w capacity.WorkGroup) (capacity.WorkGroupSpec, error) {
+	var spec capacity.WorkGroupSpec
+	_, err := m.store.Update(ctx, "process-manager", func(tx Tx) error {
 		var err error
 		spec, err = specOf(tx, w)
 		return err
@@ -246,22 +245,22 @@ func (m *ProcessManager) readSpec(ctx context.Context, w domain.WorkGroup) (doma
 	return spec, err
 }
 
-func (m *ProcessManager) failWorkGroup(ctx context.Context, w domain.WorkGroup, reason string) error {
-	return m.record(ctx, func(tx *postgres.Tx) ([]domain.Event, error) {
+func (m *ProcessManager) failWorkGroup(ctx context.Context, w capacity.WorkGroup, reason string) error {
+	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 		cur, err := tx.WorkGroup(w.QuotaID)
 		if err != nil || cur.Generation != w.Generation {
 			return nil, err
 		}
-		return domain.FailWorkGroup(cur, reason, m.now()), nil
+		return capacity.FailWorkGroup(cur, reason, m.now()), nil
 	})
 }
 
-func (m *ProcessManager) workGroup(ctx context.Context, w domain.WorkGroup) error {
+func (m *ProcessManager) workGroup(ctx context.Context, w capacity.WorkGroup) error {
 	spec, err := m.readSpec(ctx, w)
 	if err != nil {
 		return err
 	}
-	if w.Status == domain.StatusDeleting {
+	if w.Status == capacity.StatusDeleting {
 		return m.deleteWorkGroup(ctx, w, spec)
 	}
 	if w.AppliedGeneration < w.Generation {
@@ -270,7 +269,7 @@ func (m *ProcessManager) workGroup(ctx context.Context, w domain.WorkGroup) erro
 			return err
 		}
 		switch {
-		case ray.Status == domain.StatusFailed:
+		case ray.Status == capacity.StatusFailed:
 			return m.failWorkGroup(ctx, w, fmt.Sprintf("Ray cluster %s failed: %s", ray.Name, ray.Reason))
 		case !ray.Applied:
 			return nil // the Ray cluster's resource comes first
@@ -279,7 +278,7 @@ func (m *ProcessManager) workGroup(ctx context.Context, w domain.WorkGroup) erro
 			return err
 		}
 		err = m.op.ApplyWorkGroup(ctx, spec)
-		if errors.Is(err, domain.ErrOperatorRejected) {
+		if errors.Is(err, capacity.ErrOperatorRejected) {
 			return m.failWorkGroup(ctx, w, err.Error())
 		}
 		if err != nil {
@@ -288,13 +287,13 @@ func (m *ProcessManager) workGroup(ctx context.Context, w domain.WorkGroup) erro
 		if err := m.fault(StepWorkGroupApplied); err != nil {
 			return err
 		}
-		if err := m.record(ctx, func(tx *postgres.Tx) ([]domain.Event, error) {
+		if err := m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 			cur, err := tx.WorkGroup(w.QuotaID)
-			if err != nil || cur.Status != domain.StatusCreating || cur.AppliedGeneration >= spec.Generation {
+			if err != nil || cur.Status != capacity.StatusCreating || cur.AppliedGeneration >= spec.Generation {
 				return nil, err
 			}
-			return []domain.Event{{Aggregate: domain.WorkGroupAggregate(w.QuotaID), TenantID: w.TenantID, At: m.now(),
-				Data: domain.WorkGroupApplied{Generation: spec.Generation}}}, nil
+			return []capacity.Event{{Aggregate: capacity.WorkGroupAggregate(w.QuotaID), TenantID: w.TenantID, At: m.now(),
+				Data: capacity.WorkGroupApplied{Generation: spec.Generation}}}, nil
 		}); err != nil {
 			return err
 		}
@@ -303,25 +302,25 @@ func (m *ProcessManager) workGroup(ctx context.Context, w domain.WorkGroup) erro
 	if err != nil {
 		return fmt.Errorf("status of WorkGroup %s: %w", w.ID, err)
 	}
-	if o.Phase == domain.PhaseAbsent && w.AppliedGeneration >= w.Generation {
+	if o.Phase == capacity.PhaseAbsent && w.AppliedGeneration >= w.Generation {
 		// As for Ray clusters: a vanished resource is applied again, its
 		// Ray cluster first (applying an existing one changes nothing).
 		ray, err := m.store.Ray(ctx, w.TenantID, w.Cluster)
 		if err != nil {
 			return err
 		}
-		if err := m.op.ApplyRayCluster(ctx, domain.RaySpecOf(ray)); err != nil && !errors.Is(err, domain.ErrOperatorRejected) {
+		if err := m.op.ApplyRayCluster(ctx, capacity.RaySpecOf(ray)); err != nil && !errors.Is(err, capacity.ErrOperatorRejected) {
 			return fmt.Errorf("apply Ray cluster %s again: %w", ray.Name, err)
 		}
-		if err := m.op.ApplyWorkGroup(ctx, spec); err != nil && !errors.Is(err, domain.ErrOperatorRejected) {
+		if err := m.op.ApplyWorkGroup(ctx, spec); err != nil && !errors.Is(err, capacity.ErrOperatorRejected) {
 			return fmt.Errorf("apply WorkGroup %s again: %w", w.ID, err)
 		}
 		return nil
 	}
-	if o.Phase != domain.PhaseRunning && o.Phase != domain.PhaseFailed {
+	if o.Phase != capacity.PhaseRunning && o.Phase != capacity.PhaseFailed {
 		return nil
 	}
-	if o.Phase == domain.PhaseRunning {
+	if o.Phase == capacity.PhaseRunning {
 		// A WorkGroup runs inside its Ray cluster: it counts as Running
 		// once the cluster has been seen Running, so the quota never
 		// settles ahead of its cluster, whichever the operator reports
@@ -331,8 +330,8 @@ func (m *ProcessManager) workGroup(ctx context.Context, w domain.WorkGroup) erro
 			return err
 		}
 		switch ray.Status {
-		case domain.StatusRunning:
-		case domain.StatusFailed:
+		case capacity.StatusRunning:
+		case capacity.StatusFailed:
 			return m.failWorkGroup(ctx, w, fmt.Sprintf("Ray cluster %s failed: %s", ray.Name, ray.Reason))
 		default:
 			return nil
@@ -341,16 +340,16 @@ func (m *ProcessManager) workGroup(ctx context.Context, w domain.WorkGroup) erro
 	if err := m.fault(StepWorkGroupObserved); err != nil {
 		return err
 	}
-	return m.record(ctx, func(tx *postgres.Tx) ([]domain.Event, error) {
+	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 		cur, err := tx.WorkGroup(w.QuotaID)
 		if err != nil {
 			return nil, err
 		}
-		return domain.ObserveWorkGroup(cur, o, m.now()), nil
+		return capacity.ObserveWorkGroup(cur, o, m.now()), nil
 	})
 }
 
-func (m *ProcessManager) deleteWorkGroup(ctx context.Context, w domain.WorkGroup, spec domain.WorkGroupSpec) error {
+func (m *ProcessManager) deleteWorkGroup(ctx context.Context, w capacity.WorkGroup, spec capacity.WorkGroupSpec) error {
 	if err := m.fault(StepWorkGroupDelete); err != nil {
 		return err
 	}
@@ -361,27 +360,27 @@ func (m *ProcessManager) deleteWorkGroup(ctx context.Context, w domain.WorkGroup
 	if err != nil {
 		return fmt.Errorf("status of WorkGroup %s: %w", w.ID, err)
 	}
-	if o.Phase != domain.PhaseAbsent {
+	if o.Phase != capacity.PhaseAbsent {
 		return nil
 	}
 	if err := m.fault(StepWorkGroupDeleted); err != nil {
 		return err
 	}
-	return m.record(ctx, func(tx *postgres.Tx) ([]domain.Event, error) {
+	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 		cur, err := tx.WorkGroup(w.QuotaID)
 		if err != nil {
 			return nil, err
 		}
-		return domain.ObserveWorkGroup(cur, o, m.now()), nil
+		return capacity.ObserveWorkGroup(cur, o, m.now()), nil
 	})
 }
 
-func (m *ProcessManager) quota(ctx context.Context, q domain.Quota) error {
-	if q.Status == domain.QuotaUnsubscribing {
+func (m *ProcessManager) quota(ctx context.Context, q capacity.Quota) error {
+	if q.Status == capacity.QuotaUnsubscribing {
 		if err := m.fault(StepQuotaDelete); err != nil {
 			return err
 		}
-		return m.record(ctx, func(tx *postgres.Tx) ([]domain.Event, error) {
+		return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 			cur, err := tx.Quota(q.ID)
 			if err != nil {
 				return nil, err
@@ -390,7 +389,7 @@ func (m *ProcessManager) quota(ctx context.Context, q domain.Quota) error {
 			// subtree (and gives a root's inventory back once).
 			if cur.ParentID != "" {
 				p, err := tx.Quota(cur.ParentID)
-				if err != nil || p.Status == domain.QuotaUnsubscribing {
+				if err != nil || p.Status == capacity.QuotaUnsubscribing {
 					return nil, err
 				}
 			}
@@ -399,19 +398,19 @@ func (m *ProcessManager) quota(ctx context.Context, q domain.Quota) error {
 				return nil, err
 			}
 			st.Now = m.now()
-			return domain.FinishUnsubscription(st), nil
+			return capacity.FinishUnsubscription(st), nil
 		})
 	}
 	if err := m.fault(StepQuotaSettle); err != nil {
 		return err
 	}
-	return m.record(ctx, func(tx *postgres.Tx) ([]domain.Event, error) {
+	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
 		cur, err := tx.Quota(q.ID)
 		if err != nil {
 			return nil, err
 		}
-		var wgs []domain.WorkGroup
-		subtree := []domain.Quota{cur}
+		var wgs []capacity.WorkGroup
+		subtree := []capacity.Quota{cur}
 		if cur.Level == 1 {
 			if subtree, err = tx.Subtree(cur); err != nil {
 				return nil, err
@@ -427,6 +426,6 @@ func (m *ProcessManager) quota(ctx context.Context, q domain.Quota) error {
 			}
 			wgs = append(wgs, w)
 		}
-		return domain.SettleProduction(cur, wgs, m.now()), nil
+		return capacity.SettleProduction(cur, wgs, m.now()), nil
 	})
 }

@@ -4,43 +4,42 @@ import (
 	"context"
 	"errors"
 
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // QuotaView is a quota with its WorkGroup (if it has one) and, for single
 // reads, its subtree.
 type QuotaView struct {
-	Quota     domain.Quota
-	WorkGroup *domain.WorkGroup
+	Quota     capacity.Quota
+	WorkGroup *capacity.WorkGroup
 	Children  []QuotaView
 }
 
 // CreateQuota produces a quota (operators only): it records the quotas, the
 // inventory they take, and the Ray cluster and WorkGroups to create, in one
 // transaction, and answers at once; the process manager does the rest.
-func (a *App) CreateQuota(ctx context.Context, c Caller, cmd domain.CreateQuota) (QuotaView, error) {
+func (a *App) CreateQuota(ctx context.Context, c Caller, cmd capacity.CreateQuota) (QuotaView, error) {
 	if err := requireAdmin(c); err != nil {
 		return QuotaView{}, err
 	}
 	var id string
-	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
-		st := domain.ProductionState{NewID: a.newID, Now: a.clock()}
+	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+		st := capacity.ProductionState{NewID: a.newID, Now: a.clock()}
 		var err error
 		if cmd.ParentID != "" {
 			if st.Parent, err = tx.Quota(cmd.ParentID); err != nil {
 				return err
 			}
-			if !st.Parent.Exists() || st.Parent.Status == domain.QuotaDeletedStatus {
-				return domain.NotFound("quota", cmd.ParentID)
+			if !st.Parent.Exists() || st.Parent.Status == capacity.QuotaDeletedStatus {
+				return capacity.NotFound("quota", cmd.ParentID)
 			}
 			if cmd.TenantID == "" {
 				cmd.TenantID = st.Parent.TenantID
 			}
 			if st.Parent.Exists() && st.Parent.TenantID != cmd.TenantID {
-				return domain.NotFound("quota", cmd.ParentID)
+				return capacity.NotFound("quota", cmd.ParentID)
 			}
-			if st.Siblings, err = tx.Quotas(`parent_id = $1`, cmd.ParentID); err != nil {
+			if st.Siblings, err = tx.Children(cmd.ParentID); err != nil {
 				return err
 			}
 			if st.Anchor, st.AnchorWorkGroup, err = anchorOf(tx, st.Parent); err != nil {
@@ -57,18 +56,18 @@ func (a *App) CreateQuota(ctx context.Context, c Caller, cmd domain.CreateQuota)
 		if st.Cluster, err = tx.Cluster(cluster); err != nil {
 			return err
 		}
-		if st.TenantQuotas, err = tx.Quotas(`tenant_id = $1 AND status <> 'Deleted'`, cmd.TenantID); err != nil {
+		if st.TenantQuotas, err = tx.TenantQuotas(cmd.TenantID); err != nil {
 			return err
 		}
 		if st.Ray, err = tx.Ray(cmd.TenantID, cluster); err != nil {
 			return err
 		}
-		events, err := domain.Produce(cmd, st)
+		events, err := capacity.Produce(cmd, st)
 		if err != nil {
 			return err
 		}
 		for _, e := range events {
-			if qc, ok := e.Data.(domain.QuotaCreated); ok {
+			if qc, ok := e.Data.(capacity.QuotaCreated); ok {
 				id = qc.ID
 				break
 			}
@@ -83,16 +82,16 @@ func (a *App) CreateQuota(ctx context.Context, c Caller, cmd domain.CreateQuota)
 
 // anchorOf returns the WorkGroup quota at or above q (its second-level
 // ancestor, if that one has a WorkGroup) and the WorkGroup.
-func anchorOf(tx *postgres.Tx, q domain.Quota) (domain.Quota, domain.WorkGroup, error) {
+func anchorOf(tx Tx, q capacity.Quota) (capacity.Quota, capacity.WorkGroup, error) {
 	for q.Level > 2 {
 		p, err := tx.Quota(q.ParentID)
 		if err != nil {
-			return domain.Quota{}, domain.WorkGroup{}, err
+			return capacity.Quota{}, capacity.WorkGroup{}, err
 		}
 		q = p
 	}
 	if q.Level != 2 || !q.HasWorkGroup() {
-		return domain.Quota{}, domain.WorkGroup{}, nil
+		return capacity.Quota{}, capacity.WorkGroup{}, nil
 	}
 	wg, err := tx.WorkGroup(q.ID)
 	return q, wg, err
@@ -103,24 +102,24 @@ func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max int
 	if err := requireAdmin(c); err != nil {
 		return QuotaView{}, err
 	}
-	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
-		st := domain.UpdateState{Now: a.clock()}
+	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+		st := capacity.UpdateState{Now: a.clock()}
 		var err error
 		if st.Quota, err = tx.Quota(id); err != nil {
 			return err
 		}
 		if !st.Quota.Exists() {
-			return domain.NotFound("quota", id)
+			return capacity.NotFound("quota", id)
 		}
 		if st.Quota.ParentID != "" {
 			if st.Parent, err = tx.Quota(st.Quota.ParentID); err != nil {
 				return err
 			}
-			if st.Siblings, err = tx.Quotas(`parent_id = $1`, st.Quota.ParentID); err != nil {
+			if st.Siblings, err = tx.Children(st.Quota.ParentID); err != nil {
 				return err
 			}
 		}
-		if st.Children, err = tx.Quotas(`parent_id = $1`, id); err != nil {
+		if st.Children, err = tx.Children(id); err != nil {
 			return err
 		}
 		if st.Cluster, err = tx.Cluster(st.Quota.Cluster); err != nil {
@@ -129,7 +128,7 @@ func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max int
 		if st.Anchor, st.AnchorWorkGroup, err = anchorOf(tx, st.Quota); err != nil {
 			return err
 		}
-		events, err := domain.UpdateQuota(st, min, max)
+		events, err := capacity.UpdateQuota(st, min, max)
 		if err != nil {
 			return err
 		}
@@ -142,13 +141,13 @@ func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max int
 }
 
 // unsubscribeState reads what deciding q's unsubscription needs.
-func unsubscribeState(tx *postgres.Tx, q domain.Quota) (domain.UnsubscribeState, error) {
-	st := domain.UnsubscribeState{Quota: q, WorkGroups: map[string]domain.WorkGroup{}}
+func unsubscribeState(tx Tx, q capacity.Quota) (capacity.UnsubscribeState, error) {
+	st := capacity.UnsubscribeState{Quota: q, WorkGroups: map[string]capacity.WorkGroup{}}
 	var err error
 	if st.Subtree, err = tx.Subtree(q); err != nil {
 		return st, err
 	}
-	for _, s := range append([]domain.Quota{q}, st.Subtree...) {
+	for _, s := range append([]capacity.Quota{q}, st.Subtree...) {
 		if !s.HasWorkGroup() {
 			continue
 		}
@@ -169,20 +168,20 @@ func (a *App) DeleteQuota(ctx context.Context, c Caller, id, reason string) (Quo
 	if err := requireAdmin(c); err != nil {
 		return QuotaView{}, err
 	}
-	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
+	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
 		q, err := tx.Quota(id)
 		if err != nil {
 			return err
 		}
 		if !q.Exists() {
-			return domain.NotFound("quota", id)
+			return capacity.NotFound("quota", id)
 		}
 		st, err := unsubscribeState(tx, q)
 		if err != nil {
 			return err
 		}
 		st.Reason, st.Now = reason, a.clock()
-		events, err := domain.Unsubscribe(st)
+		events, err := capacity.Unsubscribe(st)
 		if err != nil {
 			return err
 		}
@@ -202,9 +201,9 @@ func (a *App) GetQuota(ctx context.Context, c Caller, id string) (QuotaView, err
 		return QuotaView{}, err
 	}
 	if !visible(c, q.TenantID) {
-		return QuotaView{}, domain.NotFound("quota", id)
+		return QuotaView{}, capacity.NotFound("quota", id)
 	}
-	tree, err := a.store.Quotas(ctx, postgres.QuotaFilter{RootID: q.RootID})
+	tree, err := a.store.Quotas(ctx, QuotaFilter{RootID: q.RootID})
 	if err != nil {
 		return QuotaView{}, err
 	}
@@ -212,16 +211,16 @@ func (a *App) GetQuota(ctx context.Context, c Caller, id string) (QuotaView, err
 	if err != nil {
 		return QuotaView{}, err
 	}
-	byQuota := map[string]domain.WorkGroup{}
+	byQuota := map[string]capacity.WorkGroup{}
 	for _, w := range wgs {
 		byQuota[w.QuotaID] = w
 	}
-	children := map[string][]domain.Quota{}
+	children := map[string][]capacity.Quota{}
 	for _, x := range tree {
 		children[x.ParentID] = append(children[x.ParentID], x)
 	}
-	var build func(domain.Quota) QuotaView
-	build = func(x domain.Quota) QuotaView {
+	var build func(capacity.Quota) QuotaView
+	build = func(x capacity.Quota) QuotaView {
 		v := QuotaView{Quota: x}
 		if w, ok := byQuota[x.ID]; ok {
 			v.WorkGroup = &w
@@ -236,7 +235,7 @@ func (a *App) GetQuota(ctx context.Context, c Caller, id string) (QuotaView, err
 
 // ListQuotas lists quotas by id, each with its WorkGroup; a tenant's key
 // lists its own only.
-func (a *App) ListQuotas(ctx context.Context, c Caller, f postgres.QuotaFilter) ([]QuotaView, error) {
+func (a *App) ListQuotas(ctx context.Context, c Caller, f QuotaFilter) ([]QuotaView, error) {
 	if !c.Admin {
 		if f.TenantID != "" && f.TenantID != c.TenantID {
 			return nil, nil
@@ -255,7 +254,7 @@ func (a *App) ListQuotas(ctx context.Context, c Caller, f postgres.QuotaFilter) 
 			switch {
 			case err == nil:
 				v.WorkGroup = &w
-			case !errors.Is(err, domain.ErrNotFound):
+			case !errors.Is(err, capacity.ErrNotFound):
 				return nil, err
 			}
 		}

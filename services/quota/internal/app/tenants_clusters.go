@@ -3,22 +3,21 @@ package app
 import (
 	"context"
 
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // RegisterTenant records or renames a tenant (operators only).
-func (a *App) RegisterTenant(ctx context.Context, c Caller, id, name string) (domain.Tenant, error) {
+func (a *App) RegisterTenant(ctx context.Context, c Caller, id, name string) (capacity.Tenant, error) {
 	if err := requireAdmin(c); err != nil {
-		return domain.Tenant{}, err
+		return capacity.Tenant{}, err
 	}
-	var out domain.Tenant
-	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
+	var out capacity.Tenant
+	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
 		t, err := tx.Tenant(id)
 		if err != nil {
 			return err
 		}
-		events, err := domain.RegisterTenant(t, id, name, a.clock())
+		events, err := capacity.RegisterTenant(t, id, name, a.clock())
 		if err != nil {
 			return err
 		}
@@ -32,15 +31,15 @@ func (a *App) RegisterTenant(ctx context.Context, c Caller, id, name string) (do
 }
 
 // GetTenant returns a tenant; a tenant's key sees only itself.
-func (a *App) GetTenant(ctx context.Context, c Caller, id string) (domain.Tenant, error) {
+func (a *App) GetTenant(ctx context.Context, c Caller, id string) (capacity.Tenant, error) {
 	if !visible(c, id) {
-		return domain.Tenant{}, domain.NotFound("tenant", id)
+		return capacity.Tenant{}, capacity.NotFound("tenant", id)
 	}
 	return a.store.Tenant(ctx, id)
 }
 
 // ListTenants lists every tenant (operators only).
-func (a *App) ListTenants(ctx context.Context, c Caller) ([]domain.Tenant, error) {
+func (a *App) ListTenants(ctx context.Context, c Caller) ([]capacity.Tenant, error) {
 	if err := requireAdmin(c); err != nil {
 		return nil, err
 	}
@@ -48,17 +47,17 @@ func (a *App) ListTenants(ctx context.Context, c Caller) ([]domain.Tenant, error
 }
 
 // CreateCluster records a compute cluster (operators only).
-func (a *App) CreateCluster(ctx context.Context, c Caller, name, description string) (domain.Cluster, error) {
+func (a *App) CreateCluster(ctx context.Context, c Caller, name, description string) (capacity.Cluster, error) {
 	if err := requireAdmin(c); err != nil {
-		return domain.Cluster{}, err
+		return capacity.Cluster{}, err
 	}
-	var out domain.Cluster
-	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
+	var out capacity.Cluster
+	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
 		cl, err := tx.Cluster(name)
 		if err != nil {
 			return err
 		}
-		events, err := domain.CreateCluster(cl, name, description, a.clock())
+		events, err := capacity.CreateCluster(cl, name, description, a.clock())
 		if err != nil {
 			return err
 		}
@@ -73,30 +72,30 @@ func (a *App) CreateCluster(ctx context.Context, c Caller, name, description str
 
 // GetCluster returns a cluster with its inventory (any caller: inventory is
 // what a tenant checks before buying a quota).
-func (a *App) GetCluster(ctx context.Context, _ Caller, name string) (domain.Cluster, error) {
+func (a *App) GetCluster(ctx context.Context, _ Caller, name string) (capacity.Cluster, error) {
 	return a.store.Cluster(ctx, name)
 }
 
 // ListClusters lists every cluster.
-func (a *App) ListClusters(ctx context.Context, _ Caller) ([]domain.Cluster, error) {
+func (a *App) ListClusters(ctx context.Context, _ Caller) ([]capacity.Cluster, error) {
 	return a.store.Clusters(ctx)
 }
 
 // SetInventory sets a cluster's GPUs of a machine type (operators only).
-func (a *App) SetInventory(ctx context.Context, c Caller, cluster, machineType string, total int64) (domain.Inventory, error) {
+func (a *App) SetInventory(ctx context.Context, c Caller, cluster, machineType string, total int64) (capacity.Inventory, error) {
 	if err := requireAdmin(c); err != nil {
-		return domain.Inventory{}, err
+		return capacity.Inventory{}, err
 	}
-	var out domain.Inventory
-	_, err := a.store.Update(ctx, "admin", func(tx *postgres.Tx) error {
+	var out capacity.Inventory
+	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
 		cl, err := tx.Cluster(cluster)
 		if err != nil {
 			return err
 		}
 		if !cl.Exists() {
-			return domain.NotFound("cluster", cluster)
+			return capacity.NotFound("cluster", cluster)
 		}
-		events, err := domain.SetInventory(cl, machineType, total, a.clock())
+		events, err := capacity.SetInventory(cl, machineType, total, a.clock())
 		if err != nil {
 			return err
 		}

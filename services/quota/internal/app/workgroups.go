@@ -10,25 +10,24 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // GetWorkGroup returns the WorkGroup of a quota; another tenant's is not
 // found.
-func (a *App) GetWorkGroup(ctx context.Context, c Caller, quotaID string) (domain.WorkGroup, error) {
+func (a *App) GetWorkGroup(ctx context.Context, c Caller, quotaID string) (capacity.WorkGroup, error) {
 	w, err := a.store.WorkGroup(ctx, quotaID)
 	if err != nil {
 		return w, err
 	}
 	if !visible(c, w.TenantID) {
-		return domain.WorkGroup{}, domain.NotFound("WorkGroup of quota", quotaID)
+		return capacity.WorkGroup{}, capacity.NotFound("WorkGroup of quota", quotaID)
 	}
 	return w, nil
 }
 
 // ListWorkGroups lists WorkGroups; a tenant's key lists its own only.
-func (a *App) ListWorkGroups(ctx context.Context, c Caller, tenant, status string) ([]domain.WorkGroup, error) {
+func (a *App) ListWorkGroups(ctx context.Context, c Caller, tenant, status string) ([]capacity.WorkGroup, error) {
 	if !c.Admin {
 		if tenant != "" && tenant != c.TenantID {
 			return nil, nil
@@ -39,9 +38,9 @@ func (a *App) ListWorkGroups(ctx context.Context, c Caller, tenant, status strin
 }
 
 // GetRayCluster returns the Ray cluster of ⟨tenant, cluster⟩.
-func (a *App) GetRayCluster(ctx context.Context, c Caller, tenant, cluster string) (domain.RayCluster, error) {
+func (a *App) GetRayCluster(ctx context.Context, c Caller, tenant, cluster string) (capacity.RayCluster, error) {
 	if !visible(c, tenant) {
-		return domain.RayCluster{}, domain.NotFound("Ray cluster of", tenant+"/"+cluster)
+		return capacity.RayCluster{}, capacity.NotFound("Ray cluster of", tenant+"/"+cluster)
 	}
 	return a.store.Ray(ctx, tenant, cluster)
 }
@@ -58,7 +57,7 @@ type WorkGroup struct {
 	GPUs        int64
 }
 
-func workGroupOf(w domain.WorkGroup) WorkGroup {
+func workGroupOf(w capacity.WorkGroup) WorkGroup {
 	return WorkGroup{TenantID: w.TenantID, Quota: w.QuotaName, QuotaID: w.QuotaID, Cluster: w.Cluster,
 		MachineType: w.MachineType, GPUs: w.GPUs}
 }
@@ -70,7 +69,7 @@ const (
 	ReasonGUQuotaCreating  = "GU_QUOTA_CREATING"
 )
 
-// CheckGUQuota is the submit-time check (seed 003 "关于GU Quota调度") for
+// CheckGUQuota is the submit-time check (docs/api/quota.md, "The submit-time GU check") for
 // GPU work of tenantID naming a GU quota (its name or id; empty: any of the
 // tenant's). It returns the quota's Running WorkGroup, or a gRPC status
 // error — in process too, so the admission layer and the RPC answer alike:
@@ -82,11 +81,11 @@ const (
 // quota (a root: its first non-background one); the background quota has
 // no WorkGroup.
 func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGroup, error) {
-	qs, err := a.store.Quotas(ctx, postgresFilter(tenantID))
+	qs, err := a.store.Quotas(ctx, guQuotasOf(tenantID))
 	if err != nil {
 		return WorkGroup{}, err
 	}
-	var named []domain.Quota
+	var named []capacity.Quota
 	for _, q := range qs {
 		if q.Open() && (quota == "" || q.Name == quota || q.ID == quota) {
 			named = append(named, q)
@@ -95,7 +94,7 @@ func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGro
 	if len(named) == 0 {
 		return WorkGroup{}, GUQuotaNotExists(tenantID, quota)
 	}
-	byID := map[string]domain.Quota{}
+	byID := map[string]capacity.Quota{}
 	for _, q := range qs {
 		byID[q.ID] = q
 	}
@@ -108,13 +107,13 @@ func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGro
 		}
 		w, err := a.store.WorkGroup(ctx, wq.ID)
 		switch {
-		case errors.Is(err, domain.ErrNotFound):
+		case errors.Is(err, capacity.ErrNotFound):
 			why = fmt.Sprintf("the WorkGroup of GU quota %s does not exist yet", q.Name)
 			continue
 		case err != nil:
 			return WorkGroup{}, err
 		}
-		if w.Status == domain.StatusRunning {
+		if w.Status == capacity.StatusRunning {
 			return workGroupOf(w), nil
 		}
 		why = fmt.Sprintf("the WorkGroup of GU quota %s is %s, not Running", q.Name, w.Status)
@@ -136,7 +135,7 @@ func GUQuotaNotExists(tenantID, quota string) error {
 }
 
 // workGroupQuota finds the quota whose WorkGroup serves q.
-func workGroupQuota(q domain.Quota, all []domain.Quota, byID map[string]domain.Quota) (domain.Quota, bool) {
+func workGroupQuota(q capacity.Quota, all []capacity.Quota, byID map[string]capacity.Quota) (capacity.Quota, bool) {
 	switch {
 	case q.Level == 1:
 		for _, c := range all {
@@ -144,12 +143,12 @@ func workGroupQuota(q domain.Quota, all []domain.Quota, byID map[string]domain.Q
 				return c, true
 			}
 		}
-		return domain.Quota{}, false
+		return capacity.Quota{}, false
 	case q.Level > 2:
 		for q.Level > 2 {
 			p, ok := byID[q.ParentID]
 			if !ok {
-				return domain.Quota{}, false
+				return capacity.Quota{}, false
 			}
 			q = p
 		}
@@ -172,7 +171,7 @@ func guStatus(c codes.Code, reason, msg string) error {
 // capacity each tenant's GU quota holds). WatchWorkGroups says when to
 // read it again.
 func (a *App) RunningWorkGroups(ctx context.Context) ([]WorkGroup, error) {
-	ws, err := a.store.WorkGroups(ctx, "", domain.StatusRunning)
+	ws, err := a.store.WorkGroups(ctx, "", capacity.StatusRunning)
 	if err != nil {
 		return nil, err
 	}
@@ -183,6 +182,7 @@ func (a *App) RunningWorkGroups(ctx context.Context) ([]WorkGroup, error) {
 	return out, nil
 }
 
-func postgresFilter(tenant string) postgres.QuotaFilter {
-	return postgres.QuotaFilter{TenantID: tenant, Kind: string(domain.KindGU)}
+// guQuotasOf selects the tenant's GU quotas.
+func guQuotasOf(tenant string) QuotaFilter {
+	return QuotaFilter{TenantID: tenant, Kind: string(capacity.KindGU)}
 }

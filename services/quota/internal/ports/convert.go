@@ -8,7 +8,7 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 func ts(t time.Time) *timestamppb.Timestamp {
@@ -18,16 +18,16 @@ func ts(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-func tenantToProto(t domain.Tenant) *quotav1.Tenant {
+func tenantToProto(t capacity.Tenant) *quotav1.Tenant {
 	return &quotav1.Tenant{TenantId: t.ID, Name: t.Name, CreatedAt: ts(t.CreatedAt), UpdatedAt: ts(t.UpdatedAt)}
 }
 
-func inventoryToProto(cluster string, i domain.Inventory) *quotav1.Inventory {
+func inventoryToProto(cluster string, i capacity.Inventory) *quotav1.Inventory {
 	return &quotav1.Inventory{Cluster: cluster, MachineType: i.MachineType, TotalGpus: i32(i.Total), AllocatedGpus: i32(i.Allocated),
 		AvailableGpus: i32(i.Available())}
 }
 
-func clusterToProto(c domain.Cluster) *quotav1.Cluster {
+func clusterToProto(c capacity.Cluster) *quotav1.Cluster {
 	out := &quotav1.Cluster{Name: c.Name, Description: c.Description, CreatedAt: ts(c.CreatedAt), UpdatedAt: ts(c.UpdatedAt)}
 	for _, i := range c.Inventories() {
 		out.Inventory = append(out.Inventory, inventoryToProto(c.Name, i))
@@ -35,7 +35,7 @@ func clusterToProto(c domain.Cluster) *quotav1.Cluster {
 	return out
 }
 
-func workGroupToProto(w domain.WorkGroup) *quotav1.WorkGroup {
+func workGroupToProto(w capacity.WorkGroup) *quotav1.WorkGroup {
 	return &quotav1.WorkGroup{Id: w.ID, QuotaId: w.QuotaID, QuotaName: w.QuotaName, TenantId: w.TenantID, Cluster: w.Cluster,
 		RayCluster: w.RayCluster, MachineType: w.MachineType, Gpus: i32(w.GPUs), Status: w.Status, Reason: w.Reason,
 		CreatedAt: ts(w.CreatedAt), UpdatedAt: ts(w.UpdatedAt)}
@@ -55,13 +55,13 @@ func quotaToProto(v app.QuotaView) *quotav1.Quota {
 	return out
 }
 
-func rayToProto(r domain.RayCluster) *quotav1.RayCluster {
+func rayToProto(r capacity.RayCluster) *quotav1.RayCluster {
 	return &quotav1.RayCluster{Name: r.Name, TenantId: r.TenantID, Cluster: r.Cluster, Status: r.Status, Endpoint: r.Endpoint,
 		Reason: r.Reason, CuQuotaId: r.CUQuotaID, CuQuotaName: r.CUQuotaName, CreatedAt: ts(r.CreatedAt), UpdatedAt: ts(r.UpdatedAt)}
 }
 
-func specFromProto(p *quotav1.QuotaSpec) domain.Spec {
-	s := domain.Spec{Name: p.GetName(), Min: int64(p.GetMinUnits()), Max: int64(p.GetMaxUnits()), Background: p.GetBackground(),
+func specFromProto(p *quotav1.QuotaSpec) capacity.Spec {
+	s := capacity.Spec{Name: p.GetName(), Min: int64(p.GetMinUnits()), Max: int64(p.GetMaxUnits()), Background: p.GetBackground(),
 		MachineType: p.GetMachineType()}
 	for _, c := range p.GetChildren() {
 		s.Children = append(s.Children, specFromProto(c))

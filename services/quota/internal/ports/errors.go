@@ -15,7 +15,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 func statusWith(c codes.Code, code quotav1.ErrorCode, msg string) error {
@@ -30,21 +30,21 @@ func toStatus(log *slog.Logger, err error) error {
 }
 
 func quotaStatus(err error) (error, bool) {
-	var invalid *domain.InvalidError
+	var invalid *capacity.InvalidError
 	switch {
 	case errors.As(err, &invalid):
 		// Malformed requests use the task API's 30005, like validation.
 		return grpcserver.CodeStatus(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error(),
 			&errdetails.BadRequest_FieldViolation{Field: invalid.Field, Description: invalid.Reason}), true
-	case errors.Is(err, domain.ErrInvalid):
+	case errors.Is(err, capacity.ErrInvalid):
 		return grpcserver.CodeStatus(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error()), true
-	case errors.Is(err, domain.ErrInventoryInsufficient):
+	case errors.Is(err, capacity.ErrInventoryInsufficient):
 		return statusWith(codes.FailedPrecondition, quotav1.ErrorCode_ERROR_CODE_INVENTORY_INSUFFICIENT, err.Error()), true
-	case errors.Is(err, domain.ErrNotFound):
+	case errors.Is(err, capacity.ErrNotFound):
 		return statusWith(codes.NotFound, quotav1.ErrorCode_ERROR_CODE_QUOTA_NOT_FOUND, err.Error()), true
-	case errors.Is(err, domain.ErrExists):
+	case errors.Is(err, capacity.ErrExists):
 		return statusWith(codes.AlreadyExists, quotav1.ErrorCode_ERROR_CODE_QUOTA_EXISTS, err.Error()), true
-	case errors.Is(err, domain.ErrConflict):
+	case errors.Is(err, capacity.ErrConflict):
 		return statusWith(codes.FailedPrecondition, quotav1.ErrorCode_ERROR_CODE_QUOTA_CONFLICT, err.Error()), true
 	case errors.Is(err, app.ErrForbidden):
 		return status.Error(codes.PermissionDenied, err.Error()), true

@@ -9,9 +9,8 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
-	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/quota/internal/app"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // QuotaServer implements quotav1.QuotaServiceServer. Requests arrive
@@ -156,8 +155,8 @@ func (s *QuotaServer) GetInventory(ctx context.Context, r *quotav1.GetInventoryR
 // CreateQuota implements quotav1.QuotaServiceServer.
 func (s *QuotaServer) CreateQuota(ctx context.Context, r *quotav1.CreateQuotaRequest) (*quotav1.CreateQuotaResponse, error) {
 	return serve(ctx, s.Log, func(c app.Caller) (*quotav1.CreateQuotaResponse, error) {
-		v, err := s.App.CreateQuota(ctx, c, domain.CreateQuota{TenantID: r.GetTenantId(), Cluster: r.GetCluster(),
-			Kind: domain.Kind(r.GetKind()), ParentID: r.GetParentId(), Spec: specFromProto(r.GetSpec())})
+		v, err := s.App.CreateQuota(ctx, c, capacity.CreateQuota{TenantID: r.GetTenantId(), Cluster: r.GetCluster(),
+			Kind: capacity.Kind(r.GetKind()), ParentID: r.GetParentId(), Spec: specFromProto(r.GetSpec())})
 		if err != nil {
 			return nil, err
 		}
@@ -183,7 +182,7 @@ func (s *QuotaServer) ListQuotas(ctx context.Context, r *quotav1.ListQuotasReque
 		if size == 0 {
 			size = 100
 		}
-		vs, err := s.App.ListQuotas(ctx, c, postgres.QuotaFilter{TenantID: r.GetTenantId(), Cluster: r.GetCluster(), Kind: r.GetKind(),
+		vs, err := s.App.ListQuotas(ctx, c, app.QuotaFilter{TenantID: r.GetTenantId(), Cluster: r.GetCluster(), Kind: r.GetKind(),
 			Status: r.GetStatus(), RootsOnly: r.GetRootsOnly(), After: r.GetPageToken(), Limit: size + 1})
 		if err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // Config tunes the operator.
@@ -83,7 +83,7 @@ func (o *Operator) FailWorkGroup(quotaName, reason string) {
 }
 
 // Reject makes applying the resource of that name fail with
-// domain.ErrOperatorRejected (as when its custom resource definition is
+// capacity.ErrOperatorRejected (as when its custom resource definition is
 // not installed).
 func (o *Operator) Reject(name, reason string) {
 	o.mu.Lock()
@@ -100,25 +100,25 @@ func (o *Operator) Counts() Counts {
 
 // WorkGroup returns the spec the WorkGroup of that name was last applied
 // with.
-func (o *Operator) WorkGroup(name string) (domain.WorkGroupSpec, bool) {
+func (o *Operator) WorkGroup(name string) (capacity.WorkGroupSpec, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r, ok := o.workGroups[name]
 	if !ok {
-		return domain.WorkGroupSpec{}, false
+		return capacity.WorkGroupSpec{}, false
 	}
-	return r.spec.(domain.WorkGroupSpec), true
+	return r.spec.(capacity.WorkGroupSpec), true
 }
 
 // RayCluster returns the spec the Ray cluster of that name was applied with.
-func (o *Operator) RayCluster(name string) (domain.RaySpec, bool) {
+func (o *Operator) RayCluster(name string) (capacity.RaySpec, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r, ok := o.rays[name]
 	if !ok {
-		return domain.RaySpec{}, false
+		return capacity.RaySpec{}, false
 	}
-	return r.spec.(domain.RaySpec), true
+	return r.spec.(capacity.RaySpec), true
 }
 
 func (o *Operator) later() time.Time {
@@ -130,11 +130,11 @@ func (o *Operator) later() time.Time {
 }
 
 // ApplyRayCluster implements app.Operator.
-func (o *Operator) ApplyRayCluster(_ context.Context, spec domain.RaySpec) error {
+func (o *Operator) ApplyRayCluster(_ context.Context, spec capacity.RaySpec) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if reason, ok := o.reject[spec.Name]; ok {
-		return fmt.Errorf("%w: Ray cluster %s: %s", domain.ErrOperatorRejected, spec.Name, reason)
+		return fmt.Errorf("%w: Ray cluster %s: %s", capacity.ErrOperatorRejected, spec.Name, reason)
 	}
 	if r, ok := o.rays[spec.Name]; ok && r.failReason == "" {
 		return nil
@@ -145,33 +145,33 @@ func (o *Operator) ApplyRayCluster(_ context.Context, spec domain.RaySpec) error
 }
 
 // RayClusterStatus implements app.Operator.
-func (o *Operator) RayClusterStatus(_ context.Context, spec domain.RaySpec) (domain.Observation, error) {
+func (o *Operator) RayClusterStatus(_ context.Context, spec capacity.RaySpec) (capacity.Observation, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r, ok := o.rays[spec.Name]
 	if !ok {
-		return domain.Observation{Phase: domain.PhaseAbsent}, nil
+		return capacity.Observation{Phase: capacity.PhaseAbsent}, nil
 	}
 	return o.phase(r, "ray://"+spec.Name+"."+spec.Cluster+":10001"), nil
 }
 
-func (o *Operator) phase(r *resource, endpoint string) domain.Observation {
+func (o *Operator) phase(r *resource, endpoint string) capacity.Observation {
 	switch {
 	case o.cfg.Now().Before(r.readyAt):
-		return domain.Observation{Phase: domain.PhasePending, Generation: r.generation}
+		return capacity.Observation{Phase: capacity.PhasePending, Generation: r.generation}
 	case r.failReason != "":
-		return domain.Observation{Phase: domain.PhaseFailed, Reason: r.failReason, Generation: r.generation}
+		return capacity.Observation{Phase: capacity.PhaseFailed, Reason: r.failReason, Generation: r.generation}
 	}
-	return domain.Observation{Phase: domain.PhaseRunning, Generation: r.generation, Endpoint: endpoint}
+	return capacity.Observation{Phase: capacity.PhaseRunning, Generation: r.generation, Endpoint: endpoint}
 }
 
 // ApplyWorkGroup implements app.Operator: the WorkGroup's Ray cluster must
 // exist.
-func (o *Operator) ApplyWorkGroup(_ context.Context, spec domain.WorkGroupSpec) error {
+func (o *Operator) ApplyWorkGroup(_ context.Context, spec capacity.WorkGroupSpec) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if reason, ok := o.reject[spec.Name]; ok {
-		return fmt.Errorf("%w: WorkGroup %s: %s", domain.ErrOperatorRejected, spec.Name, reason)
+		return fmt.Errorf("%w: WorkGroup %s: %s", capacity.ErrOperatorRejected, spec.Name, reason)
 	}
 	if _, ok := o.rays[spec.RayCluster]; !ok {
 		return fmt.Errorf("WorkGroup %s: Ray cluster %s does not exist", spec.Name, spec.RayCluster)
@@ -190,18 +190,18 @@ func (o *Operator) ApplyWorkGroup(_ context.Context, spec domain.WorkGroupSpec) 
 }
 
 // WorkGroupStatus implements app.Operator.
-func (o *Operator) WorkGroupStatus(_ context.Context, spec domain.WorkGroupSpec) (domain.Observation, error) {
+func (o *Operator) WorkGroupStatus(_ context.Context, spec capacity.WorkGroupSpec) (capacity.Observation, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r, ok := o.workGroups[spec.Name]
 	if !ok {
-		return domain.Observation{Phase: domain.PhaseAbsent}, nil
+		return capacity.Observation{Phase: capacity.PhaseAbsent}, nil
 	}
 	return o.phase(r, ""), nil
 }
 
 // DeleteWorkGroup implements app.Operator; a missing WorkGroup is deleted.
-func (o *Operator) DeleteWorkGroup(_ context.Context, spec domain.WorkGroupSpec) error {
+func (o *Operator) DeleteWorkGroup(_ context.Context, spec capacity.WorkGroupSpec) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.workGroups[spec.Name]; ok {

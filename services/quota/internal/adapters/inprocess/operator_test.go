@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // clock is a settable time.
@@ -27,8 +27,8 @@ func TestOperator(t *testing.T) {
 	ctx := context.Background()
 	clk := &clock{t: time.Unix(0, 0)}
 	op := New(Config{Delay: time.Second, Now: clk.Now})
-	ray := domain.RaySpec{Name: "ray-a-c1", TenantID: "a", Cluster: "c1"}
-	wg := domain.WorkGroupSpec{Name: "wg-q", RayCluster: "ray-a-c1", QuotaName: "q", Generation: 1, GPUs: 2}
+	ray := capacity.RaySpec{Name: "ray-a-c1", TenantID: "a", Cluster: "c1"}
+	wg := capacity.WorkGroupSpec{Name: "wg-q", RayCluster: "ray-a-c1", QuotaName: "q", Generation: 1, GPUs: 2}
 
 	if err := op.ApplyWorkGroup(ctx, wg); err == nil {
 		t.Fatal("a WorkGroup was applied without its Ray cluster")
@@ -42,14 +42,14 @@ func TestOperator(t *testing.T) {
 	if err := op.ApplyWorkGroup(ctx, wg); err != nil {
 		t.Fatal(err)
 	}
-	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != domain.PhasePending {
+	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != capacity.PhasePending {
 		t.Fatalf("before the delay: %+v", o)
 	}
 	clk.add(time.Second)
-	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != domain.PhaseRunning || o.Generation != 1 {
+	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != capacity.PhaseRunning || o.Generation != 1 {
 		t.Fatalf("after the delay: %+v", o)
 	}
-	if o, _ := op.RayClusterStatus(ctx, ray); o.Phase != domain.PhaseRunning || o.Endpoint == "" {
+	if o, _ := op.RayClusterStatus(ctx, ray); o.Phase != capacity.PhaseRunning || o.Endpoint == "" {
 		t.Fatalf("ray: %+v", o)
 	}
 
@@ -61,14 +61,14 @@ func TestOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.add(time.Second)
-	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != domain.PhaseFailed || o.Reason != "no nodes" || o.Generation != 2 {
+	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != capacity.PhaseFailed || o.Reason != "no nodes" || o.Generation != 2 {
 		t.Fatalf("failed: %+v", o)
 	}
 	op.FailWorkGroup("q", "")
 	wg.Generation = 3
 	_ = op.ApplyWorkGroup(ctx, wg)
 	clk.add(time.Second)
-	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != domain.PhaseRunning {
+	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != capacity.PhaseRunning {
 		t.Fatalf("recovered: %+v", o)
 	}
 
@@ -78,7 +78,7 @@ func TestOperator(t *testing.T) {
 	if err := op.DeleteWorkGroup(ctx, wg); err != nil {
 		t.Fatalf("deleting a missing WorkGroup: %v", err)
 	}
-	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != domain.PhaseAbsent {
+	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != capacity.PhaseAbsent {
 		t.Fatalf("after delete: %+v", o)
 	}
 	if c := op.Counts(); c.RayCreated != 1 || c.WorkGroupCreated != 1 || c.WorkGroupUpdated != 2 || c.WorkGroupDeleted != 1 {
@@ -86,7 +86,7 @@ func TestOperator(t *testing.T) {
 	}
 
 	op.Reject("ray-b-c1", "no matches for kind MFSRayCluster")
-	if err := op.ApplyRayCluster(ctx, domain.RaySpec{Name: "ray-b-c1"}); !errors.Is(err, domain.ErrOperatorRejected) {
+	if err := op.ApplyRayCluster(ctx, capacity.RaySpec{Name: "ray-b-c1"}); !errors.Is(err, capacity.ErrOperatorRejected) {
 		t.Fatalf("rejected: %v", err)
 	}
 }

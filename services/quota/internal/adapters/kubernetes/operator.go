@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // Group, version and resources of the MFS custom resources.
@@ -54,7 +54,7 @@ func New(client dynamic.Interface, namespace string) *Operator {
 }
 
 // RayClusterObject is the MFSRayCluster written for spec.
-func RayClusterObject(namespace string, spec domain.RaySpec) *unstructured.Unstructured {
+func RayClusterObject(namespace string, spec capacity.RaySpec) *unstructured.Unstructured {
 	o := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "mfs.taskmesh.io/v1",
 		"kind":       "MFSRayCluster",
@@ -73,7 +73,7 @@ func RayClusterObject(namespace string, spec domain.RaySpec) *unstructured.Unstr
 	return o
 }
 
-func quotaNode(n domain.QuotaNode) map[string]any {
+func quotaNode(n capacity.QuotaNode) map[string]any {
 	m := map[string]any{"id": n.ID, "name": n.Name, "min": n.Min, "max": n.Max}
 	if len(n.Children) > 0 {
 		children := make([]any, 0, len(n.Children))
@@ -87,7 +87,7 @@ func quotaNode(n domain.QuotaNode) map[string]any {
 
 // WorkGroupObject is the MFSWorkGroup written for spec: the second-level
 // quota (never the root) with its subtree nested at any depth.
-func WorkGroupObject(namespace string, spec domain.WorkGroupSpec) *unstructured.Unstructured {
+func WorkGroupObject(namespace string, spec capacity.WorkGroupSpec) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "mfs.taskmesh.io/v1",
 		"kind":       "MFSWorkGroup",
@@ -112,7 +112,7 @@ func WorkGroupObject(namespace string, spec domain.WorkGroupSpec) *unstructured.
 // type is not installed (404 on create) or the object is refused (422).
 func rejected(kind, name string, err error) error {
 	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-		return fmt.Errorf("%w: %s %s: %v", domain.ErrOperatorRejected, kind, name, err)
+		return fmt.Errorf("%w: %s %s: %v", capacity.ErrOperatorRejected, kind, name, err)
 	}
 	return fmt.Errorf("%s %s: %w", kind, name, err)
 }
@@ -145,13 +145,13 @@ func (o *Operator) apply(ctx context.Context, gvr schema.GroupVersionResource, w
 }
 
 // observe reads an object's status.
-func (o *Operator) observe(ctx context.Context, gvr schema.GroupVersionResource, name string) (domain.Observation, error) {
+func (o *Operator) observe(ctx context.Context, gvr schema.GroupVersionResource, name string) (capacity.Observation, error) {
 	cur, err := o.client.Resource(gvr).Namespace(o.namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return domain.Observation{Phase: domain.PhaseAbsent}, nil
+		return capacity.Observation{Phase: capacity.PhaseAbsent}, nil
 	}
 	if err != nil {
-		return domain.Observation{}, fmt.Errorf("%s %s: %w", gvr.Resource, name, err)
+		return capacity.Observation{}, fmt.Errorf("%s %s: %w", gvr.Resource, name, err)
 	}
 	return Observation(cur), nil
 }
@@ -159,44 +159,44 @@ func (o *Operator) observe(ctx context.Context, gvr schema.GroupVersionResource,
 // Observation maps an object's status to the quota service's terms:
 // status.phase Running or Ready → Running, Failed → Failed (with
 // status.reason), anything else (none yet, Pending, Creating) → Pending.
-func Observation(obj *unstructured.Unstructured) domain.Observation {
+func Observation(obj *unstructured.Unstructured) capacity.Observation {
 	phase, _, _ := unstructured.NestedString(obj.Object, "status", "phase")
 	reason, _, _ := unstructured.NestedString(obj.Object, "status", "reason")
 	endpoint, _, _ := unstructured.NestedString(obj.Object, "status", "endpoint")
 	gen, _, _ := unstructured.NestedInt64(obj.Object, "status", "observedGeneration")
-	o := domain.Observation{Phase: domain.PhasePending, Reason: reason, Generation: gen, Endpoint: endpoint}
+	o := capacity.Observation{Phase: capacity.PhasePending, Reason: reason, Generation: gen, Endpoint: endpoint}
 	switch phase {
 	case "Running", "Ready":
-		o.Phase = domain.PhaseRunning
+		o.Phase = capacity.PhaseRunning
 	case "Failed":
-		o.Phase = domain.PhaseFailed
+		o.Phase = capacity.PhaseFailed
 	}
 	return o
 }
 
 // ApplyRayCluster implements the cluster operator.
-func (o *Operator) ApplyRayCluster(ctx context.Context, spec domain.RaySpec) error {
+func (o *Operator) ApplyRayCluster(ctx context.Context, spec capacity.RaySpec) error {
 	return o.apply(ctx, RayClusters, RayClusterObject(o.namespace, spec))
 }
 
 // RayClusterStatus implements the cluster operator.
-func (o *Operator) RayClusterStatus(ctx context.Context, spec domain.RaySpec) (domain.Observation, error) {
+func (o *Operator) RayClusterStatus(ctx context.Context, spec capacity.RaySpec) (capacity.Observation, error) {
 	return o.observe(ctx, RayClusters, spec.Name)
 }
 
 // ApplyWorkGroup implements the cluster operator.
-func (o *Operator) ApplyWorkGroup(ctx context.Context, spec domain.WorkGroupSpec) error {
+func (o *Operator) ApplyWorkGroup(ctx context.Context, spec capacity.WorkGroupSpec) error {
 	return o.apply(ctx, WorkGroups, WorkGroupObject(o.namespace, spec))
 }
 
 // WorkGroupStatus implements the cluster operator.
-func (o *Operator) WorkGroupStatus(ctx context.Context, spec domain.WorkGroupSpec) (domain.Observation, error) {
+func (o *Operator) WorkGroupStatus(ctx context.Context, spec capacity.WorkGroupSpec) (capacity.Observation, error) {
 	return o.observe(ctx, WorkGroups, spec.Name)
 }
 
 // DeleteWorkGroup implements the cluster operator: a WorkGroup that is not
 // there is deleted already.
-func (o *Operator) DeleteWorkGroup(ctx context.Context, spec domain.WorkGroupSpec) error {
+func (o *Operator) DeleteWorkGroup(ctx context.Context, spec capacity.WorkGroupSpec) error {
 	err := o.client.Resource(WorkGroups).Namespace(o.namespace).Delete(ctx, spec.Name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("MFSWorkGroup %s: %w", spec.Name, err)

@@ -18,7 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -29,12 +29,12 @@ func newFake() *dynamicfake.FakeDynamicClient {
 }
 
 var (
-	raySpec = domain.RaySpec{Name: "ray-acme-c1", TenantID: "acme", Cluster: "c1", CUQuotaID: "q-cu", CUQuotaName: "cu-default"}
-	wgSpec  = domain.WorkGroupSpec{Name: "wg-q-2", TenantID: "acme", Cluster: "c1", RayCluster: "ray-acme-c1", QuotaID: "q-2",
+	raySpec = capacity.RaySpec{Name: "ray-acme-c1", TenantID: "acme", Cluster: "c1", CUQuotaID: "q-cu", CUQuotaName: "cu-default"}
+	wgSpec  = capacity.WorkGroupSpec{Name: "wg-q-2", TenantID: "acme", Cluster: "c1", RayCluster: "ray-acme-c1", QuotaID: "q-2",
 		QuotaName: "gu-default", MachineType: "A100", GPUs: 4, Generation: 1,
-		Quota: domain.QuotaNode{ID: "q-2", Name: "gu-default", Min: 4, Max: 8, Children: []domain.QuotaNode{
-			{ID: "q-3", Name: "l3", Min: 1, Max: 2, Children: []domain.QuotaNode{{ID: "q-4", Name: "l4", Min: 1, Max: 2,
-				Children: []domain.QuotaNode{{ID: "q-5", Name: "l5", Min: 0, Max: 1}}}}}}}}
+		Quota: capacity.QuotaNode{ID: "q-2", Name: "gu-default", Min: 4, Max: 8, Children: []capacity.QuotaNode{
+			{ID: "q-3", Name: "l3", Min: 1, Max: 2, Children: []capacity.QuotaNode{{ID: "q-4", Name: "l4", Min: 1, Max: 2,
+				Children: []capacity.QuotaNode{{ID: "q-5", Name: "l5", Min: 0, Max: 1}}}}}}}}
 )
 
 func golden(t *testing.T, name string, obj *unstructured.Unstructured) {
@@ -106,15 +106,15 @@ func TestObjectsWritten(t *testing.T) {
 func TestStatusToObservation(t *testing.T) {
 	tests := []struct {
 		status map[string]any
-		want   domain.Observation
+		want   capacity.Observation
 	}{
-		{nil, domain.Observation{Phase: domain.PhasePending}},
-		{map[string]any{"phase": "Creating"}, domain.Observation{Phase: domain.PhasePending}},
+		{nil, capacity.Observation{Phase: capacity.PhasePending}},
+		{map[string]any{"phase": "Creating"}, capacity.Observation{Phase: capacity.PhasePending}},
 		{map[string]any{"phase": "Running", "observedGeneration": int64(2), "endpoint": "ray://x:10001"},
-			domain.Observation{Phase: domain.PhaseRunning, Generation: 2, Endpoint: "ray://x:10001"}},
-		{map[string]any{"phase": "Ready"}, domain.Observation{Phase: domain.PhaseRunning}},
+			capacity.Observation{Phase: capacity.PhaseRunning, Generation: 2, Endpoint: "ray://x:10001"}},
+		{map[string]any{"phase": "Ready"}, capacity.Observation{Phase: capacity.PhaseRunning}},
 		{map[string]any{"phase": "Failed", "reason": "fuxi pods unschedulable", "observedGeneration": int64(1)},
-			domain.Observation{Phase: domain.PhaseFailed, Reason: "fuxi pods unschedulable", Generation: 1}},
+			capacity.Observation{Phase: capacity.PhaseFailed, Reason: "fuxi pods unschedulable", Generation: 1}},
 	}
 	for _, tt := range tests {
 		c := newFake()
@@ -145,7 +145,7 @@ func TestDeleteAndAbsence(t *testing.T) {
 	if err := op.DeleteWorkGroup(ctx, wgSpec); err != nil {
 		t.Fatalf("delete of a missing object: %v", err)
 	}
-	if o, err := op.WorkGroupStatus(ctx, wgSpec); err != nil || o.Phase != domain.PhaseAbsent {
+	if o, err := op.WorkGroupStatus(ctx, wgSpec); err != nil || o.Phase != capacity.PhaseAbsent {
 		t.Fatalf("status of a missing object: %+v, %v", o, err)
 	}
 	if err := op.ApplyWorkGroup(ctx, wgSpec); err != nil {
@@ -154,12 +154,12 @@ func TestDeleteAndAbsence(t *testing.T) {
 	if err := op.DeleteWorkGroup(ctx, wgSpec); err != nil {
 		t.Fatal(err)
 	}
-	if o, _ := op.WorkGroupStatus(ctx, wgSpec); o.Phase != domain.PhaseAbsent {
+	if o, _ := op.WorkGroupStatus(ctx, wgSpec); o.Phase != capacity.PhaseAbsent {
 		t.Fatalf("after delete: %+v", o)
 	}
 }
 
-// A cluster without the MFS CRD (联调问题 "无法找到MFS CRD") refuses the
+// A cluster without the MFS custom resource definitions refuses the
 // resource: the error says it can never succeed as is; other failures are
 // retried.
 func TestMissingCRDIsRejected(t *testing.T) {
@@ -171,11 +171,11 @@ func TestMissingCRDIsRejected(t *testing.T) {
 		return true, nil, apierrors.NewServiceUnavailable("apiserver restarting")
 	})
 	op := New(c, "taskmesh")
-	if err := op.ApplyRayCluster(context.Background(), raySpec); !errors.Is(err, domain.ErrOperatorRejected) {
+	if err := op.ApplyRayCluster(context.Background(), raySpec); !errors.Is(err, capacity.ErrOperatorRejected) {
 		t.Fatalf("missing CRD: %v", err)
 	}
 	err := op.ApplyWorkGroup(context.Background(), wgSpec)
-	if err == nil || errors.Is(err, domain.ErrOperatorRejected) {
+	if err == nil || errors.Is(err, capacity.ErrOperatorRejected) {
 		t.Fatalf("transient failure: %v", err)
 	}
 }

@@ -9,20 +9,23 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/app"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // Reads outside commands: straight from the inline projection, so they
 // reflect every committed write.
 
-func one[T any](ctx context.Context, s *Store, what, id, sql string, args ...any) (T, error) {
+// readDoc decodes the doc column of the one row sql selects; no row is
+// capacity.ErrNotFound naming what and id.
+func readDoc[T any](ctx context.Context, s *Store, what, id, sql string, args ...any) (T, error) {
 	var (
 		v   T
 		doc []byte
 	)
 	err := s.DB.QueryRow(ctx, sql, args...).Scan(&doc)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return v, domain.NotFound(what, id)
+		return v, capacity.NotFound(what, id)
 	}
 	if err != nil {
 		return v, fmt.Errorf("read %s %s: %w", what, id, err)
@@ -30,7 +33,8 @@ func one[T any](ctx context.Context, s *Store, what, id, sql string, args ...any
 	return v, json.Unmarshal(doc, &v)
 }
 
-func many[T any](ctx context.Context, s *Store, sql string, args ...any) ([]T, error) {
+// readDocs decodes the doc column of every row sql selects, in its order.
+func readDocs[T any](ctx context.Context, s *Store, sql string, args ...any) ([]T, error) {
 	rows, err := s.DB.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -51,47 +55,32 @@ func many[T any](ctx context.Context, s *Store, sql string, args ...any) ([]T, e
 }
 
 // Tenant returns a tenant.
-func (s *Store) Tenant(ctx context.Context, id string) (domain.Tenant, error) {
-	return one[domain.Tenant](ctx, s, "tenant", id, `SELECT doc FROM tenants WHERE id = $1`, id)
+func (s *Store) Tenant(ctx context.Context, id string) (capacity.Tenant, error) {
+	return readDoc[capacity.Tenant](ctx, s, "tenant", id, `SELECT doc FROM tenants WHERE id = $1`, id)
 }
 
 // Tenants lists every tenant by id.
-func (s *Store) Tenants(ctx context.Context) ([]domain.Tenant, error) {
-	return many[domain.Tenant](ctx, s, `SELECT doc FROM tenants ORDER BY id`)
+func (s *Store) Tenants(ctx context.Context) ([]capacity.Tenant, error) {
+	return readDocs[capacity.Tenant](ctx, s, `SELECT doc FROM tenants ORDER BY id`)
 }
 
 // Cluster returns a cluster.
-func (s *Store) Cluster(ctx context.Context, name string) (domain.Cluster, error) {
-	return one[domain.Cluster](ctx, s, "cluster", name, `SELECT doc FROM clusters WHERE name = $1`, name)
+func (s *Store) Cluster(ctx context.Context, name string) (capacity.Cluster, error) {
+	return readDoc[capacity.Cluster](ctx, s, "cluster", name, `SELECT doc FROM clusters WHERE name = $1`, name)
 }
 
 // Clusters lists every cluster by name.
-func (s *Store) Clusters(ctx context.Context) ([]domain.Cluster, error) {
-	return many[domain.Cluster](ctx, s, `SELECT doc FROM clusters ORDER BY name`)
+func (s *Store) Clusters(ctx context.Context) ([]capacity.Cluster, error) {
+	return readDocs[capacity.Cluster](ctx, s, `SELECT doc FROM clusters ORDER BY name`)
 }
 
 // Quota returns a quota (deleted ones too).
-func (s *Store) Quota(ctx context.Context, id string) (domain.Quota, error) {
-	return one[domain.Quota](ctx, s, "quota", id, `SELECT doc FROM quotas WHERE id = $1`, id)
-}
-
-// QuotaByName returns the tenant's open (not deleted) quota of that name.
-func (s *Store) QuotaByName(ctx context.Context, tenant, name string) (domain.Quota, error) {
-	return one[domain.Quota](ctx, s, "quota", name,
-		`SELECT doc FROM quotas WHERE tenant_id = $1 AND name = $2 AND status <> 'Deleted'`, tenant, name)
-}
-
-// QuotaFilter selects quotas; empty fields match everything.
-type QuotaFilter struct {
-	TenantID, Cluster, Kind, Status, RootID string
-	RootsOnly                               bool
-	// After is the last id of the previous page; Limit 0 means no limit.
-	After string
-	Limit int
+func (s *Store) Quota(ctx context.Context, id string) (capacity.Quota, error) {
+	return readDoc[capacity.Quota](ctx, s, "quota", id, `SELECT doc FROM quotas WHERE id = $1`, id)
 }
 
 // Quotas lists quotas by id.
-func (s *Store) Quotas(ctx context.Context, f QuotaFilter) ([]domain.Quota, error) {
+func (s *Store) Quotas(ctx context.Context, f app.QuotaFilter) ([]capacity.Quota, error) {
 	sql := `SELECT doc FROM quotas WHERE id > $1`
 	args := []any{f.After}
 	add := func(cond string, v any) {
@@ -120,46 +109,39 @@ func (s *Store) Quotas(ctx context.Context, f QuotaFilter) ([]domain.Quota, erro
 	if f.Limit > 0 {
 		sql += " LIMIT " + strconv.Itoa(f.Limit)
 	}
-	return many[domain.Quota](ctx, s, sql, args...)
+	return readDocs[capacity.Quota](ctx, s, sql, args...)
 }
 
 // WorkGroup returns the WorkGroup of a quota.
-func (s *Store) WorkGroup(ctx context.Context, quotaID string) (domain.WorkGroup, error) {
-	return one[domain.WorkGroup](ctx, s, "WorkGroup of quota", quotaID, `SELECT doc FROM work_groups WHERE quota_id = $1`, quotaID)
+func (s *Store) WorkGroup(ctx context.Context, quotaID string) (capacity.WorkGroup, error) {
+	return readDoc[capacity.WorkGroup](ctx, s, "WorkGroup of quota", quotaID, `SELECT doc FROM work_groups WHERE quota_id = $1`, quotaID)
 }
 
 // WorkGroups lists WorkGroups by quota id; empty filters match everything.
-func (s *Store) WorkGroups(ctx context.Context, tenant, status string) ([]domain.WorkGroup, error) {
-	return many[domain.WorkGroup](ctx, s, `SELECT doc FROM work_groups
+func (s *Store) WorkGroups(ctx context.Context, tenant, status string) ([]capacity.WorkGroup, error) {
+	return readDocs[capacity.WorkGroup](ctx, s, `SELECT doc FROM work_groups
 		WHERE ($1 = '' OR tenant_id = $1) AND ($2 = '' OR status = $2) ORDER BY quota_id`, tenant, status)
 }
 
 // Ray returns the Ray cluster of ⟨tenant, cluster⟩.
-func (s *Store) Ray(ctx context.Context, tenant, cluster string) (domain.RayCluster, error) {
-	return one[domain.RayCluster](ctx, s, "Ray cluster of", tenant+"/"+cluster,
+func (s *Store) Ray(ctx context.Context, tenant, cluster string) (capacity.RayCluster, error) {
+	return readDoc[capacity.RayCluster](ctx, s, "Ray cluster of", tenant+"/"+cluster,
 		`SELECT doc FROM ray_clusters WHERE tenant_id = $1 AND cluster = $2`, tenant, cluster)
-}
-
-// Pending is the work the process manager has to drive.
-type Pending struct {
-	Rays       []domain.RayCluster
-	WorkGroups []domain.WorkGroup
-	Quotas     []domain.Quota
 }
 
 // Pending reads the Ray clusters being created, WorkGroups being created or
 // deleted, and quotas producing, failed or being unsubscribed.
-func (s *Store) Pending(ctx context.Context) (Pending, error) {
+func (s *Store) Pending(ctx context.Context) (app.Pending, error) {
 	var (
-		p   Pending
+		p   app.Pending
 		err error
 	)
-	if p.Rays, err = many[domain.RayCluster](ctx, s, `SELECT doc FROM ray_clusters WHERE status = 'Creating' ORDER BY tenant_id, cluster`); err != nil {
+	if p.Rays, err = readDocs[capacity.RayCluster](ctx, s, `SELECT doc FROM ray_clusters WHERE status = 'Creating' ORDER BY tenant_id, cluster`); err != nil {
 		return p, err
 	}
-	if p.WorkGroups, err = many[domain.WorkGroup](ctx, s, `SELECT doc FROM work_groups WHERE status IN ('Creating', 'Deleting') ORDER BY quota_id`); err != nil {
+	if p.WorkGroups, err = readDocs[capacity.WorkGroup](ctx, s, `SELECT doc FROM work_groups WHERE status IN ('Creating', 'Deleting') ORDER BY quota_id`); err != nil {
 		return p, err
 	}
-	p.Quotas, err = many[domain.Quota](ctx, s, `SELECT doc FROM quotas WHERE status IN ('Provisioning', 'Failed', 'Unsubscribing') ORDER BY level DESC, id`)
+	p.Quotas, err = readDocs[capacity.Quota](ctx, s, `SELECT doc FROM quotas WHERE status IN ('Provisioning', 'Failed', 'Unsubscribing') ORDER BY level DESC, id`)
 	return p, err
 }

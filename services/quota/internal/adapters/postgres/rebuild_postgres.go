@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // States folds events into aggregate states, for rebuilding the inline
@@ -20,17 +20,17 @@ type States struct {
 func NewStates() *States { return &States{states: map[string]any{}} }
 
 // Apply folds one event (its Version must be set).
-func (s *States) Apply(e domain.Event) error {
+func (s *States) Apply(e capacity.Event) error {
 	cur, ok := s.states[e.Aggregate]
 	if !ok {
-		z, err := zero(e.Aggregate)
+		z, err := capacity.ZeroState(e.Aggregate)
 		if err != nil {
 			return err
 		}
 		cur = z
 		s.order = append(s.order, e.Aggregate)
 	}
-	s.states[e.Aggregate] = apply(cur, e)
+	s.states[e.Aggregate] = capacity.Fold(cur, e)
 	return nil
 }
 

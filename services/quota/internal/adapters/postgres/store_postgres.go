@@ -21,7 +21,8 @@ import (
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/quota/internal/adapters/codec"
-	domain "github.com/taskmesh/taskmesh/services/quota/internal/domain/quota"
+	"github.com/taskmesh/taskmesh/services/quota/internal/app"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // Store runs commands and reads on the quota schema.
@@ -29,24 +30,30 @@ type Store struct {
 	DB *pgxpool.Pool
 	// AfterCommit runs after every transaction that recorded events (the
 	// outbox relay's Notify, the process manager's wake-up).
-	AfterCommit func(events []domain.Event)
+	AfterCommit func(events []capacity.Event)
 	events      eventstore.Store
 }
 
+var (
+	_ app.Store        = (*Store)(nil)
+	_ app.ProcessStore = (*Store)(nil)
+	_ app.Tx           = (*Tx)(nil)
+)
+
 // NewStore returns a Store on db.
-func NewStore(db *pgxpool.Pool, afterCommit func([]domain.Event)) *Store {
+func NewStore(db *pgxpool.Pool, afterCommit func([]capacity.Event)) *Store {
 	return &Store{DB: db, AfterCommit: afterCommit}
 }
 
 // maxAttempts bounds the retries of a command that lost a version race.
 const maxAttempts = 8
 
-// Update runs fn in a transaction and commits what it recorded; fn is run
-// again (with fresh states) when another writer got in first. The recorded
-// events are returned with their versions.
-func (s *Store) Update(ctx context.Context, actor string, fn func(*Tx) error) ([]domain.Event, error) {
+// Update implements app.Store: fn runs in a transaction, and again (with
+// fresh states) when another writer got in first. The recorded events are
+// returned with their versions.
+func (s *Store) Update(ctx context.Context, actor string, fn func(app.Tx) error) ([]capacity.Event, error) {
 	for attempt := 1; ; attempt++ {
-		var recorded []domain.Event
+		var recorded []capacity.Event
 		err := pg.InTx(ctx, s.DB, pgx.TxOptions{}, func(ptx pgx.Tx) error {
 			tx := &Tx{ctx: ctx, tx: ptx, states: map[string]any{}}
 			if err := fn(tx); err != nil {
@@ -67,7 +74,7 @@ func (s *Store) Update(ctx context.Context, actor string, fn func(*Tx) error) ([
 		case errors.Is(err, eventstore.ErrConflict) && attempt < maxAttempts:
 			continue
 		case pg.IsUniqueViolation(err, "quotas_open_name_idx"):
-			return nil, fmt.Errorf("%w: a quota of that name exists", domain.ErrExists)
+			return nil, fmt.Errorf("%w: a quota of that name exists", capacity.ErrExists)
 		}
 		return nil, err
 	}
@@ -81,19 +88,19 @@ type Tx struct {
 	states   map[string]any // by aggregate id
 	order    []string       // dirty aggregates, in first-record order
 	dirty    map[string]bool
-	recorded []domain.Event
+	recorded []capacity.Event
 }
 
 // Record assigns versions to events, applies them to the states, and queues
 // them for commit.
-func (t *Tx) Record(events ...domain.Event) error {
+func (t *Tx) Record(events ...capacity.Event) error {
 	for _, e := range events {
 		cur, err := t.state(e.Aggregate)
 		if err != nil {
 			return err
 		}
-		e.Version = version(cur) + 1
-		next := apply(cur, e)
+		e.Version = capacity.StateVersion(cur) + 1
+		next := capacity.Fold(cur, e)
 		t.states[e.Aggregate] = next
 		if t.dirty == nil {
 			t.dirty = map[string]bool{}
@@ -107,64 +114,12 @@ func (t *Tx) Record(events ...domain.Event) error {
 	return nil
 }
 
-func version(s any) int64 {
-	switch x := s.(type) {
-	case domain.Tenant:
-		return x.Version
-	case domain.Cluster:
-		return x.Version
-	case domain.Quota:
-		return x.Version
-	case domain.RayCluster:
-		return x.Version
-	case domain.WorkGroup:
-		return x.Version
-	}
-	return 0
-}
-
-func apply(s any, e domain.Event) any {
-	switch x := s.(type) {
-	case domain.Tenant:
-		if x.ID == "" {
-			x.ID = strings.TrimPrefix(e.Aggregate, "tenant/")
-		}
-		return x.Apply(e)
-	case domain.Cluster:
-		return x.Apply(e)
-	case domain.Quota:
-		return x.Apply(e)
-	case domain.RayCluster:
-		return x.Apply(e)
-	case domain.WorkGroup:
-		return x.Apply(e)
-	}
-	return s
-}
-
-// zero returns the empty state of an aggregate id's type.
-func zero(aggregate string) (any, error) {
-	switch codec.AggregateType(aggregate) {
-	case "tenant":
-		return domain.Tenant{}, nil
-	case "cluster":
-		return domain.Cluster{}, nil
-	case "quota":
-		return domain.Quota{}, nil
-	case "ray":
-		return domain.RayCluster{}, nil
-	case "workgroup":
-		return domain.WorkGroup{}, nil
-	}
-	return nil, fmt.Errorf("unknown aggregate %q", aggregate)
-}
-
 // state returns the aggregate's state in this transaction (zero when new).
 func (t *Tx) state(aggregate string) (any, error) {
 	if s, ok := t.states[aggregate]; ok {
 		return s, nil
 	}
-	s, err := zero(aggregate)
+	s, err := capacity.ZeroState(aggregate)
 	if err != nil {
 		return nil, err
 	}
@@ -208,24 +163,24 @@ func locate(aggregate string) (string, rowKey) {
 
 func decode(into any, doc []byte) (any, error) {
 	switch into.(type) {
-	case domain.Tenant:
-		var v domain.Tenant
+	case capacity.Tenant:
+		var v capacity.Tenant
 		err := json.Unmarshal(doc, &v)
 		return v, err
-	case domain.Cluster:
-		var v domain.Cluster
+	case capacity.Cluster:
+		var v capacity.Cluster
 		err := json.Unmarshal(doc, &v)
 		return v, err
-	case domain.Quota:
-		var v domain.Quota
+	case capacity.Quota:
+		var v capacity.Quota
 		err := json.Unmarshal(doc, &v)
 		return v, err
-	case domain.RayCluster:
-		var v domain.RayCluster
+	case capacity.RayCluster:
+		var v capacity.RayCluster
 		err := json.Unmarshal(doc, &v)
 		return v, err
-	case domain.WorkGroup:
-		var v domain.WorkGroup
+	case capacity.WorkGroup:
+		var v capacity.WorkGroup
 		err := json.Unmarshal(doc, &v)
 		return v, err
 	}
@@ -275,22 +230,22 @@ func upsert(ctx context.Context, tx pgx.Tx, s any) error {
 		return err
 	}
 	switch x := s.(type) {
-	case domain.Tenant:
+	case capacity.Tenant:
 		_, err = tx.Exec(ctx, `INSERT INTO tenants (id, version, doc) VALUES ($1, $2, $3)
 			ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, doc = EXCLUDED.doc`, x.ID, x.Version, doc)
-	case domain.Cluster:
+	case capacity.Cluster:
 		_, err = tx.Exec(ctx, `INSERT INTO clusters (name, version, doc) VALUES ($1, $2, $3)
 			ON CONFLICT (name) DO UPDATE SET version = EXCLUDED.version, doc = EXCLUDED.doc`, x.Name, x.Version, doc)
-	case domain.Quota:
+	case capacity.Quota:
 		_, err = tx.Exec(ctx, `INSERT INTO quotas (id, tenant_id, name, kind, cluster, level, parent_id, root_id, status, version, doc)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 			ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, version = EXCLUDED.version, doc = EXCLUDED.doc`,
 			x.ID, x.TenantID, x.Name, string(x.Kind), x.Cluster, x.Level, x.ParentID, x.RootID, x.Status, x.Version, doc)
-	case domain.RayCluster:
+	case capacity.RayCluster:
 		_, err = tx.Exec(ctx, `INSERT INTO ray_clusters (tenant_id, cluster, status, version, doc) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (tenant_id, cluster) DO UPDATE SET status = EXCLUDED.status, version = EXCLUDED.version, doc = EXCLUDED.doc`,
 			x.TenantID, x.Cluster, x.Status, x.Version, doc)
-	case domain.WorkGroup:
+	case capacity.WorkGroup:
 		_, err = tx.Exec(ctx, `INSERT INTO work_groups (quota_id, tenant_id, status, version, doc) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (quota_id) DO UPDATE SET status = EXCLUDED.status, version = EXCLUDED.version, doc = EXCLUDED.doc`,
 			x.QuotaID, x.TenantID, x.Status, x.Version, doc)
@@ -303,53 +258,64 @@ func upsert(ctx context.Context, tx pgx.Tx, s any) error {
 // Typed reads inside a command.
 
 // Tenant returns the tenant (zero when unknown).
-func (t *Tx) Tenant(id string) (domain.Tenant, error) {
-	s, err := t.state(domain.TenantAggregate(id))
+func (t *Tx) Tenant(id string) (capacity.Tenant, error) {
+	s, err := t.state(capacity.TenantAggregate(id))
 	if err != nil {
-		return domain.Tenant{}, err
+		return capacity.Tenant{}, err
 	}
-	return s.(domain.Tenant), nil
+	return s.(capacity.Tenant), nil
 }
 
 // Cluster returns the cluster (zero when unknown).
-func (t *Tx) Cluster(name string) (domain.Cluster, error) {
-	s, err := t.state(domain.ClusterAggregate(name))
+func (t *Tx) Cluster(name string) (capacity.Cluster, error) {
+	s, err := t.state(capacity.ClusterAggregate(name))
 	if err != nil {
-		return domain.Cluster{}, err
+		return capacity.Cluster{}, err
 	}
-	return s.(domain.Cluster), nil
+	return s.(capacity.Cluster), nil
 }
 
 // Quota returns the quota (zero when unknown).
-func (t *Tx) Quota(id string) (domain.Quota, error) {
-	s, err := t.state(domain.QuotaAggregate(id))
+func (t *Tx) Quota(id string) (capacity.Quota, error) {
+	s, err := t.state(capacity.QuotaAggregate(id))
 	if err != nil {
-		return domain.Quota{}, err
+		return capacity.Quota{}, err
 	}
-	return s.(domain.Quota), nil
+	return s.(capacity.Quota), nil
 }
 
 // Ray returns the Ray cluster of ⟨tenant, cluster⟩ (zero when none).
-func (t *Tx) Ray(tenant, cluster string) (domain.RayCluster, error) {
-	s, err := t.state(domain.RayAggregate(tenant, cluster))
+func (t *Tx) Ray(tenant, cluster string) (capacity.RayCluster, error) {
+	s, err := t.state(capacity.RayAggregate(tenant, cluster))
 	if err != nil {
-		return domain.RayCluster{}, err
+		return capacity.RayCluster{}, err
 	}
-	return s.(domain.RayCluster), nil
+	return s.(capacity.RayCluster), nil
 }
 
 // WorkGroup returns the WorkGroup of a quota (zero when none).
-func (t *Tx) WorkGroup(quotaID string) (domain.WorkGroup, error) {
-	s, err := t.state(domain.WorkGroupAggregate(quotaID))
+func (t *Tx) WorkGroup(quotaID string) (capacity.WorkGroup, error) {
+	s, err := t.state(capacity.WorkGroupAggregate(quotaID))
 	if err != nil {
-		return domain.WorkGroup{}, err
+		return capacity.WorkGroup{}, err
 	}
-	return s.(domain.WorkGroup), nil
+	return s.(capacity.WorkGroup), nil
 }
 
-// Quotas returns the quotas matching where (a condition on the quotas
-// table), read in this transaction and cached for later reads.
-func (t *Tx) Quotas(where string, args ...any) ([]domain.Quota, error) {
+// Children implements app.Tx.
+func (t *Tx) Children(parentID string) ([]capacity.Quota, error) {
+	return t.quotas(`parent_id = $1`, parentID)
+}
+
+// TenantQuotas implements app.Tx.
+func (t *Tx) TenantQuotas(tenantID string) ([]capacity.Quota, error) {
+	return t.quotas(`tenant_id = $1 AND status <> 'Deleted'`, tenantID)
+}
+
+// quotas returns the quotas matching where (a condition on the quotas
+// table, never user input): the rows select them, the states come from
+// this transaction (and stay cached for later reads).
+func (t *Tx) quotas(where string, args ...any) ([]capacity.Quota, error) {
 	rows, err := t.tx.Query(t.ctx, `SELECT id FROM quotas WHERE `+where+` ORDER BY level, id`, args...)
 	if err != nil {
 		return nil, err
@@ -358,7 +324,7 @@ func (t *Tx) Quotas(where string, args ...any) ([]domain.Quota, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]domain.Quota, 0, len(ids))
+	out := make([]capacity.Quota, 0, len(ids))
 	for _, id := range ids {
 		q, err := t.Quota(id)
 		if err != nil {
@@ -369,12 +335,12 @@ func (t *Tx) Quotas(where string, args ...any) ([]domain.Quota, error) {
 	return out, nil
 }
 
-// Subtree returns every quota below q (not q itself).
-func (t *Tx) Subtree(q domain.Quota) ([]domain.Quota, error) {
-	var out []domain.Quota
+// Subtree implements app.Tx: one query per level.
+func (t *Tx) Subtree(q capacity.Quota) ([]capacity.Quota, error) {
+	var out []capacity.Quota
 	frontier := []string{q.ID}
 	for len(frontier) > 0 {
-		children, err := t.Quotas(`parent_id = ANY($1)`, frontier)
+		children, err := t.quotas(`parent_id = ANY($1)`, frontier)
 		if err != nil {
 			return nil, err
 		}

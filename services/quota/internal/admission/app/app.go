@@ -6,9 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 )
@@ -59,24 +56,49 @@ type Definition struct {
 	LocalQueue   *quotav1.LocalQueueSpec
 }
 
-// DefinitionStore is what the definition use cases read and write
-// (package adapters/postgres).
+// DefinitionStore is what the definition use cases, queue resolution and
+// explanations read and write (package adapters/postgres). Reads outside
+// UpdateDefinitions see committed state.
 type DefinitionStore interface {
-	LoadDefinitions(ctx context.Context, tx pgx.Tx) (Definitions, error)
-	ListDefinitions(ctx context.Context, q eventstore.Querier, kind DefinitionKind) ([]Definition, error)
-	GetDefinition(ctx context.Context, q eventstore.Querier, kind DefinitionKind, name string) (Definition, bool, error)
+	// UpdateDefinitions runs fn in one transaction: what fn wrote commits
+	// when it returns nil, nothing does otherwise (its error is returned
+	// as is).
+	UpdateDefinitions(ctx context.Context, fn func(tx DefinitionTx) error) error
+	// ListDefinitions returns every definition of kind by name.
+	ListDefinitions(ctx context.Context, kind DefinitionKind) ([]Definition, error)
+	// GetDefinition reads one definition; ok is false when there is none.
+	GetDefinition(ctx context.Context, kind DefinitionKind, name string) (d Definition, ok bool, err error)
+	// Workload reads one recorded workload; ok is false when there is
+	// none (the task never needed admission, or was deleted).
+	Workload(ctx context.Context, taskID string) (r WorkloadRecord, ok bool, err error)
+}
+
+// DefinitionTx is one definition change: reads see its own writes.
+type DefinitionTx interface {
 	// LockDefinitions serializes definition changes with each other and
-	// with admission cycles, and tells the loop the topology changed.
-	LockDefinitions(ctx context.Context, tx pgx.Tx) error
-	SaveDefinition(ctx context.Context, tx pgx.Tx, d Definition, deleted bool, at time.Time, ev eventstore.Event) error
-	AggregateVersion(ctx context.Context, tx pgx.Tx, aggregateID string) (int64, error)
-	AdmittedIn(ctx context.Context, tx pgx.Tx, clusterQueue string) (int, error)
-	Workload(ctx context.Context, q eventstore.Querier, taskID string) (WorkloadRecord, bool, error)
+	// with admission cycles, and tells the loop the topology changed: call
+	// it before reading what a change decides from.
+	LockDefinitions() error
+	// LoadDefinitions returns the whole topology (ClusterQueues and
+	// cohorts).
+	LoadDefinitions() (Definitions, error)
+	ListDefinitions(kind DefinitionKind) ([]Definition, error)
+	GetDefinition(kind DefinitionKind, name string) (d Definition, ok bool, err error)
+	// AggregateVersion is the last recorded version of an aggregate (0:
+	// none yet).
+	AggregateVersion(aggregateID string) (int64, error)
+	// AdmittedIn counts the workloads holding quota (admitted or
+	// evicting) in a ClusterQueue.
+	AdmittedIn(clusterQueue string) (int, error)
+	// SaveDefinition appends ev (the change's event, its version one more
+	// than AggregateVersion) and upserts d's row, or removes it when
+	// deleted. A version another writer recorded first is
+	// eventstore.ErrConflict.
+	SaveDefinition(d Definition, deleted bool, at time.Time, ev eventstore.Event) error
 }
 
 // App holds the use cases.
 type App struct {
-	db       *pgxpool.Pool
 	store    DefinitionStore
 	validate Validator
 	loop     *Loop
@@ -90,7 +112,6 @@ type App struct {
 
 // Options configures New.
 type Options struct {
-	DB       *pgxpool.Pool
 	Store    DefinitionStore
 	Validate Validator
 	Loop     *Loop
@@ -106,7 +127,7 @@ type Options struct {
 
 // New returns the use cases.
 func New(o Options) *App {
-	return &App{db: o.DB, store: o.Store, validate: o.Validate, loop: o.Loop, gu: o.GUQuotas, tiers: o.TierQueues,
+	return &App{store: o.Store, validate: o.Validate, loop: o.Loop, gu: o.GUQuotas, tiers: o.TierQueues,
 		now: o.Now, log: o.Logger, afterWrite: o.AfterWrite}
 }
 

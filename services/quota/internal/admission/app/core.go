@@ -3,7 +3,7 @@
 // into workloads, running the admission loop around the Kueue-style core,
 // and explaining where a task stands.
 //
-// The core (package domain/admission) is pure and in memory; this package
+// The core (package domain/admitcore) is pure and in memory; this package
 // feeds it recorded facts, persists what it decides as events, and rebuilds
 // it from the projection tables after a restart.
 package app

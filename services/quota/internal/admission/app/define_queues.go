@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
-	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
 // aggregateOf names a definition's aggregate type.
@@ -33,8 +31,8 @@ func (a *App) Put(ctx context.Context, c Caller, d Definition) (Definition, erro
 	if d.Origin == "" {
 		d.Origin = OriginAPI
 	}
-	err := pg.InTx(ctx, a.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		return a.put(ctx, tx, c, d, false)
+	err := a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
+		return a.put(tx, c, d, false)
 	})
 	if err != nil {
 		return Definition{}, err
@@ -45,17 +43,17 @@ func (a *App) Put(ctx context.Context, c Caller, d Definition) (Definition, erro
 
 // put records d in tx; onlyIfAbsent skips an existing name (embedded
 // defaults).
-func (a *App) put(ctx context.Context, tx pgx.Tx, c Caller, d Definition, onlyIfAbsent bool) error {
-	if err := a.store.LockDefinitions(ctx, tx); err != nil {
+func (a *App) put(tx DefinitionTx, c Caller, d Definition, onlyIfAbsent bool) error {
+	if err := tx.LockDefinitions(); err != nil {
 		return err
 	}
 	if onlyIfAbsent {
-		if _, ok, err := a.store.GetDefinition(ctx, tx, d.Kind, d.Name); err != nil || ok {
+		if _, ok, err := tx.GetDefinition(d.Kind, d.Name); err != nil || ok {
 			return err
 		}
 	}
 	if d.Kind != KindLocalQueue {
-		defs, err := a.store.LoadDefinitions(ctx, tx)
+		defs, err := tx.LoadDefinitions()
 		if err != nil {
 			return err
 		}
@@ -77,12 +75,13 @@ func (a *App) put(ctx context.Context, tx pgx.Tx, c Caller, d Definition, onlyIf
 	case KindLocalQueue:
 		ev = &quotav1.LocalQueueDefined{Name: d.Name, Spec: d.LocalQueue, Origin: d.Origin}
 	}
-	return a.record(ctx, tx, c, d, false, ev)
+	return a.record(tx, c, d, false, ev)
 }
 
-func (a *App) record(ctx context.Context, tx pgx.Tx, c Caller, d Definition, deleted bool, ev any) error {
+// record saves d's change as the next event of its aggregate.
+func (a *App) record(tx DefinitionTx, c Caller, d Definition, deleted bool, ev any) error {
 	agg := aggregateOf(d.Kind)
-	v, err := a.store.AggregateVersion(ctx, tx, agg+"/"+d.Name)
+	v, err := tx.AggregateVersion(agg + "/" + d.Name)
 	if err != nil {
 		return err
 	}
@@ -91,7 +90,7 @@ func (a *App) record(ctx context.Context, tx pgx.Tx, c Caller, d Definition, del
 	if err != nil {
 		return err
 	}
-	return a.store.SaveDefinition(ctx, tx, d, deleted, now, e)
+	return tx.SaveDefinition(d, deleted, now, e)
 }
 
 // Delete removes a definition (operators only). A ClusterQueue holding
@@ -101,8 +100,8 @@ func (a *App) Delete(ctx context.Context, c Caller, kind DefinitionKind, name st
 	if !c.Operator {
 		return ErrPermissionDenied
 	}
-	err := pg.InTx(ctx, a.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		return a.delete(ctx, tx, c, kind, name)
+	err := a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
+		return a.delete(tx, c, kind, name)
 	})
 	if err != nil {
 		return err
@@ -111,11 +110,11 @@ func (a *App) Delete(ctx context.Context, c Caller, kind DefinitionKind, name st
 	return nil
 }
 
-func (a *App) delete(ctx context.Context, tx pgx.Tx, c Caller, kind DefinitionKind, name string) error {
-	if err := a.store.LockDefinitions(ctx, tx); err != nil {
+func (a *App) delete(tx DefinitionTx, c Caller, kind DefinitionKind, name string) error {
+	if err := tx.LockDefinitions(); err != nil {
 		return err
 	}
-	d, ok, err := a.store.GetDefinition(ctx, tx, kind, name)
+	d, ok, err := tx.GetDefinition(kind, name)
 	if err != nil {
 		return err
 	}
@@ -125,7 +124,7 @@ func (a *App) delete(ctx context.Context, tx pgx.Tx, c Caller, kind DefinitionKi
 	var ev any
 	switch kind {
 	case KindClusterQueue:
-		n, err := a.store.AdmittedIn(ctx, tx, name)
+		n, err := tx.AdmittedIn(name)
 		if err != nil {
 			return err
 		}
@@ -134,7 +133,7 @@ func (a *App) delete(ctx context.Context, tx pgx.Tx, c Caller, kind DefinitionKi
 		}
 		ev = &quotav1.ClusterQueueDeleted{Name: name}
 	case KindCohort:
-		defs, err := a.store.LoadDefinitions(ctx, tx)
+		defs, err := tx.LoadDefinitions()
 		if err != nil {
 			return err
 		}
@@ -152,7 +151,7 @@ func (a *App) delete(ctx context.Context, tx pgx.Tx, c Caller, kind DefinitionKi
 	case KindLocalQueue:
 		ev = &quotav1.LocalQueueDeleted{Name: name}
 	}
-	return a.record(ctx, tx, c, d, true, ev)
+	return a.record(tx, c, d, true, ev)
 }
 
 // written wakes the relay and the loop after a committed change.
@@ -167,7 +166,7 @@ func (a *App) written() {
 
 // Get reads one definition.
 func (a *App) Get(ctx context.Context, kind DefinitionKind, name string) (Definition, error) {
-	d, ok, err := a.store.GetDefinition(ctx, a.db, kind, name)
+	d, ok, err := a.store.GetDefinition(ctx, kind, name)
 	if err != nil {
 		return d, err
 	}
@@ -179,7 +178,7 @@ func (a *App) Get(ctx context.Context, kind DefinitionKind, name string) (Defini
 
 // List reads every definition of kind.
 func (a *App) List(ctx context.Context, kind DefinitionKind) ([]Definition, error) {
-	return a.store.ListDefinitions(ctx, a.db, kind)
+	return a.store.ListDefinitions(ctx, kind)
 }
 
 // Usage is the live usage of the named queues and cohorts; ok is false
@@ -197,10 +196,10 @@ func (a *App) Usage(queues, cohorts []string) (Usage, bool) {
 // not, are left alone.
 func (a *App) ApplyDefaults(ctx context.Context, defaults []Definition) error {
 	c := Caller{Operator: true, Actor: "config"}
-	err := pg.InTx(ctx, a.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err := a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
 		for _, d := range defaults {
 			d.Origin = OriginConfig
-			if err := a.put(ctx, tx, c, d, true); err != nil {
+			if err := a.put(tx, c, d, true); err != nil {
 				return fmt.Errorf("default %s %q: %w", d.Kind, d.Name, err)
 			}
 		}
@@ -221,12 +220,12 @@ func (a *App) ApplyDefaults(ctx context.Context, defaults []Definition) error {
 func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
 	c := Caller{Operator: true, Actor: "work_group"}
 	var kept []string
-	err := pg.InTx(ctx, a.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err := a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
 		want := map[string]*quotav1.ClusterQueueSpec{}
 		for _, g := range groups {
 			want[WorkGroupQueue(g.TenantID, g.Quota)] = workGroupSpec(g)
 		}
-		existing, err := a.store.ListDefinitions(ctx, tx, KindClusterQueue)
+		existing, err := tx.ListDefinitions(KindClusterQueue)
 		if err != nil {
 			return err
 		}
@@ -242,7 +241,7 @@ func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
 			if ok {
 				continue // replaced below
 			}
-			n, err := a.store.AdmittedIn(ctx, tx, d.Name)
+			n, err := tx.AdmittedIn(d.Name)
 			if err != nil {
 				return err
 			}
@@ -250,13 +249,13 @@ func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
 				kept = append(kept, d.Name)
 				continue
 			}
-			if err := a.delete(ctx, tx, c, KindClusterQueue, d.Name); err != nil {
+			if err := a.delete(tx, c, KindClusterQueue, d.Name); err != nil {
 				return err
 			}
 		}
 		for name, spec := range want {
 			d := Definition{Kind: KindClusterQueue, Name: name, Origin: OriginWorkGroup, ClusterQueue: spec}
-			if err := a.put(ctx, tx, c, d, false); err != nil {
+			if err := a.put(tx, c, d, false); err != nil {
 				return fmt.Errorf("work group queue %q: %w", name, err)
 			}
 		}

@@ -20,7 +20,7 @@ func (a *App) ExplainTask(ctx context.Context, c Caller, taskID string) (TaskAdm
 	rec, ex, known, live := a.loop.explain(taskID)
 	if !live {
 		// A standby: the recorded state, without the core's detail.
-		r, ok, err := a.store.Workload(ctx, a.db, taskID)
+		r, ok, err := a.store.Workload(ctx, taskID)
 		if err != nil {
 			return out, err
 		}

@@ -80,7 +80,7 @@ func needsGPU(resources map[string]string) bool {
 
 // localQueue resolves a LocalQueue the caller may use.
 func (a *App) localQueue(ctx context.Context, c Caller, name string) (string, error) {
-	d, ok, err := a.store.GetDefinition(ctx, a.db, KindLocalQueue, name)
+	d, ok, err := a.store.GetDefinition(ctx, KindLocalQueue, name)
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-// Package kueue adapts the pure admission core (domain/admission) to the
+// Package kueue adapts the pure admission core (domain/admitcore) to the
 // loop's app.Core: recorded protobuf definitions become the core's Config
 // (quantities in milli-units), and its decisions, explanations and usage
 // come back in the API's terms.
@@ -13,12 +13,12 @@ import (
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
-	"github.com/taskmesh/taskmesh/services/quota/internal/domain/admission"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/admitcore"
 )
 
-// Core is app.Core over *admission.State.
+// Core is app.Core over *admitcore.State.
 type Core struct {
-	s *admission.State
+	s *admitcore.State
 	// prio remembers priorities to explain preemptions.
 	prio map[string]int
 }
@@ -29,7 +29,7 @@ func New(defs app.Definitions) (app.Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := admission.New(cfg)
+	s, err := admitcore.New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -42,34 +42,34 @@ func Validate(defs app.Definitions) error {
 	if err != nil {
 		return err
 	}
-	_, err = admission.New(cfg)
+	_, err = admitcore.New(cfg)
 	return err
 }
 
 // Config converts recorded definitions to the core's configuration, in
 // name order so errors are deterministic. A quantity that does not parse
-// is a *admission.ConfigError wrapping quantity.ErrInvalid.
-func Config(defs app.Definitions) (admission.Config, error) {
-	var cfg admission.Config
+// is a *admitcore.ConfigError wrapping quantity.ErrInvalid.
+func Config(defs app.Definitions) (admitcore.Config, error) {
+	var cfg admitcore.Config
 	for _, name := range slices.Sorted(maps.Keys(defs.Cohorts)) {
 		spec := defs.Cohorts[name]
 		groups, err := groups(spec.GetResourceGroups())
 		if err != nil {
-			return cfg, &admission.ConfigError{Kind: "Cohort", Name: name, Field: err.field, Err: err.err}
+			return cfg, &admitcore.ConfigError{Kind: "Cohort", Name: name, Field: err.field, Err: err.err}
 		}
-		cfg.Cohorts = append(cfg.Cohorts, admission.Cohort{Name: name, Parent: spec.GetParent(), ResourceGroups: groups})
+		cfg.Cohorts = append(cfg.Cohorts, admitcore.Cohort{Name: name, Parent: spec.GetParent(), ResourceGroups: groups})
 	}
 	for _, name := range slices.Sorted(maps.Keys(defs.ClusterQueues)) {
 		spec := defs.ClusterQueues[name]
 		groups, err := groups(spec.GetResourceGroups())
 		if err != nil {
-			return cfg, &admission.ConfigError{Kind: "ClusterQueue", Name: name, Field: err.field, Err: err.err}
+			return cfg, &admitcore.ConfigError{Kind: "ClusterQueue", Name: name, Field: err.field, Err: err.err}
 		}
 		p := spec.GetPreemption()
-		cfg.ClusterQueues = append(cfg.ClusterQueues, admission.ClusterQueue{Name: name, Cohort: spec.GetCohort(),
-			ResourceGroups: groups, QueueingStrategy: admission.QueueingStrategy(spec.GetQueueingStrategy()),
-			Preemption: admission.Preemption{WithinClusterQueue: admission.PreemptionPolicy(p.GetWithinClusterQueue()),
-				ReclaimWithinCohort: admission.PreemptionPolicy(p.GetReclaimWithinCohort()), MinPriorityGap: int(p.GetMinPriorityGap())}})
+		cfg.ClusterQueues = append(cfg.ClusterQueues, admitcore.ClusterQueue{Name: name, Cohort: spec.GetCohort(),
+			ResourceGroups: groups, QueueingStrategy: admitcore.QueueingStrategy(spec.GetQueueingStrategy()),
+			Preemption: admitcore.Preemption{WithinClusterQueue: admitcore.PreemptionPolicy(p.GetWithinClusterQueue()),
+				ReclaimWithinCohort: admitcore.PreemptionPolicy(p.GetReclaimWithinCohort()), MinPriorityGap: int(p.GetMinPriorityGap())}})
 	}
 	return cfg, nil
 }
@@ -79,19 +79,19 @@ type fieldError struct {
 	err   error
 }
 
-func groups(in []*quotav1.ResourceGroup) ([]admission.ResourceGroup, *fieldError) {
-	out := make([]admission.ResourceGroup, len(in))
+func groups(in []*quotav1.ResourceGroup) ([]admitcore.ResourceGroup, *fieldError) {
+	out := make([]admitcore.ResourceGroup, len(in))
 	for gi, g := range in {
-		rg := admission.ResourceGroup{CoveredResources: slices.Clone(g.GetCoveredResources())}
+		rg := admitcore.ResourceGroup{CoveredResources: slices.Clone(g.GetCoveredResources())}
 		for fi, f := range g.GetFlavors() {
-			fq := admission.FlavorQuotas{Name: f.GetName()}
+			fq := admitcore.FlavorQuotas{Name: f.GetName()}
 			for ri, r := range f.GetResources() {
 				at := fmt.Sprintf("resourceGroups[%d].flavors[%d].resources[%d]", gi, fi, ri)
 				nominal, err := quantity.Milli(r.GetNominalQuota())
 				if err != nil {
 					return nil, &fieldError{at + ".nominalQuota", err}
 				}
-				rq := admission.ResourceQuota{Name: r.GetName(), NominalQuota: nominal}
+				rq := admitcore.ResourceQuota{Name: r.GetName(), NominalQuota: nominal}
 				if r.BorrowingLimit != nil {
 					v, err := quantity.Milli(r.GetBorrowingLimit())
 					if err != nil {
@@ -126,7 +126,7 @@ func (c *Core) Reconfigure(defs app.Definitions) error {
 
 // Enqueue implements app.Core.
 func (c *Core) Enqueue(w app.Workload) error {
-	if err := c.s.Enqueue(admission.Workload{ID: w.ID, ClusterQueue: w.ClusterQueue, Priority: w.Priority,
+	if err := c.s.Enqueue(admitcore.Workload{ID: w.ID, ClusterQueue: w.ClusterQueue, Priority: w.Priority,
 		Created: w.Created, Requests: w.Requests}); err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (c *Core) Enqueue(w app.Workload) error {
 
 // Admit implements app.Core.
 func (c *Core) Admit(id string, flavors map[string]string) error {
-	return c.s.Admit(id, admission.Assignment{Flavors: flavors})
+	return c.s.Admit(id, admitcore.Assignment{Flavors: flavors})
 }
 
 // Preempt implements app.Core.
@@ -157,10 +157,10 @@ func (c *Core) Schedule(now time.Time, max int) []app.Decision {
 	out := make([]app.Decision, 0, len(ds))
 	for _, d := range ds {
 		switch d.Kind {
-		case admission.DecideAdmit:
+		case admitcore.DecideAdmit:
 			out = append(out, app.Decision{Kind: app.DecisionAdmit, Workload: d.ID, Flavors: d.Assignment.Flavors,
 				Borrowing: d.Assignment.Borrowing})
-		case admission.DecidePreempt:
+		case admitcore.DecidePreempt:
 			out = append(out, app.Decision{Kind: app.DecisionPreempt, Workload: d.Preemptor, Victim: d.Victim,
 				Reason: fmt.Sprintf("preempted to admit %s (priority %d over %d)", d.Preemptor, c.prio[d.Preemptor], c.prio[d.Victim])})
 		}
@@ -177,9 +177,9 @@ func (c *Core) Explain(id string) (app.Explanation, error) {
 	out := app.Explanation{ClusterQueue: e.ClusterQueue, Reason: e.Message, BlockedBy: e.BlockedBy,
 		WaitingFor: e.WaitingFor, Flavors: e.Flavors}
 	switch e.Reason {
-	case admission.ReasonAdmitted:
+	case admitcore.ReasonAdmitted:
 		out.State = app.StateAdmitted
-	case admission.ReasonEvicting:
+	case admitcore.ReasonEvicting:
 		out.State = app.StateEvicting
 	default:
 		out.State, out.Position = app.StatePending, e.Position+1
@@ -211,7 +211,7 @@ func (c *Core) CohortUsage(name string) ([]*quotav1.FlavorUsage, error) {
 }
 
 // flavorUsage groups a usage by flavor, in the core's order.
-func flavorUsage(u admission.Usage) []*quotav1.FlavorUsage {
+func flavorUsage(u admitcore.Usage) []*quotav1.FlavorUsage {
 	var out []*quotav1.FlavorUsage
 	byName := map[string]*quotav1.FlavorUsage{}
 	for _, r := range u.Resources {

@@ -8,7 +8,7 @@ import (
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
-	"github.com/taskmesh/taskmesh/services/quota/internal/domain/admission"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/admitcore"
 )
 
 func gpuQueue(cohort, nominal string, borrowing *string) *quotav1.ClusterQueueSpec {
@@ -29,8 +29,8 @@ func TestValidate(t *testing.T) {
 		{"bad nominal", app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{"q": gpuQueue("", "eight", nil)}}, quantity.ErrInvalid},
 		{"bad borrowing limit", app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{"q": gpuQueue("c", "8", new("x"))},
 			Cohorts: map[string]*quotav1.CohortSpec{"c": {}}}, quantity.ErrInvalid},
-		{"unknown cohort", app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{"q": gpuQueue("c", "8", nil)}}, admission.ErrUnknownCohort},
-		{"cohort cycle", app.Definitions{Cohorts: map[string]*quotav1.CohortSpec{"a": {Parent: "b"}, "b": {Parent: "a"}}}, admission.ErrCohortCycle},
+		{"unknown cohort", app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{"q": gpuQueue("c", "8", nil)}}, admitcore.ErrUnknownCohort},
+		{"cohort cycle", app.Definitions{Cohorts: map[string]*quotav1.CohortSpec{"a": {Parent: "b"}, "b": {Parent: "a"}}}, admitcore.ErrCohortCycle},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,7 +41,7 @@ func TestValidate(t *testing.T) {
 				}
 				return
 			}
-			var ce *admission.ConfigError
+			var ce *admitcore.ConfigError
 			if !errors.Is(err, tt.wantErr) || !errors.As(err, &ce) || ce.Name == "" {
 				t.Fatalf("Validate = %v, want a ConfigError naming the object, wrapping %v", err, tt.wantErr)
 			}
@@ -85,7 +85,7 @@ func TestCoreRoundTrip(t *testing.T) {
 	if ds := c.Schedule(t0, 10); len(ds) != 1 || ds[0].Workload != "low" {
 		t.Fatalf("after release: %+v", ds)
 	}
-	if _, err := c.Explain("nope"); !errors.Is(err, admission.ErrUnknownWorkload) {
+	if _, err := c.Explain("nope"); !errors.Is(err, admitcore.ErrUnknownWorkload) {
 		t.Fatalf("explain unknown = %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
 )
 
@@ -21,16 +22,21 @@ var tables = map[app.DefinitionKind]string{
 }
 
 // LoadDefinitions implements app.LoopStore.
-func (s Store) LoadDefinitions(ctx context.Context, tx pgx.Tx) (app.Definitions, error) {
+func (Store) LoadDefinitions(ctx context.Context, tx pgx.Tx) (app.Definitions, error) {
+	return loadDefinitions(ctx, tx)
+}
+
+// loadDefinitions reads the whole topology: ClusterQueues and cohorts.
+func loadDefinitions(ctx context.Context, tx pgx.Tx) (app.Definitions, error) {
 	defs := app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{}, Cohorts: map[string]*quotav1.CohortSpec{}}
-	cqs, err := s.ListDefinitions(ctx, tx, app.KindClusterQueue)
+	cqs, err := listDefinitions(ctx, tx, app.KindClusterQueue)
 	if err != nil {
 		return defs, err
 	}
 	for _, d := range cqs {
 		defs.ClusterQueues[d.Name] = d.ClusterQueue
 	}
-	chs, err := s.ListDefinitions(ctx, tx, app.KindCohort)
+	chs, err := listDefinitions(ctx, tx, app.KindCohort)
 	if err != nil {
 		return defs, err
 	}
@@ -40,8 +46,46 @@ func (s Store) LoadDefinitions(ctx context.Context, tx pgx.Tx) (app.Definitions,
 	return defs, nil
 }
 
-// ListDefinitions returns every definition of kind by name.
-func (Store) ListDefinitions(ctx context.Context, q eventstore.Querier, kind app.DefinitionKind) ([]app.Definition, error) {
+// ListDefinitions implements app.DefinitionStore.
+func (s Store) ListDefinitions(ctx context.Context, kind app.DefinitionKind) ([]app.Definition, error) {
+	return listDefinitions(ctx, s.DB, kind)
+}
+
+// GetDefinition implements app.DefinitionStore.
+func (s Store) GetDefinition(ctx context.Context, kind app.DefinitionKind, name string) (app.Definition, bool, error) {
+	return getDefinition(ctx, s.DB, kind, name)
+}
+
+// UpdateDefinitions implements app.DefinitionStore.
+func (s Store) UpdateDefinitions(ctx context.Context, fn func(app.DefinitionTx) error) error {
+	return pg.InTx(ctx, s.DB, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return fn(definitionTx{ctx: ctx, tx: tx, events: s.Events})
+	})
+}
+
+// definitionTx implements app.DefinitionTx in one transaction.
+type definitionTx struct {
+	ctx    context.Context
+	tx     pgx.Tx
+	events *eventstore.Store
+}
+
+var _ app.DefinitionTx = definitionTx{}
+
+func (t definitionTx) LoadDefinitions() (app.Definitions, error) {
+	return loadDefinitions(t.ctx, t.tx)
+}
+
+func (t definitionTx) ListDefinitions(kind app.DefinitionKind) ([]app.Definition, error) {
+	return listDefinitions(t.ctx, t.tx, kind)
+}
+
+func (t definitionTx) GetDefinition(kind app.DefinitionKind, name string) (app.Definition, bool, error) {
+	return getDefinition(t.ctx, t.tx, kind, name)
+}
+
+// listDefinitions returns every definition of kind by name.
+func listDefinitions(ctx context.Context, q eventstore.Querier, kind app.DefinitionKind) ([]app.Definition, error) {
 	rows, err := q.Query(ctx, `SELECT name, spec, origin FROM `+tables[kind]+` ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", tables[kind], err)
@@ -63,8 +107,8 @@ func (Store) ListDefinitions(ctx context.Context, q eventstore.Querier, kind app
 	return out, rows.Err()
 }
 
-// GetDefinition reads one definition; ok is false when there is none.
-func (s Store) GetDefinition(ctx context.Context, q eventstore.Querier, kind app.DefinitionKind, name string) (app.Definition, bool, error) {
+// getDefinition reads one definition; ok is false when there is none.
+func getDefinition(ctx context.Context, q eventstore.Querier, kind app.DefinitionKind, name string) (app.Definition, bool, error) {
 	rows, err := q.Query(ctx, `SELECT spec, origin FROM `+tables[kind]+` WHERE name = $1`, name)
 	if err != nil {
 		return app.Definition{}, false, fmt.Errorf("read %s: %w", tables[kind], err)
@@ -103,8 +147,8 @@ func decodeSpec(d *app.Definition, spec []byte) error {
 // LockDefinitions bumps the definitions generation, holding its row lock
 // until the transaction ends: the admission loop waits for the change
 // and sees it in its next cycle.
-func (Store) LockDefinitions(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, `UPDATE definitions_generation SET generation = generation + 1 WHERE id = 1`); err != nil {
+func (t definitionTx) LockDefinitions() error {
+	if _, err := t.tx.Exec(t.ctx, `UPDATE definitions_generation SET generation = generation + 1 WHERE id = 1`); err != nil {
 		return fmt.Errorf("lock definitions: %w", err)
 	}
 	return nil
@@ -112,8 +156,9 @@ func (Store) LockDefinitions(ctx context.Context, tx pgx.Tx) error {
 
 // SaveDefinition records d's event and upserts (or, with deleted, removes)
 // its row.
-func (s Store) SaveDefinition(ctx context.Context, tx pgx.Tx, d app.Definition, deleted bool, at time.Time, ev eventstore.Event) error {
-	if err := s.Events.Append(ctx, tx, ev); err != nil {
+func (t definitionTx) SaveDefinition(d app.Definition, deleted bool, at time.Time, ev eventstore.Event) error {
+	ctx, tx := t.ctx, t.tx
+	if err := t.events.Append(ctx, tx, ev); err != nil {
 		return err
 	}
 	if deleted {
@@ -145,18 +190,18 @@ func (s Store) SaveDefinition(ctx context.Context, tx pgx.Tx, d app.Definition, 
 }
 
 // AggregateVersion is the last version of an aggregate (0: none yet).
-func (Store) AggregateVersion(ctx context.Context, tx pgx.Tx, aggregateID string) (int64, error) {
+func (t definitionTx) AggregateVersion(aggregateID string) (int64, error) {
 	var v int64
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM events WHERE aggregate_id = $1`, aggregateID).Scan(&v); err != nil {
+	if err := t.tx.QueryRow(t.ctx, `SELECT coalesce(max(version), 0) FROM events WHERE aggregate_id = $1`, aggregateID).Scan(&v); err != nil {
 		return 0, fmt.Errorf("read version of %s: %w", aggregateID, err)
 	}
 	return v, nil
 }
 
 // AdmittedIn counts the workloads holding quota in a ClusterQueue.
-func (Store) AdmittedIn(ctx context.Context, tx pgx.Tx, clusterQueue string) (int, error) {
+func (t definitionTx) AdmittedIn(clusterQueue string) (int, error) {
 	var n int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM workloads WHERE cluster_queue = $1 AND state IN ('admitted', 'evicting')`,
+	if err := t.tx.QueryRow(t.ctx, `SELECT count(*) FROM workloads WHERE cluster_queue = $1 AND state IN ('admitted', 'evicting')`,
 		clusterQueue).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count admitted workloads: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
@@ -14,8 +15,16 @@ import (
 
 // Store implements app.LoopStore and app.DefinitionStore.
 type Store struct {
+	// DB serves the reads and transactions of app.DefinitionStore; the
+	// loop's methods run in the transaction they are given.
+	DB     *pgxpool.Pool
 	Events *eventstore.Store
 }
+
+var (
+	_ app.LoopStore       = Store{}
+	_ app.DefinitionStore = Store{}
+)
 
 // DefinitionsGeneration implements app.LoopStore.
 func (Store) DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error) {
@@ -55,9 +64,9 @@ func (Store) LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]app.WorkloadRecord
 	return out, nil
 }
 
-// Workload reads one recorded workload; ok is false when there is none.
-func (Store) Workload(ctx context.Context, q eventstore.Querier, taskID string) (r app.WorkloadRecord, ok bool, err error) {
-	rows, err := q.Query(ctx, `
+// Workload implements app.DefinitionStore.
+func (s Store) Workload(ctx context.Context, taskID string) (r app.WorkloadRecord, ok bool, err error) {
+	rows, err := s.DB.Query(ctx, `
 		SELECT task_id, tenant_id, cluster_queue, priority, created_at, requests, task_version, state,
 		       flavors, borrowing, admitted_at, preemptor, reason, version
 		FROM workloads WHERE task_id = $1`, taskID)

@@ -1,0 +1,199 @@
+package app
+
+import (
+	"errors"
+	"testing"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+)
+
+func TestPutDefinition(t *testing.T) {
+	f := newFixture(t)
+	cq := Definition{Kind: KindClusterQueue, Name: "cq", ClusterQueue: gpuQueue("team", "8")}
+	if _, err := f.app.Put(f.ctx, premium, cq); !errors.Is(err, ErrPermissionDenied) {
+		t.Fatalf("a tenant defined a queue: %v", err)
+	}
+	// The topology is checked before anything is recorded.
+	if _, err := f.app.Put(f.ctx, operator, cq); !errors.Is(err, ErrInvalid) || !errors.Is(err, errUnknownCohort) {
+		t.Fatalf("a queue of an unknown cohort: %v, want ErrInvalid wrapping the core's error", err)
+	}
+	wantStrings(t, "refused definitions recorded", f.store.events())
+	if f.written != 0 {
+		t.Errorf("refused definitions woke the relay %d times", f.written)
+	}
+
+	if _, err := f.app.Put(f.ctx, operator, Definition{Kind: KindCohort, Name: "team", Cohort: &quotav1.CohortSpec{}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.app.Put(f.ctx, operator, cq)
+	if err != nil || got.Origin != OriginAPI {
+		t.Fatalf("Put = %+v, %v; want origin api", got, err)
+	}
+	cq.ClusterQueue = gpuQueue("team", "16")
+	if _, err := f.app.Put(f.ctx, operator, cq); err != nil {
+		t.Fatal(err)
+	}
+	// A LocalQueue is not part of the core's topology.
+	if _, err := f.app.Put(f.ctx, operator, localQueue("lq", "cq-none", nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	wantStrings(t, "recorded", f.store.events(),
+		"cohort/team v1 CohortDefined", "cluster-queue/cq v1 ClusterQueueDefined", "cluster-queue/cq v2 ClusterQueueDefined",
+		"local-queue/lq v1 LocalQueueDefined")
+	d, err := f.app.Get(f.ctx, KindClusterQueue, "cq")
+	if err != nil || d.ClusterQueue.GetResourceGroups()[0].GetFlavors()[0].GetResources()[0].GetNominalQuota() != "16" {
+		t.Errorf("Get = %+v, %v; want the second spec", d, err)
+	}
+	if f.written != 4 || f.store.state.locks != 4 {
+		t.Errorf("%d writes woke the relay %d times and locked the definitions %d times, want 4 each",
+			4, f.written, f.store.state.locks)
+	}
+	if _, err := f.app.Get(f.ctx, KindCohort, "none"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get of nothing: %v, want ErrNotFound", err)
+	}
+	if ds, err := f.app.List(f.ctx, KindClusterQueue); err != nil || len(ds) != 1 || ds[0].Name != "cq" {
+		t.Errorf("List = %+v, %v", ds, err)
+	}
+}
+
+func TestDeleteDefinition(t *testing.T) {
+	f := newFixture(t)
+	for _, d := range []Definition{
+		{Kind: KindCohort, Name: "org", Cohort: &quotav1.CohortSpec{}},
+		{Kind: KindCohort, Name: "team", Cohort: &quotav1.CohortSpec{Parent: "org"}},
+		{Kind: KindClusterQueue, Name: "cq", ClusterQueue: gpuQueue("team", "8")},
+	} {
+		if _, err := f.app.Put(f.ctx, operator, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.store.setAdmitted("cq", 2)
+	tests := []struct {
+		name string
+		c    Caller
+		kind DefinitionKind
+		def  string
+		want error
+	}{
+		{"by a tenant", premium, KindClusterQueue, "cq", ErrPermissionDenied},
+		{"an unknown queue", operator, KindClusterQueue, "none", ErrNotFound},
+		{"a queue holding admitted work", operator, KindClusterQueue, "cq", ErrInUse},
+		{"a cohort with a queue", operator, KindCohort, "team", ErrInUse},
+		{"a cohort with a child cohort", operator, KindCohort, "org", ErrInUse},
+	}
+	before := f.store.events()
+	for _, tt := range tests {
+		if err := f.app.Delete(f.ctx, tt.c, tt.kind, tt.def); !errors.Is(err, tt.want) {
+			t.Errorf("delete %s: %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	wantStrings(t, "refused deletions recorded", f.store.events(), before...)
+
+	f.store.setAdmitted("cq", 0)
+	for _, d := range []struct {
+		kind DefinitionKind
+		name string
+	}{{KindClusterQueue, "cq"}, {KindCohort, "team"}, {KindCohort, "org"}} {
+		if err := f.app.Delete(f.ctx, operator, d.kind, d.name); err != nil {
+			t.Fatalf("delete %s %s: %v", d.kind, d.name, err)
+		}
+	}
+	wantStrings(t, "deletions recorded", f.store.events()[len(before):],
+		"cluster-queue/cq v2 ClusterQueueDeleted", "cohort/team v2 CohortDeleted", "cohort/org v2 CohortDeleted")
+	if ds, _ := f.app.List(f.ctx, KindCohort); len(ds) != 0 {
+		t.Errorf("cohorts left: %+v", ds)
+	}
+}
+
+// Defaults fill in names that do not exist, in one transaction; what an
+// operator changed stays.
+func TestApplyDefaults(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.app.Put(f.ctx, operator, localQueue("lq-low", "cq-mine", nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	updates := f.store.updates
+	defaults := []Definition{
+		{Kind: KindCohort, Name: "tenants", Cohort: &quotav1.CohortSpec{}},
+		{Kind: KindClusterQueue, Name: "cq-low", ClusterQueue: gpuQueue("tenants", "2")},
+		localQueue("lq-low", "cq-low", nil, nil),
+	}
+	for range 2 {
+		if err := f.app.ApplyDefaults(f.ctx, defaults); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.store.updates - updates; n != 2 {
+		t.Errorf("two applications took %d transactions, want 2", n)
+	}
+	wantStrings(t, "recorded", f.store.events(),
+		"local-queue/lq-low v1 LocalQueueDefined", "cohort/tenants v1 CohortDefined", "cluster-queue/cq-low v1 ClusterQueueDefined")
+	lq, _ := f.app.Get(f.ctx, KindLocalQueue, "lq-low")
+	cq, _ := f.app.Get(f.ctx, KindClusterQueue, "cq-low")
+	if lq.LocalQueue.GetClusterQueue() != "cq-mine" || lq.Origin != OriginAPI || cq.Origin != OriginConfig {
+		t.Errorf("lq-low = %+v (origin %s), cq-low origin %s; want the operator's lq-low kept and cq-low from config",
+			lq.LocalQueue, lq.Origin, cq.Origin)
+	}
+
+	// A default the core refuses records none of them.
+	f2 := newFixture(t)
+	err := f2.app.ApplyDefaults(f2.ctx, []Definition{defaults[2], {Kind: KindClusterQueue, Name: "cq", ClusterQueue: gpuQueue("none", "1")}})
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("an invalid default: %v, want ErrInvalid", err)
+	}
+	wantStrings(t, "recorded after a refused default", f2.store.events())
+}
+
+// The WorkGroup queues follow the running WorkGroups: created, changed,
+// deleted — except while they hold admitted work.
+func TestSyncWorkGroups(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.app.Put(f.ctx, operator, Definition{Kind: KindClusterQueue, Name: "gu-acme-manual", ClusterQueue: gpuQueue("", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	gu1 := WorkGroup{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 4}
+	steps := []struct {
+		name   string
+		groups []WorkGroup
+		want   []string
+	}{
+		{"a new WorkGroup", []WorkGroup{gu1}, []string{"cluster-queue/gu-acme-gu1 v1 ClusterQueueDefined"}},
+		{"the same again", []WorkGroup{gu1}, nil},
+		{"more GPUs", []WorkGroup{{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 8}},
+			[]string{"cluster-queue/gu-acme-gu1 v2 ClusterQueueDefined"}},
+		{"no WorkGroup any more", nil, []string{"cluster-queue/gu-acme-gu1 v3 ClusterQueueDeleted"}},
+	}
+	for _, s := range steps {
+		before := len(f.store.events())
+		if err := f.app.SyncWorkGroups(f.ctx, s.groups); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		wantStrings(t, s.name, f.store.events()[before:], s.want...)
+	}
+	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{gu1}); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := f.app.Get(f.ctx, KindClusterQueue, "gu-acme-gu1")
+	fq := d.ClusterQueue.GetResourceGroups()[0].GetFlavors()[0]
+	if d.Origin != OriginWorkGroup || fq.GetName() != "A100" || fq.GetResources()[0].GetNominalQuota() != "4" ||
+		d.ClusterQueue.GetPreemption().GetMinPriorityGap() != 3 {
+		t.Errorf("WorkGroup queue = %+v (origin %s), want flavor A100 with 4 GPUs and a priority gap of 3", d.ClusterQueue, d.Origin)
+	}
+
+	// Admitted work keeps the queue until it is done; a later sync
+	// deletes it.
+	f.store.setAdmitted("gu-acme-gu1", 1)
+	before := len(f.store.events())
+	if err := f.app.SyncWorkGroups(f.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantStrings(t, "a queue holding work", f.store.events()[before:])
+	f.store.setAdmitted("gu-acme-gu1", 0)
+	if err := f.app.SyncWorkGroups(f.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	wantStrings(t, "the queue once its work is done", f.store.events()[before:], "cluster-queue/gu-acme-gu1 v5 ClusterQueueDeleted")
+	if _, err := f.app.Get(f.ctx, KindClusterQueue, "gu-acme-manual"); err != nil {
+		t.Errorf("an operator's queue was touched by the sync: %v", err)
+	}
+}

@@ -1,0 +1,118 @@
+package app_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/taskmesh/taskmesh/services/quota/internal/app"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
+)
+
+// The submit-time check: no GU quota is GU_QUOTA_NOT_EXISTS, a WorkGroup
+// not Running is GU_QUOTA_CREATING, a Running one is the answer.
+func TestCheckGUQuota(t *testing.T) {
+	f := newFixture(t)
+	f.seed(8)
+	_, err := f.app.CheckGUQuota(f.ctx, "acme", "gu1")
+	wantStatus(t, err, codes.NotFound, app.ReasonGUQuotaNotExists)
+	_, err = f.app.CheckGUQuota(f.ctx, "acme", "")
+	wantStatus(t, err, codes.NotFound, app.ReasonGUQuotaNotExists)
+
+	f.createGU("gu1", 4, 8)
+	for _, name := range []string{"gu1", "gu1-default", "q-2", ""} {
+		_, err = f.app.CheckGUQuota(f.ctx, "acme", name)
+		wantStatus(t, err, codes.FailedPrecondition, app.ReasonGUQuotaCreating)
+	}
+	// Another tenant's quota does not exist for beta.
+	_, err = f.app.CheckGUQuota(f.ctx, "beta", "gu1")
+	wantStatus(t, err, codes.NotFound, app.ReasonGUQuotaNotExists)
+
+	f.produce()
+	// The root, its WorkGroup quota (by name or id) and "any" are served
+	// by q-2's WorkGroup.
+	for _, name := range []string{"gu1", "gu1-default", "q-2", ""} {
+		wg, err := f.app.CheckGUQuota(f.ctx, "acme", name)
+		want := app.WorkGroup{TenantID: "acme", Quota: "gu1-default", QuotaID: "q-2", Cluster: "c1", MachineType: "A100", GPUs: 4}
+		if err != nil || wg != want {
+			t.Errorf("CheckGUQuota(%q) = %+v, %v; want %+v", name, wg, err, want)
+		}
+	}
+	// The background quota has no WorkGroup: work cannot run under it.
+	_, err = f.app.CheckGUQuota(f.ctx, "acme", "gu1-background")
+	wantStatus(t, err, codes.FailedPrecondition, app.ReasonGUQuotaCreating)
+
+	// A quota being unsubscribed is gone for new work.
+	if _, err := f.app.DeleteQuota(f.ctx, admin, "q-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.app.CheckGUQuota(f.ctx, "acme", "gu1")
+	wantStatus(t, err, codes.NotFound, app.ReasonGUQuotaNotExists)
+}
+
+// A failed WorkGroup is still "being created": its reason is in the
+// message, so the caller learns why.
+func TestCheckGUQuotaOfAFailedWorkGroup(t *testing.T) {
+	f := newFixture(t)
+	f.seed(8)
+	f.createGU("gu1", 4, 8)
+	f.op.Reject("wg-q-2", "spec refused")
+	f.pass()
+	_, err := f.app.CheckGUQuota(f.ctx, "acme", "gu1")
+	wantStatus(t, err, codes.FailedPrecondition, app.ReasonGUQuotaCreating)
+	if want := "spec refused"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("message %v does not say %q", err, want)
+	}
+}
+
+// RunningWorkGroups lists what admission may use; WatchWorkGroups says
+// when that may have changed, at once (the store calls Committed after
+// each commit).
+func TestRunningWorkGroupsAndTheirWatch(t *testing.T) {
+	f := newFixture(t)
+	f.seed(8)
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	changed := f.app.WatchWorkGroups(ctx)
+	notified := func() bool {
+		select {
+		case <-changed:
+			return true
+		default:
+			return false
+		}
+	}
+
+	f.createGU("gu1", 4, 8)
+	f.pass()
+	if notified() {
+		t.Error("notified before any WorkGroup changed state")
+	}
+	if ws, err := f.app.RunningWorkGroups(f.ctx); err != nil || len(ws) != 0 {
+		t.Errorf("RunningWorkGroups before production = %+v, %v", ws, err)
+	}
+	f.op.SetRayPhase(rayName, capacity.PhaseRunning, "")
+	f.op.SetWorkGroupPhase("wg-q-2", capacity.PhaseRunning, "")
+	f.pass()
+	if !notified() {
+		t.Error("not notified when the WorkGroup started running")
+	}
+	ws, err := f.app.RunningWorkGroups(f.ctx)
+	if err != nil || len(ws) != 1 || ws[0].QuotaID != "q-2" || ws[0].GPUs != 4 {
+		t.Errorf("RunningWorkGroups = %+v, %v; want q-2's", ws, err)
+	}
+	if _, err := f.app.DeleteQuota(f.ctx, admin, "q-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if !notified() {
+		t.Error("not notified when the WorkGroup's deletion was asked for")
+	}
+	// Many changes between two reads coalesce into one wake-up.
+	f.app.Committed([]capacity.Event{{Data: capacity.WorkGroupRunning{}}})
+	f.app.Committed([]capacity.Event{{Data: capacity.WorkGroupFailed{}}})
+	if !notified() || notified() {
+		t.Error("two changes did not coalesce into one wake-up")
+	}
+}
