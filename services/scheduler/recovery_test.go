@@ -72,7 +72,10 @@ func TestDeadAgentDetectedByMissedHeartbeats(t *testing.T) {
 // max_retries; the server fails attempts the agent never reports past their
 // timeout.
 func TestLeaseExpiryRetriesAndTimeouts(t *testing.T) {
-	e := newEnv(t)
+	// The clock jumps past AgentLostAfter's default (15 s) before each
+	// heartbeat that keeps agent-1 alive; a sweep in between would release
+	// its leases as lost instead of expired or timed out.
+	e := newEnv(t, func(c *scheduler.Config) { c.Timing.AgentLostAfter = time.Hour })
 	ctx := user("tenant-a")
 	id := e.create(ctx, &taskv1.TaskSpec{Name: "flaky", Command: "true", LeaseTtlSec: i32(30), RenewIntervalSec: i32(10),
 		MaxRetries: i32(1), RetryDelay: i32(120)}).GetId()
