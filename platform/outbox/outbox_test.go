@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/internal/eventtest"
 	"github.com/taskmesh/taskmesh/platform/kafka"
@@ -24,7 +25,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 )
 
-const topic = "taskmesh.task.events.v1"
+var topic = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 
 // Environment of a relay run as a child process, so tests can SIGKILL it.
 const (

@@ -4,8 +4,8 @@
 //
 // The relay loop, step by step:
 //
-//  1. Take the advisory lock "outbox:<name>". Standby relays wait here, so
-//     exactly one relay per service publishes.
+//  1. Take the advisory lock "outbox:<name>" (leader.Run). Standby relays
+//     wait here, so exactly one relay per service publishes.
 //  2. Create a transactional producer with transactional id
 //     "taskmesh-outbox-<name>" and load its producer id. This fences any
 //     previous holder: its open Kafka transaction is aborted and it can never
@@ -20,9 +20,9 @@
 //     id, partition chosen like Kafka's default partitioner); commit; then
 //     store the checkpoint.
 //  5. On any error drop the producer and the lock, back off and start over
-//     at 1. The cursor only moves after a Kafka commit, so nothing is lost;
-//     rows are read in Position order, so one aggregate's events are never
-//     reordered.
+//     at 1 (leader.Run). The cursor only moves after a Kafka commit, so
+//     nothing is lost; rows are read in Position order, so one aggregate's
+//     events are never reordered.
 //
 // Reading by "tx_id < xmin" instead of "id > last id" is what makes late
 // commits safe: a transaction that got a lower id but commits after a higher
@@ -45,6 +45,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/leader"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
@@ -143,45 +144,23 @@ func (r *Relay) Stats() Stats {
 	return Stats{Published: r.published.Load(), Active: r.active.Load(), Cursor: r.cursor}
 }
 
-// Run relays until ctx is done. It returns nil on cancellation; failures
-// are logged and retried with backoff, never returned.
+// Run relays until ctx is done, as the leader among the service's relays
+// (steps 1 and 5 of the loop above are leader.Run's). It returns nil on
+// cancellation; failures are logged and retried with backoff, never
+// returned.
 func (r *Relay) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		held, err := r.session(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		wait := r.cfg.StandbyInterval
-		if err != nil {
-			r.cfg.Logger.Warn("outbox relay stopped; retrying", "relay", r.cfg.Name, "err", err, "retry_in", backoff)
-			wait = backoff
-			backoff = min(backoff*2, 5*time.Second)
-		} else if held {
-			backoff = 100 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-	}
-	return nil
+	return leader.Run(ctx, r.pool, leader.Config{Lock: "outbox:" + r.cfg.Name, Role: "outbox relay " + r.cfg.Name,
+		Standby: r.cfg.StandbyInterval, Logger: r.cfg.Logger}, r.session)
 }
 
-// session is one tenure as the active relay. held reports whether the lock
-// was obtained.
-func (r *Relay) session(ctx context.Context) (held bool, err error) {
-	lock, ok, err := pg.TryLock(ctx, r.pool, "outbox:"+r.cfg.Name)
-	if err != nil || !ok {
-		return false, err
-	}
-	defer lock.Release()
+// session is one tenure as the active relay: steps 2 to 4.
+func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	r.active.Store(true)
 	defer r.active.Store(false)
 
 	cl, err := r.producer()
 	if err != nil {
-		return true, err
+		return err
 	}
 	defer cl.Close()
 
@@ -189,23 +168,23 @@ func (r *Relay) session(ctx context.Context) (held bool, err error) {
 	defer cancel()
 	// Loading the producer id is what fences a previous relay.
 	if _, _, err := cl.ProducerID(setup); err != nil {
-		return true, fmt.Errorf("init producer: %w", err)
+		return fmt.Errorf("init producer: %w", err)
 	}
 	if err := kafka.EnsureTopics(setup, cl, kafka.TopicSpec{Name: r.cfg.Topic, Partitions: r.cfg.Partitions, ReplicationFactor: -1}); err != nil {
-		return true, err
+		return err
 	}
 	partitions, err := kafka.Partitions(setup, cl, r.cfg.Topic)
 	if err != nil {
-		return true, err
+		return err
 	}
 	conn := lock.Conn()
 	cursor, err := loadCheckpoint(setup, conn, r.cfg.Name)
 	if err != nil {
-		return true, err
+		return err
 	}
 	inKafka, err := lastPublished(setup, cl, r.cfg.Topic, partitions)
 	if err != nil {
-		return true, err
+		return err
 	}
 	r.setCursor(cursor)
 	r.cfg.Logger.Info("outbox relay active", "relay", r.cfg.Name, "topic", r.cfg.Topic,
@@ -220,27 +199,27 @@ func (r *Relay) session(ctx context.Context) (held bool, err error) {
 	for {
 		batch, err := readBatch(ctx, conn, cursor, r.cfg.BatchSize)
 		if err != nil {
-			return true, err
+			return err
 		}
 		if len(batch) == 0 {
 			if saved != cursor {
 				// Idle: record how far the relay got.
 				if err := saveCheckpoint(ctx, conn, r.cfg.Name, cursor); err != nil {
-					return true, err
+					return err
 				}
 				saved, lastSaved = cursor, time.Now()
 			}
 			timer.Reset(r.cfg.PollInterval)
 			select {
 			case <-ctx.Done():
-				return true, nil
+				return nil
 			case <-r.wake:
 			case <-timer.C:
 			}
 			continue
 		}
 		if err := r.publish(ctx, cl, batch, partitions, inKafka); err != nil {
-			return true, err
+			return err
 		}
 		cursor = batch[len(batch)-1].pos
 		// The checkpoint only shortens a successor's start (it reads the
@@ -249,7 +228,7 @@ func (r *Relay) session(ctx context.Context) (held bool, err error) {
 		// writes it at once (above).
 		if time.Since(lastSaved) >= checkpointEvery {
 			if err := saveCheckpoint(ctx, conn, r.cfg.Name, cursor); err != nil {
-				return true, err
+				return err
 			}
 			saved, lastSaved = cursor, time.Now()
 		}

@@ -26,7 +26,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/projection"
 )
 
-const topic = "taskmesh.task.events.v1"
+var topic = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 
 var progressTable = pg.MigrationSet{Component: "test", Migrations: []pg.Migration{{Version: 1, Name: "task_progress", SQL: `
 	CREATE TABLE task_progress (

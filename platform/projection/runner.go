@@ -10,14 +10,15 @@
 //
 // The runner loop, step by step:
 //
-//  1. Take the advisory lock "projection:<name>" (standby runners wait), so
-//     one runner per projection applies records.
+//  1. Take the advisory lock "projection:<name>" (leader.Run; standby
+//     runners wait), so one runner per projection applies records.
 //  2. Load the stored offsets and consume each partition from there with
 //     read_committed isolation (the outbox relay publishes transactionally).
 //  3. For each polled batch, on the lock's connection: begin, Handler.Apply,
 //     store the next offsets, commit. Using the lock's connection means a
 //     runner whose session died cannot commit after a successor took over.
-//  4. On any error drop the consumer and the lock, back off, start over.
+//  4. On any error drop the consumer and the lock, back off, start over
+//     (leader.Run).
 //
 // Replay rebuilds a projection from offset 0 into fresh tables and compares
 // them with the live ones (see Replay).
@@ -39,6 +40,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/leader"
 	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
@@ -136,50 +138,29 @@ func (r *Runner) Applied() int64 {
 	return r.applied
 }
 
-// Run applies records until ctx is done; it returns nil on cancellation and
-// retries failures with backoff.
+// Run applies records until ctx is done, as the leader among the
+// projection's runners (steps 1 and 4 above are leader.Run's); it returns
+// nil on cancellation and retries failures with backoff.
 func (r *Runner) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		held, err := r.session(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		wait := r.cfg.StandbyInterval
-		if err != nil {
-			r.cfg.Logger.Warn("projection runner stopped; retrying", "projection", r.cfg.Name, "err", err, "retry_in", backoff)
-			wait = backoff
-			backoff = min(backoff*2, 5*time.Second)
-		} else if held {
-			backoff = 100 * time.Millisecond
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-	}
-	return nil
+	return leader.Run(ctx, r.pool, leader.Config{Lock: "projection:" + r.cfg.Name, Role: "projection runner " + r.cfg.Name,
+		Standby: r.cfg.StandbyInterval, Logger: r.cfg.Logger}, r.session)
 }
 
-func (r *Runner) session(ctx context.Context) (bool, error) {
-	lock, ok, err := pg.TryLock(ctx, r.pool, "projection:"+r.cfg.Name)
-	if err != nil || !ok {
-		return false, err
-	}
-	defer lock.Release()
+// session is one tenure as the active runner: steps 2 and 3.
+func (r *Runner) session(ctx context.Context, lock *pg.Lock) error {
 	conn := lock.Conn()
 
 	partitions, err := ensureTopic(ctx, r.cfg.Kafka, r.cfg.Topic, r.cfg.Partitions)
 	if err != nil {
-		return true, err
+		return err
 	}
 	stored, err := loadOffsets(ctx, conn, r.cfg.Name, r.cfg.Topic)
 	if err != nil {
-		return true, err
+		return err
 	}
 	cl, err := consumer(r.cfg.Kafka, r.cfg.Topic, partitions, stored)
 	if err != nil {
-		return true, err
+		return err
 	}
 	defer cl.Close()
 	r.cfg.Logger.Info("projection runner active", "projection", r.cfg.Name, "topic", r.cfg.Topic, "partitions", partitions)
@@ -187,10 +168,10 @@ func (r *Runner) session(ctx context.Context) (bool, error) {
 	for {
 		fetches := cl.PollRecords(ctx, r.cfg.BatchSize)
 		if ctx.Err() != nil {
-			return true, nil
+			return nil
 		}
 		if err := fetchErr(fetches); err != nil {
-			return true, err
+			return err
 		}
 		records := fetches.Records()
 		if len(records) == 0 {
@@ -217,7 +198,7 @@ func (r *Runner) session(ctx context.Context) (bool, error) {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 			span.End()
-			return true, err
+			return err
 		}
 		span.End()
 		r.mu.Lock()

@@ -7,6 +7,7 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	github.com/taskmesh/taskmesh/gen v0.0.0
 	github.com/taskmesh/taskmesh/platform v0.0.0
+	github.com/taskmesh/taskmesh/services/scheduler v0.0.0-00010101000000-000000000000
 	golang.org/x/sys v0.49.0
 	golang.org/x/text v0.43.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941
@@ -45,6 +46,7 @@ require (
 	github.com/go-openapi/swag/stringutils v0.29.2 // indirect
 	github.com/go-openapi/swag/typeutils v0.29.2 // indirect
 	github.com/go-openapi/swag/yamlutils v0.29.2 // indirect
+	github.com/goccy/go-json v0.12.0 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
@@ -94,4 +96,5 @@ require (
 replace (
 	github.com/taskmesh/taskmesh/gen => ../../gen
 	github.com/taskmesh/taskmesh/platform => ../../platform
+	github.com/taskmesh/taskmesh/services/scheduler => ../scheduler
 )

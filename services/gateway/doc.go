@@ -23,9 +23,7 @@
 // principal and the internal token, building the metadata from scratch so a
 // client can never speak for someone else (package internal/outbound).
 //
-// The taskmesh binary composes it:
-//
-//	pg.Migrate(ctx, pool, "gateway", gateway.Migrations())
-//	g, err := gateway.New(ctx, gateway.Config{…})
-//	err = g.Run(ctx)
+// The taskmesh binary runs it as one call, gateway.Run(ctx, gateway.Config{…,
+// DatabaseURL: …}); a process that needs the gateway's credentials or
+// addresses before it serves (taskmesh dev) calls New, then Gateway.Run.
 package gateway

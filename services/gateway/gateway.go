@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -22,8 +23,10 @@ import (
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/closer"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/otel"
+	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
@@ -54,6 +57,13 @@ type Config struct {
 	// DB's search_path starts with the gateway's schema, migrated with
 	// Migrations.
 	DB *pgxpool.Pool
+	// DatabaseURL is used when DB is nil: New opens a pool on it with
+	// Schema, migrates it, and Close closes it.
+	DatabaseURL string
+	// AdminKeyFile, if set, is where Run (the package function, not the
+	// method) bootstraps an operator key when no usable one exists (see
+	// Gateway.AdminKeyFile); New ignores it.
+	AdminKeyFile string
 	// Objects, if set, is mounted at /objects/ without authentication
 	// (signed object URLs). It receives the full path.
 	Objects http.Handler
@@ -105,6 +115,12 @@ const DefaultVideoTokensPerSecond = throttle.DefaultVideoTokensPerSecond
 // nil.
 func DefaultTierLimits() map[string]Limits { return maps.Clone(throttle.DefaultTiers) }
 
+// Schema is the gateway's default Postgres schema (credentials).
+const Schema = "gateway"
+
+// poolConns is the size of the pool New opens on Config.DatabaseURL.
+const poolConns = 16
+
 // Timeouts of the HTTP server and of shutdown.
 const (
 	readHeaderTimeout = 10 * time.Second
@@ -123,7 +139,6 @@ type Gateway struct {
 	log      *slog.Logger
 	creds    *credentials.Store
 	throttle *throttle.Throttle
-	redis    *redis.Client // nil without RateLimits.RedisURL
 	upstream *grpc.ClientConn
 	quota    *grpc.ClientConn // nil without Config.QuotaTarget
 	handler  http.Handler
@@ -134,7 +149,9 @@ type Gateway struct {
 	httpSrv          *http.Server
 	grpcSrv          *grpc.Server
 
-	stopWatch context.CancelFunc
+	// owned releases, last opened first, everything New opened: the
+	// upstream watch, listeners, connections, Redis, a pool it opened.
+	owned     closer.Stack
 	watchDone chan struct{}
 
 	runOnce   sync.Once
@@ -144,75 +161,34 @@ type Gateway struct {
 
 // New checks cfg, connects (lazily) to the scheduler and opens both
 // listeners, so a busy port fails here rather than in Run. Call Run to
-// serve, or Close to release everything without serving.
-func New(ctx context.Context, cfg Config) (*Gateway, error) {
-	switch {
-	case cfg.HTTPAddr == "":
-		return nil, errors.New("gateway: Config.HTTPAddr is empty")
-	case cfg.GRPCAddr == "":
-		return nil, errors.New("gateway: Config.GRPCAddr is empty")
-	case cfg.SchedulerTarget == "":
-		return nil, errors.New("gateway: Config.SchedulerTarget is empty")
-	case cfg.InternalToken == "":
-		return nil, errors.New("gateway: Config.InternalToken is empty")
-	case cfg.DB == nil:
-		return nil, errors.New("gateway: Config.DB is nil")
+// serve, or Close to release everything without serving. On an error it
+// releases whatever it had opened.
+func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	rl, err := cfg.RateLimits.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	// Fail at start-up, not on the first request, when the schema is missing.
-	if _, err := cfg.DB.Exec(ctx, `SELECT 1 FROM api_keys, agent_tokens LIMIT 0`); err != nil {
-		return nil, fmt.Errorf("gateway: credential tables not reachable (is the schema migrated with gateway.Migrations?): %w", err)
-	}
-
-	rl := cfg.RateLimits
-	if rl.Tiers == nil {
-		rl.Tiers = DefaultTierLimits()
-	}
-	if rl.VideoTokensPerSecond == 0 {
-		rl.VideoTokensPerSecond = DefaultVideoTokensPerSecond
-	}
-	if rl.VideoTokensPerSecond < 0 || rl.OtherRouteTokens < 0 {
-		return nil, errors.New("gateway: token costs must not be negative")
-	}
-	for tier, l := range rl.Tiers {
-		if l.RPM < 0 || l.TPM < 0 || l.RPM > credentials.MaxLimit || l.TPM > credentials.MaxLimit {
-			return nil, fmt.Errorf("gateway: tier %q limits %+v are not in [0, %d]", tier, l, credentials.MaxLimit)
-		}
-	}
-
-	g := &Gateway{
-		log:    log,
-		creds:  credentials.New(cfg.DB, cfg.Now, log),
-		health: health.NewServer(),
-	}
-	var limiter ratelimit.Limiter
-	if rl.RedisURL != "" {
-		ropts, err := redis.ParseURL(rl.RedisURL)
+	g := &Gateway{log: log, health: health.NewServer()}
+	defer func() {
 		if err != nil {
-			// The URL may hold a password: do not repeat it.
-			return nil, errors.New("gateway: RateLimits.RedisURL does not parse as a redis:// URL")
+			_ = g.owned.Close()
 		}
-		// A request waits for the limiter: keep a slow or dead Redis from
-		// adding seconds to each (the URL's query may set other values).
-		if ropts.MaxRetries == 0 {
-			ropts.MaxRetries = 1
-		}
-		if ropts.DialTimeout == 0 {
-			ropts.DialTimeout = time.Second
-		}
-		if ropts.ReadTimeout == 0 {
-			ropts.ReadTimeout = 500 * time.Millisecond
-		}
-		if ropts.WriteTimeout == 0 {
-			ropts.WriteTimeout = 500 * time.Millisecond
-		}
-		g.redis = redis.NewClient(ropts)
-		limiter = ratelimit.NewRedis(g.redis, nil)
-	} else {
-		limiter = ratelimit.NewMemory(cfg.Now)
+	}()
+	db, err := g.database(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.creds = credentials.New(db, cfg.Now, log)
+	limiter, err := g.limiter(rl, cfg.Now)
+	if err != nil {
+		return nil, err
 	}
 	g.throttle = throttle.New(limiter, g.creds, throttle.Config{
 		Tiers:                rl.Tiers,
@@ -221,9 +197,113 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}, cfg.Now, log)
 	adminSrv, err := admin.New(g.creds, rl.Tiers, g.throttle.Forget, log)
 	if err != nil {
-		g.closeRedis()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	if err := g.dial(cfg); err != nil {
+		return nil, err
+	}
+	if err := g.servers(ctx, cfg, adminSrv); err != nil {
+		return nil, err
+	}
+	if err := g.listen(ctx, cfg); err != nil {
+		return nil, err
+	}
+	g.watch()
+	return g, nil
+}
+
+// check refuses a Config that misses what New needs.
+func (cfg *Config) check() error {
+	switch {
+	case cfg.HTTPAddr == "":
+		return errors.New("gateway: Config.HTTPAddr is empty")
+	case cfg.GRPCAddr == "":
+		return errors.New("gateway: Config.GRPCAddr is empty")
+	case cfg.SchedulerTarget == "":
+		return errors.New("gateway: Config.SchedulerTarget is empty")
+	case cfg.InternalToken == "":
+		return errors.New("gateway: Config.InternalToken is empty")
+	case cfg.DB == nil && cfg.DatabaseURL == "":
+		return errors.New("gateway: Config.DB is nil and Config.DatabaseURL empty")
+	}
+	return nil
+}
+
+// withDefaults fills in the defaults of zero fields and refuses negative
+// costs and limits out of range.
+func (rl RateLimits) withDefaults() (RateLimits, error) {
+	if rl.Tiers == nil {
+		rl.Tiers = DefaultTierLimits()
+	}
+	if rl.VideoTokensPerSecond == 0 {
+		rl.VideoTokensPerSecond = DefaultVideoTokensPerSecond
+	}
+	if rl.VideoTokensPerSecond < 0 || rl.OtherRouteTokens < 0 {
+		return rl, errors.New("gateway: token costs must not be negative")
+	}
+	for tier, l := range rl.Tiers {
+		if l.RPM < 0 || l.TPM < 0 || l.RPM > credentials.MaxLimit || l.TPM > credentials.MaxLimit {
+			return rl, fmt.Errorf("gateway: tier %q limits %+v are not in [0, %d]", tier, l, credentials.MaxLimit)
+		}
+	}
+	return rl, nil
+}
+
+// database returns cfg.DB, or a pool on cfg.DatabaseURL with the gateway's
+// schema migrated, and checks that the credential tables are there: a
+// missing schema fails at start-up, not on the first request.
+func (g *Gateway) database(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	db := cfg.DB
+	if db == nil {
+		pool, err := pg.Open(ctx, pg.Config{URL: cfg.DatabaseURL, Schema: Schema, MaxConns: poolConns, ApplicationName: "taskmesh-gateway"})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		g.owned.PushFunc(pool.Close)
+		if err := pg.Migrate(ctx, pool, Schema, Migrations()); err != nil {
+			return nil, fmt.Errorf("gateway: migrate: %w", err)
+		}
+		db = pool
+	}
+	if _, err := db.Exec(ctx, `SELECT 1 FROM api_keys, agent_tokens LIMIT 0`); err != nil {
+		return nil, fmt.Errorf("gateway: credential tables not reachable (is the schema migrated with gateway.Migrations?): %w", err)
+	}
+	return db, nil
+}
+
+// limiter keeps the rate limits in Redis when rl names one, else in this
+// process.
+func (g *Gateway) limiter(rl RateLimits, now func() time.Time) (ratelimit.Limiter, error) {
+	if rl.RedisURL == "" {
+		return ratelimit.NewMemory(now), nil
+	}
+	ropts, err := redis.ParseURL(rl.RedisURL)
+	if err != nil {
+		// The URL may hold a password: do not repeat it.
+		return nil, errors.New("gateway: RateLimits.RedisURL does not parse as a redis:// URL")
+	}
+	// A request waits for the limiter: keep a slow or dead Redis from
+	// adding seconds to each (the URL's query may set other values).
+	if ropts.MaxRetries == 0 {
+		ropts.MaxRetries = 1
+	}
+	if ropts.DialTimeout == 0 {
+		ropts.DialTimeout = time.Second
+	}
+	if ropts.ReadTimeout == 0 {
+		ropts.ReadTimeout = 500 * time.Millisecond
+	}
+	if ropts.WriteTimeout == 0 {
+		ropts.WriteTimeout = 500 * time.Millisecond
+	}
+	client := redis.NewClient(ropts)
+	g.owned.Push(client.Close)
+	return ratelimit.NewRedis(client, nil), nil
+}
+
+// dial creates the (lazy) connections to the scheduler and, when
+// configured, the quota service.
+func (g *Gateway) dial(cfg Config) error {
 	opts := append([]grpc.DialOption{
 		// Internal traffic stays inside the cluster network; the internal
 		// token, not TLS, is what internal services check.
@@ -236,55 +316,55 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}, outbound.DialOptions(cfg.InternalToken)...)
 	upstream, err := grpc.NewClient(cfg.SchedulerTarget, opts...)
 	if err != nil {
-		g.closeRedis()
-		return nil, fmt.Errorf("gateway: scheduler client for %q: %w", cfg.SchedulerTarget, err)
+		return fmt.Errorf("gateway: scheduler client for %q: %w", cfg.SchedulerTarget, err)
 	}
 	g.upstream = upstream
-	var quotaUpstream grpc.ClientConnInterface
+	g.owned.Push(upstream.Close)
 	if cfg.QuotaTarget != "" {
 		if g.quota, err = grpc.NewClient(cfg.QuotaTarget, opts...); err != nil {
-			upstream.Close()
-			g.closeRedis()
-			return nil, fmt.Errorf("gateway: quota client for %q: %w", cfg.QuotaTarget, err)
+			return fmt.Errorf("gateway: quota client for %q: %w", cfg.QuotaTarget, err)
 		}
+		g.owned.PushFunc(func() { g.quota.Close() }) // an error closing it changes nothing for the caller
+	}
+	return nil
+}
+
+// servers builds the live streams, the REST handler, the gRPC front door
+// and the HTTP server; none of them holds anything yet.
+func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Server) error {
+	var quotaUpstream grpc.ClientConnInterface
+	if g.quota != nil {
 		quotaUpstream = g.quota
 	}
-	lv := cfg.Live
-	g.live, err = live.New(live.Config{Kafka: lv.Kafka, Topic: lv.Topic, Tasks: taskv1.NewTaskServiceClient(upstream),
-		MaxStreamsPerTenant: lv.MaxStreamsPerTenant, Buffer: lv.Buffer, KeepAlive: lv.KeepAlive,
-		IdleTimeout: lv.IdleTimeout, WriteTimeout: lv.WriteTimeout, Logger: log})
+	lv, err := live.New(live.Config{Kafka: cfg.Live.Kafka, Topic: cfg.Live.Topic, Tasks: taskv1.NewTaskServiceClient(g.upstream),
+		MaxStreamsPerTenant: cfg.Live.MaxStreamsPerTenant, Buffer: cfg.Live.Buffer, KeepAlive: cfg.Live.KeepAlive,
+		IdleTimeout: cfg.Live.IdleTimeout, WriteTimeout: cfg.Live.WriteTimeout, Logger: g.log})
 	if err != nil {
-		upstream.Close()
-		g.closeQuota()
-		g.closeRedis()
-		return nil, fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway: %w", err)
 	}
-
+	g.live = lv
 	g.handler, err = rest.NewHandler(ctx, rest.Options{
-		Upstream:       upstream,
+		Upstream:       g.upstream,
 		QuotaUpstream:  quotaUpstream,
 		Auth:           g.creds,
 		TrustedProxies: cfg.TrustedProxies,
-		Ready:          func() bool { return upstream.GetState() == connectivity.Ready },
+		Ready:          func() bool { return g.upstream.GetState() == connectivity.Ready },
 		Objects:        cfg.Objects,
 		Live:           g.live,
-		Logger:         log,
+		Logger:         g.log,
 		Throttle:       g.throttle.Middleware,
 		Admin:          adminSrv,
 	})
 	if err != nil {
-		upstream.Close()
-		g.closeQuota()
-		g.closeRedis()
-		return nil, fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway: %w", err)
 	}
 	g.grpcSrv = grpcproxy.NewServer(grpcproxy.Options{
-		Upstream:       upstream,
+		Upstream:       g.upstream,
 		QuotaUpstream:  quotaUpstream,
 		Auth:           g.creds,
 		TrustedProxies: cfg.TrustedProxies,
 		Health:         g.health,
-		Logger:         log,
+		Logger:         g.log,
 		Throttle:       g.throttle.GRPCError,
 		Register:       func(r grpc.ServiceRegistrar) { adminv1.RegisterAdminServiceServer(r, adminSrv) },
 		// Video requests carry first frames of up to 10 MB as base64.
@@ -294,29 +374,35 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		Handler:           g.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
+	return nil
+}
 
+// listen opens both listeners.
+func (g *Gateway) listen(ctx context.Context, cfg Config) error {
+	// After Serve the servers own the listeners and close them; closing
+	// again returns an error worth ignoring.
 	var lc net.ListenConfig
+	var err error
 	if g.httpLis, err = lc.Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
-		upstream.Close()
-		g.closeQuota()
-		g.closeRedis()
-		return nil, fmt.Errorf("gateway: listen http: %w", err)
+		return fmt.Errorf("gateway: listen http: %w", err)
 	}
+	g.owned.PushFunc(func() { g.httpLis.Close() })
 	if g.grpcLis, err = lc.Listen(ctx, "tcp", cfg.GRPCAddr); err != nil {
-		g.httpLis.Close()
-		upstream.Close()
-		g.closeQuota()
-		g.closeRedis()
-		return nil, fmt.Errorf("gateway: listen grpc: %w", err)
+		return fmt.Errorf("gateway: listen grpc: %w", err)
 	}
+	g.owned.PushFunc(func() { g.grpcLis.Close() })
+	return nil
+}
 
+// watch starts watchUpstream until Close.
+func (g *Gateway) watch() {
 	watchCtx, stop := context.WithCancel(context.Background())
-	g.stopWatch, g.watchDone = stop, make(chan struct{})
-	upstream.Connect()
+	g.watchDone = make(chan struct{})
+	g.owned.PushFunc(func() { stop(); <-g.watchDone })
+	g.upstream.Connect()
 	go g.watchUpstream(watchCtx)
-	return g, nil
 }
 
 // watchUpstream mirrors the scheduler connection's state into the gRPC
@@ -352,6 +438,26 @@ func (g *Gateway) HTTPAddr() string { return g.httpLis.Addr().String() }
 // GRPCAddr returns the address the gRPC front door is bound to.
 func (g *Gateway) GRPCAddr() string { return g.grpcLis.Addr().String() }
 
+// Run is the gateway as a process: New, then, with cfg.AdminKeyFile, an
+// operator key bootstrapped into that file if no usable one exists, then
+// Gateway.Run until ctx is done.
+func Run(ctx context.Context, cfg Config) error {
+	g, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.AdminKeyFile != "" {
+		_, created, err := g.AdminKeyFile(ctx, cfg.AdminKeyFile, true)
+		if err != nil {
+			return errors.Join(err, g.Close())
+		}
+		if created {
+			g.log.Info("operator key for the admin API written", "file", cfg.AdminKeyFile)
+		}
+	}
+	return g.Run(ctx)
+}
+
 // Run serves HTTP and gRPC until ctx is done or a server fails, then stops
 // gracefully (in-flight requests get shutdownTimeout to finish) and
 // releases everything as Close does. It returns nil after a stop caused by
@@ -363,55 +469,58 @@ func (g *Gateway) Run(ctx context.Context) error {
 }
 
 func (g *Gateway) run(ctx context.Context) error {
-	// Each server reports nil when it was stopped on purpose.
-	errc := make(chan error, 2)
+	// The two servers and the live tail stop together: when ctx is done,
+	// or as soon as one of them fails (or Close pulls the listeners away).
+	group, stopping := errgroup.WithContext(ctx)
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	liveCtx, stopLive := context.WithCancel(context.WithoutCancel(ctx))
-	liveDone := make(chan struct{})
-	go func() { defer close(liveDone); _ = g.live.Run(liveCtx) }()
-	go func() {
-		err := g.httpSrv.Serve(g.httpLis)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		errc <- wrap("http server", err)
-	}()
-	go func() { errc <- wrap("grpc server", g.grpcSrv.Serve(g.grpcLis)) }()
+	defer stopServing()
+	defer stopLive()
+	group.Go(func() error { return wrap("live task tail", g.live.Run(liveCtx)) })
+	group.Go(func() error {
+		return wrap("http server", serveHTTP(serveCtx, g.httpSrv, g.httpLis, shutdownTimeout))
+	})
+	group.Go(func() error {
+		return wrap("grpc server", grpcserver.Serve(serveCtx, g.grpcSrv, g.grpcLis, shutdownTimeout))
+	})
 	g.log.Info("gateway serving", "http", g.HTTPAddr(), "grpc", g.GRPCAddr())
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc: // a server failed, or Close was called
-	}
+	<-stopping.Done()
 	g.health.Shutdown() // probes see NOT_SERVING while we drain
 	// Live streams never end on their own soon: close them (clients
 	// reconnect to another replica with their last id) before the HTTP
 	// server waits for its requests.
 	g.live.Shutdown()
 	stopLive()
-	<-liveDone
-
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := g.httpSrv.Shutdown(stopCtx); err != nil {
-			g.httpSrv.Close()
-		}
-	})
-	wg.Go(func() {
-		done := make(chan struct{})
-		go func() { g.grpcSrv.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-stopCtx.Done():
-			g.grpcSrv.Stop()
-			<-done
-		}
-	})
-	wg.Wait()
+	stopServing()
+	err := group.Wait()
 	g.log.Info("gateway stopped")
-	return errors.Join(runErr, g.Close())
+	return errors.Join(err, g.Close())
+}
+
+// serveHTTP serves srv on lis until ctx is done, then shuts it down:
+// requests in flight get grace to finish before the connections are
+// closed. It returns nil after a stop caused by ctx.
+func serveHTTP(ctx context.Context, srv *http.Server, lis net.Listener, grace time.Duration) error {
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	select {
+	case err := <-served:
+		// Never http.ErrServerClosed: only the shutdown below closes srv.
+		// Its open connections go with it.
+		srv.Close()
+		return err
+	case <-ctx.Done():
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	if err := srv.Shutdown(stopCtx); err != nil {
+		srv.Close()
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
 func wrap(what string, err error) error {
@@ -421,33 +530,10 @@ func wrap(what string, err error) error {
 	return fmt.Errorf("gateway: %s: %w", what, err)
 }
 
-// Close releases the listeners and the scheduler connection. Use it when
-// Run is not called (e.g. tests that only use HTTPHandler); Run calls it
-// when it returns. Close is idempotent.
+// Close releases the listeners, the connections and whatever else New
+// opened. Use it when Run is not called (e.g. tests that only use
+// HTTPHandler); Run calls it when it returns. Close is idempotent.
 func (g *Gateway) Close() error {
-	g.closeOnce.Do(func() {
-		g.stopWatch()
-		<-g.watchDone
-		// After Serve, the servers own the listeners and have closed them;
-		// closing again returns an error worth ignoring.
-		g.httpLis.Close()
-		g.grpcLis.Close()
-		g.closeErr = errors.Join(g.upstream.Close(), g.closeRedis())
-		g.closeQuota()
-	})
+	g.closeOnce.Do(func() { g.closeErr = g.owned.Close() })
 	return g.closeErr
-}
-
-// closeQuota closes the quota service's connection, if there is one.
-func (g *Gateway) closeQuota() {
-	if g.quota != nil {
-		g.quota.Close()
-	}
-}
-
-func (g *Gateway) closeRedis() error {
-	if g.redis == nil {
-		return nil
-	}
-	return g.redis.Close()
 }

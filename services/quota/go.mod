@@ -5,15 +5,18 @@ go 1.26.0
 replace (
 	github.com/taskmesh/taskmesh/gen => ../../gen
 	github.com/taskmesh/taskmesh/platform => ../../platform
+	github.com/taskmesh/taskmesh/services/scheduler => ../scheduler
 )
 
 require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/taskmesh/taskmesh/gen v0.0.0
-	github.com/taskmesh/taskmesh/platform v0.0.0-00010101000000-000000000000
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b
+	github.com/taskmesh/taskmesh/platform v0.0.0
+	github.com/taskmesh/taskmesh/services/scheduler v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go v1.22.2
+	golang.org/x/sync v0.24.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 	k8s.io/apimachinery v0.37.2
@@ -79,7 +82,6 @@ require (
 	golang.org/x/exp v0.0.0-20261014143641-f0251eb4aa3e // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
-	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.43.0 // indirect

@@ -1,5 +1,6 @@
 // The quota service's entry: New builds it on a migrated schema, Register
-// serves QuotaService, Run relays its events and drives its flows. See
+// serves QuotaService, Run relays its events and drives its flows; the
+// package's Run (server.go) is the whole process with its gRPC server. See
 // doc.go for the package overview.
 
 package quota
@@ -10,14 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/outbox"
@@ -32,8 +34,9 @@ import (
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Topic carries every quota event, keyed by aggregate id.
-const Topic = "taskmesh.quota.events.v1"
+// Topic carries every quota event, keyed by aggregate id (the topic
+// QuotaEvent declares in its proto).
+var Topic = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
 
 // Schema is the quota service's default Postgres schema.
 const Schema = "quota"
@@ -138,20 +141,17 @@ func (s *Service) App() *app.App { return s.app }
 // until ctx is done. It returns app.ErrStopped if the fault hook stopped
 // the process manager.
 func (s *Service) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = s.relay.Run(ctx) }()
+	// A stopped process manager stops the whole service, like a crash: the
+	// group cancels the relay.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.relay.Run(ctx) })
 	if w, ok := s.operator.(interface {
 		Watch(context.Context, func())
 	}); ok {
 		w.Watch(ctx, s.pm.Wake) // status changes wake the process manager
 	}
-	err := s.pm.Run(ctx)
-	cancel() // a stopped process manager stops the whole service, like a crash
-	wg.Wait()
-	return err
+	g.Go(func() error { return s.pm.Run(ctx) })
+	return g.Wait()
 }
 
 // Register adds QuotaService to a server built with platform/grpcserver.

@@ -70,21 +70,27 @@ func RebuildInlineProjection(ctx context.Context, pool *pgxpool.Pool, apply bool
 		if !apply {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `TRUNCATE tasks`); err != nil {
-			return err
-		}
-		tasks := make([]domain.Task, 0, len(order))
-		for _, id := range order {
-			tasks = append(tasks, rebuilt[id])
-		}
-		for len(tasks) > 0 {
-			n := min(len(tasks), 1000)
-			if err := postgres.Upsert(ctx, tx, tasks[:n]...); err != nil {
-				return err
-			}
-			tasks = tasks[n:]
-		}
-		return nil
+		return replaceTasks(ctx, tx, rebuilt, order)
 	})
 	return rep, err
+}
+
+// replaceTasks replaces every row of the tasks table with the rebuilt
+// tasks, in the order their first events were recorded.
+func replaceTasks(ctx context.Context, tx pgx.Tx, rebuilt map[string]domain.Task, order []string) error {
+	if _, err := tx.Exec(ctx, `TRUNCATE tasks`); err != nil {
+		return err
+	}
+	tasks := make([]domain.Task, 0, len(order))
+	for _, id := range order {
+		tasks = append(tasks, rebuilt[id])
+	}
+	for len(tasks) > 0 {
+		n := min(len(tasks), 1000)
+		if err := postgres.Upsert(ctx, tx, tasks[:n]...); err != nil {
+			return err
+		}
+		tasks = tasks[n:]
+	}
+	return nil
 }

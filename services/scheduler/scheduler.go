@@ -1,7 +1,8 @@
 // Package scheduler is the scheduler service: it owns the task aggregate
 // (submission, leases and attempts, retries, timeouts, cancellation,
 // preemption) and serves TaskService and LeaseService over gRPC. The
-// taskmesh binary composes it with New, Register and Run.
+// taskmesh binary runs it with Run (server.go), which builds it with New,
+// registers it on its own gRPC server and runs Service.Run beside it.
 package scheduler
 
 import (
@@ -10,12 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
@@ -27,19 +29,19 @@ import (
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/quota"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/views"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// Topic carries every task event, keyed by task id.
-const Topic = "taskmesh.task.events.v1"
+// Topic carries every task event, keyed by task id (the topic TaskEvent
+// declares in its proto).
+var Topic = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 
 // QuotaTopic carries the quota service's events, among them its admission
 // decisions.
-const QuotaTopic = "taskmesh.quota.events.v1"
+var QuotaTopic = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
 
 // Schema is the scheduler's default Postgres schema.
 const Schema = "scheduler"
@@ -60,8 +62,8 @@ type Timing struct {
 	AgentLostAfter, TimeoutSlack, ResultURLTTL, UploadURLTTL time.Duration
 	PreemptAfter, PreemptMaxWait                             time.Duration
 	// PreemptGap is the priority gap from which a waiting task preempts
-	// running work: 0 means seed 004's rule (3); a negative value turns
-	// preemption off.
+	// running work: 0 means the documented default, 3 (docs/api/tasks.md);
+	// a negative value turns preemption off.
 	PreemptGap    int
 	SweepInterval time.Duration // default 1s
 	// ClaimRecheck is how often a long-polling claim looks again without
@@ -100,8 +102,7 @@ type Service struct {
 	cfg   Config
 	app   *app.App
 	hub   *app.Hub
-	gc    *pg.GroupCommitter
-	tasks *pg.KeyedBatcher[domain.Task, postgres.Traced]
+	store *postgres.TaskStore
 	relay *outbox.Relay
 	video *video // nil without Config.Video
 	log   *slog.Logger
@@ -112,9 +113,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("scheduler: no database")
 	}
-	if cfg.Writers <= 0 {
-		cfg.Writers = 4
-	}
+	cfg = cfg.withDefaults()
 	// Four connections are held for the service's lifetime (relay,
 	// projection runner, sweeper, LISTEN), five with the admission
 	// decisions' consumer; writers and reads need the rest.
@@ -126,21 +125,6 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("scheduler: the database pool allows %d connections; it needs at least %d (%d long-lived, %d writers, 4 for reads)",
 			cfg.DB.Config().MaxConns, need, long, cfg.Writers)
 	}
-	if cfg.Topic == "" {
-		cfg.Topic = Topic
-	}
-	if cfg.Partitions <= 0 {
-		cfg.Partitions = 16
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Timing.SweepInterval <= 0 {
-		cfg.Timing.SweepInterval = time.Second
-	}
 	gap := cfg.Timing.PreemptGap
 	switch {
 	case gap == 0:
@@ -151,11 +135,11 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, hub: app.NewHub(), log: cfg.Logger.With("service", "scheduler")}
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "scheduler", Topic: cfg.Topic, Partitions: cfg.Partitions,
 		Kafka: cfg.Kafka, Logger: s.log})
-	s.gc = pg.NewGroupCommitter(cfg.DB, pg.GroupCommitOptions{Workers: max(1, cfg.Writers/2), MaxBatch: 128, AfterCommit: s.relay.Notify})
-	s.tasks = pg.NewKeyedBatcher[domain.Task, postgres.Traced](cfg.DB, postgres.TaskStore{}, pg.KeyedBatcherOptions{
-		Workers: max(1, cfg.Writers/2), MaxBatch: 256, Retryable: postgres.IsConflict, AfterCommit: s.relay.Notify})
+	s.store = postgres.NewTaskStore(cfg.DB, postgres.TaskStoreOptions{Writers: cfg.Writers, AfterCommit: s.relay.Notify})
+	stores := app.Stores{Tasks: s.store, Views: postgres.TaskViews{DB: cfg.DB}, Agents: postgres.Agents{DB: cfg.DB},
+		Sweeps: postgres.SweepQueries{DB: cfg.DB}, Sweeper: postgres.SweeperLock{DB: cfg.DB}}
 	t := cfg.Timing
-	s.app = app.New(cfg.DB, s.gc, s.tasks, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
+	s.app = app.New(stores, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
 		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck}, s.log)
 	if cfg.Quota != nil {
@@ -178,6 +162,29 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
+// withDefaults fills in the zero values that have defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.Writers <= 0 {
+		cfg.Writers = 4
+	}
+	if cfg.Topic == "" {
+		cfg.Topic = Topic
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 16
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Timing.SweepInterval <= 0 {
+		cfg.Timing.SweepInterval = time.Second
+	}
+	return cfg
+}
+
 // Register adds TaskService and LeaseService (and VideoService when
 // configured) to a server built with
 // platform/grpcserver (internal authentication and validation).
@@ -192,33 +199,28 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 // Run relays events to Kafka, builds the task_views and audit_logs
 // projections, sweeps leases, and wakes waiting claims, until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	run := func(f func(context.Context)) {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(ctx) }()
-	}
-	run(func(ctx context.Context) { _ = s.relay.Run(ctx) })
+	// The first part that fails stops the others, and its error is Run's.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.relay.Run(ctx) })
 	// One consumer feeds both read models (one fetch, one decode, one
 	// commit per batch).
 	runner := projection.NewRunner(s.cfg.DB, projection.Config{Name: readModels, Topic: s.cfg.Topic,
 		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, readModelHandler(map[string]string{
 		"task_views": "task_views", "audit_logs": "audit_logs"}))
-	run(func(ctx context.Context) { _ = runner.Run(ctx) })
+	g.Go(func() error { return runner.Run(ctx) })
 	if s.cfg.Quota != nil {
 		decisions := projection.NewRunner(s.cfg.DB, projection.Config{Name: admissionDecisions, Topic: s.cfg.QuotaTopic,
 			Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, quota.Decisions{Tasks: s.app})
-		run(func(ctx context.Context) { _ = decisions.Run(ctx) })
+		g.Go(func() error { return decisions.Run(ctx) })
 	}
-	run(func(ctx context.Context) { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval) })
-	run(func(ctx context.Context) { s.hub.Run(ctx, s.cfg.DB) })
+	g.Go(func() error { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
+	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })
 	if s.video != nil {
-		run(func(ctx context.Context) { s.video.app.RunSweeper(ctx, s.video.sweep) })
+		g.Go(func() error { s.video.app.RunSweeper(ctx, s.video.sweep); return nil })
 	}
-	<-ctx.Done()
-	wg.Wait()
-	s.gc.Close()
-	s.tasks.Close()
-	return nil
+	err := g.Wait()
+	s.store.Close()
+	return err
 }
 
 // admissionDecisions names the consumer of the quota service's decisions.
@@ -228,7 +230,7 @@ const admissionDecisions = "admission_decisions"
 const readModels = "task_read_models"
 
 func readModelHandler(tables map[string]string) projection.Handler {
-	return projection.Chain(views.TaskViews{Table: tables["task_views"]}, views.AuditLogs{Table: tables["audit_logs"]})
+	return views.ReadModels{TaskViews: tables["task_views"], AuditLogs: tables["audit_logs"]}
 }
 
 // ReplaySpecs describe the Kafka projections for `taskmesh replay`.

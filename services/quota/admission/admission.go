@@ -4,8 +4,8 @@
 // them to the quota topic where the scheduler reads its decisions
 // (WorkloadAdmitted, WorkloadPreemptionRequested), follows the task topic
 // to learn when work is queued and when it ends, and serves
-// AdmissionService. The taskmesh binary composes it with New, Register and
-// Run.
+// AdmissionService. The quota service's process (quota.Run) composes it
+// with New, Register and Run, beside the quota service on one gRPC server.
 package admission
 
 import (
@@ -14,14 +14,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/outbox"
@@ -41,10 +42,10 @@ var migrationFiles embed.FS
 const Schema = "admission"
 
 // Topic carries the quota service's events, this layer's among them.
-const Topic = "taskmesh.quota.events.v1"
+var Topic = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
 
 // TaskTopic carries the scheduler's task events.
-const TaskTopic = "taskmesh.task.events.v1"
+var TaskTopic = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 
 // Migrations are the admission schema's: the event store, projection
 // offsets, and this layer's tables.
@@ -143,18 +144,13 @@ func (s *Service) Run(ctx context.Context) error {
 			return fmt.Errorf("admission: defaults: %w", err)
 		}
 	}
-	var wg sync.WaitGroup
-	run := func(f func(context.Context)) {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(ctx) }()
-	}
-	run(func(ctx context.Context) { _ = s.relay.Run(ctx) })
+	// The first part that fails stops the others, and its error is Run's.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.relay.Run(ctx) })
 	facts := projection.NewRunner(s.cfg.DB, projection.Config{Name: "admission_workloads", Topic: s.cfg.TaskTopic,
 		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log,
-		AfterCommit: func([]*kgo.Record) { s.loop.Wake() }}, tasks.Facts{})
-	run(func(ctx context.Context) { _ = facts.Run(ctx) })
-	run(func(ctx context.Context) { _ = s.loop.Run(ctx) })
-	<-ctx.Done()
-	wg.Wait()
-	return nil
+		AfterCommit: func([]*kgo.Record) { s.loop.Wake() }}, tasks.WorkloadFacts{})
+	g.Go(func() error { return facts.Run(ctx) })
+	g.Go(func() error { return s.loop.Run(ctx) })
+	return g.Wait()
 }

@@ -7,6 +7,7 @@
 package quotav1
 
 import (
+	_ "github.com/taskmesh/taskmesh/gen/taskmesh/event/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -2724,7 +2725,7 @@ var File_taskmesh_quota_v1_quota_events_proto protoreflect.FileDescriptor
 
 const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\n" +
-	"$taskmesh/quota/v1/quota_events.proto\x12\x11taskmesh.quota.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a!taskmesh/quota/v1/admission.proto\"\xc6\x19\n" +
+	"$taskmesh/quota/v1/quota_events.proto\x12\x11taskmesh.quota.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a!taskmesh/quota/v1/admission.proto\"\xe4\x19\n" +
 	"\n" +
 	"QuotaEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
@@ -2772,7 +2773,7 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\x11workload_finished\x18@ \x01(\v2#.taskmesh.quota.v1.WorkloadFinishedH\x00R\x10workloadFinished\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x1c\xc2\xf3\x18\x18taskmesh.quota.events.v1B\a\n" +
 	"\x05event\"\xf6\x02\n" +
 	"\fQuotaCreated\x12\x19\n" +
 	"\bquota_id\x18\x01 \x01(\tR\aquotaId\x12\x12\n" +

@@ -7,6 +7,7 @@
 package taskv1
 
 import (
+	_ "github.com/taskmesh/taskmesh/gen/taskmesh/event/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -1522,7 +1523,7 @@ var File_taskmesh_task_v1_task_events_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\n" +
-	"\"taskmesh/task/v1/task_events.proto\x12\x10taskmesh.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xb6\v\n" +
+	"\"taskmesh/task/v1/task_events.proto\x12\x10taskmesh.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xd3\v\n" +
 	"\tTaskEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
 	"\faggregate_id\x18\x02 \x01(\tR\vaggregateId\x12\x18\n" +
@@ -1554,7 +1555,7 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\aexpired\x18\x1a \x01(\v2\x1d.taskmesh.task.v1.TaskExpiredH\x00R\aexpired\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x1b\xc2\xf3\x18\x17taskmesh.task.events.v1B\a\n" +
 	"\x05event\"\xa0\x01\n" +
 	"\rTaskSubmitted\x12.\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecR\x04spec\x12\x1d\n" +

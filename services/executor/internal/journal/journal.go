@@ -29,18 +29,38 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
 )
 
-// Task statuses, as in seed 004 §2.3.
+// Statuses of a row: the scheduler's task statuses (package lifecycle), as
+// the strings the journal stores. A row is one attempt, so it uses the
+// statuses an attempt passes through and ends in.
 const (
-	StatusPending   = "pending"
-	StatusAssigned  = "assigned"
-	StatusRunning   = "running"
-	StatusCompleted = "completed"
-	StatusFailed    = "failed"
-	StatusCancelled = "cancelled"
-	StatusPreempted = "preempted"
+	StatusPending   = string(lifecycle.StatusPending)
+	StatusAssigned  = string(lifecycle.StatusAssigned)
+	StatusRunning   = string(lifecycle.StatusRunning)
+	StatusCompleted = string(lifecycle.StatusCompleted)
+	StatusFailed    = string(lifecycle.StatusFailed)
+	StatusCancelled = string(lifecycle.StatusCancelled)
+	StatusPreempted = string(lifecycle.StatusPreempted)
 )
+
+// SQL lists of the statuses of attempts still going and of attempts that
+// ended (see Final). They are built from the constants above, never from
+// input.
+var (
+	activeIn = sqlStrings(StatusPending, StatusAssigned, StatusRunning)
+	endedIn  = sqlStrings(StatusCompleted, StatusFailed, StatusCancelled, StatusPreempted)
+)
+
+func sqlStrings(values ...string) string {
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = "'" + v + "'"
+	}
+	return strings.Join(quoted, ",")
+}
 
 // Origins of a row.
 const (
@@ -115,13 +135,11 @@ type Task struct {
 	Video string
 }
 
-// Final reports whether status is an end state.
+// Final reports whether an attempt in status has ended: the task's final
+// statuses, and preempted, which ends this agent's attempt (the scheduler
+// requeues the task under a new attempt).
 func Final(status string) bool {
-	switch status {
-	case StatusCompleted, StatusFailed, StatusCancelled, StatusPreempted:
-		return true
-	}
-	return false
+	return lifecycle.Status(status).Final() || status == StatusPreempted
 }
 
 const schema = `
@@ -459,7 +477,7 @@ func (j *Journal) Unsynced(ctx context.Context, limit int) ([]Task, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	ts, err := j.query(ctx, `WHERE synced = 0 AND status IN ('completed','failed','cancelled','preempted')
+	ts, err := j.query(ctx, `WHERE synced = 0 AND status IN (`+endedIn+`)
 ORDER BY ended_at, rowid LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("unsynced tasks: %w", err)
@@ -476,10 +494,10 @@ type Counts struct {
 func (j *Journal) Count(ctx context.Context) (Counts, error) {
 	var c Counts
 	err := j.db.QueryRowContext(ctx, `SELECT
-    COALESCE(SUM(status = 'pending'), 0),
-    COALESCE(SUM(status = 'assigned'), 0),
-    COALESCE(SUM(status = 'running'), 0),
-    COALESCE(SUM(synced = 0 AND status IN ('completed','failed','cancelled','preempted')), 0)
+    COALESCE(SUM(status = '`+StatusPending+`'), 0),
+    COALESCE(SUM(status = '`+StatusAssigned+`'), 0),
+    COALESCE(SUM(status = '`+StatusRunning+`'), 0),
+    COALESCE(SUM(synced = 0 AND status IN (`+endedIn+`)), 0)
 FROM local_tasks`).Scan(&c.Pending, &c.Assigned, &c.Running, &c.Unsynced)
 	if err != nil {
 		return Counts{}, fmt.Errorf("count tasks: %w", err)
@@ -502,8 +520,8 @@ func (j *Journal) exec(ctx context.Context, what, q string, args ...any) (bool, 
 // process was lost.
 func (j *Journal) MarkRunning(ctx context.Context, attemptID string, at time.Time) (bool, error) {
 	return j.exec(ctx, "mark running "+attemptID, `UPDATE local_tasks
-SET status = 'running', started_at = COALESCE(started_at, ?)
-WHERE attempt_id = ? AND status IN ('pending','assigned','running')`, fmtTime(at), attemptID)
+SET status = '`+StatusRunning+`', started_at = COALESCE(started_at, ?)
+WHERE attempt_id = ? AND status IN (`+activeIn+`)`, fmtTime(at), attemptID)
 }
 
 // SetServerStarted records that StartTask was acknowledged.
@@ -566,8 +584,8 @@ func (j *Journal) Finish(ctx context.Context, attemptID string, o Outcome) (bool
 SET status = ?, exit_code = ?, stdout = ?, stderr = ?, stdout_truncated_bytes = ?,
     stderr_truncated_bytes = ?, error = ?, started_at = COALESCE(started_at, ?), ended_at = ?,
     stop_reason = ?, synced = ?, last_sync_error = ?, result_upload = ?,
-    progress = CASE WHEN ? = 'completed' THEN 100 ELSE progress END
-WHERE attempt_id = ? AND status IN ('pending','assigned','running')`,
+    progress = CASE WHEN ? = '`+StatusCompleted+`' THEN 100 ELSE progress END
+WHERE attempt_id = ? AND status IN (`+activeIn+`)`,
 		o.Status, exit, o.Stdout, o.Stderr, o.StdoutTruncated, o.StderrTruncated, o.Error,
 		fmtTime(o.StartedAt), fmtTime(o.EndedAt), o.StopReason, b2i(o.Synced), o.Note, b2i(o.Upload),
 		o.Status, attemptID)

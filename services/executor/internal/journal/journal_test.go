@@ -183,3 +183,13 @@ func TestOpenUpgradesAnOlderJournal(t *testing.T) {
 		t.Fatalf("insert after upgrade: %v", err)
 	}
 }
+
+// An attempt ends where its task does, and also when it is preempted.
+func TestFinal(t *testing.T) {
+	for status, want := range map[string]bool{StatusPending: false, StatusAssigned: false, StatusRunning: false,
+		StatusCompleted: true, StatusFailed: true, StatusCancelled: true, StatusPreempted: true, "suspended": false} {
+		if got := Final(status); got != want {
+			t.Errorf("Final(%q) = %v, want %v", status, got, want)
+		}
+	}
+}

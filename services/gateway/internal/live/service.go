@@ -21,8 +21,9 @@ import (
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
 
-// DefaultTopic is the task event topic (proto/taskmesh/task/v1/task_events.proto).
-const DefaultTopic = "taskmesh.task.events.v1"
+// DefaultTopic is the task event topic, as TaskEvent declares it in
+// proto/taskmesh/task/v1/task_events.proto.
+var DefaultTopic = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 
 // Defaults of Config.
 const (

@@ -14,6 +14,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	gotel "github.com/taskmesh/taskmesh/platform/otel"
+	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
 )
 
 // tracer is asked for at each push, so that it follows the tracer provider
@@ -55,11 +56,14 @@ func (e end) String() string {
 // It starts from the scheduler's snapshot (GetTask: read-your-writes), taken
 // after subscribing to the hub so nothing published in between is lost. It
 // sends the snapshot when it is newer than the client's resume point, then
-// applies the hub's events strictly in version order: an event at or below
-// the applied version is a duplicate and skipped, an event beyond the next
-// version means the tail missed some (it started after they were
-// published), and the scheduler's snapshot fills the gap. Frames carry the
-// version as their id and are sent only above the client's resume point.
+// applies the hub's events strictly in version order with the scheduler's
+// own fold (lifecycle.Apply), so each frame shows what GetTask answers at
+// its version: an event at or below the applied version is a duplicate and
+// skipped, an event beyond the next version means the tail missed some (it
+// started after they were published), and the scheduler's snapshot fills
+// the gap, as it does for an event this gateway does not know. Frames carry
+// the version as their id and are sent only above the client's resume
+// point.
 type stream struct {
 	svc  *Service
 	view View
@@ -169,8 +173,15 @@ func (st *stream) onEvent(ctx context.Context, out sink, d delivery) (bool, erro
 				"snapshot_version", st.applied, "event_version", v)
 		}
 	}
-	st.deleted = apply(st.task, d.event)
-	st.applied = v
+	next, deleted, err := lifecycle.Apply(st.task, d.event)
+	if err != nil {
+		// An event this gateway has no case for (the scheduler is newer
+		// than it): the scheduler's snapshot shows what the event did.
+		st.svc.log.Warn("live stream: task event unknown here; reading the task from the scheduler", "task_id", st.id,
+			"event_version", v, "err", err)
+		return st.refresh(ctx, out)
+	}
+	st.task, st.deleted, st.applied = next, deleted, v
 	final := st.deleted
 	switch status := st.task.GetStatus(); {
 	case final || !Final(status):

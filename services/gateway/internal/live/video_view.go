@@ -25,15 +25,15 @@ func VideoStatus(status string, deleted bool) string {
 		return "UNKNOWN"
 	}
 	switch status {
-	case "pending", "assigned", "preempted", "suspended":
+	case StatusPending, StatusAssigned, StatusPreempted, StatusSuspended:
 		return "QUEUED"
-	case "running":
+	case StatusRunning:
 		return "RUNNING"
-	case "completed":
+	case StatusCompleted:
 		return "SUCCEEDED"
-	case "failed":
+	case StatusFailed:
 		return "FAILED"
-	case "cancelled":
+	case StatusCancelled:
 		return "CANCELED"
 	}
 	return "UNKNOWN"

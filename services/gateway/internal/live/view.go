@@ -1,13 +1,16 @@
 package live
 
 import (
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
 // Update is one change of a task, handed to a View.
 type Update struct {
 	// Task is the task as of Version: the scheduler's GetTask answer with
-	// the events since folded in (see apply). A view must not modify it.
+	// the events since folded in by the scheduler's own fold
+	// (lifecycle.Apply). A view must not modify it.
 	Task *taskv1.Task
 	// Version is the task's version after the change; it is the frame's
 	// id, which clients resume from.
@@ -115,4 +118,25 @@ func ChangeName(ev *taskv1.TaskEvent) string {
 		return "unknown"
 	}
 	return string(fd.Name())
+}
+
+// timeOf returns ts for JSON as the task API writes timestamps (RFC 3339
+// in UTC with 0, 3, 6 or 9 fractional digits, like protojson), nil when
+// unset.
+func timeOf(ts *timestamppb.Timestamp) *string {
+	if ts == nil {
+		return nil
+	}
+	t := ts.AsTime().UTC()
+	layout := "2006-01-02T15:04:05.000000000Z"
+	switch n := t.Nanosecond(); {
+	case n == 0:
+		layout = "2006-01-02T15:04:05Z"
+	case n%1e6 == 0:
+		layout = "2006-01-02T15:04:05.000Z"
+	case n%1e3 == 0:
+		layout = "2006-01-02T15:04:05.000000Z"
+	}
+	s := t.Format(layout)
+	return &s
 }

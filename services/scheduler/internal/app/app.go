@@ -1,8 +1,11 @@
 // Package app holds the scheduler's use cases, one per file. Each write
-// loads the task inside a group-committed transaction (pg.GroupCommitter),
-// lets the domain decide, and saves the resulting events together with the
-// inline projection row. Reads of one task come from that row, so a client
-// sees its own writes at once; lists come from the Kafka-fed task_views.
+// hands a domain decision to the TaskStore, which runs it on the task's
+// current state and stores the resulting events together with the state
+// after them; reads of one task come from that state, so a client sees its
+// own writes at once. Lists come from TaskViews, built from the event
+// stream. The package depends only on the interfaces it declares
+// (stores.go): the Postgres adapter implements them in production, and the
+// in-memory fake of package apptest in tests.
 package app
 
 import (
@@ -12,12 +15,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/taskmesh/taskmesh/platform/objectstore"
-	"github.com/taskmesh/taskmesh/platform/otel"
-	"github.com/taskmesh/taskmesh/platform/pg"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -36,7 +34,7 @@ type Config struct {
 	// ClaimRetention: how long claim request ids are remembered (default 1h).
 	ClaimRetention time.Duration
 	// PreemptGap: a pending task preempts running work only when its
-	// priority is at least this much higher (seed 004 §10.3: 3; 0 disables).
+	// priority is at least this much higher (0 disables).
 	PreemptGap int
 	// PreemptAfter: how long a preempting task waits for free capacity
 	// before taking it (default 2s).
@@ -70,9 +68,11 @@ func (c *Config) defaults() {
 
 // App is the scheduler's use cases.
 type App struct {
-	pool    *pgxpool.Pool
-	gc      *pg.GroupCommitter
-	tasks   *pg.KeyedBatcher[domain.Task, postgres.Traced]
+	tasks   TaskStore
+	views   TaskViews
+	agents  AgentRegistry
+	sweeps  SweepQueries
+	sweeper SweeperLock
 	objects objectstore.Store
 	now     func() time.Time
 	cfg     Config
@@ -83,15 +83,24 @@ type App struct {
 	admission Admission
 }
 
-// New returns the use cases over pool. Changes to existing tasks go
-// through tasks (set-based batches); creations and claims through gc.
-func New(pool *pgxpool.Pool, gc *pg.GroupCommitter, tasks *pg.KeyedBatcher[domain.Task, postgres.Traced], objects objectstore.Store,
-	now func() time.Time, hub *Hub, cfg Config, log *slog.Logger) *App {
+// Stores are the storage the use cases work on.
+type Stores struct {
+	Tasks   TaskStore
+	Views   TaskViews
+	Agents  AgentRegistry
+	Sweeps  SweepQueries
+	Sweeper SweeperLock
+}
+
+// New returns the use cases over stores. objects keeps large results (nil
+// refuses them); now is the clock.
+func New(stores Stores, objects objectstore.Store, now func() time.Time, hub *Hub, cfg Config, log *slog.Logger) *App {
 	cfg.defaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &App{pool: pool, gc: gc, tasks: tasks, objects: objects, now: func() time.Time { return now().UTC() }, cfg: cfg, hub: hub, log: log}
+	return &App{tasks: stores.Tasks, views: stores.Views, agents: stores.Agents, sweeps: stores.Sweeps, sweeper: stores.Sweeper,
+		objects: objects, now: func() time.Time { return now().UTC() }, cfg: cfg, hub: hub, log: log}
 }
 
 // SetAdmission makes tasks that name a queue, a GU quota or resources wait
@@ -125,27 +134,16 @@ func (c Caller) checkAgent(agentID string) error {
 	return nil
 }
 
-// mutate runs one domain decision on one task, batched with concurrent
-// decisions on other tasks (pg.KeyedBatcher: one lock query, one event
-// append and one row write per batch), and returns the task after it. A
-// decision that records nothing (an idempotent repeat) returns the task as
-// it was. Tasks of other tenants do not exist for the caller.
+// mutate runs one domain decision on one task (TaskStore.Mutate, which
+// batches it with concurrent decisions on other tasks) and returns the task
+// after it. A decision that records nothing (an idempotent repeat) returns
+// the task as it was. Tasks of other tenants do not exist for the caller.
 func (a *App) mutate(ctx context.Context, tenant, id string, decide func(t domain.Task, now time.Time) ([]domain.Record, error)) (domain.Task, error) {
-	trace := otel.Inject(ctx)
-	out, err := a.tasks.Do(ctx, id, func(t domain.Task, found bool) (domain.Task, []postgres.Traced, error) {
-		if !found || (tenant != "*" && t.TenantID != tenant) {
-			return t, nil, domain.ErrNotFound
+	out, err := a.tasks.Mutate(ctx, id, func(t domain.Task) ([]domain.Record, error) {
+		if tenant != "*" && t.TenantID != tenant {
+			return nil, domain.ErrNotFound
 		}
-		recs, err := decide(t, a.now())
-		if err != nil {
-			return t, nil, err
-		}
-		events := make([]postgres.Traced, len(recs))
-		for i, r := range recs {
-			t = domain.Apply(t, r)
-			events[i] = postgres.Traced{Record: r, Trace: trace}
-		}
-		return t, events, nil
+		return decide(t, a.now())
 	})
 	if err == nil {
 		a.hub.Changed(out)

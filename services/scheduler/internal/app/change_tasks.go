@@ -122,20 +122,3 @@ func (a *App) RetryTask(ctx context.Context, c Caller, id string) (domain.Task, 
 		return t.Retry(now, c.Subject)
 	})
 }
-
-// SuspendTask pauses a running task; ResumeTask requeues it.
-func (a *App) SuspendTask(ctx context.Context, c Caller, id, reason string) (domain.Task, error) {
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
-		return t.Suspend(now, c.Subject, reason)
-	})
-}
-
-// ResumeTask returns a suspended task to pending.
-func (a *App) ResumeTask(ctx context.Context, c Caller, id string) (domain.Task, error) {
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
-		if t.Status != domain.StatusSuspended {
-			return nil, domain.ErrImmutable
-		}
-		return t.Requeue(now, c.Subject, "resumed")
-	})
-}

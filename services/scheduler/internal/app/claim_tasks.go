@@ -5,9 +5,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -58,24 +56,12 @@ func (a *App) ClaimTasks(ctx context.Context, c Caller, r ClaimRequest) ([]domai
 }
 
 func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest) ([]domain.Task, error) {
-	var out []domain.Task
-	err := a.gc.Do(ctx, "agent/"+r.AgentID, func(ctx context.Context, tx pgx.Tx) error {
-		out = nil
-		now := a.now()
-		if prior, ok, err := postgres.PriorClaim(ctx, tx, r.AgentID, r.RequestID); err != nil || ok {
-			if err == nil {
-				out, err = postgres.GetMany(ctx, tx, prior)
-			}
-			return err
-		}
-		candidates, err := postgres.ClaimCandidates(ctx, tx, postgres.ClaimFilter{Tenant: c.Tenant, Machine: r.MachineID,
-			IP: c.IP, Labels: r.Labels, Types: r.Types, Limit: r.Limit, Now: now})
-		if err != nil || len(candidates) == 0 {
-			return err
-		}
-		var changes []postgres.Change
+	now := a.now()
+	f := ClaimFilter{Tenant: c.Tenant, Machine: r.MachineID, IP: c.IP, Labels: r.Labels, Types: r.Types, Limit: r.Limit, Now: now}
+	out, err := a.tasks.Claim(ctx, r.AgentID, r.RequestID, f, func(candidates []domain.Task) ([][]domain.Record, error) {
+		leases := make([][]domain.Record, len(candidates))
 		scattered := map[string]bool{} // one task per scatter fan-out per machine
-		for _, t := range candidates {
+		for i, t := range candidates {
 			if t.Spec.Mode == domain.ModeScatter {
 				if scattered[t.FanoutID] {
 					continue
@@ -84,26 +70,18 @@ func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest) ([]domain
 			}
 			recs, err := t.Lease(now, uuid.NewString(), r.AgentID, r.MachineID, r.RequestID)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			changes = append(changes, postgres.Change{Before: t, Records: recs})
+			leases[i] = recs
 		}
-		out, err = postgres.Save(ctx, tx, changes...)
-		if err != nil {
-			return err
-		}
-		ids := make([]string, len(out))
-		for i, t := range out {
-			ids[i] = t.ID
-		}
-		return postgres.RecordClaim(ctx, tx, r.AgentID, r.RequestID, ids, now)
+		return leases, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	if len(out) > 0 {
 		// A claim proves the agent alive, like a heartbeat.
-		_ = postgres.Heartbeat(ctx, a.pool, postgres.Agent{AgentID: r.AgentID, MachineID: r.MachineID, TenantID: tenantOf(c),
+		_ = a.agents.Heartbeat(ctx, Agent{AgentID: r.AgentID, MachineID: r.MachineID, TenantID: tenantOf(c),
 			IP: c.IP, Labels: r.Labels, LastHeartbeatAt: a.now(), LostAfter: a.now().Add(a.cfg.AgentLostAfter)})
 	}
 	return out, nil

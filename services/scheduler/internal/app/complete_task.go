@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/objectstore"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -38,7 +37,7 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 	}
 	result := &domain.Result{StorageType: "db", Stdout: r.Stdout, Stderr: r.Stderr}
 	if r.Object != nil {
-		current, err := postgres.Get(ctx, a.pool, c.Tenant, id)
+		current, err := a.tasks.Get(ctx, c.Tenant, id)
 		if err != nil {
 			return domain.Task{}, err
 		}
@@ -60,8 +59,8 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 
 // resultKey is where an attempt's large result lives: under the task's
 // tenant, so links can never point into another tenant's results. A video
-// task's result is its MP4 (seed 000: the runner uploads the video as the
-// task's result object, content type video/mp4).
+// task's result is its MP4 (the runner uploads the video as the task's
+// result object, content type video/mp4).
 func resultKey(t domain.Task, attemptID string) string {
 	ext := "json"
 	if t.Spec.Type == domain.TypeVideo {
@@ -106,7 +105,7 @@ func (a *App) CreateResultUpload(ctx context.Context, c Caller, id, agentID, att
 	if a.objects == nil {
 		return Upload{}, &domain.InvalidError{Field: "result", Reason: "no object store is configured for large results"}
 	}
-	t, err := postgres.Get(ctx, a.pool, c.Tenant, id)
+	t, err := a.tasks.Get(ctx, c.Tenant, id)
 	if err != nil {
 		return Upload{}, err
 	}
@@ -141,7 +140,7 @@ type Result struct {
 // object store valid for ResultURLTTL. A task without an outcome yet
 // answers with its status and no result.
 func (a *App) GetResult(ctx context.Context, c Caller, id string) (Result, error) {
-	t, err := postgres.Get(ctx, a.pool, c.Tenant, id)
+	t, err := a.tasks.Get(ctx, c.Tenant, id)
 	if err != nil {
 		return Result{}, err
 	}

@@ -5,10 +5,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/taskmesh/taskmesh/platform/otel"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -25,7 +22,7 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 		return nil, err
 	}
 	if len(spec.DependsOn) > 0 {
-		missing, err := postgres.MissingTasks(ctx, a.pool, c.Tenant, spec.DependsOn)
+		missing, err := a.tasks.MissingTasks(ctx, c.Tenant, spec.DependsOn)
 		if err != nil {
 			return nil, err
 		}
@@ -62,50 +59,12 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 		}
 	}
 
-	if len(specs) == 1 && requestID == "" {
-		// The common case: one task, no idempotency key. It joins the
-		// set-based batches (one event append and one row write for many
-		// creates).
-		trace := otel.Inject(ctx)
-		t, err := a.tasks.Do(ctx, ids[0], func(_ domain.Task, found bool) (domain.Task, []postgres.Traced, error) {
-			if found {
-				return domain.Task{}, nil, fmt.Errorf("task id %s already exists", ids[0])
-			}
-			recs := domain.Submit(a.now(), ids[0], c.Tenant, c.Subject, "", "", specs[0], cq)
-			return domain.Fold(recs), []postgres.Traced{{Record: recs[0], Trace: trace}}, nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		a.hub.WakeClaimers()
-		return []domain.Task{t}, nil
+	now := a.now()
+	n := NewTasks{Tenant: c.Tenant, RequestID: requestID, At: now, Tasks: make([][]domain.Record, len(specs))}
+	for i, s := range specs {
+		n.Tasks[i] = domain.Submit(now, ids[i], c.Tenant, c.Subject, requestID, fanout, s, cq)
 	}
-	// Several tasks (all or none) or an idempotency key: one transaction.
-	var created []domain.Task
-	key := ids[0]
-	if requestID != "" {
-		key = c.Tenant + "/" + requestID
-	}
-	err = a.gc.Do(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
-		now := a.now()
-		if requestID != "" {
-			prior, ok, err := postgres.PriorCreate(ctx, tx, c.Tenant, requestID, ids, now)
-			if err != nil {
-				return err
-			}
-			if ok {
-				created, err = postgres.GetMany(ctx, tx, prior)
-				return err
-			}
-		}
-		changes := make([]postgres.Change, len(specs))
-		for i, s := range specs {
-			changes[i] = postgres.Change{Records: domain.Submit(now, ids[i], c.Tenant, c.Subject, requestID, fanout, s, cq)}
-		}
-		var err error
-		created, err = postgres.Save(ctx, tx, changes...)
-		return err
-	})
+	created, err := a.tasks.Create(ctx, n)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +88,7 @@ func (a *App) fanOut(ctx context.Context, c Caller, spec domain.Spec, in domain.
 			out = append(out, s)
 		}
 	case spec.Mode == domain.ModeBroadcast:
-		machines, err := postgres.Machines(ctx, a.pool, c.Tenant, spec.Labels)
+		machines, err := a.agents.Machines(ctx, c.Tenant, spec.Labels)
 		if err != nil {
 			return nil, err
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -29,7 +28,7 @@ func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop,
 		return nil, err
 	}
 	now := a.now()
-	if err := postgres.Heartbeat(ctx, a.pool, postgres.Agent{AgentID: h.AgentID, MachineID: h.MachineID, TenantID: tenantOf(c),
+	if err := a.agents.Heartbeat(ctx, Agent{AgentID: h.AgentID, MachineID: h.MachineID, TenantID: tenantOf(c),
 		IP: c.IP, Labels: h.Labels, FreeSlots: h.FreeSlots, LastHeartbeatAt: now, LostAfter: now.Add(a.cfg.AgentLostAfter)}); err != nil {
 		return nil, err
 	}
@@ -39,7 +38,7 @@ func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop,
 	if len(h.AttemptIDs) == 0 {
 		return nil, nil
 	}
-	tasks, err := postgres.ByAttempts(ctx, a.pool, h.AgentID, h.AttemptIDs)
+	tasks, err := a.tasks.ByAttempts(ctx, h.AgentID, h.AttemptIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +65,7 @@ func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop,
 // queue once the agent's heartbeat no longer lists the attempt: the process
 // has stopped, so its quota is free for the preemptor.
 func (a *App) requeueStopped(ctx context.Context, h Heartbeat) error {
-	preempted, err := postgres.PreemptedOf(ctx, a.pool, h.AgentID)
+	preempted, err := a.tasks.PreemptedOf(ctx, h.AgentID)
 	if err != nil || len(preempted) == 0 {
 		return err
 	}

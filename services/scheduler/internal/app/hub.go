@@ -5,18 +5,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
-// NotifyChannel is the Postgres channel scheduler replicas use to wake each
-// other's waiting claims when work appears.
-const NotifyChannel = "taskmesh_tasks"
-
 // Hub wakes what waits on tasks: claims long-polling for work, and
 // watchers of one task. Within a process it is a broadcast; across
-// replicas, Listen and the debounced NOTIFY carry "work appeared".
+// replicas, an adapter carries "work appeared" both ways: it forwards
+// OtherReplicas' signals to the other replicas and calls WakeLocal when
+// one of them signals (package adapters/postgres: LISTEN/NOTIFY).
 type Hub struct {
 	mu       sync.Mutex
 	work     chan struct{} // closed and replaced when work may have appeared
@@ -36,17 +32,23 @@ func (h *Hub) WorkSignal() <-chan struct{} {
 	return h.work
 }
 
-// WakeClaimers wakes local waiting claims and asks for a NOTIFY to the
+// WakeClaimers wakes local waiting claims and asks for a signal to the
 // other replicas.
 func (h *Hub) WakeClaimers() {
-	h.wakeLocal()
+	h.WakeLocal()
 	select {
 	case h.notify <- struct{}{}:
 	default:
 	}
 }
 
-func (h *Hub) wakeLocal() {
+// OtherReplicas receives a value when the other replicas should wake their
+// claims. Signals that arrive while one is pending are merged into it.
+func (h *Hub) OtherReplicas() <-chan struct{} { return h.notify }
+
+// WakeLocal wakes this process's waiting claims (another replica's work
+// appeared).
+func (h *Hub) WakeLocal() {
 	h.mu.Lock()
 	close(h.work)
 	h.work = make(chan struct{})
@@ -85,49 +87,6 @@ func (h *Hub) Watch(id string) (changes <-chan struct{}, cancel func()) {
 			delete(h.watchers, id)
 		}
 		h.mu.Unlock()
-	}
-}
-
-// Run sends the debounced NOTIFYs and LISTENs for other replicas' until ctx
-// is done. Losing it only costs latency: waiting claims poll every second.
-func (h *Hub) Run(ctx context.Context, pool *pgxpool.Pool) {
-	go h.listen(ctx, pool)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-h.notify:
-			_, _ = pool.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel)
-			// At most one NOTIFY per 5 ms: bursts of submissions need one.
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}
-}
-
-func (h *Hub) listen(ctx context.Context, pool *pgxpool.Pool) {
-	for ctx.Err() == nil {
-		conn, err := pool.Acquire(ctx)
-		if err != nil {
-			sleep(ctx, time.Second)
-			continue
-		}
-		if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-			conn.Release()
-			sleep(ctx, time.Second)
-			continue
-		}
-		for {
-			if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
-				break
-			}
-			h.wakeLocal()
-		}
-		// The session may be in any state after an error: never reuse it.
-		conn.Hijack().Close(context.WithoutCancel(ctx))
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -20,5 +19,5 @@ func (a *App) ChangeTask(ctx context.Context, c Caller, id string, decide func(t
 // VideoTasksCreatedBefore lists up to limit video tasks of every tenant
 // submitted before before, oldest first (the video API's retention sweep).
 func (a *App) VideoTasksCreatedBefore(ctx context.Context, before time.Time, limit int) ([]domain.Task, error) {
-	return postgres.VideoTasksCreatedBefore(ctx, a.pool, before, limit)
+	return a.tasks.VideoTasksCreatedBefore(ctx, before, limit)
 }

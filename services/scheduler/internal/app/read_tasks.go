@@ -3,18 +3,17 @@ package app
 import (
 	"context"
 
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
 // GetTask returns one of the caller's tasks as of every acknowledged write.
 func (a *App) GetTask(ctx context.Context, c Caller, id string) (domain.Task, error) {
-	return postgres.Get(ctx, a.pool, c.Tenant, id)
+	return a.tasks.Get(ctx, c.Tenant, id)
 }
 
-// ListTasks lists the caller's tasks from the task_views projection
-// (eventually consistent: it trails writes by the relay and projection lag).
-func (a *App) ListTasks(ctx context.Context, c Caller, f postgres.ListFilter) ([]domain.Task, string, error) {
+// ListTasks lists the caller's tasks from TaskViews (eventually
+// consistent: it trails writes by the relay and projection lag).
+func (a *App) ListTasks(ctx context.Context, c Caller, f ListFilter) ([]domain.Task, string, error) {
 	f.Tenant = c.Tenant
-	return postgres.List(ctx, a.pool, f)
+	return a.views.List(ctx, f)
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/taskmesh/taskmesh/platform/pg"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -39,13 +37,13 @@ type SweepReport struct {
 func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
 	now := a.now()
-	lost, err := postgres.LostAgents(ctx, a.pool, now)
+	lost, err := a.sweeps.LostAgents(ctx, now)
 	if err != nil {
 		return rep, err
 	}
 	rep.AgentsLost = len(lost)
 	for _, agent := range lost {
-		ids, err := postgres.LeasesOf(ctx, a.pool, agent)
+		ids, err := a.sweeps.LeasesOf(ctx, agent)
 		if err != nil {
 			return rep, err
 		}
@@ -57,7 +55,7 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 			return t.ExpireLease(now, domain.ReasonAgentLost)
 		})
 	}
-	ids, err := postgres.ExpiredLeases(ctx, a.pool, now, sweepBatch)
+	ids, err := a.sweeps.ExpiredLeases(ctx, now, sweepBatch)
 	if err != nil {
 		return rep, err
 	}
@@ -67,7 +65,7 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 		return t.ExpireLease(now, domain.ReasonLeaseExpired)
 	})
-	if ids, err = postgres.Overdue(ctx, a.pool, now, a.cfg.TimeoutSlack, sweepBatch); err != nil {
+	if ids, err = a.sweeps.Overdue(ctx, now, a.cfg.TimeoutSlack, sweepBatch); err != nil {
 		return rep, err
 	}
 	rep.TimedOut = a.each(ctx, ids, func(t domain.Task, now time.Time) ([]domain.Record, error) {
@@ -76,7 +74,7 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 		return t.TimeOut(now)
 	})
-	if ids, err = postgres.ReleasablePreempted(ctx, a.pool, now, a.cfg.PreemptMaxWait, sweepBatch); err != nil {
+	if ids, err = a.sweeps.ReleasablePreempted(ctx, now, a.cfg.PreemptMaxWait, sweepBatch); err != nil {
 		return rep, err
 	}
 	rep.Requeued = a.each(ctx, ids, func(t domain.Task, now time.Time) ([]domain.Record, error) {
@@ -88,7 +86,7 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 	// Work preempted for quota returns to its queue when its agent's
 	// heartbeat shows it stopped; when no heartbeat will (agent lost, or
 	// silent past the grace period), the sweeper does it.
-	if ids, err = postgres.StrandedEvictions(ctx, a.pool, now, a.cfg.AgentLostAfter, sweepBatch); err != nil {
+	if ids, err = a.sweeps.StrandedEvictions(ctx, now, a.cfg.AgentLostAfter, sweepBatch); err != nil {
 		return rep, err
 	}
 	rep.Requeued += a.each(ctx, ids, func(t domain.Task, now time.Time) ([]domain.Record, error) {
@@ -97,7 +95,7 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 		return t.Requeue(now, "scheduler", "agent did not confirm the preempted attempt stopped")
 	})
-	deps, err := postgres.BlockedByFailure(ctx, a.pool, sweepBatch)
+	deps, err := a.sweeps.BlockedByFailure(ctx, sweepBatch)
 	if err != nil {
 		return rep, err
 	}
@@ -116,40 +114,42 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 		}
 		rep.Preempted = n
 	}
-	if err := postgres.PruneClaims(ctx, a.pool, now.Add(-a.cfg.ClaimRetention)); err != nil {
+	if err := a.sweeps.PruneClaims(ctx, now.Add(-a.cfg.ClaimRetention)); err != nil {
 		return rep, err
 	}
 	return rep, nil
 }
 
 // each applies decide to every task id (any tenant) and counts the tasks
-// that changed. Errors are logged: the next sweep tries again.
+// it changed. Errors are logged: the next sweep tries again.
 func (a *App) each(ctx context.Context, ids []string, decide func(domain.Task, time.Time) ([]domain.Record, error)) int {
 	n := 0
 	for _, id := range ids {
-		before, err := postgres.Get(ctx, a.pool, "*", id)
-		if err != nil {
-			continue
-		}
-		after, err := a.mutate(ctx, "*", id, decide)
+		// The store may run decide more than once (a retried batch): the
+		// last run is the one that was stored.
+		changed := false
+		_, err := a.mutate(ctx, "*", id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+			recs, err := decide(t, now)
+			changed = err == nil && len(recs) > 0
+			return recs, err
+		})
 		switch {
 		case errors.Is(err, domain.ErrImmutable), errors.Is(err, domain.ErrNotFound):
 		case err != nil:
 			a.log.Warn("sweep: task not changed", "task", id, "err", err)
-		case after.Version != before.Version:
+		case changed:
 			n++
 		}
 	}
 	return n
 }
 
-// preempt applies seed 004 §10.3: a pending task that has waited
-// PreemptAfter with no agent able to take it preempts the lowest-priority,
-// most recently started running task it could replace, when the priority
-// gap is at least PreemptGap. The victim's agent is told to stop at its
+// preempt: a pending task that has waited PreemptAfter with no agent able
+// to take it preempts the lowest-priority, most recently started running
+// task it could replace, when the priority gap is at least PreemptGap. The victim's agent is told to stop at its
 // next heartbeat; the victim returns to pending when the preemptor ends.
 func (a *App) preempt(ctx context.Context, now time.Time) (int, error) {
-	pairs, err := postgres.PreemptionCandidates(ctx, a.pool, now.Add(-a.cfg.PreemptAfter), a.cfg.PreemptGap, 20)
+	pairs, err := a.sweeps.PreemptionCandidates(ctx, now.Add(-a.cfg.PreemptAfter), a.cfg.PreemptGap, 20)
 	if err != nil {
 		return 0, err
 	}
@@ -168,7 +168,7 @@ func (a *App) preempt(ctx context.Context, now time.Time) (int, error) {
 // RunSweeper sweeps every interval while it holds the sweeper lock.
 func (a *App) RunSweeper(ctx context.Context, interval time.Duration) {
 	for ctx.Err() == nil {
-		lock, ok, err := pg.TryLock(ctx, a.pool, "scheduler:sweeper")
+		lock, ok, err := a.sweeper.TryLock(ctx)
 		if err != nil || !ok {
 			sleep(ctx, interval)
 			continue

@@ -12,7 +12,7 @@ func Submit(now time.Time, id, tenantID, createdBy, requestID, fanoutID string, 
 		RequestID: requestID, FanoutID: fanoutID, Spec: spec, ClusterQueue: clusterQueue}}}
 }
 
-func one(now time.Time, actor string, e Event) []Record {
+func recordOf(now time.Time, actor string, e Event) []Record {
 	return []Record{{At: now, Actor: actor, Event: e}}
 }
 
@@ -22,7 +22,7 @@ func (t Task) Update(now time.Time, actor string, spec Spec, clusterQueue string
 	if t.Status != StatusPending {
 		return nil, immutable(t, "update")
 	}
-	return one(now, actor, Updated{Spec: spec, ClusterQueue: clusterQueue}), nil
+	return recordOf(now, actor, Updated{Spec: spec, ClusterQueue: clusterQueue}), nil
 }
 
 // Delete removes a task that no attempt holds.
@@ -30,7 +30,7 @@ func (t Task) Delete(now time.Time, actor string) ([]Record, error) {
 	if t.Status.Leased() {
 		return nil, fmt.Errorf("%w: cancel the %s task before deleting it", ErrImmutable, t.Status)
 	}
-	return one(now, actor, Deleted{}), nil
+	return recordOf(now, actor, Deleted{}), nil
 }
 
 // Cancel stops a task that is not final; an active attempt is told to stop.
@@ -38,7 +38,7 @@ func (t Task) Cancel(now time.Time, actor, reason string) ([]Record, error) {
 	if t.Status.Final() {
 		return nil, immutable(t, "cancel")
 	}
-	return one(now, actor, Canceled{Reason: reason, AttemptID: t.AttemptID}), nil
+	return recordOf(now, actor, Canceled{Reason: reason, AttemptID: t.AttemptID}), nil
 }
 
 // Expire removes a task whose retention ended (the video API keeps its
@@ -50,7 +50,7 @@ func (t Task) Expire(now time.Time, actor string) ([]Record, error) {
 	}
 	var out []Record
 	if !t.Status.Final() {
-		out = one(now, actor, Canceled{Reason: "expired", AttemptID: t.AttemptID})
+		out = recordOf(now, actor, Canceled{Reason: "expired", AttemptID: t.AttemptID})
 	}
 	return append(out, Record{At: now, Actor: actor, Event: Expired{}}), nil
 }
@@ -61,7 +61,7 @@ func (t Task) Retry(now time.Time, actor string) ([]Record, error) {
 	if t.Status != StatusFailed && t.Status != StatusCancelled {
 		return nil, immutable(t, "retry")
 	}
-	return one(now, actor, RetryScheduled{RetryCount: t.RetryCount, RetryAt: now, Manual: true}), nil
+	return recordOf(now, actor, RetryScheduled{RetryCount: t.RetryCount, RetryAt: now, Manual: true}), nil
 }
 
 // Lease hands the task to an agent under a new attempt.
@@ -69,7 +69,7 @@ func (t Task) Lease(now time.Time, attemptID, agentID, machineID, claimRequestID
 	if !t.Claimable(now) {
 		return nil, immutable(t, "lease")
 	}
-	return one(now, agentID, Leased{AttemptID: attemptID, AgentID: agentID, MachineID: machineID,
+	return recordOf(now, agentID, Leased{AttemptID: attemptID, AgentID: agentID, MachineID: machineID,
 		ClaimRequestID: claimRequestID, LeaseExpiresAt: now.Add(time.Duration(t.Spec.LeaseTTL) * time.Second)}), nil
 }
 
@@ -106,7 +106,7 @@ func (t Task) Start(now time.Time, agentID, attemptID string) ([]Record, error) 
 	if t.Status == StatusRunning {
 		return nil, nil
 	}
-	return one(now, agentID, Started{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, 0)}), nil
+	return recordOf(now, agentID, Started{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, 0)}), nil
 }
 
 func (t Task) renewedUntil(now time.Time, extendSec int) time.Time {
@@ -125,7 +125,7 @@ func (t Task) Renew(now time.Time, agentID, attemptID string, extendSec int) ([]
 	if err := t.checkLive(now, "renew the lease of"); err != nil {
 		return nil, err
 	}
-	return one(now, agentID, LeaseRenewed{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, extendSec)}), nil
+	return recordOf(now, agentID, LeaseRenewed{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, extendSec)}), nil
 }
 
 // ReportProgress records progress of the current attempt.
@@ -139,7 +139,7 @@ func (t Task) ReportProgress(now time.Time, agentID, attemptID string, progress 
 	if progress < 0 || progress > 100 {
 		return nil, invalid("progress", "must be 0 to 100")
 	}
-	return one(now, agentID, Progressed{AttemptID: attemptID, Progress: progress, Message: message}), nil
+	return recordOf(now, agentID, Progressed{AttemptID: attemptID, Progress: progress, Message: message}), nil
 }
 
 // Outcome is what an agent reports at the end of an attempt.
@@ -170,7 +170,7 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 		o.EndedAt = now
 	}
 	if o.ExitCode == 0 && o.Error == "" {
-		return one(now, agentID, Succeeded{AttemptID: attemptID, ExitCode: 0, Result: o.Result, EndedAt: o.EndedAt}), false, nil
+		return recordOf(now, agentID, Succeeded{AttemptID: attemptID, ExitCode: 0, Result: o.Result, EndedAt: o.EndedAt}), false, nil
 	}
 	reason := o.Reason
 	if reason == "" {
@@ -191,7 +191,7 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 // fail records a failed attempt and, while retries remain, its retry after
 // retry_delay.
 func (t Task) fail(now time.Time, actor string, f Failed) []Record {
-	out := one(now, actor, f)
+	out := recordOf(now, actor, f)
 	if t.RetryCount < t.Spec.MaxRetries {
 		out = append(out, Record{At: now, Actor: actor, Event: RetryScheduled{RetryCount: t.RetryCount + 1,
 			RetryAt: now.Add(time.Duration(t.Spec.RetryDelay) * time.Second)}})
@@ -218,7 +218,7 @@ func (t Task) ExpireLease(now time.Time, reason string) ([]Record, error) {
 	if !exhausted {
 		count++
 	}
-	return one(now, "scheduler", LeaseExpired{AttemptID: t.AttemptID, AgentID: t.AgentID, Reason: reason,
+	return recordOf(now, "scheduler", LeaseExpired{AttemptID: t.AttemptID, AgentID: t.AgentID, Reason: reason,
 		RetryCount: count, Failed: exhausted}), nil
 }
 
@@ -247,7 +247,7 @@ func (t Task) Preempt(now time.Time, by, reason string) ([]Record, error) {
 	if !t.Status.Leased() {
 		return nil, immutable(t, "preempt")
 	}
-	return one(now, "scheduler", Preempted{AttemptID: t.AttemptID, By: by, Reason: reason}), nil
+	return recordOf(now, "scheduler", Preempted{AttemptID: t.AttemptID, By: by, Reason: reason}), nil
 }
 
 // Suspend pauses a running task on purpose; Resume (Requeue) brings it back.
@@ -255,7 +255,7 @@ func (t Task) Suspend(now time.Time, actor, reason string) ([]Record, error) {
 	if !t.Status.Leased() {
 		return nil, immutable(t, "suspend")
 	}
-	return one(now, actor, Suspended{AttemptID: t.AttemptID, Reason: reason}), nil
+	return recordOf(now, actor, Suspended{AttemptID: t.AttemptID, Reason: reason}), nil
 }
 
 // Requeue returns a preempted or suspended task to pending.
@@ -263,7 +263,7 @@ func (t Task) Requeue(now time.Time, actor, reason string) ([]Record, error) {
 	if t.Status != StatusPreempted && t.Status != StatusSuspended {
 		return nil, immutable(t, "requeue")
 	}
-	return one(now, actor, Requeued{From: string(t.Status), Reason: reason}), nil
+	return recordOf(now, actor, Requeued{From: string(t.Status), Reason: reason}), nil
 }
 
 // MustStop reports whether an agent running attemptID must stop it, and why.
@@ -293,7 +293,7 @@ func (t Task) Admit(now time.Time, epoch int64, clusterQueue string, flavors map
 	if !t.AwaitingAdmission() || t.AdmissionEpoch != epoch || t.ClusterQueue != clusterQueue {
 		return nil
 	}
-	return one(now, "quota", Admitted{Queue: t.Spec.Queue, ClusterQueue: clusterQueue, Flavors: flavors})
+	return recordOf(now, "quota", Admitted{Queue: t.Spec.Queue, ClusterQueue: clusterQueue, Flavors: flavors})
 }
 
 // Evict takes the admission of the stay that began at epoch back to make
@@ -307,9 +307,9 @@ func (t Task) Evict(now time.Time, epoch int64, by, reason string) []Record {
 	}
 	switch t.Status {
 	case StatusAssigned, StatusRunning:
-		return one(now, "quota", Preempted{AttemptID: t.AttemptID, By: by, Reason: reason})
+		return recordOf(now, "quota", Preempted{AttemptID: t.AttemptID, By: by, Reason: reason})
 	case StatusPending:
-		return one(now, "quota", Requeued{From: string(StatusPending), Reason: reason})
+		return recordOf(now, "quota", Requeued{From: string(StatusPending), Reason: reason})
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -362,5 +363,41 @@ func TestExpireCancelsLiveTasksAndRemovesEveryTask(t *testing.T) {
 				t.Errorf("expiring twice: %v, want ErrImmutable", err)
 			}
 		})
+	}
+}
+
+type unknownEvent struct{}
+
+func (unknownEvent) EventName() string { return "TaskUnknown" }
+
+// Apply reports an event it has no case for (the lifecycle-coverage tests
+// rely on it) and still counts its version.
+func TestHandles(t *testing.T) {
+	if !Handles(Deleted{}) || !Handles(Submitted{}) {
+		t.Error("Handles is false for events Apply folds")
+	}
+	if Handles(unknownEvent{}) {
+		t.Error("Handles is true for an event Apply has no case for")
+	}
+	task := Apply(Task{Version: 4, Status: StatusRunning}, Record{Event: unknownEvent{}, At: t0})
+	if task.Version != 5 || !task.UpdatedAt.Equal(t0) || task.Status != StatusRunning {
+		t.Errorf("unknown event folded into %+v", task)
+	}
+}
+
+func TestStatuses(t *testing.T) {
+	seen := map[Status]bool{}
+	var final []Status
+	for _, s := range Statuses() {
+		if seen[s] || s == "" {
+			t.Errorf("status %q listed twice or empty", s)
+		}
+		seen[s] = true
+		if s.Final() {
+			final = append(final, s)
+		}
+	}
+	if len(seen) != 8 || !slices.Equal(final, []Status{StatusCompleted, StatusFailed, StatusCancelled}) {
+		t.Errorf("statuses %v, final %v", Statuses(), final)
 	}
 }

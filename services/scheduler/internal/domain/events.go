@@ -94,13 +94,30 @@ func (Canceled) EventName() string       { return "TaskCanceled" }
 func (Deleted) EventName() string        { return "TaskDeleted" }
 func (Expired) EventName() string        { return "TaskExpired" }
 
-// Apply folds one recorded event into t. It never fails: events are facts.
+// Apply folds one recorded event into t: the one fold of task events. The
+// inline projection, the task_views read model, the rebuild from the event
+// store and the gateway's live streams (through package lifecycle) all
+// move a task with it, so they agree by construction. It never fails:
+// events are facts. An event it has no case for only moves the version and
+// the update time; Handles reports such events, and the lifecycle-coverage
+// tests fail on them.
 func Apply(t Task, r Record) Task {
+	apply(&t, r)
+	return t
+}
+
+// Handles reports whether Apply has a case for e.
+func Handles(e Event) bool {
+	return apply(&Task{}, Record{Event: e})
+}
+
+// apply is Apply in place; it reports false when r.Event has no case.
+func apply(t *Task, r Record) bool {
 	t.Version++
 	t.UpdatedAt = r.At
 	switch e := r.Event.(type) {
 	case Submitted:
-		t = Task{ID: e.ID, TenantID: e.TenantID, CreatedBy: e.CreatedBy, RequestID: e.RequestID,
+		*t = Task{ID: e.ID, TenantID: e.TenantID, CreatedBy: e.CreatedBy, RequestID: e.RequestID,
 			FanoutID: e.FanoutID, Spec: e.Spec, Version: t.Version, Status: StatusPending,
 			CreatedAt: r.At, UpdatedAt: r.At, RetryAt: r.At, ClusterQueue: e.ClusterQueue}
 		t.queueForAdmission()
@@ -174,8 +191,10 @@ func Apply(t Task, r Record) Task {
 	case Deleted, Expired:
 		t.releaseAdmission()
 		t.Deleted = true
+	default:
+		return false
 	}
-	return t
+	return true
 }
 
 // queueForAdmission starts a new stay in the task's ClusterQueue, called

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Status is a task's lifecycle state, spelled as the task API shows it.
+// Status is a task's lifecycle state, spelled as the task API shows it
+// (the proto's Task.status carries these strings).
 type Status string
 
 const (
@@ -18,6 +19,13 @@ const (
 	StatusPreempted Status = "preempted"
 	StatusSuspended Status = "suspended"
 )
+
+// Statuses lists every status, in the order of the lifecycle: the one set
+// of task states every service uses (through package lifecycle).
+func Statuses() []Status {
+	return []Status{StatusPending, StatusAssigned, StatusRunning, StatusCompleted, StatusFailed,
+		StatusCancelled, StatusPreempted, StatusSuspended}
+}
 
 // Final reports whether no further transition happens on its own.
 func (s Status) Final() bool {

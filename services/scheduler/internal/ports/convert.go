@@ -10,9 +10,9 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/taskproto"
 )
 
 // caller turns the authenticated principal into the use cases' Caller.
@@ -56,7 +56,7 @@ func specInput(s *taskv1.TaskSpec) domain.SpecInput {
 		LeaseTTL: intPtr(s.LeaseTtlSec), RenewInterval: intPtr(s.RenewIntervalSec), HeartbeatInterval: intPtr(s.HeartbeatIntervalSec),
 		GracePeriod:    intPtr(s.GracePeriodSec),
 		TargetMachines: s.GetTargets().GetMachineIds(), TargetIPs: s.GetTargets().GetIps(),
-		Resources: s.GetResources(), Quota: s.GetQuota(), Video: codec.VideoFromProto(s.GetVideo()),
+		Resources: s.GetResources(), Quota: s.GetQuota(), Video: taskproto.VideoFromProto(s.GetVideo()),
 	}
 	if d := s.GetDistribution(); d != nil {
 		in.Mode, in.Labels, in.ScatterCount = d.GetMode(), d.GetLabels(), int(d.GetCount())
@@ -70,46 +70,12 @@ func specInput(s *taskv1.TaskSpec) domain.SpecInput {
 	return in
 }
 
-func ts(t time.Time) *timestamppb.Timestamp {
-	if t.IsZero() {
-		return nil
-	}
-	return timestamppb.New(t)
-}
+// ts renders a time as the API shows it (the zero time is unset).
+func ts(t time.Time) *timestamppb.Timestamp { return taskproto.ToTimestamp(t) }
 
-// taskToProto shows a task as the task API documents it. machine_id is the
-// target machine, or the machine running it when the task had no target.
-func taskToProto(t domain.Task) *taskv1.Task {
-	p := &taskv1.Task{
-		Id: t.ID, Name: t.Spec.Name, Type: t.Spec.Type, Command: t.Spec.Command, Args: t.Spec.Args, Workdir: t.Spec.Workdir,
-		Env: t.Spec.Env, Timeout: int32(t.Spec.Timeout), Priority: int32(t.Spec.Priority), RetryCount: int32(t.RetryCount),
-		RetryDelay: int32(t.Spec.RetryDelay), MaxRetries: int32(t.Spec.MaxRetries), Status: string(t.Status), Error: t.Error,
-		CreatedAt: ts(t.CreatedAt), AssignedAt: ts(t.AssignedAt), StartedAt: ts(t.StartedAt), EndedAt: ts(t.EndedAt),
-		MachineId: t.Spec.MachineID, GroupId: t.Spec.GroupID, ParentId: t.Spec.ParentID, DependsOn: t.Spec.DependsOn,
-		AssignedAgentId: t.AgentID, LeaseExpiresAt: ts(t.LeaseExpiresAt), AttemptId: t.AttemptID,
-		Distribution: &taskv1.Distribution{Mode: t.Spec.Mode, MachineId: t.Spec.MachineID, Labels: t.Spec.Labels, Count: int32(t.Spec.ScatterCount)},
-		LeaseTtlSec:  int32(t.Spec.LeaseTTL), RenewIntervalSec: int32(t.Spec.RenewInterval),
-		HeartbeatIntervalSec: int32(t.Spec.HeartbeatInterval), GracePeriodSec: int32(t.Spec.GracePeriod),
-		LastHeartbeatAt: ts(t.LastHeartbeatAt), Progress: int32(t.Progress), ProgressMessage: t.ProgressMessage,
-		Queue: t.Spec.Queue, Version: int32(t.Version), UpdatedAt: ts(t.UpdatedAt),
-		Resources: t.Spec.Resources, Quota: t.Spec.Quota, Video: codec.VideoToProto(t.Spec.Video),
-		ClusterQueue: t.ClusterQueue, Admitted: t.Admitted,
-	}
-	if p.MachineId == "" {
-		p.MachineId = t.AssignedMachine
-	}
-	if t.Status == domain.StatusPending && t.RetryAt.After(t.CreatedAt) {
-		p.RetryAt = ts(t.RetryAt)
-	}
-	if t.ExitCode != nil {
-		c := int32(*t.ExitCode)
-		p.ExitCode = &c
-	}
-	if t.Result != nil {
-		p.Stdout, p.Stderr = t.Result.Stdout, t.Result.Stderr
-	}
-	return p
-}
+// taskToProto shows a task as the task API documents it; the rendering is
+// shared with the gateway's live streams (taskproto.TaskToProto).
+func taskToProto(t domain.Task) *taskv1.Task { return taskproto.TaskToProto(t) }
 
 // UserCaller is the caller of a tenant's API (admins included) for the
 // scheduler's other gRPC services (the video API).

@@ -13,7 +13,6 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
-	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -48,7 +47,7 @@ func schedulerStatus(err error) (error, bool) {
 		return statusWith(codes.NotFound, taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND, err.Error()), true
 	case errors.Is(err, app.ErrForbidden):
 		return status.Error(codes.PermissionDenied, err.Error()), true
-	case errors.Is(err, pg.ErrCommitterClosed):
+	case errors.Is(err, app.ErrStopping):
 		return status.Error(codes.Unavailable, "scheduler is shutting down"), true
 	}
 	return nil, false

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 )
 
@@ -38,7 +37,7 @@ func (s *TaskServer) ListTasks(ctx context.Context, r *taskv1.ListTasksRequest) 
 	if err != nil {
 		return nil, err
 	}
-	f := postgres.ListFilter{Status: r.GetStatus(), Machine: r.GetMachineId(), Group: r.GetGroupId(),
+	f := app.ListFilter{Status: r.GetStatus(), Machine: r.GetMachineId(), Group: r.GetGroupId(),
 		Priority: int(r.GetPriority()), PageSize: int(r.GetPageSize()), PageToken: r.GetPageToken()}
 	if r.CreatedAfter != nil {
 		f.CreatedAfter = r.GetCreatedAfter().AsTime()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,19 +13,23 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
 )
 
+// devFlags are the flags of `taskmesh dev`.
+type devFlags struct {
+	o       stack.Options
+	logFile string
+	noAgent bool
+	limits  rateLimitFlags
+	video   videoFlags
+}
+
 func devCommand() *cobra.Command {
-	var (
-		o       stack.Options
-		logFile string
-		noAgent bool
-		limits  rateLimitFlags
-		video   = videoFlags{enabled: true}
-	)
+	f := devFlags{video: videoFlags{enabled: true}}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run all of Taskmesh in one process on embedded defaults (Postgres, Kafka broker, object store, agent)",
@@ -34,61 +39,81 @@ Kafka-protocol broker persisting to the data directory (or TASKMESH_KAFKA_BROKER
 a filesystem object store and a local executor agent. Stopping and starting again
 keeps all data.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.DatabaseURL = os.Getenv("DATABASE_URL")
-			if b := os.Getenv("TASKMESH_KAFKA_BROKERS"); b != "" {
-				o.KafkaBrokers = strings.Split(b, ",")
-			}
-			o.Durable, o.Agent = true, !noAgent
-			var err error
-			if o.RateLimits, err = limits.config(); err != nil {
-				return err
-			}
-			if o.Video, err = video.config(); err != nil {
-				return err
-			}
-			if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
-				return err
-			}
-			if logFile == "" {
-				logFile = filepath.Join(o.DataDir, "taskmesh.log")
-			}
-			lf, err := os.OpenFile(logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+			o, err := f.options()
 			if err != nil {
 				return err
 			}
-			defer lf.Close()
-			o.Logger = slog.New(slog.NewTextHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			out := cmd.OutOrStdout()
-			fmt.Fprintln(out, "starting Taskmesh (data in "+o.DataDir+") …")
-			s, err := stack.Start(cmd.Context(), o)
-			if errors.Is(err, pg.ErrNoBinaries) {
-				return fmt.Errorf("%w\n\nOn Debian or Ubuntu: sudo apt-get install -y postgresql", err)
-			}
+			logs, err := os.OpenFile(f.logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			printBanner(out, s, logFile)
-			if err := s.Wait(cmd.Context()); err != nil {
-				return err
-			}
-			fmt.Fprintln(out, "\nstopping Taskmesh …")
-			return nil
+			defer logs.Close()
+			o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			return runDev(cmd.Context(), cmd.OutOrStdout(), o, f.logFile)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.DataDir, "data-dir", ".taskmesh", "where Postgres, Kafka, objects and credentials are kept")
-	f.StringVar(&o.HTTPAddr, "http", "127.0.0.1:8080", "REST API address")
-	f.StringVar(&o.GRPCAddr, "grpc", "127.0.0.1:9090", "gRPC front door address")
-	f.IntVar(&o.PGPort, "pg-port", 54329, "port of the local Postgres server")
-	f.IntVar(&o.KafkaPort, "kafka-port", 19092, "port of the embedded Kafka broker")
-	f.IntVar(&o.AgentSlots, "agent-slots", 4, "concurrent tasks of the local agent")
-	f.BoolVar(&noAgent, "no-agent", false, "do not start the local agent")
-	f.StringVar(&o.AgentLocalAPI, "agent-local-api", "127.0.0.1:7071", "the local agent's own REST API (empty: off)")
-	f.StringVar(&logFile, "log-file", "", "log file (default <data-dir>/taskmesh.log)")
-	limits.add(f)
-	video.add(f, false)
+	f.add(cmd.Flags())
 	return cmd
+}
+
+func (d *devFlags) add(f *pflag.FlagSet) {
+	f.StringVar(&d.o.DataDir, "data-dir", ".taskmesh", "where Postgres, Kafka, objects and credentials are kept")
+	f.StringVar(&d.o.HTTPAddr, "http", "127.0.0.1:8080", "REST API address")
+	f.StringVar(&d.o.GRPCAddr, "grpc", "127.0.0.1:9090", "gRPC front door address")
+	f.IntVar(&d.o.PGPort, "pg-port", 54329, "port of the local Postgres server")
+	f.IntVar(&d.o.KafkaPort, "kafka-port", 19092, "port of the embedded Kafka broker")
+	f.IntVar(&d.o.AgentSlots, "agent-slots", 4, "concurrent tasks of the local agent")
+	f.BoolVar(&d.noAgent, "no-agent", false, "do not start the local agent")
+	f.StringVar(&d.o.AgentLocalAPI, "agent-local-api", "127.0.0.1:7071", "the local agent's own REST API (empty: off)")
+	f.StringVar(&d.logFile, "log-file", "", "log file (default <data-dir>/taskmesh.log)")
+	d.limits.add(f)
+	d.video.add(f, false)
+}
+
+// options are the stack's options from the flags and the environment
+// (DATABASE_URL, TASKMESH_KAFKA_BROKERS); the data directory exists once
+// it returns.
+func (d *devFlags) options() (stack.Options, error) {
+	o := d.o
+	o.DatabaseURL = os.Getenv("DATABASE_URL")
+	if b := os.Getenv("TASKMESH_KAFKA_BROKERS"); b != "" {
+		o.KafkaBrokers = strings.Split(b, ",")
+	}
+	o.Durable, o.Agent = true, !d.noAgent
+	var err error
+	if o.RateLimits, err = d.limits.config(); err != nil {
+		return o, err
+	}
+	if o.Video, err = d.video.config(); err != nil {
+		return o, err
+	}
+	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+		return o, err
+	}
+	if d.logFile == "" {
+		d.logFile = filepath.Join(o.DataDir, "taskmesh.log")
+	}
+	return o, nil
+}
+
+// runDev starts the stack, prints the banner and runs until ctx is done or
+// a component fails.
+func runDev(ctx context.Context, out io.Writer, o stack.Options, logFile string) error {
+	fmt.Fprintln(out, "starting Taskmesh (data in "+o.DataDir+") …")
+	s, err := stack.Start(ctx, o)
+	if errors.Is(err, pg.ErrNoBinaries) {
+		return fmt.Errorf("%w\n\nOn Debian or Ubuntu: sudo apt-get install -y postgresql", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	printBanner(out, s, logFile)
+	if err := s.Wait(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nstopping Taskmesh …")
+	return nil
 }
 
 var password = regexp.MustCompile(`://([^:/@]+):[^@]*@`)

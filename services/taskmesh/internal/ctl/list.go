@@ -13,13 +13,21 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
 )
 
 // maxPageSize is the server's largest page.
 const maxPageSize = 500
 
-// listStatuses are the values ListTasks accepts for status.
-var listStatuses = []string{"pending", "assigned", "running", "completed", "failed", "cancelled", "preempted", "suspended"}
+// listStatuses are the values ListTasks accepts for status: every task
+// status.
+var listStatuses = func() []string {
+	var out []string
+	for _, s := range lifecycle.Statuses() {
+		out = append(out, string(s))
+	}
+	return out
+}()
 
 func (a *app) listCommand() *cobra.Command {
 	var status, machine, group, since, until string

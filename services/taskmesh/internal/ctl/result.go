@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
 )
 
 // Storage types of TaskResult.
@@ -53,7 +54,7 @@ complete and verified, so it never holds a partial or corrupt result.`,
 			if err := a.writeResult(cmd, r, outFile); err != nil {
 				return err
 			}
-			if st := r.GetStatus(); st != "completed" {
+			if st := r.GetStatus(); st != string(lifecycle.StatusCompleted) {
 				note := fmt.Sprintf("note: task %s is %s", args[0], st)
 				if r.ExitCode != nil {
 					note += fmt.Sprintf(" (exit code %d)", r.GetExitCode())

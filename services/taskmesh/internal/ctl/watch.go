@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
 )
 
 // Reconnect policy of watch: back off from watchMinBackoff to
@@ -186,11 +187,11 @@ func reason(err error) string {
 	return err.Error()
 }
 
-func isFinal(s string) bool { return s == "completed" || s == "failed" || s == "cancelled" }
+func isFinal(s string) bool { return lifecycle.Status(s).Final() }
 
 // outcome is nil for a completed task, else why it did not complete.
 func outcome(t *taskv1.Task) error {
-	if t.GetStatus() == "completed" {
+	if t.GetStatus() == string(lifecycle.StatusCompleted) {
 		return nil
 	}
 	why := t.GetError()

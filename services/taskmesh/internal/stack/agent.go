@@ -12,13 +12,13 @@ import (
 // door, with its own token, as a remote agent would. Its journal and task
 // run directories live under DataDir/agent. Task processes run through
 // shims (re-executions of this binary), so they survive a restart of dev.
-func (s *Stack) startAgent(ctx context.Context) error {
+func (s *Stack) startAgent() error {
 	dir := filepath.Join(s.opts.DataDir, "agent")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	cfg := executor.Config{AgentID: s.AgentID, MachineID: s.MachineID, Slots: s.opts.AgentSlots, Server: s.GRPCAddr,
 		Token: s.AgentToken, DataDir: dir, LocalAPIAddr: s.opts.AgentLocalAPI, Logger: s.opts.Logger.With("service", "executor")}
-	s.go_(func() error { return executor.Run(ctx, cfg) })
+	s.run(func(ctx context.Context) error { return executor.Run(ctx, cfg) })
 	return nil
 }

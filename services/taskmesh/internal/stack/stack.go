@@ -24,14 +24,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
-	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	"github.com/taskmesh/taskmesh/platform/closer"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
-	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/quota"
@@ -113,29 +111,31 @@ type Stack struct {
 	QuotaAddr         string
 	InternalToken     string
 	InternalTokenFile string
-	pools             []*pgxpool.Pool
-	server            *pg.LocalServer
-	broker            *kafka.Embedded
-	cancel            context.CancelFunc
-	wg                sync.WaitGroup
-	errs              chan error
+
+	// owned releases the Postgres server and the embedded broker, last
+	// started first, once the components have stopped.
+	owned closer.Stack
+	// components runs every component until Close cancels them or one of
+	// them fails; failed, their context, is done from either moment on.
+	components *errgroup.Group
+	failed     context.Context
+	cancel     context.CancelFunc
+	stopOnce   sync.Once
+	stopErr    error
 }
 
-// Start brings every component up and returns once they serve.
+// Start brings every component up and returns once they serve. The
+// components run on after ctx ends, until Close; on an error Start stops
+// what it had started.
 func Start(ctx context.Context, o Options) (_ *Stack, err error) {
-	if o.DataDir == "" {
-		o.DataDir = ".taskmesh"
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.AgentSlots <= 0 {
-		o.AgentSlots = 4
-	}
+	o = o.withDefaults()
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return nil, err
 	}
-	s := &Stack{opts: o, errs: make(chan error, 8)}
+	s := &Stack{opts: o}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.components, s.failed = errgroup.WithContext(runCtx)
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -147,33 +147,21 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err := s.startKafka(); err != nil {
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-
-	internalToken, err := randomHex(32)
-	if err != nil {
+	if err := s.writeInternalToken(); err != nil {
 		return nil, err
 	}
 	objects, err := s.objectStore()
 	if err != nil {
 		return nil, err
 	}
-	quotaAddr, err := s.startQuota(ctx, runCtx, internalToken)
+	if err := s.startQuota(ctx); err != nil {
+		return nil, err
+	}
+	schedAddr, err := s.startScheduler(ctx, objects)
 	if err != nil {
 		return nil, err
 	}
-	s.QuotaAddr, s.InternalToken = quotaAddr, internalToken
-	// Operators reach the quota service with this token (taskmesh ctl
-	// quota); it changes on every start.
-	s.InternalTokenFile = filepath.Join(s.opts.DataDir, "internal-token")
-	if err := os.WriteFile(s.InternalTokenFile, []byte(internalToken+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	schedAddr, err := s.startScheduler(ctx, runCtx, internalToken, objects, quotaAddr)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.startGateway(ctx, runCtx, schedAddr, quotaAddr, internalToken, objects); err != nil {
+	if err := s.startGateway(ctx, schedAddr, objects); err != nil {
 		return nil, err
 	}
 	if err := s.bootstrap(ctx); err != nil {
@@ -181,11 +169,37 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	if o.Agent {
 		s.AgentLocalAPI = o.AgentLocalAPI
-		if err := s.startAgent(runCtx); err != nil {
+		if err := s.startAgent(); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.DataDir == "" {
+		o.DataDir = ".taskmesh"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.AgentSlots <= 0 {
+		o.AgentSlots = 4
+	}
+	return o
+}
+
+// writeInternalToken makes the token internal services require. Operators
+// reach the quota service with it (taskmesh ctl quota) from the file; it
+// changes on every start.
+func (s *Stack) writeInternalToken() error {
+	token, err := randomHex(32)
+	if err != nil {
+		return err
+	}
+	s.InternalToken = token
+	s.InternalTokenFile = filepath.Join(s.opts.DataDir, "internal-token")
+	return os.WriteFile(s.InternalTokenFile, []byte(token+"\n"), 0o600)
 }
 
 func (s *Stack) startPostgres(ctx context.Context) error {
@@ -198,10 +212,10 @@ func (s *Stack) startPostgres(ctx context.Context) error {
 		return err
 	}
 	s.PostgresDir = filepath.Join(s.opts.DataDir, "pg")
-	s.server = &pg.LocalServer{DataDir: s.PostgresDir, Port: s.opts.PGPort, Durable: s.opts.Durable,
+	server := &pg.LocalServer{DataDir: s.PostgresDir, Port: s.opts.PGPort, Durable: s.opts.Durable,
 		Password: password, LogPath: filepath.Join(s.opts.DataDir, "postgres.log"),
 		Params: map[string]string{"max_connections": "200"}}
-	err = s.server.Start(ctx)
+	err = server.Start(ctx)
 	if errors.Is(err, pg.ErrUnreachableDataDir) {
 		// Root in a private (0700) directory: the postgres user that runs
 		// the server cannot get to DataDir. Keep the cluster in a place of
@@ -212,27 +226,34 @@ func (s *Stack) startPostgres(ctx context.Context) error {
 		if err = os.MkdirAll(filepath.Dir(s.PostgresDir), 0o755); err != nil {
 			return err
 		}
-		s.server.DataDir = s.PostgresDir
-		err = s.server.Start(ctx)
+		server.DataDir = s.PostgresDir
+		err = server.Start(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("start Postgres: %w", err)
 	}
-	admin, err := pg.Open(ctx, pg.Config{URL: s.server.URL("postgres")})
+	s.owned.Push(server.Stop)
+	s.Postgres = server.URL("taskmesh")
+	return createDatabase(ctx, server.URL("postgres"), "taskmesh")
+}
+
+// createDatabase creates the database name on the server adminURL reaches
+// unless it exists.
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	admin, err := pg.Open(ctx, pg.Config{URL: adminURL})
 	if err != nil {
 		return err
 	}
 	defer admin.Close()
 	var exists bool
-	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'taskmesh')`).Scan(&exists); err != nil {
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
 		return err
 	}
 	if !exists {
-		if _, err := admin.Exec(ctx, `CREATE DATABASE taskmesh`); err != nil {
+		if _, err := admin.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
 			return err
 		}
 	}
-	s.Postgres = s.server.URL("taskmesh")
 	return nil
 }
 
@@ -246,25 +267,13 @@ func (s *Stack) startKafka() error {
 	if err != nil {
 		return fmt.Errorf("start the embedded Kafka broker: %w", err)
 	}
-	s.broker = b
+	s.owned.PushFunc(b.Close)
 	s.Kafka = b.Addrs()
 	return nil
 }
 
 func (s *Stack) kafkaConfig() kafka.Config {
 	return kafka.Config{Brokers: s.Kafka, ClientID: "taskmesh"}
-}
-
-func (s *Stack) pool(ctx context.Context, schema string, conns int32, sets ...pg.MigrationSet) (*pgxpool.Pool, error) {
-	pool, err := pg.Open(ctx, pg.Config{URL: s.Postgres, Schema: schema, MaxConns: conns, ApplicationName: "taskmesh-" + schema})
-	if err != nil {
-		return nil, err
-	}
-	s.pools = append(s.pools, pool)
-	if err := pg.Migrate(ctx, pool, schema, sets...); err != nil {
-		return nil, fmt.Errorf("migrate %s: %w", schema, err)
-	}
-	return pool, nil
 }
 
 // objectStore is the filesystem store under DataDir, its URLs pointing at
@@ -289,61 +298,32 @@ func (s *Stack) objectStore() (*objectstore.FS, error) {
 	return objectstore.NewFS(objectstore.FSConfig{Root: s.ObjectDir, BaseURL: "http://" + httpAddr + "/objects", Secret: []byte(secret)})
 }
 
-// serve runs a service's gRPC server on a loopback port and its
-// background work until the stack stops.
-func (s *Stack) serve(runCtx context.Context, internalToken string, register func(grpc.ServiceRegistrar), run func(context.Context) error) (string, error) {
-	srv, err := grpcserver.New(grpcserver.Options{InternalToken: internalToken, Logger: s.opts.Logger})
-	if err != nil {
-		return "", err
-	}
-	register(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	s.go_(func() error { return srv.Serve(lis) })
-	s.go_(func() error { <-runCtx.Done(); srv.GracefulStop(); return nil })
-	s.go_(func() error { return run(runCtx) })
-	return lis.Addr().String(), nil
+// run runs a component until the stack stops; its failure stops the
+// others and ends Wait.
+func (s *Stack) run(component func(context.Context) error) {
+	s.components.Go(func() error { return component(s.failed) })
 }
 
-func (s *Stack) startScheduler(ctx, runCtx context.Context, internalToken string, objects objectstore.Store, quotaAddr string) (string, error) {
-	pool, err := s.pool(ctx, scheduler.Schema, 48, scheduler.Migrations()...)
-	if err != nil {
-		return "", err
-	}
+func (s *Stack) startScheduler(ctx context.Context, objects objectstore.Store) (string, error) {
 	video := s.opts.Video
 	if video == nil {
 		video = &scheduler.VideoConfig{}
 	}
-	cfg := scheduler.Config{DB: pool, Kafka: s.kafkaConfig(), Objects: objects, Timing: s.opts.Timing,
-		Video: video, Now: s.opts.Now, Logger: s.opts.Logger}
+	cfg := scheduler.ServerConfig{
+		Service: scheduler.Config{Kafka: s.kafkaConfig(), Objects: objects, Timing: s.opts.Timing, Video: video,
+			Now: s.opts.Now, Logger: s.opts.Logger, InternalToken: s.InternalToken},
+		DatabaseURL: s.Postgres, MaxConns: 48, Listen: "127.0.0.1:0",
+	}
 	if !s.opts.NoAdmission {
-		quota, err := grpc.NewClient(quotaAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), otel.DialOption())
-		if err != nil {
-			return "", err
-		}
-		s.go_(func() error { <-runCtx.Done(); return quota.Close() })
-		cfg.Quota, cfg.InternalToken = quota, internalToken
+		cfg.QuotaTarget = s.QuotaAddr
 	}
-	svc, err := scheduler.New(cfg)
+	srv, err := scheduler.NewServer(ctx, cfg)
 	if err != nil {
 		return "", err
 	}
-	srv, err := grpcserver.New(grpcserver.Options{InternalToken: internalToken, Logger: s.opts.Logger})
-	if err != nil {
-		return "", err
-	}
-	svc.Register(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	s.Scheduler = svc
-	s.go_(func() error { return srv.Serve(lis) })
-	s.go_(func() error { <-runCtx.Done(); srv.GracefulStop(); return nil })
-	s.go_(func() error { return svc.Run(runCtx) })
-	return lis.Addr().String(), nil
+	s.Scheduler = srv.Service
+	s.run(srv.Run)
+	return srv.Addr(), nil
 }
 
 // Embedded default of the quota service: one cluster with some GPUs.
@@ -356,57 +336,38 @@ const (
 	quotaOperatorDelay = 2 * time.Second
 )
 
-func (s *Stack) startQuota(ctx, runCtx context.Context, internalToken string) (string, error) {
-	pool, err := s.pool(ctx, quota.Schema, 16, quota.Migrations()...)
-	if err != nil {
-		return "", err
-	}
-	svc, err := quota.New(quota.Config{DB: pool, Kafka: s.kafkaConfig(), OperatorDelay: quotaOperatorDelay, Logger: s.opts.Logger})
-	if err != nil {
-		return "", err
-	}
-	s.QuotaCluster, s.QuotaInventory = defaultQuotaCluster, map[string]int64{defaultMachineType: defaultGPUs}
-	if err := svc.EnsureCluster(ctx, s.QuotaCluster, "embedded default cluster (in-process operator)", s.QuotaInventory); err != nil {
-		return "", fmt.Errorf("quota: default cluster: %w", err)
-	}
-	// Queue admission runs in the quota service: the queues the
-	// scheduler's GPU work waits in, GU quotas' WorkGroups among them.
-	apool, err := s.pool(ctx, admission.Schema, 16, admission.Migrations()...)
-	if err != nil {
-		return "", err
-	}
-	gu := s.opts.GUQuotas
-	if gu == nil {
-		gu = svc.GUQuotas()
-	}
-	adm, err := admission.New(admission.Config{DB: apool, Kafka: s.kafkaConfig(), GUQuotas: gu, Logger: s.opts.Logger})
-	if err != nil {
-		return "", err
-	}
-	s.Quota, s.Admission = svc, adm
-	register := func(r grpc.ServiceRegistrar) { svc.Register(r); adm.Register(r) }
-	return s.serve(runCtx, internalToken, register, func(ctx context.Context) error {
-		go svc.SyncAdmission(ctx, adm)
-		go func() { _ = adm.Run(ctx) }()
-		return svc.Run(ctx)
+// startQuota runs the quota service with queue admission (the queues the
+// scheduler's GPU work waits in, GU quotas' WorkGroups among them) and
+// records the embedded default cluster.
+func (s *Stack) startQuota(ctx context.Context) error {
+	srv, err := quota.NewServer(ctx, quota.ServerConfig{
+		Service:     quota.Config{Kafka: s.kafkaConfig(), OperatorDelay: quotaOperatorDelay, Logger: s.opts.Logger},
+		Admission:   admission.Config{GUQuotas: s.opts.GUQuotas},
+		DatabaseURL: s.Postgres, Listen: "127.0.0.1:0", InternalToken: s.InternalToken,
 	})
-}
-
-func (s *Stack) startGateway(ctx, runCtx context.Context, schedAddr, quotaAddr, internalToken string, objects *objectstore.FS) error {
-	pool, err := s.pool(ctx, "gateway", 16, gateway.Migrations())
 	if err != nil {
 		return err
 	}
+	s.QuotaCluster, s.QuotaInventory = defaultQuotaCluster, map[string]int64{defaultMachineType: defaultGPUs}
+	if err := srv.Service.EnsureCluster(ctx, s.QuotaCluster, "embedded default cluster (in-process operator)", s.QuotaInventory); err != nil {
+		return errors.Join(fmt.Errorf("quota: default cluster: %w", err), srv.Close())
+	}
+	s.Quota, s.Admission, s.QuotaAddr = srv.Service, srv.Admission, srv.Addr()
+	s.run(srv.Run)
+	return nil
+}
+
+func (s *Stack) startGateway(ctx context.Context, schedAddr string, objects *objectstore.FS) error {
 	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
-		QuotaTarget: quotaAddr, InternalToken: internalToken, DB: pool, Objects: objects.Handler(), Logger: s.opts.Logger,
-		RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()}})
+		QuotaTarget: s.QuotaAddr, InternalToken: s.InternalToken, DatabaseURL: s.Postgres, Objects: objects.Handler(),
+		Logger: s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()}})
 	if err != nil {
 		return err
 	}
 	s.Gateway = g
 	s.HTTPURL = "http://" + g.HTTPAddr()
 	s.GRPCAddr = g.GRPCAddr()
-	s.go_(func() error { return g.Run(runCtx) })
+	s.run(g.Run)
 	return nil
 }
 
@@ -455,50 +416,45 @@ func (s *Stack) bootstrap(ctx context.Context) error {
 	return os.WriteFile(tokenFile, []byte(secret+"\n"), 0o600)
 }
 
-// go_ runs f until the stack stops; its error, if any, ends Wait.
-func (s *Stack) go_(f func() error) {
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := f(); err != nil && !errors.Is(err, context.Canceled) {
-			select {
-			case s.errs <- err:
-			default:
-			}
-		}
-	}()
-}
-
-// Wait blocks until ctx is done or a component fails.
+// Wait blocks until ctx is done or a component fails, and returns the
+// failure.
 func (s *Stack) Wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return nil
-	case err := <-s.errs:
-		return err
+	case <-s.failed.Done():
+		return s.stop()
 	}
 }
 
+// stop cancels every component and waits, at most stopWait, until they
+// have stopped; it returns the first failure.
+func (s *Stack) stop() error {
+	s.stopOnce.Do(func() {
+		s.cancel()
+		stopped := make(chan error, 1)
+		go func() { stopped <- s.components.Wait() }()
+		select {
+		case err := <-stopped:
+			if !errors.Is(err, context.Canceled) {
+				s.stopErr = err
+			}
+		case <-time.After(stopWait):
+			s.opts.Logger.Warn("components did not stop in time", "waited", stopWait)
+		}
+	})
+	return s.stopErr
+}
+
+// stopWait bounds Close's wait for the components: each stops gracefully
+// within grpcserver.DefaultShutdownGrace.
+const stopWait = 20 * time.Second
+
 // Close stops every component and the servers it started; data stays.
 func (s *Stack) Close() {
-	if s.cancel != nil {
-		s.cancel()
-	}
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		s.opts.Logger.Warn("components did not stop within 20s")
-	}
-	for _, p := range s.pools {
-		p.Close()
-	}
-	if s.broker != nil {
-		s.broker.Close()
-	}
-	if s.server != nil {
-		_ = s.server.Stop()
+	_ = s.stop()
+	if err := s.owned.Close(); err != nil {
+		s.opts.Logger.Warn("stopping the embedded servers", "err", err)
 	}
 }
 

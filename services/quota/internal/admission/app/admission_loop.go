@@ -14,6 +14,7 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/platform/leader"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
@@ -109,26 +110,13 @@ func (l *Loop) Wake() {
 // lockName elects the active loop.
 const lockName = "admission-loop"
 
-// Run runs sessions until ctx is done.
+// Run runs sessions until ctx is done, as the leader among the loops of
+// every replica (leader.Run): a standby asks for the lock again each tick,
+// and a session that ended in an error is followed by a new one after a
+// tick.
 func (l *Loop) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
-		lock, ok, err := pg.TryLock(ctx, l.db, lockName)
-		switch {
-		case err != nil:
-			l.log.Warn("admission loop: lock", "err", err)
-		case ok:
-			err = l.session(ctx, lock)
-			lock.Release()
-			if err != nil && ctx.Err() == nil {
-				l.log.Warn("admission loop: session ended", "err", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(l.cfg.Tick):
-		}
-	}
-	return nil
+	return leader.Run(ctx, l.db, leader.Config{Lock: lockName, Role: "admission loop", Standby: l.cfg.Tick,
+		MinBackoff: l.cfg.Tick, MaxBackoff: l.cfg.Tick, Logger: l.log}, l.session)
 }
 
 func (l *Loop) session(ctx context.Context, lock *pg.Lock) error {

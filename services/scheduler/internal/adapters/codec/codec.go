@@ -6,20 +6,19 @@ package codec
 
 import (
 	"fmt"
-	"time"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/taskproto"
 )
 
 // Envelope builds the topic envelope for one recorded event.
 func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, trace map[string]string) (*taskv1.TaskEvent, error) {
 	env := &taskv1.TaskEvent{
 		EventId: eventID, AggregateId: taskID, Version: version, TenantId: tenantID,
-		OccurredAt: ts(r.At), TraceContext: trace, Actor: r.Actor,
+		OccurredAt: taskproto.ToTimestamp(r.At), TraceContext: trace, Actor: r.Actor,
 	}
 	switch e := r.Event.(type) {
 	case domain.Submitted:
@@ -32,19 +31,19 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 		env.Event = &taskv1.TaskEvent_Admitted{Admitted: &taskv1.TaskAdmitted{Queue: e.Queue, ClusterQueue: e.ClusterQueue, Flavors: e.Flavors}}
 	case domain.Leased:
 		env.Event = &taskv1.TaskEvent_Leased{Leased: &taskv1.TaskLeased{AttemptId: e.AttemptID, AgentId: e.AgentID,
-			MachineId: e.MachineID, LeaseExpiresAt: ts(e.LeaseExpiresAt), ClaimRequestId: e.ClaimRequestID}}
+			MachineId: e.MachineID, LeaseExpiresAt: taskproto.ToTimestamp(e.LeaseExpiresAt), ClaimRequestId: e.ClaimRequestID}}
 	case domain.Started:
-		env.Event = &taskv1.TaskEvent_Started{Started: &taskv1.TaskStarted{AttemptId: e.AttemptID, LeaseExpiresAt: ts(e.LeaseExpiresAt)}}
+		env.Event = &taskv1.TaskEvent_Started{Started: &taskv1.TaskStarted{AttemptId: e.AttemptID, LeaseExpiresAt: taskproto.ToTimestamp(e.LeaseExpiresAt)}}
 	case domain.Progressed:
 		env.Event = &taskv1.TaskEvent_Progressed{Progressed: &taskv1.TaskProgressed{AttemptId: e.AttemptID,
 			Progress: int32(e.Progress), Message: e.Message}}
 	case domain.LeaseRenewed:
-		env.Event = &taskv1.TaskEvent_LeaseRenewed{LeaseRenewed: &taskv1.TaskLeaseRenewed{AttemptId: e.AttemptID, LeaseExpiresAt: ts(e.LeaseExpiresAt)}}
+		env.Event = &taskv1.TaskEvent_LeaseRenewed{LeaseRenewed: &taskv1.TaskLeaseRenewed{AttemptId: e.AttemptID, LeaseExpiresAt: taskproto.ToTimestamp(e.LeaseExpiresAt)}}
 	case domain.Succeeded:
 		env.Event = &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{AttemptId: e.AttemptID,
-			ExitCode: int32(e.ExitCode), Result: resultToProto(e.Result), EndedAt: ts(e.EndedAt)}}
+			ExitCode: int32(e.ExitCode), Result: resultToProto(e.Result), EndedAt: taskproto.ToTimestamp(e.EndedAt)}}
 	case domain.Failed:
-		f := &taskv1.TaskFailed{AttemptId: e.AttemptID, Error: e.Error, Reason: e.Reason, Result: resultToProto(e.Result), EndedAt: ts(e.EndedAt)}
+		f := &taskv1.TaskFailed{AttemptId: e.AttemptID, Error: e.Error, Reason: e.Reason, Result: resultToProto(e.Result), EndedAt: taskproto.ToTimestamp(e.EndedAt)}
 		if e.ExitCode != nil {
 			c := int32(*e.ExitCode)
 			f.ExitCode = &c
@@ -52,7 +51,7 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 		env.Event = &taskv1.TaskEvent_Failed{Failed: f}
 	case domain.RetryScheduled:
 		env.Event = &taskv1.TaskEvent_RetryScheduled{RetryScheduled: &taskv1.TaskRetryScheduled{RetryCount: int32(e.RetryCount),
-			RetryAt: ts(e.RetryAt), Manual: e.Manual}}
+			RetryAt: taskproto.ToTimestamp(e.RetryAt), Manual: e.Manual}}
 	case domain.LeaseExpired:
 		env.Event = &taskv1.TaskEvent_LeaseExpired{LeaseExpired: &taskv1.TaskLeaseExpired{AttemptId: e.AttemptID, AgentId: e.AgentID,
 			Reason: e.Reason, RetryCount: int32(e.RetryCount), Failed: e.Failed}}
@@ -95,7 +94,7 @@ func Unmarshal(payload []byte) (*taskv1.TaskEvent, domain.Record, error) {
 
 // Record turns an envelope back into the domain record.
 func Record(env *taskv1.TaskEvent) (domain.Record, error) {
-	r := domain.Record{At: t(env.GetOccurredAt()), Actor: env.GetActor()}
+	r := domain.Record{At: taskproto.FromTimestamp(env.GetOccurredAt()), Actor: env.GetActor()}
 	switch e := env.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
 		r.Event = domain.Submitted{ID: env.GetAggregateId(), TenantID: env.GetTenantId(), CreatedBy: env.GetActor(),
@@ -108,19 +107,19 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 	case *taskv1.TaskEvent_Leased:
 		l := e.Leased
 		r.Event = domain.Leased{AttemptID: l.GetAttemptId(), AgentID: l.GetAgentId(), MachineID: l.GetMachineId(),
-			ClaimRequestID: l.GetClaimRequestId(), LeaseExpiresAt: t(l.GetLeaseExpiresAt())}
+			ClaimRequestID: l.GetClaimRequestId(), LeaseExpiresAt: taskproto.FromTimestamp(l.GetLeaseExpiresAt())}
 	case *taskv1.TaskEvent_Started:
-		r.Event = domain.Started{AttemptID: e.Started.GetAttemptId(), LeaseExpiresAt: t(e.Started.GetLeaseExpiresAt())}
+		r.Event = domain.Started{AttemptID: e.Started.GetAttemptId(), LeaseExpiresAt: taskproto.FromTimestamp(e.Started.GetLeaseExpiresAt())}
 	case *taskv1.TaskEvent_Progressed:
 		r.Event = domain.Progressed{AttemptID: e.Progressed.GetAttemptId(), Progress: int(e.Progressed.GetProgress()), Message: e.Progressed.GetMessage()}
 	case *taskv1.TaskEvent_LeaseRenewed:
-		r.Event = domain.LeaseRenewed{AttemptID: e.LeaseRenewed.GetAttemptId(), LeaseExpiresAt: t(e.LeaseRenewed.GetLeaseExpiresAt())}
+		r.Event = domain.LeaseRenewed{AttemptID: e.LeaseRenewed.GetAttemptId(), LeaseExpiresAt: taskproto.FromTimestamp(e.LeaseRenewed.GetLeaseExpiresAt())}
 	case *taskv1.TaskEvent_Succeeded:
 		s := e.Succeeded
-		r.Event = domain.Succeeded{AttemptID: s.GetAttemptId(), ExitCode: int(s.GetExitCode()), Result: resultFromProto(s.GetResult()), EndedAt: t(s.GetEndedAt())}
+		r.Event = domain.Succeeded{AttemptID: s.GetAttemptId(), ExitCode: int(s.GetExitCode()), Result: resultFromProto(s.GetResult()), EndedAt: taskproto.FromTimestamp(s.GetEndedAt())}
 	case *taskv1.TaskEvent_Failed:
 		f := e.Failed
-		ev := domain.Failed{AttemptID: f.GetAttemptId(), Error: f.GetError(), Reason: f.GetReason(), Result: resultFromProto(f.GetResult()), EndedAt: t(f.GetEndedAt())}
+		ev := domain.Failed{AttemptID: f.GetAttemptId(), Error: f.GetError(), Reason: f.GetReason(), Result: resultFromProto(f.GetResult()), EndedAt: taskproto.FromTimestamp(f.GetEndedAt())}
 		if f.ExitCode != nil {
 			c := int(f.GetExitCode())
 			ev.ExitCode = &c
@@ -128,7 +127,7 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 		r.Event = ev
 	case *taskv1.TaskEvent_RetryScheduled:
 		rs := e.RetryScheduled
-		r.Event = domain.RetryScheduled{RetryCount: int(rs.GetRetryCount()), RetryAt: t(rs.GetRetryAt()), Manual: rs.GetManual()}
+		r.Event = domain.RetryScheduled{RetryCount: int(rs.GetRetryCount()), RetryAt: taskproto.FromTimestamp(rs.GetRetryAt()), Manual: rs.GetManual()}
 	case *taskv1.TaskEvent_LeaseExpired:
 		le := e.LeaseExpired
 		r.Event = domain.LeaseExpired{AttemptID: le.GetAttemptId(), AgentID: le.GetAgentId(), Reason: le.GetReason(),
@@ -146,23 +145,18 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 	case *taskv1.TaskEvent_Expired:
 		r.Event = domain.Expired{}
 	default:
-		return r, fmt.Errorf("codec: envelope %s v%d has no known event", env.GetAggregateId(), env.GetVersion())
+		return r, fmt.Errorf("codec: envelope %s v%d: no case for its event (%s)", env.GetAggregateId(), env.GetVersion(), eventCase(env))
 	}
 	return r, nil
 }
 
-func ts(x time.Time) *timestamppb.Timestamp {
-	if x.IsZero() {
-		return nil
+// eventCase names the oneof case an envelope holds, for errors.
+func eventCase(env *taskv1.TaskEvent) string {
+	m := env.ProtoReflect()
+	if fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("event")); fd != nil {
+		return string(fd.Name())
 	}
-	return timestamppb.New(x)
-}
-
-func t(x *timestamppb.Timestamp) time.Time {
-	if x == nil {
-		return time.Time{}
-	}
-	return x.AsTime()
+	return "none"
 }
 
 func i32(v int) *int32 {
@@ -178,7 +172,7 @@ func specToProto(s domain.Spec) *taskv1.TaskSpec {
 		LeaseTtlSec: i32(s.LeaseTTL), RenewIntervalSec: i32(s.RenewInterval), HeartbeatIntervalSec: i32(s.HeartbeatInterval),
 		GracePeriodSec: i32(s.GracePeriod), Queue: s.Queue,
 		Distribution: &taskv1.Distribution{Mode: s.Mode, Labels: s.Labels, Count: int32(s.ScatterCount)},
-		Resources:    s.Resources, Quota: s.Quota, Video: VideoToProto(s.Video),
+		Resources:    s.Resources, Quota: s.Quota, Video: taskproto.VideoToProto(s.Video),
 	}
 	if s.TargetIP != "" {
 		p.Targets = &taskv1.Targets{Ips: []string{s.TargetIP}}
@@ -194,7 +188,7 @@ func specFromProto(p *taskv1.TaskSpec) domain.Spec {
 		LeaseTTL: int(p.GetLeaseTtlSec()), RenewInterval: int(p.GetRenewIntervalSec()), HeartbeatInterval: int(p.GetHeartbeatIntervalSec()),
 		GracePeriod: int(p.GetGracePeriodSec()), Queue: p.GetQueue(),
 		Mode: p.GetDistribution().GetMode(), Labels: p.GetDistribution().GetLabels(), ScatterCount: int(p.GetDistribution().GetCount()),
-		Resources: p.GetResources(), Quota: p.GetQuota(), Video: VideoFromProto(p.GetVideo()),
+		Resources: p.GetResources(), Quota: p.GetQuota(), Video: taskproto.VideoFromProto(p.GetVideo()),
 	}
 	if ips := p.GetTargets().GetIps(); len(ips) == 1 {
 		s.TargetIP = ips[0]
@@ -214,31 +208,4 @@ func resultFromProto(p *taskv1.ResultRef) *domain.Result {
 		return nil
 	}
 	return &domain.Result{StorageType: p.GetStorageType(), Stdout: p.GetStdout(), Stderr: p.GetStderr(), ObjectKey: p.GetObjectKey(), SizeBytes: p.GetSizeBytes(), SHA256: p.GetSha256()}
-}
-
-// VideoToProto and VideoFromProto map a video task's parameters; nil stays
-// nil.
-func VideoToProto(v *domain.Video) *taskv1.VideoParams {
-	if v == nil {
-		return nil
-	}
-	return &taskv1.VideoParams{
-		Model: v.Model, Type: v.Type, Prompt: v.Prompt, NegativePrompt: v.NegativePrompt, PromptExtend: v.PromptExtend,
-		ActualPrompt: v.ActualPrompt, ImageUrl: v.ImageURL, ImageObjectKey: v.ImageObjectKey, Resolution: v.Resolution,
-		Width: int32(v.Width), Height: int32(v.Height), Duration: int32(v.Duration), FrameNum: int32(v.FrameNum),
-		Seed: int32(v.Seed), Watermark: v.Watermark,
-	}
-}
-
-func VideoFromProto(p *taskv1.VideoParams) *domain.Video {
-	if p == nil {
-		return nil
-	}
-	return &domain.Video{
-		Model: p.GetModel(), Type: p.GetType(), Prompt: p.GetPrompt(), NegativePrompt: p.GetNegativePrompt(),
-		PromptExtend: p.GetPromptExtend(), ActualPrompt: p.GetActualPrompt(), ImageURL: p.GetImageUrl(),
-		ImageObjectKey: p.GetImageObjectKey(), Resolution: p.GetResolution(), Width: int(p.GetWidth()),
-		Height: int(p.GetHeight()), Duration: int(p.GetDuration()), FrameNum: int(p.GetFrameNum()), Seed: int(p.GetSeed()),
-		Watermark: p.GetWatermark(),
-	}
 }

@@ -8,26 +8,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
-// ClaimFilter describes the agent asking for work.
-type ClaimFilter struct {
-	Tenant  string // "*" for a shared-pool agent
-	Machine string
-	IP      string
-	Labels  []string
-	Types   []string
-	Limit   int
-	Now     time.Time
-}
-
-// ClaimCandidates locks up to f.Limit claimable tasks for the agent in
+// claimCandidates locks up to f.Limit claimable tasks for the agent in
 // (priority, created_at) order, skipping rows other claims hold (SKIP
 // LOCKED: concurrent claims never wait for, or get, the same task). A task
 // is claimable when its dependencies completed and, for scatter, when no
 // sibling ran on this machine.
-func ClaimCandidates(ctx context.Context, tx pgx.Tx, f ClaimFilter) ([]domain.Task, error) {
+func claimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domain.Task, error) {
 	if f.Labels == nil {
 		f.Labels = []string{}
 	}
@@ -61,9 +51,9 @@ func ClaimCandidates(ctx context.Context, tx pgx.Tx, f ClaimFilter) ([]domain.Ta
 	return ts, nil
 }
 
-// PriorClaim returns the task ids leased by an earlier claim with the same
+// priorClaim returns the task ids leased by an earlier claim with the same
 // agent and request id, or ok=false.
-func PriorClaim(ctx context.Context, q Querier, agentID, requestID string) (ids []string, ok bool, err error) {
+func priorClaim(ctx context.Context, q Querier, agentID, requestID string) (ids []string, ok bool, err error) {
 	err = q.QueryRow(ctx, `SELECT task_ids FROM claims WHERE agent_id = $1 AND request_id = $2`, agentID, requestID).Scan(&ids)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
@@ -74,8 +64,8 @@ func PriorClaim(ctx context.Context, q Querier, agentID, requestID string) (ids 
 	return ids, true, nil
 }
 
-// RecordClaim remembers a claim's tasks for its retries.
-func RecordClaim(ctx context.Context, tx pgx.Tx, agentID, requestID string, ids []string, now time.Time) error {
+// recordClaim remembers a claim's tasks for its retries.
+func recordClaim(ctx context.Context, tx pgx.Tx, agentID, requestID string, ids []string, now time.Time) error {
 	_, err := tx.Exec(ctx, `INSERT INTO claims (agent_id, request_id, task_ids, created_at) VALUES ($1, $2, $3, $4)`,
 		agentID, requestID, nonNil(ids), now)
 	if err != nil {
@@ -84,8 +74,8 @@ func RecordClaim(ctx context.Context, tx pgx.Tx, agentID, requestID string, ids 
 	return nil
 }
 
-// GetMany returns tasks by id in the given order (missing ones skipped).
-func GetMany(ctx context.Context, q Querier, ids []string) ([]domain.Task, error) {
+// getMany returns tasks by id in the given order (missing ones skipped).
+func getMany(ctx context.Context, q Querier, ids []string) ([]domain.Task, error) {
 	rows, err := q.Query(ctx, `SELECT t.doc FROM unnest($1::text[]) WITH ORDINALITY AS x(id, ord)
 		JOIN tasks t ON t.id = x.id ORDER BY x.ord`, ids)
 	if err != nil {
@@ -94,10 +84,10 @@ func GetMany(ctx context.Context, q Querier, ids []string) ([]domain.Task, error
 	return scanTasks(rows)
 }
 
-// PriorCreate returns the task ids of an earlier create with the same
+// priorCreate returns the task ids of an earlier create with the same
 // tenant and request id. It takes the request id first (INSERT … ON
 // CONFLICT) so concurrent duplicates wait for the first to commit.
-func PriorCreate(ctx context.Context, tx pgx.Tx, tenant, requestID string, ids []string, now time.Time) (prior []string, ok bool, err error) {
+func priorCreate(ctx context.Context, tx pgx.Tx, tenant, requestID string, ids []string, now time.Time) (prior []string, ok bool, err error) {
 	tag, err := tx.Exec(ctx, `INSERT INTO create_requests (tenant_id, request_id, task_ids, created_at)
 		VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, tenant, requestID, ids, now)
 	if err != nil {
@@ -113,8 +103,8 @@ func PriorCreate(ctx context.Context, tx pgx.Tx, tenant, requestID string, ids [
 	return prior, true, nil
 }
 
-// MissingTasks returns which of ids are not tasks of tenant.
-func MissingTasks(ctx context.Context, q Querier, tenant string, ids []string) ([]string, error) {
+// missingTasks returns which of ids are not tasks of tenant.
+func missingTasks(ctx context.Context, q Querier, tenant string, ids []string) ([]string, error) {
 	rows, err := q.Query(ctx, `SELECT x.id FROM unnest($1::text[]) AS x(id)
 		WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = x.id AND t.tenant_id = $2 AND NOT t.deleted)`, ids, tenant)
 	if err != nil {
@@ -123,9 +113,9 @@ func MissingTasks(ctx context.Context, q Querier, tenant string, ids []string) (
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// ByAttempts returns the tasks of agent whose current attempt is one of
+// byAttempts returns the tasks of agent whose current attempt is one of
 // attempts (through the agent index: a heartbeat names its agent).
-func ByAttempts(ctx context.Context, q Querier, agentID string, attempts []string) ([]domain.Task, error) {
+func byAttempts(ctx context.Context, q Querier, agentID string, attempts []string) ([]domain.Task, error) {
 	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE agent_id = $1
 		AND status IN ('assigned', 'running', 'cancelled', 'preempted', 'suspended')
 		AND attempt_id = ANY($2::text[])`, agentID, attempts)
@@ -135,15 +125,27 @@ func ByAttempts(ctx context.Context, q Querier, agentID string, attempts []strin
 	return scanTasks(rows)
 }
 
-// VideoTasksCreatedBefore returns up to limit video tasks (any tenant)
+// videoTasksCreatedBefore returns up to limit video tasks (any tenant)
 // submitted before before, oldest first; removed ones are skipped. The
 // type is a literal so the partial index tasks_video_created_idx serves the
 // query.
-func VideoTasksCreatedBefore(ctx context.Context, q Querier, before time.Time, limit int) ([]domain.Task, error) {
+func videoTasksCreatedBefore(ctx context.Context, q Querier, before time.Time, limit int) ([]domain.Task, error) {
 	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE type = 'video' AND NOT deleted AND created_at < $1
 		ORDER BY created_at LIMIT $2`, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("video tasks created before %s: %w", before.Format(time.RFC3339), err)
+	}
+	return scanTasks(rows)
+}
+
+// preemptedOf returns the tasks with an admission (a cluster queue) that
+// were preempted while agentID ran them; their quota comes back once the
+// agent has stopped them.
+func preemptedOf(ctx context.Context, q Querier, agentID string) ([]domain.Task, error) {
+	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE status = 'preempted' AND agent_id = $1
+		AND doc->>'cluster_queue' IS NOT NULL`, agentID)
+	if err != nil {
+		return nil, fmt.Errorf("preempted tasks of %s: %w", agentID, err)
 	}
 	return scanTasks(rows)
 }

@@ -1,7 +1,17 @@
-// Package postgres keeps the scheduler's state in Postgres: task events in
-// the event store and, in the same transaction, the tasks row (the inline
-// projection claims and single-task reads decide from), plus the claim and
-// create idempotency tables and the agents' heartbeats.
+// Package postgres keeps the scheduler's state in Postgres and implements
+// the app layer's storage interfaces over it: task events in the event
+// store and, in the same transaction, the tasks row (the inline projection
+// claims and single-task reads decide from) — TaskStore; the claim and
+// create idempotency tables; the agents' heartbeats (Agents); the
+// sweeper's queries (SweepQueries) and lock (SweeperLock); the task_views
+// read model (TaskViews); and the LISTEN/NOTIFY link that wakes claims on
+// other replicas (Wakeups).
+//
+// Batching is this package's business: changes to existing tasks and
+// plain creations go through a pg.KeyedBatcher (one lock query, one event
+// append and one row statement per batch, pipelined), and the writes that
+// need a transaction of their own (claims, idempotent or fanned-out
+// creations) through a pg.GroupCommitter.
 package postgres
 
 import (
@@ -13,11 +23,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -69,24 +81,8 @@ func Get(ctx context.Context, q Querier, tenant, id string) (domain.Task, error)
 	return ts[0], nil
 }
 
-// Lock loads a task for update inside tx (any tenant when tenant is "*").
-func Lock(ctx context.Context, tx pgx.Tx, tenant, id string) (domain.Task, error) {
-	rows, err := tx.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = $1 AND ($2 = '*' OR tenant_id = $2) AND NOT deleted FOR UPDATE`, id, tenant)
-	if err != nil {
-		return domain.Task{}, fmt.Errorf("lock task %s: %w", id, err)
-	}
-	ts, err := scanTasks(rows)
-	if err != nil {
-		return domain.Task{}, fmt.Errorf("lock task %s: %w", id, err)
-	}
-	if len(ts) == 0 {
-		return domain.Task{}, domain.ErrNotFound
-	}
-	return ts[0], nil
-}
-
-// Change is one task's new events.
-type Change struct {
+// change is one task's new events.
+type change struct {
 	Before  domain.Task // zero for a new task
 	Records []domain.Record
 	// Traces, when set, holds each record's trace context (commands batched
@@ -104,7 +100,7 @@ type statement struct {
 // plan turns changes into the events to append, the statements that write
 // the tasks rows, and the tasks after the changes. Trace context is stored
 // with the events so Kafka consumers continue the caller's trace.
-func plan(ctx context.Context, changes []Change) ([]eventstore.Event, []statement, []domain.Task, error) {
+func plan(ctx context.Context, changes []change) ([]eventstore.Event, []statement, []domain.Task, error) {
 	trace := otel.Inject(ctx)
 	var evs []eventstore.Event
 	after := make([]domain.Task, 0, len(changes))
@@ -165,9 +161,9 @@ func plan(ctx context.Context, changes []Change) ([]eventstore.Event, []statemen
 	return evs, stmts, after, nil
 }
 
-// Save appends the events of every change and writes the tasks rows, all
+// save appends the events of every change and writes the tasks rows, all
 // in tx, and returns the tasks after the changes.
-func Save(ctx context.Context, tx pgx.Tx, changes ...Change) ([]domain.Task, error) {
+func save(ctx context.Context, tx pgx.Tx, changes ...change) ([]domain.Task, error) {
 	evs, stmts, after, err := plan(ctx, changes)
 	if err != nil {
 		return nil, err
@@ -338,8 +334,8 @@ func optTime(t time.Time) *time.Time {
 	return &t
 }
 
-// IsConflict reports an optimistic-concurrency conflict on a task.
-func IsConflict(err error) bool { return errors.Is(err, eventstore.ErrConflict) }
+// isConflict reports an optimistic-concurrency conflict on a task.
+func isConflict(err error) bool { return errors.Is(err, eventstore.ErrConflict) }
 
 // SameDoc reports whether two task states serialize identically (what the
 // tasks.doc column would hold).
@@ -349,20 +345,20 @@ func SameDoc(a, b domain.Task) bool {
 	return err1 == nil && err2 == nil && string(x) == string(y)
 }
 
-// Traced is a recorded event with the trace context of the request that
+// traced is a recorded event with the trace context of the request that
 // caused it.
-type Traced struct {
+type traced struct {
 	domain.Record
 	Trace map[string]string
 }
 
-// TaskStore is the pg.KeyedStore of tasks: batches of commands lock their
+// taskRows is the pg.KeyedStore of tasks: batches of commands lock their
 // tasks with one query and write every change with one event append and
 // one row statement, pipelined.
-type TaskStore struct{}
+type taskRows struct{}
 
 // Lock loads and locks the tasks (any tenant; deleted ones are absent).
-func (TaskStore) Lock(ids []string) (string, []any, func(pgx.Rows) (map[string]domain.Task, error)) {
+func (taskRows) Lock(ids []string) (string, []any, func(pgx.Rows) (map[string]domain.Task, error)) {
 	return `SELECT doc FROM tasks WHERE id = ANY($1::text[]) AND NOT deleted ORDER BY id FOR UPDATE`, []any{ids},
 		func(rows pgx.Rows) (map[string]domain.Task, error) {
 			ts, err := scanTasks(rows)
@@ -378,10 +374,10 @@ func (TaskStore) Lock(ids []string) (string, []any, func(pgx.Rows) (map[string]d
 }
 
 // Queue adds a batch's writes to b.
-func (TaskStore) Queue(b *pgx.Batch, changes []pg.KeyedChange[domain.Task, Traced]) (func(error) error, error) {
-	list := make([]Change, len(changes))
+func (taskRows) Queue(b *pgx.Batch, changes []pg.KeyedChange[domain.Task, traced]) (func(error) error, error) {
+	list := make([]change, len(changes))
 	for i, c := range changes {
-		ch := Change{Before: c.Before, Records: make([]domain.Record, len(c.Events)), Traces: make([]map[string]string, len(c.Events))}
+		ch := change{Before: c.Before, Records: make([]domain.Record, len(c.Events)), Traces: make([]map[string]string, len(c.Events))}
 		for j, e := range c.Events {
 			ch.Records[j], ch.Traces[j] = e.Record, e.Trace
 		}
@@ -403,4 +399,220 @@ func (TaskStore) Queue(b *pgx.Batch, changes []pg.KeyedChange[domain.Task, Trace
 		}
 		return fmt.Errorf("write tasks: %w", err)
 	}, nil
+}
+
+// TaskStore is app.TaskStore over Postgres.
+type TaskStore struct {
+	pool    *pgxpool.Pool
+	gc      *pg.GroupCommitter
+	batcher *pg.KeyedBatcher[domain.Task, traced]
+}
+
+// TaskStoreOptions tunes a TaskStore's writers.
+type TaskStoreOptions struct {
+	// Writers is how many write transactions run at once (default 4):
+	// half batch changes and plain creations, half claims and the other
+	// creations.
+	Writers int
+	// AfterCommit, if set, runs after every committed write (it wakes the
+	// outbox relay).
+	AfterCommit func()
+}
+
+// NewTaskStore starts the store's writers; Close stops them.
+func NewTaskStore(pool *pgxpool.Pool, o TaskStoreOptions) *TaskStore {
+	if o.Writers <= 0 {
+		o.Writers = 4
+	}
+	workers := max(1, o.Writers/2)
+	return &TaskStore{
+		pool: pool,
+		gc:   pg.NewGroupCommitter(pool, pg.GroupCommitOptions{Workers: workers, MaxBatch: 128, AfterCommit: o.AfterCommit}),
+		batcher: pg.NewKeyedBatcher[domain.Task, traced](pool, taskRows{}, pg.KeyedBatcherOptions{
+			Workers: workers, MaxBatch: 256, Retryable: isConflict, AfterCommit: o.AfterCommit}),
+	}
+}
+
+// Close stops taking writes, finishes the queued ones and waits for them.
+func (s *TaskStore) Close() {
+	s.gc.Close()
+	s.batcher.Close()
+}
+
+// stopping marks the writers' "closed" as app.ErrStopping.
+func stopping(err error) error {
+	if err != nil && errors.Is(err, pg.ErrCommitterClosed) {
+		return fmt.Errorf("%w: %w", app.ErrStopping, err)
+	}
+	return err
+}
+
+// Get implements app.TaskStore.
+func (s *TaskStore) Get(ctx context.Context, tenant, id string) (domain.Task, error) {
+	return Get(ctx, s.pool, tenant, id)
+}
+
+// Mutate implements app.TaskStore: the decision joins the set-based
+// batches. The events carry the trace context of ctx, so Kafka consumers
+// continue the caller's trace even when a batch mixes callers.
+func (s *TaskStore) Mutate(ctx context.Context, id string, decide func(t domain.Task) ([]domain.Record, error)) (domain.Task, error) {
+	trace := otel.Inject(ctx)
+	out, err := s.batcher.Do(ctx, id, func(t domain.Task, found bool) (domain.Task, []traced, error) {
+		if !found {
+			return t, nil, domain.ErrNotFound
+		}
+		recs, err := decide(t)
+		if err != nil {
+			return t, nil, err
+		}
+		events := make([]traced, len(recs))
+		for i, r := range recs {
+			t = domain.Apply(t, r)
+			events[i] = traced{Record: r, Trace: trace}
+		}
+		return t, events, nil
+	})
+	return out, stopping(err)
+}
+
+// Create implements app.TaskStore. One task without a request id — the
+// common case — joins the set-based batches; several tasks (all or none)
+// or an idempotency key take a group-committed transaction of their own.
+func (s *TaskStore) Create(ctx context.Context, n app.NewTasks) ([]domain.Task, error) {
+	if len(n.Tasks) == 1 && n.RequestID == "" {
+		recs := n.Tasks[0]
+		if _, err := submittedID(recs); err != nil {
+			return nil, err
+		}
+		t := domain.Fold(recs)
+		trace := otel.Inject(ctx)
+		events := make([]traced, len(recs))
+		for i, r := range recs {
+			events[i] = traced{Record: r, Trace: trace}
+		}
+		out, err := s.batcher.Do(ctx, t.ID, func(_ domain.Task, found bool) (domain.Task, []traced, error) {
+			if found {
+				return domain.Task{}, nil, fmt.Errorf("task id %s already exists", t.ID)
+			}
+			return t, events, nil
+		})
+		if err != nil {
+			return nil, stopping(err)
+		}
+		return []domain.Task{out}, nil
+	}
+	ids := make([]string, len(n.Tasks))
+	changes := make([]change, len(n.Tasks))
+	for i, recs := range n.Tasks {
+		id, err := submittedID(recs)
+		if err != nil {
+			return nil, err
+		}
+		ids[i], changes[i] = id, change{Records: recs}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	key := ids[0]
+	if n.RequestID != "" {
+		key = n.Tenant + "/" + n.RequestID
+	}
+	var created []domain.Task
+	err := s.gc.Do(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
+		if n.RequestID != "" {
+			prior, ok, err := priorCreate(ctx, tx, n.Tenant, n.RequestID, ids, n.At)
+			if err != nil {
+				return err
+			}
+			if ok {
+				created, err = getMany(ctx, tx, prior)
+				return err
+			}
+		}
+		var err error
+		created, err = save(ctx, tx, changes...)
+		return err
+	})
+	if err != nil {
+		return nil, stopping(err)
+	}
+	return created, nil
+}
+
+// submittedID is the id of the new task recs make, which must start with
+// its TaskSubmitted.
+func submittedID(recs []domain.Record) (string, error) {
+	if len(recs) == 0 {
+		return "", errors.New("create tasks: a new task needs its TaskSubmitted")
+	}
+	sub, ok := recs[0].Event.(domain.Submitted)
+	if !ok {
+		return "", fmt.Errorf("create tasks: a new task starts with TaskSubmitted, not %s", recs[0].Event.EventName())
+	}
+	return sub.ID, nil
+}
+
+// Claim implements app.TaskStore in one group-committed transaction: the
+// prior claim, the candidates (locked with SKIP LOCKED, so concurrent
+// claims never wait for, or get, the same task), the leases and the claim
+// record commit together.
+func (s *TaskStore) Claim(ctx context.Context, agentID, requestID string, f app.ClaimFilter,
+	lease func(candidates []domain.Task) ([][]domain.Record, error)) ([]domain.Task, error) {
+	var out []domain.Task
+	err := s.gc.Do(ctx, "agent/"+agentID, func(ctx context.Context, tx pgx.Tx) error {
+		out = nil // a retried transaction starts over
+		if prior, ok, err := priorClaim(ctx, tx, agentID, requestID); err != nil || ok {
+			if err == nil {
+				out, err = getMany(ctx, tx, prior)
+			}
+			return err
+		}
+		candidates, err := claimCandidates(ctx, tx, f)
+		if err != nil || len(candidates) == 0 {
+			return err
+		}
+		leases, err := lease(candidates)
+		if err != nil {
+			return err
+		}
+		changes := make([]change, 0, len(candidates))
+		for i, t := range candidates {
+			if i < len(leases) && len(leases[i]) > 0 {
+				changes = append(changes, change{Before: t, Records: leases[i]})
+			}
+		}
+		out, err = save(ctx, tx, changes...)
+		if err != nil {
+			return err
+		}
+		ids := make([]string, len(out))
+		for i, t := range out {
+			ids[i] = t.ID
+		}
+		return recordClaim(ctx, tx, agentID, requestID, ids, f.Now)
+	})
+	if err != nil {
+		return nil, stopping(err)
+	}
+	return out, nil
+}
+
+// MissingTasks implements app.TaskStore.
+func (s *TaskStore) MissingTasks(ctx context.Context, tenant string, ids []string) ([]string, error) {
+	return missingTasks(ctx, s.pool, tenant, ids)
+}
+
+// ByAttempts implements app.TaskStore.
+func (s *TaskStore) ByAttempts(ctx context.Context, agentID string, attempts []string) ([]domain.Task, error) {
+	return byAttempts(ctx, s.pool, agentID, attempts)
+}
+
+// PreemptedOf implements app.TaskStore.
+func (s *TaskStore) PreemptedOf(ctx context.Context, agentID string) ([]domain.Task, error) {
+	return preemptedOf(ctx, s.pool, agentID)
+}
+
+// VideoTasksCreatedBefore implements app.TaskStore.
+func (s *TaskStore) VideoTasksCreatedBefore(ctx context.Context, before time.Time, limit int) ([]domain.Task, error) {
+	return videoTasksCreatedBefore(ctx, s.pool, before, limit)
 }

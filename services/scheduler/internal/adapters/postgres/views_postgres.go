@@ -7,26 +7,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
-// ListFilter selects tasks from task_views.
-type ListFilter struct {
-	Tenant                      string // "*" = every tenant
-	Status, Machine, Group      string
-	Priority                    int // 0 = any
-	CreatedAfter, CreatedBefore time.Time
-	PageSize                    int
-	PageToken                   string
-}
+// TaskViews is app.TaskViews over the task_views table, which the
+// projection of the task topic fills (package adapters/views).
+type TaskViews struct{ DB *pgxpool.Pool }
 
-// ErrBadPageToken is returned for a page token this server did not make.
-var ErrBadPageToken = &domain.InvalidError{Field: "page_token", Reason: "is not a token from a previous page"}
-
-// List returns a page of tasks, newest first, and the token of the next
-// page ("" on the last). Pages are keyset-paginated on (created_at, id), so
-// tasks created meanwhile do not shift them.
-func List(ctx context.Context, q Querier, f ListFilter) ([]domain.Task, string, error) {
+// List implements app.TaskViews. Pages are keyset-paginated on
+// (created_at, id), so tasks created meanwhile do not shift them.
+func (tv TaskViews) List(ctx context.Context, f app.ListFilter) ([]domain.Task, string, error) {
 	if f.PageSize <= 0 {
 		f.PageSize = 50
 	}
@@ -65,7 +58,7 @@ func List(ctx context.Context, q Querier, f ListFilter) ([]domain.Task, string, 
 		where = append(where, fmt.Sprintf("(created_at, id) < ($%d, $%d)", len(args)-1, len(args)))
 	}
 	args = append(args, f.PageSize+1)
-	rows, err := q.Query(ctx, `SELECT doc FROM task_views WHERE `+strings.Join(where, " AND ")+
+	rows, err := tv.DB.Query(ctx, `SELECT doc FROM task_views WHERE `+strings.Join(where, " AND ")+
 		fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list tasks: %w", err)
@@ -90,15 +83,15 @@ func encodeToken(at time.Time, id string) string {
 func decodeToken(tok string) (time.Time, string, error) {
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {
-		return time.Time{}, "", ErrBadPageToken
+		return time.Time{}, "", app.ErrBadPageToken
 	}
 	at, id, ok := strings.Cut(string(b), "|")
 	if !ok || id == "" {
-		return time.Time{}, "", ErrBadPageToken
+		return time.Time{}, "", app.ErrBadPageToken
 	}
 	t, err := time.Parse(time.RFC3339Nano, at)
 	if err != nil {
-		return time.Time{}, "", ErrBadPageToken
+		return time.Time{}, "", app.ErrBadPageToken
 	}
 	return t, id, nil
 }

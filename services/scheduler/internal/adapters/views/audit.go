@@ -3,54 +3,58 @@ package views
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
-// AuditLogs projects every task event into an audit row (seed 004 §10.6).
-// The event id is the row id, so a repeated event inserts nothing.
-type AuditLogs struct{ Table string }
+// ErrNoAuditCase is returned by ConvertAudit for an event it has no case
+// for: every task event must name its audit action.
+var ErrNoAuditCase = errors.New("audit: no case for the event")
 
-// Apply writes one audit row per record.
-func (a AuditLogs) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
-	n := len(records)
-	ids, tenants, actions, users, machines := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-	resIDs := make([]string, 0, n)
-	times := make([]any, 0, n)
-	details := make([][]byte, 0, n)
-	for _, rec := range records {
-		env, r, err := codec.Unmarshal(rec.Value)
-		if err != nil {
-			return fmt.Errorf("audit: record %d/%d: %w", rec.Partition, rec.Offset, err)
-		}
-		action, detail, machine := describe(r)
-		d, err := json.Marshal(detail)
-		if err != nil {
-			return err
-		}
-		ids, tenants, actions = append(ids, env.GetEventId()), append(tenants, env.GetTenantId()), append(actions, action)
-		users, machines, resIDs = append(users, env.GetActor()), append(machines, machine), append(resIDs, env.GetAggregateId())
-		times, details = append(times, r.At), append(details, d)
-	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{a.Table}.Sanitize()+`
-		(id, timestamp, tenant_id, action, resource, resource_id, user_id, machine_id, details)
-		SELECT i, ts, tn, ac, 'task', ri, us, ma, de FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[],
-			$5::text[], $6::text[], $7::text[], $8::json[]) AS x(i, ts, tn, ac, ri, us, ma, de)
-		ON CONFLICT (id) DO NOTHING`, ids, times, tenants, actions, resIDs, users, machines, details)
-	if err != nil {
-		return fmt.Errorf("audit: write: %w", err)
-	}
-	return nil
+// AuditRow is the operation on audit_logs: insert this row unless its id
+// (the event id) is there already.
+type AuditRow struct {
+	ID        string // the event id
+	At        time.Time
+	TenantID  string
+	Action    string // task.created, task.assigned, …
+	TaskID    string
+	UserID    string // the event's actor
+	MachineID string
+	Details   []byte // a JSON object
 }
 
-// describe names the audit action (seed 004 §10.6 spells the common ones)
-// and the details worth keeping.
-func describe(r domain.Record) (action string, details map[string]any, machine string) {
+// ConvertAudit makes one audit row per event. Details are JSON objects,
+// marshalled with sorted keys, so the same event always gives the same
+// row.
+func ConvertAudit(events []Event) ([]AuditRow, error) {
+	rows := make([]AuditRow, len(events))
+	for i, e := range events {
+		action, detail, machine, ok := describe(e.Record)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s (task %s v%d)", ErrNoAuditCase, e.Record.Event.EventName(),
+				e.Envelope.GetAggregateId(), e.Envelope.GetVersion())
+		}
+		d, err := json.Marshal(detail)
+		if err != nil {
+			return nil, fmt.Errorf("audit: details of %s: %w", action, err)
+		}
+		env := e.Envelope
+		rows[i] = AuditRow{ID: env.GetEventId(), At: e.Record.At, TenantID: env.GetTenantId(), Action: action,
+			TaskID: env.GetAggregateId(), UserID: env.GetActor(), MachineID: machine, Details: d}
+	}
+	return rows, nil
+}
+
+// describe names the audit action (the task API's audit log spells the
+// common ones) and the details worth keeping; ok is false for an event it
+// has no case for.
+func describe(r domain.Record) (action string, details map[string]any, machine string, ok bool) {
 	details = map[string]any{}
 	switch e := r.Event.(type) {
 	case domain.Submitted:
@@ -90,7 +94,36 @@ func describe(r domain.Record) (action string, details map[string]any, machine s
 	case domain.Expired:
 		action = "task.expired"
 	default:
-		action = "task.unknown"
+		return "", nil, "", false
 	}
-	return action, details, machine
+	return action, details, machine, true
+}
+
+// AuditStore writes audit_logs rows (Table).
+type AuditStore struct{ Table string }
+
+// Store inserts rows in one statement. The event id is the row's key, so a
+// row stored before (a replay, a redelivery) is left as it is.
+func (s AuditStore) Store(ctx context.Context, tx pgx.Tx, rows []AuditRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	n := len(rows)
+	ids, tenants, actions, users, machines := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	taskIDs := make([]string, n)
+	times := make([]any, n)
+	details := make([][]byte, n)
+	for i, r := range rows {
+		ids[i], tenants[i], actions[i], users[i], machines[i] = r.ID, r.TenantID, r.Action, r.UserID, r.MachineID
+		taskIDs[i], times[i], details[i] = r.TaskID, r.At, r.Details
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{s.Table}.Sanitize()+`
+		(id, timestamp, tenant_id, action, resource, resource_id, user_id, machine_id, details)
+		SELECT i, ts, tn, ac, 'task', ri, us, ma, de FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[],
+			$5::text[], $6::text[], $7::text[], $8::json[]) AS x(i, ts, tn, ac, ri, us, ma, de)
+		ON CONFLICT (id) DO NOTHING`, ids, times, tenants, actions, taskIDs, users, machines, details)
+	if err != nil {
+		return fmt.Errorf("audit: write: %w", err)
+	}
+	return nil
 }

@@ -1,6 +1,10 @@
-// Package tasks turns the scheduler's task events (taskmesh.task.events.v1)
-// into workload facts for the admission loop: a projection.Handler whose
-// writes commit with the consumer's offsets.
+// Package tasks turns the scheduler's task events (the task topic) into
+// workload facts for the admission loop: WorkloadFacts is a
+// projection.Handler whose writes commit with the consumer's offsets.
+//
+// It has the shape of every projection: a pure Convert of each event into
+// the fact it means for the task's workload, and a Store that records the
+// facts in their order, guarded by the task's version.
 //
 // A fact is written only for an event newer than the last one seen of its
 // task (workload_task_versions), so redelivered or replayed records change
@@ -10,6 +14,7 @@ package tasks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,8 +27,9 @@ import (
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
 )
 
-// Facts is the projection.Handler.
-type Facts struct{}
+// WorkloadFacts is the projection.Handler that records the workload facts
+// of task events.
+type WorkloadFacts struct{}
 
 // Fact is what one task event means for its workload; Kind "" means
 // nothing.
@@ -33,8 +39,15 @@ type Fact struct {
 	Opens bool
 }
 
-// Convert maps one task event to its fact (pure).
-func Convert(ev *taskv1.TaskEvent) Fact {
+// ErrUnknownEvent is returned by Convert for an event it has no case for.
+var ErrUnknownEvent = errors.New("workload facts: no case for the task event")
+
+// Convert maps one task event to its fact (pure). Every event has a case:
+// one that makes a fact, or one that says the event means nothing to the
+// workload (Kind ""). An event without a case — one added to the task
+// lifecycle after this was written — is ErrUnknownEvent, which the
+// lifecycle-coverage test turns into a failure.
+func Convert(ev *taskv1.TaskEvent) (Fact, error) {
 	f := Fact{Fact: app.Fact{TaskID: ev.GetAggregateId(), TaskVersion: ev.GetVersion(), TenantID: ev.GetTenantId()}}
 	queue := func(cq string, spec *taskv1.TaskSpec, created time.Time) Fact {
 		reqs, err := quantity.MilliMap(spec.GetResources())
@@ -51,11 +64,12 @@ func Convert(ev *taskv1.TaskEvent) Fact {
 	switch e := ev.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
 		if cq := e.Submitted.GetClusterQueue(); cq != "" {
-			return queue(cq, e.Submitted.GetSpec(), ev.GetOccurredAt().AsTime())
+			return queue(cq, e.Submitted.GetSpec(), ev.GetOccurredAt().AsTime()), nil
 		}
+		// No queue: the task needs no admission.
 	case *taskv1.TaskEvent_Updated:
 		if cq := e.Updated.GetClusterQueue(); cq != "" {
-			return queue(cq, e.Updated.GetSpec(), time.Time{})
+			return queue(cq, e.Updated.GetSpec(), time.Time{}), nil
 		}
 		f.Kind, f.Reason = app.FactFinish, "the task no longer needs admission"
 	case *taskv1.TaskEvent_RetryScheduled:
@@ -74,12 +88,23 @@ func Convert(ev *taskv1.TaskEvent) Fact {
 		if e.LeaseExpired.GetFailed() {
 			f.Kind, f.Reason = app.FactFinish, "lease expired"
 		}
+		// Retried: the task keeps its admission, another agent takes it.
 	case *taskv1.TaskEvent_Deleted:
 		f.Kind, f.Reason = app.FactDelete, "deleted"
 	case *taskv1.TaskEvent_Expired:
 		f.Kind, f.Reason = app.FactDelete, "expired"
+	case *taskv1.TaskEvent_Admitted:
+		// This service's own decision, echoed by the scheduler.
+	case *taskv1.TaskEvent_Leased, *taskv1.TaskEvent_Started, *taskv1.TaskEvent_Progressed,
+		*taskv1.TaskEvent_LeaseRenewed:
+		// The admitted workload holds its quota while it runs.
+	case *taskv1.TaskEvent_Preempted:
+		// The workload keeps its usage until its agent stopped and the
+		// scheduler requeued the task (Requeued).
+	default:
+		return Fact{}, fmt.Errorf("%w: task %s v%d", ErrUnknownEvent, ev.GetAggregateId(), ev.GetVersion())
 	}
-	return f
+	return f, nil
 }
 
 // Priority maps a task priority (1 most important … 10) to Kueue's scale,
@@ -88,25 +113,38 @@ func Priority(taskPriority int32) int {
 	return 11 - int(taskPriority)
 }
 
-// Apply implements projection.Handler: the batch's facts in three
-// statements (read the tasks' last versions, insert the facts in order,
-// store the new versions). The runner is the only writer of these tables
-// (it holds its lock), so reading before writing is safe.
-func (Facts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
+// Apply implements projection.Handler: decode, Convert, Store. An event
+// Convert has no case for is skipped, as one that means nothing: the
+// scheduler may be newer than this service, and stalling admission on an
+// event it cannot interpret would stop every queue.
+func (WorkloadFacts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
 	var facts []Fact
-	var ids []string
 	for _, r := range records {
 		var ev taskv1.TaskEvent
 		if err := proto.Unmarshal(r.Value, &ev); err != nil {
 			return fmt.Errorf("decode task event at %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
 		}
-		if f := Convert(&ev); f.Kind != "" {
+		if f, err := Convert(&ev); err == nil && f.Kind != "" {
 			facts = append(facts, f)
-			ids = append(ids, f.TaskID)
 		}
 	}
+	return Store(ctx, tx, facts)
+}
+
+// Store records facts in their order in three statements: read the tasks'
+// last versions, insert the facts newer than those, store the new
+// versions. A task is followed once a fact names its queue; a fact at or
+// below its task's last version was recorded before and is skipped, so
+// storing the same facts twice records nothing the second time. The
+// projection runner is the only writer of these tables (it holds its
+// lock), so reading before writing is safe.
+func Store(ctx context.Context, tx pgx.Tx, facts []Fact) error {
 	if len(facts) == 0 {
 		return nil
+	}
+	ids := make([]string, len(facts))
+	for i, f := range facts {
+		ids[i] = f.TaskID
 	}
 	seen := map[string]int64{}
 	rows, err := tx.Query(ctx, `SELECT task_id, version FROM workload_task_versions WHERE task_id = ANY($1)`, ids)
@@ -136,8 +174,6 @@ func (Facts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error 
 	changed := map[string]bool{}
 	for _, f := range facts {
 		last, known := seen[f.TaskID]
-		// A task is followed once an event names its queue; older or
-		// repeated versions are already applied.
 		if (!known && !f.Opens) || (known && f.TaskVersion <= last) {
 			continue
 		}

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle/lifecycletest"
 )
 
 func TestConvert(t *testing.T) {
@@ -28,6 +30,7 @@ func TestConvert(t *testing.T) {
 		{"requeued", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Requeued{Requeued: &taskv1.TaskRequeued{}}}, app.FactRequeue, false},
 		{"preempted keeps usage", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Preempted{Preempted: &taskv1.TaskPreempted{}}}, "", false},
 		{"leased", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Leased{Leased: &taskv1.TaskLeased{}}}, "", false},
+		{"admitted", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Admitted{Admitted: &taskv1.TaskAdmitted{}}}, "", false},
 		{"succeeded", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{}}}, app.FactFinish, false},
 		{"failed", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Failed{Failed: &taskv1.TaskFailed{}}}, app.FactFinish, false},
 		{"canceled", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Canceled{Canceled: &taskv1.TaskCanceled{}}}, app.FactFinish, false},
@@ -40,7 +43,10 @@ func TestConvert(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.ev.AggregateId, tt.ev.Version, tt.ev.TenantId, tt.ev.OccurredAt = "t1", 7, "ten", timestamppb.New(at)
-			f := Convert(tt.ev)
+			f, err := Convert(tt.ev)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if f.Kind != tt.wantKind || f.Opens != tt.wantOpens {
 				t.Fatalf("Convert = %+v; want kind %q opens %v", f, tt.wantKind, tt.wantOpens)
 			}
@@ -65,4 +71,20 @@ func TestPriority(t *testing.T) {
 			t.Errorf("Priority(%d) = %d, want %d", task, got, want)
 		}
 	}
+}
+
+// An event without a case is reported, not taken for one that means
+// nothing.
+func TestConvertReportsAnEventWithoutACase(t *testing.T) {
+	if _, err := Convert(&taskv1.TaskEvent{AggregateId: "t1", Version: 3}); !errors.Is(err, ErrUnknownEvent) {
+		t.Fatalf("err = %v, want ErrUnknownEvent", err)
+	}
+}
+
+// Convert has a case for every task event.
+func TestLifecycleCoverage(t *testing.T) {
+	lifecycletest.EveryEvent(t, "the admission workload facts (tasks.Convert)", func(ev *taskv1.TaskEvent) error {
+		_, err := Convert(ev)
+		return err
+	})
 }

@@ -1,0 +1,41 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/platform/pgtest"
+	"github.com/taskmesh/taskmesh/services/scheduler"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+)
+
+// Work appearing on one replica wakes the claims waiting on another.
+func TestWakeupsCarryWorkToOtherReplicas(t *testing.T) {
+	db := pgtest.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	here, there := app.NewHub(), app.NewHub()
+	done := make(chan struct{}, 2)
+	for _, h := range []*app.Hub{here, there} {
+		w := postgres.Wakeups{DB: db.Open(t, scheduler.Schema)}
+		go func() { w.Run(ctx, h); done <- struct{}{} }()
+	}
+	waiting := there.WorkSignal()
+	// LISTEN starts asynchronously: signal until the other replica hears.
+	deadline := time.After(10 * time.Second)
+	for woken := false; !woken; {
+		here.WakeClaimers()
+		select {
+		case <-waiting:
+			woken = true
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the other replica's claims were not woken")
+		}
+	}
+	cancel()
+	<-done
+	<-done
+}

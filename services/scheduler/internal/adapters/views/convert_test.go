@@ -1,0 +1,196 @@
+package views
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle/lifecycletest"
+)
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+// event is task id's event e at version v, decoded as Decode would.
+func event(t *testing.T, id string, v int64, e domain.Event) Event {
+	t.Helper()
+	rec := domain.Record{Event: e, At: t0.Add(time.Duration(v) * time.Second), Actor: "key-1"}
+	env, err := codec.Envelope(fmt.Sprintf("ev-%s-%d", id, v), id, "tenant-a", v, rec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Event{Envelope: env, Record: rec}
+}
+
+func submittedEvent(t *testing.T, id string) Event {
+	spec, err := domain.NormalizeSpec(domain.SpecInput{Name: "n-" + id, Command: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return event(t, id, 1, domain.Submitted{ID: id, TenantID: "tenant-a", CreatedBy: "key-1", Spec: spec})
+}
+
+func versions(c TaskChange) []int64 {
+	var out []int64
+	for _, e := range c.Events {
+		out = append(out, e.Version)
+	}
+	return out
+}
+
+// A batch becomes one change per task, tasks in order of first appearance,
+// events in topic order.
+func TestConvertTaskViews(t *testing.T) {
+	events := []Event{
+		submittedEvent(t, "t1"),
+		submittedEvent(t, "t2"),
+		event(t, "t1", 2, domain.Leased{AttemptID: "a", AgentID: "ag", MachineID: "m"}),
+		event(t, "t1", 3, domain.Started{AttemptID: "a"}),
+	}
+	got := ConvertTaskViews(events)
+	if len(got) != 2 || got[0].TaskID != "t1" || got[1].TaskID != "t2" ||
+		!reflect.DeepEqual(versions(got[0]), []int64{1, 2, 3}) || !reflect.DeepEqual(versions(got[1]), []int64{1}) {
+		t.Fatalf("changes = %+v", got)
+	}
+	if got[0].Events[1].Record.Event.(domain.Leased).MachineID != "m" {
+		t.Errorf("records not carried: %+v", got[0].Events[1])
+	}
+	if ConvertTaskViews(nil) != nil {
+		t.Error("an empty batch made changes")
+	}
+}
+
+// The fold applies only events above the stored version, and tells new
+// rows from changed ones.
+func TestFoldTaskViews(t *testing.T) {
+	history := []Event{
+		submittedEvent(t, "t1"),
+		event(t, "t1", 2, domain.Leased{AttemptID: "a", AgentID: "ag", MachineID: "m"}),
+		event(t, "t1", 3, domain.Started{AttemptID: "a"}),
+	}
+	at := func(n int) domain.Task { // the row after the first n events
+		var task domain.Task
+		for _, e := range history[:n] {
+			task = domain.Apply(task, e.Record)
+			task.Version = e.Envelope.GetVersion()
+		}
+		return task
+	}
+	tests := []struct {
+		name             string
+		stored           int // events in the stored row (0: no row)
+		batch            []Event
+		wantCreated      int64 // version of the created row, 0 = none
+		wantChanged      int64
+		wantChangedState domain.Status
+	}{
+		{"new task", 0, history[:2], 2, 0, ""},
+		{"existing row moves on", 1, history[1:], 0, 3, domain.StatusRunning},
+		{"redelivered batch with new events", 2, history, 0, 3, domain.StatusRunning},
+		{"replayed batch", 3, history[1:], 0, 0, ""},
+		{"older events only", 3, history[:1], 0, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			current := map[string]domain.Task{}
+			if tt.stored > 0 {
+				current["t1"] = at(tt.stored)
+			}
+			created, changed := FoldTaskViews(current, ConvertTaskViews(tt.batch))
+			if tt.wantCreated == 0 && len(created) != 0 || tt.wantCreated != 0 && (len(created) != 1 || created[0].Version != tt.wantCreated) {
+				t.Errorf("created = %+v, want version %d", created, tt.wantCreated)
+			}
+			if tt.wantChanged == 0 && len(changed) != 0 ||
+				tt.wantChanged != 0 && (len(changed) != 1 || changed[0].Version != tt.wantChanged || changed[0].Status != tt.wantChangedState) {
+				t.Errorf("changed = %+v, want version %d", changed, tt.wantChanged)
+			}
+			if tt.wantChanged != 0 && !reflect.DeepEqual(changed[0], at(int(tt.wantChanged))) {
+				t.Errorf("changed row differs from the fold of the whole history:\n got  %+v\n want %+v", changed[0], at(int(tt.wantChanged)))
+			}
+		})
+	}
+}
+
+func TestConvertAudit(t *testing.T) {
+	code := 3
+	tests := []struct {
+		e       domain.Event
+		action  string
+		machine string
+		details string
+	}{
+		{domain.Leased{AttemptID: "a", AgentID: "ag", MachineID: "m"}, "task.assigned", "m", `{"agent_id":"ag","attempt_id":"a"}`},
+		{domain.Progressed{AttemptID: "a", Progress: 42}, "task.progress", "", `{"progress":42}`},
+		{domain.Failed{AttemptID: "a", ExitCode: &code, Error: "exit code 3", Reason: "exit_code"}, "task.failed", "",
+			`{"error":"exit code 3","reason":"exit_code"}`},
+		{domain.RetryScheduled{RetryCount: 2, Manual: true}, "task.retry_scheduled", "", `{"manual":true,"retry_count":2}`},
+		{domain.Canceled{Reason: "not needed"}, "task.cancelled", "", `{"reason":"not needed"}`},
+		{domain.Expired{}, "task.expired", "", `{}`},
+	}
+	for _, tt := range tests {
+		ev := event(t, "t1", 4, tt.e)
+		rows, err := ConvertAudit([]Event{ev})
+		if err != nil {
+			t.Fatalf("%T: %v", tt.e, err)
+		}
+		want := AuditRow{ID: "ev-t1-4", At: ev.Record.At, TenantID: "tenant-a", Action: tt.action, TaskID: "t1",
+			UserID: "key-1", MachineID: tt.machine, Details: []byte(tt.details)}
+		if !reflect.DeepEqual(rows, []AuditRow{want}) {
+			t.Errorf("%T:\n got  %+v details %s\n want %+v details %s", tt.e, rows[0], rows[0].Details, want, want.Details)
+		}
+	}
+	sub := submittedEvent(t, "t1")
+	rows, err := ConvertAudit([]Event{sub})
+	var d map[string]any
+	if err != nil || json.Unmarshal(rows[0].Details, &d) != nil || rows[0].Action != "task.created" || d["name"] != "n-t1" || d["priority"] != float64(5) {
+		t.Errorf("submitted: %+v %v", rows, err)
+	}
+}
+
+type unknownEvent struct{}
+
+func (unknownEvent) EventName() string { return "TaskUnknown" }
+
+func TestConvertAuditRefusesAnEventWithoutACase(t *testing.T) {
+	ev := event(t, "t1", 2, domain.Deleted{})
+	ev.Record.Event = unknownEvent{}
+	if _, err := ConvertAudit([]Event{ev}); !errors.Is(err, ErrNoAuditCase) {
+		t.Fatalf("err = %v, want ErrNoAuditCase", err)
+	}
+}
+
+// Both read models have a case for every task event: task_views through
+// the scheduler's fold, audit_logs through its own.
+func TestLifecycleCoverage(t *testing.T) {
+	decode := func(ev *taskv1.TaskEvent) (Event, error) {
+		r, err := codec.Record(ev)
+		return Event{Envelope: ev, Record: r}, err
+	}
+	lifecycletest.EveryEvent(t, "the task_views projection (ConvertTaskViews and FoldTaskViews)", func(ev *taskv1.TaskEvent) error {
+		e, err := decode(ev)
+		if err != nil {
+			return err
+		}
+		if !domain.Handles(e.Record.Event) {
+			return fmt.Errorf("domain.Apply, which FoldTaskViews folds with, has no case for %s", e.Record.Event.EventName())
+		}
+		stored := map[string]domain.Task{"task-1": {ID: "task-1", Version: 1}}
+		if _, changed := FoldTaskViews(stored, ConvertTaskViews([]Event{e})); len(changed) != 1 {
+			return errors.New("the event changed no row")
+		}
+		return nil
+	})
+	lifecycletest.EveryEvent(t, "the audit_logs projection (ConvertAudit)", func(ev *taskv1.TaskEvent) error {
+		e, err := decode(ev)
+		if err != nil {
+			return err
+		}
+		_, err = ConvertAudit([]Event{e})
+		return err
+	})
+}

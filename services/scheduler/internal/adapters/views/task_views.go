@@ -1,0 +1,201 @@
+package views
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// TaskChange is the operation on one task_views row: fold these events, in
+// order, into the row. Version is each event's aggregate version; the
+// store skips events at or below the row's version (already applied).
+type TaskChange struct {
+	TaskID string
+	Events []VersionedRecord
+}
+
+// VersionedRecord is an event with its aggregate version.
+type VersionedRecord struct {
+	Version int64
+	Record  domain.Record
+}
+
+// ConvertTaskViews groups a batch's events by task, tasks in the order they
+// first appear and each task's events in topic order (one task's events
+// share a partition, so topic order is version order).
+func ConvertTaskViews(events []Event) []TaskChange {
+	index := make(map[string]int, len(events))
+	var changes []TaskChange
+	for _, e := range events {
+		id := e.Envelope.GetAggregateId()
+		i, ok := index[id]
+		if !ok {
+			i = len(changes)
+			index[id] = i
+			changes = append(changes, TaskChange{TaskID: id})
+		}
+		changes[i].Events = append(changes[i].Events, VersionedRecord{Version: e.Envelope.GetVersion(), Record: e.Record})
+	}
+	return changes
+}
+
+// FoldTaskViews applies changes to the rows as stored (current, by task id;
+// a task without a row is absent) with the scheduler's fold, domain.Apply.
+// It returns the rows to insert (tasks new to the table) and the rows to
+// rewrite, each at the version of its last event applied; a task whose
+// events were all applied before is in neither.
+func FoldTaskViews(current map[string]domain.Task, changes []TaskChange) (created, changed []domain.Task) {
+	for _, c := range changes {
+		t := current[c.TaskID]
+		before := t.Version
+		for _, e := range c.Events {
+			if e.Version <= t.Version {
+				continue // applied before: a replay or a redelivery
+			}
+			t = domain.Apply(t, e.Record)
+			t.Version = e.Version
+		}
+		switch {
+		case t.Version == before:
+		case before == 0:
+			created = append(created, t)
+		default:
+			changed = append(changed, t)
+		}
+	}
+	return created, changed
+}
+
+// TaskViewStore writes task_views rows (Table).
+type TaskViewStore struct{ Table string }
+
+// Store applies changes: each task's row is read once, FoldTaskViews folds
+// the batch's events into it, and the new rows and the changed rows are
+// written with one statement each. Both statements only replace a row with
+// a newer version, so storing the same changes twice writes nothing the
+// second time.
+func (s TaskViewStore) Store(ctx context.Context, tx pgx.Tx, changes []TaskChange) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	table := pgx.Identifier{s.Table}.Sanitize()
+	ids := make([]string, len(changes))
+	for i, c := range changes {
+		ids[i] = c.TaskID
+	}
+	current, err := loadViews(ctx, tx, table, ids)
+	if err != nil {
+		return err
+	}
+	created, changed := FoldTaskViews(current, changes)
+	if err := insertViews(ctx, tx, table, created); err != nil {
+		return err
+	}
+	return updateViews(ctx, tx, table, changed)
+}
+
+// loadViews reads the rows of ids. No row locks: the runner holding the
+// projection's lock is the only writer of these rows.
+func loadViews(ctx context.Context, tx pgx.Tx, table string, ids []string) (map[string]domain.Task, error) {
+	rows, err := tx.Query(ctx, `SELECT doc FROM `+table+` WHERE id = ANY($1::text[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("task_views: load: %w", err)
+	}
+	defer rows.Close()
+	current := make(map[string]domain.Task, len(ids))
+	for rows.Next() {
+		var doc []byte
+		if err := rows.Scan(&doc); err != nil {
+			return nil, fmt.Errorf("task_views: load: %w", err)
+		}
+		var t domain.Task
+		if err := codec.DecodeTask(doc, &t); err != nil {
+			return nil, fmt.Errorf("task_views: decode: %w", err)
+		}
+		current[t.ID] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("task_views: load: %w", err)
+	}
+	return current, nil
+}
+
+// updateViews rewrites existing rows (cheaper than an upsert).
+func updateViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Task) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	n := len(tasks)
+	ids, statuses, amachines := make([]string, n), make([]string, n), make([]string, n)
+	names, types, machines, groups := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	prios := make([]int32, n)
+	updated := make([]any, n)
+	deleted := make([]bool, n)
+	versions := make([]int64, n)
+	docs := make([][]byte, n)
+	for i, t := range tasks {
+		doc, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		ids[i], statuses[i], amachines[i], prios[i] = t.ID, string(t.Status), t.AssignedMachine, int32(t.Spec.Priority)
+		names[i], types[i], machines[i], groups[i] = t.Spec.Name, t.Spec.Type, t.Spec.MachineID, t.Spec.GroupID
+		updated[i], deleted[i], versions[i], docs[i] = t.UpdatedAt, t.Deleted, t.Version, doc
+	}
+	_, err := tx.Exec(ctx, `
+		UPDATE `+table+` v SET status = x.st, priority = x.pr, assigned_machine_id = x.am, updated_at = x.up,
+			deleted = x.de, version = x.ve, doc = x.doc, name = x.na, type = x.ty, machine_id = x.ma, group_id = x.gr
+		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::timestamptz[], $6::bool[], $7::bigint[], $8::json[],
+			$9::text[], $10::text[], $11::text[], $12::text[])
+			AS x(id, st, pr, am, up, de, ve, doc, na, ty, ma, gr)
+		WHERE v.id = x.id AND v.version < x.ve`,
+		ids, statuses, prios, amachines, updated, deleted, versions, docs, names, types, machines, groups)
+	if err != nil {
+		return fmt.Errorf("task_views: update: %w", err)
+	}
+	return nil
+}
+
+// insertViews writes rows for tasks new to the table. It is an upsert all
+// the same, guarded by version, in case a row appeared since it was read.
+func insertViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Task) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	n := len(tasks)
+	ids, tenants, statuses, types, names, machines, amachines, groups := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	prios := make([]int32, n)
+	created, updated := make([]any, n), make([]any, n)
+	deleted := make([]bool, n)
+	versions := make([]int64, n)
+	docs := make([][]byte, n)
+	for i, t := range tasks {
+		doc, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		ids[i], tenants[i], statuses[i], types[i], names[i] = t.ID, t.TenantID, string(t.Status), t.Spec.Type, t.Spec.Name
+		machines[i], amachines[i], groups[i], prios[i] = t.Spec.MachineID, t.AssignedMachine, t.Spec.GroupID, int32(t.Spec.Priority)
+		created[i], updated[i], deleted[i], versions[i], docs[i] = t.CreatedAt, t.UpdatedAt, t.Deleted, t.Version, doc
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO `+table+` (id, tenant_id, status, priority, type, name, machine_id, assigned_machine_id, group_id,
+			created_at, updated_at, deleted, version, doc)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
+			$8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::json[])
+		ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, priority = EXCLUDED.priority, type = EXCLUDED.type,
+			name = EXCLUDED.name, machine_id = EXCLUDED.machine_id, assigned_machine_id = EXCLUDED.assigned_machine_id,
+			group_id = EXCLUDED.group_id, updated_at = EXCLUDED.updated_at, deleted = EXCLUDED.deleted,
+			version = EXCLUDED.version, doc = EXCLUDED.doc
+		WHERE `+table+`.version < EXCLUDED.version`,
+		ids, tenants, statuses, prios, types, names, machines, amachines, groups, created, updated, deleted, versions, docs)
+	if err != nil {
+		return fmt.Errorf("task_views: write: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package app_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+func TestCancelTask(t *testing.T) {
+	h := newHarness(t)
+	pending := h.create(user("t1"), spec("pending"))
+	got, err := h.app.CancelTask(h.ctx, user("t1"), pending.ID, "not needed")
+	if err != nil || got.Status != domain.StatusCancelled || got.Error != "cancelled: not needed" {
+		t.Errorf("cancel of a pending task = %+v, %v", got, err)
+	}
+	_, err = h.app.CancelTask(h.ctx, user("t1"), pending.ID, "")
+	wantErr(t, "cancel of a cancelled task (30002)", err, domain.ErrImmutable)
+
+	other := h.create(user("t1"), spec("other"))
+	_, err = h.app.CancelTask(h.ctx, user("t2"), other.ID, "")
+	wantErr(t, "cancel of another tenant's task (30004)", err, domain.ErrNotFound)
+	h.wantStatus(other.ID, domain.StatusPending)
+	if _, err := h.app.CancelTask(h.ctx, admin, other.ID, ""); err != nil {
+		t.Errorf("an admin's cancel: %v", err)
+	}
+
+	// A running attempt is told to stop at its agent's next heartbeat.
+	x := h.running("a1", "m1", spec("running"))
+	if _, err := h.app.CancelTask(h.ctx, user("t1"), x.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	stops, err := h.app.SendHeartbeat(h.ctx, agent("a1"), app.Heartbeat{AgentID: "a1", MachineID: "m1", AttemptIDs: []string{x.AttemptID}})
+	if err != nil || len(stops) != 1 || stops[0].Reason != "cancelled" || stops[0].TaskID != x.ID {
+		t.Errorf("stops after a cancel = %+v, %v", stops, err)
+	}
+}
+
+func TestRetryTask(t *testing.T) {
+	h := newHarness(t)
+	x := h.running("a1", "m1", spec("a", func(in *domain.SpecInput) { in.MaxRetries = intp(0) }))
+	_, err := h.app.RetryTask(h.ctx, user("t1"), x.ID)
+	wantErr(t, "retry of a running task (30002)", err, domain.ErrImmutable)
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: x.AttemptID, ExitCode: 1}); err != nil {
+		t.Fatal(err)
+	}
+	h.wantStatus(x.ID, domain.StatusFailed)
+	_, err = h.app.RetryTask(h.ctx, user("t2"), x.ID)
+	wantErr(t, "retry of another tenant's task", err, domain.ErrNotFound)
+	got, err := h.app.RetryTask(h.ctx, user("t1"), x.ID)
+	if err != nil || got.Status != domain.StatusPending || !got.RetryAt.Equal(h.clock.Now()) {
+		t.Errorf("retry = %+v, %v", got, err)
+	}
+	if claimed := h.claim("a1", "m1", 1); len(claimed) != 1 || claimed[0].ID != x.ID {
+		t.Error("a retried task is not claimable at once")
+	}
+	cancelled := h.create(user("t1"), spec("c"))
+	if _, err := h.app.CancelTask(h.ctx, user("t1"), cancelled.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.app.RetryTask(h.ctx, user("t1"), cancelled.ID); err != nil || got.Status != domain.StatusPending {
+		t.Errorf("retry of a cancelled task = %+v, %v", got, err)
+	}
+}
+
+func TestDeleteTask(t *testing.T) {
+	h := newHarness(t)
+	x := h.running("a1", "m1", spec("a"))
+	wantErr(t, "delete of a running task", h.app.DeleteTask(h.ctx, user("t1"), x.ID), domain.ErrImmutable)
+	y := h.create(user("t1"), spec("b"))
+	wantErr(t, "delete of another tenant's task", h.app.DeleteTask(h.ctx, user("t2"), y.ID), domain.ErrNotFound)
+	if err := h.app.DeleteTask(h.ctx, user("t1"), y.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.app.GetTask(h.ctx, user("t1"), y.ID)
+	wantErr(t, "get of a deleted task", err, domain.ErrNotFound)
+	wantErr(t, "delete again", h.app.DeleteTask(h.ctx, user("t1"), y.ID), domain.ErrNotFound)
+}
+
+func TestUpdateTask(t *testing.T) {
+	h := newHarness(t)
+	x := h.create(user("t1"), spec("a", func(in *domain.SpecInput) { in.Args = []string{"x"}; in.Labels = []string{"gpu"} }))
+	got, err := h.app.UpdateTask(h.ctx, user("t1"), x.ID, domain.SpecInput{Priority: intp(1), Name: "renamed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Priority != 1 || got.Spec.Name != "renamed" || got.Spec.Command != "true" ||
+		!slices.Equal(got.Spec.Args, []string{"x"}) || !slices.Equal(got.Spec.Labels, []string{"gpu"}) {
+		t.Errorf("updated spec %+v: fields left out must keep their value", got.Spec)
+	}
+	_, err = h.app.UpdateTask(h.ctx, user("t1"), x.ID, domain.SpecInput{Priority: intp(0)})
+	wantInvalid(t, "update to priority 0", err, "priority")
+	_, err = h.app.UpdateTask(h.ctx, user("t2"), x.ID, domain.SpecInput{Priority: intp(2)})
+	wantErr(t, "update of another tenant's task", err, domain.ErrNotFound)
+	h.claimOne("a1", "m1", x.ID, "gpu")
+	_, err = h.app.UpdateTask(h.ctx, user("t1"), x.ID, domain.SpecInput{Priority: intp(2)})
+	wantErr(t, "update of a leased task", err, domain.ErrImmutable)
+	if got := h.get(x.ID); got.Spec.Priority != 1 {
+		t.Errorf("a refused update changed the task: %+v", got.Spec)
+	}
+}
+
+func TestUpdateTaskResolvesItsQueueAgain(t *testing.T) {
+	h := newHarness(t).withAdmission()
+	h.admission.ClusterQueue = "cq-low"
+	x := h.create(user("t1"), spec("a", func(in *domain.SpecInput) { in.Queue = "low" }))
+	h.admission.ClusterQueue = "cq-high"
+	got, err := h.app.UpdateTask(h.ctx, user("t1"), x.ID, domain.SpecInput{Queue: "high"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := h.admission.Calls()
+	if len(calls) != 2 || calls[1].Queue != "high" || got.ClusterQueue != "cq-high" || !got.AwaitingAdmission() {
+		t.Errorf("update: task %+v, resolve calls %+v", got, calls)
+	}
+	refusal := errors.New("unknown queue")
+	h.admission.Err = refusal
+	_, err = h.app.UpdateTask(h.ctx, user("t1"), x.ID, domain.SpecInput{Queue: "nope"})
+	wantErr(t, "update to a refused queue", err, refusal)
+	if h.get(x.ID).Spec.Queue != "high" {
+		t.Error("a refused update changed the queue")
+	}
+}
+
+func TestAdmissionDecisions(t *testing.T) {
+	h := newHarness(t).withAdmission()
+	h.admission.ClusterQueue = "cq1"
+	x := h.create(user("t1"), spec("a", func(in *domain.SpecInput) { in.Queue = "q" }))
+	if got := h.claim("a1", "m1", 1); len(got) != 0 {
+		t.Fatal("a task awaiting admission was claimed")
+	}
+	work := h.hub.WorkSignal()
+	if err := h.app.AdmitTask(h.ctx, x.ID, x.AdmissionEpoch+1, "cq1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if h.get(x.ID).Admitted {
+		t.Error("a decision about another stay in the queue admitted the task")
+	}
+	if err := h.app.AdmitTask(h.ctx, x.ID, x.AdmissionEpoch, "cq1", map[string]string{"gpu": "a100"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.get(x.ID); !got.Admitted || got.Flavors["gpu"] != "a100" {
+		t.Errorf("admitted task %+v", got)
+	}
+	select {
+	case <-work:
+	default:
+		t.Error("an admission did not wake waiting claims")
+	}
+	y := h.claimOne("a1", "m1", x.ID)
+	if err := h.app.EvictTask(h.ctx, x.ID, x.AdmissionEpoch, "other-task", "quota"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.get(x.ID); got.Status != domain.StatusPreempted || got.PreemptedBy != "other-task" || got.AttemptID != y.AttemptID {
+		t.Errorf("evicted task %+v", got)
+	}
+	// Decisions about tasks that are gone change nothing and are done.
+	if err := h.app.AdmitTask(h.ctx, "gone", 1, "cq1", nil); err != nil {
+		t.Errorf("admit of an unknown task: %v", err)
+	}
+	if err := h.app.EvictTask(h.ctx, "gone", 1, "x", ""); err != nil {
+		t.Errorf("evict of an unknown task: %v", err)
+	}
+	h.store.FailOn("Mutate", app.ErrStopping)
+	wantErr(t, "admit while stopping", h.app.AdmitTask(h.ctx, x.ID, 9, "cq1", nil), app.ErrStopping)
+}
+
+func TestChangeTaskDecidesOnTheLockedTask(t *testing.T) {
+	h := newHarness(t)
+	x := h.create(user("t1"), spec("a"))
+	var saw domain.Task
+	var at time.Time
+	got, err := h.app.ChangeTask(h.ctx, user("t1"), x.ID, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		saw, at = t, now
+		return t.Expire(now, "video")
+	})
+	if err != nil || !got.Deleted || saw.ID != x.ID || !at.Equal(h.clock.Now()) {
+		t.Errorf("change = %+v, %v (decide saw %s at %s)", got, err, saw.ID, at)
+	}
+	_, err = h.app.ChangeTask(h.ctx, user("t1"), x.ID, func(domain.Task, time.Time) ([]domain.Record, error) { return nil, nil })
+	wantErr(t, "change of a removed task", err, domain.ErrNotFound)
+	y := h.create(user("t2"), spec("b"))
+	_, err = h.app.ChangeTask(h.ctx, user("t1"), y.ID, func(domain.Task, time.Time) ([]domain.Record, error) { return nil, nil })
+	wantErr(t, "change of another tenant's task", err, domain.ErrNotFound)
+}

@@ -1,0 +1,184 @@
+package app_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+func TestClaimIsIdempotentByAgentAndRequestID(t *testing.T) {
+	h := newHarness(t)
+	a := h.create(user("t1"), spec("a"))
+	req := app.ClaimRequest{AgentID: "a1", MachineID: "m1", RequestID: "r1", Limit: 5}
+	first, reqID, err := h.app.ClaimTasks(h.ctx, agent("a1"), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reqID != "r1" || len(first) != 1 || first[0].ID != a.ID || first[0].Status != domain.StatusAssigned ||
+		first[0].AgentID != "a1" || first[0].AssignedMachine != "m1" || first[0].ClaimRequestID != "r1" || first[0].AttemptID == "" {
+		t.Fatalf("claim = %q %+v", reqID, first)
+	}
+	b := h.create(user("t1"), spec("b"))
+	again, _, err := h.app.ClaimTasks(h.ctx, agent("a1"), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 1 || again[0].ID != a.ID || again[0].AttemptID != first[0].AttemptID {
+		t.Errorf("the same claim again = %+v, want the first answer", again)
+	}
+	if names := h.eventNames(a.ID); names != "[TaskSubmitted TaskLeased]" {
+		t.Errorf("events of a = %s: a repeated claim leased again", names)
+	}
+	h.wantStatus(b.ID, domain.StatusPending)
+	other, _, err := h.app.ClaimTasks(h.ctx, agent("a1"), app.ClaimRequest{AgentID: "a1", MachineID: "m1", RequestID: "r2"})
+	if err != nil || len(other) != 1 || other[0].ID != b.ID {
+		t.Errorf("a new request id = %v, %v; want b", taskIDs(other), err)
+	}
+}
+
+func TestClaimMakesARequestIDWhenTheAgentSendsNone(t *testing.T) {
+	h := newHarness(t)
+	h.create(user("t1"), spec("a"))
+	got, reqID, err := h.app.ClaimTasks(h.ctx, agent("a1"), app.ClaimRequest{AgentID: "a1", MachineID: "m1"})
+	if err != nil || reqID == "" || len(got) != 1 || got[0].ClaimRequestID != reqID {
+		t.Errorf("claim = %v, %q, %v", taskIDs(got), reqID, err)
+	}
+}
+
+func TestClaimHonoursTargetsLabelsAndTenants(t *testing.T) {
+	h := newHarness(t)
+	onM2 := h.create(user("t1"), spec("on-m2", func(in *domain.SpecInput) { in.MachineID = "m2" }))
+	gpu := h.create(user("t1"), spec("gpu", func(in *domain.SpecInput) { in.Labels = []string{"gpu"} }))
+	theirs := h.create(user("t2"), spec("theirs"))
+	h.clock.Advance(time.Second)
+	plain := h.create(user("t1"), spec("plain"))
+
+	tenantAgent := app.Caller{Tenant: "t1", Subject: "agent:a1", AgentID: "a1", IP: "10.0.1.1"}
+	got, _, err := h.app.ClaimTasks(h.ctx, tenantAgent, app.ClaimRequest{AgentID: "a1", MachineID: "m1", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(taskIDs(got), []string{plain.ID}) {
+		t.Errorf("t1's agent on m1 without labels got %v, want only the plain task", taskIDs(got))
+	}
+	got = h.claim("a2", "m2", 10, "gpu")
+	if want := []string{onM2.ID, gpu.ID, theirs.ID}; !sameSet(taskIDs(got), want) {
+		t.Errorf("a shared gpu agent on m2 got %v, want %v", taskIDs(got), want)
+	}
+}
+
+func TestClaimTakesOneScatterTaskPerMachine(t *testing.T) {
+	h := newHarness(t)
+	ts, err := h.app.CreateTasks(h.ctx, user("t1"), spec("s", func(in *domain.SpecInput) { in.Mode, in.ScatterCount = domain.ModeScatter, 3 }), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.claim("a1", "m1", 10); len(got) != 1 {
+		t.Errorf("m1 got %d scatter tasks at once, want 1", len(got))
+	}
+	if got := h.claim("a1", "m1", 10); len(got) != 0 {
+		t.Errorf("m1 got a second sibling: %v", taskIDs(got))
+	}
+	if got := h.claim("a2", "m2", 10); len(got) != 1 {
+		t.Errorf("m2 got %d", len(got))
+	}
+	n := 0
+	for _, x := range ts {
+		if h.get(x.ID).Status == domain.StatusAssigned {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d of 3 scatter tasks assigned, want 2", n)
+	}
+}
+
+func TestClaimAsAnotherAgentIsForbidden(t *testing.T) {
+	h := newHarness(t)
+	h.create(user("t1"), spec("a"))
+	_, _, err := h.app.ClaimTasks(h.ctx, agent("a1"), app.ClaimRequest{AgentID: "a2", MachineID: "m1"})
+	wantErr(t, "claim as a2 with a1's token", err, app.ErrForbidden)
+	if calls := h.store.CallsOf("Claim"); len(calls) != 0 {
+		t.Errorf("a forbidden claim reached the store: %v", calls)
+	}
+}
+
+func TestClaimCountsAsAHeartbeat(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 20 * time.Second })
+	h.claim("a1", "m1", 1)
+	if _, _, known := h.store.AgentOf("a1"); known {
+		t.Error("an empty claim recorded the agent")
+	}
+	h.create(user("t1"), spec("a"))
+	h.claim("a1", "m1", 1, "gpu")
+	a, lost, known := h.store.AgentOf("a1")
+	if !known || lost || a.MachineID != "m1" || a.TenantID != "" || a.IP != "10.0.1.1" || !slices.Equal(a.Labels, []string{"gpu"}) ||
+		!a.LostAfter.Equal(h.clock.Now().Add(20*time.Second)) {
+		t.Errorf("agent after a claim = %+v (lost %v, known %v)", a, lost, known)
+	}
+}
+
+func TestClaimWaitsForWork(t *testing.T) {
+	h := newHarness(t)
+	done := make(chan []domain.Task, 1)
+	go func() {
+		ts, _, err := h.app.ClaimTasks(h.ctx, agent("a1"), app.ClaimRequest{AgentID: "a1", MachineID: "m1", Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- ts
+	}()
+	// Once the claim has looked and found nothing, submit.
+	for len(h.store.CallsOf("Claim")) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	x := h.create(user("t1"), spec("a"))
+	select {
+	case got := <-done:
+		if len(got) != 1 || got[0].ID != x.ID {
+			t.Errorf("waiting claim got %v", taskIDs(got))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiting claim was not woken by new work")
+	}
+}
+
+func TestClaimStopsWaitingWhenTheCallerGivesUp(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() {
+		ts, _, err := h.app.ClaimTasks(ctx, agent("a1"), app.ClaimRequest{AgentID: "a1", MachineID: "m1", Wait: time.Minute})
+		if len(ts) != 0 {
+			t.Errorf("got %v", taskIDs(ts))
+		}
+		done <- err
+	}()
+	for len(h.store.CallsOf("Claim")) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("a claim given up = %v, want an empty answer", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim kept waiting after its caller gave up")
+	}
+}
+
+func TestClaimPassesTheStoresFailureOn(t *testing.T) {
+	h := newHarness(t)
+	h.store.FailOn("Claim", app.ErrStopping)
+	_, _, err := h.app.ClaimTasks(h.ctx, agent("a1"), app.ClaimRequest{AgentID: "a1", MachineID: "m1"})
+	wantErr(t, "store stopping", err, app.ErrStopping)
+}
+
+func sameSet(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}

@@ -1,0 +1,163 @@
+package app_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+func TestCompleteRecordsTheOutcomeOnce(t *testing.T) {
+	h := newHarness(t)
+	x := h.running("a1", "m1", spec("a"))
+	h.clock.Advance(3 * time.Second)
+	in := app.Completion{AgentID: "a1", AttemptID: x.AttemptID, ExitCode: 0, Stdout: "hello\n"}
+	done, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Status != domain.StatusCompleted || done.ExitCode == nil || *done.ExitCode != 0 || done.Result == nil ||
+		done.Result.StorageType != "db" || done.Result.Stdout != "hello\n" || !done.EndedAt.Equal(h.clock.Now()) {
+		t.Errorf("completed %+v (result %+v)", done, done.Result)
+	}
+	again, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, in)
+	if err != nil || again.Version != done.Version || again.FinishedAttemptID != x.AttemptID {
+		t.Errorf("a repeated complete = %+v, %v; want the same answer, nothing recorded", again, err)
+	}
+}
+
+func TestCompleteWithAFailureSchedulesARetry(t *testing.T) {
+	h := newHarness(t)
+	x := h.running("a1", "m1", spec("a", func(in *domain.SpecInput) { in.RetryDelay, in.MaxRetries = intp(60), intp(1) }))
+	got, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: x.AttemptID, ExitCode: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != domain.StatusPending || got.RetryCount != 1 || !got.RetryAt.Equal(h.clock.Now().Add(time.Minute)) {
+		t.Errorf("after a failed attempt: %+v", got)
+	}
+	if names := h.eventNames(x.ID); !strings.HasSuffix(names, "TaskFailed TaskRetryScheduled]") {
+		t.Errorf("events = %s", names)
+	}
+	if got := h.claim("a1", "m1", 1); len(got) != 0 {
+		t.Error("a task waiting for its retry_delay was claimed")
+	}
+	h.clock.Advance(time.Minute)
+	y := h.claimOne("a1", "m1", x.ID)
+	if _, err := h.app.StartTask(h.ctx, agent("a1"), y.ID, "a1", y.AttemptID); err != nil {
+		t.Fatal(err)
+	}
+	got, err = h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: y.AttemptID, Error: "killed"})
+	if err != nil || got.Status != domain.StatusFailed || got.Error != "killed" {
+		t.Errorf("the last retry failing = %+v, %v; want failed for good", got, err)
+	}
+}
+
+// upload stores body as the result object of the current attempt of x.
+func (h *harness) upload(x domain.Task, body string) app.ResultObject {
+	h.t.Helper()
+	up, err := h.app.CreateResultUpload(h.ctx, agent(x.AgentID), x.ID, x.AgentID, x.AttemptID, int64(len(body)), "")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.objects.Put(h.ctx, up.Key, strings.NewReader(body), int64(len(body)), "application/json"); err != nil {
+		h.t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(body))
+	return app.ResultObject{Key: up.Key, Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])}
+}
+
+func TestCompleteWithAResultObject(t *testing.T) {
+	h := newHarness(t)
+	x := h.running("a1", "m1", spec("a"))
+	up, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKey := "results/t1/" + x.ID + "/" + x.AttemptID + ".json"
+	if up.Key != wantKey || up.URL == "" || !up.ExpiresAt.Equal(h.clock.Now().Add(time.Hour)) {
+		t.Errorf("upload = %+v, want key %s", up, wantKey)
+	}
+	obj := h.upload(x, `{"ok":true}`)
+	bad := []struct {
+		name, field string
+		obj         app.ResultObject
+	}{
+		{"another key", "result_object.key", app.ResultObject{Key: "results/t1/" + x.ID + "/other.json", Size: obj.Size}},
+		{"another size", "result_object", app.ResultObject{Key: obj.Key, Size: obj.Size + 1}},
+		{"another checksum", "result_object", app.ResultObject{Key: obj.Key, Size: obj.Size, SHA256: strings.Repeat("0", 64)}},
+	}
+	for _, b := range bad {
+		_, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: x.AttemptID, Object: &b.obj})
+		wantInvalid(t, b.name, err, b.field)
+	}
+	h.wantStatus(x.ID, domain.StatusRunning)
+	done, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: x.AttemptID, Object: &obj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := done.Result; r == nil || r.StorageType != "s3" || r.ObjectKey != obj.Key || r.SizeBytes != obj.Size || r.SHA256 != obj.SHA256 {
+		t.Errorf("result = %+v", done.Result)
+	}
+	res, err := h.app.GetResult(h.ctx, user("t1"), x.ID)
+	if err != nil || res.PresignedURL == "" || res.ExpiresIn != time.Hour || res.Task.ID != x.ID {
+		t.Errorf("result = %+v, %v", res, err)
+	}
+}
+
+func TestCompleteWithAResultObjectNeverUploaded(t *testing.T) {
+	h := newHarness(t)
+	x := h.running("a1", "m1", spec("a"))
+	key := "results/t1/" + x.ID + "/" + x.AttemptID + ".json"
+	_, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: x.AttemptID,
+		Object: &app.ResultObject{Key: key, Size: 3}})
+	wantInvalid(t, "an object that was not uploaded", err, "result_object")
+}
+
+func TestResultUploadIsForTheCurrentAttempt(t *testing.T) {
+	h := newHarness(t)
+	x := h.running("a1", "m1", spec("v", func(in *domain.SpecInput) {
+		in.Type, in.Command = domain.TypeVideo, ""
+		in.Video = &domain.Video{Model: "m", Type: "text_to_video", Prompt: "p", Width: 832, Height: 480, Duration: 5, FrameNum: 81}
+	}))
+	up, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "")
+	if err != nil || !strings.HasSuffix(up.Key, x.AttemptID+".mp4") {
+		t.Errorf("a video's upload = %+v, %v; want an .mp4 key", up, err)
+	}
+	_, err = h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", "other-attempt", 10, "")
+	wantErr(t, "upload for another attempt", err, domain.ErrAttemptMismatch)
+	_, err = h.app.CreateResultUpload(h.ctx, agent("a2"), x.ID, "a1", x.AttemptID, 10, "")
+	wantErr(t, "upload with another agent's token", err, app.ErrForbidden)
+	if _, err := h.app.CancelTask(h.ctx, user("t1"), x.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "")
+	wantErr(t, "upload for a cancelled task", err, domain.ErrImmutable)
+}
+
+func TestResultsWithoutAnObjectStore(t *testing.T) {
+	h := newHarness(t)
+	h.app = app.New(h.store.Stores(), nil, h.clock.Now, h.hub, app.Config{}, nil)
+	x := h.running("a1", "m1", spec("a"))
+	_, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "")
+	wantInvalid(t, "upload without an object store", err, "result")
+	key := "results/t1/" + x.ID + "/" + x.AttemptID + ".json"
+	_, err = h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: x.AttemptID,
+		Object: &app.ResultObject{Key: key, Size: 3}})
+	wantInvalid(t, "result object without an object store", err, "result_object")
+}
+
+func TestGetResultOfATaskWithoutOutcome(t *testing.T) {
+	h := newHarness(t)
+	x := h.create(user("t1"), spec("a"))
+	res, err := h.app.GetResult(h.ctx, user("t1"), x.ID)
+	if err != nil || res.Task.Status != domain.StatusPending || res.PresignedURL != "" {
+		t.Errorf("result of a pending task = %+v, %v", res, err)
+	}
+	_, err = h.app.GetResult(h.ctx, user("t2"), x.ID)
+	wantErr(t, "another tenant's result", err, domain.ErrNotFound)
+}

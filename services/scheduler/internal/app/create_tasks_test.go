@@ -1,0 +1,236 @@
+package app_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+func TestCreateTaskStoresOneSubmittedTask(t *testing.T) {
+	h := newHarness(t)
+	work := h.hub.WorkSignal()
+	got := h.create(user("t1"), spec("hello", func(in *domain.SpecInput) { in.Priority = intp(2) }))
+	if got.ID == "" || got.TenantID != "t1" || got.Status != domain.StatusPending || got.Spec.Priority != 2 ||
+		got.CreatedBy != "key-t1" || !got.CreatedAt.Equal(h.clock.Now()) || got.ClusterQueue != "" {
+		t.Errorf("created %+v", got)
+	}
+	if names := h.eventNames(got.ID); names != "[TaskSubmitted]" {
+		t.Errorf("events = %s", names)
+	}
+	select {
+	case <-work:
+	default:
+		t.Error("a new task did not wake waiting claims")
+	}
+	if calls := h.store.CallsOf("Create"); len(calls) != 1 || calls[0] != "t1/" {
+		t.Errorf("Create calls = %v", calls)
+	}
+}
+
+func TestCreateTaskRefusesABadSpecAndStoresNothing(t *testing.T) {
+	h := newHarness(t)
+	_, err := h.app.CreateTasks(h.ctx, user("t1"), spec("x", func(in *domain.SpecInput) { in.Priority = intp(11) }), "")
+	wantInvalid(t, "priority 11", err, "priority")
+	if calls := h.store.CallsOf("Create"); len(calls) != 0 {
+		t.Errorf("an invalid task reached the store: %v", calls)
+	}
+}
+
+func TestCreateTaskIsIdempotentByRequestID(t *testing.T) {
+	h := newHarness(t)
+	first, err := h.app.CreateTasks(h.ctx, user("t1"), spec("a"), "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.app.CreateTasks(h.ctx, user("t1"), spec("a"), "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 1 || again[0].ID != first[0].ID {
+		t.Errorf("repeated create = %v, want %v", taskIDs(again), taskIDs(first))
+	}
+	other, err := h.app.CreateTasks(h.ctx, user("t2"), spec("a"), "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other[0].ID == first[0].ID || other[0].TenantID != "t2" {
+		t.Errorf("another tenant's request id returned %+v", other[0])
+	}
+	if n := len(h.store.Events()); n != 2 {
+		t.Errorf("%d events stored, want 2 submissions", n)
+	}
+	if got := h.get(first[0].ID).RequestID; got != "req-1" {
+		t.Errorf("request id = %q", got)
+	}
+}
+
+func TestCreateTaskDependingOnAMissingTaskIsInvalid(t *testing.T) {
+	h := newHarness(t)
+	mine := h.create(user("t1"), spec("mine"))
+	theirs := h.create(user("t2"), spec("theirs"))
+	for _, dep := range []string{"no-such-task", theirs.ID} {
+		_, err := h.app.CreateTasks(h.ctx, user("t1"), spec("after", func(in *domain.SpecInput) { in.DependsOn = []string{mine.ID, dep} }), "")
+		wantInvalid(t, "depends on "+dep, err, "depends_on")
+	}
+	if calls := h.store.CallsOf("Create"); len(calls) != 2 {
+		t.Errorf("Create calls = %v, want only the two valid tasks", calls)
+	}
+	after := h.create(user("t1"), spec("after", func(in *domain.SpecInput) { in.DependsOn = []string{mine.ID} }))
+	if !slices.Equal(after.Spec.DependsOn, []string{mine.ID}) {
+		t.Errorf("depends_on = %v", after.Spec.DependsOn)
+	}
+}
+
+func TestCreateTaskFansOut(t *testing.T) {
+	h := newHarness(t)
+	for _, a := range []app.Agent{
+		{AgentID: "a1", MachineID: "m1", Labels: []string{"gpu"}},
+		{AgentID: "a2", MachineID: "m2", Labels: []string{"gpu"}},
+		{AgentID: "a3", MachineID: "m3"},
+		{AgentID: "a4", MachineID: "m4", TenantID: "t2", Labels: []string{"gpu"}},
+	} {
+		a.LastHeartbeatAt, a.LostAfter = h.clock.Now(), h.clock.Now().Add(time.Minute)
+		if err := h.store.Heartbeat(h.ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		in      domain.SpecInput
+		want    int
+		machine func(i int) string
+		ip      func(i int) string
+	}{
+		{name: "scatter", want: 3, in: spec("s", func(in *domain.SpecInput) { in.Mode, in.ScatterCount = domain.ModeScatter, 3 })},
+		{name: "broadcast to live gpu machines of the tenant", want: 2,
+			in:      spec("b", func(in *domain.SpecInput) { in.Mode, in.Labels = domain.ModeBroadcast, []string{"gpu"} }),
+			machine: func(i int) string { return []string{"m1", "m2"}[i] }},
+		{name: "targets", want: 3,
+			in: spec("t", func(in *domain.SpecInput) {
+				in.TargetMachines, in.TargetIPs = []string{"m7", "m8"}, []string{"10.1.1.1"}
+			}),
+			machine: func(i int) string { return []string{"m7", "m8", ""}[i] },
+			ip:      func(i int) string { return []string{"", "", "10.1.1.1"}[i] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts, err := h.app.CreateTasks(h.ctx, user("t1"), tc.in, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ts) != tc.want {
+				t.Fatalf("created %d tasks, want %d", len(ts), tc.want)
+			}
+			for i, x := range ts {
+				if x.FanoutID == "" || x.FanoutID != ts[0].FanoutID || x.Spec.GroupID != x.FanoutID {
+					t.Errorf("task %d: fan-out %q group %q, want one shared new group", i, x.FanoutID, x.Spec.GroupID)
+				}
+				if tc.machine != nil && x.Spec.MachineID != tc.machine(i) {
+					t.Errorf("task %d: machine %q, want %q", i, x.Spec.MachineID, tc.machine(i))
+				}
+				if tc.ip != nil && x.Spec.TargetIP != tc.ip(i) {
+					t.Errorf("task %d: ip %q, want %q", i, x.Spec.TargetIP, tc.ip(i))
+				}
+			}
+		})
+	}
+	t.Run("a named group is kept", func(t *testing.T) {
+		ts, err := h.app.CreateTasks(h.ctx, user("t1"), spec("g", func(in *domain.SpecInput) {
+			in.Mode, in.ScatterCount, in.GroupID = domain.ModeScatter, 2, "my-group"
+		}), "")
+		if err != nil || len(ts) != 2 || ts[0].Spec.GroupID != "my-group" || ts[1].Spec.GroupID != "my-group" {
+			t.Errorf("created %+v, %v", ts, err)
+		}
+	})
+	t.Run("broadcast without a matching machine", func(t *testing.T) {
+		_, err := h.app.CreateTasks(h.ctx, user("t1"), spec("b", func(in *domain.SpecInput) {
+			in.Mode, in.Labels = domain.ModeBroadcast, []string{"tpu"}
+		}), "")
+		wantInvalid(t, "broadcast to no machine", err, "distribution")
+	})
+	t.Run("too many tasks", func(t *testing.T) {
+		machines := make([]string, app.MaxFanout+1)
+		for i := range machines {
+			machines[i] = fmt.Sprintf("m%d", i)
+		}
+		before := len(h.store.CallsOf("Create"))
+		_, err := h.app.CreateTasks(h.ctx, user("t1"), spec("many", func(in *domain.SpecInput) { in.TargetMachines = machines }), "")
+		wantInvalid(t, "fan-out above the limit", err, "targets")
+		if len(h.store.CallsOf("Create")) != before {
+			t.Error("a refused fan-out reached the store")
+		}
+	})
+}
+
+func TestCreateRepeatedTaskChainsTheRepetitions(t *testing.T) {
+	h := newHarness(t)
+	first := h.create(user("t1"), spec("dep"))
+	ts, err := h.app.CreateTasks(h.ctx, user("t1"), spec("r", func(in *domain.SpecInput) {
+		in.Repeat, in.DependsOn = 3, []string{first.ID}
+	}), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 3 {
+		t.Fatalf("created %d tasks", len(ts))
+	}
+	want := [][]string{{first.ID}, {first.ID, ts[0].ID}, {first.ID, ts[1].ID}}
+	for i, x := range ts {
+		if !slices.Equal(x.Spec.DependsOn, want[i]) {
+			t.Errorf("repetition %d depends on %v, want %v", i, x.Spec.DependsOn, want[i])
+		}
+	}
+}
+
+func TestCreateTaskAsksAdmissionOnlyWhenTheSpecNeedsIt(t *testing.T) {
+	h := newHarness(t).withAdmission()
+	h.admission.ClusterQueue = "cq-standard"
+	plain := h.create(user("t1"), spec("plain"))
+	if len(h.admission.Calls()) != 0 || plain.ClusterQueue != "" {
+		t.Errorf("a plain task asked the quota service: %v", h.admission.Calls())
+	}
+	queued := h.create(user("t1"), spec("gpu", func(in *domain.SpecInput) {
+		in.Queue, in.Quota, in.Resources = "tenant-low", "q1", map[string]string{"nvidia.com/gpu": "1"}
+	}))
+	calls := h.admission.Calls()
+	if len(calls) != 1 || calls[0].Caller != user("t1") || calls[0].Queue != "tenant-low" || calls[0].Quota != "q1" ||
+		calls[0].Resources["nvidia.com/gpu"] != "1" {
+		t.Errorf("resolve calls = %+v", calls)
+	}
+	if queued.ClusterQueue != "cq-standard" || !queued.AwaitingAdmission() {
+		t.Errorf("queued task %+v does not wait for admission in cq-standard", queued)
+	}
+	if got := h.claim("a1", "m1", 5); len(got) != 1 || got[0].ID != plain.ID {
+		t.Errorf("claim = %v, want only the plain task (the other awaits admission)", taskIDs(got))
+	}
+}
+
+func TestCreateTaskReturnsTheQuotaServicesRefusal(t *testing.T) {
+	h := newHarness(t).withAdmission()
+	refusal := errors.New("GU_QUOTA_CREATING")
+	h.admission.Err = refusal
+	_, err := h.app.CreateTasks(h.ctx, user("t1"), spec("gpu", func(in *domain.SpecInput) { in.Quota = "q1" }), "")
+	wantErr(t, "quota refusal", err, refusal)
+	if calls := h.store.CallsOf("Create"); len(calls) != 0 {
+		t.Errorf("a refused task was stored: %v", calls)
+	}
+}
+
+func TestCreateTaskWithoutQuotaServiceNeedsNoAdmission(t *testing.T) {
+	h := newHarness(t)
+	got := h.create(user("t1"), spec("gpu", func(in *domain.SpecInput) { in.Queue = "tenant-low" }))
+	if got.ClusterQueue != "" || got.AwaitingAdmission() {
+		t.Errorf("without a quota service a task waits for admission: %+v", got)
+	}
+}
+
+func TestCreateTaskPassesTheStoresFailureOn(t *testing.T) {
+	h := newHarness(t)
+	h.store.FailOn("Create", app.ErrStopping)
+	_, err := h.app.CreateTasks(h.ctx, user("t1"), spec("a"), "")
+	wantErr(t, "store stopping", err, app.ErrStopping)
+}

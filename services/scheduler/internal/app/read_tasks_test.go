@@ -1,0 +1,87 @@
+package app_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app/apptest"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+func TestGetTaskIsScopedToTheCallersTenant(t *testing.T) {
+	h := newHarness(t)
+	x := h.create(user("t1"), spec("a"))
+	if got, err := h.app.GetTask(h.ctx, user("t1"), x.ID); err != nil || got.ID != x.ID {
+		t.Errorf("own task = %+v, %v", got, err)
+	}
+	if _, err := h.app.GetTask(h.ctx, admin, x.ID); err != nil {
+		t.Errorf("an admin's read: %v", err)
+	}
+	_, err := h.app.GetTask(h.ctx, user("t2"), x.ID)
+	wantErr(t, "another tenant's task is not found (30004)", err, domain.ErrNotFound)
+}
+
+func TestListTasksListsTheCallersTenant(t *testing.T) {
+	h := newHarness(t)
+	a := h.create(user("t1"), spec("a"))
+	h.clock.Advance(time.Second)
+	b := h.create(user("t1"), spec("b"))
+	h.create(user("t2"), spec("c"))
+	// The caller's tenant wins over any tenant a filter names.
+	got, next, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{Tenant: "*", PageSize: 1})
+	if err != nil || len(got) != 1 || got[0].ID != b.ID || next == "" {
+		t.Fatalf("first page = %v, %q, %v", taskIDs(got), next, err)
+	}
+	got, next, err = h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{PageSize: 1, PageToken: next})
+	if err != nil || len(got) != 1 || got[0].ID != a.ID || next != "" {
+		t.Errorf("second page = %v, %q, %v", taskIDs(got), next, err)
+	}
+	if got, _, err := h.app.ListTasks(h.ctx, admin, app.ListFilter{}); err != nil || len(got) != 3 {
+		t.Errorf("an admin's list = %v, %v", taskIDs(got), err)
+	}
+	_, _, err = h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{PageToken: "forged"})
+	wantErr(t, "a forged page token", err, app.ErrBadPageToken)
+	if calls := h.store.CallsOf("List"); calls[0] != "t1" {
+		t.Errorf("List calls = %v", calls)
+	}
+}
+
+func TestWatchSignalsChangesOfOneTask(t *testing.T) {
+	h := newHarness(t)
+	x := h.create(user("t1"), spec("a"))
+	y := h.create(user("t1"), spec("b"))
+	changes, cancel := h.app.Watch(x.ID)
+	defer cancel()
+	if _, err := h.app.CancelTask(h.ctx, user("t1"), y.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changes:
+		t.Error("a change of another task was signalled")
+	default:
+	}
+	if _, err := h.app.CancelTask(h.ctx, user("t1"), x.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changes:
+	default:
+		t.Error("the watched task's change was not signalled")
+	}
+}
+
+func TestVideoTasksCreatedBeforeReadsTheStore(t *testing.T) {
+	h := newHarness(t)
+	video := spec("v", func(in *domain.SpecInput) {
+		in.Type, in.Command = domain.TypeVideo, ""
+		in.Video = &domain.Video{Model: "m", Type: "text_to_video", Prompt: "p", Width: 832, Height: 480, Duration: 5, FrameNum: 81}
+	})
+	old := h.create(user("t1"), video)
+	h.clock.Advance(time.Hour)
+	h.create(user("t2"), video)
+	got, err := h.app.VideoTasksCreatedBefore(h.ctx, apptest.T0.Add(time.Minute), 10)
+	if err != nil || len(got) != 1 || got[0].ID != old.ID {
+		t.Errorf("old video tasks = %v, %v", taskIDs(got), err)
+	}
+}

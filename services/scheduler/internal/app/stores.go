@@ -1,0 +1,216 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// The interfaces below are what the use cases need from storage. The
+// Postgres adapter implements them (package adapters/postgres); the
+// recording fake in package apptest implements them in memory, and
+// apptest's contract suites hold both to the same behaviour.
+
+// TaskStore keeps the task aggregate: its events and, written with them,
+// the state every decision starts from. A client reads its own writes: Get
+// after a successful write shows it.
+//
+// Writes may be batched with concurrent writes of other callers (and
+// replayed when such a batch is retried), so every decide/lease function
+// passed in must be pure: a function of its arguments, with no effects
+// outside its return values.
+type TaskStore interface {
+	// Get returns a task of tenant ("*": of any tenant). A task of another
+	// tenant, a deleted one and an unknown id are all domain.ErrNotFound.
+	Get(ctx context.Context, tenant, id string) (domain.Task, error)
+
+	// Mutate runs decide on the task's current state and stores what it
+	// recorded: the events, and the task after domain.Apply of each. It
+	// returns the task after them (as it was, when decide recorded
+	// nothing). An unknown or deleted task is domain.ErrNotFound, and
+	// decide is not called. An error from decide is returned as it is and
+	// nothing is stored. ErrStopping once the store no longer takes writes.
+	Mutate(ctx context.Context, id string, decide func(t domain.Task) ([]domain.Record, error)) (domain.Task, error)
+
+	// Create stores new tasks, all or none, and returns them as stored.
+	// With a RequestID the tenant already used, it stores nothing and
+	// returns the tasks of that first create as they are now; a concurrent
+	// duplicate waits for the first to commit. ErrStopping once the store
+	// no longer takes writes.
+	Create(ctx context.Context, n NewTasks) ([]domain.Task, error)
+
+	// Claim runs one claim of agentID as one write. When the agent made a
+	// claim with requestID before, it returns that claim's tasks as they
+	// are now and changes nothing. Otherwise it takes up to f.Limit
+	// claimable candidates (see ClaimFilter) that no concurrent claim
+	// holds, in (priority, created_at) order, and calls lease once with
+	// them: lease returns each candidate's records (nil: not leased). It
+	// stores them, remembers (agentID, requestID) → the leased task ids for
+	// the claim's retries, and returns the leased tasks. No candidate: it
+	// returns nothing and remembers nothing. An error from lease is
+	// returned and nothing is stored. ErrStopping once the store no longer
+	// takes writes.
+	Claim(ctx context.Context, agentID, requestID string, f ClaimFilter,
+		lease func(candidates []domain.Task) ([][]domain.Record, error)) ([]domain.Task, error)
+
+	// MissingTasks returns which of ids are not tasks of tenant (deleted
+	// ones are missing).
+	MissingTasks(ctx context.Context, tenant string, ids []string) ([]string, error)
+
+	// ByAttempts returns the tasks of agentID whose current attempt is one
+	// of attempts, while the attempt is leased, cancelled, preempted or
+	// suspended (the states in which an agent may still run it).
+	ByAttempts(ctx context.Context, agentID string, attempts []string) ([]domain.Task, error)
+
+	// PreemptedOf returns the tasks with a ClusterQueue that were preempted
+	// while agentID ran them.
+	PreemptedOf(ctx context.Context, agentID string) ([]domain.Task, error)
+
+	// VideoTasksCreatedBefore returns up to limit video tasks of every
+	// tenant created before before, oldest first; deleted ones are
+	// skipped.
+	VideoTasksCreatedBefore(ctx context.Context, before time.Time, limit int) ([]domain.Task, error)
+}
+
+// NewTasks is one submission to store.
+type NewTasks struct {
+	Tenant string
+	// RequestID, when set, makes the create idempotent per tenant.
+	RequestID string
+	// At is when the submission happened.
+	At time.Time
+	// Tasks holds each new task's records (domain.Submit), in the order
+	// Create returns them.
+	Tasks [][]domain.Record
+}
+
+// ClaimFilter describes the agent asking for work. A task is a candidate
+// when it is pending and not deleted, not waiting for admission, its
+// retry_at has come (at Now), it belongs to Tenant ("*": any tenant), its
+// target machine and address (if any) are Machine and IP, the agent has
+// every label it requires, its type is one of Types (empty: any), every
+// task it depends on completed, and, for a scatter fan-out, no sibling
+// was assigned to Machine.
+type ClaimFilter struct {
+	Tenant  string
+	Machine string
+	IP      string
+	Labels  []string
+	Types   []string
+	Limit   int
+	Now     time.Time
+}
+
+// TaskViews is the list read model: built from the event stream, so it
+// trails writes (eventually consistent).
+type TaskViews interface {
+	// List returns a page of tasks matching f, newest first (created_at,
+	// then id), and the token of the next page ("" on the last). Tasks
+	// created meanwhile do not shift pages. A page token List did not make
+	// is ErrBadPageToken.
+	List(ctx context.Context, f ListFilter) ([]domain.Task, string, error)
+}
+
+// ListFilter selects tasks to list. Zero fields match everything.
+type ListFilter struct {
+	Tenant                      string // "*" = every tenant
+	Status, Machine, Group      string // Machine: the target or the assigned machine
+	Priority                    int
+	CreatedAfter, CreatedBefore time.Time // [after, before)
+	PageSize                    int       // default 50
+	PageToken                   string
+}
+
+// ErrBadPageToken is TaskViews.List's answer to a page token it did not
+// make.
+var ErrBadPageToken = &domain.InvalidError{Field: "page_token", Reason: "is not a token from a previous page"}
+
+// AgentRegistry knows the executor agents from their heartbeats.
+type AgentRegistry interface {
+	// Heartbeat records a alive until a.LostAfter (a lost agent that
+	// heartbeats is alive again).
+	Heartbeat(ctx context.Context, a Agent) error
+	// Machines returns the distinct machines, sorted, of live agents that
+	// serve tenant (or every tenant) and have every label in labels.
+	Machines(ctx context.Context, tenant string, labels []string) ([]string, error)
+}
+
+// Agent is an executor agent as its heartbeats describe it.
+type Agent struct {
+	AgentID, MachineID string
+	// TenantID is the tenant the agent serves; "" for the shared pool.
+	TenantID, IP               string
+	Labels                     []string
+	FreeSlots                  int
+	LastHeartbeatAt, LostAfter time.Time
+}
+
+// SweepQueries are the sweeper's questions. Each returns task ids of any
+// tenant; the sweeper decides about each task again on its current state,
+// so an answer that is already stale changes nothing.
+type SweepQueries interface {
+	// LostAgents marks the agents whose LostAfter is before now as lost
+	// and returns them (each agent once, until it heartbeats again).
+	LostAgents(ctx context.Context, now time.Time) ([]string, error)
+	// LeasesOf returns the leased (assigned or running) tasks agentID holds.
+	LeasesOf(ctx context.Context, agentID string) ([]string, error)
+	// ExpiredLeases returns up to limit leased tasks whose lease ended
+	// before now, soonest expired first.
+	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// Overdue returns up to limit running tasks whose timeout plus grace
+	// period ended more than slack before now.
+	Overdue(ctx context.Context, now time.Time, slack time.Duration, limit int) ([]string, error)
+	// ReleasablePreempted returns up to limit preempted tasks without a
+	// ClusterQueue whose preemptor is final, deleted or gone, or that were
+	// preempted more than maxWait before now.
+	ReleasablePreempted(ctx context.Context, now time.Time, maxWait time.Duration, limit int) ([]string, error)
+	// StrandedEvictions returns up to limit preempted tasks with a
+	// ClusterQueue whose agent is lost or unknown, or whose preemption is
+	// older than their grace period plus slack: no heartbeat will confirm
+	// they stopped.
+	StrandedEvictions(ctx context.Context, now time.Time, slack time.Duration, limit int) ([]string, error)
+	// BlockedByFailure returns up to limit pending tasks with a dependency
+	// that failed, was cancelled or was deleted, each mapped to one such
+	// dependency.
+	BlockedByFailure(ctx context.Context, limit int) (map[string]string, error)
+	// PreemptionCandidates returns up to limit pending tasks created (and
+	// due) before waitedSince, not waiting for admission, that no live
+	// agent with a free slot could take and that have not preempted
+	// anything yet, highest priority first, each paired with the leased
+	// task of a live agent able to run it whose priority is at least gap
+	// lower (the lowest priority, most recently started one). No victim
+	// appears twice.
+	PreemptionCandidates(ctx context.Context, waitedSince time.Time, gap, limit int) ([]Preemption, error)
+	// PruneClaims forgets the claims made before before: their retries
+	// then lease anew.
+	PruneClaims(ctx context.Context, before time.Time) error
+}
+
+// Preemption pairs a pending task with the leased task it may replace.
+type Preemption struct {
+	Preemptor string
+	Priority  int // the preemptor's
+	Victim    string
+}
+
+// SweeperLock elects the one replica that sweeps.
+type SweeperLock interface {
+	// TryLock takes the lock when it is free; ok is false when another
+	// replica holds it.
+	TryLock(ctx context.Context) (lock HeldLock, ok bool, err error)
+}
+
+// HeldLock is a lock this replica holds.
+type HeldLock interface {
+	// Alive returns an error once the lock may have been lost; the holder
+	// must stop the work it guards.
+	Alive(ctx context.Context) error
+	// Release gives the lock up.
+	Release()
+}
+
+// ErrStopping: the store takes no more writes because the service is
+// shutting down.
+var ErrStopping = errors.New("scheduler is shutting down")

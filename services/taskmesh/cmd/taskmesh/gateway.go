@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskmesh/taskmesh/services/gateway"
+)
+
+// gatewayFlags are the flags of `taskmesh gateway`.
+type gatewayFlags struct {
+	common
+	httpAddr, grpcAddr, target, quotaTarget string
+	fsRoot, fsBaseURL, fsKey                string
+	limits                                  rateLimitFlags
+	adminKeyFile                            string
+	live                                    gateway.LiveConfig
+}
+
+func gatewayCommand() *cobra.Command {
+	var f gatewayFlags
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the gateway: REST API, gRPC front door, authentication",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd, "gateway", func(ctx context.Context, p *process) error {
+				cfg, err := f.config(p)
+				if err != nil {
+					return err
+				}
+				return gateway.Run(ctx, cfg)
+			})
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func (g *gatewayFlags) add(cmd *cobra.Command) {
+	g.flags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&g.httpAddr, "http", "127.0.0.1:8080", "REST address")
+	f.StringVar(&g.grpcAddr, "grpc", "127.0.0.1:9090", "gRPC front door address")
+	f.StringVar(&g.target, "scheduler", "127.0.0.1:9091", "scheduler's internal gRPC address")
+	f.StringVar(&g.quotaTarget, "quota", "", "quota service's internal gRPC address (empty: no quota API)")
+	f.StringVar(&g.fsRoot, "objects-fs-root", "", "serve the fs object store at /objects/ from this directory")
+	f.StringVar(&g.fsBaseURL, "objects-fs-base-url", "", "public URL of /objects")
+	f.StringVar(&g.fsKey, "objects-fs-secret-file", "", "file holding the URL-signing secret")
+	f.StringVar(&g.adminKeyFile, "admin-key-file", "", "if no usable operator key exists, create one and write it to this file (0600)")
+	g.limits.add(f)
+	f.IntVar(&g.live.MaxStreamsPerTenant, "live-max-streams-per-tenant", 100, "open live task streams (SSE, WebSocket) per tenant on this gateway")
+	f.DurationVar(&g.live.IdleTimeout, "live-idle-timeout", 10*time.Minute, "close a live task stream that sent nothing for this long")
+}
+
+// config is the gateway's process configuration. Live task streams tail
+// the task topic; without brokers they answer 503.
+func (g *gatewayFlags) config(p *process) (gateway.Config, error) {
+	live := g.live
+	live.Kafka = p.kafka
+	cfg := gateway.Config{HTTPAddr: g.httpAddr, GRPCAddr: g.grpcAddr, SchedulerTarget: g.target, QuotaTarget: g.quotaTarget,
+		InternalToken: p.internalToken, DatabaseURL: g.databaseURL, AdminKeyFile: g.adminKeyFile, Logger: p.log, Live: live}
+	var err error
+	if cfg.RateLimits, err = g.limits.config(); err != nil {
+		return gateway.Config{}, err
+	}
+	if g.fsRoot != "" {
+		fs, err := openFS(g.fsRoot, g.fsBaseURL, g.fsKey)
+		if err != nil {
+			return gateway.Config{}, err
+		}
+		cfg.Objects = fs.Handler()
+	}
+	return cfg, nil
+}
