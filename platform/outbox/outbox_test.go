@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
@@ -302,4 +303,72 @@ func waitActive(t *testing.T, r *outbox.Relay) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Routes send one aggregate type's events to a topic of its own; each
+// topic holds exactly its events, in version order, also after a relay
+// lost its checkpoint (the successor reads both topics' tails).
+func TestRelayRoutesAggregateTypesToTheirTopics(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	pool := db.Open(t, eventtest.Schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	const routed = "test.routed.v1"
+	cfg := relayConfig(b.Addrs())
+	cfg.Routes = map[string]string{"group": routed}
+	next := map[string]int64{}
+	appendEvents := func(agg, typ string, n int) {
+		t.Helper()
+		var evs []eventstore.Event
+		for range n {
+			next[agg]++
+			e := eventtest.Event(agg, next[agg])
+			e.AggregateType = typ
+			evs = append(evs, e)
+		}
+		if err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return eventstore.New().Append(ctx, tx, evs...) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func() (stop func()) {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = outbox.New(pool, cfg).Run(rctx) }()
+		return func() { cancel(); <-done }
+	}
+	stop := run()
+	appendEvents("task-a", "task", 10)
+	appendEvents("group-1", "group", 7)
+	appendEvents("task-b", "task", 5)
+	waitRelayed(t, pool, 20*time.Second)
+	stop()
+	if _, err := pool.Exec(ctx, `UPDATE outbox_checkpoints SET tx_id = '0', event_id = 0`); err != nil {
+		t.Fatal(err)
+	}
+	stop = run()
+	defer stop()
+	appendEvents("group-1", "group", 3)
+	appendEvents("task-a", "task", 2)
+	waitRelayed(t, pool, 20*time.Second)
+
+	check := func(topic string, want map[string]int64) {
+		t.Helper()
+		got := map[string]int64{}
+		for _, r := range b.ConsumeAll(t, topic) {
+			key := string(r.Key)
+			var env taskv1.TaskEvent
+			if err := proto.Unmarshal(r.Value, &env); err != nil {
+				t.Fatal(err)
+			}
+			if env.GetVersion() != got[key]+1 {
+				t.Fatalf("%s: %s version %d after %d", topic, key, env.GetVersion(), got[key])
+			}
+			got[key] = env.GetVersion()
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s holds %v, want %v", topic, got, want)
+		}
+	}
+	check(topic, map[string]int64{"task-a": 12, "task-b": 5})
+	check(routed, map[string]int64{"group-1": 10})
 }

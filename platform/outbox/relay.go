@@ -11,14 +11,16 @@
 //     previous holder: its open Kafka transaction is aborted and it can never
 //     commit another one.
 //  3. Learn what is already in Kafka: the checkpoint in Postgres, and the
-//     position header of the last committed record of every partition. A
-//     crash between a Kafka commit and the checkpoint write leaves records
-//     past the checkpoint; they are recognised and skipped, not repeated.
+//     position header of the last committed record of every partition of
+//     the relay's topics. A crash between a Kafka commit and the checkpoint
+//     write leaves records past the checkpoint; they are recognised and
+//     skipped, not repeated.
 //  4. Repeatedly read up to BatchSize events after the cursor whose writing
 //     transactions have all finished (tx_id below the snapshot's xmin), in
-//     Position order; produce them in one Kafka transaction (key = aggregate
-//     id, partition chosen like Kafka's default partitioner); commit; then
-//     store the checkpoint.
+//     Position order; produce them in one Kafka transaction (topic by the
+//     event's aggregate type, Config.Routes; key = aggregate id, partition
+//     chosen like Kafka's default partitioner); commit; then store the
+//     checkpoint.
 //  5. On any error drop the producer and the lock, back off and start over
 //     at 1 (leader.Run). The cursor only moves after a Kafka commit, so
 //     nothing is lost; rows are read in Position order, so one aggregate's
@@ -35,6 +37,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,8 +68,15 @@ const (
 type Config struct {
 	// Name identifies the relay: its checkpoint row, its advisory lock and
 	// its Kafka transactional id. One name per service (e.g. "scheduler").
-	Name  string
+	Name string
+	// Topic receives every event whose aggregate type has no route.
 	Topic string
+	// Routes sends the events of some aggregate types to topics of their
+	// own (aggregate type → topic): one topic per event envelope, while
+	// the service keeps one event store. One relay, one order: a Kafka
+	// transaction spans the topics, and each aggregate's events stay in
+	// version order on its topic.
+	Routes map[string]string
 	// Partitions is used when the relay creates the topic (default 16).
 	Partitions int32
 	// BatchSize is the most events per Kafka transaction (default 1000).
@@ -170,25 +181,36 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	if _, _, err := cl.ProducerID(setup); err != nil {
 		return fmt.Errorf("init producer: %w", err)
 	}
-	if err := kafka.EnsureTopics(setup, cl, kafka.TopicSpec{Name: r.cfg.Topic, Partitions: r.cfg.Partitions, ReplicationFactor: -1}); err != nil {
+	topics := r.topics()
+	specs := make([]kafka.TopicSpec, len(topics))
+	for i, t := range topics {
+		specs[i] = kafka.TopicSpec{Name: t, Partitions: r.cfg.Partitions, ReplicationFactor: -1}
+	}
+	if err := kafka.EnsureTopics(setup, cl, specs...); err != nil {
 		return err
 	}
-	partitions, err := kafka.Partitions(setup, cl, r.cfg.Topic)
-	if err != nil {
-		return err
+	partitions := make(map[string]int32, len(topics))
+	inKafka := map[topicPartition]Position{}
+	for _, t := range topics {
+		if partitions[t], err = kafka.Partitions(setup, cl, t); err != nil {
+			return err
+		}
+		last, err := lastPublished(setup, cl, t, partitions[t])
+		if err != nil {
+			return err
+		}
+		for p, pos := range last {
+			inKafka[topicPartition{t, p}] = pos
+		}
 	}
 	conn := lock.Conn()
 	cursor, err := loadCheckpoint(setup, conn, r.cfg.Name)
 	if err != nil {
 		return err
 	}
-	inKafka, err := lastPublished(setup, cl, r.cfg.Topic, partitions)
-	if err != nil {
-		return err
-	}
 	r.setCursor(cursor)
-	r.cfg.Logger.Info("outbox relay active", "relay", r.cfg.Name, "topic", r.cfg.Topic,
-		"partitions", partitions, "checkpoint", cursor.String(), "in_kafka", fmt.Sprint(inKafka))
+	r.cfg.Logger.Info("outbox relay active", "relay", r.cfg.Name, "topics", fmt.Sprint(topics),
+		"partitions", fmt.Sprint(partitions), "checkpoint", cursor.String(), "in_kafka", fmt.Sprint(inKafka))
 
 	timer := time.NewTimer(r.cfg.PollInterval)
 	defer timer.Stop()
@@ -236,6 +258,31 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	}
 }
 
+// topicPartition is one partition of one of the relay's topics.
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// topics lists the relay's topics: Topic, then the routes' in name order.
+func (r *Relay) topics() []string {
+	out := []string{r.cfg.Topic}
+	for _, t := range slices.Sorted(maps.Values(r.cfg.Routes)) {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// topicOf is where an event of aggregateType is published.
+func (r *Relay) topicOf(aggregateType string) string {
+	if t, ok := r.cfg.Routes[aggregateType]; ok {
+		return t
+	}
+	return r.cfg.Topic
+}
+
 func (r *Relay) setCursor(p Position) {
 	r.mu.Lock()
 	r.cursor = p
@@ -261,15 +308,16 @@ func (r *Relay) producer() (*kgo.Client, error) {
 
 // publish produces one batch in one Kafka transaction, skipping events
 // whose partition already has them, and commits.
-func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partitions int32, inKafka map[int32]Position) error {
+func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partitions map[string]int32, inKafka map[topicPartition]Position) error {
 	records := make([]*kgo.Record, 0, len(batch))
 	for i := range batch {
 		ev := &batch[i]
-		p := kafka.PartitionFor([]byte(ev.aggregateID), partitions)
-		if last, ok := inKafka[p]; ok && !last.Less(ev.pos) {
+		topic := r.topicOf(ev.aggregateType)
+		p := kafka.PartitionFor([]byte(ev.aggregateID), partitions[topic])
+		if last, ok := inKafka[topicPartition{topic, p}]; ok && !last.Less(ev.pos) {
 			continue // committed by a predecessor after its last checkpoint
 		}
-		records = append(records, ev.record(r.cfg.Topic, p))
+		records = append(records, ev.record(topic, p))
 	}
 	if len(records) == 0 {
 		return nil
@@ -289,7 +337,7 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partit
 	}
 	for _, rec := range records {
 		pos, _ := ParsePosition(string(rec.Headers[0].Value))
-		inKafka[rec.Partition] = pos
+		inKafka[topicPartition{rec.Topic, rec.Partition}] = pos
 	}
 	r.published.Add(int64(len(records)))
 	return nil
