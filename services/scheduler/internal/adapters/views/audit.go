@@ -28,8 +28,8 @@ type AuditRow struct {
 	Resource   string
 	ResourceID string
 	UserID     string // the event's actor
-	MachineID string
-	Details   []byte // a JSON object
+	MachineID  string
+	Details    []byte // a JSON object
 }
 
 // ConvertAudit makes one audit row per event. Details are JSON objects,
