@@ -14,10 +14,11 @@ import (
 // OtherReplicas' signals to the other replicas and calls WakeLocal when
 // one of them signals (package adapters/postgres: LISTEN/NOTIFY).
 type Hub struct {
-	mu       sync.Mutex
-	work     chan struct{} // closed and replaced when work may have appeared
-	watchers map[string]map[chan struct{}]struct{}
-	notify   chan struct{}
+	mu        sync.Mutex
+	work      chan struct{} // closed and replaced when work may have appeared
+	watchers  map[string]map[chan struct{}]struct{}
+	notify    chan struct{}
+	observers []func(domain.Task)
 }
 
 // NewHub returns an empty hub.
@@ -55,8 +56,9 @@ func (h *Hub) WakeLocal() {
 	h.mu.Unlock()
 }
 
-// Changed tells watchers of t that it changed, and wakes claims when t
-// became claimable.
+// Changed tells watchers and observers of t that it changed, and wakes
+// claims when t became claimable, or completed as a member of a group:
+// tasks waiting for it (depends_on) may have become claimable.
 func (h *Hub) Changed(t domain.Task) {
 	h.mu.Lock()
 	for ch := range h.watchers[t.ID] {
@@ -65,10 +67,23 @@ func (h *Hub) Changed(t domain.Task) {
 		default:
 		}
 	}
+	observers := h.observers
 	h.mu.Unlock()
-	if t.Status == domain.StatusPending {
+	for _, f := range observers {
+		f(t)
+	}
+	if t.Status == domain.StatusPending || (t.Status == domain.StatusCompleted && t.Spec.GroupID != "") {
 		h.WakeClaimers()
 	}
+}
+
+// Observe calls f with every task Changed reports, after its watchers
+// were told. f runs on the caller's goroutine, inside a use case that just
+// committed: it must not block.
+func (h *Hub) Observe(f func(domain.Task)) {
+	h.mu.Lock()
+	h.observers = append(h.observers, f)
+	h.mu.Unlock()
 }
 
 // Watch subscribes to changes of one task until cancel is called.

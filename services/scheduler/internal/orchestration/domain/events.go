@@ -161,7 +161,8 @@ func (s *State) release(rel Release) {
 	g := &s.Group
 	if g.Mode != ModeRepeat {
 		if m, ok := s.Members[rel.Key]; ok {
-			m.TaskID = rel.TaskID
+			// The task holds the spec from now on.
+			m.TaskID, m.Spec, m.ClusterQueue = rel.TaskID, task.Spec{}, ""
 			s.Members[rel.Key] = m
 		}
 		return

@@ -130,9 +130,9 @@ type Member struct {
 	Index     int      `json:"index"`
 	Name      string   `json:"name"`
 	DependsOn []string `json:"depends_on,omitempty"`
-	// Spec and ClusterQueue are what the member's task is created from
-	// (empty for repeat runs, made from the group's Repeat).
-	Spec         task.Spec `json:"spec"`
+	// Spec and ClusterQueue are what the member's task is created from,
+	// until it is (empty for repeat runs, made from the group's Repeat).
+	Spec         task.Spec `json:"spec,omitzero"`
 	ClusterQueue string    `json:"cluster_queue,omitempty"`
 	// TaskID is empty until the member is released.
 	TaskID string `json:"task_id,omitempty"`
