@@ -152,7 +152,7 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, hub: app.NewHub(), log: cfg.Logger.With("service", "scheduler")}
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "scheduler", Topic: cfg.Topic, Partitions: cfg.Partitions,
 		Routes: map[string]string{postgres.GroupAggregateType: cfg.OrchestrationTopic, postgres.TemplateAggregateType: cfg.OrchestrationTopic},
-		Kafka: cfg.Kafka, Logger: s.log})
+		Kafka:  cfg.Kafka, Logger: s.log})
 	s.store = postgres.NewTaskStore(cfg.DB, postgres.TaskStoreOptions{Writers: cfg.Writers, AfterCommit: s.relay.Notify})
 	stores := app.Stores{Tasks: s.store, Views: postgres.TaskViews{DB: cfg.DB}, Agents: postgres.Agents{DB: cfg.DB},
 		Sweeps: postgres.SweepQueries{DB: cfg.DB}, Sweeper: postgres.SweeperLock{DB: cfg.DB}}
