@@ -433,3 +433,12 @@ func (s *GroupStore) Due(ctx context.Context, now time.Time, limit int) ([]strin
 		   AND (t.id IS NULL OR t.deleted OR t.status <> m.status)
 		 LIMIT $2)`, now, limit)
 }
+
+// WriteGroupRows writes a group's row and member rows from its state
+// (the rebuild of the inline projection).
+func WriteGroupRows(ctx context.Context, tx pgx.Tx, s orch.State) error {
+	if err := writeGroup(ctx, tx, s.Group); err != nil {
+		return err
+	}
+	return writeMembers(ctx, tx, orch.State{}, s)
+}

@@ -201,3 +201,9 @@ func upsertTemplates(ctx context.Context, tx pgx.Tx, ts ...orch.Template) error 
 	}
 	return nil
 }
+
+// WriteTemplateRows writes templates rows from their state (the rebuild of
+// the inline projection).
+func WriteTemplateRows(ctx context.Context, tx pgx.Tx, ts ...orch.Template) error {
+	return upsertTemplates(ctx, tx, ts...)
+}
