@@ -17,8 +17,10 @@ import (
 	"github.com/taskmesh/taskmesh/services/scheduler"
 )
 
-func (e *env) groups() taskv1.TaskGroupServiceClient  { return taskv1.NewTaskGroupServiceClient(e.conn) }
-func (e *env) templates() taskv1.TemplateServiceClient { return taskv1.NewTemplateServiceClient(e.conn) }
+func (e *env) groups() taskv1.TaskGroupServiceClient { return taskv1.NewTaskGroupServiceClient(e.conn) }
+func (e *env) templates() taskv1.TemplateServiceClient {
+	return taskv1.NewTemplateServiceClient(e.conn)
+}
 
 func operator() context.Context {
 	return as(authn.Principal{Kind: authn.KindAdmin, Subject: "admin:ops", RemoteIP: "10.0.0.9"})
@@ -257,9 +259,18 @@ func TestTemplates(t *testing.T) {
 	}
 	other := user("tenant-b")
 	for name, call := range map[string]func() error{
-		"get":    func() error { _, err := e.templates().GetTemplate(other, &taskv1.GetTemplateRequest{Id: "echo"}); return err },
-		"update": func() error { _, err := e.templates().UpdateTemplate(other, &taskv1.UpdateTemplateRequest{Id: "echo", Template: tpl}); return err },
-		"delete": func() error { _, err := e.templates().DeleteTemplate(other, &taskv1.DeleteTemplateRequest{Id: "echo"}); return err },
+		"get": func() error {
+			_, err := e.templates().GetTemplate(other, &taskv1.GetTemplateRequest{Id: "echo"})
+			return err
+		},
+		"update": func() error {
+			_, err := e.templates().UpdateTemplate(other, &taskv1.UpdateTemplateRequest{Id: "echo", Template: tpl})
+			return err
+		},
+		"delete": func() error {
+			_, err := e.templates().DeleteTemplate(other, &taskv1.DeleteTemplateRequest{Id: "echo"})
+			return err
+		},
 		"run": func() error {
 			_, err := e.templates().RunTemplate(other, &taskv1.RunTemplateRequest{Id: "echo", Variables: map[string]*structpb.Value{"msg": str("x")}})
 			return err
