@@ -51,6 +51,9 @@ type Config struct {
 	Topic string
 	// Tasks reads snapshots; required.
 	Tasks TaskReader
+	// Groups, if set, feeds task-group streams (RegisterGroups); they
+	// need no Kafka brokers.
+	Groups GroupWatcher
 	// MaxStreamsPerTenant bounds a tenant's open streams on this gateway;
 	// one more is answered 429.
 	MaxStreamsPerTenant int

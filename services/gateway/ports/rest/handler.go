@@ -52,7 +52,8 @@ type Options struct {
 	// Admin, if not nil, is served under /api/v1/admin/ to operator keys.
 	Admin adminv1.AdminServiceServer
 	// Live, if not nil, serves live task streams at
-	// /api/v1/tasks/{task_id}/events and /ws.
+	// /api/v1/tasks/{task_id}/events and /ws (and, when it watches groups,
+	// /api/v1/task-groups/{group_id}/events and /ws).
 	Live   *live.Service
 	Logger *slog.Logger
 }
@@ -62,6 +63,7 @@ type Options struct {
 const (
 	liveTaskRoutes  = "/api/v1/tasks/{task_id}"
 	liveVideoRoutes = "/v1/video/generations/{task_id}"
+	liveGroupRoutes = "/api/v1/task-groups/{group_id}"
 )
 
 type handler struct {
@@ -84,6 +86,12 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			Paths:       live.OpenAPIPaths(liveVideoRoutes, "VideoService", "#/definitions/liveVideoFrame"),
 			Definitions: map[string]any{"liveVideoFrame": live.VideoFrameSchema()},
 		})
+		if opts.Live.Groups() {
+			extras = append(extras, Extra{
+				Paths:       live.OpenAPIGroupPaths(liveGroupRoutes, "TaskGroupService", "#/definitions/liveGroupFrame"),
+				Definitions: map[string]any{"liveGroupFrame": live.GroupFrameSchema()},
+			})
+		}
 	}
 	doc, err := Document(openapi.JSON, extras...)
 	if err != nil {
@@ -96,6 +104,11 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if opts.Live != nil {
 		if err := opts.Live.Register(mux, liveTaskRoutes, live.TaskView); err != nil {
 			return nil, fmt.Errorf("rest: %w", err)
+		}
+		if opts.Live.Groups() {
+			if err := opts.Live.RegisterGroups(mux, liveGroupRoutes); err != nil {
+				return nil, fmt.Errorf("rest: %w", err)
+			}
 		}
 	}
 	if opts.Admin != nil {
