@@ -22,7 +22,7 @@ import (
 //   - pending local tasks re-enter the local queue (localLoop reads them).
 //   - unsynced outcomes are delivered by the sync loop when it starts.
 func (a *Agent) recover(ctx context.Context) error {
-	rows, err := a.journal.WithStatus(bg, journal.StatusAssigned, journal.StatusRunning)
+	rows, err := a.journal.WithStatus(journalCtx, journal.StatusAssigned, journal.StatusRunning)
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
@@ -42,7 +42,7 @@ func (a *Agent) recover(ctx context.Context) error {
 			case err == nil:
 				if resp.GetLeaseExpiresAt() != nil {
 					at.task.LeaseExpiresAt = resp.GetLeaseExpiresAt().AsTime()
-					_ = a.journal.SetLease(bg, t.AttemptID, at.task.LeaseExpiresAt, a.now())
+					_ = a.journal.SetLease(journalCtx, t.AttemptID, at.task.LeaseExpiresAt, a.now())
 				}
 				log.Info("resuming attempt: lease still valid")
 			case rpcerr.AttemptGone(err):
@@ -54,7 +54,7 @@ func (a *Agent) recover(ctx context.Context) error {
 			}
 		}
 		a.takeRecoveredSlot(at)
-		a.go_(func() { a.resume(ctx, at) })
+		a.runInBackground(func() { a.resume(ctx, at) })
 	}
 	return nil
 }
