@@ -16,7 +16,7 @@ import (
 // sent as base64 in a data: URI is about 13.4 MB.
 const maxVideoBodyBytes = 15 << 20
 
-// videoMarshaler writes the video API's JSON (seed 000 §1.1.2), whose keys
+// videoMarshaler writes the video API's JSON (docs/api/video.md), whose keys
 // mix snake_case and camelCase: every field of the video protos names its
 // documented key with json_name, so the JSON names are used. Unset message
 // fields are present as null, as the document shows them ("completed_time":
