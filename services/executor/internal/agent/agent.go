@@ -1,7 +1,7 @@
 // Package agent is the executor agent: it pulls tasks from the Taskmesh
 // LeaseService, runs them through shims, keeps leases alive, reports
 // progress and outcomes, and keeps every promise in a local journal so that
-// it survives restarts and server outages (seed 004 §4, §6).
+// it survives restarts and server outages (docs/executor.md).
 //
 // The agent's loops, each a goroutine of Run:
 //

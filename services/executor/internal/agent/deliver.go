@@ -42,7 +42,7 @@ func (a *Agent) deliverLive(ctx context.Context, attemptID string) {
 }
 
 // syncLoop delivers unsynced outcomes, oldest end first, backing off while
-// the server is unreachable (seed 004 §6.2).
+// the server is unreachable (docs/decisions/0010-agent-sqlite-journal.md).
 func (a *Agent) syncLoop(ctx context.Context) {
 	bo := backoffDelay{base: 500 * time.Millisecond, limit: 30 * time.Second}
 	var retry <-chan time.Time

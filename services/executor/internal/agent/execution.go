@@ -90,8 +90,8 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 			if ctx.Err() != nil {
 				return
 			}
-			// Unreachable server: the lease was granted, so run anyway
-			// (§6.2); completion is delivered when the server is back.
+			// Unreachable server: the lease was granted, so run anyway;
+			// the journal keeps the outcome until the server is back.
 			log.Warn("start task not acknowledged, running anyway", "err", err)
 		}
 	}

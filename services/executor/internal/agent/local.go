@@ -14,7 +14,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 )
 
-// Local tasks (seed 004 §5.2) run on this agent only and are never
+// Local tasks (docs/api/agent-local.md) run on this agent only and are never
 // reported to the server. They wait in the journal as pending, highest
 // priority first, and take process slots before the claim loop starts its
 // next claim; a claim already long-polling keeps its slots until it

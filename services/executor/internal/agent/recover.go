@@ -9,11 +9,12 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 )
 
-// recover resumes what a previous run of the agent left (seed 004 §6.1):
+// recover resumes what a previous run of the agent left
+// (docs/executor.md#the-agents-loops):
 //
 //   - assigned and running server attempts are checked with the server
-//     (RenewTaskLease). A valid lease, or no answer (the server may be down,
-//     §6.2), resumes the attempt: reattach to its shim, or read the shim's
+//     (RenewTaskLease). A valid lease, or no answer (the server may be
+//     down), resumes the attempt: reattach to its shim, or read the shim's
 //     status file if it has finished, or start it if it never had a
 //     process. 30001/30002/30003 stop the process through the shim and
 //     record it failed; the outcome is still offered to the server, which
