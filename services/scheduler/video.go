@@ -30,8 +30,8 @@ func DefaultVideoModels() []VideoModel { return videodomain.DefaultModels() }
 // standard → tenant-low-priority-queue at priority 5.
 func DefaultVideoRoutes() map[string]VideoRoute { return videodomain.DefaultRoutes() }
 
-// VideoConfig configures the video generation API (seed 000 §1.1.2). Zero
-// values take the defaults documented on each field.
+// VideoConfig configures the video generation API (docs/api/video.md).
+// Zero values take the defaults documented on each field.
 type VideoConfig struct {
 	// Models offered (default DefaultVideoModels).
 	Models []VideoModel

@@ -24,8 +24,8 @@ type SpecInput struct {
 	// Targets fan one submission out into one task per machine or IP.
 	TargetMachines []string
 	TargetIPs      []string
-	// Repeat runs the task this many times, one after another (seed 004
-	// §7.1 repeat_count; 0 or 1 = once).
+	// Repeat runs the task this many times, one after another
+	// (repeat_count, docs/api/tasks.md#taskspec; 0 or 1 = once).
 	Repeat    int
 	Resources map[string]string
 	Quota     string

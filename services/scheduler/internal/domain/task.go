@@ -46,7 +46,7 @@ const (
 	TypeVideo = "video"
 )
 
-// Distribution modes (seed 004 §10.4).
+// Distribution modes (docs/api/tasks.md#targeting).
 const (
 	ModeSingle    = "single"
 	ModeBroadcast = "broadcast"
@@ -86,7 +86,7 @@ type Spec struct {
 	Video *Video `json:"video,omitempty"`
 }
 
-// Video is a validated video-generation request (seed 000 §1.1.2); the
+// Video is a validated video-generation request (docs/api/video.md); the
 // video API checks the documented limits before it becomes a task.
 type Video struct {
 	Model          string `json:"model"`
@@ -106,7 +106,7 @@ type Video struct {
 	Watermark      bool   `json:"watermark,omitempty"`
 }
 
-// Defaults from seed 004's SQL and §6.3.2.
+// Defaults of a task spec's unset fields (docs/api/tasks.md#taskspec).
 const (
 	DefaultPriority          = 5
 	DefaultMaxRetries        = 3

@@ -14,7 +14,7 @@ const (
 
 // Resolution tiers and the 16:9 size of each: a text_to_video is exactly
 // that size, an image_to_video has about as many pixels in its image's
-// aspect ratio (seed 000: the tier sets the total pixels, not the shape).
+// aspect ratio (the tier sets the total pixels, not the shape).
 var tierSizes = map[string][2]int{
 	"480P":  {832, 480},
 	"720P":  {1280, 720},
@@ -43,9 +43,10 @@ type Model struct {
 	GPUs string
 }
 
-// DefaultModels are the models offered out of the box (seed 000: wan2.2,
-// 480P/720P/1080P with 480P by default, 5-second videos, two GPUs per job as
-// in its PyTorchJob template).
+// DefaultModels are the models offered out of the box
+// (docs/api/video.md#the-request: wan2.2, 480P/720P/1080P with 480P by
+// default, 5-second videos, two GPUs per job as in its PyTorchJob
+// template).
 func DefaultModels() []Model {
 	wan := func(id, name, typ string) Model {
 		return Model{ID: id, DisplayName: name, Type: typ, Resolutions: []string{"480P", "720P", "1080P"},
@@ -151,10 +152,12 @@ type Route struct {
 	Priority int
 }
 
-// DefaultRoutes are seed 000's queues: premium tenants in
-// tenant-high-priority-queue at priority 2, standard ones in
-// tenant-low-priority-queue at priority 5 — a gap of 3, so seed 004's
-// preemption rule lets premium work preempt standard work.
+// DefaultRoutes are the documented queues (docs/api/video.md#routing):
+// premium tenants in tenant-high-priority-queue at priority 2, standard
+// ones in tenant-low-priority-queue at priority 5 — a gap of 3, so the
+// admission's minimum priority gap for preemption
+// (docs/api/quota.md#which-work-waits-and-where) lets premium work preempt
+// standard work.
 func DefaultRoutes() map[string]Route {
 	return map[string]Route{
 		"premium":  {Queue: "tenant-high-priority-queue", Priority: 2},

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Documented limits (seed 000 §1.1.2).
+// Documented limits (docs/api/video.md#the-request).
 const (
 	// MaxPromptChars: longer prompts are cut to this many characters (a
 	// Chinese character and a letter count one each).
