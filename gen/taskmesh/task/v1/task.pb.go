@@ -689,9 +689,10 @@ func (x *TaskSpec) GetVideo() *VideoParams {
 	return nil
 }
 
-// VideoParams is a validated, normalised video-generation request (seed 000
-// §1.1.2) as the executor's video runner and the Kubernetes backend consume
-// it. The video API fills it; limits are checked there.
+// VideoParams is a validated, normalised video-generation request as the
+// executor's video runner and the Kubernetes backend consume it
+// (docs/api/video.md#the-video-task). The video API fills it; limits are
+// checked there.
 type VideoParams struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Model id, e.g. wan2.2-t2v or wan2.2-i2v.
@@ -861,7 +862,8 @@ func (x *VideoParams) GetWatermark() bool {
 	return false
 }
 
-// Distribution says which machines may run a task (seed 004 §10.4).
+// Distribution says which machines may run a task
+// (docs/api/tasks.md#targeting).
 type Distribution struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// single (default), broadcast or scatter.

@@ -28,7 +28,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// VideoService is the video generation API of seed 000 §1.1.2: submit a
+// VideoService is the video generation API (docs/api/video.md): submit a
 // text-to-video or image-to-video generation, poll it, cancel or delete it.
 // Each generation is a scheduler task of type video; the caller's tier picks
 // its queue and priority.
@@ -107,7 +107,7 @@ func (c *videoServiceClient) DeleteVideoGeneration(ctx context.Context, in *Dele
 // All implementations must embed UnimplementedVideoServiceServer
 // for forward compatibility.
 //
-// VideoService is the video generation API of seed 000 §1.1.2: submit a
+// VideoService is the video generation API (docs/api/video.md): submit a
 // text-to-video or image-to-video generation, poll it, cancel or delete it.
 // Each generation is a scheduler task of type video; the caller's tier picks
 // its queue and priority.
