@@ -29,6 +29,8 @@ func Statuses() []Status {
 
 // Final reports whether no further transition happens on its own.
 func (s Status) Final() bool {
+	// Preempted and suspended are not final: Requeue brings them back to
+	// pending.
 	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
 }
 
@@ -181,6 +183,8 @@ type Task struct {
 
 // Claimable reports whether the task may be leased at now.
 func (t *Task) Claimable(now time.Time) bool {
+	// RetryAt is set at submission, requeue and lease loss too, so "not
+	// before RetryAt" holds for every pending task, not only for retries.
 	return t.Status == StatusPending && !t.Deleted && !now.Before(t.RetryAt) && !t.AwaitingAdmission()
 }
 
@@ -204,5 +208,7 @@ func (t *Task) Matches(machine, ip string, labels, types []string) bool {
 			return false
 		}
 	}
+	// An agent that names no types takes every type; one that names some (an
+	// agent without ffmpeg leaves video out) takes only those.
 	return len(types) == 0 || slices.Contains(types, t.Spec.Type)
 }
