@@ -87,6 +87,8 @@ func NewCatalog(models []Model) (Catalog, error) {
 				return Catalog{}, fmt.Errorf("video: model %s: unknown resolution %q (480P, 720P or 1080P)", m.ID, r)
 			}
 		}
+		// Defaults are filled and checked when the catalog is built, so
+		// Normalize can trust every model it finds.
 		if m.DefaultResolution == "" {
 			m.DefaultResolution = m.Resolutions[0]
 		}
@@ -103,6 +105,9 @@ func NewCatalog(models []Model) (Catalog, error) {
 			return Catalog{}, fmt.Errorf("video: model %s: default duration %d is not one of its durations", m.ID, m.DefaultDuration)
 		}
 		for _, d := range m.Durations {
+			// The task's own bounds (a video task's duration is 1 to 60
+			// seconds): a model configured beyond them would make tasks the
+			// scheduler refuses.
 			if d < 1 || d > 60 {
 				return Catalog{}, fmt.Errorf("video: model %s: duration %d is outside 1 to 60 seconds", m.ID, d)
 			}
@@ -176,6 +181,8 @@ func (r Routing) For(tier string) Route {
 	if route, ok := r.Routes[tier]; ok {
 		return route
 	}
+	// Check guarantees the default tier has a route, so an unknown tier
+	// never lands nowhere.
 	return r.Routes[r.Default]
 }
 
@@ -185,6 +192,8 @@ func (r Routing) Check() error {
 		return fmt.Errorf("video: the default tier %q has no route", r.Default)
 	}
 	for tier, route := range r.Routes {
+		// The task API's priority range: a route outside it would make every
+		// generation of that tier fail validation.
 		if route.Queue == "" || route.Priority < 1 || route.Priority > 10 {
 			return fmt.Errorf("video: tier %s: a route needs a queue and a priority of 1 to 10", tier)
 		}
