@@ -17,7 +17,9 @@ MODULES    := ./gen/... ./platform/... ./services/gateway/... ./services/schedul
 PLUGINS    := $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway \
               $(BIN)/protoc-gen-openapiv2 $(BIN)/protosrc
 TESTFLAGS  ?= -race -count=1 -timeout 40m
-BENCHFLAGS ?=
+# make bench BENCHRUNS=5: every figure is the median of that many runs.
+BENCHRUNS  ?= 3
+BENCHFLAGS ?= --runs $(BENCHRUNS)
 
 .DEFAULT_GOAL := help
 
@@ -38,11 +40,12 @@ test: check-generated ## Run all tests with the race detector (fails when gen/ i
 	go test $(TESTFLAGS) $(MODULES)
 
 .PHONY: bench
-bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print medians.
+bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print medians of the runs.
 	$(BIN)/taskmesh bench all $(BENCHFLAGS)
 	# In-process costs: the rate limiter's decision (mean and p99) and the
-	# admission core's scheduling, 5 runs each (take the medians).
-	go test -run '^$$' -bench . -count 5 ./services/gateway/internal/ratelimit/ ./services/quota/internal/domain/admitcore/
+	# admission core's scheduling, BENCHRUNS runs each, printed as medians.
+	go test -run '^$$' -bench . -count $(BENCHRUNS) ./services/gateway/internal/ratelimit/ ./services/quota/internal/domain/admitcore/ \
+	  | $(BIN)/taskmesh bench medians
 
 .PHONY: tools
 tools: $(BIN)/buf $(PLUGINS) ## Build buf and the protoc plugins from pinned modules.

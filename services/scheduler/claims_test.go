@@ -112,25 +112,37 @@ func TestClaimIsIdempotentByRequestID(t *testing.T) {
 }
 
 // A waiting claim returns as soon as work is submitted, not after a poll.
+// The periodic re-check is set far beyond the claim's wait, so only the
+// wake-up can answer in time: without it the claim returns at the end of
+// its wait.
 func TestLongPollWakesOnSubmission(t *testing.T) {
-	e := newEnv(t)
-	got := make(chan time.Time, 1)
+	e := newEnv(t, func(c *scheduler.Config) { c.Timing.ClaimRecheck = time.Hour })
+	// An empty claim first: the connection and the claim's statements are
+	// ready, so the waiting claim below parks within milliseconds.
+	if got := e.claim("agent-1", "m1", 1); len(got) != 0 {
+		t.Fatalf("claim on an empty queue = %v", got)
+	}
+	type answer struct {
+		tasks []*taskv1.Task
+		err   error
+		at    time.Time
+	}
+	got := make(chan answer, 1)
 	go func() {
-		tasks := e.claimWait("agent-1", "m1", 1, 20*time.Second)
-		if len(tasks) == 1 {
-			got <- time.Now()
-		}
+		tasks, err := e.claimWait("agent-1", "m1", 1, 10*time.Second)
+		got <- answer{tasks, err, time.Now()}
 	}()
+	// Lets the claim park; a claim still looking would find the task
+	// without a wake-up, which the limit below cannot tell apart.
 	time.Sleep(300 * time.Millisecond)
 	submitted := time.Now()
-	e.create(user("tenant-a"), &taskv1.TaskSpec{Name: "wake", Command: "true"})
-	select {
-	case at := <-got:
-		if d := at.Sub(submitted); d > 900*time.Millisecond {
-			t.Fatalf("claim returned %s after submission", d)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("waiting claim never returned the task")
+	id := e.create(user("tenant-a"), &taskv1.TaskSpec{Name: "wake", Command: "true"}).GetId()
+	a := <-got
+	if a.err != nil || len(a.tasks) != 1 || a.tasks[0].GetId() != id {
+		t.Fatalf("waiting claim = %v, %v; want task %s", a.tasks, a.err, id)
+	}
+	if d := a.at.Sub(submitted); d > 900*time.Millisecond {
+		t.Fatalf("claim returned %s after submission: not woken by it", d)
 	}
 }
 

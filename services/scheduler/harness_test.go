@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -130,14 +131,15 @@ func (e *env) claim(id, machine string, limit int32, labels ...string) []*taskv1
 	return resp.GetTasks()
 }
 
-func (e *env) claimWait(id, machine string, limit int32, wait time.Duration) []*taskv1.Task {
-	e.t.Helper()
+// claimWait is a long-polling claim. It returns its error instead of
+// failing the test, so it can run on a goroutine of its own.
+func (e *env) claimWait(id, machine string, limit int32, wait time.Duration) ([]*taskv1.Task, error) {
 	resp, err := e.leases().ClaimTasks(agent(id), &taskv1.ClaimTasksRequest{AgentId: id, MachineId: machine, Limit: limit,
 		Wait: durationpb.New(wait)})
 	if err != nil {
-		e.t.Fatalf("claim: %v", err)
+		return nil, fmt.Errorf("claim: %w", err)
 	}
-	return resp.GetTasks()
+	return resp.GetTasks(), nil
 }
 
 // code returns the business code of a gRPC error (0 if none).

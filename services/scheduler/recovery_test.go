@@ -72,7 +72,10 @@ func TestDeadAgentDetectedByMissedHeartbeats(t *testing.T) {
 // max_retries; the server fails attempts the agent never reports past their
 // timeout.
 func TestLeaseExpiryRetriesAndTimeouts(t *testing.T) {
-	e := newEnv(t)
+	// The clock jumps past AgentLostAfter's default (15 s) before each
+	// heartbeat that keeps agent-1 alive; a sweep in between would release
+	// its leases as lost instead of expired or timed out.
+	e := newEnv(t, func(c *scheduler.Config) { c.Timing.AgentLostAfter = time.Hour })
 	ctx := user("tenant-a")
 	id := e.create(ctx, &taskv1.TaskSpec{Name: "flaky", Command: "true", LeaseTtlSec: i32(30), RenewIntervalSec: i32(10),
 		MaxRetries: i32(1), RetryDelay: i32(120)}).GetId()
@@ -169,8 +172,32 @@ func TestPreemptionRequeuesTheVictim(t *testing.T) {
 		return hb
 	}
 	beat(lowAtt)
-	near := e.create(ctx, &taskv1.TaskSpec{Name: "near", Command: "true", Priority: i32(3)}).GetId()
-	time.Sleep(600 * time.Millisecond)
+	// A positive control on a second full machine: priority-9 work there
+	// and a priority-4 task pinned to it, which outranks it by 5.
+	filler := e.create(ctx, &taskv1.TaskSpec{Name: "filler", Command: "sleep", Priority: i32(9), MachineId: "m2"}).GetId()
+	fill := e.claim("agent-2", "m2", 1)
+	if len(fill) != 1 || fill[0].GetId() != filler {
+		t.Fatalf("m2 claimed %v, want the filler", fill)
+	}
+	beat2 := func() *taskv1.SendHeartbeatResponse {
+		hb, err := e.leases().SendHeartbeat(agent("agent-2"), &taskv1.SendHeartbeatRequest{AgentId: "agent-2", MachineId: "m2",
+			AttemptIds: []string{fill[0].GetAttemptId()}, FreeSlots: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hb
+	}
+	beat2()
+	// near (priority 3, only m1's priority-5 work to replace: gap 2) and
+	// the control are created together; near waited longer and sorts first
+	// among the sweep's candidates, so once the control has preempted m2's
+	// work, a sweep has judged near too.
+	near := e.create(ctx, &taskv1.TaskSpec{Name: "near", Command: "true", Priority: i32(3), MachineId: "m1"}).GetId()
+	e.create(ctx, &taskv1.TaskSpec{Name: "control", Command: "true", Priority: i32(4), MachineId: "m2"})
+	eventually(t, 5*time.Second, "the control to preempt m2's work", func() bool {
+		hb := beat2()
+		return len(hb.GetStop()) == 1 && hb.GetStop()[0].GetTaskId() == filler && hb.GetStop()[0].GetReason() == "preempted"
+	})
 	if hb := beat(lowAtt); len(hb.GetStop()) != 0 {
 		t.Fatalf("priority 3 preempted priority 5: %v", hb)
 	}

@@ -66,6 +66,10 @@ type Timing struct {
 	// a negative value turns preemption off.
 	PreemptGap    int
 	SweepInterval time.Duration // default 1s
+	// ClaimRecheck is how often a long-polling claim looks again without
+	// being woken (default 1s): it catches retry_at passing and another
+	// replica's work when a NOTIFY is lost.
+	ClaimRecheck time.Duration
 }
 
 // Config configures the service.
@@ -137,7 +141,7 @@ func New(cfg Config) (*Service, error) {
 	t := cfg.Timing
 	s.app = app.New(stores, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
-		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait}, s.log)
+		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck}, s.log)
 	if cfg.Quota != nil {
 		if cfg.InternalToken == "" {
 			return nil, errors.New("scheduler: a quota service needs Config.InternalToken")

@@ -23,9 +23,9 @@ func TestClaimLongPoll(t *testing.T) {
 	}
 	// (The default types: shell, python, script, noop, and video as ffmpeg
 	// is installed here.)
-	// The claim is parked on the server; a new task is delivered through it
-	// at once, not after a polling interval.
-	time.Sleep(300 * time.Millisecond)
+	// Once the claim is parked on the server, a new task is delivered
+	// through it at once, not after a polling interval.
+	leasetest.WaitFor(t, 5*time.Second, "a parked claim", func() bool { return h.fake.Parked() == 1 })
 	added := time.Now()
 	id := h.fake.Add(&taskv1.Task{Name: "n", Type: "noop"})[0]
 	h.fake.WaitComplete(t, id, 5*time.Second)

@@ -38,17 +38,20 @@ func TestRenewLosesAttempt(t *testing.T) {
 			id := h.fake.Add(shell("sleep", "30"))[0]
 			h.start()
 			begin := time.Now()
-			row := h.waitFinal(id, 10*time.Second)
+			// Synced is the end of the attempt's story: an outcome that is
+			// reported is marked synced only after its CompleteTask, and a
+			// synced outcome is never sent again. So once the final row is
+			// synced, a CompleteTask for it would already be recorded.
+			row := h.waitRow(id, 10*time.Second, "final and synced", func(r journal.Task) bool { return journal.Final(r.Status) && r.Synced })
 			if time.Since(begin) > 5*time.Second {
 				t.Errorf("stopping took %s", time.Since(begin))
 			}
-			if row.Status != tc.wantStatus || !strings.HasPrefix(row.Error, tc.wantErr) || !row.Synced {
-				t.Errorf("row status %s error %q synced %v, want %s %q", row.Status, row.Error, row.Synced, tc.wantStatus, tc.wantErr)
+			if row.Status != tc.wantStatus || !strings.HasPrefix(row.Error, tc.wantErr) {
+				t.Errorf("row status %s error %q, want %s %q", row.Status, row.Error, tc.wantStatus, tc.wantErr)
 			}
 			if !groupGone(row.PID) {
 				t.Error("process survived the lost lease")
 			}
-			time.Sleep(200 * time.Millisecond)
 			if n := len(h.fake.Calls("CompleteTask")); n != 0 {
 				t.Errorf("%d CompleteTask calls for a lost attempt", n)
 			}
@@ -75,35 +78,34 @@ func TestRenewKeepsLeaseAlive(t *testing.T) {
 func TestServerUnreachableOutcomesSyncLater(t *testing.T) {
 	h := newHarness(t, nil)
 	dir := shortDir(t)
-	// Three tasks that end in a known order, each after a file says go.
+	// Three tasks, each waiting for its file; the test releases them one
+	// at a time, so they end in a known order: 0, 2, 1.
 	var ids []string
-	for i, d := range []string{"0.3", "0.9", "0.6"} {
+	for i := range 3 {
 		marker := filepath.Join(dir, "go"+string(rune('0'+i)))
-		ids = append(ids, h.fake.Add(script(`while [ ! -e "$1" ]; do sleep 0.05; done; sleep "$2"; echo done`, marker, d))[0])
+		ids = append(ids, h.fake.Add(script(`while [ ! -e "$1" ]; do sleep 0.05; done; echo done`, marker))[0])
 	}
 	h.start()
 	for _, id := range ids {
 		h.waitRow(id, 10*time.Second, "process of "+id, func(r journal.Task) bool { return r.PID != 0 })
 	}
 	h.fake.Stop()
-	for i := range ids {
-		os.WriteFile(filepath.Join(dir, "go"+string(rune('0'+i))), nil, 0o600)
-	}
+	wantOrder := []string{ids[0], ids[2], ids[1]}
 	var rows []journal.Task
-	for _, id := range ids {
-		row := h.waitFinal(id, 10*time.Second)
+	for _, i := range []int{0, 2, 1} {
+		if err := os.WriteFile(filepath.Join(dir, "go"+string(rune('0'+i))), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		row := h.waitFinal(ids[i], 10*time.Second)
 		if row.Synced || row.Status != journal.StatusCompleted {
 			t.Fatalf("row while offline: status %s synced %v", row.Status, row.Synced)
 		}
 		rows = append(rows, row)
 	}
-	slices.SortFunc(rows, func(a, b journal.Task) int { return a.EndedAt.Compare(b.EndedAt) })
-	var wantOrder []string
-	for _, r := range rows {
-		wantOrder = append(wantOrder, r.ID)
-	}
-	if !slices.Equal(wantOrder, []string{ids[0], ids[2], ids[1]}) {
-		t.Logf("tasks ended in an unexpected order %v (ids %v)", wantOrder, ids)
+	for i := 1; i < len(rows); i++ {
+		if !rows[i].EndedAt.After(rows[i-1].EndedAt) {
+			t.Fatalf("journal end times %v then %v: not the order the tasks ended in", rows[i-1].EndedAt, rows[i].EndedAt)
+		}
 	}
 	leasetest.WaitFor(t, 5*time.Second, "agent notices the outage", func() bool {
 		st, _ := h.agent.Status(t.Context())

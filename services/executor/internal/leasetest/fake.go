@@ -55,6 +55,7 @@ type Fake struct {
 	stops    []*taskv1.StopAttempt
 	changed  chan struct{} // closed and replaced on every change
 	leaseTTL time.Duration
+	parked   int // claims waiting for work now
 
 	fail      func(method string, req proto.Message) error
 	loseClaim func(req *taskv1.ClaimTasksRequest) bool
@@ -293,14 +294,30 @@ func (f *Fake) ClaimTasks(ctx context.Context, req *taskv1.ClaimTasksRequest) (*
 			return &taskv1.ClaimTasksResponse{Tasks: out, RequestId: req.GetRequestId()}, nil
 		}
 		ch := f.changed
+		f.parked++
 		f.mu.Unlock()
+		var done bool
 		select {
 		case <-ch:
 		case <-time.After(time.Until(deadline)):
 		case <-ctx.Done():
+			done = true
+		}
+		f.mu.Lock()
+		f.parked--
+		f.mu.Unlock()
+		if done {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+}
+
+// Parked is the number of claims waiting for work now: a task added while
+// one is parked can reach the agent only by waking it.
+func (f *Fake) Parked() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.parked
 }
 
 func (f *Fake) leaseLocked(req *taskv1.ClaimTasksRequest) []*taskv1.Task {

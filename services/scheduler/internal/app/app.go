@@ -44,6 +44,9 @@ type Config struct {
 	PreemptMaxWait time.Duration
 	// MaxWait caps a claim's long poll (default 60s).
 	MaxWait time.Duration
+	// ClaimRecheck: how often a waiting claim looks again without being
+	// woken (default 1s).
+	ClaimRecheck time.Duration
 }
 
 func (c *Config) defaults() {
@@ -60,6 +63,7 @@ func (c *Config) defaults() {
 	set(&c.PreemptAfter, 2*time.Second)
 	set(&c.PreemptMaxWait, 10*time.Minute)
 	set(&c.MaxWait, 60*time.Second)
+	set(&c.ClaimRecheck, time.Second)
 }
 
 // App is the scheduler's use cases.

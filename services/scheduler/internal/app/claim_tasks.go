@@ -44,13 +44,13 @@ func (a *App) ClaimTasks(ctx context.Context, c Caller, r ClaimRequest) ([]domai
 		if left <= 0 {
 			return nil, r.RequestID, nil
 		}
-		// Re-check at least every second: retry_at passing, or another
+		// Re-check every ClaimRecheck anyway: retry_at passing, or another
 		// replica's work when NOTIFY is lost, wake nobody.
 		select {
 		case <-ctx.Done():
 			return nil, r.RequestID, nil
 		case <-signal:
-		case <-time.After(min(left, time.Second)):
+		case <-time.After(min(left, a.cfg.ClaimRecheck)):
 		}
 	}
 }

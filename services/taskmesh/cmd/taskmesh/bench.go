@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -12,8 +13,22 @@ import (
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/bench"
 )
 
+// benchmark is one `taskmesh bench` subcommand: its own flags and how it
+// runs with the settings every benchmark shares.
+type benchmark struct {
+	name, short string
+	flags       *pflag.FlagSet
+	run         func(ctx context.Context, c bench.Common) error
+}
+
 func benchCommand() *cobra.Command {
-	var events bench.EventsOptions
+	return newBenchCommand([]benchmark{eventsBenchmark(), tasksBenchmark(), gatewayBenchmark(), admissionBenchmark()})
+}
+
+// newBenchCommand is `taskmesh bench` with a subcommand per benchmark and
+// `all`, which runs them in turn.
+func newBenchCommand(benchmarks []benchmark) *cobra.Command {
+	var common bench.Common
 	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -34,116 +49,115 @@ func benchCommand() *cobra.Command {
 			}
 		},
 	}
-	cmd.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
-	eventsCmd := &cobra.Command{
-		Use:   "events",
-		Short: "Event store → outbox relay → Kafka → projection, against pgbench -N on the same server",
+	// Shared by every benchmark, and by all of them under `bench all`.
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	pf.StringVar(&common.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
+	pf.IntVar(&common.Runs, "runs", 3, "repetitions: every figure is the median of the runs, printed with its spread")
+	pf.BoolVar(&common.PGStats, "pg-stats", false, "load pg_stat_statements and print the statements that took most server time (tasks, admission)")
+	for _, b := range benchmarks {
+		sub := &cobra.Command{Use: b.name, Short: b.short, RunE: func(cmd *cobra.Command, _ []string) error {
+			common.Out = cmd.OutOrStdout()
+			return b.run(cmd.Context(), common)
+		}}
+		sub.Flags().AddFlagSet(b.flags)
+		cmd.AddCommand(sub)
+	}
+	cmd.AddCommand(benchAllCommand(&common, benchmarks), &cobra.Command{
+		Use:   "medians",
+		Short: "Read `go test -bench … -count N` output on stdin; print each benchmark's metrics as medians of its runs",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			events.Out = cmd.OutOrStdout()
-			_, err := bench.Events(cmd.Context(), events)
-			return err
+			return bench.GoTestMedians(cmd.InOrStdin(), cmd.OutOrStdout())
 		},
-	}
-	f := eventsCmd.Flags()
-	f.StringVar(&events.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
-	f.IntVar(&events.Runs, "runs", 3, "repetitions (medians are reported)")
-	f.IntVar(&events.Writers, "writers", 8, "concurrent writing transactions")
-	f.IntVar(&events.Aggregates, "aggregates", 10_000, "aggregates the writers spread over")
-	f.IntVar(&events.Events, "events", 40_000, "events per throughput run")
-	f.IntVar(&events.Rate, "rate", 2000, "events/s of the lag run")
-	f.DurationVar(&events.LagFor, "lag-for", 0, "length of the lag run (default 10s)")
-	f.DurationVar(&events.PgbenchFor, "pgbench-for", 0, "length of each pgbench run (default 10s)")
-
-	var tasks bench.TasksOptions
-	tasksCmd := &cobra.Command{
-		Use:   "tasks",
-		Short: "Burn-down of no-op tasks over the lease API beside River on the same server; start latency; crash recovery",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			tasks.Out = cmd.OutOrStdout()
-			_, err := bench.Tasks(cmd.Context(), tasks)
-			return err
-		},
-	}
-	tf := tasksCmd.Flags()
-	tf.StringVar(&tasks.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
-	tf.IntVar(&tasks.Runs, "runs", 3, "repetitions (medians are reported)")
-	tf.IntVar(&tasks.Tasks, "tasks", 100_000, "no-op tasks per burn-down")
-	tf.IntVar(&tasks.Agents, "agents", 8, "concurrent agents")
-	tf.IntVar(&tasks.ClaimBatch, "claim-batch", 200, "tasks per claim")
-	tf.IntVar(&tasks.InFlight, "in-flight", 64, "completions in flight per agent")
-	tf.IntVar(&tasks.Rate, "rate", 500, "tasks/s of the latency run")
-	tf.DurationVar(&tasks.RateFor, "rate-for", 0, "length of the latency run (default 20s)")
-	tf.IntVar(&tasks.SpawnTasks, "spawn-tasks", 1000, "/bin/true tasks run through a real executor")
-	tf.IntVar(&tasks.SpawnSlots, "spawn-slots", 8, "slots of that executor")
-	tf.StringVar(&tasks.BurnProfile, "burn-profile", "", "write a CPU profile of the first burn-down alone")
-	tf.BoolVar(&tasks.PGStats, "pg-stats", false, "print the statements that took most server time (pg_stat_statements)")
-
-	var gw bench.GatewayOptions
-	gatewayCmd := &cobra.Command{
-		Use:   "gateway",
-		Short: "REST submit+get through the gateway against the same calls over gRPC straight to the scheduler",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			gw.Out = cmd.OutOrStdout()
-			_, err := bench.Gateway(cmd.Context(), gw)
-			return err
-		},
-	}
-	gf := gatewayCmd.Flags()
-	gf.StringVar(&gw.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
-	gf.IntVar(&gw.Runs, "runs", 3, "repetitions (medians are reported)")
-	gf.IntVar(&gw.Clients, "clients", 16, "concurrent clients per path")
-	gf.DurationVar(&gw.For, "gateway-for", 10*time.Second, "length of each measured phase")
-
-	var adm bench.AdmissionOptions
-	admissionCmd := &cobra.Command{
-		Use:   "admission",
-		Short: "Quota admission end to end: pending workloads on the task topic, capacity freed as each is admitted",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			adm.Out = cmd.OutOrStdout()
-			_, err := bench.Admission(cmd.Context(), adm)
-			return err
-		},
-	}
-	af := admissionCmd.Flags()
-	af.StringVar(&adm.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
-	af.IntVar(&adm.Runs, "runs", 3, "repetitions (medians are reported)")
-	af.IntVar(&adm.Workloads, "workloads", 10_000, "pending workloads (1 GPU each)")
-	af.IntVar(&adm.Queues, "queues", 50, "ClusterQueues")
-	af.IntVar(&adm.Cohorts, "cohorts", 5, "cohorts the queues are spread over")
-	af.IntVar(&adm.GPUs, "queue-gpus", 20, "nominal GPUs of each queue")
-	af.BoolVar(&adm.PGStats, "admission-pg-stats", false, "print the statements that took most server time (pg_stat_statements)")
-
-	all := &cobra.Command{
-		Use:   "all",
-		Short: "Run every benchmark",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			events.Out, tasks.Out = cmd.OutOrStdout(), cmd.OutOrStdout()
-			if _, err := bench.Events(cmd.Context(), events); err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout())
-			if _, err := bench.Tasks(cmd.Context(), tasks); err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout())
-			gw.Out = cmd.OutOrStdout()
-			if _, err := bench.Gateway(cmd.Context(), gw); err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout())
-			adm.Out = cmd.OutOrStdout()
-			_, err := bench.Admission(cmd.Context(), adm)
-			return err
-		},
-	}
-	all.Flags().AddFlagSet(f)
-	for _, fs := range []*pflag.FlagSet{tf, gf, af} {
-		fs.VisitAll(func(fl *pflag.Flag) {
-			if all.Flags().Lookup(fl.Name) == nil {
-				all.Flags().AddFlag(fl)
-			}
-		})
-	}
-	cmd.AddCommand(eventsCmd, tasksCmd, gatewayCmd, admissionCmd, all)
+	})
 	return cmd
+}
+
+// benchAllCommand runs every benchmark in turn with all their flags.
+func benchAllCommand(common *bench.Common, benchmarks []benchmark) *cobra.Command {
+	all := &cobra.Command{Use: "all", Short: "Run every benchmark", RunE: func(cmd *cobra.Command, _ []string) error {
+		common.Out = cmd.OutOrStdout()
+		for i, b := range benchmarks {
+			if i > 0 {
+				fmt.Fprintln(common.Out)
+			}
+			if err := b.run(cmd.Context(), *common); err != nil {
+				return fmt.Errorf("bench %s: %w", b.name, err)
+			}
+		}
+		return nil
+	}}
+	for _, b := range benchmarks {
+		all.Flags().AddFlagSet(b.flags)
+	}
+	return all
+}
+
+func eventsBenchmark() benchmark {
+	var o bench.EventsOptions
+	f := pflag.NewFlagSet("events", pflag.ContinueOnError)
+	f.IntVar(&o.Writers, "writers", 8, "concurrent writing transactions")
+	f.IntVar(&o.Aggregates, "aggregates", 10_000, "aggregates the writers spread over")
+	f.IntVar(&o.Events, "events", 40_000, "events per throughput run")
+	f.IntVar(&o.LagRate, "lag-rate", 2000, "events/s of the projection lag run")
+	f.DurationVar(&o.LagFor, "lag-for", 10*time.Second, "length of the projection lag run")
+	f.DurationVar(&o.PgbenchFor, "pgbench-for", 10*time.Second, "length of each pgbench run")
+	return benchmark{name: "events", flags: f,
+		short: "Event store → outbox relay → Kafka → projection, against pgbench -N -M prepared on the same server",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.Events(ctx, o)
+			return err
+		}}
+}
+
+func tasksBenchmark() benchmark {
+	var o bench.TasksOptions
+	f := pflag.NewFlagSet("tasks", pflag.ContinueOnError)
+	f.IntVar(&o.Tasks, "tasks", 100_000, "no-op tasks per burn-down (River works as many jobs)")
+	f.IntVar(&o.Agents, "agents", 8, "concurrent agents")
+	f.IntVar(&o.ClaimBatch, "claim-batch", 200, "tasks per claim")
+	f.IntVar(&o.InFlight, "in-flight", 64, "completions in flight per agent")
+	f.IntVar(&o.StartRate, "start-rate", 500, "submissions/s of the open-loop submit → start run")
+	f.DurationVar(&o.StartFor, "start-for", 20*time.Second, "length of the submit → start run")
+	f.IntVar(&o.SpawnTasks, "spawn-tasks", 1000, "/bin/true tasks run through a real executor")
+	f.IntVar(&o.SpawnSlots, "spawn-slots", 8, "slots of that executor")
+	f.StringVar(&o.BurnProfile, "burn-profile", "", "write a CPU profile of the first burn-down alone")
+	return benchmark{name: "tasks", flags: f,
+		short: "Burn-down of no-op tasks over the lease API beside River on the same server; submit → start; crash recovery; process spawning",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.Tasks(ctx, o)
+			return err
+		}}
+}
+
+func gatewayBenchmark() benchmark {
+	var o bench.GatewayOptions
+	f := pflag.NewFlagSet("gateway", pflag.ContinueOnError)
+	f.IntVar(&o.Clients, "clients", 16, "concurrent clients per path")
+	f.DurationVar(&o.For, "gateway-for", 10*time.Second, "length of each measured phase")
+	return benchmark{name: "gateway", flags: f,
+		short: "REST submit+get through the gateway against the same calls over gRPC straight to the scheduler",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.Gateway(ctx, o)
+			return err
+		}}
+}
+
+func admissionBenchmark() benchmark {
+	var o bench.AdmissionOptions
+	f := pflag.NewFlagSet("admission", pflag.ContinueOnError)
+	f.IntVar(&o.Workloads, "workloads", 10_000, "pending workloads (1 GPU each)")
+	f.IntVar(&o.Queues, "queues", 50, "ClusterQueues")
+	f.IntVar(&o.Cohorts, "cohorts", 5, "cohorts the queues are spread over")
+	f.IntVar(&o.GPUs, "queue-gpus", 20, "nominal GPUs of each queue")
+	return benchmark{name: "admission", flags: f,
+		short: "Quota admission end to end: pending workloads on the task topic, capacity freed as each is admitted",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.Admission(ctx, o)
+			return err
+		}}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -20,25 +19,18 @@ import (
 
 // GatewayOptions configures the gateway overhead benchmark.
 type GatewayOptions struct {
-	Dir     string
-	Runs    int
+	Common
 	Clients int           // concurrent clients per path
 	For     time.Duration // length of each measured phase
-	Out     io.Writer
 }
 
 func (o *GatewayOptions) defaults() {
-	if o.Runs <= 0 {
-		o.Runs = 3
-	}
+	o.Common.defaults()
 	if o.Clients <= 0 {
 		o.Clients = 16
 	}
 	if o.For <= 0 {
 		o.For = 10 * time.Second
-	}
-	if o.Out == nil {
-		o.Out = os.Stdout
 	}
 }
 
@@ -46,7 +38,7 @@ func (o *GatewayOptions) defaults() {
 // followed by a read of that task.
 type GatewayResult struct {
 	REST, GRPC       float64 // operations/s
-	Ratio            float64 // REST / GRPC
+	Ratio            float64 // median of the runs' REST / GRPC
 	RESTP99, GRPCP99 time.Duration
 }
 
@@ -56,34 +48,38 @@ type GatewayResult struct {
 // scheduler, alternating which goes first in each run, on one server.
 func Gateway(ctx context.Context, o GatewayOptions) (*GatewayResult, error) {
 	o.defaults()
-	env, err := startEnv(ctx, o.Dir, "gateway")
+	env, err := startEnv(ctx, o.Common, "gateway", nil)
 	if err != nil {
 		return nil, err
 	}
 	defer env.close()
 	fmt.Fprintf(o.Out, "gateway overhead: Postgres %s (durable defaults), embedded Kafka %s\n", env.server.URL(""), env.broker.Addrs()[0])
-	var rest, direct []float64
-	var restP99, directP99 []time.Duration
+	var rest, direct, ratios, restP99, directP99 sample
 	var rows [][]string
 	for run := 1; run <= o.Runs; run++ {
 		r, err := gatewayRun(ctx, env, o, run)
 		if err != nil {
 			return nil, err
 		}
-		rest, direct = append(rest, r.REST), append(direct, r.GRPC)
-		restP99, directP99 = append(restP99, r.RESTP99), append(directP99, r.GRPCP99)
-		rows = append(rows, []string{fmt.Sprint(run), fmt.Sprintf("%.0f", r.REST), ms(r.RESTP99), fmt.Sprintf("%.0f", r.GRPC),
-			ms(r.GRPCP99), fmt.Sprintf("%.2f", r.REST/r.GRPC)})
+		rest, direct, ratios = append(rest, r.REST), append(direct, r.GRPC), append(ratios, r.REST/r.GRPC)
+		restP99, directP99 = append(restP99, float64(r.RESTP99)), append(directP99, float64(r.GRPCP99))
+		first := "REST"
+		if run%2 == 0 {
+			first = "gRPC"
+		}
+		rows = append(rows, []string{fmt.Sprint(run), first, perSecond(r.REST), ms(r.RESTP99), perSecond(r.GRPC),
+			ms(r.GRPCP99), ratio(r.REST / r.GRPC)})
 	}
 	fmt.Fprintf(o.Out, "\n%d clients per path, %s per phase; one operation = submit a task + get it\n", o.Clients, o.For)
-	table(o.Out, []string{"run", "REST ops/s", "REST p99", "gRPC ops/s", "gRPC p99", "ratio"}, rows)
-	res := &GatewayResult{REST: median(rest), GRPC: median(direct), RESTP99: medianDuration(restP99), GRPCP99: medianDuration(directP99)}
-	res.Ratio = res.REST / res.GRPC
-	fmt.Fprintf(o.Out, "\nmedians of %d runs\n", o.Runs)
-	table(o.Out, []string{"measure", "value", "target", "verdict"}, [][]string{
-		{"REST through the gateway ops/s", fmt.Sprintf("%.0f (p99 %s)", res.REST, ms(res.RESTP99)), "", ""},
-		{"gRPC to the scheduler ops/s", fmt.Sprintf("%.0f (p99 %s)", res.GRPC, ms(res.GRPCP99)), "", ""},
-		{"REST / gRPC throughput", fmt.Sprintf("%.2f", res.Ratio), ">= 0.7", verdict(res.Ratio >= 0.7)},
+	table(o.Out, []string{"run", "first", "REST ops/s", "REST p99", "gRPC ops/s", "gRPC p99", "ratio"}, rows)
+	res := &GatewayResult{REST: rest.median(), GRPC: direct.median(), Ratio: ratios.median(),
+		RESTP99: time.Duration(restP99.median()), GRPCP99: time.Duration(directP99.median())}
+	summary(o.Out, o.Runs, [][]string{
+		{"REST through the gateway ops/s", rest.format(perSecond), "", ""},
+		{"REST p99", restP99.format(millis), "", ""},
+		{"gRPC to the scheduler ops/s", direct.format(perSecond), "", ""},
+		{"gRPC p99", directP99.format(millis), "", ""},
+		{"REST / gRPC throughput", ratios.format(ratio), ">= 0.7", verdict(res.Ratio >= 0.7)},
 	})
 	return res, nil
 }

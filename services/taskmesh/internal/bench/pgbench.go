@@ -12,9 +12,12 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
-// pgbench measures the server's write ceiling with `pgbench -N` (the
-// simple-update script: three writes and a commit per transaction) from
-// the given number of clients.
+// pgbench measures the server's ceiling for small write transactions with
+// `pgbench -N -M prepared` from the given number of clients. -N is the
+// simple-update script: BEGIN; UPDATE pgbench_accounts; SELECT its
+// balance; INSERT INTO pgbench_history; END — one durable commit per
+// transaction, which is what a command of one transaction costs. -M
+// prepared sends prepared statements, as pgx does.
 type pgbench struct {
 	server  *pg.LocalServer
 	bin     string
@@ -58,7 +61,7 @@ var tpsLine = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection t
 
 // run returns transactions per second over d.
 func (pb *pgbench) run(ctx context.Context, d time.Duration) (float64, error) {
-	out, err := exec.CommandContext(ctx, pb.bin, "-N", "-c", strconv.Itoa(pb.clients), "-j", "2",
+	out, err := exec.CommandContext(ctx, pb.bin, "-N", "-M", "prepared", "-c", strconv.Itoa(pb.clients), "-j", "2",
 		"-T", strconv.Itoa(int(d.Seconds())), pb.server.URL("pgbench")).CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)

@@ -3,14 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
+	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
-
-	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
 // noopArgs is River's job: nothing to do, like Taskmesh's noop tasks.
@@ -20,31 +19,28 @@ func (noopArgs) Kind() string { return "noop" }
 
 type noopWorker struct {
 	river.WorkerDefaults[noopArgs]
-	done *atomic.Int64
 }
 
-func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
-	w.done.Add(1)
-	return nil
-}
+func (*noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
 
-// riverPeer inserts n no-op jobs with InsertMany and works them with
-// River's own benchmark settings (MaxWorkers 2000, FetchCooldown 2 ms,
-// FetchPollInterval 20 ms) on the same Postgres server; it returns jobs/s
-// from the client's start until every job is marked completed.
+// riverInsertBatch is how many jobs one InsertMany carries, as in River's
+// own benchmark.
+const riverInsertBatch = 5_000
+
+// riverPeer works n no-op jobs with River on the same Postgres server, the
+// way River's own benchmark (`river bench`) measures it: the jobs are
+// inserted first; the client runs with that benchmark's settings
+// (MaxWorkers 2000, FetchCooldown 2 ms, FetchPollInterval 20 ms) on a pool
+// opened as River's command line opens it; the clock starts once
+// client.Start has returned and stops at the last completion reported by
+// River's event subscription (which counts a job only once its completion
+// is recorded). It returns jobs/s.
 func riverPeer(ctx context.Context, env *env, n, run int) (float64, error) {
 	db := fmt.Sprintf("river%d", run)
-	admin, err := pg.Open(ctx, pg.Config{URL: env.server.URL("postgres")})
-	if err != nil {
+	if err := env.createDatabase(ctx, db); err != nil {
 		return 0, err
 	}
-	_, _ = admin.Exec(ctx, `DROP DATABASE IF EXISTS `+db+` WITH (FORCE)`)
-	_, err = admin.Exec(ctx, `CREATE DATABASE `+db)
-	admin.Close()
-	if err != nil {
-		return 0, err
-	}
-	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL(db), MaxConns: 48})
+	pool, err := openRiverPool(ctx, env.server.URL(db))
 	if err != nil {
 		return 0, err
 	}
@@ -57,24 +53,8 @@ func riverPeer(ctx context.Context, env *env, n, run int) (float64, error) {
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return 0, err
 	}
-	var done atomic.Int64
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &noopWorker{done: &done})
-	inserter, err := river.NewClient(driver, &river.Config{})
-	if err != nil {
-		return 0, err
-	}
-	for left := n; left > 0; {
-		batch := min(left, 10_000)
-		params := make([]river.InsertManyParams, batch)
-		for i := range params {
-			params[i] = river.InsertManyParams{Args: noopArgs{}}
-		}
-		if _, err := inserter.InsertMany(ctx, params); err != nil {
-			return 0, err
-		}
-		left -= batch
-	}
+	river.AddWorker(workers, &noopWorker{})
 	client, err := river.NewClient(driver, &river.Config{
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2000}},
 		Workers:           workers,
@@ -84,28 +64,68 @@ func riverPeer(ctx context.Context, env *env, n, run int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	start := time.Now()
+	for left := n; left > 0; left -= riverInsertBatch {
+		params := make([]river.InsertManyParams, min(left, riverInsertBatch))
+		for i := range params {
+			params[i] = river.InsertManyParams{Args: noopArgs{}}
+		}
+		if _, err := client.InsertMany(ctx, params); err != nil {
+			return 0, err
+		}
+	}
+	// A channel as large as the run: a full one would drop events, and the
+	// count would never arrive.
+	events, unsubscribe := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n,
+		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled}})
+	defer unsubscribe()
 	if err := client.Start(ctx); err != nil {
 		return 0, err
 	}
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = client.Stop(sctx)
 	}()
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		var completed int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&completed); err != nil {
-			return 0, err
+	return countRiverCompletions(ctx, events, n, time.Now())
+}
+
+// countRiverCompletions reads n completions and returns n over the time
+// from start to the last one. Any other outcome fails the run.
+func countRiverCompletions(ctx context.Context, events <-chan *river.Event, n int, start time.Time) (float64, error) {
+	deadline := time.After(5 * time.Minute)
+	var last time.Time
+	for done := 0; done < n; {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-deadline:
+			return 0, fmt.Errorf("river completed %d of %d jobs in 5 minutes", done, n)
+		case ev, ok := <-events:
+			if !ok {
+				return 0, fmt.Errorf("river's subscription closed after %d of %d jobs", done, n)
+			}
+			if ev.Kind != river.EventKindJobCompleted {
+				return 0, fmt.Errorf("river job %d: %s", ev.Job.ID, ev.Kind)
+			}
+			done++
+			last = time.Now()
 		}
-		if completed >= n {
-			break
-		}
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("river completed %d of %d jobs", completed, n)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return float64(n) / last.Sub(start).Seconds(), nil
+}
+
+// openRiverPool opens a pool as River's command line does: pgxpool's
+// defaults (max(4, CPUs) connections) plus its application name and
+// timeouts, none of Taskmesh's own settings (pg.Open: custom plans, JIT
+// off, tracing).
+func openRiverPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	params["application_name"] = "river CLI"
+	params["idle_in_transaction_session_timeout"] = strconv.Itoa(int((11 * time.Second).Milliseconds()))
+	params["statement_timeout"] = strconv.Itoa(int((10 * time.Second).Milliseconds()))
+	return pgxpool.NewWithConfig(ctx, cfg)
 }

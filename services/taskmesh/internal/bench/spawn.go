@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,12 +16,13 @@ import (
 	"github.com/taskmesh/taskmesh/services/scheduler"
 )
 
-// spawning runs o.SpawnTasks /bin/true tasks through the gateway's front
-// door and a real executor agent (each process started by a shim, as in
-// production) and returns tasks/s from the first submission to the last
-// completion.
-func spawning(ctx context.Context, env *env, o TasksOptions) (float64, error) {
-	s, err := startScheduler(ctx, env, "spawn", scheduler.Timing{})
+// spawning submits o.SpawnTasks /bin/true tasks over gRPC straight to the
+// scheduler (not through the gateway's REST front door) and lets a real
+// executor agent run them: it leases through the gateway's lease API and
+// starts each process through a shim, as in production. It returns tasks/s
+// from the first submission to the last completion.
+func spawning(ctx context.Context, env *env, o TasksOptions, run int) (float64, error) {
+	s, err := startScheduler(ctx, env, fmt.Sprintf("spawn%d", run), scheduler.Timing{})
 	if err != nil {
 		return 0, err
 	}
@@ -51,13 +53,30 @@ func spawning(ctx context.Context, env *env, o TasksOptions) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	agentDone := make(chan error, 1)
+	var agentErr error
+	agentStopped := make(chan struct{})
 	go func() {
-		agentDone <- executor.Run(runCtx, executor.Config{AgentID: "spawn-agent", MachineID: "bench", Slots: o.SpawnSlots,
+		defer close(agentStopped)
+		agentErr = executor.Run(runCtx, executor.Config{AgentID: "spawn-agent", MachineID: "bench", Slots: o.SpawnSlots,
 			Server: g.GRPCAddr(), Token: token, DataDir: filepath.Join(dir, "data"), ClaimWait: time.Second})
 	}()
+	rate, err := spawnAndWait(ctx, s, o.SpawnTasks, agentStopped)
+	// The agent must be gone before the next run starts its own.
+	cancel()
+	<-agentStopped
+	if err != nil {
+		return 0, err
+	}
+	if agentErr != nil && !errors.Is(agentErr, context.Canceled) {
+		return 0, fmt.Errorf("the executor: %w", agentErr)
+	}
+	return rate, nil
+}
+
+// spawnAndWait submits n /bin/true tasks and waits for their completion.
+func spawnAndWait(ctx context.Context, s *schedulerUnderTest, n int, agentStopped <-chan struct{}) (float64, error) {
 	start := time.Now()
-	for i := 0; i < o.SpawnTasks; i++ {
+	for range n {
 		if _, err := s.tasks.CreateTask(asUser(ctx), &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "true",
 			Type: "shell", Command: "/bin/true"}}); err != nil {
 			return 0, err
@@ -69,18 +88,17 @@ func spawning(ctx context.Context, env *env, o TasksOptions) (float64, error) {
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE status = 'completed'`).Scan(&done); err != nil {
 			return 0, err
 		}
-		if done == o.SpawnTasks {
-			break
+		if done == n {
+			return float64(n) / time.Since(start).Seconds(), nil
 		}
 		select {
-		case err := <-agentDone:
-			return 0, fmt.Errorf("the executor stopped: %v", err)
+		case <-agentStopped:
+			return 0, fmt.Errorf("the executor stopped after %d of %d /bin/true tasks", done, n)
 		default:
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%d of %d /bin/true tasks completed", done, o.SpawnTasks)
+			return 0, fmt.Errorf("%d of %d /bin/true tasks completed", done, n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return float64(o.SpawnTasks) / time.Since(start).Seconds(), nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,31 +24,24 @@ import (
 	"github.com/taskmesh/taskmesh/services/scheduler"
 )
 
-// TasksOptions configures the task burn-down benchmark.
+// TasksOptions configures the task scheduler benchmark.
 type TasksOptions struct {
-	Dir        string
-	Runs       int
+	Common
 	Tasks      int           // no-op tasks per burn-down
 	Agents     int           // concurrent agents
 	ClaimBatch int           // tasks per claim
 	InFlight   int           // completions in flight per agent
-	Rate       int           // tasks/s of the latency run
-	RateFor    time.Duration // length of the latency run
+	StartRate  int           // submissions/s of the submit → start run
+	StartFor   time.Duration // length of the submit → start run
 	// BurnProfile, if set, receives a CPU profile of the first burn-down
 	// alone (not the submission or the peer).
 	BurnProfile string
 	SpawnTasks  int // /bin/true tasks run through a real executor
 	SpawnSlots  int
-	// PGStats prints the statements that took most of the server's time in
-	// each burn-down (pg_stat_statements), for tuning.
-	PGStats bool
-	Out     io.Writer
 }
 
 func (o *TasksOptions) defaults() {
-	if o.Runs <= 0 {
-		o.Runs = 3
-	}
+	o.Common.defaults()
 	if o.Tasks <= 0 {
 		o.Tasks = 100_000
 	}
@@ -60,14 +54,11 @@ func (o *TasksOptions) defaults() {
 	if o.InFlight <= 0 {
 		o.InFlight = 64
 	}
-	if o.Rate <= 0 {
-		o.Rate = 500
+	if o.StartRate <= 0 {
+		o.StartRate = 500
 	}
-	if o.RateFor <= 0 {
-		o.RateFor = 20 * time.Second
-	}
-	if o.Out == nil {
-		o.Out = os.Stdout
+	if o.StartFor <= 0 {
+		o.StartFor = 20 * time.Second
 	}
 	if o.SpawnTasks <= 0 {
 		o.SpawnTasks = 1000
@@ -77,77 +68,155 @@ func (o *TasksOptions) defaults() {
 	}
 }
 
-// TasksResult holds the medians.
+// TasksResult holds the medians of the runs.
 type TasksResult struct {
-	BurnDown        float64 // tasks/s claimed+completed, with events in Kafka and task_views caught up
-	Submit          float64 // tasks/s submitted over gRPC
-	River           float64 // River jobs/s, same server
-	Ratio           float64 // BurnDown / River
-	StartP50        time.Duration
-	StartP99        time.Duration
-	Recovery        time.Duration // lost agent → task leased again, lease_ttl_sec 300
-	ProcessSpawning float64       // tasks/s through the executor with /bin/true (0 when not measured)
+	BurnDown float64 // tasks/s claimed+completed, with events in Kafka and task_views caught up
+	Submit   float64 // tasks/s submitted over gRPC
+	River    float64 // River jobs/s, same server
+	Ratio    float64 // median of the runs' BurnDown / River
+	StartP50 time.Duration
+	StartP99 time.Duration
+	// StartRate is the submission rate the open-loop generator achieved.
+	StartRate float64
+	// Recovery: an agent stops heartbeating → its task leased to another,
+	// with the scheduler's production timing.
+	Recovery        time.Duration
+	ProcessSpawning float64 // tasks/s through a real executor with /bin/true
 }
 
 const benchToken = "bench-internal-token"
 
-// Tasks measures the scheduler: burn-down of no-op tasks through the real
-// gRPC lease API (claims batched, one CompleteTask per task), counted end
-// to end only once every event is in Kafka and the task_views projection
-// caught up; River working the same number of no-op jobs on the same
-// Postgres as the peer; submit → start latency at a fixed rate; and how
-// fast a task held by an agent that stopped heartbeating runs again.
+// tasksRun is one run's figures.
+type tasksRun struct {
+	burn, submit, river float64
+	riverFirst          bool
+	start               startFigures
+	recovery            time.Duration
+	spawn               float64
+}
+
+// Tasks measures the scheduler, each figure once per run: burn-down of
+// no-op tasks through the real gRPC lease API (claims batched, one
+// CompleteTask per task), counted end to end only once every event is in
+// Kafka and the task_views projection caught up; River working the same
+// number of no-op jobs on the same Postgres as the peer, before Taskmesh in
+// even runs and after it in odd ones; submit → start latency under an
+// open-loop generator at a fixed rate; how fast a task held by an agent
+// that stopped heartbeating runs again; and /bin/true tasks through a real
+// executor agent.
 func Tasks(ctx context.Context, o TasksOptions) (*TasksResult, error) {
 	o.defaults()
-	env, err := startEnv(ctx, o.Dir, "tasks")
+	env, err := startEnv(ctx, o.Common, "tasks", nil)
 	if err != nil {
 		return nil, err
 	}
 	defer env.close()
 	fmt.Fprintf(o.Out, "task scheduler: Postgres %s (durable defaults), embedded Kafka %s\n", env.server.URL(""), env.broker.Addrs()[0])
-
-	var burn, submit, river []float64
-	var rows [][]string
+	var runs []tasksRun
 	for run := 1; run <= o.Runs; run++ {
-		b, s, err := burnDown(ctx, env, o, run)
+		r, err := tasksOnce(ctx, env, o, run)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("run %d: %w", run, err)
 		}
-		r, err := riverPeer(ctx, env, o.Tasks, run)
-		if err != nil {
-			return nil, err
-		}
-		burn, submit, river = append(burn, b), append(submit, s), append(river, r)
-		rows = append(rows, []string{fmt.Sprint(run), fmt.Sprintf("%.0f", b), fmt.Sprintf("%.0f", r), fmt.Sprintf("%.2f", b/r), fmt.Sprintf("%.0f", s)})
+		runs = append(runs, r)
 	}
-	fmt.Fprintf(o.Out, "\nburn-down: %d no-op tasks, %d agents claiming %d at a time, %d completions in flight each\n", o.Tasks, o.Agents, o.ClaimBatch, o.InFlight)
-	table(o.Out, []string{"run", "taskmesh tasks/s", "river jobs/s", "ratio", "submit tasks/s"}, rows)
+	return reportTasks(o, runs), nil
+}
 
-	lat, rec, err := latencyAndRecovery(ctx, env, o)
-	if err != nil {
-		return nil, err
+// tasksOnce takes every figure of one run.
+func tasksOnce(ctx context.Context, env *env, o TasksOptions, run int) (tasksRun, error) {
+	r := tasksRun{riverFirst: run%2 == 0}
+	var err error
+	if r.riverFirst {
+		if r.river, err = riverPeer(ctx, env, o.Tasks, run); err != nil {
+			return r, err
+		}
 	}
-	spawn, err := spawning(ctx, env, o)
-	if err != nil {
-		return nil, err
+	if r.burn, r.submit, err = burnDown(ctx, env, o, run); err != nil {
+		return r, err
 	}
-	r := &TasksResult{BurnDown: median(burn), Submit: median(submit), River: median(river),
-		StartP50: percentile(lat, 50), StartP99: percentile(lat, 99), Recovery: rec, ProcessSpawning: spawn}
-	r.Ratio = r.BurnDown / r.River
-	fmt.Fprintf(o.Out, "\nsubmit → start at %d tasks/s for %s (%d tasks): p50 %s, p99 %s\n", o.Rate, o.RateFor, len(lat), ms(r.StartP50), ms(r.StartP99))
-	fmt.Fprintf(o.Out, "lost agent → task leased to another agent (lease_ttl_sec 300, heartbeats every 5 s): %s\n", r.Recovery.Round(time.Millisecond))
-	fmt.Fprintf(o.Out, "process spawning: %d /bin/true tasks through the gateway and a real executor agent (%d slots, shims): %.0f tasks/s\n",
-		o.SpawnTasks, o.SpawnSlots, r.ProcessSpawning)
-	fmt.Fprintf(o.Out, "\nmedians of %d runs\n", o.Runs)
-	table(o.Out, []string{"measure", "value", "target", "verdict"}, [][]string{
-		{"burn-down tasks/s", fmt.Sprintf("%.0f", r.BurnDown), ">= 5000", verdict(r.BurnDown >= 5000)},
-		{"ratio to River", fmt.Sprintf("%.2f (River %.0f jobs/s)", r.Ratio, r.River), ">= 0.25", verdict(r.Ratio >= 0.25)},
-		{"submit → start p50", ms(r.StartP50), "", ""},
-		{"submit → start p99", ms(r.StartP99), "< 100 ms", verdict(r.StartP99 < 100*time.Millisecond)},
-		{"crash recovery", r.Recovery.Round(time.Millisecond).String(), "< 30 s", verdict(r.Recovery < 30*time.Second)},
-		{"process spawning tasks/s", fmt.Sprintf("%.0f", r.ProcessSpawning), "", ""},
+	if !r.riverFirst {
+		if r.river, err = riverPeer(ctx, env, o.Tasks, run); err != nil {
+			return r, err
+		}
+	}
+	if r.start, r.recovery, err = startAndRecovery(ctx, env, o, run); err != nil {
+		return r, err
+	}
+	r.spawn, err = spawning(ctx, env, o, run)
+	return r, err
+}
+
+// reportTasks prints every run, River's figures by order, and the medians.
+func reportTasks(o TasksOptions, runs []tasksRun) *TasksResult {
+	var burn, submit, river, ratios, p50s, p99s, rates, recs, spawn sample
+	var rows [][]string
+	for i, r := range runs {
+		burn, submit, river, ratios = append(burn, r.burn), append(submit, r.submit), append(river, r.river), append(ratios, r.burn/r.river)
+		p50s, p99s, rates = append(p50s, float64(r.start.p50)), append(p99s, float64(r.start.p99)), append(rates, r.start.achieved)
+		recs, spawn = append(recs, float64(r.recovery)), append(spawn, r.spawn)
+		rows = append(rows, []string{fmt.Sprint(i + 1), order(r.riverFirst), perSecond(r.burn), perSecond(r.river), ratio(r.burn / r.river),
+			perSecond(r.submit), ms(r.start.p50), ms(r.start.p99), perSecond(r.start.achieved), seconds(float64(r.recovery)), perSecond(r.spawn)})
+	}
+	fmt.Fprintf(o.Out, "\nburn-down: %d no-op tasks, %d agents claiming %d at a time, %d completions in flight each; River: the same number of no-op jobs\n",
+		o.Tasks, o.Agents, o.ClaimBatch, o.InFlight)
+	fmt.Fprintf(o.Out, "submit → start: open-loop submissions at %d/s for %s; recovery: production timing (agent lost after 15 s without heartbeats, sweep every 1 s);\n",
+		o.StartRate, o.StartFor)
+	fmt.Fprintf(o.Out, "spawning: %d /bin/true tasks submitted over gRPC to the scheduler, run by a real executor agent (%d slots, one shim per process) leasing through the gateway\n",
+		o.SpawnTasks, o.SpawnSlots)
+	table(o.Out, []string{"run", "order", "taskmesh tasks/s", "river jobs/s", "ratio", "submit tasks/s", "start p50", "start p99",
+		"submitted/s", "recovery", "spawning tasks/s"}, rows)
+	printByOrder(o.Out, runs)
+	res := &TasksResult{BurnDown: burn.median(), Submit: submit.median(), River: river.median(), Ratio: ratios.median(),
+		StartP50: time.Duration(p50s.median()), StartP99: time.Duration(p99s.median()), StartRate: rates.median(),
+		Recovery: time.Duration(recs.median()), ProcessSpawning: spawn.median()}
+	rateMet := res.StartRate >= 0.95*float64(o.StartRate)
+	summary(o.Out, len(runs), [][]string{
+		{"burn-down tasks/s", burn.format(perSecond), ">= 5000", verdict(res.BurnDown >= 5000)},
+		{"River jobs/s", river.format(perSecond), "", ""},
+		{"ratio to River (per run, both orders)", ratios.format(ratio), ">= 0.25", verdict(res.Ratio >= 0.25)},
+		{"submit tasks/s", submit.format(perSecond), "", ""},
+		{"submissions/s achieved", rates.format(perSecond), fmt.Sprintf(">= %.0f", 0.95*float64(o.StartRate)), verdict(rateMet)},
+		{"submit → start p50", p50s.format(millis), "", ""},
+		{"submit → start p99", p99s.format(millis), "< 100 ms at that rate", verdict(rateMet && res.StartP99 < 100*time.Millisecond)},
+		{"crash recovery (production timing)", recs.format(seconds), "< 30 s", verdict(res.Recovery < 30*time.Second)},
+		{"process spawning tasks/s", spawn.format(perSecond), "", ""},
 	})
-	return r, nil
+	return res
+}
+
+func order(riverFirst bool) string {
+	if riverFirst {
+		return "river first"
+	}
+	return "taskmesh first"
+}
+
+// printByOrder prints the burn-down figures separately for the runs where
+// River went first and those where Taskmesh did: whichever runs second
+// meets a server that has just worked (checkpoints, autovacuum, a warm
+// cache).
+func printByOrder(w io.Writer, runs []tasksRun) {
+	for _, riverFirst := range []bool{false, true} {
+		var burn, river, ratios sample
+		var which []string
+		for i, r := range runs {
+			if r.riverFirst == riverFirst {
+				burn, river, ratios = append(burn, r.burn), append(river, r.river), append(ratios, r.burn/r.river)
+				which = append(which, fmt.Sprint(i+1))
+			}
+		}
+		if len(which) == 0 {
+			fmt.Fprintf(w, "%s: not measured (needs --runs 2 or more)\n", order(riverFirst))
+			continue
+		}
+		label := "runs"
+		if len(which) == 1 {
+			label = "run"
+		}
+		fmt.Fprintf(w, "%s (%s %s): taskmesh %s tasks/s, river %s jobs/s, ratio %s\n", order(riverFirst), label, strings.Join(which, ", "),
+			burn.format(perSecond), river.format(perSecond), ratios.format(ratio))
+	}
 }
 
 // schedulerUnderTest is a scheduler service on its own database and topic,
@@ -164,14 +233,7 @@ type schedulerUnderTest struct {
 }
 
 func startScheduler(ctx context.Context, env *env, db string, timing scheduler.Timing) (*schedulerUnderTest, error) {
-	admin, err := pg.Open(ctx, pg.Config{URL: env.server.URL("postgres")})
-	if err != nil {
-		return nil, err
-	}
-	_, _ = admin.Exec(ctx, `DROP DATABASE IF EXISTS `+db+` WITH (FORCE)`)
-	_, err = admin.Exec(ctx, `CREATE DATABASE `+db)
-	admin.Close()
-	if err != nil {
+	if err := env.createDatabase(ctx, db); err != nil {
 		return nil, err
 	}
 	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL(db), Schema: scheduler.Schema, MaxConns: 48})
@@ -376,114 +438,6 @@ func doneViews(ctx context.Context, s *schedulerUnderTest, n int) bool {
 	var c int
 	_ = s.pool.QueryRow(ctx, `SELECT count(*) FROM task_views WHERE status = 'completed'`).Scan(&c)
 	return c == n
-}
-
-// latencyAndRecovery submits at a fixed rate while long-polling agents
-// start and complete each task, then measures recovery from a lost agent.
-func latencyAndRecovery(ctx context.Context, env *env, o TasksOptions) ([]time.Duration, time.Duration, error) {
-	s, err := startScheduler(ctx, env, "latency", scheduler.Timing{AgentLostAfter: 15 * time.Second, SweepInterval: 250 * time.Millisecond})
-	if err != nil {
-		return nil, 0, err
-	}
-	defer s.stop()
-	actx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var lat []time.Duration
-	for a := 0; a < 4; a++ {
-		wg.Add(1)
-		go func(id string) {
-			defer wg.Done()
-			ac := asAgent(actx, id)
-			for actx.Err() == nil {
-				resp, err := s.leases.ClaimTasks(ac, &taskv1.ClaimTasksRequest{AgentId: id, MachineId: id, Limit: 50, Wait: durationpb.New(5 * time.Second)})
-				if err != nil {
-					continue
-				}
-				for _, t := range resp.GetTasks() {
-					st, err := s.leases.StartTask(ac, &taskv1.StartTaskRequest{TaskId: t.GetId(), AgentId: id, AttemptId: t.GetAttemptId()})
-					if err != nil {
-						continue
-					}
-					mu.Lock()
-					lat = append(lat, st.GetStartedAt().AsTime().Sub(t.GetCreatedAt().AsTime()))
-					mu.Unlock()
-					_, _ = s.leases.CompleteTask(ac, &taskv1.CompleteTaskRequest{TaskId: t.GetId(), AgentId: id, AttemptId: t.GetAttemptId()})
-				}
-			}
-		}(fmt.Sprintf("latency-agent-%d", a))
-	}
-	total := o.Rate * int(o.RateFor/time.Second)
-	interval := time.Second / time.Duration(o.Rate)
-	start := time.Now()
-	for i := 0; i < total; i++ {
-		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-			time.Sleep(wait)
-		}
-		if _, err := s.tasks.CreateTask(asUser(ctx), &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "latency", Command: "true"}}); err != nil {
-			cancel()
-			wg.Wait()
-			return nil, 0, err
-		}
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		mu.Lock()
-		n := len(lat)
-		mu.Unlock()
-		if n >= total || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	wg.Wait()
-	rec, err := recovery(ctx, s)
-	return lat, rec, err
-}
-
-// recovery: agent A takes a task (lease_ttl_sec 300) and stops
-// heartbeating, as a SIGKILLed agent would; agent B keeps heartbeating
-// every 5 s and long-polls. Returns the time from A's last sign of life
-// to B holding the task.
-func recovery(ctx context.Context, s *schedulerUnderTest) (time.Duration, error) {
-	resp, err := s.tasks.CreateTask(asUser(ctx), &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "victim", Command: "sleep",
-		Args: []string{"3600"}, LeaseTtlSec: ptr32(300)}})
-	if err != nil {
-		return 0, err
-	}
-	id := resp.GetTask().GetId()
-	a := asAgent(ctx, "doomed-agent")
-	claimed, err := s.leases.ClaimTasks(a, &taskv1.ClaimTasksRequest{AgentId: "doomed-agent", MachineId: "m-doomed", Limit: 1})
-	if err != nil || len(claimed.GetTasks()) != 1 {
-		return 0, fmt.Errorf("doomed agent claim: %v %v", claimed, err)
-	}
-	t := claimed.GetTasks()[0]
-	if _, err := s.leases.StartTask(a, &taskv1.StartTaskRequest{TaskId: id, AgentId: "doomed-agent", AttemptId: t.GetAttemptId()}); err != nil {
-		return 0, err
-	}
-	if _, err := s.leases.SendHeartbeat(a, &taskv1.SendHeartbeatRequest{AgentId: "doomed-agent", MachineId: "m-doomed", AttemptIds: []string{t.GetAttemptId()}}); err != nil {
-		return 0, err
-	}
-	died := time.Now() // last sign of life
-	b := asAgent(ctx, "rescuer")
-	beat := time.NewTicker(5 * time.Second)
-	defer beat.Stop()
-	for time.Since(died) < 2*time.Minute {
-		select {
-		case <-beat.C:
-			_, _ = s.leases.SendHeartbeat(b, &taskv1.SendHeartbeatRequest{AgentId: "rescuer", MachineId: "m-rescuer", FreeSlots: 1})
-		default:
-		}
-		got, err := s.leases.ClaimTasks(b, &taskv1.ClaimTasksRequest{AgentId: "rescuer", MachineId: "m-rescuer", Limit: 1, Wait: durationpb.New(time.Second)})
-		if err != nil {
-			return 0, err
-		}
-		if len(got.GetTasks()) == 1 && got.GetTasks()[0].GetId() == id {
-			return time.Since(died), nil
-		}
-	}
-	return 0, fmt.Errorf("the task was not leased again within 2 minutes")
 }
 
 func ptr32(v int32) *int32 { return &v }

@@ -98,8 +98,13 @@ func TestUnknownGUQuotaIsRefused(t *testing.T) {
 	if _, ok := body["data"]; !ok {
 		t.Fatalf("envelope without data: %v", body)
 	}
-	_, list, _ := w.call("GET", "/api/v1/tasks", key, nil)
-	if tasks, _ := list["tasks"].([]any); len(tasks) != 0 {
-		t.Fatalf("tasks stored: %v", list)
+	if n := countEvents(t, w); n != 0 {
+		t.Fatalf("%d events stored after a refused submission", n)
+	}
+	// Through the API too: once a task submitted after the refusal is
+	// listed, the list holds that task alone.
+	marker := w.submit(key, map[string]any{"name": "after", "type": "shell", "command": "true"})
+	if tasks := w.waitListed(key, marker); len(tasks) != 1 {
+		t.Fatalf("tasks listed: %v", tasks)
 	}
 }

@@ -147,10 +147,11 @@ func TestTenantIsolationThroughREST(t *testing.T) {
 	if got := w.task(a, id); got["status"] != "pending" || got["name"] != "private" || got["version"] != float64(1) {
 		t.Fatalf("owner's task changed: %v", got)
 	}
-	time.Sleep(500 * time.Millisecond)
-	_, list, _ := w.call("GET", "/api/v1/tasks", b, nil)
-	if tasks, _ := list["tasks"].([]any); len(tasks) != 0 {
-		t.Fatalf("tenant b lists %v", list)
+	// Once the owner's list shows the task, the same projected row would
+	// show in tenant b's list if lists leaked.
+	w.waitListed(a, id)
+	if tasks := w.list(b); len(tasks) != 0 {
+		t.Fatalf("tenant b lists %v", tasks)
 	}
 	// A user key cannot use the agent protocol, nor an agent token the task API.
 	c, resp, _ := w.call("POST", "/api/v1/agent/tasks/claim", a, map[string]any{"agent_id": "x"})

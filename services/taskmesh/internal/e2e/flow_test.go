@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -60,12 +61,10 @@ func TestKilledAgentsTaskRunsAgainAndCompletesOnce(t *testing.T) {
 		return pid > 0
 	})
 	killA()
-	killedAt := time.Now()
+	// How fast is a benchmark figure (taskmesh bench tasks: crash
+	// recovery); here only that it happens.
 	w.startAgent("agent-b", w.agentToken("agent-b"), 1)
 	done := w.waitStatus(key, id, 40*time.Second, "completed")
-	if d := time.Since(killedAt); d > 30*time.Second {
-		t.Fatalf("recovery took %s", d)
-	}
 	if done["assigned_agent_id"] != "agent-b" || done["stdout"] != "second\n" || done["retry_count"] != float64(1) {
 		t.Fatalf("completed task = %v", done)
 	}
@@ -153,11 +152,22 @@ func TestDisconnectedAgentSyncsItsResultLater(t *testing.T) {
 	key := w.s.DemoAPIKey
 	proxy := newProxy(t, w.s.GRPCAddr)
 	w.s.GRPCAddr = proxy.addr // agents started from here on go through the proxy
-	w.startAgent("agent-1", w.agentToken("agent-1"), 1)
-	id := w.submit(key, map[string]any{"name": "offline", "type": "shell", "command": "sh", "args": []string{"-c", "sleep 2; echo finished offline"}})
+	local := freeLoopbackAddr(t)
+	w.startAgentSpec(agentSpec{AgentID: "agent-1", Token: w.agentToken("agent-1"), Slots: 1, LocalAPIAddr: local})
+	release := filepath.Join(w.dir, "release")
+	id := w.submit(key, map[string]any{"name": "offline", "type": "shell", "command": "sh",
+		"args": []string{"-c", `while [ ! -e "$1" ]; do sleep 0.05; done; echo finished offline`, "offline", release}})
 	w.waitStatus(key, id, 20*time.Second, "running")
 	proxy.cut()
-	time.Sleep(4 * time.Second) // the task ends while the server is unreachable
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The agent-local API shows the task ended and its outcome held back
+	// (unsynced) while the server is unreachable.
+	waitFor(t, 20*time.Second, "the outcome kept unsynced on the agent", func() bool {
+		task, q := localGet(t, local, "/api/v1/tasks/"+id), localGet(t, local, "/api/v1/queue/status")
+		return task["status"] == "completed" && task["synced"] == false && q["server_reachable"] == false && q["unsynced"] == float64(1)
+	})
 	if st := w.task(key, id)["status"]; st != "running" {
 		t.Fatalf("status during the outage = %v", st)
 	}
@@ -229,4 +239,32 @@ func TestLargeResultThroughTheObjectStore(t *testing.T) {
 	if r, err := http.Get(tampered); err != nil || r.StatusCode != 403 {
 		t.Fatalf("tampered link: %v %v", r.StatusCode, err)
 	}
+}
+
+// freeLoopbackAddr is a 127.0.0.1 address with a port free now, for a
+// child process to listen on.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+// localGet reads an agent-local API path; nil while the agent is not
+// listening yet.
+func localGet(t *testing.T, addr, path string) map[string]any {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	out := map[string]any{}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&out) != nil {
+		return nil
+	}
+	return out
 }

@@ -51,8 +51,14 @@ func TestGPUWorkRunsInItsGUQuotasWorkGroup(t *testing.T) {
 	}
 	// The in-process operator takes seconds to run the WorkGroup.
 	refused(409, 30011, "GU quota is being created")
-	if _, list, _ := w.call("GET", "/api/v1/tasks", acme, nil); len(list["tasks"].([]any)) != 0 {
-		t.Fatalf("refused submissions stored tasks: %v", list)
+	if n := countEvents(t, w); n != 0 {
+		t.Fatalf("%d events stored after refused submissions", n)
+	}
+	// Through the API too: once a task submitted after the refusals is
+	// listed, acme's list holds that task alone.
+	marker := w.submit(acme, map[string]any{"name": "after", "type": "shell", "command": "true"})
+	if tasks := w.waitListed(acme, marker); len(tasks) != 1 {
+		t.Fatalf("refused submissions stored tasks: %v", tasks)
 	}
 
 	var id string

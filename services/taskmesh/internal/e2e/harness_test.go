@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 type agentSpec struct {
 	AgentID, Server, Token, DataDir string
 	Slots                           int
+	LocalAPIAddr                    string // "" = no agent-local API
 }
 
 func runAgent(raw string) int {
@@ -52,7 +53,7 @@ func runAgent(raw string) int {
 	}
 	err := executor.Run(context.Background(), executor.Config{AgentID: s.AgentID, MachineID: "machine-" + s.AgentID, Slots: s.Slots,
 		Server: s.Server, Token: s.Token, DataDir: s.DataDir, HeartbeatInterval: 300 * time.Millisecond, ClaimWait: 2 * time.Second,
-		RenewInterval: time.Second, OrphanGrace: 2 * time.Second})
+		RenewInterval: time.Second, OrphanGrace: 2 * time.Second, LocalAPIAddr: s.LocalAPIAddr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		return 1
@@ -139,8 +140,15 @@ func (w *world) agentToken(id string) string {
 // startAgent runs an agent child process; kill SIGKILLs it.
 func (w *world) startAgent(id, token string, slots int) (kill func()) {
 	w.t.Helper()
-	spec, _ := json.Marshal(agentSpec{AgentID: id, Server: w.s.GRPCAddr, Token: token, Slots: slots,
-		DataDir: filepath.Join(w.dir, "agents", id)})
+	return w.startAgentSpec(agentSpec{AgentID: id, Token: token, Slots: slots})
+}
+
+// startAgentSpec runs an agent child process of spec (server and data
+// directory filled in); kill SIGKILLs it.
+func (w *world) startAgentSpec(s agentSpec) (kill func()) {
+	w.t.Helper()
+	s.Server, s.DataDir = w.s.GRPCAddr, filepath.Join(w.dir, "agents", s.AgentID)
+	spec, _ := json.Marshal(s)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envAgent+"="+string(spec))
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
@@ -222,6 +230,41 @@ func (w *world) waitStatus(key, id string, d time.Duration, want ...string) map[
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// list is GET /api/v1/tasks as key; anything but 200 fails the test.
+func (w *world) list(key string) []map[string]any {
+	w.t.Helper()
+	code, body, _ := w.call("GET", "/api/v1/tasks", key, nil)
+	if code != 200 {
+		w.t.Fatalf("list: %d %v", code, body)
+	}
+	raw, _ := body["tasks"].([]any)
+	out := make([]map[string]any, 0, len(raw))
+	for _, r := range raw {
+		m, _ := r.(map[string]any)
+		out = append(out, m)
+	}
+	return out
+}
+
+// waitListed waits until key's list shows task id and returns that list.
+// Lists come from a projection that catches up after the write: a check
+// that something is absent from a list means little before this positive
+// control.
+func (w *world) waitListed(key, id string) []map[string]any {
+	w.t.Helper()
+	var tasks []map[string]any
+	waitFor(w.t, 20*time.Second, "task "+id+" in its owner's list", func() bool {
+		tasks = w.list(key)
+		for _, t := range tasks {
+			if t["id"] == id {
+				return true
+			}
+		}
+		return false
+	})
+	return tasks
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

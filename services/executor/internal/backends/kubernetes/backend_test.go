@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,25 @@ func (w *world) setConditions(name, message string, types ...string) {
 	}
 }
 
+// waitReleased waits until the backend has let go of an attempt: a
+// heartbeat lists it, and a later one does not. Heartbeats are sent one
+// after another, each listing the attempts held when it was built, so by
+// then the attempt's loop has returned and will send nothing more.
+func (w *world) waitReleased(attemptID string) {
+	w.t.Helper()
+	leasetest.WaitFor(w.t, 10*time.Second, "heartbeats to drop attempt "+attemptID, func() bool {
+		listed := false
+		for _, c := range w.fake.Calls("SendHeartbeat") {
+			has := slices.Contains(c.Req.(*taskv1.SendHeartbeatRequest).GetAttemptIds(), attemptID)
+			if listed && !has {
+				return true
+			}
+			listed = listed || has
+		}
+		return false
+	})
+}
+
 func (w *world) calls(method, taskID string) int {
 	n := 0
 	for _, c := range w.fake.Calls(method) {
@@ -186,7 +206,11 @@ func TestConditionsMapToTheLeaseAPI(t *testing.T) {
 	// Admitted and running: StartTask, once.
 	w.setConditions(name, "", "Created", "Running")
 	leasetest.WaitFor(t, 5*time.Second, "StartTask", func() bool { return w.calls("StartTask", id) == 1 })
-	time.Sleep(300 * time.Millisecond)
+	// The attempt's loop reads the job after every renewal; by the second
+	// renewal after the start it has seen the running job at least once
+	// more, and would have started it again.
+	renews := w.calls("RenewTaskLease", id)
+	leasetest.WaitFor(t, 5*time.Second, "two more renewals", func() bool { return w.calls("RenewTaskLease", id) >= renews+2 })
 	if n := w.calls("StartTask", id); n != 1 {
 		t.Errorf("StartTask sent %d times, want once", n)
 	}
@@ -238,7 +262,7 @@ func TestCancelAndPreemptDeleteTheJob(t *testing.T) {
 			leasetest.WaitFor(t, 5*time.Second, "StartTask", func() bool { return w.calls("StartTask", id) == 1 })
 			w.fake.StopOnHeartbeat(id, reason, 30)
 			w.waitGone(name)
-			time.Sleep(200 * time.Millisecond)
+			w.waitReleased(w.fake.Attempt(id))
 			if n := w.calls("CompleteTask", id); n != 0 {
 				t.Errorf("CompleteTask sent %d times for a stop the server decided", n)
 			}

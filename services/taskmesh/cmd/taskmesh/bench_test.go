@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/bench"
+)
+
+// recordingBenchmarks are benchmarks that record the settings they run
+// with instead of measuring anything.
+func recordingBenchmarks(got *[]string, names ...string) []benchmark {
+	var out []benchmark
+	for _, name := range names {
+		f := pflag.NewFlagSet(name, pflag.ContinueOnError)
+		size := f.Int(name+"-size", 1, "")
+		out = append(out, benchmark{name: name, flags: f, run: func(_ context.Context, c bench.Common) error {
+			*got = append(*got, fmt.Sprintf("%s runs=%d dir=%s pg-stats=%v size=%d", name, c.Runs, c.Dir, c.PGStats, *size))
+			return nil
+		}})
+	}
+	return out
+}
+
+func TestBenchSharedSettingsReachEveryBenchmark(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"all", "--runs", "5", "--dir", "/tmp/b", "--pg-stats", "--two-size", "7"}, []string{
+			"one runs=5 dir=/tmp/b pg-stats=true size=1", "two runs=5 dir=/tmp/b pg-stats=true size=7"}},
+		{[]string{"all"}, []string{
+			"one runs=3 dir=.taskmesh/bench pg-stats=false size=1", "two runs=3 dir=.taskmesh/bench pg-stats=false size=1"}},
+		{[]string{"two", "--runs", "2", "--two-size", "4"}, []string{"two runs=2 dir=.taskmesh/bench pg-stats=false size=4"}},
+	}
+	for _, tc := range tests {
+		var got []string
+		cmd := newBenchCommand(recordingBenchmarks(&got, "one", "two"))
+		cmd.SetArgs(tc.args)
+		cmd.SetOut(io.Discard)
+		if err := cmd.Execute(); err != nil {
+			t.Fatalf("bench %v: %v", tc.args, err)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("bench %v ran\n%q\nwant\n%q", tc.args, got, tc.want)
+		}
+	}
+}
+
+// `bench all` takes every benchmark's flags; one name used by two
+// benchmarks would silently set only one of them.
+func TestBenchFlagNamesAreUnique(t *testing.T) {
+	owner := map[string]string{}
+	newBenchCommand(nil).PersistentFlags().VisitAll(func(f *pflag.Flag) { owner[f.Name] = "bench" })
+	for _, b := range []benchmark{eventsBenchmark(), tasksBenchmark(), gatewayBenchmark(), admissionBenchmark()} {
+		b.flags.VisitAll(func(f *pflag.Flag) {
+			if o, dup := owner[f.Name]; dup {
+				t.Errorf("--%s belongs to %s and %s", f.Name, o, b.name)
+			}
+			owner[f.Name] = b.name
+		})
+	}
+}

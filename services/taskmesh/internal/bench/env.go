@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/pg"
+)
+
+// env is a durable Postgres server and an embedded broker under dir.
+type env struct {
+	server *pg.LocalServer
+	broker *kafka.Embedded
+	dir    string
+	lock   *os.File // held while the benchmark runs
+}
+
+// startEnv starts the server and the broker of one benchmark under
+// c.Dir/name. params are extra server settings. pg_stat_statements is
+// loaded only with c.PGStats: tracking every statement (and its planning)
+// costs the server time that would be charged to whatever is measured.
+func startEnv(ctx context.Context, c Common, name string, params map[string]string) (*env, error) {
+	dir := c.Dir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// Two benchmarks in one work directory would delete each other's
+	// servers: hold a lock on it for the whole run.
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("another benchmark is running in %s (pass --dir to use another directory)", dir)
+	}
+	dir = filepath.Join(dir, name)
+	if err := os.RemoveAll(dir); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	server := &pg.LocalServer{DataDir: filepath.Join(dir, "pg"), Durable: true, Params: serverParams(c.PGStats, params)}
+	if err := server.Start(ctx); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	broker, err := kafka.StartEmbedded(kafka.EmbeddedOptions{Partitions: 16})
+	if err != nil {
+		_ = server.Stop()
+		lock.Close()
+		return nil, err
+	}
+	return &env{server: server, broker: broker, dir: dir, lock: lock}, nil
+}
+
+// serverParams are the server's settings beyond PostgreSQL's durable
+// defaults.
+func serverParams(pgStats bool, extra map[string]string) map[string]string {
+	params := map[string]string{"max_connections": "300"}
+	var preload []string
+	if pgStats {
+		preload = append(preload, "pg_stat_statements")
+		params["pg_stat_statements.track"] = "all"
+		params["pg_stat_statements.track_planning"] = "on"
+	}
+	// TASKMESH_BENCH_EXPLAIN_MS=n logs the plans of statements slower than
+	// n ms to the server log (auto_explain), for tuning.
+	if ms := os.Getenv("TASKMESH_BENCH_EXPLAIN_MS"); ms != "" {
+		preload = append(preload, "auto_explain")
+		params["auto_explain.log_min_duration"] = ms
+		params["auto_explain.log_analyze"] = "on"
+		params["auto_explain.log_buffers"] = "on"
+		params["auto_explain.log_nested_statements"] = "on"
+	}
+	if len(preload) > 0 {
+		params["shared_preload_libraries"] = strings.Join(preload, ",")
+	}
+	maps.Copy(params, extra)
+	return params
+}
+
+func (e *env) close() {
+	e.broker.Close()
+	_ = e.server.Stop()
+	_ = os.RemoveAll(e.dir)
+	e.lock.Close()
+}
+
+// createDatabase (re)creates an empty database on the server.
+func (e *env) createDatabase(ctx context.Context, db string) error {
+	admin, err := pg.Open(ctx, pg.Config{URL: e.server.URL("postgres")})
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+db+` WITH (FORCE)`); err != nil {
+		return err
+	}
+	_, err = admin.Exec(ctx, `CREATE DATABASE `+db)
+	return err
+}

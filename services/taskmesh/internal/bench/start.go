@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/scheduler"
+)
+
+// startFigures are one submit → start run's figures.
+type startFigures struct {
+	p50, p99 time.Duration
+	// achieved is the submission rate reached: submissions answered over
+	// the time from the first one sent to the last one answered.
+	achieved float64
+}
+
+// startAndRecovery measures submit → start latency, then crash recovery,
+// on one scheduler with production timing (Timing's zero value).
+func startAndRecovery(ctx context.Context, env *env, o TasksOptions, run int) (startFigures, time.Duration, error) {
+	s, err := startScheduler(ctx, env, fmt.Sprintf("latency%d", run), scheduler.Timing{})
+	if err != nil {
+		return startFigures{}, 0, err
+	}
+	defer s.stop()
+	f, err := submitToStart(ctx, s, o)
+	if err != nil {
+		return f, 0, err
+	}
+	rec, err := recovery(ctx, s)
+	return f, rec, err
+}
+
+// startAgents is how many agents long-poll for the submitted tasks.
+const startAgents = 4
+
+// submitToStart submits o.StartRate tasks/s for o.StartFor from an open-loop
+// generator: each submission leaves at its scheduled time whether or not
+// earlier ones were answered, so a slow server meets the load it would
+// meet in production instead of slowing the generator down. Long-polling
+// agents start (and then complete) each task as soon as their claim
+// returns it, each task on its own goroutine as an executor does. The
+// latency is the server's started_at − created_at. A submission, claim,
+// start or completion that fails, or a task not started within a minute
+// of the last submission, fails the run: leaving them out would leave out
+// exactly the slow cases.
+func submitToStart(ctx context.Context, s *schedulerUnderTest, o TasksOptions) (startFigures, error) {
+	tr := &startTracker{submitted: map[string]bool{}, started: map[string]bool{}}
+	actx, cancel := context.WithCancel(ctx)
+	var agents sync.WaitGroup
+	for a := range startAgents {
+		agents.Add(1)
+		go func() { defer agents.Done(); tr.agent(actx, s, fmt.Sprintf("latency-agent-%d", a)) }()
+	}
+	defer func() { cancel(); agents.Wait() }()
+	total := max(1, int(float64(o.StartRate)*o.StartFor.Seconds()))
+	achieved := tr.generate(ctx, s, total, o.StartRate)
+	deadline := time.Now().Add(time.Minute)
+	for !tr.settled() && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return startFigures{}, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.failures > 0 {
+		return startFigures{}, fmt.Errorf("submit → start: %d failed calls (first: %v)", tr.failures, tr.firstErr)
+	}
+	if notStarted := len(tr.submitted) - len(tr.started); len(tr.submitted) < total || notStarted > 0 {
+		return startFigures{}, fmt.Errorf("submit → start: %d of %d submissions answered, %d of them not started within a minute",
+			len(tr.submitted), total, notStarted)
+	}
+	return startFigures{p50: percentile(tr.lat, 50), p99: percentile(tr.lat, 99), achieved: achieved}, nil
+}
+
+// startTracker records the submissions, the starts and every failure.
+type startTracker struct {
+	mu        sync.Mutex
+	submitted map[string]bool
+	started   map[string]bool
+	lat       []time.Duration
+	failures  int
+	firstErr  error
+}
+
+func (t *startTracker) fail(what string, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failures++
+	if t.firstErr == nil {
+		t.firstErr = fmt.Errorf("%s: %w", what, err)
+	}
+}
+
+// settled reports whether every answered submission started, or a call
+// failed.
+func (t *startTracker) settled() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.failures > 0 || len(t.started) >= len(t.submitted)
+}
+
+// generate sends total submissions at rate and returns the rate achieved
+// once every one is answered.
+func (t *startTracker) generate(ctx context.Context, s *schedulerUnderTest, total, rate int) float64 {
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var lastAnswer time.Time
+	for i := range total {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := s.tasks.CreateTask(asUser(ctx), &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "latency", Command: "true"}})
+			if err != nil {
+				t.fail("submit", err)
+				return
+			}
+			now := time.Now()
+			mu.Lock()
+			if now.After(lastAnswer) {
+				lastAnswer = now
+			}
+			mu.Unlock()
+			t.mu.Lock()
+			t.submitted[resp.GetTask().GetId()] = true
+			t.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.submitted) == 0 {
+		return 0
+	}
+	return float64(len(t.submitted)) / lastAnswer.Sub(start).Seconds()
+}
+
+// agent claims with a long poll until ctx ends and starts every task it
+// gets on a goroutine of its own.
+func (t *startTracker) agent(ctx context.Context, s *schedulerUnderTest, id string) {
+	ac := asAgent(ctx, id)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		resp, err := s.leases.ClaimTasks(ac, &taskv1.ClaimTasksRequest{AgentId: id, MachineId: id, Limit: 50,
+			Wait: durationpb.New(5 * time.Second)})
+		if err != nil {
+			if ctx.Err() == nil {
+				t.fail("claim", err)
+			}
+			return
+		}
+		for _, task := range resp.GetTasks() {
+			wg.Add(1)
+			go func() { defer wg.Done(); t.start(ctx, s, id, task) }()
+		}
+	}
+}
+
+// start starts and completes one claimed task.
+func (t *startTracker) start(ctx context.Context, s *schedulerUnderTest, id string, task *taskv1.Task) {
+	ac := asAgent(ctx, id)
+	st, err := s.leases.StartTask(ac, &taskv1.StartTaskRequest{TaskId: task.GetId(), AgentId: id, AttemptId: task.GetAttemptId()})
+	if err != nil {
+		if ctx.Err() == nil {
+			t.fail("start", err)
+		}
+		return
+	}
+	t.mu.Lock()
+	t.started[task.GetId()] = true
+	t.lat = append(t.lat, st.GetStartedAt().AsTime().Sub(task.GetCreatedAt().AsTime()))
+	t.mu.Unlock()
+	_, err = s.leases.CompleteTask(ac, &taskv1.CompleteTaskRequest{TaskId: task.GetId(), AgentId: id, AttemptId: task.GetAttemptId()})
+	if err != nil && ctx.Err() == nil {
+		t.fail("complete", err)
+	}
+}
