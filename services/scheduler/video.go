@@ -50,7 +50,7 @@ type VideoConfig struct {
 	// non-public addresses (tests, development). Off by default: SSRF.
 	AllowPrivateImageURLs bool
 	// Location is the time zone of the answers' wall-clock times (default
-	// UTC+8, the document's).
+	// UTC+8, as in the documented answers; docs/api/video.md#the-get-body).
 	Location *time.Location
 	// SweepInterval: how often expired generations are removed (default 1m).
 	SweepInterval time.Duration

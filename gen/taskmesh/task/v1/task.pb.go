@@ -23,9 +23,10 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Task is the task as clients and agents see it: every field of the
-// RemoteGPU task model plus the lease, targeting and progress fields the
-// scheduler adds. Field names are the documented JSON names.
+// Task is the task as clients and agents see it: every field of the task
+// API (docs/api/tasks.md#task), including the lease, targeting and
+// progress fields the scheduler adds. Field names are the documented JSON
+// names.
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`

@@ -34,8 +34,8 @@ const (
 // its queue and priority.
 //
 // Every field carries json_name set to the documented JSON key: the REST
-// facade marshals with JSON names, so the answers mix the document's
-// snake_case and camelCase keys exactly as it shows them.
+// facade marshals with JSON names, so the answers mix snake_case and
+// camelCase keys exactly as docs/api/video.md shows them.
 //
 // Errors are {"code": string, "message": string, "request_id": string}:
 // InvalidParameter (400, the message names the field), InvalidApiKey (401),
@@ -113,8 +113,8 @@ func (c *videoServiceClient) DeleteVideoGeneration(ctx context.Context, in *Dele
 // its queue and priority.
 //
 // Every field carries json_name set to the documented JSON key: the REST
-// facade marshals with JSON names, so the answers mix the document's
-// snake_case and camelCase keys exactly as it shows them.
+// facade marshals with JSON names, so the answers mix snake_case and
+// camelCase keys exactly as docs/api/video.md shows them.
 //
 // Errors are {"code": string, "message": string, "request_id": string}:
 // InvalidParameter (400, the message names the field), InvalidApiKey (401),
