@@ -30,8 +30,8 @@ func node(id, command string, deps ...string) *taskv1.TaskGroupTask {
 	return &taskv1.TaskGroupTask{Id: id, Name: id, Command: command, DependsOn: deps}
 }
 
-// seedDAG is the seed's DAG: download → process1 ∥ process2 → merge.
-func seedDAG() *taskv1.CreateTaskGroupRequest {
+// etlDAG is the documented DAG: download → process1 ∥ process2 → merge.
+func etlDAG() *taskv1.CreateTaskGroupRequest {
 	return &taskv1.CreateTaskGroupRequest{Name: "etl", Mode: "dag", Tasks: []*taskv1.TaskGroupTask{
 		node("download", "wget"), node("process1", "python", "download"), node("process2", "python", "download"),
 		node("merge", "python", "process1", "process2")}}
@@ -72,13 +72,13 @@ func (e *env) count(sql string, args ...any) int {
 	return n
 }
 
-// The seed's DAG through the lease API: download alone first, then both
+// The documented DAG through the lease API: download alone first, then both
 // branches at once, merge only after both; the group completes, is
 // audited, and its rows are rebuilt from its events.
 func TestDAGGroupThroughLeases(t *testing.T) {
 	e := newEnv(t)
 	ctx := user("tenant-a")
-	created, err := e.groups().CreateTaskGroup(ctx, seedDAG())
+	created, err := e.groups().CreateTaskGroup(ctx, etlDAG())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,8 +20,38 @@ import (
 // task_group_members and templates rows (as the documents the stores
 // write), and with apply replaces those rows.
 func rebuildOrchestration(ctx context.Context, tx pgx.Tx, rep *RebuildReport, apply bool) error {
+	groups, groupOrder, err := foldGroups(ctx, tx, rep)
+	if err != nil {
+		return err
+	}
+	templates, templateOrder, err := foldTemplates(ctx, tx, rep)
+	if err != nil {
+		return err
+	}
+	rep.Groups, rep.Templates = len(groupOrder), len(templateOrder)
+	live, err := liveDocs(ctx, tx)
+	if err != nil {
+		return err
+	}
+	want := map[string]string{}
+	for _, id := range groupOrder {
+		maps.Copy(want, groupDocs(groups[id]))
+	}
+	for _, id := range templateOrder {
+		doc, _ := json.Marshal(templates[id])
+		want[id] = string(doc)
+	}
+	rep.Differences = append(rep.Differences, differing(live, want, groupOrder, templateOrder)...)
+	if !apply {
+		return nil
+	}
+	return replaceOrchestration(ctx, tx, groups, groupOrder, templates, templateOrder)
+}
+
+// foldGroups folds the task-group events, by group in order of creation.
+func foldGroups(ctx context.Context, tx pgx.Tx, rep *RebuildReport) (map[string]*orch.State, []string, error) {
 	groups := map[string]*orch.State{}
-	var groupOrder []string
+	var order []string
 	err := eventstore.New().Rebuild(ctx, tx, postgres.GroupAggregateType, 2000, func(ctx context.Context, page []eventstore.Event) error {
 		for _, e := range page {
 			_, r, err := codec.UnmarshalOrchestration(e.Payload)
@@ -30,7 +62,7 @@ func rebuildOrchestration(ctx context.Context, tx pgx.Tx, rep *RebuildReport, ap
 			if !seen {
 				s = &orch.State{Members: map[string]orch.Member{}}
 				groups[e.AggregateID] = s
-				groupOrder = append(groupOrder, e.AggregateID)
+				order = append(order, e.AggregateID)
 			}
 			if !s.Apply(r) {
 				return fmt.Errorf("event %d: no case for %s", e.ID, r.Event.EventName())
@@ -39,12 +71,15 @@ func rebuildOrchestration(ctx context.Context, tx pgx.Tx, rep *RebuildReport, ap
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
+	return groups, order, err
+}
+
+// foldTemplates folds the template events, by aggregate in order of
+// creation.
+func foldTemplates(ctx context.Context, tx pgx.Tx, rep *RebuildReport) (map[string]orch.Template, []string, error) {
 	templates := map[string]orch.Template{}
-	var templateOrder []string
-	err = eventstore.New().Rebuild(ctx, tx, postgres.TemplateAggregateType, 2000, func(ctx context.Context, page []eventstore.Event) error {
+	var order []string
+	err := eventstore.New().Rebuild(ctx, tx, postgres.TemplateAggregateType, 2000, func(ctx context.Context, page []eventstore.Event) error {
 		for _, e := range page {
 			env, r, err := codec.UnmarshalOrchestration(e.Payload)
 			if err != nil {
@@ -52,7 +87,7 @@ func rebuildOrchestration(ctx context.Context, tx pgx.Tx, rep *RebuildReport, ap
 			}
 			t, seen := templates[e.AggregateID]
 			if !seen {
-				templateOrder = append(templateOrder, e.AggregateID)
+				order = append(order, e.AggregateID)
 			}
 			next, ok := orch.ApplyTemplate(t, r)
 			if !ok {
@@ -64,24 +99,13 @@ func rebuildOrchestration(ctx context.Context, tx pgx.Tx, rep *RebuildReport, ap
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	rep.Groups, rep.Templates = len(groupOrder), len(templateOrder)
-	live, err := liveDocs(ctx, tx)
-	if err != nil {
-		return err
-	}
-	want := map[string]string{}
-	for _, id := range groupOrder {
-		for k, v := range groupDocs(groups[id]) {
-			want[k] = v
-		}
-	}
-	for _, id := range templateOrder {
-		doc, _ := json.Marshal(templates[id])
-		want[id] = string(doc)
-	}
+	return templates, order, err
+}
+
+// differing names the aggregates whose live documents differ from the
+// rebuilt ones: "task_group/<id>" and template aggregate ids in order of
+// creation, then rows no event explains.
+func differing(live, want map[string]string, groupOrder, templateOrder []string) []string {
 	differ := map[string]bool{}
 	for k, v := range want {
 		if live[k] != v {
@@ -93,25 +117,23 @@ func rebuildOrchestration(ctx context.Context, tx pgx.Tx, rep *RebuildReport, ap
 			differ[aggregateOf(k)] = true
 		}
 	}
+	var out []string
 	for _, id := range groupOrder {
 		if differ[id] {
-			rep.Differences = append(rep.Differences, "task_group/"+id)
+			out = append(out, "task_group/"+id)
 			delete(differ, id)
 		}
 	}
 	for _, id := range templateOrder {
 		if differ[id] {
-			rep.Differences = append(rep.Differences, id)
+			out = append(out, id)
 			delete(differ, id)
 		}
 	}
-	for id := range differ { // rows no event explains
-		rep.Differences = append(rep.Differences, id)
+	for _, id := range slices.Sorted(maps.Keys(differ)) {
+		out = append(out, id)
 	}
-	if !apply {
-		return nil
-	}
-	return replaceOrchestration(ctx, tx, groups, groupOrder, templates, templateOrder)
+	return out
 }
 
 // groupDocs are the documents of a group's rows: "<group id>" for the

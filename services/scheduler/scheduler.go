@@ -160,17 +160,7 @@ func New(cfg Config) (*Service, error) {
 	s.app = app.New(stores, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
 		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck}, s.log)
-	s.orch = oapp.New(oapp.Deps{
-		Groups:    &postgres.GroupStore{DB: cfg.DB, AfterCommit: s.relay.Notify},
-		Templates: &postgres.TemplateStore{DB: cfg.DB, AfterCommit: s.relay.Notify},
-		Tasks:     s.app, Events: s.hub, Lock: postgres.AdvisoryLock{DB: cfg.DB, Name: "scheduler:groups"},
-	}, cfg.Now, oapp.Config{Reconcile: t.GroupReconcile}, s.log)
-	// A member task's change moves its group on (the process manager).
-	s.hub.Observe(func(t domain.Task) {
-		if t.Spec.GroupID != "" {
-			s.orch.Touch(t.Spec.GroupID)
-		}
-	})
+	s.orchestration(cfg)
 	if cfg.Quota != nil {
 		if cfg.InternalToken == "" {
 			return nil, errors.New("scheduler: a quota service needs Config.InternalToken")
@@ -189,6 +179,22 @@ func New(cfg Config) (*Service, error) {
 		s.video = v
 	}
 	return s, nil
+}
+
+// orchestration builds the task-group and template use cases over the
+// service's stores and hub (docs/decisions/0022-task-groups-process-manager.md).
+func (s *Service) orchestration(cfg Config) {
+	s.orch = oapp.New(oapp.Deps{
+		Groups:    &postgres.GroupStore{DB: cfg.DB, AfterCommit: s.relay.Notify},
+		Templates: &postgres.TemplateStore{DB: cfg.DB, AfterCommit: s.relay.Notify},
+		Tasks:     s.app, Events: s.hub, Lock: postgres.AdvisoryLock{DB: cfg.DB, Name: "scheduler:groups"},
+	}, cfg.Now, oapp.Config{Reconcile: cfg.Timing.GroupReconcile}, s.log)
+	// A member task's change moves its group on (the process manager).
+	s.hub.Observe(func(t domain.Task) {
+		if t.Spec.GroupID != "" {
+			s.orch.Touch(t.Spec.GroupID)
+		}
+	})
 }
 
 // withDefaults fills in the zero values that have defaults.

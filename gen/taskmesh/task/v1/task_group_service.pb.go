@@ -25,7 +25,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// TaskGroup is a group as clients see it (seed 004 §2.2: id, name, mode,
+// TaskGroup is a group as clients see it (id, name, mode,
 // tasks, status, created_at, ended_at) with its member counts and, for a
 // repeat, the repeat's policy and progress.
 type TaskGroup struct {
@@ -657,7 +657,7 @@ func (x *TaskGroupTask) GetVariables() map[string]*structpb.Value {
 	return nil
 }
 
-// RepeatPolicy runs one task count times (seed 004 §7.1, option B).
+// RepeatPolicy runs one task count times (docs/api/task-groups.md, "Repeat policy").
 type RepeatPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Runs to complete: 1 to 100000.

@@ -33,7 +33,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// TaskGroupService orchestrates tasks (seed 004 §2.2, §7): a group runs its
+// TaskGroupService orchestrates tasks (docs/api/task-groups.md): a group runs its
 // members one after another (serial), all at once (parallel), along their
 // dependencies (dag), or repeats one task with a failure policy and a
 // circuit breaker (repeat). Every call is scoped to the caller's tenant:
@@ -168,7 +168,7 @@ type TaskGroupService_WatchTaskGroupClient = grpc.ServerStreamingClient[WatchTas
 // All implementations must embed UnimplementedTaskGroupServiceServer
 // for forward compatibility.
 //
-// TaskGroupService orchestrates tasks (seed 004 §2.2, §7): a group runs its
+// TaskGroupService orchestrates tasks (docs/api/task-groups.md): a group runs its
 // members one after another (serial), all at once (parallel), along their
 // dependencies (dag), or repeats one task with a failure policy and a
 // circuit breaker (repeat). Every call is scoped to the caller's tenant:

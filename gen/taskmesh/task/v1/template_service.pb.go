@@ -25,7 +25,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// TaskTemplate is a reusable task with variables (seed 004 §10.5). {{name}}
+// TaskTemplate is a reusable task with variables. {{name}}
 // in command, args, workdir and env values is replaced by the variable's
 // value; each replaced value stays inside its own argument.
 type TaskTemplate struct {

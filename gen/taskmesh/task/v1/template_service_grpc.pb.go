@@ -31,7 +31,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// TemplateService keeps a tenant's task templates (seed 004 §10.5) and
+// TemplateService keeps a tenant's task templates (docs/api/templates.md) and
 // creates tasks from them. Every call is scoped to the caller's tenant:
 // another tenant's template id answers TASK_NOT_FOUND.
 type TemplateServiceClient interface {
@@ -125,7 +125,7 @@ func (c *templateServiceClient) RunTemplate(ctx context.Context, in *RunTemplate
 // All implementations must embed UnimplementedTemplateServiceServer
 // for forward compatibility.
 //
-// TemplateService keeps a tenant's task templates (seed 004 §10.5) and
+// TemplateService keeps a tenant's task templates (docs/api/templates.md) and
 // creates tasks from them. Every call is scoped to the caller's tenant:
 // another tenant's template id answers TASK_NOT_FOUND.
 type TemplateServiceServer interface {

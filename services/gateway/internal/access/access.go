@@ -39,7 +39,7 @@ const AdminRoutePrefix = "/api/v1/admin/"
 var (
 	taskMethods  = "/" + taskv1.TaskService_ServiceDesc.ServiceName + "/"
 	groupMethods = "/" + taskv1.TaskGroupService_ServiceDesc.ServiceName + "/"
-	// Closing a repeat's breaker is an operator's decision (seed: manual
+	// Closing a repeat's breaker is an operator's decision (manual
 	// recovery by operations), audited with the operator's name.
 	resetRepeat     = groupMethods + "ResetTaskGroupRepeat"
 	templateMethods = "/" + taskv1.TemplateService_ServiceDesc.ServiceName + "/"

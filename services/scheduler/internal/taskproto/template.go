@@ -6,7 +6,7 @@ import (
 )
 
 // TemplateToProto shows a template as the template API documents it (the
-// seed's TaskTemplate fields); the orchestration topic's template events
+// TaskTemplate fields of docs/api/templates.md); the orchestration topic's template events
 // carry the same message.
 func TemplateToProto(t orch.Template) *taskv1.TaskTemplate {
 	p := &taskv1.TaskTemplate{Id: t.ID, Name: t.Name, Description: t.Description, Command: t.Command, Args: t.Args,

@@ -182,7 +182,7 @@ func equalCounts(a, b map[task.Status]int) bool {
 	return true
 }
 
-// The seed's DAG: download → process1 ∥ process2 → merge.
+// The documented DAG: download → process1 ∥ process2 → merge.
 func TestDAGReleasesEverythingWithDependenciesAsTaskIDs(t *testing.T) {
 	x := newSim(t, Input{Mode: "dag", Tasks: []MemberInput{member("download"), member("process1", "download"),
 		member("process2", "download"), member("merge", "process1", "process2")}}, true)

@@ -85,7 +85,8 @@ func (g Group) Open() int {
 	return n
 }
 
-// Repeat is a repeat's policy (seed 004 §7.1 option B) and where it stands.
+// Repeat is a repeat's policy (docs/api/task-groups.md#repeat-policy) and
+// where it stands.
 type Repeat struct {
 	Count       int `json:"count"`
 	Parallel    int `json:"parallel"`

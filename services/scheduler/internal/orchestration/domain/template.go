@@ -13,7 +13,7 @@ import (
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
-// Template is a tenant's task template (seed 004 §10.5: TaskTemplate),
+// Template is a tenant's task template (docs/api/templates.md: TaskTemplate),
 // with the bookkeeping of its aggregate.
 type Template struct {
 	ID          string            `json:"id"`
@@ -36,7 +36,7 @@ type Template struct {
 	Deleted     bool              `json:"deleted,omitempty"`
 }
 
-// Var is one variable of a template (seed 004 §10.5: TemplateVar).
+// Var is one variable of a template (TemplateVar).
 type Var struct {
 	Name        string   `json:"name"`
 	Type        string   `json:"type"` // string, int, bool, select

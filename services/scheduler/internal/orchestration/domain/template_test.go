@@ -10,7 +10,7 @@ import (
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
-// The seed's template (seed 004 §10.5), plus a bool.
+// A PyTorch training template, with a bool.
 func trainTemplate() Template {
 	return Template{ID: "train-pytorch", Name: "PyTorch 训练任务", Description: "使用 PyTorch 进行模型训练",
 		Command: "python", Args: []string{"train.py", "--model", "{{model}}", "--epochs", "{{epochs}}", "--amp={{ amp }}"},
