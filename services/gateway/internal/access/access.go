@@ -43,9 +43,9 @@ var (
 	// recovery by operations), audited with the operator's name.
 	resetRepeat     = groupMethods + "ResetTaskGroupRepeat"
 	templateMethods = "/" + taskv1.TemplateService_ServiceDesc.ServiceName + "/"
-	leaseMethods = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
-	adminMethods = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
-	videoMethods = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
+	leaseMethods    = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
+	adminMethods    = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
+	videoMethods    = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
 	// A tenant's key reads its own quotas; the quota service refuses it
 	// every operator action.
 	quotaMethods = "/" + quotav1.QuotaService_ServiceDesc.ServiceName + "/"
