@@ -313,6 +313,8 @@ type conn struct {
 	admin     adminv1.AdminServiceClient
 	video     videov1.VideoServiceClient
 	admission quotav1.AdmissionServiceClient
+	groups    taskv1.TaskGroupServiceClient
+	templates taskv1.TemplateServiceClient
 }
 
 func (c *conn) Close() error { return c.cc.Close() }
@@ -337,7 +339,8 @@ func dial(s Settings) (*conn, error) {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
 	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
-		video: videov1.NewVideoServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc)}, nil
+		video: videov1.NewVideoServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc),
+		groups: taskv1.NewTaskGroupServiceClient(cc), templates: taskv1.NewTemplateServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message
