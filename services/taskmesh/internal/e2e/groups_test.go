@@ -512,4 +512,3 @@ func (w *world) wsStatus(key, path string) (int, map[string]any) {
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	return resp.StatusCode, body
 }
-
