@@ -27,14 +27,18 @@ CREATE INDEX task_groups_wake_idx ON task_groups (wake_at) WHERE wake_at IS NOT 
 -- One row per member (a repeat: per run attempt). status mirrors the
 -- member task's status as the group last saw it.
 CREATE TABLE task_group_members (
-    group_id text NOT NULL,
-    key      text NOT NULL,
-    position int  NOT NULL,
-    task_id  text NOT NULL DEFAULT '',
-    status   text NOT NULL,
-    doc      json NOT NULL,
+    group_id text   NOT NULL,
+    key      text   NOT NULL,
+    position int    NOT NULL,
+    task_id  text   NOT NULL DEFAULT '',
+    status   text   NOT NULL,
+    -- The group's version after the member last changed: a watcher reads
+    -- only what changed since the version it has.
+    version  bigint NOT NULL,
+    doc      json   NOT NULL,
     PRIMARY KEY (group_id, key)
 );
+CREATE INDEX task_group_members_version_idx ON task_group_members (group_id, version);
 -- Decisions read a group's open members only; the reconcile looks for open
 -- members whose task moved on. Finished members of a long repeat cost
 -- neither.

@@ -37,7 +37,10 @@ type Tasks interface {
 // scheduler's hub: it wakes claims and the tasks' watchers, and tells the
 // process manager).
 type TaskEvents interface {
+	// Changed reports a task that changed.
 	Changed(t task.Task)
+	// WakeClaimers reports that work may have appeared.
+	WakeClaimers()
 }
 
 // Lock elects the one replica that looks for groups whose time has come
@@ -123,10 +126,20 @@ func (a *App) mutate(ctx context.Context, c sched.Caller, id string, scope Scope
 }
 
 // committed tells the task hub about every task written and wakes the
-// group's watchers and, for a repeat, sets its timer.
+// group's watchers and, for a repeat, sets its timer. New tasks wake the
+// claims once: a dag releases a thousand at a time, nobody watches them
+// yet, and the group that made them needs no touch.
 func (a *App) committed(s orch.State, written []task.Task) {
+	woken := false
 	for _, t := range written {
+		if t.Version == 1 {
+			woken = true
+			continue
+		}
 		a.events.Changed(t)
+	}
+	if woken {
+		a.events.WakeClaimers()
 	}
 	a.changed(s.Group.ID)
 	a.mgr.schedule(a, s.Group)

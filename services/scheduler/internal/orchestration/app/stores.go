@@ -45,6 +45,11 @@ type GroupStore interface {
 	// task.ErrNotFound.
 	Get(ctx context.Context, tenant, id string, scope Scope) (orch.State, error)
 
+	// Changed returns a group of tenant ("*": of any tenant) with the
+	// members that changed after its version since (orch.Member.Version):
+	// what a watcher that has the group as of since needs. Errors as Get.
+	Changed(ctx context.Context, tenant, id string, since int64) (orch.State, error)
+
 	// List returns a page of tenant's groups (without members), newest
 	// first, and the next page's token ("" on the last). A token List did
 	// not make is ErrBadPageToken.
@@ -52,7 +57,8 @@ type GroupStore interface {
 
 	// Mutate locks the group, loads it with the members of scope and the
 	// facts of its open released members' tasks (a task that is gone has
-	// no facts), and calls decide. It stores what decide returns in one
+	// no facts; a task whose status is the one the group last recorded may
+	// have the group's own record of its times), and calls decide. It stores what decide returns in one
 	// transaction: the group's records (with the state after them), the
 	// new tasks, and the cancellations and deletions of member tasks, each
 	// by the task aggregate's own rules (a task already final is not

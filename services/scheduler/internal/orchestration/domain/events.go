@@ -110,7 +110,7 @@ func (s *State) Apply(r Record) bool {
 		for k, m := range s.Members {
 			if !m.Released() && !m.Status.Final() {
 				s.count(m.Status, task.StatusCancelled)
-				m.Status, m.EndedAt = task.StatusCancelled, r.At
+				m.Status, m.EndedAt, m.Version = task.StatusCancelled, r.At, g.Version
 				s.Members[k] = m
 			}
 		}
@@ -153,7 +153,7 @@ func (s *State) create(e Created, at time.Time) {
 	s.Members = make(map[string]Member, len(d.Members))
 	for i, m := range d.Members {
 		s.Members[m.Key] = Member{Key: m.Key, Index: i, Name: m.Spec.Name, DependsOn: m.DependsOn, Spec: m.Spec,
-			ClusterQueue: m.ClusterQueue, Status: task.StatusPending}
+			ClusterQueue: m.ClusterQueue, Status: task.StatusPending, Version: s.Group.Version}
 	}
 }
 
@@ -162,14 +162,14 @@ func (s *State) release(rel Release) {
 	if g.Mode != ModeRepeat {
 		if m, ok := s.Members[rel.Key]; ok {
 			// The task holds the spec from now on.
-			m.TaskID, m.Spec, m.ClusterQueue = rel.TaskID, task.Spec{}, ""
+			m.TaskID, m.Spec, m.ClusterQueue, m.Version = rel.TaskID, task.Spec{}, "", g.Version
 			s.Members[rel.Key] = m
 		}
 		return
 	}
 	r := g.Repeat
 	s.Members[rel.Key] = Member{Key: rel.Key, Index: g.Total, Name: r.Spec.Name, TaskID: rel.TaskID,
-		Status: task.StatusPending, Run: rel.Run, Attempt: rel.Attempt}
+		Status: task.StatusPending, Run: rel.Run, Attempt: rel.Attempt, Version: g.Version}
 	g.Total++
 	s.count("", task.StatusPending)
 	if rel.Attempt <= 1 {
@@ -190,7 +190,7 @@ func (s *State) change(c Change, at time.Time) {
 		if !c.StartedAt.IsZero() {
 			m.StartedAt = c.StartedAt
 		}
-		m.EndedAt = c.EndedAt
+		m.EndedAt, m.Version = c.EndedAt, g.Version
 		s.Members[c.Key] = m
 	}
 	r := g.Repeat

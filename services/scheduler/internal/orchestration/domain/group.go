@@ -145,6 +145,9 @@ type Member struct {
 	StartedAt time.Time   `json:"started_at,omitzero"`
 	EndedAt   time.Time   `json:"ended_at,omitzero"`
 	Error     string      `json:"error,omitempty"`
+	// Version is the group's version after the member last changed: a
+	// watcher asks for the members changed since the version it has.
+	Version int64 `json:"version"`
 }
 
 // Released reports whether the member has its task.

@@ -3,12 +3,10 @@ package ports
 import (
 	"context"
 	"log/slog"
-	"reflect"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	oapp "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/app"
-	orch "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/domain"
 	sports "github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
 )
 
@@ -145,28 +143,16 @@ func (s *GroupServer) WatchTaskGroup(r *taskv1.WatchTaskGroupRequest, stream tas
 	}
 	changes, cancel := s.App.Watch(r.GetId())
 	defer cancel()
-	var (
-		last = int64(-1)
-		seen map[string]orch.Member
-	)
+	st, err := s.App.GetGroup(ctx, c, r.GetId())
+	if err != nil {
+		return toStatus(s.Log, err)
+	}
+	if err := stream.Send(&taskv1.WatchTaskGroupResponse{Group: groupToProto(st.Group, st.Ordered())}); err != nil {
+		return err
+	}
 	for {
-		st, err := s.App.GetGroup(ctx, c, r.GetId())
-		if err != nil {
-			return toStatus(s.Log, err)
-		}
-		if st.Group.Version != last {
-			last = st.Group.Version
-			var show []orch.Member
-			for _, m := range st.Ordered() {
-				if old, ok := seen[m.Key]; !ok || !reflect.DeepEqual(old, m) {
-					show = append(show, m)
-				}
-			}
-			seen = st.Members
-			if err := stream.Send(&taskv1.WatchTaskGroupResponse{Group: groupToProto(st.Group, show)}); err != nil {
-				return err
-			}
-		}
+		// Only what changed since the last message: a repeat may have ten
+		// thousand members, its watchers must not read them all each time.
 		if st.Group.Status.Final() && st.Group.Open() == 0 {
 			return nil
 		}
@@ -175,6 +161,17 @@ func (s *GroupServer) WatchTaskGroup(r *taskv1.WatchTaskGroupRequest, stream tas
 			return nil
 		case <-changes:
 		case <-time.After(time.Second):
+		}
+		next, err := s.App.GroupChanges(ctx, c, r.GetId(), st.Group.Version)
+		if err != nil {
+			return toStatus(s.Log, err)
+		}
+		if next.Group.Version == st.Group.Version {
+			continue
+		}
+		st = next
+		if err := stream.Send(&taskv1.WatchTaskGroupResponse{Group: groupToProto(st.Group, st.Ordered())}); err != nil {
+			return err
 		}
 	}
 }

@@ -73,6 +73,7 @@ func StoreContract(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"CreateThenGet", (*contract).createThenGet},
 		{"CreateIdempotentByRequestID", (*contract).createIdempotent},
 		{"MutateSeesFactsAndScope", (*contract).mutateFacts},
+		{"ChangedSinceAVersion", (*contract).changedSince},
 		{"MutateCancelsOpenTasksOnly", (*contract).mutateCancels},
 		{"MutateErrorsStoreNothing", (*contract).mutateErrors},
 		{"DeleteRemovesGroupAndTasks", (*contract).deleteGroup},
@@ -215,6 +216,26 @@ func (c *contract) mutateFacts(t *testing.T) {
 	// Nothing changed: nothing is stored.
 	if again := c.advance(st.Group.ID, T0.Add(3*time.Second)); again.Group.Version != 4 {
 		t.Fatalf("an empty decision stored version %d", again.Group.Version)
+	}
+}
+
+func (c *contract) changedSince(t *testing.T) {
+	st, _ := c.dag("tenant-a", "", T0)
+	if got, err := c.s.Groups.Changed(c.ctx, "tenant-a", st.Group.ID, st.Group.Version); err != nil || len(got.Members) != 0 ||
+		got.Group.Version != st.Group.Version {
+		t.Fatalf("nothing changed: %v, %v", keys(got), err)
+	}
+	c.s.Move(t, st.Members["b"].TaskID, task.StatusRunning, T0.Add(time.Second))
+	after := c.advance(st.Group.ID, T0.Add(2*time.Second))
+	got, err := c.s.Groups.Changed(c.ctx, "tenant-a", st.Group.ID, st.Group.Version)
+	if err != nil || !slices.Equal(keys(got), []string{"b"}) || got.Group.Version != after.Group.Version || got.Members["b"].Status != task.StatusRunning {
+		t.Fatalf("changed since %d: %v (version %d), %v", st.Group.Version, keys(got), got.Group.Version, err)
+	}
+	if all, _ := c.s.Groups.Changed(c.ctx, "*", st.Group.ID, 0); len(all.Members) != 3 {
+		t.Fatalf("changed since 0: %v", keys(all))
+	}
+	if _, err := c.s.Groups.Changed(c.ctx, "tenant-b", st.Group.ID, 0); !errors.Is(err, task.ErrNotFound) {
+		t.Fatalf("another tenant's: %v", err)
 	}
 }
 

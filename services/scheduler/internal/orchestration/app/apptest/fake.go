@@ -218,6 +218,22 @@ func (s *Store) Get(_ context.Context, tenant, id string, scope oapp.Scope) (orc
 	return scoped(st, scope), nil
 }
 
+// Changed implements oapp.GroupStore.
+func (s *Store) Changed(_ context.Context, tenant, id string, since int64) (orch.State, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("Changed", id); err != nil {
+		return orch.State{}, err
+	}
+	st, ok := s.groups[id]
+	if !ok || st.Group.Deleted || (tenant != "*" && st.Group.TenantID != tenant) {
+		return orch.State{}, task.ErrNotFound
+	}
+	out := st.Clone()
+	maps.DeleteFunc(out.Members, func(_ string, m orch.Member) bool { return m.Version <= since })
+	return out, nil
+}
+
 // Mutate implements oapp.GroupStore.
 func (s *Store) Mutate(_ context.Context, tenant, id string, scope oapp.Scope,
 	decide func(st orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error)) (orch.State, []task.Task, error) {
