@@ -182,8 +182,14 @@ func writeGroupTable(out io.Writer, groups []*taskv1.TaskGroup) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tMODE\tSTATUS\tDONE\tCREATED")
 	for _, g := range groups {
+		// A repeat is done when count runs completed, however many
+		// attempts it took.
+		done, total := g.GetCounts().GetCompleted(), g.GetTotal()
+		if r := g.GetRepeat(); r != nil {
+			done, total = r.GetRunsCompleted(), r.GetCount()
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\n", g.GetId(), g.GetName(), g.GetMode(), g.GetStatus(),
-			g.GetCounts().GetCompleted(), g.GetTotal(), timeText(g.GetCreatedAt()))
+			done, total, timeText(g.GetCreatedAt()))
 	}
 	return tw.Flush()
 }

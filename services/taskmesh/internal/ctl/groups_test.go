@@ -255,3 +255,30 @@ variables:
 	ok(t, s.ctl(t, "templates", "delete", "train-pytorch"))
 	fails(t, s.ctl(t, "templates", "get", "train-pytorch"), "30004")
 }
+
+// The group file shown in docs/ctl.md reads as it says.
+func TestDocsGroupFileExample(t *testing.T) {
+	doc, err := os.ReadFile("../../../../docs/ctl.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "## Group files")
+	_, block, ok2 := strings.Cut(section, "```yaml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/ctl.md has no group file example")
+	}
+	gs, err := ParseGroupFile("ctl.md", []byte(block))
+	if err != nil || len(gs) != 2 {
+		t.Fatalf("%d groups, %v", len(gs), err)
+	}
+	dag, repeat := gs[0].Request, gs[1].Request
+	tasks := dag.GetTasks()
+	if dag.GetMode() != "dag" || len(tasks) != 4 || tasks[2].GetTemplateId() != "process-shard" ||
+		tasks[2].GetVariables()["shard"].GetNumberValue() != 2 || !slices.Equal(tasks[3].GetDependsOn(), []string{"process1", "process2"}) {
+		t.Fatalf("dag = %v", dag)
+	}
+	if repeat.GetRepeat().GetCount() != 100 || repeat.GetRepeat().GetTemplate().GetCommand() != "bash" {
+		t.Fatalf("repeat = %v", repeat)
+	}
+}
