@@ -167,6 +167,9 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	r.active.Store(true)
 	defer r.active.Store(false)
 
+	// A new producer every session: a transactional producer that failed
+	// mid-transaction may not be usable again, and initialising the
+	// transactional id afresh is what fences the previous holder.
 	cl, err := r.producer()
 	if err != nil {
 		return err
@@ -179,6 +182,11 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	if _, _, err := cl.ProducerID(setup); err != nil {
 		return fmt.Errorf("init producer: %w", err)
 	}
+	// The partition count is read once per session and decides where every
+	// aggregate's events go. Growing the topic later would move aggregates
+	// to other partitions for the next session and break their order across
+	// the change, so the count is set when the topic is created and never
+	// grown.
 	if err := kafka.EnsureTopics(setup, cl, kafka.TopicSpec{Name: r.cfg.Topic, Partitions: r.cfg.Partitions, ReplicationFactor: -1}); err != nil {
 		return err
 	}
@@ -186,11 +194,16 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	if err != nil {
 		return err
 	}
+	// Reads and checkpoint writes use the lock's own connection: once the
+	// session has lost the lock (its server session ended), they fail
+	// instead of running beside the successor.
 	conn := lock.Conn()
 	cp, err := loadCheckpoint(setup, conn, r.cfg.Name)
 	if err != nil {
 		return err
 	}
+	// Only after the fence (ProducerID above): no transaction of a
+	// predecessor can commit behind the records read here.
 	inKafka, err := scanPublished(setup, cl, r.cfg.Name, r.cfg.Topic, partitions, cp.offsets, r.cfg.Logger)
 	if err != nil {
 		return err
@@ -214,6 +227,8 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		saved     = cursor
 	)
 	for {
+		// Each read runs in its own snapshot, so the xmin bound moves up as
+		// the transactions that held it back finish.
 		batch, err := readBatch(ctx, conn, cursor, r.cfg.BatchSize)
 		if err != nil {
 			return err
@@ -226,6 +241,9 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 				}
 				saved, lastSaved = cursor, time.Now()
 			}
+			// Notify wakes an idle relay as soon as a writer in this process
+			// commits; the poll catches commits of other replicas, which
+			// write the same table.
 			timer.Reset(r.cfg.PollInterval)
 			select {
 			case <-ctx.Done():
@@ -238,6 +256,8 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		if err := r.publish(ctx, cl, batch, partitions, inKafka); err != nil {
 			return err
 		}
+		// The cursor moves past skipped events too: they are in Kafka
+		// already.
 		cursor = batch[len(batch)-1].pos
 		// A checkpoint behind Kafka costs a successor only a longer scan
 		// (it finds its records past the checkpoint anyway), so a busy
@@ -265,8 +285,17 @@ func (r *Relay) producer() (*kgo.Client, error) {
 		return nil, err
 	}
 	opts = append(opts,
+		// One fixed transactional id per relay name: the broker lets only
+		// its newest holder commit, which is the fence.
 		kgo.TransactionalID("taskmesh-outbox-"+r.cfg.Name),
+		// Longer than one batch's produce and commit may take, so the broker
+		// never aborts a healthy transaction; a dead relay's open one is
+		// aborted at this timeout, or sooner by the next session's fence.
 		kgo.TransactionTimeout(2*r.cfg.ProduceTimeout),
+		// The relay picks partitions itself (kafka.PartitionFor, Kafka's
+		// default partitioner) so that publish, the start-up skip and
+		// consumers keyed by aggregate agree on where an aggregate's events
+		// are.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		// No RecordDeliveryTimeout: kgo measures it from the record
 		// timestamp, which is the event's time and may be long past when
@@ -291,8 +320,13 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partit
 	if len(records) == 0 {
 		return nil
 	}
+	// One bound for produce and commit: a broker that stops answering ends
+	// the session instead of holding the lock for ever.
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout)
 	defer cancel()
+	// One Kafka transaction per batch: read_committed consumers (and the
+	// start-up scan) see all of it or none, so a crash never exposes half a
+	// batch.
 	if err := cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin kafka transaction: %w", err)
 	}
@@ -305,6 +339,7 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partit
 		// way nothing repeats.
 		return fmt.Errorf("commit kafka transaction: %w", err)
 	}
+	// Where this session's records went bounds the next start's scan.
 	inKafka.committed(records)
 	r.published.Add(int64(len(records)))
 	return nil
@@ -352,6 +387,12 @@ func (e *row) record(topic string, partition int32, relay []byte) *kgo.Record {
 }
 
 func readBatch(ctx context.Context, conn *pgxpool.Conn, after Position, limit int) ([]row, error) {
+	// The row comparison (tx_id, id) > cursor lets the (tx_id, id) index
+	// serve both the filter and the order. pg_snapshot_xmin of the
+	// statement's own snapshot is the oldest transaction still running:
+	// every row below it is committed or rolled back, so no row can appear
+	// later below the cursor. Rows of transactions at or above it wait for a
+	// later read, in Position order.
 	rows, err := conn.Query(ctx, `
 		SELECT tx_id::text AS tx_text, id, aggregate_type, aggregate_id, version, event_type, event_id::text,
 		       tenant_id, occurred_at, payload, headers

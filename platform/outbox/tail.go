@@ -77,11 +77,19 @@ const stableWait = 50 * time.Millisecond
 // transactions other relays had open on the topic have finished (their
 // records may precede records the predecessor committed).
 func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, partitions int32, saved []int64, log *slog.Logger) (*published, error) {
+	// The partitions are read with raw fetch requests to each partition's
+	// leader rather than with a consuming client: every read is bounded, at
+	// an offset of our choosing, and answered at once, with no group, no
+	// assignment and no client state. The metadata names each partition's
+	// leader and the topic's id, which newer fetch versions use instead of
+	// its name.
 	meta, err := topicMetadata(ctx, cl, topic)
 	if err != nil {
 		return nil, err
 	}
 	adm := kadm.NewClient(cl)
+	// The log start offset bounds the scan: what lies before it was removed
+	// by retention and can never be read.
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
@@ -89,6 +97,8 @@ func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, par
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list start offsets of %s: %w", topic, err)
 	}
+	// High watermarks: after the fence every record the predecessor
+	// committed lies below them.
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
@@ -102,6 +112,9 @@ func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, par
 	k := &published{last: map[int32]Position{}, from: make([]int64, partitions),
 		end: make([]int64, partitions), next: make([]int64, partitions)}
 	for _, p := range meta.Partitions {
+		// partitions is the count the relay places records over
+		// (kafka.PartitionFor); a partition added to the topic since it was
+		// read holds none of this relay's records.
 		if p.Partition >= partitions {
 			continue
 		}
@@ -118,6 +131,8 @@ func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, par
 		if err != nil {
 			return nil, fmt.Errorf("outbox: read %s/%d from offset %d: %w", topic, p.Partition, from, err)
 		}
+		// A partition with no record of this relay past the checkpoint's
+		// offset gets no entry: every event that maps to it is published.
 		if ok {
 			k.last[p.Partition] = pos
 		}
@@ -189,11 +204,17 @@ func lastOwn(ctx context.Context, cl *kgo.Client, relay, topic string, topicID [
 		last  Position
 		found bool
 	)
+	// The highest of the relay's own positions in [from, end) wins (its
+	// records grow in Position order anyway: one session at a time
+	// produces, each in Position order).
 	for offset := from; offset < end; {
 		rp, err := fetch(ctx, cl, topic, topicID, partition, leader, offset, 4<<20)
 		if err != nil {
 			return last, found, err
 		}
+		// ProcessFetchPartition decodes the batches and, with ReadCommitted,
+		// drops the records of the aborted transactions the response lists;
+		// transaction markers are never returned as records.
 		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 			Offset:         offset,
 			IsolationLevel: kgo.ReadCommitted(),
@@ -204,6 +225,8 @@ func lastOwn(ctx context.Context, cl *kgo.Client, relay, topic string, topicID [
 			return last, found, fp.Err
 		}
 		for _, r := range fp.Records {
+			// A batch comes back whole, so it may reach past end: those
+			// records were produced after end was read.
 			if r.Offset >= end {
 				break
 			}
@@ -223,6 +246,8 @@ func lastOwn(ctx context.Context, cl *kgo.Client, relay, topic string, topicID [
 			}
 			found = true
 		}
+		// An answer that does not move the offset would loop forever: fail,
+		// and let the session start over.
 		if next <= offset {
 			return last, found, errors.New("fetch made no progress")
 		}
@@ -233,6 +258,9 @@ func lastOwn(ctx context.Context, cl *kgo.Client, relay, topic string, topicID [
 
 func fetch(ctx context.Context, cl *kgo.Client, topic string, topicID [16]byte, partition, leader int32, offset int64, maxBytes int32) (*kmsg.FetchResponseTopicPartition, error) {
 	req := kmsg.NewPtrFetchRequest()
+	// A plain consumer's fetch (replica -1) that waits for nothing: with no
+	// wait and no minimum size the broker answers at once with what it has,
+	// which is what a bounded scan needs.
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 0
 	req.MinBytes = 0
@@ -244,12 +272,17 @@ func fetch(ctx context.Context, cl *kgo.Client, topic string, topicID [16]byte, 
 	rp := kmsg.NewFetchRequestTopicPartition()
 	rp.Partition = partition
 	rp.FetchOffset = offset
+	// No epoch checks: this is a one-off read at a known offset, not a
+	// consumer that has to notice log truncation.
 	rp.CurrentLeaderEpoch = -1
 	rp.LogStartOffset = -1
 	rp.PartitionMaxBytes = maxBytes
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 
+	// To the leader named by the metadata just read. If leadership moved
+	// since, the partition's error code says so and the session starts over
+	// with fresh metadata.
 	resp, err := req.RequestWith(ctx, cl.Broker(int(leader)))
 	if err != nil {
 		return nil, err
