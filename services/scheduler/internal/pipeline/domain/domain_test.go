@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -131,5 +132,81 @@ func TestProgressIsClampedAndTruncate(t *testing.T) {
 	}
 	if got := Truncate("日本語", 4); got != "日" {
 		t.Errorf("Truncate = %q", got)
+	}
+}
+
+func TestCheckStart(t *testing.T) {
+	cases := []struct {
+		kind Kind
+		head string
+		ok   bool
+	}{
+		{KindModel, "\x08\x07\x12\x07pytorch", true}, // ir_version 7, producer_name
+		{KindModel, "\x3a\x10", true},                // graph first
+		{KindModel, "\x08", true},                    // a varint field's tag is enough
+		{KindModel, "not a model at all", false},     // 'n' = field 13, wire 6
+		{KindModel, "\x0a\x03abc", false},            // field 1 as bytes: not ir_version
+		{KindModel, "", false},
+		{KindModel, "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", false},
+		{KindQuant, "PK\x03\x04\x14\x00", true},
+		{KindQuant, "PK\x05\x06", true},
+		{KindQuant, "\x1f\x8b\x08", false}, // gzip
+		{KindRefImage, "\x89PNG\r\n\x1a\n....", true},
+		{KindRefImage, "\xff\xd8\xff\xe0", true},
+		{KindRefImage, "BM....", true},
+		{KindRefImage, "RIFF\x00\x00\x00\x00WEBPVP8 ", true},
+		{KindRefImage, "GIF89a", false},
+	}
+	for _, c := range cases {
+		err := c.kind.CheckStart([]byte(c.head))
+		if (err == nil) != c.ok {
+			t.Errorf("%s %q: err = %v, want ok %v", c.kind, c.head, err, c.ok)
+		}
+	}
+}
+
+func TestParseKindAndUploadName(t *testing.T) {
+	for _, bad := range []string{"", "Model", "weights"} {
+		if _, err := ParseKind(bad); err == nil {
+			t.Errorf("kind %q accepted", bad)
+		}
+	}
+	names := map[string]string{"cat.png": "cat.png", `C:\pics\dog 1.jpg`: "dog_1.jpg", "../../etc/passwd": "passwd",
+		"...": "_", "日本.png": "__.png", "": "image"}
+	for in, want := range names {
+		if got := UploadName(KindRefImage, in); got != want {
+			t.Errorf("UploadName(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if UploadName(KindModel, "x.bin") != "model.onnx" || UploadName(KindQuant, "") != "quant.zip" {
+		t.Error("model and quant names")
+	}
+}
+
+func TestJobRequestCheck(t *testing.T) {
+	many := make([]string, MaxRefImages+1)
+	for i := range many {
+		many[i] = string(rune('a' + i%26))
+	}
+	cases := []struct {
+		r     JobRequest
+		field string
+	}{
+		{JobRequest{QuantKey: "q"}, "model_key"},
+		{JobRequest{ModelKey: "m"}, "quant_key"},
+		{JobRequest{ModelKey: "m", QuantKey: "q", RefImageKeys: many}, "ref_image_keys"},
+		{JobRequest{ModelKey: "m", QuantKey: "q", RefImageKeys: []string{"a", "a"}}, "ref_image_keys[1]"},
+		{JobRequest{ModelKey: "m", QuantKey: "q", RefImageKeys: []string{""}}, "ref_image_keys[0]"},
+		{JobRequest{ModelKey: "m", QuantKey: "q", RefImageKeys: []string{"a", "b"}}, ""},
+	}
+	for _, c := range cases {
+		err := c.r.Check()
+		var ie *InvalidError
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%+v: %v", c.r, err)
+		case c.field != "" && (!errors.As(err, &ie) || ie.Field != c.field):
+			t.Errorf("%+v: err %v, want field %s", c.r, err, c.field)
+		}
 	}
 }
