@@ -103,7 +103,7 @@ type Config struct {
 	// missing kind).
 	UploadLimits map[domain.Kind]int64
 	// MaxOutputBytes bounds what a stage may upload as its output (default
-	// 4 GiB) and MaxLogBytes its log (default 16 MiB).
+	// 1 GiB) and MaxLogBytes its log (default 16 MiB).
 	MaxOutputBytes, MaxLogBytes int64
 	// LinkTTL is how long download links stay valid (default 1h);
 	// WorkerLinkTTL how long a stage task's links do, so it must cover the
@@ -136,7 +136,7 @@ func New(cfg Config) *App {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.MaxOutputBytes <= 0 {
-		cfg.MaxOutputBytes = 4 << 30
+		cfg.MaxOutputBytes = 1 << 30
 	}
 	if cfg.MaxLogBytes <= 0 {
 		cfg.MaxLogBytes = 16 << 20

@@ -107,58 +107,48 @@ func (a *App) Run(ctx context.Context, interval time.Duration) {
 
 // apply moves job on by the state of its stage s task t.
 func (a *App) apply(ctx context.Context, jobID string, s domain.Stage, t task.Task) error {
-	now := a.now()
-	var j domain.Job
 	var err error
 	switch {
 	case t.Deleted:
-		j, err = a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage's task was deleted")
+		err = a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage's task was deleted")
 	case t.Status == task.StatusCompleted:
-		return a.stageDone(ctx, jobID, s, t)
+		err = a.stageDone(ctx, jobID, s, t)
 	case t.Status == task.StatusFailed:
-		j, err = a.fail(ctx, jobID, s, t.ID, failureReason(t))
+		err = a.fail(ctx, jobID, s, t.ID, failureReason(t))
 	case t.Status == task.StatusCancelled:
-		j, err = a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage's task was cancelled")
+		err = a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage's task was cancelled")
 	case t.Status == task.StatusRunning && t.Progress > 0:
-		j, err = a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
-			return j.ReportProgress(now, actor, s, t.ID, t.Progress, t.ProgressMessage), nil
+		_, err = a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
+			return j.ReportProgress(a.now(), actor, s, t.ID, t.Progress, t.ProgressMessage), nil
 		})
-	default:
-		return nil
 	}
-	_ = j
 	if errors.Is(err, domain.ErrNotFound) {
 		return nil // a task of a job that was never recorded
 	}
 	return err
 }
 
-func (a *App) fail(ctx context.Context, jobID string, s domain.Stage, taskID, reason string) (domain.Job, error) {
-	return a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
+func (a *App) fail(ctx context.Context, jobID string, s domain.Stage, taskID, reason string) error {
+	_, err := a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
 		return j.Fail(a.now(), actor, s, taskID, reason), nil
 	})
+	return err
 }
 
 // stageDone records stage s's end once its output is in place and queues
 // the next stage.
 func (a *App) stageDone(ctx context.Context, jobID string, s domain.Stage, t task.Task) error {
 	output := domain.OutputObject(jobID, s)
-	_, err := a.cfg.Objects.Stat(ctx, output)
-	var j domain.Job
-	switch {
+	switch _, err := a.cfg.Objects.Stat(ctx, output); {
 	case errors.Is(err, objectstore.ErrNotFound):
-		j, err = a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage ended without storing "+domain.OutputFile(s))
+		return a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage ended without storing "+domain.OutputFile(s))
 	case err != nil:
 		return fmt.Errorf("pipeline: %s: %w", output, err)
-	default:
-		j, err = a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
-			return j.StageDone(a.now(), actor, s, t.ID, output), nil
-		})
 	}
-	switch {
-	case errors.Is(err, domain.ErrNotFound):
-		return nil
-	case err != nil:
+	j, err := a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
+		return j.StageDone(a.now(), actor, s, t.ID, output), nil
+	})
+	if err != nil {
 		return err
 	}
 	// Queue the next stage unless that happened already (a repeated

@@ -39,8 +39,12 @@ func (a *App) Upload(ctx context.Context, c sched.Caller, kind, filename string,
 	}
 	limit := a.cfg.UploadLimits[k]
 	in := bufio.NewReaderSize(&limitedReader{r: body, left: limit}, 64<<10)
+	tooLarge := fmt.Errorf("%w: a %s upload may have at most %d bytes", ErrTooLarge, k, limit)
 	head, err := in.Peek(domain.SniffBytes)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		return Upload{}, tooLarge
+	case err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull):
 		return Upload{}, err
 	}
 	if err := k.CheckStart(head); err != nil {
@@ -58,7 +62,7 @@ func (a *App) Upload(ctx context.Context, c sched.Caller, kind, filename string,
 	if err != nil {
 		a.remove(ctx, u.Key)
 		if errors.Is(err, ErrTooLarge) {
-			return Upload{}, fmt.Errorf("%w: a %s upload may have at most %d bytes", ErrTooLarge, k, limit)
+			return Upload{}, tooLarge
 		}
 		return Upload{}, fmt.Errorf("pipeline: storing the upload: %w", err)
 	}
