@@ -34,7 +34,7 @@ type HubConfig struct {
 	// NewEnvelope returns an empty envelope of the topic's records
 	// (default: a taskv1.TaskEvent).
 	NewEnvelope func() Envelope
-	Logger *slog.Logger
+	Logger      *slog.Logger
 }
 
 // Hub tails the task topic and hands each event to the subscribers of its

@@ -78,9 +78,9 @@ type handler struct {
 	pipeline http.Handler // authenticated pipeline API
 	objects  http.Handler
 	console  http.Handler
-	openapi []byte
-	ready   func() bool
-	log     *slog.Logger
+	openapi  []byte
+	ready    func() bool
+	log      *slog.Logger
 }
 
 // NewHandler returns the gateway's HTTP handler.

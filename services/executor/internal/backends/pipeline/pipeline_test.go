@@ -346,4 +346,3 @@ func TestMainSaysWhyOnItsLastLine(t *testing.T) {
 		t.Error(err)
 	}
 }
-
