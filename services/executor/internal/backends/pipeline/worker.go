@@ -12,7 +12,7 @@
 //     always exists.
 //  2. Run the stage program in the work directory: the configured one
 //     ("{workdir}" in its arguments stands for the directory), or the
-//     built-in stand-in. Its output goes to the stage log and to stdout,
+//     built-in stand-in ("{self}" stands for this executable). Its output goes to the stage log and to stdout,
 //     so its ::progress:: lines reach the agent.
 //  3. Upload out.<stage> and the log through their signed links.
 //  4. On any failure: upload the log anyway, print the reason as the last
@@ -194,16 +194,13 @@ func (j job) work(ctx context.Context, out io.Writer) error {
 
 // runProgram runs the configured stage program in the work directory.
 func (j job) runProgram(ctx context.Context, out io.Writer) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
 	argv := make([]string, len(j.program))
 	for i, a := range j.program {
-		argv[i] = strings.ReplaceAll(a, "{workdir}", j.dir)
-	}
-	if argv[0] == "{self}" {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		argv[0] = exe
+		argv[i] = strings.NewReplacer("{workdir}", j.dir, "{self}", exe).Replace(a)
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir, cmd.Stdout = j.dir, out
