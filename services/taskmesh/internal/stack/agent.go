@@ -19,7 +19,7 @@ func (s *Stack) startAgent() error {
 	}
 	cfg := executor.Config{AgentID: s.AgentID, MachineID: s.MachineID, Slots: s.opts.AgentSlots, Server: s.GRPCAddr,
 		Labels: s.opts.AgentLabels,
-		Token: s.AgentToken, DataDir: dir, LocalAPIAddr: s.opts.AgentLocalAPI, Logger: s.opts.Logger.With("service", "executor")}
+		Token:  s.AgentToken, DataDir: dir, LocalAPIAddr: s.opts.AgentLocalAPI, Logger: s.opts.Logger.With("service", "executor")}
 	s.run(func(ctx context.Context) error { return executor.Run(ctx, cfg) })
 	return nil
 }
