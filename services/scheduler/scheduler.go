@@ -156,24 +156,33 @@ func New(cfg Config) (*Service, error) {
 		s.cfg.QuotaTopic = cfg.QuotaTopic
 		s.app.SetAdmission(quota.NewResolver(cfg.Quota, cfg.InternalToken))
 	}
+	if err := s.addAPIs(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// addAPIs composes the bounded contexts that run on the scheduler's use
+// cases: the video API and the pipeline, when configured.
+func (s *Service) addAPIs(cfg Config) error {
 	if cfg.Video != nil {
 		v, err := newVideo(cfg, s.app, s.log)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.video = v
 	}
 	if cfg.Pipeline != nil {
 		p, err := newPipeline(cfg, s.app, s.log)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.pipeline = p
 		// The process manager hears of every committed change of a stage
 		// task at once (docs/decisions/0022-pipeline-jobs-drive-stage-tasks.md).
 		s.hub.Observe(p.app.Observe)
 	}
-	return s, nil
+	return nil
 }
 
 // withDefaults fills in the zero values that have defaults.
