@@ -345,4 +345,21 @@ func TestMainSaysWhyOnItsLastLine(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "out.bie")); err != nil {
 		t.Error(err)
 	}
+	// A no-op program's empty output is uploaded like any other.
+	fs := store(t)
+	if err := put(context.Background(), mustPresign(t, fs, "empty"), "application/octet-stream", nil); err != nil {
+		t.Fatalf("an empty upload: %v", err)
+	}
+	if got := read(t, fs, "empty"); len(got) != 0 {
+		t.Errorf("stored %d bytes", len(got))
+	}
+}
+
+func mustPresign(t *testing.T, fs *objectstore.FS, key string) string {
+	t.Helper()
+	u, _, err := fs.PresignPutUpTo(context.Background(), key, time.Minute, 10, "application/octet-stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

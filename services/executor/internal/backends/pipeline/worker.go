@@ -356,6 +356,10 @@ func putFrom(ctx context.Context, u, contentType string, open func() (io.ReadClo
 			return false, err
 		}
 		req.ContentLength = size
+		if size == 0 {
+			// A zero length with a body reads as "unknown" (chunked).
+			req.Body = http.NoBody
+		}
 		req.Header.Set("Content-Type", contentType)
 		resp, err := client.Do(req)
 		if err != nil {
