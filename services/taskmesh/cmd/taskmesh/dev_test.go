@@ -89,7 +89,9 @@ func startDev(t *testing.T, dir string, ports [4]int, extra ...string) *devProce
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			p.out.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), "Taskmesh is running") {
+			// The banner's last line: the test reads the keys it shows,
+			// so the whole banner must be in before the test goes on.
+			if strings.Contains(sc.Text(), "Press Ctrl-C to stop") {
 				close(ready)
 			}
 		}
