@@ -444,4 +444,3 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return a
 }
-
