@@ -86,6 +86,9 @@ type PipelineConfig struct {
 	// SweepInterval is how often jobs are reconciled with their stage
 	// tasks (default 5s).
 	SweepInterval time.Duration
+	// MaxOutputBytes bounds a stage's output upload (default 1 GiB; the
+	// filesystem store enforces it, S3 cannot bound a presigned PUT).
+	MaxOutputBytes int64
 }
 
 // pipeline is the composed pipeline API.
@@ -141,7 +144,8 @@ func newPipeline(cfg Config, tasks pipelineapp.Tasks, log *slog.Logger) (*pipeli
 	relay := outbox.New(pc.DB, outbox.Config{Name: "pipeline", Topic: pc.Topic, Partitions: cfg.Partitions, Kafka: cfg.Kafka, Logger: log})
 	store := &pipelinepg.Store{DB: pc.DB, AfterCommit: relay.Notify}
 	a := pipelineapp.New(pipelineapp.Config{Tasks: tasks, Jobs: store, Uploads: store, Objects: cfg.Objects,
-		Worker: pc.Worker, Stages: stages, UploadLimits: limits, Now: cfg.Now, Log: log.With("component", "pipeline")})
+		Worker: pc.Worker, Stages: stages, UploadLimits: limits, MaxOutputBytes: pc.MaxOutputBytes, Now: cfg.Now,
+		Log: log.With("component", "pipeline")})
 	return &pipeline{app: a, relay: relay, sweep: pc.SweepInterval}, nil
 }
 

@@ -20,6 +20,8 @@ type pipelineFlags struct {
 	programs []string
 	limits   []string
 	sweep    time.Duration
+	retries  int
+	maxOut   int64
 }
 
 func (p *pipelineFlags) add(f *pflag.FlagSet, enabledByDefault bool) {
@@ -28,6 +30,8 @@ func (p *pipelineFlags) add(f *pflag.FlagSet, enabledByDefault bool) {
 	f.StringArrayVar(&p.programs, "pipeline-program", nil, `a stage's program: stage='["/opt/kneron/bin/bie_flow","--workdir","{workdir}"]' (repeatable; default: the built-in stand-in)`)
 	f.StringArrayVar(&p.limits, "pipeline-upload-limit", nil, "an upload kind's size limit in bytes: model=1073741824, quant=…, ref_image=… (repeatable)")
 	f.DurationVar(&p.sweep, "pipeline-sweep-interval", 5*time.Second, "how often jobs are reconciled with their stage tasks")
+	f.IntVar(&p.retries, "pipeline-stage-retries", 0, "retries of a failed stage task before its job FAILS")
+	f.Int64Var(&p.maxOut, "pipeline-max-output-bytes", 1<<30, "largest output a stage may upload (enforced by the filesystem object store)")
 }
 
 // config returns the pipeline's configuration; nil when it is off.
@@ -35,21 +39,27 @@ func (p *pipelineFlags) config() (*scheduler.PipelineConfig, error) {
 	if !p.enabled {
 		return nil, nil
 	}
-	cfg := &scheduler.PipelineConfig{SweepInterval: p.sweep}
+	cfg := &scheduler.PipelineConfig{SweepInterval: p.sweep, MaxOutputBytes: p.maxOut}
 	if p.worker != "" {
 		cfg.Worker = []string{p.worker, "pipeline-stage"}
 	}
+	if p.retries < 0 || p.retries > 100 {
+		return nil, fmt.Errorf("--pipeline-stage-retries %d: want 0 to 100", p.retries)
+	}
 	defaults := scheduler.DefaultPipelineStages()
+	cfg.Stages = map[string]scheduler.PipelineStage{}
+	for s, sc := range defaults {
+		sc.Retries = p.retries
+		cfg.Stages[s] = sc
+	}
 	for _, kv := range p.programs {
 		stage, raw, ok := strings.Cut(kv, "=")
-		sc, known := defaults[stage]
+		_, known := defaults[stage]
 		var argv []string
 		if !ok || !known || json.Unmarshal([]byte(raw), &argv) != nil || len(argv) == 0 {
 			return nil, fmt.Errorf("--pipeline-program %q: want onnx|bie|nef=<JSON array of the program's arguments>", kv)
 		}
-		if cfg.Stages == nil {
-			cfg.Stages = map[string]scheduler.PipelineStage{}
-		}
+		sc := cfg.Stages[stage]
 		sc.Program = argv
 		cfg.Stages[stage] = sc
 	}
