@@ -121,6 +121,18 @@ func jobs(ctx context.Context, q querier, sql string, args ...any) ([]domain.Job
 	return out, rows.Err()
 }
 
+// Row reads job id's row as stored, in q (the rebuild's comparison).
+func Row(ctx context.Context, q querier, id string) (domain.Job, error) {
+	js, err := jobs(ctx, q, `SELECT doc FROM jobs WHERE job_id = $1`, id)
+	if err != nil {
+		return domain.Job{}, err
+	}
+	if len(js) == 0 {
+		return domain.Job{}, domain.ErrNotFound
+	}
+	return js[0], nil
+}
+
 // Get implements app.JobStore.
 func (s *Store) Get(ctx context.Context, tenant, id string) (domain.Job, error) {
 	js, err := jobs(ctx, s.DB, `SELECT doc FROM jobs WHERE job_id = $1 AND ($2 = '*' OR tenant_id = $2)`, id, tenant)
