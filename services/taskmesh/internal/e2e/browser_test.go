@@ -19,7 +19,8 @@ import (
 // DevTools protocol): sign in with an API key, upload a model and its
 // quantization archive, watch the job reach COMPLETED, download the NEF
 // (its bytes are the stored result), open the job's stage task on the
-// tasks page, and generate a video whose MP4 plays in the page. On a
+// tasks page, see a job the system no longer knows reported as lost to a
+// restart, and generate a video whose MP4 plays in the page. On a
 // failure a screenshot is kept as a test artefact.
 func TestConsoleInABrowser(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
@@ -116,6 +117,20 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Poll(`(document.querySelector('[data-task-status]')||{}).textContent === 'completed'`, nil, chromedp.WithPollingInterval(200*time.Millisecond)),
 		chromedp.WaitVisible(`//td[contains(., "pipeline nef")]`, chromedp.BySearch),
 	)
+
+	// A job the system does not know (as after a restart that lost it) is
+	// shown as such, and forgotten.
+	var gone bool
+	run("an unknown job", 30*time.Second,
+		chromedp.Evaluate(`sessionStorage.setItem('taskmesh.jobs', JSON.stringify(['00000000-0000-4000-8000-00000000dead']))`, nil),
+		chromedp.Navigate(w.s.HTTPURL+"/ui/#/pipeline"),
+		chromedp.Poll(`document.body.textContent.includes('the system restarted. Please submit it again')`, nil,
+			chromedp.WithPollingInterval(200*time.Millisecond)),
+		chromedp.Evaluate(`!sessionStorage.getItem('taskmesh.jobs').includes('dead')`, &gone),
+	)
+	if !gone {
+		t.Error("the unknown job was not forgotten")
+	}
 
 	run("generate a video", 30*time.Second,
 		chromedp.Navigate(w.s.HTTPURL+"/ui/#/video"),
