@@ -46,7 +46,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx := newBrowser(t, chromium, filepath.Join(dir, "profile"))
+	ctx := newBrowser(t, chromium)
 	run := func(what string, timeout time.Duration, actions ...chromedp.Action) {
 		t.Helper()
 		c, cancel := context.WithTimeout(ctx, timeout)
@@ -109,6 +109,19 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	checkNEF(t, got, bie)
 
+	// On a phone-sized screen the page fits its width (nothing scrolls
+	// sideways) and the job is still there.
+	var fits bool
+	run("a narrow screen", 20*time.Second,
+		chromedp.EmulateViewport(390, 844),
+		chromedp.Poll(`document.querySelector('[data-job-status]') !== null`, nil, chromedp.WithPollingInterval(100*time.Millisecond)),
+		chromedp.Evaluate(`document.documentElement.scrollWidth <= window.innerWidth`, &fits),
+		chromedp.EmulateViewport(1280, 900),
+	)
+	if !fits {
+		t.Error("the pipeline page is wider than a 390-pixel screen")
+	}
+
 	// The job's stage tasks on the tasks page, live.
 	_, j, _ := w.call("GET", "/jobs/"+jobID, key, nil)
 	nefTask := j["stage_tasks"].(map[string]any)["nef"].(string)
@@ -153,8 +166,14 @@ func TestConsoleInABrowser(t *testing.T) {
 // newBrowser starts headless Chromium on a fresh profile and returns its
 // context. When the test fails, the page's screenshot is kept: in
 // $TASKMESH_TEST_ARTIFACTS, else in a directory the log names.
-func newBrowser(t *testing.T, chromium, profile string) context.Context {
+func newBrowser(t *testing.T, chromium string) context.Context {
 	t.Helper()
+	// A fresh profile of its own, removed once the browser has exited
+	// (it writes there until the end, so not in t.TempDir).
+	profile, err := os.MkdirTemp("", "tmchromium")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium),
 		chromedp.Flag("headless", true),
@@ -171,8 +190,13 @@ func newBrowser(t *testing.T, chromium, profile string) context.Context {
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancelAlloc)
-	t.Cleanup(cancel)
+	t.Cleanup(func() {
+		// Close the browser and wait for it to exit, then remove its profile.
+		_ = chromedp.Cancel(ctx)
+		cancel()
+		cancelAlloc()
+		_ = os.RemoveAll(profile)
+	})
 	// Start the browser on ctx itself: a browser first started under a
 	// context with a timeout would close when that context ends.
 	if err := chromedp.Run(ctx); err != nil {
