@@ -107,21 +107,25 @@ type Config struct {
 	InternalToken string
 	// Video, if set, serves the video generation API (VideoService) and
 	// sweeps its expired generations.
-	Video  *VideoConfig
-	Now    func() time.Time
-	Logger *slog.Logger
+	Video *VideoConfig
+	// Pipeline, if set, serves the model-conversion pipeline API
+	// (PipelineService) and runs its process manager.
+	Pipeline *PipelineConfig
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Service is a running scheduler.
 type Service struct {
-	cfg   Config
-	app   *app.App
-	orch  *oapp.App
-	hub   *app.Hub
-	store *postgres.TaskStore
-	relay *outbox.Relay
-	video *video // nil without Config.Video
-	log   *slog.Logger
+	cfg      Config
+	app      *app.App
+	orch     *oapp.App
+	hub      *app.Hub
+	store    *postgres.TaskStore
+	relay    *outbox.Relay
+	video    *video    // nil without Config.Video
+	pipeline *pipeline // nil without Config.Pipeline
+	log      *slog.Logger
 }
 
 // New builds the service; Run starts its background work.
@@ -171,18 +175,37 @@ func New(cfg Config) (*Service, error) {
 		s.cfg.QuotaTopic = cfg.QuotaTopic
 		s.app.SetAdmission(quota.NewResolver(cfg.Quota, cfg.InternalToken))
 	}
-	if cfg.Video != nil {
-		v, err := newVideo(cfg, s.app, s.log)
-		if err != nil {
-			return nil, err
-		}
-		s.video = v
+	if err := s.addAPIs(cfg); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
 
+// addAPIs composes the bounded contexts that run on the scheduler's use
+// cases: the video API and the pipeline, when configured.
+func (s *Service) addAPIs(cfg Config) error {
+	if cfg.Video != nil {
+		v, err := newVideo(cfg, s.app, s.log)
+		if err != nil {
+			return err
+		}
+		s.video = v
+	}
+	if cfg.Pipeline != nil {
+		p, err := newPipeline(cfg, s.app, s.log)
+		if err != nil {
+			return err
+		}
+		s.pipeline = p
+		// The process manager hears of every committed change of a stage
+		// task at once (docs/decisions/0022-pipeline-jobs-drive-stage-tasks.md).
+		s.hub.Observe(p.app.Observe)
+	}
+	return nil
+}
+
 // orchestration builds the task-group and template use cases over the
-// service's stores and hub (docs/decisions/0022-task-groups-process-manager.md).
+// service's stores and hub (docs/decisions/0023-task-groups-process-manager.md).
 func (s *Service) orchestration(cfg Config) {
 	s.orch = oapp.New(oapp.Deps{
 		Groups:    &postgres.GroupStore{DB: cfg.DB, AfterCommit: s.relay.Notify},
@@ -234,6 +257,9 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	if s.video != nil {
 		s.video.register(g)
 	}
+	if s.pipeline != nil {
+		s.pipeline.register(g, s.log)
+	}
 }
 
 // Run relays events to Kafka, builds the task_views and audit_logs
@@ -259,6 +285,10 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })
 	if s.video != nil {
 		g.Go(func() error { s.video.app.RunSweeper(ctx, s.video.sweep); return nil })
+	}
+	if s.pipeline != nil {
+		g.Go(func() error { return s.pipeline.relay.Run(ctx) })
+		g.Go(func() error { s.pipeline.app.Run(ctx, s.pipeline.sweep); return nil })
 	}
 	err := g.Wait()
 	s.store.Close()

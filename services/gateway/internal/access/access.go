@@ -2,8 +2,9 @@
 // service. The rule is the same for REST routes and gRPC methods: a tenant's
 // API key calls the task API (taskmesh.task.v1.TaskService, TaskGroupService
 // but its ResetTaskGroupRepeat, TemplateService; REST /api/v1/… except
-// /api/v1/agent/…) and the video API
-// (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…),
+// /api/v1/agent/…), the video API
+// (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…)
+// and the pipeline API (taskmesh.pipeline.v1.PipelineService, REST /jobs…),
 // and reads its own quotas and queues (taskmesh.quota.v1.QuotaService,
 // AdmissionService but its internal ResolveQueue), an agent token
 // calls the lease API (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…),
@@ -21,6 +22,7 @@ import (
 	"strings"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
@@ -46,6 +48,8 @@ var (
 	leaseMethods    = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
 	adminMethods    = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
 	videoMethods    = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
+	// The pipeline API is a tenant's: its jobs and uploads belong to one.
+	pipelineMethods = "/" + pipelinev1.PipelineService_ServiceDesc.ServiceName + "/"
 	// A tenant's key reads its own quotas; the quota service refuses it
 	// every operator action.
 	quotaMethods = "/" + quotav1.QuotaService_ServiceDesc.ServiceName + "/"
@@ -79,7 +83,7 @@ func denied(msg string) error { return &deniedError{msg: msg} }
 
 // tenantMethod reports a method of the tenant-facing task APIs.
 func tenantMethod(fullMethod string) bool {
-	for _, prefix := range []string{taskMethods, groupMethods, templateMethods, videoMethods} {
+	for _, prefix := range []string{taskMethods, groupMethods, templateMethods, videoMethods, pipelineMethods} {
 		if strings.HasPrefix(fullMethod, prefix) {
 			return true
 		}

@@ -14,10 +14,11 @@ import (
 // OtherReplicas' signals to the other replicas and calls WakeLocal when
 // one of them signals (package adapters/postgres: LISTEN/NOTIFY).
 type Hub struct {
-	mu        sync.Mutex
-	work      chan struct{} // closed and replaced when work may have appeared
-	watchers  map[string]map[chan struct{}]struct{}
-	notify    chan struct{}
+	mu       sync.Mutex
+	work     chan struct{} // closed and replaced when work may have appeared
+	watchers map[string]map[chan struct{}]struct{}
+	notify   chan struct{}
+	// observers see every task after each committed change.
 	observers []func(domain.Task)
 }
 
@@ -56,6 +57,16 @@ func (h *Hub) WakeLocal() {
 	h.mu.Unlock()
 }
 
+// Observe calls fn with every task after each change committed through
+// this process's use cases (an in-process component with rules of its own
+// about tasks, such as the pipeline's process manager). fn runs in the
+// committing goroutine: it must not block. Call it before serving.
+func (h *Hub) Observe(fn func(domain.Task)) {
+	h.mu.Lock()
+	h.observers = append(h.observers, fn)
+	h.mu.Unlock()
+}
+
 // Changed tells watchers and observers of t that it changed, and wakes
 // claims when t became claimable, or completed as a member of a group:
 // tasks waiting for it (depends_on) may have become claimable.
@@ -75,15 +86,6 @@ func (h *Hub) Changed(t domain.Task) {
 	if t.Status == domain.StatusPending || (t.Status == domain.StatusCompleted && t.Spec.GroupID != "") {
 		h.WakeClaimers()
 	}
-}
-
-// Observe calls f with every task Changed reports, after its watchers
-// were told. f runs on the caller's goroutine, inside a use case that just
-// committed: it must not block.
-func (h *Hub) Observe(f func(domain.Task)) {
-	h.mu.Lock()
-	h.observers = append(h.observers, f)
-	h.mu.Unlock()
 }
 
 // Watch subscribes to changes of one task until cancel is called.

@@ -89,7 +89,8 @@ sleep 300 & wait`, termFile, ranFile, readyFile)
 		t.Fatalf("another tenant's explanation: %d", code)
 	}
 	code, qs, _ := w.call("GET", "/api/v1/cluster-queues", std, nil)
-	if list, _ := qs["cluster_queues"].([]any); code != 200 || len(list) != 2 {
+	// The two GPU queues, and the pipeline's three stage queues.
+	if list, _ := qs["cluster_queues"].([]any); code != 200 || len(list) != 5 {
 		t.Fatalf("cluster queues = %d %v", code, qs)
 	}
 }
