@@ -268,6 +268,7 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 func (s *Service) Run(ctx context.Context) error {
 	// The first part that fails stops the others, and its error is Run's.
 	g, ctx := errgroup.WithContext(ctx)
+	defer postgres.ObserveTaskCounts(s.cfg.DB)()
 	g.Go(func() error { return s.relay.Run(ctx) })
 	// One consumer feeds both read models (one fetch, one decode, one
 	// commit per batch).
