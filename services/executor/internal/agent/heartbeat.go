@@ -36,6 +36,9 @@ func (a *Agent) heartbeat(ctx context.Context) time.Duration {
 		AttemptIds: ids, FreeSlots: int32(free),
 	})
 	cancel()
+	if ctx.Err() == nil {
+		a.metrics.heartbeat(ctx, err)
+	}
 	interval := a.cfg.HeartbeatInterval
 	a.mu.Lock()
 	was := a.reachable
