@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,6 +30,7 @@ type devFlags struct {
 	pipe    pipelineFlags
 	caps    string
 	labels  string
+	metrics metricsFlags
 }
 
 func devCommand() *cobra.Command {
@@ -52,7 +54,10 @@ keeps all data.`,
 			}
 			defer logs.Close()
 			o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			return runDev(cmd.Context(), cmd.OutOrStdout(), o, f.logFile)
+			return f.metrics.serve(cmd.Context(), "dev", o.Logger, func(ctx context.Context, h http.Handler) error {
+				o.Metrics = h
+				return runDev(ctx, cmd.OutOrStdout(), o, f.logFile)
+			})
 		},
 	}
 	f.add(cmd.Flags())
@@ -73,6 +78,7 @@ func (d *devFlags) add(f *pflag.FlagSet) {
 	d.video.add(f, false)
 	d.pipe.add(f, true)
 	f.StringVar(&d.caps, "pipeline-caps", "", "set the pipeline's stage caps at start, e.g. onnx=4,bie=2,nef=4 (default: keep the stage queues as they are)")
+	d.metrics.add(f, " (also served at /metrics on --http)")
 	f.StringVar(&d.labels, "agent-labels", "pool:onnx,pool:bie,pool:nef", "the local agent's labels (its pipeline pools)")
 }
 
@@ -141,6 +147,7 @@ func printBanner(w io.Writer, s *stack.Stack, logFile string) {
 Taskmesh is running.
 
   REST API       %[1]s          (OpenAPI: %[1]s/openapi.json)
+  Metrics        %[1]s/metrics  (Prometheus)
   gRPC           %[2]s
   Postgres       %[3]s%[11]s
   Kafka          %[4]s          (topic taskmesh.task.events.v1)

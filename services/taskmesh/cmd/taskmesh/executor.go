@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ type executorFlags struct {
 	tokenFile, logFormat            string
 	backend, priorityClasses        string
 	k8s                             executor.KubernetesConfig
+	metrics                         metricsFlags
 }
 
 func executorCommand() *cobra.Command {
@@ -52,6 +54,7 @@ func executorCommand() *cobra.Command {
 			return f.run(cmd.Context())
 		},
 	}
+	f.metrics.add(cmd.Flags(), " (heartbeats, slots, spawn latency)")
 	f.addAgent(cmd.Flags())
 	f.addKubernetes(cmd.Flags())
 	return cmd
@@ -63,6 +66,13 @@ func (e *executorFlags) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return e.metrics.serve(ctx, "executor", cfg.Logger, func(ctx context.Context, _ http.Handler) error {
+		return e.runBackend(ctx, cfg)
+	})
+}
+
+// runBackend runs the backend --backend names.
+func (e *executorFlags) runBackend(ctx context.Context, cfg executor.Config) (err error) {
 	switch e.backend {
 	case "process":
 		return executor.Run(ctx, cfg)

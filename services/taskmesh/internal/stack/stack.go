@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +41,9 @@ import (
 // Options configures a stack.
 type Options struct {
 	DataDir string
+	// Metrics, if set, is served at /metrics on the gateway's HTTP port
+	// (platform/metrics: the whole process's metrics).
+	Metrics http.Handler
 	// HTTPAddr and GRPCAddr are the gateway's public addresses.
 	HTTPAddr, GRPCAddr string
 	// DatabaseURL uses an existing Postgres instead of a local server.
@@ -377,7 +381,8 @@ func (s *Stack) startQuota(ctx context.Context) error {
 func (s *Stack) startGateway(ctx context.Context, schedAddr string, objects *objectstore.FS) error {
 	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
 		QuotaTarget: s.QuotaAddr, InternalToken: s.InternalToken, DatabaseURL: s.Postgres, Objects: objects.Handler(),
-		Logger: s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()}})
+		Logger: s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()},
+		Metrics: s.opts.Metrics})
 	if err != nil {
 		return err
 	}
