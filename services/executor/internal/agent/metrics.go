@@ -48,17 +48,18 @@ func (m agentMetrics) spawned(ctx context.Context, since time.Time) {
 }
 
 // observe exports the process slots in use and free until the returned
-// function is called. A slot is in use from the claim that takes it to
-// the end of its task.
+// function is called: used are the processes running now, as the
+// heartbeat reports them (a claim waiting for work holds slots without
+// using them).
 func (a *Agent) observe() (stop func()) {
 	meter := gotel.Meter(agentMeter)
 	slots, _ := meter.Int64ObservableGauge("taskmesh.agent.slots",
 		metric.WithDescription("the agent's process slots by state (used, free)"), metric.WithUnit("{slot}"))
 	used, free := metric.WithAttributes(attribute.String("state", "used")), metric.WithAttributes(attribute.String("state", "free"))
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		n := len(a.slots)
+		n := int(a.running.Load())
 		o.ObserveInt64(slots, int64(n), used)
-		o.ObserveInt64(slots, int64(cap(a.slots)-n), free)
+		o.ObserveInt64(slots, int64(max(a.cfg.Slots-n, 0)), free)
 		return nil
 	}, slots)
 	if err != nil {

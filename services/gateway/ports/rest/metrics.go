@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -57,25 +58,30 @@ type routeLabel struct{ route string }
 type routeLabelKey struct{}
 
 // recordRoute is the muxes' middleware: it names the request's route
-// template (runtime.HTTPPathPattern) for the metrics.
+// template for the metrics. The mux has matched the route's pattern
+// (runtime.HTTPPattern) by then; its String spells variables as
+// {name=*}, shortened here to the documented {name}.
 func recordRoute(next runtime.HandlerFunc) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, p map[string]string) {
 		if l, ok := r.Context().Value(routeLabelKey{}).(*routeLabel); ok {
-			if pattern, ok := runtime.HTTPPathPattern(r.Context()); ok {
-				l.route = pattern
+			if pattern, ok := runtime.HTTPPattern(r.Context()); ok {
+				l.route = patternVar.ReplaceAllString(pattern.String(), "{$1}")
 			}
 		}
 		next(w, r, p)
 	}
 }
 
+// patternVar is a variable of a route pattern's String: {task_id=*}.
+var patternVar = regexp.MustCompile(`\{([^=}]+)=[^}]*\}`)
+
 // measure serves r through serve and records it under the route serve
 // leaves in the label (initially route).
 func (m httpMetrics) measure(w http.ResponseWriter, r *http.Request, route string, serve func(http.ResponseWriter, *http.Request)) {
 	start := time.Now()
-	label := &routeLabel{route: route}
+	r, label := withRouteLabel(r, route)
 	rec := &statusRecorder{ResponseWriter: w}
-	ctx := context.WithValue(r.Context(), routeLabelKey{}, label)
+	ctx := r.Context()
 	defer func() {
 		// Recorded on panics too (recover answers 500 further up).
 		code := rec.status
@@ -92,7 +98,13 @@ func (m httpMetrics) measure(w http.ResponseWriter, r *http.Request, route strin
 		m.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("route", label.route),
 			attribute.String("method", method)))
 	}()
-	serve(rec, r.WithContext(ctx))
+	serve(rec, r)
+}
+
+// withRouteLabel gives r a route label for recordRoute to refine.
+func withRouteLabel(r *http.Request, route string) (*http.Request, *routeLabel) {
+	label := &routeLabel{route: route}
+	return r.WithContext(context.WithValue(r.Context(), routeLabelKey{}, label)), label
 }
 
 // methodLabel keeps the method label bounded: any method outside the

@@ -82,10 +82,6 @@ func (l *Loop) observe() (stop func()) {
 		for q, n := range adm {
 			o.ObserveInt64(admitted, n, metric.WithAttributes(attribute.String("cluster_queue", q)))
 		}
-		for k, milli := range req {
-			o.ObserveFloat64(pendingReq, float64(milli)/1000,
-				metric.WithAttributes(attribute.String("cluster_queue", k[0]), attribute.String("resource", k[1])))
-		}
 		for _, q := range l.queues {
 			flavors, err := l.core.ClusterQueueUsage(q)
 			if err != nil {
@@ -98,8 +94,17 @@ func (l *Loop) observe() (stop func()) {
 					o.ObserveFloat64(usage, amount(r.GetTotal()), attrs)
 					o.ObserveFloat64(borrowed, amount(r.GetBorrowed()), attrs)
 					o.ObserveFloat64(nominal, amount(r.GetNominalQuota()), attrs)
+					// Every resource of a queue's quota has a pending
+					// series, 0 when nothing waits for it.
+					if k := [2]string{q, r.GetName()}; !hasKey(req, k) {
+						req[k] = 0
+					}
 				}
 			}
+		}
+		for k, milli := range req {
+			o.ObserveFloat64(pendingReq, float64(milli)/1000,
+				metric.WithAttributes(attribute.String("cluster_queue", k[0]), attribute.String("resource", k[1])))
 		}
 		return nil
 	}, pending, admitted, pendingReq, usage, borrowed, nominal)
@@ -125,4 +130,9 @@ func amount(q string) float64 {
 // queueNames are the topology's ClusterQueues in name order.
 func queueNames(defs Definitions) []string {
 	return slices.Sorted(maps.Keys(defs.ClusterQueues))
+}
+
+func hasKey(m map[[2]string]int64, k [2]string) bool {
+	_, ok := m[k]
+	return ok
 }
