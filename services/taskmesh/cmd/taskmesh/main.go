@@ -31,8 +31,10 @@ func main() {
 		Short:         "Taskmesh: a control plane for GPU workloads",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
 	}
-	root.AddCommand(benchCommand(), devCommand(), schedulerCommand(), gatewayCommand(), executorCommand(),
+	root.SetVersionTemplate(versionLine() + "\n")
+	root.AddCommand(versionCommand(), benchCommand(), devCommand(), schedulerCommand(), gatewayCommand(), executorCommand(),
 		replayCommand(), ctlCommand(), quotaCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "taskmesh:", err)
