@@ -26,6 +26,15 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	root := rootCommand()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "taskmesh:", err)
+		os.Exit(1)
+	}
+}
+
+// rootCommand is the taskmesh command with every subcommand.
+func rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "taskmesh",
 		Short:         "Taskmesh: a control plane for GPU workloads",
@@ -36,8 +45,5 @@ func main() {
 	root.SetVersionTemplate(versionLine() + "\n")
 	root.AddCommand(versionCommand(), benchCommand(), devCommand(), schedulerCommand(), gatewayCommand(), executorCommand(),
 		replayCommand(), ctlCommand(), quotaCommand())
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "taskmesh:", err)
-		os.Exit(1)
-	}
+	return root
 }
