@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -475,5 +477,26 @@ func checkCardinality(t *testing.T, base, admin string, before scrape, completed
 	if tmAfter-tmBefore > 100 || all > 3000 {
 		t.Fatalf("series grew from %d to %d Taskmesh series (%d in all): unbounded labels?\n%s",
 			tmBefore, tmAfter, all, taskmeshLines(after.text))
+	}
+}
+
+// A --metrics-addr that cannot be listened on stops the process at start
+// with an error naming the flag, before it touches anything else.
+func TestMetricsAddrInUseFailsAtStart(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "scheduler", "--internal-token-file", token, "--metrics-addr", taken.Addr().String(),
+		"--database-url", "postgres://nobody@127.0.0.1:1/none")
+	cmd.Env = append(os.Environ(), "TASKMESH_TEST_AS_BINARY=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--metrics-addr") || !strings.Contains(string(out), "address already in use") {
+		t.Fatalf("scheduler with a taken --metrics-addr: %v\n%s", err, out)
 	}
 }
