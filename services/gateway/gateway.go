@@ -22,7 +22,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 	"github.com/taskmesh/taskmesh/platform/closer"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/otel"
@@ -367,6 +369,7 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		Logger:         g.log,
 		Throttle:       g.throttle.GRPCError,
 		Register:       func(r grpc.ServiceRegistrar) { adminv1.RegisterAdminServiceServer(r, adminSrv) },
+		Services:       g.publicServices(),
 		// Video requests carry first frames of up to 10 MB as base64.
 		ServerOptions: []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcserver.MaxRecvMsgBytes)},
 	})
@@ -377,6 +380,18 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
 	return nil
+}
+
+// publicServices are the proxied services the front door's reflection
+// lists: the task, lease and video APIs, and the quota service's when it
+// is configured.
+func (g *Gateway) publicServices() []string {
+	out := []string{taskv1.TaskService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
+		videov1.VideoService_ServiceDesc.ServiceName}
+	if g.quota != nil {
+		out = append(out, quotav1.QuotaService_ServiceDesc.ServiceName, quotav1.AdmissionService_ServiceDesc.ServiceName)
+	}
+	return out
 }
 
 // listen opens both listeners.

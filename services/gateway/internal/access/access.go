@@ -6,9 +6,10 @@
 // and reads its own quotas and queues (taskmesh.quota.v1.QuotaService,
 // AdmissionService but its internal ResolveQueue), an agent token
 // calls the lease API (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…),
-// an operator key calls the admin API (taskmesh.admin.v1.AdminService, REST
-// /api/v1/admin/…) and manages quotas and queues (QuotaService,
-// AdmissionService, REST OperatorRoutes) and nothing else. Anything else is refused, so a leaked agent token cannot
+// an operator key calls the admin API (every service of taskmesh.admin.v1,
+// REST /api/v1/admin/…) and manages quotas and queues (QuotaService,
+// AdmissionService, REST OperatorRoutes) and nothing else; every
+// authenticated caller may use gRPC server reflection. Anything else is refused, so a leaked agent token cannot
 // read tenants' tasks and a user key cannot impersonate an executor. Which
 // quota actions need an operator is the quota service's decision.
 package access
@@ -36,7 +37,9 @@ const AdminRoutePrefix = "/api/v1/admin/"
 var (
 	taskMethods  = "/" + taskv1.TaskService_ServiceDesc.ServiceName + "/"
 	leaseMethods = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
-	adminMethods = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
+	// Every service of the admin package (tenants and keys, the agent
+	// fleet) is the operators'.
+	adminMethods = "/" + string(adminv1.File_taskmesh_admin_v1_admin_service_proto.Package()) + "."
 	videoMethods = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
 	// A tenant's key reads its own quotas; the quota service refuses it
 	// every operator action.
@@ -69,9 +72,16 @@ func (e *deniedError) Unwrap() error { return ErrDenied }
 
 func denied(msg string) error { return &deniedError{msg: msg} }
 
+// reflectionMethods prefixes gRPC server reflection (v1 and v1alpha),
+// which any authenticated caller may use: it describes the public
+// contracts, nothing of anyone's data.
+const reflectionMethods = "/grpc.reflection."
+
 // Method checks a gRPC full method name ("/pkg.Service/Method").
 func Method(p authn.Principal, fullMethod string) error {
 	switch {
+	case strings.HasPrefix(fullMethod, reflectionMethods):
+		return nil
 	case strings.HasPrefix(fullMethod, adminMethods):
 		if p.Kind == authn.KindAdmin {
 			return nil

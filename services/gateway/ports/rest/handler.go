@@ -13,6 +13,7 @@ import (
 	openapi "github.com/taskmesh/taskmesh/gen/openapi"
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
@@ -112,9 +113,12 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: %w", err)
 		}
 	}
-	var api, videoAPI http.Handler = mux, video
+	// Bad input is refused after the rate limits have charged the request
+	// (garbage costs like anything else) and before any service sees it.
+	var api, videoAPI http.Handler = edge.Middleware(edge.Options{MaxBody: maxBodyBytes}, mux),
+		edge.Middleware(edge.Options{MaxBody: maxVideoBodyBytes}, video)
 	if opts.Throttle != nil {
-		api, videoAPI = opts.Throttle(mux), opts.Throttle(video)
+		api, videoAPI = opts.Throttle(api), opts.Throttle(videoAPI)
 	}
 	return &handler{
 		api: &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
