@@ -91,9 +91,13 @@ check-generated: tools third-party-protos ## Fail when gen/ differs from what `m
 	  echo "gen/ is stale: run 'make generate' and commit the result" >&2; exit 1; fi
 
 .PHONY: lint
-lint: tools third-party-protos ## buf lint, buf format check, go vet on every module.
+lint: tools third-party-protos ## buf lint, buf format, buf breaking, gofmt, go vet on every module.
 	$(BIN)/buf lint
 	$(BIN)/buf format --diff --exit-code proto
+	# Against the merge base with main on a branch, else the previous commit
+	# (BUF_BREAKING_AGAINST=<rev> overrides); skipped with a notice when
+	# that commit is not in the clone.
+	tools/buf-breaking.sh $(BIN)/buf
 	@unformatted=$$(gofmt -l gen platform services tools); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet $(MODULES)

@@ -158,6 +158,9 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	r.active.Store(true)
 	defer r.active.Store(false)
 
+	// A new producer every session: a transactional producer that failed
+	// mid-transaction may not be usable again, and initialising the
+	// transactional id afresh is what fences the previous holder.
 	cl, err := r.producer()
 	if err != nil {
 		return err
@@ -170,6 +173,11 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	if _, _, err := cl.ProducerID(setup); err != nil {
 		return fmt.Errorf("init producer: %w", err)
 	}
+	// The partition count is read once per session and decides where every
+	// aggregate's events go. Growing the topic later would move aggregates
+	// to other partitions for the next session and break their order across
+	// the change, so the count is set when the topic is created and never
+	// grown.
 	if err := kafka.EnsureTopics(setup, cl, kafka.TopicSpec{Name: r.cfg.Topic, Partitions: r.cfg.Partitions, ReplicationFactor: -1}); err != nil {
 		return err
 	}
@@ -177,11 +185,16 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	if err != nil {
 		return err
 	}
+	// Reads and checkpoint writes use the lock's own connection: once the
+	// session has lost the lock (its server session ended), they fail
+	// instead of running beside the successor.
 	conn := lock.Conn()
 	cursor, err := loadCheckpoint(setup, conn, r.cfg.Name)
 	if err != nil {
 		return err
 	}
+	// Only after the fence (ProducerID above): no transaction of a
+	// predecessor can commit behind the tails read here.
 	inKafka, err := lastPublished(setup, cl, r.cfg.Topic, partitions)
 	if err != nil {
 		return err
@@ -197,6 +210,8 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		saved     = cursor
 	)
 	for {
+		// Each read runs in its own snapshot, so the xmin bound moves up as
+		// the transactions that held it back finish.
 		batch, err := readBatch(ctx, conn, cursor, r.cfg.BatchSize)
 		if err != nil {
 			return err
@@ -209,6 +224,9 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 				}
 				saved, lastSaved = cursor, time.Now()
 			}
+			// Notify wakes an idle relay as soon as a writer in this process
+			// commits; the poll catches commits of other replicas, which
+			// write the same table.
 			timer.Reset(r.cfg.PollInterval)
 			select {
 			case <-ctx.Done():
@@ -221,6 +239,8 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		if err := r.publish(ctx, cl, batch, partitions, inKafka); err != nil {
 			return err
 		}
+		// The cursor moves past skipped events too: they are in Kafka
+		// already.
 		cursor = batch[len(batch)-1].pos
 		// The checkpoint only shortens a successor's start (it reads the
 		// partitions' tails anyway), so a busy relay writes it at most every
@@ -248,8 +268,17 @@ func (r *Relay) producer() (*kgo.Client, error) {
 		return nil, err
 	}
 	opts = append(opts,
+		// One fixed transactional id per relay name: the broker lets only
+		// its newest holder commit, which is the fence.
 		kgo.TransactionalID("taskmesh-outbox-"+r.cfg.Name),
+		// Longer than one batch's produce and commit may take, so the broker
+		// never aborts a healthy transaction; a dead relay's open one is
+		// aborted at this timeout, or sooner by the next session's fence.
 		kgo.TransactionTimeout(2*r.cfg.ProduceTimeout),
+		// The relay picks partitions itself (kafka.PartitionFor, Kafka's
+		// default partitioner) so that publish, the tail reader and
+		// consumers keyed by aggregate agree on where an aggregate's events
+		// are.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		// No RecordDeliveryTimeout: kgo measures it from the record
 		// timestamp, which is the event's time and may be long past when
@@ -274,8 +303,13 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partit
 	if len(records) == 0 {
 		return nil
 	}
+	// One bound for produce and commit: a broker that stops answering ends
+	// the session instead of holding the lock for ever.
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout)
 	defer cancel()
+	// One Kafka transaction per batch: read_committed consumers see all of
+	// it or none, so a crash never exposes half a batch, and the tail
+	// reader's last header is always a whole batch's last.
 	if err := cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin kafka transaction: %w", err)
 	}
@@ -287,6 +321,8 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partit
 		// and reads the partitions' tails, so either way nothing repeats.
 		return fmt.Errorf("commit kafka transaction: %w", err)
 	}
+	// Keep inKafka equal to the partitions' tails: it is the skip rule's
+	// view of Kafka for the rest of the session.
 	for _, rec := range records {
 		pos, _ := ParsePosition(string(rec.Headers[0].Value))
 		inKafka[rec.Partition] = pos
@@ -337,6 +373,12 @@ func (e *row) record(topic string, partition int32) *kgo.Record {
 }
 
 func readBatch(ctx context.Context, conn *pgxpool.Conn, after Position, limit int) ([]row, error) {
+	// The row comparison (tx_id, id) > cursor lets the (tx_id, id) index
+	// serve both the filter and the order. pg_snapshot_xmin of the
+	// statement's own snapshot is the oldest transaction still running:
+	// every row below it is committed or rolled back, so no row can appear
+	// later below the cursor. Rows of transactions at or above it wait for a
+	// later read, in Position order.
 	rows, err := conn.Query(ctx, `
 		SELECT tx_id::text AS tx_text, id, aggregate_type, aggregate_id, version, event_type, event_id::text,
 		       tenant_id, occurred_at, payload, headers

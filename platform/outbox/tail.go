@@ -19,11 +19,19 @@ import (
 // predecessor (so no transaction of the predecessor can still commit), and it
 // reads with read_committed so aborted batches are ignored.
 func lastPublished(ctx context.Context, cl *kgo.Client, topic string, partitions int32) (map[int32]Position, error) {
+	// The tail is read with raw fetch requests to each partition's leader
+	// rather than with a consuming client: every window is one bounded read
+	// at an offset of our choosing that the broker answers at once, with no
+	// group, no assignment and no client state to reset between windows.
+	// The metadata names each partition's leader and the topic's id, which
+	// newer fetch versions use instead of its name.
 	meta, err := topicMetadata(ctx, cl, topic)
 	if err != nil {
 		return nil, err
 	}
 	adm := kadm.NewClient(cl)
+	// The log start offset bounds the backwards scan: what lies before it
+	// was removed by retention and can never be read.
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
@@ -32,6 +40,9 @@ func lastPublished(ctx context.Context, cl *kgo.Client, topic string, partitions
 		return nil, fmt.Errorf("outbox: list start offsets of %s: %w", topic, err)
 	}
 	// Read-committed end offsets: the last stable offset of each partition.
+	// Below it every transaction is decided: after the fence none of a
+	// predecessor's is still open, and an aborted one is dropped by the
+	// read_committed filter in lastInRange.
 	ends, err := adm.ListCommittedOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
@@ -41,6 +52,9 @@ func lastPublished(ctx context.Context, cl *kgo.Client, topic string, partitions
 	}
 	out := make(map[int32]Position, partitions)
 	for _, p := range meta.Partitions {
+		// partitions is the count the relay places records over
+		// (kafka.PartitionFor); a partition added to the topic since it was
+		// read holds none of this relay's records.
 		if p.Partition >= partitions {
 			continue
 		}
@@ -50,6 +64,9 @@ func lastPublished(ctx context.Context, cl *kgo.Client, topic string, partitions
 		if err != nil {
 			return nil, fmt.Errorf("outbox: read tail of %s/%d: %w", topic, p.Partition, err)
 		}
+		// A partition with no position header (empty, trimmed by retention,
+		// or holding only other producers' records) gets no entry: every
+		// event that maps to it is published.
 		if ok {
 			out[p.Partition] = pos
 		}
@@ -83,12 +100,19 @@ func lastInPartition(ctx context.Context, cl *kgo.Client, topic string, topicID 
 	if end <= start {
 		return Position{}, false, nil
 	}
+	// Windows grow eightfold from 64 records. The last record usually
+	// carries a header, so the common case is one small read; a tail of
+	// records without one (another producer's, or offsets taken by
+	// transaction markers) costs a few reads more, not a scan of the whole
+	// partition. Each window re-reads the previous one; the geometric growth
+	// keeps that to a constant factor.
 	for window := int64(64); ; window *= 8 {
 		from := max(start, end-window)
 		pos, ok, err := lastInRange(ctx, cl, topic, topicID, partition, leader, from, end)
 		if err != nil || ok {
 			return pos, ok, err
 		}
+		// The whole retained log was read without finding a header.
 		if from == start {
 			return Position{}, false, nil
 		}
@@ -100,11 +124,17 @@ func lastInRange(ctx context.Context, cl *kgo.Client, topic string, topicID [16]
 		last  Position
 		found bool
 	)
+	// The last header in [from, end) wins: within a partition positions grow
+	// with the offset, because one relay at a time produces and it produces
+	// in Position order.
 	for offset := from; offset < end; {
 		rp, err := fetch(ctx, cl, topic, topicID, partition, leader, offset, 4<<20)
 		if err != nil {
 			return last, found, err
 		}
+		// ProcessFetchPartition decodes the batches and, with ReadCommitted,
+		// drops the records of the aborted transactions the response lists;
+		// transaction markers are never returned as records.
 		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 			Offset:         offset,
 			IsolationLevel: kgo.ReadCommitted(),
@@ -115,6 +145,9 @@ func lastInRange(ctx context.Context, cl *kgo.Client, topic string, topicID [16]
 			return last, found, fp.Err
 		}
 		for _, r := range fp.Records {
+			// A batch comes back whole, so it may reach past end: those
+			// records belong to transactions that were not yet decided when
+			// end was read.
 			if r.Offset >= end {
 				break
 			}
@@ -126,6 +159,8 @@ func lastInRange(ctx context.Context, cl *kgo.Client, topic string, topicID [16]
 				last, found = p, true
 			}
 		}
+		// An answer that does not move the offset would loop forever: fail,
+		// and let the session start over.
 		if next <= offset {
 			return last, found, errors.New("fetch made no progress")
 		}
@@ -136,6 +171,9 @@ func lastInRange(ctx context.Context, cl *kgo.Client, topic string, topicID [16]
 
 func fetch(ctx context.Context, cl *kgo.Client, topic string, topicID [16]byte, partition, leader int32, offset int64, maxBytes int32) (*kmsg.FetchResponseTopicPartition, error) {
 	req := kmsg.NewPtrFetchRequest()
+	// A plain consumer's fetch (replica -1) that waits for nothing: with no
+	// wait and no minimum size the broker answers at once with what it has,
+	// which is what a bounded backwards scan needs.
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 0
 	req.MinBytes = 0
@@ -147,12 +185,17 @@ func fetch(ctx context.Context, cl *kgo.Client, topic string, topicID [16]byte, 
 	rp := kmsg.NewFetchRequestTopicPartition()
 	rp.Partition = partition
 	rp.FetchOffset = offset
+	// No epoch checks: this is a one-off read at a known offset, not a
+	// consumer that has to notice log truncation.
 	rp.CurrentLeaderEpoch = -1
 	rp.LogStartOffset = -1
 	rp.PartitionMaxBytes = maxBytes
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 
+	// To the leader named by the metadata just read. If leadership moved
+	// since, the partition's error code says so and the session starts over
+	// with fresh metadata.
 	resp, err := req.RequestWith(ctx, cl.Broker(int(leader)))
 	if err != nil {
 		return nil, err

@@ -88,6 +88,8 @@ func (g *GroupCommitter) Do(ctx context.Context, key string, fn func(ctx context
 	default:
 	}
 	select {
+	// Blocks while the shard's queue is full: back-pressure on callers
+	// rather than an unbounded queue in memory.
 	case g.shards[g.shard(key)] <- c:
 	case <-ctx.Done():
 		return ctx.Err()
@@ -101,6 +103,8 @@ func (g *GroupCommitter) Do(ctx context.Context, key string, fn func(ctx context
 }
 
 func (g *GroupCommitter) shard(key string) int {
+	// Same key, same worker: commands of one aggregate run in submission
+	// order and never wait on each other's row locks from two transactions.
 	if len(g.shards) == 1 {
 		return 0
 	}
@@ -112,6 +116,8 @@ func (g *GroupCommitter) shard(key string) int {
 // Close stops accepting commands, finishes the queued ones and waits.
 func (g *GroupCommitter) Close() {
 	g.closeOnce.Do(func() {
+		// closing first, so Do stops queueing; the workers then finish what
+		// is queued (range over the closed channel) and exit.
 		close(g.closing)
 		for _, ch := range g.shards {
 			close(ch)
@@ -123,6 +129,8 @@ func (g *GroupCommitter) Close() {
 func (g *GroupCommitter) work(ch chan *command) {
 	defer g.wg.Done()
 	for first := range ch {
+		// A batch is whatever is already waiting, taken without blocking: a
+		// lone command runs at once.
 		batch := []*command{first}
 	drain:
 		for len(batch) < g.maxBatch {
@@ -145,6 +153,8 @@ func (g *GroupCommitter) work(ch chan *command) {
 const txTimeout = 30 * time.Second
 
 func (g *GroupCommitter) run(batch []*command) {
+	// A caller that gave up before its batch began is answered with its
+	// context's error and not run.
 	live := batch[:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
@@ -153,12 +163,17 @@ func (g *GroupCommitter) run(batch []*command) {
 		}
 		live = append(live, c)
 	}
+	// Each failure removes one command and reruns the rest in a fresh
+	// transaction, so a batch of n commands with f failures takes at most
+	// f+1 transactions, and every command that is answered nil has
+	// committed.
 	for len(live) > 0 {
 		failed, err := g.attempt(live)
 		if failed < 0 {
 			for _, c := range live {
 				c.done <- err
 			}
+			// After the answers: callers do not wait for the hook.
 			if err == nil && g.afterCommit != nil {
 				g.afterCommit()
 			}
@@ -173,6 +188,8 @@ func (g *GroupCommitter) run(batch []*command) {
 // the command that failed (and its error), or -1 with the result of the
 // transaction as a whole.
 func (g *GroupCommitter) attempt(cmds []*command) (failed int, err error) {
+	// BEGIN and COMMIT on a context of their own (see txTimeout); each
+	// command still runs on its caller's context.
 	ctx, cancel := context.WithTimeout(context.Background(), txTimeout)
 	defer cancel()
 	tx, err := g.pool.Begin(ctx)
@@ -186,6 +203,8 @@ func (g *GroupCommitter) attempt(cmds []*command) (failed int, err error) {
 			rcancel()
 		}
 	}()
+	// Commands run one after another on one connection, in submission order:
+	// a later command sees what an earlier one of the batch wrote.
 	for i, c := range cmds {
 		if ferr := runCommand(c, tx); ferr != nil {
 			return i, ferr

@@ -1,9 +1,9 @@
-// Package executor is the Taskmesh executor agent (seed 004 §4–§6): it pulls
+// Package executor is the Taskmesh executor agent (docs/executor.md): it pulls
 // tasks from the Taskmesh LeaseService over gRPC, runs them on this machine
 // through shim processes that outlive the agent, renews their leases,
 // reports progress and results, and keeps a SQLite journal so that it
 // survives restarts and server outages. It also serves the agent-local REST
-// API of seed 004 §5.2.
+// API (docs/api/agent-local.md).
 //
 // The taskmesh binary composes it: `taskmesh executor` calls Run, and
 // `taskmesh executor shim ...` calls Shim.

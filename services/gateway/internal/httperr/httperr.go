@@ -1,6 +1,7 @@
 // Package httperr is the one place where the gateway turns errors into HTTP
-// answers: the documented envelope {"code":…,"message":…,"data":null} of
-// seed 004 §5.1, with the business code separate from the HTTP status.
+// answers: the documented envelope {"code":…,"message":…,"data":null}
+// (docs/api/README.md#the-error-envelope), with the business code separate
+// from the HTTP status.
 //
 // A gRPC status from an internal service is mapped by its
 // google.rpc.ErrorInfo (domain "taskmesh", metadata "code", or the reason
@@ -29,7 +30,7 @@ import (
 const Domain = "taskmesh"
 
 // Business codes (taskv1.ErrorCode) and the transport-level codes, which
-// reuse the HTTP status because the seed defines no business code for them.
+// reuse the HTTP status because the API defines no business code for them.
 const (
 	CodeAttemptMismatch = int(taskv1.ErrorCode_ERROR_CODE_ATTEMPT_MISMATCH)    // 30001
 	CodeTaskImmutable   = int(taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE)      // 30002
@@ -66,7 +67,8 @@ type Code struct {
 }
 
 // Codes lists every code the gateway answers with, for the OpenAPI
-// document. The business rows are the table of seed 004 §5.1.
+// document. The business rows are the table of
+// docs/api/tasks.md#business-codes.
 var Codes = []Code{
 	{CodeAttemptMismatch, http.StatusConflict, "attempt_id is not the task's current attempt"},
 	{CodeTaskImmutable, http.StatusConflict, "the task is final or cannot change this way"},
@@ -240,8 +242,9 @@ func Write(w http.ResponseWriter, p Problem) {
 	_ = json.NewEncoder(w).Encode(Envelope{Code: p.Code, Message: p.Message})
 }
 
-// The video API (seed 000 §1.1.2) has its own error body with string
-// codes: {"code":"InvalidApiKey","message":…,"request_id":…}.
+// The video API has its own error body with string codes
+// (docs/api/video.md#errors):
+// {"code":"InvalidApiKey","message":…,"request_id":…}.
 const (
 	VideoInvalidAPIKey    = "InvalidApiKey"
 	VideoInvalidParameter = "InvalidParameter"
@@ -325,7 +328,7 @@ func videoCode(httpStatus int) string {
 }
 
 // WriteFor sends p in the error body of the API r belongs to: the video
-// API's VideoEnvelope on its routes, the seed 004 envelope everywhere else.
+// API's VideoEnvelope on its routes, the task API's envelope everywhere else.
 // Headers are the same as Write's.
 func WriteFor(w http.ResponseWriter, r *http.Request, p Problem) {
 	if !IsVideoPath(r.URL.Path) {

@@ -30,8 +30,8 @@ type authenticator struct {
 
 func (a *authenticator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, access.AgentRoutePrefix) {
-		// Agent answers hand out leases and attempt ids (seed 004 §10.1:
-		// claim has side effects); no cache may keep or replay them.
+		// Agent answers hand out leases and attempt ids (a claim has side
+		// effects); no cache may keep or replay them.
 		w.Header().Set("Cache-Control", "no-store")
 	}
 	ip := clientip.Resolve(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), a.trusted)

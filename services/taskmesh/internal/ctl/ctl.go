@@ -1,9 +1,9 @@
 // Package ctl is the command-line client of Taskmesh, `taskmesh ctl`: it
-// submits tasks from the seed's YAML files and lists, inspects, watches,
-// cancels, retries and deletes them, and submits, inspects and deletes
-// video generations, through the gateway's gRPC front door, as a tenant
-// identified by an API key; and manages tenants and their API keys through
-// the admin API with an operator key.
+// submits tasks from YAML task files (docs/ctl.md) and lists, inspects,
+// watches, cancels, retries and deletes them, and submits, inspects and
+// deletes video generations, through the gateway's gRPC front door, as a
+// tenant identified by an API key; and manages tenants and their API keys
+// through the admin API with an operator key.
 //
 // The command tree is
 //

@@ -86,7 +86,7 @@ sleep 300 & wait`, termFile, ranFile)
 }
 
 // GPU work naming a GU quota the tenant does not have is refused with
-// seed 004's envelope, and nothing is stored.
+// the task API's envelope, and nothing is stored.
 func TestUnknownGUQuotaIsRefused(t *testing.T) {
 	w := newWorldWith(t, stack.Options{GUQuotas: noGUQuotas{}})
 	key := w.s.DemoAPIKey
