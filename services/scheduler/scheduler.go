@@ -185,12 +185,13 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// Register adds TaskService and LeaseService (and VideoService when
-// configured) to a server built with
+// Register adds TaskService, LeaseService, AgentFleetService (and
+// VideoService when configured) to a server built with
 // platform/grpcserver (internal authentication and validation).
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	taskv1.RegisterTaskServiceServer(g, &ports.TaskServer{App: s.app, Log: s.log})
 	taskv1.RegisterLeaseServiceServer(g, &ports.LeaseServer{App: s.app, Log: s.log})
+	taskv1.RegisterAgentFleetServiceServer(g, &ports.AgentFleetServer{App: s.app, Log: s.log})
 	if s.video != nil {
 		s.video.register(g)
 	}
