@@ -204,7 +204,11 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err := g.dial(cfg); err != nil {
 		return nil, err
 	}
-	if err := g.servers(ctx, cfg, adminSrv); err != nil {
+	agentSrv, err := admin.NewAgentServer(g.creds, taskv1.NewAgentFleetServiceClient(g.upstream), cfg.Now, log)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if err := g.servers(ctx, cfg, adminSrv, agentSrv); err != nil {
 		return nil, err
 	}
 	if err := g.listen(ctx, cfg); err != nil {
@@ -333,7 +337,7 @@ func (g *Gateway) dial(cfg Config) error {
 
 // servers builds the live streams, the REST handler, the gRPC front door
 // and the HTTP server; none of them holds anything yet.
-func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Server) error {
+func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Server, agentSrv *admin.AgentServer) error {
 	var quotaUpstream grpc.ClientConnInterface
 	if g.quota != nil {
 		quotaUpstream = g.quota
@@ -356,6 +360,7 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		Logger:         g.log,
 		Throttle:       g.throttle.Middleware,
 		Admin:          adminSrv,
+		Agents:         agentSrv,
 	})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -368,8 +373,11 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		Health:         g.health,
 		Logger:         g.log,
 		Throttle:       g.throttle.GRPCError,
-		Register:       func(r grpc.ServiceRegistrar) { adminv1.RegisterAdminServiceServer(r, adminSrv) },
-		Services:       g.publicServices(),
+		Register: func(r grpc.ServiceRegistrar) {
+			adminv1.RegisterAdminServiceServer(r, adminSrv)
+			adminv1.RegisterAgentServiceServer(r, agentSrv)
+		},
+		Services: g.publicServices(),
 		// Video requests carry first frames of up to 10 MB as base64.
 		ServerOptions: []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcserver.MaxRecvMsgBytes)},
 	})

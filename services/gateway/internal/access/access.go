@@ -31,6 +31,13 @@ var ErrDenied = errors.New("permission denied")
 // AgentRoutePrefix is the REST prefix of the lease API.
 const AgentRoutePrefix = "/api/v1/agent/"
 
+// HeartbeatRoute and HeartbeatMethod are the agent's machine heartbeat,
+// the one call through which an agent token's address may change.
+var (
+	HeartbeatRoute  = AgentRoutePrefix + "heartbeat"
+	HeartbeatMethod = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/SendHeartbeat"
+)
+
 // AdminRoutePrefix is the REST prefix of the admin API.
 const AdminRoutePrefix = "/api/v1/admin/"
 
@@ -71,6 +78,21 @@ func (e *deniedError) Error() string { return e.msg }
 func (e *deniedError) Unwrap() error { return ErrDenied }
 
 func denied(msg string) error { return &deniedError{msg: msg} }
+
+// fleetMethods are the scheduler's internal fleet API, which only the
+// gateway's own agent admin service calls; the front door never forwards
+// them (Method refuses them to everyone).
+var fleetMethods = "/" + taskv1.AgentFleetService_ServiceDesc.ServiceName + "/"
+
+// OwnMethod checks a call the gateway makes itself, for a service it
+// serves (not a client's call it forwards): what Method allows, and an
+// operator's calls of the scheduler's fleet API.
+func OwnMethod(p authn.Principal, fullMethod string) error {
+	if p.Kind == authn.KindAdmin && strings.HasPrefix(fullMethod, fleetMethods) {
+		return nil
+	}
+	return Method(p, fullMethod)
+}
 
 // reflectionMethods prefixes gRPC server reflection (v1 and v1alpha),
 // which any authenticated caller may use: it describes the public

@@ -162,6 +162,9 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 // admit authenticates the caller, checks the method is theirs to call and
 // charges their rate limits; the error is the status to answer with.
 func (p *proxy) admit(ctx context.Context, in metadata.MD, method, id string) (authn.Principal, error) {
+	if method == access.HeartbeatMethod {
+		ctx = credentials.ForHeartbeat(ctx)
+	}
 	principal, err := p.authenticate(ctx, in)
 	if err != nil {
 		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", status.Convert(err).Message())

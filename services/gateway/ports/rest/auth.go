@@ -40,7 +40,11 @@ func (a *authenticator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, r, ip, httperr.New(http.StatusUnauthorized, httperr.CodeUnauthenticated, "missing bearer token"))
 		return
 	}
-	p, err := a.auth.Authenticate(r.Context(), bearer, ip)
+	ctx := r.Context()
+	if r.Method == http.MethodPost && r.URL.Path == access.HeartbeatRoute {
+		ctx = credentials.ForHeartbeat(ctx)
+	}
+	p, err := a.auth.Authenticate(ctx, bearer, ip)
 	if err != nil {
 		a.refuse(w, r, ip, a.authProblem(r, err))
 		return

@@ -50,8 +50,10 @@ type Options struct {
 	// Throttle, if not nil, wraps the API after authentication (the
 	// principal is in the request's context): the rate limits.
 	Throttle func(http.Handler) http.Handler
-	// Admin, if not nil, is served under /api/v1/admin/ to operator keys.
-	Admin adminv1.AdminServiceServer
+	// Admin and Agents, if not nil, are served under /api/v1/admin/ to
+	// operator keys.
+	Admin  adminv1.AdminServiceServer
+	Agents adminv1.AgentServiceServer
 	// Live, if not nil, serves live task streams at
 	// /api/v1/tasks/{task_id}/events and /ws.
 	Live   *live.Service
@@ -102,6 +104,11 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if opts.Admin != nil {
 		if err := adminv1.RegisterAdminServiceHandlerServer(ctx, mux, opts.Admin); err != nil {
 			return nil, fmt.Errorf("rest: register admin service: %w", err)
+		}
+	}
+	if opts.Agents != nil {
+		if err := adminv1.RegisterAgentServiceHandlerServer(ctx, mux, opts.Agents); err != nil {
+			return nil, fmt.Errorf("rest: register agent service: %w", err)
 		}
 	}
 	video, err := newVideoMux(ctx, opts.Upstream, opts.Logger)
