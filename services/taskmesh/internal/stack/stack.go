@@ -408,7 +408,12 @@ func (s *Stack) bootstrap(ctx context.Context) error {
 		return nil
 	}
 	// The local agent serves every tenant (shared pool), on loopback only.
+	// Its token file may be gone while its token is not: a new secret for
+	// the same token then.
 	_, secret, err := creds.CreateAgentToken(ctx, s.AgentID, "", []string{"127.0.0.1/32", "::1/128"}, nil)
+	if errors.Is(err, gateway.ErrExists) {
+		_, secret, err = creds.RotateAgent(ctx, s.AgentID, nil, gateway.SystemActor)
+	}
 	if err != nil {
 		return fmt.Errorf("create the local agent's token: %w", err)
 	}
