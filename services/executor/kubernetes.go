@@ -66,7 +66,7 @@ func RunKubernetes(ctx context.Context, cfg KubernetesConfig) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes backend: %w", err)
 	}
-	conn, err := leaseconn.Dial(cfg.Server, cfg.Token, cfg.TLS)
+	conn, err := leaseconn.Dial(cfg.Server, leaseconn.StaticToken(cfg.Token), cfg.TLS)
 	if err != nil {
 		return err
 	}

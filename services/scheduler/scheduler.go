@@ -70,6 +70,9 @@ type Timing struct {
 	// being woken (default 1s): it catches retry_at passing and another
 	// replica's work when a NOTIFY is lost.
 	ClaimRecheck time.Duration
+	// ResultRetention is how long results stay in the object store
+	// (default 30 days; docs/operations.md).
+	ResultRetention time.Duration
 }
 
 // Config configures the service.
@@ -141,7 +144,8 @@ func New(cfg Config) (*Service, error) {
 	t := cfg.Timing
 	s.app = app.New(stores, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
-		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck}, s.log)
+		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck,
+		ResultRetention: t.ResultRetention}, s.log)
 	if cfg.Quota != nil {
 		if cfg.InternalToken == "" {
 			return nil, errors.New("scheduler: a quota service needs Config.InternalToken")
@@ -214,6 +218,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, quota.Decisions{Tasks: s.app})
 		g.Go(func() error { return decisions.Run(ctx) })
 	}
+	s.app.SetUpResultRetention(ctx)
 	g.Go(func() error { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
 	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })
 	if s.video != nil {
