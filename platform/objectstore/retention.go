@@ -92,7 +92,9 @@ func (s *S3) List(ctx context.Context, prefix string, fn func(Info) error) error
 }
 
 // expiryRuleID names the lifecycle rule SetExpiry keeps for a prefix.
-func expiryRuleID(prefix string) string { return "taskmesh-expire-" + strings.Trim(path.Clean("/"+prefix), "/") }
+func expiryRuleID(prefix string) string {
+	return "taskmesh-expire-" + strings.Trim(path.Clean("/"+prefix), "/")
+}
 
 // SetExpiry implements Expirer with a bucket lifecycle rule (whole days,
 // rounded up: S3's unit; so an age under a day is one day), replacing the rule it set before for the same
