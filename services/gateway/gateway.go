@@ -208,6 +208,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	g.creds.OnAgentRevoked(agentSrv.DrainRevoked)
 	if err := g.servers(ctx, cfg, adminSrv, agentSrv); err != nil {
 		return nil, err
 	}

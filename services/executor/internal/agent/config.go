@@ -46,6 +46,9 @@ type Settings struct {
 	Version string
 	// TLS for the server connection; nil is plaintext (loopback dev).
 	TLS *tls.Config
+	// SourceAddr, if set, is the local address the agent connects from
+	// (a machine with several; its token binds to the first it sees).
+	SourceAddr string
 	// DataDir holds the journal (journal.db) and the run directories.
 	DataDir string
 	// WorkRoot is the base of default working directories:

@@ -19,7 +19,7 @@ func dial(cfg Config) (*grpc.ClientConn, error) {
 			return nil, err
 		}
 	}
-	return leaseconn.Dial(cfg.Server, token, cfg.TLS)
+	return leaseconn.Dial(cfg.Server, token, cfg.TLS, leaseconn.FromAddress(cfg.SourceAddr))
 }
 
 // rpcCtx bounds one server call.

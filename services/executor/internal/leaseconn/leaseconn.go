@@ -9,6 +9,8 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
+	"net/netip"
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/otel"
@@ -34,11 +36,33 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 // the clear.
 func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
+// Option adjusts Dial.
+type Option func(*[]grpc.DialOption) error
+
+// FromAddress makes the connection leave from the local address ip (a
+// machine with several addresses, where the agent token is bound to one).
+func FromAddress(ip string) Option {
+	return func(opts *[]grpc.DialOption) error {
+		if ip == "" {
+			return nil
+		}
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			return fmt.Errorf("source address %q: %w", ip, err)
+		}
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: addr.AsSlice()}}
+		*opts = append(*opts, grpc.WithContextDialer(func(ctx context.Context, target string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", target)
+		}))
+		return nil
+	}
+}
+
 // Dial returns a client connection to target (host:port). A nil or empty
 // token sends no credentials; a nil tlsCfg is plaintext. A unary call
 // refused as unauthenticated is retried once when the token's file holds a
 // new secret (a rotation).
-func Dial(target string, token *Token, tlsCfg *tls.Config) (*grpc.ClientConn, error) {
+func Dial(target string, token *Token, tlsCfg *tls.Config, options ...Option) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
@@ -54,6 +78,11 @@ func Dial(target string, token *Token, tlsCfg *tls.Config) (*grpc.ClientConn, er
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
 			MinConnectTimeout: 3 * time.Second,
 		}),
+	}
+	for _, o := range options {
+		if err := o(&opts); err != nil {
+			return nil, err
+		}
 	}
 	if token.Secret() != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: tlsCfg != nil}),

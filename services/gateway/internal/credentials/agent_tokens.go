@@ -165,6 +165,9 @@ func (s *Store) revokeAgentToken(ctx context.Context, tokenID, reason string, by
 	if err != nil {
 		return AgentToken{}, fmt.Errorf("revoke agent token %s: %w", tokenID, err)
 	}
+	if s.revoked != nil {
+		s.revoked(ctx, t.AgentID)
+	}
 	return t, nil
 }
 

@@ -92,6 +92,11 @@ func (s *AgentServer) RegisterAgent(ctx context.Context, req *adminv1.RegisterAg
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
+	// A registration starts the agent afresh: undrained, also when an
+	// earlier token of the same id was revoked (which drains it).
+	if _, err := s.fleet.SetAgentDrain(outbound.OwnCall(ctx), &taskv1.SetAgentDrainRequest{AgentId: tok.AgentID}); err != nil {
+		s.log.WarnContext(ctx, "undraining a registered agent failed", "agent_id", tok.AgentID, "err", err)
+	}
 	return &adminv1.RegisterAgentResponse{Agent: s.agent(tok, s.fleetOf(ctx, tok.AgentID)), Token: secret}, nil
 }
 
@@ -344,4 +349,21 @@ func agentEvent(e credentials.AgentEvent) *adminv1.AgentEvent {
 	details, _ := jsonObject(e.Details)
 	return &adminv1.AgentEvent{Id: e.ID, Timestamp: timestamppb.New(e.At), Action: e.Action, Resource: "agent",
 		ResourceId: e.AgentID, UserId: e.Actor, Details: details, Ip: e.IP}
+}
+
+// revokeTimeout bounds the drain that follows a revocation.
+const revokeTimeout = 5 * time.Second
+
+// DrainRevoked drains an agent whose token was just revoked (see
+// credentials.Store.OnAgentRevoked), as the gateway itself: a claim the
+// agent started before the revocation may still be waiting in the
+// scheduler. A failure is logged: the token is revoked either way, and a
+// claim leased meanwhile can start nothing (every later call is refused).
+func (s *AgentServer) DrainRevoked(ctx context.Context, agentID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+	defer cancel()
+	ctx = authn.NewContext(ctx, authn.Principal{Kind: authn.KindAdmin, Subject: credentials.System.ID})
+	if _, err := s.fleet.SetAgentDrain(outbound.OwnCall(ctx), &taskv1.SetAgentDrainRequest{AgentId: agentID, Drained: true}); err != nil {
+		s.log.ErrorContext(ctx, "draining a revoked agent failed", "agent_id", agentID, "err", err)
+	}
 }
