@@ -294,6 +294,15 @@ func (p *fileParser) taskPairs(n *yaml.Node, pairs []pair, path, defaultMachine 
 			return FileTask{}, err
 		}
 	}
+	// Every task the file submits needs a name: say where it is missing
+	// rather than send an empty task the server can only refuse.
+	if strings.TrimSpace(s.Name) == "" {
+		where := path
+		if where == "" {
+			where = "the task"
+		}
+		return FileTask{}, p.errorf(n, "%s: has no name (name: is required)", where)
+	}
 	// The queue's machine applies only where the task chose no placement
 	// of its own.
 	if s.MachineId == "" && defaultMachine != "" && s.GetTargets() == nil && s.GetDistribution() == nil {
