@@ -70,6 +70,10 @@ type Options struct {
 	// GUQuotas replaces the embedded quota service's GU quota check in
 	// admission (tests); nil uses the quota service.
 	GUQuotas admission.GUQuotas
+	// InfraOnly starts only what the services need from outside, the
+	// Postgres server and the Kafka-protocol broker (taskmesh dev
+	// --infra-only, for deployments/local/run.sh), and no service.
+	InfraOnly bool
 	// NoAdmission runs the scheduler without the quota service's
 	// admission: work with a queue or GPU requests is claimable at once
 	// (tests of other parts that play the GPU runner themselves).
@@ -146,6 +150,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	if err := s.startKafka(); err != nil {
 		return nil, err
+	}
+	if o.InfraOnly {
+		return s, nil
 	}
 	if err := s.writeInternalToken(); err != nil {
 		return nil, err
