@@ -154,7 +154,8 @@ func TestRESTAdminAgents(t *testing.T) {
 func TestGRPCAdminAgents(t *testing.T) {
 	e := newEnv(t)
 	client := adminv1.NewAgentServiceClient(e.dial(t))
-	ctx, cancel := outgoing(e.adminSecret(t))
+	admin := e.adminSecret(t)
+	ctx, cancel := outgoing(admin)
 	defer cancel()
 	reg, err := client.RegisterAgent(ctx, &adminv1.RegisterAgentRequest{AgentId: "gpu-9"})
 	if err != nil || !strings.HasPrefix(reg.GetToken(), "tma_") {
@@ -177,5 +178,23 @@ func TestGRPCAdminAgents(t *testing.T) {
 	defer ucancel()
 	if _, err := client.ListAgents(uctx, &adminv1.ListAgentsRequest{}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("a tenant's key: %v", err)
+	}
+	if _, err := client.ListAgentEvents(ctx, &adminv1.ListAgentEventsRequest{AgentId: "nobody"}); status.Code(err) != codes.NotFound {
+		t.Errorf("events of an unknown agent: %v", err)
+	}
+	// The scheduler's fleet API is the gateway's own to call: the front
+	// door forwards it to nobody, operators included.
+	e.fake.Reset()
+	fleet := taskv1.NewAgentFleetServiceClient(e.dial(t))
+	for _, bearer := range []string{e.userSecret, e.agentSec, admin} {
+		c, cancel := outgoing(bearer)
+		_, err := fleet.SetAgentDrain(c, &taskv1.SetAgentDrainRequest{AgentId: "agent-001", Drained: true})
+		cancel()
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("AgentFleetService through the front door: %v, want PermissionDenied", err)
+		}
+	}
+	if calls := e.fake.Calls(); len(calls) != 0 {
+		t.Errorf("the scheduler got %v", calls)
 	}
 }
