@@ -10,15 +10,20 @@
 //     "taskmesh-outbox-<name>" and load its producer id. This fences any
 //     previous holder: its open Kafka transaction is aborted and it can never
 //     commit another one.
-//  3. Learn what is already in Kafka: the checkpoint in Postgres, and the
-//     position header of the last committed record of every partition. A
-//     crash between a Kafka commit and the checkpoint write leaves records
-//     past the checkpoint; they are recognised and skipped, not repeated.
+//  3. Learn what is already in Kafka: the checkpoint in Postgres (the last
+//     event published and, per partition of each of the relay's topics, a
+//     Kafka offset), then the relay's own records from those offsets to the
+//     end of each partition (its name is in the HeaderRelay header; other
+//     relays may publish to the same topic). A crash between a Kafka commit and the checkpoint
+//     write leaves records past the checkpoint; they are recognised and
+//     skipped, not repeated. The checkpoint is rewritten at once, so the
+//     next start reads only what is published after this one.
 //  4. Repeatedly read up to BatchSize events after the cursor whose writing
 //     transactions have all finished (tx_id below the snapshot's xmin), in
-//     Position order; produce them in one Kafka transaction (key = aggregate
-//     id, partition chosen like Kafka's default partitioner); commit; then
-//     store the checkpoint.
+//     Position order; produce them in one Kafka transaction (topic by the
+//     event's aggregate type, Config.Routes; key = aggregate id, partition
+//     chosen like Kafka's default partitioner); commit; then store the
+//     checkpoint.
 //  5. On any error drop the producer and the lock, back off and start over
 //     at 1 (leader.Run). The cursor only moves after a Kafka commit, so
 //     nothing is lost; rows are read in Position order, so one aggregate's
@@ -32,15 +37,16 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -53,6 +59,7 @@ import (
 // trace context).
 const (
 	HeaderPosition      = "taskmesh-position"
+	HeaderRelay         = "taskmesh-relay"
 	HeaderEventType     = "taskmesh-event-type"
 	HeaderAggregateType = "taskmesh-aggregate-type"
 	HeaderVersion       = "taskmesh-version"
@@ -62,10 +69,19 @@ const (
 
 // Config configures a Relay.
 type Config struct {
-	// Name identifies the relay: its checkpoint row, its advisory lock and
-	// its Kafka transactional id. One name per service (e.g. "scheduler").
-	Name  string
+	// Name identifies the relay: its checkpoint row, its advisory lock,
+	// its Kafka transactional id and the HeaderRelay header of its
+	// records. One name per events table (e.g. "scheduler"); relays
+	// sharing a topic need different names.
+	Name string
+	// Topic receives every event whose aggregate type has no route.
 	Topic string
+	// Routes sends the events of some aggregate types to topics of their
+	// own (aggregate type → topic): one topic per event envelope, while
+	// the service keeps one event store. One relay, one order: a Kafka
+	// transaction spans the topics, and each aggregate's events stay in
+	// version order on its topic.
+	Routes map[string]string
 	// Partitions is used when the relay creates the topic (default 16).
 	Partitions int32
 	// BatchSize is the most events per Kafka transaction (default 1000).
@@ -107,6 +123,7 @@ type Relay struct {
 	pool *pgxpool.Pool
 	cfg  Config
 	wake chan struct{}
+	name []byte // the HeaderRelay value, shared by every record
 
 	published atomic.Int64
 	active    atomic.Bool
@@ -118,7 +135,7 @@ type Relay struct {
 // New returns a relay for the events table on pool's search_path.
 func New(pool *pgxpool.Pool, cfg Config) *Relay {
 	cfg.defaults()
-	return &Relay{pool: pool, cfg: cfg, wake: make(chan struct{}, 1)}
+	return &Relay{pool: pool, cfg: cfg, wake: make(chan struct{}, 1), name: []byte(cfg.Name)}
 }
 
 // Notify wakes the relay now instead of at its next poll; writers in the
@@ -173,35 +190,52 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	if _, _, err := cl.ProducerID(setup); err != nil {
 		return fmt.Errorf("init producer: %w", err)
 	}
-	// The partition count is read once per session and decides where every
-	// aggregate's events go. Growing the topic later would move aggregates
+	// The partition counts are read once per session and decide where every
+	// aggregate's events go. Growing a topic later would move aggregates
 	// to other partitions for the next session and break their order across
-	// the change, so the count is set when the topic is created and never
-	// grown.
-	if err := kafka.EnsureTopics(setup, cl, kafka.TopicSpec{Name: r.cfg.Topic, Partitions: r.cfg.Partitions, ReplicationFactor: -1}); err != nil {
-		return err
+	// the change, so the counts are set when the topics are created and
+	// never grown.
+	names := r.topics()
+	specs := make([]kafka.TopicSpec, len(names))
+	for i, t := range names {
+		specs[i] = kafka.TopicSpec{Name: t, Partitions: r.cfg.Partitions, ReplicationFactor: -1}
 	}
-	partitions, err := kafka.Partitions(setup, cl, r.cfg.Topic)
-	if err != nil {
+	if err := kafka.EnsureTopics(setup, cl, specs...); err != nil {
 		return err
 	}
 	// Reads and checkpoint writes use the lock's own connection: once the
 	// session has lost the lock (its server session ended), they fail
 	// instead of running beside the successor.
 	conn := lock.Conn()
-	cursor, err := loadCheckpoint(setup, conn, r.cfg.Name)
+	cp, err := loadCheckpoint(setup, conn, r.cfg.Name, r.cfg.Topic, names)
 	if err != nil {
 		return err
 	}
 	// Only after the fence (ProducerID above): no transaction of a
-	// predecessor can commit behind the tails read here.
-	inKafka, err := lastPublished(setup, cl, r.cfg.Topic, partitions)
-	if err != nil {
-		return err
+	// predecessor can commit behind the records read here.
+	inKafka := make(topics, len(names))
+	for _, t := range names {
+		partitions, err := kafka.Partitions(setup, cl, t)
+		if err != nil {
+			return err
+		}
+		k, err := scanPublished(setup, cl, r.cfg.Name, t, partitions, cp.offsets[t], r.cfg.Logger)
+		if err != nil {
+			return err
+		}
+		inKafka[t] = &topicState{partitions: partitions, published: k}
+	}
+	cursor := cp.cursor
+	// Saving the scan's end now bounds the next start's scan to what is
+	// published from here on, even if this session never checkpoints again.
+	if now := inKafka.checkpoint(cursor); !maps.EqualFunc(now.offsets, cp.offsets, slices.Equal) {
+		if err := saveCheckpoint(setup, conn, r.cfg.Name, r.cfg.Topic, now); err != nil {
+			return err
+		}
 	}
 	r.setCursor(cursor)
-	r.cfg.Logger.Info("outbox relay active", "relay", r.cfg.Name, "topic", r.cfg.Topic,
-		"partitions", partitions, "checkpoint", cursor.String(), "in_kafka", fmt.Sprint(inKafka))
+	r.cfg.Logger.Info("outbox relay active", "relay", r.cfg.Name, "topics", fmt.Sprint(names),
+		"checkpoint", cursor.String(), "in_kafka", inKafka.String())
 
 	timer := time.NewTimer(r.cfg.PollInterval)
 	defer timer.Stop()
@@ -219,7 +253,7 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		if len(batch) == 0 {
 			if saved != cursor {
 				// Idle: record how far the relay got.
-				if err := saveCheckpoint(ctx, conn, r.cfg.Name, cursor); err != nil {
+				if err := saveCheckpoint(ctx, conn, r.cfg.Name, r.cfg.Topic, inKafka.checkpoint(cursor)); err != nil {
 					return err
 				}
 				saved, lastSaved = cursor, time.Now()
@@ -236,24 +270,69 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 			}
 			continue
 		}
-		if err := r.publish(ctx, cl, batch, partitions, inKafka); err != nil {
+		if err := r.publish(ctx, cl, batch, inKafka); err != nil {
 			return err
 		}
 		// The cursor moves past skipped events too: they are in Kafka
 		// already.
 		cursor = batch[len(batch)-1].pos
-		// The checkpoint only shortens a successor's start (it reads the
-		// partitions' tails anyway), so a busy relay writes it at most every
-		// checkpointEvery instead of committing per batch; an idle one
-		// writes it at once (above).
+		// A checkpoint behind Kafka costs a successor only a longer scan
+		// (it finds its records past the checkpoint anyway), so a busy
+		// relay writes it at most every checkpointEvery instead of
+		// committing per batch; an idle one writes it at once (above).
 		if time.Since(lastSaved) >= checkpointEvery {
-			if err := saveCheckpoint(ctx, conn, r.cfg.Name, cursor); err != nil {
+			if err := saveCheckpoint(ctx, conn, r.cfg.Name, r.cfg.Topic, inKafka.checkpoint(cursor)); err != nil {
 				return err
 			}
 			saved, lastSaved = cursor, time.Now()
 		}
 		r.setCursor(cursor)
 	}
+}
+
+// topics lists the relay's topics: Topic, then the routes' in name order.
+func (r *Relay) topics() []string {
+	out := []string{r.cfg.Topic}
+	for _, t := range slices.Sorted(maps.Values(r.cfg.Routes)) {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// topicOf is where an event of aggregateType is published.
+func (r *Relay) topicOf(aggregateType string) string {
+	if t, ok := r.cfg.Routes[aggregateType]; ok {
+		return t
+	}
+	return r.cfg.Topic
+}
+
+// topicState is a session's view of one of its topics.
+type topicState struct {
+	partitions int32
+	*published
+}
+
+// topics is a session's view of each of its topics, by name.
+type topics map[string]*topicState
+
+// checkpoint is what a checkpoint at cursor stores.
+func (ts topics) checkpoint(cursor Position) checkpoint {
+	cp := checkpoint{cursor: cursor, offsets: make(map[string][]int64, len(ts))}
+	for t, k := range ts {
+		cp.offsets[t] = k.offsets(cursor)
+	}
+	return cp
+}
+
+func (ts topics) String() string {
+	out := make(map[string]map[int32]Position, len(ts))
+	for t, k := range ts {
+		out[t] = k.last
+	}
+	return fmt.Sprint(out)
 }
 
 func (r *Relay) setCursor(p Position) {
@@ -276,7 +355,7 @@ func (r *Relay) producer() (*kgo.Client, error) {
 		// aborted at this timeout, or sooner by the next session's fence.
 		kgo.TransactionTimeout(2*r.cfg.ProduceTimeout),
 		// The relay picks partitions itself (kafka.PartitionFor, Kafka's
-		// default partitioner) so that publish, the tail reader and
+		// default partitioner) so that publish, the start-up skip and
 		// consumers keyed by aggregate agree on where an aggregate's events
 		// are.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -290,15 +369,17 @@ func (r *Relay) producer() (*kgo.Client, error) {
 
 // publish produces one batch in one Kafka transaction, skipping events
 // whose partition already has them, and commits.
-func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partitions int32, inKafka map[int32]Position) error {
+func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, inKafka topics) error {
 	records := make([]*kgo.Record, 0, len(batch))
 	for i := range batch {
 		ev := &batch[i]
-		p := kafka.PartitionFor([]byte(ev.aggregateID), partitions)
-		if last, ok := inKafka[p]; ok && !last.Less(ev.pos) {
+		topic := r.topicOf(ev.aggregateType)
+		k := inKafka[topic]
+		p := kafka.PartitionFor([]byte(ev.aggregateID), k.partitions)
+		if last, ok := k.last[p]; ok && !last.Less(ev.pos) {
 			continue // committed by a predecessor after its last checkpoint
 		}
-		records = append(records, ev.record(r.cfg.Topic, p))
+		records = append(records, ev.record(topic, p, r.name))
 	}
 	if len(records) == 0 {
 		return nil
@@ -307,9 +388,9 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partit
 	// the session instead of holding the lock for ever.
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout)
 	defer cancel()
-	// One Kafka transaction per batch: read_committed consumers see all of
-	// it or none, so a crash never exposes half a batch, and the tail
-	// reader's last header is always a whole batch's last.
+	// One Kafka transaction per batch: read_committed consumers (and the
+	// start-up scan) see all of it or none, so a crash never exposes half a
+	// batch.
 	if err := cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin kafka transaction: %w", err)
 	}
@@ -318,14 +399,13 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partit
 	}
 	if err := cl.EndTransaction(pctx, kgo.TryCommit); err != nil {
 		// The outcome may be unknown: the next session fences this producer
-		// and reads the partitions' tails, so either way nothing repeats.
+		// and reads the partitions from the checkpoint's offsets, so either
+		// way nothing repeats.
 		return fmt.Errorf("commit kafka transaction: %w", err)
 	}
-	// Keep inKafka equal to the partitions' tails: it is the skip rule's
-	// view of Kafka for the rest of the session.
-	for _, rec := range records {
-		pos, _ := ParsePosition(string(rec.Headers[0].Value))
-		inKafka[rec.Partition] = pos
+	// Where this session's records went bounds the next start's scan.
+	for i, rec := range records {
+		inKafka[rec.Topic].committed(records[i : i+1])
 	}
 	r.published.Add(int64(len(records)))
 	return nil
@@ -348,7 +428,7 @@ type row struct {
 	headers       map[string]string
 }
 
-func (e *row) record(topic string, partition int32) *kgo.Record {
+func (e *row) record(topic string, partition int32, relay []byte) *kgo.Record {
 	rec := &kgo.Record{
 		Topic:     topic,
 		Partition: partition,
@@ -356,10 +436,10 @@ func (e *row) record(topic string, partition int32) *kgo.Record {
 		Value:     e.payload,
 		Timestamp: e.occurredAt,
 	}
-	// The position must stay the first header: publish and the tail reader
-	// rely on it.
+	// docs/events.md promises the position as the first header.
 	rec.Headers = append(rec.Headers,
 		kgo.RecordHeader{Key: HeaderPosition, Value: []byte(e.pos.String())},
+		kgo.RecordHeader{Key: HeaderRelay, Value: relay},
 		kgo.RecordHeader{Key: HeaderEventType, Value: []byte(e.eventType)},
 		kgo.RecordHeader{Key: HeaderAggregateType, Value: []byte(e.aggregateType)},
 		kgo.RecordHeader{Key: HeaderVersion, Value: []byte(strconv.FormatInt(e.version, 10))},
@@ -412,32 +492,88 @@ func readBatch(ctx context.Context, conn *pgxpool.Conn, after Position, limit in
 	return out, nil
 }
 
-func loadCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string) (Position, error) {
-	var (
-		txid string
-		p    Position
-	)
-	err := conn.QueryRow(ctx, `SELECT tx_id::text, event_id FROM outbox_checkpoints WHERE relay = $1`, name).Scan(&txid, &p.EventID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Position{}, nil
+// checkpoint is how far a relay got: cursor is the last event it published
+// (or found published), and offsets[topic][p] an offset of partition p of
+// topic below which none of its records comes after cursor (nil or short:
+// unknown, read the partition from its start).
+//
+// It is stored as one row per topic, written together by one statement:
+// the relay's name for Topic (the row a relay without routes has) and
+// "<name> <topic>" for a routed topic (a space: no topic name has one).
+// Each row holds the cursor; a topic row whose cursor is not the relay
+// row's (the relay row restored from a backup, say) does not count, as
+// its offsets may pass records of the relay's after the relay row's cursor.
+type checkpoint struct {
+	cursor  Position
+	offsets map[string][]int64
+}
+
+// checkpointRow is the row holding topic's offsets.
+func checkpointRow(name, mainTopic, topic string) string {
+	if topic == mainTopic {
+		return name
 	}
+	return name + " " + topic
+}
+
+func loadCheckpoint(ctx context.Context, conn *pgxpool.Conn, name, mainTopic string, topics []string) (checkpoint, error) {
+	keys := make([]string, len(topics))
+	for i, t := range topics {
+		keys[i] = checkpointRow(name, mainTopic, t)
+	}
+	rows, err := conn.Query(ctx, `SELECT relay, tx_id::text, event_id, kafka_offsets FROM outbox_checkpoints WHERE relay = ANY($1)`, keys)
 	if err != nil {
-		return Position{}, fmt.Errorf("load checkpoint: %w", err)
+		return checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
 	}
-	if p.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
-		return Position{}, fmt.Errorf("load checkpoint: %w", err)
+	type stored struct {
+		cursor  Position
+		offsets []int64
 	}
-	return p, nil
+	found := map[string]stored{}
+	for rows.Next() {
+		var (
+			key, txid string
+			st        stored
+		)
+		if err := rows.Scan(&key, &txid, &st.cursor.EventID, &st.offsets); err != nil {
+			return checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
+		}
+		if st.cursor.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
+			return checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
+		}
+		found[key] = st
+	}
+	if err := rows.Err(); err != nil {
+		return checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
+	}
+	main, ok := found[name]
+	if !ok {
+		return checkpoint{}, nil
+	}
+	cp := checkpoint{cursor: main.cursor, offsets: map[string][]int64{}}
+	for i, t := range topics {
+		if st, ok := found[keys[i]]; ok && st.cursor == main.cursor {
+			cp.offsets[t] = st.offsets
+		}
+	}
+	return cp, nil
 }
 
 // saveCheckpoint records how far the relay got. Losing it in a crash is
-// harmless: the next relay reads the partitions' tails.
-func saveCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string, p Position) error {
+// harmless: the next relay reads the partitions from the previous
+// checkpoint's offsets, a longer way to the same records.
+func saveCheckpoint(ctx context.Context, conn *pgxpool.Conn, name, mainTopic string, cp checkpoint) error {
+	args := []any{strconv.FormatUint(cp.cursor.TxID, 10), cp.cursor.EventID}
+	var values []string
+	for _, t := range slices.Sorted(maps.Keys(cp.offsets)) {
+		args = append(args, checkpointRow(name, mainTopic, t), cp.offsets[t])
+		values = append(values, fmt.Sprintf("($%d, $1::text::xid8, $2::bigint, $%d::bigint[], now())", len(args)-1, len(args)))
+	}
 	_, err := conn.Exec(ctx, `
-		INSERT INTO outbox_checkpoints (relay, tx_id, event_id, updated_at)
-		VALUES ($1, $2::text::xid8, $3, now())
-		ON CONFLICT (relay) DO UPDATE SET tx_id = EXCLUDED.tx_id, event_id = EXCLUDED.event_id, updated_at = now()`,
-		name, strconv.FormatUint(p.TxID, 10), p.EventID)
+		INSERT INTO outbox_checkpoints (relay, tx_id, event_id, kafka_offsets, updated_at)
+		VALUES `+strings.Join(values, ", ")+`
+		ON CONFLICT (relay) DO UPDATE SET tx_id = EXCLUDED.tx_id, event_id = EXCLUDED.event_id,
+			kafka_offsets = EXCLUDED.kafka_offsets, updated_at = now()`, args...)
 	if err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}

@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
@@ -81,6 +82,11 @@ type Config struct {
 	RateLimits RateLimits
 	// Live configures live task streams (see LiveConfig).
 	Live LiveConfig
+	// MaxUploadBytes bounds a POST /jobs/uploads request (default: 1 GiB
+	// and the multipart framing); the scheduler applies each kind's limit.
+	MaxUploadBytes int64
+	// NoConsole turns the web console at /ui off.
+	NoConsole bool
 }
 
 // RateLimits configures the per-key and per-tenant limits of requests per
@@ -344,6 +350,8 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		quotaUpstream = g.quota
 	}
 	lv, err := live.New(live.Config{Kafka: cfg.Live.Kafka, Topic: cfg.Live.Topic, Tasks: taskv1.NewTaskServiceClient(g.upstream),
+		Groups: taskv1.NewTaskGroupServiceClient(g.upstream),
+		Jobs:   pipelinev1.NewPipelineServiceClient(g.upstream), JobTopic: cfg.Live.JobTopic,
 		MaxStreamsPerTenant: cfg.Live.MaxStreamsPerTenant, Buffer: cfg.Live.Buffer, KeepAlive: cfg.Live.KeepAlive,
 		IdleTimeout: cfg.Live.IdleTimeout, WriteTimeout: cfg.Live.WriteTimeout, Logger: g.log})
 	if err != nil {
@@ -362,6 +370,8 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		Throttle:       g.throttle.Middleware,
 		Admin:          adminSrv,
 		Agents:         agentSrv,
+		MaxUploadBytes: cfg.MaxUploadBytes,
+		Console:        consoleHandler(cfg),
 	})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -392,11 +402,12 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 }
 
 // publicServices are the proxied services the front door's reflection
-// lists: the task, lease and video APIs, and the quota service's when it
-// is configured.
+// lists: the task, group, template, lease, video and pipeline APIs, and
+// the quota service's when it is configured.
 func (g *Gateway) publicServices() []string {
-	out := []string{taskv1.TaskService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
-		videov1.VideoService_ServiceDesc.ServiceName}
+	out := []string{taskv1.TaskService_ServiceDesc.ServiceName, taskv1.TaskGroupService_ServiceDesc.ServiceName,
+		taskv1.TemplateService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
+		videov1.VideoService_ServiceDesc.ServiceName, pipelinev1.PipelineService_ServiceDesc.ServiceName}
 	if g.quota != nil {
 		out = append(out, quotav1.QuotaService_ServiceDesc.ServiceName, quotav1.AdmissionService_ServiceDesc.ServiceName)
 	}
@@ -433,7 +444,8 @@ func (g *Gateway) watch() {
 // health service: SERVING while it is ready.
 func (g *Gateway) watchUpstream(ctx context.Context) {
 	defer close(g.watchDone)
-	services := []string{"", taskv1.TaskService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName}
+	services := []string{"", taskv1.TaskService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
+		taskv1.TaskGroupService_ServiceDesc.ServiceName, taskv1.TemplateService_ServiceDesc.ServiceName}
 	for {
 		state := g.upstream.GetState()
 		serving := healthpb.HealthCheckResponse_NOT_SERVING

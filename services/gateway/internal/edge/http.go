@@ -23,8 +23,11 @@ type Options struct {
 	// MaxBody bounds request bodies in bytes (required).
 	MaxBody int64
 	// RawBody, if not nil, reports requests whose bodies are not JSON
-	// (e.g. multipart uploads): only their size is checked.
+	// (multipart uploads): they are streamed to the route, which bounds
+	// them itself; the edge refuses only a declared size over RawMaxBody.
 	RawBody func(*http.Request) bool
+	// RawMaxBody bounds raw bodies (default MaxBody).
+	RawMaxBody int64
 }
 
 // Middleware checks each request's path, query and body (see the package
@@ -88,21 +91,28 @@ func badText(s string) string {
 	return ""
 }
 
-// checkBody reads the body (at most o.MaxBody bytes) and checks its size,
-// its Content-Type and, for JSON, its strings; the request keeps the bytes
-// read.
+// checkBody reads a JSON body (at most o.MaxBody bytes) and checks its
+// size, its Content-Type and its strings; the request keeps the bytes
+// read. A raw body is only checked for its declared size.
 func checkBody(o Options, r *http.Request) *httperr.Problem {
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	if o.RawBody != nil && o.RawBody(r) {
+		limit := o.RawMaxBody
+		if limit <= 0 {
+			limit = o.MaxBody
+		}
+		if r.ContentLength > limit {
+			return tooLarge(limit)
+		}
 		return nil
 	}
 	if r.ContentLength > o.MaxBody {
 		return tooLarge(o.MaxBody)
 	}
-	raw := o.RawBody != nil && o.RawBody(r)
-	if !raw {
-		if p := checkContentType(r.Header.Get("Content-Type")); p != nil {
-			return p
-		}
+	if p := checkContentType(r.Header.Get("Content-Type")); p != nil {
+		return p
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, o.MaxBody+1))
 	r.Body.Close()
@@ -115,7 +125,7 @@ func checkBody(o Options, r *http.Request) *httperr.Problem {
 		return invalid("request body could not be read")
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if raw || len(body) == 0 {
+	if len(body) == 0 {
 		return nil
 	}
 	if msg := badJSONText(body); msg != "" {

@@ -106,18 +106,19 @@ func TestMiddleware(t *testing.T) {
 }
 
 func TestRawBodiesAreOnlySized(t *testing.T) {
-	h := Middleware(Options{MaxBody: 8, RawBody: func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/uploads") }},
-		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	req := httptest.NewRequest("POST", "/api/v1/uploads", strings.NewReader("\x00\xff"))
-	req.Header.Set("Content-Type", "application/octet-stream")
+	var read string
+	h := Middleware(Options{MaxBody: 4, RawMaxBody: 8, RawBody: func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/uploads") }},
+		http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { b, _ := io.ReadAll(r.Body); read = string(b) }))
+	req := httptest.NewRequest("POST", "/jobs/uploads", strings.NewReader("\x00\xff12"))
+	req.Header.Set("Content-Type", "multipart/form-data; boundary=x")
 	w := httptest.NewRecorder()
-	if h.ServeHTTP(w, req); w.Code != 200 {
-		t.Errorf("a raw body: %d %s", w.Code, w.Body)
+	if h.ServeHTTP(w, req); w.Code != 200 || read != "\x00\xff12" {
+		t.Errorf("a raw body: %d %s, the route read %q", w.Code, w.Body, read)
 	}
-	req = httptest.NewRequest("POST", "/api/v1/uploads", strings.NewReader("123456789"))
+	req = httptest.NewRequest("POST", "/jobs/uploads", strings.NewReader("123456789"))
 	w = httptest.NewRecorder()
 	if h.ServeHTTP(w, req); w.Code != 413 {
-		t.Errorf("a raw body over the limit: %d %s", w.Code, w.Body)
+		t.Errorf("a raw body declared over the limit: %d %s", w.Code, w.Body)
 	}
 }
 

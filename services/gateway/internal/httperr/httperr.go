@@ -37,6 +37,7 @@ const (
 	CodeLeaseExpired    = int(taskv1.ErrorCode_ERROR_CODE_LEASE_EXPIRED)       // 30003
 	CodeTaskNotFound    = int(taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND)      // 30004
 	CodeInvalidArgument = int(taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)    // 30005
+	CodeAlreadyExists   = int(taskv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS)      // 30006
 	CodeGUQuotaMissing  = int(taskv1.ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS) // 30010
 	CodeGUQuotaCreating = int(taskv1.ErrorCode_ERROR_CODE_GU_QUOTA_CREATING)   // 30011
 	CodeInternal        = int(taskv1.ErrorCode_ERROR_CODE_INTERNAL)            // 30099
@@ -75,6 +76,7 @@ var Codes = []Code{
 	{CodeLeaseExpired, http.StatusGone, "the lease has expired"},
 	{CodeTaskNotFound, http.StatusNotFound, "no such task for this caller"},
 	{CodeInvalidArgument, http.StatusBadRequest, "malformed request, unknown field or out-of-range value"},
+	{CodeAlreadyExists, http.StatusConflict, "something with that id already exists (a template id the tenant uses)"},
 	{CodeGUQuotaMissing, http.StatusBadRequest, "GU_QUOTA_NOT_EXISTS: GPU work names a GU quota the tenant does not have"},
 	{CodeGUQuotaCreating, http.StatusConflict, "GU_QUOTA_CREATING: the GU quota's WorkGroup is not running yet; retry later"},
 	{CodeInventoryInsufficient, http.StatusConflict, "the cluster has too few free GPUs for the quota; nothing was created"},
@@ -99,6 +101,7 @@ var businessStatus = map[int]int{
 	CodeLeaseExpired:    http.StatusGone,
 	CodeTaskNotFound:    http.StatusNotFound,
 	CodeInvalidArgument: http.StatusBadRequest,
+	CodeAlreadyExists:   http.StatusConflict,
 	CodeGUQuotaMissing:  http.StatusBadRequest,
 	CodeGUQuotaCreating: http.StatusConflict,
 	CodeInternal:        http.StatusInternalServerError,
@@ -116,6 +119,10 @@ type Problem struct {
 	// VideoCode, if set, is the code shown on the video API's routes
 	// instead of the one derived from HTTPStatus (see WriteFor).
 	VideoCode string
+	// PipelineCode, if set, is the code shown on the pipeline API's
+	// routes (e.g. JOB_NOT_FOUND) instead of the one derived from
+	// HTTPStatus.
+	PipelineCode string
 	// Message is what the caller sees.
 	Message string
 	// Detail is the original message, for the log; it may differ from
@@ -141,6 +148,10 @@ func FromStatus(st *status.Status) Problem {
 	p := fromCode(st.Code())
 	p.Message, p.Detail = st.Message(), st.Message()
 	p.VideoCode = videoCodeOf(st)
+	p.PipelineCode = metadataOf(st, "pipeline_code")
+	if p.PipelineCode == PipelineRequestTooLarge {
+		p.HTTPStatus = http.StatusRequestEntityTooLarge
+	}
 	if code, ok := businessCode(st); ok {
 		p.Code = code
 		// An unknown business code (a newer service) keeps the status of
@@ -210,6 +221,18 @@ func videoCodeOf(st *status.Status) string {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
 			if c := info.GetMetadata()["video_code"]; c != "" {
 				return c
+			}
+		}
+	}
+	return ""
+}
+
+// metadataOf is the value of key in st's taskmesh ErrorInfo, "" if none.
+func metadataOf(st *status.Status, key string) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
+			if v := info.GetMetadata()[key]; v != "" {
+				return v
 			}
 		}
 	}
@@ -328,9 +351,14 @@ func videoCode(httpStatus int) string {
 }
 
 // WriteFor sends p in the error body of the API r belongs to: the video
-// API's VideoEnvelope on its routes, the task API's envelope everywhere else.
-// Headers are the same as Write's.
+// API's VideoEnvelope on its routes, the pipeline API's PipelineEnvelope on
+// its routes, the task API's envelope everywhere else. Headers are the same
+// as Write's.
 func WriteFor(w http.ResponseWriter, r *http.Request, p Problem) {
+	if IsPipelinePath(r.URL.Path) {
+		writePipeline(w, p)
+		return
+	}
 	if !IsVideoPath(r.URL.Path) {
 		Write(w, p)
 		return
@@ -350,4 +378,87 @@ func WriteFor(w http.ResponseWriter, r *http.Request, p Problem) {
 	}
 	w.WriteHeader(p.HTTPStatus)
 	_ = json.NewEncoder(w).Encode(VideoEnvelope{Code: code, Message: msg, RequestID: requestid.FromContext(r.Context())})
+}
+
+// The pipeline API (docs/api/pipeline.md) answers errors as
+// {"code": string, "message": string}: JOB_NOT_FOUND for an unknown job
+// (another tenant's too), the video API's style of codes otherwise.
+const (
+	PipelineJobNotFound      = "JOB_NOT_FOUND"
+	PipelineInvalidParameter = "InvalidParameter"
+	PipelineInvalidAPIKey    = "InvalidApiKey"
+	PipelineAccessDenied     = "AccessDenied"
+	PipelineNotFound         = "NotFound"
+	PipelineMethodNotAllowed = "MethodNotAllowed"
+	PipelineRequestTooLarge  = "RequestTooLarge"
+	PipelineThrottling       = "Throttling"
+	PipelineInternalError    = "InternalError"
+	PipelineUnavailable      = "ServiceUnavailable"
+)
+
+// PipelineCodes lists every code of the pipeline API's error body, for the
+// OpenAPI document.
+var PipelineCodes = []VideoCode{
+	{PipelineInvalidParameter, http.StatusBadRequest, "malformed JSON, an unknown field, a missing, unknown or foreign key, a bad upload; the message says which"},
+	{PipelineInvalidAPIKey, http.StatusUnauthorized, "missing, unknown, expired or revoked API key"},
+	{PipelineAccessDenied, http.StatusForbidden, "a credential that may not call this API (agent tokens, operator keys)"},
+	{PipelineJobNotFound, http.StatusNotFound, "no such job for this caller (another tenant's job is not found either)"},
+	{PipelineNotFound, http.StatusNotFound, "no such route"},
+	{PipelineMethodNotAllowed, http.StatusMethodNotAllowed, "route exists, method does not"},
+	{PipelineRequestTooLarge, http.StatusRequestEntityTooLarge, "an upload above its kind's size limit, or a body over the route's cap; nothing was kept"},
+	{PipelineInvalidParameter, http.StatusUnsupportedMediaType, "a body that is not JSON on a JSON route"},
+	{PipelineThrottling, http.StatusTooManyRequests, "rate limit exceeded"},
+	{PipelineInternalError, http.StatusInternalServerError, "internal error"},
+	{PipelineUnavailable, http.StatusServiceUnavailable, "a service is unavailable; retry later"},
+}
+
+// PipelineEnvelope is the error body of the pipeline API.
+type PipelineEnvelope struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// IsPipelinePath reports whether path belongs to the pipeline API, whose
+// errors use PipelineEnvelope.
+func IsPipelinePath(path string) bool { return path == "/jobs" || strings.HasPrefix(path, "/jobs/") }
+
+// pipelineCode derives a pipeline API code from the HTTP status.
+func pipelineCode(httpStatus int) string {
+	switch httpStatus {
+	case http.StatusBadRequest:
+		return PipelineInvalidParameter
+	case http.StatusUnauthorized:
+		return PipelineInvalidAPIKey
+	case http.StatusForbidden:
+		return PipelineAccessDenied
+	case http.StatusNotFound:
+		return PipelineNotFound
+	case http.StatusMethodNotAllowed:
+		return PipelineMethodNotAllowed
+	case http.StatusRequestEntityTooLarge:
+		return PipelineRequestTooLarge
+	case http.StatusTooManyRequests:
+		return PipelineThrottling
+	case http.StatusServiceUnavailable:
+		return PipelineUnavailable
+	}
+	if httpStatus >= 500 {
+		return PipelineInternalError
+	}
+	return PipelineInvalidParameter
+}
+
+func writePipeline(w http.ResponseWriter, p Problem) {
+	code := p.PipelineCode
+	if code == "" {
+		code = pipelineCode(p.HTTPStatus)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if p.HTTPStatus == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="taskmesh"`)
+	}
+	w.WriteHeader(p.HTTPStatus)
+	_ = json.NewEncoder(w).Encode(PipelineEnvelope{Code: code, Message: p.Message})
 }

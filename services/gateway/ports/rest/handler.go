@@ -55,9 +55,17 @@ type Options struct {
 	Admin  adminv1.AdminServiceServer
 	Agents adminv1.AgentServiceServer
 	// Live, if not nil, serves live task streams at
-	// /api/v1/tasks/{task_id}/events and /ws.
-	Live   *live.Service
-	Logger *slog.Logger
+	// /api/v1/tasks/{task_id}/events and /ws (and, when it watches groups,
+	// /api/v1/task-groups/{group_id}/events and /ws), and live job streams
+	// at /jobs/{job_id}/events.
+	Live *live.Service
+	// MaxUploadBytes bounds a POST /jobs/uploads request (default
+	// DefaultMaxUploadBytes).
+	MaxUploadBytes int64
+	// Console, if not nil, is served at /ui/ without authentication (the
+	// web console's static files; it signs in with an API key itself).
+	Console http.Handler
+	Logger  *slog.Logger
 }
 
 // liveTaskRoutes and liveVideoRoutes are the prefixes of the task and
@@ -65,20 +73,24 @@ type Options struct {
 const (
 	liveTaskRoutes  = "/api/v1/tasks/{task_id}"
 	liveVideoRoutes = "/v1/video/generations/{task_id}"
+	liveGroupRoutes = "/api/v1/task-groups/{group_id}"
+	liveJobRoutes   = "/jobs/{job_id}"
 )
 
 type handler struct {
-	api     http.Handler // authenticated API
-	video   http.Handler // authenticated video API
-	objects http.Handler
-	openapi []byte
-	ready   func() bool
-	log     *slog.Logger
+	api      http.Handler // authenticated API
+	video    http.Handler // authenticated video API
+	pipeline http.Handler // authenticated pipeline API
+	objects  http.Handler
+	console  http.Handler
+	openapi  []byte
+	ready    func() bool
+	log      *slog.Logger
 }
 
 // NewHandler returns the gateway's HTTP handler.
 func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
-	extras := []Extra{{Video: openapi.VideoJSON}}
+	extras := []Extra{{Video: openapi.VideoJSON}, pipelineExtra(opts.Live != nil)}
 	if opts.Live != nil {
 		extras = append(extras, Extra{
 			Paths:       live.OpenAPIPaths(liveTaskRoutes, "TaskService", "#/definitions/liveTaskFrame"),
@@ -87,6 +99,12 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			Paths:       live.OpenAPIPaths(liveVideoRoutes, "VideoService", "#/definitions/liveVideoFrame"),
 			Definitions: map[string]any{"liveVideoFrame": live.VideoFrameSchema()},
 		})
+		if opts.Live.Groups() {
+			extras = append(extras, Extra{
+				Paths:       live.OpenAPIGroupPaths(liveGroupRoutes, "TaskGroupService", "#/definitions/liveGroupFrame"),
+				Definitions: map[string]any{"liveGroupFrame": live.GroupFrameSchema()},
+			})
+		}
 	}
 	doc, err := Document(openapi.JSON, extras...)
 	if err != nil {
@@ -99,6 +117,11 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if opts.Live != nil {
 		if err := opts.Live.Register(mux, liveTaskRoutes, live.TaskView); err != nil {
 			return nil, fmt.Errorf("rest: %w", err)
+		}
+		if opts.Live.Groups() {
+			if err := opts.Live.RegisterGroups(mux, liveGroupRoutes); err != nil {
+				return nil, fmt.Errorf("rest: %w", err)
+			}
 		}
 	}
 	if opts.Admin != nil {
@@ -120,18 +143,40 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: %w", err)
 		}
 	}
+	pipeline, err := newPipelineMux(ctx, opts.Upstream, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Live != nil {
+		if err := opts.Live.RegisterJobs(pipeline, liveJobRoutes); err != nil {
+			return nil, fmt.Errorf("rest: %w", err)
+		}
+	}
+	maxUpload := opts.MaxUploadBytes
+	if maxUpload <= 0 {
+		maxUpload = DefaultMaxUploadBytes
+	}
 	// Bad input is refused after the rate limits have charged the request
 	// (garbage costs like anything else) and before any service sees it.
-	var api, videoAPI http.Handler = edge.Middleware(edge.Options{MaxBody: maxBodyBytes}, mux),
-		edge.Middleware(edge.Options{MaxBody: maxVideoBodyBytes}, video)
+	// Uploads are multipart and streamed: only their declared size is
+	// checked at the edge.
+	var api, videoAPI, pipelineAPI http.Handler = edge.Middleware(edge.Options{MaxBody: maxBodyBytes}, mux),
+		edge.Middleware(edge.Options{MaxBody: maxVideoBodyBytes}, video),
+		edge.Middleware(edge.Options{MaxBody: maxBodyBytes, RawMaxBody: maxUpload,
+			RawBody: func(r *http.Request) bool { return r.URL.Path == uploadRoute }}, bodyLimit{next: pipeline, maxUpload: maxUpload})
 	if opts.Throttle != nil {
-		api, videoAPI = opts.Throttle(api), opts.Throttle(videoAPI)
+		api, videoAPI, pipelineAPI = opts.Throttle(api), opts.Throttle(videoAPI), opts.Throttle(pipelineAPI)
 	}
 	return &handler{
 		api: &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
 		video: &authenticator{next: videoAPI, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger,
 			maxBody: maxVideoBodyBytes},
+		// bodyLimit bounds each route's body; the authenticator's bound is
+		// the largest of them.
+		pipeline: &authenticator{next: pipelineAPI, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger,
+			maxBody: maxUpload},
 		objects: opts.Objects,
+		console: opts.Console,
 		openapi: doc,
 		ready:   opts.Ready,
 		log:     opts.Logger,
@@ -156,6 +201,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.objects.ServeHTTP(w, r)
 	case httperr.IsVideoPath(path):
 		h.video.ServeHTTP(w, r)
+	case httperr.IsPipelinePath(path):
+		h.pipeline.ServeHTTP(w, r)
+	case h.console != nil && (path == "/ui" || strings.HasPrefix(path, "/ui/")):
+		h.console.ServeHTTP(w, r)
 	case strings.HasPrefix(path, "/api/"):
 		h.api.ServeHTTP(w, r)
 	default:

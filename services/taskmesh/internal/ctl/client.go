@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
@@ -313,7 +314,10 @@ type conn struct {
 	admin     adminv1.AdminServiceClient
 	agents    adminv1.AgentServiceClient
 	video     videov1.VideoServiceClient
+	pipeline  pipelinev1.PipelineServiceClient
 	admission quotav1.AdmissionServiceClient
+	groups    taskv1.TaskGroupServiceClient
+	templates taskv1.TemplateServiceClient
 }
 
 func (c *conn) Close() error { return c.cc.Close() }
@@ -339,7 +343,8 @@ func dial(s Settings) (*conn, error) {
 	}
 	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
 		agents: adminv1.NewAgentServiceClient(cc), video: videov1.NewVideoServiceClient(cc),
-		admission: quotav1.NewAdmissionServiceClient(cc)}, nil
+		pipeline: pipelinev1.NewPipelineServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc),
+		groups: taskv1.NewTaskGroupServiceClient(cc), templates: taskv1.NewTemplateServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message

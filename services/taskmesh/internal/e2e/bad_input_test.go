@@ -1,18 +1,22 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
@@ -53,6 +57,9 @@ func TestEveryRouteRefusesBadInput(t *testing.T) {
 		}
 		for _, c := range r.badInputs(id) {
 			status, body := w.send(r.method, c.target, bearer, c.contentType, c.body)
+			if c.declared > 0 {
+				status, body = w.declare(r.method, c.target, bearer, c.contentType, c.declared)
+			}
 			if msg := checkRefusal(r.path, status, body, c.wantStatus); msg != "" {
 				t.Errorf("%s %s, %s: %s", r.method, r.path, c.name, msg)
 			}
@@ -107,12 +114,16 @@ type openAPIRoute struct {
 	params       []string // path parameters, in order
 	query        string   // a string query parameter ("" if none)
 	bodyField    string   // a string field of the body ("" if none)
+	multipart    bool     // the route takes an upload, not JSON
 }
 
 type badInput struct {
 	name, target, contentType string
 	body                      io.Reader
-	wantStatus                int
+	// declared, when set, is a Content-Length sent without the body: a
+	// huge upload is refused on its declaration.
+	declared   int64
+	wantStatus int
 }
 
 var pathParam = regexp.MustCompile(`\{([^}=]+)(=[^}]*)?\}`)
@@ -142,12 +153,16 @@ func (r openAPIRoute) badInputs(id string) []badInput {
 	out := []badInput{
 		{name: "NUL in a query parameter", target: good + "?" + query + "=a%00b", wantStatus: 400},
 		{name: "invalid UTF-8 in a query parameter", target: good + "?" + query + "=%ff%fe", wantStatus: 400},
-		{name: "NUL in a body string", target: good, contentType: "application/json",
-			body: strings.NewReader(`{"` + field + `":"a\u0000b"}`), wantStatus: 400},
-		{name: "invalid UTF-8 in a body string", target: good, contentType: "application/json",
-			body: strings.NewReader("{\"" + field + "\":\"a\xffb\"}"), wantStatus: 400},
-		{name: "a body that is not JSON", target: good, contentType: "text/plain", body: strings.NewReader(`{}`), wantStatus: 415},
-		{name: "a body over the limit", target: good, contentType: "application/json", body: bigBody(r.path), wantStatus: 413},
+		{name: "a body over the limit", target: good, contentType: "application/json", declared: 2 << 30, wantStatus: 413},
+	}
+	if !r.multipart {
+		out = append(out,
+			badInput{name: "NUL in a body string", target: good, contentType: "application/json",
+				body: strings.NewReader(`{"` + field + `":"a\u0000b"}`), wantStatus: 400},
+			badInput{name: "invalid UTF-8 in a body string", target: good, contentType: "application/json",
+				body: strings.NewReader("{\"" + field + "\":\"a\xffb\"}"), wantStatus: 400},
+			badInput{name: "a body that is not JSON", target: good, contentType: "text/plain", body: strings.NewReader(`{}`), wantStatus: 415},
+			badInput{name: "a body sent over the limit", target: good, contentType: "application/json", body: bigBody(r.path), wantStatus: 413})
 	}
 	if len(r.params) > 0 {
 		out = append(out,
@@ -183,6 +198,13 @@ func checkRefusal(path string, status int, body []byte, want int) string {
 		}
 		return ""
 	}
+	if path == "/jobs" || strings.HasPrefix(path, "/jobs/") {
+		wantCode := map[int]string{400: "InvalidParameter", 413: "RequestTooLarge", 415: "InvalidParameter"}[want]
+		if env["code"] != wantCode || env["message"] == "" || len(env) != 2 {
+			return fmt.Sprintf("pipeline body %s, want {code: %s, message}", body, wantCode)
+		}
+		return ""
+	}
 	wantCode := map[int]float64{400: 30005, 413: 413, 415: 415}[want]
 	if d, ok := env["data"]; env["code"] != wantCode || env["message"] == "" || !ok || d != nil || len(env) != 3 {
 		return fmt.Sprintf("body %s, want {code: %v, message, data: null}", body, wantCode)
@@ -213,6 +235,7 @@ func servedRoutes(t *testing.T, w *world) []openAPIRoute {
 	for path, ops := range doc.Paths {
 		for method, raw := range ops {
 			var op struct {
+				Consumes   []string `json:"consumes"`
 				Parameters []struct {
 					In     string `json:"in"`
 					Name   string `json:"name"`
@@ -228,7 +251,7 @@ func servedRoutes(t *testing.T, w *world) []openAPIRoute {
 			if json.Unmarshal(raw, &op) != nil {
 				continue // a path-level entry, not an operation
 			}
-			r := openAPIRoute{method: strings.ToUpper(method), path: path}
+			r := openAPIRoute{method: strings.ToUpper(method), path: path, multipart: slices.Contains(op.Consumes, "multipart/form-data")}
 			for _, m := range pathParam.FindAllStringSubmatch(path, -1) {
 				r.params = append(r.params, m[1])
 			}
@@ -281,6 +304,31 @@ func (w *world) send(method, target, bearer, contentType string, body io.Reader)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		w.t.Fatalf("%s %s: %v", method, target, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// declare sends a request that declares a body of n bytes and sends none:
+// the answer must come on the declaration alone.
+func (w *world) declare(method, target, bearer, contentType string, n int64) (int, []byte) {
+	w.t.Helper()
+	u, err := url.Parse(w.s.HTTPURL + target)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
+		method, u.RequestURI(), u.Host, bearer, contentType, n)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		w.t.Fatalf("%s %s declaring %d bytes: %v", method, target, n, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

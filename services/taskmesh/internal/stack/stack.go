@@ -74,6 +74,16 @@ type Options struct {
 	// Postgres server and the Kafka-protocol broker (taskmesh dev
 	// --infra-only, for deployments/local/run.sh), and no service.
 	InfraOnly bool
+	// Pipeline configures the model-conversion pipeline (nil: the
+	// defaults: the stand-in stage programs, run by this binary).
+	Pipeline *scheduler.PipelineConfig
+	// PipelineCaps sets the caps of the pipeline's stage queues at start
+	// (stage name → most tasks running at once); stages left out keep
+	// their queue as it is.
+	PipelineCaps map[string]int
+	// AgentLabels are the local agent's labels (default: every pipeline
+	// pool, pool:onnx, pool:bie and pool:nef).
+	AgentLabels []string
 	// NoAdmission runs the scheduler without the quota service's
 	// admission: work with a queue or GPU requests is claimable at once
 	// (tests of other parts that play the GPU runner themselves).
@@ -192,6 +202,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.AgentSlots <= 0 {
 		o.AgentSlots = 4
+	}
+	if o.AgentLabels == nil {
+		o.AgentLabels = []string{"pool:onnx", "pool:bie", "pool:nef"}
 	}
 	return o
 }
@@ -316,9 +329,13 @@ func (s *Stack) startScheduler(ctx context.Context, objects objectstore.Store) (
 	if video == nil {
 		video = &scheduler.VideoConfig{}
 	}
+	pipeline := s.opts.Pipeline
+	if pipeline == nil {
+		pipeline = &scheduler.PipelineConfig{}
+	}
 	cfg := scheduler.ServerConfig{
 		Service: scheduler.Config{Kafka: s.kafkaConfig(), Objects: objects, Timing: s.opts.Timing, Video: video,
-			Now: s.opts.Now, Logger: s.opts.Logger, InternalToken: s.InternalToken},
+			Pipeline: pipeline, Now: s.opts.Now, Logger: s.opts.Logger, InternalToken: s.InternalToken},
 		DatabaseURL: s.Postgres, MaxConns: 48, Listen: "127.0.0.1:0",
 	}
 	if !s.opts.NoAdmission {
@@ -361,7 +378,7 @@ func (s *Stack) startQuota(ctx context.Context) error {
 	}
 	s.Quota, s.Admission, s.QuotaAddr = srv.Service, srv.Admission, srv.Addr()
 	s.run(srv.Run)
-	return nil
+	return s.setPipelineCaps(ctx)
 }
 
 func (s *Stack) startGateway(ctx context.Context, schedAddr string, objects *objectstore.FS) error {
