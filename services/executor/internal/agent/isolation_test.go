@@ -177,6 +177,11 @@ exit 0
 	if b, err := os.ReadFile(inside); err != nil || strings.TrimSpace(string(b)) != "inside" {
 		t.Errorf("the work directory file: %q, %v", b, err)
 	}
+	// The agent authenticates with the token at debug level and never
+	// logs it.
+	if strings.Contains(h.logs.String(), "agent-token-123") {
+		t.Error("the agent's token appears in its log")
+	}
 	// The agent reported the progress the task wrote in its file.
 	reported := false
 	for _, c := range h.fake.Calls("ReportTaskProgress") {
