@@ -85,7 +85,7 @@ type Settings struct {
 	// Retention bounds the local files and the journal (see Retention).
 	Retention Retention
 	// Sandbox runs tasks in a bubblewrap sandbox as an unprivileged user
-	// (seed 004 §8.4's isolation block; docs/executor.md).
+	// (the isolation block of docs/executor.md).
 	Sandbox isolation.Sandbox
 	// NoCgroups limits tasks' resources with rlimits even where the agent
 	// could make cgroups.

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// Retention bounds what the agent keeps on disk (seed 004 §10.2's
-// cleanup.local block; docs/operations.md): the run and work directories
-// of attempts that ended and were delivered go after MaxAge, the oldest
+// Retention bounds what the agent keeps on disk (the cleanup block of
+// docs/executor.md; docs/operations.md): the run and work directories of
+// attempts that ended and were delivered go after MaxAge, the oldest
 // first once together they pass MaxBytes; journal rows of delivered
 // attempts go after JournalMaxAge. Nothing an active or undelivered
 // attempt needs is ever removed.

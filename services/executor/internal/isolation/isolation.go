@@ -36,7 +36,7 @@ const (
 	SandboxBwrap = "bwrap"
 )
 
-// Sandbox is the agent's isolation block (seed 004 §8.4:
+// Sandbox is the agent's isolation block (docs/executor.md,
 // isolation: {enabled, type, user, readonly_paths, writable_paths}).
 type Sandbox struct {
 	Enabled bool

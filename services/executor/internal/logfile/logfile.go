@@ -1,5 +1,6 @@
 // Package logfile is the agent's own log on disk with size-based rotation
-// (seed 004 §8.3's log block: {max_size_mb, retain_count, local_dir}): the
+// (the log block {max_size_mb, retain_count, local_dir} of
+// docs/executor.md): the
 // log is <dir>/<name>.log; when a write would take it past the maximum
 // size it becomes <name>.log.1, the older ones shift up, and only the
 // newest retain_count files are kept (the current one included).
@@ -27,7 +28,7 @@ type Config struct {
 	Retain int
 }
 
-// Defaults of the seed's suggestion.
+// Defaults: 100 MB files, seven kept (docs/executor.md).
 const (
 	DefaultMaxBytes = 100 << 20
 	DefaultRetain   = 7

@@ -75,7 +75,7 @@ func (c *Config) defaults() {
 }
 
 // DefaultResultRetention is how long results stay in the object store
-// (seed 004 §10.2: 30 days).
+// (docs/operations.md, retention: 30 days).
 const DefaultResultRetention = 30 * 24 * time.Hour
 
 // App is the scheduler's use cases.

@@ -208,7 +208,7 @@ func (e *executorFlags) addIsolation(f *pflag.FlagSet) {
 	f.IntVar(&e.logFile.RetainCount, "log-retain", logfileDefaultRetain, "log files kept, the current one included")
 }
 
-// Log rotation defaults (the seed's suggestion).
+// Log rotation defaults (docs/executor.md).
 const (
 	logfileDefaultMB     = 100
 	logfileDefaultRetain = 7
