@@ -7,10 +7,11 @@ import (
 	"time"
 )
 
-// The lease rules of the agent calls (docs/api/tasks.md, "Leases"): renew
-// and progress by an attempt whose lease expired are 30003 whatever
-// happened to the task since; start and complete by an attempt that is not
-// the current one, or that was never issued, are 30001.
+// The lease rules of the agent calls
+// (docs/api/tasks.md, "Leases, attempts and heartbeats"): renew and
+// progress by an attempt whose lease expired are 30003 whatever happened
+// to the task since; start and complete by an attempt that is not the
+// current one, or that was never issued, are 30001.
 
 // agentCall is one of the four fenced agent calls on task at now by
 // agent-1 (or agent) with attempt.

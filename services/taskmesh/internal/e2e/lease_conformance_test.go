@@ -8,13 +8,13 @@ import (
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
 )
 
-// The lease rules through REST (docs/api/tasks.md, "Leases, attempts and
-// heartbeats"): renew and progress by an attempt whose lease expired are
-// 410/30003 before and after the sweeper requeued the task and after
-// another attempt took it; start and complete by an attempt that is not
-// the current one, and every call by an attempt never issued, are
-// 409/30001; a task leased but never started whose agent is lost is
-// requeued without using a retry.
+// The lease rules through REST
+// (docs/api/tasks.md, "Leases, attempts and heartbeats"): renew and
+// progress by an attempt whose lease expired are 410/30003 before and
+// after the sweeper requeued the task and after another attempt took it;
+// start and complete by an attempt that is not the current one, and every
+// call by an attempt never issued, are 409/30001; a task leased but never
+// started whose agent is lost is requeued without using a retry.
 func TestLeaseConformanceThroughREST(t *testing.T) {
 	clk := &videoClock{}
 	// The sweeper runs often; agents are lost after a minute of silence,
