@@ -67,8 +67,8 @@ type Job struct {
 	// never ran (its exit code is then not a process's).
 	BatchHost string
 	User      string
-	QoS        string
-	Priority   int64
+	QoS       string
+	Priority  int64
 }
 
 // Slurm's base job states.
