@@ -110,13 +110,25 @@ trap 'exit 0' INT TERM
 # started records a daemon's pid: stop() ends it.
 started() { pids+=("$1"); }
 
-# wait_for CONDITION WHAT: up to 30 s.
+# wait_for CONDITION WHAT [LOG]: up to 90 s (a loaded machine is slow),
+# failing at once when the daemon started last has died.
 wait_for() {
-  for _ in $(seq 1 300); do
+  local last=${pids[${#pids[@]}-1]:-}
+  for _ in $(seq 1 900); do
     if eval "$1"; then return 0; fi
+    if [ -n "$last" ] && ! kill -0 "$last" 2>/dev/null; then
+      fail_with_log "$2 exited" "${3:-}"
+    fi
     sleep 0.1
   done
-  die "$2 did not come up; logs in $DIR/log"
+  fail_with_log "$2 did not come up in 90 s" "${3:-}"
+}
+
+# fail_with_log WHY [LOG]: die with the tail of the daemon's log.
+fail_with_log() {
+  echo "cluster.sh: $1; logs in $DIR/log" >&2
+  if [ -n "${2:-}" ] && [ -f "$2" ]; then tail -n 20 "$2" >&2; fi
+  exit 1
 }
 
 # free_port: a loopback port nobody listens on.
@@ -145,7 +157,7 @@ runuser -u munge -- munged --foreground --force --socket="$MUNGE_SOCKET" --key-f
   --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" --seed-file="$DIR/munge/munged.seed" \
   --num-threads=4 >"$DIR/log/munged.out" 2>&1 &
 started $!
-wait_for '[ -S "$MUNGE_SOCKET" ]' munged
+wait_for '[ -S "$MUNGE_SOCKET" ]' munged "$DIR/munge/munged.log"
 
 CTLD_PORT=$(free_port)
 declare -a node_names=() node_gpus=() node_ports=() down_names=() down_gpus=()
@@ -174,7 +186,7 @@ if [ "$ACCOUNTING" = 1 ]; then
     --log-error="$DIR/log/mariadb.log" --innodb-buffer-pool-size=32M \
     --innodb-flush-log-at-trx-commit=0 --skip-log-bin >"$DIR/log/mariadbd.out" 2>&1 &
   started $!
-  wait_for '[ -S "$DIR/db/mysql.sock" ]' mariadbd
+  wait_for '[ -S "$DIR/db/mysql.sock" ]' mariadbd "$DIR/log/mariadb.log"
   DB_PASS=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
   mariadb --no-defaults -S "$DIR/db/mysql.sock" -u root -e "
     CREATE DATABASE slurm_acct_db;
@@ -288,7 +300,7 @@ export SLURM_CONF=$DIR/etc/slurm.conf
 if [ "$ACCOUNTING" = 1 ]; then
   slurmdbd -D >"$DIR/log/slurmdbd.out" 2>&1 &
   started $!
-  wait_for '(exec 3<>"/dev/tcp/127.0.0.1/$DBD_PORT") 2>/dev/null' slurmdbd
+  wait_for '(exec 3<>"/dev/tcp/127.0.0.1/$DBD_PORT") 2>/dev/null' slurmdbd "$DIR/log/slurmdbd.log"
   sacctmgr -i add cluster taskmesh >/dev/null
   sacctmgr -i add account taskmesh Description=taskmesh Organization=taskmesh >/dev/null
   sacctmgr -i add user "root,$REST_USER" account=taskmesh >/dev/null
@@ -311,20 +323,20 @@ fi
 
 slurmctld -D -f "$SLURM_CONF" >"$DIR/log/slurmctld.out" 2>&1 &
 started $!
-wait_for 'scontrol ping 2>/dev/null | grep -q UP' slurmctld
+wait_for 'scontrol ping 2>/dev/null | grep -q UP' slurmctld "$DIR/log/slurmctld.log"
 for n in "${node_names[@]}"; do
   mkdir -p "$DIR/spool/$n"
   slurmd -D -N "$n" -f "$SLURM_CONF" >"$DIR/log/slurmd-$n.out" 2>&1 &
   started $!
 done
 for n in "${node_names[@]}"; do
-  wait_for '[ "$(sinfo -h -n '"$n"' -o %T 2>/dev/null)" = idle ]' "slurmd $n"
+  wait_for '[ "$(sinfo -h -n '"$n"' -o %T 2>/dev/null)" = idle ]' "slurmd $n" "$DIR/log/slurmd-$n.log"
 done
 
 SOCKET=$DIR/rest/slurmrestd.sock
 runuser -u "$REST_USER" -- env SLURM_CONF="$SLURM_CONF" slurmrestd -s openapi/v0.0.38 -a rest_auth/local "unix:$SOCKET" >"$DIR/log/slurmrestd.out" 2>&1 &
 started $!
-wait_for '[ -S "$SOCKET" ]' slurmrestd
+wait_for '[ -S "$SOCKET" ]' slurmrestd "$DIR/log/slurmrestd.out"
 
 cat >"$DIR/cluster.env" <<EOF
 SLURM_CONF=$SLURM_CONF

@@ -200,8 +200,8 @@ func (o Options) env() []string {
 }
 
 // startError explains why the script ended before the cluster was ready.
+// The directory stays, with the daemons' logs.
 func (c *Cluster) startError() error {
-	defer os.RemoveAll(c.Dir)
 	msg := strings.TrimSpace(c.stderr.String())
 	code := c.cmd.ProcessState.ExitCode()
 	if code == 3 { // the script's "missing packages"

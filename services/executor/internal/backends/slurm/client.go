@@ -254,7 +254,8 @@ func (c *Client) do(ctx context.Context, method, path string, body any) (int, []
 	return resp.StatusCode, raw, nil
 }
 
-// call sends a request and turns Slurm's errors into an *APIError.
+// call sends a request and turns Slurm's errors into an *APIError; the
+// body is returned with it (a submission can carry a job id and errors).
 func (c *Client) call(ctx context.Context, op, method, path string, body any) ([]byte, error) {
 	status, raw, err := c.do(ctx, method, path, body)
 	if err != nil {
@@ -265,18 +266,21 @@ func (c *Client) call(ctx context.Context, op, method, path string, body any) ([
 	if status/100 != 2 || len(env.Errors) > 0 {
 		api := &APIError{Op: op, Status: status, Errors: env.Errors}
 		if api.has(errInvalidJobID) {
-			return nil, fmt.Errorf("%w: %v", ErrJobNotFound, api)
+			return raw, fmt.Errorf("%w: %v", ErrJobNotFound, api)
 		}
-		return nil, api
+		return raw, api
 	}
 	return raw, nil
 }
 
-// Submit submits a batch job and returns its id.
+// Submit submits a batch job and returns its id. A submission slurmctld
+// accepted with a complaint (e.g. "Required node not available": the job
+// waits for a node that is down) has a job id and errors: the job exists,
+// so it is a success.
 func (c *Client) Submit(ctx context.Context, spec JobSpec) (int64, error) {
-	raw, err := c.call(ctx, "submit job", http.MethodPost, "/slurm/"+c.dialect.Version()+"/job/submit", c.dialect.submitBody(spec))
-	if err != nil {
-		return 0, err
+	raw, callErr := c.call(ctx, "submit job", http.MethodPost, "/slurm/"+c.dialect.Version()+"/job/submit", c.dialect.submitBody(spec))
+	if raw == nil {
+		return 0, callErr
 	}
 	var resp struct {
 		JobID  int64 `json:"job_id"`
@@ -285,15 +289,21 @@ func (c *Client) Submit(ctx context.Context, spec JobSpec) (int64, error) {
 		} `json:"result"`
 	}
 	if err := json.Unmarshal(raw, &resp); err != nil {
+		if callErr != nil {
+			return 0, callErr
+		}
 		return 0, fmt.Errorf("decode job submission: %w", err)
 	}
 	if resp.JobID == 0 && resp.Result != nil {
 		resp.JobID = resp.Result.JobID
 	}
-	if resp.JobID == 0 {
-		return 0, errors.New("slurmrestd accepted the job but returned no job id")
+	switch {
+	case resp.JobID != 0:
+		return resp.JobID, nil
+	case callErr != nil:
+		return 0, callErr
 	}
-	return resp.JobID, nil
+	return 0, errors.New("slurmrestd accepted the job but returned no job id")
 }
 
 // Job reads one job; ErrJobNotFound when slurmctld does not know it.
