@@ -131,12 +131,15 @@ fail_with_log() {
   exit 1
 }
 
-# free_port: a loopback port nobody listens on.
+# free_port: a loopback port nobody listens on, below the kernel's
+# ephemeral range (a port in it may be any outgoing connection's).
 used_ports=" "
+read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || ephemeral_low=32768
+port_span=$((ephemeral_low - 10000))
 free_port() {
   local p
   while :; do
-    p=$((20000 + RANDOM % 30000))
+    p=$((10000 + (RANDOM * 32768 + RANDOM) % port_span))
     case $used_ports in *" $p "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       used_ports+="$p "
