@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,6 +33,8 @@ type executorFlags struct {
 	tokenFile, logFormat            string
 	backend, priorityClasses        string
 	k8s                             executor.KubernetesConfig
+	slurm                           executor.SlurmConfig
+	slurmQoS, slurmNodeAgents       string
 }
 
 func executorCommand() *cobra.Command {
@@ -49,6 +52,7 @@ func executorCommand() *cobra.Command {
 	}
 	f.addAgent(cmd.Flags())
 	f.addKubernetes(cmd.Flags())
+	f.addSlurm(cmd.Flags())
 	return cmd
 }
 
@@ -69,8 +73,27 @@ func (e *executorFlags) run(ctx context.Context) error {
 			return fmt.Errorf("--k8s-priority-classes: %w", err)
 		}
 		return executor.RunKubernetes(ctx, k8s)
+	case "slurm":
+		return e.runSlurm(ctx, cfg)
 	}
-	return fmt.Errorf("--backend %q: want process or kubernetes", e.backend)
+	return fmt.Errorf("--backend %q: want process, kubernetes or slurm", e.backend)
+}
+
+// runSlurm runs the Slurm backend with the agent's identity and server.
+func (e *executorFlags) runSlurm(ctx context.Context, cfg executor.Config) error {
+	s := e.slurm
+	s.AgentID, s.MachineID, s.Labels, s.Types = cfg.AgentID, cfg.MachineID, cfg.Labels, cfg.Types
+	s.Server, s.Token, s.Logger = cfg.Server, cfg.Token, cfg.Logger
+	var err error
+	if s.QoS, err = executor.ParseSlurmQoS(e.slurmQoS); err != nil {
+		return fmt.Errorf("--slurm-qos: %w", err)
+	}
+	if s.NodeAgents, err = pairs(e.slurmNodeAgents, "node=address"); err != nil {
+		return fmt.Errorf("--slurm-node-agents: %w", err)
+	}
+	// The attempt records live beside an agent's journal.
+	s.StateDir = filepath.Join(cfg.DataDir, "slurm")
+	return executor.RunSlurm(ctx, s)
 }
 
 // config is the agent's configuration, the part both backends share.
@@ -128,7 +151,7 @@ func (e *executorFlags) addAgent(f *pflag.FlagSet) {
 // PyTorchJobs queued by Kueue.
 func (e *executorFlags) addKubernetes(f *pflag.FlagSet) {
 	k8s := &e.k8s
-	f.StringVar(&e.backend, "backend", "process", "process (run tasks on this machine) or kubernetes (video tasks as PyTorchJobs)")
+	f.StringVar(&e.backend, "backend", "process", "process (run tasks on this machine), kubernetes (video tasks as PyTorchJobs) or slurm (tasks placed by Slurm)")
 	f.StringVar(&k8s.Kubeconfig, "kubeconfig", "", "kubeconfig file of the kubernetes backend (default: in-cluster service account)")
 	f.StringVar(&k8s.Namespace, "k8s-namespace", "default", "namespace of the PyTorchJobs and the Kueue LocalQueues")
 	f.IntVar(&k8s.Slots, "k8s-slots", 16, "PyTorchJobs one kubernetes backend holds at once")
@@ -144,8 +167,31 @@ func (e *executorFlags) addKubernetes(f *pflag.FlagSet) {
 	f.IntVar(&k8s.GPUsPerReplica, "k8s-gpus-per-replica", 2, "most GPUs of one PyTorchJob replica; larger tasks get Workers")
 }
 
-// keyValues parses "a=b,c=d".
-func keyValues(s string) (map[string]string, error) {
+// addSlurm adds the flags of the Slurm backend (docs/slurm.md).
+func (e *executorFlags) addSlurm(f *pflag.FlagSet) {
+	s := &e.slurm
+	f.StringVar(&s.RESTEndpoint, "slurmrestd", "", "slurmrestd of the slurm backend: unix:/path/slurmrestd.sock or http(s)://host:port")
+	f.StringVar(&s.RESTVersion, "slurm-api-version", "", "slurmrestd API version, v0.0.38 or v0.0.40 and later (default: the newest slurmrestd offers)")
+	f.StringVar(&s.RESTUser, "slurm-user", "", "user name sent with the JWT (X-SLURM-USER-NAME)")
+	f.StringVar(&s.RESTTokenFile, "slurm-token-file", "", "file holding the JWT for slurmrestd over TCP (re-read when it changes)")
+	f.StringVar(&s.Mode, "slurm-mode", "placement", "placement (a placeholder job; the task runs on the allocated node's agent) or batch (the task is the job)")
+	f.StringVar(&s.Partition, "slurm-partition", "", "partition of the jobs (default: the cluster's default partition)")
+	f.StringVar(&s.JobDir, "slurm-job-dir", "", "directory shared with the nodes: batch output and work directories (placement: where placeholders run, default /tmp)")
+	f.IntVar(&s.Slots, "slurm-slots", 64, "Slurm jobs one backend holds at once, pending or running")
+	f.StringVar(&s.Priority, "slurm-priority", "nice", "how task priority reaches Slurm: nice (anyone), absolute (operators) or off")
+	f.IntVar(&s.PriorityStep, "slurm-priority-step", 100, "Slurm priority (or nice) one task priority level is worth")
+	f.StringVar(&e.slurmQoS, "slurm-qos", "", "QoS by task priority, e.g. 1-3=high,4-10=normal")
+	f.Int64Var(&s.DefaultMemoryMB, "slurm-default-memory", 0, "MB of memory asked for a task that names none (0: the partition's default)")
+	f.StringVar(&e.slurmNodeAgents, "slurm-node-agents", "", "node=address of each node's Taskmesh agent local API, comma-separated (placement)")
+	f.StringVar(&s.NodeAgentURL, "slurm-node-agent-url", "", "local API address of the other nodes' agents, with {node}, e.g. http://{node}:7071 (placement)")
+	f.DurationVar(&s.PollInterval, "slurm-poll-interval", time.Second, "how often slurmctld's job list is read")
+}
+
+// keyValues parses "queue=class,queue=class".
+func keyValues(s string) (map[string]string, error) { return pairs(s, "queue=class") }
+
+// pairs parses "a=b,c=d"; what names the shape in errors.
+func pairs(s, what string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, kv := range strings.Split(s, ",") {
 		if kv = strings.TrimSpace(kv); kv == "" {
@@ -153,7 +199,7 @@ func keyValues(s string) (map[string]string, error) {
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" || v == "" {
-			return nil, fmt.Errorf("%q is not queue=class", kv)
+			return nil, fmt.Errorf("%q is not %s", kv, what)
 		}
 		out[k] = v
 	}
