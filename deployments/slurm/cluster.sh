@@ -25,6 +25,7 @@
 #   SLURM_QOS         "high:1000": QoS name:priority created with accounting
 #   SLURM_REST_USER   nobody: slurmrestd runs as this user, and jobs submitted
 #                     through its socket run as it (rest_auth/local)
+#   SLURM_REMOVE_DIR  1: remove DIR when stopping (tests)
 #
 # Needs root (slurmd starts jobs as other users) and the Debian packages
 #   apt-get install -y slurmctld slurmd slurmrestd slurm-client munge slurmdbd mariadb-server
@@ -91,6 +92,15 @@ stopped=0
 stop() {
   [ "$stopped" = 1 ] && return
   stopped=1
+  # Jobs first: their steps (slurmstepd and the job's processes) outlive
+  # slurmd otherwise.
+  if [ -n "${SLURM_CONF:-}" ] && scontrol ping >/dev/null 2>&1; then
+    scancel --partition=gpu >/dev/null 2>&1 || true
+    for _ in $(seq 1 100); do
+      [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
+      sleep 0.1
+    done
+  fi
   # Last started first; slurmd before slurmctld so that no job is started
   # against a controller that is going away.
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do kill -TERM "${pids[i]}" 2>/dev/null || true; done
@@ -101,8 +111,7 @@ stop() {
     sleep 0.1
   done
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  # Job steps a killed slurmd left behind.
-  pkill -KILL -f "slurmstepd.*$DIR" 2>/dev/null || true
+  if [ "${SLURM_REMOVE_DIR:-0}" = 1 ]; then rm -rf "$DIR"; fi
 }
 trap stop EXIT
 trap 'exit 0' INT TERM

@@ -36,6 +36,17 @@ func Main(m *testing.M, o ...Options) {
 	os.Exit(code)
 }
 
+// Enable allows Shared without Main, for a TestMain that hands over to
+// another helper's Main (e.g. pgtest.Main). The cluster is not stopped by
+// the tests: its script stops it, and removes its directory, when the test
+// binary exits and its standard input closes.
+func Enable(o ...Options) {
+	if len(o) > 0 {
+		shared.options = o[0]
+	}
+	shared.mainCalled.Store(true)
+}
+
 // Shared returns the package's cluster, starting it on first use (this
 // takes a few seconds). If it cannot start, this and every later call fail
 // the test with the reason, and with the install command when packages
@@ -43,7 +54,7 @@ func Main(m *testing.M, o ...Options) {
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
 	if !shared.mainCalled.Load() {
-		t.Fatal("slurmtest: call slurmtest.Main from TestMain so the shared cluster is stopped")
+		t.Fatal("slurmtest: call slurmtest.Main (or Enable) from TestMain so the shared cluster is stopped")
 	}
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

@@ -16,7 +16,9 @@
 //
 // The cluster stops when the tests finish. The script runs until its
 // standard input closes, so a test binary that is killed takes its cluster
-// with it. Missing Slurm, munge or MariaDB packages fail the test with the
+// with it. A package whose TestMain belongs to another helper (pgtest.Main)
+// calls Enable instead of Main: its cluster then stops as the test binary
+// exits. Missing Slurm, munge or MariaDB packages fail the test with the
 // command that installs them; they never skip it.
 package slurmtest
 
@@ -112,7 +114,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	c := &Cluster{Dir: dir, exited: make(chan struct{}), stderr: &lockedBuffer{}}
 	cmd := exec.Command(script, dir)
-	cmd.Env = append(os.Environ(), o.env()...)
+	// The script removes the directory itself once its daemons are gone:
+	// also when this process dies first.
+	cmd.Env = append(append(os.Environ(), o.env()...), "SLURM_REMOVE_DIR=1")
 	var errOut io.Writer = c.stderr
 	if o.Stderr != nil {
 		errOut = io.MultiWriter(c.stderr, o.Stderr)
