@@ -178,14 +178,18 @@ func New(cfg Config, lease taskv1.LeaseServiceClient, slurm slurmAPI) (*Backend,
 // it returns; a backend with the same agent id follows them again.
 func (b *Backend) Run(ctx context.Context) error {
 	if b.cfg.Job.Mode == ModeBatch {
-		// Slurm opens the output files before the script runs, as the job's
-		// user: the directory must exist and let every user create files.
-		out := filepath.Join(b.cfg.Job.JobDir, "out")
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return fmt.Errorf("slurm backend: %w", err)
-		}
-		if err := os.Chmod(out, 0o1777); err != nil {
-			b.log.Warn("cannot open the output directory to the jobs' user", "dir", out, "err", err)
+		// Slurm opens the output files before the script runs, and the
+		// script makes its work directory, as the job's user: both
+		// directories must exist and let every user create entries (sticky,
+		// like /tmp, so that no job removes another's).
+		for _, sub := range []string{"out", "work"} {
+			dir := filepath.Join(b.cfg.Job.JobDir, sub)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("slurm backend: %w", err)
+			}
+			if err := os.Chmod(dir, 0o1777); err != nil {
+				b.log.Warn("cannot open a job directory to the jobs' user", "dir", dir, "err", err)
+			}
 		}
 	}
 	b.spawn(func() { b.watch.run(ctx) })

@@ -233,7 +233,9 @@ func (c JobConfig) jobSpec(t *taskv1.Task) (JobSpec, error) {
 	}
 	c.priorityFields(t.GetPriority(), &spec)
 	if c.Mode == ModePlacement {
-		spec.WorkDir = c.JobDir
+		// The placeholder prints nothing: no output file to create, which
+		// would fail the launch where the job's user may not write.
+		spec.WorkDir, spec.StdoutPath, spec.StderrPath = c.JobDir, "/dev/null", "/dev/null"
 		spec.Env = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}
 		spec.Script = placeholderScript
 		return spec, nil

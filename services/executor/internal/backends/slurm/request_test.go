@@ -96,7 +96,7 @@ func TestJobSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	if p.Name != "tm-t1" || p.GPUs != 3 || p.MemoryMB != 512 || p.TimeLimitMin != 3 || p.Nice != 100 || p.QoS != "high" ||
-		p.Script != placeholderScript || p.WorkDir != "/jobs" || p.StdoutPath != "" {
+		p.Script != placeholderScript || p.WorkDir != "/jobs" || p.StdoutPath != "/dev/null" || p.StderrPath != "/dev/null" {
 		t.Errorf("placement spec %+v", p)
 	}
 	if ref, ok := parseComment(p.Comment); !ok || ref != (jobRef{AgentID: "slurm-1", TaskID: "t1", AttemptID: "a1", Mode: ModePlacement}) {
@@ -150,7 +150,18 @@ func TestOutcomes(t *testing.T) {
 	if o := placementOutcome(Job{ID: 7, State: StateTimeout}); !strings.Contains(o.err, "placeholder job ended: slurm: job 7 TIMEOUT") {
 		t.Errorf("placementOutcome %+v", o)
 	}
-	if msg := pendingMessage(Job{ID: 9, Reason: "Priority"}); msg != "slurm: job 9 PENDING (Priority)" {
-		t.Errorf("pendingMessage = %q", msg)
+	for _, tt := range []struct {
+		job  Job
+		want string
+	}{
+		{Job{ID: 9, Reason: "Priority"}, "slurm: job 9 PENDING (Priority)"},
+		{Job{ID: 9, Reason: "ReqNodeNotAvail", Description: "ReqNodeNotAvail, UnavailableNodes:node-c"},
+			"slurm: job 9 PENDING (ReqNodeNotAvail, UnavailableNodes:node-c)"},
+		{Job{ID: 9, Reason: "Resources", Description: "waiting for GPUs"}, "slurm: job 9 PENDING (Resources: waiting for GPUs)"},
+		{Job{ID: 9, Reason: "None"}, "slurm: job 9 PENDING"},
+	} {
+		if msg := pendingMessage(tt.job); msg != tt.want {
+			t.Errorf("pendingMessage(%+v) = %q, want %q", tt.job, msg, tt.want)
+		}
 	}
 }

@@ -88,19 +88,20 @@ func preemptedError(j Job) string {
 	return stateError(j) + ": preempted in Slurm; the task is requeued"
 }
 
-// reasonText is Slurm's reason with its description, "" for "None".
+// reasonText is Slurm's reason with its description, as squeue shows
+// it ("ReqNodeNotAvail, UnavailableNodes:node-c"); "" for "None".
 func reasonText(j Job) string {
-	r := j.Reason
+	r, d := j.Reason, j.Description
 	if r == "None" {
 		r = ""
 	}
-	if j.Description != "" {
-		if r != "" {
-			r += ": "
-		}
-		r += j.Description
+	switch {
+	case d == "":
+		return r
+	case r == "" || strings.HasPrefix(d, r):
+		return d
 	}
-	return r
+	return r + ": " + d
 }
 
 // pendingMessage is the progress message of a waiting job, which `ctl
