@@ -34,10 +34,8 @@ type GroupCommitter struct {
 	pool        *pgxpool.Pool
 	maxBatch    int
 	afterCommit func()
-	shards      []chan *command
+	queues      *workQueues[*command]
 	wg          sync.WaitGroup
-	closeOnce   sync.Once
-	closing     chan struct{}
 }
 
 // GroupCommitOptions configures a GroupCommitter.
@@ -68,10 +66,9 @@ func NewGroupCommitter(pool *pgxpool.Pool, o GroupCommitOptions) *GroupCommitter
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 64
 	}
-	g := &GroupCommitter{pool: pool, maxBatch: o.MaxBatch, afterCommit: o.AfterCommit, closing: make(chan struct{})}
-	for i := 0; i < o.Workers; i++ {
-		ch := make(chan *command, 4*o.MaxBatch)
-		g.shards = append(g.shards, ch)
+	g := &GroupCommitter{pool: pool, maxBatch: o.MaxBatch, afterCommit: o.AfterCommit,
+		queues: newWorkQueues[*command](o.Workers, 4*o.MaxBatch)}
+	for _, ch := range g.queues.chans {
 		g.wg.Add(1)
 		go g.work(ch)
 	}
@@ -82,19 +79,10 @@ func NewGroupCommitter(pool *pgxpool.Pool, o GroupCommitOptions) *GroupCommitter
 // that transaction committed (nil) or fn's or the commit's error.
 func (g *GroupCommitter) Do(ctx context.Context, key string, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	c := &command{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	select {
-	case <-g.closing:
-		return ErrCommitterClosed
-	default:
-	}
-	select {
 	// Blocks while the shard's queue is full: back-pressure on callers
 	// rather than an unbounded queue in memory.
-	case g.shards[g.shard(key)] <- c:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-g.closing:
-		return ErrCommitterClosed
+	if err := g.queues.send(ctx, g.shard(key), c); err != nil {
+		return err
 	}
 	// Once queued the command will be answered: its context is checked
 	// before it runs, and a command that started finishes with its
@@ -105,24 +93,19 @@ func (g *GroupCommitter) Do(ctx context.Context, key string, fn func(ctx context
 func (g *GroupCommitter) shard(key string) int {
 	// Same key, same worker: commands of one aggregate run in submission
 	// order and never wait on each other's row locks from two transactions.
-	if len(g.shards) == 1 {
+	if len(g.queues.chans) == 1 {
 		return 0
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(len(g.shards)))
+	return int(h.Sum32() % uint32(len(g.queues.chans)))
 }
 
 // Close stops accepting commands, finishes the queued ones and waits.
 func (g *GroupCommitter) Close() {
-	g.closeOnce.Do(func() {
-		// closing first, so Do stops queueing; the workers then finish what
-		// is queued (range over the closed channel) and exit.
-		close(g.closing)
-		for _, ch := range g.shards {
-			close(ch)
-		}
-	})
+	// Do stops queueing; the workers finish what is queued (they range
+	// over their closed queue) and exit.
+	g.queues.close()
 	g.wg.Wait()
 }
 

@@ -35,10 +35,8 @@ type KeyedBatcher[S, E any] struct {
 	maxBatch int
 	retry    func(error) bool
 	after    func()
-	shards   []chan *keyedCmd[S, E]
+	queues   *workQueues[*keyedCmd[S, E]]
 	wg       sync.WaitGroup
-	once     sync.Once
-	closing  chan struct{}
 }
 
 // KeyedStore describes how to load and save the state a KeyedBatcher works
@@ -103,10 +101,8 @@ func NewKeyedBatcher[S, E any](pool *pgxpool.Pool, store KeyedStore[S, E], o Key
 		o.Retryable = func(error) bool { return false }
 	}
 	b := &KeyedBatcher[S, E]{pool: pool, store: store, maxBatch: o.MaxBatch, retry: o.Retryable, after: o.AfterCommit,
-		closing: make(chan struct{})}
-	for i := 0; i < o.Workers; i++ {
-		ch := make(chan *keyedCmd[S, E], 4*o.MaxBatch)
-		b.shards = append(b.shards, ch)
+		queues: newWorkQueues[*keyedCmd[S, E]](o.Workers, 4*o.MaxBatch)}
+	for _, ch := range b.queues.chans {
 		b.wg.Add(1)
 		go b.work(ch)
 	}
@@ -118,23 +114,14 @@ func NewKeyedBatcher[S, E any](pool *pgxpool.Pool, store KeyedStore[S, E], o Key
 func (b *KeyedBatcher[S, E]) Do(ctx context.Context, key string, decide Decide[S, E]) (S, error) {
 	c := &keyedCmd[S, E]{ctx: ctx, key: key, decide: decide, done: make(chan keyedResult[S], 1)}
 	var zero S
-	select {
-	case <-b.closing:
-		return zero, ErrCommitterClosed
-	default:
-	}
 	// Shard by key: every command of a key goes to one worker in the order
 	// Do was called, so it is decided in arrival order, and two workers
 	// never lock the same row (they would only queue on each other's row
 	// locks).
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	select {
-	case b.shards[int(h.Sum32()%uint32(len(b.shards)))] <- c:
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	case <-b.closing:
-		return zero, ErrCommitterClosed
+	if err := b.queues.send(ctx, int(h.Sum32()%uint32(len(b.queues.chans))), c); err != nil {
+		return zero, err
 	}
 	// Once queued, the command is waited for even if ctx ends: it may
 	// already be part of a transaction, and the caller must learn whether it
@@ -146,14 +133,9 @@ func (b *KeyedBatcher[S, E]) Do(ctx context.Context, key string, decide Decide[S
 
 // Close stops accepting commands, finishes the queued ones and waits.
 func (b *KeyedBatcher[S, E]) Close() {
-	b.once.Do(func() {
-		// closing first, so Do stops queueing; the workers then finish what
-		// is queued (range over the closed channel) and exit.
-		close(b.closing)
-		for _, ch := range b.shards {
-			close(ch)
-		}
-	})
+	// Do stops queueing; the workers finish what is queued (they range
+	// over their closed queue) and exit.
+	b.queues.close()
 	b.wg.Wait()
 }
 

@@ -13,6 +13,7 @@ import (
 	"context"
 
 	"github.com/taskmesh/taskmesh/services/executor/internal/agent"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/pipeline"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
@@ -41,3 +42,10 @@ func Run(ctx context.Context, cfg Config) error {
 func Shim(args []string) int {
 	return shim.Main(args)
 }
+
+// PipelineStage runs a stage of the model-conversion pipeline on this
+// machine; args are what follows `pipeline-stage` on the command line
+// (`run …` as a stage task's process, or a stand-in stage program `onnx`,
+// `bie`, `nef` with `--workdir DIR`). It returns the exit code; a failure's
+// reason is the last line on stderr.
+func PipelineStage(args []string) int { return pipeline.Main(args) }

@@ -12,6 +12,10 @@
 //     package ports/grpcproxy;
 //   - the admin API (taskmesh.admin.v1.AdminService: tenants, tiers, limits,
 //     API keys) on both, to operator keys only — package ports/admin;
+//   - the pipeline API at /jobs (generated routes, multipart uploads
+//     streamed to the scheduler, live job streams), with its own error
+//     body — package ports/rest;
+//   - the web console at /ui, embedded — package internal/console;
 //   - /openapi.json, /healthz, grpc.health.v1, and signed object downloads.
 //
 // Requests of API keys are charged against per-key and per-tenant limits

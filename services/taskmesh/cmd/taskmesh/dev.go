@@ -26,6 +26,9 @@ type devFlags struct {
 	noAgent bool
 	limits  rateLimitFlags
 	video   videoFlags
+	pipe    pipelineFlags
+	caps    string
+	labels  string
 }
 
 func devCommand() *cobra.Command {
@@ -68,6 +71,9 @@ func (d *devFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&d.logFile, "log-file", "", "log file (default <data-dir>/taskmesh.log)")
 	d.limits.add(f)
 	d.video.add(f, false)
+	d.pipe.add(f, true)
+	f.StringVar(&d.caps, "pipeline-caps", "", "set the pipeline's stage caps at start, e.g. onnx=4,bie=2,nef=4 (default: keep the stage queues as they are)")
+	f.StringVar(&d.labels, "agent-labels", "pool:onnx,pool:bie,pool:nef", "the local agent's labels (its pipeline pools)")
 }
 
 // options are the stack's options from the flags and the environment
@@ -86,6 +92,18 @@ func (d *devFlags) options() (stack.Options, error) {
 	}
 	if o.Video, err = d.video.config(); err != nil {
 		return o, err
+	}
+	if o.Pipeline, err = d.pipe.config(); err != nil {
+		return o, err
+	}
+	if o.PipelineCaps, err = parseCaps(d.caps); err != nil {
+		return o, err
+	}
+	o.AgentLabels = []string{}
+	for _, l := range strings.Split(d.labels, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			o.AgentLabels = append(o.AgentLabels, l)
+		}
 	}
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return o, err

@@ -23,6 +23,11 @@ func executorShim(args []string) (int, bool) {
 	if len(args) >= 3 && args[1] == "executor" && args[2] == "shim" {
 		return executor.Shim(args[3:]), true
 	}
+	// A pipeline stage task's process, and the stand-in stage programs
+	// (docs/api/pipeline.md): plain processes, no flags of the root.
+	if len(args) >= 2 && args[1] == "pipeline-stage" {
+		return executor.PipelineStage(args[2:]), true
+	}
 	return 0, false
 }
 

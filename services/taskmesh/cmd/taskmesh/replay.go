@@ -32,7 +32,7 @@ func replayCommand() *cobra.Command {
 	}
 	c.flags(cmd)
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the replay tables for inspection")
-	cmd.Flags().BoolVar(&inline, "rebuild-inline", false, "also replace the inline projections (tasks, quota tables) with their rebuild from events")
+	cmd.Flags().BoolVar(&inline, "rebuild-inline", false, "also replace the inline projections (tasks, quota tables, pipeline jobs) with their rebuild from events")
 	return cmd
 }
 
@@ -59,6 +59,15 @@ func replay(ctx context.Context, out io.Writer, databaseURL string, p *process, 
 		fmt.Fprintf(out, "quota (inline projection): %d aggregates from %d events, %d differ%s\n", qrep.Aggregates, qrep.Events,
 			len(qrep.Differences), rebuilt)
 		equal = equal && len(qrep.Differences) == 0
+	}
+	prep, found, err := replayPipeline(ctx, databaseURL, inline)
+	if err != nil {
+		return err
+	}
+	if found {
+		fmt.Fprintf(out, "pipeline jobs (inline projection): %d jobs from %d events, %d differ%s\n", prep.Jobs, prep.Events,
+			len(prep.Differences), rebuilt)
+		equal = equal && len(prep.Differences) == 0
 	}
 	for _, spec := range scheduler.ReplaySpecs(p.kafka) {
 		spec.Keep = keep
@@ -102,5 +111,21 @@ func replayQuota(ctx context.Context, databaseURL string, apply bool) (quota.Reb
 		return quota.RebuildReport{}, false, err
 	}
 	rep, err := quota.RebuildInlineProjection(ctx, pool, apply)
+	return rep, true, err
+}
+
+// replayPipeline rebuilds the pipeline's jobs table when its schema
+// exists.
+func replayPipeline(ctx context.Context, databaseURL string, apply bool) (scheduler.PipelineRebuildReport, bool, error) {
+	pool, err := pg.Open(ctx, pg.Config{URL: databaseURL, Schema: scheduler.PipelineSchema, MaxConns: 2})
+	if err != nil {
+		return scheduler.PipelineRebuildReport{}, false, err
+	}
+	defer pool.Close()
+	var present bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, scheduler.PipelineSchema+".jobs").Scan(&present); err != nil || !present {
+		return scheduler.PipelineRebuildReport{}, false, err
+	}
+	rep, err := scheduler.RebuildPipelineJobs(ctx, pool, apply)
 	return rep, true, err
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
@@ -312,6 +313,7 @@ type conn struct {
 	tasks     taskv1.TaskServiceClient
 	admin     adminv1.AdminServiceClient
 	video     videov1.VideoServiceClient
+	pipeline  pipelinev1.PipelineServiceClient
 	admission quotav1.AdmissionServiceClient
 }
 
@@ -337,7 +339,8 @@ func dial(s Settings) (*conn, error) {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
 	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
-		video: videov1.NewVideoServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc)}, nil
+		video: videov1.NewVideoServiceClient(cc), pipeline: pipelinev1.NewPipelineServiceClient(cc),
+		admission: quotav1.NewAdmissionServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message

@@ -139,7 +139,7 @@ root certificates unless --insecure is given.`,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
-	ctl.AddCommand(tasks, a.videoCommand(), a.queuesCommand(), a.tenantsCommand(), a.keysCommand(), a.quotaCommand())
+	ctl.AddCommand(tasks, a.videoCommand(), a.jobsCommand(), a.queuesCommand(), a.tenantsCommand(), a.keysCommand(), a.quotaCommand())
 	return ctl
 }
 
