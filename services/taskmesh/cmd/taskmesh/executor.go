@@ -33,13 +33,14 @@ func executorShim(args []string) (int, bool) {
 
 // executorFlags are the flags of `taskmesh executor`.
 type executorFlags struct {
-	cfg                             executor.Config
-	labels, types, allowed, blocked string
-	tokenFile, logFormat            string
-	backend, priorityClasses        string
-	k8s                             executor.KubernetesConfig
-	slurm                           executor.SlurmConfig
-	slurmQoS, slurmNodeAgents       string
+	cfg                              executor.Config
+	labels, types, allowed, blocked  string
+	tokenFile, logFormat             string
+	backend, priorityClasses         string
+	k8s                              executor.KubernetesConfig
+	slurm                            executor.SlurmConfig
+	slurmQoS, slurmNodeAgents        string
+	s3AccessKeyFile, s3SecretKeyFile string
 }
 
 func executorCommand() *cobra.Command {
@@ -76,6 +77,12 @@ func (e *executorFlags) run(ctx context.Context) error {
 		k8s.Server, k8s.Token, k8s.Logger = cfg.Server, cfg.Token, cfg.Logger
 		if k8s.PriorityClasses, err = keyValues(e.priorityClasses); err != nil {
 			return fmt.Errorf("--k8s-priority-classes: %w", err)
+		}
+		if k8s.S3AccessKey, err = flagenv.Secret("", e.s3AccessKeyFile); err != nil {
+			return err
+		}
+		if k8s.S3SecretKey, err = flagenv.Secret("", e.s3SecretKeyFile); err != nil {
+			return err
 		}
 		return executor.RunKubernetes(ctx, k8s)
 	case "slurm":
@@ -170,6 +177,10 @@ func (e *executorFlags) addKubernetes(f *pflag.FlagSet) {
 	f.StringVar(&e.priorityClasses, "k8s-priority-classes", "premium=taskmesh-premium,standard=taskmesh-standard",
 		"LocalQueue=WorkloadPriorityClass pairs, comma-separated")
 	f.IntVar(&k8s.GPUsPerReplica, "k8s-gpus-per-replica", 2, "most GPUs of one PyTorchJob replica; larger tasks get Workers")
+	f.BoolVar(&k8s.UploadVideos, "k8s-upload-videos", true, "upload each succeeded job's video from the bucket as the task's result (served as video_url)")
+	f.StringVar(&k8s.S3Region, "s3-region", "", "region of the videos' bucket")
+	f.StringVar(&e.s3AccessKeyFile, "s3-access-key-file", "", "file holding the access key that reads the videos' bucket (default: the environment's)")
+	f.StringVar(&e.s3SecretKeyFile, "s3-secret-key-file", "", "file holding the secret key that reads the videos' bucket")
 }
 
 // addSlurm adds the flags of the Slurm backend (docs/slurm.md).
