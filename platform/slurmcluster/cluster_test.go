@@ -1,4 +1,4 @@
-package slurmtest
+package slurmcluster_test
 
 import (
 	"context"
@@ -8,15 +8,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/taskmesh/taskmesh/platform/slurmcluster"
+	"github.com/taskmesh/taskmesh/platform/slurmtest"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) { slurmtest.Main(m) }
 
 // The shared cluster runs batch jobs where Slurm puts them: a job asking
 // for more GPUs than node-a has lands on node-b, and sacct has its record.
 func TestClusterRunsJobsAndAccountsForThem(t *testing.T) {
-	c := Shared(t)
-	if len(c.Nodes) != 2 || c.Nodes[0] != (Node{"node-a", 2}) || c.Nodes[1] != (Node{"node-b", 4}) {
+	c := slurmtest.Shared(t)
+	if len(c.Nodes) != 2 || c.Nodes[0] != (slurmcluster.Node{Name: "node-a", GPUs: 2}) || c.Nodes[1] != (slurmcluster.Node{Name: "node-b", GPUs: 4}) {
 		t.Fatalf("nodes = %v", c.Nodes)
 	}
 	out := filepath.Join(c.JobDir, "gpu3.out")
@@ -50,11 +53,11 @@ func TestStartReportsMissingPackages(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'cluster.sh: missing packages: slurmd' >&2\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Start(context.Background(), Options{Script: script})
-	if !errors.Is(err, ErrMissingPackages) || !strings.Contains(err.Error(), Install) || !strings.Contains(err.Error(), "slurmd") {
+	_, err := slurmcluster.Start(context.Background(), slurmcluster.Options{Script: script})
+	if !errors.Is(err, slurmcluster.ErrMissingPackages) || !strings.Contains(err.Error(), slurmcluster.Install) || !strings.Contains(err.Error(), "slurmd") {
 		t.Fatalf("err = %v, want ErrMissingPackages with the install command", err)
 	}
-	_, err = Start(context.Background(), Options{Script: filepath.Join(dir, "absent.sh")})
+	_, err = slurmcluster.Start(context.Background(), slurmcluster.Options{Script: filepath.Join(dir, "absent.sh")})
 	if err == nil {
 		t.Fatal("a missing script started")
 	}

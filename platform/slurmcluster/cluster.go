@@ -1,26 +1,13 @@
-// Package slurmtest gives tests (and the Slurm benchmark) a real Slurm
-// cluster on loopback: munged, MariaDB + slurmdbd, slurmctld, one slurmd
-// per node and slurmrestd on a unix socket, started by
-// deployments/slurm/cluster.sh under a temporary directory
-// (docs/slurm.md#a-slurm-to-run-against).
+// Package slurmcluster runs a real Slurm cluster on loopback: munged,
+// MariaDB + slurmdbd, slurmctld, one slurmd per node and slurmrestd on a
+// unix socket, started by deployments/slurm/cluster.sh under a temporary
+// directory (docs/slurm.md#a-slurm-to-run-against). Tests use it through
+// platform/slurmtest; the Slurm benchmark uses it directly.
 //
-// A test package shares one cluster, started on first use:
-//
-//	func TestMain(m *testing.M) { slurmtest.Main(m) }
-//
-//	func TestSomething(t *testing.T) {
-//		c := slurmtest.Shared(t)
-//		out := c.Run(t, "squeue", "-h", "-o", "%i %T")
-//		…
-//	}
-//
-// The cluster stops when the tests finish. The script runs until its
-// standard input closes, so a test binary that is killed takes its cluster
-// with it. A package whose TestMain belongs to another helper (pgtest.Main)
-// calls Enable instead of Main: its cluster then stops as the test binary
-// exits. Missing Slurm, munge or MariaDB packages fail the test with the
-// command that installs them; they never skip it.
-package slurmtest
+// The script runs until its standard input closes, so a process that
+// dies, even by SIGKILL, takes its cluster with it. Missing Slurm, munge
+// or MariaDB packages are an error that names the install command.
+package slurmcluster
 
 import (
 	"bufio"
@@ -35,7 +22,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -44,7 +30,7 @@ const Install = "apt-get install -y slurmctld slurmd slurmrestd slurm-client mun
 
 // ErrMissingPackages is returned (wrapped, with the script's message) when
 // a program the cluster needs is not installed.
-var ErrMissingPackages = errors.New("slurmtest: missing packages; install them with `" + Install + "`")
+var ErrMissingPackages = errors.New("slurmcluster: missing packages; install them with `" + Install + "`")
 
 // Node is a Slurm node and its GPUs.
 type Node struct {
@@ -131,7 +117,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("slurmtest: start %s: %w", script, err)
+		return nil, fmt.Errorf("slurmcluster: start %s: %w", script, err)
 	}
 	c.cmd = cmd
 	ready := make(chan bool, 1)
@@ -162,7 +148,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		}
 	case <-timer.C:
 		c.Close()
-		return nil, fmt.Errorf("slurmtest: the cluster was not ready after 3 minutes; logs in %s/log:\n%s", dir, c.stderr)
+		return nil, fmt.Errorf("slurmcluster: the cluster was not ready after 3 minutes; logs in %s/log:\n%s", dir, c.stderr)
 	case <-ctx.Done():
 		c.Close()
 		return nil, ctx.Err()
@@ -211,14 +197,14 @@ func (c *Cluster) startError() error {
 	if code == 3 { // the script's "missing packages"
 		return fmt.Errorf("%w: %s", ErrMissingPackages, msg)
 	}
-	return fmt.Errorf("slurmtest: the cluster did not start (exit %d): %s", code, msg)
+	return fmt.Errorf("slurmcluster: the cluster did not start (exit %d): %s", code, msg)
 }
 
 // readEnv reads cluster.env, which the script writes before "ready".
 func (c *Cluster) readEnv() error {
 	raw, err := os.ReadFile(filepath.Join(c.Dir, "cluster.env"))
 	if err != nil {
-		return fmt.Errorf("slurmtest: %w", err)
+		return fmt.Errorf("slurmcluster: %w", err)
 	}
 	env := map[string]string{}
 	for _, line := range strings.Split(string(raw), "\n") {
@@ -235,7 +221,7 @@ func (c *Cluster) readEnv() error {
 		return err
 	}
 	if c.Conf == "" || c.Socket == "" {
-		return fmt.Errorf("slurmtest: %s/cluster.env is incomplete", c.Dir)
+		return fmt.Errorf("slurmcluster: %s/cluster.env is incomplete", c.Dir)
 	}
 	return nil
 }
@@ -246,7 +232,7 @@ func parseNodes(s string) ([]Node, error) {
 		name, gpus, _ := strings.Cut(f, ":")
 		n, err := strconv.Atoi(gpus)
 		if err != nil {
-			return nil, fmt.Errorf("slurmtest: node %q: %w", f, err)
+			return nil, fmt.Errorf("slurmcluster: node %q: %w", f, err)
 		}
 		out = append(out, Node{Name: name, GPUs: n})
 	}
@@ -293,18 +279,6 @@ func (c *Cluster) Output(ctx context.Context, name string, args ...string) (stri
 	return string(out), nil
 }
 
-// Run runs a tool for a test and fails it when the tool fails.
-func (c *Cluster) Run(t testing.TB, name string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := c.Output(ctx, name, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // Log returns the tail of one of the cluster's logs (slurmctld.log,
 // slurmd-<node>.log, slurmrestd.out, …), for test failure messages.
 func (c *Cluster) Log(name string, maxBytes int) string {
@@ -343,7 +317,7 @@ func findScript() (string, error) {
 			}
 		}
 	}
-	return "", errors.New("slurmtest: deployments/slurm/cluster.sh not found; set TASKMESH_SLURM_CLUSTER")
+	return "", errors.New("slurmcluster: deployments/slurm/cluster.sh not found; set TASKMESH_SLURM_CLUSTER")
 }
 
 type lockedBuffer struct {
