@@ -278,11 +278,15 @@ EOF
   if [ "$ACCOUNTING" = 1 ]; then echo "$ACCT_CONF"; else echo "AccountingStorageType=accounting_storage/none"; fi
   all=()
   for i in "${!node_names[@]}"; do
-    echo "NodeName=${node_names[i]} NodeHostname=localhost NodeAddr=127.0.0.1 Port=${node_ports[i]} CPUs=$CPUS RealMemory=$MEMORY Gres=gpu:${node_gpus[i]} State=UNKNOWN"
+    gres=""
+    if ((node_gpus[i] > 0)); then gres="Gres=gpu:${node_gpus[i]} "; fi
+    echo "NodeName=${node_names[i]} NodeHostname=localhost NodeAddr=127.0.0.1 Port=${node_ports[i]} CPUs=$CPUS RealMemory=$MEMORY ${gres}State=UNKNOWN"
     all+=("${node_names[i]}")
   done
   for i in "${!down_names[@]}"; do
-    echo "NodeName=${down_names[i]} NodeHostname=localhost NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$CPUS RealMemory=$MEMORY Gres=gpu:${down_gpus[i]} State=UNKNOWN"
+    gres=""
+    if ((down_gpus[i] > 0)); then gres="Gres=gpu:${down_gpus[i]} "; fi
+    echo "NodeName=${down_names[i]} NodeHostname=localhost NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$CPUS RealMemory=$MEMORY ${gres}State=UNKNOWN"
     all+=("${down_names[i]}")
   done
   echo "PartitionName=gpu Nodes=$(

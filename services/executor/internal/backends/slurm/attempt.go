@@ -40,9 +40,11 @@ type run struct {
 	// limitLowered: the job's time limit was cut to the task's timeout.
 	limitLowered bool
 	progress     *progressTail
-	// agent and localID: the node's agent running a placement, once bound.
-	agent   *nodeAgent
-	localID string
+	// agent and localID: the node's agent running a placement, once bound;
+	// createTried: a creation was sent (its answer may have been lost).
+	agent       *nodeAgent
+	localID     string
+	createTried bool
 }
 
 func newRun(taskID, attemptID string, task *taskv1.Task) *run {
@@ -322,46 +324,19 @@ func (b *Backend) batchEnded(ctx context.Context, r *run, j Job) bool {
 }
 
 // placementRunning binds the task to the node Slurm allocated: the node's
-// agent runs it, and its progress and end are relayed.
+// agent runs it, and its progress and end are relayed. The attempt is
+// started as soon as Slurm runs the placeholder: the allocation is the
+// task's from then on, whatever the hand-over to the node takes.
 func (b *Backend) placementRunning(ctx context.Context, r *run, j Job) bool {
-	log := b.runLog(r)
-	if r.agent == nil {
-		if r.task == nil {
-			return b.failPlacement(ctx, r, "slurm backend: restarted without a record of the task; it cannot be handed to the node")
-		}
-		node := j.FirstNode()
-		agent, err := b.agents.resolve(node)
-		if err != nil {
-			return b.failPlacement(ctx, r, "slurm backend: "+err.Error())
-		}
-		if err := agent.checkMachine(ctx); err != nil {
-			if errors.Is(err, errWrongMachine) {
-				return b.failPlacement(ctx, r, "slurm backend: "+err.Error())
-			}
-			log.Warn("node's agent unreachable; the allocation is held", "node", node, "err", err)
-			return false
-		}
-		lt, err := agent.find(ctx, localTaskName(r.attemptID))
-		if err != nil {
-			log.Warn("node's agent unreachable; the allocation is held", "node", node, "err", err)
-			return false
-		}
-		if lt == nil {
-			if lt, err = agent.create(ctx, localTaskSpec(r.task, j)); err != nil {
-				var ae *agentError
-				if errors.As(err, &ae) && ae.Status/100 == 4 {
-					return b.failPlacement(ctx, r, fmt.Sprintf("the agent of node %s refused the task: %s", node, ae.Message))
-				}
-				log.Warn("hand the task to the node's agent", "node", node, "err", err)
-				return false
-			}
-		}
-		r.agent, r.localID = agent, lt.GetId()
-		log.Info("task bound to the node's agent", "node", node, "local_task_id", r.localID)
-	}
 	if b.markStarted(ctx, r, j) {
 		return true
 	}
+	if r.agent == nil {
+		if done, bound := b.bind(ctx, r, j); done || !bound {
+			return done
+		}
+	}
+	log := b.runLog(r)
 	lt, err := r.agent.get(ctx, r.localID)
 	if errors.Is(err, ErrLocalTaskNotFound) {
 		return b.failPlacement(ctx, r, fmt.Sprintf("the agent of node %s lost the task", r.agent.node))
@@ -378,6 +353,70 @@ func (b *Backend) placementRunning(ctx context.Context, r *run, j Job) bool {
 	b.finish(ctx, r, o, lt.GetStdout(), lt.GetStderr(), nil)
 	b.cancelJob(r)
 	return true
+}
+
+// bind hands the task to the agent of the node Slurm allocated, once
+// that agent has shown it is the node's (its machine id is the node's
+// name). A task is created there only when none of this attempt can
+// exist yet or none is found: a restarted backend, or a creation whose
+// answer was lost, finds the one already there. done reports that the
+// attempt is over (it failed); bound that the task is on the node now.
+func (b *Backend) bind(ctx context.Context, r *run, j Job) (done, bound bool) {
+	log := b.runLog(r)
+	if r.task == nil {
+		return b.failPlacement(ctx, r, "slurm backend: restarted without a record of the task; it cannot be handed to the node"), false
+	}
+	node := j.FirstNode()
+	agent, err := b.agents.resolve(node)
+	if err != nil {
+		return b.failPlacement(ctx, r, "slurm backend: "+err.Error()), false
+	}
+	if err := b.checkMachine(ctx, agent); err != nil {
+		if errors.Is(err, errWrongMachine) {
+			return b.failPlacement(ctx, r, "slurm backend: "+err.Error()), false
+		}
+		log.Warn("node's agent unreachable; the allocation is held", "node", node, "err", err)
+		return false, false
+	}
+	var lt *agentv1.LocalTask
+	if r.adopted || r.createTried {
+		if lt, err = agent.find(ctx, localTaskName(r.attemptID)); err != nil {
+			log.Warn("node's agent unreachable; the allocation is held", "node", node, "err", err)
+			return false, false
+		}
+	}
+	if lt == nil {
+		r.createTried = true
+		if lt, err = agent.create(ctx, localTaskSpec(r.task, j)); err != nil {
+			var ae *agentError
+			if errors.As(err, &ae) && ae.Status/100 == 4 {
+				return b.failPlacement(ctx, r, fmt.Sprintf("the agent of node %s refused the task: %s", node, ae.Message)), false
+			}
+			log.Warn("hand the task to the node's agent", "node", node, "err", err)
+			return false, false
+		}
+	}
+	r.agent, r.localID = agent, lt.GetId()
+	log.Info("task bound to the node's agent", "node", node, "local_task_id", r.localID)
+	return false, true
+}
+
+// checkMachine asks a node's agent for its machine id, at most once a
+// minute per node: agents do not change machines.
+func (b *Backend) checkMachine(ctx context.Context, agent *nodeAgent) error {
+	b.mu.Lock()
+	at, ok := b.checked[agent.base]
+	b.mu.Unlock()
+	if ok && time.Since(at) < time.Minute {
+		return nil
+	}
+	if err := agent.checkMachine(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.checked[agent.base] = time.Now()
+	b.mu.Unlock()
+	return nil
 }
 
 // localOutcome is the outcome of a task the node's agent ran.

@@ -147,7 +147,9 @@ type Backend struct {
 
 	mu   sync.Mutex
 	runs map[string]*run // by attempt id
-	wg   sync.WaitGroup
+	// checked: when each node agent (by address) last proved its machine.
+	checked map[string]time.Time
+	wg      sync.WaitGroup
 	// freed wakes the claim loop when an attempt ends.
 	freed chan struct{}
 }
@@ -170,7 +172,7 @@ func New(cfg Config, lease taskv1.LeaseServiceClient, slurm slurmAPI) (*Backend,
 		watch:  newWatcher(slurm, cfg.PollInterval, log),
 		store:  attemptStore{dir: cfg.StateDir},
 		agents: agentResolver{byNode: cfg.NodeAgents, template: cfg.NodeAgentURL, http: cfg.HTTP},
-		runs:   map[string]*run{}, freed: make(chan struct{}, 1),
+		runs:   map[string]*run{}, checked: map[string]time.Time{}, freed: make(chan struct{}, 1),
 	}, nil
 }
 
