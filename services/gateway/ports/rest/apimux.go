@@ -28,7 +28,8 @@ var marshaler = &runtime.JSONPb{
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 }
 
-// newAPIMux returns the generated REST mux for the task and lease services,
+// newAPIMux returns the generated REST mux for the task, lease, task-group
+// and template services,
 // and the quota service's admission routes when quota is set.
 func newAPIMux(ctx context.Context, upstream, quota grpc.ClientConnInterface, log *slog.Logger) (*runtime.ServeMux, error) {
 	errs := &errorWriter{log: log}
@@ -52,6 +53,12 @@ func newAPIMux(ctx context.Context, upstream, quota grpc.ClientConnInterface, lo
 	}
 	if err := taskv1.RegisterLeaseServiceHandlerClient(ctx, mux, taskv1.NewLeaseServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register lease service: %w", err)
+	}
+	if err := taskv1.RegisterTaskGroupServiceHandlerClient(ctx, mux, taskv1.NewTaskGroupServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register task group service: %w", err)
+	}
+	if err := taskv1.RegisterTemplateServiceHandlerClient(ctx, mux, taskv1.NewTemplateServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register template service: %w", err)
 	}
 	if quota != nil {
 		if err := quotav1.RegisterQuotaServiceHandlerClient(ctx, mux, quotav1.NewQuotaServiceClient(quota)); err != nil {

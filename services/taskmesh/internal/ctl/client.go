@@ -315,6 +315,8 @@ type conn struct {
 	video     videov1.VideoServiceClient
 	pipeline  pipelinev1.PipelineServiceClient
 	admission quotav1.AdmissionServiceClient
+	groups    taskv1.TaskGroupServiceClient
+	templates taskv1.TemplateServiceClient
 }
 
 func (c *conn) Close() error { return c.cc.Close() }
@@ -340,7 +342,8 @@ func dial(s Settings) (*conn, error) {
 	}
 	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
 		video: videov1.NewVideoServiceClient(cc), pipeline: pipelinev1.NewPipelineServiceClient(cc),
-		admission: quotav1.NewAdmissionServiceClient(cc)}, nil
+		admission: quotav1.NewAdmissionServiceClient(cc), groups: taskv1.NewTaskGroupServiceClient(cc),
+		templates: taskv1.NewTemplateServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message

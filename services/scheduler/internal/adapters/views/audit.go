@@ -19,14 +19,17 @@ var ErrNoAuditCase = errors.New("audit: no case for the event")
 // AuditRow is the operation on audit_logs: insert this row unless its id
 // (the event id) is there already.
 type AuditRow struct {
-	ID        string // the event id
-	At        time.Time
-	TenantID  string
-	Action    string // task.created, task.assigned, …
-	TaskID    string
-	UserID    string // the event's actor
-	MachineID string
-	Details   []byte // a JSON object
+	ID       string // the event id
+	At       time.Time
+	TenantID string
+	Action   string // task.created, task.assigned, …, template.created, …
+	// Resource is what the row is about: task (the default when empty),
+	// task_group or template; ResourceID its id.
+	Resource   string
+	ResourceID string
+	UserID     string // the event's actor
+	MachineID  string
+	Details    []byte // a JSON object
 }
 
 // ConvertAudit makes one audit row per event. Details are JSON objects,
@@ -46,7 +49,7 @@ func ConvertAudit(events []Event) ([]AuditRow, error) {
 		}
 		env := e.Envelope
 		rows[i] = AuditRow{ID: env.GetEventId(), At: e.Record.At, TenantID: env.GetTenantId(), Action: action,
-			TaskID: env.GetAggregateId(), UserID: env.GetActor(), MachineID: machine, Details: d}
+			Resource: "task", ResourceID: env.GetAggregateId(), UserID: env.GetActor(), MachineID: machine, Details: d}
 	}
 	return rows, nil
 }
@@ -110,18 +113,21 @@ func (s AuditStore) Store(ctx context.Context, tx pgx.Tx, rows []AuditRow) error
 	}
 	n := len(rows)
 	ids, tenants, actions, users, machines := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	taskIDs := make([]string, n)
+	resources, resourceIDs := make([]string, n), make([]string, n)
 	times := make([]any, n)
 	details := make([][]byte, n)
 	for i, r := range rows {
 		ids[i], tenants[i], actions[i], users[i], machines[i] = r.ID, r.TenantID, r.Action, r.UserID, r.MachineID
-		taskIDs[i], times[i], details[i] = r.TaskID, r.At, r.Details
+		resources[i], resourceIDs[i], times[i], details[i] = r.Resource, r.ResourceID, r.At, r.Details
+		if resources[i] == "" {
+			resources[i] = "task"
+		}
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{s.Table}.Sanitize()+`
 		(id, timestamp, tenant_id, action, resource, resource_id, user_id, machine_id, details)
-		SELECT i, ts, tn, ac, 'task', ri, us, ma, de FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[],
-			$5::text[], $6::text[], $7::text[], $8::json[]) AS x(i, ts, tn, ac, ri, us, ma, de)
-		ON CONFLICT (id) DO NOTHING`, ids, times, tenants, actions, taskIDs, users, machines, details)
+		SELECT i, ts, tn, ac, rs, ri, us, ma, de FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[],
+			$5::text[], $6::text[], $7::text[], $8::json[], $9::text[]) AS x(i, ts, tn, ac, ri, us, ma, de, rs)
+		ON CONFLICT (id) DO NOTHING`, ids, times, tenants, actions, resourceIDs, users, machines, details, resources)
 	if err != nil {
 		return fmt.Errorf("audit: write: %w", err)
 	}

@@ -138,7 +138,7 @@ func TestConvertAudit(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%T: %v", tt.e, err)
 		}
-		want := AuditRow{ID: "ev-t1-4", At: ev.Record.At, TenantID: "tenant-a", Action: tt.action, TaskID: "t1",
+		want := AuditRow{ID: "ev-t1-4", At: ev.Record.At, TenantID: "tenant-a", Action: tt.action, Resource: "task", ResourceID: "t1",
 			UserID: "key-1", MachineID: tt.machine, Details: []byte(tt.details)}
 		if !reflect.DeepEqual(rows, []AuditRow{want}) {
 			t.Errorf("%T:\n got  %+v details %s\n want %+v details %s", tt.e, rows[0], rows[0].Details, want, want.Details)

@@ -1,6 +1,7 @@
 // Package views builds the scheduler's read models from the Kafka task
-// topic (projection handlers for platform/projection): task_views for lists
-// and searches, audit_logs for the audit trail.
+// topic and the orchestration topic (projection handlers for
+// platform/projection): task_views for lists and searches, audit_logs for
+// the audit trail of tasks, task groups and templates.
 //
 // Every handler has the same shape: Decode the batch's records once, a pure
 // Convert of the decoded events into the operations on its table
@@ -46,16 +47,32 @@ func Decode(records []*kgo.Record) ([]Event, error) {
 }
 
 // ReadModels is the projection.Handler of both read models: each batch is
-// decoded once and fed to both, in the runner's one transaction.
+// decoded once and fed to both, in the runner's one transaction. Records
+// of the orchestration topic (task groups and templates) only add audit
+// rows.
 type ReadModels struct {
 	// TaskViews and AuditLogs name the tables (normally "task_views" and
 	// "audit_logs"; replays use fresh ones).
 	TaskViews, AuditLogs string
+	// OrchestrationTopic names the topic whose records are orchestration
+	// events; every other record is a task event.
+	OrchestrationTopic string
 }
 
 // Apply implements projection.Handler.
 func (m ReadModels) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
-	events, err := Decode(records)
+	tasks, orchestration := records, []*kgo.Record(nil)
+	if m.OrchestrationTopic != "" {
+		tasks = make([]*kgo.Record, 0, len(records))
+		for _, rec := range records {
+			if rec.Topic == m.OrchestrationTopic {
+				orchestration = append(orchestration, rec)
+			} else {
+				tasks = append(tasks, rec)
+			}
+		}
+	}
+	events, err := Decode(tasks)
 	if err != nil {
 		return err
 	}
@@ -66,7 +83,15 @@ func (m ReadModels) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record)
 	if err != nil {
 		return err
 	}
-	return AuditStore{Table: m.AuditLogs}.Store(ctx, tx, rows)
+	orchestrationEvents, err := DecodeOrchestration(orchestration)
+	if err != nil {
+		return err
+	}
+	more, err := ConvertOrchestrationAudit(orchestrationEvents)
+	if err != nil {
+		return err
+	}
+	return AuditStore{Table: m.AuditLogs}.Store(ctx, tx, append(rows, more...))
 }
 
 // TaskViews is the projection.Handler of task_views alone.
