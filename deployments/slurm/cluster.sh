@@ -32,6 +32,8 @@
 # Debian's Slurm 22.05 serves REST v0.0.38 and has no auth/jwt plugin, so
 # slurmrestd listens on its unix socket only (rest_auth/local).
 set -euo pipefail
+# The daemons live in /usr/sbin, which a non-login PATH may lack.
+PATH=$PATH:/usr/sbin:/sbin
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
