@@ -71,6 +71,34 @@ func TestBatchTimeoutEndsAsTimeout(t *testing.T) {
 	}
 }
 
+// A job Slurm cancels on its own (an operator's scancel, as a Slurm
+// preemption would) fails its attempt as preempted in Slurm, and the
+// task is requeued and runs again as a new job.
+func TestJobCancelledInSlurmRequeuesTheTask(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "batch")
+	w.startBackend()
+	key := w.standardKey()
+	// The work directory (work/<task id>) outlives the attempt: the second
+	// run finds the first one's mark and finishes.
+	id := w.submit(key, map[string]any{"name": "requeued", "type": "script", "timeout": 120, "max_retries": 1, "retry_delay": 0,
+		"command": `if [ -e mark ]; then echo again; else touch mark; sleep 300; fi`})
+	first := w.waitStatus(key, id, 60*time.Second, "running")
+	jobs := w.waitSqueue(id, "the task's job running", func(j []slurmJob) bool { return len(j) == 1 && j[0].State == "RUNNING" })
+	w.cluster.Run(t, "scancel", jobs[0].ID)
+	done := w.waitStatus(key, id, 90*time.Second, "completed", "failed")
+	if done["status"] != "completed" || done["retry_count"].(float64) != 1 || done["attempt_id"] == first["attempt_id"] {
+		t.Fatalf("task %v, want completed by a second attempt after %v", done, first["attempt_id"])
+	}
+	if out := w.result(key, id)["stdout"]; out != "again\n" {
+		t.Fatalf("stdout %q", out)
+	}
+	all := w.sacct(id, 2)
+	if len(all) != 2 || all[0].ID != jobs[0].ID || all[0].State != "CANCELLED" || all[1].State != "COMPLETED" {
+		t.Fatalf("sacct %v, want the cancelled job %s and a completed one", all, jobs[0].ID)
+	}
+}
+
 // Placement: a placeholder sized from the task's resources waits for
 // Slurm, which picks the node; the task runs on that node's agent with
 // the GPUs Slurm allocated; the placeholder goes when the task ends.
