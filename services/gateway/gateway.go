@@ -23,7 +23,9 @@ import (
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 	"github.com/taskmesh/taskmesh/platform/closer"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/otel"
@@ -211,7 +213,12 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err := g.dial(cfg); err != nil {
 		return nil, err
 	}
-	if err := g.servers(ctx, cfg, adminSrv); err != nil {
+	agentSrv, err := admin.NewAgentServer(g.creds, taskv1.NewAgentFleetServiceClient(g.upstream), cfg.Now, log)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g.creds.OnAgentRevoked(agentSrv.DrainRevoked)
+	if err := g.servers(ctx, cfg, adminSrv, agentSrv); err != nil {
 		return nil, err
 	}
 	if err := g.listen(ctx, cfg); err != nil {
@@ -340,7 +347,7 @@ func (g *Gateway) dial(cfg Config) error {
 
 // servers builds the live streams, the REST handler, the gRPC front door
 // and the HTTP server; none of them holds anything yet.
-func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Server) error {
+func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Server, agentSrv *admin.AgentServer) error {
 	var quotaUpstream grpc.ClientConnInterface
 	if g.quota != nil {
 		quotaUpstream = g.quota
@@ -365,6 +372,7 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		Logger:         g.log,
 		Throttle:       g.throttle.Middleware,
 		Admin:          adminSrv,
+		Agents:         agentSrv,
 		MaxUploadBytes: cfg.MaxUploadBytes,
 		Console:        consoleHandler(cfg),
 		Metrics:        cfg.Metrics,
@@ -380,7 +388,11 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		Health:         g.health,
 		Logger:         g.log,
 		Throttle:       g.throttle.GRPCError,
-		Register:       func(r grpc.ServiceRegistrar) { adminv1.RegisterAdminServiceServer(r, adminSrv) },
+		Register: func(r grpc.ServiceRegistrar) {
+			adminv1.RegisterAdminServiceServer(r, adminSrv)
+			adminv1.RegisterAgentServiceServer(r, agentSrv)
+		},
+		Services: g.publicServices(),
 		// Video requests carry first frames of up to 10 MB as base64.
 		ServerOptions: []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcserver.MaxRecvMsgBytes)},
 	})
@@ -391,6 +403,19 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
 	return nil
+}
+
+// publicServices are the proxied services the front door's reflection
+// lists: the task, group, template, lease, video and pipeline APIs, and
+// the quota service's when it is configured.
+func (g *Gateway) publicServices() []string {
+	out := []string{taskv1.TaskService_ServiceDesc.ServiceName, taskv1.TaskGroupService_ServiceDesc.ServiceName,
+		taskv1.TemplateService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
+		videov1.VideoService_ServiceDesc.ServiceName, pipelinev1.PipelineService_ServiceDesc.ServiceName}
+	if g.quota != nil {
+		out = append(out, quotav1.QuotaService_ServiceDesc.ServiceName, quotav1.AdmissionService_ServiceDesc.ServiceName)
+	}
+	return out
 }
 
 // listen opens both listeners.

@@ -77,6 +77,9 @@ type Timing struct {
 	// being woken (default 1s): it catches retry_at passing and another
 	// replica's work when a NOTIFY is lost.
 	ClaimRecheck time.Duration
+	// ResultRetention is how long results stay in the object store
+	// (default 30 days; docs/operations.md).
+	ResultRetention time.Duration
 	// GroupReconcile is how often the elected replica asks which task
 	// groups are due without a signal (default 1s): after a restart, or
 	// when a member changed on a replica that died before moving its
@@ -163,7 +166,8 @@ func New(cfg Config) (*Service, error) {
 	t := cfg.Timing
 	s.app = app.New(stores, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
-		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck}, s.log)
+		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck,
+		ResultRetention: t.ResultRetention}, s.log)
 	s.orchestration(cfg)
 	if cfg.Quota != nil {
 		if cfg.InternalToken == "" {
@@ -246,12 +250,14 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// Register adds TaskService, LeaseService, TaskGroupService and
-// TemplateService (and VideoService when configured) to a server built
-// with platform/grpcserver (internal authentication and validation).
+// Register adds TaskService, LeaseService, AgentFleetService,
+// TaskGroupService and TemplateService (and VideoService when configured)
+// to a server built with platform/grpcserver (internal authentication and
+// validation).
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	taskv1.RegisterTaskServiceServer(g, &ports.TaskServer{App: s.app, Log: s.log})
 	taskv1.RegisterLeaseServiceServer(g, &ports.LeaseServer{App: s.app, Log: s.log})
+	taskv1.RegisterAgentFleetServiceServer(g, &ports.AgentFleetServer{App: s.app, Log: s.log})
 	taskv1.RegisterTaskGroupServiceServer(g, &oports.GroupServer{App: s.orch, Log: s.log})
 	taskv1.RegisterTemplateServiceServer(g, &oports.TemplateServer{App: s.orch, Log: s.log})
 	if s.video != nil {
@@ -281,6 +287,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, quota.Decisions{Tasks: s.app})
 		g.Go(func() error { return decisions.Run(ctx) })
 	}
+	s.app.SetUpResultRetention(ctx)
 	g.Go(func() error { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
 	g.Go(func() error { s.orch.RunManager(ctx); return nil })
 	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })

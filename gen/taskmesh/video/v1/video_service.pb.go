@@ -7,6 +7,7 @@
 package videov1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -888,7 +889,7 @@ var File_taskmesh_video_v1_video_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_video_v1_video_service_proto_rawDesc = "" +
 	"\n" +
-	"%taskmesh/video/v1/video_service.proto\x12\x11taskmesh.video.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/wrappers.proto\"\xd5\x01\n" +
+	"%taskmesh/video/v1/video_service.proto\x12\x11taskmesh.video.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/wrappers.proto\"\xd5\x01\n" +
 	"\x1cCreateVideoGenerationRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12=\n" +
@@ -921,9 +922,9 @@ const file_taskmesh_video_v1_video_service_proto_rawDesc = "" +
 	"request_id\"S\n" +
 	"\x15VideoGenerationOutput\x12 \n" +
 	"\vtask_status\x18\x01 \x01(\tR\vtask_status\x12\x18\n" +
-	"\atask_id\x18\x02 \x01(\tR\atask_id\"5\n" +
-	"\x19GetVideoGenerationRequest\x12\x18\n" +
-	"\atask_id\x18\x01 \x01(\tR\atask_id\"\xe3\x01\n" +
+	"\atask_id\x18\x02 \x01(\tR\atask_id\"?\n" +
+	"\x19GetVideoGenerationRequest\x12\"\n" +
+	"\atask_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\atask_id\"\xe3\x01\n" +
 	"\x1aGetVideoGenerationResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12:\n" +
@@ -978,9 +979,9 @@ const file_taskmesh_video_v1_video_service_proto_rawDesc = "" +
 	"\vvideo_count\x18\x05 \x01(\x05R\vvideo_count\x12:\n" +
 	"\tvideo_url\x18\x06 \x01(\v2\x1c.google.protobuf.StringValueR\tvideo_url\x12\x12\n" +
 	"\x04seed\x18\a \x01(\x05R\x04seedB\x10\n" +
-	"\x0e_actual_prompt\"8\n" +
-	"\x1cDeleteVideoGenerationRequest\x12\x18\n" +
-	"\atask_id\x18\x01 \x01(\tR\atask_id\"\x81\x01\n" +
+	"\x0e_actual_prompt\"B\n" +
+	"\x1cDeleteVideoGenerationRequest\x12\"\n" +
+	"\atask_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\atask_id\"\x81\x01\n" +
 	"\x1dDeleteVideoGenerationResponse\x12@\n" +
 	"\x06output\x18\x01 \x01(\v2(.taskmesh.video.v1.VideoGenerationOutputR\x06output\x12\x1e\n" +
 	"\n" +

@@ -16,6 +16,8 @@
 //     loop.
 //  4. sync: delivers finished outcomes that could not be delivered when
 //     they happened, in order of end time, with exponential backoff.
+//  5. retention: hourly, prunes delivered journal rows and removes old
+//     run and work directories (retention.go).
 //
 // Each attempt runs in its own goroutine: policy check, journal "running",
 // StartTask (execution.go), run directory and shim start (spawn.go), then
@@ -47,6 +49,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
+	"github.com/taskmesh/taskmesh/services/executor/internal/isolation"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
@@ -77,10 +80,16 @@ type Agent struct {
 	reachable     bool
 	lastHeartbeat time.Time
 
-	backlog      atomic.Bool // some outcome waits for the sync loop
-	localWaiting atomic.Int32
-	syncWake     chan struct{}
-	localWake    chan struct{}
+	backlog       atomic.Bool // some outcome waits for the sync loop
+	localWaiting  atomic.Int32
+	syncWake      chan struct{}
+	localWake     chan struct{}
+	heartbeatWake chan struct{}
+	drained       atomic.Bool // the last heartbeat said an operator drained us
+
+	// isolation limits each task's resources (cgroups, else rlimits) and
+	// sandboxes it when configured.
+	isolation *isolation.Limiter
 
 	wg       sync.WaitGroup // every goroutine Run started
 	listener net.Listener
@@ -100,6 +109,19 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor config: %w", err)
 	}
+	limiter, err := isolation.New(isolation.Config{Name: "taskmesh-" + safeName(cfg.AgentID), NoCgroups: cfg.NoCgroups,
+		Sandbox: cfg.Sandbox, Hidden: hiddenFromTasks(cfg), Logger: cfg.Logger.With("agent_id", cfg.AgentID)})
+	if err != nil {
+		return nil, fmt.Errorf("executor config: %w", err)
+	}
+	if err := os.MkdirAll(cfg.WorkRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("work root: %w", err)
+	}
+	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "runs"), cfg.WorkRoot} {
+		if err := limiter.Traversable(d); err != nil {
+			return nil, fmt.Errorf("executor config: %w", err)
+		}
+	}
 	j, err := journal.Open(ctx, filepath.Join(cfg.DataDir, "journal.db"))
 	if err != nil {
 		return nil, err
@@ -113,15 +135,17 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		policy: policy.Policy{
 			Types: cfg.Types, AllowedCommands: cfg.AllowedCommands, BlockedPatterns: cfg.BlockedPatterns,
 		},
-		http:      &http.Client{Timeout: 10 * time.Minute},
-		baseEnv:   baseEnv(),
-		slots:     make(chan struct{}, cfg.Slots),
-		metrics:   newAgentMetrics(),
-		noops:     make(chan struct{}, cfg.NoopConcurrency),
-		runs:      map[string]*attempt{},
-		inflight:  map[string]bool{},
-		syncWake:  make(chan struct{}, 1),
-		localWake: make(chan struct{}, 1),
+		http:          &http.Client{Timeout: 10 * time.Minute},
+		baseEnv:       baseEnv(),
+		slots:         make(chan struct{}, cfg.Slots),
+		metrics:       newAgentMetrics(),
+		noops:         make(chan struct{}, cfg.NoopConcurrency),
+		runs:          map[string]*attempt{},
+		inflight:      map[string]bool{},
+		syncWake:      make(chan struct{}, 1),
+		localWake:     make(chan struct{}, 1),
+		heartbeatWake: make(chan struct{}, 1),
+		isolation:     limiter,
 	}
 	if cfg.Server != "" {
 		conn, err := dial(cfg)
@@ -151,6 +175,7 @@ func (a *Agent) LocalAPIAddr() string {
 }
 
 func (a *Agent) close() {
+	a.isolation.Close()
 	if a.listener != nil {
 		a.listener.Close()
 	}
@@ -187,6 +212,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.runInBackground(func() { a.localLoop(ctx) })
+	a.runInBackground(func() { a.retentionLoop(ctx) })
 	if a.lease != nil {
 		a.runInBackground(func() { a.claimLoop(ctx) })
 		a.runInBackground(func() { a.heartbeatLoop(ctx) })
@@ -220,6 +246,19 @@ func wake(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// hiddenFromTasks are what a sandboxed task must never see: the agent's
+// data directory (journal, run directories, other tasks' output) and its
+// token file.
+func hiddenFromTasks(cfg Config) []string {
+	out := []string{cfg.DataDir}
+	if cfg.TokenFile != "" {
+		if abs, err := filepath.Abs(cfg.TokenFile); err == nil {
+			out = append(out, abs)
+		}
+	}
+	return out
 }
 
 // baseEnv is the minimal environment every task starts from. The agent's

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 )
 
 // server is the running shim.
@@ -176,6 +178,18 @@ func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
 	}
 	s.mu.Unlock()
 
+	if g := s.spec.Cgroup; g != nil {
+		// The task's processes are gone (its group was emptied); what the
+		// OOM killer did is in the cgroup until it is removed.
+		oom, err := g.OOMKilled()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+		}
+		st.OOMKilled = oom
+		if err := cgroup.Remove(g.Dirs); err != nil {
+			fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+		}
+	}
 	if err := writeStatus(s.runDir, st); err != nil {
 		fmt.Fprintf(os.Stderr, "shim: write status: %v\n", err)
 	}

@@ -8,11 +8,12 @@
 // and reads its own quotas and queues (taskmesh.quota.v1.QuotaService,
 // AdmissionService but its internal ResolveQueue), an agent token
 // calls the lease API (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…),
-// an operator key calls the admin API (taskmesh.admin.v1.AdminService, REST
-// /api/v1/admin/…), manages quotas and queues (QuotaService,
+// an operator key calls the admin API (every service of taskmesh.admin.v1,
+// REST /api/v1/admin/…), manages quotas and queues (QuotaService,
 // AdmissionService, REST OperatorRoutes) and resets a repeat's circuit
 // breaker (ResetTaskGroupRepeat, POST /api/v1/task-groups/{id}/repeat/reset),
-// and nothing else. Anything else is refused, so a leaked agent token cannot
+// and nothing else; every authenticated caller may use gRPC server
+// reflection. Anything else is refused, so a leaked agent token cannot
 // read tenants' tasks and a user key cannot impersonate an executor. Which
 // quota actions need an operator is the quota service's decision.
 package access
@@ -35,6 +36,13 @@ var ErrDenied = errors.New("permission denied")
 // AgentRoutePrefix is the REST prefix of the lease API.
 const AgentRoutePrefix = "/api/v1/agent/"
 
+// HeartbeatRoute and HeartbeatMethod are the agent's machine heartbeat,
+// the one call through which an agent token's address may change.
+var (
+	HeartbeatRoute  = AgentRoutePrefix + "heartbeat"
+	HeartbeatMethod = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/SendHeartbeat"
+)
+
 // AdminRoutePrefix is the REST prefix of the admin API.
 const AdminRoutePrefix = "/api/v1/admin/"
 
@@ -46,8 +54,10 @@ var (
 	resetRepeat     = groupMethods + "ResetTaskGroupRepeat"
 	templateMethods = "/" + taskv1.TemplateService_ServiceDesc.ServiceName + "/"
 	leaseMethods    = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
-	adminMethods    = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
-	videoMethods    = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
+	// Every service of the admin package (tenants and keys, the agent
+	// fleet) is the operators'.
+	adminMethods = "/" + string(adminv1.File_taskmesh_admin_v1_admin_service_proto.Package()) + "."
+	videoMethods = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
 	// The pipeline API is a tenant's: its jobs and uploads belong to one.
 	pipelineMethods = "/" + pipelinev1.PipelineService_ServiceDesc.ServiceName + "/"
 	// A tenant's key reads its own quotas; the quota service refuses it
@@ -81,6 +91,26 @@ func (e *deniedError) Unwrap() error { return ErrDenied }
 
 func denied(msg string) error { return &deniedError{msg: msg} }
 
+// fleetMethods are the scheduler's internal fleet API, which only the
+// gateway's own agent admin service calls; the front door never forwards
+// them (Method refuses them to everyone).
+var fleetMethods = "/" + taskv1.AgentFleetService_ServiceDesc.ServiceName + "/"
+
+// OwnMethod checks a call the gateway makes itself, for a service it
+// serves (not a client's call it forwards): what Method allows, and an
+// operator's calls of the scheduler's fleet API.
+func OwnMethod(p authn.Principal, fullMethod string) error {
+	if p.Kind == authn.KindAdmin && strings.HasPrefix(fullMethod, fleetMethods) {
+		return nil
+	}
+	return Method(p, fullMethod)
+}
+
+// reflectionMethods prefixes gRPC server reflection (v1 and v1alpha),
+// which any authenticated caller may use: it describes the public
+// contracts, nothing of anyone's data.
+const reflectionMethods = "/grpc.reflection."
+
 // tenantMethod reports a method of the tenant-facing task APIs.
 func tenantMethod(fullMethod string) bool {
 	for _, prefix := range []string{taskMethods, groupMethods, templateMethods, videoMethods, pipelineMethods} {
@@ -104,6 +134,8 @@ func resetRoute(path string) bool {
 // Method checks a gRPC full method name ("/pkg.Service/Method").
 func Method(p authn.Principal, fullMethod string) error {
 	switch {
+	case strings.HasPrefix(fullMethod, reflectionMethods):
+		return nil
 	case fullMethod == resetRepeat:
 		if p.Kind == authn.KindAdmin {
 			return nil

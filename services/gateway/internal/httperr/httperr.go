@@ -54,6 +54,10 @@ const (
 	CodeMethodNotAllowed = http.StatusMethodNotAllowed // 405
 	CodeTooManyRequests  = http.StatusTooManyRequests  // 429
 	CodeConflict         = http.StatusConflict         // 409
+	// CodeTooLarge: the request body is over the route's limit.
+	CodeTooLarge = http.StatusRequestEntityTooLarge // 413
+	// CodeUnsupportedMediaType: a body that is not JSON on a JSON route.
+	CodeUnsupportedMediaType = http.StatusUnsupportedMediaType // 415
 )
 
 // Code documents one value of the envelope's code field.
@@ -84,6 +88,8 @@ var Codes = []Code{
 	{CodePermissionDenied, http.StatusForbidden, "credential of the wrong kind for this route, or agent token used from a disallowed address"},
 	{CodeNoRoute, http.StatusNotFound, "no such route"},
 	{CodeMethodNotAllowed, http.StatusMethodNotAllowed, "route exists, method does not"},
+	{CodeTooLarge, http.StatusRequestEntityTooLarge, "request body over the route's limit"},
+	{CodeUnsupportedMediaType, http.StatusUnsupportedMediaType, "request body is not JSON (Content-Type)"},
 	{CodeTooManyRequests, http.StatusTooManyRequests, "rate limit or quota exceeded"},
 	{CodeConflict, http.StatusConflict, "admin API: the tenant already exists"},
 }
@@ -290,7 +296,9 @@ type VideoCode struct {
 // VideoCodes lists every code the video API answers with, for the OpenAPI
 // document.
 var VideoCodes = []VideoCode{
-	{VideoInvalidParameter, http.StatusBadRequest, "a parameter is missing or out of range; the message names it"},
+	{VideoInvalidParameter, http.StatusBadRequest, "a parameter is missing or out of range, or a string holds NUL or invalid UTF-8; the message names it"},
+	{VideoInvalidParameter, http.StatusRequestEntityTooLarge, "the request body is over 15 MB"},
+	{VideoInvalidParameter, http.StatusUnsupportedMediaType, "the request body is not JSON (Content-Type)"},
 	{VideoInvalidAPIKey, http.StatusUnauthorized, "missing, unknown, expired or revoked API key"},
 	{VideoAccessDenied, http.StatusForbidden, "the task belongs to another tenant, or the credential may not call this API"},
 	{VideoNotFound, http.StatusNotFound, "no such route (an unknown task is not an error: its status is UNKNOWN)"},
@@ -397,7 +405,8 @@ var PipelineCodes = []VideoCode{
 	{PipelineJobNotFound, http.StatusNotFound, "no such job for this caller (another tenant's job is not found either)"},
 	{PipelineNotFound, http.StatusNotFound, "no such route"},
 	{PipelineMethodNotAllowed, http.StatusMethodNotAllowed, "route exists, method does not"},
-	{PipelineRequestTooLarge, http.StatusRequestEntityTooLarge, "an upload above its kind's size limit; nothing was kept"},
+	{PipelineRequestTooLarge, http.StatusRequestEntityTooLarge, "an upload above its kind's size limit, or a body over the route's cap; nothing was kept"},
+	{PipelineInvalidParameter, http.StatusUnsupportedMediaType, "a body that is not JSON on a JSON route"},
 	{PipelineThrottling, http.StatusTooManyRequests, "rate limit exceeded"},
 	{PipelineInternalError, http.StatusInternalServerError, "internal error"},
 	{PipelineUnavailable, http.StatusServiceUnavailable, "a service is unavailable; retry later"},

@@ -13,6 +13,7 @@ import (
 	openapi "github.com/taskmesh/taskmesh/gen/openapi"
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
@@ -49,8 +50,10 @@ type Options struct {
 	// Throttle, if not nil, wraps the API after authentication (the
 	// principal is in the request's context): the rate limits.
 	Throttle func(http.Handler) http.Handler
-	// Admin, if not nil, is served under /api/v1/admin/ to operator keys.
-	Admin adminv1.AdminServiceServer
+	// Admin and Agents, if not nil, are served under /api/v1/admin/ to
+	// operator keys.
+	Admin  adminv1.AdminServiceServer
+	Agents adminv1.AgentServiceServer
 	// Live, if not nil, serves live task streams at
 	// /api/v1/tasks/{task_id}/events and /ws (and, when it watches groups,
 	// /api/v1/task-groups/{group_id}/events and /ws), and live job streams
@@ -132,6 +135,11 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: register admin service: %w", err)
 		}
 	}
+	if opts.Agents != nil {
+		if err := adminv1.RegisterAgentServiceHandlerServer(ctx, mux, opts.Agents); err != nil {
+			return nil, fmt.Errorf("rest: register agent service: %w", err)
+		}
+	}
 	video, err := newVideoMux(ctx, opts.Upstream, opts.Logger)
 	if err != nil {
 		return nil, err
@@ -154,9 +162,16 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if maxUpload <= 0 {
 		maxUpload = DefaultMaxUploadBytes
 	}
-	var api, videoAPI, pipelineAPI http.Handler = mux, video, bodyLimit{next: pipeline, maxUpload: maxUpload}
+	// Bad input is refused after the rate limits have charged the request
+	// (garbage costs like anything else) and before any service sees it.
+	// Uploads are multipart and streamed: only their declared size is
+	// checked at the edge.
+	var api, videoAPI, pipelineAPI http.Handler = edge.Middleware(edge.Options{MaxBody: maxBodyBytes}, mux),
+		edge.Middleware(edge.Options{MaxBody: maxVideoBodyBytes}, video),
+		edge.Middleware(edge.Options{MaxBody: maxBodyBytes, RawMaxBody: maxUpload,
+			RawBody: func(r *http.Request) bool { return r.URL.Path == uploadRoute }}, bodyLimit{next: pipeline, maxUpload: maxUpload})
 	if opts.Throttle != nil {
-		api, videoAPI, pipelineAPI = opts.Throttle(mux), opts.Throttle(video), opts.Throttle(pipelineAPI)
+		api, videoAPI, pipelineAPI = opts.Throttle(api), opts.Throttle(videoAPI), opts.Throttle(pipelineAPI)
 	}
 	return &handler{
 		api: &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},

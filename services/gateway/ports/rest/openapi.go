@@ -166,7 +166,9 @@ func videoEnvelopeSchema() map[string]any {
 	var enum []any
 	var lines []string
 	for _, c := range httperr.VideoCodes {
-		enum = append(enum, c.Code)
+		if !slices.Contains(enum, any(c.Code)) {
+			enum = append(enum, c.Code)
+		}
 		lines = append(lines, fmt.Sprintf("%s (HTTP %d): %s", c.Code, c.HTTPStatus, c.Meaning))
 	}
 	return map[string]any{

@@ -47,6 +47,12 @@ type Config struct {
 	// ClaimRecheck: how often a waiting claim looks again without being
 	// woken (default 1s).
 	ClaimRecheck time.Duration
+	// ResultRetention: results in the object store expire this long after
+	// they were stored (default 30 days, docs/operations.md).
+	ResultRetention time.Duration
+	// ResultSweepInterval: how often the sweeper deletes expired results
+	// from a store that cannot expire them itself (default 1h).
+	ResultSweepInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -64,7 +70,13 @@ func (c *Config) defaults() {
 	set(&c.PreemptMaxWait, 10*time.Minute)
 	set(&c.MaxWait, 60*time.Second)
 	set(&c.ClaimRecheck, time.Second)
+	set(&c.ResultRetention, DefaultResultRetention)
+	set(&c.ResultSweepInterval, time.Hour)
 }
+
+// DefaultResultRetention is how long results stay in the object store
+// (docs/operations.md, retention: 30 days).
+const DefaultResultRetention = 30 * 24 * time.Hour
 
 // App is the scheduler's use cases.
 type App struct {
@@ -81,6 +93,10 @@ type App struct {
 	// admission is nil when no quota service is configured: then no task
 	// waits for admission.
 	admission Admission
+	// resultSweep is when the sweeper last deleted expired results, and
+	// selfExpiring whether the store expires them itself (no sweep).
+	resultSweep  time.Time
+	selfExpiring bool
 }
 
 // Stores are the storage the use cases work on.

@@ -149,6 +149,11 @@ func (a *App) GetResult(ctx context.Context, c Caller, id string) (Result, error
 		if a.objects == nil {
 			return Result{}, errors.New("result is in the object store but none is configured")
 		}
+		// Its end is when the result was stored, near enough: past the
+		// retention it is gone (or about to be), and a link would 404.
+		if !t.EndedAt.IsZero() && a.now().Sub(t.EndedAt) > a.cfg.ResultRetention {
+			return Result{}, fmt.Errorf("%w: task %s's result was kept %s", ErrResultExpired, t.ID, a.cfg.ResultRetention)
+		}
 		url, err := a.objects.PresignGet(ctx, t.Result.ObjectKey, a.cfg.ResultURLTTL)
 		if err != nil {
 			return Result{}, fmt.Errorf("presign result: %w", err)

@@ -218,17 +218,30 @@ func TestLeaseExpiryRequeuesOrFails(t *testing.T) {
 	tests := []struct {
 		name       string
 		retries    int
+		reason     string
+		started    bool
 		wantStatus Status
+		wantCount  int
 	}{
-		{"retries left", 2, StatusPending},
-		{"exhausted", 0, StatusFailed},
+		{"running, retries left", 2, ReasonAgentLost, true, StatusPending, 1},
+		{"running, exhausted", 0, ReasonAgentLost, true, StatusFailed, 0},
+		{"lease ran out, never started", 2, ReasonLeaseExpired, false, StatusPending, 1},
+		{"lease ran out, never started, exhausted", 0, ReasonLeaseExpired, false, StatusFailed, 0},
+		// Nothing of it ran: the lost agent's task goes back without
+		// using a retry, even when none is left.
+		{"agent lost, never started", 2, ReasonAgentLost, false, StatusPending, 0},
+		{"agent lost, never started, no retries", 0, ReasonAgentLost, false, StatusPending, 0},
 	}
 	for _, tt := range tests {
 		task := leased(t, func(in *SpecInput) { in.MaxRetries = ptr(tt.retries) })
-		recs, err := task.ExpireLease(t0.Add(time.Hour), ReasonAgentLost)
+		if tt.started {
+			recs, err := task.Start(t0.Add(2*time.Second), "agent-1", "att-1")
+			task = run(t, task, recs, err)
+		}
+		recs, err := task.ExpireLease(t0.Add(time.Hour), tt.reason)
 		task = run(t, task, recs, err)
-		if task.Status != tt.wantStatus {
-			t.Errorf("%s: status %s, want %s", tt.name, task.Status, tt.wantStatus)
+		if task.Status != tt.wantStatus || task.RetryCount != tt.wantCount {
+			t.Errorf("%s: status %s, retry_count %d; want %s, %d", tt.name, task.Status, task.RetryCount, tt.wantStatus, tt.wantCount)
 		}
 		if tt.wantStatus == StatusPending && (task.AttemptID != "" || !task.Claimable(t0.Add(time.Hour))) {
 			t.Errorf("%s: not claimable again: %+v", tt.name, task)

@@ -72,6 +72,8 @@ func (d *devFlags) add(f *pflag.FlagSet) {
 	f.IntVar(&d.o.KafkaPort, "kafka-port", 19092, "port of the embedded Kafka broker")
 	f.IntVar(&d.o.AgentSlots, "agent-slots", 4, "concurrent tasks of the local agent")
 	f.BoolVar(&d.noAgent, "no-agent", false, "do not start the local agent")
+	f.BoolVar(&d.o.InfraOnly, "infra-only", false, "start only Postgres and the Kafka broker, for services run as separate processes "+
+		"(writes <data-dir>/database-url and <data-dir>/kafka-brokers)")
 	f.StringVar(&d.o.AgentLocalAPI, "agent-local-api", "127.0.0.1:7071", "the local agent's own REST API (empty: off)")
 	f.StringVar(&d.logFile, "log-file", "", "log file (default <data-dir>/taskmesh.log)")
 	d.limits.add(f)
@@ -132,7 +134,13 @@ func runDev(ctx context.Context, out io.Writer, o stack.Options, logFile string)
 		return err
 	}
 	defer s.Close()
-	printBanner(out, s, logFile)
+	if o.InfraOnly {
+		if err := printInfra(out, s, o.DataDir); err != nil {
+			return err
+		}
+	} else {
+		printBanner(out, s, logFile)
+	}
 	if err := s.Wait(ctx); err != nil {
 		return err
 	}
@@ -198,4 +206,20 @@ func pgDirNote(s *stack.Stack) string {
 		return ""
 	}
 	return "\n                 (data in " + s.PostgresDir + ": the postgres user cannot reach the data directory)"
+}
+
+// printInfra writes where the infrastructure of --infra-only listens to
+// files the services' flags can read (the database URL holds a password:
+// 0600) and prints it.
+func printInfra(w io.Writer, s *stack.Stack, dir string) error {
+	urlFile, brokersFile := filepath.Join(dir, "database-url"), filepath.Join(dir, "kafka-brokers")
+	if err := os.WriteFile(urlFile, []byte(s.Postgres+"\n"), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(brokersFile, []byte(strings.Join(s.Kafka, ",")+"\n"), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nPostgres and Kafka are running (data in %s).\n\n  Postgres  %s   (URL in %s)\n  Kafka     %s   (in %s)\n\nPress Ctrl-C to stop.\n",
+		dir, password.ReplaceAllString(s.Postgres, "://$1:***@"), urlFile, strings.Join(s.Kafka, ","), brokersFile)
+	return nil
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -33,12 +35,27 @@ func executorShim(args []string) (int, bool) {
 
 // executorFlags are the flags of `taskmesh executor`.
 type executorFlags struct {
-	cfg                             executor.Config
-	labels, types, allowed, blocked string
-	tokenFile, logFormat            string
-	backend, priorityClasses        string
-	k8s                             executor.KubernetesConfig
-	metrics                         metricsFlags
+	cfg                              executor.Config
+	labels, types, allowed, blocked  string
+	tokenFile, logFormat             string
+	backend, priorityClasses         string
+	k8s                              executor.KubernetesConfig
+	slurm                            executor.SlurmConfig
+	slurmQoS, slurmNodeAgents        string
+	s3AccessKeyFile, s3SecretKeyFile string
+	configFile                       string
+	isolation                        isolationFlags
+	logFile                          executor.LogConfig
+	metrics                          metricsFlags
+}
+
+// isolationFlags are the sandbox and cleanup flags; each one given wins
+// over the configuration file.
+type isolationFlags struct {
+	sandbox, user               string
+	readonly, writable          []string
+	maxAge, maxSize, journalAge string
+	flags                       *pflag.FlagSet
 }
 
 func executorCommand() *cobra.Command {
@@ -56,11 +73,13 @@ func executorCommand() *cobra.Command {
 	}
 	f.metrics.add(cmd.Flags(), " (heartbeats, slots, spawn latency)")
 	f.addAgent(cmd.Flags())
+	f.addIsolation(cmd.Flags())
 	f.addKubernetes(cmd.Flags())
+	f.addSlurm(cmd.Flags())
 	return cmd
 }
 
-// run runs the backend --backend names.
+// run serves the metrics (--metrics-addr) while the backend runs.
 func (e *executorFlags) run(ctx context.Context) error {
 	cfg, err := e.config()
 	if err != nil {
@@ -83,9 +102,34 @@ func (e *executorFlags) runBackend(ctx context.Context, cfg executor.Config) (er
 		if k8s.PriorityClasses, err = keyValues(e.priorityClasses); err != nil {
 			return fmt.Errorf("--k8s-priority-classes: %w", err)
 		}
+		if k8s.S3AccessKey, err = flagenv.Secret("", e.s3AccessKeyFile); err != nil {
+			return err
+		}
+		if k8s.S3SecretKey, err = flagenv.Secret("", e.s3SecretKeyFile); err != nil {
+			return err
+		}
 		return executor.RunKubernetes(ctx, k8s)
+	case "slurm":
+		return e.runSlurm(ctx, cfg)
 	}
-	return fmt.Errorf("--backend %q: want process or kubernetes", e.backend)
+	return fmt.Errorf("--backend %q: want process, kubernetes or slurm", e.backend)
+}
+
+// runSlurm runs the Slurm backend with the agent's identity and server.
+func (e *executorFlags) runSlurm(ctx context.Context, cfg executor.Config) error {
+	s := e.slurm
+	s.AgentID, s.MachineID, s.Labels, s.Types = cfg.AgentID, cfg.MachineID, cfg.Labels, cfg.Types
+	s.Server, s.Token, s.Logger = cfg.Server, cfg.Token, cfg.Logger
+	var err error
+	if s.QoS, err = executor.ParseSlurmQoS(e.slurmQoS); err != nil {
+		return fmt.Errorf("--slurm-qos: %w", err)
+	}
+	if s.NodeAgents, err = pairs(e.slurmNodeAgents, "node=address"); err != nil {
+		return fmt.Errorf("--slurm-node-agents: %w", err)
+	}
+	// The attempt records live beside an agent's journal.
+	s.StateDir = filepath.Join(cfg.DataDir, "slurm")
+	return executor.RunSlurm(ctx, s)
 }
 
 // config is the agent's configuration, the part both backends share.
@@ -95,6 +139,11 @@ func (e *executorFlags) config() (executor.Config, error) {
 	if cfg.Token, err = flagenv.Secret(cfg.Token, e.tokenFile); err != nil {
 		return executor.Config{}, err
 	}
+	// Reread after a rotation: the operator writes the new secret there.
+	cfg.TokenFile = e.tokenFile
+	if err := e.isolation.apply(&cfg, e.configFile, &e.logFile); err != nil {
+		return executor.Config{}, err
+	}
 	split := func(s string) []string {
 		if s == "" {
 			return nil
@@ -102,9 +151,13 @@ func (e *executorFlags) config() (executor.Config, error) {
 		return strings.Split(s, ",")
 	}
 	cfg.Labels, cfg.Types, cfg.AllowedCommands, cfg.BlockedPatterns = split(e.labels), split(e.types), split(e.allowed), split(e.blocked)
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	out, err := e.logOutput()
+	if err != nil {
+		return executor.Config{}, err
+	}
+	var h slog.Handler = slog.NewTextHandler(out, nil)
 	if e.logFormat == "json" {
-		h = slog.NewJSONHandler(os.Stderr, nil)
+		h = slog.NewJSONHandler(out, nil)
 	}
 	cfg.Logger = slog.New(h).With("service", "executor", "agent", cfg.AgentID)
 	if cfg.AgentID == "" {
@@ -125,7 +178,8 @@ func (e *executorFlags) addAgent(f *pflag.FlagSet) {
 	f.StringVar(&cfg.VideoFont, "video-font", "", "font file for video title cards and the watermark (default: a CJK font from fontconfig)")
 	f.StringVar(&cfg.Server, "server", "127.0.0.1:9090", "gRPC front door of Taskmesh")
 	f.StringVar(&cfg.Token, "token", "", "agent token (prefer --token-file or TASKMESH_TOKEN)")
-	f.StringVar(&e.tokenFile, "token-file", "", "file holding the agent token")
+	f.StringVar(&e.tokenFile, "token-file", "", "file holding the agent token (reread after a rotation)")
+	f.StringVar(&cfg.SourceAddr, "source-address", "", "local address to connect to the server from (default: the system's choice)")
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/taskmesh-agent", "journal and run directories")
 	f.StringVar(&cfg.WorkRoot, "work-root", "", "base of default working directories (default <data-dir>/work)")
 	f.DurationVar(&cfg.ClaimWait, "claim-wait", 30*time.Second, "long-poll wait per claim")
@@ -143,7 +197,7 @@ func (e *executorFlags) addAgent(f *pflag.FlagSet) {
 // PyTorchJobs queued by Kueue.
 func (e *executorFlags) addKubernetes(f *pflag.FlagSet) {
 	k8s := &e.k8s
-	f.StringVar(&e.backend, "backend", "process", "process (run tasks on this machine) or kubernetes (video tasks as PyTorchJobs)")
+	f.StringVar(&e.backend, "backend", "process", "process (run tasks on this machine), kubernetes (video tasks as PyTorchJobs) or slurm (tasks placed by Slurm)")
 	f.StringVar(&k8s.Kubeconfig, "kubeconfig", "", "kubeconfig file of the kubernetes backend (default: in-cluster service account)")
 	f.StringVar(&k8s.Namespace, "k8s-namespace", "default", "namespace of the PyTorchJobs and the Kueue LocalQueues")
 	f.IntVar(&k8s.Slots, "k8s-slots", 16, "PyTorchJobs one kubernetes backend holds at once")
@@ -157,10 +211,37 @@ func (e *executorFlags) addKubernetes(f *pflag.FlagSet) {
 	f.StringVar(&e.priorityClasses, "k8s-priority-classes", "premium=taskmesh-premium,standard=taskmesh-standard",
 		"LocalQueue=WorkloadPriorityClass pairs, comma-separated")
 	f.IntVar(&k8s.GPUsPerReplica, "k8s-gpus-per-replica", 2, "most GPUs of one PyTorchJob replica; larger tasks get Workers")
+	f.BoolVar(&k8s.UploadVideos, "k8s-upload-videos", true, "upload each succeeded job's video from the bucket as the task's result (served as video_url)")
+	f.StringVar(&k8s.S3Region, "s3-region", "", "region of the videos' bucket")
+	f.StringVar(&e.s3AccessKeyFile, "s3-access-key-file", "", "file holding the access key that reads the videos' bucket (default: the environment's)")
+	f.StringVar(&e.s3SecretKeyFile, "s3-secret-key-file", "", "file holding the secret key that reads the videos' bucket")
 }
 
-// keyValues parses "a=b,c=d".
-func keyValues(s string) (map[string]string, error) {
+// addSlurm adds the flags of the Slurm backend (docs/slurm.md).
+func (e *executorFlags) addSlurm(f *pflag.FlagSet) {
+	s := &e.slurm
+	f.StringVar(&s.RESTEndpoint, "slurmrestd", "", "slurmrestd of the slurm backend: unix:/path/slurmrestd.sock or http(s)://host:port")
+	f.StringVar(&s.RESTVersion, "slurm-api-version", "", "slurmrestd API version, v0.0.38 or v0.0.40 and later (default: the newest slurmrestd offers)")
+	f.StringVar(&s.RESTUser, "slurm-user", "", "user name sent with the JWT (X-SLURM-USER-NAME)")
+	f.StringVar(&s.RESTTokenFile, "slurm-token-file", "", "file holding the JWT for slurmrestd over TCP (re-read when it changes)")
+	f.StringVar(&s.Mode, "slurm-mode", "placement", "placement (a placeholder job; the task runs on the allocated node's agent) or batch (the task is the job)")
+	f.StringVar(&s.Partition, "slurm-partition", "", "partition of the jobs (default: the cluster's default partition)")
+	f.StringVar(&s.JobDir, "slurm-job-dir", "", "directory shared with the nodes: batch output and work directories (placement: where placeholders run, default /tmp)")
+	f.IntVar(&s.Slots, "slurm-slots", 64, "Slurm jobs one backend holds at once, pending or running")
+	f.StringVar(&s.Priority, "slurm-priority", "nice", "how task priority reaches Slurm: nice (anyone), absolute (operators) or off")
+	f.IntVar(&s.PriorityStep, "slurm-priority-step", 100, "Slurm priority (or nice) one task priority level is worth")
+	f.StringVar(&e.slurmQoS, "slurm-qos", "", "QoS by task priority, e.g. 1-3=high,4-10=normal")
+	f.Int64Var(&s.DefaultMemoryMB, "slurm-default-memory", 0, "MB of memory asked for a task that names none (0: the partition's default)")
+	f.StringVar(&e.slurmNodeAgents, "slurm-node-agents", "", "node=address of each node's Taskmesh agent local API, comma-separated (placement)")
+	f.StringVar(&s.NodeAgentURL, "slurm-node-agent-url", "", "local API address of the other nodes' agents, with {node}, e.g. http://{node}:7071 (placement)")
+	f.DurationVar(&s.PollInterval, "slurm-poll-interval", time.Second, "how often slurmctld's job list is read")
+}
+
+// keyValues parses "queue=class,queue=class".
+func keyValues(s string) (map[string]string, error) { return pairs(s, "queue=class") }
+
+// pairs parses "a=b,c=d"; what names the shape in errors.
+func pairs(s, what string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, kv := range strings.Split(s, ",") {
 		if kv = strings.TrimSpace(kv); kv == "" {
@@ -168,9 +249,108 @@ func keyValues(s string) (map[string]string, error) {
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" || v == "" {
-			return nil, fmt.Errorf("%q is not queue=class", kv)
+			return nil, fmt.Errorf("%q is not %s", kv, what)
 		}
 		out[k] = v
 	}
 	return out, nil
+}
+
+// addIsolation adds the sandbox, cleanup and log flags (the isolation,
+// cleanup and log blocks of --config).
+func (e *executorFlags) addIsolation(f *pflag.FlagSet) {
+	i := &e.isolation
+	i.flags = f
+	f.StringVar(&e.configFile, "config", "", "agent configuration file with isolation:, log: and cleanup: blocks (docs/executor.md)")
+	f.StringVar(&i.sandbox, "isolation", "none", "task sandbox: none or bwrap (bubblewrap, tasks as an unprivileged user)")
+	f.StringVar(&i.user, "isolation-user", "nobody", "the user sandboxed tasks run as")
+	f.StringSliceVar(&i.readonly, "isolation-readonly-paths", nil, "paths a sandboxed task sees read-only (default /usr,/bin,/sbin,/lib,/lib64,/etc)")
+	f.StringSliceVar(&i.writable, "isolation-writable-paths", nil, "paths a sandboxed task may write besides its work directory")
+	f.BoolVar(&e.cfg.NoCgroups, "no-cgroups", false, "limit tasks' resources with rlimits even where cgroups could be made")
+	f.StringVar(&i.maxAge, "cleanup-max-age", "", "remove delivered tasks' run and work directories after this age (default 7d)")
+	f.StringVar(&i.maxSize, "cleanup-max-size", "", "keep run and work directories under this size, oldest removed first (default 10GB)")
+	f.StringVar(&i.journalAge, "journal-max-age", "", "prune delivered journal entries after this age (default 7d)")
+	f.StringVar(&e.logFile.LocalDir, "log-dir", "", "write the agent's log to <dir>/agent.log, rotated (default: standard error)")
+	f.IntVar(&e.logFile.MaxSizeMB, "log-max-size-mb", logfileDefaultMB, "rotate the log file at this size")
+	f.IntVar(&e.logFile.RetainCount, "log-retain", logfileDefaultRetain, "log files kept, the current one included")
+}
+
+// Log rotation defaults (docs/executor.md).
+const (
+	logfileDefaultMB     = 100
+	logfileDefaultRetain = 7
+)
+
+// apply sets cfg from the configuration file, then from the flags given.
+func (i *isolationFlags) apply(cfg *executor.Config, file string, log *executor.LogConfig) error {
+	if file != "" {
+		f, err := executor.LoadFile(file)
+		if err != nil {
+			return err
+		}
+		if err := f.Apply(cfg); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		i.logDefaults(f.Log, log)
+	}
+	if i.flags.Changed("isolation") || file == "" {
+		cfg.Sandbox.Type, cfg.Sandbox.Enabled = i.sandbox, i.sandbox != executor.SandboxNone
+	}
+	if i.flags.Changed("isolation-user") || cfg.Sandbox.User == "" {
+		cfg.Sandbox.User = i.user
+	}
+	if i.flags.Changed("isolation-readonly-paths") {
+		cfg.Sandbox.ReadonlyPaths = i.readonly
+	}
+	if i.flags.Changed("isolation-writable-paths") {
+		cfg.Sandbox.WritablePaths = i.writable
+	}
+	return i.cleanup(cfg)
+}
+
+// logDefaults takes the file's log block where no flag was given.
+func (i *isolationFlags) logDefaults(from executor.LogConfig, to *executor.LogConfig) {
+	if !i.flags.Changed("log-dir") && from.LocalDir != "" {
+		to.LocalDir = from.LocalDir
+	}
+	if !i.flags.Changed("log-max-size-mb") && from.MaxSizeMB > 0 {
+		to.MaxSizeMB = from.MaxSizeMB
+	}
+	if !i.flags.Changed("log-retain") && from.RetainCount > 0 {
+		to.RetainCount = from.RetainCount
+	}
+}
+
+// cleanup applies the cleanup flags given.
+func (i *isolationFlags) cleanup(cfg *executor.Config) error {
+	var err error
+	if i.maxAge != "" {
+		if cfg.Retention.MaxAge, err = executor.ParseAge(i.maxAge); err != nil {
+			return fmt.Errorf("--cleanup-max-age: %w", err)
+		}
+	}
+	if i.maxSize != "" {
+		if cfg.Retention.MaxBytes, err = executor.ParseSize(i.maxSize); err != nil {
+			return fmt.Errorf("--cleanup-max-size: %w", err)
+		}
+	}
+	if i.journalAge != "" {
+		if cfg.Retention.JournalMaxAge, err = executor.ParseAge(i.journalAge); err != nil {
+			return fmt.Errorf("--journal-max-age: %w", err)
+		}
+	}
+	return nil
+}
+
+// logOutput is the rotating log file of --log-dir (or the file's log
+// block), else standard error.
+func (e *executorFlags) logOutput() (io.Writer, error) {
+	if e.logFile.LocalDir == "" {
+		return os.Stderr, nil
+	}
+	w, err := executor.OpenLog(e.logFile)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +19,7 @@ type gatewayFlags struct {
 	fsRoot, fsBaseURL, fsKey                string
 	limits                                  rateLimitFlags
 	adminKeyFile                            string
+	trustedProxies                          []string
 	live                                    gateway.LiveConfig
 	maxUpload                               int64
 	noConsole                               bool
@@ -53,6 +57,8 @@ func (g *gatewayFlags) add(cmd *cobra.Command) {
 	f.Int64Var(&g.maxUpload, "pipeline-max-upload-bytes", 1<<30+1<<20, "largest POST /jobs/uploads request")
 	f.BoolVar(&g.noConsole, "no-console", false, "do not serve the web console at /ui")
 	f.StringVar(&g.adminKeyFile, "admin-key-file", "", "if no usable operator key exists, create one and write it to this file (0600)")
+	f.StringSliceVar(&g.trustedProxies, "trusted-proxies", nil,
+		"CIDRs of load balancers whose X-Forwarded-For (HTTP) or x-forwarded-for (gRPC) names the client, comma-separated")
 	g.limits.add(f)
 	f.IntVar(&g.live.MaxStreamsPerTenant, "live-max-streams-per-tenant", 100, "open live task streams (SSE, WebSocket) per tenant on this gateway")
 	f.DurationVar(&g.live.IdleTimeout, "live-idle-timeout", 10*time.Minute, "close a live task stream that sent nothing for this long")
@@ -73,6 +79,9 @@ func (g *gatewayFlags) config(p *process) (gateway.Config, error) {
 	if cfg.RateLimits, err = g.limits.config(); err != nil {
 		return gateway.Config{}, err
 	}
+	if cfg.TrustedProxies, err = parsePrefixes(g.trustedProxies); err != nil {
+		return gateway.Config{}, fmt.Errorf("--trusted-proxies: %w", err)
+	}
 	if g.fsRoot != "" {
 		fs, err := openFS(g.fsRoot, g.fsBaseURL, g.fsKey)
 		if err != nil {
@@ -81,4 +90,24 @@ func (g *gatewayFlags) config(p *process) (gateway.Config, error) {
 		cfg.Objects = fs.Handler()
 	}
 	return cfg, nil
+}
+
+// parsePrefixes reads CIDRs ("10.0.0.0/8") and bare addresses (one host).
+func parsePrefixes(in []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range in {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("%q is neither a CIDR nor an address", s)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }

@@ -312,6 +312,7 @@ type conn struct {
 	cc        *grpc.ClientConn
 	tasks     taskv1.TaskServiceClient
 	admin     adminv1.AdminServiceClient
+	agents    adminv1.AgentServiceClient
 	video     videov1.VideoServiceClient
 	pipeline  pipelinev1.PipelineServiceClient
 	admission quotav1.AdmissionServiceClient
@@ -341,9 +342,9 @@ func dial(s Settings) (*conn, error) {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
 	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
-		video: videov1.NewVideoServiceClient(cc), pipeline: pipelinev1.NewPipelineServiceClient(cc),
-		admission: quotav1.NewAdmissionServiceClient(cc), groups: taskv1.NewTaskGroupServiceClient(cc),
-		templates: taskv1.NewTemplateServiceClient(cc)}, nil
+		agents: adminv1.NewAgentServiceClient(cc), video: videov1.NewVideoServiceClient(cc),
+		pipeline: pipelinev1.NewPipelineServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc),
+		groups: taskv1.NewTaskGroupServiceClient(cc), templates: taskv1.NewTemplateServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message

@@ -133,6 +133,9 @@ func (p *fileParser) document(doc *yaml.Node) error {
 			}
 		}
 		t, err := p.task(lookup(pairs, "task"), "task", "")
+		if err == nil {
+			err = p.named(t, deref(lookup(pairs, "task")), "task")
+		}
 		if err != nil {
 			return err
 		}
@@ -152,6 +155,9 @@ func (p *fileParser) document(doc *yaml.Node) error {
 			}
 		}
 		t, err := p.taskPairs(root, pairs, "", "")
+		if err == nil {
+			err = p.named(t, root, "")
+		}
 		if err != nil {
 			return err
 		}
@@ -200,7 +206,11 @@ func (p *fileParser) localQueue(n *yaml.Node) error {
 		return p.errorf(tasks, "local_queue.tasks: want a list of tasks, got %s", kindName(tasks))
 	}
 	for i, item := range tasks.Content {
-		t, err := p.task(deref(item), fmt.Sprintf("local_queue.tasks[%d]", i), machine)
+		path := fmt.Sprintf("local_queue.tasks[%d]", i)
+		t, err := p.task(deref(item), path, machine)
+		if err == nil {
+			err = p.named(t, deref(item), path)
+		}
 		if err != nil {
 			return err
 		}
@@ -222,6 +232,20 @@ func (p *fileParser) task(n *yaml.Node, path, defaultMachine string) (FileTask, 
 		return FileTask{}, err
 	}
 	return p.taskPairs(n, pairs, path, defaultMachine)
+}
+
+// named checks that a task of a task file has a name: say where it is
+// missing rather than send a task the server can only refuse. Group
+// members are not checked here: a member may take its name from its
+// template or its id.
+func (p *fileParser) named(t FileTask, n *yaml.Node, path string) error {
+	if strings.TrimSpace(t.Spec.GetName()) != "" {
+		return nil
+	}
+	if path == "" {
+		path = "the task"
+	}
+	return p.errorf(n, "%s: has no name (name: is required)", path)
 }
 
 // taskPairs maps one task mapping onto a TaskSpec, field by field.

@@ -250,6 +250,10 @@ func TestParseErrors(t *testing.T) {
 			`f.yaml:1: "group" files are task groups: submit them with ctl groups submit -f FILE`},
 		{"queue without tasks", "local_queue:\n  agent_id: a\n",
 			`f.yaml:2: local_queue has no tasks`},
+		{"task without a name", "task:\n  command: c\n", `f.yaml:2: task: has no name (name: is required)`},
+		{"bare task without a name", "command: c\n", `f.yaml:1: the task: has no name (name: is required)`},
+		{"queue task without a name", "local_queue:\n  tasks:\n    - name: a\n    - {command: c}\n",
+			`f.yaml:4: local_queue.tasks[1]: has no name (name: is required)`},
 		{"empty file", "", `f.yaml: no task in file (want task: {…}, local_queue: {tasks: […]} or a task mapping)`},
 		{"syntax error", "task:\n\tname: x\n", `f.yaml: line 2: found character that cannot start any token`},
 	}

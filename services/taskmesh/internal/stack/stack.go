@@ -74,6 +74,10 @@ type Options struct {
 	// GUQuotas replaces the embedded quota service's GU quota check in
 	// admission (tests); nil uses the quota service.
 	GUQuotas admission.GUQuotas
+	// InfraOnly starts only what the services need from outside, the
+	// Postgres server and the Kafka-protocol broker (taskmesh dev
+	// --infra-only, for deployments/local/run.sh), and no service.
+	InfraOnly bool
 	// Pipeline configures the model-conversion pipeline (nil: the
 	// defaults: the stand-in stage programs, run by this binary).
 	Pipeline *scheduler.PipelineConfig
@@ -160,6 +164,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	if err := s.startKafka(); err != nil {
 		return nil, err
+	}
+	if o.InfraOnly {
+		return s, nil
 	}
 	if err := s.writeInternalToken(); err != nil {
 		return nil, err
@@ -430,7 +437,12 @@ func (s *Stack) bootstrap(ctx context.Context) error {
 		return nil
 	}
 	// The local agent serves every tenant (shared pool), on loopback only.
+	// Its token file may be gone while its token is not: a new secret for
+	// the same token then.
 	_, secret, err := creds.CreateAgentToken(ctx, s.AgentID, "", []string{"127.0.0.1/32", "::1/128"}, nil)
+	if errors.Is(err, gateway.ErrExists) {
+		_, secret, err = creds.RotateAgent(ctx, s.AgentID, nil, gateway.SystemActor)
+	}
 	if err != nil {
 		return fmt.Errorf("create the local agent's token: %w", err)
 	}
