@@ -19,10 +19,20 @@ type ReplaySpec struct {
 	// Name and Topic of the live projection (its stored offsets).
 	Name  string
 	Topic string
-	// Tables are the live tables the projection writes.
+	// Tables are the live tables the projection writes, compared row for
+	// row with their replay.
 	Tables []string
+	// Scratch are tables the handler also writes but whose live rows are
+	// changed by something else as well (a queue another loop consumes, a
+	// delivery schedule): they are replayed into fresh copies, so the live
+	// ones are never touched, and not compared.
+	Scratch []string
+	// Where, if set for a table, restricts its comparison to the rows the
+	// SQL condition selects, on both sides (e.g. rows a retention job has
+	// not yet archived). It is written by the program, never by a user.
+	Where map[string]string
 	// NewHandler returns a handler that writes to the given tables instead
-	// of the live ones (live name → replay name).
+	// of the live ones (live name → replay name, for Tables and Scratch).
 	NewHandler func(tables map[string]string) Handler
 	Kafka      kafka.Config
 	// Suffix names the replay tables (<table><Suffix>); default "_replay".
@@ -34,7 +44,10 @@ type ReplaySpec struct {
 
 // Report is what Replay found.
 type Report struct {
-	Records  int64 // records applied to the replay tables
+	Records int64 // records applied to the replay tables
+	// Skipped are records that failed alone and were left out, as the
+	// live runner parked them.
+	Skipped  int64
 	Tables   []TableReport
 	Duration time.Duration
 }
@@ -76,8 +89,8 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 	if spec.BatchSize <= 0 {
 		spec.BatchSize = 1000
 	}
-	mapping := make(map[string]string, len(spec.Tables))
-	for _, t := range spec.Tables {
+	mapping := make(map[string]string, len(spec.Tables)+len(spec.Scratch))
+	for _, t := range append(append([]string(nil), spec.Tables...), spec.Scratch...) {
 		mapping[t] = t + spec.Suffix
 		if err := freshCopy(ctx, pool, t, mapping[t]); err != nil {
 			return nil, err
@@ -125,7 +138,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 			}
 		}
 		for _, t := range spec.Tables {
-			tr, err := compare(ctx, tx, t, mapping[t])
+			tr, err := compare(ctx, tx, t, mapping[t], spec.Where[t])
 			if err != nil {
 				return err
 			}
@@ -137,13 +150,14 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 		return nil, err
 	}
 	if !spec.Keep {
-		for _, t := range spec.Tables {
+		for _, t := range append(append([]string(nil), spec.Tables...), spec.Scratch...) {
 			if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{mapping[t]}.Sanitize()); err != nil {
 				return nil, fmt.Errorf("drop %s: %w", mapping[t], err)
 			}
 		}
 	}
 	report.Records = rp.applied
+	report.Skipped = rp.skipped
 	report.Duration = time.Since(began)
 	return report, nil
 }
@@ -206,6 +220,7 @@ type replayer struct {
 	pos     map[int32]int64 // next offset applied per partition
 	held    []*kgo.Record
 	applied int64
+	skipped int64 // records that failed alone (dead letters of the live side)
 }
 
 func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
@@ -246,9 +261,7 @@ func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
 		if len(batch) == 0 {
 			continue
 		}
-		if err := pg.InTx(ctx, rp.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-			return rp.handler.Apply(ctx, tx, batch)
-		}); err != nil {
+		if err := rp.apply(ctx, batch); err != nil {
 			return fmt.Errorf("replay apply: %w", err)
 		}
 		for p, o := range nextOffsets(batch) {
@@ -259,14 +272,54 @@ func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
 	return nil
 }
 
-// compare counts rows that differ between two tables of the same shape.
-func compare(ctx context.Context, tx pgx.Tx, live, replay string) (TableReport, error) {
+// apply applies a batch to the replay tables. A batch that fails for a
+// reason of its own is applied record by record, skipping (and counting)
+// the records that fail alone: the live runner parked those as dead
+// letters, so the live tables hold nothing of them either.
+func (rp *replayer) apply(ctx context.Context, batch []*kgo.Record) error {
+	err := pg.InTx(ctx, rp.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return rp.handler.Apply(ctx, tx, batch)
+	})
+	if err == nil || pg.IsTransient(err) {
+		return err
+	}
+	return pg.InTx(ctx, rp.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		skipped := int64(0)
+		for _, rec := range batch {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if err := rp.handler.Apply(ctx, sp, []*kgo.Record{rec}); err != nil {
+				_ = sp.Rollback(ctx)
+				if pg.IsTransient(err) {
+					return err
+				}
+				skipped++
+				continue
+			}
+			if err := sp.Commit(ctx); err != nil {
+				return err
+			}
+		}
+		rp.skipped += skipped
+		return nil
+	})
+}
+
+// compare counts rows that differ between two tables of the same shape,
+// among the rows where selects ("" = all).
+func compare(ctx context.Context, tx pgx.Tx, live, replay, where string) (TableReport, error) {
 	l, r := pgx.Identifier{live}.Sanitize(), pgx.Identifier{replay}.Sanitize()
+	cond := ""
+	if where != "" {
+		cond = ` WHERE ` + where
+	}
 	// Rows compare by their text form: every column type has one (json has
 	// no equality operator), and equal text is what "identical" means here.
-	lt, rt := `(SELECT x::text AS row FROM `+l+` x)`, `(SELECT x::text AS row FROM `+r+` x)`
+	lt, rt := `(SELECT x::text AS row FROM `+l+` x`+cond+`)`, `(SELECT x::text AS row FROM `+r+` x`+cond+`)`
 	tr := TableReport{Live: live, Replay: replay}
-	err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+l+`), (SELECT count(*) FROM `+r+`),
+	err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+l+` x`+cond+`), (SELECT count(*) FROM `+r+` x`+cond+`),
 		(SELECT count(*) FROM (`+lt+` EXCEPT ALL `+rt+`) d),
 		(SELECT count(*) FROM (`+rt+` EXCEPT ALL `+lt+`) d)`).
 		Scan(&tr.LiveRows, &tr.ReplayRows, &tr.OnlyInLive, &tr.OnlyInReplay)
