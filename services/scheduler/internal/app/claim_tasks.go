@@ -72,7 +72,7 @@ func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest) ([]domain
 			if err != nil {
 				return nil, err
 			}
-			leases[i] = recs
+			leases[i] = withIP(recs, c.IP)
 		}
 		return leases, nil
 	})
