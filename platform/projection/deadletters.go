@@ -101,9 +101,9 @@ func Park(ctx context.Context, tx pgx.Tx, projection string, rec *kgo.Record, ca
 	return d, nil
 }
 
-// reportParked logs a parked record and counts it in the
+// ReportParked logs a parked record and counts it in the
 // taskmesh.projection.dead_letters metric; hook, if set, is called too.
-func reportParked(log *slog.Logger, hook func(DeadLetter), d DeadLetter) {
+func ReportParked(log *slog.Logger, hook func(DeadLetter), d DeadLetter) {
 	log.Error("record parked as a dead letter", "projection", d.Projection, "topic", d.Topic, "partition", d.Partition,
 		"offset", d.Offset, "event_id", d.EventID, "dead_letter_id", d.ID, "attempts", d.Attempts, "err", d.Error)
 	counter, err := gotel.Meter("github.com/taskmesh/taskmesh/platform/projection").Int64Counter(

@@ -262,7 +262,7 @@ func (r *Runner) apply(ctx context.Context, conn *pgxpool.Conn, records []*kgo.R
 		return err
 	}
 	for _, d := range parked {
-		reportParked(r.cfg.Logger, r.cfg.OnDeadLetter, d)
+		ReportParked(r.cfg.Logger, r.cfg.OnDeadLetter, d)
 	}
 	r.mu.Lock()
 	r.applied += int64(len(records))
