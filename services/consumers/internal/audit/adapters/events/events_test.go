@@ -1,0 +1,116 @@
+package events
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/consumers/internal/audit/domain"
+	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle/lifecycletest"
+)
+
+var at = time.Date(2026, 11, 22, 12, 0, 0, 5, time.UTC)
+
+func taskEvent(e *taskv1.TaskEvent) *taskv1.TaskEvent {
+	e.EventId, e.AggregateId, e.Version, e.TenantId, e.Actor, e.ActorIp = "ev-1", "task-1", 3, "acme", "key-1", "203.0.113.9"
+	e.OccurredAt = timestamppb.New(at)
+	return e
+}
+
+func TestTaskEntry(t *testing.T) {
+	code := int32(3)
+	tests := []struct {
+		ev      *taskv1.TaskEvent
+		action  string
+		machine string
+		details string
+	}{
+		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{
+			Spec: &taskv1.TaskSpec{Name: "x\x00", Type: "shell", Priority: &code}, ClusterQueue: "cq"}}},
+			"task.created", "", "{\"name\":\"x\uFFFD\",\"priority\":3,\"queue\":\"cq\",\"type\":\"shell\"}"},
+		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Leased{Leased: &taskv1.TaskLeased{AttemptId: "a", AgentId: "ag", MachineId: "m-1"}}},
+			"task.assigned", "m-1", `{"agent_id":"ag","attempt_id":"a"}`},
+		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Failed{Failed: &taskv1.TaskFailed{Error: "boom", Reason: "exit_code", ExitCode: &code, RetryFollows: true}}},
+			"task.failed", "", `{"error":"boom","exit_code":3,"reason":"exit_code","retry_follows":true}`},
+		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Failed{Failed: &taskv1.TaskFailed{Error: "spawn"}}},
+			"task.failed", "", `{"error":"spawn","reason":"","retry_follows":false}`},
+		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Requeued{Requeued: &taskv1.TaskRequeued{FromStatus: "preempted"}}},
+			"task.requeued", "", `{"from":"preempted","reason":""}`},
+		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Canceled{Canceled: &taskv1.TaskCanceled{Reason: "not needed"}}},
+			"task.cancelled", "", `{"reason":"not needed"}`},
+		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Deleted{Deleted: &taskv1.TaskDeleted{}}}, "task.deleted", "", `{}`},
+	}
+	for _, tt := range tests {
+		e, ok, err := TaskEntry(taskEvent(tt.ev))
+		want := domain.Entry{ID: "ev-1", At: at, TenantID: "acme", Action: tt.action, Resource: "task", ResourceID: "task-1",
+			UserID: "key-1", MachineID: tt.machine, Details: tt.details, IP: "203.0.113.9"}
+		if err != nil || !ok || e != want {
+			t.Errorf("%s:\n got  %+v (%v, %v)\n want %+v", tt.action, e, ok, err, want)
+		}
+	}
+	if _, _, err := TaskEntry(&taskv1.TaskEvent{EventId: "ev-x"}); !errors.Is(err, ErrNoCase) {
+		t.Errorf("an envelope without an event: %v", err)
+	}
+}
+
+func TestQuotaEntry(t *testing.T) {
+	e, ok, err := QuotaEntry(&quotav1.QuotaEvent{EventId: "ev-q", AggregateId: "quota/q-1", TenantId: "acme", Actor: "op",
+		OccurredAt: timestamppb.New(at), Event: &quotav1.QuotaEvent_QuotaCreated{QuotaCreated: &quotav1.QuotaCreated{
+			Name: "gu", Kind: quotav1.QuotaKind_QUOTA_KIND_GU, Cluster: "local", Level: 1, MachineType: "A100", MinUnits: 4, MaxUnits: 8}}})
+	want := domain.Entry{ID: "ev-q", At: at, TenantID: "acme", Action: "quota.created", Resource: "quota", ResourceID: "q-1",
+		UserID: "op", Details: `{"cluster":"local","kind":"QUOTA_KIND_GU","level":1,"machine_type":"A100","max_units":8,"min_units":4,"name":"gu"}`}
+	if err != nil || !ok || e != want {
+		t.Errorf("quota created:\n got  %+v (%v, %v)\n want %+v", e, ok, err, want)
+	}
+	if _, ok, err := QuotaEntry(&quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_WorkloadAdmitted{WorkloadAdmitted: &quotav1.WorkloadAdmitted{}}}); ok || err != nil {
+		t.Errorf("a workload decision is audited: %v %v", ok, err)
+	}
+	e, ok, err = QuotaEntry(&quotav1.QuotaEvent{AggregateId: "tenant/acme", TenantId: "acme",
+		Event: &quotav1.QuotaEvent_QuotaProduced{QuotaProduced: &quotav1.QuotaProduced{}}})
+	if err != nil || !ok || e.ResourceID != "acme" || e.Action != "quota.produced" {
+		t.Errorf("quota produced = %+v, %v, %v", e, ok, err)
+	}
+}
+
+// Every task event has a row: one that audits it or one that says it is
+// not audited.
+func TestLifecycleCoverage(t *testing.T) {
+	lifecycletest.EveryEvent(t, "the audit log (events.TaskEntry)", func(ev *taskv1.TaskEvent) error {
+		_, _, err := TaskEntry(ev)
+		return err
+	})
+}
+
+// Likewise every quota event.
+func TestQuotaEventCoverage(t *testing.T) {
+	fields := (&quotav1.QuotaEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("event").Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		env := &quotav1.QuotaEvent{EventId: "ev", AggregateId: "quota/q"}
+		m := env.ProtoReflect()
+		m.Set(fd, protoreflect.ValueOfMessage(m.NewField(fd).Message()))
+		if _, _, err := QuotaEntry(env); err != nil {
+			t.Errorf("the audit log has no row for quota event %q: %v", fd.Name(), err)
+		}
+	}
+}
+
+// Every action's resource is one the API filters by.
+func TestActionsUseKnownResources(t *testing.T) {
+	for _, r := range Resources() {
+		if !slices.Contains(domain.Resources, r) {
+			t.Errorf("resource %q is written but not in domain.Resources", r)
+		}
+	}
+	for _, a := range []string{"task.created", "task.started", "task.completed", "task.failed", "task.cancelled", "task.preempted"} {
+		if !slices.Contains(Actions(), a) {
+			t.Errorf("the document's action %s is missing", a)
+		}
+	}
+}
