@@ -39,6 +39,10 @@ CREATE TABLE usage_tasks (
     version          bigint      NOT NULL,
     type             text        NOT NULL DEFAULT '',
     gpus             float8      NOT NULL DEFAULT 0,
+    spec_queue       text        NOT NULL DEFAULT '',
+    cluster_queue    text        NOT NULL DEFAULT '',
+    -- The queue usage is counted under: admission's ClusterQueue, else
+    -- the queue the task names.
     queue            text        NOT NULL DEFAULT '',
     flavor           text        NOT NULL DEFAULT '',
     model            text        NOT NULL DEFAULT '',
