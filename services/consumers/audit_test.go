@@ -1,0 +1,178 @@
+package consumers_test
+
+import (
+	"context"
+	"crypto/rand"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/objectstore"
+	"github.com/taskmesh/taskmesh/platform/projection"
+	"github.com/taskmesh/taskmesh/services/consumers"
+)
+
+func quotaRecord(t *testing.T, agg, tenant, id string, at time.Time, ev *quotav1.QuotaEvent) *kgo.Record {
+	t.Helper()
+	ev.EventId, ev.AggregateId, ev.TenantId, ev.Version, ev.OccurredAt, ev.Actor = id, agg, tenant, 1, timestamppb.New(at), "op"
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Topic: consumers.QuotaTopic, Key: []byte(agg), Value: b,
+		Headers: []kgo.RecordHeader{{Key: projection.EventIDHeader, Value: []byte(id)}}}
+}
+
+func listAudit(t *testing.T, s *service, ctx context.Context, r *auditv1.ListAuditLogsRequest) []*auditv1.AuditLog {
+	t.Helper()
+	resp, err := s.audit().ListAuditLogs(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetAuditLogs()
+}
+
+// Both topics reach the audit log with the caller's address; tenants see
+// their own entries, operators all; the replay of each runner equals the
+// live rows; retention through the service archives and deletes.
+func TestAuditLogFromBothTopics(t *testing.T) {
+	e := newEnv(t)
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	objects, err := objectstore.NewFS(objectstore.FSConfig{Root: t.TempDir(), BaseURL: "http://127.0.0.1:1/objects", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The retention's clock starts 20 days back, so the pass at start-up
+	// expires nothing; the test moves it to now for its own pass.
+	var clock atomic.Int64
+	clock.Store(time.Now().Add(-20 * 24 * time.Hour).UnixNano())
+	s := e.start(consumers.Config{Objects: objects, Now: func() time.Time { return time.Unix(0, clock.Load()).UTC() }})
+	sc := newScript(t)
+	old := time.Now().UTC().Add(-100 * 24 * time.Hour)
+	ev := sc.add("acme", "task-1", old, submitted(&taskv1.TaskSpec{Name: "first"}))
+	ev.ActorIp = "198.51.100.7"
+	sc.records[0].Value, _ = proto.Marshal(ev) // the address the gateway saw
+	sc.add("acme", "task-1", time.Now().UTC(), cancelled())
+	sc.add("globex", "task-2", time.Now().UTC(), submitted(&taskv1.TaskSpec{Name: "second"}))
+	e.produce(sc.records)
+	now := time.Now().UTC()
+	e.produce([]*kgo.Record{
+		quotaRecord(t, "quota/q-1", "acme", "q-ev-1", now, &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_QuotaProduced{QuotaProduced: &quotav1.QuotaProduced{}}}),
+		quotaRecord(t, "quota/q-1", "acme", "q-ev-2", now, &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_QuotaUnsubscribed{QuotaUnsubscribed: &quotav1.QuotaUnsubscribed{Reason: "done"}}}),
+		quotaRecord(t, "workload/task-1", "acme", "q-ev-3", now, &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_WorkloadFinished{WorkloadFinished: &quotav1.WorkloadFinished{}}}),
+	})
+	eventually(t, "five audit entries", func() bool { return len(listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{})) == 5 })
+
+	acme := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{})
+	var actions []string
+	for _, a := range acme {
+		actions = append(actions, a.GetAction())
+	}
+	slices.Sort(actions)
+	if !slices.Equal(actions, []string{"quota.produced", "quota.unsubscribed", "task.cancelled", "task.created"}) {
+		t.Errorf("acme's actions = %v", actions)
+	}
+	created := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{Resource: "task", Action: "created"})
+	if len(created) != 1 || created[0].GetIp() != "198.51.100.7" || created[0].GetResourceId() != "task-1" ||
+		created[0].GetUserId() != "key-acme" || created[0].GetDetails() == "" {
+		t.Errorf("task.created = %v", created)
+	}
+	if q := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{Resource: "quota", Action: "unsubscribed"}); len(q) != 1 ||
+		q[0].GetResourceId() != "q-1" || q[0].GetDetails() != `{"reason":"done"}` {
+		t.Errorf("quota.unsubscribed = %v", q)
+	}
+	if _, err := s.audit().ListAuditLogs(tenantKey("acme"), &auditv1.ListAuditLogsRequest{Resource: "spaceship"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a bad resource: %v", err)
+	}
+
+	for _, spec := range consumers.ReplaySpecs(e.broker.Config()) {
+		if spec.Name != consumers.AuditTasks && spec.Name != consumers.AuditQuota {
+			continue
+		}
+		rep, err := projection.Replay(context.Background(), e.pool, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Equal() {
+			t.Errorf("replay of %s = %+v", spec.Name, rep)
+		}
+	}
+
+	clock.Store(time.Now().UnixNano())
+	keys, deleted, err := s.Service.ExpireAudit(context.Background())
+	if err != nil || deleted != 1 || len(keys) != 1 {
+		t.Fatalf("expire = %v, %d, %v", keys, deleted, err)
+	}
+	if rest := listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{}); len(rest) != 4 {
+		t.Errorf("%d entries after the retention, want 4", len(rest))
+	}
+	rep, err := projection.Replay(context.Background(), e.pool, consumers.ReplaySpecs(e.broker.Config())[0])
+	if err != nil || !rep.Equal() {
+		t.Errorf("replay after the retention = %+v, %v", rep, err)
+	}
+}
+
+// A record no consumer can read is parked by each of them, the others go
+// on, and the dead letters are listed, retried and dropped through the
+// service's DeadLetterService.
+func TestDeadLettersOfEveryConsumer(t *testing.T) {
+	e := newEnv(t)
+	s := e.start(consumers.Config{})
+	sc := newScript(t)
+	sc.add("acme", "task-1", time.Now(), submitted(&taskv1.TaskSpec{Name: "fine"}))
+	garbage := &kgo.Record{Topic: consumers.TaskTopic, Key: []byte("task-x"), Value: []byte{0xff, 0xfe, 0x00},
+		Headers: []kgo.RecordHeader{{Key: projection.EventIDHeader, Value: []byte("ev-garbage")}}}
+	after := newScript(t)
+	after.versions["task-1"] = 1
+	after.add("acme", "task-1", time.Now(), succeeded(""))
+	e.produce(append(append(sc.records, garbage), after.records...))
+
+	eventually(t, "three dead letters", func() bool {
+		l, err := s.deadLetters().ListDeadLetters(operator, &deadletterv1.ListDeadLettersRequest{})
+		return err == nil && len(l.GetDeadLetters()) == 3
+	})
+	l, _ := s.deadLetters().ListDeadLetters(operator, &deadletterv1.ListDeadLettersRequest{})
+	var names []string
+	for _, d := range l.GetDeadLetters() {
+		names = append(names, d.GetProjection())
+		if d.GetEventId() != "ev-garbage" || d.GetService() != "consumers" || string(d.GetPayload()) != "\xff\xfe\x00" {
+			t.Errorf("dead letter %v", d)
+		}
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"audit_tasks", "usage", "webhooks"}) {
+		t.Errorf("parked by %v", names)
+	}
+	// The record after the garbage was applied by everyone.
+	eventually(t, "task.completed", func() bool {
+		return len(listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{Action: "task.completed"})) == 1
+	})
+	first := l.GetDeadLetters()[0]
+	r, err := s.deadLetters().RetryDeadLetter(operator, &deadletterv1.RetryDeadLetterRequest{Service: "consumers", Id: first.GetId()})
+	if err != nil || r.GetOutcome() != "failed" || r.GetDeadLetter().GetAttempts() <= first.GetAttempts() {
+		t.Errorf("retry of garbage = %v, %v", r, err)
+	}
+	for _, d := range l.GetDeadLetters() {
+		if _, err := s.deadLetters().DropDeadLetter(operator, &deadletterv1.DropDeadLetterRequest{Service: "consumers", Id: d.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l, _ := s.deadLetters().ListDeadLetters(operator, &deadletterv1.ListDeadLettersRequest{}); len(l.GetDeadLetters()) != 0 {
+		t.Errorf("left after dropping: %v", l)
+	}
+	if _, err := s.deadLetters().ListDeadLetters(tenantKey("acme"), &deadletterv1.ListDeadLettersRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a tenant listing dead letters: %v", err)
+	}
+}
