@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/closer"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
@@ -33,6 +34,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/gateway/internal/ratelimit"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/throttle"
 	"github.com/taskmesh/taskmesh/services/gateway/ports/admin"
+	"github.com/taskmesh/taskmesh/services/gateway/ports/deadletters"
 	"github.com/taskmesh/taskmesh/services/gateway/ports/grpcproxy"
 	"github.com/taskmesh/taskmesh/services/gateway/ports/rest"
 )
@@ -51,6 +53,11 @@ type Config struct {
 	// its QuotaService and AdmissionService are served under /api/v1/… and
 	// through the gRPC front door.
 	QuotaTarget string
+	// ConsumersTarget, if set, is the consumers service's internal gRPC
+	// address: the audit log, usage and webhooks (AuditService,
+	// UsageService, WebhookService) are served under /api/v1/… and through
+	// the gRPC front door, and its dead letters join the others'.
+	ConsumersTarget string
 	// InternalToken is sent to internal services (authn.MDInternalToken).
 	// Never logged.
 	InternalToken string
@@ -136,14 +143,15 @@ const (
 // Gateway is a configured gateway. Its listeners are open once New returns;
 // Run serves them.
 type Gateway struct {
-	log      *slog.Logger
-	creds    *credentials.Store
-	throttle *throttle.Throttle
-	upstream *grpc.ClientConn
-	quota    *grpc.ClientConn // nil without Config.QuotaTarget
-	handler  http.Handler
-	health   *health.Server
-	live     *live.Service
+	log       *slog.Logger
+	creds     *credentials.Store
+	throttle  *throttle.Throttle
+	upstream  *grpc.ClientConn
+	quota     *grpc.ClientConn // nil without Config.QuotaTarget
+	consumers *grpc.ClientConn // nil without Config.ConsumersTarget
+	handler   http.Handler
+	health    *health.Server
+	live      *live.Service
 
 	httpLis, grpcLis net.Listener
 	httpSrv          *http.Server
@@ -326,16 +334,38 @@ func (g *Gateway) dial(cfg Config) error {
 		}
 		g.owned.PushFunc(func() { g.quota.Close() }) // an error closing it changes nothing for the caller
 	}
+	if cfg.ConsumersTarget != "" {
+		if g.consumers, err = grpc.NewClient(cfg.ConsumersTarget, opts...); err != nil {
+			return fmt.Errorf("gateway: consumers client for %q: %w", cfg.ConsumersTarget, err)
+		}
+		g.owned.PushFunc(func() { g.consumers.Close() })
+	}
 	return nil
+}
+
+// deadLetters is the dead-letter API over every service configured.
+func (g *Gateway) deadLetters() *deadletters.Server {
+	ups := []deadletters.Upstream{{Name: "scheduler", Conn: g.upstream}}
+	if g.quota != nil {
+		ups = append(ups, deadletters.Upstream{Name: "quota", Conn: g.quota})
+	}
+	if g.consumers != nil {
+		ups = append(ups, deadletters.Upstream{Name: "consumers", Conn: g.consumers})
+	}
+	return deadletters.New(ups...)
 }
 
 // servers builds the live streams, the REST handler, the gRPC front door
 // and the HTTP server; none of them holds anything yet.
 func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Server) error {
-	var quotaUpstream grpc.ClientConnInterface
+	var quotaUpstream, consumersUpstream grpc.ClientConnInterface
 	if g.quota != nil {
 		quotaUpstream = g.quota
 	}
+	if g.consumers != nil {
+		consumersUpstream = g.consumers
+	}
+	deadLetters := g.deadLetters()
 	lv, err := live.New(live.Config{Kafka: cfg.Live.Kafka, Topic: cfg.Live.Topic, Tasks: taskv1.NewTaskServiceClient(g.upstream),
 		MaxStreamsPerTenant: cfg.Live.MaxStreamsPerTenant, Buffer: cfg.Live.Buffer, KeepAlive: cfg.Live.KeepAlive,
 		IdleTimeout: cfg.Live.IdleTimeout, WriteTimeout: cfg.Live.WriteTimeout, Logger: g.log})
@@ -344,29 +374,35 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 	}
 	g.live = lv
 	g.handler, err = rest.NewHandler(ctx, rest.Options{
-		Upstream:       g.upstream,
-		QuotaUpstream:  quotaUpstream,
-		Auth:           g.creds,
-		TrustedProxies: cfg.TrustedProxies,
-		Ready:          func() bool { return g.upstream.GetState() == connectivity.Ready },
-		Objects:        cfg.Objects,
-		Live:           g.live,
-		Logger:         g.log,
-		Throttle:       g.throttle.Middleware,
-		Admin:          adminSrv,
+		Upstream:          g.upstream,
+		QuotaUpstream:     quotaUpstream,
+		ConsumersUpstream: consumersUpstream,
+		Auth:              g.creds,
+		TrustedProxies:    cfg.TrustedProxies,
+		Ready:             func() bool { return g.upstream.GetState() == connectivity.Ready },
+		Objects:           cfg.Objects,
+		Live:              g.live,
+		Logger:            g.log,
+		Throttle:          g.throttle.Middleware,
+		Admin:             adminSrv,
+		DeadLetters:       deadLetters,
 	})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	g.grpcSrv = grpcproxy.NewServer(grpcproxy.Options{
-		Upstream:       g.upstream,
-		QuotaUpstream:  quotaUpstream,
-		Auth:           g.creds,
-		TrustedProxies: cfg.TrustedProxies,
-		Health:         g.health,
-		Logger:         g.log,
-		Throttle:       g.throttle.GRPCError,
-		Register:       func(r grpc.ServiceRegistrar) { adminv1.RegisterAdminServiceServer(r, adminSrv) },
+		Upstream:          g.upstream,
+		QuotaUpstream:     quotaUpstream,
+		ConsumersUpstream: consumersUpstream,
+		Auth:              g.creds,
+		TrustedProxies:    cfg.TrustedProxies,
+		Health:            g.health,
+		Logger:            g.log,
+		Throttle:          g.throttle.GRPCError,
+		Register: func(r grpc.ServiceRegistrar) {
+			adminv1.RegisterAdminServiceServer(r, adminSrv)
+			deadletterv1.RegisterDeadLetterServiceServer(r, deadLetters)
+		},
 		// Video requests carry first frames of up to 10 MB as base64.
 		ServerOptions: []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcserver.MaxRecvMsgBytes)},
 	})

@@ -36,6 +36,19 @@ func TestMethod(t *testing.T) {
 		{p: admin, method: "/taskmesh.task.v1.TaskService/GetTask"},
 		{p: admin, method: "/taskmesh.task.v1.LeaseService/ClaimTasks"},
 		{p: admin, method: "/taskmesh.admin.v1.AdminService/CreateTenant", want: true},
+		// The consumers service's APIs: tenants and operators (each sees
+		// what the service scopes to them); agents never.
+		{p: user, method: "/taskmesh.audit.v1.AuditService/ListAuditLogs", want: true},
+		{p: admin, method: "/taskmesh.audit.v1.AuditService/ListAuditLogs", want: true},
+		{p: agent, method: "/taskmesh.audit.v1.AuditService/ListAuditLogs"},
+		{p: user, method: "/taskmesh.usage.v1.UsageService/GetUsage", want: true},
+		{p: admin, method: "/taskmesh.usage.v1.UsageService/GetUsage", want: true},
+		{p: user, method: "/taskmesh.webhook.v1.WebhookService/SetWebhookEndpoint", want: true},
+		{p: agent, method: "/taskmesh.webhook.v1.WebhookService/ListWebhookDeliveries"},
+		// Dead letters hold every tenant's events: operators only.
+		{p: admin, method: "/taskmesh.deadletter.v1.DeadLetterService/ListDeadLetters", want: true},
+		{p: user, method: "/taskmesh.deadletter.v1.DeadLetterService/ListDeadLetters"},
+		{p: agent, method: "/taskmesh.deadletter.v1.DeadLetterService/DropDeadLetter"},
 		{p: admin, method: "/taskmesh.quota.v1.QuotaService/CreateQuota", want: true},
 		{p: admin, method: "/taskmesh.video.v1.VideoService/CreateVideoGeneration"},
 		{p: user, method: "/taskmesh.admin.v1.AdminService/CreateTenant"},
@@ -76,6 +89,17 @@ func TestRoute(t *testing.T) {
 		{p: user, path: "/api/v1/admin/tenants"},
 		{p: user, path: "/api/v1/admin"},
 		{p: agent, path: "/api/v1/admin/tenants/t/api-keys"},
+		{p: user, path: "/api/v1/audit-logs", want: true},
+		{p: user, path: "/api/v1/usage", want: true},
+		{p: user, path: "/api/v1/webhook-endpoint", want: true},
+		{p: user, path: "/api/v1/webhook-deliveries/msg_1/redeliver", want: true},
+		{p: user, path: "/api/v1/admin/dead-letters"},
+		{p: agent, path: "/api/v1/audit-logs"},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/audit-logs", want: true},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/usage", want: true},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/webhook-deliveries/msg_1", want: true},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/webhook-endpoint"},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/admin/dead-letters/scheduler/4/retry", want: true},
 	}
 	for _, tt := range tests {
 		if err := Route(tt.p, tt.path); (err == nil) != tt.want {

@@ -38,7 +38,10 @@ type Options struct {
 	// QuotaUpstream, if set, receives the quota service's calls
 	// (taskmesh.quota.v1.*), with the same interceptors.
 	QuotaUpstream grpc.ClientConnInterface
-	Auth          Authenticator
+	// ConsumersUpstream, if set, receives the consumers service's calls
+	// (access.ConsumerMethods), with the same interceptors.
+	ConsumersUpstream grpc.ClientConnInterface
+	Auth              Authenticator
 	// TrustedProxies may set x-forwarded-for (see package clientip).
 	TrustedProxies []netip.Prefix
 	// Health is served as grpc.health.v1.
@@ -58,7 +61,8 @@ type Options struct {
 
 // NewServer returns the front door's gRPC server.
 func NewServer(opts Options) *grpc.Server {
-	p := &proxy{upstream: opts.Upstream, quota: opts.QuotaUpstream, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger, throttle: opts.Throttle}
+	p := &proxy{upstream: opts.Upstream, quota: opts.QuotaUpstream, consumers: opts.ConsumersUpstream, auth: opts.Auth,
+		trusted: opts.TrustedProxies, log: opts.Logger, throttle: opts.Throttle}
 	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.UnknownServiceHandler(p.handle),
 		grpc.ForceServerCodec(codec{}),
@@ -76,10 +80,12 @@ func NewServer(opts Options) *grpc.Server {
 type proxy struct {
 	upstream grpc.ClientConnInterface
 	quota    grpc.ClientConnInterface
-	auth     Authenticator
-	trusted  []netip.Prefix
-	log      *slog.Logger
-	throttle func(ctx context.Context, p authn.Principal) error
+	// consumers is nil when the consumers service is not configured.
+	consumers grpc.ClientConnInterface
+	auth      Authenticator
+	trusted   []netip.Prefix
+	log       *slog.Logger
+	throttle  func(ctx context.Context, p authn.Principal) error
 }
 
 // quotaMethods prefixes the quota service's methods, which go to
@@ -113,11 +119,17 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 	defer cancel()
 
 	upstream := p.upstream
-	if strings.HasPrefix(method, quotaMethods) {
+	switch {
+	case strings.HasPrefix(method, quotaMethods):
 		if p.quota == nil {
 			return status.Error(codes.Unimplemented, "the quota service is not configured")
 		}
 		upstream = p.quota
+	case access.IsConsumerMethod(method):
+		if p.consumers == nil {
+			return status.Error(codes.Unimplemented, "the consumers service is not configured")
+		}
+		upstream = p.consumers
 	}
 	cs, err := upstream.NewStream(ctx, bothStreams, method, grpc.ForceCodec(codec{}))
 	if err != nil {

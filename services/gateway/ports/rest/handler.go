@@ -12,6 +12,7 @@ import (
 
 	openapi "github.com/taskmesh/taskmesh/gen/openapi"
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
@@ -38,7 +39,10 @@ type Options struct {
 	// QuotaUpstream, if set, is the connection to the quota service
 	// (QuotaService and AdmissionService routes), with the same interceptors.
 	QuotaUpstream grpc.ClientConnInterface
-	Auth          Authenticator
+	// ConsumersUpstream, if set, is the connection to the consumers service
+	// (audit log, usage, webhooks routes), with the same interceptors.
+	ConsumersUpstream grpc.ClientConnInterface
+	Auth              Authenticator
 	// TrustedProxies may set X-Forwarded-For (see package clientip).
 	TrustedProxies []netip.Prefix
 	// Ready reports whether the scheduler connection is ready (/healthz).
@@ -51,6 +55,9 @@ type Options struct {
 	Throttle func(http.Handler) http.Handler
 	// Admin, if not nil, is served under /api/v1/admin/ to operator keys.
 	Admin adminv1.AdminServiceServer
+	// DeadLetters, if not nil, is served under /api/v1/admin/dead-letters
+	// to operator keys.
+	DeadLetters deadletterv1.DeadLetterServiceServer
 	// Live, if not nil, serves live task streams at
 	// /api/v1/tasks/{task_id}/events and /ws.
 	Live   *live.Service
@@ -89,7 +96,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rest: openapi document: %w", err)
 	}
-	mux, err := newAPIMux(ctx, opts.Upstream, opts.QuotaUpstream, opts.Logger)
+	mux, err := newAPIMux(ctx, opts.Upstream, opts.QuotaUpstream, opts.ConsumersUpstream, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +110,11 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: register admin service: %w", err)
 		}
 	}
+	if opts.DeadLetters != nil {
+		if err := deadletterv1.RegisterDeadLetterServiceHandlerServer(ctx, mux, opts.DeadLetters); err != nil {
+			return nil, fmt.Errorf("rest: register dead-letter service: %w", err)
+		}
+	}
 	video, err := newVideoMux(ctx, opts.Upstream, opts.Logger)
 	if err != nil {
 		return nil, err
@@ -112,7 +124,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: %w", err)
 		}
 	}
-	var api, videoAPI http.Handler = mux, video
+	var api, videoAPI http.Handler = csvFormat(mux), video
 	if opts.Throttle != nil {
 		api, videoAPI = opts.Throttle(mux), opts.Throttle(video)
 	}

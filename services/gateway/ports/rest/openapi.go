@@ -3,6 +3,7 @@ package rest
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"maps"
 	"slices"
 	"strconv"
@@ -115,7 +116,9 @@ func mergeVideo(doc, defs map[string]any, raw []byte) error {
 	}
 	vdefs, _ := v["definitions"].(map[string]any)
 	for name, d := range vdefs {
-		if _, dup := defs[name]; dup {
+		// A message both APIs use (taskmesh.task.v1.Webhook) is the same
+		// definition in both documents; only a different one clashes.
+		if have, dup := defs[name]; dup && !reflect.DeepEqual(have, d) {
 			return fmt.Errorf("video document: definition %s already exists", name)
 		}
 		defs[name] = d
