@@ -3,8 +3,8 @@ package rest
 import (
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
