@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +14,10 @@ import (
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
+
+// ErrNothingApplied is returned by Replay for a projection that has not
+// applied a record of a topic that has some (it never ran, or not yet).
+var ErrNothingApplied = errors.New("has applied nothing yet")
 
 // ReplaySpec names a live projection and how to build a copy of it.
 type ReplaySpec struct {
@@ -105,7 +110,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 		return nil, err
 	}
 	if len(live) == 0 && len(ends) > 0 && anyPositive(ends) {
-		return nil, fmt.Errorf("projection %s has applied nothing yet: there is no live state to compare", spec.Name)
+		return nil, fmt.Errorf("projection %s %w: there is no live state to compare", spec.Name, ErrNothingApplied)
 	}
 	cl, err := consumer(spec.Kafka, spec.Topic, partitions, nil, kgo.FetchMaxWait(50*time.Millisecond))
 	if err != nil {
