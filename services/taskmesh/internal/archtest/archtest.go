@@ -28,6 +28,7 @@ const MaxFuncLines = 60
 var EntryPackages = []string{
 	"services/taskmesh/cmd/taskmesh",
 	"services/taskmesh/internal/stack",
+	"services/consumers",
 	"services/scheduler",
 	"services/quota",
 	"services/quota/admission",
