@@ -126,7 +126,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 	var api, videoAPI http.Handler = csvFormat(mux), video
 	if opts.Throttle != nil {
-		api, videoAPI = opts.Throttle(mux), opts.Throttle(video)
+		api, videoAPI = opts.Throttle(api), opts.Throttle(video)
 	}
 	return &handler{
 		api: &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},

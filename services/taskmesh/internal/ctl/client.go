@@ -21,9 +21,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+	webhookv1 "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
 )
 
 // Client setup: where the server is, which key to send, and whether to use
@@ -308,11 +312,15 @@ func (bearer) String() string { return "bearer([REDACTED])" }
 
 // conn is an open client.
 type conn struct {
-	cc        *grpc.ClientConn
-	tasks     taskv1.TaskServiceClient
-	admin     adminv1.AdminServiceClient
-	video     videov1.VideoServiceClient
-	admission quotav1.AdmissionServiceClient
+	cc          *grpc.ClientConn
+	tasks       taskv1.TaskServiceClient
+	admin       adminv1.AdminServiceClient
+	video       videov1.VideoServiceClient
+	admission   quotav1.AdmissionServiceClient
+	audit       auditv1.AuditServiceClient
+	usage       usagev1.UsageServiceClient
+	webhooks    webhookv1.WebhookServiceClient
+	deadLetters deadletterv1.DeadLetterServiceClient
 }
 
 func (c *conn) Close() error { return c.cc.Close() }
@@ -337,7 +345,9 @@ func dial(s Settings) (*conn, error) {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
 	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
-		video: videov1.NewVideoServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc)}, nil
+		video: videov1.NewVideoServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc),
+		audit: auditv1.NewAuditServiceClient(cc), usage: usagev1.NewUsageServiceClient(cc),
+		webhooks: webhookv1.NewWebhookServiceClient(cc), deadLetters: deadletterv1.NewDeadLetterServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message
