@@ -1,40 +1,43 @@
 // Package consumer runs a Watermill Router handler over one Taskmesh topic,
 // with the consumed offsets kept in Postgres in the same transaction as the
 // handler's writes: the way the event consumers (usage metering, webhook
-// deliveries) read the task and quota topics
+// deliveries) read the task topic
 // (docs/decisions/0022-watermill-consumers.md).
 //
-// A Consumer is one Apply function — what a record means to a read model,
-// inside a transaction — run live by a Watermill Router and, unchanged, by
-// `taskmesh replay` into fresh tables (Consumer.ReplayHandler):
+// A Consumer is one Apply function — what a run of records means to a read
+// model, inside a transaction — run live by a Watermill Router and,
+// unchanged, by `taskmesh replay` into fresh tables (ReplayHandler):
 //
 //  1. Take the advisory lock "consumer:<name>" (leader.Run), so one replica
 //     consumes while the others stand by.
 //  2. Load the stored offsets (projection_offsets, the table the
 //     projection runners use) and read every partition from there with
 //     read_committed isolation, through a Watermill Subscriber over
-//     franz-go (one Kafka client library across the code). Each partition
-//     has one message in flight at a time, so a task's events are handled
-//     in order; partitions are handled in parallel.
-//  3. The Router's middleware wraps the handler: a consumer span continuing
-//     the producer's trace (OpenTelemetry), the correlation id, the poison
+//     franz-go (one Kafka client library across the code). Each Watermill
+//     message is the run of records fetched for one partition (at most
+//     MaxBatch), and a partition has one message in flight at a time: a
+//     task's events are applied in order, partitions in parallel, and a
+//     busy partition's records share a transaction.
+//  3. The Router's middleware wraps the handler: a consumer span linked to
+//     the producers' traces (OpenTelemetry), the correlation id, the poison
 //     queue, retries with exponential backoff, and the panic recoverer.
-//  4. The handler begins a transaction, moves the partition's stored
-//     offset past the record (a compare-and-set: a record at or below the
-//     stored offset was applied before and is skipped), calls Apply, and
-//     commits. Rows and offset commit together, so a consumer killed
-//     mid-batch neither loses nor doubles a record, and a deposed leader
-//     that still runs cannot apply a record its successor applied.
-//  5. A record that still fails after the retries goes to the poison queue,
-//     whose publisher parks it in projection_dead_letters and moves the
-//     offset past it in one transaction (see projection.Park); the Router
-//     acks it and the partition goes on. When even that fails (the
-//     database is down), the message is nacked and sent again after a
-//     pause: nothing is lost.
+//  4. The handler begins a transaction, locks the partition's stored
+//     offset, leaves out the records below it (applied before: a
+//     redelivery, or a deposed leader that still runs), calls Apply with
+//     the rest, stores the offset past the last, and commits. Rows and
+//     offset commit together, so a consumer killed mid-batch neither loses
+//     nor doubles a record.
+//  5. A message that still fails after the retries goes to the poison
+//     queue, whose publisher applies its records one by one, each in a
+//     savepoint, parks those that fail alone in projection_dead_letters
+//     (projection.Park) and moves the offset past all of them, in one
+//     transaction; the Router acks it and the partition goes on. A failure
+//     of the database (pg.IsTransient) parks nothing: the message is
+//     nacked and offered again after NackDelay.
 //  6. Every RetryPoll, the leader applies the dead letters an operator asked
 //     to retry (projection.RetryRequested).
 //
-// Apply should also be idempotent on its own (by event id or aggregate
+// Apply must also be idempotent by itself (by event id or aggregate
 // version): replays into the live tables and dead-letter retries run it on
 // records whose offset is long past.
 package consumer
@@ -60,10 +63,10 @@ import (
 	"github.com/taskmesh/taskmesh/platform/projection"
 )
 
-// Apply handles one record inside tx. It must derive everything from the
-// record (and the rows it wrote before), never from the clock, so a replay
-// writes the same rows.
-type Apply func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error
+// Apply handles records, in order, inside tx. It must derive everything
+// from the records (and the rows it wrote before), never from the clock,
+// so a replay writes the same rows.
+type Apply func(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error
 
 // Config configures a Consumer.
 type Config struct {
@@ -88,9 +91,11 @@ type Config struct {
 	RetryPoll time.Duration
 	// StandbyInterval is how often a standby asks for the lock (default 1s).
 	StandbyInterval time.Duration
-	// AfterCommit, if set, is called after a record's transaction
-	// committed (wake-ups, metrics); it runs on the handler's goroutine.
-	AfterCommit func(rec *kgo.Record)
+	// MaxBatch bounds the records of one message (default 500).
+	MaxBatch int
+	// AfterCommit, if set, is called with the records of each committed
+	// transaction (wake-ups, metrics); it runs on the handler's goroutine.
+	AfterCommit func(records []*kgo.Record)
 	// OnDeadLetter, if set, is called after a record was parked.
 	OnDeadLetter func(projection.DeadLetter)
 }
@@ -119,6 +124,9 @@ func (c *Config) defaults() {
 	}
 	if c.StandbyInterval <= 0 {
 		c.StandbyInterval = time.Second
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 500
 	}
 }
 
@@ -222,86 +230,122 @@ func (c *Consumer) router(sub *subscriber) (*message.Router, error) {
 
 // handle is step 4.
 func (c *Consumer) handle(msg *message.Message) error {
-	rec := recordOf(msg)
-	if rec == nil {
+	recs := recordsOf(msg)
+	if len(recs) == 0 {
 		return fmt.Errorf("consumer %s: message %s carries no record", c.cfg.Name, msg.UUID)
 	}
 	ctx := msg.Context()
 	err := pg.InTx(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// Rows and offset commit together: a lost commit loses both and
-		// the record is read again, so the WAL flush need not be awaited.
+		// the records are read again, so the WAL flush need not be awaited.
 		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
 			return err
 		}
-		fresh, err := claimOffset(ctx, tx, c.cfg.Name, rec)
-		if err != nil || !fresh {
+		fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs)
+		if err != nil || len(fresh) == 0 {
 			return err
 		}
-		return c.apply(ctx, tx, rec)
+		return c.apply(ctx, tx, fresh)
 	})
 	if err != nil {
 		return err
 	}
-	c.applied.Add(1)
+	c.applied.Add(int64(len(recs)))
 	if c.cfg.AfterCommit != nil {
-		c.cfg.AfterCommit(rec)
+		c.cfg.AfterCommit(recs)
 	}
 	return nil
 }
 
 // retryDeadLetter applies a dead letter again; its offset is long past.
 func (c *Consumer) retryDeadLetter(ctx context.Context, tx pgx.Tx, d projection.DeadLetter) error {
-	return c.apply(ctx, tx, d.Record())
+	return c.apply(ctx, tx, []*kgo.Record{d.Record()})
 }
 
-// claimOffset moves the stored offset of rec's partition past rec and
-// reports whether it was not past it already (rec is new).
-func claimOffset(ctx context.Context, tx pgx.Tx, name string, rec *kgo.Record) (bool, error) {
-	rows, err := tx.Query(ctx, `
-		INSERT INTO projection_offsets (projection, topic, partition, next_offset, updated_at)
-		VALUES ($1, $2, $3, $4 + 1, now())
-		ON CONFLICT (projection, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()
-		WHERE projection_offsets.next_offset <= $4
-		RETURNING 1`, name, rec.Topic, rec.Partition, rec.Offset)
-	if err != nil {
-		return false, fmt.Errorf("claim offset %d/%d: %w", rec.Partition, rec.Offset, err)
+// claimOffsets locks the stored offset of the records' partition (one
+// partition, in offset order), stores it past the last record, and
+// returns the records at or above it before: those not applied yet.
+func claimOffsets(ctx context.Context, tx pgx.Tx, name string, recs []*kgo.Record) ([]*kgo.Record, error) {
+	first, last := recs[0], recs[len(recs)-1]
+	var stored int64
+	err := tx.QueryRow(ctx, `SELECT next_offset FROM projection_offsets WHERE projection = $1 AND topic = $2 AND partition = $3
+		FOR UPDATE`, name, first.Topic, first.Partition).Scan(&stored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		stored = -1
+	} else if err != nil {
+		return nil, fmt.Errorf("claim offsets of %d: %w", first.Partition, err)
 	}
-	fresh := rows.Next()
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("claim offset %d/%d: %w", rec.Partition, rec.Offset, err)
+	if stored > last.Offset {
+		return nil, nil
+	}
+	fresh := recs
+	for len(fresh) > 0 && fresh[0].Offset < stored {
+		fresh = fresh[1:]
+	}
+	// A successor inserting the first row at the same time makes this
+	// fail on the key; the message is retried and finds the row.
+	if _, err := tx.Exec(ctx, `INSERT INTO projection_offsets (projection, topic, partition, next_offset, updated_at)
+		VALUES ($1, $2, $3, $4, now())
+		ON CONFLICT (projection, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()`,
+		name, first.Topic, first.Partition, last.Offset+1); err != nil {
+		return nil, fmt.Errorf("store offsets of %d: %w", first.Partition, err)
 	}
 	return fresh, nil
 }
 
-// deadLetterPublisher is the poison queue's Publisher (step 5): it parks a
-// message's record and moves the offset past it in one transaction.
+// deadLetterPublisher is the poison queue's Publisher (step 5): it applies
+// a message's records one by one, parks those that fail alone, and moves
+// the offset past them all, in one transaction.
 type deadLetterPublisher struct{ consumer *Consumer }
 
 func (p *deadLetterPublisher) Publish(_ string, msgs ...*message.Message) error {
 	c := p.consumer
 	for _, msg := range msgs {
-		rec := recordOf(msg)
-		if rec == nil {
+		recs := recordsOf(msg)
+		if len(recs) == 0 {
 			return fmt.Errorf("consumer %s: poisoned message %s carries no record", c.cfg.Name, msg.UUID)
 		}
-		cause := errors.New(msg.Metadata.Get(middleware.ReasonForPoisonedKey))
-		var parked projection.DeadLetter
-		var fresh bool
+		var parked []projection.DeadLetter
 		ctx := msg.Context()
 		err := pg.InTx(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-			var err error
-			if fresh, err = claimOffset(ctx, tx, c.cfg.Name, rec); err != nil || !fresh {
+			parked = parked[:0]
+			fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs)
+			if err != nil {
 				return err
 			}
-			parked, err = projection.Park(ctx, tx, c.cfg.Name, rec, cause, c.cfg.MaxRetries+1)
-			return err
+			for _, rec := range fresh {
+				sp, err := tx.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				applyErr := c.safeApply(ctx, sp, []*kgo.Record{rec})
+				if applyErr == nil {
+					if err := sp.Commit(ctx); err != nil {
+						return err
+					}
+					continue
+				}
+				_ = sp.Rollback(ctx)
+				if pg.IsTransient(applyErr) {
+					return applyErr
+				}
+				d, err := projection.Park(ctx, tx, c.cfg.Name, rec, applyErr, c.cfg.MaxRetries+1)
+				if err != nil {
+					return err
+				}
+				parked = append(parked, d)
+			}
+			return nil
 		})
 		if err != nil {
 			return err
 		}
-		if fresh {
-			projection.ReportParked(c.cfg.Logger, c.cfg.OnDeadLetter, parked)
+		for _, d := range parked {
+			projection.ReportParked(c.cfg.Logger, c.cfg.OnDeadLetter, d)
+		}
+		c.applied.Add(int64(len(recs)))
+		if c.cfg.AfterCommit != nil {
+			c.cfg.AfterCommit(recs)
 		}
 	}
 	return nil
@@ -309,15 +353,20 @@ func (p *deadLetterPublisher) Publish(_ string, msgs ...*message.Message) error 
 
 func (p *deadLetterPublisher) Close() error { return nil }
 
+// safeApply is Apply with its panic turned into an error, as the Recoverer
+// does on the handler's path: the poison queue applies records outside the
+// middleware.
+func (c *Consumer) safeApply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic applying the record: %v", r)
+		}
+	}()
+	return c.apply(ctx, tx, recs)
+}
+
 // ReplayHandler returns a projection.Handler that runs apply (built for the
 // replay's tables) over a batch, for projection.Replay.
 func ReplayHandler(apply Apply) projection.Handler {
-	return projection.HandlerFunc(func(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
-		for _, rec := range records {
-			if err := apply(ctx, tx, rec); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return projection.HandlerFunc(apply)
 }

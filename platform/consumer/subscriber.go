@@ -19,26 +19,29 @@ import (
 	"github.com/taskmesh/taskmesh/platform/projection"
 )
 
-// Metadata keys a message carries besides the record's own headers.
+// Metadata keys a message carries.
 const (
-	MetadataPartition = "kafka_partition"
-	MetadataOffset    = "kafka_offset"
-	MetadataKey       = "kafka_key"
+	MetadataTopic       = "kafka_topic"
+	MetadataPartition   = "kafka_partition"
+	MetadataFirstOffset = "kafka_first_offset"
+	MetadataLastOffset  = "kafka_last_offset"
+	MetadataRecords     = "kafka_records"
 )
 
-type recordKey struct{}
+type recordsKey struct{}
 
-// recordOf returns the Kafka record a message was made from. It rides in
-// the message's context, which the Router's middleware keep, so the
-// handler and the poison queue's publisher see the exact record (key,
-// headers, offset) and not a copy rebuilt from metadata.
-func recordOf(msg *message.Message) *kgo.Record {
-	rec, _ := msg.Context().Value(recordKey{}).(*kgo.Record)
-	return rec
+// recordsOf returns the Kafka records a message was made from: a run of
+// one partition's records in offset order. They ride in the message's
+// context, which the Router's middleware keep, so the handler and the
+// poison queue's publisher see the exact records (keys, headers, offsets)
+// and not copies rebuilt from metadata.
+func recordsOf(msg *message.Message) []*kgo.Record {
+	recs, _ := msg.Context().Value(recordsKey{}).([]*kgo.Record)
+	return recs
 }
 
-// Record returns the Kafka record a message of a Consumer holds, or nil.
-func Record(msg *message.Message) *kgo.Record { return recordOf(msg) }
+// Records returns the Kafka records a message of a Consumer holds.
+func Records(msg *message.Message) []*kgo.Record { return recordsOf(msg) }
 
 // queueDepth bounds the records buffered per partition; fetching a
 // partition pauses above half of it and resumes below a quarter, so a
@@ -207,55 +210,73 @@ type partitionQueue struct {
 	paused    atomic.Bool
 }
 
-// send offers one partition's records to the Router one at a time: the
-// next only once the last was acked. A nacked message (neither applied nor
-// parked) is offered again after NackDelay.
+// send offers one partition's records to the Router, each time all those
+// queued (at most MaxBatch) as one message, and the next only once the last
+// was acked. A nacked message (neither applied nor parked) is offered
+// again after NackDelay.
 func (s *subscriber) send(ctx context.Context, q *partitionQueue, out chan<- *message.Message) {
 	for rec := range q.records {
+		batch := []*kgo.Record{rec}
+	more:
+		for len(batch) < s.cfg.MaxBatch {
+			select {
+			case r, ok := <-q.records:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
 		if q.paused.Load() && len(q.records) < queueDepth/4 && q.paused.CompareAndSwap(true, false) {
 			s.cl.ResumeFetchPartitions(map[string][]int32{s.topic: {q.partition}})
 		}
-		for {
-			msg := newMessage(ctx, rec)
-			select {
-			case out <- msg:
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case <-msg.Acked():
-			case <-msg.Nacked():
-				select {
-				case <-time.After(s.cfg.NackDelay):
-					continue
-				case <-ctx.Done():
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-			break
+		if !s.offer(ctx, batch, out) {
+			return
 		}
 	}
 }
 
-// newMessage makes the Watermill message of a record: its UUID is the
-// event id (the record's position when it has none), its payload the
-// envelope, its metadata the record's headers plus partition, offset and
-// key, its correlation id the event id.
-func newMessage(ctx context.Context, rec *kgo.Record) *message.Message {
-	id := projection.HeaderValue(rec, projection.EventIDHeader)
-	if id == "" {
-		id = fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset)
+// offer hands batch to the Router until it is acked; false when ctx ended.
+func (s *subscriber) offer(ctx context.Context, batch []*kgo.Record, out chan<- *message.Message) bool {
+	for {
+		msg := newMessage(ctx, batch)
+		select {
+		case out <- msg:
+		case <-ctx.Done():
+			return false
+		}
+		select {
+		case <-msg.Acked():
+			return true
+		case <-msg.Nacked():
+			select {
+			case <-time.After(s.cfg.NackDelay):
+			case <-ctx.Done():
+				return false
+			}
+		case <-ctx.Done():
+			return false
+		}
 	}
-	msg := message.NewMessage(id, rec.Value)
-	for _, h := range rec.Headers {
-		msg.Metadata.Set(h.Key, string(h.Value))
+}
+
+// newMessage makes the Watermill message of a run of one partition's
+// records: its UUID names the run (topic/partition/first-last offsets),
+// its payload is the first record's value, its metadata says where the
+// run is, and its correlation id is the first record's event id.
+func newMessage(ctx context.Context, recs []*kgo.Record) *message.Message {
+	first, last := recs[0], recs[len(recs)-1]
+	msg := message.NewMessage(fmt.Sprintf("%s/%d/%d-%d", first.Topic, first.Partition, first.Offset, last.Offset), first.Value)
+	msg.Metadata.Set(MetadataTopic, first.Topic)
+	msg.Metadata.Set(MetadataPartition, strconv.Itoa(int(first.Partition)))
+	msg.Metadata.Set(MetadataFirstOffset, strconv.FormatInt(first.Offset, 10))
+	msg.Metadata.Set(MetadataLastOffset, strconv.FormatInt(last.Offset, 10))
+	msg.Metadata.Set(MetadataRecords, strconv.Itoa(len(recs)))
+	if id := projection.HeaderValue(first, projection.EventIDHeader); id != "" {
+		middleware.SetCorrelationID(id, msg)
 	}
-	msg.Metadata.Set(MetadataPartition, strconv.Itoa(int(rec.Partition)))
-	msg.Metadata.Set(MetadataOffset, strconv.FormatInt(rec.Offset, 10))
-	msg.Metadata.Set(MetadataKey, string(rec.Key))
-	middleware.SetCorrelationID(id, msg)
-	msg.SetContext(context.WithValue(ctx, recordKey{}, rec))
+	msg.SetContext(context.WithValue(ctx, recordsKey{}, recs))
 	return msg
 }

@@ -146,8 +146,9 @@ type Config struct {
 	Now      func() time.Time
 	Logger   *slog.Logger
 	// AfterCommit, if set, is called by the usage and webhook consumers
-	// after each record they committed (benchmarks, tests).
-	AfterCommit func(consumer string, rec *kgo.Record)
+	// with the records of each transaction they committed (benchmarks,
+	// tests).
+	AfterCommit func(consumer string, records []*kgo.Record)
 }
 
 // Service is a running consumers service.
@@ -246,13 +247,13 @@ func (s *Service) build() {
 	}
 	s.auditTasks = runner(AuditTasks, cfg.TaskTopic, auditpg.TaskTopic)
 	s.auditQuota = runner(AuditQuota, cfg.QuotaTopic, auditpg.QuotaTopic)
-	after := func(name string, also func()) func(*kgo.Record) {
-		return func(rec *kgo.Record) {
+	after := func(name string, also func()) func([]*kgo.Record) {
+		return func(recs []*kgo.Record) {
 			if also != nil {
 				also()
 			}
 			if cfg.AfterCommit != nil {
-				cfg.AfterCommit(name, rec)
+				cfg.AfterCommit(name, recs)
 			}
 		}
 	}

@@ -43,9 +43,9 @@ func runChild() int {
 		return 1
 	}
 	meter := consumers.UsageApply()
-	slow := func(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
-		time.Sleep(2 * time.Millisecond)
-		return meter(ctx, tx, rec)
+	slow := func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+		time.Sleep(time.Duration(len(recs)) * 2 * time.Millisecond)
+		return meter(ctx, tx, recs)
 	}
 	_ = consumer.New(pool, consumer.Config{Name: consumers.Usage, Topic: consumers.TaskTopic, Partitions: 4,
 		Kafka: kafka.Config{Brokers: strings.Split(os.Getenv(envBrokers), ",")}, StandbyInterval: 50 * time.Millisecond}, slow).Run(ctx)
@@ -243,13 +243,18 @@ func TestUsageApplyIsIdempotentByEvent(t *testing.T) {
 	sc.add("acme", "t1", day.Add(time.Minute), succeeded("a"))
 	apply := consumers.UsageApply()
 	for range 2 {
-		for _, rec := range sc.records {
+		for _, rec := range sc.records { // one at a time, then all at once below
 			if err := pg.InTx(context.Background(), e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-				return apply(context.Background(), tx, rec)
+				return apply(context.Background(), tx, []*kgo.Record{rec})
 			}); err != nil {
 				t.Fatal(err)
 			}
 		}
+	}
+	if err := pg.InTx(context.Background(), e.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return apply(context.Background(), tx, sc.records)
+	}); err != nil {
+		t.Fatal(err)
 	}
 	var n int
 	var qty float64

@@ -132,7 +132,10 @@ func Fold(t Task, e Event) (next Task, records []Record, applied bool) {
 		t.Queue = firstOf(e.ClusterQueue, t.Queue)
 		t.Flavor = e.Flavor
 	case Started:
-		t.AttemptID, t.AttemptStarted = e.AttemptID, e.At
+		// Kept to the microsecond, as stored: a fold that reads the start
+		// back from the table and one that still holds it in memory (both
+		// events in one batch) meter the same seconds.
+		t.AttemptID, t.AttemptStarted = e.AttemptID, e.At.Truncate(time.Microsecond)
 	case Succeeded, AttemptEnded:
 		records = append(records, t.endAttempt(e)...)
 		if e.Kind == Succeeded && t.Spec.Type == TypeVideo && t.Spec.VideoSeconds > 0 {
@@ -151,7 +154,7 @@ func (t *Task) endAttempt(e Event) []Record {
 	if end.IsZero() {
 		end = e.At
 	}
-	secs := math.Max(0, end.Sub(t.AttemptStarted).Seconds())
+	secs := math.Max(0, end.Truncate(time.Microsecond).Sub(t.AttemptStarted).Seconds())
 	t.AttemptID, t.AttemptStarted = "", time.Time{}
 	if t.Spec.GPUs > 0 {
 		return []Record{t.record(e, KindGPU, secs*t.Spec.GPUs)}

@@ -147,3 +147,23 @@ func TestParseQuery(t *testing.T) {
 		}
 	}
 }
+
+// A start held in memory and one read back from Postgres (microseconds)
+// meter the same seconds.
+func TestFoldKeepsMicroseconds(t *testing.T) {
+	sub := ev(1, 0, Submitted)
+	sub.Spec = &Spec{Type: "shell"}
+	started := ev(2, 1, Started)
+	started.At = started.At.Add(123456789 * time.Nanosecond)
+	done := ev(3, 2, Succeeded)
+	done.At = done.At.Add(999 * time.Nanosecond)
+	task, _ := fold(sub, started)
+	stored := task
+	stored.AttemptStarted = time.UnixMicro(task.AttemptStarted.UnixMicro()).UTC()
+	_, inMemory, _ := Fold(task, done)
+	_, readBack, _ := Fold(stored, done)
+	if len(inMemory) != 1 || len(readBack) != 1 || inMemory[0].Quantity != readBack[0].Quantity ||
+		inMemory[0].Quantity != 1-0.123456 {
+		t.Fatalf("in memory %+v, read back %+v", inMemory, readBack)
+	}
+}

@@ -105,6 +105,10 @@ type Due struct {
 	// signing key (nil = none yet).
 	Endpoint string
 	Key      []byte
+	// KeyErr says why the tenant's stored key could not be read (sealed
+	// under another service key); that delivery is retried, the others go
+	// on.
+	KeyErr error
 }
 
 // Schedule is the dispatcher's store.
@@ -115,9 +119,9 @@ type Schedule interface {
 	// the tenants in skip, the tenants taking turns (each tenant's first
 	// due delivery before any tenant's second).
 	Claim(ctx context.Context, now time.Time, n, perTenant int, skip []string, leaseUntil time.Time) ([]Due, error)
-	// Finish records attempt and moves its delivery to state (pending
-	// with next as its next attempt, delivered or dead).
-	Finish(ctx context.Context, a Attempt, state string, next time.Time, lastError string) error
+	// Finish records attempts and moves each one's delivery to its state,
+	// all in one transaction.
+	Finish(ctx context.Context, done []Finished) error
 	// NextDue returns when the earliest pending delivery is due; ok is
 	// false when none is pending.
 	NextDue(ctx context.Context) (at time.Time, ok bool, err error)

@@ -225,3 +225,37 @@ func TestListAndRedeliver(t *testing.T) {
 	}
 	eventually(t, "delivered again", func() bool { return len(h.store.attemptsOf("msg_1")) == 2 })
 }
+
+// A tenant whose stored key cannot be read (sealed under another service
+// key) has its deliveries retried; other tenants' go out.
+func TestUnreadableKeyHoldsUpOnlyItsTenant(t *testing.T) {
+	h := newHarness(t, domain.Backoff{Base: time.Minute, Max: time.Hour, MaxAge: time.Hour}, ok200)
+	h.store.add(delivery("msg_1", "broken", "https://b.example.com/"), t0, time.Hour)
+	h.store.add(delivery("msg_2", "fine", "https://f.example.com/"), t0, time.Hour)
+	broken := &brokenKeys{store: h.store}
+	h.app = app.New(app.Config{Endpoints: h.store, Deliveries: deliveries{h.store}, Schedule: broken, Sender: h.sender,
+		Backoff: domain.Backoff{Base: time.Minute, Max: time.Hour, MaxAge: time.Hour}, Poll: 2 * time.Millisecond, Now: h.clock.Now,
+		Rand: func() float64 { return 0.5 }, Keys: rand.Reader})
+	h.run(t)
+	eventually(t, "both tried", func() bool { return len(h.store.attemptsOf("msg_1")) == 1 && len(h.store.attemptsOf("msg_2")) == 1 })
+	if v := h.store.view("msg_2"); v.State != domain.StateDelivered {
+		t.Errorf("the other tenant's delivery = %+v", v)
+	}
+	if v := h.store.view("msg_1"); v.State != domain.StatePending || !strings.Contains(v.LastError, "cannot sign") ||
+		!v.NextAttemptAt.Equal(t0.Add(time.Minute)) || h.sender.count("https://b.example.com/") != 0 {
+		t.Errorf("the broken tenant's delivery = %+v", v)
+	}
+}
+
+// brokenKeys claims as store does, but tenant "broken"'s key is unreadable.
+type brokenKeys struct{ *store }
+
+func (b *brokenKeys) Claim(ctx context.Context, now time.Time, n, perTenant int, skip []string, leaseUntil time.Time) ([]app.Due, error) {
+	due, err := b.store.Claim(ctx, now, n, perTenant, skip, leaseUntil)
+	for i := range due {
+		if due[i].Delivery.TenantID == "broken" {
+			due[i].KeyErr = errors.New("webhook key: cannot open the sealed key")
+		}
+	}
+	return due, err
+}

@@ -19,20 +19,38 @@ func (a *App) Wake() {
 	}
 }
 
+// Finished is an attempt and the state it leaves its delivery in.
+type Finished struct {
+	Attempt Attempt
+	// State is pending (with Next, the next attempt's time), delivered or
+	// dead.
+	State     string
+	Next      time.Time
+	LastError string
+}
+
+// Timings of the recorder: attempts are recorded together, at most
+// recordEvery after the first of them finished.
+const (
+	recordEvery = 5 * time.Millisecond
+	recordBatch = 256
+)
+
 // RunDispatcher sends due deliveries until ctx is done. Step by step:
 //
 //  1. When woken (a new delivery, a redelivery, a slot freed), when the
 //     next pending delivery falls due, or at the latest after Poll, claim
 //     as many due deliveries as there are free slots (Concurrency in all,
 //     PerTenant per tenant), skipping tenants whose slots are all taken,
-//     tenants taking turns.
+//     tenants taking turns. A tenant without a signing key gets one, once.
 //  2. Send each on its own goroutine: to the task's own URL or else the
-//     tenant's default endpoint, signed with the tenant's key (one is made
-//     if the tenant has none yet), under the sender's timeout.
+//     tenant's default endpoint, signed with the tenant's key, under the
+//     sender's timeout.
 //  3. Record the attempt: a 2xx answer delivers it; an address that may
 //     not be called, or no endpoint at all, makes it dead at once;
 //     anything else schedules the next attempt on the backoff, or makes it
-//     dead once that would be past its deadline.
+//     dead once that would be past its deadline. Attempts finished within
+//     a few milliseconds of each other are recorded in one transaction.
 //
 // A slow or dead receiver holds only its tenant's slots, so other tenants'
 // deliveries and the task pipeline (which never waits on a delivery) go
@@ -40,7 +58,10 @@ func (a *App) Wake() {
 // lease runs out; a delivery may then be sent twice, which webhook-id lets
 // receivers tell.
 func (a *App) RunDispatcher(ctx context.Context) {
-	d := &dispatch{app: a, inflight: map[string]int{}, freed: make(chan struct{}, 1)}
+	d := &dispatch{app: a, inflight: map[string]int{}, freed: make(chan struct{}, 1),
+		finished: make(chan Finished, a.cfg.Concurrency)}
+	recorded := make(chan struct{})
+	go func() { defer close(recorded); d.record(ctx) }()
 	for {
 		d.claim(ctx)
 		// A delivery due already was left for lack of a slot: a freed slot
@@ -56,6 +77,8 @@ func (a *App) RunDispatcher(ctx context.Context) {
 		case <-ctx.Done():
 			timer.Stop()
 			d.wg.Wait()
+			close(d.finished)
+			<-recorded
 			return
 		case <-a.wake:
 		case <-timer.C:
@@ -72,6 +95,7 @@ type dispatch struct {
 	total    int
 	wg       sync.WaitGroup
 	freed    chan struct{}
+	finished chan Finished
 }
 
 // claim is step 1.
@@ -97,6 +121,7 @@ func (d *dispatch) claim(ctx context.Context) {
 		}
 		return
 	}
+	d.app.ensureKeys(ctx, due, now)
 	for _, x := range due {
 		d.mu.Lock()
 		d.inflight[x.Delivery.TenantID]++
@@ -105,26 +130,92 @@ func (d *dispatch) claim(ctx context.Context) {
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
-			d.app.deliver(ctx, x)
+			if f, ok := d.app.deliver(ctx, x); ok {
+				d.finished <- f
+			}
 			d.mu.Lock()
 			if d.inflight[x.Delivery.TenantID]--; d.inflight[x.Delivery.TenantID] == 0 {
 				delete(d.inflight, x.Delivery.TenantID)
 			}
 			d.total--
 			d.mu.Unlock()
-			select {
-			case d.freed <- struct{}{}:
-			default:
-			}
+			d.wakeLoop()
 		}()
+	}
+}
+
+// wakeLoop wakes RunDispatcher's loop, which then claims again and looks
+// for the next due delivery.
+func (d *dispatch) wakeLoop() {
+	select {
+	case d.freed <- struct{}{}:
+	default:
+	}
+}
+
+// ensureKeys gives the tenants of due that have no signing key one, once
+// per tenant; a tenant whose key cannot be made has its deliveries wait.
+func (a *App) ensureKeys(ctx context.Context, due []Due, now time.Time) {
+	keys := map[string][]byte{}
+	failed := map[string]error{}
+	for i := range due {
+		x := &due[i]
+		if x.Key != nil || x.KeyErr != nil {
+			continue
+		}
+		t := x.Delivery.TenantID
+		if _, done := keys[t]; !done && failed[t] == nil {
+			fresh, err := a.newKey()
+			if err == nil {
+				fresh, err = a.cfg.Endpoints.EnsureKey(ctx, t, fresh, now)
+			}
+			if err != nil {
+				failed[t] = err
+			} else {
+				keys[t] = fresh
+			}
+		}
+		x.Key, x.KeyErr = keys[t], failed[t]
+	}
+}
+
+// record is step 3's writing: it gathers finished attempts and records
+// them together, until finished is closed.
+func (d *dispatch) record(ctx context.Context) {
+	store := context.WithoutCancel(ctx)
+	for f := range d.finished {
+		batch := []Finished{f}
+		timer := time.NewTimer(recordEvery)
+	gather:
+		for len(batch) < recordBatch {
+			select {
+			case f, ok := <-d.finished:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, f)
+			case <-timer.C:
+				break gather
+			}
+		}
+		timer.Stop()
+		if err := d.app.cfg.Schedule.Finish(store, batch); err != nil {
+			d.app.cfg.Logger.Warn("recording webhook attempts failed; they are tried again once their lease runs out",
+				"attempts", len(batch), "err", err)
+		}
+		// A retry scheduled just now may fall due before the loop's sleep
+		// ends: wake it to look again.
+		d.wakeLoop()
 	}
 }
 
 // errNoEndpoint is the last error of a delivery with nowhere to go.
 var errNoEndpoint = errors.New("no endpoint: the task has no webhook.url and the tenant no default endpoint")
 
-// deliver is steps 2 and 3 for one delivery.
-func (a *App) deliver(ctx context.Context, due Due) {
+// deliver is step 2 for one delivery, and what step 3 records; ok is
+// false when there is nothing to record (the dispatcher is stopping: the
+// next one sends it once its lease runs out).
+func (a *App) deliver(ctx context.Context, due Due) (Finished, bool) {
 	cfg := a.cfg
 	d := due.Delivery
 	at := cfg.Now().UTC()
@@ -132,36 +223,22 @@ func (a *App) deliver(ctx context.Context, due Due) {
 	if attempt.URL == "" {
 		attempt.URL = due.Endpoint
 	}
-	finish := func(state string, next time.Time, lastError string) {
-		if err := cfg.Schedule.Finish(context.WithoutCancel(ctx), attempt, state, next, lastError); err != nil {
-			cfg.Logger.Warn("recording a webhook attempt failed; it is tried again once its lease runs out",
-				"delivery", d.ID, "err", err)
-		}
-	}
-	if attempt.URL == "" {
+	switch {
+	case attempt.URL == "":
 		attempt.Error = errNoEndpoint.Error()
-		finish(domain.StateDead, time.Time{}, attempt.Error)
-		return
-	}
-	key := due.Key
-	if key == nil {
-		fresh, err := a.newKey()
-		if err == nil {
-			key, err = cfg.Endpoints.EnsureKey(ctx, d.TenantID, fresh, at)
-		}
-		if err != nil {
-			cfg.Logger.Warn("no signing key for a webhook delivery; it is tried again once its lease runs out", "delivery", d.ID, "err", err)
-			return
-		}
+		return Finished{Attempt: attempt, State: domain.StateDead, LastError: attempt.Error}, true
+	case due.KeyErr != nil:
+		attempt.Error = "cannot sign: " + due.KeyErr.Error() + "; rotate the tenant's secret or restore the service key"
+		return a.retryLater(due, attempt), true
 	}
 	ts := at.Unix()
 	headers := map[string]string{
 		domain.HeaderID: d.ID, domain.HeaderTimestamp: strconv.FormatInt(ts, 10),
-		domain.HeaderSignature: domain.Sign(key, d.ID, ts, []byte(d.Body)),
+		domain.HeaderSignature: domain.Sign(due.Key, d.ID, ts, []byte(d.Body)),
 	}
 	res := cfg.Sender.Send(ctx, attempt.URL, headers, []byte(d.Body))
 	if ctx.Err() != nil {
-		return // stopping: the lease runs out and the next dispatcher sends it
+		return Finished{}, false
 	}
 	attempt.HTTPStatus, attempt.ResponseBody, attempt.Duration = res.HTTPStatus, res.Body, res.Duration
 	if res.Err != nil {
@@ -169,20 +246,22 @@ func (a *App) deliver(ctx context.Context, due Due) {
 	}
 	switch {
 	case res.Err == nil && domain.Delivered(res.HTTPStatus):
-		finish(domain.StateDelivered, time.Time{}, "")
-		return
+		return Finished{Attempt: attempt, State: domain.StateDelivered}, true
 	case res.Refused:
-		finish(domain.StateDead, time.Time{}, attempt.Error)
-		return
+		return Finished{Attempt: attempt, State: domain.StateDead, LastError: attempt.Error}, true
 	}
 	if attempt.Error == "" {
 		attempt.Error = "the receiver answered HTTP " + strconv.Itoa(res.HTTPStatus)
 	}
-	now := cfg.Now().UTC()
-	next, ok := cfg.Backoff.Next(now, attempt.Number, due.Deadline, cfg.Rand())
+	return a.retryLater(due, attempt), true
+}
+
+// retryLater schedules the next attempt on the backoff, or makes the
+// delivery dead once that would be past its deadline.
+func (a *App) retryLater(due Due, attempt Attempt) Finished {
+	next, ok := a.cfg.Backoff.Next(a.cfg.Now().UTC(), attempt.Number, due.Deadline, a.cfg.Rand())
 	if !ok {
-		finish(domain.StateDead, time.Time{}, attempt.Error+" (retries exhausted)")
-		return
+		return Finished{Attempt: attempt, State: domain.StateDead, LastError: attempt.Error + " (retries exhausted)"}
 	}
-	finish(domain.StatePending, next, attempt.Error)
+	return Finished{Attempt: attempt, State: domain.StatePending, Next: next, LastError: attempt.Error}
 }

@@ -181,14 +181,17 @@ func (s *store) Claim(_ context.Context, now time.Time, n, perTenant int, skip [
 	return out, nil
 }
 
-func (s *store) Finish(_ context.Context, a app.Attempt, state string, next time.Time, lastError string) error {
+func (s *store) Finish(_ context.Context, done []app.Finished) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.attempts = append(s.attempts, a)
-	r := s.rows[a.DeliveryID]
-	r.view.State, r.view.Attempts, r.view.NextAttemptAt, r.view.LastError = state, a.Number, next, lastError
-	if state == domain.StateDelivered {
-		r.view.DeliveredAt = a.At
+	for _, f := range done {
+		a := f.Attempt
+		s.attempts = append(s.attempts, a)
+		r := s.rows[a.DeliveryID]
+		r.view.State, r.view.Attempts, r.view.NextAttemptAt, r.view.LastError = f.State, a.Number, f.Next, f.LastError
+		if f.State == domain.StateDelivered {
+			r.view.DeliveredAt = a.At
+		}
 	}
 	return nil
 }

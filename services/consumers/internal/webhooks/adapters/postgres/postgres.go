@@ -38,56 +38,117 @@ type Notifier struct {
 	MaxAge time.Duration
 }
 
-// Apply folds one task-topic record (consumer.Apply): the task's version
-// guards the fold and the delivery id is the event's, so a record seen
-// again changes nothing. A new delivery is scheduled at once — due now,
-// or skipped when it has no URL and its tenant no default endpoint (the
-// schedule is the dispatcher's, not derived from events, so reading the
-// endpoint here keeps replays exact).
-func (n Notifier) Apply(ctx context.Context, tx pgx.Tx, rec *kgo.Record) error {
-	var env taskv1.TaskEvent
-	if err := proto.Unmarshal(rec.Value, &env); err != nil {
-		return fmt.Errorf("webhooks: decode %d/%d: %w", rec.Partition, rec.Offset, err)
+// Apply folds a run of task-topic records (consumer.Apply): the tasks'
+// endpoints are read in one statement, the events folded in order, the
+// tasks and the new deliveries written in one statement each. The task's
+// version guards the fold and the delivery id is the event's, so a record
+// seen again changes nothing. A new delivery is scheduled in the same
+// statement — due now, or skipped when it has no URL and its tenant no
+// default endpoint (the schedule is the dispatcher's, not derived from
+// events, so reading the endpoint here keeps replays exact).
+func (n Notifier) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+	evs := make([]domain.Event, 0, len(recs))
+	ids := make([]string, 0, len(recs))
+	for _, rec := range recs {
+		var env taskv1.TaskEvent
+		if err := proto.Unmarshal(rec.Value, &env); err != nil {
+			return fmt.Errorf("webhooks: decode %d/%d: %w", rec.Partition, rec.Offset, err)
+		}
+		ev, err := events.Convert(&env)
+		if err != nil {
+			return err
+		}
+		evs, ids = append(evs, ev), append(ids, ev.TaskID)
 	}
-	ev, err := events.Convert(&env)
+	tasks := pgx.Identifier{n.Tables.Tasks}.Sanitize()
+	state, err := n.load(ctx, tx, tasks, ids)
 	if err != nil {
 		return err
 	}
-	tasks, deliveries := pgx.Identifier{n.Tables.Tasks}.Sanitize(), pgx.Identifier{n.Tables.Deliveries}.Sanitize()
+	changed := map[string]bool{}
+	var made []domain.Delivery
+	for _, ev := range evs {
+		next, d, applied := domain.Fold(state[ev.TaskID], ev)
+		if !applied {
+			continue
+		}
+		state[ev.TaskID], changed[ev.TaskID] = next, true
+		if d != nil {
+			made = append(made, *d)
+		}
+	}
+	if err := storeTasks(ctx, tx, tasks, state, changed); err != nil {
+		return err
+	}
+	return n.storeDeliveries(ctx, tx, made)
+}
+
+func (n Notifier) load(ctx context.Context, tx pgx.Tx, table string, ids []string) (map[string]domain.Task, error) {
+	rows, err := tx.Query(ctx, `SELECT task_id, tenant_id, url, version FROM `+table+` WHERE task_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: load tasks: %w", err)
+	}
+	out := map[string]domain.Task{}
 	var t domain.Task
-	err = tx.QueryRow(ctx, `SELECT task_id, tenant_id, url, version FROM `+tasks+` WHERE task_id = $1`, ev.TaskID).
-		Scan(&t.TaskID, &t.TenantID, &t.URL, &t.Version)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("webhooks: load task %s: %w", ev.TaskID, err)
+	if _, err := pgx.ForEachRow(rows, []any{&t.TaskID, &t.TenantID, &t.URL, &t.Version}, func() error {
+		out[t.TaskID] = t
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("webhooks: load tasks: %w", err)
 	}
-	next, d, applied := domain.Fold(t, ev)
-	if !applied {
+	return out, nil
+}
+
+func storeTasks(ctx context.Context, tx pgx.Tx, table string, state map[string]domain.Task, changed map[string]bool) error {
+	if len(changed) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+tasks+` (task_id, tenant_id, url, version) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (task_id) DO UPDATE SET url = EXCLUDED.url, version = EXCLUDED.version WHERE `+tasks+`.version < EXCLUDED.version`,
-		next.TaskID, next.TenantID, next.URL, next.Version); err != nil {
-		return fmt.Errorf("webhooks: store task %s: %w", next.TaskID, err)
+	ids, tenants, urls, versions := make([]string, 0, len(changed)), make([]string, 0, len(changed)), make([]string, 0, len(changed)),
+		make([]int64, 0, len(changed))
+	for id := range changed {
+		t := state[id]
+		ids, tenants, urls, versions = append(ids, t.TaskID), append(tenants, t.TenantID), append(urls, t.URL), append(versions, t.Version)
 	}
-	if d == nil {
-		return nil
-	}
-	tag, err := tx.Exec(ctx, `INSERT INTO `+deliveries+` (id, event_id, tenant_id, task_id, status, url, body, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING`,
-		d.ID, d.EventID, d.TenantID, d.TaskID, d.Status, d.URL, d.Body, d.CreatedAt)
+	_, err := tx.Exec(ctx, `INSERT INTO `+table+` (task_id, tenant_id, url, version)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+		ON CONFLICT (task_id) DO UPDATE SET url = EXCLUDED.url, version = EXCLUDED.version WHERE `+table+`.version < EXCLUDED.version`,
+		ids, tenants, urls, versions)
 	if err != nil {
-		return fmt.Errorf("webhooks: store delivery %s: %w", d.ID, err)
+		return fmt.Errorf("webhooks: store tasks: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	return nil
+}
+
+// storeDeliveries inserts new deliveries and schedules those that were
+// new, in one statement.
+func (n Notifier) storeDeliveries(ctx context.Context, tx pgx.Tx, ds []domain.Delivery) error {
+	if len(ds) == 0 {
 		return nil
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{n.Tables.Schedule}.Sanitize()+`
-		(delivery_id, tenant_id, state, next_attempt_at, deadline, updated_at)
-		SELECT $1, $2, CASE WHEN $3 <> '' OR EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.tenant_id = $2 AND e.url <> '')
-			THEN 'pending' ELSE 'skipped' END, now(), now() + $4::interval, now()
-		ON CONFLICT (delivery_id) DO NOTHING`, d.ID, d.TenantID, d.URL, n.MaxAge)
+	k := len(ds)
+	ids, evs, tenants, tasks, statuses, urls, bodies := make([]string, k), make([]string, k), make([]string, k), make([]string, k),
+		make([]string, k), make([]string, k), make([]string, k)
+	created := make([]time.Time, k)
+	for i, d := range ds {
+		ids[i], evs[i], tenants[i], tasks[i], statuses[i], urls[i], bodies[i], created[i] = d.ID, d.EventID, d.TenantID, d.TaskID,
+			d.Status, d.URL, d.Body, d.CreatedAt
+	}
+	_, err := tx.Exec(ctx, `
+		WITH made AS (
+			INSERT INTO `+pgx.Identifier{n.Tables.Deliveries}.Sanitize()+` (id, event_id, tenant_id, task_id, status, url, body, created_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[])
+			ON CONFLICT (id) DO NOTHING
+			RETURNING id, tenant_id, url
+		)
+		INSERT INTO `+pgx.Identifier{n.Tables.Schedule}.Sanitize()+` (delivery_id, tenant_id, state, next_attempt_at, deadline, updated_at)
+		SELECT id, tenant_id,
+			CASE WHEN url <> '' OR EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.tenant_id = made.tenant_id AND e.url <> '')
+				THEN 'pending' ELSE 'skipped' END,
+			now(), now() + $9::interval, now()
+		FROM made
+		ON CONFLICT (delivery_id) DO NOTHING`, ids, evs, tenants, tasks, statuses, urls, bodies, created, n.MaxAge)
 	if err != nil {
-		return fmt.Errorf("webhooks: schedule delivery %s: %w", d.ID, err)
+		return fmt.Errorf("webhooks: store deliveries: %w", err)
 	}
 	return nil
 }
@@ -341,10 +402,9 @@ func (s Store) Claim(ctx context.Context, now time.Time, n, perTenant int, skip 
 			return nil, fmt.Errorf("webhooks: claim: %w", err)
 		}
 		if sealed != nil {
-			if x.Key, err = s.Sealer.Open(d.TenantID, sealed); err != nil {
-				rows.Close()
-				return nil, err
-			}
+			// One tenant's unreadable key must not hold up the others'
+			// deliveries: it fails its own attempts only.
+			x.Key, x.KeyErr = s.Sealer.Open(d.TenantID, sealed)
 		}
 		out = append(out, x)
 	}
@@ -354,27 +414,44 @@ func (s Store) Claim(ctx context.Context, now time.Time, n, perTenant int, skip 
 	return out, nil
 }
 
-// Finish implements app.Schedule, in one transaction.
-func (s Store) Finish(ctx context.Context, a app.Attempt, state string, next time.Time, lastError string) error {
+// Finish implements app.Schedule: the attempts and the deliveries' new
+// states in two statements of one transaction.
+func (s Store) Finish(ctx context.Context, done []app.Finished) error {
+	if len(done) == 0 {
+		return nil
+	}
+	n := len(done)
+	ids, urls, errs, bodies, states, lasts := make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n)
+	numbers, statuses := make([]int32, n), make([]int32, n)
+	durations := make([]int64, n)
+	at, next := make([]time.Time, n), make([]time.Time, n)
+	delivered := make([]*time.Time, n)
+	for i, f := range done {
+		a := f.Attempt
+		ids[i], urls[i], errs[i], bodies[i] = a.DeliveryID, pg.CleanText(a.URL), pg.CleanText(a.Error), pg.CleanText(a.ResponseBody)
+		states[i], lasts[i], numbers[i], statuses[i] = f.State, pg.CleanText(f.LastError), int32(a.Number), int32(a.HTTPStatus)
+		durations[i], at[i], next[i] = a.Duration.Milliseconds(), a.At, f.Next
+		if next[i].IsZero() {
+			next[i] = a.At
+		}
+		if f.State == domain.StateDelivered {
+			delivered[i] = &done[i].Attempt.At
+		}
+	}
 	return pg.InTx(ctx, s.DB, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO webhook_attempts (delivery_id, number, at, url, http_status, error, duration_ms, response_body)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (delivery_id, number) DO NOTHING`,
-			a.DeliveryID, a.Number, a.At, pg.CleanText(a.URL), a.HTTPStatus, pg.CleanText(a.Error), a.Duration.Milliseconds(),
-			pg.CleanText(a.ResponseBody)); err != nil {
-			return fmt.Errorf("webhooks: record attempt: %w", err)
+			SELECT * FROM unnest($1::text[], $2::int[], $3::timestamptz[], $4::text[], $5::int[], $6::text[], $7::bigint[], $8::text[])
+			ON CONFLICT (delivery_id, number) DO NOTHING`, ids, numbers, at, urls, statuses, errs, durations, bodies); err != nil {
+			return fmt.Errorf("webhooks: record attempts: %w", err)
 		}
-		var delivered *time.Time
-		if state == domain.StateDelivered {
-			delivered = &a.At
-		}
-		if next.IsZero() {
-			next = a.At
-		}
-		_, err := tx.Exec(ctx, `UPDATE webhook_schedule SET state = $2, attempts = $3, next_attempt_at = $4, lease_until = NULL,
-			delivered_at = coalesce($5, delivered_at), last_error = $6, updated_at = $7 WHERE delivery_id = $1`,
-			a.DeliveryID, state, a.Number, next, delivered, pg.CleanText(lastError), a.At)
+		_, err := tx.Exec(ctx, `UPDATE webhook_schedule s SET state = x.state, attempts = x.number, next_attempt_at = x.next,
+				lease_until = NULL, delivered_at = coalesce(x.delivered, s.delivered_at), last_error = x.last, updated_at = x.at
+			FROM unnest($1::text[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[], $6::text[], $7::timestamptz[])
+				AS x(id, state, number, next, delivered, last, at)
+			WHERE s.delivery_id = x.id`, ids, states, numbers, next, delivered, lasts, at)
 		if err != nil {
-			return fmt.Errorf("webhooks: move delivery %s to %s: %w", a.DeliveryID, state, err)
+			return fmt.Errorf("webhooks: move deliveries on: %w", err)
 		}
 		return nil
 	})
