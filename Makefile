@@ -36,8 +36,24 @@ build: ## Build the taskmesh binary into bin/.
 	go build -o $(BIN)/taskmesh ./services/taskmesh/cmd/taskmesh
 
 .PHONY: test
-test: check-generated ## Run all tests with the race detector (fails when gen/ is stale).
+test: check-generated check-console ## Run all tests with the race detector (fails when gen/ or the console is stale).
 	go test $(TESTFLAGS) $(MODULES)
+
+# The web console: TypeScript sources in $(CONSOLE)/web, built by the
+# esbuild that package-lock.json pins into $(CONSOLE)/dist, which is
+# committed and embedded in the binary.
+CONSOLE := services/gateway/internal/console
+
+.PHONY: console
+console: ## Build the web console (npm ci, esbuild) into its committed dist/.
+	cd $(CONSOLE)/web && npm ci --no-audit --no-fund --silent && npm run --silent build
+
+.PHONY: check-console
+check-console: ## Fail when the console's dist/ differs from what `make console` builds.
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	(cd $(CONSOLE)/web && npm ci --no-audit --no-fund --silent && OUT="$$tmp" npm run --silent build); \
+	if ! diff -r -q "$$tmp" $(CONSOLE)/dist; then \
+	  echo "$(CONSOLE)/dist is stale: run 'make console' and commit the result" >&2; exit 1; fi
 
 .PHONY: bench
 bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print medians of the runs.
@@ -91,9 +107,13 @@ check-generated: tools third-party-protos ## Fail when gen/ differs from what `m
 	  echo "gen/ is stale: run 'make generate' and commit the result" >&2; exit 1; fi
 
 .PHONY: lint
-lint: tools third-party-protos ## buf lint, buf format check, go vet on every module.
+lint: tools third-party-protos ## buf lint, buf format, buf breaking, gofmt, go vet on every module.
 	$(BIN)/buf lint
 	$(BIN)/buf format --diff --exit-code proto
+	# Against the merge base with main on a branch, else the previous commit
+	# (BUF_BREAKING_AGAINST=<rev> overrides); skipped with a notice when
+	# that commit is not in the clone.
+	tools/buf-breaking.sh $(BIN)/buf
 	@unformatted=$$(gofmt -l gen platform services tools); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	go vet $(MODULES)

@@ -16,8 +16,9 @@ import _ "embed"
 //go:embed taskmesh.swagger.json
 var JSON []byte
 
-// VideoJSON is the OpenAPI 2.0 document of the video API (seed 000), with
-// its JSON key names. The gateway merges it into JSON.
+// VideoJSON is the OpenAPI 2.0 document of the video API
+// (docs/api/video.md), with its JSON key names. The gateway merges it into
+// JSON.
 //
 //go:embed video.swagger.json
 var VideoJSON []byte

@@ -135,6 +135,9 @@ func AppendError(err error, events []Event) error {
 	if err == nil {
 		return nil
 	}
+	// Only the (aggregate_id, version) key is a conflict: a clash on
+	// event_id or any other error is a bug or an outage, not a lost race,
+	// and must not be retried as one.
 	if pg.IsUniqueViolation(err, "events_aggregate_version_key") {
 		return conflictFrom(err, events)
 	}
@@ -147,9 +150,15 @@ func (s *Store) appendStatement(events []Event) (string, []any, error) {
 	if len(events) == 0 {
 		return "", nil, nil
 	}
+	// Checked before anything reaches the database: a malformed batch is the
+	// caller's bug, reported as ErrInvalid rather than as whatever
+	// constraint it would have tripped.
 	if err := validate(events); err != nil {
 		return "", nil, err
 	}
+	// Columns as arrays, one per field: a statement whose text does not
+	// depend on the batch size is prepared once and reused, whatever the
+	// number of events.
 	n := len(events)
 	var (
 		types   = make([]string, n)
@@ -165,6 +174,8 @@ func (s *Store) appendStatement(events []Event) (string, []any, error) {
 	for i, e := range events {
 		types[i], aggIDs[i], vers[i], evTypes[i] = e.AggregateType, e.AggregateID, e.Version, e.Type
 		evIDs[i], tenants[i], times[i], loads[i] = e.EventID, e.TenantID, e.OccurredAt, e.Payload
+		// No headers is SQL NULL rather than an empty object; scan then
+		// leaves Headers nil.
 		if len(e.Headers) > 0 {
 			b, err := json.Marshal(e.Headers)
 			if err != nil {
@@ -190,6 +201,8 @@ func (s *Store) appendStatement(events []Event) (string, []any, error) {
 // error detail; when it cannot be parsed the first event is named.
 func conflictFrom(err error, events []Event) error {
 	var pgErr *pgconn.PgError
+	// Postgres names only the first key that clashed; matching the detail
+	// text is brittle across versions, hence the fallback below.
 	if errors.As(err, &pgErr) {
 		for _, e := range events {
 			if pgErr.Detail == fmt.Sprintf("Key (aggregate_id, version)=(%s, %d) already exists.", e.AggregateID, e.Version) {
@@ -217,6 +230,10 @@ func validate(events []Event) error {
 		case e.Version < 1:
 			return fmt.Errorf("%w: event %d has version %d", ErrInvalid, i, e.Version)
 		}
+		// Gaps or repeats inside one batch would break the invariant that
+		// versions count an aggregate's events. That the first one follows
+		// what is stored is the caller's to ensure (it decided from that
+		// state); the unique key catches a writer that raced it.
 		if prev, ok := last[e.AggregateID]; ok && e.Version != prev+1 {
 			return fmt.Errorf("%w: %s versions %d then %d are not consecutive", ErrInvalid, e.AggregateID, prev, e.Version)
 		}
@@ -231,6 +248,9 @@ const selectColumns = `id, aggregate_type, aggregate_id, version, event_type, ev
 // Load returns the events of one aggregate with a version above after, in
 // version order.
 func (s *Store) Load(ctx context.Context, q Querier, aggregateID string, after int64) ([]Event, error) {
+	// Version order, not id order: they agree for one aggregate (a later
+	// version is appended by a later transaction, or later in the same
+	// statement), but version is what the caller folds by.
 	rows, err := q.Query(ctx, `SELECT `+selectColumns+` FROM events
 		WHERE aggregate_id = $1 AND version > $2 ORDER BY version`, aggregateID, after)
 	if err != nil {
@@ -253,6 +273,9 @@ func (s *Store) Rebuild(ctx context.Context, tx Querier, aggregateType string, p
 	if pageSize <= 0 {
 		pageSize = 1000
 	}
+	// The cursor is a Position (tx_id as text, id), the same order the relay
+	// publishes in, so a rebuilt inline projection sees the events in the
+	// order consumers of the topic did.
 	afterTx, afterID := "0", int64(0)
 	for {
 		// Pages rather than one cursor: apply writes through the same
@@ -267,6 +290,10 @@ func (s *Store) Rebuild(ctx context.Context, tx Querier, aggregateType string, p
 		if err != nil {
 			return fmt.Errorf("eventstore: rebuild %s: %w", aggregateType, err)
 		}
+		// Each page is a new statement, so under READ COMMITTED a page could
+		// see events committed after the rebuild began; a caller that needs
+		// one point in time blocks the writers first (the scheduler locks its
+		// tasks table).
 		if len(page) == 0 {
 			return nil
 		}
@@ -299,6 +326,8 @@ func scan(rows pgx.Rows, withTx bool) ([]Event, string, error) {
 		)
 		dest := []any{&e.ID, &e.AggregateType, &e.AggregateID, &e.Version, &e.Type, &e.EventID,
 			&e.TenantID, &e.OccurredAt, &e.Payload, &headers}
+		// tx_id is read as text because pgx has no xid8 type; only the last
+		// row's is kept, as the next page's cursor.
 		if withTx {
 			dest = append(dest, &last)
 		}

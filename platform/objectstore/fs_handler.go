@@ -22,12 +22,23 @@ import (
 // be confused with this one. GET URLs have size -1 and no content type;
 // PUT URLs always have both, so one can never verify as the other.
 func (f *FS) sign(method, key string, expires, size int64, contentType string) []byte {
-	mac := hmac.New(sha256.New, f.secret)
 	sizeStr := ""
 	if size >= 0 {
 		sizeStr = strconv.FormatInt(size, 10)
 	}
-	fmt.Fprintf(mac, "taskmesh-objectstore-url-v1\n%s\n%s\n%d\n%s\n%s", method, key, expires, sizeStr, contentType)
+	return f.signSpec(method, key, expires, sizeStr, contentType)
+}
+
+// signBounded signs a PUT URL that accepts any size up to maxSize: its size
+// field is "max:<n>", which no exact size can spell, so a bounded URL never
+// verifies as an exact one or the other way round.
+func (f *FS) signBounded(key string, expires, maxSize int64, contentType string) []byte {
+	return f.signSpec("PUT", key, expires, "max:"+strconv.FormatInt(maxSize, 10), contentType)
+}
+
+func (f *FS) signSpec(method, key string, expires int64, sizeSpec, contentType string) []byte {
+	mac := hmac.New(sha256.New, f.secret)
+	fmt.Fprintf(mac, "taskmesh-objectstore-url-v1\n%s\n%s\n%d\n%s\n%s", method, key, expires, sizeSpec, contentType)
 	return mac.Sum(nil)
 }
 
@@ -38,6 +49,7 @@ const (
 	paramExpires   = "X-Expires"
 	paramSignature = "X-Signature"
 	paramSize      = "X-Size"
+	paramMaxSize   = "X-Max-Size"
 )
 
 // PresignGet implements Store. The URL is valid for GET and HEAD.
@@ -82,6 +94,31 @@ func (f *FS) PresignPut(ctx context.Context, key string, ttl time.Duration, size
 	}
 	headers := map[string]string{"Content-Type": ct, "Content-Length": strconv.FormatInt(size, 10)}
 	return f.baseURL + "/" + key + "?" + q.Encode(), headers, nil
+}
+
+// PresignPutUpTo implements Store. The client must send Content-Type
+// verbatim and a Content-Length of at most maxSize.
+func (f *FS) PresignPutUpTo(ctx context.Context, key string, ttl time.Duration, maxSize int64, contentType string) (string, map[string]string, error) {
+	if err := ValidateKey(key); err != nil {
+		return "", nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return "", nil, err
+	}
+	if maxSize < 0 || maxSize > f.maxPut {
+		return "", nil, fmt.Errorf("objectstore: presign put %s: maximum size %d out of range [0, %d]", key, maxSize, f.maxPut)
+	}
+	ct, err := normalizeContentType(contentType)
+	if err != nil {
+		return "", nil, err
+	}
+	exp := f.now().Add(ttl).Unix()
+	q := url.Values{
+		paramExpires:   {strconv.FormatInt(exp, 10)},
+		paramMaxSize:   {strconv.FormatInt(maxSize, 10)},
+		paramSignature: {encodeSig(f.signBounded(key, exp, maxSize, ct))},
+	}
+	return f.baseURL + "/" + key + "?" + q.Encode(), map[string]string{"Content-Type": ct}, nil
 }
 
 // Handler serves GET/HEAD (Content-Type, Content-Length, ETag = sha256,
@@ -145,6 +182,11 @@ func singleParam(q url.Values, name string) (string, bool) {
 // reports whether the request may proceed. The expiry is checked after the
 // signature so that "expired" is only ever said about a genuine URL.
 func (f *FS) verify(w http.ResponseWriter, q url.Values, method, key string, size int64, contentType string) bool {
+	return f.verifyWith(w, q, func(exp int64) []byte { return f.sign(method, key, exp, size, contentType) })
+}
+
+// verifyWith is verify with the expected signature computed by want.
+func (f *FS) verifyWith(w http.ResponseWriter, q url.Values, want func(expires int64) []byte) bool {
 	expStr, ok1 := singleParam(q, paramExpires)
 	sigStr, ok2 := singleParam(q, paramSignature)
 	if !ok1 || !ok2 {
@@ -153,7 +195,7 @@ func (f *FS) verify(w http.ResponseWriter, q url.Values, method, key string, siz
 	}
 	exp, err := strconv.ParseInt(expStr, 10, 64)
 	sig, err2 := base64.RawURLEncoding.DecodeString(sigStr)
-	if err != nil || err2 != nil || !hmac.Equal(sig, f.sign(method, key, exp, size, contentType)) {
+	if err != nil || err2 != nil || !hmac.Equal(sig, want(exp)) {
 		plainError(w, "invalid signature", http.StatusForbidden)
 		return false
 	}
@@ -166,7 +208,8 @@ func (f *FS) verify(w http.ResponseWriter, q url.Values, method, key string, siz
 
 func (f *FS) serveGet(w http.ResponseWriter, r *http.Request, key string) {
 	q := r.URL.Query()
-	if _, hasSize := q[paramSize]; hasSize {
+	_, hasSize := q[paramSize]
+	if _, bounded := q[paramMaxSize]; hasSize || bounded {
 		// A PUT URL: refuse it plainly rather than as a signature mismatch.
 		plainError(w, "invalid signature", http.StatusForbidden)
 		return
@@ -213,6 +256,10 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 
 func (f *FS) servePut(w http.ResponseWriter, r *http.Request, key string) {
 	q := r.URL.Query()
+	if _, bounded := q[paramMaxSize]; bounded {
+		f.servePutBounded(w, r, key, q)
+		return
+	}
 	sizeStr, ok := singleParam(q, paramSize)
 	if !ok {
 		// A GET URL (or none at all) used for PUT.
@@ -247,6 +294,11 @@ func (f *FS) servePut(w http.ResponseWriter, r *http.Request, key string) {
 		plainError(w, "Content-Length does not match the signed size", http.StatusBadRequest)
 		return
 	}
+	f.store(w, r, key, size, ct)
+}
+
+// store writes the body of a verified PUT of size bytes and answers it.
+func (f *FS) store(w http.ResponseWriter, r *http.Request, key string, size int64, ct string) {
 	body := &bodyReader{r: r.Body}
 	info, err := f.Put(r.Context(), key, body, size, ct)
 	if err != nil {
@@ -264,4 +316,28 @@ func (f *FS) servePut(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	w.Header().Set("ETag", `"`+info.SHA256+`"`)
 	w.WriteHeader(http.StatusOK)
+}
+
+// servePutBounded serves a PUT on a URL of PresignPutUpTo: any
+// Content-Length up to the signed maximum.
+func (f *FS) servePutBounded(w http.ResponseWriter, r *http.Request, key string, q url.Values) {
+	maxStr, ok := singleParam(q, paramMaxSize)
+	maxSize, err := strconv.ParseInt(maxStr, 10, 64)
+	if _, exact := q[paramSize]; !ok || exact || err != nil || maxSize < 0 || len(r.Header.Values("Content-Type")) > 1 {
+		plainError(w, "invalid signature", http.StatusForbidden)
+		return
+	}
+	ct := r.Header.Get("Content-Type")
+	if !f.verifyWith(w, q, func(exp int64) []byte { return f.signBounded(key, exp, maxSize, ct) }) {
+		return
+	}
+	switch {
+	case r.ContentLength < 0:
+		plainError(w, "Content-Length required", http.StatusLengthRequired)
+		return
+	case r.ContentLength > maxSize || r.ContentLength > f.maxPut:
+		plainError(w, "object too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	f.store(w, r, key, r.ContentLength, ct)
 }

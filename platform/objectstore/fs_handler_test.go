@@ -460,3 +460,63 @@ func TestFSHandlerPutKeyConflict(t *testing.T) {
 	}
 	expectStatus(t, "PUT below an object", httpPut(t, u, headers, []byte("x")), http.StatusConflict)
 }
+
+// A bounded PUT URL (PresignPutUpTo) takes any size up to its maximum and
+// is bound to its key, maximum, expiry and content type; it is never an
+// exact-size URL nor a GET URL.
+func TestFSHandlerPutUpTo(t *testing.T) {
+	clock := newFakeClock()
+	_, fs := newFSServer(t, func(c *objectstore.FSConfig) { c.Now = clock.Now; c.MaxPutBytes = 1 << 20 })
+	ctx := context.Background()
+	if _, _, err := fs.PresignPutUpTo(ctx, "out/x", time.Minute, 2<<20, ""); err == nil {
+		t.Error("a maximum above MaxPutBytes was signed")
+	}
+	u, headers, err := fs.PresignPutUpTo(ctx, "out/x.bie", time.Minute, 100, "application/octet-stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(u, ct string, body []byte, length int64) *http.Response {
+		req, err := http.NewRequest(http.MethodPut, u, io.MultiReader(bytes.NewReader(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = length
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		return do(t, req)
+	}
+	const ct = "application/octet-stream"
+	expectStatus(t, "over the maximum", put(u, ct, make([]byte, 101), 101), http.StatusRequestEntityTooLarge)
+	expectStatus(t, "no Content-Length", put(u, ct, []byte("chunked"), -1), http.StatusLengthRequired)
+	expectStatus(t, "other content type", put(u, "text/plain", []byte("x"), 1), http.StatusForbidden)
+	expectStatus(t, "maximum raised", put(withQuery(t, u, func(q url.Values) { q.Set("X-Max-Size", "1000") }), ct, make([]byte, 500), 500), http.StatusForbidden)
+	expectStatus(t, "maximum as an exact size", put(withQuery(t, u, func(q url.Values) { q.Set("X-Size", q.Get("X-Max-Size")); q.Del("X-Max-Size") }), ct, make([]byte, 100), 100), http.StatusForbidden)
+	expectStatus(t, "both sizes", put(withQuery(t, u, func(q url.Values) { q.Set("X-Size", "5") }), ct, make([]byte, 5), 5), http.StatusForbidden)
+	expectStatus(t, "other key", put(strings.Replace(u, "/x.bie?", "/y.bie?", 1), ct, []byte("x"), 1), http.StatusForbidden)
+	expectStatus(t, "bounded URL for GET", do(t, mustRequest(t, http.MethodGet, u)), http.StatusForbidden)
+	if _, err := fs.Stat(ctx, "out/x.bie"); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("a refused PUT stored something: %v", err)
+	}
+	for _, body := range [][]byte{[]byte("a small output"), make([]byte, 100), {}} {
+		resp := httpPut(t, u, headers, body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("PUT of %d bytes: %s %q", len(body), resp.Status, readBody(t, resp))
+		}
+		got, info := readAll(t, fs, "out/x.bie")
+		if !bytes.Equal(got, body) || info.ContentType != ct {
+			t.Errorf("stored %d bytes %+v, want %d", len(got), info, len(body))
+		}
+	}
+	clock.Advance(time.Minute)
+	expectStatus(t, "expired", put(u, ct, []byte("x"), 1), http.StatusForbidden)
+}
+
+func mustRequest(t *testing.T, method, u string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}

@@ -72,6 +72,12 @@ type Store interface {
 	// content type; neither implementation can stop the holder from
 	// repeating the same upload before the URL expires.
 	PresignPut(ctx context.Context, key string, ttl time.Duration, size int64, contentType string) (url string, headers map[string]string, err error)
+	// PresignPutUpTo is PresignPut for a client that does not know the
+	// size when the URL is made (a program's output): the URL accepts a
+	// PUT of any size with contentType. FS refuses more than maxSize
+	// bytes; S3 cannot bound a presigned PUT's size, so there maxSize is
+	// only the S3 service's own limit for one PUT (5 GiB).
+	PresignPutUpTo(ctx context.Context, key string, ttl time.Duration, maxSize int64, contentType string) (url string, headers map[string]string, err error)
 }
 
 const (

@@ -368,3 +368,28 @@ func (s *S3) PresignPut(ctx context.Context, key string, ttl time.Duration, size
 	}
 	return u.String(), map[string]string{"Content-Type": ct, "Content-Length": length}, nil
 }
+
+// PresignPutUpTo implements Store. Only Content-Type is a signed header:
+// a SigV4 presigned PUT cannot bound the body's length, so S3 accepts any
+// size up to its single-PUT limit and maxSize is not enforced here.
+func (s *S3) PresignPutUpTo(ctx context.Context, key string, ttl time.Duration, maxSize int64, contentType string) (string, map[string]string, error) {
+	objKey, err := s.objectKey(key)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return "", nil, err
+	}
+	if maxSize < 0 {
+		return "", nil, fmt.Errorf("objectstore: presign put %s: maximum size %d is negative", key, maxSize)
+	}
+	ct, err := normalizeContentType(contentType)
+	if err != nil {
+		return "", nil, err
+	}
+	u, err := s.client.PresignHeader(ctx, http.MethodPut, s.bucket, objKey, ttl, nil, http.Header{"Content-Type": {ct}})
+	if err != nil {
+		return "", nil, fmt.Errorf("objectstore: presign put %s: %w", key, err)
+	}
+	return u.String(), map[string]string{"Content-Type": ct}, nil
+}

@@ -547,3 +547,35 @@ func closedAddr(t *testing.T) string {
 	srv.Close()
 	return addr
 }
+
+// A bounded S3 PUT URL signs the content type but not the length: S3
+// takes any size with that type, and refuses another type.
+func TestS3PresignPutUpTo(t *testing.T) {
+	f := newFakeS3(t)
+	s := f.newStore(t, "p/")
+	ctx := context.Background()
+	u, headers, err := s.PresignPutUpTo(ctx, "out/r.nef", time.Minute, 1<<30, "application/octet-stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := url.Parse(u)
+	if sh := q.Query().Get("X-Amz-SignedHeaders"); sh != "content-type;host" {
+		t.Errorf("PUT URL signs %q, want content-type;host", sh)
+	}
+	req, _ := http.NewRequest(http.MethodPut, u, bytes.NewReader([]byte("x")))
+	req.Header.Set("Content-Type", "text/plain")
+	if resp := do(t, req); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("other content type: %s", resp.Status)
+	}
+	data := []byte("a program's output of a size nobody knew")
+	if resp := httpPut(t, u, headers, data); resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT: %s %q", resp.Status, readBody(t, resp))
+	}
+	got, _ := readAll(t, s, "out/r.nef")
+	if !bytes.Equal(got, data) {
+		t.Errorf("stored %q", got)
+	}
+	if _, _, err := s.PresignPutUpTo(ctx, "out/r.nef", time.Minute, -1, ""); err == nil {
+		t.Error("a negative maximum was signed")
+	}
+}

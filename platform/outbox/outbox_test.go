@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
@@ -27,6 +28,10 @@ import (
 
 var topic = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 
+// otherSchema holds a second service's event store, for relays that share
+// a topic and a transaction-id sequence.
+const otherSchema = "svc_other"
+
 // Environment of a relay run as a child process, so tests can SIGKILL it.
 const (
 	envChild   = "TASKMESH_TEST_RELAY_CHILD"
@@ -39,12 +44,19 @@ func TestMain(m *testing.M) {
 		os.Exit(runChildRelay())
 	}
 	pgtest.Main(m, pgtest.WithMigrations(func(ctx context.Context, pool *pgxpool.Pool) error {
-		return eventtest.Migrate(ctx, pool)
+		if err := eventtest.Migrate(ctx, pool); err != nil {
+			return err
+		}
+		return eventtest.MigrateSchema(ctx, pool, otherSchema)
 	}))
 }
 
 func relayConfig(brokers []string) outbox.Config {
-	return outbox.Config{Name: "test", Topic: topic, Partitions: 8, BatchSize: 500,
+	return namedRelayConfig("test", brokers)
+}
+
+func namedRelayConfig(name string, brokers []string) outbox.Config {
+	return outbox.Config{Name: name, Topic: topic, Partitions: 8, BatchSize: 500,
 		StandbyInterval: 50 * time.Millisecond, ProduceTimeout: 5 * time.Second,
 		Kafka: kafka.Config{Brokers: brokers, ClientID: "relay-test"}, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 }
@@ -92,12 +104,19 @@ func consumeAll(t *testing.T, b *kafkatest.Broker) []eventtest.Record {
 // waitRelayed waits until the relay checkpoint covers every event.
 func waitRelayed(t *testing.T, pool *pgxpool.Pool, timeout time.Duration) {
 	t.Helper()
+	waitRelayedBy(t, pool, "test", timeout)
+}
+
+// waitRelayedBy waits until the checkpoint of the named relay covers every
+// event of pool's schema.
+func waitRelayedBy(t *testing.T, pool *pgxpool.Pool, relay string, timeout time.Duration) {
+	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(timeout)
 	for {
 		var pending int64
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM events e WHERE NOT EXISTS (
-			SELECT 1 FROM outbox_checkpoints c WHERE c.relay = 'test' AND (e.tx_id, e.id) <= (c.tx_id, c.event_id))`).Scan(&pending)
+			SELECT 1 FROM outbox_checkpoints c WHERE c.relay = $1 AND (e.tx_id, e.id) <= (c.tx_id, c.event_id))`, relay).Scan(&pending)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,8 +231,9 @@ func TestRelayWaitsForLateCommit(t *testing.T) {
 }
 
 // A relay that crashed after a Kafka commit but before its checkpoint write
-// must not publish those events again: the successor reads the partitions'
-// tails. Rewinding the checkpoint to zero simulates the lost write.
+// must not publish those events again: the successor finds them in Kafka.
+// Deleting the checkpoint simulates losing every write of it, so the
+// successor reads every partition from its start.
 func TestRelaySkipsWhatKafkaAlreadyHasAfterLostCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
@@ -233,9 +253,7 @@ func TestRelaySkipsWhatKafkaAlreadyHasAfterLostCheckpoint(t *testing.T) {
 	}
 	waitRelayed(t, pool, 20*time.Second)
 	stop()
-	if _, err := pool.Exec(ctx, `UPDATE outbox_checkpoints SET tx_id = '0', event_id = 0`); err != nil {
-		t.Fatal(err)
-	}
+	restoreCheckpoint(t, pool, "test", "")
 	stop = run()
 	defer stop()
 	if err := w.Write(ctx, 100); err != nil {
@@ -301,5 +319,211 @@ func waitActive(t *testing.T, r *outbox.Relay) {
 			t.Fatal("relay never became active")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runRelay runs a relay in this process until the returned func stops it.
+func runRelay(pool *pgxpool.Pool, cfg outbox.Config) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = outbox.New(pool, cfg).Run(ctx) }()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// checkpointRow returns the relay's checkpoint row as JSON ("" when it has
+// none), for restoreCheckpoint to put back.
+func checkpointRow(t *testing.T, pool *pgxpool.Pool, relay string) string {
+	t.Helper()
+	var row string
+	err := pool.QueryRow(context.Background(), `SELECT to_jsonb(c)::text FROM outbox_checkpoints c WHERE relay = $1`, relay).Scan(&row)
+	if err != nil && err != pgx.ErrNoRows {
+		t.Fatal(err)
+	}
+	return row
+}
+
+// restoreCheckpoint puts back a row read by checkpointRow: the state a
+// relay leaves when it crashes and every checkpoint write since was lost.
+func restoreCheckpoint(t *testing.T, pool *pgxpool.Pool, relay, row string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `DELETE FROM outbox_checkpoints WHERE relay = $1`, relay); err != nil {
+		t.Fatal(err)
+	}
+	if row == "" {
+		return
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox_checkpoints SELECT * FROM jsonb_populate_record(NULL::outbox_checkpoints, $1::jsonb)`, row); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recordsWithKeyPrefix returns the records whose key starts with prefix.
+func recordsWithKeyPrefix(records []eventtest.Record, prefix string) []eventtest.Record {
+	var out []eventtest.Record
+	for _, r := range records {
+		if strings.HasPrefix(string(r.Key), prefix) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Two relays of two event stores in one database (so one transaction-id
+// sequence) publish to one topic, as the quota service's quota and
+// admission relays do: their positions interleave on every partition. A
+// relay restarting from a checkpoint older than what it already committed
+// to Kafka must skip exactly its own records committed since: not the
+// other relay's later ones (that would lose its unpublished events) and
+// not none (that would repeat them).
+func TestRelaysSharingATopicLoseAndRepeatNothing(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	quota := db.Open(t, eventtest.Schema)
+	admission := db.Open(t, otherSchema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	quotaCfg := namedRelayConfig("quota", b.Addrs())
+	qw := &eventtest.Writer{Pool: quota, Prefix: "quota/", Aggregates: 20, Writers: 2}
+	aw := &eventtest.Writer{Pool: admission, Prefix: "admission/", Aggregates: 20, Writers: 2}
+	writeBoth := func(n int64) {
+		t.Helper()
+		errs := make(chan error, 2)
+		go func() { errs <- qw.Write(ctx, n) }()
+		go func() { errs <- aw.Write(ctx, n) }()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	stopAdmission := runRelay(admission, namedRelayConfig("admission", b.Addrs()))
+	defer stopAdmission()
+	stopQuota := runRelay(quota, quotaCfg)
+	writeBoth(200)
+	waitRelayedBy(t, quota, "quota", 20*time.Second)
+	waitRelayedBy(t, admission, "admission", 20*time.Second)
+	early := checkpointRow(t, quota, "quota")
+
+	writeBoth(300)
+	waitRelayedBy(t, quota, "quota", 20*time.Second)
+	waitRelayedBy(t, admission, "admission", 20*time.Second)
+	stopQuota()
+	// The quota relay "crashed" right after its Kafka commits: its
+	// checkpoint is the early one, 300 of its records in Kafka are past it.
+	restoreCheckpoint(t, quota, "quota", early)
+
+	// While it is down, its store gets events, then the admission relay
+	// publishes later positions to every partition.
+	if err := qw.Write(ctx, 200); err != nil {
+		t.Fatal(err)
+	}
+	if err := aw.Write(ctx, 200); err != nil {
+		t.Fatal(err)
+	}
+	waitRelayedBy(t, admission, "admission", 20*time.Second)
+
+	stopQuota = runRelay(quota, quotaCfg)
+	defer stopQuota()
+	waitRelayedBy(t, quota, "quota", 20*time.Second)
+	records := consumeAll(t, b)
+	eventtest.CheckExactlyOnceInOrder(t, ctx, quota, recordsWithKeyPrefix(records, "quota/"))
+	eventtest.CheckExactlyOnceInOrder(t, ctx, admission, recordsWithKeyPrefix(records, "admission/"))
+}
+
+// signalHandler closes seen at the first log record whose message is msg.
+type signalHandler struct {
+	slog.Handler
+	msg  string
+	once *sync.Once
+	seen chan struct{}
+}
+
+func (h signalHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.seen) })
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h signalHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	h.Handler = h.Handler.WithAttrs(attrs)
+	return h
+}
+
+func (h signalHandler) WithGroup(name string) slog.Handler {
+	h.Handler = h.Handler.WithGroup(name)
+	return h
+}
+
+// Records a relay committed may lie behind another producer's open Kafka
+// transaction, where read_committed reads stop. A restarting relay waits
+// for that transaction to end rather than take those records for
+// unpublished and repeat them.
+func TestRelayRestartWaitsForAnotherRelaysOpenTransaction(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	pool := db.Open(t, eventtest.Schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	w := &eventtest.Writer{Pool: pool, Aggregates: 20, Writers: 2}
+
+	stop := runRelay(pool, relayConfig(b.Addrs()))
+	if err := w.Write(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	waitRelayed(t, pool, 20*time.Second)
+	early := checkpointRow(t, pool, "test")
+
+	opts, err := b.Config().Opts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := kgo.NewClient(append(opts, kgo.TransactionalID("other-relay"),
+		kgo.TransactionTimeout(time.Minute), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(4) {
+		rec := &kgo.Record{Topic: topic, Partition: p, Key: []byte("other"), Value: []byte("open"),
+			Headers: []kgo.RecordHeader{{Key: outbox.HeaderRelay, Value: []byte("other-relay")}}}
+		if err := other.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// These records land behind the open transaction.
+	if err := w.Write(ctx, 200); err != nil {
+		t.Fatal(err)
+	}
+	waitRelayed(t, pool, 20*time.Second)
+	stop()
+	restoreCheckpoint(t, pool, "test", early)
+	if err := w.Write(ctx, 50); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := relayConfig(b.Addrs())
+	waiting := make(chan struct{})
+	cfg.Logger = slog.New(signalHandler{Handler: cfg.Logger.Handler(),
+		msg: "outbox relay waits for open transactions on its topic", once: new(sync.Once), seen: waiting})
+	stop = runRelay(pool, cfg)
+	defer stop()
+	select {
+	case <-waiting:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the restarted relay never waited for the open transaction")
+	}
+	if err := other.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	waitRelayed(t, pool, 20*time.Second)
+	records := consumeAll(t, b)
+	eventtest.CheckExactlyOnceInOrder(t, ctx, pool, recordsWithKeyPrefix(records, "task-"))
+	if n := len(records) - len(recordsWithKeyPrefix(records, "task-")); n != 4 {
+		t.Fatalf("kafka holds %d records of the other producer, want 4", n)
 	}
 }

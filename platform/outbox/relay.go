@@ -10,10 +10,14 @@
 //     "taskmesh-outbox-<name>" and load its producer id. This fences any
 //     previous holder: its open Kafka transaction is aborted and it can never
 //     commit another one.
-//  3. Learn what is already in Kafka: the checkpoint in Postgres, and the
-//     position header of the last committed record of every partition. A
-//     crash between a Kafka commit and the checkpoint write leaves records
-//     past the checkpoint; they are recognised and skipped, not repeated.
+//  3. Learn what is already in Kafka: the checkpoint in Postgres (the last
+//     event published and, per partition, a Kafka offset), then the
+//     relay's own records from those offsets to the end of each partition
+//     (its name is in the HeaderRelay header; other relays may publish to
+//     the same topic). A crash between a Kafka commit and the checkpoint
+//     write leaves records past the checkpoint; they are recognised and
+//     skipped, not repeated. The checkpoint is rewritten at once, so the
+//     next start reads only what is published after this one.
 //  4. Repeatedly read up to BatchSize events after the cursor whose writing
 //     transactions have all finished (tx_id below the snapshot's xmin), in
 //     Position order; produce them in one Kafka transaction (key = aggregate
@@ -35,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -53,6 +58,7 @@ import (
 // trace context).
 const (
 	HeaderPosition      = "taskmesh-position"
+	HeaderRelay         = "taskmesh-relay"
 	HeaderEventType     = "taskmesh-event-type"
 	HeaderAggregateType = "taskmesh-aggregate-type"
 	HeaderVersion       = "taskmesh-version"
@@ -62,8 +68,10 @@ const (
 
 // Config configures a Relay.
 type Config struct {
-	// Name identifies the relay: its checkpoint row, its advisory lock and
-	// its Kafka transactional id. One name per service (e.g. "scheduler").
+	// Name identifies the relay: its checkpoint row, its advisory lock,
+	// its Kafka transactional id and the HeaderRelay header of its
+	// records. One name per events table (e.g. "scheduler"); relays
+	// sharing a topic need different names.
 	Name  string
 	Topic string
 	// Partitions is used when the relay creates the topic (default 16).
@@ -107,6 +115,7 @@ type Relay struct {
 	pool *pgxpool.Pool
 	cfg  Config
 	wake chan struct{}
+	name []byte // the HeaderRelay value, shared by every record
 
 	published atomic.Int64
 	active    atomic.Bool
@@ -118,7 +127,7 @@ type Relay struct {
 // New returns a relay for the events table on pool's search_path.
 func New(pool *pgxpool.Pool, cfg Config) *Relay {
 	cfg.defaults()
-	return &Relay{pool: pool, cfg: cfg, wake: make(chan struct{}, 1)}
+	return &Relay{pool: pool, cfg: cfg, wake: make(chan struct{}, 1), name: []byte(cfg.Name)}
 }
 
 // Notify wakes the relay now instead of at its next poll; writers in the
@@ -158,6 +167,9 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	r.active.Store(true)
 	defer r.active.Store(false)
 
+	// A new producer every session: a transactional producer that failed
+	// mid-transaction may not be usable again, and initialising the
+	// transactional id afresh is what fences the previous holder.
 	cl, err := r.producer()
 	if err != nil {
 		return err
@@ -170,6 +182,11 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	if _, _, err := cl.ProducerID(setup); err != nil {
 		return fmt.Errorf("init producer: %w", err)
 	}
+	// The partition count is read once per session and decides where every
+	// aggregate's events go. Growing the topic later would move aggregates
+	// to other partitions for the next session and break their order across
+	// the change, so the count is set when the topic is created and never
+	// grown.
 	if err := kafka.EnsureTopics(setup, cl, kafka.TopicSpec{Name: r.cfg.Topic, Partitions: r.cfg.Partitions, ReplicationFactor: -1}); err != nil {
 		return err
 	}
@@ -177,18 +194,31 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	if err != nil {
 		return err
 	}
+	// Reads and checkpoint writes use the lock's own connection: once the
+	// session has lost the lock (its server session ended), they fail
+	// instead of running beside the successor.
 	conn := lock.Conn()
-	cursor, err := loadCheckpoint(setup, conn, r.cfg.Name)
+	cp, err := loadCheckpoint(setup, conn, r.cfg.Name)
 	if err != nil {
 		return err
 	}
-	inKafka, err := lastPublished(setup, cl, r.cfg.Topic, partitions)
+	// Only after the fence (ProducerID above): no transaction of a
+	// predecessor can commit behind the records read here.
+	inKafka, err := scanPublished(setup, cl, r.cfg.Name, r.cfg.Topic, partitions, cp.offsets, r.cfg.Logger)
 	if err != nil {
 		return err
+	}
+	cursor := cp.cursor
+	// Saving the scan's end now bounds the next start's scan to what is
+	// published from here on, even if this session never checkpoints again.
+	if offsets := inKafka.offsets(cursor); !slices.Equal(offsets, cp.offsets) {
+		if err := saveCheckpoint(setup, conn, r.cfg.Name, checkpoint{cursor, offsets}); err != nil {
+			return err
+		}
 	}
 	r.setCursor(cursor)
 	r.cfg.Logger.Info("outbox relay active", "relay", r.cfg.Name, "topic", r.cfg.Topic,
-		"partitions", partitions, "checkpoint", cursor.String(), "in_kafka", fmt.Sprint(inKafka))
+		"partitions", partitions, "checkpoint", cursor.String(), "in_kafka", fmt.Sprint(inKafka.last))
 
 	timer := time.NewTimer(r.cfg.PollInterval)
 	defer timer.Stop()
@@ -197,6 +227,8 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		saved     = cursor
 	)
 	for {
+		// Each read runs in its own snapshot, so the xmin bound moves up as
+		// the transactions that held it back finish.
 		batch, err := readBatch(ctx, conn, cursor, r.cfg.BatchSize)
 		if err != nil {
 			return err
@@ -204,11 +236,14 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		if len(batch) == 0 {
 			if saved != cursor {
 				// Idle: record how far the relay got.
-				if err := saveCheckpoint(ctx, conn, r.cfg.Name, cursor); err != nil {
+				if err := saveCheckpoint(ctx, conn, r.cfg.Name, checkpoint{cursor, inKafka.offsets(cursor)}); err != nil {
 					return err
 				}
 				saved, lastSaved = cursor, time.Now()
 			}
+			// Notify wakes an idle relay as soon as a writer in this process
+			// commits; the poll catches commits of other replicas, which
+			// write the same table.
 			timer.Reset(r.cfg.PollInterval)
 			select {
 			case <-ctx.Done():
@@ -221,13 +256,15 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		if err := r.publish(ctx, cl, batch, partitions, inKafka); err != nil {
 			return err
 		}
+		// The cursor moves past skipped events too: they are in Kafka
+		// already.
 		cursor = batch[len(batch)-1].pos
-		// The checkpoint only shortens a successor's start (it reads the
-		// partitions' tails anyway), so a busy relay writes it at most every
-		// checkpointEvery instead of committing per batch; an idle one
-		// writes it at once (above).
+		// A checkpoint behind Kafka costs a successor only a longer scan
+		// (it finds its records past the checkpoint anyway), so a busy
+		// relay writes it at most every checkpointEvery instead of
+		// committing per batch; an idle one writes it at once (above).
 		if time.Since(lastSaved) >= checkpointEvery {
-			if err := saveCheckpoint(ctx, conn, r.cfg.Name, cursor); err != nil {
+			if err := saveCheckpoint(ctx, conn, r.cfg.Name, checkpoint{cursor, inKafka.offsets(cursor)}); err != nil {
 				return err
 			}
 			saved, lastSaved = cursor, time.Now()
@@ -248,8 +285,17 @@ func (r *Relay) producer() (*kgo.Client, error) {
 		return nil, err
 	}
 	opts = append(opts,
+		// One fixed transactional id per relay name: the broker lets only
+		// its newest holder commit, which is the fence.
 		kgo.TransactionalID("taskmesh-outbox-"+r.cfg.Name),
+		// Longer than one batch's produce and commit may take, so the broker
+		// never aborts a healthy transaction; a dead relay's open one is
+		// aborted at this timeout, or sooner by the next session's fence.
 		kgo.TransactionTimeout(2*r.cfg.ProduceTimeout),
+		// The relay picks partitions itself (kafka.PartitionFor, Kafka's
+		// default partitioner) so that publish, the start-up skip and
+		// consumers keyed by aggregate agree on where an aggregate's events
+		// are.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		// No RecordDeliveryTimeout: kgo measures it from the record
 		// timestamp, which is the event's time and may be long past when
@@ -261,21 +307,26 @@ func (r *Relay) producer() (*kgo.Client, error) {
 
 // publish produces one batch in one Kafka transaction, skipping events
 // whose partition already has them, and commits.
-func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partitions int32, inKafka map[int32]Position) error {
+func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partitions int32, inKafka *published) error {
 	records := make([]*kgo.Record, 0, len(batch))
 	for i := range batch {
 		ev := &batch[i]
 		p := kafka.PartitionFor([]byte(ev.aggregateID), partitions)
-		if last, ok := inKafka[p]; ok && !last.Less(ev.pos) {
+		if last, ok := inKafka.last[p]; ok && !last.Less(ev.pos) {
 			continue // committed by a predecessor after its last checkpoint
 		}
-		records = append(records, ev.record(r.cfg.Topic, p))
+		records = append(records, ev.record(r.cfg.Topic, p, r.name))
 	}
 	if len(records) == 0 {
 		return nil
 	}
+	// One bound for produce and commit: a broker that stops answering ends
+	// the session instead of holding the lock for ever.
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout)
 	defer cancel()
+	// One Kafka transaction per batch: read_committed consumers (and the
+	// start-up scan) see all of it or none, so a crash never exposes half a
+	// batch.
 	if err := cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin kafka transaction: %w", err)
 	}
@@ -284,13 +335,12 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partit
 	}
 	if err := cl.EndTransaction(pctx, kgo.TryCommit); err != nil {
 		// The outcome may be unknown: the next session fences this producer
-		// and reads the partitions' tails, so either way nothing repeats.
+		// and reads the partitions from the checkpoint's offsets, so either
+		// way nothing repeats.
 		return fmt.Errorf("commit kafka transaction: %w", err)
 	}
-	for _, rec := range records {
-		pos, _ := ParsePosition(string(rec.Headers[0].Value))
-		inKafka[rec.Partition] = pos
-	}
+	// Where this session's records went bounds the next start's scan.
+	inKafka.committed(records)
 	r.published.Add(int64(len(records)))
 	return nil
 }
@@ -312,7 +362,7 @@ type row struct {
 	headers       map[string]string
 }
 
-func (e *row) record(topic string, partition int32) *kgo.Record {
+func (e *row) record(topic string, partition int32, relay []byte) *kgo.Record {
 	rec := &kgo.Record{
 		Topic:     topic,
 		Partition: partition,
@@ -320,10 +370,10 @@ func (e *row) record(topic string, partition int32) *kgo.Record {
 		Value:     e.payload,
 		Timestamp: e.occurredAt,
 	}
-	// The position must stay the first header: publish and the tail reader
-	// rely on it.
+	// docs/events.md promises the position as the first header.
 	rec.Headers = append(rec.Headers,
 		kgo.RecordHeader{Key: HeaderPosition, Value: []byte(e.pos.String())},
+		kgo.RecordHeader{Key: HeaderRelay, Value: relay},
 		kgo.RecordHeader{Key: HeaderEventType, Value: []byte(e.eventType)},
 		kgo.RecordHeader{Key: HeaderAggregateType, Value: []byte(e.aggregateType)},
 		kgo.RecordHeader{Key: HeaderVersion, Value: []byte(strconv.FormatInt(e.version, 10))},
@@ -337,6 +387,12 @@ func (e *row) record(topic string, partition int32) *kgo.Record {
 }
 
 func readBatch(ctx context.Context, conn *pgxpool.Conn, after Position, limit int) ([]row, error) {
+	// The row comparison (tx_id, id) > cursor lets the (tx_id, id) index
+	// serve both the filter and the order. pg_snapshot_xmin of the
+	// statement's own snapshot is the oldest transaction still running:
+	// every row below it is committed or rolled back, so no row can appear
+	// later below the cursor. Rows of transactions at or above it wait for a
+	// later read, in Position order.
 	rows, err := conn.Query(ctx, `
 		SELECT tx_id::text AS tx_text, id, aggregate_type, aggregate_id, version, event_type, event_id::text,
 		       tenant_id, occurred_at, payload, headers
@@ -370,32 +426,44 @@ func readBatch(ctx context.Context, conn *pgxpool.Conn, after Position, limit in
 	return out, nil
 }
 
-func loadCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string) (Position, error) {
+// checkpoint is how far a relay got: cursor is the last event it published
+// (or found published), and offsets[p] an offset of partition p below which
+// none of its records comes after cursor (nil or short: unknown, read the
+// partition from its start).
+type checkpoint struct {
+	cursor  Position
+	offsets []int64
+}
+
+func loadCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string) (checkpoint, error) {
 	var (
 		txid string
-		p    Position
+		cp   checkpoint
 	)
-	err := conn.QueryRow(ctx, `SELECT tx_id::text, event_id FROM outbox_checkpoints WHERE relay = $1`, name).Scan(&txid, &p.EventID)
+	err := conn.QueryRow(ctx, `SELECT tx_id::text, event_id, kafka_offsets FROM outbox_checkpoints WHERE relay = $1`, name).
+		Scan(&txid, &cp.cursor.EventID, &cp.offsets)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Position{}, nil
+		return checkpoint{}, nil
 	}
 	if err != nil {
-		return Position{}, fmt.Errorf("load checkpoint: %w", err)
+		return checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
 	}
-	if p.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
-		return Position{}, fmt.Errorf("load checkpoint: %w", err)
+	if cp.cursor.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
+		return checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
 	}
-	return p, nil
+	return cp, nil
 }
 
 // saveCheckpoint records how far the relay got. Losing it in a crash is
-// harmless: the next relay reads the partitions' tails.
-func saveCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string, p Position) error {
+// harmless: the next relay reads the partitions from the previous
+// checkpoint's offsets, a longer way to the same records.
+func saveCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string, cp checkpoint) error {
 	_, err := conn.Exec(ctx, `
-		INSERT INTO outbox_checkpoints (relay, tx_id, event_id, updated_at)
-		VALUES ($1, $2::text::xid8, $3, now())
-		ON CONFLICT (relay) DO UPDATE SET tx_id = EXCLUDED.tx_id, event_id = EXCLUDED.event_id, updated_at = now()`,
-		name, strconv.FormatUint(p.TxID, 10), p.EventID)
+		INSERT INTO outbox_checkpoints (relay, tx_id, event_id, kafka_offsets, updated_at)
+		VALUES ($1, $2::text::xid8, $3, $4, now())
+		ON CONFLICT (relay) DO UPDATE SET tx_id = EXCLUDED.tx_id, event_id = EXCLUDED.event_id,
+			kafka_offsets = EXCLUDED.kafka_offsets, updated_at = now()`,
+		name, strconv.FormatUint(cp.cursor.TxID, 10), cp.cursor.EventID, cp.offsets)
 	if err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}

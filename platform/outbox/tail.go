@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -11,19 +13,83 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// lastPublished reads, for every partition of topic, the position header of
-// the last committed record, so a relay that starts after a crash skips what
-// its predecessor already committed to Kafka but had not yet checkpointed.
+// published is what a session knows of its relay's own records in Kafka.
+// Several relays may publish to one topic (the quota service's quota and
+// admission relays do), and their positions interleave, so only records
+// carrying this relay's name in HeaderRelay count.
+type published struct {
+	// last is, per partition, the position of the relay's last record
+	// found at start past the checkpoint's offsets: the events up to it in
+	// that partition are in Kafka already (a predecessor committed them
+	// after its last checkpoint) and are skipped, not repeated.
+	last map[int32]Position
+	// from and end are, per partition, where the start-up scan began (the
+	// checkpoint's offset) and stopped (the high watermark once the
+	// predecessor was fenced).
+	from, end []int64
+	// next is, per partition, the offset after the last record this session
+	// committed; 0 while it has committed none there.
+	next []int64
+}
+
+// offsets returns what a checkpoint at cursor stores: per partition, an
+// offset below which no record of this relay comes after cursor. A
+// successor reads each partition from there, so its scan covers what was
+// published since the checkpoint, never the whole topic.
+func (k *published) offsets(cursor Position) []int64 {
+	out := make([]int64, len(k.end))
+	for p := range out {
+		last, found := k.last[int32(p)]
+		switch {
+		case k.next[p] > 0:
+			out[p] = k.next[p]
+		case found && cursor.Less(last):
+			// Records found at start lie ahead of the cursor: the next
+			// start must find them again.
+			out[p] = k.from[p]
+		default:
+			out[p] = k.end[p]
+		}
+	}
+	return out
+}
+
+// committed records that the records of one committed Kafka transaction
+// are in; their offsets were set by the broker.
+func (k *published) committed(records []*kgo.Record) {
+	for _, rec := range records {
+		k.next[rec.Partition] = rec.Offset + 1
+	}
+}
+
+// stableWait is how often the start-up checks whether other producers'
+// open transactions on the topic have finished.
+const stableWait = 50 * time.Millisecond
+
+// scanPublished reads every partition of topic from the checkpoint's offset
+// (saved, indexed by partition; a missing one means the partition's start)
+// to its high watermark, and returns the relay's own records found there.
 //
 // It must run after this relay's transactional producer fenced the
-// predecessor (so no transaction of the predecessor can still commit), and it
-// reads with read_committed so aborted batches are ignored.
-func lastPublished(ctx context.Context, cl *kgo.Client, topic string, partitions int32) (map[int32]Position, error) {
+// predecessor, so no transaction of the predecessor can still commit. It
+// reads with read_committed, so aborted batches are ignored; as such reads
+// stop at the first open transaction, it first waits until the
+// transactions other relays had open on the topic have finished (their
+// records may precede records the predecessor committed).
+func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, partitions int32, saved []int64, log *slog.Logger) (*published, error) {
+	// The partitions are read with raw fetch requests to each partition's
+	// leader rather than with a consuming client: every read is bounded, at
+	// an offset of our choosing, and answered at once, with no group, no
+	// assignment and no client state. The metadata names each partition's
+	// leader and the topic's id, which newer fetch versions use instead of
+	// its name.
 	meta, err := topicMetadata(ctx, cl, topic)
 	if err != nil {
 		return nil, err
 	}
 	adm := kadm.NewClient(cl)
+	// The log start offset bounds the scan: what lies before it was removed
+	// by retention and can never be read.
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
@@ -31,30 +97,83 @@ func lastPublished(ctx context.Context, cl *kgo.Client, topic string, partitions
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list start offsets of %s: %w", topic, err)
 	}
-	// Read-committed end offsets: the last stable offset of each partition.
-	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	// High watermarks: after the fence every record the predecessor
+	// committed lies below them.
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list end offsets of %s: %w", topic, err)
 	}
-	out := make(map[int32]Position, partitions)
+	if err := waitStable(ctx, adm, topic, ends, relay, log); err != nil {
+		return nil, err
+	}
+	k := &published{last: map[int32]Position{}, from: make([]int64, partitions),
+		end: make([]int64, partitions), next: make([]int64, partitions)}
 	for _, p := range meta.Partitions {
+		// partitions is the count the relay places records over
+		// (kafka.PartitionFor); a partition added to the topic since it was
+		// read holds none of this relay's records.
 		if p.Partition >= partitions {
 			continue
 		}
 		start, _ := starts.Lookup(topic, p.Partition)
 		end, _ := ends.Lookup(topic, p.Partition)
-		pos, ok, err := lastInPartition(ctx, cl, topic, meta.TopicID, p.Partition, p.Leader, start.Offset, end.Offset)
-		if err != nil {
-			return nil, fmt.Errorf("outbox: read tail of %s/%d: %w", topic, p.Partition, err)
+		from := start.Offset
+		if int(p.Partition) < len(saved) {
+			// Clamped to the log: retention may have deleted the start, and
+			// an offset past the end means the topic was recreated.
+			from = min(max(from, saved[p.Partition]), end.Offset)
 		}
+		k.from[p.Partition], k.end[p.Partition] = from, end.Offset
+		pos, ok, err := lastOwn(ctx, cl, relay, topic, meta.TopicID, p.Partition, p.Leader, from, end.Offset)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: read %s/%d from offset %d: %w", topic, p.Partition, from, err)
+		}
+		// A partition with no record of this relay past the checkpoint's
+		// offset gets no entry: every event that maps to it is published.
 		if ok {
-			out[p.Partition] = pos
+			k.last[p.Partition] = pos
 		}
 	}
-	return out, nil
+	return k, nil
+}
+
+// waitStable returns once every partition's last stable offset (the end of
+// what read_committed can read) has reached ends. Transactions finish
+// within their producer's transaction timeout, after which the broker
+// aborts them.
+func waitStable(ctx context.Context, adm *kadm.Client, topic string, ends kadm.ListedOffsets, relay string, log *slog.Logger) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for waited := false; ; waited = true {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("outbox: wait for open transactions on %s: %w", topic, ctx.Err())
+		case <-timer.C:
+		}
+		stable, err := adm.ListCommittedOffsets(ctx, topic)
+		if err == nil {
+			err = stable.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("outbox: list stable offsets of %s: %w", topic, err)
+		}
+		open := 0
+		ends.Each(func(end kadm.ListedOffset) {
+			if s, _ := stable.Lookup(topic, end.Partition); s.Offset < end.Offset {
+				open++
+			}
+		})
+		if open == 0 {
+			return nil
+		}
+		if !waited {
+			log.Info("outbox relay waits for open transactions on its topic", "relay", relay, "topic", topic, "partitions", open)
+		}
+		timer.Reset(stableWait)
+	}
 }
 
 func topicMetadata(ctx context.Context, cl *kgo.Client, topic string) (kmsg.MetadataResponseTopic, error) {
@@ -77,34 +196,25 @@ func topicMetadata(ctx context.Context, cl *kgo.Client, topic string) (kmsg.Meta
 	return kmsg.MetadataResponseTopic{}, fmt.Errorf("outbox: metadata %s: topic missing from response", topic)
 }
 
-// lastInPartition scans backwards in growing windows from the last stable
-// offset until it finds a committed data record carrying a position header.
-func lastInPartition(ctx context.Context, cl *kgo.Client, topic string, topicID [16]byte, partition, leader int32, start, end int64) (Position, bool, error) {
-	if end <= start {
-		return Position{}, false, nil
-	}
-	for window := int64(64); ; window *= 8 {
-		from := max(start, end-window)
-		pos, ok, err := lastInRange(ctx, cl, topic, topicID, partition, leader, from, end)
-		if err != nil || ok {
-			return pos, ok, err
-		}
-		if from == start {
-			return Position{}, false, nil
-		}
-	}
-}
-
-func lastInRange(ctx context.Context, cl *kgo.Client, topic string, topicID [16]byte, partition, leader int32, from, end int64) (Position, bool, error) {
+// lastOwn reads committed records from offset from up to end and returns
+// the highest position among those relay published. Records of other
+// relays, and records without a relay header, are not its own.
+func lastOwn(ctx context.Context, cl *kgo.Client, relay, topic string, topicID [16]byte, partition, leader int32, from, end int64) (Position, bool, error) {
 	var (
 		last  Position
 		found bool
 	)
+	// The highest of the relay's own positions in [from, end) wins (its
+	// records grow in Position order anyway: one session at a time
+	// produces, each in Position order).
 	for offset := from; offset < end; {
 		rp, err := fetch(ctx, cl, topic, topicID, partition, leader, offset, 4<<20)
 		if err != nil {
 			return last, found, err
 		}
+		// ProcessFetchPartition decodes the batches and, with ReadCommitted,
+		// drops the records of the aborted transactions the response lists;
+		// transaction markers are never returned as records.
 		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 			Offset:         offset,
 			IsolationLevel: kgo.ReadCommitted(),
@@ -115,17 +225,29 @@ func lastInRange(ctx context.Context, cl *kgo.Client, topic string, topicID [16]
 			return last, found, fp.Err
 		}
 		for _, r := range fp.Records {
+			// A batch comes back whole, so it may reach past end: those
+			// records were produced after end was read.
 			if r.Offset >= end {
 				break
 			}
-			if h, ok := header(r, HeaderPosition); ok {
-				p, err := ParsePosition(h)
-				if err != nil {
-					return last, found, err
-				}
-				last, found = p, true
+			if name, ok := header(r, HeaderRelay); !ok || name != relay {
+				continue
 			}
+			h, ok := header(r, HeaderPosition)
+			if !ok {
+				return last, found, fmt.Errorf("record at offset %d has no %s header", r.Offset, HeaderPosition)
+			}
+			p, err := ParsePosition(h)
+			if err != nil {
+				return last, found, err
+			}
+			if last.Less(p) {
+				last = p
+			}
+			found = true
 		}
+		// An answer that does not move the offset would loop forever: fail,
+		// and let the session start over.
 		if next <= offset {
 			return last, found, errors.New("fetch made no progress")
 		}
@@ -136,6 +258,9 @@ func lastInRange(ctx context.Context, cl *kgo.Client, topic string, topicID [16]
 
 func fetch(ctx context.Context, cl *kgo.Client, topic string, topicID [16]byte, partition, leader int32, offset int64, maxBytes int32) (*kmsg.FetchResponseTopicPartition, error) {
 	req := kmsg.NewPtrFetchRequest()
+	// A plain consumer's fetch (replica -1) that waits for nothing: with no
+	// wait and no minimum size the broker answers at once with what it has,
+	// which is what a bounded scan needs.
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 0
 	req.MinBytes = 0
@@ -147,12 +272,17 @@ func fetch(ctx context.Context, cl *kgo.Client, topic string, topicID [16]byte, 
 	rp := kmsg.NewFetchRequestTopicPartition()
 	rp.Partition = partition
 	rp.FetchOffset = offset
+	// No epoch checks: this is a one-off read at a known offset, not a
+	// consumer that has to notice log truncation.
 	rp.CurrentLeaderEpoch = -1
 	rp.LogStartOffset = -1
 	rp.PartitionMaxBytes = maxBytes
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 
+	// To the leader named by the metadata just read. If leadership moved
+	// since, the partition's error code says so and the session starts over
+	// with fresh metadata.
 	resp, err := req.RequestWith(ctx, cl.Broker(int(leader)))
 	if err != nil {
 		return nil, err

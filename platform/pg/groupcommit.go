@@ -34,10 +34,8 @@ type GroupCommitter struct {
 	pool        *pgxpool.Pool
 	maxBatch    int
 	afterCommit func()
-	shards      []chan *command
+	queues      *workQueues[*command]
 	wg          sync.WaitGroup
-	closeOnce   sync.Once
-	closing     chan struct{}
 }
 
 // GroupCommitOptions configures a GroupCommitter.
@@ -68,10 +66,9 @@ func NewGroupCommitter(pool *pgxpool.Pool, o GroupCommitOptions) *GroupCommitter
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 64
 	}
-	g := &GroupCommitter{pool: pool, maxBatch: o.MaxBatch, afterCommit: o.AfterCommit, closing: make(chan struct{})}
-	for i := 0; i < o.Workers; i++ {
-		ch := make(chan *command, 4*o.MaxBatch)
-		g.shards = append(g.shards, ch)
+	g := &GroupCommitter{pool: pool, maxBatch: o.MaxBatch, afterCommit: o.AfterCommit,
+		queues: newWorkQueues[*command](o.Workers, 4*o.MaxBatch)}
+	for _, ch := range g.queues.chans {
 		g.wg.Add(1)
 		go g.work(ch)
 	}
@@ -82,17 +79,10 @@ func NewGroupCommitter(pool *pgxpool.Pool, o GroupCommitOptions) *GroupCommitter
 // that transaction committed (nil) or fn's or the commit's error.
 func (g *GroupCommitter) Do(ctx context.Context, key string, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	c := &command{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	select {
-	case <-g.closing:
-		return ErrCommitterClosed
-	default:
-	}
-	select {
-	case g.shards[g.shard(key)] <- c:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-g.closing:
-		return ErrCommitterClosed
+	// Blocks while the shard's queue is full: back-pressure on callers
+	// rather than an unbounded queue in memory.
+	if err := g.queues.send(ctx, g.shard(key), c); err != nil {
+		return err
 	}
 	// Once queued the command will be answered: its context is checked
 	// before it runs, and a command that started finishes with its
@@ -101,28 +91,29 @@ func (g *GroupCommitter) Do(ctx context.Context, key string, fn func(ctx context
 }
 
 func (g *GroupCommitter) shard(key string) int {
-	if len(g.shards) == 1 {
+	// Same key, same worker: commands of one aggregate run in submission
+	// order and never wait on each other's row locks from two transactions.
+	if len(g.queues.chans) == 1 {
 		return 0
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(len(g.shards)))
+	return int(h.Sum32() % uint32(len(g.queues.chans)))
 }
 
 // Close stops accepting commands, finishes the queued ones and waits.
 func (g *GroupCommitter) Close() {
-	g.closeOnce.Do(func() {
-		close(g.closing)
-		for _, ch := range g.shards {
-			close(ch)
-		}
-	})
+	// Do stops queueing; the workers finish what is queued (they range
+	// over their closed queue) and exit.
+	g.queues.close()
 	g.wg.Wait()
 }
 
 func (g *GroupCommitter) work(ch chan *command) {
 	defer g.wg.Done()
 	for first := range ch {
+		// A batch is whatever is already waiting, taken without blocking: a
+		// lone command runs at once.
 		batch := []*command{first}
 	drain:
 		for len(batch) < g.maxBatch {
@@ -145,6 +136,8 @@ func (g *GroupCommitter) work(ch chan *command) {
 const txTimeout = 30 * time.Second
 
 func (g *GroupCommitter) run(batch []*command) {
+	// A caller that gave up before its batch began is answered with its
+	// context's error and not run.
 	live := batch[:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
@@ -153,12 +146,17 @@ func (g *GroupCommitter) run(batch []*command) {
 		}
 		live = append(live, c)
 	}
+	// Each failure removes one command and reruns the rest in a fresh
+	// transaction, so a batch of n commands with f failures takes at most
+	// f+1 transactions, and every command that is answered nil has
+	// committed.
 	for len(live) > 0 {
 		failed, err := g.attempt(live)
 		if failed < 0 {
 			for _, c := range live {
 				c.done <- err
 			}
+			// After the answers: callers do not wait for the hook.
 			if err == nil && g.afterCommit != nil {
 				g.afterCommit()
 			}
@@ -173,6 +171,8 @@ func (g *GroupCommitter) run(batch []*command) {
 // the command that failed (and its error), or -1 with the result of the
 // transaction as a whole.
 func (g *GroupCommitter) attempt(cmds []*command) (failed int, err error) {
+	// BEGIN and COMMIT on a context of their own (see txTimeout); each
+	// command still runs on its caller's context.
 	ctx, cancel := context.WithTimeout(context.Background(), txTimeout)
 	defer cancel()
 	tx, err := g.pool.Begin(ctx)
@@ -186,6 +186,8 @@ func (g *GroupCommitter) attempt(cmds []*command) (failed int, err error) {
 			rcancel()
 		}
 	}()
+	// Commands run one after another on one connection, in submission order:
+	// a later command sees what an earlier one of the batch wrote.
 	for i, c := range cmds {
 		if ferr := runCommand(c, tx); ferr != nil {
 			return i, ferr

@@ -14,6 +14,8 @@ import (
 // prepareDataDir creates and initdb's dataDir unless it already holds a
 // cluster.
 func (s *LocalServer) prepareDataDir(ctx context.Context, dataDir, binDir string, owner *osUser) error {
+	// PG_VERSION marks a cluster: a data directory from an earlier run is
+	// reused as it is.
 	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); err == nil {
 		return nil
 	}
@@ -26,6 +28,9 @@ func (s *LocalServer) prepareDataDir(ctx context.Context, dataDir, binDir string
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
 			return fmt.Errorf("pg: create data dir: %w", err)
 		}
+		// MkdirAll made the new parent ours with mode 0700; the server's
+		// user has to pass through it to reach its data directory, so it
+		// gets the parent too.
 		if createdParent {
 			if err := chownTo(parent, owner); err != nil {
 				return err
@@ -49,6 +54,9 @@ func (s *LocalServer) prepareDataDir(ctx context.Context, dataDir, binDir string
 	if err := chownTo(dataDir, owner); err != nil {
 		return err
 	}
+	// Before initdb, which would fail with a less clear message: the
+	// server's user must be able to reach the directory through every
+	// parent.
 	if err := checkReachable(dataDir, owner); err != nil {
 		return err
 	}
@@ -56,6 +64,9 @@ func (s *LocalServer) prepareDataDir(ctx context.Context, dataDir, binDir string
 }
 
 func (s *LocalServer) initdb(ctx context.Context, dataDir, binDir string, owner *osUser) error {
+	// UTF8 and the C locale whatever the machine's settings: sorting and
+	// comparisons of text then do not depend on where the server was
+	// initialised.
 	args := []string{"-D", dataDir, "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-instructions"}
 	if !s.Durable {
 		args = append(args, "--no-sync")

@@ -35,10 +35,8 @@ type KeyedBatcher[S, E any] struct {
 	maxBatch int
 	retry    func(error) bool
 	after    func()
-	shards   []chan *keyedCmd[S, E]
+	queues   *workQueues[*keyedCmd[S, E]]
 	wg       sync.WaitGroup
-	once     sync.Once
-	closing  chan struct{}
 }
 
 // KeyedStore describes how to load and save the state a KeyedBatcher works
@@ -103,10 +101,8 @@ func NewKeyedBatcher[S, E any](pool *pgxpool.Pool, store KeyedStore[S, E], o Key
 		o.Retryable = func(error) bool { return false }
 	}
 	b := &KeyedBatcher[S, E]{pool: pool, store: store, maxBatch: o.MaxBatch, retry: o.Retryable, after: o.AfterCommit,
-		closing: make(chan struct{})}
-	for i := 0; i < o.Workers; i++ {
-		ch := make(chan *keyedCmd[S, E], 4*o.MaxBatch)
-		b.shards = append(b.shards, ch)
+		queues: newWorkQueues[*keyedCmd[S, E]](o.Workers, 4*o.MaxBatch)}
+	for _, ch := range b.queues.chans {
 		b.wg.Add(1)
 		go b.work(ch)
 	}
@@ -118,38 +114,37 @@ func NewKeyedBatcher[S, E any](pool *pgxpool.Pool, store KeyedStore[S, E], o Key
 func (b *KeyedBatcher[S, E]) Do(ctx context.Context, key string, decide Decide[S, E]) (S, error) {
 	c := &keyedCmd[S, E]{ctx: ctx, key: key, decide: decide, done: make(chan keyedResult[S], 1)}
 	var zero S
-	select {
-	case <-b.closing:
-		return zero, ErrCommitterClosed
-	default:
-	}
+	// Shard by key: every command of a key goes to one worker in the order
+	// Do was called, so it is decided in arrival order, and two workers
+	// never lock the same row (they would only queue on each other's row
+	// locks).
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
-	select {
-	case b.shards[int(h.Sum32()%uint32(len(b.shards)))] <- c:
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	case <-b.closing:
-		return zero, ErrCommitterClosed
+	if err := b.queues.send(ctx, int(h.Sum32()%uint32(len(b.queues.chans))), c); err != nil {
+		return zero, err
 	}
+	// Once queued, the command is waited for even if ctx ends: it may
+	// already be part of a transaction, and the caller must learn whether it
+	// committed. A command whose ctx ended before its batch began is
+	// answered with that error instead (run).
 	r := <-c.done
 	return r.state, r.err
 }
 
 // Close stops accepting commands, finishes the queued ones and waits.
 func (b *KeyedBatcher[S, E]) Close() {
-	b.once.Do(func() {
-		close(b.closing)
-		for _, ch := range b.shards {
-			close(ch)
-		}
-	})
+	// Do stops queueing; the workers finish what is queued (they range
+	// over their closed queue) and exit.
+	b.queues.close()
 	b.wg.Wait()
 }
 
 func (b *KeyedBatcher[S, E]) work(ch chan *keyedCmd[S, E]) {
 	defer b.wg.Done()
 	for first := range ch {
+		// A batch is whatever arrived while the previous one ran, taken
+		// without waiting: one command and no added latency under light
+		// load, up to maxBatch by itself under heavy load.
 		batch := []*keyedCmd[S, E]{first}
 	drain:
 		for len(batch) < b.maxBatch {
@@ -168,6 +163,9 @@ func (b *KeyedBatcher[S, E]) work(ch chan *keyedCmd[S, E]) {
 }
 
 func (b *KeyedBatcher[S, E]) run(batch []*keyedCmd[S, E]) {
+	// Commands whose caller gave up before the batch began are answered with
+	// their context's error and left out; once in a batch, a command shares
+	// the batch's fate.
 	live := batch[:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
@@ -183,12 +181,18 @@ func (b *KeyedBatcher[S, E]) run(batch []*keyedCmd[S, E]) {
 		results []keyedResult[S]
 		err     error
 	)
+	// A retryable error (another replica's write won a race on a key) means
+	// some decisions were made on stale state, and which ones is not known:
+	// decide the whole batch again on freshly locked state.
 	for attempt := 0; ; attempt++ {
 		results, err = b.attempt(live)
 		if err == nil || !b.retry(err) || attempt == 3 {
 			break
 		}
 	}
+	// A batch error reaches only the commands that decided successfully; a
+	// command whose own decision failed keeps its error, which no retry or
+	// commit could change.
 	for i, c := range live {
 		r := results[i]
 		if err != nil && r.err == nil {
@@ -196,6 +200,8 @@ func (b *KeyedBatcher[S, E]) run(batch []*keyedCmd[S, E]) {
 		}
 		c.done <- r
 	}
+	// After every command was answered, so callers do not wait for the hook
+	// (typically the outbox relay's Notify).
 	if err == nil && b.after != nil {
 		b.after()
 	}
@@ -205,12 +211,18 @@ func (b *KeyedBatcher[S, E]) run(batch []*keyedCmd[S, E]) {
 // each command's own outcome; err is the batch's (lock, save or commit).
 func (b *KeyedBatcher[S, E]) attempt(cmds []*keyedCmd[S, E]) (results []keyedResult[S], err error) {
 	results = make([]keyedResult[S], len(cmds))
+	// Not any command's context: the transaction is shared, and one caller's
+	// cancellation must not abort the others'. txTimeout bounds a stuck
+	// database instead.
 	ctx, cancel := context.WithTimeout(context.Background(), txTimeout)
 	defer cancel()
 	keys := make([]string, 0, len(cmds))
 	for _, c := range cmds {
 		keys = append(keys, c.key)
 	}
+	// Sorted and without duplicates: the lock query takes its row locks in
+	// key order, so two batches that share keys (of this process or of
+	// another replica) cannot deadlock.
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	conn, err := b.pool.Acquire(ctx)
@@ -231,9 +243,12 @@ func (b *KeyedBatcher[S, E]) attempt(cmds []*keyedCmd[S, E]) (results []keyedRes
 	}()
 
 	sql, args, read := b.store.Lock(keys)
+	// BEGIN and the lock query in one round trip.
 	lock := &pgx.Batch{}
 	lock.Queue("BEGIN")
 	lock.Queue(sql, args...)
+	// From here a failure must roll back (the deferred ROLLBACK): BEGIN may
+	// have run even when reading its answer failed.
 	inTx = true
 	state, err := func() (map[string]S, error) {
 		br := conn.SendBatch(ctx, lock)
@@ -255,6 +270,10 @@ func (b *KeyedBatcher[S, E]) attempt(cmds []*keyedCmd[S, E]) (results []keyedRes
 		return results, err
 	}
 
+	// Decide in arrival order on the state in memory. A failed decision
+	// changes nothing (it is pure), so the others go on; a key decided more
+	// than once sees its previous change, and its changes merge into one
+	// KeyedChange with every event in order.
 	changes := map[string]*KeyedChange[S, E]{}
 	var order []string
 	for i, c := range cmds {
@@ -289,12 +308,17 @@ func (b *KeyedBatcher[S, E]) attempt(cmds []*keyedCmd[S, E]) (results []keyedRes
 			return results, err
 		}
 	}
+	// The writes and COMMIT in one more round trip. A batch that changed
+	// nothing still commits, which releases its row locks.
 	write.Queue("COMMIT")
 	br := conn.SendBatch(ctx, write)
 	n := write.Len()
 	for i := 0; i < n; i++ {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
+			// The last statement is COMMIT: its failure is the batch's. An
+			// earlier one is a write, whose error the store maps (e.g. to a
+			// typed conflict the retry rule recognises).
 			if i == n-1 {
 				return results, fmt.Errorf("pg: commit: %w", err)
 			}
@@ -308,6 +332,8 @@ func (b *KeyedBatcher[S, E]) attempt(cmds []*keyedCmd[S, E]) (results []keyedRes
 	return results, nil
 }
 
+// decideSafely turns a panicking decision into its own command's error,
+// so the batch's other commands and every later batch go on.
 func decideSafely[S, E any](d Decide[S, E], s S, found bool) (after S, events []E, err error) {
 	defer func() {
 		if r := recover(); r != nil {

@@ -77,6 +77,8 @@ func LoadMigrations(component string, fsys fs.FS, dir string) (MigrationSet, err
 		}
 		set.Migrations = append(set.Migrations, Migration{Version: version, Name: m[2], SQL: string(sql)})
 	}
+	// fs.ReadDir sorts by name, which is not version order once a version
+	// has more digits than another (10000_x sorts before 9999_y).
 	slices.SortFunc(set.Migrations, func(a, b Migration) int { return a.Version - b.Version })
 	return set, nil
 }
@@ -159,6 +161,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, sets ...Mig
 	if err != nil {
 		return fmt.Errorf("pg: migrate %s: %w", schema, err)
 	}
+	// In order, stopping at the first failure or name mismatch: a later
+	// version of a component may depend on an earlier one, so nothing after
+	// a failed migration is applied.
 	for _, p := range plan {
 		key := migrationKey{p.component, p.Version}
 		if name, ok := applied[key]; ok {
@@ -253,6 +258,8 @@ func applyMigration(ctx context.Context, pool *pgxpool.Pool, schema, table strin
 		case !errors.Is(err, pgx.ErrNoRows):
 			return err
 		}
+		// LOCAL: the search path reverts when the transaction ends, so the
+		// pooled connection goes back as it came.
 		if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+pgx.Identifier{schema}.Sanitize()+", public"); err != nil {
 			return err
 		}
@@ -261,6 +268,8 @@ func applyMigration(ctx context.Context, pool *pgxpool.Pool, schema, table strin
 		if _, err := tx.Exec(ctx, p.SQL); err != nil {
 			return err
 		}
+		// Recorded in the migration's own transaction: it is applied and
+		// recorded, or neither.
 		_, err = tx.Exec(ctx, "INSERT INTO "+table+" (component, version, name) VALUES ($1, $2, $3)", p.component, p.Version, p.Name)
 		return err
 	})

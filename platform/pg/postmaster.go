@@ -46,6 +46,9 @@ type serverProc struct {
 func (s *LocalServer) spawn(dataDir, binDir, logPath string, port int, owner *osUser) (*serverProc, error) {
 	params := map[string]string{"max_connections": "300"}
 	if !s.Durable {
+		// A server that is not Durable (tests) flushes nothing: a crash of
+		// the machine loses its data, which nobody keeps anyway, and every
+		// commit stops waiting for the disk.
 		params["fsync"] = "off"
 		params["synchronous_commit"] = "off"
 		params["full_page_writes"] = "off"
@@ -55,8 +58,13 @@ func (s *LocalServer) spawn(dataDir, binDir, logPath string, port int, owner *os
 		// override replaces the default instead of racing it.
 		params[strings.ToLower(k)] = v
 	}
+	// Loopback TCP only, so nothing outside the machine reaches a
+	// development server; and no Unix socket, so servers of different data
+	// directories never compete for one socket directory or need it
+	// writable.
 	args := []string{"-D", dataDir, "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="}
+	// Sorted, so the same settings always give the same command line.
 	for _, k := range slices.Sorted(maps.Keys(params)) {
 		args = append(args, "-c", k+"="+params[k])
 	}
@@ -66,6 +74,8 @@ func (s *LocalServer) spawn(dataDir, binDir, logPath string, port int, owner *os
 	if err != nil {
 		return nil, fmt.Errorf("pg: server log: %w", err)
 	}
+	// The log is appended to across runs; an error quotes only what this run
+	// wrote, from offset on.
 	offset, err := logf.Seek(0, io.SeekEnd)
 	if err != nil {
 		logf.Close()
@@ -86,6 +96,8 @@ func (s *LocalServer) spawn(dataDir, binDir, logPath string, port int, owner *os
 	}
 	p := &serverProc{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{}), log: logf, logOffset: offset}
 	go func() {
+		// Reaped as soon as it exits: an unreaped postmaster is a zombie,
+		// which PostgreSQL still counts as running (see runningPostmaster).
 		p.waitErr = cmd.Wait()
 		close(p.done)
 	}()
@@ -111,6 +123,8 @@ func (e *startError) Error() string {
 // (which, unlike a successful connection, cannot come from another server
 // that happens to listen on the port) and then accepts a connection.
 func (s *LocalServer) waitReady(ctx context.Context, p *serverProc, dataDir string, port int) error {
+	// A server is up within tens of milliseconds, so a coarser tick would
+	// dominate start-up.
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -127,6 +141,9 @@ func (s *LocalServer) waitReady(ctx context.Context, p *serverProc, dataDir stri
 			return &startError{msg: fmt.Sprintf("pg: postgres on %s did not become ready: %v", dataDir, ctx.Err()), log: p.logTail()}
 		case <-tick.C:
 		}
+		// postmaster.pid first, then a connection: the file proves that our
+		// postmaster is the one answering, the connection that it accepts
+		// clients.
 		if !postmasterReady(dataDir, p.pid) {
 			continue
 		}

@@ -55,6 +55,9 @@ func freezeServer(postmaster int) []int {
 // have exited, so that a new postmaster does not find the old shared memory
 // still attached. It gives up after 5 s.
 func killClusterProcesses(dataDir string, children []int) {
+	// /proc/<pid>/cwd holds the resolved path, so compare with dataDir
+	// resolved too: a data directory under a symlinked temporary directory
+	// would otherwise match nothing.
 	want, err := filepath.EvalSymlinks(dataDir)
 	if err != nil {
 		want = dataDir
@@ -70,6 +73,8 @@ func killClusterProcesses(dataDir string, children []int) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			killed[pid] = true
 		}
+		// A zombie has exited and let go of the shared memory; only its
+		// reaping is left, which is its parent's business.
 		for pid := range killed {
 			if !processExists(pid) || isZombie(pid) {
 				delete(killed, pid)
@@ -94,6 +99,8 @@ func clusterProcesses(dir string) []int {
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
+		// Never this process, even if its working directory is dataDir (a
+		// test that changed into it).
 		if err != nil || pid == self {
 			continue
 		}

@@ -300,13 +300,26 @@ func TestReplayRefusesAProjectionThatAppliedNothing(t *testing.T) {
 	if err := w.Write(ctx, 20); err != nil {
 		t.Fatal(err)
 	}
-	// Wait for the records to be in Kafka.
+	// Wait for the relay's checkpoint to cover the events: it is written
+	// after their Kafka commit (reading the topic before the relay created
+	// it would fail).
 	deadline := time.Now().Add(10 * time.Second)
-	for len(b.ConsumeAll(t, topic)) < 20 {
+	for {
+		var pending int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM events e WHERE NOT EXISTS (
+			SELECT 1 FROM outbox_checkpoints c WHERE c.relay = 'test' AND (e.tx_id, e.id) <= (c.tx_id, c.event_id))`).Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		if pending == 0 {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("events not relayed")
+			t.Fatalf("%d events not relayed", pending)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	if n := len(b.ConsumeAll(t, topic)); n != 20 {
+		t.Fatalf("kafka holds %d records, want 20", n)
 	}
 	_, err := projection.Replay(ctx, pool, projection.ReplaySpec{Name: "progress", Topic: topic,
 		Tables: []string{"task_progress"}, Kafka: kafka.Config{Brokers: b.Addrs()},

@@ -94,6 +94,9 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 	if spec.BatchSize <= 0 {
 		spec.BatchSize = 1000
 	}
+	// Fresh tables every time: replay tables left by an earlier run (Keep)
+	// would hold rows the handler then skips as already applied, hiding
+	// exactly the differences the replay looks for.
 	mapping := make(map[string]string, len(spec.Tables)+len(spec.Scratch))
 	for _, t := range append(append([]string(nil), spec.Tables...), spec.Scratch...) {
 		mapping[t] = t + spec.Suffix
@@ -101,6 +104,8 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 			return nil, err
 		}
 	}
+	// The topic's ends only tell whether there is anything to compare; the
+	// targets are the live projection's offsets, which may trail them.
 	partitions, ends, err := endOffsets(ctx, spec.Kafka, spec.Topic)
 	if err != nil {
 		return nil, err
@@ -112,6 +117,9 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 	if len(live) == 0 && len(ends) > 0 && anyPositive(ends) {
 		return nil, fmt.Errorf("projection %s %w: there is no live state to compare", spec.Name, ErrNothingApplied)
 	}
+	// From offset 0 of every partition (no stored offsets; the log start
+	// after retention): the replay is a rebuild from the whole retained
+	// log.
 	cl, err := consumer(spec.Kafka, spec.Topic, partitions, nil, kgo.FetchMaxWait(50*time.Millisecond))
 	if err != nil {
 		return nil, err
@@ -119,6 +127,9 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 	defer cl.Close()
 	rp := &replayer{cl: cl, handler: spec.NewHandler(mapping), pool: pool, batch: spec.BatchSize, pos: map[int32]int64{}}
 
+	// Catch up with the live side without blocking it; what it applies
+	// meanwhile is replayed under the lock below, which is short because it
+	// is only the difference.
 	if err := rp.until(ctx, live); err != nil {
 		return nil, err
 	}
@@ -137,6 +148,10 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 		if _, err := pgx.ForEachRow(rows, []any{&p, &o}, func() error { now[p] = o; return nil }); err != nil {
 			return fmt.Errorf("lock live offsets: %w", err)
 		}
+		// Row locks on the live offsets make the live runner wait at its
+		// next commit, so both sides stand at the same offsets while they
+		// are compared. Replay writes through other connections, whose
+		// commits the comparison's statements see (read committed).
 		if len(now) > 0 {
 			if err := rp.until(ctx, now); err != nil {
 				return err
@@ -237,6 +252,8 @@ func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
 		}
 		return true
 	}
+	// Records past a target are held, not applied: a handler batch must stop
+	// exactly at the live offsets so the two sides can be equal.
 	for !done() {
 		var batch, later []*kgo.Record
 		for _, rec := range rp.held {
@@ -247,6 +264,8 @@ func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
 			}
 		}
 		if len(batch) == 0 {
+			// Poll only when nothing held is due: held records come before
+			// anything the consumer returns next.
 			fetches := rp.cl.PollRecords(ctx, rp.batch)
 			if err := ctx.Err(); err != nil {
 				return err
@@ -266,6 +285,8 @@ func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
 		if len(batch) == 0 {
 			continue
 		}
+		// No offsets are stored for the replay: it is rebuilt from 0 every
+		// time, so its batches need no atomicity beyond their own rows.
 		if err := rp.apply(ctx, batch); err != nil {
 			return fmt.Errorf("replay apply: %w", err)
 		}
@@ -323,6 +344,9 @@ func compare(ctx context.Context, tx pgx.Tx, live, replay, where string) (TableR
 	// Rows compare by their text form: every column type has one (json has
 	// no equality operator), and equal text is what "identical" means here.
 	lt, rt := `(SELECT x::text AS row FROM `+l+` x`+cond+`)`, `(SELECT x::text AS row FROM `+r+` x`+cond+`)`
+	// EXCEPT ALL, not EXCEPT: rows count with their multiplicity, so a row
+	// held twice on one side (a table without a unique key) is a difference
+	// too.
 	tr := TableReport{Live: live, Replay: replay}
 	err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+l+` x`+cond+`), (SELECT count(*) FROM `+r+` x`+cond+`),
 		(SELECT count(*) FROM (`+lt+` EXCEPT ALL `+rt+`) d),

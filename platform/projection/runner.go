@@ -180,12 +180,21 @@ func (r *Runner) Run(ctx context.Context) error {
 
 // session is one tenure as the active runner: steps 2 to 5.
 func (r *Runner) session(ctx context.Context, lock *pg.Lock) error {
+	// Every transaction of the session runs on the lock's connection, so a
+	// runner that lost the lock can no longer commit (step 3).
 	conn := lock.Conn()
 
+	// The topic may not exist yet when the projection starts before its
+	// producer ever published; creating it here (Config.Partitions, the same
+	// default as the relay's) lets the runner assign every partition from
+	// the start instead of waiting for one to appear.
 	partitions, err := ensureTopic(ctx, r.cfg.Kafka, r.cfg.Topic, r.cfg.Partitions)
 	if err != nil {
 		return err
 	}
+	// Offsets live in Postgres beside the rows, not in a Kafka consumer
+	// group: that is what lets a batch's rows and its offsets commit in one
+	// transaction.
 	stored, err := loadOffsets(ctx, conn, r.cfg.Name, r.cfg.Topic)
 	if err != nil {
 		return err
@@ -205,14 +214,20 @@ func (r *Runner) session(ctx context.Context, lock *pg.Lock) error {
 			}
 			retryCheck = time.Now()
 		}
-		// An idle topic must not keep the runner from step 5: polls give up
-		// after RetryPoll.
+		// A poll returns whatever the fetches have buffered, up to BatchSize
+		// records across partitions; records of one partition come in offset
+		// order, which is all a handler may rely on (one aggregate's records
+		// share a partition). An idle topic must not keep the runner from
+		// step 5: polls give up after RetryPoll.
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.RetryPoll)
 		fetches := cl.PollRecords(pctx, r.cfg.BatchSize)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
+		// Any fetch error ends the session: the next one starts again from
+		// the offsets committed in Postgres, so nothing between is lost or
+		// applied twice.
 		if err := fetchErr(fetches); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
@@ -231,6 +246,8 @@ func (r *Runner) session(ctx context.Context, lock *pg.Lock) error {
 
 // apply commits one polled batch with its offsets: steps 3 and 4.
 func (r *Runner) apply(ctx context.Context, conn *pgxpool.Conn, records []*kgo.Record) error {
+	// What the transaction stores: one past the highest offset of each
+	// partition in the batch.
 	next := nextOffsets(records)
 	bctx, span := tracer().Start(ctx, "projection "+r.cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithLinks(otel.RecordLinks(ctx, records)...),
@@ -264,12 +281,17 @@ func (r *Runner) apply(ctx context.Context, conn *pgxpool.Conn, records []*kgo.R
 	for _, d := range parked {
 		ReportParked(r.cfg.Logger, r.cfg.OnDeadLetter, d)
 	}
+	// Only after the commit: Applied and the offsets report what is
+	// committed.
 	r.mu.Lock()
 	r.applied += int64(len(records))
 	for p, o := range next {
 		r.offsets[p] = o
 	}
 	r.mu.Unlock()
+	// After the commit, never inside it: a listener must not see rows that
+	// could still roll back, and a slow one must not hold the transaction
+	// open.
 	if r.cfg.AfterCommit != nil {
 		r.cfg.AfterCommit(records)
 	}
@@ -355,15 +377,22 @@ func consumer(cfg kafka.Config, topic string, partitions int32, stored map[int32
 	if err != nil {
 		return nil, err
 	}
+	// Direct partition assignment, no consumer group: one runner (the lock
+	// holder) reads every partition, and a group's rebalancing would only
+	// add pauses and a second source of truth for offsets.
 	start := make(map[int32]kgo.Offset, partitions)
 	for p := int32(0); p < partitions; p++ {
 		start[p] = kgo.NewOffset().At(stored[p])
 	}
 	opts = append(opts,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		// Only committed records: an aborted relay transaction's records
+		// must never reach a read model.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Offsets below the log start (retention) resume at the start.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// A short fetch wait keeps projection lag low on a quiet topic; a
+		// busy one fills the fetch before it.
 		kgo.FetchMaxWait(100*time.Millisecond),
 	)
 	opts = append(opts, extra...)
@@ -382,6 +411,8 @@ func fetchErr(fetches kgo.Fetches) error {
 
 func nextOffsets(records []*kgo.Record) map[int32]int64 {
 	next := map[int32]int64{}
+	// Within a partition offsets grow, but a poll may hold several fetches
+	// of one partition; taking the maximum does not depend on their order.
 	for _, rec := range records {
 		if rec.Offset+1 > next[rec.Partition] {
 			next[rec.Partition] = rec.Offset + 1
@@ -418,6 +449,8 @@ func storeOffsets(ctx context.Context, tx pgx.Tx, name, topic string, next map[i
 		parts = append(parts, p)
 		offs = append(offs, o)
 	}
+	// One statement for every partition of the batch, whatever their number;
+	// a partition absent from the batch keeps its stored offset.
 	_, err := tx.Exec(ctx, `
 		INSERT INTO projection_offsets (projection, topic, partition, next_offset, updated_at)
 		SELECT $1, $2, p, o, now() FROM unnest($3::int[], $4::bigint[]) AS x(p, o)

@@ -6,9 +6,9 @@ import (
 	"github.com/taskmesh/taskmesh/platform/archtest"
 )
 
-// The use cases and the gRPC ports of every context depend on the
-// interfaces their app layer declares; only this entry package wires the
-// adapters in.
+// The audit, usage and webhooks contexts' use cases and gRPC ports depend
+// on the interfaces their app layers declare; only this entry package
+// wires the adapters in.
 func TestAppAndPortsDependOnNoAdapter(t *testing.T) {
 	archtest.RequireLayers(t, ".")
 }

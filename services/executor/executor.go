@@ -1,9 +1,9 @@
-// Package executor is the Taskmesh executor agent (seed 004 §4–§6): it pulls
+// Package executor is the Taskmesh executor agent (docs/executor.md): it pulls
 // tasks from the Taskmesh LeaseService over gRPC, runs them on this machine
 // through shim processes that outlive the agent, renews their leases,
 // reports progress and results, and keeps a SQLite journal so that it
 // survives restarts and server outages. It also serves the agent-local REST
-// API of seed 004 §5.2.
+// API (docs/api/agent-local.md).
 //
 // The taskmesh binary composes it: `taskmesh executor` calls Run, and
 // `taskmesh executor shim ...` calls Shim.
@@ -13,6 +13,7 @@ import (
 	"context"
 
 	"github.com/taskmesh/taskmesh/services/executor/internal/agent"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/pipeline"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
@@ -41,3 +42,10 @@ func Run(ctx context.Context, cfg Config) error {
 func Shim(args []string) int {
 	return shim.Main(args)
 }
+
+// PipelineStage runs a stage of the model-conversion pipeline on this
+// machine; args are what follows `pipeline-stage` on the command line
+// (`run …` as a stage task's process, or a stand-in stage program `onnx`,
+// `bie`, `nef` with `--workdir DIR`). It returns the exit code; a failure's
+// reason is the last line on stderr.
+func PipelineStage(args []string) int { return pipeline.Main(args) }

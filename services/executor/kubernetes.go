@@ -18,7 +18,8 @@ import (
 
 // KubernetesConfig configures the Kubernetes backend: an executor that
 // claims video tasks and runs each as a Kubeflow PyTorchJob queued by
-// Kueue (seed 000 §1.2–§1.3) instead of as a local process.
+// Kueue (docs/executor.md#the-kubernetes-backend) instead of as a local
+// process.
 type KubernetesConfig struct {
 	// AgentID, MachineID, Labels, Server, Token and TLS are as for an agent.
 	AgentID, MachineID string
@@ -36,8 +37,8 @@ type KubernetesConfig struct {
 	// Image is the model image; S3Endpoint, S3Bucket and S3Secret where the
 	// jobs put the videos (S3Secret names the Secret with S3_ACCESS_KEY and
 	// S3_SECRET_KEY); ModelRoot and OutputRoot the host directories of the
-	// checkpoints and the output. Empty ones take the seed's values, but
-	// the endpoint and bucket are required.
+	// checkpoints and the output. Empty ones take the job template's
+	// values, but the endpoint and bucket are required.
 	Image, S3Endpoint, S3Bucket, S3Secret, ModelRoot, OutputRoot string
 	// DefaultQueue is the LocalQueue of tasks that name none.
 	DefaultQueue string

@@ -23,6 +23,7 @@ import (
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/closer"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
@@ -86,6 +87,11 @@ type Config struct {
 	RateLimits RateLimits
 	// Live configures live task streams (see LiveConfig).
 	Live LiveConfig
+	// MaxUploadBytes bounds a POST /jobs/uploads request (default: 1 GiB
+	// and the multipart framing); the scheduler applies each kind's limit.
+	MaxUploadBytes int64
+	// NoConsole turns the web console at /ui off.
+	NoConsole bool
 }
 
 // RateLimits configures the per-key and per-tenant limits of requests per
@@ -367,6 +373,7 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 	}
 	deadLetters := g.deadLetters()
 	lv, err := live.New(live.Config{Kafka: cfg.Live.Kafka, Topic: cfg.Live.Topic, Tasks: taskv1.NewTaskServiceClient(g.upstream),
+		Jobs: pipelinev1.NewPipelineServiceClient(g.upstream), JobTopic: cfg.Live.JobTopic,
 		MaxStreamsPerTenant: cfg.Live.MaxStreamsPerTenant, Buffer: cfg.Live.Buffer, KeepAlive: cfg.Live.KeepAlive,
 		IdleTimeout: cfg.Live.IdleTimeout, WriteTimeout: cfg.Live.WriteTimeout, Logger: g.log})
 	if err != nil {
@@ -386,6 +393,8 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		Throttle:          g.throttle.Middleware,
 		Admin:             adminSrv,
 		DeadLetters:       deadLetters,
+		MaxUploadBytes:    cfg.MaxUploadBytes,
+		Console:           consoleHandler(cfg),
 	})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)

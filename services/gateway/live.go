@@ -16,6 +16,9 @@ type LiveConfig struct {
 	Kafka kafka.Config
 	// Topic is the task event topic (taskmesh.task.events.v1).
 	Topic string
+	// JobTopic is the job event topic (taskmesh.pipeline.events.v1) that
+	// feeds GET /jobs/{job_id}/events.
+	JobTopic string
 	// MaxStreamsPerTenant bounds a tenant's open streams on one gateway
 	// (100); one more is answered 429.
 	MaxStreamsPerTenant int

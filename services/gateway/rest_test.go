@@ -20,7 +20,8 @@ var (
 	leaseUntil = time.Date(2026, 2, 5, 12, 5, 0, 0, time.UTC)
 )
 
-// claimedTask is seed 004 §10.1's claim example.
+// claimedTask is a leased task as ClaimTasks answers it
+// (docs/api/tasks.md#taskmeshtaskv1leaseservice).
 func claimedTask() *taskv1.Task {
 	return &taskv1.Task{
 		Id:              "task-001",

@@ -29,7 +29,10 @@ const internalToken = "test-internal-token"
 
 func TestMain(m *testing.M) {
 	pgtest.Main(m, pgtest.WithMigrations(func(ctx context.Context, pool *pgxpool.Pool) error {
-		return pg.Migrate(ctx, pool, scheduler.Schema, scheduler.Migrations()...)
+		if err := pg.Migrate(ctx, pool, scheduler.Schema, scheduler.Migrations()...); err != nil {
+			return err
+		}
+		return pg.Migrate(ctx, pool, scheduler.PipelineSchema, scheduler.PipelineMigrations()...)
 	}))
 }
 

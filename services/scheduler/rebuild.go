@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,6 +13,8 @@ import (
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	pipelinepg "github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/adapters/postgres"
+	pipelinedomain "github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/domain"
 )
 
 // RebuildReport says what RebuildInlineProjection found.
@@ -93,4 +96,48 @@ func replaceTasks(ctx context.Context, tx pgx.Tx, rebuilt map[string]domain.Task
 		tasks = tasks[n:]
 	}
 	return nil
+}
+
+// PipelineRebuildReport says what RebuildPipelineJobs found.
+type PipelineRebuildReport struct {
+	Jobs, Events int
+	// Differences are jobs whose rebuilt row differs from the live one.
+	Differences []string
+}
+
+// RebuildPipelineJobs recomputes the pipeline's jobs table (pool's
+// search_path starts with PipelineSchema) from its event store alone and
+// reports every job whose live row disagreed; with apply it replaces the
+// rows, in one transaction.
+func RebuildPipelineJobs(ctx context.Context, pool *pgxpool.Pool, apply bool) (PipelineRebuildReport, error) {
+	var rep PipelineRebuildReport
+	err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `LOCK TABLE jobs IN SHARE MODE`); err != nil {
+			return err
+		}
+		n, err := pipelinepg.Rebuild(ctx, tx, func(jobs []pipelinedomain.Job) error {
+			rep.Jobs = len(jobs)
+			for _, j := range jobs {
+				live, err := pipelinepg.Row(ctx, tx, j.ID)
+				if err != nil || !reflect.DeepEqual(live, j) {
+					rep.Differences = append(rep.Differences, j.ID)
+				}
+			}
+			if !apply {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, `TRUNCATE jobs`); err != nil {
+				return err
+			}
+			for _, j := range jobs {
+				if err := pipelinepg.Upsert(ctx, tx, j); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		rep.Events = n
+		return err
+	})
+	return rep, err
 }

@@ -94,20 +94,24 @@ type Config struct {
 	InternalToken string
 	// Video, if set, serves the video generation API (VideoService) and
 	// sweeps its expired generations.
-	Video  *VideoConfig
-	Now    func() time.Time
-	Logger *slog.Logger
+	Video *VideoConfig
+	// Pipeline, if set, serves the model-conversion pipeline API
+	// (PipelineService) and runs its process manager.
+	Pipeline *PipelineConfig
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Service is a running scheduler.
 type Service struct {
-	cfg   Config
-	app   *app.App
-	hub   *app.Hub
-	store *postgres.TaskStore
-	relay *outbox.Relay
-	video *video // nil without Config.Video
-	log   *slog.Logger
+	cfg      Config
+	app      *app.App
+	hub      *app.Hub
+	store    *postgres.TaskStore
+	relay    *outbox.Relay
+	video    *video    // nil without Config.Video
+	pipeline *pipeline // nil without Config.Pipeline
+	log      *slog.Logger
 }
 
 // New builds the service; Run starts its background work.
@@ -154,14 +158,33 @@ func New(cfg Config) (*Service, error) {
 		s.cfg.QuotaTopic = cfg.QuotaTopic
 		s.app.SetAdmission(quota.NewResolver(cfg.Quota, cfg.InternalToken))
 	}
+	if err := s.addAPIs(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// addAPIs composes the bounded contexts that run on the scheduler's use
+// cases: the video API and the pipeline, when configured.
+func (s *Service) addAPIs(cfg Config) error {
 	if cfg.Video != nil {
 		v, err := newVideo(cfg, s.app, s.log)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		s.video = v
 	}
-	return s, nil
+	if cfg.Pipeline != nil {
+		p, err := newPipeline(cfg, s.app, s.log)
+		if err != nil {
+			return err
+		}
+		s.pipeline = p
+		// The process manager hears of every committed change of a stage
+		// task at once (docs/decisions/0022-pipeline-jobs-drive-stage-tasks.md).
+		s.hub.Observe(p.app.Observe)
+	}
+	return nil
 }
 
 // withDefaults fills in the zero values that have defaults.
@@ -197,6 +220,9 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	if s.video != nil {
 		s.video.register(g)
 	}
+	if s.pipeline != nil {
+		s.pipeline.register(g, s.log)
+	}
 }
 
 // Run relays events to Kafka, builds the task_views projection, sweeps
@@ -218,6 +244,10 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })
 	if s.video != nil {
 		g.Go(func() error { s.video.app.RunSweeper(ctx, s.video.sweep); return nil })
+	}
+	if s.pipeline != nil {
+		g.Go(func() error { return s.pipeline.relay.Run(ctx) })
+		g.Go(func() error { s.pipeline.app.Run(ctx, s.pipeline.sweep); return nil })
 	}
 	err := g.Wait()
 	s.store.Close()

@@ -24,7 +24,8 @@ type ServerConfig struct {
 	// called with it). A nil Service.DB is opened from DatabaseURL.
 	Service Config
 	// DatabaseURL is opened with Schema and MaxConns connections and
-	// migrated when Service.DB is nil; the pool is closed when the server
+	// migrated when Service.DB is nil (and with PipelineSchema when
+	// Service.Pipeline has no DB); the pools are closed when the server
 	// stops.
 	DatabaseURL string
 	MaxConns    int32
@@ -68,6 +69,19 @@ func NewServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 			return nil, fmt.Errorf("scheduler: migrate: %w", err)
 		}
 		cfg.Service.DB = pool
+	}
+	if p := cfg.Service.Pipeline; p != nil && p.DB == nil {
+		pool, err := pg.Open(ctx, pg.Config{URL: cfg.DatabaseURL, Schema: PipelineSchema, MaxConns: 8, ApplicationName: "taskmesh-pipeline"})
+		if err != nil {
+			return nil, fmt.Errorf("scheduler: pipeline: %w", err)
+		}
+		s.owned.PushFunc(pool.Close)
+		if err := pg.Migrate(ctx, pool, PipelineSchema, PipelineMigrations()...); err != nil {
+			return nil, fmt.Errorf("scheduler: migrate the pipeline schema: %w", err)
+		}
+		pc := *p
+		pc.DB = pool
+		cfg.Service.Pipeline = &pc
 	}
 	if cfg.Service.Quota == nil && cfg.QuotaTarget != "" {
 		conn, err := grpc.NewClient(cfg.QuotaTarget, grpc.WithTransportCredentials(insecure.NewCredentials()), otel.DialOption())

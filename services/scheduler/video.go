@@ -30,8 +30,8 @@ func DefaultVideoModels() []VideoModel { return videodomain.DefaultModels() }
 // standard → tenant-low-priority-queue at priority 5.
 func DefaultVideoRoutes() map[string]VideoRoute { return videodomain.DefaultRoutes() }
 
-// VideoConfig configures the video generation API (seed 000 §1.1.2). Zero
-// values take the defaults documented on each field.
+// VideoConfig configures the video generation API (docs/api/video.md).
+// Zero values take the defaults documented on each field.
 type VideoConfig struct {
 	// Models offered (default DefaultVideoModels).
 	Models []VideoModel
@@ -50,7 +50,7 @@ type VideoConfig struct {
 	// non-public addresses (tests, development). Off by default: SSRF.
 	AllowPrivateImageURLs bool
 	// Location is the time zone of the answers' wall-clock times (default
-	// UTC+8, the document's).
+	// UTC+8, as in the documented answers; docs/api/video.md#the-get-body).
 	Location *time.Location
 	// SweepInterval: how often expired generations are removed (default 1m).
 	SweepInterval time.Duration

@@ -33,7 +33,13 @@ const Schema = "svc"
 // Migrate creates the event store (and the projection offsets table when
 // extra sets are given) in Schema.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, extra ...pg.MigrationSet) error {
-	return pg.Migrate(ctx, pool, Schema, append([]pg.MigrationSet{eventstore.Migrations()}, extra...)...)
+	return MigrateSchema(ctx, pool, Schema, extra...)
+}
+
+// MigrateSchema is Migrate into another schema: a second service's event
+// store in the same database.
+func MigrateSchema(ctx context.Context, pool *pgxpool.Pool, schema string, extra ...pg.MigrationSet) error {
+	return pg.Migrate(ctx, pool, schema, append([]pg.MigrationSet{eventstore.Migrations()}, extra...)...)
 }
 
 var epoch = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
@@ -67,6 +73,9 @@ type Writer struct {
 	Pool       *pgxpool.Pool
 	Aggregates int // how many aggregates to spread over
 	Writers    int // concurrent transactions
+	// Prefix starts every aggregate id, so the events of two stores
+	// sharing a topic can be told apart.
+	Prefix string
 	// AfterCommit is called after each commit with the running total.
 	AfterCommit func(total int64)
 
@@ -97,7 +106,7 @@ func (w *Writer) Write(ctx context.Context, n int64) error {
 					reserved.Add(-k)
 					continue
 				}
-				agg := fmt.Sprintf("task-%04d", rng.IntN(w.Aggregates))
+				agg := fmt.Sprintf("%stask-%04d", w.Prefix, rng.IntN(w.Aggregates))
 				for {
 					err := pg.InTx(ctx, w.Pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 						var cur int64

@@ -36,25 +36,38 @@ func TestEmbeddedDefaults(t *testing.T) {
 	e := newEnv(t)
 	waitFor(t, func() bool {
 		r, err := e.client().ListClusterQueues(user("t1", "standard"), &quotav1.ListClusterQueuesRequest{})
-		return err == nil && len(r.ClusterQueues) == 2
+		return err == nil && len(r.ClusterQueues) == 5
 	})
 	r, err := e.client().ListClusterQueues(user("t1", "standard"), &quotav1.ListClusterQueuesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	caps := map[string]string{"pipeline-onnx": "4", "pipeline-bie": "2", "pipeline-nef": "4"}
 	for _, q := range r.ClusterQueues {
+		if want, ok := caps[q.Name]; ok {
+			// A pipeline stage's queue: its own cap, no cohort to borrow from.
+			rq := q.Spec.GetResourceGroups()[0].GetFlavors()[0].GetResources()[0]
+			if q.Origin != "config" || q.Spec.Cohort != "" || rq.GetName() != "taskmesh.io/"+q.Name || rq.GetNominalQuota() != want {
+				t.Fatalf("pipeline queue %v", q)
+			}
+			delete(caps, q.Name)
+			continue
+		}
 		p := q.Spec.GetPreemption()
 		if q.Origin != "config" || q.Spec.Cohort != admission.DefaultCohort || p.GetMinPriorityGap() != 3 ||
 			p.GetWithinClusterQueue() != "LowerPriority" || p.GetReclaimWithinCohort() != "Any" {
 			t.Fatalf("default queue %v", q)
 		}
 	}
+	if len(caps) > 0 {
+		t.Fatalf("pipeline queues missing: %v", caps)
+	}
 	cs, err := e.client().ListCohorts(admin(), &quotav1.ListCohortsRequest{})
 	if err != nil || len(cs.Cohorts) != 1 || len(cs.Cohorts[0].ClusterQueues) != 2 {
 		t.Fatalf("cohorts = %v, %v", cs, err)
 	}
 	lqs, err := e.client().ListLocalQueues(admin(), &quotav1.ListLocalQueuesRequest{})
-	if err != nil || len(lqs.LocalQueues) != 4 {
+	if err != nil || len(lqs.LocalQueues) != 7 {
 		t.Fatalf("local queues = %v, %v", lqs, err)
 	}
 	// A changed default survives a restart: defaults only fill gaps.

@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"strconv"
+
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
 )
@@ -49,7 +51,7 @@ func DefaultDefinitions() []app.Definition {
 		return app.Definition{Kind: app.KindLocalQueue, Name: name,
 			LocalQueue: &quotav1.LocalQueueSpec{ClusterQueue: cq, Tiers: tiers}}
 	}
-	return []app.Definition{
+	defs := []app.Definition{
 		{Kind: app.KindCohort, Name: DefaultCohort, Cohort: &quotav1.CohortSpec{}},
 		{Kind: app.KindClusterQueue, Name: HighPriorityQueue, ClusterQueue: cq("8")},
 		{Kind: app.KindClusterQueue, Name: LowPriorityQueue, ClusterQueue: cq("2")},
@@ -57,5 +59,40 @@ func DefaultDefinitions() []app.Definition {
 		lq(LowPriorityQueue, LowPriorityQueue),
 		lq(TierPremium, HighPriorityQueue, TierPremium),
 		lq(TierStandard, LowPriorityQueue),
+	}
+	for _, stage := range PipelineStages {
+		name := PipelineQueuePrefix + stage.Name
+		defs = append(defs, app.Definition{Kind: app.KindClusterQueue, Name: name, ClusterQueue: PipelineQueue(stage.Name, stage.Cap)},
+			lq(name, name))
+	}
+	return defs
+}
+
+// The model-conversion pipeline's stage queues (docs/api/pipeline.md,
+// "Pools and caps"): one ClusterQueue per stage, outside every cohort (a
+// stage never borrows another's capacity), whose nominal quota of the
+// stage's resource is the most of its tasks that run at once; each stage
+// task asks for one unit. The LocalQueue of the same name is open to
+// every tenant.
+const (
+	PipelineQueuePrefix    = "pipeline-"
+	PipelineResourcePrefix = "taskmesh.io/pipeline-"
+)
+
+// PipelineStages are the stages and their default caps.
+var PipelineStages = []struct {
+	Name string
+	Cap  int
+}{{"onnx", 4}, {"bie", 2}, {"nef", 4}}
+
+// PipelineQueue is the ClusterQueue spec of a stage with cap concurrent
+// tasks.
+func PipelineQueue(stage string, cap int) *quotav1.ClusterQueueSpec {
+	res := PipelineResourcePrefix + stage
+	return &quotav1.ClusterQueueSpec{
+		ResourceGroups: []*quotav1.ResourceGroup{{CoveredResources: []string{res},
+			Flavors: []*quotav1.FlavorQuotas{{Name: DefaultFlavor,
+				Resources: []*quotav1.ResourceQuota{{Name: res, NominalQuota: strconv.Itoa(cap)}}}}}},
+		QueueingStrategy: "StrictFIFO",
 	}
 }

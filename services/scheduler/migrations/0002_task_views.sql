@@ -20,7 +20,8 @@ CREATE TABLE task_views (
 CREATE INDEX task_views_list_idx ON task_views (tenant_id, created_at DESC, id DESC) WHERE NOT deleted;
 CREATE INDEX task_views_status_idx ON task_views (tenant_id, status, created_at DESC) WHERE NOT deleted;
 
--- audit_logs (seed 004 §10.6), one row per task event, from the same topic.
+-- audit_logs, one row per task event, from the same topic (the action of
+-- each event: docs/events.md#task-events).
 CREATE TABLE audit_logs (
     id          text        PRIMARY KEY, -- the event id
     timestamp   timestamptz NOT NULL,

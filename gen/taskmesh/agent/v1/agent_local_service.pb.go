@@ -25,7 +25,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// LocalTask is a row of the agent's journal (seed 004 §3.3 local_tasks).
+// LocalTask is a row of the agent's journal (its local_tasks table).
 type LocalTask struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`

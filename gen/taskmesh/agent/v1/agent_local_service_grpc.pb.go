@@ -31,8 +31,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // AgentLocalService is the API an executor agent serves on its own machine
-// (seed 004 §5.2): the local queue, for debugging and local runs. It listens
-// on loopback only by default.
+// (docs/api/agent-local.md): the local queue, for debugging and local runs.
+// It listens on loopback only by default.
 type AgentLocalServiceClient interface {
 	// CreateLocalTask queues a task on this agent only (never sent to the
 	// server); the command allow-list and blocked patterns still apply.
@@ -111,8 +111,8 @@ func (c *agentLocalServiceClient) GetQueueStatus(ctx context.Context, in *GetQue
 // for forward compatibility.
 //
 // AgentLocalService is the API an executor agent serves on its own machine
-// (seed 004 §5.2): the local queue, for debugging and local runs. It listens
-// on loopback only by default.
+// (docs/api/agent-local.md): the local queue, for debugging and local runs.
+// It listens on loopback only by default.
 type AgentLocalServiceServer interface {
 	// CreateLocalTask queues a task on this agent only (never sent to the
 	// server); the command allow-list and blocked patterns still apply.

@@ -211,7 +211,7 @@ type ClusterQueuePreemption struct {
 	// to others in its cohort.
 	ReclaimWithinCohort string `protobuf:"bytes,2,opt,name=reclaim_within_cohort,json=reclaimWithinCohort,proto3" json:"reclaim_within_cohort,omitempty"`
 	// A victim must be at least this many priority levels below the
-	// preemptor (seed 004 §10.3: 3); 0 = any lower priority.
+	// preemptor (the embedded queues use 3); 0 = any lower priority.
 	MinPriorityGap int32 `protobuf:"varint,3,opt,name=min_priority_gap,json=minPriorityGap,proto3" json:"min_priority_gap,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

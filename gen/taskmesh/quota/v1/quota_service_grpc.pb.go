@@ -43,7 +43,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // QuotaService manages tenants, clusters with their GPU inventory, CU and
-// GU quotas and the Ray WorkGroups behind GU quotas (seed 003).
+// GU quotas and the Ray WorkGroups behind GU quotas (docs/api/quota.md).
 //
 // Creating, changing and deleting tenants, clusters, inventory and quotas
 // is an operator action (admin credential). A tenant's API key may read its
@@ -110,11 +110,11 @@ type QuotaServiceClient interface {
 	// GetRayCluster returns the Ray cluster of ⟨tenant, cluster⟩.
 	GetRayCluster(ctx context.Context, in *GetRayClusterRequest, opts ...grpc.CallOption) (*GetRayClusterResponse, error)
 	// CheckGUQuota is the submit-time check before GPU work that names a GU
-	// quota is accepted (seed 003 "关于GU Quota调度"). It answers the quota
-	// and its Running WorkGroup, or fails with GU_QUOTA_NOT_EXISTS (NotFound)
-	// when the tenant has no such GU quota, or GU_QUOTA_CREATING
-	// (FailedPrecondition) when its WorkGroup does not exist or is not
-	// Running. An empty quota means any of the tenant's GU quotas.
+	// quota is accepted (docs/api/quota.md#the-submit-time-gu-check). It
+	// answers the quota and its Running WorkGroup, or fails with
+	// GU_QUOTA_NOT_EXISTS (NotFound) when the tenant has no such GU quota, or
+	// GU_QUOTA_CREATING (FailedPrecondition) when its WorkGroup does not exist
+	// or is not Running. An empty quota means any of the tenant's GU quotas.
 	CheckGUQuota(ctx context.Context, in *CheckGUQuotaRequest, opts ...grpc.CallOption) (*CheckGUQuotaResponse, error)
 }
 
@@ -301,7 +301,7 @@ func (c *quotaServiceClient) CheckGUQuota(ctx context.Context, in *CheckGUQuotaR
 // for forward compatibility.
 //
 // QuotaService manages tenants, clusters with their GPU inventory, CU and
-// GU quotas and the Ray WorkGroups behind GU quotas (seed 003).
+// GU quotas and the Ray WorkGroups behind GU quotas (docs/api/quota.md).
 //
 // Creating, changing and deleting tenants, clusters, inventory and quotas
 // is an operator action (admin credential). A tenant's API key may read its
@@ -368,11 +368,11 @@ type QuotaServiceServer interface {
 	// GetRayCluster returns the Ray cluster of ⟨tenant, cluster⟩.
 	GetRayCluster(context.Context, *GetRayClusterRequest) (*GetRayClusterResponse, error)
 	// CheckGUQuota is the submit-time check before GPU work that names a GU
-	// quota is accepted (seed 003 "关于GU Quota调度"). It answers the quota
-	// and its Running WorkGroup, or fails with GU_QUOTA_NOT_EXISTS (NotFound)
-	// when the tenant has no such GU quota, or GU_QUOTA_CREATING
-	// (FailedPrecondition) when its WorkGroup does not exist or is not
-	// Running. An empty quota means any of the tenant's GU quotas.
+	// quota is accepted (docs/api/quota.md#the-submit-time-gu-check). It
+	// answers the quota and its Running WorkGroup, or fails with
+	// GU_QUOTA_NOT_EXISTS (NotFound) when the tenant has no such GU quota, or
+	// GU_QUOTA_CREATING (FailedPrecondition) when its WorkGroup does not exist
+	// or is not Running. An empty quota means any of the tenant's GU quotas.
 	CheckGUQuota(context.Context, *CheckGUQuotaRequest) (*CheckGUQuotaResponse, error)
 	mustEmbedUnimplementedQuotaServiceServer()
 }

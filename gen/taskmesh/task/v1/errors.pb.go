@@ -38,10 +38,10 @@ const (
 	ErrorCode_ERROR_CODE_TASK_NOT_FOUND ErrorCode = 30004
 	// The request is malformed or a field is out of range (HTTP 400).
 	ErrorCode_ERROR_CODE_INVALID_ARGUMENT ErrorCode = 30005
-	// GPU work names a GU quota the tenant does not have (HTTP 400; seed 003
-	// GU_QUOTA_NOT_EXISTS).
+	// GPU work names a GU quota the tenant does not have (HTTP 400; the GU
+	// check's GU_QUOTA_NOT_EXISTS, docs/api/quota.md#the-submit-time-gu-check).
 	ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS ErrorCode = 30010
-	// The GU quota's WorkGroup is not running yet (HTTP 409; seed 003
+	// The GU quota's WorkGroup is not running yet (HTTP 409; the GU check's
 	// GU_QUOTA_CREATING): try again once it is.
 	ErrorCode_ERROR_CODE_GU_QUOTA_CREATING ErrorCode = 30011
 	// Anything else (HTTP 500).

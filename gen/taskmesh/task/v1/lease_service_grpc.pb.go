@@ -32,7 +32,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// LeaseService is the executor protocol (seed 004 §5.1 "Agent 专用 API").
+// LeaseService is the executor protocol (docs/api/tasks.md#agent-protocol).
 // A claim hands out a lease with a fresh attempt_id; start, renew, progress
 // and complete are accepted only for the task's current attempt.
 //
@@ -145,7 +145,7 @@ func (c *leaseServiceClient) SendHeartbeat(ctx context.Context, in *SendHeartbea
 // All implementations must embed UnimplementedLeaseServiceServer
 // for forward compatibility.
 //
-// LeaseService is the executor protocol (seed 004 §5.1 "Agent 专用 API").
+// LeaseService is the executor protocol (docs/api/tasks.md#agent-protocol).
 // A claim hands out a lease with a fresh attempt_id; start, renew, progress
 // and complete are accepted only for the task's current attempt.
 //

@@ -23,9 +23,10 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Task is the task as clients and agents see it: every field of the
-// RemoteGPU task model plus the lease, targeting and progress fields the
-// scheduler adds. Field names are the documented JSON names.
+// Task is the task as clients and agents see it: every field of the task
+// API (docs/api/tasks.md#task), including the lease, targeting and
+// progress fields the scheduler adds. Field names are the documented JSON
+// names.
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -756,9 +757,10 @@ func (x *Webhook) GetUrl() string {
 	return ""
 }
 
-// VideoParams is a validated, normalised video-generation request (seed 000
-// §1.1.2) as the executor's video runner and the Kubernetes backend consume
-// it. The video API fills it; limits are checked there.
+// VideoParams is a validated, normalised video-generation request as the
+// executor's video runner and the Kubernetes backend consume it
+// (docs/api/video.md#the-video-task). The video API fills it; limits are
+// checked there.
 type VideoParams struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Model id, e.g. wan2.2-t2v or wan2.2-i2v.
@@ -928,7 +930,8 @@ func (x *VideoParams) GetWatermark() bool {
 	return false
 }
 
-// Distribution says which machines may run a task (seed 004 §10.4).
+// Distribution says which machines may run a task
+// (docs/api/tasks.md#targeting).
 type Distribution struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// single (default), broadcast or scatter.

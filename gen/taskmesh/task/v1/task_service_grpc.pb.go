@@ -34,7 +34,7 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// TaskService is the tenant-facing task API (seed 004 §5.1 "任务管理").
+// TaskService is the tenant-facing task API (docs/api/tasks.md#task-api).
 // Every call is scoped to the caller's tenant: another tenant's task id
 // answers TASK_NOT_FOUND.
 type TaskServiceClient interface {
@@ -172,7 +172,7 @@ type TaskService_WatchTaskClient = grpc.ServerStreamingClient[WatchTaskResponse]
 // All implementations must embed UnimplementedTaskServiceServer
 // for forward compatibility.
 //
-// TaskService is the tenant-facing task API (seed 004 §5.1 "任务管理").
+// TaskService is the tenant-facing task API (docs/api/tasks.md#task-api).
 // Every call is scoped to the caller's tenant: another tenant's task id
 // answers TASK_NOT_FOUND.
 type TaskServiceServer interface {

@@ -419,8 +419,8 @@ func (x *GetVideoGenerationRequest) GetTaskId() string {
 	return ""
 }
 
-// GetVideoGenerationResponse is one body satisfying the document's three
-// answers: running {success, code, data, requestId, failed}, failed
+// GetVideoGenerationResponse is one body satisfying the video API's three
+// documented answers (docs/api/video.md#the-get-body): running {success, code, data, requestId, failed}, failed
 // {request_id, data{task_id, task_status, code, message}} and expired
 // {request_id, data{task_id, task_status: UNKNOWN}}. Hence both request_id
 // and requestId, and both spellings of the task id and status in data.

@@ -28,14 +28,14 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// VideoService is the video generation API of seed 000 §1.1.2: submit a
+// VideoService is the video generation API (docs/api/video.md): submit a
 // text-to-video or image-to-video generation, poll it, cancel or delete it.
 // Each generation is a scheduler task of type video; the caller's tier picks
 // its queue and priority.
 //
 // Every field carries json_name set to the documented JSON key: the REST
-// facade marshals with JSON names, so the answers mix the document's
-// snake_case and camelCase keys exactly as it shows them.
+// facade marshals with JSON names, so the answers mix snake_case and
+// camelCase keys exactly as docs/api/video.md shows them.
 //
 // Errors are {"code": string, "message": string, "request_id": string}:
 // InvalidParameter (400, the message names the field), InvalidApiKey (401),
@@ -107,14 +107,14 @@ func (c *videoServiceClient) DeleteVideoGeneration(ctx context.Context, in *Dele
 // All implementations must embed UnimplementedVideoServiceServer
 // for forward compatibility.
 //
-// VideoService is the video generation API of seed 000 §1.1.2: submit a
+// VideoService is the video generation API (docs/api/video.md): submit a
 // text-to-video or image-to-video generation, poll it, cancel or delete it.
 // Each generation is a scheduler task of type video; the caller's tier picks
 // its queue and priority.
 //
 // Every field carries json_name set to the documented JSON key: the REST
-// facade marshals with JSON names, so the answers mix the document's
-// snake_case and camelCase keys exactly as it shows them.
+// facade marshals with JSON names, so the answers mix snake_case and
+// camelCase keys exactly as docs/api/video.md shows them.
 //
 // Errors are {"code": string, "message": string, "request_id": string}:
 // InvalidParameter (400, the message names the field), InvalidApiKey (401),

@@ -1,7 +1,7 @@
 // Package agent is the executor agent: it pulls tasks from the Taskmesh
 // LeaseService, runs them through shims, keeps leases alive, reports
 // progress and outcomes, and keeps every promise in a local journal so that
-// it survives restarts and server outages (seed 004 §4, §6).
+// it survives restarts and server outages (docs/executor.md).
 //
 // The agent's loops, each a goroutine of Run:
 //
@@ -171,7 +171,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			Handler:           localapi.Handler(ctx, localapi.NewServer(a.journal, a)),
 			ReadHeaderTimeout: 10 * time.Second,
 		}
-		a.go_(func() {
+		a.runInBackground(func() {
 			if err := srv.Serve(a.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				a.log.Error("local api stopped", "err", err)
 			}
@@ -183,11 +183,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.wg.Wait()
 		return err
 	}
-	a.go_(func() { a.localLoop(ctx) })
+	a.runInBackground(func() { a.localLoop(ctx) })
 	if a.lease != nil {
-		a.go_(func() { a.claimLoop(ctx) })
-		a.go_(func() { a.heartbeatLoop(ctx) })
-		a.go_(func() { a.syncLoop(ctx) })
+		a.runInBackground(func() { a.claimLoop(ctx) })
+		a.runInBackground(func() { a.heartbeatLoop(ctx) })
+		a.runInBackground(func() { a.syncLoop(ctx) })
 	}
 	a.log.Info("executor agent started", "server", a.cfg.Server, "slots", a.cfg.Slots,
 		"local_api", a.LocalAPIAddr(), "data_dir", a.cfg.DataDir)
@@ -204,7 +204,7 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // go_ starts a goroutine that Run waits for.
-func (a *Agent) go_(f func()) {
+func (a *Agent) runInBackground(f func()) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()

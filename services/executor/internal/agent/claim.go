@@ -105,7 +105,7 @@ func (a *Agent) startClaimed(ctx context.Context, tasks []*taskv1.Task, held int
 		}
 		rows = append(rows, fromClaim(t, a.cfg.AgentID, now))
 	}
-	created, err := a.journal.Insert(bg, rows...)
+	created, err := a.journal.Insert(journalCtx, rows...)
 	if err != nil {
 		// Without a journal entry the task must not run; its lease runs
 		// out and the server gives it to someone else.
@@ -127,17 +127,17 @@ func (a *Agent) startClaimed(ctx context.Context, tasks []*taskv1.Task, held int
 				continue
 			}
 			at.noop = true
-			a.go_(func() { a.execute(ctx, at) })
+			a.runInBackground(func() { a.execute(ctx, at) })
 			continue
 		}
 		if held > 0 {
 			held--
 			at.slot = true
-			a.go_(func() { a.execute(ctx, at) })
+			a.runInBackground(func() { a.execute(ctx, at) })
 			continue
 		}
 		// The server returned more than asked: wait for a slot.
-		a.go_(func() {
+		a.runInBackground(func() {
 			select {
 			case a.slots <- struct{}{}:
 				at.slot = true

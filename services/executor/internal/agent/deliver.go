@@ -42,7 +42,7 @@ func (a *Agent) deliverLive(ctx context.Context, attemptID string) {
 }
 
 // syncLoop delivers unsynced outcomes, oldest end first, backing off while
-// the server is unreachable (seed 004 §6.2).
+// the server is unreachable (docs/decisions/0010-agent-sqlite-journal.md).
 func (a *Agent) syncLoop(ctx context.Context) {
 	bo := backoffDelay{base: 500 * time.Millisecond, limit: 30 * time.Second}
 	var retry <-chan time.Time
@@ -54,36 +54,37 @@ func (a *Agent) syncLoop(ctx context.Context) {
 		case <-a.syncWake:
 		case <-retry:
 		}
-		if a.drain(ctx) {
-			retry = time.After(bo.next())
-		} else {
+		if caughtUp := a.deliverUnsynced(ctx); caughtUp {
 			bo.reset()
 			retry = nil
+		} else {
+			retry = time.After(bo.next())
 		}
 	}
 }
 
-// drain delivers until nothing is unsynced (false) or a delivery fails
-// (true).
-func (a *Agent) drain(ctx context.Context) bool {
+// deliverUnsynced delivers outcomes until nothing is unsynced (caughtUp)
+// or a delivery or the journal fails or ctx ends (not caughtUp: the
+// caller retries after a backoff).
+func (a *Agent) deliverUnsynced(ctx context.Context) (caughtUp bool) {
 	for ctx.Err() == nil {
-		rows, err := a.journal.Unsynced(bg, 50)
+		rows, err := a.journal.Unsynced(journalCtx, 50)
 		if err != nil {
 			a.log.Error("journal", "err", err)
-			return true
+			return false
 		}
 		if len(rows) == 0 {
 			a.backlog.Store(false)
-			return false
+			return true
 		}
 		a.backlog.Store(true)
 		for _, t := range rows {
 			if err := a.deliver(ctx, t.AttemptID); err != nil {
-				return true
+				return false
 			}
 		}
 	}
-	return true
+	return false
 }
 
 // deliver sends one outcome: the result object first when the output is
@@ -109,7 +110,7 @@ func (a *Agent) deliver(ctx context.Context, attemptID string) error {
 		a.mu.Unlock()
 	}()
 
-	t, err := a.journal.Get(bg, attemptID)
+	t, err := a.journal.Get(journalCtx, attemptID)
 	if err != nil {
 		return err
 	}
@@ -149,7 +150,7 @@ func (a *Agent) deliver(ctx context.Context, attemptID string) error {
 	if err != nil {
 		return a.deliveryFailed(t, "complete task", err)
 	}
-	if err := a.journal.MarkSynced(bg, t.AttemptID, ""); err != nil {
+	if err := a.journal.MarkSynced(journalCtx, t.AttemptID, ""); err != nil {
 		return err
 	}
 	log.Debug("outcome delivered", "status", t.Status)
@@ -165,13 +166,13 @@ func (a *Agent) deliveryFailed(t journal.Task, what string, err error) error {
 		rpcerr.TaskNotFound, rpcerr.InvalidArgument:
 		note := fmt.Sprintf("%s rejected by the server: %d %s", what, rpcerr.Code(err), rpcerr.Message(err))
 		a.log.Warn("outcome rejected", "task_id", t.ID, "attempt_id", t.AttemptID, "reason", note)
-		if merr := a.journal.MarkSynced(bg, t.AttemptID, note); merr != nil {
+		if merr := a.journal.MarkSynced(journalCtx, t.AttemptID, note); merr != nil {
 			return merr
 		}
 		a.cleanup(t.RunDir)
 		return nil
 	}
-	_ = a.journal.RecordSyncFailure(bg, t.AttemptID, what+": "+err.Error())
+	_ = a.journal.RecordSyncFailure(journalCtx, t.AttemptID, what+": "+err.Error())
 	return fmt.Errorf("%s %s: %w", what, t.AttemptID, err)
 }
 
@@ -227,5 +228,5 @@ func (a *Agent) putResult(ctx context.Context, t *journal.Task, contentType stri
 		return fmt.Errorf("put result: %s", resp.Status)
 	}
 	t.ResultKey, t.ResultSize, t.ResultSHA256 = up.GetObjectKey(), size, digest
-	return a.journal.SetResultObject(bg, t.AttemptID, t.ResultKey, t.ResultSize, t.ResultSHA256)
+	return a.journal.SetResultObject(journalCtx, t.AttemptID, t.ResultKey, t.ResultSize, t.ResultSHA256)
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 )
 
-// bg is the context of journal writes: an outcome must be recorded even
-// while the agent shuts down.
-var bg = context.Background()
+// journalCtx is the context of every journal call, never the agent's own:
+// an outcome must be recorded even while the agent shuts down.
+var journalCtx = context.Background()
 
 // register makes at an active attempt. It reports false if the attempt is
 // already active (a replayed claim, a second recovery).
@@ -73,7 +73,7 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 		a.finish(ctx, at, journal.Outcome{Status: journal.StatusCompleted, ExitCode: &code, StartedAt: now, EndedAt: now})
 		return
 	}
-	running, err := a.journal.MarkRunning(bg, t.AttemptID, a.now())
+	running, err := a.journal.MarkRunning(journalCtx, t.AttemptID, a.now())
 	if err != nil {
 		log.Error("journal", "err", err)
 		return
@@ -90,8 +90,8 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 			if ctx.Err() != nil {
 				return
 			}
-			// Unreachable server: the lease was granted, so run anyway
-			// (§6.2); completion is delivered when the server is back.
+			// Unreachable server: the lease was granted, so run anyway;
+			// the journal keeps the outcome until the server is back.
 			log.Warn("start task not acknowledged, running anyway", "err", err)
 		}
 	}
@@ -124,10 +124,10 @@ func (a *Agent) startOnServer(ctx context.Context, at *attempt) error {
 		})
 		cancel()
 		if err == nil {
-			_ = a.journal.SetServerStarted(bg, t.AttemptID)
+			_ = a.journal.SetServerStarted(journalCtx, t.AttemptID)
 			if resp.GetLeaseExpiresAt() != nil {
 				at.task.LeaseExpiresAt = resp.GetLeaseExpiresAt().AsTime()
-				_ = a.journal.SetLease(bg, t.AttemptID, at.task.LeaseExpiresAt, a.now())
+				_ = a.journal.SetLease(journalCtx, t.AttemptID, at.task.LeaseExpiresAt, a.now())
 			}
 			return nil
 		}

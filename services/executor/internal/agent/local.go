@@ -14,7 +14,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 )
 
-// Local tasks (seed 004 §5.2) run on this agent only and are never
+// Local tasks (docs/api/agent-local.md) run on this agent only and are never
 // reported to the server. They wait in the journal as pending, highest
 // priority first, and take process slots before the claim loop starts its
 // next claim; a claim already long-polling keeps its slots until it
@@ -55,11 +55,11 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 	if spec.GracePeriodSec != nil {
 		t.GracePeriodSec = int(spec.GetGracePeriodSec())
 	}
-	if _, err := a.journal.Insert(bg, t); err != nil {
+	if _, err := a.journal.Insert(journalCtx, t); err != nil {
 		return journal.Task{}, rpcerr.New(rpcerr.Internal, err.Error())
 	}
 	wake(a.localWake)
-	return a.journal.Get(bg, t.AttemptID)
+	return a.journal.Get(journalCtx, t.AttemptID)
 }
 
 // validateSpec checks what the task API's validation would (task.proto).
@@ -93,7 +93,7 @@ func validateSpec(s *taskv1.TaskSpec) error {
 // It waits briefly for the stop to finish and returns the task as it is
 // then.
 func (a *Agent) Cancel(ctx context.Context, id string) (journal.Task, error) {
-	t, err := a.journal.Latest(bg, id)
+	t, err := a.journal.Latest(journalCtx, id)
 	if errors.Is(err, journal.ErrNotFound) {
 		return journal.Task{}, rpcerr.New(rpcerr.TaskNotFound, fmt.Sprintf("task %s not found", id))
 	}
@@ -108,11 +108,11 @@ func (a *Agent) Cancel(ctx context.Context, id string) (journal.Task, error) {
 		// Pending and not yet picked up: nothing runs.
 		if t.Status == journal.StatusPending {
 			now := a.now()
-			_, _ = a.journal.Finish(bg, t.AttemptID, journal.Outcome{
+			_, _ = a.journal.Finish(journalCtx, t.AttemptID, journal.Outcome{
 				Status: journal.StatusCancelled, Error: "cancelled through the agent-local API",
 				EndedAt: now, StopReason: reasonLocalCancel, Synced: t.Origin == journal.OriginLocal,
 			})
-			return a.journal.Get(bg, t.AttemptID)
+			return a.journal.Get(journalCtx, t.AttemptID)
 		}
 		return journal.Task{}, rpcerr.New(rpcerr.TaskImmutable, fmt.Sprintf("task %s is not running here", id))
 	}
@@ -122,12 +122,12 @@ func (a *Agent) Cancel(ctx context.Context, id string) (journal.Task, error) {
 	case <-time.After(2 * time.Second):
 	case <-ctx.Done():
 	}
-	return a.journal.Get(bg, t.AttemptID)
+	return a.journal.Get(journalCtx, t.AttemptID)
 }
 
 // Status summarises the queue.
 func (a *Agent) Status(ctx context.Context) (localapi.QueueStatus, error) {
-	c, err := a.journal.Count(bg)
+	c, err := a.journal.Count(journalCtx)
 	if err != nil {
 		return localapi.QueueStatus{}, rpcerr.New(rpcerr.Internal, err.Error())
 	}
@@ -160,14 +160,14 @@ func (a *Agent) localLoop(ctx context.Context) {
 				a.forget(at)
 				return
 			}
-			a.go_(func() { a.execute(ctx, at) })
+			a.runInBackground(func() { a.execute(ctx, at) })
 		}
 	}
 }
 
 // nextLocal registers and returns the next pending local task, if any.
 func (a *Agent) nextLocal() *attempt {
-	rows, err := a.journal.WithStatus(bg, journal.StatusPending)
+	rows, err := a.journal.WithStatus(journalCtx, journal.StatusPending)
 	if err != nil {
 		a.log.Error("journal", "err", err)
 		return nil

@@ -73,7 +73,7 @@ func (a *Agent) finish(ctx context.Context, at *attempt, o journal.Outcome) {
 	if o.EndedAt.IsZero() {
 		o.EndedAt = a.now()
 	}
-	changed, err := a.journal.Finish(bg, t.AttemptID, o)
+	changed, err := a.journal.Finish(journalCtx, t.AttemptID, o)
 	if err != nil {
 		a.log.Error("journal", "attempt_id", t.AttemptID, "err", err)
 		return

@@ -12,8 +12,8 @@ import (
 
 const (
 	// inlineLimit: a stream shorter than this is sent inline in
-	// CompleteTask (seed 004 §10.2: results under 64 KiB go to the
-	// database); otherwise the result goes to the object store.
+	// CompleteTask (small results are stored with the task); otherwise the
+	// result goes to the object store (docs/executor.md#how-a-task-runs).
 	inlineLimit = 64 << 10
 	// tailBytes of each stream are still sent inline with a large result.
 	tailBytes = 32 << 10

@@ -9,11 +9,12 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 )
 
-// recover resumes what a previous run of the agent left (seed 004 §6.1):
+// recover resumes what a previous run of the agent left
+// (docs/executor.md#the-agents-loops):
 //
 //   - assigned and running server attempts are checked with the server
-//     (RenewTaskLease). A valid lease, or no answer (the server may be down,
-//     §6.2), resumes the attempt: reattach to its shim, or read the shim's
+//     (RenewTaskLease). A valid lease, or no answer (the server may be
+//     down), resumes the attempt: reattach to its shim, or read the shim's
 //     status file if it has finished, or start it if it never had a
 //     process. 30001/30002/30003 stop the process through the shim and
 //     record it failed; the outcome is still offered to the server, which
@@ -22,7 +23,7 @@ import (
 //   - pending local tasks re-enter the local queue (localLoop reads them).
 //   - unsynced outcomes are delivered by the sync loop when it starts.
 func (a *Agent) recover(ctx context.Context) error {
-	rows, err := a.journal.WithStatus(bg, journal.StatusAssigned, journal.StatusRunning)
+	rows, err := a.journal.WithStatus(journalCtx, journal.StatusAssigned, journal.StatusRunning)
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
@@ -42,7 +43,7 @@ func (a *Agent) recover(ctx context.Context) error {
 			case err == nil:
 				if resp.GetLeaseExpiresAt() != nil {
 					at.task.LeaseExpiresAt = resp.GetLeaseExpiresAt().AsTime()
-					_ = a.journal.SetLease(bg, t.AttemptID, at.task.LeaseExpiresAt, a.now())
+					_ = a.journal.SetLease(journalCtx, t.AttemptID, at.task.LeaseExpiresAt, a.now())
 				}
 				log.Info("resuming attempt: lease still valid")
 			case rpcerr.AttemptGone(err):
@@ -54,7 +55,7 @@ func (a *Agent) recover(ctx context.Context) error {
 			}
 		}
 		a.takeRecoveredSlot(at)
-		a.go_(func() { a.resume(ctx, at) })
+		a.runInBackground(func() { a.resume(ctx, at) })
 	}
 	return nil
 }

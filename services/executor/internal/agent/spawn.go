@@ -127,7 +127,7 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 	}
 	// Journal the run directory before the shim exists: a restart then
 	// finds the shim (or its status file) even if Start never returned.
-	if err := a.journal.SetProcess(bg, t.AttemptID, runDir, spec.Socket, 0, 0); err != nil {
+	if err := a.journal.SetProcess(journalCtx, t.AttemptID, runDir, spec.Socket, 0, 0); err != nil {
 		a.log.Error("journal", "err", err)
 		return
 	}
@@ -149,7 +149,7 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 		a.finish(ctx, at, a.failedBeforeStart("shim: "+err.Error()))
 		return
 	}
-	_ = a.journal.SetProcess(bg, t.AttemptID, runDir, spec.Socket, started.ShimPID, started.PID)
+	_ = a.journal.SetProcess(journalCtx, t.AttemptID, runDir, spec.Socket, started.ShimPID, started.PID)
 	at.task.ShimPID, at.task.PID = started.ShimPID, started.PID
 	a.supervise(ctx, at)
 }

@@ -129,7 +129,7 @@ func (a *Agent) renewLease(ctx context.Context, at *attempt) (time.Duration, err
 	if resp.GetLeaseExpiresAt() != nil {
 		at.task.LeaseExpiresAt = resp.GetLeaseExpiresAt().AsTime()
 	}
-	_ = a.journal.SetLease(bg, t.AttemptID, at.task.LeaseExpiresAt, a.now())
+	_ = a.journal.SetLease(journalCtx, t.AttemptID, at.task.LeaseExpiresAt, a.now())
 	return a.renewDelay(at), nil
 }
 
@@ -138,7 +138,7 @@ func (a *Agent) renewLease(ctx context.Context, at *attempt) (time.Duration, err
 func (a *Agent) reportProgress(ctx context.Context, at *attempt, p shim.Progress) error {
 	t := at.task
 	msg := truncateUTF8(p.Message, 4096)
-	if err := a.journal.SetProgress(bg, t.AttemptID, p.Value, msg, a.now()); err != nil {
+	if err := a.journal.SetProgress(journalCtx, t.AttemptID, p.Value, msg, a.now()); err != nil {
 		return err
 	}
 	if t.Origin != journal.OriginServer || a.lease == nil {

@@ -1,13 +1,15 @@
-// Package journal is the agent's durable record of every task it holds:
-// the local_tasks table of seed 004 §3.3 in SQLite (modernc.org/sqlite, pure
-// Go; WAL mode with a busy timeout).
+// Package journal is the agent's durable record of every task it holds: a
+// local_tasks table in SQLite (modernc.org/sqlite, pure Go; WAL mode with a
+// busy timeout), one row per attempt, whose columns the local API shows as
+// LocalTask (docs/api/agent-local.md#localtask). Why a journal at all:
+// docs/decisions/0010-agent-sqlite-journal.md.
 //
 // Invariants the agent relies on:
 //   - every state change is written here before the server is told, so a
-//     restarted agent knows what it promised (§6.1);
+//     restarted agent knows what it promised;
 //   - a finished attempt stays with synced=0 until the server acknowledged or
 //     rejected its outcome, and unsynced outcomes are delivered in order of
-//     ended_at (§6.2);
+//     ended_at, also after an outage;
 //   - an attempt finishes once: Finish only moves a row out of pending,
 //     assigned or running, so a natural exit racing a stop records one
 //     outcome.

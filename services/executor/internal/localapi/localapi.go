@@ -1,10 +1,10 @@
-// Package localapi serves the agent-local API of seed 004 §5.2 (list, get,
-// create, cancel, queue status) as agentv1.AgentLocalServiceServer over the
-// journal and the agent, exposed as REST through grpc-gateway.
+// Package localapi serves the agent-local API (list, get, create, cancel,
+// queue status; docs/api/agent-local.md) as agentv1.AgentLocalServiceServer
+// over the journal and the agent, exposed as REST through grpc-gateway.
 //
 // JSON uses the proto field names (protojson UseProtoNames). Errors are the
-// seed's envelope {"code":…,"message":…,"data":null} with the business code
-// (30004 → 404, 30005 → 400, 30001/30002 → 409, 30003 → 410, else 500),
+// task API's envelope {"code":…,"message":…,"data":null} with the business
+// code (30004 → 404, 30005 → 400, 30001/30002 → 409, 30003 → 410, else 500),
 // mapped in one place: writeError.
 package localapi
 
@@ -171,14 +171,15 @@ func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer) http.Hand
 	return mux
 }
 
-// envelope is the seed's error body.
+// envelope is the task API's error body (docs/api/README.md#the-error-envelope).
 type envelope struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
 	Data    any    `json:"data"`
 }
 
-// httpStatus maps business codes to HTTP statuses (seed 004 §5.1).
+// httpStatus maps business codes to HTTP statuses
+// (docs/api/agent-local.md#errors).
 func httpStatus(code int) int {
 	switch code {
 	case rpcerr.AttemptMismatch, rpcerr.TaskImmutable:

@@ -1,6 +1,7 @@
 // Package policy decides whether this agent may run a task at all: the
-// task type, the command allow-list and blocked patterns of seed 004 §8.2,
-// and the size limits of the task API (§8.3). It is pure: the agent asks it
+// task type, the command allow-list and blocked patterns
+// (docs/executor.md#policy), and the size limits of the task API
+// (docs/api/tasks.md#taskspec). It is pure: the agent asks it
 // before a task gets a run directory or a process, for server and local
 // tasks alike, so a refused task never starts.
 package policy

@@ -1,8 +1,9 @@
 // Package access decides which kind of caller may reach which internal
 // service. The rule is the same for REST routes and gRPC methods: a tenant's
 // API key calls the task API (taskmesh.task.v1.TaskService, REST
-// /api/v1/… except /api/v1/agent/…) and the video API
-// (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…),
+// /api/v1/… except /api/v1/agent/…), the video API
+// (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…)
+// and the pipeline API (taskmesh.pipeline.v1.PipelineService, REST /jobs…),
 // and reads its own quotas and queues (taskmesh.quota.v1.QuotaService,
 // AdmissionService but its internal ResolveQueue), an agent token
 // calls the lease API (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…),
@@ -25,6 +26,7 @@ import (
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
@@ -69,6 +71,8 @@ var (
 	leaseMethods = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
 	adminMethods = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
 	videoMethods = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
+	// The pipeline API is a tenant's: its jobs and uploads belong to one.
+	pipelineMethods = "/" + pipelinev1.PipelineService_ServiceDesc.ServiceName + "/"
 	// A tenant's key reads its own quotas; the quota service refuses it
 	// every operator action.
 	quotaMethods = "/" + quotav1.QuotaService_ServiceDesc.ServiceName + "/"
@@ -117,7 +121,8 @@ func Method(p authn.Principal, fullMethod string) error {
 		return nil
 	case p.Kind == authn.KindAdmin:
 		return denied("operator keys can only call the admin, quota, audit, usage and webhook delivery APIs")
-	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods)):
+	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods) ||
+		strings.HasPrefix(fullMethod, pipelineMethods)):
 		return nil
 	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, quotaMethods) || strings.HasPrefix(fullMethod, admissionMethods)):
 		return nil
@@ -125,7 +130,8 @@ func Method(p authn.Principal, fullMethod string) error {
 		return nil
 	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, leaseMethods):
 		return denied("API keys cannot call the agent API; use an agent token")
-	case p.Kind == authn.KindAgent && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods)):
+	case p.Kind == authn.KindAgent && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods) ||
+		strings.HasPrefix(fullMethod, pipelineMethods)):
 		return denied("agent tokens can only call the agent API")
 	}
 	return denied("method not available through the gateway")

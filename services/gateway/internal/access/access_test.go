@@ -51,6 +51,10 @@ func TestMethod(t *testing.T) {
 		{p: agent, method: "/taskmesh.deadletter.v1.DeadLetterService/DropDeadLetter"},
 		{p: admin, method: "/taskmesh.quota.v1.QuotaService/CreateQuota", want: true},
 		{p: admin, method: "/taskmesh.video.v1.VideoService/CreateVideoGeneration"},
+		{p: user, method: "/taskmesh.pipeline.v1.PipelineService/CreateJob", want: true},
+		{p: user, method: "/taskmesh.pipeline.v1.PipelineService/UploadJobInput", want: true},
+		{p: agent, method: "/taskmesh.pipeline.v1.PipelineService/GetJob"},
+		{p: admin, method: "/taskmesh.pipeline.v1.PipelineService/GetJob"},
 		{p: user, method: "/taskmesh.admin.v1.AdminService/CreateTenant"},
 		{p: agent, method: "/taskmesh.admin.v1.AdminService/ListTenants"},
 		{p: authn.Principal{}, method: "/taskmesh.task.v1.TaskService/GetTask"},
@@ -100,6 +104,10 @@ func TestRoute(t *testing.T) {
 		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/webhook-deliveries/msg_1", want: true},
 		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/webhook-endpoint"},
 		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/admin/dead-letters/scheduler/4/retry", want: true},
+		{p: user, path: "/jobs", want: true},
+		{p: user, path: "/jobs/j1/events", want: true},
+		{p: agent, path: "/jobs/uploads"},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/jobs/j1"},
 	}
 	for _, tt := range tests {
 		if err := Route(tt.p, tt.path); (err == nil) != tt.want {

@@ -178,8 +178,9 @@ func (s *Store) authenticateAgent(ctx context.Context, prefix string, hash []byt
 	}, nil
 }
 
-// checkAgentAddress enforces seed 004 §8.1: allowed CIDRs when the token has
-// them, else the address the token is bound to, binding it on first use.
+// checkAgentAddress enforces where an agent token may be used from
+// (docs/api/README.md#credentials): allowed CIDRs when the token has them,
+// else the address the token is bound to, binding it on first use.
 func (s *Store) checkAgentAddress(ctx context.Context, tok AgentToken, ip netip.Addr) error {
 	if len(tok.AllowedCIDRs) > 0 {
 		for _, p := range tok.AllowedCIDRs {

@@ -11,12 +11,12 @@
 // id but never the bearer string.
 //
 // Agent tokens are bound to their agent id and to where they are used from
-// (seed 004 §8.1). A token created with allowed CIDRs is accepted only from
-// those networks (the answer for NAT and elastic IPs). A token without is
-// bound to the first address it is used from; use from any other address is
-// refused and revokes the token at once, because a second address means the
-// secret has leaked. Rotation issues a new secret, stops the old one and
-// lets the new one bind afresh.
+// (docs/api/README.md#credentials). A token created with allowed CIDRs is
+// accepted only from those networks (the answer for NAT and elastic IPs). A
+// token without is bound to the first address it is used from; use from any
+// other address is refused and revokes the token at once, because a second
+// address means the secret has leaked. Rotation issues a new secret, stops
+// the old one and lets the new one bind afresh.
 //
 // Errors: Authenticate returns an *AuthError wrapping ErrUnauthenticated or
 // ErrForbidden; management methods return ErrInvalid, ErrNotFound, ErrExists

@@ -1,6 +1,7 @@
 // Package httperr is the one place where the gateway turns errors into HTTP
-// answers: the documented envelope {"code":…,"message":…,"data":null} of
-// seed 004 §5.1, with the business code separate from the HTTP status.
+// answers: the documented envelope {"code":…,"message":…,"data":null}
+// (docs/api/README.md#the-error-envelope), with the business code separate
+// from the HTTP status.
 //
 // A gRPC status from an internal service is mapped by its
 // google.rpc.ErrorInfo (domain "taskmesh", metadata "code", or the reason
@@ -31,7 +32,7 @@ import (
 const Domain = "taskmesh"
 
 // Business codes (taskv1.ErrorCode) and the transport-level codes, which
-// reuse the HTTP status because the seed defines no business code for them.
+// reuse the HTTP status because the API defines no business code for them.
 const (
 	CodeAttemptMismatch = int(taskv1.ErrorCode_ERROR_CODE_ATTEMPT_MISMATCH)    // 30001
 	CodeTaskImmutable   = int(taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE)      // 30002
@@ -68,7 +69,8 @@ type Code struct {
 }
 
 // Codes lists every code the gateway answers with, for the OpenAPI
-// document. The business rows are the table of seed 004 §5.1.
+// document. The business rows are the table of
+// docs/api/tasks.md#business-codes.
 var Codes = []Code{
 	{CodeAttemptMismatch, http.StatusConflict, "attempt_id is not the task's current attempt"},
 	{CodeTaskImmutable, http.StatusConflict, "the task is final or cannot change this way"},
@@ -119,6 +121,10 @@ type Problem struct {
 	// VideoCode, if set, is the code shown on the video API's routes
 	// instead of the one derived from HTTPStatus (see WriteFor).
 	VideoCode string
+	// PipelineCode, if set, is the code shown on the pipeline API's
+	// routes (e.g. JOB_NOT_FOUND) instead of the one derived from
+	// HTTPStatus.
+	PipelineCode string
 	// Message is what the caller sees.
 	Message string
 	// Detail is the original message, for the log; it may differ from
@@ -144,6 +150,10 @@ func FromStatus(st *status.Status) Problem {
 	p := fromCode(st.Code())
 	p.Message, p.Detail = st.Message(), st.Message()
 	p.VideoCode = videoCodeOf(st)
+	p.PipelineCode = metadataOf(st, "pipeline_code")
+	if p.PipelineCode == PipelineRequestTooLarge {
+		p.HTTPStatus = http.StatusRequestEntityTooLarge
+	}
 	if code, ok := businessCode(st); ok {
 		p.Code = code
 		// An unknown business code (a newer service) keeps the status of
@@ -219,6 +229,18 @@ func videoCodeOf(st *status.Status) string {
 	return ""
 }
 
+// metadataOf is the value of key in st's taskmesh ErrorInfo, "" if none.
+func metadataOf(st *status.Status, key string) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
+			if v := info.GetMetadata()[key]; v != "" {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
 // hide replaces the message of 5xx answers that came from elsewhere.
 func hide(p Problem) Problem {
 	switch {
@@ -245,8 +267,9 @@ func Write(w http.ResponseWriter, p Problem) {
 	_ = json.NewEncoder(w).Encode(Envelope{Code: p.Code, Message: p.Message})
 }
 
-// The video API (seed 000 §1.1.2) has its own error body with string
-// codes: {"code":"InvalidApiKey","message":…,"request_id":…}.
+// The video API has its own error body with string codes
+// (docs/api/video.md#errors):
+// {"code":"InvalidApiKey","message":…,"request_id":…}.
 const (
 	VideoInvalidAPIKey    = "InvalidApiKey"
 	VideoInvalidParameter = "InvalidParameter"
@@ -328,9 +351,14 @@ func videoCode(httpStatus int) string {
 }
 
 // WriteFor sends p in the error body of the API r belongs to: the video
-// API's VideoEnvelope on its routes, the seed 004 envelope everywhere else.
-// Headers are the same as Write's.
+// API's VideoEnvelope on its routes, the pipeline API's PipelineEnvelope on
+// its routes, the task API's envelope everywhere else. Headers are the same
+// as Write's.
 func WriteFor(w http.ResponseWriter, r *http.Request, p Problem) {
+	if IsPipelinePath(r.URL.Path) {
+		writePipeline(w, p)
+		return
+	}
 	if !IsVideoPath(r.URL.Path) {
 		Write(w, p)
 		return
@@ -350,4 +378,86 @@ func WriteFor(w http.ResponseWriter, r *http.Request, p Problem) {
 	}
 	w.WriteHeader(p.HTTPStatus)
 	_ = json.NewEncoder(w).Encode(VideoEnvelope{Code: code, Message: msg, RequestID: requestid.FromContext(r.Context())})
+}
+
+// The pipeline API (docs/api/pipeline.md) answers errors as
+// {"code": string, "message": string}: JOB_NOT_FOUND for an unknown job
+// (another tenant's too), the video API's style of codes otherwise.
+const (
+	PipelineJobNotFound      = "JOB_NOT_FOUND"
+	PipelineInvalidParameter = "InvalidParameter"
+	PipelineInvalidAPIKey    = "InvalidApiKey"
+	PipelineAccessDenied     = "AccessDenied"
+	PipelineNotFound         = "NotFound"
+	PipelineMethodNotAllowed = "MethodNotAllowed"
+	PipelineRequestTooLarge  = "RequestTooLarge"
+	PipelineThrottling       = "Throttling"
+	PipelineInternalError    = "InternalError"
+	PipelineUnavailable      = "ServiceUnavailable"
+)
+
+// PipelineCodes lists every code of the pipeline API's error body, for the
+// OpenAPI document.
+var PipelineCodes = []VideoCode{
+	{PipelineInvalidParameter, http.StatusBadRequest, "malformed JSON, an unknown field, a missing, unknown or foreign key, a bad upload; the message says which"},
+	{PipelineInvalidAPIKey, http.StatusUnauthorized, "missing, unknown, expired or revoked API key"},
+	{PipelineAccessDenied, http.StatusForbidden, "a credential that may not call this API (agent tokens, operator keys)"},
+	{PipelineJobNotFound, http.StatusNotFound, "no such job for this caller (another tenant's job is not found either)"},
+	{PipelineNotFound, http.StatusNotFound, "no such route"},
+	{PipelineMethodNotAllowed, http.StatusMethodNotAllowed, "route exists, method does not"},
+	{PipelineRequestTooLarge, http.StatusRequestEntityTooLarge, "an upload above its kind's size limit; nothing was kept"},
+	{PipelineThrottling, http.StatusTooManyRequests, "rate limit exceeded"},
+	{PipelineInternalError, http.StatusInternalServerError, "internal error"},
+	{PipelineUnavailable, http.StatusServiceUnavailable, "a service is unavailable; retry later"},
+}
+
+// PipelineEnvelope is the error body of the pipeline API.
+type PipelineEnvelope struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// IsPipelinePath reports whether path belongs to the pipeline API, whose
+// errors use PipelineEnvelope.
+func IsPipelinePath(path string) bool { return path == "/jobs" || strings.HasPrefix(path, "/jobs/") }
+
+// pipelineCode derives a pipeline API code from the HTTP status.
+func pipelineCode(httpStatus int) string {
+	switch httpStatus {
+	case http.StatusBadRequest:
+		return PipelineInvalidParameter
+	case http.StatusUnauthorized:
+		return PipelineInvalidAPIKey
+	case http.StatusForbidden:
+		return PipelineAccessDenied
+	case http.StatusNotFound:
+		return PipelineNotFound
+	case http.StatusMethodNotAllowed:
+		return PipelineMethodNotAllowed
+	case http.StatusRequestEntityTooLarge:
+		return PipelineRequestTooLarge
+	case http.StatusTooManyRequests:
+		return PipelineThrottling
+	case http.StatusServiceUnavailable:
+		return PipelineUnavailable
+	}
+	if httpStatus >= 500 {
+		return PipelineInternalError
+	}
+	return PipelineInvalidParameter
+}
+
+func writePipeline(w http.ResponseWriter, p Problem) {
+	code := p.PipelineCode
+	if code == "" {
+		code = pipelineCode(p.HTTPStatus)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if p.HTTPStatus == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="taskmesh"`)
+	}
+	w.WriteHeader(p.HTTPStatus)
+	_ = json.NewEncoder(w).Encode(PipelineEnvelope{Code: code, Message: p.Message})
 }

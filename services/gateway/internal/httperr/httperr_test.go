@@ -39,7 +39,7 @@ func TestFromStatus(t *testing.T) {
 		{"30003", withInfo(codes.FailedPrecondition, "lease expired", code("30003")), 410, 30003, "lease expired"},
 		{"30004", withInfo(codes.NotFound, "task not found", code("30004")), 404, 30004, "task not found"},
 		{"30005", withInfo(codes.InvalidArgument, "priority: must be 1-10", code("30005")), 400, 30005, "priority: must be 1-10"},
-		// The quota service names seed 003's errors by reason only.
+		// The quota service names the GU check's errors by reason only.
 		{"GU_QUOTA_NOT_EXISTS", withInfo(codes.NotFound, "GU_QUOTA_NOT_EXISTS: no GU quota gu-1",
 			&errdetails.ErrorInfo{Domain: Domain, Reason: "GU_QUOTA_NOT_EXISTS"}), 400, 30010, "GU_QUOTA_NOT_EXISTS: no GU quota gu-1"},
 		{"GU_QUOTA_CREATING", withInfo(codes.FailedPrecondition, "GU_QUOTA_CREATING: WorkGroup is Creating",

@@ -1,7 +1,7 @@
 // Package live pushes task progress to clients as it happens: Server-Sent
 // Events and WebSocket streams of one task, fed by the task event topic
-// (ARCHITECTURE §3: "gateway live streams" are a Kafka consumer; seed 000
-// §2: progress pushed over WebSocket).
+// (docs/api/tasks.md#live-task-streams; each gateway tails the topic
+// itself, docs/decisions/0020-live-streams-tail-the-topic.md).
 //
 // A Hub tails taskmesh.task.events.v1 from its end, without a consumer
 // group (every gateway replica tails on its own), and fans each event out to

@@ -31,7 +31,10 @@ type HubConfig struct {
 	// Buffer is how many events a subscriber may have waiting; one more
 	// drops it (ErrSlowConsumer).
 	Buffer int
-	Logger *slog.Logger
+	// NewEnvelope returns an empty envelope of the topic's records
+	// (default: a taskv1.TaskEvent).
+	NewEnvelope func() Envelope
+	Logger      *slog.Logger
 }
 
 // Hub tails the task topic and hands each event to the subscribers of its
@@ -69,8 +72,23 @@ type Hub struct {
 // delivery is one event for one subscriber, with the trace context of the
 // command that caused it (from the record headers).
 type delivery struct {
-	event *taskv1.TaskEvent
+	event Envelope
 	link  trace.SpanContext
+}
+
+// task is the delivery's task event (nil on another topic's hub).
+func (d delivery) task() *taskv1.TaskEvent {
+	ev, _ := d.event.(*taskv1.TaskEvent)
+	return ev
+}
+
+// Envelope is the event envelope of a topic a hub tails: taskv1.TaskEvent
+// for the task topic, pipelinev1.JobEvent for the job topic.
+type Envelope interface {
+	proto.Message
+	GetAggregateId() string
+	GetTenantId() string
+	GetVersion() int64
 }
 
 // Subscription receives the events of one task.
@@ -288,7 +306,10 @@ func (h *Hub) dispatch(rec *kgo.Record) {
 	if n == 0 {
 		return
 	}
-	ev := &taskv1.TaskEvent{}
+	var ev Envelope = &taskv1.TaskEvent{}
+	if h.cfg.NewEnvelope != nil {
+		ev = h.cfg.NewEnvelope()
+	}
 	if err := proto.Unmarshal(rec.Value, ev); err != nil {
 		h.log.Error("live task tail: undecodable record", "partition", rec.Partition, "offset", rec.Offset, "err", err)
 		return

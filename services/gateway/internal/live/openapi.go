@@ -96,9 +96,9 @@ func VideoFrameSchema() map[string]any {
 		"description": "One frame of a live video generation stream.",
 		"properties": map[string]any{
 			"task_id":      str("Task id."),
-			"taskId":       str("Task id (the document's other spelling)."),
+			"taskId":       str("Task id (the API's other spelling)."),
 			"task_status":  str("QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELED or UNKNOWN."),
-			"taskStatus":   str("task_status (the document's other spelling)."),
+			"taskStatus":   str("task_status (the API's other spelling)."),
 			"taskProgress": map[string]any{"type": "integer", "format": "int32", "description": "0–100."},
 			"message":      str("Why the generation failed (FAILED only)."),
 			"version":      map[string]any{"type": "integer", "format": "int64", "description": "Task version after the change; the frame id."},

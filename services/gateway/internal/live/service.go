@@ -14,6 +14,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/kafka"
@@ -51,6 +52,10 @@ type Config struct {
 	Topic string
 	// Tasks reads snapshots; required.
 	Tasks TaskReader
+	// Jobs, if set, reads job snapshots, and the job topic (JobTopic,
+	// default DefaultJobTopic) feeds the job streams (RegisterJobs).
+	Jobs     JobReader
+	JobTopic string
 	// MaxStreamsPerTenant bounds a tenant's open streams on this gateway;
 	// one more is answered 429.
 	MaxStreamsPerTenant int
@@ -97,6 +102,8 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 	hub *Hub // nil without Kafka brokers
+	// jobHub tails the job topic; nil without Kafka brokers or Jobs.
+	jobHub *Hub
 
 	stopping context.Context
 	stop     context.CancelFunc
@@ -121,6 +128,16 @@ func New(cfg Config) (*Service, error) {
 			return nil, err
 		}
 		s.hub = hub
+		if cfg.Jobs != nil {
+			if cfg.JobTopic == "" {
+				cfg.JobTopic = DefaultJobTopic
+				s.cfg.JobTopic = cfg.JobTopic
+			}
+			if s.jobHub, err = NewHub(HubConfig{Kafka: cfg.Kafka, Topic: cfg.JobTopic, Buffer: cfg.Buffer, Logger: s.log,
+				NewEnvelope: func() Envelope { return &pipelinev1.JobEvent{} }}); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return s, nil
 }
@@ -131,13 +148,19 @@ func (s *Service) Enabled() bool { return s.hub != nil }
 // Live reports whether the hub's tail is running.
 func (s *Service) Live() bool { return s.hub != nil && s.hub.Live() }
 
-// Run tails the task topic until ctx is done.
+// Run tails the task topic (and the job topic) until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
 	if s.hub == nil {
 		<-ctx.Done()
 		return nil
 	}
-	return s.hub.Run(ctx)
+	if s.jobHub == nil {
+		return s.hub.Run(ctx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.jobHub.Run(ctx) }()
+	err := s.hub.Run(ctx)
+	return errors.Join(err, <-done)
 }
 
 // Shutdown ends every open stream (SSE clients get a "close" event,

@@ -173,7 +173,7 @@ func (st *stream) onEvent(ctx context.Context, out sink, d delivery) (bool, erro
 				"snapshot_version", st.applied, "event_version", v)
 		}
 	}
-	next, deleted, err := lifecycle.Apply(st.task, d.event)
+	next, deleted, err := lifecycle.Apply(st.task, d.task())
 	if err != nil {
 		// An event this gateway has no case for (the scheduler is newer
 		// than it): the scheduler's snapshot shows what the event did.
@@ -192,7 +192,7 @@ func (st *stream) onEvent(ctx context.Context, out sink, d delivery) (bool, erro
 		final = true
 	}
 	st.final = final
-	return st.emit(ctx, out, Update{Task: st.task, Version: v, Event: d.event, Deleted: st.deleted, Final: final}, d.link)
+	return st.emit(ctx, out, Update{Task: st.task, Version: v, Event: d.task(), Deleted: st.deleted, Final: final}, d.link)
 }
 
 // refresh reads the scheduler's snapshot and sends it when it is ahead of

@@ -3,8 +3,8 @@ package live
 import taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 
 // VideoFrame is VideoView's data: a video generation's status and progress
-// in the video API's vocabulary (seed 000 §1.1.2), with the same pairs of
-// names its GET answers carry.
+// in the video API's vocabulary (docs/api/video.md#live-streams), with the
+// same pairs of names its GET answers carry.
 type VideoFrame struct {
 	TaskID       string `json:"task_id"`
 	TaskIDCamel  string `json:"taskId"`

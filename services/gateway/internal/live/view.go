@@ -51,7 +51,7 @@ const (
 )
 
 // TaskFrame is TaskView's data: the live fields of a task with the task
-// API's names (seed 004 §2.1), plus the change that produced it.
+// API's names (docs/api/tasks.md#task), plus the change that produced it.
 type TaskFrame struct {
 	TaskID  string `json:"task_id"`
 	Version int64  `json:"version"`

@@ -55,6 +55,10 @@ func (s *Service) ServeWebSocket(w http.ResponseWriter, r *http.Request, taskID 
 		// page of another origin cannot ride on a user's session: no
 		// origin restriction is needed.
 		OriginPatterns: []string{"*"},
+		// A browser authenticates with the subprotocol taskmesh.bearer
+		// followed by its key (see rest.WebSocketBearerProtocol); the
+		// handshake must select one the client offered.
+		Subprotocols: []string{"taskmesh.bearer"},
 	})
 	if err != nil {
 		return // Accept answered the client

@@ -21,8 +21,9 @@ import (
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
 
-// Video request rules that the token cost follows (seed 000 §1.1.2): the
-// prompt is truncated to maxPromptRunes, and duration is 5 s when absent.
+// Video request rules that the token cost follows
+// (docs/api/video.md#the-request): the prompt is truncated to
+// maxPromptRunes, and duration is 5 s when absent.
 const (
 	maxPromptRunes  = 800
 	defaultDuration = 5

@@ -21,10 +21,11 @@ import (
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
 
-// marshaler writes the documented JSON: proto field names (snake_case, as
-// in seed 004) and every field present even when unset, so clients see
-// "exit_code": null rather than a missing key. Unknown request fields are
-// errors, so a misspelt field is reported instead of silently ignored.
+// marshaler writes the documented JSON (docs/api/README.md#json): proto
+// field names (snake_case) and every field present even when unset, so
+// clients see "exit_code": null rather than a missing key. Unknown request
+// fields are errors, so a misspelt field is reported instead of silently
+// ignored.
 var marshaler = &runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},

@@ -30,12 +30,15 @@ type authenticator struct {
 
 func (a *authenticator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, access.AgentRoutePrefix) {
-		// Agent answers hand out leases and attempt ids (seed 004 §10.1:
-		// claim has side effects); no cache may keep or replay them.
+		// Agent answers hand out leases and attempt ids (a claim has side
+		// effects); no cache may keep or replay them.
 		w.Header().Set("Cache-Control", "no-store")
 	}
 	ip := clientip.Resolve(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), a.trusted)
 	bearer, ok := credentials.FromAuthorization(r.Header.Get("Authorization"))
+	if !ok {
+		bearer, ok = websocketBearer(r)
+	}
 	if !ok {
 		a.refuse(w, r, ip, httperr.New(http.StatusUnauthorized, httperr.CodeUnauthenticated, "missing bearer token"))
 		return
@@ -77,4 +80,31 @@ func (a *authenticator) refuse(w http.ResponseWriter, r *http.Request, ip string
 	a.log.Info("http request refused", "method", r.Method, "path", r.URL.Path, "remote_ip", ip,
 		"status", p.HTTPStatus, "reason", p.Detail, "request_id", requestid.FromContext(r.Context()))
 	httperr.WriteFor(w, r, p)
+}
+
+// WebSocketBearerProtocol is the WebSocket subprotocol that carries a
+// bearer secret as the next offered subprotocol, for clients that cannot
+// set an Authorization header on a WebSocket (browsers):
+// new WebSocket(url, ["taskmesh.bearer", key]). The server selects
+// taskmesh.bearer, never echoing the secret.
+const WebSocketBearerProtocol = "taskmesh.bearer"
+
+// websocketBearer reads the secret of a WebSocket upgrade that offers
+// WebSocketBearerProtocol followed by the secret.
+func websocketBearer(r *http.Request) (string, bool) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return "", false
+	}
+	var offered []string
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			offered = append(offered, strings.TrimSpace(p))
+		}
+	}
+	for i, p := range offered {
+		if p == WebSocketBearerProtocol && i+1 < len(offered) && offered[i+1] != "" {
+			return offered[i+1], true
+		}
+	}
+	return "", false
 }

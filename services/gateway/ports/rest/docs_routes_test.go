@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/console"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
 )
 
@@ -67,6 +68,9 @@ var handWrittenRoutes = []struct {
 	}},
 	{route{http.MethodGet, "/openapi.json"}, "/openapi.json", func(w *httptest.ResponseRecorder) bool {
 		return w.Code == http.StatusOK && strings.Contains(w.Body.String(), `"swagger"`)
+	}},
+	{route{http.MethodGet, "/ui/"}, "/ui/", func(w *httptest.ResponseRecorder) bool {
+		return w.Code == http.StatusOK && strings.Contains(w.Body.String(), "<script")
 	}},
 	{route{http.MethodGet, "/objects/{key}"}, "/objects/results/t/a.json", reachedObjects},
 	{route{http.MethodPut, "/objects/{key}"}, "/objects/results/t/a.json", reachedObjects},
@@ -317,8 +321,9 @@ func docsTestHandler(t *testing.T) http.Handler {
 			w.Header().Set(objectsMarker, "1")
 			w.WriteHeader(http.StatusNoContent)
 		}),
-		Live:   lv,
-		Logger: slog.New(slog.DiscardHandler),
+		Live:    lv,
+		Console: console.Handler(),
+		Logger:  slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

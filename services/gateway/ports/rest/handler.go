@@ -59,9 +59,16 @@ type Options struct {
 	// to operator keys.
 	DeadLetters deadletterv1.DeadLetterServiceServer
 	// Live, if not nil, serves live task streams at
-	// /api/v1/tasks/{task_id}/events and /ws.
-	Live   *live.Service
-	Logger *slog.Logger
+	// /api/v1/tasks/{task_id}/events and /ws, and live job streams at
+	// /jobs/{job_id}/events.
+	Live *live.Service
+	// MaxUploadBytes bounds a POST /jobs/uploads request (default
+	// DefaultMaxUploadBytes).
+	MaxUploadBytes int64
+	// Console, if not nil, is served at /ui/ without authentication (the
+	// web console's static files; it signs in with an API key itself).
+	Console http.Handler
+	Logger  *slog.Logger
 }
 
 // liveTaskRoutes and liveVideoRoutes are the prefixes of the task and
@@ -69,20 +76,23 @@ type Options struct {
 const (
 	liveTaskRoutes  = "/api/v1/tasks/{task_id}"
 	liveVideoRoutes = "/v1/video/generations/{task_id}"
+	liveJobRoutes   = "/jobs/{job_id}"
 )
 
 type handler struct {
-	api     http.Handler // authenticated API
-	video   http.Handler // authenticated video API
-	objects http.Handler
-	openapi []byte
-	ready   func() bool
-	log     *slog.Logger
+	api      http.Handler // authenticated API
+	video    http.Handler // authenticated video API
+	pipeline http.Handler // authenticated pipeline API
+	objects  http.Handler
+	console  http.Handler
+	openapi  []byte
+	ready    func() bool
+	log      *slog.Logger
 }
 
 // NewHandler returns the gateway's HTTP handler.
 func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
-	extras := []Extra{{Video: openapi.VideoJSON}}
+	extras := []Extra{{Video: openapi.VideoJSON}, pipelineExtra(opts.Live != nil)}
 	if opts.Live != nil {
 		extras = append(extras, Extra{
 			Paths:       live.OpenAPIPaths(liveTaskRoutes, "TaskService", "#/definitions/liveTaskFrame"),
@@ -124,15 +134,33 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: %w", err)
 		}
 	}
-	var api, videoAPI http.Handler = csvFormat(mux), video
+	pipeline, err := newPipelineMux(ctx, opts.Upstream, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Live != nil {
+		if err := opts.Live.RegisterJobs(pipeline, liveJobRoutes); err != nil {
+			return nil, fmt.Errorf("rest: %w", err)
+		}
+	}
+	maxUpload := opts.MaxUploadBytes
+	if maxUpload <= 0 {
+		maxUpload = DefaultMaxUploadBytes
+	}
+	var api, videoAPI, pipelineAPI http.Handler = csvFormat(mux), video, bodyLimit{next: pipeline, maxUpload: maxUpload}
 	if opts.Throttle != nil {
-		api, videoAPI = opts.Throttle(api), opts.Throttle(video)
+		api, videoAPI, pipelineAPI = opts.Throttle(api), opts.Throttle(video), opts.Throttle(pipelineAPI)
 	}
 	return &handler{
 		api: &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
 		video: &authenticator{next: videoAPI, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger,
 			maxBody: maxVideoBodyBytes},
+		// bodyLimit bounds each route's body; the authenticator's bound is
+		// the largest of them.
+		pipeline: &authenticator{next: pipelineAPI, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger,
+			maxBody: maxUpload},
 		objects: opts.Objects,
+		console: opts.Console,
 		openapi: doc,
 		ready:   opts.Ready,
 		log:     opts.Logger,
@@ -157,6 +185,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.objects.ServeHTTP(w, r)
 	case httperr.IsVideoPath(path):
 		h.video.ServeHTTP(w, r)
+	case httperr.IsPipelinePath(path):
+		h.pipeline.ServeHTTP(w, r)
+	case h.console != nil && (path == "/ui" || strings.HasPrefix(path, "/ui/")):
+		h.console.ServeHTTP(w, r)
 	case strings.HasPrefix(path, "/api/"):
 		h.api.ServeHTTP(w, r)
 	default:

@@ -81,11 +81,16 @@ func Document(generated []byte, extras ...Extra) ([]byte, error) {
 				responses = map[string]any{}
 				op["responses"] = responses
 			}
-			// Hand-written video routes answer the video API's error body.
+			// Hand-written video routes answer the video API's error body,
+			// the pipeline's routes the pipeline's.
 			errs, ref := errorResponses(strings.HasPrefix(path, access.AgentRoutePrefix)), "#/definitions/ErrorEnvelope"
-			if httperr.IsVideoPath(path) {
+			switch {
+			case httperr.IsVideoPath(path):
 				errs, ref = videoErrorResponses(), "#/definitions/VideoErrorEnvelope"
 				defs["VideoErrorEnvelope"] = videoEnvelopeSchema()
+			case httperr.IsPipelinePath(path):
+				errs, ref = pipelineErrorResponses(), "#/definitions/PipelineErrorEnvelope"
+				defs["PipelineErrorEnvelope"] = pipelineEnvelopeSchema()
 			}
 			for status, desc := range errs {
 				responses[strconv.Itoa(status)] = map[string]any{

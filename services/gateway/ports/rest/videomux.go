@@ -16,14 +16,14 @@ import (
 // sent as base64 in a data: URI is about 13.4 MB.
 const maxVideoBodyBytes = 15 << 20
 
-// videoMarshaler writes the video API's JSON (seed 000 §1.1.2), whose keys
+// videoMarshaler writes the video API's JSON (docs/api/video.md), whose keys
 // mix snake_case and camelCase: every field of the video protos names its
 // documented key with json_name, so the JSON names are used. Unset message
-// fields are present as null, as the document shows them ("completed_time":
-// null, "video_url": null), while unset proto3 optional fields are left out
-// — which is how taskInput.actual_prompt is absent when prompt_extend is
-// off, and data.code and data.message appear only for a FAILED task.
-// Unknown request fields are errors, as on the task API.
+// fields are present as null, as docs/api/video.md shows them
+// ("completed_time": null, "video_url": null), while unset proto3 optional
+// fields are left out — which is how taskInput.actual_prompt is absent when
+// prompt_extend is off, and data.code and data.message appear only for a
+// FAILED task. Unknown request fields are errors, as on the task API.
 var videoMarshaler = &runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},

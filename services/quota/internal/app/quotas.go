@@ -163,11 +163,16 @@ func unsubscribeState(tx Tx, q capacity.Quota) (capacity.UnsubscribeState, error
 	return st, err
 }
 
-// DeleteQuota unsubscribes a quota and its subtree (operators only).
+// DeleteQuota unsubscribes a quota and its subtree (operators only). It
+// answers with the states its own transaction produced (docs/api/quota.md:
+// Unsubscribing, or Deleted when nothing had to be removed): read after the
+// commit, they may already be further on, as the process manager, woken by
+// the commit, may have finished the unsubscription.
 func (a *App) DeleteQuota(ctx context.Context, c Caller, id, reason string) (QuotaView, error) {
 	if err := requireAdmin(c); err != nil {
 		return QuotaView{}, err
 	}
+	var view QuotaView
 	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
 		q, err := tx.Quota(id)
 		if err != nil {
@@ -185,12 +190,53 @@ func (a *App) DeleteQuota(ctx context.Context, c Caller, id, reason string) (Quo
 		if err != nil {
 			return err
 		}
-		return tx.Record(events...)
+		if err := tx.Record(events...); err != nil {
+			return err
+		}
+		view, err = viewIn(tx, q.ID, st.Subtree)
+		return err
 	})
 	if err != nil {
 		return QuotaView{}, err
 	}
-	return a.GetQuota(ctx, c, id)
+	return view, nil
+}
+
+// viewIn builds the view of quota id with its WorkGroup and subtree (the
+// quotas below it, as Tx.Subtree lists them) from tx's states, its
+// recorded events included: what GetQuota reads once tx commits, before
+// anyone else writes.
+func viewIn(tx Tx, id string, subtree []capacity.Quota) (QuotaView, error) {
+	children := map[string][]string{}
+	for _, s := range subtree {
+		children[s.ParentID] = append(children[s.ParentID], s.ID)
+	}
+	var build func(id string) (QuotaView, error)
+	build = func(id string) (QuotaView, error) {
+		q, err := tx.Quota(id)
+		if err != nil {
+			return QuotaView{}, err
+		}
+		v := QuotaView{Quota: q}
+		if q.HasWorkGroup() {
+			wg, err := tx.WorkGroup(id)
+			if err != nil {
+				return QuotaView{}, err
+			}
+			if wg.Exists() {
+				v.WorkGroup = &wg
+			}
+		}
+		for _, child := range children[id] {
+			cv, err := build(child)
+			if err != nil {
+				return QuotaView{}, err
+			}
+			v.Children = append(v.Children, cv)
+		}
+		return v, nil
+	}
+	return build(id)
 }
 
 // GetQuota returns a quota with its WorkGroup and subtree; another

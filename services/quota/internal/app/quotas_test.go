@@ -201,6 +201,47 @@ func TestDeleteQuotaUnsubscribes(t *testing.T) {
 	}
 }
 
+// The answer is the state the unsubscription's own write produced, even
+// when the process manager finishes the flow between the commit and the
+// answer (here: a pass run from the store's after-commit hook).
+func TestDeleteQuotaAnswersWithItsOwnWrite(t *testing.T) {
+	f := newFixture(t)
+	f.seed(8)
+	f.createGU("gu1", 4, 8)
+	f.produce()
+	committed := f.store.AfterCommit
+	f.store.AfterCommit = func(events []capacity.Event) {
+		f.store.AfterCommit = committed
+		committed(events)
+		f.pass()
+	}
+	v, err := f.app.DeleteQuota(f.ctx, admin, "q-1", "done")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now := f.quota("q-1"); now.Quota.Status != capacity.QuotaDeletedStatus {
+		t.Fatalf("q-1 is %s after the pass, want Deleted: the race was not staged", now.Quota.Status)
+	}
+	if v.Quota.Status != capacity.QuotaUnsubscribing || v.Quota.Reason != "done" {
+		t.Errorf("answer = %s %q, want Unsubscribing with the reason", v.Quota.Status, v.Quota.Reason)
+	}
+	if len(v.Children) != 2 {
+		t.Fatalf("answer has %d children, want 2", len(v.Children))
+	}
+	for _, ch := range v.Children {
+		if ch.Quota.Status != capacity.QuotaUnsubscribing {
+			t.Errorf("child %s = %s, want Unsubscribing", ch.Quota.ID, ch.Quota.Status)
+		}
+	}
+	if wg := v.Children[0].WorkGroup; wg == nil || wg.Status != capacity.StatusDeleting {
+		t.Errorf("q-2's WorkGroup in the answer = %+v, want Deleting", wg)
+	}
+	if want := f.quota("q-1"); want.Children[0].Quota.ID != v.Children[0].Quota.ID || want.Children[1].Quota.ID != v.Children[1].Quota.ID {
+		t.Errorf("answer's children %s, %s; a read's %s, %s", v.Children[0].Quota.ID, v.Children[1].Quota.ID,
+			want.Children[0].Quota.ID, want.Children[1].Quota.ID)
+	}
+}
+
 // Without a Ray cluster no WorkGroup can exist: unsubscription finishes
 // at once and gives the root's inventory back.
 func TestDeleteQuotaWithoutRayClusterFinishesAtOnce(t *testing.T) {

@@ -18,6 +18,8 @@ type Hub struct {
 	work     chan struct{} // closed and replaced when work may have appeared
 	watchers map[string]map[chan struct{}]struct{}
 	notify   chan struct{}
+	// observers see every task after each committed change.
+	observers []func(domain.Task)
 }
 
 // NewHub returns an empty hub.
@@ -55,8 +57,18 @@ func (h *Hub) WakeLocal() {
 	h.mu.Unlock()
 }
 
-// Changed tells watchers of t that it changed, and wakes claims when t
-// became claimable.
+// Observe calls fn with every task after each change committed through
+// this process's use cases (an in-process component with rules of its own
+// about tasks, such as the pipeline's process manager). fn runs in the
+// committing goroutine: it must not block. Call it before serving.
+func (h *Hub) Observe(fn func(domain.Task)) {
+	h.mu.Lock()
+	h.observers = append(h.observers, fn)
+	h.mu.Unlock()
+}
+
+// Changed tells watchers and observers of t that it changed, and wakes
+// claims when t became claimable.
 func (h *Hub) Changed(t domain.Task) {
 	h.mu.Lock()
 	for ch := range h.watchers[t.ID] {
@@ -65,7 +77,11 @@ func (h *Hub) Changed(t domain.Task) {
 		default:
 		}
 	}
+	observers := h.observers
 	h.mu.Unlock()
+	for _, fn := range observers {
+		fn(t)
+	}
 	if t.Status == domain.StatusPending {
 		h.WakeClaimers()
 	}

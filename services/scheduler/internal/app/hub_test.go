@@ -43,3 +43,14 @@ func TestHubWakesClaimsHereAndAsksOnceForTheOtherReplicas(t *testing.T) {
 	hub.Changed(domain.Task{ID: "x", Status: domain.StatusPending})
 	<-work
 }
+
+func TestHubTellsObserversOfEveryChange(t *testing.T) {
+	hub := app.NewHub()
+	var seen []string
+	hub.Observe(func(t domain.Task) { seen = append(seen, t.ID+":"+string(t.Status)) })
+	hub.Changed(domain.Task{ID: "a", Status: domain.StatusRunning})
+	hub.Changed(domain.Task{ID: "b", Status: domain.StatusCompleted})
+	if len(seen) != 2 || seen[0] != "a:running" || seen[1] != "b:completed" {
+		t.Errorf("observer saw %v", seen)
+	}
+}

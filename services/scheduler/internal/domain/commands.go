@@ -28,6 +28,9 @@ func (t Task) Update(now time.Time, actor string, spec Spec, clusterQueue string
 // Delete removes a task that no attempt holds.
 func (t Task) Delete(now time.Time, actor string) ([]Record, error) {
 	if t.Status.Leased() {
+		// Deleting is for tasks nothing runs: a leased one is cancelled
+		// first, so its attempt is told to stop and ends before the task
+		// disappears from reads.
 		return nil, fmt.Errorf("%w: cancel the %s task before deleting it", ErrImmutable, t.Status)
 	}
 	return recordOf(now, actor, Deleted{}), nil
@@ -38,6 +41,8 @@ func (t Task) Cancel(now time.Time, actor, reason string) ([]Record, error) {
 	if t.Status.Final() {
 		return nil, immutable(t, "cancel")
 	}
+	// The event names the attempt it stops, so the agent's heartbeat and the
+	// audit trail know which process ends.
 	return recordOf(now, actor, Canceled{Reason: reason, AttemptID: t.AttemptID}), nil
 }
 
@@ -61,11 +66,16 @@ func (t Task) Retry(now time.Time, actor string) ([]Record, error) {
 	if t.Status != StatusFailed && t.Status != StatusCancelled {
 		return nil, immutable(t, "retry")
 	}
+	// The count stays: a manual retry is the user's decision, not a failure
+	// that max_retries should absorb.
 	return recordOf(now, actor, RetryScheduled{RetryCount: t.RetryCount, RetryAt: now, Manual: true}), nil
 }
 
 // Lease hands the task to an agent under a new attempt.
 func (t Task) Lease(now time.Time, attemptID, agentID, machineID, claimRequestID string) ([]Record, error) {
+	// Claimable checks status, deletion, retry time and admission together,
+	// so a lease never takes a task the quota has not admitted or whose
+	// retry delay has not passed.
 	if !t.Claimable(now) {
 		return nil, immutable(t, "lease")
 	}
@@ -76,6 +86,10 @@ func (t Task) Lease(now time.Time, attemptID, agentID, machineID, claimRequestID
 // checkAttempt is the fencing rule shared by the agent calls: another
 // attempt is 30001 before anything else is looked at.
 func (t Task) checkAttempt(agentID, attemptID string) error {
+	// The agent is compared too when it is known: an attempt id that reached
+	// another agent is still refused. Fencing comes before every other
+	// check, so a stale attempt always learns that it lost the task rather
+	// than a state it must not act on.
 	if attemptID == "" || attemptID != t.AttemptID || (agentID != "" && agentID != t.AgentID) {
 		return fmt.Errorf("%w: %s is not the current attempt", ErrAttemptMismatch, attemptID)
 	}
@@ -88,6 +102,9 @@ func (t Task) checkLive(now time.Time, what string) error {
 	if !t.Status.Leased() {
 		return immutable(t, what)
 	}
+	// An expired lease is refused before the sweeper takes the task back: it
+	// may be leased again at any moment, and the agent must stop rather than
+	// extend it.
 	if !t.LeaseExpiresAt.IsZero() && now.After(t.LeaseExpiresAt) {
 		return fmt.Errorf("%w at %s", ErrLeaseExpired, t.LeaseExpiresAt.UTC().Format(time.RFC3339))
 	}
@@ -103,6 +120,7 @@ func (t Task) Start(now time.Time, agentID, attemptID string) ([]Record, error) 
 	if err := t.checkLive(now, "start"); err != nil {
 		return nil, err
 	}
+	// A start repeated after a lost answer succeeds without a second event.
 	if t.Status == StatusRunning {
 		return nil, nil
 	}
@@ -136,6 +154,8 @@ func (t Task) ReportProgress(now time.Time, agentID, attemptID string, progress 
 	if err := t.checkLive(now, "report progress on"); err != nil {
 		return nil, err
 	}
+	// After fencing and liveness: a stale attempt learns that it lost the
+	// task before it learns that its progress was out of range.
 	if progress < 0 || progress > 100 {
 		return nil, invalid("progress", "must be 0 to 100")
 	}
@@ -157,6 +177,9 @@ type Outcome struct {
 // nothing (Repeat reports it). A lease that ran out is not held against an
 // attempt the sweeper has not yet expired: its result is still the truth.
 func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (records []Record, repeat bool, err error) {
+	// Before fencing: the attempt's first CompleteTask may have been
+	// recorded and its answer lost. Its retry must succeed even if the task
+	// has moved on to another attempt since.
 	if attemptID != "" && attemptID == t.FinishedAttemptID && (agentID == "" || agentID == t.AgentID || t.AgentID == "") {
 		return nil, true, nil
 	}
@@ -166,6 +189,8 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 	if !t.Status.Leased() {
 		return nil, false, immutable(t, "complete")
 	}
+	// The agent's clock is not trusted past the server's: an end in the
+	// future would have the task end after it was read.
 	if o.EndedAt.IsZero() || o.EndedAt.After(now) {
 		o.EndedAt = now
 	}
@@ -193,6 +218,8 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 func (t Task) fail(now time.Time, actor string, f Failed) []Record {
 	f.RetryFollows = t.RetryCount < t.Spec.MaxRetries
 	out := recordOf(now, actor, f)
+	// The retry is recorded with the failure, in one command: no crash can
+	// leave a failed task that should have been retried.
 	if f.RetryFollows {
 		out = append(out, Record{At: now, Actor: actor, Event: RetryScheduled{RetryCount: t.RetryCount + 1,
 			RetryAt: now.Add(time.Duration(t.Spec.RetryDelay) * time.Second)}})
@@ -214,6 +241,9 @@ func (t Task) ExpireLease(now time.Time, reason string) ([]Record, error) {
 	if !t.Status.Leased() {
 		return nil, immutable(t, "expire the lease of")
 	}
+	// A lost lease uses up a retry like a failed attempt, so a task that
+	// keeps killing its agents stops after max_retries instead of cycling
+	// for ever.
 	exhausted := t.RetryCount >= t.Spec.MaxRetries
 	count := t.RetryCount
 	if !exhausted {
@@ -229,6 +259,9 @@ func (t Task) TimedOut(now time.Time, slack time.Duration) bool {
 	if t.Status != StatusRunning || t.StartedAt.IsZero() {
 		return false
 	}
+	// The agent enforces the timeout and reports it itself; the scheduler
+	// steps in only after the grace period and the slack, for an agent that
+	// could not.
 	limit := time.Duration(t.Spec.Timeout+t.Spec.GracePeriod)*time.Second + slack
 	return now.Sub(t.StartedAt) > limit
 }
@@ -306,6 +339,9 @@ func (t Task) Evict(now time.Time, epoch int64, by, reason string) []Record {
 	if t.ClusterQueue == "" || !t.Admitted || t.AdmissionEpoch != epoch || t.Deleted {
 		return nil
 	}
+	// A leased attempt keeps the task until its agent has stopped it; an
+	// admitted task no agent holds yet runs nowhere, so it can go back to
+	// its queue at once.
 	switch t.Status {
 	case StatusAssigned, StatusRunning:
 		return recordOf(now, "quota", Preempted{AttemptID: t.AttemptID, By: by, Reason: reason})

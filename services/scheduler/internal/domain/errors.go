@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// Sentinel errors; each maps to one business code of seed 004 §5.1.
+// Sentinel errors; each maps to one business code
+// (docs/api/tasks.md#business-codes).
 var (
 	// ErrAttemptMismatch: the attempt is not the task's current one (30001).
 	ErrAttemptMismatch = errors.New("attempt mismatch")

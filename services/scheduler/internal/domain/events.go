@@ -119,10 +119,15 @@ func Handles(e Event) bool {
 
 // apply is Apply in place; it reports false when r.Event has no case.
 func apply(t *Task, r Record) bool {
+	// Every event counts, handled or not: Version is the number of events
+	// the task has, which the event store's (aggregate_id, version) key and
+	// every version guard downstream compare.
 	t.Version++
 	t.UpdatedAt = r.At
 	switch e := r.Event.(type) {
 	case Submitted:
+		// The first event: the state is built from it alone, keeping only
+		// the count in Version.
 		*t = Task{ID: e.ID, TenantID: e.TenantID, CreatedBy: e.CreatedBy, RequestID: e.RequestID,
 			FanoutID: e.FanoutID, Spec: e.Spec, Version: t.Version, Status: StatusPending,
 			CreatedAt: r.At, UpdatedAt: r.At, RetryAt: r.At, ClusterQueue: e.ClusterQueue}
@@ -135,11 +140,16 @@ func apply(t *Task, r Record) bool {
 	case Leased:
 		t.clearAttempt()
 		t.Status = StatusAssigned
+		// A new attempt starts clean (clearAttempt above): nothing of an
+		// earlier attempt, its exit code, error or progress, may read as
+		// this one's.
 		t.AttemptID, t.AgentID, t.AssignedMachine, t.ClaimRequestID = e.AttemptID, e.AgentID, e.MachineID, e.ClaimRequestID
 		t.AssignedAt, t.LeaseExpiresAt, t.LastHeartbeatAt = r.At, e.LeaseExpiresAt, r.At
 	case Started:
 		t.Status = StatusRunning
 		t.StartedAt, t.LeaseExpiresAt, t.LastHeartbeatAt = r.At, e.LeaseExpiresAt, r.At
+	// Any call of the attempt proves its agent alive: LastHeartbeatAt moves
+	// with starts, progress and renewals, not only with heartbeats.
 	case Progressed:
 		t.Progress, t.ProgressMessage, t.LastHeartbeatAt = e.Progress, e.Message, r.At
 	case LeaseRenewed:
@@ -148,11 +158,17 @@ func apply(t *Task, r Record) bool {
 		t.releaseAdmission()
 		code := e.ExitCode
 		t.Status, t.ExitCode, t.Result, t.EndedAt, t.Error = StatusCompleted, &code, e.Result, e.EndedAt, ""
+		// A completed task reads as having run in full: progress 100, and a
+		// start time even when the attempt ended before its start was
+		// recorded.
 		t.Progress = 100
 		if t.StartedAt.IsZero() {
 			t.StartedAt = e.EndedAt
 		}
 		t.LeaseExpiresAt = time.Time{}
+		// Remembered after the task moves on (a retry, a new lease), so that
+		// a repeated CompleteTask of this attempt is answered as a repeat
+		// instead of being refused (Complete).
 		t.FinishedAttemptID, t.FinishedStatus, t.FinishedAt = e.AttemptID, StatusCompleted, e.EndedAt
 	case Failed:
 		t.releaseAdmission()
@@ -160,10 +176,16 @@ func apply(t *Task, r Record) bool {
 		t.LeaseExpiresAt = time.Time{}
 		t.FinishedAttemptID, t.FinishedStatus, t.FinishedAt = e.AttemptID, StatusFailed, e.EndedAt
 	case RetryScheduled:
+		// The failed attempt's exit code and error stay readable while the
+		// retry waits; the next lease clears them. Its quota was given back
+		// when it failed, so the retry waits for admission again.
 		t.Status, t.RetryCount, t.RetryAt = StatusPending, e.RetryCount, e.RetryAt
 		t.AgentID, t.AssignedMachine, t.LeaseExpiresAt = "", "", time.Time{}
 		t.queueForAdmission()
 	case LeaseExpired:
+		// A lost lease counts against max_retries like a failed attempt, but
+		// the task is pending again at once: an agent's crash is not the
+		// task's fault and should not wait out retry_delay.
 		t.RetryCount = e.RetryCount
 		t.LeaseExpiresAt = time.Time{}
 		if e.Failed {
@@ -176,6 +198,9 @@ func apply(t *Task, r Record) bool {
 			t.Status, t.RetryAt = StatusPending, r.At
 		}
 	case Preempted:
+		// The attempt id stays until the task is requeued: the agent may
+		// still be running the attempt until its heartbeat tells it to stop
+		// (MustStop), and its late calls stay fenced by that id.
 		t.Status, t.PreemptedBy = StatusPreempted, e.By
 		t.LeaseExpiresAt = time.Time{}
 	case Suspended:
@@ -185,17 +210,24 @@ func apply(t *Task, r Record) bool {
 		t.LeaseExpiresAt = time.Time{}
 	case Requeued:
 		t.clearAttempt()
+		// A new stay in the queue: admission starts over under a new epoch,
+		// and the task may be claimed at once when it needs none.
 		t.Status, t.RetryAt, t.PreemptedBy = StatusPending, r.At, ""
 		t.queueForAdmission()
 	case Canceled:
 		t.releaseAdmission()
 		t.Status, t.EndedAt = StatusCancelled, r.At
+		// The attempt id stays, so the agent's heartbeat still names the
+		// attempt and learns it must stop (MustStop).
 		if e.Reason != "" {
 			t.Error = "cancelled: " + e.Reason
 		}
 		t.LeaseExpiresAt = time.Time{}
 	case Deleted, Expired:
 		t.releaseAdmission()
+		// A tombstone, not a removal: the row stays so that late calls of an
+		// attempt are answered (and told to stop), and a replay of the
+		// events ends in the same state.
 		t.Deleted = true
 	default:
 		return false
@@ -208,6 +240,9 @@ func apply(t *Task, r Record) bool {
 // derives the same stays from the same events (see package doc).
 func (t *Task) queueForAdmission() {
 	t.Admitted, t.Flavors, t.AdmissionEpoch = false, nil, 0
+	// The epoch is the version of the event that began the stay. A decision
+	// names it, so one about an earlier stay is recognised and ignored
+	// (Admit, Evict).
 	if t.ClusterQueue != "" {
 		t.AdmissionEpoch = t.Version
 	}

@@ -25,8 +25,8 @@ type SpecInput struct {
 	// Targets fan one submission out into one task per machine or IP.
 	TargetMachines []string
 	TargetIPs      []string
-	// Repeat runs the task this many times, one after another (seed 004
-	// §7.1 repeat_count; 0 or 1 = once).
+	// Repeat runs the task this many times, one after another
+	// (repeat_count, docs/api/tasks.md#taskspec; 0 or 1 = once).
 	Repeat    int
 	Resources map[string]string
 	Quota     string
@@ -59,6 +59,8 @@ func orDefault(p *int, d int) int {
 // NormalizeSpec validates in and fills defaults. Every error is an
 // *InvalidError naming the field.
 func NormalizeSpec(in SpecInput) (Spec, error) {
+	// Defaults are filled before validation, so every bound applies to the
+	// value the task will carry, whether it was given or defaulted.
 	s := Spec{
 		Name: strings.TrimSpace(in.Name), Type: in.Type, Command: in.Command, Args: in.Args,
 		Workdir: in.Workdir, Env: in.Env,
@@ -74,6 +76,7 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		HeartbeatInterval: orDefault(in.HeartbeatInterval, DefaultHeartbeatInterval),
 		GracePeriod:       orDefault(in.GracePeriod, DefaultGracePeriod),
 	}
+	// An untyped task is a shell task, as the task API documents.
 	if s.Type == "" {
 		s.Type = TypeShell
 	}
@@ -93,6 +96,8 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		return s, invalid("video", "is required for a video task")
 	case s.Type != TypeVideo && s.Video != nil:
 		return s, invalid("video", "is only for type video")
+	// exec(2) takes NUL-terminated strings: a NUL would silently cut what
+	// the agent runs short of what was accepted.
 	case strings.ContainsRune(s.Command, 0):
 		return s, invalid("command", "contains a NUL byte")
 	case s.Priority < 1 || s.Priority > 10:
@@ -105,6 +110,8 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		return s, invalid("max_retries", "must be 0 to 100")
 	case s.LeaseTTL < 5 || s.LeaseTTL > 86400:
 		return s, invalid("lease_ttl_sec", "must be 5 to 86400 seconds")
+	// Renewing no sooner than the lease lasts would let every lease expire
+	// before its first renewal.
 	case s.RenewInterval < 1 || s.RenewInterval >= s.LeaseTTL:
 		return s, invalid("renew_interval_sec", "must be at least 1 and below lease_ttl_sec (%d)", s.LeaseTTL)
 	case s.HeartbeatInterval < 1 || s.HeartbeatInterval > 86400:
@@ -112,8 +119,13 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	case s.GracePeriod < 0 || s.GracePeriod > 3600:
 		return s, invalid("grace_period_sec", "must be 0 to 3600 seconds")
 	}
+	// Bounded so that a task always fits in one event
+	// (eventstore.MaxPayload) and its environment and arguments stay far
+	// below the kernel's limit for exec.
 	var envBytes int
 	for k, v := range s.Env {
+		// A key that is not a variable name cannot be read by the task's
+		// shell, and one with "=" would corrupt the environment block.
 		if !envKey.MatchString(k) {
 			return s, invalid("env", "key %q is not a valid variable name", k)
 		}
@@ -144,6 +156,9 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	if err := checkWebhook(s.Webhook); err != nil {
 		return s, err
 	}
+	// These identifiers travel to other services and into URLs (queues,
+	// quotas, machines); a conservative character set keeps them safe to
+	// log, compare and put in a path without escaping.
 	for name, v := range map[string]string{"machine_id": s.MachineID, "group_id": s.GroupID, "parent_id": s.ParentID, "queue": s.Queue, "quota": s.Quota} {
 		if v != "" && !ident.MatchString(v) {
 			return s, invalid(name, "%q is not a valid identifier", v)
@@ -164,6 +179,9 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		if s.ScatterCount != 0 {
 			return s, invalid("distribution.count", "is only for scatter")
 		}
+	// Broadcast runs on every matching machine; a machine_id would make it a
+	// single-machine task, so the contradiction is refused rather than
+	// guessed at.
 	case ModeBroadcast:
 		if s.MachineID != "" || s.ScatterCount != 0 {
 			return s, invalid("distribution", "broadcast takes neither machine_id nor count")
@@ -178,12 +196,17 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	default:
 		return s, invalid("distribution.mode", "must be single, broadcast or scatter, not %q", s.Mode)
 	}
+	// Targets already say where each task runs; another placement beside
+	// them would give two answers to one question.
 	if (len(in.TargetMachines) > 0 || len(in.TargetIPs) > 0) && (s.MachineID != "" || s.Mode != ModeSingle) {
 		return s, invalid("targets", "cannot be combined with machine_id or a broadcast/scatter distribution")
 	}
+	// 0 is an omitted repeat_count: once.
 	if in.Repeat < 0 || in.Repeat > 1000 {
 		return s, invalid("repeat_count", "must be 1 to 1000")
 	}
+	// Repeats run one after another on one placement; repeating a fan-out
+	// would need the product of both, which the task API does not define.
 	if in.Repeat > 1 && (len(in.TargetMachines) > 0 || len(in.TargetIPs) > 0 || s.Mode != ModeSingle) {
 		return s, invalid("repeat_count", "cannot be combined with targets or a broadcast/scatter distribution")
 	}
@@ -235,6 +258,8 @@ func checkResources(r map[string]string) error {
 		if !ident.MatchString(name) {
 			return invalid("resources", "%q is not a valid resource name", name)
 		}
+		// Only the syntax is checked here; what a quantity means (how many
+		// GPUs) is for the admission to decide, which parses it.
 		if !quantity.MatchString(q) {
 			return invalid("resources", "%s: %q is not a quantity such as 2, 500m or 4Gi", name, q)
 		}

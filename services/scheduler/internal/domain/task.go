@@ -29,6 +29,8 @@ func Statuses() []Status {
 
 // Final reports whether no further transition happens on its own.
 func (s Status) Final() bool {
+	// Preempted and suspended are not final: Requeue brings them back to
+	// pending.
 	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
 }
 
@@ -46,7 +48,7 @@ const (
 	TypeVideo = "video"
 )
 
-// Distribution modes (seed 004 §10.4).
+// Distribution modes (docs/api/tasks.md#targeting).
 const (
 	ModeSingle    = "single"
 	ModeBroadcast = "broadcast"
@@ -89,7 +91,7 @@ type Spec struct {
 	Webhook string `json:"webhook,omitempty"`
 }
 
-// Video is a validated video-generation request (seed 000 §1.1.2); the
+// Video is a validated video-generation request (docs/api/video.md); the
 // video API checks the documented limits before it becomes a task.
 type Video struct {
 	Model          string `json:"model"`
@@ -109,7 +111,7 @@ type Video struct {
 	Watermark      bool   `json:"watermark,omitempty"`
 }
 
-// Defaults from seed 004's SQL and §6.3.2.
+// Defaults of a task spec's unset fields (docs/api/tasks.md#taskspec).
 const (
 	DefaultPriority          = 5
 	DefaultMaxRetries        = 3
@@ -184,6 +186,8 @@ type Task struct {
 
 // Claimable reports whether the task may be leased at now.
 func (t *Task) Claimable(now time.Time) bool {
+	// RetryAt is set at submission, requeue and lease loss too, so "not
+	// before RetryAt" holds for every pending task, not only for retries.
 	return t.Status == StatusPending && !t.Deleted && !now.Before(t.RetryAt) && !t.AwaitingAdmission()
 }
 
@@ -207,5 +211,7 @@ func (t *Task) Matches(machine, ip string, labels, types []string) bool {
 			return false
 		}
 	}
+	// An agent that names no types takes every type; one that names some (an
+	// agent without ffmpeg leaves video out) takes only those.
 	return len(types) == 0 || slices.Contains(types, t.Spec.Type)
 }

@@ -22,7 +22,8 @@ type benchmark struct {
 }
 
 func benchCommand() *cobra.Command {
-	return newBenchCommand([]benchmark{eventsBenchmark(), tasksBenchmark(), gatewayBenchmark(), admissionBenchmark(), consumersBenchmark()})
+	return newBenchCommand([]benchmark{eventsBenchmark(), tasksBenchmark(), gatewayBenchmark(), admissionBenchmark(), pipelineBenchmark(),
+		consumersBenchmark()})
 }
 
 // newBenchCommand is `taskmesh bench` with a subcommand per benchmark and
@@ -175,6 +176,21 @@ func consumersBenchmark() benchmark {
 		run: func(ctx context.Context, c bench.Common) error {
 			o.Common = c
 			_, err := bench.Consumers(ctx, o)
+			return err
+		}}
+}
+
+func pipelineBenchmark() benchmark {
+	var o bench.PipelineOptions
+	f := pflag.NewFlagSet("pipeline", pflag.ContinueOnError)
+	f.IntVar(&o.Jobs, "jobs", 200, "conversion jobs per run")
+	f.IntVar(&o.Slots, "pipeline-slots", 12, "slots of the agent that serves every pool")
+	f.IntVar(&o.Clients, "pipeline-clients", 8, "clients creating the jobs at once")
+	return benchmark{name: "pipeline", flags: f,
+		short: "Conversion jobs through the ONNX (cap 4), BIE (2) and NEF (4) pools with no-op stages: jobs/min, stage hand-off, peak per pool",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.Pipeline(ctx, o)
 			return err
 		}}
 }

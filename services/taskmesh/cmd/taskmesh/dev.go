@@ -29,6 +29,9 @@ type devFlags struct {
 	video   videoFlags
 	// webhookAllow lists networks webhooks may reach although not public.
 	webhookAllow []string
+	pipe         pipelineFlags
+	caps         string
+	labels       string
 }
 
 func devCommand() *cobra.Command {
@@ -72,6 +75,9 @@ func (d *devFlags) add(f *pflag.FlagSet) {
 	d.limits.add(f)
 	d.video.add(f, false)
 	f.StringSliceVar(&d.webhookAllow, "webhook-allow", nil, "networks webhooks may reach although not public (e.g. 127.0.0.1/32 for a receiver on this machine)")
+	d.pipe.add(f, true)
+	f.StringVar(&d.caps, "pipeline-caps", "", "set the pipeline's stage caps at start, e.g. onnx=4,bie=2,nef=4 (default: keep the stage queues as they are)")
+	f.StringVar(&d.labels, "agent-labels", "pool:onnx,pool:bie,pool:nef", "the local agent's labels (its pipeline pools)")
 }
 
 // options are the stack's options from the flags and the environment
@@ -93,6 +99,18 @@ func (d *devFlags) options() (stack.Options, error) {
 	}
 	if o.Consumers.Webhooks.Allow, err = safehttp.ParseAllow(d.webhookAllow); err != nil {
 		return o, fmt.Errorf("--webhook-allow: %w", err)
+	}
+	if o.Pipeline, err = d.pipe.config(); err != nil {
+		return o, err
+	}
+	if o.PipelineCaps, err = parseCaps(d.caps); err != nil {
+		return o, err
+	}
+	o.AgentLabels = []string{}
+	for _, l := range strings.Split(d.labels, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			o.AgentLabels = append(o.AgentLabels, l)
+		}
 	}
 	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 		return o, err

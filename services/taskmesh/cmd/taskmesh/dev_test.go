@@ -22,9 +22,11 @@ import (
 
 // TestMain lets the test binary act as the taskmesh binary: the dev test
 // runs it as `taskmesh dev`, and the local agent re-executes it as
-// `taskmesh executor shim …`.
+// `taskmesh executor shim …` and, for pipeline stages, `taskmesh
+// pipeline-stage …`.
 func TestMain(m *testing.M) {
-	if os.Getenv("TASKMESH_TEST_AS_BINARY") != "" || (len(os.Args) > 2 && os.Args[1] == "executor" && os.Args[2] == "shim") {
+	if os.Getenv("TASKMESH_TEST_AS_BINARY") != "" || (len(os.Args) > 2 && os.Args[1] == "executor" && os.Args[2] == "shim") ||
+		(len(os.Args) > 1 && os.Args[1] == "pipeline-stage") {
 		main()
 		os.Exit(0)
 	}
@@ -66,12 +68,13 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// startDev runs `taskmesh dev` on dir and waits for its banner.
-func startDev(t *testing.T, dir string, ports [4]int) *devProcess {
+// startDev runs `taskmesh dev` on dir (with extra flags) and waits for its
+// banner.
+func startDev(t *testing.T, dir string, ports [4]int, extra ...string) *devProcess {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "dev", "--data-dir", dir,
+	cmd := exec.Command(os.Args[0], append([]string{"dev", "--data-dir", dir,
 		"--http", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--grpc", fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		"--pg-port", fmt.Sprint(ports[2]), "--kafka-port", fmt.Sprint(ports[3]), "--agent-local-api", "")
+		"--pg-port", fmt.Sprint(ports[2]), "--kafka-port", fmt.Sprint(ports[3]), "--agent-local-api", ""}, extra...)...)
 	cmd.Env = append(os.Environ(), "TASKMESH_TEST_AS_BINARY=1")
 	cmd.Args[0] = "taskmesh"
 	pr, pw := io.Pipe()
@@ -86,7 +89,9 @@ func startDev(t *testing.T, dir string, ports [4]int) *devProcess {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			p.out.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), "Taskmesh is running") {
+			// The banner's last line: the test reads the keys it shows,
+			// so the whole banner must be in before the test goes on.
+			if strings.Contains(sc.Text(), "Press Ctrl-C to stop") {
 				close(ready)
 			}
 		}

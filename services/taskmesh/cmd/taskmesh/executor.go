@@ -22,6 +22,11 @@ func executorShim(args []string) (int, bool) {
 	if len(args) >= 3 && args[1] == "executor" && args[2] == "shim" {
 		return executor.Shim(args[3:]), true
 	}
+	// A pipeline stage task's process, and the stand-in stage programs
+	// (docs/api/pipeline.md): plain processes, no flags of the root.
+	if len(args) >= 2 && args[1] == "pipeline-stage" {
+		return executor.PipelineStage(args[2:]), true
+	}
 	return 0, false
 }
 
@@ -132,7 +137,7 @@ func (e *executorFlags) addKubernetes(f *pflag.FlagSet) {
 	f.StringVar(&k8s.Kubeconfig, "kubeconfig", "", "kubeconfig file of the kubernetes backend (default: in-cluster service account)")
 	f.StringVar(&k8s.Namespace, "k8s-namespace", "default", "namespace of the PyTorchJobs and the Kueue LocalQueues")
 	f.IntVar(&k8s.Slots, "k8s-slots", 16, "PyTorchJobs one kubernetes backend holds at once")
-	f.StringVar(&k8s.Image, "k8s-image", "", "model image of the PyTorchJobs (default the seed's wan22 image)")
+	f.StringVar(&k8s.Image, "k8s-image", "", "model image of the PyTorchJobs (default the reference wan22 image)")
 	f.StringVar(&k8s.S3Endpoint, "s3-endpoint", "", "S3 endpoint the PyTorchJobs upload videos to")
 	f.StringVar(&k8s.S3Bucket, "s3-bucket", "", "S3 bucket of the videos")
 	f.StringVar(&k8s.S3Secret, "s3-secret", "s3-credentials", "Secret holding S3_ACCESS_KEY and S3_SECRET_KEY")

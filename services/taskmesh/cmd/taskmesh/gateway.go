@@ -18,6 +18,8 @@ type gatewayFlags struct {
 	limits                                  rateLimitFlags
 	adminKeyFile                            string
 	live                                    gateway.LiveConfig
+	maxUpload                               int64
+	noConsole                               bool
 }
 
 func gatewayCommand() *cobra.Command {
@@ -50,6 +52,8 @@ func (g *gatewayFlags) add(cmd *cobra.Command) {
 	f.StringVar(&g.fsRoot, "objects-fs-root", "", "serve the fs object store at /objects/ from this directory")
 	f.StringVar(&g.fsBaseURL, "objects-fs-base-url", "", "public URL of /objects")
 	f.StringVar(&g.fsKey, "objects-fs-secret-file", "", "file holding the URL-signing secret")
+	f.Int64Var(&g.maxUpload, "pipeline-max-upload-bytes", 1<<30+1<<20, "largest POST /jobs/uploads request")
+	f.BoolVar(&g.noConsole, "no-console", false, "do not serve the web console at /ui")
 	f.StringVar(&g.adminKeyFile, "admin-key-file", "", "if no usable operator key exists, create one and write it to this file (0600)")
 	g.limits.add(f)
 	f.IntVar(&g.live.MaxStreamsPerTenant, "live-max-streams-per-tenant", 100, "open live task streams (SSE, WebSocket) per tenant on this gateway")
@@ -63,7 +67,8 @@ func (g *gatewayFlags) config(p *process) (gateway.Config, error) {
 	live.Kafka = p.kafka
 	cfg := gateway.Config{HTTPAddr: g.httpAddr, GRPCAddr: g.grpcAddr, SchedulerTarget: g.target, QuotaTarget: g.quotaTarget,
 		ConsumersTarget: g.consumersTarget,
-		InternalToken:   p.internalToken, DatabaseURL: g.databaseURL, AdminKeyFile: g.adminKeyFile, Logger: p.log, Live: live}
+		InternalToken:   p.internalToken, DatabaseURL: g.databaseURL, AdminKeyFile: g.adminKeyFile, Logger: p.log, Live: live,
+		MaxUploadBytes: g.maxUpload, NoConsole: g.noConsole}
 	var err error
 	if cfg.RateLimits, err = g.limits.config(); err != nil {
 		return gateway.Config{}, err

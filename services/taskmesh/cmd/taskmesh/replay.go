@@ -27,8 +27,8 @@ func replayCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Rebuild every projection from the event log into fresh tables and compare them with the live ones",
-		Long: `replay recomputes the inline projections (the scheduler's tasks, the quota service's tables)
-from the event stores, and rebuilds every Kafka projection from offset 0 into fresh
+		Long: `replay recomputes the inline projections (the scheduler's tasks, the quota service's tables,
+the pipeline's jobs) from the event stores, and rebuilds every Kafka projection from offset 0 into fresh
 tables — task views, admission workloads, the audit log, usage and webhook deliveries —
 comparing each with its live table. Dead letters are not rebuilt. It fails when
 anything differs.`,
@@ -40,7 +40,7 @@ anything differs.`,
 	}
 	c.flags(cmd)
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the replay tables for inspection")
-	cmd.Flags().BoolVar(&inline, "rebuild-inline", false, "also replace the inline projections (tasks, quota tables) with their rebuild from events")
+	cmd.Flags().BoolVar(&inline, "rebuild-inline", false, "also replace the inline projections (tasks, quota tables, pipeline jobs) with their rebuild from events")
 	return cmd
 }
 
@@ -79,8 +79,8 @@ func replay(ctx context.Context, out io.Writer, databaseURL string, k kafka.Conf
 	return nil
 }
 
-// replayInline rebuilds the scheduler's and the quota service's inline
-// projections from their event stores.
+// replayInline rebuilds the inline projections (the scheduler's tasks,
+// the quota service's tables, the pipeline's jobs) from their event stores.
 func replayInline(ctx context.Context, out io.Writer, databaseURL string, inline bool) (bool, error) {
 	pool, err := pg.Open(ctx, pg.Config{URL: databaseURL, Schema: scheduler.Schema, MaxConns: 4})
 	if err != nil {
@@ -102,6 +102,15 @@ func replayInline(ctx context.Context, out io.Writer, databaseURL string, inline
 		fmt.Fprintf(out, "quota (inline projection): %d aggregates from %d events, %d differ%s\n", qrep.Aggregates, qrep.Events,
 			len(qrep.Differences), rebuilt)
 		equal = equal && len(qrep.Differences) == 0
+	}
+	prep, found, err := replayPipeline(ctx, databaseURL, inline)
+	if err != nil {
+		return false, err
+	}
+	if found {
+		fmt.Fprintf(out, "pipeline jobs (inline projection): %d jobs from %d events, %d differ%s\n", prep.Jobs, prep.Events,
+			len(prep.Differences), rebuilt)
+		equal = equal && len(prep.Differences) == 0
 	}
 	return equal, nil
 }
@@ -162,5 +171,21 @@ func replayQuota(ctx context.Context, databaseURL string, apply bool) (quota.Reb
 		return quota.RebuildReport{}, false, err
 	}
 	rep, err := quota.RebuildInlineProjection(ctx, pool, apply)
+	return rep, true, err
+}
+
+// replayPipeline rebuilds the pipeline's jobs table when its schema
+// exists.
+func replayPipeline(ctx context.Context, databaseURL string, apply bool) (scheduler.PipelineRebuildReport, bool, error) {
+	pool, err := pg.Open(ctx, pg.Config{URL: databaseURL, Schema: scheduler.PipelineSchema, MaxConns: 2})
+	if err != nil {
+		return scheduler.PipelineRebuildReport{}, false, err
+	}
+	defer pool.Close()
+	var present bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, scheduler.PipelineSchema+".jobs").Scan(&present); err != nil || !present {
+		return scheduler.PipelineRebuildReport{}, false, err
+	}
+	rep, err := scheduler.RebuildPipelineJobs(ctx, pool, apply)
 	return rep, true, err
 }

@@ -21,6 +21,7 @@ type schedulerFlags struct {
 	preemptGap          int
 	objects             objectFlags
 	video               videoFlags
+	pipeline            pipelineFlags
 }
 
 func schedulerCommand() *cobra.Command {
@@ -52,6 +53,7 @@ func (s *schedulerFlags) add(cmd *cobra.Command) {
 	f.IntVar(&s.preemptGap, "preempt-gap", 3, "priority gap from which waiting tasks preempt running ones (negative: never)")
 	s.objects.add(cmd)
 	s.video.add(f, true)
+	s.pipeline.add(f, false)
 }
 
 // config is the scheduler's process configuration. Tasks with a queue, a
@@ -69,10 +71,14 @@ func (s *schedulerFlags) config(ctx context.Context, p *process) (scheduler.Serv
 	if err != nil {
 		return scheduler.ServerConfig{}, err
 	}
+	pipeline, err := s.pipeline.config()
+	if err != nil {
+		return scheduler.ServerConfig{}, err
+	}
 	return scheduler.ServerConfig{
 		Service: scheduler.Config{Kafka: p.kafka, Objects: objects, Writers: s.writers, Logger: p.log,
 			Timing: scheduler.Timing{AgentLostAfter: s.agentLostAfter, PreemptGap: s.preemptGap}, Video: video,
-			InternalToken: p.internalToken},
+			Pipeline: pipeline, InternalToken: p.internalToken},
 		DatabaseURL: s.databaseURL, MaxConns: int32(5 + s.writers + 16), Listen: s.listen, QuotaTarget: s.quotaTarget,
 	}, nil
 }

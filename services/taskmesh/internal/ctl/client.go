@@ -23,6 +23,7 @@ import (
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
@@ -316,6 +317,7 @@ type conn struct {
 	tasks       taskv1.TaskServiceClient
 	admin       adminv1.AdminServiceClient
 	video       videov1.VideoServiceClient
+	pipeline    pipelinev1.PipelineServiceClient
 	admission   quotav1.AdmissionServiceClient
 	audit       auditv1.AuditServiceClient
 	usage       usagev1.UsageServiceClient
@@ -345,7 +347,7 @@ func dial(s Settings) (*conn, error) {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
 	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
-		video: videov1.NewVideoServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc),
+		video: videov1.NewVideoServiceClient(cc), pipeline: pipelinev1.NewPipelineServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc),
 		audit: auditv1.NewAuditServiceClient(cc), usage: usagev1.NewUsageServiceClient(cc),
 		webhooks: webhookv1.NewWebhookServiceClient(cc), deadLetters: deadletterv1.NewDeadLetterServiceClient(cc)}, nil
 }

@@ -1,9 +1,9 @@
 // Package ctl is the command-line client of Taskmesh, `taskmesh ctl`: it
-// submits tasks from the seed's YAML files and lists, inspects, watches,
-// cancels, retries and deletes them, and submits, inspects and deletes
-// video generations, through the gateway's gRPC front door, as a tenant
-// identified by an API key; and manages tenants and their API keys through
-// the admin API with an operator key.
+// submits tasks from YAML task files (docs/ctl.md) and lists, inspects,
+// watches, cancels, retries and deletes them, and submits, inspects and
+// deletes video generations, through the gateway's gRPC front door, as a
+// tenant identified by an API key; and manages tenants and their API keys
+// through the admin API with an operator key.
 //
 // The command tree is
 //
@@ -143,7 +143,7 @@ root certificates unless --insecure is given.`,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
-	ctl.AddCommand(tasks, a.videoCommand(), a.queuesCommand(), a.tenantsCommand(), a.keysCommand(), a.quotaCommand(),
+	ctl.AddCommand(tasks, a.videoCommand(), a.jobsCommand(), a.queuesCommand(), a.tenantsCommand(), a.keysCommand(), a.quotaCommand(),
 		a.auditCommand(), a.usageCommand(), a.webhooksCommand(), a.deadLettersCommand())
 	return ctl
 }

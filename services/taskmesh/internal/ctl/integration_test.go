@@ -229,39 +229,39 @@ func sorted(ids ...[]string) []string {
 	return all
 }
 
-// TestIntegrationSeedFilesAndManagement submits every seed example and
-// manages the tasks through list, get, cancel, retry and delete.
-func TestIntegrationSeedFilesAndManagement(t *testing.T) {
+// TestIntegrationExampleFilesAndManagement submits every example task
+// file and manages the tasks through list, get, cancel, retry and delete.
+func TestIntegrationExampleFilesAndManagement(t *testing.T) {
 	s := newStack(t)
 
-	// §7.1 single task: its id is the request id, so a second submit
+	// A single task: its id is the request id, so a second submit
 	// creates nothing and prints the same task id.
-	single := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/seed_7_1_single_task.yaml")).stdout)
+	single := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/single_task.yaml")).stdout)
 	if len(single) != 1 {
 		t.Fatalf("single task printed %q", single)
 	}
-	again := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/seed_7_1_single_task.yaml")).stdout)
+	again := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/single_task.yaml")).stdout)
 	if !slices.Equal(again, single) {
 		t.Errorf("re-submit printed %q, want %q", again, single)
 	}
 
-	// §7.1 MVP: two targets make two tasks; --request-id makes the
-	// id-less file idempotent too.
-	targets := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/seed_7_1_stability_targets.yaml", "--request-id", "stability-1")).stdout)
+	// A stability test on two targets makes two tasks; --request-id makes
+	// the id-less file idempotent too.
+	targets := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/stability_targets.yaml", "--request-id", "stability-1")).stdout)
 	if len(targets) != 2 {
 		t.Fatalf("targets printed %q, want two ids", targets)
 	}
-	if again := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/seed_7_1_stability_targets.yaml", "--request-id", "stability-1")).stdout); !slices.Equal(again, targets) {
+	if again := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/stability_targets.yaml", "--request-id", "stability-1")).stdout); !slices.Equal(again, targets) {
 		t.Errorf("re-submit with --request-id printed %q, want %q", again, targets)
 	}
 
-	// §6.3.3 local queue: state fields ignored with notes.
-	queueRun := ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/seed_6_3_3_local_queue.yaml"))
+	// An agent's local queue: state fields ignored with notes.
+	queueRun := ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/local_queue.yaml"))
 	queue := lines(queueRun.stdout)
 	if len(queue) != 2 {
 		t.Fatalf("local queue printed %q", queue)
 	}
-	if !strings.Contains(queueRun.stderr, `note: testdata/seed_6_3_3_local_queue.yaml:7: task "task-train-001": ignoring state fields status, attempt_id`) {
+	if !strings.Contains(queueRun.stderr, `note: testdata/local_queue.yaml:7: task "task-train-001": ignoring state fields status, attempt_id`) {
 		t.Errorf("no note on ignored state fields:\n%s", queueRun.stderr)
 	}
 	// The queue's task-train-001 shares its id with the single-task file:
@@ -270,8 +270,9 @@ func TestIntegrationSeedFilesAndManagement(t *testing.T) {
 		t.Errorf("task-train-001 from the queue is %s, from the single file %s", queue[0], single[0])
 	}
 
-	// §7.1 scheme A, and a JSON task from standard input, with -o json.
-	loop := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/seed_7_1_stability_inner_loop.yaml")).stdout)
+	// A stability test looping inside its command, and a JSON task from
+	// standard input, with -o json.
+	loop := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/stability_inner_loop.yaml")).stdout)
 	stdinRun := ok(t, s.ctlStdin(t, `{"task": {"id": "from-stdin", "name": "stdin-task", "type": "noop", "priority": 7}}`,
 		"tasks", "submit", "-f", "-", "-o", "json"))
 	var subs []submitted
@@ -281,7 +282,8 @@ func TestIntegrationSeedFilesAndManagement(t *testing.T) {
 	}
 	fromStdin := subs[0].TaskIDs
 
-	// get -o json shows every field of the seed file as the server stored it.
+	// get -o json shows every field of the single-task file as the server
+	// stored it.
 	train := s.getTask(t, single[0])
 	wantTrain := &taskv1.Task{Id: single[0], Name: "pytorch-train", Type: "python", Command: "python",
 		Args: []string{"train.py", "--epochs=100"}, Workdir: "/workspace", Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"},

@@ -22,8 +22,9 @@ const (
 	formatYAML  = "yaml"
 )
 
-// protoJSON is the machine format: proto field names, as in the seed's
-// documents and the REST API, rather than protojson's lowerCamelCase.
+// protoJSON is the machine format: proto field names, as in task files and
+// the REST API (docs/api/README.md#json), rather than protojson's
+// lowerCamelCase.
 var protoJSON = protojson.MarshalOptions{UseProtoNames: true}
 
 // marshalProto returns m as JSON, re-spaced by encoding/json: protojson

@@ -26,10 +26,10 @@ func (a *app) submitCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "submit -f FILE [-f FILE…]",
 		Short: "Create tasks from task files (YAML or JSON; - reads standard input)",
-		Long: `Create tasks from task files in the forms of the design document:
+		Long: `Create tasks from task files, in any of these forms:
 
-  task: {name, type, command, args, …}        a single task (§7.1)
-  local_queue: {tasks: [{…}, {…}]}            an agent's local queue (§6.3.3)
+  task: {name, type, command, args, …}        a single task
+  local_queue: {tasks: [{…}, {…}]}            an agent's local queue
   {name, type, command, args, …}              a bare task
 
 The file's id becomes the create request id, so submitting the same file

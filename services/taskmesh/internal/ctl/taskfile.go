@@ -15,14 +15,14 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
-// This file turns the task files of seed 004 into TaskSpecs. It is kept
-// apart from the commands because it is the contract with users' files:
+// This file turns task files (docs/ctl.md#task-files) into TaskSpecs. It is
+// kept apart from the commands because it is the contract with users' files:
 // every accepted key is listed here, with the TaskSpec field it fills.
 //
 // Accepted forms (one per YAML document; JSON is YAML too):
 //
-//	task: {name: …, command: …}          §7.1 single task
-//	local_queue: {tasks: [{…}, {…}]}     §6.3.3 agent local queue
+//	task: {name: …, command: …}          a single task
+//	local_queue: {tasks: [{…}, {…}]}     an agent's local queue
 //	{name: …, command: …}                a bare task mapping
 //
 // The files are parsed as yaml.Nodes rather than decoded into structs so
@@ -56,9 +56,10 @@ func (e *FileError) Error() string {
 }
 
 // stateFields are what an agent's local queue records about a task's
-// execution (§2.1 "状态相关", §6.3.3). They describe one past execution
-// on one machine and the server assigns them itself, so submit ignores
-// them (with a note) instead of refusing files copied from an agent.
+// execution (the state fields of LocalTask,
+// docs/api/agent-local.md#localtask). They describe one past execution on
+// one machine and the server assigns them itself, so submit ignores them
+// (with a note) instead of refusing files copied from an agent.
 var stateFields = map[string]bool{
 	"status": true, "attempt_id": true, "assigned_agent_id": true, "assigned_at": true,
 	"lease_expires_at": true, "started_at": true, "ended_at": true, "last_heartbeat_at": true,
@@ -159,7 +160,7 @@ func (p *fileParser) document(doc *yaml.Node) error {
 	return nil
 }
 
-// localQueue reads §6.3.3's agent queue. agent_id and updated_at are the
+// localQueue reads an agent's local queue. agent_id and updated_at are the
 // agent's bookkeeping; machine_id is the machine the queue belongs to, so
 // it becomes the target of tasks that name none: resubmitting a queue
 // should not move its work to other machines.

@@ -23,16 +23,18 @@ type wantTask struct {
 	spec  *taskv1.TaskSpec
 }
 
-// The seed's examples, copied verbatim into testdata/.
-func TestParseSeedExamples(t *testing.T) {
+// Example task files in every accepted form (docs/ctl.md#task-files): a
+// single task, a stability test fanned out by targets or looping inside
+// its command, and an agent's local queue with the state it recorded.
+func TestParseExampleFiles(t *testing.T) {
 	tests := []struct {
 		file      string
 		want      []wantTask
 		wantNotes []string // substrings, one note each, in order
 	}{
 		{
-			file: "seed_7_1_single_task.yaml",
-			want: []wantTask{{id: "task-train-001", where: "seed_7_1_single_task.yaml:2", spec: &taskv1.TaskSpec{
+			file: "single_task.yaml",
+			want: []wantTask{{id: "task-train-001", where: "single_task.yaml:2", spec: &taskv1.TaskSpec{
 				Name: "pytorch-train", Type: "python", Command: "python", Args: []string{"train.py", "--epochs=100"},
 				Workdir: "/workspace", Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"},
 				Timeout: i32(86400), Priority: i32(3), MaxRetries: i32(3), RetryDelay: i32(60),
@@ -41,42 +43,42 @@ func TestParseSeedExamples(t *testing.T) {
 			}}},
 		},
 		{
-			file: "seed_7_1_stability_targets.yaml",
-			want: []wantTask{{where: "seed_7_1_stability_targets.yaml:2", spec: &taskv1.TaskSpec{
+			file: "stability_targets.yaml",
+			want: []wantTask{{where: "stability_targets.yaml:2", spec: &taskv1.TaskSpec{
 				Name: "stability-test", Type: "shell", Command: "bash", Args: []string{"-c", "./stress_test.sh"},
 				Timeout: i32(3600), Priority: i32(3), RepeatCount: i32(1),
 				Targets: &taskv1.Targets{MachineIds: []string{"machine-001", "machine-002"}},
 			}}},
 		},
 		{
-			file: "seed_7_1_stability_inner_loop.yaml",
-			want: []wantTask{{id: "task-stability-001", where: "seed_7_1_stability_inner_loop.yaml:2", spec: &taskv1.TaskSpec{
+			file: "stability_inner_loop.yaml",
+			want: []wantTask{{id: "task-stability-001", where: "stability_inner_loop.yaml:2", spec: &taskv1.TaskSpec{
 				Name: "stability-test", Type: "shell", Command: "bash",
 				Args:    []string{"-c", "for i in {1..1000}; do ./stress_test.sh || exit 1; done"},
 				Timeout: i32(86400), Priority: i32(3),
 			}}},
 		},
 		{
-			file: "seed_6_3_3_local_queue.yaml",
+			file: "local_queue.yaml",
 			want: []wantTask{
-				{id: "task-train-001", where: "seed_6_3_3_local_queue.yaml:7", spec: &taskv1.TaskSpec{
+				{id: "task-train-001", where: "local_queue.yaml:7", spec: &taskv1.TaskSpec{
 					Name: "pytorch-train", Type: "python", Command: "python", Args: []string{"train.py", "--epochs=100"},
 					Workdir: "/workspace", Env: map[string]string{"CUDA_VISIBLE_DEVICES": "0"},
 					Timeout: i32(86400), Priority: i32(3), MaxRetries: i32(3), RetryDelay: i32(60),
 					// The queue's machine: these tasks were queued there.
 					MachineId: "machine-001",
 				}},
-				{id: "task-cleanup-002", where: "seed_6_3_3_local_queue.yaml:33", spec: &taskv1.TaskSpec{
+				{id: "task-cleanup-002", where: "local_queue.yaml:33", spec: &taskv1.TaskSpec{
 					Name: "cleanup-workdir", Type: "shell", Command: "bash", Args: []string{"-c", "rm -rf /workspace/tmp/*"},
 					Workdir: "/workspace", Env: map[string]string{}, Timeout: i32(600), Priority: i32(5),
 					MachineId: "machine-001",
 				}},
 			},
 			wantNotes: []string{
-				"seed_6_3_3_local_queue.yaml:2: ignoring local_queue.agent_id, local_queue.updated_at",
-				`seed_6_3_3_local_queue.yaml:7: task "task-train-001": ignoring state fields status, attempt_id, assigned_agent_id, assigned_at, lease_expires_at, started_at, last_heartbeat_at, exit_code, error`,
-				`seed_6_3_3_local_queue.yaml:33: task "task-cleanup-002": ignoring state fields status, attempt_id, assigned_agent_id, assigned_at, lease_expires_at, started_at, last_heartbeat_at, exit_code, error`,
-				"seed_6_3_3_local_queue.yaml:2: tasks without machine_id target the queue's machine machine-001",
+				"local_queue.yaml:2: ignoring local_queue.agent_id, local_queue.updated_at",
+				`local_queue.yaml:7: task "task-train-001": ignoring state fields status, attempt_id, assigned_agent_id, assigned_at, lease_expires_at, started_at, last_heartbeat_at, exit_code, error`,
+				`local_queue.yaml:33: task "task-cleanup-002": ignoring state fields status, attempt_id, assigned_agent_id, assigned_at, lease_expires_at, started_at, last_heartbeat_at, exit_code, error`,
+				"local_queue.yaml:2: tasks without machine_id target the queue's machine machine-001",
 			},
 		},
 	}
@@ -273,11 +275,11 @@ func TestParseErrors(t *testing.T) {
 
 // -f - reads standard input, once, and names it <stdin> in messages.
 func TestReadTaskFilesFromStdin(t *testing.T) {
-	single, err := os.ReadFile("testdata/seed_7_1_single_task.yaml")
+	single, err := os.ReadFile("testdata/single_task.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	queue := "testdata/seed_6_3_3_local_queue.yaml"
+	queue := "testdata/local_queue.yaml"
 	a := testApp()
 	cmd := &cobra.Command{Use: "submit"}
 	var stderr bytes.Buffer

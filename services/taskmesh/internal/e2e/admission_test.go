@@ -42,14 +42,23 @@ func TestPremiumWorkReclaimsBorrowedGPUs(t *testing.T) {
 
 	termFile := filepath.Join(w.dir, "std.term")
 	ranFile := filepath.Join(w.dir, "std.ran")
+	readyFile := filepath.Join(w.dir, "std.ready")
+	// The task reads running as soon as its process started, before the
+	// shell has set its trap; a SIGTERM then would kill it without a
+	// trace. The ready marker says the trap is set.
 	script := fmt.Sprintf(`if [ -e %[2]s ]; then echo second run; exit 0; fi; touch %[2]s
 trap 'echo TERM >> %[1]s; exit 143' TERM
-sleep 300 & wait`, termFile, ranFile)
+touch %[3]s
+sleep 300 & wait`, termFile, ranFile, readyFile)
 	low := w.submit(std, map[string]any{"name": "std", "type": "script", "command": script, "resources": gpus, "grace_period_sec": 5})
 	first := w.waitStatus(std, low, 30*time.Second, "running")
 	if first["cluster_queue"] != admission.LowPriorityQueue {
 		t.Fatalf("standard task queued in %v", first["cluster_queue"])
 	}
+	waitFor(t, 30*time.Second, "the standard task's TERM trap", func() bool {
+		_, err := os.Stat(readyFile)
+		return err == nil
+	})
 
 	high := w.submit(prem, map[string]any{"name": "prem", "type": "shell", "command": "echo", "args": []string{"premium done"},
 		"resources": gpus})
@@ -80,13 +89,14 @@ sleep 300 & wait`, termFile, ranFile)
 		t.Fatalf("another tenant's explanation: %d", code)
 	}
 	code, qs, _ := w.call("GET", "/api/v1/cluster-queues", std, nil)
-	if list, _ := qs["cluster_queues"].([]any); code != 200 || len(list) != 2 {
+	// The two GPU queues, and the pipeline's three stage queues.
+	if list, _ := qs["cluster_queues"].([]any); code != 200 || len(list) != 5 {
 		t.Fatalf("cluster queues = %d %v", code, qs)
 	}
 }
 
 // GPU work naming a GU quota the tenant does not have is refused with
-// seed 004's envelope, and nothing is stored.
+// the task API's envelope, and nothing is stored.
 func TestUnknownGUQuotaIsRefused(t *testing.T) {
 	w := newWorldWith(t, stack.Options{GUQuotas: noGUQuotas{}})
 	key := w.s.DemoAPIKey

@@ -62,8 +62,8 @@ func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
 	}
 }
 
-// Each business code of seed 004 §5.1 from a real request, with its HTTP
-// status and the documented envelope.
+// Each business code (docs/api/tasks.md#business-codes) from a real request,
+// with its HTTP status and the documented envelope.
 func TestEveryErrorCodeThroughREST(t *testing.T) {
 	// No sweeps: an expired lease stays expired (30003) instead of being
 	// taken back.

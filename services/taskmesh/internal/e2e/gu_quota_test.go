@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// GPU work under a GU quota (seed 003 "关于GU Quota调度"), through the real
-// quota service: refused while the tenant has no such quota
+// GPU work under a GU quota (docs/api/quota.md#the-submit-time-gu-check),
+// through the real quota service: refused while the tenant has no such quota
 // (GU_QUOTA_NOT_EXISTS) and while its WorkGroup is being created
 // (GU_QUOTA_CREATING), storing nothing; once an operator has produced it
 // through the gateway, the task is admitted into the WorkGroup's queue and

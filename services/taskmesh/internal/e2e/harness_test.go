@@ -26,11 +26,14 @@ import (
 const envAgent = "TASKMESH_E2E_AGENT"
 
 // TestMain routes the test binary's re-executions: `executor shim …` for
-// the shims of task processes, and an agent process when envAgent holds its
-// configuration.
+// the shims of task processes, `pipeline-stage …` for pipeline stage
+// tasks, and an agent process when envAgent holds its configuration.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "executor" && os.Args[2] == "shim" {
 		os.Exit(executor.Shim(os.Args[3:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "pipeline-stage" {
+		os.Exit(executor.PipelineStage(os.Args[2:]))
 	}
 	if cfg := os.Getenv(envAgent); cfg != "" {
 		os.Exit(runAgent(cfg))
@@ -42,6 +45,7 @@ func TestMain(m *testing.M) {
 type agentSpec struct {
 	AgentID, Server, Token, DataDir string
 	Slots                           int
+	Labels                          []string
 	LocalAPIAddr                    string // "" = no agent-local API
 }
 
@@ -52,6 +56,7 @@ func runAgent(raw string) int {
 		return 2
 	}
 	err := executor.Run(context.Background(), executor.Config{AgentID: s.AgentID, MachineID: "machine-" + s.AgentID, Slots: s.Slots,
+		Labels: s.Labels,
 		Server: s.Server, Token: s.Token, DataDir: s.DataDir, HeartbeatInterval: 300 * time.Millisecond, ClaimWait: 2 * time.Second,
 		RenewInterval: time.Second, OrphanGrace: 2 * time.Second, LocalAPIAddr: s.LocalAPIAddr})
 	if err != nil {

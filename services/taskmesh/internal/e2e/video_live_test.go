@@ -15,10 +15,10 @@ import (
 	"github.com/coder/websocket"
 )
 
-// The video API end to end, as seed 000 §2 describes it: a client submits
-// a generation, follows it over the WebSocket (QUEUED → RUNNING → progress
-// → SUCCEEDED), then downloads the video its GET answer links to — a
-// playable 5-second MP4 of the requested resolution, rendered by a real
+// The video API end to end (docs/api/video.md#live-streams): a client
+// submits a generation, follows it over the WebSocket (QUEUED → RUNNING →
+// progress → SUCCEEDED), then downloads the video its GET answer links to —
+// a playable 5-second MP4 of the requested resolution, rendered by a real
 // agent's ffmpeg runner after quota admission.
 func TestVideoGenerationLiveOverWebSocketToAPlayableMP4(t *testing.T) {
 	if _, err := exec.LookPath("ffprobe"); err != nil {

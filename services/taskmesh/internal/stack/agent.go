@@ -18,7 +18,8 @@ func (s *Stack) startAgent() error {
 		return err
 	}
 	cfg := executor.Config{AgentID: s.AgentID, MachineID: s.MachineID, Slots: s.opts.AgentSlots, Server: s.GRPCAddr,
-		Token: s.AgentToken, DataDir: dir, LocalAPIAddr: s.opts.AgentLocalAPI, Logger: s.opts.Logger.With("service", "executor")}
+		Labels: s.opts.AgentLabels,
+		Token:  s.AgentToken, DataDir: dir, LocalAPIAddr: s.opts.AgentLocalAPI, Logger: s.opts.Logger.With("service", "executor")}
 	s.run(func(ctx context.Context) error { return executor.Run(ctx, cfg) })
 	return nil
 }

@@ -72,6 +72,16 @@ type Options struct {
 	// GUQuotas replaces the embedded quota service's GU quota check in
 	// admission (tests); nil uses the quota service.
 	GUQuotas admission.GUQuotas
+	// Pipeline configures the model-conversion pipeline (nil: the
+	// defaults: the stand-in stage programs, run by this binary).
+	Pipeline *scheduler.PipelineConfig
+	// PipelineCaps sets the caps of the pipeline's stage queues at start
+	// (stage name → most tasks running at once); stages left out keep
+	// their queue as it is.
+	PipelineCaps map[string]int
+	// AgentLabels are the local agent's labels (default: every pipeline
+	// pool, pool:onnx, pool:bie and pool:nef).
+	AgentLabels []string
 	// NoAdmission runs the scheduler without the quota service's
 	// admission: work with a queue or GPU requests is claimable at once
 	// (tests of other parts that play the GPU runner themselves).
@@ -198,6 +208,9 @@ func (o Options) withDefaults() Options {
 	if o.AgentSlots <= 0 {
 		o.AgentSlots = 4
 	}
+	if o.AgentLabels == nil {
+		o.AgentLabels = []string{"pool:onnx", "pool:bie", "pool:nef"}
+	}
 	return o
 }
 
@@ -321,9 +334,13 @@ func (s *Stack) startScheduler(ctx context.Context, objects objectstore.Store) (
 	if video == nil {
 		video = &scheduler.VideoConfig{}
 	}
+	pipeline := s.opts.Pipeline
+	if pipeline == nil {
+		pipeline = &scheduler.PipelineConfig{}
+	}
 	cfg := scheduler.ServerConfig{
 		Service: scheduler.Config{Kafka: s.kafkaConfig(), Objects: objects, Timing: s.opts.Timing, Video: video,
-			Now: s.opts.Now, Logger: s.opts.Logger, InternalToken: s.InternalToken},
+			Pipeline: pipeline, Now: s.opts.Now, Logger: s.opts.Logger, InternalToken: s.InternalToken},
 		DatabaseURL: s.Postgres, MaxConns: 48, Listen: "127.0.0.1:0",
 	}
 	if !s.opts.NoAdmission {
@@ -366,7 +383,7 @@ func (s *Stack) startQuota(ctx context.Context) error {
 	}
 	s.Quota, s.Admission, s.QuotaAddr = srv.Service, srv.Admission, srv.Addr()
 	s.run(srv.Run)
-	return nil
+	return s.setPipelineCaps(ctx)
 }
 
 // startConsumers runs the consumers service: the audit log (archived to

@@ -54,7 +54,8 @@ func byKind(all []*unstructured.Unstructured, kind string) map[string]*unstructu
 	return out
 }
 
-// The Kueue manifests are the seed's queues, and the jobs the deployed
+// The Kueue manifests are the documented queues (premium 8 GPUs, standard
+// 2, one cohort; deployments/README.md), and the jobs the deployed
 // backend renders are admissible there: every resource they request is
 // covered, and a premium (4 GPU) and a standard (2 GPU) job each fit their
 // queue's quota.
@@ -113,7 +114,7 @@ func TestKueueManifestsAdmitTheRenderedJobs(t *testing.T) {
 			quota[r["name"].(string)] = resource.MustParse(toString(r["nominalQuota"]))
 		}
 		if q := quota[gpuResource]; q.Value() != tc.quota {
-			t.Errorf("%s has %s GPUs, want %d (seed 000 §1.3)", tc.clusterQueue, q.String(), tc.quota)
+			t.Errorf("%s has %s GPUs, want %d", tc.clusterQueue, q.String(), tc.quota)
 		}
 
 		job, err := Render(videoTask("t-"+tc.queue, imageToVideo, tc.queue, tc.gpus), cfg)

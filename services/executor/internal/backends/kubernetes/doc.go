@@ -1,10 +1,11 @@
 // Package kubernetes is the executor's Kubernetes backend for video tasks
-// (seed 000 §1.2–§2): it claims video tasks through the lease API like an
-// agent, but instead of running a process it renders the seed's PyTorchJob
-// (an embedded template, pytorchjob.yaml) and submits it with client-go's
-// dynamic client. Kueue holds the job (spec.runPolicy.suspend and the
-// kueue.x-k8s.io/queue-name label) until its ClusterQueue has quota; the
-// training operator then runs it and the model uploads the video to S3.
+// (docs/executor.md#the-kubernetes-backend): it claims video tasks through
+// the lease API like an agent, but instead of running a process it renders
+// the model's PyTorchJob (an embedded template, pytorchjob.yaml) and
+// submits it with client-go's dynamic client. Kueue holds the job
+// (spec.runPolicy.suspend and the kueue.x-k8s.io/queue-name label) until
+// its ClusterQueue has quota; the training operator then runs it and the
+// model uploads the video to S3.
 //
 // The backend follows each job and maps its conditions to the lease API:
 //

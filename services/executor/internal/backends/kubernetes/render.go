@@ -18,7 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// jobTemplate is seed 000's PyTorchJob with placeholders.
+// jobTemplate is the model's reference PyTorchJob with placeholders
+// (testdata/reference-pytorchjob.yaml is the job it was made from).
 //
 //go:embed pytorchjob.yaml
 var jobTemplate []byte
@@ -53,7 +54,7 @@ type RenderConfig struct {
 	Namespace string
 	// AgentID labels the jobs of this backend.
 	AgentID string
-	// Image is the model server image (default the seed's).
+	// Image is the model server image (default the reference job's).
 	Image string
 	// S3Endpoint, S3Bucket and S3Secret are where the job uploads the video
 	// and the Secret holding S3_ACCESS_KEY / S3_SECRET_KEY.
@@ -67,7 +68,8 @@ type RenderConfig struct {
 	// carry; a queue not listed gets no class (Kueue's default priority).
 	PriorityClasses map[string]string
 	// GPUsPerReplica is the most GPUs one pod (Master or Worker) gets
-	// (default 2, the seed's); a task asking for more runs on Workers too.
+	// (default 2, as in the reference job); a task asking for more runs on
+	// Workers too.
 	GPUsPerReplica int
 }
 

@@ -187,16 +187,17 @@ func argAfter(args []any, flag string) string {
 	return ""
 }
 
-// The job of an image_to_video task on four GPUs is the seed's job: the
-// same documents, keys and flags, plus what Kueue and the backend need.
-func TestRenderKeepsTheSeedsStructure(t *testing.T) {
-	seedRaw, err := os.ReadFile(filepath.Join("testdata", "seed-pytorchjob.yaml"))
+// The job of an image_to_video task on four GPUs is the reference job the
+// model image is run with: the same documents, keys and flags, plus what
+// Kueue and the backend need.
+func TestRenderKeepsTheReferenceJobsStructure(t *testing.T) {
+	refRaw, err := os.ReadFile(filepath.Join("testdata", "reference-pytorchjob.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seed map[string]any
-	if err := yaml.Unmarshal(seedRaw, &seed); err != nil {
-		t.Fatalf("the seed's YAML does not parse: %v", err)
+	var ref map[string]any
+	if err := yaml.Unmarshal(refRaw, &ref); err != nil {
+		t.Fatalf("the reference job's YAML does not parse: %v", err)
 	}
 	job, err := Render(videoTask("86ecf553-d340-4e21-af6e-a0c6a421c010", imageToVideo, "premium", "4"), renderConfig())
 	if err != nil {
@@ -209,17 +210,17 @@ func TestRenderKeepsTheSeedsStructure(t *testing.T) {
 		"metadata.annotations." + TaskAnnotation, "metadata.annotations." + AttemptAnno,
 		"spec.runPolicy.suspend", "spec.runPolicy.ttlSecondsAfterFinished",
 	}
-	want := append(paths(seed, ""), added...)
+	want := append(paths(ref, ""), added...)
 	sort.Strings(want)
 	want = slices.Compact(want)
 	if got := paths(job.Object, ""); !slices.Equal(got, want) {
-		t.Errorf("key paths differ from the seed's:\n got %v\nwant %v", got, want)
+		t.Errorf("key paths differ from the reference job's:\n got %v\nwant %v", got, want)
 	}
 	for _, role := range []string{"Master", "Worker"} {
-		seedArgs := flags(seed, role)
+		refArgs := flags(ref, role)
 		gotArgs := flags(job.Object, role)
-		if want := append(seedArgs[:len(seedArgs):len(seedArgs)], "--base_seed"); !slices.Equal(sorted(gotArgs), sorted(want)) {
-			t.Errorf("%s flags %v, want the seed's %v and --base_seed", role, gotArgs, seedArgs)
+		if want := append(refArgs[:len(refArgs):len(refArgs)], "--base_seed"); !slices.Equal(sorted(gotArgs), sorted(want)) {
+			t.Errorf("%s flags %v, want the reference job's %v and --base_seed", role, gotArgs, refArgs)
 		}
 	}
 	if r, _, _ := unstructured.NestedInt64(job.Object, "spec", pytorchReplicas, "Worker", "replicas"); r != 1 {

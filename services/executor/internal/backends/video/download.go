@@ -13,7 +13,8 @@ import (
 )
 
 // imageDemuxers maps the detected content type of a first frame to the
-// ffmpeg demuxer that reads it: the formats seed 000 accepts.
+// ffmpeg demuxer that reads it: the formats the video API accepts
+// (docs/api/video.md#the-request).
 var imageDemuxers = map[string]string{
 	"image/jpeg": "jpeg_pipe",
 	"image/png":  "png_pipe",

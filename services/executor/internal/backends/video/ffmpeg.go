@@ -74,7 +74,8 @@ func filter(name string, opts ...[2]string) string {
 func opt(k, v string) [2]string { return [2]string{k, v} }
 func num(n int) string          { return strconv.Itoa(n) }
 
-// palette picks the title card's two gradient colours from the seed: a hue
+// palette picks the title card's two gradient colours from the request's
+// seed: a hue
 // that walks the colour wheel by the golden angle from seed to seed, dark
 // enough for white text.
 func palette(seed int64) (c0, c1 string) {

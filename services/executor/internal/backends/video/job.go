@@ -1,12 +1,13 @@
 // Package video is the executor's stand-in for a video-generation model on
-// machines without a GPU model server: it turns a video task (seed 000
-// §1.1.2, taskv1.VideoParams) into a real H.264 MP4 with ffmpeg.
+// machines without a GPU model server: it turns a video task
+// (taskv1.VideoParams, docs/api/video.md#the-video-task) into a real H.264
+// MP4 with ffmpeg.
 //
 //   - image_to_video: the first frame is the task's input image, downloaded
 //     from its signed URL (size cap, timeout, format check), scaled to cover
 //     the requested size, then a slow zoom toward the centre.
 //   - text_to_video: a title card with the prompt, wrapped to the frame, on
-//     a slowly turning gradient whose colours follow the seed.
+//     a slowly turning gradient whose colours follow the request's seed.
 //   - watermark: "AI生成" bottom-right, in a CJK-capable font when the
 //     machine has one.
 //
@@ -54,7 +55,8 @@ const (
 	DefaultFPS          = 16 // Wan2.2's native rate: 81 frames ≈ 5 s
 	DefaultImageLimit   = 10 << 20
 	DefaultImageTimeout = 60 * time.Second
-	// Watermark is the text seed 000 prescribes for the mark.
+	// Watermark is the text the video API prescribes for the mark
+	// (docs/api/video.md#the-request).
 	Watermark = "AI生成"
 	// FallbackWatermark is drawn instead when no CJK-capable font exists:
 	// legible Latin text rather than boxes.

@@ -1,5 +1,5 @@
-// Package kubernetes is the cluster operator that writes the seed's MFS
-// custom resources (MFSRayCluster, MFSWorkGroup of group mfs.taskmesh.io,
+// Package kubernetes is the cluster operator that writes the MFS custom
+// resources (MFSRayCluster, MFSWorkGroup of group mfs.taskmesh.io,
 // deployments/kubernetes/50-mfs-crds.yaml) with client-go's dynamic client
 // and reads the status the in-cluster MFS operator reports on them; Watch
 // wakes the process manager when a resource changes.

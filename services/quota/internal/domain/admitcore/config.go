@@ -109,6 +109,9 @@ type Preemption struct {
 // validate checks everything New and Reconfigure refuse, returning the
 // first problem found (in config order, so the error is deterministic).
 func (c Config) validate() error {
+	// Names first, then references: a parent or cohort may be named before
+	// it is defined, so every name must be known before any reference is
+	// checked.
 	cohorts := make(map[string]*Cohort, len(c.Cohorts))
 	for i := range c.Cohorts {
 		ch := &c.Cohorts[i]
@@ -127,6 +130,8 @@ func (c Config) validate() error {
 				return &ConfigError{Kind: "Cohort", Name: ch.Name, Field: "parent", Err: fmt.Errorf("%w %q", ErrUnknownCohort, ch.Parent)}
 			}
 		}
+		// A root cohort has nobody to borrow from or lend to, so limits on
+		// it are refused like those of a queue without a cohort.
 		if err := validateGroups(ch.ResourceGroups, ch.Parent != ""); err != nil {
 			return &ConfigError{Kind: "Cohort", Name: ch.Name, Field: err.field, Err: err.err}
 		}
@@ -155,6 +160,8 @@ func (c Config) validate() error {
 				return &ConfigError{Kind: "ClusterQueue", Name: cq.Name, Field: "cohort", Err: fmt.Errorf("%w %q", ErrUnknownCohort, cq.Cohort)}
 			}
 		}
+		// Unknown strategies and policies are errors, not defaults: a
+		// misspelt "LowerPriorty" must not silently mean Never.
 		switch cq.QueueingStrategy {
 		case "", StrictFIFO, BestEffortFIFO:
 		default:
@@ -170,6 +177,8 @@ func (c Config) validate() error {
 		default:
 			return &ConfigError{Kind: "ClusterQueue", Name: cq.Name, Field: "preemption.reclaimWithinCohort", Err: fmt.Errorf("%w: %q", ErrInvalidPolicy, cq.Preemption.ReclaimWithinCohort)}
 		}
+		// A negative gap would let a workload preempt one of higher
+		// priority.
 		if cq.Preemption.MinPriorityGap < 0 {
 			return &ConfigError{Kind: "ClusterQueue", Name: cq.Name, Field: "preemption.minPriorityGap", Err: fmt.Errorf("%w: negative gap %d", ErrInvalidPolicy, cq.Preemption.MinPriorityGap)}
 		}
@@ -200,6 +209,8 @@ func validateGroups(groups []ResourceGroup, hasCohort bool) *fieldError {
 			if r == "" {
 				return &fieldError{fmt.Sprintf("%s.coveredResources[%d]", gf, ri), ErrEmptyName}
 			}
+			// A resource in two groups would have two flavors, and be
+			// charged twice.
 			if covered[r] {
 				return &fieldError{fmt.Sprintf("%s.coveredResources[%d]", gf, ri), fmt.Errorf("%w: resource %q covered twice", ErrInvalidResourceGroup, r)}
 			}
@@ -213,6 +224,8 @@ func validateGroups(groups []ResourceGroup, hasCohort bool) *fieldError {
 			if f.Name == "" {
 				return &fieldError{ff + ".name", ErrEmptyName}
 			}
+			// A flavor in two groups would charge one flavor/resource pair
+			// from two places.
 			if flavors[f.Name] {
 				return &fieldError{ff + ".name", fmt.Errorf("%w: flavor %q used twice", ErrInvalidResourceGroup, f.Name)}
 			}
@@ -221,11 +234,15 @@ func validateGroups(groups []ResourceGroup, hasCohort bool) *fieldError {
 			for i, rq := range f.Resources {
 				names[i] = rq.Name
 			}
+			// In the group's order, with nothing missing: the state resolves
+			// a flavor's quota for a resource by its position in the group.
 			if !slices.Equal(names, g.CoveredResources) {
 				return &fieldError{ff + ".resources", fmt.Errorf("%w: flavor %q lists %v, want %v", ErrInvalidResourceGroup, f.Name, names, g.CoveredResources)}
 			}
 			for ri, rq := range f.Resources {
 				rf := fmt.Sprintf("%s.resources[%d]", ff, ri)
+				// Bounded so that sums over a whole tree stay far from
+				// int64's limit.
 				if rq.NominalQuota < 0 || rq.NominalQuota > MaxQuantity {
 					return &fieldError{rf + ".nominalQuota", fmt.Errorf("%w: %d", ErrInvalidQuantity, rq.NominalQuota)}
 				}

@@ -65,6 +65,8 @@ func (s *State) Explain(id string) (Explanation, error) {
 	e := Explanation{ID: id, ClusterQueue: w.ClusterQueue, Position: -1}
 	q := s.queues[w.ClusterQueue]
 	if w.admitted {
+		// A copy: the caller may keep or change the explanation without
+		// touching the state.
 		e.Flavors = make(map[string]string, len(w.flavors))
 		for r, f := range w.flavors {
 			e.Flavors[r] = f
@@ -87,8 +89,12 @@ func (s *State) Explain(id string) (Explanation, error) {
 		return e, nil
 	}
 	n := q.node
+	// Against the facts, not a simulation: an explanation says why the
+	// workload waits now, and never moves a memo or cache (no availCache).
 	a := s.assign(n, w, s.usage, nil, &e.Shortages)
 	switch {
+	// Under StrictFIFO what blocks a workload behind the head is the head,
+	// whatever the workload's own fit; saying "fits" would be misleading.
 	case n.cq.spec.QueueingStrategy == StrictFIFO && e.Position > 0 &&
 		s.assign(n, q.pending[0], s.usage, nil, nil).mode != modeFit:
 		e.Reason, e.BlockedBy = ReasonBlockedByHead, q.pending[0].ID
@@ -98,6 +104,8 @@ func (s *State) Explain(id string) (Explanation, error) {
 		e.Reason = ReasonFits
 		e.Message = fmt.Sprintf("position %d in %s: fits now", e.Position, w.ClusterQueue)
 		return e, nil
+	// A preemptor with victims still stopping: its room is being made,
+	// nothing else to do.
 	case len(w.victims) > 0:
 		e.Reason, e.WaitingFor = ReasonWaitingForVictims, append([]string(nil), w.victims...)
 		e.Message = fmt.Sprintf("waiting for %s to be evicted", strings.Join(w.victims, ", "))
@@ -108,6 +116,8 @@ func (s *State) Explain(id string) (Explanation, error) {
 		e.Reason = ReasonInsufficientQuota
 	}
 	parts := make([]string, 0, len(e.Shortages))
+	// Every flavor that was tried, so an operator sees both what is short
+	// and where borrowing could come from.
 	for _, sh := range e.Shortages {
 		if sh.Flavor == "" {
 			parts = append(parts, fmt.Sprintf("%s: no quota in %s", sh.Resource, w.ClusterQueue))
@@ -182,12 +192,16 @@ func (s *State) CohortUsage(name string) (Usage, error) {
 
 func (s *State) usageOf(n *node) Usage {
 	u := Usage{Name: n.name}
+	// A cohort counts the workloads of every ClusterQueue below it, so its
+	// picture matches the usage it aggregates.
 	s.eachQueue(n, func(c *node) {
 		q := s.queues[c.name]
 		u.Pending += len(q.pending)
 		u.Admitted += len(q.admitted)
 	})
 	for fr, k := range s.frs {
+		// Only the pairs the node has quota for, configures or uses: every
+		// pair of the whole configuration would drown the few that matter.
 		if !s.covers(n, k) {
 			continue
 		}
@@ -205,6 +219,10 @@ func (s *State) usageOf(n *node) Usage {
 			ru.LendingLimit = new(l)
 		}
 		if p := n.parent; p != nil {
+			// What the node could lend and does not use, capped by what its
+			// siblings borrow beyond their own: quota lent is quota someone
+			// else uses. With several possible lenders this is an upper
+			// bound for each (see Lent).
 			lendable := max(0, n.subtree[fr]-n.local[fr]-n.contribution(s.usage, fr))
 			others := int64(0)
 			for _, sib := range append(append([]*node(nil), p.cohorts...), p.queues...) {
@@ -223,6 +241,8 @@ func (s *State) usageOf(n *node) Usage {
 // or uses it.
 func (s *State) covers(n *node, k frKey) bool {
 	fr := s.frIndex[k]
+	// A pair configured with a quota of 0 still counts: it says that the
+	// node offers the flavor and lends nothing of it.
 	return n.subtree[fr] != 0 || n.nominal[fr] != 0 || s.usage[n.off+fr] != 0 || s.configures(n, k)
 }
 

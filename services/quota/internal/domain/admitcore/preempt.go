@@ -31,6 +31,9 @@ type candidate struct {
 // returning.
 func (s *State) targets(cy *cycle, n *node, p *workload, a assignment) []*workload {
 	need := a.need
+	// The search runs on the cycle's simulated usage, never on the state's:
+	// what Schedule already decided in this call counts, and nothing here is
+	// a fact until the caller records it.
 	sim := cy.sim
 	uses := func(w *workload) bool {
 		for _, r := range w.assignment {
@@ -53,6 +56,9 @@ func (s *State) targets(cy *cycle, n *node, p *workload, a assignment) []*worklo
 				}
 				continue
 			}
+			// A workload chosen for another preemptor in this call is as
+			// good as gone; one that holds nothing the preemptor needs would
+			// free nothing useful.
 			if cy.chosen[w.ID] || !uses(w) {
 				continue
 			}
@@ -69,6 +75,9 @@ func (s *State) targets(cy *cycle, n *node, p *workload, a assignment) []*worklo
 		add(n, spec.WithinClusterQueue, true)
 	}
 	if n.parent != nil && spec.ReclaimWithinCohort != "" && spec.ReclaimWithinCohort != Never {
+		// Reclaiming takes back only what others borrowed: a queue within
+		// its nominal quota in every needed pair keeps its workloads,
+		// whatever their priority.
 		s.eachQueue(n.root, func(o *node) {
 			if o != n && !o.withinNominal(sim, need) {
 				add(o, spec.ReclaimWithinCohort, false)
@@ -78,6 +87,9 @@ func (s *State) targets(cy *cycle, n *node, p *workload, a assignment) []*worklo
 	if len(cands) == 0 {
 		return nil
 	}
+	// The shortfall in each needed pair, against what every candidate
+	// together could free: when even that is not enough, no subset is, and
+	// the search below would be wasted.
 	for i, fr := range need {
 		var q int64
 		for _, r := range a.frs {
@@ -89,6 +101,8 @@ func (s *State) targets(cy *cycle, n *node, p *workload, a assignment) []*worklo
 			return nil
 		}
 	}
+	// Other queues' borrowers first: taking back lent quota comes before
+	// evicting the preemptor's own queue-mates.
 	slices.SortStableFunc(cands, func(x, y candidate) int {
 		if x.own != y.own {
 			if x.own {
@@ -99,6 +113,10 @@ func (s *State) targets(cy *cycle, n *node, p *workload, a assignment) []*worklo
 		return victimOrder(x.w, y.w)
 	})
 	own := slices.DeleteFunc(slices.Clone(cands), func(c candidate) bool { return !c.own })
+	// Two passes, as in Kueue: first every candidate (others' borrowers
+	// first) with the preemptor held within its own quota; failing that, its
+	// own queue only, letting it borrow. With only its own queue to take
+	// from, the second pass is all there is.
 	if len(own) == len(cands) {
 		return minimalPreemptions(n, a, sim, need, cands, true)
 	}
@@ -117,6 +135,8 @@ func victimOrder(x, y *workload) int {
 	if c := cmp.Compare(y.admitSeq, x.admitSeq); c != 0 {
 		return c
 	}
+	// The id breaks ties, so the order is total and victims are chosen the
+	// same way on every replica and every replay.
 	return cmp.Compare(x.ID, y.ID)
 }
 
@@ -127,6 +147,8 @@ func (cy *cycle) pool(s *State, n *node) []*workload {
 }
 
 func (q *queue) addVictim(w *workload) {
+	// Kept sorted as facts arrive, so a preemption search never sorts a
+	// queue's admitted workloads.
 	i, _ := slices.BinarySearchFunc(q.victims, w, victimOrder)
 	q.victims = slices.Insert(q.victims, i, w)
 }
@@ -156,6 +178,9 @@ func allowedVictim(policy PreemptionPolicy, gap int, p, v *workload) bool {
 	case LowerPriority:
 		return lower
 	case LowerOrNewerEqualPriority:
+		// An equal priority is evictable only by an older preemptor, and
+		// never under a gap rule: a gap of n means "n levels lower", which
+		// equal priority is not.
 		return lower || (gap == 0 && v.Priority == p.Priority && p.Created.Before(v.Created))
 	}
 	return false
@@ -171,6 +196,8 @@ func minimalPreemptions(n *node, a assignment, sim []int64, need []int, cands []
 			// That queue no longer borrows: nothing to reclaim from it.
 			continue
 		}
+		// Greedily, in candidate order: the first prefix that makes room is
+		// an upper bound on the victims.
 		unchargeSim(c, sim, -1)
 		victims = append(victims, c)
 		if fitsIn(n, a, sim, allowBorrow) {
@@ -184,6 +211,9 @@ func minimalPreemptions(n *node, a assignment, sim []int64, need []int, cands []
 		}
 		return nil
 	}
+	// Put back every victim the preemptor fits without, newest choice first;
+	// the last one stays, since without it the preemptor did not fit. Fewer
+	// victims means less work lost.
 	for i := len(victims) - 2; i >= 0; i-- {
 		unchargeSim(victims[i], sim, 1)
 		if fitsIn(n, a, sim, allowBorrow) {
@@ -210,6 +240,9 @@ func unchargeSim(c candidate, sim []int64, sign int64) {
 // must also stay within n's own quota.
 func fitsIn(n *node, a assignment, sim []int64, allowBorrow bool) bool {
 	for _, r := range a.frs {
+		// Without borrowing, the queue's own usage plus the request must
+		// stay within what its subtree owns; with it, only the tree's
+		// availability counts (below).
 		if !allowBorrow && sim[n.off+r.fr]+r.qty > n.subtree[r.fr] {
 			return false
 		}
@@ -259,6 +292,8 @@ func (p *prioSums) atMost(thr int64) int64 {
 // evicted hold of fr, for a ClusterQueue or, given a root, for every
 // ClusterQueue below it; kept until the tree changes.
 func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
+	// Valid until anything in the tree changes (changeGen): admissions,
+	// evictions and chosen victims all move it.
 	if c := &s.sums[n.off+fr]; c.sums != nil && c.gen == n.root.changeGen {
 		return c.sums
 	}
@@ -267,6 +302,8 @@ func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
 		ws = cy.pool(s, n)
 	} else {
 		s.eachQueue(n, func(o *node) { ws = append(ws, cy.pool(s, o)...) })
+		// Each queue's pool is in priority order, but their concatenation is
+		// not; the cumulative sums below need one order.
 		slices.SortFunc(ws, func(x, y *workload) int { return cmp.Compare(x.Priority, y.Priority) })
 	}
 	p := &prioSums{}
@@ -276,6 +313,8 @@ func (cy *cycle) sums(s *State, n *node, fr int) *prioSums {
 			if r.fr != fr {
 				continue
 			}
+			// Saturating: a sum of many large requests must not wrap around
+			// and make a shortfall look coverable.
 			total = satAdd(total, r.qty)
 			if l := len(p.prio); l > 0 && p.prio[l-1] == w.Priority {
 				p.sum[l-1] = total
@@ -323,6 +362,8 @@ func (cy *cycle) freeable(s *State, n *node, prio int, fr int) int64 {
 	}
 	if n.parent != nil {
 		if thr, ok := victimThreshold(spec.ReclaimWithinCohort, spec.MinPriorityGap, prio); ok {
+			// The whole tree minus the preemptor's own queue, which its own
+			// policy already counted.
 			total = satAdd(total, cy.sums(s, n.root, fr).atMost(thr)-own.atMost(thr))
 		}
 	}

@@ -66,6 +66,9 @@ type reqGroup struct {
 }
 
 func (s *State) compile(n *node, w *workload) *compiledReq {
+	// Cached per ClusterQueue node: a workload is looked at in every cycle,
+	// but its requests need resolving again only when a new configuration
+	// rebuilt its node.
 	if w.compiledFor == n {
 		return w.compiled
 	}
@@ -74,6 +77,9 @@ func (s *State) compile(n *node, w *workload) *compiledReq {
 	for _, r := range w.reqs {
 		gi, ok := n.cq.resGroup[r.res]
 		if !ok {
+			// A resource the queue has no quota for can never be admitted
+			// there, whatever happens to usage: kept apart so assign can say
+			// so at once (permanent).
 			c.uncovered = append(c.uncovered, r)
 			continue
 		}
@@ -148,12 +154,17 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 		if cache != nil {
 			blocked = cache.blocked[:0]
 		}
+		// Flavors in configuration order: the first where everything fits
+		// wins outright, so the order in the ClusterQueue is the order of
+		// preference, as in Kueue.
 		for fi := range g.flavors {
 			fo := &g.flavors[fi]
 			mode, borrow := modeFit, false
 			for k, idx := range rg.idx {
 				fr, q := fo.frs[idx], rg.qty[k]
 				avail := cache.get(n, u, fr)
+				// Fits, possibly by borrowing from the cohort; whether it
+				// borrows decides its rank among the cycle's heads.
 				if q <= avail {
 					borrow = borrow || n.borrowingWith(u, fr, q)
 					continue
@@ -166,6 +177,9 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 						Nominal: n.nominal[fr], Borrowable: max(0, avail-own),
 					})
 				}
+				// Preemption can only help if the request fits what the
+				// queue could have with nothing else admitted; beyond that
+				// no set of victims is ever enough.
 				if n.cq.canPreempt && q <= n.potentialAvailable(fr) {
 					mode = max(mode, modePreempt)
 				} else {
@@ -180,6 +194,8 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 				best, bestF = modePreempt, fi
 			}
 		}
+		// One group that fits in no flavor fails the workload: all of its
+		// groups are needed at once.
 		if best == modeNoFit {
 			if cache != nil {
 				cache.blocked = blocked
@@ -205,6 +221,8 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 			fr, q := fo.frs[idx], rg.qty[k]
 			a.frs = append(a.frs, frQty{fr, q})
 			a.res = append(a.res, rg.res[k])
+			// need lists only the pairs short now: what victims must free.
+			// The rest fits as it is.
 			if best == modePreempt && q > cache.get(n, u, fr) {
 				a.need = append(a.need, fr)
 			}
@@ -259,6 +277,8 @@ func memoized(s *State, cy *cycle, n *node, m *noFitMemo) bool {
 	if m.config != r.configGen || m.config == 0 {
 		return false
 	}
+	// A resource with no quota in the queue stays so until the configuration
+	// changes, which the check above covers.
 	if m.permanent {
 		return true
 	}
@@ -429,6 +449,9 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	n := c.q.node
 	root := n.root
 	q := c.q
+	// The whole queue is known to hold nothing that fits or can preempt:
+	// skip it without looking at one workload. Only BestEffortFIFO queues
+	// are summarised; a StrictFIFO queue stops at its first workload anyway.
 	if c.pos == 0 && !c.strict && q.memoValid(cy, n) {
 		c.blocked = true
 		return entry{}, false
@@ -442,6 +465,8 @@ func (s *State) nominate(cy *cycle, c *cursor) (entry, bool) {
 	}
 	for c.pos < len(q.pending) {
 		w := q.pending[c.pos]
+		// clean: this call has not changed the tree's usage yet, so what is
+		// found now holds for the facts too and may be kept for later calls.
 		clean := cy.ver[root.idx] == 0
 		m := &q.memos[c.pos]
 		if memoized(s, cy, n, m) {
@@ -545,6 +570,9 @@ func (cy *cycle) charge(n *node, frs []frQty) {
 	for _, r := range frs {
 		n.addUsage(cy.sim, r.fr, r.qty)
 	}
+	// The simulation no longer matches the facts in this tree: what is found
+	// from here on may not be memoized (clean), and cached availability is
+	// stale.
 	cy.ver[n.root.idx]++
 	cy.avail.epoch++
 }
@@ -575,11 +603,16 @@ func (s *State) Schedule(now time.Time, max int) []Decision {
 	if max <= 0 {
 		return nil
 	}
+	// Decisions are simulated on a copy of the usage: the facts change only
+	// when the caller applies the decisions, and a call whose decisions are
+	// never recorded leaves no trace.
 	cy := &cycle{
 		sim: slices.Clone(s.usage), ver: make([]int, len(s.nodes)), chosen: map[string]bool{},
 		avail: availCache{epoch: 1, stamp: make([]uint32, len(s.usage)), val: make([]int64, len(s.usage))},
 	}
 	var cursors []*cursor
+	// Queues in name order: the same facts give the same decisions on every
+	// replica and in every replay.
 	for _, name := range slices.Sorted(maps.Keys(s.queues)) {
 		q := s.queues[name]
 		if q.node != nil && len(q.pending) > 0 {
@@ -629,10 +662,17 @@ func (s *State) Schedule(now time.Time, max int) []Decision {
 				cy.charge(n, e.a.frs)
 				e.c.blocked = true
 			case e.a.mode == modePreempt:
+				// A preemptor's victims come in one call or not at all: part
+				// of a set frees too little, and those victims would stop
+				// for nothing. The first decision of a call may exceed max,
+				// so a preemptor with many victims is never starved.
 				if len(out) > 0 && len(out)+len(e.targets) > max {
 					return out
 				}
 				for _, v := range e.targets {
+					// Chosen victims are off limits to later preemptors of
+					// this call, and their usage stays charged: it is
+					// released only once the victim has stopped (Evict).
 					cy.chosen[v.ID] = true
 					out = append(out, Decision{Kind: DecidePreempt, At: now, Victim: v.ID, Preemptor: e.w.ID})
 				}

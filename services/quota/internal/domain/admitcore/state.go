@@ -163,6 +163,9 @@ func (s *State) build(cfg Config) {
 	s.cfg = cfg
 	s.frIndex = map[frKey]int{}
 	s.frs = s.frs[:0]
+	// Every flavor/resource pair gets a dense index: usage, quotas and
+	// limits are flat slices indexed by node offset plus pair, which keeps
+	// Schedule's inner loops free of map lookups.
 	addFR := func(k frKey) int {
 		if i, ok := s.frIndex[k]; ok {
 			return i
@@ -202,6 +205,9 @@ func (s *State) build(cfg Config) {
 	}
 	numFR := len(s.frs)
 
+	// Cohorts and ClusterQueues are all nodes of quota trees: a cohort's
+	// node holds its own quota, a ClusterQueue's its nominal quota, and what
+	// each may lend and borrow is computed along the tree (computeQuotas).
 	s.nodes = s.nodes[:0]
 	s.cohorts = make(map[string]*node, len(cfg.Cohorts))
 	newNode := func(name string, groups []ResourceGroup) *node {
@@ -214,6 +220,8 @@ func (s *State) build(cfg Config) {
 			lendLimit:   make([]int64, numFR),
 		}
 		for fr := range numFR {
+			// -1 is no limit, like an absent borrowingLimit or lendingLimit
+			// in Kueue.
 			n.borrowLimit[fr], n.lendLimit[fr] = -1, -1
 		}
 		for _, g := range groups {
@@ -243,6 +251,8 @@ func (s *State) build(cfg Config) {
 			p.cohorts = append(p.cohorts, n)
 		}
 	}
+	// Queues outlive the configuration: a queue whose ClusterQueue is gone
+	// keeps its pending workloads, with no node, until it returns.
 	for _, q := range s.queues {
 		q.node = nil
 	}
@@ -256,6 +266,9 @@ func (s *State) build(cfg Config) {
 		s.queue(spec.Name).node = n
 	}
 	for _, n := range s.nodes {
+		// Every node knows its root: a change anywhere in a tree is recorded
+		// once, on the root's generations, which is what memos and caches
+		// compare against.
 		r := n
 		for r.parent != nil {
 			r = r.parent
@@ -264,11 +277,16 @@ func (s *State) build(cfg Config) {
 	}
 	for _, n := range s.nodes {
 		if n.parent == nil {
+			// A new configuration is a change for every tree: fresh
+			// generations invalidate every memo and cache made under the old
+			// one.
 			n.computeQuotas(numFR)
 			s.gen++
 			n.configGen, n.changeGen = s.gen, s.gen
 		}
 	}
+	// Usage is recomputed from the admitted workloads rather than carried
+	// over: node offsets and pair indexes may all have moved.
 	s.usage = make([]int64, len(s.nodes)*numFR)
 	s.sums = make([]sumsCache, len(s.usage))
 	for _, id := range ids {
@@ -302,6 +320,8 @@ func newClusterQueue(spec ClusterQueue, frIndex map[frKey]int) *clusterQueue {
 		cq.groups = append(cq.groups, cg)
 	}
 	p := spec.Preemption
+	// Reclaiming within a cohort needs a cohort; a queue that may preempt in
+	// no way skips the preemption search altogether.
 	cq.canPreempt = (p.WithinClusterQueue != "" && p.WithinClusterQueue != Never) ||
 		(spec.Cohort != "" && p.ReclaimWithinCohort != "" && p.ReclaimWithinCohort != Never)
 	return cq
@@ -327,6 +347,8 @@ func (s *State) charge(n *node, a []frQty, sign int64) {
 		n.addUsage(s.usage, r.fr, sign*r.qty)
 	}
 	s.gen++
+	// A usage change anywhere in a tree may change what fits anywhere in it
+	// (borrowing crosses queues), so the whole tree's memos go stale.
 	n.root.changeGen = s.gen
 
 }
@@ -339,13 +361,20 @@ func queueLess(a, b *workload) int {
 	if c := a.Created.Compare(b.Created); c != 0 {
 		return c
 	}
+	// The id breaks ties so the order is total: binary search finds a
+	// workload's own position, and a replay orders every queue exactly as
+	// before.
 	return cmp.Compare(a.ID, b.ID)
 }
 
 func (q *queue) insert(w *workload) {
 	i, _ := slices.BinarySearchFunc(q.pending, w, queueLess)
 	q.pending = slices.Insert(q.pending, i, w)
+	// memos runs parallel to pending; a new workload has not been evaluated
+	// yet.
 	q.memos = slices.Insert(q.memos, i, noFitMemo{})
+	// seq tells Schedule's queue memo that a workload arrived since it last
+	// looked.
 	q.seq++
 }
 
@@ -375,6 +404,8 @@ func (s *State) Enqueue(w Workload) error {
 		if r == "" || q < 0 || q > MaxQuantity {
 			return fmt.Errorf("%w: %s: request %q = %d", ErrInvalidWorkload, w.ID, r, q)
 		}
+		// Zero requests take no quota and need no flavor: dropped here once
+		// rather than skipped everywhere.
 		if q > 0 {
 			reqs = append(reqs, resQty{r, q})
 		}
@@ -383,10 +414,17 @@ func (s *State) Enqueue(w Workload) error {
 		return fmt.Errorf("%w: %s", ErrDuplicate, w.ID)
 	}
 	q := s.queues[w.ClusterQueue]
+	// Only into a configured ClusterQueue, so a workload is admissible in
+	// principle when it arrives; once queued it survives the queue's removal
+	// (Reconfigure).
 	if q == nil || q.node == nil {
 		return fmt.Errorf("%w: %s", ErrUnknownQueue, w.ClusterQueue)
 	}
+	// Sorted by resource: assignments, charges and explanations list
+	// resources in one stable order.
 	slices.SortFunc(reqs, func(a, b resQty) int { return cmp.Compare(a.res, b.res) })
+	// The caller's map is not kept: the state must not change when the
+	// caller reuses it.
 	w.Requests = maps.Clone(w.Requests)
 	rec := &workload{Workload: w, reqs: reqs}
 	s.workloads[w.ID] = rec
@@ -411,6 +449,9 @@ func (s *State) Admit(id string, a Assignment) error {
 	if q.node == nil {
 		return fmt.Errorf("%w: %s", ErrUnknownQueue, w.ClusterQueue)
 	}
+	// A decision is checked again rather than trusted: it is persisted and
+	// applied as a fact, possibly after the configuration or the usage
+	// changed.
 	frs, err := s.resolve(q.node.cq, w, a)
 	if err != nil {
 		return err
@@ -461,11 +502,16 @@ func (s *State) resolve(cq *clusterQueue, w *workload, a Assignment) ([]frQty, e
 		if !ok {
 			return nil, fmt.Errorf("%w: %s: cluster queue %s has no quota for %s", ErrInvalidAssignment, w.ID, cq.spec.Name, r.res)
 		}
+		// The resources of one group are charged to one flavor together, as
+		// in Kueue: GPUs and the memory that comes with them on the same
+		// kind of node.
 		if prev, seen := groupFlavor[gi]; seen && prev != f {
 			return nil, fmt.Errorf("%w: %s: flavors %s and %s in one resource group", ErrInvalidAssignment, w.ID, prev, f)
 		}
 		groupFlavor[gi] = f
 		fr, ok := s.frIndex[frKey{f, r.res}]
+		// The pair may exist in the configuration (another queue offers it)
+		// without this queue offering it.
 		offered := false
 		for _, fo := range cq.groups[gi].flavors {
 			offered = offered || fo.name == f
@@ -500,6 +546,8 @@ func (s *State) Preempt(victim, preemptor string) error {
 	if p.admitted {
 		return fmt.Errorf("%w: preemptor %s", ErrNotPending, preemptor)
 	}
+	// A victim being evicted is no candidate for another preemptor: two
+	// preemptors must never count the same resources as freed.
 	s.queues[v.ClusterQueue].dropVictim(v)
 	v.evicting, v.evictingFor = true, preemptor
 	p.victims = append(p.victims, victim)
@@ -511,6 +559,8 @@ func (s *State) Preempt(victim, preemptor string) error {
 		}
 	}
 	s.gen++
+	// Choosing a victim changes no usage, but it changes who can still be
+	// preempted in the tree: memoized "cannot preempt" answers go stale.
 	s.queues[v.ClusterQueue].touch(s.gen)
 	return nil
 }
@@ -535,6 +585,8 @@ func (s *State) Evict(id string) error {
 		return fmt.Errorf("%w: %s", ErrNotAdmitted, id)
 	}
 	s.release(w)
+	// Back into its queue in admission order: an evicted workload keeps its
+	// priority and creation time, and so its place.
 	s.queues[w.ClusterQueue].insert(w)
 	return nil
 }
@@ -550,6 +602,9 @@ func (s *State) Remove(id string) error {
 	if w.admitted {
 		s.release(w)
 	} else {
+		// A pending workload frees no quota when it leaves, but a leaving
+		// preemptor gives up its claim on its victims and the queue's head
+		// may change: the tree's memos go stale.
 		q.drop(w)
 		s.stopWaiting(w)
 		s.gen++
@@ -564,11 +619,14 @@ func (s *State) release(w *workload) {
 	q := s.queues[w.ClusterQueue]
 	s.charge(q.node, w.assignment, -1)
 	delete(q.admitted, w.ID)
+	// A workload being evicted left the victim list when it was chosen.
 	if !w.evicting {
 		q.dropVictim(w)
 	}
 	w.admitted, w.assignment, w.flavors = false, nil, nil
 	if w.evicting {
+		// Its preemptor waits for one victim fewer; once it waits for none
+		// it may be admitted.
 		if p := s.workloads[w.evictingFor]; p != nil {
 			p.victims = slices.DeleteFunc(p.victims, func(v string) bool { return v == w.ID })
 		}

@@ -13,6 +13,8 @@ import (
 // ZeroState returns the state of an aggregate that has no event yet. An
 // aggregate id of no known type is an error.
 func ZeroState(aggregate string) (any, error) {
+	// The type is the id's prefix (tenant/…, quota/…), as TenantAggregate,
+	// QuotaAggregate and the others build it.
 	typ, _, _ := strings.Cut(aggregate, "/")
 	switch typ {
 	case "tenant":
@@ -62,5 +64,7 @@ func Fold(state any, e Event) any {
 	case WorkGroup:
 		return x.Apply(e)
 	}
+	// Only what ZeroState or Fold returned comes here; anything else is
+	// passed back untouched rather than guessed at.
 	return state
 }

@@ -25,6 +25,8 @@ var (
 )
 
 // InvalidError names the field that is wrong; errors.Is(err, ErrInvalid).
+// The field is the request's (spec.children[1].min_units), so a client
+// learns which part of a nested tree to fix.
 type InvalidError struct {
 	Field  string
 	Reason string

@@ -14,7 +14,10 @@ type Event struct {
 	Data      any
 }
 
-// Aggregate ids.
+// Aggregate ids. A Ray cluster is one per ⟨tenant, cluster⟩ and a
+// WorkGroup one per quota, so their ids are made from those: a second
+// request for the same one lands on the same aggregate, and the event
+// store's version check turns a race between two into a conflict.
 func TenantAggregate(id string) string           { return "tenant/" + id }
 func ClusterAggregate(name string) string        { return "cluster/" + name }
 func QuotaAggregate(id string) string            { return "quota/" + id }

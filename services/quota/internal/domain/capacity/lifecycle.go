@@ -43,9 +43,14 @@ func UpdateQuota(st UpdateState, min, max int64) ([]Event, error) {
 	case min > max:
 		return nil, invalid("min_units", "%d exceeds max_units %d", min, max)
 	}
+	// A change must reach the WorkGroup as a new generation; without its
+	// resource (being deleted, or gone) it could not, so the update is
+	// refused rather than recorded and lost.
 	if st.Anchor.Exists() && !st.AnchorWorkGroup.ResourceExists() {
 		return nil, conflict("the WorkGroup of quota %s does not exist (%s)", st.Anchor.ID, orNone(st.AnchorWorkGroup.Status))
 	}
+	// The production rules, for the new limits: within the parent, and
+	// (below) still covering the children.
 	if q.Level > 1 {
 		if max > st.Parent.Max {
 			return nil, invalid("max_units", "%d exceeds the parent's max_units %d", max, st.Parent.Max)
@@ -77,11 +82,16 @@ func UpdateQuota(st UpdateState, min, max int64) ([]Event, error) {
 	if sum > min {
 		return nil, invalid("min_units", "the children hold %d min_units", sum)
 	}
+	// Unchanged limits record nothing, so a repeated request does not apply
+	// the WorkGroup again.
 	if min == q.Min && max == q.Max {
 		return nil, nil
 	}
 	ev := func(agg string, d any) Event { return Event{Aggregate: agg, TenantID: q.TenantID, At: st.Now, Data: d} }
 	var out []Event
+	// Only a GU root's min_units is backed by inventory: raising it needs
+	// free GPUs (31003 otherwise); lowering it gives the difference back at
+	// once.
 	if q.Level == 1 && q.Kind == KindGU && min != q.Min {
 		if d := min - q.Min; d > 0 {
 			if free := st.Cluster.Inventory[q.MachineType].Available(); free < d {
@@ -96,6 +106,8 @@ func UpdateQuota(st UpdateState, min, max int64) ([]Event, error) {
 	out = append(out, ev(QuotaAggregate(q.ID), QuotaUpdated{Min: min, Max: max}))
 	if st.Anchor.Exists() {
 		wg := st.AnchorWorkGroup
+		// A WorkGroup's GPUs are its own quota's min_units; a change deeper
+		// in its subtree changes only the nested quotas of its spec.
 		gpus := wg.GPUs
 		if st.Anchor.ID == q.ID {
 			gpus = min
@@ -134,11 +146,16 @@ func Unsubscribe(st UnsubscribeState) ([]Event, error) {
 	if !q.Exists() || q.Status == QuotaDeletedStatus {
 		return nil, NotFound("quota", q.ID)
 	}
+	// Already under way, and the process manager finishes it: recording
+	// nothing makes the call safe to repeat.
 	if q.Status == QuotaUnsubscribing {
 		return nil, nil
 	}
 	ev := func(agg string, d any) Event { return Event{Aggregate: agg, TenantID: q.TenantID, At: st.Now, Data: d} }
 	var out, deleting []Event
+	// The whole subtree at once: a child cannot outlive the parent it was
+	// carved from, and every WorkGroup in it holds GPUs of the root's
+	// reservation.
 	for _, s := range append([]Quota{q}, st.Subtree...) {
 		if s.Open() {
 			out = append(out, ev(QuotaAggregate(s.ID), QuotaUnsubscribed{Reason: st.Reason}))
@@ -147,6 +164,10 @@ func Unsubscribe(st UnsubscribeState) ([]Event, error) {
 			deleting = append(deleting, ev(WorkGroupAggregate(s.ID), WorkGroupDeleting{}))
 		}
 	}
+	// With WorkGroups to delete, the quotas wait in Unsubscribing until the
+	// operator reports them gone (FinishUnsubscription). The inventory stays
+	// reserved until then, so it is never handed out while a WorkGroup may
+	// still hold the GPUs.
 	if st.Ray.Exists() && len(deleting) > 0 {
 		return append(out, deleting...), nil
 	}
@@ -165,6 +186,8 @@ func FinishUnsubscription(st UnsubscribeState) []Event {
 	if st.Quota.Status != QuotaUnsubscribing {
 		return nil
 	}
+	// All or nothing: the quotas go only once every WorkGroup of the subtree
+	// is gone.
 	for _, wg := range st.WorkGroups {
 		if wg.Status != StatusDeleted {
 			return nil
@@ -182,6 +205,8 @@ func finish(st UnsubscribeState) []Event {
 			out = append(out, ev(QuotaAggregate(s.ID), QuotaDeleted{}))
 		}
 	}
+	// Inventory goes back only with the root: a subtree's quotas were carved
+	// out of the root's reservation, not out of the cluster.
 	if q.Level == 1 && q.Kind == KindGU && q.Min > 0 {
 		out = append(out, ev(ClusterAggregate(q.Cluster), InventoryReleased{MachineType: q.MachineType, GPUs: q.Min, QuotaID: q.ID}))
 	}
@@ -212,6 +237,9 @@ type Observation struct {
 // ObserveRay records what the operator reports about a Ray cluster that is
 // being created.
 func ObserveRay(r RayCluster, o Observation, now time.Time) []Event {
+	// Only a Ray cluster the operator accepted (Applied) is observed: a
+	// status read before that is about nothing yet, or about an older
+	// cluster of the same name.
 	if r.Status != StatusCreating || !r.Applied {
 		return nil
 	}
@@ -236,10 +264,14 @@ func ObserveWorkGroup(w WorkGroup, o Observation, now time.Time) []Event {
 	}
 	switch w.Status {
 	case StatusCreating:
+		// The operator has not accepted the current spec yet, so whatever it
+		// reports is about an older one.
 		if w.AppliedGeneration < w.Generation {
 			return nil
 		}
 		switch {
+		// A status counts only for the current generation or a later one:
+		// Running at an older spec says nothing about the new one.
 		case o.Phase == PhaseRunning && o.Generation >= w.Generation:
 			return ev(WorkGroupRunning{GPUs: w.GPUs})
 		case o.Phase == PhaseFailed && o.Generation >= w.Generation:
@@ -256,6 +288,8 @@ func ObserveWorkGroup(w WorkGroup, o Observation, now time.Time) []Event {
 // FailWorkGroup records that a WorkGroup being created cannot be: the
 // operator refused it, or its Ray cluster failed.
 func FailWorkGroup(w WorkGroup, reason string, now time.Time) []Event {
+	// Failure is news only while the WorkGroup is being created: one that
+	// runs, failed already or is being deleted keeps its state.
 	if w.Status != StatusCreating {
 		return nil
 	}
@@ -272,11 +306,15 @@ func SettleProduction(q Quota, wgs []WorkGroup, now time.Time) []Event {
 	ev := func(d any) []Event {
 		return []Event{{Aggregate: QuotaAggregate(q.ID), TenantID: q.TenantID, At: now, Data: d}}
 	}
+	// One failed WorkGroup fails the production; one still being created (or
+	// deleted) leaves it undecided until the next observation.
 	produced := QuotaProduced{}
 	for _, w := range wgs {
 		switch w.Status {
 		case StatusFailed:
 			reason := fmt.Sprintf("WorkGroup %s failed: %s", w.ID, w.Reason)
+			// The same failure again records nothing: the process manager
+			// settles on every observation.
 			if q.Status == QuotaFailed && q.Reason == reason {
 				return nil
 			}

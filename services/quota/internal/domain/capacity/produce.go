@@ -68,6 +68,8 @@ func Produce(cmd CreateQuota, st ProductionState) ([]Event, error) {
 	var parent *Quota
 	if cmd.ParentID != "" {
 		p := st.Parent
+		// Another tenant's quota is not found, never forbidden: whether it
+		// exists is not the caller's to learn.
 		if !p.Exists() || p.TenantID != cmd.TenantID || p.Status == QuotaDeletedStatus {
 			return nil, NotFound("quota", cmd.ParentID)
 		}
@@ -83,9 +85,14 @@ func Produce(cmd CreateQuota, st ProductionState) ([]Event, error) {
 		if p.Background {
 			return nil, invalid("parent_id", "the background quota has no children")
 		}
+		// A subtree below a WorkGroup quota changes that WorkGroup's spec;
+		// with no resource to apply it to (being deleted, or gone) the
+		// change would be lost, so it is refused.
 		if st.Anchor.Exists() && !st.AnchorWorkGroup.ResourceExists() {
 			return nil, conflict("the WorkGroup of quota %s does not exist (%s)", st.Anchor.ID, st.AnchorWorkGroup.Status)
 		}
+		// A child takes its parent's cluster and kind: a tree never spans
+		// clusters or mixes CU with GU.
 		cmd.Cluster, cmd.Kind = p.Cluster, p.Kind
 		parent = &p
 	} else {
@@ -114,6 +121,9 @@ func Produce(cmd CreateQuota, st ProductionState) ([]Event, error) {
 		return nil, invalid("kind", "must be GU or CU")
 	}
 
+	// Names are unique among the tenant's open quotas, because a name is how
+	// tasks and the GU check refer to a quota; a deleted quota's name is
+	// free again.
 	names := map[string]bool{}
 	for _, q := range st.TenantQuotas {
 		if q.Open() {
@@ -123,9 +133,15 @@ func Produce(cmd CreateQuota, st ProductionState) ([]Event, error) {
 	level, machineType := 1, spec.MachineType
 	if parent != nil {
 		level, machineType = parent.Level+1, parent.MachineType
+		// A GU tree counts GPUs of one machine type: the one its root
+		// reserved.
 		if spec.MachineType != "" && cmd.Kind == KindGU && spec.MachineType != parent.MachineType {
 			return nil, invalid("spec.machine_type", "must be the parent's (%s)", parent.MachineType)
 		}
+		// A child may never use more than its parent, and the children's
+		// minimums must fit in the parent's: min_units is a guarantee the
+		// parent has to be able to keep. The background child guarantees
+		// nothing, so it stays out of the sum.
 		if spec.Max > parent.Max {
 			return nil, invalid("spec.max_units", "%d exceeds the parent's max_units %d", spec.Max, parent.Max)
 		}
@@ -145,6 +161,8 @@ func Produce(cmd CreateQuota, st ProductionState) ([]Event, error) {
 				return nil, invalid("spec.background", "only a second-level quota can be the background quota")
 			}
 			for _, s := range st.Siblings {
+				// One background child per parent: the place for work
+				// without a guarantee.
 				if s.Open() && s.Background {
 					return nil, exists("background quota of", parent.Name)
 				}
@@ -152,6 +170,8 @@ func Produce(cmd CreateQuota, st ProductionState) ([]Event, error) {
 		}
 	}
 	switch {
+	// A GU root names the machine type of its GPUs; a CU quota counts
+	// compute units, which have none.
 	case cmd.Kind == KindGU && machineType == "":
 		return nil, invalid("spec.machine_type", "is required for a GU root quota")
 	case cmd.Kind == KindCU && spec.MachineType != "":
@@ -164,6 +184,11 @@ func Produce(cmd CreateQuota, st ProductionState) ([]Event, error) {
 	p := &planner{cmd: cmd, st: st, machineType: machineType}
 	if parent == nil {
 		if cmd.Kind == KindGU {
+			// Only a GU root takes inventory, and only its min_units: a
+			// guarantee must exist on the cluster, while what max_units
+			// allows above it is borrowed from what others leave idle.
+			// Checked before anything is recorded, so a short cluster
+			// creates nothing (31003).
 			inv := st.Cluster.Inventory[machineType]
 			if inv.Available() < spec.Min {
 				return nil, fmt.Errorf("%w: cluster %s has %d free GPUs of %s; the quota needs %d",
@@ -172,6 +197,8 @@ func Produce(cmd CreateQuota, st ProductionState) ([]Event, error) {
 		}
 		p.add(spec, level, Quota{}, Quota{})
 	} else {
+		// A subtree joins its parent's tree: every node carries the root's
+		// id, which is how a tree is found, and unsubscribed, whole.
 		root := Quota{ID: parent.RootID}
 		p.add(spec, level, *parent, root)
 	}
@@ -201,11 +228,16 @@ func checkSpec(field string, s Spec, level int, kind Kind, machineType string, n
 	case kind == KindCU && s.MachineType != "":
 		return invalid(field+".machine_type", "is for GU quotas only")
 	}
+	// Marked before the children are checked, so a child named like its
+	// parent or a sibling is caught too.
 	names[s.Name] = true
 	var sum int64
 	backgrounds := 0
 	for i, c := range s.Children {
 		cf := field + ".children[" + strconv.Itoa(i) + "]"
+		// The rules of a parent with existing children (Produce above), for
+		// every node of a tree given whole: a tree created at once must hold
+		// what one grown node by node does.
 		if c.Max > s.Max {
 			return invalid(cf+".max_units", "%d exceeds the parent's max_units %d", c.Max, s.Max)
 		}
@@ -254,6 +286,8 @@ func (p *planner) add(s Spec, level int, parent, root Quota) {
 		qc.MachineType = p.machineType
 	}
 	q := Quota{}.Apply(p.event(QuotaAggregate(id), qc))
+	// A quota with a WorkGroup is Provisioning until the WorkGroup runs
+	// (SettleProduction); any other quota is usable at once.
 	if q.HasWorkGroup() {
 		qc.Provisioning = true
 		p.workGroup(q)
@@ -264,6 +298,9 @@ func (p *planner) add(s Spec, level int, parent, root Quota) {
 	for _, c := range s.Children {
 		p.add(c, level+1, q, Quota{ID: rootID})
 	}
+	// A GU root is produced when the WorkGroups below it run, so it is
+	// Provisioning too when its subtree asked for one; that is known only
+	// once the children are planned.
 	if level == 1 && p.cmd.Kind == KindGU && len(p.wgs) > wgsBefore {
 		qc.Provisioning = true
 		p.quotas[idx].Data = qc
@@ -276,6 +313,9 @@ func (p *planner) add(s Spec, level int, parent, root Quota) {
 func (p *planner) workGroup(q Quota) {
 	ray := p.st.Ray
 	name := RayName(p.cmd.TenantID, p.cmd.Cluster)
+	// A WorkGroup lives in the tenant's Ray cluster on the cluster: ask for
+	// one when there is none usable, once per production however many
+	// WorkGroups need it.
 	if !ray.Usable() && !p.rayPlanned {
 		cu := p.cuQuota()
 		p.ray = append(p.ray, p.event(RayAggregate(p.cmd.TenantID, p.cmd.Cluster), RayClusterProvisioning{
@@ -291,6 +331,8 @@ func (p *planner) workGroup(q Quota) {
 // pods run under: a non-background second-level one (never the background
 // quota).
 func (p *planner) cuQuota() Quota {
+	// The Ray head needs some CU quota to run under; without one the
+	// operator runs it under none (RaySpec).
 	for _, q := range p.st.TenantQuotas {
 		if q.Kind == KindCU && q.Cluster == p.cmd.Cluster && q.Level == 2 && !q.Background && q.Open() {
 			return q
@@ -301,11 +343,15 @@ func (p *planner) cuQuota() Quota {
 
 func (p *planner) finish(parent *Quota) []Event {
 	var out []Event
+	// The reservation is recorded with the quotas it backs, in the same
+	// transaction, so inventory and quotas never disagree.
 	if parent == nil && p.cmd.Kind == KindGU && p.cmd.Spec.Min > 0 {
 		out = append(out, Event{Aggregate: ClusterAggregate(p.cmd.Cluster), At: p.st.Now, TenantID: p.cmd.TenantID,
 			Data: InventoryReserved{MachineType: p.machineType, GPUs: p.cmd.Spec.Min, QuotaID: p.quotas[0].Data.(QuotaCreated).ID}})
 	}
 	out = append(out, p.quotas...)
+	// Quotas, then the Ray cluster, then the WorkGroups placed in it: the
+	// order in which they come into being.
 	out = append(out, p.ray...)
 	out = append(out, p.wgs...)
 	if parent != nil && p.st.Anchor.Exists() {
@@ -321,9 +367,13 @@ func (p *planner) finish(parent *Quota) []Event {
 // (tenant ids may hold '_'); long ones end in a hash to stay unique.
 func RayName(tenant, cluster string) string {
 	n := "ray-" + strings.ReplaceAll(tenant, "_", "-") + "-" + cluster
+	// 63 characters: the longest DNS label, and so the longest name the
+	// operator can give the resource.
 	if len(n) <= 63 {
 		return n
 	}
+	// Truncating alone could make two long names equal; a hash of the whole
+	// ⟨tenant, cluster⟩ keeps them apart.
 	h := sha256.Sum256([]byte(tenant + "/" + cluster))
 	return strings.TrimRight(n[:50], "-") + "-" + hex.EncodeToString(h[:])[:12]
 }

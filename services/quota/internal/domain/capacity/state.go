@@ -81,7 +81,10 @@ type Inventory struct {
 	Allocated   int64  `json:"allocated"`
 }
 
-// Available is what quotas may still take.
+// Available is what quotas may still take. Allocated counts only the
+// min_units of GU roots: what a quota may use above its minimum is
+// borrowed from idle GPUs, not reserved, so it never makes a cluster look
+// full.
 func (i Inventory) Available() int64 { return i.Total - i.Allocated }
 
 // Cluster is a compute cluster with its inventory.
@@ -170,6 +173,7 @@ func (q Quota) Apply(e Event) Quota {
 		q.ID, q.TenantID, q.Name, q.Kind, q.Cluster = d.ID, e.TenantID, d.Name, d.Kind, d.Cluster
 		q.Level, q.ParentID, q.RootID, q.Background, q.MachineType = d.Level, d.ParentID, d.RootID, d.Background, d.MachineType
 		q.Min, q.Max = d.Min, d.Max
+		// Usable at once, unless a WorkGroup has to be created for it first.
 		q.Status = QuotaActive
 		if d.Provisioning {
 			q.Status = QuotaProvisioning
@@ -215,6 +219,9 @@ func (r RayCluster) Apply(e Event) RayCluster {
 	case RayClusterProvisioning:
 		r.TenantID, r.Cluster, r.Name = e.TenantID, d.Cluster, d.RayName
 		r.CUQuotaID, r.CUQuotaName = d.CUQuotaID, d.CUQuotaName
+		// Provisioning again after a failure starts over: nothing of the
+		// failed cluster (its endpoint, its reason, the operator's
+		// acceptance) carries over.
 		r.Status, r.Applied, r.Reason, r.Endpoint = StatusCreating, false, "", ""
 	case RayClusterApplied:
 		r.Applied = true
@@ -258,10 +265,14 @@ func (w WorkGroup) Apply(e Event) WorkGroup {
 	case WorkGroupProvisioning:
 		w.ID, w.QuotaID, w.QuotaName, w.TenantID = d.WorkGroupID, d.QuotaID, d.QuotaName, e.TenantID
 		w.Cluster, w.RayCluster, w.MachineType, w.GPUs = d.Cluster, d.RayCluster, d.MachineType, d.GPUs
+		// Generation keeps counting across provisionings, so a status about
+		// an earlier WorkGroup of this quota never matches the new one.
 		w.Status, w.Reason, w.Generation, w.AppliedGeneration = StatusCreating, "", w.Generation+1, 0
 	case WorkGroupApplied:
 		w.AppliedGeneration = d.Generation
 	case WorkGroupSpecChanged:
+		// A new spec makes the WorkGroup Creating again, until the operator
+		// reports it Running at this generation.
 		w.Generation, w.GPUs, w.Status, w.Reason = d.Generation, d.GPUs, StatusCreating, ""
 	case WorkGroupRunning:
 		w.Status, w.GPUs = StatusRunning, d.GPUs

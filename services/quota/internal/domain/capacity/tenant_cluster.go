@@ -11,6 +11,8 @@ func RegisterTenant(t Tenant, id, name string, now time.Time) ([]Event, error) {
 	if name == "" {
 		return nil, invalid("name", "is required")
 	}
+	// The same name again records nothing, so registering is safe to
+	// repeat.
 	switch {
 	case !t.Exists():
 		return []Event{{Aggregate: TenantAggregate(id), TenantID: id, At: now, Data: TenantCreated{Name: name}}}, nil
@@ -44,6 +46,8 @@ func SetInventory(c Cluster, machineType string, total int64, now time.Time) ([]
 		return nil, invalid("total_gpus", "must not be negative")
 	}
 	cur, ok := c.Inventory[machineType]
+	// Never below what quotas hold: the reservations are guarantees given to
+	// tenants, and a smaller total would break one silently.
 	if total < cur.Allocated {
 		return nil, conflict("cluster %s: quotas hold %d GPUs of %s; the total cannot go below that", c.Name, cur.Allocated, machineType)
 	}

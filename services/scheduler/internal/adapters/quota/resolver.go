@@ -24,10 +24,11 @@ func NewResolver(conn grpc.ClientConnInterface, internalToken string) *Resolver 
 	return &Resolver{client: quotav1.NewAdmissionServiceClient(conn), internalToken: internalToken}
 }
 
-// ResolveQueue implements app.Admission. The caller's principal travels
-// with the call so the quota service decides which queues its tenant and
-// tier may use. The quota service's answers (unknown queue, seed 003's
-// GU_QUOTA_NOT_EXISTS / GU_QUOTA_CREATING) are returned as they are; an
+// ResolveQueue implements app.Admission. The caller's principal travels with
+// the call so the quota service decides which queues its tenant and tier may
+// use. The quota service's answers (unknown queue, the GU check's
+// GU_QUOTA_NOT_EXISTS / GU_QUOTA_CREATING,
+// docs/api/quota.md#the-submit-time-gu-check) are returned as they are; an
 // unreachable quota service is Unavailable.
 func (r *Resolver) ResolveQueue(ctx context.Context, c app.Caller, queue, quota string, resources map[string]string) (string, error) {
 	p := authn.Principal{Kind: authn.KindUser, TenantID: c.Tenant, Subject: c.Subject, RemoteIP: c.IP, Tier: c.Tier}

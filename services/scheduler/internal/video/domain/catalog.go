@@ -14,7 +14,7 @@ const (
 
 // Resolution tiers and the 16:9 size of each: a text_to_video is exactly
 // that size, an image_to_video has about as many pixels in its image's
-// aspect ratio (seed 000: the tier sets the total pixels, not the shape).
+// aspect ratio (the tier sets the total pixels, not the shape).
 var tierSizes = map[string][2]int{
 	"480P":  {832, 480},
 	"720P":  {1280, 720},
@@ -43,9 +43,10 @@ type Model struct {
 	GPUs string
 }
 
-// DefaultModels are the models offered out of the box (seed 000: wan2.2,
-// 480P/720P/1080P with 480P by default, 5-second videos, two GPUs per job as
-// in its PyTorchJob template).
+// DefaultModels are the models offered out of the box
+// (docs/api/video.md#the-request: wan2.2, 480P/720P/1080P with 480P by
+// default, 5-second videos, two GPUs per job as in its PyTorchJob
+// template).
 func DefaultModels() []Model {
 	wan := func(id, name, typ string) Model {
 		return Model{ID: id, DisplayName: name, Type: typ, Resolutions: []string{"480P", "720P", "1080P"},
@@ -86,6 +87,8 @@ func NewCatalog(models []Model) (Catalog, error) {
 				return Catalog{}, fmt.Errorf("video: model %s: unknown resolution %q (480P, 720P or 1080P)", m.ID, r)
 			}
 		}
+		// Defaults are filled and checked when the catalog is built, so
+		// Normalize can trust every model it finds.
 		if m.DefaultResolution == "" {
 			m.DefaultResolution = m.Resolutions[0]
 		}
@@ -102,6 +105,9 @@ func NewCatalog(models []Model) (Catalog, error) {
 			return Catalog{}, fmt.Errorf("video: model %s: default duration %d is not one of its durations", m.ID, m.DefaultDuration)
 		}
 		for _, d := range m.Durations {
+			// The task's own bounds (a video task's duration is 1 to 60
+			// seconds): a model configured beyond them would make tasks the
+			// scheduler refuses.
 			if d < 1 || d > 60 {
 				return Catalog{}, fmt.Errorf("video: model %s: duration %d is outside 1 to 60 seconds", m.ID, d)
 			}
@@ -151,10 +157,12 @@ type Route struct {
 	Priority int
 }
 
-// DefaultRoutes are seed 000's queues: premium tenants in
-// tenant-high-priority-queue at priority 2, standard ones in
-// tenant-low-priority-queue at priority 5 — a gap of 3, so seed 004's
-// preemption rule lets premium work preempt standard work.
+// DefaultRoutes are the documented queues (docs/api/video.md#routing):
+// premium tenants in tenant-high-priority-queue at priority 2, standard
+// ones in tenant-low-priority-queue at priority 5 — a gap of 3, so the
+// admission's minimum priority gap for preemption
+// (docs/api/quota.md#which-work-waits-and-where) lets premium work preempt
+// standard work.
 func DefaultRoutes() map[string]Route {
 	return map[string]Route{
 		"premium":  {Queue: "tenant-high-priority-queue", Priority: 2},
@@ -173,6 +181,8 @@ func (r Routing) For(tier string) Route {
 	if route, ok := r.Routes[tier]; ok {
 		return route
 	}
+	// Check guarantees the default tier has a route, so an unknown tier
+	// never lands nowhere.
 	return r.Routes[r.Default]
 }
 
@@ -182,6 +192,8 @@ func (r Routing) Check() error {
 		return fmt.Errorf("video: the default tier %q has no route", r.Default)
 	}
 	for tier, route := range r.Routes {
+		// The task API's priority range: a route outside it would make every
+		// generation of that tier fail validation.
 		if route.Queue == "" || route.Priority < 1 || route.Priority > 10 {
 			return fmt.Errorf("video: tier %s: a route needs a queue and a priority of 1 to 10", tier)
 		}

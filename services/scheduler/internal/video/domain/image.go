@@ -2,8 +2,9 @@ package domain
 
 import "fmt"
 
-// First-frame limits (seed 000: JPEG, JPG, PNG without a transparency
-// channel, BMP, WEBP; 360 to 2000 pixels each way; at most 10 MB).
+// First-frame limits (docs/api/video.md#the-request: JPEG, JPG, PNG
+// without a transparency channel, BMP, WEBP; 360 to 2000 pixels each way;
+// at most 10 MB).
 const (
 	MaxImageBytes  = 10 << 20
 	MinImageSide   = 360

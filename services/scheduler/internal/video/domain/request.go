@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Documented limits (seed 000 §1.1.2).
+// Documented limits (docs/api/video.md#the-request).
 const (
 	// MaxPromptChars: longer prompts are cut to this many characters (a
 	// Chinese character and a letter count one each).
@@ -64,9 +64,13 @@ func (c Catalog) Normalize(r Request, randomSeed func() int) (Plan, error) {
 	if !ok {
 		return Plan{}, invalid("model", "unknown model %q; available: %s", r.Model, c.IDs())
 	}
+	// prompt_extend is on unless the request turns it off: a nil pointer is
+	// an omitted field, not false.
 	p := Plan{Model: m, Type: r.Type, Image: r.Image, PromptExtend: true}
 	switch {
 	case p.Type == "":
+		// An omitted type is the model's: every model makes exactly one
+		// type, so there is nothing to guess.
 		p.Type = m.Type
 	case p.Type != TextToVideo && p.Type != ImageToVideo:
 		return Plan{}, invalid("type", "must be %s or %s, not %q", TextToVideo, ImageToVideo, r.Type)
@@ -76,6 +80,8 @@ func (c Catalog) Normalize(r Request, randomSeed func() int) (Plan, error) {
 	if strings.TrimSpace(r.Prompt) == "" {
 		return Plan{}, invalid("input.prompt", "is required")
 	}
+	// Too long is cut, not refused, as the API documents: a long prompt is
+	// still a usable request.
 	p.Prompt = Truncate(r.Prompt, MaxPromptChars)
 	p.NegativePrompt = Truncate(r.NegativePrompt, MaxNegativePromptChars)
 	switch {
@@ -84,6 +90,8 @@ func (c Catalog) Normalize(r Request, randomSeed func() int) (Plan, error) {
 	case p.Type == TextToVideo && p.Image != "":
 		return Plan{}, invalid("input.image", "is only for %s; %s takes no image", ImageToVideo, TextToVideo)
 	}
+	// Case and spaces are forgiven ("720p"); the error names what the client
+	// sent.
 	p.Resolution = strings.ToUpper(strings.TrimSpace(r.Resolution))
 	if p.Resolution == "" {
 		p.Resolution = m.DefaultResolution
@@ -104,6 +112,8 @@ func (c Catalog) Normalize(r Request, randomSeed func() int) (Plan, error) {
 		}
 		p.Seed = int(*r.Seed)
 	} else {
+		// Drawn here and reported back, so any generation can be reproduced
+		// with the seed it actually used.
 		p.Seed = randomSeed()
 	}
 	if r.PromptExtend != nil {
@@ -118,6 +128,9 @@ func (c Catalog) Normalize(r Request, randomSeed func() int) (Plan, error) {
 // Truncate cuts s to at most n characters (runes): "每个汉字/字母占一个字符".
 func Truncate(s string, n int) string {
 	count := 0
+	// Ranging over a string steps by rune, so the cut never splits a
+	// multi-byte character; counting runes makes a Chinese character and a
+	// letter one each.
 	for i := range s {
 		if count == n {
 			return s[:i]
@@ -147,6 +160,8 @@ func OutputSize(resolution, typ string, imageW, imageH int) (w, h int) {
 	if typ != ImageToVideo || imageW <= 0 || imageH <= 0 {
 		return tier[0], tier[1]
 	}
+	// Keep the tier's pixel count and the image's shape: the output neither
+	// stretches the first frame nor leaves the tier's size.
 	area := float64(tier[0] * tier[1])
 	ratio := float64(imageW) / float64(imageH)
 	hf := math.Sqrt(area / ratio)
@@ -154,6 +169,8 @@ func OutputSize(resolution, typ string, imageW, imageH int) (w, h int) {
 }
 
 func round16(v float64) int {
+	// At least one patch: an extreme aspect ratio must not round a side to
+	// 0.
 	return max(16, int(math.Round(v/16))*16)
 }
 

@@ -6,7 +6,7 @@ import (
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
-// Video statuses (seed 000 §1.1.2).
+// Video statuses (docs/api/video.md#statuses).
 const (
 	StatusQueued    = "QUEUED"
 	StatusRunning   = "RUNNING"

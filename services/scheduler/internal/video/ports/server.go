@@ -102,20 +102,21 @@ func (s *Server) GetVideoGeneration(ctx context.Context, r *videov1.GetVideoGene
 	return &videov1.GetVideoGenerationResponse{Success: true, Code: 200, RequestId: id, RequestIdCamel: id, Data: s.data(v)}, nil
 }
 
-// DocumentZone is the zone of the document's wall-clock times: its example
-// pairs gmtCreate "2025-10-25 10:51:37" with gmtCreateTimeStamp
-// 1761360697000, which is 02:51:37 UTC — China Standard Time, UTC+8 all
-// year round, so a fixed zone needs no time zone database.
+// DocumentZone is the default zone of the video API's wall-clock times
+// (docs/api/video.md#the-get-body): China Standard Time, UTC+8 all year
+// round, so a fixed zone needs no time zone database. In it gmtCreate
+// "2025-10-25 10:51:37" is gmtCreateTimeStamp 1761360697000 (02:51:37
+// UTC).
 var DocumentZone = time.FixedZone("CST", 8*60*60)
 
-// Wall-clock formats of the document's answers.
+// Wall-clock formats of the video API's answers.
 const (
 	secondLayout = "2006-01-02 15:04:05"
 	milliLayout  = "2006-01-02 15:04:05.000"
 )
 
 // data is the answer's data object. An UNKNOWN generation shows its id and
-// status only, as the document's expired answer does.
+// status only, as the documented expired answer does.
 func (s *Server) data(v app.View) *videov1.VideoGenerationTask {
 	d := &videov1.VideoGenerationTask{TaskId: v.ID, TaskIdCamel: v.ID, TaskStatus: v.Status, TaskStatusCamel: v.Status}
 	if v.Status == domain.StatusUnknown || v.Task.Spec.Video == nil {

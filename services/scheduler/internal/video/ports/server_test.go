@@ -67,7 +67,7 @@ func TestStatusMapsEveryError(t *testing.T) {
 
 func TestData(t *testing.T) {
 	c, _ := domain.NewCatalog(domain.DefaultModels())
-	s := &Server{Catalog: c} // the default zone reproduces the document's example
+	s := &Server{Catalog: c} // the default zone reproduces the documented example
 	if d := s.data(app.View{ID: "x", Status: domain.StatusUnknown}); d.TaskInput != nil || d.GmtCreate != nil || d.TaskIdCamel != "x" || d.TaskStatusCamel != "UNKNOWN" {
 		t.Errorf("unknown = %v", d)
 	}

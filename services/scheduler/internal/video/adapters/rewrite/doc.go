@@ -1,6 +1,6 @@
 // Package rewrite implements prompt_extend: turning a short prompt into the
-// detailed one the video model works best with (seed 000 §1.1.2, returned as
-// actual_prompt).
+// detailed one the video model works best with (returned as actual_prompt;
+// docs/api/video.md#the-request).
 //
 // Rules is the embedded default and needs nothing: deterministic, it
 // appends style, lighting and camera phrases in the prompt's language.

@@ -1,10 +1,3 @@
-// Package archtest checks rules about the shape of the code that no
-// compiler enforces. Its one rule today keeps entry points thin: the
-// taskmesh binary parses flags and calls one Run per subcommand, and each
-// service's entry package wires its parts together, so none of their
-// functions may grow past MaxFuncLines. Long wiring is where cleanup
-// chains get copied and goroutine errors get dropped; the limit forces it
-// into named steps.
 package archtest
 
 import (
@@ -12,29 +5,16 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"testing"
 )
 
 // MaxFuncLines is the most lines a function of an entry package may span,
 // from its func keyword to its closing brace (its doc comment not
 // counted).
 const MaxFuncLines = 60
-
-// EntryPackages are the directories, relative to the repository root, of
-// the taskmesh binary and of every service's entry package.
-var EntryPackages = []string{
-	"services/taskmesh/cmd/taskmesh",
-	"services/taskmesh/internal/stack",
-	"services/consumers",
-	"services/scheduler",
-	"services/quota",
-	"services/quota/admission",
-	"services/gateway",
-	"services/executor",
-}
 
 // LongFunc is a function longer than the limit.
 type LongFunc struct {
@@ -89,6 +69,8 @@ func LongFuncs(dir string, limit int) ([]LongFunc, error) {
 			return true
 		})
 	}
+	// An empty directory would pass silently: a package that moved must
+	// make the caller update its list instead.
 	if parsed == 0 {
 		return nil, fmt.Errorf("%s holds no Go files", dir)
 	}
@@ -108,7 +90,10 @@ func funcName(fn *ast.FuncDecl) string {
 	if star, ok := t.(*ast.StarExpr); ok {
 		t = star.X
 	}
-	if idx, ok := t.(*ast.IndexExpr); ok { // generic receiver
+	switch idx := t.(type) { // generic receivers
+	case *ast.IndexExpr:
+		t = idx.X
+	case *ast.IndexListExpr:
 		t = idx.X
 	}
 	if id, ok := t.(*ast.Ident); ok {
@@ -117,20 +102,26 @@ func funcName(fn *ast.FuncDecl) string {
 	return fn.Name.Name
 }
 
-// RepoRoot is the directory holding go.work, searched from dir upwards.
-func RepoRoot(dir string) (string, error) {
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
+// RequireShortFuncs fails t for every function of the packages in dirs
+// (directories relative to root) longer than MaxFuncLines, naming each
+// with its position relative to root.
+func RequireShortFuncs(t testing.TB, root string, dirs ...string) {
+	t.Helper()
+	var offenders []string
+	for _, dir := range dirs {
+		long, err := LongFuncs(filepath.Join(root, filepath.FromSlash(dir)), MaxFuncLines)
+		if err != nil {
+			t.Fatalf("%s: %v (a package moved? update the list of entry packages)", dir, err)
+		}
+		for _, f := range long {
+			if rel, err := filepath.Rel(root, f.Pos.Filename); err == nil {
+				f.Pos.Filename = rel
+			}
+			offenders = append(offenders, f.String())
+		}
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.work above the working directory")
-		}
-		dir = parent
+	if len(offenders) > 0 {
+		t.Errorf("functions of entry packages longer than %d lines (split them into named steps):\n\t%s",
+			MaxFuncLines, strings.Join(offenders, "\n\t"))
 	}
 }

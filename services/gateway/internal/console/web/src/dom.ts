@@ -1,0 +1,41 @@
+// A small helper to build DOM trees without a framework.
+
+type Child = Node | string | null | undefined | false;
+
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  props: Record<string, any> = {},
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    else if (k in el && !k.includes("-") && k !== "list") (el as any)[k] = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(c));
+  }
+  return el;
+}
+
+let ids = 0;
+
+// uid returns a fresh element id (labels point at inputs by id).
+export function uid(prefix: string): string {
+  ids++;
+  return `${prefix}-${ids}`;
+}
+
+// field is a labelled control.
+export function field(label: string, control: HTMLElement): HTMLElement {
+  if (!control.id) control.id = uid("f");
+  return h("div", {}, h("label", { htmlFor: control.id }, label), control);
+}
+
+export function say(el: HTMLElement, text: string, error = false): void {
+  el.textContent = text;
+  el.classList.toggle("error", error);
+}

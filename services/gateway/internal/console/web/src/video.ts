@@ -1,0 +1,92 @@
+// The video page: a text-to-video or image-to-video generation, its
+// progress over the WebSocket, and the finished MP4 playing in the page.
+
+import { APIError, call, socket } from "./api";
+import { field, h, say } from "./dom";
+
+export function videoPage(main: HTMLElement, signal: AbortSignal): void {
+  const model = h(
+    "select",
+    { name: "model" },
+    h("option", { value: "wan2.2-t2v" }, "Text to video (wan2.2-t2v)"),
+    h("option", { value: "wan2.2-i2v" }, "Image to video (wan2.2-i2v)"),
+  );
+  const prompt = h("textarea", { name: "prompt", required: true, maxLength: 800 });
+  const image = h("input", { type: "file", accept: "image/jpeg,image/png,image/bmp,image/webp", name: "image" });
+  const resolution = h("select", { name: "resolution" }, ...["480P", "720P", "1080P"].map((r) => h("option", { value: r }, r)));
+  const submit = h("button", { type: "submit", id: "generate" }, "Generate");
+  const msg = h("p", { className: "msg", role: "status", "aria-live": "polite" });
+  const progress = h("progress", { max: 100, value: 0, "aria-label": "Generation progress", id: "video-progress" });
+  const status = h("span", { className: "status", "data-video-status": "" });
+  const player = h("div", { id: "player" });
+  const form = h(
+    "form",
+    { className: "card", "aria-label": "New video" },
+    field("Model", model),
+    field("Prompt", prompt),
+    field("First frame (image to video)", image),
+    field("Resolution", resolution),
+    submit,
+    msg,
+  );
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    submit.disabled = true;
+    player.replaceChildren();
+    try {
+      const input: Record<string, string> = { prompt: prompt.value };
+      const file = image.files?.[0];
+      if (model.value === "wan2.2-i2v") {
+        if (!file) throw new Error("Image to video needs a first frame.");
+        input.image = await dataURL(file);
+      }
+      const r = await call("POST", "/v1/video/generations", { model: model.value, input, parameters: { resolution: resolution.value } });
+      say(msg, `Generation ${r.output.task_id} queued.`);
+      follow(r.output.task_id);
+    } catch (err) {
+      say(msg, err instanceof APIError ? `${err.code}: ${err.message}` : String(err), true);
+      submit.disabled = false;
+    }
+  });
+  const follow = (id: string) => {
+    const ws = socket(`/v1/video/generations/${id}/ws`);
+    signal.addEventListener("abort", () => ws.close());
+    ws.onmessage = (ev) => {
+      const f = JSON.parse(ev.data);
+      progress.value = f.data.taskProgress ?? 0;
+      status.textContent = f.data.task_status;
+      status.className = "status " + f.data.task_status;
+      if (f.data.task_status === "FAILED") say(msg, f.data.message || "The generation failed.", true);
+      if (f.data.final && f.data.task_status === "SUCCEEDED") void play(id);
+    };
+    ws.onclose = (ev) => {
+      submit.disabled = false;
+      if (ev.code !== 1000 && !signal.aborted) say(msg, `The live connection closed (${ev.code}); reload the page to follow again.`, true);
+    };
+  };
+  const play = async (id: string) => {
+    const g = await call("GET", `/v1/video/generations/${id}`);
+    const url = g.data?.taskInput?.video_url;
+    if (!url) {
+      say(msg, "The generation succeeded but has no video link.", true);
+      return;
+    }
+    progress.value = 100;
+    say(msg, "Done.");
+    player.replaceChildren(h("video", { src: url, controls: true, autoplay: true, muted: true, playsInline: true, id: "video" }));
+  };
+  main.append(
+    h("h1", {}, "Video generation"),
+    form,
+    h("section", { className: "card", "aria-label": "Progress" }, h("p", {}, "Status: ", status), progress, player),
+  );
+}
+
+function dataURL(file: File): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(String(r.result));
+    r.onerror = () => reject(r.error);
+    r.readAsDataURL(file);
+  });
+}

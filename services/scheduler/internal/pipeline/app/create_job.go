@@ -1,0 +1,113 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/taskmesh/taskmesh/platform/objectstore"
+	sched "github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/domain"
+)
+
+// CreateJob starts a job on uploads of c's tenant: it checks the keys
+// (present, the caller's own, of the right kind), copies the inputs to
+// the job's layout, records the job and queues its ONNX stage. A request
+// it refuses creates nothing. The job it returns is ONNX, or FAILED when
+// its first stage could not be queued.
+func (a *App) CreateJob(ctx context.Context, c sched.Caller, r domain.JobRequest) (domain.Job, error) {
+	tenant, err := tenantOf(c)
+	if err != nil {
+		return domain.Job{}, err
+	}
+	if err := r.Check(); err != nil {
+		return domain.Job{}, err
+	}
+	model, err := a.input(ctx, tenant, "model_key", r.ModelKey, domain.KindModel)
+	if err != nil {
+		return domain.Job{}, err
+	}
+	quant, err := a.input(ctx, tenant, "quant_key", r.QuantKey, domain.KindQuant)
+	if err != nil {
+		return domain.Job{}, err
+	}
+	images := make([]Upload, len(r.RefImageKeys))
+	for i, k := range r.RefImageKeys {
+		if images[i], err = a.input(ctx, tenant, fmt.Sprintf("ref_image_keys[%d]", i), k, domain.KindRefImage); err != nil {
+			return domain.Job{}, err
+		}
+	}
+	id := uuid.NewString() // version 4
+	inputs := domain.Inputs{Model: domain.ModelObject(id), Quant: domain.QuantObject(id)}
+	copies := map[string]string{model.Key: inputs.Model, quant.Key: inputs.Quant}
+	for i, u := range images {
+		obj := domain.RefImageObject(id, i, u.Name)
+		inputs.RefImages = append(inputs.RefImages, obj)
+		copies[u.Key] = obj
+	}
+	if err := a.copyInputs(ctx, copies); err != nil {
+		return domain.Job{}, err
+	}
+	keys := domain.InputKeys{Model: r.ModelKey, Quant: r.QuantKey, RefImages: r.RefImageKeys}
+	job, err := a.cfg.Jobs.Create(ctx, domain.Submit(a.now(), id, tenant, c.Subject, inputs, keys))
+	if err != nil {
+		for _, obj := range copies {
+			a.remove(ctx, obj)
+		}
+		return domain.Job{}, err
+	}
+	// The job is recorded: a failure to queue its stage from here on is
+	// retried by the reconciliation sweep, not returned.
+	if j, _, err := a.queue(ctx, job, domain.StageONNX); err == nil {
+		job = j
+	} else {
+		a.cfg.Log.Warn("pipeline: queueing the onnx stage failed; the sweep retries", "job_id", id, "err", err)
+	}
+	return job, nil
+}
+
+// input reads the upload key names for field and checks that it is the
+// tenant's and of kind.
+func (a *App) input(ctx context.Context, tenant, field, key string, kind domain.Kind) (Upload, error) {
+	u, err := a.cfg.Uploads.Upload(ctx, tenant, key)
+	switch {
+	case errors.Is(err, domain.ErrNotFound):
+		return Upload{}, domain.Invalid(field, "no upload %q (upload the file first with POST /jobs/uploads)", key)
+	case err != nil:
+		return Upload{}, err
+	case u.Kind != kind:
+		return Upload{}, domain.Invalid(field, "upload %q is a %s, not a %s", key, u.Kind, kind)
+	}
+	return u, nil
+}
+
+// copyInputs copies each upload to its place in the job's layout; on a
+// failure it removes what it copied.
+func (a *App) copyInputs(ctx context.Context, copies map[string]string) error {
+	var done []string
+	for from, to := range copies {
+		if err := a.copyObject(ctx, from, to); err != nil {
+			for _, obj := range done {
+				a.remove(ctx, obj)
+			}
+			if errors.Is(err, objectstore.ErrNotFound) {
+				return domain.Invalid("keys", "the upload %q is gone; upload it again", from)
+			}
+			return fmt.Errorf("pipeline: copying %s: %w", from, err)
+		}
+		done = append(done, to)
+	}
+	return nil
+}
+
+func (a *App) copyObject(ctx context.Context, from, to string) error {
+	r, info, err := a.cfg.Objects.Open(ctx, from)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	_, err = a.cfg.Objects.Put(ctx, to, r, info.Size, info.ContentType)
+	return err
+}
