@@ -86,6 +86,8 @@ var day = time.Date(2026, 11, 20, 8, 0, 0, 0, time.UTC)
 //	 30 text-to-video generations of acme (720P, 5 s), 2 GPUs, 30 s:      1 800 GPU s, 150 video s
 //	 20 image-to-video generations of acme (1080P), 2 GPUs, failed at 12 s:  480 GPU s
 //	 10 tasks of acme cancelled before they started:                          nothing
+//	 10 conversion jobs of globex, stages onnx 20 s, bie 40 s, nef 10 s:        700 stage s
+//	  1 task of globex with a stage's request id, its own, 5 s:                  5 CPU s
 func usageScript(t *testing.T) *script {
 	sc := newScript(t)
 	at := func(sec int) time.Time { return day.Add(time.Duration(sec) * time.Second) }
@@ -130,10 +132,23 @@ func usageScript(t *testing.T) *script {
 		sc.add("acme", task, at(0), submitted(&taskv1.TaskSpec{Name: task, Resources: gpus}))
 		sc.add("acme", task, at(3), cancelled())
 	}
+	stageTask := func(task, actor, requestID, queue string, from, ran int) {
+		sc.add("globex", task, at(from), &taskv1.TaskEvent{Actor: actor, Event: &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{
+			RequestId: requestID, Spec: &taskv1.TaskSpec{Name: task, Queue: queue}}}})
+		sc.add("globex", task, at(from+1), started("a1"))
+		sc.add("globex", task, at(from+1+ran), succeeded("a1"))
+	}
+	for i := range 10 {
+		job := fmt.Sprintf("job-%03d", i)
+		stageTask(job+"-onnx", "pipeline", "pipeline/"+job+"/onnx", "pipeline-onnx", 300, 20)
+		stageTask(job+"-bie", "pipeline", "pipeline/"+job+"/bie", "pipeline-bie", 330, 40)
+		stageTask(job+"-nef", "pipeline", "pipeline/"+job+"/nef", "pipeline-nef", 380, 10)
+	}
+	stageTask("forged", "key-globex", "pipeline/job-000/onnx", "", 400, 5)
 	return sc
 }
 
-type usageRow struct{ gpu, cpu, video, amount float64 }
+type usageRow struct{ gpu, cpu, video, stage, amount float64 }
 
 func rows(t *testing.T, s *service, groupBy string) map[string]usageRow {
 	t.Helper()
@@ -143,7 +158,8 @@ func rows(t *testing.T, s *service, groupBy string) map[string]usageRow {
 	}
 	out := map[string]usageRow{}
 	for _, x := range append(r.GetRows(), r.GetTotal()) {
-		out[x.GetKey()] = usageRow{x.GetGpuSeconds(), x.GetCpuSeconds(), x.GetVideoSeconds(), math.Round(x.GetAmount()*1e6) / 1e6}
+		out[x.GetKey()] = usageRow{x.GetGpuSeconds(), x.GetCpuSeconds(), x.GetVideoSeconds(), x.GetStageSeconds(),
+			math.Round(x.GetAmount()*1e6) / 1e6}
 	}
 	return out
 }
@@ -165,30 +181,41 @@ func TestUsageEqualsHandComputationThroughKillsAndReplay(t *testing.T) {
 	}
 	kill()
 	s := e.start(consumers.Config{Prices: &consumers.Prices{Currency: "EUR", GPUSecond: 0.001,
-		GPUSecondByFlavor: map[string]float64{"A100": 0.002}, CPUSecond: 0.0001, VideoSecond: 0.05}})
+		GPUSecondByFlavor: map[string]float64{"A100": 0.002}, CPUSecond: 0.0001, VideoSecond: 0.05, StageSecond: 0.001}})
 	eventually(t, "every record", func() bool { return e.usageApplied() >= total })
 
+	all := usageRow{gpu: 14280, cpu: 2405, video: 150, stage: 700, amount: 34.7205}
 	want := map[string]map[string]usageRow{
 		"tenant": {
 			"acme":   {gpu: 14280, video: 150, amount: 24 + 2.28 + 7.5},
-			"globex": {cpu: 2400, amount: 0.24},
-			"total":  {gpu: 14280, cpu: 2400, video: 150, amount: 34.02},
+			"globex": {cpu: 2405, stage: 700, amount: 0.2405 + 0.7},
+			"total":  all,
 		},
 		"model": {
-			"-":          {gpu: 12000, cpu: 2400, amount: 24.24},
+			"-":          {gpu: 12000, cpu: 2405, stage: 700, amount: 24 + 0.2405 + 0.7},
 			"wan2.2-t2v": {gpu: 1800, video: 150, amount: 1.8 + 7.5},
 			"wan2.2-i2v": {gpu: 480, amount: 0.48},
-			"total":      {gpu: 14280, cpu: 2400, video: 150, amount: 34.02},
+			"total":      all,
 		},
 		"queue": {
-			"cq-acme":  {gpu: 12000, amount: 24},
-			"cq-video": {gpu: 2280, video: 150, amount: 9.78},
-			"-":        {cpu: 2400, amount: 0.24},
-			"total":    {gpu: 14280, cpu: 2400, video: 150, amount: 34.02},
+			"cq-acme":       {gpu: 12000, amount: 24},
+			"cq-video":      {gpu: 2280, video: 150, amount: 9.78},
+			"pipeline-onnx": {stage: 200, amount: 0.2},
+			"pipeline-bie":  {stage: 400, amount: 0.4},
+			"pipeline-nef":  {stage: 100, amount: 0.1},
+			"-":             {cpu: 2405, amount: 0.2405},
+			"total":         all,
+		},
+		"stage": {
+			"onnx":  {stage: 200, amount: 0.2},
+			"bie":   {stage: 400, amount: 0.4},
+			"nef":   {stage: 100, amount: 0.1},
+			"-":     {gpu: 14280, cpu: 2405, video: 150, amount: 34.0205},
+			"total": all,
 		},
 		"day": {
-			"2026-11-20": {gpu: 14280, cpu: 2400, video: 150, amount: 34.02},
-			"total":      {gpu: 14280, cpu: 2400, video: 150, amount: 34.02},
+			"2026-11-20": all,
+			"total":      all,
 		},
 	}
 	for groupBy, w := range want {
@@ -203,8 +230,8 @@ func TestUsageEqualsHandComputationThroughKillsAndReplay(t *testing.T) {
 		}
 	}
 	var records int
-	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM usage_records`).Scan(&records); err != nil || records != 100+120+60+20 {
-		t.Errorf("%d usage records (want one per metered event: 300), %v", records, err)
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM usage_records`).Scan(&records); err != nil || records != 100+120+60+20+30+1 {
+		t.Errorf("%d usage records (want one per metered event: 331), %v", records, err)
 	}
 
 	// A tenant sees its own usage only.

@@ -49,7 +49,9 @@ CREATE TABLE usage_tasks (
     resolution       text        NOT NULL DEFAULT '',
     video_seconds    float8      NOT NULL DEFAULT 0,
     attempt_id       text        NOT NULL DEFAULT '',
-    attempt_started  timestamptz
+    attempt_started  timestamptz,
+    -- The pipeline stage a stage task runs; '' for other tasks.
+    stage            text        NOT NULL DEFAULT ''
 );
 CREATE TABLE usage_records (
     event_id    text        NOT NULL,
@@ -61,6 +63,7 @@ CREATE TABLE usage_records (
     flavor      text        NOT NULL DEFAULT '',
     model       text        NOT NULL DEFAULT '',
     resolution  text        NOT NULL DEFAULT '',
+    stage       text        NOT NULL DEFAULT '',
     quantity    float8      NOT NULL,
     PRIMARY KEY (event_id, kind)
 );

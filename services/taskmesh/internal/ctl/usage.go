@@ -23,14 +23,14 @@ func (a *app) usageCommand() *cobra.Command {
 		Short: "Metered usage, priced (the tenant's with an API key, every tenant's with --operator)",
 		Long: `usage sums GPU seconds (running time × GPUs requested), CPU task seconds, seconds of video
 generated and pipeline stage seconds between --from and --to (default: this month), grouped
-by day, model, queue, flavor or tenant, and prices them with the operator's price table.
+by day, model, queue, flavor, tenant or stage, and prices them with the operator's price table.
 --csv prints the same rows as CSV.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch req.GetGroupBy() {
-			case "day", "model", "queue", "flavor", "tenant":
+			case "day", "model", "queue", "flavor", "tenant", "stage":
 			default:
-				return usageErrorf(cmd, "--group-by %s: want day, model, queue, flavor or tenant", req.GetGroupBy())
+				return usageErrorf(cmd, "--group-by %s: want day, model, queue, flavor, tenant or stage", req.GetGroupBy())
 			}
 			if req.GetTenantId() != "" && !op {
 				return usageErrorf(cmd, "--tenant needs --operator")
@@ -47,7 +47,7 @@ by day, model, queue, flavor or tenant, and prices them with the operator's pric
 	f := cmd.Flags()
 	f.StringVar(&req.From, "from", "", "from this day (YYYY-MM-DD) or time (RFC 3339), inclusive (default: the 1st of this month)")
 	f.StringVar(&req.To, "to", "", "to this day (YYYY-MM-DD) or time (RFC 3339), inclusive (default: now)")
-	f.StringVar(&req.GroupBy, "group-by", "day", "day, model, queue, flavor or tenant")
+	f.StringVar(&req.GroupBy, "group-by", "day", "day, model, queue, flavor, tenant or stage")
 	f.StringVar(&req.TenantId, "tenant", "", "with --operator: one tenant's usage")
 	f.BoolVar(&csv, "csv", false, "print CSV")
 	f.BoolVar(&op, "operator", false, "use the operator key: every tenant's usage")

@@ -9,11 +9,10 @@
 //     and the flavor admission gave it;
 //   - CPU task seconds: the running time of attempts that asked for no GPU;
 //   - video seconds: the duration of each video a generation produced
-//     (TaskSucceeded of a video task), per model and resolution.
-//
-// Stage seconds (KindStage) are the kind conversion pipeline stages are
-// metered as once their events reach this consumer; no task event
-// produces them.
+//     (TaskSucceeded of a video task), per model and resolution;
+//   - stage seconds: the running time of the conversion pipeline's stage
+//     tasks (the tasks the pipeline creates for a job's ONNX, BIE and NEF
+//     stages), per stage, instead of CPU or GPU seconds.
 //
 // Every quantity is keyed by the event that produced it and derived from
 // the events alone, so metering is exactly once per event however often a
@@ -83,6 +82,7 @@ type Event struct {
 	At                        time.Time
 	Kind                      EventKind
 	Spec                      *Spec  // Submitted, Updated
+	Stage                     string // Submitted: the pipeline stage the task runs, if it is one
 	ClusterQueue, Flavor      string // Admitted
 	AttemptID                 string // Started, Succeeded, AttemptEnded
 	// EndedAt is when the attempt ended, when the event says (else At).
@@ -96,6 +96,8 @@ type Task struct {
 	Spec             Spec
 	// Queue is the ClusterQueue admission used, else the named queue.
 	Queue, Flavor string
+	// Stage is the pipeline stage the task runs ("" for other tasks).
+	Stage string
 	// AttemptID and AttemptStarted describe the running attempt (zero
 	// when none runs).
 	AttemptID      string
@@ -104,10 +106,10 @@ type Task struct {
 
 // Record is one metered quantity.
 type Record struct {
-	EventID, Kind, TenantID, TaskID  string
-	At                               time.Time
-	Queue, Flavor, Model, Resolution string
-	Quantity                         float64
+	EventID, Kind, TenantID, TaskID         string
+	At                                      time.Time
+	Queue, Flavor, Model, Resolution, Stage string
+	Quantity                                float64
 }
 
 // Fold applies e to the task's state t (zero when the task is new) and
@@ -124,6 +126,9 @@ func Fold(t Task, e Event) (next Task, records []Record, applied bool) {
 	t.Version = e.Version
 	switch e.Kind {
 	case Submitted, Updated:
+		if e.Kind == Submitted {
+			t.Stage = e.Stage
+		}
 		if e.Spec != nil {
 			t.Spec = *e.Spec
 			t.Queue = firstOf(e.Spec.ClusterQueue, e.Spec.Queue)
@@ -156,7 +161,10 @@ func (t *Task) endAttempt(e Event) []Record {
 	}
 	secs := math.Max(0, end.Truncate(time.Microsecond).Sub(t.AttemptStarted).Seconds())
 	t.AttemptID, t.AttemptStarted = "", time.Time{}
-	if t.Spec.GPUs > 0 {
+	switch {
+	case t.Stage != "":
+		return []Record{t.record(e, KindStage, secs)}
+	case t.Spec.GPUs > 0:
 		return []Record{t.record(e, KindGPU, secs*t.Spec.GPUs)}
 	}
 	return []Record{t.record(e, KindCPU, secs)}
@@ -164,7 +172,7 @@ func (t *Task) endAttempt(e Event) []Record {
 
 func (t Task) record(e Event, kind string, qty float64) Record {
 	r := Record{EventID: e.EventID, Kind: kind, TenantID: t.TenantID, TaskID: t.TaskID, At: e.At.UTC(),
-		Queue: t.Queue, Flavor: t.Flavor, Quantity: qty}
+		Queue: t.Queue, Flavor: t.Flavor, Stage: t.Stage, Quantity: qty}
 	if t.Spec.Type == TypeVideo {
 		r.Model, r.Resolution = t.Spec.Model, t.Spec.Resolution
 	}
@@ -192,6 +200,8 @@ type Prices struct {
 	// resolution ("wan2.2-t2v/1080P"), the latter winning.
 	VideoSecondByModel map[string]float64 `json:"video_second_by_model,omitempty"`
 	StageSecond        float64            `json:"stage_second"`
+	// StageSecondByStage is keyed by pipeline stage ("onnx", "bie", "nef").
+	StageSecondByStage map[string]float64 `json:"stage_second_by_stage,omitempty"`
 }
 
 // DefaultPrices are used without a configured table.
@@ -203,7 +213,7 @@ func (p Prices) Check() error {
 		return errors.New("price table: currency is empty")
 	}
 	all := []float64{p.GPUSecond, p.CPUSecond, p.VideoSecond, p.StageSecond}
-	for _, m := range []map[string]float64{p.GPUSecondByFlavor, p.VideoSecondByModel} {
+	for _, m := range []map[string]float64{p.GPUSecondByFlavor, p.VideoSecondByModel, p.StageSecondByStage} {
 		for _, v := range m {
 			all = append(all, v)
 		}
@@ -216,29 +226,33 @@ func (p Prices) Check() error {
 	return nil
 }
 
-// Amount prices qty of one kind.
-func (p Prices) Amount(kind, flavor, model, resolution string, qty float64) float64 {
+// Amount prices a sum's quantity, by its kind and the flavor, model,
+// resolution or stage its price may depend on.
+func (p Prices) Amount(s Sum) float64 {
 	price := 0.0
-	switch kind {
+	switch s.Kind {
 	case KindGPU:
 		price = p.GPUSecond
-		if v, ok := p.GPUSecondByFlavor[flavor]; ok {
+		if v, ok := p.GPUSecondByFlavor[s.Flavor]; ok {
 			price = v
 		}
 	case KindCPU:
 		price = p.CPUSecond
 	case KindVideo:
 		price = p.VideoSecond
-		if v, ok := p.VideoSecondByModel[model]; ok {
+		if v, ok := p.VideoSecondByModel[s.Model]; ok {
 			price = v
 		}
-		if v, ok := p.VideoSecondByModel[model+"/"+resolution]; ok {
+		if v, ok := p.VideoSecondByModel[s.Model+"/"+s.Resolution]; ok {
 			price = v
 		}
 	case KindStage:
 		price = p.StageSecond
+		if v, ok := p.StageSecondByStage[s.Stage]; ok {
+			price = v
+		}
 	}
-	return qty * price
+	return s.Quantity * price
 }
 
 // Groupings of a report.
@@ -248,6 +262,7 @@ const (
 	ByQueue  = "queue"
 	ByFlavor = "flavor"
 	ByTenant = "tenant"
+	ByStage  = "stage"
 )
 
 // ErrInvalid is wrapped by every refusal of a report request.
@@ -283,9 +298,9 @@ func ParseQuery(from, to, groupBy, tenantFilter, tenant string, operator bool, n
 		q.GroupBy = ByDay
 	}
 	switch q.GroupBy {
-	case ByDay, ByModel, ByQueue, ByFlavor, ByTenant:
+	case ByDay, ByModel, ByQueue, ByFlavor, ByTenant, ByStage:
 	default:
-		return q, &InvalidError{"group_by", fmt.Sprintf("must be day, model, queue, flavor or tenant, not %q", groupBy)}
+		return q, &InvalidError{"group_by", fmt.Sprintf("must be day, model, queue, flavor, tenant or stage, not %q", groupBy)}
 	}
 	var err error
 	if q.From, err = parseBound(from, false); err != nil {
@@ -340,11 +355,12 @@ func parseBound(s string, upper bool) (time.Time, error) {
 }
 
 // Sum is the quantity of one kind in one group, as stored records add up
-// (separately per flavor, model and resolution, which prices may depend on).
+// (separately per flavor, model, resolution and stage, which prices may
+// depend on).
 type Sum struct {
-	Key, Kind, Flavor, Model, Resolution string
-	Quantity                             float64
-	Items                                int64
+	Key, Kind, Flavor, Model, Resolution, Stage string
+	Quantity                                    float64
+	Items                                       int64
 }
 
 // Row is one group of a report.
@@ -373,7 +389,7 @@ func Rows(sums []Sum, p Prices) ([]Row, Row) {
 			r = &Row{Key: key}
 			byKey[key] = r
 		}
-		amount := p.Amount(s.Kind, s.Flavor, s.Model, s.Resolution, s.Quantity)
+		amount := p.Amount(s)
 		for _, x := range []*Row{r, &total} {
 			switch s.Kind {
 			case KindGPU:

@@ -88,6 +88,27 @@ func TestFoldMetersCPUAndVideo(t *testing.T) {
 	}
 }
 
+// A pipeline stage task's running time is stage seconds, under its
+// stage, whatever resources it asked for; an update keeps the stage.
+func TestFoldMetersPipelineStages(t *testing.T) {
+	sub := ev(1, 0, Submitted)
+	sub.Spec, sub.Stage = &Spec{Type: "shell", Queue: "pipeline-bie"}, "bie"
+	upd := ev(2, 1, Updated)
+	upd.Spec = &Spec{Type: "shell", Queue: "pipeline-bie", GPUs: 1}
+	task, recs := fold(sub, upd, ev(3, 10, Started), ev(4, 25, Succeeded))
+	if len(recs) != 1 || recs[0].Kind != KindStage || recs[0].Quantity != 15 || recs[0].Stage != "bie" ||
+		recs[0].Queue != "pipeline-bie" || task.Stage != "bie" {
+		t.Fatalf("stage = %+v, task %+v", recs, task)
+	}
+	p := Prices{Currency: "USD", StageSecond: 0.01, StageSecondByStage: map[string]float64{"bie": 0.02}}
+	if a := p.Amount(Sum{Kind: KindStage, Stage: "bie", Quantity: 15}); math.Abs(a-0.3) > 1e-9 {
+		t.Errorf("bie amount = %v", a)
+	}
+	if a := p.Amount(Sum{Kind: KindStage, Stage: "nef", Quantity: 15}); math.Abs(a-0.15) > 1e-9 {
+		t.Errorf("nef amount = %v", a)
+	}
+}
+
 func TestPricesAndRows(t *testing.T) {
 	p := Prices{Currency: "EUR", GPUSecond: 0.001, GPUSecondByFlavor: map[string]float64{"H100": 0.002}, CPUSecond: 0.0001,
 		VideoSecond: 0.05, VideoSecondByModel: map[string]float64{"wan2.2-i2v": 0.06, "wan2.2-i2v/1080P": 0.1}}
@@ -132,6 +153,9 @@ func TestParseQuery(t *testing.T) {
 	q, err = ParseQuery("2026-10-01", "2026-10-31", "model", "globex", "", true, now)
 	if err != nil || !q.Until.Equal(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)) || q.Tenant != "globex" || q.GroupBy != ByModel {
 		t.Errorf("operator query = %+v, %v", q, err)
+	}
+	if q, err = ParseQuery("", "", "stage", "", "acme", false, now); err != nil || q.GroupBy != ByStage {
+		t.Errorf("stage = %+v, %v", q, err)
 	}
 	for name, args := range map[string][4]string{
 		"group":  {"", "", "hour", ""},

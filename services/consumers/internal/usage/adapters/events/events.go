@@ -37,6 +37,7 @@ func Convert(ev *taskv1.TaskEvent) (domain.Event, error) {
 	switch x := ev.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
 		e.Kind, e.Spec = domain.Submitted, spec(x.Submitted.GetSpec(), x.Submitted.GetClusterQueue())
+		e.Stage = Stage(ev.GetActor(), x.Submitted.GetRequestId())
 	case *taskv1.TaskEvent_Updated:
 		e.Kind, e.Spec = domain.Updated, spec(x.Updated.GetSpec(), x.Updated.GetClusterQueue())
 	case *taskv1.TaskEvent_Admitted:
@@ -65,6 +66,30 @@ func Convert(ev *taskv1.TaskEvent) (domain.Event, error) {
 		return e, fmt.Errorf("%w: task %s v%d", ErrNoCase, ev.GetAggregateId(), ev.GetVersion())
 	}
 	return e, nil
+}
+
+// PipelineActor is the actor of the tasks the conversion pipeline creates
+// for a job's stages (docs/api/pipeline.md), and stageRequestPrefix begins
+// their request ids: "pipeline/<job id>/<stage>".
+const (
+	PipelineActor      = "pipeline"
+	stageRequestPrefix = "pipeline/"
+)
+
+// Stage is the pipeline stage a submitted task runs, "" when it is not a
+// stage task. Both the actor and the request id must say so: a tenant
+// may choose a request id like the pipeline's, but its tasks are
+// submitted by its own key, and they stay CPU or GPU seconds.
+func Stage(actor, requestID string) string {
+	rest, ok := strings.CutPrefix(requestID, stageRequestPrefix)
+	if actor != PipelineActor || !ok {
+		return ""
+	}
+	job, stage, ok := strings.Cut(rest, "/")
+	if !ok || job == "" || stage == "" || strings.Contains(stage, "/") {
+		return ""
+	}
+	return pg.CleanText(stage)
 }
 
 func spec(s *taskv1.TaskSpec, clusterQueue string) *domain.Spec {

@@ -33,6 +33,20 @@ func TestConvert(t *testing.T) {
 	if e.Kind != domain.AttemptEnded || e.AttemptID != "a" || !e.EndedAt.Equal(at.Add(-time.Second)) {
 		t.Errorf("failed = %+v", e)
 	}
+	stage := env(&taskv1.TaskEvent{Actor: "pipeline", Event: &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{
+		RequestId: "pipeline/0f8c-1/bie", Spec: &taskv1.TaskSpec{Type: "shell", Queue: "pipeline-bie"}}}})
+	if e, _ = Convert(stage); e.Stage != "bie" {
+		t.Errorf("stage task = %+v", e)
+	}
+	stage.Actor = "key-acme" // a tenant's own task with a request id like the pipeline's
+	if e, _ = Convert(stage); e.Stage != "" {
+		t.Errorf("tenant's task = %+v", e)
+	}
+	for actor, id := range map[string]string{"pipeline": "pipeline/0f8c-1", "pipeline ": "pipeline/j/onnx", "": "pipeline/j/onnx"} {
+		if s := Stage(actor, id); s != "" {
+			t.Errorf("Stage(%q, %q) = %q", actor, id, s)
+		}
+	}
 	for q, want := range map[string]float64{"2": 2, "500m": 0.5, "1k": 1000, "1Gi": 1 << 30, "": 0, "x": 0, "-1": 0} {
 		if got := Quantity(q); got != want {
 			t.Errorf("Quantity(%q) = %v, want %v", q, got, want)

@@ -69,7 +69,7 @@ func (m Meter) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 }
 
 const taskColumns = `task_id, tenant_id, version, type, gpus, queue, flavor, model, resolution, video_seconds, attempt_id,
-	attempt_started, spec_queue, cluster_queue`
+	attempt_started, spec_queue, cluster_queue, stage`
 
 func load(ctx context.Context, tx pgx.Tx, table string, ids []string) (map[string]domain.Task, error) {
 	rows, err := tx.Query(ctx, `SELECT `+taskColumns+` FROM `+table+` WHERE task_id = ANY($1)`, ids)
@@ -83,7 +83,7 @@ func load(ctx context.Context, tx pgx.Tx, table string, ids []string) (map[strin
 			started *time.Time
 		)
 		if err := rows.Scan(&t.TaskID, &t.TenantID, &t.Version, &t.Spec.Type, &t.Spec.GPUs, &t.Queue, &t.Flavor, &t.Spec.Model,
-			&t.Spec.Resolution, &t.Spec.VideoSeconds, &t.AttemptID, &started, &t.Spec.Queue, &t.Spec.ClusterQueue); err != nil {
+			&t.Spec.Resolution, &t.Spec.VideoSeconds, &t.AttemptID, &started, &t.Spec.Queue, &t.Spec.ClusterQueue, &t.Stage); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("usage: load tasks: %w", err)
 		}
@@ -109,7 +109,7 @@ func storeTasks(ctx context.Context, tx pgx.Tx, table string, state map[string]d
 		make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n),
 		make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 	versions, gpus, video := make([]int64, 0, n), make([]float64, 0, n), make([]float64, 0, n)
-	started := make([]*time.Time, 0, n)
+	started, stages := make([]*time.Time, 0, n), make([]string, 0, n)
 	for id := range changed {
 		t := state[id]
 		var st *time.Time
@@ -122,16 +122,17 @@ func storeTasks(ctx context.Context, tx pgx.Tx, table string, state map[string]d
 			append(specQ, t.Spec.Queue), append(cq, t.Spec.ClusterQueue)
 		versions, gpus, video, started = append(versions, t.Version), append(gpus, t.Spec.GPUs), append(video, t.Spec.VideoSeconds),
 			append(started, st)
+		stages = append(stages, t.Stage)
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO `+table+` (`+taskColumns+`)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::float8[], $6::text[], $7::text[], $8::text[],
-			$9::text[], $10::float8[], $11::text[], $12::timestamptz[], $13::text[], $14::text[])
+			$9::text[], $10::float8[], $11::text[], $12::timestamptz[], $13::text[], $14::text[], $15::text[])
 		ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version, type = EXCLUDED.type, gpus = EXCLUDED.gpus,
 			queue = EXCLUDED.queue, flavor = EXCLUDED.flavor, model = EXCLUDED.model, resolution = EXCLUDED.resolution,
 			video_seconds = EXCLUDED.video_seconds, attempt_id = EXCLUDED.attempt_id, attempt_started = EXCLUDED.attempt_started,
-			spec_queue = EXCLUDED.spec_queue, cluster_queue = EXCLUDED.cluster_queue
+			spec_queue = EXCLUDED.spec_queue, cluster_queue = EXCLUDED.cluster_queue, stage = EXCLUDED.stage
 		WHERE `+table+`.version < EXCLUDED.version`,
-		ids, tenants, versions, types, gpus, queues, flavors, models, res, video, attempts, started, specQ, cq)
+		ids, tenants, versions, types, gpus, queues, flavors, models, res, video, attempts, started, specQ, cq, stages)
 	if err != nil {
 		return fmt.Errorf("usage: store tasks: %w", err)
 	}
@@ -144,18 +145,18 @@ func storeRecords(ctx context.Context, tx pgx.Tx, table string, recs []domain.Re
 		return nil
 	}
 	n := len(recs)
-	events, kinds, tenants, tasks, queues, flavors, models, res := make([]string, n), make([]string, n), make([]string, n),
-		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	events, kinds, tenants, tasks, queues, flavors, models, res, stages := make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	at, qty := make([]time.Time, n), make([]float64, n)
 	for i, r := range recs {
-		events[i], kinds[i], tenants[i], tasks[i], queues[i], flavors[i], models[i], res[i] = r.EventID, r.Kind, r.TenantID,
-			r.TaskID, r.Queue, r.Flavor, r.Model, r.Resolution
+		events[i], kinds[i], tenants[i], tasks[i], queues[i], flavors[i], models[i], res[i], stages[i] = r.EventID, r.Kind, r.TenantID,
+			r.TaskID, r.Queue, r.Flavor, r.Model, r.Resolution, r.Stage
 		at[i], qty[i] = r.At, r.Quantity
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+table+` (event_id, kind, tenant_id, task_id, at, queue, flavor, model, resolution, quantity)
+	_, err := tx.Exec(ctx, `INSERT INTO `+table+` (event_id, kind, tenant_id, task_id, at, queue, flavor, model, resolution, stage, quantity)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $7::text[], $8::text[],
-			$9::text[], $10::float8[])
-		ON CONFLICT (event_id, kind) DO NOTHING`, events, kinds, tenants, tasks, at, queues, flavors, models, res, qty)
+			$9::text[], $10::text[], $11::float8[])
+		ON CONFLICT (event_id, kind) DO NOTHING`, events, kinds, tenants, tasks, at, queues, flavors, models, res, stages, qty)
 	if err != nil {
 		return fmt.Errorf("usage: store records: %w", err)
 	}
@@ -173,24 +174,25 @@ var groupKeys = map[string]string{
 	domain.ByQueue:  `queue`,
 	domain.ByFlavor: `flavor`,
 	domain.ByTenant: `tenant_id`,
+	domain.ByStage:  `stage`,
 }
 
-// Sums adds up the records q selects per group, kind, flavor, model and
-// resolution.
+// Sums adds up the records q selects per group, kind, flavor, model,
+// resolution and stage.
 func (s Store) Sums(ctx context.Context, q domain.Query) ([]domain.Sum, error) {
 	key, ok := groupKeys[q.GroupBy]
 	if !ok {
 		return nil, fmt.Errorf("usage: no grouping %q", q.GroupBy)
 	}
-	rows, err := s.DB.Query(ctx, `SELECT `+key+`, kind, flavor, model, resolution, sum(quantity), count(*)
+	rows, err := s.DB.Query(ctx, `SELECT `+key+`, kind, flavor, model, resolution, stage, sum(quantity), count(*)
 		FROM usage_records WHERE at >= $1 AND at < $2 AND ($3 = '' OR tenant_id = $3)
-		GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5`, q.From, q.Until, q.Tenant)
+		GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6`, q.From, q.Until, q.Tenant)
 	if err != nil {
 		return nil, fmt.Errorf("usage: sums: %w", err)
 	}
 	var out []domain.Sum
 	var x domain.Sum
-	if _, err := pgx.ForEachRow(rows, []any{&x.Key, &x.Kind, &x.Flavor, &x.Model, &x.Resolution, &x.Quantity, &x.Items}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&x.Key, &x.Kind, &x.Flavor, &x.Model, &x.Resolution, &x.Stage, &x.Quantity, &x.Items}, func() error {
 		out = append(out, x)
 		return nil
 	}); err != nil {
