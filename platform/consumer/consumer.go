@@ -2,7 +2,7 @@
 // with the consumed offsets kept in Postgres in the same transaction as the
 // handler's writes: the way the event consumers (usage metering, webhook
 // deliveries) read the task topic
-// (docs/decisions/0023-watermill-consumers.md).
+// (docs/decisions/0024-watermill-consumers.md).
 //
 // A Consumer is one Apply function — what a run of records means to a read
 // model, inside a transaction — run live by a Watermill Router and,

@@ -527,3 +527,77 @@ func TestRelayRestartWaitsForAnotherRelaysOpenTransaction(t *testing.T) {
 		t.Fatalf("kafka holds %d records of the other producer, want 4", n)
 	}
 }
+
+// Routes send one aggregate type's events to a topic of its own; each
+// topic holds exactly its events, in version order, also after a relay
+// restarts from a checkpoint older than what it committed: with every
+// row of it older (a crash and every checkpoint write since lost), and
+// with only the relay's own row older, whose routed topic's row then does
+// not count (its offsets would pass records to find).
+func TestRelayRoutesAggregateTypesToTheirTopics(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	pool := db.Open(t, eventtest.Schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	const routed = "test.routed.v1"
+	cfg := relayConfig(b.Addrs())
+	cfg.Routes = map[string]string{"group": routed}
+	routedRow := "test " + routed
+	next := map[string]int64{}
+	appendEvents := func(agg, typ string, n int) {
+		t.Helper()
+		var evs []eventstore.Event
+		for range n {
+			next[agg]++
+			e := eventtest.Event(agg, next[agg])
+			e.AggregateType = typ
+			evs = append(evs, e)
+		}
+		if err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return eventstore.New().Append(ctx, tx, evs...) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := runRelay(pool, cfg)
+	appendEvents("task-a", "task", 10)
+	appendEvents("group-1", "group", 7)
+	appendEvents("task-b", "task", 5)
+	waitRelayed(t, pool, 20*time.Second)
+	early, earlyRouted := checkpointRow(t, pool, "test"), checkpointRow(t, pool, routedRow)
+	if earlyRouted == "" {
+		t.Fatal("no checkpoint row for the routed topic")
+	}
+
+	appendEvents("group-1", "group", 3)
+	appendEvents("task-a", "task", 2)
+	waitRelayed(t, pool, 20*time.Second)
+	stop()
+	restoreCheckpoint(t, pool, "test", early)
+	restoreCheckpoint(t, pool, routedRow, earlyRouted)
+
+	stop = runRelay(pool, cfg)
+	appendEvents("group-1", "group", 1)
+	appendEvents("task-b", "task", 1)
+	waitRelayed(t, pool, 20*time.Second)
+	stop()
+	restoreCheckpoint(t, pool, "test", early)
+
+	stop = runRelay(pool, cfg)
+	defer stop()
+	appendEvents("group-1", "group", 2)
+	appendEvents("task-a", "task", 1)
+	waitRelayed(t, pool, 20*time.Second)
+
+	var all []eventtest.Record
+	for _, tp := range []struct {
+		name, keyPrefix string
+	}{{topic, "task-"}, {routed, "group-"}} {
+		for _, r := range b.ConsumeAll(t, tp.name) {
+			if !strings.HasPrefix(string(r.Key), tp.keyPrefix) {
+				t.Fatalf("%s holds %s", tp.name, r.Key)
+			}
+			// Partitions are per topic; the topics' aggregates differ.
+			all = append(all, eventtest.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
+		}
+	}
+	eventtest.CheckExactlyOnceInOrder(t, ctx, pool, all)
+}

@@ -11,18 +11,19 @@
 //     previous holder: its open Kafka transaction is aborted and it can never
 //     commit another one.
 //  3. Learn what is already in Kafka: the checkpoint in Postgres (the last
-//     event published and, per partition, a Kafka offset), then the
-//     relay's own records from those offsets to the end of each partition
-//     (its name is in the HeaderRelay header; other relays may publish to
-//     the same topic). A crash between a Kafka commit and the checkpoint
+//     event published and, per partition of each of the relay's topics, a
+//     Kafka offset), then the relay's own records from those offsets to the
+//     end of each partition (its name is in the HeaderRelay header; other
+//     relays may publish to the same topic). A crash between a Kafka commit and the checkpoint
 //     write leaves records past the checkpoint; they are recognised and
 //     skipped, not repeated. The checkpoint is rewritten at once, so the
 //     next start reads only what is published after this one.
 //  4. Repeatedly read up to BatchSize events after the cursor whose writing
 //     transactions have all finished (tx_id below the snapshot's xmin), in
-//     Position order; produce them in one Kafka transaction (key = aggregate
-//     id, partition chosen like Kafka's default partitioner); commit; then
-//     store the checkpoint.
+//     Position order; produce them in one Kafka transaction (topic by the
+//     event's aggregate type, Config.Routes; key = aggregate id, partition
+//     chosen like Kafka's default partitioner); commit; then store the
+//     checkpoint.
 //  5. On any error drop the producer and the lock, back off and start over
 //     at 1 (leader.Run). The cursor only moves after a Kafka commit, so
 //     nothing is lost; rows are read in Position order, so one aggregate's
@@ -36,16 +37,16 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -72,8 +73,15 @@ type Config struct {
 	// its Kafka transactional id and the HeaderRelay header of its
 	// records. One name per events table (e.g. "scheduler"); relays
 	// sharing a topic need different names.
-	Name  string
+	Name string
+	// Topic receives every event whose aggregate type has no route.
 	Topic string
+	// Routes sends the events of some aggregate types to topics of their
+	// own (aggregate type → topic): one topic per event envelope, while
+	// the service keeps one event store. One relay, one order: a Kafka
+	// transaction spans the topics, and each aggregate's events stay in
+	// version order on its topic.
+	Routes map[string]string
 	// Partitions is used when the relay creates the topic (default 16).
 	Partitions int32
 	// BatchSize is the most events per Kafka transaction (default 1000).
@@ -182,43 +190,52 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	if _, _, err := cl.ProducerID(setup); err != nil {
 		return fmt.Errorf("init producer: %w", err)
 	}
-	// The partition count is read once per session and decides where every
-	// aggregate's events go. Growing the topic later would move aggregates
+	// The partition counts are read once per session and decide where every
+	// aggregate's events go. Growing a topic later would move aggregates
 	// to other partitions for the next session and break their order across
-	// the change, so the count is set when the topic is created and never
-	// grown.
-	if err := kafka.EnsureTopics(setup, cl, kafka.TopicSpec{Name: r.cfg.Topic, Partitions: r.cfg.Partitions, ReplicationFactor: -1}); err != nil {
-		return err
+	// the change, so the counts are set when the topics are created and
+	// never grown.
+	names := r.topics()
+	specs := make([]kafka.TopicSpec, len(names))
+	for i, t := range names {
+		specs[i] = kafka.TopicSpec{Name: t, Partitions: r.cfg.Partitions, ReplicationFactor: -1}
 	}
-	partitions, err := kafka.Partitions(setup, cl, r.cfg.Topic)
-	if err != nil {
+	if err := kafka.EnsureTopics(setup, cl, specs...); err != nil {
 		return err
 	}
 	// Reads and checkpoint writes use the lock's own connection: once the
 	// session has lost the lock (its server session ended), they fail
 	// instead of running beside the successor.
 	conn := lock.Conn()
-	cp, err := loadCheckpoint(setup, conn, r.cfg.Name)
+	cp, err := loadCheckpoint(setup, conn, r.cfg.Name, r.cfg.Topic, names)
 	if err != nil {
 		return err
 	}
 	// Only after the fence (ProducerID above): no transaction of a
 	// predecessor can commit behind the records read here.
-	inKafka, err := scanPublished(setup, cl, r.cfg.Name, r.cfg.Topic, partitions, cp.offsets, r.cfg.Logger)
-	if err != nil {
-		return err
+	inKafka := make(topics, len(names))
+	for _, t := range names {
+		partitions, err := kafka.Partitions(setup, cl, t)
+		if err != nil {
+			return err
+		}
+		k, err := scanPublished(setup, cl, r.cfg.Name, t, partitions, cp.offsets[t], r.cfg.Logger)
+		if err != nil {
+			return err
+		}
+		inKafka[t] = &topicState{partitions: partitions, published: k}
 	}
 	cursor := cp.cursor
 	// Saving the scan's end now bounds the next start's scan to what is
 	// published from here on, even if this session never checkpoints again.
-	if offsets := inKafka.offsets(cursor); !slices.Equal(offsets, cp.offsets) {
-		if err := saveCheckpoint(setup, conn, r.cfg.Name, checkpoint{cursor, offsets}); err != nil {
+	if now := inKafka.checkpoint(cursor); !maps.EqualFunc(now.offsets, cp.offsets, slices.Equal) {
+		if err := saveCheckpoint(setup, conn, r.cfg.Name, r.cfg.Topic, now); err != nil {
 			return err
 		}
 	}
 	r.setCursor(cursor)
-	r.cfg.Logger.Info("outbox relay active", "relay", r.cfg.Name, "topic", r.cfg.Topic,
-		"partitions", partitions, "checkpoint", cursor.String(), "in_kafka", fmt.Sprint(inKafka.last))
+	r.cfg.Logger.Info("outbox relay active", "relay", r.cfg.Name, "topics", fmt.Sprint(names),
+		"checkpoint", cursor.String(), "in_kafka", inKafka.String())
 
 	timer := time.NewTimer(r.cfg.PollInterval)
 	defer timer.Stop()
@@ -236,7 +253,7 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		if len(batch) == 0 {
 			if saved != cursor {
 				// Idle: record how far the relay got.
-				if err := saveCheckpoint(ctx, conn, r.cfg.Name, checkpoint{cursor, inKafka.offsets(cursor)}); err != nil {
+				if err := saveCheckpoint(ctx, conn, r.cfg.Name, r.cfg.Topic, inKafka.checkpoint(cursor)); err != nil {
 					return err
 				}
 				saved, lastSaved = cursor, time.Now()
@@ -253,7 +270,7 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 			}
 			continue
 		}
-		if err := r.publish(ctx, cl, batch, partitions, inKafka); err != nil {
+		if err := r.publish(ctx, cl, batch, inKafka); err != nil {
 			return err
 		}
 		// The cursor moves past skipped events too: they are in Kafka
@@ -264,13 +281,58 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		// relay writes it at most every checkpointEvery instead of
 		// committing per batch; an idle one writes it at once (above).
 		if time.Since(lastSaved) >= checkpointEvery {
-			if err := saveCheckpoint(ctx, conn, r.cfg.Name, checkpoint{cursor, inKafka.offsets(cursor)}); err != nil {
+			if err := saveCheckpoint(ctx, conn, r.cfg.Name, r.cfg.Topic, inKafka.checkpoint(cursor)); err != nil {
 				return err
 			}
 			saved, lastSaved = cursor, time.Now()
 		}
 		r.setCursor(cursor)
 	}
+}
+
+// topics lists the relay's topics: Topic, then the routes' in name order.
+func (r *Relay) topics() []string {
+	out := []string{r.cfg.Topic}
+	for _, t := range slices.Sorted(maps.Values(r.cfg.Routes)) {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// topicOf is where an event of aggregateType is published.
+func (r *Relay) topicOf(aggregateType string) string {
+	if t, ok := r.cfg.Routes[aggregateType]; ok {
+		return t
+	}
+	return r.cfg.Topic
+}
+
+// topicState is a session's view of one of its topics.
+type topicState struct {
+	partitions int32
+	*published
+}
+
+// topics is a session's view of each of its topics, by name.
+type topics map[string]*topicState
+
+// checkpoint is what a checkpoint at cursor stores.
+func (ts topics) checkpoint(cursor Position) checkpoint {
+	cp := checkpoint{cursor: cursor, offsets: make(map[string][]int64, len(ts))}
+	for t, k := range ts {
+		cp.offsets[t] = k.offsets(cursor)
+	}
+	return cp
+}
+
+func (ts topics) String() string {
+	out := make(map[string]map[int32]Position, len(ts))
+	for t, k := range ts {
+		out[t] = k.last
+	}
+	return fmt.Sprint(out)
 }
 
 func (r *Relay) setCursor(p Position) {
@@ -307,15 +369,17 @@ func (r *Relay) producer() (*kgo.Client, error) {
 
 // publish produces one batch in one Kafka transaction, skipping events
 // whose partition already has them, and commits.
-func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partitions int32, inKafka *published) error {
+func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, inKafka topics) error {
 	records := make([]*kgo.Record, 0, len(batch))
 	for i := range batch {
 		ev := &batch[i]
-		p := kafka.PartitionFor([]byte(ev.aggregateID), partitions)
-		if last, ok := inKafka.last[p]; ok && !last.Less(ev.pos) {
+		topic := r.topicOf(ev.aggregateType)
+		k := inKafka[topic]
+		p := kafka.PartitionFor([]byte(ev.aggregateID), k.partitions)
+		if last, ok := k.last[p]; ok && !last.Less(ev.pos) {
 			continue // committed by a predecessor after its last checkpoint
 		}
-		records = append(records, ev.record(r.cfg.Topic, p, r.name))
+		records = append(records, ev.record(topic, p, r.name))
 	}
 	if len(records) == 0 {
 		return nil
@@ -340,7 +404,9 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, partit
 		return fmt.Errorf("commit kafka transaction: %w", err)
 	}
 	// Where this session's records went bounds the next start's scan.
-	inKafka.committed(records)
+	for i, rec := range records {
+		inKafka[rec.Topic].committed(records[i : i+1])
+	}
 	r.published.Add(int64(len(records)))
 	return nil
 }
@@ -427,29 +493,68 @@ func readBatch(ctx context.Context, conn *pgxpool.Conn, after Position, limit in
 }
 
 // checkpoint is how far a relay got: cursor is the last event it published
-// (or found published), and offsets[p] an offset of partition p below which
-// none of its records comes after cursor (nil or short: unknown, read the
-// partition from its start).
+// (or found published), and offsets[topic][p] an offset of partition p of
+// topic below which none of its records comes after cursor (nil or short:
+// unknown, read the partition from its start).
+//
+// It is stored as one row per topic, written together by one statement:
+// the relay's name for Topic (the row a relay without routes has) and
+// "<name> <topic>" for a routed topic (a space: no topic name has one).
+// Each row holds the cursor; a topic row whose cursor is not the relay
+// row's (the relay row restored from a backup, say) does not count, as
+// its offsets may pass records of the relay's after the relay row's cursor.
 type checkpoint struct {
 	cursor  Position
-	offsets []int64
+	offsets map[string][]int64
 }
 
-func loadCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string) (checkpoint, error) {
-	var (
-		txid string
-		cp   checkpoint
-	)
-	err := conn.QueryRow(ctx, `SELECT tx_id::text, event_id, kafka_offsets FROM outbox_checkpoints WHERE relay = $1`, name).
-		Scan(&txid, &cp.cursor.EventID, &cp.offsets)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return checkpoint{}, nil
+// checkpointRow is the row holding topic's offsets.
+func checkpointRow(name, mainTopic, topic string) string {
+	if topic == mainTopic {
+		return name
 	}
+	return name + " " + topic
+}
+
+func loadCheckpoint(ctx context.Context, conn *pgxpool.Conn, name, mainTopic string, topics []string) (checkpoint, error) {
+	keys := make([]string, len(topics))
+	for i, t := range topics {
+		keys[i] = checkpointRow(name, mainTopic, t)
+	}
+	rows, err := conn.Query(ctx, `SELECT relay, tx_id::text, event_id, kafka_offsets FROM outbox_checkpoints WHERE relay = ANY($1)`, keys)
 	if err != nil {
 		return checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
 	}
-	if cp.cursor.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
+	type stored struct {
+		cursor  Position
+		offsets []int64
+	}
+	found := map[string]stored{}
+	for rows.Next() {
+		var (
+			key, txid string
+			st        stored
+		)
+		if err := rows.Scan(&key, &txid, &st.cursor.EventID, &st.offsets); err != nil {
+			return checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
+		}
+		if st.cursor.TxID, err = strconv.ParseUint(txid, 10, 64); err != nil {
+			return checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
+		}
+		found[key] = st
+	}
+	if err := rows.Err(); err != nil {
 		return checkpoint{}, fmt.Errorf("load checkpoint: %w", err)
+	}
+	main, ok := found[name]
+	if !ok {
+		return checkpoint{}, nil
+	}
+	cp := checkpoint{cursor: main.cursor, offsets: map[string][]int64{}}
+	for i, t := range topics {
+		if st, ok := found[keys[i]]; ok && st.cursor == main.cursor {
+			cp.offsets[t] = st.offsets
+		}
 	}
 	return cp, nil
 }
@@ -457,13 +562,18 @@ func loadCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string) (check
 // saveCheckpoint records how far the relay got. Losing it in a crash is
 // harmless: the next relay reads the partitions from the previous
 // checkpoint's offsets, a longer way to the same records.
-func saveCheckpoint(ctx context.Context, conn *pgxpool.Conn, name string, cp checkpoint) error {
+func saveCheckpoint(ctx context.Context, conn *pgxpool.Conn, name, mainTopic string, cp checkpoint) error {
+	args := []any{strconv.FormatUint(cp.cursor.TxID, 10), cp.cursor.EventID}
+	var values []string
+	for _, t := range slices.Sorted(maps.Keys(cp.offsets)) {
+		args = append(args, checkpointRow(name, mainTopic, t), cp.offsets[t])
+		values = append(values, fmt.Sprintf("($%d, $1::text::xid8, $2::bigint, $%d::bigint[], now())", len(args)-1, len(args)))
+	}
 	_, err := conn.Exec(ctx, `
 		INSERT INTO outbox_checkpoints (relay, tx_id, event_id, kafka_offsets, updated_at)
-		VALUES ($1, $2::text::xid8, $3, $4, now())
+		VALUES `+strings.Join(values, ", ")+`
 		ON CONFLICT (relay) DO UPDATE SET tx_id = EXCLUDED.tx_id, event_id = EXCLUDED.event_id,
-			kafka_offsets = EXCLUDED.kafka_offsets, updated_at = now()`,
-		name, strconv.FormatUint(cp.cursor.TxID, 10), cp.cursor.EventID, cp.offsets)
+			kafka_offsets = EXCLUDED.kafka_offsets, updated_at = now()`, args...)
 	if err != nil {
 		return fmt.Errorf("save checkpoint: %w", err)
 	}

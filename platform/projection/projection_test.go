@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/internal/eventtest"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/kafkatest"
@@ -326,5 +327,63 @@ func TestReplayRefusesAProjectionThatAppliedNothing(t *testing.T) {
 		NewHandler: func(m map[string]string) projection.Handler { return progressHandler(m["task_progress"], 0) }})
 	if err == nil || !strings.Contains(err.Error(), "applied nothing") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A projection fed by two topics applies both in its transactions, stores
+// the offsets of each, and replays from both.
+func TestProjectionFollowsSeveralTopics(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	db := pgtest.New(t)
+	pool := db.Open(t, eventtest.Schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	const second = "test.second.v1"
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		_ = outbox.New(pool, outbox.Config{Name: "test", Topic: topic, Partitions: 4, Routes: map[string]string{"group": second},
+			Kafka: kafka.Config{Brokers: b.Addrs()}}).Run(relayCtx)
+	}()
+	defer func() { stopRelay(); <-relayDone }()
+	cfg := runnerConfig(b.Addrs())
+	cfg.Topics = []string{second}
+	runner := projection.NewRunner(pool, cfg, progressHandler("task_progress", 0))
+	done := make(chan struct{})
+	go func() { defer close(done); _ = runner.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	w := &eventtest.Writer{Pool: pool, Aggregates: 20, Writers: 2}
+	if err := w.Write(ctx, 200); err != nil {
+		t.Fatal(err)
+	}
+	for g := range 5 {
+		var evs []eventstore.Event
+		for v := int64(1); v <= 4; v++ {
+			e := eventtest.Event(fmt.Sprintf("group-%d", g), v)
+			e.AggregateType = "group"
+			evs = append(evs, e)
+		}
+		if err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error { return eventstore.New().Append(ctx, tx, evs...) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitConverged(t, pool, 30*time.Second)
+	if n := len(b.ConsumeAll(t, second)); n != 20 {
+		t.Fatalf("%s holds %d records, want 20", second, n)
+	}
+	var topics int
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT topic) FROM projection_offsets WHERE projection = 'progress'`).Scan(&topics); err != nil || topics != 2 {
+		t.Fatalf("offsets stored for %d topics, %v", topics, err)
+	}
+	report, err := projection.Replay(ctx, pool, projection.ReplaySpec{Name: "progress", Topic: topic, Topics: []string{second},
+		Tables: []string{"task_progress"}, Kafka: kafka.Config{Brokers: b.Addrs()},
+		NewHandler: func(m map[string]string) projection.Handler { return progressHandler(m["task_progress"], 0) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !report.Equal() || report.Records != 220 || report.Tables[0].LiveRows != 25 {
+		t.Fatalf("replay = %+v", report)
 	}
 }

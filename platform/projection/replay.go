@@ -21,9 +21,11 @@ var ErrNothingApplied = errors.New("has applied nothing yet")
 
 // ReplaySpec names a live projection and how to build a copy of it.
 type ReplaySpec struct {
-	// Name and Topic of the live projection (its stored offsets).
-	Name  string
-	Topic string
+	// Name and Topic (and Topics, see Config) of the live projection (its
+	// stored offsets).
+	Name   string
+	Topic  string
+	Topics []string
 	// Tables are the live tables the projection writes, compared row for
 	// row with their replay.
 	Tables []string
@@ -104,28 +106,39 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 			return nil, err
 		}
 	}
-	// The topic's ends only tell whether there is anything to compare; the
+	// The topics' ends only tell whether there is anything to compare; the
 	// targets are the live projection's offsets, which may trail them.
-	partitions, ends, err := endOffsets(ctx, spec.Kafka, spec.Topic)
-	if err != nil {
-		return nil, err
+	topics := withTopics(spec.Topic, spec.Topics)
+	partitions := make(map[string]int32, len(topics))
+	live := map[topicPartition]int64{}
+	written := false // some topic has records
+	for _, t := range topics {
+		n, ends, err := endOffsets(ctx, spec.Kafka, t)
+		if err != nil {
+			return nil, err
+		}
+		partitions[t] = n
+		written = written || anyPositive(ends)
+		stored, err := loadOffsets(ctx, pool, spec.Name, t)
+		if err != nil {
+			return nil, err
+		}
+		for p, o := range stored {
+			live[topicPartition{t, p}] = o
+		}
 	}
-	live, err := loadOffsets(ctx, pool, spec.Name, spec.Topic)
-	if err != nil {
-		return nil, err
-	}
-	if len(live) == 0 && len(ends) > 0 && anyPositive(ends) {
+	if len(live) == 0 && written {
 		return nil, fmt.Errorf("projection %s %w: there is no live state to compare", spec.Name, ErrNothingApplied)
 	}
 	// From offset 0 of every partition (no stored offsets; the log start
 	// after retention): the replay is a rebuild from the whole retained
 	// log.
-	cl, err := consumer(spec.Kafka, spec.Topic, partitions, nil, kgo.FetchMaxWait(50*time.Millisecond))
+	cl, err := consumer(spec.Kafka, partitions, nil, kgo.FetchMaxWait(50*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	rp := &replayer{cl: cl, handler: spec.NewHandler(mapping), pool: pool, batch: spec.BatchSize, pos: map[int32]int64{}}
+	rp := &replayer{cl: cl, handler: spec.NewHandler(mapping), pool: pool, batch: spec.BatchSize, pos: map[topicPartition]int64{}}
 
 	// Catch up with the live side without blocking it; what it applies
 	// meanwhile is replayed under the lock below, which is short because it
@@ -135,17 +148,18 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 	}
 	report := &Report{}
 	err = pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT partition, next_offset FROM projection_offsets
-			WHERE projection = $1 AND topic = $2 FOR UPDATE`, spec.Name, spec.Topic)
+		rows, err := tx.Query(ctx, `SELECT topic, partition, next_offset FROM projection_offsets
+			WHERE projection = $1 AND topic = ANY($2) FOR UPDATE`, spec.Name, topics)
 		if err != nil {
 			return fmt.Errorf("lock live offsets: %w", err)
 		}
-		now := map[int32]int64{}
+		now := map[topicPartition]int64{}
 		var (
+			t string
 			p int32
 			o int64
 		)
-		if _, err := pgx.ForEachRow(rows, []any{&p, &o}, func() error { now[p] = o; return nil }); err != nil {
+		if _, err := pgx.ForEachRow(rows, []any{&t, &p, &o}, func() error { now[topicPartition{t, p}] = o; return nil }); err != nil {
 			return fmt.Errorf("lock live offsets: %w", err)
 		}
 		// Row locks on the live offsets make the live runner wait at its
@@ -237,13 +251,13 @@ type replayer struct {
 	handler Handler
 	pool    *pgxpool.Pool
 	batch   int
-	pos     map[int32]int64 // next offset applied per partition
+	pos     map[topicPartition]int64 // next offset applied per partition
 	held    []*kgo.Record
 	applied int64
 	skipped int64 // records that failed alone (dead letters of the live side)
 }
 
-func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
+func (rp *replayer) until(ctx context.Context, target map[topicPartition]int64) error {
 	done := func() bool {
 		for p, o := range target {
 			if rp.pos[p] < o {
@@ -257,7 +271,7 @@ func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
 	for !done() {
 		var batch, later []*kgo.Record
 		for _, rec := range rp.held {
-			if rec.Offset < target[rec.Partition] {
+			if rec.Offset < target[topicPartition{rec.Topic, rec.Partition}] {
 				batch = append(batch, rec)
 			} else {
 				later = append(later, rec)
@@ -274,7 +288,7 @@ func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
 				return err
 			}
 			for _, rec := range fetches.Records() {
-				if rec.Offset < target[rec.Partition] {
+				if rec.Offset < target[topicPartition{rec.Topic, rec.Partition}] {
 					batch = append(batch, rec)
 				} else {
 					later = append(later, rec)
@@ -290,8 +304,11 @@ func (rp *replayer) until(ctx context.Context, target map[int32]int64) error {
 		if err := rp.apply(ctx, batch); err != nil {
 			return fmt.Errorf("replay apply: %w", err)
 		}
-		for p, o := range nextOffsets(batch) {
-			rp.pos[p] = max(rp.pos[p], o)
+		for t, offsets := range nextOffsets(batch) {
+			for p, o := range offsets {
+				tp := topicPartition{t, p}
+				rp.pos[tp] = max(rp.pos[tp], o)
+			}
 		}
 		rp.applied += int64(len(batch))
 	}

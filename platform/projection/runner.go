@@ -1,6 +1,7 @@
-// Package projection builds Postgres read models from a Kafka topic.
+// Package projection builds Postgres read models from Kafka topics.
 //
-// A Runner consumes every partition of one topic and hands batches of
+// A Runner consumes every partition of its topic (or topics: one read
+// model may follow several event envelopes) and hands batches of
 // records to a Handler inside a transaction that also stores the consumed
 // offsets, so rows and offsets always agree: a runner killed mid-batch
 // leaves nothing of that batch behind and, on restart, applies it again from
@@ -40,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -96,6 +98,11 @@ type Config struct {
 	// Name identifies the projection: its offsets and its lock.
 	Name  string
 	Topic string
+	// Topics are further topics the projection follows, in the same
+	// transactions as Topic's records (one handler, one lock, the offsets
+	// of every topic stored together): a read model fed by several event
+	// envelopes. Handlers tell records apart by kgo.Record.Topic.
+	Topics []string
 	// Partitions is used if the runner has to create the topic (default 16).
 	Partitions int32
 	// BatchSize is the most records per transaction (default 1000).
@@ -119,6 +126,25 @@ type Config struct {
 	// OnDeadLetter, if set, is called after a parked record's transaction
 	// committed (metrics, tests).
 	OnDeadLetter func(DeadLetter)
+}
+
+// topics lists Topic and then Topics, without repeats.
+func (c *Config) topics() []string { return withTopics(c.Topic, c.Topics) }
+
+func withTopics(first string, more []string) []string {
+	out := []string{first}
+	for _, t := range more {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// topicPartition is one partition of one of a projection's topics.
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 func (c *Config) defaults() {
@@ -153,14 +179,14 @@ type Runner struct {
 
 	mu      sync.Mutex
 	applied int64
-	offsets map[int32]int64
+	offsets map[topicPartition]int64
 }
 
 // NewRunner returns a runner writing through pool (whose search_path holds
 // the projection's tables and projection_offsets).
 func NewRunner(pool *pgxpool.Pool, cfg Config, h Handler) *Runner {
 	cfg.defaults()
-	return &Runner{pool: pool, cfg: cfg, handler: h, offsets: map[int32]int64{}}
+	return &Runner{pool: pool, cfg: cfg, handler: h, offsets: map[topicPartition]int64{}}
 }
 
 // Applied returns how many records the runner has committed.
@@ -184,27 +210,30 @@ func (r *Runner) session(ctx context.Context, lock *pg.Lock) error {
 	// runner that lost the lock can no longer commit (step 3).
 	conn := lock.Conn()
 
-	// The topic may not exist yet when the projection starts before its
-	// producer ever published; creating it here (Config.Partitions, the same
-	// default as the relay's) lets the runner assign every partition from
-	// the start instead of waiting for one to appear.
-	partitions, err := ensureTopic(ctx, r.cfg.Kafka, r.cfg.Topic, r.cfg.Partitions)
-	if err != nil {
-		return err
+	// The topics may not exist yet when the projection starts before its
+	// producer ever published; creating them here (Config.Partitions, the
+	// same default as the relay's) lets the runner assign every partition
+	// from the start instead of waiting for one to appear. Offsets live in
+	// Postgres beside the rows, not in a Kafka consumer group: that is what
+	// lets a batch's rows and its offsets commit in one transaction.
+	topics := r.cfg.topics()
+	partitions := make(map[string]int32, len(topics))
+	stored := make(map[string]map[int32]int64, len(topics))
+	for _, t := range topics {
+		var err error
+		if partitions[t], err = ensureTopic(ctx, r.cfg.Kafka, t, r.cfg.Partitions); err != nil {
+			return err
+		}
+		if stored[t], err = loadOffsets(ctx, conn, r.cfg.Name, t); err != nil {
+			return err
+		}
 	}
-	// Offsets live in Postgres beside the rows, not in a Kafka consumer
-	// group: that is what lets a batch's rows and its offsets commit in one
-	// transaction.
-	stored, err := loadOffsets(ctx, conn, r.cfg.Name, r.cfg.Topic)
-	if err != nil {
-		return err
-	}
-	cl, err := consumer(r.cfg.Kafka, r.cfg.Topic, partitions, stored)
+	cl, err := consumer(r.cfg.Kafka, partitions, stored)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	r.cfg.Logger.Info("projection runner active", "projection", r.cfg.Name, "topic", r.cfg.Topic, "partitions", partitions)
+	r.cfg.Logger.Info("projection runner active", "projection", r.cfg.Name, "topics", fmt.Sprint(topics), "partitions", fmt.Sprint(partitions))
 
 	retryCheck := time.Now()
 	for {
@@ -285,8 +314,10 @@ func (r *Runner) apply(ctx context.Context, conn *pgxpool.Conn, records []*kgo.R
 	// committed.
 	r.mu.Lock()
 	r.applied += int64(len(records))
-	for p, o := range next {
-		r.offsets[p] = o
+	for topic, offsets := range next {
+		for p, o := range offsets {
+			r.offsets[topicPartition{topic, p}] = o
+		}
 	}
 	r.mu.Unlock()
 	// After the commit, never inside it: a listener must not see rows that
@@ -299,7 +330,7 @@ func (r *Runner) apply(ctx context.Context, conn *pgxpool.Conn, records []*kgo.R
 }
 
 // commitBatch applies records and stores next in one transaction.
-func (r *Runner) commitBatch(ctx context.Context, conn *pgxpool.Conn, records []*kgo.Record, next map[int32]int64) error {
+func (r *Runner) commitBatch(ctx context.Context, conn *pgxpool.Conn, records []*kgo.Record, next map[string]map[int32]int64) error {
 	return pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// No need to wait for the WAL flush: rows and offsets commit
 		// together, so a crash that loses this commit loses both, and
@@ -310,7 +341,7 @@ func (r *Runner) commitBatch(ctx context.Context, conn *pgxpool.Conn, records []
 		if err := r.handler.Apply(ctx, tx, records); err != nil {
 			return fmt.Errorf("apply: %w", err)
 		}
-		return storeOffsets(ctx, tx, r.cfg.Name, r.cfg.Topic, next)
+		return storeAllOffsets(ctx, tx, r.cfg.Name, next)
 	})
 }
 
@@ -318,7 +349,7 @@ func (r *Runner) commitBatch(ctx context.Context, conn *pgxpool.Conn, records []
 // those that fail for a reason of their own, and stores next, all in one
 // transaction. A transient failure aborts it: nothing is parked for an
 // outage.
-func (r *Runner) commitIsolated(ctx context.Context, conn *pgxpool.Conn, records []*kgo.Record, next map[int32]int64) ([]DeadLetter, error) {
+func (r *Runner) commitIsolated(ctx context.Context, conn *pgxpool.Conn, records []*kgo.Record, next map[string]map[int32]int64) ([]DeadLetter, error) {
 	var parked []DeadLetter
 	err := pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		parked = parked[:0]
@@ -344,7 +375,7 @@ func (r *Runner) commitIsolated(ctx context.Context, conn *pgxpool.Conn, records
 			}
 			parked = append(parked, d)
 		}
-		return storeOffsets(ctx, tx, r.cfg.Name, r.cfg.Topic, next)
+		return storeAllOffsets(ctx, tx, r.cfg.Name, next)
 	})
 	return parked, err
 }
@@ -371,8 +402,9 @@ func ensureTopic(ctx context.Context, cfg kafka.Config, topic string, partitions
 	return kafka.Partitions(ctx, cl, topic)
 }
 
-// consumer reads every partition from its stored offset (0 when none).
-func consumer(cfg kafka.Config, topic string, partitions int32, stored map[int32]int64, extra ...kgo.Opt) (*kgo.Client, error) {
+// consumer reads every partition of the topics (topic → partition count)
+// from its stored offset (0 when none).
+func consumer(cfg kafka.Config, partitions map[string]int32, stored map[string]map[int32]int64, extra ...kgo.Opt) (*kgo.Client, error) {
 	opts, err := cfg.Opts()
 	if err != nil {
 		return nil, err
@@ -380,12 +412,15 @@ func consumer(cfg kafka.Config, topic string, partitions int32, stored map[int32
 	// Direct partition assignment, no consumer group: one runner (the lock
 	// holder) reads every partition, and a group's rebalancing would only
 	// add pauses and a second source of truth for offsets.
-	start := make(map[int32]kgo.Offset, partitions)
-	for p := int32(0); p < partitions; p++ {
-		start[p] = kgo.NewOffset().At(stored[p])
+	start := make(map[string]map[int32]kgo.Offset, len(partitions))
+	for topic, n := range partitions {
+		start[topic] = make(map[int32]kgo.Offset, n)
+		for p := int32(0); p < n; p++ {
+			start[topic][p] = kgo.NewOffset().At(stored[topic][p])
+		}
 	}
 	opts = append(opts,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.ConsumePartitions(start),
 		// Only committed records: an aborted relay transaction's records
 		// must never reach a read model.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -409,13 +444,18 @@ func fetchErr(fetches kgo.Fetches) error {
 	return first
 }
 
-func nextOffsets(records []*kgo.Record) map[int32]int64 {
-	next := map[int32]int64{}
+// nextOffsets is, by topic and partition, the offset after the batch's
+// last record.
+func nextOffsets(records []*kgo.Record) map[string]map[int32]int64 {
+	next := map[string]map[int32]int64{}
 	// Within a partition offsets grow, but a poll may hold several fetches
 	// of one partition; taking the maximum does not depend on their order.
 	for _, rec := range records {
-		if rec.Offset+1 > next[rec.Partition] {
-			next[rec.Partition] = rec.Offset + 1
+		if next[rec.Topic] == nil {
+			next[rec.Topic] = map[int32]int64{}
+		}
+		if rec.Offset+1 > next[rec.Topic][rec.Partition] {
+			next[rec.Topic][rec.Partition] = rec.Offset + 1
 		}
 	}
 	return next
@@ -440,6 +480,17 @@ func loadOffsets(ctx context.Context, q querier, name, topic string) (map[int32]
 		return nil, fmt.Errorf("load offsets of %s: %w", name, err)
 	}
 	return out, nil
+}
+
+// storeAllOffsets stores next (topic → partition → offset) for every topic
+// of the batch.
+func storeAllOffsets(ctx context.Context, tx pgx.Tx, name string, next map[string]map[int32]int64) error {
+	for topic, offsets := range next {
+		if err := storeOffsets(ctx, tx, name, topic, offsets); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func storeOffsets(ctx context.Context, tx pgx.Tx, name, topic string, next map[int32]int64) error {

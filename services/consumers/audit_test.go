@@ -34,6 +34,17 @@ func quotaRecord(t *testing.T, agg, tenant, id string, at time.Time, ev *quotav1
 		Headers: []kgo.RecordHeader{{Key: projection.EventIDHeader, Value: []byte(id)}}}
 }
 
+func orchestrationRecord(t *testing.T, agg, tenant, id string, at time.Time, ev *taskv1.OrchestrationEvent) *kgo.Record {
+	t.Helper()
+	ev.EventId, ev.AggregateId, ev.TenantId, ev.Version, ev.OccurredAt, ev.Actor = id, agg, tenant, 1, timestamppb.New(at), "key-"+tenant
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Topic: consumers.OrchestrationTopic, Key: []byte(agg), Value: b,
+		Headers: []kgo.RecordHeader{{Key: projection.EventIDHeader, Value: []byte(id)}}}
+}
+
 func listAudit(t *testing.T, s *service, ctx context.Context, r *auditv1.ListAuditLogsRequest) []*auditv1.AuditLog {
 	t.Helper()
 	resp, err := s.audit().ListAuditLogs(ctx, r)
@@ -43,10 +54,11 @@ func listAudit(t *testing.T, s *service, ctx context.Context, r *auditv1.ListAud
 	return resp.GetAuditLogs()
 }
 
-// Both topics reach the audit log with the caller's address; tenants see
-// their own entries, operators all; the replay of each runner equals the
-// live rows; retention through the service archives and deletes.
-func TestAuditLogFromBothTopics(t *testing.T) {
+// The task, orchestration and quota topics reach the audit log, tasks with
+// the caller's address; tenants see their own entries, operators all; the
+// replay of each runner equals the live rows; retention through the
+// service archives and deletes.
+func TestAuditLogFromEveryTopic(t *testing.T) {
 	e := newEnv(t)
 	secret := make([]byte, 32)
 	rand.Read(secret)
@@ -73,7 +85,17 @@ func TestAuditLogFromBothTopics(t *testing.T) {
 		quotaRecord(t, "quota/q-1", "acme", "q-ev-2", now, &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_QuotaUnsubscribed{QuotaUnsubscribed: &quotav1.QuotaUnsubscribed{Reason: "done"}}}),
 		quotaRecord(t, "workload/task-1", "acme", "q-ev-3", now, &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_WorkloadFinished{WorkloadFinished: &quotav1.WorkloadFinished{}}}),
 	})
-	eventually(t, "five audit entries", func() bool { return len(listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{})) == 5 })
+	e.produce([]*kgo.Record{
+		orchestrationRecord(t, "group-1", "acme", "o-ev-1", now, &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupCreated{
+			TaskGroupCreated: &taskv1.TaskGroupCreated{Name: "nightly", Mode: "repeat", Repeat: &taskv1.RepeatDefinition{Count: 10}}}}),
+		orchestrationRecord(t, "group-1", "acme", "o-ev-2", now, &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupMembersReleased{
+			TaskGroupMembersReleased: &taskv1.TaskGroupMembersReleased{}}}),
+		orchestrationRecord(t, "group-1", "acme", "o-ev-3", now, &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupRepeatReset{
+			TaskGroupRepeatReset: &taskv1.TaskGroupRepeatReset{Operator: "admin:ops", Reason: "rig fixed"}}}),
+		orchestrationRecord(t, "template/globex/echo", "globex", "o-ev-4", now, &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TemplateDeleted{
+			TemplateDeleted: &taskv1.TemplateDeleted{}}}),
+	})
+	eventually(t, "eight audit entries", func() bool { return len(listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{})) == 8 })
 
 	acme := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{})
 	var actions []string
@@ -81,7 +103,8 @@ func TestAuditLogFromBothTopics(t *testing.T) {
 		actions = append(actions, a.GetAction())
 	}
 	slices.Sort(actions)
-	if !slices.Equal(actions, []string{"quota.produced", "quota.unsubscribed", "task.cancelled", "task.created"}) {
+	if !slices.Equal(actions, []string{"quota.produced", "quota.unsubscribed", "task.cancelled", "task.created",
+		"task_group.created", "task_group.repeat_reset"}) {
 		t.Errorf("acme's actions = %v", actions)
 	}
 	created := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{Resource: "task", Action: "created"})
@@ -93,12 +116,23 @@ func TestAuditLogFromBothTopics(t *testing.T) {
 		q[0].GetResourceId() != "q-1" || q[0].GetDetails() != `{"reason":"done"}` {
 		t.Errorf("quota.unsubscribed = %v", q)
 	}
+	if g := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{Resource: "task_group", Action: "repeat_reset"}); len(g) != 1 ||
+		g[0].GetResourceId() != "group-1" || g[0].GetDetails() != `{"operator":"admin:ops","reason":"rig fixed"}` {
+		t.Errorf("task_group.repeat_reset = %v", g)
+	}
+	if tpl := listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{Action: "template.deleted"}); len(tpl) != 1 ||
+		tpl[0].GetResourceId() != "echo" || tpl[0].GetTenantId() != "globex" {
+		t.Errorf("template.deleted = %v", tpl)
+	}
+	if tpl := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{Resource: "template"}); len(tpl) != 0 {
+		t.Errorf("acme sees globex's template entries: %v", tpl)
+	}
 	if _, err := s.audit().ListAuditLogs(tenantKey("acme"), &auditv1.ListAuditLogsRequest{Resource: "spaceship"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a bad resource: %v", err)
 	}
 
 	for _, spec := range consumers.ReplaySpecs(e.broker.Config()) {
-		if spec.Name != consumers.AuditTasks && spec.Name != consumers.AuditQuota {
+		if spec.Name != consumers.AuditTasks && spec.Name != consumers.AuditQuota && spec.Name != consumers.AuditOrchestration {
 			continue
 		}
 		rep, err := projection.Replay(context.Background(), e.pool, spec)
@@ -115,8 +149,8 @@ func TestAuditLogFromBothTopics(t *testing.T) {
 	if err != nil || deleted != 1 || len(keys) != 1 {
 		t.Fatalf("expire = %v, %d, %v", keys, deleted, err)
 	}
-	if rest := listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{}); len(rest) != 4 {
-		t.Errorf("%d entries after the retention, want 4", len(rest))
+	if rest := listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{}); len(rest) != 7 {
+		t.Errorf("%d entries after the retention, want 7", len(rest))
 	}
 	rep, err := projection.Replay(context.Background(), e.pool, consumers.ReplaySpecs(e.broker.Config())[0])
 	if err != nil || !rep.Equal() {

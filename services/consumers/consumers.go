@@ -10,8 +10,9 @@
 // What runs (Service.Run), each as the leader among the replicas:
 //
 //   - the audit projection, one batching runner per topic
-//     (platform/projection: audit_tasks on the task topic, audit_quota on
-//     the quota topic), and the audit retention;
+//     (platform/projection: audit_tasks on the task topic,
+//     audit_orchestration on the orchestration topic, audit_quota on the
+//     quota topic), and the audit retention;
 //   - the usage and webhook consumers, Watermill Router handlers
 //     (platform/consumer), offsets and writes in one transaction;
 //   - the webhook dispatcher, which sends due deliveries.
@@ -66,16 +67,18 @@ import (
 
 // Topics the service reads (the topics the envelopes declare).
 var (
-	TaskTopic  = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
-	QuotaTopic = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
+	TaskTopic          = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
+	QuotaTopic         = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
+	OrchestrationTopic = kafka.EnvelopeTopic(&taskv1.OrchestrationEvent{})
 )
 
 // Names of the consumers: their offsets, locks and dead letters.
 const (
-	AuditTasks = "audit_tasks"
-	AuditQuota = "audit_quota"
-	Usage      = "usage"
-	Webhooks   = "webhooks"
+	AuditTasks         = "audit_tasks"
+	AuditQuota         = "audit_quota"
+	AuditOrchestration = "audit_orchestration"
+	Usage              = "usage"
+	Webhooks           = "webhooks"
 )
 
 // Retention is the audit log's retention: `audit: {retention: 90d,
@@ -136,7 +139,10 @@ type Config struct {
 	Kafka      kafka.Config
 	TaskTopic  string // default TaskTopic
 	QuotaTopic string // default QuotaTopic
-	Partitions int32  // when creating topics (default 16)
+	// OrchestrationTopic carries task-group and template events (default
+	// OrchestrationTopic).
+	OrchestrationTopic string
+	Partitions         int32 // when creating topics (default 16)
 	// Objects keeps the audit archives; nil deletes expired entries
 	// without an archive.
 	Objects  objectstore.Store
@@ -159,9 +165,9 @@ type Service struct {
 	hooks *hookapp.App
 	log   *slog.Logger
 
-	auditTasks, auditQuota *projection.Runner
-	usageConsumer          *consumer.Consumer
-	hookConsumer           *consumer.Consumer
+	auditTasks, auditQuota, auditOrchestration *projection.Runner
+	usageConsumer                              *consumer.Consumer
+	hookConsumer                               *consumer.Consumer
 }
 
 // New builds the service; Run starts its background work.
@@ -173,10 +179,10 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Held for the service's lifetime: two runners, two consumers, the
+	// Held for the service's lifetime: three runners, two consumers, the
 	// dispatcher and the retention (their locks); each consumer has up to a
 	// connection per partition in flight.
-	if need := int32(6 + 8); cfg.DB.Config().MaxConns < need {
+	if need := int32(7 + 8); cfg.DB.Config().MaxConns < need {
 		return nil, fmt.Errorf("consumers: the database pool allows %d connections; it needs at least %d", cfg.DB.Config().MaxConns, need)
 	}
 	sealer, err := hooksecrets.New(cfg.Webhooks.Key)
@@ -206,6 +212,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.QuotaTopic == "" {
 		cfg.QuotaTopic = QuotaTopic
+	}
+	if cfg.OrchestrationTopic == "" {
+		cfg.OrchestrationTopic = OrchestrationTopic
 	}
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 16
@@ -247,6 +256,7 @@ func (s *Service) build() {
 	}
 	s.auditTasks = runner(AuditTasks, cfg.TaskTopic, auditpg.TaskTopic)
 	s.auditQuota = runner(AuditQuota, cfg.QuotaTopic, auditpg.QuotaTopic)
+	s.auditOrchestration = runner(AuditOrchestration, cfg.OrchestrationTopic, auditpg.OrchestrationTopic)
 	after := func(name string, also func()) func([]*kgo.Record) {
 		return func(recs []*kgo.Record) {
 			if also != nil {
@@ -279,6 +289,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.auditTasks.Run(ctx) })
 	g.Go(func() error { return s.auditQuota.Run(ctx) })
+	g.Go(func() error { return s.auditOrchestration.Run(ctx) })
 	g.Go(func() error { return s.usageConsumer.Run(ctx) })
 	g.Go(func() error { return s.hookConsumer.Run(ctx) })
 	g.Go(func() error {
@@ -348,8 +359,13 @@ func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
 			NewHandler: func(m map[string]string) projection.Handler {
 				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.TaskTopic}
 			}},
+		{Name: AuditOrchestration, Topic: OrchestrationTopic, Tables: []string{"audit_logs"}, Kafka: k,
+			Where: map[string]string{"audit_logs": "resource IN ('task_group', 'template')"},
+			NewHandler: func(m map[string]string) projection.Handler {
+				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.OrchestrationTopic}
+			}},
 		{Name: AuditQuota, Topic: QuotaTopic, Tables: []string{"audit_logs"}, Kafka: k,
-			Where: map[string]string{"audit_logs": "resource <> 'task'"},
+			Where: map[string]string{"audit_logs": "resource NOT IN ('task', 'task_group', 'template')"},
 			NewHandler: func(m map[string]string) projection.Handler {
 				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.QuotaTopic}
 			}},

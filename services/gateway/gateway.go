@@ -373,7 +373,8 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 	}
 	deadLetters := g.deadLetters()
 	lv, err := live.New(live.Config{Kafka: cfg.Live.Kafka, Topic: cfg.Live.Topic, Tasks: taskv1.NewTaskServiceClient(g.upstream),
-		Jobs: pipelinev1.NewPipelineServiceClient(g.upstream), JobTopic: cfg.Live.JobTopic,
+		Groups: taskv1.NewTaskGroupServiceClient(g.upstream),
+		Jobs:   pipelinev1.NewPipelineServiceClient(g.upstream), JobTopic: cfg.Live.JobTopic,
 		MaxStreamsPerTenant: cfg.Live.MaxStreamsPerTenant, Buffer: cfg.Live.Buffer, KeepAlive: cfg.Live.KeepAlive,
 		IdleTimeout: cfg.Live.IdleTimeout, WriteTimeout: cfg.Live.WriteTimeout, Logger: g.log})
 	if err != nil {
@@ -454,7 +455,8 @@ func (g *Gateway) watch() {
 // health service: SERVING while it is ready.
 func (g *Gateway) watchUpstream(ctx context.Context) {
 	defer close(g.watchDone)
-	services := []string{"", taskv1.TaskService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName}
+	services := []string{"", taskv1.TaskService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
+		taskv1.TaskGroupService_ServiceDesc.ServiceName, taskv1.TemplateService_ServiceDesc.ServiceName}
 	for {
 		state := g.upstream.GetState()
 		serving := healthpb.HealthCheckResponse_NOT_SERVING

@@ -19,21 +19,26 @@ import (
 
 // RebuildReport says what RebuildInlineProjection found.
 type RebuildReport struct {
-	Tasks, Events int
-	// Differences are tasks whose rebuilt row differs from the live one
-	// (compared before the live rows are replaced).
+	Tasks, Groups, Templates, Events int
+	// Differences are the tasks (their ids), task groups ("task_group/<id>")
+	// and templates ("template/<tenant>/<id>") whose rebuilt rows differ
+	// from the live ones (compared before the live rows are replaced).
 	Differences []string
 }
 
-// RebuildInlineProjection recomputes the tasks table from the event store
-// alone and reports any task whose live row disagreed. With apply it
-// replaces the live rows (in one transaction, so readers never see a
-// half-rebuilt table); without, it only compares.
+// RebuildInlineProjection recomputes the inline projections — the tasks
+// table, the task groups with their members, the templates — from the
+// event store alone and reports every aggregate whose live rows disagreed.
+// With apply it replaces the live rows (in one transaction, so readers
+// never see a half-rebuilt table); without, it only compares.
 func RebuildInlineProjection(ctx context.Context, pool *pgxpool.Pool, apply bool) (RebuildReport, error) {
 	var rep RebuildReport
 	err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// Block writers: the comparison must see events and rows at one point.
-		if _, err := tx.Exec(ctx, `LOCK TABLE tasks IN SHARE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE tasks, task_groups, task_group_members, templates IN SHARE MODE`); err != nil {
+			return err
+		}
+		if err := rebuildOrchestration(ctx, tx, &rep, apply); err != nil {
 			return err
 		}
 		rebuilt := map[string]domain.Task{}

@@ -31,6 +31,9 @@ import (
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/quota"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/views"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	oapp "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/app"
+	oports "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/ports"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
 )
 
@@ -44,6 +47,10 @@ var Topic = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 // QuotaTopic carries the quota service's events, among them its admission
 // decisions.
 var QuotaTopic = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
+
+// OrchestrationTopic carries the task-group and template events, keyed by
+// aggregate (the topic OrchestrationEvent declares in its proto).
+var OrchestrationTopic = kafka.EnvelopeTopic(&taskv1.OrchestrationEvent{})
 
 // Schema is the scheduler's default Postgres schema.
 const Schema = "scheduler"
@@ -72,6 +79,11 @@ type Timing struct {
 	// being woken (default 1s): it catches retry_at passing and another
 	// replica's work when a NOTIFY is lost.
 	ClaimRecheck time.Duration
+	// GroupReconcile is how often the elected replica asks which task
+	// groups are due without a signal (default 1s): after a restart, or
+	// when a member changed on a replica that died before moving its
+	// group on.
+	GroupReconcile time.Duration
 }
 
 // Config configures the service.
@@ -79,7 +91,10 @@ type Config struct {
 	DB         *pgxpool.Pool // search_path starts with the scheduler's schema, migrated
 	Kafka      kafka.Config
 	Topic      string // default Topic
-	Partitions int32  // when creating the topic (default 16)
+	Partitions int32  // when creating the topics (default 16)
+	// OrchestrationTopic receives the task-group and template events
+	// (default OrchestrationTopic).
+	OrchestrationTopic string
 	// Objects keeps large results; nil refuses them.
 	Objects objectstore.Store
 	Timing  Timing
@@ -106,6 +121,7 @@ type Config struct {
 type Service struct {
 	cfg      Config
 	app      *app.App
+	orch     *oapp.App
 	hub      *app.Hub
 	store    *postgres.TaskStore
 	relay    *outbox.Relay
@@ -120,12 +136,13 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("scheduler: no database")
 	}
 	cfg = cfg.withDefaults()
-	// Four connections are held for the service's lifetime (relay,
-	// projection runner, sweeper, LISTEN), five with the admission
-	// decisions' consumer; writers and reads need the rest.
-	long := 4
+	// Five connections are held for the service's lifetime (relay,
+	// projection runner, sweeper, the task groups' reconcile, LISTEN), six
+	// with the admission decisions' consumer; writers and reads need the
+	// rest.
+	long := 5
 	if cfg.Quota != nil {
-		long = 5
+		long = 6
 	}
 	if need := int32(long + cfg.Writers + 4); cfg.DB.Config().MaxConns < need {
 		return nil, fmt.Errorf("scheduler: the database pool allows %d connections; it needs at least %d (%d long-lived, %d writers, 4 for reads)",
@@ -140,7 +157,8 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, hub: app.NewHub(), log: cfg.Logger.With("service", "scheduler")}
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "scheduler", Topic: cfg.Topic, Partitions: cfg.Partitions,
-		Kafka: cfg.Kafka, Logger: s.log})
+		Routes: map[string]string{postgres.GroupAggregateType: cfg.OrchestrationTopic, postgres.TemplateAggregateType: cfg.OrchestrationTopic},
+		Kafka:  cfg.Kafka, Logger: s.log})
 	s.store = postgres.NewTaskStore(cfg.DB, postgres.TaskStoreOptions{Writers: cfg.Writers, AfterCommit: s.relay.Notify})
 	stores := app.Stores{Tasks: s.store, Views: postgres.TaskViews{DB: cfg.DB}, Agents: postgres.Agents{DB: cfg.DB},
 		Sweeps: postgres.SweepQueries{DB: cfg.DB}, Sweeper: postgres.SweeperLock{DB: cfg.DB}}
@@ -148,6 +166,7 @@ func New(cfg Config) (*Service, error) {
 	s.app = app.New(stores, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
 		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck}, s.log)
+	s.orchestration(cfg)
 	if cfg.Quota != nil {
 		if cfg.InternalToken == "" {
 			return nil, errors.New("scheduler: a quota service needs Config.InternalToken")
@@ -187,6 +206,22 @@ func (s *Service) addAPIs(cfg Config) error {
 	return nil
 }
 
+// orchestration builds the task-group and template use cases over the
+// service's stores and hub (docs/decisions/0023-task-groups-process-manager.md).
+func (s *Service) orchestration(cfg Config) {
+	s.orch = oapp.New(oapp.Deps{
+		Groups:    &postgres.GroupStore{DB: cfg.DB, AfterCommit: s.relay.Notify},
+		Templates: &postgres.TemplateStore{DB: cfg.DB, AfterCommit: s.relay.Notify},
+		Tasks:     s.app, Events: s.hub, Lock: postgres.AdvisoryLock{DB: cfg.DB, Name: "scheduler:groups"},
+	}, cfg.Now, oapp.Config{Reconcile: cfg.Timing.GroupReconcile}, s.log)
+	// A member task's change moves its group on (the process manager).
+	s.hub.Observe(func(t domain.Task) {
+		if t.Spec.GroupID != "" {
+			s.orch.Touch(t.Spec.GroupID)
+		}
+	})
+}
+
 // withDefaults fills in the zero values that have defaults.
 func (cfg Config) withDefaults() Config {
 	if cfg.Writers <= 0 {
@@ -194,6 +229,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.Topic == "" {
 		cfg.Topic = Topic
+	}
+	if cfg.OrchestrationTopic == "" {
+		cfg.OrchestrationTopic = OrchestrationTopic
 	}
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 16
@@ -210,12 +248,15 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// Register adds TaskService, LeaseService, DeadLetterService (the records
-// its projections parked) and, when configured, VideoService to a server
-// built with platform/grpcserver (internal authentication and validation).
+// Register adds TaskService, LeaseService, TaskGroupService,
+// TemplateService, DeadLetterService (the records its projections parked)
+// and, when configured, VideoService to a server built with
+// platform/grpcserver (internal authentication and validation).
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	taskv1.RegisterTaskServiceServer(g, &ports.TaskServer{App: s.app, Log: s.log})
 	taskv1.RegisterLeaseServiceServer(g, &ports.LeaseServer{App: s.app, Log: s.log})
+	taskv1.RegisterTaskGroupServiceServer(g, &oports.GroupServer{App: s.orch, Log: s.log})
+	taskv1.RegisterTemplateServiceServer(g, &oports.TemplateServer{App: s.orch, Log: s.log})
 	deadletterv1.RegisterDeadLetterServiceServer(g, &deadletter.Server{Service: "scheduler", DB: s.cfg.DB, Log: s.log})
 	if s.video != nil {
 		s.video.register(g)
@@ -226,7 +267,8 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 }
 
 // Run relays events to Kafka, builds the task_views projection, sweeps
-// leases, and wakes waiting claims, until ctx is done.
+// leases, wakes waiting claims, and moves task groups on, until ctx is
+// done.
 func (s *Service) Run(ctx context.Context) error {
 	// The first part that fails stops the others, and its error is Run's.
 	g, ctx := errgroup.WithContext(ctx)
@@ -241,6 +283,7 @@ func (s *Service) Run(ctx context.Context) error {
 		g.Go(func() error { return decisions.Run(ctx) })
 	}
 	g.Go(func() error { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
+	g.Go(func() error { s.orch.RunManager(ctx); return nil })
 	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })
 	if s.video != nil {
 		g.Go(func() error { s.video.app.RunSweeper(ctx, s.video.sweep); return nil })

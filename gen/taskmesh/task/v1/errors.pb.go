@@ -38,6 +38,9 @@ const (
 	ErrorCode_ERROR_CODE_TASK_NOT_FOUND ErrorCode = 30004
 	// The request is malformed or a field is out of range (HTTP 400).
 	ErrorCode_ERROR_CODE_INVALID_ARGUMENT ErrorCode = 30005
+	// Something with that id already exists: a template id the tenant
+	// already uses (HTTP 409).
+	ErrorCode_ERROR_CODE_ALREADY_EXISTS ErrorCode = 30006
 	// GPU work names a GU quota the tenant does not have (HTTP 400; the GU
 	// check's GU_QUOTA_NOT_EXISTS, docs/api/quota.md#the-submit-time-gu-check).
 	ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS ErrorCode = 30010
@@ -57,6 +60,7 @@ var (
 		30003: "ERROR_CODE_LEASE_EXPIRED",
 		30004: "ERROR_CODE_TASK_NOT_FOUND",
 		30005: "ERROR_CODE_INVALID_ARGUMENT",
+		30006: "ERROR_CODE_ALREADY_EXISTS",
 		30010: "ERROR_CODE_GU_QUOTA_NOT_EXISTS",
 		30011: "ERROR_CODE_GU_QUOTA_CREATING",
 		30099: "ERROR_CODE_INTERNAL",
@@ -68,6 +72,7 @@ var (
 		"ERROR_CODE_LEASE_EXPIRED":       30003,
 		"ERROR_CODE_TASK_NOT_FOUND":      30004,
 		"ERROR_CODE_INVALID_ARGUMENT":    30005,
+		"ERROR_CODE_ALREADY_EXISTS":      30006,
 		"ERROR_CODE_GU_QUOTA_NOT_EXISTS": 30010,
 		"ERROR_CODE_GU_QUOTA_CREATING":   30011,
 		"ERROR_CODE_INTERNAL":            30099,
@@ -105,14 +110,15 @@ var File_taskmesh_task_v1_errors_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1dtaskmesh/task/v1/errors.proto\x12\x10taskmesh.task.v1*\xb4\x02\n" +
+	"\x1dtaskmesh/task/v1/errors.proto\x12\x10taskmesh.task.v1*\xd5\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1bERROR_CODE_ATTEMPT_MISMATCH\x10\xb1\xea\x01\x12\x1f\n" +
 	"\x19ERROR_CODE_TASK_IMMUTABLE\x10\xb2\xea\x01\x12\x1e\n" +
 	"\x18ERROR_CODE_LEASE_EXPIRED\x10\xb3\xea\x01\x12\x1f\n" +
 	"\x19ERROR_CODE_TASK_NOT_FOUND\x10\xb4\xea\x01\x12!\n" +
-	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\xb5\xea\x01\x12$\n" +
+	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\xb5\xea\x01\x12\x1f\n" +
+	"\x19ERROR_CODE_ALREADY_EXISTS\x10\xb6\xea\x01\x12$\n" +
 	"\x1eERROR_CODE_GU_QUOTA_NOT_EXISTS\x10\xba\xea\x01\x12\"\n" +
 	"\x1cERROR_CODE_GU_QUOTA_CREATING\x10\xbb\xea\x01\x12\x19\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x93\xeb\x01B:Z8github.com/taskmesh/taskmesh/gen/taskmesh/task/v1;taskv1b\x06proto3"

@@ -1,7 +1,8 @@
 // Package access decides which kind of caller may reach which internal
 // service. The rule is the same for REST routes and gRPC methods: a tenant's
-// API key calls the task API (taskmesh.task.v1.TaskService, REST
-// /api/v1/… except /api/v1/agent/…), the video API
+// API key calls the task API (taskmesh.task.v1.TaskService, TaskGroupService
+// but its ResetTaskGroupRepeat, TemplateService; REST /api/v1/… except
+// /api/v1/agent/…), the video API
 // (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…)
 // and the pipeline API (taskmesh.pipeline.v1.PipelineService, REST /jobs…),
 // and reads its own quotas and queues (taskmesh.quota.v1.QuotaService,
@@ -9,14 +10,15 @@
 // calls the lease API (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…),
 // an operator key calls the admin API (taskmesh.admin.v1.AdminService, REST
 // /api/v1/admin/…), the dead letters (taskmesh.deadletter.v1, REST under
-// /api/v1/admin/) and manages quotas and queues (QuotaService,
-// AdmissionService, REST OperatorRoutes) and nothing else. Both a tenant's
-// key and an operator key read the consumers service's APIs — the audit
-// log, usage and webhook deliveries (taskmesh.audit.v1, usage.v1,
-// webhook.v1), which scope what each sees. Anything else is refused, so a
-// leaked agent token cannot read tenants' tasks and a user key cannot
-// impersonate an executor. Which quota actions need an operator is the
-// quota service's decision.
+// /api/v1/admin/), manages quotas and queues (QuotaService,
+// AdmissionService, REST OperatorRoutes) and resets a repeat's circuit
+// breaker (ResetTaskGroupRepeat, POST /api/v1/task-groups/{id}/repeat/reset),
+// and nothing else. Both a tenant's key and an operator key read the
+// consumers service's APIs — the audit log, usage and webhook deliveries
+// (taskmesh.audit.v1, usage.v1, webhook.v1), which scope what each sees.
+// Anything else is refused, so a leaked agent token cannot read tenants'
+// tasks and a user key cannot impersonate an executor. Which quota actions
+// need an operator is the quota service's decision.
 package access
 
 import (
@@ -68,9 +70,14 @@ const AdminRoutePrefix = "/api/v1/admin/"
 
 var (
 	taskMethods  = "/" + taskv1.TaskService_ServiceDesc.ServiceName + "/"
-	leaseMethods = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
-	adminMethods = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
-	videoMethods = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
+	groupMethods = "/" + taskv1.TaskGroupService_ServiceDesc.ServiceName + "/"
+	// Closing a repeat's breaker is an operator's decision (manual
+	// recovery by operations), audited with the operator's name.
+	resetRepeat     = groupMethods + "ResetTaskGroupRepeat"
+	templateMethods = "/" + taskv1.TemplateService_ServiceDesc.ServiceName + "/"
+	leaseMethods    = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
+	adminMethods    = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
+	videoMethods    = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
 	// The pipeline API is a tenant's: its jobs and uploads belong to one.
 	pipelineMethods = "/" + pipelinev1.PipelineService_ServiceDesc.ServiceName + "/"
 	// A tenant's key reads its own quotas; the quota service refuses it
@@ -105,9 +112,34 @@ func (e *deniedError) Unwrap() error { return ErrDenied }
 
 func denied(msg string) error { return &deniedError{msg: msg} }
 
+// tenantMethod reports a method of the tenant-facing task APIs.
+func tenantMethod(fullMethod string) bool {
+	for _, prefix := range []string{taskMethods, groupMethods, templateMethods, videoMethods, pipelineMethods} {
+		if strings.HasPrefix(fullMethod, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// resetRoute reports POST /api/v1/task-groups/{id}/repeat/reset's path.
+func resetRoute(path string) bool {
+	id, ok := strings.CutPrefix(path, "/api/v1/task-groups/")
+	if !ok {
+		return false
+	}
+	id, ok = strings.CutSuffix(id, "/repeat/reset")
+	return ok && id != "" && !strings.Contains(id, "/")
+}
+
 // Method checks a gRPC full method name ("/pkg.Service/Method").
 func Method(p authn.Principal, fullMethod string) error {
 	switch {
+	case fullMethod == resetRepeat:
+		if p.Kind == authn.KindAdmin {
+			return nil
+		}
+		return denied("resetting a repeat's circuit breaker needs an operator key (tmo_…)")
 	case strings.HasPrefix(fullMethod, adminMethods) || strings.HasPrefix(fullMethod, deadLetterMethods):
 		if p.Kind == authn.KindAdmin {
 			return nil
@@ -120,9 +152,8 @@ func Method(p authn.Principal, fullMethod string) error {
 	case p.Kind == authn.KindAdmin && (strings.HasPrefix(fullMethod, quotaMethods) || strings.HasPrefix(fullMethod, admissionMethods)):
 		return nil
 	case p.Kind == authn.KindAdmin:
-		return denied("operator keys can only call the admin, quota, audit, usage and webhook delivery APIs")
-	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods) ||
-		strings.HasPrefix(fullMethod, pipelineMethods)):
+		return denied("operator keys can only call the admin, quota, audit, usage and webhook delivery APIs and repeat resets")
+	case p.Kind == authn.KindUser && tenantMethod(fullMethod):
 		return nil
 	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, quotaMethods) || strings.HasPrefix(fullMethod, admissionMethods)):
 		return nil
@@ -130,8 +161,7 @@ func Method(p authn.Principal, fullMethod string) error {
 		return nil
 	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, leaseMethods):
 		return denied("API keys cannot call the agent API; use an agent token")
-	case p.Kind == authn.KindAgent && (strings.HasPrefix(fullMethod, taskMethods) || strings.HasPrefix(fullMethod, videoMethods) ||
-		strings.HasPrefix(fullMethod, pipelineMethods)):
+	case p.Kind == authn.KindAgent && tenantMethod(fullMethod):
 		return denied("agent tokens can only call the agent API")
 	}
 	return denied("method not available through the gateway")
@@ -141,6 +171,11 @@ func Method(p authn.Principal, fullMethod string) error {
 func Route(p authn.Principal, path string) error {
 	agentRoute := strings.HasPrefix(path, AgentRoutePrefix)
 	switch {
+	case resetRoute(path):
+		if p.Kind == authn.KindAdmin {
+			return nil
+		}
+		return denied("resetting a repeat's circuit breaker needs an operator key (tmo_…)")
 	case strings.HasPrefix(path, AdminRoutePrefix) || path == strings.TrimSuffix(AdminRoutePrefix, "/"):
 		if p.Kind == authn.KindAdmin {
 			return nil
@@ -149,7 +184,7 @@ func Route(p authn.Principal, path string) error {
 	case p.Kind == authn.KindAdmin && operatorRoute(path):
 		return nil
 	case p.Kind == authn.KindAdmin:
-		return denied("operator keys can only call /api/v1/admin/, quota, audit, usage and webhook delivery routes")
+		return denied("operator keys can only call /api/v1/admin/, quota, audit, usage and webhook delivery routes and repeat resets")
 	case agentRoute && p.Kind == authn.KindAgent, !agentRoute && p.Kind == authn.KindUser:
 		return nil
 	case agentRoute:

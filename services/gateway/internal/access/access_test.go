@@ -58,6 +58,16 @@ func TestMethod(t *testing.T) {
 		{p: user, method: "/taskmesh.admin.v1.AdminService/CreateTenant"},
 		{p: agent, method: "/taskmesh.admin.v1.AdminService/ListTenants"},
 		{p: authn.Principal{}, method: "/taskmesh.task.v1.TaskService/GetTask"},
+		{p: user, method: "/taskmesh.task.v1.TaskGroupService/CreateTaskGroup", want: true},
+		{p: user, method: "/taskmesh.task.v1.TaskGroupService/WatchTaskGroup", want: true},
+		{p: user, method: "/taskmesh.task.v1.TemplateService/RunTemplate", want: true},
+		{p: agent, method: "/taskmesh.task.v1.TemplateService/GetTemplate"},
+		{p: agent, method: "/taskmesh.task.v1.TaskGroupService/GetTaskGroup"},
+		{p: admin, method: "/taskmesh.task.v1.TaskGroupService/GetTaskGroup"},
+		// Only an operator resets a repeat's breaker.
+		{p: user, method: "/taskmesh.task.v1.TaskGroupService/ResetTaskGroupRepeat"},
+		{p: agent, method: "/taskmesh.task.v1.TaskGroupService/ResetTaskGroupRepeat"},
+		{p: admin, method: "/taskmesh.task.v1.TaskGroupService/ResetTaskGroupRepeat", want: true},
 	}
 	for _, tt := range tests {
 		err := Method(tt.p, tt.method)
@@ -104,6 +114,14 @@ func TestRoute(t *testing.T) {
 		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/webhook-deliveries/msg_1", want: true},
 		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/webhook-endpoint"},
 		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/admin/dead-letters/scheduler/4/retry", want: true},
+		{p: user, path: "/api/v1/task-groups", want: true},
+		{p: user, path: "/api/v1/task-groups/g1/events", want: true},
+		{p: user, path: "/api/v1/templates/t1/run", want: true},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/task-groups/g1"},
+		{p: user, path: "/api/v1/task-groups/g1/repeat/reset"},
+		{p: agent, path: "/api/v1/task-groups/g1/repeat/reset"},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/task-groups/g1/repeat/reset", want: true},
+		{p: authn.Principal{Kind: authn.KindAdmin}, path: "/api/v1/task-groups/g1/x/repeat/reset"},
 		{p: user, path: "/jobs", want: true},
 		{p: user, path: "/jobs/j1/events", want: true},
 		{p: agent, path: "/jobs/uploads"},

@@ -39,6 +39,7 @@ const (
 	CodeLeaseExpired    = int(taskv1.ErrorCode_ERROR_CODE_LEASE_EXPIRED)       // 30003
 	CodeTaskNotFound    = int(taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND)      // 30004
 	CodeInvalidArgument = int(taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT)    // 30005
+	CodeAlreadyExists   = int(taskv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS)      // 30006
 	CodeGUQuotaMissing  = int(taskv1.ErrorCode_ERROR_CODE_GU_QUOTA_NOT_EXISTS) // 30010
 	CodeGUQuotaCreating = int(taskv1.ErrorCode_ERROR_CODE_GU_QUOTA_CREATING)   // 30011
 	CodeInternal        = int(taskv1.ErrorCode_ERROR_CODE_INTERNAL)            // 30099
@@ -77,6 +78,7 @@ var Codes = []Code{
 	{CodeLeaseExpired, http.StatusGone, "the lease has expired"},
 	{CodeTaskNotFound, http.StatusNotFound, "no such task for this caller"},
 	{CodeInvalidArgument, http.StatusBadRequest, "malformed request, unknown field or out-of-range value"},
+	{CodeAlreadyExists, http.StatusConflict, "something with that id already exists (a template id the tenant uses)"},
 	{CodeGUQuotaMissing, http.StatusBadRequest, "GU_QUOTA_NOT_EXISTS: GPU work names a GU quota the tenant does not have"},
 	{CodeGUQuotaCreating, http.StatusConflict, "GU_QUOTA_CREATING: the GU quota's WorkGroup is not running yet; retry later"},
 	{CodeInventoryInsufficient, http.StatusConflict, "the cluster has too few free GPUs for the quota; nothing was created"},
@@ -101,6 +103,7 @@ var businessStatus = map[int]int{
 	CodeLeaseExpired:    http.StatusGone,
 	CodeTaskNotFound:    http.StatusNotFound,
 	CodeInvalidArgument: http.StatusBadRequest,
+	CodeAlreadyExists:   http.StatusConflict,
 	CodeGUQuotaMissing:  http.StatusBadRequest,
 	CodeGUQuotaCreating: http.StatusConflict,
 	CodeInternal:        http.StatusInternalServerError,

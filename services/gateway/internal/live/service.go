@@ -52,6 +52,9 @@ type Config struct {
 	Topic string
 	// Tasks reads snapshots; required.
 	Tasks TaskReader
+	// Groups, if set, feeds task-group streams (RegisterGroups); they
+	// need no Kafka brokers.
+	Groups GroupWatcher
 	// Jobs, if set, reads job snapshots, and the job topic (JobTopic,
 	// default DefaultJobTopic) feeds the job streams (RegisterJobs).
 	Jobs     JobReader

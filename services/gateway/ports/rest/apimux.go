@@ -31,9 +31,9 @@ var marshaler = &runtime.JSONPb{
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 }
 
-// newAPIMux returns the generated REST mux for the task and lease services,
-// the quota service's routes when quota is set, and the consumers
-// service's (audit log, usage, webhooks) when consumers is.
+// newAPIMux returns the generated REST mux for the task, lease, task-group
+// and template services, the quota service's routes when quota is set, and
+// the consumers service's (audit log, usage, webhooks) when consumers is.
 func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnInterface, log *slog.Logger) (*runtime.ServeMux, error) {
 	errs := &errorWriter{log: log}
 	mux := runtime.NewServeMux(
@@ -59,6 +59,12 @@ func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnIn
 	}
 	if err := taskv1.RegisterLeaseServiceHandlerClient(ctx, mux, taskv1.NewLeaseServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register lease service: %w", err)
+	}
+	if err := taskv1.RegisterTaskGroupServiceHandlerClient(ctx, mux, taskv1.NewTaskGroupServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register task group service: %w", err)
+	}
+	if err := taskv1.RegisterTemplateServiceHandlerClient(ctx, mux, taskv1.NewTemplateServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register template service: %w", err)
 	}
 	if quota != nil {
 		if err := quotav1.RegisterQuotaServiceHandlerClient(ctx, mux, quotav1.NewQuotaServiceClient(quota)); err != nil {

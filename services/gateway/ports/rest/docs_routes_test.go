@@ -310,7 +310,7 @@ func docsTestHandler(t *testing.T) http.Handler {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	lv, err := live.New(live.Config{Tasks: taskv1.NewTaskServiceClient(conn)})
+	lv, err := live.New(live.Config{Tasks: taskv1.NewTaskServiceClient(conn), Groups: taskv1.NewTaskGroupServiceClient(conn)})
 	if err != nil {
 		t.Fatal(err)
 	}

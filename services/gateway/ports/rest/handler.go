@@ -59,8 +59,9 @@ type Options struct {
 	// to operator keys.
 	DeadLetters deadletterv1.DeadLetterServiceServer
 	// Live, if not nil, serves live task streams at
-	// /api/v1/tasks/{task_id}/events and /ws, and live job streams at
-	// /jobs/{job_id}/events.
+	// /api/v1/tasks/{task_id}/events and /ws (and, when it watches groups,
+	// /api/v1/task-groups/{group_id}/events and /ws), and live job streams
+	// at /jobs/{job_id}/events.
 	Live *live.Service
 	// MaxUploadBytes bounds a POST /jobs/uploads request (default
 	// DefaultMaxUploadBytes).
@@ -76,6 +77,7 @@ type Options struct {
 const (
 	liveTaskRoutes  = "/api/v1/tasks/{task_id}"
 	liveVideoRoutes = "/v1/video/generations/{task_id}"
+	liveGroupRoutes = "/api/v1/task-groups/{group_id}"
 	liveJobRoutes   = "/jobs/{job_id}"
 )
 
@@ -101,6 +103,12 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			Paths:       live.OpenAPIPaths(liveVideoRoutes, "VideoService", "#/definitions/liveVideoFrame"),
 			Definitions: map[string]any{"liveVideoFrame": live.VideoFrameSchema()},
 		})
+		if opts.Live.Groups() {
+			extras = append(extras, Extra{
+				Paths:       live.OpenAPIGroupPaths(liveGroupRoutes, "TaskGroupService", "#/definitions/liveGroupFrame"),
+				Definitions: map[string]any{"liveGroupFrame": live.GroupFrameSchema()},
+			})
+		}
 	}
 	doc, err := Document(openapi.JSON, extras...)
 	if err != nil {
@@ -113,6 +121,11 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if opts.Live != nil {
 		if err := opts.Live.Register(mux, liveTaskRoutes, live.TaskView); err != nil {
 			return nil, fmt.Errorf("rest: %w", err)
+		}
+		if opts.Live.Groups() {
+			if err := opts.Live.RegisterGroups(mux, liveGroupRoutes); err != nil {
+				return nil, fmt.Errorf("rest: %w", err)
+			}
 		}
 	}
 	if opts.Admin != nil {

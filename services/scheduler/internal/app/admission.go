@@ -32,6 +32,13 @@ func (a *App) resolveQueue(ctx context.Context, c Caller, s domain.Spec) (string
 	return a.admission.ResolveQueue(ctx, c, s.Queue, s.Quota, s.Resources)
 }
 
+// ResolveQueue is the ClusterQueue that admits a task c submits with spec,
+// "" when none applies: what CreateTasks asks before storing a task, for
+// use cases that store tasks of their own (task groups).
+func (a *App) ResolveQueue(ctx context.Context, c Caller, spec domain.Spec) (string, error) {
+	return a.resolveQueue(ctx, c, spec)
+}
+
 // AdmitTask applies the quota service's admission of a task's stay in its
 // ClusterQueue (see domain.Task.Admit); stale decisions change nothing.
 func (a *App) AdmitTask(ctx context.Context, id string, epoch int64, clusterQueue string, flavors map[string]string) error {

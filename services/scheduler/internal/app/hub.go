@@ -68,7 +68,8 @@ func (h *Hub) Observe(fn func(domain.Task)) {
 }
 
 // Changed tells watchers and observers of t that it changed, and wakes
-// claims when t became claimable.
+// claims when t became claimable, or completed as a member of a group:
+// tasks waiting for it (depends_on) may have become claimable.
 func (h *Hub) Changed(t domain.Task) {
 	h.mu.Lock()
 	for ch := range h.watchers[t.ID] {
@@ -79,10 +80,10 @@ func (h *Hub) Changed(t domain.Task) {
 	}
 	observers := h.observers
 	h.mu.Unlock()
-	for _, fn := range observers {
-		fn(t)
+	for _, f := range observers {
+		f(t)
 	}
-	if t.Status == domain.StatusPending {
+	if t.Status == domain.StatusPending || (t.Status == domain.StatusCompleted && t.Spec.GroupID != "") {
 		h.WakeClaimers()
 	}
 }

@@ -71,6 +71,10 @@ func specInput(s *taskv1.TaskSpec) domain.SpecInput {
 	return in
 }
 
+// SpecInput is specInput for the scheduler's other gRPC services (a
+// repeat's task), so a TaskSpec means the same everywhere.
+func SpecInput(s *taskv1.TaskSpec) domain.SpecInput { return specInput(s) }
+
 // ts renders a time as the API shows it (the zero time is unset).
 func ts(t time.Time) *timestamppb.Timestamp { return taskproto.ToTimestamp(t) }
 

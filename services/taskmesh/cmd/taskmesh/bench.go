@@ -23,7 +23,7 @@ type benchmark struct {
 
 func benchCommand() *cobra.Command {
 	return newBenchCommand([]benchmark{eventsBenchmark(), tasksBenchmark(), gatewayBenchmark(), admissionBenchmark(), pipelineBenchmark(),
-		consumersBenchmark()})
+		dagBenchmark(), consumersBenchmark()})
 }
 
 // newBenchCommand is `taskmesh bench` with a subcommand per benchmark and
@@ -191,6 +191,24 @@ func pipelineBenchmark() benchmark {
 		run: func(ctx context.Context, c bench.Common) error {
 			o.Common = c
 			_, err := bench.Pipeline(ctx, o)
+			return err
+		}}
+}
+
+func dagBenchmark() benchmark {
+	var o bench.DAGOptions
+	f := pflag.NewFlagSet("dag", pflag.ContinueOnError)
+	f.IntVar(&o.Nodes, "dag-nodes", 1000, "DAG size: a root, dag-nodes-2 children in parallel, a merge")
+	f.IntVar(&o.Agents, "dag-agents", 8, "concurrent no-op agents")
+	f.IntVar(&o.ClaimBatch, "dag-claim-batch", 32, "tasks per claim")
+	f.IntVar(&o.InFlight, "dag-in-flight", 16, "completions in flight per agent")
+	f.IntVar(&o.RepeatRuns, "repeat-runs", 10_000, "runs of the repeat")
+	f.IntVar(&o.RepeatParallel, "repeat-parallel", 100, "runs of the repeat at once")
+	return benchmark{name: "dag", flags: f,
+		short: "Task groups: a 1,000-node DAG of no-op tasks (total, parent → child hand-off) and a 10,000-run repeat",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.DAG(ctx, o)
 			return err
 		}}
 }

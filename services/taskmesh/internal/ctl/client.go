@@ -319,6 +319,8 @@ type conn struct {
 	video       videov1.VideoServiceClient
 	pipeline    pipelinev1.PipelineServiceClient
 	admission   quotav1.AdmissionServiceClient
+	groups      taskv1.TaskGroupServiceClient
+	templates   taskv1.TemplateServiceClient
 	audit       auditv1.AuditServiceClient
 	usage       usagev1.UsageServiceClient
 	webhooks    webhookv1.WebhookServiceClient
@@ -347,9 +349,11 @@ func dial(s Settings) (*conn, error) {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
 	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
-		video: videov1.NewVideoServiceClient(cc), pipeline: pipelinev1.NewPipelineServiceClient(cc), admission: quotav1.NewAdmissionServiceClient(cc),
-		audit: auditv1.NewAuditServiceClient(cc), usage: usagev1.NewUsageServiceClient(cc),
-		webhooks: webhookv1.NewWebhookServiceClient(cc), deadLetters: deadletterv1.NewDeadLetterServiceClient(cc)}, nil
+		video: videov1.NewVideoServiceClient(cc), pipeline: pipelinev1.NewPipelineServiceClient(cc),
+		admission: quotav1.NewAdmissionServiceClient(cc), groups: taskv1.NewTaskGroupServiceClient(cc),
+		templates: taskv1.NewTemplateServiceClient(cc), audit: auditv1.NewAuditServiceClient(cc),
+		usage: usagev1.NewUsageServiceClient(cc), webhooks: webhookv1.NewWebhookServiceClient(cc),
+		deadLetters: deadletterv1.NewDeadLetterServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message

@@ -13,6 +13,9 @@
 //	ctl tasks watch ID          follow a task until it is final
 //	ctl tasks cancel|retry|delete ID
 //	ctl tasks result ID         inline output, or the object-store download
+//	ctl groups submit -f FILE   create task groups and repeats (groupfile.go)
+//	ctl groups get|list|watch|start|cancel|delete, groups reset ID --reason
+//	ctl templates create|list|get|update|delete|run (templates.go)
 //	ctl tenants create|list|get|update   tenants, tiers, limits (admin.go)
 //	ctl keys create|list|revoke          a tenant's API keys (admin.go)
 //	ctl video submit|get|delete the video generation API (video.go)
@@ -143,8 +146,9 @@ root certificates unless --insecure is given.`,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
-	ctl.AddCommand(tasks, a.videoCommand(), a.jobsCommand(), a.queuesCommand(), a.tenantsCommand(), a.keysCommand(), a.quotaCommand(),
-		a.auditCommand(), a.usageCommand(), a.webhooksCommand(), a.deadLettersCommand())
+	ctl.AddCommand(tasks, a.groupsCommand(), a.templatesCommand(), a.videoCommand(), a.jobsCommand(), a.queuesCommand(),
+		a.tenantsCommand(), a.keysCommand(), a.quotaCommand(), a.auditCommand(), a.usageCommand(), a.webhooksCommand(),
+		a.deadLettersCommand())
 	return ctl
 }
 

@@ -148,7 +148,7 @@ func (p *fileParser) document(doc *yaml.Node) error {
 		for _, kv := range pairs {
 			switch kv.key {
 			case "group", "repeat", "tasks":
-				return p.errorf(kv.k, "%q files are not supported by submit; submit each task as task: {…} (targets and repeat_count cover fan-out and repetition)", kv.key)
+				return p.errorf(kv.k, "%q files are task groups: submit them with ctl groups submit -f FILE", kv.key)
 			}
 		}
 		t, err := p.taskPairs(root, pairs, "", "")

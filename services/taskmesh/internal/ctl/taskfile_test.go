@@ -254,7 +254,7 @@ func TestParseErrors(t *testing.T) {
 		{"top-level list", "- name: x\n",
 			`f.yaml:1: want a mapping (task: {…}, local_queue: {…} or a task), got a list`},
 		{"task groups", "group:\n  mode: serial\n  tasks: []\n",
-			`f.yaml:1: "group" files are not supported by submit; submit each task as task: {…} (targets and repeat_count cover fan-out and repetition)`},
+			`f.yaml:1: "group" files are task groups: submit them with ctl groups submit -f FILE`},
 		{"queue without tasks", "local_queue:\n  agent_id: a\n",
 			`f.yaml:2: local_queue has no tasks`},
 		{"empty file", "", `f.yaml: no task in file (want task: {…}, local_queue: {tasks: […]} or a task mapping)`},

@@ -170,3 +170,19 @@ func (l SweeperLock) TryLock(ctx context.Context) (app.HeldLock, bool, error) {
 	}
 	return lock, true, nil
 }
+
+// AdvisoryLock is a lock like SweeperLock under another name: the one
+// replica that does some other periodic work (Name, e.g. "scheduler:groups").
+type AdvisoryLock struct {
+	DB   *pgxpool.Pool
+	Name string
+}
+
+// TryLock implements app.SweeperLock.
+func (l AdvisoryLock) TryLock(ctx context.Context) (app.HeldLock, bool, error) {
+	lock, ok, err := pg.TryLock(ctx, l.DB, l.Name)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return lock, true, nil
+}

@@ -616,3 +616,11 @@ func (s *TaskStore) PreemptedOf(ctx context.Context, agentID string) ([]domain.T
 func (s *TaskStore) VideoTasksCreatedBefore(ctx context.Context, before time.Time, limit int) ([]domain.Task, error) {
 	return videoTasksCreatedBefore(ctx, s.pool, before, limit)
 }
+
+// DecodeTaskDoc reads a tasks.doc value (for tests and tools that read
+// rows directly).
+func DecodeTaskDoc(doc []byte) (domain.Task, error) {
+	var t domain.Task
+	err := codec.DecodeTask(doc, &t)
+	return t, err
+}

@@ -1,5 +1,5 @@
-// Package events turns the events of the task and quota topics into audit
-// log entries: the convert step of the audit projection.
+// Package events turns the events of the task, orchestration and quota
+// topics into audit log entries: the convert step of the audit projections.
 //
 // What is audited is one table per topic, keyed by the name of the event's
 // case in its envelope's oneof (TaskEvent.submitted, QuotaEvent.quota_produced,
@@ -117,7 +117,28 @@ var quotaRules = map[string]rule{
 	"workload_finished": {},
 }
 
-// envelope is what both topics' envelopes have.
+// orchestrationRules audit the orchestration topic: task groups (repeat
+// resets and breaker openings included) and templates, as the task API's
+// audit log spells them (template.created|updated|deleted). A group's
+// member releases and member status changes are not audited: the members'
+// own task events are.
+var orchestrationRules = map[string]rule{
+	"task_group_created":          {action: "task_group.created", resource: "task_group", details: d("name", "mode", "max_parallel", "count=repeat.count")},
+	"task_group_started":          {action: "task_group.started", resource: "task_group"},
+	"task_group_members_released": {},
+	"task_group_members_changed":  {},
+	"task_group_completed":        {action: "task_group.completed", resource: "task_group"},
+	"task_group_failed":           {action: "task_group.failed", resource: "task_group", details: d("reason")},
+	"task_group_canceled":         {action: "task_group.cancelled", resource: "task_group", details: d("reason")},
+	"task_group_deleted":          {action: "task_group.deleted", resource: "task_group"},
+	"task_group_circuit_opened":   {action: "task_group.circuit_opened", resource: "task_group", details: d("consecutive_failures", "failures")},
+	"task_group_repeat_reset":     {action: "task_group.repeat_reset", resource: "task_group", details: d("operator", "reason")},
+	"template_created":            {action: "template.created", resource: "template", details: d("template.name")},
+	"template_updated":            {action: "template.updated", resource: "template", details: d("template.name")},
+	"template_deleted":            {action: "template.deleted", resource: "template"},
+}
+
+// envelope is what every topic's envelope has.
 type envelope interface {
 	proto.Message
 	GetEventId() string
@@ -145,6 +166,21 @@ func QuotaEntry(ev *quotav1.QuotaEvent) (e domain.Entry, ok bool, err error) {
 			agg = id
 		}
 		e.ResourceID = pg.CleanText(agg)
+	}
+	return e, ok, err
+}
+
+// OrchestrationEntry converts an orchestration event; ok is false for one
+// not audited. A template's resource id is its id within its tenant (the
+// aggregate is "template/<tenant>/<id>").
+func OrchestrationEntry(ev *taskv1.OrchestrationEvent) (e domain.Entry, ok bool, err error) {
+	e, ok, err = entry(ev, orchestrationRules)
+	if ok {
+		id := ev.GetAggregateId()
+		if e.Resource == "template" {
+			id = strings.TrimPrefix(id, "template/"+ev.GetTenantId()+"/")
+		}
+		e.ResourceID = pg.CleanText(id)
 	}
 	return e, ok, err
 }
@@ -235,7 +271,7 @@ func field(m protoreflect.Message, path string) (any, bool) {
 // Actions lists every action the tables can write, sorted.
 func Actions() []string {
 	var out []string
-	for _, table := range []map[string]rule{taskRules, quotaRules} {
+	for _, table := range []map[string]rule{taskRules, orchestrationRules, quotaRules} {
 		for _, r := range table {
 			if r.action != "" {
 				out = append(out, r.action)
@@ -250,7 +286,7 @@ func Actions() []string {
 func Resources() []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, table := range []map[string]rule{taskRules, quotaRules} {
+	for _, table := range []map[string]rule{taskRules, orchestrationRules, quotaRules} {
 		for _, r := range table {
 			if r.resource != "" && !seen[r.resource] {
 				seen[r.resource] = true

@@ -101,6 +101,57 @@ func TestQuotaEventCoverage(t *testing.T) {
 	}
 }
 
+func TestOrchestrationEntry(t *testing.T) {
+	env := func(agg string, ev *taskv1.OrchestrationEvent) *taskv1.OrchestrationEvent {
+		ev.EventId, ev.AggregateId, ev.TenantId, ev.Actor, ev.OccurredAt = "ev-o", agg, "acme", "key-1", timestamppb.New(at)
+		return ev
+	}
+	tests := []struct {
+		ev                         *taskv1.OrchestrationEvent
+		action, resource, id, want string
+	}{
+		{env("g-1", &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupCreated{TaskGroupCreated: &taskv1.TaskGroupCreated{
+			Name: "nightly", Mode: "repeat", Repeat: &taskv1.RepeatDefinition{Count: 10}}}}),
+			"task_group.created", "task_group", "g-1", `{"count":10,"max_parallel":0,"mode":"repeat","name":"nightly"}`},
+		{env("g-1", &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupCircuitOpened{TaskGroupCircuitOpened: &taskv1.TaskGroupCircuitOpened{
+			ConsecutiveFailures: 3, Failures: 4}}}),
+			"task_group.circuit_opened", "task_group", "g-1", `{"consecutive_failures":3,"failures":4}`},
+		{env("g-1", &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupCanceled{TaskGroupCanceled: &taskv1.TaskGroupCanceled{Reason: "x"}}}),
+			"task_group.cancelled", "task_group", "g-1", `{"reason":"x"}`},
+		{env("template/acme/echo", &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TemplateCreated{TemplateCreated: &taskv1.TemplateCreated{
+			Template: &taskv1.TaskTemplate{Id: "echo", Name: "Echo"}}}}),
+			"template.created", "template", "echo", `{"name":"Echo"}`},
+		{env("template/acme/echo", &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TemplateDeleted{TemplateDeleted: &taskv1.TemplateDeleted{}}}),
+			"template.deleted", "template", "echo", `{}`},
+	}
+	for _, tt := range tests {
+		e, ok, err := OrchestrationEntry(tt.ev)
+		want := domain.Entry{ID: "ev-o", At: at, TenantID: "acme", Action: tt.action, Resource: tt.resource, ResourceID: tt.id,
+			UserID: "key-1", Details: tt.want}
+		if err != nil || !ok || e != want {
+			t.Errorf("%s:\n got  %+v (%v, %v)\n want %+v", tt.action, e, ok, err, want)
+		}
+	}
+	if _, ok, err := OrchestrationEntry(env("g-1", &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupMembersChanged{
+		TaskGroupMembersChanged: &taskv1.TaskGroupMembersChanged{}}})); ok || err != nil {
+		t.Errorf("a member change is audited twice: %v %v", ok, err)
+	}
+}
+
+// Likewise every orchestration event (task groups, templates).
+func TestOrchestrationEventCoverage(t *testing.T) {
+	fields := (&taskv1.OrchestrationEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("event").Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		env := &taskv1.OrchestrationEvent{EventId: "ev", AggregateId: "g"}
+		m := env.ProtoReflect()
+		m.Set(fd, protoreflect.ValueOfMessage(m.NewField(fd).Message()))
+		if _, _, err := OrchestrationEntry(env); err != nil {
+			t.Errorf("the audit log has no row for orchestration event %q: %v", fd.Name(), err)
+		}
+	}
+}
+
 // Every action's resource is one the API filters by.
 func TestActionsUseKnownResources(t *testing.T) {
 	for _, r := range Resources() {
@@ -108,7 +159,8 @@ func TestActionsUseKnownResources(t *testing.T) {
 			t.Errorf("resource %q is written but not in domain.Resources", r)
 		}
 	}
-	for _, a := range []string{"task.created", "task.started", "task.completed", "task.failed", "task.cancelled", "task.preempted"} {
+	for _, a := range []string{"task.created", "task.started", "task.completed", "task.failed", "task.cancelled", "task.preempted",
+		"template.created", "template.updated", "template.deleted", "task_group.repeat_reset"} {
 		if !slices.Contains(Actions(), a) {
 			t.Errorf("the document's action %s is missing", a)
 		}

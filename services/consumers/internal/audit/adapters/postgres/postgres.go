@@ -1,5 +1,5 @@
 // Package postgres keeps the audit log in Postgres: the projection handlers
-// that write audit_logs from the task and quota topics (convert with
+// that write audit_logs from the task, orchestration and quota topics (convert with
 // package events, store guarded by the event id), the listing query, and
 // the retention's archive-then-delete transaction.
 package postgres
@@ -30,6 +30,9 @@ const (
 	TaskTopic Topic = iota
 	// QuotaTopic records are quotav1.QuotaEvent envelopes.
 	QuotaTopic
+	// OrchestrationTopic records are taskv1.OrchestrationEvent envelopes
+	// (task groups and templates).
+	OrchestrationTopic
 )
 
 // Projection is the projection.Handler that writes a topic's events to
@@ -57,12 +60,19 @@ func (p Projection) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record)
 }
 
 func (p Projection) convert(rec *kgo.Record) (domain.Entry, bool, error) {
-	if p.Topic == QuotaTopic {
+	switch p.Topic {
+	case QuotaTopic:
 		var ev quotav1.QuotaEvent
 		if err := proto.Unmarshal(rec.Value, &ev); err != nil {
 			return domain.Entry{}, false, fmt.Errorf("decode: %w", err)
 		}
 		return events.QuotaEntry(&ev)
+	case OrchestrationTopic:
+		var ev taskv1.OrchestrationEvent
+		if err := proto.Unmarshal(rec.Value, &ev); err != nil {
+			return domain.Entry{}, false, fmt.Errorf("decode: %w", err)
+		}
+		return events.OrchestrationEntry(&ev)
 	}
 	var ev taskv1.TaskEvent
 	if err := proto.Unmarshal(rec.Value, &ev); err != nil {

@@ -1,0 +1,306 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/scheduler"
+)
+
+func (e *env) groups() taskv1.TaskGroupServiceClient { return taskv1.NewTaskGroupServiceClient(e.conn) }
+func (e *env) templates() taskv1.TemplateServiceClient {
+	return taskv1.NewTemplateServiceClient(e.conn)
+}
+
+func operator() context.Context {
+	return as(authn.Principal{Kind: authn.KindAdmin, Subject: "admin:ops", RemoteIP: "10.0.0.9"})
+}
+
+func node(id, command string, deps ...string) *taskv1.TaskGroupTask {
+	return &taskv1.TaskGroupTask{Id: id, Name: id, Command: command, DependsOn: deps}
+}
+
+// etlDAG is the documented DAG: download → process1 ∥ process2 → merge.
+func etlDAG() *taskv1.CreateTaskGroupRequest {
+	return &taskv1.CreateTaskGroupRequest{Name: "etl", Mode: "dag", Tasks: []*taskv1.TaskGroupTask{
+		node("download", "wget"), node("process1", "python", "download"), node("process2", "python", "download"),
+		node("merge", "python", "process1", "process2")}}
+}
+
+func (e *env) group(ctx context.Context, id string) *taskv1.TaskGroup {
+	e.t.Helper()
+	r, err := e.groups().GetTaskGroup(ctx, &taskv1.GetTaskGroupRequest{Id: id})
+	if err != nil {
+		e.t.Fatalf("get group: %v", err)
+	}
+	return r.GetGroup()
+}
+
+func (e *env) complete(t *taskv1.Task, exit int32) {
+	e.t.Helper()
+	if _, err := e.leases().CompleteTask(agent("agent-1"), &taskv1.CompleteTaskRequest{TaskId: t.GetId(), AgentId: "agent-1",
+		AttemptId: t.GetAttemptId(), ExitCode: exit}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func names(ts []*taskv1.Task) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (e *env) count(sql string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// The documented DAG through the lease API: download alone first, then both
+// branches at once, merge only after both; the group completes, is
+// audited, and its rows are rebuilt from its events.
+func TestDAGGroupThroughLeases(t *testing.T) {
+	e := newEnv(t)
+	ctx := user("tenant-a")
+	created, err := e.groups().CreateTaskGroup(ctx, etlDAG())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := created.GetGroup()
+	if g.GetStatus() != "running" || g.GetMode() != "dag" || len(g.GetTasks()) != 4 || g.GetCounts().GetPending() != 4 {
+		t.Fatalf("created %v", g)
+	}
+	got := e.claim("agent-1", "m1", 10)
+	if slices.Compare(names(got), []string{"download"}) != 0 {
+		t.Fatalf("first claim %v", names(got))
+	}
+	e.complete(got[0], 0)
+	got = e.claim("agent-1", "m1", 10)
+	if slices.Compare(names(got), []string{"process1", "process2"}) != 0 {
+		t.Fatalf("second claim %v: both branches must be claimable together", names(got))
+	}
+	e.complete(got[0], 0)
+	if more := e.claim("agent-1", "m1", 10); len(more) != 0 {
+		t.Fatalf("merge claimed before both branches completed: %v", names(more))
+	}
+	e.complete(got[1], 0)
+	got = e.claim("agent-1", "m1", 10)
+	if slices.Compare(names(got), []string{"merge"}) != 0 {
+		t.Fatalf("third claim %v", names(got))
+	}
+	e.complete(got[0], 0)
+	eventually(t, 10*time.Second, "the group to complete", func() bool {
+		return e.group(ctx, g.GetId()).GetStatus() == "completed"
+	})
+	done := e.group(ctx, g.GetId())
+	if done.GetCounts().GetCompleted() != 4 || done.GetEndedAt() == nil || done.GetTasks()[3].GetStatus() != "completed" ||
+		done.GetTasks()[3].GetTaskId() == "" || slices.Compare(done.GetTasks()[3].GetDependsOn(), []string{"process1", "process2"}) != 0 {
+		t.Fatalf("completed group %v", done)
+	}
+	// The member tasks are ordinary tasks of the group.
+	if task, err := e.tasks().GetTask(ctx, &taskv1.GetTaskRequest{Id: done.GetTasks()[3].GetTaskId()}); err != nil ||
+		task.GetTask().GetGroupId() != g.GetId() || len(task.GetTask().GetDependsOn()) != 2 {
+		t.Fatalf("merge task %v, %v", task, err)
+	}
+	// The events the audit log is built from (the consumers service's).
+	if n := e.count(`SELECT count(*) FROM events WHERE aggregate_id = $1
+			AND event_type IN ('TaskGroupCreated', 'TaskGroupStarted', 'TaskGroupCompleted')`, g.GetId()); n != 3 {
+		t.Fatalf("%d group lifecycle events, want 3", n)
+	}
+
+	rep, err := scheduler.RebuildInlineProjection(context.Background(), e.pool, false)
+	if err != nil || rep.Groups != 1 || rep.Tasks != 4 || len(rep.Differences) != 0 {
+		t.Fatalf("rebuild compare = %+v, %v", rep, err)
+	}
+	if _, err := e.pool.Exec(context.Background(), `UPDATE task_group_members SET doc = jsonb_set(doc::jsonb, '{status}', '"failed"')::json
+		WHERE group_id = $1 AND key = 'merge'`, g.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = scheduler.RebuildInlineProjection(context.Background(), e.pool, true)
+	if err != nil || !slices.Equal(rep.Differences, []string{"task_group/" + g.GetId()}) {
+		t.Fatalf("tampered compare = %+v, %v", rep, err)
+	}
+	if rep, err = scheduler.RebuildInlineProjection(context.Background(), e.pool, false); err != nil || len(rep.Differences) != 0 {
+		t.Fatalf("after rebuild = %+v, %v", rep, err)
+	}
+	if e.group(ctx, g.GetId()).GetTasks()[3].GetStatus() != "completed" {
+		t.Fatal("the rebuild did not restore the member")
+	}
+	for _, spec := range scheduler.ReplaySpecs(e.broker.Config()) {
+		if ok, err := replay(spec, e); err != nil || !ok {
+			t.Fatalf("replay %s equal=%v err=%v", spec.Name, ok, err)
+		}
+	}
+}
+
+// A cycle, an unknown dependency and a duplicate id are refused with
+// 30005 naming the ids, and nothing is stored.
+func TestInvalidGroupsStoreNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := user("tenant-a")
+	rows := func() [3]int {
+		return [3]int{e.count(`SELECT count(*) FROM events`), e.count(`SELECT count(*) FROM tasks`), e.count(`SELECT count(*) FROM task_groups`)}
+	}
+	before := rows()
+	for _, tt := range []struct {
+		name  string
+		tasks []*taskv1.TaskGroupTask
+		text  string
+	}{
+		{"cycle", []*taskv1.TaskGroupTask{node("a", "x", "c"), node("b", "x", "a"), node("c", "x", "b")}, "a → c → b → a"},
+		{"unknown dependency", []*taskv1.TaskGroupTask{node("a", "x"), node("b", "x", "nope")}, `"nope"`},
+		{"duplicate id", []*taskv1.TaskGroupTask{node("a", "x"), node("a", "x")}, `duplicate id "a"`},
+		{"self dependency", []*taskv1.TaskGroupTask{node("a", "x", "a")}, `"a" depends on itself`},
+	} {
+		_, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Mode: "dag", Tasks: tt.tasks})
+		if status.Code(err) != codes.InvalidArgument || code(err) != "30005" || !strings.Contains(err.Error(), tt.text) {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+	if after := rows(); after != before {
+		t.Fatalf("rows (events, tasks, groups) before %v, after %v", before, after)
+	}
+}
+
+func str(s string) *structpb.Value { return structpb.NewStringValue(s) }
+
+// A repeat's breaker opens after threshold failures in a row; a tenant
+// cannot reset it, an operator can (with a reason), and the reset is
+// audited with the operator, the reason and the time.
+func TestRepeatBreakerAndOperatorReset(t *testing.T) {
+	e := newEnv(t)
+	ctx := user("tenant-a")
+	created, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Repeat: &taskv1.RepeatPolicy{Count: 5,
+		CircuitBreakerThreshold: i32(2), Template: &taskv1.TaskSpec{Name: "flaky", Command: "false"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetGroup().GetId()
+	for i := 0; i < 2; i++ {
+		var got []*taskv1.Task
+		eventually(t, 5*time.Second, fmt.Sprint("run ", i+1), func() bool { got = e.claim("agent-1", "m1", 10); return len(got) > 0 })
+		if len(got) != 1 || got[0].GetMaxRetries() != 0 {
+			t.Fatalf("run %d: %v", i+1, got)
+		}
+		e.complete(got[0], 1)
+	}
+	eventually(t, 5*time.Second, "the breaker to open", func() bool { return e.group(ctx, id).GetRepeat().GetCircuitOpen() })
+	if got := e.claim("agent-1", "m1", 10); len(got) != 0 {
+		t.Fatalf("a run started with the breaker open: %v", got)
+	}
+	_, err = e.groups().ResetTaskGroupRepeat(ctx, &taskv1.ResetTaskGroupRepeatRequest{Id: id, Reason: "fixed"})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("tenant reset: %v", err)
+	}
+	reset, err := e.groups().ResetTaskGroupRepeat(operator(), &taskv1.ResetTaskGroupRepeatRequest{Id: id, Reason: "rig fixed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := reset.GetGroup().GetRepeat(); r.GetCircuitOpen() || r.GetResetBy() != "admin:ops" || r.GetResetReason() != "rig fixed" || r.GetResetAt() == nil {
+		t.Fatalf("after reset %v", r)
+	}
+	if got := e.claim("agent-1", "m1", 10); len(got) != 1 {
+		t.Fatalf("no run after the reset: %v", got)
+	}
+	// The events the audit log is built from (the consumers service's).
+	if e.count(`SELECT count(*) FROM events WHERE event_type = 'TaskGroupRepeatReset' AND aggregate_id = $1`, id) != 1 {
+		t.Fatal("no event for the reset")
+	}
+	if e.count(`SELECT count(*) FROM events WHERE event_type = 'TaskGroupCircuitOpened' AND aggregate_id = $1`, id) != 1 {
+		t.Fatal("no event for the breaker opening")
+	}
+}
+
+// Templates over gRPC: create, read, run with variables (each value one
+// argument), a duplicate id, a bad variable (nothing created), another
+// tenant (not found everywhere), update and delete (audited).
+func TestTemplates(t *testing.T) {
+	e := newEnv(t)
+	ctx := user("tenant-a")
+	tpl := &taskv1.TaskTemplate{Id: "echo", Name: "echo", Command: "printf", Args: []string{"<%s>", "{{msg}}", "--n={{n}}"},
+		Variables: []*taskv1.TemplateVar{{Name: "msg", Type: "string", Required: true}, {Name: "n", Type: "int", Default: "1"}}}
+	if _, err := e.templates().CreateTemplate(ctx, &taskv1.CreateTemplateRequest{Template: tpl}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.templates().CreateTemplate(ctx, &taskv1.CreateTemplateRequest{Template: tpl}); status.Code(err) != codes.AlreadyExists || code(err) != "30006" {
+		t.Fatalf("duplicate: %v", err)
+	}
+	tasksBefore := e.count(`SELECT count(*) FROM tasks`)
+	_, err := e.templates().RunTemplate(ctx, &taskv1.RunTemplateRequest{Id: "echo", Variables: map[string]*structpb.Value{
+		"msg": str("x"), "n": str("many")}})
+	if code(err) != "30005" || !strings.Contains(err.Error(), "variables.n") {
+		t.Fatalf("bad variable: %v", err)
+	}
+	if e.count(`SELECT count(*) FROM tasks`) != tasksBefore {
+		t.Fatal("a refused run created a task")
+	}
+	run, err := e.templates().RunTemplate(ctx, &taskv1.RunTemplateRequest{Id: "echo", Priority: i32(2),
+		Variables: map[string]*structpb.Value{"msg": str(`"; rm -rf / #`), "n": structpb.NewNumberValue(3)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := run.GetTask().GetArgs(); !slices.Equal(a, []string{"<%s>", `"; rm -rf / #`, "--n=3"}) || run.GetTask().GetPriority() != 2 {
+		t.Fatalf("run task %v", run.GetTask())
+	}
+	other := user("tenant-b")
+	for name, call := range map[string]func() error{
+		"get": func() error {
+			_, err := e.templates().GetTemplate(other, &taskv1.GetTemplateRequest{Id: "echo"})
+			return err
+		},
+		"update": func() error {
+			_, err := e.templates().UpdateTemplate(other, &taskv1.UpdateTemplateRequest{Id: "echo", Template: tpl})
+			return err
+		},
+		"delete": func() error {
+			_, err := e.templates().DeleteTemplate(other, &taskv1.DeleteTemplateRequest{Id: "echo"})
+			return err
+		},
+		"run": func() error {
+			_, err := e.templates().RunTemplate(other, &taskv1.RunTemplateRequest{Id: "echo", Variables: map[string]*structpb.Value{"msg": str("x")}})
+			return err
+		},
+	} {
+		if err := call(); status.Code(err) != codes.NotFound || code(err) != "30004" {
+			t.Errorf("another tenant's %s: %v", name, err)
+		}
+	}
+	if l, err := e.templates().ListTemplates(other, &taskv1.ListTemplatesRequest{}); err != nil || len(l.GetTemplates()) != 0 {
+		t.Fatalf("another tenant's list: %v, %v", l, err)
+	}
+	tpl.Description = "v2"
+	up, err := e.templates().UpdateTemplate(ctx, &taskv1.UpdateTemplateRequest{Id: "echo", Template: tpl})
+	if err != nil || up.GetTemplate().GetDescription() != "v2" || up.GetTemplate().GetCreatedBy() != "key-tenant-a" {
+		t.Fatalf("update: %v, %v", up, err)
+	}
+	if _, err := e.templates().DeleteTemplate(ctx, &taskv1.DeleteTemplateRequest{Id: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.templates().GetTemplate(ctx, &taskv1.GetTemplateRequest{Id: "echo"}); code(err) != "30004" {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if n := e.count(`SELECT count(*) FROM events WHERE aggregate_id = 'template/tenant-a/echo'
+			AND event_type IN ('TemplateCreated', 'TemplateUpdated', 'TemplateDeleted')`); n != 3 {
+		t.Fatalf("%d template events, want 3", n)
+	}
+	rep, err := scheduler.RebuildInlineProjection(context.Background(), e.pool, false)
+	if err != nil || rep.Templates != 1 || len(rep.Differences) != 0 {
+		t.Fatalf("rebuild = %+v, %v", rep, err)
+	}
+}

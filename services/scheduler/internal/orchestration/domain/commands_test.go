@@ -1,0 +1,479 @@
+package domain
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// sim plays a group against stand-in tasks: it applies each decision as a
+// store would (creates, cancels, deletes tasks), lets the test move tasks,
+// and checks after every step that folding the recorded events from
+// nothing gives the same state (the group is rebuildable from its events).
+type sim struct {
+	t       *testing.T
+	s       State
+	now     time.Time
+	tasks   map[string]*simTask
+	order   []string // task ids in creation order
+	ids     int
+	records []Record
+}
+
+type simTask struct {
+	spec  task.Spec
+	facts Facts
+}
+
+func newSim(t *testing.T, in Input, start bool) *sim {
+	t.Helper()
+	def, err := Normalize(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &sim{t: t, now: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC), tasks: map[string]*simTask{}}
+	s, d := Create(x.now, "group-1", "tenant-a", "user-1", "", def, start, x.newID)
+	x.apply(s, d)
+	return x
+}
+
+func (x *sim) newID() string { x.ids++; return fmt.Sprintf("t%03d", x.ids) }
+
+func (x *sim) apply(s State, d Decision) {
+	x.t.Helper()
+	x.s = s
+	x.records = append(x.records, d.Records...)
+	for _, recs := range d.NewTasks {
+		sub := recs[0].Event.(task.Submitted)
+		if sub.Spec.GroupID != s.Group.ID || sub.TenantID != "tenant-a" || sub.CreatedBy != "user-1" {
+			x.t.Fatalf("member task submitted as %+v", sub)
+		}
+		x.tasks[sub.ID] = &simTask{spec: sub.Spec, facts: Facts{Status: task.StatusPending}}
+		x.order = append(x.order, sub.ID)
+	}
+	for id := range d.CancelTasks {
+		if f := &x.tasks[id].facts; !f.Status.Final() {
+			f.Status, f.EndedAt = task.StatusCancelled, x.now
+		}
+	}
+	for _, id := range d.DeleteTasks {
+		x.tasks[id].facts.Gone = true
+	}
+	x.checkRebuild()
+}
+
+// checkRebuild folds every recorded event from nothing and compares.
+func (x *sim) checkRebuild() {
+	x.t.Helper()
+	var re State
+	for _, r := range x.records {
+		if !re.Apply(r) {
+			x.t.Fatalf("no case for %s", r.Event.EventName())
+		}
+	}
+	want, _ := json.Marshal(x.s)
+	got, _ := json.Marshal(re)
+	if string(want) != string(got) {
+		x.t.Fatalf("rebuilt state differs:\n got %s\nwant %s", got, want)
+	}
+}
+
+func (x *sim) taskOf(key string) string {
+	x.t.Helper()
+	m, ok := x.s.Members[key]
+	if !ok || m.TaskID == "" {
+		x.t.Fatalf("member %s has no task (%+v)", key, m)
+	}
+	return m.TaskID
+}
+
+// set moves the member's task to status now.
+func (x *sim) set(key string, status task.Status) {
+	x.t.Helper()
+	f := &x.tasks[x.taskOf(key)].facts
+	f.Status = status
+	if status == task.StatusRunning {
+		f.StartedAt = x.now
+	}
+	if status.Final() {
+		f.EndedAt = x.now
+		if status == task.StatusFailed {
+			f.Error = "exit code 1"
+		}
+	}
+}
+
+// advance runs the process manager on the open members, as a store loads
+// them.
+func (x *sim) advance() Decision {
+	x.t.Helper()
+	open := x.s.Clone()
+	for k, m := range open.Members {
+		if m.Status.Final() {
+			delete(open.Members, k)
+		}
+	}
+	facts := map[string]Facts{}
+	for _, m := range open.Members {
+		if m.Released() && !x.tasks[m.TaskID].facts.Gone {
+			facts[m.TaskID] = x.tasks[m.TaskID].facts
+		}
+	}
+	s, d := open.Advance(x.now, facts, x.newID)
+	// Final members the store did not load stay as they were.
+	for k, m := range x.s.Members {
+		if _, ok := s.Members[k]; !ok {
+			s.Members[k] = m
+		}
+	}
+	x.apply(s, d)
+	return d
+}
+
+func (x *sim) counts() map[task.Status]int { return x.s.Group.Counts }
+
+func names(recs []Record) []string {
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.Event.EventName())
+	}
+	return out
+}
+
+func TestSerialFailureCancelsTheRest(t *testing.T) {
+	x := newSim(t, Input{Tasks: []MemberInput{member("a"), member("b"), member("c")}}, true)
+	if x.s.Group.Status != StatusRunning || len(x.tasks) != 3 {
+		t.Fatalf("started: %+v, %d tasks", x.s.Group, len(x.tasks))
+	}
+	// Each member's task waits for the one before.
+	if deps := x.tasks[x.taskOf("c")].spec.DependsOn; len(deps) != 1 || deps[0] != x.taskOf("b") {
+		t.Fatalf("c depends on %v", deps)
+	}
+	x.set("a", task.StatusCompleted)
+	x.advance()
+	x.set("b", task.StatusRunning)
+	x.advance()
+	x.set("b", task.StatusFailed)
+	d := x.advance()
+	if x.s.Group.Status != StatusFailed || x.s.Group.Reason != "task b failed" || d.CancelTasks[x.taskOf("c")] == "" || len(d.CancelTasks) != 1 {
+		t.Fatalf("after b failed: %+v, cancels %v, events %v", x.s.Group, d.CancelTasks, names(d.Records))
+	}
+	x.advance() // mirrors c's cancellation
+	want := map[task.Status]int{task.StatusCompleted: 1, task.StatusFailed: 1, task.StatusCancelled: 1}
+	if !equalCounts(x.counts(), want) || x.s.Group.Open() != 0 {
+		t.Fatalf("counts = %v", x.counts())
+	}
+	if d := x.advance(); !d.Empty() {
+		t.Fatalf("a settled group decided %v", names(d.Records))
+	}
+}
+
+func equalCounts(a, b map[task.Status]int) bool {
+	for _, s := range task.Statuses() {
+		if a[s] != b[s] {
+			return false
+		}
+	}
+	return true
+}
+
+// The documented DAG: download → process1 ∥ process2 → merge.
+func TestDAGReleasesEverythingWithDependenciesAsTaskIDs(t *testing.T) {
+	x := newSim(t, Input{Mode: "dag", Tasks: []MemberInput{member("download"), member("process1", "download"),
+		member("process2", "download"), member("merge", "process1", "process2")}}, true)
+	merge := x.tasks[x.taskOf("merge")].spec.DependsOn
+	if !slices.Equal(merge, []string{x.taskOf("process1"), x.taskOf("process2")}) || len(x.tasks[x.taskOf("download")].spec.DependsOn) != 0 {
+		t.Fatalf("merge depends on %v", merge)
+	}
+	for _, k := range []string{"download", "process1", "process2", "merge"} {
+		x.set(k, task.StatusCompleted)
+		x.advance()
+	}
+	if x.s.Group.Status != StatusCompleted || x.counts()[task.StatusCompleted] != 4 || x.s.Group.EndedAt.IsZero() {
+		t.Fatalf("group = %+v", x.s.Group)
+	}
+}
+
+func TestDAGFailureSkipsOnlyDescendants(t *testing.T) {
+	x := newSim(t, Input{Mode: "dag", Tasks: []MemberInput{member("root"), member("b1", "root"), member("b2", "b1"),
+		member("b3", "b2"), member("c1", "root"), member("c2", "c1")}}, true)
+	x.set("root", task.StatusCompleted)
+	x.set("b1", task.StatusFailed)
+	d := x.advance()
+	if len(d.CancelTasks) != 2 || d.CancelTasks[x.taskOf("b2")] != "dependency b1 failed" || d.CancelTasks[x.taskOf("b3")] == "" {
+		t.Fatalf("cancels = %v", d.CancelTasks)
+	}
+	if x.s.Group.Status != StatusRunning {
+		t.Fatalf("the other branch must go on: %+v", x.s.Group)
+	}
+	x.advance()
+	x.set("c1", task.StatusCompleted)
+	x.advance()
+	x.set("c2", task.StatusCompleted)
+	x.advance()
+	g := x.s.Group
+	if g.Status != StatusFailed || g.Reason != "3 of 6 tasks did not complete" || !slices.Equal(g.FailedMembers, []string{"b1"}) {
+		t.Fatalf("group = %+v", g)
+	}
+	if !equalCounts(x.counts(), map[task.Status]int{task.StatusCompleted: 3, task.StatusFailed: 1, task.StatusCancelled: 2}) {
+		t.Fatalf("counts = %v", x.counts())
+	}
+}
+
+func TestParallelWithMaxParallel(t *testing.T) {
+	in := Input{Mode: "parallel", MaxParallel: 2}
+	for i := range 5 {
+		in.Tasks = append(in.Tasks, member(fmt.Sprint("m", i)))
+	}
+	x := newSim(t, in, true)
+	if len(x.tasks) != 2 {
+		t.Fatalf("released %d, want 2", len(x.tasks))
+	}
+	x.set("m0", task.StatusFailed)
+	x.advance()
+	if len(x.tasks) != 3 || x.s.Group.Status != StatusRunning {
+		t.Fatalf("after a failure: %d tasks, %+v", len(x.tasks), x.s.Group)
+	}
+	for step := 0; x.s.Group.Status == StatusRunning && step < 10; step++ {
+		for k, m := range x.s.Members {
+			if m.Released() && !m.Status.Final() {
+				open := 0
+				for _, tk := range x.tasks {
+					if !tk.facts.Status.Final() {
+						open++
+					}
+				}
+				if open > 2 {
+					t.Fatalf("%d tasks open at once", open)
+				}
+				x.set(k, task.StatusCompleted)
+				break
+			}
+		}
+		x.advance()
+	}
+	if x.s.Group.Status != StatusFailed || len(x.tasks) != 5 || x.counts()[task.StatusCompleted] != 4 {
+		t.Fatalf("group = %+v, %d tasks", x.s.Group, len(x.tasks))
+	}
+}
+
+func TestCreateWithoutStartAndStart(t *testing.T) {
+	x := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, false)
+	if x.s.Group.Status != StatusPending || len(x.tasks) != 0 {
+		t.Fatalf("created: %+v", x.s.Group)
+	}
+	s, d, err := x.s.Start(x.now, "user-1", x.newID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.apply(s, d)
+	if len(x.tasks) != 2 || x.s.Group.Status != StatusRunning {
+		t.Fatalf("started: %+v", x.s.Group)
+	}
+	if _, _, err := x.s.Start(x.now, "user-1", x.newID); !errors.Is(err, task.ErrImmutable) {
+		t.Fatalf("second start: %v", err)
+	}
+}
+
+func TestCancelAndDelete(t *testing.T) {
+	x := newSim(t, Input{Mode: "parallel", MaxParallel: 1, Tasks: []MemberInput{member("a"), member("b"), member("c")}}, true)
+	x.set("a", task.StatusRunning)
+	x.advance()
+	if _, _, err := x.s.Delete(x.now, "user-1"); !errors.Is(err, task.ErrImmutable) {
+		t.Fatalf("delete of a running group: %v", err)
+	}
+	s, d, err := x.s.Cancel(x.now, "user-1", "not needed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.apply(s, d)
+	if len(d.CancelTasks) != 1 || x.s.Group.Status != StatusCancelled || x.s.Group.Reason != "cancelled: not needed" {
+		t.Fatalf("cancel: %v, %+v", d.CancelTasks, x.s.Group)
+	}
+	// b and c were never released: they are cancelled without a task.
+	if x.s.Members["b"].Status != task.StatusCancelled || len(x.tasks) != 1 {
+		t.Fatalf("b = %+v", x.s.Members["b"])
+	}
+	x.advance()
+	if !equalCounts(x.counts(), map[task.Status]int{task.StatusCancelled: 3}) {
+		t.Fatalf("counts = %v", x.counts())
+	}
+	if _, _, err := x.s.Cancel(x.now, "user-1", ""); !errors.Is(err, task.ErrImmutable) {
+		t.Fatalf("cancel of a cancelled group: %v", err)
+	}
+	s, d, err = x.s.Delete(x.now, "user-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.apply(s, d)
+	if !x.s.Group.Deleted || !slices.Equal(d.DeleteTasks, []string{x.taskOf("a")}) {
+		t.Fatalf("delete: %v, %+v", d.DeleteTasks, x.s.Group)
+	}
+}
+
+func repeatSim(t *testing.T, r RepeatInput) *sim {
+	r.Spec = task.SpecInput{Name: "stress", Command: "./stress_test.sh"}
+	return newSim(t, Input{Repeat: &r}, true)
+}
+
+// openRuns are the released runs that are not final, in release order.
+func (x *sim) openRuns() []Member {
+	var out []Member
+	for _, m := range x.s.Ordered() {
+		if m.Released() && !x.tasks[m.TaskID].facts.Status.Final() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestRepeatParallelAndInterval(t *testing.T) {
+	x := repeatSim(t, RepeatInput{Count: 4, Parallel: ptr(2), IntervalSec: ptr(10)})
+	// One run at a time until it has started: starts are spaced.
+	if len(x.tasks) != 1 || x.tasks[x.taskOf("run-1")].spec.MaxRetries != 0 {
+		t.Fatalf("start released %d", len(x.tasks))
+	}
+	x.set("run-1", task.StatusRunning)
+	x.advance()
+	if len(x.tasks) != 1 || !x.s.Group.NextWake().Equal(x.now.Add(10*time.Second)) {
+		t.Fatalf("before the interval: %d tasks, wake %v", len(x.tasks), x.s.Group.NextWake())
+	}
+	var starts []time.Time
+	starts = append(starts, x.now)
+	for len(starts) < 4 {
+		x.now = x.now.Add(10 * time.Second)
+		x.advance()
+		runs := x.openRuns()
+		if len(runs) > 2 {
+			t.Fatalf("%d runs open", len(runs))
+		}
+		last := runs[len(runs)-1]
+		x.set(last.Key, task.StatusRunning)
+		starts = append(starts, x.now)
+		x.advance()
+		if len(x.openRuns()) == 2 {
+			x.set(x.openRuns()[0].Key, task.StatusCompleted)
+		}
+	}
+	for i := 1; i < len(starts); i++ {
+		if starts[i].Sub(starts[i-1]) < 10*time.Second {
+			t.Fatalf("starts %v", starts)
+		}
+	}
+	for _, m := range x.openRuns() {
+		x.set(m.Key, task.StatusCompleted)
+	}
+	x.advance()
+	if x.s.Group.Status != StatusCompleted || x.s.Group.Repeat.Completed != 4 || x.s.Group.Total != 4 {
+		t.Fatalf("group = %+v %+v", x.s.Group, x.s.Group.Repeat)
+	}
+}
+
+func TestRepeatBreakerOpensAndResets(t *testing.T) {
+	x := repeatSim(t, RepeatInput{Count: 10, BackoffSec: ptr(5), Breaker: ptr(3)})
+	for i := 1; i <= 3; i++ {
+		run := x.openRuns()
+		if len(run) != 1 {
+			t.Fatalf("failure %d: %d open runs", i, len(run))
+		}
+		x.set(run[0].Key, task.StatusFailed)
+		x.advance()
+		if i < 3 {
+			// The failed run comes back after its backoff, not before.
+			if len(x.openRuns()) != 0 || !x.s.Group.NextWake().Equal(x.now.Add(5*time.Second)) {
+				t.Fatalf("after failure %d: open %v wake %v", i, x.openRuns(), x.s.Group.NextWake())
+			}
+			x.now = x.now.Add(5 * time.Second)
+			x.advance()
+		}
+	}
+	g := x.s.Group
+	if !g.Repeat.CircuitOpen || g.Repeat.ConsecutiveFailures != 3 || g.Status != StatusRunning || x.records[len(x.records)-1].Event.EventName() != "TaskGroupCircuitOpened" {
+		t.Fatalf("breaker: %+v", g.Repeat)
+	}
+	if got := x.openRuns(); len(got) != 0 || len(x.tasks) != 3 {
+		t.Fatalf("open runs while the breaker is open: %v", got)
+	}
+	x.now = x.now.Add(time.Hour)
+	if d := x.advance(); len(d.NewTasks) != 0 || !g.NextWake().IsZero() {
+		t.Fatalf("a run started with the breaker open: %v", names(d.Records))
+	}
+	for _, bad := range []struct {
+		reason string
+		want   error
+	}{{"  ", task.ErrInvalid}} {
+		if _, _, err := x.s.ResetRepeat(x.now, "ops", bad.reason, x.newID); !errors.Is(err, bad.want) {
+			t.Fatalf("reset with reason %q: %v", bad.reason, err)
+		}
+	}
+	s, d, err := x.s.ResetRepeat(x.now, "ops", "stress rig fixed", x.newID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.apply(s, d)
+	r := x.s.Group.Repeat
+	if r.CircuitOpen || r.ResetBy != "ops" || r.ResetReason != "stress rig fixed" || !r.ResetAt.Equal(x.now) || len(d.NewTasks) != 1 {
+		t.Fatalf("after reset: %+v, %d new tasks", r, len(d.NewTasks))
+	}
+	// The first run resumes: its fourth attempt (third retry).
+	if m := x.openRuns()[0]; m.Run != 1 || m.Attempt != 4 || m.Key != "run-1-retry-3" {
+		t.Fatalf("resumed run = %+v", m)
+	}
+	if _, _, err := x.s.ResetRepeat(x.now, "ops", "again", x.newID); !errors.Is(err, task.ErrImmutable) {
+		t.Fatalf("reset of a closed breaker: %v", err)
+	}
+}
+
+func TestRepeatMaxFailuresFailsAndCancelsOpenRuns(t *testing.T) {
+	x := repeatSim(t, RepeatInput{Count: 10, Parallel: ptr(3), MaxFailures: ptr(2)})
+	runs := x.openRuns()
+	if len(runs) != 3 {
+		t.Fatalf("%d runs open, want 3", len(runs))
+	}
+	x.set(runs[0].Key, task.StatusFailed)
+	x.set(runs[1].Key, task.StatusFailed)
+	d := x.advance()
+	if x.s.Group.Status != StatusFailed || len(d.CancelTasks) != 1 || d.CancelTasks[runs[2].TaskID] == "" || len(d.NewTasks) != 0 {
+		t.Fatalf("group %+v, cancels %v, events %v", x.s.Group, d.CancelTasks, names(d.Records))
+	}
+	x.advance()
+	if x.s.Group.Repeat.Failures != 2 || x.counts()[task.StatusCancelled] != 1 {
+		t.Fatalf("after: %+v counts %v", x.s.Group.Repeat, x.counts())
+	}
+}
+
+func TestResetRefusesOtherGroups(t *testing.T) {
+	x := newSim(t, Input{Tasks: []MemberInput{member("a")}}, true)
+	if _, _, err := x.s.ResetRepeat(x.now, "ops", "why", x.newID); !errors.Is(err, task.ErrImmutable) {
+		t.Fatalf("reset of a serial group: %v", err)
+	}
+	y := repeatSim(t, RepeatInput{Count: 2})
+	if _, _, err := y.s.ResetRepeat(y.now, "ops", "why", y.newID); !errors.Is(err, task.ErrImmutable) {
+		t.Fatalf("reset of a closed breaker: %v", err)
+	}
+}
+
+// A member whose task disappeared (deleted by hand) counts as cancelled.
+func TestGoneTaskCountsAsCancelled(t *testing.T) {
+	x := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+	x.tasks[x.taskOf("a")].facts.Gone = true
+	x.set("b", task.StatusCompleted)
+	x.advance()
+	if x.s.Members["a"].Status != task.StatusCancelled || x.s.Group.Status != StatusFailed {
+		t.Fatalf("group %+v, a %+v", x.s.Group, x.s.Members["a"])
+	}
+}
+
+func TestHandlesEveryGroupEvent(t *testing.T) {
+	for _, e := range []Event{Created{}, Started{}, Released{}, Changed{}, Completed{}, Failed{}, Canceled{}, Deleted{},
+		CircuitOpened{}, RepeatReset{}} {
+		if !Handles(e) {
+			t.Errorf("Apply has no case for %s", e.EventName())
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package domain
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// A PyTorch training template, with a bool.
+func trainTemplate() Template {
+	return Template{ID: "train-pytorch", Name: "PyTorch 训练任务", Description: "使用 PyTorch 进行模型训练",
+		Command: "python", Args: []string{"train.py", "--model", "{{model}}", "--epochs", "{{epochs}}", "--amp={{ amp }}"},
+		Workdir: "/workspace", Env: map[string]string{"CUDA_VISIBLE_DEVICES": "{{gpu_id}}"}, Timeout: 86400, Priority: 5,
+		Variables: []Var{
+			{Name: "model", Type: VarSelect, Required: true, Options: []string{"resnet50", "vgg16", "bert"}},
+			{Name: "epochs", Type: VarInt, Default: "100"},
+			{Name: "gpu_id", Type: VarString, Default: "0"},
+			{Name: "amp", Type: VarBool, Default: "false"},
+		}}
+}
+
+func created(t *testing.T, def Template) Template {
+	t.Helper()
+	now := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	recs, err := NewTemplate(now, "tenant-a", "user-1", def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, ok := ApplyTemplate(Template{}, recs[0])
+	if !ok || tpl.TenantID != "tenant-a" || tpl.CreatedBy != "user-1" || !tpl.CreatedAt.Equal(now) || tpl.Version != 1 {
+		t.Fatalf("created %+v", tpl)
+	}
+	return tpl
+}
+
+func TestTemplateRendersEachVariableType(t *testing.T) {
+	tpl := created(t, trainTemplate())
+	in, err := tpl.Render(map[string]any{"model": "bert", "epochs": float64(3), "amp": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"train.py", "--model", "bert", "--epochs", "3", "--amp=true"}
+	if !slices.Equal(in.Args, want) || in.Env["CUDA_VISIBLE_DEVICES"] != "0" || in.Command != "python" ||
+		in.Type != task.TypeShell || *in.Timeout != 86400 || *in.Priority != 5 || in.Name != "PyTorch 训练任务" {
+		t.Fatalf("rendered %+v", in)
+	}
+	// Values from the command line arrive as strings.
+	in, err = tpl.Render(map[string]any{"model": "vgg16", "epochs": "12", "amp": "false", "gpu_id": "2,3"})
+	if err != nil || in.Args[4] != "12" || in.Env["CUDA_VISIBLE_DEVICES"] != "2,3" {
+		t.Fatalf("rendered %+v, %v", in, err)
+	}
+	if _, err := task.NormalizeSpec(in); err != nil {
+		t.Fatalf("a rendered template is a valid task: %v", err)
+	}
+}
+
+// A value is text inside the one argument that holds its placeholder:
+// spaces, quotes and shell syntax are not interpreted, nothing is split.
+func TestTemplateValueStaysOneArgument(t *testing.T) {
+	tpl := created(t, Template{ID: "echo", Name: "echo", Command: "printf", Args: []string{"<%s>", "{{msg}}"},
+		Variables: []Var{{Name: "msg", Type: VarString, Required: true}}})
+	hostile := `"; rm -rf / #`
+	in, err := tpl.Render(map[string]any{"msg": hostile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(in.Args, []string{"<%s>", hostile}) || in.Type != task.TypeShell {
+		t.Fatalf("args = %q (type %s)", in.Args, in.Type)
+	}
+	// A value that looks like a placeholder is not expanded again.
+	in, _ = tpl.Render(map[string]any{"msg": "{{msg}}"})
+	if in.Args[1] != "{{msg}}" {
+		t.Fatalf("args = %q", in.Args)
+	}
+}
+
+func TestTemplateRenderRefusesBadVariables(t *testing.T) {
+	tpl := created(t, trainTemplate())
+	tests := []struct {
+		name   string
+		values map[string]any
+		field  string
+		text   string
+	}{
+		{"unknown variable", map[string]any{"model": "bert", "lr": "0.1"}, "variables.lr", `no variable "lr"`},
+		{"missing required", map[string]any{"epochs": "3"}, "variables.model", "model is required"},
+		{"int given text", map[string]any{"model": "bert", "epochs": "many"}, "variables.epochs", "integer"},
+		{"int given a fraction", map[string]any{"model": "bert", "epochs": 1.5}, "variables.epochs", "integer"},
+		{"int given a boolean", map[string]any{"model": "bert", "epochs": true}, "variables.epochs", "integer"},
+		{"bool given text", map[string]any{"model": "bert", "amp": "yes"}, "variables.amp", "true or false"},
+		{"bool given a number", map[string]any{"model": "bert", "amp": float64(1)}, "variables.amp", "true or false"},
+		{"select outside options", map[string]any{"model": "gpt"}, "variables.model", "resnet50, vgg16, bert"},
+		{"select given a number", map[string]any{"model": float64(1)}, "variables.model", "one of"},
+		{"string given a number", map[string]any{"model": "bert", "gpu_id": float64(1)}, "variables.gpu_id", "must be a string"},
+		{"NUL in a value", map[string]any{"model": "bert", "gpu_id": "a\x00b"}, "variables.gpu_id", "NUL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tpl.Render(tt.values)
+			var ie *task.InvalidError
+			if !errors.As(err, &ie) || ie.Field != tt.field || !strings.Contains(err.Error(), tt.text) {
+				t.Fatalf("err = %v, want field %s mentioning %q", err, tt.field, tt.text)
+			}
+		})
+	}
+	// A template stored before a variable was removed (by an update that
+	// the current rules would refuse) still names the variable.
+	stale := tpl
+	stale.Variables = stale.Variables[1:]
+	_, err := stale.Render(map[string]any{})
+	if err == nil || !strings.Contains(err.Error(), "{{model}}") {
+		t.Fatalf("stale template: %v", err)
+	}
+}
+
+func TestTemplateDefinitionIsChecked(t *testing.T) {
+	base := trainTemplate()
+	tests := []struct {
+		name  string
+		edit  func(*Template)
+		field string
+		text  string
+	}{
+		{"placeholder without variable", func(t *Template) { t.Args = append(t.Args, "{{lr}}") }, "args[6]", `{{lr}} names no declared variable "lr"`},
+		{"placeholder in env", func(t *Template) { t.Env["X"] = "{{ nope }}" }, "env.X", "nope"},
+		{"bad id", func(t *Template) { t.ID = "a/b" }, "id", `"a/b"`},
+		{"no name", func(t *Template) { t.Name = " " }, "name", "required"},
+		{"no command", func(t *Template) { t.Command = "" }, "command", "required"},
+		{"unknown type", func(t *Template) { t.Variables[1].Type = "float" }, "variables[1].type", `"float"`},
+		{"duplicate variable", func(t *Template) { t.Variables[2].Name = "epochs" }, "variables[2].name", "twice"},
+		{"bad variable name", func(t *Template) { t.Variables[2].Name = "gpu-id" }, "variables[2].name", `"gpu-id"`},
+		{"select without options", func(t *Template) { t.Variables[0].Options = nil }, "variables[0].options", "needs its options"},
+		{"options on a string", func(t *Template) { t.Variables[2].Options = []string{"0"} }, "variables[2].options", "only for a select"},
+		{"bad int default", func(t *Template) { t.Variables[1].Default = "ten" }, "variables[1].default", "integer"},
+		{"select default outside", func(t *Template) { t.Variables[0].Default = "gpt" }, "variables[0].default", "one of"},
+		{"priority out of range", func(t *Template) { t.Priority = 11 }, "priority", "1 (highest) to 10"},
+		{"bad env key", func(t *Template) { t.Env["1X"] = "v" }, "env", `"1X"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			def := base
+			def.Args = slices.Clone(base.Args)
+			def.Variables = slices.Clone(base.Variables)
+			def.Env = map[string]string{"CUDA_VISIBLE_DEVICES": "{{gpu_id}}"}
+			tt.edit(&def)
+			_, err := NewTemplate(time.Now(), "tenant-a", "user-1", def)
+			var ie *task.InvalidError
+			if !errors.As(err, &ie) || ie.Field != tt.field || !strings.Contains(err.Error(), tt.text) {
+				t.Fatalf("err = %v, want field %s mentioning %q", err, tt.field, tt.text)
+			}
+		})
+	}
+}
+
+func TestTemplateUpdateAndDelete(t *testing.T) {
+	tpl := created(t, trainTemplate())
+	later := tpl.CreatedAt.Add(time.Hour)
+	def := trainTemplate()
+	def.ID, def.Description = "", "updated"
+	recs, err := tpl.Update(later, "user-2", def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, _ := ApplyTemplate(tpl, recs[0])
+	if up.Description != "updated" || up.ID != "train-pytorch" || up.CreatedBy != "user-1" || !up.CreatedAt.Equal(tpl.CreatedAt) ||
+		!up.UpdatedAt.Equal(later) || up.Version != 2 || up.TenantID != "tenant-a" {
+		t.Fatalf("updated %+v", up)
+	}
+	def.ID = "other"
+	if _, err := tpl.Update(later, "user-2", def); !errors.Is(err, task.ErrInvalid) {
+		t.Fatalf("update with another id: %v", err)
+	}
+	recs, err = up.Delete(later, "user-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, _ := ApplyTemplate(up, recs[0])
+	if !gone.Deleted {
+		t.Fatal("not deleted")
+	}
+	if _, err := gone.Update(later, "u", trainTemplate()); !errors.Is(err, task.ErrNotFound) {
+		t.Fatalf("update of a deleted template: %v", err)
+	}
+	if _, err := gone.Delete(later, "u"); !errors.Is(err, task.ErrNotFound) {
+		t.Fatalf("delete of a deleted template: %v", err)
+	}
+}

@@ -1,0 +1,117 @@
+// Package ports serves the orchestration APIs over gRPC (TaskGroupService,
+// TemplateService): proto ↔ domain mapping and the errors of the
+// orchestration use cases as statuses (the scheduler's mapping, plus
+// ALREADY_EXISTS).
+package ports
+
+import (
+	"errors"
+	"log/slog"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	oapp "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/app"
+	orch "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/domain"
+	sports "github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/taskproto"
+)
+
+// toStatus maps an error of the orchestration use cases to a status: by
+// the scheduler's rules (sports.ToStatus), and ErrExists as
+// ALREADY_EXISTS (30006).
+func toStatus(log *slog.Logger, err error) error {
+	if errors.Is(err, oapp.ErrExists) {
+		return grpcserver.CodeStatus(codes.AlreadyExists, taskv1.ErrorCode_ERROR_CODE_ALREADY_EXISTS, err.Error())
+	}
+	return sports.ToStatus(log, err)
+}
+
+func intPtr(p *int32) *int {
+	if p == nil {
+		return nil
+	}
+	v := int(*p)
+	return &v
+}
+
+// memberRequest maps one submitted member.
+func memberRequest(m *taskv1.TaskGroupTask) oapp.MemberRequest {
+	in := task.SpecInput{
+		Name: m.GetName(), Type: m.GetType(), Command: m.GetCommand(), Args: m.GetArgs(), Workdir: m.GetWorkdir(), Env: m.GetEnv(),
+		Timeout: intPtr(m.Timeout), Priority: intPtr(m.Priority), RetryDelay: intPtr(m.RetryDelay), MaxRetries: intPtr(m.MaxRetries),
+		MachineID: m.GetMachineId(), ParentID: m.GetParentId(), DependsOn: m.GetDependsOn(), Queue: m.GetQueue(),
+		LeaseTTL: intPtr(m.LeaseTtlSec), RenewInterval: intPtr(m.RenewIntervalSec), HeartbeatInterval: intPtr(m.HeartbeatIntervalSec),
+		GracePeriod: intPtr(m.GracePeriodSec), Resources: m.GetResources(), Quota: m.GetQuota(),
+	}
+	if d := m.GetDistribution(); d != nil {
+		in.Mode, in.Labels, in.ScatterCount = d.GetMode(), d.GetLabels(), int(d.GetCount())
+		if d.GetMachineId() != "" {
+			in.MachineID = d.GetMachineId()
+		}
+	}
+	return oapp.MemberRequest{ID: m.GetId(), Spec: in, TemplateID: m.GetTemplateId(), Variables: values(m.GetVariables())}
+}
+
+// groupRequest maps a create request.
+func groupRequest(r *taskv1.CreateTaskGroupRequest) oapp.GroupRequest {
+	g := oapp.GroupRequest{Name: r.GetName(), Mode: r.GetMode(), MaxParallel: int(r.GetMaxParallel()),
+		Start: r.Start == nil || r.GetStart(), RequestID: r.GetRequestId()}
+	for _, m := range r.GetTasks() {
+		g.Tasks = append(g.Tasks, memberRequest(m))
+	}
+	if p := r.GetRepeat(); p != nil {
+		g.Repeat = &oapp.RepeatRequest{RepeatInput: orch.RepeatInput{Count: int(p.GetCount()), Parallel: intPtr(p.Parallel),
+			IntervalSec: intPtr(p.IntervalSec), MaxFailures: intPtr(p.MaxFailures), BackoffSec: intPtr(p.BackoffSec),
+			Breaker: intPtr(p.CircuitBreakerThreshold)}, TemplateID: p.GetTemplateId(), Variables: values(p.GetVariables())}
+		if p.GetTemplate() != nil {
+			g.Repeat.Spec = sports.SpecInput(p.GetTemplate())
+		}
+	}
+	return g
+}
+
+// values reads template variables: strings, numbers (float64) and
+// booleans; anything else is passed on for the template to refuse.
+func values(m map[string]*structpb.Value) map[string]any {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v.AsInterface()
+	}
+	return out
+}
+
+// groupToProto shows a group as the API documents it; members are the
+// ones to show (all, or none for lists, or those that changed).
+func groupToProto(g orch.Group, members []orch.Member) *taskv1.TaskGroup {
+	p := &taskv1.TaskGroup{Id: g.ID, Name: g.Name, Mode: string(g.Mode), Status: string(g.Status),
+		CreatedAt: taskproto.ToTimestamp(g.CreatedAt), EndedAt: taskproto.ToTimestamp(g.EndedAt),
+		StartedAt: taskproto.ToTimestamp(g.StartedAt), UpdatedAt: taskproto.ToTimestamp(g.UpdatedAt),
+		Total: int32(g.Total), MaxParallel: int32(g.MaxParallel), Error: g.Reason, Version: g.Version,
+		Tasks: make([]*taskv1.TaskGroupMember, 0, len(members)),
+		Counts: &taskv1.TaskGroupCounts{
+			Pending: int32(g.Counts[task.StatusPending]), Assigned: int32(g.Counts[task.StatusAssigned]),
+			Running: int32(g.Counts[task.StatusRunning]), Completed: int32(g.Counts[task.StatusCompleted]),
+			Failed: int32(g.Counts[task.StatusFailed]), Cancelled: int32(g.Counts[task.StatusCancelled]),
+			Preempted: int32(g.Counts[task.StatusPreempted]), Suspended: int32(g.Counts[task.StatusSuspended]),
+		}}
+	if r := g.Repeat; r != nil {
+		p.Repeat = &taskv1.RepeatStatus{Count: int32(r.Count), Parallel: int32(r.Parallel), IntervalSec: int32(r.IntervalSec),
+			MaxFailures: int32(r.MaxFailures), BackoffSec: int32(r.BackoffSec), CircuitBreakerThreshold: int32(r.Threshold),
+			RunsCompleted: int32(r.Completed), Failures: int32(r.Failures), ConsecutiveFailures: int32(r.ConsecutiveFailures),
+			CircuitOpen: r.CircuitOpen, NextRunAt: taskproto.ToTimestamp(g.NextWake()), ResetBy: r.ResetBy,
+			ResetReason: r.ResetReason, ResetAt: taskproto.ToTimestamp(r.ResetAt)}
+	}
+	for _, m := range members {
+		p.Tasks = append(p.Tasks, &taskv1.TaskGroupMember{Id: m.Key, TaskId: m.TaskID, Name: m.Name, Status: string(m.Status),
+			DependsOn: m.DependsOn, Run: int32(m.Run), Attempt: int32(m.Attempt), StartedAt: taskproto.ToTimestamp(m.StartedAt),
+			EndedAt: taskproto.ToTimestamp(m.EndedAt), Error: m.Error})
+	}
+	return p
+}

@@ -1,0 +1,284 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+)
+
+// The group forms of the task-queue design, verbatim.
+const (
+	serialFile = `group:
+  mode: serial
+  tasks:
+    - name: "下载数据"
+      command: "wget http://..."
+    - name: "处理数据"
+      command: "python process.py"
+    - name: "上传结果"
+      command: "aws s3 cp ..."
+`
+	parallelFile = `group:
+  mode: parallel
+  tasks:
+    - name: "处理分片1"
+      command: "python process.py --shard=1"
+    - name: "处理分片2"
+      command: "python process.py --shard=2"
+    - name: "处理分片3"
+      command: "python process.py --shard=3"
+`
+	dagFile = `group:
+  mode: dag
+  tasks:
+    - id: download
+      name: "下载数据"
+      command: "wget http://..."
+    - id: process1
+      name: "处理分片1"
+      command: "python process.py --shard=1"
+      depends_on: [download]
+    - id: process2
+      name: "处理分片2"
+      command: "python process.py --shard=2"
+      depends_on: [download]
+    - id: merge
+      name: "合并结果"
+      command: "python merge.py"
+      depends_on: [process1, process2]
+`
+	repeatFile = `repeat:
+  count: 100
+  parallel: 5
+  interval_sec: 10
+  max_failures: 5
+  backoff_sec: 30
+  circuit_breaker_threshold: 3
+  template:
+    name: "stability-test"
+    type: "shell"
+    command: "bash"
+    args: ["-c", "./stress_test.sh"]
+    timeout: 1800
+`
+)
+
+func TestParseGroupFileForms(t *testing.T) {
+	for name, src := range map[string]string{"serial": serialFile, "parallel": parallelFile, "dag": dagFile} {
+		gs, err := ParseGroupFile(name+".yaml", []byte(src))
+		if err != nil || len(gs) != 1 {
+			t.Fatalf("%s: %v", name, err)
+		}
+		r := gs[0].Request
+		if r.GetMode() != name || len(r.GetTasks()) != map[string]int{"serial": 3, "parallel": 3, "dag": 4}[name] {
+			t.Fatalf("%s: %v", name, r)
+		}
+	}
+	gs, _ := ParseGroupFile("dag.yaml", []byte(dagFile))
+	merge := gs[0].Request.GetTasks()[3]
+	if merge.GetId() != "merge" || !slices.Equal(merge.GetDependsOn(), []string{"process1", "process2"}) || merge.GetCommand() != "python merge.py" {
+		t.Fatalf("merge = %v", merge)
+	}
+	gs, err := ParseGroupFile("repeat.yaml", []byte(repeatFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := gs[0].Request.GetRepeat()
+	if rp.GetCount() != 100 || rp.GetParallel() != 5 || rp.GetIntervalSec() != 10 || rp.GetMaxFailures() != 5 || rp.GetBackoffSec() != 30 ||
+		rp.GetCircuitBreakerThreshold() != 3 || rp.GetTemplate().GetTimeout() != 1800 || !slices.Equal(rp.GetTemplate().GetArgs(), []string{"-c", "./stress_test.sh"}) {
+		t.Fatalf("repeat = %v", rp)
+	}
+	// Members may name templates with typed variables.
+	gs, err = ParseGroupFile("t.yaml", []byte("group:\n  mode: parallel\n  start: false\n  tasks:\n    - template_id: train\n      variables: {model: bert, epochs: 3, amp: true}\n      priority: 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := gs[0].Request.GetTasks()[0]
+	if m.GetTemplateId() != "train" || m.GetVariables()["model"].GetStringValue() != "bert" || m.GetVariables()["epochs"].GetNumberValue() != 3 ||
+		!m.GetVariables()["amp"].GetBoolValue() || m.GetPriority() != 2 || gs[0].Request.GetStart() {
+		t.Fatalf("member = %v", m)
+	}
+}
+
+func TestParseGroupFileErrors(t *testing.T) {
+	tests := []struct{ name, src, want string }{
+		{"unknown key", "group:\n  mode: dag\n  taks: []\n", `g.yaml:3: unknown key "taks" in group (did you mean "tasks"?)`},
+		{"member key", "group:\n  tasks:\n    - name: a\n      comand: x\n", `g.yaml:4: unknown key "comand" in group.tasks[0] (did you mean "command"?)`},
+		{"no tasks", "group:\n  mode: serial\n", "g.yaml:2: group has no tasks"},
+		{"tasks not a list", "group:\n  tasks: {a: 1}\n", "g.yaml:2: group.tasks: want a list of tasks"},
+		{"beside", "group:\n  tasks: []\nrepeat: {}\n", "alone per document"},
+		{"task file", "task:\n  name: a\n", "g.yaml:1: a group file holds group"},
+		{"repeat without count", "repeat:\n  template: {name: a, command: b}\n", "g.yaml:2: repeat has no count"},
+		{"repeat without task", "repeat:\n  count: 3\n", "neither a template"},
+		{"targets in a member", "group:\n  tasks:\n    - name: a\n      command: b\n      targets: {machine_ids: [m1]}\n", "g.yaml:3: group.tasks[0]: targets"},
+		{"start not a bool", "group:\n  start: no way\n  tasks: [{name: a, command: b}]\n", "g.yaml:2: group.start: want true or false"},
+	}
+	for _, tt := range tests {
+		_, err := ParseGroupFile("g.yaml", []byte(tt.src))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestGroupTreeDepths(t *testing.T) {
+	gs, _ := ParseGroupFile("dag.yaml", []byte(dagFile))
+	var members []*taskv1.TaskGroupMember
+	for _, m := range gs[0].Request.GetTasks() {
+		members = append(members, &taskv1.TaskGroupMember{Id: m.GetId(), DependsOn: m.GetDependsOn(), Status: "pending"})
+	}
+	var got []string
+	for _, l := range groupTree(members) {
+		got = append(got, strings.Repeat(">", l.depth)+l.member.GetId())
+	}
+	if !slices.Equal(got, []string{"download", ">process1", ">process2", ">>merge"}) {
+		t.Fatalf("tree = %v", got)
+	}
+}
+
+// A dag group from a file through the real gateway: submit, the agent
+// runs it (here the lease API), watch ends 0 with the tree; the breaker
+// reset needs an operator key.
+func TestGroupsCommands(t *testing.T) {
+	s := newStack(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "dag.yaml")
+	if err := os.WriteFile(file, []byte(dagFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := ok(t, s.ctl(t, "groups", "submit", "-f", file, "-o", "json")).stdout
+	var created map[string]any
+	if err := json.Unmarshal([]byte(out), &created); err != nil {
+		t.Fatalf("submit output %s: %v", out, err)
+	}
+	id, _ := created["id"].(string)
+	if id == "" || created["status"] != "running" {
+		t.Fatalf("submit output %s", out)
+	}
+	done := make(chan result, 1)
+	go func() { done <- s.ctl(t, "groups", "watch", id) }()
+	ctx := context.Background()
+	for claimed := 0; claimed < 4; {
+		resp, err := s.lease.ClaimTasks(ctx, &taskv1.ClaimTasksRequest{AgentId: agentID, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range resp.GetTasks() {
+			claimed++
+			if _, err := s.lease.CompleteTask(ctx, &taskv1.CompleteTaskRequest{TaskId: task.GetId(), AgentId: agentID,
+				AttemptId: task.GetAttemptId()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(resp.GetTasks()) == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	var w result
+	select {
+	case w = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("watch did not end")
+	}
+	ok(t, w)
+	if !strings.Contains(w.stdout, "└─ merge") || !strings.Contains(w.stdout, "4/4 completed") {
+		t.Fatalf("watch output:\n%s", w.stdout)
+	}
+	get := ok(t, s.ctl(t, "groups", "get", id)).stdout
+	if !strings.Contains(get, "completed") || !strings.Contains(get, "4/4 completed") || !strings.Contains(get, "└─ merge") {
+		t.Fatalf("get:\n%s", get)
+	}
+	if list := ok(t, s.ctl(t, "groups", "list", "--mode", "dag")).stdout; !strings.Contains(list, id) {
+		t.Fatalf("list:\n%s", list)
+	}
+	// The reset is for operators: a tenant's key is refused by the gateway.
+	fails(t, testApp(EnvServer, s.gw.GRPCAddr(), EnvAdminKey, s.apiKey).run(t, "", "groups", "reset", id, "--reason", "x"), "permission denied")
+	if r := s.ctl(t, "groups", "reset", id); r.code != ExitUsage {
+		t.Fatalf("reset without --reason: exit %d", r.code)
+	}
+	ok(t, s.ctl(t, "groups", "delete", id))
+	fails(t, s.ctl(t, "groups", "get", id), "30004")
+}
+
+func TestTemplatesCommands(t *testing.T) {
+	s := newStack(t)
+	file := filepath.Join(t.TempDir(), "train.yaml")
+	if err := os.WriteFile(file, []byte(`id: "train-pytorch"
+name: "PyTorch 训练任务"
+description: "使用 PyTorch 进行模型训练"
+command: "python"
+args: ["train.py", "--model", "{{model}}", "--epochs", "{{epochs}}"]
+workdir: "/workspace"
+env:
+  CUDA_VISIBLE_DEVICES: "{{gpu_id}}"
+timeout: 86400
+priority: 5
+variables:
+  - name: model
+    type: select
+    required: true
+    options: ["resnet50", "vgg16", "bert"]
+  - name: epochs
+    type: int
+    default: 100
+  - name: gpu_id
+    type: string
+    default: "0"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, s.ctl(t, "templates", "create", "-f", file))
+	fails(t, s.ctl(t, "templates", "create", "-f", file), "30006")
+	if got := ok(t, s.ctl(t, "templates", "get", "train-pytorch")).stdout; !strings.Contains(got, "select, required, one of resnet50|vgg16|bert") {
+		t.Fatalf("get:\n%s", got)
+	}
+	if got := ok(t, s.ctl(t, "templates", "list")).stdout; !strings.Contains(got, "train-pytorch") || !strings.Contains(got, "model, epochs, gpu_id") {
+		t.Fatalf("list:\n%s", got)
+	}
+	fails(t, s.ctl(t, "templates", "run", "train-pytorch", "--var", "model=gpt"), "variables.model")
+	fails(t, s.ctl(t, "templates", "run", "train-pytorch", "--var", "model=bert", "--var", "epochs=ten"), "variables.epochs")
+	fails(t, s.ctl(t, "templates", "run", "train-pytorch", "--var", "model=bert", "--var", "lr=1"), "variables.lr")
+	id := strings.TrimSpace(ok(t, s.ctl(t, "templates", "run", "train-pytorch", "--var", "model=bert", "--var", "epochs=3",
+		"--priority", "2")).stdout)
+	task := s.getTask(t, id)
+	if !slices.Equal(task.GetArgs(), []string{"train.py", "--model", "bert", "--epochs", "3"}) || task.GetEnv()["CUDA_VISIBLE_DEVICES"] != "0" ||
+		task.GetPriority() != 2 || task.GetTimeout() != 86400 {
+		t.Fatalf("task = %v", task)
+	}
+	ok(t, s.ctl(t, "templates", "delete", "train-pytorch"))
+	fails(t, s.ctl(t, "templates", "get", "train-pytorch"), "30004")
+}
+
+// The group file shown in docs/ctl.md reads as it says.
+func TestDocsGroupFileExample(t *testing.T) {
+	doc, err := os.ReadFile("../../../../docs/ctl.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "## Group files")
+	_, block, ok2 := strings.Cut(section, "```yaml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/ctl.md has no group file example")
+	}
+	gs, err := ParseGroupFile("ctl.md", []byte(block))
+	if err != nil || len(gs) != 2 {
+		t.Fatalf("%d groups, %v", len(gs), err)
+	}
+	dag, repeat := gs[0].Request, gs[1].Request
+	tasks := dag.GetTasks()
+	if dag.GetMode() != "dag" || len(tasks) != 4 || tasks[2].GetTemplateId() != "process-shard" ||
+		tasks[2].GetVariables()["shard"].GetNumberValue() != 2 || !slices.Equal(tasks[3].GetDependsOn(), []string{"process1", "process2"}) {
+		t.Fatalf("dag = %v", dag)
+	}
+	if repeat.GetRepeat().GetCount() != 100 || repeat.GetRepeat().GetTemplate().GetCommand() != "bash" {
+		t.Fatalf("repeat = %v", repeat)
+	}
+}
