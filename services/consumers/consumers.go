@@ -79,6 +79,7 @@ const (
 	AuditOrchestration = "audit_orchestration"
 	Usage              = "usage"
 	Webhooks           = "webhooks"
+	WebhookAlerts      = "webhook_alerts"
 )
 
 // Retention is the audit log's retention: `audit: {retention: 90d,
@@ -167,7 +168,7 @@ type Service struct {
 
 	auditTasks, auditQuota, auditOrchestration *projection.Runner
 	usageConsumer                              *consumer.Consumer
-	hookConsumer                               *consumer.Consumer
+	hookConsumer, alertConsumer                *consumer.Consumer
 }
 
 // New builds the service; Run starts its background work.
@@ -179,10 +180,10 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Held for the service's lifetime: three runners, two consumers, the
+	// Held for the service's lifetime: three runners, three consumers, the
 	// dispatcher and the retention (their locks); each consumer has up to a
 	// connection per partition in flight.
-	if need := int32(7 + 8); cfg.DB.Config().MaxConns < need {
+	if need := int32(8 + 8); cfg.DB.Config().MaxConns < need {
 		return nil, fmt.Errorf("consumers: the database pool allows %d connections; it needs at least %d", cfg.DB.Config().MaxConns, need)
 	}
 	sealer, err := hooksecrets.New(cfg.Webhooks.Key)
@@ -272,6 +273,9 @@ func (s *Service) build() {
 	s.hookConsumer = consumer.New(cfg.DB, consumer.Config{Name: Webhooks, Topic: cfg.TaskTopic, Partitions: cfg.Partitions,
 		Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(Webhooks, s.hooks.Wake)},
 		hookpg.Notifier{Tables: hookpg.LiveTables, MaxAge: cfg.Webhooks.Backoff.MaxAge}.Apply)
+	s.alertConsumer = consumer.New(cfg.DB, consumer.Config{Name: WebhookAlerts, Topic: cfg.OrchestrationTopic, Partitions: cfg.Partitions,
+		Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(WebhookAlerts, s.hooks.Wake)},
+		hookpg.Alerts{Tables: hookpg.LiveTables, MaxAge: cfg.Webhooks.Backoff.MaxAge}.Apply)
 }
 
 // Register adds AuditService, UsageService, WebhookService and
@@ -292,6 +296,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.auditOrchestration.Run(ctx) })
 	g.Go(func() error { return s.usageConsumer.Run(ctx) })
 	g.Go(func() error { return s.hookConsumer.Run(ctx) })
+	g.Go(func() error { return s.alertConsumer.Run(ctx) })
 	g.Go(func() error {
 		return s.leading(ctx, "webhook-dispatcher", func(ctx context.Context) { s.hooks.RunDispatcher(ctx) })
 	})
@@ -353,7 +358,7 @@ func (s *Service) ExpireAudit(ctx context.Context) ([]string, int, error) {
 // into a scratch table and not compared; the audit rows of each topic are
 // compared apart, as two runners write the one table).
 func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
-	return []projection.ReplaySpec{
+	return append([]projection.ReplaySpec{
 		{Name: AuditTasks, Topic: TaskTopic, Tables: []string{"audit_logs"}, Kafka: k,
 			Where: map[string]string{"audit_logs": "resource = 'task'"},
 			NewHandler: func(m map[string]string) projection.Handler {
@@ -374,11 +379,23 @@ func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
 				return consumer.ReplayHandler(usagepg.Meter{Tables: usagepg.Tables{Tasks: m["usage_tasks"], Records: m["usage_records"]}}.Apply)
 			}},
 		{Name: Webhooks, Topic: TaskTopic, Tables: []string{"webhook_tasks", "webhook_deliveries"}, Scratch: []string{"webhook_schedule"},
-			Kafka: k, NewHandler: func(m map[string]string) projection.Handler {
+			Where: map[string]string{"webhook_deliveries": "status <> 'circuit_open'"}, Kafka: k, NewHandler: func(m map[string]string) projection.Handler {
 				return consumer.ReplayHandler(hookpg.Notifier{Tables: hookpg.Tables{Tasks: m["webhook_tasks"],
 					Deliveries: m["webhook_deliveries"], Schedule: m["webhook_schedule"]}, MaxAge: DefaultBackoff.MaxAge}.Apply)
 			}},
-	}
+	}, replayAlerts(k))
+}
+
+// replayAlerts is the replay of the group-alert consumer (its deliveries
+// share webhook_deliveries with the task notifications and are compared
+// apart).
+func replayAlerts(k kafka.Config) projection.ReplaySpec {
+	return projection.ReplaySpec{Name: WebhookAlerts, Topic: OrchestrationTopic, Tables: []string{"webhook_deliveries"},
+		Scratch: []string{"webhook_schedule"}, Where: map[string]string{"webhook_deliveries": "status = 'circuit_open'"}, Kafka: k,
+		NewHandler: func(m map[string]string) projection.Handler {
+			return consumer.ReplayHandler(hookpg.Alerts{Tables: hookpg.Tables{Deliveries: m["webhook_deliveries"],
+				Schedule: m["webhook_schedule"]}, MaxAge: DefaultBackoff.MaxAge}.Apply)
+		}}
 }
 
 // UsageApply is the usage consumer's Apply on the live tables, for tests

@@ -1,6 +1,7 @@
 package consumers_test
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -14,15 +15,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	webhookv1 "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	"github.com/taskmesh/taskmesh/platform/projection"
 	"github.com/taskmesh/taskmesh/services/consumers"
 )
 
@@ -121,8 +125,14 @@ func (r *receiver) at(path string) []received {
 func TestWebhooksDeliverRetryAndDie(t *testing.T) {
 	e := newEnv(t)
 	rcv := newReceiver(t)
+	var applied atomic.Int64 // task-topic records the webhook consumer committed
 	s := e.start(consumers.Config{Webhooks: consumers.WebhookConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Backoff: consumers.Backoff{Base: 100 * time.Millisecond, Max: time.Second, MaxAge: 2 * time.Second}}})
+		Backoff: consumers.Backoff{Base: 100 * time.Millisecond, Max: time.Second, MaxAge: 2 * time.Second}},
+		AfterCommit: func(name string, recs []*kgo.Record) {
+			if name == consumers.Webhooks {
+				applied.Add(int64(len(recs)))
+			}
+		}})
 
 	set, err := s.hooks().SetWebhookEndpoint(tenantKey("acme"), &webhookv1.SetWebhookEndpointRequest{Url: rcv.URL + "/default"})
 	if err != nil || !hasPrefix(set.GetSecret(), "whsec_") || set.GetEndpoint().GetUrl() != rcv.URL+"/default" {
@@ -213,13 +223,14 @@ func TestWebhooksDeliverRetryAndDie(t *testing.T) {
 	}
 	eventually(t, "the redelivery", func() bool { return len(rcv.at("/fail")) > before })
 
-	// Every record again: no new notification.
+	// Every record again (new offsets, the same events): once the consumer
+	// has applied them, still no new notification.
 	e.produce(sc.records)
+	eventually(t, "the records applied twice", func() bool { return applied.Load() >= int64(2*len(sc.records)) })
 	all, err := s.hooks().ListWebhookDeliveries(operator, &webhookv1.ListWebhookDeliveriesRequest{})
 	if err != nil || len(all.GetDeliveries()) != 4 {
 		t.Fatalf("deliveries after a redelivery of the records = %v, %v", all, err)
 	}
-	time.Sleep(0) // the consumer's offsets already cover them: nothing to wait for
 	rot, err := s.hooks().RotateWebhookSecret(tenantKey("acme"), &webhookv1.RotateWebhookSecretRequest{})
 	if err != nil || rot.GetSecret() == secret || !hasPrefix(rot.GetSecret(), "whsec_") {
 		t.Errorf("rotate = %v, %v", rot, err)
@@ -258,5 +269,69 @@ func TestWebhooksRefusePrivateTargets(t *testing.T) {
 	}
 	if n := len(rcv.at("/x")); n != 0 {
 		t.Errorf("the receiver got %d requests", n)
+	}
+}
+
+// A repeat's circuit-breaker alert goes through the same path as task
+// notifications: to the tenant's default endpoint, signed, once per event
+// however often the record is read, and listed with the deliveries; a
+// tenant without an endpoint gets nothing; the replay equals the live rows.
+func TestCircuitBreakerAlert(t *testing.T) {
+	e := newEnv(t)
+	rcv := newReceiver(t)
+	var alerts atomic.Int64
+	s := e.start(consumers.Config{Webhooks: consumers.WebhookConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		AfterCommit: func(name string, recs []*kgo.Record) {
+			if name == consumers.WebhookAlerts {
+				alerts.Add(int64(len(recs)))
+			}
+		}})
+	set, err := s.hooks().SetWebhookEndpoint(tenantKey("acme"), &webhookv1.SetWebhookEndpointRequest{Url: rcv.URL + "/alerts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	opened := func(tenant, group, id string) *kgo.Record {
+		return orchestrationRecord(t, group, tenant, id, now, &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupCircuitOpened{
+			TaskGroupCircuitOpened: &taskv1.TaskGroupCircuitOpened{ConsecutiveFailures: 3, Failures: 3}}})
+	}
+	recs := []*kgo.Record{
+		orchestrationRecord(t, "group-1", "acme", "ev-created", now, &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupCreated{
+			TaskGroupCreated: &taskv1.TaskGroupCreated{Name: "nightly", Mode: "repeat"}}}),
+		opened("acme", "group-1", "ev-open"),
+		opened("globex", "group-2", "ev-open-globex"),
+	}
+	e.produce(recs)
+	eventually(t, "the alert", func() bool { return len(rcv.at("/alerts")) == 1 })
+	got := rcv.at("/alerts")[0]
+	if string(got.body) != `{"task_group_id":"group-1","status":"circuit_open"}` || got.header.Get("webhook-id") != "msg_ev-open" {
+		t.Errorf("alert %s %v", got.body, got.header)
+	}
+	if err := verify(set.GetSecret(), got.header, got.body, time.Now()); err != nil {
+		t.Errorf("alert signature: %v", err)
+	}
+	e.produce(recs) // read again: no second alert
+	eventually(t, "the records applied twice", func() bool { return alerts.Load() >= int64(2*len(recs)) })
+	// globex has no endpoint: its alert is skipped, not listed.
+	l, err := s.hooks().ListWebhookDeliveries(operator, &webhookv1.ListWebhookDeliveriesRequest{})
+	if err != nil || len(l.GetDeliveries()) != 1 {
+		t.Fatalf("deliveries = %v, %v", l, err)
+	}
+	mine, err := s.hooks().ListWebhookDeliveries(tenantKey("acme"), &webhookv1.ListWebhookDeliveriesRequest{})
+	if err != nil || len(mine.GetDeliveries()) != 1 || mine.GetDeliveries()[0].GetStatus() != "circuit_open" ||
+		mine.GetDeliveries()[0].GetTaskId() != "group-1" {
+		t.Errorf("acme's deliveries = %v, %v", mine, err)
+	}
+	if n := len(rcv.at("/alerts")); n != 1 {
+		t.Errorf("%d alerts", n)
+	}
+	for _, spec := range consumers.ReplaySpecs(e.broker.Config()) {
+		if spec.Name != consumers.WebhookAlerts {
+			continue
+		}
+		rep, err := projection.Replay(context.Background(), e.pool, spec)
+		if err != nil || !rep.Equal() {
+			t.Errorf("replay of %s = %+v, %v", spec.Name, rep, err)
+		}
 	}
 }

@@ -23,6 +23,9 @@ const (
 	StatusCompleted = "completed"
 	StatusFailed    = "failed"
 	StatusCancelled = "cancelled"
+	// StatusCircuitOpen is a repeat's circuit-breaker alert: no run starts
+	// until an operator resets it.
+	StatusCircuitOpen = "circuit_open"
 )
 
 // EventKind is what a task event means to notifications.
@@ -75,6 +78,25 @@ func Body(taskID, status string) string {
 		Status string `json:"status"`
 	}{taskID, status}) // two strings cannot fail to marshal
 	return string(b)
+}
+
+// GroupAlertBody is the body of a task group's alert:
+// {"task_group_id":"…","status":"…"} (the task body's shape, the group's
+// id under a key of its own).
+func GroupAlertBody(groupID, status string) string {
+	b, _ := json.Marshal(struct {
+		GroupID string `json:"task_group_id"`
+		Status  string `json:"status"`
+	}{groupID, status}) // two strings cannot fail to marshal
+	return string(b)
+}
+
+// CircuitOpened is the delivery of a repeat's circuit-breaker alert, to
+// the tenant's default endpoint (a group has no endpoint of its own). Its
+// TaskID is the group's id.
+func CircuitOpened(eventID, tenantID, groupID string, at time.Time) Delivery {
+	return Delivery{ID: DeliveryID(eventID), EventID: eventID, TenantID: tenantID, TaskID: groupID, Status: StatusCircuitOpen,
+		Body: GroupAlertBody(groupID, StatusCircuitOpen), CreatedAt: at.UTC()}
 }
 
 // Fold applies e to t (zero for a new task): a spec event sets the task's

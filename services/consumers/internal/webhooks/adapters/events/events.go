@@ -1,5 +1,6 @@
 // Package events turns task events into what notifications read
-// (domain.Event): the convert step of the webhook consumer. A task
+// (domain.Event), and orchestration events into the alerts they raise:
+// the convert steps of the webhook consumers. A task
 // notifies when it completes, fails for good (a failure a retry follows is
 // not the end) or is cancelled. Every task event has a case; the
 // lifecycle coverage test fails for a new one until it has.
@@ -13,6 +14,27 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/webhooks/domain"
 )
+
+// ConvertOrchestration reads one orchestration event: a repeat's breaker
+// opening is an alert (a delivery); no other group or template event
+// notifies. An event without a case is ErrNoCase.
+func ConvertOrchestration(ev *taskv1.OrchestrationEvent) (*domain.Delivery, error) {
+	switch ev.GetEvent().(type) {
+	case *taskv1.OrchestrationEvent_TaskGroupCircuitOpened:
+		d := domain.CircuitOpened(pg.CleanText(ev.GetEventId()), pg.CleanText(ev.GetTenantId()), pg.CleanText(ev.GetAggregateId()),
+			ev.GetOccurredAt().AsTime())
+		return &d, nil
+	case *taskv1.OrchestrationEvent_TaskGroupCreated, *taskv1.OrchestrationEvent_TaskGroupStarted,
+		*taskv1.OrchestrationEvent_TaskGroupMembersReleased, *taskv1.OrchestrationEvent_TaskGroupMembersChanged,
+		*taskv1.OrchestrationEvent_TaskGroupCompleted, *taskv1.OrchestrationEvent_TaskGroupFailed,
+		*taskv1.OrchestrationEvent_TaskGroupCanceled, *taskv1.OrchestrationEvent_TaskGroupDeleted,
+		*taskv1.OrchestrationEvent_TaskGroupRepeatReset, *taskv1.OrchestrationEvent_TemplateCreated,
+		*taskv1.OrchestrationEvent_TemplateUpdated, *taskv1.OrchestrationEvent_TemplateDeleted:
+		// The members notify as tasks; templates never do.
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%w: orchestration event %s v%d", ErrNoCase, ev.GetAggregateId(), ev.GetVersion())
+}
 
 // ErrNoCase is returned for an event without a case.
 var ErrNoCase = errors.New("webhooks: no case for the task event")

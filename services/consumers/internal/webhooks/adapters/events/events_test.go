@@ -1,7 +1,12 @@
 package events
 
 import (
+	"errors"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/webhooks/domain"
@@ -39,4 +44,37 @@ func TestLifecycleCoverage(t *testing.T) {
 		_, err := Convert(ev)
 		return err
 	})
+}
+
+func TestConvertOrchestration(t *testing.T) {
+	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	d, err := ConvertOrchestration(&taskv1.OrchestrationEvent{EventId: "ev-1", AggregateId: "g-1", TenantId: "acme",
+		OccurredAt: timestamppb.New(at), Event: &taskv1.OrchestrationEvent_TaskGroupCircuitOpened{
+			TaskGroupCircuitOpened: &taskv1.TaskGroupCircuitOpened{ConsecutiveFailures: 3}}})
+	want := domain.Delivery{ID: "msg_ev-1", EventID: "ev-1", TenantID: "acme", TaskID: "g-1", Status: "circuit_open",
+		Body: `{"task_group_id":"g-1","status":"circuit_open"}`, CreatedAt: at}
+	if err != nil || d == nil || *d != want {
+		t.Errorf("circuit opened = %+v, %v; want %+v", d, err, want)
+	}
+	if d, err := ConvertOrchestration(&taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupCompleted{
+		TaskGroupCompleted: &taskv1.TaskGroupCompleted{}}}); d != nil || err != nil {
+		t.Errorf("a completed group alerts: %+v, %v", d, err)
+	}
+	if _, err := ConvertOrchestration(&taskv1.OrchestrationEvent{EventId: "ev-x"}); !errors.Is(err, ErrNoCase) {
+		t.Errorf("an envelope without an event: %v", err)
+	}
+}
+
+// Every orchestration event has a case.
+func TestOrchestrationEventCoverage(t *testing.T) {
+	fields := (&taskv1.OrchestrationEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("event").Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		env := &taskv1.OrchestrationEvent{EventId: "ev", AggregateId: "g"}
+		m := env.ProtoReflect()
+		m.Set(fd, protoreflect.ValueOfMessage(m.NewField(fd).Message()))
+		if _, err := ConvertOrchestration(env); err != nil {
+			t.Errorf("webhooks have no case for orchestration event %q: %v", fd.Name(), err)
+		}
+	}
 }

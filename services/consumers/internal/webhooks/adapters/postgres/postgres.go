@@ -119,6 +119,34 @@ func storeTasks(ctx context.Context, tx pgx.Tx, table string, state map[string]d
 	return nil
 }
 
+// Alerts is the group-alert consumer's Apply on the orchestration topic:
+// a repeat's breaker opening makes a delivery to the tenant's default
+// endpoint, keyed by the event id, so a record seen again changes
+// nothing. It shares the deliveries and their schedule with Notifier.
+type Alerts struct {
+	Tables Tables
+	MaxAge time.Duration
+}
+
+// Apply implements consumer.Apply.
+func (a Alerts) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+	var made []domain.Delivery
+	for _, rec := range recs {
+		var env taskv1.OrchestrationEvent
+		if err := proto.Unmarshal(rec.Value, &env); err != nil {
+			return fmt.Errorf("webhooks: decode %d/%d: %w", rec.Partition, rec.Offset, err)
+		}
+		d, err := events.ConvertOrchestration(&env)
+		if err != nil {
+			return err
+		}
+		if d != nil {
+			made = append(made, *d)
+		}
+	}
+	return Notifier(a).storeDeliveries(ctx, tx, made)
+}
+
 // storeDeliveries inserts new deliveries and schedules those that were
 // new, in one statement.
 func (n Notifier) storeDeliveries(ctx context.Context, tx pgx.Tx, ds []domain.Delivery) error {
