@@ -172,10 +172,15 @@ func TestDeadLettersOfEveryConsumer(t *testing.T) {
 	after.versions["task-1"] = 1
 	after.add("acme", "task-1", time.Now(), succeeded(""))
 	e.produce(append(append(sc.records, garbage), after.records...))
+	// The same on the orchestration topic, before a breaker opening.
+	orchGarbage := &kgo.Record{Topic: consumers.OrchestrationTopic, Key: []byte("group-x"), Value: []byte{0xff, 0xfe, 0x00},
+		Headers: []kgo.RecordHeader{{Key: projection.EventIDHeader, Value: []byte("ev-garbage")}}}
+	e.produce([]*kgo.Record{orchGarbage, orchestrationRecord(t, "group-1", "acme", "o-ev-1", time.Now(),
+		&taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupCircuitOpened{TaskGroupCircuitOpened: &taskv1.TaskGroupCircuitOpened{}}})})
 
-	eventually(t, "three dead letters", func() bool {
+	eventually(t, "five dead letters", func() bool {
 		l, err := s.deadLetters().ListDeadLetters(operator, &deadletterv1.ListDeadLettersRequest{})
-		return err == nil && len(l.GetDeadLetters()) == 3
+		return err == nil && len(l.GetDeadLetters()) == 5
 	})
 	l, _ := s.deadLetters().ListDeadLetters(operator, &deadletterv1.ListDeadLettersRequest{})
 	var names []string
@@ -186,12 +191,15 @@ func TestDeadLettersOfEveryConsumer(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"audit_tasks", "usage", "webhooks"}) {
+	if !slices.Equal(names, []string{"audit_orchestration", "audit_tasks", "usage", "webhook_alerts", "webhooks"}) {
 		t.Errorf("parked by %v", names)
 	}
 	// The record after the garbage was applied by everyone.
 	eventually(t, "task.completed", func() bool {
 		return len(listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{Action: "task.completed"})) == 1
+	})
+	eventually(t, "task_group.circuit_opened", func() bool {
+		return len(listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{Action: "task_group.circuit_opened"})) == 1
 	})
 	first := l.GetDeadLetters()[0]
 	r, err := s.deadLetters().RetryDeadLetter(operator, &deadletterv1.RetryDeadLetterRequest{Service: "consumers", Id: first.GetId()})
