@@ -115,6 +115,48 @@ func TestReplayFindsNoDifferenceAfterAMixedWorkload(t *testing.T) {
 			return b["status"] == "completed" || b["status"] == "failed" || b["status"] == "cancelled"
 		})
 	}
+	// Task groups and templates: a serial group, a repeat whose breaker
+	// opens (an alert to the tenant's endpoint), a template.
+	var groups []string
+	for _, g := range []map[string]any{
+		{"name": "serial", "mode": "serial", "tasks": []map[string]any{{"name": "a", "command": "echo"}, {"name": "b", "command": "echo"}}},
+		{"repeat": map[string]any{"count": 3, "circuit_breaker_threshold": 1, "template": map[string]any{"name": "flaky", "command": "false"}}},
+	} {
+		code, body := call(t, s, "POST", "/api/v1/task-groups", key, g)
+		if code != 200 {
+			t.Fatalf("create group = %d %v", code, body)
+		}
+		groups = append(groups, body["id"].(string))
+	}
+	if code, body := call(t, s, "POST", "/api/v1/templates", key, map[string]any{"id": "echo", "name": "Echo", "command": "echo"}); code != 200 {
+		t.Fatalf("create template = %d %v", code, body)
+	}
+	waitUntil(t, "the serial group to complete", func() bool {
+		_, b := call(t, s, "GET", "/api/v1/task-groups/"+groups[0], key, nil)
+		return b["status"] == "completed"
+	})
+	waitUntil(t, "the repeat's breaker to open", func() bool {
+		_, b := call(t, s, "GET", "/api/v1/task-groups/"+groups[1], key, nil)
+		r, _ := b["repeat"].(map[string]any)
+		return r["circuit_open"] == true
+	})
+	waitUntil(t, "the breaker's alert", func() bool {
+		_, b := call(t, s, "GET", "/api/v1/webhook-deliveries?state=delivered", key, nil)
+		ds, _ := b["deliveries"].([]any)
+		for _, d := range ds {
+			if d.(map[string]any)["status"] == "circuit_open" {
+				return true
+			}
+		}
+		return false
+	})
+	waitUntil(t, "the groups and the template in the audit log", func() bool {
+		_, b := call(t, s, "GET", "/api/v1/audit-logs?action=template.created", key, nil)
+		l, _ := b["audit_logs"].([]any)
+		_, g := call(t, s, "GET", "/api/v1/audit-logs?resource=task_group&action=circuit_opened", key, nil)
+		gl, _ := g["audit_logs"].([]any)
+		return len(l) == 1 && len(gl) == 1
+	})
 	waitUntil(t, "the notifications", func() bool { return int(notified.Load()) >= len(ids) })
 	waitUntil(t, "the quota topic in the audit log", func() bool {
 		_, b := call(t, s, "GET", "/api/v1/audit-logs?resource=tenant", key, nil)
@@ -134,7 +176,8 @@ func TestReplayFindsNoDifferenceAfterAMixedWorkload(t *testing.T) {
 	var read []kafkatest.KcatRecord
 	waitUntil(t, "kcat to read every event", func() bool {
 		read = kafkatest.Remote(s.Kafka).ConsumeAll(t, scheduler.Topic)
-		return len(read) == events
+		groups := kafkatest.Remote(s.Kafka).ConsumeAll(t, scheduler.OrchestrationTopic)
+		return len(read)+len(groups) == events
 	})
 	// The consumers that notify nobody (audit, usage) catch up on their own
 	// time: wait until each has gone past the last record of every
@@ -174,8 +217,8 @@ func TestReplayFindsNoDifferenceAfterAMixedWorkload(t *testing.T) {
 		t.Errorf("the GPU task left no workload:\n%s", out.String())
 	}
 	t.Log(out.String())
-	for _, name := range []string{"task_read_models", "admission_workloads", "audit_tasks", "audit_quota", "usage", "webhooks",
-		"all projections equal their replay"} {
+	for _, name := range []string{"task_read_models", "admission_workloads", "audit_tasks", "audit_orchestration", "audit_quota", "usage",
+		"webhooks", "webhook_alerts", "all projections equal their replay"} {
 		if !strings.Contains(out.String(), name) {
 			t.Errorf("the replay does not mention %s:\n%s", name, out.String())
 		}
