@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
@@ -95,7 +97,15 @@ func TestAuditLogFromEveryTopic(t *testing.T) {
 		orchestrationRecord(t, "template/globex/echo", "globex", "o-ev-4", now, &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TemplateDeleted{
 			TemplateDeleted: &taskv1.TemplateDeleted{}}}),
 	})
-	eventually(t, "eight audit entries", func() bool { return len(listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{})) == 8 })
+	job := &pipelinev1.JobEvent{EventId: "j-ev-1", AggregateId: "job-1", Version: 1, TenantId: "acme", Actor: "key-acme",
+		OccurredAt: timestamppb.New(now), Event: &pipelinev1.JobEvent_Submitted{Submitted: &pipelinev1.JobSubmitted{ModelKey: "m.onnx"}}}
+	b, err := proto.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.produce([]*kgo.Record{{Topic: consumers.PipelineTopic, Key: []byte("job-1"), Value: b,
+		Headers: []kgo.RecordHeader{{Key: projection.EventIDHeader, Value: []byte("j-ev-1")}}}})
+	eventually(t, "nine audit entries", func() bool { return len(listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{})) == 9 })
 
 	acme := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{})
 	var actions []string
@@ -103,7 +113,7 @@ func TestAuditLogFromEveryTopic(t *testing.T) {
 		actions = append(actions, a.GetAction())
 	}
 	slices.Sort(actions)
-	if !slices.Equal(actions, []string{"quota.produced", "quota.unsubscribed", "task.cancelled", "task.created",
+	if !slices.Equal(actions, []string{"job.created", "quota.produced", "quota.unsubscribed", "task.cancelled", "task.created",
 		"task_group.created", "task_group.repeat_reset"}) {
 		t.Errorf("acme's actions = %v", actions)
 	}
@@ -132,7 +142,7 @@ func TestAuditLogFromEveryTopic(t *testing.T) {
 	}
 
 	for _, spec := range consumers.ReplaySpecs(e.broker.Config()) {
-		if spec.Name != consumers.AuditTasks && spec.Name != consumers.AuditQuota && spec.Name != consumers.AuditOrchestration {
+		if !strings.HasPrefix(spec.Name, "audit_") {
 			continue
 		}
 		rep, err := projection.Replay(context.Background(), e.pool, spec)
@@ -149,8 +159,8 @@ func TestAuditLogFromEveryTopic(t *testing.T) {
 	if err != nil || deleted != 1 || len(keys) != 1 {
 		t.Fatalf("expire = %v, %d, %v", keys, deleted, err)
 	}
-	if rest := listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{}); len(rest) != 7 {
-		t.Errorf("%d entries after the retention, want 7", len(rest))
+	if rest := listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{}); len(rest) != 8 {
+		t.Errorf("%d entries after the retention, want 8", len(rest))
 	}
 	rep, err := projection.Replay(context.Background(), e.pool, consumers.ReplaySpecs(e.broker.Config())[0])
 	if err != nil || !rep.Equal() {

@@ -11,8 +11,9 @@
 //
 //   - the audit projection, one batching runner per topic
 //     (platform/projection: audit_tasks on the task topic,
-//     audit_orchestration on the orchestration topic, audit_quota on the
-//     quota topic), and the audit retention;
+//     audit_orchestration on the orchestration topic, audit_pipeline on
+//     the pipeline topic, audit_quota on the quota topic), and the audit
+//     retention;
 //   - the usage and webhook consumers, Watermill Router handlers
 //     (platform/consumer), offsets and writes in one transaction;
 //   - the webhook dispatcher, which sends due deliveries.
@@ -36,6 +37,7 @@ import (
 
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
@@ -70,6 +72,7 @@ var (
 	TaskTopic          = kafka.EnvelopeTopic(&taskv1.TaskEvent{})
 	QuotaTopic         = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
 	OrchestrationTopic = kafka.EnvelopeTopic(&taskv1.OrchestrationEvent{})
+	PipelineTopic      = kafka.EnvelopeTopic(&pipelinev1.JobEvent{})
 )
 
 // Names of the consumers: their offsets, locks and dead letters.
@@ -77,6 +80,7 @@ const (
 	AuditTasks         = "audit_tasks"
 	AuditQuota         = "audit_quota"
 	AuditOrchestration = "audit_orchestration"
+	AuditPipeline      = "audit_pipeline"
 	Usage              = "usage"
 	Webhooks           = "webhooks"
 	WebhookAlerts      = "webhook_alerts"
@@ -143,7 +147,10 @@ type Config struct {
 	// OrchestrationTopic carries task-group and template events (default
 	// OrchestrationTopic).
 	OrchestrationTopic string
-	Partitions         int32 // when creating topics (default 16)
+	// PipelineTopic carries the conversion pipeline's job events (default
+	// PipelineTopic).
+	PipelineTopic string
+	Partitions    int32 // when creating topics (default 16)
 	// Objects keeps the audit archives; nil deletes expired entries
 	// without an archive.
 	Objects  objectstore.Store
@@ -166,9 +173,9 @@ type Service struct {
 	hooks *hookapp.App
 	log   *slog.Logger
 
-	auditTasks, auditQuota, auditOrchestration *projection.Runner
-	usageConsumer                              *consumer.Consumer
-	hookConsumer, alertConsumer                *consumer.Consumer
+	auditTasks, auditQuota, auditOrchestration, auditPipeline *projection.Runner
+	usageConsumer                                             *consumer.Consumer
+	hookConsumer, alertConsumer                               *consumer.Consumer
 }
 
 // New builds the service; Run starts its background work.
@@ -180,10 +187,10 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Held for the service's lifetime: three runners, three consumers, the
+	// Held for the service's lifetime: four runners, three consumers, the
 	// dispatcher and the retention (their locks); each consumer has up to a
 	// connection per partition in flight.
-	if need := int32(8 + 8); cfg.DB.Config().MaxConns < need {
+	if need := int32(9 + 8); cfg.DB.Config().MaxConns < need {
 		return nil, fmt.Errorf("consumers: the database pool allows %d connections; it needs at least %d", cfg.DB.Config().MaxConns, need)
 	}
 	sealer, err := hooksecrets.New(cfg.Webhooks.Key)
@@ -216,6 +223,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.OrchestrationTopic == "" {
 		cfg.OrchestrationTopic = OrchestrationTopic
+	}
+	if cfg.PipelineTopic == "" {
+		cfg.PipelineTopic = PipelineTopic
 	}
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 16
@@ -258,6 +268,7 @@ func (s *Service) build() {
 	s.auditTasks = runner(AuditTasks, cfg.TaskTopic, auditpg.TaskTopic)
 	s.auditQuota = runner(AuditQuota, cfg.QuotaTopic, auditpg.QuotaTopic)
 	s.auditOrchestration = runner(AuditOrchestration, cfg.OrchestrationTopic, auditpg.OrchestrationTopic)
+	s.auditPipeline = runner(AuditPipeline, cfg.PipelineTopic, auditpg.PipelineTopic)
 	after := func(name string, also func()) func([]*kgo.Record) {
 		return func(recs []*kgo.Record) {
 			if also != nil {
@@ -294,6 +305,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.auditTasks.Run(ctx) })
 	g.Go(func() error { return s.auditQuota.Run(ctx) })
 	g.Go(func() error { return s.auditOrchestration.Run(ctx) })
+	g.Go(func() error { return s.auditPipeline.Run(ctx) })
 	g.Go(func() error { return s.usageConsumer.Run(ctx) })
 	g.Go(func() error { return s.hookConsumer.Run(ctx) })
 	g.Go(func() error { return s.alertConsumer.Run(ctx) })
@@ -369,8 +381,13 @@ func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
 			NewHandler: func(m map[string]string) projection.Handler {
 				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.OrchestrationTopic}
 			}},
+		{Name: AuditPipeline, Topic: PipelineTopic, Tables: []string{"audit_logs"}, Kafka: k,
+			Where: map[string]string{"audit_logs": "resource = 'job'"},
+			NewHandler: func(m map[string]string) projection.Handler {
+				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.PipelineTopic}
+			}},
 		{Name: AuditQuota, Topic: QuotaTopic, Tables: []string{"audit_logs"}, Kafka: k,
-			Where: map[string]string{"audit_logs": "resource NOT IN ('task', 'task_group', 'template')"},
+			Where: map[string]string{"audit_logs": "resource NOT IN ('task', 'task_group', 'template', 'job')"},
 			NewHandler: func(m map[string]string) projection.Handler {
 				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.QuotaTopic}
 			}},

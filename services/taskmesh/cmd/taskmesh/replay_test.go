@@ -217,7 +217,7 @@ func TestReplayFindsNoDifferenceAfterAMixedWorkload(t *testing.T) {
 		t.Errorf("the GPU task left no workload:\n%s", out.String())
 	}
 	t.Log(out.String())
-	for _, name := range []string{"task_read_models", "admission_workloads", "audit_tasks", "audit_orchestration", "audit_quota", "usage",
+	for _, name := range []string{"task_read_models", "admission_workloads", "audit_tasks", "audit_orchestration", "audit_pipeline", "audit_quota", "usage",
 		"webhooks", "webhook_alerts", "all projections equal their replay"} {
 		if !strings.Contains(out.String(), name) {
 			t.Errorf("the replay does not mention %s:\n%s", name, out.String())

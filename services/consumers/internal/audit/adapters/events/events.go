@@ -1,5 +1,5 @@
-// Package events turns the events of the task, orchestration and quota
-// topics into audit log entries: the convert step of the audit projections.
+// Package events turns the events of the task, orchestration, pipeline and
+// quota topics into audit log entries: the convert step of the audit projections.
 //
 // What is audited is one table per topic, keyed by the name of the event's
 // case in its envelope's oneof (TaskEvent.submitted, QuotaEvent.quota_produced,
@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/pg"
@@ -138,6 +139,17 @@ var orchestrationRules = map[string]rule{
 	"template_deleted":            {action: "template.deleted", resource: "template"},
 }
 
+// pipelineRules audit the conversion pipeline's jobs: submission, each
+// stage's task, each stage's end and the failure. Progress reports are not
+// audited (the stage task's own events are).
+var pipelineRules = map[string]rule{
+	"submitted":       {action: "job.created", resource: "job", details: d("model_key", "quant_key")},
+	"stage_queued":    {action: "job.stage_queued", resource: "job", details: d("stage", "task_id")},
+	"progressed":      {},
+	"stage_succeeded": {action: "job.stage_completed", resource: "job", details: d("stage", "task_id")},
+	"failed":          {action: "job.failed", resource: "job", details: d("step", "reason", "task_id")},
+}
+
 // envelope is what every topic's envelope has.
 type envelope interface {
 	proto.Message
@@ -181,6 +193,16 @@ func OrchestrationEntry(ev *taskv1.OrchestrationEvent) (e domain.Entry, ok bool,
 			id = strings.TrimPrefix(id, "template/"+ev.GetTenantId()+"/")
 		}
 		e.ResourceID = pg.CleanText(id)
+	}
+	return e, ok, err
+}
+
+// PipelineEntry converts a pipeline job event; ok is false for one not
+// audited.
+func PipelineEntry(ev *pipelinev1.JobEvent) (e domain.Entry, ok bool, err error) {
+	e, ok, err = entry(ev, pipelineRules)
+	if ok {
+		e.ResourceID = pg.CleanText(ev.GetAggregateId())
 	}
 	return e, ok, err
 }
@@ -271,7 +293,7 @@ func field(m protoreflect.Message, path string) (any, bool) {
 // Actions lists every action the tables can write, sorted.
 func Actions() []string {
 	var out []string
-	for _, table := range []map[string]rule{taskRules, orchestrationRules, quotaRules} {
+	for _, table := range []map[string]rule{taskRules, orchestrationRules, pipelineRules, quotaRules} {
 		for _, r := range table {
 			if r.action != "" {
 				out = append(out, r.action)
@@ -286,7 +308,7 @@ func Actions() []string {
 func Resources() []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, table := range []map[string]rule{taskRules, orchestrationRules, quotaRules} {
+	for _, table := range []map[string]rule{taskRules, orchestrationRules, pipelineRules, quotaRules} {
 		for _, r := range table {
 			if r.resource != "" && !seen[r.resource] {
 				seen[r.resource] = true

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/audit/domain"
@@ -148,6 +149,33 @@ func TestOrchestrationEventCoverage(t *testing.T) {
 		m.Set(fd, protoreflect.ValueOfMessage(m.NewField(fd).Message()))
 		if _, _, err := OrchestrationEntry(env); err != nil {
 			t.Errorf("the audit log has no row for orchestration event %q: %v", fd.Name(), err)
+		}
+	}
+}
+
+func TestPipelineEntry(t *testing.T) {
+	e, ok, err := PipelineEntry(&pipelinev1.JobEvent{EventId: "ev-j", AggregateId: "job-1", TenantId: "acme", Actor: "key-1",
+		OccurredAt: timestamppb.New(at), Event: &pipelinev1.JobEvent_Failed{Failed: &pipelinev1.JobFailed{Step: "bie", Reason: "exit 3", TaskId: "t-9"}}})
+	want := domain.Entry{ID: "ev-j", At: at, TenantID: "acme", Action: "job.failed", Resource: "job", ResourceID: "job-1", UserID: "key-1",
+		Details: `{"reason":"exit 3","step":"bie","task_id":"t-9"}`}
+	if err != nil || !ok || e != want {
+		t.Errorf("job failed:\n got  %+v (%v, %v)\n want %+v", e, ok, err, want)
+	}
+	if _, ok, err := PipelineEntry(&pipelinev1.JobEvent{Event: &pipelinev1.JobEvent_Progressed{Progressed: &pipelinev1.JobProgressed{}}}); ok || err != nil {
+		t.Errorf("a progress report is audited: %v %v", ok, err)
+	}
+}
+
+// Likewise every pipeline job event.
+func TestPipelineEventCoverage(t *testing.T) {
+	fields := (&pipelinev1.JobEvent{}).ProtoReflect().Descriptor().Oneofs().ByName("event").Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		env := &pipelinev1.JobEvent{EventId: "ev", AggregateId: "job"}
+		m := env.ProtoReflect()
+		m.Set(fd, protoreflect.ValueOfMessage(m.NewField(fd).Message()))
+		if _, _, err := PipelineEntry(env); err != nil {
+			t.Errorf("the audit log has no row for pipeline event %q: %v", fd.Name(), err)
 		}
 	}
 }

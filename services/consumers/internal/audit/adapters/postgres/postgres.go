@@ -1,5 +1,6 @@
 // Package postgres keeps the audit log in Postgres: the projection handlers
-// that write audit_logs from the task, orchestration and quota topics (convert with
+// that write audit_logs from the task, orchestration, pipeline and quota
+// topics (convert with
 // package events, store guarded by the event id), the listing query, and
 // the retention's archive-then-delete transaction.
 package postgres
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/audit/adapters/events"
@@ -33,6 +35,9 @@ const (
 	// OrchestrationTopic records are taskv1.OrchestrationEvent envelopes
 	// (task groups and templates).
 	OrchestrationTopic
+	// PipelineTopic records are pipelinev1.JobEvent envelopes (the
+	// conversion pipeline's jobs).
+	PipelineTopic
 )
 
 // Projection is the projection.Handler that writes a topic's events to
@@ -73,6 +78,12 @@ func (p Projection) convert(rec *kgo.Record) (domain.Entry, bool, error) {
 			return domain.Entry{}, false, fmt.Errorf("decode: %w", err)
 		}
 		return events.OrchestrationEntry(&ev)
+	case PipelineTopic:
+		var ev pipelinev1.JobEvent
+		if err := proto.Unmarshal(rec.Value, &ev); err != nil {
+			return domain.Entry{}, false, fmt.Errorf("decode: %w", err)
+		}
+		return events.PipelineEntry(&ev)
 	}
 	var ev taskv1.TaskEvent
 	if err := proto.Unmarshal(rec.Value, &ev); err != nil {
