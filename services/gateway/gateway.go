@@ -361,6 +361,20 @@ func (g *Gateway) deadLetters() *deadletters.Server {
 	return deadletters.New(ups...)
 }
 
+// liveStreams builds the live task, group and job streams.
+func (g *Gateway) liveStreams(cfg Config) error {
+	lv, err := live.New(live.Config{Kafka: cfg.Live.Kafka, Topic: cfg.Live.Topic, Tasks: taskv1.NewTaskServiceClient(g.upstream),
+		Groups: taskv1.NewTaskGroupServiceClient(g.upstream),
+		Jobs:   pipelinev1.NewPipelineServiceClient(g.upstream), JobTopic: cfg.Live.JobTopic,
+		MaxStreamsPerTenant: cfg.Live.MaxStreamsPerTenant, Buffer: cfg.Live.Buffer, KeepAlive: cfg.Live.KeepAlive,
+		IdleTimeout: cfg.Live.IdleTimeout, WriteTimeout: cfg.Live.WriteTimeout, Logger: g.log})
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	g.live = lv
+	return nil
+}
+
 // servers builds the live streams, the REST handler, the gRPC front door
 // and the HTTP server; none of them holds anything yet.
 func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Server) error {
@@ -372,15 +386,10 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		consumersUpstream = g.consumers
 	}
 	deadLetters := g.deadLetters()
-	lv, err := live.New(live.Config{Kafka: cfg.Live.Kafka, Topic: cfg.Live.Topic, Tasks: taskv1.NewTaskServiceClient(g.upstream),
-		Groups: taskv1.NewTaskGroupServiceClient(g.upstream),
-		Jobs:   pipelinev1.NewPipelineServiceClient(g.upstream), JobTopic: cfg.Live.JobTopic,
-		MaxStreamsPerTenant: cfg.Live.MaxStreamsPerTenant, Buffer: cfg.Live.Buffer, KeepAlive: cfg.Live.KeepAlive,
-		IdleTimeout: cfg.Live.IdleTimeout, WriteTimeout: cfg.Live.WriteTimeout, Logger: g.log})
-	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+	if err := g.liveStreams(cfg); err != nil {
+		return err
 	}
-	g.live = lv
+	var err error
 	g.handler, err = rest.NewHandler(ctx, rest.Options{
 		Upstream:          g.upstream,
 		QuotaUpstream:     quotaUpstream,
