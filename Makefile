@@ -13,7 +13,7 @@ export PATH    := $(BIN):$(PATH)
 
 # Every module of the workspace (go.work), as package patterns.
 MODULES    := ./gen/... ./platform/... ./services/gateway/... ./services/scheduler/... \
-              ./services/quota/... ./services/executor/... ./services/taskmesh/... ./tools/protoc/...
+              ./services/quota/... ./services/executor/... ./services/consumers/... ./services/taskmesh/... ./tools/protoc/...
 PLUGINS    := $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway \
               $(BIN)/protoc-gen-openapiv2 $(BIN)/protosrc
 TESTFLAGS  ?= -race -count=1 -timeout 40m

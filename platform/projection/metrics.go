@@ -22,7 +22,7 @@ type runnerMetrics struct {
 	lag     metric.Float64Gauge
 }
 
-func newRunnerMetrics(name string) runnerMetrics {
+func newRunnerMetrics(name string, topics []string) runnerMetrics {
 	meter := gotel.Meter(meterName)
 	m := runnerMetrics{attrs: metric.WithAttributes(attribute.String("projection", name))}
 	// Instrument errors concern invalid names only; these are constant.
@@ -37,7 +37,9 @@ func newRunnerMetrics(name string) runnerMetrics {
 	ctx := context.Background()
 	m.applied.Add(ctx, 0, m.attrs)
 	m.errors.Add(ctx, 0, m.attrs)
-	deadLetterCounter().Add(ctx, 0, m.attrs)
+	for _, t := range topics {
+		deadLetterCounter().Add(ctx, 0, deadLetterAttrs(name, t))
+	}
 	return m
 }
 
@@ -54,16 +56,14 @@ func (m runnerMetrics) committed(ctx context.Context, records []*kgo.Record, now
 	m.lag.Record(ctx, max(now.Sub(newest).Seconds(), 0), m.attrs)
 }
 
+// deadLetterCounter counts parked records (ReportParked) by projection
+// and topic; every runner exports it from its start, at 0.
 func deadLetterCounter() metric.Int64Counter {
 	c, _ := gotel.Meter(meterName).Int64Counter("taskmesh.projection.dead_letters",
-		metric.WithDescription("records a projection set aside instead of applying (dead letters)"), metric.WithUnit("{record}"))
+		metric.WithDescription("records parked as dead letters"), metric.WithUnit("{record}"))
 	return c
 }
 
-// DeadLettered counts n records of the projection named that its handler
-// set aside as dead letters instead of applying them, as
-// taskmesh_projection_dead_letters_total{projection}. Every runner
-// exports the counter from its start (at 0).
-func DeadLettered(ctx context.Context, projection string, n int) {
-	deadLetterCounter().Add(ctx, int64(n), metric.WithAttributes(attribute.String("projection", projection)))
+func deadLetterAttrs(projection, topic string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("projection", projection), attribute.String("topic", topic))
 }

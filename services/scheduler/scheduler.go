@@ -17,8 +17,10 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/deadletter"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
@@ -251,15 +253,16 @@ func (cfg Config) withDefaults() Config {
 }
 
 // Register adds TaskService, LeaseService, AgentFleetService,
-// TaskGroupService and TemplateService (and VideoService when configured)
-// to a server built with platform/grpcserver (internal authentication and
-// validation).
+// TaskGroupService, TemplateService, DeadLetterService (the records its
+// projections parked) and, when configured, VideoService to a server built
+// with platform/grpcserver (internal authentication and validation).
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	taskv1.RegisterTaskServiceServer(g, &ports.TaskServer{App: s.app, Log: s.log})
 	taskv1.RegisterLeaseServiceServer(g, &ports.LeaseServer{App: s.app, Log: s.log})
 	taskv1.RegisterAgentFleetServiceServer(g, &ports.AgentFleetServer{App: s.app, Log: s.log})
 	taskv1.RegisterTaskGroupServiceServer(g, &oports.GroupServer{App: s.orch, Log: s.log})
 	taskv1.RegisterTemplateServiceServer(g, &oports.TemplateServer{App: s.orch, Log: s.log})
+	deadletterv1.RegisterDeadLetterServiceServer(g, &deadletter.Server{Service: "scheduler", DB: s.cfg.DB, Log: s.log})
 	if s.video != nil {
 		s.video.register(g)
 	}
@@ -268,19 +271,17 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	}
 }
 
-// Run relays events to Kafka, builds the task_views and audit_logs
-// projections, sweeps leases, wakes waiting claims, and moves task groups
-// on, until ctx is done.
+// Run relays events to Kafka, builds the task_views projection, sweeps
+// leases, wakes waiting claims, and moves task groups on, until ctx is
+// done.
 func (s *Service) Run(ctx context.Context) error {
 	// The first part that fails stops the others, and its error is Run's.
 	g, ctx := errgroup.WithContext(ctx)
 	defer postgres.ObserveTaskCounts(s.cfg.DB)()
 	g.Go(func() error { return s.relay.Run(ctx) })
-	// One consumer feeds both read models (one fetch, one decode, one
-	// commit per batch).
 	runner := projection.NewRunner(s.cfg.DB, projection.Config{Name: readModels, Topic: s.cfg.Topic,
-		Topics: []string{s.cfg.OrchestrationTopic}, Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log},
-		readModelHandler(s.cfg.OrchestrationTopic)(map[string]string{"task_views": "task_views", "audit_logs": "audit_logs"}))
+		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, readModelHandler(map[string]string{
+		"task_views": "task_views"}))
 	g.Go(func() error { return runner.Run(ctx) })
 	if s.cfg.Quota != nil {
 		decisions := projection.NewRunner(s.cfg.DB, projection.Config{Name: admissionDecisions, Topic: s.cfg.QuotaTopic,
@@ -306,19 +307,16 @@ func (s *Service) Run(ctx context.Context) error {
 // admissionDecisions names the consumer of the quota service's decisions.
 const admissionDecisions = "admission_decisions"
 
-// readModels names the projection that builds task_views and audit_logs.
+// readModels names the projection that builds task_views (the name it
+// had when it built the audit trail too: its offsets are kept).
 const readModels = "task_read_models"
 
-// readModelHandler is the handler of the read models over the given
-// tables; records of orchestrationTopic are group and template events.
-func readModelHandler(orchestrationTopic string) func(tables map[string]string) projection.Handler {
-	return func(tables map[string]string) projection.Handler {
-		return views.ReadModels{TaskViews: tables["task_views"], AuditLogs: tables["audit_logs"], OrchestrationTopic: orchestrationTopic}
-	}
+func readModelHandler(tables map[string]string) projection.Handler {
+	return views.TaskViews{Table: tables["task_views"]}
 }
 
 // ReplaySpecs describe the Kafka projections for `taskmesh replay`.
 func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
-	return []projection.ReplaySpec{{Name: readModels, Topic: Topic, Topics: []string{OrchestrationTopic},
-		Tables: []string{"task_views", "audit_logs"}, Kafka: k, NewHandler: readModelHandler(OrchestrationTopic)}}
+	return []projection.ReplaySpec{{Name: readModels, Topic: Topic, Tables: []string{"task_views"}, Kafka: k,
+		NewHandler: readModelHandler}}
 }

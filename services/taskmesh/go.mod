@@ -28,6 +28,7 @@ require (
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	github.com/taskmesh/taskmesh/services/consumers v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/executor v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/gateway v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/quota v0.0.0-00010101000000-000000000000
@@ -44,6 +45,14 @@ require (
 	k8s.io/client-go v0.37.2
 	sigs.k8s.io/kueue v0.17.0
 	sigs.k8s.io/yaml v1.6.0
+)
+
+require (
+	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
+	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
+	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	github.com/sony/gobreaker v1.0.0 // indirect
 )
 
 require (
@@ -156,6 +165,7 @@ require (
 )
 
 replace (
+	github.com/taskmesh/taskmesh/services/consumers => ../consumers
 	github.com/taskmesh/taskmesh/services/executor => ../executor
 	github.com/taskmesh/taskmesh/services/gateway => ../gateway
 	github.com/taskmesh/taskmesh/services/quota => ../quota

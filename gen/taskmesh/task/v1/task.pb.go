@@ -90,7 +90,9 @@ type Task struct {
 	ClusterQueue string `protobuf:"bytes,44,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
 	// Whether admission granted the task its quota; a pending task with a
 	// cluster_queue is claimed only once admitted.
-	Admitted      bool `protobuf:"varint,45,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	Admitted bool `protobuf:"varint,45,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// The task's own notification endpoint, when it has one.
+	Webhook       *Webhook `protobuf:"bytes,60,opt,name=webhook,proto3" json:"webhook,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -440,6 +442,13 @@ func (x *Task) GetAdmitted() bool {
 	return false
 }
 
+func (x *Task) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
 // TaskSpec is what a client chooses when it submits a task; the scheduler
 // fills the defaults (priority 5, max_retries 3, retry_delay 60 s,
 // timeout 3600 s, lease_ttl_sec 300).
@@ -480,7 +489,11 @@ type TaskSpec struct {
 	// whose WorkGroup is not running yet with GU_QUOTA_CREATING.
 	Quota string `protobuf:"bytes,24,opt,name=quota,proto3" json:"quota,omitempty"`
 	// Required for type video, refused for every other type.
-	Video         *VideoParams `protobuf:"bytes,25,opt,name=video,proto3" json:"video,omitempty"`
+	Video *VideoParams `protobuf:"bytes,25,opt,name=video,proto3" json:"video,omitempty"`
+	// Where to POST {"task_id":…,"status":…} when the task completes, fails
+	// for good or is cancelled (docs/api/webhooks.md); without it the
+	// tenant's default endpoint, if any.
+	Webhook       *Webhook `protobuf:"bytes,40,opt,name=webhook,proto3" json:"webhook,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -690,6 +703,60 @@ func (x *TaskSpec) GetVideo() *VideoParams {
 	return nil
 }
 
+func (x *TaskSpec) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
+// Webhook names a notification endpoint.
+type Webhook struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An http or https URL, at most 2048 characters. Its host must resolve
+	// to a public address unless the operator allow-listed it.
+	Url           string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Webhook) Reset() {
+	*x = Webhook{}
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Webhook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Webhook) ProtoMessage() {}
+
+func (x *Webhook) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
+func (*Webhook) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Webhook) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
 // VideoParams is a validated, normalised video-generation request as the
 // executor's video runner and the Kubernetes backend consume it
 // (docs/api/video.md#the-video-task). The video API fills it; limits are
@@ -730,7 +797,7 @@ type VideoParams struct {
 
 func (x *VideoParams) Reset() {
 	*x = VideoParams{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +809,7 @@ func (x *VideoParams) String() string {
 func (*VideoParams) ProtoMessage() {}
 
 func (x *VideoParams) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +822,7 @@ func (x *VideoParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VideoParams.ProtoReflect.Descriptor instead.
 func (*VideoParams) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *VideoParams) GetModel() string {
@@ -880,7 +947,7 @@ type Distribution struct {
 
 func (x *Distribution) Reset() {
 	*x = Distribution{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +959,7 @@ func (x *Distribution) String() string {
 func (*Distribution) ProtoMessage() {}
 
 func (x *Distribution) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +972,7 @@ func (x *Distribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Distribution.ProtoReflect.Descriptor instead.
 func (*Distribution) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Distribution) GetMode() string {
@@ -947,7 +1014,7 @@ type Targets struct {
 
 func (x *Targets) Reset() {
 	*x = Targets{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1026,7 @@ func (x *Targets) String() string {
 func (*Targets) ProtoMessage() {}
 
 func (x *Targets) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1039,7 @@ func (x *Targets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Targets.ProtoReflect.Descriptor instead.
 func (*Targets) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Targets) GetMachineIds() []string {
@@ -1012,7 +1079,7 @@ type TaskResult struct {
 
 func (x *TaskResult) Reset() {
 	*x = TaskResult{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[5]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1091,7 @@ func (x *TaskResult) String() string {
 func (*TaskResult) ProtoMessage() {}
 
 func (x *TaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[5]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1104,7 @@ func (x *TaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
 func (*TaskResult) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TaskResult) GetTaskId() string {
@@ -1121,7 +1188,7 @@ var File_taskmesh_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x0e\n" +
+	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x0e\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1178,7 +1245,8 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x05quota\x18* \x01(\tR\x05quota\x123\n" +
 	"\x05video\x18+ \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x12#\n" +
 	"\rcluster_queue\x18, \x01(\tR\fclusterQueue\x12\x1a\n" +
-	"\badmitted\x18- \x01(\bR\badmitted\x1a6\n" +
+	"\badmitted\x18- \x01(\bR\badmitted\x123\n" +
+	"\awebhook\x18< \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
@@ -1186,7 +1254,7 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_exit_code\"\x9c\r\n" +
+	"_exit_code\"\xd1\r\n" +
 	"\bTaskSpec\x12\x1c\n" +
 	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x12?\n" +
 	"\x04type\x18\x02 \x01(\tB+\xbaH(r&R\x00R\x05shellR\x06pythonR\x06scriptR\x04noopR\x05videoR\x04type\x12\"\n" +
@@ -1221,7 +1289,8 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x05queue\x18\x16 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x05queue\x12\xbe\x01\n" +
 	"\tresources\x18\x17 \x03(\v2).taskmesh.task.v1.TaskSpec.ResourcesEntryBu\xbaHr\x9a\x01o\x10\x10\"&r$\x10\x01\x18\x80\x012\x1d^[A-Za-z0-9][A-Za-z0-9._/-]*$*CrA\x10\x01\x18 2;^([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$R\tresources\x12\x1e\n" +
 	"\x05quota\x18\x18 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x05quota\x123\n" +
-	"\x05video\x18\x19 \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x1a6\n" +
+	"\x05video\x18\x19 \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x123\n" +
+	"\awebhook\x18( \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
@@ -1237,7 +1306,9 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x13_renew_interval_secB\x19\n" +
 	"\x17_heartbeat_interval_secB\x13\n" +
 	"\x11_grace_period_secB\x0f\n" +
-	"\r_repeat_count\"\xf9\x04\n" +
+	"\r_repeat_count\"%\n" +
+	"\aWebhook\x12\x1a\n" +
+	"\x03url\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x10R\x03url\"\xf9\x04\n" +
 	"\vVideoParams\x12\x1f\n" +
 	"\x05model\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\x05model\x128\n" +
 	"\x04type\x18\x02 \x01(\tB$\xbaH!r\x1fR\rtext_to_videoR\x0eimage_to_videoR\x04type\x12\"\n" +
@@ -1303,43 +1374,46 @@ func file_taskmesh_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_taskmesh_task_v1_task_proto_rawDescData
 }
 
-var file_taskmesh_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_taskmesh_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_taskmesh_task_v1_task_proto_goTypes = []any{
 	(*Task)(nil),                  // 0: taskmesh.task.v1.Task
 	(*TaskSpec)(nil),              // 1: taskmesh.task.v1.TaskSpec
-	(*VideoParams)(nil),           // 2: taskmesh.task.v1.VideoParams
-	(*Distribution)(nil),          // 3: taskmesh.task.v1.Distribution
-	(*Targets)(nil),               // 4: taskmesh.task.v1.Targets
-	(*TaskResult)(nil),            // 5: taskmesh.task.v1.TaskResult
-	nil,                           // 6: taskmesh.task.v1.Task.EnvEntry
-	nil,                           // 7: taskmesh.task.v1.Task.ResourcesEntry
-	nil,                           // 8: taskmesh.task.v1.TaskSpec.EnvEntry
-	nil,                           // 9: taskmesh.task.v1.TaskSpec.ResourcesEntry
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*Webhook)(nil),               // 2: taskmesh.task.v1.Webhook
+	(*VideoParams)(nil),           // 3: taskmesh.task.v1.VideoParams
+	(*Distribution)(nil),          // 4: taskmesh.task.v1.Distribution
+	(*Targets)(nil),               // 5: taskmesh.task.v1.Targets
+	(*TaskResult)(nil),            // 6: taskmesh.task.v1.TaskResult
+	nil,                           // 7: taskmesh.task.v1.Task.EnvEntry
+	nil,                           // 8: taskmesh.task.v1.Task.ResourcesEntry
+	nil,                           // 9: taskmesh.task.v1.TaskSpec.EnvEntry
+	nil,                           // 10: taskmesh.task.v1.TaskSpec.ResourcesEntry
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_taskmesh_task_v1_task_proto_depIdxs = []int32{
-	6,  // 0: taskmesh.task.v1.Task.env:type_name -> taskmesh.task.v1.Task.EnvEntry
-	10, // 1: taskmesh.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	10, // 2: taskmesh.task.v1.Task.assigned_at:type_name -> google.protobuf.Timestamp
-	10, // 3: taskmesh.task.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	10, // 4: taskmesh.task.v1.Task.ended_at:type_name -> google.protobuf.Timestamp
-	10, // 5: taskmesh.task.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
-	3,  // 6: taskmesh.task.v1.Task.distribution:type_name -> taskmesh.task.v1.Distribution
-	10, // 7: taskmesh.task.v1.Task.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	10, // 8: taskmesh.task.v1.Task.retry_at:type_name -> google.protobuf.Timestamp
-	10, // 9: taskmesh.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	7,  // 10: taskmesh.task.v1.Task.resources:type_name -> taskmesh.task.v1.Task.ResourcesEntry
-	2,  // 11: taskmesh.task.v1.Task.video:type_name -> taskmesh.task.v1.VideoParams
-	8,  // 12: taskmesh.task.v1.TaskSpec.env:type_name -> taskmesh.task.v1.TaskSpec.EnvEntry
-	3,  // 13: taskmesh.task.v1.TaskSpec.distribution:type_name -> taskmesh.task.v1.Distribution
-	4,  // 14: taskmesh.task.v1.TaskSpec.targets:type_name -> taskmesh.task.v1.Targets
-	9,  // 15: taskmesh.task.v1.TaskSpec.resources:type_name -> taskmesh.task.v1.TaskSpec.ResourcesEntry
-	2,  // 16: taskmesh.task.v1.TaskSpec.video:type_name -> taskmesh.task.v1.VideoParams
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	7,  // 0: taskmesh.task.v1.Task.env:type_name -> taskmesh.task.v1.Task.EnvEntry
+	11, // 1: taskmesh.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	11, // 2: taskmesh.task.v1.Task.assigned_at:type_name -> google.protobuf.Timestamp
+	11, // 3: taskmesh.task.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	11, // 4: taskmesh.task.v1.Task.ended_at:type_name -> google.protobuf.Timestamp
+	11, // 5: taskmesh.task.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 6: taskmesh.task.v1.Task.distribution:type_name -> taskmesh.task.v1.Distribution
+	11, // 7: taskmesh.task.v1.Task.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	11, // 8: taskmesh.task.v1.Task.retry_at:type_name -> google.protobuf.Timestamp
+	11, // 9: taskmesh.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	8,  // 10: taskmesh.task.v1.Task.resources:type_name -> taskmesh.task.v1.Task.ResourcesEntry
+	3,  // 11: taskmesh.task.v1.Task.video:type_name -> taskmesh.task.v1.VideoParams
+	2,  // 12: taskmesh.task.v1.Task.webhook:type_name -> taskmesh.task.v1.Webhook
+	9,  // 13: taskmesh.task.v1.TaskSpec.env:type_name -> taskmesh.task.v1.TaskSpec.EnvEntry
+	4,  // 14: taskmesh.task.v1.TaskSpec.distribution:type_name -> taskmesh.task.v1.Distribution
+	5,  // 15: taskmesh.task.v1.TaskSpec.targets:type_name -> taskmesh.task.v1.Targets
+	10, // 16: taskmesh.task.v1.TaskSpec.resources:type_name -> taskmesh.task.v1.TaskSpec.ResourcesEntry
+	3,  // 17: taskmesh.task.v1.TaskSpec.video:type_name -> taskmesh.task.v1.VideoParams
+	2,  // 18: taskmesh.task.v1.TaskSpec.webhook:type_name -> taskmesh.task.v1.Webhook
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_proto_init() }
@@ -1349,14 +1423,14 @@ func file_taskmesh_task_v1_task_proto_init() {
 	}
 	file_taskmesh_task_v1_task_proto_msgTypes[0].OneofWrappers = []any{}
 	file_taskmesh_task_v1_task_proto_msgTypes[1].OneofWrappers = []any{}
-	file_taskmesh_task_v1_task_proto_msgTypes[5].OneofWrappers = []any{}
+	file_taskmesh_task_v1_task_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_task_v1_task_proto_rawDesc), len(file_taskmesh_task_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -37,6 +37,15 @@ type server struct {
 
 // serve runs the shim for runDir and returns its exit code.
 func serve(runDir string) int {
+	// The lock comes first: a second shim for the same directory must
+	// leave before it touches the socket or any file (see lock.go).
+	lock, err := lockRunDir(runDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+		reportReady(ready{Error: err.Error()})
+		return 1
+	}
+	defer lock.Close()
 	spec, err := readSpec(runDir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "shim: %v\n", err)
@@ -63,6 +72,11 @@ func serve(runDir string) int {
 	_ = os.Chmod(spec.Socket, 0o600)
 	defer os.Remove(spec.Socket)
 
+	if err := markSpawned(runDir); err != nil {
+		ln.Close()
+		s.failStart(fmt.Errorf("mark spawned: %w", err))
+		return 0
+	}
 	started := time.Now()
 	exitCh, err := s.spawn()
 	if err != nil {

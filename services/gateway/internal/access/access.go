@@ -9,13 +9,17 @@
 // AdmissionService but its internal ResolveQueue), an agent token
 // calls the lease API (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…),
 // an operator key calls the admin API (every service of taskmesh.admin.v1,
-// REST /api/v1/admin/…), manages quotas and queues (QuotaService,
+// REST /api/v1/admin/…), the dead letters (taskmesh.deadletter.v1, REST
+// under /api/v1/admin/), manages quotas and queues (QuotaService,
 // AdmissionService, REST OperatorRoutes) and resets a repeat's circuit
 // breaker (ResetTaskGroupRepeat, POST /api/v1/task-groups/{id}/repeat/reset),
-// and nothing else; every authenticated caller may use gRPC server
-// reflection. Anything else is refused, so a leaked agent token cannot
-// read tenants' tasks and a user key cannot impersonate an executor. Which
-// quota actions need an operator is the quota service's decision.
+// and nothing else. Both a tenant's key and an operator key read the
+// consumers service's APIs — the audit log, usage and webhook deliveries
+// (taskmesh.audit.v1, usage.v1, webhook.v1), which scope what each sees.
+// Every authenticated caller may use gRPC server reflection. Anything else
+// is refused, so a leaked agent token cannot read tenants' tasks and a user
+// key cannot impersonate an executor. Which quota actions need an operator
+// is the quota service's decision.
 package access
 
 import (
@@ -23,12 +27,38 @@ import (
 	"strings"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+	webhookv1 "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 )
+
+// ConsumerMethods are the method prefixes of the consumers service's APIs,
+// which the gateway forwards to it.
+var ConsumerMethods = []string{
+	"/" + auditv1.AuditService_ServiceDesc.ServiceName + "/",
+	"/" + usagev1.UsageService_ServiceDesc.ServiceName + "/",
+	"/" + webhookv1.WebhookService_ServiceDesc.ServiceName + "/",
+}
+
+// IsConsumerMethod reports whether a full method belongs to the consumers
+// service.
+func IsConsumerMethod(fullMethod string) bool {
+	for _, p := range ConsumerMethods {
+		if strings.HasPrefix(fullMethod, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// deadLetterMethods are the dead-letter API's, operators only.
+var deadLetterMethods = "/" + deadletterv1.DeadLetterService_ServiceDesc.ServiceName + "/"
 
 // ErrDenied is wrapped by every refusal (HTTP 403, gRPC PermissionDenied).
 var ErrDenied = errors.New("permission denied")
@@ -72,7 +102,8 @@ var (
 // OperatorRoutes are the REST prefixes, besides the admin API, that an
 // operator key may call: the quota service's (quotas and admission queues).
 var OperatorRoutes = []string{"/api/v1/quotas", "/api/v1/clusters", "/api/v1/tenants", "/api/v1/workgroups",
-	"/api/v1/cluster-queues", "/api/v1/cohorts", "/api/v1/local-queues"}
+	"/api/v1/cluster-queues", "/api/v1/cohorts", "/api/v1/local-queues",
+	"/api/v1/audit-logs", "/api/v1/usage", "/api/v1/webhook-deliveries"}
 
 func operatorRoute(path string) bool {
 	for _, r := range OperatorRoutes {
@@ -141,17 +172,19 @@ func Method(p authn.Principal, fullMethod string) error {
 			return nil
 		}
 		return denied("resetting a repeat's circuit breaker needs an operator key (tmo_…)")
-	case strings.HasPrefix(fullMethod, adminMethods):
+	case strings.HasPrefix(fullMethod, adminMethods) || strings.HasPrefix(fullMethod, deadLetterMethods):
 		if p.Kind == authn.KindAdmin {
 			return nil
 		}
 		return denied("the admin API needs an operator key (tmo_…)")
+	case IsConsumerMethod(fullMethod) && (p.Kind == authn.KindAdmin || p.Kind == authn.KindUser):
+		return nil
 	case fullMethod == resolveQueue:
 		return denied("ResolveQueue is internal to the scheduler")
 	case p.Kind == authn.KindAdmin && (strings.HasPrefix(fullMethod, quotaMethods) || strings.HasPrefix(fullMethod, admissionMethods)):
 		return nil
 	case p.Kind == authn.KindAdmin:
-		return denied("operator keys can only call the admin and quota APIs")
+		return denied("operator keys can only call the admin, quota, audit, usage and webhook delivery APIs and repeat resets")
 	case p.Kind == authn.KindUser && tenantMethod(fullMethod):
 		return nil
 	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, quotaMethods) || strings.HasPrefix(fullMethod, admissionMethods)):
@@ -183,7 +216,7 @@ func Route(p authn.Principal, path string) error {
 	case p.Kind == authn.KindAdmin && operatorRoute(path):
 		return nil
 	case p.Kind == authn.KindAdmin:
-		return denied("operator keys can only call /api/v1/admin/, quota routes and repeat resets")
+		return denied("operator keys can only call /api/v1/admin/, quota, audit, usage and webhook delivery routes and repeat resets")
 	case agentRoute && p.Kind == authn.KindAgent, !agentRoute && p.Kind == authn.KindUser:
 		return nil
 	case agentRoute:

@@ -21,8 +21,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	webhookv1 "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
 
@@ -47,6 +49,10 @@ const (
 	CodeQuotaNotFound         = int(quotav1.ErrorCode_ERROR_CODE_QUOTA_NOT_FOUND)        // 31004
 	CodeQuotaExists           = int(quotav1.ErrorCode_ERROR_CODE_QUOTA_EXISTS)           // 31005
 	CodeQuotaConflict         = int(quotav1.ErrorCode_ERROR_CODE_QUOTA_CONFLICT)         // 31006
+
+	// The consumers service's and the dead-letter API's.
+	CodeDeliveryNotFound   = int(webhookv1.ErrorCode_ERROR_CODE_DELIVERY_NOT_FOUND)       // 32004
+	CodeDeadLetterNotFound = int(deadletterv1.ErrorCode_ERROR_CODE_DEAD_LETTER_NOT_FOUND) // 33004
 
 	CodeUnauthenticated  = http.StatusUnauthorized     // 401
 	CodePermissionDenied = http.StatusForbidden        // 403
@@ -83,6 +89,8 @@ var Codes = []Code{
 	{CodeQuotaNotFound, http.StatusNotFound, "no such tenant, cluster, quota or WorkGroup for this caller"},
 	{CodeQuotaExists, http.StatusConflict, "a tenant, cluster or quota of that name already exists"},
 	{CodeQuotaConflict, http.StatusConflict, "the quota's state does not allow the change (e.g. it is being unsubscribed)"},
+	{CodeDeliveryNotFound, http.StatusNotFound, "no such webhook delivery for this caller"},
+	{CodeDeadLetterNotFound, http.StatusNotFound, "no such dead letter (applied by a retry, or dropped)"},
 	{CodeInternal, http.StatusInternalServerError, "internal error (503 when a service is unavailable)"},
 	{CodeUnauthenticated, http.StatusUnauthorized, "missing, unknown, expired or revoked credential"},
 	{CodePermissionDenied, http.StatusForbidden, "credential of the wrong kind for this route, or agent token used from a disallowed address"},
@@ -110,6 +118,9 @@ var businessStatus = map[int]int{
 	CodeQuotaNotFound:         http.StatusNotFound,
 	CodeQuotaExists:           http.StatusConflict,
 	CodeQuotaConflict:         http.StatusConflict,
+
+	CodeDeliveryNotFound:   http.StatusNotFound,
+	CodeDeadLetterNotFound: http.StatusNotFound,
 }
 
 // Problem is one error answer.

@@ -41,7 +41,10 @@ type Options struct {
 	// QuotaUpstream, if set, receives the quota service's calls
 	// (taskmesh.quota.v1.*), with the same interceptors.
 	QuotaUpstream grpc.ClientConnInterface
-	Auth          Authenticator
+	// ConsumersUpstream, if set, receives the consumers service's calls
+	// (access.ConsumerMethods), with the same interceptors.
+	ConsumersUpstream grpc.ClientConnInterface
+	Auth              Authenticator
 	// TrustedProxies may set x-forwarded-for (see package clientip).
 	TrustedProxies []netip.Prefix
 	// Health is served as grpc.health.v1.
@@ -65,8 +68,8 @@ type Options struct {
 
 // NewServer returns the front door's gRPC server.
 func NewServer(opts Options) *grpc.Server {
-	p := &proxy{upstream: opts.Upstream, quota: opts.QuotaUpstream, auth: opts.Auth, trusted: opts.TrustedProxies,
-		log: opts.Logger, throttle: opts.Throttle, local: localRegistrar{}}
+	p := &proxy{upstream: opts.Upstream, quota: opts.QuotaUpstream, consumers: opts.ConsumersUpstream, auth: opts.Auth,
+		trusted: opts.TrustedProxies, log: opts.Logger, throttle: opts.Throttle, local: localRegistrar{}}
 	if opts.Register != nil {
 		opts.Register(p.local)
 	}
@@ -86,11 +89,13 @@ func NewServer(opts Options) *grpc.Server {
 type proxy struct {
 	upstream grpc.ClientConnInterface
 	quota    grpc.ClientConnInterface
-	auth     Authenticator
-	trusted  []netip.Prefix
-	log      *slog.Logger
-	throttle func(ctx context.Context, p authn.Principal) error
-	local    localRegistrar
+	// consumers is nil when the consumers service is not configured.
+	consumers grpc.ClientConnInterface
+	auth      Authenticator
+	trusted   []netip.Prefix
+	log       *slog.Logger
+	throttle  func(ctx context.Context, p authn.Principal) error
+	local     localRegistrar
 }
 
 // quotaMethods prefixes the quota service's methods, which go to
@@ -127,11 +132,17 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 		return m.serve(ctx, ss, method)
 	}
 	upstream := p.upstream
-	if strings.HasPrefix(method, quotaMethods) {
+	switch {
+	case strings.HasPrefix(method, quotaMethods):
 		if p.quota == nil {
 			return status.Error(codes.Unimplemented, "the quota service is not configured")
 		}
 		upstream = p.quota
+	case access.IsConsumerMethod(method):
+		if p.consumers == nil {
+			return status.Error(codes.Unimplemented, "the consumers service is not configured")
+		}
+		upstream = p.consumers
 	}
 	cs, err := upstream.NewStream(ctx, bothStreams, method, grpc.ForceCodec(codec{}))
 	if err != nil {

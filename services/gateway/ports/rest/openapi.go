@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -120,7 +121,9 @@ func mergeVideo(doc, defs map[string]any, raw []byte) error {
 	}
 	vdefs, _ := v["definitions"].(map[string]any)
 	for name, d := range vdefs {
-		if _, dup := defs[name]; dup {
+		// A message both APIs use (taskmesh.task.v1.Webhook) is the same
+		// definition in both documents; only a different one clashes.
+		if have, dup := defs[name]; dup && !reflect.DeepEqual(have, d) {
 			return fmt.Errorf("video document: definition %s already exists", name)
 		}
 		defs[name] = d

@@ -82,7 +82,7 @@ func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest, drained b
 			if err != nil {
 				return nil, err
 			}
-			leases[i] = recs
+			leases[i] = withIP(recs, c.IP)
 		}
 		return leases, nil
 	})

@@ -50,7 +50,7 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 	if r.Stdout == "" && r.Stderr == "" && r.Object == nil {
 		result = nil
 	}
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		recs, _, err := t.Complete(now, r.AgentID, r.AttemptID, domain.Outcome{ExitCode: r.ExitCode, Error: r.Error,
 			Result: result, EndedAt: r.EndedAt})
 		return recs, err

@@ -132,7 +132,7 @@ func (a *App) each(ctx context.Context, ids []string, decide func(domain.Task, t
 		// The store may run decide more than once (a retried batch): the
 		// last run is the one that was stored.
 		changed := false
-		_, err := a.mutate(ctx, "*", id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		_, err := a.mutate(ctx, system, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 			recs, err := decide(t, now)
 			changed = err == nil && len(recs) > 0
 			return recs, err

@@ -250,10 +250,11 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 // fail records a failed attempt and, while retries remain, its retry after
 // retry_delay.
 func (t Task) fail(now time.Time, actor string, f Failed) []Record {
+	f.RetryFollows = t.RetryCount < t.Spec.MaxRetries
 	out := recordOf(now, actor, f)
 	// The retry is recorded with the failure, in one command: no crash can
 	// leave a failed task that should have been retried.
-	if t.RetryCount < t.Spec.MaxRetries {
+	if f.RetryFollows {
 		out = append(out, Record{At: now, Actor: actor, Event: RetryScheduled{RetryCount: t.RetryCount + 1,
 			RetryAt: now.Add(time.Duration(t.Spec.RetryDelay) * time.Second)}})
 	}

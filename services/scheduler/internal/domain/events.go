@@ -10,6 +10,9 @@ type Record struct {
 	Event Event
 	At    time.Time
 	Actor string
+	// IP is the address of the client whose request caused the event
+	// ("" when none did: the sweeper, admission decisions).
+	IP string
 }
 
 type (
@@ -57,6 +60,9 @@ type (
 		Reason    string // exit_code, timeout, spawn_error, killed, …
 		Result    *Result
 		EndedAt   time.Time
+		// RetryFollows: a RetryScheduled is recorded with the failure, so
+		// the task is not failed for good (notifications wait for that).
+		RetryFollows bool
 	}
 	RetryScheduled struct {
 		RetryCount int

@@ -86,6 +86,9 @@ type Spec struct {
 	// Quota is the tenant's GU quota the task runs under.
 	Quota string `json:"quota,omitempty"`
 	Video *Video `json:"video,omitempty"`
+	// Webhook is where the task's completion, final failure or
+	// cancellation is notified ("" = the tenant's default endpoint).
+	Webhook string `json:"webhook,omitempty"`
 }
 
 // Video is a validated video-generation request (docs/api/video.md); the

@@ -29,6 +29,9 @@ func TaskToProto(t domain.Task) *taskv1.Task {
 		Resources: t.Spec.Resources, Quota: t.Spec.Quota, Video: VideoToProto(t.Spec.Video),
 		ClusterQueue: t.ClusterQueue, Admitted: t.Admitted,
 	}
+	if t.Spec.Webhook != "" {
+		p.Webhook = &taskv1.Webhook{Url: t.Spec.Webhook}
+	}
 	if p.MachineId == "" {
 		p.MachineId = t.AssignedMachine
 	}
@@ -76,7 +79,7 @@ func TaskFromProto(p *taskv1.Task) domain.Task {
 			ScatterCount: int(p.GetDistribution().GetCount()), LeaseTTL: int(p.GetLeaseTtlSec()),
 			RenewInterval: int(p.GetRenewIntervalSec()), HeartbeatInterval: int(p.GetHeartbeatIntervalSec()),
 			GracePeriod: int(p.GetGracePeriodSec()), Queue: p.GetQueue(), Resources: p.GetResources(),
-			Quota: p.GetQuota(), Video: VideoFromProto(p.GetVideo()),
+			Quota: p.GetQuota(), Video: VideoFromProto(p.GetVideo()), Webhook: p.GetWebhook().GetUrl(),
 		},
 	}
 	// machine_id shows the running machine only when the spec has no

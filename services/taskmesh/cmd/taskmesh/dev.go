@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/platform/safehttp"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
 )
 
@@ -27,10 +28,12 @@ type devFlags struct {
 	noAgent bool
 	limits  rateLimitFlags
 	video   videoFlags
-	pipe    pipelineFlags
-	caps    string
-	labels  string
-	metrics metricsFlags
+	// webhookAllow lists networks webhooks may reach although not public.
+	webhookAllow []string
+	pipe         pipelineFlags
+	caps         string
+	labels       string
+	metrics      metricsFlags
 }
 
 func devCommand() *cobra.Command {
@@ -78,6 +81,7 @@ func (d *devFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&d.logFile, "log-file", "", "log file (default <data-dir>/taskmesh.log)")
 	d.limits.add(f)
 	d.video.add(f, false)
+	f.StringSliceVar(&d.webhookAllow, "webhook-allow", nil, "networks webhooks may reach although not public (e.g. 127.0.0.1/32 for a receiver on this machine)")
 	d.pipe.add(f, true)
 	f.StringVar(&d.caps, "pipeline-caps", "", "set the pipeline's stage caps at start, e.g. onnx=4,bie=2,nef=4 (default: keep the stage queues as they are)")
 	d.metrics.add(f, " (also served at /metrics on --http)")
@@ -100,6 +104,9 @@ func (d *devFlags) options() (stack.Options, error) {
 	}
 	if o.Video, err = d.video.config(); err != nil {
 		return o, err
+	}
+	if o.Consumers.Webhooks.Allow, err = safehttp.ParseAllow(d.webhookAllow); err != nil {
+		return o, fmt.Errorf("--webhook-allow: %w", err)
 	}
 	if o.Pipeline, err = d.pipe.config(); err != nil {
 		return o, err
@@ -166,6 +173,7 @@ Taskmesh is running.
   Operator key   %[12]s   (admin API: taskmesh ctl tenants|keys)
   Quota cluster  %[13]s   (in-process operator; GPUs per machine type)
   Quota service  %[14]s   (operators: taskmesh ctl quota --quota-server %[14]s --internal-token-file %[15]s)
+  Consumers      %[16]s   (audit log, usage, webhooks: taskmesh ctl audit|usage|webhooks)
 
 Try it:
   export TASKMESH_API_KEY=%[9]s
@@ -179,7 +187,7 @@ Try it:
 Press Ctrl-C to stop; data stays in the data directory.
 `, s.HTTPURL, s.GRPCAddr, password.ReplaceAllString(s.Postgres, "://$1:***@"), strings.Join(s.Kafka, ","), s.ObjectDir,
 		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s), s.AdminKeyFile, quotaCluster(s),
-		s.QuotaAddr, s.InternalTokenFile)
+		s.QuotaAddr, s.InternalTokenFile, s.ConsumersAddr)
 }
 
 // quotaCluster describes the embedded default cluster, e.g. "local A100=16".

@@ -16,6 +16,7 @@ import (
 type gatewayFlags struct {
 	common
 	httpAddr, grpcAddr, target, quotaTarget string
+	consumersTarget                         string
 	fsRoot, fsBaseURL, fsKey                string
 	limits                                  rateLimitFlags
 	adminKeyFile                            string
@@ -51,6 +52,7 @@ func (g *gatewayFlags) add(cmd *cobra.Command) {
 	f.StringVar(&g.grpcAddr, "grpc", "127.0.0.1:9090", "gRPC front door address")
 	f.StringVar(&g.target, "scheduler", "127.0.0.1:9091", "scheduler's internal gRPC address")
 	f.StringVar(&g.quotaTarget, "quota", "", "quota service's internal gRPC address (empty: no quota API)")
+	f.StringVar(&g.consumersTarget, "consumers", "", "consumers service's internal gRPC address (empty: no audit log, usage or webhook API)")
 	f.StringVar(&g.fsRoot, "objects-fs-root", "", "serve the fs object store at /objects/ from this directory")
 	f.StringVar(&g.fsBaseURL, "objects-fs-base-url", "", "public URL of /objects")
 	f.StringVar(&g.fsKey, "objects-fs-secret-file", "", "file holding the URL-signing secret")
@@ -70,7 +72,8 @@ func (g *gatewayFlags) config(p *process) (gateway.Config, error) {
 	live := g.live
 	live.Kafka = p.kafka
 	cfg := gateway.Config{HTTPAddr: g.httpAddr, GRPCAddr: g.grpcAddr, SchedulerTarget: g.target, QuotaTarget: g.quotaTarget,
-		InternalToken: p.internalToken, DatabaseURL: g.databaseURL, AdminKeyFile: g.adminKeyFile, Logger: p.log, Live: live,
+		ConsumersTarget: g.consumersTarget,
+		InternalToken:   p.internalToken, DatabaseURL: g.databaseURL, AdminKeyFile: g.adminKeyFile, Logger: p.log, Live: live,
 		MaxUploadBytes: g.maxUpload, NoConsole: g.noConsole}
 	if !p.metricsOwnPort {
 		cfg.Metrics = p.metrics // else --metrics-addr keeps it off the public port

@@ -124,8 +124,8 @@ func (s scrape) labelValues() map[string]bool {
 	return out
 }
 
-// call is one REST call; it returns the status and the decoded body.
-func call(t *testing.T, method, url, key string, body any) (int, map[string]any) {
+// callREST is one REST call; it returns the status and the decoded body.
+func callREST(t *testing.T, method, url, key string, body any) (int, map[string]any) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -148,11 +148,11 @@ func call(t *testing.T, method, url, key string, body any) (int, map[string]any)
 // tier's) and returns a key of it.
 func tenantKey(t *testing.T, base, adminKey, tenant string, rpm int) string {
 	t.Helper()
-	if code, body := call(t, "POST", base+"/api/v1/admin/tenants", adminKey,
+	if code, body := callREST(t, "POST", base+"/api/v1/admin/tenants", adminKey,
 		map[string]any{"tenant_id": tenant, "name": tenant, "tier": "standard", "rpm_limit": rpm}); code != 200 {
 		t.Fatalf("create tenant %s: %d %v", tenant, code, body)
 	}
-	code, body := call(t, "POST", base+"/api/v1/admin/tenants/"+tenant+"/api-keys", adminKey, map[string]any{"name": "metrics test"})
+	code, body := callREST(t, "POST", base+"/api/v1/admin/tenants/"+tenant+"/api-keys", adminKey, map[string]any{"name": "metrics test"})
 	secret, _ := body["secret"].(string)
 	if code != 200 || secret == "" {
 		t.Fatalf("create key of %s: %d %v", tenant, code, body)
@@ -164,7 +164,7 @@ func waitRunning(t *testing.T, base, key, id string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if _, task := call(t, "GET", base+"/api/v1/tasks/"+id, key, nil); task["status"] == "running" {
+		if _, task := callREST(t, "GET", base+"/api/v1/tasks/"+id, key, nil); task["status"] == "running" {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -221,7 +221,7 @@ func TestMetricsOfARunningStack(t *testing.T) {
 	// and a tenant over its rate limit.
 	var ids []string
 	submit := func(key string, spec map[string]any) string {
-		code, body := call(t, "POST", base+"/api/v1/tasks", key, spec)
+		code, body := callREST(t, "POST", base+"/api/v1/tasks", key, spec)
 		id, _ := body["id"].(string)
 		if code != 200 || id == "" {
 			t.Fatalf("create task: %d %v", code, body)
@@ -249,8 +249,8 @@ func TestMetricsOfARunningStack(t *testing.T) {
 		t.Fatalf("live stream: %v %v", live, err)
 	}
 	throttled := tenantKey(t, base, admin, "throttled", 1)
-	call(t, "GET", base+"/api/v1/tasks", throttled, nil)
-	if code, _ := call(t, "GET", base+"/api/v1/tasks", throttled, nil); code != http.StatusTooManyRequests {
+	callREST(t, "GET", base+"/api/v1/tasks", throttled, nil)
+	if code, _ := callREST(t, "GET", base+"/api/v1/tasks", throttled, nil); code != http.StatusTooManyRequests {
 		t.Fatalf("a second request at 1 RPM = %d, want 429", code)
 	}
 	for _, id := range ids {
@@ -260,7 +260,7 @@ func TestMetricsOfARunningStack(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, task := call(t, "GET", base+"/api/v1/tasks/"+failing, demo, nil)
+		_, task := callREST(t, "GET", base+"/api/v1/tasks/"+failing, demo, nil)
 		if task["status"] == "failed" {
 			break
 		}
@@ -283,7 +283,7 @@ func TestMetricsOfARunningStack(t *testing.T) {
 		return n == 1
 	})
 	live.Body.Close()
-	if code, body := call(t, "POST", base+"/api/v1/tasks/"+sleeper+"/cancel", demo, map[string]any{}); code != 200 {
+	if code, body := callREST(t, "POST", base+"/api/v1/tasks/"+sleeper+"/cancel", demo, map[string]any{}); code != 200 {
 		t.Fatalf("cancel: %d %v", code, body)
 	}
 
@@ -436,7 +436,7 @@ func checkCardinality(t *testing.T, base, admin string, before scrape, completed
 	for i, key := range keys {
 		wg.Go(func() {
 			for j := range perTenant {
-				code, body := call(t, "POST", base+"/api/v1/tasks", key, map[string]any{"name": fmt.Sprintf("load %d/%d", i, j), "type": "noop"})
+				code, body := callREST(t, "POST", base+"/api/v1/tasks", key, map[string]any{"name": fmt.Sprintf("load %d/%d", i, j), "type": "noop"})
 				id, _ := body["id"].(string)
 				if code != 200 || id == "" {
 					t.Errorf("create: %d %v", code, body)

@@ -22,6 +22,10 @@
 //	ctl queues list|get          admission queues with live usage (queues.go)
 //	ctl tasks why ID             why a task waits for admission (queues.go)
 //	ctl quota …                 the quota service, as the operator (quota.go)
+//	ctl audit                   the audit log, filtered (audit.go)
+//	ctl usage                   metered usage, priced, or as CSV (usage.go)
+//	ctl webhooks endpoint|deliveries|get|redeliver   notifications (webhooks.go)
+//	ctl deadletters list|retry|drop   parked records, operator key (deadletters.go)
 //
 // Errors print as one line, "error: <message> (code <n> <meaning>)", and
 // exit 1; mistakes in the command line itself exit 2 before anything is
@@ -143,7 +147,8 @@ root certificates unless --insecure is given.`,
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
 	ctl.AddCommand(tasks, a.groupsCommand(), a.templatesCommand(), a.videoCommand(), a.jobsCommand(), a.queuesCommand(),
-		a.tenantsCommand(), a.keysCommand(), a.agentsCommand(), a.quotaCommand())
+		a.tenantsCommand(), a.keysCommand(), a.agentsCommand(), a.quotaCommand(), a.auditCommand(), a.usageCommand(), a.webhooksCommand(),
+		a.deadLettersCommand())
 	return ctl
 }
 

@@ -72,7 +72,7 @@ var taskKeys = []string{
 	"id", "name", "type", "command", "args", "workdir", "env", "timeout", "priority",
 	"max_retries", "retry_delay", "machine_id", "group_id", "parent_id", "depends_on",
 	"lease_ttl_sec", "renew_interval_sec", "heartbeat_interval_sec", "grace_period_sec",
-	"repeat_count", "targets", "distribution", "queue",
+	"repeat_count", "targets", "distribution", "queue", "webhook",
 }
 
 // ParseTaskFile reads every task of a file. name is used in messages
@@ -303,6 +303,8 @@ func (p *fileParser) taskPairs(n *yaml.Node, pairs []pair, path, defaultMachine 
 			s.Targets, err = p.targets(kv.v, f)
 		case "distribution":
 			s.Distribution, err = p.distribution(kv.v, f)
+		case "webhook":
+			s.Webhook, err = p.webhook(kv.v, f)
 		default:
 			if stateFields[kv.key] {
 				ignored = append(ignored, kv.key)
@@ -332,6 +334,24 @@ func (p *fileParser) taskPairs(n *yaml.Node, pairs []pair, path, defaultMachine 
 			t.Where, name, strings.Join(ignored, ", ")))
 	}
 	return t, nil
+}
+
+// webhook reads the document's `webhook: {url: …}` block (§8.3).
+func (p *fileParser) webhook(n *yaml.Node, path string) (*taskv1.Webhook, error) {
+	pairs, err := p.pairs(n, path)
+	if err != nil {
+		return nil, err
+	}
+	w := &taskv1.Webhook{}
+	for _, kv := range pairs {
+		if kv.key != "url" {
+			return nil, p.unknown(kv.k, path, []string{"url"})
+		}
+		if w.Url, err = p.str(kv.v, join(path, kv.key)); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
 }
 
 func (p *fileParser) targets(n *yaml.Node, path string) (*taskv1.Targets, error) {
