@@ -87,7 +87,9 @@ func describe(r domain.Record) (action string, details map[string]any, machine s
 	case domain.Preempted:
 		action, details["preempted_by"] = "task.preempted", e.By
 	case domain.Suspended:
-		action = "task.suspended"
+		action, details["reason"] = "task.suspended", e.Reason
+	case domain.Checkpointed:
+		action, details["attempt_id"], details["checkpoint"], details["size_bytes"] = "task.checkpointed", e.AttemptID, e.Key, e.SizeBytes
 	case domain.Requeued:
 		action, details["from"] = "task.requeued", e.From
 	case domain.Canceled:
