@@ -420,7 +420,7 @@ func (g *Gateway) watch() {
 func (g *Gateway) watchUpstream(ctx context.Context) {
 	defer close(g.watchDone)
 	services := []string{"", taskv1.TaskService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
-		taskv1.TaskGroupService_ServiceDesc.ServiceName, taskv1.TemplateService_ServiceDesc.ServiceName}
+		taskv1.AttemptFilesService_ServiceDesc.ServiceName, taskv1.TaskGroupService_ServiceDesc.ServiceName, taskv1.TemplateService_ServiceDesc.ServiceName}
 	for {
 		state := g.upstream.GetState()
 		serving := healthpb.HealthCheckResponse_NOT_SERVING

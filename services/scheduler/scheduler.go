@@ -246,12 +246,13 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// Register adds TaskService, LeaseService, TaskGroupService and
+// Register adds TaskService, LeaseService, AttemptFilesService, TaskGroupService and
 // TemplateService (and VideoService when configured) to a server built
 // with platform/grpcserver (internal authentication and validation).
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	taskv1.RegisterTaskServiceServer(g, &ports.TaskServer{App: s.app, Log: s.log})
 	taskv1.RegisterLeaseServiceServer(g, &ports.LeaseServer{App: s.app, Log: s.log})
+	taskv1.RegisterAttemptFilesServiceServer(g, &ports.AttemptFilesServer{App: s.app, Log: s.log})
 	taskv1.RegisterTaskGroupServiceServer(g, &oports.GroupServer{App: s.orch, Log: s.log})
 	taskv1.RegisterTemplateServiceServer(g, &oports.TemplateServer{App: s.orch, Log: s.log})
 	if s.video != nil {

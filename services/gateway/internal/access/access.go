@@ -7,7 +7,8 @@
 // and the pipeline API (taskmesh.pipeline.v1.PipelineService, REST /jobs…),
 // and reads its own quotas and queues (taskmesh.quota.v1.QuotaService,
 // AdmissionService but its internal ResolveQueue), an agent token
-// calls the lease API (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…),
+// calls the lease API (taskmesh.task.v1.LeaseService and
+// AttemptFilesService, REST /api/v1/agent/…),
 // an operator key calls the admin API (taskmesh.admin.v1.AdminService, REST
 // /api/v1/admin/…), manages quotas and queues (QuotaService,
 // AdmissionService, REST OperatorRoutes) and resets a repeat's circuit
@@ -46,8 +47,10 @@ var (
 	resetRepeat     = groupMethods + "ResetTaskGroupRepeat"
 	templateMethods = "/" + taskv1.TemplateService_ServiceDesc.ServiceName + "/"
 	leaseMethods    = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
-	adminMethods    = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
-	videoMethods    = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
+	// An attempt's checkpoint and artifacts are part of the agent protocol.
+	attemptFilesMethods = "/" + taskv1.AttemptFilesService_ServiceDesc.ServiceName + "/"
+	adminMethods        = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
+	videoMethods        = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
 	// The pipeline API is a tenant's: its jobs and uploads belong to one.
 	pipelineMethods = "/" + pipelinev1.PipelineService_ServiceDesc.ServiceName + "/"
 	// A tenant's key reads its own quotas; the quota service refuses it
@@ -91,6 +94,11 @@ func tenantMethod(fullMethod string) bool {
 	return false
 }
 
+// agentMethod reports a method of the agent protocol.
+func agentMethod(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, leaseMethods) || strings.HasPrefix(fullMethod, attemptFilesMethods)
+}
+
 // resetRoute reports POST /api/v1/task-groups/{id}/repeat/reset's path.
 func resetRoute(path string) bool {
 	id, ok := strings.CutPrefix(path, "/api/v1/task-groups/")
@@ -124,9 +132,9 @@ func Method(p authn.Principal, fullMethod string) error {
 		return nil
 	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, quotaMethods) || strings.HasPrefix(fullMethod, admissionMethods)):
 		return nil
-	case p.Kind == authn.KindAgent && strings.HasPrefix(fullMethod, leaseMethods):
+	case p.Kind == authn.KindAgent && agentMethod(fullMethod):
 		return nil
-	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, leaseMethods):
+	case p.Kind == authn.KindUser && agentMethod(fullMethod):
 		return denied("API keys cannot call the agent API; use an agent token")
 	case p.Kind == authn.KindAgent && tenantMethod(fullMethod):
 		return denied("agent tokens can only call the agent API")

@@ -54,6 +54,9 @@ func newAPIMux(ctx context.Context, upstream, quota grpc.ClientConnInterface, lo
 	if err := taskv1.RegisterLeaseServiceHandlerClient(ctx, mux, taskv1.NewLeaseServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register lease service: %w", err)
 	}
+	if err := taskv1.RegisterAttemptFilesServiceHandlerClient(ctx, mux, taskv1.NewAttemptFilesServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register attempt files service: %w", err)
+	}
 	if err := taskv1.RegisterTaskGroupServiceHandlerClient(ctx, mux, taskv1.NewTaskGroupServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register task group service: %w", err)
 	}

@@ -141,7 +141,7 @@ root certificates unless --insecure is given.`,
 		RunE:    groupRunE,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
-		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
+		a.cancelCommand(), a.retryCommand(), a.suspendCommand(), a.resumeCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
 	ctl.AddCommand(tasks, a.groupsCommand(), a.templatesCommand(), a.videoCommand(), a.jobsCommand(), a.queuesCommand(),
 		a.tenantsCommand(), a.keysCommand(), a.quotaCommand())
 	return ctl
