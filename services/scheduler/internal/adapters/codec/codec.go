@@ -179,7 +179,7 @@ func specToProto(s domain.Spec) *taskv1.TaskSpec {
 		GracePeriodSec: i32(s.GracePeriod), Queue: s.Queue,
 		Distribution: &taskv1.Distribution{Mode: s.Mode, Labels: s.Labels, Count: int32(s.ScatterCount)},
 		Resources:    s.Resources, Quota: s.Quota, Video: taskproto.VideoToProto(s.Video),
-		Artifacts:    s.Artifacts,
+		Artifacts: s.Artifacts,
 	}
 	if s.Checkpoint {
 		p.Checkpoint = &taskv1.CheckpointSpec{Enabled: true}
