@@ -61,10 +61,11 @@ type Agent struct {
 	journal *journal.Journal
 	policy  policy.Policy
 	conn    *grpc.ClientConn
-	lease   taskv1.LeaseServiceClient // nil without a server: local tasks only
-	video   video.Tools               // the video runner's tools (type video)
-	http    *http.Client              // result uploads
-	baseEnv []string                  // PATH, HOME, LANG of the agent; nothing else
+	lease   taskv1.LeaseServiceClient        // nil without a server: local tasks only
+	files   taskv1.AttemptFilesServiceClient // checkpoints and artifacts; nil without a server
+	video   video.Tools                      // the video runner's tools (type video)
+	http    *http.Client                     // result uploads
+	baseEnv []string                         // PATH, HOME, LANG of the agent; nothing else
 
 	slots   chan struct{} // process slots: a send takes one
 	noops   chan struct{} // bound on noop tasks in flight
@@ -127,7 +128,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			j.Close()
 			return nil, err
 		}
-		a.conn, a.lease = conn, taskv1.NewLeaseServiceClient(conn)
+		a.conn, a.lease, a.files = conn, taskv1.NewLeaseServiceClient(conn), taskv1.NewAttemptFilesServiceClient(conn)
 	}
 	if cfg.LocalAPIAddr != "" {
 		ln, err := net.Listen("tcp", cfg.LocalAPIAddr)
