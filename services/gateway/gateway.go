@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/closer"
@@ -420,7 +421,8 @@ func (g *Gateway) watch() {
 func (g *Gateway) watchUpstream(ctx context.Context) {
 	defer close(g.watchDone)
 	services := []string{"", taskv1.TaskService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
-		taskv1.AttemptFilesService_ServiceDesc.ServiceName, taskv1.TaskGroupService_ServiceDesc.ServiceName, taskv1.TemplateService_ServiceDesc.ServiceName}
+		taskv1.AttemptFilesService_ServiceDesc.ServiceName, managedv1.ManagedServiceService_ServiceDesc.ServiceName,
+		managedv1.ServiceAgentService_ServiceDesc.ServiceName, taskv1.TaskGroupService_ServiceDesc.ServiceName, taskv1.TemplateService_ServiceDesc.ServiceName}
 	for {
 		state := g.upstream.GetState()
 		serving := healthpb.HealthCheckResponse_NOT_SERVING

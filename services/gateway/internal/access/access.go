@@ -3,12 +3,15 @@
 // API key calls the task API (taskmesh.task.v1.TaskService, TaskGroupService
 // but its ResetTaskGroupRepeat, TemplateService; REST /api/v1/… except
 // /api/v1/agent/…), the video API
-// (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…)
+// (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…),
+// managed services (taskmesh.managed.v1.ManagedServiceService, REST
+// /api/v1/services…)
 // and the pipeline API (taskmesh.pipeline.v1.PipelineService, REST /jobs…),
 // and reads its own quotas and queues (taskmesh.quota.v1.QuotaService,
 // AdmissionService but its internal ResolveQueue), an agent token
 // calls the lease API (taskmesh.task.v1.LeaseService and
-// AttemptFilesService, REST /api/v1/agent/…),
+// AttemptFilesService, taskmesh.managed.v1.ServiceAgentService, REST
+// /api/v1/agent/…),
 // an operator key calls the admin API (taskmesh.admin.v1.AdminService, REST
 // /api/v1/admin/…), manages quotas and queues (QuotaService,
 // AdmissionService, REST OperatorRoutes) and resets a repeat's circuit
@@ -23,6 +26,7 @@ import (
 	"strings"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -49,6 +53,9 @@ var (
 	leaseMethods    = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
 	// An attempt's checkpoint and artifacts are part of the agent protocol.
 	attemptFilesMethods = "/" + taskv1.AttemptFilesService_ServiceDesc.ServiceName + "/"
+	// Tenants declare managed services; agents synchronise them.
+	managedMethods      = "/" + managedv1.ManagedServiceService_ServiceDesc.ServiceName + "/"
+	serviceAgentMethods = "/" + managedv1.ServiceAgentService_ServiceDesc.ServiceName + "/"
 	adminMethods        = "/" + adminv1.AdminService_ServiceDesc.ServiceName + "/"
 	videoMethods        = "/" + videov1.VideoService_ServiceDesc.ServiceName + "/"
 	// The pipeline API is a tenant's: its jobs and uploads belong to one.
@@ -86,7 +93,7 @@ func denied(msg string) error { return &deniedError{msg: msg} }
 
 // tenantMethod reports a method of the tenant-facing task APIs.
 func tenantMethod(fullMethod string) bool {
-	for _, prefix := range []string{taskMethods, groupMethods, templateMethods, videoMethods, pipelineMethods} {
+	for _, prefix := range []string{taskMethods, groupMethods, templateMethods, videoMethods, pipelineMethods, managedMethods} {
 		if strings.HasPrefix(fullMethod, prefix) {
 			return true
 		}
@@ -96,7 +103,8 @@ func tenantMethod(fullMethod string) bool {
 
 // agentMethod reports a method of the agent protocol.
 func agentMethod(fullMethod string) bool {
-	return strings.HasPrefix(fullMethod, leaseMethods) || strings.HasPrefix(fullMethod, attemptFilesMethods)
+	return strings.HasPrefix(fullMethod, leaseMethods) || strings.HasPrefix(fullMethod, attemptFilesMethods) ||
+		strings.HasPrefix(fullMethod, serviceAgentMethods)
 }
 
 // resetRoute reports POST /api/v1/task-groups/{id}/repeat/reset's path.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
@@ -56,6 +57,12 @@ func newAPIMux(ctx context.Context, upstream, quota grpc.ClientConnInterface, lo
 	}
 	if err := taskv1.RegisterAttemptFilesServiceHandlerClient(ctx, mux, taskv1.NewAttemptFilesServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register attempt files service: %w", err)
+	}
+	if err := managedv1.RegisterManagedServiceServiceHandlerClient(ctx, mux, managedv1.NewManagedServiceServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register managed service service: %w", err)
+	}
+	if err := managedv1.RegisterServiceAgentServiceHandlerClient(ctx, mux, managedv1.NewServiceAgentServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register service agent service: %w", err)
 	}
 	if err := taskv1.RegisterTaskGroupServiceHandlerClient(ctx, mux, taskv1.NewTaskGroupServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register task group service: %w", err)

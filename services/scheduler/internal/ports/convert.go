@@ -85,3 +85,7 @@ func taskToProto(t domain.Task) *taskv1.Task { return taskproto.TaskToProto(t) }
 // UserCaller is the caller of a tenant's API (admins included) for the
 // scheduler's other gRPC services (the video API).
 func UserCaller(ctx context.Context) (app.Caller, error) { return caller(ctx, false) }
+
+// AgentCaller is caller for the scheduler's other agent-facing services
+// (managed services' synchronisation).
+func AgentCaller(ctx context.Context) (app.Caller, error) { return caller(ctx, true) }
