@@ -16,6 +16,8 @@
 //     loop.
 //  4. sync: delivers finished outcomes that could not be delivered when
 //     they happened, in order of end time, with exponential backoff.
+//  5. services: keeps the managed services the server declares for this
+//     agent running (services.go, package services).
 //
 // Each attempt runs in its own goroutine: policy check, journal "running",
 // StartTask (execution.go), run directory and shim start (spawn.go), then
@@ -189,6 +191,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.runInBackground(func() { a.claimLoop(ctx) })
 		a.runInBackground(func() { a.heartbeatLoop(ctx) })
 		a.runInBackground(func() { a.syncLoop(ctx) })
+		a.runInBackground(func() { a.servicesLoop(ctx) })
 	}
 	a.log.Info("executor agent started", "server", a.cfg.Server, "slots", a.cfg.Slots,
 		"local_api", a.LocalAPIAddr(), "data_dir", a.cfg.DataDir)
