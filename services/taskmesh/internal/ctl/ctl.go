@@ -142,7 +142,7 @@ root certificates unless --insecure is given.`,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.suspendCommand(), a.resumeCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
-	ctl.AddCommand(tasks, a.groupsCommand(), a.templatesCommand(), a.videoCommand(), a.jobsCommand(), a.queuesCommand(),
+	ctl.AddCommand(tasks, a.groupsCommand(), a.templatesCommand(), a.servicesCommand(), a.videoCommand(), a.jobsCommand(), a.queuesCommand(),
 		a.tenantsCommand(), a.keysCommand(), a.quotaCommand())
 	return ctl
 }
