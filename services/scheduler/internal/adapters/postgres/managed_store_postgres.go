@@ -256,3 +256,11 @@ func (s *ManagedStore) MarkLost(ctx context.Context, p mapp.Placement) error {
 	_, err := s.DB.Exec(ctx, `UPDATE managed_service_reports SET lost = true WHERE service_id = $1 AND agent_id = $2`, p.ServiceID, p.AgentID)
 	return err
 }
+
+// DecodeServiceDoc reads a managed_services.doc value (for tests and
+// tools that read rows directly).
+func DecodeServiceDoc(doc []byte) (domain.Service, error) {
+	var sv domain.Service
+	err := gojson.Unmarshal(doc, &sv)
+	return sv, err
+}
