@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/scheduler"
 )
 
 // service reads a managed service through the API.
@@ -128,5 +132,15 @@ func TestManagedServiceOnARealAgent(t *testing.T) {
 	}
 	if code, _, _ := w.call("GET", "/api/v1/services/"+id, key, nil); code != 404 {
 		t.Fatalf("get after delete = %d", code)
+	}
+	// The services row is rebuilt from the service's events alone.
+	pool, err := pg.Open(context.Background(), pg.Config{URL: w.s.Postgres, Schema: scheduler.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rep, err := scheduler.RebuildInlineProjection(context.Background(), pool, false)
+	if err != nil || rep.Services != 1 || len(rep.Differences) != 0 {
+		t.Fatalf("rebuild = %+v, %v", rep, err)
 	}
 }
