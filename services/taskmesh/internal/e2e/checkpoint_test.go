@@ -64,15 +64,24 @@ func preemptOnAgent1(t *testing.T, cooperative bool) (victim map[string]any, pre
 	// agent-2 is free from now on, but the preemptor is for agent-1 only:
 	// it takes agent-1's slot from the training task.
 	w.startAgent("agent-2", w.agentToken("agent-2"), 1)
+	// The preemptor runs until the test has queued agent-1's next task.
+	release := filepath.Join(w.dir, "release-"+id)
 	preemptor = w.submit(key, map[string]any{"name": "urgent", "type": "shell", "command": "sh",
-		"args": []string{"-c", "sleep 1; echo urgent done"}, "priority": 2, "machine_id": "machine-agent-1"})
+		"args": []string{"-c", `while [ ! -e "$1" ]; do sleep 0.05; done; echo urgent done`, "urgent", release},
+		"priority": 2, "machine_id": "machine-agent-1"})
 	w.waitStatus(key, id, 30*time.Second, "preempted")
 	w.waitStatus(key, preemptor, 30*time.Second, "running")
 	// After the preemptor, agent-1 takes more work of its own (queued
 	// behind the preemptor, and ahead of the training task by priority),
 	// so the training task runs again on agent-2.
-	w.submit(key, map[string]any{"name": "next", "type": "shell", "command": "sleep", "args": []string{"3"},
+	next := w.submit(key, map[string]any{"name": "next", "type": "shell", "command": "sleep", "args": []string{"3"},
 		"priority": 1, "machine_id": "machine-agent-1"})
+	if tk := w.task(key, next); tk["status"] != "pending" {
+		t.Fatalf("agent-1's next task = %v", tk["status"])
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if done := w.waitStatus(key, preemptor, 30*time.Second, "completed"); done["stdout"] != "urgent done\n" {
 		t.Fatalf("preemptor = %v", done)
 	}
