@@ -34,7 +34,7 @@ const (
 // heartbeat and monitoring daemons) that agents keep alive
 // (docs/api/services.md). Services never enter the task queue or
 // admission. Every call is scoped to the caller's tenant: another tenant's
-// service id is SERVICE_NOT_FOUND, like an unknown one.
+// service id is 30004 (not found), like an unknown one.
 type ManagedServiceServiceClient interface {
 	// CreateService declares a service on one agent (agent_id) or on every
 	// agent with the labels.
@@ -116,7 +116,7 @@ func (c *managedServiceServiceClient) DeleteService(ctx context.Context, in *Del
 // heartbeat and monitoring daemons) that agents keep alive
 // (docs/api/services.md). Services never enter the task queue or
 // admission. Every call is scoped to the caller's tenant: another tenant's
-// service id is SERVICE_NOT_FOUND, like an unknown one.
+// service id is 30004 (not found), like an unknown one.
 type ManagedServiceServiceServer interface {
 	// CreateService declares a service on one agent (agent_id) or on every
 	// agent with the labels.
