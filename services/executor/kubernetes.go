@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/objectstore"
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/kubernetes"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leaseconn"
 	"k8s.io/client-go/dynamic"
@@ -46,6 +48,12 @@ type KubernetesConfig struct {
 	PriorityClasses map[string]string
 	// GPUsPerReplica is the most GPUs one pod gets (default 2).
 	GPUsPerReplica int
+	// UploadVideos reads each succeeded job's video from the bucket and
+	// uploads it as the task's result object (served as video_url); it
+	// needs read access to the bucket: S3Region, S3AccessKey and
+	// S3SecretKey (empty keys: the environment's or the instance role's).
+	UploadVideos                       bool
+	S3Region, S3AccessKey, S3SecretKey string
 	// PollInterval of the job conditions (default 5 s).
 	PollInterval time.Duration
 	Logger       *slog.Logger
@@ -66,6 +74,16 @@ func RunKubernetes(ctx context.Context, cfg KubernetesConfig) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes backend: %w", err)
 	}
+	logs, err := kubernetes.NewPodLogs(rc, client, cfg.Namespace)
+	if err != nil {
+		return fmt.Errorf("kubernetes backend: %w", err)
+	}
+	var videos kubernetes.VideoSource
+	if cfg.UploadVideos {
+		if videos, err = videoBucket(ctx, cfg); err != nil {
+			return fmt.Errorf("kubernetes backend: the videos' bucket: %w", err)
+		}
+	}
 	conn, err := leaseconn.Dial(cfg.Server, cfg.Token, cfg.TLS)
 	if err != nil {
 		return err
@@ -73,7 +91,7 @@ func RunKubernetes(ctx context.Context, cfg KubernetesConfig) error {
 	defer conn.Close()
 	b, err := kubernetes.New(kubernetes.Config{
 		AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots,
-		PollInterval: cfg.PollInterval, Logger: cfg.Logger,
+		PollInterval: cfg.PollInterval, Logger: cfg.Logger, Logs: logs, Videos: videos,
 		Render: kubernetes.RenderConfig{
 			Namespace: cfg.Namespace, Image: cfg.Image,
 			S3Endpoint: cfg.S3Endpoint, S3Bucket: cfg.S3Bucket, S3Secret: cfg.S3Secret,
@@ -85,6 +103,19 @@ func RunKubernetes(ctx context.Context, cfg KubernetesConfig) error {
 		return err
 	}
 	return b.Run(ctx)
+}
+
+// videoBucket opens the bucket the jobs upload their videos to, at the
+// endpoint the job template is given (https://host[:port]).
+func videoBucket(ctx context.Context, cfg KubernetesConfig) (*objectstore.S3, error) {
+	u, err := url.Parse(cfg.S3Endpoint)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("S3 endpoint %q is not a URL", cfg.S3Endpoint)
+	}
+	return objectstore.NewS3(ctx, objectstore.S3Config{
+		Endpoint: u.Host, UseSSL: u.Scheme == "https", Bucket: cfg.S3Bucket, Region: cfg.S3Region,
+		AccessKey: cfg.S3AccessKey, SecretKey: cfg.S3SecretKey,
+	})
 }
 
 // restConfig reads a kubeconfig file, or the in-cluster configuration

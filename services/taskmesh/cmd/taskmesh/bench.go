@@ -23,7 +23,7 @@ type benchmark struct {
 
 func benchCommand() *cobra.Command {
 	return newBenchCommand([]benchmark{eventsBenchmark(), tasksBenchmark(), gatewayBenchmark(), admissionBenchmark(), pipelineBenchmark(),
-		dagBenchmark()})
+		dagBenchmark(), slurmBenchmark()})
 }
 
 // newBenchCommand is `taskmesh bench` with a subcommand per benchmark and
@@ -192,6 +192,22 @@ func dagBenchmark() benchmark {
 		run: func(ctx context.Context, c bench.Common) error {
 			o.Common = c
 			_, err := bench.DAG(ctx, o)
+			return err
+		}}
+}
+
+func slurmBenchmark() benchmark {
+	var o bench.SlurmOptions
+	f := pflag.NewFlagSet("slurm", pflag.ContinueOnError)
+	f.IntVar(&o.Jobs, "slurm-jobs", 100, "tasks (placeholder jobs held at once) and sbatch jobs of the anchor per run")
+	f.IntVar(&o.Tasks, "slurm-tasks", 300, "no-op tasks of the throughput run")
+	f.DurationVar(&o.Poll, "slurm-poll", 200*time.Millisecond, "the backend's poll of slurmctld's job list")
+	f.DurationVar(&o.Spread, "slurm-spread", 10*time.Second, "time the latency run's submissions are spread over")
+	return benchmark{name: "slurm", flags: f,
+		short: "Submit → Slurm RUNNING → Taskmesh running and tasks/s through the Slurm backend, beside sbatch → RUNNING on the same Slurm (needs root and Slurm)",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.Slurm(ctx, o)
 			return err
 		}}
 }

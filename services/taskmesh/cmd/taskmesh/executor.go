@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,11 +33,14 @@ func executorShim(args []string) (int, bool) {
 
 // executorFlags are the flags of `taskmesh executor`.
 type executorFlags struct {
-	cfg                             executor.Config
-	labels, types, allowed, blocked string
-	tokenFile, logFormat            string
-	backend, priorityClasses        string
-	k8s                             executor.KubernetesConfig
+	cfg                              executor.Config
+	labels, types, allowed, blocked  string
+	tokenFile, logFormat             string
+	backend, priorityClasses         string
+	k8s                              executor.KubernetesConfig
+	slurm                            executor.SlurmConfig
+	slurmQoS, slurmNodeAgents        string
+	s3AccessKeyFile, s3SecretKeyFile string
 }
 
 func executorCommand() *cobra.Command {
@@ -54,6 +58,7 @@ func executorCommand() *cobra.Command {
 	}
 	f.addAgent(cmd.Flags())
 	f.addKubernetes(cmd.Flags())
+	f.addSlurm(cmd.Flags())
 	return cmd
 }
 
@@ -73,9 +78,34 @@ func (e *executorFlags) run(ctx context.Context) error {
 		if k8s.PriorityClasses, err = keyValues(e.priorityClasses); err != nil {
 			return fmt.Errorf("--k8s-priority-classes: %w", err)
 		}
+		if k8s.S3AccessKey, err = flagenv.Secret("", e.s3AccessKeyFile); err != nil {
+			return err
+		}
+		if k8s.S3SecretKey, err = flagenv.Secret("", e.s3SecretKeyFile); err != nil {
+			return err
+		}
 		return executor.RunKubernetes(ctx, k8s)
+	case "slurm":
+		return e.runSlurm(ctx, cfg)
 	}
-	return fmt.Errorf("--backend %q: want process or kubernetes", e.backend)
+	return fmt.Errorf("--backend %q: want process, kubernetes or slurm", e.backend)
+}
+
+// runSlurm runs the Slurm backend with the agent's identity and server.
+func (e *executorFlags) runSlurm(ctx context.Context, cfg executor.Config) error {
+	s := e.slurm
+	s.AgentID, s.MachineID, s.Labels, s.Types = cfg.AgentID, cfg.MachineID, cfg.Labels, cfg.Types
+	s.Server, s.Token, s.Logger = cfg.Server, cfg.Token, cfg.Logger
+	var err error
+	if s.QoS, err = executor.ParseSlurmQoS(e.slurmQoS); err != nil {
+		return fmt.Errorf("--slurm-qos: %w", err)
+	}
+	if s.NodeAgents, err = pairs(e.slurmNodeAgents, "node=address"); err != nil {
+		return fmt.Errorf("--slurm-node-agents: %w", err)
+	}
+	// The attempt records live beside an agent's journal.
+	s.StateDir = filepath.Join(cfg.DataDir, "slurm")
+	return executor.RunSlurm(ctx, s)
 }
 
 // config is the agent's configuration, the part both backends share.
@@ -133,7 +163,7 @@ func (e *executorFlags) addAgent(f *pflag.FlagSet) {
 // PyTorchJobs queued by Kueue.
 func (e *executorFlags) addKubernetes(f *pflag.FlagSet) {
 	k8s := &e.k8s
-	f.StringVar(&e.backend, "backend", "process", "process (run tasks on this machine) or kubernetes (video tasks as PyTorchJobs)")
+	f.StringVar(&e.backend, "backend", "process", "process (run tasks on this machine), kubernetes (video tasks as PyTorchJobs) or slurm (tasks placed by Slurm)")
 	f.StringVar(&k8s.Kubeconfig, "kubeconfig", "", "kubeconfig file of the kubernetes backend (default: in-cluster service account)")
 	f.StringVar(&k8s.Namespace, "k8s-namespace", "default", "namespace of the PyTorchJobs and the Kueue LocalQueues")
 	f.IntVar(&k8s.Slots, "k8s-slots", 16, "PyTorchJobs one kubernetes backend holds at once")
@@ -147,10 +177,37 @@ func (e *executorFlags) addKubernetes(f *pflag.FlagSet) {
 	f.StringVar(&e.priorityClasses, "k8s-priority-classes", "premium=taskmesh-premium,standard=taskmesh-standard",
 		"LocalQueue=WorkloadPriorityClass pairs, comma-separated")
 	f.IntVar(&k8s.GPUsPerReplica, "k8s-gpus-per-replica", 2, "most GPUs of one PyTorchJob replica; larger tasks get Workers")
+	f.BoolVar(&k8s.UploadVideos, "k8s-upload-videos", true, "upload each succeeded job's video from the bucket as the task's result (served as video_url)")
+	f.StringVar(&k8s.S3Region, "s3-region", "", "region of the videos' bucket")
+	f.StringVar(&e.s3AccessKeyFile, "s3-access-key-file", "", "file holding the access key that reads the videos' bucket (default: the environment's)")
+	f.StringVar(&e.s3SecretKeyFile, "s3-secret-key-file", "", "file holding the secret key that reads the videos' bucket")
 }
 
-// keyValues parses "a=b,c=d".
-func keyValues(s string) (map[string]string, error) {
+// addSlurm adds the flags of the Slurm backend (docs/slurm.md).
+func (e *executorFlags) addSlurm(f *pflag.FlagSet) {
+	s := &e.slurm
+	f.StringVar(&s.RESTEndpoint, "slurmrestd", "", "slurmrestd of the slurm backend: unix:/path/slurmrestd.sock or http(s)://host:port")
+	f.StringVar(&s.RESTVersion, "slurm-api-version", "", "slurmrestd API version, v0.0.38 or v0.0.40 and later (default: the newest slurmrestd offers)")
+	f.StringVar(&s.RESTUser, "slurm-user", "", "user name sent with the JWT (X-SLURM-USER-NAME)")
+	f.StringVar(&s.RESTTokenFile, "slurm-token-file", "", "file holding the JWT for slurmrestd over TCP (re-read when it changes)")
+	f.StringVar(&s.Mode, "slurm-mode", "placement", "placement (a placeholder job; the task runs on the allocated node's agent) or batch (the task is the job)")
+	f.StringVar(&s.Partition, "slurm-partition", "", "partition of the jobs (default: the cluster's default partition)")
+	f.StringVar(&s.JobDir, "slurm-job-dir", "", "directory shared with the nodes: batch output and work directories (placement: where placeholders run, default /tmp)")
+	f.IntVar(&s.Slots, "slurm-slots", 64, "Slurm jobs one backend holds at once, pending or running")
+	f.StringVar(&s.Priority, "slurm-priority", "nice", "how task priority reaches Slurm: nice (anyone), absolute (operators) or off")
+	f.IntVar(&s.PriorityStep, "slurm-priority-step", 100, "Slurm priority (or nice) one task priority level is worth")
+	f.StringVar(&e.slurmQoS, "slurm-qos", "", "QoS by task priority, e.g. 1-3=high,4-10=normal")
+	f.Int64Var(&s.DefaultMemoryMB, "slurm-default-memory", 0, "MB of memory asked for a task that names none (0: the partition's default)")
+	f.StringVar(&e.slurmNodeAgents, "slurm-node-agents", "", "node=address of each node's Taskmesh agent local API, comma-separated (placement)")
+	f.StringVar(&s.NodeAgentURL, "slurm-node-agent-url", "", "local API address of the other nodes' agents, with {node}, e.g. http://{node}:7071 (placement)")
+	f.DurationVar(&s.PollInterval, "slurm-poll-interval", time.Second, "how often slurmctld's job list is read")
+}
+
+// keyValues parses "queue=class,queue=class".
+func keyValues(s string) (map[string]string, error) { return pairs(s, "queue=class") }
+
+// pairs parses "a=b,c=d"; what names the shape in errors.
+func pairs(s, what string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, kv := range strings.Split(s, ",") {
 		if kv = strings.TrimSpace(kv); kv == "" {
@@ -158,7 +215,7 @@ func keyValues(s string) (map[string]string, error) {
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" || v == "" {
-			return nil, fmt.Errorf("%q is not queue=class", kv)
+			return nil, fmt.Errorf("%q is not %s", kv, what)
 		}
 		out[k] = v
 	}

@@ -7,9 +7,12 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
 // queuesCommand groups the admission queues' commands (the quota
@@ -70,22 +73,57 @@ func writeQueues(w io.Writer, qs []*quotav1.ClusterQueue) error {
 	})
 }
 
-// whyCommand explains a task's admission: where it waits and what blocks it.
+// whyCommand explains why a task waits: its admission (queue, position,
+// the resources it lacks) and, once admitted and leased, what the
+// executor says, such as Slurm's pending reason.
 func (a *app) whyCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "why ID",
-		Short: "Say why a task waits for admission (its queue, position, and the resources it lacks)",
+		Short: "Say why a task waits: its admission (queue, position, resources it lacks) and the executor's reason (e.g. Slurm's)",
 		Args:  idArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
+				// The task's own record says what the executor reported; a
+				// failure to read it leaves the admission's answer alone.
+				var task *taskv1.Task
+				if got, err := c.tasks.GetTask(ctx, &taskv1.GetTaskRequest{Id: args[0]}); err == nil {
+					task = got.GetTask()
+				}
 				resp, err := c.admission.ExplainTaskAdmission(ctx, &quotav1.ExplainTaskAdmissionRequest{TaskId: args[0]})
-				return resp, func(w io.Writer) error { return writeExplanation(w, resp) }, err
+				if status.Code(err) == codes.NotFound && task != nil {
+					// Work without resources or a queue never waits for
+					// admission; the executor may still explain a wait.
+					resp, err = &quotav1.ExplainTaskAdmissionResponse{TaskId: task.GetId(), State: "none",
+						Reason: "the task needs no admission"}, nil
+				}
+				if err != nil {
+					return nil, nil, err
+				}
+				return resp, func(w io.Writer) error { return writeExplanation(w, resp, task) }, nil
 			})
 		},
 	}
 }
 
-func writeExplanation(w io.Writer, e *quotav1.ExplainTaskAdmissionResponse) error {
+// slurmPrefix starts the progress messages of the Slurm backend
+// (docs/slurm.md#states): "slurm: job 12 PENDING (Resources)".
+const slurmPrefix = "slurm: "
+
+// executorReason is what a task that is leased but not running waits for,
+// as its executor last said: Slurm's state and reason, or another
+// executor's progress message.
+func executorReason(t *taskv1.Task) (key, reason string) {
+	msg := t.GetProgressMessage()
+	if msg == "" || t.GetStatus() != "assigned" {
+		return "", ""
+	}
+	if rest, ok := strings.CutPrefix(msg, slurmPrefix); ok {
+		return "slurm", rest
+	}
+	return "executor", msg
+}
+
+func writeExplanation(w io.Writer, e *quotav1.ExplainTaskAdmissionResponse, task *taskv1.Task) error {
 	rows := [][2]string{{"task_id", e.GetTaskId()}, {"queue", e.GetClusterQueue()}, {"state", e.GetState()}}
 	if e.GetPosition() > 0 {
 		rows = append(rows, [2]string{"position", fmt.Sprint(e.GetPosition())})
@@ -100,6 +138,11 @@ func writeExplanation(w io.Writer, e *quotav1.ExplainTaskAdmissionResponse) erro
 	}
 	if v := e.GetWaitingFor(); len(v) > 0 {
 		rows = append(rows, [2]string{"waiting_for", strings.Join(v, ", ")})
+	}
+	if task != nil {
+		if key, reason := executorReason(task); key != "" {
+			rows = append(rows, [2]string{"status", task.GetStatus() + " to " + task.GetAssignedAgentId()}, [2]string{key, reason})
+		}
 	}
 	for _, r := range rows {
 		if _, err := fmt.Fprintf(w, "%-12s %s\n", r[0]+":", r[1]); err != nil {

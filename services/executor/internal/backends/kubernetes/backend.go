@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,15 @@ type Config struct {
 	RPCTimeout time.Duration
 	// Render configures the jobs.
 	Render RenderConfig
+	// Logs reads the master pod's log for progress lines; nil reads only
+	// the job's progress annotation.
+	Logs PodLogs
+	// Videos is the jobs' bucket: a succeeded job's video is uploaded from
+	// it as the task's result object, which the video API serves as
+	// video_url. Nil reports only the video's S3 location.
+	Videos VideoSource
+	// HTTP uploads the videos (default: a client with a 10-minute timeout).
+	HTTP   *http.Client
 	Logger *slog.Logger
 }
 
@@ -80,6 +90,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.HTTP == nil {
+		c.HTTP = &http.Client{Timeout: 10 * time.Minute}
+	}
 	c.Render.AgentID = c.AgentID
 	c.Render = c.Render.withDefaults()
 	if c.Render.S3Endpoint == "" || c.Render.S3Bucket == "" {
@@ -109,6 +122,13 @@ type run struct {
 	leaseExpires time.Time
 	// stop receives the server's stop reason (cancelled, preempted, ...).
 	stop chan string
+	// progress and progressMsg were reported last (progress -1: nothing yet).
+	progress    int
+	progressMsg string
+}
+
+func newRun(taskID, attemptID, job string) *run {
+	return &run{taskID: taskID, attemptID: attemptID, job: job, stop: make(chan string, 1), progress: -1}
 }
 
 // New returns a backend that leases through lease and keeps its jobs in
@@ -156,7 +176,7 @@ func (b *Backend) adopt(ctx context.Context) error {
 	for i := range list.Items {
 		job := &list.Items[i]
 		a := job.GetAnnotations()
-		r := &run{taskID: a[TaskAnnotation], attemptID: a[AttemptAnno], job: job.GetName(), stop: make(chan string, 1)}
+		r := newRun(a[TaskAnnotation], a[AttemptAnno], job.GetName())
 		if r.taskID == "" || r.attemptID == "" || !b.register(r) {
 			continue
 		}
@@ -230,7 +250,7 @@ func (b *Backend) claimLoop(ctx context.Context) {
 		}
 		requestID = ""
 		for _, t := range resp.GetTasks() {
-			r := &run{taskID: t.GetId(), attemptID: t.GetAttemptId(), job: JobName(t.GetId()), stop: make(chan string, 1)}
+			r := newRun(t.GetId(), t.GetAttemptId(), JobName(t.GetId()))
 			if t.GetLeaseExpiresAt() != nil {
 				r.leaseExpires = t.GetLeaseExpiresAt().AsTime()
 			}
@@ -251,13 +271,13 @@ func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
 		job, err := Render(t, b.cfg.Render)
 		if err != nil {
 			log.Warn("task refused", "err", err)
-			b.complete(ctx, r, -1, "", "render PyTorchJob: "+err.Error())
+			b.complete(ctx, r, -1, "", "render PyTorchJob: "+err.Error(), nil)
 			return
 		}
 		if err := b.submit(ctx, r, job); err != nil {
 			if ctx.Err() == nil {
 				log.Warn("job not submitted", "err", err)
-				b.complete(ctx, r, -1, "", err.Error())
+				b.complete(ctx, r, -1, "", err.Error(), nil)
 			}
 			return
 		}
@@ -307,7 +327,7 @@ func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
 		job, err := b.jobs.Get(ctx, r.job, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			log.Warn("job deleted behind the backend's back")
-			b.complete(ctx, r, -1, "", fmt.Sprintf("PyTorchJob %s was deleted before it finished", r.job))
+			b.complete(ctx, r, -1, "", fmt.Sprintf("PyTorchJob %s was deleted before it finished", r.job), nil)
 			return
 		}
 		if err != nil {
@@ -329,14 +349,31 @@ func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
 			started = true
 		}
 		switch phase {
+		case Running:
+			if v, m, ok := b.jobProgress(ctx, job); ok {
+				b.reportProgress(ctx, r, v, m)
+			}
 		case Succeeded, Failed:
 			exit, stdout := 1, ""
+			var video *taskv1.ResultObject
 			if phase == Succeeded {
 				exit, stdout, msg = 0, b.resultJSON(r.job), ""
+				if b.cfg.Videos != nil {
+					var err error
+					if video, err = b.uploadVideo(ctx, r); err != nil {
+						if ctx.Err() != nil {
+							return // the next run uploads it
+						}
+						// A succeeded job whose video cannot be served has
+						// not produced what the task promised.
+						log.Warn("video not uploaded", "err", err)
+						exit, msg = 1, "the job succeeded but its video could not be uploaded: "+err.Error()
+					}
+				}
 			}
 			// Until the server has the outcome the job keeps its label: a
 			// backend stopped meanwhile reports it after its restart.
-			if b.complete(ctx, r, exit, stdout, msg) {
+			if b.complete(ctx, r, exit, stdout, msg, video) {
 				b.forget(log, r.job)
 			}
 			return
@@ -430,10 +467,10 @@ func (b *Backend) start(ctx context.Context, r *run) error {
 // complete reports the attempt's outcome, retrying while the server is
 // unreachable. It reports whether the server answered for good: it took
 // the outcome, or refused it (the attempt is no longer this backend's).
-func (b *Backend) complete(ctx context.Context, r *run, exit int, stdout, errText string) bool {
+func (b *Backend) complete(ctx context.Context, r *run, exit int, stdout, errText string, video *taskv1.ResultObject) bool {
 	req := &taskv1.CompleteTaskRequest{
 		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID,
-		ExitCode: int32(exit), Stdout: stdout, Error: truncate(errText, 4096), EndedAt: timestamppb.Now(),
+		ExitCode: int32(exit), Stdout: stdout, Error: truncate(errText, 4096), ResultObject: video, EndedAt: timestamppb.Now(),
 	}
 	delay := 200 * time.Millisecond
 	for {

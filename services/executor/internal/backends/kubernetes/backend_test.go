@@ -49,6 +49,9 @@ type world struct {
 	cluster *dynamicfake.FakeDynamicClient
 	logs    *logBuffer
 	stop    func()
+	// podLogs and videos, when set, are the backend's log and video sources.
+	podLogs *fakePodLogs
+	videos  *fakeVideos
 }
 
 func newWorld(t *testing.T) *world {
@@ -74,12 +77,19 @@ func (w *world) start() {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	b, err := New(Config{
+	cfg := Config{
 		AgentID: "k8s-backend-1", ClaimWait: time.Second, PollInterval: 50 * time.Millisecond,
 		RenewInterval: 200 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
 		Render: renderConfig(),
 		Logger: slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}, taskv1.NewLeaseServiceClient(conn), w.cluster)
+	}
+	if w.podLogs != nil {
+		cfg.Logs = w.podLogs
+	}
+	if w.videos != nil {
+		cfg.Videos = w.videos
+	}
+	b, err := New(cfg, taskv1.NewLeaseServiceClient(conn), w.cluster)
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -1,0 +1,605 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	agentv1 "github.com/taskmesh/taskmesh/gen/taskmesh/agent/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/resultupload"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// run is one attempt held as a Slurm job.
+type run struct {
+	taskID, attemptID string
+	// task is the task as claimed; nil for an adopted job without a record.
+	task  *taskv1.Task
+	mode  Mode
+	jobID int64
+	// submitted is when the job was submitted (zero: adopted, it exists).
+	submitted time.Time
+	adopted   bool
+	// leaseExpires is the lease's end as the server last said.
+	leaseExpires time.Time
+	// stop receives the server's stop reason (cancelled, preempted, ...).
+	stop chan string
+
+	// What the attempt has done so far.
+	started      bool
+	runningSince time.Time
+	lastMessage  string
+	lastProgress int
+	reportedAt   time.Time
+	// limitLowered: the job's time limit was cut to the task's timeout.
+	limitLowered bool
+	progress     *progressTail
+	// agent and localID: the node's agent running a placement, once bound;
+	// createTried: a creation was sent (its answer may have been lost).
+	agent       *nodeAgent
+	localID     string
+	createTried bool
+}
+
+func newRun(taskID, attemptID string, task *taskv1.Task) *run {
+	return &run{taskID: taskID, attemptID: attemptID, task: task, stop: make(chan string, 1), lastProgress: -1}
+}
+
+func (b *Backend) runLog(r *run) *slog.Logger {
+	return b.log.With("task_id", r.taskID, "attempt_id", r.attemptID, "job_id", r.jobID)
+}
+
+// begin submits a claimed task's job and follows it.
+func (b *Backend) begin(ctx context.Context, r *run) {
+	log := b.runLog(r)
+	spec, err := b.cfg.Job.jobSpec(r.task)
+	if err != nil {
+		log.Warn("task refused", "err", err)
+		b.finish(ctx, r, outcome{exitCode: -1, err: "slurm backend: " + err.Error()}, "", "", nil)
+		b.release(r)
+		return
+	}
+	if err := b.store.save(r.task, 0); err != nil {
+		// Without its record the attempt could not be resumed after a
+		// restart; running it anyway is still right (Slurm has the job).
+		log.Warn("record attempt", "err", err)
+	}
+	r.submitted = time.Now()
+	id, err := b.submit(ctx, r, spec)
+	if err != nil {
+		if ctx.Err() != nil {
+			b.release(r)
+			return
+		}
+		msg := err.Error()
+		var api *APIError
+		if errors.As(err, &api) {
+			msg = "slurm refused the job: " + api.Message()
+		}
+		log.Warn("job not submitted", "err", err)
+		b.finish(ctx, r, outcome{exitCode: -1, err: msg}, "", "", nil)
+		b.release(r)
+		return
+	}
+	r.jobID = id
+	if err := b.store.save(r.task, id); err != nil {
+		log.Warn("record job id", "err", err)
+	}
+	b.runLog(r).Info("job submitted", "name", spec.Name, "gpus", spec.GPUs, "cpus", spec.CPUs, "memory_mb", spec.MemoryMB)
+	b.watch.kick()
+	b.follow(ctx, r)
+}
+
+// submit submits the job once. When the answer is lost (slurmrestd or the
+// connection failed), slurmctld may have the job all the same: it is
+// looked for by its comment before submitting again.
+func (b *Backend) submit(ctx context.Context, r *run, spec JobSpec) (int64, error) {
+	for try := 0; ; try++ {
+		id, err := b.slurm.Submit(ctx, spec)
+		if err == nil {
+			return id, nil
+		}
+		if !Transient(err) || try >= 5 {
+			return 0, err
+		}
+		b.runLog(r).Warn("job submission failed; looking for it before trying again", "err", err)
+		if !sleep(ctx, time.Duration(try+1)*time.Second) {
+			return 0, ctx.Err()
+		}
+		if jobs, lerr := b.slurm.Jobs(ctx); lerr == nil {
+			for _, j := range jobs {
+				if ref, ok := parseComment(j.Comment); ok && ref.AgentID == b.cfg.AgentID && ref.AttemptID == r.attemptID {
+					return j.ID, nil
+				}
+			}
+		} else {
+			// Not knowing whether the job exists, submitting again could
+			// run the attempt twice: keep asking.
+			try--
+		}
+	}
+}
+
+// follow maps the job's states onto the lease API until the attempt ends.
+func (b *Backend) follow(ctx context.Context, r *run) {
+	defer b.release(r)
+	unfollow := b.watch.follow()
+	defer unfollow()
+	renew := time.NewTimer(b.renewDelay(r))
+	if r.adopted {
+		renew.Reset(0) // an adopted attempt may be gone already
+	}
+	defer renew.Stop()
+	for {
+		j, listed, known, next := b.watch.job(r.jobID, r.submitted)
+		if known && !listed {
+			// Not in the list: ask for it alone before concluding.
+			jj, err := b.slurm.Job(ctx, r.jobID)
+			switch {
+			case errors.Is(err, ErrJobNotFound):
+				b.vanished(ctx, r)
+				return
+			case err == nil:
+				j, listed = jj, true
+			}
+		}
+		if known && listed && b.step(ctx, r, j) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case reason := <-r.stop:
+			b.runLog(r).Info("server stops the attempt", "reason", reason)
+			b.abandon(r)
+			return
+		case <-renew.C:
+			if !b.renew(ctx, r) {
+				b.abandon(r)
+				return
+			}
+			renew.Reset(b.renewDelay(r))
+		case <-next:
+		}
+	}
+}
+
+// step acts on the job's state; it reports whether the attempt is over.
+func (b *Backend) step(ctx context.Context, r *run, j Job) bool {
+	switch {
+	case j.Final():
+		if !r.started && !j.StartTime.IsZero() && j.State != StateCancelled {
+			// It ran between two polls: the task's record says it started.
+			_ = b.start(ctx, r)
+		}
+		if r.mode == ModePlacement {
+			return b.placeholderEnded(ctx, r, j)
+		}
+		return b.batchEnded(ctx, r, j)
+	case j.State == StatePending:
+		return b.pending(ctx, r, j)
+	case j.State == StateRunning || j.State == StateSuspended:
+		if r.mode == ModePlacement {
+			return b.placementRunning(ctx, r, j)
+		}
+		return b.batchRunning(ctx, r, j)
+	}
+	return false // completing or passing between states: wait
+}
+
+// pending keeps the task assigned and shows Slurm's reason on it.
+func (b *Backend) pending(ctx context.Context, r *run, j Job) bool {
+	return b.report(ctx, r, 0, pendingMessage(j))
+}
+
+// report sends progress when it changed (at most once a second for the
+// same message); it reports whether the attempt is gone.
+func (b *Backend) report(ctx context.Context, r *run, progress int, msg string) bool {
+	if progress == r.lastProgress && msg == r.lastMessage {
+		return false
+	}
+	if msg == r.lastMessage && time.Since(r.reportedAt) < time.Second {
+		return false // the next poll sends the newest
+	}
+	cctx, cancel := b.rpcCtx(ctx)
+	_, err := b.lease.ReportTaskProgress(cctx, &taskv1.ReportTaskProgressRequest{
+		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID, Progress: int32(progress), Message: truncate(msg, 4096),
+	})
+	cancel()
+	switch {
+	case rpcerr.AttemptGone(err):
+		b.runLog(r).Info("attempt gone", "err", err)
+		b.abandon(r)
+		return true
+	case err != nil:
+		b.runLog(r).Warn("report progress", "err", err)
+		return false
+	}
+	r.lastProgress, r.lastMessage, r.reportedAt = progress, msg, time.Now()
+	return false
+}
+
+// started marks the attempt running on the server once; it reports
+// whether the attempt is gone.
+func (b *Backend) markStarted(ctx context.Context, r *run, j Job) bool {
+	if r.started {
+		return false
+	}
+	if err := b.start(ctx, r); err != nil {
+		if rpcerr.AttemptGone(err) {
+			b.runLog(r).Info("attempt gone at start", "err", err)
+			b.abandon(r)
+			return true
+		}
+		return false // retried at the next poll
+	}
+	r.started, r.runningSince = true, time.Now()
+	b.runLog(r).Info("job running", "nodes", j.Nodes)
+	return b.report(ctx, r, 0, runningMessage(j))
+}
+
+// start reports the attempt running (StartTask is idempotent).
+func (b *Backend) start(ctx context.Context, r *run) error {
+	cctx, cancel := b.rpcCtx(ctx)
+	defer cancel()
+	resp, err := b.lease.StartTask(cctx, &taskv1.StartTaskRequest{TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID})
+	if err != nil {
+		return err
+	}
+	if resp.GetLeaseExpiresAt() != nil {
+		r.leaseExpires = resp.GetLeaseExpiresAt().AsTime()
+	}
+	return nil
+}
+
+// batchRunning reports the start and the script's progress, and brings
+// the task's timeout to the second: the job's time limit is the timeout in
+// whole minutes (Slurm's unit), so when the timeout passes the limit is
+// cut to nothing and slurmctld ends the job as TIMEOUT (SIGTERM, KillWait,
+// SIGKILL) at its next check. Where that cannot be said (v0.0.38, or no
+// operator rights) the whole-minute limit ends it.
+func (b *Backend) batchRunning(ctx context.Context, r *run, j Job) bool {
+	if b.markStarted(ctx, r, j) {
+		return true
+	}
+	if r.progress == nil {
+		r.progress = &progressTail{stdoutPath: b.cfg.Job.stdoutPath(r.attemptID), progressPath: b.cfg.Job.progressPath(r.attemptID)}
+	}
+	if v, msg, ok := r.progress.poll(); ok {
+		if msg == "" {
+			msg = runningMessage(j)
+		}
+		if b.report(ctx, r, v, msg) {
+			return true
+		}
+	}
+	if r.task != nil && r.task.GetTimeout() > 0 && !r.limitLowered && r.started &&
+		time.Since(r.runningSince) >= time.Duration(r.task.GetTimeout())*time.Second {
+		b.lowerTimeLimit(ctx, r)
+	}
+	return false
+}
+
+func (b *Backend) lowerTimeLimit(ctx context.Context, r *run) {
+	r.limitLowered = true // once, whatever the answer
+	log := b.runLog(r)
+	if err := b.slurm.EndAtTimeLimit(ctx, r.jobID); err != nil {
+		log.Info("timeout reached; the job's whole-minute time limit ends it", "timeout_sec", r.task.GetTimeout(), "reason", err)
+		return
+	}
+	log.Info("timeout reached: Slurm ends the job", "timeout_sec", r.task.GetTimeout())
+}
+
+// batchEnded reports a batch job's outcome with its output.
+func (b *Backend) batchEnded(ctx context.Context, r *run, j Job) bool {
+	o := batchOutcome(j)
+	if j.State == StateTimeout && r.task != nil && r.task.GetTimeout() > 0 {
+		o.err = fmt.Sprintf("%s: timeout after %ds", stateError(j), r.task.GetTimeout())
+	}
+	stdoutPath, stderrPath := b.cfg.Job.stdoutPath(r.attemptID), b.cfg.Job.stderrPath(r.attemptID)
+	out := collectOutput(stdoutPath, stderrPath, b.cfg.OutputLimit)
+	var obj *taskv1.ResultObject
+	if out.object != nil {
+		var err error
+		obj, err = resultupload.Upload(ctx, b.lease, b.cfg.HTTP,
+			resultupload.Attempt{TaskID: r.taskID, AgentID: b.cfg.AgentID, AttemptID: r.attemptID},
+			resultupload.Bytes(out.object, "application/json"), b.cfg.RPCTimeout)
+		if err != nil {
+			b.runLog(r).Warn("upload output; reporting its tails only", "err", err)
+		}
+	}
+	b.runLog(r).Info("job ended", "state", j.State, "exit_code", o.exitCode, "err", o.err)
+	if b.finish(ctx, r, o, out.stdout, out.stderr, obj) {
+		for _, p := range []string{stdoutPath, stderrPath, b.cfg.Job.progressPath(r.attemptID)} {
+			_ = os.Remove(p)
+		}
+	}
+	return true
+}
+
+// placementRunning binds the task to the node Slurm allocated: the node's
+// agent runs it, and its progress and end are relayed. The attempt is
+// started as soon as Slurm runs the placeholder: the allocation is the
+// task's from then on, whatever the hand-over to the node takes.
+func (b *Backend) placementRunning(ctx context.Context, r *run, j Job) bool {
+	if b.markStarted(ctx, r, j) {
+		return true
+	}
+	if r.agent == nil {
+		if done, bound := b.bind(ctx, r, j); done || !bound {
+			return done
+		}
+	}
+	log := b.runLog(r)
+	lt, err := r.agent.get(ctx, r.localID)
+	if errors.Is(err, ErrLocalTaskNotFound) {
+		return b.failPlacement(ctx, r, fmt.Sprintf("the agent of node %s lost the task", r.agent.node))
+	}
+	if err != nil {
+		log.Warn("read the task on the node", "err", err)
+		return false
+	}
+	if !localTaskFinal(lt) {
+		return b.report(ctx, r, int(lt.GetProgress()), runningMessage(j))
+	}
+	o := localOutcome(lt)
+	log.Info("task ended on the node", "status", lt.GetStatus(), "exit_code", o.exitCode)
+	b.finish(ctx, r, o, lt.GetStdout(), lt.GetStderr(), nil)
+	b.cancelJob(r)
+	return true
+}
+
+// bind hands the task to the agent of the node Slurm allocated, once
+// that agent has shown it is the node's (its machine id is the node's
+// name). A task is created there only when none of this attempt can
+// exist yet or none is found: a restarted backend, or a creation whose
+// answer was lost, finds the one already there. done reports that the
+// attempt is over (it failed); bound that the task is on the node now.
+func (b *Backend) bind(ctx context.Context, r *run, j Job) (done, bound bool) {
+	log := b.runLog(r)
+	if r.task == nil {
+		return b.failPlacement(ctx, r, "slurm backend: restarted without a record of the task; it cannot be handed to the node"), false
+	}
+	node := j.FirstNode()
+	agent, err := b.agents.resolve(node)
+	if err != nil {
+		return b.failPlacement(ctx, r, "slurm backend: "+err.Error()), false
+	}
+	if err := b.checkMachine(ctx, agent); err != nil {
+		if errors.Is(err, errWrongMachine) {
+			return b.failPlacement(ctx, r, "slurm backend: "+err.Error()), false
+		}
+		log.Warn("node's agent unreachable; the allocation is held", "node", node, "err", err)
+		return false, false
+	}
+	var lt *agentv1.LocalTask
+	if r.adopted || r.createTried {
+		if lt, err = agent.find(ctx, localTaskName(r.attemptID)); err != nil {
+			log.Warn("node's agent unreachable; the allocation is held", "node", node, "err", err)
+			return false, false
+		}
+	}
+	if lt == nil {
+		r.createTried = true
+		if lt, err = agent.create(ctx, localTaskSpec(r.task, j)); err != nil {
+			var ae *agentError
+			if errors.As(err, &ae) && ae.Status/100 == 4 {
+				return b.failPlacement(ctx, r, fmt.Sprintf("the agent of node %s refused the task: %s", node, ae.Message)), false
+			}
+			log.Warn("hand the task to the node's agent", "node", node, "err", err)
+			return false, false
+		}
+	}
+	r.agent, r.localID = agent, lt.GetId()
+	log.Info("task bound to the node's agent", "node", node, "local_task_id", r.localID)
+	return false, true
+}
+
+// checkMachine asks a node's agent for its machine id, at most once a
+// minute per node: agents do not change machines.
+func (b *Backend) checkMachine(ctx context.Context, agent *nodeAgent) error {
+	b.mu.Lock()
+	at, ok := b.checked[agent.base]
+	b.mu.Unlock()
+	if ok && time.Since(at) < time.Minute {
+		return nil
+	}
+	if err := agent.checkMachine(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.checked[agent.base] = time.Now()
+	b.mu.Unlock()
+	return nil
+}
+
+// localOutcome is the outcome of a task the node's agent ran.
+func localOutcome(lt *agentv1.LocalTask) outcome {
+	if lt.GetStatus() == "completed" {
+		return outcome{}
+	}
+	o := outcome{exitCode: -1, err: lt.GetError()}
+	if lt.ExitCode != nil {
+		o.exitCode = int(lt.GetExitCode())
+	}
+	if o.err == "" && o.exitCode == 0 {
+		o.err = "the task " + lt.GetStatus() + " on the node"
+	}
+	return o
+}
+
+// placeholderEnded: the placeholder ended while the attempt was still
+// Taskmesh's (it is cancelled only after the outcome is delivered), so
+// Slurm ended it: time limit, node failure, preemption or an operator.
+// The task on the node is stopped.
+func (b *Backend) placeholderEnded(ctx context.Context, r *run, j Job) bool {
+	if r.agent == nil && r.task != nil {
+		// A restarted backend may find its placeholder ended: the task may
+		// have been handed over before the restart.
+		if agent, err := b.agents.resolve(j.FirstNode()); err == nil && j.FirstNode() != "" {
+			if lt, err := agent.find(ctx, localTaskName(r.attemptID)); err == nil && lt != nil {
+				r.agent, r.localID = agent, lt.GetId()
+			}
+		}
+	}
+	if r.agent != nil {
+		if lt, err := r.agent.get(ctx, r.localID); err == nil && localTaskFinal(lt) && lt.GetStatus() != "cancelled" {
+			// The task ended on its own before the placeholder did (the
+			// outcome was not delivered yet): that is the outcome.
+			b.finish(ctx, r, localOutcome(lt), lt.GetStdout(), lt.GetStderr(), nil)
+			return true
+		}
+		b.stopLocal(r)
+	}
+	o := placementOutcome(j)
+	b.runLog(r).Info("placeholder ended", "state", j.State, "reason", j.Reason)
+	b.finish(ctx, r, o, "", "", nil)
+	return true
+}
+
+// failPlacement ends an attempt that cannot run on the node: the
+// placeholder goes and the failure is reported.
+func (b *Backend) failPlacement(ctx context.Context, r *run, msg string) bool {
+	b.runLog(r).Warn("placement failed", "err", msg)
+	b.finish(ctx, r, outcome{exitCode: -1, err: msg}, "", "", nil)
+	b.cancelJob(r)
+	return true
+}
+
+// vanished: slurmctld does not know the job (it ended and was purged
+// while nobody watched, or an operator removed it).
+func (b *Backend) vanished(ctx context.Context, r *run) {
+	b.runLog(r).Warn("job unknown to slurmctld")
+	if r.agent != nil {
+		b.stopLocal(r)
+	}
+	b.finish(ctx, r, outcome{exitCode: -1, err: fmt.Sprintf("slurm: job %d is unknown to slurmctld", r.jobID)}, "", "", nil)
+}
+
+// abandon ends an attempt the server took away (cancelled, preempted,
+// lease lost): the task on the node stops, the job is cancelled, nothing
+// is reported.
+func (b *Backend) abandon(r *run) {
+	if r.agent != nil {
+		b.stopLocal(r)
+	}
+	b.cancelJob(r)
+	b.store.remove(r.attemptID)
+	if r.mode == ModeBatch {
+		for _, p := range []string{b.cfg.Job.stdoutPath(r.attemptID), b.cfg.Job.stderrPath(r.attemptID), b.cfg.Job.progressPath(r.attemptID)} {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// cancelJob cancels the attempt's job (scancel), retrying while slurmrestd
+// is unreachable.
+func (b *Backend) cancelJob(r *run) {
+	if r.jobID == 0 {
+		return
+	}
+	for try := 0; try < 5; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := b.slurm.Cancel(ctx, r.jobID)
+		cancel()
+		if err == nil {
+			b.runLog(r).Info("job cancelled")
+			b.watch.kick()
+			return
+		}
+		b.runLog(r).Warn("cancel job", "err", err)
+		if !Transient(err) {
+			return
+		}
+		time.Sleep(time.Duration(try+1) * time.Second)
+	}
+}
+
+// stopLocal stops the task on the node's agent.
+func (b *Backend) stopLocal(r *run) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.agent.cancel(ctx, r.localID); err != nil {
+		b.runLog(r).Warn("stop the task on the node", "node", r.agent.node, "err", err)
+	}
+}
+
+// renew extends the lease; it reports false when the attempt is gone.
+func (b *Backend) renew(ctx context.Context, r *run) bool {
+	cctx, cancel := b.rpcCtx(ctx)
+	resp, err := b.lease.RenewTaskLease(cctx, &taskv1.RenewTaskLeaseRequest{TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID})
+	cancel()
+	switch {
+	case rpcerr.AttemptGone(err):
+		b.runLog(r).Info("lease lost", "err", err)
+		return false
+	case err != nil:
+		b.runLog(r).Warn("lease renewal failed", "err", err)
+	default:
+		if resp.GetLeaseExpiresAt() != nil {
+			r.leaseExpires = resp.GetLeaseExpiresAt().AsTime()
+		}
+	}
+	return true
+}
+
+// renewDelay is the renew interval, but no later than a third of the
+// remaining lease.
+func (b *Backend) renewDelay(r *run) time.Duration {
+	d := b.cfg.RenewInterval
+	if !r.leaseExpires.IsZero() {
+		d = min(d, time.Until(r.leaseExpires)/3)
+	}
+	return max(d, 100*time.Millisecond)
+}
+
+// finish reports the outcome and forgets the attempt's record once the
+// server has answered for good; it reports whether it did.
+func (b *Backend) finish(ctx context.Context, r *run, o outcome, stdout, stderr string, obj *taskv1.ResultObject) bool {
+	if !b.complete(ctx, r, o, stdout, stderr, obj) {
+		return false
+	}
+	b.store.remove(r.attemptID)
+	return true
+}
+
+// complete reports the attempt's outcome, retrying while the server is
+// unreachable. It reports whether the server answered for good: it took
+// the outcome, or refused it (the attempt is no longer this backend's).
+func (b *Backend) complete(ctx context.Context, r *run, o outcome, stdout, stderr string, obj *taskv1.ResultObject) bool {
+	req := &taskv1.CompleteTaskRequest{
+		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID, ExitCode: int32(o.exitCode),
+		Stdout: truncate(stdout, inlineLimit), Stderr: truncate(stderr, inlineLimit), Error: truncate(o.err, 4096),
+		ResultObject: obj, EndedAt: timestamppb.Now(),
+	}
+	delay := 200 * time.Millisecond
+	for {
+		cctx, cancel := b.rpcCtx(ctx)
+		_, err := b.lease.CompleteTask(cctx, req)
+		cancel()
+		if err == nil || !rpcerr.Transient(err) {
+			if err != nil {
+				b.runLog(r).Warn("outcome rejected", "err", err)
+			}
+			return true
+		}
+		if !sleep(ctx, delay) {
+			return false
+		}
+		delay = min(delay*2, 10*time.Second)
+	}
+}
+
+// truncate cuts s to at most n bytes of valid UTF-8.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}

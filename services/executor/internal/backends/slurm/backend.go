@@ -1,0 +1,414 @@
+package slurm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Config configures a backend. Zero durations and sizes take the
+// defaults noted.
+type Config struct {
+	// AgentID is the backend's identity on the lease API (its agent token
+	// is bound to it) and marks its Slurm jobs; MachineID defaults to it.
+	AgentID, MachineID string
+	Labels             []string
+	// Slots bounds the jobs one backend holds at once, pending or running
+	// (default 64): Slurm queues them, this only bounds what is leased.
+	Slots int
+	// Types the backend claims (default shell, python, script, noop).
+	Types []string
+	// ClaimWait is the long-poll wait of a claim (default 30 s, ≤ 60 s).
+	ClaimWait time.Duration
+	// PollInterval is how often slurmctld's job list is read, and a
+	// placement's task on its node (default 1 s).
+	PollInterval time.Duration
+	// RenewInterval of the leases (default 30 s; sooner when a third of the
+	// lease is left).
+	RenewInterval time.Duration
+	// HeartbeatInterval of SendHeartbeat, which carries cancel and preempt
+	// (default 5 s).
+	HeartbeatInterval time.Duration
+	// RPCTimeout bounds every lease call but the long-poll claim (10 s).
+	RPCTimeout time.Duration
+	// Job configures the jobs (mode, partition, priorities, directories).
+	Job JobConfig
+	// StateDir keeps a record of each attempt held (see attemptStore);
+	// empty keeps none.
+	StateDir string
+	// NodeAgents maps a Slurm node to the address of its Taskmesh agent's
+	// local API (placement); NodeAgentURL is the address of the others,
+	// with {node} for the node's name (e.g. "http://{node}:7071").
+	NodeAgents   map[string]string
+	NodeAgentURL string
+	// OutputLimit is the bytes kept of each batch output stream (16 MiB).
+	OutputLimit int64
+	// HTTP is the client of node agents and result uploads.
+	HTTP   *http.Client
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.AgentID == "" {
+		return c, errors.New("agent id is required")
+	}
+	if c.MachineID == "" {
+		c.MachineID = c.AgentID
+	}
+	if c.Slots <= 0 {
+		c.Slots = 64
+	}
+	if len(c.Types) == 0 {
+		c.Types = Types()
+	}
+	for _, t := range c.Types {
+		if _, err := batchScript(&taskv1.Task{Type: t, Command: "true"}, ""); err != nil {
+			return c, fmt.Errorf("type %q: %w", t, err)
+		}
+	}
+	if c.ClaimWait <= 0 {
+		c.ClaimWait = 30 * time.Second
+	}
+	c.ClaimWait = min(c.ClaimWait, 60*time.Second)
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.RenewInterval <= 0 {
+		c.RenewInterval = 30 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 5 * time.Second
+	}
+	if c.RPCTimeout <= 0 {
+		c.RPCTimeout = 10 * time.Second
+	}
+	if c.OutputLimit <= 0 {
+		c.OutputLimit = 16 << 20
+	}
+	if c.HTTP == nil {
+		c.HTTP = &http.Client{Timeout: 10 * time.Minute}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Job.AgentID = c.AgentID
+	switch c.Job.Mode {
+	case ModePlacement:
+		if c.Job.JobDir == "" {
+			c.Job.JobDir = "/tmp"
+		}
+		if len(c.NodeAgents) == 0 && c.NodeAgentURL == "" {
+			return c, errors.New("placement needs the node agents' addresses (NodeAgents or NodeAgentURL)")
+		}
+	case ModeBatch:
+		if c.Job.JobDir == "" {
+			return c, errors.New("batch mode needs a job directory shared with the nodes")
+		}
+	default:
+		return c, fmt.Errorf("mode %q: want placement or batch", c.Job.Mode)
+	}
+	switch c.Job.Priority {
+	case "", PriorityNice, PriorityAbsolute, PriorityOff:
+	default:
+		return c, fmt.Errorf("priority mapping %q: want nice, absolute or off", c.Job.Priority)
+	}
+	return c, nil
+}
+
+// slurmAPI is what the backend asks of slurmrestd (*Client).
+type slurmAPI interface {
+	jobLister
+	Submit(ctx context.Context, spec JobSpec) (int64, error)
+	Job(ctx context.Context, id int64) (Job, error)
+	Cancel(ctx context.Context, id int64) error
+	EndAtTimeLimit(ctx context.Context, id int64) error
+}
+
+// Backend claims tasks and runs them through Slurm.
+type Backend struct {
+	cfg    Config
+	log    *slog.Logger
+	lease  taskv1.LeaseServiceClient
+	slurm  slurmAPI
+	watch  *watcher
+	store  attemptStore
+	agents agentResolver
+
+	mu   sync.Mutex
+	runs map[string]*run // by attempt id
+	// checked: when each node agent (by address) last proved its machine.
+	checked map[string]time.Time
+	wg      sync.WaitGroup
+	// freed wakes the claim loop when an attempt ends.
+	freed chan struct{}
+}
+
+// New returns a backend that leases through lease and runs jobs through
+// slurm.
+func New(cfg Config, lease taskv1.LeaseServiceClient, slurm slurmAPI) (*Backend, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("slurm backend: %w", err)
+	}
+	if cfg.StateDir != "" {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("slurm backend: state dir: %w", err)
+		}
+	}
+	log := cfg.Logger.With("backend", "slurm", "agent_id", cfg.AgentID, "mode", string(cfg.Job.Mode))
+	return &Backend{
+		cfg: cfg, log: log, lease: lease, slurm: slurm,
+		watch:  newWatcher(slurm, cfg.PollInterval, log),
+		store:  attemptStore{dir: cfg.StateDir},
+		agents: agentResolver{byNode: cfg.NodeAgents, template: cfg.NodeAgentURL, http: cfg.HTTP},
+		runs:   map[string]*run{}, checked: map[string]time.Time{}, freed: make(chan struct{}, 1),
+	}, nil
+}
+
+// Run claims and follows jobs until ctx ends. The jobs stay in Slurm when
+// it returns; a backend with the same agent id follows them again.
+func (b *Backend) Run(ctx context.Context) error {
+	if b.cfg.Job.Mode == ModeBatch {
+		// Slurm opens the output files before the script runs, and the
+		// script makes its work directory, as the job's user: both
+		// directories must exist and let every user create entries (sticky,
+		// like /tmp, so that no job removes another's).
+		for _, sub := range []string{"out", "work"} {
+			dir := filepath.Join(b.cfg.Job.JobDir, sub)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("slurm backend: %w", err)
+			}
+			if err := os.Chmod(dir, 0o1777); err != nil {
+				b.log.Warn("cannot open a job directory to the jobs' user", "dir", dir, "err", err)
+			}
+		}
+	}
+	b.spawn(func() { b.watch.run(ctx) })
+	if err := b.adopt(ctx); err != nil {
+		b.wg.Wait()
+		return err
+	}
+	b.spawn(func() { b.claimLoop(ctx) })
+	b.spawn(func() { b.heartbeatLoop(ctx) })
+	b.log.Info("slurm backend started", "partition", b.cfg.Job.Partition, "slots", b.cfg.Slots)
+	<-ctx.Done()
+	b.wg.Wait()
+	return nil
+}
+
+func (b *Backend) spawn(f func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+}
+
+func (b *Backend) register(r *run) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.runs[r.attemptID]; ok {
+		return false
+	}
+	b.runs[r.attemptID] = r
+	return true
+}
+
+func (b *Backend) release(r *run) {
+	b.mu.Lock()
+	delete(b.runs, r.attemptID)
+	b.mu.Unlock()
+	select {
+	case b.freed <- struct{}{}:
+	default:
+	}
+}
+
+func (b *Backend) free() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return max(b.cfg.Slots-len(b.runs), 0)
+}
+
+func (b *Backend) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, b.cfg.RPCTimeout)
+}
+
+// adopt resumes the attempts an earlier run of this backend left in
+// Slurm: every job whose comment names this agent. Until slurmctld
+// answers nothing is claimed, so no attempt's job can be submitted twice.
+func (b *Backend) adopt(ctx context.Context) error {
+	var jobs []Job
+	for delay := time.Second; ; delay = min(delay*2, 30*time.Second) {
+		var err error
+		if jobs, err = b.watch.jobsSince(ctx, time.Now()); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		b.log.Warn("slurmctld unreachable; waiting to read the jobs of an earlier run", "err", err)
+		if !sleep(ctx, delay) {
+			return nil
+		}
+	}
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		ref, ok := parseComment(j.Comment)
+		if !ok || ref.AgentID != b.cfg.AgentID {
+			continue
+		}
+		seen[ref.AttemptID] = true
+		task, _, hasRecord := b.store.load(ref.AttemptID)
+		if j.Final() && !hasRecord && b.store.dir != "" {
+			continue // its outcome was delivered before the restart
+		}
+		r := newRun(ref.TaskID, ref.AttemptID, task)
+		r.jobID, r.adopted, r.mode = j.ID, true, ref.Mode
+		if !b.register(r) {
+			continue
+		}
+		b.log.Info("following a job of an earlier run", "task_id", r.taskID, "attempt_id", r.attemptID, "job_id", j.ID, "state", j.State)
+		b.spawn(func() { b.follow(ctx, r) })
+	}
+	// Records without a job: the backend stopped between writing the
+	// record and submitting, or the job ended and left slurmctld's memory
+	// while the backend was away. Either way there is no job to follow and
+	// no outcome to read: the attempt fails, and the scheduler retries it.
+	for _, attemptID := range b.store.attempts() {
+		if seen[attemptID] {
+			continue
+		}
+		task, jobID, ok := b.store.load(attemptID)
+		if !ok {
+			b.store.remove(attemptID)
+			continue
+		}
+		r := newRun(task.GetId(), attemptID, task)
+		if !b.register(r) {
+			continue
+		}
+		msg := "slurm backend: restarted before the attempt's job was submitted"
+		if jobID != 0 {
+			msg = fmt.Sprintf("slurm: job %d ended while the backend was away and slurmctld no longer knows its outcome", jobID)
+		}
+		b.spawn(func() {
+			defer b.release(r)
+			if b.complete(ctx, r, outcome{exitCode: -1, err: msg}, "", "", nil) {
+				b.store.remove(attemptID)
+			}
+		})
+	}
+	return nil
+}
+
+// claimLoop leases tasks whenever a slot is free.
+func (b *Backend) claimLoop(ctx context.Context) {
+	requestID := ""
+	for ctx.Err() == nil {
+		n := b.free()
+		if n == 0 {
+			select {
+			case <-b.freed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if requestID == "" {
+			requestID = uuid.NewString()
+		}
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.ClaimWait+b.cfg.RPCTimeout)
+		resp, err := b.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
+			AgentId: b.cfg.AgentID, MachineId: b.cfg.MachineID, Labels: b.cfg.Labels,
+			Limit: int32(min(n, 1000)), RequestId: requestID, Wait: durationpb.New(b.cfg.ClaimWait), Types: b.cfg.Types,
+		})
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !rpcerr.Transient(err) {
+				requestID = "" // a refused request is not retried as is
+			}
+			b.log.Warn("claim failed", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		requestID = ""
+		for _, t := range resp.GetTasks() {
+			r := newRun(t.GetId(), t.GetAttemptId(), t)
+			r.mode = b.cfg.Job.Mode
+			if t.GetLeaseExpiresAt() != nil {
+				r.leaseExpires = t.GetLeaseExpiresAt().AsTime()
+			}
+			if r.taskID == "" || r.attemptID == "" || !b.register(r) {
+				continue
+			}
+			b.spawn(func() { b.begin(ctx, r) })
+		}
+	}
+}
+
+// heartbeatLoop sends the backend's heartbeat and passes the server's
+// stops (cancelled, preempted, lease_lost, …) to their attempts.
+func (b *Backend) heartbeatLoop(ctx context.Context) {
+	for {
+		b.mu.Lock()
+		ids := make([]string, 0, len(b.runs))
+		for id := range b.runs {
+			ids = append(ids, id)
+		}
+		free := max(b.cfg.Slots-len(b.runs), 0)
+		b.mu.Unlock()
+		cctx, cancel := b.rpcCtx(ctx)
+		resp, err := b.lease.SendHeartbeat(cctx, &taskv1.SendHeartbeatRequest{
+			AgentId: b.cfg.AgentID, MachineId: b.cfg.MachineID, Labels: b.cfg.Labels,
+			AttemptIds: ids, FreeSlots: int32(free),
+		})
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			b.log.Warn("heartbeat failed", "err", err)
+		}
+		for _, s := range resp.GetStop() {
+			b.mu.Lock()
+			r := b.runs[s.GetAttemptId()]
+			b.mu.Unlock()
+			if r == nil {
+				continue
+			}
+			reason := s.GetReason()
+			if reason == "" {
+				reason = "cancelled"
+			}
+			select {
+			case r.stop <- reason:
+			default:
+			}
+		}
+		if !sleep(ctx, b.cfg.HeartbeatInterval) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

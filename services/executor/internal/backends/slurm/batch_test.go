@@ -1,0 +1,135 @@
+package slurm
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+)
+
+// hostile are arguments a shell would act on if they were concatenated
+// into a command line.
+var hostile = []string{
+	"plain", "two words", `it's`, `"double"`, "$(touch /tmp/taskmesh-pwned)", "`id`", "$HOME",
+	"a;b", "x && echo injected", "line1\nline2", "*", "'; echo pwned; '", "中文 ✓", "",
+}
+
+// The task is the job: its argv arrives byte for byte (no shell sees the
+// user's strings), its output comes from Slurm's files, its exit code
+// from the job record, and it starts before it completes.
+func TestBatchRunsTheTaskAsTheJob(t *testing.T) {
+	w := newWorld(t, ModeBatch)
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "printf", Args: append([]string{"[%s]\\n"}, hostile...),
+		Timeout: 120, Priority: 5, Env: map[string]string{"GREETING": "hello world", "TASKMESH_TASK_ID": "forged"}})[0]
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != 0 || done.GetError() != "" {
+		t.Fatalf("outcome exit %d error %q stderr %q", done.GetExitCode(), done.GetError(), done.GetStderr())
+	}
+	var want strings.Builder
+	for _, a := range hostile {
+		want.WriteString("[" + a + "]\n")
+	}
+	if done.GetStdout() != want.String() {
+		t.Fatalf("stdout\n%q\nwant\n%q", done.GetStdout(), want.String())
+	}
+	if len(w.fake.Calls("StartTask")) == 0 {
+		t.Fatal("the task was completed without being started")
+	}
+
+	// Environment, exit code and stderr of a failing script task.
+	id = w.fake.Add(&taskv1.Task{Type: "script", Command: `echo "$GREETING $1 $TASKMESH_TASK_ID"; echo oops >&2; exit 3`,
+		Args: []string{"it's me"}, Timeout: 120, Env: map[string]string{"GREETING": "hello world", "TASKMESH_TASK_ID": "forged"}})[0]
+	done = w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != 3 || done.GetStderr() != "oops\n" {
+		t.Fatalf("outcome exit %d stderr %q error %q", done.GetExitCode(), done.GetStderr(), done.GetError())
+	}
+	if want := "hello world it's me " + id + "\n"; done.GetStdout() != want {
+		t.Fatalf("stdout %q, want %q (TASKMESH_ names are the platform's)", done.GetStdout(), want)
+	}
+}
+
+// A task past its timeout is ended by Slurm as TIMEOUT and fails. Slurm
+// counts time limits in whole minutes: on v0.0.38 the job ends within a
+// minute (and slurmctld's next check) of its start.
+func TestBatchTimeoutEndsAsTimeout(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, ModeBatch)
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "sleep", Args: []string{"300"}, Timeout: 2})[0]
+	done := w.fake.WaitComplete(t, id, 150*time.Second)
+	if done.GetExitCode() == 0 || !strings.Contains(done.GetError(), "TIMEOUT") || !strings.Contains(done.GetError(), "timeout after 2s") {
+		t.Fatalf("outcome exit %d error %q, want a TIMEOUT failure", done.GetExitCode(), done.GetError())
+	}
+	job := w.jobOf(id, "the job's record", func(j Job) bool { return j.Final() })
+	if job.State != StateTimeout {
+		t.Fatalf("job state %s, want TIMEOUT", job.State)
+	}
+}
+
+// A batch job's progress lines reach the task.
+func TestBatchProgressLinesAreReported(t *testing.T) {
+	w := newWorld(t, ModeBatch)
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 60,
+		Command: `echo "::progress::40 loading"; sleep 2; echo "70 writing" > "$TASKMESH_PROGRESS_FILE"; sleep 2`})[0]
+	w.fake.WaitComplete(t, id, 60*time.Second)
+	got := strings.Join(w.progressMessages(id), "|")
+	if !strings.Contains(got, "40 loading") || !strings.Contains(got, "70 writing") {
+		t.Fatalf("progress reports %q, want 40 loading and 70 writing", got)
+	}
+}
+
+// Output of 64 KiB or more goes to the object store as the agent's JSON
+// result object; its tails travel inline.
+func TestBatchLargeOutputIsUploaded(t *testing.T) {
+	var mu sync.Mutex
+	uploads := map[string][]byte{}
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		uploads[r.URL.Path] = body
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	w := newWorld(t, ModeBatch)
+	w.fake.SetUploadURL(srv.URL)
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 60, Command: `head -c 100000 /dev/zero | tr '\0' x; echo; echo done`})[0]
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetResultObject() == nil || done.GetResultObject().GetSizeBytes() < 100000 {
+		t.Fatalf("result object %v, want the uploaded output", done.GetResultObject())
+	}
+	if !strings.HasSuffix(done.GetStdout(), "x\ndone\n") || len(done.GetStdout()) > tailBytes {
+		t.Fatalf("inline stdout is %d bytes ending %q, want the tail", len(done.GetStdout()), done.GetStdout()[max(0, len(done.GetStdout())-10):])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	body := uploads["/"+done.GetResultObject().GetKey()]
+	if !strings.Contains(string(body), `"stdout":"xxxx`) || !strings.Contains(string(body), `"stdout_truncated_bytes":0`) {
+		t.Fatalf("uploaded object starts %q", string(body[:min(len(body), 80)]))
+	}
+}
+
+// Slurm refuses a job no configured node could ever run: the task fails
+// with Slurm's own words.
+func TestBatchJobSlurmRefusesFailsTheTask(t *testing.T) {
+	w := newWorld(t, ModeBatch)
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "true", Timeout: 60, Resources: map[string]string{"nvidia.com/gpu": "64"}})[0]
+	done := w.fake.WaitComplete(t, id, 30*time.Second)
+	if done.GetExitCode() == 0 || !strings.Contains(done.GetError(), "Requested node configuration is not available") {
+		t.Fatalf("outcome exit %d error %q", done.GetExitCode(), done.GetError())
+	}
+	// A resource Slurm has no name for is refused before Slurm is asked.
+	id = w.fake.Add(&taskv1.Task{Type: "shell", Command: "true", Timeout: 60, Resources: map[string]string{"example.com/fpga": "1"}})[0]
+	done = w.fake.WaitComplete(t, id, 30*time.Second)
+	if !strings.Contains(done.GetError(), "example.com/fpga") || !strings.Contains(done.GetError(), "no Slurm equivalent") {
+		t.Fatalf("outcome error %q", done.GetError())
+	}
+}

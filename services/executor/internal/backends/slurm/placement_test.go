@@ -1,0 +1,104 @@
+package slurm
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
+)
+
+// Slurm picks the node; the task runs on that node's agent with the GPUs
+// Slurm allocated, its output comes back, and the placeholder is
+// cancelled once the outcome is in.
+func TestPlacementRunsTheTaskOnTheNodeSlurmChose(t *testing.T) {
+	w := newWorld(t, ModePlacement)
+	w.startNodeAgents()
+	w.start()
+	// node-a has 2 GPUs, node-b 4: only node-b can take 3.
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 60, Resources: map[string]string{"nvidia.com/gpu": "3", "memory": "200Mi", "cpu": "1"},
+		Command: `echo "gpus=$CUDA_VISIBLE_DEVICES job=$SLURM_JOB_ID"; echo "::progress::50 half"; sleep 1.5`})[0]
+	job := w.jobOf(id, "the placeholder running", func(j Job) bool { return j.State == StateRunning })
+	if job.Nodes != "node-b" {
+		t.Fatalf("placeholder runs on %q, want node-b", job.Nodes)
+	}
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != 0 || done.GetError() != "" {
+		t.Fatalf("outcome exit %d error %q stderr %q", done.GetExitCode(), done.GetError(), done.GetStderr())
+	}
+	if want := "gpus=0,1,2 job=" + itoa(int(job.ID)) + "\n::progress::50 half\n"; done.GetStdout() != want {
+		t.Fatalf("stdout %q, want %q", done.GetStdout(), want)
+	}
+	leasetest.WaitFor(t, 30*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
+	if !strings.Contains(strings.Join(w.progressMessages(id), "|"), "RUNNING on node-b") {
+		t.Fatalf("progress %v does not say where it runs", w.progressMessages(id))
+	}
+}
+
+// A cancel from the server stops the task on its node and removes the
+// placeholder from Slurm's queue; nothing is reported for the attempt.
+func TestPlacementCancelRemovesThePlaceholder(t *testing.T) {
+	w := newWorld(t, ModePlacement)
+	agents := w.startNodeAgents()
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "sleep", Args: []string{"300"}, Timeout: 600, GracePeriodSec: 1})[0]
+	job := w.jobOf(id, "the placeholder running", func(j Job) bool { return j.State == StateRunning })
+	leasetest.WaitFor(t, 30*time.Second, "the task started", func() bool { return len(w.fake.Calls("StartTask")) > 0 })
+	w.fake.StopOnHeartbeat(id, "cancelled", 1)
+	leasetest.WaitFor(t, 30*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
+	// The node's agent has the task, stopped.
+	a := agents[job.Nodes]
+	leasetest.WaitFor(t, 30*time.Second, "the task stopped on the node", func() bool {
+		st, err := a.Status(context.Background())
+		return err == nil && st.Running == 0
+	})
+	if c := w.fake.Complete(id); c != nil {
+		t.Fatalf("a cancelled attempt reported %v", c)
+	}
+}
+
+// A task no running node can take waits in Slurm's queue: the task stays
+// assigned, with Slurm's reason as its progress message; a cancel
+// removes the job from the queue.
+func TestPlacementPendingShowsSlurmsReason(t *testing.T) {
+	w := newWorld(t, ModePlacement)
+	w.startNodeAgents()
+	w.start()
+	// Only node-c, which is down, has 8 GPUs.
+	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "true", Timeout: 60, Resources: map[string]string{"nvidia.com/gpu": "8"}})[0]
+	job := w.jobOf(id, "the placeholder pending", func(j Job) bool { return j.State == StatePending })
+	leasetest.WaitFor(t, 30*time.Second, "the pending reason reported", func() bool {
+		return strings.Contains(strings.Join(w.progressMessages(id), "|"), "PENDING (ReqNodeNotAvail")
+	})
+	if len(w.fake.Calls("StartTask")) != 0 {
+		t.Fatal("a pending job started the task")
+	}
+	w.fake.StopOnHeartbeat(id, "cancelled", 0)
+	leasetest.WaitFor(t, 30*time.Second, "the job leaving the queue", func() bool { return !w.squeueHas(job.ID) })
+}
+
+// A backend stopped mid-job and started again follows the same job: one
+// job in Slurm for the attempt, one outcome.
+func TestPlacementRestartAdoptsTheJob(t *testing.T) {
+	w := newWorld(t, ModePlacement)
+	w.startNodeAgents()
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 60, Command: `sleep 4; echo finished`})[0]
+	job := w.jobOf(id, "the placeholder running", func(j Job) bool { return j.State == StateRunning })
+	leasetest.WaitFor(t, 30*time.Second, "the task started", func() bool { return len(w.fake.Calls("StartTask")) > 0 })
+	w.stop()
+	w.start()
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != 0 || done.GetStdout() != "finished\n" {
+		t.Fatalf("outcome exit %d stdout %q error %q", done.GetExitCode(), done.GetStdout(), done.GetError())
+	}
+	if n := len(w.fake.Calls("CompleteTask")); n != 1 {
+		t.Fatalf("%d completions, want 1", n)
+	}
+	if got := w.sacctJobs(jobName(id)); len(got) != 1 || got[0] != itoa(int(job.ID)) {
+		t.Fatalf("sacct has jobs %v for the task, want only %d", got, job.ID)
+	}
+	leasetest.WaitFor(t, 30*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
+}

@@ -1,0 +1,338 @@
+package slurm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Mode is how the backend runs a task through Slurm.
+type Mode string
+
+const (
+	// ModePlacement submits a placeholder job sized from the task's
+	// resources; once Slurm runs it, the task runs on the Taskmesh agent
+	// of the node Slurm chose, and the placeholder is cancelled when the
+	// task ends (the slurm-bridge model).
+	ModePlacement Mode = "placement"
+	// ModeBatch makes the task itself the Slurm job: its argv in the batch
+	// script, its output in Slurm's output files, its exit code from the
+	// job record.
+	ModeBatch Mode = "batch"
+)
+
+// PriorityMode is how a task's priority (1 highest … 10) reaches Slurm.
+type PriorityMode string
+
+const (
+	// PriorityNice lowers a job by (priority − 1) × step: any user may.
+	PriorityNice PriorityMode = "nice"
+	// PriorityAbsolute sets the job's priority to (11 − priority) × step:
+	// Slurm operators only.
+	PriorityAbsolute PriorityMode = "absolute"
+	// PriorityOff leaves Slurm's priority alone (QoS may still map).
+	PriorityOff PriorityMode = "off"
+)
+
+// JobConfig is what a job needs besides the task.
+type JobConfig struct {
+	// AgentID marks the backend's jobs (in their comment).
+	AgentID string
+	Mode    Mode
+	// Partition of the jobs ("" is the cluster's default partition).
+	Partition string
+	// JobDir is a directory the backend and the nodes share: batch jobs
+	// write their output under JobDir/out and run in JobDir/work/<task>
+	// unless the task names a workdir. Placeholders run in JobDir.
+	JobDir string
+	// Priority and PriorityStep map task priorities (default nice, 100).
+	Priority     PriorityMode
+	PriorityStep int
+	// QoS maps task priorities (1–10) to a QoS; unmapped ones get none.
+	QoS map[int]string
+	// DefaultMemoryMB is asked for when a task names no memory (0: the
+	// partition's default).
+	DefaultMemoryMB int64
+	// Env is the base environment of batch jobs (PATH, LANG, HOME).
+	Env map[string]string
+}
+
+// commentPrefix starts the comment of every job the backend submits.
+const commentPrefix = "taskmesh:"
+
+// jobName is the name of the task's Slurm jobs (squeue shows it).
+func jobName(taskID string) string { return "tm-" + taskID }
+
+// jobRef is what a job's comment says about it.
+type jobRef struct {
+	AgentID, TaskID, AttemptID string
+	Mode                       Mode
+}
+
+// comment writes the reference a restarted backend reads back: which
+// backend, task, attempt and mode the job is for.
+func (r jobRef) comment() string {
+	v := url.Values{}
+	v.Set("agent", r.AgentID)
+	v.Set("task", r.TaskID)
+	v.Set("attempt", r.AttemptID)
+	v.Set("mode", string(r.Mode))
+	return commentPrefix + v.Encode()
+}
+
+// parseComment reads a comment written by comment; ok is false for jobs
+// of anyone else.
+func parseComment(c string) (jobRef, bool) {
+	rest, ok := strings.CutPrefix(c, commentPrefix)
+	if !ok {
+		return jobRef{}, false
+	}
+	v, err := url.ParseQuery(rest)
+	if err != nil {
+		return jobRef{}, false
+	}
+	r := jobRef{AgentID: v.Get("agent"), TaskID: v.Get("task"), AttemptID: v.Get("attempt"), Mode: Mode(v.Get("mode"))}
+	if r.AgentID == "" || r.TaskID == "" || r.AttemptID == "" || (r.Mode != ModePlacement && r.Mode != ModeBatch) {
+		return jobRef{}, false
+	}
+	return r, true
+}
+
+// Resources is what a task asks Slurm for.
+type Resources struct {
+	CPUs     int
+	MemoryMB int64
+	GPUs     int
+}
+
+// ErrUnsupportedResource: the task names a resource Slurm cannot be asked
+// for. Resources are hard constraints, so such a task is refused rather
+// than run without it.
+var ErrUnsupportedResource = errors.New("resource has no Slurm equivalent")
+
+// taskResources reads the task's resources (Kubernetes quantities):
+// nvidia.com/gpu (or gpu) as GPUs per node, cpu as CPUs per task, memory
+// as MB per node, each rounded up.
+func taskResources(res map[string]string) (Resources, error) {
+	var r Resources
+	names := make([]string, 0, len(res))
+	for name := range res {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		q, err := resource.ParseQuantity(res[name])
+		if err != nil {
+			return r, fmt.Errorf("resource %s=%q: %w", name, res[name], err)
+		}
+		if q.Sign() < 0 {
+			return r, fmt.Errorf("resource %s=%q is negative", name, res[name])
+		}
+		switch name {
+		case "nvidia.com/gpu", "gpu":
+			r.GPUs = int(math.Ceil(q.AsApproximateFloat64()))
+		case "cpu":
+			r.CPUs = int(math.Ceil(float64(q.MilliValue()) / 1000))
+		case "memory":
+			r.MemoryMB = int64(math.Ceil(q.AsApproximateFloat64() / (1 << 20)))
+		default:
+			return r, fmt.Errorf("%s: %w", name, ErrUnsupportedResource)
+		}
+	}
+	return r, nil
+}
+
+// timeLimitMinutes is Slurm's time limit for a task: its timeout rounded
+// up to whole minutes (Slurm counts minutes), plus slack for placement,
+// where the node's agent enforces the exact timeout and the placeholder
+// must outlive it.
+func timeLimitMinutes(t *taskv1.Task, mode Mode) int {
+	secs := int(t.GetTimeout())
+	if secs <= 0 {
+		secs = 3600
+	}
+	if mode == ModePlacement {
+		grace := int(t.GetGracePeriodSec())
+		if grace <= 0 {
+			grace = 30
+		}
+		secs += grace + 60
+	}
+	return max(1, (secs+59)/60)
+}
+
+// priorityFields maps the task's priority onto the job.
+func (c JobConfig) priorityFields(taskPriority int32, spec *JobSpec) {
+	p := int(taskPriority)
+	if p < 1 || p > 10 {
+		p = 5
+	}
+	step := c.PriorityStep
+	if step <= 0 {
+		step = 100
+	}
+	switch c.Priority {
+	case PriorityAbsolute:
+		spec.Priority = (11 - p) * step
+	case PriorityOff:
+	default:
+		spec.Nice = (p - 1) * step
+	}
+	spec.QoS = c.QoS[p]
+}
+
+// Paths of a batch attempt's files under JobDir.
+func (c JobConfig) stdoutPath(attemptID string) string {
+	return filepath.Join(c.JobDir, "out", attemptID+".out")
+}
+func (c JobConfig) stderrPath(attemptID string) string {
+	return filepath.Join(c.JobDir, "out", attemptID+".err")
+}
+func (c JobConfig) progressPath(attemptID string) string {
+	return filepath.Join(c.JobDir, "out", attemptID+".progress")
+}
+func (c JobConfig) workDir(t *taskv1.Task) string {
+	if t.GetWorkdir() != "" {
+		return t.GetWorkdir()
+	}
+	return filepath.Join(c.JobDir, "work", t.GetId())
+}
+
+// Task types each mode runs.
+const (
+	typeShell  = "shell"
+	typePython = "python"
+	typeScript = "script"
+	typeNoop   = "noop"
+)
+
+// Types lists the task types the backend claims.
+func Types() []string { return []string{typeShell, typePython, typeScript, typeNoop} }
+
+// jobSpec builds the job of an attempt.
+func (c JobConfig) jobSpec(t *taskv1.Task) (JobSpec, error) {
+	res, err := taskResources(t.GetResources())
+	if err != nil {
+		return JobSpec{}, err
+	}
+	if res.MemoryMB == 0 {
+		res.MemoryMB = c.DefaultMemoryMB
+	}
+	ref := jobRef{AgentID: c.AgentID, TaskID: t.GetId(), AttemptID: t.GetAttemptId(), Mode: c.Mode}
+	spec := JobSpec{
+		Name: jobName(t.GetId()), Comment: ref.comment(), Partition: c.Partition,
+		CPUs: res.CPUs, MemoryMB: res.MemoryMB, GPUs: res.GPUs, TimeLimitMin: timeLimitMinutes(t, c.Mode),
+	}
+	c.priorityFields(t.GetPriority(), &spec)
+	if c.Mode == ModePlacement {
+		// The placeholder prints nothing: no output file to create, which
+		// would fail the launch where the job's user may not write.
+		spec.WorkDir, spec.StdoutPath, spec.StderrPath = c.JobDir, "/dev/null", "/dev/null"
+		spec.Env = map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"}
+		spec.Script = placeholderScript
+		return spec, nil
+	}
+	script, err := batchScript(t, c.workDir(t))
+	if err != nil {
+		return JobSpec{}, err
+	}
+	spec.Script = script
+	spec.WorkDir = t.GetWorkdir()
+	if spec.WorkDir == "" {
+		// The script makes and enters the task's own directory: made by
+		// the job's user, it is the job's to write.
+		spec.WorkDir = c.JobDir
+	}
+	spec.StdoutPath, spec.StderrPath = c.stdoutPath(t.GetAttemptId()), c.stderrPath(t.GetAttemptId())
+	spec.Env = c.batchEnv(t)
+	return spec, nil
+}
+
+// placeholderScript holds the allocation until the backend cancels the
+// job: the task runs on the node's agent meanwhile.
+const placeholderScript = "#!/bin/sh\n" +
+	"# Taskmesh placement: holds this allocation while the node's Taskmesh agent runs the task;\n" +
+	"# the backend cancels the job when the task ends.\n" +
+	"exec sleep infinity\n"
+
+// batchEnv is a batch job's environment: the base, the task's own
+// (TASKMESH_ names are the platform's and are dropped), and the task's
+// identity and progress file.
+func (c JobConfig) batchEnv(t *taskv1.Task) map[string]string {
+	env := map[string]string{
+		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp",
+	}
+	for k, v := range c.Env {
+		env[k] = v
+	}
+	for k, v := range t.GetEnv() {
+		if !strings.HasPrefix(k, "TASKMESH_") {
+			env[k] = v
+		}
+	}
+	env["TASKMESH_TASK_ID"] = t.GetId()
+	env["TASKMESH_ATTEMPT_ID"] = t.GetAttemptId()
+	env["TASKMESH_PROGRESS_FILE"] = c.progressPath(t.GetAttemptId())
+	return env
+}
+
+// batchScript writes the task's argument vector into a batch script. No
+// user string is ever interpreted by the shell: each is one single-quoted
+// word (a quote inside closes, escapes and reopens), and exec replaces
+// the shell with the command. A script task's body is shell by definition;
+// its arguments become $1, $2, … through `set --`, as on an agent.
+//
+// Without a workdir of its own the task runs in workDir, which the script
+// makes first (exit 125 if it cannot).
+func batchScript(t *taskv1.Task, workDir string) (string, error) {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n")
+	if t.GetWorkdir() == "" && workDir != "" {
+		b.WriteString("mkdir -p " + shellQuote(workDir) + " && cd " + shellQuote(workDir) + " || exit 125\n")
+	}
+	switch t.GetType() {
+	case typeShell, typePython, "":
+		if t.GetCommand() == "" {
+			return "", errors.New("the task has no command")
+		}
+		b.WriteString("exec ")
+		b.WriteString(shellQuote(t.GetCommand()))
+		for _, a := range t.GetArgs() {
+			b.WriteString(" ")
+			b.WriteString(shellQuote(a))
+		}
+		b.WriteString("\n")
+	case typeScript:
+		if len(t.GetArgs()) > 0 {
+			b.WriteString("set --")
+			for _, a := range t.GetArgs() {
+				b.WriteString(" ")
+				b.WriteString(shellQuote(a))
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString(t.GetCommand())
+		b.WriteString("\n")
+	case typeNoop:
+		b.WriteString("exit 0\n")
+	default:
+		return "", fmt.Errorf("task type %q does not run through Slurm", t.GetType())
+	}
+	return b.String(), nil
+}
+
+// shellQuote makes s one shell word that means exactly s.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// itoa is strconv.Itoa for the few places that need it.
+func itoa(n int) string { return strconv.Itoa(n) }
