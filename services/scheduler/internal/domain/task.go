@@ -157,7 +157,7 @@ type Checkpoint struct {
 }
 
 // Preemption is the record of a task's last preemption (PreemptedTask in
-// docs/api/tasks.md#preemption): kept after the task runs again.
+// docs/api/tasks.md#checkpoints): kept after the task runs again.
 type Preemption struct {
 	Checkpoint  string    `json:"checkpoint,omitempty"`
 	PreemptedAt time.Time `json:"preempted_at"`
