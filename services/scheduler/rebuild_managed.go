@@ -43,21 +43,8 @@ func rebuildManaged(ctx context.Context, tx pgx.Tx, rep *RebuildReport, apply bo
 		return err
 	}
 	rep.Services = len(order)
-	live := map[string]string{}
-	rows, err := tx.Query(ctx, `SELECT id, doc::text FROM managed_services`)
+	live, err := liveServiceDocs(ctx, tx)
 	if err != nil {
-		return fmt.Errorf("live services: %w", err)
-	}
-	for rows.Next() {
-		var id, doc string
-		if err := rows.Scan(&id, &doc); err != nil {
-			rows.Close()
-			return err
-		}
-		live[id] = doc
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, id := range order {
@@ -82,4 +69,22 @@ func rebuildManaged(ctx context.Context, tx pgx.Tx, rep *RebuildReport, apply bo
 		}
 	}
 	return nil
+}
+
+// liveServiceDocs reads the managed_services rows as documents by id.
+func liveServiceDocs(ctx context.Context, tx pgx.Tx) (map[string]string, error) {
+	live := map[string]string{}
+	rows, err := tx.Query(ctx, `SELECT id, doc::text FROM managed_services`)
+	if err != nil {
+		return nil, fmt.Errorf("live services: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, doc string
+		if err := rows.Scan(&id, &doc); err != nil {
+			return nil, err
+		}
+		live[id] = doc
+	}
+	return live, rows.Err()
 }
