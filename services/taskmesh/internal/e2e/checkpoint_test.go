@@ -67,7 +67,7 @@ func preemptOnAgent1(t *testing.T, cooperative bool) (victim map[string]any, pre
 	// The preemptor runs until the test has queued agent-1's next task.
 	release := filepath.Join(w.dir, "release-"+id)
 	preemptor = w.submit(key, map[string]any{"name": "urgent", "type": "shell", "command": "sh",
-		"args": []string{"-c", `while [ ! -e "$1" ]; do sleep 0.05; done; echo urgent done`, "urgent", release},
+		"args":     []string{"-c", `while [ ! -e "$1" ]; do sleep 0.05; done; echo urgent done`, "urgent", release},
 		"priority": 2, "machine_id": "machine-agent-1"})
 	w.waitStatus(key, id, 30*time.Second, "preempted")
 	w.waitStatus(key, preemptor, 30*time.Second, "running")
