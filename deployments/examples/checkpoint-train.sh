@@ -27,11 +27,19 @@ if [ -n "$dir" ]; then
 	trap 'stop=1' TERM
 fi
 
+# Progress (docs/executor.md): the share of steps done.
+progress() {
+	if [ -n "${TASKMESH_PROGRESS_FILE:-}" ]; then
+		echo "$((step * 100 / steps)) step $step" >"$TASKMESH_PROGRESS_FILE"
+	fi
+}
+
 while [ "$step" -lt "$steps" ]; do
 	sleep "$pause" &
 	wait $! || wait $!
 	step=$((step + 1))
 	echo "step $step"
+	progress
 	if [ "$stop" = 1 ]; then
 		# Written to a temporary name and renamed: a checkpoint is whole
 		# or absent.

@@ -91,8 +91,13 @@ func (a *Agent) prepareCheckpoint(ctx context.Context, t journal.Task, runDir st
 // (or from the start), which is what a generic task always does.
 func (a *Agent) saveCheckpoint(ctx context.Context, at *attempt, reason string) {
 	t := at.task
-	if (reason != reasonPreempted && reason != reasonSuspended) || t.Origin != journal.OriginServer || a.files == nil ||
-		t.RunDir == "" || !a.filesOf(t).Checkpoint {
+	// task_final too: the attempt may learn of its preemption or
+	// suspension from a refused progress report or renewal (30002) before
+	// its heartbeat names the reason. The server accepts the checkpoint only
+	// from an attempt that still holds a preempted or suspended task, and
+	// refuses it for a cancelled or finished one.
+	if (reason != reasonPreempted && reason != reasonSuspended && reason != reasonTaskFinal) ||
+		t.Origin != journal.OriginServer || a.files == nil || t.RunDir == "" || !a.filesOf(t).Checkpoint {
 		return
 	}
 	dir := filepath.Join(t.RunDir, checkpoint.DirName)

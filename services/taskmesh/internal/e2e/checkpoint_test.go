@@ -42,6 +42,23 @@ func steps(t *testing.T, stdout string) (done []int, resumedAt int) {
 	return done, resumedAt
 }
 
+// waitSteps waits until the training task reported progress: its loop
+// runs, so its SIGTERM trap is set.
+func (w *world) waitSteps(key, id string) {
+	w.t.Helper()
+	waitFor(w.t, 30*time.Second, "the training loop's first steps", func() bool {
+		p, _ := w.task(key, id)["progress"].(float64)
+		return p > 0
+	})
+}
+
+// savedCheckpoint reports the key of the task's saved checkpoint ("" for
+// none).
+func savedCheckpoint(tk map[string]any) string {
+	k, _ := obj(tk["checkpoint"])["key"].(string)
+	return k
+}
+
 func obj(v any) map[string]any {
 	m, _ := v.(map[string]any)
 	return m
@@ -61,6 +78,7 @@ func preemptOnAgent1(t *testing.T, cooperative bool) (victim map[string]any, pre
 	}
 	id := w.submit(key, spec)
 	first := w.waitStatus(key, id, 20*time.Second, "running")
+	w.waitSteps(key, id)
 	// agent-2 is free from now on, but the preemptor is for agent-1 only:
 	// it takes agent-1's slot from the training task.
 	w.startAgent("agent-2", w.agentToken("agent-2"), 1)
@@ -103,10 +121,10 @@ func TestCooperativeTaskResumesFromItsCheckpointOnAnotherAgent(t *testing.T) {
 	victim, _ := preemptOnAgent1(t, true)
 	done, resumedAt := steps(t, victim["stdout"].(string))
 	if resumedAt < 1 || resumedAt >= 30 || len(done) != 30-resumedAt || done[0] != resumedAt+1 || done[len(done)-1] != 30 {
-		t.Fatalf("resumed at %d, then did steps %v:\n%s", resumedAt, done, victim["stdout"])
+		t.Fatalf("resumed at %d, then did steps %v (checkpoint %v, preemption %v):\n%s", resumedAt, done, victim["checkpoint"], victim["preemption"], victim["stdout"])
 	}
 	pre, cp := obj(victim["preemption"]), obj(victim["checkpoint"])
-	if cp["enabled"] != true || cp["key"] == "" || pre["checkpoint"] != cp["key"] {
+	if cp["enabled"] != true || savedCheckpoint(victim) == "" || pre["checkpoint"] != cp["key"] {
 		t.Fatalf("checkpoint %v, preemption %v", cp, pre)
 	}
 	if !strings.HasPrefix(cp["key"].(string), "checkpoints/") {
@@ -140,6 +158,7 @@ func TestSuspendAndResume(t *testing.T) {
 		"args": []string{trainScript(t), "25", "0.2"}, "checkpoint": map[string]any{"enabled": true},
 		"grace_period_sec": 5, "resources": gpus})
 	w.waitStatus(key, train, 30*time.Second, "running")
+	w.waitSteps(key, train)
 	// The next GPU task waits for the quota the training task holds.
 	next := w.submit(key, map[string]any{"name": "next", "type": "shell", "command": "echo", "args": []string{"next done"}, "resources": gpus})
 	if tk := w.task(key, next); tk["status"] != "pending" || tk["admitted"] == true {
@@ -160,7 +179,7 @@ func TestSuspendAndResume(t *testing.T) {
 	}
 	// Its checkpoint is saved, and its quota goes to the waiting task.
 	waitFor(t, 30*time.Second, "the suspended task's checkpoint", func() bool {
-		return obj(w.task(key, train)["checkpoint"])["key"] != nil
+		return savedCheckpoint(w.task(key, train)) != ""
 	})
 	if done := w.waitStatus(key, next, 30*time.Second, "completed"); done["stdout"] != "next done\n" {
 		t.Fatalf("next = %v", done)
@@ -190,7 +209,7 @@ func TestSuspendAndResume(t *testing.T) {
 	resumed := w.waitStatus(key, train, 60*time.Second, "completed")
 	done, resumedAt := steps(t, resumed["stdout"].(string))
 	if resumedAt < 1 || len(done) != 25-resumedAt || done[0] != resumedAt+1 {
-		t.Fatalf("resumed at %d, then did steps %v:\n%s", resumedAt, done, resumed["stdout"])
+		t.Fatalf("resumed at %d, then did steps %v (checkpoint %v):\n%s", resumedAt, done, resumed["checkpoint"], resumed["stdout"])
 	}
 	if tk := w.task(key, held); tk["status"] != "suspended" {
 		t.Fatalf("held = %v", tk["status"])
