@@ -13,7 +13,7 @@ export PATH    := $(BIN):$(PATH)
 
 # Every module of the workspace (go.work), as package patterns.
 MODULES    := ./gen/... ./platform/... ./services/gateway/... ./services/scheduler/... \
-              ./services/quota/... ./services/executor/... ./services/taskmesh/... ./tools/protoc/...
+              ./services/quota/... ./services/executor/... ./services/consumers/... ./services/taskmesh/... ./tools/protoc/...
 PLUGINS    := $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway \
               $(BIN)/protoc-gen-openapiv2 $(BIN)/protosrc
 TESTFLAGS  ?= -race -count=1 -timeout 40m
@@ -62,6 +62,24 @@ bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print 
 	# admission core's scheduling, BENCHRUNS runs each, printed as medians.
 	go test -run '^$$' -bench . -count $(BENCHRUNS) ./services/gateway/internal/ratelimit/ ./services/quota/internal/domain/admitcore/ \
 	  | $(BIN)/taskmesh bench medians
+
+# make fuzz FUZZTIME=2m: how long each fuzz target runs.
+FUZZTIME   ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (30s) each; print executions per target. make test runs their corpora.
+	@summary=$$(mktemp); trap 'rm -f "$$summary"' EXIT; \
+	for file in $$(grep -rl --include='*_test.go' '^func Fuzz' platform services | sort); do \
+	  dir=$$(dirname "$$file"); \
+	  for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' "$$file" | cut -d' ' -f2); do \
+	    echo "== $$name ($$dir, $(FUZZTIME))"; \
+	    if ! out=$$(go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) "./$$dir" 2>&1); then \
+	      echo "$$out"; echo "fuzz: $$name failed; the input is in $$dir/testdata/fuzz/$$name/" >&2; exit 1; fi; \
+	    execs=$$(echo "$$out" | grep -o 'execs: [0-9]*' | tail -1 | cut -d' ' -f2 || true); \
+	    printf '%-28s %-56s %12s\n' "$$name" "$$dir" "$${execs:-?}" >> "$$summary"; \
+	  done; \
+	done; \
+	echo; printf '%-28s %-56s %12s\n' TARGET PACKAGE EXECUTIONS; cat "$$summary"
 
 .PHONY: tools
 tools: $(BIN)/buf $(PLUGINS) ## Build buf and the protoc plugins from pinned modules.

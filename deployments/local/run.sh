@@ -1,26 +1,76 @@
 #!/usr/bin/env bash
-# Runs Taskmesh as separate processes on one machine against an existing
-# Postgres and Kafka, the way a production deployment splits it:
+# Runs Taskmesh as separate processes on one machine, the way a production
+# deployment splits it: Postgres and a Kafka-protocol broker, the scheduler,
+# the quota service, two gateways (one rate-limit and credential store, any
+# gateway serves any client) and two executor agents registered with
+# `taskmesh ctl agents register`. From a clean clone it needs only Go and
+# the PostgreSQL server binaries (apt-get install -y postgresql):
+#
+#   deployments/local/run.sh
+#
+# Postgres and the broker come from `taskmesh dev --infra-only` unless you
+# give your own:
+#
 #   DATABASE_URL=postgres://… KAFKA_BROKERS=127.0.0.1:9092 deployments/local/run.sh
-# Stop with Ctrl-C. `taskmesh dev` does the same in one process with
-# embedded Postgres and Kafka.
+#
+# Addresses: gateways REST 127.0.0.1:8080 and :8081, gRPC :9090 and :9093;
+# scheduler :9091, quota :9092; the agents' local APIs :7071 and :7072.
+# State (tokens, the operator key, journals) is kept in $STATE_DIR
+# (.taskmesh/local). Stop with Ctrl-C.
 set -euo pipefail
-: "${DATABASE_URL:?set DATABASE_URL}"
-: "${KAFKA_BROKERS:?set KAFKA_BROKERS}"
 cd "$(dirname "$0")/../.."
 go build -o bin/taskmesh ./services/taskmesh/cmd/taskmesh
 state=${STATE_DIR:-.taskmesh/local}
 mkdir -p "$state"
-[ -s "$state/internal-token" ] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$state/internal-token"
-chmod 600 "$state/internal-token"
-export TASKMESH_DATABASE_URL=$DATABASE_URL TASKMESH_KAFKA_BROKERS=$KAFKA_BROKERS
 trap 'kill 0' EXIT
-bin/taskmesh scheduler --listen 127.0.0.1:9091 --internal-token-file "$state/internal-token" &
-bin/taskmesh quota --listen 127.0.0.1:9092 --internal-token-file "$state/internal-token" &
-bin/taskmesh gateway --http 127.0.0.1:8080 --grpc 127.0.0.1:9090 --scheduler 127.0.0.1:9091 --quota 127.0.0.1:9092 \
-  --internal-token-file "$state/internal-token" &
-if [ -n "${AGENT_TOKEN_FILE:-}" ]; then
-  bin/taskmesh executor --agent-id local-1 --server 127.0.0.1:9090 --token-file "$AGENT_TOKEN_FILE" \
-    --data-dir "$state/agent" --local-api 127.0.0.1:7071 &
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  rm -f "$state/infra/database-url" "$state/infra/kafka-brokers"
+  bin/taskmesh dev --infra-only --data-dir "$state/infra" --pg-port "${PG_PORT:-54339}" --kafka-port "${KAFKA_PORT:-19093}" &
+  for _ in $(seq 600); do [ -s "$state/infra/kafka-brokers" ] && break; sleep 0.1; done
+  DATABASE_URL=$(cat "$state/infra/database-url")
+  KAFKA_BROKERS=$(cat "$state/infra/kafka-brokers")
 fi
+: "${KAFKA_BROKERS:?set KAFKA_BROKERS together with DATABASE_URL}"
+
+secret() { [ -s "$1" ] || head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$1"; chmod 600 "$1"; }
+secret "$state/internal-token"
+secret "$state/objects-secret"
+export TASKMESH_DATABASE_URL=$DATABASE_URL TASKMESH_KAFKA_BROKERS=$KAFKA_BROKERS
+export TASKMESH_INTERNAL_TOKEN_FILE=$state/internal-token
+objects=(--objects-fs-root "$state/objects" --objects-fs-base-url http://127.0.0.1:8080/objects
+         --objects-fs-secret-file "$state/objects-secret")
+
+bin/taskmesh quota --listen 127.0.0.1:9092 &
+bin/taskmesh scheduler --listen 127.0.0.1:9091 --quota 127.0.0.1:9092 --objects fs "${objects[@]}" &
+for n in 1 2; do
+  http=$((8079 + n)); grpc=$((9087 + 3 * n))   # 8080/9090 and 8081/9093
+  bin/taskmesh gateway --http "127.0.0.1:$http" --grpc "127.0.0.1:$grpc" --scheduler 127.0.0.1:9091 \
+    --quota 127.0.0.1:9092 --admin-key-file "$state/admin-key" "${objects[@]}" &
+  for _ in $(seq 300); do curl -sf "http://127.0.0.1:$http/healthz" >/dev/null && break; sleep 0.1; done
+done
+
+export TASKMESH_ADMIN_KEY=$(cat "$state/admin-key")
+for n in 1 2; do
+  grpc=$((9087 + 3 * n))
+  # Register once; the token file is then the agent's credential.
+  [ -s "$state/agent-$n.token" ] ||
+    bin/taskmesh ctl --server "127.0.0.1:$grpc" agents register "local-$n" --token-file "$state/agent-$n.token"
+  bin/taskmesh executor --agent-id "local-$n" --machine-id "local-$n" --server "127.0.0.1:$grpc" \
+    --token-file "$state/agent-$n.token" --data-dir "$state/agent-$n" --local-api "127.0.0.1:$((7070 + n))" \
+    --log-dir "$state/agent-$n/log" &
+done
+
+cat <<BANNER
+
+Taskmesh is running as separate processes.
+  REST     http://127.0.0.1:8080  http://127.0.0.1:8081
+  gRPC     127.0.0.1:9090  127.0.0.1:9093
+  Agents   local-1, local-2        (taskmesh ctl agents list; logs in $state/agent-N/log)
+  Operator key in $state/admin-key (export TASKMESH_ADMIN_KEY=\$(cat $state/admin-key))
+
+Create a tenant and a key, then submit:
+  bin/taskmesh ctl tenants create acme && bin/taskmesh ctl keys create --tenant acme
+Press Ctrl-C to stop.
+BANNER
 wait

@@ -100,3 +100,7 @@ func (b *Broker) logf(format string, args ...any) {
 		b.t.Logf(format, args...)
 	}
 }
+
+// Remote returns a Broker for a broker started elsewhere (a stack's
+// embedded broker, a real cluster): only Kcat and ConsumeAll work on it.
+func Remote(addrs []string) *Broker { return &Broker{addrs: append([]string(nil), addrs...)} }

@@ -1,7 +1,9 @@
 package pg
 
 import (
+	"context"
 	"errors"
+	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -35,4 +37,35 @@ func IsSerializationFailure(err error) bool {
 		return false
 	}
 	return pgErr.Code == codeSerializationFailure || pgErr.Code == codeDeadlockDetected
+}
+
+// IsTransient reports whether err says something about the database or the
+// connection rather than about the statement's data: the connection broke
+// or was never made (class 08, network errors), the transaction lost a race
+// (class 40), the server is short of resources or shutting down (classes
+// 53, 57, 58), a lock could not be had in time (55P03), or ctx ended. Doing
+// the same work again later may succeed. Anything else — a value the column
+// refuses (class 22), a constraint (class 23), an error that is not the
+// database's at all — fails the same way every time. err may be wrapped.
+func IsTransient(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", "40", "53", "57", "58":
+			return true
+		}
+		return pgErr.Code == "55P03"
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) {
+		return true
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
@@ -100,6 +101,41 @@ func TestIsSerializationFailure(t *testing.T) {
 	for _, err := range []error{nil, errors.New("40001"), context.Canceled} {
 		if pg.IsSerializationFailure(err) {
 			t.Errorf("IsSerializationFailure(%v) = true", err)
+		}
+	}
+}
+
+// Errors about the data are not transient; errors about the connection,
+// the transaction's luck or the caller's context are.
+func TestIsTransient(t *testing.T) {
+	pool := pgtest.New(t).Open(t, "")
+	mustExec(t, pool, `CREATE TABLE texts (s text)`)
+	_, nul := pool.Exec(testCtx(t), `INSERT INTO texts VALUES ($1)`, "x\x00")
+	_, syntax := pool.Exec(testCtx(t), `SELEC 1`)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, ctxErr := pool.Exec(ctx, `SELECT 1`)
+	_, timeout := pool.Exec(testCtx(t), `SET statement_timeout = 1; SELECT pg_sleep(1)`)
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"NUL in a text column", nul, false},
+		{"syntax error", syntax, false},
+		{"plain error", errors.New("decode: bad record"), false},
+		{"cancelled context", ctxErr, true},
+		{"statement timeout (57014)", timeout, true},
+		{"wrapped serialization failure", fmt.Errorf("apply: %w", &pgconn.PgError{Code: "40001"}), true},
+		{"connection failure", &pgconn.PgError{Code: "08006"}, true},
+		{"lock not available", &pgconn.PgError{Code: "55P03"}, true},
+	} {
+		if c.name == "cancelled context" && c.err == nil {
+			t.Fatal("a cancelled context ran the statement")
+		}
+		if got := pg.IsTransient(c.err); got != c.want {
+			t.Errorf("%s: IsTransient(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,6 +15,10 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
+// ErrNothingApplied is returned by Replay for a projection that has not
+// applied a record of a topic that has some (it never ran, or not yet).
+var ErrNothingApplied = errors.New("has applied nothing yet")
+
 // ReplaySpec names a live projection and how to build a copy of it.
 type ReplaySpec struct {
 	// Name and Topic (and Topics, see Config) of the live projection (its
@@ -21,10 +26,20 @@ type ReplaySpec struct {
 	Name   string
 	Topic  string
 	Topics []string
-	// Tables are the live tables the projection writes.
+	// Tables are the live tables the projection writes, compared row for
+	// row with their replay.
 	Tables []string
+	// Scratch are tables the handler also writes but whose live rows are
+	// changed by something else as well (a queue another loop consumes, a
+	// delivery schedule): they are replayed into fresh copies, so the live
+	// ones are never touched, and not compared.
+	Scratch []string
+	// Where, if set for a table, restricts its comparison to the rows the
+	// SQL condition selects, on both sides (e.g. rows a retention job has
+	// not yet archived). It is written by the program, never by a user.
+	Where map[string]string
 	// NewHandler returns a handler that writes to the given tables instead
-	// of the live ones (live name → replay name).
+	// of the live ones (live name → replay name, for Tables and Scratch).
 	NewHandler func(tables map[string]string) Handler
 	Kafka      kafka.Config
 	// Suffix names the replay tables (<table><Suffix>); default "_replay".
@@ -36,7 +51,10 @@ type ReplaySpec struct {
 
 // Report is what Replay found.
 type Report struct {
-	Records  int64 // records applied to the replay tables
+	Records int64 // records applied to the replay tables
+	// Skipped are records that failed alone and were left out, as the
+	// live runner parked them.
+	Skipped  int64
 	Tables   []TableReport
 	Duration time.Duration
 }
@@ -81,8 +99,8 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 	// Fresh tables every time: replay tables left by an earlier run (Keep)
 	// would hold rows the handler then skips as already applied, hiding
 	// exactly the differences the replay looks for.
-	mapping := make(map[string]string, len(spec.Tables))
-	for _, t := range spec.Tables {
+	mapping := make(map[string]string, len(spec.Tables)+len(spec.Scratch))
+	for _, t := range append(append([]string(nil), spec.Tables...), spec.Scratch...) {
 		mapping[t] = t + spec.Suffix
 		if err := freshCopy(ctx, pool, t, mapping[t]); err != nil {
 			return nil, err
@@ -110,7 +128,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 		}
 	}
 	if len(live) == 0 && written {
-		return nil, fmt.Errorf("projection %s has applied nothing yet: there is no live state to compare", spec.Name)
+		return nil, fmt.Errorf("projection %s %w: there is no live state to compare", spec.Name, ErrNothingApplied)
 	}
 	// From offset 0 of every partition (no stored offsets; the log start
 	// after retention): the replay is a rebuild from the whole retained
@@ -154,7 +172,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 			}
 		}
 		for _, t := range spec.Tables {
-			tr, err := compare(ctx, tx, t, mapping[t])
+			tr, err := compare(ctx, tx, t, mapping[t], spec.Where[t])
 			if err != nil {
 				return err
 			}
@@ -166,13 +184,14 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, spec ReplaySpec) (*Report, 
 		return nil, err
 	}
 	if !spec.Keep {
-		for _, t := range spec.Tables {
+		for _, t := range append(append([]string(nil), spec.Tables...), spec.Scratch...) {
 			if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{mapping[t]}.Sanitize()); err != nil {
 				return nil, fmt.Errorf("drop %s: %w", mapping[t], err)
 			}
 		}
 	}
 	report.Records = rp.applied
+	report.Skipped = rp.skipped
 	report.Duration = time.Since(began)
 	return report, nil
 }
@@ -235,6 +254,7 @@ type replayer struct {
 	pos     map[topicPartition]int64 // next offset applied per partition
 	held    []*kgo.Record
 	applied int64
+	skipped int64 // records that failed alone (dead letters of the live side)
 }
 
 func (rp *replayer) until(ctx context.Context, target map[topicPartition]int64) error {
@@ -281,9 +301,7 @@ func (rp *replayer) until(ctx context.Context, target map[topicPartition]int64) 
 		}
 		// No offsets are stored for the replay: it is rebuilt from 0 every
 		// time, so its batches need no atomicity beyond their own rows.
-		if err := pg.InTx(ctx, rp.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-			return rp.handler.Apply(ctx, tx, batch)
-		}); err != nil {
+		if err := rp.apply(ctx, batch); err != nil {
 			return fmt.Errorf("replay apply: %w", err)
 		}
 		for t, offsets := range nextOffsets(batch) {
@@ -297,17 +315,57 @@ func (rp *replayer) until(ctx context.Context, target map[topicPartition]int64) 
 	return nil
 }
 
-// compare counts rows that differ between two tables of the same shape.
-func compare(ctx context.Context, tx pgx.Tx, live, replay string) (TableReport, error) {
+// apply applies a batch to the replay tables. A batch that fails for a
+// reason of its own is applied record by record, skipping (and counting)
+// the records that fail alone: the live runner parked those as dead
+// letters, so the live tables hold nothing of them either.
+func (rp *replayer) apply(ctx context.Context, batch []*kgo.Record) error {
+	err := pg.InTx(ctx, rp.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return rp.handler.Apply(ctx, tx, batch)
+	})
+	if err == nil || pg.IsTransient(err) {
+		return err
+	}
+	return pg.InTx(ctx, rp.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		skipped := int64(0)
+		for _, rec := range batch {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if err := rp.handler.Apply(ctx, sp, []*kgo.Record{rec}); err != nil {
+				_ = sp.Rollback(ctx)
+				if pg.IsTransient(err) {
+					return err
+				}
+				skipped++
+				continue
+			}
+			if err := sp.Commit(ctx); err != nil {
+				return err
+			}
+		}
+		rp.skipped += skipped
+		return nil
+	})
+}
+
+// compare counts rows that differ between two tables of the same shape,
+// among the rows where selects ("" = all).
+func compare(ctx context.Context, tx pgx.Tx, live, replay, where string) (TableReport, error) {
 	l, r := pgx.Identifier{live}.Sanitize(), pgx.Identifier{replay}.Sanitize()
+	cond := ""
+	if where != "" {
+		cond = ` WHERE ` + where
+	}
 	// Rows compare by their text form: every column type has one (json has
 	// no equality operator), and equal text is what "identical" means here.
-	lt, rt := `(SELECT x::text AS row FROM `+l+` x)`, `(SELECT x::text AS row FROM `+r+` x)`
+	lt, rt := `(SELECT x::text AS row FROM `+l+` x`+cond+`)`, `(SELECT x::text AS row FROM `+r+` x`+cond+`)`
 	// EXCEPT ALL, not EXCEPT: rows count with their multiplicity, so a row
 	// held twice on one side (a table without a unique key) is a difference
 	// too.
 	tr := TableReport{Live: live, Replay: replay}
-	err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+l+`), (SELECT count(*) FROM `+r+`),
+	err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+l+` x`+cond+`), (SELECT count(*) FROM `+r+` x`+cond+`),
 		(SELECT count(*) FROM (`+lt+` EXCEPT ALL `+rt+`) d),
 		(SELECT count(*) FROM (`+rt+` EXCEPT ALL `+lt+`) d)`).
 		Scan(&tr.LiveRows, &tr.ReplayRows, &tr.OnlyInLive, &tr.OnlyInReplay)

@@ -18,8 +18,18 @@
 //  3. For each polled batch, on the lock's connection: begin, Handler.Apply,
 //     store the next offsets, commit. Using the lock's connection means a
 //     runner whose session died cannot commit after a successor took over.
-//  4. On any error drop the consumer and the lock, back off, start over
-//     (leader.Run).
+//  4. A batch that fails is tried again, MaxAttempts times in all with a
+//     doubling pause. If it still fails, its records are applied one by
+//     one in one transaction (a savepoint each): a record that fails alone
+//     for a reason that is not transient (pg.IsTransient: the database,
+//     not the record) is parked as a dead letter (see Park) with a log line
+//     and a metric, the others are applied, and the offsets move past all
+//     of them. So no record can stop a projection, and a database outage
+//     parks nothing.
+//  5. Every RetryPoll, apply the dead letters an operator asked to retry
+//     (RetryRequested), on the same connection.
+//  6. On any other error drop the consumer and the lock, back off, start
+//     over (leader.Run).
 //
 // Replay rebuilds a projection from offset 0 into fresh tables and compares
 // them with the live ones (see Replay).
@@ -28,6 +38,7 @@ package projection
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -103,6 +114,18 @@ type Config struct {
 	// AfterCommit, if set, is called with each committed batch (metrics,
 	// live streams). It runs on the runner's goroutine: keep it short.
 	AfterCommit func(records []*kgo.Record)
+	// MaxAttempts is how many times a failing batch is applied before its
+	// records are tried one by one and the failing ones parked (default 3).
+	MaxAttempts int
+	// RetryBackoff is the pause before a batch's second attempt; it
+	// doubles before each further one (default 200ms).
+	RetryBackoff time.Duration
+	// RetryPoll is how often the runner looks for dead letters an operator
+	// asked to retry (default 1s).
+	RetryPoll time.Duration
+	// OnDeadLetter, if set, is called after a parked record's transaction
+	// committed (metrics, tests).
+	OnDeadLetter func(DeadLetter)
 }
 
 // topics lists Topic and then Topics, without repeats.
@@ -136,6 +159,15 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 3
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = 200 * time.Millisecond
+	}
+	if c.RetryPoll <= 0 {
+		c.RetryPoll = time.Second
 	}
 }
 
@@ -172,7 +204,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		Standby: r.cfg.StandbyInterval, Logger: r.cfg.Logger}, r.session)
 }
 
-// session is one tenure as the active runner: steps 2 and 3.
+// session is one tenure as the active runner: steps 2 to 5.
 func (r *Runner) session(ctx context.Context, lock *pg.Lock) error {
 	// Every transaction of the session runs on the lock's connection, so a
 	// runner that lost the lock can no longer commit (step 3).
@@ -203,73 +235,154 @@ func (r *Runner) session(ctx context.Context, lock *pg.Lock) error {
 	defer cl.Close()
 	r.cfg.Logger.Info("projection runner active", "projection", r.cfg.Name, "topics", fmt.Sprint(topics), "partitions", fmt.Sprint(partitions))
 
+	retryCheck := time.Now()
 	for {
+		if time.Since(retryCheck) >= r.cfg.RetryPoll {
+			if _, err := RetryRequested(ctx, conn, r.cfg.Name, r.retryDeadLetter, r.cfg.Logger); err != nil {
+				return err
+			}
+			retryCheck = time.Now()
+		}
 		// A poll returns whatever the fetches have buffered, up to BatchSize
 		// records across partitions; records of one partition come in offset
 		// order, which is all a handler may rely on (one aggregate's records
-		// share a partition).
-		fetches := cl.PollRecords(ctx, r.cfg.BatchSize)
+		// share a partition). An idle topic must not keep the runner from
+		// step 5: polls give up after RetryPoll.
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.RetryPoll)
+		fetches := cl.PollRecords(pctx, r.cfg.BatchSize)
+		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
 		// Any fetch error ends the session: the next one starts again from
 		// the offsets committed in Postgres, so nothing between is lost or
 		// applied twice.
-		if err := fetchErr(fetches); err != nil {
+		if err := fetchErr(fetches); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return err
 		}
 		records := fetches.Records()
 		if len(records) == 0 {
 			continue
 		}
-		// What the transaction stores: one past the highest offset of each
-		// partition in the batch.
-		next := nextOffsets(records)
-		bctx, span := tracer().Start(ctx, "projection "+r.cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithLinks(otel.RecordLinks(ctx, records)...),
-			trace.WithAttributes(attribute.Int("messaging.batch.message_count", len(records)),
-				attribute.String("messaging.destination.name", r.cfg.Topic)))
-		err := pg.InTx(bctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
-			// No need to wait for the WAL flush: rows and offsets commit
-			// together, so a crash that loses this commit loses both, and
-			// the batch is applied again from Kafka.
-			if _, err := tx.Exec(bctx, `SET LOCAL synchronous_commit = off`); err != nil {
-				return err
-			}
-			if err := r.handler.Apply(bctx, tx, records); err != nil {
-				return fmt.Errorf("apply: %w", err)
-			}
-			for topic, offsets := range next {
-				if err := storeOffsets(bctx, tx, r.cfg.Name, topic, offsets); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-			span.End()
+		if err := r.apply(ctx, conn, records); err != nil {
 			return err
 		}
-		span.End()
-		// Only after the commit: Applied and the offsets report what is
-		// committed.
-		r.mu.Lock()
-		r.applied += int64(len(records))
-		for topic, offsets := range next {
-			for p, o := range offsets {
-				r.offsets[topicPartition{topic, p}] = o
-			}
-		}
-		r.mu.Unlock()
-		// After the commit, never inside it: a listener must not see rows
-		// that could still roll back, and a slow one must not hold the
-		// transaction open.
-		if r.cfg.AfterCommit != nil {
-			r.cfg.AfterCommit(records)
+		if ctx.Err() != nil {
+			return nil
 		}
 	}
+}
+
+// apply commits one polled batch with its offsets: steps 3 and 4.
+func (r *Runner) apply(ctx context.Context, conn *pgxpool.Conn, records []*kgo.Record) error {
+	// What the transaction stores: one past the highest offset of each
+	// partition in the batch.
+	next := nextOffsets(records)
+	bctx, span := tracer().Start(ctx, "projection "+r.cfg.Name, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithLinks(otel.RecordLinks(ctx, records)...),
+		trace.WithAttributes(attribute.Int("messaging.batch.message_count", len(records)),
+			attribute.String("messaging.destination.name", r.cfg.Topic)))
+	defer span.End()
+	err := r.commitBatch(bctx, conn, records, next)
+	pause := r.cfg.RetryBackoff
+	for attempt := 2; err != nil && attempt <= r.cfg.MaxAttempts && ctx.Err() == nil; attempt++ {
+		r.cfg.Logger.Warn("projection batch failed; trying again", "projection", r.cfg.Name, "records", len(records),
+			"attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause *= 2
+		err = r.commitBatch(bctx, conn, records, next)
+	}
+	var parked []DeadLetter
+	if err != nil && ctx.Err() == nil {
+		parked, err = r.commitIsolated(bctx, conn, records, next)
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	for _, d := range parked {
+		ReportParked(r.cfg.Logger, r.cfg.OnDeadLetter, d)
+	}
+	// Only after the commit: Applied and the offsets report what is
+	// committed.
+	r.mu.Lock()
+	r.applied += int64(len(records))
+	for topic, offsets := range next {
+		for p, o := range offsets {
+			r.offsets[topicPartition{topic, p}] = o
+		}
+	}
+	r.mu.Unlock()
+	// After the commit, never inside it: a listener must not see rows that
+	// could still roll back, and a slow one must not hold the transaction
+	// open.
+	if r.cfg.AfterCommit != nil {
+		r.cfg.AfterCommit(records)
+	}
+	return nil
+}
+
+// commitBatch applies records and stores next in one transaction.
+func (r *Runner) commitBatch(ctx context.Context, conn *pgxpool.Conn, records []*kgo.Record, next map[string]map[int32]int64) error {
+	return pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		// No need to wait for the WAL flush: rows and offsets commit
+		// together, so a crash that loses this commit loses both, and
+		// the batch is applied again from Kafka.
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			return err
+		}
+		if err := r.handler.Apply(ctx, tx, records); err != nil {
+			return fmt.Errorf("apply: %w", err)
+		}
+		return storeAllOffsets(ctx, tx, r.cfg.Name, next)
+	})
+}
+
+// commitIsolated applies records one by one, each in a savepoint, parks
+// those that fail for a reason of their own, and stores next, all in one
+// transaction. A transient failure aborts it: nothing is parked for an
+// outage.
+func (r *Runner) commitIsolated(ctx context.Context, conn *pgxpool.Conn, records []*kgo.Record, next map[string]map[int32]int64) ([]DeadLetter, error) {
+	var parked []DeadLetter
+	err := pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		parked = parked[:0]
+		for _, rec := range records {
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			applyErr := r.handler.Apply(ctx, sp, []*kgo.Record{rec})
+			if applyErr == nil {
+				if err := sp.Commit(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			_ = sp.Rollback(ctx)
+			if pg.IsTransient(applyErr) {
+				return applyErr
+			}
+			d, err := Park(ctx, tx, r.cfg.Name, rec, applyErr, r.cfg.MaxAttempts)
+			if err != nil {
+				return err
+			}
+			parked = append(parked, d)
+		}
+		return storeAllOffsets(ctx, tx, r.cfg.Name, next)
+	})
+	return parked, err
+}
+
+// retryDeadLetter applies a dead letter's record with the handler.
+func (r *Runner) retryDeadLetter(ctx context.Context, tx pgx.Tx, d DeadLetter) error {
+	return r.handler.Apply(ctx, tx, []*kgo.Record{d.Record()})
 }
 
 // ensureTopic creates the topic if needed and returns its partition count.
@@ -348,10 +461,6 @@ func nextOffsets(records []*kgo.Record) map[string]map[int32]int64 {
 	return next
 }
 
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 func loadOffsets(ctx context.Context, q querier, name, topic string) (map[int32]int64, error) {
 	rows, err := q.Query(ctx, `SELECT partition, next_offset FROM projection_offsets
 		WHERE projection = $1 AND topic = $2`, name, topic)
@@ -371,6 +480,17 @@ func loadOffsets(ctx context.Context, q querier, name, topic string) (map[int32]
 		return nil, fmt.Errorf("load offsets of %s: %w", name, err)
 	}
 	return out, nil
+}
+
+// storeAllOffsets stores next (topic → partition → offset) for every topic
+// of the batch.
+func storeAllOffsets(ctx context.Context, tx pgx.Tx, name string, next map[string]map[int32]int64) error {
+	for topic, offsets := range next {
+		if err := storeOffsets(ctx, tx, name, topic, offsets); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func storeOffsets(ctx context.Context, tx pgx.Tx, name, topic string, next map[int32]int64) error {

@@ -84,7 +84,7 @@ func RunKubernetes(ctx context.Context, cfg KubernetesConfig) error {
 			return fmt.Errorf("kubernetes backend: the videos' bucket: %w", err)
 		}
 	}
-	conn, err := leaseconn.Dial(cfg.Server, cfg.Token, cfg.TLS)
+	conn, err := leaseconn.Dial(cfg.Server, leaseconn.StaticToken(cfg.Token), cfg.TLS)
 	if err != nil {
 		return err
 	}

@@ -81,7 +81,7 @@ func RunSlurm(ctx context.Context, cfg SlurmConfig) error {
 	if err != nil {
 		return fmt.Errorf("slurm backend: %w", err)
 	}
-	conn, err := leaseconn.Dial(cfg.Server, cfg.Token, cfg.TLS)
+	conn, err := leaseconn.Dial(cfg.Server, leaseconn.StaticToken(cfg.Token), cfg.TLS)
 	if err != nil {
 		return err
 	}

@@ -153,7 +153,7 @@ func TestRESTAdminNeedsOperatorKey(t *testing.T) {
 	}
 	assertEnvelope(t, e.do(t, "GET", "/api/v1/admin/tenants", "", ""), 401, 401, "missing bearer token")
 	// An operator key is for the admin API only.
-	assertEnvelope(t, e.do(t, "GET", "/api/v1/tasks/task-001", admin, ""), 403, 403, "operator keys can only call /api/v1/admin/, quota routes and repeat resets")
+	assertEnvelope(t, e.do(t, "GET", "/api/v1/tasks/task-001", admin, ""), 403, 403, "operator keys can only call /api/v1/admin/, quota, audit, usage and webhook delivery routes and repeat resets")
 	if len(e.fake.Calls()) != 0 {
 		t.Errorf("refused calls reached the scheduler: %v", e.fake.Calls())
 	}

@@ -23,14 +23,22 @@ import (
 //	CreateAPIKey(ctx, tenantID, name, expiresAt) (APIKey, secret, error)   // secret "tm_<prefix>_<secret>"
 //	RevokeAPIKey(ctx, tenantID, keyID) error
 //	ListAPIKeys(ctx, tenantID) ([]APIKey, error)                           // never secrets or hashes
-//	CreateAgentToken(ctx, agentID, tenantID, allowedCIDRs, expiresAt) (AgentToken, secret, error) // "tma_…"
+//	RegisterAgent(ctx, AgentSpec, Actor) (AgentToken, secret, error)       // "tma_…"; audited
+//	CreateAgentToken(ctx, agentID, tenantID, allowedCIDRs, expiresAt) (AgentToken, secret, error) // RegisterAgent by the gateway
+//	Agent(ctx, agentID) (AgentToken, error)                               // the agent's current token
+//	ListAgents(ctx, AgentFilter) ([]AgentToken, error)
+//	RotateAgent(ctx, agentID, expiresAt, Actor) (AgentToken, secret, error)
+//	RevokeAgent(ctx, agentID, reason, Actor) (AgentToken, error)
 //	RotateAgentToken(ctx, tokenID) (AgentToken, secret, error)
 //	RevokeAgentToken(ctx, tokenID) error
 //	GetAgentToken(ctx, tokenID) (AgentToken, error)
+//	AgentEvents(ctx, agentID, limit) ([]AgentEvent, error)                // the audit trail, newest first
 //	Authenticate(ctx, bearer, remoteIP) (authn.Principal, error)          // *AuthError: ErrUnauthenticated or ErrForbidden
 //
-// An agent token without allowed CIDRs binds to the first address it is used
-// from; use from another address is refused (ErrForbidden) and revokes it.
+// An agent token binds to the first address it is used from (inside its
+// allowed CIDRs, when it has any); use from another address is refused
+// (ErrForbidden) and revokes it, except a move within the allowed CIDRs
+// announced by the agent's heartbeat (docs/api/admin.md#agents).
 type Credentials = credentials.Store
 
 // Credential records; none carries a secret.
@@ -49,7 +57,16 @@ type (
 	// AuthError is the error of Authenticate: Kind is ErrUnauthenticated or
 	// ErrForbidden, Reason is safe to show the caller.
 	AuthError = credentials.AuthError
+	// AgentSpec, AgentFilter, AgentEvent and Actor are the agent fleet's
+	// arguments and audit entries.
+	AgentSpec   = credentials.AgentSpec
+	AgentFilter = credentials.AgentFilter
+	AgentEvent  = credentials.AgentEvent
+	Actor       = credentials.Actor
 )
+
+// SystemActor is the gateway acting on its own in an agent's audit trail.
+var SystemActor = credentials.System
 
 // Tenant tiers.
 const (
@@ -69,7 +86,8 @@ var (
 	ErrInvalid = credentials.ErrInvalid
 	// ErrNotFound: no such tenant, key or token.
 	ErrNotFound = credentials.ErrNotFound
-	// ErrExists: the tenant already exists.
+	// ErrExists: the tenant already exists, or the agent has an active
+	// token.
 	ErrExists = credentials.ErrExists
 	// ErrRevoked: a revoked token cannot be rotated.
 	ErrRevoked = credentials.ErrRevoked

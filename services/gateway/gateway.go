@@ -22,9 +22,15 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+	webhookv1 "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
 	"github.com/taskmesh/taskmesh/platform/closer"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/otel"
@@ -35,6 +41,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/gateway/internal/ratelimit"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/throttle"
 	"github.com/taskmesh/taskmesh/services/gateway/ports/admin"
+	"github.com/taskmesh/taskmesh/services/gateway/ports/deadletters"
 	"github.com/taskmesh/taskmesh/services/gateway/ports/grpcproxy"
 	"github.com/taskmesh/taskmesh/services/gateway/ports/rest"
 )
@@ -53,6 +60,11 @@ type Config struct {
 	// its QuotaService and AdmissionService are served under /api/v1/… and
 	// through the gRPC front door.
 	QuotaTarget string
+	// ConsumersTarget, if set, is the consumers service's internal gRPC
+	// address: the audit log, usage and webhooks (AuditService,
+	// UsageService, WebhookService) are served under /api/v1/… and through
+	// the gRPC front door, and its dead letters join the others'.
+	ConsumersTarget string
 	// InternalToken is sent to internal services (authn.MDInternalToken).
 	// Never logged.
 	InternalToken string
@@ -143,14 +155,15 @@ const (
 // Gateway is a configured gateway. Its listeners are open once New returns;
 // Run serves them.
 type Gateway struct {
-	log      *slog.Logger
-	creds    *credentials.Store
-	throttle *throttle.Throttle
-	upstream *grpc.ClientConn
-	quota    *grpc.ClientConn // nil without Config.QuotaTarget
-	handler  http.Handler
-	health   *health.Server
-	live     *live.Service
+	log       *slog.Logger
+	creds     *credentials.Store
+	throttle  *throttle.Throttle
+	upstream  *grpc.ClientConn
+	quota     *grpc.ClientConn // nil without Config.QuotaTarget
+	consumers *grpc.ClientConn // nil without Config.ConsumersTarget
+	handler   http.Handler
+	health    *health.Server
+	live      *live.Service
 
 	httpLis, grpcLis net.Listener
 	httpSrv          *http.Server
@@ -209,7 +222,12 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err := g.dial(cfg); err != nil {
 		return nil, err
 	}
-	if err := g.servers(ctx, cfg, adminSrv); err != nil {
+	agentSrv, err := admin.NewAgentServer(g.creds, taskv1.NewAgentFleetServiceClient(g.upstream), cfg.Now, log)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g.creds.OnAgentRevoked(agentSrv.DrainRevoked)
+	if err := g.servers(ctx, cfg, adminSrv, agentSrv); err != nil {
 		return nil, err
 	}
 	if err := g.listen(ctx, cfg); err != nil {
@@ -333,16 +351,29 @@ func (g *Gateway) dial(cfg Config) error {
 		}
 		g.owned.PushFunc(func() { g.quota.Close() }) // an error closing it changes nothing for the caller
 	}
+	if cfg.ConsumersTarget != "" {
+		if g.consumers, err = grpc.NewClient(cfg.ConsumersTarget, opts...); err != nil {
+			return fmt.Errorf("gateway: consumers client for %q: %w", cfg.ConsumersTarget, err)
+		}
+		g.owned.PushFunc(func() { g.consumers.Close() })
+	}
 	return nil
 }
 
-// servers builds the live streams, the REST handler, the gRPC front door
-// and the HTTP server; none of them holds anything yet.
-func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Server) error {
-	var quotaUpstream grpc.ClientConnInterface
+// deadLetters is the dead-letter API over every service configured.
+func (g *Gateway) deadLetters() *deadletters.Server {
+	ups := []deadletters.Upstream{{Name: "scheduler", Conn: g.upstream}}
 	if g.quota != nil {
-		quotaUpstream = g.quota
+		ups = append(ups, deadletters.Upstream{Name: "quota", Conn: g.quota})
 	}
+	if g.consumers != nil {
+		ups = append(ups, deadletters.Upstream{Name: "consumers", Conn: g.consumers})
+	}
+	return deadletters.New(ups...)
+}
+
+// liveStreams builds the live task, group and job streams.
+func (g *Gateway) liveStreams(cfg Config) error {
 	lv, err := live.New(live.Config{Kafka: cfg.Live.Kafka, Topic: cfg.Live.Topic, Tasks: taskv1.NewTaskServiceClient(g.upstream),
 		Groups: taskv1.NewTaskGroupServiceClient(g.upstream),
 		Jobs:   pipelinev1.NewPipelineServiceClient(g.upstream), JobTopic: cfg.Live.JobTopic,
@@ -352,32 +383,59 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		return fmt.Errorf("gateway: %w", err)
 	}
 	g.live = lv
+	return nil
+}
+
+// servers builds the live streams, the REST handler, the gRPC front door
+// and the HTTP server; none of them holds anything yet.
+func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Server, agentSrv *admin.AgentServer) error {
+	var quotaUpstream, consumersUpstream grpc.ClientConnInterface
+	if g.quota != nil {
+		quotaUpstream = g.quota
+	}
+	if g.consumers != nil {
+		consumersUpstream = g.consumers
+	}
+	deadLetters := g.deadLetters()
+	if err := g.liveStreams(cfg); err != nil {
+		return err
+	}
+	var err error
 	g.handler, err = rest.NewHandler(ctx, rest.Options{
-		Upstream:       g.upstream,
-		QuotaUpstream:  quotaUpstream,
-		Auth:           g.creds,
-		TrustedProxies: cfg.TrustedProxies,
-		Ready:          func() bool { return g.upstream.GetState() == connectivity.Ready },
-		Objects:        cfg.Objects,
-		Live:           g.live,
-		Logger:         g.log,
-		Throttle:       g.throttle.Middleware,
-		Admin:          adminSrv,
-		MaxUploadBytes: cfg.MaxUploadBytes,
-		Console:        consoleHandler(cfg),
+		Upstream:          g.upstream,
+		QuotaUpstream:     quotaUpstream,
+		ConsumersUpstream: consumersUpstream,
+		Auth:              g.creds,
+		TrustedProxies:    cfg.TrustedProxies,
+		Ready:             func() bool { return g.upstream.GetState() == connectivity.Ready },
+		Objects:           cfg.Objects,
+		Live:              g.live,
+		Logger:            g.log,
+		Throttle:          g.throttle.Middleware,
+		Admin:             adminSrv,
+		Agents:            agentSrv,
+		DeadLetters:       deadLetters,
+		MaxUploadBytes:    cfg.MaxUploadBytes,
+		Console:           consoleHandler(cfg),
 	})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	g.grpcSrv = grpcproxy.NewServer(grpcproxy.Options{
-		Upstream:       g.upstream,
-		QuotaUpstream:  quotaUpstream,
-		Auth:           g.creds,
-		TrustedProxies: cfg.TrustedProxies,
-		Health:         g.health,
-		Logger:         g.log,
-		Throttle:       g.throttle.GRPCError,
-		Register:       func(r grpc.ServiceRegistrar) { adminv1.RegisterAdminServiceServer(r, adminSrv) },
+		Upstream:          g.upstream,
+		QuotaUpstream:     quotaUpstream,
+		ConsumersUpstream: consumersUpstream,
+		Auth:              g.creds,
+		TrustedProxies:    cfg.TrustedProxies,
+		Health:            g.health,
+		Logger:            g.log,
+		Throttle:          g.throttle.GRPCError,
+		Register: func(r grpc.ServiceRegistrar) {
+			adminv1.RegisterAdminServiceServer(r, adminSrv)
+			adminv1.RegisterAgentServiceServer(r, agentSrv)
+			deadletterv1.RegisterDeadLetterServiceServer(r, deadLetters)
+		},
+		Services: g.publicServices(),
 		// Video requests carry first frames of up to 10 MB as base64.
 		ServerOptions: []grpc.ServerOption{grpc.MaxRecvMsgSize(grpcserver.MaxRecvMsgBytes)},
 	})
@@ -388,6 +446,23 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
 	return nil
+}
+
+// publicServices are the proxied services the front door's reflection
+// lists: the task, group, template, lease, video and pipeline APIs, and
+// the quota and consumers services' when they are configured.
+func (g *Gateway) publicServices() []string {
+	out := []string{taskv1.TaskService_ServiceDesc.ServiceName, taskv1.TaskGroupService_ServiceDesc.ServiceName,
+		taskv1.TemplateService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
+		videov1.VideoService_ServiceDesc.ServiceName, pipelinev1.PipelineService_ServiceDesc.ServiceName}
+	if g.quota != nil {
+		out = append(out, quotav1.QuotaService_ServiceDesc.ServiceName, quotav1.AdmissionService_ServiceDesc.ServiceName)
+	}
+	if g.consumers != nil {
+		out = append(out, auditv1.AuditService_ServiceDesc.ServiceName, usagev1.UsageService_ServiceDesc.ServiceName,
+			webhookv1.WebhookService_ServiceDesc.ServiceName)
+	}
+	return out
 }
 
 // listen opens both listeners.

@@ -10,6 +10,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/taskmesh/taskmesh/gen v0.0.0
 	github.com/taskmesh/taskmesh/platform v0.0.0
+	github.com/taskmesh/taskmesh/services/consumers v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/scheduler v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
@@ -61,5 +62,6 @@ require (
 replace (
 	github.com/taskmesh/taskmesh/gen => ../../gen
 	github.com/taskmesh/taskmesh/platform => ../../platform
+	github.com/taskmesh/taskmesh/services/consumers => ../consumers
 	github.com/taskmesh/taskmesh/services/scheduler => ../scheduler
 )

@@ -38,6 +38,29 @@ func TestSecretsNeverLogged(t *testing.T) {
 	}
 	secrets = append(secrets, roamingSecret, rotatedSecret)
 
+	// The fleet admin API: a registration and a rotation show their
+	// tokens once in the answer, never in the logs; the registered token
+	// used from outside its CIDR is revoked.
+	admin := e.adminSecret(t)
+	secrets = append(secrets, admin)
+	reg := decode(t, e.do(t, "POST", "/api/v1/admin/agents", admin, `{"agent_id":"gpu-logs","allowed_cidrs":["10.1.0.0/16"]}`))
+	registered, _ := reg["token"].(string)
+	rot := decode(t, e.do(t, "POST", "/api/v1/admin/agents/gpu-logs/rotate", admin, `{}`))
+	adminRotated, _ := rot["token"].(string)
+	if registered == "" || adminRotated == "" {
+		t.Fatalf("register %v, rotate %v: no tokens", reg, rot)
+	}
+	secrets = append(secrets, registered, adminRotated)
+	e.serve(t, "POST", "/api/v1/agent/heartbeat", registered, `{"agent_id":"gpu-logs"}`, "10.1.0.1:1")
+	e.serve(t, "POST", "/api/v1/agent/heartbeat", adminRotated, `{"agent_id":"gpu-logs"}`, "10.1.0.1:1")
+	if r := e.serve(t, "POST", "/api/v1/agent/heartbeat", adminRotated, `{"agent_id":"gpu-logs"}`, "192.0.2.9:1"); r.status != 403 {
+		t.Errorf("the token from outside its CIDR: %d %s, want 403", r.status, r.body)
+	}
+	if a := decode(t, e.do(t, "GET", "/api/v1/admin/agents/gpu-logs", admin, "")); a["status"] != "revoked" {
+		t.Errorf("agent after the foreign heartbeat = %v", a)
+	}
+	e.do(t, "GET", "/api/v1/admin/agents", admin+"x", "")
+
 	e.fake.Fail("GetTask", status.Error(codes.Internal, "boom"))
 	e.do(t, "GET", "/api/v1/tasks/t1", e.userSecret, "")
 	e.do(t, "GET", "/api/v1/tasks", revokedSecret, "")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 )
 
@@ -101,8 +102,12 @@ func TestRESTAgentTokenBoundToFirstAddress(t *testing.T) {
 	// Revoked for the legitimate address too: the secret has leaked.
 	r = e.serve(t, "POST", "/api/v1/agent/tasks/claim", e.agentSec, claimBody, "198.51.100.7:40000")
 	assertEnvelope(t, r, 401, 401, "agent token revoked")
-	if got := len(e.fake.Calls()); got != calls {
-		t.Errorf("the scheduler got %d more calls, want none", got-calls)
+	// The refused claims never reached the scheduler; the revocation
+	// drained the agent there (a claim it had in flight leases nothing).
+	more := e.fake.Calls()[calls:]
+	if len(more) != 1 || more[0].Method != "SetAgentDrain" || !more[0].Request.(*taskv1.SetAgentDrainRequest).GetDrained() ||
+		more[0].Request.(*taskv1.SetAgentDrainRequest).GetAgentId() != "agent-001" || more[0].Principal.Kind != authn.KindAdmin {
+		t.Errorf("the scheduler got %+v after the leak, want one drain of agent-001", more)
 	}
 	tok, err := e.creds.GetAgentToken(context.Background(), e.agentTok.ID)
 	if err != nil || tok.RevokedAt == nil {
@@ -120,21 +125,29 @@ func TestRESTAgentTokenAllowedCIDRs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Heartbeats move the token within its range (a NAT's or an elastic
+	// address changing).
 	for _, addr := range []string{"10.20.1.1:1", "10.20.200.3:2", "10.20.1.1:3"} {
 		if r := e.serve(t, "POST", "/api/v1/agent/heartbeat", secret, `{"agent_id":"agent-nat"}`, addr); r.status != 200 {
-			t.Errorf("from %s: %d %s", addr, r.status, r.body)
+			t.Errorf("heartbeat from %s: %d %s", addr, r.status, r.body)
 		}
-	}
-	r := e.serve(t, "POST", "/api/v1/agent/heartbeat", secret, `{"agent_id":"agent-nat"}`, "10.21.0.1:1")
-	assertEnvelope(t, r, 403, 403, "agent token not allowed from this address")
-	// Outside the range is refused, not revoked.
-	if r := e.serve(t, "POST", "/api/v1/agent/heartbeat", secret, `{"agent_id":"agent-nat"}`, "10.20.1.1:1"); r.status != 200 {
-		t.Errorf("back inside the range: %d %s", r.status, r.body)
 	}
 	c, _ := e.fake.LastCall()
 	if c.Principal.RemoteIP != "10.20.1.1" || c.Principal.AgentID != "agent-nat" || c.Principal.TenantID != "" {
 		t.Errorf("principal = %+v", c.Principal)
 	}
+	// Another call from a new address in the range waits for the heartbeat:
+	// refused, not revoked.
+	r := e.serve(t, "POST", "/api/v1/agent/tasks/claim", secret, `{"agent_id":"agent-nat"}`, "10.20.9.9:1")
+	assertEnvelope(t, r, 403, 403, "agent address changed: send a heartbeat from the new address first")
+	if r := e.serve(t, "POST", "/api/v1/agent/tasks/claim", secret, `{"agent_id":"agent-nat"}`, "10.20.1.1:1"); r.status != 200 {
+		t.Errorf("claim from the bound address: %d %s", r.status, r.body)
+	}
+	// Outside the range, even a heartbeat revokes the token.
+	r = e.serve(t, "POST", "/api/v1/agent/heartbeat", secret, `{"agent_id":"agent-nat"}`, "10.21.0.1:1")
+	assertEnvelope(t, r, 403, 403, "agent token used from an unexpected address; it has been revoked")
+	r = e.serve(t, "POST", "/api/v1/agent/heartbeat", secret, `{"agent_id":"agent-nat"}`, "10.20.1.1:1")
+	assertEnvelope(t, r, 401, 401, "agent token revoked")
 }
 
 func TestRESTTrustedProxies(t *testing.T) {

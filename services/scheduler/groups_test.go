@@ -119,10 +119,11 @@ func TestDAGGroupThroughLeases(t *testing.T) {
 		task.GetTask().GetGroupId() != g.GetId() || len(task.GetTask().GetDependsOn()) != 2 {
 		t.Fatalf("merge task %v, %v", task, err)
 	}
-	eventually(t, 10*time.Second, "the group's audit rows", func() bool {
-		return e.count(`SELECT count(*) FROM audit_logs WHERE resource = 'task_group' AND resource_id = $1
-			AND action IN ('task_group.created', 'task_group.started', 'task_group.completed')`, g.GetId()) == 3
-	})
+	// The events the audit log is built from (the consumers service's).
+	if n := e.count(`SELECT count(*) FROM events WHERE aggregate_id = $1
+			AND event_type IN ('TaskGroupCreated', 'TaskGroupStarted', 'TaskGroupCompleted')`, g.GetId()); n != 3 {
+		t.Fatalf("%d group lifecycle events, want 3", n)
+	}
 
 	rep, err := scheduler.RebuildInlineProjection(context.Background(), e.pool, false)
 	if err != nil || rep.Groups != 1 || rep.Tasks != 4 || len(rep.Differences) != 0 {
@@ -218,12 +219,12 @@ func TestRepeatBreakerAndOperatorReset(t *testing.T) {
 	if got := e.claim("agent-1", "m1", 10); len(got) != 1 {
 		t.Fatalf("no run after the reset: %v", got)
 	}
-	eventually(t, 10*time.Second, "the reset's audit row", func() bool {
-		return e.count(`SELECT count(*) FROM audit_logs WHERE action = 'task_group.repeat_reset' AND resource_id = $1
-			AND user_id = 'admin:ops' AND details->>'reason' = 'rig fixed' AND details->>'operator' = 'admin:ops'`, id) == 1
-	})
-	if e.count(`SELECT count(*) FROM audit_logs WHERE action = 'task_group.circuit_opened' AND resource_id = $1`, id) != 1 {
-		t.Fatal("no audit row for the breaker opening")
+	// The events the audit log is built from (the consumers service's).
+	if e.count(`SELECT count(*) FROM events WHERE event_type = 'TaskGroupRepeatReset' AND aggregate_id = $1`, id) != 1 {
+		t.Fatal("no event for the reset")
+	}
+	if e.count(`SELECT count(*) FROM events WHERE event_type = 'TaskGroupCircuitOpened' AND aggregate_id = $1`, id) != 1 {
+		t.Fatal("no event for the breaker opening")
 	}
 }
 
@@ -295,10 +296,10 @@ func TestTemplates(t *testing.T) {
 	if _, err := e.templates().GetTemplate(ctx, &taskv1.GetTemplateRequest{Id: "echo"}); code(err) != "30004" {
 		t.Fatalf("get after delete: %v", err)
 	}
-	eventually(t, 10*time.Second, "the template's audit rows", func() bool {
-		return e.count(`SELECT count(*) FROM audit_logs WHERE resource = 'template' AND resource_id = 'echo'
-			AND action IN ('template.created', 'template.updated', 'template.deleted')`) == 3
-	})
+	if n := e.count(`SELECT count(*) FROM events WHERE aggregate_id = 'template/tenant-a/echo'
+			AND event_type IN ('TemplateCreated', 'TemplateUpdated', 'TemplateDeleted')`); n != 3 {
+		t.Fatalf("%d template events, want 3", n)
+	}
 	rep, err := scheduler.RebuildInlineProjection(context.Background(), e.pool, false)
 	if err != nil || rep.Templates != 1 || len(rep.Differences) != 0 {
 		t.Fatalf("rebuild = %+v, %v", rep, err)

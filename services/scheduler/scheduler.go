@@ -17,9 +17,11 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/deadletter"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
@@ -84,6 +86,9 @@ type Timing struct {
 	// being woken (default 1s): it catches retry_at passing and another
 	// replica's work when a NOTIFY is lost.
 	ClaimRecheck time.Duration
+	// ResultRetention is how long results stay in the object store
+	// (default 30 days; docs/operations.md).
+	ResultRetention time.Duration
 	// GroupReconcile is how often the elected replica asks which task
 	// groups are due without a signal (default 1s): after a restart, or
 	// when a member changed on a replica that died before moving its
@@ -172,7 +177,8 @@ func New(cfg Config) (*Service, error) {
 	t := cfg.Timing
 	s.app = app.New(stores, cfg.Objects, cfg.Now, s.hub, app.Config{AgentLostAfter: t.AgentLostAfter,
 		TimeoutSlack: t.TimeoutSlack, ResultURLTTL: t.ResultURLTTL, UploadURLTTL: t.UploadURLTTL,
-		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck}, s.log)
+		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck,
+		ResultRetention: t.ResultRetention}, s.log)
 	s.orchestration(cfg)
 	s.managed = mapp.New(&postgres.ManagedStore{DB: cfg.DB, AfterCommit: s.relay.Notify}, cfg.Now,
 		mapp.Config{AgentLostAfter: t.AgentLostAfter}, s.log)
@@ -257,9 +263,10 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// Register adds TaskService, LeaseService, AttemptFilesService, the
-// managed-service API and its agent side, TaskGroupService and
-// TemplateService (and VideoService when configured) to a server built
+// Register adds TaskService, LeaseService, AttemptFilesService,
+// AgentFleetService, the managed-service API and its agent side,
+// TaskGroupService, TemplateService, DeadLetterService (the records its
+// projections parked) and, when configured, VideoService to a server built
 // with platform/grpcserver (internal authentication and validation).
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	taskv1.RegisterTaskServiceServer(g, &ports.TaskServer{App: s.app, Log: s.log})
@@ -267,8 +274,10 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	taskv1.RegisterAttemptFilesServiceServer(g, &ports.AttemptFilesServer{App: s.app, Log: s.log})
 	managedv1.RegisterManagedServiceServiceServer(g, &mports.ServiceServer{App: s.managed, Log: s.log})
 	managedv1.RegisterServiceAgentServiceServer(g, &mports.AgentServer{App: s.managed, Log: s.log})
+	taskv1.RegisterAgentFleetServiceServer(g, &ports.AgentFleetServer{App: s.app, Log: s.log})
 	taskv1.RegisterTaskGroupServiceServer(g, &oports.GroupServer{App: s.orch, Log: s.log})
 	taskv1.RegisterTemplateServiceServer(g, &oports.TemplateServer{App: s.orch, Log: s.log})
+	deadletterv1.RegisterDeadLetterServiceServer(g, &deadletter.Server{Service: "scheduler", DB: s.cfg.DB, Log: s.log})
 	if s.video != nil {
 		s.video.register(g)
 	}
@@ -277,24 +286,23 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	}
 }
 
-// Run relays events to Kafka, builds the task_views and audit_logs
-// projections, sweeps leases, wakes waiting claims, and moves task groups
-// on, until ctx is done.
+// Run relays events to Kafka, builds the task_views projection, sweeps
+// leases, wakes waiting claims, and moves task groups on, until ctx is
+// done.
 func (s *Service) Run(ctx context.Context) error {
 	// The first part that fails stops the others, and its error is Run's.
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.relay.Run(ctx) })
-	// One consumer feeds both read models (one fetch, one decode, one
-	// commit per batch).
 	runner := projection.NewRunner(s.cfg.DB, projection.Config{Name: readModels, Topic: s.cfg.Topic,
-		Topics: []string{s.cfg.OrchestrationTopic}, Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log},
-		readModelHandler(s.cfg.OrchestrationTopic)(map[string]string{"task_views": "task_views", "audit_logs": "audit_logs"}))
+		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, readModelHandler(map[string]string{
+		"task_views": "task_views"}))
 	g.Go(func() error { return runner.Run(ctx) })
 	if s.cfg.Quota != nil {
 		decisions := projection.NewRunner(s.cfg.DB, projection.Config{Name: admissionDecisions, Topic: s.cfg.QuotaTopic,
 			Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, quota.Decisions{Tasks: s.app})
 		g.Go(func() error { return decisions.Run(ctx) })
 	}
+	s.app.SetUpResultRetention(ctx)
 	g.Go(func() error { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
 	g.Go(func() error { s.orch.RunManager(ctx); return nil })
 	g.Go(func() error { s.managed.RunLostSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
@@ -314,19 +322,16 @@ func (s *Service) Run(ctx context.Context) error {
 // admissionDecisions names the consumer of the quota service's decisions.
 const admissionDecisions = "admission_decisions"
 
-// readModels names the projection that builds task_views and audit_logs.
+// readModels names the projection that builds task_views (the name it
+// had when it built the audit trail too: its offsets are kept).
 const readModels = "task_read_models"
 
-// readModelHandler is the handler of the read models over the given
-// tables; records of orchestrationTopic are group and template events.
-func readModelHandler(orchestrationTopic string) func(tables map[string]string) projection.Handler {
-	return func(tables map[string]string) projection.Handler {
-		return views.ReadModels{TaskViews: tables["task_views"], AuditLogs: tables["audit_logs"], OrchestrationTopic: orchestrationTopic}
-	}
+func readModelHandler(tables map[string]string) projection.Handler {
+	return views.TaskViews{Table: tables["task_views"]}
 }
 
 // ReplaySpecs describe the Kafka projections for `taskmesh replay`.
 func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
-	return []projection.ReplaySpec{{Name: readModels, Topic: Topic, Topics: []string{OrchestrationTopic},
-		Tables: []string{"task_views", "audit_logs"}, Kafka: k, NewHandler: readModelHandler(OrchestrationTopic)}}
+	return []projection.ReplaySpec{{Name: readModels, Topic: Topic, Tables: []string{"task_views"}, Kafka: k,
+		NewHandler: readModelHandler}}
 }

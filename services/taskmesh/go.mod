@@ -23,6 +23,7 @@ require (
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	github.com/taskmesh/taskmesh/services/consumers v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/executor v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/gateway v0.0.0-00010101000000-000000000000
 	github.com/taskmesh/taskmesh/services/quota v0.0.0-00010101000000-000000000000
@@ -128,10 +129,11 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
+	sigs.k8s.io/yaml v1.6.0
 )
 
 replace (
+	github.com/taskmesh/taskmesh/services/consumers => ../consumers
 	github.com/taskmesh/taskmesh/services/executor => ../executor
 	github.com/taskmesh/taskmesh/services/gateway => ../gateway
 	github.com/taskmesh/taskmesh/services/quota => ../quota

@@ -21,8 +21,10 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/deadletter"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/outbox"
@@ -124,9 +126,26 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Register adds AdmissionService to a server built with platform/grpcserver.
+// Register adds AdmissionService, and DeadLetterService over the records
+// its task-topic projection parked (the quota process's dead letters), to
+// a server built with platform/grpcserver.
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	quotav1.RegisterAdmissionServiceServer(g, &ports.AdmissionServer{App: s.app, Log: s.log})
+	deadletterv1.RegisterDeadLetterServiceServer(g, &deadletter.Server{Service: "quota", DB: s.cfg.DB, Log: s.log})
+}
+
+// Workloads names the projection of the task topic into workload facts.
+const Workloads = "admission_workloads"
+
+// ReplaySpecs describe the layer's Kafka projection for `taskmesh replay`:
+// workload_task_versions (the last task event each workload saw) is
+// rebuilt and compared; the facts it hands the admission loop are consumed
+// by the loop, so their replay goes to a scratch table.
+func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
+	return []projection.ReplaySpec{{Name: Workloads, Topic: TaskTopic, Tables: []string{"workload_task_versions"},
+		Scratch: []string{"workload_facts"}, Kafka: k, NewHandler: func(m map[string]string) projection.Handler {
+			return tasks.WorkloadFacts{Facts: m["workload_facts"], Versions: m["workload_task_versions"]}
+		}}}
 }
 
 // SyncWorkGroups makes the work_group ClusterQueues match the running
@@ -147,7 +166,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// The first part that fails stops the others, and its error is Run's.
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.relay.Run(ctx) })
-	facts := projection.NewRunner(s.cfg.DB, projection.Config{Name: "admission_workloads", Topic: s.cfg.TaskTopic,
+	facts := projection.NewRunner(s.cfg.DB, projection.Config{Name: Workloads, Topic: s.cfg.TaskTopic,
 		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log,
 		AfterCommit: func([]*kgo.Record) { s.loop.Wake() }}, tasks.WorkloadFacts{})
 	g.Go(func() error { return facts.Run(ctx) })

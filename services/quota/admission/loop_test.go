@@ -11,6 +11,8 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/projection"
+	"github.com/taskmesh/taskmesh/services/quota/admission"
 )
 
 // soloQueue defines a ClusterQueue of gpus GPUs outside any cohort.
@@ -163,6 +165,18 @@ func TestTaskEventsAreIdempotent(t *testing.T) {
 	}
 	e.publish(a, &taskv1.TaskDeleted{}) // v3
 	waitFor(t, func() bool { st, _ := e.state("dup"); return st == "" })
+
+	// The projection, rebuilt from offset 0, equals the live one (the
+	// duplicates included).
+	for _, spec := range admission.ReplaySpecs(e.broker.Config()) {
+		rep, err := projection.Replay(context.Background(), e.pool, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Equal() || rep.Tables[0].LiveRows != 2 {
+			t.Errorf("replay of %s = %+v", spec.Name, rep)
+		}
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {

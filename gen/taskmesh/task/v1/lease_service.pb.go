@@ -858,8 +858,16 @@ type SendHeartbeatRequest struct {
 	MachineId string                 `protobuf:"bytes,2,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
 	Labels    []string               `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty"`
 	// Attempts the agent is running now.
-	AttemptIds    []string `protobuf:"bytes,4,rep,name=attempt_ids,json=attemptIds,proto3" json:"attempt_ids,omitempty"`
-	FreeSlots     int32    `protobuf:"varint,5,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
+	AttemptIds []string `protobuf:"bytes,4,rep,name=attempt_ids,json=attemptIds,proto3" json:"attempt_ids,omitempty"`
+	FreeSlots  int32    `protobuf:"varint,5,opt,name=free_slots,json=freeSlots,proto3" json:"free_slots,omitempty"`
+	// Tasks the agent runs at once.
+	Slots int32 `protobuf:"varint,6,opt,name=slots,proto3" json:"slots,omitempty"`
+	// The agent's software version.
+	Version string `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	// How it limits a task's resources: cgroup-v2, cgroup-v1 or rlimit.
+	Isolation string `protobuf:"bytes,8,opt,name=isolation,proto3" json:"isolation,omitempty"`
+	// What it runs degraded (e.g. no cgroups: rlimits only).
+	Warnings      []string `protobuf:"bytes,9,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -929,14 +937,45 @@ func (x *SendHeartbeatRequest) GetFreeSlots() int32 {
 	return 0
 }
 
+func (x *SendHeartbeatRequest) GetSlots() int32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *SendHeartbeatRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *SendHeartbeatRequest) GetIsolation() string {
+	if x != nil {
+		return x.Isolation
+	}
+	return ""
+}
+
+func (x *SendHeartbeatRequest) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
 type SendHeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Attempts to stop now, with why (cancelled, preempted, lease_lost).
 	Stop []*StopAttempt `protobuf:"bytes,1,rep,name=stop,proto3" json:"stop,omitempty"`
 	// When the server expects the next heartbeat at the latest.
 	NextHeartbeatBefore *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=next_heartbeat_before,json=nextHeartbeatBefore,proto3" json:"next_heartbeat_before,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The agent is drained: its claims lease nothing until an operator
+	// undrains it; what it runs finishes.
+	Drained       bool `protobuf:"varint,3,opt,name=drained,proto3" json:"drained,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SendHeartbeatResponse) Reset() {
@@ -981,6 +1020,13 @@ func (x *SendHeartbeatResponse) GetNextHeartbeatBefore() *timestamppb.Timestamp 
 		return x.NextHeartbeatBefore
 	}
 	return nil
+}
+
+func (x *SendHeartbeatResponse) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
 }
 
 type StopAttempt struct {
@@ -1303,7 +1349,7 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x03 \x01(\tR\tattemptId\x125\n" +
-	"\bended_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\xd3\x01\n" +
+	"\bended_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\xee\x02\n" +
 	"\x14SendHeartbeatRequest\x12%\n" +
 	"\bagent_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\aagentId\x12'\n" +
@@ -1313,10 +1359,15 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\vattempt_ids\x18\x04 \x03(\tB\t\xbaH\x06\x92\x01\x03\x10\x90NR\n" +
 	"attemptIds\x12\x1d\n" +
 	"\n" +
-	"free_slots\x18\x05 \x01(\x05R\tfreeSlots\"\x9a\x01\n" +
+	"free_slots\x18\x05 \x01(\x05R\tfreeSlots\x12!\n" +
+	"\x05slots\x18\x06 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xa0\x8d\x06(\x00R\x05slots\x12\"\n" +
+	"\aversion\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\aversion\x12%\n" +
+	"\tisolation\x18\b \x01(\tB\a\xbaH\x04r\x02\x18@R\tisolation\x12+\n" +
+	"\bwarnings\x18\t \x03(\tB\x0f\xbaH\f\x92\x01\t\x10\x10\"\x05r\x03\x18\x80\bR\bwarnings\"\xb4\x01\n" +
 	"\x15SendHeartbeatResponse\x121\n" +
 	"\x04stop\x18\x01 \x03(\v2\x1d.taskmesh.task.v1.StopAttemptR\x04stop\x12N\n" +
-	"\x15next_heartbeat_before\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x13nextHeartbeatBefore\"\x87\x01\n" +
+	"\x15next_heartbeat_before\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x13nextHeartbeatBefore\x12\x18\n" +
+	"\adrained\x18\x03 \x01(\bR\adrained\"\x87\x01\n" +
 	"\vStopAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1d\n" +
 	"\n" +

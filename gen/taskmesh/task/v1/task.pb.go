@@ -91,17 +91,19 @@ type Task struct {
 	// Whether admission granted the task its quota; a pending task with a
 	// cluster_queue is claimed only once admitted.
 	Admitted bool `protobuf:"varint,45,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// The task's own notification endpoint, when it has one.
+	Webhook *Webhook `protobuf:"bytes,60,opt,name=webhook,proto3" json:"webhook,omitempty"`
 	// Who submitted the task (the API key's subject).
-	CreatedBy string `protobuf:"bytes,60,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedBy string `protobuf:"bytes,70,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	// Cooperative checkpointing (docs/api/tasks.md#checkpoints): whether the
 	// task declared it, and the last checkpoint saved, which the next run
 	// gets back in TASKMESH_CHECKPOINT_DIR.
-	Checkpoint *TaskCheckpoint `protobuf:"bytes,61,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	Checkpoint *TaskCheckpoint `protobuf:"bytes,71,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	// The task's last preemption, kept after it runs again.
-	Preemption *PreemptedTask `protobuf:"bytes,62,opt,name=preemption,proto3" json:"preemption,omitempty"`
+	Preemption *PreemptedTask `protobuf:"bytes,72,opt,name=preemption,proto3" json:"preemption,omitempty"`
 	// Output paths (globs relative to the working directory) uploaded after
 	// the task ends and listed in its result.
-	Artifacts     []string `protobuf:"bytes,63,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	Artifacts     []string `protobuf:"bytes,73,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +453,13 @@ func (x *Task) GetAdmitted() bool {
 	return false
 }
 
+func (x *Task) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
 func (x *Task) GetCreatedBy() string {
 	if x != nil {
 		return x.CreatedBy
@@ -795,11 +804,15 @@ type TaskSpec struct {
 	Quota string `protobuf:"bytes,24,opt,name=quota,proto3" json:"quota,omitempty"`
 	// Required for type video, refused for every other type.
 	Video *VideoParams `protobuf:"bytes,25,opt,name=video,proto3" json:"video,omitempty"`
+	// Where to POST {"task_id":…,"status":…} when the task completes, fails
+	// for good or is cancelled (docs/api/webhooks.md); without it the
+	// tenant's default endpoint, if any.
+	Webhook *Webhook `protobuf:"bytes,40,opt,name=webhook,proto3" json:"webhook,omitempty"`
 	// Cooperative checkpointing; absent or disabled = kill and rerun.
-	Checkpoint *CheckpointSpec `protobuf:"bytes,40,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	Checkpoint *CheckpointSpec `protobuf:"bytes,50,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	// Output files to keep: globs relative to the working directory
 	// (docs/api/tasks.md#artifacts).
-	Artifacts     []string `protobuf:"bytes,41,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	Artifacts     []string `protobuf:"bytes,51,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1009,6 +1022,13 @@ func (x *TaskSpec) GetVideo() *VideoParams {
 	return nil
 }
 
+func (x *TaskSpec) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
 func (x *TaskSpec) GetCheckpoint() *CheckpointSpec {
 	if x != nil {
 		return x.Checkpoint
@@ -1021,6 +1041,53 @@ func (x *TaskSpec) GetArtifacts() []string {
 		return x.Artifacts
 	}
 	return nil
+}
+
+// Webhook names a notification endpoint.
+type Webhook struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An http or https URL, at most 2048 characters. Its host must resolve
+	// to a public address unless the operator allow-listed it.
+	Url           string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Webhook) Reset() {
+	*x = Webhook{}
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Webhook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Webhook) ProtoMessage() {}
+
+func (x *Webhook) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
+func (*Webhook) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Webhook) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
 }
 
 // VideoParams is a validated, normalised video-generation request as the
@@ -1063,7 +1130,7 @@ type VideoParams struct {
 
 func (x *VideoParams) Reset() {
 	*x = VideoParams{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[6]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1142,7 @@ func (x *VideoParams) String() string {
 func (*VideoParams) ProtoMessage() {}
 
 func (x *VideoParams) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[6]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1155,7 @@ func (x *VideoParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VideoParams.ProtoReflect.Descriptor instead.
 func (*VideoParams) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VideoParams) GetModel() string {
@@ -1213,7 +1280,7 @@ type Distribution struct {
 
 func (x *Distribution) Reset() {
 	*x = Distribution{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[7]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1292,7 @@ func (x *Distribution) String() string {
 func (*Distribution) ProtoMessage() {}
 
 func (x *Distribution) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[7]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1305,7 @@ func (x *Distribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Distribution.ProtoReflect.Descriptor instead.
 func (*Distribution) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{7}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Distribution) GetMode() string {
@@ -1280,7 +1347,7 @@ type Targets struct {
 
 func (x *Targets) Reset() {
 	*x = Targets{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[8]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1359,7 @@ func (x *Targets) String() string {
 func (*Targets) ProtoMessage() {}
 
 func (x *Targets) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[8]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1372,7 @@ func (x *Targets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Targets.ProtoReflect.Descriptor instead.
 func (*Targets) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{8}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Targets) GetMachineIds() []string {
@@ -1348,7 +1415,7 @@ type TaskResult struct {
 
 func (x *TaskResult) Reset() {
 	*x = TaskResult{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[9]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1427,7 @@ func (x *TaskResult) String() string {
 func (*TaskResult) ProtoMessage() {}
 
 func (x *TaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[9]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1440,7 @@ func (x *TaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
 func (*TaskResult) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{9}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskResult) GetTaskId() string {
@@ -1464,7 +1531,7 @@ var File_taskmesh_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xff\x0f\n" +
+	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x10\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1521,16 +1588,17 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x05quota\x18* \x01(\tR\x05quota\x123\n" +
 	"\x05video\x18+ \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x12#\n" +
 	"\rcluster_queue\x18, \x01(\tR\fclusterQueue\x12\x1a\n" +
-	"\badmitted\x18- \x01(\bR\badmitted\x12\x1d\n" +
+	"\badmitted\x18- \x01(\bR\badmitted\x123\n" +
+	"\awebhook\x18< \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x12\x1d\n" +
 	"\n" +
-	"created_by\x18< \x01(\tR\tcreatedBy\x12@\n" +
+	"created_by\x18F \x01(\tR\tcreatedBy\x12@\n" +
 	"\n" +
-	"checkpoint\x18= \x01(\v2 .taskmesh.task.v1.TaskCheckpointR\n" +
+	"checkpoint\x18G \x01(\v2 .taskmesh.task.v1.TaskCheckpointR\n" +
 	"checkpoint\x12?\n" +
 	"\n" +
-	"preemption\x18> \x01(\v2\x1f.taskmesh.task.v1.PreemptedTaskR\n" +
+	"preemption\x18H \x01(\v2\x1f.taskmesh.task.v1.PreemptedTaskR\n" +
 	"preemption\x12\x1c\n" +
-	"\tartifacts\x18? \x03(\tR\tartifacts\x1a6\n" +
+	"\tartifacts\x18I \x03(\tR\tartifacts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
@@ -1561,7 +1629,7 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x10\n" +
-	"\x03url\x18\x04 \x01(\tR\x03url\"\x8f\x0e\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\"\xc4\x0e\n" +
 	"\bTaskSpec\x12\x1c\n" +
 	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x12?\n" +
 	"\x04type\x18\x02 \x01(\tB+\xbaH(r&R\x00R\x05shellR\x06pythonR\x06scriptR\x04noopR\x05videoR\x04type\x12\"\n" +
@@ -1596,11 +1664,12 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x05queue\x18\x16 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x05queue\x12\xbe\x01\n" +
 	"\tresources\x18\x17 \x03(\v2).taskmesh.task.v1.TaskSpec.ResourcesEntryBu\xbaHr\x9a\x01o\x10\x10\"&r$\x10\x01\x18\x80\x012\x1d^[A-Za-z0-9][A-Za-z0-9._/-]*$*CrA\x10\x01\x18 2;^([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$R\tresources\x12\x1e\n" +
 	"\x05quota\x18\x18 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x05quota\x123\n" +
-	"\x05video\x18\x19 \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x12@\n" +
+	"\x05video\x18\x19 \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x123\n" +
+	"\awebhook\x18( \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x12@\n" +
 	"\n" +
-	"checkpoint\x18( \x01(\v2 .taskmesh.task.v1.CheckpointSpecR\n" +
+	"checkpoint\x182 \x01(\v2 .taskmesh.task.v1.CheckpointSpecR\n" +
 	"checkpoint\x12/\n" +
-	"\tartifacts\x18) \x03(\tB\x11\xbaH\x0e\x92\x01\v\x10 \"\ar\x05\x10\x01\x18\xf4\x03R\tartifacts\x1a6\n" +
+	"\tartifacts\x183 \x03(\tB\x11\xbaH\x0e\x92\x01\v\x10 \"\ar\x05\x10\x01\x18\xf4\x03R\tartifacts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
@@ -1616,7 +1685,9 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x13_renew_interval_secB\x19\n" +
 	"\x17_heartbeat_interval_secB\x13\n" +
 	"\x11_grace_period_secB\x0f\n" +
-	"\r_repeat_count\"\xf9\x04\n" +
+	"\r_repeat_count\"%\n" +
+	"\aWebhook\x12\x1a\n" +
+	"\x03url\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x10R\x03url\"\xf9\x04\n" +
 	"\vVideoParams\x12\x1f\n" +
 	"\x05model\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\x05model\x128\n" +
 	"\x04type\x18\x02 \x01(\tB$\xbaH!r\x1fR\rtext_to_videoR\x0eimage_to_videoR\x04type\x12\"\n" +
@@ -1683,7 +1754,7 @@ func file_taskmesh_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_taskmesh_task_v1_task_proto_rawDescData
 }
 
-var file_taskmesh_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_taskmesh_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_taskmesh_task_v1_task_proto_goTypes = []any{
 	(*Task)(nil),                  // 0: taskmesh.task.v1.Task
 	(*CheckpointSpec)(nil),        // 1: taskmesh.task.v1.CheckpointSpec
@@ -1691,45 +1762,48 @@ var file_taskmesh_task_v1_task_proto_goTypes = []any{
 	(*PreemptedTask)(nil),         // 3: taskmesh.task.v1.PreemptedTask
 	(*Artifact)(nil),              // 4: taskmesh.task.v1.Artifact
 	(*TaskSpec)(nil),              // 5: taskmesh.task.v1.TaskSpec
-	(*VideoParams)(nil),           // 6: taskmesh.task.v1.VideoParams
-	(*Distribution)(nil),          // 7: taskmesh.task.v1.Distribution
-	(*Targets)(nil),               // 8: taskmesh.task.v1.Targets
-	(*TaskResult)(nil),            // 9: taskmesh.task.v1.TaskResult
-	nil,                           // 10: taskmesh.task.v1.Task.EnvEntry
-	nil,                           // 11: taskmesh.task.v1.Task.ResourcesEntry
-	nil,                           // 12: taskmesh.task.v1.TaskSpec.EnvEntry
-	nil,                           // 13: taskmesh.task.v1.TaskSpec.ResourcesEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*Webhook)(nil),               // 6: taskmesh.task.v1.Webhook
+	(*VideoParams)(nil),           // 7: taskmesh.task.v1.VideoParams
+	(*Distribution)(nil),          // 8: taskmesh.task.v1.Distribution
+	(*Targets)(nil),               // 9: taskmesh.task.v1.Targets
+	(*TaskResult)(nil),            // 10: taskmesh.task.v1.TaskResult
+	nil,                           // 11: taskmesh.task.v1.Task.EnvEntry
+	nil,                           // 12: taskmesh.task.v1.Task.ResourcesEntry
+	nil,                           // 13: taskmesh.task.v1.TaskSpec.EnvEntry
+	nil,                           // 14: taskmesh.task.v1.TaskSpec.ResourcesEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_taskmesh_task_v1_task_proto_depIdxs = []int32{
-	10, // 0: taskmesh.task.v1.Task.env:type_name -> taskmesh.task.v1.Task.EnvEntry
-	14, // 1: taskmesh.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	14, // 2: taskmesh.task.v1.Task.assigned_at:type_name -> google.protobuf.Timestamp
-	14, // 3: taskmesh.task.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	14, // 4: taskmesh.task.v1.Task.ended_at:type_name -> google.protobuf.Timestamp
-	14, // 5: taskmesh.task.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 6: taskmesh.task.v1.Task.distribution:type_name -> taskmesh.task.v1.Distribution
-	14, // 7: taskmesh.task.v1.Task.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	14, // 8: taskmesh.task.v1.Task.retry_at:type_name -> google.protobuf.Timestamp
-	14, // 9: taskmesh.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	11, // 10: taskmesh.task.v1.Task.resources:type_name -> taskmesh.task.v1.Task.ResourcesEntry
-	6,  // 11: taskmesh.task.v1.Task.video:type_name -> taskmesh.task.v1.VideoParams
-	2,  // 12: taskmesh.task.v1.Task.checkpoint:type_name -> taskmesh.task.v1.TaskCheckpoint
-	3,  // 13: taskmesh.task.v1.Task.preemption:type_name -> taskmesh.task.v1.PreemptedTask
-	14, // 14: taskmesh.task.v1.TaskCheckpoint.saved_at:type_name -> google.protobuf.Timestamp
-	14, // 15: taskmesh.task.v1.PreemptedTask.preempted_at:type_name -> google.protobuf.Timestamp
-	12, // 16: taskmesh.task.v1.TaskSpec.env:type_name -> taskmesh.task.v1.TaskSpec.EnvEntry
-	7,  // 17: taskmesh.task.v1.TaskSpec.distribution:type_name -> taskmesh.task.v1.Distribution
-	8,  // 18: taskmesh.task.v1.TaskSpec.targets:type_name -> taskmesh.task.v1.Targets
-	13, // 19: taskmesh.task.v1.TaskSpec.resources:type_name -> taskmesh.task.v1.TaskSpec.ResourcesEntry
-	6,  // 20: taskmesh.task.v1.TaskSpec.video:type_name -> taskmesh.task.v1.VideoParams
-	1,  // 21: taskmesh.task.v1.TaskSpec.checkpoint:type_name -> taskmesh.task.v1.CheckpointSpec
-	4,  // 22: taskmesh.task.v1.TaskResult.artifacts:type_name -> taskmesh.task.v1.Artifact
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	11, // 0: taskmesh.task.v1.Task.env:type_name -> taskmesh.task.v1.Task.EnvEntry
+	15, // 1: taskmesh.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	15, // 2: taskmesh.task.v1.Task.assigned_at:type_name -> google.protobuf.Timestamp
+	15, // 3: taskmesh.task.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	15, // 4: taskmesh.task.v1.Task.ended_at:type_name -> google.protobuf.Timestamp
+	15, // 5: taskmesh.task.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 6: taskmesh.task.v1.Task.distribution:type_name -> taskmesh.task.v1.Distribution
+	15, // 7: taskmesh.task.v1.Task.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	15, // 8: taskmesh.task.v1.Task.retry_at:type_name -> google.protobuf.Timestamp
+	15, // 9: taskmesh.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	12, // 10: taskmesh.task.v1.Task.resources:type_name -> taskmesh.task.v1.Task.ResourcesEntry
+	7,  // 11: taskmesh.task.v1.Task.video:type_name -> taskmesh.task.v1.VideoParams
+	6,  // 12: taskmesh.task.v1.Task.webhook:type_name -> taskmesh.task.v1.Webhook
+	2,  // 13: taskmesh.task.v1.Task.checkpoint:type_name -> taskmesh.task.v1.TaskCheckpoint
+	3,  // 14: taskmesh.task.v1.Task.preemption:type_name -> taskmesh.task.v1.PreemptedTask
+	15, // 15: taskmesh.task.v1.TaskCheckpoint.saved_at:type_name -> google.protobuf.Timestamp
+	15, // 16: taskmesh.task.v1.PreemptedTask.preempted_at:type_name -> google.protobuf.Timestamp
+	13, // 17: taskmesh.task.v1.TaskSpec.env:type_name -> taskmesh.task.v1.TaskSpec.EnvEntry
+	8,  // 18: taskmesh.task.v1.TaskSpec.distribution:type_name -> taskmesh.task.v1.Distribution
+	9,  // 19: taskmesh.task.v1.TaskSpec.targets:type_name -> taskmesh.task.v1.Targets
+	14, // 20: taskmesh.task.v1.TaskSpec.resources:type_name -> taskmesh.task.v1.TaskSpec.ResourcesEntry
+	7,  // 21: taskmesh.task.v1.TaskSpec.video:type_name -> taskmesh.task.v1.VideoParams
+	6,  // 22: taskmesh.task.v1.TaskSpec.webhook:type_name -> taskmesh.task.v1.Webhook
+	1,  // 23: taskmesh.task.v1.TaskSpec.checkpoint:type_name -> taskmesh.task.v1.CheckpointSpec
+	4,  // 24: taskmesh.task.v1.TaskResult.artifacts:type_name -> taskmesh.task.v1.Artifact
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_proto_init() }
@@ -1739,14 +1813,14 @@ func file_taskmesh_task_v1_task_proto_init() {
 	}
 	file_taskmesh_task_v1_task_proto_msgTypes[0].OneofWrappers = []any{}
 	file_taskmesh_task_v1_task_proto_msgTypes[5].OneofWrappers = []any{}
-	file_taskmesh_task_v1_task_proto_msgTypes[9].OneofWrappers = []any{}
+	file_taskmesh_task_v1_task_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_task_v1_task_proto_rawDesc), len(file_taskmesh_task_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -39,6 +39,9 @@ type TaskEvent struct {
 	TraceContext map[string]string `protobuf:"bytes,6,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Who caused the event: a user or API key id, an agent id, or "scheduler".
 	Actor string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The address the actor's request came from, as the gateway saw it;
+	// empty when no client caused the event (the sweeper, admission).
+	ActorIp string `protobuf:"bytes,8,opt,name=actor_ip,json=actorIp,proto3" json:"actor_ip,omitempty"`
 	// Types that are valid to be assigned to Event:
 	//
 	//	*TaskEvent_Submitted
@@ -139,6 +142,13 @@ func (x *TaskEvent) GetTraceContext() map[string]string {
 func (x *TaskEvent) GetActor() string {
 	if x != nil {
 		return x.Actor
+	}
+	return ""
+}
+
+func (x *TaskEvent) GetActorIp() string {
+	if x != nil {
+		return x.ActorIp
 	}
 	return ""
 }
@@ -1028,9 +1038,12 @@ type TaskFailed struct {
 	ExitCode  *int32                 `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	Error     string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
 	// exit_code, timeout, spawn_error, killed, lease_expired, agent_lost.
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	Result        *ResultRef             `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
-	EndedAt       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	Reason  string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Result  *ResultRef             `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	EndedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// A TaskRetryScheduled follows in the same transaction: the task is not
+	// failed for good.
+	RetryFollows  bool `protobuf:"varint,7,opt,name=retry_follows,json=retryFollows,proto3" json:"retry_follows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1105,6 +1118,13 @@ func (x *TaskFailed) GetEndedAt() *timestamppb.Timestamp {
 		return x.EndedAt
 	}
 	return nil
+}
+
+func (x *TaskFailed) GetRetryFollows() bool {
+	if x != nil {
+		return x.RetryFollows
+	}
+	return false
 }
 
 // TaskRetryScheduled: failed → pending; claimable from retry_at.
@@ -1620,7 +1640,7 @@ var File_taskmesh_task_v1_task_events_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\n" +
-	"\"taskmesh/task/v1/task_events.proto\x12\x10taskmesh.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a\x1btaskmesh/task/v1/task.proto\"\x9d\f\n" +
+	"\"taskmesh/task/v1/task_events.proto\x12\x10taskmesh.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xb8\f\n" +
 	"\tTaskEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
 	"\faggregate_id\x18\x02 \x01(\tR\vaggregateId\x12\x18\n" +
@@ -1629,7 +1649,8 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"occurredAt\x12\x1b\n" +
 	"\ttenant_id\x18\x05 \x01(\tR\btenantId\x12R\n" +
 	"\rtrace_context\x18\x06 \x03(\v2-.taskmesh.task.v1.TaskEvent.TraceContextEntryR\ftraceContext\x12\x14\n" +
-	"\x05actor\x18\a \x01(\tR\x05actor\x12?\n" +
+	"\x05actor\x18\a \x01(\tR\x05actor\x12\x19\n" +
+	"\bactor_ip\x18\b \x01(\tR\aactorIp\x12?\n" +
 	"\tsubmitted\x18\n" +
 	" \x01(\v2\x1f.taskmesh.task.v1.TaskSubmittedH\x00R\tsubmitted\x129\n" +
 	"\aupdated\x18\v \x01(\v2\x1d.taskmesh.task.v1.TaskUpdatedH\x00R\aupdated\x12<\n" +
@@ -1709,7 +1730,7 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x123\n" +
 	"\x06result\x18\x03 \x01(\v2\x1b.taskmesh.task.v1.ResultRefR\x06result\x125\n" +
-	"\bended_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\xf5\x01\n" +
+	"\bended_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\x9a\x02\n" +
 	"\n" +
 	"TaskFailed\x12\x1d\n" +
 	"\n" +
@@ -1718,7 +1739,8 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x123\n" +
 	"\x06result\x18\x05 \x01(\v2\x1b.taskmesh.task.v1.ResultRefR\x06result\x125\n" +
-	"\bended_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAtB\f\n" +
+	"\bended_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12#\n" +
+	"\rretry_follows\x18\a \x01(\bR\fretryFollowsB\f\n" +
 	"\n" +
 	"_exit_code\"\x84\x01\n" +
 	"\x12TaskRetryScheduled\x12\x1f\n" +

@@ -463,7 +463,10 @@ type TaskGroupTask struct {
 	// above override the template's.
 	TemplateId string `protobuf:"bytes,23,opt,name=template_id,json=templateId,proto3" json:"template_id,omitempty"`
 	// The template's variables (string, number or boolean values).
-	Variables     map[string]*structpb.Value `protobuf:"bytes,24,rep,name=variables,proto3" json:"variables,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Variables map[string]*structpb.Value `protobuf:"bytes,24,rep,name=variables,proto3" json:"variables,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Where the member's task is notified when it ends (docs/api/webhooks.md);
+	// default: the group's webhook.
+	Webhook       *Webhook `protobuf:"bytes,25,opt,name=webhook,proto3" json:"webhook,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -662,6 +665,13 @@ func (x *TaskGroupTask) GetTemplateId() string {
 func (x *TaskGroupTask) GetVariables() map[string]*structpb.Value {
 	if x != nil {
 		return x.Variables
+	}
+	return nil
+}
+
+func (x *TaskGroupTask) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
 	}
 	return nil
 }
@@ -954,7 +964,10 @@ type CreateTaskGroupRequest struct {
 	Start *bool `protobuf:"varint,6,opt,name=start,proto3,oneof" json:"start,omitempty"`
 	// Idempotency key: a second create with the same request_id by the same
 	// tenant returns the first group.
-	RequestId     string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The group's endpoint: every member task and repeat run without a
+	// webhook of its own notifies it when it ends (docs/api/webhooks.md).
+	Webhook       *Webhook `protobuf:"bytes,8,opt,name=webhook,proto3" json:"webhook,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1036,6 +1049,13 @@ func (x *CreateTaskGroupRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *CreateTaskGroupRequest) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
 }
 
 type CreateTaskGroupResponse struct {
@@ -1805,7 +1825,7 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x125\n" +
 	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x14\n" +
 	"\x05error\x18\n" +
-	" \x01(\tR\x05error\"\xbb\f\n" +
+	" \x01(\tR\x05error\"\xf0\f\n" +
 	"\rTaskGroupTask\x12\x18\n" +
 	"\x02id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x02id\x12\x1c\n" +
 	"\x04name\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x128\n" +
@@ -1839,7 +1859,8 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\x05quota\x18\x16 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x05quota\x12)\n" +
 	"\vtemplate_id\x18\x17 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\n" +
 	"templateId\x12V\n" +
-	"\tvariables\x18\x18 \x03(\v2..taskmesh.task.v1.TaskGroupTask.VariablesEntryB\b\xbaH\x05\x9a\x01\x02\x10@R\tvariables\x1a6\n" +
+	"\tvariables\x18\x18 \x03(\v2..taskmesh.task.v1.TaskGroupTask.VariablesEntryB\b\xbaH\x05\x9a\x01\x02\x10@R\tvariables\x123\n" +
+	"\awebhook\x18\x19 \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
@@ -1895,7 +1916,7 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\vnext_run_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tnextRunAt\x12\x19\n" +
 	"\breset_by\x18\f \x01(\tR\aresetBy\x12!\n" +
 	"\freset_reason\x18\r \x01(\tR\vresetReason\x125\n" +
-	"\breset_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\"\xe9\x02\n" +
+	"\breset_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\"\x9e\x03\n" +
 	"\x16CreateTaskGroupRequest\x12\x1c\n" +
 	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x12:\n" +
 	"\x04mode\x18\x02 \x01(\tB&\xbaH#r!R\x00R\x06serialR\bparallelR\x03dagR\x06repeatR\x04mode\x12@\n" +
@@ -1905,7 +1926,8 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\x06repeat\x18\x05 \x01(\v2\x1e.taskmesh.task.v1.RepeatPolicyR\x06repeat\x12\x19\n" +
 	"\x05start\x18\x06 \x01(\bH\x00R\x05start\x88\x01\x01\x12'\n" +
 	"\n" +
-	"request_id\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestIdB\b\n" +
+	"request_id\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\x123\n" +
+	"\awebhook\x18\b \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhookB\b\n" +
 	"\x06_start\"L\n" +
 	"\x17CreateTaskGroupResponse\x121\n" +
 	"\x05group\x18\x01 \x01(\v2\x1b.taskmesh.task.v1.TaskGroupR\x05group\"\xf6\x01\n" +
@@ -2005,8 +2027,9 @@ var file_taskmesh_task_v1_task_group_service_proto_goTypes = []any{
 	nil,                                  // 25: taskmesh.task.v1.RepeatPolicy.VariablesEntry
 	(*timestamppb.Timestamp)(nil),        // 26: google.protobuf.Timestamp
 	(*Distribution)(nil),                 // 27: taskmesh.task.v1.Distribution
-	(*TaskSpec)(nil),                     // 28: taskmesh.task.v1.TaskSpec
-	(*structpb.Value)(nil),               // 29: google.protobuf.Value
+	(*Webhook)(nil),                      // 28: taskmesh.task.v1.Webhook
+	(*TaskSpec)(nil),                     // 29: taskmesh.task.v1.TaskSpec
+	(*structpb.Value)(nil),               // 30: google.protobuf.Value
 }
 var file_taskmesh_task_v1_task_group_service_proto_depIdxs = []int32{
 	2,  // 0: taskmesh.task.v1.TaskGroup.tasks:type_name -> taskmesh.task.v1.TaskGroupMember
@@ -2022,42 +2045,44 @@ var file_taskmesh_task_v1_task_group_service_proto_depIdxs = []int32{
 	27, // 10: taskmesh.task.v1.TaskGroupTask.distribution:type_name -> taskmesh.task.v1.Distribution
 	23, // 11: taskmesh.task.v1.TaskGroupTask.resources:type_name -> taskmesh.task.v1.TaskGroupTask.ResourcesEntry
 	24, // 12: taskmesh.task.v1.TaskGroupTask.variables:type_name -> taskmesh.task.v1.TaskGroupTask.VariablesEntry
-	28, // 13: taskmesh.task.v1.RepeatPolicy.template:type_name -> taskmesh.task.v1.TaskSpec
-	25, // 14: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
-	26, // 15: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
-	26, // 16: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
-	3,  // 17: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
-	4,  // 18: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
-	0,  // 19: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 20: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 21: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 22: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 23: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 24: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 25: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	29, // 26: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
-	29, // 27: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
-	6,  // 28: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
-	8,  // 29: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
-	10, // 30: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
-	12, // 31: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
-	14, // 32: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
-	16, // 33: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
-	18, // 34: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
-	20, // 35: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
-	7,  // 36: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
-	9,  // 37: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
-	11, // 38: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
-	13, // 39: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
-	15, // 40: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
-	17, // 41: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
-	19, // 42: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
-	21, // 43: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
-	36, // [36:44] is the sub-list for method output_type
-	28, // [28:36] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	28, // 13: taskmesh.task.v1.TaskGroupTask.webhook:type_name -> taskmesh.task.v1.Webhook
+	29, // 14: taskmesh.task.v1.RepeatPolicy.template:type_name -> taskmesh.task.v1.TaskSpec
+	25, // 15: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
+	26, // 16: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
+	26, // 17: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
+	3,  // 18: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
+	4,  // 19: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
+	28, // 20: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
+	0,  // 21: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 22: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 23: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 24: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 25: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 26: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 27: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	30, // 28: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
+	30, // 29: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
+	6,  // 30: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
+	8,  // 31: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
+	10, // 32: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
+	12, // 33: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
+	14, // 34: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
+	16, // 35: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
+	18, // 36: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
+	20, // 37: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
+	7,  // 38: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
+	9,  // 39: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
+	11, // 40: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
+	13, // 41: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
+	15, // 42: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
+	17, // 43: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
+	19, // 44: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
+	21, // 45: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
+	38, // [38:46] is the sub-list for method output_type
+	30, // [30:38] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_group_service_proto_init() }

@@ -7,6 +7,8 @@
 package videov1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
+	v1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -30,9 +32,13 @@ type CreateVideoGenerationRequest struct {
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
 	// text_to_video or image_to_video; must be the model's type. Omitted: the
 	// model's type.
-	Type          string                     `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Input         *VideoGenerationInput      `protobuf:"bytes,3,opt,name=input,proto3" json:"input,omitempty"`
-	Parameters    *VideoGenerationParameters `protobuf:"bytes,4,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	Type       string                     `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Input      *VideoGenerationInput      `protobuf:"bytes,3,opt,name=input,proto3" json:"input,omitempty"`
+	Parameters *VideoGenerationParameters `protobuf:"bytes,4,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	// Optional: where to POST {"task_id":…,"status":…} when the generation
+	// succeeds, fails or is canceled (docs/api/webhooks.md); without it the
+	// tenant's default endpoint, if any.
+	Webhook       *v1.Webhook `protobuf:"bytes,5,opt,name=webhook,proto3" json:"webhook,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -91,6 +97,13 @@ func (x *CreateVideoGenerationRequest) GetInput() *VideoGenerationInput {
 func (x *CreateVideoGenerationRequest) GetParameters() *VideoGenerationParameters {
 	if x != nil {
 		return x.Parameters
+	}
+	return nil
+}
+
+func (x *CreateVideoGenerationRequest) GetWebhook() *v1.Webhook {
+	if x != nil {
+		return x.Webhook
 	}
 	return nil
 }
@@ -888,14 +901,15 @@ var File_taskmesh_video_v1_video_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_video_v1_video_service_proto_rawDesc = "" +
 	"\n" +
-	"%taskmesh/video/v1/video_service.proto\x12\x11taskmesh.video.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/wrappers.proto\"\xd5\x01\n" +
+	"%taskmesh/video/v1/video_service.proto\x12\x11taskmesh.video.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x1btaskmesh/task/v1/task.proto\"\x8a\x02\n" +
 	"\x1cCreateVideoGenerationRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12=\n" +
 	"\x05input\x18\x03 \x01(\v2'.taskmesh.video.v1.VideoGenerationInputR\x05input\x12L\n" +
 	"\n" +
 	"parameters\x18\x04 \x01(\v2,.taskmesh.video.v1.VideoGenerationParametersR\n" +
-	"parameters\"\x88\x01\n" +
+	"parameters\x123\n" +
+	"\awebhook\x18\x05 \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\"\x88\x01\n" +
 	"\x14VideoGenerationInput\x12\x16\n" +
 	"\x06prompt\x18\x01 \x01(\tR\x06prompt\x12(\n" +
 	"\x0fnegative_prompt\x18\x02 \x01(\tR\x0fnegative_prompt\x12\x14\n" +
@@ -921,9 +935,9 @@ const file_taskmesh_video_v1_video_service_proto_rawDesc = "" +
 	"request_id\"S\n" +
 	"\x15VideoGenerationOutput\x12 \n" +
 	"\vtask_status\x18\x01 \x01(\tR\vtask_status\x12\x18\n" +
-	"\atask_id\x18\x02 \x01(\tR\atask_id\"5\n" +
-	"\x19GetVideoGenerationRequest\x12\x18\n" +
-	"\atask_id\x18\x01 \x01(\tR\atask_id\"\xe3\x01\n" +
+	"\atask_id\x18\x02 \x01(\tR\atask_id\"?\n" +
+	"\x19GetVideoGenerationRequest\x12\"\n" +
+	"\atask_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\atask_id\"\xe3\x01\n" +
 	"\x1aGetVideoGenerationResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12:\n" +
@@ -978,9 +992,9 @@ const file_taskmesh_video_v1_video_service_proto_rawDesc = "" +
 	"\vvideo_count\x18\x05 \x01(\x05R\vvideo_count\x12:\n" +
 	"\tvideo_url\x18\x06 \x01(\v2\x1c.google.protobuf.StringValueR\tvideo_url\x12\x12\n" +
 	"\x04seed\x18\a \x01(\x05R\x04seedB\x10\n" +
-	"\x0e_actual_prompt\"8\n" +
-	"\x1cDeleteVideoGenerationRequest\x12\x18\n" +
-	"\atask_id\x18\x01 \x01(\tR\atask_id\"\x81\x01\n" +
+	"\x0e_actual_prompt\"B\n" +
+	"\x1cDeleteVideoGenerationRequest\x12\"\n" +
+	"\atask_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\atask_id\"\x81\x01\n" +
 	"\x1dDeleteVideoGenerationResponse\x12@\n" +
 	"\x06output\x18\x01 \x01(\v2(.taskmesh.video.v1.VideoGenerationOutputR\x06output\x12\x1e\n" +
 	"\n" +
@@ -1016,29 +1030,31 @@ var file_taskmesh_video_v1_video_service_proto_goTypes = []any{
 	(*VideoGenerationTaskInput)(nil),      // 8: taskmesh.video.v1.VideoGenerationTaskInput
 	(*DeleteVideoGenerationRequest)(nil),  // 9: taskmesh.video.v1.DeleteVideoGenerationRequest
 	(*DeleteVideoGenerationResponse)(nil), // 10: taskmesh.video.v1.DeleteVideoGenerationResponse
-	(*wrapperspb.StringValue)(nil),        // 11: google.protobuf.StringValue
+	(*v1.Webhook)(nil),                    // 11: taskmesh.task.v1.Webhook
+	(*wrapperspb.StringValue)(nil),        // 12: google.protobuf.StringValue
 }
 var file_taskmesh_video_v1_video_service_proto_depIdxs = []int32{
 	1,  // 0: taskmesh.video.v1.CreateVideoGenerationRequest.input:type_name -> taskmesh.video.v1.VideoGenerationInput
 	2,  // 1: taskmesh.video.v1.CreateVideoGenerationRequest.parameters:type_name -> taskmesh.video.v1.VideoGenerationParameters
-	4,  // 2: taskmesh.video.v1.CreateVideoGenerationResponse.output:type_name -> taskmesh.video.v1.VideoGenerationOutput
-	7,  // 3: taskmesh.video.v1.GetVideoGenerationResponse.data:type_name -> taskmesh.video.v1.VideoGenerationTask
-	11, // 4: taskmesh.video.v1.VideoGenerationTask.scheduled_time:type_name -> google.protobuf.StringValue
-	11, // 5: taskmesh.video.v1.VideoGenerationTask.completed_time:type_name -> google.protobuf.StringValue
-	8,  // 6: taskmesh.video.v1.VideoGenerationTask.task_input:type_name -> taskmesh.video.v1.VideoGenerationTaskInput
-	11, // 7: taskmesh.video.v1.VideoGenerationTaskInput.video_url:type_name -> google.protobuf.StringValue
-	4,  // 8: taskmesh.video.v1.DeleteVideoGenerationResponse.output:type_name -> taskmesh.video.v1.VideoGenerationOutput
-	0,  // 9: taskmesh.video.v1.VideoService.CreateVideoGeneration:input_type -> taskmesh.video.v1.CreateVideoGenerationRequest
-	5,  // 10: taskmesh.video.v1.VideoService.GetVideoGeneration:input_type -> taskmesh.video.v1.GetVideoGenerationRequest
-	9,  // 11: taskmesh.video.v1.VideoService.DeleteVideoGeneration:input_type -> taskmesh.video.v1.DeleteVideoGenerationRequest
-	3,  // 12: taskmesh.video.v1.VideoService.CreateVideoGeneration:output_type -> taskmesh.video.v1.CreateVideoGenerationResponse
-	6,  // 13: taskmesh.video.v1.VideoService.GetVideoGeneration:output_type -> taskmesh.video.v1.GetVideoGenerationResponse
-	10, // 14: taskmesh.video.v1.VideoService.DeleteVideoGeneration:output_type -> taskmesh.video.v1.DeleteVideoGenerationResponse
-	12, // [12:15] is the sub-list for method output_type
-	9,  // [9:12] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	11, // 2: taskmesh.video.v1.CreateVideoGenerationRequest.webhook:type_name -> taskmesh.task.v1.Webhook
+	4,  // 3: taskmesh.video.v1.CreateVideoGenerationResponse.output:type_name -> taskmesh.video.v1.VideoGenerationOutput
+	7,  // 4: taskmesh.video.v1.GetVideoGenerationResponse.data:type_name -> taskmesh.video.v1.VideoGenerationTask
+	12, // 5: taskmesh.video.v1.VideoGenerationTask.scheduled_time:type_name -> google.protobuf.StringValue
+	12, // 6: taskmesh.video.v1.VideoGenerationTask.completed_time:type_name -> google.protobuf.StringValue
+	8,  // 7: taskmesh.video.v1.VideoGenerationTask.task_input:type_name -> taskmesh.video.v1.VideoGenerationTaskInput
+	12, // 8: taskmesh.video.v1.VideoGenerationTaskInput.video_url:type_name -> google.protobuf.StringValue
+	4,  // 9: taskmesh.video.v1.DeleteVideoGenerationResponse.output:type_name -> taskmesh.video.v1.VideoGenerationOutput
+	0,  // 10: taskmesh.video.v1.VideoService.CreateVideoGeneration:input_type -> taskmesh.video.v1.CreateVideoGenerationRequest
+	5,  // 11: taskmesh.video.v1.VideoService.GetVideoGeneration:input_type -> taskmesh.video.v1.GetVideoGenerationRequest
+	9,  // 12: taskmesh.video.v1.VideoService.DeleteVideoGeneration:input_type -> taskmesh.video.v1.DeleteVideoGenerationRequest
+	3,  // 13: taskmesh.video.v1.VideoService.CreateVideoGeneration:output_type -> taskmesh.video.v1.CreateVideoGenerationResponse
+	6,  // 14: taskmesh.video.v1.VideoService.GetVideoGeneration:output_type -> taskmesh.video.v1.GetVideoGenerationResponse
+	10, // 15: taskmesh.video.v1.VideoService.DeleteVideoGeneration:output_type -> taskmesh.video.v1.DeleteVideoGenerationResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_video_v1_video_service_proto_init() }

@@ -16,7 +16,9 @@
 //     loop.
 //  4. sync: delivers finished outcomes that could not be delivered when
 //     they happened, in order of end time, with exponential backoff.
-//  5. services: keeps the managed services the server declares for this
+//  5. retention: hourly, prunes delivered journal rows and removes old
+//     run and work directories (retention.go).
+//  6. services: keeps the managed services the server declares for this
 //     agent running (services.go, package services).
 //
 // Each attempt runs in its own goroutine: policy check, journal "running",
@@ -49,6 +51,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
+	"github.com/taskmesh/taskmesh/services/executor/internal/isolation"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
@@ -79,10 +82,16 @@ type Agent struct {
 	reachable     bool
 	lastHeartbeat time.Time
 
-	backlog      atomic.Bool // some outcome waits for the sync loop
-	localWaiting atomic.Int32
-	syncWake     chan struct{}
-	localWake    chan struct{}
+	backlog       atomic.Bool // some outcome waits for the sync loop
+	localWaiting  atomic.Int32
+	syncWake      chan struct{}
+	localWake     chan struct{}
+	heartbeatWake chan struct{}
+	drained       atomic.Bool // the last heartbeat said an operator drained us
+
+	// isolation limits each task's resources (cgroups, else rlimits) and
+	// sandboxes it when configured.
+	isolation *isolation.Limiter
 
 	wg       sync.WaitGroup // every goroutine Run started
 	listener net.Listener
@@ -102,6 +111,19 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor config: %w", err)
 	}
+	limiter, err := isolation.New(isolation.Config{Name: "taskmesh-" + safeName(cfg.AgentID), NoCgroups: cfg.NoCgroups,
+		Sandbox: cfg.Sandbox, Hidden: hiddenFromTasks(cfg), Logger: cfg.Logger.With("agent_id", cfg.AgentID)})
+	if err != nil {
+		return nil, fmt.Errorf("executor config: %w", err)
+	}
+	if err := os.MkdirAll(cfg.WorkRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("work root: %w", err)
+	}
+	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "runs"), cfg.WorkRoot} {
+		if err := limiter.Traversable(d); err != nil {
+			return nil, fmt.Errorf("executor config: %w", err)
+		}
+	}
 	j, err := journal.Open(ctx, filepath.Join(cfg.DataDir, "journal.db"))
 	if err != nil {
 		return nil, err
@@ -115,14 +137,16 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		policy: policy.Policy{
 			Types: cfg.Types, AllowedCommands: cfg.AllowedCommands, BlockedPatterns: cfg.BlockedPatterns,
 		},
-		http:      &http.Client{Timeout: 10 * time.Minute},
-		baseEnv:   baseEnv(),
-		slots:     make(chan struct{}, cfg.Slots),
-		noops:     make(chan struct{}, cfg.NoopConcurrency),
-		runs:      map[string]*attempt{},
-		inflight:  map[string]bool{},
-		syncWake:  make(chan struct{}, 1),
-		localWake: make(chan struct{}, 1),
+		http:          &http.Client{Timeout: 10 * time.Minute},
+		baseEnv:       baseEnv(),
+		slots:         make(chan struct{}, cfg.Slots),
+		noops:         make(chan struct{}, cfg.NoopConcurrency),
+		runs:          map[string]*attempt{},
+		inflight:      map[string]bool{},
+		syncWake:      make(chan struct{}, 1),
+		localWake:     make(chan struct{}, 1),
+		heartbeatWake: make(chan struct{}, 1),
+		isolation:     limiter,
 	}
 	if cfg.Server != "" {
 		conn, err := dial(cfg)
@@ -152,6 +176,7 @@ func (a *Agent) LocalAPIAddr() string {
 }
 
 func (a *Agent) close() {
+	a.isolation.Close()
 	if a.listener != nil {
 		a.listener.Close()
 	}
@@ -187,6 +212,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.runInBackground(func() { a.localLoop(ctx) })
+	a.runInBackground(func() { a.retentionLoop(ctx) })
 	if a.lease != nil {
 		a.runInBackground(func() { a.claimLoop(ctx) })
 		a.runInBackground(func() { a.heartbeatLoop(ctx) })
@@ -221,6 +247,19 @@ func wake(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// hiddenFromTasks are what a sandboxed task must never see: the agent's
+// data directory (journal, run directories, other tasks' output) and its
+// token file.
+func hiddenFromTasks(cfg Config) []string {
+	out := []string{cfg.DataDir}
+	if cfg.TokenFile != "" {
+		if abs, err := filepath.Abs(cfg.TokenFile); err == nil {
+			out = append(out, abs)
+		}
+	}
+	return out
 }
 
 // baseEnv is the minimal environment every task starts from. The agent's

@@ -9,6 +9,8 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -41,6 +43,11 @@ func (a *Agent) claimLoop(ctx context.Context) {
 			a.giveSlots(n)
 			if ctx.Err() != nil {
 				return
+			}
+			if status.Code(err) == codes.PermissionDenied {
+				// Perhaps the agent's address changed: its heartbeat is what
+				// moves the token, so send one now rather than in 5 s.
+				wake(a.heartbeatWake)
 			}
 			if rpcerr.Transient(err) {
 				// Keep the request id: if the server leased tasks and the
@@ -173,7 +180,7 @@ func fromClaim(t *taskv1.Task, agentID string, now time.Time) journal.Task {
 		LeaseTTLSec: int(t.GetLeaseTtlSec()), RenewIntervalSec: int(t.GetRenewIntervalSec()),
 		GracePeriodSec: int(t.GetGracePeriodSec()),
 		Status:         journal.StatusAssigned, AttemptID: t.GetAttemptId(), AssignedAgentID: agentID,
-		ReceivedAt: now, AssignedAt: now,
+		ReceivedAt: now, AssignedAt: now, Resources: t.GetResources(),
 	}
 	if t.GetLeaseExpiresAt() != nil {
 		row.LeaseExpiresAt = t.GetLeaseExpiresAt().AsTime()

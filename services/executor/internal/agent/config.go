@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
+	"github.com/taskmesh/taskmesh/services/executor/internal/isolation"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 )
 
@@ -35,8 +37,18 @@ type Settings struct {
 	// Token is sent as "authorization: Bearer <token>" on every call; it is
 	// never logged and never passed to tasks.
 	Token string
+	// TokenFile, if set, holds the token instead: it is read at start and
+	// again when the server refuses a call as unauthenticated, so a
+	// rotated token written there is picked up without a restart.
+	TokenFile string
+	// Version is reported in heartbeats (default: the binary's build
+	// version).
+	Version string
 	// TLS for the server connection; nil is plaintext (loopback dev).
 	TLS *tls.Config
+	// SourceAddr, if set, is the local address the agent connects from
+	// (a machine with several; its token binds to the first it sees).
+	SourceAddr string
 	// DataDir holds the journal (journal.db) and the run directories.
 	DataDir string
 	// WorkRoot is the base of default working directories:
@@ -62,13 +74,22 @@ type Settings struct {
 	// BlockedPatterns are substrings refused anywhere in the command line
 	// or script body.
 	BlockedPatterns []string
-	// MemoryLimitBytes is each task's RLIMIT_AS (0: none).
+	// MemoryLimitBytes is each task's RLIMIT_AS (0: none), on top of the
+	// task's own resources.memory.
 	MemoryLimitBytes int64
 	// CPULimitSeconds is each task's RLIMIT_CPU (0: none).
 	CPULimitSeconds int64
 	// LocalAPIAddr is the address of the agent-local REST API; "" turns it
 	// off (see DefaultLocalAPIAddr).
 	LocalAPIAddr string
+	// Retention bounds the local files and the journal (see Retention).
+	Retention Retention
+	// Sandbox runs tasks in a bubblewrap sandbox as an unprivileged user
+	// (the isolation block of docs/executor.md).
+	Sandbox isolation.Sandbox
+	// NoCgroups limits tasks' resources with rlimits even where the agent
+	// could make cgroups.
+	NoCgroups bool
 	// OrphanGrace is how long a shim keeps a task running without an agent
 	// attached (default 10 s, at most 14 s: below the server's ~15 s
 	// dead-agent timeout, so a task is stopped before it is re-leased).
@@ -195,5 +216,28 @@ func (c Config) withDefaults() (Config, error) {
 	if c.NoopConcurrency <= 0 {
 		c.NoopConcurrency = 16 * c.Slots
 	}
+	if c.Version == "" {
+		c.Version = buildVersion()
+	}
+	c.Retention.defaults()
 	return c, nil
+}
+
+// buildVersion is the binary's module version and revision, as the Go
+// toolchain recorded them.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += "+" + s.Value[:12]
+		}
+	}
+	if v == "" {
+		v = "devel"
+	}
+	return v
 }

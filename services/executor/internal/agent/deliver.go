@@ -161,7 +161,7 @@ func (a *Agent) deliver(ctx context.Context, attemptID string) error {
 	if err != nil {
 		return a.deliveryFailed(t, "complete task", err)
 	}
-	if err := a.journal.MarkSynced(journalCtx, t.AttemptID, ""); err != nil {
+	if err := a.journal.MarkSynced(journalCtx, t.AttemptID, "", a.now()); err != nil {
 		return err
 	}
 	log.Debug("outcome delivered", "status", t.Status)
@@ -177,7 +177,7 @@ func (a *Agent) deliveryFailed(t journal.Task, what string, err error) error {
 		rpcerr.TaskNotFound, rpcerr.InvalidArgument:
 		note := fmt.Sprintf("%s rejected by the server: %d %s", what, rpcerr.Code(err), rpcerr.Message(err))
 		a.log.Warn("outcome rejected", "task_id", t.ID, "attempt_id", t.AttemptID, "reason", note)
-		if merr := a.journal.MarkSynced(journalCtx, t.AttemptID, note); merr != nil {
+		if merr := a.journal.MarkSynced(journalCtx, t.AttemptID, note, a.now()); merr != nil {
 			return merr
 		}
 		a.cleanup(t.RunDir)

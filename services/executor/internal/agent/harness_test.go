@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "executor" && os.Args[2] == "shim" {
 		os.Exit(shim.Main(os.Args[3:]))
 	}
+	if len(os.Args) > 2 && os.Args[1] == allocMemory {
+		os.Exit(allocate(os.Args[2]))
+	}
 	os.Exit(m.Run())
 }
 

@@ -8,12 +8,20 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 )
 
-// heartbeatLoop sends the machine heartbeat and obeys its stop list.
+// heartbeatLoop sends the machine heartbeat and obeys its stop list. A
+// call refused because the agent's address changed wakes it early: the
+// heartbeat is what moves the token to the new address.
 func (a *Agent) heartbeatLoop(ctx context.Context) {
 	for {
 		next := a.heartbeat(ctx)
-		if !sleep(ctx, next) {
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return
+		case <-t.C:
+		case <-a.heartbeatWake:
+			t.Stop()
 		}
 	}
 }
@@ -33,7 +41,8 @@ func (a *Agent) heartbeat(ctx context.Context) time.Duration {
 	cctx, cancel := a.rpcCtx(ctx)
 	resp, err := a.lease.SendHeartbeat(cctx, &taskv1.SendHeartbeatRequest{
 		AgentId: a.cfg.AgentID, MachineId: a.cfg.MachineID, Labels: a.cfg.Labels,
-		AttemptIds: ids, FreeSlots: int32(free),
+		AttemptIds: ids, FreeSlots: int32(free), Slots: int32(a.cfg.Slots), Version: a.cfg.Version,
+		Isolation: a.isolation.Mode(), Warnings: a.isolation.Warnings(),
 	})
 	cancel()
 	interval := a.cfg.HeartbeatInterval
@@ -53,6 +62,13 @@ func (a *Agent) heartbeat(ctx context.Context) time.Duration {
 	if !was {
 		// The server is back: deliver what waited.
 		wake(a.syncWake)
+	}
+	if drained := resp.GetDrained(); a.drained.Swap(drained) != drained {
+		if drained {
+			a.log.Info("drained by an operator: claiming nothing new; running tasks finish")
+		} else {
+			a.log.Info("undrained by an operator: claiming again")
+		}
 	}
 	for _, s := range resp.GetStop() {
 		at := a.active(s.GetAttemptId())

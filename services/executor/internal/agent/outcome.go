@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
@@ -15,6 +16,11 @@ import (
 func (a *Agent) finishFromRunDir(ctx context.Context, at *attempt, stop *stopRequest) {
 	st, ok, err := shim.ReadStatus(at.task.RunDir)
 	if err != nil || !ok {
+		// The shim is gone without writing its status, so nobody else
+		// removes the task's cgroup (and kills what is left in it).
+		if spec, serr := shim.ReadSpec(at.task.RunDir); serr == nil && spec.Cgroup != nil {
+			_ = cgroup.Remove(spec.Cgroup.Dirs)
+		}
 		msg := "agent restarted and lost the process"
 		if err != nil {
 			msg += ": " + err.Error()
@@ -41,6 +47,14 @@ func (a *Agent) processOutcome(at *attempt, st shim.Status, stop *stopRequest) j
 		var decided bool
 		o.Status, o.Error, decided = a.stopOutcome(t, st.Stop, detail)
 		o.Synced, o.Note = decided, decidedNote(decided, st.Stop)
+	case st.OOMKilled:
+		// Whatever the exit code says, the kernel killed the task for
+		// exceeding its memory limit: say so.
+		o.Status = journal.StatusFailed
+		o.Error = "out of memory: the kernel's OOM killer stopped the task at its memory limit"
+		if m := t.Resources["memory"]; m != "" {
+			o.Error += " (resources.memory " + m + ")"
+		}
 	case code == 0:
 		o.Status = journal.StatusCompleted
 	default:
@@ -72,6 +86,9 @@ func (a *Agent) finish(ctx context.Context, at *attempt, o journal.Outcome) {
 	}
 	if o.EndedAt.IsZero() {
 		o.EndedAt = a.now()
+	}
+	if o.Synced {
+		o.SyncedAt = a.now()
 	}
 	changed, err := a.journal.Finish(journalCtx, t.AttemptID, o)
 	if err != nil {

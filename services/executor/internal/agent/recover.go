@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
 // recover resumes what a previous run of the agent left
@@ -16,7 +18,8 @@ import (
 //     (RenewTaskLease). A valid lease, or no answer (the server may be
 //     down), resumes the attempt: reattach to its shim, or read the shim's
 //     status file if it has finished, or start it if it never had a
-//     process. 30001/30002/30003 stop the process through the shim and
+//     process (no shim alive in its run directory and none ever spawned
+//     the task: see awaitShim). 30001/30002/30003 stop the process through the shim and
 //     record it failed; the outcome is still offered to the server, which
 //     may refuse it.
 //   - running local attempts are reattached the same way.
@@ -81,8 +84,54 @@ func (a *Agent) resume(ctx context.Context, at *attempt) {
 		a.execute(ctx, at)
 		return
 	}
+	defer a.release(at)
+	if !a.awaitShim(ctx, at) {
+		// The agent died after journaling the run directory but before a
+		// shim started the task: nothing ran, so it starts now (a stop
+		// requested during recovery is honoured first).
+		select {
+		case r := <-at.stopCh:
+			a.finishStopped(ctx, at, r)
+		default:
+			a.spawnAndSupervise(ctx, at)
+		}
+		return
+	}
 	// supervise reattaches to the shim, or reads its status file when the
 	// shim has finished and left.
-	defer a.release(at)
 	a.supervise(ctx, at)
+}
+
+// shimStartWait bounds how long a recovered attempt waits for a shim that
+// holds its run directory but does not listen yet (it was starting when
+// the agent died).
+const shimStartWait = 30 * time.Second
+
+// awaitShim reports whether the recovered attempt's task was ever started
+// from its run directory, waiting while a shim is alive there but not yet
+// listening. false means no task process was ever started.
+func (a *Agent) awaitShim(ctx context.Context, at *attempt) bool {
+	dir := at.task.RunDir
+	deadline := time.Now().Add(shimStartWait)
+	for {
+		st, err := shim.Inspect(dir)
+		if err != nil {
+			// Unreadable: assume the worst (it may have run) and let
+			// supervise report what it finds.
+			a.log.Warn("cannot inspect run directory", "attempt_id", at.task.AttemptID, "err", err)
+			return true
+		}
+		if !st.ShimAlive || st.MayHaveRun {
+			// A live shim that marked its spawn is listening already
+			// (it listens first).
+			return st.MayHaveRun
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

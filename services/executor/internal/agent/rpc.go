@@ -9,8 +9,17 @@ import (
 	"google.golang.org/grpc"
 )
 
+// dial connects to the server with the agent's token: Settings.TokenFile,
+// reread after a rotation, else Settings.Token.
 func dial(cfg Config) (*grpc.ClientConn, error) {
-	return leaseconn.Dial(cfg.Server, cfg.Token, cfg.TLS)
+	token := leaseconn.StaticToken(cfg.Token)
+	if cfg.TokenFile != "" {
+		var err error
+		if token, err = leaseconn.FileToken(cfg.TokenFile); err != nil {
+			return nil, err
+		}
+	}
+	return leaseconn.Dial(cfg.Server, token, cfg.TLS, leaseconn.FromAddress(cfg.SourceAddr))
 }
 
 // rpcCtx bounds one server call.

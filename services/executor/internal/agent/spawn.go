@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
+	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
+	"github.com/taskmesh/taskmesh/services/executor/internal/isolation"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
@@ -27,11 +29,24 @@ func safeName(id string) string {
 	return s
 }
 
-// prepare creates the run directory and working directory and builds the
-// shim spec.
+// prepare creates the run directory and working directory, the task's
+// cgroup, and builds the shim spec.
 func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 	runDir := filepath.Join(a.cfg.DataDir, "runs", safeName(t.AttemptID))
-	if err := os.MkdirAll(filepath.Join(runDir, "tmp"), 0o700); err != nil {
+	res, err := isolation.ParseResources(t.Resources)
+	if err != nil {
+		return "", shim.Spec{}, err
+	}
+	// A sandboxed task (not the agent's own video runner, which reads its
+	// job from the run directory) gets a directory of its own in the run
+	// directory for its temporary files, progress file and script: the
+	// run directory itself (spec, output, socket) stays the agent's.
+	sandboxed := a.isolation.Sandboxed() && policy.NormalizeType(t.Type) != policy.TypeVideo
+	taskDir := runDir
+	if sandboxed {
+		taskDir = filepath.Join(runDir, "task")
+	}
+	if err := os.MkdirAll(filepath.Join(taskDir, "tmp"), 0o700); err != nil {
 		return "", shim.Spec{}, fmt.Errorf("run dir: %w", err)
 	}
 	workdir := t.Workdir
@@ -40,6 +55,21 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 	}
 	if err := os.MkdirAll(workdir, 0o755); err != nil {
 		return runDir, shim.Spec{}, fmt.Errorf("workdir %s: %w", workdir, err)
+	}
+	if sandboxed {
+		if err := a.isolation.Traversable(runDir); err != nil {
+			return runDir, shim.Spec{}, err
+		}
+		for _, d := range []string{taskDir, filepath.Join(taskDir, "tmp")} {
+			if err := a.isolation.PrepareDir(d); err != nil {
+				return runDir, shim.Spec{}, err
+			}
+		}
+		if t.Workdir == "" {
+			if err := a.isolation.PrepareDir(workdir); err != nil {
+				return runDir, shim.Spec{}, err
+			}
+		}
 	}
 	var argv []string
 	switch policy.NormalizeType(t.Type) {
@@ -58,17 +88,23 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 	case policy.TypeScript:
 		// The body is a file, never a `sh -c` string: arguments stay
 		// arguments ($1, $2, ...).
-		script := filepath.Join(runDir, "script.sh")
+		script := filepath.Join(taskDir, "script.sh")
 		if err := os.WriteFile(script, []byte(t.Command), 0o700); err != nil {
 			return runDir, shim.Spec{}, fmt.Errorf("write script: %w", err)
+		}
+		if err := a.prepareSandboxFile(sandboxed, script); err != nil {
+			return runDir, shim.Spec{}, err
 		}
 		argv = append([]string{"/bin/sh", script}, t.Args...)
 	default:
 		argv = append([]string{t.Command}, t.Args...)
 	}
-	progressFile := filepath.Join(runDir, "progress")
+	if sandboxed {
+		argv = a.isolation.Wrap(argv, workdir, taskDir)
+	}
+	progressFile := filepath.Join(taskDir, "progress")
 	env := append([]string{}, a.baseEnv...)
-	env = append(env, "TMPDIR="+filepath.Join(runDir, "tmp"))
+	env = append(env, "TMPDIR="+filepath.Join(taskDir, "tmp"))
 	for k, v := range t.Env {
 		if strings.HasPrefix(k, "TASKMESH_") {
 			continue
@@ -83,6 +119,10 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 	if t.GracePeriodSec > 0 {
 		grace = time.Duration(t.GracePeriodSec) * time.Second
 	}
+	group, err := a.isolation.Cgroup(safeName(t.AttemptID), res)
+	if err != nil {
+		return runDir, shim.Spec{}, fmt.Errorf("resource limits: %w", err)
+	}
 	spec := shim.Spec{
 		TaskID: t.ID, AttemptID: t.AttemptID,
 		Argv: argv, Env: dedupeEnv(env), Dir: workdir,
@@ -91,13 +131,36 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 		OrphanGrace:      a.cfg.OrphanGrace,
 		OutputLimit:      a.cfg.OutputLimit,
 		TailBytes:        tailBytes,
-		MemoryLimitBytes: a.cfg.MemoryLimitBytes,
+		MemoryLimitBytes: minPositive(a.cfg.MemoryLimitBytes, a.isolation.RlimitAS(res)),
 		CPULimitSeconds:  a.cfg.CPULimitSeconds,
 		ProgressFile:     progressFile,
 		Socket:           shim.SocketPath(runDir),
 		SelfArgv:         a.cfg.ShimCommand,
+		Cgroup:           group,
+	}
+	if uid, gid, ok := a.isolation.Credential(); ok && sandboxed {
+		spec.Credential = &shim.Credential{UID: uid, GID: gid}
 	}
 	return runDir, spec, nil
+}
+
+// prepareSandboxFile gives a file the task must read to its user.
+func (a *Agent) prepareSandboxFile(sandboxed bool, path string) error {
+	if !sandboxed {
+		return nil
+	}
+	return a.isolation.PrepareDir(path)
+}
+
+// minPositive is the smaller of two limits, 0 meaning none.
+func minPositive(x, y int64) int64 {
+	switch {
+	case x <= 0:
+		return y
+	case y <= 0:
+		return x
+	}
+	return min(x, y)
 }
 
 // dedupeEnv keeps the last value of each variable (task env overrides the
@@ -154,6 +217,10 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 	case err != nil && ctx.Err() != nil:
 		return // shutting down; recovery finds the shim through the journal
 	case err != nil:
+		if spec.Cgroup != nil {
+			// No shim to remove it once the task ends.
+			_ = cgroup.Remove(spec.Cgroup.Dirs)
+		}
 		a.finish(ctx, at, a.failedBeforeStart("shim: "+err.Error()))
 		return
 	}

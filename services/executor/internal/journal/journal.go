@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -135,6 +136,9 @@ type Task struct {
 	// Video holds the parameters of a video task (taskv1.VideoParams as
 	// protojson); empty for other types.
 	Video string
+	// Resources are the task's resources ("memory": "64Mi", "cpu": "500m",
+	// "pids": "100", GPUs…), the agent's limits for it.
+	Resources map[string]string
 }
 
 // Final reports whether an attempt in status has ended: the task's final
@@ -195,6 +199,8 @@ CREATE TABLE IF NOT EXISTS local_tasks (
     result_size            INTEGER NOT NULL DEFAULT 0,
     result_sha256          TEXT NOT NULL DEFAULT '',
     video                  TEXT NOT NULL DEFAULT '',
+    resources              TEXT NOT NULL DEFAULT '{}',
+    synced_at              TEXT,
 
     PRIMARY KEY (id, attempt_id)
 );
@@ -229,6 +235,15 @@ func Open(ctx context.Context, path string) (*Journal, error) {
 		db.Close()
 		return nil, err
 	}
+	// The journal holds tasks' environments and outputs: the agent's
+	// alone. SQLite gives its WAL and shared-memory files the database
+	// file's mode.
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(f, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			db.Close()
+			return nil, fmt.Errorf("journal %s: %w", f, err)
+		}
+	}
 	return &Journal{db: db}, nil
 }
 
@@ -237,6 +252,8 @@ func Open(ctx context.Context, path string) (*Journal, error) {
 // survive the upgrade.
 var addedColumns = []struct{ name, ddl string }{
 	{"video", `ALTER TABLE local_tasks ADD COLUMN video TEXT NOT NULL DEFAULT ''`},
+	{"resources", `ALTER TABLE local_tasks ADD COLUMN resources TEXT NOT NULL DEFAULT '{}'`},
+	{"synced_at", `ALTER TABLE local_tasks ADD COLUMN synced_at TEXT`},
 }
 
 func addMissingColumns(ctx context.Context, db *sql.DB) error {
@@ -311,15 +328,20 @@ func (j *Journal) Insert(ctx context.Context, ts ...Task) ([]bool, error) {
 	for i, t := range ts {
 		args, _ := json.Marshal(nonNil(t.Args))
 		env, _ := json.Marshal(t.Env)
+		resources := []byte("{}")
+		if len(t.Resources) > 0 {
+			resources, _ = json.Marshal(t.Resources)
+		}
 		res, err := tx.ExecContext(ctx, `
 INSERT INTO local_tasks (id, attempt_id, name, type, origin, command, args, workdir, env,
     timeout, priority, lease_ttl_sec, renew_interval_sec, grace_period_sec,
-    status, assigned_agent_id, lease_expires_at, received_at, assigned_at, synced, video)
-VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?,?)
+    status, assigned_agent_id, lease_expires_at, received_at, assigned_at, synced, video, resources)
+VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?,?,?)
 ON CONFLICT DO NOTHING`,
 			t.ID, t.AttemptID, t.Name, t.Type, t.Origin, t.Command, string(args), t.Workdir, string(env),
 			t.Timeout, t.Priority, t.LeaseTTLSec, t.RenewIntervalSec, t.GracePeriodSec,
-			t.Status, t.AssignedAgentID, fmtTime(t.LeaseExpiresAt), fmtTime(t.ReceivedAt), fmtTime(t.AssignedAt), b2i(t.Synced), t.Video)
+			t.Status, t.AssignedAgentID, fmtTime(t.LeaseExpiresAt), fmtTime(t.ReceivedAt), fmtTime(t.AssignedAt), b2i(t.Synced), t.Video,
+			string(resources))
 		if err != nil {
 			return nil, fmt.Errorf("insert task %s: %w", t.ID, err)
 		}
@@ -346,14 +368,14 @@ const columns = `id, attempt_id, name, type, origin, command, args, workdir, env
     received_at, assigned_at, started_at, ended_at, last_heartbeat_at,
     synced, sync_attempts, last_sync_error, server_started,
     run_dir, shim_socket, shim_pid, pid, stop_reason,
-    result_upload, result_key, result_size, result_sha256, video`
+    result_upload, result_key, result_size, result_sha256, video, resources`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanTask(s scanner) (Task, error) {
 	var (
 		t                                         Task
-		args, env, workdir, agent                 sql.NullString
+		args, env, workdir, agent, resources      sql.NullString
 		stdout, stderr, errText                   sql.NullString
 		lease, recv, assigned, started, ended, hb sql.NullString
 		exit                                      sql.NullInt64
@@ -367,7 +389,7 @@ func scanTask(s scanner) (Task, error) {
 		&recv, &assigned, &started, &ended, &hb,
 		&synced, &t.SyncAttempts, &t.LastSyncError, &serverStarted,
 		&t.RunDir, &t.ShimSocket, &t.ShimPID, &t.PID, &t.StopReason,
-		&upload, &t.ResultKey, &t.ResultSize, &t.ResultSHA256, &t.Video)
+		&upload, &t.ResultKey, &t.ResultSize, &t.ResultSHA256, &t.Video, &resources)
 	if err != nil {
 		return Task{}, err
 	}
@@ -376,6 +398,9 @@ func scanTask(s scanner) (Task, error) {
 	}
 	if env.Valid && env.String != "" && env.String != "null" {
 		_ = json.Unmarshal([]byte(env.String), &t.Env)
+	}
+	if resources.Valid && resources.String != "" && resources.String != "{}" {
+		_ = json.Unmarshal([]byte(resources.String), &t.Resources)
 	}
 	t.Workdir, t.AssignedAgentID = workdir.String, agent.String
 	t.Stdout, t.Stderr, t.Error = stdout.String, stderr.String, errText.String
@@ -573,6 +598,9 @@ type Outcome struct {
 	// or outcomes the server itself decided); Note says why.
 	Synced bool
 	Note   string
+	// SyncedAt is when, with Synced (default EndedAt): delivered rows are
+	// pruned some time after it (Prune).
+	SyncedAt time.Time
 }
 
 // Finish records the outcome unless the attempt already ended; it reports
@@ -582,14 +610,21 @@ func (j *Journal) Finish(ctx context.Context, attemptID string, o Outcome) (bool
 	if o.ExitCode != nil {
 		exit = *o.ExitCode
 	}
+	var syncedAt any
+	if o.Synced {
+		syncedAt = fmtTime(o.EndedAt)
+		if !o.SyncedAt.IsZero() {
+			syncedAt = fmtTime(o.SyncedAt)
+		}
+	}
 	return j.exec(ctx, "finish "+attemptID, `UPDATE local_tasks
 SET status = ?, exit_code = ?, stdout = ?, stderr = ?, stdout_truncated_bytes = ?,
     stderr_truncated_bytes = ?, error = ?, started_at = COALESCE(started_at, ?), ended_at = ?,
-    stop_reason = ?, synced = ?, last_sync_error = ?, result_upload = ?,
+    stop_reason = ?, synced = ?, last_sync_error = ?, result_upload = ?, synced_at = ?,
     progress = CASE WHEN ? = '`+StatusCompleted+`' THEN 100 ELSE progress END
 WHERE attempt_id = ? AND status IN (`+activeIn+`)`,
 		o.Status, exit, o.Stdout, o.Stderr, o.StdoutTruncated, o.StderrTruncated, o.Error,
-		fmtTime(o.StartedAt), fmtTime(o.EndedAt), o.StopReason, b2i(o.Synced), o.Note, b2i(o.Upload),
+		fmtTime(o.StartedAt), fmtTime(o.EndedAt), o.StopReason, b2i(o.Synced), o.Note, b2i(o.Upload), syncedAt,
 		o.Status, attemptID)
 }
 
@@ -603,9 +638,9 @@ SET result_key = ?, result_size = ?, result_sha256 = ? WHERE attempt_id = ?`, ke
 
 // MarkSynced records that the server has the outcome (note empty) or
 // refused it for good (note says why).
-func (j *Journal) MarkSynced(ctx context.Context, attemptID, note string) error {
+func (j *Journal) MarkSynced(ctx context.Context, attemptID, note string, at time.Time) error {
 	_, err := j.exec(ctx, "mark synced "+attemptID, `UPDATE local_tasks
-SET synced = 1, sync_attempts = sync_attempts + 1, last_sync_error = ? WHERE attempt_id = ?`, note, attemptID)
+SET synced = 1, sync_attempts = sync_attempts + 1, last_sync_error = ?, synced_at = ? WHERE attempt_id = ?`, note, fmtTime(at), attemptID)
 	return err
 }
 
@@ -614,4 +649,36 @@ func (j *Journal) RecordSyncFailure(ctx context.Context, attemptID, errText stri
 	_, err := j.exec(ctx, "record sync failure "+attemptID, `UPDATE local_tasks
 SET sync_attempts = sync_attempts + 1, last_sync_error = ? WHERE attempt_id = ?`, errText, attemptID)
 	return err
+}
+
+// Prune deletes the rows of ended attempts whose outcome reached the
+// server (synced) before cutoff: what the journal must keep is what the
+// agent still owes or runs; the rest is history for the local API, kept
+// for a while. It returns how many rows it deleted.
+func (j *Journal) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
+	res, err := j.db.ExecContext(ctx, `DELETE FROM local_tasks
+WHERE synced = 1 AND status IN (`+endedIn+`) AND COALESCE(synced_at, ended_at) < ?`, fmtTime(cutoff))
+	if err != nil {
+		return 0, fmt.Errorf("prune journal: %w", err)
+	}
+	return res.RowsAffected()
+}
+
+// Held returns the attempts (and their tasks) whose files must stay: those
+// still going and those whose outcome has not reached the server yet.
+func (j *Journal) Held(ctx context.Context) (attempts, tasks map[string]bool, err error) {
+	rows, err := j.db.QueryContext(ctx, `SELECT attempt_id, id FROM local_tasks WHERE synced = 0 OR status IN (`+activeIn+`)`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("held attempts: %w", err)
+	}
+	defer rows.Close()
+	attempts, tasks = map[string]bool{}, map[string]bool{}
+	for rows.Next() {
+		var a, t string
+		if err := rows.Scan(&a, &t); err != nil {
+			return nil, nil, fmt.Errorf("held attempts: %w", err)
+		}
+		attempts[a], tasks[t] = true, true
+	}
+	return attempts, tasks, rows.Err()
 }

@@ -96,7 +96,7 @@ func TestUnsyncedInEndOrder(t *testing.T) {
 	if len(got) != 3 || got[0] != "a2" || got[1] != "a3" || got[2] != "a1" {
 		t.Fatalf("Unsynced = %v, want [a2 a3 a1]", got)
 	}
-	j.MarkSynced(ctx, "a2", "")
+	j.MarkSynced(ctx, "a2", "", t0)
 	j.RecordSyncFailure(ctx, "a3", "unavailable")
 	c, _ := j.Count(ctx)
 	if c.Unsynced != 2 {

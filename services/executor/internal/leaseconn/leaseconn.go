@@ -1,13 +1,16 @@
 // Package leaseconn dials the Taskmesh front door for the executor's lease
 // protocol: the agent and the Kubernetes backend use the same connection
-// settings (agent token as a per-call bearer credential, TLS when given,
-// trace context on every call, a short reconnect backoff).
+// settings (agent token as a per-call bearer credential, reread from its
+// file after a rotation, TLS when given, trace context on every call, a
+// short reconnect backoff).
 package leaseconn
 
 import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
+	"net/netip"
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/otel"
@@ -20,12 +23,12 @@ import (
 // bearer sends the agent token on every call. It is the only place the
 // token is used; it is never logged.
 type bearer struct {
-	token  string
+	token  *Token
 	secure bool
 }
 
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.token}, nil
+	return map[string]string{"authorization": "Bearer " + b.token.Secret()}, nil
 }
 
 // RequireTransportSecurity is false only for plaintext loopback development
@@ -33,9 +36,33 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 // the clear.
 func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
-// Dial returns a client connection to target (host:port). An empty token
-// sends no credentials; a nil tlsCfg is plaintext.
-func Dial(target, token string, tlsCfg *tls.Config) (*grpc.ClientConn, error) {
+// Option adjusts Dial.
+type Option func(*[]grpc.DialOption) error
+
+// FromAddress makes the connection leave from the local address ip (a
+// machine with several addresses, where the agent token is bound to one).
+func FromAddress(ip string) Option {
+	return func(opts *[]grpc.DialOption) error {
+		if ip == "" {
+			return nil
+		}
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			return fmt.Errorf("source address %q: %w", ip, err)
+		}
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: addr.AsSlice()}}
+		*opts = append(*opts, grpc.WithContextDialer(func(ctx context.Context, target string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", target)
+		}))
+		return nil
+	}
+}
+
+// Dial returns a client connection to target (host:port). A nil or empty
+// token sends no credentials; a nil tlsCfg is plaintext. A unary call
+// refused as unauthenticated is retried once when the token's file holds a
+// new secret (a rotation).
+func Dial(target string, token *Token, tlsCfg *tls.Config, options ...Option) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
 		creds = credentials.NewTLS(tlsCfg)
@@ -52,8 +79,14 @@ func Dial(target, token string, tlsCfg *tls.Config) (*grpc.ClientConn, error) {
 			MinConnectTimeout: 3 * time.Second,
 		}),
 	}
-	if token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: tlsCfg != nil}))
+	for _, o := range options {
+		if err := o(&opts); err != nil {
+			return nil, err
+		}
+	}
+	if token.Secret() != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: tlsCfg != nil}),
+			grpc.WithChainUnaryInterceptor(token.retryUnary))
 	}
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {

@@ -31,6 +31,12 @@
 //     server re-leases a dead agent's tasks after about 15 s, so the grace
 //     must stay below that).
 //
+// A shim holds an exclusive flock on the run directory's shim.lock for its
+// whole life and writes the marker file "spawned" just before it forks the
+// task; a restarted agent reads both (Inspect) to tell a shim that is
+// alive, a task that never started and a process whose outcome is lost
+// (see lock.go).
+//
 // Readiness: the agent passes a pipe as file descriptor 3. The shim writes
 // one JSON line to it ({"pid":N} once the task runs, or {"error":"..."} if
 // it could not be started) and closes it, so Start returns only when the

@@ -49,3 +49,21 @@ func execLimited(asBytes, cpuSeconds int64, path string, argv, env []string) err
 		uintptr(unsafe.Pointer(&envp[0])))
 	return fmt.Errorf("execve %s: %w", path, e)
 }
+
+// dropTo makes the process run as uid and gid with no supplementary
+// groups, for every thread (Go applies these to all of them).
+func dropTo(uid, gid int) error {
+	if gid < 0 {
+		gid = uid
+	}
+	if err := syscall.Setgroups(nil); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(gid); err != nil {
+		return fmt.Errorf("setgid %d: %w", gid, err)
+	}
+	if err := syscall.Setuid(uid); err != nil {
+		return fmt.Errorf("setuid %d: %w", uid, err)
+	}
+	return nil
+}

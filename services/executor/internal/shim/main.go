@@ -4,14 +4,17 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
+	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 )
 
 // Main is the shim's command line; args follow `executor shim`:
 //
 //	serve -dir <run dir>                          run the shim for a run directory
-//	exec -as <bytes> -cpu <seconds> -- <path> <argv...>   set limits, execve
+//	exec -as <bytes> -cpu <seconds> [-cgroup dirs] [-uid N -gid N] -- <path> <argv...>
+//	                                              join, drop privileges, set limits, execve
 //	video -dir <run dir>                          render a video task (package video)
 //
 // It returns the process exit code.
@@ -31,21 +34,44 @@ func Main(args []string) int {
 	case "video":
 		return video.Main(args[1:])
 	case "exec":
-		fs := flag.NewFlagSet("shim exec", flag.ContinueOnError)
-		as := fs.Int64("as", 0, "RLIMIT_AS in bytes (0: unchanged)")
-		cpu := fs.Int64("cpu", 0, "RLIMIT_CPU in seconds (0: unchanged)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
-		}
-		rest := fs.Args()
-		if len(rest) < 2 {
-			fmt.Fprintln(os.Stderr, "shim exec: need PATH and ARGV")
-			return 2
-		}
-		err := execLimited(*as, *cpu, rest[0], rest[1:], os.Environ())
-		fmt.Fprintf(os.Stderr, "shim exec: %v\n", err)
-		return 127
+		return execMain(args[1:])
 	}
 	fmt.Fprintf(os.Stderr, "shim: unknown command %q\n", args[0])
 	return 2
+}
+
+// execMain is `shim exec`: the task's first steps, in this order, before
+// it execs: join its cgroup (root may still write cgroup.procs), drop to
+// the sandbox user, set the rlimits.
+func execMain(args []string) int {
+	fs := flag.NewFlagSet("shim exec", flag.ContinueOnError)
+	as := fs.Int64("as", 0, "RLIMIT_AS in bytes (0: unchanged)")
+	cpu := fs.Int64("cpu", 0, "RLIMIT_CPU in seconds (0: unchanged)")
+	dirs := fs.String("cgroup", "", "comma-separated cgroup directories to join")
+	uid := fs.Int("uid", -1, "user to run as (-1: unchanged)")
+	gid := fs.Int("gid", -1, "group to run as (-1: unchanged)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	rest := fs.Args()
+	if len(rest) < 2 {
+		fmt.Fprintln(os.Stderr, "shim exec: need PATH and ARGV")
+		return 2
+	}
+	if *dirs != "" {
+		g := cgroup.Group{Dirs: strings.Split(*dirs, ",")}
+		if err := g.Join(); err != nil {
+			fmt.Fprintf(os.Stderr, "shim exec: %v\n", err)
+			return 127
+		}
+	}
+	if *uid >= 0 {
+		if err := dropTo(*uid, *gid); err != nil {
+			fmt.Fprintf(os.Stderr, "shim exec: %v\n", err)
+			return 127
+		}
+	}
+	err := execLimited(*as, *cpu, rest[0], rest[1:], os.Environ())
+	fmt.Fprintf(os.Stderr, "shim exec: %v\n", err)
+	return 127
 }

@@ -24,16 +24,24 @@ func (s *server) spawn() (<-chan syscall.WaitStatus, error) {
 		return nil, err
 	}
 	argv := append([]string{spec.Argv[0]}, spec.Argv[1:]...)
-	if spec.MemoryLimitBytes > 0 || spec.CPULimitSeconds > 0 {
+	if spec.MemoryLimitBytes > 0 || spec.CPULimitSeconds > 0 || spec.Cgroup != nil || spec.Credential != nil {
+		// The wrapper (`shim exec`) joins the cgroup, drops to the
+		// credential and sets the rlimits on itself, then execs the task:
+		// no task code runs before all of them hold.
 		if len(spec.SelfArgv) == 0 {
 			return nil, errors.New("resource limits need the shim command")
 		}
 		wrapper := append([]string{}, spec.SelfArgv...)
 		wrapper = append(wrapper, "exec",
 			"-as", strconv.FormatInt(spec.MemoryLimitBytes, 10),
-			"-cpu", strconv.FormatInt(spec.CPULimitSeconds, 10),
-			"--", path)
-		argv = append(wrapper, argv...)
+			"-cpu", strconv.FormatInt(spec.CPULimitSeconds, 10))
+		if spec.Cgroup != nil {
+			wrapper = append(wrapper, "-cgroup", strings.Join(spec.Cgroup.Dirs, ","))
+		}
+		if c := spec.Credential; c != nil {
+			wrapper = append(wrapper, "-uid", strconv.FormatUint(uint64(c.UID), 10), "-gid", strconv.FormatUint(uint64(c.GID), 10))
+		}
+		argv = append(append(wrapper, "--", path), argv...)
 		path = spec.SelfArgv[0]
 	}
 

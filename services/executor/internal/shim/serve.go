@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 )
 
 // server is the running shim.
@@ -35,6 +37,15 @@ type server struct {
 
 // serve runs the shim for runDir and returns its exit code.
 func serve(runDir string) int {
+	// The lock comes first: a second shim for the same directory must
+	// leave before it touches the socket or any file (see lock.go).
+	lock, err := lockRunDir(runDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+		reportReady(ready{Error: err.Error()})
+		return 1
+	}
+	defer lock.Close()
 	spec, err := readSpec(runDir)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "shim: %v\n", err)
@@ -61,6 +72,11 @@ func serve(runDir string) int {
 	_ = os.Chmod(spec.Socket, 0o600)
 	defer os.Remove(spec.Socket)
 
+	if err := markSpawned(runDir); err != nil {
+		ln.Close()
+		s.failStart(fmt.Errorf("mark spawned: %w", err))
+		return 0
+	}
 	started := time.Now()
 	exitCh, err := s.spawn()
 	if err != nil {
@@ -176,6 +192,18 @@ func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
 	}
 	s.mu.Unlock()
 
+	if g := s.spec.Cgroup; g != nil {
+		// The task's processes are gone (its group was emptied); what the
+		// OOM killer did is in the cgroup until it is removed.
+		oom, err := g.OOMKilled()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+		}
+		st.OOMKilled = oom
+		if err := cgroup.Remove(g.Dirs); err != nil {
+			fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+		}
+	}
 	if err := writeStatus(s.runDir, st); err != nil {
 		fmt.Fprintf(os.Stderr, "shim: write status: %v\n", err)
 	}

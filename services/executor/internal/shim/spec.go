@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 )
 
 // Files in a run directory.
@@ -49,6 +51,19 @@ type Spec struct {
 	// SelfArgv re-executes the shim binary (e.g. [exe, "executor", "shim"]);
 	// used for the resource-limit wrapper.
 	SelfArgv []string `json:"self_argv"`
+	// Cgroup, if set, is the task's cgroup: the task joins it before it
+	// execs, and when it has ended the shim reads whether the OOM killer
+	// struck and removes it.
+	Cgroup *cgroup.Group `json:"cgroup,omitempty"`
+	// Credential, if set, is the user the task runs as (the sandbox's):
+	// the wrapper drops to it, after joining the cgroup, before exec.
+	Credential *Credential `json:"credential,omitempty"`
+}
+
+// Credential is a user and group to run as.
+type Credential struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 }
 
 // Stop reasons the shim itself uses; the agent's own reasons (cancelled,
@@ -83,6 +98,9 @@ type Status struct {
 	// Last progress seen.
 	Progress        int    `json:"progress"`
 	ProgressMessage string `json:"progress_message,omitempty"`
+	// OOMKilled: the kernel's OOM killer killed a process of the task's
+	// cgroup because of its memory limit.
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // SocketPath returns the socket for a run directory. Unix socket paths are
@@ -105,6 +123,9 @@ func WriteSpec(runDir string, s Spec) error {
 	}
 	return writeAtomic(filepath.Join(runDir, SpecFile), b, 0o600)
 }
+
+// ReadSpec returns the spec written into runDir.
+func ReadSpec(runDir string) (Spec, error) { return readSpec(runDir) }
 
 func readSpec(runDir string) (Spec, error) {
 	var s Spec

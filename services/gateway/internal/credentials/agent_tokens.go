@@ -3,10 +3,12 @@ package credentials
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
@@ -23,71 +25,91 @@ const agentTokenColumns = `a.id, a.agent_id, coalesce(a.tenant_id, ''), a.prefix
 // secret, the bearer string "tma_<prefix>_<secret>", shown only here.
 // tenantID "" makes a shared-pool agent that serves every tenant.
 // allowedCIDRs ("10.0.0.0/8", or a bare address for one host) restricts
-// where the token may be used from; without them the token binds to the
-// first address it is used from. Errors: ErrInvalid, ErrNotFound (no such
-// tenant).
+// where the token may be used from; the token binds to the first address
+// it is used from either way. It is RegisterAgent done by the gateway
+// itself (taskmesh dev, tests). Errors: ErrInvalid, ErrNotFound (no such
+// tenant), ErrExists (the agent has an active token).
 func (s *Store) CreateAgentToken(ctx context.Context, agentID, tenantID string, allowedCIDRs []string, expiresAt *time.Time) (AgentToken, string, error) {
-	now := s.now()
-	if agentID == "" || len(agentID) > maxAgentIDLen {
-		return AgentToken{}, "", fmt.Errorf("create agent token for %q: %w: agent id must be 1-%d bytes", agentID, ErrInvalid, maxAgentIDLen)
-	}
-	if expiresAt != nil && !expiresAt.After(now) {
-		return AgentToken{}, "", fmt.Errorf("create agent token for %q: %w: expiry %s is not in the future", agentID, ErrInvalid, expiresAt.Format(time.RFC3339))
-	}
-	cidrs, err := parseCIDRs(allowedCIDRs)
-	if err != nil {
-		return AgentToken{}, "", fmt.Errorf("create agent token for %q: %w", agentID, err)
-	}
+	return s.RegisterAgent(ctx, AgentSpec{AgentID: agentID, TenantID: tenantID, AllowedCIDRs: allowedCIDRs, ExpiresAt: expiresAt}, System)
+}
+
+// insertAgentToken stores a new token for spec and returns it with its
+// secret. The caller holds tx and has checked spec.
+func (s *Store) insertAgentToken(ctx context.Context, tx pgx.Tx, spec AgentSpec, cidrs []netip.Prefix, now time.Time) (AgentToken, string, error) {
 	t := AgentToken{
 		ID:           newID("atk_"),
-		AgentID:      agentID,
-		TenantID:     tenantID,
+		AgentID:      spec.AgentID,
+		TenantID:     spec.TenantID,
 		AllowedCIDRs: cidrs,
 		CreatedAt:    pgTime(now),
-		ExpiresAt:    utc(expiresAt),
+		ExpiresAt:    utc(spec.ExpiresAt),
 	}
 	var tenant *string
-	if tenantID != "" {
-		tenant = &tenantID
+	if spec.TenantID != "" {
+		tenant = &spec.TenantID
 	}
 	for range prefixAttempts {
 		bearer, prefix, hash := newSecret(agentScheme)
 		// The WHERE makes the insert a no-op for an unknown tenant (see
-		// CreateAPIKey).
-		tag, err := s.db.Exec(ctx, `
-			INSERT INTO agent_tokens (id, agent_id, tenant_id, prefix, secret_hash, allowed_cidrs, created_at, expires_at)
-			SELECT $1, $2, $3::text, $4, $5, $6, $7, $8
-			WHERE $3::text IS NULL OR EXISTS (SELECT 1 FROM tenants WHERE id = $3::text)`,
-			t.ID, t.AgentID, tenant, prefix, hash, cidrStrings(cidrs), t.CreatedAt, t.ExpiresAt)
-		if pg.IsUniqueViolation(err, "agent_tokens_prefix_key") {
+		// CreateAPIKey). A savepoint keeps a prefix collision from
+		// aborting the caller's transaction.
+		var tag pgconn.CommandTag
+		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			var err error
+			tag, err = sp.Exec(ctx, `
+				INSERT INTO agent_tokens (id, agent_id, tenant_id, prefix, secret_hash, allowed_cidrs, created_at, expires_at)
+				SELECT $1, $2, $3::text, $4, $5, $6, $7, $8
+				WHERE $3::text IS NULL OR EXISTS (SELECT 1 FROM tenants WHERE id = $3::text)`,
+				t.ID, t.AgentID, tenant, prefix, hash, cidrStrings(cidrs), t.CreatedAt, t.ExpiresAt)
+			return err
+		})
+		switch {
+		case pg.IsUniqueViolation(err, "agent_tokens_prefix_key"):
 			continue
-		}
-		if err != nil {
-			return AgentToken{}, "", fmt.Errorf("create agent token for %q: %w", agentID, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return AgentToken{}, "", fmt.Errorf("create agent token for %q: tenant %q: %w", agentID, tenantID, ErrNotFound)
+		case pg.IsUniqueViolation(err, "agent_tokens_active_agent_key"):
+			return AgentToken{}, "", fmt.Errorf("register agent %q: %w: it has an active token; rotate or revoke it", spec.AgentID, ErrExists)
+		case err != nil:
+			return AgentToken{}, "", fmt.Errorf("register agent %q: %w", spec.AgentID, err)
+		case tag.RowsAffected() == 0:
+			return AgentToken{}, "", fmt.Errorf("register agent %q: tenant %q: %w", spec.AgentID, spec.TenantID, ErrNotFound)
 		}
 		t.Prefix = prefix
 		return t, bearer, nil
 	}
-	return AgentToken{}, "", fmt.Errorf("create agent token for %q: no free prefix after %d attempts", agentID, prefixAttempts)
+	return AgentToken{}, "", fmt.Errorf("register agent %q: no free prefix after %d attempts", spec.AgentID, prefixAttempts)
 }
 
 // RotateAgentToken gives the token a new secret and returns it; the old
 // secret stops working at once. The address binding is cleared so the new
 // secret binds to the first address it is used from (rotation is how an
 // operator re-issues a token to an agent that moved). Expiry and allowed
-// CIDRs are kept. Errors: ErrNotFound, ErrRevoked.
+// CIDRs are kept. It is RotateAgent done by the gateway itself. Errors:
+// ErrNotFound, ErrRevoked.
 func (s *Store) RotateAgentToken(ctx context.Context, tokenID string) (AgentToken, string, error) {
+	return s.rotateAgentToken(ctx, tokenID, nil, System)
+}
+
+func (s *Store) rotateAgentToken(ctx context.Context, tokenID string, expiresAt *time.Time, by Actor) (AgentToken, string, error) {
 	now := s.now()
+	if expiresAt != nil && !expiresAt.After(now) {
+		return AgentToken{}, "", fmt.Errorf("rotate agent token %s: %w: expiry %s is not in the future", tokenID, ErrInvalid, expiresAt.Format(time.RFC3339))
+	}
 	for range prefixAttempts {
 		bearer, prefix, hash := newSecret(agentScheme)
-		row := s.db.QueryRow(ctx, `
-			UPDATE agent_tokens AS a SET prefix = $2, secret_hash = $3, rotated_at = $4, bound_ip = NULL
-			WHERE id = $1 AND revoked_at IS NULL
-			RETURNING `+agentTokenColumns, tokenID, prefix, hash, now)
-		t, err := scanAgentToken(row)
+		var t AgentToken
+		err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+			var err error
+			t, err = scanAgentToken(tx.QueryRow(ctx, `
+				UPDATE agent_tokens AS a SET prefix = $2, secret_hash = $3, rotated_at = $4, bound_ip = NULL,
+					expires_at = coalesce($5, a.expires_at)
+				WHERE id = $1 AND revoked_at IS NULL
+				RETURNING `+agentTokenColumns, tokenID, prefix, hash, now, utc(expiresAt)))
+			if err != nil {
+				return err
+			}
+			return s.recordAgentEvent(ctx, tx, AgentEvent{Action: ActionTokenRotated, AgentID: t.AgentID, Actor: by.ID, IP: by.IP,
+				Details: map[string]string{"token_id": t.ID, "prefix": t.Prefix}})
+		})
 		if pg.IsUniqueViolation(err, "agent_tokens_prefix_key") {
 			continue
 		}
@@ -100,7 +122,7 @@ func (s *Store) RotateAgentToken(ctx context.Context, tokenID string) (AgentToke
 		if err != nil {
 			return AgentToken{}, "", fmt.Errorf("rotate agent token %s: %w", tokenID, err)
 		}
-		s.log.Info("agent token rotated", "token_id", t.ID, "agent_id", t.AgentID, "prefix", t.Prefix)
+		s.log.Info("agent token rotated", "token_id", t.ID, "agent_id", t.AgentID, "prefix", t.Prefix, "by", by.ID)
 		return t, bearer, nil
 	}
 	return AgentToken{}, "", fmt.Errorf("rotate agent token %s: no free prefix after %d attempts", tokenID, prefixAttempts)
@@ -110,25 +132,43 @@ func (s *Store) RotateAgentToken(ctx context.Context, tokenID string) (AgentToke
 // revoked token succeeds and keeps the first revocation. Errors:
 // ErrNotFound.
 func (s *Store) RevokeAgentToken(ctx context.Context, tokenID string) error {
-	tag, err := s.revokeAgentToken(ctx, tokenID, "revoked by operator")
+	_, err := s.revokeAgentToken(ctx, tokenID, "revoked by operator", System, nil)
 	if err != nil {
-		return fmt.Errorf("revoke agent token %s: %w", tokenID, err)
-	}
-	if tag == 0 {
-		if _, err := s.GetAgentToken(ctx, tokenID); err != nil {
-			return fmt.Errorf("revoke agent token: %w", err)
-		}
+		return fmt.Errorf("revoke agent token: %w", err)
 	}
 	return nil
 }
 
-// revokeAgentToken revokes the token if it is not revoked yet and returns
-// how many rows changed (0 or 1).
-func (s *Store) revokeAgentToken(ctx context.Context, tokenID, reason string) (int64, error) {
-	tag, err := s.db.Exec(ctx, `
-		UPDATE agent_tokens SET revoked_at = $2, revoked_reason = $3
-		WHERE id = $1 AND revoked_at IS NULL`, tokenID, s.now(), reason)
-	return tag.RowsAffected(), err
+// revokeAgentToken revokes the token if it is not revoked yet, recording
+// why and by whom in the same transaction, and returns the token as it is
+// after (revoked either way). details are added to the audit entry.
+// Errors: ErrNotFound.
+func (s *Store) revokeAgentToken(ctx context.Context, tokenID, reason string, by Actor, details map[string]string) (AgentToken, error) {
+	var t AgentToken
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		t, err = scanAgentToken(tx.QueryRow(ctx, `
+			UPDATE agent_tokens AS a SET revoked_at = $2, revoked_reason = $3
+			WHERE id = $1 AND revoked_at IS NULL
+			RETURNING `+agentTokenColumns, tokenID, pgTime(s.now()), reason))
+		if err != nil {
+			return err
+		}
+		d := map[string]string{"token_id": t.ID, "reason": reason}
+		maps.Copy(d, details)
+		return s.recordAgentEvent(ctx, tx, AgentEvent{Action: ActionRevoked, AgentID: t.AgentID, Actor: by.ID, IP: by.IP, Details: d})
+	})
+	if errNoRows(err) {
+		// Already revoked (keep the first revocation), or unknown.
+		return s.GetAgentToken(ctx, tokenID)
+	}
+	if err != nil {
+		return AgentToken{}, fmt.Errorf("revoke agent token %s: %w", tokenID, err)
+	}
+	if s.revoked != nil {
+		s.revoked(ctx, t.AgentID)
+	}
+	return t, nil
 }
 
 // GetAgentToken returns the token's description. Errors: ErrNotFound.

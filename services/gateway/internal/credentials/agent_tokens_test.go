@@ -3,6 +3,7 @@ package credentials
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
@@ -58,6 +59,15 @@ func TestAgentTokenBindsToFirstAddress(t *testing.T) {
 		t.Errorf("no clear log line for the revocation:\n%s", logs)
 	}
 	assertNoSecret(t, logs, secret)
+	// And the audit trail shows it: who (the gateway), from where, why.
+	events, err := f.store.AgentEvents(ctx, "agent-001", 1)
+	if err != nil || len(events) != 1 {
+		t.Fatalf("events = %v, %v", events, err)
+	}
+	if e := events[0]; e.Action != ActionRevoked || e.Actor != "gateway" || e.IP != "203.0.113.50" ||
+		e.Details["token_id"] != tok.ID || e.Details["bound_ip"] != "198.51.100.7" || !strings.Contains(e.Details["reason"], "bound to 198.51.100.7") {
+		t.Errorf("revocation event = %+v", e)
+	}
 
 	// A revoked token cannot be rotated back to life.
 	if _, _, err := f.store.RotateAgentToken(ctx, tok.ID); !errors.Is(err, ErrRevoked) {
@@ -77,34 +87,68 @@ func TestAgentTokenAllowedCIDRs(t *testing.T) {
 	if got, _ := f.store.GetAgentToken(ctx, tok.ID); len(got.AllowedCIDRs) != 3 || got.AllowedCIDRs[0] != wantCIDRs[0] || got.AllowedCIDRs[1] != wantCIDRs[1] || got.AllowedCIDRs[2] != wantCIDRs[2] {
 		t.Errorf("AllowedCIDRs = %v, want %v", got.AllowedCIDRs, wantCIDRs)
 	}
+	heartbeat := ForHeartbeat(ctx)
+	// Each step: a call from ip, a heartbeat or not; the answer; where the
+	// token is bound after.
 	tests := []struct {
-		ip       string
-		wantKind error
+		ip        string
+		heartbeat bool
+		wantKind  error
+		wantBound string
 	}{
-		{ip: "10.1.2.3"},
-		{ip: "10.1.255.254"},
-		{ip: "192.0.2.9"},
-		{ip: "2001:db8::1"},
-		{ip: "10.2.0.1", wantKind: ErrForbidden},
-		{ip: "192.0.2.10", wantKind: ErrForbidden},
-		{ip: "", wantKind: ErrForbidden},
-		{ip: "not-an-ip", wantKind: ErrForbidden},
-		// Refusals outside the range do not revoke: the range exists for
-		// addresses that move.
-		{ip: "10.1.9.9"},
+		{ip: "10.1.2.3", wantBound: "10.1.2.3"}, // the first use binds, heartbeat or not
+		{ip: "10.1.2.3", heartbeat: true, wantBound: "10.1.2.3"},
+		// Another address inside the list: refused, not revoked, until a
+		// heartbeat from there moves the token.
+		{ip: "10.1.255.254", wantKind: ErrForbidden, wantBound: "10.1.2.3"},
+		{ip: "10.1.255.254", heartbeat: true, wantBound: "10.1.255.254"},
+		{ip: "10.1.255.254", wantBound: "10.1.255.254"},
+		{ip: "10.1.2.3", wantKind: ErrForbidden, wantBound: "10.1.255.254"},
+		{ip: "2001:db8::1", heartbeat: true, wantBound: "2001:db8::1"},
+		{ip: "192.0.2.9", heartbeat: true, wantBound: "192.0.2.9"},
+		// No address at all cannot be checked: refused, nothing changes.
+		{ip: "", heartbeat: true, wantKind: ErrForbidden, wantBound: "192.0.2.9"},
+		{ip: "not-an-ip", wantKind: ErrForbidden, wantBound: "192.0.2.9"},
 	}
-	for _, tt := range tests {
-		p, err := f.store.Authenticate(ctx, secret, tt.ip)
+	for i, tt := range tests {
+		c := ctx
+		if tt.heartbeat {
+			c = heartbeat
+		}
+		p, err := f.store.Authenticate(c, secret, tt.ip)
 		if !errors.Is(err, tt.wantKind) || (tt.wantKind == nil) != (err == nil) {
-			t.Errorf("Authenticate from %q: error = %v, want %v", tt.ip, err, tt.wantKind)
+			t.Errorf("step %d: from %q (heartbeat %v): error = %v, want %v", i, tt.ip, tt.heartbeat, err, tt.wantKind)
 			continue
 		}
 		if err == nil && (p.TenantID != "" || p.AgentID != "pool-7" || p.Tier != "" || p.RemoteIP != tt.ip) {
-			t.Errorf("Authenticate from %q: principal %+v", tt.ip, p)
+			t.Errorf("step %d: from %q: principal %+v", i, tt.ip, p)
+		}
+		if got, _ := f.store.GetAgentToken(ctx, tok.ID); got.RevokedAt != nil || got.BoundIP != netip.MustParseAddr(tt.wantBound) {
+			t.Errorf("step %d: revoked %v, bound %v; want bound to %s", i, got.RevokedAt, got.BoundIP, tt.wantBound)
 		}
 	}
-	if got, _ := f.store.GetAgentToken(ctx, tok.ID); got.RevokedAt != nil || got.BoundIP.IsValid() {
-		t.Errorf("CIDR token changed: revoked %v, bound %v", got.RevokedAt, got.BoundIP)
+	// Outside the list, even on a heartbeat: refused and revoked.
+	if _, err := f.store.Authenticate(heartbeat, secret, "10.2.0.1"); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("heartbeat from outside the list: %v", err)
+	}
+	assertAuthError(t, f, secret, "192.0.2.9", ErrUnauthenticated, "agent token revoked")
+	events, err := f.store.AgentEvents(ctx, "pool-7", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, e := range events {
+		actions = append(actions, e.Action+"@"+e.IP)
+	}
+	want := "[agent.revoked@10.2.0.1 agent.address_changed@192.0.2.9 agent.address_changed@2001:db8::1 agent.address_changed@10.1.255.254 agent.registered@]"
+	if got := fmt.Sprint(actions); got != want {
+		t.Errorf("audit trail = %s, want %s", got, want)
+	}
+	if e := events[1]; e.Details["from"] != "2001:db8::1" || e.Details["to"] != "192.0.2.9" || e.Actor != "gateway" {
+		t.Errorf("address change = %+v", e)
+	}
+	if e := events[0]; !strings.Contains(e.Details["reason"], "outside its allowed CIDRs") || e.Details["bound_ip"] != "192.0.2.9" {
+		t.Errorf("revocation = %+v", e)
 	}
 }
 

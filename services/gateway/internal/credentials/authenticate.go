@@ -5,7 +5,10 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/taskmesh/taskmesh/platform/authn"
 )
@@ -27,8 +30,9 @@ const lastUsedGranularity = time.Minute
 // or ErrForbidden (an agent token used from an address it may not be used
 // from); any other error is a database failure.
 //
-// An agent token without allowed CIDRs used from an address other than the
-// one it is bound to is revoked before the error is returned.
+// An agent token used from an address it may not be used from is revoked
+// before the error is returned (see checkAgentAddress; ForHeartbeat marks
+// the calls that may move it within its allowed CIDRs).
 func (s *Store) Authenticate(ctx context.Context, bearer, remoteIP string) (authn.Principal, error) {
 	kind, prefix, ok := parseBearer(bearer)
 	if !ok {
@@ -178,22 +182,34 @@ func (s *Store) authenticateAgent(ctx context.Context, prefix string, hash []byt
 	}, nil
 }
 
-// checkAgentAddress enforces where an agent token may be used from
-// (docs/api/README.md#credentials): allowed CIDRs when the token has them,
-// else the address the token is bound to, binding it on first use.
+// heartbeatKey marks a context whose request is an agent's heartbeat.
+type heartbeatKey struct{}
+
+// ForHeartbeat marks ctx as the context of an agent's machine heartbeat
+// (REST POST /api/v1/agent/heartbeat, gRPC LeaseService.SendHeartbeat):
+// the one call through which an agent token's address may change (see
+// checkAgentAddress).
+func ForHeartbeat(ctx context.Context) context.Context {
+	return context.WithValue(ctx, heartbeatKey{}, true)
+}
+
+func isHeartbeat(ctx context.Context) bool {
+	v, _ := ctx.Value(heartbeatKey{}).(bool)
+	return v
+}
+
+// checkAgentAddress enforces the address rules of agent tokens
+// (docs/api/admin.md#agents): a token binds to the first address it is
+// used from, which must be inside its allowed CIDRs when it has any. Use
+// from another address revokes it (the secret has leaked), except that an
+// agent with allowed CIDRs may move inside them: its heartbeat from the
+// new address moves the binding, and until that heartbeat its other calls
+// from there are refused without revoking (a NAT's new address may reach
+// a claim before the heartbeat). Every revocation and move is recorded in
+// the agent's audit trail in the same transaction.
 func (s *Store) checkAgentAddress(ctx context.Context, tok AgentToken, ip netip.Addr) error {
-	if len(tok.AllowedCIDRs) > 0 {
-		for _, p := range tok.AllowedCIDRs {
-			if p.Contains(ip) {
-				return nil
-			}
-		}
-		// An operator-configured range is not revoked on a miss: the range
-		// exists for NAT and elastic IPs, where a stray address is more
-		// likely a network change than a leak.
-		s.log.Warn("agent token refused: address outside its allowed CIDRs",
-			"token_id", tok.ID, "agent_id", tok.AgentID, "remote_ip", ip.String())
-		return forbidden("agent token not allowed from this address")
+	if len(tok.AllowedCIDRs) > 0 && !slices.ContainsFunc(tok.AllowedCIDRs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+		return s.revokeForAddress(ctx, tok, ip, fmt.Sprintf("used from %s, outside its allowed CIDRs %v", ip, cidrStrings(tok.AllowedCIDRs)))
 	}
 	bound := tok.BoundIP
 	if !bound.IsValid() {
@@ -220,17 +236,59 @@ func (s *Store) checkAgentAddress(ctx context.Context, tok AgentToken, ip netip.
 		if now.Prefix != tok.Prefix || now.RevokedAt != nil || !now.BoundIP.IsValid() {
 			return unauthenticated("agent token revoked")
 		}
-		bound = now.BoundIP
+		bound, tok.BoundIP = now.BoundIP, now.BoundIP
 	}
-	if bound == ip {
+	switch {
+	case bound == ip:
 		return nil
+	case len(tok.AllowedCIDRs) == 0:
+		return s.revokeForAddress(ctx, tok, ip, fmt.Sprintf("used from %s while bound to %s", ip, bound))
+	case isHeartbeat(ctx):
+		return s.moveAgentAddress(ctx, tok, bound, ip)
 	}
-	reason := fmt.Sprintf("used from %s while bound to %s", ip, bound)
-	if _, err := s.revokeAgentToken(ctx, tok.ID, reason); err != nil {
+	s.log.Info("agent call refused: its address changed; its next heartbeat moves the token",
+		"token_id", tok.ID, "agent_id", tok.AgentID, "bound_ip", bound.String(), "remote_ip", ip.String())
+	return forbidden("agent address changed: send a heartbeat from the new address first")
+}
+
+// moveAgentAddress moves the token's binding from bound to ip on a
+// heartbeat, recording it. A concurrent change of the binding wins: the
+// heartbeat is refused and the agent's next one decides again.
+func (s *Store) moveAgentAddress(ctx context.Context, tok AgentToken, bound, ip netip.Addr) error {
+	moved := false
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE agent_tokens SET bound_ip = $4
+			WHERE id = $1 AND prefix = $2 AND bound_ip = $3 AND revoked_at IS NULL`, tok.ID, tok.Prefix, bound.String(), ip.String())
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		moved = true
+		return s.recordAgentEvent(ctx, tx, AgentEvent{Action: ActionAddressChanged, AgentID: tok.AgentID, Actor: System.ID, IP: ip.String(),
+			Details: map[string]string{"token_id": tok.ID, "from": bound.String(), "to": ip.String()}})
+	})
+	if err != nil {
+		return fmt.Errorf("move agent token %s to %s: %w", tok.ID, ip, err)
+	}
+	if !moved {
+		return forbidden("agent address changed concurrently; retry")
+	}
+	s.log.Info("agent address changed through its heartbeat",
+		"token_id", tok.ID, "agent_id", tok.AgentID, "from", bound.String(), "to", ip.String())
+	return nil
+}
+
+// revokeForAddress revokes a token used from where it may not be, records
+// why, and returns the refusal.
+func (s *Store) revokeForAddress(ctx context.Context, tok AgentToken, ip netip.Addr, reason string) error {
+	details := map[string]string{"remote_ip": ip.String()}
+	if tok.BoundIP.IsValid() {
+		details["bound_ip"] = tok.BoundIP.String()
+	}
+	if _, err := s.revokeAgentToken(ctx, tok.ID, reason, Actor{ID: System.ID, IP: ip.String()}, details); err != nil {
 		return fmt.Errorf("revoke agent token %s after use from a foreign address: %w", tok.ID, err)
 	}
-	s.log.Warn("agent token revoked: used from an address other than the one it is bound to",
-		"token_id", tok.ID, "agent_id", tok.AgentID, "bound_ip", bound.String(), "remote_ip", ip.String())
+	s.log.Warn("agent token revoked: used from an address it may not be used from",
+		"token_id", tok.ID, "agent_id", tok.AgentID, "bound_ip", tok.BoundIP.String(), "remote_ip", ip.String(), "reason", reason)
 	return forbidden("agent token used from an unexpected address; it has been revoked")
 }
 

@@ -1,6 +1,7 @@
 package credentials
 
 import (
+	"context"
 	"embed"
 	"fmt"
 	"log/slog"
@@ -36,7 +37,18 @@ type Store struct {
 	now  func() time.Time
 	log  *slog.Logger
 	keys keyCache
+	// revoked, if set, is told of every agent whose token was revoked
+	// (see OnAgentRevoked).
+	revoked func(ctx context.Context, agentID string)
 }
+
+// OnAgentRevoked makes the store call fn after each revocation of an
+// agent's token has committed (by an operator, or for use from a foreign
+// address), before the revoking call returns. The gateway uses it to
+// drain the agent in the scheduler: a claim the agent started before the
+// revocation is still waiting there and must lease nothing. Set it before
+// use.
+func (s *Store) OnAgentRevoked(fn func(ctx context.Context, agentID string)) { s.revoked = fn }
 
 // New returns a Store on db, whose search_path must start with the schema
 // Migrations was applied to. now is the clock (time.Now if nil); log

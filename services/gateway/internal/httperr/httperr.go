@@ -21,8 +21,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	webhookv1 "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
 
@@ -48,12 +50,20 @@ const (
 	CodeQuotaExists           = int(quotav1.ErrorCode_ERROR_CODE_QUOTA_EXISTS)           // 31005
 	CodeQuotaConflict         = int(quotav1.ErrorCode_ERROR_CODE_QUOTA_CONFLICT)         // 31006
 
+	// The consumers service's and the dead-letter API's.
+	CodeDeliveryNotFound   = int(webhookv1.ErrorCode_ERROR_CODE_DELIVERY_NOT_FOUND)       // 32004
+	CodeDeadLetterNotFound = int(deadletterv1.ErrorCode_ERROR_CODE_DEAD_LETTER_NOT_FOUND) // 33004
+
 	CodeUnauthenticated  = http.StatusUnauthorized     // 401
 	CodePermissionDenied = http.StatusForbidden        // 403
 	CodeNoRoute          = http.StatusNotFound         // 404
 	CodeMethodNotAllowed = http.StatusMethodNotAllowed // 405
 	CodeTooManyRequests  = http.StatusTooManyRequests  // 429
 	CodeConflict         = http.StatusConflict         // 409
+	// CodeTooLarge: the request body is over the route's limit.
+	CodeTooLarge = http.StatusRequestEntityTooLarge // 413
+	// CodeUnsupportedMediaType: a body that is not JSON on a JSON route.
+	CodeUnsupportedMediaType = http.StatusUnsupportedMediaType // 415
 )
 
 // Code documents one value of the envelope's code field.
@@ -79,11 +89,15 @@ var Codes = []Code{
 	{CodeQuotaNotFound, http.StatusNotFound, "no such tenant, cluster, quota or WorkGroup for this caller"},
 	{CodeQuotaExists, http.StatusConflict, "a tenant, cluster or quota of that name already exists"},
 	{CodeQuotaConflict, http.StatusConflict, "the quota's state does not allow the change (e.g. it is being unsubscribed)"},
+	{CodeDeliveryNotFound, http.StatusNotFound, "no such webhook delivery for this caller"},
+	{CodeDeadLetterNotFound, http.StatusNotFound, "no such dead letter (applied by a retry, or dropped)"},
 	{CodeInternal, http.StatusInternalServerError, "internal error (503 when a service is unavailable)"},
 	{CodeUnauthenticated, http.StatusUnauthorized, "missing, unknown, expired or revoked credential"},
 	{CodePermissionDenied, http.StatusForbidden, "credential of the wrong kind for this route, or agent token used from a disallowed address"},
 	{CodeNoRoute, http.StatusNotFound, "no such route"},
 	{CodeMethodNotAllowed, http.StatusMethodNotAllowed, "route exists, method does not"},
+	{CodeTooLarge, http.StatusRequestEntityTooLarge, "request body over the route's limit"},
+	{CodeUnsupportedMediaType, http.StatusUnsupportedMediaType, "request body is not JSON (Content-Type)"},
 	{CodeTooManyRequests, http.StatusTooManyRequests, "rate limit or quota exceeded"},
 	{CodeConflict, http.StatusConflict, "admin API: the tenant already exists"},
 }
@@ -104,6 +118,9 @@ var businessStatus = map[int]int{
 	CodeQuotaNotFound:         http.StatusNotFound,
 	CodeQuotaExists:           http.StatusConflict,
 	CodeQuotaConflict:         http.StatusConflict,
+
+	CodeDeliveryNotFound:   http.StatusNotFound,
+	CodeDeadLetterNotFound: http.StatusNotFound,
 }
 
 // Problem is one error answer.
@@ -290,7 +307,9 @@ type VideoCode struct {
 // VideoCodes lists every code the video API answers with, for the OpenAPI
 // document.
 var VideoCodes = []VideoCode{
-	{VideoInvalidParameter, http.StatusBadRequest, "a parameter is missing or out of range; the message names it"},
+	{VideoInvalidParameter, http.StatusBadRequest, "a parameter is missing or out of range, or a string holds NUL or invalid UTF-8; the message names it"},
+	{VideoInvalidParameter, http.StatusRequestEntityTooLarge, "the request body is over 15 MB"},
+	{VideoInvalidParameter, http.StatusUnsupportedMediaType, "the request body is not JSON (Content-Type)"},
 	{VideoInvalidAPIKey, http.StatusUnauthorized, "missing, unknown, expired or revoked API key"},
 	{VideoAccessDenied, http.StatusForbidden, "the task belongs to another tenant, or the credential may not call this API"},
 	{VideoNotFound, http.StatusNotFound, "no such route (an unknown task is not an error: its status is UNKNOWN)"},
@@ -397,7 +416,8 @@ var PipelineCodes = []VideoCode{
 	{PipelineJobNotFound, http.StatusNotFound, "no such job for this caller (another tenant's job is not found either)"},
 	{PipelineNotFound, http.StatusNotFound, "no such route"},
 	{PipelineMethodNotAllowed, http.StatusMethodNotAllowed, "route exists, method does not"},
-	{PipelineRequestTooLarge, http.StatusRequestEntityTooLarge, "an upload above its kind's size limit; nothing was kept"},
+	{PipelineRequestTooLarge, http.StatusRequestEntityTooLarge, "an upload above its kind's size limit, or a body over the route's cap; nothing was kept"},
+	{PipelineInvalidParameter, http.StatusUnsupportedMediaType, "a body that is not JSON on a JSON route"},
 	{PipelineThrottling, http.StatusTooManyRequests, "rate limit exceeded"},
 	{PipelineInternalError, http.StatusInternalServerError, "internal error"},
 	{PipelineUnavailable, http.StatusServiceUnavailable, "a service is unavailable; retry later"},

@@ -59,7 +59,11 @@ func Context(ctx context.Context, method, internalToken string) (context.Context
 		// Only a gateway bug gets here: every port authenticates first.
 		return ctx, status.Error(codes.Unauthenticated, "gateway: call without an authenticated caller")
 	}
-	if err := access.Method(p, method); err != nil {
+	check := access.Method
+	if own, _ := ctx.Value(ownCallKey{}).(bool); own {
+		check = access.OwnMethod
+	}
+	if err := check(p, method); err != nil {
 		return ctx, status.Error(codes.PermissionDenied, err.Error())
 	}
 	md := metadata.MD{}
@@ -74,6 +78,17 @@ func Context(ctx context.Context, method, internalToken string) (context.Context
 	}
 	return authn.Outgoing(metadata.NewOutgoingContext(ctx, md), p, internalToken), nil
 }
+
+// ownCallKey marks the context of a call the gateway makes for a service
+// it serves itself.
+type ownCallKey struct{}
+
+// OwnCall marks ctx as the context of a call the gateway makes itself for
+// a service it serves (the agent admin service asking the scheduler about
+// the fleet), which access.OwnMethod checks instead of access.Method. A
+// client's forwarded call never carries it: only the gateway's own code
+// sets it.
+func OwnCall(ctx context.Context) context.Context { return context.WithValue(ctx, ownCallKey{}, true) }
 
 // ExtractTrace returns ctx with the remote span context named by a
 // traceparent/tracestate pair received from a client, so outgoing calls

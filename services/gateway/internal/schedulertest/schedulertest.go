@@ -1,5 +1,6 @@
 // Package schedulertest runs a stand-in scheduler for the gateway's tests: a
-// real gRPC server on 127.0.0.1 serving TaskService, LeaseService and VideoService behind
+// real gRPC server on 127.0.0.1 serving TaskService, LeaseService,
+// AgentFleetService and VideoService behind
 // the authn interceptors, as the real scheduler does. It records every call
 // it admits (method, principal, metadata, request) and answers with what the
 // test registered — a response, or a status with ErrorInfo details — so
@@ -68,6 +69,7 @@ func Start(t testing.TB, internalToken string) *Fake {
 	)
 	taskv1.RegisterTaskServiceServer(srv, &taskServer{f: f})
 	taskv1.RegisterLeaseServiceServer(srv, &leaseServer{f: f})
+	taskv1.RegisterAgentFleetServiceServer(srv, &fleetServer{f: f})
 	videov1.RegisterVideoServiceServer(srv, &videoServer{f: f})
 	served := make(chan struct{})
 	go func() {

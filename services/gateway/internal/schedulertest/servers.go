@@ -90,3 +90,16 @@ func (s *leaseServer) CreateResultUpload(ctx context.Context, r *taskv1.CreateRe
 func (s *leaseServer) SendHeartbeat(ctx context.Context, r *taskv1.SendHeartbeatRequest) (*taskv1.SendHeartbeatResponse, error) {
 	return call(s.f, ctx, "SendHeartbeat", r, &taskv1.SendHeartbeatResponse{})
 }
+
+type fleetServer struct {
+	taskv1.UnimplementedAgentFleetServiceServer
+	f *Fake
+}
+
+func (s *fleetServer) ListFleetAgents(ctx context.Context, r *taskv1.ListFleetAgentsRequest) (*taskv1.ListFleetAgentsResponse, error) {
+	return call(s.f, ctx, "ListFleetAgents", r, &taskv1.ListFleetAgentsResponse{})
+}
+
+func (s *fleetServer) SetAgentDrain(ctx context.Context, r *taskv1.SetAgentDrainRequest) (*taskv1.SetAgentDrainResponse, error) {
+	return call(s.f, ctx, "SetAgentDrain", r, &taskv1.SetAgentDrainResponse{})
+}

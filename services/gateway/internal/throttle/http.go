@@ -97,7 +97,7 @@ func (t *Throttle) Middleware(next http.Handler) http.Handler {
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
-				httperr.WriteFor(w, r, httperr.New(http.StatusRequestEntityTooLarge, httperr.CodeInvalidArgument, "request body too large"))
+				httperr.WriteFor(w, r, httperr.New(http.StatusRequestEntityTooLarge, httperr.CodeTooLarge, "request body too large"))
 				return
 			}
 			httperr.WriteFor(w, r, httperr.New(http.StatusBadRequest, httperr.CodeInvalidArgument, "request body could not be read"))

@@ -1,5 +1,7 @@
-// Package admin serves taskmesh.admin.v1.AdminService: tenants and their
-// API keys, over the credential store the gateway owns. The same Server
+// Package admin serves taskmesh.admin.v1.AdminService (tenants and their
+// API keys) and taskmesh.admin.v1.AgentService (the agent fleet: tokens,
+// drains, the audit trail, joined with the scheduler's view from the
+// heartbeats), over the credential store the gateway owns. The same Server
 // answers the gRPC front door (behind UnaryInterceptor) and the REST routes
 // under /api/v1/admin/ (grpc-gateway's in-process handlers, behind the REST
 // authenticator), so every method checks its caller and validates its
@@ -8,6 +10,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,6 +63,11 @@ func New(store *credentials.Store, tiers map[string]credentials.Limits, changed 
 
 // check admits only operators and validates req.
 func (s *Server) check(ctx context.Context, req proto.Message) error {
+	return checkOperator(ctx, s.v, req, s.log)
+}
+
+// checkOperator admits only operators and validates req.
+func checkOperator(ctx context.Context, v protovalidate.Validator, req proto.Message, log *slog.Logger) error {
 	p, ok := authn.FromContext(ctx)
 	if !ok {
 		return grpcserver.Status(codes.Unauthenticated, 401, "UNAUTHENTICATED", "missing credentials")
@@ -67,7 +75,7 @@ func (s *Server) check(ctx context.Context, req proto.Message) error {
 	if p.Kind != authn.KindAdmin {
 		return grpcserver.Status(codes.PermissionDenied, 403, "PERMISSION_DENIED", "the admin API needs an operator key (tmo_…)")
 	}
-	return grpcserver.Validate(s.v, req, s.log)
+	return grpcserver.Validate(v, req, log)
 }
 
 // CreateTenant implements AdminService.
@@ -216,6 +224,11 @@ func (s *Server) RevokeApiKey(ctx context.Context, req *adminv1.RevokeApiKeyRequ
 // fail maps a store error to a status, once for both transports: REST
 // shows the business code, which for these errors is the HTTP status.
 func (s *Server) fail(ctx context.Context, err error) error {
+	return storeStatus(ctx, s.log, err)
+}
+
+// storeStatus maps an error of the credential store to a status.
+func storeStatus(ctx context.Context, log *slog.Logger, err error) error {
 	switch {
 	case errors.Is(err, credentials.ErrInvalid):
 		return grpcserver.Status(codes.InvalidArgument, grpcserver.CodeInvalidArgument, "INVALID_ARGUMENT", err.Error())
@@ -226,7 +239,7 @@ func (s *Server) fail(ctx context.Context, err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return grpcserver.Status(codes.Canceled, grpcserver.CodeInternal, "CANCELED", "request canceled")
 	}
-	s.log.ErrorContext(ctx, "admin request failed", "err", err)
+	log.ErrorContext(ctx, "admin request failed", "err", err)
 	return grpcserver.Status(codes.Unavailable, grpcserver.CodeInternal, "UNAVAILABLE", "credential store unavailable")
 }
 
@@ -265,6 +278,15 @@ func apiKey(k credentials.APIKey) *adminv1.ApiKey {
 		CreatedAt: timestamppb.New(k.CreatedAt), ExpiresAt: ts(k.ExpiresAt),
 		RevokedAt: ts(k.RevokedAt), LastUsedAt: ts(k.LastUsedAt),
 	}
+}
+
+// jsonObject renders details as a JSON object (the audit log's details).
+func jsonObject(details map[string]string) (string, error) {
+	if details == nil {
+		return "{}", nil
+	}
+	b, err := json.Marshal(details)
+	return string(b), err
 }
 
 func ts(t *time.Time) *timestamppb.Timestamp {

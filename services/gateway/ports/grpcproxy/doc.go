@@ -14,6 +14,10 @@
 // scratch. Response headers, messages, trailers and the final status
 // (including error details such as ErrorInfo) come back unchanged.
 //
-// The grpc.health.v1 service is served by the front door itself, without
-// authentication.
+// Each request message is checked for bad input (package edge) before it
+// is forwarded. The services the gateway implements itself (the admin
+// API) are dispatched by the same handler, so they are admitted and
+// checked alike. The grpc.health.v1 service is served by the front door
+// itself, without authentication; gRPC server reflection is served to any
+// authenticated caller and lists the public services.
 package grpcproxy

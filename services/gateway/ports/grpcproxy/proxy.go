@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -14,12 +15,14 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	v1reflectiongrpc "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/access"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/clientip"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
@@ -38,7 +41,10 @@ type Options struct {
 	// QuotaUpstream, if set, receives the quota service's calls
 	// (taskmesh.quota.v1.*), with the same interceptors.
 	QuotaUpstream grpc.ClientConnInterface
-	Auth          Authenticator
+	// ConsumersUpstream, if set, receives the consumers service's calls
+	// (access.ConsumerMethods), with the same interceptors.
+	ConsumersUpstream grpc.ClientConnInterface
+	Auth              Authenticator
 	// TrustedProxies may set x-forwarded-for (see package clientip).
 	TrustedProxies []netip.Prefix
 	// Health is served as grpc.health.v1.
@@ -50,36 +56,46 @@ type Options struct {
 	// caller; a non-nil error (a status) refuses the call.
 	Throttle func(ctx context.Context, p authn.Principal) error
 	// Register, if not nil, registers services the gateway serves itself
-	// (the admin API) instead of proxying. Their unary calls are
-	// authenticated, checked by package access and throttled like proxied
-	// ones; the principal is in the handler's context (authn.FromContext).
+	// (the admin API) instead of proxying; they must be unary. Their calls
+	// are authenticated, checked by package access, throttled and checked
+	// for bad input like proxied ones; the principal is in the handler's
+	// context (authn.FromContext).
 	Register func(grpc.ServiceRegistrar)
+	// Services are the full names of the proxied services that server
+	// reflection lists (with the ones Register adds and health).
+	Services []string
 }
 
 // NewServer returns the front door's gRPC server.
 func NewServer(opts Options) *grpc.Server {
-	p := &proxy{upstream: opts.Upstream, quota: opts.QuotaUpstream, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger, throttle: opts.Throttle}
+	p := &proxy{upstream: opts.Upstream, quota: opts.QuotaUpstream, consumers: opts.ConsumersUpstream, auth: opts.Auth,
+		trusted: opts.TrustedProxies, log: opts.Logger, throttle: opts.Throttle, local: localRegistrar{}}
+	if opts.Register != nil {
+		opts.Register(p.local)
+	}
 	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.UnknownServiceHandler(p.handle),
 		grpc.ForceServerCodec(codec{}),
-		// Runs for registered services only: the unknown-service handler
-		// is a stream handler, and health needs no credentials.
-		grpc.UnaryInterceptor(p.unaryLocal),
+		// Admits the reflection service; the unknown-service handler
+		// admits its calls itself, and health needs no credentials.
+		grpc.StreamInterceptor(p.streamLocal),
 	}, opts.ServerOptions...)...)
 	healthpb.RegisterHealthServer(srv, opts.Health)
-	if opts.Register != nil {
-		opts.Register(srv)
-	}
+	registerReflection(srv, p.local.serviceNames(append(slices.Clone(opts.Services),
+		healthpb.Health_ServiceDesc.ServiceName, v1reflectiongrpc.ServerReflection_ServiceDesc.ServiceName)))
 	return srv
 }
 
 type proxy struct {
 	upstream grpc.ClientConnInterface
 	quota    grpc.ClientConnInterface
-	auth     Authenticator
-	trusted  []netip.Prefix
-	log      *slog.Logger
-	throttle func(ctx context.Context, p authn.Principal) error
+	// consumers is nil when the consumers service is not configured.
+	consumers grpc.ClientConnInterface
+	auth      Authenticator
+	trusted   []netip.Prefix
+	log       *slog.Logger
+	throttle  func(ctx context.Context, p authn.Principal) error
+	local     localRegistrar
 }
 
 // quotaMethods prefixes the quota service's methods, which go to
@@ -112,12 +128,21 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	if m, ok := p.local[method]; ok {
+		return m.serve(ctx, ss, method)
+	}
 	upstream := p.upstream
-	if strings.HasPrefix(method, quotaMethods) {
+	switch {
+	case strings.HasPrefix(method, quotaMethods):
 		if p.quota == nil {
 			return status.Error(codes.Unimplemented, "the quota service is not configured")
 		}
 		upstream = p.quota
+	case access.IsConsumerMethod(method):
+		if p.consumers == nil {
+			return status.Error(codes.Unimplemented, "the consumers service is not configured")
+		}
+		upstream = p.consumers
 	}
 	cs, err := upstream.NewStream(ctx, bothStreams, method, grpc.ForceCodec(codec{}))
 	if err != nil {
@@ -125,14 +150,14 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 	}
 	upErr := make(chan error, 1)
 	downErr := make(chan error, 1)
-	go func() { upErr <- forwardUp(ss, cs) }()
+	go func() { upErr <- forwardUp(ss, cs, method) }()
 	go func() { downErr <- forwardDown(cs, ss) }()
 	for {
 		select {
 		case err := <-upErr:
 			if err != nil {
-				// The client's side broke (cancelled, reset): abandon the
-				// upstream call; cancel() is deferred.
+				// The client's side broke (cancelled, reset) or sent bad
+				// input: abandon the upstream call; cancel() is deferred.
 				return status.Convert(err).Err()
 			}
 			// The client half-closed normally; wait for the answer.
@@ -148,6 +173,9 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 // admit authenticates the caller, checks the method is theirs to call and
 // charges their rate limits; the error is the status to answer with.
 func (p *proxy) admit(ctx context.Context, in metadata.MD, method, id string) (authn.Principal, error) {
+	if method == access.HeartbeatMethod {
+		ctx = credentials.ForHeartbeat(ctx)
+	}
 	principal, err := p.authenticate(ctx, in)
 	if err != nil {
 		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", status.Convert(err).Message())
@@ -166,19 +194,18 @@ func (p *proxy) admit(ctx context.Context, in metadata.MD, method, id string) (a
 	return principal, nil
 }
 
-// unaryLocal admits unary calls of the services the gateway serves itself.
-func (p *proxy) unaryLocal(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if info.FullMethod == "/grpc.health.v1.Health/Check" {
-		return handler(ctx, req)
+// streamLocal admits the calls of the streaming services the server
+// knows (reflection); proxied and local calls reach the unknown-service
+// handler, which admits them itself, and health needs no credentials.
+func (p *proxy) streamLocal(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if !strings.HasPrefix(info.FullMethod, reflectionMethods) {
+		return handler(srv, ss)
 	}
-	in, _ := metadata.FromIncomingContext(ctx)
-	id := requestid.Ensure(first(in, requestid.MetadataKey))
-	principal, err := p.admit(ctx, in, info.FullMethod, id)
-	if err != nil {
-		return nil, err
+	in, _ := metadata.FromIncomingContext(ss.Context())
+	if _, err := p.admit(ss.Context(), in, info.FullMethod, requestid.Ensure(first(in, requestid.MetadataKey))); err != nil {
+		return err
 	}
-	ctx = authn.NewContext(ctx, principal)
-	return handler(requestid.NewContext(ctx, id), req)
+	return handler(srv, ss)
 }
 
 // authenticate reads the bearer secret from the "authorization" metadata.
@@ -208,14 +235,19 @@ func (p *proxy) authenticate(ctx context.Context, in metadata.MD) (authn.Princip
 }
 
 // forwardUp copies the client's messages to the scheduler, then
-// half-closes. A nil return means the client half-closed normally.
-func forwardUp(ss grpc.ServerStream, cs grpc.ClientStream) error {
+// half-closes. A nil return means the client half-closed normally. A
+// message with bad input (package edge) is not forwarded: the error ends
+// the call.
+func forwardUp(ss grpc.ServerStream, cs grpc.ClientStream, method string) error {
 	for {
 		f := &frame{}
 		if err := ss.RecvMsg(f); err != nil {
 			if errors.Is(err, io.EOF) {
 				return cs.CloseSend()
 			}
+			return err
+		}
+		if err := edge.CheckFrame(method, f.payload); err != nil {
 			return err
 		}
 		if err := cs.SendMsg(f); err != nil {

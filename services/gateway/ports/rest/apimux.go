@@ -12,9 +12,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
 	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
+	webhookv1 "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
@@ -30,12 +33,15 @@ var marshaler = &runtime.JSONPb{
 }
 
 // newAPIMux returns the generated REST mux for the task, lease, task-group
-// and template services,
-// and the quota service's admission routes when quota is set.
-func newAPIMux(ctx context.Context, upstream, quota grpc.ClientConnInterface, log *slog.Logger) (*runtime.ServeMux, error) {
+// and template services, the quota service's routes when quota is set, and
+// the consumers service's (audit log, usage, webhooks) when consumers is.
+func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnInterface, log *slog.Logger) (*runtime.ServeMux, error) {
 	errs := &errorWriter{log: log}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		// A usage report asked for as CSV (Accept: text/csv, or format=csv
+		// through csvFormat).
+		runtime.WithMarshalerOption(csvMIME, csvMarshaler{}),
 		// Metadata for the scheduler is built by package outbound; nothing
 		// from the HTTP request is forwarded, and nothing the scheduler
 		// sets leaks out as Grpc-Metadata-* headers.
@@ -76,6 +82,17 @@ func newAPIMux(ctx context.Context, upstream, quota grpc.ClientConnInterface, lo
 		}
 		if err := quotav1.RegisterAdmissionServiceHandlerClient(ctx, mux, quotav1.NewAdmissionServiceClient(quota)); err != nil {
 			return nil, fmt.Errorf("rest: register admission service: %w", err)
+		}
+	}
+	if consumers != nil {
+		if err := auditv1.RegisterAuditServiceHandlerClient(ctx, mux, auditv1.NewAuditServiceClient(consumers)); err != nil {
+			return nil, fmt.Errorf("rest: register audit service: %w", err)
+		}
+		if err := usagev1.RegisterUsageServiceHandlerClient(ctx, mux, usagev1.NewUsageServiceClient(consumers)); err != nil {
+			return nil, fmt.Errorf("rest: register usage service: %w", err)
+		}
+		if err := webhookv1.RegisterWebhookServiceHandlerClient(ctx, mux, webhookv1.NewWebhookServiceClient(consumers)); err != nil {
+			return nil, fmt.Errorf("rest: register webhook service: %w", err)
 		}
 	}
 	return mux, nil

@@ -2,6 +2,7 @@ package rest
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -43,7 +44,11 @@ func (a *authenticator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, r, ip, httperr.New(http.StatusUnauthorized, httperr.CodeUnauthenticated, "missing bearer token"))
 		return
 	}
-	p, err := a.auth.Authenticate(r.Context(), bearer, ip)
+	ctx := r.Context()
+	if r.Method == http.MethodPost && r.URL.Path == access.HeartbeatRoute {
+		ctx = credentials.ForHeartbeat(ctx)
+	}
+	p, err := a.auth.Authenticate(ctx, bearer, ip)
 	if err != nil {
 		a.refuse(w, r, ip, a.authProblem(r, err))
 		return
@@ -57,6 +62,13 @@ func (a *authenticator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	limit := a.maxBody
 	if limit == 0 {
 		limit = maxBodyBytes
+	}
+	if r.ContentLength > limit {
+		// Declared too large: refuse before anything (the rate limits
+		// reading a video body, a route) waits for bytes it would refuse.
+		httperr.WriteFor(w, r, httperr.New(http.StatusRequestEntityTooLarge, httperr.CodeTooLarge,
+			fmt.Sprintf("request body too large: at most %d bytes", limit)))
+		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	a.next.ServeHTTP(w, r.WithContext(authn.NewContext(r.Context(), p)))

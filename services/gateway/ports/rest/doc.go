@@ -8,7 +8,9 @@
 // the client address (the TCP peer, or X-Forwarded-For from a trusted
 // proxy), the route's kind rule (user keys on /api/v1/… and /v1/video/…,
 // agent tokens on /api/v1/agent/…, operator keys on /api/v1/admin/…), the
-// rate limits (Options.Throttle), and then the generated mux, which decodes the JSON
+// rate limits (Options.Throttle), the bad-input checks of package edge
+// (NUL, invalid UTF-8, over-long ids, body size and type), and then the
+// generated mux, which decodes the JSON
 // (unknown fields are errors) and calls the scheduler. JSON field names are
 // the proto names (snake_case) and unset fields are present, as in seed
 // 004's examples. Every error — authentication, routing, decoding, or a

@@ -12,7 +12,9 @@ import (
 
 	openapi "github.com/taskmesh/taskmesh/gen/openapi"
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
@@ -38,7 +40,10 @@ type Options struct {
 	// QuotaUpstream, if set, is the connection to the quota service
 	// (QuotaService and AdmissionService routes), with the same interceptors.
 	QuotaUpstream grpc.ClientConnInterface
-	Auth          Authenticator
+	// ConsumersUpstream, if set, is the connection to the consumers service
+	// (audit log, usage, webhooks routes), with the same interceptors.
+	ConsumersUpstream grpc.ClientConnInterface
+	Auth              Authenticator
 	// TrustedProxies may set X-Forwarded-For (see package clientip).
 	TrustedProxies []netip.Prefix
 	// Ready reports whether the scheduler connection is ready (/healthz).
@@ -49,8 +54,13 @@ type Options struct {
 	// Throttle, if not nil, wraps the API after authentication (the
 	// principal is in the request's context): the rate limits.
 	Throttle func(http.Handler) http.Handler
-	// Admin, if not nil, is served under /api/v1/admin/ to operator keys.
-	Admin adminv1.AdminServiceServer
+	// Admin and Agents, if not nil, are served under /api/v1/admin/ to
+	// operator keys.
+	Admin  adminv1.AdminServiceServer
+	Agents adminv1.AgentServiceServer
+	// DeadLetters, if not nil, is served under /api/v1/admin/dead-letters
+	// to operator keys.
+	DeadLetters deadletterv1.DeadLetterServiceServer
 	// Live, if not nil, serves live task streams at
 	// /api/v1/tasks/{task_id}/events and /ws (and, when it watches groups,
 	// /api/v1/task-groups/{group_id}/events and /ws), and live job streams
@@ -107,7 +117,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rest: openapi document: %w", err)
 	}
-	mux, err := newAPIMux(ctx, opts.Upstream, opts.QuotaUpstream, opts.Logger)
+	mux, err := newAPIMux(ctx, opts.Upstream, opts.QuotaUpstream, opts.ConsumersUpstream, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +134,16 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if opts.Admin != nil {
 		if err := adminv1.RegisterAdminServiceHandlerServer(ctx, mux, opts.Admin); err != nil {
 			return nil, fmt.Errorf("rest: register admin service: %w", err)
+		}
+	}
+	if opts.Agents != nil {
+		if err := adminv1.RegisterAgentServiceHandlerServer(ctx, mux, opts.Agents); err != nil {
+			return nil, fmt.Errorf("rest: register agent service: %w", err)
+		}
+	}
+	if opts.DeadLetters != nil {
+		if err := deadletterv1.RegisterDeadLetterServiceHandlerServer(ctx, mux, opts.DeadLetters); err != nil {
+			return nil, fmt.Errorf("rest: register dead-letter service: %w", err)
 		}
 	}
 	video, err := newVideoMux(ctx, opts.Upstream, opts.Logger)
@@ -148,9 +168,16 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if maxUpload <= 0 {
 		maxUpload = DefaultMaxUploadBytes
 	}
-	var api, videoAPI, pipelineAPI http.Handler = mux, video, bodyLimit{next: pipeline, maxUpload: maxUpload}
+	// Bad input is refused after the rate limits have charged the request
+	// (garbage costs like anything else) and before any service sees it.
+	// Uploads are multipart and streamed: only their declared size is
+	// checked at the edge.
+	var api, videoAPI, pipelineAPI http.Handler = edge.Middleware(edge.Options{MaxBody: maxBodyBytes}, csvFormat(mux)),
+		edge.Middleware(edge.Options{MaxBody: maxVideoBodyBytes}, video),
+		edge.Middleware(edge.Options{MaxBody: maxBodyBytes, RawMaxBody: maxUpload,
+			RawBody: func(r *http.Request) bool { return r.URL.Path == uploadRoute }}, bodyLimit{next: pipeline, maxUpload: maxUpload})
 	if opts.Throttle != nil {
-		api, videoAPI, pipelineAPI = opts.Throttle(mux), opts.Throttle(video), opts.Throttle(pipelineAPI)
+		api, videoAPI, pipelineAPI = opts.Throttle(api), opts.Throttle(videoAPI), opts.Throttle(pipelineAPI)
 	}
 	return &handler{
 		api: &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},

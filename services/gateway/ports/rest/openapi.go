@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -120,7 +121,9 @@ func mergeVideo(doc, defs map[string]any, raw []byte) error {
 	}
 	vdefs, _ := v["definitions"].(map[string]any)
 	for name, d := range vdefs {
-		if _, dup := defs[name]; dup {
+		// A message both APIs use (taskmesh.task.v1.Webhook) is the same
+		// definition in both documents; only a different one clashes.
+		if have, dup := defs[name]; dup && !reflect.DeepEqual(have, d) {
 			return fmt.Errorf("video document: definition %s already exists", name)
 		}
 		defs[name] = d
@@ -166,7 +169,9 @@ func videoEnvelopeSchema() map[string]any {
 	var enum []any
 	var lines []string
 	for _, c := range httperr.VideoCodes {
-		enum = append(enum, c.Code)
+		if !slices.Contains(enum, any(c.Code)) {
+			enum = append(enum, c.Code)
+		}
 		lines = append(lines, fmt.Sprintf("%s (HTTP %d): %s", c.Code, c.HTTPStatus, c.Meaning))
 	}
 	return map[string]any{

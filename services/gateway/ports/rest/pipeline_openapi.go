@@ -2,6 +2,7 @@ package rest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
@@ -13,7 +14,9 @@ func pipelineEnvelopeSchema() map[string]any {
 	var enum []any
 	var lines []string
 	for _, c := range httperr.PipelineCodes {
-		enum = append(enum, c.Code)
+		if !slices.Contains(enum, any(c.Code)) {
+			enum = append(enum, c.Code)
+		}
 		lines = append(lines, fmt.Sprintf("%s (HTTP %d): %s", c.Code, c.HTTPStatus, c.Meaning))
 	}
 	return map[string]any{

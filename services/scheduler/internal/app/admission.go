@@ -42,7 +42,7 @@ func (a *App) ResolveQueue(ctx context.Context, c Caller, spec domain.Spec) (str
 // AdmitTask applies the quota service's admission of a task's stay in its
 // ClusterQueue (see domain.Task.Admit); stale decisions change nothing.
 func (a *App) AdmitTask(ctx context.Context, id string, epoch int64, clusterQueue string, flavors map[string]string) error {
-	_, err := a.mutate(ctx, "*", id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	_, err := a.mutate(ctx, system, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Admit(now, epoch, clusterQueue, flavors), nil
 	})
 	if err == nil {
@@ -54,7 +54,7 @@ func (a *App) AdmitTask(ctx context.Context, id string, epoch int64, clusterQueu
 // EvictTask applies the quota service's preemption of an admitted task to
 // make room for preemptor (see domain.Task.Evict).
 func (a *App) EvictTask(ctx context.Context, id string, epoch int64, preemptor, reason string) error {
-	_, err := a.mutate(ctx, "*", id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	_, err := a.mutate(ctx, system, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Evict(now, epoch, preemptor, reason), nil
 	})
 	return ignoreGone(err)

@@ -47,6 +47,12 @@ type Config struct {
 	// ClaimRecheck: how often a waiting claim looks again without being
 	// woken (default 1s).
 	ClaimRecheck time.Duration
+	// ResultRetention: results in the object store expire this long after
+	// they were stored (default 30 days, docs/operations.md).
+	ResultRetention time.Duration
+	// ResultSweepInterval: how often the sweeper deletes expired results
+	// from a store that cannot expire them itself (default 1h).
+	ResultSweepInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -64,7 +70,13 @@ func (c *Config) defaults() {
 	set(&c.PreemptMaxWait, 10*time.Minute)
 	set(&c.MaxWait, 60*time.Second)
 	set(&c.ClaimRecheck, time.Second)
+	set(&c.ResultRetention, DefaultResultRetention)
+	set(&c.ResultSweepInterval, time.Hour)
 }
+
+// DefaultResultRetention is how long results stay in the object store
+// (docs/operations.md, retention: 30 days).
+const DefaultResultRetention = 30 * 24 * time.Hour
 
 // App is the scheduler's use cases.
 type App struct {
@@ -81,6 +93,10 @@ type App struct {
 	// admission is nil when no quota service is configured: then no task
 	// waits for admission.
 	admission Admission
+	// resultSweep is when the sweeper last deleted expired results, and
+	// selfExpiring whether the store expires them itself (no sweep).
+	resultSweep  time.Time
+	selfExpiring bool
 }
 
 // Stores are the storage the use cases work on.
@@ -126,6 +142,14 @@ var (
 	ErrForbidden = errors.New("forbidden")
 )
 
+// withIP stamps the caller's address on records.
+func withIP(recs []domain.Record, ip string) []domain.Record {
+	for i := range recs {
+		recs[i].IP = ip
+	}
+	return recs
+}
+
 // checkAgent makes an agent act only as itself.
 func (c Caller) checkAgent(agentID string) error {
 	if c.AgentID != "" && c.AgentID != agentID {
@@ -134,16 +158,22 @@ func (c Caller) checkAgent(agentID string) error {
 	return nil
 }
 
+// system is the caller of the scheduler's own decisions (the sweeper,
+// admission): every tenant's tasks, no client address.
+var system = Caller{Tenant: "*"}
+
 // mutate runs one domain decision on one task (TaskStore.Mutate, which
 // batches it with concurrent decisions on other tasks) and returns the task
 // after it. A decision that records nothing (an idempotent repeat) returns
 // the task as it was. Tasks of other tenants do not exist for the caller.
-func (a *App) mutate(ctx context.Context, tenant, id string, decide func(t domain.Task, now time.Time) ([]domain.Record, error)) (domain.Task, error) {
+// The records carry the caller's address (the audit log's ip).
+func (a *App) mutate(ctx context.Context, c Caller, id string, decide func(t domain.Task, now time.Time) ([]domain.Record, error)) (domain.Task, error) {
 	out, err := a.tasks.Mutate(ctx, id, func(t domain.Task) ([]domain.Record, error) {
-		if tenant != "*" && t.TenantID != tenant {
+		if c.Tenant != "*" && t.TenantID != c.Tenant {
 			return nil, domain.ErrNotFound
 		}
-		return decide(t, a.now())
+		recs, err := decide(t, a.now())
+		return withIP(recs, c.IP), err
 	})
 	if err == nil {
 		a.hub.Changed(out)

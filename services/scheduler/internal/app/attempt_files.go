@@ -84,7 +84,7 @@ func (a *App) RecordTaskCheckpoint(ctx context.Context, c Caller, id, agentID, a
 	if err := a.checkStored(ctx, "object_key", o); err != nil {
 		return domain.Task{}, err
 	}
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.RecordCheckpoint(now, agentID, attemptID, o.Key, o.Size, o.SHA256)
 	})
 }

@@ -41,7 +41,7 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 	if err != nil {
 		return domain.Task{}, err
 	}
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		spec, err := domain.NormalizeSpec(merge(t.Spec, in))
 		if err != nil {
 			return nil, err
@@ -83,7 +83,7 @@ func merge(s domain.Spec, in domain.SpecInput) domain.SpecInput {
 		Labels: list(in.Labels, s.Labels), ScatterCount: s.ScatterCount,
 		LeaseTTL: num(in.LeaseTTL, s.LeaseTTL), RenewInterval: num(in.RenewInterval, s.RenewInterval),
 		HeartbeatInterval: num(in.HeartbeatInterval, s.HeartbeatInterval), GracePeriod: num(in.GracePeriod, s.GracePeriod),
-		Resources: in.Resources, Quota: str(in.Quota, s.Quota), Video: in.Video,
+		Resources: in.Resources, Quota: str(in.Quota, s.Quota), Video: in.Video, Webhook: str(in.Webhook, s.Webhook),
 	}
 	if in.Resources == nil {
 		out.Resources = s.Resources
@@ -102,7 +102,7 @@ func merge(s domain.Spec, in domain.SpecInput) domain.SpecInput {
 
 // DeleteTask removes a task no attempt holds.
 func (a *App) DeleteTask(ctx context.Context, c Caller, id string) error {
-	_, err := a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	_, err := a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Delete(now, c.Subject)
 	})
 	return err
@@ -111,14 +111,14 @@ func (a *App) DeleteTask(ctx context.Context, c Caller, id string) error {
 // CancelTask cancels a task that is not final; its agent is told to stop
 // the attempt at its next heartbeat.
 func (a *App) CancelTask(ctx context.Context, c Caller, id, reason string) (domain.Task, error) {
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Cancel(now, c.Subject, reason)
 	})
 }
 
 // RetryTask puts a failed or cancelled task back to pending.
 func (a *App) RetryTask(ctx context.Context, c Caller, id string) (domain.Task, error) {
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Retry(now, c.Subject)
 	})
 }

@@ -36,7 +36,14 @@ func (a *App) ClaimTasks(ctx context.Context, c Caller, r ClaimRequest) ([]domai
 	for {
 		// Subscribe before looking, so work submitted in between wakes us.
 		signal := a.hub.WorkSignal()
-		tasks, err := a.claimOnce(ctx, c, r)
+		// A drained agent's claim leases nothing but still waits like an
+		// empty one (no busy loop), and still gets the tasks of a claim it
+		// repeats; an undrain takes effect at the next recheck.
+		drained, err := a.agents.Drained(ctx, r.AgentID)
+		if err != nil {
+			return nil, r.RequestID, err
+		}
+		tasks, err := a.claimOnce(ctx, c, r, drained)
 		if err != nil || len(tasks) > 0 {
 			return tasks, r.RequestID, err
 		}
@@ -55,9 +62,12 @@ func (a *App) ClaimTasks(ctx context.Context, c Caller, r ClaimRequest) ([]domai
 	}
 }
 
-func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest) ([]domain.Task, error) {
+func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest, drained bool) ([]domain.Task, error) {
 	now := a.now()
 	f := ClaimFilter{Tenant: c.Tenant, Machine: r.MachineID, IP: c.IP, Labels: r.Labels, Types: r.Types, Limit: r.Limit, Now: now}
+	if drained {
+		f.Limit = 0
+	}
 	out, err := a.tasks.Claim(ctx, r.AgentID, r.RequestID, f, func(candidates []domain.Task) ([][]domain.Record, error) {
 		leases := make([][]domain.Record, len(candidates))
 		scattered := map[string]bool{} // one task per scatter fan-out per machine
@@ -72,7 +82,7 @@ func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest) ([]domain
 			if err != nil {
 				return nil, err
 			}
-			leases[i] = recs
+			leases[i] = withIP(recs, c.IP)
 		}
 		return leases, nil
 	})
@@ -81,7 +91,7 @@ func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest) ([]domain
 	}
 	if len(out) > 0 {
 		// A claim proves the agent alive, like a heartbeat.
-		_ = a.agents.Heartbeat(ctx, Agent{AgentID: r.AgentID, MachineID: r.MachineID, TenantID: tenantOf(c),
+		_ = a.agents.Seen(ctx, Agent{AgentID: r.AgentID, MachineID: r.MachineID, TenantID: tenantOf(c),
 			IP: c.IP, Labels: r.Labels, LastHeartbeatAt: a.now(), LostAfter: a.now().Add(a.cfg.AgentLostAfter)})
 	}
 	return out, nil

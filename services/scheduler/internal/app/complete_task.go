@@ -59,7 +59,7 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 	if r.Stdout == "" && r.Stderr == "" && r.Object == nil && len(artifacts) == 0 {
 		result = nil
 	}
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		recs, _, err := t.Complete(now, r.AgentID, r.AttemptID, domain.Outcome{ExitCode: r.ExitCode, Error: r.Error,
 			Result: result, EndedAt: r.EndedAt})
 		return recs, err
@@ -159,6 +159,11 @@ func (a *App) GetResult(ctx context.Context, c Caller, id string) (Result, error
 	if t.Result != nil && t.Result.ObjectKey != "" {
 		if a.objects == nil {
 			return Result{}, errors.New("result is in the object store but none is configured")
+		}
+		// Its end is when the result was stored, near enough: past the
+		// retention it is gone (or about to be), and a link would 404.
+		if !t.EndedAt.IsZero() && a.now().Sub(t.EndedAt) > a.cfg.ResultRetention {
+			return Result{}, fmt.Errorf("%w: task %s's result was kept %s", ErrResultExpired, t.ID, a.cfg.ResultRetention)
 		}
 		url, err := a.objects.PresignGet(ctx, t.Result.ObjectKey, a.cfg.ResultURLTTL)
 		if err != nil {

@@ -62,7 +62,7 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 	now := a.now()
 	n := NewTasks{Tenant: c.Tenant, RequestID: requestID, At: now, Tasks: make([][]domain.Record, len(specs))}
 	for i, s := range specs {
-		n.Tasks[i] = domain.Submit(now, ids[i], c.Tenant, c.Subject, requestID, fanout, s, cq)
+		n.Tasks[i] = withIP(domain.Submit(now, ids[i], c.Tenant, c.Subject, requestID, fanout, s, cq), c.IP)
 	}
 	created, err := a.tasks.Create(ctx, n)
 	if err != nil {

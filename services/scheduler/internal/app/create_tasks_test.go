@@ -234,3 +234,28 @@ func TestCreateTaskPassesTheStoresFailureOn(t *testing.T) {
 	_, err := h.app.CreateTasks(h.ctx, user("t1"), spec("a"), "")
 	wantErr(t, "store stopping", err, app.ErrStopping)
 }
+
+// Every record a client's request causes carries that client's address
+// (the audit log's ip); the scheduler's own decisions carry none.
+func TestEventsCarryTheCallersAddress(t *testing.T) {
+	h := newHarness(t)
+	task := h.create(user("t1"), spec("ip"))
+	claimed, _, err := h.app.ClaimTasks(h.ctx, agent("agent-1"), app.ClaimRequest{AgentID: "agent-1", MachineID: "m1", Limit: 1})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim = %v, %v", claimed, err)
+	}
+	if _, err := h.app.StartTask(h.ctx, agent("agent-1"), task.ID, "agent-1", claimed[0].AttemptID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.app.CancelTask(h.ctx, user("t1"), task.ID, "enough"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range h.store.Events(task.ID) {
+		got = append(got, e.Event.EventName()+"@"+e.IP)
+	}
+	want := []string{"TaskSubmitted@10.0.0.1", "TaskLeased@10.0.1.1", "TaskStarted@10.0.1.1", "TaskCanceled@10.0.0.1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events = %v, want %v", got, want)
+	}
+}

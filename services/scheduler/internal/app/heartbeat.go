@@ -13,6 +13,10 @@ type Heartbeat struct {
 	Labels             []string
 	AttemptIDs         []string // attempts the agent runs now
 	FreeSlots          int
+	// What the agent says about itself (see Agent).
+	Slots              int
+	Version, Isolation string
+	Warnings           []string
 }
 
 // Stop tells an agent to stop an attempt.
@@ -29,7 +33,8 @@ func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop,
 	}
 	now := a.now()
 	if err := a.agents.Heartbeat(ctx, Agent{AgentID: h.AgentID, MachineID: h.MachineID, TenantID: tenantOf(c),
-		IP: c.IP, Labels: h.Labels, FreeSlots: h.FreeSlots, LastHeartbeatAt: now, LostAfter: now.Add(a.cfg.AgentLostAfter)}); err != nil {
+		IP: c.IP, Labels: h.Labels, FreeSlots: h.FreeSlots, LastHeartbeatAt: now, LostAfter: now.Add(a.cfg.AgentLostAfter),
+		Slots: h.Slots, Version: h.Version, Isolation: h.Isolation, Warnings: h.Warnings}); err != nil {
 		return nil, err
 	}
 	if err := a.requeueStopped(ctx, h); err != nil {

@@ -13,7 +13,7 @@ import (
 // state cannot race with an agent changing it. Deleted tasks and tasks of
 // other tenants are ErrNotFound; decide's errors are returned as they are.
 func (a *App) ChangeTask(ctx context.Context, c Caller, id string, decide func(t domain.Task, now time.Time) ([]domain.Record, error)) (domain.Task, error) {
-	return a.mutate(ctx, c.Tenant, id, decide)
+	return a.mutate(ctx, c, id, decide)
 }
 
 // VideoTasksCreatedBefore lists up to limit video tasks of every tenant

@@ -12,7 +12,7 @@ func (a *App) StartTask(ctx context.Context, c Caller, id, agentID, attemptID st
 	if err := c.checkAgent(agentID); err != nil {
 		return domain.Task{}, err
 	}
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Start(now, agentID, attemptID)
 	})
 }
@@ -22,7 +22,7 @@ func (a *App) RenewLease(ctx context.Context, c Caller, id, agentID, attemptID s
 	if err := c.checkAgent(agentID); err != nil {
 		return domain.Task{}, err
 	}
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Renew(now, agentID, attemptID, extendSec)
 	})
 }
@@ -32,7 +32,7 @@ func (a *App) ReportProgress(ctx context.Context, c Caller, id, agentID, attempt
 	if err := c.checkAgent(agentID); err != nil {
 		return domain.Task{}, err
 	}
-	return a.mutate(ctx, c.Tenant, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.ReportProgress(now, agentID, attemptID, progress, message)
 	})
 }

@@ -11,7 +11,8 @@ import (
 // The agent calls are fenced by attempt: another attempt is 30001
 // (domain.ErrAttemptMismatch), a task that is final or no longer leased is
 // 30002 (domain.ErrImmutable), a lease that ran out is 30003
-// (domain.ErrLeaseExpired). A refused call changes nothing.
+// (domain.ErrLeaseExpired), for renew and progress also after the task
+// was taken back. A refused call changes nothing.
 
 // leased is a task claimed by a1 on m1 whose lease lasts ttl seconds.
 func (h *harness) leased(ttl int) domain.Task {
@@ -81,12 +82,19 @@ func TestAgentCallsAreFencedByAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.wantStatus(x.ID, domain.StatusPending)
+	// Taken back: renew and progress still say why (30003); start and
+	// complete are by an attempt that is not the current one (30001).
+	want := map[string]error{"start": domain.ErrAttemptMismatch, "renew": domain.ErrLeaseExpired,
+		"progress": domain.ErrLeaseExpired, "complete": domain.ErrAttemptMismatch}
 	for _, c := range calls {
-		wantErr(t, c.name+" after the task was taken back (30001)", c.call(x.AttemptID), domain.ErrAttemptMismatch)
+		wantErr(t, c.name+" after the task was taken back", c.call(x.AttemptID), want[c.name])
 	}
-	// Another attempt holds it now: the previous one can never complete it.
+	// Another attempt holds it now: the previous one can never complete it,
+	// and its renewals stay 30003.
 	y := h.claimOne("a2", "m2", x.ID)
-	wantErr(t, "complete by the old attempt", calls[3].call(x.AttemptID), domain.ErrAttemptMismatch)
+	for _, c := range calls {
+		wantErr(t, c.name+" by the old attempt after another took the task", c.call(x.AttemptID), want[c.name])
+	}
 	if got := h.get(x.ID); got.AttemptID != y.AttemptID || got.Status != domain.StatusAssigned {
 		t.Errorf("the new attempt lost the task: %+v", got)
 	}

@@ -127,14 +127,29 @@ type ListFilter struct {
 // make.
 var ErrBadPageToken = &domain.InvalidError{Field: "page_token", Reason: "is not a token from a previous page"}
 
-// AgentRegistry knows the executor agents from their heartbeats.
+// AgentRegistry knows the executor agents from their heartbeats, and
+// which of them are drained.
 type AgentRegistry interface {
 	// Heartbeat records a alive until a.LostAfter (a lost agent that
-	// heartbeats is alive again).
+	// heartbeats is alive again) and as a describes it.
 	Heartbeat(ctx context.Context, a Agent) error
+	// Seen records a alive until a.LostAfter, with its machine, tenant,
+	// address and labels, keeping what its heartbeats said of its slots,
+	// version and isolation (a claim proves the agent alive but does not
+	// describe it).
+	Seen(ctx context.Context, a Agent) error
 	// Machines returns the distinct machines, sorted, of live agents that
 	// serve tenant (or every tenant) and have every label in labels.
 	Machines(ctx context.Context, tenant string, labels []string) ([]string, error)
+	// Fleet returns the agents with these ids (every one when ids is
+	// empty) that have heartbeated, claimed or been drained, by id, each
+	// with the tasks leased to it now.
+	Fleet(ctx context.Context, ids []string) ([]FleetAgent, error)
+	// SetDrained drains the agent from at (keeping an earlier drain's
+	// time) or, with drained false, undrains it.
+	SetDrained(ctx context.Context, agentID string, drained bool, at time.Time) error
+	// Drained reports whether the agent is drained.
+	Drained(ctx context.Context, agentID string) (bool, error)
 }
 
 // Agent is an executor agent as its heartbeats describe it.
@@ -145,6 +160,26 @@ type Agent struct {
 	Labels                     []string
 	FreeSlots                  int
 	LastHeartbeatAt, LostAfter time.Time
+	// Slots is how many tasks it runs at once, Version its software,
+	// Isolation how it limits a task's resources (cgroup-v2, cgroup-v1,
+	// rlimit) and Warnings what it runs degraded.
+	Slots     int
+	Version   string
+	Isolation string
+	Warnings  []string
+}
+
+// FleetAgent is an agent as operators see it.
+type FleetAgent struct {
+	Agent
+	// Seen is false for an agent known only because it was drained.
+	Seen        bool
+	FirstSeenAt time.Time
+	Lost        bool
+	Drained     bool
+	DrainedAt   time.Time
+	// RunningTaskIDs are the tasks leased to it now, by id.
+	RunningTaskIDs []string
 }
 
 // SweepQueries are the sweeper's questions. Each returns task ids of any

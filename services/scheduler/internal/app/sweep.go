@@ -15,7 +15,7 @@ const sweepBatch = 500
 
 // SweepReport counts what one sweep did.
 type SweepReport struct {
-	AgentsLost, LeasesExpired, TimedOut, Requeued, DependentsCancelled, Preempted int
+	AgentsLost, LeasesExpired, TimedOut, Requeued, DependentsCancelled, Preempted, ResultsExpired int
 }
 
 // Sweep does the scheduler's timed work once:
@@ -31,7 +31,9 @@ type SweepReport struct {
 //     stop (the heartbeat does it otherwise);
 //  5. pending tasks whose dependency failed or was cancelled are cancelled;
 //  6. pending tasks that outrank running work by PreemptGap and found no
-//     free capacity preempt it.
+//     free capacity preempt it;
+//  7. results stored longer than ResultRetention are deleted from an
+//     object store that cannot expire them itself (once an hour).
 //
 // Each task changes in its own command, so one bad task cannot stall the
 // rest. Run it from exactly one replica (RunSweeper holds a lock).
@@ -120,7 +122,9 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 	if err := a.sweeps.PruneClaims(ctx, now.Add(-a.cfg.ClaimRetention)); err != nil {
 		return rep, err
 	}
-	return rep, nil
+	n, err := a.SweepResults(ctx)
+	rep.ResultsExpired = n
+	return rep, err
 }
 
 // each applies decide to every task id (any tenant) and counts the tasks
@@ -131,7 +135,7 @@ func (a *App) each(ctx context.Context, ids []string, decide func(domain.Task, t
 		// The store may run decide more than once (a retried batch): the
 		// last run is the one that was stored.
 		changed := false
-		_, err := a.mutate(ctx, "*", id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		_, err := a.mutate(ctx, system, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 			recs, err := decide(t, now)
 			changed = err == nil && len(recs) > 0
 			return recs, err
@@ -186,7 +190,7 @@ func (a *App) RunSweeper(ctx context.Context, interval time.Duration) {
 			} else if rep != (SweepReport{}) {
 				a.log.Info("sweep", "agents_lost", rep.AgentsLost, "leases_expired", rep.LeasesExpired,
 					"timed_out", rep.TimedOut, "requeued", rep.Requeued, "dependents_cancelled", rep.DependentsCancelled,
-					"preempted", rep.Preempted)
+					"preempted", rep.Preempted, "results_expired", rep.ResultsExpired)
 			}
 			select {
 			case <-ctx.Done():

@@ -96,6 +96,39 @@ func (t Task) checkAttempt(agentID, attemptID string) error {
 	return nil
 }
 
+// checkLeaseOf is the rule of renew and progress (docs/api/tasks.md,
+// "Leases"): an attempt whose lease expired gets 30003 whatever happened
+// to the task since (the sweeper took it back, another attempt holds it,
+// it failed for want of retries), so an agent learns why it lost the task
+// rather than being told it never had it. Every other attempt that is not
+// the current one gets 30001.
+func (t Task) checkLeaseOf(now time.Time, agentID, attemptID string) error {
+	if attemptID != "" && attemptID != t.AttemptID {
+		if p, ok := t.pastAttempt(attemptID); ok && p.LeaseExpired && (agentID == "" || agentID == p.AgentID) {
+			return fmt.Errorf("%w at %s", ErrLeaseExpired, p.LeaseExpiresAt.UTC().Format(time.RFC3339))
+		}
+	}
+	if err := t.checkAttempt(agentID, attemptID); err != nil {
+		return err
+	}
+	if p, ok := t.pastAttempt(attemptID); ok && p.LeaseExpired {
+		// The current attempt's lease expired with no retry left: the task
+		// failed, but for this attempt the lease is what ended.
+		return fmt.Errorf("%w at %s", ErrLeaseExpired, p.LeaseExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// pastAttempt finds an earlier attempt of the task.
+func (t Task) pastAttempt(attemptID string) (PastAttempt, bool) {
+	for _, p := range t.PastAttempts {
+		if p.ID == attemptID {
+			return p, true
+		}
+	}
+	return PastAttempt{}, false
+}
+
 // checkLive refuses a final or preempted task (30002) and an expired lease
 // (30003).
 func (t Task) checkLive(now time.Time, what string) error {
@@ -135,9 +168,10 @@ func (t Task) renewedUntil(now time.Time, extendSec int) time.Time {
 }
 
 // Renew extends the attempt's lease by extendSec (default the task's
-// lease_ttl_sec).
+// lease_ttl_sec). An attempt whose lease expired is 30003 even once the
+// task has moved on (see checkLeaseOf).
 func (t Task) Renew(now time.Time, agentID, attemptID string, extendSec int) ([]Record, error) {
-	if err := t.checkAttempt(agentID, attemptID); err != nil {
+	if err := t.checkLeaseOf(now, agentID, attemptID); err != nil {
 		return nil, err
 	}
 	if err := t.checkLive(now, "renew the lease of"); err != nil {
@@ -148,7 +182,7 @@ func (t Task) Renew(now time.Time, agentID, attemptID string, extendSec int) ([]
 
 // ReportProgress records progress of the current attempt.
 func (t Task) ReportProgress(now time.Time, agentID, attemptID string, progress int, message string) ([]Record, error) {
-	if err := t.checkAttempt(agentID, attemptID); err != nil {
+	if err := t.checkLeaseOf(now, agentID, attemptID); err != nil {
 		return nil, err
 	}
 	if err := t.checkLive(now, "report progress on"); err != nil {
@@ -216,10 +250,11 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 // fail records a failed attempt and, while retries remain, its retry after
 // retry_delay.
 func (t Task) fail(now time.Time, actor string, f Failed) []Record {
+	f.RetryFollows = t.RetryCount < t.Spec.MaxRetries
 	out := recordOf(now, actor, f)
 	// The retry is recorded with the failure, in one command: no crash can
 	// leave a failed task that should have been retried.
-	if t.RetryCount < t.Spec.MaxRetries {
+	if f.RetryFollows {
 		out = append(out, Record{At: now, Actor: actor, Event: RetryScheduled{RetryCount: t.RetryCount + 1,
 			RetryAt: now.Add(time.Duration(t.Spec.RetryDelay) * time.Second)}})
 	}
@@ -235,18 +270,23 @@ const (
 
 // ExpireLease takes the task back from an attempt whose lease ran out or
 // whose agent stopped heartbeating: pending again at once (a crash should
-// not wait for retry_delay), or failed when its retries are used up.
+// not wait for retry_delay), or failed when its retries are used up. A
+// task its lost agent never started goes back without using a retry:
+// nothing of it ran, so nothing failed.
 func (t Task) ExpireLease(now time.Time, reason string) ([]Record, error) {
 	if !t.Status.Leased() {
 		return nil, immutable(t, "expire the lease of")
 	}
 	// A lost lease uses up a retry like a failed attempt, so a task that
 	// keeps killing its agents stops after max_retries instead of cycling
-	// for ever.
-	exhausted := t.RetryCount >= t.Spec.MaxRetries
+	// for ever. A task its lost agent never started cannot have killed it.
 	count := t.RetryCount
-	if !exhausted {
-		count++
+	exhausted := false
+	if !(reason == ReasonAgentLost && t.Status == StatusAssigned) {
+		exhausted = t.RetryCount >= t.Spec.MaxRetries
+		if !exhausted {
+			count++
+		}
 	}
 	return recordOf(now, "scheduler", LeaseExpired{AttemptID: t.AttemptID, AgentID: t.AgentID, Reason: reason,
 		RetryCount: count, Failed: exhausted}), nil

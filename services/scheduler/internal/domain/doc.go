@@ -39,8 +39,10 @@
 //     its case in Apply. Test the command and the fold in domain_test.go.
 //  3. Codec (internal/adapters/codec): both directions, Envelope and
 //     Record, and an example in TestEveryEventRoundTrips.
-//  4. Read models (internal/adapters/views): task_views follows from Apply;
-//     the audit trail needs the event's action and details in describe.
+//  4. Read models (internal/adapters/views): task_views follows from Apply.
+//     The consumers service (services/consumers) needs a row in the audit
+//     log's action table and a case in usage metering's and webhook
+//     notification's converts.
 //  5. Live streams follow from Apply through package lifecycle; decide in
 //     the gateway's views (services/gateway/internal/live, TaskView and
 //     VideoView) whether the change is worth a frame.

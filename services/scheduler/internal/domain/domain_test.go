@@ -80,6 +80,12 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 		"bad resource":     {func(in *SpecInput) { in.Resources = map[string]string{"gpu count": "1"} }, "resources"},
 		"bad quota":        {func(in *SpecInput) { in.Quota = "no spaces" }, "quota"},
 		"video on shell":   {func(in *SpecInput) { in.Video = validVideo() }, "video"},
+		"webhook scheme":   {func(in *SpecInput) { in.Webhook = "ftp://example.com/x" }, "webhook.url"},
+		"webhook no host":  {func(in *SpecInput) { in.Webhook = "https:///x" }, "webhook.url"},
+		"webhook relative": {func(in *SpecInput) { in.Webhook = "/hooks" }, "webhook.url"},
+		"webhook userinfo": {func(in *SpecInput) { in.Webhook = "https://u:p@example.com/" }, "webhook.url"},
+		"webhook nul":      {func(in *SpecInput) { in.Webhook = "https://example.com/\x00" }, "webhook.url"},
+		"webhook too long": {func(in *SpecInput) { in.Webhook = "https://example.com/" + strings.Repeat("a", 2048) }, "webhook.url"},
 		"video missing":    {func(in *SpecInput) { in.Type = TypeVideo }, "video"},
 		"video no prompt": {func(in *SpecInput) {
 			in.Type, in.Video = TypeVideo, validVideo()
@@ -102,6 +108,10 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 		if !errors.As(err, &ie) || ie.Field != tt.field || !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want invalid %s", name, err, tt.field)
 		}
+	}
+	if s, err := NormalizeSpec(SpecInput{Name: "w", Command: "c", Webhook: " https://hooks.example.com/a?b=c "}); err != nil ||
+		s.Webhook != "https://hooks.example.com/a?b=c" {
+		t.Errorf("webhook = %q, %v", s.Webhook, err)
 	}
 	if _, err := NormalizeSpec(SpecInput{Name: "probe", Type: TypeNoop}); err != nil {
 		t.Errorf("noop without command: %v", err)
@@ -189,6 +199,9 @@ func TestFailureRetriesThenFails(t *testing.T) {
 	task := leased(t, func(in *SpecInput) { in.MaxRetries = ptr(1); in.RetryDelay = ptr(10) })
 	now := t0.Add(5 * time.Second)
 	recs, _, err := task.Complete(now, "agent-1", "att-1", Outcome{ExitCode: 2})
+	if f, ok := recs[0].Event.(Failed); !ok || !f.RetryFollows || len(recs) != 2 {
+		t.Fatalf("a failure with retries left = %+v, want Failed{RetryFollows} and RetryScheduled", recs)
+	}
 	task = run(t, task, recs, err)
 	if task.Status != StatusPending || task.RetryCount != 1 || !task.RetryAt.Equal(now.Add(10*time.Second)) || task.Claimable(now) {
 		t.Fatalf("after first failure = %+v", task)
@@ -204,6 +217,9 @@ func TestFailureRetriesThenFails(t *testing.T) {
 	recs, err = task.Lease(later, "att-2", "agent-2", "m2", "")
 	task = run(t, task, recs, err)
 	recs, _, err = task.Complete(later, "agent-2", "att-2", Outcome{ExitCode: 1, Error: "timeout after 5s", Reason: ReasonTimeout})
+	if f, ok := recs[0].Event.(Failed); !ok || f.RetryFollows || len(recs) != 1 {
+		t.Fatalf("the last failure = %+v, want Failed without RetryFollows alone", recs)
+	}
 	task = run(t, task, recs, err)
 	if task.Status != StatusFailed || task.Error != "timeout after 5s" || *task.ExitCode != 1 {
 		t.Fatalf("after retries = %+v", task)
@@ -218,17 +234,30 @@ func TestLeaseExpiryRequeuesOrFails(t *testing.T) {
 	tests := []struct {
 		name       string
 		retries    int
+		reason     string
+		started    bool
 		wantStatus Status
+		wantCount  int
 	}{
-		{"retries left", 2, StatusPending},
-		{"exhausted", 0, StatusFailed},
+		{"running, retries left", 2, ReasonAgentLost, true, StatusPending, 1},
+		{"running, exhausted", 0, ReasonAgentLost, true, StatusFailed, 0},
+		{"lease ran out, never started", 2, ReasonLeaseExpired, false, StatusPending, 1},
+		{"lease ran out, never started, exhausted", 0, ReasonLeaseExpired, false, StatusFailed, 0},
+		// Nothing of it ran: the lost agent's task goes back without
+		// using a retry, even when none is left.
+		{"agent lost, never started", 2, ReasonAgentLost, false, StatusPending, 0},
+		{"agent lost, never started, no retries", 0, ReasonAgentLost, false, StatusPending, 0},
 	}
 	for _, tt := range tests {
 		task := leased(t, func(in *SpecInput) { in.MaxRetries = ptr(tt.retries) })
-		recs, err := task.ExpireLease(t0.Add(time.Hour), ReasonAgentLost)
+		if tt.started {
+			recs, err := task.Start(t0.Add(2*time.Second), "agent-1", "att-1")
+			task = run(t, task, recs, err)
+		}
+		recs, err := task.ExpireLease(t0.Add(time.Hour), tt.reason)
 		task = run(t, task, recs, err)
-		if task.Status != tt.wantStatus {
-			t.Errorf("%s: status %s, want %s", tt.name, task.Status, tt.wantStatus)
+		if task.Status != tt.wantStatus || task.RetryCount != tt.wantCount {
+			t.Errorf("%s: status %s, retry_count %d; want %s, %d", tt.name, task.Status, task.RetryCount, tt.wantStatus, tt.wantCount)
 		}
 		if tt.wantStatus == StatusPending && (task.AttemptID != "" || !task.Claimable(t0.Add(time.Hour))) {
 			t.Errorf("%s: not claimable again: %+v", tt.name, task)

@@ -10,6 +10,9 @@ type Record struct {
 	Event Event
 	At    time.Time
 	Actor string
+	// IP is the address of the client whose request caused the event
+	// ("" when none did: the sweeper, admission decisions).
+	IP string
 }
 
 type (
@@ -57,6 +60,9 @@ type (
 		Reason    string // exit_code, timeout, spawn_error, killed, …
 		Result    *Result
 		EndedAt   time.Time
+		// RetryFollows: a RetryScheduled is recorded with the failure, so
+		// the task is not failed for good (notifications wait for that).
+		RetryFollows bool
 	}
 	RetryScheduled struct {
 		RetryCount int
@@ -137,6 +143,7 @@ func apply(t *Task, r Record) bool {
 	case Admitted:
 		t.Admitted, t.Flavors = true, e.Flavors
 	case Leased:
+		t.rememberAttempt(false)
 		t.clearAttempt()
 		t.Status = StatusAssigned
 		// A new attempt starts clean (clearAttempt above): nothing of an
@@ -182,9 +189,11 @@ func apply(t *Task, r Record) bool {
 		t.AgentID, t.AssignedMachine, t.LeaseExpiresAt = "", "", time.Time{}
 		t.queueForAdmission()
 	case LeaseExpired:
-		// A lost lease counts against max_retries like a failed attempt, but
-		// the task is pending again at once: an agent's crash is not the
-		// task's fault and should not wait out retry_delay.
+		// A lost lease counts against max_retries like a failed attempt
+		// (unless its agent never started it), but the task is pending
+		// again at once: an agent's crash is not the task's fault and
+		// should not wait out retry_delay.
+		t.rememberAttempt(true)
 		t.RetryCount = e.RetryCount
 		t.LeaseExpiresAt = time.Time{}
 		if e.Failed {
@@ -218,6 +227,7 @@ func apply(t *Task, r Record) bool {
 		t.Status = StatusSuspended
 		t.LeaseExpiresAt = time.Time{}
 	case Requeued:
+		t.rememberAttempt(false)
 		t.clearAttempt()
 		// A new stay in the queue: admission starts over under a new epoch,
 		// and the task may be claimed at once when it needs none.
@@ -260,6 +270,42 @@ func (t *Task) queueForAdmission() {
 // releaseAdmission gives the task's quota back.
 func (t *Task) releaseAdmission() {
 	t.Admitted, t.Flavors = false, nil
+}
+
+// rememberAttempt keeps the current attempt among the task's past ones,
+// before a new lease or a requeue replaces it or, with leaseExpired, when
+// its lease ran out. An attempt already remembered is updated in place, so
+// an attempt appears once; only the last MaxPastAttempts are kept.
+func (t *Task) rememberAttempt(leaseExpired bool) {
+	if t.AttemptID == "" {
+		return
+	}
+	p := PastAttempt{ID: t.AttemptID, AgentID: t.AgentID, LeaseExpiresAt: t.LeaseExpiresAt, LeaseExpired: leaseExpired}
+	for i, old := range t.PastAttempts {
+		if old.ID == p.ID {
+			// Already remembered when its lease expired: that stays true,
+			// and so do its agent and expiry (a retry scheduled since has
+			// cleared them from the task).
+			p.LeaseExpired = p.LeaseExpired || old.LeaseExpired
+			if p.LeaseExpiresAt.IsZero() {
+				p.LeaseExpiresAt = old.LeaseExpiresAt
+			}
+			if p.AgentID == "" {
+				p.AgentID = old.AgentID
+			}
+			t.PastAttempts[i] = p
+			return
+		}
+	}
+	// A new slice each time: Apply works on a copy of the task, and the
+	// caller's copy must not see this one's history change under it.
+	past := make([]PastAttempt, 0, min(len(t.PastAttempts)+1, MaxPastAttempts))
+	if drop := len(t.PastAttempts) + 1 - MaxPastAttempts; drop > 0 {
+		past = append(past, t.PastAttempts[drop:]...)
+	} else {
+		past = append(past, t.PastAttempts...)
+	}
+	t.PastAttempts = append(past, p)
 }
 
 // clearAttempt forgets the current attempt before a new one or a requeue.

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"net/netip"
+	"net/url"
 	"path"
 	"regexp"
 	"strings"
@@ -35,6 +36,8 @@ type SpecInput struct {
 	Checkpoint bool
 	// Artifacts are output globs relative to the working directory.
 	Artifacts []string
+	// Webhook is an http(s) URL to notify when the task ends.
+	Webhook string
 }
 
 // Limits on what one task may carry.
@@ -73,7 +76,7 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		MaxRetries: orDefault(in.MaxRetries, DefaultMaxRetries),
 		MachineID:  in.MachineID, GroupID: in.GroupID, ParentID: in.ParentID, DependsOn: in.DependsOn,
 		Mode: in.Mode, Labels: in.Labels, ScatterCount: in.ScatterCount, Queue: in.Queue,
-		Resources: in.Resources, Quota: in.Quota, Video: in.Video,
+		Resources: in.Resources, Quota: in.Quota, Video: in.Video, Webhook: strings.TrimSpace(in.Webhook),
 		Checkpoint: in.Checkpoint, Artifacts: in.Artifacts,
 		LeaseTTL:          orDefault(in.LeaseTTL, DefaultLeaseTTL),
 		RenewInterval:     orDefault(in.RenewInterval, DefaultRenewInterval),
@@ -160,6 +163,9 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	if err := checkArtifacts(s.Artifacts); err != nil {
 		return s, err
 	}
+	if err := checkWebhook(s.Webhook); err != nil {
+		return s, err
+	}
 	// These identifiers travel to other services and into URLs (queues,
 	// quotas, machines); a conservative character set keeps them safe to
 	// log, compare and put in a path without escaping.
@@ -225,6 +231,33 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		}
 	}
 	return s, nil
+}
+
+// MaxWebhookURL bounds a webhook URL.
+const MaxWebhookURL = 2048
+
+// checkWebhook accepts "" or an absolute http(s) URL with a host and no
+// credentials. Whether the host is one Taskmesh may call is decided when a
+// notification is sent (the address it resolves to then).
+func checkWebhook(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	if len(raw) > MaxWebhookURL {
+		return invalid("webhook.url", "is longer than %d characters", MaxWebhookURL)
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || strings.ContainsAny(raw, "\x00\r\n\t "):
+		return invalid("webhook.url", "is not a valid URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return invalid("webhook.url", "must be an http or https URL")
+	case u.Host == "" || u.Hostname() == "":
+		return invalid("webhook.url", "has no host")
+	case u.User != nil:
+		return invalid("webhook.url", "must not carry credentials")
+	}
+	return nil
 }
 
 func checkResources(r map[string]string) error {

@@ -92,6 +92,9 @@ type Spec struct {
 	// Artifacts are output globs, relative to the working directory,
 	// uploaded after the task ends (docs/api/tasks.md#artifacts).
 	Artifacts []string `json:"artifacts,omitempty"`
+	// Webhook is where the task's completion, final failure or
+	// cancellation is notified ("" = the tenant's default endpoint).
+	Webhook string `json:"webhook,omitempty"`
 }
 
 // Video is a validated video-generation request (docs/api/video.md); the
@@ -208,6 +211,10 @@ type Task struct {
 	FinishedStatus    Status    `json:"finished_status,omitempty"`
 	FinishedAt        time.Time `json:"finished_at,omitzero"`
 	Deleted           bool      `json:"deleted,omitempty"`
+	// PastAttempts are the task's latest earlier attempts, oldest first (at
+	// most MaxPastAttempts), so that an attempt whose lease expired still
+	// gets 30003 after the task moved on.
+	PastAttempts []PastAttempt `json:"past_attempts,omitempty"`
 
 	// Admission (Kueue's model, decided by the quota service). A task with
 	// a ClusterQueue is claimable only while Admitted. AdmissionEpoch is the
@@ -218,6 +225,23 @@ type Task struct {
 	Flavors        map[string]string `json:"flavors,omitempty"`
 	AdmissionEpoch int64             `json:"admission_epoch,omitempty"`
 }
+
+// PastAttempt is an attempt that is no longer the task's current one, or
+// the current one after its lease expired.
+type PastAttempt struct {
+	ID      string `json:"id"`
+	AgentID string `json:"agent_id,omitempty"`
+	// LeaseExpiresAt is when its lease ran out, when it ran out.
+	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
+	// LeaseExpired: the attempt ended because its lease expired or its
+	// agent was lost (TaskLeaseExpired).
+	LeaseExpired bool `json:"lease_expired,omitempty"`
+}
+
+// MaxPastAttempts bounds PastAttempts. An attempt older than that many
+// leases is answered 30001 instead of 30003: its agent has been gone for
+// at least as many lease expiries, and the task's state stays small.
+const MaxPastAttempts = 16
 
 // Claimable reports whether the task may be leased at now.
 func (t *Task) Claimable(now time.Time) bool {

@@ -58,6 +58,7 @@ func specInput(s *taskv1.TaskSpec) domain.SpecInput {
 		TargetMachines: s.GetTargets().GetMachineIds(), TargetIPs: s.GetTargets().GetIps(),
 		Resources: s.GetResources(), Quota: s.GetQuota(), Video: taskproto.VideoFromProto(s.GetVideo()),
 		Checkpoint: s.GetCheckpoint().GetEnabled(), Artifacts: s.GetArtifacts(),
+		Webhook: s.GetWebhook().GetUrl(),
 	}
 	if d := s.GetDistribution(); d != nil {
 		in.Mode, in.Labels, in.ScatterCount = d.GetMode(), d.GetLabels(), int(d.GetCount())

@@ -43,6 +43,9 @@ func schedulerStatus(err error) (error, bool) {
 		return statusWith(codes.FailedPrecondition, taskv1.ErrorCode_ERROR_CODE_LEASE_EXPIRED, err.Error()), true
 	case errors.Is(err, domain.ErrImmutable):
 		return statusWith(codes.FailedPrecondition, taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE, err.Error()), true
+	case errors.Is(err, app.ErrResultExpired):
+		// The result, not the task, is gone: not found, and why.
+		return statusWith(codes.NotFound, taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND, err.Error()), true
 	case errors.Is(err, domain.ErrNotFound):
 		return statusWith(codes.NotFound, taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND, err.Error()), true
 	case errors.Is(err, app.ErrForbidden):

@@ -41,6 +41,9 @@ func TaskToProto(t domain.Task) *taskv1.Task {
 		p.Preemption = &taskv1.PreemptedTask{TaskId: t.ID, Checkpoint: pr.Checkpoint, PreemptedAt: ToTimestamp(pr.PreemptedAt),
 			PreemptedBy: pr.PreemptedBy}
 	}
+	if t.Spec.Webhook != "" {
+		p.Webhook = &taskv1.Webhook{Url: t.Spec.Webhook}
+	}
 	if p.MachineId == "" {
 		p.MachineId = t.AssignedMachine
 	}
@@ -88,7 +91,7 @@ func TaskFromProto(p *taskv1.Task) domain.Task {
 			ScatterCount: int(p.GetDistribution().GetCount()), LeaseTTL: int(p.GetLeaseTtlSec()),
 			RenewInterval: int(p.GetRenewIntervalSec()), HeartbeatInterval: int(p.GetHeartbeatIntervalSec()),
 			GracePeriod: int(p.GetGracePeriodSec()), Queue: p.GetQueue(), Resources: p.GetResources(),
-			Quota: p.GetQuota(), Video: VideoFromProto(p.GetVideo()),
+			Quota: p.GetQuota(), Video: VideoFromProto(p.GetVideo()), Webhook: p.GetWebhook().GetUrl(),
 			Checkpoint: p.GetCheckpoint().GetEnabled(), Artifacts: p.GetArtifacts(),
 		},
 	}

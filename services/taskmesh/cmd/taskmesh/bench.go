@@ -23,7 +23,7 @@ type benchmark struct {
 
 func benchCommand() *cobra.Command {
 	return newBenchCommand([]benchmark{eventsBenchmark(), tasksBenchmark(), gatewayBenchmark(), admissionBenchmark(), pipelineBenchmark(),
-		dagBenchmark(), slurmBenchmark()})
+		dagBenchmark(), consumersBenchmark(), slurmBenchmark()})
 }
 
 // newBenchCommand is `taskmesh bench` with a subcommand per benchmark and
@@ -159,6 +159,23 @@ func admissionBenchmark() benchmark {
 		run: func(ctx context.Context, c bench.Common) error {
 			o.Common = c
 			_, err := bench.Admission(ctx, o)
+			return err
+		}}
+}
+
+func consumersBenchmark() benchmark {
+	var o bench.ConsumersOptions
+	f := pflag.NewFlagSet("consumers", pflag.ContinueOnError)
+	f.IntVar(&o.ReplayTasks, "replay-tasks", 10_000, "tasks (5 events each) of the replay corpus")
+	f.IntVar(&o.Deliveries, "deliveries", 5000, "webhook deliveries of the throughput burst")
+	f.IntVar(&o.WebhookRate, "webhook-rate", 500, "deliveries/s of the webhook latency run")
+	f.IntVar(&o.LagRate, "usage-rate", 2000, "task events/s of the usage lag run")
+	f.DurationVar(&o.For, "consumers-for", 10*time.Second, "length of the webhook latency and usage lag runs")
+	return benchmark{name: "consumers", flags: f,
+		short: "Event consumers: replay rate per projection, webhook deliveries to a local receiver, usage metering lag",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.Consumers(ctx, o)
 			return err
 		}}
 }

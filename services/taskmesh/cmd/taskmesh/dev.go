@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/platform/safehttp"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
 )
 
@@ -26,9 +27,11 @@ type devFlags struct {
 	noAgent bool
 	limits  rateLimitFlags
 	video   videoFlags
-	pipe    pipelineFlags
-	caps    string
-	labels  string
+	// webhookAllow lists networks webhooks may reach although not public.
+	webhookAllow []string
+	pipe         pipelineFlags
+	caps         string
+	labels       string
 }
 
 func devCommand() *cobra.Command {
@@ -67,10 +70,13 @@ func (d *devFlags) add(f *pflag.FlagSet) {
 	f.IntVar(&d.o.KafkaPort, "kafka-port", 19092, "port of the embedded Kafka broker")
 	f.IntVar(&d.o.AgentSlots, "agent-slots", 4, "concurrent tasks of the local agent")
 	f.BoolVar(&d.noAgent, "no-agent", false, "do not start the local agent")
+	f.BoolVar(&d.o.InfraOnly, "infra-only", false, "start only Postgres and the Kafka broker, for services run as separate processes "+
+		"(writes <data-dir>/database-url and <data-dir>/kafka-brokers)")
 	f.StringVar(&d.o.AgentLocalAPI, "agent-local-api", "127.0.0.1:7071", "the local agent's own REST API (empty: off)")
 	f.StringVar(&d.logFile, "log-file", "", "log file (default <data-dir>/taskmesh.log)")
 	d.limits.add(f)
 	d.video.add(f, false)
+	f.StringSliceVar(&d.webhookAllow, "webhook-allow", nil, "networks webhooks may reach although not public (e.g. 127.0.0.1/32 for a receiver on this machine)")
 	d.pipe.add(f, true)
 	f.StringVar(&d.caps, "pipeline-caps", "", "set the pipeline's stage caps at start, e.g. onnx=4,bie=2,nef=4 (default: keep the stage queues as they are)")
 	f.StringVar(&d.labels, "agent-labels", "pool:onnx,pool:bie,pool:nef", "the local agent's labels (its pipeline pools)")
@@ -92,6 +98,9 @@ func (d *devFlags) options() (stack.Options, error) {
 	}
 	if o.Video, err = d.video.config(); err != nil {
 		return o, err
+	}
+	if o.Consumers.Webhooks.Allow, err = safehttp.ParseAllow(d.webhookAllow); err != nil {
+		return o, fmt.Errorf("--webhook-allow: %w", err)
 	}
 	if o.Pipeline, err = d.pipe.config(); err != nil {
 		return o, err
@@ -126,7 +135,13 @@ func runDev(ctx context.Context, out io.Writer, o stack.Options, logFile string)
 		return err
 	}
 	defer s.Close()
-	printBanner(out, s, logFile)
+	if o.InfraOnly {
+		if err := printInfra(out, s, o.DataDir); err != nil {
+			return err
+		}
+	} else {
+		printBanner(out, s, logFile)
+	}
 	if err := s.Wait(ctx); err != nil {
 		return err
 	}
@@ -151,6 +166,7 @@ Taskmesh is running.
   Operator key   %[12]s   (admin API: taskmesh ctl tenants|keys)
   Quota cluster  %[13]s   (in-process operator; GPUs per machine type)
   Quota service  %[14]s   (operators: taskmesh ctl quota --quota-server %[14]s --internal-token-file %[15]s)
+  Consumers      %[16]s   (audit log, usage, webhooks: taskmesh ctl audit|usage|webhooks)
 
 Try it:
   export TASKMESH_API_KEY=%[9]s
@@ -164,7 +180,7 @@ Try it:
 Press Ctrl-C to stop; data stays in the data directory.
 `, s.HTTPURL, s.GRPCAddr, password.ReplaceAllString(s.Postgres, "://$1:***@"), strings.Join(s.Kafka, ","), s.ObjectDir,
 		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s), s.AdminKeyFile, quotaCluster(s),
-		s.QuotaAddr, s.InternalTokenFile)
+		s.QuotaAddr, s.InternalTokenFile, s.ConsumersAddr)
 }
 
 // quotaCluster describes the embedded default cluster, e.g. "local A100=16".
@@ -191,4 +207,20 @@ func pgDirNote(s *stack.Stack) string {
 		return ""
 	}
 	return "\n                 (data in " + s.PostgresDir + ": the postgres user cannot reach the data directory)"
+}
+
+// printInfra writes where the infrastructure of --infra-only listens to
+// files the services' flags can read (the database URL holds a password:
+// 0600) and prints it.
+func printInfra(w io.Writer, s *stack.Stack, dir string) error {
+	urlFile, brokersFile := filepath.Join(dir, "database-url"), filepath.Join(dir, "kafka-brokers")
+	if err := os.WriteFile(urlFile, []byte(s.Postgres+"\n"), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(brokersFile, []byte(strings.Join(s.Kafka, ",")+"\n"), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nPostgres and Kafka are running (data in %s).\n\n  Postgres  %s   (URL in %s)\n  Kafka     %s   (in %s)\n\nPress Ctrl-C to stop.\n",
+		dir, password.ReplaceAllString(s.Postgres, "://$1:***@"), urlFile, strings.Join(s.Kafka, ","), brokersFile)
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 var entryPackages = []string{
 	"services/taskmesh/cmd/taskmesh",
 	"services/taskmesh/internal/stack",
+	"services/consumers",
 	"services/scheduler",
 	"services/quota",
 	"services/quota/admission",

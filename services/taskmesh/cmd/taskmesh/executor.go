@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -41,6 +42,18 @@ type executorFlags struct {
 	slurm                            executor.SlurmConfig
 	slurmQoS, slurmNodeAgents        string
 	s3AccessKeyFile, s3SecretKeyFile string
+	configFile                       string
+	isolation                        isolationFlags
+	logFile                          executor.LogConfig
+}
+
+// isolationFlags are the sandbox and cleanup flags; each one given wins
+// over the configuration file.
+type isolationFlags struct {
+	sandbox, user               string
+	readonly, writable          []string
+	maxAge, maxSize, journalAge string
+	flags                       *pflag.FlagSet
 }
 
 func executorCommand() *cobra.Command {
@@ -57,6 +70,7 @@ func executorCommand() *cobra.Command {
 		},
 	}
 	f.addAgent(cmd.Flags())
+	f.addIsolation(cmd.Flags())
 	f.addKubernetes(cmd.Flags())
 	f.addSlurm(cmd.Flags())
 	return cmd
@@ -115,6 +129,11 @@ func (e *executorFlags) config() (executor.Config, error) {
 	if cfg.Token, err = flagenv.Secret(cfg.Token, e.tokenFile); err != nil {
 		return executor.Config{}, err
 	}
+	// Reread after a rotation: the operator writes the new secret there.
+	cfg.TokenFile = e.tokenFile
+	if err := e.isolation.apply(&cfg, e.configFile, &e.logFile); err != nil {
+		return executor.Config{}, err
+	}
 	split := func(s string) []string {
 		if s == "" {
 			return nil
@@ -122,9 +141,13 @@ func (e *executorFlags) config() (executor.Config, error) {
 		return strings.Split(s, ",")
 	}
 	cfg.Labels, cfg.Types, cfg.AllowedCommands, cfg.BlockedPatterns = split(e.labels), split(e.types), split(e.allowed), split(e.blocked)
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	out, err := e.logOutput()
+	if err != nil {
+		return executor.Config{}, err
+	}
+	var h slog.Handler = slog.NewTextHandler(out, nil)
 	if e.logFormat == "json" {
-		h = slog.NewJSONHandler(os.Stderr, nil)
+		h = slog.NewJSONHandler(out, nil)
 	}
 	cfg.Logger = slog.New(h).With("service", "executor", "agent", cfg.AgentID)
 	if cfg.AgentID == "" {
@@ -145,7 +168,8 @@ func (e *executorFlags) addAgent(f *pflag.FlagSet) {
 	f.StringVar(&cfg.VideoFont, "video-font", "", "font file for video title cards and the watermark (default: a CJK font from fontconfig)")
 	f.StringVar(&cfg.Server, "server", "127.0.0.1:9090", "gRPC front door of Taskmesh")
 	f.StringVar(&cfg.Token, "token", "", "agent token (prefer --token-file or TASKMESH_TOKEN)")
-	f.StringVar(&e.tokenFile, "token-file", "", "file holding the agent token")
+	f.StringVar(&e.tokenFile, "token-file", "", "file holding the agent token (reread after a rotation)")
+	f.StringVar(&cfg.SourceAddr, "source-address", "", "local address to connect to the server from (default: the system's choice)")
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/taskmesh-agent", "journal and run directories")
 	f.StringVar(&cfg.WorkRoot, "work-root", "", "base of default working directories (default <data-dir>/work)")
 	f.DurationVar(&cfg.ClaimWait, "claim-wait", 30*time.Second, "long-poll wait per claim")
@@ -220,4 +244,103 @@ func pairs(s, what string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// addIsolation adds the sandbox, cleanup and log flags (the isolation,
+// cleanup and log blocks of --config).
+func (e *executorFlags) addIsolation(f *pflag.FlagSet) {
+	i := &e.isolation
+	i.flags = f
+	f.StringVar(&e.configFile, "config", "", "agent configuration file with isolation:, log: and cleanup: blocks (docs/executor.md)")
+	f.StringVar(&i.sandbox, "isolation", "none", "task sandbox: none or bwrap (bubblewrap, tasks as an unprivileged user)")
+	f.StringVar(&i.user, "isolation-user", "nobody", "the user sandboxed tasks run as")
+	f.StringSliceVar(&i.readonly, "isolation-readonly-paths", nil, "paths a sandboxed task sees read-only (default /usr,/bin,/sbin,/lib,/lib64,/etc)")
+	f.StringSliceVar(&i.writable, "isolation-writable-paths", nil, "paths a sandboxed task may write besides its work directory")
+	f.BoolVar(&e.cfg.NoCgroups, "no-cgroups", false, "limit tasks' resources with rlimits even where cgroups could be made")
+	f.StringVar(&i.maxAge, "cleanup-max-age", "", "remove delivered tasks' run and work directories after this age (default 7d)")
+	f.StringVar(&i.maxSize, "cleanup-max-size", "", "keep run and work directories under this size, oldest removed first (default 10GB)")
+	f.StringVar(&i.journalAge, "journal-max-age", "", "prune delivered journal entries after this age (default 7d)")
+	f.StringVar(&e.logFile.LocalDir, "log-dir", "", "write the agent's log to <dir>/agent.log, rotated (default: standard error)")
+	f.IntVar(&e.logFile.MaxSizeMB, "log-max-size-mb", logfileDefaultMB, "rotate the log file at this size")
+	f.IntVar(&e.logFile.RetainCount, "log-retain", logfileDefaultRetain, "log files kept, the current one included")
+}
+
+// Log rotation defaults (docs/executor.md).
+const (
+	logfileDefaultMB     = 100
+	logfileDefaultRetain = 7
+)
+
+// apply sets cfg from the configuration file, then from the flags given.
+func (i *isolationFlags) apply(cfg *executor.Config, file string, log *executor.LogConfig) error {
+	if file != "" {
+		f, err := executor.LoadFile(file)
+		if err != nil {
+			return err
+		}
+		if err := f.Apply(cfg); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		i.logDefaults(f.Log, log)
+	}
+	if i.flags.Changed("isolation") || file == "" {
+		cfg.Sandbox.Type, cfg.Sandbox.Enabled = i.sandbox, i.sandbox != executor.SandboxNone
+	}
+	if i.flags.Changed("isolation-user") || cfg.Sandbox.User == "" {
+		cfg.Sandbox.User = i.user
+	}
+	if i.flags.Changed("isolation-readonly-paths") {
+		cfg.Sandbox.ReadonlyPaths = i.readonly
+	}
+	if i.flags.Changed("isolation-writable-paths") {
+		cfg.Sandbox.WritablePaths = i.writable
+	}
+	return i.cleanup(cfg)
+}
+
+// logDefaults takes the file's log block where no flag was given.
+func (i *isolationFlags) logDefaults(from executor.LogConfig, to *executor.LogConfig) {
+	if !i.flags.Changed("log-dir") && from.LocalDir != "" {
+		to.LocalDir = from.LocalDir
+	}
+	if !i.flags.Changed("log-max-size-mb") && from.MaxSizeMB > 0 {
+		to.MaxSizeMB = from.MaxSizeMB
+	}
+	if !i.flags.Changed("log-retain") && from.RetainCount > 0 {
+		to.RetainCount = from.RetainCount
+	}
+}
+
+// cleanup applies the cleanup flags given.
+func (i *isolationFlags) cleanup(cfg *executor.Config) error {
+	var err error
+	if i.maxAge != "" {
+		if cfg.Retention.MaxAge, err = executor.ParseAge(i.maxAge); err != nil {
+			return fmt.Errorf("--cleanup-max-age: %w", err)
+		}
+	}
+	if i.maxSize != "" {
+		if cfg.Retention.MaxBytes, err = executor.ParseSize(i.maxSize); err != nil {
+			return fmt.Errorf("--cleanup-max-size: %w", err)
+		}
+	}
+	if i.journalAge != "" {
+		if cfg.Retention.JournalMaxAge, err = executor.ParseAge(i.journalAge); err != nil {
+			return fmt.Errorf("--journal-max-age: %w", err)
+		}
+	}
+	return nil
+}
+
+// logOutput is the rotating log file of --log-dir (or the file's log
+// block), else standard error.
+func (e *executorFlags) logOutput() (io.Writer, error) {
+	if e.logFile.LocalDir == "" {
+		return os.Stderr, nil
+	}
+	w, err := executor.OpenLog(e.logFile)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
 }

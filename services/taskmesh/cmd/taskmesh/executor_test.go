@@ -2,8 +2,12 @@ package main
 
 import (
 	"maps"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
 )
 
 func TestKeyValues(t *testing.T) {
@@ -38,6 +42,48 @@ func TestExecutorRefusesAnUnknownBackend(t *testing.T) {
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `--backend "nomad": want process, kubernetes or slurm`) {
 		t.Fatalf("error %v", err)
+	}
+}
+
+func TestExecutorConfigFileAndFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/agent.yaml"
+	if err := os.WriteFile(file, []byte("isolation: {enabled: true, type: bwrap, user: nobody, writable_paths: [/data]}\n"+
+		"log: {max_size_mb: 5, retain_count: 2, local_dir: "+dir+"/logs}\ncleanup: {local: {max_age: 3d, max_size: 2GB}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	token := dir + "/token"
+	if err := os.WriteFile(token, []byte("tma_x_y\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var f executorFlags
+	cmd := &cobra.Command{}
+	f.addAgent(cmd.Flags())
+	f.addIsolation(cmd.Flags())
+	if err := cmd.Flags().Parse([]string{"--agent-id", "a", "--token-file", token, "--config", file,
+		"--isolation-writable-paths", "/scratch", "--journal-max-age", "12h"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Sandbox
+	if !s.Enabled || s.Type != "bwrap" || s.User != "nobody" || len(s.WritablePaths) != 1 || s.WritablePaths[0] != "/scratch" {
+		t.Errorf("sandbox = %+v (the flag should win over the file)", s)
+	}
+	if r := cfg.Retention; r.MaxAge != 72*time.Hour || r.MaxBytes != 2e9 || r.JournalMaxAge != 12*time.Hour {
+		t.Errorf("retention = %+v", r)
+	}
+	if cfg.TokenFile != token || cfg.Token != "tma_x_y" {
+		t.Errorf("token file %q, token set %v", cfg.TokenFile, cfg.Token != "")
+	}
+	if f.logFile.LocalDir != dir+"/logs" || f.logFile.MaxSizeMB != 5 || f.logFile.RetainCount != 2 {
+		t.Errorf("log = %+v", f.logFile)
+	}
+	cfg.Logger.Info("hello")
+	if b, err := os.ReadFile(dir + "/logs/agent.log"); err != nil || !strings.Contains(string(b), "hello") {
+		t.Errorf("agent log file: %q, %v", b, err)
 	}
 }
 

@@ -33,7 +33,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(benchCommand(), devCommand(), schedulerCommand(), gatewayCommand(), executorCommand(),
-		replayCommand(), ctlCommand(), quotaCommand())
+		replayCommand(), ctlCommand(), quotaCommand(), consumersCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "taskmesh:", err)
 		os.Exit(1)

@@ -9,9 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/projection"
+	"github.com/taskmesh/taskmesh/services/consumers"
 	"github.com/taskmesh/taskmesh/services/quota"
+	"github.com/taskmesh/taskmesh/services/quota/admission"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 )
 
@@ -23,10 +26,15 @@ func replayCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "replay",
-		Short: "Rebuild the scheduler's projections from the event log into fresh tables and compare them with the live ones",
+		Short: "Rebuild every projection from the event log into fresh tables and compare them with the live ones",
+		Long: `replay recomputes the inline projections (the scheduler's tasks, the quota service's tables,
+the pipeline's jobs) from the event stores, and rebuilds every Kafka projection from offset 0 into fresh
+tables — task views, admission workloads, the audit log, usage and webhook deliveries —
+comparing each with its live table. Dead letters are not rebuilt. It fails when
+anything differs.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.run(cmd, "replay", func(ctx context.Context, p *process) error {
-				return replay(ctx, cmd.OutOrStdout(), c.databaseURL, p, keep, inline)
+				return replay(ctx, cmd.OutOrStdout(), c.databaseURL, p.kafka, keep, inline)
 			})
 		},
 	}
@@ -36,47 +44,33 @@ func replayCommand() *cobra.Command {
 	return cmd
 }
 
+// replaySet is one schema's Kafka projections.
+type replaySet struct {
+	schema string
+	specs  []projection.ReplaySpec
+}
+
+func replaySets(k kafka.Config) []replaySet {
+	return []replaySet{
+		{scheduler.Schema, scheduler.ReplaySpecs(k)},
+		{admission.Schema, admission.ReplaySpecs(k)},
+		{consumers.Schema, consumers.ReplaySpecs(k)},
+	}
+}
+
 // replay compares every projection with its rebuild from events and
 // prints what differs; it fails when anything does.
-func replay(ctx context.Context, out io.Writer, databaseURL string, p *process, keep, inline bool) error {
-	pool, err := pg.Open(ctx, pg.Config{URL: databaseURL, Schema: scheduler.Schema, MaxConns: 8})
+func replay(ctx context.Context, out io.Writer, databaseURL string, k kafka.Config, keep, inline bool) error {
+	equal, err := replayInline(ctx, out, databaseURL, inline)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	rebuilt := map[bool]string{true: " (rebuilt)", false: ""}[inline]
-	rep, err := scheduler.RebuildInlineProjection(ctx, pool, inline)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "tasks (inline projection): %d tasks from %d events, %d differ%s\n", rep.Tasks, rep.Events, len(rep.Differences), rebuilt)
-	equal := len(rep.Differences) == 0
-	qrep, found, err := replayQuota(ctx, databaseURL, inline)
-	if err != nil {
-		return err
-	}
-	if found {
-		fmt.Fprintf(out, "quota (inline projection): %d aggregates from %d events, %d differ%s\n", qrep.Aggregates, qrep.Events,
-			len(qrep.Differences), rebuilt)
-		equal = equal && len(qrep.Differences) == 0
-	}
-	prep, found, err := replayPipeline(ctx, databaseURL, inline)
-	if err != nil {
-		return err
-	}
-	if found {
-		fmt.Fprintf(out, "pipeline jobs (inline projection): %d jobs from %d events, %d differ%s\n", prep.Jobs, prep.Events,
-			len(prep.Differences), rebuilt)
-		equal = equal && len(prep.Differences) == 0
-	}
-	for _, spec := range scheduler.ReplaySpecs(p.kafka) {
-		spec.Keep = keep
-		r, err := projection.Replay(ctx, pool, spec)
+	for _, set := range replaySets(k) {
+		same, err := replaySchema(ctx, out, databaseURL, set, keep)
 		if err != nil {
-			return fmt.Errorf("replay %s: %w", spec.Name, err)
+			return err
 		}
-		printReplay(out, r)
-		equal = equal && r.Equal()
+		equal = equal && same
 	}
 	if !equal {
 		return errors.New("replay differs from the live projections")
@@ -85,12 +79,78 @@ func replay(ctx context.Context, out io.Writer, databaseURL string, p *process, 
 	return nil
 }
 
+// replayInline rebuilds the inline projections (the scheduler's tasks,
+// the quota service's tables, the pipeline's jobs) from their event stores.
+func replayInline(ctx context.Context, out io.Writer, databaseURL string, inline bool) (bool, error) {
+	pool, err := pg.Open(ctx, pg.Config{URL: databaseURL, Schema: scheduler.Schema, MaxConns: 4})
+	if err != nil {
+		return false, err
+	}
+	defer pool.Close()
+	rebuilt := map[bool]string{true: " (rebuilt)", false: ""}[inline]
+	rep, err := scheduler.RebuildInlineProjection(ctx, pool, inline)
+	if err != nil {
+		return false, err
+	}
+	fmt.Fprintf(out, "tasks (inline projection): %d tasks from %d events, %d differ%s\n", rep.Tasks, rep.Events, len(rep.Differences), rebuilt)
+	equal := len(rep.Differences) == 0
+	qrep, found, err := replayQuota(ctx, databaseURL, inline)
+	if err != nil {
+		return false, err
+	}
+	if found {
+		fmt.Fprintf(out, "quota (inline projection): %d aggregates from %d events, %d differ%s\n", qrep.Aggregates, qrep.Events,
+			len(qrep.Differences), rebuilt)
+		equal = equal && len(qrep.Differences) == 0
+	}
+	prep, found, err := replayPipeline(ctx, databaseURL, inline)
+	if err != nil {
+		return false, err
+	}
+	if found {
+		fmt.Fprintf(out, "pipeline jobs (inline projection): %d jobs from %d events, %d differ%s\n", prep.Jobs, prep.Events,
+			len(prep.Differences), rebuilt)
+		equal = equal && len(prep.Differences) == 0
+	}
+	return equal, nil
+}
+
+// replaySchema replays one schema's Kafka projections, if the schema
+// exists (a deployment may run without a service).
+func replaySchema(ctx context.Context, out io.Writer, databaseURL string, set replaySet, keep bool) (bool, error) {
+	pool, err := pg.Open(ctx, pg.Config{URL: databaseURL, Schema: set.schema, MaxConns: 4})
+	if err != nil {
+		return false, err
+	}
+	defer pool.Close()
+	var present bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, set.schema+".projection_offsets").Scan(&present); err != nil || !present {
+		return true, err
+	}
+	equal := true
+	for _, spec := range set.specs {
+		spec.Keep = keep
+		r, err := projection.Replay(ctx, pool, spec)
+		if errors.Is(err, projection.ErrNothingApplied) {
+			fmt.Fprintf(out, "%s: %v\n", spec.Name, err)
+			equal = false
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("replay %s: %w", spec.Name, err)
+		}
+		printReplay(out, spec.Name, r)
+		equal = equal && r.Equal()
+	}
+	return equal, nil
+}
+
 // printReplay prints, per table of a Kafka projection, how its replay
 // compares with the live rows, with samples of the rows that differ.
-func printReplay(out io.Writer, r *projection.Report) {
+func printReplay(out io.Writer, name string, r *projection.Report) {
 	for _, t := range r.Tables {
-		fmt.Fprintf(out, "%s: %d records replayed in %s; live %d rows, replay %d rows, %d only live, %d only replay\n",
-			t.Live, r.Records, r.Duration.Round(time.Millisecond), t.LiveRows, t.ReplayRows, t.OnlyInLive, t.OnlyInReplay)
+		fmt.Fprintf(out, "%s → %s: %d records replayed in %s (%d skipped as dead letters); live %d rows, replay %d rows, %d only live, %d only replay\n",
+			name, t.Live, r.Records, r.Duration.Round(time.Millisecond), r.Skipped, t.LiveRows, t.ReplayRows, t.OnlyInLive, t.OnlyInReplay)
 		for _, s := range t.Samples {
 			fmt.Fprintln(out, "   ", s)
 		}

@@ -18,6 +18,7 @@ type schedulerFlags struct {
 	listen, quotaTarget string
 	writers             int
 	agentLostAfter      time.Duration
+	resultRetention     time.Duration
 	preemptGap          int
 	objects             objectFlags
 	video               videoFlags
@@ -50,6 +51,8 @@ func (s *schedulerFlags) add(cmd *cobra.Command) {
 	f.IntVar(&s.writers, "writers", 4, "concurrent group-commit transactions")
 	f.StringVar(&s.quotaTarget, "quota", "", "quota service's internal gRPC address: admission of queued GPU work (empty: tasks are admitted at once)")
 	f.DurationVar(&s.agentLostAfter, "agent-lost-after", 15*time.Second, "release an agent's leases after this long without heartbeats")
+	f.DurationVar(&s.resultRetention, "result-retention", 30*24*time.Hour,
+		"delete results from the object store after this long (an S3 lifecycle rule when the store takes one)")
 	f.IntVar(&s.preemptGap, "preempt-gap", 3, "priority gap from which waiting tasks preempt running ones (negative: never)")
 	s.objects.add(cmd)
 	s.video.add(f, true)
@@ -77,8 +80,10 @@ func (s *schedulerFlags) config(ctx context.Context, p *process) (scheduler.Serv
 	}
 	return scheduler.ServerConfig{
 		Service: scheduler.Config{Kafka: p.kafka, Objects: objects, Writers: s.writers, Logger: p.log,
-			Timing: scheduler.Timing{AgentLostAfter: s.agentLostAfter, PreemptGap: s.preemptGap}, Video: video,
-			Pipeline: pipeline, InternalToken: p.internalToken},
+			Timing:        scheduler.Timing{AgentLostAfter: s.agentLostAfter, PreemptGap: s.preemptGap, ResultRetention: s.resultRetention},
+			Video:         video,
+			Pipeline:      pipeline,
+			InternalToken: p.internalToken},
 		DatabaseURL: s.databaseURL, MaxConns: int32(5 + s.writers + 16), Listen: s.listen, QuotaTarget: s.quotaTarget,
 	}, nil
 }

@@ -21,10 +21,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+	webhookv1 "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
 )
 
 // Client setup: where the server is, which key to send, and whether to use
@@ -309,14 +313,19 @@ func (bearer) String() string { return "bearer([REDACTED])" }
 
 // conn is an open client.
 type conn struct {
-	cc        *grpc.ClientConn
-	tasks     taskv1.TaskServiceClient
-	admin     adminv1.AdminServiceClient
-	video     videov1.VideoServiceClient
-	pipeline  pipelinev1.PipelineServiceClient
-	admission quotav1.AdmissionServiceClient
-	groups    taskv1.TaskGroupServiceClient
-	templates taskv1.TemplateServiceClient
+	cc          *grpc.ClientConn
+	tasks       taskv1.TaskServiceClient
+	admin       adminv1.AdminServiceClient
+	agents      adminv1.AgentServiceClient
+	video       videov1.VideoServiceClient
+	pipeline    pipelinev1.PipelineServiceClient
+	admission   quotav1.AdmissionServiceClient
+	groups      taskv1.TaskGroupServiceClient
+	templates   taskv1.TemplateServiceClient
+	audit       auditv1.AuditServiceClient
+	usage       usagev1.UsageServiceClient
+	webhooks    webhookv1.WebhookServiceClient
+	deadLetters deadletterv1.DeadLetterServiceClient
 }
 
 func (c *conn) Close() error { return c.cc.Close() }
@@ -341,9 +350,12 @@ func dial(s Settings) (*conn, error) {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
 	}
 	return &conn{cc: cc, tasks: taskv1.NewTaskServiceClient(cc), admin: adminv1.NewAdminServiceClient(cc),
-		video: videov1.NewVideoServiceClient(cc), pipeline: pipelinev1.NewPipelineServiceClient(cc),
+		agents: adminv1.NewAgentServiceClient(cc),
+		video:  videov1.NewVideoServiceClient(cc), pipeline: pipelinev1.NewPipelineServiceClient(cc),
 		admission: quotav1.NewAdmissionServiceClient(cc), groups: taskv1.NewTaskGroupServiceClient(cc),
-		templates: taskv1.NewTemplateServiceClient(cc)}, nil
+		templates: taskv1.NewTemplateServiceClient(cc), audit: auditv1.NewAuditServiceClient(cc),
+		usage: usagev1.NewUsageServiceClient(cc), webhooks: webhookv1.NewWebhookServiceClient(cc),
+		deadLetters: deadletterv1.NewDeadLetterServiceClient(cc)}, nil
 }
 
 // unreachable names the server in Unavailable errors: gRPC's own message

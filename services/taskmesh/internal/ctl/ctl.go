@@ -22,6 +22,10 @@
 //	ctl queues list|get          admission queues with live usage (queues.go)
 //	ctl tasks why ID             why a task waits for admission (queues.go)
 //	ctl quota …                 the quota service, as the operator (quota.go)
+//	ctl audit                   the audit log, filtered (audit.go)
+//	ctl usage                   metered usage, priced, or as CSV (usage.go)
+//	ctl webhooks endpoint|deliveries|get|redeliver   notifications (webhooks.go)
+//	ctl deadletters list|retry|drop   parked records, operator key (deadletters.go)
 //
 // Errors print as one line, "error: <message> (code <n> <meaning>)", and
 // exit 1; mistakes in the command line itself exit 2 before anything is
@@ -106,7 +110,7 @@ The server and API key come from, highest first: --server and --api-key;
 TASKMESH_SERVER and TASKMESH_API_KEY; the config file (--config, default
 $XDG_CONFIG_HOME/taskmesh/config.yaml or ~/.config/taskmesh/config.yaml)
 with server: and api_key:, which must be private (chmod 600).
-The tenants and keys commands send the operator key (tmo_…) instead:
+The tenants, keys and agents commands send the operator key (tmo_…) instead:
 --admin-key, TASKMESH_ADMIN_KEY, or admin_key: in the config file.
 Prefer the environment or the config file to --api-key, which other users
 of the machine can see in the process list.
@@ -126,7 +130,7 @@ root certificates unless --insecure is given.`,
 	f := ctl.PersistentFlags()
 	f.StringVar(&a.conn.server, "server", "", "gateway gRPC address host:port (default "+DefaultServer+", env "+EnvServer+")")
 	f.StringVar(&a.conn.apiKey, "api-key", "", "API key (env "+EnvAPIKey+"; visible to other users in the process list)")
-	f.StringVar(&a.conn.adminKey, "admin-key", "", "operator key for tenants and keys (env "+EnvAdminKey+"; visible in the process list)")
+	f.StringVar(&a.conn.adminKey, "admin-key", "", "operator key for tenants, keys and agents (env "+EnvAdminKey+"; visible in the process list)")
 	f.StringVar(&a.conn.config, "config", "", "config file with server: and api_key: (default $XDG_CONFIG_HOME/taskmesh/config.yaml)")
 	f.BoolVar(&a.conn.tls, "tls", false, "use TLS with the system roots even for a loopback address")
 	f.BoolVar(&a.conn.insecure, "insecure", false, "use plaintext even for a non-loopback address (sends the key unencrypted)")
@@ -143,7 +147,8 @@ root certificates unless --insecure is given.`,
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
 		a.cancelCommand(), a.retryCommand(), a.suspendCommand(), a.resumeCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
 	ctl.AddCommand(tasks, a.groupsCommand(), a.templatesCommand(), a.servicesCommand(), a.videoCommand(), a.jobsCommand(), a.queuesCommand(),
-		a.tenantsCommand(), a.keysCommand(), a.quotaCommand())
+		a.tenantsCommand(), a.keysCommand(), a.agentsCommand(), a.quotaCommand(), a.auditCommand(), a.usageCommand(), a.webhooksCommand(),
+		a.deadLettersCommand())
 	return ctl
 }
 

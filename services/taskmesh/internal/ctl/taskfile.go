@@ -72,7 +72,7 @@ var taskKeys = []string{
 	"id", "name", "type", "command", "args", "workdir", "env", "timeout", "priority",
 	"max_retries", "retry_delay", "machine_id", "group_id", "parent_id", "depends_on",
 	"lease_ttl_sec", "renew_interval_sec", "heartbeat_interval_sec", "grace_period_sec",
-	"repeat_count", "targets", "distribution", "queue",
+	"repeat_count", "targets", "distribution", "queue", "webhook",
 }
 
 // ParseTaskFile reads every task of a file. name is used in messages
@@ -133,6 +133,9 @@ func (p *fileParser) document(doc *yaml.Node) error {
 			}
 		}
 		t, err := p.task(lookup(pairs, "task"), "task", "")
+		if err == nil {
+			err = p.named(t, deref(lookup(pairs, "task")), "task")
+		}
 		if err != nil {
 			return err
 		}
@@ -152,6 +155,9 @@ func (p *fileParser) document(doc *yaml.Node) error {
 			}
 		}
 		t, err := p.taskPairs(root, pairs, "", "")
+		if err == nil {
+			err = p.named(t, root, "")
+		}
 		if err != nil {
 			return err
 		}
@@ -200,7 +206,11 @@ func (p *fileParser) localQueue(n *yaml.Node) error {
 		return p.errorf(tasks, "local_queue.tasks: want a list of tasks, got %s", kindName(tasks))
 	}
 	for i, item := range tasks.Content {
-		t, err := p.task(deref(item), fmt.Sprintf("local_queue.tasks[%d]", i), machine)
+		path := fmt.Sprintf("local_queue.tasks[%d]", i)
+		t, err := p.task(deref(item), path, machine)
+		if err == nil {
+			err = p.named(t, deref(item), path)
+		}
 		if err != nil {
 			return err
 		}
@@ -222,6 +232,20 @@ func (p *fileParser) task(n *yaml.Node, path, defaultMachine string) (FileTask, 
 		return FileTask{}, err
 	}
 	return p.taskPairs(n, pairs, path, defaultMachine)
+}
+
+// named checks that a task of a task file has a name: say where it is
+// missing rather than send a task the server can only refuse. Group
+// members are not checked here: a member may take its name from its
+// template or its id.
+func (p *fileParser) named(t FileTask, n *yaml.Node, path string) error {
+	if strings.TrimSpace(t.Spec.GetName()) != "" {
+		return nil
+	}
+	if path == "" {
+		path = "the task"
+	}
+	return p.errorf(n, "%s: has no name (name: is required)", path)
 }
 
 // taskPairs maps one task mapping onto a TaskSpec, field by field.
@@ -279,6 +303,8 @@ func (p *fileParser) taskPairs(n *yaml.Node, pairs []pair, path, defaultMachine 
 			s.Targets, err = p.targets(kv.v, f)
 		case "distribution":
 			s.Distribution, err = p.distribution(kv.v, f)
+		case "webhook":
+			s.Webhook, err = p.webhook(kv.v, f)
 		default:
 			if stateFields[kv.key] {
 				ignored = append(ignored, kv.key)
@@ -308,6 +334,24 @@ func (p *fileParser) taskPairs(n *yaml.Node, pairs []pair, path, defaultMachine 
 			t.Where, name, strings.Join(ignored, ", ")))
 	}
 	return t, nil
+}
+
+// webhook reads the document's `webhook: {url: …}` block (§8.3).
+func (p *fileParser) webhook(n *yaml.Node, path string) (*taskv1.Webhook, error) {
+	pairs, err := p.pairs(n, path)
+	if err != nil {
+		return nil, err
+	}
+	w := &taskv1.Webhook{}
+	for _, kv := range pairs {
+		if kv.key != "url" {
+			return nil, p.unknown(kv.k, path, []string{"url"})
+		}
+		if w.Url, err = p.str(kv.v, join(path, kv.key)); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
 }
 
 func (p *fileParser) targets(n *yaml.Node, path string) (*taskv1.Targets, error) {

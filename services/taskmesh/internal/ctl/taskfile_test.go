@@ -189,6 +189,11 @@ func TestParseForms(t *testing.T) {
 			},
 		},
 		{
+			name: "the document's webhook block",
+			data: "task:\n  name: w\n  command: c\n  webhook:\n    url: \"https://example.com/webhook\"\n",
+			want: []wantTask{{spec: &taskv1.TaskSpec{Name: "w", Command: "c", Webhook: &taskv1.Webhook{Url: "https://example.com/webhook"}}}},
+		},
+		{
 			name: "anchors and aliases",
 			data: "task:\n  name: a\n  command: c\n  args: &args [x, y]\n  depends_on: *args\n",
 			want: []wantTask{{spec: &taskv1.TaskSpec{Name: "a", Command: "c", Args: []string{"x", "y"}, DependsOn: []string{"x", "y"}}}},
@@ -222,6 +227,8 @@ func TestParseErrors(t *testing.T) {
 			`f.yaml:4: unknown key "machine_id" in task.targets (did you mean "machine_ids"?)`},
 		{"unknown key in distribution", "task:\n  name: x\n  distribution: {mode: single, label: [a]}\n",
 			`f.yaml:3: unknown key "label" in task.distribution (did you mean "labels"?)`},
+		{"unknown key in webhook", "task:\n  name: x\n  webhook: {uri: \"https://x/\"}\n",
+			`f.yaml:3: unknown key "uri" in task.webhook (did you mean "url"?)`},
 		{"key beside task", "task: {name: x}\nname: y\n",
 			`f.yaml:2: unknown key "name" beside task (a file holds task: {…} alone)`},
 		{"quoted number", "task:\n  name: x\n  timeout: \"1h\"\n",
@@ -250,6 +257,10 @@ func TestParseErrors(t *testing.T) {
 			`f.yaml:1: "group" files are task groups: submit them with ctl groups submit -f FILE`},
 		{"queue without tasks", "local_queue:\n  agent_id: a\n",
 			`f.yaml:2: local_queue has no tasks`},
+		{"task without a name", "task:\n  command: c\n", `f.yaml:2: task: has no name (name: is required)`},
+		{"bare task without a name", "command: c\n", `f.yaml:1: the task: has no name (name: is required)`},
+		{"queue task without a name", "local_queue:\n  tasks:\n    - name: a\n    - {command: c}\n",
+			`f.yaml:4: local_queue.tasks[1]: has no name (name: is required)`},
 		{"empty file", "", `f.yaml: no task in file (want task: {…}, local_queue: {tasks: […]} or a task mapping)`},
 		{"syntax error", "task:\n\tname: x\n", `f.yaml: line 2: found character that cannot start any token`},
 	}

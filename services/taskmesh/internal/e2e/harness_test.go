@@ -47,6 +47,9 @@ type agentSpec struct {
 	Slots                           int
 	Labels                          []string
 	LocalAPIAddr                    string // "" = no agent-local API
+	// TokenFile, when set, holds the token instead (reread after a
+	// rotation); SourceAddr is the address the agent connects from.
+	TokenFile, SourceAddr string
 }
 
 func runAgent(raw string) int {
@@ -57,7 +60,8 @@ func runAgent(raw string) int {
 	}
 	err := executor.Run(context.Background(), executor.Config{AgentID: s.AgentID, MachineID: "machine-" + s.AgentID, Slots: s.Slots,
 		Labels: s.Labels,
-		Server: s.Server, Token: s.Token, DataDir: s.DataDir, HeartbeatInterval: 300 * time.Millisecond, ClaimWait: 2 * time.Second,
+		Server: s.Server, Token: s.Token, TokenFile: s.TokenFile, SourceAddr: s.SourceAddr, DataDir: s.DataDir,
+		HeartbeatInterval: 300 * time.Millisecond, ClaimWait: 2 * time.Second,
 		RenewInterval: time.Second, OrphanGrace: 2 * time.Second, LocalAPIAddr: s.LocalAPIAddr})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)

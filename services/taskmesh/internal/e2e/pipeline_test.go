@@ -71,6 +71,21 @@ func TestPipelineJobCompletesAndStreamsItsStages(t *testing.T) {
 		}
 	}
 
+	// Their running time is metered as stage seconds, per stage, and not
+	// as CPU seconds as well.
+	waitFor(t, 30*time.Second, "stage seconds of every stage", func() bool {
+		_, u, _ := w.call(http.MethodGet, "/api/v1/usage?group_by=stage", key, nil)
+		rows, _ := u["rows"].([]any)
+		metered := map[string]bool{}
+		for _, r := range rows {
+			row := r.(map[string]any)
+			if secs, _ := row["stage_seconds"].(float64); secs > 0 && row["cpu_seconds"] == float64(0) {
+				metered[row["key"].(string)] = true
+			}
+		}
+		return metered["onnx"] && metered["bie"] && metered["nef"]
+	})
+
 	_, dl, _ := w.call(http.MethodGet, "/jobs/"+id+"/downloads", key, nil)
 	code, nef := get(t, dl["nef_url"].(string))
 	if code != http.StatusOK {

@@ -1,8 +1,9 @@
 // Package stack composes every Taskmesh service in one process on embedded
 // defaults: a Postgres server it runs itself (or DATABASE_URL), an
 // embedded Kafka-protocol broker (or real brokers), a filesystem object
-// store, the scheduler, the quota service's admission layer, the gateway
-// and a local executor agent. `taskmesh dev` runs it; end-to-end tests
+// store, the scheduler, the quota service's admission layer, the
+// consumers service (audit log, usage, webhooks), the gateway and a local
+// executor agent. `taskmesh dev` runs it; end-to-end tests
 // start it on temporary directories.
 //
 // All state lives under DataDir, so stopping and starting again keeps every
@@ -31,6 +32,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/consumers"
 	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/quota"
 	"github.com/taskmesh/taskmesh/services/quota/admission"
@@ -70,6 +72,10 @@ type Options struct {
 	// GUQuotas replaces the embedded quota service's GU quota check in
 	// admission (tests); nil uses the quota service.
 	GUQuotas admission.GUQuotas
+	// InfraOnly starts only what the services need from outside, the
+	// Postgres server and the Kafka-protocol broker (taskmesh dev
+	// --infra-only, for deployments/local/run.sh), and no service.
+	InfraOnly bool
 	// Pipeline configures the model-conversion pipeline (nil: the
 	// defaults: the stand-in stage programs, run by this binary).
 	Pipeline *scheduler.PipelineConfig
@@ -84,7 +90,11 @@ type Options struct {
 	// admission: work with a queue or GPU requests is claimable at once
 	// (tests of other parts that play the GPU runner themselves).
 	NoAdmission bool
-	Logger      *slog.Logger
+	// Consumers adjusts the consumers service's configuration (tests);
+	// the stack fills in its database, Kafka, object store, webhook key and
+	// logger.
+	Consumers consumers.Config
+	Logger    *slog.Logger
 }
 
 // Stack is a running Taskmesh.
@@ -110,6 +120,9 @@ type Stack struct {
 	Scheduler *scheduler.Service
 	Quota     *quota.Service
 	Admission *admission.Service
+	Consumers *consumers.Service
+	// ConsumersAddr is the consumers service's internal gRPC address.
+	ConsumersAddr string
 	// QuotaCluster is the embedded default cluster with QuotaInventory
 	// GPUs per machine type, on which the in-process operator provisions
 	// Ray clusters and WorkGroups.
@@ -157,6 +170,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	if err := s.startKafka(); err != nil {
 		return nil, err
 	}
+	if o.InfraOnly {
+		return s, nil
+	}
 	if err := s.writeInternalToken(); err != nil {
 		return nil, err
 	}
@@ -169,6 +185,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	schedAddr, err := s.startScheduler(ctx, objects)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.startConsumers(ctx, objects); err != nil {
 		return nil, err
 	}
 	if err := s.startGateway(ctx, schedAddr, objects); err != nil {
@@ -374,10 +393,34 @@ func (s *Stack) startQuota(ctx context.Context) error {
 	return s.setPipelineCaps(ctx)
 }
 
+// startConsumers runs the consumers service: the audit log (archived to
+// the object store), usage metering and webhook notifications, whose
+// tenants' secrets are sealed with a key kept under DataDir.
+func (s *Stack) startConsumers(ctx context.Context, objects objectstore.Store) error {
+	key, err := secretFile(filepath.Join(s.opts.DataDir, "webhook-key"))
+	if err != nil {
+		return err
+	}
+	cfg := s.opts.Consumers
+	cfg.Kafka, cfg.Objects, cfg.Logger = s.kafkaConfig(), objects, s.opts.Logger
+	if cfg.Webhooks.Key, err = hex.DecodeString(key); err != nil {
+		return fmt.Errorf("the webhook key in %s: %w", s.opts.DataDir, err)
+	}
+	srv, err := consumers.NewServer(ctx, consumers.ServerConfig{Service: cfg, DatabaseURL: s.Postgres, Listen: "127.0.0.1:0",
+		InternalToken: s.InternalToken})
+	if err != nil {
+		return err
+	}
+	s.Consumers, s.ConsumersAddr = srv.Service, srv.Addr()
+	s.run(srv.Run)
+	return nil
+}
+
 func (s *Stack) startGateway(ctx context.Context, schedAddr string, objects *objectstore.FS) error {
 	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
-		QuotaTarget: s.QuotaAddr, InternalToken: s.InternalToken, DatabaseURL: s.Postgres, Objects: objects.Handler(),
-		Logger: s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()}})
+		QuotaTarget: s.QuotaAddr, ConsumersTarget: s.ConsumersAddr, InternalToken: s.InternalToken, DatabaseURL: s.Postgres,
+		Objects: objects.Handler(),
+		Logger:  s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()}})
 	if err != nil {
 		return err
 	}
@@ -425,7 +468,12 @@ func (s *Stack) bootstrap(ctx context.Context) error {
 		return nil
 	}
 	// The local agent serves every tenant (shared pool), on loopback only.
+	// Its token file may be gone while its token is not: a new secret for
+	// the same token then.
 	_, secret, err := creds.CreateAgentToken(ctx, s.AgentID, "", []string{"127.0.0.1/32", "::1/128"}, nil)
+	if errors.Is(err, gateway.ErrExists) {
+		_, secret, err = creds.RotateAgent(ctx, s.AgentID, nil, gateway.SystemActor)
+	}
 	if err != nil {
 		return fmt.Errorf("create the local agent's token: %w", err)
 	}

@@ -73,7 +73,7 @@ func newWorld(t *testing.T) *world {
 // start runs a backend (again, after stop: a restart).
 func (w *world) start() {
 	w.t.Helper()
-	conn, err := leaseconn.Dial(w.fake.Addr(), "token", nil)
+	conn, err := leaseconn.Dial(w.fake.Addr(), leaseconn.StaticToken("token"), nil)
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, trace map[string]string) (*taskv1.TaskEvent, error) {
 	env := &taskv1.TaskEvent{
 		EventId: eventID, AggregateId: taskID, Version: version, TenantId: tenantID,
-		OccurredAt: taskproto.ToTimestamp(r.At), TraceContext: trace, Actor: r.Actor,
+		OccurredAt: taskproto.ToTimestamp(r.At), TraceContext: trace, Actor: r.Actor, ActorIp: r.IP,
 	}
 	switch e := r.Event.(type) {
 	case domain.Submitted:
@@ -43,7 +43,8 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 		env.Event = &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{AttemptId: e.AttemptID,
 			ExitCode: int32(e.ExitCode), Result: resultToProto(e.Result), EndedAt: taskproto.ToTimestamp(e.EndedAt)}}
 	case domain.Failed:
-		f := &taskv1.TaskFailed{AttemptId: e.AttemptID, Error: e.Error, Reason: e.Reason, Result: resultToProto(e.Result), EndedAt: taskproto.ToTimestamp(e.EndedAt)}
+		f := &taskv1.TaskFailed{AttemptId: e.AttemptID, Error: e.Error, Reason: e.Reason, Result: resultToProto(e.Result),
+			EndedAt: taskproto.ToTimestamp(e.EndedAt), RetryFollows: e.RetryFollows}
 		if e.ExitCode != nil {
 			c := int32(*e.ExitCode)
 			f.ExitCode = &c
@@ -97,7 +98,7 @@ func Unmarshal(payload []byte) (*taskv1.TaskEvent, domain.Record, error) {
 
 // Record turns an envelope back into the domain record.
 func Record(env *taskv1.TaskEvent) (domain.Record, error) {
-	r := domain.Record{At: taskproto.FromTimestamp(env.GetOccurredAt()), Actor: env.GetActor()}
+	r := domain.Record{At: taskproto.FromTimestamp(env.GetOccurredAt()), Actor: env.GetActor(), IP: env.GetActorIp()}
 	switch e := env.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
 		r.Event = domain.Submitted{ID: env.GetAggregateId(), TenantID: env.GetTenantId(), CreatedBy: env.GetActor(),
@@ -122,7 +123,8 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 		r.Event = domain.Succeeded{AttemptID: s.GetAttemptId(), ExitCode: int(s.GetExitCode()), Result: resultFromProto(s.GetResult()), EndedAt: taskproto.FromTimestamp(s.GetEndedAt())}
 	case *taskv1.TaskEvent_Failed:
 		f := e.Failed
-		ev := domain.Failed{AttemptID: f.GetAttemptId(), Error: f.GetError(), Reason: f.GetReason(), Result: resultFromProto(f.GetResult()), EndedAt: taskproto.FromTimestamp(f.GetEndedAt())}
+		ev := domain.Failed{AttemptID: f.GetAttemptId(), Error: f.GetError(), Reason: f.GetReason(), Result: resultFromProto(f.GetResult()),
+			EndedAt: taskproto.FromTimestamp(f.GetEndedAt()), RetryFollows: f.GetRetryFollows()}
 		if f.ExitCode != nil {
 			c := int(f.GetExitCode())
 			ev.ExitCode = &c
@@ -184,6 +186,9 @@ func specToProto(s domain.Spec) *taskv1.TaskSpec {
 	if s.Checkpoint {
 		p.Checkpoint = &taskv1.CheckpointSpec{Enabled: true}
 	}
+	if s.Webhook != "" {
+		p.Webhook = &taskv1.Webhook{Url: s.Webhook}
+	}
 	if s.TargetIP != "" {
 		p.Targets = &taskv1.Targets{Ips: []string{s.TargetIP}}
 	}
@@ -200,6 +205,7 @@ func specFromProto(p *taskv1.TaskSpec) domain.Spec {
 		Mode: p.GetDistribution().GetMode(), Labels: p.GetDistribution().GetLabels(), ScatterCount: int(p.GetDistribution().GetCount()),
 		Resources: p.GetResources(), Quota: p.GetQuota(), Video: taskproto.VideoFromProto(p.GetVideo()),
 		Checkpoint: p.GetCheckpoint().GetEnabled(), Artifacts: p.GetArtifacts(),
+		Webhook: p.GetWebhook().GetUrl(),
 	}
 	if ips := p.GetTargets().GetIps(); len(ips) == 1 {
 		s.TargetIP = ips[0]

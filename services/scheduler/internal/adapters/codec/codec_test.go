@@ -18,7 +18,8 @@ func TestEveryEventRoundTrips(t *testing.T) {
 	at := time.Date(2026, 11, 22, 12, 0, 0, 123456789, time.UTC)
 	code := 7
 	spec, err := domain.NormalizeSpec(domain.SpecInput{Name: "n", Command: "python", Args: []string{"a", "b"},
-		Env: map[string]string{"K": "v"}, MachineID: "m1", DependsOn: []string{"d1"}, Labels: []string{"gpu:a100"}, Queue: "q"})
+		Env: map[string]string{"K": "v"}, MachineID: "m1", DependsOn: []string{"d1"}, Labels: []string{"gpu:a100"}, Queue: "q",
+		Webhook: "https://hooks.example.com/taskmesh?x=1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +56,7 @@ func TestEveryEventRoundTrips(t *testing.T) {
 		domain.Succeeded{AttemptID: "a", ExitCode: 0, Result: result, EndedAt: at},
 		domain.Failed{AttemptID: "a", ExitCode: &code, Error: "boom", Reason: "exit_code", Result: result, EndedAt: at},
 		domain.Failed{AttemptID: "a", Error: "spawn", Reason: "spawn_error", EndedAt: at},
+		domain.Failed{AttemptID: "a", Error: "again", Reason: "error", EndedAt: at, RetryFollows: true},
 		domain.RetryScheduled{RetryCount: 2, RetryAt: at, Manual: true},
 		domain.LeaseExpired{AttemptID: "a", AgentID: "ag", Reason: "agent_lost", RetryCount: 1, Failed: true},
 		domain.Preempted{AttemptID: "a", By: "b", Reason: "r"},
@@ -66,7 +68,7 @@ func TestEveryEventRoundTrips(t *testing.T) {
 		domain.Expired{},
 	}
 	for _, e := range events {
-		in := domain.Record{Event: e, At: at, Actor: "key-1"}
+		in := domain.Record{Event: e, At: at, Actor: "key-1", IP: "203.0.113.7"}
 		payload, err := Marshal("ev-1", "task-1", "t", 3, in, map[string]string{"traceparent": "00-x"})
 		if err != nil {
 			t.Fatalf("%T: %v", e, err)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,6 +18,24 @@ type Agents struct{ DB *pgxpool.Pool }
 // Heartbeat implements app.AgentRegistry.
 func (g Agents) Heartbeat(ctx context.Context, a app.Agent) error {
 	_, err := g.DB.Exec(ctx, `
+		INSERT INTO agents (agent_id, machine_id, tenant_id, labels, ip, free_slots, first_seen_at, last_heartbeat_at, lost_after, lost,
+			slots, version, isolation, warnings)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, false, $9, $10, $11, $12)
+		ON CONFLICT (agent_id) DO UPDATE SET machine_id = EXCLUDED.machine_id, tenant_id = EXCLUDED.tenant_id,
+			labels = EXCLUDED.labels, ip = EXCLUDED.ip, free_slots = EXCLUDED.free_slots,
+			last_heartbeat_at = EXCLUDED.last_heartbeat_at, lost_after = EXCLUDED.lost_after, lost = false,
+			slots = EXCLUDED.slots, version = EXCLUDED.version, isolation = EXCLUDED.isolation, warnings = EXCLUDED.warnings`,
+		a.AgentID, a.MachineID, a.TenantID, nonNil(a.Labels), a.IP, a.FreeSlots, a.LastHeartbeatAt, a.LostAfter,
+		a.Slots, a.Version, a.Isolation, nonNil(a.Warnings))
+	if err != nil {
+		return fmt.Errorf("heartbeat of %s: %w", a.AgentID, err)
+	}
+	return nil
+}
+
+// Seen implements app.AgentRegistry.
+func (g Agents) Seen(ctx context.Context, a app.Agent) error {
+	_, err := g.DB.Exec(ctx, `
 		INSERT INTO agents (agent_id, machine_id, tenant_id, labels, ip, free_slots, first_seen_at, last_heartbeat_at, lost_after, lost)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, false)
 		ON CONFLICT (agent_id) DO UPDATE SET machine_id = EXCLUDED.machine_id, tenant_id = EXCLUDED.tenant_id,
@@ -24,9 +43,70 @@ func (g Agents) Heartbeat(ctx context.Context, a app.Agent) error {
 			last_heartbeat_at = EXCLUDED.last_heartbeat_at, lost_after = EXCLUDED.lost_after, lost = false`,
 		a.AgentID, a.MachineID, a.TenantID, nonNil(a.Labels), a.IP, a.FreeSlots, a.LastHeartbeatAt, a.LostAfter)
 	if err != nil {
-		return fmt.Errorf("heartbeat of %s: %w", a.AgentID, err)
+		return fmt.Errorf("agent %s seen: %w", a.AgentID, err)
 	}
 	return nil
+}
+
+// Fleet implements app.AgentRegistry.
+func (g Agents) Fleet(ctx context.Context, ids []string) ([]app.FleetAgent, error) {
+	rows, err := g.DB.Query(ctx, `
+		WITH known AS (SELECT agent_id FROM agents UNION SELECT agent_id FROM agent_drains)
+		SELECT k.agent_id, a.agent_id IS NOT NULL, coalesce(a.machine_id, ''), coalesce(a.tenant_id, ''),
+			coalesce(a.labels, '{}'), coalesce(a.ip, ''), coalesce(a.free_slots, 0), coalesce(a.slots, 0),
+			coalesce(a.version, ''), coalesce(a.isolation, ''), coalesce(a.warnings, '{}'),
+			a.first_seen_at, a.last_heartbeat_at, a.lost_after, coalesce(a.lost, false), d.drained_at,
+			array(SELECT t.id FROM tasks t WHERE t.agent_id = k.agent_id AND t.status IN ('assigned', 'running') ORDER BY t.id)
+		FROM known k LEFT JOIN agents a ON a.agent_id = k.agent_id LEFT JOIN agent_drains d ON d.agent_id = k.agent_id
+		WHERE cardinality($1::text[]) = 0 OR k.agent_id = ANY($1::text[])
+		ORDER BY k.agent_id`, nonNil(ids))
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.FleetAgent, error) {
+		var (
+			f                          app.FleetAgent
+			firstSeen, last, lostAfter *time.Time
+			drainedAt                  *time.Time
+		)
+		err := row.Scan(&f.AgentID, &f.Seen, &f.MachineID, &f.TenantID, &f.Labels, &f.IP, &f.FreeSlots, &f.Slots,
+			&f.Version, &f.Isolation, &f.Warnings, &firstSeen, &last, &lostAfter, &f.Lost, &drainedAt, &f.RunningTaskIDs)
+		f.FirstSeenAt, f.LastHeartbeatAt, f.LostAfter = deref(firstSeen), deref(last), deref(lostAfter)
+		if drainedAt != nil {
+			f.Drained, f.DrainedAt = true, drainedAt.UTC()
+		}
+		return f, err
+	})
+}
+
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// SetDrained implements app.AgentRegistry.
+func (g Agents) SetDrained(ctx context.Context, agentID string, drained bool, at time.Time) error {
+	var err error
+	if drained {
+		_, err = g.DB.Exec(ctx, `INSERT INTO agent_drains (agent_id, drained_at) VALUES ($1, $2) ON CONFLICT (agent_id) DO NOTHING`, agentID, at)
+	} else {
+		_, err = g.DB.Exec(ctx, `DELETE FROM agent_drains WHERE agent_id = $1`, agentID)
+	}
+	if err != nil {
+		return fmt.Errorf("drain %s (%v): %w", agentID, drained, err)
+	}
+	return nil
+}
+
+// Drained implements app.AgentRegistry.
+func (g Agents) Drained(ctx context.Context, agentID string) (bool, error) {
+	var drained bool
+	if err := g.DB.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_drains WHERE agent_id = $1)`, agentID).Scan(&drained); err != nil {
+		return false, fmt.Errorf("is %s drained: %w", agentID, err)
+	}
+	return drained, nil
 }
 
 // Machines implements app.AgentRegistry (for broadcast fan-out).

@@ -1,7 +1,6 @@
 package views
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -116,56 +115,7 @@ func TestFoldTaskViews(t *testing.T) {
 	}
 }
 
-func TestConvertAudit(t *testing.T) {
-	code := 3
-	tests := []struct {
-		e       domain.Event
-		action  string
-		machine string
-		details string
-	}{
-		{domain.Leased{AttemptID: "a", AgentID: "ag", MachineID: "m"}, "task.assigned", "m", `{"agent_id":"ag","attempt_id":"a"}`},
-		{domain.Progressed{AttemptID: "a", Progress: 42}, "task.progress", "", `{"progress":42}`},
-		{domain.Failed{AttemptID: "a", ExitCode: &code, Error: "exit code 3", Reason: "exit_code"}, "task.failed", "",
-			`{"error":"exit code 3","reason":"exit_code"}`},
-		{domain.RetryScheduled{RetryCount: 2, Manual: true}, "task.retry_scheduled", "", `{"manual":true,"retry_count":2}`},
-		{domain.Canceled{Reason: "not needed"}, "task.cancelled", "", `{"reason":"not needed"}`},
-		{domain.Expired{}, "task.expired", "", `{}`},
-	}
-	for _, tt := range tests {
-		ev := event(t, "t1", 4, tt.e)
-		rows, err := ConvertAudit([]Event{ev})
-		if err != nil {
-			t.Fatalf("%T: %v", tt.e, err)
-		}
-		want := AuditRow{ID: "ev-t1-4", At: ev.Record.At, TenantID: "tenant-a", Action: tt.action, Resource: "task", ResourceID: "t1",
-			UserID: "key-1", MachineID: tt.machine, Details: []byte(tt.details)}
-		if !reflect.DeepEqual(rows, []AuditRow{want}) {
-			t.Errorf("%T:\n got  %+v details %s\n want %+v details %s", tt.e, rows[0], rows[0].Details, want, want.Details)
-		}
-	}
-	sub := submittedEvent(t, "t1")
-	rows, err := ConvertAudit([]Event{sub})
-	var d map[string]any
-	if err != nil || json.Unmarshal(rows[0].Details, &d) != nil || rows[0].Action != "task.created" || d["name"] != "n-t1" || d["priority"] != float64(5) {
-		t.Errorf("submitted: %+v %v", rows, err)
-	}
-}
-
-type unknownEvent struct{}
-
-func (unknownEvent) EventName() string { return "TaskUnknown" }
-
-func TestConvertAuditRefusesAnEventWithoutACase(t *testing.T) {
-	ev := event(t, "t1", 2, domain.Deleted{})
-	ev.Record.Event = unknownEvent{}
-	if _, err := ConvertAudit([]Event{ev}); !errors.Is(err, ErrNoAuditCase) {
-		t.Fatalf("err = %v, want ErrNoAuditCase", err)
-	}
-}
-
-// Both read models have a case for every task event: task_views through
-// the scheduler's fold, audit_logs through its own.
+// task_views has a case for every task event: the scheduler's fold.
 func TestLifecycleCoverage(t *testing.T) {
 	decode := func(ev *taskv1.TaskEvent) (Event, error) {
 		r, err := codec.Record(ev)
@@ -184,13 +134,5 @@ func TestLifecycleCoverage(t *testing.T) {
 			return errors.New("the event changed no row")
 		}
 		return nil
-	})
-	lifecycletest.EveryEvent(t, "the audit_logs projection (ConvertAudit)", func(ev *taskv1.TaskEvent) error {
-		e, err := decode(ev)
-		if err != nil {
-			return err
-		}
-		_, err = ConvertAudit([]Event{e})
-		return err
 	})
 }

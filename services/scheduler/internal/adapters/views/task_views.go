@@ -1,12 +1,14 @@
 package views
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -125,6 +127,51 @@ func loadViews(ctx context.Context, tx pgx.Tx, table string, ids []string) (map[
 	return current, nil
 }
 
+// clean makes a value storable in a text column (pg.CleanText): a task
+// whose name carries a NUL byte is listed with U+FFFD in its place instead
+// of failing the projection, and the same on replay.
+func clean(s string) string { return pg.CleanText(s) }
+
+// viewDoc is the row's doc: the task as JSON. Go's encoder already turns
+// invalid UTF-8 into U+FFFD; a NUL it writes as the escape \u0000, which a
+// json column takes but jsonb (or a cast to it) refuses, so that escape
+// becomes U+FFFD as well — the character itself, as the encoder writes it
+// for a task read back from the row, so that a row folded from the events
+// in one go (a replay) and one folded event by event (live) are the same
+// text.
+func viewDoc(t domain.Task) ([]byte, error) {
+	doc, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	return cleanNULEscapes(doc), nil
+}
+
+// cleanNULEscapes replaces every \u0000 escape of a JSON text with U+FFFD.
+// Escapes are
+// read in pairs from each backslash, so an escaped backslash followed by
+// "u0000" (the text \u0000 in a string) is left alone.
+func cleanNULEscapes(doc []byte) []byte {
+	nul := []byte(`\u0000`)
+	if !bytes.Contains(doc, nul) {
+		return doc
+	}
+	out := make([]byte, 0, len(doc))
+	for i := 0; i < len(doc); i++ {
+		switch {
+		case doc[i] != '\\' || i+1 == len(doc):
+			out = append(out, doc[i])
+		case bytes.HasPrefix(doc[i:], nul):
+			out = append(out, "\uFFFD"...)
+			i += len(nul) - 1
+		default:
+			out = append(out, doc[i], doc[i+1])
+			i++
+		}
+	}
+	return out
+}
+
 // updateViews rewrites existing rows (cheaper than an upsert).
 func updateViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Task) error {
 	if len(tasks) == 0 {
@@ -139,12 +186,12 @@ func updateViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Ta
 	versions := make([]int64, n)
 	docs := make([][]byte, n)
 	for i, t := range tasks {
-		doc, err := json.Marshal(t)
+		doc, err := viewDoc(t)
 		if err != nil {
 			return err
 		}
-		ids[i], statuses[i], amachines[i], prios[i] = t.ID, string(t.Status), t.AssignedMachine, int32(t.Spec.Priority)
-		names[i], types[i], machines[i], groups[i] = t.Spec.Name, t.Spec.Type, t.Spec.MachineID, t.Spec.GroupID
+		ids[i], statuses[i], amachines[i], prios[i] = clean(t.ID), string(t.Status), clean(t.AssignedMachine), int32(t.Spec.Priority)
+		names[i], types[i], machines[i], groups[i] = clean(t.Spec.Name), clean(t.Spec.Type), clean(t.Spec.MachineID), clean(t.Spec.GroupID)
 		updated[i], deleted[i], versions[i], docs[i] = t.UpdatedAt, t.Deleted, t.Version, doc
 	}
 	_, err := tx.Exec(ctx, `
@@ -175,12 +222,12 @@ func insertViews(ctx context.Context, tx pgx.Tx, table string, tasks []domain.Ta
 	versions := make([]int64, n)
 	docs := make([][]byte, n)
 	for i, t := range tasks {
-		doc, err := json.Marshal(t)
+		doc, err := viewDoc(t)
 		if err != nil {
 			return err
 		}
-		ids[i], tenants[i], statuses[i], types[i], names[i] = t.ID, t.TenantID, string(t.Status), t.Spec.Type, t.Spec.Name
-		machines[i], amachines[i], groups[i], prios[i] = t.Spec.MachineID, t.AssignedMachine, t.Spec.GroupID, int32(t.Spec.Priority)
+		ids[i], tenants[i], statuses[i], types[i], names[i] = clean(t.ID), clean(t.TenantID), string(t.Status), clean(t.Spec.Type), clean(t.Spec.Name)
+		machines[i], amachines[i], groups[i], prios[i] = clean(t.Spec.MachineID), clean(t.AssignedMachine), clean(t.Spec.GroupID), int32(t.Spec.Priority)
 		created[i], updated[i], deleted[i], versions[i], docs[i] = t.CreatedAt, t.UpdatedAt, t.Deleted, t.Version, doc
 	}
 	_, err := tx.Exec(ctx, `

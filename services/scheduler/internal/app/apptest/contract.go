@@ -44,6 +44,7 @@ func StoreContract(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"TaskQueries", (*contract).taskQueries},
 		{"ListFiltersAndPages", (*contract).listTasks},
 		{"AgentsAndMachines", (*contract).agents},
+		{"FleetAndDrains", (*contract).fleet},
 		{"SweepLeases", (*contract).sweepLeases},
 		{"SweepPreempted", (*contract).sweepPreempted},
 		{"SweepBlockedByFailure", (*contract).sweepBlocked},
@@ -631,6 +632,71 @@ func (c *contract) agents(t *testing.T) {
 	c.wantIDs("t1's a100 machines once a1 is lost", machines("t1", "gpu", "a100"), nil)
 	c.heartbeat(app.Agent{AgentID: "a1", MachineID: "m2", Labels: []string{"gpu", "a100"}, LastHeartbeatAt: T0.Add(16 * time.Second), LostAfter: T0.Add(30 * time.Second)})
 	c.wantIDs("a1 back", machines("t1", "gpu", "a100"), []string{"m2"})
+}
+
+func (c *contract) fleet(t *testing.T) {
+	fleet := func(ids ...string) []app.FleetAgent {
+		t.Helper()
+		got, err := c.s.Agents.Fleet(c.ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	drained := func(id string) bool {
+		t.Helper()
+		d, err := c.s.Agents.Drained(c.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if got := fleet(); len(got) != 0 {
+		t.Fatalf("fleet of a new store = %v", got)
+	}
+	c.heartbeat(app.Agent{AgentID: "a1", MachineID: "m1", TenantID: "t1", IP: "10.0.0.1", Labels: []string{"gpu"}, FreeSlots: 3,
+		Slots: 4, Version: "v1.2", Isolation: "cgroup-v1", Warnings: []string{"no sandbox"}, LastHeartbeatAt: T0, LostAfter: T0.Add(time.Minute)})
+	// A claim proves a1 alive later without describing it.
+	if err := c.s.Agents.Seen(c.ctx, app.Agent{AgentID: "a1", MachineID: "m1", TenantID: "t1", IP: "10.0.0.2", Labels: []string{"gpu"},
+		LastHeartbeatAt: T0.Add(5 * time.Second), LostAfter: T0.Add(2 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	c.create("t1", c.newTask("t1", "held", T0), c.newTask("t1", "free", T0))
+	c.lease("held", "a1", "m1", T0)
+	if err := c.s.Agents.SetDrained(c.ctx, "ghost", true, T0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got := fleet()
+	if len(got) != 2 || got[0].AgentID != "a1" || got[1].AgentID != "ghost" {
+		t.Fatalf("fleet = %+v, want a1 and ghost (drained, never seen), by id", got)
+	}
+	a1 := got[0]
+	if !a1.Seen || a1.Slots != 4 || a1.Version != "v1.2" || a1.Isolation != "cgroup-v1" || !slices.Equal(a1.Warnings, []string{"no sandbox"}) ||
+		a1.IP != "10.0.0.2" || !a1.LastHeartbeatAt.Equal(T0.Add(5*time.Second)) || !a1.FirstSeenAt.Equal(T0) || a1.Lost || a1.Drained ||
+		!slices.Equal(a1.RunningTaskIDs, []string{"held"}) || a1.FreeSlots != 0 || a1.TenantID != "t1" {
+		t.Errorf("a1 = %+v", a1)
+	}
+	if g := got[1]; g.Seen || !g.Drained || !g.DrainedAt.Equal(T0.Add(time.Second)) || len(g.RunningTaskIDs) != 0 {
+		t.Errorf("ghost = %+v", g)
+	}
+	// Draining again keeps the first time; undraining forgets it.
+	for _, at := range []time.Time{T0.Add(2 * time.Second), T0.Add(3 * time.Second)} {
+		if err := c.s.Agents.SetDrained(c.ctx, "a1", true, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f := fleet("a1"); len(f) != 1 || !f[0].Drained || !f[0].DrainedAt.Equal(T0.Add(2*time.Second)) || !drained("a1") {
+		t.Errorf("a1 drained twice = %+v", f)
+	}
+	if err := c.s.Agents.SetDrained(c.ctx, "a1", false, T0.Add(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if drained("a1") || drained("nobody") || !drained("ghost") {
+		t.Error("drained after undrain: a1 or an unknown agent is drained, or ghost is not")
+	}
+	if f := fleet("a1", "nobody"); len(f) != 1 || f[0].Drained {
+		t.Errorf("fleet(a1, nobody) = %+v", f)
+	}
 }
 
 func (c *contract) sweepLeases(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ type Store struct {
 	creates map[string][]string // tenant/request id → task ids
 	claims  map[string]claim    // agent/request id → the claim
 	agents  map[string]*agent
+	drains  map[string]time.Time // agent id → drained since
 	locked  bool
 	lockErr error // what Alive answers while the lock is held
 	calls   []Call
@@ -58,13 +60,14 @@ type claim struct {
 
 type agent struct {
 	app.Agent
-	lost bool
+	firstSeen time.Time
+	lost      bool
 }
 
 // NewStore returns an empty fake.
 func NewStore() *Store {
 	return &Store{tasks: map[string]domain.Task{}, creates: map[string][]string{}, claims: map[string]claim{},
-		agents: map[string]*agent{}, fail: map[string]error{}}
+		agents: map[string]*agent{}, drains: map[string]time.Time{}, fail: map[string]error{}}
 }
 
 // Stores wires the fake as every store of app.New.
@@ -455,9 +458,94 @@ func (s *Store) Heartbeat(_ context.Context, a app.Agent) error {
 	if err := s.begin("Heartbeat", a.AgentID); err != nil {
 		return err
 	}
-	a.Labels = slices.Clone(a.Labels)
-	s.agents[a.AgentID] = &agent{Agent: a}
+	a.Labels, a.Warnings = slices.Clone(a.Labels), slices.Clone(a.Warnings)
+	s.put(a)
 	return nil
+}
+
+// put records a as the agent's latest state, keeping when it was first
+// seen. The caller holds s.mu.
+func (s *Store) put(a app.Agent) {
+	first := a.LastHeartbeatAt
+	if old, ok := s.agents[a.AgentID]; ok {
+		first = old.firstSeen
+	}
+	s.agents[a.AgentID] = &agent{Agent: a, firstSeen: first}
+}
+
+// Seen implements app.AgentRegistry.
+func (s *Store) Seen(_ context.Context, a app.Agent) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("Seen", a.AgentID); err != nil {
+		return err
+	}
+	a.Labels, a.Warnings = slices.Clone(a.Labels), nil
+	if old, ok := s.agents[a.AgentID]; ok {
+		a.Slots, a.Version, a.Isolation, a.Warnings = old.Slots, old.Version, old.Isolation, old.Warnings
+	}
+	s.put(a)
+	return nil
+}
+
+// Fleet implements app.AgentRegistry.
+func (s *Store) Fleet(_ context.Context, ids []string) ([]app.FleetAgent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("Fleet", strings.Join(ids, ",")); err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for id := range s.agents {
+		known[id] = true
+	}
+	for id := range s.drains {
+		known[id] = true
+	}
+	var out []app.FleetAgent
+	for _, id := range slices.Sorted(maps.Keys(known)) {
+		if len(ids) > 0 && !slices.Contains(ids, id) {
+			continue
+		}
+		f := app.FleetAgent{Agent: app.Agent{AgentID: id}}
+		if a, ok := s.agents[id]; ok {
+			f.Agent, f.Seen, f.FirstSeenAt, f.Lost = a.Agent, true, a.firstSeen, a.lost
+			f.Labels, f.Warnings = slices.Clone(a.Labels), slices.Clone(a.Warnings)
+		}
+		if at, ok := s.drains[id]; ok {
+			f.Drained, f.DrainedAt = true, at
+		}
+		f.RunningTaskIDs = s.ids(func(t domain.Task) bool { return t.Status.Leased() && t.AgentID == id }, nil, -1)
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// SetDrained implements app.AgentRegistry.
+func (s *Store) SetDrained(_ context.Context, agentID string, drained bool, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("SetDrained", agentID); err != nil {
+		return err
+	}
+	switch _, was := s.drains[agentID]; {
+	case !drained:
+		delete(s.drains, agentID)
+	case !was:
+		s.drains[agentID] = at
+	}
+	return nil
+}
+
+// Drained implements app.AgentRegistry.
+func (s *Store) Drained(_ context.Context, agentID string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("Drained", agentID); err != nil {
+		return false, err
+	}
+	_, ok := s.drains[agentID]
+	return ok, nil
 }
 
 // Machines implements app.AgentRegistry.

@@ -137,6 +137,7 @@ func overlay(base, over task.SpecInput) task.SpecInput {
 	str(&base.Quota, over.Quota)
 	str(&base.Mode, over.Mode)
 	str(&base.GroupID, over.GroupID)
+	str(&base.Webhook, over.Webhook)
 	num(&base.Timeout, over.Timeout)
 	num(&base.Priority, over.Priority)
 	num(&base.RetryDelay, over.RetryDelay)

@@ -45,7 +45,7 @@ func memberRequest(m *taskv1.TaskGroupTask) oapp.MemberRequest {
 		Timeout: intPtr(m.Timeout), Priority: intPtr(m.Priority), RetryDelay: intPtr(m.RetryDelay), MaxRetries: intPtr(m.MaxRetries),
 		MachineID: m.GetMachineId(), ParentID: m.GetParentId(), DependsOn: m.GetDependsOn(), Queue: m.GetQueue(),
 		LeaseTTL: intPtr(m.LeaseTtlSec), RenewInterval: intPtr(m.RenewIntervalSec), HeartbeatInterval: intPtr(m.HeartbeatIntervalSec),
-		GracePeriod: intPtr(m.GracePeriodSec), Resources: m.GetResources(), Quota: m.GetQuota(),
+		GracePeriod: intPtr(m.GracePeriodSec), Resources: m.GetResources(), Quota: m.GetQuota(), Webhook: m.GetWebhook().GetUrl(),
 	}
 	if d := m.GetDistribution(); d != nil {
 		in.Mode, in.Labels, in.ScatterCount = d.GetMode(), d.GetLabels(), int(d.GetCount())
@@ -60,8 +60,16 @@ func memberRequest(m *taskv1.TaskGroupTask) oapp.MemberRequest {
 func groupRequest(r *taskv1.CreateTaskGroupRequest) oapp.GroupRequest {
 	g := oapp.GroupRequest{Name: r.GetName(), Mode: r.GetMode(), MaxParallel: int(r.GetMaxParallel()),
 		Start: r.Start == nil || r.GetStart(), RequestID: r.GetRequestId()}
+	// The group's webhook is every member's and run's unless it has its own.
+	hook := func(in *task.SpecInput) {
+		if in.Webhook == "" {
+			in.Webhook = r.GetWebhook().GetUrl()
+		}
+	}
 	for _, m := range r.GetTasks() {
-		g.Tasks = append(g.Tasks, memberRequest(m))
+		mr := memberRequest(m)
+		hook(&mr.Spec)
+		g.Tasks = append(g.Tasks, mr)
 	}
 	if p := r.GetRepeat(); p != nil {
 		g.Repeat = &oapp.RepeatRequest{RepeatInput: orch.RepeatInput{Count: int(p.GetCount()), Parallel: intPtr(p.Parallel),
@@ -70,6 +78,7 @@ func groupRequest(r *taskv1.CreateTaskGroupRequest) oapp.GroupRequest {
 		if p.GetTemplate() != nil {
 			g.Repeat.Spec = sports.SpecInput(p.GetTemplate())
 		}
+		hook(&g.Repeat.Spec)
 	}
 	return g
 }

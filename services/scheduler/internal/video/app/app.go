@@ -139,7 +139,7 @@ func (a *App) Create(ctx context.Context, c sched.Caller, r domain.Request) (tas
 	priority, retries := route.Priority, 0
 	tasks, err := a.cfg.Tasks.CreateTasks(ctx, c, task.SpecInput{
 		Name: "video " + plan.Model.ID, Type: task.TypeVideo, Priority: &priority, MaxRetries: &retries, Queue: route.Queue,
-		Resources: map[string]string{"nvidia.com/gpu": plan.Model.GPUs}, Video: v,
+		Resources: map[string]string{"nvidia.com/gpu": plan.Model.GPUs}, Video: v, Webhook: r.Webhook,
 	}, "")
 	if err != nil {
 		a.removeObjects(ctx, v.ImageObjectKey)

@@ -30,6 +30,9 @@ type Request struct {
 	PromptExtend *bool
 	Watermark    *bool
 	Seed         *int64
+	// Webhook is where the generation's end is notified ("" = the
+	// tenant's default endpoint); the task spec checks it.
+	Webhook string
 }
 
 // Plan is a valid request with its defaults filled in; what remains is to

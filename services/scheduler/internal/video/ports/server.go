@@ -77,7 +77,7 @@ func request(r *videov1.CreateVideoGenerationRequest) (domain.Request, error) {
 		img = u
 	}
 	out := domain.Request{Model: r.GetModel(), Type: r.GetType(), Prompt: in.GetPrompt(), NegativePrompt: in.GetNegativePrompt(),
-		Image: img, Resolution: p.GetResolution()}
+		Image: img, Resolution: p.GetResolution(), Webhook: r.GetWebhook().GetUrl()}
 	if p == nil {
 		return out, nil // every parameter takes its default
 	}

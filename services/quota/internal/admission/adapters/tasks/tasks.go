@@ -29,7 +29,22 @@ import (
 
 // WorkloadFacts is the projection.Handler that records the workload facts
 // of task events.
-type WorkloadFacts struct{}
+type WorkloadFacts struct {
+	// Facts and Versions name the tables (workload_facts and
+	// workload_task_versions when empty; a replay gives fresh ones).
+	Facts, Versions string
+}
+
+func (w WorkloadFacts) tables() (facts, versions string) {
+	facts, versions = "workload_facts", "workload_task_versions"
+	if w.Facts != "" {
+		facts = w.Facts
+	}
+	if w.Versions != "" {
+		versions = w.Versions
+	}
+	return pgx.Identifier{facts}.Sanitize(), pgx.Identifier{versions}.Sanitize()
+}
 
 // Fact is what one task event means for its workload; Kind "" means
 // nothing.
@@ -120,7 +135,7 @@ func Priority(taskPriority int32) int {
 // Convert has no case for is skipped, as one that means nothing: the
 // scheduler may be newer than this service, and stalling admission on an
 // event it cannot interpret would stop every queue.
-func (WorkloadFacts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
+func (w WorkloadFacts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
 	var facts []Fact
 	for _, r := range records {
 		var ev taskv1.TaskEvent
@@ -131,7 +146,8 @@ func (WorkloadFacts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record
 			facts = append(facts, f)
 		}
 	}
-	return Store(ctx, tx, facts)
+	f, v := w.tables()
+	return store(ctx, tx, f, v, facts)
 }
 
 // Store records facts in their order in three statements: read the tasks'
@@ -142,6 +158,11 @@ func (WorkloadFacts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record
 // projection runner is the only writer of these tables (it holds its
 // lock), so reading before writing is safe.
 func Store(ctx context.Context, tx pgx.Tx, facts []Fact) error {
+	f, v := WorkloadFacts{}.tables()
+	return store(ctx, tx, f, v, facts)
+}
+
+func store(ctx context.Context, tx pgx.Tx, factsTable, versionsTable string, facts []Fact) error {
 	if len(facts) == 0 {
 		return nil
 	}
@@ -150,7 +171,7 @@ func Store(ctx context.Context, tx pgx.Tx, facts []Fact) error {
 		ids[i] = f.TaskID
 	}
 	seen := map[string]int64{}
-	rows, err := tx.Query(ctx, `SELECT task_id, version FROM workload_task_versions WHERE task_id = ANY($1)`, ids)
+	rows, err := tx.Query(ctx, `SELECT task_id, version FROM `+versionsTable+` WHERE task_id = ANY($1)`, ids)
 	if err != nil {
 		return fmt.Errorf("read task versions: %w", err)
 	}
@@ -206,12 +227,12 @@ func Store(ctx context.Context, tx pgx.Tx, facts []Fact) error {
 		vids, vvers = append(vids, id), append(vvers, seen[id])
 	}
 	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO workload_facts (task_id, task_version, kind, tenant_id, cluster_queue, priority, created_at, requests, reason)
+	b.Queue(`INSERT INTO `+factsTable+` (task_id, task_version, kind, tenant_id, cluster_queue, priority, created_at, requests, reason)
 		SELECT t, v, k, tn, q, p, c, r, rs
 		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[], $8::jsonb[], $9::text[])
 		     WITH ORDINALITY AS x(t, v, k, tn, q, p, c, r, rs, ord)
 		ORDER BY ord`, taskIDs, versions, kinds, tenants, queues, prios, created, reqs, reasons)
-	b.Queue(`INSERT INTO workload_task_versions (task_id, version) SELECT * FROM unnest($1::text[], $2::bigint[])
+	b.Queue(`INSERT INTO `+versionsTable+` (task_id, version) SELECT * FROM unnest($1::text[], $2::bigint[])
 		ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version`, vids, vvers)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("record workload facts: %w", err)

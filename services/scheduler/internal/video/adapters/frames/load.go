@@ -4,16 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/safehttp"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/video/domain"
 )
 
@@ -34,60 +32,15 @@ type Loader struct {
 // maxRedirects bounds how many redirects a download follows.
 const maxRedirects = 5
 
-// NewLoader returns a loader.
+// NewLoader returns a loader. Its downloads reach public addresses only
+// (platform/safehttp: checked on the address dialed, redirects included)
+// unless o.AllowPrivate.
 func NewLoader(o Options) *Loader {
 	if o.Timeout <= 0 {
 		o.Timeout = 15 * time.Second
 	}
-	dialer := &net.Dialer{Timeout: o.Timeout}
-	if !o.AllowPrivate {
-		dialer.Control = refusePrivate
-	}
-	transport := &http.Transport{
-		// No proxy: a proxy would dial on the client's behalf and defeat the
-		// address check.
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
-		TLSHandshakeTimeout:   o.Timeout,
-		ResponseHeaderTimeout: o.Timeout,
-		MaxIdleConns:          4,
-		IdleConnTimeout:       30 * time.Second,
-	}
-	return &Loader{client: &http.Client{Transport: transport, Timeout: o.Timeout,
-		CheckRedirect: func(r *http.Request, via []*http.Request) error {
-			if len(via) >= maxRedirects {
-				return fmt.Errorf("more than %d redirects", maxRedirects)
-			}
-			if r.URL.Scheme != "http" && r.URL.Scheme != "https" {
-				return fmt.Errorf("redirect to a %s URL", r.URL.Scheme)
-			}
-			return nil
-		}}}
-}
-
-// errPrivateAddress is the dialer's refusal.
-var errPrivateAddress = errors.New("the address is not public")
-
-// refusePrivate runs after DNS resolution, on the address actually dialed.
-func refusePrivate(_, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("%w: %s", errPrivateAddress, address)
-	}
-	if !Public(ap.Addr()) {
-		return fmt.Errorf("%w: %s", errPrivateAddress, ap.Addr())
-	}
-	return nil
-}
-
-// cgnat is the shared address space of RFC 6598, private in practice.
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
-
-// Public reports whether a is a public unicast address.
-func Public(a netip.Addr) bool {
-	a = a.Unmap()
-	return a.IsValid() && a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast() &&
-		!cgnat.Contains(a)
+	return &Loader{client: safehttp.NewClient(safehttp.Options{Policy: safehttp.Policy{AllowAll: o.AllowPrivate},
+		Timeout: o.Timeout, MaxRedirects: maxRedirects})}
 }
 
 // Load returns the first frame named by image (an http(s) URL or a data:
@@ -143,7 +96,7 @@ func (l *Loader) download(ctx context.Context, raw string) ([]byte, error) {
 	}
 	resp, err := l.client.Do(req)
 	if err != nil {
-		if errors.Is(err, errPrivateAddress) {
+		if errors.Is(err, safehttp.ErrRefused) {
 			return nil, domain.ImageUnusable("URL does not point to a public address")
 		}
 		var ne net.Error

@@ -1,0 +1,77 @@
+// Package ports serves usage reports over gRPC
+// (taskmesh.usage.v1.UsageService), mapping callers, reports and errors in
+// one place.
+package ports
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
+	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	"github.com/taskmesh/taskmesh/services/consumers/internal/usage/app"
+	"github.com/taskmesh/taskmesh/services/consumers/internal/usage/domain"
+)
+
+// Server is UsageService.
+type Server struct {
+	usagev1.UnimplementedUsageServiceServer
+	App *app.App
+	Log *slog.Logger
+}
+
+func caller(ctx context.Context) (app.Caller, error) {
+	p, err := authn.Require(ctx)
+	if err != nil {
+		return app.Caller{}, err
+	}
+	switch p.Kind {
+	case authn.KindAdmin:
+		return app.Caller{Operator: true}, nil
+	case authn.KindUser:
+		return app.Caller{Tenant: p.TenantID}, nil
+	}
+	return app.Caller{}, status.Errorf(codes.PermissionDenied, "a %s credential cannot read usage", p.Kind)
+}
+
+// GetUsage implements UsageService. format only matters to the REST
+// facade, which renders the same answer as CSV.
+func (s *Server) GetUsage(ctx context.Context, r *usagev1.GetUsageRequest) (*usagev1.GetUsageResponse, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := s.App.Report(ctx, c, r.GetFrom(), r.GetTo(), r.GetGroupBy(), r.GetTenantId())
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	out := &usagev1.GetUsageResponse{From: rep.Query.From.Format(time.RFC3339Nano), To: rep.Query.Until.Format(time.RFC3339Nano),
+		GroupBy: rep.Query.GroupBy, Currency: rep.Currency, Total: row(rep.Total)}
+	for _, x := range rep.Rows {
+		out.Rows = append(out.Rows, row(x))
+	}
+	return out, nil
+}
+
+func row(r domain.Row) *usagev1.UsageRow {
+	return &usagev1.UsageRow{Key: r.Key, GpuSeconds: r.GPUSeconds, CpuSeconds: r.CPUSeconds, VideoSeconds: r.VideoSeconds,
+		StageSeconds: r.StageSeconds, Amount: r.Amount, Items: r.Items}
+}
+
+func toStatus(log *slog.Logger, err error) error {
+	return grpcserver.ToStatus(log, err, func(err error) (error, bool) {
+		var ie *domain.InvalidError
+		if errors.As(err, &ie) {
+			return grpcserver.Status(codes.InvalidArgument, grpcserver.CodeInvalidArgument, "INVALID_ARGUMENT", err.Error(),
+				&errdetails.BadRequest_FieldViolation{Field: ie.Field, Description: ie.Reason}), true
+		}
+		return nil, false
+	})
+}

@@ -1,0 +1,101 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+)
+
+func TestIntegrationAgents(t *testing.T) {
+	s := newStack(t)
+	_, adminKey, _, err := s.gw.Credentials().BootstrapAdminKey(context.Background(), "ctl tests")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := func(args ...string) result {
+		t.Helper()
+		return testApp(EnvServer, s.gw.GRPCAddr(), EnvAdminKey, adminKey).run(t, "", args...)
+	}
+	out := ok(t, admin("agents", "register", "gpu-7", "--allow", "127.0.0.0/8,10.1.2.3", "--expires", "48h")).stdout
+	token := regexp.MustCompile(`tma_[a-z0-9]+_[A-Za-z0-9_-]+`).FindString(out)
+	if token == "" || !strings.Contains(out, "shown only now") || !strings.Contains(out, "registered") {
+		t.Fatalf("register output:\n%s", out)
+	}
+	fails(t, admin("agents", "register", "gpu-7"), "already exists")
+	if r := admin("agents", "register", "gpu-8", "--allow", "nowhere"); r.code != ExitUsage {
+		t.Errorf("a bad --allow: exit %d, %s", r.code, r.stderr)
+	}
+
+	// The agent heartbeats with its token: the list shows what it said.
+	lease := leaseClient(t, s.gw.GRPCAddr(), token)
+	if _, err := lease.SendHeartbeat(context.Background(), &taskv1.SendHeartbeatRequest{AgentId: "gpu-7", MachineId: "m-7",
+		Labels: []string{"gpu:a100"}, FreeSlots: 3, Slots: 4, Version: "9.9.9", Isolation: "rlimit",
+		Warnings: []string{"no cgroup hierarchy: rlimits only"}}); err != nil {
+		t.Fatal(err)
+	}
+	out = ok(t, admin("agents", "list")).stdout
+	if !regexp.MustCompile(`gpu-7\s+online\s+\S+\s+127\.0\.0\.1\s+gpu:a100\s+3/4 free\s+0\s+9\.9\.9`).MatchString(out) {
+		t.Errorf("agents list:\n%s", out)
+	}
+	out = ok(t, admin("agents", "get", "gpu-7")).stdout
+	for _, want := range []string{"Isolation:", "rlimit", "Warning:", "rlimits only", "agent.registered", "Bound to:", "127.0.0.1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("agents get misses %q:\n%s", want, out)
+		}
+	}
+	out = ok(t, admin("agents", "drain", "gpu-7")).stdout
+	if !strings.Contains(out, "drained") {
+		t.Errorf("drain output:\n%s", out)
+	}
+	hb, err := lease.SendHeartbeat(context.Background(), &taskv1.SendHeartbeatRequest{AgentId: "gpu-7"})
+	if err != nil || !hb.GetDrained() {
+		t.Errorf("heartbeat after the drain = %v, %v; want drained", hb, err)
+	}
+	ok(t, admin("agents", "undrain", "gpu-7"))
+
+	// Rotation into a file, as for an agent's --token-file.
+	file := filepath.Join(t.TempDir(), "agent-token")
+	out = ok(t, admin("agents", "rotate", "gpu-7", "--token-file", file)).stdout
+	written, err := os.ReadFile(file)
+	newToken := strings.TrimSpace(string(written))
+	if err != nil || !strings.HasPrefix(newToken, "tma_") || newToken == token || strings.Contains(out, newToken) {
+		t.Fatalf("rotate --token-file: %q, %v\n%s", newToken, err, out)
+	}
+	if fi, _ := os.Stat(file); fi.Mode().Perm() != 0o600 {
+		t.Errorf("token file mode %v", fi.Mode().Perm())
+	}
+	ok(t, admin("agents", "revoke", "gpu-7", "--reason", "decommissioned"))
+	var events map[string]any
+	if err := json.Unmarshal([]byte(ok(t, admin("agents", "events", "gpu-7", "-o", "json")).stdout), &events); err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, e := range events["events"].([]any) {
+		actions = append(actions, e.(map[string]any)["action"].(string))
+	}
+	if got := strings.Join(actions, " "); got != "agent.revoked agent.token_rotated agent.undrained agent.drained agent.registered" {
+		t.Errorf("events = %s", got)
+	}
+	fails(t, admin("agents", "get", "nobody"), "not found")
+	fails(t, testApp(EnvServer, s.gw.GRPCAddr(), EnvAdminKey, s.apiKey).run(t, "", "agents", "list"), "permission denied")
+}
+
+// leaseClient is an agent's connection to the front door with token.
+func leaseClient(t *testing.T, addr, token string) taskv1.LeaseServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer{key: token}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return taskv1.NewLeaseServiceClient(cc)
+}

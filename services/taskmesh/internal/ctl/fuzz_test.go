@@ -1,0 +1,70 @@
+package ctl
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// FuzzTaskFile feeds arbitrary task files (YAML or JSON, one form per
+// document) to the parser: nothing panics, an error names the file, and
+// every task it accepts has a name.
+func FuzzTaskFile(f *testing.F) {
+	for _, s := range []string{
+		"task:\n  id: nightly\n  name: report\n  command: python\n  args: [report.py]\n  priority: 3\n",
+		"local_queue:\n  machine_id: gpu-17\n  tasks:\n    - {name: a, command: echo, args: [a]}\n    - {name: b, command: echo, status: completed}\n",
+		"{name: bare, command: \"true\"}\n---\n{name: two, command: x, targets: {machine_ids: [m1], ips: [10.0.0.1]}}\n",
+		"task: {name: d, command: x, distribution: {mode: scatter, count: 2, labels: [gpu]}, env: {A: b}}\n",
+		"group: {name: g}\n", "tasks: []\n", "task: {name: x, prioritee: 3}\n", "- a\n- b\n", "&a [*a]\n", "{\"task\": {\"name\": \"j\", \"command\": \"c\"}}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tasks, _, err := ParseTaskFile("fuzz.yaml", data)
+		if err != nil {
+			if !strings.Contains(err.Error(), "fuzz.yaml") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		for _, task := range tasks {
+			if task.Spec.GetName() == "" {
+				t.Fatalf("accepted a task without a name: %+v", task)
+			}
+		}
+	})
+}
+
+// FuzzGroupFile feeds arbitrary group files (group and repeat forms, one
+// per YAML document) to the parser: nothing panics, an error names the
+// file, and every group it accepts is one form or the other (a repeat has
+// a template, not members; mode defaults to serial on the server) and
+// encodes as a request (no invalid UTF-8 slipped through).
+func FuzzGroupFile(f *testing.F) {
+	for _, s := range []string{serialFile, parallelFile, dagFile, repeatFile,
+		"group:\n  mode: parallel\n  start: false\n  tasks:\n    - template_id: train\n      variables: {model: bert, epochs: 3, amp: true}\n      priority: 2\n",
+		"group:\n  mode: dag\n  taks: []\n", "repeat: {count: 3}\n", "group: {mode: serial, tasks: [{name: a, command: x}]}\n---\nrepeat: {count: 2, template: {name: r, command: y}}\n",
+		"task: {name: x}\n", "group: []\n", "&a {group: *a}\n", "group: {mode: dag, tasks: [{id: a, depends_on: [a], command: x}]}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		groups, err := ParseGroupFile("fuzz.yaml", data)
+		if err != nil {
+			if !strings.Contains(err.Error(), "fuzz.yaml") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		for _, g := range groups {
+			r := g.Request
+			if r.GetRepeat() != nil && (len(r.GetTasks()) > 0 || r.GetMode() != "") {
+				t.Fatalf("accepted a group that is neither a group nor a repeat: %v", r)
+			}
+			if _, err := proto.Marshal(r); err != nil {
+				t.Fatalf("accepted a group that does not encode: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/scheduler"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
+)
+
+// The lease rules through REST
+// (docs/api/tasks.md, "Leases, attempts and heartbeats"): renew and
+// progress by an attempt whose lease expired are 410/30003 before and
+// after the sweeper requeued the task and after another attempt took it;
+// start and complete by an attempt that is not the current one, and every
+// call by an attempt never issued, are 409/30001; a task leased but never
+// started whose agent is lost is requeued without using a retry.
+func TestLeaseConformanceThroughREST(t *testing.T) {
+	clk := &videoClock{}
+	// The sweeper runs often; agents are lost after a minute of silence,
+	// so only lease expiry acts in the first part.
+	w := newWorldWith(t, stack.Options{Now: clk.Now, Timing: scheduler.Timing{AgentLostAfter: time.Minute,
+		SweepInterval: 100 * time.Millisecond, PreemptAfter: time.Hour}})
+	key := w.s.DemoAPIKey
+	tok1, tok2 := w.agentToken("lc-1"), w.agentToken("lc-2")
+
+	id := w.submit(key, map[string]any{"name": "lc", "type": "shell", "command": "true", "lease_ttl_sec": 5,
+		"renew_interval_sec": 1, "max_retries": 3})
+	att1 := w.claimREST(tok1, "lc-1", id)
+	type call struct{ name, path string }
+	calls := []call{{"start", "/start"}, {"renew", "/lease/renew"}, {"progress", "/progress"}, {"complete", "/complete"}}
+	send := func(c call, tok, agent, attempt string) (int, map[string]any) {
+		body := map[string]any{"agent_id": agent, "attempt_id": attempt}
+		if c.name == "progress" {
+			body["progress"] = 10
+		}
+		code, resp, _ := w.call("POST", "/api/v1/agent/tasks/"+id+c.path, tok, body)
+		return code, resp
+	}
+	want := func(what string, c call, code int, resp map[string]any, status, biz int) {
+		t.Helper()
+		if code != status || resp["code"] != float64(biz) || resp["data"] != nil {
+			t.Errorf("%s: %s = %d %v, want %d/%d", what, c.name, code, resp, status, biz)
+		}
+	}
+	if code, resp := send(calls[0], tok1, "lc-1", att1); code != 200 {
+		t.Fatalf("start: %d %v", code, resp)
+	}
+	for _, c := range calls {
+		code, resp := send(c, tok1, "lc-1", "attempt-never-issued")
+		want("an attempt never issued", c, code, resp, 409, 30001)
+	}
+
+	// The lease runs out and the sweeper requeues the task.
+	clk.Advance(6 * time.Second)
+	w.waitStatus(key, id, 10*time.Second, "pending")
+	expired := map[string][2]int{"start": {409, 30001}, "renew": {410, 30003}, "progress": {410, 30003}, "complete": {409, 30001}}
+	for _, c := range calls {
+		code, resp := send(c, tok1, "lc-1", att1)
+		want("after the sweeper requeued the task", c, code, resp, expired[c.name][0], expired[c.name][1])
+	}
+
+	// Another attempt holds it now: still 410 for the old attempt's
+	// renewals, and the new attempt is untouched.
+	att2 := w.claimREST(tok2, "lc-2", id)
+	for _, c := range calls {
+		code, resp := send(c, tok1, "lc-1", att1)
+		want("after another attempt took the task", c, code, resp, expired[c.name][0], expired[c.name][1])
+	}
+	if code, resp := send(calls[1], tok2, "lc-2", att2); code != 200 {
+		t.Fatalf("renew by the current attempt: %d %v", code, resp)
+	}
+	if got := w.task(key, id); got["attempt_id"] != att2 || got["status"] != "assigned" || got["retry_count"] != float64(1) {
+		t.Fatalf("task after the old attempt's calls = %v", got)
+	}
+
+	// lc-2 leased it but never started it; it falls silent and is lost:
+	// the task goes back without using a retry.
+	clk.Advance(2 * time.Minute)
+	got := w.waitStatus(key, id, 10*time.Second, "pending")
+	if got["retry_count"] != float64(1) {
+		t.Errorf("retry_count after the lost agent's never-started lease = %v, want 1 (unchanged)", got["retry_count"])
+	}
+	code, resp := send(calls[1], tok2, "lc-2", att2)
+	want("renew after the agent was lost", calls[1], code, resp, 410, 30003)
+}
+
+// claimREST claims task id for agent through REST and returns the
+// attempt id.
+func (w *world) claimREST(tok, agent, id string) string {
+	w.t.Helper()
+	code, resp, _ := w.call("POST", "/api/v1/agent/tasks/claim", tok, map[string]any{"agent_id": agent, "limit": 1, "wait": "5s"})
+	if code != 200 {
+		w.t.Fatalf("claim by %s: %d %v", agent, code, resp)
+	}
+	tasks, _ := resp["tasks"].([]any)
+	for _, raw := range tasks {
+		if t, _ := raw.(map[string]any); t["id"] == id {
+			return t["attempt_id"].(string)
+		}
+	}
+	w.t.Fatalf("claim by %s did not return %s: %v", agent, id, resp)
+	return ""
+}
