@@ -24,6 +24,7 @@ import (
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -502,7 +503,8 @@ func (g *Gateway) watch() {
 func (g *Gateway) watchUpstream(ctx context.Context) {
 	defer close(g.watchDone)
 	services := []string{"", taskv1.TaskService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
-		taskv1.TaskGroupService_ServiceDesc.ServiceName, taskv1.TemplateService_ServiceDesc.ServiceName}
+		taskv1.AttemptFilesService_ServiceDesc.ServiceName, managedv1.ManagedServiceService_ServiceDesc.ServiceName,
+		managedv1.ServiceAgentService_ServiceDesc.ServiceName, taskv1.TaskGroupService_ServiceDesc.ServiceName, taskv1.TemplateService_ServiceDesc.ServiceName}
 	for {
 		state := g.upstream.GetState()
 		serving := healthpb.HealthCheckResponse_NOT_SERVING
