@@ -31,9 +31,21 @@ help: ## Show this help.
 run: ## Start Taskmesh on embedded defaults (taskmesh dev); data under .taskmesh/.
 	go run ./services/taskmesh/cmd/taskmesh dev
 
+# The version the binary and the image say (taskmesh version).
+VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE      ?= ghcr.io/taskmesh/taskmesh
+GOARCH_IMG ?= $(shell go env GOARCH)
+
 .PHONY: build
 build: ## Build the taskmesh binary into bin/.
-	go build -o $(BIN)/taskmesh ./services/taskmesh/cmd/taskmesh
+	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/taskmesh ./services/taskmesh/cmd/taskmesh
+
+.PHONY: image
+image: ## Build the container image without Docker: OCI layout bin/image/taskmesh and docker-load tarball bin/image/taskmesh.tar.
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMG) go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" \
+	  -o $(BIN)/linux/taskmesh ./services/taskmesh/cmd/taskmesh
+	go run ./services/taskmesh/cmd/taskmesh-image -binary $(BIN)/linux/taskmesh -version $(VERSION) -arch $(GOARCH_IMG) \
+	  -tags $(IMAGE):$(VERSION),$(IMAGE):latest -layout $(BIN)/image/taskmesh -tarball $(BIN)/image/taskmesh.tar
 
 .PHONY: test
 test: check-generated check-console ## Run all tests with the race detector (fails when gen/ or the console is stale).

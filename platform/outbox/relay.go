@@ -127,6 +127,12 @@ type Relay struct {
 
 	published atomic.Int64
 	active    atomic.Bool
+	// oldestUnrelayed is the occurred_at (Unix ns) of the first event of
+	// the last read, 0 when that read found nothing: the backlog gauge.
+	// It is left as it was when a session fails, so a relay that cannot
+	// publish shows a growing backlog.
+	oldestUnrelayed atomic.Int64
+	metrics         relayMetrics
 
 	mu     sync.Mutex
 	cursor Position
@@ -135,7 +141,7 @@ type Relay struct {
 // New returns a relay for the events table on pool's search_path.
 func New(pool *pgxpool.Pool, cfg Config) *Relay {
 	cfg.defaults()
-	return &Relay{pool: pool, cfg: cfg, wake: make(chan struct{}, 1), name: []byte(cfg.Name)}
+	return &Relay{pool: pool, cfg: cfg, wake: make(chan struct{}, 1), name: []byte(cfg.Name), metrics: newRelayMetrics(cfg.Name)}
 }
 
 // Notify wakes the relay now instead of at its next poll; writers in the
@@ -166,6 +172,7 @@ func (r *Relay) Stats() Stats {
 // cancellation; failures are logged and retried with backoff, never
 // returned.
 func (r *Relay) Run(ctx context.Context) error {
+	defer r.observe()()
 	return leader.Run(ctx, r.pool, leader.Config{Lock: "outbox:" + r.cfg.Name, Role: "outbox relay " + r.cfg.Name,
 		Standby: r.cfg.StandbyInterval, Logger: r.cfg.Logger}, r.session)
 }
@@ -250,6 +257,7 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		if err != nil {
 			return err
 		}
+		r.noteBacklog(batch)
 		if len(batch) == 0 {
 			if saved != cursor {
 				// Idle: record how far the relay got.
@@ -271,6 +279,9 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 			continue
 		}
 		if err := r.publish(ctx, cl, batch, inKafka); err != nil {
+			if ctx.Err() == nil {
+				r.metrics.publishErrors.Add(ctx, 1, r.metrics.attrs)
+			}
 			return err
 		}
 		// The cursor moves past skipped events too: they are in Kafka
@@ -408,6 +419,7 @@ func (r *Relay) publish(ctx context.Context, cl *kgo.Client, batch []row, inKafk
 		inKafka[rec.Topic].committed(records[i : i+1])
 	}
 	r.published.Add(int64(len(records)))
+	r.metrics.published.Add(ctx, int64(len(records)), r.metrics.attrs)
 	return nil
 }
 

@@ -12,9 +12,13 @@ import (
 
 // Config describes a connection pool.
 type Config struct {
-	URL             string // postgres://…
-	Schema          string // the service's schema; the pool's search_path is "<Schema>, public". Empty = public.
-	MaxConns        int32  // 0 = pgxpool default
+	URL      string // postgres://…
+	Schema   string // the service's schema; the pool's search_path is "<Schema>, public". Empty = public.
+	MaxConns int32  // 0 = pgxpool default
+	// ApplicationName names the connections in pg_stat_activity and,
+	// without its "taskmesh-" prefix, the pool in the pool metrics
+	// (taskmesh_pg_pool_*{pool="scheduler"}); a pool without one exports
+	// none.
 	ApplicationName string
 }
 
@@ -76,6 +80,11 @@ func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("pg: ping %s:%d/%s: %w", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Database, err)
+	}
+	// Only a named pool is a service's: tools and tests open unnamed ones,
+	// and their short lives would leave callbacks behind.
+	if cfg.ApplicationName != "" {
+		observePool(poolName(cfg.ApplicationName), pool)
 	}
 	return pool, nil
 }

@@ -10,9 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
-	gotel "go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
@@ -106,12 +103,7 @@ func Park(ctx context.Context, tx pgx.Tx, projection string, rec *kgo.Record, ca
 func ReportParked(log *slog.Logger, hook func(DeadLetter), d DeadLetter) {
 	log.Error("record parked as a dead letter", "projection", d.Projection, "topic", d.Topic, "partition", d.Partition,
 		"offset", d.Offset, "event_id", d.EventID, "dead_letter_id", d.ID, "attempts", d.Attempts, "err", d.Error)
-	counter, err := gotel.Meter("github.com/taskmesh/taskmesh/platform/projection").Int64Counter(
-		"taskmesh.projection.dead_letters", metric.WithDescription("records parked as dead letters"))
-	if err == nil {
-		counter.Add(context.Background(), 1, metric.WithAttributes(attribute.String("projection", d.Projection),
-			attribute.String("topic", d.Topic)))
-	}
+	deadLetterCounter().Add(context.Background(), 1, deadLetterAttrs(d.Projection, d.Topic))
 	if hook != nil {
 		hook(d)
 	}

@@ -180,13 +180,15 @@ type Runner struct {
 	mu      sync.Mutex
 	applied int64
 	offsets map[topicPartition]int64
+	metrics runnerMetrics
 }
 
 // NewRunner returns a runner writing through pool (whose search_path holds
 // the projection's tables and projection_offsets).
 func NewRunner(pool *pgxpool.Pool, cfg Config, h Handler) *Runner {
 	cfg.defaults()
-	return &Runner{pool: pool, cfg: cfg, handler: h, offsets: map[topicPartition]int64{}}
+	return &Runner{pool: pool, cfg: cfg, handler: h, offsets: map[topicPartition]int64{},
+		metrics: newRunnerMetrics(cfg.Name, cfg.topics())}
 }
 
 // Applied returns how many records the runner has committed.
@@ -201,7 +203,13 @@ func (r *Runner) Applied() int64 {
 // nil on cancellation and retries failures with backoff.
 func (r *Runner) Run(ctx context.Context) error {
 	return leader.Run(ctx, r.pool, leader.Config{Lock: "projection:" + r.cfg.Name, Role: "projection runner " + r.cfg.Name,
-		Standby: r.cfg.StandbyInterval, Logger: r.cfg.Logger}, r.session)
+		Standby: r.cfg.StandbyInterval, Logger: r.cfg.Logger}, func(ctx context.Context, lock *pg.Lock) error {
+		err := r.session(ctx, lock)
+		if err != nil && ctx.Err() == nil {
+			r.metrics.errors.Add(ctx, 1, r.metrics.attrs)
+		}
+		return err
+	})
 }
 
 // session is one tenure as the active runner: steps 2 to 5.
@@ -320,6 +328,7 @@ func (r *Runner) apply(ctx context.Context, conn *pgxpool.Conn, records []*kgo.R
 		}
 	}
 	r.mu.Unlock()
+	r.metrics.committed(ctx, records, time.Now())
 	// After the commit, never inside it: a listener must not see rows that
 	// could still roll back, and a slow one must not hold the transaction
 	// open.

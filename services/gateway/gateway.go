@@ -103,6 +103,9 @@ type Config struct {
 	MaxUploadBytes int64
 	// NoConsole turns the web console at /ui off.
 	NoConsole bool
+	// Metrics, if set, is served at /metrics on the HTTP port without
+	// authentication (platform/metrics; docs/operations.md).
+	Metrics http.Handler
 }
 
 // RateLimits configures the per-key and per-tenant limits of requests per
@@ -422,6 +425,7 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 		DeadLetters:       deadLetters,
 		MaxUploadBytes:    cfg.MaxUploadBytes,
 		Console:           consoleHandler(cfg),
+		Metrics:           cfg.Metrics,
 	})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)

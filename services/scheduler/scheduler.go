@@ -292,6 +292,7 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 func (s *Service) Run(ctx context.Context) error {
 	// The first part that fails stops the others, and its error is Run's.
 	g, ctx := errgroup.WithContext(ctx)
+	defer postgres.ObserveTaskCounts(s.cfg.DB)()
 	g.Go(func() error { return s.relay.Run(ctx) })
 	runner := projection.NewRunner(s.cfg.DB, projection.Config{Name: readModels, Topic: s.cfg.Topic,
 		Partitions: s.cfg.Partitions, Kafka: s.cfg.Kafka, Logger: s.log}, readModelHandler(map[string]string{

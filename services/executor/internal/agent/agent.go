@@ -75,6 +75,7 @@ type Agent struct {
 	slots   chan struct{} // process slots: a send takes one
 	noops   chan struct{} // bound on noop tasks in flight
 	running atomic.Int32  // processes running now
+	metrics agentMetrics
 
 	mu            sync.Mutex
 	runs          map[string]*attempt // active attempts by attempt id
@@ -140,6 +141,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		http:          &http.Client{Timeout: 10 * time.Minute},
 		baseEnv:       baseEnv(),
 		slots:         make(chan struct{}, cfg.Slots),
+		metrics:       newAgentMetrics(),
 		noops:         make(chan struct{}, cfg.NoopConcurrency),
 		runs:          map[string]*attempt{},
 		inflight:      map[string]bool{},
@@ -190,6 +192,7 @@ func (a *Agent) close() {
 // after it returns.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.close()
+	defer a.observe()()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 

@@ -45,6 +45,9 @@ func (a *Agent) heartbeat(ctx context.Context) time.Duration {
 		Isolation: a.isolation.Mode(), Warnings: a.isolation.Warnings(),
 	})
 	cancel()
+	if ctx.Err() == nil {
+		a.metrics.heartbeat(ctx, err)
+	}
 	interval := a.cfg.HeartbeatInterval
 	a.mu.Lock()
 	was := a.reachable

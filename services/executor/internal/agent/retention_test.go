@@ -60,7 +60,9 @@ func TestRetentionRemovesExpiredJournalRowsAndLocalFiles(t *testing.T) {
 	young := finish("young")
 	// A running task whose directory is as old as the oldest.
 	running := h.fake.Add(shell("sleep", "30"))[0]
-	h.waitRow(running, 10*time.Second, "running", func(r journal.Task) bool { return r.Status == journal.StatusRunning })
+	// Its process started (a PID journaled), so its work directory exists:
+	// the journal says running before the directory is made.
+	h.waitRow(running, 10*time.Second, "running", func(r journal.Task) bool { return r.Status == journal.StatusRunning && r.PID != 0 })
 	past := clk.Now().Add(-20 * 24 * time.Hour)
 	if err := os.Chtimes(workdir(running), past, past); err != nil {
 		t.Fatal(err)

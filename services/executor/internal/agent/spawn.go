@@ -203,6 +203,7 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 		return
 	}
 	at.task.RunDir, at.task.ShimSocket = runDir, spec.Socket
+	spawnStart := time.Now()
 	started, err := shim.Start(ctx, shim.Launch{
 		Command: a.cfg.ShimCommand,
 		Env:     a.baseEnv,
@@ -224,6 +225,7 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 		a.finish(ctx, at, a.failedBeforeStart("shim: "+err.Error()))
 		return
 	}
+	a.metrics.spawned(ctx, spawnStart)
 	_ = a.journal.SetProcess(journalCtx, t.AttemptID, runDir, spec.Socket, started.ShimPID, started.PID)
 	at.task.ShimPID, at.task.PID = started.ShimPID, started.PID
 	a.supervise(ctx, at)

@@ -85,6 +85,8 @@ type Throttle struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedLimits
+
+	rejected rejections
 }
 
 type cachedLimits struct {
@@ -108,7 +110,8 @@ func New(limiter ratelimit.Limiter, src LimitSource, cfg Config, now func() time
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Throttle{limiter: limiter, src: src, cfg: cfg, now: now, log: log, cache: map[string]cachedLimits{}}
+	return &Throttle{limiter: limiter, src: src, cfg: cfg, now: now, log: log, cache: map[string]cachedLimits{},
+		rejected: newRejections()}
 }
 
 // Usage is where the request's limits stand, for X-RateLimit-* headers:
@@ -154,6 +157,7 @@ type limitKind struct {
 	name   string // for messages
 	scope  string // "key" or "tenant"
 	tokens bool
+	label  string // the rejections metric's limit label
 }
 
 // Check charges one request costing tokens to the principal's limits.
@@ -189,15 +193,16 @@ func (t *Throttle) Check(ctx context.Context, p authn.Principal, tokens int64) (
 		charges = append(charges, ratelimit.Charge{Key: key, Limit: ratelimit.PerMinute(int64(limit)), Cost: cost})
 		kinds = append(kinds, k)
 	}
-	add(lim.Key.RPM, base+"key:"+p.Subject+":rpm", 1, limitKind{"requests per minute", "API key", false})
-	add(lim.Key.TPM, base+"key:"+p.Subject+":tpm", tokens, limitKind{"tokens per minute", "API key", true})
-	add(tenant.RPM, base+"rpm", 1, limitKind{"requests per minute", "tenant", false})
-	add(tenant.TPM, base+"tpm", tokens, limitKind{"tokens per minute", "tenant", true})
+	add(lim.Key.RPM, base+"key:"+p.Subject+":rpm", 1, limitKind{"requests per minute", "API key", false, "key_rpm"})
+	add(lim.Key.TPM, base+"key:"+p.Subject+":tpm", tokens, limitKind{"tokens per minute", "API key", true, "key_tpm"})
+	add(tenant.RPM, base+"rpm", 1, limitKind{"requests per minute", "tenant", false, "tenant_rpm"})
+	add(tenant.TPM, base+"tpm", tokens, limitKind{"tokens per minute", "tenant", true, "tenant_tpm"})
 	if len(charges) == 0 {
 		return Usage{}, nil
 	}
 	for i, c := range charges {
 		if c.Cost > c.Limit.Burst {
+			t.rejected.add(ctx, p.TenantID, "too_large")
 			return Usage{}, &Refusal{
 				Never:  true,
 				Reason: fmt.Sprintf("request costs %d tokens, more than the %s limit of %d %s", c.Cost, kinds[i].scope, c.Limit.Burst, kinds[i].name),
@@ -221,6 +226,7 @@ func (t *Throttle) Check(ctx context.Context, p authn.Principal, tokens int64) (
 			worst = i
 		}
 	}
+	t.rejected.add(ctx, p.TenantID, kinds[worst].label)
 	return usage, &Refusal{
 		RetryAfter: d.RetryAfter,
 		Reason:     fmt.Sprintf("%s limit of %d %s exceeded", kinds[worst].scope, charges[worst].Limit.Rate, kinds[worst].name),

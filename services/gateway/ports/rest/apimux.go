@@ -54,6 +54,7 @@ func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnIn
 		runtime.WithDisablePathLengthFallback(),
 		runtime.WithErrorHandler(errs.grpcError),
 		runtime.WithRoutingErrorHandler(errs.routingError),
+		runtime.WithMiddlewares(recordRoute),
 	)
 	if err := taskv1.RegisterTaskServiceHandlerClient(ctx, mux, taskv1.NewTaskServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register task service: %w", err)

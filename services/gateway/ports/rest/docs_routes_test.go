@@ -72,12 +72,19 @@ var handWrittenRoutes = []struct {
 	{route{http.MethodGet, "/ui/"}, "/ui/", func(w *httptest.ResponseRecorder) bool {
 		return w.Code == http.StatusOK && strings.Contains(w.Body.String(), "<script")
 	}},
+	{route{http.MethodGet, "/metrics"}, "/metrics", func(w *httptest.ResponseRecorder) bool {
+		return w.Code == http.StatusOK && w.Header().Get(metricsMarker) == "1"
+	}},
 	{route{http.MethodGet, "/objects/{key}"}, "/objects/results/t/a.json", reachedObjects},
 	{route{http.MethodPut, "/objects/{key}"}, "/objects/results/t/a.json", reachedObjects},
 }
 
-// objectsMarker is set by the stand-in object store handler.
-const objectsMarker = "X-Docs-Test-Objects"
+// objectsMarker is set by the stand-in object store handler, metricsMarker
+// by the stand-in metrics handler.
+const (
+	objectsMarker = "X-Docs-Test-Objects"
+	metricsMarker = "X-Docs-Test-Metrics"
+)
 
 func reachedObjects(w *httptest.ResponseRecorder) bool { return w.Header().Get(objectsMarker) == "1" }
 
@@ -323,6 +330,7 @@ func docsTestHandler(t *testing.T) http.Handler {
 		}),
 		Live:    lv,
 		Console: console.Handler(),
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Header().Set(metricsMarker, "1") }),
 		Logger:  slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

@@ -72,6 +72,10 @@ type Options struct {
 	// Console, if not nil, is served at /ui/ without authentication (the
 	// web console's static files; it signs in with an API key itself).
 	Console http.Handler
+	// Metrics, if not nil, is served at /metrics without authentication
+	// (the Prometheus exposition; the gateway's --metrics-addr moves it
+	// off the public port).
+	Metrics http.Handler
 	Logger  *slog.Logger
 }
 
@@ -90,6 +94,8 @@ type handler struct {
 	pipeline http.Handler // authenticated pipeline API
 	objects  http.Handler
 	console  http.Handler
+	metrics  http.Handler
+	measured httpMetrics
 	openapi  []byte
 	ready    func() bool
 	log      *slog.Logger
@@ -187,11 +193,13 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 		// the largest of them.
 		pipeline: &authenticator{next: pipelineAPI, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger,
 			maxBody: maxUpload},
-		objects: opts.Objects,
-		console: opts.Console,
-		openapi: doc,
-		ready:   opts.Ready,
-		log:     opts.Logger,
+		objects:  opts.Objects,
+		console:  opts.Console,
+		metrics:  opts.Metrics,
+		measured: newHTTPMetrics(),
+		openapi:  doc,
+		ready:    opts.Ready,
+		log:      opts.Logger,
 	}, nil
 }
 
@@ -201,26 +209,55 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := requestid.NewContext(r.Context(), id)
 	ctx = outbound.ExtractTrace(ctx, r.Header.Get("Traceparent"), r.Header.Get("Tracestate"))
 	r = r.WithContext(ctx)
-	defer h.recover(w, r)
+	h.measured.measure(w, r, h.route(r.URL.Path), h.serve)
+}
 
-	path := r.URL.Path
+// route is the metrics' route label of path before a mux refines it.
+func (h *handler) route(path string) string {
 	switch {
 	case path == "/healthz":
-		h.health(w, r)
+		return routeHealth
 	case path == "/openapi.json":
-		h.serveOpenAPI(w, r)
+		return routeOpenAPI
+	case h.metrics != nil && path == "/metrics":
+		return routeMetrics
 	case h.objects != nil && strings.HasPrefix(path, "/objects/"):
-		h.objects.ServeHTTP(w, r)
+		return routeObjects
 	case httperr.IsVideoPath(path):
-		h.video.ServeHTTP(w, r)
+		return routeVideo
 	case httperr.IsPipelinePath(path):
-		h.pipeline.ServeHTTP(w, r)
+		return routePipeline
 	case h.console != nil && (path == "/ui" || strings.HasPrefix(path, "/ui/")):
-		h.console.ServeHTTP(w, r)
+		return routeConsole
 	case strings.HasPrefix(path, "/api/"):
+		return routeAPI
+	}
+	return routeUnmatched
+}
+
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
+	defer h.recover(w, r)
+	switch h.route(r.URL.Path) {
+	case routeHealth:
+		h.health(w, r)
+	case routeOpenAPI:
+		h.serveOpenAPI(w, r)
+	case routeMetrics:
+		if onlyGet(w, r) {
+			h.metrics.ServeHTTP(w, r)
+		}
+	case routeObjects:
+		h.objects.ServeHTTP(w, r)
+	case routeVideo:
+		h.video.ServeHTTP(w, r)
+	case routePipeline:
+		h.pipeline.ServeHTTP(w, r)
+	case routeConsole:
+		h.console.ServeHTTP(w, r)
+	case routeAPI:
 		h.api.ServeHTTP(w, r)
 	default:
-		httperr.WriteFor(w, r, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+path))
+		httperr.WriteFor(w, r, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+r.URL.Path))
 	}
 }
 

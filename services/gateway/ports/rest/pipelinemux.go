@@ -50,6 +50,7 @@ func newPipelineMux(ctx context.Context, upstream grpc.ClientConnInterface, log 
 		runtime.WithDisablePathLengthFallback(),
 		runtime.WithErrorHandler(errs.grpcError),
 		runtime.WithRoutingErrorHandler(errs.routingError),
+		runtime.WithMiddlewares(recordRoute),
 	)
 	client := pipelinev1.NewPipelineServiceClient(upstream)
 	if err := pipelinev1.RegisterPipelineServiceHandlerClient(ctx, mux, client); err != nil {

@@ -43,6 +43,7 @@ func newVideoMux(ctx context.Context, upstream grpc.ClientConnInterface, log *sl
 		runtime.WithDisablePathLengthFallback(),
 		runtime.WithErrorHandler(errs.grpcError),
 		runtime.WithRoutingErrorHandler(errs.routingError),
+		runtime.WithMiddlewares(recordRoute),
 	)
 	if err := videov1.RegisterVideoServiceHandlerClient(ctx, mux, videov1.NewVideoServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register video service: %w", err)

@@ -115,7 +115,7 @@ func New(stores Stores, objects objectstore.Store, now func() time.Time, hub *Hu
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &App{tasks: stores.Tasks, views: stores.Views, agents: stores.Agents, sweeps: stores.Sweeps, sweeper: stores.Sweeper,
+	return &App{tasks: meteredTasks{TaskStore: stores.Tasks, m: newTaskMetrics()}, views: stores.Views, agents: stores.Agents, sweeps: stores.Sweeps, sweeper: stores.Sweeper,
 		objects: objects, now: func() time.Time { return now().UTC() }, cfg: cfg, hub: hub, log: log}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 
@@ -21,6 +22,7 @@ type common struct {
 	kafkaTLS                                                                   bool
 	internalToken, internalTokenFile                                           string
 	otelExporter, otlpEndpoint, logFormat                                      string
+	metrics                                                                    metricsFlags
 }
 
 func (c *common) flags(cmd *cobra.Command) {
@@ -37,6 +39,7 @@ func (c *common) flags(cmd *cobra.Command) {
 	f.StringVar(&c.otelExporter, "otel-exporter", "none", "trace exporter: none, stdout or otlp")
 	f.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "OTLP/gRPC collector host:port")
 	f.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	c.metrics.add(f, "")
 }
 
 // process is what a service command sets up from the common flags before
@@ -47,6 +50,10 @@ type process struct {
 	internalToken string // "" when neither flag nor environment gives one
 	// shutdownTracing flushes the trace exporter.
 	shutdownTracing func(context.Context) error
+	// metrics is the /metrics handler; metricsOwnPort says --metrics-addr
+	// serves it already.
+	metrics        http.Handler
+	metricsOwnPort bool
 }
 
 // run applies the environment to the flags not given, sets up the process
@@ -59,7 +66,11 @@ func (c *common) run(cmd *cobra.Command, service string, serve func(context.Cont
 		return err
 	}
 	defer p.shutdownTracing(context.Background())
-	return serve(ctx, p)
+	p.metricsOwnPort = c.metrics.addr != ""
+	return c.metrics.serve(ctx, service, p.log, func(ctx context.Context, h http.Handler) error {
+		p.metrics = h
+		return serve(ctx, p)
+	})
 }
 
 func (c *common) setup(ctx context.Context, cmd *cobra.Command, service string) (*process, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -32,6 +33,7 @@ type devFlags struct {
 	pipe         pipelineFlags
 	caps         string
 	labels       string
+	metrics      metricsFlags
 }
 
 func devCommand() *cobra.Command {
@@ -55,7 +57,10 @@ keeps all data.`,
 			}
 			defer logs.Close()
 			o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			return runDev(cmd.Context(), cmd.OutOrStdout(), o, f.logFile)
+			return f.metrics.serve(cmd.Context(), "dev", o.Logger, func(ctx context.Context, h http.Handler) error {
+				o.Metrics = h
+				return runDev(ctx, cmd.OutOrStdout(), o, f.logFile)
+			})
 		},
 	}
 	f.add(cmd.Flags())
@@ -79,6 +84,7 @@ func (d *devFlags) add(f *pflag.FlagSet) {
 	f.StringSliceVar(&d.webhookAllow, "webhook-allow", nil, "networks webhooks may reach although not public (e.g. 127.0.0.1/32 for a receiver on this machine)")
 	d.pipe.add(f, true)
 	f.StringVar(&d.caps, "pipeline-caps", "", "set the pipeline's stage caps at start, e.g. onnx=4,bie=2,nef=4 (default: keep the stage queues as they are)")
+	d.metrics.add(f, " (also served at /metrics on --http)")
 	f.StringVar(&d.labels, "agent-labels", "pool:onnx,pool:bie,pool:nef", "the local agent's labels (its pipeline pools)")
 }
 
@@ -156,6 +162,7 @@ func printBanner(w io.Writer, s *stack.Stack, logFile string) {
 Taskmesh is running.
 
   REST API       %[1]s          (OpenAPI: %[1]s/openapi.json)
+  Metrics        %[1]s/metrics  (Prometheus)
   gRPC           %[2]s
   Postgres       %[3]s%[11]s
   Kafka          %[4]s          (topic taskmesh.task.events.v1)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,7 @@ type executorFlags struct {
 	configFile                       string
 	isolation                        isolationFlags
 	logFile                          executor.LogConfig
+	metrics                          metricsFlags
 }
 
 // isolationFlags are the sandbox and cleanup flags; each one given wins
@@ -69,6 +71,7 @@ func executorCommand() *cobra.Command {
 			return f.run(cmd.Context())
 		},
 	}
+	f.metrics.add(cmd.Flags(), " (heartbeats, slots, spawn latency)")
 	f.addAgent(cmd.Flags())
 	f.addIsolation(cmd.Flags())
 	f.addKubernetes(cmd.Flags())
@@ -76,12 +79,19 @@ func executorCommand() *cobra.Command {
 	return cmd
 }
 
-// run runs the backend --backend names.
+// run serves the metrics (--metrics-addr) while the backend runs.
 func (e *executorFlags) run(ctx context.Context) error {
 	cfg, err := e.config()
 	if err != nil {
 		return err
 	}
+	return e.metrics.serve(ctx, "executor", cfg.Logger, func(ctx context.Context, _ http.Handler) error {
+		return e.runBackend(ctx, cfg)
+	})
+}
+
+// runBackend runs the backend --backend names.
+func (e *executorFlags) runBackend(ctx context.Context, cfg executor.Config) (err error) {
 	switch e.backend {
 	case "process":
 		return executor.Run(ctx, cfg)

@@ -75,6 +75,9 @@ func (g *gatewayFlags) config(p *process) (gateway.Config, error) {
 		ConsumersTarget: g.consumersTarget,
 		InternalToken:   p.internalToken, DatabaseURL: g.databaseURL, AdminKeyFile: g.adminKeyFile, Logger: p.log, Live: live,
 		MaxUploadBytes: g.maxUpload, NoConsole: g.noConsole}
+	if !p.metricsOwnPort {
+		cfg.Metrics = p.metrics // else --metrics-addr keeps it off the public port
+	}
 	var err error
 	if cfg.RateLimits, err = g.limits.config(); err != nil {
 		return gateway.Config{}, err

@@ -26,16 +26,24 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	root := rootCommand()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "taskmesh:", err)
+		os.Exit(1)
+	}
+}
+
+// rootCommand is the taskmesh command with every subcommand.
+func rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "taskmesh",
 		Short:         "Taskmesh: a control plane for GPU workloads",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
 	}
-	root.AddCommand(benchCommand(), devCommand(), schedulerCommand(), gatewayCommand(), executorCommand(),
+	root.SetVersionTemplate(versionLine() + "\n")
+	root.AddCommand(versionCommand(), benchCommand(), devCommand(), schedulerCommand(), gatewayCommand(), executorCommand(),
 		replayCommand(), ctlCommand(), quotaCommand(), consumersCommand())
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "taskmesh:", err)
-		os.Exit(1)
-	}
+	return root
 }

@@ -109,7 +109,9 @@ func TestQuotaProcessKilledMidProductionResumes(t *testing.T) {
 	_ = first.Process.Signal(syscall.SIGKILL)
 	_ = first.Wait()
 
-	_, out = startQuota(t, args("200ms")...)
+	// The second process also serves its metrics on their own address.
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	_, out = startQuota(t, append(args("200ms"), "--metrics-addr", metricsAddr)...)
 	for {
 		got, err := c.GetQuota(ctx, &quotav1.GetQuotaRequest{QuotaId: id})
 		if err == nil && got.GetQuota().GetStatus() == "Active" {
@@ -124,6 +126,16 @@ func TestQuotaProcessKilledMidProductionResumes(t *testing.T) {
 		"WorkGroupApplied": 1, "WorkGroupRunning": 1, "QuotaProduced": 2, "InventoryReserved": 1} {
 		if n := count(typ); n != want {
 			t.Errorf("%s recorded %d times, want %d", typ, n, want)
+		}
+	}
+	metrics := scrapeMetrics(t, "http://"+metricsAddr)
+	for name, labels := range map[string]map[string]string{
+		"taskmesh_outbox_relay_active":     {"relay": "quota"},
+		"taskmesh_pg_pool_max_connections": {"pool": "quota"},
+		"go_goroutines":                    nil,
+	} {
+		if _, ok := metrics.sum(name, labels); !ok {
+			t.Errorf("--metrics-addr serves no %s%v", name, labels)
 		}
 	}
 	// `taskmesh replay` finds the inline projection equal to its rebuild.

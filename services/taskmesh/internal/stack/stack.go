@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,9 @@ import (
 // Options configures a stack.
 type Options struct {
 	DataDir string
+	// Metrics, if set, is served at /metrics on the gateway's HTTP port
+	// (platform/metrics: the whole process's metrics).
+	Metrics http.Handler
 	// HTTPAddr and GRPCAddr are the gateway's public addresses.
 	HTTPAddr, GRPCAddr string
 	// DatabaseURL uses an existing Postgres instead of a local server.
@@ -430,7 +434,8 @@ func (s *Stack) startGateway(ctx context.Context, schedAddr string, objects *obj
 	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, HTTPListener: s.httpLis, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
 		QuotaTarget: s.QuotaAddr, ConsumersTarget: s.ConsumersAddr, InternalToken: s.InternalToken, DatabaseURL: s.Postgres,
 		Objects: objects.Handler(),
-		Logger:  s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()}})
+		Logger:  s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()},
+		Metrics: s.opts.Metrics})
 	if err != nil {
 		return err
 	}

@@ -83,6 +83,7 @@ type Loop struct {
 	gen     int64
 	work    map[string]*WorkloadRecord
 	outside map[string]bool // pending workloads the core does not hold (unknown queue)
+	queues  []string        // the ClusterQueues of the core's topology (metrics)
 }
 
 // NewLoop returns a loop; Run starts it.
@@ -115,6 +116,7 @@ const lockName = "admission-loop"
 // and a session that ended in an error is followed by a new one after a
 // tick.
 func (l *Loop) Run(ctx context.Context) error {
+	defer l.observe()()
 	return leader.Run(ctx, l.db, leader.Config{Lock: lockName, Role: "admission loop", Standby: l.cfg.Tick,
 		MinBackoff: l.cfg.Tick, MaxBackoff: l.cfg.Tick, Logger: l.log}, l.session)
 }
@@ -185,6 +187,7 @@ func (l *Loop) rebuild(ctx context.Context, conn *pgxpool.Conn) error {
 		if err := core.Reconfigure(defs); err != nil {
 			return fmt.Errorf("admission loop: recorded definitions: %w", err)
 		}
+		l.queues = queueNames(defs)
 		for i := range recs {
 			if r := &recs[i]; r.State == StatePending {
 				l.restore(r)
@@ -253,6 +256,8 @@ func (l *Loop) restore(r *WorkloadRecord) {
 
 // cycleOut collects what one cycle records.
 type cycleOut struct {
+	// decided counts the decisions applied, by (ClusterQueue, kind).
+	decided map[[2]string]int64
 	events  []eventstore.Event
 	changed map[string]*WorkloadRecord
 	removed []string
@@ -278,7 +283,10 @@ func (o *cycleOut) record(r *WorkloadRecord, at time.Time, ev any) {
 func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var recorded bool
+	var (
+		recorded bool
+		out      *cycleOut
+	)
 	err = pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		gen, err := l.store.DefinitionsGeneration(ctx, tx)
 		if err != nil {
@@ -297,7 +305,7 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		if err != nil {
 			return err
 		}
-		out := &cycleOut{changed: map[string]*WorkloadRecord{}}
+		out = &cycleOut{changed: map[string]*WorkloadRecord{}, decided: map[[2]string]int64{}}
 		for _, f := range facts {
 			l.applyFact(f, now, out)
 		}
@@ -331,8 +339,11 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 	if err != nil {
 		return false, fmt.Errorf("admission cycle: %w", err)
 	}
-	if recorded && l.cfg.AfterCommit != nil {
-		l.cfg.AfterCommit()
+	if recorded {
+		countDecisions(ctx, out.decided)
+		if l.cfg.AfterCommit != nil {
+			l.cfg.AfterCommit()
+		}
 	}
 	return more, nil
 }
@@ -356,6 +367,8 @@ func (l *Loop) reconfigure(defs Definitions) {
 		// the core refuses in the current state (e.g. a queue with
 		// admitted work): keep the previous topology.
 		l.log.Error("admission loop: reconfigure refused; keeping the previous topology", "err", err)
+	} else {
+		l.queues = queueNames(defs)
 	}
 	for id := range l.outside {
 		r := l.work[id]
@@ -456,6 +469,7 @@ func (l *Loop) applyDecision(d Decision, now time.Time, out *cycleOut) {
 			return
 		}
 		r.State, r.Flavors, r.Borrowing, r.AdmittedAt = StateAdmitted, d.Flavors, d.Borrowing, now
+		out.decided[[2]string{r.ClusterQueue, "admit"}]++
 		out.record(r, now, &quotav1.WorkloadAdmitted{TaskId: r.ID, ClusterQueue: r.ClusterQueue, Flavors: d.Flavors,
 			Borrowing: d.Borrowing, TaskVersion: r.TaskVersion})
 	case DecisionPreempt:
@@ -468,6 +482,7 @@ func (l *Loop) applyDecision(d Decision, now time.Time, out *cycleOut) {
 			return
 		}
 		v.State, v.Preemptor = StateEvicting, d.Workload
+		out.decided[[2]string{v.ClusterQueue, "preempt"}]++
 		out.record(v, now, &quotav1.WorkloadPreemptionRequested{TaskId: v.ID, PreemptorTaskId: d.Workload,
 			Reason: d.Reason, TaskVersion: v.TaskVersion})
 	}
