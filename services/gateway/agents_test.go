@@ -3,8 +3,10 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -51,7 +53,10 @@ func TestRESTAdminAgents(t *testing.T) {
 			if id == "gpu-1" && seen {
 				resp.Agents = append(resp.Agents, &taskv1.FleetAgent{AgentId: id, Seen: true, MachineId: "m-1", Ip: "10.0.0.7",
 					Labels: []string{"gpu:a100"}, Slots: 8, FreeSlots: 6, Version: "1.4.0", Isolation: "cgroup-v1",
-					LastHeartbeatAt: timestamppb.Now(), RunningTaskIds: []string{"t-1", "t-2"}})
+					LastHeartbeatAt: timestamppb.Now(), RunningTaskIds: []string{"t-1", "t-2"},
+					Services: []*taskv1.FleetAgentService{{ServiceId: "svc-1", TenantId: "acme", Name: "dcgm-exporter",
+						Version: "3.1", DesiredState: "running", CurrentState: "running", Pid: 4242, Restarts: 2,
+						LastHeartbeat: timestamppb.New(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))}}})
 			}
 		}
 		return resp, nil
@@ -76,6 +81,18 @@ func TestRESTAdminAgents(t *testing.T) {
 	if a["status"] != "online" || a["address"] != "10.0.0.7" || a["running_tasks"] != float64(2) || a["version"] != "1.4.0" ||
 		a["slots"] != float64(8) || a["isolation"] != "cgroup-v1" || strings.Contains(string(r.body), token) {
 		t.Errorf("listed agent = %v", a)
+	}
+	// The managed services on it, every tenant's, as the scheduler saw
+	// them; in the list and in the agent alone.
+	wantSvc := map[string]any{"service_id": "svc-1", "tenant_id": "acme", "name": "dcgm-exporter", "version": "3.1",
+		"desired_state": "running", "current_state": "running", "pid": float64(4242), "restarts": float64(2),
+		"last_heartbeat": "2026-11-25T12:00:00Z"}
+	if svcs, _ := a["services"].([]any); len(svcs) != 1 || !reflect.DeepEqual(svcs[0], wantSvc) {
+		t.Errorf("listed agent's services = %v, want [%v]", a["services"], wantSvc)
+	}
+	r = e.do(t, "GET", "/api/v1/admin/agents/gpu-1", admin, "")
+	if svcs, _ := decode(t, r)["services"].([]any); r.status != 200 || len(svcs) != 1 || !reflect.DeepEqual(svcs[0], wantSvc) {
+		t.Errorf("get agent = %d %s, want its services", r.status, r.body)
 	}
 	c, _ := e.fake.LastCall()
 	if c.Principal.Kind != authn.KindAdmin {

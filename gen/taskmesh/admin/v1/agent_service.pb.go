@@ -66,7 +66,10 @@ type Agent struct {
 	// rlimit (a warning says why no cgroup).
 	Isolation string `protobuf:"bytes,25,opt,name=isolation,proto3" json:"isolation,omitempty"`
 	// What the agent reported as degraded (e.g. no cgroups, no sandbox).
-	Warnings      []string `protobuf:"bytes,26,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	Warnings []string `protobuf:"bytes,26,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// The managed services (sidecars) on the agent, of every tenant: those
+	// pinned to it and those it has reported, by tenant, name and id.
+	Services      []*AgentManagedService `protobuf:"bytes,27,rep,name=services,proto3" json:"services,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -283,6 +286,129 @@ func (x *Agent) GetWarnings() []string {
 	return nil
 }
 
+func (x *Agent) GetServices() []*AgentManagedService {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+// AgentManagedService is a managed service as one agent runs it
+// (docs/api/services.md): the declaration's id, tenant, name, version and
+// desired state, and what that agent last reported.
+type AgentManagedService struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	TenantId  string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The declared version.
+	Version string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	// running or stopped.
+	DesiredState string `protobuf:"bytes,5,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
+	// The instance's state on this agent: pending until it reports the
+	// service, then starting, running, backoff, stopped, exited or unknown.
+	CurrentState string `protobuf:"bytes,6,opt,name=current_state,json=currentState,proto3" json:"current_state,omitempty"`
+	Pid          int32  `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
+	Restarts     int32  `protobuf:"varint,8,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// When this agent last reported the service.
+	LastHeartbeat *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_heartbeat,json=lastHeartbeat,proto3" json:"last_heartbeat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentManagedService) Reset() {
+	*x = AgentManagedService{}
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentManagedService) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentManagedService) ProtoMessage() {}
+
+func (x *AgentManagedService) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentManagedService.ProtoReflect.Descriptor instead.
+func (*AgentManagedService) Descriptor() ([]byte, []int) {
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AgentManagedService) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+func (x *AgentManagedService) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *AgentManagedService) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AgentManagedService) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *AgentManagedService) GetDesiredState() string {
+	if x != nil {
+		return x.DesiredState
+	}
+	return ""
+}
+
+func (x *AgentManagedService) GetCurrentState() string {
+	if x != nil {
+		return x.CurrentState
+	}
+	return ""
+}
+
+func (x *AgentManagedService) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *AgentManagedService) GetRestarts() int32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *AgentManagedService) GetLastHeartbeat() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastHeartbeat
+	}
+	return nil
+}
+
 // AgentEvent is one entry of an agent's audit trail, with the fields of
 // the audit log (docs/api/admin.md#agents).
 type AgentEvent struct {
@@ -312,7 +438,7 @@ type AgentEvent struct {
 
 func (x *AgentEvent) Reset() {
 	*x = AgentEvent{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[1]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -324,7 +450,7 @@ func (x *AgentEvent) String() string {
 func (*AgentEvent) ProtoMessage() {}
 
 func (x *AgentEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[1]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -337,7 +463,7 @@ func (x *AgentEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEvent.ProtoReflect.Descriptor instead.
 func (*AgentEvent) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{1}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AgentEvent) GetId() string {
@@ -421,7 +547,7 @@ type RegisterAgentRequest struct {
 
 func (x *RegisterAgentRequest) Reset() {
 	*x = RegisterAgentRequest{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[2]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +559,7 @@ func (x *RegisterAgentRequest) String() string {
 func (*RegisterAgentRequest) ProtoMessage() {}
 
 func (x *RegisterAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[2]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +572,7 @@ func (x *RegisterAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterAgentRequest.ProtoReflect.Descriptor instead.
 func (*RegisterAgentRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{2}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RegisterAgentRequest) GetAgentId() string {
@@ -488,7 +614,7 @@ type RegisterAgentResponse struct {
 
 func (x *RegisterAgentResponse) Reset() {
 	*x = RegisterAgentResponse{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[3]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +626,7 @@ func (x *RegisterAgentResponse) String() string {
 func (*RegisterAgentResponse) ProtoMessage() {}
 
 func (x *RegisterAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[3]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +639,7 @@ func (x *RegisterAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterAgentResponse.ProtoReflect.Descriptor instead.
 func (*RegisterAgentResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{3}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterAgentResponse) GetAgent() *Agent {
@@ -546,7 +672,7 @@ type ListAgentsRequest struct {
 
 func (x *ListAgentsRequest) Reset() {
 	*x = ListAgentsRequest{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[4]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +684,7 @@ func (x *ListAgentsRequest) String() string {
 func (*ListAgentsRequest) ProtoMessage() {}
 
 func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[4]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +697,7 @@ func (x *ListAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{4}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListAgentsRequest) GetTenantId() string {
@@ -613,7 +739,7 @@ type ListAgentsResponse struct {
 
 func (x *ListAgentsResponse) Reset() {
 	*x = ListAgentsResponse{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[5]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +751,7 @@ func (x *ListAgentsResponse) String() string {
 func (*ListAgentsResponse) ProtoMessage() {}
 
 func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[5]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +764,7 @@ func (x *ListAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{5}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListAgentsResponse) GetAgents() []*Agent {
@@ -664,7 +790,7 @@ type GetAgentRequest struct {
 
 func (x *GetAgentRequest) Reset() {
 	*x = GetAgentRequest{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[6]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +802,7 @@ func (x *GetAgentRequest) String() string {
 func (*GetAgentRequest) ProtoMessage() {}
 
 func (x *GetAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[6]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +815,7 @@ func (x *GetAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{6}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetAgentRequest) GetAgentId() string {
@@ -708,7 +834,7 @@ type GetAgentResponse struct {
 
 func (x *GetAgentResponse) Reset() {
 	*x = GetAgentResponse{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[7]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +846,7 @@ func (x *GetAgentResponse) String() string {
 func (*GetAgentResponse) ProtoMessage() {}
 
 func (x *GetAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[7]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +859,7 @@ func (x *GetAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{7}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetAgentResponse) GetAgent() *Agent {
@@ -754,7 +880,7 @@ type RotateAgentTokenRequest struct {
 
 func (x *RotateAgentTokenRequest) Reset() {
 	*x = RotateAgentTokenRequest{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[8]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +892,7 @@ func (x *RotateAgentTokenRequest) String() string {
 func (*RotateAgentTokenRequest) ProtoMessage() {}
 
 func (x *RotateAgentTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[8]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +905,7 @@ func (x *RotateAgentTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateAgentTokenRequest.ProtoReflect.Descriptor instead.
 func (*RotateAgentTokenRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{8}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RotateAgentTokenRequest) GetAgentId() string {
@@ -807,7 +933,7 @@ type RotateAgentTokenResponse struct {
 
 func (x *RotateAgentTokenResponse) Reset() {
 	*x = RotateAgentTokenResponse{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[9]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +945,7 @@ func (x *RotateAgentTokenResponse) String() string {
 func (*RotateAgentTokenResponse) ProtoMessage() {}
 
 func (x *RotateAgentTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[9]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +958,7 @@ func (x *RotateAgentTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateAgentTokenResponse.ProtoReflect.Descriptor instead.
 func (*RotateAgentTokenResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{9}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RotateAgentTokenResponse) GetAgent() *Agent {
@@ -860,7 +986,7 @@ type RevokeAgentRequest struct {
 
 func (x *RevokeAgentRequest) Reset() {
 	*x = RevokeAgentRequest{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[10]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +998,7 @@ func (x *RevokeAgentRequest) String() string {
 func (*RevokeAgentRequest) ProtoMessage() {}
 
 func (x *RevokeAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[10]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1011,7 @@ func (x *RevokeAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAgentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeAgentRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{10}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RevokeAgentRequest) GetAgentId() string {
@@ -911,7 +1037,7 @@ type RevokeAgentResponse struct {
 
 func (x *RevokeAgentResponse) Reset() {
 	*x = RevokeAgentResponse{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[11]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -923,7 +1049,7 @@ func (x *RevokeAgentResponse) String() string {
 func (*RevokeAgentResponse) ProtoMessage() {}
 
 func (x *RevokeAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[11]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -936,7 +1062,7 @@ func (x *RevokeAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAgentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeAgentResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{11}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RevokeAgentResponse) GetAgent() *Agent {
@@ -955,7 +1081,7 @@ type DrainAgentRequest struct {
 
 func (x *DrainAgentRequest) Reset() {
 	*x = DrainAgentRequest{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[12]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1093,7 @@ func (x *DrainAgentRequest) String() string {
 func (*DrainAgentRequest) ProtoMessage() {}
 
 func (x *DrainAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[12]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1106,7 @@ func (x *DrainAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainAgentRequest.ProtoReflect.Descriptor instead.
 func (*DrainAgentRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{12}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DrainAgentRequest) GetAgentId() string {
@@ -999,7 +1125,7 @@ type DrainAgentResponse struct {
 
 func (x *DrainAgentResponse) Reset() {
 	*x = DrainAgentResponse{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[13]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1137,7 @@ func (x *DrainAgentResponse) String() string {
 func (*DrainAgentResponse) ProtoMessage() {}
 
 func (x *DrainAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[13]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1150,7 @@ func (x *DrainAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainAgentResponse.ProtoReflect.Descriptor instead.
 func (*DrainAgentResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{13}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DrainAgentResponse) GetAgent() *Agent {
@@ -1043,7 +1169,7 @@ type UndrainAgentRequest struct {
 
 func (x *UndrainAgentRequest) Reset() {
 	*x = UndrainAgentRequest{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[14]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1181,7 @@ func (x *UndrainAgentRequest) String() string {
 func (*UndrainAgentRequest) ProtoMessage() {}
 
 func (x *UndrainAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[14]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1194,7 @@ func (x *UndrainAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainAgentRequest.ProtoReflect.Descriptor instead.
 func (*UndrainAgentRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{14}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UndrainAgentRequest) GetAgentId() string {
@@ -1087,7 +1213,7 @@ type UndrainAgentResponse struct {
 
 func (x *UndrainAgentResponse) Reset() {
 	*x = UndrainAgentResponse{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[15]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1225,7 @@ func (x *UndrainAgentResponse) String() string {
 func (*UndrainAgentResponse) ProtoMessage() {}
 
 func (x *UndrainAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[15]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1238,7 @@ func (x *UndrainAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainAgentResponse.ProtoReflect.Descriptor instead.
 func (*UndrainAgentResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{15}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UndrainAgentResponse) GetAgent() *Agent {
@@ -1133,7 +1259,7 @@ type ListAgentEventsRequest struct {
 
 func (x *ListAgentEventsRequest) Reset() {
 	*x = ListAgentEventsRequest{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[16]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1271,7 @@ func (x *ListAgentEventsRequest) String() string {
 func (*ListAgentEventsRequest) ProtoMessage() {}
 
 func (x *ListAgentEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[16]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1284,7 @@ func (x *ListAgentEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAgentEventsRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{16}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListAgentEventsRequest) GetAgentId() string {
@@ -1184,7 +1310,7 @@ type ListAgentEventsResponse struct {
 
 func (x *ListAgentEventsResponse) Reset() {
 	*x = ListAgentEventsResponse{}
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[17]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1322,7 @@ func (x *ListAgentEventsResponse) String() string {
 func (*ListAgentEventsResponse) ProtoMessage() {}
 
 func (x *ListAgentEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[17]
+	mi := &file_taskmesh_admin_v1_agent_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1335,7 @@ func (x *ListAgentEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAgentEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAgentEventsResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{17}
+	return file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListAgentEventsResponse) GetEvents() []*AgentEvent {
@@ -1223,7 +1349,7 @@ var File_taskmesh_admin_v1_agent_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_admin_v1_agent_service_proto_rawDesc = "" +
 	"\n" +
-	"%taskmesh/admin/v1/agent_service.proto\x12\x11taskmesh.admin.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\a\n" +
+	"%taskmesh/admin/v1/agent_service.proto\x12\x11taskmesh.admin.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\b\n" +
 	"\x05Agent\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x16\n" +
@@ -1258,7 +1384,19 @@ const file_taskmesh_admin_v1_agent_service_proto_rawDesc = "" +
 	"\x11last_heartbeat_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\x12>\n" +
 	"\rfirst_seen_at\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\vfirstSeenAt\x12\x1c\n" +
 	"\tisolation\x18\x19 \x01(\tR\tisolation\x12\x1a\n" +
-	"\bwarnings\x18\x1a \x03(\tR\bwarnings\"\x8d\x02\n" +
+	"\bwarnings\x18\x1a \x03(\tR\bwarnings\x12B\n" +
+	"\bservices\x18\x1b \x03(\v2&.taskmesh.admin.v1.AgentManagedServiceR\bservices\"\xba\x02\n" +
+	"\x13AgentManagedService\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12#\n" +
+	"\rdesired_state\x18\x05 \x01(\tR\fdesiredState\x12#\n" +
+	"\rcurrent_state\x18\x06 \x01(\tR\fcurrentState\x12\x10\n" +
+	"\x03pid\x18\a \x01(\x05R\x03pid\x12\x1a\n" +
+	"\brestarts\x18\b \x01(\x05R\brestarts\x12A\n" +
+	"\x0elast_heartbeat\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\"\x8d\x02\n" +
 	"\n" +
 	"AgentEvent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x128\n" +
@@ -1352,68 +1490,71 @@ func file_taskmesh_admin_v1_agent_service_proto_rawDescGZIP() []byte {
 	return file_taskmesh_admin_v1_agent_service_proto_rawDescData
 }
 
-var file_taskmesh_admin_v1_agent_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_taskmesh_admin_v1_agent_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_taskmesh_admin_v1_agent_service_proto_goTypes = []any{
 	(*Agent)(nil),                    // 0: taskmesh.admin.v1.Agent
-	(*AgentEvent)(nil),               // 1: taskmesh.admin.v1.AgentEvent
-	(*RegisterAgentRequest)(nil),     // 2: taskmesh.admin.v1.RegisterAgentRequest
-	(*RegisterAgentResponse)(nil),    // 3: taskmesh.admin.v1.RegisterAgentResponse
-	(*ListAgentsRequest)(nil),        // 4: taskmesh.admin.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),       // 5: taskmesh.admin.v1.ListAgentsResponse
-	(*GetAgentRequest)(nil),          // 6: taskmesh.admin.v1.GetAgentRequest
-	(*GetAgentResponse)(nil),         // 7: taskmesh.admin.v1.GetAgentResponse
-	(*RotateAgentTokenRequest)(nil),  // 8: taskmesh.admin.v1.RotateAgentTokenRequest
-	(*RotateAgentTokenResponse)(nil), // 9: taskmesh.admin.v1.RotateAgentTokenResponse
-	(*RevokeAgentRequest)(nil),       // 10: taskmesh.admin.v1.RevokeAgentRequest
-	(*RevokeAgentResponse)(nil),      // 11: taskmesh.admin.v1.RevokeAgentResponse
-	(*DrainAgentRequest)(nil),        // 12: taskmesh.admin.v1.DrainAgentRequest
-	(*DrainAgentResponse)(nil),       // 13: taskmesh.admin.v1.DrainAgentResponse
-	(*UndrainAgentRequest)(nil),      // 14: taskmesh.admin.v1.UndrainAgentRequest
-	(*UndrainAgentResponse)(nil),     // 15: taskmesh.admin.v1.UndrainAgentResponse
-	(*ListAgentEventsRequest)(nil),   // 16: taskmesh.admin.v1.ListAgentEventsRequest
-	(*ListAgentEventsResponse)(nil),  // 17: taskmesh.admin.v1.ListAgentEventsResponse
-	(*timestamppb.Timestamp)(nil),    // 18: google.protobuf.Timestamp
+	(*AgentManagedService)(nil),      // 1: taskmesh.admin.v1.AgentManagedService
+	(*AgentEvent)(nil),               // 2: taskmesh.admin.v1.AgentEvent
+	(*RegisterAgentRequest)(nil),     // 3: taskmesh.admin.v1.RegisterAgentRequest
+	(*RegisterAgentResponse)(nil),    // 4: taskmesh.admin.v1.RegisterAgentResponse
+	(*ListAgentsRequest)(nil),        // 5: taskmesh.admin.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),       // 6: taskmesh.admin.v1.ListAgentsResponse
+	(*GetAgentRequest)(nil),          // 7: taskmesh.admin.v1.GetAgentRequest
+	(*GetAgentResponse)(nil),         // 8: taskmesh.admin.v1.GetAgentResponse
+	(*RotateAgentTokenRequest)(nil),  // 9: taskmesh.admin.v1.RotateAgentTokenRequest
+	(*RotateAgentTokenResponse)(nil), // 10: taskmesh.admin.v1.RotateAgentTokenResponse
+	(*RevokeAgentRequest)(nil),       // 11: taskmesh.admin.v1.RevokeAgentRequest
+	(*RevokeAgentResponse)(nil),      // 12: taskmesh.admin.v1.RevokeAgentResponse
+	(*DrainAgentRequest)(nil),        // 13: taskmesh.admin.v1.DrainAgentRequest
+	(*DrainAgentResponse)(nil),       // 14: taskmesh.admin.v1.DrainAgentResponse
+	(*UndrainAgentRequest)(nil),      // 15: taskmesh.admin.v1.UndrainAgentRequest
+	(*UndrainAgentResponse)(nil),     // 16: taskmesh.admin.v1.UndrainAgentResponse
+	(*ListAgentEventsRequest)(nil),   // 17: taskmesh.admin.v1.ListAgentEventsRequest
+	(*ListAgentEventsResponse)(nil),  // 18: taskmesh.admin.v1.ListAgentEventsResponse
+	(*timestamppb.Timestamp)(nil),    // 19: google.protobuf.Timestamp
 }
 var file_taskmesh_admin_v1_agent_service_proto_depIdxs = []int32{
-	18, // 0: taskmesh.admin.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
-	18, // 1: taskmesh.admin.v1.Agent.expires_at:type_name -> google.protobuf.Timestamp
-	18, // 2: taskmesh.admin.v1.Agent.rotated_at:type_name -> google.protobuf.Timestamp
-	18, // 3: taskmesh.admin.v1.Agent.revoked_at:type_name -> google.protobuf.Timestamp
-	18, // 4: taskmesh.admin.v1.Agent.drained_at:type_name -> google.protobuf.Timestamp
-	18, // 5: taskmesh.admin.v1.Agent.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	18, // 6: taskmesh.admin.v1.Agent.first_seen_at:type_name -> google.protobuf.Timestamp
-	18, // 7: taskmesh.admin.v1.AgentEvent.timestamp:type_name -> google.protobuf.Timestamp
-	18, // 8: taskmesh.admin.v1.RegisterAgentRequest.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 9: taskmesh.admin.v1.RegisterAgentResponse.agent:type_name -> taskmesh.admin.v1.Agent
-	0,  // 10: taskmesh.admin.v1.ListAgentsResponse.agents:type_name -> taskmesh.admin.v1.Agent
-	0,  // 11: taskmesh.admin.v1.GetAgentResponse.agent:type_name -> taskmesh.admin.v1.Agent
-	18, // 12: taskmesh.admin.v1.RotateAgentTokenRequest.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 13: taskmesh.admin.v1.RotateAgentTokenResponse.agent:type_name -> taskmesh.admin.v1.Agent
-	0,  // 14: taskmesh.admin.v1.RevokeAgentResponse.agent:type_name -> taskmesh.admin.v1.Agent
-	0,  // 15: taskmesh.admin.v1.DrainAgentResponse.agent:type_name -> taskmesh.admin.v1.Agent
-	0,  // 16: taskmesh.admin.v1.UndrainAgentResponse.agent:type_name -> taskmesh.admin.v1.Agent
-	1,  // 17: taskmesh.admin.v1.ListAgentEventsResponse.events:type_name -> taskmesh.admin.v1.AgentEvent
-	2,  // 18: taskmesh.admin.v1.AgentService.RegisterAgent:input_type -> taskmesh.admin.v1.RegisterAgentRequest
-	4,  // 19: taskmesh.admin.v1.AgentService.ListAgents:input_type -> taskmesh.admin.v1.ListAgentsRequest
-	6,  // 20: taskmesh.admin.v1.AgentService.GetAgent:input_type -> taskmesh.admin.v1.GetAgentRequest
-	8,  // 21: taskmesh.admin.v1.AgentService.RotateAgentToken:input_type -> taskmesh.admin.v1.RotateAgentTokenRequest
-	10, // 22: taskmesh.admin.v1.AgentService.RevokeAgent:input_type -> taskmesh.admin.v1.RevokeAgentRequest
-	12, // 23: taskmesh.admin.v1.AgentService.DrainAgent:input_type -> taskmesh.admin.v1.DrainAgentRequest
-	14, // 24: taskmesh.admin.v1.AgentService.UndrainAgent:input_type -> taskmesh.admin.v1.UndrainAgentRequest
-	16, // 25: taskmesh.admin.v1.AgentService.ListAgentEvents:input_type -> taskmesh.admin.v1.ListAgentEventsRequest
-	3,  // 26: taskmesh.admin.v1.AgentService.RegisterAgent:output_type -> taskmesh.admin.v1.RegisterAgentResponse
-	5,  // 27: taskmesh.admin.v1.AgentService.ListAgents:output_type -> taskmesh.admin.v1.ListAgentsResponse
-	7,  // 28: taskmesh.admin.v1.AgentService.GetAgent:output_type -> taskmesh.admin.v1.GetAgentResponse
-	9,  // 29: taskmesh.admin.v1.AgentService.RotateAgentToken:output_type -> taskmesh.admin.v1.RotateAgentTokenResponse
-	11, // 30: taskmesh.admin.v1.AgentService.RevokeAgent:output_type -> taskmesh.admin.v1.RevokeAgentResponse
-	13, // 31: taskmesh.admin.v1.AgentService.DrainAgent:output_type -> taskmesh.admin.v1.DrainAgentResponse
-	15, // 32: taskmesh.admin.v1.AgentService.UndrainAgent:output_type -> taskmesh.admin.v1.UndrainAgentResponse
-	17, // 33: taskmesh.admin.v1.AgentService.ListAgentEvents:output_type -> taskmesh.admin.v1.ListAgentEventsResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	19, // 0: taskmesh.admin.v1.Agent.created_at:type_name -> google.protobuf.Timestamp
+	19, // 1: taskmesh.admin.v1.Agent.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 2: taskmesh.admin.v1.Agent.rotated_at:type_name -> google.protobuf.Timestamp
+	19, // 3: taskmesh.admin.v1.Agent.revoked_at:type_name -> google.protobuf.Timestamp
+	19, // 4: taskmesh.admin.v1.Agent.drained_at:type_name -> google.protobuf.Timestamp
+	19, // 5: taskmesh.admin.v1.Agent.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	19, // 6: taskmesh.admin.v1.Agent.first_seen_at:type_name -> google.protobuf.Timestamp
+	1,  // 7: taskmesh.admin.v1.Agent.services:type_name -> taskmesh.admin.v1.AgentManagedService
+	19, // 8: taskmesh.admin.v1.AgentManagedService.last_heartbeat:type_name -> google.protobuf.Timestamp
+	19, // 9: taskmesh.admin.v1.AgentEvent.timestamp:type_name -> google.protobuf.Timestamp
+	19, // 10: taskmesh.admin.v1.RegisterAgentRequest.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 11: taskmesh.admin.v1.RegisterAgentResponse.agent:type_name -> taskmesh.admin.v1.Agent
+	0,  // 12: taskmesh.admin.v1.ListAgentsResponse.agents:type_name -> taskmesh.admin.v1.Agent
+	0,  // 13: taskmesh.admin.v1.GetAgentResponse.agent:type_name -> taskmesh.admin.v1.Agent
+	19, // 14: taskmesh.admin.v1.RotateAgentTokenRequest.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 15: taskmesh.admin.v1.RotateAgentTokenResponse.agent:type_name -> taskmesh.admin.v1.Agent
+	0,  // 16: taskmesh.admin.v1.RevokeAgentResponse.agent:type_name -> taskmesh.admin.v1.Agent
+	0,  // 17: taskmesh.admin.v1.DrainAgentResponse.agent:type_name -> taskmesh.admin.v1.Agent
+	0,  // 18: taskmesh.admin.v1.UndrainAgentResponse.agent:type_name -> taskmesh.admin.v1.Agent
+	2,  // 19: taskmesh.admin.v1.ListAgentEventsResponse.events:type_name -> taskmesh.admin.v1.AgentEvent
+	3,  // 20: taskmesh.admin.v1.AgentService.RegisterAgent:input_type -> taskmesh.admin.v1.RegisterAgentRequest
+	5,  // 21: taskmesh.admin.v1.AgentService.ListAgents:input_type -> taskmesh.admin.v1.ListAgentsRequest
+	7,  // 22: taskmesh.admin.v1.AgentService.GetAgent:input_type -> taskmesh.admin.v1.GetAgentRequest
+	9,  // 23: taskmesh.admin.v1.AgentService.RotateAgentToken:input_type -> taskmesh.admin.v1.RotateAgentTokenRequest
+	11, // 24: taskmesh.admin.v1.AgentService.RevokeAgent:input_type -> taskmesh.admin.v1.RevokeAgentRequest
+	13, // 25: taskmesh.admin.v1.AgentService.DrainAgent:input_type -> taskmesh.admin.v1.DrainAgentRequest
+	15, // 26: taskmesh.admin.v1.AgentService.UndrainAgent:input_type -> taskmesh.admin.v1.UndrainAgentRequest
+	17, // 27: taskmesh.admin.v1.AgentService.ListAgentEvents:input_type -> taskmesh.admin.v1.ListAgentEventsRequest
+	4,  // 28: taskmesh.admin.v1.AgentService.RegisterAgent:output_type -> taskmesh.admin.v1.RegisterAgentResponse
+	6,  // 29: taskmesh.admin.v1.AgentService.ListAgents:output_type -> taskmesh.admin.v1.ListAgentsResponse
+	8,  // 30: taskmesh.admin.v1.AgentService.GetAgent:output_type -> taskmesh.admin.v1.GetAgentResponse
+	10, // 31: taskmesh.admin.v1.AgentService.RotateAgentToken:output_type -> taskmesh.admin.v1.RotateAgentTokenResponse
+	12, // 32: taskmesh.admin.v1.AgentService.RevokeAgent:output_type -> taskmesh.admin.v1.RevokeAgentResponse
+	14, // 33: taskmesh.admin.v1.AgentService.DrainAgent:output_type -> taskmesh.admin.v1.DrainAgentResponse
+	16, // 34: taskmesh.admin.v1.AgentService.UndrainAgent:output_type -> taskmesh.admin.v1.UndrainAgentResponse
+	18, // 35: taskmesh.admin.v1.AgentService.ListAgentEvents:output_type -> taskmesh.admin.v1.ListAgentEventsResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_admin_v1_agent_service_proto_init() }
@@ -1427,7 +1568,7 @@ func file_taskmesh_admin_v1_agent_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_admin_v1_agent_service_proto_rawDesc), len(file_taskmesh_admin_v1_agent_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

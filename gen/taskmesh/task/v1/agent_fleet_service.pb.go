@@ -47,7 +47,10 @@ type FleetAgent struct {
 	// Tasks leased to it now (assigned or running).
 	RunningTaskIds []string `protobuf:"bytes,16,rep,name=running_task_ids,json=runningTaskIds,proto3" json:"running_task_ids,omitempty"`
 	// False for an agent known only because it was drained.
-	Seen          bool `protobuf:"varint,17,opt,name=seen,proto3" json:"seen,omitempty"`
+	Seen bool `protobuf:"varint,17,opt,name=seen,proto3" json:"seen,omitempty"`
+	// The managed services on it, of every tenant: those pinned to it and
+	// those it has reported, by tenant, name and id.
+	Services      []*FleetAgentService `protobuf:"bytes,18,rep,name=services,proto3" json:"services,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -201,6 +204,129 @@ func (x *FleetAgent) GetSeen() bool {
 	return false
 }
 
+func (x *FleetAgent) GetServices() []*FleetAgentService {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+// FleetAgentService is a managed service as one agent runs it
+// (docs/api/services.md): the declaration's id, tenant, name, version and
+// desired state, and what that agent last reported.
+type FleetAgentService struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ServiceId string                 `protobuf:"bytes,1,opt,name=service_id,json=serviceId,proto3" json:"service_id,omitempty"`
+	TenantId  string                 `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The declared version.
+	Version string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	// running or stopped.
+	DesiredState string `protobuf:"bytes,5,opt,name=desired_state,json=desiredState,proto3" json:"desired_state,omitempty"`
+	// The instance's state on this agent: pending until it reports the
+	// service, then starting, running, backoff, stopped, exited or unknown.
+	CurrentState string `protobuf:"bytes,6,opt,name=current_state,json=currentState,proto3" json:"current_state,omitempty"`
+	Pid          int32  `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
+	Restarts     int32  `protobuf:"varint,8,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	// When this agent last reported the service.
+	LastHeartbeat *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_heartbeat,json=lastHeartbeat,proto3" json:"last_heartbeat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetAgentService) Reset() {
+	*x = FleetAgentService{}
+	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetAgentService) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetAgentService) ProtoMessage() {}
+
+func (x *FleetAgentService) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetAgentService.ProtoReflect.Descriptor instead.
+func (*FleetAgentService) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_agent_fleet_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FleetAgentService) GetServiceId() string {
+	if x != nil {
+		return x.ServiceId
+	}
+	return ""
+}
+
+func (x *FleetAgentService) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *FleetAgentService) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FleetAgentService) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *FleetAgentService) GetDesiredState() string {
+	if x != nil {
+		return x.DesiredState
+	}
+	return ""
+}
+
+func (x *FleetAgentService) GetCurrentState() string {
+	if x != nil {
+		return x.CurrentState
+	}
+	return ""
+}
+
+func (x *FleetAgentService) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *FleetAgentService) GetRestarts() int32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *FleetAgentService) GetLastHeartbeat() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastHeartbeat
+	}
+	return nil
+}
+
 type ListFleetAgentsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	AgentIds      []string               `protobuf:"bytes,1,rep,name=agent_ids,json=agentIds,proto3" json:"agent_ids,omitempty"`
@@ -210,7 +336,7 @@ type ListFleetAgentsRequest struct {
 
 func (x *ListFleetAgentsRequest) Reset() {
 	*x = ListFleetAgentsRequest{}
-	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[1]
+	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -222,7 +348,7 @@ func (x *ListFleetAgentsRequest) String() string {
 func (*ListFleetAgentsRequest) ProtoMessage() {}
 
 func (x *ListFleetAgentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[1]
+	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -235,7 +361,7 @@ func (x *ListFleetAgentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFleetAgentsRequest.ProtoReflect.Descriptor instead.
 func (*ListFleetAgentsRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_agent_fleet_service_proto_rawDescGZIP(), []int{1}
+	return file_taskmesh_task_v1_agent_fleet_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ListFleetAgentsRequest) GetAgentIds() []string {
@@ -254,7 +380,7 @@ type ListFleetAgentsResponse struct {
 
 func (x *ListFleetAgentsResponse) Reset() {
 	*x = ListFleetAgentsResponse{}
-	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[2]
+	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +392,7 @@ func (x *ListFleetAgentsResponse) String() string {
 func (*ListFleetAgentsResponse) ProtoMessage() {}
 
 func (x *ListFleetAgentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[2]
+	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +405,7 @@ func (x *ListFleetAgentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFleetAgentsResponse.ProtoReflect.Descriptor instead.
 func (*ListFleetAgentsResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_agent_fleet_service_proto_rawDescGZIP(), []int{2}
+	return file_taskmesh_task_v1_agent_fleet_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListFleetAgentsResponse) GetAgents() []*FleetAgent {
@@ -299,7 +425,7 @@ type SetAgentDrainRequest struct {
 
 func (x *SetAgentDrainRequest) Reset() {
 	*x = SetAgentDrainRequest{}
-	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[3]
+	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +437,7 @@ func (x *SetAgentDrainRequest) String() string {
 func (*SetAgentDrainRequest) ProtoMessage() {}
 
 func (x *SetAgentDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[3]
+	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +450,7 @@ func (x *SetAgentDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAgentDrainRequest.ProtoReflect.Descriptor instead.
 func (*SetAgentDrainRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_agent_fleet_service_proto_rawDescGZIP(), []int{3}
+	return file_taskmesh_task_v1_agent_fleet_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetAgentDrainRequest) GetAgentId() string {
@@ -350,7 +476,7 @@ type SetAgentDrainResponse struct {
 
 func (x *SetAgentDrainResponse) Reset() {
 	*x = SetAgentDrainResponse{}
-	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[4]
+	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -362,7 +488,7 @@ func (x *SetAgentDrainResponse) String() string {
 func (*SetAgentDrainResponse) ProtoMessage() {}
 
 func (x *SetAgentDrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[4]
+	mi := &file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -375,7 +501,7 @@ func (x *SetAgentDrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAgentDrainResponse.ProtoReflect.Descriptor instead.
 func (*SetAgentDrainResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_agent_fleet_service_proto_rawDescGZIP(), []int{4}
+	return file_taskmesh_task_v1_agent_fleet_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetAgentDrainResponse) GetAgent() *FleetAgent {
@@ -389,7 +515,7 @@ var File_taskmesh_task_v1_agent_fleet_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_agent_fleet_service_proto_rawDesc = "" +
 	"\n" +
-	"*taskmesh/task/v1/agent_fleet_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x04\n" +
+	"*taskmesh/task/v1/agent_fleet_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x05\n" +
 	"\n" +
 	"FleetAgent\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
@@ -412,7 +538,19 @@ const file_taskmesh_task_v1_agent_fleet_service_proto_rawDesc = "" +
 	"\n" +
 	"drained_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tdrainedAt\x12(\n" +
 	"\x10running_task_ids\x18\x10 \x03(\tR\x0erunningTaskIds\x12\x12\n" +
-	"\x04seen\x18\x11 \x01(\bR\x04seen\"I\n" +
+	"\x04seen\x18\x11 \x01(\bR\x04seen\x12?\n" +
+	"\bservices\x18\x12 \x03(\v2#.taskmesh.task.v1.FleetAgentServiceR\bservices\"\xb8\x02\n" +
+	"\x11FleetAgentService\x12\x1d\n" +
+	"\n" +
+	"service_id\x18\x01 \x01(\tR\tserviceId\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12#\n" +
+	"\rdesired_state\x18\x05 \x01(\tR\fdesiredState\x12#\n" +
+	"\rcurrent_state\x18\x06 \x01(\tR\fcurrentState\x12\x10\n" +
+	"\x03pid\x18\a \x01(\x05R\x03pid\x12\x1a\n" +
+	"\brestarts\x18\b \x01(\x05R\brestarts\x12A\n" +
+	"\x0elast_heartbeat\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\"I\n" +
 	"\x16ListFleetAgentsRequest\x12/\n" +
 	"\tagent_ids\x18\x01 \x03(\tB\x12\xbaH\x0f\x92\x01\f\x10\xe8\a\"\ar\x05\x10\x01\x18\x80\x01R\bagentIds\"O\n" +
 	"\x17ListFleetAgentsResponse\x124\n" +
@@ -439,30 +577,33 @@ func file_taskmesh_task_v1_agent_fleet_service_proto_rawDescGZIP() []byte {
 	return file_taskmesh_task_v1_agent_fleet_service_proto_rawDescData
 }
 
-var file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_taskmesh_task_v1_agent_fleet_service_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_taskmesh_task_v1_agent_fleet_service_proto_goTypes = []any{
 	(*FleetAgent)(nil),              // 0: taskmesh.task.v1.FleetAgent
-	(*ListFleetAgentsRequest)(nil),  // 1: taskmesh.task.v1.ListFleetAgentsRequest
-	(*ListFleetAgentsResponse)(nil), // 2: taskmesh.task.v1.ListFleetAgentsResponse
-	(*SetAgentDrainRequest)(nil),    // 3: taskmesh.task.v1.SetAgentDrainRequest
-	(*SetAgentDrainResponse)(nil),   // 4: taskmesh.task.v1.SetAgentDrainResponse
-	(*timestamppb.Timestamp)(nil),   // 5: google.protobuf.Timestamp
+	(*FleetAgentService)(nil),       // 1: taskmesh.task.v1.FleetAgentService
+	(*ListFleetAgentsRequest)(nil),  // 2: taskmesh.task.v1.ListFleetAgentsRequest
+	(*ListFleetAgentsResponse)(nil), // 3: taskmesh.task.v1.ListFleetAgentsResponse
+	(*SetAgentDrainRequest)(nil),    // 4: taskmesh.task.v1.SetAgentDrainRequest
+	(*SetAgentDrainResponse)(nil),   // 5: taskmesh.task.v1.SetAgentDrainResponse
+	(*timestamppb.Timestamp)(nil),   // 6: google.protobuf.Timestamp
 }
 var file_taskmesh_task_v1_agent_fleet_service_proto_depIdxs = []int32{
-	5, // 0: taskmesh.task.v1.FleetAgent.first_seen_at:type_name -> google.protobuf.Timestamp
-	5, // 1: taskmesh.task.v1.FleetAgent.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	5, // 2: taskmesh.task.v1.FleetAgent.drained_at:type_name -> google.protobuf.Timestamp
-	0, // 3: taskmesh.task.v1.ListFleetAgentsResponse.agents:type_name -> taskmesh.task.v1.FleetAgent
-	0, // 4: taskmesh.task.v1.SetAgentDrainResponse.agent:type_name -> taskmesh.task.v1.FleetAgent
-	1, // 5: taskmesh.task.v1.AgentFleetService.ListFleetAgents:input_type -> taskmesh.task.v1.ListFleetAgentsRequest
-	3, // 6: taskmesh.task.v1.AgentFleetService.SetAgentDrain:input_type -> taskmesh.task.v1.SetAgentDrainRequest
-	2, // 7: taskmesh.task.v1.AgentFleetService.ListFleetAgents:output_type -> taskmesh.task.v1.ListFleetAgentsResponse
-	4, // 8: taskmesh.task.v1.AgentFleetService.SetAgentDrain:output_type -> taskmesh.task.v1.SetAgentDrainResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6, // 0: taskmesh.task.v1.FleetAgent.first_seen_at:type_name -> google.protobuf.Timestamp
+	6, // 1: taskmesh.task.v1.FleetAgent.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	6, // 2: taskmesh.task.v1.FleetAgent.drained_at:type_name -> google.protobuf.Timestamp
+	1, // 3: taskmesh.task.v1.FleetAgent.services:type_name -> taskmesh.task.v1.FleetAgentService
+	6, // 4: taskmesh.task.v1.FleetAgentService.last_heartbeat:type_name -> google.protobuf.Timestamp
+	0, // 5: taskmesh.task.v1.ListFleetAgentsResponse.agents:type_name -> taskmesh.task.v1.FleetAgent
+	0, // 6: taskmesh.task.v1.SetAgentDrainResponse.agent:type_name -> taskmesh.task.v1.FleetAgent
+	2, // 7: taskmesh.task.v1.AgentFleetService.ListFleetAgents:input_type -> taskmesh.task.v1.ListFleetAgentsRequest
+	4, // 8: taskmesh.task.v1.AgentFleetService.SetAgentDrain:input_type -> taskmesh.task.v1.SetAgentDrainRequest
+	3, // 9: taskmesh.task.v1.AgentFleetService.ListFleetAgents:output_type -> taskmesh.task.v1.ListFleetAgentsResponse
+	5, // 10: taskmesh.task.v1.AgentFleetService.SetAgentDrain:output_type -> taskmesh.task.v1.SetAgentDrainResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_agent_fleet_service_proto_init() }
@@ -476,7 +617,7 @@ func file_taskmesh_task_v1_agent_fleet_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_task_v1_agent_fleet_service_proto_rawDesc), len(file_taskmesh_task_v1_agent_fleet_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -321,6 +321,12 @@ func (s *AgentServer) agent(t credentials.AgentToken, f *taskv1.FleetAgent) *adm
 		}
 		a.RunningTaskIds = f.GetRunningTaskIds()
 		a.RunningTasks = int32(len(a.RunningTaskIds))
+		for _, sv := range f.GetServices() {
+			a.Services = append(a.Services, &adminv1.AgentManagedService{ServiceId: sv.GetServiceId(),
+				TenantId: sv.GetTenantId(), Name: sv.GetName(), Version: sv.GetVersion(),
+				DesiredState: sv.GetDesiredState(), CurrentState: sv.GetCurrentState(), Pid: sv.GetPid(),
+				Restarts: sv.GetRestarts(), LastHeartbeat: sv.GetLastHeartbeat()})
+		}
 	}
 	a.Status = s.status(t, f)
 	return a

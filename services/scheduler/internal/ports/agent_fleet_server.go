@@ -10,6 +10,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	mapp "github.com/taskmesh/taskmesh/services/scheduler/internal/managed/app"
 )
 
 // AgentFleetServer serves taskv1.AgentFleetService, the fleet as the
@@ -17,7 +18,9 @@ import (
 type AgentFleetServer struct {
 	taskv1.UnimplementedAgentFleetServiceServer
 	App *app.App
-	Log *slog.Logger
+	// Services, when set, fills each agent's managed services.
+	Services *mapp.App
+	Log      *slog.Logger
 }
 
 // operator is the caller of the fleet API: operators only.
@@ -45,7 +48,32 @@ func (s *AgentFleetServer) ListFleetAgents(ctx context.Context, r *taskv1.ListFl
 	for _, a := range agents {
 		resp.Agents = append(resp.Agents, fleetAgentToProto(a))
 	}
-	return resp, nil
+	return resp, s.withServices(ctx, c, resp.Agents)
+}
+
+// withServices fills the agents' managed services, read for all of them
+// at once.
+func (s *AgentFleetServer) withServices(ctx context.Context, c app.Caller, agents []*taskv1.FleetAgent) error {
+	if s.Services == nil || len(agents) == 0 {
+		return nil
+	}
+	ids := make([]string, len(agents))
+	for i, a := range agents {
+		ids[i] = a.GetAgentId()
+	}
+	on, err := s.Services.OnAgents(ctx, mapp.Caller{Tenant: c.Tenant, Subject: c.Subject}, ids)
+	if err != nil {
+		return toStatus(s.Log, err)
+	}
+	for _, a := range agents {
+		for _, as := range on[a.GetAgentId()] {
+			sv, in := as.Service, as.Instance
+			a.Services = append(a.Services, &taskv1.FleetAgentService{ServiceId: sv.ID, TenantId: sv.TenantID,
+				Name: sv.Spec.Name, Version: sv.Spec.Version, DesiredState: sv.Spec.DesiredState,
+				CurrentState: in.State, Pid: int32(in.PID), Restarts: int32(in.Restarts), LastHeartbeat: ts(in.At)})
+		}
+	}
+	return nil
 }
 
 func (s *AgentFleetServer) SetAgentDrain(ctx context.Context, r *taskv1.SetAgentDrainRequest) (*taskv1.SetAgentDrainResponse, error) {
@@ -57,7 +85,8 @@ func (s *AgentFleetServer) SetAgentDrain(ctx context.Context, r *taskv1.SetAgent
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
-	return &taskv1.SetAgentDrainResponse{Agent: fleetAgentToProto(a)}, nil
+	resp := &taskv1.SetAgentDrainResponse{Agent: fleetAgentToProto(a)}
+	return resp, s.withServices(ctx, c, []*taskv1.FleetAgent{resp.Agent})
 }
 
 func fleetAgentToProto(a app.FleetAgent) *taskv1.FleetAgent {

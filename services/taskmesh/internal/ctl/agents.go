@@ -169,7 +169,7 @@ func (a *app) agentListCommand() *cobra.Command {
 func (a *app) agentGetCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get ID",
-		Short: "Show one agent in full, with its warnings and latest audit entries",
+		Short: "Show one agent in full, with its warnings, managed services and latest audit entries",
 		Args:  agentArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.adminCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
@@ -334,11 +334,34 @@ func writeAgent(out io.Writer, g *adminv1.Agent, events []*adminv1.AgentEvent) e
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(g.GetServices()) > 0 {
+		fmt.Fprintln(out, "\nServices:")
+		if err := writeAgentServices(out, g.GetServices()); err != nil {
+			return err
+		}
+	}
 	if len(events) == 0 {
 		return nil
 	}
 	fmt.Fprintln(out, "\nRecent events:")
 	return writeAgentEvents(out, events)
+}
+
+// writeAgentServices lists the managed services on an agent, of every
+// tenant, with the state that agent last reported.
+func writeAgentServices(out io.Writer, svcs []*adminv1.AgentManagedService) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTENANT\tNAME\tVERSION\tDESIRED\tCURRENT\tPID\tRESTARTS\tLAST HEARTBEAT")
+	for _, s := range svcs {
+		pid := "-"
+		if s.GetPid() != 0 {
+			pid = fmt.Sprint(s.GetPid())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.GetServiceId(), orDash(s.GetTenantId()), s.GetName(),
+			orDash(s.GetVersion()), s.GetDesiredState(), s.GetCurrentState(), pid, s.GetRestarts(),
+			orDash(timeText(s.GetLastHeartbeat())))
+	}
+	return tw.Flush()
 }
 
 func writeAgentEvents(out io.Writer, events []*adminv1.AgentEvent) error {

@@ -8,10 +8,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
@@ -46,11 +50,43 @@ func TestIntegrationAgents(t *testing.T) {
 	if !regexp.MustCompile(`gpu-7\s+online\s+\S+\s+127\.0\.0\.1\s+gpu:a100\s+3/4 free\s+0\s+9\.9\.9`).MatchString(out) {
 		t.Errorf("agents list:\n%s", out)
 	}
+	// A tenant's service pinned to it, pending until the agent reports
+	// it running: the operator sees it on the agent, with its tenant.
+	var created map[string]any
+	if err := json.Unmarshal([]byte(ok(t, s.ctl(t, "services", "create", "--name", "gpu-monitor", "--command", "sleep",
+		"--agent", "gpu-7", "-o", "json")).stdout), &created); err != nil {
+		t.Fatal(err)
+	}
+	svcID, _ := created["service_id"].(string)
 	out = ok(t, admin("agents", "get", "gpu-7")).stdout
-	for _, want := range []string{"Isolation:", "rlimit", "Warning:", "rlimits only", "agent.registered", "Bound to:", "127.0.0.1"} {
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(svcID) + `\s+tenant-a\s+gpu-monitor\s+1\s+running\s+pending\s+-\s+0\s+-$`).MatchString(out) {
+		t.Errorf("agents get before the agent reports its service:\n%s", out)
+	}
+	sync := managedv1.NewServiceAgentServiceClient(agentConn(t, s.gw.GRPCAddr(), token))
+	if _, err := sync.SyncServices(context.Background(), &managedv1.SyncServicesRequest{AgentId: "gpu-7",
+		Reports: []*managedv1.ServiceReport{{ServiceId: svcID, Version: "1", CurrentState: "running", Pid: 4321, Restarts: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	out = ok(t, admin("agents", "get", "gpu-7")).stdout
+	for _, want := range []string{"Isolation:", "rlimit", "Warning:", "rlimits only", "agent.registered", "Bound to:", "127.0.0.1", "Services:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("agents get misses %q:\n%s", want, out)
 		}
+	}
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(svcID) + `\s+tenant-a\s+gpu-monitor\s+1\s+running\s+running\s+4321\s+1\s+\d{4}-\d\d-\d\dT`).MatchString(out) {
+		t.Errorf("agents get after the agent reports its service:\n%s", out)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(ok(t, admin("agents", "get", "gpu-7", "-o", "json")).stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	svcs, _ := got["services"].([]any)
+	if len(svcs) != 1 {
+		t.Fatalf("agents get -o json services = %v", got["services"])
+	}
+	if sv := svcs[0].(map[string]any); sv["service_id"] != svcID || sv["tenant_id"] != "tenant-a" || sv["pid"] != float64(4321) ||
+		sv["current_state"] != "running" || sv["last_heartbeat"] == nil {
+		t.Errorf("agents get -o json service = %v", sv)
 	}
 	out = ok(t, admin("agents", "drain", "gpu-7")).stdout
 	if !strings.Contains(out, "drained") {
@@ -89,13 +125,49 @@ func TestIntegrationAgents(t *testing.T) {
 	fails(t, testApp(EnvServer, s.gw.GRPCAddr(), EnvAdminKey, s.apiKey).run(t, "", "agents", "list"), "permission denied")
 }
 
-// leaseClient is an agent's connection to the front door with token.
+// leaseClient is an agent's lease API at the front door with token.
 func leaseClient(t *testing.T, addr, token string) taskv1.LeaseServiceClient {
+	t.Helper()
+	return taskv1.NewLeaseServiceClient(agentConn(t, addr, token))
+}
+
+// agentConn is an agent's connection to the front door with token.
+func agentConn(t *testing.T, addr, token string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer{key: token}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return taskv1.NewLeaseServiceClient(cc)
+	return cc
+}
+
+// An agent's managed services print as a section of agents get: every
+// tenant's, a dash for no process or no report yet.
+func TestWriteAgentShowsItsServices(t *testing.T) {
+	at := timestamppb.New(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
+	g := &adminv1.Agent{AgentId: "gpu-7", Status: "online", TokenId: "tok-1", TokenPrefix: "abc", CreatedAt: at,
+		Services: []*adminv1.AgentManagedService{
+			{ServiceId: "svc-1", TenantId: "acme", Name: "dcgm-exporter", Version: "3.1", DesiredState: "running",
+				CurrentState: "running", Pid: 4242, Restarts: 2, LastHeartbeat: at},
+			{ServiceId: "svc-2", TenantId: "globex", Name: "hb", Version: "1", DesiredState: "running", CurrentState: "pending"},
+		}}
+	var b strings.Builder
+	if err := writeAgent(&b, g, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+Services:
+ID     TENANT  NAME           VERSION  DESIRED  CURRENT  PID   RESTARTS  LAST HEARTBEAT
+svc-1  acme    dcgm-exporter  3.1      running  running  4242  2         2026-11-25T12:00:00Z
+svc-2  globex  hb             1        running  pending  -     0         -
+`
+	if out := b.String(); !strings.HasSuffix(out, want) {
+		t.Errorf("agents get printed:\n%s\nwant it to end with:%s", out, want)
+	}
+	b.Reset()
+	g.Services = nil
+	if err := writeAgent(&b, g, nil); err != nil || strings.Contains(b.String(), "Services:") {
+		t.Errorf("an agent without services printed a services section:\n%s", b.String())
+	}
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"regexp"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -70,6 +72,16 @@ func TestManagedServiceOnARealAgent(t *testing.T) {
 	first := pidOf(s)
 	if !alive(first) {
 		t.Fatalf("pid %d is not a live process", first)
+	}
+	// The operator sees it on its agent, with its tenant and process.
+	onAgent := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(id) + `\s+demo\s+gpu-monitor\s+1\s+running\s+running\s+` +
+		strconv.Itoa(first) + `\s+0\s+\d{4}-\d\d-\d\dT`)
+	if out := w.ctlAdmin("agents", "get", "agent-1"); !onAgent.MatchString(out) {
+		t.Fatalf("ctl agents get agent-1 does not show the running service with pid %d:\n%s", first, out)
+	}
+	svcs, _ := w.agentJSON("agent-1")["services"].([]any)
+	if len(svcs) != 1 || obj(svcs[0])["service_id"] != id || pidOf(obj(svcs[0])) != first || obj(svcs[0])["tenant_id"] != "demo" {
+		t.Fatalf("ctl agents get agent-1 -o json services = %v", svcs)
 	}
 
 	// SIGKILL: restart policy always brings it back.

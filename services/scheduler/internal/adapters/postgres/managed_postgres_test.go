@@ -41,8 +41,8 @@ func TestPostgresKeepsTheManagedServiceContract(t *testing.T) {
 		byID[id] = append(byID[id], r)
 	}
 	rows.Close()
-	if len(byID) != 3 {
-		t.Fatalf("events of %d services, want 3", len(byID))
+	if len(byID) != 4 {
+		t.Fatalf("events of %d services, want the contract's 4", len(byID))
 	}
 	for id, recs := range byID {
 		var doc []byte

@@ -125,6 +125,25 @@ func (s *ManagedStore) List(ctx context.Context, tenant string) ([]domain.Servic
 	if err != nil {
 		return nil, fmt.Errorf("list services: %w", err)
 	}
+	return s.collect(ctx, rows)
+}
+
+// OnAgents implements mapp.Store: the services pinned to the agents
+// (managed_services.agent_id) or reported by them (a
+// managed_service_reports row, written with each report).
+func (s *ManagedStore) OnAgents(ctx context.Context, agentIDs []string) ([]domain.Service, error) {
+	rows, err := s.DB.Query(ctx, `SELECT doc FROM managed_services WHERE NOT deleted AND (agent_id = ANY($1)
+			OR id IN (SELECT service_id FROM managed_service_reports WHERE agent_id = ANY($1)))
+		ORDER BY tenant_id, name, id LIMIT 10000`, agentIDs)
+	if err != nil {
+		return nil, fmt.Errorf("services on agents: %w", err)
+	}
+	return s.collect(ctx, rows)
+}
+
+// collect decodes rows of managed_services.doc and sets the instances'
+// liveness.
+func (s *ManagedStore) collect(ctx context.Context, rows pgx.Rows) ([]domain.Service, error) {
 	defer rows.Close()
 	var out []domain.Service
 	for rows.Next() {

@@ -37,6 +37,10 @@ type Store interface {
 	// before before and that are not yet marked lost; MarkLost marks them.
 	Silent(ctx context.Context, before time.Time) ([]Placement, error)
 	MarkLost(ctx context.Context, p Placement) error
+	// OnAgents returns the services of every tenant, not deleted, that
+	// are pinned to one of agentIDs or that one of them has reported, by
+	// tenant, name and id; instances' At as Get.
+	OnAgents(ctx context.Context, agentIDs []string) ([]domain.Service, error)
 }
 
 // Placement is a service on an agent.
@@ -109,6 +113,44 @@ func (a *App) Delete(ctx context.Context, c Caller, id string) error {
 		return s.Delete(a.now(), c.Subject)
 	})
 	return err
+}
+
+// AgentService is a service as one agent runs it: its declaration and the
+// instance that agent last reported (State pending before its first
+// report).
+type AgentService struct {
+	Service  domain.Service
+	Instance domain.Instance
+}
+
+// OnAgents returns, for operators only, the services on each of agentIDs
+// (every tenant's: the fleet is not a tenant's to see), keyed by agent. A
+// service targeting an agent by labels shows once the agent reports it.
+func (a *App) OnAgents(ctx context.Context, c Caller, agentIDs []string) (map[string][]AgentService, error) {
+	if c.Tenant != "*" || c.AgentID != "" {
+		return nil, ErrForbidden
+	}
+	out := map[string][]AgentService{}
+	if len(agentIDs) == 0 {
+		return out, nil
+	}
+	svcs, err := a.store.OnAgents(ctx, agentIDs)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range agentIDs {
+		for _, s := range svcs {
+			in, reported := s.Instances[id]
+			if !reported && s.Spec.AgentID != id {
+				continue
+			}
+			if !reported {
+				in = domain.Instance{AgentID: id, State: domain.StatePending}
+			}
+			out[id] = append(out[id], AgentService{Service: s, Instance: in})
+		}
+	}
+	return out, nil
 }
 
 // Report is an agent's observation of one service.

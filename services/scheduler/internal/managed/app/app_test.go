@@ -124,3 +124,55 @@ func TestUpdateAndDeleteAreTheTenants(t *testing.T) {
 		t.Fatalf("list = %+v", l)
 	}
 }
+
+func TestOnAgentsShowsEveryTenantsServicesOnEachAgentToOperators(t *testing.T) {
+	a, _, c := setup()
+	ctx := context.Background()
+	operator := app.Caller{Tenant: "*", Subject: "op-1"}
+	pinned, _ := a.Create(ctx, userA, domain.Spec{Name: "hb", Command: "sleep", AgentID: "a1"})
+	labelled, _ := a.Create(ctx, userB, domain.Spec{Name: "exporter", Version: "2", Command: "sleep", Labels: []string{"gpu"}})
+	if _, err := a.Create(ctx, userA, domain.Spec{Name: "other", Command: "sleep", AgentID: "a2"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Before a1 reports: only the pinned service, pending.
+	got, err := a.OnAgents(ctx, operator, []string{"a1"})
+	if err != nil || len(got["a1"]) != 1 || got["a1"][0].Service.ID != pinned.ID || got["a1"][0].Instance.State != domain.StatePending {
+		t.Fatalf("before a report = %+v, %v", got, err)
+	}
+
+	c.now = c.now.Add(time.Second)
+	reports := []app.Report{
+		{ServiceID: labelled.ID, Instance: domain.Instance{State: domain.StateRunning, PID: 4242, Restarts: 1, Version: "2"}},
+	}
+	if _, err := a.Sync(ctx, agent1, "a1", []string{"gpu"}, reports); err != nil {
+		t.Fatal(err)
+	}
+	got, err = a.OnAgents(ctx, operator, []string{"a1", "a2", "a3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on1 := got["a1"]
+	if len(on1) != 2 || on1[0].Service.ID != pinned.ID || on1[1].Service.ID != labelled.ID {
+		t.Fatalf("on a1 = %+v, want %s (t1) then %s (t2)", on1, pinned.ID, labelled.ID)
+	}
+	if in := on1[1].Instance; in.State != domain.StateRunning || in.PID != 4242 || in.Restarts != 1 || !in.At.Equal(c.now) {
+		t.Errorf("reported instance = %+v", in)
+	}
+	if on1[1].Service.TenantID != "t2" || on1[1].Service.Spec.Version != "2" {
+		t.Errorf("reported service = %+v", on1[1].Service)
+	}
+	if len(got["a2"]) != 1 || got["a2"][0].Instance.AgentID != "a2" {
+		t.Errorf("on a2 = %+v", got["a2"])
+	}
+	if len(got["a3"]) != 0 {
+		t.Errorf("on a3 = %+v", got["a3"])
+	}
+
+	// Tenants and agents may not look.
+	for _, who := range []app.Caller{userA, agent1} {
+		if _, err := a.OnAgents(ctx, who, []string{"a1"}); !errors.Is(err, app.ErrForbidden) {
+			t.Errorf("%+v: %v, want forbidden", who, err)
+		}
+	}
+}

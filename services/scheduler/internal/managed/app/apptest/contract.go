@@ -3,6 +3,7 @@ package apptest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -99,9 +100,55 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) app.Store) {
 		t.Errorf("silent after a new report = %+v", again)
 	}
 
+	// OnAgents: every tenant's services pinned to or reported by the
+	// agents, by tenant, name and id, with the instances' last report.
+	recs, err := domain.New(T0, "01-d", "t2", "key-t2", domain.Spec{Name: "delta", Command: "sleep", AgentID: "agent-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Seen(ctx, "agent-3", []string{"01-d"}, T0.Add(5*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	onAgents := func(ids ...string) []string {
+		t.Helper()
+		got, err := s.OnAgents(ctx, ids)
+		if err != nil {
+			t.Fatalf("on agents %v: %v", ids, err)
+		}
+		out := make([]string, len(got))
+		for i, sv := range got {
+			out[i] = sv.ID
+		}
+		return out
+	}
+	if got := onAgents("agent-1"); !slices.Equal(got, []string{"01-a", "01-b", "01-c"}) {
+		t.Errorf("on agent-1 = %v", got)
+	}
+	if got := onAgents("agent-2"); !slices.Equal(got, []string{"01-d"}) {
+		t.Errorf("on agent-2 (pinned) = %v", got)
+	}
+	if got := onAgents("agent-3"); !slices.Equal(got, []string{"01-d"}) {
+		t.Errorf("on agent-3 (reported) = %v", got)
+	}
+	if got := onAgents("agent-2", "agent-3", "nobody"); !slices.Equal(got, []string{"01-d"}) {
+		t.Errorf("on agent-2 and agent-3 = %v, want each service once", got)
+	}
+	if got := onAgents("nobody"); len(got) != 0 {
+		t.Errorf("on an unknown agent = %v", got)
+	}
+	if got, _ := s.OnAgents(ctx, []string{"agent-1"}); len(got) == 0 || !got[0].Instances["agent-1"].At.Equal(T0.Add(3*time.Minute)) {
+		t.Errorf("on agent-1: instance at %+v, want the last report's time", got)
+	}
+
 	// Deleted: gone from every read.
 	if _, err := s.Mutate(ctx, "t1", "01-b", func(cur domain.Service) ([]domain.Record, error) { return cur.Delete(T0, "key-t1") }); err != nil {
 		t.Fatal(err)
+	}
+	if got := onAgents("agent-1"); !slices.Equal(got, []string{"01-a", "01-c"}) {
+		t.Errorf("on agent-1 after a delete = %v", got)
 	}
 	if _, err := s.Get(ctx, "t1", "01-b"); !errors.Is(err, task.ErrNotFound) {
 		t.Errorf("get of a deleted service: %v", err)

@@ -4,6 +4,7 @@ package apptest
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -159,4 +160,36 @@ func (s *Store) MarkLost(_ context.Context, p app.Placement) error {
 		s.reports[p] = r
 	}
 	return nil
+}
+
+// OnAgents implements app.Store.
+func (s *Store) OnAgents(_ context.Context, agentIDs []string) ([]domain.Service, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []domain.Service
+	for _, sv := range s.svcs {
+		if !visible(sv, true, "*") {
+			continue
+		}
+		on := slices.Contains(agentIDs, sv.Spec.AgentID)
+		for _, id := range agentIDs {
+			if _, ok := s.reports[app.Placement{ServiceID: sv.ID, AgentID: id}]; ok {
+				on = true
+			}
+		}
+		if on {
+			out = append(out, s.live(sv))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.TenantID != b.TenantID {
+			return a.TenantID < b.TenantID
+		}
+		if a.Spec.Name != b.Spec.Name {
+			return a.Spec.Name < b.Spec.Name
+		}
+		return a.ID < b.ID
+	})
+	return out, nil
 }
