@@ -615,7 +615,13 @@ type CompleteTaskRequest struct {
 	Error        string        `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	ResultObject *ResultObject `protobuf:"bytes,8,opt,name=result_object,json=resultObject,proto3" json:"result_object,omitempty"`
 	// When the attempt really ended (the agent may report it late).
-	EndedAt       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	EndedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// Set when the attempt did not end on its own: the system the agent runs
+	// work through (e.g. "slurm") preempted or cancelled it. The attempt
+	// ends preempted and the task is requeued at once without using a
+	// retry (TaskPreempted, TaskRequeued); error says why, and exit_code,
+	// stdout, stderr and result_object are ignored.
+	PreemptedBy   string `protobuf:"bytes,10,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -711,6 +717,13 @@ func (x *CompleteTaskRequest) GetEndedAt() *timestamppb.Timestamp {
 		return x.EndedAt
 	}
 	return nil
+}
+
+func (x *CompleteTaskRequest) GetPreemptedBy() string {
+	if x != nil {
+		return x.PreemptedBy
+	}
+	return ""
 }
 
 // ResultObject references a result uploaded to the object store.
@@ -1312,7 +1325,7 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\n" +
 	"attempt_id\x18\x03 \x01(\tR\tattemptId\x12\x1a\n" +
 	"\bprogress\x18\x04 \x01(\x05R\bprogress\x12F\n" +
-	"\x11last_heartbeat_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\"\x8b\x03\n" +
+	"\x11last_heartbeat_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\"\xb8\x03\n" +
 	"\x13CompleteTaskRequest\x12#\n" +
 	"\atask_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x06taskId\x12%\n" +
@@ -1326,7 +1339,9 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\x06stderr\x18\x06 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x06stderr\x12\x1e\n" +
 	"\x05error\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x05error\x12C\n" +
 	"\rresult_object\x18\b \x01(\v2\x1e.taskmesh.task.v1.ResultObjectR\fresultObject\x125\n" +
-	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"u\n" +
+	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12+\n" +
+	"\fpreempted_by\x18\n" +
+	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vpreemptedBy\"u\n" +
 	"\fResultObject\x12\x1c\n" +
 	"\x03key\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\bR\x03key\x12&\n" +

@@ -165,7 +165,8 @@ type Task struct {
 
 	Progress        int    `json:"progress"`
 	ProgressMessage string `json:"progress_message,omitempty"`
-	// PreemptedBy names the task this one made room for while preempted.
+	// PreemptedBy names, while preempted, the task this one made room for,
+	// or what outside Taskmesh preempted it as its agent reported ("slurm").
 	PreemptedBy string `json:"preempted_by,omitempty"`
 	// The last attempt that reported an outcome, so that attempt repeating
 	// its complete gets the same answer (idempotency) after the task moved on.
@@ -198,6 +199,9 @@ type PastAttempt struct {
 	// LeaseExpired: the attempt ended because its lease expired or its
 	// agent was lost (TaskLeaseExpired).
 	LeaseExpired bool `json:"lease_expired,omitempty"`
+	// Preempted: the attempt ended preempted (by Taskmesh or, as its agent
+	// reported, by the system it ran in) and the task was requeued.
+	Preempted bool `json:"preempted,omitempty"`
 }
 
 // MaxPastAttempts bounds PastAttempts. An attempt older than that many
