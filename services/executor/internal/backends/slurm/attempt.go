@@ -576,7 +576,7 @@ func (b *Backend) complete(ctx context.Context, r *run, o outcome, stdout, stder
 	req := &taskv1.CompleteTaskRequest{
 		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID, ExitCode: int32(o.exitCode),
 		Stdout: truncate(stdout, inlineLimit), Stderr: truncate(stderr, inlineLimit), Error: truncate(o.err, 4096),
-		ResultObject: obj, EndedAt: timestamppb.Now(),
+		ResultObject: obj, EndedAt: timestamppb.Now(), PreemptedBy: o.preemptedBy,
 	}
 	delay := 200 * time.Millisecond
 	for {
