@@ -129,7 +129,7 @@ func (b *Backend) submit(ctx context.Context, r *run, spec JobSpec) (int64, erro
 // follow maps the job's states onto the lease API until the attempt ends.
 func (b *Backend) follow(ctx context.Context, r *run) {
 	defer b.release(r)
-	unfollow := b.watch.follow()
+	unfollow := b.watch.follow(r.jobID)
 	defer unfollow()
 	renew := time.NewTimer(b.renewDelay(r))
 	if r.adopted {
@@ -151,6 +151,9 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 		}
 		if known && listed && b.step(ctx, r, j) {
 			return
+		}
+		if r.started {
+			b.watch.started(r.jobID)
 		}
 		select {
 		case <-ctx.Done():
