@@ -37,6 +37,8 @@ type run struct {
 	lastMessage  string
 	lastProgress int
 	reportedAt   time.Time
+	// steppedAt is when the job's state was last acted on.
+	steppedAt time.Time
 	// limitLowered: the job's time limit was cut to the task's timeout.
 	limitLowered bool
 	progress     *progressTail
@@ -149,8 +151,16 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 				j, listed = jj, true
 			}
 		}
-		if known && listed && b.step(ctx, r, j) {
-			return
+		// A running attempt is looked at (its node's agent asked, its
+		// progress file read) once a PollInterval, not at every listing:
+		// the listings come faster while other jobs wait to start. Its
+		// job's end is acted on at once.
+		due := !r.started || j.Final() || time.Since(r.steppedAt) >= b.cfg.PollInterval
+		if known && listed && due {
+			r.steppedAt = time.Now()
+			if b.step(ctx, r, j) {
+				return
+			}
 		}
 		if r.started {
 			b.watch.started(r.jobID)
