@@ -24,6 +24,7 @@ import (
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -50,6 +51,11 @@ type Config struct {
 	// HTTPAddr serves REST, /openapi.json, /healthz and object downloads
 	// (e.g. 127.0.0.1:8080; port 0 picks a free port, see HTTPAddr()).
 	HTTPAddr string
+	// HTTPListener, if set, is used instead of listening on HTTPAddr: a
+	// caller that must know the address before the gateway starts (object
+	// URLs name it) opens it, so no other process can take the port in
+	// between. The gateway closes it.
+	HTTPListener net.Listener
 	// GRPCAddr serves the gRPC front door (e.g. 127.0.0.1:9090).
 	GRPCAddr string
 	// SchedulerTarget is the scheduler's internal gRPC address (a
@@ -239,7 +245,7 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 // check refuses a Config that misses what New needs.
 func (cfg *Config) check() error {
 	switch {
-	case cfg.HTTPAddr == "":
+	case cfg.HTTPAddr == "" && cfg.HTTPListener == nil:
 		return errors.New("gateway: Config.HTTPAddr is empty")
 	case cfg.GRPCAddr == "":
 		return errors.New("gateway: Config.GRPCAddr is empty")
@@ -470,8 +476,10 @@ func (g *Gateway) listen(ctx context.Context, cfg Config) error {
 	// again returns an error worth ignoring.
 	var lc net.ListenConfig
 	var err error
-	if g.httpLis, err = lc.Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("gateway: listen http: %w", err)
+	if g.httpLis = cfg.HTTPListener; g.httpLis == nil {
+		if g.httpLis, err = lc.Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("gateway: listen http: %w", err)
+		}
 	}
 	g.owned.PushFunc(func() { g.httpLis.Close() })
 	if g.grpcLis, err = lc.Listen(ctx, "tcp", cfg.GRPCAddr); err != nil {
@@ -495,7 +503,8 @@ func (g *Gateway) watch() {
 func (g *Gateway) watchUpstream(ctx context.Context) {
 	defer close(g.watchDone)
 	services := []string{"", taskv1.TaskService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
-		taskv1.TaskGroupService_ServiceDesc.ServiceName, taskv1.TemplateService_ServiceDesc.ServiceName}
+		taskv1.AttemptFilesService_ServiceDesc.ServiceName, managedv1.ManagedServiceService_ServiceDesc.ServiceName,
+		managedv1.ServiceAgentService_ServiceDesc.ServiceName, taskv1.TaskGroupService_ServiceDesc.ServiceName, taskv1.TemplateService_ServiceDesc.ServiceName}
 	for {
 		state := g.upstream.GetState()
 		serving := healthpb.HealthCheckResponse_NOT_SERVING

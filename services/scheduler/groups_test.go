@@ -83,7 +83,8 @@ func TestDAGGroupThroughLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := created.GetGroup()
-	if g.GetStatus() != "running" || g.GetMode() != "dag" || len(g.GetTasks()) != 4 || g.GetCounts().GetPending() != 4 {
+	if g.GetStatus() != "running" || g.GetMode() != "dag" || len(g.GetTasks()) != 4 || g.GetCounts().GetPending() != 4 ||
+		g.GetCreatedBy() == "" {
 		t.Fatalf("created %v", g)
 	}
 	got := e.claim("agent-1", "m1", 10)

@@ -19,15 +19,17 @@ import (
 
 // RebuildReport says what RebuildInlineProjection found.
 type RebuildReport struct {
-	Tasks, Groups, Templates, Events int
-	// Differences are the tasks (their ids), task groups ("task_group/<id>")
-	// and templates ("template/<tenant>/<id>") whose rebuilt rows differ
+	Tasks, Groups, Templates, Services, Events int
+	// Differences are the tasks (their ids), task groups ("task_group/<id>"),
+	// templates ("template/<tenant>/<id>") and managed services
+	// ("managed_service/<id>") whose rebuilt rows differ
 	// from the live ones (compared before the live rows are replaced).
 	Differences []string
 }
 
 // RebuildInlineProjection recomputes the inline projections — the tasks
-// table, the task groups with their members, the templates — from the
+// table, the task groups with their members, the templates, the managed
+// services — from the
 // event store alone and reports every aggregate whose live rows disagreed.
 // With apply it replaces the live rows (in one transaction, so readers
 // never see a half-rebuilt table); without, it only compares.
@@ -35,10 +37,13 @@ func RebuildInlineProjection(ctx context.Context, pool *pgxpool.Pool, apply bool
 	var rep RebuildReport
 	err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// Block writers: the comparison must see events and rows at one point.
-		if _, err := tx.Exec(ctx, `LOCK TABLE tasks, task_groups, task_group_members, templates IN SHARE MODE`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE tasks, task_groups, task_group_members, templates, managed_services IN SHARE MODE`); err != nil {
 			return err
 		}
 		if err := rebuildOrchestration(ctx, tx, &rep, apply); err != nil {
+			return err
+		}
+		if err := rebuildManaged(ctx, tx, &rep, apply); err != nil {
 			return err
 		}
 		rebuilt := map[string]domain.Task{}

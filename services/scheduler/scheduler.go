@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/deadletter"
@@ -32,6 +33,8 @@ import (
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/views"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	mapp "github.com/taskmesh/taskmesh/services/scheduler/internal/managed/app"
+	mports "github.com/taskmesh/taskmesh/services/scheduler/internal/managed/ports"
 	oapp "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/app"
 	oports "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/ports"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
@@ -51,6 +54,10 @@ var QuotaTopic = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
 // OrchestrationTopic carries the task-group and template events, keyed by
 // aggregate (the topic OrchestrationEvent declares in its proto).
 var OrchestrationTopic = kafka.EnvelopeTopic(&taskv1.OrchestrationEvent{})
+
+// ManagedTopic carries the managed-service events, keyed by service (the
+// topic ManagedServiceEvent declares in its proto).
+var ManagedTopic = kafka.EnvelopeTopic(&managedv1.ManagedServiceEvent{})
 
 // Schema is the scheduler's default Postgres schema.
 const Schema = "scheduler"
@@ -125,6 +132,7 @@ type Service struct {
 	cfg      Config
 	app      *app.App
 	orch     *oapp.App
+	managed  *mapp.App
 	hub      *app.Hub
 	store    *postgres.TaskStore
 	relay    *outbox.Relay
@@ -160,8 +168,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, hub: app.NewHub(), log: cfg.Logger.With("service", "scheduler")}
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "scheduler", Topic: cfg.Topic, Partitions: cfg.Partitions,
-		Routes: map[string]string{postgres.GroupAggregateType: cfg.OrchestrationTopic, postgres.TemplateAggregateType: cfg.OrchestrationTopic},
-		Kafka:  cfg.Kafka, Logger: s.log})
+		Routes: map[string]string{postgres.GroupAggregateType: cfg.OrchestrationTopic, postgres.TemplateAggregateType: cfg.OrchestrationTopic,
+			postgres.ManagedAggregateType: ManagedTopic},
+		Kafka: cfg.Kafka, Logger: s.log})
 	s.store = postgres.NewTaskStore(cfg.DB, postgres.TaskStoreOptions{Writers: cfg.Writers, AfterCommit: s.relay.Notify})
 	stores := app.Stores{Tasks: s.store, Views: postgres.TaskViews{DB: cfg.DB}, Agents: postgres.Agents{DB: cfg.DB},
 		Sweeps: postgres.SweepQueries{DB: cfg.DB}, Sweeper: postgres.SweeperLock{DB: cfg.DB}}
@@ -171,6 +180,8 @@ func New(cfg Config) (*Service, error) {
 		PreemptGap: gap, PreemptAfter: t.PreemptAfter, PreemptMaxWait: t.PreemptMaxWait, ClaimRecheck: t.ClaimRecheck,
 		ResultRetention: t.ResultRetention}, s.log)
 	s.orchestration(cfg)
+	s.managed = mapp.New(&postgres.ManagedStore{DB: cfg.DB, AfterCommit: s.relay.Notify}, cfg.Now,
+		mapp.Config{AgentLostAfter: t.AgentLostAfter}, s.log)
 	if cfg.Quota != nil {
 		if cfg.InternalToken == "" {
 			return nil, errors.New("scheduler: a quota service needs Config.InternalToken")
@@ -252,13 +263,17 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// Register adds TaskService, LeaseService, AgentFleetService,
+// Register adds TaskService, LeaseService, AttemptFilesService,
+// AgentFleetService, the managed-service API and its agent side,
 // TaskGroupService, TemplateService, DeadLetterService (the records its
 // projections parked) and, when configured, VideoService to a server built
 // with platform/grpcserver (internal authentication and validation).
 func (s *Service) Register(g grpc.ServiceRegistrar) {
 	taskv1.RegisterTaskServiceServer(g, &ports.TaskServer{App: s.app, Log: s.log})
 	taskv1.RegisterLeaseServiceServer(g, &ports.LeaseServer{App: s.app, Log: s.log})
+	taskv1.RegisterAttemptFilesServiceServer(g, &ports.AttemptFilesServer{App: s.app, Log: s.log})
+	managedv1.RegisterManagedServiceServiceServer(g, &mports.ServiceServer{App: s.managed, Log: s.log})
+	managedv1.RegisterServiceAgentServiceServer(g, &mports.AgentServer{App: s.managed, Log: s.log})
 	taskv1.RegisterAgentFleetServiceServer(g, &ports.AgentFleetServer{App: s.app, Log: s.log})
 	taskv1.RegisterTaskGroupServiceServer(g, &oports.GroupServer{App: s.orch, Log: s.log})
 	taskv1.RegisterTemplateServiceServer(g, &oports.TemplateServer{App: s.orch, Log: s.log})
@@ -290,6 +305,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.app.SetUpResultRetention(ctx)
 	g.Go(func() error { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
 	g.Go(func() error { s.orch.RunManager(ctx); return nil })
+	g.Go(func() error { s.managed.RunLostSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
 	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })
 	if s.video != nil {
 		g.Go(func() error { s.video.app.RunSweeper(ctx, s.video.sweep); return nil })

@@ -620,8 +620,11 @@ type CompleteTaskRequest struct {
 	// work through (e.g. "slurm") preempted or cancelled it. The attempt
 	// ends preempted and the task is requeued at once without using a
 	// retry (TaskPreempted, TaskRequeued); error says why, and exit_code,
-	// stdout, stderr and result_object are ignored.
-	PreemptedBy   string `protobuf:"bytes,10,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
+	// stdout, stderr, result_object and artifacts are ignored.
+	PreemptedBy string `protobuf:"bytes,10,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
+	// Output files uploaded after the attempt (CreateArtifactUpload), at
+	// most 100.
+	Artifacts     []*Artifact `protobuf:"bytes,20,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -724,6 +727,13 @@ func (x *CompleteTaskRequest) GetPreemptedBy() string {
 		return x.PreemptedBy
 	}
 	return ""
+}
+
+func (x *CompleteTaskRequest) GetArtifacts() []*Artifact {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
 }
 
 // ResultObject references a result uploaded to the object store.
@@ -1325,7 +1335,7 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\n" +
 	"attempt_id\x18\x03 \x01(\tR\tattemptId\x12\x1a\n" +
 	"\bprogress\x18\x04 \x01(\x05R\bprogress\x12F\n" +
-	"\x11last_heartbeat_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\"\xb8\x03\n" +
+	"\x11last_heartbeat_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\"\xfc\x03\n" +
 	"\x13CompleteTaskRequest\x12#\n" +
 	"\atask_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x06taskId\x12%\n" +
@@ -1341,7 +1351,8 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\rresult_object\x18\b \x01(\v2\x1e.taskmesh.task.v1.ResultObjectR\fresultObject\x125\n" +
 	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12+\n" +
 	"\fpreempted_by\x18\n" +
-	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vpreemptedBy\"u\n" +
+	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vpreemptedBy\x12B\n" +
+	"\tartifacts\x18\x14 \x03(\v2\x1a.taskmesh.task.v1.ArtifactB\b\xbaH\x05\x92\x01\x02\x10dR\tartifacts\"u\n" +
 	"\fResultObject\x12\x1c\n" +
 	"\x03key\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\bR\x03key\x12&\n" +
@@ -1446,6 +1457,7 @@ var file_taskmesh_task_v1_lease_service_proto_goTypes = []any{
 	(*durationpb.Duration)(nil),        // 17: google.protobuf.Duration
 	(*Task)(nil),                       // 18: taskmesh.task.v1.Task
 	(*timestamppb.Timestamp)(nil),      // 19: google.protobuf.Timestamp
+	(*Artifact)(nil),                   // 20: taskmesh.task.v1.Artifact
 }
 var file_taskmesh_task_v1_lease_service_proto_depIdxs = []int32{
 	17, // 0: taskmesh.task.v1.ClaimTasksRequest.wait:type_name -> google.protobuf.Duration
@@ -1456,30 +1468,31 @@ var file_taskmesh_task_v1_lease_service_proto_depIdxs = []int32{
 	19, // 5: taskmesh.task.v1.ReportTaskProgressResponse.last_heartbeat_at:type_name -> google.protobuf.Timestamp
 	9,  // 6: taskmesh.task.v1.CompleteTaskRequest.result_object:type_name -> taskmesh.task.v1.ResultObject
 	19, // 7: taskmesh.task.v1.CompleteTaskRequest.ended_at:type_name -> google.protobuf.Timestamp
-	19, // 8: taskmesh.task.v1.CompleteTaskResponse.ended_at:type_name -> google.protobuf.Timestamp
-	13, // 9: taskmesh.task.v1.SendHeartbeatResponse.stop:type_name -> taskmesh.task.v1.StopAttempt
-	19, // 10: taskmesh.task.v1.SendHeartbeatResponse.next_heartbeat_before:type_name -> google.protobuf.Timestamp
-	16, // 11: taskmesh.task.v1.CreateResultUploadResponse.headers:type_name -> taskmesh.task.v1.CreateResultUploadResponse.HeadersEntry
-	19, // 12: taskmesh.task.v1.CreateResultUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 13: taskmesh.task.v1.LeaseService.ClaimTasks:input_type -> taskmesh.task.v1.ClaimTasksRequest
-	2,  // 14: taskmesh.task.v1.LeaseService.StartTask:input_type -> taskmesh.task.v1.StartTaskRequest
-	4,  // 15: taskmesh.task.v1.LeaseService.RenewTaskLease:input_type -> taskmesh.task.v1.RenewTaskLeaseRequest
-	6,  // 16: taskmesh.task.v1.LeaseService.ReportTaskProgress:input_type -> taskmesh.task.v1.ReportTaskProgressRequest
-	8,  // 17: taskmesh.task.v1.LeaseService.CompleteTask:input_type -> taskmesh.task.v1.CompleteTaskRequest
-	14, // 18: taskmesh.task.v1.LeaseService.CreateResultUpload:input_type -> taskmesh.task.v1.CreateResultUploadRequest
-	11, // 19: taskmesh.task.v1.LeaseService.SendHeartbeat:input_type -> taskmesh.task.v1.SendHeartbeatRequest
-	1,  // 20: taskmesh.task.v1.LeaseService.ClaimTasks:output_type -> taskmesh.task.v1.ClaimTasksResponse
-	3,  // 21: taskmesh.task.v1.LeaseService.StartTask:output_type -> taskmesh.task.v1.StartTaskResponse
-	5,  // 22: taskmesh.task.v1.LeaseService.RenewTaskLease:output_type -> taskmesh.task.v1.RenewTaskLeaseResponse
-	7,  // 23: taskmesh.task.v1.LeaseService.ReportTaskProgress:output_type -> taskmesh.task.v1.ReportTaskProgressResponse
-	10, // 24: taskmesh.task.v1.LeaseService.CompleteTask:output_type -> taskmesh.task.v1.CompleteTaskResponse
-	15, // 25: taskmesh.task.v1.LeaseService.CreateResultUpload:output_type -> taskmesh.task.v1.CreateResultUploadResponse
-	12, // 26: taskmesh.task.v1.LeaseService.SendHeartbeat:output_type -> taskmesh.task.v1.SendHeartbeatResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	20, // 8: taskmesh.task.v1.CompleteTaskRequest.artifacts:type_name -> taskmesh.task.v1.Artifact
+	19, // 9: taskmesh.task.v1.CompleteTaskResponse.ended_at:type_name -> google.protobuf.Timestamp
+	13, // 10: taskmesh.task.v1.SendHeartbeatResponse.stop:type_name -> taskmesh.task.v1.StopAttempt
+	19, // 11: taskmesh.task.v1.SendHeartbeatResponse.next_heartbeat_before:type_name -> google.protobuf.Timestamp
+	16, // 12: taskmesh.task.v1.CreateResultUploadResponse.headers:type_name -> taskmesh.task.v1.CreateResultUploadResponse.HeadersEntry
+	19, // 13: taskmesh.task.v1.CreateResultUploadResponse.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 14: taskmesh.task.v1.LeaseService.ClaimTasks:input_type -> taskmesh.task.v1.ClaimTasksRequest
+	2,  // 15: taskmesh.task.v1.LeaseService.StartTask:input_type -> taskmesh.task.v1.StartTaskRequest
+	4,  // 16: taskmesh.task.v1.LeaseService.RenewTaskLease:input_type -> taskmesh.task.v1.RenewTaskLeaseRequest
+	6,  // 17: taskmesh.task.v1.LeaseService.ReportTaskProgress:input_type -> taskmesh.task.v1.ReportTaskProgressRequest
+	8,  // 18: taskmesh.task.v1.LeaseService.CompleteTask:input_type -> taskmesh.task.v1.CompleteTaskRequest
+	14, // 19: taskmesh.task.v1.LeaseService.CreateResultUpload:input_type -> taskmesh.task.v1.CreateResultUploadRequest
+	11, // 20: taskmesh.task.v1.LeaseService.SendHeartbeat:input_type -> taskmesh.task.v1.SendHeartbeatRequest
+	1,  // 21: taskmesh.task.v1.LeaseService.ClaimTasks:output_type -> taskmesh.task.v1.ClaimTasksResponse
+	3,  // 22: taskmesh.task.v1.LeaseService.StartTask:output_type -> taskmesh.task.v1.StartTaskResponse
+	5,  // 23: taskmesh.task.v1.LeaseService.RenewTaskLease:output_type -> taskmesh.task.v1.RenewTaskLeaseResponse
+	7,  // 24: taskmesh.task.v1.LeaseService.ReportTaskProgress:output_type -> taskmesh.task.v1.ReportTaskProgressResponse
+	10, // 25: taskmesh.task.v1.LeaseService.CompleteTask:output_type -> taskmesh.task.v1.CompleteTaskResponse
+	15, // 26: taskmesh.task.v1.LeaseService.CreateResultUpload:output_type -> taskmesh.task.v1.CreateResultUploadResponse
+	12, // 27: taskmesh.task.v1.LeaseService.SendHeartbeat:output_type -> taskmesh.task.v1.SendHeartbeatResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_lease_service_proto_init() }

@@ -92,7 +92,18 @@ type Task struct {
 	// cluster_queue is claimed only once admitted.
 	Admitted bool `protobuf:"varint,45,opt,name=admitted,proto3" json:"admitted,omitempty"`
 	// The task's own notification endpoint, when it has one.
-	Webhook       *Webhook `protobuf:"bytes,60,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	Webhook *Webhook `protobuf:"bytes,60,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	// Who submitted the task (the API key's subject).
+	CreatedBy string `protobuf:"bytes,70,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// Cooperative checkpointing (docs/api/tasks.md#checkpoints): whether the
+	// task declared it, and the last checkpoint saved, which the next run
+	// gets back in TASKMESH_CHECKPOINT_DIR.
+	Checkpoint *TaskCheckpoint `protobuf:"bytes,71,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// The task's last preemption, kept after it runs again.
+	Preemption *PreemptedTask `protobuf:"bytes,72,opt,name=preemption,proto3" json:"preemption,omitempty"`
+	// Output paths (globs relative to the working directory) uploaded after
+	// the task ends and listed in its result.
+	Artifacts     []string `protobuf:"bytes,73,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -449,6 +460,309 @@ func (x *Task) GetWebhook() *Webhook {
 	return nil
 }
 
+func (x *Task) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Task) GetCheckpoint() *TaskCheckpoint {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *Task) GetPreemption() *PreemptedTask {
+	if x != nil {
+		return x.Preemption
+	}
+	return nil
+}
+
+func (x *Task) GetArtifacts() []string {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
+// CheckpointSpec asks for cooperative checkpointing: on preemption or
+// suspension the process gets SIGTERM with TASKMESH_CHECKPOINT_DIR set,
+// writes its checkpoint there and exits within the grace period.
+type CheckpointSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Enabled       bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointSpec) Reset() {
+	*x = CheckpointSpec{}
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointSpec) ProtoMessage() {}
+
+func (x *CheckpointSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointSpec.ProtoReflect.Descriptor instead.
+func (*CheckpointSpec) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CheckpointSpec) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+// TaskCheckpoint is a task's checkpoint state.
+type TaskCheckpoint struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Enabled bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// The object-store key of the last checkpoint saved ("" = none yet).
+	Key       string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	SizeBytes int64  `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Sha256    string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The attempt that saved it, and when.
+	AttemptId     string                 `protobuf:"bytes,5,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	SavedAt       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=saved_at,json=savedAt,proto3" json:"saved_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskCheckpoint) Reset() {
+	*x = TaskCheckpoint{}
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskCheckpoint) ProtoMessage() {}
+
+func (x *TaskCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskCheckpoint.ProtoReflect.Descriptor instead.
+func (*TaskCheckpoint) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TaskCheckpoint) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *TaskCheckpoint) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TaskCheckpoint) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *TaskCheckpoint) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *TaskCheckpoint) GetAttemptId() string {
+	if x != nil {
+		return x.AttemptId
+	}
+	return ""
+}
+
+func (x *TaskCheckpoint) GetSavedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SavedAt
+	}
+	return nil
+}
+
+// PreemptedTask records a preemption: the task, the checkpoint it saved
+// (empty for a task that is killed and rerun), when, and by which task.
+type PreemptedTask struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Checkpoint    string                 `protobuf:"bytes,2,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	PreemptedAt   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=preempted_at,json=preemptedAt,proto3" json:"preempted_at,omitempty"`
+	PreemptedBy   string                 `protobuf:"bytes,4,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreemptedTask) Reset() {
+	*x = PreemptedTask{}
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreemptedTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreemptedTask) ProtoMessage() {}
+
+func (x *PreemptedTask) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreemptedTask.ProtoReflect.Descriptor instead.
+func (*PreemptedTask) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PreemptedTask) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *PreemptedTask) GetCheckpoint() string {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return ""
+}
+
+func (x *PreemptedTask) GetPreemptedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PreemptedAt
+	}
+	return nil
+}
+
+func (x *PreemptedTask) GetPreemptedBy() string {
+	if x != nil {
+		return x.PreemptedBy
+	}
+	return ""
+}
+
+// Artifact is one output file of a task, uploaded after it ended.
+type Artifact struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Relative to the task's working directory.
+	Path   string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Size   int64  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256 string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// A presigned download link (in results only).
+	Url           string `protobuf:"bytes,4,opt,name=url,proto3" json:"url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Artifact) Reset() {
+	*x = Artifact{}
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Artifact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Artifact) ProtoMessage() {}
+
+func (x *Artifact) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
+func (*Artifact) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Artifact) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Artifact) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Artifact) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *Artifact) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
 // TaskSpec is what a client chooses when it submits a task; the scheduler
 // fills the defaults (priority 5, max_retries 3, retry_delay 60 s,
 // timeout 3600 s, lease_ttl_sec 300).
@@ -493,14 +807,19 @@ type TaskSpec struct {
 	// Where to POST {"task_id":…,"status":…} when the task completes, fails
 	// for good or is cancelled (docs/api/webhooks.md); without it the
 	// tenant's default endpoint, if any.
-	Webhook       *Webhook `protobuf:"bytes,40,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	Webhook *Webhook `protobuf:"bytes,40,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	// Cooperative checkpointing; absent or disabled = kill and rerun.
+	Checkpoint *CheckpointSpec `protobuf:"bytes,50,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// Output files to keep: globs relative to the working directory
+	// (docs/api/tasks.md#artifacts).
+	Artifacts     []string `protobuf:"bytes,51,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
 	*x = TaskSpec{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[1]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +831,7 @@ func (x *TaskSpec) String() string {
 func (*TaskSpec) ProtoMessage() {}
 
 func (x *TaskSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[1]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +844,7 @@ func (x *TaskSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSpec.ProtoReflect.Descriptor instead.
 func (*TaskSpec) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{1}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TaskSpec) GetName() string {
@@ -710,6 +1029,20 @@ func (x *TaskSpec) GetWebhook() *Webhook {
 	return nil
 }
 
+func (x *TaskSpec) GetCheckpoint() *CheckpointSpec {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetArtifacts() []string {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
 // Webhook names a notification endpoint.
 type Webhook struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -722,7 +1055,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +1067,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[2]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +1080,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{2}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -797,7 +1130,7 @@ type VideoParams struct {
 
 func (x *VideoParams) Reset() {
 	*x = VideoParams{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +1142,7 @@ func (x *VideoParams) String() string {
 func (*VideoParams) ProtoMessage() {}
 
 func (x *VideoParams) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[3]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +1155,7 @@ func (x *VideoParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VideoParams.ProtoReflect.Descriptor instead.
 func (*VideoParams) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{3}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *VideoParams) GetModel() string {
@@ -947,7 +1280,7 @@ type Distribution struct {
 
 func (x *Distribution) Reset() {
 	*x = Distribution{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1292,7 @@ func (x *Distribution) String() string {
 func (*Distribution) ProtoMessage() {}
 
 func (x *Distribution) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[4]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1305,7 @@ func (x *Distribution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Distribution.ProtoReflect.Descriptor instead.
 func (*Distribution) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{4}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Distribution) GetMode() string {
@@ -1014,7 +1347,7 @@ type Targets struct {
 
 func (x *Targets) Reset() {
 	*x = Targets{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[5]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1359,7 @@ func (x *Targets) String() string {
 func (*Targets) ProtoMessage() {}
 
 func (x *Targets) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[5]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1372,7 @@ func (x *Targets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Targets.ProtoReflect.Descriptor instead.
 func (*Targets) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{5}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Targets) GetMachineIds() []string {
@@ -1070,16 +1403,19 @@ type TaskResult struct {
 	Error        string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	PresignedUrl string `protobuf:"bytes,8,opt,name=presigned_url,json=presignedUrl,proto3" json:"presigned_url,omitempty"`
 	// Seconds the presigned URL stays valid.
-	ExpiresIn     int32  `protobuf:"varint,9,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
-	SizeBytes     int64  `protobuf:"varint,10,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
-	Sha256        string `protobuf:"bytes,11,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	ExpiresIn int32  `protobuf:"varint,9,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	SizeBytes int64  `protobuf:"varint,10,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Sha256    string `protobuf:"bytes,11,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The task's output files, each with a presigned download link valid
+	// expires_in seconds.
+	Artifacts     []*Artifact `protobuf:"bytes,20,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskResult) Reset() {
 	*x = TaskResult{}
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[6]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1427,7 @@ func (x *TaskResult) String() string {
 func (*TaskResult) ProtoMessage() {}
 
 func (x *TaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_proto_msgTypes[6]
+	mi := &file_taskmesh_task_v1_task_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1440,7 @@ func (x *TaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
 func (*TaskResult) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{6}
+	return file_taskmesh_task_v1_task_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskResult) GetTaskId() string {
@@ -1184,11 +1520,18 @@ func (x *TaskResult) GetSha256() string {
 	return ""
 }
 
+func (x *TaskResult) GetArtifacts() []*Artifact {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
+}
+
 var File_taskmesh_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x0e\n" +
+	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x10\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1246,7 +1589,16 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x05video\x18+ \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x12#\n" +
 	"\rcluster_queue\x18, \x01(\tR\fclusterQueue\x12\x1a\n" +
 	"\badmitted\x18- \x01(\bR\badmitted\x123\n" +
-	"\awebhook\x18< \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x1a6\n" +
+	"\awebhook\x18< \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x12\x1d\n" +
+	"\n" +
+	"created_by\x18F \x01(\tR\tcreatedBy\x12@\n" +
+	"\n" +
+	"checkpoint\x18G \x01(\v2 .taskmesh.task.v1.TaskCheckpointR\n" +
+	"checkpoint\x12?\n" +
+	"\n" +
+	"preemption\x18H \x01(\v2\x1f.taskmesh.task.v1.PreemptedTaskR\n" +
+	"preemption\x12\x1c\n" +
+	"\tartifacts\x18I \x03(\tR\tartifacts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
@@ -1254,7 +1606,30 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_exit_code\"\xd1\r\n" +
+	"_exit_code\"*\n" +
+	"\x0eCheckpointSpec\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\"\xc9\x01\n" +
+	"\x0eTaskCheckpoint\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x1d\n" +
+	"\n" +
+	"attempt_id\x18\x05 \x01(\tR\tattemptId\x125\n" +
+	"\bsaved_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\asavedAt\"\xaa\x01\n" +
+	"\rPreemptedTask\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x02 \x01(\tR\n" +
+	"checkpoint\x12=\n" +
+	"\fpreempted_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vpreemptedAt\x12!\n" +
+	"\fpreempted_by\x18\x04 \x01(\tR\vpreemptedBy\"\\\n" +
+	"\bArtifact\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x10\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\"\xc4\x0e\n" +
 	"\bTaskSpec\x12\x1c\n" +
 	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x12?\n" +
 	"\x04type\x18\x02 \x01(\tB+\xbaH(r&R\x00R\x05shellR\x06pythonR\x06scriptR\x04noopR\x05videoR\x04type\x12\"\n" +
@@ -1290,7 +1665,11 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\tresources\x18\x17 \x03(\v2).taskmesh.task.v1.TaskSpec.ResourcesEntryBu\xbaHr\x9a\x01o\x10\x10\"&r$\x10\x01\x18\x80\x012\x1d^[A-Za-z0-9][A-Za-z0-9._/-]*$*CrA\x10\x01\x18 2;^([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$R\tresources\x12\x1e\n" +
 	"\x05quota\x18\x18 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x05quota\x123\n" +
 	"\x05video\x18\x19 \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x123\n" +
-	"\awebhook\x18( \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x1a6\n" +
+	"\awebhook\x18( \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x12@\n" +
+	"\n" +
+	"checkpoint\x182 \x01(\v2 .taskmesh.task.v1.CheckpointSpecR\n" +
+	"checkpoint\x12/\n" +
+	"\tartifacts\x183 \x03(\tB\x11\xbaH\x0e\x92\x01\v\x10 \"\ar\x05\x10\x01\x18\xf4\x03R\tartifacts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
@@ -1342,7 +1721,7 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\aTargets\x123\n" +
 	"\vmachine_ids\x18\x01 \x03(\tB\x12\xbaH\x0f\x92\x01\f\x10\xe8\a\"\ar\x05\x10\x01\x18\x80\x01R\n" +
 	"machineIds\x12!\n" +
-	"\x03ips\x18\x02 \x03(\tB\x0f\xbaH\f\x92\x01\t\x10\xe8\a\"\x04r\x02p\x01R\x03ips\"\xd1\x02\n" +
+	"\x03ips\x18\x02 \x03(\tB\x0f\xbaH\f\x92\x01\t\x10\xe8\a\"\x04r\x02p\x01R\x03ips\"\x8b\x03\n" +
 	"\n" +
 	"TaskResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12!\n" +
@@ -1358,7 +1737,8 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"size_bytes\x18\n" +
 	" \x01(\x03R\tsizeBytes\x12\x16\n" +
-	"\x06sha256\x18\v \x01(\tR\x06sha256B\f\n" +
+	"\x06sha256\x18\v \x01(\tR\x06sha256\x128\n" +
+	"\tartifacts\x18\x14 \x03(\v2\x1a.taskmesh.task.v1.ArtifactR\tartifactsB\f\n" +
 	"\n" +
 	"_exit_codeB:Z8github.com/taskmesh/taskmesh/gen/taskmesh/task/v1;taskv1b\x06proto3"
 
@@ -1374,46 +1754,56 @@ func file_taskmesh_task_v1_task_proto_rawDescGZIP() []byte {
 	return file_taskmesh_task_v1_task_proto_rawDescData
 }
 
-var file_taskmesh_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_taskmesh_task_v1_task_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_taskmesh_task_v1_task_proto_goTypes = []any{
 	(*Task)(nil),                  // 0: taskmesh.task.v1.Task
-	(*TaskSpec)(nil),              // 1: taskmesh.task.v1.TaskSpec
-	(*Webhook)(nil),               // 2: taskmesh.task.v1.Webhook
-	(*VideoParams)(nil),           // 3: taskmesh.task.v1.VideoParams
-	(*Distribution)(nil),          // 4: taskmesh.task.v1.Distribution
-	(*Targets)(nil),               // 5: taskmesh.task.v1.Targets
-	(*TaskResult)(nil),            // 6: taskmesh.task.v1.TaskResult
-	nil,                           // 7: taskmesh.task.v1.Task.EnvEntry
-	nil,                           // 8: taskmesh.task.v1.Task.ResourcesEntry
-	nil,                           // 9: taskmesh.task.v1.TaskSpec.EnvEntry
-	nil,                           // 10: taskmesh.task.v1.TaskSpec.ResourcesEntry
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*CheckpointSpec)(nil),        // 1: taskmesh.task.v1.CheckpointSpec
+	(*TaskCheckpoint)(nil),        // 2: taskmesh.task.v1.TaskCheckpoint
+	(*PreemptedTask)(nil),         // 3: taskmesh.task.v1.PreemptedTask
+	(*Artifact)(nil),              // 4: taskmesh.task.v1.Artifact
+	(*TaskSpec)(nil),              // 5: taskmesh.task.v1.TaskSpec
+	(*Webhook)(nil),               // 6: taskmesh.task.v1.Webhook
+	(*VideoParams)(nil),           // 7: taskmesh.task.v1.VideoParams
+	(*Distribution)(nil),          // 8: taskmesh.task.v1.Distribution
+	(*Targets)(nil),               // 9: taskmesh.task.v1.Targets
+	(*TaskResult)(nil),            // 10: taskmesh.task.v1.TaskResult
+	nil,                           // 11: taskmesh.task.v1.Task.EnvEntry
+	nil,                           // 12: taskmesh.task.v1.Task.ResourcesEntry
+	nil,                           // 13: taskmesh.task.v1.TaskSpec.EnvEntry
+	nil,                           // 14: taskmesh.task.v1.TaskSpec.ResourcesEntry
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
 }
 var file_taskmesh_task_v1_task_proto_depIdxs = []int32{
-	7,  // 0: taskmesh.task.v1.Task.env:type_name -> taskmesh.task.v1.Task.EnvEntry
-	11, // 1: taskmesh.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	11, // 2: taskmesh.task.v1.Task.assigned_at:type_name -> google.protobuf.Timestamp
-	11, // 3: taskmesh.task.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	11, // 4: taskmesh.task.v1.Task.ended_at:type_name -> google.protobuf.Timestamp
-	11, // 5: taskmesh.task.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 6: taskmesh.task.v1.Task.distribution:type_name -> taskmesh.task.v1.Distribution
-	11, // 7: taskmesh.task.v1.Task.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	11, // 8: taskmesh.task.v1.Task.retry_at:type_name -> google.protobuf.Timestamp
-	11, // 9: taskmesh.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	8,  // 10: taskmesh.task.v1.Task.resources:type_name -> taskmesh.task.v1.Task.ResourcesEntry
-	3,  // 11: taskmesh.task.v1.Task.video:type_name -> taskmesh.task.v1.VideoParams
-	2,  // 12: taskmesh.task.v1.Task.webhook:type_name -> taskmesh.task.v1.Webhook
-	9,  // 13: taskmesh.task.v1.TaskSpec.env:type_name -> taskmesh.task.v1.TaskSpec.EnvEntry
-	4,  // 14: taskmesh.task.v1.TaskSpec.distribution:type_name -> taskmesh.task.v1.Distribution
-	5,  // 15: taskmesh.task.v1.TaskSpec.targets:type_name -> taskmesh.task.v1.Targets
-	10, // 16: taskmesh.task.v1.TaskSpec.resources:type_name -> taskmesh.task.v1.TaskSpec.ResourcesEntry
-	3,  // 17: taskmesh.task.v1.TaskSpec.video:type_name -> taskmesh.task.v1.VideoParams
-	2,  // 18: taskmesh.task.v1.TaskSpec.webhook:type_name -> taskmesh.task.v1.Webhook
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	11, // 0: taskmesh.task.v1.Task.env:type_name -> taskmesh.task.v1.Task.EnvEntry
+	15, // 1: taskmesh.task.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	15, // 2: taskmesh.task.v1.Task.assigned_at:type_name -> google.protobuf.Timestamp
+	15, // 3: taskmesh.task.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	15, // 4: taskmesh.task.v1.Task.ended_at:type_name -> google.protobuf.Timestamp
+	15, // 5: taskmesh.task.v1.Task.lease_expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 6: taskmesh.task.v1.Task.distribution:type_name -> taskmesh.task.v1.Distribution
+	15, // 7: taskmesh.task.v1.Task.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	15, // 8: taskmesh.task.v1.Task.retry_at:type_name -> google.protobuf.Timestamp
+	15, // 9: taskmesh.task.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	12, // 10: taskmesh.task.v1.Task.resources:type_name -> taskmesh.task.v1.Task.ResourcesEntry
+	7,  // 11: taskmesh.task.v1.Task.video:type_name -> taskmesh.task.v1.VideoParams
+	6,  // 12: taskmesh.task.v1.Task.webhook:type_name -> taskmesh.task.v1.Webhook
+	2,  // 13: taskmesh.task.v1.Task.checkpoint:type_name -> taskmesh.task.v1.TaskCheckpoint
+	3,  // 14: taskmesh.task.v1.Task.preemption:type_name -> taskmesh.task.v1.PreemptedTask
+	15, // 15: taskmesh.task.v1.TaskCheckpoint.saved_at:type_name -> google.protobuf.Timestamp
+	15, // 16: taskmesh.task.v1.PreemptedTask.preempted_at:type_name -> google.protobuf.Timestamp
+	13, // 17: taskmesh.task.v1.TaskSpec.env:type_name -> taskmesh.task.v1.TaskSpec.EnvEntry
+	8,  // 18: taskmesh.task.v1.TaskSpec.distribution:type_name -> taskmesh.task.v1.Distribution
+	9,  // 19: taskmesh.task.v1.TaskSpec.targets:type_name -> taskmesh.task.v1.Targets
+	14, // 20: taskmesh.task.v1.TaskSpec.resources:type_name -> taskmesh.task.v1.TaskSpec.ResourcesEntry
+	7,  // 21: taskmesh.task.v1.TaskSpec.video:type_name -> taskmesh.task.v1.VideoParams
+	6,  // 22: taskmesh.task.v1.TaskSpec.webhook:type_name -> taskmesh.task.v1.Webhook
+	1,  // 23: taskmesh.task.v1.TaskSpec.checkpoint:type_name -> taskmesh.task.v1.CheckpointSpec
+	4,  // 24: taskmesh.task.v1.TaskResult.artifacts:type_name -> taskmesh.task.v1.Artifact
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_proto_init() }
@@ -1422,15 +1812,15 @@ func file_taskmesh_task_v1_task_proto_init() {
 		return
 	}
 	file_taskmesh_task_v1_task_proto_msgTypes[0].OneofWrappers = []any{}
-	file_taskmesh_task_v1_task_proto_msgTypes[1].OneofWrappers = []any{}
-	file_taskmesh_task_v1_task_proto_msgTypes[6].OneofWrappers = []any{}
+	file_taskmesh_task_v1_task_proto_msgTypes[5].OneofWrappers = []any{}
+	file_taskmesh_task_v1_task_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_task_v1_task_proto_rawDesc), len(file_taskmesh_task_v1_task_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -61,6 +61,7 @@ type TaskEvent struct {
 	//	*TaskEvent_Canceled
 	//	*TaskEvent_Deleted
 	//	*TaskEvent_Expired
+	//	*TaskEvent_Checkpointed
 	Event         isTaskEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -312,6 +313,15 @@ func (x *TaskEvent) GetExpired() *TaskExpired {
 	return nil
 }
 
+func (x *TaskEvent) GetCheckpointed() *TaskCheckpointed {
+	if x != nil {
+		if x, ok := x.Event.(*TaskEvent_Checkpointed); ok {
+			return x.Checkpointed
+		}
+	}
+	return nil
+}
+
 type isTaskEvent_Event interface {
 	isTaskEvent_Event()
 }
@@ -384,6 +394,10 @@ type TaskEvent_Expired struct {
 	Expired *TaskExpired `protobuf:"bytes,26,opt,name=expired,proto3,oneof"`
 }
 
+type TaskEvent_Checkpointed struct {
+	Checkpointed *TaskCheckpointed `protobuf:"bytes,40,opt,name=checkpointed,proto3,oneof"`
+}
+
 func (*TaskEvent_Submitted) isTaskEvent_Event() {}
 
 func (*TaskEvent_Updated) isTaskEvent_Event() {}
@@ -417,6 +431,8 @@ func (*TaskEvent_Canceled) isTaskEvent_Event() {}
 func (*TaskEvent_Deleted) isTaskEvent_Event() {}
 
 func (*TaskEvent_Expired) isTaskEvent_Event() {}
+
+func (*TaskEvent_Checkpointed) isTaskEvent_Event() {}
 
 // TaskSubmitted: the task exists and is pending. spec has every default
 // filled in.
@@ -853,12 +869,15 @@ func (x *TaskLeaseRenewed) GetLeaseExpiresAt() *timestamppb.Timestamp {
 type ResultRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// db: stdout/stderr inline; s3: object_key in the object store.
-	StorageType   string `protobuf:"bytes,1,opt,name=storage_type,json=storageType,proto3" json:"storage_type,omitempty"`
-	Stdout        string `protobuf:"bytes,2,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        string `protobuf:"bytes,3,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	ObjectKey     string `protobuf:"bytes,4,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
-	SizeBytes     int64  `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
-	Sha256        string `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	StorageType string `protobuf:"bytes,1,opt,name=storage_type,json=storageType,proto3" json:"storage_type,omitempty"`
+	Stdout      string `protobuf:"bytes,2,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr      string `protobuf:"bytes,3,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	ObjectKey   string `protobuf:"bytes,4,opt,name=object_key,json=objectKey,proto3" json:"object_key,omitempty"`
+	SizeBytes   int64  `protobuf:"varint,5,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Sha256      string `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Output files uploaded after the attempt ended (no links: those are
+	// signed when the result is read).
+	Artifacts     []*Artifact `protobuf:"bytes,10,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -933,6 +952,13 @@ func (x *ResultRef) GetSha256() string {
 		return x.Sha256
 	}
 	return ""
+}
+
+func (x *ResultRef) GetArtifacts() []*Artifact {
+	if x != nil {
+		return x.Artifacts
+	}
+	return nil
 }
 
 // TaskSucceeded: running → completed.
@@ -1305,6 +1331,77 @@ func (x *TaskPreempted) GetReason() string {
 	return ""
 }
 
+// TaskCheckpointed: the attempt saved a checkpoint (on preemption or
+// suspension) in the object store under key; the task's next run gets it
+// back.
+type TaskCheckpointed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AttemptId     string                 `protobuf:"bytes,1,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	SizeBytes     int64                  `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Sha256        string                 `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskCheckpointed) Reset() {
+	*x = TaskCheckpointed{}
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskCheckpointed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskCheckpointed) ProtoMessage() {}
+
+func (x *TaskCheckpointed) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskCheckpointed.ProtoReflect.Descriptor instead.
+func (*TaskCheckpointed) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TaskCheckpointed) GetAttemptId() string {
+	if x != nil {
+		return x.AttemptId
+	}
+	return ""
+}
+
+func (x *TaskCheckpointed) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TaskCheckpointed) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *TaskCheckpointed) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 // TaskSuspended: the attempt was paused on purpose.
 type TaskSuspended struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1316,7 +1413,7 @@ type TaskSuspended struct {
 
 func (x *TaskSuspended) Reset() {
 	*x = TaskSuspended{}
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[14]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1425,7 @@ func (x *TaskSuspended) String() string {
 func (*TaskSuspended) ProtoMessage() {}
 
 func (x *TaskSuspended) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[14]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1438,7 @@ func (x *TaskSuspended) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskSuspended.ProtoReflect.Descriptor instead.
 func (*TaskSuspended) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{14}
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TaskSuspended) GetAttemptId() string {
@@ -1369,7 +1466,7 @@ type TaskRequeued struct {
 
 func (x *TaskRequeued) Reset() {
 	*x = TaskRequeued{}
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[15]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1478,7 @@ func (x *TaskRequeued) String() string {
 func (*TaskRequeued) ProtoMessage() {}
 
 func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[15]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1491,7 @@ func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRequeued.ProtoReflect.Descriptor instead.
 func (*TaskRequeued) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{15}
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TaskRequeued) GetFromStatus() string {
@@ -1423,7 +1520,7 @@ type TaskCanceled struct {
 
 func (x *TaskCanceled) Reset() {
 	*x = TaskCanceled{}
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[16]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1532,7 @@ func (x *TaskCanceled) String() string {
 func (*TaskCanceled) ProtoMessage() {}
 
 func (x *TaskCanceled) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[16]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1545,7 @@ func (x *TaskCanceled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCanceled.ProtoReflect.Descriptor instead.
 func (*TaskCanceled) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{16}
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskCanceled) GetReason() string {
@@ -1474,7 +1571,7 @@ type TaskDeleted struct {
 
 func (x *TaskDeleted) Reset() {
 	*x = TaskDeleted{}
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[17]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1583,7 @@ func (x *TaskDeleted) String() string {
 func (*TaskDeleted) ProtoMessage() {}
 
 func (x *TaskDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[17]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1596,7 @@ func (x *TaskDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDeleted.ProtoReflect.Descriptor instead.
 func (*TaskDeleted) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{17}
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{18}
 }
 
 // TaskExpired: the task outlived its retention; it is gone from every view.
@@ -1511,7 +1608,7 @@ type TaskExpired struct {
 
 func (x *TaskExpired) Reset() {
 	*x = TaskExpired{}
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[18]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1620,7 @@ func (x *TaskExpired) String() string {
 func (*TaskExpired) ProtoMessage() {}
 
 func (x *TaskExpired) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[18]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,14 +1633,14 @@ func (x *TaskExpired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskExpired.ProtoReflect.Descriptor instead.
 func (*TaskExpired) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{18}
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{19}
 }
 
 var File_taskmesh_task_v1_task_events_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\n" +
-	"\"taskmesh/task/v1/task_events.proto\x12\x10taskmesh.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xee\v\n" +
+	"\"taskmesh/task/v1/task_events.proto\x12\x10taskmesh.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xb8\f\n" +
 	"\tTaskEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
 	"\faggregate_id\x18\x02 \x01(\tR\vaggregateId\x12\x18\n" +
@@ -1573,7 +1670,8 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\brequeued\x18\x17 \x01(\v2\x1e.taskmesh.task.v1.TaskRequeuedH\x00R\brequeued\x12<\n" +
 	"\bcanceled\x18\x18 \x01(\v2\x1e.taskmesh.task.v1.TaskCanceledH\x00R\bcanceled\x129\n" +
 	"\adeleted\x18\x19 \x01(\v2\x1d.taskmesh.task.v1.TaskDeletedH\x00R\adeleted\x129\n" +
-	"\aexpired\x18\x1a \x01(\v2\x1d.taskmesh.task.v1.TaskExpiredH\x00R\aexpired\x1a?\n" +
+	"\aexpired\x18\x1a \x01(\v2\x1d.taskmesh.task.v1.TaskExpiredH\x00R\aexpired\x12H\n" +
+	"\fcheckpointed\x18( \x01(\v2\".taskmesh.task.v1.TaskCheckpointedH\x00R\fcheckpointed\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x1b\xc2\xf3\x18\x17taskmesh.task.events.v1B\a\n" +
@@ -1615,7 +1713,7 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\x10TaskLeaseRenewed\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12D\n" +
-	"\x10lease_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\"\xb4\x01\n" +
+	"\x10lease_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\"\xee\x01\n" +
 	"\tResultRef\x12!\n" +
 	"\fstorage_type\x18\x01 \x01(\tR\vstorageType\x12\x16\n" +
 	"\x06stdout\x18\x02 \x01(\tR\x06stdout\x12\x16\n" +
@@ -1624,7 +1722,9 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"object_key\x18\x04 \x01(\tR\tobjectKey\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\x12\x16\n" +
-	"\x06sha256\x18\x06 \x01(\tR\x06sha256\"\xb7\x01\n" +
+	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x128\n" +
+	"\tartifacts\x18\n" +
+	" \x03(\v2\x1a.taskmesh.task.v1.ArtifactR\tartifacts\"\xb7\x01\n" +
 	"\rTaskSucceeded\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x1b\n" +
@@ -1660,7 +1760,14 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12!\n" +
 	"\fpreempted_by\x18\x02 \x01(\tR\vpreemptedBy\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"F\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"z\n" +
+	"\x10TaskCheckpointed\x12\x1d\n" +
+	"\n" +
+	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\"F\n" +
 	"\rTaskSuspended\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x16\n" +
@@ -1688,7 +1795,7 @@ func file_taskmesh_task_v1_task_events_proto_rawDescGZIP() []byte {
 	return file_taskmesh_task_v1_task_events_proto_rawDescData
 }
 
-var file_taskmesh_task_v1_task_events_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_taskmesh_task_v1_task_events_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_taskmesh_task_v1_task_events_proto_goTypes = []any{
 	(*TaskEvent)(nil),             // 0: taskmesh.task.v1.TaskEvent
 	(*TaskSubmitted)(nil),         // 1: taskmesh.task.v1.TaskSubmitted
@@ -1704,19 +1811,21 @@ var file_taskmesh_task_v1_task_events_proto_goTypes = []any{
 	(*TaskRetryScheduled)(nil),    // 11: taskmesh.task.v1.TaskRetryScheduled
 	(*TaskLeaseExpired)(nil),      // 12: taskmesh.task.v1.TaskLeaseExpired
 	(*TaskPreempted)(nil),         // 13: taskmesh.task.v1.TaskPreempted
-	(*TaskSuspended)(nil),         // 14: taskmesh.task.v1.TaskSuspended
-	(*TaskRequeued)(nil),          // 15: taskmesh.task.v1.TaskRequeued
-	(*TaskCanceled)(nil),          // 16: taskmesh.task.v1.TaskCanceled
-	(*TaskDeleted)(nil),           // 17: taskmesh.task.v1.TaskDeleted
-	(*TaskExpired)(nil),           // 18: taskmesh.task.v1.TaskExpired
-	nil,                           // 19: taskmesh.task.v1.TaskEvent.TraceContextEntry
-	nil,                           // 20: taskmesh.task.v1.TaskAdmitted.FlavorsEntry
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*TaskSpec)(nil),              // 22: taskmesh.task.v1.TaskSpec
+	(*TaskCheckpointed)(nil),      // 14: taskmesh.task.v1.TaskCheckpointed
+	(*TaskSuspended)(nil),         // 15: taskmesh.task.v1.TaskSuspended
+	(*TaskRequeued)(nil),          // 16: taskmesh.task.v1.TaskRequeued
+	(*TaskCanceled)(nil),          // 17: taskmesh.task.v1.TaskCanceled
+	(*TaskDeleted)(nil),           // 18: taskmesh.task.v1.TaskDeleted
+	(*TaskExpired)(nil),           // 19: taskmesh.task.v1.TaskExpired
+	nil,                           // 20: taskmesh.task.v1.TaskEvent.TraceContextEntry
+	nil,                           // 21: taskmesh.task.v1.TaskAdmitted.FlavorsEntry
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*TaskSpec)(nil),              // 23: taskmesh.task.v1.TaskSpec
+	(*Artifact)(nil),              // 24: taskmesh.task.v1.Artifact
 }
 var file_taskmesh_task_v1_task_events_proto_depIdxs = []int32{
-	21, // 0: taskmesh.task.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	19, // 1: taskmesh.task.v1.TaskEvent.trace_context:type_name -> taskmesh.task.v1.TaskEvent.TraceContextEntry
+	22, // 0: taskmesh.task.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	20, // 1: taskmesh.task.v1.TaskEvent.trace_context:type_name -> taskmesh.task.v1.TaskEvent.TraceContextEntry
 	1,  // 2: taskmesh.task.v1.TaskEvent.submitted:type_name -> taskmesh.task.v1.TaskSubmitted
 	2,  // 3: taskmesh.task.v1.TaskEvent.updated:type_name -> taskmesh.task.v1.TaskUpdated
 	3,  // 4: taskmesh.task.v1.TaskEvent.admitted:type_name -> taskmesh.task.v1.TaskAdmitted
@@ -1729,27 +1838,29 @@ var file_taskmesh_task_v1_task_events_proto_depIdxs = []int32{
 	11, // 11: taskmesh.task.v1.TaskEvent.retry_scheduled:type_name -> taskmesh.task.v1.TaskRetryScheduled
 	12, // 12: taskmesh.task.v1.TaskEvent.lease_expired:type_name -> taskmesh.task.v1.TaskLeaseExpired
 	13, // 13: taskmesh.task.v1.TaskEvent.preempted:type_name -> taskmesh.task.v1.TaskPreempted
-	14, // 14: taskmesh.task.v1.TaskEvent.suspended:type_name -> taskmesh.task.v1.TaskSuspended
-	15, // 15: taskmesh.task.v1.TaskEvent.requeued:type_name -> taskmesh.task.v1.TaskRequeued
-	16, // 16: taskmesh.task.v1.TaskEvent.canceled:type_name -> taskmesh.task.v1.TaskCanceled
-	17, // 17: taskmesh.task.v1.TaskEvent.deleted:type_name -> taskmesh.task.v1.TaskDeleted
-	18, // 18: taskmesh.task.v1.TaskEvent.expired:type_name -> taskmesh.task.v1.TaskExpired
-	22, // 19: taskmesh.task.v1.TaskSubmitted.spec:type_name -> taskmesh.task.v1.TaskSpec
-	22, // 20: taskmesh.task.v1.TaskUpdated.spec:type_name -> taskmesh.task.v1.TaskSpec
-	20, // 21: taskmesh.task.v1.TaskAdmitted.flavors:type_name -> taskmesh.task.v1.TaskAdmitted.FlavorsEntry
-	21, // 22: taskmesh.task.v1.TaskLeased.lease_expires_at:type_name -> google.protobuf.Timestamp
-	21, // 23: taskmesh.task.v1.TaskStarted.lease_expires_at:type_name -> google.protobuf.Timestamp
-	21, // 24: taskmesh.task.v1.TaskLeaseRenewed.lease_expires_at:type_name -> google.protobuf.Timestamp
-	8,  // 25: taskmesh.task.v1.TaskSucceeded.result:type_name -> taskmesh.task.v1.ResultRef
-	21, // 26: taskmesh.task.v1.TaskSucceeded.ended_at:type_name -> google.protobuf.Timestamp
-	8,  // 27: taskmesh.task.v1.TaskFailed.result:type_name -> taskmesh.task.v1.ResultRef
-	21, // 28: taskmesh.task.v1.TaskFailed.ended_at:type_name -> google.protobuf.Timestamp
-	21, // 29: taskmesh.task.v1.TaskRetryScheduled.retry_at:type_name -> google.protobuf.Timestamp
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	15, // 14: taskmesh.task.v1.TaskEvent.suspended:type_name -> taskmesh.task.v1.TaskSuspended
+	16, // 15: taskmesh.task.v1.TaskEvent.requeued:type_name -> taskmesh.task.v1.TaskRequeued
+	17, // 16: taskmesh.task.v1.TaskEvent.canceled:type_name -> taskmesh.task.v1.TaskCanceled
+	18, // 17: taskmesh.task.v1.TaskEvent.deleted:type_name -> taskmesh.task.v1.TaskDeleted
+	19, // 18: taskmesh.task.v1.TaskEvent.expired:type_name -> taskmesh.task.v1.TaskExpired
+	14, // 19: taskmesh.task.v1.TaskEvent.checkpointed:type_name -> taskmesh.task.v1.TaskCheckpointed
+	23, // 20: taskmesh.task.v1.TaskSubmitted.spec:type_name -> taskmesh.task.v1.TaskSpec
+	23, // 21: taskmesh.task.v1.TaskUpdated.spec:type_name -> taskmesh.task.v1.TaskSpec
+	21, // 22: taskmesh.task.v1.TaskAdmitted.flavors:type_name -> taskmesh.task.v1.TaskAdmitted.FlavorsEntry
+	22, // 23: taskmesh.task.v1.TaskLeased.lease_expires_at:type_name -> google.protobuf.Timestamp
+	22, // 24: taskmesh.task.v1.TaskStarted.lease_expires_at:type_name -> google.protobuf.Timestamp
+	22, // 25: taskmesh.task.v1.TaskLeaseRenewed.lease_expires_at:type_name -> google.protobuf.Timestamp
+	24, // 26: taskmesh.task.v1.ResultRef.artifacts:type_name -> taskmesh.task.v1.Artifact
+	8,  // 27: taskmesh.task.v1.TaskSucceeded.result:type_name -> taskmesh.task.v1.ResultRef
+	22, // 28: taskmesh.task.v1.TaskSucceeded.ended_at:type_name -> google.protobuf.Timestamp
+	8,  // 29: taskmesh.task.v1.TaskFailed.result:type_name -> taskmesh.task.v1.ResultRef
+	22, // 30: taskmesh.task.v1.TaskFailed.ended_at:type_name -> google.protobuf.Timestamp
+	22, // 31: taskmesh.task.v1.TaskRetryScheduled.retry_at:type_name -> google.protobuf.Timestamp
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_events_proto_init() }
@@ -1776,6 +1887,7 @@ func file_taskmesh_task_v1_task_events_proto_init() {
 		(*TaskEvent_Canceled)(nil),
 		(*TaskEvent_Deleted)(nil),
 		(*TaskEvent_Expired)(nil),
+		(*TaskEvent_Checkpointed)(nil),
 	}
 	file_taskmesh_task_v1_task_events_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
@@ -1784,7 +1896,7 @@ func file_taskmesh_task_v1_task_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_task_v1_task_events_proto_rawDesc), len(file_taskmesh_task_v1_task_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

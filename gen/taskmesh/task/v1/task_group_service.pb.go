@@ -54,7 +54,9 @@ type TaskGroup struct {
 	// Why the group failed or was cancelled.
 	Error string `protobuf:"bytes,14,opt,name=error,proto3" json:"error,omitempty"`
 	// The number of events recorded for the group.
-	Version       int64 `protobuf:"varint,15,opt,name=version,proto3" json:"version,omitempty"`
+	Version int64 `protobuf:"varint,15,opt,name=version,proto3" json:"version,omitempty"`
+	// Who created the group (the API key's subject).
+	CreatedBy     string `protobuf:"bytes,60,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -192,6 +194,13 @@ func (x *TaskGroup) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *TaskGroup) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
 }
 
 // TaskGroupCounts counts a group's members by status.
@@ -1771,7 +1780,7 @@ var File_taskmesh_task_v1_task_group_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\n" +
-	")taskmesh/task/v1/task_group_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xd8\x04\n" +
+	")taskmesh/task/v1/task_group_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xf7\x04\n" +
 	"\tTaskGroup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1791,7 +1800,9 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\fmax_parallel\x18\f \x01(\x05R\vmaxParallel\x126\n" +
 	"\x06repeat\x18\r \x01(\v2\x1e.taskmesh.task.v1.RepeatStatusR\x06repeat\x12\x14\n" +
 	"\x05error\x18\x0e \x01(\tR\x05error\x12\x18\n" +
-	"\aversion\x18\x0f \x01(\x03R\aversion\"\xf1\x01\n" +
+	"\aversion\x18\x0f \x01(\x03R\aversion\x12\x1d\n" +
+	"\n" +
+	"created_by\x18< \x01(\tR\tcreatedBy\"\xf1\x01\n" +
 	"\x0fTaskGroupCounts\x12\x18\n" +
 	"\apending\x18\x01 \x01(\x05R\apending\x12\x1a\n" +
 	"\bassigned\x18\x02 \x01(\x05R\bassigned\x12\x18\n" +

@@ -574,6 +574,190 @@ func (x *RetryTaskRequest) GetId() string {
 	return ""
 }
 
+type SuspendTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendTaskRequest) Reset() {
+	*x = SuspendTaskRequest{}
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendTaskRequest) ProtoMessage() {}
+
+func (x *SuspendTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendTaskRequest.ProtoReflect.Descriptor instead.
+func (*SuspendTaskRequest) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SuspendTaskRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SuspendTaskRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type SuspendTaskResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SuspendTaskResponse) Reset() {
+	*x = SuspendTaskResponse{}
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SuspendTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SuspendTaskResponse) ProtoMessage() {}
+
+func (x *SuspendTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SuspendTaskResponse.ProtoReflect.Descriptor instead.
+func (*SuspendTaskResponse) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SuspendTaskResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+type ResumeTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeTaskRequest) Reset() {
+	*x = ResumeTaskRequest{}
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeTaskRequest) ProtoMessage() {}
+
+func (x *ResumeTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeTaskRequest.ProtoReflect.Descriptor instead.
+func (*ResumeTaskRequest) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ResumeTaskRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ResumeTaskResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *Task                  `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeTaskResponse) Reset() {
+	*x = ResumeTaskResponse{}
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeTaskResponse) ProtoMessage() {}
+
+func (x *ResumeTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeTaskResponse.ProtoReflect.Descriptor instead.
+func (*ResumeTaskResponse) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ResumeTaskResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
 type GetTaskResultRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -583,7 +767,7 @@ type GetTaskResultRequest struct {
 
 func (x *GetTaskResultRequest) Reset() {
 	*x = GetTaskResultRequest{}
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[10]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +779,7 @@ func (x *GetTaskResultRequest) String() string {
 func (*GetTaskResultRequest) ProtoMessage() {}
 
 func (x *GetTaskResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[10]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +792,7 @@ func (x *GetTaskResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResultRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskResultRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{10}
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetTaskResultRequest) GetId() string {
@@ -627,7 +811,7 @@ type WatchTaskRequest struct {
 
 func (x *WatchTaskRequest) Reset() {
 	*x = WatchTaskRequest{}
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[11]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +823,7 @@ func (x *WatchTaskRequest) String() string {
 func (*WatchTaskRequest) ProtoMessage() {}
 
 func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[11]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +836,7 @@ func (x *WatchTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskRequest.ProtoReflect.Descriptor instead.
 func (*WatchTaskRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{11}
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchTaskRequest) GetId() string {
@@ -671,7 +855,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[12]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +867,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[12]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +880,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{12}
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetTaskResponse) GetTask() *Task {
@@ -715,7 +899,7 @@ type UpdateTaskResponse struct {
 
 func (x *UpdateTaskResponse) Reset() {
 	*x = UpdateTaskResponse{}
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[13]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +911,7 @@ func (x *UpdateTaskResponse) String() string {
 func (*UpdateTaskResponse) ProtoMessage() {}
 
 func (x *UpdateTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[13]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +924,7 @@ func (x *UpdateTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTaskResponse.ProtoReflect.Descriptor instead.
 func (*UpdateTaskResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{13}
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateTaskResponse) GetTask() *Task {
@@ -759,7 +943,7 @@ type CancelTaskResponse struct {
 
 func (x *CancelTaskResponse) Reset() {
 	*x = CancelTaskResponse{}
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[14]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +955,7 @@ func (x *CancelTaskResponse) String() string {
 func (*CancelTaskResponse) ProtoMessage() {}
 
 func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[14]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +968,7 @@ func (x *CancelTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskResponse.ProtoReflect.Descriptor instead.
 func (*CancelTaskResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{14}
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelTaskResponse) GetTask() *Task {
@@ -803,7 +987,7 @@ type RetryTaskResponse struct {
 
 func (x *RetryTaskResponse) Reset() {
 	*x = RetryTaskResponse{}
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[15]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +999,7 @@ func (x *RetryTaskResponse) String() string {
 func (*RetryTaskResponse) ProtoMessage() {}
 
 func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[15]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +1012,7 @@ func (x *RetryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryTaskResponse.ProtoReflect.Descriptor instead.
 func (*RetryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{15}
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RetryTaskResponse) GetTask() *Task {
@@ -847,7 +1031,7 @@ type GetTaskResultResponse struct {
 
 func (x *GetTaskResultResponse) Reset() {
 	*x = GetTaskResultResponse{}
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[16]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1043,7 @@ func (x *GetTaskResultResponse) String() string {
 func (*GetTaskResultResponse) ProtoMessage() {}
 
 func (x *GetTaskResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[16]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1056,7 @@ func (x *GetTaskResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResultResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResultResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{16}
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetTaskResultResponse) GetResult() *TaskResult {
@@ -891,7 +1075,7 @@ type WatchTaskResponse struct {
 
 func (x *WatchTaskResponse) Reset() {
 	*x = WatchTaskResponse{}
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[17]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1087,7 @@ func (x *WatchTaskResponse) String() string {
 func (*WatchTaskResponse) ProtoMessage() {}
 
 func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[17]
+	mi := &file_taskmesh_task_v1_task_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1100,7 @@ func (x *WatchTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTaskResponse.ProtoReflect.Descriptor instead.
 func (*WatchTaskResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{17}
+	return file_taskmesh_task_v1_task_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchTaskResponse) GetTask() *Task {
@@ -974,7 +1158,18 @@ const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\".\n" +
 	"\x10RetryTaskRequest\x12\x1a\n" +
 	"\x02id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\"2\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\"R\n" +
+	"\x12SuspendTaskRequest\x12\x1a\n" +
+	"\x02id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\x12 \n" +
+	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\"A\n" +
+	"\x13SuspendTaskResponse\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.taskmesh.task.v1.TaskR\x04task\"/\n" +
+	"\x11ResumeTaskRequest\x12\x1a\n" +
+	"\x02id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\"@\n" +
+	"\x12ResumeTaskResponse\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.taskmesh.task.v1.TaskR\x04task\"2\n" +
 	"\x14GetTaskResultRequest\x12\x1a\n" +
 	"\x02id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\".\n" +
@@ -992,7 +1187,8 @@ const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"\x15GetTaskResultResponse\x124\n" +
 	"\x06result\x18\x01 \x01(\v2\x1c.taskmesh.task.v1.TaskResultR\x06result\"?\n" +
 	"\x11WatchTaskResponse\x12*\n" +
-	"\x04task\x18\x01 \x01(\v2\x16.taskmesh.task.v1.TaskR\x04task2\xcb\b\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.taskmesh.task.v1.TaskR\x04task2\xdb\n" +
+	"\n" +
 	"\vTaskService\x12z\n" +
 	"\n" +
 	"CreateTask\x12#.taskmesh.task.v1.CreateTaskRequest\x1a$.taskmesh.task.v1.CreateTaskResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x04specb\x04task\"\r/api/v1/tasks\x12k\n" +
@@ -1004,7 +1200,10 @@ const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"DeleteTask\x12#.taskmesh.task.v1.DeleteTaskRequest\x1a$.taskmesh.task.v1.DeleteTaskResponse\"\x1a\x82\xd3\xe4\x93\x02\x14*\x12/api/v1/tasks/{id}\x12\x83\x01\n" +
 	"\n" +
 	"CancelTask\x12#.taskmesh.task.v1.CancelTaskRequest\x1a$.taskmesh.task.v1.CancelTaskResponse\"*\x82\xd3\xe4\x93\x02$:\x01*b\x04task\"\x19/api/v1/tasks/{id}/cancel\x12\x7f\n" +
-	"\tRetryTask\x12\".taskmesh.task.v1.RetryTaskRequest\x1a#.taskmesh.task.v1.RetryTaskResponse\")\x82\xd3\xe4\x93\x02#:\x01*b\x04task\"\x18/api/v1/tasks/{id}/retry\x12\x8b\x01\n" +
+	"\tRetryTask\x12\".taskmesh.task.v1.RetryTaskRequest\x1a#.taskmesh.task.v1.RetryTaskResponse\")\x82\xd3\xe4\x93\x02#:\x01*b\x04task\"\x18/api/v1/tasks/{id}/retry\x12\x87\x01\n" +
+	"\vSuspendTask\x12$.taskmesh.task.v1.SuspendTaskRequest\x1a%.taskmesh.task.v1.SuspendTaskResponse\"+\x82\xd3\xe4\x93\x02%:\x01*b\x04task\"\x1a/api/v1/tasks/{id}/suspend\x12\x83\x01\n" +
+	"\n" +
+	"ResumeTask\x12#.taskmesh.task.v1.ResumeTaskRequest\x1a$.taskmesh.task.v1.ResumeTaskResponse\"*\x82\xd3\xe4\x93\x02$:\x01*b\x04task\"\x19/api/v1/tasks/{id}/resume\x12\x8b\x01\n" +
 	"\rGetTaskResult\x12&.taskmesh.task.v1.GetTaskResultRequest\x1a'.taskmesh.task.v1.GetTaskResultResponse\")\x82\xd3\xe4\x93\x02#b\x06result\x12\x19/api/v1/tasks/{id}/result\x12V\n" +
 	"\tWatchTask\x12\".taskmesh.task.v1.WatchTaskRequest\x1a#.taskmesh.task.v1.WatchTaskResponse0\x01B:Z8github.com/taskmesh/taskmesh/gen/taskmesh/task/v1;taskv1b\x06proto3"
 
@@ -1020,7 +1219,7 @@ func file_taskmesh_task_v1_task_service_proto_rawDescGZIP() []byte {
 	return file_taskmesh_task_v1_task_service_proto_rawDescData
 }
 
-var file_taskmesh_task_v1_task_service_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_taskmesh_task_v1_task_service_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_taskmesh_task_v1_task_service_proto_goTypes = []any{
 	(*CreateTaskRequest)(nil),     // 0: taskmesh.task.v1.CreateTaskRequest
 	(*CreateTaskResponse)(nil),    // 1: taskmesh.task.v1.CreateTaskResponse
@@ -1032,55 +1231,65 @@ var file_taskmesh_task_v1_task_service_proto_goTypes = []any{
 	(*DeleteTaskResponse)(nil),    // 7: taskmesh.task.v1.DeleteTaskResponse
 	(*CancelTaskRequest)(nil),     // 8: taskmesh.task.v1.CancelTaskRequest
 	(*RetryTaskRequest)(nil),      // 9: taskmesh.task.v1.RetryTaskRequest
-	(*GetTaskResultRequest)(nil),  // 10: taskmesh.task.v1.GetTaskResultRequest
-	(*WatchTaskRequest)(nil),      // 11: taskmesh.task.v1.WatchTaskRequest
-	(*GetTaskResponse)(nil),       // 12: taskmesh.task.v1.GetTaskResponse
-	(*UpdateTaskResponse)(nil),    // 13: taskmesh.task.v1.UpdateTaskResponse
-	(*CancelTaskResponse)(nil),    // 14: taskmesh.task.v1.CancelTaskResponse
-	(*RetryTaskResponse)(nil),     // 15: taskmesh.task.v1.RetryTaskResponse
-	(*GetTaskResultResponse)(nil), // 16: taskmesh.task.v1.GetTaskResultResponse
-	(*WatchTaskResponse)(nil),     // 17: taskmesh.task.v1.WatchTaskResponse
-	(*TaskSpec)(nil),              // 18: taskmesh.task.v1.TaskSpec
-	(*Task)(nil),                  // 19: taskmesh.task.v1.Task
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*TaskResult)(nil),            // 21: taskmesh.task.v1.TaskResult
+	(*SuspendTaskRequest)(nil),    // 10: taskmesh.task.v1.SuspendTaskRequest
+	(*SuspendTaskResponse)(nil),   // 11: taskmesh.task.v1.SuspendTaskResponse
+	(*ResumeTaskRequest)(nil),     // 12: taskmesh.task.v1.ResumeTaskRequest
+	(*ResumeTaskResponse)(nil),    // 13: taskmesh.task.v1.ResumeTaskResponse
+	(*GetTaskResultRequest)(nil),  // 14: taskmesh.task.v1.GetTaskResultRequest
+	(*WatchTaskRequest)(nil),      // 15: taskmesh.task.v1.WatchTaskRequest
+	(*GetTaskResponse)(nil),       // 16: taskmesh.task.v1.GetTaskResponse
+	(*UpdateTaskResponse)(nil),    // 17: taskmesh.task.v1.UpdateTaskResponse
+	(*CancelTaskResponse)(nil),    // 18: taskmesh.task.v1.CancelTaskResponse
+	(*RetryTaskResponse)(nil),     // 19: taskmesh.task.v1.RetryTaskResponse
+	(*GetTaskResultResponse)(nil), // 20: taskmesh.task.v1.GetTaskResultResponse
+	(*WatchTaskResponse)(nil),     // 21: taskmesh.task.v1.WatchTaskResponse
+	(*TaskSpec)(nil),              // 22: taskmesh.task.v1.TaskSpec
+	(*Task)(nil),                  // 23: taskmesh.task.v1.Task
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*TaskResult)(nil),            // 25: taskmesh.task.v1.TaskResult
 }
 var file_taskmesh_task_v1_task_service_proto_depIdxs = []int32{
-	18, // 0: taskmesh.task.v1.CreateTaskRequest.spec:type_name -> taskmesh.task.v1.TaskSpec
-	19, // 1: taskmesh.task.v1.CreateTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	20, // 2: taskmesh.task.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
-	20, // 3: taskmesh.task.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
-	19, // 4: taskmesh.task.v1.ListTasksResponse.tasks:type_name -> taskmesh.task.v1.Task
-	18, // 5: taskmesh.task.v1.UpdateTaskRequest.spec:type_name -> taskmesh.task.v1.TaskSpec
-	19, // 6: taskmesh.task.v1.GetTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	19, // 7: taskmesh.task.v1.UpdateTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	19, // 8: taskmesh.task.v1.CancelTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	19, // 9: taskmesh.task.v1.RetryTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	21, // 10: taskmesh.task.v1.GetTaskResultResponse.result:type_name -> taskmesh.task.v1.TaskResult
-	19, // 11: taskmesh.task.v1.WatchTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	0,  // 12: taskmesh.task.v1.TaskService.CreateTask:input_type -> taskmesh.task.v1.CreateTaskRequest
-	2,  // 13: taskmesh.task.v1.TaskService.ListTasks:input_type -> taskmesh.task.v1.ListTasksRequest
-	4,  // 14: taskmesh.task.v1.TaskService.GetTask:input_type -> taskmesh.task.v1.GetTaskRequest
-	5,  // 15: taskmesh.task.v1.TaskService.UpdateTask:input_type -> taskmesh.task.v1.UpdateTaskRequest
-	6,  // 16: taskmesh.task.v1.TaskService.DeleteTask:input_type -> taskmesh.task.v1.DeleteTaskRequest
-	8,  // 17: taskmesh.task.v1.TaskService.CancelTask:input_type -> taskmesh.task.v1.CancelTaskRequest
-	9,  // 18: taskmesh.task.v1.TaskService.RetryTask:input_type -> taskmesh.task.v1.RetryTaskRequest
-	10, // 19: taskmesh.task.v1.TaskService.GetTaskResult:input_type -> taskmesh.task.v1.GetTaskResultRequest
-	11, // 20: taskmesh.task.v1.TaskService.WatchTask:input_type -> taskmesh.task.v1.WatchTaskRequest
-	1,  // 21: taskmesh.task.v1.TaskService.CreateTask:output_type -> taskmesh.task.v1.CreateTaskResponse
-	3,  // 22: taskmesh.task.v1.TaskService.ListTasks:output_type -> taskmesh.task.v1.ListTasksResponse
-	12, // 23: taskmesh.task.v1.TaskService.GetTask:output_type -> taskmesh.task.v1.GetTaskResponse
-	13, // 24: taskmesh.task.v1.TaskService.UpdateTask:output_type -> taskmesh.task.v1.UpdateTaskResponse
-	7,  // 25: taskmesh.task.v1.TaskService.DeleteTask:output_type -> taskmesh.task.v1.DeleteTaskResponse
-	14, // 26: taskmesh.task.v1.TaskService.CancelTask:output_type -> taskmesh.task.v1.CancelTaskResponse
-	15, // 27: taskmesh.task.v1.TaskService.RetryTask:output_type -> taskmesh.task.v1.RetryTaskResponse
-	16, // 28: taskmesh.task.v1.TaskService.GetTaskResult:output_type -> taskmesh.task.v1.GetTaskResultResponse
-	17, // 29: taskmesh.task.v1.TaskService.WatchTask:output_type -> taskmesh.task.v1.WatchTaskResponse
-	21, // [21:30] is the sub-list for method output_type
-	12, // [12:21] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	22, // 0: taskmesh.task.v1.CreateTaskRequest.spec:type_name -> taskmesh.task.v1.TaskSpec
+	23, // 1: taskmesh.task.v1.CreateTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	24, // 2: taskmesh.task.v1.ListTasksRequest.created_after:type_name -> google.protobuf.Timestamp
+	24, // 3: taskmesh.task.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
+	23, // 4: taskmesh.task.v1.ListTasksResponse.tasks:type_name -> taskmesh.task.v1.Task
+	22, // 5: taskmesh.task.v1.UpdateTaskRequest.spec:type_name -> taskmesh.task.v1.TaskSpec
+	23, // 6: taskmesh.task.v1.SuspendTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	23, // 7: taskmesh.task.v1.ResumeTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	23, // 8: taskmesh.task.v1.GetTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	23, // 9: taskmesh.task.v1.UpdateTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	23, // 10: taskmesh.task.v1.CancelTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	23, // 11: taskmesh.task.v1.RetryTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	25, // 12: taskmesh.task.v1.GetTaskResultResponse.result:type_name -> taskmesh.task.v1.TaskResult
+	23, // 13: taskmesh.task.v1.WatchTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	0,  // 14: taskmesh.task.v1.TaskService.CreateTask:input_type -> taskmesh.task.v1.CreateTaskRequest
+	2,  // 15: taskmesh.task.v1.TaskService.ListTasks:input_type -> taskmesh.task.v1.ListTasksRequest
+	4,  // 16: taskmesh.task.v1.TaskService.GetTask:input_type -> taskmesh.task.v1.GetTaskRequest
+	5,  // 17: taskmesh.task.v1.TaskService.UpdateTask:input_type -> taskmesh.task.v1.UpdateTaskRequest
+	6,  // 18: taskmesh.task.v1.TaskService.DeleteTask:input_type -> taskmesh.task.v1.DeleteTaskRequest
+	8,  // 19: taskmesh.task.v1.TaskService.CancelTask:input_type -> taskmesh.task.v1.CancelTaskRequest
+	9,  // 20: taskmesh.task.v1.TaskService.RetryTask:input_type -> taskmesh.task.v1.RetryTaskRequest
+	10, // 21: taskmesh.task.v1.TaskService.SuspendTask:input_type -> taskmesh.task.v1.SuspendTaskRequest
+	12, // 22: taskmesh.task.v1.TaskService.ResumeTask:input_type -> taskmesh.task.v1.ResumeTaskRequest
+	14, // 23: taskmesh.task.v1.TaskService.GetTaskResult:input_type -> taskmesh.task.v1.GetTaskResultRequest
+	15, // 24: taskmesh.task.v1.TaskService.WatchTask:input_type -> taskmesh.task.v1.WatchTaskRequest
+	1,  // 25: taskmesh.task.v1.TaskService.CreateTask:output_type -> taskmesh.task.v1.CreateTaskResponse
+	3,  // 26: taskmesh.task.v1.TaskService.ListTasks:output_type -> taskmesh.task.v1.ListTasksResponse
+	16, // 27: taskmesh.task.v1.TaskService.GetTask:output_type -> taskmesh.task.v1.GetTaskResponse
+	17, // 28: taskmesh.task.v1.TaskService.UpdateTask:output_type -> taskmesh.task.v1.UpdateTaskResponse
+	7,  // 29: taskmesh.task.v1.TaskService.DeleteTask:output_type -> taskmesh.task.v1.DeleteTaskResponse
+	18, // 30: taskmesh.task.v1.TaskService.CancelTask:output_type -> taskmesh.task.v1.CancelTaskResponse
+	19, // 31: taskmesh.task.v1.TaskService.RetryTask:output_type -> taskmesh.task.v1.RetryTaskResponse
+	11, // 32: taskmesh.task.v1.TaskService.SuspendTask:output_type -> taskmesh.task.v1.SuspendTaskResponse
+	13, // 33: taskmesh.task.v1.TaskService.ResumeTask:output_type -> taskmesh.task.v1.ResumeTaskResponse
+	20, // 34: taskmesh.task.v1.TaskService.GetTaskResult:output_type -> taskmesh.task.v1.GetTaskResultResponse
+	21, // 35: taskmesh.task.v1.TaskService.WatchTask:output_type -> taskmesh.task.v1.WatchTaskResponse
+	25, // [25:36] is the sub-list for method output_type
+	14, // [14:25] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_service_proto_init() }
@@ -1096,7 +1305,7 @@ func file_taskmesh_task_v1_task_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_task_v1_task_service_proto_rawDesc), len(file_taskmesh_task_v1_task_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

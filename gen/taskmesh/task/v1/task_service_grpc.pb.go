@@ -26,6 +26,8 @@ const (
 	TaskService_DeleteTask_FullMethodName    = "/taskmesh.task.v1.TaskService/DeleteTask"
 	TaskService_CancelTask_FullMethodName    = "/taskmesh.task.v1.TaskService/CancelTask"
 	TaskService_RetryTask_FullMethodName     = "/taskmesh.task.v1.TaskService/RetryTask"
+	TaskService_SuspendTask_FullMethodName   = "/taskmesh.task.v1.TaskService/SuspendTask"
+	TaskService_ResumeTask_FullMethodName    = "/taskmesh.task.v1.TaskService/ResumeTask"
 	TaskService_GetTaskResult_FullMethodName = "/taskmesh.task.v1.TaskService/GetTaskResult"
 	TaskService_WatchTask_FullMethodName     = "/taskmesh.task.v1.TaskService/WatchTask"
 )
@@ -55,6 +57,13 @@ type TaskServiceClient interface {
 	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskResponse, error)
 	// RetryTask puts a failed or cancelled task back to pending.
 	RetryTask(ctx context.Context, in *RetryTaskRequest, opts ...grpc.CallOption) (*RetryTaskResponse, error)
+	// SuspendTask pauses a task on purpose: a pending one is held, a running
+	// one is stopped (a cooperative one saves its checkpoint first). It frees
+	// the task's quota until ResumeTask.
+	SuspendTask(ctx context.Context, in *SuspendTaskRequest, opts ...grpc.CallOption) (*SuspendTaskResponse, error)
+	// ResumeTask puts a suspended task back in the queue; it runs again from
+	// its last checkpoint, if it saved one.
+	ResumeTask(ctx context.Context, in *ResumeTaskRequest, opts ...grpc.CallOption) (*ResumeTaskResponse, error)
 	// GetTaskResult returns the result inline (db) or as a presigned link (s3).
 	GetTaskResult(ctx context.Context, in *GetTaskResultRequest, opts ...grpc.CallOption) (*GetTaskResultResponse, error)
 	// WatchTask streams the task each time it changes until it is final.
@@ -139,6 +148,26 @@ func (c *taskServiceClient) RetryTask(ctx context.Context, in *RetryTaskRequest,
 	return out, nil
 }
 
+func (c *taskServiceClient) SuspendTask(ctx context.Context, in *SuspendTaskRequest, opts ...grpc.CallOption) (*SuspendTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SuspendTaskResponse)
+	err := c.cc.Invoke(ctx, TaskService_SuspendTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskServiceClient) ResumeTask(ctx context.Context, in *ResumeTaskRequest, opts ...grpc.CallOption) (*ResumeTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeTaskResponse)
+	err := c.cc.Invoke(ctx, TaskService_ResumeTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *taskServiceClient) GetTaskResult(ctx context.Context, in *GetTaskResultRequest, opts ...grpc.CallOption) (*GetTaskResultResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetTaskResultResponse)
@@ -193,6 +222,13 @@ type TaskServiceServer interface {
 	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskResponse, error)
 	// RetryTask puts a failed or cancelled task back to pending.
 	RetryTask(context.Context, *RetryTaskRequest) (*RetryTaskResponse, error)
+	// SuspendTask pauses a task on purpose: a pending one is held, a running
+	// one is stopped (a cooperative one saves its checkpoint first). It frees
+	// the task's quota until ResumeTask.
+	SuspendTask(context.Context, *SuspendTaskRequest) (*SuspendTaskResponse, error)
+	// ResumeTask puts a suspended task back in the queue; it runs again from
+	// its last checkpoint, if it saved one.
+	ResumeTask(context.Context, *ResumeTaskRequest) (*ResumeTaskResponse, error)
 	// GetTaskResult returns the result inline (db) or as a presigned link (s3).
 	GetTaskResult(context.Context, *GetTaskResultRequest) (*GetTaskResultResponse, error)
 	// WatchTask streams the task each time it changes until it is final.
@@ -227,6 +263,12 @@ func (UnimplementedTaskServiceServer) CancelTask(context.Context, *CancelTaskReq
 }
 func (UnimplementedTaskServiceServer) RetryTask(context.Context, *RetryTaskRequest) (*RetryTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RetryTask not implemented")
+}
+func (UnimplementedTaskServiceServer) SuspendTask(context.Context, *SuspendTaskRequest) (*SuspendTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SuspendTask not implemented")
+}
+func (UnimplementedTaskServiceServer) ResumeTask(context.Context, *ResumeTaskRequest) (*ResumeTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeTask not implemented")
 }
 func (UnimplementedTaskServiceServer) GetTaskResult(context.Context, *GetTaskResultRequest) (*GetTaskResultResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetTaskResult not implemented")
@@ -381,6 +423,42 @@ func _TaskService_RetryTask_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskService_SuspendTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SuspendTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).SuspendTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_SuspendTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).SuspendTask(ctx, req.(*SuspendTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskService_ResumeTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).ResumeTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_ResumeTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).ResumeTask(ctx, req.(*ResumeTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _TaskService_GetTaskResult_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetTaskResultRequest)
 	if err := dec(in); err != nil {
@@ -444,6 +522,14 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RetryTask",
 			Handler:    _TaskService_RetryTask_Handler,
+		},
+		{
+			MethodName: "SuspendTask",
+			Handler:    _TaskService_SuspendTask_Handler,
+		},
+		{
+			MethodName: "ResumeTask",
+			Handler:    _TaskService_ResumeTask_Handler,
 		},
 		{
 			MethodName: "GetTaskResult",

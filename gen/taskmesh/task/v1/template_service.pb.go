@@ -47,8 +47,14 @@ type TaskTemplate struct {
 	Category  string         `protobuf:"bytes,11,opt,name=category,proto3" json:"category,omitempty"`
 	Tags      []string       `protobuf:"bytes,12,rep,name=tags,proto3" json:"tags,omitempty"`
 	// Set by the server: who created the template and when.
-	CreatedBy     string                 `protobuf:"bytes,13,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedBy string                 `protobuf:"bytes,13,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Tasks run from the template checkpoint cooperatively
+	// (docs/api/tasks.md#checkpoints).
+	Checkpoint *CheckpointSpec `protobuf:"bytes,40,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// Output globs of the tasks run from the template
+	// (docs/api/tasks.md#artifacts).
+	Artifacts     []string `protobuf:"bytes,41,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -177,6 +183,20 @@ func (x *TaskTemplate) GetCreatedBy() string {
 func (x *TaskTemplate) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *TaskTemplate) GetCheckpoint() *CheckpointSpec {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *TaskTemplate) GetArtifacts() []string {
+	if x != nil {
+		return x.Artifacts
 	}
 	return nil
 }
@@ -887,7 +907,7 @@ var File_taskmesh_task_v1_template_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_template_service_proto_rawDesc = "" +
 	"\n" +
-	"'taskmesh/task/v1/template_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xa7\x05\n" +
+	"'taskmesh/task/v1/template_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\x9a\x06\n" +
 	"\fTaskTemplate\x12\x18\n" +
 	"\x02id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x02id\x12\x1c\n" +
 	"\x04name\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x12*\n" +
@@ -907,7 +927,11 @@ const file_taskmesh_task_v1_template_service_proto_rawDesc = "" +
 	"\n" +
 	"created_by\x18\r \x01(\tR\tcreatedBy\x129\n" +
 	"\n" +
-	"created_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x1a6\n" +
+	"created_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12@\n" +
+	"\n" +
+	"checkpoint\x18( \x01(\v2 .taskmesh.task.v1.CheckpointSpecR\n" +
+	"checkpoint\x12/\n" +
+	"\tartifacts\x18) \x03(\tB\x11\xbaH\x0e\x92\x01\v\x10 \"\ar\x05\x10\x01\x18\xf4\x03R\tartifacts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\x01\n" +
@@ -1004,41 +1028,43 @@ var file_taskmesh_task_v1_template_service_proto_goTypes = []any{
 	nil,                            // 14: taskmesh.task.v1.TaskTemplate.EnvEntry
 	nil,                            // 15: taskmesh.task.v1.RunTemplateRequest.VariablesEntry
 	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
-	(*Targets)(nil),                // 17: taskmesh.task.v1.Targets
-	(*Task)(nil),                   // 18: taskmesh.task.v1.Task
-	(*structpb.Value)(nil),         // 19: google.protobuf.Value
+	(*CheckpointSpec)(nil),         // 17: taskmesh.task.v1.CheckpointSpec
+	(*Targets)(nil),                // 18: taskmesh.task.v1.Targets
+	(*Task)(nil),                   // 19: taskmesh.task.v1.Task
+	(*structpb.Value)(nil),         // 20: google.protobuf.Value
 }
 var file_taskmesh_task_v1_template_service_proto_depIdxs = []int32{
 	14, // 0: taskmesh.task.v1.TaskTemplate.env:type_name -> taskmesh.task.v1.TaskTemplate.EnvEntry
 	1,  // 1: taskmesh.task.v1.TaskTemplate.variables:type_name -> taskmesh.task.v1.TemplateVar
 	16, // 2: taskmesh.task.v1.TaskTemplate.created_at:type_name -> google.protobuf.Timestamp
-	0,  // 3: taskmesh.task.v1.CreateTemplateRequest.template:type_name -> taskmesh.task.v1.TaskTemplate
-	0,  // 4: taskmesh.task.v1.CreateTemplateResponse.template:type_name -> taskmesh.task.v1.TaskTemplate
-	0,  // 5: taskmesh.task.v1.ListTemplatesResponse.templates:type_name -> taskmesh.task.v1.TaskTemplate
-	0,  // 6: taskmesh.task.v1.GetTemplateResponse.template:type_name -> taskmesh.task.v1.TaskTemplate
-	0,  // 7: taskmesh.task.v1.UpdateTemplateRequest.template:type_name -> taskmesh.task.v1.TaskTemplate
-	0,  // 8: taskmesh.task.v1.UpdateTemplateResponse.template:type_name -> taskmesh.task.v1.TaskTemplate
-	15, // 9: taskmesh.task.v1.RunTemplateRequest.variables:type_name -> taskmesh.task.v1.RunTemplateRequest.VariablesEntry
-	17, // 10: taskmesh.task.v1.RunTemplateRequest.targets:type_name -> taskmesh.task.v1.Targets
-	18, // 11: taskmesh.task.v1.RunTemplateResponse.task:type_name -> taskmesh.task.v1.Task
-	19, // 12: taskmesh.task.v1.RunTemplateRequest.VariablesEntry.value:type_name -> google.protobuf.Value
-	2,  // 13: taskmesh.task.v1.TemplateService.CreateTemplate:input_type -> taskmesh.task.v1.CreateTemplateRequest
-	4,  // 14: taskmesh.task.v1.TemplateService.ListTemplates:input_type -> taskmesh.task.v1.ListTemplatesRequest
-	6,  // 15: taskmesh.task.v1.TemplateService.GetTemplate:input_type -> taskmesh.task.v1.GetTemplateRequest
-	8,  // 16: taskmesh.task.v1.TemplateService.UpdateTemplate:input_type -> taskmesh.task.v1.UpdateTemplateRequest
-	10, // 17: taskmesh.task.v1.TemplateService.DeleteTemplate:input_type -> taskmesh.task.v1.DeleteTemplateRequest
-	12, // 18: taskmesh.task.v1.TemplateService.RunTemplate:input_type -> taskmesh.task.v1.RunTemplateRequest
-	3,  // 19: taskmesh.task.v1.TemplateService.CreateTemplate:output_type -> taskmesh.task.v1.CreateTemplateResponse
-	5,  // 20: taskmesh.task.v1.TemplateService.ListTemplates:output_type -> taskmesh.task.v1.ListTemplatesResponse
-	7,  // 21: taskmesh.task.v1.TemplateService.GetTemplate:output_type -> taskmesh.task.v1.GetTemplateResponse
-	9,  // 22: taskmesh.task.v1.TemplateService.UpdateTemplate:output_type -> taskmesh.task.v1.UpdateTemplateResponse
-	11, // 23: taskmesh.task.v1.TemplateService.DeleteTemplate:output_type -> taskmesh.task.v1.DeleteTemplateResponse
-	13, // 24: taskmesh.task.v1.TemplateService.RunTemplate:output_type -> taskmesh.task.v1.RunTemplateResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	17, // 3: taskmesh.task.v1.TaskTemplate.checkpoint:type_name -> taskmesh.task.v1.CheckpointSpec
+	0,  // 4: taskmesh.task.v1.CreateTemplateRequest.template:type_name -> taskmesh.task.v1.TaskTemplate
+	0,  // 5: taskmesh.task.v1.CreateTemplateResponse.template:type_name -> taskmesh.task.v1.TaskTemplate
+	0,  // 6: taskmesh.task.v1.ListTemplatesResponse.templates:type_name -> taskmesh.task.v1.TaskTemplate
+	0,  // 7: taskmesh.task.v1.GetTemplateResponse.template:type_name -> taskmesh.task.v1.TaskTemplate
+	0,  // 8: taskmesh.task.v1.UpdateTemplateRequest.template:type_name -> taskmesh.task.v1.TaskTemplate
+	0,  // 9: taskmesh.task.v1.UpdateTemplateResponse.template:type_name -> taskmesh.task.v1.TaskTemplate
+	15, // 10: taskmesh.task.v1.RunTemplateRequest.variables:type_name -> taskmesh.task.v1.RunTemplateRequest.VariablesEntry
+	18, // 11: taskmesh.task.v1.RunTemplateRequest.targets:type_name -> taskmesh.task.v1.Targets
+	19, // 12: taskmesh.task.v1.RunTemplateResponse.task:type_name -> taskmesh.task.v1.Task
+	20, // 13: taskmesh.task.v1.RunTemplateRequest.VariablesEntry.value:type_name -> google.protobuf.Value
+	2,  // 14: taskmesh.task.v1.TemplateService.CreateTemplate:input_type -> taskmesh.task.v1.CreateTemplateRequest
+	4,  // 15: taskmesh.task.v1.TemplateService.ListTemplates:input_type -> taskmesh.task.v1.ListTemplatesRequest
+	6,  // 16: taskmesh.task.v1.TemplateService.GetTemplate:input_type -> taskmesh.task.v1.GetTemplateRequest
+	8,  // 17: taskmesh.task.v1.TemplateService.UpdateTemplate:input_type -> taskmesh.task.v1.UpdateTemplateRequest
+	10, // 18: taskmesh.task.v1.TemplateService.DeleteTemplate:input_type -> taskmesh.task.v1.DeleteTemplateRequest
+	12, // 19: taskmesh.task.v1.TemplateService.RunTemplate:input_type -> taskmesh.task.v1.RunTemplateRequest
+	3,  // 20: taskmesh.task.v1.TemplateService.CreateTemplate:output_type -> taskmesh.task.v1.CreateTemplateResponse
+	5,  // 21: taskmesh.task.v1.TemplateService.ListTemplates:output_type -> taskmesh.task.v1.ListTemplatesResponse
+	7,  // 22: taskmesh.task.v1.TemplateService.GetTemplate:output_type -> taskmesh.task.v1.GetTemplateResponse
+	9,  // 23: taskmesh.task.v1.TemplateService.UpdateTemplate:output_type -> taskmesh.task.v1.UpdateTemplateResponse
+	11, // 24: taskmesh.task.v1.TemplateService.DeleteTemplate:output_type -> taskmesh.task.v1.DeleteTemplateResponse
+	13, // 25: taskmesh.task.v1.TemplateService.RunTemplate:output_type -> taskmesh.task.v1.RunTemplateResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_template_service_proto_init() }

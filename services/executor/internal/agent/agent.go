@@ -18,6 +18,8 @@
 //     they happened, in order of end time, with exponential backoff.
 //  5. retention: hourly, prunes delivered journal rows and removes old
 //     run and work directories (retention.go).
+//  6. services: keeps the managed services the server declares for this
+//     agent running (services.go, package services).
 //
 // Each attempt runs in its own goroutine: policy check, journal "running",
 // StartTask (execution.go), run directory and shim start (spawn.go), then
@@ -64,10 +66,11 @@ type Agent struct {
 	journal *journal.Journal
 	policy  policy.Policy
 	conn    *grpc.ClientConn
-	lease   taskv1.LeaseServiceClient // nil without a server: local tasks only
-	video   video.Tools               // the video runner's tools (type video)
-	http    *http.Client              // result uploads
-	baseEnv []string                  // PATH, HOME, LANG of the agent; nothing else
+	lease   taskv1.LeaseServiceClient        // nil without a server: local tasks only
+	files   taskv1.AttemptFilesServiceClient // checkpoints and artifacts; nil without a server
+	video   video.Tools                      // the video runner's tools (type video)
+	http    *http.Client                     // result uploads
+	baseEnv []string                         // PATH, HOME, LANG of the agent; nothing else
 
 	slots   chan struct{} // process slots: a send takes one
 	noops   chan struct{} // bound on noop tasks in flight
@@ -151,7 +154,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			j.Close()
 			return nil, err
 		}
-		a.conn, a.lease = conn, taskv1.NewLeaseServiceClient(conn)
+		a.conn, a.lease, a.files = conn, taskv1.NewLeaseServiceClient(conn), taskv1.NewAttemptFilesServiceClient(conn)
 	}
 	if cfg.LocalAPIAddr != "" {
 		ln, err := net.Listen("tcp", cfg.LocalAPIAddr)
@@ -214,6 +217,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.runInBackground(func() { a.claimLoop(ctx) })
 		a.runInBackground(func() { a.heartbeatLoop(ctx) })
 		a.runInBackground(func() { a.syncLoop(ctx) })
+		a.runInBackground(func() { a.servicesLoop(ctx) })
 	}
 	a.log.Info("executor agent started", "server", a.cfg.Server, "slots", a.cfg.Slots,
 		"local_api", a.LocalAPIAddr(), "data_dir", a.cfg.DataDir)

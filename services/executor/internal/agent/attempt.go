@@ -39,11 +39,12 @@ func (at *attempt) requestStop(r stopRequest) {
 	}
 }
 
-// Agent-side stop reasons. The server's (cancelled, preempted, lease_lost)
+// Agent-side stop reasons. The server's (cancelled, preempted, suspended, lease_lost)
 // are used as given.
 const (
 	reasonCancelled    = "cancelled"
 	reasonPreempted    = "preempted"
+	reasonSuspended    = "suspended"
 	reasonLeaseLost    = "lease_lost"
 	reasonTaskFinal    = "task_final"
 	reasonLocalCancel  = "local_cancel"
@@ -59,6 +60,8 @@ func (a *Agent) stopOutcome(t journal.Task, reason, detail string) (status, errT
 		status, errText, serverDecided = journal.StatusCancelled, "cancelled by the server", true
 	case reasonPreempted:
 		status, errText, serverDecided = journal.StatusPreempted, "preempted by the server", true
+	case reasonSuspended:
+		status, errText, serverDecided = journal.StatusCancelled, "suspended by the server", true
 	case reasonLeaseLost:
 		status, errText, serverDecided = journal.StatusFailed, "lease lost", true
 	case reasonTaskFinal:

@@ -110,6 +110,12 @@ func (a *Agent) startClaimed(ctx context.Context, tasks []*taskv1.Task, held int
 			a.log.Error("claimed task without id or attempt id", "task_id", t.GetId())
 			continue
 		}
+		// Journaled before the attempt row: once the row exists, a
+		// restarted agent may run it, and needs these.
+		if err := a.journal.SetAttemptFiles(journalCtx, t.GetAttemptId(), filesFromClaim(t)); err != nil {
+			a.log.Error("journal claimed tasks", "err", err)
+			continue
+		}
 		rows = append(rows, fromClaim(t, a.cfg.AgentID, now))
 	}
 	created, err := a.journal.Insert(journalCtx, rows...)

@@ -130,10 +130,21 @@ func (a *Agent) deliver(ctx context.Context, attemptID string) error {
 			lost = err
 		}
 	}
+	arts, err := a.uploadArtifacts(ctx, t)
+	switch {
+	case err == nil:
+	case rpcerr.Code(err) == rpcerr.InvalidArgument:
+		// Refused for good (no object store, a path the globs do not
+		// match): the outcome still counts, without the artifacts.
+		log.Warn("artifacts not kept", "err", err)
+		arts = nil
+	default:
+		return a.deliveryFailed(t, "upload artifacts", err)
+	}
 	req := &taskv1.CompleteTaskRequest{
 		TaskId: t.ID, AgentId: a.cfg.AgentID, AttemptId: t.AttemptID,
 		Stdout: t.Stdout, Stderr: t.Stderr, Error: truncateUTF8(t.Error, 4096),
-		EndedAt: timestamppb.New(t.EndedAt),
+		EndedAt: timestamppb.New(t.EndedAt), Artifacts: arts,
 	}
 	if t.ExitCode != nil {
 		req.ExitCode = int32(*t.ExitCode)

@@ -188,6 +188,14 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 		a.finish(ctx, at, a.failedBeforeStart(err.Error()))
 		return
 	}
+	cp, err := a.prepareCheckpoint(ctx, t, runDir)
+	if err != nil {
+		a.finish(ctx, at, a.failedBeforeStart(err.Error()))
+		return
+	}
+	if cp != "" {
+		spec.Env = append(spec.Env, cp)
+	}
 	// Journal the run directory before the shim exists: a restart then
 	// finds the shim (or its status file) even if Start never returned.
 	if err := a.journal.SetProcess(journalCtx, t.AttemptID, runDir, spec.Socket, 0, 0); err != nil {

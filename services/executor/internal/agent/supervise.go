@@ -53,6 +53,10 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 				a.finishFromRunDir(ctx, at, stop)
 				return
 			}
+			// A cooperative task stopped for a preemption or suspension has
+			// written its checkpoint by now; it is saved while the attempt
+			// is still this agent's.
+			a.saveCheckpoint(ctx, at, st.Stop)
 			a.finish(ctx, at, a.processOutcome(at, st, stop))
 			return
 		case <-ctx.Done():

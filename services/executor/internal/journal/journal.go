@@ -227,7 +227,7 @@ func Open(ctx context.Context, path string) (*Journal, error) {
 	// connection turns lock contention into Go-side queueing instead of
 	// SQLITE_BUSY retries.
 	db.SetMaxOpenConns(1)
-	if _, err := db.ExecContext(ctx, schema); err != nil {
+	if _, err := db.ExecContext(ctx, schema+filesSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("create journal schema: %w", err)
 	}

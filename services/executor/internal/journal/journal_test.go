@@ -193,3 +193,30 @@ func TestFinal(t *testing.T) {
 		}
 	}
 }
+
+func TestAttemptFilesSurviveAReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := j.SetAttemptFiles(ctx, "att-1", AttemptFiles{Checkpoint: true, Artifacts: []string{"out/*.pt"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.SetAttemptFiles(ctx, "att-2", AttemptFiles{}); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	if j, err = Open(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	f, err := j.AttemptFiles(ctx, "att-1")
+	if err != nil || !f.Checkpoint || len(f.Artifacts) != 1 || f.Artifacts[0] != "out/*.pt" {
+		t.Fatalf("att-1 = %+v, %v", f, err)
+	}
+	if f, err := j.AttemptFiles(ctx, "att-2"); err != nil || !f.Zero() {
+		t.Fatalf("att-2 = %+v, %v", f, err)
+	}
+}

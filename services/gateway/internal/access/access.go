@@ -3,11 +3,15 @@
 // API key calls the task API (taskmesh.task.v1.TaskService, TaskGroupService
 // but its ResetTaskGroupRepeat, TemplateService; REST /api/v1/… except
 // /api/v1/agent/…), the video API
-// (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…)
+// (taskmesh.video.v1.VideoService, REST /v1/video/… and /api/v1/video/…),
+// managed services (taskmesh.managed.v1.ManagedServiceService, REST
+// /api/v1/services…)
 // and the pipeline API (taskmesh.pipeline.v1.PipelineService, REST /jobs…),
 // and reads its own quotas and queues (taskmesh.quota.v1.QuotaService,
 // AdmissionService but its internal ResolveQueue), an agent token
-// calls the lease API (taskmesh.task.v1.LeaseService, REST /api/v1/agent/…),
+// calls the lease API (taskmesh.task.v1.LeaseService and
+// AttemptFilesService, taskmesh.managed.v1.ServiceAgentService, REST
+// /api/v1/agent/…),
 // an operator key calls the admin API (every service of taskmesh.admin.v1,
 // REST /api/v1/admin/…), the dead letters (taskmesh.deadletter.v1, REST
 // under /api/v1/admin/), manages quotas and queues (QuotaService,
@@ -29,6 +33,7 @@ import (
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -84,6 +89,11 @@ var (
 	resetRepeat     = groupMethods + "ResetTaskGroupRepeat"
 	templateMethods = "/" + taskv1.TemplateService_ServiceDesc.ServiceName + "/"
 	leaseMethods    = "/" + taskv1.LeaseService_ServiceDesc.ServiceName + "/"
+	// An attempt's checkpoint and artifacts are part of the agent protocol.
+	attemptFilesMethods = "/" + taskv1.AttemptFilesService_ServiceDesc.ServiceName + "/"
+	// Tenants declare managed services; agents synchronise them.
+	managedMethods      = "/" + managedv1.ManagedServiceService_ServiceDesc.ServiceName + "/"
+	serviceAgentMethods = "/" + managedv1.ServiceAgentService_ServiceDesc.ServiceName + "/"
 	// Every service of the admin package (tenants and keys, the agent
 	// fleet) is the operators'.
 	adminMethods = "/" + string(adminv1.File_taskmesh_admin_v1_admin_service_proto.Package()) + "."
@@ -144,12 +154,18 @@ const reflectionMethods = "/grpc.reflection."
 
 // tenantMethod reports a method of the tenant-facing task APIs.
 func tenantMethod(fullMethod string) bool {
-	for _, prefix := range []string{taskMethods, groupMethods, templateMethods, videoMethods, pipelineMethods} {
+	for _, prefix := range []string{taskMethods, groupMethods, templateMethods, videoMethods, pipelineMethods, managedMethods} {
 		if strings.HasPrefix(fullMethod, prefix) {
 			return true
 		}
 	}
 	return false
+}
+
+// agentMethod reports a method of the agent protocol.
+func agentMethod(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, leaseMethods) || strings.HasPrefix(fullMethod, attemptFilesMethods) ||
+		strings.HasPrefix(fullMethod, serviceAgentMethods)
 }
 
 // resetRoute reports POST /api/v1/task-groups/{id}/repeat/reset's path.
@@ -189,9 +205,9 @@ func Method(p authn.Principal, fullMethod string) error {
 		return nil
 	case p.Kind == authn.KindUser && (strings.HasPrefix(fullMethod, quotaMethods) || strings.HasPrefix(fullMethod, admissionMethods)):
 		return nil
-	case p.Kind == authn.KindAgent && strings.HasPrefix(fullMethod, leaseMethods):
+	case p.Kind == authn.KindAgent && agentMethod(fullMethod):
 		return nil
-	case p.Kind == authn.KindUser && strings.HasPrefix(fullMethod, leaseMethods):
+	case p.Kind == authn.KindUser && agentMethod(fullMethod):
 		return denied("API keys cannot call the agent API; use an agent token")
 	case p.Kind == authn.KindAgent && tenantMethod(fullMethod):
 		return denied("agent tokens can only call the agent API")

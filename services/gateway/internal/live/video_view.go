@@ -52,9 +52,11 @@ func VideoView(u Update) (Frame, bool) {
 	case nil: // snapshot
 	case *taskv1.TaskEvent_Progressed:
 		event = EventProgress
-	case *taskv1.TaskEvent_Leased, *taskv1.TaskEvent_LeaseRenewed, *taskv1.TaskEvent_Admitted, *taskv1.TaskEvent_Updated:
+	case *taskv1.TaskEvent_Leased, *taskv1.TaskEvent_LeaseRenewed, *taskv1.TaskEvent_Admitted, *taskv1.TaskEvent_Updated,
+		*taskv1.TaskEvent_Checkpointed:
 		// A lease (pending → assigned: both QUEUED), a renewal, an
-		// admission or an update leaves the video status as it was.
+		// admission, an update or a checkpoint leaves the video status as
+		// it was.
 		if !u.Final && !u.Deleted {
 			return Frame{}, false
 		}

@@ -25,6 +25,8 @@ func TestVideoView(t *testing.T) {
 			Event: &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Admitted{}}}, false, "", VideoFrame{}},
 		{"a renewal leaves it RUNNING", Update{Task: task("running", 40, ""), Version: 5,
 			Event: &taskv1.TaskEvent{Event: &taskv1.TaskEvent_LeaseRenewed{}}}, false, "", VideoFrame{}},
+		{"a checkpoint leaves it QUEUED", Update{Task: task("preempted", 40, ""), Version: 7,
+			Event: &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Checkpointed{}}}, false, "", VideoFrame{}},
 		{"start", Update{Task: task("running", 0, ""), Version: 3,
 			Event: &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Started{}}}, true, EventStatus,
 			VideoFrame{TaskStatus: "RUNNING", Version: 3}},

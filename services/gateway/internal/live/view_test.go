@@ -107,3 +107,16 @@ func TestPushSpanLinksTheEventsTrace(t *testing.T) {
 		return false
 	})
 }
+
+// A saved checkpoint changes nothing a task frame shows.
+func TestTaskViewSkipsCheckpoints(t *testing.T) {
+	u := Update{Task: &taskv1.Task{Id: "t1", Status: StatusPreempted}, Version: 6,
+		Event: &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Checkpointed{Checkpointed: &taskv1.TaskCheckpointed{Key: "k"}}}}
+	if f, shown := TaskView(u); shown {
+		t.Fatalf("checkpoint shown as %+v", f)
+	}
+	u.Final = true
+	if _, shown := TaskView(u); !shown {
+		t.Fatal("a final update is always shown")
+	}
+}

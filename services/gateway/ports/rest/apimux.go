@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
+	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
@@ -59,6 +60,15 @@ func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnIn
 	}
 	if err := taskv1.RegisterLeaseServiceHandlerClient(ctx, mux, taskv1.NewLeaseServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register lease service: %w", err)
+	}
+	if err := taskv1.RegisterAttemptFilesServiceHandlerClient(ctx, mux, taskv1.NewAttemptFilesServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register attempt files service: %w", err)
+	}
+	if err := managedv1.RegisterManagedServiceServiceHandlerClient(ctx, mux, managedv1.NewManagedServiceServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register managed service service: %w", err)
+	}
+	if err := managedv1.RegisterServiceAgentServiceHandlerClient(ctx, mux, managedv1.NewServiceAgentServiceClient(upstream)); err != nil {
+		return nil, fmt.Errorf("rest: register service agent service: %w", err)
 	}
 	if err := taskv1.RegisterTaskGroupServiceHandlerClient(ctx, mux, taskv1.NewTaskGroupServiceClient(upstream)); err != nil {
 		return nil, fmt.Errorf("rest: register task group service: %w", err)

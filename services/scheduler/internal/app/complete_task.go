@@ -27,8 +27,10 @@ type Completion struct {
 	EndedAt            time.Time
 	// PreemptedBy: the attempt was taken away outside Taskmesh (e.g.
 	// "slurm"); it ends preempted and the task is requeued without using a
-	// retry. Its output and result object are not kept.
+	// retry. Its output, result object and artifacts are not kept.
 	PreemptedBy string
+	// Artifacts the attempt uploaded (CreateArtifactUpload).
+	Artifacts []ReportedArtifact
 }
 
 // CompleteTask records the attempt's outcome. Repeating it for the same
@@ -41,21 +43,28 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 	}
 	if r.PreemptedBy != "" {
 		// The attempt's output is not the task's: another attempt runs it.
-		r.Stdout, r.Stderr, r.Object = "", "", nil
+		r.Stdout, r.Stderr, r.Object, r.Artifacts = "", "", nil, nil
 	}
 	result := &domain.Result{StorageType: "db", Stdout: r.Stdout, Stderr: r.Stderr}
-	if r.Object != nil {
+	var artifacts []domain.Artifact
+	if r.Object != nil || len(r.Artifacts) > 0 {
 		current, err := a.tasks.Get(ctx, c.Tenant, id)
 		if err != nil {
 			return domain.Task{}, err
 		}
-		if err := a.checkObject(ctx, current, r.AttemptID, *r.Object); err != nil {
+		if r.Object != nil {
+			if err := a.checkObject(ctx, current, r.AttemptID, *r.Object); err != nil {
+				return domain.Task{}, err
+			}
+			result = &domain.Result{StorageType: "s3", Stdout: r.Stdout, Stderr: r.Stderr, ObjectKey: r.Object.Key,
+				SizeBytes: r.Object.Size, SHA256: r.Object.SHA256}
+		}
+		if artifacts, err = a.checkArtifacts(ctx, current, r.AttemptID, r.Artifacts); err != nil {
 			return domain.Task{}, err
 		}
-		result = &domain.Result{StorageType: "s3", Stdout: r.Stdout, Stderr: r.Stderr, ObjectKey: r.Object.Key,
-			SizeBytes: r.Object.Size, SHA256: r.Object.SHA256}
+		result.Artifacts = artifacts
 	}
-	if r.Stdout == "" && r.Stderr == "" && r.Object == nil {
+	if r.Stdout == "" && r.Stderr == "" && r.Object == nil && len(artifacts) == 0 {
 		result = nil
 	}
 	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
@@ -142,6 +151,8 @@ type Result struct {
 	Task         domain.Task
 	PresignedURL string
 	ExpiresIn    time.Duration
+	// Artifacts of the last attempt, each with a link valid ExpiresIn.
+	Artifacts []ArtifactLink
 }
 
 // GetResult returns where the task's output is: inline, or a link to the
@@ -167,6 +178,19 @@ func (a *App) GetResult(ctx context.Context, c Caller, id string) (Result, error
 			return Result{}, fmt.Errorf("presign result: %w", err)
 		}
 		out.PresignedURL, out.ExpiresIn = url, a.cfg.ResultURLTTL
+	}
+	if t.Result != nil && len(t.Result.Artifacts) > 0 {
+		if a.objects == nil {
+			return Result{}, errors.New("artifacts are in the object store but none is configured")
+		}
+		for _, art := range t.Result.Artifacts {
+			url, err := a.objects.PresignGet(ctx, art.Key, a.cfg.ResultURLTTL)
+			if err != nil {
+				return Result{}, fmt.Errorf("presign artifact: %w", err)
+			}
+			out.Artifacts = append(out.Artifacts, ArtifactLink{Artifact: art, URL: url})
+		}
+		out.ExpiresIn = a.cfg.ResultURLTTL
 	}
 	return out, nil
 }

@@ -25,7 +25,8 @@ type SweepReport struct {
 //  2. leases that ran out are released (reason lease_expired);
 //  3. running attempts past timeout + grace + slack fail (the agent did not
 //     report the timeout itself);
-//  4. preempted tasks whose preemptor finished go back to pending, and so
+//  4. preempted tasks whose preemptor finished go back to pending (a
+//     cooperative one once it saved its checkpoint), and so
 //     do tasks preempted for quota whose agent can no longer confirm the
 //     stop (the heartbeat does it otherwise);
 //  5. pending tasks whose dependency failed or was cancelled are cancelled;
@@ -80,7 +81,9 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 		return rep, err
 	}
 	rep.Requeued = a.each(ctx, ids, func(t domain.Task, now time.Time) ([]domain.Record, error) {
-		if t.Status != domain.StatusPreempted {
+		// A cooperative task still saving its checkpoint waits for it: run
+		// again without it, it would start over.
+		if t.Status != domain.StatusPreempted || t.AwaitsCheckpoint(now, a.cfg.TimeoutSlack) {
 			return nil, nil
 		}
 		return t.Requeue(now, "scheduler", "preemptor finished")

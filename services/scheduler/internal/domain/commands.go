@@ -355,12 +355,63 @@ func (t Task) Preempt(now time.Time, by, reason string) ([]Record, error) {
 	return recordOf(now, "scheduler", Preempted{AttemptID: t.AttemptID, By: by, Reason: reason}), nil
 }
 
-// Suspend pauses a running task on purpose; Resume (Requeue) brings it back.
+// Suspend pauses a task on purpose (docs/api/tasks.md#suspend-and-resume):
+// a pending or preempted one is held out of the queue; a leased one keeps
+// its attempt id until it is resumed, so its agent learns at its next
+// heartbeat that it must stop (MustStop), and a cooperative one saves its
+// checkpoint first. The task's quota is freed either way.
 func (t Task) Suspend(now time.Time, actor, reason string) ([]Record, error) {
-	if !t.Status.Leased() {
+	switch t.Status {
+	case StatusPending, StatusAssigned, StatusRunning, StatusPreempted:
+	default:
 		return nil, immutable(t, "suspend")
 	}
 	return recordOf(now, actor, Suspended{AttemptID: t.AttemptID, Reason: reason}), nil
+}
+
+// Resume puts a suspended task back in the queue. Its next run gets the
+// last checkpoint back.
+func (t Task) Resume(now time.Time, actor string) ([]Record, error) {
+	if t.Status != StatusSuspended {
+		return nil, immutable(t, "resume")
+	}
+	return recordOf(now, actor, Requeued{From: string(StatusSuspended), Reason: "resumed"}), nil
+}
+
+// RecordCheckpoint records the checkpoint an attempt saved. It is accepted
+// from the current attempt while it is leased, and after a preemption or
+// suspension until the task is requeued: the process writes its
+// checkpoint after it was told to stop.
+func (t Task) RecordCheckpoint(now time.Time, agentID, attemptID, key string, size int64, sha string) ([]Record, error) {
+	if err := t.checkAttempt(agentID, attemptID); err != nil {
+		return nil, err
+	}
+	if !t.Spec.Checkpoint {
+		return nil, fmt.Errorf("%w: the task did not enable checkpoints", ErrImmutable)
+	}
+	switch t.Status {
+	case StatusAssigned, StatusRunning, StatusPreempted, StatusSuspended:
+	default:
+		return nil, immutable(t, "checkpoint")
+	}
+	if key == "" {
+		return nil, invalid("object_key", "is required")
+	}
+	return recordOf(now, agentID, Checkpointed{AttemptID: attemptID, Key: key, SizeBytes: size, SHA256: sha}), nil
+}
+
+// AwaitsCheckpoint reports whether a preempted cooperative task should stay
+// preempted a little longer: its attempt has not recorded its checkpoint
+// yet and may still, within the grace period plus slack after the
+// preemption. Requeued earlier, the next run would start without it.
+func (t Task) AwaitsCheckpoint(now time.Time, slack time.Duration) bool {
+	if !t.Spec.Checkpoint || t.Status != StatusPreempted || t.Preemption == nil || t.AttemptID == "" {
+		return false
+	}
+	if t.Checkpoint != nil && t.Checkpoint.AttemptID == t.AttemptID {
+		return false
+	}
+	return now.Before(t.Preemption.PreemptedAt.Add(time.Duration(t.Spec.GracePeriod)*time.Second + slack))
 }
 
 // Requeue returns a preempted or suspended task to pending.

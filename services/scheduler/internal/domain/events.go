@@ -74,7 +74,11 @@ type (
 		RetryCount                 int
 		Failed                     bool
 	}
-	Preempted struct{ AttemptID, By, Reason string }
+	Preempted    struct{ AttemptID, By, Reason string }
+	Checkpointed struct {
+		AttemptID, Key, SHA256 string
+		SizeBytes              int64
+	}
 	Suspended struct{ AttemptID, Reason string }
 	Requeued  struct{ From, Reason string }
 	Canceled  struct{ Reason, AttemptID string }
@@ -95,6 +99,7 @@ func (RetryScheduled) EventName() string { return "TaskRetryScheduled" }
 func (LeaseExpired) EventName() string   { return "TaskLeaseExpired" }
 func (Preempted) EventName() string      { return "TaskPreempted" }
 func (Suspended) EventName() string      { return "TaskSuspended" }
+func (Checkpointed) EventName() string   { return "TaskCheckpointed" }
 func (Requeued) EventName() string       { return "TaskRequeued" }
 func (Canceled) EventName() string       { return "TaskCanceled" }
 func (Deleted) EventName() string        { return "TaskDeleted" }
@@ -206,6 +211,16 @@ func apply(t *Task, r Record) bool {
 		// (MustStop), and its late calls stay fenced by that id.
 		t.Status, t.PreemptedBy = StatusPreempted, e.By
 		t.LeaseExpiresAt = time.Time{}
+		// The record outlives the requeue (PreemptedBy does not): the task
+		// API shows who preempted the task and what it saved.
+		t.Preemption = &Preemption{PreemptedAt: r.At, PreemptedBy: e.By}
+	case Checkpointed:
+		t.Checkpoint = &Checkpoint{Key: e.Key, SizeBytes: e.SizeBytes, SHA256: e.SHA256, AttemptID: e.AttemptID, SavedAt: r.At}
+		if t.Status == StatusPreempted && t.Preemption != nil {
+			p := *t.Preemption
+			p.Checkpoint = e.Key
+			t.Preemption = &p
+		}
 	case Suspended:
 		// Suspension gives the quota back; resuming queues the task again.
 		t.releaseAdmission()

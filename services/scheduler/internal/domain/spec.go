@@ -3,6 +3,7 @@ package domain
 import (
 	"net/netip"
 	"net/url"
+	"path"
 	"regexp"
 	"strings"
 )
@@ -31,6 +32,10 @@ type SpecInput struct {
 	Resources map[string]string
 	Quota     string
 	Video     *Video
+	// Checkpoint asks for cooperative checkpointing (checkpoint.enabled).
+	Checkpoint bool
+	// Artifacts are output globs relative to the working directory.
+	Artifacts []string
 	// Webhook is an http(s) URL to notify when the task ends.
 	Webhook string
 }
@@ -40,6 +45,7 @@ const (
 	MaxEnvBytes  = 64 << 10
 	MaxArgsBytes = 128 << 10
 	MaxResources = 16
+	MaxArtifacts = 32
 )
 
 var (
@@ -71,6 +77,7 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		MachineID:  in.MachineID, GroupID: in.GroupID, ParentID: in.ParentID, DependsOn: in.DependsOn,
 		Mode: in.Mode, Labels: in.Labels, ScatterCount: in.ScatterCount, Queue: in.Queue,
 		Resources: in.Resources, Quota: in.Quota, Video: in.Video, Webhook: strings.TrimSpace(in.Webhook),
+		Checkpoint: in.Checkpoint, Artifacts: in.Artifacts,
 		LeaseTTL:          orDefault(in.LeaseTTL, DefaultLeaseTTL),
 		RenewInterval:     orDefault(in.RenewInterval, DefaultRenewInterval),
 		HeartbeatInterval: orDefault(in.HeartbeatInterval, DefaultHeartbeatInterval),
@@ -151,6 +158,9 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		return s, err
 	}
 	if err := checkVideo(s.Video); err != nil {
+		return s, err
+	}
+	if err := checkArtifacts(s.Artifacts); err != nil {
 		return s, err
 	}
 	if err := checkWebhook(s.Webhook); err != nil {
@@ -262,6 +272,34 @@ func checkResources(r map[string]string) error {
 		// GPUs) is for the admission to decide, which parses it.
 		if !quantity.MatchString(q) {
 			return invalid("resources", "%s: %q is not a quantity such as 2, 500m or 4Gi", name, q)
+		}
+	}
+	return nil
+}
+
+// checkArtifacts refuses globs the agent could not match safely: each is
+// a path.Match pattern relative to the working directory that never climbs
+// out of it, so an artifact can only be a file the task wrote there.
+func checkArtifacts(globs []string) error {
+	if len(globs) > MaxArtifacts {
+		return invalid("artifacts", "names %d globs; at most %d", len(globs), MaxArtifacts)
+	}
+	for _, g := range globs {
+		switch {
+		case g == "" || len(g) > 500:
+			return invalid("artifacts", "a glob must be 1 to 500 characters")
+		case strings.HasPrefix(g, "/"):
+			return invalid("artifacts", "%q is absolute; globs are relative to the working directory", g)
+		case strings.ContainsRune(g, 0) || strings.Contains(g, "\\"):
+			return invalid("artifacts", "%q contains a NUL byte or a backslash", g)
+		}
+		for _, part := range strings.Split(g, "/") {
+			if part == ".." {
+				return invalid("artifacts", "%q leaves the working directory", g)
+			}
+		}
+		if _, err := path.Match(g, ""); err != nil {
+			return invalid("artifacts", "%q is not a valid glob", g)
 		}
 	}
 	return nil

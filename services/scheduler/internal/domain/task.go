@@ -86,6 +86,12 @@ type Spec struct {
 	// Quota is the tenant's GU quota the task runs under.
 	Quota string `json:"quota,omitempty"`
 	Video *Video `json:"video,omitempty"`
+	// Checkpoint: the task saves a checkpoint when it is preempted or
+	// suspended and resumes from it (docs/api/tasks.md#checkpoints).
+	Checkpoint bool `json:"checkpoint_enabled,omitempty"`
+	// Artifacts are output globs, relative to the working directory,
+	// uploaded after the task ends (docs/api/tasks.md#artifacts).
+	Artifacts []string `json:"artifacts,omitempty"`
 	// Webhook is where the task's completion, final failure or
 	// cancellation is notified ("" = the tenant's default endpoint).
 	Webhook string `json:"webhook,omitempty"`
@@ -131,6 +137,34 @@ type Result struct {
 	ObjectKey   string `json:"object_key,omitempty"`
 	SizeBytes   int64  `json:"size_bytes,omitempty"`
 	SHA256      string `json:"sha256,omitempty"`
+	// Artifacts are the output files the attempt uploaded.
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+}
+
+// Artifact is one output file of an attempt in the object store.
+type Artifact struct {
+	Path   string `json:"path"`
+	Key    string `json:"key"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// Checkpoint is the last checkpoint a cooperative task saved; its next run
+// gets it back.
+type Checkpoint struct {
+	Key       string    `json:"key"`
+	SizeBytes int64     `json:"size_bytes"`
+	SHA256    string    `json:"sha256,omitempty"`
+	AttemptID string    `json:"attempt_id"`
+	SavedAt   time.Time `json:"saved_at"`
+}
+
+// Preemption is the record of a task's last preemption (PreemptedTask in
+// docs/api/tasks.md#checkpoints): kept after the task runs again.
+type Preemption struct {
+	Checkpoint  string    `json:"checkpoint,omitempty"`
+	PreemptedAt time.Time `json:"preempted_at"`
+	PreemptedBy string    `json:"preempted_by"`
 }
 
 // Task is the aggregate's state: everything the task API shows.
@@ -168,6 +202,10 @@ type Task struct {
 	// PreemptedBy names, while preempted, the task this one made room for,
 	// or what outside Taskmesh preempted it as its agent reported ("slurm").
 	PreemptedBy string `json:"preempted_by,omitempty"`
+	// Preemption is the last preemption, kept after the requeue.
+	Preemption *Preemption `json:"preemption,omitempty"`
+	// Checkpoint is the last checkpoint saved (cooperative tasks).
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// The last attempt that reported an outcome, so that attempt repeating
 	// its complete gets the same answer (idempotency) after the task moved on.
 	FinishedAttemptID string    `json:"finished_attempt_id,omitempty"`

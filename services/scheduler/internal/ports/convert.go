@@ -57,6 +57,7 @@ func specInput(s *taskv1.TaskSpec) domain.SpecInput {
 		GracePeriod:    intPtr(s.GracePeriodSec),
 		TargetMachines: s.GetTargets().GetMachineIds(), TargetIPs: s.GetTargets().GetIps(),
 		Resources: s.GetResources(), Quota: s.GetQuota(), Video: taskproto.VideoFromProto(s.GetVideo()),
+		Checkpoint: s.GetCheckpoint().GetEnabled(), Artifacts: s.GetArtifacts(),
 		Webhook: s.GetWebhook().GetUrl(),
 	}
 	if d := s.GetDistribution(); d != nil {
@@ -85,3 +86,7 @@ func taskToProto(t domain.Task) *taskv1.Task { return taskproto.TaskToProto(t) }
 // UserCaller is the caller of a tenant's API (admins included) for the
 // scheduler's other gRPC services (the video API).
 func UserCaller(ctx context.Context) (app.Caller, error) { return caller(ctx, false) }
+
+// AgentCaller is caller for the scheduler's other agent-facing services
+// (managed services' synchronisation).
+func AgentCaller(ctx context.Context) (app.Caller, error) { return caller(ctx, true) }

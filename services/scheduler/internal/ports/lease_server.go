@@ -86,6 +86,9 @@ func (s *LeaseServer) CompleteTask(ctx context.Context, r *taskv1.CompleteTaskRe
 	if o := r.GetResultObject(); o != nil {
 		in.Object = &app.ResultObject{Key: o.GetKey(), Size: o.GetSizeBytes(), SHA256: o.GetSha256()}
 	}
+	for _, a := range r.GetArtifacts() {
+		in.Artifacts = append(in.Artifacts, app.ReportedArtifact{Path: a.GetPath(), Size: a.GetSize(), SHA256: a.GetSha256()})
+	}
 	t, err := s.App.CompleteTask(ctx, c, r.GetTaskId(), in)
 	if err != nil {
 		return nil, toStatus(s.Log, err)

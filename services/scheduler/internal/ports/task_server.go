@@ -115,6 +115,30 @@ func (s *TaskServer) RetryTask(ctx context.Context, r *taskv1.RetryTaskRequest) 
 	return &taskv1.RetryTaskResponse{Task: taskToProto(t)}, nil
 }
 
+func (s *TaskServer) SuspendTask(ctx context.Context, r *taskv1.SuspendTaskRequest) (*taskv1.SuspendTaskResponse, error) {
+	c, err := caller(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.App.SuspendTask(ctx, c, r.GetId(), r.GetReason())
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	return &taskv1.SuspendTaskResponse{Task: taskToProto(t)}, nil
+}
+
+func (s *TaskServer) ResumeTask(ctx context.Context, r *taskv1.ResumeTaskRequest) (*taskv1.ResumeTaskResponse, error) {
+	c, err := caller(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.App.ResumeTask(ctx, c, r.GetId())
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	return &taskv1.ResumeTaskResponse{Task: taskToProto(t)}, nil
+}
+
 func (s *TaskServer) GetTaskResult(ctx context.Context, r *taskv1.GetTaskResultRequest) (*taskv1.GetTaskResultResponse, error) {
 	c, err := caller(ctx, false)
 	if err != nil {
@@ -135,6 +159,12 @@ func (s *TaskServer) GetTaskResult(ctx context.Context, r *taskv1.GetTaskResultR
 		out.SizeBytes, out.Sha256 = t.Result.SizeBytes, t.Result.SHA256
 		if res.PresignedURL != "" {
 			out.PresignedUrl, out.ExpiresIn = res.PresignedURL, int32(res.ExpiresIn/time.Second)
+		}
+		for _, a := range res.Artifacts {
+			out.Artifacts = append(out.Artifacts, &taskv1.Artifact{Path: a.Path, Size: a.Size, Sha256: a.SHA256, Url: a.URL})
+		}
+		if len(res.Artifacts) > 0 {
+			out.ExpiresIn = int32(res.ExpiresIn / time.Second)
 		}
 	}
 	return &taskv1.GetTaskResultResponse{Result: out}, nil

@@ -28,6 +28,18 @@ func TaskToProto(t domain.Task) *taskv1.Task {
 		Queue: t.Spec.Queue, Version: int32(t.Version), UpdatedAt: ToTimestamp(t.UpdatedAt),
 		Resources: t.Spec.Resources, Quota: t.Spec.Quota, Video: VideoToProto(t.Spec.Video),
 		ClusterQueue: t.ClusterQueue, Admitted: t.Admitted,
+		CreatedBy: t.CreatedBy, Artifacts: t.Spec.Artifacts,
+	}
+	if t.Spec.Checkpoint || t.Checkpoint != nil {
+		p.Checkpoint = &taskv1.TaskCheckpoint{Enabled: t.Spec.Checkpoint}
+		if c := t.Checkpoint; c != nil {
+			p.Checkpoint.Key, p.Checkpoint.SizeBytes, p.Checkpoint.Sha256 = c.Key, c.SizeBytes, c.SHA256
+			p.Checkpoint.AttemptId, p.Checkpoint.SavedAt = c.AttemptID, ToTimestamp(c.SavedAt)
+		}
+	}
+	if pr := t.Preemption; pr != nil {
+		p.Preemption = &taskv1.PreemptedTask{TaskId: t.ID, Checkpoint: pr.Checkpoint, PreemptedAt: ToTimestamp(pr.PreemptedAt),
+			PreemptedBy: pr.PreemptedBy}
 	}
 	if t.Spec.Webhook != "" {
 		p.Webhook = &taskv1.Webhook{Url: t.Spec.Webhook}
@@ -69,7 +81,7 @@ func TaskFromProto(p *taskv1.Task) domain.Task {
 		LeaseExpiresAt: FromTimestamp(p.GetLeaseExpiresAt()), LastHeartbeatAt: FromTimestamp(p.GetLastHeartbeatAt()),
 		AgentID: p.GetAssignedAgentId(), AttemptID: p.GetAttemptId(),
 		Progress: int(p.GetProgress()), ProgressMessage: p.GetProgressMessage(),
-		ClusterQueue: p.GetClusterQueue(), Admitted: p.GetAdmitted(),
+		ClusterQueue: p.GetClusterQueue(), Admitted: p.GetAdmitted(), CreatedBy: p.GetCreatedBy(),
 		Spec: domain.Spec{
 			Name: p.GetName(), Type: p.GetType(), Command: p.GetCommand(), Args: p.GetArgs(), Workdir: p.GetWorkdir(),
 			Env: p.GetEnv(), Timeout: int(p.GetTimeout()), Priority: int(p.GetPriority()),
@@ -80,7 +92,19 @@ func TaskFromProto(p *taskv1.Task) domain.Task {
 			RenewInterval: int(p.GetRenewIntervalSec()), HeartbeatInterval: int(p.GetHeartbeatIntervalSec()),
 			GracePeriod: int(p.GetGracePeriodSec()), Queue: p.GetQueue(), Resources: p.GetResources(),
 			Quota: p.GetQuota(), Video: VideoFromProto(p.GetVideo()), Webhook: p.GetWebhook().GetUrl(),
+			Checkpoint: p.GetCheckpoint().GetEnabled(), Artifacts: p.GetArtifacts(),
 		},
+	}
+	if c := p.GetCheckpoint(); c.GetKey() != "" {
+		task.Checkpoint = &domain.Checkpoint{Key: c.GetKey(), SizeBytes: c.GetSizeBytes(), SHA256: c.GetSha256(),
+			AttemptID: c.GetAttemptId(), SavedAt: FromTimestamp(c.GetSavedAt())}
+	}
+	if pr := p.GetPreemption(); pr != nil {
+		task.Preemption = &domain.Preemption{Checkpoint: pr.GetCheckpoint(), PreemptedAt: FromTimestamp(pr.GetPreemptedAt()),
+			PreemptedBy: pr.GetPreemptedBy()}
+		if task.Status == domain.StatusPreempted {
+			task.PreemptedBy = pr.GetPreemptedBy()
+		}
 	}
 	// machine_id shows the running machine only when the spec has no
 	// target (see TaskToProto).

@@ -19,9 +19,10 @@ import (
 func TestRenderedTaskFoldsLikeTheAggregate(t *testing.T) {
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	specs := map[string]domain.SpecInput{
-		"untargeted": {Name: "n", Command: "python", Args: []string{"a"}, Env: map[string]string{"K": "v"}, Labels: []string{"gpu:a100"}},
-		"targeted":   {Name: "m", Command: "echo", MachineID: "m-9", MaxRetries: ptr(1)},
-		"by address": {Name: "ip", Command: "echo", TargetMachines: nil, TargetIPs: []string{"10.0.0.9"}},
+		"untargeted":  {Name: "n", Command: "python", Args: []string{"a"}, Env: map[string]string{"K": "v"}, Labels: []string{"gpu:a100"}},
+		"targeted":    {Name: "m", Command: "echo", MachineID: "m-9", MaxRetries: ptr(1)},
+		"cooperative": {Name: "c", Command: "python", Checkpoint: true, Artifacts: []string{"out/*.pt"}},
+		"by address":  {Name: "ip", Command: "echo", TargetMachines: nil, TargetIPs: []string{"10.0.0.9"}},
 		"queued": {Name: "v", Type: domain.TypeVideo, Quota: "gu-1", Queue: "premium",
 			Resources: map[string]string{"nvidia.com/gpu": "2"}, Video: &domain.Video{Model: "wan2.2-t2v", Type: "text_to_video",
 				Prompt: "p", Resolution: "480P", Width: 832, Height: 480, Duration: 5, FrameNum: 81}},
@@ -118,6 +119,10 @@ func commands(t domain.Task, spec domain.Spec, attempt string) []func(now time.T
 		func(now time.Time) ([]domain.Record, error) { return t.Preempt(now, "task-2", "priority") },
 		func(now time.Time) ([]domain.Record, error) { return t.Suspend(now, "key-1", "pause") },
 		func(now time.Time) ([]domain.Record, error) { return t.Requeue(now, "scheduler", "resume") },
+		func(now time.Time) ([]domain.Record, error) { return t.Resume(now, "key-1") },
+		func(now time.Time) ([]domain.Record, error) {
+			return t.RecordCheckpoint(now, t.AgentID, t.AttemptID, "checkpoints/tenant-a/task-1/"+t.AttemptID+".tar.gz", 10, "ab")
+		},
 		func(now time.Time) ([]domain.Record, error) {
 			return t.Admit(now, t.AdmissionEpoch, t.ClusterQueue, map[string]string{"nvidia.com/gpu": "a100"}), nil
 		},

@@ -11,7 +11,10 @@ import (
 func TemplateToProto(t orch.Template) *taskv1.TaskTemplate {
 	p := &taskv1.TaskTemplate{Id: t.ID, Name: t.Name, Description: t.Description, Command: t.Command, Args: t.Args,
 		Workdir: t.Workdir, Env: t.Env, Timeout: int32(t.Timeout), Priority: int32(t.Priority), Category: t.Category,
-		Tags: t.Tags, CreatedBy: t.CreatedBy, CreatedAt: ToTimestamp(t.CreatedAt)}
+		Tags: t.Tags, CreatedBy: t.CreatedBy, CreatedAt: ToTimestamp(t.CreatedAt), Artifacts: t.Artifacts}
+	if t.Checkpoint {
+		p.Checkpoint = &taskv1.CheckpointSpec{Enabled: true}
+	}
 	for _, v := range t.Variables {
 		p.Variables = append(p.Variables, &taskv1.TemplateVar{Name: v.Name, Type: v.Type, Required: v.Required,
 			Default: v.Default, Description: v.Description, Options: v.Options})
@@ -25,7 +28,7 @@ func TemplateFromProto(p *taskv1.TaskTemplate) orch.Template {
 	t := orch.Template{ID: p.GetId(), Name: p.GetName(), Description: p.GetDescription(), Command: p.GetCommand(),
 		Args: p.GetArgs(), Workdir: p.GetWorkdir(), Env: p.GetEnv(), Timeout: int(p.GetTimeout()),
 		Priority: int(p.GetPriority()), Category: p.GetCategory(), Tags: p.GetTags(), CreatedBy: p.GetCreatedBy(),
-		CreatedAt: FromTimestamp(p.GetCreatedAt())}
+		CreatedAt: FromTimestamp(p.GetCreatedAt()), Checkpoint: p.GetCheckpoint().GetEnabled(), Artifacts: p.GetArtifacts()}
 	for _, v := range p.GetVariables() {
 		t.Variables = append(t.Variables, orch.Var{Name: v.GetName(), Type: v.GetType(), Required: v.GetRequired(),
 			Default: v.GetDefault(), Description: v.GetDescription(), Options: v.GetOptions()})

@@ -145,8 +145,8 @@ root certificates unless --insecure is given.`,
 		RunE:    groupRunE,
 	}
 	tasks.AddCommand(a.submitCommand(), a.listCommand(), a.getCommand(), a.watchCommand(),
-		a.cancelCommand(), a.retryCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
-	ctl.AddCommand(tasks, a.groupsCommand(), a.templatesCommand(), a.videoCommand(), a.jobsCommand(), a.queuesCommand(),
+		a.cancelCommand(), a.retryCommand(), a.suspendCommand(), a.resumeCommand(), a.deleteCommand(), a.resultCommand(), a.whyCommand())
+	ctl.AddCommand(tasks, a.groupsCommand(), a.templatesCommand(), a.servicesCommand(), a.videoCommand(), a.jobsCommand(), a.queuesCommand(),
 		a.tenantsCommand(), a.keysCommand(), a.agentsCommand(), a.quotaCommand(), a.auditCommand(), a.usageCommand(), a.webhooksCommand(),
 		a.deadLettersCommand())
 	return ctl

@@ -376,6 +376,16 @@ func TestIntegrationExampleFilesAndManagement(t *testing.T) {
 		t.Errorf("--all over pages of 2: %q", got)
 	}
 
+	// suspend (held: no agent runs here), suspend again (30002), resume.
+	if out := ok(t, s.ctl(t, "tasks", "suspend", loop[0], "--reason", "maintenance")).stdout; out != loop[0]+" suspended\n" {
+		t.Errorf("suspend printed %q", out)
+	}
+	fails(t, s.ctl(t, "tasks", "suspend", loop[0]), "(code 30002 task immutable)")
+	if out := ok(t, s.ctl(t, "tasks", "resume", loop[0])).stdout; out != loop[0]+" pending\n" {
+		t.Errorf("resume printed %q", out)
+	}
+	fails(t, s.ctl(t, "tasks", "resume", loop[0]), "(code 30002 task immutable)")
+
 	// cancel, then cancel again (final tasks cannot change), retry, delete.
 	if out := ok(t, s.ctl(t, "tasks", "cancel", loop[0], "--reason", "not today")).stdout; out != loop[0]+" cancelled\n" {
 		t.Errorf("cancel printed %q", out)

@@ -138,6 +138,9 @@ type Stack struct {
 	// owned releases the Postgres server and the embedded broker, last
 	// started first, once the components have stopped.
 	owned closer.Stack
+	// httpLis is the gateway's HTTP listener when the stack chose the
+	// port itself (see objectStore).
+	httpLis net.Listener
 	// components runs every component until Close cancels them or one of
 	// them fails; failed, their context, is done from either moment on.
 	components *errgroup.Group
@@ -317,13 +320,20 @@ func (s *Stack) objectStore() (*objectstore.FS, error) {
 	}
 	httpAddr := s.opts.HTTPAddr
 	if httpAddr == "" || strings.HasSuffix(httpAddr, ":0") {
-		// The URL base must be known before the gateway listens: pick the
-		// port now.
-		port, err := freePort()
+		// The URL base must be known before the gateway starts: listen
+		// now and hand the listener over, so nothing can take the port
+		// in between.
+		host := "127.0.0.1"
+		if h, _, err := net.SplitHostPort(httpAddr); err == nil && h != "" {
+			host = h
+		}
+		lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return nil, err
 		}
-		httpAddr = fmt.Sprintf("127.0.0.1:%d", port)
+		s.httpLis = lis
+		s.owned.PushFunc(func() { lis.Close() }) // the gateway closes it first when it started
+		httpAddr = lis.Addr().String()
 		s.opts.HTTPAddr = httpAddr
 	}
 	s.ObjectDir = filepath.Join(s.opts.DataDir, "objects")
@@ -417,7 +427,7 @@ func (s *Stack) startConsumers(ctx context.Context, objects objectstore.Store) e
 }
 
 func (s *Stack) startGateway(ctx context.Context, schedAddr string, objects *objectstore.FS) error {
-	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
+	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, HTTPListener: s.httpLis, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
 		QuotaTarget: s.QuotaAddr, ConsumersTarget: s.ConsumersAddr, InternalToken: s.InternalToken, DatabaseURL: s.Postgres,
 		Objects: objects.Handler(),
 		Logger:  s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()}})
@@ -541,15 +551,6 @@ func randomHex(n int) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(b), nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func sanitize(s string) string {

@@ -8,10 +8,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +56,10 @@ func testZip(t *testing.T, files map[string]string) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	zw := zip.NewWriter(&b)
-	for name, body := range files {
+	// In name order: the stage lists entries in archive order, and a map's
+	// order changes from run to run.
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		body := files[name]
 		w, err := zw.Create(name)
 		if err != nil {
 			t.Fatal(err)

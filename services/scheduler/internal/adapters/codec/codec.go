@@ -58,6 +58,9 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 			Reason: e.Reason, RetryCount: int32(e.RetryCount), Failed: e.Failed}}
 	case domain.Preempted:
 		env.Event = &taskv1.TaskEvent_Preempted{Preempted: &taskv1.TaskPreempted{AttemptId: e.AttemptID, PreemptedBy: e.By, Reason: e.Reason}}
+	case domain.Checkpointed:
+		env.Event = &taskv1.TaskEvent_Checkpointed{Checkpointed: &taskv1.TaskCheckpointed{AttemptId: e.AttemptID, Key: e.Key,
+			SizeBytes: e.SizeBytes, Sha256: e.SHA256}}
 	case domain.Suspended:
 		env.Event = &taskv1.TaskEvent_Suspended{Suspended: &taskv1.TaskSuspended{AttemptId: e.AttemptID, Reason: e.Reason}}
 	case domain.Requeued:
@@ -136,6 +139,9 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 			RetryCount: int(le.GetRetryCount()), Failed: le.GetFailed()}
 	case *taskv1.TaskEvent_Preempted:
 		r.Event = domain.Preempted{AttemptID: e.Preempted.GetAttemptId(), By: e.Preempted.GetPreemptedBy(), Reason: e.Preempted.GetReason()}
+	case *taskv1.TaskEvent_Checkpointed:
+		c := e.Checkpointed
+		r.Event = domain.Checkpointed{AttemptID: c.GetAttemptId(), Key: c.GetKey(), SizeBytes: c.GetSizeBytes(), SHA256: c.GetSha256()}
 	case *taskv1.TaskEvent_Suspended:
 		r.Event = domain.Suspended{AttemptID: e.Suspended.GetAttemptId(), Reason: e.Suspended.GetReason()}
 	case *taskv1.TaskEvent_Requeued:
@@ -175,6 +181,10 @@ func specToProto(s domain.Spec) *taskv1.TaskSpec {
 		GracePeriodSec: i32(s.GracePeriod), Queue: s.Queue,
 		Distribution: &taskv1.Distribution{Mode: s.Mode, Labels: s.Labels, Count: int32(s.ScatterCount)},
 		Resources:    s.Resources, Quota: s.Quota, Video: taskproto.VideoToProto(s.Video),
+		Artifacts: s.Artifacts,
+	}
+	if s.Checkpoint {
+		p.Checkpoint = &taskv1.CheckpointSpec{Enabled: true}
 	}
 	if s.Webhook != "" {
 		p.Webhook = &taskv1.Webhook{Url: s.Webhook}
@@ -194,6 +204,7 @@ func specFromProto(p *taskv1.TaskSpec) domain.Spec {
 		GracePeriod: int(p.GetGracePeriodSec()), Queue: p.GetQueue(),
 		Mode: p.GetDistribution().GetMode(), Labels: p.GetDistribution().GetLabels(), ScatterCount: int(p.GetDistribution().GetCount()),
 		Resources: p.GetResources(), Quota: p.GetQuota(), Video: taskproto.VideoFromProto(p.GetVideo()),
+		Checkpoint: p.GetCheckpoint().GetEnabled(), Artifacts: p.GetArtifacts(),
 		Webhook: p.GetWebhook().GetUrl(),
 	}
 	if ips := p.GetTargets().GetIps(); len(ips) == 1 {
@@ -206,12 +217,22 @@ func resultToProto(r *domain.Result) *taskv1.ResultRef {
 	if r == nil {
 		return nil
 	}
-	return &taskv1.ResultRef{StorageType: r.StorageType, Stdout: r.Stdout, Stderr: r.Stderr, ObjectKey: r.ObjectKey, SizeBytes: r.SizeBytes, Sha256: r.SHA256}
+	p := &taskv1.ResultRef{StorageType: r.StorageType, Stdout: r.Stdout, Stderr: r.Stderr, ObjectKey: r.ObjectKey, SizeBytes: r.SizeBytes, Sha256: r.SHA256}
+	for _, a := range r.Artifacts {
+		// The event keeps the object key in url's place; links are signed
+		// only when the result is read.
+		p.Artifacts = append(p.Artifacts, &taskv1.Artifact{Path: a.Path, Size: a.Size, Sha256: a.SHA256, Url: a.Key})
+	}
+	return p
 }
 
 func resultFromProto(p *taskv1.ResultRef) *domain.Result {
 	if p == nil {
 		return nil
 	}
-	return &domain.Result{StorageType: p.GetStorageType(), Stdout: p.GetStdout(), Stderr: p.GetStderr(), ObjectKey: p.GetObjectKey(), SizeBytes: p.GetSizeBytes(), SHA256: p.GetSha256()}
+	r := &domain.Result{StorageType: p.GetStorageType(), Stdout: p.GetStdout(), Stderr: p.GetStderr(), ObjectKey: p.GetObjectKey(), SizeBytes: p.GetSizeBytes(), SHA256: p.GetSha256()}
+	for _, a := range p.GetArtifacts() {
+		r.Artifacts = append(r.Artifacts, domain.Artifact{Path: a.GetPath(), Key: a.GetUrl(), Size: a.GetSize(), SHA256: a.GetSha256()})
+	}
+	return r
 }

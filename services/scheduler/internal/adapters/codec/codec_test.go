@@ -36,11 +36,15 @@ func TestEveryEventRoundTrips(t *testing.T) {
 	}
 	ipSpec := spec
 	ipSpec.MachineID, ipSpec.TargetIP = "", "10.0.0.9"
-	result := &domain.Result{StorageType: "s3", Stdout: "out", Stderr: "err", ObjectKey: "results/t/x/a.json", SizeBytes: 9, SHA256: "ab"}
+	result := &domain.Result{StorageType: "s3", Stdout: "out", Stderr: "err", ObjectKey: "results/t/x/a.json", SizeBytes: 9, SHA256: "ab",
+		Artifacts: []domain.Artifact{{Path: "out/model.pt", Key: "artifacts/t/x/a/out/model.pt", Size: 5, SHA256: "cd"}}}
+	coop := spec
+	coop.Checkpoint, coop.Artifacts = true, []string{"out/*.pt"}
 	events := []domain.Event{
 		domain.Submitted{ID: "task-1", TenantID: "t", CreatedBy: "key-1", RequestID: "r", FanoutID: "f", Spec: spec},
 		domain.Submitted{ID: "task-1", TenantID: "t", CreatedBy: "key-1", Spec: scatter},
 		domain.Submitted{ID: "task-1", TenantID: "t", CreatedBy: "key-1", Spec: ipSpec},
+		domain.Submitted{ID: "task-1", TenantID: "t", CreatedBy: "key-1", Spec: coop},
 		domain.Submitted{ID: "task-1", TenantID: "t", CreatedBy: "key-1", Spec: video, ClusterQueue: "tenant-high-priority-queue"},
 		domain.Updated{Spec: video, ClusterQueue: "gu-1"},
 		domain.Updated{Spec: spec},
@@ -57,6 +61,7 @@ func TestEveryEventRoundTrips(t *testing.T) {
 		domain.LeaseExpired{AttemptID: "a", AgentID: "ag", Reason: "agent_lost", RetryCount: 1, Failed: true},
 		domain.Preempted{AttemptID: "a", By: "b", Reason: "r"},
 		domain.Suspended{AttemptID: "a", Reason: "r"},
+		domain.Checkpointed{AttemptID: "a", Key: "checkpoints/t/task-1/a.tar.gz", SizeBytes: 7, SHA256: "ef"},
 		domain.Requeued{From: "preempted", Reason: "r"},
 		domain.Canceled{Reason: "r", AttemptID: "a"},
 		domain.Deleted{},

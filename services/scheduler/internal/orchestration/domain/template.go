@@ -29,11 +29,14 @@ type Template struct {
 	Variables   []Var             `json:"variables,omitempty"`
 	Category    string            `json:"category,omitempty"`
 	Tags        []string          `json:"tags,omitempty"`
-	CreatedBy   string            `json:"created_by,omitempty"`
-	CreatedAt   time.Time         `json:"created_at"`
-	UpdatedAt   time.Time         `json:"updated_at"`
-	Version     int64             `json:"version"`
-	Deleted     bool              `json:"deleted,omitempty"`
+	// Checkpoint and Artifacts pass on to the tasks run from the template.
+	Checkpoint bool      `json:"checkpoint_enabled,omitempty"`
+	Artifacts  []string  `json:"artifacts,omitempty"`
+	CreatedBy  string    `json:"created_by,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	Version    int64     `json:"version"`
+	Deleted    bool      `json:"deleted,omitempty"`
 }
 
 // Var is one variable of a template (TemplateVar).
@@ -154,7 +157,7 @@ func (t Template) Delete(now time.Time, actor string) ([]Record, error) {
 func checkTemplate(d Template) (Template, error) {
 	t := Template{ID: d.ID, Name: strings.TrimSpace(d.Name), Description: d.Description, Command: d.Command,
 		Args: d.Args, Workdir: d.Workdir, Env: d.Env, Timeout: d.Timeout, Priority: d.Priority,
-		Variables: d.Variables, Category: d.Category, Tags: d.Tags}
+		Variables: d.Variables, Category: d.Category, Tags: d.Tags, Checkpoint: d.Checkpoint, Artifacts: d.Artifacts}
 	switch {
 	case !templateID.MatchString(t.ID):
 		return t, invalid("id", "%q is not a valid template id (letters, digits, . _ : -; at most 128)", t.ID)
@@ -390,7 +393,8 @@ func substitute(t Template, text map[string]string) task.SpecInput {
 			return text[placeholder.FindStringSubmatch(m)[1]]
 		})
 	}
-	in := task.SpecInput{Name: t.Name, Type: task.TypeShell, Command: rep(t.Command), Workdir: rep(t.Workdir)}
+	in := task.SpecInput{Name: t.Name, Type: task.TypeShell, Command: rep(t.Command), Workdir: rep(t.Workdir),
+		Checkpoint: t.Checkpoint, Artifacts: t.Artifacts}
 	if t.Args != nil {
 		in.Args = make([]string, len(t.Args))
 		for i, a := range t.Args {

@@ -189,3 +189,21 @@ func TestTemplateUpdateAndDelete(t *testing.T) {
 		t.Fatalf("delete of a deleted template: %v", err)
 	}
 }
+
+// A template's checkpoint and artifacts pass on to its tasks; bad globs
+// are refused when the template is stored.
+func TestTemplateCarriesCheckpointAndArtifacts(t *testing.T) {
+	def := trainTemplate()
+	def.Checkpoint, def.Artifacts = true, []string{"out/*.pt"}
+	tpl := created(t, def)
+	in, err := tpl.Render(map[string]any{"model": "bert"})
+	if err != nil || !in.Checkpoint || !slices.Equal(in.Artifacts, []string{"out/*.pt"}) {
+		t.Fatalf("rendered %+v, %v", in, err)
+	}
+	def.Artifacts = []string{"../escape/*"}
+	_, err = NewTemplate(time.Now(), "tenant-a", "user-1", def)
+	var ie *task.InvalidError
+	if !errors.As(err, &ie) || ie.Field != "artifacts" {
+		t.Fatalf("bad glob: %v", err)
+	}
+}

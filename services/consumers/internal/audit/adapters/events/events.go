@@ -81,6 +81,7 @@ var taskRules = map[string]rule{
 	"lease_expired":   {action: "task.lease_expired", resource: "task", details: d("reason", "agent_id", "failed")},
 	"preempted":       {action: "task.preempted", resource: "task", details: d("preempted_by", "reason")},
 	"suspended":       {action: "task.suspended", resource: "task", details: d("reason")},
+	"checkpointed":    {action: "task.checkpointed", resource: "task", details: d("attempt_id", "checkpoint=key", "size_bytes")},
 	"requeued":        {action: "task.requeued", resource: "task", details: d("from=from_status", "reason")},
 	"canceled":        {action: "task.cancelled", resource: "task", details: d("reason")},
 	"deleted":         {action: "task.deleted", resource: "task"},

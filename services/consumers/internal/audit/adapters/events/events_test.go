@@ -46,6 +46,8 @@ func TestTaskEntry(t *testing.T) {
 		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Canceled{Canceled: &taskv1.TaskCanceled{Reason: "not needed"}}},
 			"task.cancelled", "", `{"reason":"not needed"}`},
 		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Deleted{Deleted: &taskv1.TaskDeleted{}}}, "task.deleted", "", `{}`},
+		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Checkpointed{Checkpointed: &taskv1.TaskCheckpointed{AttemptId: "a", Key: "checkpoints/acme/task-1/a.tar.gz", SizeBytes: 7}}},
+			"task.checkpointed", "", `{"attempt_id":"a","checkpoint":"checkpoints/acme/task-1/a.tar.gz","size_bytes":7}`},
 	}
 	for _, tt := range tests {
 		e, ok, err := TaskEntry(taskEvent(tt.ev))

@@ -29,6 +29,7 @@ func TestConvert(t *testing.T) {
 		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_LeaseExpired{LeaseExpired: &taskv1.TaskLeaseExpired{Failed: true}}}, domain.Final, "failed", ""},
 		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Canceled{Canceled: &taskv1.TaskCanceled{}}}, domain.Final, "cancelled", ""},
 		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Preempted{Preempted: &taskv1.TaskPreempted{}}}, domain.Ignored, "", ""},
+		{&taskv1.TaskEvent{Event: &taskv1.TaskEvent_Checkpointed{Checkpointed: &taskv1.TaskCheckpointed{}}}, domain.Ignored, "", ""},
 	}
 	for _, tt := range tests {
 		tt.ev.EventId, tt.ev.AggregateId, tt.ev.Version = "ev", "t", 2

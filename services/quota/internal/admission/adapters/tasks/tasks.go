@@ -116,6 +116,9 @@ func Convert(ev *taskv1.TaskEvent) (Fact, error) {
 	case *taskv1.TaskEvent_Preempted:
 		// The workload keeps its usage until its agent stopped and the
 		// scheduler requeued the task (Requeued).
+	case *taskv1.TaskEvent_Checkpointed:
+		// Saving a checkpoint changes nothing the quota counts: the
+		// preemption or suspension around it does.
 	default:
 		return Fact{}, fmt.Errorf("%w: task %s v%d", ErrUnknownEvent, ev.GetAggregateId(), ev.GetVersion())
 	}

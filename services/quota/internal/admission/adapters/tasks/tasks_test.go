@@ -34,6 +34,7 @@ func TestConvert(t *testing.T) {
 		{"succeeded", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{}}}, app.FactFinish, false},
 		{"failed", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Failed{Failed: &taskv1.TaskFailed{}}}, app.FactFinish, false},
 		{"canceled", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Canceled{Canceled: &taskv1.TaskCanceled{}}}, app.FactFinish, false},
+		{"checkpointed", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Checkpointed{Checkpointed: &taskv1.TaskCheckpointed{}}}, "", false},
 		{"suspended", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Suspended{Suspended: &taskv1.TaskSuspended{}}}, app.FactFinish, false},
 		{"lease expired, retried", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_LeaseExpired{LeaseExpired: &taskv1.TaskLeaseExpired{}}}, "", false},
 		{"lease expired, failed", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_LeaseExpired{LeaseExpired: &taskv1.TaskLeaseExpired{Failed: true}}}, app.FactFinish, false},

@@ -1,0 +1,126 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/managed/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/managed/app/apptest"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/managed/domain"
+)
+
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time { return c.now }
+
+func setup() (*app.App, *apptest.Store, *clock) {
+	st, c := apptest.NewStore(), &clock{now: apptest.T0}
+	return app.New(st, c.Now, app.Config{AgentLostAfter: 15 * time.Second}, nil), st, c
+}
+
+var (
+	userA  = app.Caller{Tenant: "t1", Subject: "key-t1"}
+	userB  = app.Caller{Tenant: "t2", Subject: "key-t2"}
+	agent1 = app.Caller{Tenant: "*", Subject: "agent:a1", AgentID: "a1"}
+)
+
+func TestSyncReportsAndReturnsTheAgentsServices(t *testing.T) {
+	a, st, c := setup()
+	ctx := context.Background()
+	mine, err := a.Create(ctx, userA, domain.Spec{Name: "hb", Command: "sleep", AgentID: "a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled, _ := a.Create(ctx, userB, domain.Spec{Name: "exporter", Command: "sleep", Labels: []string{"gpu"}})
+	elsewhere, _ := a.Create(ctx, userA, domain.Spec{Name: "other", Command: "sleep", AgentID: "a2"})
+	if _, err := a.Create(ctx, userA, domain.Spec{Name: "bad", Command: "sleep"}); !errors.Is(err, task.ErrInvalid) {
+		t.Fatalf("create without a target: %v", err)
+	}
+
+	got, err := a.Sync(ctx, agent1, "a1", []string{"gpu"}, nil)
+	if err != nil || len(got) != 2 || got[0].ID != labelled.ID || got[1].ID != mine.ID {
+		t.Fatalf("sync = %+v, %v (want %s, %s, not %s)", got, err, labelled.ID, mine.ID, elsewhere.ID)
+	}
+	if _, err := a.Sync(ctx, agent1, "a2", nil, nil); !errors.Is(err, app.ErrForbidden) {
+		t.Fatalf("sync as another agent: %v", err)
+	}
+	// The same report twice records one event; its time is the heartbeat.
+	rep := app.Report{ServiceID: mine.ID, Instance: domain.Instance{State: domain.StateRunning, PID: 7, Version: "1"}}
+	for range 2 {
+		c.now = c.now.Add(time.Second)
+		if _, err := a.Sync(ctx, agent1, "a1", []string{"gpu"}, []app.Report{rep}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(st.Events(mine.ID)); n != 2 {
+		t.Fatalf("%d events, want created + one report", n)
+	}
+	sv, _ := a.Get(ctx, userA, mine.ID)
+	if in := sv.Instances["a1"]; in.PID != 7 || !in.At.Equal(c.now) {
+		t.Fatalf("instance = %+v", in)
+	}
+	// Another tenant cannot read it; a report of a deleted service is
+	// ignored.
+	if _, err := a.Get(ctx, userB, mine.ID); !errors.Is(err, task.ErrNotFound) {
+		t.Fatalf("another tenant's get: %v", err)
+	}
+	if err := a.Delete(ctx, userA, mine.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Sync(ctx, agent1, "a1", []string{"gpu"}, []app.Report{rep}); err != nil || len(got) != 1 {
+		t.Fatalf("sync after the delete = %+v, %v", got, err)
+	}
+}
+
+func TestSilentAgentsServicesBecomeUnknown(t *testing.T) {
+	a, _, c := setup()
+	ctx := context.Background()
+	sv, _ := a.Create(ctx, userA, domain.Spec{Name: "hb", Command: "sleep", AgentID: "a1"})
+	rep := app.Report{ServiceID: sv.ID, Instance: domain.Instance{State: domain.StateRunning, PID: 7, Version: "1"}}
+	if _, err := a.Sync(ctx, agent1, "a1", nil, []app.Report{rep}); err != nil {
+		t.Fatal(err)
+	}
+	c.now = c.now.Add(10 * time.Second)
+	if n, err := a.MarkLost(ctx); err != nil || n != 0 {
+		t.Fatalf("marked %d before the agent was lost, %v", n, err)
+	}
+	c.now = c.now.Add(10 * time.Second)
+	if n, err := a.MarkLost(ctx); err != nil || n != 1 {
+		t.Fatalf("marked %d, %v", n, err)
+	}
+	got, _ := a.Get(ctx, userA, sv.ID)
+	if state, _, _, _ := got.Summary(); state != domain.StateUnknown {
+		t.Fatalf("state = %s", state)
+	}
+	// The agent is back: its report is recorded again.
+	if _, err := a.Sync(ctx, agent1, "a1", nil, []app.Report{rep}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = a.Get(ctx, userA, sv.ID)
+	if state, _, _, _ := got.Summary(); state != domain.StateRunning {
+		t.Fatalf("state after the agent came back = %s", state)
+	}
+}
+
+func TestUpdateAndDeleteAreTheTenants(t *testing.T) {
+	a, _, _ := setup()
+	ctx := context.Background()
+	sv, _ := a.Create(ctx, userA, domain.Spec{Name: "hb", Command: "sleep", AgentID: "a1"})
+	stopped := domain.DesiredStopped
+	if _, err := a.Update(ctx, userB, sv.ID, domain.Change{DesiredState: &stopped}); !errors.Is(err, task.ErrNotFound) {
+		t.Fatalf("another tenant's update: %v", err)
+	}
+	if err := a.Delete(ctx, userB, sv.ID); !errors.Is(err, task.ErrNotFound) {
+		t.Fatalf("another tenant's delete: %v", err)
+	}
+	got, err := a.Update(ctx, userA, sv.ID, domain.Change{DesiredState: &stopped})
+	if err != nil || got.Spec.DesiredState != domain.DesiredStopped {
+		t.Fatalf("update = %+v, %v", got, err)
+	}
+	if l, _ := a.List(ctx, userA); len(l) != 1 {
+		t.Fatalf("list = %+v", l)
+	}
+}
