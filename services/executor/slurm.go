@@ -54,8 +54,10 @@ type SlurmConfig struct {
 	// StateDir keeps one record per attempt held, so that a restarted
 	// backend can still hand a task to its node.
 	StateDir string
-	// PollInterval of slurmctld's job list (default 1 s).
-	PollInterval time.Duration
+	// PollInterval of slurmctld's job list (default 1 s), and
+	// PendingPollInterval while a job waits to start and the backend's
+	// jobs are moving (default 100 ms).
+	PollInterval, PendingPollInterval time.Duration
 	// ClaimWait, HeartbeatInterval and RenewInterval: zero takes the
 	// defaults (30 s, 5 s, 30 s).
 	ClaimWait, HeartbeatInterval, RenewInterval time.Duration
@@ -88,7 +90,7 @@ func RunSlurm(ctx context.Context, cfg SlurmConfig) error {
 	defer conn.Close()
 	b, err := slurm.New(slurm.Config{
 		AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots, Types: cfg.Types,
-		ClaimWait: cfg.ClaimWait, PollInterval: cfg.PollInterval, HeartbeatInterval: cfg.HeartbeatInterval, RenewInterval: cfg.RenewInterval,
+		ClaimWait: cfg.ClaimWait, PollInterval: cfg.PollInterval, PendingPollInterval: cfg.PendingPollInterval, HeartbeatInterval: cfg.HeartbeatInterval, RenewInterval: cfg.RenewInterval,
 		StateDir: cfg.StateDir, NodeAgents: cfg.NodeAgents, NodeAgentURL: cfg.NodeAgentURL, Logger: cfg.Logger,
 		Job: slurm.JobConfig{
 			Mode: slurm.Mode(cfg.Mode), Partition: cfg.Partition, JobDir: cfg.JobDir, DefaultMemoryMB: cfg.DefaultMemoryMB,

@@ -616,6 +616,12 @@ type CompleteTaskRequest struct {
 	ResultObject *ResultObject `protobuf:"bytes,8,opt,name=result_object,json=resultObject,proto3" json:"result_object,omitempty"`
 	// When the attempt really ended (the agent may report it late).
 	EndedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// Set when the attempt did not end on its own: the system the agent runs
+	// work through (e.g. "slurm") preempted or cancelled it. The attempt
+	// ends preempted and the task is requeued at once without using a
+	// retry (TaskPreempted, TaskRequeued); error says why, and exit_code,
+	// stdout, stderr, result_object and artifacts are ignored.
+	PreemptedBy string `protobuf:"bytes,10,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
 	// Output files uploaded after the attempt (CreateArtifactUpload), at
 	// most 100.
 	Artifacts     []*Artifact `protobuf:"bytes,20,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
@@ -714,6 +720,13 @@ func (x *CompleteTaskRequest) GetEndedAt() *timestamppb.Timestamp {
 		return x.EndedAt
 	}
 	return nil
+}
+
+func (x *CompleteTaskRequest) GetPreemptedBy() string {
+	if x != nil {
+		return x.PreemptedBy
+	}
+	return ""
 }
 
 func (x *CompleteTaskRequest) GetArtifacts() []*Artifact {
@@ -1322,7 +1335,7 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\n" +
 	"attempt_id\x18\x03 \x01(\tR\tattemptId\x12\x1a\n" +
 	"\bprogress\x18\x04 \x01(\x05R\bprogress\x12F\n" +
-	"\x11last_heartbeat_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\"\xcf\x03\n" +
+	"\x11last_heartbeat_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\"\xfc\x03\n" +
 	"\x13CompleteTaskRequest\x12#\n" +
 	"\atask_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x06taskId\x12%\n" +
@@ -1336,7 +1349,9 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\x06stderr\x18\x06 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x06stderr\x12\x1e\n" +
 	"\x05error\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x05error\x12C\n" +
 	"\rresult_object\x18\b \x01(\v2\x1e.taskmesh.task.v1.ResultObjectR\fresultObject\x125\n" +
-	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12B\n" +
+	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12+\n" +
+	"\fpreempted_by\x18\n" +
+	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vpreemptedBy\x12B\n" +
 	"\tartifacts\x18\x14 \x03(\v2\x1a.taskmesh.task.v1.ArtifactB\b\xbaH\x05\x92\x01\x02\x10dR\tartifacts\"u\n" +
 	"\fResultObject\x12\x1c\n" +
 	"\x03key\x18\x01 \x01(\tB\n" +

@@ -25,6 +25,10 @@ type Completion struct {
 	Error              string
 	Object             *ResultObject
 	EndedAt            time.Time
+	// PreemptedBy: the attempt was taken away outside Taskmesh (e.g.
+	// "slurm"); it ends preempted and the task is requeued without using a
+	// retry. Its output, result object and artifacts are not kept.
+	PreemptedBy string
 	// Artifacts the attempt uploaded (CreateArtifactUpload).
 	Artifacts []ReportedArtifact
 }
@@ -36,6 +40,10 @@ type Completion struct {
 func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completion) (domain.Task, error) {
 	if err := c.checkAgent(r.AgentID); err != nil {
 		return domain.Task{}, err
+	}
+	if r.PreemptedBy != "" {
+		// The attempt's output is not the task's: another attempt runs it.
+		r.Stdout, r.Stderr, r.Object, r.Artifacts = "", "", nil, nil
 	}
 	result := &domain.Result{StorageType: "db", Stdout: r.Stdout, Stderr: r.Stderr}
 	var artifacts []domain.Artifact
@@ -61,7 +69,7 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 	}
 	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		recs, _, err := t.Complete(now, r.AgentID, r.AttemptID, domain.Outcome{ExitCode: r.ExitCode, Error: r.Error,
-			Result: result, EndedAt: r.EndedAt})
+			Result: result, EndedAt: r.EndedAt, PreemptedBy: r.PreemptedBy})
 		return recs, err
 	})
 }

@@ -57,6 +57,68 @@ func TestCompleteWithAFailureSchedulesARetry(t *testing.T) {
 	}
 }
 
+// An attempt its agent reports preempted (Slurm took the job away) is
+// preempted and requeued in one change, without a retry and without
+// waiting for retry_delay: a task with max_retries 0 runs again and
+// completes. Its output is not kept; the repeated report is answered
+// without a record.
+func TestCompletePreemptedRequeuesWithoutARetry(t *testing.T) {
+	h := newHarness(t)
+	x := h.running("a1", "m1", spec("a", func(in *domain.SpecInput) { in.RetryDelay, in.MaxRetries = intp(60), intp(0) }))
+	in := app.Completion{AgentID: "a1", AttemptID: x.AttemptID, ExitCode: -1, Stdout: "partial",
+		Error: "slurm: job 7 PREEMPTED", PreemptedBy: "slurm", Object: &app.ResultObject{Key: "never-uploaded", Size: 1}}
+	got, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != domain.StatusPending || got.RetryCount != 0 || got.AttemptID != "" || got.Result != nil || got.Error != "" {
+		t.Errorf("after a preempted attempt: %+v", got)
+	}
+	if names := h.eventNames(x.ID); !strings.HasSuffix(names, "TaskStarted TaskPreempted TaskRequeued]") {
+		t.Errorf("events = %s", names)
+	}
+	evs := h.store.Events(x.ID)
+	if p, ok := evs[len(evs)-2].Event.(domain.Preempted); !ok || p.By != "slurm" || p.AttemptID != x.AttemptID ||
+		p.Reason != "slurm: job 7 PREEMPTED" || evs[len(evs)-2].Actor != "a1" {
+		t.Errorf("preempted event = %+v by %s", evs[len(evs)-2].Event, evs[len(evs)-2].Actor)
+	}
+	again, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, in)
+	if err != nil || again.Version != got.Version {
+		t.Errorf("a repeated report = %+v, %v; want the task as it is, nothing recorded", again, err)
+	}
+	// Claimable at once: no retry_delay.
+	y := h.claimOne("a2", "m2", x.ID)
+	if _, err := h.app.StartTask(h.ctx, agent("a2"), y.ID, "a2", y.AttemptID); err != nil {
+		t.Fatal(err)
+	}
+	done, err := h.app.CompleteTask(h.ctx, agent("a2"), x.ID, app.Completion{AgentID: "a2", AttemptID: y.AttemptID})
+	if err != nil || done.Status != domain.StatusCompleted || done.RetryCount != 0 {
+		t.Errorf("the requeued task = %+v, %v; want completed with retry_count 0", done, err)
+	}
+}
+
+// Preempted for an attempt that is not the task's current one is 30001
+// and changes nothing; so is one for an attempt that failed.
+func TestCompletePreemptedForAnotherAttemptIsRefused(t *testing.T) {
+	h := newHarness(t)
+	x := h.running("a1", "m1", spec("a", func(in *domain.SpecInput) { in.RetryDelay, in.MaxRetries = intp(0), intp(1) }))
+	before := h.get(x.ID)
+	_, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: "att-never-issued", PreemptedBy: "slurm"})
+	wantErr(t, "an attempt never issued", err, domain.ErrAttemptMismatch)
+	if after := h.get(x.ID); after.Version != before.Version || after.Status != domain.StatusRunning {
+		t.Errorf("the refused report changed the task: %+v", after)
+	}
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: x.AttemptID, ExitCode: 1}); err != nil {
+		t.Fatal(err)
+	}
+	y := h.claimOne("a1", "m1", x.ID)
+	_, err = h.app.CompleteTask(h.ctx, agent("a2"), x.ID, app.Completion{AgentID: "a2", AttemptID: y.AttemptID, PreemptedBy: "slurm"})
+	wantErr(t, "another agent's report", err, domain.ErrAttemptMismatch)
+	if after := h.get(x.ID); after.Status != domain.StatusAssigned || after.AttemptID != y.AttemptID {
+		t.Errorf("the refused report changed the task: %+v", after)
+	}
+}
+
 // upload stores body as the result object of the current attempt of x.
 func (h *harness) upload(x domain.Task, body string) app.ResultObject {
 	h.t.Helper()

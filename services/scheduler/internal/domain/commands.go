@@ -203,18 +203,29 @@ type Outcome struct {
 	Reason   string // timeout, spawn_error, killed, …; "" derives exit_code or error
 	Result   *Result
 	EndedAt  time.Time
+	// PreemptedBy names what outside Taskmesh took the attempt away (the
+	// system the agent runs work through, e.g. "slurm"): the attempt ends
+	// preempted, not failed, and the task is requeued without using a
+	// retry. Error says why; the exit code and result are ignored.
+	PreemptedBy string
 }
 
 // Complete records the attempt's outcome: completed on exit code 0 without
-// error, otherwise failed, followed by a retry while retries remain.
-// Repeating it for an attempt that already reported succeeds and records
-// nothing (Repeat reports it). A lease that ran out is not held against an
-// attempt the sweeper has not yet expired: its result is still the truth.
+// error, otherwise failed, followed by a retry while retries remain; or,
+// with PreemptedBy, preempted and requeued at once. Repeating it for an
+// attempt that already reported succeeds and records nothing (Repeat
+// reports it). A lease that ran out is not held against an attempt the
+// sweeper has not yet expired: its result is still the truth.
 func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (records []Record, repeat bool, err error) {
 	// Before fencing: the attempt's first CompleteTask may have been
 	// recorded and its answer lost. Its retry must succeed even if the task
 	// has moved on to another attempt since.
 	if attemptID != "" && attemptID == t.FinishedAttemptID && (agentID == "" || agentID == t.AgentID || t.AgentID == "") {
+		return nil, true, nil
+	}
+	// A preempted attempt is requeued in the same command, so it is a past
+	// attempt by the time a repeat of its report arrives.
+	if p, ok := t.pastAttempt(attemptID); ok && o.PreemptedBy != "" && p.Preempted && (agentID == "" || agentID == p.AgentID) {
 		return nil, true, nil
 	}
 	if err := t.checkAttempt(agentID, attemptID); err != nil {
@@ -227,6 +238,9 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 	// future would have the task end after it was read.
 	if o.EndedAt.IsZero() || o.EndedAt.After(now) {
 		o.EndedAt = now
+	}
+	if o.PreemptedBy != "" {
+		return t.preemptedOutside(now, agentID, o), false, nil
 	}
 	if o.ExitCode == 0 && o.Error == "" {
 		return recordOf(now, agentID, Succeeded{AttemptID: attemptID, ExitCode: 0, Result: o.Result, EndedAt: o.EndedAt}), false, nil
@@ -245,6 +259,24 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 	}
 	return t.fail(now, agentID, Failed{AttemptID: attemptID, ExitCode: &code, Error: msg, Reason: reason,
 		Result: o.Result, EndedAt: o.EndedAt}), false, nil
+}
+
+// preemptedOutside ends an attempt that something outside Taskmesh took
+// away (Outcome.PreemptedBy) as Taskmesh's own preemption ends: preempted,
+// then requeued. Both are recorded in one command because the agent has
+// already stopped the attempt, which is what the requeue of a preemption
+// Taskmesh decided waits for (the heartbeat). The task did not fail, so no
+// retry is used and retry_delay does not apply; its admission starts over
+// like any requeue's.
+func (t Task) preemptedOutside(now time.Time, agentID string, o Outcome) []Record {
+	reason := o.Error
+	if reason == "" {
+		reason = "preempted by " + o.PreemptedBy
+	}
+	return []Record{
+		{At: now, Actor: agentID, Event: Preempted{AttemptID: t.AttemptID, By: o.PreemptedBy, Reason: reason}},
+		{At: now, Actor: agentID, Event: Requeued{From: string(StatusPreempted), Reason: "preempted by " + o.PreemptedBy}},
+	}
 }
 
 // fail records a failed attempt and, while retries remain, its retry after

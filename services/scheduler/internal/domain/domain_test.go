@@ -269,6 +269,81 @@ func TestLeaseExpiryRequeuesOrFails(t *testing.T) {
 	}
 }
 
+// An attempt its agent reports preempted (by the system it runs work
+// through) ends as Taskmesh's own preemptions end, preempted then
+// requeued, in one command and without using a retry: a task with no
+// retry left is requeued all the same.
+func TestCompletePreemptedRequeuesWithoutARetry(t *testing.T) {
+	for _, retries := range []int{0, 2} {
+		task := leased(t, func(in *SpecInput) { in.MaxRetries = ptr(retries); in.RetryDelay = ptr(60) })
+		recs, err := task.Start(t0.Add(2*time.Second), "agent-1", "att-1")
+		task = run(t, task, recs, err)
+		now := t0.Add(time.Minute)
+		recs, repeat, err := task.Complete(now, "agent-1", "att-1", Outcome{ExitCode: -1, PreemptedBy: "slurm",
+			Error: "slurm: job 7 PREEMPTED", Result: &Result{StorageType: "db", Stdout: "partial"}})
+		if err != nil || repeat || len(recs) != 2 {
+			t.Fatalf("max_retries %d: complete preempted = %+v %v %v", retries, recs, repeat, err)
+		}
+		p, ok := recs[0].Event.(Preempted)
+		q, ok2 := recs[1].Event.(Requeued)
+		if !ok || !ok2 || p != (Preempted{AttemptID: "att-1", By: "slurm", Reason: "slurm: job 7 PREEMPTED"}) ||
+			q.From != string(StatusPreempted) || recs[0].Actor != "agent-1" {
+			t.Fatalf("max_retries %d: records %+v", retries, recs)
+		}
+		task = run(t, task, recs, err)
+		if task.Status != StatusPending || task.RetryCount != 0 || task.AttemptID != "" || task.PreemptedBy != "" ||
+			task.Result != nil || task.Error != "" || !task.Claimable(now) {
+			t.Fatalf("max_retries %d: after preempted = %+v", retries, task)
+		}
+		// The report repeated after a lost answer succeeds without a record,
+		// even once the task has a new attempt; another agent's is refused.
+		if recs, repeat, err := task.Complete(now, "agent-1", "att-1", Outcome{PreemptedBy: "slurm"}); err != nil || !repeat || recs != nil {
+			t.Fatalf("repeat = %+v %v %v", recs, repeat, err)
+		}
+		recs, err = task.Lease(now, "att-2", "agent-1", "m-1", "")
+		task = run(t, task, recs, err)
+		if _, repeat, err := task.Complete(now, "agent-1", "att-1", Outcome{PreemptedBy: "slurm"}); err != nil || !repeat {
+			t.Fatalf("repeat after a new lease = %v %v", repeat, err)
+		}
+		if _, _, err := task.Complete(now, "agent-2", "att-1", Outcome{PreemptedBy: "slurm"}); !errors.Is(err, ErrAttemptMismatch) {
+			t.Fatalf("another agent's repeat: %v", err)
+		}
+		// The attempt's ordinary outcome, late, is not a repeat: it is refused.
+		if _, _, err := task.Complete(now, "agent-1", "att-1", Outcome{}); !errors.Is(err, ErrAttemptMismatch) {
+			t.Fatalf("late success of the preempted attempt: %v", err)
+		}
+	}
+}
+
+// Preempted is refused like any outcome for an attempt that is not the
+// current one (30001, before anything else), and for a task that is not
+// leased (30002).
+func TestCompletePreemptedIsFenced(t *testing.T) {
+	task := leased(t, nil)
+	for _, attempt := range []string{"att-0", ""} {
+		if _, _, err := task.Complete(t0, "agent-1", attempt, Outcome{PreemptedBy: "slurm"}); !errors.Is(err, ErrAttemptMismatch) {
+			t.Fatalf("attempt %q: %v", attempt, err)
+		}
+	}
+	if _, _, err := task.Complete(t0, "agent-2", "att-1", Outcome{PreemptedBy: "slurm"}); !errors.Is(err, ErrAttemptMismatch) {
+		t.Fatalf("another agent: %v", err)
+	}
+	// A failed attempt that was retried is not taken for a preempted one.
+	failed := leased(t, nil)
+	recs, _, err := failed.Complete(t0, "agent-1", "att-1", Outcome{ExitCode: 1})
+	failed = run(t, failed, recs, err)
+	recs, err = failed.Lease(t0.Add(time.Hour), "att-2", "agent-1", "m-1", "")
+	failed = run(t, failed, recs, err)
+	if _, _, err := failed.Complete(t0.Add(time.Hour), "agent-1", "att-2-not", Outcome{PreemptedBy: "slurm"}); !errors.Is(err, ErrAttemptMismatch) {
+		t.Fatalf("unknown attempt: %v", err)
+	}
+	recs, err = task.Cancel(t0, "user", "")
+	c := run(t, task, recs, err)
+	if _, _, err := c.Complete(t0, "agent-1", "att-1", Outcome{PreemptedBy: "slurm"}); !errors.Is(err, ErrImmutable) {
+		t.Fatalf("preempted after cancel: %v", err)
+	}
+}
+
 func TestCancelPreemptSuspendDelete(t *testing.T) {
 	task := leased(t, nil)
 	recs, err := task.Cancel(t0, "user", "not needed")

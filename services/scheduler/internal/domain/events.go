@@ -280,13 +280,15 @@ func (t *Task) rememberAttempt(leaseExpired bool) {
 	if t.AttemptID == "" {
 		return
 	}
-	p := PastAttempt{ID: t.AttemptID, AgentID: t.AgentID, LeaseExpiresAt: t.LeaseExpiresAt, LeaseExpired: leaseExpired}
+	p := PastAttempt{ID: t.AttemptID, AgentID: t.AgentID, LeaseExpiresAt: t.LeaseExpiresAt, LeaseExpired: leaseExpired,
+		Preempted: t.Status == StatusPreempted}
 	for i, old := range t.PastAttempts {
 		if old.ID == p.ID {
 			// Already remembered when its lease expired: that stays true,
 			// and so do its agent and expiry (a retry scheduled since has
 			// cleared them from the task).
 			p.LeaseExpired = p.LeaseExpired || old.LeaseExpired
+			p.Preempted = p.Preempted || old.Preempted
 			if p.LeaseExpiresAt.IsZero() {
 				p.LeaseExpiresAt = old.LeaseExpiresAt
 			}

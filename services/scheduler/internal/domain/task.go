@@ -199,7 +199,8 @@ type Task struct {
 
 	Progress        int    `json:"progress"`
 	ProgressMessage string `json:"progress_message,omitempty"`
-	// PreemptedBy names the task this one made room for while preempted.
+	// PreemptedBy names, while preempted, the task this one made room for,
+	// or what outside Taskmesh preempted it as its agent reported ("slurm").
 	PreemptedBy string `json:"preempted_by,omitempty"`
 	// Preemption is the last preemption, kept after the requeue.
 	Preemption *Preemption `json:"preemption,omitempty"`
@@ -236,6 +237,9 @@ type PastAttempt struct {
 	// LeaseExpired: the attempt ended because its lease expired or its
 	// agent was lost (TaskLeaseExpired).
 	LeaseExpired bool `json:"lease_expired,omitempty"`
+	// Preempted: the attempt ended preempted (by Taskmesh or, as its agent
+	// reported, by the system it ran in) and the task was requeued.
+	Preempted bool `json:"preempted,omitempty"`
 }
 
 // MaxPastAttempts bounds PastAttempts. An attempt older than that many

@@ -218,7 +218,8 @@ func slurmBenchmark() benchmark {
 	f := pflag.NewFlagSet("slurm", pflag.ContinueOnError)
 	f.IntVar(&o.Jobs, "slurm-jobs", 100, "tasks (placeholder jobs held at once) and sbatch jobs of the anchor per run")
 	f.IntVar(&o.Tasks, "slurm-tasks", 300, "no-op tasks of the throughput run")
-	f.DurationVar(&o.Poll, "slurm-poll", 200*time.Millisecond, "the backend's poll of slurmctld's job list")
+	f.DurationVar(&o.Poll, "slurm-poll", 0, "the backend's poll of slurmctld's job list (0: the backend's default, 1s)")
+	f.DurationVar(&o.PendingPoll, "slurm-pending-poll", 0, "the backend's poll while jobs wait to start (0: the backend's default, 100ms)")
 	f.DurationVar(&o.Spread, "slurm-spread", 10*time.Second, "time the latency run's submissions are spread over")
 	return benchmark{name: "slurm", flags: f,
 		short: "Submit → Slurm RUNNING → Taskmesh running and tasks/s through the Slurm backend, beside sbatch → RUNNING on the same Slurm (needs root and Slurm)",

@@ -235,6 +235,8 @@ func (e *executorFlags) addSlurm(f *pflag.FlagSet) {
 	f.StringVar(&e.slurmNodeAgents, "slurm-node-agents", "", "node=address of each node's Taskmesh agent local API, comma-separated (placement)")
 	f.StringVar(&s.NodeAgentURL, "slurm-node-agent-url", "", "local API address of the other nodes' agents, with {node}, e.g. http://{node}:7071 (placement)")
 	f.DurationVar(&s.PollInterval, "slurm-poll-interval", time.Second, "how often slurmctld's job list is read")
+	f.DurationVar(&s.PendingPollInterval, "slurm-pending-poll-interval", 100*time.Millisecond,
+		"how often slurmctld's job list is read while a job waits to start and the backend's jobs are moving")
 }
 
 // keyValues parses "queue=class,queue=class".

@@ -32,8 +32,11 @@ type SlurmOptions struct {
 	Jobs int
 	// Tasks of the throughput run (3 × Jobs).
 	Tasks int
-	// Poll is the backend's poll of slurmctld's job list (200 ms).
-	Poll time.Duration
+	// Poll is the backend's poll of slurmctld's job list, and PendingPoll
+	// its poll while jobs wait to start; zero takes the backend's
+	// defaults (1 s, 100 ms), what `taskmesh executor --backend slurm`
+	// runs with.
+	Poll, PendingPoll time.Duration
 	// Spread is the time the latency phase's submissions are spread over
 	// (10 s).
 	Spread time.Duration
@@ -78,9 +81,6 @@ func Slurm(ctx context.Context, o SlurmOptions) (*SlurmResult, error) {
 	if o.Tasks <= 0 {
 		o.Tasks = 3 * o.Jobs
 	}
-	if o.Poll <= 0 {
-		o.Poll = 200 * time.Millisecond
-	}
 	if o.Spread <= 0 {
 		o.Spread = 10 * time.Second
 	}
@@ -104,8 +104,8 @@ func Slurm(ctx context.Context, o SlurmOptions) (*SlurmResult, error) {
 		rows = append(rows, []string{fmt.Sprint(run), ms(r.SbatchP50), ms(r.SbatchP99), ms(r.ToSlurmP50), ms(r.SlurmToTaskmeshP50),
 			ms(r.ToTaskmeshP50), ms(r.ToTaskmeshP99), fmt.Sprintf("%.2f", r.Overhead), fmt.Sprintf("%.1f", r.TasksPerSecond)})
 	}
-	fmt.Fprintf(o.Out, "\n%d tasks and %d sbatch jobs per run spread over %s; %d no-op tasks with %d placeholders in flight (placement mode, backend poll %s)\n",
-		o.Jobs, o.Jobs, o.Spread, o.Tasks, o.Jobs, o.Poll)
+	fmt.Fprintf(o.Out, "\n%d tasks and %d sbatch jobs per run spread over %s; %d no-op tasks with %d placeholders in flight (placement mode, backend poll %s, %s while jobs wait to start)\n",
+		o.Jobs, o.Jobs, o.Spread, o.Tasks, o.Jobs, orDefault(o.Poll, "1s"), orDefault(o.PendingPoll, "100ms"))
 	table(o.Out, []string{"run", "sbatch → RUNNING p50", "p99", "submit → Slurm RUNNING p50", "→ Taskmesh running p50",
 		"submit → Taskmesh running p50", "p99", "overhead ×", "tasks/s"}, rows)
 	res := &SlurmResult{ToSlurmP50: time.Duration(toSlurm50.median()), ToSlurmP99: time.Duration(toSlurm99.median()),
@@ -193,7 +193,7 @@ func startSlurmBench(ctx context.Context, o SlurmOptions) (_ *slurmBench, err er
 	}
 	cfg := executor.SlurmConfig{AgentID: "slurm-bench", Server: b.st.GRPCAddr, Token: token, RESTEndpoint: "unix:" + cluster.Socket,
 		Mode: "placement", Partition: cluster.Partition, Slots: o.Jobs, DefaultMemoryMB: 10, NodeAgents: agents,
-		StateDir: filepath.Join(dir, "slurm-state"), PollInterval: o.Poll, ClaimWait: 5 * time.Second,
+		StateDir: filepath.Join(dir, "slurm-state"), PollInterval: o.Poll, PendingPollInterval: o.PendingPoll, ClaimWait: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	b.goRun(func() error { return executor.RunSlurm(runCtx, cfg) })
 	b.watch = &runningWatch{cluster: cluster, seen: map[string]time.Time{}}
@@ -547,4 +547,12 @@ func (w *runningWatch) wait(ctx context.Context, names []string, limit time.Dura
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// orDefault prints a duration option, or the default zero stands for.
+func orDefault(d time.Duration, def string) string {
+	if d <= 0 {
+		return def
+	}
+	return d.String()
 }

@@ -85,6 +85,18 @@ func TestEveryErrorCodeThroughREST(t *testing.T) {
 	}
 	c, b, _ := w.call("POST", "/api/v1/agent/tasks/"+id+"/start", tok, map[string]any{"agent_id": "agent-1", "attempt_id": "attempt-of-someone-else"})
 	expect("start with another attempt", c, b, 409, 30001)
+	// Preempted outside Taskmesh is fenced like every outcome: reported for
+	// an attempt that is not the current one it is 30001 and changes
+	// nothing; a preempted_by past 128 characters is 30005.
+	c, b, _ = w.call("POST", "/api/v1/agent/tasks/"+id+"/complete", tok, map[string]any{"agent_id": "agent-1",
+		"attempt_id": "attempt-of-someone-else", "preempted_by": "slurm", "error": "slurm: job 7 PREEMPTED"})
+	expect("preempted for another attempt", c, b, 409, 30001)
+	c, b, _ = w.call("POST", "/api/v1/agent/tasks/"+id+"/complete", tok, map[string]any{"agent_id": "agent-1",
+		"attempt_id": att, "preempted_by": strings.Repeat("s", 129)})
+	expect("preempted_by too long", c, b, 400, 30005)
+	if c, b, _ = w.call("GET", "/api/v1/tasks/"+id, key, nil); c != 200 || b["status"] != "assigned" || b["attempt_id"] != att {
+		t.Fatalf("after refused preempted reports the task is %d %v, want assigned to %v", c, b, att)
+	}
 	c, b, _ = w.call("GET", "/api/v1/tasks/not-a-task", key, nil)
 	expect("unknown task", c, b, 404, 30004)
 	c, b, _ = w.call("POST", "/api/v1/tasks", key, map[string]any{"name": "x"})

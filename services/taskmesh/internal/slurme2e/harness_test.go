@@ -21,6 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/proto"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/platform/slurmtest"
 	"github.com/taskmesh/taskmesh/services/executor"
@@ -70,6 +74,7 @@ var backendSeq atomic.Int64
 type world struct {
 	t       *testing.T
 	s       *stack.Stack
+	dbURL   string
 	dir     string
 	cluster *slurmtest.Cluster
 	cfg     executor.SlurmConfig
@@ -91,15 +96,16 @@ func newWorld(t *testing.T, mode string, tweak ...func(*executor.SlurmConfig)) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	dbURL := pgtest.New(t).URL
 	o := stack.Options{
-		DataDir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DatabaseURL: pgtest.New(t).URL,
+		DataDir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DatabaseURL: dbURL,
 		Timing: scheduler.Timing{AgentLostAfter: 10 * time.Second, SweepInterval: 200 * time.Millisecond, PreemptAfter: time.Second},
 	}
 	s, err := stack.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, s: s, dir: dir, cluster: cluster, logFile: filepath.Join(dir, "backend.log")}
+	w := &world{t: t, s: s, dir: dir, cluster: cluster, logFile: filepath.Join(dir, "backend.log"), dbURL: dbURL}
 	t.Cleanup(s.Close)
 	w.startNodeAgents()
 	id := fmt.Sprintf("slurm-e2e-%d-%d", os.Getpid(), backendSeq.Add(1))
@@ -394,4 +400,42 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
+}
+
+// taskEvents lists the task's events from the scheduler's event store, in
+// order, as names; TaskPreempted carries who preempted:
+// "TaskLeased TaskStarted TaskPreempted(slurm) TaskRequeued …".
+func (w *world) taskEvents(id string) string {
+	w.t.Helper()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, w.dbURL)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer pool.Close()
+	rows, err := pool.Query(ctx, `SELECT event_type, payload FROM `+scheduler.Schema+`.events WHERE aggregate_id = $1 ORDER BY version`, id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var name string
+		var payload []byte
+		if err := rows.Scan(&name, &payload); err != nil {
+			w.t.Fatal(err)
+		}
+		var e taskv1.TaskEvent
+		if err := proto.Unmarshal(payload, &e); err != nil {
+			w.t.Fatal(err)
+		}
+		if p := e.GetPreempted(); p != nil {
+			name += "(" + p.GetPreemptedBy() + ")"
+		}
+		names = append(names, name)
+	}
+	if err := rows.Err(); err != nil {
+		w.t.Fatal(err)
+	}
+	return strings.Join(names, " ")
 }

@@ -72,8 +72,9 @@ func TestBatchTimeoutEndsAsTimeout(t *testing.T) {
 }
 
 // A job Slurm cancels on its own (an operator's scancel, as a Slurm
-// preemption would) fails its attempt as preempted in Slurm, and the
-// task is requeued and runs again as a new job.
+// preemption would) ends its attempt as preempted by slurm, not failed:
+// the task is requeued without using a retry, so even a task with
+// max_retries 0 runs again as a new job and completes, retry_count 0.
 func TestJobCancelledInSlurmRequeuesTheTask(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, "batch")
@@ -81,14 +82,15 @@ func TestJobCancelledInSlurmRequeuesTheTask(t *testing.T) {
 	key := w.standardKey()
 	// The work directory (work/<task id>) outlives the attempt: the second
 	// run finds the first one's mark and finishes.
-	id := w.submit(key, map[string]any{"name": "requeued", "type": "script", "timeout": 120, "max_retries": 1, "retry_delay": 0,
+	id := w.submit(key, map[string]any{"name": "requeued", "type": "script", "timeout": 120, "max_retries": 0, "retry_delay": 300,
 		"command": `if [ -e mark ]; then echo again; else touch mark; sleep 300; fi`})
 	first := w.waitStatus(key, id, 60*time.Second, "running")
 	jobs := w.waitSqueue(id, "the task's job running", func(j []slurmJob) bool { return len(j) == 1 && j[0].State == "RUNNING" })
 	w.cluster.Run(t, "scancel", jobs[0].ID)
+	// retry_delay is 300 s: only a requeue (no retry) runs it again in time.
 	done := w.waitStatus(key, id, 90*time.Second, "completed", "failed")
-	if done["status"] != "completed" || done["retry_count"].(float64) != 1 || done["attempt_id"] == first["attempt_id"] {
-		t.Fatalf("task %v, want completed by a second attempt after %v", done, first["attempt_id"])
+	if done["status"] != "completed" || done["retry_count"].(float64) != 0 || done["attempt_id"] == first["attempt_id"] {
+		t.Fatalf("task %v, want completed by a second attempt after %v with retry_count 0", done, first["attempt_id"])
 	}
 	if out := w.result(key, id)["stdout"]; out != "again\n" {
 		t.Fatalf("stdout %q", out)
@@ -96,6 +98,11 @@ func TestJobCancelledInSlurmRequeuesTheTask(t *testing.T) {
 	all := w.sacct(id, 2)
 	if len(all) != 2 || all[0].ID != jobs[0].ID || all[0].State != "CANCELLED" || all[1].State != "COMPLETED" {
 		t.Fatalf("sacct %v, want the cancelled job %s and a completed one", all, jobs[0].ID)
+	}
+	// The first attempt ended preempted by slurm, then the task was requeued.
+	events := w.taskEvents(id)
+	if !strings.Contains(events, "TaskPreempted(slurm) TaskRequeued") || strings.Contains(events, "TaskFailed") {
+		t.Fatalf("events %s, want TaskPreempted by slurm then TaskRequeued, and no failure", events)
 	}
 }
 

@@ -37,6 +37,8 @@ type run struct {
 	lastMessage  string
 	lastProgress int
 	reportedAt   time.Time
+	// steppedAt is when the job's state was last acted on.
+	steppedAt time.Time
 	// limitLowered: the job's time limit was cut to the task's timeout.
 	limitLowered bool
 	progress     *progressTail
@@ -129,7 +131,7 @@ func (b *Backend) submit(ctx context.Context, r *run, spec JobSpec) (int64, erro
 // follow maps the job's states onto the lease API until the attempt ends.
 func (b *Backend) follow(ctx context.Context, r *run) {
 	defer b.release(r)
-	unfollow := b.watch.follow()
+	unfollow := b.watch.follow(r.jobID)
 	defer unfollow()
 	renew := time.NewTimer(b.renewDelay(r))
 	if r.adopted {
@@ -149,8 +151,19 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 				j, listed = jj, true
 			}
 		}
-		if known && listed && b.step(ctx, r, j) {
-			return
+		// A running attempt is looked at (its node's agent asked, its
+		// progress file read) once a PollInterval, not at every listing:
+		// the listings come faster while other jobs wait to start. Its
+		// job's end is acted on at once.
+		due := !r.started || j.Final() || time.Since(r.steppedAt) >= b.cfg.PollInterval
+		if known && listed && due {
+			r.steppedAt = time.Now()
+			if b.step(ctx, r, j) {
+				return
+			}
+		}
+		if r.started {
+			b.watch.started(r.jobID)
 		}
 		select {
 		case <-ctx.Done():
@@ -576,7 +589,7 @@ func (b *Backend) complete(ctx context.Context, r *run, o outcome, stdout, stder
 	req := &taskv1.CompleteTaskRequest{
 		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID, ExitCode: int32(o.exitCode),
 		Stdout: truncate(stdout, inlineLimit), Stderr: truncate(stderr, inlineLimit), Error: truncate(o.err, 4096),
-		ResultObject: obj, EndedAt: timestamppb.Now(),
+		ResultObject: obj, EndedAt: timestamppb.Now(), PreemptedBy: o.preemptedBy,
 	}
 	delay := 200 * time.Millisecond
 	for {

@@ -34,6 +34,10 @@ type Config struct {
 	// PollInterval is how often slurmctld's job list is read, and a
 	// placement's task on its node (default 1 s).
 	PollInterval time.Duration
+	// PendingPollInterval is the poll while a job waits to start and the
+	// backend's jobs are moving (default 100 ms; see watcher): how soon a
+	// start is seen is most of the latency Taskmesh adds to Slurm's.
+	PendingPollInterval time.Duration
 	// RenewInterval of the leases (default 30 s; sooner when a third of the
 	// lease is left).
 	RenewInterval time.Duration
@@ -83,6 +87,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.ClaimWait = min(c.ClaimWait, 60*time.Second)
 	if c.PollInterval <= 0 {
 		c.PollInterval = time.Second
+	}
+	if c.PendingPollInterval <= 0 {
+		c.PendingPollInterval = 100 * time.Millisecond
 	}
 	if c.RenewInterval <= 0 {
 		c.RenewInterval = 30 * time.Second
@@ -169,7 +176,7 @@ func New(cfg Config, lease taskv1.LeaseServiceClient, slurm slurmAPI) (*Backend,
 	log := cfg.Logger.With("backend", "slurm", "agent_id", cfg.AgentID, "mode", string(cfg.Job.Mode))
 	return &Backend{
 		cfg: cfg, log: log, lease: lease, slurm: slurm,
-		watch:  newWatcher(slurm, cfg.PollInterval, log),
+		watch:  newWatcher(slurm, cfg.PollInterval, cfg.PendingPollInterval, log),
 		store:  attemptStore{dir: cfg.StateDir},
 		agents: agentResolver{byNode: cfg.NodeAgents, template: cfg.NodeAgentURL, http: cfg.HTTP},
 		runs:   map[string]*run{}, checked: map[string]time.Time{}, freed: make(chan struct{}, 1),

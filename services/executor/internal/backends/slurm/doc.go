@@ -23,7 +23,7 @@
 //	COMPLETED                                 → completed
 //	FAILED                                    → failed with the exit code
 //	TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, …      → failed, the error names the state and reason
-//	CANCELLED by Slurm, PREEMPTED             → failed as preempted in Slurm: the scheduler requeues it
+//	CANCELLED by Slurm, PREEMPTED             → preempted (preempted_by "slurm"): requeued without using a retry
 //
 // A cancel or preemption from the server (the heartbeat's stop list) or
 // a lost lease cancels the job. State lives in Slurm: every job's comment

@@ -102,3 +102,30 @@ func TestPlacementRestartAdoptsTheJob(t *testing.T) {
 	}
 	leasetest.WaitFor(t, 30*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
 }
+
+// A placeholder Slurm cancels on its own (an operator's scancel, as a
+// preemption in Slurm would) stops the task on its node and ends the
+// attempt as preempted by slurm, not failed: the server requeues the task
+// without using a retry.
+func TestPlacementCancelledInSlurmIsReportedPreempted(t *testing.T) {
+	w := newWorld(t, ModePlacement)
+	agents := w.startNodeAgents()
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "sleep", Args: []string{"300"}, Timeout: 600, GracePeriodSec: 1})[0]
+	job := w.jobOf(id, "the placeholder running", func(j Job) bool { return j.State == StateRunning })
+	a := agents[job.Nodes]
+	leasetest.WaitFor(t, 30*time.Second, "the task running on the node", func() bool {
+		st, err := a.Status(context.Background())
+		return err == nil && st.Running == 1
+	})
+	w.cluster.Run(t, "scancel", itoa(int(job.ID)))
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetPreemptedBy() != "slurm" || !strings.Contains(done.GetError(), "CANCELLED") ||
+		!strings.Contains(done.GetError(), "preempted in Slurm; the task is requeued") {
+		t.Fatalf("outcome preempted_by %q error %q, want preempted by slurm", done.GetPreemptedBy(), done.GetError())
+	}
+	leasetest.WaitFor(t, 30*time.Second, "the task stopped on the node", func() bool {
+		st, err := a.Status(context.Background())
+		return err == nil && st.Running == 0
+	})
+}

@@ -138,17 +138,25 @@ func TestOutcomes(t *testing.T) {
 		{ran(Job{State: StateTimeout, Reason: "TimeLimit"}), -1, "slurm: job 7 TIMEOUT (TimeLimit)", false},
 		{ran(Job{State: StateOutOfMemory}), -1, "OUT_OF_MEMORY", false},
 		{ran(Job{State: StateNodeFail, Nodes: "node-b"}), -1, "NODE_FAIL on node-b", false},
-		{ran(Job{State: StatePreempted}), -1, "preempted in Slurm; the task is requeued", false},
-		{ran(Job{State: StateCancelled}), -1, "preempted in Slurm", false},
 	}
 	for _, tt := range tests {
 		o := batchOutcome(tt.job)
-		if o.exitCode != tt.exit || !strings.Contains(o.err, tt.errPart) || o.Failed() == tt.succeeds {
+		if o.exitCode != tt.exit || !strings.Contains(o.err, tt.errPart) || o.Failed() == tt.succeeds || o.preemptedBy != "" {
 			t.Errorf("batchOutcome(%s) = %+v, want exit %d and %q", tt.job.State, o, tt.exit, tt.errPart)
 		}
 	}
-	if o := placementOutcome(Job{ID: 7, State: StateTimeout}); !strings.Contains(o.err, "placeholder job ended: slurm: job 7 TIMEOUT") {
+	if o := placementOutcome(Job{ID: 7, State: StateTimeout}); !strings.Contains(o.err, "placeholder job ended: slurm: job 7 TIMEOUT") ||
+		o.preemptedBy != "" || !o.Failed() {
 		t.Errorf("placementOutcome %+v", o)
+	}
+	// Taken away by Slurm, in either mode: preempted, not failed.
+	for _, outcomeOf := range []func(Job) outcome{batchOutcome, placementOutcome} {
+		for _, j := range []Job{ran(Job{State: StatePreempted}), ran(Job{State: StateCancelled})} {
+			o := outcomeOf(j)
+			if o.preemptedBy != "slurm" || o.Failed() || !strings.Contains(o.err, "slurm: job 7 "+string(j.State)+": preempted in Slurm; the task is requeued") {
+				t.Errorf("outcome of %s = %+v, want preempted by slurm", j.State, o)
+			}
+		}
 	}
 	for _, tt := range []struct {
 		job  Job

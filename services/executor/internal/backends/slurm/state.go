@@ -8,12 +8,19 @@ import (
 // outcome is what CompleteTask reports for an attempt.
 type outcome struct {
 	exitCode int
-	// err explains a failure the process could not report itself.
+	// err explains a failure the process could not report itself, or why
+	// the attempt was preempted.
 	err string
+	// preemptedBy: Slurm took the job away; the attempt ends preempted
+	// and the server requeues the task without using a retry.
+	preemptedBy string
 }
 
 // Failed reports whether the outcome is a failure on the lease API.
-func (o outcome) Failed() bool { return o.exitCode != 0 || o.err != "" }
+func (o outcome) Failed() bool { return o.preemptedBy == "" && (o.exitCode != 0 || o.err != "") }
+
+// preemptedBySlurm is CompleteTask's preempted_by for jobs Slurm took away.
+const preemptedBySlurm = "slurm"
 
 // batchOutcome maps a batch job's final state onto the lease API
 // (docs/slurm.md#states):
@@ -22,7 +29,7 @@ func (o outcome) Failed() bool { return o.exitCode != 0 || o.err != "" }
 //	FAILED                                 → failed with the script's exit code (or signal)
 //	TIMEOUT, OUT_OF_MEMORY, NODE_FAIL,
 //	BOOT_FAIL, DEADLINE                    → failed, the error names the state and Slurm's reason
-//	CANCELLED (not by Taskmesh), PREEMPTED → failed as "preempted": the scheduler retries the task
+//	CANCELLED (not by Taskmesh), PREEMPTED → preempted by slurm: the server requeues the task, no retry used
 func batchOutcome(j Job) outcome {
 	switch j.State {
 	case StateCompleted:
@@ -44,7 +51,7 @@ func batchOutcome(j Job) outcome {
 		}
 		return o
 	case StateCancelled, StatePreempted:
-		return outcome{exitCode: -1, err: preemptedError(j)}
+		return preemptedOutcome(j)
 	}
 	return outcome{exitCode: -1, err: stateError(j)}
 }
@@ -54,9 +61,16 @@ func batchOutcome(j Job) outcome {
 func placementOutcome(j Job) outcome {
 	switch j.State {
 	case StateCancelled, StatePreempted:
-		return outcome{exitCode: -1, err: preemptedError(j)}
+		return preemptedOutcome(j)
 	}
 	return outcome{exitCode: -1, err: "slurm: the placeholder job ended: " + stateError(j)}
+}
+
+// preemptedOutcome: Slurm (or an operator) took the job away rather than
+// it failing on its own. The backend's own cancels never get here: it
+// stops following a job before it cancels it.
+func preemptedOutcome(j Job) outcome {
+	return outcome{exitCode: -1, err: preemptedError(j), preemptedBy: preemptedBySlurm}
 }
 
 // processOutcome is a script's own end: its exit code, or the signal

@@ -15,9 +15,19 @@ type jobLister interface {
 // watcher polls slurmctld's job list for every attempt at once: one
 // request per interval however many jobs the backend follows, instead of
 // one per job. Followers read the latest snapshot and wait for the next.
+//
+// How soon a start is seen is most of what Taskmesh adds to Slurm's own
+// submit → RUNNING (docs/slurm.md#benchmark): on average half a poll.
+// So while a followed job waits to start and the backend's jobs are on
+// the move — one was submitted, started or ended within freshFor — the
+// watcher polls every fast; once none has moved for freshFor (jobs
+// waiting for resources that are not coming soon) or none waits to
+// start, it backs off to interval, the poll of running jobs.
 type watcher struct {
 	client   jobLister
 	interval time.Duration
+	fast     time.Duration
+	freshFor time.Duration
 	log      *slog.Logger
 
 	mu sync.Mutex
@@ -27,14 +37,44 @@ type watcher struct {
 	// sent: a job submitted before it and missing from it has vanished.
 	listedSince time.Time
 	// next is closed when the next listing (successful or not) is done.
-	next    chan struct{}
-	waiters int
-	kickCh  chan struct{}
+	next chan struct{}
+	// followed are the jobs followed, true while waiting to start;
+	// starting counts those. lastMove is when a followed job was last
+	// submitted or seen changing state.
+	followed map[int64]bool
+	starting int
+	lastMove time.Time
+	kickCh   chan struct{}
 }
 
-func newWatcher(client jobLister, interval time.Duration, log *slog.Logger) *watcher {
-	return &watcher{client: client, interval: interval, log: log, snapshot: map[int64]Job{},
-		next: make(chan struct{}), kickCh: make(chan struct{}, 1)}
+// freshFor is how long the watcher keeps polling fast after the queue
+// last moved.
+const freshFor = 30 * time.Second
+
+func newWatcher(client jobLister, interval, fast time.Duration, log *slog.Logger) *watcher {
+	return &watcher{client: client, interval: interval, fast: min(fast, interval), freshFor: freshFor, log: log,
+		snapshot: map[int64]Job{}, followed: map[int64]bool{}, next: make(chan struct{}), kickCh: make(chan struct{}, 1)}
+}
+
+// nextPoll is the delay before the next listing.
+func (w *watcher) nextPoll(now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.starting > 0 && now.Sub(w.lastMove) < w.freshFor {
+		return w.fast
+	}
+	return w.interval
+}
+
+// started says the followed job id runs: it no longer keeps the poll
+// fast.
+func (w *watcher) started(id int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.followed[id] {
+		w.followed[id] = false
+		w.starting--
+	}
 }
 
 // run polls while anyone follows a job, and when kicked, until ctx ends.
@@ -51,12 +91,12 @@ func (w *watcher) run(ctx context.Context) {
 			kicked = true
 		}
 		w.mu.Lock()
-		busy := w.waiters > 0
+		busy := len(w.followed) > 0
 		w.mu.Unlock()
 		if busy || kicked {
 			w.poll(ctx)
 		}
-		t.Reset(w.interval)
+		t.Reset(w.nextPoll(time.Now()))
 	}
 }
 
@@ -68,10 +108,19 @@ func (w *watcher) poll(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err == nil {
-		w.snapshot = make(map[int64]Job, len(jobs))
+		snapshot := make(map[int64]Job, len(jobs))
 		for _, j := range jobs {
-			w.snapshot[j.ID] = j
+			snapshot[j.ID] = j
+			// A start or end of any followed job counts, not only of the
+			// waiting ones: an end frees resources, and Slurm starts jobs
+			// in passes that one start shows are running.
+			if _, ours := w.followed[j.ID]; ours {
+				if old, ok := w.snapshot[j.ID]; ok && old.State != j.State {
+					w.lastMove = sent
+				}
+			}
 		}
+		w.snapshot = snapshot
 		w.listedSince = sent
 	} else if ctx.Err() == nil {
 		w.log.Warn("list Slurm jobs", "err", err)
@@ -88,18 +137,26 @@ func (w *watcher) kick() {
 	}
 }
 
-// follow registers a follower; the returned func ends it. The watcher
-// polls only while someone follows.
-func (w *watcher) follow() func() {
+// follow registers a follower of job id, waiting for it to start until
+// started; the returned func ends it. The watcher polls only while
+// someone follows, and fast while a job of theirs waits to start.
+func (w *watcher) follow(id int64) func() {
 	w.mu.Lock()
-	w.waiters++
+	if _, ok := w.followed[id]; !ok {
+		w.followed[id] = true
+		w.starting++
+	}
+	w.lastMove = time.Now()
 	w.mu.Unlock()
 	w.kick()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			w.mu.Lock()
-			w.waiters--
+			if w.followed[id] {
+				w.starting--
+			}
+			delete(w.followed, id)
 			w.mu.Unlock()
 		})
 	}
