@@ -396,7 +396,7 @@ func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
 				return consumer.ReplayHandler(usagepg.Meter{Tables: usagepg.Tables{Tasks: m["usage_tasks"], Records: m["usage_records"]}}.Apply)
 			}},
 		{Name: Webhooks, Topic: TaskTopic, Tables: []string{"webhook_tasks", "webhook_deliveries"}, Scratch: []string{"webhook_schedule"},
-			Where: map[string]string{"webhook_deliveries": "status <> 'circuit_open'"}, Kafka: k, NewHandler: func(m map[string]string) projection.Handler {
+			Where: map[string]string{"webhook_deliveries": "subject = 'task'"}, Kafka: k, NewHandler: func(m map[string]string) projection.Handler {
 				return consumer.ReplayHandler(hookpg.Notifier{Tables: hookpg.Tables{Tasks: m["webhook_tasks"],
 					Deliveries: m["webhook_deliveries"], Schedule: m["webhook_schedule"]}, MaxAge: DefaultBackoff.MaxAge}.Apply)
 			}},
@@ -407,10 +407,10 @@ func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
 // share webhook_deliveries with the task notifications and are compared
 // apart).
 func replayAlerts(k kafka.Config) projection.ReplaySpec {
-	return projection.ReplaySpec{Name: WebhookAlerts, Topic: OrchestrationTopic, Tables: []string{"webhook_deliveries"},
-		Scratch: []string{"webhook_schedule"}, Where: map[string]string{"webhook_deliveries": "status = 'circuit_open'"}, Kafka: k,
+	return projection.ReplaySpec{Name: WebhookAlerts, Topic: OrchestrationTopic, Tables: []string{"webhook_groups", "webhook_deliveries"},
+		Scratch: []string{"webhook_schedule"}, Where: map[string]string{"webhook_deliveries": "subject = 'task_group'"}, Kafka: k,
 		NewHandler: func(m map[string]string) projection.Handler {
-			return consumer.ReplayHandler(hookpg.Alerts{Tables: hookpg.Tables{Deliveries: m["webhook_deliveries"],
+			return consumer.ReplayHandler(hookpg.Alerts{Tables: hookpg.Tables{Groups: m["webhook_groups"], Deliveries: m["webhook_deliveries"],
 				Schedule: m["webhook_schedule"]}, MaxAge: DefaultBackoff.MaxAge}.Apply)
 		}}
 }

@@ -8,10 +8,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -327,6 +330,104 @@ func TestCircuitBreakerAlert(t *testing.T) {
 	}
 	for _, spec := range consumers.ReplaySpecs(e.broker.Config()) {
 		if spec.Name != consumers.WebhookAlerts {
+			continue
+		}
+		rep, err := projection.Replay(context.Background(), e.pool, spec)
+		if err != nil || !rep.Equal() {
+			t.Errorf("replay of %s = %+v, %v", spec.Name, rep, err)
+		}
+	}
+}
+
+// A task group's end is one notification, through the same signed,
+// retried, recorded path: to the group's own endpoint when it was created
+// with one, else to the tenant's default; once per event however often
+// the record is read; a deleted group is forgotten; the replay equals the
+// live rows.
+func TestGroupEndNotification(t *testing.T) {
+	e := newEnv(t)
+	rcv := newReceiver(t)
+	var applied atomic.Int64
+	s := e.start(consumers.Config{Webhooks: consumers.WebhookConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		AfterCommit: func(name string, recs []*kgo.Record) {
+			if name == consumers.WebhookAlerts {
+				applied.Add(int64(len(recs)))
+			}
+		}})
+	set, err := s.hooks().SetWebhookEndpoint(tenantKey("acme"), &webhookv1.SetWebhookEndpointRequest{Url: rcv.URL + "/default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	created := func(group, id, url string) *kgo.Record {
+		return orchestrationRecord(t, group, "acme", id, now, &taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupCreated{
+			TaskGroupCreated: &taskv1.TaskGroupCreated{Name: group, Mode: "parallel", WebhookUrl: url}}})
+	}
+	ev := func(group, id string, x any) *kgo.Record {
+		env := &taskv1.OrchestrationEvent{}
+		switch x := x.(type) {
+		case *taskv1.OrchestrationEvent_TaskGroupCompleted:
+			env.Event = x
+		case *taskv1.OrchestrationEvent_TaskGroupFailed:
+			env.Event = x
+		case *taskv1.OrchestrationEvent_TaskGroupCanceled:
+			env.Event = x
+		case *taskv1.OrchestrationEvent_TaskGroupDeleted:
+			env.Event = x
+		case *taskv1.OrchestrationEvent_TaskGroupStarted:
+			env.Event = x
+		}
+		return orchestrationRecord(t, group, "acme", id, now, env)
+	}
+	recs := []*kgo.Record{
+		created("grp-own", "ev-c1", rcv.URL+"/group"),
+		created("grp-default", "ev-c2", ""),
+		created("grp-cancel", "ev-c3", rcv.URL+"/group"),
+		ev("grp-own", "ev-s1", &taskv1.OrchestrationEvent_TaskGroupStarted{TaskGroupStarted: &taskv1.TaskGroupStarted{}}),
+		ev("grp-own", "ev-done", &taskv1.OrchestrationEvent_TaskGroupCompleted{TaskGroupCompleted: &taskv1.TaskGroupCompleted{}}),
+		ev("grp-default", "ev-fail", &taskv1.OrchestrationEvent_TaskGroupFailed{TaskGroupFailed: &taskv1.TaskGroupFailed{Reason: "a member failed"}}),
+		ev("grp-cancel", "ev-cancel", &taskv1.OrchestrationEvent_TaskGroupCanceled{TaskGroupCanceled: &taskv1.TaskGroupCanceled{Reason: "by user"}}),
+		ev("grp-cancel", "ev-del", &taskv1.OrchestrationEvent_TaskGroupDeleted{TaskGroupDeleted: &taskv1.TaskGroupDeleted{}}),
+	}
+	e.produce(recs)
+	eventually(t, "three group notifications", func() bool { return len(rcv.at("/group"))+len(rcv.at("/default")) == 3 })
+	bodies := map[string]string{}
+	for _, path := range []string{"/group", "/default"} {
+		for _, got := range rcv.at(path) {
+			bodies[got.header.Get("webhook-id")] = path + " " + string(got.body)
+			if err := verify(set.GetSecret(), got.header, got.body, time.Now()); err != nil {
+				t.Errorf("%s signature: %v", got.header.Get("webhook-id"), err)
+			}
+		}
+	}
+	want := map[string]string{
+		"msg_ev-done":   `/group {"task_group_id":"grp-own","status":"completed"}`,
+		"msg_ev-fail":   `/default {"task_group_id":"grp-default","status":"failed"}`,
+		"msg_ev-cancel": `/group {"task_group_id":"grp-cancel","status":"cancelled"}`,
+	}
+	if !maps.Equal(bodies, want) {
+		t.Errorf("notifications = %v, want %v", bodies, want)
+	}
+	e.produce(recs) // read again: no second notification
+	eventually(t, "the records applied twice", func() bool { return applied.Load() >= int64(2*len(recs)) })
+	if n := len(rcv.at("/group")) + len(rcv.at("/default")); n != 3 {
+		t.Errorf("%d notifications after a second read", n)
+	}
+	l, err := s.hooks().ListWebhookDeliveries(tenantKey("acme"), &webhookv1.ListWebhookDeliveriesRequest{TaskId: "grp-own"})
+	if err != nil || len(l.GetDeliveries()) != 1 || l.GetDeliveries()[0].GetStatus() != "completed" ||
+		l.GetDeliveries()[0].GetState() != "delivered" {
+		t.Errorf("grp-own's deliveries = %v, %v", l, err)
+	}
+	var remembered []string
+	rows, err := e.pool.Query(context.Background(), `SELECT group_id FROM webhook_groups ORDER BY group_id`)
+	if err == nil {
+		remembered, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil || !slices.Equal(remembered, []string{"grp-default", "grp-own"}) {
+		t.Errorf("webhook_groups = %v, %v (the deleted group is forgotten)", remembered, err)
+	}
+	for _, spec := range consumers.ReplaySpecs(e.broker.Config()) {
+		if spec.Name != consumers.WebhookAlerts && spec.Name != consumers.Webhooks {
 			continue
 		}
 		rep, err := projection.Replay(context.Background(), e.pool, spec)

@@ -524,11 +524,14 @@ type TaskGroupCreated struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// serial, parallel, dag or repeat.
-	Mode          string                       `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	MaxParallel   int32                        `protobuf:"varint,3,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
-	Members       []*TaskGroupMemberDefinition `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
-	Repeat        *RepeatDefinition            `protobuf:"bytes,5,opt,name=repeat,proto3" json:"repeat,omitempty"`
-	RequestId     string                       `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Mode        string                       `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	MaxParallel int32                        `protobuf:"varint,3,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
+	Members     []*TaskGroupMemberDefinition `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	Repeat      *RepeatDefinition            `protobuf:"bytes,5,opt,name=repeat,proto3" json:"repeat,omitempty"`
+	RequestId   string                       `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The group's own endpoint, notified once when the group ends
+	// (docs/api/webhooks.md); empty: the tenant's default endpoint.
+	WebhookUrl    string `protobuf:"bytes,7,opt,name=webhook_url,json=webhookUrl,proto3" json:"webhook_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -601,6 +604,13 @@ func (x *TaskGroupCreated) GetRepeat() *RepeatDefinition {
 func (x *TaskGroupCreated) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *TaskGroupCreated) GetWebhookUrl() string {
+	if x != nil {
+		return x.WebhookUrl
 	}
 	return ""
 }
@@ -1355,7 +1365,7 @@ const file_taskmesh_task_v1_orchestration_events_proto_rawDesc = "" +
 	"backoffSec\x12:\n" +
 	"\x19circuit_breaker_threshold\x18\x06 \x01(\x05R\x17circuitBreakerThreshold\x12.\n" +
 	"\x04spec\x18\a \x01(\v2\x1a.taskmesh.task.v1.TaskSpecR\x04spec\x12#\n" +
-	"\rcluster_queue\x18\b \x01(\tR\fclusterQueue\"\xff\x01\n" +
+	"\rcluster_queue\x18\b \x01(\tR\fclusterQueue\"\xa0\x02\n" +
 	"\x10TaskGroupCreated\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\tR\x04mode\x12!\n" +
@@ -1363,7 +1373,9 @@ const file_taskmesh_task_v1_orchestration_events_proto_rawDesc = "" +
 	"\amembers\x18\x04 \x03(\v2+.taskmesh.task.v1.TaskGroupMemberDefinitionR\amembers\x12:\n" +
 	"\x06repeat\x18\x05 \x01(\v2\".taskmesh.task.v1.RepeatDefinitionR\x06repeat\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tR\trequestId\"\x12\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\x12\x1f\n" +
+	"\vwebhook_url\x18\a \x01(\tR\n" +
+	"webhookUrl\"\x12\n" +
 	"\x10TaskGroupStarted\"e\n" +
 	"\x0eReleasedMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +

@@ -236,6 +236,10 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 // MaxWebhookURL bounds a webhook URL.
 const MaxWebhookURL = 2048
 
+// CheckWebhook is checkWebhook for the other aggregates that take a
+// webhook (a task group's own, docs/api/webhooks.md).
+func CheckWebhook(raw string) error { return checkWebhook(raw) }
+
 // checkWebhook accepts "" or an absolute http(s) URL with a host and no
 // credentials. Whether the host is one Taskmesh may call is decided when a
 // notification is sent (the address it resolves to then).

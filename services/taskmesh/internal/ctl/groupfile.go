@@ -24,15 +24,16 @@ import (
 //
 // A member of tasks is a task mapping (taskfile.go) with, besides, id and
 // depends_on (dag), template_id and variables; group also takes name,
-// max_parallel, start and request_id, repeat takes its policy's fields,
-// template (a task mapping), template_id, variables, name, start and
-// request_id.
+// max_parallel, start, request_id and webhook, repeat takes its policy's
+// fields, template (a task mapping), template_id, variables, name, start,
+// request_id and webhook. A group's webhook notifies the group's end and
+// every member without one of its own (docs/api/webhooks.md).
 
 // groupKeys and repeatKeys are the keys of the two forms.
 var (
-	groupKeys  = []string{"name", "mode", "tasks", "max_parallel", "start", "request_id"}
+	groupKeys  = []string{"name", "mode", "tasks", "max_parallel", "start", "request_id", "webhook"}
 	repeatKeys = []string{"count", "parallel", "interval_sec", "max_failures", "backoff_sec", "circuit_breaker_threshold",
-		"template", "template_id", "variables", "name", "start", "request_id"}
+		"template", "template_id", "variables", "name", "start", "request_id", "webhook"}
 )
 
 // FileGroup is one group read from a file.
@@ -109,6 +110,8 @@ func (p *fileParser) common(kv pair, path string, r *taskv1.CreateTaskGroupReque
 		r.Name, err = p.str(kv.v, f)
 	case "request_id":
 		r.RequestId, err = p.str(kv.v, f)
+	case "webhook":
+		r.Webhook, err = p.webhook(kv.v, f)
 	case "start":
 		if isNull(kv.v) {
 			return true, nil
@@ -219,6 +222,7 @@ func memberFromSpec(m *taskv1.TaskGroupTask, id string, s *taskv1.TaskSpec) erro
 	m.Id, m.Name, m.Type, m.Command, m.Args, m.Workdir, m.Env = id, s.GetName(), s.GetType(), s.GetCommand(), s.GetArgs(), s.GetWorkdir(), s.GetEnv()
 	m.Timeout, m.Priority, m.RetryDelay, m.MaxRetries = s.Timeout, s.Priority, s.RetryDelay, s.MaxRetries
 	m.MachineId, m.ParentId, m.DependsOn, m.Distribution, m.Queue = s.GetMachineId(), s.GetParentId(), s.GetDependsOn(), s.GetDistribution(), s.GetQueue()
+	m.Webhook = s.GetWebhook()
 	m.LeaseTtlSec, m.RenewIntervalSec, m.HeartbeatIntervalSec, m.GracePeriodSec = s.LeaseTtlSec, s.RenewIntervalSec, s.HeartbeatIntervalSec, s.GracePeriodSec
 	return nil
 }

@@ -107,6 +107,35 @@ func TestParseGroupFileForms(t *testing.T) {
 	}
 }
 
+// webhook: is read on a group, on each member and on a repeat (and its
+// template, a task mapping).
+func TestParseGroupFileWebhooks(t *testing.T) {
+	src := "group:\n  mode: parallel\n  webhook: {url: https://example.com/group}\n  tasks:\n" +
+		"    - {name: a, command: b}\n" +
+		"    - name: c\n      command: d\n      webhook:\n        url: https://example.com/member\n" +
+		"---\nrepeat:\n  count: 3\n  webhook: {url: https://example.com/repeat}\n" +
+		"  template: {name: r, command: x, webhook: {url: https://example.com/run}}\n"
+	gs, err := ParseGroupFile("w.yaml", []byte(src))
+	if err != nil || len(gs) != 2 {
+		t.Fatalf("%d groups, %v", len(gs), err)
+	}
+	g, rp := gs[0].Request, gs[1].Request
+	if g.GetWebhook().GetUrl() != "https://example.com/group" {
+		t.Fatalf("group webhook = %v", g.GetWebhook())
+	}
+	if g.GetTasks()[0].GetWebhook() != nil || g.GetTasks()[1].GetWebhook().GetUrl() != "https://example.com/member" {
+		t.Fatalf("members = %v", g.GetTasks())
+	}
+	if rp.GetWebhook().GetUrl() != "https://example.com/repeat" || rp.GetRepeat().GetTemplate().GetWebhook().GetUrl() != "https://example.com/run" {
+		t.Fatalf("repeat = %v", rp)
+	}
+	// webhook: null is no webhook.
+	gs, err = ParseGroupFile("n.yaml", []byte("group:\n  webhook: null\n  tasks: [{name: a, command: b, webhook: ~}]\n"))
+	if err != nil || gs[0].Request.GetWebhook() != nil || gs[0].Request.GetTasks()[0].GetWebhook() != nil {
+		t.Fatalf("null webhook: %v %v", gs, err)
+	}
+}
+
 func TestParseGroupFileErrors(t *testing.T) {
 	tests := []struct{ name, src, want string }{
 		{"unknown key", "group:\n  mode: dag\n  taks: []\n", `g.yaml:3: unknown key "taks" in group (did you mean "tasks"?)`},
@@ -119,6 +148,14 @@ func TestParseGroupFileErrors(t *testing.T) {
 		{"repeat without task", "repeat:\n  count: 3\n", "neither a template"},
 		{"targets in a member", "group:\n  tasks:\n    - name: a\n      command: b\n      targets: {machine_ids: [m1]}\n", "g.yaml:3: group.tasks[0]: targets"},
 		{"start not a bool", "group:\n  start: no way\n  tasks: [{name: a, command: b}]\n", "g.yaml:2: group.start: want true or false"},
+		{"webhook a bare url", "group:\n  webhook: https://x/\n  tasks: [{name: a, command: b}]\n", "g.yaml:2: group.webhook: want {url: …}"},
+		{"webhook without url", "group:\n  webhook: {}\n  tasks: [{name: a, command: b}]\n", "g.yaml:2: group.webhook: url is missing"},
+		{"webhook unknown key", "group:\n  webhook: {uri: https://x/}\n  tasks: [{name: a, command: b}]\n", `g.yaml:2: unknown key "uri" in group.webhook (did you mean "url"?)`},
+		{"webhook url not a string", "group:\n  webhook: {url: [a]}\n  tasks: [{name: a, command: b}]\n", "g.yaml:2: group.webhook.url"},
+		{"member webhook a list", "group:\n  tasks:\n    - name: a\n      command: b\n      webhook: [https://x/]\n", "g.yaml:5: group.tasks[0].webhook: want {url: …}"},
+		{"member webhook without url", "group:\n  tasks:\n    - name: a\n      command: b\n      webhook: {url: \"\"}\n", "g.yaml:5: group.tasks[0].webhook: url is missing"},
+		{"repeat webhook unknown key", "repeat:\n  count: 2\n  webhook: {ur: https://x/}\n  template: {name: a, command: b}\n", `g.yaml:3: unknown key "ur" in repeat.webhook (did you mean "url"?)`},
+		{"repeat webhook a number", "repeat:\n  count: 2\n  webhook: 3\n  template: {name: a, command: b}\n", "g.yaml:3: repeat.webhook: want {url: …}"},
 	}
 	for _, tt := range tests {
 		_, err := ParseGroupFile("g.yaml", []byte(tt.src))
@@ -277,6 +314,9 @@ func TestDocsGroupFileExample(t *testing.T) {
 	if dag.GetMode() != "dag" || len(tasks) != 4 || tasks[2].GetTemplateId() != "process-shard" ||
 		tasks[2].GetVariables()["shard"].GetNumberValue() != 2 || !slices.Equal(tasks[3].GetDependsOn(), []string{"process1", "process2"}) {
 		t.Fatalf("dag = %v", dag)
+	}
+	if dag.GetWebhook().GetUrl() != "https://example.com/hooks/nightly" || tasks[3].GetWebhook().GetUrl() != "https://example.com/hooks/merge" {
+		t.Fatalf("webhooks = %v, %v", dag.GetWebhook(), tasks[3].GetWebhook())
 	}
 	if repeat.GetRepeat().GetCount() != 100 || repeat.GetRepeat().GetTemplate().GetCommand() != "bash" {
 		t.Fatalf("repeat = %v", repeat)

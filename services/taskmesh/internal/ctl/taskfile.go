@@ -337,7 +337,15 @@ func (p *fileParser) taskPairs(n *yaml.Node, pairs []pair, path, defaultMachine 
 }
 
 // webhook reads the document's `webhook: {url: …}` block (§8.3).
+// A bare URL, an empty mapping or a mapping without url is refused here
+// with the file's line rather than sent as a webhook without a target.
 func (p *fileParser) webhook(n *yaml.Node, path string) (*taskv1.Webhook, error) {
+	if isNull(n) {
+		return nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, p.errorf(n, "%s: want {url: …}, got %s", path, describe(n))
+	}
 	pairs, err := p.pairs(n, path)
 	if err != nil {
 		return nil, err
@@ -350,6 +358,9 @@ func (p *fileParser) webhook(n *yaml.Node, path string) (*taskv1.Webhook, error)
 		if w.Url, err = p.str(kv.v, join(path, kv.key)); err != nil {
 			return nil, err
 		}
+	}
+	if w.Url == "" {
+		return nil, p.errorf(n, "%s: url is missing", path)
 	}
 	return w, nil
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -153,6 +154,40 @@ func TestConsumersThroughTheGateway(t *testing.T) {
 	}
 	if code, _, _ := w.call("GET", "/api/v1/admin/dead-letters", key, nil); code != 403 {
 		t.Errorf("an API key listing dead letters = %d", code)
+	}
+
+	// A group's webhook: each member notifies it as a task, then the group
+	// once as a group, signed alike.
+	grp := w.createGroup(key, map[string]any{"mode": "parallel", "webhook": map[string]any{"url": rcv.URL + "/group"},
+		"tasks": []map[string]any{{"name": "member", "type": "shell", "command": "echo", "args": []string{"m"}}}})
+	waitFor(t, 30*time.Second, "the group's two notifications", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, h := range got {
+			if h.path == "/group" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	mu.Lock()
+	var groupBodies []string
+	for _, h := range got {
+		if h.path == "/group" {
+			groupBodies = append(groupBodies, h.body)
+			if !signedBy(h, secret) {
+				t.Errorf("/group %s: not signed by the tenant's secret", h.body)
+			}
+		}
+	}
+	mu.Unlock()
+	if want := `{"task_group_id":"` + grp + `","status":"completed"}`; !slices.Contains(groupBodies, want) ||
+		!strings.Contains(strings.Join(groupBodies, " "), `"status":"completed"}`) || len(groupBodies) != 2 {
+		t.Errorf("the group's notifications = %v, want %s and its member's", groupBodies, want)
+	}
+	if g := w.group(key, grp); g["status"] != "completed" {
+		t.Errorf("group = %v", g)
 	}
 
 	ctlRun := func(args ...string) string {

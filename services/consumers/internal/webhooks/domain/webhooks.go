@@ -37,8 +37,12 @@ const (
 	Ignored EventKind = iota
 	// Spec sets the task's own endpoint (URL, "" = the tenant's default).
 	Spec
-	// Final ends the task in Status.
+	// Final ends the task (or the group) in Status.
 	Final
+	// Alert is a group's circuit-breaker alert.
+	Alert
+	// Gone: the group is deleted; its endpoint is forgotten.
+	Gone
 )
 
 // Event is one task event as notifications read it.
@@ -57,11 +61,20 @@ type Task struct {
 	Version               int64
 }
 
+// What a delivery notifies (Delivery.Subject).
+const (
+	SubjectTask  = "task"
+	SubjectGroup = "task_group"
+)
+
 // Delivery is one notification to send.
 type Delivery struct {
 	// ID is also the webhook-id header, the same for every attempt.
-	ID, EventID, TenantID, TaskID string
-	Status                        string
+	ID, EventID, TenantID string
+	// TaskID is the task's id, or the group's when Subject is SubjectGroup.
+	TaskID  string
+	Subject string
+	Status  string
 	// URL is the task's own endpoint; "" means the tenant's default.
 	URL       string
 	Body      string
@@ -95,8 +108,25 @@ func GroupAlertBody(groupID, status string) string {
 // the tenant's default endpoint (a group has no endpoint of its own). Its
 // TaskID is the group's id.
 func CircuitOpened(eventID, tenantID, groupID string, at time.Time) Delivery {
-	return Delivery{ID: DeliveryID(eventID), EventID: eventID, TenantID: tenantID, TaskID: groupID, Status: StatusCircuitOpen,
-		Body: GroupAlertBody(groupID, StatusCircuitOpen), CreatedAt: at.UTC()}
+	return Delivery{ID: DeliveryID(eventID), EventID: eventID, TenantID: tenantID, TaskID: groupID, Subject: SubjectGroup,
+		Status: StatusCircuitOpen, Body: GroupAlertBody(groupID, StatusCircuitOpen), CreatedAt: at.UTC()}
+}
+
+// GroupEvent is one orchestration event as group notifications read it.
+type GroupEvent struct {
+	EventID, GroupID, TenantID string
+	At                         time.Time
+	Kind                       EventKind
+	URL                        string // Spec: the group's own endpoint
+	Status                     string // Final: completed, failed or cancelled
+}
+
+// GroupEnded is the one delivery of a group's end, to the group's own
+// endpoint (url) or, without one, the tenant's default. Its TaskID is the
+// group's id.
+func GroupEnded(e GroupEvent, url string) Delivery {
+	return Delivery{ID: DeliveryID(e.EventID), EventID: e.EventID, TenantID: e.TenantID, TaskID: e.GroupID, Subject: SubjectGroup,
+		Status: e.Status, URL: url, Body: GroupAlertBody(e.GroupID, e.Status), CreatedAt: e.At.UTC()}
 }
 
 // Fold applies e to t (zero for a new task): a spec event sets the task's
@@ -114,7 +144,7 @@ func Fold(t Task, e Event) (next Task, d *Delivery, applied bool) {
 	case Spec:
 		t.URL = e.URL
 	case Final:
-		d = &Delivery{ID: DeliveryID(e.EventID), EventID: e.EventID, TenantID: t.TenantID, TaskID: t.TaskID, Status: e.Status,
+		d = &Delivery{ID: DeliveryID(e.EventID), EventID: e.EventID, TenantID: t.TenantID, TaskID: t.TaskID, Subject: SubjectTask, Status: e.Status,
 			URL: t.URL, Body: Body(t.TaskID, e.Status), CreatedAt: e.At.UTC()}
 	}
 	return t, d, true

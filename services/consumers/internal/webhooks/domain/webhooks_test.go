@@ -22,8 +22,8 @@ func TestFoldMakesOneDeliveryPerFinalEvent(t *testing.T) {
 			got = append(got, d)
 		}
 	}
-	want := Delivery{ID: "msg_e3", EventID: "e3", TenantID: "acme", TaskID: "task-1", Status: StatusCompleted,
-		URL: "https://hooks.example.com/a", Body: `{"task_id":"task-1","status":"completed"}`, CreatedAt: t0}
+	want := Delivery{ID: "msg_e3", EventID: "e3", TenantID: "acme", TaskID: "task-1", Subject: SubjectTask,
+		Status: StatusCompleted, URL: "https://hooks.example.com/a", Body: `{"task_id":"task-1","status":"completed"}`, CreatedAt: t0}
 	if len(got) != 1 || *got[0] != want {
 		t.Fatalf("deliveries = %+v", got)
 	}
@@ -34,6 +34,23 @@ func TestFoldMakesOneDeliveryPerFinalEvent(t *testing.T) {
 	_, d, _ := Fold(Task{}, Event{EventID: "x", TaskID: "t2", TenantID: "acme", Version: 4, Kind: Final, Status: StatusCancelled})
 	if d == nil || d.URL != "" || d.Body != `{"task_id":"t2","status":"cancelled"}` {
 		t.Errorf("default endpoint delivery = %+v", d)
+	}
+}
+
+// A group's end is one delivery with the documented group body, to the
+// group's endpoint or ("" ) the tenant's default.
+func TestGroupEnded(t *testing.T) {
+	e := GroupEvent{EventID: "e9", GroupID: "grp-1", TenantID: "acme", At: t0.Add(time.Hour), Kind: Final, Status: StatusFailed}
+	want := Delivery{ID: "msg_e9", EventID: "e9", TenantID: "acme", TaskID: "grp-1", Subject: SubjectGroup, Status: StatusFailed,
+		URL: "https://hooks.example.com/g", Body: `{"task_group_id":"grp-1","status":"failed"}`, CreatedAt: t0.Add(time.Hour)}
+	if got := GroupEnded(e, "https://hooks.example.com/g"); got != want {
+		t.Fatalf("GroupEnded = %+v, want %+v", got, want)
+	}
+	if got := GroupEnded(e, ""); got.URL != "" || got.Body != want.Body {
+		t.Errorf("default endpoint = %+v", got)
+	}
+	if got := CircuitOpened("e10", "acme", "grp-1", t0); got.Subject != SubjectGroup || got.Status != StatusCircuitOpen {
+		t.Errorf("CircuitOpened = %+v", got)
 	}
 }
 

@@ -153,7 +153,8 @@ func orchestrationCase(env *taskv1.OrchestrationEvent) string {
 
 func createdToProto(e orch.Created) *taskv1.TaskGroupCreated {
 	d := e.Def
-	p := &taskv1.TaskGroupCreated{Name: d.Name, Mode: string(d.Mode), MaxParallel: int32(d.MaxParallel), RequestId: e.RequestID}
+	p := &taskv1.TaskGroupCreated{Name: d.Name, Mode: string(d.Mode), MaxParallel: int32(d.MaxParallel), RequestId: e.RequestID,
+		WebhookUrl: d.Webhook}
 	for _, m := range d.Members {
 		p.Members = append(p.Members, &taskv1.TaskGroupMemberDefinition{Id: m.Key, Spec: specToProto(m.Spec),
 			DependsOn: m.DependsOn, ClusterQueue: m.ClusterQueue})
@@ -168,7 +169,8 @@ func createdToProto(e orch.Created) *taskv1.TaskGroupCreated {
 
 func createdFromProto(env *taskv1.OrchestrationEvent, p *taskv1.TaskGroupCreated) orch.Created {
 	c := orch.Created{ID: env.GetAggregateId(), TenantID: env.GetTenantId(), CreatedBy: env.GetActor(), RequestID: p.GetRequestId(),
-		Def: orch.Definition{Name: p.GetName(), Mode: orch.Mode(p.GetMode()), MaxParallel: int(p.GetMaxParallel())}}
+		Def: orch.Definition{Name: p.GetName(), Mode: orch.Mode(p.GetMode()), MaxParallel: int(p.GetMaxParallel()),
+			Webhook: p.GetWebhookUrl()}}
 	for _, m := range p.GetMembers() {
 		c.Def.Members = append(c.Def.Members, orch.MemberDef{Key: m.GetId(), Spec: specFromProto(m.GetSpec()),
 			DependsOn: m.GetDependsOn(), ClusterQueue: m.GetClusterQueue()})

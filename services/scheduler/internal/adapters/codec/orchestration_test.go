@@ -18,7 +18,7 @@ func TestEveryOrchestrationEventRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dag := orch.Definition{Name: "g", Mode: orch.ModeDAG, Members: []orch.MemberDef{
+	dag := orch.Definition{Name: "g", Mode: orch.ModeDAG, Webhook: "https://hooks.example.com/g", Members: []orch.MemberDef{
 		{Key: "download", Spec: spec}, {Key: "merge", Spec: spec, DependsOn: []string{"download"}, ClusterQueue: "cq"}}}
 	repeat := orch.Definition{Name: "r", Mode: orch.ModeRepeat, Repeat: &orch.RepeatDef{Count: 20, Parallel: 5, IntervalSec: 1,
 		MaxFailures: 3, BackoffSec: 30, Threshold: 3, Spec: spec, ClusterQueue: "cq"}}

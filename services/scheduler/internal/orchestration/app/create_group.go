@@ -23,6 +23,8 @@ type GroupRequest struct {
 	Start bool
 	// RequestID, when set, makes the create idempotent per tenant.
 	RequestID string
+	// Webhook is the group's own endpoint, notified when it ends.
+	Webhook string
 }
 
 // MemberRequest is one member as submitted: a task, or a template of the
@@ -49,7 +51,7 @@ func (a *App) CreateGroup(ctx context.Context, c sched.Caller, r GroupRequest) (
 	if err := tenantOnly(c); err != nil {
 		return orch.State{}, err
 	}
-	in := orch.Input{Name: r.Name, Mode: r.Mode, MaxParallel: r.MaxParallel}
+	in := orch.Input{Name: r.Name, Mode: r.Mode, MaxParallel: r.MaxParallel, Webhook: r.Webhook}
 	for i, m := range r.Tasks {
 		spec, err := a.withTemplate(ctx, c, fmt.Sprintf("tasks[%d]", i), m.TemplateID, m.Variables, m.Spec)
 		if err != nil {

@@ -31,6 +31,9 @@ type Input struct {
 	Tasks       []MemberInput
 	MaxParallel int
 	Repeat      *RepeatInput
+	// Webhook is the group's own endpoint, notified once when the group
+	// ends (docs/api/webhooks.md); "" is the tenant's default.
+	Webhook string
 }
 
 // MemberInput is one member as submitted. Spec.DependsOn holds member ids,
@@ -55,6 +58,8 @@ type Definition struct {
 	MaxParallel int
 	Members     []MemberDef
 	Repeat      *RepeatDef
+	// Webhook is the group's endpoint ("" the tenant's default).
+	Webhook string
 }
 
 // MemberDef is one valid member.
@@ -91,6 +96,16 @@ func within(prefix string, err error) error {
 // (duplicates, unknown or self dependencies, the path of a cycle); the
 // checks are linear in the number of members and dependencies.
 func Normalize(in Input) (Definition, error) {
+	hook := strings.TrimSpace(in.Webhook)
+	if err := task.CheckWebhook(hook); err != nil {
+		return Definition{}, err
+	}
+	def, err := normalize(in)
+	def.Webhook = hook
+	return def, err
+}
+
+func normalize(in Input) (Definition, error) {
 	mode := Mode(in.Mode)
 	switch {
 	case in.Repeat != nil && (mode == "" || mode == ModeRepeat):

@@ -49,6 +49,9 @@ func TestNormalizeRefusesBadGroups(t *testing.T) {
 		{"repeat parallel 0", Input{Repeat: &RepeatInput{Count: 3, Parallel: ptr(0), Spec: task.SpecInput{Name: "r", Command: "c"}}}, "repeat.parallel", "1 to"},
 		{"repeat negative backoff", Input{Repeat: &RepeatInput{Count: 3, BackoffSec: ptr(-1), Spec: task.SpecInput{Name: "r", Command: "c"}}}, "repeat.backoff_sec", "0 to"},
 		{"repeat template invalid", Input{Repeat: &RepeatInput{Count: 3, Spec: task.SpecInput{Name: "r"}}}, "repeat.template.command", "required"},
+		{"group webhook not http", Input{Webhook: "ftp://x/", Tasks: []MemberInput{member("a")}}, "webhook.url", "http or https"},
+		{"group webhook with credentials", Input{Webhook: "https://u:p@x/", Repeat: &RepeatInput{Count: 2, Spec: task.SpecInput{Name: "r", Command: "c"}}},
+			"webhook.url", "credentials"},
 		{"repeat template depends", Input{Repeat: &RepeatInput{Count: 3, Spec: task.SpecInput{Name: "r", Command: "c", DependsOn: []string{"x"}}}}, "repeat.template.depends_on", "depend on nothing"},
 	}
 	for _, tt := range tests {
@@ -83,6 +86,14 @@ func TestNormalizeFillsDefaults(t *testing.T) {
 	}
 	if r := rep.Repeat; rep.Mode != ModeRepeat || rep.Name != "stress" || r.Parallel != 1 || r.IntervalSec != 0 || r.Threshold != 0 || r.Spec.MaxRetries != 0 {
 		t.Fatalf("repeat = %+v %+v", rep, rep.Repeat)
+	}
+	// The group's own webhook is kept, trimmed, for both forms.
+	if g, err := Normalize(Input{Webhook: " https://hooks.example.com/g ", Tasks: []MemberInput{member("a")}}); err != nil || g.Webhook != "https://hooks.example.com/g" {
+		t.Fatalf("group webhook = %q, %v", g.Webhook, err)
+	}
+	if r, err := Normalize(Input{Webhook: "https://hooks.example.com/r", Repeat: &RepeatInput{Count: 2, Spec: task.SpecInput{Name: "r", Command: "c"}}}); err != nil ||
+		r.Webhook != "https://hooks.example.com/r" {
+		t.Fatalf("repeat webhook = %q, %v", r.Webhook, err)
 	}
 	// dag: repeated dependencies count once.
 	dag, err := Normalize(Input{Mode: "dag", Tasks: []MemberInput{member("a"), member("b", "a", "a")}})

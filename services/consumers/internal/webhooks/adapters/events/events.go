@@ -1,6 +1,6 @@
 // Package events turns task events into what notifications read
-// (domain.Event), and orchestration events into the alerts they raise:
-// the convert steps of the webhook consumers. A task
+// (domain.Event), and orchestration events into what group notifications
+// read (domain.GroupEvent): the convert steps of the webhook consumers. A task
 // notifies when it completes, fails for good (a failure a retry follows is
 // not the end) or is cancelled. Every task event has a case; the
 // lifecycle coverage test fails for a new one until it has.
@@ -15,25 +15,39 @@ import (
 	"github.com/taskmesh/taskmesh/services/consumers/internal/webhooks/domain"
 )
 
-// ConvertOrchestration reads one orchestration event: a repeat's breaker
-// opening is an alert (a delivery); no other group or template event
-// notifies. An event without a case is ErrNoCase.
-func ConvertOrchestration(ev *taskv1.OrchestrationEvent) (*domain.Delivery, error) {
-	switch ev.GetEvent().(type) {
+// ConvertOrchestration reads one orchestration event for group
+// notifications: a group's creation sets its own endpoint (Spec), its
+// completion, failure or cancellation ends it (Final, one notification),
+// a repeat's breaker opening is an alert, its deletion forgets it (Gone);
+// no other group or template event notifies (the members notify as
+// tasks). An event without a case is ErrNoCase.
+func ConvertOrchestration(ev *taskv1.OrchestrationEvent) (domain.GroupEvent, error) {
+	e := domain.GroupEvent{EventID: pg.CleanText(ev.GetEventId()), GroupID: pg.CleanText(ev.GetAggregateId()),
+		TenantID: pg.CleanText(ev.GetTenantId()), At: ev.GetOccurredAt().AsTime().UTC()}
+	final := func(status string) { e.Kind, e.Status = domain.Final, status }
+	switch x := ev.GetEvent().(type) {
+	case *taskv1.OrchestrationEvent_TaskGroupCreated:
+		e.Kind, e.URL = domain.Spec, pg.CleanText(x.TaskGroupCreated.GetWebhookUrl())
+	case *taskv1.OrchestrationEvent_TaskGroupCompleted:
+		final(domain.StatusCompleted)
+	case *taskv1.OrchestrationEvent_TaskGroupFailed:
+		final(domain.StatusFailed)
+	case *taskv1.OrchestrationEvent_TaskGroupCanceled:
+		final(domain.StatusCancelled)
 	case *taskv1.OrchestrationEvent_TaskGroupCircuitOpened:
-		d := domain.CircuitOpened(pg.CleanText(ev.GetEventId()), pg.CleanText(ev.GetTenantId()), pg.CleanText(ev.GetAggregateId()),
-			ev.GetOccurredAt().AsTime())
-		return &d, nil
-	case *taskv1.OrchestrationEvent_TaskGroupCreated, *taskv1.OrchestrationEvent_TaskGroupStarted,
-		*taskv1.OrchestrationEvent_TaskGroupMembersReleased, *taskv1.OrchestrationEvent_TaskGroupMembersChanged,
-		*taskv1.OrchestrationEvent_TaskGroupCompleted, *taskv1.OrchestrationEvent_TaskGroupFailed,
-		*taskv1.OrchestrationEvent_TaskGroupCanceled, *taskv1.OrchestrationEvent_TaskGroupDeleted,
-		*taskv1.OrchestrationEvent_TaskGroupRepeatReset, *taskv1.OrchestrationEvent_TemplateCreated,
-		*taskv1.OrchestrationEvent_TemplateUpdated, *taskv1.OrchestrationEvent_TemplateDeleted:
-		// The members notify as tasks; templates never do.
-		return nil, nil
+		e.Kind = domain.Alert
+	case *taskv1.OrchestrationEvent_TaskGroupDeleted:
+		e.Kind = domain.Gone
+	case *taskv1.OrchestrationEvent_TaskGroupStarted, *taskv1.OrchestrationEvent_TaskGroupMembersReleased,
+		*taskv1.OrchestrationEvent_TaskGroupMembersChanged, *taskv1.OrchestrationEvent_TaskGroupRepeatReset,
+		*taskv1.OrchestrationEvent_TemplateCreated, *taskv1.OrchestrationEvent_TemplateUpdated,
+		*taskv1.OrchestrationEvent_TemplateDeleted:
+		// The group goes on (its members notify as tasks); templates never
+		// notify.
+	default:
+		return e, fmt.Errorf("%w: orchestration event %s v%d", ErrNoCase, ev.GetAggregateId(), ev.GetVersion())
 	}
-	return nil, fmt.Errorf("%w: orchestration event %s v%d", ErrNoCase, ev.GetAggregateId(), ev.GetVersion())
+	return e, nil
 }
 
 // ErrNoCase is returned for an event without a case.

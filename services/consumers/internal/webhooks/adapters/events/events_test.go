@@ -49,17 +49,55 @@ func TestLifecycleCoverage(t *testing.T) {
 
 func TestConvertOrchestration(t *testing.T) {
 	at := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	d, err := ConvertOrchestration(&taskv1.OrchestrationEvent{EventId: "ev-1", AggregateId: "g-1", TenantId: "acme",
-		OccurredAt: timestamppb.New(at), Event: &taskv1.OrchestrationEvent_TaskGroupCircuitOpened{
-			TaskGroupCircuitOpened: &taskv1.TaskGroupCircuitOpened{ConsecutiveFailures: 3}}})
-	want := domain.Delivery{ID: "msg_ev-1", EventID: "ev-1", TenantID: "acme", TaskID: "g-1", Status: "circuit_open",
-		Body: `{"task_group_id":"g-1","status":"circuit_open"}`, CreatedAt: at}
-	if err != nil || d == nil || *d != want {
-		t.Errorf("circuit opened = %+v, %v; want %+v", d, err, want)
+	env := func(e any) *taskv1.OrchestrationEvent {
+		ev := &taskv1.OrchestrationEvent{EventId: "ev-1", AggregateId: "g-1", TenantId: "acme", OccurredAt: timestamppb.New(at)}
+		switch x := e.(type) {
+		case *taskv1.OrchestrationEvent_TaskGroupCircuitOpened:
+			ev.Event = x
+		case *taskv1.OrchestrationEvent_TaskGroupCreated:
+			ev.Event = x
+		case *taskv1.OrchestrationEvent_TaskGroupCompleted:
+			ev.Event = x
+		case *taskv1.OrchestrationEvent_TaskGroupFailed:
+			ev.Event = x
+		case *taskv1.OrchestrationEvent_TaskGroupCanceled:
+			ev.Event = x
+		case *taskv1.OrchestrationEvent_TaskGroupDeleted:
+			ev.Event = x
+		case *taskv1.OrchestrationEvent_TaskGroupMembersChanged:
+			ev.Event = x
+		}
+		return ev
 	}
-	if d, err := ConvertOrchestration(&taskv1.OrchestrationEvent{Event: &taskv1.OrchestrationEvent_TaskGroupCompleted{
-		TaskGroupCompleted: &taskv1.TaskGroupCompleted{}}}); d != nil || err != nil {
-		t.Errorf("a completed group alerts: %+v, %v", d, err)
+	base := domain.GroupEvent{EventID: "ev-1", GroupID: "g-1", TenantID: "acme", At: at}
+	with := func(k domain.EventKind, url, status string) domain.GroupEvent {
+		e := base
+		e.Kind, e.URL, e.Status = k, url, status
+		return e
+	}
+	for name, tt := range map[string]struct {
+		in   *taskv1.OrchestrationEvent
+		want domain.GroupEvent
+	}{
+		"created": {env(&taskv1.OrchestrationEvent_TaskGroupCreated{TaskGroupCreated: &taskv1.TaskGroupCreated{
+			WebhookUrl: "https://example.com/g"}}), with(domain.Spec, "https://example.com/g", "")},
+		"completed": {env(&taskv1.OrchestrationEvent_TaskGroupCompleted{TaskGroupCompleted: &taskv1.TaskGroupCompleted{}}),
+			with(domain.Final, "", "completed")},
+		"failed": {env(&taskv1.OrchestrationEvent_TaskGroupFailed{TaskGroupFailed: &taskv1.TaskGroupFailed{Reason: "x"}}),
+			with(domain.Final, "", "failed")},
+		"canceled": {env(&taskv1.OrchestrationEvent_TaskGroupCanceled{TaskGroupCanceled: &taskv1.TaskGroupCanceled{}}),
+			with(domain.Final, "", "cancelled")},
+		"circuit opened": {env(&taskv1.OrchestrationEvent_TaskGroupCircuitOpened{TaskGroupCircuitOpened: &taskv1.TaskGroupCircuitOpened{
+			ConsecutiveFailures: 3}}), with(domain.Alert, "", "")},
+		"deleted": {env(&taskv1.OrchestrationEvent_TaskGroupDeleted{TaskGroupDeleted: &taskv1.TaskGroupDeleted{}}),
+			with(domain.Gone, "", "")},
+		"members changed": {env(&taskv1.OrchestrationEvent_TaskGroupMembersChanged{
+			TaskGroupMembersChanged: &taskv1.TaskGroupMembersChanged{}}), with(domain.Ignored, "", "")},
+	} {
+		got, err := ConvertOrchestration(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("%s = %+v, %v; want %+v", name, got, err, tt.want)
+		}
 	}
 	if _, err := ConvertOrchestration(&taskv1.OrchestrationEvent{EventId: "ev-x"}); !errors.Is(err, ErrNoCase) {
 		t.Errorf("an envelope without an event: %v", err)

@@ -26,10 +26,10 @@ import (
 // Tables names the tables the consumer writes: the live ones or a
 // replay's. Tasks and Deliveries are derived from the events alone;
 // Schedule is the dispatcher's and replays write a scratch copy of it.
-type Tables struct{ Tasks, Deliveries, Schedule string }
+type Tables struct{ Tasks, Groups, Deliveries, Schedule string }
 
 // LiveTables are the live tables.
-var LiveTables = Tables{Tasks: "webhook_tasks", Deliveries: "webhook_deliveries", Schedule: "webhook_schedule"}
+var LiveTables = Tables{Tasks: "webhook_tasks", Groups: "webhook_groups", Deliveries: "webhook_deliveries", Schedule: "webhook_schedule"}
 
 // Notifier is the webhook consumer's Apply.
 type Notifier struct {
@@ -119,32 +119,84 @@ func storeTasks(ctx context.Context, tx pgx.Tx, table string, state map[string]d
 	return nil
 }
 
-// Alerts is the group-alert consumer's Apply on the orchestration topic:
-// a repeat's breaker opening makes a delivery to the tenant's default
-// endpoint, keyed by the event id, so a record seen again changes
+// Alerts is the group consumer's Apply on the orchestration topic: a
+// group's creation keeps its own endpoint (webhook_groups), its end makes
+// one delivery ({"task_group_id":"…","status":"…"}) to that endpoint or
+// the tenant's default, a repeat's breaker opening an alert to the
+// tenant's default. Deliveries are keyed by the event id and the endpoint
+// is written from the creation alone, so a record seen again changes
 // nothing. It shares the deliveries and their schedule with Notifier.
 type Alerts struct {
 	Tables Tables
 	MaxAge time.Duration
 }
 
-// Apply implements consumer.Apply.
+// Apply implements consumer.Apply. The batch is folded in order: a group
+// created and ended in one batch is notified at the endpoint it was
+// created with.
 func (a Alerts) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
-	var made []domain.Delivery
+	evs := make([]domain.GroupEvent, 0, len(recs))
+	var ended []string
 	for _, rec := range recs {
 		var env taskv1.OrchestrationEvent
 		if err := proto.Unmarshal(rec.Value, &env); err != nil {
 			return fmt.Errorf("webhooks: decode %d/%d: %w", rec.Partition, rec.Offset, err)
 		}
-		d, err := events.ConvertOrchestration(&env)
+		e, err := events.ConvertOrchestration(&env)
 		if err != nil {
 			return err
 		}
-		if d != nil {
-			made = append(made, *d)
+		if e.Kind == domain.Final {
+			ended = append(ended, e.GroupID)
+		}
+		evs = append(evs, e)
+	}
+	groups := pgx.Identifier{a.Tables.Groups}.Sanitize()
+	urls, err := loadGroups(ctx, tx, groups, ended)
+	if err != nil {
+		return err
+	}
+	var made []domain.Delivery
+	for _, e := range evs {
+		switch e.Kind {
+		case domain.Spec:
+			urls[e.GroupID] = e.URL
+			if _, err := tx.Exec(ctx, `INSERT INTO `+groups+` (group_id, tenant_id, url) VALUES ($1, $2, $3)
+				ON CONFLICT (group_id) DO NOTHING`, e.GroupID, e.TenantID, e.URL); err != nil {
+				return fmt.Errorf("webhooks: store group: %w", err)
+			}
+		case domain.Final:
+			made = append(made, domain.GroupEnded(e, urls[e.GroupID]))
+		case domain.Alert:
+			made = append(made, domain.CircuitOpened(e.EventID, e.TenantID, e.GroupID, e.At))
+		case domain.Gone:
+			delete(urls, e.GroupID)
+			if _, err := tx.Exec(ctx, `DELETE FROM `+groups+` WHERE group_id = $1`, e.GroupID); err != nil {
+				return fmt.Errorf("webhooks: forget group: %w", err)
+			}
 		}
 	}
 	return Notifier(a).storeDeliveries(ctx, tx, made)
+}
+
+// loadGroups reads the endpoints of the groups that end in a batch.
+func loadGroups(ctx context.Context, tx pgx.Tx, table string, ids []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT group_id, url FROM `+table+` WHERE group_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: load groups: %w", err)
+	}
+	var id, url string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &url}, func() error {
+		out[id] = url
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("webhooks: load groups: %w", err)
+	}
+	return out, nil
 }
 
 // storeDeliveries inserts new deliveries and schedules those that were
@@ -156,15 +208,20 @@ func (n Notifier) storeDeliveries(ctx context.Context, tx pgx.Tx, ds []domain.De
 	k := len(ds)
 	ids, evs, tenants, tasks, statuses, urls, bodies := make([]string, k), make([]string, k), make([]string, k), make([]string, k),
 		make([]string, k), make([]string, k), make([]string, k)
-	created := make([]time.Time, k)
+	subjects, created := make([]string, k), make([]time.Time, k)
 	for i, d := range ds {
 		ids[i], evs[i], tenants[i], tasks[i], statuses[i], urls[i], bodies[i], created[i] = d.ID, d.EventID, d.TenantID, d.TaskID,
 			d.Status, d.URL, d.Body, d.CreatedAt
+		subjects[i] = d.Subject
+		if subjects[i] == "" {
+			subjects[i] = domain.SubjectTask
+		}
 	}
 	_, err := tx.Exec(ctx, `
 		WITH made AS (
-			INSERT INTO `+pgx.Identifier{n.Tables.Deliveries}.Sanitize()+` (id, event_id, tenant_id, task_id, status, url, body, created_at)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[])
+			INSERT INTO `+pgx.Identifier{n.Tables.Deliveries}.Sanitize()+` (id, event_id, tenant_id, task_id, status, url, body, created_at, subject)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[],
+				$10::text[])
 			ON CONFLICT (id) DO NOTHING
 			RETURNING id, tenant_id, url
 		)
@@ -174,7 +231,7 @@ func (n Notifier) storeDeliveries(ctx context.Context, tx pgx.Tx, ds []domain.De
 				THEN 'pending' ELSE 'skipped' END,
 			now(), now() + $9::interval, now()
 		FROM made
-		ON CONFLICT (delivery_id) DO NOTHING`, ids, evs, tenants, tasks, statuses, urls, bodies, created, n.MaxAge)
+		ON CONFLICT (delivery_id) DO NOTHING`, ids, evs, tenants, tasks, statuses, urls, bodies, created, n.MaxAge, subjects)
 	if err != nil {
 		return fmt.Errorf("webhooks: store deliveries: %w", err)
 	}
