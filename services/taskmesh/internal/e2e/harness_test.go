@@ -81,11 +81,17 @@ type world struct {
 
 func newWorld(t *testing.T, timing ...func(*scheduler.Timing)) *world {
 	t.Helper()
-	tm := scheduler.Timing{AgentLostAfter: 3 * time.Second, SweepInterval: 200 * time.Millisecond, PreemptAfter: time.Second}
+	tm := worldTiming()
 	for _, f := range timing {
 		f(&tm)
 	}
 	return newWorldWith(t, stack.Options{Timing: tm})
+}
+
+// worldTiming is the scheduler's timing in these tests: agents are lost,
+// sweeps run and preemptions act within seconds.
+func worldTiming() scheduler.Timing {
+	return scheduler.Timing{AgentLostAfter: 3 * time.Second, SweepInterval: 200 * time.Millisecond, PreemptAfter: time.Second}
 }
 
 // newWorldWith starts a world on o (directories, addresses and database
