@@ -123,7 +123,7 @@ func TestManagedServiceOnARealAgent(t *testing.T) {
 		}
 	}
 	// Another tenant neither sees nor changes it.
-	if code, body, _ := w.call("GET", "/api/v1/services/"+id, other, nil); code != 404 || body["code"] != float64(30004) {
+	if code, body, _ := w.call("GET", "/api/v1/services/"+id, other, nil); code != 404 || body["code"] != float64(30004) || body["message"] != "service not found" {
 		t.Fatalf("another tenant's get = %d %v", code, body)
 	}
 	if code, _, _ := w.call("PATCH", "/api/v1/services/"+id, other, map[string]any{"desired_state": "running"}); code != 404 {

@@ -14,6 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	managedv1 "github.com/taskmesh/taskmesh/gen/taskmesh/managed/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/managed/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/managed/domain"
 	sports "github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
@@ -25,6 +28,17 @@ type ServiceServer struct {
 	managedv1.UnimplementedManagedServiceServiceServer
 	App *app.App
 	Log *slog.Logger
+}
+
+// toStatus maps the use cases' errors like the scheduler's other services,
+// except that a service that does not exist (or is another tenant's) is
+// named as a service: the business code stays 30004, shared by every
+// not-found answer of the scheduler (docs/api/services.md).
+func toStatus(log *slog.Logger, err error) error {
+	if errors.Is(err, task.ErrNotFound) {
+		return grpcserver.CodeStatus(codes.NotFound, taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND, "service not found")
+	}
+	return sports.ToStatus(log, err)
 }
 
 func userCaller(ctx context.Context) (app.Caller, error) {
@@ -45,7 +59,7 @@ func (s *ServiceServer) CreateService(ctx context.Context, r *managedv1.CreateSe
 		Env: r.GetEnv(), RestartPolicy: r.GetRestartPolicy(), DesiredState: r.GetDesiredState(), AgentID: r.GetAgentId(),
 		Labels: r.GetLabels(), GracePeriod: grace})
 	if err != nil {
-		return nil, sports.ToStatus(s.Log, err)
+		return nil, toStatus(s.Log, err)
 	}
 	return &managedv1.CreateServiceResponse{Service: ServiceToProto(sv)}, nil
 }
@@ -57,7 +71,7 @@ func (s *ServiceServer) ListServices(ctx context.Context, _ *managedv1.ListServi
 	}
 	svcs, err := s.App.List(ctx, c)
 	if err != nil {
-		return nil, sports.ToStatus(s.Log, err)
+		return nil, toStatus(s.Log, err)
 	}
 	out := &managedv1.ListServicesResponse{Services: make([]*managedv1.ManagedService, 0, len(svcs))}
 	for _, sv := range svcs {
@@ -73,7 +87,7 @@ func (s *ServiceServer) GetService(ctx context.Context, r *managedv1.GetServiceR
 	}
 	sv, err := s.App.Get(ctx, c, r.GetServiceId())
 	if err != nil {
-		return nil, sports.ToStatus(s.Log, err)
+		return nil, toStatus(s.Log, err)
 	}
 	return &managedv1.GetServiceResponse{Service: ServiceToProto(sv)}, nil
 }
@@ -86,7 +100,7 @@ func (s *ServiceServer) UpdateService(ctx context.Context, r *managedv1.UpdateSe
 	sv, err := s.App.Update(ctx, c, r.GetServiceId(), domain.Change{DesiredState: r.DesiredState, Version: r.Version,
 		Command: r.Command, RestartPolicy: r.RestartPolicy, Args: r.GetArgs(), Env: r.GetEnv()})
 	if err != nil {
-		return nil, sports.ToStatus(s.Log, err)
+		return nil, toStatus(s.Log, err)
 	}
 	return &managedv1.UpdateServiceResponse{Service: ServiceToProto(sv)}, nil
 }
@@ -97,7 +111,7 @@ func (s *ServiceServer) DeleteService(ctx context.Context, r *managedv1.DeleteSe
 		return nil, err
 	}
 	if err := s.App.Delete(ctx, c, r.GetServiceId()); err != nil {
-		return nil, sports.ToStatus(s.Log, err)
+		return nil, toStatus(s.Log, err)
 	}
 	return &managedv1.DeleteServiceResponse{ServiceId: r.GetServiceId(), Deleted: true}, nil
 }
@@ -125,7 +139,7 @@ func (s *AgentServer) SyncServices(ctx context.Context, r *managedv1.SyncService
 		if errors.Is(err, app.ErrForbidden) {
 			return nil, status.Errorf(codes.PermissionDenied, "this token belongs to agent %s, not %s", tc.AgentID, r.GetAgentId())
 		}
-		return nil, sports.ToStatus(s.Log, err)
+		return nil, toStatus(s.Log, err)
 	}
 	out := &managedv1.SyncServicesResponse{Services: make([]*managedv1.ManagedService, 0, len(svcs))}
 	for _, sv := range svcs {
