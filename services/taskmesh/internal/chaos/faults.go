@@ -12,11 +12,11 @@ import (
 
 // Fault kinds.
 const (
-	faultKill        = "kill"          // SIGKILL one process, start it again
-	faultPostgres    = "pg-immediate"  // pg_ctl stop -m immediate, start again
-	faultBrokerStall = "broker-stall"  // SIGSTOP the broker, SIGCONT later
-	faultAgentStop   = "agent-stop"    // SIGSTOP an agent past its heartbeat timeout
-	faultAgentCut    = "agent-cut"     // the agent's proxy drops and refuses connections, then heals
+	faultKill        = "kill"         // SIGKILL one process, start it again
+	faultPostgres    = "pg-immediate" // pg_ctl stop -m immediate, start again
+	faultBrokerStall = "broker-stall" // SIGSTOP the broker, SIGCONT later
+	faultAgentStop   = "agent-stop"   // SIGSTOP an agent past its heartbeat timeout
+	faultAgentCut    = "agent-cut"    // the agent's proxy drops and refuses connections, then heals
 )
 
 // window is one fault's outage: from the fault to the moment the process
