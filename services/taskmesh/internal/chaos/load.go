@@ -236,13 +236,12 @@ func (l *load) submitGRPC(ctx context.Context, gw int, r *request) (string, bool
 	}
 	st := status.Convert(err)
 	switch st.Code() {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted:
-		// Unavailable is also what a gateway that is down looks like to
-		// the client: only an answer the gateway gave counts as an error
-		// it served (it carries the business code in its details).
-		if st.Code() == codes.Unavailable && len(st.Details()) > 0 {
-			l.serverError(serverError{at: time.Now(), via: l.d.gatewayRPC[gw], status: http.StatusServiceUnavailable, code: "grpc " + st.Code().String(), body: st.Message()})
-		}
+	case codes.Unavailable:
+		// Documented as 503; a gateway that is down looks the same to
+		// the client, and its outage is a window too.
+		l.serverError(serverError{at: time.Now(), via: l.d.gatewayRPC[gw], status: http.StatusServiceUnavailable, code: "grpc " + st.Code().String(), body: st.Message()})
+		return "", false
+	case codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted:
 		return "", false
 	case codes.Internal, codes.Unknown:
 		l.serverError(serverError{at: time.Now(), via: l.d.gatewayRPC[gw], status: http.StatusInternalServerError, code: "grpc " + st.Code().String(), body: st.Message()})
