@@ -169,6 +169,10 @@ func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep
 	if err != nil {
 		return err
 	}
+	admitted, err := checkOverAdmission(ctx, db, d)
+	if err != nil {
+		return err
+	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	stream, err := checkStream(sctx, db, []string{d.brokerAddr})
@@ -182,7 +186,7 @@ func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep
 	if replay.Count > 0 {
 		fmt.Fprint(cfg.Out, out)
 	}
-	rep.Invariants = []Invariant{lost, checkUnanswered(reqs, rejected), doubles, replay,
+	rep.Invariants = []Invariant{lost, checkUnanswered(reqs, rejected), doubles, admitted, replay,
 		checkServerErrors(errs, rep.Windows, outageSlack), stream}
 	rep.print(cfg.Out)
 	return nil

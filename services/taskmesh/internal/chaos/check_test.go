@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle/lifecycletest"
 )
@@ -169,5 +170,46 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 5s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestOverAdmissionFromAdmissionEvents(t *testing.T) {
+	gpu := "nvidia.com/gpu"
+	queues := map[string]queueLimits{
+		"high": {cohort: "tenants", nominal: map[string]int64{gpu: 2000}, borrow: map[string]int64{}},
+		"low":  {cohort: "tenants", nominal: map[string]int64{gpu: 1000}, borrow: map[string]int64{gpu: 1000}},
+	}
+	queued := func(task string, gpus int64) *quotav1.QuotaEvent {
+		return &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_WorkloadQueued{WorkloadQueued: &quotav1.WorkloadQueued{TaskId: task, Requests: map[string]int64{gpu: gpus * 1000}}}}
+	}
+	admitted := func(task, cq string) *quotav1.QuotaEvent {
+		return &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_WorkloadAdmitted{WorkloadAdmitted: &quotav1.WorkloadAdmitted{TaskId: task, ClusterQueue: cq}}}
+	}
+	finished := func(task string) *quotav1.QuotaEvent {
+		return &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_WorkloadFinished{WorkloadFinished: &quotav1.WorkloadFinished{TaskId: task}}}
+	}
+	tests := []struct {
+		name   string
+		events []*quotav1.QuotaEvent
+		want   string
+	}{
+		{"within quota, borrowing included", []*quotav1.QuotaEvent{queued("t1", 1), admitted("t1", "low"), queued("t2", 1), admitted("t2", "low")}, ""},
+		{"released quota is reused", []*quotav1.QuotaEvent{queued("t1", 3), admitted("t1", "high"), finished("t1"), queued("t2", 3), admitted("t2", "high")}, ""},
+		{"beyond the borrowing limit", []*quotav1.QuotaEvent{queued("t1", 1), admitted("t1", "low"), queued("t2", 2), admitted("t2", "low")}, "put low at 3000"},
+		{"beyond the cohort", []*quotav1.QuotaEvent{queued("t1", 2), admitted("t1", "high"), queued("t2", 2), admitted("t2", "low")}, "put cohort tenants at 4000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLedger(queues)
+			got := ""
+			for _, ev := range tt.events {
+				if bad := l.step(ev); bad != "" && got == "" {
+					got = bad
+				}
+			}
+			if tt.want == "" && got != "" || tt.want != "" && !strings.Contains(got, tt.want) {
+				t.Fatalf("over-admission = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

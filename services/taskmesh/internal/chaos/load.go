@@ -25,7 +25,7 @@ import (
 // key: retried with the same key until a front door accepts it.
 type request struct {
 	key   string // request_id
-	kind  string // e.g. "true", "sleep", "false", "timeout", "grpc", "dag"
+	kind  string // e.g. "true", "sleep", "false", "timeout", "gpu", "grpc", "dag"
 	group bool   // a task group, not a task
 	id    string // the task or group id once accepted
 }
@@ -100,7 +100,7 @@ func (l *load) run(ctx, retryCtx context.Context) {
 var kinds = []struct {
 	name   string
 	weight int
-}{{"true", 45}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"grpc", 18}, {"dag", 2}}
+}{{"true", 40}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"gpu", 5}, {"grpc", 18}, {"dag", 2}}
 
 func (l *load) newRequest() *request {
 	n := l.next.Add(1)
@@ -133,6 +133,9 @@ func spec(kind string, n int) map[string]any {
 		s["command"], s["max_retries"] = "false", 1 // fails for good after one retry
 	case "timeout":
 		s["command"], s["args"], s["timeout"], s["max_retries"] = "sleep", []string{"30"}, 2, 0
+	case "gpu":
+		// Waits for admission in its tier's default queue.
+		s["command"], s["args"], s["resources"] = "sleep", []string{"1"}, map[string]string{"nvidia.com/gpu": "1"}
 	}
 	return s
 }
