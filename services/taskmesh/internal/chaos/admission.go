@@ -5,9 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -23,46 +20,33 @@ type queueLimits struct {
 	borrow  map[string]int64
 }
 
-// clusterQueues reads the ClusterQueue definitions through a gateway's
-// gRPC front door with the operator key.
-func clusterQueues(ctx context.Context, d *deployment) (map[string]queueLimits, error) {
-	conn, err := grpc.NewClient(d.gatewayRPC[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+d.adminKey)
-	resp, err := quotav1.NewAdmissionServiceClient(conn).ListClusterQueues(ctx, &quotav1.ListClusterQueuesRequest{})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]queueLimits{}
-	for _, cq := range resp.GetClusterQueues() {
-		l := queueLimits{cohort: cq.GetSpec().GetCohort(), nominal: map[string]int64{}, borrow: map[string]int64{}}
-		for _, g := range cq.GetSpec().GetResourceGroups() {
-			for _, f := range g.GetFlavors() {
-				for _, r := range f.GetResources() {
-					q, err := resource.ParseQuantity(r.GetNominalQuota())
+// limitsOf converts a ClusterQueue definition.
+func limitsOf(spec *quotav1.ClusterQueueSpec) (queueLimits, error) {
+	l := queueLimits{cohort: spec.GetCohort(), nominal: map[string]int64{}, borrow: map[string]int64{}}
+	for _, g := range spec.GetResourceGroups() {
+		for _, f := range g.GetFlavors() {
+			for _, r := range f.GetResources() {
+				q, err := resource.ParseQuantity(r.GetNominalQuota())
+				if err != nil {
+					return l, err
+				}
+				l.nominal[r.GetName()] += q.MilliValue()
+				if r.BorrowingLimit != nil {
+					b, err := resource.ParseQuantity(r.GetBorrowingLimit())
 					if err != nil {
-						return nil, fmt.Errorf("cluster queue %s: %w", cq.GetName(), err)
+						return l, err
 					}
-					l.nominal[r.GetName()] += q.MilliValue()
-					if r.BorrowingLimit != nil {
-						b, err := resource.ParseQuantity(r.GetBorrowingLimit())
-						if err != nil {
-							return nil, fmt.Errorf("cluster queue %s: %w", cq.GetName(), err)
-						}
-						l.borrow[r.GetName()] += b.MilliValue()
-					}
+					l.borrow[r.GetName()] += b.MilliValue()
 				}
 			}
 		}
-		out[cq.GetName()] = l
 	}
-	return out, nil
+	return l, nil
 }
 
-// admissionLedger follows what admitted workloads hold, event by event.
+// admissionLedger follows the ClusterQueue definitions and what admitted
+// workloads hold, event by event, so each admission is judged against the
+// quotas in force when it was made (the load changes them while it runs).
 type admissionLedger struct {
 	queues   map[string]queueLimits
 	cohorts  map[string]map[string]int64 // cohort → resource → nominal
@@ -71,9 +55,15 @@ type admissionLedger struct {
 }
 
 func newLedger(queues map[string]queueLimits) *admissionLedger {
-	l := &admissionLedger{queues: queues, cohorts: map[string]map[string]int64{},
-		requests: map[string]map[string]int64{}, held: map[string]string{}}
-	for _, q := range queues {
+	l := &admissionLedger{queues: queues, requests: map[string]map[string]int64{}, held: map[string]string{}}
+	l.sumCohorts()
+	return l
+}
+
+// sumCohorts recomputes each cohort's nominal quota from its queues.
+func (l *admissionLedger) sumCohorts() {
+	l.cohorts = map[string]map[string]int64{}
+	for _, q := range l.queues {
 		if q.cohort == "" {
 			continue
 		}
@@ -84,20 +74,30 @@ func newLedger(queues map[string]queueLimits) *admissionLedger {
 			l.cohorts[q.cohort][r] += n
 		}
 	}
-	return l
 }
 
 // step applies one admission event; a non-empty result describes the
 // over-admission it caused.
-func (l *admissionLedger) step(ev *quotav1.QuotaEvent) string {
+func (l *admissionLedger) step(ev *quotav1.QuotaEvent) (string, error) {
 	switch {
+	case ev.GetClusterQueueDefined() != nil:
+		d := ev.GetClusterQueueDefined()
+		limits, err := limitsOf(d.GetSpec())
+		if err != nil {
+			return "", fmt.Errorf("cluster queue %s: %w", d.GetName(), err)
+		}
+		l.queues[d.GetName()] = limits
+		l.sumCohorts()
+	case ev.GetClusterQueueDeleted() != nil:
+		delete(l.queues, ev.GetClusterQueueDeleted().GetName())
+		l.sumCohorts()
 	case ev.GetWorkloadQueued() != nil:
 		w := ev.GetWorkloadQueued()
 		l.requests[w.GetTaskId()] = w.GetRequests()
 	case ev.GetWorkloadAdmitted() != nil:
 		w := ev.GetWorkloadAdmitted()
 		l.held[w.GetTaskId()] = w.GetClusterQueue()
-		return l.over(w.GetTaskId(), w.GetClusterQueue())
+		return l.over(w.GetTaskId(), w.GetClusterQueue()), nil
 	case ev.GetWorkloadEvicted() != nil:
 		delete(l.held, ev.GetWorkloadEvicted().GetTaskId())
 	case ev.GetWorkloadFinished() != nil:
@@ -105,14 +105,14 @@ func (l *admissionLedger) step(ev *quotav1.QuotaEvent) string {
 		delete(l.held, id)
 		delete(l.requests, id)
 	}
-	return ""
+	return "", nil
 }
 
 // over checks the usage of cq and its cohort right after task's admission.
 func (l *admissionLedger) over(task, cq string) string {
 	limits, known := l.queues[cq]
 	if !known {
-		return "" // a queue defined after the run read the definitions (a WorkGroup's): not judged
+		return "admitting " + task + " into " + cq + ", a ClusterQueue not defined then"
 	}
 	queueUse, cohortUse := map[string]int64{}, map[string]int64{}
 	for t, q := range l.held {
@@ -145,21 +145,19 @@ func (l *admissionLedger) over(task, cq string) string {
 	return ""
 }
 
-// checkOverAdmission replays the admission events in the order they were
-// stored and checks every admission against the queues' quotas.
-func checkOverAdmission(ctx context.Context, db *pgxpool.Pool, d *deployment) (Invariant, error) {
+// checkOverAdmission replays the admission events — ClusterQueue
+// definitions and workloads — in the order they were stored and checks
+// every admission against the quotas in force.
+func checkOverAdmission(ctx context.Context, db *pgxpool.Pool) (Invariant, error) {
 	inv := Invariant{Name: "over-admission"}
-	queues, err := clusterQueues(ctx, d)
-	if err != nil {
-		return inv, fmt.Errorf("read the cluster queues: %w", err)
-	}
-	rows, err := db.Query(ctx, `SELECT payload FROM admission.events WHERE aggregate_id LIKE 'workload/%' ORDER BY id`)
+	rows, err := db.Query(ctx, `SELECT payload FROM admission.events
+		WHERE aggregate_id LIKE 'workload/%' OR aggregate_id LIKE 'cluster-queue/%' ORDER BY id`)
 	if err != nil {
 		return inv, err
 	}
 	defer rows.Close()
-	l := newLedger(queues)
-	events, admissions := 0, 0
+	l := newLedger(map[string]queueLimits{})
+	events, admissions, definitions := 0, 0, 0
 	for rows.Next() {
 		var payload []byte
 		if err := rows.Scan(&payload); err != nil {
@@ -173,10 +171,17 @@ func checkOverAdmission(ctx context.Context, db *pgxpool.Pool, d *deployment) (I
 		if ev.GetWorkloadAdmitted() != nil {
 			admissions++
 		}
-		if bad := l.step(ev); bad != "" {
+		if ev.GetClusterQueueDefined() != nil {
+			definitions++
+		}
+		bad, err := l.step(ev)
+		if err != nil {
+			return inv, err
+		}
+		if bad != "" {
 			inv.offend(bad)
 		}
 	}
-	inv.Checked = fmt.Sprintf("%d admissions in %d workload events, %d cluster queues", admissions, events, len(queues))
+	inv.Checked = fmt.Sprintf("%d admissions, %d queue definitions in %d events", admissions, definitions, events)
 	return inv, rows.Err()
 }

@@ -169,7 +169,7 @@ func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep
 	if err != nil {
 		return err
 	}
-	admitted, err := checkOverAdmission(ctx, db, d)
+	admitted, err := checkOverAdmission(ctx, db)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/outbox"
 )
 
 // Invariant is one checked property of a run: Count offenders (0 holds),
@@ -56,7 +58,7 @@ func openWork(ctx context.Context, db *pgxpool.Pool, reqs []request) ([]string, 
 	var tasks, groups []string
 	for _, r := range reqs {
 		switch {
-		case r.id == "":
+		case r.id == "" || r.quota:
 		case r.group:
 			groups = append(groups, r.id)
 		default:
@@ -109,7 +111,7 @@ func checkLost(ctx context.Context, db *pgxpool.Pool, reqs []request) (Invariant
 	inv := Invariant{Name: "lost (accepted, not final)"}
 	accepted := 0
 	for _, r := range reqs {
-		if r.id != "" {
+		if r.id != "" && !r.quota {
 			accepted++
 		}
 	}
@@ -350,7 +352,7 @@ func firstLine(b []byte) string {
 // once.
 func checkStream(ctx context.Context, db *pgxpool.Pool, brokers []string) (Invariant, error) {
 	for {
-		inv, missing, err := streamOnce(ctx, db, brokers)
+		inv, missing, err := streamOnce(ctx, db, brokers, readerFor())
 		if err != nil || missing == 0 || ctx.Err() != nil {
 			return inv, err
 		}
@@ -362,10 +364,28 @@ func checkStream(ctx context.Context, db *pgxpool.Pool, brokers []string) (Invar
 	}
 }
 
-func streamOnce(ctx context.Context, db *pgxpool.Pool, brokers []string) (Invariant, int, error) {
+// topicReader reads topics from the start and returns each aggregate's
+// versions in the order they came, and the number of records.
+type topicReader struct {
+	name string
+	read func(ctx context.Context, brokers, topics []string) (map[string][]int64, int, error)
+}
+
+// readerFor is kcat, an independent client, when it is installed; else
+// franz-go.
+func readerFor() topicReader {
+	if path, err := exec.LookPath("kcat"); err == nil {
+		return topicReader{"kcat", func(ctx context.Context, brokers, topics []string) (map[string][]int64, int, error) {
+			return readTopicsKcat(ctx, path, brokers, topics)
+		}}
+	}
+	return topicReader{"franz-go", readTopics}
+}
+
+func streamOnce(ctx context.Context, db *pgxpool.Pool, brokers []string, reader topicReader) (Invariant, int, error) {
 	inv := Invariant{Name: "relay stream not exactly once in order"}
 	topics := []string{kafka.EnvelopeTopic(&taskv1.TaskEvent{}), kafka.EnvelopeTopic(&taskv1.OrchestrationEvent{})}
-	seen, records, err := readTopics(ctx, brokers, topics)
+	seen, records, err := reader.read(ctx, brokers, topics)
 	if err != nil {
 		return inv, 0, err
 	}
@@ -413,7 +433,7 @@ func streamOnce(ctx context.Context, db *pgxpool.Pool, brokers []string) (Invari
 	if missing > 0 {
 		inv.offend(fmt.Sprintf("%d aggregates with events not yet on the topic", missing))
 	}
-	inv.Checked = fmt.Sprintf("%d records of %d aggregates (franz-go, read_committed)", records, len(stored))
+	inv.Checked = fmt.Sprintf("%d records of %d aggregates (%s, read_committed)", records, len(stored), reader.name)
 	return inv, missing, nil
 }
 
@@ -450,6 +470,50 @@ func readTopics(ctx context.Context, brokers, topics []string) (map[string][]int
 			return seen, records, nil
 		}
 	}
+}
+
+// readTopicsKcat reads each topic with kcat (librdkafka) to its end: the
+// record key is the aggregate, the relay's taskmesh-version header its
+// version.
+func readTopicsKcat(ctx context.Context, kcat string, brokers, topics []string) (map[string][]int64, int, error) {
+	seen := map[string][]int64{}
+	records := 0
+	for _, topic := range topics {
+		cmd := exec.CommandContext(ctx, kcat, "-C", "-b", strings.Join(brokers, ","), "-t", topic, "-o", "beginning", "-e", "-q",
+			"-X", "isolation.level=read_committed", "-f", "%k\t%h\n")
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			return nil, 0, fmt.Errorf("kcat %s: %w: %s", topic, err, stderr)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			key, headers, ok := strings.Cut(line, "\t")
+			if !ok {
+				continue
+			}
+			v, ok := headerVersion(headers)
+			if !ok {
+				continue
+			}
+			records++
+			seen[key] = append(seen[key], v)
+		}
+	}
+	return seen, records, nil
+}
+
+// headerVersion finds taskmesh-version in kcat's "k=v,k=v" headers.
+func headerVersion(headers string) (int64, bool) {
+	for _, kv := range strings.Split(headers, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == outbox.HeaderVersion {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // identity decodes a record's aggregate and version.

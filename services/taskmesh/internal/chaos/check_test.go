@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"maps"
 	"net"
 	"strings"
 	"testing"
@@ -188,11 +189,21 @@ func TestOverAdmissionFromAdmissionEvents(t *testing.T) {
 	finished := func(task string) *quotav1.QuotaEvent {
 		return &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_WorkloadFinished{WorkloadFinished: &quotav1.WorkloadFinished{TaskId: task}}}
 	}
+	defined := func(cq, gpus string) *quotav1.QuotaEvent {
+		return &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_ClusterQueueDefined{ClusterQueueDefined: &quotav1.ClusterQueueDefined{Name: cq,
+			Spec: &quotav1.ClusterQueueSpec{ResourceGroups: []*quotav1.ResourceGroup{{CoveredResources: []string{gpu},
+				Flavors: []*quotav1.FlavorQuotas{{Name: "f", Resources: []*quotav1.ResourceQuota{{Name: gpu, NominalQuota: gpus}}}}}}}}}}
+	}
 	tests := []struct {
 		name   string
 		events []*quotav1.QuotaEvent
 		want   string
 	}{
+		{"a raised quota admits more", []*quotav1.QuotaEvent{defined("own", "1"), queued("t1", 1), admitted("t1", "own"),
+			defined("own", "2"), queued("t2", 1), admitted("t2", "own")}, ""},
+		{"a lowered quota admits less", []*quotav1.QuotaEvent{defined("own", "2"), queued("t1", 1), admitted("t1", "own"),
+			defined("own", "1"), queued("t2", 1), admitted("t2", "own")}, "put own at 2000"},
+		{"an undefined queue", []*quotav1.QuotaEvent{queued("t1", 1), admitted("t1", "nowhere")}, "not defined"},
 		{"within quota, borrowing included", []*quotav1.QuotaEvent{queued("t1", 1), admitted("t1", "low"), queued("t2", 1), admitted("t2", "low")}, ""},
 		{"released quota is reused", []*quotav1.QuotaEvent{queued("t1", 3), admitted("t1", "high"), finished("t1"), queued("t2", 3), admitted("t2", "high")}, ""},
 		{"beyond the borrowing limit", []*quotav1.QuotaEvent{queued("t1", 1), admitted("t1", "low"), queued("t2", 2), admitted("t2", "low")}, "put low at 3000"},
@@ -200,10 +211,14 @@ func TestOverAdmissionFromAdmissionEvents(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := newLedger(queues)
+			l := newLedger(maps.Clone(queues))
 			got := ""
 			for _, ev := range tt.events {
-				if bad := l.step(ev); bad != "" && got == "" {
+				bad, err := l.step(ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bad != "" && got == "" {
 					got = bad
 				}
 			}
@@ -211,5 +226,15 @@ func TestOverAdmissionFromAdmissionEvents(t *testing.T) {
 				t.Fatalf("over-admission = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestHeaderVersionFromKcat(t *testing.T) {
+	h := "taskmesh-position=0/12,taskmesh-relay=scheduler,taskmesh-event-type=TaskLeased,taskmesh-version=3,taskmesh-tenant=chaos"
+	if v, ok := headerVersion(h); !ok || v != 3 {
+		t.Fatalf("version = %d %v, want 3", v, ok)
+	}
+	if _, ok := headerVersion("taskmesh-relay=scheduler"); ok {
+		t.Fatal("a record without the version header has a version")
 	}
 }

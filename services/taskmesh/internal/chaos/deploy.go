@@ -271,13 +271,36 @@ func (d *deployment) bootstrap(ctx context.Context) error {
 		return fmt.Errorf("create the API key: %w", err)
 	}
 	d.apiKey = key.Secret
+	if err := d.call(ctx, http.MethodPut, "/api/v1/cluster-queues/"+chaosQueue, chaosQueueSpec(2), nil); err != nil {
+		return fmt.Errorf("define the ClusterQueue %s: %w", chaosQueue, err)
+	}
+	if err := d.call(ctx, http.MethodPut, "/api/v1/local-queues/"+chaosQueue, map[string]any{"cluster_queue": chaosQueue}, nil); err != nil {
+		return fmt.Errorf("define the LocalQueue %s: %w", chaosQueue, err)
+	}
 	return nil
+}
+
+// chaosQueue is the ClusterQueue (and LocalQueue) of the load's own GPU
+// work, whose quota the load changes while it runs.
+const chaosQueue = "chaos-gpu"
+
+// chaosQueueSpec is its definition with gpus GPUs, in no cohort.
+func chaosQueueSpec(gpus int) map[string]any {
+	return map[string]any{"resource_groups": []any{map[string]any{"covered_resources": []string{"nvidia.com/gpu"},
+		"flavors": []any{map[string]any{"name": "default-flavor",
+			"resources": []any{map[string]any{"name": "nvidia.com/gpu", "nominal_quota": fmt.Sprint(gpus)}}}}}}}
 }
 
 // admin POSTs body to an admin route with the operator key.
 func (d *deployment) admin(ctx context.Context, path string, body, out any) error {
+	return d.call(ctx, http.MethodPost, path, body, out)
+}
+
+// call sends body to an operator route with the operator key; out, if
+// not nil, receives the answer.
+func (d *deployment) call(ctx context.Context, method, path string, body, out any) error {
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.gatewayURL[0]+path, bytes.NewReader(b))
+	req, _ := http.NewRequestWithContext(ctx, method, d.gatewayURL[0]+path, bytes.NewReader(b))
 	req.Header.Set("Authorization", "Bearer "+d.adminKey)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -287,7 +310,10 @@ func (d *deployment) admin(ctx context.Context, path string, body, out any) erro
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("POST %s: %s: %s", path, resp.Status, raw)
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, raw)
+	}
+	if out == nil {
+		return nil
 	}
 	return json.Unmarshal(raw, out)
 }

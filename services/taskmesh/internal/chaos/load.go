@@ -25,9 +25,10 @@ import (
 // key: retried with the same key until a front door accepts it.
 type request struct {
 	key   string // request_id
-	kind  string // e.g. "true", "sleep", "false", "timeout", "gpu", "grpc", "dag"
+	kind  string // e.g. "true", "sleep", "false", "timeout", "gpu", "gpu-queue", "quota", "grpc", "dag"
 	group bool   // a task group, not a task
-	id    string // the task or group id once accepted
+	quota bool   // a change of the chaos-gpu ClusterQueue's quota, no work
+	id    string // the task or group id once accepted ("quota" for a quota change)
 }
 
 // serverError is one 5xx answer (REST) or Unavailable/Internal status
@@ -100,7 +101,7 @@ func (l *load) run(ctx, retryCtx context.Context) {
 var kinds = []struct {
 	name   string
 	weight int
-}{{"true", 40}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"gpu", 5}, {"grpc", 18}, {"dag", 2}}
+}{{"true", 39}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"gpu", 3}, {"gpu-queue", 2}, {"quota", 1}, {"grpc", 18}, {"dag", 2}}
 
 func (l *load) newRequest() *request {
 	n := l.next.Add(1)
@@ -113,7 +114,7 @@ func (l *load) newRequest() *request {
 		}
 		w -= k.weight
 	}
-	r := &request{key: fmt.Sprintf("chaos-%d-%s", n, kind), kind: kind, group: kind == "dag"}
+	r := &request{key: fmt.Sprintf("chaos-%d-%s", n, kind), kind: kind, group: kind == "dag", quota: kind == "quota"}
 	l.mu.Lock()
 	l.requests = append(l.requests, r)
 	l.mu.Unlock()
@@ -136,6 +137,9 @@ func spec(kind string, n int) map[string]any {
 	case "gpu":
 		// Waits for admission in its tier's default queue.
 		s["command"], s["args"], s["resources"] = "sleep", []string{"1"}, map[string]string{"nvidia.com/gpu": "1"}
+	case "gpu-queue":
+		// Waits in the queue whose quota the load changes.
+		s["command"], s["args"], s["resources"], s["queue"] = "sleep", []string{"1"}, map[string]string{"nvidia.com/gpu": "1"}, chaosQueue
 	}
 	return s
 }
@@ -174,15 +178,20 @@ func backoff(attempt int) time.Duration {
 // submitREST posts r to gateway gw; done is true once r is settled
 // (accepted, or refused with a 4xx, which retrying would not change).
 func (l *load) submitREST(ctx context.Context, gw int, r *request) (string, bool) {
-	path := "/api/v1/tasks?request_id=" + r.key
+	method, path, key := http.MethodPost, "/api/v1/tasks?request_id="+r.key, l.d.apiKey
 	body := spec(r.kind, int(l.next.Load()))
-	if r.group {
+	switch {
+	case r.group:
 		path = "/api/v1/task-groups"
 		body = dagGroup(r.key)
+	case r.quota:
+		// Between 1 and 3 GPUs; a PUT is idempotent by itself.
+		method, path, key = http.MethodPut, "/api/v1/cluster-queues/"+chaosQueue, l.d.adminKey
+		body = chaosQueueSpec(1 + int(l.next.Load()%3))
 	}
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.d.gatewayURL[gw]+path, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+l.d.apiKey)
+	req, _ := http.NewRequestWithContext(ctx, method, l.d.gatewayURL[gw]+path, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := l.http.Do(req)
 	if err != nil {
@@ -191,6 +200,8 @@ func (l *load) submitREST(ctx context.Context, gw int, r *request) (string, bool
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	switch {
+	case resp.StatusCode/100 == 2 && r.quota:
+		return "quota", true
 	case resp.StatusCode/100 == 2:
 		var out struct {
 			ID string `json:"id"`
