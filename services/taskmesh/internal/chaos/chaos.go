@@ -74,6 +74,14 @@ func (r *Report) Failed() bool {
 // checks the invariants and stops everything. The error is for a run that
 // could not be carried out; a failed invariant is in the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	switch {
+	case cfg.Binary == "":
+		return nil, errors.New("chaos: Config.Binary is empty")
+	case cfg.Rate < 1 || cfg.Rate > 10000:
+		return nil, fmt.Errorf("chaos: the rate must be 1–10000 requests a second, not %d", cfg.Rate)
+	case cfg.Duration <= 0 || cfg.Drain <= 0:
+		return nil, fmt.Errorf("chaos: the duration (%s) and the drain (%s) must be positive", cfg.Duration, cfg.Drain)
+	}
 	if cfg.Seed == 0 {
 		cfg.Seed = time.Now().UnixNano()%1_000_000_000 + 1
 	}

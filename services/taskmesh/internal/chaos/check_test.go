@@ -238,3 +238,20 @@ func TestHeaderVersionFromKcat(t *testing.T) {
 		t.Fatal("a record without the version header has a version")
 	}
 }
+
+func TestRunRefusesABadConfig(t *testing.T) {
+	good := Config{Binary: "/bin/true", Rate: 10, Duration: time.Minute, Drain: time.Minute}
+	for name, change := range map[string]func(*Config){
+		"no binary":      func(c *Config) { c.Binary = "" },
+		"no rate":        func(c *Config) { c.Rate = 0 },
+		"a rate too big": func(c *Config) { c.Rate = 10001 },
+		"no duration":    func(c *Config) { c.Duration = 0 },
+		"no drain":       func(c *Config) { c.Drain = -time.Second },
+	} {
+		cfg := good
+		change(&cfg)
+		if _, err := Run(t.Context(), cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
