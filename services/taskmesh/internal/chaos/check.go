@@ -351,8 +351,9 @@ func firstLine(b []byte) string {
 // until nothing is missing or ctx ends; duplicates and disorder count at
 // once.
 func checkStream(ctx context.Context, db *pgxpool.Pool, brokers []string) (Invariant, error) {
+	reader := readerFor()
 	for {
-		inv, missing, err := streamOnce(ctx, db, brokers, readerFor())
+		inv, missing, err := streamOnce(ctx, db, brokers, reader)
 		if err != nil || missing == 0 || ctx.Err() != nil {
 			return inv, err
 		}
@@ -372,17 +373,32 @@ type topicReader struct {
 }
 
 // readerFor is kcat, an independent client, when it is installed; else
+// (or when kcat cannot finish: it stops only once every partition is
+// read to its end, which a topic still being written may not give it)
 // franz-go.
-func readerFor() topicReader {
-	if path, err := exec.LookPath("kcat"); err == nil {
-		return topicReader{"kcat", func(ctx context.Context, brokers, topics []string) (map[string][]int64, int, error) {
-			return readTopicsKcat(ctx, path, brokers, topics)
-		}}
+func readerFor() *topicReader {
+	path, err := exec.LookPath("kcat")
+	if err != nil {
+		return &topicReader{"franz-go", readTopics}
 	}
-	return topicReader{"franz-go", readTopics}
+	r := &topicReader{name: "kcat"}
+	r.read = func(ctx context.Context, brokers, topics []string) (map[string][]int64, int, error) {
+		kctx, cancel := context.WithTimeout(ctx, kcatTimeout)
+		defer cancel()
+		seen, n, err := readTopicsKcat(kctx, path, brokers, topics)
+		if err != nil && ctx.Err() == nil {
+			r.name = "franz-go after kcat failed: " + truncate(err.Error(), 80)
+			return readTopics(ctx, brokers, topics)
+		}
+		return seen, n, err
+	}
+	return r
 }
 
-func streamOnce(ctx context.Context, db *pgxpool.Pool, brokers []string, reader topicReader) (Invariant, int, error) {
+// kcatTimeout bounds one kcat read of the topics.
+const kcatTimeout = 45 * time.Second
+
+func streamOnce(ctx context.Context, db *pgxpool.Pool, brokers []string, reader *topicReader) (Invariant, int, error) {
 	inv := Invariant{Name: "relay stream not exactly once in order"}
 	topics := []string{kafka.EnvelopeTopic(&taskv1.TaskEvent{}), kafka.EnvelopeTopic(&taskv1.OrchestrationEvent{})}
 	seen, records, err := reader.read(ctx, brokers, topics)

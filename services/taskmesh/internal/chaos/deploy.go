@@ -55,6 +55,9 @@ const (
 const (
 	agentLostAfter    = 4 * time.Second
 	heartbeatInterval = 500 * time.Millisecond
+	// agentSlots: a third of the load sleeps a second or two, so at 50
+	// requests a second the three agents hold about 30 tasks at once.
+	agentSlots = 16
 )
 
 func (d *deployment) start(ctx context.Context) error {
@@ -343,7 +346,7 @@ func (d *deployment) startAgents(ctx context.Context) error {
 		d.proxies = append(d.proxies, px)
 		p := &proc{name: id, kind: kindAgent, path: d.cfg.Binary, log: logPath(d.dir, id),
 			args: []string{"executor", "--agent-id", id, "--machine-id", "machine-" + id, "--server", px.addr(),
-				"--token-file", tokenFile, "--data-dir", filepath.Join(d.dir, id), "--slots", "4", "--claim-wait", "2s",
+				"--token-file", tokenFile, "--data-dir", filepath.Join(d.dir, id), "--slots", fmt.Sprint(agentSlots), "--claim-wait", "2s",
 				"--heartbeat-interval", heartbeatInterval.String(), "--local-api", "", "--no-cgroups"}}
 		if err := p.start(ctx); err != nil {
 			return err

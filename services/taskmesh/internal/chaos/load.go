@@ -129,7 +129,7 @@ func spec(kind string, n int) map[string]any {
 	case "true", "grpc":
 		s["command"] = "/bin/true"
 	case "sleep":
-		s["command"], s["args"] = "sleep", []string{fmt.Sprint(1 + n%3)}
+		s["command"], s["args"] = "sleep", []string{fmt.Sprint(1 + n%2)}
 	case "false":
 		s["command"], s["max_retries"] = "false", 1 // fails for good after one retry
 	case "timeout":
