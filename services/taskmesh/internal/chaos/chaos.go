@@ -194,7 +194,7 @@ func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep
 	if replay.Count > 0 {
 		fmt.Fprint(cfg.Out, out)
 	}
-	rep.Invariants = []Invariant{lost, checkUnanswered(reqs, rejected), doubles, admitted, replay,
+	rep.Invariants = []Invariant{checkHealed(rep.Windows), lost, checkUnanswered(reqs, rejected), doubles, admitted, replay,
 		checkServerErrors(errs, rep.Windows, outageSlack), stream}
 	rep.print(cfg.Out)
 	return nil

@@ -106,6 +106,18 @@ func orMissing(s string) string {
 
 func firstN(s []string, n int) []string { return s[:min(n, len(s))] }
 
+// checkHealed: every fault was injected and healed (a process that does
+// not come back leaves the rest of the run without it).
+func checkHealed(windows []window) Invariant {
+	inv := Invariant{Name: "faults not healed", Checked: fmt.Sprintf("%d faults", len(windows))}
+	for _, w := range windows {
+		if w.err != nil {
+			inv.offend(w.kind + " " + w.target + ": " + truncate(w.err.Error(), 200))
+		}
+	}
+	return inv
+}
+
 // checkLost: every accepted request reached a final state.
 func checkLost(ctx context.Context, db *pgxpool.Pool, reqs []request) (Invariant, error) {
 	inv := Invariant{Name: "lost (accepted, not final)"}

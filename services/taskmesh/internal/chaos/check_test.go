@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"errors"
 	"maps"
 	"net"
 	"strings"
@@ -253,5 +254,12 @@ func TestRunRefusesABadConfig(t *testing.T) {
 		if _, err := Run(t.Context(), cfg); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+func TestFaultsNotHealedCount(t *testing.T) {
+	inv := checkHealed([]window{{kind: faultKill, target: "gateway-1"}, {kind: faultKill, target: "scheduler-2", err: errors.New("did not become ready")}})
+	if inv.Count != 1 || !strings.Contains(inv.First[0], "scheduler-2") {
+		t.Fatalf("%+v", inv)
 	}
 }
