@@ -155,6 +155,9 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 	stopRetries()
 	reqs, errs, rejected := l.snapshot()
 	rep.Requests, rep.Windows = len(reqs), f.snapshot()
+	if err := writeRecords(d.dir, reqs, errs, rep.Windows); err != nil {
+		return err
+	}
 	db, err := pg.Open(ctx, pg.Config{URL: d.dbURL, MaxConns: 4})
 	if err != nil {
 		return err
@@ -198,6 +201,32 @@ func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep
 		checkServerErrors(errs, rep.Windows, outageSlack), stream}
 	rep.print(cfg.Out)
 	return nil
+}
+
+// writeRecords keeps what the run did beside the logs, for a failed run's
+// post-mortem: requests.tsv (key, kind, accepted id), server-errors.tsv
+// and faults.tsv (times in UTC).
+func writeRecords(dir string, reqs []request, errs []serverError, windows []window) error {
+	const ts = "15:04:05.000"
+	var b strings.Builder
+	for _, r := range reqs {
+		fmt.Fprintf(&b, "%s\t%s\t%s\n", r.key, r.kind, r.id)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "requests.tsv"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	b.Reset()
+	for _, e := range errs {
+		fmt.Fprintf(&b, "%s\t%s\t%d\t%s\t%q\n", e.at.UTC().Format(ts), e.via, e.status, e.code, e.body)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "server-errors.tsv"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	b.Reset()
+	for _, w := range windows {
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%v\n", w.start.UTC().Format(ts), w.end.UTC().Format(ts), w.kind, w.target, w.err)
+	}
+	return os.WriteFile(filepath.Join(dir, "faults.tsv"), []byte(b.String()), 0o644)
 }
 
 // outageSlack is how long after a fault healed a 503 still belongs to it:
