@@ -83,12 +83,12 @@ func (l *load) run(ctx, retryCtx context.Context) {
 			return
 		case <-tick.C:
 		}
-		r := l.newRequest()
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			continue
+			continue // the load ended while waiting: this request was never made
 		}
+		r := l.newRequest() // recorded only once it will be sent
 		l.inflight.Add(1)
 		go func() {
 			defer func() { <-sem; l.inflight.Done() }()
