@@ -75,6 +75,16 @@ bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print 
 	go test -run '^$$' -bench . -count $(BENCHRUNS) ./services/gateway/internal/ratelimit/ ./services/quota/internal/domain/admitcore/ \
 	  | $(BIN)/taskmesh bench medians
 
+# make chaos CHAOS_DURATION=2m CHAOS_RATE=20 CHAOS_SEED=42: the fault-injection
+# suite (docs/chaos.md); CHAOS_SEED replays a run's fault schedule.
+CHAOS_DURATION ?= 10m
+CHAOS_RATE     ?= 50
+CHAOS_SEED     ?= 0
+
+.PHONY: chaos
+chaos: build ## Run Taskmesh as separate processes under load and faults, then check the invariants (docs/chaos.md).
+	$(BIN)/taskmesh chaos --duration $(CHAOS_DURATION) --rate $(CHAOS_RATE) --seed $(CHAOS_SEED)
+
 # make fuzz FUZZTIME=2m: how long each fuzz target runs.
 FUZZTIME   ?= 30s
 

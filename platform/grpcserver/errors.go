@@ -9,6 +9,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
 // ErrorCode is a generated business error enum (taskv1.ErrorCode,
@@ -29,7 +31,10 @@ func CodeStatus[C ErrorCode](c codes.Code, code C, msg string, fields ...*errdet
 // the one way every service does: a status passes through unchanged (a
 // dependency's answer, e.g. the GU quota check); then the service's own
 // mapping, which returns false for errors it does not know; then
-// cancellation and deadlines; anything else is logged and answered as
+// cancellation and deadlines; a database that is unreachable or
+// restarting (pg.IsTransient) is Unavailable, which the gateway answers
+// with 503 (docs/api/README.md: 30099 is 503 when a service is
+// unavailable) and clients retry; anything else is logged and answered as
 // internal, without its text.
 func ToStatus(log *slog.Logger, err error, service func(error) (error, bool)) error {
 	if err == nil {
@@ -46,6 +51,9 @@ func ToStatus(log *slog.Logger, err error, service func(error) (error, bool)) er
 		return status.Error(codes.Canceled, "request cancelled")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case pg.IsTransient(err):
+		log.Warn("database unavailable", "err", err)
+		return status.Error(codes.Unavailable, "service unavailable: the database cannot be reached; retry later")
 	}
 	log.Error("internal error", "err", err)
 	return Status(codes.Internal, CodeInternal, "INTERNAL", "internal error")

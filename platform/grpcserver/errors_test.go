@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -40,6 +41,11 @@ func TestToStatus(t *testing.T) {
 		{"the service's own errors", fmt.Errorf("get: %w", errKnown), codes.NotFound, "TASK_NOT_FOUND", "get: no such thing"},
 		{"cancelled", fmt.Errorf("query: %w", context.Canceled), codes.Canceled, "", "request cancelled"},
 		{"deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "", "deadline exceeded"},
+		{"a database connection that broke is unavailable", fmt.Errorf("pg: begin: %w", &pgconn.ConnectError{Config: &pgconn.Config{}}),
+			codes.Unavailable, "", "service unavailable: the database cannot be reached; retry later"},
+		{"a database shutting down is unavailable", fmt.Errorf("write: %w", &pgconn.PgError{Code: "57P01"}),
+			codes.Unavailable, "", "service unavailable: the database cannot be reached; retry later"},
+		{"a constraint is still internal", fmt.Errorf("write: %w", &pgconn.PgError{Code: "23502"}), codes.Internal, "INTERNAL", "internal error"},
 		{"anything else is internal, without its text", errors.New("password=hunter2 leaked"), codes.Internal, "INTERNAL", "internal error"},
 	}
 	for _, tt := range tests {

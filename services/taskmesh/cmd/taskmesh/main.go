@@ -44,6 +44,6 @@ func rootCommand() *cobra.Command {
 	}
 	root.SetVersionTemplate(versionLine() + "\n")
 	root.AddCommand(versionCommand(), benchCommand(), devCommand(), schedulerCommand(), gatewayCommand(), executorCommand(),
-		replayCommand(), ctlCommand(), quotaCommand(), consumersCommand())
+		replayCommand(), ctlCommand(), quotaCommand(), consumersCommand(), brokerCommand(), chaosCommand())
 	return root
 }

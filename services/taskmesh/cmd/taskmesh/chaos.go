@@ -1,0 +1,47 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/chaos"
+)
+
+// chaosCommand runs the fault-injection suite (docs/chaos.md).
+func chaosCommand() *cobra.Command {
+	cfg := chaos.Config{}
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Run Taskmesh as separate processes under load and faults, then check the invariants (docs/chaos.md)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if cfg.RedisServer, err = exec.LookPath(cfg.RedisServer); err != nil {
+				return err
+			}
+			cfg.Binary, cfg.Out = bin, cmd.OutOrStdout()
+			rep, err := chaos.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if rep.Failed() {
+				return chaos.ErrInvariant
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&cfg.Duration, "duration", 10*time.Minute, "how long the load and the faults last")
+	f.DurationVar(&cfg.Drain, "drain", 3*time.Minute, "most time the accepted work gets to end afterwards")
+	f.IntVar(&cfg.Rate, "rate", 50, "requests a second (tasks and task groups)")
+	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule (0: a random one, printed)")
+	f.BoolVar(&cfg.Short, "short", false, "shorter broker stalls and gaps between faults (runs of a minute or two)")
+	f.StringVar(&cfg.Dir, "dir", "", "keep data directories and logs here (default: a temporary directory, removed when every invariant holds)")
+	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "the redis-server executable")
+	return cmd
+}

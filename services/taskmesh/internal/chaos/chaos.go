@@ -1,0 +1,274 @@
+// Package chaos runs Taskmesh as separate OS processes — Postgres, the
+// broker, Redis, two gateways, two schedulers, two quota services, the
+// consumers service and three agents, all on 127.0.0.x loopback
+// addresses — under a steady mixed load while a fault driver, from a
+// printed seed, kills and restarts processes, restarts Postgres
+// immediately, stalls the broker, stops agents past their heartbeat
+// timeout and cuts agents off the network. After a drain period it checks
+// the invariants from the event log and the databases. `taskmesh chaos`
+// and `make chaos` run it; docs/chaos.md explains the faults and the
+// invariants.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskmesh/taskmesh/platform/pg"
+)
+
+// Config is one run.
+type Config struct {
+	// Binary is the taskmesh binary every service process runs.
+	Binary string
+	// RedisServer is the redis-server executable.
+	RedisServer string
+	// Duration of the load and the faults; Drain bounds the wait for the
+	// accepted work to end afterwards.
+	Duration, Drain time.Duration
+	// Rate is requests a second (tasks and groups).
+	Rate int
+	// Seed draws the fault schedule (and the load's mix); 0 picks one.
+	Seed int64
+	// Short makes the broker stalls and the gaps between faults shorter,
+	// for a run of a minute or two.
+	Short bool
+	// Dir keeps the data directories and logs; "" is a fresh temporary
+	// directory, removed after a run whose invariants hold.
+	Dir string
+	Out io.Writer
+
+	redisURL string
+}
+
+// Report is what a run found.
+type Report struct {
+	Seed       int64
+	Requests   int
+	Windows    []window
+	Invariants []Invariant
+	Dir        string // logs and data, kept when an invariant failed
+}
+
+// Failed says whether any invariant has offenders.
+func (r *Report) Failed() bool {
+	for _, i := range r.Invariants {
+		if i.Count > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Run starts the deployment, drives load and faults for Duration, drains,
+// checks the invariants and stops everything. The error is for a run that
+// could not be carried out; a failed invariant is in the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	switch {
+	case cfg.Binary == "":
+		return nil, errors.New("chaos: Config.Binary is empty")
+	case cfg.Rate < 1 || cfg.Rate > 10000:
+		return nil, fmt.Errorf("chaos: the rate must be 1–10000 requests a second, not %d", cfg.Rate)
+	case cfg.Duration <= 0 || cfg.Drain <= 0:
+		return nil, fmt.Errorf("chaos: the duration (%s) and the drain (%s) must be positive", cfg.Duration, cfg.Drain)
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = time.Now().UnixNano()%1_000_000_000 + 1
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	if cfg.RedisServer == "" {
+		cfg.RedisServer = "redis-server"
+	}
+	rep := &Report{Seed: cfg.Seed}
+	fmt.Fprintf(cfg.Out, "chaos: seed %d (replay with --seed %d), %s at %d/s\n", cfg.Seed, cfg.Seed, cfg.Duration, cfg.Rate)
+	dir, cleanup, err := runDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	rep.Dir = dir
+	d := &deployment{cfg: cfg, dir: dir}
+	defer func() {
+		if err := d.stop(); err != nil {
+			fmt.Fprintln(cfg.Out, "chaos: stopping:", err)
+		}
+		if cleanup != nil && err == nil && !rep.Failed() {
+			cleanup()
+		}
+	}()
+	start := time.Now()
+	if err = d.start(ctx); err != nil {
+		return rep, fmt.Errorf("start the deployment (logs in %s): %w", dir, err)
+	}
+	fmt.Fprintf(cfg.Out, "chaos: %d processes up in %s (logs in %s)\n", len(d.procs)+1, time.Since(start).Round(time.Millisecond), filepath.Join(dir, "logs"))
+	err = drive(ctx, cfg, d, rep)
+	return rep, err
+}
+
+// runDir is the run's directory; cleanup removes it when it is temporary.
+// Postgres runs as the postgres user when this is root: the directory must
+// be reachable by it.
+func runDir(dir string) (string, func(), error) {
+	if dir != "" {
+		return dir, nil, os.MkdirAll(dir, 0o755)
+	}
+	// Short: the agents' shims put Unix sockets under it.
+	tmp, err := os.MkdirTemp("", "tmchaos")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", nil, err
+	}
+	return tmp, func() { os.RemoveAll(tmp) }, nil
+}
+
+// drive runs the load and the faults, drains and checks.
+func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
+	l, err := newLoad(d, cfg.Rate, cfg.Seed+1)
+	if err != nil {
+		return err
+	}
+	f := &driver{d: d, rnd: rand.New(rand.NewSource(cfg.Seed)), short: cfg.Short, out: cfg.Out}
+	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Duration)
+	defer stopLoad()
+	retryCtx, stopRetries := context.WithTimeout(ctx, cfg.Duration+cfg.Drain)
+	defer stopRetries()
+	faultsDone := make(chan struct{})
+	go func() { defer close(faultsDone); f.run(loadCtx) }()
+	l.run(loadCtx, retryCtx)
+	<-faultsDone
+	fmt.Fprintln(cfg.Out, "chaos: load stopped, draining")
+	// Requests still unanswered keep being retried while the work drains.
+	l.inflight.Wait()
+	stopRetries()
+	reqs, errs, rejected := l.snapshot()
+	rep.Requests, rep.Windows = len(reqs), f.snapshot()
+	if err := writeRecords(d.dir, reqs, errs, rep.Windows); err != nil {
+		return err
+	}
+	db, err := pg.Open(ctx, pg.Config{URL: d.dbURL, MaxConns: 4})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	dctx, cancel := context.WithTimeout(ctx, cfg.Drain)
+	defer cancel()
+	if err := drain(dctx, db, reqs); err != nil {
+		fmt.Fprintln(cfg.Out, "chaos: drain:", err)
+	}
+	return check(ctx, cfg, d, db, rep, reqs, errs, rejected)
+}
+
+func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep *Report, reqs []request, errs []serverError, rejected []string) error {
+	lost, err := checkLost(ctx, db, reqs)
+	if err != nil {
+		return err
+	}
+	doubles, err := checkDoubleRuns(ctx, db)
+	if err != nil {
+		return err
+	}
+	admitted, err := checkOverAdmission(ctx, db)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	stream, err := checkStream(sctx, db, []string{d.brokerAddr})
+	if err != nil {
+		return fmt.Errorf("read the relay's topics back: %w", err)
+	}
+	replay, out, err := checkReplay(ctx, cfg.Binary, d.dbURL, d.brokerAddr)
+	if err != nil {
+		return err
+	}
+	if replay.Count > 0 {
+		fmt.Fprint(cfg.Out, out)
+	}
+	rep.Invariants = []Invariant{checkHealed(rep.Windows), lost, checkUnanswered(reqs, rejected), doubles, admitted, replay,
+		checkServerErrors(errs, rep.Windows, outageSlack), stream}
+	rep.print(cfg.Out)
+	return nil
+}
+
+// writeRecords keeps what the run did beside the logs, for a failed run's
+// post-mortem: requests.tsv (key, kind, accepted id), server-errors.tsv
+// and faults.tsv (times in UTC).
+func writeRecords(dir string, reqs []request, errs []serverError, windows []window) error {
+	const ts = "15:04:05.000"
+	var b strings.Builder
+	for _, r := range reqs {
+		fmt.Fprintf(&b, "%s\t%s\t%s\n", r.key, r.kind, r.id)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "requests.tsv"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	b.Reset()
+	for _, e := range errs {
+		fmt.Fprintf(&b, "%s\t%s\t%d\t%s\t%q\n", e.at.UTC().Format(ts), e.via, e.status, e.code, e.body)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "server-errors.tsv"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	b.Reset()
+	for _, w := range windows {
+		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%v\n", w.start.UTC().Format(ts), w.end.UTC().Format(ts), w.kind, w.target, w.err)
+	}
+	return os.WriteFile(filepath.Join(dir, "faults.tsv"), []byte(b.String()), 0o644)
+}
+
+// outageSlack is how long after a fault healed a 503 still belongs to it:
+// clients reconnect with backoff, a restarted service warms up.
+const outageSlack = 10 * time.Second
+
+func (r *Report) print(w io.Writer) {
+	kinds := map[string]int{}
+	for _, win := range r.Windows {
+		k := win.kind
+		if win.kind == faultKill {
+			k = "kill " + strings.TrimRight(strings.TrimRight(win.target, "0123456789"), "-")
+		}
+		kinds[k]++
+	}
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(w, "\nchaos: seed %d, %d requests, %d faults:", r.Seed, r.Requests, len(r.Windows))
+	for _, k := range names {
+		fmt.Fprintf(w, " %s=%d", k, kinds[k])
+	}
+	fmt.Fprintln(w)
+	for _, i := range r.Invariants {
+		mark := "ok  "
+		if i.Count > 0 {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "  %s %-42s %6d   (%s)\n", mark, i.Name, i.Count, i.Checked)
+		for _, id := range i.First {
+			fmt.Fprintln(w, "         ", id)
+		}
+	}
+	if r.Failed() {
+		fmt.Fprintf(w, "chaos: FAILED with seed %d; logs and data kept in %s\n", r.Seed, r.Dir)
+	} else {
+		fmt.Fprintln(w, "chaos: every invariant holds")
+	}
+}
+
+// ErrInvariant is returned by callers that turn a failed report into an
+// error.
+var ErrInvariant = errors.New("chaos: an invariant does not hold")

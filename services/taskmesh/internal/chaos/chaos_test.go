@@ -1,0 +1,48 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The short version of `make chaos`: the whole deployment as processes,
+// a minute of load and faults from a fixed seed (TASKMESH_CHAOS_SEED picks
+// another), every invariant 0.
+func TestChaosShort(t *testing.T) {
+	redis, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found (%v): install it with apt-get install -y redis-server", err)
+	}
+	bin := filepath.Join(t.TempDir(), "taskmesh")
+	build := exec.Command("go", "build", "-o", bin, "github.com/taskmesh/taskmesh/services/taskmesh/cmd/taskmesh")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	seed := int64(7)
+	if s := os.Getenv("TASKMESH_CHAOS_SEED"); s != "" {
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("TASKMESH_CHAOS_SEED: %v", err)
+		}
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Binary: bin, RedisServer: redis, Duration: 60 * time.Second, Drain: 2 * time.Minute,
+		Rate: 10, Seed: seed, Short: true, Out: &out})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Windows) == 0 || rep.Requests == 0 {
+		t.Fatalf("the run injected %d faults and made %d requests", len(rep.Windows), rep.Requests)
+	}
+	if rep.Failed() {
+		t.Fatalf("an invariant does not hold with seed %d (logs in %s)", rep.Seed, rep.Dir)
+	}
+}

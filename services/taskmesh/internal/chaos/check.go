@@ -1,0 +1,563 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/outbox"
+)
+
+// Invariant is one checked property of a run: Count offenders (0 holds),
+// the first few offending ids, and what was looked at.
+type Invariant struct {
+	Name    string
+	Count   int
+	First   []string
+	Checked string // e.g. "2114 accepted requests"
+}
+
+func (i *Invariant) offend(id string) {
+	i.Count++
+	if len(i.First) < 5 {
+		i.First = append(i.First, id)
+	}
+}
+
+// final are the task and group statuses nothing moves out of by itself.
+var final = map[string]bool{"completed": true, "failed": true, "cancelled": true}
+
+// drain waits until every accepted task and group is final or ctx ends.
+func drain(ctx context.Context, db *pgxpool.Pool, reqs []request) error {
+	for {
+		open, err := openWork(ctx, db, reqs)
+		if err == nil && len(open) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("still open after the drain period: %d (%v)", len(open), firstN(open, 5))
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// openWork lists the accepted tasks and groups that are not final.
+func openWork(ctx context.Context, db *pgxpool.Pool, reqs []request) ([]string, error) {
+	var tasks, groups []string
+	for _, r := range reqs {
+		switch {
+		case r.id == "" || r.quota:
+		case r.group:
+			groups = append(groups, r.id)
+		default:
+			tasks = append(tasks, r.id)
+		}
+	}
+	status := map[string]string{}
+	for _, q := range []struct {
+		sql string
+		ids []string
+	}{{`SELECT id, status FROM scheduler.tasks WHERE id = ANY($1)`, tasks},
+		{`SELECT id, status FROM scheduler.task_groups WHERE id = ANY($1)`, groups}} {
+		rows, err := db.Query(ctx, q.sql, q.ids)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id, st string
+			if err := rows.Scan(&id, &st); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			status[id] = st
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	var open []string
+	for _, id := range append(tasks, groups...) {
+		if !final[status[id]] {
+			open = append(open, id+"="+orMissing(status[id]))
+		}
+	}
+	return open, nil
+}
+
+func orMissing(s string) string {
+	if s == "" {
+		return "missing"
+	}
+	return s
+}
+
+func firstN(s []string, n int) []string { return s[:min(n, len(s))] }
+
+// checkHealed: every fault was injected and healed (a process that does
+// not come back leaves the rest of the run without it).
+func checkHealed(windows []window) Invariant {
+	inv := Invariant{Name: "faults not healed", Checked: fmt.Sprintf("%d faults", len(windows))}
+	for _, w := range windows {
+		if w.err != nil {
+			inv.offend(w.kind + " " + w.target + ": " + truncate(w.err.Error(), 200))
+		}
+	}
+	return inv
+}
+
+// checkLost: every accepted request reached a final state.
+func checkLost(ctx context.Context, db *pgxpool.Pool, reqs []request) (Invariant, error) {
+	inv := Invariant{Name: "lost (accepted, not final)"}
+	accepted := 0
+	for _, r := range reqs {
+		if r.id != "" && !r.quota {
+			accepted++
+		}
+	}
+	inv.Checked = fmt.Sprintf("%d accepted requests", accepted)
+	open, err := openWork(ctx, db, reqs)
+	if err != nil {
+		return inv, err
+	}
+	for _, id := range open {
+		inv.offend(id)
+	}
+	return inv, nil
+}
+
+// checkUnanswered: every request was eventually accepted (each is
+// retried with its key until the drain ends).
+func checkUnanswered(reqs []request, rejected []string) Invariant {
+	inv := Invariant{Name: "unanswered or refused requests", Checked: fmt.Sprintf("%d requests", len(reqs))}
+	for _, r := range reqs {
+		if r.id == "" {
+			inv.offend(r.key)
+		}
+	}
+	for _, r := range rejected {
+		inv.offend(r)
+	}
+	return inv
+}
+
+// attemptStep says what a task event does to the task's attempts: opens
+// an attempt, refers to one (it must be the open one), closes one, or
+// touches none. An event it has no case for is an error.
+func attemptStep(ev *taskv1.TaskEvent) (opens, uses, closes string, succeeded bool, err error) {
+	switch e := ev.GetEvent().(type) {
+	case *taskv1.TaskEvent_Leased:
+		return e.Leased.GetAttemptId(), "", "", false, nil
+	case *taskv1.TaskEvent_Started:
+		return "", e.Started.GetAttemptId(), "", false, nil
+	case *taskv1.TaskEvent_Progressed:
+		return "", e.Progressed.GetAttemptId(), "", false, nil
+	case *taskv1.TaskEvent_LeaseRenewed:
+		return "", e.LeaseRenewed.GetAttemptId(), "", false, nil
+	case *taskv1.TaskEvent_Checkpointed:
+		return "", "", "", false, nil // recorded while the attempt is current or just preempted
+	case *taskv1.TaskEvent_Succeeded:
+		return "", "", e.Succeeded.GetAttemptId(), true, nil
+	case *taskv1.TaskEvent_Failed:
+		return "", "", or(e.Failed.GetAttemptId(), "*"), false, nil
+	case *taskv1.TaskEvent_LeaseExpired:
+		return "", "", or(e.LeaseExpired.GetAttemptId(), "*"), false, nil
+	case *taskv1.TaskEvent_Preempted:
+		return "", "", or(e.Preempted.GetAttemptId(), "*"), false, nil
+	case *taskv1.TaskEvent_Suspended:
+		return "", "", or(e.Suspended.GetAttemptId(), "*"), false, nil
+	case *taskv1.TaskEvent_Canceled:
+		return "", "", or(e.Canceled.GetAttemptId(), "*"), false, nil
+	case *taskv1.TaskEvent_Deleted, *taskv1.TaskEvent_Expired:
+		return "", "", "*", false, nil
+	case *taskv1.TaskEvent_Submitted, *taskv1.TaskEvent_Updated, *taskv1.TaskEvent_Admitted,
+		*taskv1.TaskEvent_RetryScheduled, *taskv1.TaskEvent_Requeued:
+		return "", "", "", false, nil
+	}
+	return "", "", "", false, fmt.Errorf("no case for task event %T", ev.GetEvent())
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// taskRuns follows one task's attempts through its events.
+type taskRuns struct {
+	open      string
+	succeeded int
+}
+
+// step applies one event; a non-empty result is the double run it shows.
+func (r *taskRuns) step(ev *taskv1.TaskEvent) (string, error) {
+	opens, uses, closes, ok, err := attemptStep(ev)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case opens != "":
+		if r.open != "" {
+			return fmt.Sprintf("attempt %s leased while %s was running (v%d)", opens, r.open, ev.GetVersion()), nil
+		}
+		r.open = opens
+	case uses != "" && uses != r.open:
+		return fmt.Sprintf("attempt %s reported while %q was current (v%d)", uses, r.open, ev.GetVersion()), nil
+	case closes != "":
+		if ok {
+			r.succeeded++
+			if r.succeeded > 1 {
+				return fmt.Sprintf("completed a second time by attempt %s (v%d)", closes, ev.GetVersion()), nil
+			}
+			if closes != r.open {
+				return fmt.Sprintf("completed by attempt %s while %q was current (v%d)", closes, r.open, ev.GetVersion()), nil
+			}
+		}
+		if closes == "*" || closes == r.open {
+			r.open = ""
+		}
+	}
+	return "", nil
+}
+
+// checkDoubleRuns reads every task's events in version order: no task
+// completed twice or by an attempt that was not current, no attempt leased
+// while another was still running (the lease rules end an attempt only by
+// an event: lease expired, failed, preempted, suspended, cancelled).
+func checkDoubleRuns(ctx context.Context, db *pgxpool.Pool) (Invariant, error) {
+	inv := Invariant{Name: "double runs"}
+	rows, err := db.Query(ctx, `SELECT aggregate_id, payload FROM scheduler.events WHERE aggregate_type = 'task' ORDER BY aggregate_id, version`)
+	if err != nil {
+		return inv, err
+	}
+	defer rows.Close()
+	runs := map[string]*taskRuns{}
+	events := 0
+	for rows.Next() {
+		var id string
+		var payload []byte
+		if err := rows.Scan(&id, &payload); err != nil {
+			return inv, err
+		}
+		ev := &taskv1.TaskEvent{}
+		if err := proto.Unmarshal(payload, ev); err != nil {
+			return inv, fmt.Errorf("task %s: %w", id, err)
+		}
+		events++
+		r := runs[id]
+		if r == nil {
+			r = &taskRuns{}
+			runs[id] = r
+		}
+		bad, err := r.step(ev)
+		if err != nil {
+			return inv, err
+		}
+		if bad != "" {
+			inv.offend(id + ": " + bad)
+		}
+	}
+	inv.Checked = fmt.Sprintf("%d tasks, %d events", len(runs), events)
+	return inv, rows.Err()
+}
+
+// checkServerErrors: every 5xx a client got was a documented 503 (code
+// 30099, or gRPC Unavailable) answered inside an outage window of a fault
+// that touches the front doors, or within slack after it ended.
+func checkServerErrors(errs []serverError, windows []window, slack time.Duration) Invariant {
+	inv := Invariant{Name: "5xx outside outage windows or not 503", Checked: fmt.Sprintf("%d server errors, %d outage windows", len(errs), len(windows))}
+	for _, e := range errs {
+		documented := e.status == 503 && (e.code == "30099" || strings.HasPrefix(e.code, "grpc "))
+		inside := false
+		for _, w := range windows {
+			if w.api && !e.at.Before(w.start) && !e.at.After(w.end.Add(slack)) {
+				inside = true
+				break
+			}
+		}
+		if !documented || !inside {
+			inv.offend(fmt.Sprintf("%s %s %d %s %q", e.at.UTC().Format("15:04:05.000"), e.via, e.status, e.code, truncate(e.body, 120)))
+		}
+	}
+	return inv
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// checkReplay runs `taskmesh replay` against the deployment; its
+// differences are the count. Kafka projections catch up after the drain,
+// so a difference is looked at again, a few times, before it counts.
+func checkReplay(ctx context.Context, bin, dbURL, brokers string) (Invariant, string, error) {
+	inv := Invariant{Name: "projections differing from their replay"}
+	var out []byte
+	for try := 0; try < 4; try++ {
+		cmd := exec.CommandContext(ctx, bin, "replay", "--database-url", dbURL, "--kafka-brokers", brokers)
+		var err error
+		out, err = cmd.CombinedOutput()
+		if err == nil {
+			inv.Checked = "taskmesh replay: " + firstLine(out)
+			return inv, string(out), nil
+		}
+		if ctx.Err() != nil {
+			return inv, string(out), ctx.Err()
+		}
+		time.Sleep(5 * time.Second)
+	}
+	inv.Checked = "taskmesh replay"
+	for _, n := range replayDiffs(string(out)) {
+		inv.offend(n)
+	}
+	if inv.Count == 0 {
+		inv.offend("replay failed: " + truncate(string(out), 300))
+	}
+	return inv, string(out), nil
+}
+
+var (
+	differRe = regexp.MustCompile(`^(.*?): .*?(\d+) differ`)
+	onlyRe   = regexp.MustCompile(`^(\S+ → \S+):.* (\d+) only live, (\d+) only replay`)
+)
+
+// replayDiffs names each projection replay reported differences for.
+func replayDiffs(out string) []string {
+	var names []string
+	for _, line := range strings.Split(out, "\n") {
+		if m := differRe.FindStringSubmatch(line); m != nil && m[2] != "0" {
+			names = append(names, m[1]+": "+m[2]+" differ")
+		}
+		if m := onlyRe.FindStringSubmatch(line); m != nil && (m[2] != "0" || m[3] != "0") {
+			names = append(names, m[1]+": "+m[2]+" only live, "+m[3]+" only replay")
+		}
+	}
+	return names
+}
+
+func firstLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	lines := strings.Split(s, "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// checkStream reads the relay's task and orchestration topics back
+// (read_committed) and compares them with the event store: every event
+// exactly once per (aggregate, version), in version order. Missing events
+// may still be on their way after the drain, so the check is read again
+// until nothing is missing or ctx ends; duplicates and disorder count at
+// once.
+func checkStream(ctx context.Context, db *pgxpool.Pool, brokers []string) (Invariant, error) {
+	reader := readerFor()
+	for {
+		inv, missing, err := streamOnce(ctx, db, brokers, reader)
+		if err != nil || missing == 0 || ctx.Err() != nil {
+			return inv, err
+		}
+		select {
+		case <-ctx.Done():
+			return inv, nil
+		case <-time.After(3 * time.Second):
+		}
+	}
+}
+
+// topicReader reads topics from the start and returns each aggregate's
+// versions in the order they came, and the number of records.
+type topicReader struct {
+	name string
+	read func(ctx context.Context, brokers, topics []string) (map[string][]int64, int, error)
+}
+
+// readerFor is kcat, an independent client, when it is installed; else
+// (or when kcat cannot finish: it stops only once every partition is
+// read to its end, which a topic still being written may not give it)
+// franz-go.
+func readerFor() *topicReader {
+	path, err := exec.LookPath("kcat")
+	if err != nil {
+		return &topicReader{"franz-go", readTopics}
+	}
+	r := &topicReader{name: "kcat"}
+	r.read = func(ctx context.Context, brokers, topics []string) (map[string][]int64, int, error) {
+		kctx, cancel := context.WithTimeout(ctx, kcatTimeout)
+		defer cancel()
+		seen, n, err := readTopicsKcat(kctx, path, brokers, topics)
+		if err != nil && ctx.Err() == nil {
+			r.name = "franz-go after kcat failed: " + truncate(err.Error(), 80)
+			return readTopics(ctx, brokers, topics)
+		}
+		return seen, n, err
+	}
+	return r
+}
+
+// kcatTimeout bounds one kcat read of the topics.
+const kcatTimeout = 45 * time.Second
+
+func streamOnce(ctx context.Context, db *pgxpool.Pool, brokers []string, reader *topicReader) (Invariant, int, error) {
+	inv := Invariant{Name: "relay stream not exactly once in order"}
+	topics := []string{kafka.EnvelopeTopic(&taskv1.TaskEvent{}), kafka.EnvelopeTopic(&taskv1.OrchestrationEvent{})}
+	seen, records, err := reader.read(ctx, brokers, topics)
+	if err != nil {
+		return inv, 0, err
+	}
+	rows, err := db.Query(ctx, `SELECT aggregate_id, max(version) FROM scheduler.events
+		WHERE aggregate_type IN ('task', 'task_group', 'template') GROUP BY aggregate_id`)
+	if err != nil {
+		return inv, 0, err
+	}
+	defer rows.Close()
+	stored := map[string]int64{}
+	for rows.Next() {
+		var id string
+		var v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			return inv, 0, err
+		}
+		stored[id] = v
+	}
+	if err := rows.Err(); err != nil {
+		return inv, 0, err
+	}
+	missing := 0
+	ids := make([]string, 0, len(stored))
+	for id := range stored {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		versions := seen[id]
+		for i, v := range versions {
+			if want := int64(i + 1); v != want {
+				inv.offend(fmt.Sprintf("%s: record %d is version %d, want %d (duplicate, gap or disorder)", id, i+1, v, want))
+				break
+			}
+		}
+		if int64(len(versions)) < stored[id] {
+			missing++
+		}
+	}
+	for id := range seen {
+		if _, ok := stored[id]; !ok {
+			inv.offend(id + ": on the topic, not in the event store")
+		}
+	}
+	if missing > 0 {
+		inv.offend(fmt.Sprintf("%d aggregates with events not yet on the topic", missing))
+	}
+	inv.Checked = fmt.Sprintf("%d records of %d aggregates (%s, read_committed)", records, len(stored), reader.name)
+	return inv, missing, nil
+}
+
+// readTopics reads topics from the start until a poll brings nothing new
+// for quietFor (the end offsets of transactional topics hold control
+// records no consumer is given, so they are no stopping mark), and returns
+// each aggregate's versions in the order they came.
+func readTopics(ctx context.Context, brokers, topics []string) (map[string][]int64, int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer cl.Close()
+	const quietFor = 3 * time.Second
+	seen := map[string][]int64{}
+	records := 0
+	for {
+		pctx, cancel := context.WithTimeout(ctx, quietFor)
+		fetches := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		got := 0
+		fetches.EachRecord(func(r *kgo.Record) {
+			got++
+			if id, v, ok := identity(r); ok {
+				records++
+				seen[id] = append(seen[id], v)
+			}
+		})
+		if got == 0 && pctx.Err() != nil {
+			return seen, records, nil
+		}
+	}
+}
+
+// readTopicsKcat reads each topic with kcat (librdkafka) to its end: the
+// record key is the aggregate, the relay's taskmesh-version header its
+// version.
+func readTopicsKcat(ctx context.Context, kcat string, brokers, topics []string) (map[string][]int64, int, error) {
+	seen := map[string][]int64{}
+	records := 0
+	for _, topic := range topics {
+		cmd := exec.CommandContext(ctx, kcat, "-C", "-b", strings.Join(brokers, ","), "-t", topic, "-o", "beginning", "-e", "-q",
+			"-X", "isolation.level=read_committed", "-f", "%k\t%h\n")
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			return nil, 0, fmt.Errorf("kcat %s: %w: %s", topic, err, stderr)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			key, headers, ok := strings.Cut(line, "\t")
+			if !ok {
+				continue
+			}
+			v, ok := headerVersion(headers)
+			if !ok {
+				continue
+			}
+			records++
+			seen[key] = append(seen[key], v)
+		}
+	}
+	return seen, records, nil
+}
+
+// headerVersion finds taskmesh-version in kcat's "k=v,k=v" headers.
+func headerVersion(headers string) (int64, bool) {
+	for _, kv := range strings.Split(headers, ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == outbox.HeaderVersion {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// identity decodes a record's aggregate and version.
+func identity(r *kgo.Record) (string, int64, bool) {
+	var m interface {
+		proto.Message
+		GetAggregateId() string
+		GetVersion() int64
+	}
+	if r.Topic == kafka.EnvelopeTopic(&taskv1.TaskEvent{}) {
+		m = &taskv1.TaskEvent{}
+	} else {
+		m = &taskv1.OrchestrationEvent{}
+	}
+	if err := proto.Unmarshal(r.Value, m); err != nil {
+		return "", 0, false
+	}
+	return m.GetAggregateId(), m.GetVersion(), true
+}

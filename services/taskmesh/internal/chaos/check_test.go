@@ -1,0 +1,265 @@
+package chaos
+
+import (
+	"errors"
+	"maps"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle/lifecycletest"
+)
+
+func TestLifecycleCoverage(t *testing.T) {
+	lifecycletest.EveryEvent(t, "the chaos suite's double-run check", func(ev *taskv1.TaskEvent) error {
+		_, _, _, _, err := attemptStep(ev)
+		return err
+	})
+}
+
+func leased(a string) *taskv1.TaskEvent {
+	return &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Leased{Leased: &taskv1.TaskLeased{AttemptId: a}}}
+}
+
+func succeeded(a string) *taskv1.TaskEvent {
+	return &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{AttemptId: a}}}
+}
+
+func expired(a string) *taskv1.TaskEvent {
+	return &taskv1.TaskEvent{Event: &taskv1.TaskEvent_LeaseExpired{LeaseExpired: &taskv1.TaskLeaseExpired{AttemptId: a}}}
+}
+
+func started(a string) *taskv1.TaskEvent {
+	return &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Started{Started: &taskv1.TaskStarted{AttemptId: a}}}
+}
+
+func TestDoubleRunsFromTheEventLog(t *testing.T) {
+	tests := []struct {
+		name   string
+		events []*taskv1.TaskEvent
+		want   string // "" = no double run
+	}{
+		{"one attempt", []*taskv1.TaskEvent{leased("a1"), started("a1"), succeeded("a1")}, ""},
+		{"lost, then another attempt", []*taskv1.TaskEvent{leased("a1"), started("a1"), expired("a1"), leased("a2"), succeeded("a2")}, ""},
+		{"leased while running", []*taskv1.TaskEvent{leased("a1"), started("a1"), leased("a2")}, "leased while a1 was running"},
+		{"completed twice", []*taskv1.TaskEvent{leased("a1"), succeeded("a1"), leased("a2"), succeeded("a2")}, "completed a second time"},
+		{"completed by an old attempt", []*taskv1.TaskEvent{leased("a1"), expired("a1"), leased("a2"), succeeded("a1")}, "completed by attempt a1"},
+		{"started by an old attempt", []*taskv1.TaskEvent{leased("a1"), expired("a1"), leased("a2"), started("a1")}, "attempt a1 reported"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r taskRuns
+			got := ""
+			for _, ev := range tt.events {
+				bad, err := r.step(ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bad != "" && got == "" {
+					got = bad
+				}
+			}
+			if tt.want == "" && got != "" || tt.want != "" && !strings.Contains(got, tt.want) {
+				t.Fatalf("double run = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestServerErrorsMustBe503InsideAnOutage(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	windows := []window{
+		{kind: faultKill, target: "scheduler-1", start: t0, end: t0.Add(2 * time.Second), api: true},
+		{kind: faultAgentCut, target: "agent-1", start: t0.Add(time.Minute), end: t0.Add(70 * time.Second)},
+	}
+	errs := []serverError{
+		{at: t0.Add(time.Second), status: 503, code: "30099"},                // inside
+		{at: t0.Add(5 * time.Second), status: 503, code: "grpc Unavailable"}, // in the slack
+		{at: t0.Add(time.Second), status: 500, code: "30099"},                // not a 503
+		{at: t0.Add(65 * time.Second), status: 503, code: "30099"},           // an agent's fault does not excuse it
+		{at: t0.Add(-time.Second), status: 503, code: "30099"},               // before any fault
+	}
+	inv := checkServerErrors(errs, windows, 10*time.Second)
+	if inv.Count != 3 {
+		t.Fatalf("offenders = %d %v, want 3", inv.Count, inv.First)
+	}
+}
+
+func TestReplayDiffsNamesWhatDiffers(t *testing.T) {
+	out := `tasks (inline projection): 10 tasks from 40 events, 2 differ
+quota (inline projection): 3 aggregates from 9 events, 0 differ
+task_read_models → task_views: 40 records replayed in 5ms (0 skipped as dead letters); live 10 rows, replay 10 rows, 0 only live, 0 only replay
+usage → usage_records: 40 records replayed in 5ms (0 skipped as dead letters); live 10 rows, replay 9 rows, 1 only live, 0 only replay
+`
+	got := replayDiffs(out)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "tasks (inline projection)") || !strings.HasPrefix(got[1], "usage → usage_records") {
+		t.Fatalf("differences = %q", got)
+	}
+}
+
+// A cut proxy drops the open connection and refuses new ones; healed, it
+// carries traffic again.
+func TestProxyCutsAndHeals(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); buf := make([]byte, 64); n, _ := c.Read(buf); _, _ = c.Write(buf[:n]) }()
+		}
+	}()
+	p, err := newProxy("127.0.0.1:0", []string{echo.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	roundTrip := func() error {
+		c, err := net.DialTimeout("tcp", p.addr(), time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return err
+		}
+		buf := make([]byte, 4)
+		_, err = c.Read(buf)
+		return err
+	}
+	if err := roundTrip(); err != nil {
+		t.Fatalf("before the cut: %v", err)
+	}
+	held, err := net.Dial("tcp", p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	waitFor(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.conns) == 2 })
+	p.setCut(true)
+	_ = held.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := held.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("an open connection survived the cut: %v", err)
+	}
+	if err := roundTrip(); err == nil {
+		t.Fatal("a new connection got through the cut")
+	}
+	p.setCut(false)
+	if err := roundTrip(); err != nil {
+		t.Fatalf("after healing: %v", err)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestOverAdmissionFromAdmissionEvents(t *testing.T) {
+	gpu := "nvidia.com/gpu"
+	queues := map[string]queueLimits{
+		"high": {cohort: "tenants", nominal: map[string]int64{gpu: 2000}, borrow: map[string]int64{}},
+		"low":  {cohort: "tenants", nominal: map[string]int64{gpu: 1000}, borrow: map[string]int64{gpu: 1000}},
+	}
+	queued := func(task string, gpus int64) *quotav1.QuotaEvent {
+		return &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_WorkloadQueued{WorkloadQueued: &quotav1.WorkloadQueued{TaskId: task, Requests: map[string]int64{gpu: gpus * 1000}}}}
+	}
+	admitted := func(task, cq string) *quotav1.QuotaEvent {
+		return &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_WorkloadAdmitted{WorkloadAdmitted: &quotav1.WorkloadAdmitted{TaskId: task, ClusterQueue: cq}}}
+	}
+	finished := func(task string) *quotav1.QuotaEvent {
+		return &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_WorkloadFinished{WorkloadFinished: &quotav1.WorkloadFinished{TaskId: task}}}
+	}
+	defined := func(cq, gpus string) *quotav1.QuotaEvent {
+		return &quotav1.QuotaEvent{Event: &quotav1.QuotaEvent_ClusterQueueDefined{ClusterQueueDefined: &quotav1.ClusterQueueDefined{Name: cq,
+			Spec: &quotav1.ClusterQueueSpec{ResourceGroups: []*quotav1.ResourceGroup{{CoveredResources: []string{gpu},
+				Flavors: []*quotav1.FlavorQuotas{{Name: "f", Resources: []*quotav1.ResourceQuota{{Name: gpu, NominalQuota: gpus}}}}}}}}}}
+	}
+	tests := []struct {
+		name   string
+		events []*quotav1.QuotaEvent
+		want   string
+	}{
+		{"a raised quota admits more", []*quotav1.QuotaEvent{defined("own", "1"), queued("t1", 1), admitted("t1", "own"),
+			defined("own", "2"), queued("t2", 1), admitted("t2", "own")}, ""},
+		{"a lowered quota admits less", []*quotav1.QuotaEvent{defined("own", "2"), queued("t1", 1), admitted("t1", "own"),
+			defined("own", "1"), queued("t2", 1), admitted("t2", "own")}, "put own at 2000"},
+		{"an undefined queue", []*quotav1.QuotaEvent{queued("t1", 1), admitted("t1", "nowhere")}, "not defined"},
+		{"within quota, borrowing included", []*quotav1.QuotaEvent{queued("t1", 1), admitted("t1", "low"), queued("t2", 1), admitted("t2", "low")}, ""},
+		{"released quota is reused", []*quotav1.QuotaEvent{queued("t1", 3), admitted("t1", "high"), finished("t1"), queued("t2", 3), admitted("t2", "high")}, ""},
+		{"beyond the borrowing limit", []*quotav1.QuotaEvent{queued("t1", 1), admitted("t1", "low"), queued("t2", 2), admitted("t2", "low")}, "put low at 3000"},
+		{"beyond the cohort", []*quotav1.QuotaEvent{queued("t1", 2), admitted("t1", "high"), queued("t2", 2), admitted("t2", "low")}, "put cohort tenants at 4000"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLedger(maps.Clone(queues))
+			got := ""
+			for _, ev := range tt.events {
+				bad, err := l.step(ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if bad != "" && got == "" {
+					got = bad
+				}
+			}
+			if tt.want == "" && got != "" || tt.want != "" && !strings.Contains(got, tt.want) {
+				t.Fatalf("over-admission = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHeaderVersionFromKcat(t *testing.T) {
+	h := "taskmesh-position=0/12,taskmesh-relay=scheduler,taskmesh-event-type=TaskLeased,taskmesh-version=3,taskmesh-tenant=chaos"
+	if v, ok := headerVersion(h); !ok || v != 3 {
+		t.Fatalf("version = %d %v, want 3", v, ok)
+	}
+	if _, ok := headerVersion("taskmesh-relay=scheduler"); ok {
+		t.Fatal("a record without the version header has a version")
+	}
+}
+
+func TestRunRefusesABadConfig(t *testing.T) {
+	good := Config{Binary: "/bin/true", Rate: 10, Duration: time.Minute, Drain: time.Minute}
+	for name, change := range map[string]func(*Config){
+		"no binary":      func(c *Config) { c.Binary = "" },
+		"no rate":        func(c *Config) { c.Rate = 0 },
+		"a rate too big": func(c *Config) { c.Rate = 10001 },
+		"no duration":    func(c *Config) { c.Duration = 0 },
+		"no drain":       func(c *Config) { c.Drain = -time.Second },
+	} {
+		cfg := good
+		change(&cfg)
+		if _, err := Run(t.Context(), cfg); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestFaultsNotHealedCount(t *testing.T) {
+	inv := checkHealed([]window{{kind: faultKill, target: "gateway-1"}, {kind: faultKill, target: "scheduler-2", err: errors.New("did not become ready")}})
+	if inv.Count != 1 || !strings.Contains(inv.First[0], "scheduler-2") {
+		t.Fatalf("%+v", inv)
+	}
+}

@@ -1,0 +1,289 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+)
+
+// request is one piece of work the load asked for, under its idempotency
+// key: retried with the same key until a front door accepts it.
+type request struct {
+	key   string // request_id
+	kind  string // e.g. "true", "sleep", "false", "timeout", "gpu", "gpu-queue", "quota", "grpc", "dag"
+	group bool   // a task group, not a task
+	quota bool   // a change of the chaos-gpu ClusterQueue's quota, no work
+	id    string // the task or group id once accepted ("quota" for a quota change)
+}
+
+// serverError is one 5xx answer (REST) or Unavailable/Internal status
+// (gRPC) a client got.
+type serverError struct {
+	at     time.Time
+	via    string // the front door
+	status int    // HTTP status; for gRPC the HTTP status its code maps to
+	code   string // the envelope's business code or the gRPC code
+	body   string
+}
+
+// load submits a steady mix of work through both gateways' REST and gRPC
+// front doors.
+type load struct {
+	d    *deployment
+	rate int
+	mix  *rand.Rand // the mix of kinds; its own seed, so the faults' schedule does not depend on it
+	http *http.Client
+	rpc  []taskv1.TaskServiceClient
+
+	mu       sync.Mutex
+	requests []*request
+	errors   []serverError
+	rejected []string // requests refused with a 4xx: a defect of the load or of the edge
+	next     atomic.Int64
+	inflight sync.WaitGroup
+}
+
+func newLoad(d *deployment, rate int, seed int64) (*load, error) {
+	l := &load{d: d, rate: rate, mix: rand.New(rand.NewSource(seed)), http: &http.Client{Timeout: 15 * time.Second}}
+	for _, addr := range d.gatewayRPC {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		l.rpc = append(l.rpc, taskv1.NewTaskServiceClient(conn))
+	}
+	return l, nil
+}
+
+// run submits rate requests a second until ctx ends; each request keeps
+// being retried until it is accepted or until retryCtx ends.
+func (l *load) run(ctx, retryCtx context.Context) {
+	tick := time.NewTicker(time.Second / time.Duration(l.rate))
+	defer tick.Stop()
+	sem := make(chan struct{}, 256)
+	for {
+		select {
+		case <-ctx.Done():
+			l.inflight.Wait()
+			return
+		case <-tick.C:
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			continue // the load ended while waiting: this request was never made
+		}
+		r := l.newRequest() // recorded only once it will be sent
+		l.inflight.Add(1)
+		go func() {
+			defer func() { <-sem; l.inflight.Done() }()
+			l.submit(retryCtx, r)
+		}()
+	}
+}
+
+// kinds of work and their weights out of 100.
+var kinds = []struct {
+	name   string
+	weight int
+}{{"true", 39}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"gpu", 3}, {"gpu-queue", 2}, {"quota", 1}, {"grpc", 18}, {"dag", 2}}
+
+func (l *load) newRequest() *request {
+	n := l.next.Add(1)
+	w := l.mix.Intn(100)
+	kind := kinds[0].name
+	for _, k := range kinds {
+		if w < k.weight {
+			kind = k.name
+			break
+		}
+		w -= k.weight
+	}
+	r := &request{key: fmt.Sprintf("chaos-%d-%s", n, kind), kind: kind, group: kind == "dag", quota: kind == "quota"}
+	l.mu.Lock()
+	l.requests = append(l.requests, r)
+	l.mu.Unlock()
+	return r
+}
+
+// spec is the task a kind of request submits: retries without delay, a
+// timeout, and a short lease so a lost attempt is noticed quickly.
+func spec(kind string, n int) map[string]any {
+	s := map[string]any{"name": "chaos " + kind, "type": "shell", "retry_delay": 1, "max_retries": 3, "timeout": 60}
+	switch kind {
+	case "true", "grpc":
+		s["command"] = "/bin/true"
+	case "sleep":
+		s["command"], s["args"] = "sleep", []string{fmt.Sprint(1 + n%2)}
+	case "false":
+		s["command"], s["max_retries"] = "false", 1 // fails for good after one retry
+	case "timeout":
+		s["command"], s["args"], s["timeout"], s["max_retries"] = "sleep", []string{"30"}, 2, 0
+	case "gpu":
+		// Waits for admission in its tier's default queue.
+		s["command"], s["args"], s["resources"] = "sleep", []string{"1"}, map[string]string{"nvidia.com/gpu": "1"}
+	case "gpu-queue":
+		// Waits in the queue whose quota the load changes.
+		s["command"], s["args"], s["resources"], s["queue"] = "sleep", []string{"1"}, map[string]string{"nvidia.com/gpu": "1"}, chaosQueue
+	}
+	return s
+}
+
+func (l *load) submit(ctx context.Context, r *request) {
+	for attempt := 0; ; attempt++ {
+		gw := attempt % len(l.d.gatewayURL)
+		var (
+			id   string
+			done bool
+		)
+		if r.kind == "grpc" {
+			id, done = l.submitGRPC(ctx, gw, r)
+		} else {
+			id, done = l.submitREST(ctx, gw, r)
+		}
+		if done {
+			l.mu.Lock()
+			r.id = id
+			l.mu.Unlock()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff(attempt)):
+		}
+	}
+}
+
+func backoff(attempt int) time.Duration {
+	d := 100 * time.Millisecond << min(attempt, 4)
+	return d
+}
+
+// submitREST posts r to gateway gw; done is true once r is settled
+// (accepted, or refused with a 4xx, which retrying would not change).
+func (l *load) submitREST(ctx context.Context, gw int, r *request) (string, bool) {
+	method, path, key := http.MethodPost, "/api/v1/tasks?request_id="+r.key, l.d.apiKey
+	body := spec(r.kind, int(l.next.Load()))
+	switch {
+	case r.group:
+		path = "/api/v1/task-groups"
+		body = dagGroup(r.key)
+	case r.quota:
+		// Between 1 and 3 GPUs; a PUT is idempotent by itself.
+		method, path, key = http.MethodPut, "/api/v1/cluster-queues/"+chaosQueue, l.d.adminKey
+		body = chaosQueueSpec(1 + int(l.next.Load()%3))
+	}
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(ctx, method, l.d.gatewayURL[gw]+path, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := l.http.Do(req)
+	if err != nil {
+		return "", false // the gateway is down or the answer was lost: retry, the key makes it safe
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	switch {
+	case resp.StatusCode/100 == 2 && r.quota:
+		return "quota", true
+	case resp.StatusCode/100 == 2:
+		var out struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(raw, &out); err != nil || out.ID == "" {
+			l.reject(r, fmt.Sprintf("%d without an id: %s", resp.StatusCode, raw))
+			return "", true
+		}
+		return out.ID, true
+	case resp.StatusCode >= 500:
+		var env struct {
+			Code json.RawMessage `json:"code"`
+		}
+		_ = json.Unmarshal(raw, &env)
+		l.serverError(serverError{at: time.Now(), via: l.d.gatewayURL[gw], status: resp.StatusCode, code: string(env.Code), body: string(raw)})
+		return "", false
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return "", false
+	}
+	l.reject(r, fmt.Sprintf("%d: %s", resp.StatusCode, raw))
+	return "", true
+}
+
+// dagGroup is a diamond: a, then b and c, then d.
+func dagGroup(key string) map[string]any {
+	member := func(id string, deps ...string) map[string]any {
+		m := map[string]any{"id": id, "name": id, "type": "shell", "command": "/bin/true", "retry_delay": 1, "max_retries": 3}
+		if len(deps) > 0 {
+			m["depends_on"] = deps
+		}
+		return m
+	}
+	return map[string]any{"name": "chaos dag", "mode": "dag", "request_id": key,
+		"tasks": []any{member("a"), member("b", "a"), member("c", "a"), member("d", "b", "c")}}
+}
+
+func (l *load) submitGRPC(ctx context.Context, gw int, r *request) (string, bool) {
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+l.d.apiKey)
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	retries, delay := int32(3), int32(1)
+	resp, err := l.rpc[gw].CreateTask(cctx, &taskv1.CreateTaskRequest{RequestId: r.key,
+		Spec: &taskv1.TaskSpec{Name: "chaos grpc", Type: "shell", Command: "/bin/true", MaxRetries: &retries, RetryDelay: &delay}})
+	if err == nil {
+		return resp.GetTask().GetId(), true
+	}
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable:
+		// Documented as 503; a gateway that is down looks the same to
+		// the client, and its outage is a window too.
+		l.serverError(serverError{at: time.Now(), via: l.d.gatewayRPC[gw], status: http.StatusServiceUnavailable, code: "grpc " + st.Code().String(), body: st.Message()})
+		return "", false
+	case codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted:
+		return "", false
+	case codes.Internal, codes.Unknown:
+		l.serverError(serverError{at: time.Now(), via: l.d.gatewayRPC[gw], status: http.StatusInternalServerError, code: "grpc " + st.Code().String(), body: st.Message()})
+		return "", false
+	}
+	l.reject(r, st.Code().String()+": "+st.Message())
+	return "", true
+}
+
+func (l *load) serverError(e serverError) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errors = append(l.errors, e)
+}
+
+func (l *load) reject(r *request, why string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rejected = append(l.rejected, r.key+" "+why)
+}
+
+// snapshot returns the requests and errors so far.
+func (l *load) snapshot() ([]request, []serverError, []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rs := make([]request, len(l.requests))
+	for i, r := range l.requests {
+		rs[i] = *r
+	}
+	return rs, append([]serverError(nil), l.errors...), append([]string(nil), l.rejected...)
+}

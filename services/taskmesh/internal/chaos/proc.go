@@ -1,0 +1,143 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is one OS process of the deployment: started, killed, stopped,
+// continued and restarted by the fault driver with the same arguments, so
+// a restarted service listens where its clients expect it.
+type proc struct {
+	name string // e.g. "scheduler-2"
+	kind string // e.g. "scheduler"
+	path string
+	args []string
+	env  []string
+	log  string // file both output streams are appended to
+	// ready reports whether the process serves; start waits for it.
+	ready func(ctx context.Context) error
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// start starts the process and waits until it is ready.
+func (p *proc) start(ctx context.Context) error {
+	p.mu.Lock()
+	out, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	fmt.Fprintf(out, "\n=== %s start %s\n", time.Now().UTC().Format(time.RFC3339Nano), p.name)
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = out, out
+	// A process group of its own, so the driver's terminal signals do not
+	// reach it, and the parent-death signal so a killed driver leaves no
+	// deployment behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		p.mu.Unlock()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); out.Close(); close(done) }()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	if p.ready == nil {
+		return nil
+	}
+	return waitReady(ctx, p, done)
+}
+
+func waitReady(ctx context.Context, p *proc, done chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	for {
+		if err := p.ready(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited while starting (log: %s)", p.name, p.log)
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not become ready: %w (log: %s)", p.name, ctx.Err(), p.log)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// signal sends sig to the process itself (not its group: an agent's task
+// shims must outlive it, as they outlive a crash of the agent).
+func (p *proc) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return errors.New(p.name + " is not running")
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// kill SIGKILLs the process and waits until it has exited.
+func (p *proc) kill() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies only once continued on some kernels
+	_ = cmd.Process.Kill()
+	<-done
+}
+
+// stopGroup ends the process and everything it started, at the end of a
+// run.
+func (p *proc) stopGroup() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-done
+}
+
+// tcpReady is a readiness check: addr accepts connections.
+func tcpReady(addr string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		d := net.Dialer{Timeout: time.Second}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+}
+
+// freeAddr picks a free TCP port on the loopback address host.
+func freeAddr(host string) (string, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// logPath is the log file of the process name under dir.
+func logPath(dir, name string) string { return filepath.Join(dir, "logs", name+".log") }
