@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	AdmissionService_ResolveQueue_FullMethodName         = "/taskmesh.quota.v1.AdmissionService/ResolveQueue"
+	AdmissionService_QueueWorkload_FullMethodName        = "/taskmesh.quota.v1.AdmissionService/QueueWorkload"
 	AdmissionService_ListClusterQueues_FullMethodName    = "/taskmesh.quota.v1.AdmissionService/ListClusterQueues"
 	AdmissionService_GetClusterQueue_FullMethodName      = "/taskmesh.quota.v1.AdmissionService/GetClusterQueue"
 	AdmissionService_PutClusterQueue_FullMethodName      = "/taskmesh.quota.v1.AdmissionService/PutClusterQueue"
@@ -55,6 +56,16 @@ type AdmissionServiceClient interface {
 	// for an unknown queue; PermissionDenied for a queue the tenant may not
 	// use.
 	ResolveQueue(ctx context.Context, in *ResolveQueueRequest, opts ...grpc.CallOption) (*ResolveQueueResponse, error)
+	// QueueWorkload hands the admission loop a task the scheduler has just
+	// stored waiting in a ClusterQueue (its TaskSubmitted), so a task that
+	// fits is admitted without first going through the task topic, and
+	// answers once the loop has decided: admitted (the decision recorded and
+	// published as WorkloadAdmitted like any other), or not admitted yet
+	// (it waits in its queue; the decision comes on the quota topic). The
+	// loop applies the stay once, whether it comes here or through the task
+	// topic first. Internal to the scheduler (operators' principal only);
+	// Unavailable where the admission loop is not the active one.
+	QueueWorkload(ctx context.Context, in *QueueWorkloadRequest, opts ...grpc.CallOption) (*QueueWorkloadResponse, error)
 	ListClusterQueues(ctx context.Context, in *ListClusterQueuesRequest, opts ...grpc.CallOption) (*ListClusterQueuesResponse, error)
 	GetClusterQueue(ctx context.Context, in *GetClusterQueueRequest, opts ...grpc.CallOption) (*GetClusterQueueResponse, error)
 	// PutClusterQueue creates or replaces a ClusterQueue (operators only).
@@ -89,6 +100,16 @@ func (c *admissionServiceClient) ResolveQueue(ctx context.Context, in *ResolveQu
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResolveQueueResponse)
 	err := c.cc.Invoke(ctx, AdmissionService_ResolveQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *admissionServiceClient) QueueWorkload(ctx context.Context, in *QueueWorkloadRequest, opts ...grpc.CallOption) (*QueueWorkloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueWorkloadResponse)
+	err := c.cc.Invoke(ctx, AdmissionService_QueueWorkload_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +248,16 @@ type AdmissionServiceServer interface {
 	// for an unknown queue; PermissionDenied for a queue the tenant may not
 	// use.
 	ResolveQueue(context.Context, *ResolveQueueRequest) (*ResolveQueueResponse, error)
+	// QueueWorkload hands the admission loop a task the scheduler has just
+	// stored waiting in a ClusterQueue (its TaskSubmitted), so a task that
+	// fits is admitted without first going through the task topic, and
+	// answers once the loop has decided: admitted (the decision recorded and
+	// published as WorkloadAdmitted like any other), or not admitted yet
+	// (it waits in its queue; the decision comes on the quota topic). The
+	// loop applies the stay once, whether it comes here or through the task
+	// topic first. Internal to the scheduler (operators' principal only);
+	// Unavailable where the admission loop is not the active one.
+	QueueWorkload(context.Context, *QueueWorkloadRequest) (*QueueWorkloadResponse, error)
 	ListClusterQueues(context.Context, *ListClusterQueuesRequest) (*ListClusterQueuesResponse, error)
 	GetClusterQueue(context.Context, *GetClusterQueueRequest) (*GetClusterQueueResponse, error)
 	// PutClusterQueue creates or replaces a ClusterQueue (operators only).
@@ -259,6 +290,9 @@ type UnimplementedAdmissionServiceServer struct{}
 
 func (UnimplementedAdmissionServiceServer) ResolveQueue(context.Context, *ResolveQueueRequest) (*ResolveQueueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveQueue not implemented")
+}
+func (UnimplementedAdmissionServiceServer) QueueWorkload(context.Context, *QueueWorkloadRequest) (*QueueWorkloadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueWorkload not implemented")
 }
 func (UnimplementedAdmissionServiceServer) ListClusterQueues(context.Context, *ListClusterQueuesRequest) (*ListClusterQueuesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListClusterQueues not implemented")
@@ -328,6 +362,24 @@ func _AdmissionService_ResolveQueue_Handler(srv interface{}, ctx context.Context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdmissionServiceServer).ResolveQueue(ctx, req.(*ResolveQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdmissionService_QueueWorkload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueWorkloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdmissionServiceServer).QueueWorkload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdmissionService_QueueWorkload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdmissionServiceServer).QueueWorkload(ctx, req.(*QueueWorkloadRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -540,6 +592,10 @@ var AdmissionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveQueue",
 			Handler:    _AdmissionService_ResolveQueue_Handler,
+		},
+		{
+			MethodName: "QueueWorkload",
+			Handler:    _AdmissionService_QueueWorkload_Handler,
 		},
 		{
 			MethodName: "ListClusterQueues",

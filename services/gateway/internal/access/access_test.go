@@ -40,6 +40,8 @@ func TestMethod(t *testing.T) {
 		{p: agent, method: "/taskmesh.quota.v1.AdmissionService/ListClusterQueues"},
 		{p: admin, method: "/taskmesh.quota.v1.AdmissionService/PutClusterQueue", want: true},
 		{p: admin, method: "/taskmesh.quota.v1.AdmissionService/ResolveQueue"},
+		{p: user, method: "/taskmesh.quota.v1.AdmissionService/QueueWorkload"},
+		{p: admin, method: "/taskmesh.quota.v1.AdmissionService/QueueWorkload"},
 		{p: admin, method: "/taskmesh.task.v1.TaskService/GetTask"},
 		{p: admin, method: "/taskmesh.task.v1.LeaseService/ClaimTasks"},
 		{p: admin, method: "/taskmesh.admin.v1.AdminService/CreateTenant", want: true},

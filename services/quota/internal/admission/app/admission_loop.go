@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -30,6 +31,13 @@ type LoopStore interface {
 	LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]WorkloadRecord, error)
 	// PendingFacts returns up to limit facts in arrival order.
 	PendingFacts(ctx context.Context, tx pgx.Tx, limit int) ([]Fact, error)
+	// SeeFacts records the task versions of facts handed to the loop
+	// directly (Loop.Queue) with the versions the task-topic projection
+	// records, and returns the facts newer than the version already
+	// recorded for their task, in their order; the others were seen
+	// before and must not be applied again. Its version write conflicts
+	// with the projection's (row locks), so a fact is seen once.
+	SeeFacts(ctx context.Context, tx pgx.Tx, facts []Fact) ([]Fact, error)
 	// SaveCycle appends events, upserts changed workloads, deletes removed
 	// ones and the facts up to lastFact.
 	SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*WorkloadRecord, removed []string, lastFact int64) error
@@ -84,7 +92,42 @@ type Loop struct {
 	work    map[string]*WorkloadRecord
 	outside map[string]bool // pending workloads the core does not hold (unknown queue)
 	queues  []string        // the ClusterQueues of the core's topology (metrics)
+
+	// offersMu guards the workloads handed to the loop directly: taken
+	// (new) by the next cycle, then waiting (taken) for a decision until
+	// the loop is idle.
+	offersMu sync.Mutex
+	active   bool // a session holds the lock and takes offers
+	offers   []*offer
+	taken    []*offer
 }
+
+// offer is one workload handed to the loop directly (Queue), and where
+// its answer goes.
+type offer struct {
+	fact Fact
+	done chan queued
+}
+
+type queued struct {
+	res QueueResult
+	err error
+}
+
+// QueueResult is what Queue answers: whether the workload's stay was
+// admitted, with the decision as WorkloadAdmitted records it.
+type QueueResult struct {
+	Admitted     bool
+	ClusterQueue string
+	Flavors      map[string]string
+	// TaskVersion is the version of the task event that began the stay
+	// (the decision's epoch).
+	TaskVersion int64
+}
+
+// ErrNotActive: this instance's admission loop is a standby (or between
+// sessions); the workload reaches the active one through the task topic.
+var ErrNotActive = errors.New("the admission loop is not active in this instance")
 
 // NewLoop returns a loop; Run starts it.
 func NewLoop(db *pgxpool.Pool, store LoopStore, newCore NewCore, now func() time.Time, log *slog.Logger, cfg LoopConfig) *Loop {
@@ -106,6 +149,86 @@ func (l *Loop) Wake() {
 	case l.wake <- struct{}{}:
 	default:
 	}
+}
+
+// Queue hands the loop the queue fact of a task the scheduler has just
+// stored, so a workload that fits is admitted in the next cycle instead of
+// after its TaskSubmitted went through the task topic, and answers once
+// that is decided: admitted (the decision committed, and published as
+// WorkloadAdmitted like any other), or not admitted when the loop is idle
+// without having admitted it (it waits in its queue as usual, and its
+// decision comes through the quota topic). The fact is the same the
+// projection makes of the task's event and is applied once, whichever
+// comes first (SeeFacts). Nothing here weakens admission: the loop alone
+// decides, in its cycle, from its recorded state. ErrNotActive when no
+// session runs here; a cycle's error is returned and nothing of the fact
+// is recorded (the task topic still brings it).
+func (l *Loop) Queue(ctx context.Context, f Fact) (QueueResult, error) {
+	o := &offer{fact: f, done: make(chan queued, 1)}
+	l.offersMu.Lock()
+	if !l.active {
+		l.offersMu.Unlock()
+		return QueueResult{}, ErrNotActive
+	}
+	l.offers = append(l.offers, o)
+	l.offersMu.Unlock()
+	l.Wake()
+	select {
+	case q := <-o.done:
+		return q.res, q.err
+	case <-ctx.Done():
+		return QueueResult{}, ctx.Err()
+	}
+}
+
+// takeOffers moves the new offers to the taken ones and returns them.
+func (l *Loop) takeOffers() []*offer {
+	l.offersMu.Lock()
+	defer l.offersMu.Unlock()
+	out := l.offers
+	l.offers = nil
+	l.taken = append(l.taken, out...)
+	return out
+}
+
+// answerOffers answers the taken offers whose workload is admitted at
+// their version, or all of them (final: the loop is idle, or the cycle
+// failed with err). Call it with l.mu held, after a cycle.
+func (l *Loop) answerOffers(final bool, err error) {
+	l.offersMu.Lock()
+	defer l.offersMu.Unlock()
+	keep := l.taken[:0]
+	for _, o := range l.taken {
+		var res QueueResult
+		if err == nil {
+			if r := l.work[o.fact.TaskID]; r != nil && r.TaskVersion == o.fact.TaskVersion &&
+				(r.State == StateAdmitted || r.State == StateEvicting) {
+				res = QueueResult{Admitted: true, ClusterQueue: r.ClusterQueue, Flavors: r.Flavors, TaskVersion: r.TaskVersion}
+			}
+		}
+		if res.Admitted || final || err != nil {
+			o.done <- queued{res: res, err: err}
+			continue
+		}
+		keep = append(keep, o)
+	}
+	clear(l.taken[len(keep):])
+	l.taken = keep
+}
+
+// setActive opens or closes the loop to offers; closing answers the
+// waiting ones with ErrNotActive.
+func (l *Loop) setActive(on bool) {
+	l.offersMu.Lock()
+	defer l.offersMu.Unlock()
+	l.active = on
+	if on {
+		return
+	}
+	for _, o := range append(l.taken, l.offers...) {
+		o.done <- queued{err: ErrNotActive}
+	}
+	l.taken, l.offers = nil, nil
 }
 
 // lockName elects the active loop.
@@ -130,6 +253,8 @@ func (l *Loop) session(ctx context.Context, lock *pg.Lock) error {
 	if err := l.rebuild(ctx, lock.Conn()); err != nil {
 		return err
 	}
+	l.setActive(true)
+	defer l.setActive(false)
 	tick := time.NewTicker(l.cfg.Tick)
 	defer tick.Stop()
 	for {
@@ -287,6 +412,11 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		recorded bool
 		out      *cycleOut
 	)
+	offers := l.takeOffers()
+	// Offers are answered after the commit: admitted ones at once, the
+	// rest when a cycle leaves nothing more to do (the core may admit
+	// them in a following one).
+	defer func() { l.answerOffers(!more, err) }()
 	err = pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		gen, err := l.store.DefinitionsGeneration(ctx, tx)
 		if err != nil {
@@ -305,8 +435,16 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		if err != nil {
 			return err
 		}
+		direct, err := l.seeOffers(ctx, tx, offers)
+		if err != nil {
+			return err
+		}
 		out = &cycleOut{changed: map[string]*WorkloadRecord{}, decided: map[[2]string]int64{}}
 		for _, f := range facts {
+			l.applyFact(f, now, out)
+		}
+		// After the recorded facts, which came first.
+		for _, f := range direct {
 			l.applyFact(f, now, out)
 		}
 		beforeDecisions := len(out.events)
@@ -320,7 +458,7 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		// contract: call again while decisions come). Only applied ones
 		// count, so a refused decision cannot spin the loop.
 		more = len(facts) == l.cfg.MaxFacts || len(out.events) > beforeDecisions
-		if len(facts) == 0 && len(out.events) == 0 {
+		if len(facts) == 0 && len(direct) == 0 && len(out.events) == 0 {
 			return nil
 		}
 		var last int64
@@ -346,6 +484,19 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		}
 	}
 	return more, nil
+}
+
+// seeOffers returns the facts of offers the loop has not seen before
+// (LoopStore.SeeFacts), their versions recorded in tx.
+func (l *Loop) seeOffers(ctx context.Context, tx pgx.Tx, offers []*offer) ([]Fact, error) {
+	if len(offers) == 0 {
+		return nil, nil
+	}
+	facts := make([]Fact, len(offers))
+	for i, o := range offers {
+		facts[i] = o.fact
+	}
+	return l.store.SeeFacts(ctx, tx, facts)
 }
 
 // reconfigure moves the core to new definitions. Pending workloads of
@@ -387,6 +538,11 @@ func (l *Loop) applyFact(f Fact, now time.Time, out *cycleOut) {
 	case FactQueue, FactRequeue:
 		if f.Kind == FactRequeue && r == nil {
 			return // never had a queue: nothing to requeue
+		}
+		if r != nil && f.TaskVersion <= r.TaskVersion {
+			// This stay, or an earlier one, began already: the same fact
+			// came both directly (Queue) and through the task topic.
+			return
 		}
 		next := &WorkloadRecord{}
 		if r != nil {
