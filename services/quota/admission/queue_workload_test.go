@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
 // queueRequest is the scheduler's QueueWorkload for a task's first stay.
@@ -34,7 +35,9 @@ func (e *env) queueWorkload(req *quotav1.QueueWorkloadRequest) (*quotav1.QueueWo
 // A stay handed over directly is admitted in the loop's next cycle and
 // answered so, recorded before the answer; the same stay arriving through
 // the task topic afterwards, or before, is applied once. A stay that does
-// not fit is answered not admitted and waits in its queue.
+// not fit is answered not admitted and waits in its queue. A task's end
+// handed over directly frees its quota in the next cycle, whose
+// admissions are the answer.
 func TestQueueWorkloadAdmitsAtOnceAndOnlyOnce(t *testing.T) {
 	e := newEnv(t)
 	e.soloQueue("solo", "1")
@@ -67,6 +70,25 @@ func TestQueueWorkloadAdmitsAtOnceAndOnlyOnce(t *testing.T) {
 		t.Errorf("full events = %v, want %v", got, want)
 	}
 
+	// The end of direct, handed over directly, frees its GPU in the next
+	// cycle, which admits full and answers so; the same end through the
+	// task topic records nothing more.
+	fin, err := e.client().FinishWorkload(admin(), &quotav1.FinishWorkloadRequest{TaskId: "direct", TaskVersion: 2, TenantId: "t",
+		Reason: "succeeded"})
+	if err != nil || len(fin.Admitted) != 1 || fin.Admitted[0].TaskId != "full" || fin.Admitted[0].TaskVersion != 1 {
+		t.Fatalf("FinishWorkload = %v, %v; want full admitted at stay 1", fin, err)
+	}
+	if st, _ := e.state("full"); st != "admitted" {
+		t.Fatalf("answered full admitted while recorded %q", st)
+	}
+	e.publish(direct, &taskv1.TaskSucceeded{AttemptId: "a"}) // v2
+	marker := &task{id: "marker", tenant: "t", queue: "solo", priority: 5, gpus: "1"}
+	e.submit(marker)
+	e.waitState("marker", "pending", 1)
+	if got, want := e.events("direct"), []string{"WorkloadQueued", "WorkloadAdmitted", "WorkloadFinished"}; !slices.Equal(got, want) {
+		t.Errorf("direct events = %v, want %v (the topic's end applied once)", got, want)
+	}
+
 	// A new stay that does not fit, handed over directly: queued, not
 	// admitted, and admitted later through the usual path.
 	late := &task{id: "late", tenant: "t", queue: "solo", priority: 5, gpus: "1"}
@@ -81,8 +103,9 @@ func TestQueueWorkloadAdmitsAtOnceAndOnlyOnce(t *testing.T) {
 	}
 }
 
-// QueueWorkload is the scheduler's: a tenant's principal is refused, and
-// a request that names no task or an impossible priority is invalid.
+// QueueWorkload and FinishWorkload are the scheduler's: a tenant's
+// principal is refused, and a request that names no task, an impossible
+// priority or an unknown end is invalid; nothing is recorded.
 func TestQueueWorkloadRefusesTenantsAndBadInput(t *testing.T) {
 	e := newEnv(t)
 	e.soloQueue("solo", "1")
@@ -106,6 +129,17 @@ func TestQueueWorkloadRefusesTenantsAndBadInput(t *testing.T) {
 		if _, err := e.client().QueueWorkload(admin(), req); code(err) != codes.InvalidArgument {
 			t.Errorf("%s: %v, want InvalidArgument", name, err)
 		}
+	}
+	finish := &quotav1.FinishWorkloadRequest{TaskId: "x", TaskVersion: 2, TenantId: "t", Reason: "succeeded"}
+	if _, err := e.client().FinishWorkload(user("t", "standard"), finish); code(err) != codes.PermissionDenied {
+		t.Errorf("a tenant's FinishWorkload: %v, want PermissionDenied", err)
+	}
+	finish.Reason = "preempted"
+	if _, err := e.client().FinishWorkload(admin(), finish); code(err) != codes.InvalidArgument {
+		t.Errorf("FinishWorkload for a reason that ends nothing: %v, want InvalidArgument", err)
+	}
+	if st, _ := e.state("x"); st != "admitted" {
+		t.Errorf("refused ends changed workload x to %q", st)
 	}
 	if st, _ := e.state("y"); st != "" {
 		t.Errorf("refused requests recorded workload y as %q", st)

@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	AdmissionService_ResolveQueue_FullMethodName         = "/taskmesh.quota.v1.AdmissionService/ResolveQueue"
 	AdmissionService_QueueWorkload_FullMethodName        = "/taskmesh.quota.v1.AdmissionService/QueueWorkload"
+	AdmissionService_FinishWorkload_FullMethodName       = "/taskmesh.quota.v1.AdmissionService/FinishWorkload"
 	AdmissionService_ListClusterQueues_FullMethodName    = "/taskmesh.quota.v1.AdmissionService/ListClusterQueues"
 	AdmissionService_GetClusterQueue_FullMethodName      = "/taskmesh.quota.v1.AdmissionService/GetClusterQueue"
 	AdmissionService_PutClusterQueue_FullMethodName      = "/taskmesh.quota.v1.AdmissionService/PutClusterQueue"
@@ -66,6 +67,15 @@ type AdmissionServiceClient interface {
 	// topic first. Internal to the scheduler (operators' principal only);
 	// Unavailable where the admission loop is not the active one.
 	QueueWorkload(ctx context.Context, in *QueueWorkloadRequest, opts ...grpc.CallOption) (*QueueWorkloadResponse, error)
+	// FinishWorkload hands the admission loop the end of a task that held or
+	// waited for admission (TaskSucceeded, TaskFailed or TaskCanceled), right
+	// after the scheduler recorded it, so its quota is free for the loop's
+	// next cycle without the event first going through the task topic. The
+	// answer lists the admissions that cycle decided (those the freed quota
+	// allowed among them), each also published as WorkloadAdmitted. Applied
+	// once, like QueueWorkload's stays; internal to the scheduler; Unavailable
+	// where the admission loop is not the active one.
+	FinishWorkload(ctx context.Context, in *FinishWorkloadRequest, opts ...grpc.CallOption) (*FinishWorkloadResponse, error)
 	ListClusterQueues(ctx context.Context, in *ListClusterQueuesRequest, opts ...grpc.CallOption) (*ListClusterQueuesResponse, error)
 	GetClusterQueue(ctx context.Context, in *GetClusterQueueRequest, opts ...grpc.CallOption) (*GetClusterQueueResponse, error)
 	// PutClusterQueue creates or replaces a ClusterQueue (operators only).
@@ -110,6 +120,16 @@ func (c *admissionServiceClient) QueueWorkload(ctx context.Context, in *QueueWor
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueWorkloadResponse)
 	err := c.cc.Invoke(ctx, AdmissionService_QueueWorkload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *admissionServiceClient) FinishWorkload(ctx context.Context, in *FinishWorkloadRequest, opts ...grpc.CallOption) (*FinishWorkloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FinishWorkloadResponse)
+	err := c.cc.Invoke(ctx, AdmissionService_FinishWorkload_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +278,15 @@ type AdmissionServiceServer interface {
 	// topic first. Internal to the scheduler (operators' principal only);
 	// Unavailable where the admission loop is not the active one.
 	QueueWorkload(context.Context, *QueueWorkloadRequest) (*QueueWorkloadResponse, error)
+	// FinishWorkload hands the admission loop the end of a task that held or
+	// waited for admission (TaskSucceeded, TaskFailed or TaskCanceled), right
+	// after the scheduler recorded it, so its quota is free for the loop's
+	// next cycle without the event first going through the task topic. The
+	// answer lists the admissions that cycle decided (those the freed quota
+	// allowed among them), each also published as WorkloadAdmitted. Applied
+	// once, like QueueWorkload's stays; internal to the scheduler; Unavailable
+	// where the admission loop is not the active one.
+	FinishWorkload(context.Context, *FinishWorkloadRequest) (*FinishWorkloadResponse, error)
 	ListClusterQueues(context.Context, *ListClusterQueuesRequest) (*ListClusterQueuesResponse, error)
 	GetClusterQueue(context.Context, *GetClusterQueueRequest) (*GetClusterQueueResponse, error)
 	// PutClusterQueue creates or replaces a ClusterQueue (operators only).
@@ -293,6 +322,9 @@ func (UnimplementedAdmissionServiceServer) ResolveQueue(context.Context, *Resolv
 }
 func (UnimplementedAdmissionServiceServer) QueueWorkload(context.Context, *QueueWorkloadRequest) (*QueueWorkloadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueueWorkload not implemented")
+}
+func (UnimplementedAdmissionServiceServer) FinishWorkload(context.Context, *FinishWorkloadRequest) (*FinishWorkloadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FinishWorkload not implemented")
 }
 func (UnimplementedAdmissionServiceServer) ListClusterQueues(context.Context, *ListClusterQueuesRequest) (*ListClusterQueuesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListClusterQueues not implemented")
@@ -380,6 +412,24 @@ func _AdmissionService_QueueWorkload_Handler(srv interface{}, ctx context.Contex
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdmissionServiceServer).QueueWorkload(ctx, req.(*QueueWorkloadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdmissionService_FinishWorkload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FinishWorkloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdmissionServiceServer).FinishWorkload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdmissionService_FinishWorkload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdmissionServiceServer).FinishWorkload(ctx, req.(*FinishWorkloadRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -596,6 +646,10 @@ var AdmissionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "QueueWorkload",
 			Handler:    _AdmissionService_QueueWorkload_Handler,
+		},
+		{
+			MethodName: "FinishWorkload",
+			Handler:    _AdmissionService_FinishWorkload_Handler,
 		},
 		{
 			MethodName: "ListClusterQueues",

@@ -42,6 +42,7 @@ func TestMethod(t *testing.T) {
 		{p: admin, method: "/taskmesh.quota.v1.AdmissionService/ResolveQueue"},
 		{p: user, method: "/taskmesh.quota.v1.AdmissionService/QueueWorkload"},
 		{p: admin, method: "/taskmesh.quota.v1.AdmissionService/QueueWorkload"},
+		{p: user, method: "/taskmesh.quota.v1.AdmissionService/FinishWorkload"},
 		{p: admin, method: "/taskmesh.task.v1.TaskService/GetTask"},
 		{p: admin, method: "/taskmesh.task.v1.LeaseService/ClaimTasks"},
 		{p: admin, method: "/taskmesh.admin.v1.AdminService/CreateTenant", want: true},

@@ -22,11 +22,18 @@ type Admission interface {
 	// for every other stay. An error (the quota service unreachable, its
 	// loop not active where the call landed) means the same.
 	QueueWorkload(ctx context.Context, t domain.Task) (d AdmissionDecision, ok bool, err error)
+	// FinishWorkload hands the admission loop the end of a task that held
+	// or waited for admission (t as it ended: completed, failed or
+	// cancelled), and returns the admissions of the loop's cycle that
+	// applied it, those the freed quota allowed among them. An error
+	// means the quota topic carries the end and the decisions.
+	FinishWorkload(ctx context.Context, t domain.Task) ([]AdmissionDecision, error)
 }
 
 // AdmissionDecision is the quota service's admission of a task's stay, as
 // WorkloadAdmitted carries it.
 type AdmissionDecision struct {
+	TaskID string
 	// Epoch is the task version that began the stay.
 	Epoch        int64
 	ClusterQueue string
@@ -92,6 +99,31 @@ func (a *App) admitAtOnce(ctx context.Context, tasks []domain.Task) {
 			}
 		}()
 	}
+}
+
+// finishAtOnce hands the end of t (just committed, final, with a
+// ClusterQueue) to the admission loop on a goroutine of its own, and
+// applies the admissions the loop answers with, as admitAtOnce does: the
+// quota the task held is free at the loop's next cycle, and a task waiting
+// for it becomes claimable without the round trip through the topics.
+func (a *App) finishAtOnce(ctx context.Context, t domain.Task) {
+	if a.admission == nil || t.ClusterQueue == "" || !t.Status.Final() {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queueTimeout)
+		defer cancel()
+		ds, err := a.admission.FinishWorkload(ctx, t)
+		if err != nil {
+			a.log.Debug("direct end of a workload not applied; the quota topic carries it", "task_id", t.ID, "err", err)
+			return
+		}
+		for _, d := range ds {
+			if err := a.AdmitTask(ctx, d.TaskID, d.Epoch, d.ClusterQueue, d.Flavors); err != nil {
+				a.log.Warn("direct admission not applied; the quota topic carries it", "task_id", d.TaskID, "err", err)
+			}
+		}
+	}()
 }
 
 // AdmitTask applies the quota service's admission of a task's stay in its

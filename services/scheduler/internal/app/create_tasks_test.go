@@ -278,6 +278,54 @@ func TestTaskNotAdmittedAtCreationWaitsForTheQuotaTopic(t *testing.T) {
 	}
 }
 
+// A task that held admission hands its end to the admission loop as it
+// completes, and the admissions the loop answers with (the quota it freed
+// let a waiting task in) are applied at once: a claim waiting for work is
+// woken with the waiting task.
+func TestCompletedTaskFreesItsQuotaAtOnce(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.ClaimRecheck = time.Hour }).withAdmission()
+	h.admission.ClusterQueue = "cq-standard"
+	gpu := func(in *domain.SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "1"} }
+	first, waiting := h.create(user("t1"), spec("first", gpu)), h.create(user("t1"), spec("waiting", gpu))
+	if err := h.app.AdmitTask(h.ctx, first.ID, 1, "cq-standard", nil); err != nil {
+		t.Fatal(err)
+	}
+	leased := h.claimOne("a1", "m1", first.ID)
+	h.admission.mu.Lock()
+	h.admission.FinishAdmits = []app.AdmissionDecision{{TaskID: waiting.ID, Epoch: 1, ClusterQueue: "cq-standard"}}
+	h.admission.mu.Unlock()
+	claimed := make(chan []domain.Task, 1)
+	go func() {
+		got, _, err := h.app.ClaimTasks(h.ctx, agent("a2"), app.ClaimRequest{AgentID: "a2", MachineID: "m2", Limit: 5, Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		claimed <- got
+	}()
+	waitFor(t, "the claim to look for work", func() bool { return len(h.store.CallsOf("Claim")) > 1 })
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), first.ID, app.Completion{AgentID: "a1", AttemptID: leased.AttemptID}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-claimed:
+		if len(got) != 1 || got[0].ID != waiting.ID {
+			t.Fatalf("claim = %v, want %s admitted by the freed quota", taskIDs(got), waiting.ID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting claim was not woken by the admission")
+	}
+	if f := h.admission.Finished(); len(f) != 1 || f[0].ID != first.ID || f[0].Status != domain.StatusCompleted {
+		t.Errorf("ends handed over = %+v, want %s completed", f, first.ID)
+	}
+	// A repeated completion records nothing and hands nothing over again.
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), first.ID, app.Completion{AgentID: "a1", AttemptID: leased.AttemptID}); err != nil {
+		t.Fatal(err)
+	}
+	if f := h.admission.Finished(); len(f) != 1 {
+		t.Errorf("a repeated completion handed the end over again: %d ends", len(f))
+	}
+}
+
 func TestCreateTaskReturnsTheQuotaServicesRefusal(t *testing.T) {
 	h := newHarness(t).withAdmission()
 	refusal := errors.New("GU_QUOTA_CREATING")

@@ -111,13 +111,22 @@ type offer struct {
 
 type queued struct {
 	res QueueResult
-	err error
+	// admitted are the admissions of the cycle that applied a finish
+	// fact (Finish).
+	admitted []Admission
+	err      error
 }
 
 // QueueResult is what Queue answers: whether the workload's stay was
 // admitted, with the decision as WorkloadAdmitted records it.
 type QueueResult struct {
-	Admitted     bool
+	Admitted bool
+	Admission
+}
+
+// Admission is one admission decision as WorkloadAdmitted records it.
+type Admission struct {
+	TaskID       string
 	ClusterQueue string
 	Flavors      map[string]string
 	// TaskVersion is the version of the task event that began the stay
@@ -181,6 +190,32 @@ func (l *Loop) Queue(ctx context.Context, f Fact) (QueueResult, error) {
 	}
 }
 
+// Finish hands the loop the end of a task's workload (a finish fact, as
+// the projection makes of TaskSucceeded, TaskFailed or TaskCanceled) right
+// after the scheduler committed it, so the quota it held is free for the
+// next cycle instead of after the event went through the task topic. It
+// answers, once that cycle committed, with the admissions the cycle
+// decided (those the freed quota allowed among them); their
+// WorkloadAdmitted are published as always. Applied once, like Queue's
+// stays; the same errors.
+func (l *Loop) Finish(ctx context.Context, f Fact) ([]Admission, error) {
+	o := &offer{fact: f, done: make(chan queued, 1)}
+	l.offersMu.Lock()
+	if !l.active {
+		l.offersMu.Unlock()
+		return nil, ErrNotActive
+	}
+	l.offers = append(l.offers, o)
+	l.offersMu.Unlock()
+	l.Wake()
+	select {
+	case q := <-o.done:
+		return q.admitted, q.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // takeOffers moves the new offers to the taken ones and returns them.
 func (l *Loop) takeOffers() []*offer {
 	l.offersMu.Lock()
@@ -191,19 +226,26 @@ func (l *Loop) takeOffers() []*offer {
 	return out
 }
 
-// answerOffers answers the taken offers whose workload is admitted at
-// their version, or all of them (final: the loop is idle, or the cycle
-// failed with err). Call it with l.mu held, after a cycle.
-func (l *Loop) answerOffers(final bool, err error) {
+// answerOffers answers, after a cycle that took offers (with l.mu
+// held): finish offers with the cycle's admissions; stays whose workload
+// is admitted at their version; and every other one when the cycle failed
+// with err or the loop is idle (final).
+func (l *Loop) answerOffers(admitted []Admission, final bool, err error) {
 	l.offersMu.Lock()
 	defer l.offersMu.Unlock()
 	keep := l.taken[:0]
 	for _, o := range l.taken {
+		if o.fact.Kind == FactFinish {
+			// Taken by this cycle: every cycle answers its finishes.
+			o.done <- queued{admitted: admitted, err: err}
+			continue
+		}
 		var res QueueResult
 		if err == nil {
 			if r := l.work[o.fact.TaskID]; r != nil && r.TaskVersion == o.fact.TaskVersion &&
 				(r.State == StateAdmitted || r.State == StateEvicting) {
-				res = QueueResult{Admitted: true, ClusterQueue: r.ClusterQueue, Flavors: r.Flavors, TaskVersion: r.TaskVersion}
+				res = QueueResult{Admitted: true, Admission: Admission{TaskID: r.ID, ClusterQueue: r.ClusterQueue,
+					Flavors: r.Flavors, TaskVersion: r.TaskVersion}}
 			}
 		}
 		if res.Admitted || final || err != nil {
@@ -383,10 +425,12 @@ func (l *Loop) restore(r *WorkloadRecord) {
 type cycleOut struct {
 	// decided counts the decisions applied, by (ClusterQueue, kind).
 	decided map[[2]string]int64
-	events  []eventstore.Event
-	changed map[string]*WorkloadRecord
-	removed []string
-	err     error
+	// admitted lists the admissions, for the finish offers' answers.
+	admitted []Admission
+	events   []eventstore.Event
+	changed  map[string]*WorkloadRecord
+	removed  []string
+	err      error
 }
 
 func (o *cycleOut) record(r *WorkloadRecord, at time.Time, ev any) {
@@ -413,10 +457,16 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		out      *cycleOut
 	)
 	offers := l.takeOffers()
-	// Offers are answered after the commit: admitted ones at once, the
-	// rest when a cycle leaves nothing more to do (the core may admit
-	// them in a following one).
-	defer func() { l.answerOffers(!more, err) }()
+	// Offers are answered after the commit: finishes and admitted stays
+	// at once, the other stays when a cycle leaves nothing more to do
+	// (the core may admit them in a following one).
+	defer func() {
+		var admitted []Admission
+		if out != nil {
+			admitted = out.admitted
+		}
+		l.answerOffers(admitted, !more, err)
+	}()
 	err = pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		gen, err := l.store.DefinitionsGeneration(ctx, tx)
 		if err != nil {
@@ -626,6 +676,8 @@ func (l *Loop) applyDecision(d Decision, now time.Time, out *cycleOut) {
 		}
 		r.State, r.Flavors, r.Borrowing, r.AdmittedAt = StateAdmitted, d.Flavors, d.Borrowing, now
 		out.decided[[2]string{r.ClusterQueue, "admit"}]++
+		out.admitted = append(out.admitted, Admission{TaskID: r.ID, ClusterQueue: r.ClusterQueue, Flavors: d.Flavors,
+			TaskVersion: r.TaskVersion})
 		out.record(r, now, &quotav1.WorkloadAdmitted{TaskId: r.ID, ClusterQueue: r.ClusterQueue, Flavors: d.Flavors,
 			Borrowing: d.Borrowing, TaskVersion: r.TaskVersion})
 	case DecisionPreempt:

@@ -21,3 +21,19 @@ func (a *App) QueueWorkload(ctx context.Context, c Caller, f Fact) (QueueResult,
 	}
 	return a.loop.Queue(ctx, f)
 }
+
+// FinishWorkload hands the admission loop the end of a task's workload
+// (Loop.Finish) and returns the admissions of the cycle that applied it.
+// The scheduler's only, like QueueWorkload; f must be a finish fact.
+func (a *App) FinishWorkload(ctx context.Context, c Caller, f Fact) ([]Admission, error) {
+	if !c.Operator {
+		return nil, fmt.Errorf("%w: finishing a workload is the scheduler's", ErrPermissionDenied)
+	}
+	if f.Kind != FactFinish {
+		return nil, fmt.Errorf("%w: a %s fact is not a workload's end", ErrInvalid, f.Kind)
+	}
+	if a.loop == nil {
+		return nil, ErrNotActive
+	}
+	return a.loop.Finish(ctx, f)
+}

@@ -80,6 +80,12 @@ func QueueFact(taskID string, version int64, tenant, clusterQueue string, taskPr
 		Priority: WorkloadPriority(taskPriority), Created: created, Requests: reqs}
 }
 
+// FinishFact is the fact that a task ended at version for reason
+// (succeeded, failed, canceled): its workload's quota is free.
+func FinishFact(taskID string, version int64, tenant, reason string) Fact {
+	return Fact{TaskID: taskID, TaskVersion: version, Kind: FactFinish, TenantID: tenant, Reason: reason}
+}
+
 // WorkloadPriority maps a task priority (1 most important … 10) to
 // Kueue's scale, where higher is more important.
 func WorkloadPriority(taskPriority int32) int {

@@ -59,5 +59,30 @@ func (r *Resolver) QueueWorkload(ctx context.Context, t domain.Task) (app.Admiss
 	if err != nil || !res.GetAdmitted() {
 		return app.AdmissionDecision{}, false, err
 	}
-	return app.AdmissionDecision{Epoch: res.GetTaskVersion(), ClusterQueue: res.GetClusterQueue(), Flavors: res.GetFlavors()}, true, nil
+	return app.AdmissionDecision{TaskID: t.ID, Epoch: res.GetTaskVersion(), ClusterQueue: res.GetClusterQueue(), Flavors: res.GetFlavors()}, true, nil
+}
+
+// finishReasons are the reasons a finished workload records, by the
+// task's final status (as the quota service's projection names them).
+var finishReasons = map[domain.Status]string{domain.StatusCompleted: "succeeded", domain.StatusFailed: "failed",
+	domain.StatusCancelled: "canceled"}
+
+// FinishWorkload implements app.Admission.
+func (r *Resolver) FinishWorkload(ctx context.Context, t domain.Task) ([]app.AdmissionDecision, error) {
+	reason, ok := finishReasons[t.Status]
+	if !ok {
+		return nil, nil
+	}
+	p := authn.Principal{Kind: authn.KindAdmin, Subject: "scheduler"}
+	res, err := r.client.FinishWorkload(authn.Outgoing(ctx, p, r.internalToken), &quotav1.FinishWorkloadRequest{
+		TaskId: t.ID, TaskVersion: t.Version, TenantId: t.TenantID, Reason: reason})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]app.AdmissionDecision, len(res.GetAdmitted()))
+	for i, a := range res.GetAdmitted() {
+		out[i] = app.AdmissionDecision{TaskID: a.GetTaskId(), Epoch: a.GetTaskVersion(), ClusterQueue: a.GetClusterQueue(),
+			Flavors: a.GetFlavors()}
+	}
+	return out, nil
 }
