@@ -132,6 +132,357 @@ func (x *ResolveQueueResponse) GetClusterQueue() string {
 	return ""
 }
 
+type QueueWorkloadRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The version of the task event that began the stay (TaskSubmitted: 1).
+	TaskVersion int64  `protobuf:"varint,2,opt,name=task_version,json=taskVersion,proto3" json:"task_version,omitempty"`
+	TenantId    string `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// The ClusterQueue ResolveQueue named.
+	ClusterQueue string `protobuf:"bytes,4,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	// The task's priority (1 most important … 10).
+	Priority  int32                  `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The task's resource requests (quantity strings).
+	Resources     map[string]string `protobuf:"bytes,7,rep,name=resources,proto3" json:"resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueWorkloadRequest) Reset() {
+	*x = QueueWorkloadRequest{}
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueWorkloadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueWorkloadRequest) ProtoMessage() {}
+
+func (x *QueueWorkloadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueWorkloadRequest.ProtoReflect.Descriptor instead.
+func (*QueueWorkloadRequest) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *QueueWorkloadRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *QueueWorkloadRequest) GetTaskVersion() int64 {
+	if x != nil {
+		return x.TaskVersion
+	}
+	return 0
+}
+
+func (x *QueueWorkloadRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *QueueWorkloadRequest) GetClusterQueue() string {
+	if x != nil {
+		return x.ClusterQueue
+	}
+	return ""
+}
+
+func (x *QueueWorkloadRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *QueueWorkloadRequest) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *QueueWorkloadRequest) GetResources() map[string]string {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+type QueueWorkloadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stay was admitted; cluster_queue, flavors and task_version are
+	// the decision's, as WorkloadAdmitted carries them.
+	Admitted      bool              `protobuf:"varint,1,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	ClusterQueue  string            `protobuf:"bytes,2,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	Flavors       map[string]string `protobuf:"bytes,3,rep,name=flavors,proto3" json:"flavors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TaskVersion   int64             `protobuf:"varint,4,opt,name=task_version,json=taskVersion,proto3" json:"task_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueWorkloadResponse) Reset() {
+	*x = QueueWorkloadResponse{}
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueWorkloadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueWorkloadResponse) ProtoMessage() {}
+
+func (x *QueueWorkloadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueWorkloadResponse.ProtoReflect.Descriptor instead.
+func (*QueueWorkloadResponse) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *QueueWorkloadResponse) GetAdmitted() bool {
+	if x != nil {
+		return x.Admitted
+	}
+	return false
+}
+
+func (x *QueueWorkloadResponse) GetClusterQueue() string {
+	if x != nil {
+		return x.ClusterQueue
+	}
+	return ""
+}
+
+func (x *QueueWorkloadResponse) GetFlavors() map[string]string {
+	if x != nil {
+		return x.Flavors
+	}
+	return nil
+}
+
+func (x *QueueWorkloadResponse) GetTaskVersion() int64 {
+	if x != nil {
+		return x.TaskVersion
+	}
+	return 0
+}
+
+type FinishWorkloadRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// The version of the task event that ended it.
+	TaskVersion int64  `protobuf:"varint,2,opt,name=task_version,json=taskVersion,proto3" json:"task_version,omitempty"`
+	TenantId    string `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// succeeded, failed or canceled.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishWorkloadRequest) Reset() {
+	*x = FinishWorkloadRequest{}
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishWorkloadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishWorkloadRequest) ProtoMessage() {}
+
+func (x *FinishWorkloadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishWorkloadRequest.ProtoReflect.Descriptor instead.
+func (*FinishWorkloadRequest) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FinishWorkloadRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *FinishWorkloadRequest) GetTaskVersion() int64 {
+	if x != nil {
+		return x.TaskVersion
+	}
+	return 0
+}
+
+func (x *FinishWorkloadRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *FinishWorkloadRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type FinishWorkloadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The admissions of the cycle that applied the end.
+	Admitted      []*WorkloadAdmission `protobuf:"bytes,1,rep,name=admitted,proto3" json:"admitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishWorkloadResponse) Reset() {
+	*x = FinishWorkloadResponse{}
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishWorkloadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishWorkloadResponse) ProtoMessage() {}
+
+func (x *FinishWorkloadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishWorkloadResponse.ProtoReflect.Descriptor instead.
+func (*FinishWorkloadResponse) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FinishWorkloadResponse) GetAdmitted() []*WorkloadAdmission {
+	if x != nil {
+		return x.Admitted
+	}
+	return nil
+}
+
+// WorkloadAdmission is one admission decision, as WorkloadAdmitted
+// carries it.
+type WorkloadAdmission struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	ClusterQueue  string                 `protobuf:"bytes,2,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	Flavors       map[string]string      `protobuf:"bytes,3,rep,name=flavors,proto3" json:"flavors,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TaskVersion   int64                  `protobuf:"varint,4,opt,name=task_version,json=taskVersion,proto3" json:"task_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkloadAdmission) Reset() {
+	*x = WorkloadAdmission{}
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkloadAdmission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkloadAdmission) ProtoMessage() {}
+
+func (x *WorkloadAdmission) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkloadAdmission.ProtoReflect.Descriptor instead.
+func (*WorkloadAdmission) Descriptor() ([]byte, []int) {
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WorkloadAdmission) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *WorkloadAdmission) GetClusterQueue() string {
+	if x != nil {
+		return x.ClusterQueue
+	}
+	return ""
+}
+
+func (x *WorkloadAdmission) GetFlavors() map[string]string {
+	if x != nil {
+		return x.Flavors
+	}
+	return nil
+}
+
+func (x *WorkloadAdmission) GetTaskVersion() int64 {
+	if x != nil {
+		return x.TaskVersion
+	}
+	return 0
+}
+
 // ClusterQueue is a queue's definition and live state.
 type ClusterQueue struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -149,7 +500,7 @@ type ClusterQueue struct {
 
 func (x *ClusterQueue) Reset() {
 	*x = ClusterQueue{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[2]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -161,7 +512,7 @@ func (x *ClusterQueue) String() string {
 func (*ClusterQueue) ProtoMessage() {}
 
 func (x *ClusterQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[2]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -174,7 +525,7 @@ func (x *ClusterQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterQueue.ProtoReflect.Descriptor instead.
 func (*ClusterQueue) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{2}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClusterQueue) GetName() string {
@@ -232,7 +583,7 @@ type Cohort struct {
 
 func (x *Cohort) Reset() {
 	*x = Cohort{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[3]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +595,7 @@ func (x *Cohort) String() string {
 func (*Cohort) ProtoMessage() {}
 
 func (x *Cohort) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[3]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +608,7 @@ func (x *Cohort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cohort.ProtoReflect.Descriptor instead.
 func (*Cohort) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{3}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Cohort) GetName() string {
@@ -305,7 +656,7 @@ type LocalQueue struct {
 
 func (x *LocalQueue) Reset() {
 	*x = LocalQueue{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[4]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +668,7 @@ func (x *LocalQueue) String() string {
 func (*LocalQueue) ProtoMessage() {}
 
 func (x *LocalQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[4]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +681,7 @@ func (x *LocalQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalQueue.ProtoReflect.Descriptor instead.
 func (*LocalQueue) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{4}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LocalQueue) GetName() string {
@@ -355,7 +706,7 @@ type ListClusterQueuesRequest struct {
 
 func (x *ListClusterQueuesRequest) Reset() {
 	*x = ListClusterQueuesRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[5]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +718,7 @@ func (x *ListClusterQueuesRequest) String() string {
 func (*ListClusterQueuesRequest) ProtoMessage() {}
 
 func (x *ListClusterQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[5]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +731,7 @@ func (x *ListClusterQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClusterQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListClusterQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{5}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{10}
 }
 
 type ListClusterQueuesResponse struct {
@@ -392,7 +743,7 @@ type ListClusterQueuesResponse struct {
 
 func (x *ListClusterQueuesResponse) Reset() {
 	*x = ListClusterQueuesResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[6]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +755,7 @@ func (x *ListClusterQueuesResponse) String() string {
 func (*ListClusterQueuesResponse) ProtoMessage() {}
 
 func (x *ListClusterQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[6]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +768,7 @@ func (x *ListClusterQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClusterQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListClusterQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{6}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListClusterQueuesResponse) GetClusterQueues() []*ClusterQueue {
@@ -436,7 +787,7 @@ type GetClusterQueueRequest struct {
 
 func (x *GetClusterQueueRequest) Reset() {
 	*x = GetClusterQueueRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[7]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -448,7 +799,7 @@ func (x *GetClusterQueueRequest) String() string {
 func (*GetClusterQueueRequest) ProtoMessage() {}
 
 func (x *GetClusterQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[7]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -461,7 +812,7 @@ func (x *GetClusterQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterQueueRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterQueueRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{7}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetClusterQueueRequest) GetName() string {
@@ -480,7 +831,7 @@ type GetClusterQueueResponse struct {
 
 func (x *GetClusterQueueResponse) Reset() {
 	*x = GetClusterQueueResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[8]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +843,7 @@ func (x *GetClusterQueueResponse) String() string {
 func (*GetClusterQueueResponse) ProtoMessage() {}
 
 func (x *GetClusterQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[8]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +856,7 @@ func (x *GetClusterQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterQueueResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterQueueResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{8}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetClusterQueueResponse) GetClusterQueue() *ClusterQueue {
@@ -525,7 +876,7 @@ type PutClusterQueueRequest struct {
 
 func (x *PutClusterQueueRequest) Reset() {
 	*x = PutClusterQueueRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[9]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +888,7 @@ func (x *PutClusterQueueRequest) String() string {
 func (*PutClusterQueueRequest) ProtoMessage() {}
 
 func (x *PutClusterQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[9]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +901,7 @@ func (x *PutClusterQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutClusterQueueRequest.ProtoReflect.Descriptor instead.
 func (*PutClusterQueueRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{9}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PutClusterQueueRequest) GetName() string {
@@ -576,7 +927,7 @@ type PutClusterQueueResponse struct {
 
 func (x *PutClusterQueueResponse) Reset() {
 	*x = PutClusterQueueResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[10]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +939,7 @@ func (x *PutClusterQueueResponse) String() string {
 func (*PutClusterQueueResponse) ProtoMessage() {}
 
 func (x *PutClusterQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[10]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +952,7 @@ func (x *PutClusterQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutClusterQueueResponse.ProtoReflect.Descriptor instead.
 func (*PutClusterQueueResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{10}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PutClusterQueueResponse) GetClusterQueue() *ClusterQueue {
@@ -620,7 +971,7 @@ type DeleteClusterQueueRequest struct {
 
 func (x *DeleteClusterQueueRequest) Reset() {
 	*x = DeleteClusterQueueRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[11]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +983,7 @@ func (x *DeleteClusterQueueRequest) String() string {
 func (*DeleteClusterQueueRequest) ProtoMessage() {}
 
 func (x *DeleteClusterQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[11]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +996,7 @@ func (x *DeleteClusterQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClusterQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteClusterQueueRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{11}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteClusterQueueRequest) GetName() string {
@@ -663,7 +1014,7 @@ type DeleteClusterQueueResponse struct {
 
 func (x *DeleteClusterQueueResponse) Reset() {
 	*x = DeleteClusterQueueResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[12]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +1026,7 @@ func (x *DeleteClusterQueueResponse) String() string {
 func (*DeleteClusterQueueResponse) ProtoMessage() {}
 
 func (x *DeleteClusterQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[12]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +1039,7 @@ func (x *DeleteClusterQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteClusterQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteClusterQueueResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{12}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{17}
 }
 
 type ListCohortsRequest struct {
@@ -699,7 +1050,7 @@ type ListCohortsRequest struct {
 
 func (x *ListCohortsRequest) Reset() {
 	*x = ListCohortsRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[13]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +1062,7 @@ func (x *ListCohortsRequest) String() string {
 func (*ListCohortsRequest) ProtoMessage() {}
 
 func (x *ListCohortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[13]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +1075,7 @@ func (x *ListCohortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCohortsRequest.ProtoReflect.Descriptor instead.
 func (*ListCohortsRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{13}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{18}
 }
 
 type ListCohortsResponse struct {
@@ -736,7 +1087,7 @@ type ListCohortsResponse struct {
 
 func (x *ListCohortsResponse) Reset() {
 	*x = ListCohortsResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[14]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +1099,7 @@ func (x *ListCohortsResponse) String() string {
 func (*ListCohortsResponse) ProtoMessage() {}
 
 func (x *ListCohortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[14]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +1112,7 @@ func (x *ListCohortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCohortsResponse.ProtoReflect.Descriptor instead.
 func (*ListCohortsResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{14}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListCohortsResponse) GetCohorts() []*Cohort {
@@ -781,7 +1132,7 @@ type PutCohortRequest struct {
 
 func (x *PutCohortRequest) Reset() {
 	*x = PutCohortRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[15]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +1144,7 @@ func (x *PutCohortRequest) String() string {
 func (*PutCohortRequest) ProtoMessage() {}
 
 func (x *PutCohortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[15]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1157,7 @@ func (x *PutCohortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCohortRequest.ProtoReflect.Descriptor instead.
 func (*PutCohortRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{15}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutCohortRequest) GetName() string {
@@ -832,7 +1183,7 @@ type PutCohortResponse struct {
 
 func (x *PutCohortResponse) Reset() {
 	*x = PutCohortResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[16]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +1195,7 @@ func (x *PutCohortResponse) String() string {
 func (*PutCohortResponse) ProtoMessage() {}
 
 func (x *PutCohortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[16]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +1208,7 @@ func (x *PutCohortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCohortResponse.ProtoReflect.Descriptor instead.
 func (*PutCohortResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{16}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutCohortResponse) GetCohort() *Cohort {
@@ -876,7 +1227,7 @@ type DeleteCohortRequest struct {
 
 func (x *DeleteCohortRequest) Reset() {
 	*x = DeleteCohortRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[17]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1239,7 @@ func (x *DeleteCohortRequest) String() string {
 func (*DeleteCohortRequest) ProtoMessage() {}
 
 func (x *DeleteCohortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[17]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1252,7 @@ func (x *DeleteCohortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCohortRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCohortRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{17}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteCohortRequest) GetName() string {
@@ -919,7 +1270,7 @@ type DeleteCohortResponse struct {
 
 func (x *DeleteCohortResponse) Reset() {
 	*x = DeleteCohortResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[18]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1282,7 @@ func (x *DeleteCohortResponse) String() string {
 func (*DeleteCohortResponse) ProtoMessage() {}
 
 func (x *DeleteCohortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[18]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1295,7 @@ func (x *DeleteCohortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCohortResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCohortResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{18}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{23}
 }
 
 type ListLocalQueuesRequest struct {
@@ -955,7 +1306,7 @@ type ListLocalQueuesRequest struct {
 
 func (x *ListLocalQueuesRequest) Reset() {
 	*x = ListLocalQueuesRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[19]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1318,7 @@ func (x *ListLocalQueuesRequest) String() string {
 func (*ListLocalQueuesRequest) ProtoMessage() {}
 
 func (x *ListLocalQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[19]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1331,7 @@ func (x *ListLocalQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocalQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListLocalQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{19}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{24}
 }
 
 type ListLocalQueuesResponse struct {
@@ -992,7 +1343,7 @@ type ListLocalQueuesResponse struct {
 
 func (x *ListLocalQueuesResponse) Reset() {
 	*x = ListLocalQueuesResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[20]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1355,7 @@ func (x *ListLocalQueuesResponse) String() string {
 func (*ListLocalQueuesResponse) ProtoMessage() {}
 
 func (x *ListLocalQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[20]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1368,7 @@ func (x *ListLocalQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocalQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListLocalQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{20}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListLocalQueuesResponse) GetLocalQueues() []*LocalQueue {
@@ -1037,7 +1388,7 @@ type PutLocalQueueRequest struct {
 
 func (x *PutLocalQueueRequest) Reset() {
 	*x = PutLocalQueueRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[21]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1400,7 @@ func (x *PutLocalQueueRequest) String() string {
 func (*PutLocalQueueRequest) ProtoMessage() {}
 
 func (x *PutLocalQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[21]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1413,7 @@ func (x *PutLocalQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutLocalQueueRequest.ProtoReflect.Descriptor instead.
 func (*PutLocalQueueRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{21}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PutLocalQueueRequest) GetName() string {
@@ -1088,7 +1439,7 @@ type PutLocalQueueResponse struct {
 
 func (x *PutLocalQueueResponse) Reset() {
 	*x = PutLocalQueueResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[22]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1451,7 @@ func (x *PutLocalQueueResponse) String() string {
 func (*PutLocalQueueResponse) ProtoMessage() {}
 
 func (x *PutLocalQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[22]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1464,7 @@ func (x *PutLocalQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutLocalQueueResponse.ProtoReflect.Descriptor instead.
 func (*PutLocalQueueResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{22}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PutLocalQueueResponse) GetLocalQueue() *LocalQueue {
@@ -1132,7 +1483,7 @@ type DeleteLocalQueueRequest struct {
 
 func (x *DeleteLocalQueueRequest) Reset() {
 	*x = DeleteLocalQueueRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[23]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1495,7 @@ func (x *DeleteLocalQueueRequest) String() string {
 func (*DeleteLocalQueueRequest) ProtoMessage() {}
 
 func (x *DeleteLocalQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[23]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1508,7 @@ func (x *DeleteLocalQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLocalQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteLocalQueueRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{23}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteLocalQueueRequest) GetName() string {
@@ -1175,7 +1526,7 @@ type DeleteLocalQueueResponse struct {
 
 func (x *DeleteLocalQueueResponse) Reset() {
 	*x = DeleteLocalQueueResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[24]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1538,7 @@ func (x *DeleteLocalQueueResponse) String() string {
 func (*DeleteLocalQueueResponse) ProtoMessage() {}
 
 func (x *DeleteLocalQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[24]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1551,7 @@ func (x *DeleteLocalQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLocalQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteLocalQueueResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{24}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{29}
 }
 
 type ExplainTaskAdmissionRequest struct {
@@ -1212,7 +1563,7 @@ type ExplainTaskAdmissionRequest struct {
 
 func (x *ExplainTaskAdmissionRequest) Reset() {
 	*x = ExplainTaskAdmissionRequest{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[25]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1575,7 @@ func (x *ExplainTaskAdmissionRequest) String() string {
 func (*ExplainTaskAdmissionRequest) ProtoMessage() {}
 
 func (x *ExplainTaskAdmissionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[25]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1588,7 @@ func (x *ExplainTaskAdmissionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainTaskAdmissionRequest.ProtoReflect.Descriptor instead.
 func (*ExplainTaskAdmissionRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{25}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExplainTaskAdmissionRequest) GetTaskId() string {
@@ -1262,7 +1613,7 @@ type ResourceShortage struct {
 
 func (x *ResourceShortage) Reset() {
 	*x = ResourceShortage{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[26]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1625,7 @@ func (x *ResourceShortage) String() string {
 func (*ResourceShortage) ProtoMessage() {}
 
 func (x *ResourceShortage) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[26]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1638,7 @@ func (x *ResourceShortage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceShortage.ProtoReflect.Descriptor instead.
 func (*ResourceShortage) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{26}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResourceShortage) GetFlavor() string {
@@ -1350,7 +1701,7 @@ type ExplainTaskAdmissionResponse struct {
 
 func (x *ExplainTaskAdmissionResponse) Reset() {
 	*x = ExplainTaskAdmissionResponse{}
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[27]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1713,7 @@ func (x *ExplainTaskAdmissionResponse) String() string {
 func (*ExplainTaskAdmissionResponse) ProtoMessage() {}
 
 func (x *ExplainTaskAdmissionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[27]
+	mi := &file_taskmesh_quota_v1_admission_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1726,7 @@ func (x *ExplainTaskAdmissionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainTaskAdmissionResponse.ProtoReflect.Descriptor instead.
 func (*ExplainTaskAdmissionResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{27}
+	return file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExplainTaskAdmissionResponse) GetTaskId() string {
@@ -1461,7 +1812,46 @@ const file_taskmesh_quota_v1_admission_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\";\n" +
 	"\x14ResolveQueueResponse\x12#\n" +
-	"\rcluster_queue\x18\x01 \x01(\tR\fclusterQueue\"\x94\x02\n" +
+	"\rcluster_queue\x18\x01 \x01(\tR\fclusterQueue\"\xc7\x03\n" +
+	"\x14QueueWorkloadRequest\x12#\n" +
+	"\atask_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x06taskId\x12*\n" +
+	"\ftask_version\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\vtaskVersion\x12%\n" +
+	"\ttenant_id\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btenantId\x12/\n" +
+	"\rcluster_queue\x18\x04 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\fclusterQueue\x12%\n" +
+	"\bpriority\x18\x05 \x01(\x05B\t\xbaH\x06\x1a\x04\x18\n" +
+	"(\x01R\bpriority\x12A\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\tcreatedAt\x12^\n" +
+	"\tresources\x18\a \x03(\v26.taskmesh.quota.v1.QueueWorkloadRequest.ResourcesEntryB\b\xbaH\x05\x9a\x01\x02\x10\x10R\tresources\x1a<\n" +
+	"\x0eResourcesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x02\n" +
+	"\x15QueueWorkloadResponse\x12\x1a\n" +
+	"\badmitted\x18\x01 \x01(\bR\badmitted\x12#\n" +
+	"\rcluster_queue\x18\x02 \x01(\tR\fclusterQueue\x12O\n" +
+	"\aflavors\x18\x03 \x03(\v25.taskmesh.quota.v1.QueueWorkloadResponse.FlavorsEntryR\aflavors\x12!\n" +
+	"\ftask_version\x18\x04 \x01(\x03R\vtaskVersion\x1a:\n" +
+	"\fFlavorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcb\x01\n" +
+	"\x15FinishWorkloadRequest\x12#\n" +
+	"\atask_id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x06taskId\x12*\n" +
+	"\ftask_version\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02 \x00R\vtaskVersion\x12%\n" +
+	"\ttenant_id\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\btenantId\x12:\n" +
+	"\x06reason\x18\x04 \x01(\tB\"\xbaH\x1fr\x1dR\tsucceededR\x06failedR\bcanceledR\x06reason\"Z\n" +
+	"\x16FinishWorkloadResponse\x12@\n" +
+	"\badmitted\x18\x01 \x03(\v2$.taskmesh.quota.v1.WorkloadAdmissionR\badmitted\"\xfd\x01\n" +
+	"\x11WorkloadAdmission\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12#\n" +
+	"\rcluster_queue\x18\x02 \x01(\tR\fclusterQueue\x12K\n" +
+	"\aflavors\x18\x03 \x03(\v21.taskmesh.quota.v1.WorkloadAdmission.FlavorsEntryR\aflavors\x12!\n" +
+	"\ftask_version\x18\x04 \x01(\x03R\vtaskVersion\x1a:\n" +
+	"\fFlavorsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x02\n" +
 	"\fClusterQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
 	"\x04spec\x18\x02 \x01(\v2#.taskmesh.quota.v1.ClusterQueueSpecR\x04spec\x12\x16\n" +
@@ -1547,9 +1937,11 @@ const file_taskmesh_quota_v1_admission_service_proto_rawDesc = "" +
 	"admittedAt\x1a:\n" +
 	"\fFlavorsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xc4\r\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x8f\x0f\n" +
 	"\x10AdmissionService\x12_\n" +
-	"\fResolveQueue\x12&.taskmesh.quota.v1.ResolveQueueRequest\x1a'.taskmesh.quota.v1.ResolveQueueResponse\x12\x8e\x01\n" +
+	"\fResolveQueue\x12&.taskmesh.quota.v1.ResolveQueueRequest\x1a'.taskmesh.quota.v1.ResolveQueueResponse\x12b\n" +
+	"\rQueueWorkload\x12'.taskmesh.quota.v1.QueueWorkloadRequest\x1a(.taskmesh.quota.v1.QueueWorkloadResponse\x12e\n" +
+	"\x0eFinishWorkload\x12(.taskmesh.quota.v1.FinishWorkloadRequest\x1a).taskmesh.quota.v1.FinishWorkloadResponse\x12\x8e\x01\n" +
 	"\x11ListClusterQueues\x12+.taskmesh.quota.v1.ListClusterQueuesRequest\x1a,.taskmesh.quota.v1.ListClusterQueuesResponse\"\x1e\x82\xd3\xe4\x93\x02\x18\x12\x16/api/v1/cluster-queues\x12\x9e\x01\n" +
 	"\x0fGetClusterQueue\x12).taskmesh.quota.v1.GetClusterQueueRequest\x1a*.taskmesh.quota.v1.GetClusterQueueResponse\"4\x82\xd3\xe4\x93\x02.b\rcluster_queue\x12\x1d/api/v1/cluster-queues/{name}\x12\xa4\x01\n" +
 	"\x0fPutClusterQueue\x12).taskmesh.quota.v1.PutClusterQueueRequest\x1a*.taskmesh.quota.v1.PutClusterQueueResponse\":\x82\xd3\xe4\x93\x024:\x04specb\rcluster_queue\x1a\x1d/api/v1/cluster-queues/{name}\x12\x98\x01\n" +
@@ -1574,93 +1966,110 @@ func file_taskmesh_quota_v1_admission_service_proto_rawDescGZIP() []byte {
 	return file_taskmesh_quota_v1_admission_service_proto_rawDescData
 }
 
-var file_taskmesh_quota_v1_admission_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_taskmesh_quota_v1_admission_service_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_taskmesh_quota_v1_admission_service_proto_goTypes = []any{
 	(*ResolveQueueRequest)(nil),          // 0: taskmesh.quota.v1.ResolveQueueRequest
 	(*ResolveQueueResponse)(nil),         // 1: taskmesh.quota.v1.ResolveQueueResponse
-	(*ClusterQueue)(nil),                 // 2: taskmesh.quota.v1.ClusterQueue
-	(*Cohort)(nil),                       // 3: taskmesh.quota.v1.Cohort
-	(*LocalQueue)(nil),                   // 4: taskmesh.quota.v1.LocalQueue
-	(*ListClusterQueuesRequest)(nil),     // 5: taskmesh.quota.v1.ListClusterQueuesRequest
-	(*ListClusterQueuesResponse)(nil),    // 6: taskmesh.quota.v1.ListClusterQueuesResponse
-	(*GetClusterQueueRequest)(nil),       // 7: taskmesh.quota.v1.GetClusterQueueRequest
-	(*GetClusterQueueResponse)(nil),      // 8: taskmesh.quota.v1.GetClusterQueueResponse
-	(*PutClusterQueueRequest)(nil),       // 9: taskmesh.quota.v1.PutClusterQueueRequest
-	(*PutClusterQueueResponse)(nil),      // 10: taskmesh.quota.v1.PutClusterQueueResponse
-	(*DeleteClusterQueueRequest)(nil),    // 11: taskmesh.quota.v1.DeleteClusterQueueRequest
-	(*DeleteClusterQueueResponse)(nil),   // 12: taskmesh.quota.v1.DeleteClusterQueueResponse
-	(*ListCohortsRequest)(nil),           // 13: taskmesh.quota.v1.ListCohortsRequest
-	(*ListCohortsResponse)(nil),          // 14: taskmesh.quota.v1.ListCohortsResponse
-	(*PutCohortRequest)(nil),             // 15: taskmesh.quota.v1.PutCohortRequest
-	(*PutCohortResponse)(nil),            // 16: taskmesh.quota.v1.PutCohortResponse
-	(*DeleteCohortRequest)(nil),          // 17: taskmesh.quota.v1.DeleteCohortRequest
-	(*DeleteCohortResponse)(nil),         // 18: taskmesh.quota.v1.DeleteCohortResponse
-	(*ListLocalQueuesRequest)(nil),       // 19: taskmesh.quota.v1.ListLocalQueuesRequest
-	(*ListLocalQueuesResponse)(nil),      // 20: taskmesh.quota.v1.ListLocalQueuesResponse
-	(*PutLocalQueueRequest)(nil),         // 21: taskmesh.quota.v1.PutLocalQueueRequest
-	(*PutLocalQueueResponse)(nil),        // 22: taskmesh.quota.v1.PutLocalQueueResponse
-	(*DeleteLocalQueueRequest)(nil),      // 23: taskmesh.quota.v1.DeleteLocalQueueRequest
-	(*DeleteLocalQueueResponse)(nil),     // 24: taskmesh.quota.v1.DeleteLocalQueueResponse
-	(*ExplainTaskAdmissionRequest)(nil),  // 25: taskmesh.quota.v1.ExplainTaskAdmissionRequest
-	(*ResourceShortage)(nil),             // 26: taskmesh.quota.v1.ResourceShortage
-	(*ExplainTaskAdmissionResponse)(nil), // 27: taskmesh.quota.v1.ExplainTaskAdmissionResponse
-	nil,                                  // 28: taskmesh.quota.v1.ResolveQueueRequest.ResourcesEntry
-	nil,                                  // 29: taskmesh.quota.v1.ExplainTaskAdmissionResponse.FlavorsEntry
-	(*ClusterQueueSpec)(nil),             // 30: taskmesh.quota.v1.ClusterQueueSpec
-	(*FlavorUsage)(nil),                  // 31: taskmesh.quota.v1.FlavorUsage
-	(*CohortSpec)(nil),                   // 32: taskmesh.quota.v1.CohortSpec
-	(*LocalQueueSpec)(nil),               // 33: taskmesh.quota.v1.LocalQueueSpec
-	(*timestamppb.Timestamp)(nil),        // 34: google.protobuf.Timestamp
+	(*QueueWorkloadRequest)(nil),         // 2: taskmesh.quota.v1.QueueWorkloadRequest
+	(*QueueWorkloadResponse)(nil),        // 3: taskmesh.quota.v1.QueueWorkloadResponse
+	(*FinishWorkloadRequest)(nil),        // 4: taskmesh.quota.v1.FinishWorkloadRequest
+	(*FinishWorkloadResponse)(nil),       // 5: taskmesh.quota.v1.FinishWorkloadResponse
+	(*WorkloadAdmission)(nil),            // 6: taskmesh.quota.v1.WorkloadAdmission
+	(*ClusterQueue)(nil),                 // 7: taskmesh.quota.v1.ClusterQueue
+	(*Cohort)(nil),                       // 8: taskmesh.quota.v1.Cohort
+	(*LocalQueue)(nil),                   // 9: taskmesh.quota.v1.LocalQueue
+	(*ListClusterQueuesRequest)(nil),     // 10: taskmesh.quota.v1.ListClusterQueuesRequest
+	(*ListClusterQueuesResponse)(nil),    // 11: taskmesh.quota.v1.ListClusterQueuesResponse
+	(*GetClusterQueueRequest)(nil),       // 12: taskmesh.quota.v1.GetClusterQueueRequest
+	(*GetClusterQueueResponse)(nil),      // 13: taskmesh.quota.v1.GetClusterQueueResponse
+	(*PutClusterQueueRequest)(nil),       // 14: taskmesh.quota.v1.PutClusterQueueRequest
+	(*PutClusterQueueResponse)(nil),      // 15: taskmesh.quota.v1.PutClusterQueueResponse
+	(*DeleteClusterQueueRequest)(nil),    // 16: taskmesh.quota.v1.DeleteClusterQueueRequest
+	(*DeleteClusterQueueResponse)(nil),   // 17: taskmesh.quota.v1.DeleteClusterQueueResponse
+	(*ListCohortsRequest)(nil),           // 18: taskmesh.quota.v1.ListCohortsRequest
+	(*ListCohortsResponse)(nil),          // 19: taskmesh.quota.v1.ListCohortsResponse
+	(*PutCohortRequest)(nil),             // 20: taskmesh.quota.v1.PutCohortRequest
+	(*PutCohortResponse)(nil),            // 21: taskmesh.quota.v1.PutCohortResponse
+	(*DeleteCohortRequest)(nil),          // 22: taskmesh.quota.v1.DeleteCohortRequest
+	(*DeleteCohortResponse)(nil),         // 23: taskmesh.quota.v1.DeleteCohortResponse
+	(*ListLocalQueuesRequest)(nil),       // 24: taskmesh.quota.v1.ListLocalQueuesRequest
+	(*ListLocalQueuesResponse)(nil),      // 25: taskmesh.quota.v1.ListLocalQueuesResponse
+	(*PutLocalQueueRequest)(nil),         // 26: taskmesh.quota.v1.PutLocalQueueRequest
+	(*PutLocalQueueResponse)(nil),        // 27: taskmesh.quota.v1.PutLocalQueueResponse
+	(*DeleteLocalQueueRequest)(nil),      // 28: taskmesh.quota.v1.DeleteLocalQueueRequest
+	(*DeleteLocalQueueResponse)(nil),     // 29: taskmesh.quota.v1.DeleteLocalQueueResponse
+	(*ExplainTaskAdmissionRequest)(nil),  // 30: taskmesh.quota.v1.ExplainTaskAdmissionRequest
+	(*ResourceShortage)(nil),             // 31: taskmesh.quota.v1.ResourceShortage
+	(*ExplainTaskAdmissionResponse)(nil), // 32: taskmesh.quota.v1.ExplainTaskAdmissionResponse
+	nil,                                  // 33: taskmesh.quota.v1.ResolveQueueRequest.ResourcesEntry
+	nil,                                  // 34: taskmesh.quota.v1.QueueWorkloadRequest.ResourcesEntry
+	nil,                                  // 35: taskmesh.quota.v1.QueueWorkloadResponse.FlavorsEntry
+	nil,                                  // 36: taskmesh.quota.v1.WorkloadAdmission.FlavorsEntry
+	nil,                                  // 37: taskmesh.quota.v1.ExplainTaskAdmissionResponse.FlavorsEntry
+	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
+	(*ClusterQueueSpec)(nil),             // 39: taskmesh.quota.v1.ClusterQueueSpec
+	(*FlavorUsage)(nil),                  // 40: taskmesh.quota.v1.FlavorUsage
+	(*CohortSpec)(nil),                   // 41: taskmesh.quota.v1.CohortSpec
+	(*LocalQueueSpec)(nil),               // 42: taskmesh.quota.v1.LocalQueueSpec
 }
 var file_taskmesh_quota_v1_admission_service_proto_depIdxs = []int32{
-	28, // 0: taskmesh.quota.v1.ResolveQueueRequest.resources:type_name -> taskmesh.quota.v1.ResolveQueueRequest.ResourcesEntry
-	30, // 1: taskmesh.quota.v1.ClusterQueue.spec:type_name -> taskmesh.quota.v1.ClusterQueueSpec
-	31, // 2: taskmesh.quota.v1.ClusterQueue.flavors_usage:type_name -> taskmesh.quota.v1.FlavorUsage
-	32, // 3: taskmesh.quota.v1.Cohort.spec:type_name -> taskmesh.quota.v1.CohortSpec
-	31, // 4: taskmesh.quota.v1.Cohort.flavors_usage:type_name -> taskmesh.quota.v1.FlavorUsage
-	33, // 5: taskmesh.quota.v1.LocalQueue.spec:type_name -> taskmesh.quota.v1.LocalQueueSpec
-	2,  // 6: taskmesh.quota.v1.ListClusterQueuesResponse.cluster_queues:type_name -> taskmesh.quota.v1.ClusterQueue
-	2,  // 7: taskmesh.quota.v1.GetClusterQueueResponse.cluster_queue:type_name -> taskmesh.quota.v1.ClusterQueue
-	30, // 8: taskmesh.quota.v1.PutClusterQueueRequest.spec:type_name -> taskmesh.quota.v1.ClusterQueueSpec
-	2,  // 9: taskmesh.quota.v1.PutClusterQueueResponse.cluster_queue:type_name -> taskmesh.quota.v1.ClusterQueue
-	3,  // 10: taskmesh.quota.v1.ListCohortsResponse.cohorts:type_name -> taskmesh.quota.v1.Cohort
-	32, // 11: taskmesh.quota.v1.PutCohortRequest.spec:type_name -> taskmesh.quota.v1.CohortSpec
-	3,  // 12: taskmesh.quota.v1.PutCohortResponse.cohort:type_name -> taskmesh.quota.v1.Cohort
-	4,  // 13: taskmesh.quota.v1.ListLocalQueuesResponse.local_queues:type_name -> taskmesh.quota.v1.LocalQueue
-	33, // 14: taskmesh.quota.v1.PutLocalQueueRequest.spec:type_name -> taskmesh.quota.v1.LocalQueueSpec
-	4,  // 15: taskmesh.quota.v1.PutLocalQueueResponse.local_queue:type_name -> taskmesh.quota.v1.LocalQueue
-	26, // 16: taskmesh.quota.v1.ExplainTaskAdmissionResponse.shortages:type_name -> taskmesh.quota.v1.ResourceShortage
-	29, // 17: taskmesh.quota.v1.ExplainTaskAdmissionResponse.flavors:type_name -> taskmesh.quota.v1.ExplainTaskAdmissionResponse.FlavorsEntry
-	34, // 18: taskmesh.quota.v1.ExplainTaskAdmissionResponse.admitted_at:type_name -> google.protobuf.Timestamp
-	0,  // 19: taskmesh.quota.v1.AdmissionService.ResolveQueue:input_type -> taskmesh.quota.v1.ResolveQueueRequest
-	5,  // 20: taskmesh.quota.v1.AdmissionService.ListClusterQueues:input_type -> taskmesh.quota.v1.ListClusterQueuesRequest
-	7,  // 21: taskmesh.quota.v1.AdmissionService.GetClusterQueue:input_type -> taskmesh.quota.v1.GetClusterQueueRequest
-	9,  // 22: taskmesh.quota.v1.AdmissionService.PutClusterQueue:input_type -> taskmesh.quota.v1.PutClusterQueueRequest
-	11, // 23: taskmesh.quota.v1.AdmissionService.DeleteClusterQueue:input_type -> taskmesh.quota.v1.DeleteClusterQueueRequest
-	13, // 24: taskmesh.quota.v1.AdmissionService.ListCohorts:input_type -> taskmesh.quota.v1.ListCohortsRequest
-	15, // 25: taskmesh.quota.v1.AdmissionService.PutCohort:input_type -> taskmesh.quota.v1.PutCohortRequest
-	17, // 26: taskmesh.quota.v1.AdmissionService.DeleteCohort:input_type -> taskmesh.quota.v1.DeleteCohortRequest
-	19, // 27: taskmesh.quota.v1.AdmissionService.ListLocalQueues:input_type -> taskmesh.quota.v1.ListLocalQueuesRequest
-	21, // 28: taskmesh.quota.v1.AdmissionService.PutLocalQueue:input_type -> taskmesh.quota.v1.PutLocalQueueRequest
-	23, // 29: taskmesh.quota.v1.AdmissionService.DeleteLocalQueue:input_type -> taskmesh.quota.v1.DeleteLocalQueueRequest
-	25, // 30: taskmesh.quota.v1.AdmissionService.ExplainTaskAdmission:input_type -> taskmesh.quota.v1.ExplainTaskAdmissionRequest
-	1,  // 31: taskmesh.quota.v1.AdmissionService.ResolveQueue:output_type -> taskmesh.quota.v1.ResolveQueueResponse
-	6,  // 32: taskmesh.quota.v1.AdmissionService.ListClusterQueues:output_type -> taskmesh.quota.v1.ListClusterQueuesResponse
-	8,  // 33: taskmesh.quota.v1.AdmissionService.GetClusterQueue:output_type -> taskmesh.quota.v1.GetClusterQueueResponse
-	10, // 34: taskmesh.quota.v1.AdmissionService.PutClusterQueue:output_type -> taskmesh.quota.v1.PutClusterQueueResponse
-	12, // 35: taskmesh.quota.v1.AdmissionService.DeleteClusterQueue:output_type -> taskmesh.quota.v1.DeleteClusterQueueResponse
-	14, // 36: taskmesh.quota.v1.AdmissionService.ListCohorts:output_type -> taskmesh.quota.v1.ListCohortsResponse
-	16, // 37: taskmesh.quota.v1.AdmissionService.PutCohort:output_type -> taskmesh.quota.v1.PutCohortResponse
-	18, // 38: taskmesh.quota.v1.AdmissionService.DeleteCohort:output_type -> taskmesh.quota.v1.DeleteCohortResponse
-	20, // 39: taskmesh.quota.v1.AdmissionService.ListLocalQueues:output_type -> taskmesh.quota.v1.ListLocalQueuesResponse
-	22, // 40: taskmesh.quota.v1.AdmissionService.PutLocalQueue:output_type -> taskmesh.quota.v1.PutLocalQueueResponse
-	24, // 41: taskmesh.quota.v1.AdmissionService.DeleteLocalQueue:output_type -> taskmesh.quota.v1.DeleteLocalQueueResponse
-	27, // 42: taskmesh.quota.v1.AdmissionService.ExplainTaskAdmission:output_type -> taskmesh.quota.v1.ExplainTaskAdmissionResponse
-	31, // [31:43] is the sub-list for method output_type
-	19, // [19:31] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	33, // 0: taskmesh.quota.v1.ResolveQueueRequest.resources:type_name -> taskmesh.quota.v1.ResolveQueueRequest.ResourcesEntry
+	38, // 1: taskmesh.quota.v1.QueueWorkloadRequest.created_at:type_name -> google.protobuf.Timestamp
+	34, // 2: taskmesh.quota.v1.QueueWorkloadRequest.resources:type_name -> taskmesh.quota.v1.QueueWorkloadRequest.ResourcesEntry
+	35, // 3: taskmesh.quota.v1.QueueWorkloadResponse.flavors:type_name -> taskmesh.quota.v1.QueueWorkloadResponse.FlavorsEntry
+	6,  // 4: taskmesh.quota.v1.FinishWorkloadResponse.admitted:type_name -> taskmesh.quota.v1.WorkloadAdmission
+	36, // 5: taskmesh.quota.v1.WorkloadAdmission.flavors:type_name -> taskmesh.quota.v1.WorkloadAdmission.FlavorsEntry
+	39, // 6: taskmesh.quota.v1.ClusterQueue.spec:type_name -> taskmesh.quota.v1.ClusterQueueSpec
+	40, // 7: taskmesh.quota.v1.ClusterQueue.flavors_usage:type_name -> taskmesh.quota.v1.FlavorUsage
+	41, // 8: taskmesh.quota.v1.Cohort.spec:type_name -> taskmesh.quota.v1.CohortSpec
+	40, // 9: taskmesh.quota.v1.Cohort.flavors_usage:type_name -> taskmesh.quota.v1.FlavorUsage
+	42, // 10: taskmesh.quota.v1.LocalQueue.spec:type_name -> taskmesh.quota.v1.LocalQueueSpec
+	7,  // 11: taskmesh.quota.v1.ListClusterQueuesResponse.cluster_queues:type_name -> taskmesh.quota.v1.ClusterQueue
+	7,  // 12: taskmesh.quota.v1.GetClusterQueueResponse.cluster_queue:type_name -> taskmesh.quota.v1.ClusterQueue
+	39, // 13: taskmesh.quota.v1.PutClusterQueueRequest.spec:type_name -> taskmesh.quota.v1.ClusterQueueSpec
+	7,  // 14: taskmesh.quota.v1.PutClusterQueueResponse.cluster_queue:type_name -> taskmesh.quota.v1.ClusterQueue
+	8,  // 15: taskmesh.quota.v1.ListCohortsResponse.cohorts:type_name -> taskmesh.quota.v1.Cohort
+	41, // 16: taskmesh.quota.v1.PutCohortRequest.spec:type_name -> taskmesh.quota.v1.CohortSpec
+	8,  // 17: taskmesh.quota.v1.PutCohortResponse.cohort:type_name -> taskmesh.quota.v1.Cohort
+	9,  // 18: taskmesh.quota.v1.ListLocalQueuesResponse.local_queues:type_name -> taskmesh.quota.v1.LocalQueue
+	42, // 19: taskmesh.quota.v1.PutLocalQueueRequest.spec:type_name -> taskmesh.quota.v1.LocalQueueSpec
+	9,  // 20: taskmesh.quota.v1.PutLocalQueueResponse.local_queue:type_name -> taskmesh.quota.v1.LocalQueue
+	31, // 21: taskmesh.quota.v1.ExplainTaskAdmissionResponse.shortages:type_name -> taskmesh.quota.v1.ResourceShortage
+	37, // 22: taskmesh.quota.v1.ExplainTaskAdmissionResponse.flavors:type_name -> taskmesh.quota.v1.ExplainTaskAdmissionResponse.FlavorsEntry
+	38, // 23: taskmesh.quota.v1.ExplainTaskAdmissionResponse.admitted_at:type_name -> google.protobuf.Timestamp
+	0,  // 24: taskmesh.quota.v1.AdmissionService.ResolveQueue:input_type -> taskmesh.quota.v1.ResolveQueueRequest
+	2,  // 25: taskmesh.quota.v1.AdmissionService.QueueWorkload:input_type -> taskmesh.quota.v1.QueueWorkloadRequest
+	4,  // 26: taskmesh.quota.v1.AdmissionService.FinishWorkload:input_type -> taskmesh.quota.v1.FinishWorkloadRequest
+	10, // 27: taskmesh.quota.v1.AdmissionService.ListClusterQueues:input_type -> taskmesh.quota.v1.ListClusterQueuesRequest
+	12, // 28: taskmesh.quota.v1.AdmissionService.GetClusterQueue:input_type -> taskmesh.quota.v1.GetClusterQueueRequest
+	14, // 29: taskmesh.quota.v1.AdmissionService.PutClusterQueue:input_type -> taskmesh.quota.v1.PutClusterQueueRequest
+	16, // 30: taskmesh.quota.v1.AdmissionService.DeleteClusterQueue:input_type -> taskmesh.quota.v1.DeleteClusterQueueRequest
+	18, // 31: taskmesh.quota.v1.AdmissionService.ListCohorts:input_type -> taskmesh.quota.v1.ListCohortsRequest
+	20, // 32: taskmesh.quota.v1.AdmissionService.PutCohort:input_type -> taskmesh.quota.v1.PutCohortRequest
+	22, // 33: taskmesh.quota.v1.AdmissionService.DeleteCohort:input_type -> taskmesh.quota.v1.DeleteCohortRequest
+	24, // 34: taskmesh.quota.v1.AdmissionService.ListLocalQueues:input_type -> taskmesh.quota.v1.ListLocalQueuesRequest
+	26, // 35: taskmesh.quota.v1.AdmissionService.PutLocalQueue:input_type -> taskmesh.quota.v1.PutLocalQueueRequest
+	28, // 36: taskmesh.quota.v1.AdmissionService.DeleteLocalQueue:input_type -> taskmesh.quota.v1.DeleteLocalQueueRequest
+	30, // 37: taskmesh.quota.v1.AdmissionService.ExplainTaskAdmission:input_type -> taskmesh.quota.v1.ExplainTaskAdmissionRequest
+	1,  // 38: taskmesh.quota.v1.AdmissionService.ResolveQueue:output_type -> taskmesh.quota.v1.ResolveQueueResponse
+	3,  // 39: taskmesh.quota.v1.AdmissionService.QueueWorkload:output_type -> taskmesh.quota.v1.QueueWorkloadResponse
+	5,  // 40: taskmesh.quota.v1.AdmissionService.FinishWorkload:output_type -> taskmesh.quota.v1.FinishWorkloadResponse
+	11, // 41: taskmesh.quota.v1.AdmissionService.ListClusterQueues:output_type -> taskmesh.quota.v1.ListClusterQueuesResponse
+	13, // 42: taskmesh.quota.v1.AdmissionService.GetClusterQueue:output_type -> taskmesh.quota.v1.GetClusterQueueResponse
+	15, // 43: taskmesh.quota.v1.AdmissionService.PutClusterQueue:output_type -> taskmesh.quota.v1.PutClusterQueueResponse
+	17, // 44: taskmesh.quota.v1.AdmissionService.DeleteClusterQueue:output_type -> taskmesh.quota.v1.DeleteClusterQueueResponse
+	19, // 45: taskmesh.quota.v1.AdmissionService.ListCohorts:output_type -> taskmesh.quota.v1.ListCohortsResponse
+	21, // 46: taskmesh.quota.v1.AdmissionService.PutCohort:output_type -> taskmesh.quota.v1.PutCohortResponse
+	23, // 47: taskmesh.quota.v1.AdmissionService.DeleteCohort:output_type -> taskmesh.quota.v1.DeleteCohortResponse
+	25, // 48: taskmesh.quota.v1.AdmissionService.ListLocalQueues:output_type -> taskmesh.quota.v1.ListLocalQueuesResponse
+	27, // 49: taskmesh.quota.v1.AdmissionService.PutLocalQueue:output_type -> taskmesh.quota.v1.PutLocalQueueResponse
+	29, // 50: taskmesh.quota.v1.AdmissionService.DeleteLocalQueue:output_type -> taskmesh.quota.v1.DeleteLocalQueueResponse
+	32, // 51: taskmesh.quota.v1.AdmissionService.ExplainTaskAdmission:output_type -> taskmesh.quota.v1.ExplainTaskAdmissionResponse
+	38, // [38:52] is the sub-list for method output_type
+	24, // [24:38] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_quota_v1_admission_service_proto_init() }
@@ -1675,7 +2084,7 @@ func file_taskmesh_quota_v1_admission_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_quota_v1_admission_service_proto_rawDesc), len(file_taskmesh_quota_v1_admission_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,8 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	AdmissionService_ResolveQueue_FullMethodName         = "/taskmesh.quota.v1.AdmissionService/ResolveQueue"
+	AdmissionService_QueueWorkload_FullMethodName        = "/taskmesh.quota.v1.AdmissionService/QueueWorkload"
+	AdmissionService_FinishWorkload_FullMethodName       = "/taskmesh.quota.v1.AdmissionService/FinishWorkload"
 	AdmissionService_ListClusterQueues_FullMethodName    = "/taskmesh.quota.v1.AdmissionService/ListClusterQueues"
 	AdmissionService_GetClusterQueue_FullMethodName      = "/taskmesh.quota.v1.AdmissionService/GetClusterQueue"
 	AdmissionService_PutClusterQueue_FullMethodName      = "/taskmesh.quota.v1.AdmissionService/PutClusterQueue"
@@ -55,6 +57,25 @@ type AdmissionServiceClient interface {
 	// for an unknown queue; PermissionDenied for a queue the tenant may not
 	// use.
 	ResolveQueue(ctx context.Context, in *ResolveQueueRequest, opts ...grpc.CallOption) (*ResolveQueueResponse, error)
+	// QueueWorkload hands the admission loop a task the scheduler has just
+	// stored waiting in a ClusterQueue (its TaskSubmitted), so a task that
+	// fits is admitted without first going through the task topic, and
+	// answers once the loop has decided: admitted (the decision recorded and
+	// published as WorkloadAdmitted like any other), or not admitted yet
+	// (it waits in its queue; the decision comes on the quota topic). The
+	// loop applies the stay once, whether it comes here or through the task
+	// topic first. Internal to the scheduler (operators' principal only);
+	// Unavailable where the admission loop is not the active one.
+	QueueWorkload(ctx context.Context, in *QueueWorkloadRequest, opts ...grpc.CallOption) (*QueueWorkloadResponse, error)
+	// FinishWorkload hands the admission loop the end of a task that held or
+	// waited for admission (TaskSucceeded, TaskFailed or TaskCanceled), right
+	// after the scheduler recorded it, so its quota is free for the loop's
+	// next cycle without the event first going through the task topic. The
+	// answer lists the admissions that cycle decided (those the freed quota
+	// allowed among them), each also published as WorkloadAdmitted. Applied
+	// once, like QueueWorkload's stays; internal to the scheduler; Unavailable
+	// where the admission loop is not the active one.
+	FinishWorkload(ctx context.Context, in *FinishWorkloadRequest, opts ...grpc.CallOption) (*FinishWorkloadResponse, error)
 	ListClusterQueues(ctx context.Context, in *ListClusterQueuesRequest, opts ...grpc.CallOption) (*ListClusterQueuesResponse, error)
 	GetClusterQueue(ctx context.Context, in *GetClusterQueueRequest, opts ...grpc.CallOption) (*GetClusterQueueResponse, error)
 	// PutClusterQueue creates or replaces a ClusterQueue (operators only).
@@ -89,6 +110,26 @@ func (c *admissionServiceClient) ResolveQueue(ctx context.Context, in *ResolveQu
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResolveQueueResponse)
 	err := c.cc.Invoke(ctx, AdmissionService_ResolveQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *admissionServiceClient) QueueWorkload(ctx context.Context, in *QueueWorkloadRequest, opts ...grpc.CallOption) (*QueueWorkloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueWorkloadResponse)
+	err := c.cc.Invoke(ctx, AdmissionService_QueueWorkload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *admissionServiceClient) FinishWorkload(ctx context.Context, in *FinishWorkloadRequest, opts ...grpc.CallOption) (*FinishWorkloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FinishWorkloadResponse)
+	err := c.cc.Invoke(ctx, AdmissionService_FinishWorkload_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +268,25 @@ type AdmissionServiceServer interface {
 	// for an unknown queue; PermissionDenied for a queue the tenant may not
 	// use.
 	ResolveQueue(context.Context, *ResolveQueueRequest) (*ResolveQueueResponse, error)
+	// QueueWorkload hands the admission loop a task the scheduler has just
+	// stored waiting in a ClusterQueue (its TaskSubmitted), so a task that
+	// fits is admitted without first going through the task topic, and
+	// answers once the loop has decided: admitted (the decision recorded and
+	// published as WorkloadAdmitted like any other), or not admitted yet
+	// (it waits in its queue; the decision comes on the quota topic). The
+	// loop applies the stay once, whether it comes here or through the task
+	// topic first. Internal to the scheduler (operators' principal only);
+	// Unavailable where the admission loop is not the active one.
+	QueueWorkload(context.Context, *QueueWorkloadRequest) (*QueueWorkloadResponse, error)
+	// FinishWorkload hands the admission loop the end of a task that held or
+	// waited for admission (TaskSucceeded, TaskFailed or TaskCanceled), right
+	// after the scheduler recorded it, so its quota is free for the loop's
+	// next cycle without the event first going through the task topic. The
+	// answer lists the admissions that cycle decided (those the freed quota
+	// allowed among them), each also published as WorkloadAdmitted. Applied
+	// once, like QueueWorkload's stays; internal to the scheduler; Unavailable
+	// where the admission loop is not the active one.
+	FinishWorkload(context.Context, *FinishWorkloadRequest) (*FinishWorkloadResponse, error)
 	ListClusterQueues(context.Context, *ListClusterQueuesRequest) (*ListClusterQueuesResponse, error)
 	GetClusterQueue(context.Context, *GetClusterQueueRequest) (*GetClusterQueueResponse, error)
 	// PutClusterQueue creates or replaces a ClusterQueue (operators only).
@@ -259,6 +319,12 @@ type UnimplementedAdmissionServiceServer struct{}
 
 func (UnimplementedAdmissionServiceServer) ResolveQueue(context.Context, *ResolveQueueRequest) (*ResolveQueueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveQueue not implemented")
+}
+func (UnimplementedAdmissionServiceServer) QueueWorkload(context.Context, *QueueWorkloadRequest) (*QueueWorkloadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueueWorkload not implemented")
+}
+func (UnimplementedAdmissionServiceServer) FinishWorkload(context.Context, *FinishWorkloadRequest) (*FinishWorkloadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FinishWorkload not implemented")
 }
 func (UnimplementedAdmissionServiceServer) ListClusterQueues(context.Context, *ListClusterQueuesRequest) (*ListClusterQueuesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListClusterQueues not implemented")
@@ -328,6 +394,42 @@ func _AdmissionService_ResolveQueue_Handler(srv interface{}, ctx context.Context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdmissionServiceServer).ResolveQueue(ctx, req.(*ResolveQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdmissionService_QueueWorkload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueWorkloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdmissionServiceServer).QueueWorkload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdmissionService_QueueWorkload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdmissionServiceServer).QueueWorkload(ctx, req.(*QueueWorkloadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdmissionService_FinishWorkload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FinishWorkloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdmissionServiceServer).FinishWorkload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdmissionService_FinishWorkload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdmissionServiceServer).FinishWorkload(ctx, req.(*FinishWorkloadRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -540,6 +642,14 @@ var AdmissionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveQueue",
 			Handler:    _AdmissionService_ResolveQueue_Handler,
+		},
+		{
+			MethodName: "QueueWorkload",
+			Handler:    _AdmissionService_QueueWorkload_Handler,
+		},
+		{
+			MethodName: "FinishWorkload",
+			Handler:    _AdmissionService_FinishWorkload_Handler,
 		},
 		{
 			MethodName: "ListClusterQueues",

@@ -8,7 +8,8 @@
 // /api/v1/services…)
 // and the pipeline API (taskmesh.pipeline.v1.PipelineService, REST /jobs…),
 // and reads its own quotas and queues (taskmesh.quota.v1.QuotaService,
-// AdmissionService but its internal ResolveQueue), an agent token
+// AdmissionService but its internal ResolveQueue, QueueWorkload and
+// FinishWorkload), an agent token
 // calls the lease API (taskmesh.task.v1.LeaseService and
 // AttemptFilesService, taskmesh.managed.v1.ServiceAgentService, REST
 // /api/v1/agent/…),
@@ -103,10 +104,13 @@ var (
 	// A tenant's key reads its own quotas; the quota service refuses it
 	// every operator action.
 	quotaMethods = "/" + quotav1.QuotaService_ServiceDesc.ServiceName + "/"
-	// Tenants read queues and explain their tasks; ResolveQueue is the
-	// scheduler's, and the service itself refuses tenants' writes.
+	// Tenants read queues and explain their tasks; ResolveQueue,
+	// QueueWorkload and FinishWorkload are the scheduler's, and the service
+	// itself refuses tenants' writes.
 	admissionMethods = "/" + quotav1.AdmissionService_ServiceDesc.ServiceName + "/"
 	resolveQueue     = admissionMethods + "ResolveQueue"
+	queueWorkload    = admissionMethods + "QueueWorkload"
+	finishWorkload   = admissionMethods + "FinishWorkload"
 )
 
 // OperatorRoutes are the REST prefixes, besides the admin API, that an
@@ -195,8 +199,8 @@ func Method(p authn.Principal, fullMethod string) error {
 		return denied("the admin API needs an operator key (tmo_…)")
 	case IsConsumerMethod(fullMethod) && (p.Kind == authn.KindAdmin || p.Kind == authn.KindUser):
 		return nil
-	case fullMethod == resolveQueue:
-		return denied("ResolveQueue is internal to the scheduler")
+	case fullMethod == resolveQueue, fullMethod == queueWorkload, fullMethod == finishWorkload:
+		return denied(fullMethod[len(admissionMethods):] + " is internal to the scheduler")
 	case p.Kind == authn.KindAdmin && (strings.HasPrefix(fullMethod, quotaMethods) || strings.HasPrefix(fullMethod, admissionMethods)):
 		return nil
 	case p.Kind == authn.KindAdmin:

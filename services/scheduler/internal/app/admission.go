@@ -15,6 +15,29 @@ type Admission interface {
 	// needs no admission. Its errors (unknown queue, GU_QUOTA_NOT_EXISTS,
 	// GU_QUOTA_CREATING, …) are the caller's answer.
 	ResolveQueue(ctx context.Context, c Caller, queue, quota string, resources map[string]string) (string, error)
+	// QueueWorkload hands the quota service's admission loop the stay of
+	// a task just stored waiting for admission (t as created), and returns
+	// the loop's decision when it admitted the stay at once (ok). Not ok:
+	// not admitted yet, and its decision comes through the quota topic as
+	// for every other stay. An error (the quota service unreachable, its
+	// loop not active where the call landed) means the same.
+	QueueWorkload(ctx context.Context, t domain.Task) (d AdmissionDecision, ok bool, err error)
+	// FinishWorkload hands the admission loop the end of a task that held
+	// or waited for admission (t as it ended: completed, failed or
+	// cancelled), and returns the admissions of the loop's cycle that
+	// applied it, those the freed quota allowed among them. An error
+	// means the quota topic carries the end and the decisions.
+	FinishWorkload(ctx context.Context, t domain.Task) ([]AdmissionDecision, error)
+}
+
+// AdmissionDecision is the quota service's admission of a task's stay, as
+// WorkloadAdmitted carries it.
+type AdmissionDecision struct {
+	TaskID string
+	// Epoch is the task version that began the stay.
+	Epoch        int64
+	ClusterQueue string
+	Flavors      map[string]string
 }
 
 // needsResolving reports whether a spec asks for anything admission
@@ -37,6 +60,70 @@ func (a *App) resolveQueue(ctx context.Context, c Caller, s domain.Spec) (string
 // use cases that store tasks of their own (task groups).
 func (a *App) ResolveQueue(ctx context.Context, c Caller, spec domain.Spec) (string, error) {
 	return a.resolveQueue(ctx, c, spec)
+}
+
+// queueTimeout bounds how long a created task waits for the quota
+// service's answer on the direct path before it relies on the quota topic.
+const queueTimeout = 10 * time.Second
+
+// admitAtOnce hands each created task that waits for admission to the
+// quota service's admission loop (Admission.QueueWorkload), each on a
+// goroutine of its own: the creation has committed and is answered
+// without waiting. A stay the loop admits at once is applied as its
+// decision from the quota topic would be (AdmitTask), so the task becomes
+// claimable without the round trip through the task and quota topics;
+// that decision, arriving later, changes nothing. Whatever goes wrong
+// here, the topics still carry the stay and its decision. See
+// docs/decisions/0055-direct-admission-of-new-tasks.md.
+func (a *App) admitAtOnce(ctx context.Context, tasks []domain.Task) {
+	if a.admission == nil {
+		return
+	}
+	for _, t := range tasks {
+		if !t.AwaitingAdmission() {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queueTimeout)
+			defer cancel()
+			d, ok, err := a.admission.QueueWorkload(ctx, t)
+			if err != nil {
+				a.log.Debug("direct admission not decided; the quota topic carries it", "task_id", t.ID, "err", err)
+				return
+			}
+			if !ok {
+				return
+			}
+			if err := a.AdmitTask(ctx, t.ID, d.Epoch, d.ClusterQueue, d.Flavors); err != nil {
+				a.log.Warn("direct admission not applied; the quota topic carries it", "task_id", t.ID, "err", err)
+			}
+		}()
+	}
+}
+
+// finishAtOnce hands the end of t (just committed, final, with a
+// ClusterQueue) to the admission loop on a goroutine of its own, and
+// applies the admissions the loop answers with, as admitAtOnce does: the
+// quota the task held is free at the loop's next cycle, and a task waiting
+// for it becomes claimable without the round trip through the topics.
+func (a *App) finishAtOnce(ctx context.Context, t domain.Task) {
+	if a.admission == nil || t.ClusterQueue == "" || !t.Status.Final() {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queueTimeout)
+		defer cancel()
+		ds, err := a.admission.FinishWorkload(ctx, t)
+		if err != nil {
+			a.log.Debug("direct end of a workload not applied; the quota topic carries it", "task_id", t.ID, "err", err)
+			return
+		}
+		for _, d := range ds {
+			if err := a.AdmitTask(ctx, d.TaskID, d.Epoch, d.ClusterQueue, d.Flavors); err != nil {
+				a.log.Warn("direct admission not applied; the quota topic carries it", "task_id", d.TaskID, "err", err)
+			}
+		}
+	}()
 }
 
 // AdmitTask applies the quota service's admission of a task's stay in its

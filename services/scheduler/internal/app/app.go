@@ -168,15 +168,20 @@ var system = Caller{Tenant: "*"}
 // the task as it was. Tasks of other tenants do not exist for the caller.
 // The records carry the caller's address (the audit log's ip).
 func (a *App) mutate(ctx context.Context, c Caller, id string, decide func(t domain.Task, now time.Time) ([]domain.Record, error)) (domain.Task, error) {
+	recorded := false
 	out, err := a.tasks.Mutate(ctx, id, func(t domain.Task) ([]domain.Record, error) {
 		if c.Tenant != "*" && t.TenantID != c.Tenant {
 			return nil, domain.ErrNotFound
 		}
 		recs, err := decide(t, a.now())
+		recorded = err == nil && len(recs) > 0 // the last decision is the one stored
 		return withIP(recs, c.IP), err
 	})
 	if err == nil {
 		a.hub.Changed(out)
+		if recorded {
+			a.finishAtOnce(ctx, out)
+		}
 	}
 	return out, err
 }

@@ -69,6 +69,7 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 		return nil, err
 	}
 	a.hub.WakeClaimers()
+	a.admitAtOnce(ctx, created)
 	return created, nil
 }
 

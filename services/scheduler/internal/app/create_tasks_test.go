@@ -209,6 +209,123 @@ func TestCreateTaskAsksAdmissionOnlyWhenTheSpecNeedsIt(t *testing.T) {
 	}
 }
 
+// A task the quota service admits as it is queued is claimable at once: a
+// claim already waiting for work is woken with it, with no decision from
+// the quota topic. The claim rechecks only hourly, so nothing but the
+// wake-up can answer it.
+func TestTaskAdmittedAtCreationWakesAWaitingClaim(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.ClaimRecheck = time.Hour }).withAdmission()
+	h.admission.ClusterQueue, h.admission.Admit = "cq-standard", true
+	claimed := make(chan []domain.Task, 1)
+	go func() {
+		got, _, err := h.app.ClaimTasks(h.ctx, agent("a1"), app.ClaimRequest{AgentID: "a1", MachineID: "m1", Limit: 5, Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		claimed <- got
+	}()
+	waitFor(t, "the claim to look for work", func() bool { return len(h.store.CallsOf("Claim")) > 0 })
+	task := h.create(user("t1"), spec("gpu", func(in *domain.SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "1"} }))
+	if !task.AwaitingAdmission() {
+		t.Fatalf("created task %+v does not wait for admission", task)
+	}
+	select {
+	case got := <-claimed:
+		if len(got) != 1 || got[0].ID != task.ID || got[0].Flavors["nvidia.com/gpu"] != "a100" {
+			t.Fatalf("claim = %+v, want %s admitted with its flavors", got, task.ID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting claim was not woken by the admission")
+	}
+	if q := h.admission.Queued(); len(q) != 1 || q[0].ID != task.ID || q[0].AdmissionEpoch != 1 || q[0].ClusterQueue != "cq-standard" {
+		t.Errorf("stays queued directly = %+v, want %s's first in cq-standard", q, task.ID)
+	}
+	var got []string
+	for _, e := range h.store.Events(task.ID) {
+		got = append(got, e.Event.EventName())
+	}
+	if want := []string{"TaskSubmitted", "TaskAdmitted", "TaskLeased"}; !slices.Equal(got, want) {
+		t.Errorf("events = %v, want %v", got, want)
+	}
+	// The same decision from the quota topic changes nothing.
+	if err := h.app.AdmitTask(h.ctx, task.ID, 1, "cq-standard", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.store.Events(task.ID)); n != 3 {
+		t.Errorf("the repeated decision recorded %d events in all, want 3", n)
+	}
+}
+
+// A stay the quota service does not admit at once (or cannot take) waits
+// for its decision from the quota topic.
+func TestTaskNotAdmittedAtCreationWaitsForTheQuotaTopic(t *testing.T) {
+	for name, queueErr := range map[string]error{"not admitted": nil, "quota service unavailable": errors.New("unavailable")} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t).withAdmission()
+			h.admission.ClusterQueue, h.admission.QueueErr = "cq-standard", queueErr
+			task := h.create(user("t1"), spec("gpu", func(in *domain.SpecInput) { in.Queue = "tenant-low" }))
+			waitFor(t, "the stay to be queued directly", func() bool { return len(h.admission.Queued()) == 1 })
+			if got := h.claim("a1", "m1", 5); len(got) != 0 {
+				t.Errorf("claim = %v, want nothing before the quota topic's decision", taskIDs(got))
+			}
+			if err := h.app.AdmitTask(h.ctx, task.ID, 1, "cq-standard", nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.claim("a1", "m1", 5); len(got) != 1 || got[0].ID != task.ID {
+				t.Errorf("claim after the decision = %v, want %s", taskIDs(got), task.ID)
+			}
+		})
+	}
+}
+
+// A task that held admission hands its end to the admission loop as it
+// completes, and the admissions the loop answers with (the quota it freed
+// let a waiting task in) are applied at once: a claim waiting for work is
+// woken with the waiting task.
+func TestCompletedTaskFreesItsQuotaAtOnce(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.ClaimRecheck = time.Hour }).withAdmission()
+	h.admission.ClusterQueue = "cq-standard"
+	gpu := func(in *domain.SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "1"} }
+	first, waiting := h.create(user("t1"), spec("first", gpu)), h.create(user("t1"), spec("waiting", gpu))
+	if err := h.app.AdmitTask(h.ctx, first.ID, 1, "cq-standard", nil); err != nil {
+		t.Fatal(err)
+	}
+	leased := h.claimOne("a1", "m1", first.ID)
+	h.admission.mu.Lock()
+	h.admission.FinishAdmits = []app.AdmissionDecision{{TaskID: waiting.ID, Epoch: 1, ClusterQueue: "cq-standard"}}
+	h.admission.mu.Unlock()
+	claimed := make(chan []domain.Task, 1)
+	go func() {
+		got, _, err := h.app.ClaimTasks(h.ctx, agent("a2"), app.ClaimRequest{AgentID: "a2", MachineID: "m2", Limit: 5, Wait: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		claimed <- got
+	}()
+	waitFor(t, "the claim to look for work", func() bool { return len(h.store.CallsOf("Claim")) > 1 })
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), first.ID, app.Completion{AgentID: "a1", AttemptID: leased.AttemptID}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-claimed:
+		if len(got) != 1 || got[0].ID != waiting.ID {
+			t.Fatalf("claim = %v, want %s admitted by the freed quota", taskIDs(got), waiting.ID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting claim was not woken by the admission")
+	}
+	if f := h.admission.Finished(); len(f) != 1 || f[0].ID != first.ID || f[0].Status != domain.StatusCompleted {
+		t.Errorf("ends handed over = %+v, want %s completed", f, first.ID)
+	}
+	// A repeated completion records nothing and hands nothing over again.
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), first.ID, app.Completion{AgentID: "a1", AttemptID: leased.AttemptID}); err != nil {
+		t.Fatal(err)
+	}
+	if f := h.admission.Finished(); len(f) != 1 {
+		t.Errorf("a repeated completion handed the end over again: %d ends", len(f))
+	}
+}
+
 func TestCreateTaskReturnsTheQuotaServicesRefusal(t *testing.T) {
 	h := newHarness(t).withAdmission()
 	refusal := errors.New("GU_QUOTA_CREATING")

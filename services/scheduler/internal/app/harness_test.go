@@ -46,11 +46,50 @@ type resolveCall struct {
 }
 
 // admission is a recording app.Admission: it answers ClusterQueue, or err.
+// Queued stays are admitted at once when Admit is set, refused with
+// QueueErr when that is.
 type admission struct {
 	mu           sync.Mutex
 	calls        []resolveCall
+	queued       []domain.Task
+	finished     []domain.Task
 	ClusterQueue string
 	Err          error
+	Admit        bool
+	QueueErr     error
+	// FinishAdmits answers every FinishWorkload.
+	FinishAdmits []app.AdmissionDecision
+}
+
+func (a *admission) QueueWorkload(_ context.Context, t domain.Task) (app.AdmissionDecision, bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queued = append(a.queued, t)
+	if a.QueueErr != nil || !a.Admit {
+		return app.AdmissionDecision{}, false, a.QueueErr
+	}
+	return app.AdmissionDecision{TaskID: t.ID, Epoch: t.AdmissionEpoch, ClusterQueue: t.ClusterQueue, Flavors: map[string]string{"nvidia.com/gpu": "a100"}}, true, nil
+}
+
+func (a *admission) FinishWorkload(_ context.Context, t domain.Task) ([]app.AdmissionDecision, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.finished = append(a.finished, t)
+	return a.FinishAdmits, a.QueueErr
+}
+
+// Finished returns the ends handed to the admission loop directly.
+func (a *admission) Finished() []domain.Task {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]domain.Task(nil), a.finished...)
+}
+
+// Queued returns the stays handed to the admission loop directly.
+func (a *admission) Queued() []domain.Task {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]domain.Task(nil), a.queued...)
 }
 
 func (a *admission) ResolveQueue(_ context.Context, c app.Caller, queue, quota string, resources map[string]string) (string, error) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/quota/admission"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
 )
@@ -48,6 +49,16 @@ type PipelineResult struct {
 	ClaimableP50, ClaimableP99 time.Duration
 	// Peak running stage tasks per pool over every run.
 	Peak map[string]int
+	// Steps splits the claimable hand-off (same hand-offs) at the
+	// events the services record on the way, p50 and p99 of each.
+	Steps []handoffStep
+}
+
+// handoffStep is one step of the stage hand-off, from one recorded event
+// to the next.
+type handoffStep struct {
+	name     string
+	p50, p99 time.Duration
 }
 
 var pipelineStages = []string{"onnx", "bie", "nef"}
@@ -90,6 +101,11 @@ func Pipeline(ctx context.Context, o PipelineOptions) (*PipelineResult, error) {
 		}
 		rows = append(rows, []string{fmt.Sprint(run), fmt.Sprintf("%.0f", r.JobsPerMinute), ms(r.QueuedP50), ms(r.QueuedP99),
 			ms(r.ClaimableP50), ms(r.ClaimableP99), fmt.Sprintf("%d / %d / %d", r.Peak["onnx"], r.Peak["bie"], r.Peak["nef"])})
+		fmt.Fprintf(o.Out, "run %d: done → claimable in steps (p50 / p99):", run)
+		for _, st := range r.Steps {
+			fmt.Fprintf(o.Out, " %s %s / %s;", st.name, ms(st.p50), ms(st.p99))
+		}
+		fmt.Fprintln(o.Out)
 	}
 	fmt.Fprintf(o.Out, "\n%d jobs per run through the pools (caps ONNX %d, BIE %d, NEF %d; one agent of %d slots in every pool; no-op stage programs)\n",
 		o.Jobs, o.Caps["onnx"], o.Caps["bie"], o.Caps["nef"], o.Slots)
@@ -260,6 +276,9 @@ func waitJobs(ctx context.Context, url string, n int, limit time.Duration) error
 type stageTask struct {
 	stage                                  string
 	submitted, admitted, started, finished time.Time
+	// queuedAt and admittedAt: its workload's WorkloadQueued and
+	// WorkloadAdmitted in the admission layer.
+	queuedAt, admittedAt time.Time
 }
 
 // measurePipeline reads the jobs and their stage tasks' events.
@@ -305,9 +324,13 @@ func measurePipeline(ctx context.Context, url string, caps map[string]int) (*Pip
 	if err != nil {
 		return nil, err
 	}
+	if err := workloadTimes(ctx, url, tasks); err != nil {
+		return nil, err
+	}
 	r := &PipelineResult{Peak: map[string]int{}}
 	first, last := jobs[0].start, jobs[0].end
 	var queued, claimable []time.Duration
+	steps := make([][]time.Duration, len(handoffSteps))
 	for _, j := range jobs {
 		first, last = minTime(first, j.start), maxTime(last, j.end)
 		for i := 0; i+1 < len(pipelineStages); i++ {
@@ -318,6 +341,9 @@ func measurePipeline(ctx context.Context, url string, caps map[string]int) (*Pip
 			queued = append(queued, next.submitted.Sub(prev.finished))
 			if admittedAt(tasks, next.stage, prev.finished) < caps[next.stage] && waitingAt(tasks, next.stage, prev.finished) == 0 {
 				claimable = append(claimable, maxTime(next.submitted, next.admitted).Sub(prev.finished))
+				for i, st := range handoffSteps {
+					steps[i] = append(steps[i], st.took(prev, next))
+				}
 			}
 		}
 	}
@@ -327,7 +353,67 @@ func measurePipeline(ctx context.Context, url string, caps map[string]int) (*Pip
 	for _, s := range pipelineStages {
 		r.Peak[s] = peakRunning(tasks, s)
 	}
+	for i, st := range handoffSteps {
+		r.Steps = append(r.Steps, handoffStep{name: st.name, p50: percentile(steps[i], 50), p99: percentile(steps[i], 99)})
+	}
 	return r, nil
+}
+
+// handoffSteps split a hand-off from the stage task's end (prev) to the
+// next stage's task claimable (next) at the events on the way: the
+// scheduler's TaskSubmitted, the admission loop's WorkloadQueued and
+// WorkloadAdmitted (in the quota service's event store), the scheduler's
+// TaskAdmitted. A step an event is missing from (a task admitted without
+// a queue) counts as 0.
+var handoffSteps = []struct {
+	name string
+	took func(prev, next *stageTask) time.Duration
+}{
+	{"done → next submitted", func(p, n *stageTask) time.Duration { return n.submitted.Sub(p.finished) }},
+	{"submitted → workload queued", func(_, n *stageTask) time.Duration { return since(n.submitted, n.queuedAt) }},
+	{"workload queued → admitted", func(_, n *stageTask) time.Duration { return since(n.queuedAt, n.admittedAt) }},
+	{"workload admitted → task admitted", func(_, n *stageTask) time.Duration { return since(n.admittedAt, n.admitted) }},
+}
+
+func since(from, to time.Time) time.Duration {
+	if from.IsZero() || to.IsZero() {
+		return 0
+	}
+	return to.Sub(from)
+}
+
+// workloadTimes reads, from the admission layer's event store, when each
+// task's workload was first queued and admitted.
+func workloadTimes(ctx context.Context, url string, tasks map[string]*stageTask) error {
+	db, err := pg.Open(ctx, pg.Config{URL: url, Schema: admission.Schema, MaxConns: 1})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	// A workload's aggregate id is "workload/<task id>".
+	ids := make([]string, 0, len(tasks))
+	for id := range tasks {
+		ids = append(ids, "workload/"+id)
+	}
+	rows, err := db.Query(ctx, `SELECT substr(aggregate_id, length('workload/') + 1), event_type, min(occurred_at) FROM events WHERE aggregate_id = ANY($1)
+		AND event_type IN ('WorkloadQueued', 'WorkloadAdmitted') GROUP BY aggregate_id, event_type`, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, typ string
+		var at time.Time
+		if err := rows.Scan(&id, &typ, &at); err != nil {
+			return err
+		}
+		if typ == "WorkloadQueued" {
+			tasks[id].queuedAt = at
+		} else {
+			tasks[id].admittedAt = at
+		}
+	}
+	return rows.Err()
 }
 
 // stageTasks reads the life of every stage task from the scheduler's

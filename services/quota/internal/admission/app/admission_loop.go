@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -30,6 +31,13 @@ type LoopStore interface {
 	LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]WorkloadRecord, error)
 	// PendingFacts returns up to limit facts in arrival order.
 	PendingFacts(ctx context.Context, tx pgx.Tx, limit int) ([]Fact, error)
+	// SeeFacts records the task versions of facts handed to the loop
+	// directly (Loop.Queue) with the versions the task-topic projection
+	// records, and returns the facts newer than the version already
+	// recorded for their task, in their order; the others were seen
+	// before and must not be applied again. Its version write conflicts
+	// with the projection's (row locks), so a fact is seen once.
+	SeeFacts(ctx context.Context, tx pgx.Tx, facts []Fact) ([]Fact, error)
 	// SaveCycle appends events, upserts changed workloads, deletes removed
 	// ones and the facts up to lastFact.
 	SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*WorkloadRecord, removed []string, lastFact int64) error
@@ -84,7 +92,51 @@ type Loop struct {
 	work    map[string]*WorkloadRecord
 	outside map[string]bool // pending workloads the core does not hold (unknown queue)
 	queues  []string        // the ClusterQueues of the core's topology (metrics)
+
+	// offersMu guards the workloads handed to the loop directly: taken
+	// (new) by the next cycle, then waiting (taken) for a decision until
+	// the loop is idle.
+	offersMu sync.Mutex
+	active   bool // a session holds the lock and takes offers
+	offers   []*offer
+	taken    []*offer
 }
+
+// offer is one workload handed to the loop directly (Queue), and where
+// its answer goes.
+type offer struct {
+	fact Fact
+	done chan queued
+}
+
+type queued struct {
+	res QueueResult
+	// admitted are the admissions of the cycle that applied a finish
+	// fact (Finish).
+	admitted []Admission
+	err      error
+}
+
+// QueueResult is what Queue answers: whether the workload's stay was
+// admitted, with the decision as WorkloadAdmitted records it.
+type QueueResult struct {
+	Admitted bool
+	Admission
+}
+
+// Admission is one admission decision as WorkloadAdmitted records it.
+type Admission struct {
+	TaskID       string
+	ClusterQueue string
+	Flavors      map[string]string
+	// TaskVersion is the version of the task event that began the stay
+	// (the decision's epoch).
+	TaskVersion int64
+}
+
+// ErrNotActive: this instance's admission loop is a standby (or between
+// sessions); the workload reaches the active one through the task topic.
+var ErrNotActive = errors.New("the admission loop is not active in this instance")
 
 // NewLoop returns a loop; Run starts it.
 func NewLoop(db *pgxpool.Pool, store LoopStore, newCore NewCore, now func() time.Time, log *slog.Logger, cfg LoopConfig) *Loop {
@@ -106,6 +158,119 @@ func (l *Loop) Wake() {
 	case l.wake <- struct{}{}:
 	default:
 	}
+}
+
+// Queue hands the loop the queue fact of a task the scheduler has just
+// stored, so a workload that fits is admitted in the next cycle instead of
+// after its TaskSubmitted went through the task topic, and answers once
+// that is decided: admitted (the decision committed, and published as
+// WorkloadAdmitted like any other), or not admitted when the loop is idle
+// without having admitted it (it waits in its queue as usual, and its
+// decision comes through the quota topic). The fact is the same the
+// projection makes of the task's event and is applied once, whichever
+// comes first (SeeFacts). Nothing here weakens admission: the loop alone
+// decides, in its cycle, from its recorded state. ErrNotActive when no
+// session runs here; a cycle's error is returned and nothing of the fact
+// is recorded (the task topic still brings it).
+func (l *Loop) Queue(ctx context.Context, f Fact) (QueueResult, error) {
+	o := &offer{fact: f, done: make(chan queued, 1)}
+	l.offersMu.Lock()
+	if !l.active {
+		l.offersMu.Unlock()
+		return QueueResult{}, ErrNotActive
+	}
+	l.offers = append(l.offers, o)
+	l.offersMu.Unlock()
+	l.Wake()
+	select {
+	case q := <-o.done:
+		return q.res, q.err
+	case <-ctx.Done():
+		return QueueResult{}, ctx.Err()
+	}
+}
+
+// Finish hands the loop the end of a task's workload (a finish fact, as
+// the projection makes of TaskSucceeded, TaskFailed or TaskCanceled) right
+// after the scheduler committed it, so the quota it held is free for the
+// next cycle instead of after the event went through the task topic. It
+// answers, once that cycle committed, with the admissions the cycle
+// decided (those the freed quota allowed among them); their
+// WorkloadAdmitted are published as always. Applied once, like Queue's
+// stays; the same errors.
+func (l *Loop) Finish(ctx context.Context, f Fact) ([]Admission, error) {
+	o := &offer{fact: f, done: make(chan queued, 1)}
+	l.offersMu.Lock()
+	if !l.active {
+		l.offersMu.Unlock()
+		return nil, ErrNotActive
+	}
+	l.offers = append(l.offers, o)
+	l.offersMu.Unlock()
+	l.Wake()
+	select {
+	case q := <-o.done:
+		return q.admitted, q.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// takeOffers moves the new offers to the taken ones and returns them.
+func (l *Loop) takeOffers() []*offer {
+	l.offersMu.Lock()
+	defer l.offersMu.Unlock()
+	out := l.offers
+	l.offers = nil
+	l.taken = append(l.taken, out...)
+	return out
+}
+
+// answerOffers answers, after a cycle that took offers (with l.mu
+// held): finish offers with the cycle's admissions; stays whose workload
+// is admitted at their version; and every other one when the cycle failed
+// with err or the loop is idle (final).
+func (l *Loop) answerOffers(admitted []Admission, final bool, err error) {
+	l.offersMu.Lock()
+	defer l.offersMu.Unlock()
+	keep := l.taken[:0]
+	for _, o := range l.taken {
+		if o.fact.Kind == FactFinish {
+			// Taken by this cycle: every cycle answers its finishes.
+			o.done <- queued{admitted: admitted, err: err}
+			continue
+		}
+		var res QueueResult
+		if err == nil {
+			if r := l.work[o.fact.TaskID]; r != nil && r.TaskVersion == o.fact.TaskVersion &&
+				(r.State == StateAdmitted || r.State == StateEvicting) {
+				res = QueueResult{Admitted: true, Admission: Admission{TaskID: r.ID, ClusterQueue: r.ClusterQueue,
+					Flavors: r.Flavors, TaskVersion: r.TaskVersion}}
+			}
+		}
+		if res.Admitted || final || err != nil {
+			o.done <- queued{res: res, err: err}
+			continue
+		}
+		keep = append(keep, o)
+	}
+	clear(l.taken[len(keep):])
+	l.taken = keep
+}
+
+// setActive opens or closes the loop to offers; closing answers the
+// waiting ones with ErrNotActive.
+func (l *Loop) setActive(on bool) {
+	l.offersMu.Lock()
+	defer l.offersMu.Unlock()
+	l.active = on
+	if on {
+		return
+	}
+	for _, o := range append(l.taken, l.offers...) {
+		o.done <- queued{err: ErrNotActive}
+	}
+	l.taken, l.offers = nil, nil
 }
 
 // lockName elects the active loop.
@@ -130,6 +295,8 @@ func (l *Loop) session(ctx context.Context, lock *pg.Lock) error {
 	if err := l.rebuild(ctx, lock.Conn()); err != nil {
 		return err
 	}
+	l.setActive(true)
+	defer l.setActive(false)
 	tick := time.NewTicker(l.cfg.Tick)
 	defer tick.Stop()
 	for {
@@ -258,10 +425,12 @@ func (l *Loop) restore(r *WorkloadRecord) {
 type cycleOut struct {
 	// decided counts the decisions applied, by (ClusterQueue, kind).
 	decided map[[2]string]int64
-	events  []eventstore.Event
-	changed map[string]*WorkloadRecord
-	removed []string
-	err     error
+	// admitted lists the admissions, for the finish offers' answers.
+	admitted []Admission
+	events   []eventstore.Event
+	changed  map[string]*WorkloadRecord
+	removed  []string
+	err      error
 }
 
 func (o *cycleOut) record(r *WorkloadRecord, at time.Time, ev any) {
@@ -287,6 +456,17 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		recorded bool
 		out      *cycleOut
 	)
+	offers := l.takeOffers()
+	// Offers are answered after the commit: finishes and admitted stays
+	// at once, the other stays when a cycle leaves nothing more to do
+	// (the core may admit them in a following one).
+	defer func() {
+		var admitted []Admission
+		if out != nil {
+			admitted = out.admitted
+		}
+		l.answerOffers(admitted, !more, err)
+	}()
 	err = pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		gen, err := l.store.DefinitionsGeneration(ctx, tx)
 		if err != nil {
@@ -305,8 +485,16 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		if err != nil {
 			return err
 		}
+		direct, err := l.seeOffers(ctx, tx, offers)
+		if err != nil {
+			return err
+		}
 		out = &cycleOut{changed: map[string]*WorkloadRecord{}, decided: map[[2]string]int64{}}
 		for _, f := range facts {
+			l.applyFact(f, now, out)
+		}
+		// After the recorded facts, which came first.
+		for _, f := range direct {
 			l.applyFact(f, now, out)
 		}
 		beforeDecisions := len(out.events)
@@ -320,7 +508,7 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		// contract: call again while decisions come). Only applied ones
 		// count, so a refused decision cannot spin the loop.
 		more = len(facts) == l.cfg.MaxFacts || len(out.events) > beforeDecisions
-		if len(facts) == 0 && len(out.events) == 0 {
+		if len(facts) == 0 && len(direct) == 0 && len(out.events) == 0 {
 			return nil
 		}
 		var last int64
@@ -346,6 +534,19 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		}
 	}
 	return more, nil
+}
+
+// seeOffers returns the facts of offers the loop has not seen before
+// (LoopStore.SeeFacts), their versions recorded in tx.
+func (l *Loop) seeOffers(ctx context.Context, tx pgx.Tx, offers []*offer) ([]Fact, error) {
+	if len(offers) == 0 {
+		return nil, nil
+	}
+	facts := make([]Fact, len(offers))
+	for i, o := range offers {
+		facts[i] = o.fact
+	}
+	return l.store.SeeFacts(ctx, tx, facts)
 }
 
 // reconfigure moves the core to new definitions. Pending workloads of
@@ -387,6 +588,11 @@ func (l *Loop) applyFact(f Fact, now time.Time, out *cycleOut) {
 	case FactQueue, FactRequeue:
 		if f.Kind == FactRequeue && r == nil {
 			return // never had a queue: nothing to requeue
+		}
+		if r != nil && f.TaskVersion <= r.TaskVersion {
+			// This stay, or an earlier one, began already: the same fact
+			// came both directly (Queue) and through the task topic.
+			return
 		}
 		next := &WorkloadRecord{}
 		if r != nil {
@@ -470,6 +676,8 @@ func (l *Loop) applyDecision(d Decision, now time.Time, out *cycleOut) {
 		}
 		r.State, r.Flavors, r.Borrowing, r.AdmittedAt = StateAdmitted, d.Flavors, d.Borrowing, now
 		out.decided[[2]string{r.ClusterQueue, "admit"}]++
+		out.admitted = append(out.admitted, Admission{TaskID: r.ID, ClusterQueue: r.ClusterQueue, Flavors: d.Flavors,
+			TaskVersion: r.TaskVersion})
 		out.record(r, now, &quotav1.WorkloadAdmitted{TaskId: r.ID, ClusterQueue: r.ClusterQueue, Flavors: d.Flavors,
 			Borrowing: d.Borrowing, TaskVersion: r.TaskVersion})
 	case DecisionPreempt:

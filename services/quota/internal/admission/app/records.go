@@ -1,6 +1,10 @@
 package app
 
-import "time"
+import (
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
+)
 
 // Workload states as recorded in the workloads table.
 const (
@@ -57,4 +61,33 @@ type Fact struct {
 	Created  time.Time
 	Requests map[string]int64
 	Reason   string
+}
+
+// QueueFact is the fact that a task's stay in clusterQueue began at
+// version: what its TaskSubmitted (or a TaskUpdated naming a queue) means
+// for its workload, whether it comes through the task topic or straight
+// from the scheduler (Loop.Queue). created is zero for a stay that keeps
+// the task's known creation time.
+func QueueFact(taskID string, version int64, tenant, clusterQueue string, taskPriority int32, created time.Time,
+	resources map[string]string) Fact {
+	reqs, err := quantity.MilliMap(resources)
+	if err != nil {
+		// The scheduler validated the spec; a bad quantity here is
+		// recorded as asking for nothing rather than stalling admission.
+		reqs = map[string]int64{}
+	}
+	return Fact{TaskID: taskID, TaskVersion: version, Kind: FactQueue, TenantID: tenant, ClusterQueue: clusterQueue,
+		Priority: WorkloadPriority(taskPriority), Created: created, Requests: reqs}
+}
+
+// FinishFact is the fact that a task ended at version for reason
+// (succeeded, failed, canceled): its workload's quota is free.
+func FinishFact(taskID string, version int64, tenant, reason string) Fact {
+	return Fact{TaskID: taskID, TaskVersion: version, Kind: FactFinish, TenantID: tenant, Reason: reason}
+}
+
+// WorkloadPriority maps a task priority (1 most important … 10) to
+// Kueue's scale, where higher is more important.
+func WorkloadPriority(taskPriority int32) int {
+	return 11 - int(taskPriority)
 }

@@ -41,6 +41,40 @@ func (s *AdmissionServer) ResolveQueue(ctx context.Context, req *quotav1.Resolve
 	return &quotav1.ResolveQueueResponse{ClusterQueue: cq}, nil
 }
 
+// QueueWorkload implements quotav1.AdmissionServiceServer.
+func (s *AdmissionServer) QueueWorkload(ctx context.Context, req *quotav1.QueueWorkloadRequest) (*quotav1.QueueWorkloadResponse, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f := app.QueueFact(req.GetTaskId(), req.GetTaskVersion(), req.GetTenantId(), req.GetClusterQueue(), req.GetPriority(),
+		req.GetCreatedAt().AsTime(), req.GetResources())
+	res, err := s.App.QueueWorkload(ctx, c, f)
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	return &quotav1.QueueWorkloadResponse{Admitted: res.Admitted, ClusterQueue: res.ClusterQueue, Flavors: res.Flavors,
+		TaskVersion: res.TaskVersion}, nil
+}
+
+// FinishWorkload implements quotav1.AdmissionServiceServer.
+func (s *AdmissionServer) FinishWorkload(ctx context.Context, req *quotav1.FinishWorkloadRequest) (*quotav1.FinishWorkloadResponse, error) {
+	c, err := caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	admitted, err := s.App.FinishWorkload(ctx, c, app.FinishFact(req.GetTaskId(), req.GetTaskVersion(), req.GetTenantId(), req.GetReason()))
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	out := &quotav1.FinishWorkloadResponse{Admitted: make([]*quotav1.WorkloadAdmission, len(admitted))}
+	for i, a := range admitted {
+		out.Admitted[i] = &quotav1.WorkloadAdmission{TaskId: a.TaskID, ClusterQueue: a.ClusterQueue, Flavors: a.Flavors,
+			TaskVersion: a.TaskVersion}
+	}
+	return out, nil
+}
+
 func (s *AdmissionServer) clusterQueues(ds []app.Definition) []*quotav1.ClusterQueue {
 	names := make([]string, len(ds))
 	for i, d := range ds {

@@ -32,6 +32,8 @@ func admissionStatus(err error) (error, bool) {
 		return status.Error(codes.NotFound, err.Error()), true
 	case errors.Is(err, app.ErrInUse):
 		return status.Error(codes.FailedPrecondition, err.Error()), true
+	case errors.Is(err, app.ErrNotActive):
+		return status.Error(codes.Unavailable, err.Error()), true
 	}
 	return nil, false
 }

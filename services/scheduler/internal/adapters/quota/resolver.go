@@ -6,10 +6,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
 // Resolver is app.Admission over the quota service's AdmissionService.
@@ -44,4 +46,43 @@ func (r *Resolver) ResolveQueue(ctx context.Context, c app.Caller, queue, quota 
 		return "", err
 	}
 	return res.GetClusterQueue(), nil
+}
+
+// QueueWorkload implements app.Admission: the task's stay as its
+// TaskSubmitted tells the quota service (cluster queue, priority, creation
+// time, resource requests), asked as the scheduler itself.
+func (r *Resolver) QueueWorkload(ctx context.Context, t domain.Task) (app.AdmissionDecision, bool, error) {
+	p := authn.Principal{Kind: authn.KindAdmin, Subject: "scheduler"}
+	res, err := r.client.QueueWorkload(authn.Outgoing(ctx, p, r.internalToken), &quotav1.QueueWorkloadRequest{
+		TaskId: t.ID, TaskVersion: t.AdmissionEpoch, TenantId: t.TenantID, ClusterQueue: t.ClusterQueue,
+		Priority: int32(t.Spec.Priority), CreatedAt: timestamppb.New(t.CreatedAt), Resources: t.Spec.Resources})
+	if err != nil || !res.GetAdmitted() {
+		return app.AdmissionDecision{}, false, err
+	}
+	return app.AdmissionDecision{TaskID: t.ID, Epoch: res.GetTaskVersion(), ClusterQueue: res.GetClusterQueue(), Flavors: res.GetFlavors()}, true, nil
+}
+
+// finishReasons are the reasons a finished workload records, by the
+// task's final status (as the quota service's projection names them).
+var finishReasons = map[domain.Status]string{domain.StatusCompleted: "succeeded", domain.StatusFailed: "failed",
+	domain.StatusCancelled: "canceled"}
+
+// FinishWorkload implements app.Admission.
+func (r *Resolver) FinishWorkload(ctx context.Context, t domain.Task) ([]app.AdmissionDecision, error) {
+	reason, ok := finishReasons[t.Status]
+	if !ok {
+		return nil, nil
+	}
+	p := authn.Principal{Kind: authn.KindAdmin, Subject: "scheduler"}
+	res, err := r.client.FinishWorkload(authn.Outgoing(ctx, p, r.internalToken), &quotav1.FinishWorkloadRequest{
+		TaskId: t.ID, TaskVersion: t.Version, TenantId: t.TenantID, Reason: reason})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]app.AdmissionDecision, len(res.GetAdmitted()))
+	for i, a := range res.GetAdmitted() {
+		out[i] = app.AdmissionDecision{TaskID: a.GetTaskId(), Epoch: a.GetTaskVersion(), ClusterQueue: a.GetClusterQueue(),
+			Flavors: a.GetFlavors()}
+	}
+	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,6 +87,50 @@ func (s Store) Workload(ctx context.Context, taskID string) (r app.WorkloadRecor
 		r.AdmittedAt = *admittedAt
 	}
 	return r, true, nil
+}
+
+// SeeFacts implements app.LoopStore. One statement records each task's
+// newest version where it is above the one recorded and returns those
+// tasks; an insert or update racing the task-topic projection's waits for
+// it on the row (or its unique key) and then sees its version.
+func (Store) SeeFacts(ctx context.Context, tx pgx.Tx, facts []app.Fact) ([]app.Fact, error) {
+	newest := map[string]int64{}
+	var ids []string
+	for _, f := range facts {
+		v, ok := newest[f.TaskID]
+		if !ok {
+			ids = append(ids, f.TaskID)
+		}
+		newest[f.TaskID] = max(v, f.TaskVersion)
+	}
+	// In id order, as the projection writes them: two transactions
+	// writing the same tasks' versions lock them in one order and never
+	// deadlock.
+	slices.Sort(ids)
+	vers := make([]int64, len(ids))
+	for i, id := range ids {
+		vers[i] = newest[id]
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO workload_task_versions AS w (task_id, version) SELECT * FROM unnest($1::text[], $2::bigint[])
+		ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version WHERE w.version < EXCLUDED.version
+		RETURNING task_id`, ids, vers)
+	if err != nil {
+		return nil, fmt.Errorf("see workload facts: %w", err)
+	}
+	// The tasks whose version moved: their facts are new (the direct path
+	// hands one fact per task).
+	moved, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("see workload facts: %w", err)
+	}
+	var out []app.Fact
+	for _, f := range facts {
+		if slices.Contains(moved, f.TaskID) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
 }
 
 // PendingFacts implements app.LoopStore.

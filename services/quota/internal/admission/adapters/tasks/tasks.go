@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,7 +26,6 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
-	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
 )
 
 // WorkloadFacts is the projection.Handler that records the workload facts
@@ -65,16 +66,8 @@ var ErrUnknownEvent = errors.New("workload facts: no case for the task event")
 func Convert(ev *taskv1.TaskEvent) (Fact, error) {
 	f := Fact{Fact: app.Fact{TaskID: ev.GetAggregateId(), TaskVersion: ev.GetVersion(), TenantID: ev.GetTenantId()}}
 	queue := func(cq string, spec *taskv1.TaskSpec, created time.Time) Fact {
-		reqs, err := quantity.MilliMap(spec.GetResources())
-		if err != nil {
-			// The scheduler validated the spec; a bad quantity here is
-			// recorded as asking for nothing rather than stalling the
-			// projection.
-			reqs = map[string]int64{}
-		}
-		f.Kind, f.Opens, f.ClusterQueue, f.Created, f.Requests = app.FactQueue, true, cq, created, reqs
-		f.Priority = Priority(spec.GetPriority())
-		return f
+		return Fact{Fact: app.QueueFact(f.TaskID, f.TaskVersion, f.TenantID, cq, spec.GetPriority(), created, spec.GetResources()),
+			Opens: true}
 	}
 	switch e := ev.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
@@ -126,10 +119,8 @@ func Convert(ev *taskv1.TaskEvent) (Fact, error) {
 }
 
 // Priority maps a task priority (1 most important … 10) to Kueue's scale,
-// where higher is more important.
-func Priority(taskPriority int32) int {
-	return 11 - int(taskPriority)
-}
+// where higher is more important (app.WorkloadPriority).
+func Priority(taskPriority int32) int { return app.WorkloadPriority(taskPriority) }
 
 // Apply implements projection.Handler: decode, Convert, Store. An event
 // Convert has no case for is skipped, as one that means nothing: the
@@ -155,8 +146,11 @@ func (w WorkloadFacts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Reco
 // versions. A task is followed once a fact names its queue; a fact at or
 // below its task's last version was recorded before and is skipped, so
 // storing the same facts twice records nothing the second time. The
-// projection runner is the only writer of these tables (it holds its
-// lock), so reading before writing is safe.
+// projection runner is the only writer of the facts; the admission loop
+// also records versions, of the facts the scheduler hands it directly
+// (app.Loop.Queue). When the two race on a task, the fact may be stored
+// here as well, and the loop applies it once (a stay's version is never
+// begun twice); the version stored never goes down.
 func Store(ctx context.Context, tx pgx.Tx, facts []Fact) error {
 	f, v := WorkloadFacts{}.tables()
 	return store(ctx, tx, f, v, facts)
@@ -222,9 +216,12 @@ func store(ctx context.Context, tx pgx.Tx, factsTable, versionsTable string, fac
 	if len(taskIDs) == 0 {
 		return nil
 	}
-	vids, vvers := make([]string, 0, len(changed)), make([]int64, 0, len(changed))
-	for id := range changed {
-		vids, vvers = append(vids, id), append(vvers, seen[id])
+	// In id order: the admission loop writes versions too (SeeFacts, in
+	// id order), and one lock order keeps the two from deadlocking.
+	vids := slices.Sorted(maps.Keys(changed))
+	vvers := make([]int64, len(vids))
+	for i, id := range vids {
+		vvers[i] = seen[id]
 	}
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO `+factsTable+` (task_id, task_version, kind, tenant_id, cluster_queue, priority, created_at, requests, reason)
@@ -232,8 +229,8 @@ func store(ctx context.Context, tx pgx.Tx, factsTable, versionsTable string, fac
 		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[], $8::jsonb[], $9::text[])
 		     WITH ORDINALITY AS x(t, v, k, tn, q, p, c, r, rs, ord)
 		ORDER BY ord`, taskIDs, versions, kinds, tenants, queues, prios, created, reqs, reasons)
-	b.Queue(`INSERT INTO `+versionsTable+` (task_id, version) SELECT * FROM unnest($1::text[], $2::bigint[])
-		ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version`, vids, vvers)
+	b.Queue(`INSERT INTO `+versionsTable+` AS w (task_id, version) SELECT * FROM unnest($1::text[], $2::bigint[])
+		ON CONFLICT (task_id) DO UPDATE SET version = greatest(w.version, EXCLUDED.version)`, vids, vvers)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("record workload facts: %w", err)
 	}
