@@ -91,23 +91,25 @@ func TestPipelineUploadsExpireThroughTheLeaderSweeper(t *testing.T) {
 		}()
 	}
 	defer wg.Wait()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err := objects.Stat(ctx, unused.Key)
-		if errors.Is(err, objectstore.ErrNotFound) {
-			break
+	// The sweep deletes the object, then records the deletion: wait for
+	// the record, then check both.
+	purged := func() bool {
+		t.Helper()
+		var done bool
+		if err := pool.QueryRow(ctx, `SELECT expired_at = $2 AND purged_at IS NOT NULL FROM uploads WHERE key = $1`, unused.Key,
+			t0.Add(25*time.Hour)).Scan(&done); err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the unused upload is still stored: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return done
 	}
-	// Its row records the expiry and the deletion; the used uploads and
-	// their objects stay.
-	var purged bool
-	if err := pool.QueryRow(ctx, `SELECT expired_at = $2 AND purged_at IS NOT NULL FROM uploads WHERE key = $1`, unused.Key,
-		t0.Add(25*time.Hour)).Scan(&purged); err != nil || !purged {
-		t.Errorf("the expired upload's row: purged %v, %v", purged, err)
+	for deadline := time.Now().Add(20 * time.Second); !purged(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the unused upload was not expired and purged")
+		}
+	}
+	// The object is gone; the used uploads and their objects stay.
+	if _, err := objects.Stat(ctx, unused.Key); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Errorf("the expired upload's object: %v", err)
 	}
 	for _, k := range []string{model.Key, quant.Key} {
 		if _, err := objects.Stat(ctx, k); err != nil {
