@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"embed"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/platform/leader"
 	"github.com/taskmesh/taskmesh/platform/outbox"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	pipelinepg "github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/adapters/postgres"
@@ -89,13 +91,20 @@ type PipelineConfig struct {
 	// MaxOutputBytes bounds a stage's output upload (default 1 GiB; the
 	// filesystem store enforces it, S3 cannot bound a presigned PUT).
 	MaxOutputBytes int64
+	// UploadTTL is how long an upload no job used is kept before it is
+	// deleted and its key refused (default 24h); UploadSweepInterval how
+	// often the replica holding the upload sweeper's lock looks for them
+	// (default 1m).
+	UploadTTL, UploadSweepInterval time.Duration
 }
 
 // pipeline is the composed pipeline API.
 type pipeline struct {
-	app   *pipelineapp.App
-	relay *outbox.Relay
-	sweep time.Duration
+	app         *pipelineapp.App
+	relay       *outbox.Relay
+	db          *pgxpool.Pool
+	sweep       time.Duration
+	uploadSweep time.Duration
 }
 
 func newPipeline(cfg Config, tasks pipelineapp.Tasks, log *slog.Logger) (*pipeline, error) {
@@ -111,6 +120,9 @@ func newPipeline(cfg Config, tasks pipelineapp.Tasks, log *slog.Logger) (*pipeli
 	}
 	if pc.SweepInterval <= 0 {
 		pc.SweepInterval = 5 * time.Second
+	}
+	if pc.UploadSweepInterval <= 0 {
+		pc.UploadSweepInterval = time.Minute
 	}
 	if len(pc.Worker) == 0 {
 		exe, err := os.Executable()
@@ -144,9 +156,39 @@ func newPipeline(cfg Config, tasks pipelineapp.Tasks, log *slog.Logger) (*pipeli
 	relay := outbox.New(pc.DB, outbox.Config{Name: "pipeline", Topic: pc.Topic, Partitions: cfg.Partitions, Kafka: cfg.Kafka, Logger: log})
 	store := &pipelinepg.Store{DB: pc.DB, AfterCommit: relay.Notify}
 	a := pipelineapp.New(pipelineapp.Config{Tasks: tasks, Jobs: store, Uploads: store, Objects: cfg.Objects,
-		Worker: pc.Worker, Stages: stages, UploadLimits: limits, MaxOutputBytes: pc.MaxOutputBytes, Now: cfg.Now,
-		Log: log.With("component", "pipeline")})
-	return &pipeline{app: a, relay: relay, sweep: pc.SweepInterval}, nil
+		Worker: pc.Worker, Stages: stages, UploadLimits: limits, MaxOutputBytes: pc.MaxOutputBytes, UploadTTL: pc.UploadTTL,
+		Now: cfg.Now, Log: log.With("component", "pipeline")})
+	return &pipeline{app: a, relay: relay, db: pc.DB, sweep: pc.SweepInterval, uploadSweep: pc.UploadSweepInterval}, nil
+}
+
+// UploadSweeperLock names the advisory lock that elects the one replica
+// sweeping expired uploads.
+const UploadSweeperLock = "pipeline:upload-sweeper"
+
+// RunUploadSweeper expires the uploads no job used (a.SweepUploads)
+// every interval on the one replica holding UploadSweeperLock in db
+// (platform/leader), until ctx is done. Between passes it checks that
+// its lock's session is alive, so a replica that lost the lock stops
+// before a successor starts.
+func RunUploadSweeper(ctx context.Context, db *pgxpool.Pool, a *pipelineapp.App, interval time.Duration, log *slog.Logger) error {
+	return leader.Run(ctx, db, leader.Config{Lock: UploadSweeperLock, Role: "pipeline upload sweeper", Logger: log},
+		func(ctx context.Context, lock *pg.Lock) error {
+			for {
+				if err := lock.Alive(ctx); err != nil {
+					return err
+				}
+				if n, err := a.SweepUploads(ctx); err != nil && ctx.Err() == nil {
+					log.Warn("pipeline: upload sweep failed", "err", err)
+				} else if n > 0 {
+					log.Info("pipeline: expired uploads deleted", "uploads", n)
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(interval):
+				}
+			}
+		})
 }
 
 func (p *pipeline) register(g grpc.ServiceRegistrar, log *slog.Logger) {

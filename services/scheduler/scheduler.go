@@ -314,6 +314,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.pipeline != nil {
 		g.Go(func() error { return s.pipeline.relay.Run(ctx) })
 		g.Go(func() error { s.pipeline.app.Run(ctx, s.pipeline.sweep); return nil })
+		g.Go(func() error {
+			return RunUploadSweeper(ctx, s.pipeline.db, s.pipeline.app, s.pipeline.uploadSweep, s.log)
+		})
 	}
 	err := g.Wait()
 	s.store.Close()

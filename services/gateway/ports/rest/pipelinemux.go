@@ -28,9 +28,25 @@ const DefaultMaxUploadBytes = 1<<30 + 1<<20
 // proto field names, every field present, so a result key not produced yet
 // is null and a job that did not fail has "error": null. Unknown request
 // fields are errors.
-var pipelineMarshaler = &runtime.JSONPb{
+var pipelineMarshaler = pipelineJSON{&runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+}}
+
+// pipelineJSON says what a request body's decoding error is about: the
+// generated handlers pass the decoder's error on as the 400's message,
+// and "unexpected EOF" alone does not tell a client its JSON is cut.
+type pipelineJSON struct{ *runtime.JSONPb }
+
+func (m pipelineJSON) NewDecoder(r io.Reader) runtime.Decoder {
+	d := m.JSONPb.NewDecoder(r)
+	return runtime.DecoderFunc(func(v any) error {
+		err := d.Decode(v)
+		if err != nil && !errors.Is(err, io.EOF) { // io.EOF: no body, which the handlers accept
+			return fmt.Errorf("malformed JSON body: %w", err)
+		}
+		return err
+	})
 }
 
 // uploadRoute is the hand-written multipart upload: grpc-gateway cannot

@@ -392,6 +392,8 @@ func checkNamedMetrics(t *testing.T, s scrape, completed float64) {
 	add("taskmesh_agent_slots", nil, exactly, 4)
 	add("taskmesh_agent_slots", l("state", "used"), exactly, 1)
 	add("taskmesh_agent_spawn_duration_seconds", nil, exactly, completed+3)
+	// Pipeline uploads expired unused: none yet, exported from the start.
+	add("taskmesh_pipeline_uploads_expired_total", l("kind", "model"), exactly, 0)
 	// Postgres pools.
 	add("taskmesh_pg_pool_connections", l("pool", "scheduler", "state", "idle"), atLeast, 1)
 	add("taskmesh_pg_pool_max_connections", l("pool", "scheduler"), atLeast, 1)

@@ -22,6 +22,8 @@ type pipelineFlags struct {
 	sweep    time.Duration
 	retries  int
 	maxOut   int64
+	// uploadTTL: how long an upload no job used is kept.
+	uploadTTL time.Duration
 }
 
 func (p *pipelineFlags) add(f *pflag.FlagSet, enabledByDefault bool) {
@@ -32,6 +34,7 @@ func (p *pipelineFlags) add(f *pflag.FlagSet, enabledByDefault bool) {
 	f.DurationVar(&p.sweep, "pipeline-sweep-interval", 5*time.Second, "how often jobs are reconciled with their stage tasks")
 	f.IntVar(&p.retries, "pipeline-stage-retries", 0, "retries of a failed stage task before its job FAILS")
 	f.Int64Var(&p.maxOut, "pipeline-max-output-bytes", 1<<30, "largest output a stage may upload (enforced by the filesystem object store)")
+	f.DurationVar(&p.uploadTTL, "pipeline-upload-ttl", 24*time.Hour, "how long an upload no job used is kept before it is deleted and its key refused (at least 1m)")
 }
 
 // config returns the pipeline's configuration; nil when it is off.
@@ -39,7 +42,10 @@ func (p *pipelineFlags) config() (*scheduler.PipelineConfig, error) {
 	if !p.enabled {
 		return nil, nil
 	}
-	cfg := &scheduler.PipelineConfig{SweepInterval: p.sweep, MaxOutputBytes: p.maxOut}
+	if p.uploadTTL != 0 && p.uploadTTL < time.Minute {
+		return nil, fmt.Errorf("--pipeline-upload-ttl %s: want at least 1m (0: the default, 24h)", p.uploadTTL)
+	}
+	cfg := &scheduler.PipelineConfig{SweepInterval: p.sweep, MaxOutputBytes: p.maxOut, UploadTTL: p.uploadTTL}
 	if p.worker != "" {
 		cfg.Worker = []string{p.worker, "pipeline-stage"}
 	}

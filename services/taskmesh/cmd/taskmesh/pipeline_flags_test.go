@@ -3,10 +3,11 @@ package main
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestPipelineFlags(t *testing.T) {
-	p := pipelineFlags{enabled: true, worker: "/usr/local/bin/taskmesh", retries: 2, maxOut: 5,
+	p := pipelineFlags{enabled: true, worker: "/usr/local/bin/taskmesh", retries: 2, maxOut: 5, uploadTTL: 48 * time.Hour,
 		programs: []string{`bie=["/opt/kneron/bie","{workdir}"]`}, limits: []string{"model=100"}}
 	cfg, err := p.config()
 	if err != nil {
@@ -14,7 +15,8 @@ func TestPipelineFlags(t *testing.T) {
 	}
 	if !slices.Equal(cfg.Worker, []string{"/usr/local/bin/taskmesh", "pipeline-stage"}) || cfg.MaxOutputBytes != 5 ||
 		!slices.Equal(cfg.Stages["bie"].Program, []string{"/opt/kneron/bie", "{workdir}"}) || cfg.Stages["bie"].Queue != "pipeline-bie" ||
-		cfg.Stages["onnx"].Retries != 2 || cfg.Stages["bie"].Retries != 2 || cfg.UploadLimits["model"] != 100 {
+		cfg.Stages["onnx"].Retries != 2 || cfg.Stages["bie"].Retries != 2 || cfg.UploadLimits["model"] != 100 ||
+		cfg.UploadTTL != 48*time.Hour {
 		t.Errorf("%+v", cfg)
 	}
 	if cfg, err := (&pipelineFlags{}).config(); cfg != nil || err != nil {
@@ -26,6 +28,8 @@ func TestPipelineFlags(t *testing.T) {
 		{enabled: true, programs: []string{`bie=/opt/bie`}},
 		{enabled: true, limits: []string{"model=lots"}},
 		{enabled: true, retries: -1},
+		{enabled: true, uploadTTL: time.Second},
+		{enabled: true, uploadTTL: -time.Hour},
 	} {
 		if _, err := bad.config(); err == nil {
 			t.Errorf("%+v accepted", bad)

@@ -174,7 +174,7 @@ func TestPipelineRefusesBadInputAndIsolatesTenants(t *testing.T) {
 	for _, c := range []struct {
 		what, body, msg string
 	}{
-		{"malformed JSON", `{"model_key":`, ""},
+		{"malformed JSON", `{"model_key":`, "malformed JSON body: unexpected EOF"},
 		{"unknown field", `{"model_key":"` + m + `","quant_key":"` + q + `","priority":1}`, "priority"},
 		{"missing quant_key", `{"model_key":"` + m + `"}`, "quant_key: is required"},
 		{"unknown key", `{"model_key":"uploads/nope/model.onnx","quant_key":"` + q + `"}`, "model_key: no upload"},

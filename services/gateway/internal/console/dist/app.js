@@ -177,7 +177,7 @@ function errorText(err) {
 }
 function jobCard(id, signal) {
   const status = h("span", { className: "status", "data-job-status": "" }, "…");
-  const live = h("p", { className: "msg", role: "status", "aria-live": "polite" });
+  const live = h("p", { className: "msg", role: "status", "aria-live": "polite", "data-job-live": "" });
   const bars = stages.map((s) => {
     const p = h("progress", { max: 100, value: 0, "aria-label": `${s} stage progress` });
     const pct = h("span", {}, "0%");
@@ -370,6 +370,8 @@ function taskDetail(into, id, signal) {
 }
 
 // src/video.ts
+var pollEvery2 = 4e3;
+var finalStatuses = ["SUCCEEDED", "FAILED", "CANCELED", "UNKNOWN"];
 function videoPage(main2, signal) {
   const model = h(
     "select",
@@ -415,20 +417,44 @@ function videoPage(main2, signal) {
     }
   });
   const follow = (id) => {
-    const ws = socket(`/v1/video/generations/${id}/ws`);
-    signal.addEventListener("abort", () => ws.close());
-    ws.onmessage = (ev) => {
-      const f = JSON.parse(ev.data);
-      progress.value = f.data.taskProgress ?? 0;
-      status.textContent = f.data.task_status;
-      status.className = "status " + f.data.task_status;
-      if (f.data.task_status === "FAILED") say(msg, f.data.message || "The generation failed.", true);
-      if (f.data.final && f.data.task_status === "SUCCEEDED") void play(id);
-    };
-    ws.onclose = (ev) => {
+    let final = false;
+    let played = false;
+    const show = (d) => {
+      progress.value = d.taskProgress ?? 0;
+      status.textContent = d.task_status;
+      status.className = "status " + d.task_status;
+      if (!finalStatuses.includes(d.task_status)) return;
+      final = true;
       submit.disabled = false;
-      if (ev.code !== 1e3 && !signal.aborted) say(msg, `The live connection closed (${ev.code}); reload the page to follow again.`, true);
+      if (d.task_status === "FAILED") say(msg, d.message || "The generation failed.", true);
+      else if (d.task_status !== "SUCCEEDED") say(msg, `The generation is ${d.task_status}.`, true);
+      else if (!played) {
+        played = true;
+        void play(id);
+      }
     };
+    const live = () => {
+      const ws = socket(`/v1/video/generations/${id}/ws`);
+      const stop = () => ws.close();
+      signal.addEventListener("abort", stop);
+      ws.onmessage = (ev) => show(JSON.parse(ev.data).data);
+      ws.onclose = () => {
+        signal.removeEventListener("abort", stop);
+        if (final || signal.aborted) return;
+        say(msg, "Live updates interrupted; checking every 4 seconds.");
+        void poll();
+      };
+    };
+    const poll = async () => {
+      await new Promise((r) => setTimeout(r, pollEvery2));
+      if (signal.aborted) return;
+      try {
+        show((await call("GET", `/v1/video/generations/${id}`)).data);
+      } catch {
+      }
+      if (!final && !signal.aborted) live();
+    };
+    live();
   };
   const play = async (id) => {
     const g = await call("GET", `/v1/video/generations/${id}`);

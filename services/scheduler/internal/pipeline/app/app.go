@@ -58,14 +58,34 @@ type Upload struct {
 	Size      int64
 	SHA256    string
 	CreatedAt time.Time
+	// UsedAt is when a job was first created from the upload (zero:
+	// never); a used upload does not expire.
+	UsedAt time.Time
+	// ExpiredAt is when the upload expired unused (zero: it did not); its
+	// object is deleted and its key refused.
+	ExpiredAt time.Time
 }
 
-// UploadStore remembers uploads and whose they are.
+// UploadStore remembers uploads, whose they are, and which expired.
 type UploadStore interface {
 	SaveUpload(ctx context.Context, u Upload) error
-	// Upload returns the upload key of tenant; an unknown key and another
-	// tenant's are domain.ErrNotFound.
+	// Upload returns the upload key of tenant, expired or not; an unknown
+	// key and another tenant's are domain.ErrNotFound.
 	Upload(ctx context.Context, tenant, key string) (Upload, error)
+	// UseUploads marks the tenant's uploads keys as used by a job at at
+	// (the first use is kept). It fails with an *UploadExpiredError naming
+	// the key when one of them expired (or is not the tenant's); the keys
+	// before it may be marked. Marking and expiring one upload are
+	// serialized: an upload is never both used and expired.
+	UseUploads(ctx context.Context, tenant string, keys []string, at time.Time) error
+	// ExpireUploads marks up to limit uploads that no job used and that
+	// were created before cutoff as expired at at, then returns up to
+	// limit expired uploads whose objects are not deleted yet, the oldest
+	// expiry first (some may have expired in an earlier call).
+	ExpireUploads(ctx context.Context, cutoff, at time.Time, limit int) ([]Upload, error)
+	// UploadsPurged records that the objects of expired uploads keys are
+	// deleted.
+	UploadsPurged(ctx context.Context, keys []string, at time.Time) error
 }
 
 // StageConfig is how one stage runs.
@@ -110,9 +130,15 @@ type Config struct {
 	// time the task may wait in its queue (default 7 days, the longest a
 	// presigned URL may live).
 	LinkTTL, WorkerLinkTTL time.Duration
-	Now                    func() time.Time
-	Log                    *slog.Logger
+	// UploadTTL is how long an upload no job used is kept (default
+	// DefaultUploadTTL); SweepUploads expires it after that.
+	UploadTTL time.Duration
+	Now       func() time.Time
+	Log       *slog.Logger
 }
+
+// DefaultUploadTTL is Config.UploadTTL when it is zero.
+const DefaultUploadTTL = 24 * time.Hour
 
 // DefaultUploadLimits are the upload size limits of each kind.
 var DefaultUploadLimits = map[domain.Kind]int64{
@@ -125,6 +151,7 @@ var DefaultUploadLimits = map[domain.Kind]int64{
 type App struct {
 	cfg     Config
 	changes []chan change
+	metrics *metrics
 }
 
 // New returns the use cases; Run starts the process manager.
@@ -144,6 +171,9 @@ func New(cfg Config) *App {
 	if cfg.LinkTTL <= 0 {
 		cfg.LinkTTL = time.Hour
 	}
+	if cfg.UploadTTL <= 0 {
+		cfg.UploadTTL = DefaultUploadTTL
+	}
 	if cfg.WorkerLinkTTL <= 0 {
 		cfg.WorkerLinkTTL = objectstore.MaxPresignTTL
 	}
@@ -157,7 +187,7 @@ func New(cfg Config) *App {
 		}
 	}
 	cfg.UploadLimits = limits
-	a := &App{cfg: cfg, changes: make([]chan change, managerShards)}
+	a := &App{cfg: cfg, changes: make([]chan change, managerShards), metrics: newMetrics()}
 	for i := range a.changes {
 		a.changes[i] = make(chan change, managerBuffer)
 	}
@@ -173,7 +203,18 @@ var (
 	// ErrTooLarge: an upload is above its kind's size limit; nothing is
 	// kept.
 	ErrTooLarge = errors.New("upload too large")
+	// ErrUploadExpired: an upload expired (no job used it within the
+	// upload TTL) and its object is deleted.
+	ErrUploadExpired = errors.New("upload expired")
 )
+
+// UploadExpiredError names an upload that expired; it is ErrUploadExpired.
+type UploadExpiredError struct{ Key string }
+
+func (e *UploadExpiredError) Error() string { return ErrUploadExpired.Error() + ": " + e.Key }
+
+// Is makes errors.Is(err, ErrUploadExpired) true.
+func (e *UploadExpiredError) Is(target error) bool { return target == ErrUploadExpired }
 
 // actor records the pipeline's own changes (and creates the stage tasks:
 // a task created by this actor with a stage request id is a stage task;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -15,7 +16,10 @@ import (
 // CreateJob starts a job on uploads of c's tenant: it checks the keys
 // (present, the caller's own, of the right kind), copies the inputs to
 // the job's layout, records the job and queues its ONNX stage. A request
-// it refuses creates nothing. The job it returns is ONNX, or FAILED when
+// it refuses creates nothing. The uploads are marked used before they are
+// copied, so the upload sweeper never deletes an object a job is being
+// created from; an upload that expired is refused like an unknown one,
+// with its own reason. The job it returns is ONNX, or FAILED when
 // its first stage could not be queued.
 func (a *App) CreateJob(ctx context.Context, c sched.Caller, r domain.JobRequest) (domain.Job, error) {
 	tenant, err := tenantOf(c)
@@ -39,6 +43,18 @@ func (a *App) CreateJob(ctx context.Context, c sched.Caller, r domain.JobRequest
 			return domain.Job{}, err
 		}
 	}
+	fields := map[string]string{r.ModelKey: "model_key", r.QuantKey: "quant_key"}
+	keys := []string{r.ModelKey, r.QuantKey}
+	for i, k := range r.RefImageKeys {
+		fields[k] = fmt.Sprintf("ref_image_keys[%d]", i)
+		keys = append(keys, k)
+	}
+	if err := a.cfg.Uploads.UseUploads(ctx, tenant, keys, a.now()); err != nil {
+		if e := (*UploadExpiredError)(nil); errors.As(err, &e) {
+			return domain.Job{}, a.expired(fields[e.Key], e.Key)
+		}
+		return domain.Job{}, err
+	}
 	id := uuid.NewString() // version 4
 	inputs := domain.Inputs{Model: domain.ModelObject(id), Quant: domain.QuantObject(id)}
 	copies := map[string]string{model.Key: inputs.Model, quant.Key: inputs.Quant}
@@ -50,8 +66,8 @@ func (a *App) CreateJob(ctx context.Context, c sched.Caller, r domain.JobRequest
 	if err := a.copyInputs(ctx, copies); err != nil {
 		return domain.Job{}, err
 	}
-	keys := domain.InputKeys{Model: r.ModelKey, Quant: r.QuantKey, RefImages: r.RefImageKeys}
-	job, err := a.cfg.Jobs.Create(ctx, domain.Submit(a.now(), id, tenant, c.Subject, inputs, keys))
+	job, err := a.cfg.Jobs.Create(ctx, domain.Submit(a.now(), id, tenant, c.Subject, inputs,
+		domain.InputKeys{Model: r.ModelKey, Quant: r.QuantKey, RefImages: r.RefImageKeys}))
 	if err != nil {
 		for _, obj := range copies {
 			a.remove(ctx, obj)
@@ -77,10 +93,19 @@ func (a *App) input(ctx context.Context, tenant, field, key string, kind domain.
 		return Upload{}, domain.Invalid(field, "no upload %q (upload the file first with POST /jobs/uploads)", key)
 	case err != nil:
 		return Upload{}, err
+	case !u.ExpiredAt.IsZero():
+		return Upload{}, a.expired(field, key)
 	case u.Kind != kind:
 		return Upload{}, domain.Invalid(field, "upload %q is a %s, not a %s", key, u.Kind, kind)
 	}
 	return u, nil
+}
+
+// expired is the refusal of an upload key that expired unused
+// (docs/api/pipeline.md, "Uploads").
+func (a *App) expired(field, key string) error {
+	ttl := strings.TrimSuffix(strings.TrimSuffix(a.cfg.UploadTTL.String(), "0s"), "0m")
+	return domain.Invalid(field, "upload %q expired: no job used it within %s of its upload, so it was deleted; upload the file again", key, ttl)
 }
 
 // copyInputs copies each upload to its place in the job's layout; on a

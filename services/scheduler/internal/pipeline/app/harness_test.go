@@ -34,11 +34,12 @@ type jobStore struct {
 	jobs    map[string]domain.Job
 	records map[string][]domain.Record
 	uploads map[string]app.Upload
+	purged  map[string]bool
 	calls   []string
 }
 
 func newJobStore() *jobStore {
-	return &jobStore{jobs: map[string]domain.Job{}, records: map[string][]domain.Record{}, uploads: map[string]app.Upload{}}
+	return &jobStore{jobs: map[string]domain.Job{}, records: map[string][]domain.Record{}, uploads: map[string]app.Upload{}, purged: map[string]bool{}}
 }
 
 func (s *jobStore) Create(_ context.Context, rs []domain.Record) (domain.Job, error) {
@@ -109,6 +110,50 @@ func (s *jobStore) Upload(_ context.Context, tenant, key string) (app.Upload, er
 		return app.Upload{}, domain.ErrNotFound
 	}
 	return u, nil
+}
+
+func (s *jobStore) UseUploads(_ context.Context, tenant string, keys []string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		u, ok := s.uploads[k]
+		if !ok || u.TenantID != tenant || !u.ExpiredAt.IsZero() {
+			return &app.UploadExpiredError{Key: k}
+		}
+		if u.UsedAt.IsZero() {
+			u.UsedAt = at
+			s.uploads[k] = u
+		}
+	}
+	s.calls = append(s.calls, "UseUploads "+strings.Join(keys, " "))
+	return nil
+}
+
+func (s *jobStore) ExpireUploads(_ context.Context, cutoff, at time.Time, limit int) ([]app.Upload, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []app.Upload
+	for k, u := range s.uploads {
+		if u.UsedAt.IsZero() && u.ExpiredAt.IsZero() && u.CreatedAt.Before(cutoff) {
+			u.ExpiredAt = at
+			s.uploads[k] = u
+		}
+	}
+	for k, u := range s.uploads {
+		if !u.ExpiredAt.IsZero() && !s.purged[k] && len(out) < limit {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+func (s *jobStore) UploadsPurged(_ context.Context, keys []string, _ time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		s.purged[k] = true
+	}
+	return nil
 }
 
 func (s *jobStore) recordsOf(id string) []domain.Record {

@@ -80,7 +80,7 @@ function errorText(err: unknown): string {
 // jobCard shows one job and keeps it current until it is final.
 function jobCard(id: string, signal: AbortSignal): HTMLElement {
   const status = h("span", { className: "status", "data-job-status": "" }, "…");
-  const live = h("p", { className: "msg", role: "status", "aria-live": "polite" });
+  const live = h("p", { className: "msg", role: "status", "aria-live": "polite", "data-job-live": "" });
   const bars = stages.map((s) => {
     const p = h("progress", { max: 100, value: 0, "aria-label": `${s} stage progress` });
     const pct = h("span", {}, "0%");

@@ -1,8 +1,13 @@
 // The video page: a text-to-video or image-to-video generation, its
-// progress over the WebSocket, and the finished MP4 playing in the page.
+// progress over the WebSocket (polling every 4 s while the socket is
+// down), and the finished MP4 playing in the page.
 
 import { APIError, call, socket } from "./api";
 import { field, h, say } from "./dom";
+
+const pollEvery = 4000;
+// A generation in one of these statuses changes no more.
+const finalStatuses = ["SUCCEEDED", "FAILED", "CANCELED", "UNKNOWN"];
 
 export function videoPage(main: HTMLElement, signal: AbortSignal): void {
   const model = h(
@@ -48,21 +53,49 @@ export function videoPage(main: HTMLElement, signal: AbortSignal): void {
       submit.disabled = false;
     }
   });
+  // follow shows the generation over the WebSocket; when the socket
+  // closes before the final frame it polls every 4 s and tries the socket
+  // again after each poll.
   const follow = (id: string) => {
-    const ws = socket(`/v1/video/generations/${id}/ws`);
-    signal.addEventListener("abort", () => ws.close());
-    ws.onmessage = (ev) => {
-      const f = JSON.parse(ev.data);
-      progress.value = f.data.taskProgress ?? 0;
-      status.textContent = f.data.task_status;
-      status.className = "status " + f.data.task_status;
-      if (f.data.task_status === "FAILED") say(msg, f.data.message || "The generation failed.", true);
-      if (f.data.final && f.data.task_status === "SUCCEEDED") void play(id);
-    };
-    ws.onclose = (ev) => {
+    let final = false;
+    let played = false;
+    const show = (d: any) => {
+      progress.value = d.taskProgress ?? 0;
+      status.textContent = d.task_status;
+      status.className = "status " + d.task_status;
+      if (!finalStatuses.includes(d.task_status)) return;
+      final = true;
       submit.disabled = false;
-      if (ev.code !== 1000 && !signal.aborted) say(msg, `The live connection closed (${ev.code}); reload the page to follow again.`, true);
+      if (d.task_status === "FAILED") say(msg, d.message || "The generation failed.", true);
+      else if (d.task_status !== "SUCCEEDED") say(msg, `The generation is ${d.task_status}.`, true);
+      else if (!played) {
+        played = true;
+        void play(id);
+      }
     };
+    const live = () => {
+      const ws = socket(`/v1/video/generations/${id}/ws`);
+      const stop = () => ws.close();
+      signal.addEventListener("abort", stop);
+      ws.onmessage = (ev) => show(JSON.parse(ev.data).data);
+      ws.onclose = () => {
+        signal.removeEventListener("abort", stop);
+        if (final || signal.aborted) return;
+        say(msg, "Live updates interrupted; checking every 4 seconds.");
+        void poll();
+      };
+    };
+    const poll = async () => {
+      await new Promise((r) => setTimeout(r, pollEvery));
+      if (signal.aborted) return;
+      try {
+        show((await call("GET", `/v1/video/generations/${id}`)).data);
+      } catch {
+        // Unreachable too: the socket is tried again, then the next poll.
+      }
+      if (!final && !signal.aborted) live();
+    };
+    live();
   };
   const play = async (id: string) => {
     const g = await call("GET", `/v1/video/generations/${id}`);

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -210,8 +211,10 @@ func (s *Store) SaveUpload(ctx context.Context, u app.Upload) error {
 func (s *Store) Upload(ctx context.Context, tenant, key string) (app.Upload, error) {
 	var u app.Upload
 	var kind string
-	err := s.DB.QueryRow(ctx, `SELECT key, tenant_id, kind, name, size, sha256, created_at FROM uploads
-		WHERE key = $1 AND tenant_id = $2`, key, tenant).Scan(&u.Key, &u.TenantID, &kind, &u.Name, &u.Size, &u.SHA256, &u.CreatedAt)
+	var used, expired *time.Time
+	err := s.DB.QueryRow(ctx, `SELECT key, tenant_id, kind, name, size, sha256, created_at, used_at, expired_at FROM uploads
+		WHERE key = $1 AND tenant_id = $2`, key, tenant).Scan(&u.Key, &u.TenantID, &kind, &u.Name, &u.Size, &u.SHA256,
+		&u.CreatedAt, &used, &expired)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return app.Upload{}, domain.ErrNotFound
 	}
@@ -219,7 +222,79 @@ func (s *Store) Upload(ctx context.Context, tenant, key string) (app.Upload, err
 		return app.Upload{}, fmt.Errorf("get upload: %w", err)
 	}
 	u.Kind = domain.Kind(kind)
+	if used != nil {
+		u.UsedAt = used.UTC()
+	}
+	if expired != nil {
+		u.ExpiredAt = expired.UTC()
+	}
 	return u, nil
+}
+
+// UseUploads implements app.UploadStore. The update and the sweeper's
+// expiry write the same rows: whichever commits first wins and the other
+// re-reads the row (READ COMMITTED rechecks its conditions), so an upload
+// is either used or expired, never both.
+func (s *Store) UseUploads(ctx context.Context, tenant string, keys []string, at time.Time) error {
+	want := map[string]bool{}
+	for _, k := range keys {
+		want[k] = true
+	}
+	rows, err := s.DB.Query(ctx, `UPDATE uploads SET used_at = COALESCE(used_at, $3)
+		WHERE key = ANY($1) AND tenant_id = $2 AND expired_at IS NULL RETURNING key`, keys, tenant, at)
+	if err != nil {
+		return fmt.Errorf("use uploads: %w", err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("use uploads: %w", err)
+	}
+	for _, k := range got {
+		delete(want, k)
+	}
+	for _, k := range keys {
+		if want[k] {
+			return &app.UploadExpiredError{Key: k}
+		}
+	}
+	return nil
+}
+
+// ExpireUploads implements app.UploadStore: one statement marks the
+// unused uploads created before cutoff as expired, a second returns every
+// expired upload whose object is not deleted yet (those of a sweeper that
+// died in between too).
+func (s *Store) ExpireUploads(ctx context.Context, cutoff, at time.Time, limit int) ([]app.Upload, error) {
+	_, err := s.DB.Exec(ctx, `UPDATE uploads SET expired_at = $2 WHERE key IN (
+		SELECT key FROM uploads WHERE used_at IS NULL AND expired_at IS NULL AND created_at < $1
+		ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED) AND used_at IS NULL AND expired_at IS NULL`, cutoff, at, limit)
+	if err != nil {
+		return nil, fmt.Errorf("expire uploads: %w", err)
+	}
+	rows, err := s.DB.Query(ctx, `SELECT key, tenant_id, kind, name, size, created_at, expired_at FROM uploads
+		WHERE expired_at IS NOT NULL AND purged_at IS NULL ORDER BY expired_at, key LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("expired uploads: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.Upload, error) {
+		var u app.Upload
+		var kind string
+		err := r.Scan(&u.Key, &u.TenantID, &kind, &u.Name, &u.Size, &u.CreatedAt, &u.ExpiredAt)
+		u.Kind = domain.Kind(kind)
+		return u, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("expired uploads: %w", err)
+	}
+	return out, nil
+}
+
+// UploadsPurged implements app.UploadStore.
+func (s *Store) UploadsPurged(ctx context.Context, keys []string, at time.Time) error {
+	if _, err := s.DB.Exec(ctx, `UPDATE uploads SET purged_at = $2 WHERE key = ANY($1) AND expired_at IS NOT NULL`, keys, at); err != nil {
+		return fmt.Errorf("uploads purged: %w", err)
+	}
+	return nil
 }
 
 // Rebuild folds every job event of the schema's event store, in order,
