@@ -42,6 +42,7 @@ type ServerConfig struct {
 type Server struct {
 	Service *Service
 	grpc    *grpcserver.Server
+	local   *grpcserver.Local
 	lis     net.Listener
 	owned   closer.Stack // the pool, the quota connection and the listener it opened
 }
@@ -98,6 +99,10 @@ func NewServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 		return nil, err
 	}
 	s.Service.Register(s.grpc)
+	if s.local, err = grpcserver.NewLocal(grpcserver.Options{InternalToken: cfg.Service.InternalToken, Logger: cfg.Service.Logger}); err != nil {
+		return nil, err
+	}
+	s.Service.Register(s.local)
 	var lc net.ListenConfig
 	if s.lis, err = lc.Listen(ctx, "tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("scheduler: listen: %w", err)
@@ -110,13 +115,29 @@ func NewServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 // Addr is the address the gRPC server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 
+// Local serves the same services to callers in this process without a
+// network hop (a gateway beside the scheduler: gateway.Config.SchedulerLocal).
+// It stops with the gRPC server.
+func (s *Server) Local() *grpcserver.Local { return s.local }
+
 // Run serves gRPC and runs the service's background work until ctx is
 // done or either fails, then stops gracefully (grpcserver.Run: calls in
 // flight finish before the background work stops) and releases what
 // NewServer opened. It returns nil after a stop caused by ctx.
 func (s *Server) Run(ctx context.Context) error {
 	s.Service.log.Info("scheduler serving", "addr", s.Addr())
-	err := grpcserver.Run(ctx, s.grpc.Server, s.lis, grpcserver.DefaultShutdownGrace, s.Service.Run)
+	grace := grpcserver.DefaultShutdownGrace
+	// In-process calls stop as network calls do: refused from the moment
+	// ctx is done, and finished (or cut after grace) before the service's
+	// work stops.
+	defer context.AfterFunc(ctx, func() { s.local.Stop(grace) })()
+	err := grpcserver.Run(ctx, s.grpc.Server, s.lis, grace, func(work context.Context) error {
+		run, cancel := context.WithCancel(context.WithoutCancel(work))
+		defer cancel()
+		defer context.AfterFunc(work, func() { s.local.Stop(grace); cancel() })()
+		return s.Service.Run(run)
+	})
+	s.local.Stop(grace) // after a failure too: nothing may call a stopped service
 	return errors.Join(err, s.owned.Close())
 }
 
