@@ -95,14 +95,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	if s.Service, err = New(cfg.Service); err != nil {
 		return nil, err
 	}
-	if s.grpc, err = grpcserver.New(grpcserver.Options{InternalToken: cfg.Service.InternalToken, Logger: cfg.Service.Logger}); err != nil {
+	if err := s.servers(grpcserver.Options{InternalToken: cfg.Service.InternalToken, Logger: cfg.Service.Logger}); err != nil {
 		return nil, err
 	}
-	s.Service.Register(s.grpc)
-	if s.local, err = grpcserver.NewLocal(grpcserver.Options{InternalToken: cfg.Service.InternalToken, Logger: cfg.Service.Logger}); err != nil {
-		return nil, err
-	}
-	s.Service.Register(s.local)
 	var lc net.ListenConfig
 	if s.lis, err = lc.Listen(ctx, "tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("scheduler: listen: %w", err)
@@ -110,6 +105,20 @@ func NewServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	// Serving closes the listener; closing it again is harmless.
 	s.owned.PushFunc(func() { s.lis.Close() })
 	return s, nil
+}
+
+// servers builds the gRPC server and the in-process one, both serving the
+// service.
+func (s *Server) servers(o grpcserver.Options) (err error) {
+	if s.grpc, err = grpcserver.New(o); err != nil {
+		return err
+	}
+	if s.local, err = grpcserver.NewLocal(o); err != nil {
+		return err
+	}
+	s.Service.Register(s.grpc)
+	s.Service.Register(s.local)
+	return nil
 }
 
 // Addr is the address the gRPC server listens on.
