@@ -68,13 +68,19 @@ func New(o Options) (*Server, error) {
 	opts := append([]grpc.ServerOption{
 		otel.ServerOption(),
 		grpc.MaxRecvMsgSize(MaxRecvMsgBytes),
-		grpc.ChainUnaryInterceptor(recoverUnary(o.Logger), authn.UnaryServerInterceptor(o.InternalToken), validateUnary(v, o.Logger)),
+		grpc.ChainUnaryInterceptor(unaryChain(o, v)...),
 		grpc.ChainStreamInterceptor(recoverStream(o.Logger), authn.StreamServerInterceptor(o.InternalToken), validateStream(v)),
 	}, o.Extra...)
 	s := &Server{Server: grpc.NewServer(opts...), Health: health.NewServer()}
 	healthpb.RegisterHealthServer(s.Server, s.Health)
 	reflection.Register(s.Server)
 	return s, nil
+}
+
+// unaryChain is the interceptors of every unary call, in order; Local
+// runs the same ones.
+func unaryChain(o Options, v protovalidate.Validator) []grpc.UnaryServerInterceptor {
+	return []grpc.UnaryServerInterceptor{recoverUnary(o.Logger), authn.UnaryServerInterceptor(o.InternalToken), validateUnary(v, o.Logger)}
 }
 
 // Status builds a status carrying a business code in ErrorInfo metadata

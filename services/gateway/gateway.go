@@ -61,6 +61,13 @@ type Config struct {
 	// SchedulerTarget is the scheduler's internal gRPC address (a
 	// grpc.NewClient target).
 	SchedulerTarget string
+	// SchedulerLocal, if set, is an in-process connection to a scheduler
+	// running in this process (grpcserver.Local, as `taskmesh dev` runs
+	// it): the REST API's unary calls go through it instead of the
+	// network (docs/decisions/0080-in-process-scheduler-calls.md).
+	// SchedulerTarget is still needed: streams, the gRPC front door, live
+	// streams and the readiness check use it.
+	SchedulerLocal grpc.ClientConnInterface
 	// QuotaTarget, if set, is the quota service's internal gRPC address:
 	// its QuotaService and AdmissionService are served under /api/v1/… and
 	// through the gRPC front door.
@@ -410,7 +417,7 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 	}
 	var err error
 	g.handler, err = rest.NewHandler(ctx, rest.Options{
-		Upstream:          g.upstream,
+		Upstream:          g.restUpstream(cfg),
 		QuotaUpstream:     quotaUpstream,
 		ConsumersUpstream: consumersUpstream,
 		Auth:              g.creds,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
@@ -100,6 +101,16 @@ func withObjects(h http.Handler) envOption {
 	return func(c *gateway.Config) { c.Objects = h }
 }
 
+// localFake stands for the env's fake scheduler in-process until newEnv,
+// which starts the fake, puts its Local in its place.
+type localFake struct{ grpc.ClientConnInterface }
+
+// withLocalScheduler sends the REST API's unary calls to the fake
+// in-process, as a gateway beside its scheduler does.
+func withLocalScheduler() envOption {
+	return func(c *gateway.Config) { c.SchedulerLocal = localFake{} }
+}
+
 func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Helper()
 	ctx := context.Background()
@@ -120,6 +131,9 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if _, ok := cfg.SchedulerLocal.(localFake); ok {
+		cfg.SchedulerLocal = e.fake.Local
 	}
 	gw, err := gateway.New(ctx, cfg)
 	if err != nil {

@@ -42,6 +42,7 @@ type ServerConfig struct {
 type Server struct {
 	Service *Service
 	grpc    *grpcserver.Server
+	local   *grpcserver.Local
 	lis     net.Listener
 	owned   closer.Stack // the pool, the quota connection and the listener it opened
 }
@@ -94,10 +95,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	if s.Service, err = New(cfg.Service); err != nil {
 		return nil, err
 	}
-	if s.grpc, err = grpcserver.New(grpcserver.Options{InternalToken: cfg.Service.InternalToken, Logger: cfg.Service.Logger}); err != nil {
+	if err := s.servers(grpcserver.Options{InternalToken: cfg.Service.InternalToken, Logger: cfg.Service.Logger}); err != nil {
 		return nil, err
 	}
-	s.Service.Register(s.grpc)
 	var lc net.ListenConfig
 	if s.lis, err = lc.Listen(ctx, "tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("scheduler: listen: %w", err)
@@ -107,8 +107,27 @@ func NewServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	return s, nil
 }
 
+// servers builds the gRPC server and the in-process one, both serving the
+// service.
+func (s *Server) servers(o grpcserver.Options) (err error) {
+	if s.grpc, err = grpcserver.New(o); err != nil {
+		return err
+	}
+	if s.local, err = grpcserver.NewLocal(o); err != nil {
+		return err
+	}
+	s.Service.Register(s.grpc)
+	s.Service.Register(s.local)
+	return nil
+}
+
 // Addr is the address the gRPC server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Local serves the same services to callers in this process without a
+// network hop (a gateway beside the scheduler: gateway.Config.SchedulerLocal).
+// It stops with the gRPC server.
+func (s *Server) Local() *grpcserver.Local { return s.local }
 
 // Run serves gRPC and runs the service's background work until ctx is
 // done or either fails, then stops gracefully (grpcserver.Run: calls in
@@ -116,7 +135,18 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // NewServer opened. It returns nil after a stop caused by ctx.
 func (s *Server) Run(ctx context.Context) error {
 	s.Service.log.Info("scheduler serving", "addr", s.Addr())
-	err := grpcserver.Run(ctx, s.grpc.Server, s.lis, grpcserver.DefaultShutdownGrace, s.Service.Run)
+	grace := grpcserver.DefaultShutdownGrace
+	// In-process calls stop as network calls do: refused from the moment
+	// ctx is done, and finished (or cut after grace) before the service's
+	// work stops.
+	defer context.AfterFunc(ctx, func() { s.local.Stop(grace) })()
+	err := grpcserver.Run(ctx, s.grpc.Server, s.lis, grace, func(work context.Context) error {
+		run, cancel := context.WithCancel(context.WithoutCancel(work))
+		defer cancel()
+		defer context.AfterFunc(work, func() { s.local.Stop(grace); cancel() })()
+		return s.Service.Run(run)
+	})
+	s.local.Stop(grace) // after a failure too: nothing may call a stopped service
 	return errors.Join(err, s.owned.Close())
 }
 

@@ -33,13 +33,7 @@ var traceKeys = []string{"traceparent", "tracestate"}
 // to internal services.
 func DialOptions(internalToken string) []grpc.DialOption {
 	return []grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			ctx, err := Context(ctx, method, internalToken)
-			if err != nil {
-				return err
-			}
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}),
+		grpc.WithChainUnaryInterceptor(UnaryInterceptor(internalToken)),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			ctx, err := Context(ctx, method, internalToken)
 			if err != nil {
@@ -47,6 +41,19 @@ func DialOptions(internalToken string) []grpc.DialOption {
 			}
 			return streamer(ctx, desc, cc, method, opts...)
 		}),
+	}
+}
+
+// UnaryInterceptor is DialOptions' interceptor of unary calls, for a
+// connection that is not a grpc.ClientConn (an in-process server, see
+// grpcserver.Local): it builds the call's metadata or refuses the call.
+func UnaryInterceptor(internalToken string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx, err := Context(ctx, method, internalToken)
+		if err != nil {
+			return err
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 }
 

@@ -18,12 +18,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 )
 
 // Call is one call the fake admitted.
@@ -34,6 +36,8 @@ type Call struct {
 	// MD is the incoming metadata exactly as received.
 	MD      metadata.MD
 	Request proto.Message
+	// InProcess is true for a call through Fake.Local.
+	InProcess bool
 }
 
 // UnaryFunc answers a unary call. It may set headers and trailers with
@@ -47,6 +51,9 @@ type WatchFunc func(req *taskv1.WatchTaskRequest, stream grpc.ServerStreamingSer
 type Fake struct {
 	// Addr is the address to dial.
 	Addr string
+	// Local serves the same services in-process (grpcserver.Local, with
+	// its validation), as a scheduler in the gateway's process does.
+	Local *grpcserver.Local
 
 	mu    sync.Mutex
 	calls []Call
@@ -67,10 +74,17 @@ func Start(t testing.TB, internalToken string) *Fake {
 		grpc.ChainUnaryInterceptor(authn.UnaryServerInterceptor(internalToken)),
 		grpc.ChainStreamInterceptor(authn.StreamServerInterceptor(internalToken)),
 	)
-	taskv1.RegisterTaskServiceServer(srv, &taskServer{f: f})
-	taskv1.RegisterLeaseServiceServer(srv, &leaseServer{f: f})
-	taskv1.RegisterAgentFleetServiceServer(srv, &fleetServer{f: f})
-	videov1.RegisterVideoServiceServer(srv, &videoServer{f: f})
+	local, err := grpcserver.NewLocal(grpcserver.Options{InternalToken: internalToken})
+	if err != nil {
+		t.Fatalf("schedulertest: %v", err)
+	}
+	f.Local = local
+	for _, r := range []grpc.ServiceRegistrar{srv, local} {
+		taskv1.RegisterTaskServiceServer(r, &taskServer{f: f})
+		taskv1.RegisterLeaseServiceServer(r, &leaseServer{f: f})
+		taskv1.RegisterAgentFleetServiceServer(r, &fleetServer{f: f})
+		videov1.RegisterVideoServiceServer(r, &videoServer{f: f})
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -137,7 +151,9 @@ func (f *Fake) record(ctx context.Context, method string, req proto.Message) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, Call{Method: method, Principal: p, MD: md.Copy(), Request: proto.Clone(req)})
+	pr, _ := peer.FromContext(ctx)
+	f.calls = append(f.calls, Call{Method: method, Principal: p, MD: md.Copy(), Request: proto.Clone(req),
+		InProcess: pr != nil && pr.Addr == grpcserver.LocalAddr})
 }
 
 // call records a unary call and runs its handler; empty is the default

@@ -223,6 +223,7 @@ func printByOrder(w io.Writer, runs []tasksRun) {
 // served on loopback.
 type schedulerUnderTest struct {
 	addr   string
+	local  *grpcserver.Local // the same services, in-process
 	db     string
 	pool   *pgxpool.Pool
 	conn   *grpc.ClientConn
@@ -255,6 +256,11 @@ func startScheduler(ctx context.Context, env *env, db string, timing scheduler.T
 		return nil, err
 	}
 	svc.Register(srv)
+	local, err := grpcserver.NewLocal(grpcserver.Options{InternalToken: benchToken})
+	if err != nil {
+		return nil, err
+	}
+	svc.Register(local)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -269,8 +275,15 @@ func startScheduler(ctx context.Context, env *env, db string, timing scheduler.T
 		cancel()
 		return nil, err
 	}
-	return &schedulerUnderTest{addr: lis.Addr().String(), db: db, pool: pool, conn: conn, tasks: taskv1.NewTaskServiceClient(conn), leases: taskv1.NewLeaseServiceClient(conn), topic: topic,
-		stop: func() { conn.Close(); cancel(); srv.Stop(); wg.Wait(); pool.Close() }}, nil
+	return &schedulerUnderTest{addr: lis.Addr().String(), local: local, db: db, pool: pool, conn: conn, tasks: taskv1.NewTaskServiceClient(conn), leases: taskv1.NewLeaseServiceClient(conn), topic: topic,
+		stop: func() {
+			conn.Close()
+			local.Stop(0)
+			cancel()
+			srv.Stop()
+			wg.Wait()
+			pool.Close()
+		}}, nil
 }
 
 // As the gateway would call: a user of tenant bench, or an agent.

@@ -30,6 +30,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/taskmesh/taskmesh/platform/closer"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 	"github.com/taskmesh/taskmesh/platform/pg"
@@ -142,6 +143,9 @@ type Stack struct {
 	// owned releases the Postgres server and the embedded broker, last
 	// started first, once the components have stopped.
 	owned closer.Stack
+	// schedulerLocal serves the gateway's REST calls to the scheduler
+	// in-process.
+	schedulerLocal *grpcserver.Local
 	// httpLis is the gateway's HTTP listener when the stack chose the
 	// port itself (see objectStore).
 	httpLis net.Listener
@@ -371,7 +375,7 @@ func (s *Stack) startScheduler(ctx context.Context, objects objectstore.Store) (
 	if err != nil {
 		return "", err
 	}
-	s.Scheduler = srv.Service
+	s.Scheduler, s.schedulerLocal = srv.Service, srv.Local()
 	s.run(srv.Run)
 	return srv.Addr(), nil
 }
@@ -432,7 +436,7 @@ func (s *Stack) startConsumers(ctx context.Context, objects objectstore.Store) e
 
 func (s *Stack) startGateway(ctx context.Context, schedAddr string, objects *objectstore.FS) error {
 	g, err := gateway.New(ctx, gateway.Config{HTTPAddr: s.opts.HTTPAddr, HTTPListener: s.httpLis, GRPCAddr: s.opts.GRPCAddr, SchedulerTarget: schedAddr,
-		QuotaTarget: s.QuotaAddr, ConsumersTarget: s.ConsumersAddr, InternalToken: s.InternalToken, DatabaseURL: s.Postgres,
+		SchedulerLocal: s.schedulerLocal, QuotaTarget: s.QuotaAddr, ConsumersTarget: s.ConsumersAddr, InternalToken: s.InternalToken, DatabaseURL: s.Postgres,
 		Objects: objects.Handler(),
 		Logger:  s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()},
 		Metrics: s.opts.Metrics})

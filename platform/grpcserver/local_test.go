@@ -1,0 +1,220 @@
+package grpcserver
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/authn"
+)
+
+// transports builds the same TaskService behind a real server and behind
+// a Local, so each behaviour is checked to be the same on both.
+var transports = []struct {
+	name  string
+	serve func(t *testing.T, srv taskv1.TaskServiceServer) grpc.ClientConnInterface
+}{
+	{"tcp", func(t *testing.T, srv taskv1.TaskServiceServer) grpc.ClientConnInterface {
+		t.Helper()
+		s, err := New(Options{InternalToken: "tok"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		taskv1.RegisterTaskServiceServer(s, srv)
+		return serve(t, s)
+	}},
+	{"local", func(t *testing.T, srv taskv1.TaskServiceServer) grpc.ClientConnInterface {
+		t.Helper()
+		l, err := NewLocal(Options{InternalToken: "tok"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		taskv1.RegisterTaskServiceServer(l, srv)
+		return l
+	}},
+}
+
+// serve serves s on a loopback port until the test ends.
+func serve(t *testing.T, s *Server) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(lis) }()
+	t.Cleanup(s.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// refusing reports whether Stop has begun.
+func (l *Local) refusing() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.stopped
+}
+
+// probeTasks answers GetTask with what its handler saw, and fails the way
+// the request's id asks.
+type probeTasks struct {
+	taskv1.UnimplementedTaskServiceServer
+}
+
+type ctxKey struct{}
+
+func (probeTasks) GetTask(ctx context.Context, r *taskv1.GetTaskRequest) (*taskv1.GetTaskResponse, error) {
+	switch r.GetId() {
+	case "plain-error":
+		return nil, errors.New("plain failure")
+	case "deadline":
+		return nil, context.DeadlineExceeded
+	case "panic":
+		panic("boom")
+	}
+	_ = grpc.SetHeader(ctx, metadata.Pairs("x-header", "h"))
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("x-trailer", "t"))
+	p, _ := authn.FromContext(ctx)
+	_, outgoing := metadata.FromOutgoingContext(ctx)
+	leaked, _ := ctx.Value(ctxKey{}).(string)
+	// Name: the principal's tenant; Command: whether the caller's outgoing
+	// metadata or context values reached the handler.
+	return &taskv1.GetTaskResponse{Task: &taskv1.Task{Id: r.GetId(), Name: p.TenantID,
+		Command: map[bool]string{true: "leaked", false: "clean"}[outgoing || leaked != ""]}}, nil
+}
+
+func TestLocalBehavesLikeTheServer(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			c := taskv1.NewTaskServiceClient(tr.serve(t, probeTasks{}))
+			ctx := context.WithValue(asUser(), ctxKey{}, "secret")
+			var header, trailer metadata.MD
+			resp, err := c.GetTask(ctx, &taskv1.GetTaskRequest{Id: "x"}, grpc.Header(&header), grpc.Trailer(&trailer))
+			if err != nil || resp.GetTask().GetName() != "t1" || resp.GetTask().GetCommand() != "clean" {
+				t.Fatalf("GetTask = %v, %v; want the principal's tenant and nothing of the caller's context", resp, err)
+			}
+			if header.Get("x-header")[0] != "h" || trailer.Get("x-trailer")[0] != "t" {
+				t.Errorf("header %v, trailer %v", header, trailer)
+			}
+			tests := []struct {
+				ctx  context.Context
+				id   string
+				want codes.Code
+				code string // business code in ErrorInfo
+			}{
+				{asUser(), "", codes.InvalidArgument, "30005"},
+				{context.Background(), "x", codes.Unauthenticated, ""},
+				{asUser(), "panic", codes.Internal, "30099"},
+				{asUser(), "plain-error", codes.Unknown, ""},
+				{asUser(), "deadline", codes.DeadlineExceeded, ""},
+			}
+			for _, tt := range tests {
+				_, err := c.GetTask(tt.ctx, &taskv1.GetTaskRequest{Id: tt.id})
+				if code, _ := detail(err); status.Code(err) != tt.want || code != tt.code {
+					t.Errorf("GetTask(%q) = %v (code %q), want %v (code %q)", tt.id, err, code, tt.want, tt.code)
+				}
+			}
+			if _, err := c.ListTasks(asUser(), &taskv1.ListTasksRequest{}); status.Code(err) != codes.Unimplemented {
+				t.Errorf("unimplemented method: %v", err)
+			}
+		})
+	}
+}
+
+func TestLocalCallerCancelsTheHandler(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			tasks := newBlockingTasks()
+			c := taskv1.NewTaskServiceClient(tr.serve(t, tasks))
+			ctx, cancel := context.WithCancel(asUser())
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.GetTask(ctx, &taskv1.GetTaskRequest{Id: "x"})
+				errc <- err
+			}()
+			<-tasks.entered
+			cancel()
+			if err := <-errc; status.Code(err) != codes.Canceled {
+				t.Fatalf("err = %v, want Canceled", err)
+			}
+		})
+	}
+}
+
+func TestLocalStopRefusesNewCallsAfterTheOnesInFlight(t *testing.T) {
+	l, err := NewLocal(Options{InternalToken: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := newBlockingTasks()
+	taskv1.RegisterTaskServiceServer(l, tasks)
+	c := taskv1.NewTaskServiceClient(l)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.GetTask(asUser(), &taskv1.GetTaskRequest{Id: "x"})
+		errc <- err
+	}()
+	<-tasks.entered
+	stopped := make(chan struct{})
+	go func() { l.Stop(time.Minute); close(stopped) }()
+	// Stop waits for the call in flight; new calls are refused meanwhile.
+	for !l.refusing() {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := c.GetTask(asUser(), &taskv1.GetTaskRequest{Id: "y"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a call after Stop: %v, want Unavailable", err)
+	}
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while a call was in flight")
+	default:
+	}
+	close(tasks.release)
+	if err := <-errc; err != nil {
+		t.Fatalf("the call in flight: %v", err)
+	}
+	<-stopped
+}
+
+func TestLocalStopCutsCallsAfterTheGrace(t *testing.T) {
+	l, err := NewLocal(Options{InternalToken: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks := newBlockingTasks()
+	taskv1.RegisterTaskServiceServer(l, tasks)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := taskv1.NewTaskServiceClient(l).GetTask(asUser(), &taskv1.GetTaskRequest{Id: "x"})
+		errc <- err
+	}()
+	<-tasks.entered
+	l.Stop(time.Millisecond)
+	if err := <-errc; status.Code(err) != codes.Canceled {
+		t.Fatalf("the call cut by Stop: %v, want Canceled", err)
+	}
+}
+
+func TestLocalServesNoStreams(t *testing.T) {
+	l, err := NewLocal(Options{InternalToken: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskv1.RegisterTaskServiceServer(l, probeTasks{})
+	stream, err := taskv1.NewTaskServiceClient(l).WatchTask(asUser(), &taskv1.WatchTaskRequest{Id: "x"})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("WatchTask = %v, %v; want Unimplemented", stream, err)
+	}
+}
