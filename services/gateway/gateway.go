@@ -293,7 +293,7 @@ func (g *Gateway) database(ctx context.Context, cfg Config) (*pgxpool.Pool, erro
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		g.owned.PushFunc(pool.Close)
-		if err := pg.Migrate(ctx, pool, Schema, Migrations()); err != nil {
+		if err := pg.Migrate(ctx, pool, Schema, Migrations()...); err != nil {
 			return nil, fmt.Errorf("gateway: migrate: %w", err)
 		}
 		db = pool

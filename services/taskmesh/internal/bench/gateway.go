@@ -96,7 +96,7 @@ func gatewayRun(ctx context.Context, env *env, o GatewayOptions, run int) (*Gate
 		return nil, err
 	}
 	defer gpool.Close()
-	if err := pg.Migrate(ctx, gpool, "gateway", gateway.Migrations()); err != nil {
+	if err := pg.Migrate(ctx, gpool, "gateway", gateway.Migrations()...); err != nil {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
