@@ -435,6 +435,7 @@ func (s *Stack) startGateway(ctx context.Context, schedAddr string, objects *obj
 		QuotaTarget: s.QuotaAddr, ConsumersTarget: s.ConsumersAddr, InternalToken: s.InternalToken, DatabaseURL: s.Postgres,
 		Objects: objects.Handler(),
 		Logger:  s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()},
+		Events:  gateway.EventsConfig{Kafka: s.kafkaConfig()},
 		Metrics: s.opts.Metrics})
 	if err != nil {
 		return err
