@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
@@ -47,6 +48,17 @@ func orchestrationRecord(t *testing.T, agg, tenant, id string, at time.Time, ev 
 		Headers: []kgo.RecordHeader{{Key: projection.EventIDHeader, Value: []byte(id)}}}
 }
 
+func adminRecord(t *testing.T, agg, tenant, id string, at time.Time, ev *adminv1.AdminEvent) *kgo.Record {
+	t.Helper()
+	ev.EventId, ev.AggregateId, ev.TenantId, ev.Version, ev.OccurredAt, ev.Actor, ev.ActorIp = id, agg, tenant, 1, timestamppb.New(at), "adm_op", "203.0.113.50"
+	b, err := proto.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Topic: consumers.AdminTopic, Key: []byte(agg), Value: b,
+		Headers: []kgo.RecordHeader{{Key: projection.EventIDHeader, Value: []byte(id)}}}
+}
+
 func listAudit(t *testing.T, s *service, ctx context.Context, r *auditv1.ListAuditLogsRequest) []*auditv1.AuditLog {
 	t.Helper()
 	resp, err := s.audit().ListAuditLogs(ctx, r)
@@ -56,8 +68,10 @@ func listAudit(t *testing.T, s *service, ctx context.Context, r *auditv1.ListAud
 	return resp.GetAuditLogs()
 }
 
-// The task, orchestration and quota topics reach the audit log, tasks with
-// the caller's address; tenants see their own entries, operators all; the
+// The task, orchestration, pipeline, quota and admin topics reach the
+// audit log, tasks and admin changes with the caller's address; tenants
+// see their own entries (an operator key's creation is no tenant's),
+// operators all; the
 // replay of each runner equals the live rows; retention through the
 // service archives and deletes.
 func TestAuditLogFromEveryTopic(t *testing.T) {
@@ -105,7 +119,13 @@ func TestAuditLogFromEveryTopic(t *testing.T) {
 	}
 	e.produce([]*kgo.Record{{Topic: consumers.PipelineTopic, Key: []byte("job-1"), Value: b,
 		Headers: []kgo.RecordHeader{{Key: projection.EventIDHeader, Value: []byte("j-ev-1")}}}})
-	eventually(t, "nine audit entries", func() bool { return len(listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{})) == 9 })
+	e.produce([]*kgo.Record{
+		adminRecord(t, "api-key/key_1", "acme", "a-ev-1", now, &adminv1.AdminEvent{Event: &adminv1.AdminEvent_ApiKeyCreated{
+			ApiKeyCreated: &adminv1.ApiKeyCreated{KeyId: "key_1", Name: "ci", Prefix: "abcd1234"}}}),
+		adminRecord(t, "admin-key/adm_2", "", "a-ev-2", now, &adminv1.AdminEvent{Event: &adminv1.AdminEvent_AdminKeyCreated{
+			AdminKeyCreated: &adminv1.AdminKeyCreated{KeyId: "adm_2", Name: "ops", Prefix: "zz"}}}),
+	})
+	eventually(t, "eleven audit entries", func() bool { return len(listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{})) == 11 })
 
 	acme := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{})
 	var actions []string
@@ -113,7 +133,7 @@ func TestAuditLogFromEveryTopic(t *testing.T) {
 		actions = append(actions, a.GetAction())
 	}
 	slices.Sort(actions)
-	if !slices.Equal(actions, []string{"job.created", "quota.produced", "quota.unsubscribed", "task.cancelled", "task.created",
+	if !slices.Equal(actions, []string{"api_key.created", "job.created", "quota.produced", "quota.unsubscribed", "task.cancelled", "task.created",
 		"task_group.created", "task_group.repeat_reset"}) {
 		t.Errorf("acme's actions = %v", actions)
 	}
@@ -133,6 +153,14 @@ func TestAuditLogFromEveryTopic(t *testing.T) {
 	if tpl := listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{Action: "template.deleted"}); len(tpl) != 1 ||
 		tpl[0].GetResourceId() != "echo" || tpl[0].GetTenantId() != "globex" {
 		t.Errorf("template.deleted = %v", tpl)
+	}
+	if k := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{Resource: "api_key", Action: "created"}); len(k) != 1 ||
+		k[0].GetResourceId() != "key_1" || k[0].GetUserId() != "adm_op" || k[0].GetIp() != "203.0.113.50" ||
+		k[0].GetDetails() != `{"name":"ci","prefix":"abcd1234","rpm_limit":0,"tpm_limit":0}` {
+		t.Errorf("api_key.created = %v", k)
+	}
+	if k := listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{Action: "admin_key.created"}); len(k) != 1 || k[0].GetTenantId() != "" {
+		t.Errorf("admin_key.created = %v", k)
 	}
 	if tpl := listAudit(t, s, tenantKey("acme"), &auditv1.ListAuditLogsRequest{Resource: "template"}); len(tpl) != 0 {
 		t.Errorf("acme sees globex's template entries: %v", tpl)
@@ -159,8 +187,8 @@ func TestAuditLogFromEveryTopic(t *testing.T) {
 	if err != nil || deleted != 1 || len(keys) != 1 {
 		t.Fatalf("expire = %v, %d, %v", keys, deleted, err)
 	}
-	if rest := listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{}); len(rest) != 8 {
-		t.Errorf("%d entries after the retention, want 8", len(rest))
+	if rest := listAudit(t, s, operator, &auditv1.ListAuditLogsRequest{}); len(rest) != 10 {
+		t.Errorf("%d entries after the retention, want 10", len(rest))
 	}
 	rep, err := projection.Replay(context.Background(), e.pool, consumers.ReplaySpecs(e.broker.Config())[0])
 	if err != nil || !rep.Equal() {

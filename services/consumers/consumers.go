@@ -12,8 +12,8 @@
 //   - the audit projection, one batching runner per topic
 //     (platform/projection: audit_tasks on the task topic,
 //     audit_orchestration on the orchestration topic, audit_pipeline on
-//     the pipeline topic, audit_quota on the quota topic), and the audit
-//     retention;
+//     the pipeline topic, audit_quota on the quota topic, audit_admin on
+//     the admin topic), and the audit retention;
 //   - the usage and webhook consumers, Watermill Router handlers
 //     (platform/consumer), offsets and writes in one transaction;
 //   - the webhook dispatcher, which sends due deliveries.
@@ -35,6 +35,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
@@ -73,6 +74,7 @@ var (
 	QuotaTopic         = kafka.EnvelopeTopic(&quotav1.QuotaEvent{})
 	OrchestrationTopic = kafka.EnvelopeTopic(&taskv1.OrchestrationEvent{})
 	PipelineTopic      = kafka.EnvelopeTopic(&pipelinev1.JobEvent{})
+	AdminTopic         = kafka.EnvelopeTopic(&adminv1.AdminEvent{})
 )
 
 // Names of the consumers: their offsets, locks and dead letters.
@@ -81,6 +83,7 @@ const (
 	AuditQuota         = "audit_quota"
 	AuditOrchestration = "audit_orchestration"
 	AuditPipeline      = "audit_pipeline"
+	AuditAdmin         = "audit_admin"
 	Usage              = "usage"
 	Webhooks           = "webhooks"
 	WebhookAlerts      = "webhook_alerts"
@@ -150,7 +153,9 @@ type Config struct {
 	// PipelineTopic carries the conversion pipeline's job events (default
 	// PipelineTopic).
 	PipelineTopic string
-	Partitions    int32 // when creating topics (default 16)
+	// AdminTopic carries the gateway's admin events (default AdminTopic).
+	AdminTopic string
+	Partitions int32 // when creating topics (default 16)
 	// Objects keeps the audit archives; nil deletes expired entries
 	// without an archive.
 	Objects  objectstore.Store
@@ -173,9 +178,9 @@ type Service struct {
 	hooks *hookapp.App
 	log   *slog.Logger
 
-	auditTasks, auditQuota, auditOrchestration, auditPipeline *projection.Runner
-	usageConsumer                                             *consumer.Consumer
-	hookConsumer, alertConsumer                               *consumer.Consumer
+	auditTasks, auditQuota, auditOrchestration, auditPipeline, auditAdmin *projection.Runner
+	usageConsumer                                                         *consumer.Consumer
+	hookConsumer, alertConsumer                                           *consumer.Consumer
 }
 
 // New builds the service; Run starts its background work.
@@ -227,6 +232,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.PipelineTopic == "" {
 		cfg.PipelineTopic = PipelineTopic
 	}
+	if cfg.AdminTopic == "" {
+		cfg.AdminTopic = AdminTopic
+	}
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 16
 	}
@@ -269,6 +277,7 @@ func (s *Service) build() {
 	s.auditQuota = runner(AuditQuota, cfg.QuotaTopic, auditpg.QuotaTopic)
 	s.auditOrchestration = runner(AuditOrchestration, cfg.OrchestrationTopic, auditpg.OrchestrationTopic)
 	s.auditPipeline = runner(AuditPipeline, cfg.PipelineTopic, auditpg.PipelineTopic)
+	s.auditAdmin = runner(AuditAdmin, cfg.AdminTopic, auditpg.AdminTopic)
 	after := func(name string, also func()) func([]*kgo.Record) {
 		return func(recs []*kgo.Record) {
 			if also != nil {
@@ -306,6 +315,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { return s.auditQuota.Run(ctx) })
 	g.Go(func() error { return s.auditOrchestration.Run(ctx) })
 	g.Go(func() error { return s.auditPipeline.Run(ctx) })
+	g.Go(func() error { return s.auditAdmin.Run(ctx) })
 	g.Go(func() error { return s.usageConsumer.Run(ctx) })
 	g.Go(func() error { return s.hookConsumer.Run(ctx) })
 	g.Go(func() error { return s.alertConsumer.Run(ctx) })
@@ -368,28 +378,35 @@ func (s *Service) ExpireAudit(ctx context.Context) ([]string, int, error) {
 // each rebuilds its tables from offset 0 and compares them with the live
 // ones (the webhook schedule is the dispatcher's state, so it is replayed
 // into a scratch table and not compared; the audit rows of each topic are
-// compared apart, as two runners write the one table).
+// compared apart, as several runners write the one table: each replay's
+// Where takes exactly the resources its topic writes, so no replay
+// touches another source's rows).
 func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
 	return append([]projection.ReplaySpec{
 		{Name: AuditTasks, Topic: TaskTopic, Tables: []string{"audit_logs"}, Kafka: k,
-			Where: map[string]string{"audit_logs": "resource = 'task'"},
+			Where: map[string]string{"audit_logs": auditpg.TaskTopic.Rows()},
 			NewHandler: func(m map[string]string) projection.Handler {
 				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.TaskTopic}
 			}},
 		{Name: AuditOrchestration, Topic: OrchestrationTopic, Tables: []string{"audit_logs"}, Kafka: k,
-			Where: map[string]string{"audit_logs": "resource IN ('task_group', 'template')"},
+			Where: map[string]string{"audit_logs": auditpg.OrchestrationTopic.Rows()},
 			NewHandler: func(m map[string]string) projection.Handler {
 				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.OrchestrationTopic}
 			}},
 		{Name: AuditPipeline, Topic: PipelineTopic, Tables: []string{"audit_logs"}, Kafka: k,
-			Where: map[string]string{"audit_logs": "resource = 'job'"},
+			Where: map[string]string{"audit_logs": auditpg.PipelineTopic.Rows()},
 			NewHandler: func(m map[string]string) projection.Handler {
 				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.PipelineTopic}
 			}},
 		{Name: AuditQuota, Topic: QuotaTopic, Tables: []string{"audit_logs"}, Kafka: k,
-			Where: map[string]string{"audit_logs": "resource NOT IN ('task', 'task_group', 'template', 'job')"},
+			Where: map[string]string{"audit_logs": auditpg.QuotaTopic.Rows()},
 			NewHandler: func(m map[string]string) projection.Handler {
 				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.QuotaTopic}
+			}},
+		{Name: AuditAdmin, Topic: AdminTopic, Tables: []string{"audit_logs"}, Kafka: k,
+			Where: map[string]string{"audit_logs": auditpg.AdminTopic.Rows()},
+			NewHandler: func(m map[string]string) projection.Handler {
+				return auditpg.Projection{Table: m["audit_logs"], Topic: auditpg.AdminTopic}
 			}},
 		{Name: Usage, Topic: TaskTopic, Tables: []string{"usage_tasks", "usage_records"}, Kafka: k,
 			NewHandler: func(m map[string]string) projection.Handler {

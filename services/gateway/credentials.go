@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
 )
@@ -21,7 +22,7 @@ import (
 //	BootstrapAdminKey(ctx, name) (AdminKey, secret, created, error)        // "tmo_…", only if none is usable
 //	CreateAdminKey(ctx, name, expiresAt) (AdminKey, secret, error)
 //	CreateAPIKey(ctx, tenantID, name, expiresAt) (APIKey, secret, error)   // secret "tm_<prefix>_<secret>"
-//	RevokeAPIKey(ctx, tenantID, keyID) error
+//	RevokeAPIKey(ctx, tenantID, keyID, Actor) error                       // every change is an admin event (docs/events.md)
 //	ListAPIKeys(ctx, tenantID) ([]APIKey, error)                           // never secrets or hashes
 //	RegisterAgent(ctx, AgentSpec, Actor) (AgentToken, secret, error)       // "tma_…"; audited
 //	CreateAgentToken(ctx, agentID, tenantID, allowedCIDRs, expiresAt) (AgentToken, secret, error) // RegisterAgent by the gateway
@@ -101,7 +102,9 @@ func NewCredentials(db *pgxpool.Pool, now func() time.Time) *Credentials {
 	return credentials.New(db, now, nil)
 }
 
-// Migrations returns the gateway schema (tenants, api_keys, agent_tokens).
-func Migrations() pg.MigrationSet {
-	return credentials.Migrations()
+// Migrations returns the gateway schema (tenants, api_keys, agent_tokens,
+// and the events table the admin events are appended to, the outbox of
+// the admin topic).
+func Migrations() []pg.MigrationSet {
+	return []pg.MigrationSet{eventstore.Migrations(), credentials.Migrations()}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/closer"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/otel"
+	"github.com/taskmesh/taskmesh/platform/outbox"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/live"
@@ -113,6 +114,9 @@ type Config struct {
 	// Metrics, if set, is served at /metrics on the HTTP port without
 	// authentication (platform/metrics; docs/operations.md).
 	Metrics http.Handler
+	// Events configures the publication of the admin events (see
+	// EventsConfig).
+	Events EventsConfig
 }
 
 // RateLimits configures the per-key and per-tenant limits of requests per
@@ -172,6 +176,8 @@ const (
 type Gateway struct {
 	log       *slog.Logger
 	creds     *credentials.Store
+	db        *pgxpool.Pool
+	relay     *outbox.Relay // nil without Config.Events.Kafka
 	throttle  *throttle.Throttle
 	upstream  *grpc.ClientConn
 	quota     *grpc.ClientConn // nil without Config.QuotaTarget
@@ -220,7 +226,8 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, err
 	}
-	g.creds = credentials.New(db, cfg.Now, log)
+	g.db, g.creds = db, credentials.New(db, cfg.Now, log)
+	g.relay = cfg.Events.relay(g)
 	limiter, err := g.limiter(rl, cfg.Now)
 	if err != nil {
 		return nil, err
@@ -300,7 +307,7 @@ func (g *Gateway) database(ctx context.Context, cfg Config) (*pgxpool.Pool, erro
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		g.owned.PushFunc(pool.Close)
-		if err := pg.Migrate(ctx, pool, Schema, Migrations()); err != nil {
+		if err := pg.Migrate(ctx, pool, Schema, Migrations()...); err != nil {
 			return nil, fmt.Errorf("gateway: migrate: %w", err)
 		}
 		db = pool
@@ -583,6 +590,9 @@ func (g *Gateway) run(ctx context.Context) error {
 	defer stopServing()
 	defer stopLive()
 	group.Go(func() error { return wrap("live task tail", g.live.Run(liveCtx)) })
+	if g.relay != nil {
+		group.Go(func() error { return wrap("admin event relay", g.relay.Run(serveCtx)) })
+	}
 	group.Go(func() error {
 		return wrap("http server", serveHTTP(serveCtx, g.httpSrv, g.httpLis, shutdownTimeout))
 	})

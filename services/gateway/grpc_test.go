@@ -19,6 +19,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/schedulertest"
 )
 
@@ -208,7 +209,7 @@ func TestGRPCAuthRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.creds.RevokeAPIKey(context.Background(), "acme", revoked.ID); err != nil {
+	if err := e.creds.RevokeAPIKey(context.Background(), "acme", revoked.ID, gateway.SystemActor); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {

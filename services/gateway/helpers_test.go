@@ -29,7 +29,7 @@ const (
 
 func TestMain(m *testing.M) {
 	pgtest.Main(m, pgtest.WithMigrations(func(ctx context.Context, pool *pgxpool.Pool) error {
-		return pg.Migrate(ctx, pool, schema, gateway.Migrations())
+		return pg.Migrate(ctx, pool, schema, gateway.Migrations()...)
 	}))
 }
 

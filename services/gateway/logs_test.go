@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/gateway"
 )
 
 // TestSecretsNeverLogged drives every path that logs — successes, each
@@ -25,7 +26,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	secrets = append(secrets, revokedSecret)
-	if err := e.creds.RevokeAPIKey(ctx, "acme", revoked.ID); err != nil {
+	if err := e.creds.RevokeAPIKey(ctx, "acme", revoked.ID, gateway.SystemActor); err != nil {
 		t.Fatal(err)
 	}
 	roaming, roamingSecret, err := e.creds.CreateAgentToken(ctx, "agent-roam", "acme", nil, nil)

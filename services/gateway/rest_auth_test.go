@@ -9,6 +9,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway"
 )
 
 func TestRESTAuthentication(t *testing.T) {
@@ -18,7 +19,7 @@ func TestRESTAuthentication(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.creds.RevokeAPIKey(ctx, "acme", revoked.ID); err != nil {
+	if err := e.creds.RevokeAPIKey(ctx, "acme", revoked.ID, gateway.SystemActor); err != nil {
 		t.Fatal(err)
 	}
 	expiry := e.clock.Now().Add(time.Minute)

@@ -21,6 +21,13 @@ func TestGroupWebhookReachesItsTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// GetTaskGroup shows the group's own endpoint (never a secret: a
+	// webhook has none of its own).
+	got, err := e.groups().GetTaskGroup(ctx, &taskv1.GetTaskGroupRequest{Id: created.GetGroup().GetId()})
+	if err != nil || got.GetGroup().GetWebhook().GetUrl() != "https://hooks.example.com/group" ||
+		created.GetGroup().GetWebhook().GetUrl() != "https://hooks.example.com/group" {
+		t.Errorf("the group's webhook: get %v, %v; create %v", got.GetGroup().GetWebhook(), err, created.GetGroup().GetWebhook())
+	}
 	want := map[string]string{"a": "https://hooks.example.com/group", "b": "https://hooks.example.com/own"}
 	for _, m := range created.GetGroup().GetTasks() {
 		got, err := e.tasks().GetTask(ctx, &taskv1.GetTaskRequest{Id: m.GetTaskId()})
@@ -32,6 +39,11 @@ func TestGroupWebhookReachesItsTasks(t *testing.T) {
 		Repeat: &taskv1.RepeatPolicy{Count: 2, Template: &taskv1.TaskSpec{Name: "run", Command: "true"}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	plain, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Name: "plain", Mode: "serial",
+		Tasks: []*taskv1.TaskGroupTask{{Id: "a", Name: "a", Command: "true"}}})
+	if err != nil || plain.GetGroup().Webhook != nil {
+		t.Errorf("a group without a webhook shows %v (%v)", plain.GetGroup().GetWebhook(), err)
 	}
 	runs := 0
 	for _, m := range rep.GetGroup().GetTasks() {

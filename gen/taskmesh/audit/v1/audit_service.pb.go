@@ -32,7 +32,9 @@ type AuditLog struct {
 	Timestamp *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
 	// resource.verb, e.g. task.created, task.completed, quota.produced.
 	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
-	// task, quota, tenant, cluster_queue, cohort or local_queue.
+	// What changed: task, task_group, template, job, tenant, cluster,
+	// quota, cluster_queue, cohort, local_queue, tenant_account, api_key,
+	// admin_key or agent (docs/api/audit.md).
 	Resource   string `protobuf:"bytes,4,opt,name=resource,proto3" json:"resource,omitempty"`
 	ResourceId string `protobuf:"bytes,5,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
 	// Who caused it: an API key id, an agent ("agent:<id>"), an operator key,
@@ -153,7 +155,7 @@ func (x *AuditLog) GetTenantId() string {
 
 type ListAuditLogsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// task, quota, tenant, cluster_queue, cohort, local_queue; empty: all.
+	// One of the resources of AuditLog.resource; empty: all.
 	Resource string `protobuf:"bytes,1,opt,name=resource,proto3" json:"resource,omitempty"`
 	// Either the full action (task.created) or, with resource, its verb
 	// (created); empty: all.

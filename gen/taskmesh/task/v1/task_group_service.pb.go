@@ -55,6 +55,10 @@ type TaskGroup struct {
 	Error string `protobuf:"bytes,14,opt,name=error,proto3" json:"error,omitempty"`
 	// The number of events recorded for the group.
 	Version int64 `protobuf:"varint,15,opt,name=version,proto3" json:"version,omitempty"`
+	// The group's own endpoint, notified when the group ends and by every
+	// member without one of its own (docs/api/webhooks.md); unset: the
+	// tenant's default endpoint. Never carries a secret.
+	Webhook *Webhook `protobuf:"bytes,16,opt,name=webhook,proto3" json:"webhook,omitempty"`
 	// Who created the group (the API key's subject).
 	CreatedBy     string `protobuf:"bytes,60,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -194,6 +198,13 @@ func (x *TaskGroup) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *TaskGroup) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
 }
 
 func (x *TaskGroup) GetCreatedBy() string {
@@ -1780,7 +1791,7 @@ var File_taskmesh_task_v1_task_group_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\n" +
-	")taskmesh/task/v1/task_group_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xf7\x04\n" +
+	")taskmesh/task/v1/task_group_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xac\x05\n" +
 	"\tTaskGroup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1800,7 +1811,8 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\fmax_parallel\x18\f \x01(\x05R\vmaxParallel\x126\n" +
 	"\x06repeat\x18\r \x01(\v2\x1e.taskmesh.task.v1.RepeatStatusR\x06repeat\x12\x14\n" +
 	"\x05error\x18\x0e \x01(\tR\x05error\x12\x18\n" +
-	"\aversion\x18\x0f \x01(\x03R\aversion\x12\x1d\n" +
+	"\aversion\x18\x0f \x01(\x03R\aversion\x123\n" +
+	"\awebhook\x18\x10 \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x12\x1d\n" +
 	"\n" +
 	"created_by\x18< \x01(\tR\tcreatedBy\"\xf1\x01\n" +
 	"\x0fTaskGroupCounts\x12\x18\n" +
@@ -2026,8 +2038,8 @@ var file_taskmesh_task_v1_task_group_service_proto_goTypes = []any{
 	nil,                                  // 24: taskmesh.task.v1.TaskGroupTask.VariablesEntry
 	nil,                                  // 25: taskmesh.task.v1.RepeatPolicy.VariablesEntry
 	(*timestamppb.Timestamp)(nil),        // 26: google.protobuf.Timestamp
-	(*Distribution)(nil),                 // 27: taskmesh.task.v1.Distribution
-	(*Webhook)(nil),                      // 28: taskmesh.task.v1.Webhook
+	(*Webhook)(nil),                      // 27: taskmesh.task.v1.Webhook
+	(*Distribution)(nil),                 // 28: taskmesh.task.v1.Distribution
 	(*TaskSpec)(nil),                     // 29: taskmesh.task.v1.TaskSpec
 	(*structpb.Value)(nil),               // 30: google.protobuf.Value
 }
@@ -2039,50 +2051,51 @@ var file_taskmesh_task_v1_task_group_service_proto_depIdxs = []int32{
 	26, // 4: taskmesh.task.v1.TaskGroup.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: taskmesh.task.v1.TaskGroup.counts:type_name -> taskmesh.task.v1.TaskGroupCounts
 	5,  // 6: taskmesh.task.v1.TaskGroup.repeat:type_name -> taskmesh.task.v1.RepeatStatus
-	26, // 7: taskmesh.task.v1.TaskGroupMember.started_at:type_name -> google.protobuf.Timestamp
-	26, // 8: taskmesh.task.v1.TaskGroupMember.ended_at:type_name -> google.protobuf.Timestamp
-	22, // 9: taskmesh.task.v1.TaskGroupTask.env:type_name -> taskmesh.task.v1.TaskGroupTask.EnvEntry
-	27, // 10: taskmesh.task.v1.TaskGroupTask.distribution:type_name -> taskmesh.task.v1.Distribution
-	23, // 11: taskmesh.task.v1.TaskGroupTask.resources:type_name -> taskmesh.task.v1.TaskGroupTask.ResourcesEntry
-	24, // 12: taskmesh.task.v1.TaskGroupTask.variables:type_name -> taskmesh.task.v1.TaskGroupTask.VariablesEntry
-	28, // 13: taskmesh.task.v1.TaskGroupTask.webhook:type_name -> taskmesh.task.v1.Webhook
-	29, // 14: taskmesh.task.v1.RepeatPolicy.template:type_name -> taskmesh.task.v1.TaskSpec
-	25, // 15: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
-	26, // 16: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
-	26, // 17: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
-	3,  // 18: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
-	4,  // 19: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
-	28, // 20: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
-	0,  // 21: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 22: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 23: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 24: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 25: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 26: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 27: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	30, // 28: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
-	30, // 29: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
-	6,  // 30: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
-	8,  // 31: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
-	10, // 32: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
-	12, // 33: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
-	14, // 34: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
-	16, // 35: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
-	18, // 36: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
-	20, // 37: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
-	7,  // 38: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
-	9,  // 39: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
-	11, // 40: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
-	13, // 41: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
-	15, // 42: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
-	17, // 43: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
-	19, // 44: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
-	21, // 45: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
-	38, // [38:46] is the sub-list for method output_type
-	30, // [30:38] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	27, // 7: taskmesh.task.v1.TaskGroup.webhook:type_name -> taskmesh.task.v1.Webhook
+	26, // 8: taskmesh.task.v1.TaskGroupMember.started_at:type_name -> google.protobuf.Timestamp
+	26, // 9: taskmesh.task.v1.TaskGroupMember.ended_at:type_name -> google.protobuf.Timestamp
+	22, // 10: taskmesh.task.v1.TaskGroupTask.env:type_name -> taskmesh.task.v1.TaskGroupTask.EnvEntry
+	28, // 11: taskmesh.task.v1.TaskGroupTask.distribution:type_name -> taskmesh.task.v1.Distribution
+	23, // 12: taskmesh.task.v1.TaskGroupTask.resources:type_name -> taskmesh.task.v1.TaskGroupTask.ResourcesEntry
+	24, // 13: taskmesh.task.v1.TaskGroupTask.variables:type_name -> taskmesh.task.v1.TaskGroupTask.VariablesEntry
+	27, // 14: taskmesh.task.v1.TaskGroupTask.webhook:type_name -> taskmesh.task.v1.Webhook
+	29, // 15: taskmesh.task.v1.RepeatPolicy.template:type_name -> taskmesh.task.v1.TaskSpec
+	25, // 16: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
+	26, // 17: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
+	26, // 18: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
+	3,  // 19: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
+	4,  // 20: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
+	27, // 21: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
+	0,  // 22: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 23: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 24: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 25: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 26: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 27: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 28: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	30, // 29: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
+	30, // 30: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
+	6,  // 31: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
+	8,  // 32: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
+	10, // 33: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
+	12, // 34: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
+	14, // 35: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
+	16, // 36: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
+	18, // 37: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
+	20, // 38: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
+	7,  // 39: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
+	9,  // 40: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
+	11, // 41: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
+	13, // 42: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
+	15, // 43: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
+	17, // 44: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
+	19, // 45: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
+	21, // 46: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
+	39, // [39:47] is the sub-list for method output_type
+	31, // [31:39] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_group_service_proto_init() }

@@ -2,11 +2,13 @@ package credentials
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
@@ -99,20 +101,48 @@ func (s *Store) insertAdminKey(ctx context.Context, tx pgx.Tx, name string, expi
 			return AdminKey{}, "", fmt.Errorf("create admin key: %w", err)
 		}
 		k.Prefix = prefix
+		// Operator keys are issued by the gateway itself (start-up,
+		// taskmesh dev): no tenant, no client.
+		if err := s.record(ctx, tx, change{aggType: AggregateAdminKey, id: k.ID, by: System,
+			event: &adminv1.AdminEvent{Event: &adminv1.AdminEvent_AdminKeyCreated{AdminKeyCreated: &adminv1.AdminKeyCreated{
+				KeyId: k.ID, Name: k.Name, Prefix: k.Prefix, ExpiresAt: timestamp(k.ExpiresAt)}}}}); err != nil {
+			return AdminKey{}, "", fmt.Errorf("create admin key: %w", err)
+		}
 		return k, bearer, nil
 	}
 	return AdminKey{}, "", fmt.Errorf("create admin key: no free prefix after %d attempts", prefixAttempts)
 }
 
 // RevokeAdminKey revokes an operator key; it stops working at once.
-// Revoking it again keeps the first revocation time. Errors: ErrNotFound.
+// Revoking it again keeps the first revocation time and records nothing
+// new. Errors: ErrNotFound.
 func (s *Store) RevokeAdminKey(ctx context.Context, keyID string) error {
-	tag, err := s.db.Exec(ctx, `UPDATE admin_keys SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1`, keyID, s.now())
+	err := pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var prefix string
+		err := tx.QueryRow(ctx, `UPDATE admin_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING prefix`,
+			keyID, s.now()).Scan(&prefix)
+		if errNoRows(err) {
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM admin_keys WHERE id = $1)`, keyID).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				return fmt.Errorf("revoke admin key %s: %w", keyID, ErrNotFound)
+			}
+			return nil // revoked before
+		}
+		if err != nil {
+			return err
+		}
+		return s.record(ctx, tx, change{aggType: AggregateAdminKey, id: keyID, by: System,
+			event: &adminv1.AdminEvent{Event: &adminv1.AdminEvent_AdminKeyRevoked{AdminKeyRevoked: &adminv1.AdminKeyRevoked{
+				KeyId: keyID, Prefix: prefix}}}})
+	})
+	if errors.Is(err, ErrNotFound) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("revoke admin key %s: %w", keyID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("revoke admin key %s: %w", keyID, ErrNotFound)
 	}
 	s.log.Info("admin key revoked", "key_id", keyID)
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
@@ -108,7 +109,9 @@ func (s *Store) rotateAgentToken(ctx context.Context, tokenID string, expiresAt 
 				return err
 			}
 			return s.recordAgentEvent(ctx, tx, AgentEvent{Action: ActionTokenRotated, AgentID: t.AgentID, Actor: by.ID, IP: by.IP,
-				Details: map[string]string{"token_id": t.ID, "prefix": t.Prefix}})
+				Details: map[string]string{"token_id": t.ID, "prefix": t.Prefix}},
+				&adminv1.AdminEvent{Event: &adminv1.AdminEvent_AgentTokenRotated{AgentTokenRotated: &adminv1.AgentTokenRotated{
+					TokenId: t.ID, Prefix: t.Prefix, ExpiresAt: timestamp(t.ExpiresAt)}}})
 		})
 		if pg.IsUniqueViolation(err, "agent_tokens_prefix_key") {
 			continue
@@ -156,7 +159,9 @@ func (s *Store) revokeAgentToken(ctx context.Context, tokenID, reason string, by
 		}
 		d := map[string]string{"token_id": t.ID, "reason": reason}
 		maps.Copy(d, details)
-		return s.recordAgentEvent(ctx, tx, AgentEvent{Action: ActionRevoked, AgentID: t.AgentID, Actor: by.ID, IP: by.IP, Details: d})
+		return s.recordAgentEvent(ctx, tx, AgentEvent{Action: ActionRevoked, AgentID: t.AgentID, Actor: by.ID, IP: by.IP, Details: d},
+			&adminv1.AdminEvent{Event: &adminv1.AdminEvent_AgentRevoked{AgentRevoked: &adminv1.AgentRevoked{
+				TokenId: t.ID, Reason: reason, BoundIp: details["bound_ip"], UsedFrom: details["remote_ip"]}}})
 	})
 	if errNoRows(err) {
 		// Already revoked (keep the first revocation), or unknown.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
 // Actions of an agent's audit trail.
@@ -88,7 +91,9 @@ func (s *Store) RegisterAgent(ctx context.Context, spec AgentSpec, by Actor) (Ag
 		if len(cidrs) > 0 {
 			d["allowed_cidrs"] = fmt.Sprint(cidrStrings(cidrs))
 		}
-		return s.recordAgentEvent(ctx, tx, AgentEvent{Action: ActionRegistered, AgentID: tok.AgentID, Actor: by.ID, IP: by.IP, Details: d})
+		return s.recordAgentEvent(ctx, tx, AgentEvent{Action: ActionRegistered, AgentID: tok.AgentID, Actor: by.ID, IP: by.IP, Details: d},
+			&adminv1.AdminEvent{Event: &adminv1.AdminEvent_AgentRegistered{AgentRegistered: &adminv1.AgentRegistered{
+				TokenId: tok.ID, Prefix: tok.Prefix, AllowedCidrs: cidrStrings(cidrs), ExpiresAt: timestamp(tok.ExpiresAt)}}})
 	})
 	if err != nil {
 		return AgentToken{}, "", err
@@ -180,19 +185,28 @@ func (s *Store) RevokeAgent(ctx context.Context, agentID, reason string, by Acto
 	return t, nil
 }
 
-// RecordAgentEvent adds e to the agent's audit trail (changes the gateway
-// makes elsewhere, such as a drain).
+// RecordAgentEvent adds e to the agent's audit trail and the admin events
+// (changes the gateway makes elsewhere: ActionDrained and
+// ActionUndrained, with the "running_tasks" detail). Errors: ErrInvalid
+// for another action.
 func (s *Store) RecordAgentEvent(ctx context.Context, e AgentEvent) error {
-	return s.recordAgentEvent(ctx, s.db, e)
+	running, _ := strconv.Atoi(e.Details["running_tasks"])
+	var ev *adminv1.AdminEvent
+	switch e.Action {
+	case ActionDrained:
+		ev = &adminv1.AdminEvent{Event: &adminv1.AdminEvent_AgentDrained{AgentDrained: &adminv1.AgentDrained{RunningTasks: int32(running)}}}
+	case ActionUndrained:
+		ev = &adminv1.AdminEvent{Event: &adminv1.AdminEvent_AgentUndrained{AgentUndrained: &adminv1.AgentUndrained{RunningTasks: int32(running)}}}
+	default:
+		return fmt.Errorf("record %s of agent %s: %w: not an action recorded from outside the store", e.Action, e.AgentID, ErrInvalid)
+	}
+	return pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error { return s.recordAgentEvent(ctx, tx, e, ev) })
 }
 
-// execer is a pool or a transaction.
-type execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// recordAgentEvent inserts e (its id and time filled in when empty).
-func (s *Store) recordAgentEvent(ctx context.Context, db execer, e AgentEvent) error {
+// recordAgentEvent inserts e (its id and time filled in when empty) into
+// the agent's trail and appends ev, its admin event, in tx. The admin
+// event belongs to the tenant of the agent's current token.
+func (s *Store) recordAgentEvent(ctx context.Context, tx pgx.Tx, e AgentEvent, ev *adminv1.AdminEvent) error {
 	if e.ID == "" {
 		e.ID = newID("aev_")
 	}
@@ -206,11 +220,17 @@ func (s *Store) recordAgentEvent(ctx context.Context, db execer, e AgentEvent) e
 	if err != nil {
 		return fmt.Errorf("agent event details: %w", err)
 	}
-	if _, err := db.Exec(ctx, `INSERT INTO agent_events (id, at, action, agent_id, actor, ip, details) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+	if _, err := tx.Exec(ctx, `INSERT INTO agent_events (id, at, action, agent_id, actor, ip, details) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 		e.ID, pgTime(e.At), e.Action, e.AgentID, e.Actor, e.IP, string(details)); err != nil {
 		return fmt.Errorf("record %s of agent %s: %w", e.Action, e.AgentID, err)
 	}
-	return nil
+	var tenant string
+	err = tx.QueryRow(ctx, `SELECT coalesce(a.tenant_id, '') FROM agent_tokens a WHERE a.agent_id = $1
+		ORDER BY a.revoked_at IS NULL DESC, a.created_at DESC, a.id DESC LIMIT 1`, e.AgentID).Scan(&tenant)
+	if err != nil && !errNoRows(err) {
+		return fmt.Errorf("record %s of agent %s: %w", e.Action, e.AgentID, err)
+	}
+	return s.record(ctx, tx, change{aggType: AggregateAgent, id: e.AgentID, tenant: tenant, by: Actor{ID: e.Actor, IP: e.IP}, event: ev})
 }
 
 // AgentEvents returns the agent's audit trail, newest first, at most limit

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
@@ -22,6 +23,8 @@ type APIKeySpec struct {
 	ExpiresAt *time.Time
 	// Limits are the key's own; zero fields leave only the tenant's.
 	Limits Limits
+	// By is who issues it, for the audit log (System when zero).
+	By Actor
 }
 
 // CreateAPIKey issues an API key without limits of its own; see AddAPIKey.
@@ -57,18 +60,30 @@ func (s *Store) AddAPIKey(ctx context.Context, spec APIKeySpec) (APIKey, string,
 		// INSERT … SELECT: no row is inserted when the tenant does not
 		// exist, which tells "no such tenant" apart without parsing a
 		// foreign-key violation.
-		tag, err := s.db.Exec(ctx, `
-			INSERT INTO api_keys (id, tenant_id, name, prefix, secret_hash, created_at, expires_at, rpm_limit, tpm_limit)
-			SELECT $1, id, $3, $4, $5, $6, $7, $8, $9 FROM tenants WHERE id = $2`,
-			k.ID, k.TenantID, k.Name, prefix, hash, k.CreatedAt, k.ExpiresAt, k.Limits.RPM, k.Limits.TPM)
+		err := pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `
+				INSERT INTO api_keys (id, tenant_id, name, prefix, secret_hash, created_at, expires_at, rpm_limit, tpm_limit)
+				SELECT $1, id, $3, $4, $5, $6, $7, $8, $9 FROM tenants WHERE id = $2`,
+				k.ID, k.TenantID, k.Name, prefix, hash, k.CreatedAt, k.ExpiresAt, k.Limits.RPM, k.Limits.TPM)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("create api key: tenant %q: %w", tenantID, ErrNotFound)
+			}
+			return s.record(ctx, tx, change{aggType: AggregateAPIKey, id: k.ID, tenant: k.TenantID, by: spec.By,
+				event: &adminv1.AdminEvent{Event: &adminv1.AdminEvent_ApiKeyCreated{ApiKeyCreated: &adminv1.ApiKeyCreated{
+					KeyId: k.ID, Name: k.Name, Prefix: prefix, RpmLimit: int32(k.Limits.RPM), TpmLimit: int32(k.Limits.TPM),
+					ExpiresAt: timestamp(k.ExpiresAt)}}}})
+		})
 		if pg.IsUniqueViolation(err, "api_keys_prefix_key") {
 			continue
 		}
+		if errors.Is(err, ErrNotFound) {
+			return APIKey{}, "", err
+		}
 		if err != nil {
 			return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w", tenantID, err)
-		}
-		if tag.RowsAffected() == 0 {
-			return APIKey{}, "", fmt.Errorf("create api key: tenant %q: %w", tenantID, ErrNotFound)
 		}
 		k.Prefix = prefix
 		return k, bearer, nil
@@ -76,20 +91,41 @@ func (s *Store) AddAPIKey(ctx context.Context, spec APIKeySpec) (APIKey, string,
 	return APIKey{}, "", fmt.Errorf("create api key for tenant %q: no free prefix after %d attempts", tenantID, prefixAttempts)
 }
 
-// RevokeAPIKey revokes one of the tenant's keys; it stops working at once
-// on this gateway and within KeyCacheTTL on the others.
-// Revoking a revoked key succeeds and keeps the first revocation time.
-// Errors: ErrNotFound (no such key for this tenant).
-func (s *Store) RevokeAPIKey(ctx context.Context, tenantID, keyID string) error {
-	tag, err := s.db.Exec(ctx, `
-		UPDATE api_keys SET revoked_at = coalesce(revoked_at, $3)
-		WHERE id = $1 AND tenant_id = $2`, keyID, tenantID, s.now())
+// RevokeAPIKey revokes one of the tenant's keys on behalf of by; it stops
+// working at once on this gateway and within KeyCacheTTL on the others.
+// Revoking a revoked key succeeds, keeps the first revocation time and
+// records nothing new. Errors: ErrNotFound (no such key for this tenant).
+func (s *Store) RevokeAPIKey(ctx context.Context, tenantID, keyID string, by Actor) error {
+	err := pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var prefix string
+		err := tx.QueryRow(ctx, `
+			UPDATE api_keys SET revoked_at = $3
+			WHERE id = $1 AND tenant_id = $2 AND revoked_at IS NULL
+			RETURNING prefix`, keyID, tenantID, s.now()).Scan(&prefix)
+		if errNoRows(err) {
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = $1 AND tenant_id = $2)`,
+				keyID, tenantID).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				return fmt.Errorf("revoke api key %s of tenant %q: %w", keyID, tenantID, ErrNotFound)
+			}
+			return nil // revoked before
+		}
+		if err != nil {
+			return err
+		}
+		return s.record(ctx, tx, change{aggType: AggregateAPIKey, id: keyID, tenant: tenantID, by: by,
+			event: &adminv1.AdminEvent{Event: &adminv1.AdminEvent_ApiKeyRevoked{ApiKeyRevoked: &adminv1.ApiKeyRevoked{
+				KeyId: keyID, Prefix: prefix}}}})
+	})
 	s.keys.forget() // whether or not it committed: the cache may only shrink
+	if errors.Is(err, ErrNotFound) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("revoke api key %s: %w", keyID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("revoke api key %s of tenant %q: %w", keyID, tenantID, ErrNotFound)
 	}
 	return nil
 }

@@ -60,13 +60,13 @@ func TestAPIKeyLifecycle(t *testing.T) {
 	}
 
 	// Revoking is per tenant, immediate and idempotent.
-	if err := f.store.RevokeAPIKey(ctx, "globex", key.ID); !errors.Is(err, ErrNotFound) {
+	if err := f.store.RevokeAPIKey(ctx, "globex", key.ID, System); !errors.Is(err, ErrNotFound) {
 		t.Errorf("RevokeAPIKey by another tenant: %v, want ErrNotFound", err)
 	}
-	if err := f.store.RevokeAPIKey(ctx, "acme", key.ID); err != nil {
+	if err := f.store.RevokeAPIKey(ctx, "acme", key.ID, System); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.store.RevokeAPIKey(ctx, "acme", key.ID); err != nil {
+	if err := f.store.RevokeAPIKey(ctx, "acme", key.ID, System); err != nil {
 		t.Errorf("second revoke: %v", err)
 	}
 	assertAuthError(t, f, secret, "203.0.113.9", ErrUnauthenticated, "api key revoked")
@@ -218,7 +218,7 @@ func TestAPIKeyLimitsAndLastUse(t *testing.T) {
 	}
 	// A refused secret is not a use.
 	f.clock.Advance(time.Hour)
-	if err := f.store.RevokeAPIKey(ctx, "acme", key.ID); err != nil {
+	if err := f.store.RevokeAPIKey(ctx, "acme", key.ID, System); err != nil {
 		t.Fatal(err)
 	}
 	assertAuthError(t, f, secret, "192.0.2.1", ErrUnauthenticated, "api key revoked")

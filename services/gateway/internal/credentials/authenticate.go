@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 )
 
@@ -264,7 +265,9 @@ func (s *Store) moveAgentAddress(ctx context.Context, tok AgentToken, bound, ip 
 		}
 		moved = true
 		return s.recordAgentEvent(ctx, tx, AgentEvent{Action: ActionAddressChanged, AgentID: tok.AgentID, Actor: System.ID, IP: ip.String(),
-			Details: map[string]string{"token_id": tok.ID, "from": bound.String(), "to": ip.String()}})
+			Details: map[string]string{"token_id": tok.ID, "from": bound.String(), "to": ip.String()}},
+			&adminv1.AdminEvent{Event: &adminv1.AdminEvent_AgentAddressChanged{AgentAddressChanged: &adminv1.AgentAddressChanged{
+				TokenId: tok.ID, From: bound.String(), To: ip.String()}}})
 	})
 	if err != nil {
 		return fmt.Errorf("move agent token %s to %s: %w", tok.ID, ip, err)

@@ -18,6 +18,14 @@
 // address means the secret has leaked. Rotation issues a new secret, stops
 // the old one and lets the new one bind afresh.
 //
+// Every change — a tenant created or updated, an API key or operator key
+// issued or revoked, an agent registered, rotated, revoked, moved,
+// drained or undrained — appends one AdminEvent to the events table of
+// the same schema, in the transaction of the change (events.go): the
+// gateway's outbox, published to the admin topic and turned into audit
+// log entries (docs/events.md#admin-events). Events name keys and tokens
+// by id and prefix, never by secret or hash.
+//
 // Errors: Authenticate returns an *AuthError wrapping ErrUnauthenticated or
 // ErrForbidden; management methods return ErrInvalid, ErrNotFound, ErrExists
 // or ErrRevoked (wrapped, test with errors.Is); anything else is a database

@@ -52,7 +52,7 @@ func TestAuthenticatedKeysAreCachedBriefly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.store.RevokeAPIKey(ctx, "acme", keys[len(keys)-1].ID); err != nil {
+	if err := f.store.RevokeAPIKey(ctx, "acme", keys[len(keys)-1].ID, System); err != nil {
 		t.Fatal(err)
 	}
 	assertAuthError(t, f, secret2, "192.0.2.1", ErrUnauthenticated, "api key revoked")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 )
@@ -18,7 +19,7 @@ const schema = "gateway"
 
 func TestMain(m *testing.M) {
 	pgtest.Main(m, pgtest.WithMigrations(func(ctx context.Context, pool *pgxpool.Pool) error {
-		return pg.Migrate(ctx, pool, schema, Migrations())
+		return pg.Migrate(ctx, pool, schema, eventstore.Migrations(), Migrations())
 	}))
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
@@ -21,6 +22,8 @@ const tenantColumns = `id, name, tier, rpm_limit, tpm_limit, created_at, updated
 type TenantSpec struct {
 	ID, Name, Tier string
 	Limits         Limits
+	// By is who creates it, for the audit log (System when zero).
+	By Actor
 }
 
 // CreateTenant creates a tenant without limits of its own (its tier's
@@ -42,10 +45,17 @@ func (s *Store) AddTenant(ctx context.Context, spec TenantSpec) (Tenant, error) 
 	}
 	now := pgTime(s.now())
 	t := Tenant{ID: spec.ID, Name: spec.Name, Tier: spec.Tier, Limits: spec.Limits, CreatedAt: now, UpdatedAt: now}
-	_, err := s.db.Exec(ctx, `
-		INSERT INTO tenants (id, name, tier, rpm_limit, tpm_limit, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $6)`,
-		t.ID, t.Name, t.Tier, t.Limits.RPM, t.Limits.TPM, t.CreatedAt)
+	err := pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO tenants (id, name, tier, rpm_limit, tpm_limit, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $6)`,
+			t.ID, t.Name, t.Tier, t.Limits.RPM, t.Limits.TPM, t.CreatedAt); err != nil {
+			return err
+		}
+		return s.record(ctx, tx, change{aggType: AggregateTenant, id: t.ID, tenant: t.ID, by: spec.By,
+			event: &adminv1.AdminEvent{Event: &adminv1.AdminEvent_TenantCreated{TenantCreated: &adminv1.TenantCreated{
+				Name: t.Name, Tier: t.Tier, RpmLimit: int32(t.Limits.RPM), TpmLimit: int32(t.Limits.TPM)}}}})
+	})
 	if pg.IsUniqueViolation(err, "tenants_pkey") {
 		return Tenant{}, fmt.Errorf("create tenant %q: %w", spec.ID, ErrExists)
 	}
@@ -111,6 +121,8 @@ type TenantUpdate struct {
 	// RPM and TPM set the tenant's own limits; 0 returns to the tier's
 	// default.
 	RPM, TPM *int
+	// By is who makes the change, for the audit log (System when zero).
+	By Actor
 }
 
 // UpdateTenant changes the given fields and returns the tenant. Errors:
@@ -142,11 +154,23 @@ func (s *Store) UpdateTenant(ctx context.Context, id string, u TenantUpdate) (Te
 	}
 	// Each column is set from the request or kept (coalesce), so two
 	// updates of different fields racing each other both take effect.
-	t, err := scanTenant(s.db.QueryRow(ctx, `
-		UPDATE tenants SET name = coalesce($2, name), tier = coalesce($3, tier),
-			rpm_limit = coalesce($4, rpm_limit), tpm_limit = coalesce($5, tpm_limit), updated_at = $6
-		WHERE id = $1
-		RETURNING `+tenantColumns, id, u.Name, u.Tier, u.RPM, u.TPM, pgTime(s.now())))
+	var t Tenant
+	err = pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		var err error
+		t, err = scanTenant(tx.QueryRow(ctx, `
+			UPDATE tenants SET name = coalesce($2, name), tier = coalesce($3, tier),
+				rpm_limit = coalesce($4, rpm_limit), tpm_limit = coalesce($5, tpm_limit), updated_at = $6
+			WHERE id = $1
+			RETURNING `+tenantColumns, id, u.Name, u.Tier, u.RPM, u.TPM, pgTime(s.now())))
+		if err != nil {
+			return err
+		}
+		// The event holds the tenant as the update left it (the row
+		// lock orders racing updates, and so their events).
+		return s.record(ctx, tx, change{aggType: AggregateTenant, id: t.ID, tenant: t.ID, by: u.By,
+			event: &adminv1.AdminEvent{Event: &adminv1.AdminEvent_TenantUpdated{TenantUpdated: &adminv1.TenantUpdated{
+				Name: t.Name, Tier: t.Tier, RpmLimit: int32(t.Limits.RPM), TpmLimit: int32(t.Limits.TPM)}}}})
+	})
 	s.keys.forget() // cached keys carry the tenant's tier
 	if errNoRows(err) {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", id, ErrNotFound)

@@ -67,14 +67,15 @@ func (g *gatewayFlags) add(cmd *cobra.Command) {
 }
 
 // config is the gateway's process configuration. Live task streams tail
-// the task topic; without brokers they answer 503.
+// the task topic; without brokers they answer 503 (and the admin events
+// wait in the gateway's events table).
 func (g *gatewayFlags) config(p *process) (gateway.Config, error) {
 	live := g.live
 	live.Kafka = p.kafka
 	cfg := gateway.Config{HTTPAddr: g.httpAddr, GRPCAddr: g.grpcAddr, SchedulerTarget: g.target, QuotaTarget: g.quotaTarget,
 		ConsumersTarget: g.consumersTarget,
 		InternalToken:   p.internalToken, DatabaseURL: g.databaseURL, AdminKeyFile: g.adminKeyFile, Logger: p.log, Live: live,
-		MaxUploadBytes: g.maxUpload, NoConsole: g.noConsole}
+		MaxUploadBytes: g.maxUpload, NoConsole: g.noConsole, Events: gateway.EventsConfig{Kafka: p.kafka}}
 	if !p.metricsOwnPort {
 		cfg.Metrics = p.metrics // else --metrics-addr keeps it off the public port
 	}

@@ -67,7 +67,7 @@ func TestSchedulerKilledMidDAGResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gwPool.Close()
-	if err := pg.Migrate(ctx, gwPool, gateway.Schema, gateway.Migrations()); err != nil {
+	if err := pg.Migrate(ctx, gwPool, gateway.Schema, gateway.Migrations()...); err != nil {
 		t.Fatal(err)
 	}
 	gw, err := gateway.New(ctx, gateway.Config{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", SchedulerTarget: schedAddr,

@@ -20,6 +20,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/consumers"
+	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
 )
@@ -57,7 +58,8 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // A mixed workload — tasks that complete, fail (for good or retried), are
-// cancelled, carry a webhook or a NUL in their name — runs on the whole
+// cancelled, carry a webhook or a NUL in their name; admin changes to
+// tenants, API keys and agents — runs on the whole
 // stack; then kcat, an independent client, reads every event the
 // scheduler recorded, and `taskmesh replay` finds every projection (task
 // views, admission workloads, audit log, usage, webhook deliveries) equal
@@ -158,6 +160,53 @@ func TestReplayFindsNoDifferenceAfterAMixedWorkload(t *testing.T) {
 		return len(l) == 1 && len(gl) == 1
 	})
 	waitUntil(t, "the notifications", func() bool { return int(notified.Load()) >= len(ids) })
+	// Admin changes: a tenant, its key (revoked), an agent (drained,
+	// revoked); each is an entry of the admin topic's projection.
+	raw, err := os.ReadFile(s.AdminKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := strings.TrimSpace(string(raw))
+	for _, c := range []struct {
+		method, path string
+		body         map[string]any
+	}{
+		{"POST", "/api/v1/admin/tenants", map[string]any{"tenant_id": "acme", "name": "Acme", "tier": "standard"}},
+		{"PATCH", "/api/v1/admin/tenants/acme", map[string]any{"tier": "premium"}},
+		{"POST", "/api/v1/admin/agents", map[string]any{"agent_id": "gpu-9", "tenant_id": "acme"}},
+		{"POST", "/api/v1/admin/agents/gpu-9/drain", map[string]any{}},
+		{"POST", "/api/v1/admin/agents/gpu-9/revoke", map[string]any{"reason": "retired"}},
+	} {
+		if code, body := call(t, s, c.method, c.path, op, c.body); code != 200 {
+			t.Fatalf("%s %s = %d %v", c.method, c.path, code, body)
+		}
+	}
+	code, body := call(t, s, "POST", "/api/v1/admin/tenants/acme/api-keys", op, map[string]any{"name": "ci"})
+	if code != 200 {
+		t.Fatalf("create key = %d %v", code, body)
+	}
+	keyID := body["api_key"].(map[string]any)["id"].(string)
+	if code, body := call(t, s, "POST", "/api/v1/admin/tenants/acme/api-keys/"+keyID+"/revoke", op, map[string]any{}); code != 200 {
+		t.Fatalf("revoke key = %d %v", code, body)
+	}
+	gw, err := pg.Open(ctx, pg.Config{URL: s.Postgres, Schema: gateway.Schema, MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Close()
+	var adminEvents int
+	if err := gw.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&adminEvents); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "every admin change in the audit log", func() bool {
+		n := 0
+		for _, r := range []string{"tenant_account", "api_key", "admin_key", "agent"} {
+			_, b := call(t, s, "GET", "/api/v1/audit-logs?page_size=1000&resource="+r, op, nil)
+			l, _ := b["audit_logs"].([]any)
+			n += len(l)
+		}
+		return n == adminEvents
+	})
 	waitUntil(t, "the quota topic in the audit log", func() bool {
 		_, b := call(t, s, "GET", "/api/v1/audit-logs?resource=tenant", key, nil)
 		l, _ := b["audit_logs"].([]any)
@@ -217,7 +266,8 @@ func TestReplayFindsNoDifferenceAfterAMixedWorkload(t *testing.T) {
 		t.Errorf("the GPU task left no workload:\n%s", out.String())
 	}
 	t.Log(out.String())
-	for _, name := range []string{"task_read_models", "admission_workloads", "audit_tasks", "audit_orchestration", "audit_pipeline", "audit_quota", "usage",
+	for _, name := range []string{"task_read_models", "admission_workloads", "audit_tasks", "audit_orchestration", "audit_pipeline", "audit_quota",
+		"audit_admin", "usage",
 		"webhooks", "webhook_alerts", "all projections equal their replay"} {
 		if !strings.Contains(out.String(), name) {
 			t.Errorf("the replay does not mention %s:\n%s", name, out.String())

@@ -126,7 +126,7 @@ func gatewayRun(ctx context.Context, env *env, o GatewayOptions, run int) (*gate
 		return nil, err
 	}
 	defer gpool.Close()
-	if err := pg.Migrate(ctx, gpool, "gateway", gateway.Migrations()); err != nil {
+	if err := pg.Migrate(ctx, gpool, "gateway", gateway.Migrations()...); err != nil {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)

@@ -32,7 +32,7 @@ func spawning(ctx context.Context, env *env, o TasksOptions, run int) (float64, 
 		return 0, err
 	}
 	defer gpool.Close()
-	if err := pg.Migrate(ctx, gpool, "gateway", gateway.Migrations()); err != nil {
+	if err := pg.Migrate(ctx, gpool, "gateway", gateway.Migrations()...); err != nil {
 		return 0, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)

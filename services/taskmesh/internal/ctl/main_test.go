@@ -24,6 +24,6 @@ func TestMain(m *testing.M) {
 		if err := pg.Migrate(ctx, pool, quota.Schema, quota.Migrations()...); err != nil {
 			return err
 		}
-		return pg.Migrate(ctx, pool, gatewaySchema, gateway.Migrations())
+		return pg.Migrate(ctx, pool, gatewaySchema, gateway.Migrations()...)
 	}))
 }

@@ -81,7 +81,7 @@ func newLiveWorld(t *testing.T) *liveWorld {
 	go func() { defer close(done); _ = svc.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); srv.Stop(); <-done })
 
-	w.gwPool = open("gateway", gateway.Migrations())
+	w.gwPool = open("gateway", gateway.Migrations()...)
 	var agentGW *gateway.Gateway
 	agentGW, _ = w.runGateway()
 	w.agentURL = "http://" + agentGW.HTTPAddr()

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,7 +100,9 @@ type Options struct {
 	// the stack fills in its database, Kafka, object store, webhook key and
 	// logger.
 	Consumers consumers.Config
-	Logger    *slog.Logger
+	// TrustedProxies are the gateway's (Config.TrustedProxies).
+	TrustedProxies []netip.Prefix
+	Logger         *slog.Logger
 }
 
 // Stack is a running Taskmesh.
@@ -439,6 +442,7 @@ func (s *Stack) startGateway(ctx context.Context, schedAddr string, objects *obj
 		SchedulerLocal: s.schedulerLocal, QuotaTarget: s.QuotaAddr, ConsumersTarget: s.ConsumersAddr, InternalToken: s.InternalToken, DatabaseURL: s.Postgres,
 		Objects: objects.Handler(),
 		Logger:  s.opts.Logger, RateLimits: s.opts.RateLimits, Live: gateway.LiveConfig{Kafka: s.kafkaConfig()},
+		Events: gateway.EventsConfig{Kafka: s.kafkaConfig()}, TrustedProxies: s.opts.TrustedProxies,
 		Metrics: s.opts.Metrics})
 	if err != nil {
 		return err

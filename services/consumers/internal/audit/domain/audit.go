@@ -30,7 +30,8 @@ type Entry struct {
 
 // Resources are the kinds of things audited; an action is one of these, a
 // dot and a verb.
-var Resources = []string{"task", "task_group", "template", "job", "tenant", "cluster", "quota", "cluster_queue", "cohort", "local_queue"}
+var Resources = []string{"task", "task_group", "template", "job", "tenant", "cluster", "quota", "cluster_queue", "cohort", "local_queue",
+	"tenant_account", "api_key", "admin_key", "agent"}
 
 func knownResource(r string) bool {
 	for _, k := range Resources {

@@ -140,7 +140,7 @@ func Handles(e Event) bool {
 func (s *State) create(e Created, at time.Time) {
 	d := e.Def
 	s.Group = Group{ID: e.ID, TenantID: e.TenantID, CreatedBy: e.CreatedBy, RequestID: e.RequestID, Name: d.Name,
-		Mode: d.Mode, Status: StatusPending, MaxParallel: d.MaxParallel, Total: len(d.Members),
+		Mode: d.Mode, Status: StatusPending, MaxParallel: d.MaxParallel, Webhook: d.Webhook, Total: len(d.Members),
 		Counts: map[task.Status]int{}, Version: s.Group.Version, CreatedAt: at, UpdatedAt: at}
 	if len(d.Members) > 0 {
 		s.Group.Counts[task.StatusPending] = len(d.Members)

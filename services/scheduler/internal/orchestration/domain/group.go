@@ -48,6 +48,9 @@ type Group struct {
 	// MaxParallel bounds the open members of a parallel group (0: none).
 	MaxParallel int     `json:"max_parallel,omitempty"`
 	Repeat      *Repeat `json:"repeat,omitempty"`
+	// Webhook is the group's own endpoint ("" the tenant's default), shown
+	// by GetTaskGroup; the consumers read it from TaskGroupCreated.
+	Webhook string `json:"webhook,omitempty"`
 	// Total is the number of members (a repeat: run attempts released).
 	Total  int                 `json:"total"`
 	Counts map[task.Status]int `json:"counts"`

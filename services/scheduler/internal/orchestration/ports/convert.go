@@ -118,6 +118,9 @@ func groupToProto(g orch.Group, members []orch.Member) *taskv1.TaskGroup {
 			CircuitOpen: r.CircuitOpen, NextRunAt: taskproto.ToTimestamp(g.NextWake()), ResetBy: r.ResetBy,
 			ResetReason: r.ResetReason, ResetAt: taskproto.ToTimestamp(r.ResetAt)}
 	}
+	if g.Webhook != "" {
+		p.Webhook = &taskv1.Webhook{Url: g.Webhook}
+	}
 	for _, m := range members {
 		p.Tasks = append(p.Tasks, &taskv1.TaskGroupMember{Id: m.Key, TaskId: m.TaskID, Name: m.Name, Status: string(m.Status),
 			DependsOn: m.DependsOn, Run: int32(m.Run), Attempt: int32(m.Attempt), StartedAt: taskproto.ToTimestamp(m.StartedAt),

@@ -1,5 +1,6 @@
-// Package events turns the events of the task, orchestration, pipeline and
-// quota topics into audit log entries: the convert step of the audit projections.
+// Package events turns the events of the task, orchestration, pipeline,
+// quota and admin topics into audit log entries: the convert step of the
+// audit projections.
 //
 // What is audited is one table per topic, keyed by the name of the event's
 // case in its envelope's oneof (TaskEvent.submitted, QuotaEvent.quota_produced,
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -151,6 +153,27 @@ var pipelineRules = map[string]rule{
 	"failed":          {action: "job.failed", resource: "job", details: d("step", "reason", "task_id")},
 }
 
+// adminRules audit the admin topic: the gateway's tenants (resource
+// tenant_account, apart from the quota topic's tenant: the gateway's
+// tenant is the account with its tier and rate limits, the quota
+// service's the holder of quotas), API keys, operator keys and agents.
+// Details name keys and tokens by id and non-secret prefix; the events
+// carry no secret to begin with.
+var adminRules = map[string]rule{
+	"tenant_created":        {action: "tenant_account.created", resource: "tenant_account", details: d("name", "tier", "rpm_limit", "tpm_limit")},
+	"tenant_updated":        {action: "tenant_account.updated", resource: "tenant_account", details: d("name", "tier", "rpm_limit", "tpm_limit")},
+	"api_key_created":       {action: "api_key.created", resource: "api_key", details: d("name", "prefix", "rpm_limit", "tpm_limit")},
+	"api_key_revoked":       {action: "api_key.revoked", resource: "api_key", details: d("prefix")},
+	"admin_key_created":     {action: "admin_key.created", resource: "admin_key", details: d("name", "prefix")},
+	"admin_key_revoked":     {action: "admin_key.revoked", resource: "admin_key", details: d("prefix")},
+	"agent_registered":      {action: "agent.registered", resource: "agent", details: d("token_id", "prefix", "allowed_cidrs")},
+	"agent_token_rotated":   {action: "agent.token_rotated", resource: "agent", details: d("token_id", "prefix")},
+	"agent_revoked":         {action: "agent.revoked", resource: "agent", details: d("token_id", "reason", "bound_ip", "used_from")},
+	"agent_address_changed": {action: "agent.address_changed", resource: "agent", details: d("token_id", "from", "to")},
+	"agent_drained":         {action: "agent.drained", resource: "agent", details: d("running_tasks")},
+	"agent_undrained":       {action: "agent.undrained", resource: "agent", details: d("running_tasks")},
+}
+
 // envelope is what every topic's envelope has.
 type envelope interface {
 	proto.Message
@@ -208,6 +231,21 @@ func PipelineEntry(ev *pipelinev1.JobEvent) (e domain.Entry, ok bool, err error)
 	return e, ok, err
 }
 
+// AdminEntry converts an admin event; ok is false for one not audited. The
+// resource id is the aggregate id without its kind ("api-key/key_1" →
+// "key_1"), the address the one the gateway saw.
+func AdminEntry(ev *adminv1.AdminEvent) (e domain.Entry, ok bool, err error) {
+	e, ok, err = entry(ev, adminRules)
+	if ok {
+		agg := ev.GetAggregateId()
+		if _, id, cut := strings.Cut(agg, "/"); cut {
+			agg = id
+		}
+		e.ResourceID, e.IP = pg.CleanText(agg), pg.CleanText(ev.GetActorIp())
+	}
+	return e, ok, err
+}
+
 func entry(ev envelope, rules map[string]rule) (domain.Entry, bool, error) {
 	m := ev.ProtoReflect()
 	fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("event"))
@@ -248,12 +286,21 @@ func entry(ev envelope, rules map[string]rule) (domain.Entry, bool, error) {
 }
 
 // field reads a scalar field by its path ("spec.name"): strings cleaned,
-// enums by name, numbers and booleans as they are; ok is false for a
-// missing message on the way or a field that is not a scalar.
+// enums by name, numbers and booleans as they are, a list of strings as
+// a list; ok is false for a missing message on the way or a field that is
+// none of these.
 func field(m protoreflect.Message, path string) (any, bool) {
 	parts := strings.Split(path, ".")
 	for i, name := range parts {
 		fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
+		if fd != nil && fd.IsList() && fd.Kind() == protoreflect.StringKind && i == len(parts)-1 {
+			list := m.Get(fd).List()
+			out := make([]string, list.Len())
+			for j := range out {
+				out[j] = pg.CleanText(list.Get(j).String())
+			}
+			return out, true
+		}
 		if fd == nil || fd.IsList() || fd.IsMap() {
 			return nil, false
 		}
@@ -294,7 +341,7 @@ func field(m protoreflect.Message, path string) (any, bool) {
 // Actions lists every action the tables can write, sorted.
 func Actions() []string {
 	var out []string
-	for _, table := range []map[string]rule{taskRules, orchestrationRules, pipelineRules, quotaRules} {
+	for _, table := range []map[string]rule{taskRules, orchestrationRules, pipelineRules, quotaRules, adminRules} {
 		for _, r := range table {
 			if r.action != "" {
 				out = append(out, r.action)
@@ -307,9 +354,22 @@ func Actions() []string {
 
 // Resources lists every resource the tables write.
 func Resources() []string {
+	return resources(taskRules, orchestrationRules, pipelineRules, quotaRules, adminRules)
+}
+
+// Resources the table of each topic writes: a replay of one topic's audit
+// rows compares exactly these (no two topics share a resource, a test
+// checks).
+func TaskResources() []string          { return resources(taskRules) }
+func OrchestrationResources() []string { return resources(orchestrationRules) }
+func PipelineResources() []string      { return resources(pipelineRules) }
+func QuotaResources() []string         { return resources(quotaRules) }
+func AdminResources() []string         { return resources(adminRules) }
+
+func resources(tables ...map[string]rule) []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, table := range []map[string]rule{taskRules, orchestrationRules, pipelineRules, quotaRules} {
+	for _, table := range tables {
 		for _, r := range table {
 			if r.resource != "" && !seen[r.resource] {
 				seen[r.resource] = true

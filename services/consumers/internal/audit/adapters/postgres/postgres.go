@@ -1,6 +1,6 @@
 // Package postgres keeps the audit log in Postgres: the projection handlers
-// that write audit_logs from the task, orchestration, pipeline and quota
-// topics (convert with
+// that write audit_logs from the task, orchestration, pipeline, quota and
+// admin topics (convert with
 // package events, store guarded by the event id), the listing query, and
 // the retention's archive-then-delete transaction.
 package postgres
@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -38,7 +39,35 @@ const (
 	// PipelineTopic records are pipelinev1.JobEvent envelopes (the
 	// conversion pipeline's jobs).
 	PipelineTopic
+	// AdminTopic records are adminv1.AdminEvent envelopes (the gateway's
+	// tenants, keys and agents).
+	AdminTopic
 )
+
+// Resources are the resources t's entries have, and only its.
+func (t Topic) Resources() []string {
+	switch t {
+	case QuotaTopic:
+		return events.QuotaResources()
+	case OrchestrationTopic:
+		return events.OrchestrationResources()
+	case PipelineTopic:
+		return events.PipelineResources()
+	case AdminTopic:
+		return events.AdminResources()
+	}
+	return events.TaskResources()
+}
+
+// Rows is an SQL condition on audit_logs that holds for t's entries and
+// no other topic's: what a replay of t compares.
+func (t Topic) Rows() string {
+	quoted := make([]string, 0, len(t.Resources()))
+	for _, r := range t.Resources() {
+		quoted = append(quoted, "'"+strings.ReplaceAll(r, "'", "''")+"'")
+	}
+	return "resource IN (" + strings.Join(quoted, ", ") + ")"
+}
 
 // Projection is the projection.Handler that writes a topic's events to
 // Table (audit_logs, or a replay's copy).
@@ -84,6 +113,12 @@ func (p Projection) convert(rec *kgo.Record) (domain.Entry, bool, error) {
 			return domain.Entry{}, false, fmt.Errorf("decode: %w", err)
 		}
 		return events.PipelineEntry(&ev)
+	case AdminTopic:
+		var ev adminv1.AdminEvent
+		if err := proto.Unmarshal(rec.Value, &ev); err != nil {
+			return domain.Entry{}, false, fmt.Errorf("decode: %w", err)
+		}
+		return events.AdminEntry(&ev)
 	}
 	var ev taskv1.TaskEvent
 	if err := proto.Unmarshal(rec.Value, &ev); err != nil {
