@@ -130,7 +130,10 @@ func TestWebhooksDeliverRetryAndDie(t *testing.T) {
 	rcv := newReceiver(t)
 	var applied atomic.Int64 // task-topic records the webhook consumer committed
 	s := e.start(consumers.Config{Webhooks: consumers.WebhookConfig{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		Backoff: consumers.Backoff{Base: 100 * time.Millisecond, Max: time.Second, MaxAge: 2 * time.Second}},
+		// MaxAge leaves room for several pauses on a loaded machine: the
+		// deadline runs from the event, so a late consumer and slow attempts
+		// eat into it, and the test needs at least four attempts.
+		Backoff: consumers.Backoff{Base: 100 * time.Millisecond, Max: time.Second, MaxAge: 5 * time.Second}},
 		AfterCommit: func(name string, recs []*kgo.Record) {
 			if name == consumers.Webhooks {
 				applied.Add(int64(len(recs)))
