@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,12 +24,13 @@ type benchmark struct {
 
 func benchCommand() *cobra.Command {
 	return newBenchCommand([]benchmark{eventsBenchmark(), tasksBenchmark(), gatewayBenchmark(), admissionBenchmark(), pipelineBenchmark(),
-		dagBenchmark(), consumersBenchmark(), slurmBenchmark()})
+		dagBenchmark(), consumersBenchmark(), slurmBenchmark()}, spawnBenchmark())
 }
 
 // newBenchCommand is `taskmesh bench` with a subcommand per benchmark and
-// `all`, which runs them in turn.
-func newBenchCommand(benchmarks []benchmark) *cobra.Command {
+// `all`, which runs them in turn. alone are subcommands `all` leaves out:
+// a figure another benchmark already takes, measured by itself.
+func newBenchCommand(benchmarks []benchmark, alone ...benchmark) *cobra.Command {
 	var common bench.Common
 	var cpuProfile string
 	cmd := &cobra.Command{
@@ -56,7 +58,7 @@ func newBenchCommand(benchmarks []benchmark) *cobra.Command {
 	pf.StringVar(&common.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
 	pf.IntVar(&common.Runs, "runs", 3, "repetitions: every figure is the median of the runs, printed with its spread")
 	pf.BoolVar(&common.PGStats, "pg-stats", false, "load pg_stat_statements and print the statements that took most server time (tasks, admission)")
-	for _, b := range benchmarks {
+	for _, b := range append(slices.Clip(benchmarks), alone...) {
 		sub := &cobra.Command{Use: b.name, Short: b.short, RunE: func(cmd *cobra.Command, _ []string) error {
 			common.Out = cmd.OutOrStdout()
 			return b.run(cmd.Context(), common)
@@ -129,6 +131,21 @@ func tasksBenchmark() benchmark {
 		run: func(ctx context.Context, c bench.Common) error {
 			o.Common = c
 			_, err := bench.Tasks(ctx, o)
+			return err
+		}}
+}
+
+// spawnBenchmark is the process spawning figure of `bench tasks` by itself.
+func spawnBenchmark() benchmark {
+	var o bench.TasksOptions
+	f := pflag.NewFlagSet("spawn", pflag.ContinueOnError)
+	f.IntVar(&o.SpawnTasks, "spawn-tasks", 1000, "/bin/true tasks run through a real executor")
+	f.IntVar(&o.SpawnSlots, "spawn-slots", 8, "slots of that executor")
+	return benchmark{name: "spawn", flags: f,
+		short: "Process spawning alone (the last figure of bench tasks): /bin/true tasks through a real executor agent",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.Spawn(ctx, o)
 			return err
 		}}
 }
