@@ -70,6 +70,9 @@ check-console: ## Fail when the console's dist/ differs from what `make console`
 
 .PHONY: bench
 bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print medians of the runs.
+	# Before anything starts: every program the benchmarks run, or the
+	# apt-get command that installs what is missing.
+	$(BIN)/taskmesh bench check
 	$(BIN)/taskmesh bench all $(BENCHFLAGS)
 	# In-process costs: the rate limiter's decision (mean and p99) and the
 	# admission core's scheduling, BENCHRUNS runs each, printed as medians.

@@ -60,13 +60,16 @@ func newBenchCommand(benchmarks []benchmark, alone ...benchmark) *cobra.Command 
 	pf.BoolVar(&common.PGStats, "pg-stats", false, "load pg_stat_statements and print the statements that took most server time (tasks, admission)")
 	for _, b := range append(slices.Clip(benchmarks), alone...) {
 		sub := &cobra.Command{Use: b.name, Short: b.short, RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bench.CheckPrerequisites([]string{b.name}, bench.Installed); err != nil {
+				return err
+			}
 			common.Out = cmd.OutOrStdout()
 			return b.run(cmd.Context(), common)
 		}}
 		sub.Flags().AddFlagSet(b.flags)
 		cmd.AddCommand(sub)
 	}
-	cmd.AddCommand(benchAllCommand(&common, benchmarks), &cobra.Command{
+	cmd.AddCommand(benchAllCommand(&common, benchmarks), benchCheckCommand(benchmarks), &cobra.Command{
 		Use:   "medians",
 		Short: "Read `go test -bench … -count N` output on stdin; print each benchmark's metrics as medians of its runs",
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -79,6 +82,9 @@ func newBenchCommand(benchmarks []benchmark, alone ...benchmark) *cobra.Command 
 // benchAllCommand runs every benchmark in turn with all their flags.
 func benchAllCommand(common *bench.Common, benchmarks []benchmark) *cobra.Command {
 	all := &cobra.Command{Use: "all", Short: "Run every benchmark", RunE: func(cmd *cobra.Command, _ []string) error {
+		if err := bench.CheckPrerequisites(names(benchmarks), bench.Installed); err != nil {
+			return err
+		}
 		common.Out = cmd.OutOrStdout()
 		for i, b := range benchmarks {
 			if i > 0 {
@@ -94,6 +100,28 @@ func benchAllCommand(common *bench.Common, benchmarks []benchmark) *cobra.Comman
 		all.Flags().AddFlagSet(b.flags)
 	}
 	return all
+}
+
+// benchCheckCommand says, before anything starts, which programs `make
+// bench` needs that this machine lacks, and the apt-get command that
+// installs them; it succeeds when none is missing.
+func benchCheckCommand(benchmarks []benchmark) *cobra.Command {
+	return &cobra.Command{Use: "check", Short: "Check that every program the benchmarks run is installed; print the apt-get command for what is missing",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bench.CheckPrerequisites(append(names(benchmarks), bench.GoBenchmarks), bench.Installed); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "every program the benchmarks run is installed")
+			return nil
+		}}
+}
+
+func names(benchmarks []benchmark) []string {
+	out := make([]string, 0, len(benchmarks))
+	for _, b := range benchmarks {
+		out = append(out, b.name)
+	}
+	return out
 }
 
 func eventsBenchmark() benchmark {
