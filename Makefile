@@ -45,7 +45,8 @@ build: ## Build the taskmesh binary and the executor's per-task shim (taskmesh-s
 image: ## Build the container image without Docker: OCI layout bin/image/taskmesh and docker-load tarball bin/image/taskmesh.tar.
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMG) go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" \
 	  -o $(BIN)/linux/taskmesh ./services/taskmesh/cmd/taskmesh
-	go run ./services/taskmesh/cmd/taskmesh-image -binary $(BIN)/linux/taskmesh -version $(VERSION) -arch $(GOARCH_IMG) \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMG) go build -trimpath -ldflags "-s -w" -o $(BIN)/linux/taskmesh-shim ./services/executor/cmd/taskmesh-shim
+	go run ./services/taskmesh/cmd/taskmesh-image -binary $(BIN)/linux/taskmesh -shim $(BIN)/linux/taskmesh-shim -version $(VERSION) -arch $(GOARCH_IMG) \
 	  -tags $(IMAGE):$(VERSION),$(IMAGE):latest -layout $(BIN)/image/taskmesh -tarball $(BIN)/image/taskmesh.tar
 
 .PHONY: test
