@@ -120,16 +120,16 @@ func (a *Agent) takeFreeSlots(held int) int {
 // are short, the agent claims up to Slots tasks beyond its free slots;
 // they wait in order for the next free slot. A task claimed ahead is held
 // from other agents while it waits, so the agent claims ahead only while
-// the processes it ran recently took less than aheadBelow on average: a
+// the processes it ran recently took less than AheadBelow on average: a
 // task then waits about that long, and as soon as tasks run longer the
 // agent claims only for free slots again
 // (docs/decisions/0077-claim-ahead-and-start-alongside.md).
-const aheadBelow = 500 * time.Millisecond
+const DefaultAheadBelow = 500 * time.Millisecond
 
 // aheadRoom is how many tasks may be claimed beyond the free slots now.
 func (a *Agent) aheadRoom() int {
 	avg := time.Duration(a.runTime.Load())
-	if avg <= 0 || avg >= aheadBelow {
+	if avg <= 0 || avg >= a.cfg.AheadBelow {
 		return 0
 	}
 	return max(a.cfg.Slots-int(a.queued.Load()), 0)
@@ -146,7 +146,7 @@ func (a *Agent) ranFor(d time.Duration) {
 			next = old + (int64(d)-old)/int64(a.cfg.Slots+1)
 		}
 		if a.runTime.CompareAndSwap(old, next) {
-			if (old <= 0 || time.Duration(old) >= aheadBelow) && time.Duration(next) < aheadBelow {
+			if (old <= 0 || time.Duration(old) >= a.cfg.AheadBelow) && time.Duration(next) < a.cfg.AheadBelow {
 				wake(a.aheadWake)
 			}
 			return

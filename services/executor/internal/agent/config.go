@@ -132,6 +132,10 @@ type Config struct {
 	RPCTimeout time.Duration
 	// NoopConcurrency bounds noop tasks in flight (default 16 × Slots).
 	NoopConcurrency int
+	// AheadBelow: the agent claims tasks ahead of its free slots while
+	// its recent processes ran shorter than this on average (default
+	// DefaultAheadBelow; claim.go).
+	AheadBelow time.Duration
 	// VideoRealtime renders videos no faster than playback, so progress
 	// moves visibly (demonstrations and tests).
 	VideoRealtime bool
@@ -217,6 +221,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if err := c.shimDefaults(); err != nil {
 		return c, err
+	}
+	if c.AheadBelow <= 0 {
+		c.AheadBelow = DefaultAheadBelow
 	}
 	if c.RPCTimeout <= 0 {
 		c.RPCTimeout = 10 * time.Second
