@@ -20,7 +20,7 @@ import (
 // claims beyond its free slots, every task still runs once, and each attempt's StartTask reaches
 // the server before its CompleteTask although it went alongside the spawn.
 func TestClaimsAheadWhileTasksAreShort(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.Slots = 2; c.AheadBelow = time.Minute })
+	h := newHarness(t, func(c *Config) { c.Slots = 2; c.ClaimAhead = 2; c.AheadBelow = time.Minute })
 	var ids []string
 	for range 16 {
 		ids = append(ids, h.fake.Add(shell("sleep", "0.2"))...)
@@ -51,6 +51,12 @@ func TestClaimsAheadWhileTasksAreShort(t *testing.T) {
 // less what already waits.
 func TestAheadRoomFollowsRunTimes(t *testing.T) {
 	a := &Agent{cfg: Config{Settings: Settings{Slots: 4}, AheadBelow: DefaultAheadBelow}, aheadWake: make(chan struct{}, 1)}
+	a.ranFor(time.Millisecond)
+	if n := a.aheadRoom(); n != 0 {
+		t.Errorf("ClaimAhead 0 (the default): ahead %d, want 0", n)
+	}
+	a.runTime.Store(0)
+	a.cfg.ClaimAhead = 4
 	if n := a.aheadRoom(); n != 0 {
 		t.Errorf("no run seen yet: ahead %d, want 0", n)
 	}

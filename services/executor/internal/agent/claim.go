@@ -115,9 +115,10 @@ func (a *Agent) takeFreeSlots(held int) int {
 	return held
 }
 
-// Claiming ahead. When a slot frees, the next task should start at once,
-// not after a claim's round trip and the server's commit. So while tasks
-// are short, the agent claims up to Slots tasks beyond its free slots;
+// Claiming ahead (ClaimAhead > 0). When a slot frees, the next task should
+// start at once, not after a claim's round trip and the server's commit.
+// So while tasks are short, the agent claims up to ClaimAhead tasks beyond
+// its free slots;
 // they wait in order for the next free slot. A task claimed ahead is held
 // from other agents while it waits, so the agent claims ahead only while
 // the processes it ran recently took less than AheadBelow on average: a
@@ -129,10 +130,10 @@ const DefaultAheadBelow = 500 * time.Millisecond
 // aheadRoom is how many tasks may be claimed beyond the free slots now.
 func (a *Agent) aheadRoom() int {
 	avg := time.Duration(a.runTime.Load())
-	if avg <= 0 || avg >= a.cfg.AheadBelow {
+	if a.cfg.ClaimAhead <= 0 || avg <= 0 || avg >= a.cfg.AheadBelow {
 		return 0
 	}
-	return max(a.cfg.Slots-int(a.queued.Load()), 0)
+	return max(a.cfg.ClaimAhead-int(a.queued.Load()), 0)
 }
 
 // ranFor feeds a process's run time into the average aheadRoom reads

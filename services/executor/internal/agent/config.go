@@ -91,6 +91,13 @@ type Settings struct {
 	// NoCgroups limits tasks' resources with rlimits even where the agent
 	// could make cgroups.
 	NoCgroups bool
+	// ClaimAhead is how many tasks the agent may claim beyond its free
+	// slots while its recent processes were short (AheadBelow); they wait
+	// for the next free slot. 0, the default, claims only for free slots:
+	// a task claimed ahead is held from other agents while it waits, which
+	// suits a machine that runs floods of short tasks, not one of several
+	// agents sharing longer work.
+	ClaimAhead int
 	// ShimPath is the shim binary (taskmesh-shim) started for every task.
 	// Default: taskmesh-shim beside the agent's executable when it is
 	// there, else the agent's own executable re-executed as `executor

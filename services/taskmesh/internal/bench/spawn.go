@@ -62,7 +62,8 @@ func spawning(ctx context.Context, env *env, o TasksOptions, run int) (float64, 
 	go func() {
 		defer close(agentStopped)
 		agentErr = executor.Run(runCtx, executor.Config{AgentID: "spawn-agent", MachineID: "bench", Slots: o.SpawnSlots,
-			Server: g.GRPCAddr(), Token: token, DataDir: filepath.Join(dir, "data"), ClaimWait: time.Second})
+			Server: g.GRPCAddr(), Token: token, DataDir: filepath.Join(dir, "data"), ClaimWait: time.Second,
+			ClaimAhead: o.SpawnSlots})
 	}()
 	rate, err := spawnAndWait(ctx, s, o.SpawnTasks, agentStopped)
 	// The agent must be gone before the next run starts its own.
