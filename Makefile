@@ -37,14 +37,16 @@ IMAGE      ?= ghcr.io/taskmesh/taskmesh
 GOARCH_IMG ?= $(shell go env GOARCH)
 
 .PHONY: build
-build: ## Build the taskmesh binary into bin/.
+build: ## Build the taskmesh binary and the executor's per-task shim (taskmesh-shim, found beside it) into bin/.
 	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/taskmesh ./services/taskmesh/cmd/taskmesh
+	go build -o $(BIN)/taskmesh-shim ./services/executor/cmd/taskmesh-shim
 
 .PHONY: image
 image: ## Build the container image without Docker: OCI layout bin/image/taskmesh and docker-load tarball bin/image/taskmesh.tar.
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMG) go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" \
 	  -o $(BIN)/linux/taskmesh ./services/taskmesh/cmd/taskmesh
-	go run ./services/taskmesh/cmd/taskmesh-image -binary $(BIN)/linux/taskmesh -version $(VERSION) -arch $(GOARCH_IMG) \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMG) go build -trimpath -ldflags "-s -w" -o $(BIN)/linux/taskmesh-shim ./services/executor/cmd/taskmesh-shim
+	go run ./services/taskmesh/cmd/taskmesh-image -binary $(BIN)/linux/taskmesh -shim $(BIN)/linux/taskmesh-shim -version $(VERSION) -arch $(GOARCH_IMG) \
 	  -tags $(IMAGE):$(VERSION),$(IMAGE):latest -layout $(BIN)/image/taskmesh -tarball $(BIN)/image/taskmesh.tar
 
 .PHONY: test
@@ -69,6 +71,9 @@ check-console: ## Fail when the console's dist/ differs from what `make console`
 
 .PHONY: bench
 bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print medians of the runs.
+	# Before anything starts: every program the benchmarks run, or the
+	# apt-get command that installs what is missing.
+	$(BIN)/taskmesh bench check
 	$(BIN)/taskmesh bench all $(BENCHFLAGS)
 	# In-process costs: the rate limiter's decision (mean and p99) and the
 	# admission core's scheduling, BENCHRUNS runs each, printed as medians.

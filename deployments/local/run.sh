@@ -20,6 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 go build -o bin/taskmesh ./services/taskmesh/cmd/taskmesh
+go build -o bin/taskmesh-shim ./services/executor/cmd/taskmesh-shim # the agents' per-task shim
 state=${STATE_DIR:-.taskmesh/local}
 mkdir -p "$state"
 trap 'kill 0' EXIT

@@ -14,6 +14,7 @@ import (
 
 	"github.com/taskmesh/taskmesh/services/executor/internal/agent"
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/pipeline"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
@@ -40,6 +41,9 @@ func Run(ctx context.Context, cfg Config) error {
 // starts it by re-executing its own binary, so the binary that calls Run
 // must route `executor shim ...` here.
 func Shim(args []string) int {
+	if len(args) > 0 && args[0] == "video" {
+		return video.Main(args[1:])
+	}
 	return shim.Main(args)
 }
 

@@ -75,7 +75,13 @@ type Agent struct {
 	slots   chan struct{} // process slots: a send takes one
 	noops   chan struct{} // bound on noop tasks in flight
 	running atomic.Int32  // processes running now
-	metrics agentMetrics
+	// Claiming ahead (claim.go): tasks claimed and waiting for a slot, the
+	// average run time of recent processes, and a wake-up for the claim
+	// loop when either changes.
+	queued    atomic.Int32
+	runTime   atomic.Int64
+	aheadWake chan struct{}
+	metrics   agentMetrics
 
 	mu            sync.Mutex
 	runs          map[string]*attempt // active attempts by attempt id
@@ -146,6 +152,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		runs:          map[string]*attempt{},
 		inflight:      map[string]bool{},
 		syncWake:      make(chan struct{}, 1),
+		aheadWake:     make(chan struct{}, 1),
 		localWake:     make(chan struct{}, 1),
 		heartbeatWake: make(chan struct{}, 1),
 		isolation:     limiter,
@@ -223,7 +230,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.runInBackground(func() { a.servicesLoop(ctx) })
 	}
 	a.log.Info("executor agent started", "server", a.cfg.Server, "slots", a.cfg.Slots,
-		"local_api", a.LocalAPIAddr(), "data_dir", a.cfg.DataDir)
+		"local_api", a.LocalAPIAddr(), "data_dir", a.cfg.DataDir, "shim", a.cfg.ShimCommand[0])
 
 	<-ctx.Done()
 	if srv != nil {

@@ -18,6 +18,9 @@ type attempt struct {
 	done chan struct{}
 	// Tokens held: a process slot and/or a noop slot.
 	slot, noop bool
+	// started, when StartTask goes alongside the spawn, is closed once it
+	// has been answered (execution.go).
+	started chan struct{}
 }
 
 func newAttempt(t journal.Task) *attempt {

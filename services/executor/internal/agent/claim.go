@@ -21,7 +21,8 @@ func (a *Agent) claimLoop(ctx context.Context) {
 	bo := backoffDelay{base: 200 * time.Millisecond, limit: 10 * time.Second}
 	requestID := ""
 	for ctx.Err() == nil {
-		n := a.takeSlots(ctx)
+		held, ahead := a.takeSlots(ctx)
+		n := held + ahead
 		if n == 0 {
 			return
 		}
@@ -40,7 +41,7 @@ func (a *Agent) claimLoop(ctx context.Context) {
 		})
 		cancel()
 		if err != nil {
-			a.giveSlots(n)
+			a.giveSlots(held)
 			if ctx.Err() != nil {
 				return
 			}
@@ -62,36 +63,96 @@ func (a *Agent) claimLoop(ctx context.Context) {
 		}
 		bo.reset()
 		requestID = ""
-		a.startClaimed(ctx, resp.GetTasks(), n)
+		a.startClaimed(ctx, resp.GetTasks(), held)
 	}
 }
 
 // maxClaimLimit is the largest limit the server accepts.
 const maxClaimLimit = 1000
 
-// takeSlots blocks until a process slot is free, then takes every free
-// one. Local tasks waiting for a slot go first.
-func (a *Agent) takeSlots(ctx context.Context) int {
+// takeSlots blocks until a process slot is free or tasks may be claimed
+// ahead, then takes every free slot (held) and says how many tasks to
+// claim beyond them (ahead). Local tasks waiting for a slot go first.
+func (a *Agent) takeSlots(ctx context.Context) (held, ahead int) {
 	for a.localWaiting.Load() > 0 {
 		if !sleep(ctx, 50*time.Millisecond) {
-			return 0
+			return 0, 0
 		}
 	}
-	select {
-	case a.slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0
+	for {
+		// Tasks claimed ahead take free slots first; the claim takes
+		// only what nobody waits for.
+		var free chan struct{}
+		if a.queued.Load() == 0 {
+			free = a.slots
+			held = a.takeFreeSlots(0)
+		}
+		if ahead = min(a.aheadRoom(), maxClaimLimit-held); held+ahead > 0 {
+			return held, ahead
+		}
+		select {
+		case free <- struct{}{}:
+			held = a.takeFreeSlots(1)
+			return held, min(a.aheadRoom(), maxClaimLimit-held)
+		case <-a.aheadWake:
+		case <-ctx.Done():
+			return 0, 0
+		}
 	}
-	n := 1
-	for n < min(a.cfg.Slots, maxClaimLimit) {
+}
+
+// takeFreeSlots takes free slots without waiting, up to the claim limit;
+// held are taken already. It returns how many are held now.
+func (a *Agent) takeFreeSlots(held int) int {
+	for held < min(a.cfg.Slots, maxClaimLimit) {
 		select {
 		case a.slots <- struct{}{}:
-			n++
+			held++
 		default:
-			return n
+			return held
 		}
 	}
-	return n
+	return held
+}
+
+// Claiming ahead (ClaimAhead > 0). When a slot frees, the next task should
+// start at once, not after a claim's round trip and the server's commit.
+// So while tasks are short, the agent claims up to ClaimAhead tasks beyond
+// its free slots;
+// they wait in order for the next free slot. A task claimed ahead is held
+// from other agents while it waits, so the agent claims ahead only while
+// the processes it ran recently took less than AheadBelow on average: a
+// task then waits about that long, and as soon as tasks run longer the
+// agent claims only for free slots again
+// (docs/decisions/0077-claim-ahead-and-start-alongside.md).
+const DefaultAheadBelow = 500 * time.Millisecond
+
+// aheadRoom is how many tasks may be claimed beyond the free slots now.
+func (a *Agent) aheadRoom() int {
+	avg := time.Duration(a.runTime.Load())
+	if a.cfg.ClaimAhead <= 0 || avg <= 0 || avg >= a.cfg.AheadBelow {
+		return 0
+	}
+	return max(a.cfg.ClaimAhead-int(a.queued.Load()), 0)
+}
+
+// ranFor feeds a process's run time into the average aheadRoom reads
+// (an exponential moving average over about the last Slots processes).
+func (a *Agent) ranFor(d time.Duration) {
+	d = max(d, time.Microsecond)
+	for {
+		old := a.runTime.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/int64(a.cfg.Slots+1)
+		}
+		if a.runTime.CompareAndSwap(old, next) {
+			if (old <= 0 || time.Duration(old) >= a.cfg.AheadBelow) && time.Duration(next) < a.cfg.AheadBelow {
+				wake(a.aheadWake)
+			}
+			return
+		}
+	}
 }
 
 func (a *Agent) giveSlots(n int) {
@@ -149,15 +210,22 @@ func (a *Agent) startClaimed(ctx context.Context, tasks []*taskv1.Task, held int
 			a.runInBackground(func() { a.execute(ctx, at) })
 			continue
 		}
-		// The server returned more than asked: wait for a slot.
+		// Claimed ahead (or the server returned more than asked): wait
+		// for a slot, in claim order.
+		a.queued.Add(1)
 		a.runInBackground(func() {
+			defer func() {
+				a.queued.Add(-1)
+				wake(a.aheadWake)
+			}()
 			select {
 			case a.slots <- struct{}{}:
 				at.slot = true
-				a.execute(ctx, at)
 			case <-ctx.Done():
 				a.forget(at)
+				return
 			}
+			a.execute(ctx, at)
 		})
 	}
 	a.giveSlots(held)

@@ -3,6 +3,7 @@ package agent
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -90,6 +91,18 @@ type Settings struct {
 	// NoCgroups limits tasks' resources with rlimits even where the agent
 	// could make cgroups.
 	NoCgroups bool
+	// ClaimAhead is how many tasks the agent may claim beyond its free
+	// slots while its recent processes were short (AheadBelow); they wait
+	// for the next free slot. 0, the default, claims only for free slots:
+	// a task claimed ahead is held from other agents while it waits, which
+	// suits a machine that runs floods of short tasks, not one of several
+	// agents sharing longer work.
+	ClaimAhead int
+	// ShimPath is the shim binary (taskmesh-shim) started for every task.
+	// Default: taskmesh-shim beside the agent's executable when it is
+	// there, else the agent's own executable re-executed as `executor
+	// shim`, which works the same but costs more per task.
+	ShimPath string
 	// OrphanGrace is how long a shim keeps a task running without an agent
 	// attached (default 10 s, at most 14 s: below the server's ~15 s
 	// dead-agent timeout, so a task is stopped before it is re-leased).
@@ -111,15 +124,25 @@ func (c Settings) LogValue() slog.Value {
 type Config struct {
 	Settings
 
-	// ShimCommand starts the shim: the agent appends "serve -dir <run dir>".
-	// Default: this executable with "executor shim" (the taskmesh binary's
-	// subcommand; tests re-execute the test binary the same way).
+	// ShimCommand starts the shim: the agent appends "serve -dir <run dir>";
+	// the shim runs it with "exec ..." as the trampoline of a task under
+	// limits. Default: the taskmesh-shim binary beside this executable
+	// (ShimBinary), else this executable with "executor shim" (the taskmesh
+	// binary's subcommand, which starts an order of magnitude slower; tests
+	// re-execute the test binary the same way).
 	ShimCommand []string
+	// RunnerCommand starts the video runner: the agent appends "video -dir
+	// <run dir>". Default: this executable with "executor shim".
+	RunnerCommand []string
 	// RPCTimeout bounds every server call but the long-poll claim
 	// (default 10 s).
 	RPCTimeout time.Duration
 	// NoopConcurrency bounds noop tasks in flight (default 16 × Slots).
 	NoopConcurrency int
+	// AheadBelow: the agent claims tasks ahead of its free slots while
+	// its recent processes ran shorter than this on average (default
+	// DefaultAheadBelow; claim.go).
+	AheadBelow time.Duration
 	// VideoRealtime renders videos no faster than playback, so progress
 	// moves visibly (demonstrations and tests).
 	VideoRealtime bool
@@ -203,12 +226,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if len(c.ShimCommand) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return c, err
-		}
-		c.ShimCommand = []string{exe, "executor", "shim"}
+	if err := c.shimDefaults(); err != nil {
+		return c, err
+	}
+	if c.AheadBelow <= 0 {
+		c.AheadBelow = DefaultAheadBelow
 	}
 	if c.RPCTimeout <= 0 {
 		c.RPCTimeout = 10 * time.Second
@@ -221,6 +243,64 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.Retention.defaults()
 	return c, nil
+}
+
+// shimDefaults fills in how the shim and the video runner start.
+func (c *Config) shimDefaults() error {
+	if len(c.ShimCommand) > 0 && len(c.RunnerCommand) > 0 {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	self := []string{exe, "executor", "shim"}
+	if len(c.RunnerCommand) == 0 {
+		c.RunnerCommand = self
+	}
+	if len(c.ShimCommand) > 0 {
+		return nil
+	}
+	if c.ShimPath == "" {
+		c.ShimPath = besideExecutable(exe)
+	} else if err := isExecutable(c.ShimPath); err != nil {
+		return fmt.Errorf("shim binary: %w", err)
+	}
+	c.ShimCommand = self
+	if c.ShimPath != "" {
+		c.ShimCommand = []string{c.ShimPath}
+	}
+	return nil
+}
+
+// ShimBinary is the name of the shim binary the agent looks for beside its
+// own executable.
+const ShimBinary = "taskmesh-shim"
+
+// besideExecutable is the shim binary next to exe, "" when there is none.
+func besideExecutable(exe string) string {
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	p := filepath.Join(filepath.Dir(exe), ShimBinary)
+	if isExecutable(p) != nil {
+		return ""
+	}
+	return p
+}
+
+// isExecutable says why p cannot be run as a program (nil if it can).
+func isExecutable(p string) error {
+	fi, err := os.Stat(p)
+	switch {
+	case err != nil:
+		return err
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory", p)
+	case fi.Mode()&0o111 == 0:
+		return fmt.Errorf("%s is not executable", p)
+	}
+	return nil
 }
 
 // buildVersion is the binary's module version and revision, as the Go

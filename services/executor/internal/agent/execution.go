@@ -32,13 +32,22 @@ func (a *Agent) release(at *attempt) {
 	a.mu.Lock()
 	delete(a.runs, at.task.AttemptID)
 	a.mu.Unlock()
-	if at.slot {
-		<-a.slots
-	}
+	a.freeSlot(at)
 	if at.noop {
 		<-a.noops
 	}
 	close(at.done)
+}
+
+// freeSlot returns the attempt's process slot once its process is over and
+// its outcome journaled: delivering the outcome (result upload,
+// CompleteTask) goes on without it, so the next task starts meanwhile.
+// Only the attempt's goroutine calls it.
+func (a *Agent) freeSlot(at *attempt) {
+	if at.slot {
+		at.slot = false
+		<-a.slots
+	}
 }
 
 func (a *Agent) active(attemptID string) *attempt {
@@ -82,7 +91,14 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 		return // finished meanwhile (a pending local task cancelled)
 	}
 	if t.Origin == journal.OriginServer && a.lease != nil {
-		if err := a.startOnServer(ctx, at); err != nil {
+		if a.freshClaim(t) {
+			// The lease was granted moments ago: StartTask goes alongside
+			// the spawn instead of before it, and the outcome is delivered
+			// only after its answer (finish waits), so the server still sees
+			// start before completion. An answer that the attempt is gone
+			// stops the process through the shim.
+			a.startAlongside(ctx, at)
+		} else if err := a.startOnServer(ctx, at); err != nil {
 			if rpcerr.AttemptGone(err) {
 				a.finishStopped(ctx, at, lostRequest(err))
 				return
@@ -98,6 +114,50 @@ func (a *Agent) execute(ctx context.Context, at *attempt) {
 	a.spawnAndSupervise(ctx, at)
 }
 
+// freshClaim reports whether the attempt's lease is young enough to start
+// the process before StartTask is answered: claimed by this agent (not
+// recovered from the journal) less than half a lease ago, by the agent's
+// own clock, so the lease certainly still runs when the process starts.
+func (a *Agent) freshClaim(t journal.Task) bool {
+	if t.LeaseTTLSec <= 0 || t.ReceivedAt.IsZero() {
+		return false
+	}
+	return a.now().Sub(t.ReceivedAt) < time.Duration(t.LeaseTTLSec)*time.Second/2
+}
+
+// startAlongside sends StartTask in the background; at.started is closed
+// when it has been answered (or given up on).
+func (a *Agent) startAlongside(ctx context.Context, at *attempt) {
+	at.started = make(chan struct{})
+	// The attempt's goroutine goes on changing at.task: copy what the
+	// call needs. The lease it answers with is journaled; the attempt's
+	// first renewal goes by the claim's, which ends no later.
+	taskID, attemptID := at.task.ID, at.task.AttemptID
+	a.runInBackground(func() {
+		defer close(at.started)
+		_, err := a.sendStart(ctx, taskID, attemptID)
+		switch {
+		case err == nil, ctx.Err() != nil:
+		case rpcerr.AttemptGone(err):
+			at.requestStop(lostRequest(err))
+		default:
+			a.log.Warn("start task not acknowledged, running anyway", "task_id", taskID, "attempt_id", attemptID, "err", err)
+		}
+	})
+}
+
+// awaitStarted waits until StartTask sent alongside the spawn has been
+// answered, so that the outcome never reaches the server before the start.
+func (a *Agent) awaitStarted(ctx context.Context, at *attempt) {
+	if at.started == nil {
+		return
+	}
+	select {
+	case <-at.started:
+	case <-ctx.Done():
+	}
+}
+
 // lostRequest turns a 30001/30002/30003 answer into the stop it implies.
 func lostRequest(err error) stopRequest {
 	reason := reasonLeaseLost
@@ -107,35 +167,45 @@ func lostRequest(err error) stopRequest {
 	return stopRequest{reason: reason, detail: fmt.Sprintf("%d %s", rpcerr.Code(err), rpcerr.Message(err))}
 }
 
-// startOnServer sends StartTask, retrying transport errors a few times
-// (StartTask is idempotent for the same attempt).
+// startOnServer sends StartTask and takes the lease it answers with.
 func (a *Agent) startOnServer(ctx context.Context, at *attempt) error {
-	t := at.task
+	expires, err := a.sendStart(ctx, at.task.ID, at.task.AttemptID)
+	if err == nil && !expires.IsZero() {
+		at.task.LeaseExpiresAt = expires
+	}
+	return err
+}
+
+// sendStart sends StartTask, retrying transport errors a few times
+// (StartTask is idempotent for the same attempt), and journals the answer.
+// It returns the lease's new end (zero if the answer has none).
+func (a *Agent) sendStart(ctx context.Context, taskID, attemptID string) (time.Time, error) {
 	bo := backoffDelay{base: 200 * time.Millisecond, limit: 2 * time.Second}
 	var err error
 	for try := 0; try < 4; try++ {
 		if try > 0 && !sleep(ctx, bo.next()) {
-			return ctx.Err()
+			return time.Time{}, ctx.Err()
 		}
 		cctx, cancel := a.rpcCtx(ctx)
 		var resp *taskv1.StartTaskResponse
 		resp, err = a.lease.StartTask(cctx, &taskv1.StartTaskRequest{
-			TaskId: t.ID, AgentId: a.cfg.AgentID, AttemptId: t.AttemptID,
+			TaskId: taskID, AgentId: a.cfg.AgentID, AttemptId: attemptID,
 		})
 		cancel()
 		if err == nil {
-			_ = a.journal.SetServerStarted(journalCtx, t.AttemptID)
+			_ = a.journal.SetServerStarted(journalCtx, attemptID)
+			var expires time.Time
 			if resp.GetLeaseExpiresAt() != nil {
-				at.task.LeaseExpiresAt = resp.GetLeaseExpiresAt().AsTime()
-				_ = a.journal.SetLease(journalCtx, t.AttemptID, at.task.LeaseExpiresAt, a.now())
+				expires = resp.GetLeaseExpiresAt().AsTime()
+				_ = a.journal.SetLease(journalCtx, attemptID, expires, a.now())
 			}
-			return nil
+			return expires, nil
 		}
 		if !rpcerr.Transient(err) {
-			return err
+			return time.Time{}, err
 		}
 	}
-	return err
+	return time.Time{}, err
 }
 
 // failedBeforeStart is the outcome of an attempt refused or unable to

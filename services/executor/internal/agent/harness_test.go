@@ -12,6 +12,7 @@ import (
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
@@ -20,6 +21,9 @@ import (
 // TestMain lets the test binary act as the shim, as the taskmesh binary
 // does for `taskmesh executor shim ...`.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 3 && os.Args[1] == "executor" && os.Args[2] == "shim" && os.Args[3] == "video" {
+		os.Exit(video.Main(os.Args[4:]))
+	}
 	if len(os.Args) > 2 && os.Args[1] == "executor" && os.Args[2] == "shim" {
 		os.Exit(shim.Main(os.Args[3:]))
 	}

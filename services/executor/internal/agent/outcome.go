@@ -98,6 +98,8 @@ func (a *Agent) finish(ctx context.Context, at *attempt, o journal.Outcome) {
 	if !changed {
 		return
 	}
+	a.freeSlot(at)
+	a.awaitStarted(ctx, at)
 	a.log.Info("task finished", "task_id", t.ID, "attempt_id", t.AttemptID,
 		"status", o.Status, "exit_code", derefInt(o.ExitCode), "error", o.Error)
 	if o.Synced {

@@ -84,7 +84,7 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 		if err := video.Save(runDir, job); err != nil {
 			return runDir, shim.Spec{}, fmt.Errorf("write video job: %w", err)
 		}
-		argv = append(append([]string{}, a.cfg.ShimCommand...), "video", "-dir", runDir)
+		argv = append(append([]string{}, a.cfg.RunnerCommand...), "video", "-dir", runDir)
 	case policy.TypeScript:
 		// The body is a file, never a `sh -c` string: arguments stay
 		// arguments ($1, $2, ...).

@@ -48,6 +48,9 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 		select {
 		case <-sess.Done():
 			st, err := sess.Result()
+			if err == nil && st.StartError == "" {
+				a.ranFor(st.EndedAt.Sub(st.StartedAt))
+			}
 			sess.Close()
 			if err != nil {
 				a.finishFromRunDir(ctx, at, stop)

@@ -335,6 +335,9 @@ func (f *Fake) leaseLocked(req *taskv1.ClaimTasksRequest) []*taskv1.Task {
 		c := proto.Clone(t.t).(*taskv1.Task)
 		c.Status, c.AttemptId, c.AssignedAgentId = "assigned", t.attempt, req.GetAgentId()
 		c.AssignedAt, c.LeaseExpiresAt = timestamppb.New(now), timestamppb.New(t.expires)
+		if c.LeaseTtlSec == 0 {
+			c.LeaseTtlSec = int32(f.leaseTTL / time.Second) // as the server fills it in
+		}
 		out = append(out, c)
 	}
 	return out

@@ -23,7 +23,7 @@
 //     grace period, SIGKILL to the group;
 //   - when the task's main process exits, kills what is left of its group,
 //     waits until the group is empty, and writes status.json atomically
-//     (temporary file, fsync, rename);
+//     (temporary file, rename);
 //   - serves the agent on a unix socket (newline-delimited JSON, see
 //     Request and Response): "state", "stop" and "wait";
 //   - stops the task with reason "orphaned" when no agent has been connected

@@ -6,18 +6,19 @@ import (
 	"os"
 	"strings"
 
-	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
 	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 )
 
-// Main is the shim's command line; args follow `executor shim`:
+// Main is the shim's command line; args follow `executor shim` (or the
+// taskmesh-shim binary's name):
 //
 //	serve -dir <run dir>                          run the shim for a run directory
 //	exec -as <bytes> -cpu <seconds> [-cgroup dirs] [-uid N -gid N] -- <path> <argv...>
 //	                                              join, drop privileges, set limits, execve
-//	video -dir <run dir>                          render a video task (package video)
 //
-// It returns the process exit code.
+// It returns the process exit code. The video runner (`executor shim
+// video`) is the taskmesh binary's, not the shim's: the shim stays small
+// so that it starts fast (docs/decisions/0075-small-shim-binary.md).
 func Main(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "usage: shim serve -dir DIR | shim exec -as N -cpu N -- PATH ARGV...")
@@ -31,8 +32,6 @@ func Main(args []string) int {
 			return 2
 		}
 		return serve(*dir)
-	case "video":
-		return video.Main(args[1:])
 	case "exec":
 		return execMain(args[1:])
 	}

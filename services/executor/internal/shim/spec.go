@@ -167,10 +167,14 @@ func writeStatus(runDir string, st Status) error {
 }
 
 // writeAtomic replaces path with data so that readers see the old file or
-// the whole new one, even across a crash.
+// the whole new one, whichever process dies when (temporary file, rename).
+// It does not fsync: the run directory's files are there for an agent or a
+// shim that died, and the page cache outlives both; after a machine crash
+// no shim or task is left to resume, the lease decides what runs again,
+// and a torn file reads as a lost process
+// (docs/decisions/0076-spawn-path-without-fsync.md).
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
 	if err != nil {
 		return err
 	}
@@ -184,19 +188,8 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	return os.Rename(tmp, path)
 }

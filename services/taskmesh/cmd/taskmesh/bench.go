@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,12 +24,13 @@ type benchmark struct {
 
 func benchCommand() *cobra.Command {
 	return newBenchCommand([]benchmark{eventsBenchmark(), tasksBenchmark(), gatewayBenchmark(), admissionBenchmark(), pipelineBenchmark(),
-		dagBenchmark(), consumersBenchmark(), slurmBenchmark()})
+		dagBenchmark(), consumersBenchmark(), slurmBenchmark()}, spawnBenchmark())
 }
 
 // newBenchCommand is `taskmesh bench` with a subcommand per benchmark and
-// `all`, which runs them in turn.
-func newBenchCommand(benchmarks []benchmark) *cobra.Command {
+// `all`, which runs them in turn. alone are subcommands `all` leaves out:
+// a figure another benchmark already takes, measured by itself.
+func newBenchCommand(benchmarks []benchmark, alone ...benchmark) *cobra.Command {
 	var common bench.Common
 	var cpuProfile string
 	cmd := &cobra.Command{
@@ -56,15 +58,18 @@ func newBenchCommand(benchmarks []benchmark) *cobra.Command {
 	pf.StringVar(&common.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
 	pf.IntVar(&common.Runs, "runs", 3, "repetitions: every figure is the median of the runs, printed with its spread")
 	pf.BoolVar(&common.PGStats, "pg-stats", false, "load pg_stat_statements and print the statements that took most server time (tasks, admission)")
-	for _, b := range benchmarks {
+	for _, b := range append(slices.Clip(benchmarks), alone...) {
 		sub := &cobra.Command{Use: b.name, Short: b.short, RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bench.CheckPrerequisites([]string{b.name}, bench.Installed); err != nil {
+				return err
+			}
 			common.Out = cmd.OutOrStdout()
 			return b.run(cmd.Context(), common)
 		}}
 		sub.Flags().AddFlagSet(b.flags)
 		cmd.AddCommand(sub)
 	}
-	cmd.AddCommand(benchAllCommand(&common, benchmarks), &cobra.Command{
+	cmd.AddCommand(benchAllCommand(&common, benchmarks), benchCheckCommand(benchmarks), &cobra.Command{
 		Use:   "medians",
 		Short: "Read `go test -bench … -count N` output on stdin; print each benchmark's metrics as medians of its runs",
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -77,6 +82,9 @@ func newBenchCommand(benchmarks []benchmark) *cobra.Command {
 // benchAllCommand runs every benchmark in turn with all their flags.
 func benchAllCommand(common *bench.Common, benchmarks []benchmark) *cobra.Command {
 	all := &cobra.Command{Use: "all", Short: "Run every benchmark", RunE: func(cmd *cobra.Command, _ []string) error {
+		if err := bench.CheckPrerequisites(names(benchmarks), bench.Installed); err != nil {
+			return err
+		}
 		common.Out = cmd.OutOrStdout()
 		for i, b := range benchmarks {
 			if i > 0 {
@@ -92,6 +100,28 @@ func benchAllCommand(common *bench.Common, benchmarks []benchmark) *cobra.Comman
 		all.Flags().AddFlagSet(b.flags)
 	}
 	return all
+}
+
+// benchCheckCommand says, before anything starts, which programs `make
+// bench` needs that this machine lacks, and the apt-get command that
+// installs them; it succeeds when none is missing.
+func benchCheckCommand(benchmarks []benchmark) *cobra.Command {
+	return &cobra.Command{Use: "check", Short: "Check that every program the benchmarks run is installed; print the apt-get command for what is missing",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bench.CheckPrerequisites(append(names(benchmarks), bench.GoBenchmarks), bench.Installed); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "every program the benchmarks run is installed")
+			return nil
+		}}
+}
+
+func names(benchmarks []benchmark) []string {
+	out := make([]string, 0, len(benchmarks))
+	for _, b := range benchmarks {
+		out = append(out, b.name)
+	}
+	return out
 }
 
 func eventsBenchmark() benchmark {
@@ -129,6 +159,21 @@ func tasksBenchmark() benchmark {
 		run: func(ctx context.Context, c bench.Common) error {
 			o.Common = c
 			_, err := bench.Tasks(ctx, o)
+			return err
+		}}
+}
+
+// spawnBenchmark is the process spawning figure of `bench tasks` by itself.
+func spawnBenchmark() benchmark {
+	var o bench.TasksOptions
+	f := pflag.NewFlagSet("spawn", pflag.ContinueOnError)
+	f.IntVar(&o.SpawnTasks, "spawn-tasks", 1000, "/bin/true tasks run through a real executor")
+	f.IntVar(&o.SpawnSlots, "spawn-slots", 8, "slots of that executor")
+	return benchmark{name: "spawn", flags: f,
+		short: "Process spawning alone (the last figure of bench tasks): /bin/true tasks through a real executor agent",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.Spawn(ctx, o)
 			return err
 		}}
 }

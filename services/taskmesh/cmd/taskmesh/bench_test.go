@@ -66,3 +66,17 @@ func TestBenchFlagNamesAreUnique(t *testing.T) {
 		})
 	}
 }
+
+// Every benchmark lists the programs it runs, so that `bench check` and
+// the check before each run cover it.
+func TestEveryBenchmarkListsItsPrerequisites(t *testing.T) {
+	for _, c := range benchCommand().Commands() {
+		switch c.Name() {
+		case "all", "check", "medians":
+			continue
+		}
+		if !bench.HasRequirements(c.Name()) {
+			t.Errorf("bench %s lists no prerequisites (internal/bench/prereq.go)", c.Name())
+		}
+	}
+}

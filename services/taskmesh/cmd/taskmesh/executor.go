@@ -269,6 +269,8 @@ func (e *executorFlags) addIsolation(f *pflag.FlagSet) {
 	f.StringSliceVar(&i.readonly, "isolation-readonly-paths", nil, "paths a sandboxed task sees read-only (default /usr,/bin,/sbin,/lib,/lib64,/etc)")
 	f.StringSliceVar(&i.writable, "isolation-writable-paths", nil, "paths a sandboxed task may write besides its work directory")
 	f.BoolVar(&e.cfg.NoCgroups, "no-cgroups", false, "limit tasks' resources with rlimits even where cgroups could be made")
+	f.IntVar(&e.cfg.ClaimAhead, "claim-ahead", 0, "tasks claimed beyond the free slots while recent tasks ran under 500ms (0: none; for machines that run floods of short tasks)")
+	f.StringVar(&e.cfg.ShimPath, "shim", "", "the per-task shim binary (default: taskmesh-shim beside this binary, else this binary re-executed, which starts slower)")
 	f.StringVar(&i.maxAge, "cleanup-max-age", "", "remove delivered tasks' run and work directories after this age (default 7d)")
 	f.StringVar(&i.maxSize, "cleanup-max-size", "", "keep run and work directories under this size, oldest removed first (default 10GB)")
 	f.StringVar(&i.journalAge, "journal-max-age", "", "prune delivered journal entries after this age (default 7d)")

@@ -367,6 +367,14 @@ func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn, sub
 }
 
 func submitNoops(ctx context.Context, s *schedulerUnderTest, n, workers int) error {
+	return submitTasks(ctx, s, n, workers, func(i int64) *taskv1.TaskSpec {
+		return &taskv1.TaskSpec{Name: fmt.Sprint("noop-", i), Type: "noop"}
+	})
+}
+
+// submitTasks creates n tasks, spec(i) for i = 1..n, over workers
+// concurrent CreateTask calls.
+func submitTasks(ctx context.Context, s *schedulerUnderTest, n, workers int, spec func(i int64) *taskv1.TaskSpec) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
@@ -375,7 +383,7 @@ func submitNoops(ctx context.Context, s *schedulerUnderTest, n, workers int) err
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-				if _, err := s.tasks.CreateTask(asUser(ctx), &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: fmt.Sprint("noop-", i), Type: "noop"}}); err != nil {
+				if _, err := s.tasks.CreateTask(asUser(ctx), &taskv1.CreateTaskRequest{Spec: spec(i)}); err != nil {
 					errs <- err
 					return
 				}

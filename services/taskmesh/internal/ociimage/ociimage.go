@@ -42,16 +42,22 @@ const Repository = "ghcr.io/taskmesh/taskmesh"
 // Paths and the user inside the image.
 const (
 	BinaryPath = "/usr/local/bin/taskmesh"
-	CAPath     = "/etc/ssl/certs/ca-certificates.crt"
-	DataDir    = "/data"
-	UID        = 65532
-	UserName   = "taskmesh"
+	// ShimPath is the executor's per-task shim, beside the binary where
+	// the agent looks for it (docs/decisions/0075-small-shim-binary.md).
+	ShimPath = "/usr/local/bin/taskmesh-shim"
+	CAPath   = "/etc/ssl/certs/ca-certificates.crt"
+	DataDir  = "/data"
+	UID      = 65532
+	UserName = "taskmesh"
 )
 
 // Options say what goes into the image and where it is written.
 type Options struct {
 	// Binary is the taskmesh binary, built static (CGO_ENABLED=0).
 	Binary string
+	// Shim, if set, is the taskmesh-shim binary, built static; without it
+	// the image's agents start each task's shim from the taskmesh binary.
+	Shim string
 	// CACerts is the CA bundle (the build machine's
 	// /etc/ssl/certs/ca-certificates.crt by default).
 	CACerts string
@@ -131,7 +137,15 @@ func assemble(opts Options) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	binLayer, err := layer(at, []file{{path: BinaryPath, mode: 0o755, data: bin}})
+	bins := []file{{path: BinaryPath, mode: 0o755, data: bin}}
+	if opts.Shim != "" {
+		shim, err := os.ReadFile(opts.Shim)
+		if err != nil {
+			return nil, fmt.Errorf("ociimage: shim: %w", err)
+		}
+		bins = append(bins, file{path: ShimPath, mode: 0o755, data: shim})
+	}
+	binLayer, err := layer(at, bins)
 	if err != nil {
 		return nil, err
 	}

@@ -36,9 +36,16 @@ func TestImageReadsBackAndItsEntrypointRuns(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	shimBin := filepath.Join(dir, "taskmesh-shim")
+	build = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", shimBin,
+		"github.com/taskmesh/taskmesh/services/executor/cmd/taskmesh-shim")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build shim: %v\n%s", err, out)
+	}
 	tags := []string{ociimage.Repository + ":" + version, ociimage.Repository + ":latest"}
 	layoutDir, tarPath := filepath.Join(dir, "layout"), filepath.Join(dir, "taskmesh.tar")
-	built, err := ociimage.Build(ociimage.Options{Binary: bin, Version: version, Tags: tags, Arch: runtime.GOARCH,
+	built, err := ociimage.Build(ociimage.Options{Binary: bin, Shim: shimBin, Version: version, Tags: tags, Arch: runtime.GOARCH,
 		LayoutDir: layoutDir, Tarball: tarPath})
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +99,19 @@ func TestImageReadsBackAndItsEntrypointRuns(t *testing.T) {
 	out, err := exec.Command(extracted, "--version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "taskmesh "+version+" ") {
 		t.Fatalf("entrypoint --version = %q, %v", out, err)
+	}
+	// The shim sits beside the binary, where the agent looks for it.
+	shim := files[ociimage.ShimPath[1:]]
+	if shim.mode&0o111 == 0 || len(shim.data) == 0 || filepath.Dir(ociimage.ShimPath) != filepath.Dir(c.Entrypoint[0]) {
+		t.Fatalf("shim in the image: mode %o, %d bytes, at %s", shim.mode, len(shim.data), ociimage.ShimPath)
+	}
+	extractedShim := filepath.Join(dir, "shim")
+	if err := os.WriteFile(extractedShim, shim.data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	requireStatic(t, extractedShim)
+	if out, err := exec.Command(extractedShim).CombinedOutput(); !strings.Contains(string(out), "usage: shim serve") {
+		t.Fatalf("shim without arguments = %q, %v; want its usage", out, err)
 	}
 
 	for _, tg := range tags {
