@@ -276,8 +276,11 @@ func (b *Backend) report(ctx context.Context, r *run, progress int, msg string) 
 	return false
 }
 
-// started marks the attempt running on the server once; it reports
-// whether the attempt is gone.
+// markStarted marks the attempt running on the server once; it reports
+// whether the attempt is gone. The running message is the caller's to
+// report: a placement reports it once the task is on its node, so that
+// the starts of a scheduling pass, which come together, are not queued
+// behind each other's progress reports.
 func (b *Backend) markStarted(ctx context.Context, r *run, j Job) bool {
 	if r.started {
 		return false
@@ -292,7 +295,7 @@ func (b *Backend) markStarted(ctx context.Context, r *run, j Job) bool {
 	}
 	r.started, r.runningSince = true, time.Now()
 	b.runLog(r).Info("job running", "nodes", j.Nodes)
-	return b.report(ctx, r, 0, runningMessage(j))
+	return false
 }
 
 // start reports the attempt running (StartTask is idempotent).
@@ -316,7 +319,11 @@ func (b *Backend) start(ctx context.Context, r *run) error {
 // SIGKILL) at its next check. Where that cannot be said (v0.0.38, or no
 // operator rights) the whole-minute limit ends it.
 func (b *Backend) batchRunning(ctx context.Context, r *run, j Job) bool {
+	wasStarted := r.started
 	if b.markStarted(ctx, r, j) {
+		return true
+	}
+	if !wasStarted && r.started && b.report(ctx, r, 0, runningMessage(j)) {
 		return true
 	}
 	if r.progress == nil {
@@ -383,8 +390,13 @@ func (b *Backend) placementRunning(ctx context.Context, r *run, j Job) bool {
 		return true
 	}
 	if r.agent == nil {
-		if done, bound := b.bind(ctx, r, j); done || !bound {
-			return done
+		done, bound := b.bind(ctx, r, j)
+		if done {
+			return true
+		}
+		if !bound {
+			// The allocation is held for the node's agent: say where.
+			return b.report(ctx, r, 0, runningMessage(j))
 		}
 	}
 	log := b.runLog(r)

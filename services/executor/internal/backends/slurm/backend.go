@@ -186,19 +186,15 @@ func New(cfg Config, lease taskv1.LeaseServiceClient, slurm slurmAPI) (*Backend,
 		}
 	}
 	log := cfg.Logger.With("backend", "slurm", "agent_id", cfg.AgentID, "mode", string(cfg.Job.Mode))
-	fast := cfg.PendingPollInterval
 	var signal *startSignal
 	if cfg.StartSignalListen != "" {
 		if signal, err = newStartSignal(cfg.StartSignalListen, cfg.StartSignalAddr, cfg.StateDir, log); err != nil {
 			return nil, fmt.Errorf("slurm backend: %w", err)
 		}
-		// Starts are signalled: the listing, whose cost grows with every
-		// job slurmctld knows, is only the fallback and needs no haste.
-		fast = cfg.PollInterval
 	}
 	b := &Backend{
 		cfg: cfg, log: log, lease: lease, slurm: slurm,
-		watch:  newWatcher(slurm, cfg.PollInterval, fast, log),
+		watch:  newWatcher(slurm, cfg.PollInterval, cfg.PendingPollInterval, log),
 		store:  attemptStore{dir: cfg.StateDir},
 		agents: agentResolver{byNode: cfg.NodeAgents, template: cfg.NodeAgentURL, http: cfg.HTTP},
 		signal: signal,
