@@ -77,9 +77,10 @@ func TestPlacementStartSignalStartsWithoutAListing(t *testing.T) {
 	if job.Nodes != "node-b" {
 		t.Fatalf("placeholder runs on %q, want node-b", job.Nodes)
 	}
-	if !strings.Contains(strings.Join(w.progressMessages(id), "|"), "RUNNING on node-b") {
-		t.Fatalf("progress %v does not say where it runs", w.progressMessages(id))
-	}
+	// The running message follows once the task is on its node.
+	leasetest.WaitFor(t, 30*time.Second, "progress saying where it runs", func() bool {
+		return strings.Contains(strings.Join(w.progressMessages(id), "|"), "RUNNING on node-b")
+	})
 	sw.down.Store(false)
 	done := w.fake.WaitComplete(t, id, 60*time.Second)
 	if done.GetExitCode() != 0 || done.GetStdout() != "gpus=0,1,2\n" {
