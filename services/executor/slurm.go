@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -58,6 +59,11 @@ type SlurmConfig struct {
 	// PendingPollInterval while a job waits to start and the backend's
 	// jobs are moving (default 100 ms).
 	PollInterval, PendingPollInterval time.Duration
+	// StartSignalListen, when set (placement), is the address placeholders'
+	// start signals are taken on, and StartSignalAddr the host:port the
+	// nodes reach it at (default: the listening address); see
+	// docs/slurm.md#the-start-signal.
+	StartSignalListen, StartSignalAddr string
 	// ClaimWait, HeartbeatInterval and RenewInterval: zero takes the
 	// defaults (30 s, 5 s, 30 s).
 	ClaimWait, HeartbeatInterval, RenewInterval time.Duration
@@ -77,6 +83,9 @@ func RunSlurm(ctx context.Context, cfg SlurmConfig) error {
 	if cfg.Mode == "" {
 		cfg.Mode = string(slurm.ModePlacement)
 	}
+	if err := checkStartSignal(cfg); err != nil {
+		return fmt.Errorf("slurm backend: %w", err)
+	}
 	client, err := slurm.NewClient(ctx, slurm.ClientConfig{
 		Endpoint: cfg.RESTEndpoint, Version: cfg.RESTVersion, UserName: cfg.RESTUser, TokenFile: cfg.RESTTokenFile,
 	})
@@ -92,6 +101,7 @@ func RunSlurm(ctx context.Context, cfg SlurmConfig) error {
 		AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots, Types: cfg.Types,
 		ClaimWait: cfg.ClaimWait, PollInterval: cfg.PollInterval, PendingPollInterval: cfg.PendingPollInterval, HeartbeatInterval: cfg.HeartbeatInterval, RenewInterval: cfg.RenewInterval,
 		StateDir: cfg.StateDir, NodeAgents: cfg.NodeAgents, NodeAgentURL: cfg.NodeAgentURL, Logger: cfg.Logger,
+		StartSignalListen: cfg.StartSignalListen, StartSignalAddr: cfg.StartSignalAddr,
 		Job: slurm.JobConfig{
 			Mode: slurm.Mode(cfg.Mode), Partition: cfg.Partition, JobDir: cfg.JobDir, DefaultMemoryMB: cfg.DefaultMemoryMB,
 			Priority: slurm.PriorityMode(cfg.Priority), PriorityStep: cfg.PriorityStep, QoS: cfg.QoS,
@@ -104,6 +114,29 @@ func RunSlurm(ctx context.Context, cfg SlurmConfig) error {
 		cfg.Logger.Info("slurmrestd", "endpoint", cfg.RESTEndpoint, "version", client.Version())
 	}
 	return b.Run(ctx)
+}
+
+// checkStartSignal refuses start signal settings that cannot work, before
+// anything is dialled.
+func checkStartSignal(cfg SlurmConfig) error {
+	if cfg.StartSignalListen == "" {
+		if cfg.StartSignalAddr != "" {
+			return errors.New("--slurm-start-signal-addr needs --slurm-start-signal (the address to listen on)")
+		}
+		return nil
+	}
+	if cfg.Mode != string(slurm.ModePlacement) {
+		return errors.New("--slurm-start-signal is for placement mode")
+	}
+	for _, a := range []string{cfg.StartSignalListen, cfg.StartSignalAddr} {
+		if a == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return fmt.Errorf("start signal address %q: want host:port", a)
+		}
+	}
+	return nil
 }
 
 // ParseSlurmQoS reads "1-3=high,4-10=normal": task priorities (single

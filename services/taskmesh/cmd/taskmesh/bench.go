@@ -266,6 +266,7 @@ func slurmBenchmark() benchmark {
 	f.DurationVar(&o.Poll, "slurm-poll", 0, "the backend's poll of slurmctld's job list (0: the backend's default, 1s)")
 	f.DurationVar(&o.PendingPoll, "slurm-pending-poll", 0, "the backend's poll while jobs wait to start (0: the backend's default, 100ms)")
 	f.DurationVar(&o.Spread, "slurm-spread", 10*time.Second, "time the latency run's submissions are spread over")
+	f.BoolVar(&o.NoStartSignal, "slurm-no-start-signal", false, "run the backend without the placeholders' start signal (starts seen by job listings only)")
 	return benchmark{name: "slurm", flags: f,
 		short: "Submit → Slurm RUNNING → Taskmesh running and tasks/s through the Slurm backend, beside sbatch → RUNNING on the same Slurm (needs root and Slurm)",
 		run: func(ctx context.Context, c bench.Common) error {

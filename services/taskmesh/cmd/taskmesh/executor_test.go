@@ -97,6 +97,10 @@ func TestExecutorSlurmFlagErrors(t *testing.T) {
 		{[]string{"--slurmrestd", "unix:/x", "--slurm-node-agents", "node-a"}, "--slurm-node-agents: \"node-a\" is not node=address"},
 		{[]string{"--slurmrestd", ""}, "--slurmrestd is required"},
 		{[]string{"--slurmrestd", "slurm:6820"}, "want unix:/path or http(s)://host:port"},
+		{[]string{"--slurmrestd", "unix:/x", "--slurm-start-signal", "10.0.0.2"}, `start signal address "10.0.0.2": want host:port`},
+		{[]string{"--slurmrestd", "unix:/x", "--slurm-start-signal", ":7090", "--slurm-start-signal-addr", "ctl"}, `start signal address "ctl": want host:port`},
+		{[]string{"--slurmrestd", "unix:/x", "--slurm-start-signal-addr", "ctl:7090"}, "--slurm-start-signal-addr needs --slurm-start-signal"},
+		{[]string{"--slurmrestd", "unix:/x", "--slurm-mode", "batch", "--slurm-start-signal", ":7090", "--slurm-job-dir", "/tmp"}, "--slurm-start-signal is for placement mode"},
 	}
 	for _, tc := range tests {
 		cmd := executorCommand()

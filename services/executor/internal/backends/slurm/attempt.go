@@ -30,6 +30,8 @@ type run struct {
 	leaseExpires time.Time
 	// stop receives the server's stop reason (cancelled, preempted, ...).
 	stop chan string
+	// signal receives the job id of a placeholder's start signal.
+	signal chan int64
 
 	// What the attempt has done so far.
 	started      bool
@@ -50,7 +52,7 @@ type run struct {
 }
 
 func newRun(taskID, attemptID string, task *taskv1.Task) *run {
-	return &run{taskID: taskID, attemptID: attemptID, task: task, stop: make(chan string, 1), lastProgress: -1}
+	return &run{taskID: taskID, attemptID: attemptID, task: task, stop: make(chan string, 1), signal: make(chan int64, 1), lastProgress: -1}
 }
 
 func (b *Backend) runLog(r *run) *slog.Logger {
@@ -66,6 +68,11 @@ func (b *Backend) begin(ctx context.Context, r *run) {
 		b.finish(ctx, r, outcome{exitCode: -1, err: "slurm backend: " + err.Error()}, "", "", nil)
 		b.release(r)
 		return
+	}
+	if b.signal != nil {
+		for k, v := range b.signal.env(r.attemptID) {
+			spec.Env[k] = v
+		}
 	}
 	if err := b.store.save(r.task, 0); err != nil {
 		// Without its record the attempt could not be resumed after a
@@ -94,7 +101,11 @@ func (b *Backend) begin(ctx context.Context, r *run) {
 		log.Warn("record job id", "err", err)
 	}
 	b.runLog(r).Info("job submitted", "name", spec.Name, "gpus", spec.GPUs, "cpus", spec.CPUs, "memory_mb", spec.MemoryMB)
-	b.watch.kick()
+	if b.signal == nil {
+		// Without the start signal the listing is how the start is seen:
+		// the sooner it shows the job, the sooner its reason is.
+		b.watch.kick()
+	}
 	b.follow(ctx, r)
 }
 
@@ -172,6 +183,10 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 			b.runLog(r).Info("server stops the attempt", "reason", reason)
 			b.abandon(r)
 			return
+		case jobID := <-r.signal:
+			if b.signalled(ctx, r, jobID) {
+				return
+			}
 		case <-renew.C:
 			if !b.renew(ctx, r) {
 				b.abandon(r)
@@ -181,6 +196,26 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 		case <-next:
 		}
 	}
+}
+
+// signalled: the placeholder says it runs (signal.go). Only slurmctld is
+// believed: this one job is read from it, and acted on as a listing would
+// be. It reports whether the attempt is over.
+func (b *Backend) signalled(ctx context.Context, r *run, jobID int64) bool {
+	if r.started || jobID != r.jobID {
+		return false
+	}
+	j, err := b.slurm.Job(ctx, r.jobID)
+	if err != nil {
+		b.runLog(r).Warn("read the job that signalled its start; the listing will show it", "err", err)
+		return false
+	}
+	if j.State != StateRunning {
+		b.runLog(r).Warn("start signal for a job slurmctld does not run", "state", j.State)
+		return false
+	}
+	r.steppedAt = time.Now()
+	return b.step(ctx, r, j)
 }
 
 // step acts on the job's state; it reports whether the attempt is over.
@@ -196,6 +231,9 @@ func (b *Backend) step(ctx context.Context, r *run, j Job) bool {
 		}
 		return b.batchEnded(ctx, r, j)
 	case j.State == StatePending:
+		if r.started {
+			return false // a listing older than the start signal
+		}
 		return b.pending(ctx, r, j)
 	case j.State == StateRunning || j.State == StateSuspended:
 		if r.mode == ModePlacement {
@@ -238,8 +276,11 @@ func (b *Backend) report(ctx context.Context, r *run, progress int, msg string) 
 	return false
 }
 
-// started marks the attempt running on the server once; it reports
-// whether the attempt is gone.
+// markStarted marks the attempt running on the server once; it reports
+// whether the attempt is gone. The running message is the caller's to
+// report: a placement reports it once the task is on its node, so that
+// the starts of a scheduling pass, which come together, are not queued
+// behind each other's progress reports.
 func (b *Backend) markStarted(ctx context.Context, r *run, j Job) bool {
 	if r.started {
 		return false
@@ -254,7 +295,7 @@ func (b *Backend) markStarted(ctx context.Context, r *run, j Job) bool {
 	}
 	r.started, r.runningSince = true, time.Now()
 	b.runLog(r).Info("job running", "nodes", j.Nodes)
-	return b.report(ctx, r, 0, runningMessage(j))
+	return false
 }
 
 // start reports the attempt running (StartTask is idempotent).
@@ -278,7 +319,11 @@ func (b *Backend) start(ctx context.Context, r *run) error {
 // SIGKILL) at its next check. Where that cannot be said (v0.0.38, or no
 // operator rights) the whole-minute limit ends it.
 func (b *Backend) batchRunning(ctx context.Context, r *run, j Job) bool {
+	wasStarted := r.started
 	if b.markStarted(ctx, r, j) {
+		return true
+	}
+	if !wasStarted && r.started && b.report(ctx, r, 0, runningMessage(j)) {
 		return true
 	}
 	if r.progress == nil {
@@ -345,8 +390,13 @@ func (b *Backend) placementRunning(ctx context.Context, r *run, j Job) bool {
 		return true
 	}
 	if r.agent == nil {
-		if done, bound := b.bind(ctx, r, j); done || !bound {
-			return done
+		done, bound := b.bind(ctx, r, j)
+		if done {
+			return true
+		}
+		if !bound {
+			// The allocation is held for the node's agent: say where.
+			return b.report(ctx, r, 0, runningMessage(j))
 		}
 	}
 	log := b.runLog(r)

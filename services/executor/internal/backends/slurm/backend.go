@@ -56,6 +56,13 @@ type Config struct {
 	// with {node} for the node's name (e.g. "http://{node}:7071").
 	NodeAgents   map[string]string
 	NodeAgentURL string
+	// StartSignalListen, when set (placement), is the address the backend
+	// takes placeholders' start signals on (signal.go), so that a start
+	// is known when the placeholder runs rather than at the next listing
+	// of slurmctld's jobs; the listing, every PollInterval, stays the
+	// fallback. StartSignalAddr is the host:port the nodes reach it at
+	// (default: the listener's address).
+	StartSignalListen, StartSignalAddr string
 	// OutputLimit is the bytes kept of each batch output stream (16 MiB).
 	OutputLimit int64
 	// HTTP is the client of node agents and result uploads.
@@ -119,6 +126,9 @@ func (c Config) withDefaults() (Config, error) {
 			return c, errors.New("placement needs the node agents' addresses (NodeAgents or NodeAgentURL)")
 		}
 	case ModeBatch:
+		if c.StartSignalListen != "" {
+			return c, errors.New("the start signal is for placement: a batch job is the task's own script")
+		}
 		if c.Job.JobDir == "" {
 			return c, errors.New("batch mode needs a job directory shared with the nodes")
 		}
@@ -151,6 +161,8 @@ type Backend struct {
 	watch  *watcher
 	store  attemptStore
 	agents agentResolver
+	// signal takes placeholders' start signals; nil when off.
+	signal *startSignal
 
 	mu   sync.Mutex
 	runs map[string]*run // by attempt id
@@ -174,13 +186,48 @@ func New(cfg Config, lease taskv1.LeaseServiceClient, slurm slurmAPI) (*Backend,
 		}
 	}
 	log := cfg.Logger.With("backend", "slurm", "agent_id", cfg.AgentID, "mode", string(cfg.Job.Mode))
-	return &Backend{
+	var signal *startSignal
+	if cfg.StartSignalListen != "" {
+		if signal, err = newStartSignal(cfg.StartSignalListen, cfg.StartSignalAddr, cfg.StateDir, log); err != nil {
+			return nil, fmt.Errorf("slurm backend: %w", err)
+		}
+	}
+	b := &Backend{
 		cfg: cfg, log: log, lease: lease, slurm: slurm,
 		watch:  newWatcher(slurm, cfg.PollInterval, cfg.PendingPollInterval, log),
 		store:  attemptStore{dir: cfg.StateDir},
 		agents: agentResolver{byNode: cfg.NodeAgents, template: cfg.NodeAgentURL, http: cfg.HTTP},
+		signal: signal,
 		runs:   map[string]*run{}, checked: map[string]time.Time{}, freed: make(chan struct{}, 1),
-	}, nil
+	}
+	if signal != nil {
+		signal.nudge = b.nudge
+	}
+	return b, nil
+}
+
+// StartSignalAddr is the address the start signal listens on; empty
+// when it is off.
+func (b *Backend) StartSignalAddr() string {
+	if b.signal == nil {
+		return ""
+	}
+	return b.signal.Addr()
+}
+
+// nudge passes a placeholder's start signal to its attempt's follower.
+func (b *Backend) nudge(attemptID string, jobID int64) bool {
+	b.mu.Lock()
+	r := b.runs[attemptID]
+	b.mu.Unlock()
+	if r == nil {
+		return false
+	}
+	select {
+	case r.signal <- jobID:
+	default: // one is waiting already
+	}
+	return true
 }
 
 // Run claims and follows jobs until ctx ends. The jobs stay in Slurm when
@@ -200,6 +247,11 @@ func (b *Backend) Run(ctx context.Context) error {
 				b.log.Warn("cannot open a job directory to the jobs' user", "dir", dir, "err", err)
 			}
 		}
+	}
+	if b.signal != nil {
+		// Closed last: until then the backend's placeholders may signal.
+		defer b.signal.close()
+		go b.signal.serve()
 	}
 	b.spawn(func() { b.watch.run(ctx) })
 	if err := b.adopt(ctx); err != nil {

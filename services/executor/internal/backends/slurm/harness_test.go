@@ -61,6 +61,10 @@ type world struct {
 	cfg     Config
 	logs    *logBuffer
 	stop    func()
+	// api is what the backend calls (default client); backend is the
+	// running one.
+	api     slurmAPI
+	backend *Backend
 }
 
 func newWorld(t *testing.T, mode Mode) *world {
@@ -136,10 +140,15 @@ func (w *world) start() {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	b, err := New(w.cfg, taskv1.NewLeaseServiceClient(conn), w.client)
+	api := w.api
+	if api == nil {
+		api = w.client
+	}
+	b, err := New(w.cfg, taskv1.NewLeaseServiceClient(conn), api)
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	w.backend = b
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()

@@ -257,11 +257,28 @@ func (c JobConfig) jobSpec(t *taskv1.Task) (JobSpec, error) {
 }
 
 // placeholderScript holds the allocation until the backend cancels the
-// job: the task runs on the node's agent meanwhile.
-const placeholderScript = "#!/bin/sh\n" +
-	"# Taskmesh placement: holds this allocation while the node's Taskmesh agent runs the task;\n" +
-	"# the backend cancels the job when the task ends.\n" +
-	"exec sleep infinity\n"
+// job: the task runs on the node's agent meanwhile. Given the backend's
+// address (TASKMESH_SIGNAL_HOST, …: the start signal, signal.go) it
+// first tells the backend it runs, through bash's /dev/tcp, so that no
+// client program is needed on the node. Nothing in the script comes from
+// the task or the user: the values are the environment's (the backend's)
+// and Slurm's, and are printf's data, never read as shell. The signal is
+// sent before the sleep, not beside it: the allocation is held either
+// way, and no process outlives its part. Without bash, or without an
+// answer, the backend's listing of the jobs sees the start instead.
+const placeholderScript = `#!/bin/sh
+# Taskmesh placement: holds this allocation while the node's Taskmesh agent runs the task;
+# the backend cancels the job when the task ends. It first tells the backend it runs.
+if [ -n "$TASKMESH_SIGNAL_HOST" ] && command -v bash >/dev/null 2>&1; then
+  bash -c '
+body="attempt=$TASKMESH_ATTEMPT_ID&job=$SLURM_JOB_ID&node=$SLURMD_NODENAME&token=$TASKMESH_SIGNAL_TOKEN"
+exec 3<>"/dev/tcp/$TASKMESH_SIGNAL_HOST/$TASKMESH_SIGNAL_PORT" || exit 0
+printf "POST ` + signalPath + ` HTTP/1.0\r\nHost: %s\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s" "$TASKMESH_SIGNAL_HOST" "${#body}" "$body" >&3
+read -r -t 10 status <&3
+' </dev/null >/dev/null 2>&1
+fi
+exec sleep infinity
+`
 
 // batchEnv is a batch job's environment: the base, the task's own
 // (TASKMESH_ names are the platform's and are dropped), and the task's

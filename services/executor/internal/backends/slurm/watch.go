@@ -23,6 +23,12 @@ type jobLister interface {
 // watcher polls every fast; once none has moved for freshFor (jobs
 // waiting for resources that are not coming soon) or none waits to
 // start, it backs off to interval, the poll of running jobs.
+//
+// A listing's cost grows with every job slurmctld knows, the backend's or
+// not (slurmrestd renders each in full): so after each listing the
+// watcher rests at least as long as it took, kicked or not, and
+// slurmrestd spends at most half its time listing for it however long
+// the queue (docs/slurm.md#how-soon-a-start-is-seen).
 type watcher struct {
 	client   jobLister
 	interval time.Duration
@@ -44,6 +50,9 @@ type watcher struct {
 	followed map[int64]bool
 	starting int
 	lastMove time.Time
+	// lastEnd is when the last listing ended, lastTook how long it took.
+	lastEnd  time.Time
+	lastTook time.Duration
 	kickCh   chan struct{}
 }
 
@@ -61,9 +70,17 @@ func (w *watcher) nextPoll(now time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.starting > 0 && now.Sub(w.lastMove) < w.freshFor {
-		return w.fast
+		return max(w.fast, w.lastTook)
 	}
-	return w.interval
+	return max(w.interval, w.lastTook)
+}
+
+// rest is how long a kick waits: until the last listing has rested as
+// long as it took.
+func (w *watcher) rest(now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastEnd.Add(w.lastTook).Sub(now)
 }
 
 // started says the followed job id runs: it no longer keeps the poll
@@ -81,14 +98,18 @@ func (w *watcher) started(id int64) {
 func (w *watcher) run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	kicked := false
 	for {
-		kicked := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-w.kickCh:
 			kicked = true
+			if rest := w.rest(time.Now()); rest > 0 {
+				t.Reset(rest) // sooner than the next poll: nextPoll ≥ the rest
+				continue
+			}
 		}
 		w.mu.Lock()
 		busy := len(w.followed) > 0
@@ -96,6 +117,7 @@ func (w *watcher) run(ctx context.Context) {
 		if busy || kicked {
 			w.poll(ctx)
 		}
+		kicked = false
 		t.Reset(w.nextPoll(time.Now()))
 	}
 }
@@ -107,6 +129,8 @@ func (w *watcher) poll(ctx context.Context) {
 	cancel()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.lastEnd = time.Now()
+	w.lastTook = w.lastEnd.Sub(sent)
 	if err == nil {
 		snapshot := make(map[int64]Job, len(jobs))
 		for _, j := range jobs {

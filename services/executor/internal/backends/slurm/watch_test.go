@@ -88,3 +88,47 @@ func TestWatcherPollsFastWhileJobsWaitToStart(t *testing.T) {
 		t.Fatalf("the waiting job's follower left: poll %s, want 1s", d)
 	}
 }
+
+// slowListing answers after delay, as slurmrestd does with a long queue.
+type slowListing struct {
+	listing
+	delay time.Duration
+}
+
+func (l *slowListing) Jobs(ctx context.Context) ([]Job, error) {
+	time.Sleep(l.delay)
+	return l.listing.Jobs(ctx)
+}
+
+// After a listing the watcher rests at least as long as it took, whether
+// the next one is due to the fast poll or to a kick: slurmrestd, whose
+// listing grows with the queue, spends at most half its time on it.
+func TestWatcherRestsAsLongAsAListingTook(t *testing.T) {
+	l := &slowListing{delay: 150 * time.Millisecond}
+	l.set(Job{ID: 1, State: StatePending})
+	w := newWatcher(l, time.Second, 10*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer w.follow(1)()
+	w.poll(context.Background())
+	now := time.Now()
+	if d := w.nextPoll(now); d < 150*time.Millisecond {
+		t.Fatalf("waiting job, after a 150ms listing: poll in %s, want ≥ 150ms", d)
+	}
+	w.mu.Lock()
+	took := w.lastTook
+	w.mu.Unlock()
+	if d := w.rest(now); d <= 0 || d > took {
+		t.Fatalf("a kick right after a %s listing waits %s, want (0, %s]", took, d, took)
+	}
+	if d := w.rest(now.Add(took)); d > 0 {
+		t.Fatalf("a kick once the rest is over waits %s, want none", d)
+	}
+	// A listing slower than the slow poll sets the pace too.
+	l.delay = 0
+	w.mu.Lock()
+	w.lastTook = 3 * time.Second
+	w.mu.Unlock()
+	w.started(1)
+	if d := w.nextPoll(time.Now()); d != 3*time.Second {
+		t.Fatalf("every job runs, listings take 3s: poll in %s, want 3s", d)
+	}
+}

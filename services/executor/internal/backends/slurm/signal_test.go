@@ -1,0 +1,151 @@
+package slurm
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
+)
+
+// listingSwitch is the real slurmrestd client with its job listing
+// turned off while down is set: a start the backend acts on then can
+// only have come from the placeholder's signal (and slurmctld's answer
+// about that one job).
+type listingSwitch struct {
+	*Client
+	down atomic.Bool
+}
+
+func (l *listingSwitch) Jobs(ctx context.Context) ([]Job, error) {
+	if l.down.Load() {
+		return nil, errors.New("job listing turned off by the test")
+	}
+	return l.Client.Jobs(ctx)
+}
+
+func newSignalWorld(t *testing.T) (*world, *listingSwitch) {
+	w := newWorld(t, ModePlacement)
+	w.startNodeAgents()
+	w.cfg.StartSignalListen = "127.0.0.1:0"
+	sw := &listingSwitch{Client: w.client}
+	w.api = sw
+	return w, sw
+}
+
+// signal sends a start signal as a placeholder would, and returns the
+// HTTP status.
+func signal(t *testing.T, addr string, form url.Values) int {
+	t.Helper()
+	resp, err := http.PostForm("http://"+addr+signalPath, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// The placeholder tells the backend it runs: with slurmctld's job
+// listing unavailable, the task is started and handed to the node Slurm
+// chose all the same; once the listing is back, the attempt completes
+// through it as usual.
+func TestPlacementStartSignalStartsWithoutAListing(t *testing.T) {
+	w, sw := newSignalWorld(t)
+	w.start()
+	// The listing goes down once adoption has read it: from here, only
+	// the signal can show the start.
+	leasetest.WaitFor(t, 30*time.Second, "the backend started", func() bool {
+		return strings.Contains(w.logs.String(), "slurm backend started")
+	})
+	sw.down.Store(true)
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 60, Resources: map[string]string{"nvidia.com/gpu": "3"},
+		Command: `echo "gpus=$CUDA_VISIBLE_DEVICES"; sleep 1`})[0]
+	leasetest.WaitFor(t, 60*time.Second, "the task started by the start signal", func() bool { return len(w.fake.Calls("StartTask")) > 0 })
+	job := w.jobOf(id, "the placeholder running", func(j Job) bool { return j.State == StateRunning })
+	if job.Nodes != "node-b" {
+		t.Fatalf("placeholder runs on %q, want node-b", job.Nodes)
+	}
+	// The running message follows once the task is on its node.
+	leasetest.WaitFor(t, 30*time.Second, "progress saying where it runs", func() bool {
+		return strings.Contains(strings.Join(w.progressMessages(id), "|"), "RUNNING on node-b")
+	})
+	sw.down.Store(false)
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != 0 || done.GetStdout() != "gpus=0,1,2\n" {
+		t.Fatalf("outcome exit %d stdout %q error %q", done.GetExitCode(), done.GetStdout(), done.GetError())
+	}
+	leasetest.WaitFor(t, 30*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
+}
+
+// Signals are refused unless they carry the attempt's token; one that
+// carries it starts nothing slurmctld does not run.
+func TestPlacementStartSignalRefusesForgedSignals(t *testing.T) {
+	w, sw := newSignalWorld(t)
+	w.start()
+	addr := w.backend.StartSignalAddr()
+	// Only node-c, which is down, has 8 GPUs: the job pends.
+	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "true", Timeout: 60, Resources: map[string]string{"nvidia.com/gpu": "8"}})[0]
+	job := w.jobOf(id, "the placeholder pending", func(j Job) bool { return j.State == StatePending })
+	attempt := w.fake.Attempt(id)
+	jobID := strconv.FormatInt(job.ID, 10)
+	sw.down.Store(true) // no listing can start anything meanwhile
+
+	// The token a holder of the backend's key would make.
+	key, err := os.ReadFile(filepath.Join(w.cfg.StateDir, signalKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := signalToken(key, attempt)
+
+	for _, tc := range []struct {
+		name string
+		form url.Values
+		want int
+	}{
+		{"forged token", url.Values{"attempt": {attempt}, "job": {jobID}, "node": {"node-a"}, "token": {strings.Repeat("0", 64)}}, http.StatusForbidden},
+		{"another attempt's token", url.Values{"attempt": {attempt}, "job": {jobID}, "token": {signalToken(key, "other-attempt")}}, http.StatusForbidden},
+		{"no token", url.Values{"attempt": {attempt}, "job": {jobID}}, http.StatusBadRequest},
+		{"job not a number", url.Values{"attempt": {attempt}, "job": {"1;reboot"}, "token": {valid}}, http.StatusBadRequest},
+		{"attempt not held", url.Values{"attempt": {"other-attempt"}, "job": {jobID}, "token": {signalToken(key, "other-attempt")}}, http.StatusNotFound},
+	} {
+		if got := signal(t, addr, tc.form); got != tc.want {
+			t.Errorf("%s: HTTP %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	if resp, err := http.Get("http://" + addr + signalPath); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %v %v, want 405", resp, err)
+	}
+
+	// A valid token for a job slurmctld holds pending is taken as a hint:
+	// the backend asks slurmctld, which says PENDING, and starts nothing.
+	if got := signal(t, addr, url.Values{"attempt": {attempt}, "job": {jobID}, "token": {valid}}); got != http.StatusAccepted {
+		t.Fatalf("valid signal: HTTP %d, want 202", got)
+	}
+	leasetest.WaitFor(t, 30*time.Second, "the backend checking the job with slurmctld", func() bool {
+		return strings.Contains(w.logs.String(), "start signal for a job slurmctld does not run")
+	})
+	if n := len(w.fake.Calls("StartTask")); n != 0 {
+		t.Fatalf("%d StartTask calls for a pending job", n)
+	}
+	sw.down.Store(false)
+	w.fake.StopOnHeartbeat(id, "cancelled", 0)
+	leasetest.WaitFor(t, 30*time.Second, "the job leaving the queue", func() bool { return !w.squeueHas(job.ID) })
+}
+
+func signalToken(key []byte, attemptID string) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("taskmesh slurm start\x00" + attemptID))
+	return hex.EncodeToString(mac.Sum(nil))
+}
