@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -41,7 +42,7 @@ func IsSerializationFailure(err error) bool {
 
 // IsTransient reports whether err says something about the database or the
 // connection rather than about the statement's data: the connection broke
-// or was never made (class 08, network errors), the transaction lost a race
+// or was never made (class 08, network errors, the server gone mid-read), the transaction lost a race
 // (class 40), the server is short of resources or shutting down (classes
 // 53, 57, 58), a lock could not be had in time (55P03), or ctx ended. Doing
 // the same work again later may succeed. Anything else — a value the column
@@ -61,6 +62,12 @@ func IsTransient(err error) bool {
 			return true
 		}
 		return pgErr.Code == "55P03"
+	}
+	// A server that dies mid-query (an immediate shutdown, a crash, a
+	// killed backend) closes the socket under pgx, which reports the
+	// read as an unexpected EOF with nothing else to go by.
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return true
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) {

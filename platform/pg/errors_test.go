@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -116,6 +118,25 @@ func TestIsTransient(t *testing.T) {
 	cancel()
 	_, ctxErr := pool.Exec(ctx, `SELECT 1`)
 	_, timeout := pool.Exec(testCtx(t), `SET statement_timeout = 1; SELECT pg_sleep(1)`)
+	// A backend killed mid-query, as a server stopped with -m immediate
+	// does to every session.
+	killed := func() error {
+		conn, err := pool.Acquire(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		var pid int
+		if err := conn.QueryRow(testCtx(t), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			_, _ = pool.Exec(testCtx(t), `SELECT pg_terminate_backend($1)`, pid)
+		}()
+		_, err = conn.Exec(testCtx(t), `SELECT pg_sleep(30)`)
+		return err
+	}()
 	for _, c := range []struct {
 		name string
 		err  error
@@ -130,6 +151,8 @@ func TestIsTransient(t *testing.T) {
 		{"wrapped serialization failure", fmt.Errorf("apply: %w", &pgconn.PgError{Code: "40001"}), true},
 		{"connection failure", &pgconn.PgError{Code: "08006"}, true},
 		{"lock not available", &pgconn.PgError{Code: "55P03"}, true},
+		{"backend terminated mid-query", killed, true},
+		{"server gone mid-read (pgx's unexpected EOF)", fmt.Errorf("write tasks: %w", io.ErrUnexpectedEOF), true},
 	} {
 		if c.name == "cancelled context" && c.err == nil {
 			t.Fatal("a cancelled context ran the statement")
