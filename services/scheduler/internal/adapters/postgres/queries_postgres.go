@@ -17,6 +17,15 @@ import (
 // LOCKED: concurrent claims never wait for, or get, the same task). A task
 // is claimable when its dependencies completed and, for scatter, when no
 // sibling ran on this machine.
+//
+// A task whose last event was written by a transaction with a higher id
+// than this one is left for a later claim. The relay publishes events in
+// transaction-id order (platform/outbox), and a claim grouped behind
+// other commands holds an id from before its candidates were last
+// written: leasing such a task would put its TaskLeased ahead of the
+// event before it on the topic (docs/events.md, ordering). A lone claim
+// gets its id as it locks, after every write it can see, so it skips
+// nothing.
 func claimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domain.Task, error) {
 	if f.Labels == nil {
 		f.Labels = []string{}
@@ -37,6 +46,8 @@ func claimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domai
 		        WHERE dt.id IS NULL OR dt.status <> 'completed'))
 		  AND (NOT scatter OR NOT EXISTS (
 		        SELECT 1 FROM tasks s WHERE s.fanout_id = t.fanout_id AND s.assigned_machine_id = $3 AND s.id <> t.id))
+		  AND NOT EXISTS (
+		        SELECT 1 FROM events e WHERE e.aggregate_id = t.id AND e.tx_id > pg_current_xact_id())
 		ORDER BY priority, created_at
 		LIMIT $7
 		FOR UPDATE SKIP LOCKED`,
