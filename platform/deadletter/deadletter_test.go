@@ -83,10 +83,21 @@ func TestServer(t *testing.T) {
 	if err != nil || r.GetOutcome() != "pending" || r.GetDeadLetter().GetRetryRequestedAt() == nil {
 		t.Fatalf("retry without a consumer = %v, %v", r, err)
 	}
-	// A consumer that now applies it.
+	// A consumer that applies it once the second request below is made
+	// (applying the first one would leave the second nothing to find).
+	firstRequested := r.GetDeadLetter().GetRetryRequestedAt().AsTime()
 	done := make(chan error, 1)
 	go func() {
 		for {
+			var at time.Time
+			if err := pool.QueryRow(context.Background(), `SELECT retry_requested_at FROM projection_dead_letters WHERE id = $1`, first).Scan(&at); err != nil {
+				done <- err
+				return
+			}
+			if !at.After(firstRequested) {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
 			n, err := projection.RetryRequested(context.Background(), pool, "usage",
 				func(context.Context, pgx.Tx, projection.DeadLetter) error { return nil }, slog.New(slog.DiscardHandler))
 			if err != nil || n > 0 {
