@@ -37,6 +37,16 @@
 //  6. Every RetryPoll, the leader applies the dead letters an operator asked
 //     to retry (projection.RetryRequested).
 //
+// The stored offsets only move forward, so a handler that finds one lower
+// than its tenure last committed (or read at its start) knows the database
+// lost commits: Postgres dropped asynchronously committed transactions in
+// a crash (step 4 commits without waiting for the WAL flush), or a backup
+// was restored. The subscriber has read past them, and the handlers write
+// through the pool, whose new connections do not notice the restart the
+// way a single pinned connection would. Applying the next run there would
+// skip the lost records for good; instead the tenure ends (ErrOffsetsLost)
+// and the next one reads every partition again from what is stored.
+//
 // Apply must also be idempotent by itself (by event id or aggregate
 // version): replays into the live tables and dead-letter retries run it on
 // records whose offset is long past.
@@ -47,6 +57,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -159,14 +170,19 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 // session is one tenure as the leader: steps 2 to 6.
-func (c *Consumer) session(ctx context.Context, lock *pg.Lock) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sub, err := newSubscriber(ctx, c.pool, c.cfg)
+func (c *Consumer) session(parent context.Context, lock *pg.Lock) error {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	stored, err := storedOffsets(ctx, c.pool, c.cfg.Name, c.cfg.Topic)
 	if err != nil {
 		return err
 	}
-	router, err := c.router(sub)
+	sub, err := newSubscriber(ctx, c.cfg, stored)
+	if err != nil {
+		return err
+	}
+	led := newLedger(stored, cancel)
+	router, err := c.router(sub, led)
 	if err != nil {
 		sub.Close()
 		return err
@@ -180,7 +196,13 @@ func (c *Consumer) session(ctx context.Context, lock *pg.Lock) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return errors.Join(router.Close(), <-routed)
+			err := errors.Join(router.Close(), <-routed)
+			if parent.Err() == nil {
+				// Ended from inside (lost commits): a failure, so the
+				// next tenure starts after a backoff.
+				return fmt.Errorf("consumer %s: %w", c.cfg.Name, errors.Join(context.Cause(ctx), err))
+			}
+			return err
 		case err := <-routed:
 			if ctx.Err() != nil {
 				return nil
@@ -189,7 +211,7 @@ func (c *Consumer) session(ctx context.Context, lock *pg.Lock) error {
 		case <-tick.C:
 			_, err := projection.RetryRequested(ctx, lock.Conn(), c.cfg.Name, c.retryDeadLetter, c.cfg.Logger)
 			if err != nil && ctx.Err() == nil {
-				cancel()
+				cancel(err)
 				<-routed
 				return err
 			}
@@ -197,19 +219,68 @@ func (c *Consumer) session(ctx context.Context, lock *pg.Lock) error {
 	}
 }
 
+// ErrOffsetsLost is the cause of a tenure ended because the stored offsets
+// went back (see the package doc).
+var ErrOffsetsLost = errors.New("stored offsets went back: the database lost commits; reading again from what is stored")
+
+// ledger is what one tenure knows of its stored offsets: per partition,
+// the next offset it read at its start or has committed since (a
+// partition without a stored offset is not in it). Partitions are handled
+// in parallel, hence the lock.
+type ledger struct {
+	mu   sync.Mutex
+	next map[int32]int64
+	end  context.CancelCauseFunc // ends the tenure; nil outside one
+}
+
+func newLedger(stored map[int32]int64, end context.CancelCauseFunc) *ledger {
+	next := make(map[int32]int64, len(stored))
+	for p, o := range stored {
+		next[p] = o
+	}
+	return &ledger{next: next, end: end}
+}
+
+// expected returns the offset the table must hold at least for p, or -1.
+func (l *ledger) expected(p int32) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if o, ok := l.next[p]; ok {
+		return o
+	}
+	return -1
+}
+
+// committed records that the offset of p is stored as next.
+func (l *ledger) committed(p int32, next int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if o, ok := l.next[p]; !ok || next > o {
+		l.next[p] = next
+	}
+}
+
+// failed ends the tenure when err says the offsets went back.
+func (l *ledger) failed(err error) {
+	if errors.Is(err, ErrOffsetsLost) && l.end != nil {
+		l.end(err)
+	}
+}
+
 // router builds the Router: one handler over sub, with the middleware of
 // step 3. Middleware added first runs outermost.
-func (c *Consumer) router(sub *subscriber) (*message.Router, error) {
+func (c *Consumer) router(sub *subscriber, led *ledger) (*message.Router, error) {
 	logger := watermill.NewSlogLoggerWithLevelMapping(c.cfg.Logger.With("consumer", c.cfg.Name),
 		map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
 	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
 	if err != nil {
 		return nil, err
 	}
-	// A failure of the database or a consumer that is stopping is no
-	// reason to park a record: the message is nacked and offered again.
-	poison, err := middleware.PoisonQueueWithFilter(&deadLetterPublisher{consumer: c}, c.cfg.Name,
-		func(err error) bool { return !pg.IsTransient(err) })
+	// A failure of the database, lost commits or a consumer that is
+	// stopping is no reason to park a record: the message is nacked and
+	// offered again (or read again by the next tenure).
+	poison, err := middleware.PoisonQueueWithFilter(&deadLetterPublisher{consumer: c, ledger: led}, c.cfg.Name,
+		func(err error) bool { return !pg.IsTransient(err) && !errors.Is(err, ErrOffsetsLost) })
 	if err != nil {
 		return nil, err
 	}
@@ -221,35 +292,41 @@ func (c *Consumer) router(sub *subscriber) (*message.Router, error) {
 			Multiplier: 2, RandomizationFactor: 0.2, Logger: logger,
 			// A cancelled message context means the consumer is stopping:
 			// the message is nacked and applied by the next leader.
-			ShouldRetry: func(p middleware.RetryParams) bool { return !errors.Is(p.Err, context.Canceled) }}.Middleware,
+			// Lost commits end the tenure: retrying here would not help.
+			ShouldRetry: func(p middleware.RetryParams) bool {
+				return !errors.Is(p.Err, context.Canceled) && !errors.Is(p.Err, ErrOffsetsLost)
+			}}.Middleware,
 		middleware.Recoverer,
 	)
-	r.AddConsumerHandler(c.cfg.Name, c.cfg.Topic, sub, c.handle)
+	r.AddConsumerHandler(c.cfg.Name, c.cfg.Topic, sub, func(msg *message.Message) error { return c.handle(led, msg) })
 	return r, nil
 }
 
 // handle is step 4.
-func (c *Consumer) handle(msg *message.Message) error {
+func (c *Consumer) handle(led *ledger, msg *message.Message) error {
 	recs := recordsOf(msg)
 	if len(recs) == 0 {
 		return fmt.Errorf("consumer %s: message %s carries no record", c.cfg.Name, msg.UUID)
 	}
 	ctx := msg.Context()
 	err := pg.InTx(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		// Rows and offset commit together: a lost commit loses both and
-		// the records are read again, so the WAL flush need not be awaited.
+		// Rows and offset commit together: a lost commit loses both, the
+		// next handler finds the offset gone back (ledger) and the
+		// records are read again, so the WAL flush need not be awaited.
 		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
 			return err
 		}
-		fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs)
+		fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs, led.expected(recs[0].Partition))
 		if err != nil || len(fresh) == 0 {
 			return err
 		}
 		return c.apply(ctx, tx, fresh)
 	})
 	if err != nil {
+		led.failed(err)
 		return err
 	}
+	led.committed(recs[0].Partition, recs[len(recs)-1].Offset+1)
 	c.applied.Add(int64(len(recs)))
 	if c.cfg.AfterCommit != nil {
 		c.cfg.AfterCommit(recs)
@@ -264,8 +341,10 @@ func (c *Consumer) retryDeadLetter(ctx context.Context, tx pgx.Tx, d projection.
 
 // claimOffsets locks the stored offset of the records' partition (one
 // partition, in offset order), stores it past the last record, and
-// returns the records at or above it before: those not applied yet.
-func claimOffsets(ctx context.Context, tx pgx.Tx, name string, recs []*kgo.Record) ([]*kgo.Record, error) {
+// returns the records at or above it before: those not applied yet. It
+// fails with ErrOffsetsLost when the stored offset is below expected, what
+// the tenure knows was stored (-1: nothing known).
+func claimOffsets(ctx context.Context, tx pgx.Tx, name string, recs []*kgo.Record, expected int64) ([]*kgo.Record, error) {
 	first, last := recs[0], recs[len(recs)-1]
 	var stored int64
 	err := tx.QueryRow(ctx, `SELECT next_offset FROM projection_offsets WHERE projection = $1 AND topic = $2 AND partition = $3
@@ -274,6 +353,9 @@ func claimOffsets(ctx context.Context, tx pgx.Tx, name string, recs []*kgo.Recor
 		stored = -1
 	} else if err != nil {
 		return nil, fmt.Errorf("claim offsets of %d: %w", first.Partition, err)
+	}
+	if stored < expected {
+		return nil, fmt.Errorf("%w (partition %d: stored %d, committed %d)", ErrOffsetsLost, first.Partition, stored, expected)
 	}
 	if stored > last.Offset {
 		return nil, nil
@@ -296,7 +378,10 @@ func claimOffsets(ctx context.Context, tx pgx.Tx, name string, recs []*kgo.Recor
 // deadLetterPublisher is the poison queue's Publisher (step 5): it applies
 // a message's records one by one, parks those that fail alone, and moves
 // the offset past them all, in one transaction.
-type deadLetterPublisher struct{ consumer *Consumer }
+type deadLetterPublisher struct {
+	consumer *Consumer
+	ledger   *ledger
+}
 
 func (p *deadLetterPublisher) Publish(_ string, msgs ...*message.Message) error {
 	c := p.consumer
@@ -309,7 +394,7 @@ func (p *deadLetterPublisher) Publish(_ string, msgs ...*message.Message) error 
 		ctx := msg.Context()
 		err := pg.InTx(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 			parked = parked[:0]
-			fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs)
+			fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs, p.ledger.expected(recs[0].Partition))
 			if err != nil {
 				return err
 			}
@@ -338,8 +423,10 @@ func (p *deadLetterPublisher) Publish(_ string, msgs ...*message.Message) error 
 			return nil
 		})
 		if err != nil {
+			p.ledger.failed(err)
 			return err
 		}
+		p.ledger.committed(recs[0].Partition, recs[len(recs)-1].Offset+1)
 		for _, d := range parked {
 			projection.ReportParked(c.cfg.Logger, c.cfg.OnDeadLetter, d)
 		}

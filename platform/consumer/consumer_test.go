@@ -261,26 +261,67 @@ func TestRedeliveredRecordIsSkipped(t *testing.T) {
 	rec := record(t, "task-1", 1, "ok")
 	rec.Partition, rec.Offset = 2, 41
 	for range 3 {
-		if err := c.handle(newMessage(context.Background(), []*kgo.Record{rec})); err != nil {
+		if err := c.handle(newLedger(nil, nil), newMessage(context.Background(), []*kgo.Record{rec})); err != nil {
 			t.Fatal(err)
 		}
 	}
 	older := record(t, "task-1", 0, "ok")
 	older.Partition, older.Offset = 2, 40
-	if err := c.handle(newMessage(context.Background(), []*kgo.Record{older})); err != nil {
+	if err := c.handle(newLedger(nil, nil), newMessage(context.Background(), []*kgo.Record{older})); err != nil {
 		t.Fatal(err)
 	}
 	// A run that overlaps what was applied applies only its new records.
 	next := record(t, "task-1", 2, "ok")
 	next.Partition, next.Offset = 2, 42
-	if err := c.handle(newMessage(context.Background(), []*kgo.Record{rec, next})); err != nil {
+	if err := c.handle(newLedger(nil, nil), newMessage(context.Background(), []*kgo.Record{rec, next})); err != nil {
 		t.Fatal(err)
 	}
 	if got := read(t, pool)["task-1"]; got.applied != 2 || got.last != 2 || c.Applied() != 6 {
 		t.Errorf("after 3 deliveries, an older record and an overlapping run: %+v (handled %d)", got, c.Applied())
 	}
-	if err := c.handle(message.NewMessage("no-record", nil)); err == nil {
+	if err := c.handle(newLedger(nil, nil), message.NewMessage("no-record", nil)); err == nil {
 		t.Error("a message without a record was handled")
+	}
+}
+
+// Commits the database lost after acknowledging them (an asynchronous
+// commit dropped in a crash, a restored backup) are applied again: the
+// next run finds the stored offset gone back, the tenure ends and the next
+// one reads the partition from what is stored. Without that, the run
+// would be applied on top and the lost records skipped for good.
+func TestLostCommitsAreReadAgain(t *testing.T) {
+	pool := pgtest.New(t).Open(t, schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(1))
+	cfg := config(b)
+	cfg.Partitions = 1
+	fn := &counter{}
+	c := New(pool, cfg, fn.apply)
+	stop := running(c)
+	defer stop()
+	var first []*kgo.Record
+	for v := int64(1); v <= 5; v++ {
+		first = append(first, record(t, "task-1", v, "ok"))
+	}
+	produce(t, b, first)
+	eventually(t, "the first records", func() bool { return read(t, pool)["task-1"].applied == 5 })
+
+	// What Postgres holds after losing the commits: neither the rows nor
+	// the offsets they moved.
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `DELETE FROM counts`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE projection_offsets SET next_offset = 0 WHERE projection = $1`, cfg.Name); err != nil {
+		t.Fatal(err)
+	}
+	var second []*kgo.Record
+	for v := int64(6); v <= 8; v++ {
+		second = append(second, record(t, "task-1", v, "ok"))
+	}
+	produce(t, b, second)
+	eventually(t, "every record after the loss", func() bool { return read(t, pool)["task-1"].last == 8 })
+	if got := read(t, pool)["task-1"]; got.applied != 8 || got.disorder != 0 {
+		t.Errorf("after lost commits: applied %d times (want 8), %d out of order", got.applied, got.disorder)
 	}
 }
 

@@ -64,7 +64,9 @@ type subscriber struct {
 	err       error // why polling stopped, if it failed
 }
 
-func newSubscriber(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*subscriber, error) {
+// newSubscriber reads every partition of cfg.Topic from its stored offset
+// (partition → next offset; absent: from the start).
+func newSubscriber(ctx context.Context, cfg Config, stored map[int32]int64) (*subscriber, error) {
 	opts, err := cfg.Kafka.Opts()
 	if err != nil {
 		return nil, err
@@ -81,10 +83,6 @@ func newSubscriber(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*subscr
 	admin.Close()
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: topic %s: %w", cfg.Name, cfg.Topic, err)
-	}
-	stored, err := storedOffsets(ctx, pool, cfg.Name, cfg.Topic)
-	if err != nil {
-		return nil, err
 	}
 	start := make(map[int32]kgo.Offset, partitions)
 	for p := int32(0); p < partitions; p++ {
