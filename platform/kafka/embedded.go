@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -19,8 +20,10 @@ type EmbeddedOptions struct {
 	// offsets persist across restarts; "" keeps everything in memory.
 	// Segments are written per batch, so data survives the process being
 	// killed (SIGKILL); only an OS crash can lose unsynced batches, which
-	// SyncWrites prevents. A directory is used by one broker at a time:
-	// a second StartEmbedded on it fails instead of corrupting it.
+	// SyncWrites prevents. Transactions a crash left open are aborted,
+	// with their markers, before transactional producers may start again
+	// (crash_repair.go). A directory is used by one broker at a time: a
+	// second StartEmbedded on it fails instead of corrupting it.
 	DataDir string
 	// Port is the TCP port on 127.0.0.1; 0 picks a free one. A fixed port
 	// that is briefly still in use (a previous broker closing) is retried
@@ -53,6 +56,10 @@ type Embedded struct {
 	cluster *kfake.Cluster
 	addrs   []string
 	lock    *os.File // flock on DataDir, nil in memory
+	dataDir string
+	// crashed: the data dir was not closed cleanly before this start.
+	crashed bool
+	logf    func(format string, args ...any)
 
 	closeOnce sync.Once
 }
@@ -65,11 +72,22 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 	if opts.Partitions < 0 {
 		return nil, fmt.Errorf("kafka: embedded broker default partitions %d is negative", opts.Partitions)
 	}
-	e := &Embedded{}
+	e := &Embedded{logf: opts.Logf}
+	// After a crash, connections wait until the transactional gate is in
+	// place (crash_repair.go); otherwise they are let through at once.
+	gate := &gatedListener{ready: make(chan struct{})}
+	listen := listenRetrying(opts.Port != 0)
 	kopts := []kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.AllowAutoTopicCreation(),
-		kfake.ListenFn(listenRetrying(opts.Port != 0)),
+		kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+			ln, err := listen(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			gate.Listener = ln
+			return gate, nil
+		}),
 	}
 	if opts.Port != 0 {
 		kopts = append(kopts, kfake.Ports(opts.Port))
@@ -88,7 +106,11 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.lock = lock
+		e.lock, e.dataDir = lock, opts.DataDir
+		if e.crashed, err = openAfterCrash(opts.DataDir); err != nil {
+			e.unlock()
+			return nil, err
+		}
 		kopts = append(kopts, kfake.DataDir(opts.DataDir))
 		if opts.SyncWrites {
 			kopts = append(kopts, kfake.SyncWrites())
@@ -101,6 +123,26 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 	}
 	e.cluster = cluster
 	e.addrs = cluster.ListenAddrs()
+	if !e.crashed {
+		gate.open()
+		return e, nil
+	}
+	txns := gateTransactions(cluster)
+	gate.open()
+	ctx, cancel := context.WithTimeout(context.Background(), repairTimeout)
+	defer cancel()
+	aborted, err := abortOpenTransactions(ctx, e.addrs)
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("kafka: embedded broker: abort the transactions a crash left open: %w", err)
+	}
+	txns.lift()
+	if opts.Logf != nil {
+		for _, o := range aborted {
+			opts.Logf("aborted the transaction a crash left open: producer %d on %s/%d from offset %d",
+				o.producerID, o.topic, o.partition, o.first)
+		}
+	}
 	return e, nil
 }
 
@@ -123,6 +165,15 @@ func (e *Embedded) Config() Config { return Config{Brokers: e.Addrs()} }
 func (e *Embedded) Close() {
 	e.closeOnce.Do(func() {
 		e.cluster.Close()
+		if e.dataDir != "" {
+			// kfake saved its transactions' state on Close: the next start
+			// needs no repair (crash_repair.go).
+			// Without the mark the next start scans the logs for
+			// nothing: slower, never wrong.
+			if err := markCleanStop(e.dataDir); err != nil && e.logf != nil {
+				e.logf("clean-stop mark not written (the next start will scan the logs): %v", err)
+			}
+		}
 		e.unlock()
 	})
 }

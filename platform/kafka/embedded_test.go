@@ -1,11 +1,9 @@
 package kafka_test
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,28 +148,10 @@ func TestEmbeddedPersistsAcrossRestart(t *testing.T) {
 // happens, and the kernel drops the data dir lock with the process.
 func TestEmbeddedSurvivesSIGKILL(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashHelperEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "ADDR ") {
-		t.Fatalf("helper broker did not start: %q, %v", line, err)
-	}
-	addr := strings.TrimSpace(strings.TrimPrefix(line, "ADDR "))
+	addr, kill := startCrashHelper(t, dir)
 	want := seed(t, kafka.Config{Brokers: []string{addr}}, "orders", "billing")
 
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	kill()
 
 	_, portStr, _ := net.SplitHostPort(addr)
 	port, err := strconv.Atoi(portStr)
