@@ -216,6 +216,13 @@ func scaleOnce(ctx context.Context, env *env, o ScaleOptions, db string, run int
 	}
 	defer stopGateway()
 
+	// --pg-stats: the statements of the first run's loaded measurement.
+	stats := o.PGStats && db == "loaded" && run == 1
+	if stats {
+		if _, err := s.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+			return f, err
+		}
+	}
 	tr := &startTracker{submitted: map[string]bool{}, started: map[string]bool{}, tenant: scaleTenant}
 	actx, cancelAgents := context.WithCancel(ctx)
 	var agents sync.WaitGroup
@@ -289,6 +296,12 @@ func scaleOnce(ctx context.Context, env *env, o ScaleOptions, db string, run int
 	f.ListP99, f.FilteredP99 = percentile(latencies[listFirstPage], 99), percentile(latencies[listFiltered], 99)
 	if f.LagP99, err = projectionLag(ctx, s.pool, ids); err != nil {
 		return f, err
+	}
+	if stats {
+		fmt.Fprintf(o.Out, "\nrun %d, loaded database, the measured load:", run)
+		if err := printStatements(ctx, s.pool, o.Out); err != nil {
+			return f, err
+		}
 	}
 	f.Admissions, err = scaleAdmission(ctx, env, o, db, run)
 	return f, err
