@@ -403,13 +403,22 @@ func PublishHistory(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, top
 	// Until the relay has published the last event and saved its
 	// checkpoint there (an idle relay saves at once), so the next relay
 	// starts without scanning the topic for what it finds published.
+	// Positions, not event ids: batches committed side by side interleave
+	// their ids, so the last position need not hold the highest id.
 	caughtUp := func() bool {
 		if relay.Stats().Cursor.Less(last) {
 			return false
 		}
-		var saved int64
-		err := pool.QueryRow(ctx, `SELECT event_id FROM outbox_checkpoints WHERE relay = 'scheduler'`).Scan(&saved)
-		return err == nil && saved >= last.EventID
+		var saved outbox.Position
+		var tx string
+		err := pool.QueryRow(ctx, `SELECT tx_id::text, event_id FROM outbox_checkpoints WHERE relay = 'scheduler'`).Scan(&tx, &saved.EventID)
+		if err != nil {
+			return false
+		}
+		if _, err := fmt.Sscan(tx, &saved.TxID); err != nil {
+			return false
+		}
+		return !saved.Less(last)
 	}
 	for !caughtUp() {
 		select {
@@ -451,15 +460,19 @@ func markProjected(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, topi
 	if err != nil {
 		return fmt.Errorf("publish history: end offsets: %w", err)
 	}
-	// Read the tail of each partition: a committed transaction ends with
-	// its marker right after its last record, so a few offsets back are
-	// enough to find the last record.
+	// Read the tail of each partition. A committed transaction ends with
+	// its marker, right after its last record in that partition, so the
+	// last record is at end − 2: read each partition until it shows up
+	// (or, should the last transaction have been aborted, until the
+	// deadline, taking the last record seen).
 	const tail = 16
 	next := map[int32]int64{}
+	ends := map[int32]int64{}
 	from := map[int32]kgo.Offset{}
 	listed.Each(func(o kadm.ListedOffset) {
 		next[o.Partition] = 0
 		if o.Offset > 0 {
+			ends[o.Partition] = o.Offset
 			from[o.Partition] = kgo.NewOffset().At(max(0, o.Offset-tail))
 		}
 	})
@@ -470,20 +483,29 @@ func markProjected(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, topi
 			return err
 		}
 		defer reader.Close()
-		for {
+		done := func() bool {
+			for p, end := range ends {
+				if next[p] < end-1 {
+					return false
+				}
+			}
+			return true
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !done() && time.Now().Before(deadline) {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
 			fs := reader.PollFetches(pctx)
 			cancel()
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			got := 0
 			fs.EachRecord(func(r *kgo.Record) {
-				got++
 				next[r.Partition] = max(next[r.Partition], r.Offset+1)
 			})
-			if got == 0 {
-				break // a second without records: every tail is read
+		}
+		for p := range ends {
+			if next[p] == 0 {
+				return fmt.Errorf("publish history: no record found at the end of partition %d of %s", p, topic)
 			}
 		}
 	}
