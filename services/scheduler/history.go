@@ -312,43 +312,62 @@ func finishedLifecycle(r *rand.Rand, tenant string, created time.Time) ([]domain
 		failures = 1
 	}
 	for attempt := 0; !t.Status.Final(); attempt++ {
-		// Waiting in the queue, then a claim.
-		now = later(now, t.RetryAt).Add(time.Duration(50+r.IntN(3000)) * time.Millisecond)
-		n := r.IntN(historyAgents)
-		agent, machine, attemptID := fmt.Sprintf("agent-%02d", n), fmt.Sprintf("gpu-node-%02d", n), randomID(r)
-		l, err := t.Lease(now, attemptID, agent, machine, randomID(r))
+		more, end, err := historyAttempt(r, t, now, attempt < failures)
 		if err != nil {
 			return nil, err
 		}
-		add(l)
-		now = now.Add(time.Duration(20+r.IntN(200)) * time.Millisecond)
-		s, err := t.Start(now, agent, attemptID)
-		if err != nil {
-			return nil, err
-		}
-		add(s)
-		// Runs from a second to four minutes: inside the lease, so no
-		// renewal is needed.
-		run := time.Duration(math.Min(240, math.Exp(r.Float64()*5.5))*1000) * time.Millisecond
-		if r.IntN(3) == 0 {
-			p, err := t.ReportProgress(now.Add(run/2), agent, attemptID, 50, "half way")
-			if err != nil {
-				return nil, err
-			}
-			add(p)
-		}
-		now = now.Add(run)
-		o := domain.Outcome{EndedAt: now}
-		if attempt < failures {
-			o.ExitCode = 1
-		}
-		c, _, err := t.Complete(now, agent, attemptID, o)
-		if err != nil {
-			return nil, err
-		}
-		add(c)
+		add(more)
+		now = end
 	}
 	return recs, nil
+}
+
+// historyAttempt is one attempt of t from now: waiting in the queue, a
+// claim, a start, maybe progress, and its end (a failure when fail). It
+// returns the records and when the attempt ended.
+func historyAttempt(r *rand.Rand, t domain.Task, now time.Time, fail bool) ([]domain.Record, time.Time, error) {
+	var recs []domain.Record
+	add := func(more []domain.Record) {
+		for _, x := range more {
+			t = domain.Apply(t, x)
+		}
+		recs = append(recs, more...)
+	}
+	now = later(now, t.RetryAt).Add(time.Duration(50+r.IntN(3000)) * time.Millisecond)
+	n := r.IntN(historyAgents)
+	agent, machine, attemptID := fmt.Sprintf("agent-%02d", n), fmt.Sprintf("gpu-node-%02d", n), randomID(r)
+	l, err := t.Lease(now, attemptID, agent, machine, randomID(r))
+	if err != nil {
+		return nil, now, err
+	}
+	add(l)
+	now = now.Add(time.Duration(20+r.IntN(200)) * time.Millisecond)
+	st, err := t.Start(now, agent, attemptID)
+	if err != nil {
+		return nil, now, err
+	}
+	add(st)
+	// Runs from a second to four minutes: inside the lease, so no renewal
+	// is needed.
+	run := time.Duration(math.Min(240, math.Exp(r.Float64()*5.5))*1000) * time.Millisecond
+	if r.IntN(3) == 0 {
+		p, err := t.ReportProgress(now.Add(run/2), agent, attemptID, 50, "half way")
+		if err != nil {
+			return nil, now, err
+		}
+		add(p)
+	}
+	now = now.Add(run)
+	o := domain.Outcome{EndedAt: now}
+	if fail {
+		o.ExitCode = 1
+	}
+	c, _, err := t.Complete(now, agent, attemptID, o)
+	if err != nil {
+		return nil, now, err
+	}
+	add(c)
+	return recs, now, nil
 }
 
 // pendingLifecycle is a task submitted to a pool no agent of the
@@ -382,17 +401,9 @@ func PublishHistory(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, top
 	if partitions <= 0 {
 		partitions = 16
 	}
-	var last outbox.Position
-	var txText string
-	err := pool.QueryRow(ctx, `SELECT tx_id::text, id FROM events ORDER BY tx_id DESC, id DESC LIMIT 1`).Scan(&txText, &last.EventID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("publish history: %w", err)
-	}
-	if _, err := fmt.Sscan(txText, &last.TxID); err != nil {
-		return fmt.Errorf("publish history: tx_id %q: %w", txText, err)
+	last, found, err := lastPosition(ctx, pool)
+	if err != nil || !found {
+		return err
 	}
 	relay := outbox.New(pool, outbox.Config{Name: "scheduler", Topic: topic, Partitions: partitions,
 		Routes: map[string]string{postgres.GroupAggregateType: OrchestrationTopic, postgres.TemplateAggregateType: OrchestrationTopic,
@@ -439,6 +450,23 @@ func PublishHistory(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, top
 	return markProjected(ctx, pool, k, topic)
 }
 
+// lastPosition is the position of the last event in the event store
+// (found is false for none).
+func lastPosition(ctx context.Context, pool *pgxpool.Pool) (last outbox.Position, found bool, err error) {
+	var txText string
+	err = pool.QueryRow(ctx, `SELECT tx_id::text, id FROM events ORDER BY tx_id DESC, id DESC LIMIT 1`).Scan(&txText, &last.EventID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return last, false, nil
+	}
+	if err != nil {
+		return last, false, fmt.Errorf("publish history: %w", err)
+	}
+	if _, err := fmt.Sscan(txText, &last.TxID); err != nil {
+		return last, false, fmt.Errorf("publish history: tx_id %q: %w", txText, err)
+	}
+	return last, true, nil
+}
+
 // markProjected stores, as the task_views projection's offsets, the
 // offset after the last record of each partition of topic: what the
 // projection would have stored after applying every record. That is not
@@ -460,54 +488,9 @@ func markProjected(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, topi
 	if err != nil {
 		return fmt.Errorf("publish history: end offsets: %w", err)
 	}
-	// Read the tail of each partition. A committed transaction ends with
-	// its marker, right after its last record in that partition, so the
-	// last record is at end − 2: read each partition until it shows up
-	// (or, should the last transaction have been aborted, until the
-	// deadline, taking the last record seen).
-	const tail = 16
-	next := map[int32]int64{}
-	ends := map[int32]int64{}
-	from := map[int32]kgo.Offset{}
-	listed.Each(func(o kadm.ListedOffset) {
-		next[o.Partition] = 0
-		if o.Offset > 0 {
-			ends[o.Partition] = o.Offset
-			from[o.Partition] = kgo.NewOffset().At(max(0, o.Offset-tail))
-		}
-	})
-	if len(from) > 0 {
-		reader, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))...)
-		if err != nil {
-			return err
-		}
-		defer reader.Close()
-		done := func() bool {
-			for p, end := range ends {
-				if next[p] < end-1 {
-					return false
-				}
-			}
-			return true
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for !done() && time.Now().Before(deadline) {
-			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			fs := reader.PollFetches(pctx)
-			cancel()
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			fs.EachRecord(func(r *kgo.Record) {
-				next[r.Partition] = max(next[r.Partition], r.Offset+1)
-			})
-		}
-		for p := range ends {
-			if next[p] == 0 {
-				return fmt.Errorf("publish history: no record found at the end of partition %d of %s", p, topic)
-			}
-		}
+	next, err := lastRecords(ctx, opts, topic, listed)
+	if err != nil {
+		return err
 	}
 	var parts []int32
 	var offs []int64
@@ -522,4 +505,56 @@ func markProjected(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, topi
 		return fmt.Errorf("publish history: projection offsets: %w", err)
 	}
 	return nil
+}
+
+// lastRecords returns, per partition of topic, the offset after its last
+// record, given the partitions' ends. A committed transaction ends with
+// its marker, right after its last record in that partition, so the last
+// record is at end − 2: each partition is read until it shows up (or,
+// should the last transaction have been aborted, until a deadline, taking
+// the last record seen).
+func lastRecords(ctx context.Context, opts []kgo.Opt, topic string, listed kadm.ListedOffsets) (map[int32]int64, error) {
+	const tail = 16
+	next := map[int32]int64{}
+	ends := map[int32]int64{}
+	from := map[int32]kgo.Offset{}
+	listed.Each(func(o kadm.ListedOffset) {
+		next[o.Partition] = 0
+		if o.Offset > 0 {
+			ends[o.Partition] = o.Offset
+			from[o.Partition] = kgo.NewOffset().At(max(0, o.Offset-tail))
+		}
+	})
+	if len(from) == 0 {
+		return next, nil
+	}
+	reader, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))...)
+	if err != nil {
+		return nil, err
+	}
+	defer reader.Close()
+	done := func() bool {
+		for p, end := range ends {
+			if next[p] < end-1 {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(30 * time.Second); !done() && time.Now().Before(deadline); {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := reader.PollFetches(pctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		fs.EachRecord(func(r *kgo.Record) { next[r.Partition] = max(next[r.Partition], r.Offset+1) })
+	}
+	for p := range ends {
+		if next[p] == 0 {
+			return nil, fmt.Errorf("publish history: no record found at the end of partition %d of %s", p, topic)
+		}
+	}
+	return next, nil
 }
