@@ -80,6 +80,13 @@ bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print 
 	go test -run '^$$' -bench . -count $(BENCHRUNS) ./services/gateway/internal/ratelimit/ ./services/quota/internal/domain/admitcore/ \
 	  | $(BIN)/taskmesh bench medians
 
+# Loading a month of history takes minutes, so `bench all` leaves this
+# one out (docs/operations.md, "Measuring at scale").
+.PHONY: bench-scale
+bench-scale: build ## Measure claims, lists, submission, projection and admission on a month of history (1M tasks) against an empty database.
+	$(BIN)/taskmesh bench check
+	$(BIN)/taskmesh bench scale $(BENCHFLAGS)
+
 # make chaos CHAOS_DURATION=2m CHAOS_RATE=20 CHAOS_SEED=42: the fault-injection
 # suite (docs/chaos.md); CHAOS_SEED replays a run's fault schedule.
 CHAOS_DURATION ?= 10m

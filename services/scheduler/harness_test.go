@@ -61,7 +61,13 @@ func newEnv(t testing.TB, mutate ...func(*scheduler.Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	e := &env{t: t, pool: pool, broker: kafkatest.New(t, kafkatest.WithPartitions(4)), clock: &clock{}}
+	return newEnvOn(t, pool, kafkatest.New(t, kafkatest.WithPartitions(4)), mutate...)
+}
+
+// newEnvOn is newEnv over a database and broker the test prepared.
+func newEnvOn(t testing.TB, pool *pgxpool.Pool, broker *kafkatest.Broker, mutate ...func(*scheduler.Config)) *env {
+	t.Helper()
+	e := &env{t: t, pool: pool, broker: broker, clock: &clock{}}
 	cfg := scheduler.Config{DB: e.pool, Kafka: e.broker.Config(), Partitions: 4, Now: e.clock.Now,
 		Timing: scheduler.Timing{SweepInterval: 50 * time.Millisecond, PreemptAfter: 200 * time.Millisecond}}
 	for _, m := range mutate {

@@ -28,6 +28,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/outbox"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/projection"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/archive"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/quota"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/views"
@@ -89,6 +90,14 @@ type Timing struct {
 	// ResultRetention is how long results stay in the object store
 	// (default 30 days; docs/operations.md).
 	ResultRetention time.Duration
+	// HistoryRetention is how long an ended task's history stays in the
+	// database before the archiver moves its events to the object store
+	// and deletes its rows (default 90 days; negative: never). Without an
+	// object store nothing is archived (docs/operations.md, "Database
+	// size").
+	HistoryRetention time.Duration
+	// HistoryArchiveEvery is how often the archiver looks (default 1h).
+	HistoryArchiveEvery time.Duration
 	// GroupReconcile is how often the elected replica asks which task
 	// groups are due without a signal (default 1s): after a restart, or
 	// when a member changed on a replica that died before moving its
@@ -148,12 +157,16 @@ func New(cfg Config) (*Service, error) {
 	}
 	cfg = cfg.withDefaults()
 	// Five connections are held for the service's lifetime (relay,
-	// projection runner, sweeper, the task groups' reconcile, LISTEN), six
-	// with the admission decisions' consumer; writers and reads need the
-	// rest.
+	// projection runner, sweeper, the task groups' reconcile, LISTEN), one
+	// more for the admission decisions' consumer and one for the history
+	// archiver's lock; writers and reads need the rest.
 	long := 5
 	if cfg.Quota != nil {
-		long = 6
+		long++
+	}
+	// The history archiver's lock, when it runs.
+	if cfg.Objects != nil && cfg.Timing.HistoryRetention >= 0 {
+		long++
 	}
 	if need := int32(long + cfg.Writers + 4); cfg.DB.Config().MaxConns < need {
 		return nil, fmt.Errorf("scheduler: the database pool allows %d connections; it needs at least %d (%d long-lived, %d writers, 4 for reads)",
@@ -260,6 +273,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Timing.SweepInterval <= 0 {
 		cfg.Timing.SweepInterval = time.Second
 	}
+	if cfg.Timing.HistoryRetention == 0 {
+		cfg.Timing.HistoryRetention = DefaultHistoryRetention
+	}
+	if cfg.Timing.HistoryArchiveEvery <= 0 {
+		cfg.Timing.HistoryArchiveEvery = time.Hour
+	}
 	return cfg
 }
 
@@ -308,6 +327,9 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error { s.orch.RunManager(ctx); return nil })
 	g.Go(func() error { s.managed.RunLostSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
 	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })
+	if a := s.historyArchiver(); a != nil {
+		g.Go(func() error { a.Run(ctx, s.cfg.Timing.HistoryArchiveEvery); return nil })
+	}
 	if s.video != nil {
 		g.Go(func() error { s.video.app.RunSweeper(ctx, s.video.sweep); return nil })
 	}
@@ -323,6 +345,25 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
+// DefaultHistoryRetention is how long an ended task stays in the
+// database by default.
+const DefaultHistoryRetention = 90 * 24 * time.Hour
+
+// historyArchiver is the archiver of ended tasks' history, or nil when
+// history is kept for ever or there is no object store to archive to.
+func (s *Service) historyArchiver() *app.HistoryArchiver {
+	if s.cfg.Timing.HistoryRetention < 0 {
+		return nil
+	}
+	if s.cfg.Objects == nil {
+		s.log.Warn("no object store: the history of ended tasks is kept in the database for ever (docs/operations.md, \"Database size\")")
+		return nil
+	}
+	return &app.HistoryArchiver{Store: postgres.HistoryStore{DB: s.cfg.DB}, Archive: archive.Archive{Objects: s.cfg.Objects},
+		Lock: postgres.AdvisoryLock{DB: s.cfg.DB, Name: "scheduler:history"}, Now: s.cfg.Now,
+		Retention: s.cfg.Timing.HistoryRetention, Log: s.log}
+}
+
 // admissionDecisions names the consumer of the quota service's decisions.
 const admissionDecisions = "admission_decisions"
 
@@ -336,6 +377,8 @@ func readModelHandler(tables map[string]string) projection.Handler {
 
 // ReplaySpecs describe the Kafka projections for `taskmesh replay`.
 func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
+	// The topic keeps every event; the rows of archived tasks are gone
+	// from the live table on purpose, so they are not compared.
 	return []projection.ReplaySpec{{Name: readModels, Topic: Topic, Tables: []string{"task_views"}, Kafka: k,
-		NewHandler: readModelHandler}}
+		Where: map[string]string{"task_views": "NOT (" + postgres.ArchivedViews + ")"}, NewHandler: readModelHandler}}
 }

@@ -72,6 +72,13 @@ func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest, drained b
 		leases := make([][]domain.Record, len(candidates))
 		scattered := map[string]bool{} // one task per scatter fan-out per machine
 		for i, t := range candidates {
+			// The database compares times to the microsecond, the domain
+			// to the nanosecond: a task submitted within the microsecond
+			// of this claim's clock matches retry_at <= now but is not yet
+			// claimable. It is left for the next claim, not an error.
+			if !t.Claimable(now) {
+				continue
+			}
 			if t.Spec.Mode == domain.ModeScatter {
 				if scattered[t.FanoutID] {
 					continue

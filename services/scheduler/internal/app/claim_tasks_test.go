@@ -182,3 +182,45 @@ func TestClaimPassesTheStoresFailureOn(t *testing.T) {
 func sameSet(a, b []string) bool {
 	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
+
+// earlyCandidate hands one candidate to the lease as the domain would see
+// a task submitted within the database's microsecond of the claim's
+// clock: matched by retry_at <= now, not yet claimable to the nanosecond.
+type earlyCandidate struct {
+	app.TaskStore
+	id string
+	at time.Time
+}
+
+func (s earlyCandidate) Claim(ctx context.Context, agentID, requestID string, f app.ClaimFilter,
+	lease func([]domain.Task) ([][]domain.Record, error)) ([]domain.Task, error) {
+	return s.TaskStore.Claim(ctx, agentID, requestID, f, func(c []domain.Task) ([][]domain.Record, error) {
+		for i := range c {
+			if c[i].ID == s.id {
+				c[i].RetryAt = s.at
+			}
+		}
+		return lease(c)
+	})
+}
+
+// A candidate that is not yet claimable is left for a later claim; the
+// claim leases the others and does not fail.
+func TestClaimLeavesACandidateNotYetClaimable(t *testing.T) {
+	h := newHarness(t)
+	ready := h.create(user("acme"), spec("ready"))
+	early := h.create(user("acme"), spec("early"))
+	stores := h.store.Stores()
+	stores.Tasks = earlyCandidate{TaskStore: stores.Tasks, id: early.ID, at: h.clock.Now().Add(time.Nanosecond)}
+	a := app.New(stores, h.objects, h.clock.Now, h.hub, app.Config{}, nil)
+	got, _, err := a.ClaimTasks(h.ctx, agent("a1"), app.ClaimRequest{AgentID: "a1", MachineID: "m1", Limit: 10})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if len(got) != 1 || got[0].ID != ready.ID {
+		t.Fatalf("claimed %v, want only %s", got, ready.ID)
+	}
+	if left, err := h.app.GetTask(h.ctx, user("acme"), early.ID); err != nil || left.Status != domain.StatusPending {
+		t.Fatalf("the early task is %v (%v), want pending", left.Status, err)
+	}
+}

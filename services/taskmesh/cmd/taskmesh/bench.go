@@ -24,12 +24,13 @@ type benchmark struct {
 
 func benchCommand() *cobra.Command {
 	return newBenchCommand([]benchmark{eventsBenchmark(), tasksBenchmark(), gatewayBenchmark(), admissionBenchmark(), pipelineBenchmark(),
-		dagBenchmark(), consumersBenchmark(), slurmBenchmark()}, spawnBenchmark())
+		dagBenchmark(), consumersBenchmark(), slurmBenchmark()}, spawnBenchmark(), scaleBenchmark())
 }
 
 // newBenchCommand is `taskmesh bench` with a subcommand per benchmark and
 // `all`, which runs them in turn. alone are subcommands `all` leaves out:
-// a figure another benchmark already takes, measured by itself.
+// a figure another benchmark already takes, measured by itself, or one
+// too long for `all` (scale, `make bench-scale`).
 func newBenchCommand(benchmarks []benchmark, alone ...benchmark) *cobra.Command {
 	var common bench.Common
 	var cpuProfile string
@@ -57,7 +58,7 @@ func newBenchCommand(benchmarks []benchmark, alone ...benchmark) *cobra.Command 
 	pf.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	pf.StringVar(&common.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
 	pf.IntVar(&common.Runs, "runs", 3, "repetitions: every figure is the median of the runs, printed with its spread")
-	pf.BoolVar(&common.PGStats, "pg-stats", false, "load pg_stat_statements and print the statements that took most server time (tasks, admission)")
+	pf.BoolVar(&common.PGStats, "pg-stats", false, "load pg_stat_statements and print the statements that took most server time (tasks, admission, scale)")
 	for _, b := range append(slices.Clip(benchmarks), alone...) {
 		sub := &cobra.Command{Use: b.name, Short: b.short, RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bench.CheckPrerequisites([]string{b.name}, bench.Installed); err != nil {
@@ -272,6 +273,28 @@ func slurmBenchmark() benchmark {
 		run: func(ctx context.Context, c bench.Common) error {
 			o.Common = c
 			_, err := bench.Slurm(ctx, o)
+			return err
+		}}
+}
+
+// scaleBenchmark measures a month of history against an empty database;
+// loading it takes minutes, so `bench all` leaves it to `make bench-scale`.
+func scaleBenchmark() benchmark {
+	var o bench.ScaleOptions
+	f := pflag.NewFlagSet("scale", pflag.ContinueOnError)
+	f.IntVar(&o.Finished, "finished", 1_000_000, "finished tasks of the loaded history (30 days)")
+	f.IntVar(&o.Pending, "pending", 100_000, "pending tasks of the loaded history, in a pool the measuring agents do not serve")
+	f.IntVar(&o.Tenants, "tenants", 40, "tenants of the history")
+	f.IntVar(&o.AdmissionHistory, "admission-history", 0, "finished workloads of the loaded admission layer (0: a fifth of --finished)")
+	f.IntVar(&o.Rate, "scale-rate", 500, "submissions/s of the measured load")
+	f.DurationVar(&o.For, "scale-for", 20*time.Second, "length of each measured load")
+	f.DurationVar(&o.ListEvery, "list-every", 100*time.Millisecond, "interval of each measured listing during the load")
+	f.IntVar(&o.Workloads, "scale-workloads", 10_000, "workloads of each admission measurement")
+	return benchmark{name: "scale", flags: f,
+		short: "A month of history (1M finished, 100k pending tasks) against an empty database: submit → start, claims, lists, projection lag, admission; loaded/empty ratios",
+		run: func(ctx context.Context, c bench.Common) error {
+			o.Common = c
+			_, err := bench.Scale(ctx, o)
 			return err
 		}}
 }

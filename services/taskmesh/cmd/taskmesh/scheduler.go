@@ -19,6 +19,7 @@ type schedulerFlags struct {
 	writers             int
 	agentLostAfter      time.Duration
 	resultRetention     time.Duration
+	historyRetention    time.Duration
 	preemptGap          int
 	objects             objectFlags
 	video               videoFlags
@@ -53,6 +54,8 @@ func (s *schedulerFlags) add(cmd *cobra.Command) {
 	f.DurationVar(&s.agentLostAfter, "agent-lost-after", 15*time.Second, "release an agent's leases after this long without heartbeats")
 	f.DurationVar(&s.resultRetention, "result-retention", 30*24*time.Hour,
 		"delete results from the object store after this long (an S3 lifecycle rule when the store takes one)")
+	f.DurationVar(&s.historyRetention, "history-retention", scheduler.DefaultHistoryRetention,
+		"archive the events of tasks that ended this long ago to the object store and delete their rows (negative: keep them for ever)")
 	f.IntVar(&s.preemptGap, "preempt-gap", 3, "priority gap from which waiting tasks preempt running ones (negative: never)")
 	s.objects.add(cmd)
 	s.video.add(f, true)
@@ -80,7 +83,8 @@ func (s *schedulerFlags) config(ctx context.Context, p *process) (scheduler.Serv
 	}
 	return scheduler.ServerConfig{
 		Service: scheduler.Config{Kafka: p.kafka, Objects: objects, Writers: s.writers, Logger: p.log,
-			Timing:        scheduler.Timing{AgentLostAfter: s.agentLostAfter, PreemptGap: s.preemptGap, ResultRetention: s.resultRetention},
+			Timing: scheduler.Timing{AgentLostAfter: s.agentLostAfter, PreemptGap: s.preemptGap, ResultRetention: s.resultRetention,
+				HistoryRetention: s.historyRetention},
 			Video:         video,
 			Pipeline:      pipeline,
 			InternalToken: p.internalToken},

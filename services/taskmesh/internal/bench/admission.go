@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -117,6 +118,14 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 	if err := env.createDatabase(ctx, db); err != nil {
 		return nil, err
 	}
+	return admissionOn(ctx, env, o, db, "w")
+}
+
+// admissionOn runs the layer once on db's admission schema (migrated
+// here if it is not yet) and topics named after db, with workloads whose
+// task ids start with prefix; workloads recorded before (other prefixes)
+// stay and are not counted.
+func admissionOn(ctx context.Context, env *env, o AdmissionOptions, db, prefix string) (*AdmissionResult, error) {
 	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL(db), Schema: admission.Schema, MaxConns: 16})
 	if err != nil {
 		return nil, err
@@ -125,7 +134,7 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 	if err := pg.Migrate(ctx, pool, admission.Schema, admission.Migrations()...); err != nil {
 		return nil, err
 	}
-	taskTopic, quotaTopic := "bench."+db+".tasks", "bench."+db+".quota"
+	taskTopic, quotaTopic := "bench."+db+".admission.tasks", "bench."+db+".quota"
 	svc, err := admission.New(admission.Config{DB: pool, Kafka: env.broker.Config(), Topic: quotaTopic, TaskTopic: taskTopic,
 		NoDefaults: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -207,7 +216,7 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 		}
 	}
 	for i := range o.Workloads {
-		id := fmt.Sprintf("w%d", i)
+		id := fmt.Sprintf("%s%d", prefix, i)
 		p := int32(1 + i%10)
 		producer.Produce(ctx, event(id, 1, &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{
 			ClusterQueue: fmt.Sprintf("q%d", i%o.Queues),
@@ -219,7 +228,7 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 	// Capacity is freed only once every workload is recorded as waiting.
 	for {
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM workloads`).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM workloads WHERE starts_with(task_id, $1)`, prefix).Scan(&n); err != nil {
 			return nil, err
 		}
 		if n == o.Workloads {
@@ -259,7 +268,7 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 				return
 			}
 			id := env.GetWorkloadAdmitted().GetTaskId()
-			if _, seen := ended[id]; seen {
+			if _, seen := ended[id]; seen || !strings.HasPrefix(id, prefix) {
 				return
 			}
 			ended[id] = time.Now()
@@ -274,7 +283,7 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 			return nil, err
 		}
 	}
-	return admissionStats(ctx, pool, ended, cohortOf)
+	return admissionStats(ctx, pool, ended, cohortOf, prefix)
 }
 
 // admissionStats reads the recorded events in commit order with their
@@ -283,8 +292,8 @@ func admissionRun(ctx context.Context, env *env, o AdmissionOptions, run int) (*
 // from its TaskSucceeded being published (ended) to the commit of the
 // first admission in its cohort committed after it. A negative delay is
 // kept as it is: it would mean the measurement is wrong, not fast.
-func admissionStats(ctx context.Context, pool *pgxpool.Pool, ended map[string]time.Time, cohortOf []int) (*AdmissionResult, error) {
-	recs, err := admissionRecords(ctx, pool, cohortOf)
+func admissionStats(ctx context.Context, pool *pgxpool.Pool, ended map[string]time.Time, cohortOf []int, prefix string) (*AdmissionResult, error) {
+	recs, err := admissionRecords(ctx, pool, cohortOf, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -335,12 +344,12 @@ type admissionRecord struct {
 // admissionRecords reads every WorkloadAdmitted and WorkloadFinished in
 // commit order. Events are only ever inserted, so a row's xmin is the
 // transaction that recorded it.
-func admissionRecords(ctx context.Context, pool *pgxpool.Pool, cohortOf []int) ([]admissionRecord, error) {
+func admissionRecords(ctx context.Context, pool *pgxpool.Pool, cohortOf []int, prefix string) ([]admissionRecord, error) {
 	rows, err := pool.Query(ctx, `
 		SELECT e.event_type, w.task_id, w.cluster_queue, pg_xact_commit_timestamp(e.xmin)
 		FROM events e JOIN workloads w ON e.aggregate_id = 'workload/' || w.task_id
-		WHERE e.event_type IN ('WorkloadAdmitted', 'WorkloadFinished')
-		ORDER BY pg_xact_commit_timestamp(e.xmin), e.tx_id, e.id`)
+		WHERE e.event_type IN ('WorkloadAdmitted', 'WorkloadFinished') AND starts_with(w.task_id, $1)
+		ORDER BY pg_xact_commit_timestamp(e.xmin), e.tx_id, e.id`, prefix)
 	if err != nil {
 		return nil, err
 	}

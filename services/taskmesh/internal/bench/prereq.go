@@ -32,6 +32,7 @@ var requirements = map[string][]Requirement{
 	"admission": {{postgres, "postgresql"}},
 	"pipeline":  {{postgres, "postgresql"}},
 	"dag":       {{postgres, "postgresql"}},
+	"scale":     {{postgres, "postgresql"}},
 	"consumers": {{postgres, "postgresql"}},
 	"slurm": {{postgres, "postgresql"}, {"munged", "munge"}, {"slurmctld", "slurmctld"}, {"slurmd", "slurmd"},
 		{"slurmrestd", "slurmrestd"}, {"scontrol", "slurm-client"}, {"sinfo", "slurm-client"}, {"sbatch", "slurm-client"},

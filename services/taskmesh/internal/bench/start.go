@@ -88,6 +88,12 @@ type startTracker struct {
 	lat       []time.Duration
 	failures  int
 	firstErr  error
+	// claims are the claims that leased something, each from the later
+	// of its sending and its newest task's creation (the moment it could
+	// first have had that task) to its answer.
+	claims []time.Duration
+	// tenant submits the tasks ("bench" when empty).
+	tenant string
 }
 
 func (t *startTracker) fail(what string, err error) {
@@ -125,7 +131,7 @@ func (t *startTracker) generate(ctx context.Context, s *schedulerUnderTest, tota
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := s.tasks.CreateTask(asUser(ctx), &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "latency", Command: "true"}})
+			resp, err := s.tasks.CreateTask(asTenant(ctx, t.tenant), &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "latency", Command: "true"}})
 			if err != nil {
 				t.fail("submit", err)
 				return
@@ -157,6 +163,7 @@ func (t *startTracker) agent(ctx context.Context, s *schedulerUnderTest, id stri
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for ctx.Err() == nil {
+		sent := time.Now()
 		resp, err := s.leases.ClaimTasks(ac, &taskv1.ClaimTasksRequest{AgentId: id, MachineId: id, Limit: 50,
 			Wait: durationpb.New(5 * time.Second)})
 		if err != nil {
@@ -164,6 +171,17 @@ func (t *startTracker) agent(ctx context.Context, s *schedulerUnderTest, id stri
 				t.fail("claim", err)
 			}
 			return
+		}
+		if len(resp.GetTasks()) > 0 {
+			from := sent
+			for _, task := range resp.GetTasks() {
+				if c := task.GetCreatedAt().AsTime(); c.After(from) {
+					from = c
+				}
+			}
+			t.mu.Lock()
+			t.claims = append(t.claims, time.Since(from))
+			t.mu.Unlock()
 		}
 		for _, task := range resp.GetTasks() {
 			wg.Add(1)

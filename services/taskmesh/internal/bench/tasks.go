@@ -237,6 +237,12 @@ func startScheduler(ctx context.Context, env *env, db string, timing scheduler.T
 	if err := env.createDatabase(ctx, db); err != nil {
 		return nil, err
 	}
+	return openScheduler(ctx, env, db, "bench."+db, timing)
+}
+
+// openScheduler is startScheduler on a database that exists (migrated
+// here if it is not yet), publishing to topic.
+func openScheduler(ctx context.Context, env *env, db, topic string, timing scheduler.Timing) (*schedulerUnderTest, error) {
 	pool, err := pg.Open(ctx, pg.Config{URL: env.server.URL(db), Schema: scheduler.Schema, MaxConns: 48})
 	if err != nil {
 		return nil, err
@@ -245,7 +251,6 @@ func startScheduler(ctx context.Context, env *env, db string, timing scheduler.T
 		pool.Close()
 		return nil, err
 	}
-	topic := "bench." + db
 	svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: env.broker.Config(), Topic: topic, Timing: timing, Writers: 4})
 	if err != nil {
 		pool.Close()
@@ -289,6 +294,14 @@ func startScheduler(ctx context.Context, env *env, db string, timing scheduler.T
 // As the gateway would call: a user of tenant bench, or an agent.
 func asUser(ctx context.Context) context.Context {
 	return authn.Outgoing(ctx, authn.Principal{Kind: authn.KindUser, TenantID: "bench", Subject: "bench"}, benchToken)
+}
+
+// asTenant is a user of tenant ("bench" when empty).
+func asTenant(ctx context.Context, tenant string) context.Context {
+	if tenant == "" {
+		return asUser(ctx)
+	}
+	return authn.Outgoing(ctx, authn.Principal{Kind: authn.KindUser, TenantID: tenant, Subject: tenant}, benchToken)
 }
 
 func asAgent(ctx context.Context, id string) context.Context {

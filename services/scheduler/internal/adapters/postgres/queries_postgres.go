@@ -18,6 +18,18 @@ import (
 // is claimable when its dependencies completed and, for scatter, when no
 // sibling ran on this machine.
 //
+// Pending tasks are indexed by what may take them, each in exactly one
+// of four claim indexes (docs/decisions/0085-history-stays-out-of-the-hot-paths.md):
+// open tasks (no labels, no target), tasks for one machine, tasks for one
+// address, and labelled tasks by label set. A claim reads only the
+// ranges this agent may take — its machine's, its address's, and the
+// label sets within its labels, found by a skip scan over the distinct
+// sets — each in (priority, created_at) order, and keeps the first
+// f.Limit of their union. Pending work only other agents can take (a
+// backlog for a GPU pool, tasks for another machine) is never walked. A
+// branch may lock a few rows the union then leaves; they stay pending,
+// unlocked at commit.
+//
 // A task whose last event was written by a transaction with a higher id
 // than this one is left for a later claim. The relay publishes events in
 // transaction-id order (platform/outbox), and a claim grouped behind
@@ -33,25 +45,7 @@ func claimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domai
 	if f.Types == nil {
 		f.Types = []string{}
 	}
-	rows, err := tx.Query(ctx, `
-		SELECT doc FROM tasks t
-		WHERE status = 'pending' AND NOT deleted AND NOT awaiting_admission AND retry_at <= $1
-		  AND ($2 = '*' OR tenant_id = $2)
-		  AND (machine_id = '' OR machine_id = $3)
-		  AND (target_ip = '' OR target_ip = $4)
-		  AND labels <@ $5::text[]
-		  AND (cardinality($6::text[]) = 0 OR type = ANY($6::text[]))
-		  AND (cardinality(depends_on) = 0 OR NOT EXISTS (
-		        SELECT 1 FROM unnest(t.depends_on) AS d(id) LEFT JOIN tasks dt ON dt.id = d.id
-		        WHERE dt.id IS NULL OR dt.status <> 'completed'))
-		  AND (NOT scatter OR NOT EXISTS (
-		        SELECT 1 FROM tasks s WHERE s.fanout_id = t.fanout_id AND s.assigned_machine_id = $3 AND s.id <> t.id))
-		  AND NOT EXISTS (
-		        SELECT 1 FROM events e WHERE e.aggregate_id = t.id AND e.tx_id > pg_current_xact_id())
-		ORDER BY priority, created_at
-		LIMIT $7
-		FOR UPDATE SKIP LOCKED`,
-		f.Now, f.Tenant, f.Machine, f.IP, f.Labels, f.Types, f.Limit)
+	rows, err := tx.Query(ctx, claimSQL, f.Now, f.Tenant, f.Machine, f.IP, f.Labels, f.Types, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim candidates: %w", err)
 	}
@@ -61,6 +55,68 @@ func claimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domai
 	}
 	return ts, nil
 }
+
+// claimPending is the predicate every claim index shares (migration
+// 0050): the literal text, so the planner matches the partial indexes.
+const claimPending = `t.status = 'pending' AND NOT t.deleted AND NOT t.awaiting_admission`
+
+// claimRules are the conditions a candidate must meet besides its index
+// range: $1 now, $2 tenant ('*' any), $3 machine, $4 address, $5 the
+// agent's labels, $6 types (empty: any).
+const claimRules = `t.retry_at <= $1
+	  AND ($2 = '*' OR t.tenant_id = $2)
+	  AND t.labels <@ $5::text[]
+	  AND (cardinality($6::text[]) = 0 OR t.type = ANY($6::text[]))
+	  AND (cardinality(t.depends_on) = 0 OR NOT EXISTS (
+	        SELECT 1 FROM unnest(t.depends_on) AS d(id) LEFT JOIN tasks dt ON dt.id = d.id
+	        WHERE dt.id IS NULL OR dt.status <> 'completed'))
+	  AND (NOT t.scatter OR NOT EXISTS (
+	        SELECT 1 FROM tasks s WHERE s.fanout_id = t.fanout_id AND s.assigned_machine_id = $3 AND s.id <> t.id))
+	  AND NOT EXISTS (
+	        SELECT 1 FROM events e WHERE e.aggregate_id = t.id AND e.tx_id > pg_current_xact_id())`
+
+// claimLabelled is the labelled index's predicate.
+const claimLabelled = claimPending + ` AND t.machine_id = '' AND t.target_ip = '' AND t.labels <> '{}'`
+
+// claimSQL takes $7 candidates from each range the agent may take, then
+// the first $7 of them.
+var claimSQL = `
+	WITH RECURSIVE
+	open AS (
+		SELECT t.doc, t.priority, t.created_at FROM tasks t
+		WHERE ` + claimPending + ` AND t.labels = '{}' AND t.machine_id = '' AND t.target_ip = ''
+		  AND ` + claimRules + `
+		ORDER BY t.priority, t.created_at LIMIT $7 FOR UPDATE SKIP LOCKED),
+	for_machine AS (
+		SELECT t.doc, t.priority, t.created_at FROM tasks t
+		WHERE ` + claimPending + ` AND t.machine_id <> '' AND t.machine_id = $3
+		  AND (t.target_ip = '' OR t.target_ip = $4) AND ` + claimRules + `
+		ORDER BY t.priority, t.created_at LIMIT $7 FOR UPDATE SKIP LOCKED),
+	for_address AS (
+		SELECT t.doc, t.priority, t.created_at FROM tasks t
+		WHERE ` + claimPending + ` AND t.machine_id = '' AND t.target_ip <> '' AND t.target_ip = $4
+		  AND ` + claimRules + `
+		ORDER BY t.priority, t.created_at LIMIT $7 FOR UPDATE SKIP LOCKED),
+	-- The distinct label sets of labelled pending tasks, one index probe
+	-- each (a skip scan); none when the agent has no labels.
+	label_sets(labels) AS (
+		(SELECT t.labels FROM tasks t WHERE cardinality($5::text[]) > 0 AND ` + claimLabelled + `
+		 ORDER BY t.labels LIMIT 1)
+		UNION ALL
+		SELECT (SELECT t.labels FROM tasks t WHERE ` + claimLabelled + ` AND t.labels > s.labels
+		        ORDER BY t.labels LIMIT 1)
+		FROM label_sets s WHERE s.labels IS NOT NULL),
+	labelled AS (
+		SELECT c.doc, c.priority, c.created_at FROM label_sets s CROSS JOIN LATERAL (
+			SELECT t.doc, t.priority, t.created_at FROM tasks t
+			WHERE ` + claimLabelled + ` AND t.labels = s.labels AND s.labels <@ $5::text[] AND ` + claimRules + `
+			ORDER BY t.priority, t.created_at LIMIT $7 FOR UPDATE SKIP LOCKED) c
+		WHERE s.labels IS NOT NULL AND s.labels <@ $5::text[])
+	SELECT doc FROM (
+		SELECT * FROM open UNION ALL SELECT * FROM for_machine
+		UNION ALL SELECT * FROM for_address UNION ALL SELECT * FROM labelled) c
+	ORDER BY priority, created_at
+	LIMIT $7`
 
 // priorClaim returns the task ids leased by an earlier claim with the same
 // agent and request id, or ok=false.

@@ -110,11 +110,13 @@ func (q SweepQueries) BlockedByFailure(ctx context.Context, limit int) (map[stri
 // anything, and that bound comes from an index before any task is looked at.
 func (q SweepQueries) PreemptionCandidates(ctx context.Context, waitedSince time.Time, gap, limit int) ([]app.Preemption, error) {
 	rows, err := q.DB.Query(ctx, `
-		WITH bound AS (
-			SELECT max(priority) AS lowest FROM tasks WHERE status IN ('assigned', 'running')
-		), waiting AS (
-			SELECT p.* FROM tasks p, bound
-			WHERE p.status = 'pending' AND NOT p.deleted AND NOT p.awaiting_admission AND p.priority <= bound.lowest - $2
+		WITH waiting AS (
+			-- The bound is a scalar subquery, not a joined row, so it is
+			-- an index condition on tasks_claim_idx: with a month of
+			-- history a join made it a scan of the whole table.
+			SELECT p.* FROM tasks p
+			WHERE p.status = 'pending' AND NOT p.deleted AND NOT p.awaiting_admission
+			  AND p.priority <= (SELECT max(priority) FROM tasks WHERE status IN ('assigned', 'running')) - $2
 			  AND p.created_at < $1 AND p.retry_at < $1
 			ORDER BY p.priority, p.created_at
 			LIMIT $3 * 4

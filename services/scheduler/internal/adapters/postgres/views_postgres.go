@@ -33,6 +33,11 @@ func (tv TaskViews) List(ctx context.Context, f app.ListFilter) ([]domain.Task, 
 	}
 	if f.Status != "" {
 		add("status = ?", f.Status)
+		// The literal list lets a generic plan (the statement is prepared)
+		// use the partial index of active tasks (migration 0051).
+		if !domain.Status(f.Status).Final() {
+			where = append(where, activeStatuses)
+		}
 	}
 	if f.Machine != "" {
 		add("(machine_id = ? OR assigned_machine_id = ?)", f.Machine)
@@ -75,6 +80,9 @@ func (tv TaskViews) List(ctx context.Context, f app.ListFilter) ([]domain.Task, 
 	}
 	return tasks, next, nil
 }
+
+// activeStatuses is task_views_active_idx's status predicate.
+const activeStatuses = `status IN ('pending', 'assigned', 'running', 'preempted', 'suspended')`
 
 func encodeToken(at time.Time, id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
