@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,17 +18,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskmesh/taskmesh/platform/freeport"
 )
 
-// freePort asks the kernel for a port free on 127.0.0.1 right now. Someone
-// else may take it before postgres binds it; Start retries then.
+// freePort picks a port free on 127.0.0.1 right now. Someone else may take
+// it before postgres binds it; Start retries then.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
-		return 0, fmt.Errorf("pg: pick a free port: %w", err)
+		return 0, fmt.Errorf("pg: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p, nil
 }
 
 // serverProc is one run of the postmaster.

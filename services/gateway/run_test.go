@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/freeport"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/schedulertest"
@@ -44,12 +45,10 @@ func TestRunOpensItsDatabaseAndBootstrapsTheOperatorKey(t *testing.T) {
 	db := pgtest.New(t)
 	fake := schedulertest.Start(t, internalToken)
 	keyFile := filepath.Join(t.TempDir(), "admin-key")
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	httpAddr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	httpAddr := lis.Addr().String()
-	lis.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

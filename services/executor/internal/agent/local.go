@@ -58,8 +58,11 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 	if _, err := a.journal.Insert(journalCtx, t); err != nil {
 		return journal.Task{}, rpcerr.New(rpcerr.Internal, err.Error())
 	}
+	// Read back before waking the local loop: the answer is the task as
+	// accepted (pending), not whatever state the loop has moved it to since.
+	accepted, err := a.journal.Get(journalCtx, t.AttemptID)
 	wake(a.localWake)
-	return a.journal.Get(journalCtx, t.AttemptID)
+	return accepted, err
 }
 
 // validateSpec checks what the task API's validation would (task.proto).

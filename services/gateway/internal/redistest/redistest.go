@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/taskmesh/taskmesh/platform/freeport"
 )
 
 // startTimeout bounds how long the server may take to answer PING.
@@ -59,7 +61,7 @@ func Start(t testing.TB) *Server {
 }
 
 func start(bin, dir string) (*Server, error) {
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
@@ -116,13 +118,4 @@ func (s *Server) Stop() {
 	}
 	_ = s.cmd.Process.Signal(os.Kill)
 	<-s.done
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/pgtest"
+
+	"github.com/taskmesh/taskmesh/platform/freeport"
 )
 
 // TestMain lets the test binary act as the taskmesh binary: the dev test
@@ -36,12 +37,11 @@ func TestMain(m *testing.M) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 type devProcess struct {

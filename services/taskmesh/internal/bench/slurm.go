@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskmesh/taskmesh/platform/freeport"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/slurmcluster"
 	"github.com/taskmesh/taskmesh/services/executor"
@@ -185,7 +185,7 @@ func startSlurmBench(ctx context.Context, o SlurmOptions) (_ *slurmBench, err er
 	b.stop = stop
 	agents := map[string]string{}
 	for _, n := range cluster.Nodes {
-		addr, err := freeLoopbackAddr()
+		addr, err := freeport.Addr("127.0.0.1")
 		if err != nil {
 			return nil, err
 		}
@@ -233,15 +233,6 @@ func (b *slurmBench) close() {
 		b.st.Close()
 	}
 	_ = b.cluster.Close()
-}
-
-func freeLoopbackAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // run is one run: the latency phase, then the throughput run.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/freeport"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
@@ -160,7 +161,7 @@ func (d *deployment) restartPostgres(ctx context.Context) error {
 
 // startInfra runs the broker (persisting to its data directory) and Redis.
 func (d *deployment) startInfra(ctx context.Context) error {
-	addr, err := freeAddr("127.0.0.1")
+	addr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -170,7 +171,7 @@ func (d *deployment) startInfra(ctx context.Context) error {
 		args:  []string{"broker", "--data-dir", filepath.Join(d.dir, "kafka"), "--port", port, "--partitions", "8"},
 		log:   logPath(d.dir, "broker"),
 		ready: tcpReady(addr)}
-	redisAddr, err := freeAddr("127.0.0.1")
+	redisAddr, err := freeport.Addr("127.0.0.1")
 	if err != nil {
 		return err
 	}
@@ -194,7 +195,7 @@ func (d *deployment) startInfra(ctx context.Context) error {
 func (d *deployment) startServices(ctx context.Context, kind string, hosts []string, args func(addr string, i int) []string) ([]string, error) {
 	var addrs []string
 	for i, host := range hosts {
-		addr, err := freeAddr(host)
+		addr, err := freeport.Addr(host)
 		if err != nil {
 			return nil, err
 		}
@@ -214,11 +215,11 @@ func (d *deployment) startServices(ctx context.Context, kind string, hosts []str
 func (d *deployment) startGateways(ctx context.Context, common, scheds, quotas []string, consumers string) error {
 	adminKey := filepath.Join(d.dir, "secrets", "admin-key")
 	for i, host := range []string{"127.0.0.2", "127.0.0.3"} {
-		httpAddr, err := freeAddr(host)
+		httpAddr, err := freeport.Addr(host)
 		if err != nil {
 			return err
 		}
-		grpcAddr, err := freeAddr(host)
+		grpcAddr, err := freeport.Addr(host)
 		if err != nil {
 			return err
 		}
@@ -335,7 +336,7 @@ func (d *deployment) startAgents(ctx context.Context) error {
 		if err := os.WriteFile(tokenFile, []byte(reg.Token+"\n"), 0o600); err != nil {
 			return err
 		}
-		addr, err := freeAddr(host)
+		addr, err := freeport.Addr(host)
 		if err != nil {
 			return err
 		}

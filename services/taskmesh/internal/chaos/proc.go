@@ -129,15 +129,5 @@ func tcpReady(addr string) func(context.Context) error {
 	}
 }
 
-// freeAddr picks a free TCP port on the loopback address host.
-func freeAddr(host string) (string, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // logPath is the log file of the process name under dir.
 func logPath(dir, name string) string { return filepath.Join(dir, "logs", name+".log") }
