@@ -6,11 +6,7 @@
 package archive
 
 import (
-	"bufio"
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -39,59 +35,36 @@ var _ app.HistoryArchive = Archive{}
 
 // Put implements app.HistoryArchive.
 func (a Archive) Put(ctx context.Context, key string, tasks []app.ArchivedTask) error {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	enc := json.NewEncoder(zw)
+	var lines []line
 	for _, t := range tasks {
 		for _, e := range t.Events {
-			if err := enc.Encode(line{AggregateType: e.AggregateType, AggregateID: e.AggregateID, Version: e.Version, Type: e.Type,
-				EventID: e.EventID, TenantID: e.TenantID, OccurredAt: e.OccurredAt, Payload: e.Payload, Headers: e.Headers}); err != nil {
-				return err
-			}
+			lines = append(lines, line{AggregateType: e.AggregateType, AggregateID: e.AggregateID, Version: e.Version, Type: e.Type,
+				EventID: e.EventID, TenantID: e.TenantID, OccurredAt: e.OccurredAt, Payload: e.Payload, Headers: e.Headers})
 		}
 	}
-	if err := zw.Close(); err != nil {
-		return err
-	}
-	_, err := a.Objects.Put(ctx, key, &buf, int64(buf.Len()), "application/gzip")
-	return err
+	return objectstore.PutJSONLines(ctx, a.Objects, key, lines, true)
 }
 
 // Read returns the events of one archive in the order they were written
 // (each task's in version order), without a repeated (aggregate, version).
 func Read(ctx context.Context, objects objectstore.Store, key string) ([]eventstore.Event, error) {
-	body, _, err := objects.Open(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	defer body.Close()
-	zr, err := gzip.NewReader(body)
-	if err != nil {
-		return nil, fmt.Errorf("archive %s: %w", key, err)
-	}
-	defer zr.Close()
 	type id struct {
 		aggregate string
 		version   int64
 	}
 	seen := map[id]bool{}
 	var out []eventstore.Event
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20) // a payload is at most eventstore.MaxPayload, base64
-	for n := 1; sc.Scan(); n++ {
-		var l line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return nil, fmt.Errorf("archive %s line %d: %w", key, n, err)
-		}
+	err := objectstore.ReadJSONLines(ctx, objects, key, func(l line) error {
 		if seen[id{l.AggregateID, l.Version}] {
-			continue
+			return nil
 		}
 		seen[id{l.AggregateID, l.Version}] = true
 		out = append(out, eventstore.Event{AggregateType: l.AggregateType, AggregateID: l.AggregateID, Version: l.Version, Type: l.Type,
 			EventID: l.EventID, TenantID: l.TenantID, OccurredAt: l.OccurredAt.UTC(), Payload: l.Payload, Headers: l.Headers})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("archive %s: %w", key, err)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("archive %w", err)
 	}
 	return out, nil
 }

@@ -4,14 +4,9 @@
 package archive
 
 import (
-	"bufio"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/objectstore"
@@ -37,61 +32,28 @@ type Archive struct{ Objects objectstore.Store }
 
 // Put implements app.Archive.
 func (a Archive) Put(ctx context.Context, key string, entries []domain.Entry, compress bool) error {
-	var buf bytes.Buffer
-	var w io.Writer = &buf
-	var zw *gzip.Writer
-	if compress {
-		zw = gzip.NewWriter(&buf)
-		w = zw
-	}
-	enc := json.NewEncoder(w)
+	lines := make([]line, 0, len(entries))
 	for _, e := range entries {
 		details := json.RawMessage(e.Details)
 		if !json.Valid(details) {
 			details, _ = json.Marshal(e.Details)
 		}
-		if err := enc.Encode(line{ID: e.ID, Timestamp: e.At, TenantID: e.TenantID, Action: e.Action, Resource: e.Resource,
-			ResourceID: e.ResourceID, UserID: e.UserID, MachineID: e.MachineID, Details: details, IP: e.IP}); err != nil {
-			return err
-		}
+		lines = append(lines, line{ID: e.ID, Timestamp: e.At, TenantID: e.TenantID, Action: e.Action, Resource: e.Resource,
+			ResourceID: e.ResourceID, UserID: e.UserID, MachineID: e.MachineID, Details: details, IP: e.IP})
 	}
-	contentType := "application/x-ndjson"
-	if zw != nil {
-		if err := zw.Close(); err != nil {
-			return err
-		}
-		contentType = "application/gzip"
-	}
-	_, err := a.Objects.Put(ctx, key, &buf, int64(buf.Len()), contentType)
-	return err
+	return objectstore.PutJSONLines(ctx, a.Objects, key, lines, compress)
 }
 
-// Read reads an archive back (gzip or not, told by the key's .gz suffix).
+// Read reads an archive back, gzip-compressed or not.
 func Read(ctx context.Context, objects objectstore.Store, key string) ([]domain.Entry, error) {
-	body, _, err := objects.Open(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	defer body.Close()
-	var r io.Reader = body
-	if strings.HasSuffix(key, ".gz") {
-		zr, err := gzip.NewReader(body)
-		if err != nil {
-			return nil, fmt.Errorf("archive %s: %w", key, err)
-		}
-		defer zr.Close()
-		r = zr
-	}
 	var out []domain.Entry
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	for sc.Scan() {
-		var l line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return nil, fmt.Errorf("archive %s line %d: %w", key, len(out)+1, err)
-		}
+	err := objectstore.ReadJSONLines(ctx, objects, key, func(l line) error {
 		out = append(out, domain.Entry{ID: l.ID, At: l.Timestamp.UTC(), TenantID: l.TenantID, Action: l.Action, Resource: l.Resource,
 			ResourceID: l.ResourceID, UserID: l.UserID, MachineID: l.MachineID, Details: string(l.Details), IP: l.IP})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("archive %w", err)
 	}
-	return out, sc.Err()
+	return out, nil
 }
