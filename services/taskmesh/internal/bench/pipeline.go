@@ -43,9 +43,9 @@ type PipelineResult struct {
 	// (the process manager's reaction).
 	QueuedP50, QueuedP99 time.Duration
 	// ClaimableP99: a stage's task completed → the next stage's task is
-	// claimable (created and admitted), over the hand-offs whose next
-	// pool had room and nobody waiting ahead at that moment (a full pool
-	// makes it wait by design).
+	// claimable (the commit that created or admitted it), over the
+	// hand-offs whose next pool had room at that moment (see roomAt: a
+	// full pool makes it wait by design).
 	ClaimableP50, ClaimableP99 time.Duration
 	// Peak running stage tasks per pool over every run.
 	Peak map[string]int
@@ -70,7 +70,9 @@ var pipelineStages = []string{"onnx", "bie", "nef"}
 // the stage hand-off (task completed → next stage's task queued, and →
 // claimable) and the most stage tasks that ran at once per pool. Times
 // are the events' occurred_at, each taken by the deciding service's
-// clock as it decided.
+// clock as it decided, except that a task is claimable from the commit
+// that made it so (the server keeps commit times for this,
+// track_commit_timestamp).
 func Pipeline(ctx context.Context, o PipelineOptions) (*PipelineResult, error) {
 	o.defaults()
 	if o.Jobs <= 0 {
@@ -141,7 +143,8 @@ func pipelineRun(ctx context.Context, o PipelineOptions, run int) (*PipelineResu
 		stages[s] = sc
 	}
 	st, err := stack.Start(ctx, stack.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Durable: true,
-		Agent: true, AgentSlots: o.Slots, PipelineCaps: o.Caps, Pipeline: &scheduler.PipelineConfig{Stages: stages}})
+		PGParams: map[string]string{"track_commit_timestamp": "on"},
+		Agent:    true, AgentSlots: o.Slots, PipelineCaps: o.Caps, Pipeline: &scheduler.PipelineConfig{Stages: stages}})
 	if err != nil {
 		return nil, err
 	}
@@ -276,9 +279,15 @@ func waitJobs(ctx context.Context, url string, n int, limit time.Duration) error
 type stageTask struct {
 	stage                                  string
 	submitted, admitted, started, finished time.Time
+	// claimable is when the task became claimable: the commit of its
+	// TaskAdmitted, or of its TaskSubmitted when it was not admitted.
+	claimable time.Time
 	// queuedAt and admittedAt: its workload's WorkloadQueued and
 	// WorkloadAdmitted in the admission layer.
 	queuedAt, admittedAt time.Time
+	// handedOff is when its job's previous stage task finished (zero for
+	// the first stage).
+	handedOff time.Time
 }
 
 // measurePipeline reads the jobs and their stage tasks' events.
@@ -331,6 +340,8 @@ func measurePipeline(ctx context.Context, url string, caps map[string]int) (*Pip
 	first, last := jobs[0].start, jobs[0].end
 	var queued, claimable []time.Duration
 	steps := make([][]time.Duration, len(handoffSteps))
+	type handoff struct{ prev, next *stageTask }
+	var handoffs []handoff
 	for _, j := range jobs {
 		first, last = minTime(first, j.start), maxTime(last, j.end)
 		for i := 0; i+1 < len(pipelineStages); i++ {
@@ -338,12 +349,17 @@ func measurePipeline(ctx context.Context, url string, caps map[string]int) (*Pip
 			if prev == nil || next == nil {
 				return nil, errors.New("a job lacks a stage task")
 			}
-			queued = append(queued, next.submitted.Sub(prev.finished))
-			if admittedAt(tasks, next.stage, prev.finished) < caps[next.stage] && waitingAt(tasks, next.stage, prev.finished) == 0 {
-				claimable = append(claimable, maxTime(next.submitted, next.admitted).Sub(prev.finished))
-				for i, st := range handoffSteps {
-					steps[i] = append(steps[i], st.took(prev, next))
-				}
+			next.handedOff = prev.finished
+			handoffs = append(handoffs, handoff{prev, next})
+		}
+	}
+	for _, h := range handoffs {
+		prev, next := h.prev, h.next
+		queued = append(queued, next.submitted.Sub(prev.finished))
+		if roomAt(tasks, next, prev.finished) < caps[next.stage] {
+			claimable = append(claimable, next.claimable.Sub(prev.finished))
+			for i, st := range handoffSteps {
+				steps[i] = append(steps[i], st.took(prev, next))
 			}
 		}
 	}
@@ -373,6 +389,7 @@ var handoffSteps = []struct {
 	{"submitted → workload queued", func(_, n *stageTask) time.Duration { return since(n.submitted, n.queuedAt) }},
 	{"workload queued → admitted", func(_, n *stageTask) time.Duration { return since(n.queuedAt, n.admittedAt) }},
 	{"workload admitted → task admitted", func(_, n *stageTask) time.Duration { return since(n.admittedAt, n.admitted) }},
+	{"task admitted → committed", func(_, n *stageTask) time.Duration { return since(maxTime(n.submitted, n.admitted), n.claimable) }},
 }
 
 func since(from, to time.Time) time.Duration {
@@ -428,8 +445,10 @@ func stageTasks(ctx context.Context, url string, stageOf map[string]string) (map
 	for id := range stageOf {
 		ids = append(ids, id)
 	}
-	rows, err := db.Query(ctx, `SELECT aggregate_id, event_type, occurred_at FROM events WHERE aggregate_id = ANY($1)
-		AND event_type IN ('TaskSubmitted', 'TaskAdmitted', 'TaskStarted', 'TaskSucceeded', 'TaskFailed')`, ids)
+	// xmin is the transaction that wrote the event; its commit time is
+	// when the event took effect.
+	rows, err := db.Query(ctx, `SELECT aggregate_id, event_type, occurred_at, pg_xact_commit_timestamp(xmin) FROM events
+		WHERE aggregate_id = ANY($1) AND event_type IN ('TaskSubmitted', 'TaskAdmitted', 'TaskStarted', 'TaskSucceeded', 'TaskFailed')`, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -438,8 +457,12 @@ func stageTasks(ctx context.Context, url string, stageOf map[string]string) (map
 	for rows.Next() {
 		var id, typ string
 		var at time.Time
-		if err := rows.Scan(&id, &typ, &at); err != nil {
+		var committed *time.Time
+		if err := rows.Scan(&id, &typ, &at, &committed); err != nil {
 			return nil, err
+		}
+		if committed == nil {
+			return nil, errors.New("the server kept no commit time of an event (track_commit_timestamp is off)")
 		}
 		t := out[id]
 		if t == nil {
@@ -449,8 +472,10 @@ func stageTasks(ctx context.Context, url string, stageOf map[string]string) (map
 		switch typ {
 		case "TaskSubmitted":
 			t.submitted = at
+			t.claimable = maxTime(t.claimable, *committed)
 		case "TaskAdmitted":
 			t.admitted = at
+			t.claimable = maxTime(t.claimable, *committed)
 		case "TaskStarted":
 			t.started = at
 		default:
@@ -460,25 +485,28 @@ func stageTasks(ctx context.Context, url string, stageOf map[string]string) (map
 	return out, rows.Err()
 }
 
-// admittedAt counts the stage's tasks holding its quota (admitted, not
-// finished) at t.
-func admittedAt(tasks map[string]*stageTask, stage string, t time.Time) int {
+// roomAt counts the slots of next's pool that were taken or spoken for
+// when the stage before it finished at t: its tasks whose workload the
+// admission loop had admitted (WorkloadAdmitted, when the quota is
+// taken) and that had not ended; those created and not admitted yet
+// (next would wait behind them, StrictFIFO, however fast its
+// hand-off); and the hand-offs to the pool still on their way, whose
+// previous stage finished before t. Fewer than the pool's cap: the
+// pool had room for next, and its hand-off is measured. (Counting
+// only admitted and created tasks would count a pool emptied at once
+// as room for every hand-off racing toward it.)
+func roomAt(tasks map[string]*stageTask, next *stageTask, t time.Time) int {
 	n := 0
 	for _, x := range tasks {
-		if x.stage == stage && !x.admitted.IsZero() && !x.admitted.After(t) && x.finished.After(t) {
-			n++
+		if x == next || x.stage != next.stage {
+			continue
 		}
-	}
-	return n
-}
-
-// waitingAt counts the stage's tasks queued and not yet admitted at t:
-// a task handed off then waits behind them (StrictFIFO) however fast the
-// hand-off.
-func waitingAt(tasks map[string]*stageTask, stage string, t time.Time) int {
-	n := 0
-	for _, x := range tasks {
-		if x.stage == stage && !x.submitted.After(t) && (x.admitted.IsZero() || x.admitted.After(t)) {
+		switch {
+		case !x.handedOff.IsZero() && x.handedOff.Before(t) && x.submitted.After(t): // on its way
+			n++
+		case !x.submitted.After(t) && (x.admittedAt.IsZero() || x.admittedAt.After(t)): // waiting
+			n++
+		case !x.admittedAt.IsZero() && !x.admittedAt.After(t) && x.finished.After(t): // holding
 			n++
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -54,6 +55,8 @@ type Options struct {
 	DatabaseURL string
 	// PGPort for the local server (0 = any free port).
 	PGPort int
+	// PGParams are extra settings of the local server (benchmarks).
+	PGParams map[string]string
 	// KafkaBrokers uses an existing cluster instead of the embedded broker.
 	KafkaBrokers []string
 	// KafkaPort for the embedded broker (0 = any free port).
@@ -258,9 +261,10 @@ func (s *Stack) startPostgres(ctx context.Context) error {
 		return err
 	}
 	s.PostgresDir = filepath.Join(s.opts.DataDir, "pg")
+	params := map[string]string{"max_connections": "200"}
+	maps.Copy(params, s.opts.PGParams)
 	server := &pg.LocalServer{DataDir: s.PostgresDir, Port: s.opts.PGPort, Durable: s.opts.Durable,
-		Password: password, LogPath: filepath.Join(s.opts.DataDir, "postgres.log"),
-		Params: map[string]string{"max_connections": "200"}}
+		Password: password, LogPath: filepath.Join(s.opts.DataDir, "postgres.log"), Params: params}
 	err = server.Start(ctx)
 	if errors.Is(err, pg.ErrUnreachableDataDir) {
 		// Root in a private (0700) directory: the postgres user that runs
