@@ -42,7 +42,8 @@ import (
 // an end and aborts them with WriteTxnMarkers, the request a transaction
 // coordinator uses. Until that is done, InitProducerID for a transactional
 // id is answered CONCURRENT_TRANSACTIONS, as a real coordinator answers
-// while it completes a previous transaction, and clients retry.
+// while it completes a previous transaction, and clients retry; and the
+// producers the crash interrupted are fenced (transactionGate).
 
 // cleanStopFile is written by Close once the broker stopped cleanly.
 const cleanStopFile = "taskmesh-clean-stop"
@@ -98,34 +99,124 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 
 func (l *gatedListener) open() { l.once.Do(func() { close(l.ready) }) }
 
-// transactionGate answers InitProducerID for a transactional id with
-// CONCURRENT_TRANSACTIONS until lift is called.
+// transactionGate guards transactions after a crash. Until lift is called
+// it answers InitProducerID for a transactional id with
+// CONCURRENT_TRANSACTIONS, as a real coordinator does while it completes
+// a previous transaction, and clients retry.
+//
+// It also fences the producers the crash interrupted, for the broker's
+// whole life. kfake restores a producer's id and epoch after a crash but
+// not its open transaction, and answers the producer's next calls as if
+// it stood between transactions: a commit of the transaction the crash
+// interrupted can be answered with success (its retry detection) while
+// the batches written before the crash are aborted, and an outbox relay
+// then never publishes those events again. A real coordinator keeps the
+// transaction and completes it. So every transactional call
+// (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit) of a
+// transactional id that has not been given a producer id by
+// InitProducerID since this start is answered PRODUCER_FENCED: the
+// client gives the producer up, and a new one (InitProducerID) starts
+// from what is really in the log. A producer's transactional produce
+// needs AddPartitionsToTxn first, or is refused by kfake itself.
 type transactionGate struct {
 	cluster *kfake.Cluster
 	lifted  atomic.Bool
+
+	mu          sync.Mutex
+	initialized map[string]bool // transactional ids given a producer id since this start
 }
 
+// fencedKeys are the calls a producer makes inside a transaction.
+var fencedKeys = []kmsg.Key{kmsg.AddPartitionsToTxn, kmsg.AddOffsetsToTxn, kmsg.EndTxn, kmsg.TxnOffsetCommit}
+
 func gateTransactions(c *kfake.Cluster) *transactionGate {
-	g := &transactionGate{cluster: c}
-	c.ControlKey(int16(kmsg.InitProducerID), g.control)
+	g := &transactionGate{cluster: c, initialized: map[string]bool{}}
+	c.ControlKey(int16(kmsg.InitProducerID), g.initProducerID)
+	for _, k := range fencedKeys {
+		c.ControlKey(int16(k), g.fence)
+	}
 	return g
 }
 
 func (g *transactionGate) lift() { g.lifted.Store(true) }
 
-func (g *transactionGate) control(req kmsg.Request) (kmsg.Response, error, bool) {
-	if g.lifted.Load() {
-		g.cluster.DropControl()
-		return nil, nil, false
-	}
+func (g *transactionGate) initProducerID(req kmsg.Request) (kmsg.Response, error, bool) {
+	g.cluster.KeepControl() // for the broker's life: every init is noted
 	init, ok := req.(*kmsg.InitProducerIDRequest)
 	if !ok || init.TransactionalID == nil {
 		return nil, nil, false // idempotent producers hold no transaction
 	}
+	if !g.lifted.Load() {
+		resp := init.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ConcurrentTransactions.Code
+		return resp, nil, true
+	}
+	g.mu.Lock()
+	g.initialized[*init.TransactionalID] = true
+	g.mu.Unlock()
+	return nil, nil, false
+}
+
+func (g *transactionGate) fence(req kmsg.Request) (kmsg.Response, error, bool) {
 	g.cluster.KeepControl()
-	resp := init.ResponseKind().(*kmsg.InitProducerIDResponse)
-	resp.ErrorCode = kerr.ConcurrentTransactions.Code
+	resp, txid, ok := fencedResponse(req)
+	if !ok {
+		return nil, nil, false
+	}
+	g.mu.Lock()
+	known := g.initialized[txid]
+	g.mu.Unlock()
+	if known {
+		return nil, nil, false
+	}
 	return resp, nil, true
+}
+
+// fencedResponse is req's answer with PRODUCER_FENCED everywhere, and the
+// transactional id req is for; ok is false for a request it does not know
+// (or a broker-to-broker AddPartitionsToTxn, which names no single id).
+func fencedResponse(req kmsg.Request) (resp kmsg.Response, txid string, ok bool) {
+	code := kerr.ProducerFenced.Code
+	switch r := req.(type) {
+	case *kmsg.AddPartitionsToTxnRequest:
+		if r.Version >= 4 {
+			return nil, "", false
+		}
+		out := r.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewAddPartitionsToTxnResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewAddPartitionsToTxnResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p, code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			out.Topics = append(out.Topics, rt)
+		}
+		return out, r.TransactionalID, true
+	case *kmsg.AddOffsetsToTxnRequest:
+		out := r.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
+		out.ErrorCode = code
+		return out, r.TransactionalID, true
+	case *kmsg.EndTxnRequest:
+		out := r.ResponseKind().(*kmsg.EndTxnResponse)
+		out.ErrorCode = code
+		return out, r.TransactionalID, true
+	case *kmsg.TxnOffsetCommitRequest:
+		out := r.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewTxnOffsetCommitResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			out.Topics = append(out.Topics, rt)
+		}
+		return out, r.TransactionalID, true
+	}
+	return nil, "", false
 }
 
 // openTransaction is a producer's transaction that a partition's log
