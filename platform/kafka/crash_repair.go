@@ -107,17 +107,17 @@ func (l *gatedListener) open() { l.once.Do(func() { close(l.ready) }) }
 // It also fences the producers the crash interrupted, for the broker's
 // whole life. kfake restores a producer's id and epoch after a crash but
 // not its open transaction, and answers the producer's next calls as if
-// it stood between transactions: a commit of the transaction the crash
-// interrupted can be answered with success (its retry detection) while
-// the batches written before the crash are aborted, and an outbox relay
-// then never publishes those events again. A real coordinator keeps the
-// transaction and completes it. So every transactional call
-// (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit) of a
-// transactional id that has not been given a producer id by
-// InitProducerID since this start is answered PRODUCER_FENCED: the
-// client gives the producer up, and a new one (InitProducerID) starts
-// from what is really in the log. A producer's transactional produce
-// needs AddPartitionsToTxn first, or is refused by kfake itself.
+// it stood between transactions (a produce of v12+ even starts a new
+// transaction by itself, KIP-890): a commit of the transaction the crash
+// interrupted can be answered with success while the batches written
+// before the crash are aborted by the repair, and an outbox relay then
+// never publishes those events again. A real coordinator keeps the
+// transaction and completes it. So every transactional call — Produce
+// naming a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+// TxnOffsetCommit — of a transactional id that has not been given a
+// producer id by InitProducerID since this start is answered
+// PRODUCER_FENCED: the client gives the producer up, and a new one
+// (InitProducerID) starts from what is really in the log.
 type transactionGate struct {
 	cluster *kfake.Cluster
 	lifted  atomic.Bool
@@ -126,8 +126,9 @@ type transactionGate struct {
 	initialized map[string]bool // transactional ids given a producer id since this start
 }
 
-// fencedKeys are the calls a producer makes inside a transaction.
-var fencedKeys = []kmsg.Key{kmsg.AddPartitionsToTxn, kmsg.AddOffsetsToTxn, kmsg.EndTxn, kmsg.TxnOffsetCommit}
+// fencedKeys are the calls a producer makes inside a transaction (Produce
+// only when it names a transactional id).
+var fencedKeys = []kmsg.Key{kmsg.Produce, kmsg.AddPartitionsToTxn, kmsg.AddOffsetsToTxn, kmsg.EndTxn, kmsg.TxnOffsetCommit}
 
 func gateTransactions(c *kfake.Cluster) *transactionGate {
 	g := &transactionGate{cluster: c, initialized: map[string]bool{}}
@@ -178,6 +179,23 @@ func (g *transactionGate) fence(req kmsg.Request) (kmsg.Response, error, bool) {
 func fencedResponse(req kmsg.Request) (resp kmsg.Response, txid string, ok bool) {
 	code := kerr.ProducerFenced.Code
 	switch r := req.(type) {
+	case *kmsg.ProduceRequest:
+		if r.TransactionID == nil {
+			return nil, "", false
+		}
+		out := r.ResponseKind().(*kmsg.ProduceResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic, rt.TopicID = t.Topic, t.TopicID
+			for _, p := range t.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, code
+				rp.BaseOffset, rp.LogStartOffset = -1, -1
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			out.Topics = append(out.Topics, rt)
+		}
+		return out, *r.TransactionID, true
 	case *kmsg.AddPartitionsToTxnRequest:
 		if r.Version >= 4 {
 			return nil, "", false

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -149,73 +150,94 @@ func startCrashHelper(t *testing.T, dir string) (addr string, kill func()) {
 
 // A producer whose transaction a crash interrupted cannot finish it after
 // the restart. The broker has lost the transaction: answering the
-// producer's commit with success (as kfake's retry detection does for a
-// producer it believes between transactions) would commit nothing of
-// what was written before the crash while the producer goes on as if all
-// of it were in, and an outbox relay would never publish those events
-// again. Every transactional call of a transactional id not initialised
-// again since the restart is answered PRODUCER_FENCED; a new producer for
-// the same id initialises it and works.
+// producer's commit with success would commit nothing of what was written
+// before the crash (the restart aborts it) while the producer goes on as
+// if all of it were in, and an outbox relay would never publish those
+// events again. Every transactional call of a transactional id not
+// initialised again since the restart — the commit, or first a produce
+// that would add a partition — is answered PRODUCER_FENCED; a new
+// producer for the same id initialises it and works.
 func TestEmbeddedFencesProducersACrashInterrupted(t *testing.T) {
-	dir := t.TempDir()
-	addr, kill := startCrashHelper(t, dir)
-	cfg := kafka.Config{Brokers: []string{addr}}
-	const topic = "interrupted"
-	ctx := testContext(t, 60*time.Second)
-	if err := kafka.EnsureTopics(ctx, newClient(t, cfg), kafka.TopicSpec{Name: topic, Partitions: 2}); err != nil {
-		t.Fatal(err)
-	}
-	produce := func(cl *kgo.Client, partition int32, v string) error {
-		return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: partition, Value: []byte(v)}).FirstErr()
-	}
-	opts := []kgo.Opt{kgo.TransactionalID("relay"), kgo.RecordPartitioner(kgo.ManualPartitioner())}
-	old := newClient(t, cfg, opts...)
-	// One committed transaction first: the broker then remembers the
-	// producer's last end as a commit.
-	if err := old.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := produce(old, 0, "committed"); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	for p := range int32(2) {
-		if err := produce(old, p, fmt.Sprintf("before-crash-%d", p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kill()
+	for _, tc := range []struct {
+		name string
+		// goOn is what the interrupted producer does after the restart;
+		// it returns the error of the call that must be fenced.
+		goOn func(ctx context.Context, old *kgo.Client, produce func(*kgo.Client, int32, string) error) error
+	}{
+		{"commit", func(ctx context.Context, old *kgo.Client, _ func(*kgo.Client, int32, string) error) error {
+			return old.EndTransaction(ctx, kgo.TryCommit)
+		}},
+		{"produce, then commit", func(ctx context.Context, old *kgo.Client, produce func(*kgo.Client, int32, string) error) error {
+			err := produce(old, 2, "after-crash")
+			if end := old.EndTransaction(ctx, kgo.TryCommit); end == nil {
+				return errors.New("the commit after the produce was answered with success")
+			}
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			addr, kill := startCrashHelper(t, dir)
+			cfg := kafka.Config{Brokers: []string{addr}}
+			const topic = "interrupted"
+			ctx := testContext(t, 60*time.Second)
+			if err := kafka.EnsureTopics(ctx, newClient(t, cfg), kafka.TopicSpec{Name: topic, Partitions: 3}); err != nil {
+				t.Fatal(err)
+			}
+			produce := func(cl *kgo.Client, partition int32, v string) error {
+				return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: partition, Value: []byte(v)}).FirstErr()
+			}
+			opts := []kgo.Opt{kgo.TransactionalID("relay"), kgo.RecordPartitioner(kgo.ManualPartitioner())}
+			old := newClient(t, cfg, opts...)
+			// One committed transaction first, then one the crash
+			// interrupts.
+			if err := old.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if err := produce(old, 0, "committed"); err != nil {
+				t.Fatal(err)
+			}
+			if err := old.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				t.Fatal(err)
+			}
+			if err := old.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			for p := range int32(2) {
+				if err := produce(old, p, fmt.Sprintf("before-crash-%d", p)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			kill()
 
-	_, port, _ := net.SplitHostPort(addr)
-	p, _ := strconv.Atoi(port)
-	e, err := kafka.StartEmbedded(kafka.EmbeddedOptions{DataDir: dir, Port: p})
-	if err != nil {
-		t.Fatalf("restart after SIGKILL: %v", err)
-	}
-	defer e.Close()
+			_, port, _ := net.SplitHostPort(addr)
+			p, _ := strconv.Atoi(port)
+			e, err := kafka.StartEmbedded(kafka.EmbeddedOptions{DataDir: dir, Port: p})
+			if err != nil {
+				t.Fatalf("restart after SIGKILL: %v", err)
+			}
+			defer e.Close()
 
-	// The interrupted producer commits what it wrote before the crash.
-	if err := old.EndTransaction(ctx, kgo.TryCommit); !errors.Is(err, kerr.ProducerFenced) {
-		t.Fatalf("the interrupted producer's commit after the restart: %v, want PRODUCER_FENCED", err)
-	}
+			if err := tc.goOn(ctx, old, produce); !errors.Is(err, kerr.ProducerFenced) {
+				t.Fatalf("the interrupted producer after the restart: %v, want PRODUCER_FENCED", err)
+			}
 
-	// A new producer for the id starts clean and commits.
-	again := newClient(t, e.Config(), opts...)
-	if err := again.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	if err := produce(again, 1, "new"); err != nil {
-		t.Fatal(err)
-	}
-	if err := again.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Fatalf("new producer's commit: %v", err)
-	}
-	if got := values(readCommitted(t, e.Config(), topic, 2)); !slices.Equal(got, []string{"committed", "new"}) {
-		t.Errorf("read_committed %q, want the committed and the new producer's records only", got)
+			// A new producer for the id starts clean and commits.
+			again := newClient(t, e.Config(), opts...)
+			if err := again.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if err := produce(again, 1, "new"); err != nil {
+				t.Fatal(err)
+			}
+			if err := again.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				t.Fatalf("new producer's commit: %v", err)
+			}
+			got := values(readCommitted(t, e.Config(), topic, 2))
+			slices.Sort(got)
+			if !slices.Equal(got, []string{"committed", "new"}) {
+				t.Errorf("read_committed %q, want the committed and the new producer's records only", got)
+			}
+		})
 	}
 }
