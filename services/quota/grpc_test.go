@@ -128,7 +128,9 @@ func TestQuotaServiceOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := created.GetQuota()
-	if q.GetStatus() != capacity.QuotaProvisioning || len(q.GetChildren()) != 2 {
+	// Provisioning, or Active when the in-process operator was quicker
+	// than the answer's read (docs/api/quota.md, CreateQuota).
+	if (q.GetStatus() != capacity.QuotaProvisioning && q.GetStatus() != capacity.QuotaActive) || len(q.GetChildren()) != 2 {
 		t.Fatalf("created %v", q)
 	}
 	e.waitStatus(q.GetId(), capacity.QuotaActive)
