@@ -40,14 +40,23 @@ var final = map[string]bool{"completed": true, "failed": true, "cancelled": true
 
 // drain waits until every accepted task and group is final or ctx ends.
 func drain(ctx context.Context, db *pgxpool.Pool, reqs []request) error {
+	var last []string // the last list read; a failed read keeps the one before
+	var lastErr error
 	for {
 		open, err := openWork(ctx, db, reqs)
 		if err == nil && len(open) == 0 {
 			return nil
 		}
+		if err == nil {
+			last = open
+		}
+		lastErr = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("still open after the drain period: %d (%v)", len(open), firstN(open, 5))
+			if last == nil && lastErr != nil {
+				return fmt.Errorf("still open after the drain period: unknown, the work could not be read: %w", lastErr)
+			}
+			return fmt.Errorf("still open after the drain period: %d (%v)", len(last), firstN(last, 5))
 		case <-time.After(time.Second):
 		}
 	}

@@ -1,12 +1,15 @@
 package chaos
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -261,5 +264,21 @@ func TestFaultsNotHealedCount(t *testing.T) {
 	inv := checkHealed([]window{{kind: faultKill, target: "gateway-1"}, {kind: faultKill, target: "scheduler-2", err: errors.New("did not become ready")}})
 	if inv.Count != 1 || !strings.Contains(inv.First[0], "scheduler-2") {
 		t.Fatalf("%+v", inv)
+	}
+}
+
+// A drain that cannot read the work says so, instead of reporting that
+// nothing was left open.
+func TestDrainReportsWorkItCouldNotRead(t *testing.T) {
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	err = drain(ctx, pool, []request{{key: "k", kind: "true", id: "t1"}})
+	if err == nil || !strings.Contains(err.Error(), "could not be read") {
+		t.Fatalf("drain = %v, want an error saying the work could not be read", err)
 	}
 }
