@@ -89,8 +89,11 @@ func Require(ctx context.Context) (Principal, error) {
 // internal token. Existing outgoing metadata other than these keys is kept
 // (e.g. trace context, request ids).
 func Outgoing(ctx context.Context, p Principal, internalToken string) context.Context {
+	// FromOutgoingContext answers a copy, the caller's to change.
 	md, _ := metadata.FromOutgoingContext(ctx)
-	md = md.Copy()
+	if md == nil {
+		md = make(metadata.MD, 7)
+	}
 	for _, k := range []string{MDKind, MDTenant, MDSubject, MDAgent, MDRemoteIP, MDTier, MDInternalToken} {
 		delete(md, k)
 	}
@@ -106,18 +109,25 @@ func Outgoing(ctx context.Context, p Principal, internalToken string) context.Co
 
 // fromIncoming checks the internal token and reads the principal.
 func fromIncoming(ctx context.Context, internalToken string) (context.Context, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	got := first(md, MDInternalToken)
+	// Key by key: FromIncomingContext would copy all of the metadata to
+	// read these few keys, on every call.
+	first := func(key string) string {
+		if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	got := first(MDInternalToken)
 	if internalToken == "" || subtle.ConstantTimeCompare([]byte(got), []byte(internalToken)) != 1 {
 		return ctx, status.Error(codes.Unauthenticated, "internal service: missing or wrong internal token")
 	}
 	p := Principal{
-		Kind:     Kind(first(md, MDKind)),
-		TenantID: first(md, MDTenant),
-		Subject:  first(md, MDSubject),
-		AgentID:  first(md, MDAgent),
-		RemoteIP: first(md, MDRemoteIP),
-		Tier:     first(md, MDTier),
+		Kind:     Kind(first(MDKind)),
+		TenantID: first(MDTenant),
+		Subject:  first(MDSubject),
+		AgentID:  first(MDAgent),
+		RemoteIP: first(MDRemoteIP),
+		Tier:     first(MDTier),
 	}
 	switch p.Kind {
 	case KindUser:
@@ -133,13 +143,6 @@ func fromIncoming(ctx context.Context, internalToken string) (context.Context, e
 		return ctx, status.Errorf(codes.Unauthenticated, "internal service: unknown principal kind %q", p.Kind)
 	}
 	return NewContext(ctx, p), nil
-}
-
-func first(md metadata.MD, key string) string {
-	if v := md.Get(key); len(v) > 0 {
-		return v[0]
-	}
-	return ""
 }
 
 // UnaryServerInterceptor admits only calls carrying internalToken and puts

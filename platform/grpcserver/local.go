@@ -198,8 +198,12 @@ func (l *Local) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.Cal
 // outgoing metadata as incoming metadata and the trace context it names,
 // the local peer and the stream that collects headers and trailers.
 func serverContext(caller context.Context, stream *localStream) context.Context {
+	// FromOutgoingContext answers a copy: the handler cannot reach the
+	// caller's metadata through it.
 	md, _ := metadata.FromOutgoingContext(caller)
-	md = md.Copy()
+	if md == nil {
+		md = metadata.MD{}
+	}
 	ctx := metadata.NewIncomingContext(detached{caller}, md)
 	if tp := md.Get("traceparent"); len(tp) > 0 {
 		carrier := map[string]string{"traceparent": tp[0]}

@@ -16,6 +16,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/apijson"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
@@ -39,7 +40,7 @@ type GroupWatcher interface {
 const EventGroup = "group"
 
 // groupJSON renders frames like the task-group API's JSON.
-var groupJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+var groupJSON = apijson.Options{MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}}
 
 // groupFrame renders one watch message: the group's fields as GET shows
 // them (tasks: every member in the first frame, then the members that

@@ -15,6 +15,7 @@ import (
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/kafka"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/apijson"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
@@ -45,7 +46,7 @@ const (
 )
 
 // jobJSON renders a job as GET /jobs/{job_id} does.
-var jobJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+var jobJSON = apijson.Options{MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}}
 
 // RegisterJobs adds GET <prefix>/events, the SSE stream of a job, to mux;
 // prefix ends with {job_id} (e.g. "/jobs/{job_id}"). Without a job topic

@@ -125,18 +125,29 @@ func (t *Throttle) Middleware(next http.Handler) http.Handler {
 // setHeaders writes X-RateLimit-{Limit,Remaining,Reset}-{Requests,Tokens};
 // Reset is in whole seconds, rounded up.
 func setHeaders(h http.Header, u Usage) {
-	for _, v := range []struct {
-		suffix string
-		w      *Window
-	}{{"Requests", u.Requests}, {"Tokens", u.Tokens}} {
-		if v.w == nil {
+	for i, w := range [...]*Window{u.Requests, u.Tokens} {
+		if w == nil {
 			continue
 		}
-		h.Set("X-RateLimit-Limit-"+v.suffix, strconv.FormatInt(v.w.Limit, 10))
-		h.Set("X-RateLimit-Remaining-"+v.suffix, strconv.FormatInt(v.w.Remaining, 10))
-		h.Set("X-RateLimit-Reset-"+v.suffix, strconv.FormatInt(int64(math.Ceil(v.w.ResetAfter.Seconds())), 10))
+		// Set by their canonical keys, worked out once: these headers
+		// go on every answer.
+		keys := &rateLimitHeaders[i]
+		h[keys.limit] = []string{strconv.FormatInt(w.Limit, 10)}
+		h[keys.remaining] = []string{strconv.FormatInt(w.Remaining, 10)}
+		h[keys.reset] = []string{strconv.FormatInt(int64(math.Ceil(w.ResetAfter.Seconds())), 10)}
 	}
 }
+
+// rateLimitHeaders are the canonical keys of the requests' and the
+// tokens' headers, in setHeaders' order.
+var rateLimitHeaders = func() (keys [2]struct{ limit, remaining, reset string }) {
+	for i, suffix := range []string{"Requests", "Tokens"} {
+		keys[i].limit = http.CanonicalHeaderKey("X-RateLimit-Limit-" + suffix)
+		keys[i].remaining = http.CanonicalHeaderKey("X-RateLimit-Remaining-" + suffix)
+		keys[i].reset = http.CanonicalHeaderKey("X-RateLimit-Reset-" + suffix)
+	}
+	return keys
+}()
 
 // GRPCError checks a gRPC front-door call by p (RPM and the flat token
 // cost; the front door does not decode messages) and returns nil when it

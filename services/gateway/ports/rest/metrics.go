@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -65,7 +66,7 @@ func recordRoute(next runtime.HandlerFunc) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, p map[string]string) {
 		if l, ok := r.Context().Value(routeLabelKey{}).(*routeLabel); ok {
 			if pattern, ok := runtime.HTTPPattern(r.Context()); ok {
-				l.route = patternVar.ReplaceAllString(pattern.String(), "{$1}")
+				l.route = routeTemplate(pattern.String())
 			}
 		}
 		next(w, r, p)
@@ -74,6 +75,19 @@ func recordRoute(next runtime.HandlerFunc) runtime.HandlerFunc {
 
 // patternVar is a variable of a route pattern's String: {task_id=*}.
 var patternVar = regexp.MustCompile(`\{([^=}]+)=[^}]*\}`)
+
+// routeTemplates holds the template of every pattern seen: the muxes have
+// a fixed set of routes, and a regexp per request showed in profiles.
+var routeTemplates sync.Map // pattern String → template
+
+func routeTemplate(pattern string) string {
+	if t, ok := routeTemplates.Load(pattern); ok {
+		return t.(string)
+	}
+	t := patternVar.ReplaceAllString(pattern, "{$1}")
+	routeTemplates.Store(pattern, t)
+	return t
+}
 
 // measure serves r through serve and records it under the route serve
 // leaves in the label (initially route).
@@ -92,16 +106,46 @@ func (m httpMetrics) measure(w http.ResponseWriter, r *http.Request, route strin
 			code = http.StatusInternalServerError
 			defer panic(p)
 		}
-		method := methodLabel(r.Method)
-		m.requests.Add(ctx, 1, metric.WithAttributes(attribute.String("route", label.route),
-			attribute.String("method", method), attribute.String("code", strconv.Itoa(code))))
-		m.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("route", label.route),
-			attribute.String("method", method)))
+		labels := requestLabelsFor(label.route, methodLabel(r.Method), code)
+		m.requests.Add(ctx, 1, labels.requests)
+		m.duration.Record(ctx, time.Since(start).Seconds(), labels.duration)
 	}()
 	serve(rec, r)
 }
 
 // withRouteLabel gives r a route label for recordRoute to refine.
+// requestLabels are the attribute sets of one route, method and status
+// code, built once: building them per request allocated more than the
+// rest of the measurement.
+type requestLabels struct {
+	requests metric.AddOption
+	duration metric.RecordOption
+}
+
+type requestLabelsKey struct {
+	route, method string
+	code          int
+}
+
+var requestLabelSets sync.Map // requestLabelsKey → requestLabels
+
+// requestLabelsFor stays bounded: routes are the muxes' templates or the
+// fixed names above, methods are methodLabel's, codes are what the
+// handlers write.
+func requestLabelsFor(route, method string, code int) requestLabels {
+	key := requestLabelsKey{route, method, code}
+	if l, ok := requestLabelSets.Load(key); ok {
+		return l.(requestLabels)
+	}
+	l := requestLabels{
+		requests: metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route),
+			attribute.String("method", method), attribute.String("code", strconv.Itoa(code)))),
+		duration: metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route), attribute.String("method", method))),
+	}
+	requestLabelSets.Store(key, l)
+	return l
+}
+
 func withRouteLabel(r *http.Request, route string) (*http.Request, *routeLabel) {
 	label := &routeLabel{route: route}
 	return r.WithContext(context.WithValue(r.Context(), routeLabelKey{}, label)), label

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/apijson"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 )
 
@@ -28,15 +29,15 @@ const DefaultMaxUploadBytes = 1<<30 + 1<<20
 // proto field names, every field present, so a result key not produced yet
 // is null and a job that did not fail has "error": null. Unknown request
 // fields are errors.
-var pipelineMarshaler = pipelineJSON{&runtime.JSONPb{
+var pipelineMarshaler = pipelineJSON{&apijson.Marshaler{JSONPb: runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-}}
+}}}
 
 // pipelineJSON says what a request body's decoding error is about: the
 // generated handlers pass the decoder's error on as the 400's message,
 // and "unexpected EOF" alone does not tell a client its JSON is cut.
-type pipelineJSON struct{ *runtime.JSONPb }
+type pipelineJSON struct{ *apijson.Marshaler }
 
 func (m pipelineJSON) NewDecoder(r io.Reader) runtime.Decoder {
 	d := m.JSONPb.NewDecoder(r)

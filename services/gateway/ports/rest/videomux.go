@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/apijson"
 )
 
 // maxVideoBodyBytes bounds the video API's bodies: a first frame of 10 MB
@@ -24,10 +25,10 @@ const maxVideoBodyBytes = 15 << 20
 // fields are left out — which is how taskInput.actual_prompt is absent when
 // prompt_extend is off, and data.code and data.message appear only for a
 // FAILED task. Unknown request fields are errors, as on the task API.
-var videoMarshaler = &runtime.JSONPb{
+var videoMarshaler = &apijson.Marshaler{JSONPb: runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-}
+}}
 
 // newVideoMux returns the generated REST mux of the video API, with the
 // same header rules and error handlers as the task API's (the error writer

@@ -183,7 +183,8 @@ func gatewayBenchmark() benchmark {
 	var o bench.GatewayOptions
 	f := pflag.NewFlagSet("gateway", pflag.ContinueOnError)
 	f.IntVar(&o.Clients, "clients", 16, "concurrent clients per path")
-	f.DurationVar(&o.For, "gateway-for", 10*time.Second, "length of each measured phase")
+	f.DurationVar(&o.For, "gateway-for", 10*time.Second, "how long each path is measured in all")
+	f.DurationVar(&o.Slice, "gateway-turn", time.Second, "the paths take turns of this length until each has run --gateway-for")
 	return benchmark{name: "gateway", flags: f,
 		short: "REST submit+get through the gateway against the same calls over gRPC straight to the scheduler",
 		run: func(ctx context.Context, c bench.Common) error {

@@ -24,7 +24,8 @@ import (
 type GatewayOptions struct {
 	Common
 	Clients int           // concurrent clients per path
-	For     time.Duration // length of each measured phase
+	For     time.Duration // how long each path is measured, in all
+	Slice   time.Duration // one turn of a path; the paths take turns
 }
 
 func (o *GatewayOptions) defaults() {
@@ -34,6 +35,9 @@ func (o *GatewayOptions) defaults() {
 	}
 	if o.For <= 0 {
 		o.For = 10 * time.Second
+	}
+	if o.Slice <= 0 {
+		o.Slice = time.Second
 	}
 }
 
@@ -56,7 +60,8 @@ const gatewayTarget = 0.9
 // through the gateway (HTTP/JSON, API key authentication, rate limits,
 // grpc-gateway) and over gRPC straight to the scheduler, on one server. The
 // gateway runs twice: beside the scheduler, calling it in-process, and
-// reaching it over loopback gRPC; each run rotates which phase goes first.
+// reaching it over loopback gRPC. The three paths take turns of o.Slice
+// until each has run o.For, so that all of them meet the same database.
 func Gateway(ctx context.Context, o GatewayOptions) (*GatewayResult, error) {
 	o.defaults()
 	env, err := startEnv(ctx, o.Common, "gateway", nil)
@@ -79,8 +84,8 @@ func Gateway(ctx context.Context, o GatewayOptions) (*GatewayResult, error) {
 			perSecond(r.hop.rate), r.hop.cpu(), perSecond(r.grpc.rate), ms(r.grpc.p99), r.grpc.cpu(),
 			ratio(r.REST.rate / r.grpc.rate), ratio(r.hop.rate / r.grpc.rate)})
 	}
-	fmt.Fprintf(o.Out, "\n%d clients per path, %s per phase; one operation = submit a task + get it; "+
-		"CPU/op = this process + Postgres, µs\n", o.Clients, o.For)
+	fmt.Fprintf(o.Out, "\n%d clients per path, %s per path in turns of %s; one operation = submit a task + get it; "+
+		"CPU/op = this process + Postgres, µs\n", o.Clients, o.For, o.Slice)
 	table(o.Out, []string{"run", "first", "REST ops/s", "REST p99", "CPU/op", "REST hop ops/s", "CPU/op",
 		"gRPC ops/s", "gRPC p99", "CPU/op", "ratio", "hop ratio"}, rows)
 	res := &GatewayResult{REST: rest.median(), RESTHop: hop.median(), GRPC: direct.median(), Ratio: ratios.median(),
@@ -178,8 +183,13 @@ func gatewayRun(ctx context.Context, env *env, o GatewayOptions, run int) (*gate
 		{"REST hop", func(ctx context.Context) error { return restSubmitGet(ctx, client, bases[1], key) }, &res.hop},
 		{"gRPC", grpcOp, &res.grpc},
 	}
-	// Warm every path (connections, prepared statements), then rotate
-	// which phase goes first so none always meets a colder server.
+	// Warm every path (connections, prepared statements). Then measure the
+	// paths in turns of one slice each, rotating which goes first, until
+	// each has run o.For. Whole phases one after the other measured the
+	// order more than the paths: each inherited the background work the
+	// previous one left (relaying and projecting its tasks, checkpoints),
+	// so the path measured first was the slow one. Interleaved, every path
+	// meets the same database and the same backlog.
 	for _, p := range phases {
 		if _, _, err := closedLoop(ctx, o.Clients, time.Second, p.op); err != nil {
 			return nil, err
@@ -189,15 +199,37 @@ func gatewayRun(ctx context.Context, env *env, o GatewayOptions, run int) (*gate
 	phases = append(phases[k:], phases[:k]...)
 	res.first = phases[0].name
 	pgData := filepath.Join(env.dir, "pg")
-	for _, p := range phases {
-		self0, server0 := cpuClock(pgData)
-		rate, lat, err := closedLoop(ctx, o.Clients, o.For, p.op)
-		if err != nil {
-			return nil, err
+	type tally struct {
+		ops          int
+		elapsed      time.Duration
+		lat          []time.Duration
+		self, server time.Duration
+	}
+	tallies := make([]tally, len(phases))
+	turns := max(1, int(o.For/o.Slice))
+	for turn := range turns {
+		for i := range phases {
+			// Each turn starts one path later, so no path always
+			// follows the same one.
+			j := (i + turn) % len(phases)
+			self0, server0 := cpuClock(pgData)
+			began := time.Now()
+			_, lat, err := closedLoop(ctx, o.Clients, o.For/time.Duration(turns), phases[j].op)
+			if err != nil {
+				return nil, err
+			}
+			t := &tallies[j]
+			t.elapsed += time.Since(began)
+			self1, server1 := cpuClock(pgData)
+			t.ops += len(lat)
+			t.lat = append(t.lat, lat...)
+			t.self, t.server = t.self+self1-self0, t.server+server1-server0
 		}
-		self1, server1 := cpuClock(pgData)
-		n := time.Duration(max(len(lat), 1))
-		*p.out = phaseResult{rate: rate, p99: percentile(lat, 99), self: (self1 - self0) / n, server: (server1 - server0) / n}
+	}
+	for i, p := range phases {
+		t := tallies[i]
+		n := time.Duration(max(t.ops, 1))
+		*p.out = phaseResult{rate: float64(t.ops) / t.elapsed.Seconds(), p99: percentile(t.lat, 99), self: t.self / n, server: t.server / n}
 	}
 	return &res, nil
 }
