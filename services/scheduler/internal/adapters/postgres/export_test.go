@@ -5,3 +5,6 @@ var ClaimCandidates = claimCandidates
 
 // ActiveStatuses is the status predicate of task_views_active_idx.
 const ActiveStatuses = activeStatuses
+
+// ListQuery is TaskViews.List's statement.
+var ListQuery = listQuery
