@@ -50,7 +50,7 @@ const startAgents = 4
 // of the last submission, fails the run: leaving them out would leave out
 // exactly the slow cases.
 func submitToStart(ctx context.Context, s *schedulerUnderTest, o TasksOptions) (startFigures, error) {
-	tr := &startTracker{submitted: map[string]bool{}, started: map[string]bool{}}
+	tr := newStartTracker("")
 	actx, cancel := context.WithCancel(ctx)
 	var agents sync.WaitGroup
 	for a := range startAgents {
@@ -80,11 +80,13 @@ func submitToStart(ctx context.Context, s *schedulerUnderTest, o TasksOptions) (
 	return startFigures{p50: percentile(tr.lat, 50), p99: percentile(tr.lat, 99), achieved: achieved}, nil
 }
 
-// startTracker records the submissions, the starts and every failure.
+// startTracker records the submissions, the starts, the completions and
+// every failure.
 type startTracker struct {
 	mu        sync.Mutex
 	submitted map[string]bool
 	started   map[string]bool
+	completed int
 	lat       []time.Duration
 	failures  int
 	firstErr  error
@@ -94,6 +96,10 @@ type startTracker struct {
 	claims []time.Duration
 	// tenant submits the tasks ("bench" when empty).
 	tenant string
+}
+
+func newStartTracker(tenant string) *startTracker {
+	return &startTracker{submitted: map[string]bool{}, started: map[string]bool{}, tenant: tenant}
 }
 
 func (t *startTracker) fail(what string, err error) {
@@ -111,6 +117,15 @@ func (t *startTracker) settled() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.failures > 0 || len(t.started) >= len(t.submitted)
+}
+
+// done reports whether every answered submission completed, or a call
+// failed. Agents stopped before it would cancel completions in flight and
+// leave their tasks running.
+func (t *startTracker) done() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.failures > 0 || t.completed >= len(t.submitted)
 }
 
 // generate sends total submissions at rate and returns the rate achieved
@@ -205,7 +220,12 @@ func (t *startTracker) start(ctx context.Context, s *schedulerUnderTest, id stri
 	t.lat = append(t.lat, st.GetStartedAt().AsTime().Sub(task.GetCreatedAt().AsTime()))
 	t.mu.Unlock()
 	_, err = s.leases.CompleteTask(ac, &taskv1.CompleteTaskRequest{TaskId: task.GetId(), AgentId: id, AttemptId: task.GetAttemptId()})
-	if err != nil && ctx.Err() == nil {
+	switch {
+	case err == nil:
+		t.mu.Lock()
+		t.completed++
+		t.mu.Unlock()
+	case ctx.Err() == nil:
 		t.fail("complete", err)
 	}
 }
