@@ -40,6 +40,9 @@ func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop,
 	if err := a.requeueStopped(ctx, h); err != nil {
 		return nil, err
 	}
+	if err := a.releaseUnheld(ctx, h, now); err != nil {
+		return nil, err
+	}
 	if len(h.AttemptIDs) == 0 {
 		return nil, nil
 	}
@@ -64,6 +67,43 @@ func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop,
 		}
 	}
 	return stops, nil
+}
+
+// releaseUnheld takes back the tasks leased to the agent that it does not
+// hold. A claim's lease is committed before its answer is sent; when the
+// agent dies with its long poll open, or the connection breaks after the
+// commit, the answer is lost. The agent registers every attempt it is
+// answered as soon as it has journaled it and lists it in every heartbeat
+// until its outcome is delivered (after a restart, from its journal), so
+// an assigned attempt still missing from a heartbeat two AgentLostAfter
+// after its lease never reached the agent. It goes back to pending as for
+// an agent lost, without using a retry: nothing of it ran. Without this
+// the task waited for its lease to run out (lease_ttl_sec, five minutes
+// by default) beside an agent that was alive. The margin is the window in
+// which an agent that does not answer at all is taken for lost; an answer
+// later than that arrives at an agent that has lost the lease and whose
+// StartTask is refused. Running attempts are left to their leases: their
+// agent reported them.
+func (a *App) releaseUnheld(ctx context.Context, h Heartbeat, now time.Time) error {
+	ids, err := a.sweeps.UnheldLeases(ctx, h.AgentID, h.AttemptIDs)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	held := make(map[string]bool, len(h.AttemptIDs))
+	for _, att := range h.AttemptIDs {
+		held[att] = true
+	}
+	leasedBefore := now.Add(-2 * a.cfg.AgentLostAfter)
+	released := a.each(ctx, ids, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+		if t.Status != domain.StatusAssigned || t.AgentID != h.AgentID || held[t.AttemptID] || !t.AssignedAt.Before(leasedBefore) {
+			return nil, nil
+		}
+		return t.ExpireLease(now, domain.ReasonAgentLost)
+	})
+	if released > 0 {
+		a.log.Warn("agent does not hold its leases: releasing them", "agent", h.AgentID, "tasks", released)
+	}
+	return nil
 }
 
 // requeueStopped returns admitted work the quota service preempted to its

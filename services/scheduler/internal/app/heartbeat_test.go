@@ -111,3 +111,37 @@ func TestHeartbeatRequeuesWorkEvictedForQuotaOnceStopped(t *testing.T) {
 	h.heartbeat("a1")
 	h.wantStatus(stillRunning.ID, domain.StatusPending)
 }
+
+// A claim's answer lost on its way (the agent killed with its long poll
+// open) leaves a task assigned to an agent that lives on without it. Its
+// heartbeats, which list every attempt it holds, give the task back once
+// two AgentLostAfter have passed since the lease, without using a retry;
+// attempts it holds and attempts it runs stay.
+func TestHeartbeatReleasesAssignedTasksTheAgentDoesNotHold(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 10 * time.Second })
+	lost := h.claimOne("a1", "m1", h.create(user("t1"), spec("answer lost")).ID)
+	held := h.claimOne("a1", "m1", h.create(user("t1"), spec("answer received")).ID)
+	running := h.running("a1", "m1", spec("running"))
+	other := h.claimOne("a2", "m2", h.create(user("t1"), spec("another agent's")).ID)
+
+	// Within the margin the answer may still be on its way.
+	h.clock.Advance(19 * time.Second)
+	h.heartbeat("a1", held.AttemptID)
+	h.wantStatus(lost.ID, domain.StatusAssigned)
+
+	h.clock.Advance(2 * time.Second)
+	if stops := h.heartbeat("a1", held.AttemptID); len(stops) != 0 {
+		t.Errorf("stops = %+v, want none", stops)
+	}
+	got := h.get(lost.ID)
+	e, ok := h.lastEvent(lost.ID).(domain.LeaseExpired)
+	if got.Status != domain.StatusPending || !ok || e.Reason != domain.ReasonAgentLost || e.AttemptID != lost.AttemptID || e.RetryCount != 0 {
+		t.Errorf("unheld task: %s, last event %+v; want pending again, its lease released without a retry", got.Status, h.lastEvent(lost.ID))
+	}
+	h.wantStatus(held.ID, domain.StatusAssigned)
+	h.wantStatus(running.ID, domain.StatusRunning)
+	h.wantStatus(other.ID, domain.StatusAssigned)
+
+	// The task is claimable again, by any agent.
+	h.claimOne("a2", "m2", lost.ID)
+}

@@ -191,6 +191,9 @@ type SweepQueries interface {
 	LostAgents(ctx context.Context, now time.Time) ([]string, error)
 	// LeasesOf returns the leased (assigned or running) tasks agentID holds.
 	LeasesOf(ctx context.Context, agentID string) ([]string, error)
+	// UnheldLeases returns the assigned (not yet started) tasks leased to
+	// agentID whose attempt is not among held.
+	UnheldLeases(ctx context.Context, agentID string, held []string) ([]string, error)
 	// ExpiredLeases returns up to limit leased tasks whose lease ended
 	// before now, soonest expired first.
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]string, error)

@@ -602,6 +602,18 @@ func (s *Store) LeasesOf(_ context.Context, agentID string) ([]string, error) {
 	return s.ids(func(t domain.Task) bool { return t.Status.Leased() && t.AgentID == agentID }, nil, -1), nil
 }
 
+// UnheldLeases implements app.SweepQueries.
+func (s *Store) UnheldLeases(_ context.Context, agentID string, held []string) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("UnheldLeases", agentID); err != nil {
+		return nil, err
+	}
+	return s.ids(func(t domain.Task) bool {
+		return t.Status == domain.StatusAssigned && t.AgentID == agentID && !slices.Contains(held, t.AttemptID)
+	}, nil, -1), nil
+}
+
 // ids returns the ids of the tasks keep accepts, ordered by key (id order
 // when nil), at most limit of them (all when limit < 0). The caller holds
 // s.mu.
