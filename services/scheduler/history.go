@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -393,8 +394,9 @@ func later(a, b time.Time) time.Time {
 // the task topic as the task_views projection's offsets: LoadHistory
 // already wrote the rows the projection would have made of those
 // records. Afterwards a scheduler started on pool continues from there,
-// and `taskmesh replay` finds every event on the topic.
-func PublishHistory(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, topic string, partitions int32) error {
+// and `taskmesh replay` finds every event on the topic. The relay logs to
+// log (nil: nowhere).
+func PublishHistory(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, topic string, partitions int32, log *slog.Logger) error {
 	if topic == "" {
 		topic = Topic
 	}
@@ -407,7 +409,7 @@ func PublishHistory(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, top
 	}
 	relay := outbox.New(pool, outbox.Config{Name: "scheduler", Topic: topic, Partitions: partitions,
 		Routes: map[string]string{postgres.GroupAggregateType: OrchestrationTopic, postgres.TemplateAggregateType: OrchestrationTopic,
-			postgres.ManagedAggregateType: ManagedTopic}, Kafka: k})
+			postgres.ManagedAggregateType: ManagedTopic}, Kafka: k, Logger: log})
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(rctx) }()
@@ -454,7 +456,9 @@ func PublishHistory(ctx context.Context, pool *pgxpool.Pool, k kafka.Config, top
 // (found is false for none).
 func lastPosition(ctx context.Context, pool *pgxpool.Pool) (last outbox.Position, found bool, err error) {
 	var txText string
-	err = pool.QueryRow(ctx, `SELECT tx_id::text, id FROM events ORDER BY tx_id DESC, id DESC LIMIT 1`).Scan(&txText, &last.EventID)
+	// Ordered by the qualified column: an unqualified tx_id would name the
+	// output column, its text form, and "999" sorts after "1298".
+	err = pool.QueryRow(ctx, `SELECT tx_id::text, id FROM events ORDER BY events.tx_id DESC, events.id DESC LIMIT 1`).Scan(&txText, &last.EventID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return last, false, nil
 	}

@@ -51,7 +51,7 @@ func newHistoryEnv(t *testing.T) *historyEnv {
 		Now: e.now, Seed: 3, BatchSize: 200}); err != nil {
 		t.Fatal(err)
 	}
-	if err := scheduler.PublishHistory(ctx, pool, e.broker.Config(), e.topic, 4); err != nil {
+	if err := scheduler.PublishHistory(ctx, pool, e.broker.Config(), e.topic, 4, nil); err != nil {
 		t.Fatal(err)
 	}
 	return e

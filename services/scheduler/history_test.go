@@ -78,7 +78,7 @@ func TestLoadedHistoryIsConsistent(t *testing.T) {
 
 	// Published by the relay; task_views equals its replay from the topic.
 	topic := "history.tasks"
-	if err := scheduler.PublishHistory(ctx, pool, broker.Config(), topic, 4); err != nil {
+	if err := scheduler.PublishHistory(ctx, pool, broker.Config(), topic, 4, nil); err != nil {
 		t.Fatal(err)
 	}
 	specs := scheduler.ReplaySpecs(broker.Config())
@@ -91,7 +91,7 @@ func TestLoadedHistoryIsConsistent(t *testing.T) {
 		t.Errorf("replay: %d records (want %d), tables %+v", replayed.Records, rep.Events, replayed.Tables)
 	}
 	// Publishing again finds nothing new to publish.
-	if err := scheduler.PublishHistory(ctx, pool, broker.Config(), topic, 4); err != nil {
+	if err := scheduler.PublishHistory(ctx, pool, broker.Config(), topic, 4, nil); err != nil {
 		t.Fatal(err)
 	}
 	replayed, err = projection.Replay(ctx, pool, specs[0])
@@ -130,5 +130,79 @@ func TestLoadedHistoryIsConsistent(t *testing.T) {
 	}
 	if views2 != 1001 {
 		t.Errorf("%d task_views rows after one more task, want 1001", views2)
+	}
+}
+
+// PublishHistory publishes the whole history when its transaction ids
+// pass a power of ten (999 → 1000 …): it orders them as numbers, not as
+// the text "999" after "1000", which stopped it halfway through a
+// million-task history with the rest left to the first relay after it.
+func TestPublishHistoryOrdersTransactionsAsNumbers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	db := pgtest.New(t)
+	pool, err := pg.Open(ctx, pg.Config{URL: db.URL, Schema: scheduler.Schema, MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	broker := kafkatest.New(t, kafkatest.WithPartitions(4))
+	// Four transactions of 50 tasks.
+	rep, err := scheduler.LoadHistory(ctx, pool, scheduler.HistorySpec{Finished: 200, Tenants: 3, Seed: 3, BatchSize: 50, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renumber the four transactions 998 … 1001, keeping their order:
+	// every one of them below the server's oldest running transaction,
+	// as a finished history is (the server is moved past 1001 first).
+	for {
+		var xid int64
+		if err := pool.QueryRow(ctx, `SELECT pg_current_xact_id()::text::bigint`).Scan(&xid); err != nil {
+			t.Fatal(err)
+		}
+		if xid > 1010 {
+			break
+		}
+	}
+	_, err = pool.Exec(ctx, `WITH txs AS (SELECT tx_id, 997 + dense_rank() OVER (ORDER BY tx_id) AS renumbered FROM (SELECT DISTINCT tx_id FROM events) d)
+		UPDATE events e SET tx_id = txs.renumbered::text::xid8 FROM txs WHERE e.tx_id = txs.tx_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var txs []string
+	if err := pool.QueryRow(ctx, `SELECT array_agg(DISTINCT tx_id::text ORDER BY tx_id::text) FROM events`).Scan(&txs); err != nil {
+		t.Fatal(err)
+	}
+	if len(txs) != 4 || txs[0] != "1000" || txs[3] != "999" {
+		t.Fatalf("transactions %v; want 998 to 1001", txs)
+	}
+
+	last, found, err := scheduler.LastPosition(ctx, pool)
+	if err != nil || !found {
+		t.Fatalf("last position: %v (found %v)", err, found)
+	}
+	if last.TxID != 1001 {
+		t.Errorf("the history's last position is %s; want one of transaction 1001", last)
+	}
+
+	topic := "history.digits"
+	if err := scheduler.PublishHistory(ctx, pool, broker.Config(), topic, 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	var checkpoint string
+	if err := pool.QueryRow(ctx, `SELECT tx_id::text || ':' || event_id FROM outbox_checkpoints WHERE relay = 'scheduler'`).Scan(&checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	if checkpoint != last.String() {
+		t.Errorf("the relay's checkpoint is %s; want the history's last event %s", checkpoint, last)
+	}
+	specs := scheduler.ReplaySpecs(broker.Config())
+	specs[0].Topic = topic
+	replayed, err := projection.Replay(ctx, pool, specs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replayed.Records != int64(rep.Events) {
+		t.Errorf("the topic holds %d events, want all %d of the history", replayed.Records, rep.Events)
 	}
 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -136,7 +135,7 @@ func admissionOn(ctx context.Context, env *env, o AdmissionOptions, db, prefix s
 	}
 	taskTopic, quotaTopic := "bench."+db+".admission.tasks", "bench."+db+".quota"
 	svc, err := admission.New(admission.Config{DB: pool, Kafka: env.broker.Config(), Topic: quotaTopic, TaskTopic: taskTopic,
-		NoDefaults: true, Logger: slog.New(slog.DiscardHandler)})
+		NoDefaults: true, Logger: env.log.With("database", db)})
 	if err != nil {
 		return nil, err
 	}

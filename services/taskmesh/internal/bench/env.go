@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -19,6 +20,10 @@ type env struct {
 	broker *kafka.Embedded
 	dir    string
 	lock   *os.File // held while the benchmark runs
+	// log receives the services' logs (Common.ServiceLog; discarded
+	// without it), logFile is its file.
+	log     *slog.Logger
+	logFile *os.File
 }
 
 // startEnv starts the server and the broker of one benchmark under
@@ -60,7 +65,24 @@ func startEnv(ctx context.Context, c Common, name string, params map[string]stri
 		lock.Close()
 		return nil, err
 	}
-	return &env{server: server, broker: broker, dir: dir, lock: lock}, nil
+	e := &env{server: server, broker: broker, dir: dir, lock: lock}
+	if e.log, e.logFile, err = serviceLog(c, name); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// serviceLog is the logger of the services benchmark name runs: JSON
+// lines into c.ServiceLog, or nowhere without it (file is then nil).
+func serviceLog(c Common, name string) (log *slog.Logger, file *os.File, err error) {
+	if c.ServiceLog == "" {
+		return slog.New(slog.DiscardHandler), nil, nil
+	}
+	if file, err = os.Create(c.ServiceLog); err != nil {
+		return nil, nil, err
+	}
+	return slog.New(slog.NewJSONHandler(file, nil)).With("benchmark", name), file, nil
 }
 
 // serverParams are the server's settings beyond PostgreSQL's durable
@@ -94,6 +116,9 @@ func (e *env) close() {
 	_ = e.server.Stop()
 	_ = os.RemoveAll(e.dir)
 	e.lock.Close()
+	if e.logFile != nil {
+		_ = e.logFile.Close()
+	}
 }
 
 // createDatabase (re)creates an empty database on the server.

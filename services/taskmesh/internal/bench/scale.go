@@ -175,7 +175,7 @@ func loadScaleHistory(ctx context.Context, env *env, o ScaleOptions) (time.Durat
 		return 0, err
 	}
 	written := time.Since(began)
-	if err := scheduler.PublishHistory(ctx, pool, env.broker.Config(), "bench.loaded", 16); err != nil {
+	if err := scheduler.PublishHistory(ctx, pool, env.broker.Config(), "bench.loaded", 16, env.log.With("database", "loaded")); err != nil {
 		return 0, err
 	}
 	published := time.Since(began)

@@ -148,6 +148,10 @@ type slurmBench struct {
 	// submissions of several runs.
 	key string
 	db  *pgxpool.Pool
+	// log receives the backend's log and the watch's sightings
+	// (--service-log); logFile is its file, nil without.
+	log     *slog.Logger
+	logFile *os.File
 }
 
 func startSlurmBench(ctx context.Context, o SlurmOptions) (_ *slurmBench, err error) {
@@ -167,6 +171,9 @@ func startSlurmBench(ctx context.Context, o SlurmOptions) (_ *slurmBench, err er
 			b.close()
 		}
 	}()
+	if b.log, b.logFile, err = serviceLog(o.Common, "slurm"); err != nil {
+		return nil, err
+	}
 	if b.st, err = stack.Start(ctx, stack.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Durable: true}); err != nil {
 		return nil, err
 	}
@@ -201,12 +208,12 @@ func startSlurmBench(ctx context.Context, o SlurmOptions) (_ *slurmBench, err er
 	cfg := executor.SlurmConfig{AgentID: "slurm-bench", Server: b.st.GRPCAddr, Token: token, RESTEndpoint: "unix:" + cluster.Socket,
 		Mode: "placement", Partition: cluster.Partition, Slots: o.Jobs, DefaultMemoryMB: 10, NodeAgents: agents,
 		StateDir: filepath.Join(dir, "slurm-state"), PollInterval: o.Poll, PendingPollInterval: o.PendingPoll, ClaimWait: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Logger: b.log.With("service", "slurm-backend")}
 	if !o.NoStartSignal {
 		cfg.StartSignalListen = "127.0.0.1:0"
 	}
 	b.goRun(func() error { return executor.RunSlurm(runCtx, cfg) })
-	b.watch = &runningWatch{cluster: cluster, seen: map[string]time.Time{}}
+	b.watch = &runningWatch{cluster: cluster, seen: map[string]time.Time{}, log: b.log}
 	b.goRun(func() error { b.watch.run(runCtx); return nil })
 	return b, nil
 }
@@ -233,6 +240,9 @@ func (b *slurmBench) close() {
 		b.st.Close()
 	}
 	_ = b.cluster.Close()
+	if b.logFile != nil {
+		_ = b.logFile.Close()
+	}
 }
 
 // run is one run: the latency phase, then the throughput run.
@@ -494,22 +504,29 @@ func (b *slurmBench) call(ctx context.Context, method, path string, body, out an
 
 // runningWatch polls squeue every 50 ms and keeps when each job name was
 // first seen RUNNING: the same observation for sbatch's jobs and for
-// Taskmesh's placeholders.
+// Taskmesh's placeholders. Each sighting is logged with the job id, so
+// the service log splits a placeholder's leg at the backend's own steps.
 type runningWatch struct {
 	cluster *slurmcluster.Cluster
+	log     *slog.Logger
 	mu      sync.Mutex
 	seen    map[string]time.Time
 }
 
 func (w *runningWatch) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		out, err := w.cluster.Output(ctx, "squeue", "-h", "-t", "RUNNING", "-o", "%j")
+		out, err := w.cluster.Output(ctx, "squeue", "-h", "-t", "RUNNING", "-o", "%i %j")
 		now := time.Now()
 		if err == nil {
 			w.mu.Lock()
-			for _, name := range strings.Fields(out) {
+			for line := range strings.Lines(out) {
+				id, name, ok := strings.Cut(strings.TrimSpace(line), " ")
+				if !ok {
+					continue
+				}
 				if _, ok := w.seen[name]; !ok {
 					w.seen[name] = now
+					w.log.Info("job seen running", "job_id", id, "name", name, "seen_at", now)
 				}
 			}
 			w.mu.Unlock()

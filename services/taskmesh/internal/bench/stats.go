@@ -22,7 +22,11 @@ type Common struct {
 	// statements that took most of its time (tasks and admission), for
 	// tuning. Off, the server runs without the extension.
 	PGStats bool
-	Out     io.Writer
+	// ServiceLog, when set, is a file that receives the logs of the
+	// services a benchmark runs (JSON, info level): where a figure is
+	// odd, what the relays and projections did during it.
+	ServiceLog string
+	Out        io.Writer
 }
 
 func (c *Common) defaults() {

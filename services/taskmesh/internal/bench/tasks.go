@@ -251,7 +251,8 @@ func openScheduler(ctx context.Context, env *env, db, topic string, timing sched
 		pool.Close()
 		return nil, err
 	}
-	svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: env.broker.Config(), Topic: topic, Timing: timing, Writers: 4})
+	svc, err := scheduler.New(scheduler.Config{DB: pool, Kafka: env.broker.Config(), Topic: topic, Timing: timing, Writers: 4,
+		Logger: env.log.With("database", db)})
 	if err != nil {
 		pool.Close()
 		return nil, err

@@ -184,6 +184,7 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 			b.abandon(r)
 			return
 		case jobID := <-r.signal:
+			b.runLog(r).Info("start signal")
 			if b.signalled(ctx, r, jobID) {
 				return
 			}

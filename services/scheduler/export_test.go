@@ -1,0 +1,4 @@
+package scheduler
+
+// LastPosition is the position PublishHistory publishes up to, for tests.
+var LastPosition = lastPosition
