@@ -184,7 +184,6 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 			b.abandon(r)
 			return
 		case jobID := <-r.signal:
-			b.runLog(r).Info("start signal")
 			if b.signalled(ctx, r, jobID) {
 				return
 			}
@@ -206,7 +205,9 @@ func (b *Backend) signalled(ctx context.Context, r *run, jobID int64) bool {
 	if r.started || jobID != r.jobID {
 		return false
 	}
+	began := time.Now()
 	j, err := b.slurm.Job(ctx, r.jobID)
+	b.runLog(r).Info("start signal", "job_read_ms", time.Since(began).Milliseconds())
 	if err != nil {
 		b.runLog(r).Warn("read the job that signalled its start; the listing will show it", "err", err)
 		return false
@@ -286,6 +287,7 @@ func (b *Backend) markStarted(ctx context.Context, r *run, j Job) bool {
 	if r.started {
 		return false
 	}
+	began := time.Now()
 	if err := b.start(ctx, r); err != nil {
 		if rpcerr.AttemptGone(err) {
 			b.runLog(r).Info("attempt gone at start", "err", err)
@@ -295,7 +297,7 @@ func (b *Backend) markStarted(ctx context.Context, r *run, j Job) bool {
 		return false // retried at the next poll
 	}
 	r.started, r.runningSince = true, time.Now()
-	b.runLog(r).Info("job running", "nodes", j.Nodes)
+	b.runLog(r).Info("job running", "nodes", j.Nodes, "start_task_ms", time.Since(began).Milliseconds())
 	return false
 }
 
