@@ -389,18 +389,29 @@ func (b *Backend) batchEnded(ctx context.Context, r *run, j Job) bool {
 // started as soon as Slurm runs the placeholder: the allocation is the
 // task's from then on, whatever the hand-over to the node takes.
 func (b *Backend) placementRunning(ctx context.Context, r *run, j Job) bool {
-	if b.markStarted(ctx, r, j) {
-		return true
-	}
 	if r.agent == nil {
-		done, bound := b.bind(ctx, r, j)
-		if done {
-			return true
+		var bound bool
+		var failure string
+		if !r.started && b.leaseFresh(r) {
+			var gone bool
+			if gone, bound, failure = b.startAlongside(ctx, r, j); gone {
+				return true
+			}
+		} else {
+			if b.markStarted(ctx, r, j) {
+				return true
+			}
+			bound, failure = b.bind(ctx, r, j)
+		}
+		if failure != "" {
+			return b.failPlacement(ctx, r, failure)
 		}
 		if !bound {
 			// The allocation is held for the node's agent: say where.
 			return b.report(ctx, r, 0, runningMessage(j))
 		}
+	} else if b.markStarted(ctx, r, j) {
+		return true
 	}
 	log := b.runLog(r)
 	lt, err := r.agent.get(ctx, r.localID)
@@ -425,30 +436,32 @@ func (b *Backend) placementRunning(ctx context.Context, r *run, j Job) bool {
 // that agent has shown it is the node's (its machine id is the node's
 // name). A task is created there only when none of this attempt can
 // exist yet or none is found: a restarted backend, or a creation whose
-// answer was lost, finds the one already there. done reports that the
-// attempt is over (it failed); bound that the task is on the node now.
-func (b *Backend) bind(ctx context.Context, r *run, j Job) (done, bound bool) {
+// answer was lost, finds the one already there. bound reports that the
+// task is on the node now; failure, that it can never be (the placement
+// fails with it), and it is the caller's to report: an outcome must not
+// overtake a StartTask still on its way (startAlongside).
+func (b *Backend) bind(ctx context.Context, r *run, j Job) (bound bool, failure string) {
 	log := b.runLog(r)
 	if r.task == nil {
-		return b.failPlacement(ctx, r, "slurm backend: restarted without a record of the task; it cannot be handed to the node"), false
+		return false, "slurm backend: restarted without a record of the task; it cannot be handed to the node"
 	}
 	node := j.FirstNode()
 	agent, err := b.agents.resolve(node)
 	if err != nil {
-		return b.failPlacement(ctx, r, "slurm backend: "+err.Error()), false
+		return false, "slurm backend: " + err.Error()
 	}
 	if err := b.checkMachine(ctx, agent); err != nil {
 		if errors.Is(err, errWrongMachine) {
-			return b.failPlacement(ctx, r, "slurm backend: "+err.Error()), false
+			return false, "slurm backend: " + err.Error()
 		}
 		log.Warn("node's agent unreachable; the allocation is held", "node", node, "err", err)
-		return false, false
+		return false, ""
 	}
 	var lt *agentv1.LocalTask
 	if r.adopted || r.createTried {
 		if lt, err = agent.find(ctx, localTaskName(r.attemptID)); err != nil {
 			log.Warn("node's agent unreachable; the allocation is held", "node", node, "err", err)
-			return false, false
+			return false, ""
 		}
 	}
 	if lt == nil {
@@ -456,15 +469,74 @@ func (b *Backend) bind(ctx context.Context, r *run, j Job) (done, bound bool) {
 		if lt, err = agent.create(ctx, localTaskSpec(r.task, j)); err != nil {
 			var ae *agentError
 			if errors.As(err, &ae) && ae.Status/100 == 4 {
-				return b.failPlacement(ctx, r, fmt.Sprintf("the agent of node %s refused the task: %s", node, ae.Message)), false
+				return false, fmt.Sprintf("the agent of node %s refused the task: %s", node, ae.Message)
 			}
 			log.Warn("hand the task to the node's agent", "node", node, "err", err)
-			return false, false
+			return false, ""
 		}
 	}
 	r.agent, r.localID = agent, lt.GetId()
 	log.Info("task bound to the node's agent", "node", node, "local_task_id", r.localID)
-	return false, true
+	return true, ""
+}
+
+// startAlongsideMargin is how much of the lease must be left for the
+// hand-off to the node to go alongside StartTask.
+const startAlongsideMargin = 10 * time.Second
+
+// leaseFresh reports whether the attempt's lease, as the server last
+// said, runs long enough that it certainly still runs when the task
+// starts on the node.
+func (b *Backend) leaseFresh(r *run) bool {
+	return !r.leaseExpires.IsZero() && time.Until(r.leaseExpires) > startAlongsideMargin
+}
+
+// startAlongside sends StartTask while the task is handed to the node's
+// agent, as an agent starts a freshly claimed task (decision 0077): the
+// task's process begins one StartTask round trip sooner, and during a
+// scheduling pass, when slurmd launches many placeholders on the same
+// cores, that round trip is the longest step. The lease still runs (see
+// leaseFresh); no outcome is reported before StartTask is answered; an
+// answer that the attempt is gone stops the task on the node (abandon).
+// gone reports that; bound and failure are bind's.
+func (b *Backend) startAlongside(ctx context.Context, r *run, j Job) (gone, bound bool, failure string) {
+	type answer struct {
+		expires time.Time
+		err     error
+	}
+	answered := make(chan answer, 1)
+	began := time.Now()
+	taskID, attemptID := r.taskID, r.attemptID
+	go func() {
+		cctx, cancel := b.rpcCtx(ctx)
+		defer cancel()
+		resp, err := b.lease.StartTask(cctx, &taskv1.StartTaskRequest{TaskId: taskID, AgentId: b.cfg.AgentID, AttemptId: attemptID})
+		var a answer
+		if a.err = err; err == nil && resp.GetLeaseExpiresAt() != nil {
+			a.expires = resp.GetLeaseExpiresAt().AsTime()
+		}
+		answered <- a
+	}()
+	bound, failure = b.bind(ctx, r, j)
+	a := <-answered
+	switch {
+	case a.err == nil:
+		if !a.expires.IsZero() {
+			r.leaseExpires = a.expires
+		}
+		r.started, r.runningSince = true, time.Now()
+		b.runLog(r).Info("job running", "nodes", j.Nodes, "start_task_ms", time.Since(began).Milliseconds(), "alongside_hand_off", true)
+	case rpcerr.AttemptGone(a.err):
+		b.runLog(r).Info("attempt gone at start", "err", a.err)
+		b.abandon(r)
+		return true, bound, ""
+	default:
+		// Not started on the server yet: the next poll sends StartTask
+		// again (markStarted); the task runs on the node meanwhile, on a
+		// lease that still runs.
+		b.runLog(r).Warn("start task not acknowledged", "err", a.err)
+	}
+	return false, bound, failure
 }
 
 // checkMachine asks a node's agent for its machine id, at most once a

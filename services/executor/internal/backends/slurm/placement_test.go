@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/agent"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 )
 
 // Slurm picks the node; the task runs on that node's agent with the GPUs
@@ -50,10 +54,7 @@ func TestPlacementCancelRemovesThePlaceholder(t *testing.T) {
 	leasetest.WaitFor(t, 30*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
 	// The node's agent has the task, stopped.
 	a := agents[job.Nodes]
-	leasetest.WaitFor(t, 30*time.Second, "the task stopped on the node", func() bool {
-		st, err := a.Status(context.Background())
-		return err == nil && st.Running == 0
-	})
+	waitRunning(t, a, 0, "the task stopped on the node")
 	if c := w.fake.Complete(id); c != nil {
 		t.Fatalf("a cancelled attempt reported %v", c)
 	}
@@ -114,18 +115,87 @@ func TestPlacementCancelledInSlurmIsReportedPreempted(t *testing.T) {
 	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "sleep", Args: []string{"300"}, Timeout: 600, GracePeriodSec: 1})[0]
 	job := w.jobOf(id, "the placeholder running", func(j Job) bool { return j.State == StateRunning })
 	a := agents[job.Nodes]
-	leasetest.WaitFor(t, 30*time.Second, "the task running on the node", func() bool {
-		st, err := a.Status(context.Background())
-		return err == nil && st.Running == 1
-	})
+	waitRunning(t, a, 1, "the task running on the node")
 	w.cluster.Run(t, "scancel", itoa(int(job.ID)))
 	done := w.fake.WaitComplete(t, id, 60*time.Second)
 	if done.GetPreemptedBy() != "slurm" || !strings.Contains(done.GetError(), "CANCELLED") ||
 		!strings.Contains(done.GetError(), "preempted in Slurm; the task is requeued") {
 		t.Fatalf("outcome preempted_by %q error %q, want preempted by slurm", done.GetPreemptedBy(), done.GetError())
 	}
-	leasetest.WaitFor(t, 30*time.Second, "the task stopped on the node", func() bool {
+	waitRunning(t, a, 0, "the task stopped on the node")
+}
+
+// With a lease renewed moments ago, the task goes to its node while
+// StartTask is on its way: it runs there before the server has answered,
+// and its outcome is reported only after the answer.
+func TestPlacementHandsOffAlongsideStartTask(t *testing.T) {
+	w := newWorld(t, ModePlacement)
+	w.cfg.RPCTimeout = 2 * time.Minute // a held StartTask does not time out into a start without it
+	agents := w.startNodeAgents()
+	release := make(chan struct{})
+	w.fake.SetFail(func(method string, _ proto.Message) error {
+		if method == "StartTask" {
+			<-release
+		}
+		return nil
+	})
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 60, Command: `sleep 1; echo ran`})[0]
+	job := w.jobOf(id, "the placeholder running", func(j Job) bool { return j.State == StateRunning })
+	a := agents[job.Nodes]
+	waitRunning(t, a, 1, "the task running on the node, StartTask unanswered")
+	waitRunning(t, a, 0, "the task ended on the node")
+	time.Sleep(500 * time.Millisecond) // several polls of the node's agent
+	if c := w.fake.Complete(id); c != nil {
+		t.Fatalf("the outcome %v was reported before StartTask was answered", c)
+	}
+	released := time.Now()
+	close(release)
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != 0 || done.GetStdout() != "ran\n" {
+		t.Fatalf("outcome exit %d stdout %q error %q", done.GetExitCode(), done.GetStdout(), done.GetError())
+	}
+	if calls := w.fake.Calls("CompleteTask"); len(calls) != 1 || calls[0].At.Before(released) {
+		t.Fatalf("CompleteTask calls %v, want one after StartTask's answer at %s", calls, released)
+	}
+	if !strings.Contains(w.logs.String(), "alongside_hand_off=true") {
+		t.Fatal("the start was not sent alongside the hand-off")
+	}
+}
+
+// StartTask sent alongside the hand-off is refused (the task was
+// cancelled meanwhile): the task handed to the node is stopped there, the
+// placeholder is cancelled, and nothing is reported for the attempt.
+func TestPlacementStartRefusedAlongsideStopsTheTaskOnTheNode(t *testing.T) {
+	w := newWorld(t, ModePlacement)
+	agents := w.startNodeAgents()
+	w.fake.SetFail(func(method string, _ proto.Message) error {
+		if method == "StartTask" {
+			time.Sleep(2 * time.Second) // answered after the hand-off
+			return rpcerr.New(rpcerr.TaskImmutable, "task is cancelled")
+		}
+		return nil
+	})
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "sleep", Args: []string{"300"}, Timeout: 600, GracePeriodSec: 1})[0]
+	job := w.jobOf(id, "the placeholder running", func(j Job) bool { return j.State == StateRunning })
+	a := agents[job.Nodes]
+	waitRunning(t, a, 1, "the task running on the node before StartTask's answer")
+	waitRunning(t, a, 0, "the task stopped on the node")
+	leasetest.WaitFor(t, 30*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
+	if c := w.fake.Complete(id); c != nil {
+		t.Fatalf("a refused attempt reported %v", c)
+	}
+	if !strings.Contains(w.logs.String(), "attempt gone at start") {
+		t.Fatal("the backend did not take the refusal as the attempt gone")
+	}
+}
+
+// waitRunning waits until the node's agent runs n tasks.
+func waitRunning(t *testing.T, a *agent.Agent, n int, what string) {
+	t.Helper()
+	leasetest.WaitFor(t, 30*time.Second, what, func() bool {
 		st, err := a.Status(context.Background())
-		return err == nil && st.Running == 0
+		return err == nil && st.Running == n
 	})
 }
