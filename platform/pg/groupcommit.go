@@ -131,6 +131,10 @@ func (g *GroupCommitter) work(ch chan *command) {
 	}
 }
 
+// deadlockRetries bounds the reruns of a batch aborted by a deadlock or a
+// serialization failure.
+const deadlockRetries = 3
+
 // txTimeout bounds BEGIN and COMMIT, which run on a context of their own:
 // one caller giving up must not abort its batch-mates' commit.
 const txTimeout = 30 * time.Second
@@ -149,9 +153,15 @@ func (g *GroupCommitter) run(batch []*command) {
 	// Each failure removes one command and reruns the rest in a fresh
 	// transaction, so a batch of n commands with f failures takes at most
 	// f+1 transactions, and every command that is answered nil has
-	// committed.
+	// committed. A deadlock or serialization failure is no command's own:
+	// the whole batch runs again (at most deadlockRetries times).
+	retries := 0
 	for len(live) > 0 {
 		failed, err := g.attempt(live)
+		if failed >= 0 && IsSerializationFailure(err) && retries < deadlockRetries {
+			retries++
+			continue
+		}
 		if failed < 0 {
 			for _, c := range live {
 				c.done <- err

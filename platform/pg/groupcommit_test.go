@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -134,5 +135,67 @@ func TestGroupCommitterContextAndClose(t *testing.T) {
 	g.Close()
 	if err := g.Do(context.Background(), "k", func(context.Context, pgx.Tx) error { return nil }); !errors.Is(err, pg.ErrCommitterClosed) {
 		t.Fatalf("after close: %v", err)
+	}
+}
+
+// A batch aborted by a deadlock is no command's own failure: the
+// committer runs it again, and the command commits once.
+func TestGroupCommitterRerunsABatchAbortedByADeadlock(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.New(t).Open(t, "gc")
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS gc; CREATE TABLE gc.dl (id text PRIMARY KEY, n int NOT NULL);
+		INSERT INTO gc.dl VALUES ('a', 0), ('b', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	g := pg.NewGroupCommitter(pool, pg.GroupCommitOptions{Workers: 1})
+	defer g.Close()
+	aLocked, bLocked := make(chan struct{}), make(chan struct{})
+	var attempts atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- g.Do(ctx, "k", func(ctx context.Context, tx pgx.Tx) error {
+			first := attempts.Add(1) == 1
+			if _, err := tx.Exec(ctx, `UPDATE gc.dl SET n = n + 1 WHERE id = 'a'`); err != nil {
+				return err
+			}
+			if first {
+				close(aLocked)
+				<-bLocked
+			}
+			_, err := tx.Exec(ctx, `UPDATE gc.dl SET n = n + 1 WHERE id = 'b'`)
+			return err
+		})
+	}()
+	other, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx)
+	<-aLocked
+	if _, err := other.Exec(ctx, `UPDATE gc.dl SET n = n + 100 WHERE id = 'b'`); err != nil {
+		t.Fatal(err)
+	}
+	close(bLocked)
+	// The command waits for b first, so its deadlock check fires first
+	// and its transaction is the one aborted.
+	time.Sleep(200 * time.Millisecond)
+	if _, err := other.Exec(ctx, `UPDATE gc.dl SET n = n + 100 WHERE id = 'a'`); err != nil {
+		t.Fatalf("the other transaction was the one aborted: %v", err)
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the command failed with its batch's deadlock: %v", err)
+	}
+	if n := attempts.Load(); n != 2 {
+		t.Fatalf("the command ran %d times, want 2 (aborted once, then committed)", n)
+	}
+	var a, b int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT n FROM gc.dl WHERE id = 'a'), (SELECT n FROM gc.dl WHERE id = 'b')`).Scan(&a, &b); err != nil {
+		t.Fatal(err)
+	}
+	if a != 101 || b != 101 {
+		t.Fatalf("a = %d, b = %d, want 101 each: both transactions once", a, b)
 	}
 }

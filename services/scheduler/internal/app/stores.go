@@ -214,7 +214,8 @@ type SweepQueries interface {
 	// dependency.
 	BlockedByFailure(ctx context.Context, limit int) (map[string]string, error)
 	// PreemptionCandidates returns up to limit pending tasks created (and
-	// due) before waitedSince, not waiting for admission, that no live
+	// due) before waitedSince, not waiting for admission or for a
+	// dependency, that no live
 	// agent with a free slot could take and that have not preempted
 	// anything yet, highest priority first, each paired with the leased
 	// task of a live agent able to run it whose priority is at least gap

@@ -1,10 +1,56 @@
 package postgres
 
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
 // ClaimCandidates is claimCandidates, for tests that hold the transaction.
 var ClaimCandidates = claimCandidates
+
+// ClaimSQL is the claim's statement.
+var ClaimSQL = claimSQL
 
 // ActiveStatuses is the status predicate of task_views_active_idx.
 const ActiveStatuses = activeStatuses
 
 // ListQuery is TaskViews.List's statement.
 var ListQuery = listQuery
+
+// WriteBatchIn writes decisions about ids in tx as one of TaskStore's
+// batches does (taskRows' lock, then its writes), without committing:
+// for tests that put two writers side by side.
+func WriteBatchIn(ctx context.Context, tx pgx.Tx, ids []string, decide func(t domain.Task, found bool) ([]domain.Record, error)) error {
+	sql, args, read := taskRows{}.Lock(ids)
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	found, err := read(rows)
+	if err != nil {
+		return err
+	}
+	var changes []pg.KeyedChange[domain.Task, traced]
+	for _, id := range ids {
+		before, ok := found[id]
+		recs, err := decide(before, ok)
+		if err != nil {
+			return err
+		}
+		c := pg.KeyedChange[domain.Task, traced]{Key: id, Found: ok, Before: before, After: before}
+		for _, r := range recs {
+			c.After = domain.Apply(c.After, r)
+			c.Events = append(c.Events, traced{Record: r})
+		}
+		changes = append(changes, c)
+	}
+	b := &pgx.Batch{}
+	if _, err := (taskRows{}).Queue(b, changes); err != nil {
+		return err
+	}
+	return tx.SendBatch(ctx, b).Close()
+}

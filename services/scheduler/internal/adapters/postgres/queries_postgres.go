@@ -56,9 +56,17 @@ func claimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domai
 	return ts, nil
 }
 
-// claimPending is the predicate every claim index shares (migration
-// 0050): the literal text, so the planner matches the partial indexes.
-const claimPending = `t.status = 'pending' AND NOT t.deleted AND NOT t.awaiting_admission`
+// claimPending is the predicate every claim index shares (migrations
+// 0050, 0053): the literal text, so the planner matches the partial
+// indexes.
+const claimPending = `t.status = 'pending' AND NOT t.deleted AND NOT t.awaiting_admission AND NOT t.awaiting_dependencies`
+
+// unmetDependency selects a dependency of task t that has not completed
+// (or does not exist): the one rule of when a task may run after others.
+// Claims check it themselves; awaiting_dependencies only keeps the tasks
+// it holds back out of the claim indexes.
+const unmetDependency = `SELECT 1 FROM unnest(t.depends_on) AS d(id) LEFT JOIN tasks dt ON dt.id = d.id
+	        WHERE dt.id IS NULL OR dt.status <> 'completed'`
 
 // claimRules are the conditions a candidate must meet besides its index
 // range: $1 now, $2 tenant ('*' any), $3 machine, $4 address, $5 the
@@ -67,9 +75,7 @@ const claimRules = `t.retry_at <= $1
 	  AND ($2 = '*' OR t.tenant_id = $2)
 	  AND t.labels <@ $5::text[]
 	  AND (cardinality($6::text[]) = 0 OR t.type = ANY($6::text[]))
-	  AND (cardinality(t.depends_on) = 0 OR NOT EXISTS (
-	        SELECT 1 FROM unnest(t.depends_on) AS d(id) LEFT JOIN tasks dt ON dt.id = d.id
-	        WHERE dt.id IS NULL OR dt.status <> 'completed'))
+	  AND (cardinality(t.depends_on) = 0 OR NOT EXISTS (` + unmetDependency + `))
 	  AND (NOT t.scatter OR NOT EXISTS (
 	        SELECT 1 FROM tasks s WHERE s.fanout_id = t.fanout_id AND s.assigned_machine_id = $3 AND s.id <> t.id))
 	  AND NOT EXISTS (

@@ -122,7 +122,7 @@ func (q SweepQueries) PreemptionCandidates(ctx context.Context, waitedSince time
 			-- an index condition on tasks_claim_idx: with a month of
 			-- history a join made it a scan of the whole table.
 			SELECT p.* FROM tasks p
-			WHERE p.status = 'pending' AND NOT p.deleted AND NOT p.awaiting_admission
+			WHERE p.status = 'pending' AND NOT p.deleted AND NOT p.awaiting_admission AND NOT p.awaiting_dependencies
 			  AND p.priority <= (SELECT max(priority) FROM tasks WHERE status IN ('assigned', 'running')) - $2
 			  AND p.created_at < $1 AND p.retry_at < $1
 			ORDER BY p.priority, p.created_at

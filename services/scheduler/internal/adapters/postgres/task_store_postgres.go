@@ -158,7 +158,87 @@ func plan(ctx context.Context, changes []change) ([]eventstore.Event, []statemen
 			stmts = append(stmts, st)
 		}
 	}
+	// Dependencies: the tasks written waiting for theirs are checked once
+	// written, and the waiting dependents of the tasks that completed are
+	// released.
+	var waiting, completed []string
+	j := 0 // index into specChanged, which has an entry per existing task
+	for i, c := range changes {
+		t, newList := after[i], c.Before.Version == 0
+		if !newList {
+			newList = specChanged[j]
+			j++
+		}
+		switch {
+		case newList && awaitsDependencies(t):
+			waiting = append(waiting, t.ID)
+		case t.Status == domain.StatusCompleted && c.Before.Status != domain.StatusCompleted:
+			completed = append(completed, t.ID)
+		}
+	}
+	stmts = append(stmts, dependencyStatements(waiting, dependenciesOf(after, waiting), completed)...)
 	return evs, stmts, after, nil
+}
+
+// awaitsDependencies is the value a written task's
+// awaiting_dependencies starts with: a pending task with dependencies
+// waits until dependencyStatements finds them all completed.
+func awaitsDependencies(t domain.Task) bool {
+	return t.Status == domain.StatusPending && !t.Deleted && len(t.Spec.DependsOn) > 0
+}
+
+// dependenciesOf lists the dependencies of the tasks with the given ids.
+func dependenciesOf(tasks []domain.Task, ids []string) []string {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	var out []string
+	for _, t := range tasks {
+		if want[t.ID] {
+			out = append(out, t.Spec.DependsOn...)
+		}
+	}
+	return out
+}
+
+// dependencyStatements keep awaiting_dependencies true exactly while a
+// pending task has a dependency that did not complete, without a window
+// in which a task stays held back for good:
+//
+//   - waiting (tasks just written waiting, with their dependencies deps):
+//     the dependencies are locked FOR KEY SHARE first, so a transaction
+//     completing one of them either committed before (the check, a later
+//     statement with a later snapshot, sees it completed) or waits for
+//     this one to commit (and then finds the task among the dependents);
+//   - completed (tasks this transaction completed): their waiting
+//     dependents that still have a dependency to wait for are locked
+//     first, so of two transactions completing a task's last two
+//     dependencies the second waits for the first, and its check sees
+//     both completed. Those released at once are locked by the release
+//     itself: a fan-out's children are written once.
+//
+// A lock taken here, after the batch's own, can meet another
+// transaction's in the other order; the deadlock Postgres then reports
+// is retried (TaskStore's writers).
+// Claims still check the dependencies themselves (unmetDependency): the
+// flag only keeps the tasks it holds back out of the claim indexes.
+func dependencyStatements(waiting, deps, completed []string) []statement {
+	var out []statement
+	if len(waiting) > 0 {
+		if len(deps) > 0 {
+			out = append(out, statement{`SELECT 1 FROM tasks WHERE id = ANY($1::text[]) ORDER BY id FOR KEY SHARE`, []any{deps}})
+		}
+		out = append(out, statement{`UPDATE tasks t SET awaiting_dependencies = false
+			WHERE t.id = ANY($1::text[]) AND t.awaiting_dependencies AND NOT EXISTS (` + unmetDependency + `)`, []any{waiting}})
+	}
+	if len(completed) > 0 {
+		out = append(out, statement{`SELECT 1 FROM tasks t WHERE t.awaiting_dependencies AND t.depends_on && $1::text[]
+			AND EXISTS (` + unmetDependency + `) ORDER BY t.id FOR UPDATE`, []any{completed}})
+		out = append(out, statement{`UPDATE tasks t SET awaiting_dependencies = false
+			WHERE t.awaiting_dependencies AND t.depends_on && $1::text[] AND NOT EXISTS (` + unmetDependency + `)`, []any{completed}})
+	}
+	return out
 }
 
 // save appends the events of every change and writes the tasks rows, all
@@ -185,8 +265,16 @@ func Upsert(ctx context.Context, tx pgx.Tx, tasks ...domain.Task) error {
 	if err != nil || st.sql == "" {
 		return err
 	}
-	if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
-		return fmt.Errorf("write tasks: %w", err)
+	var waiting []string
+	for _, t := range tasks {
+		if awaitsDependencies(t) {
+			waiting = append(waiting, t.ID)
+		}
+	}
+	for _, st := range append([]statement{st}, dependencyStatements(waiting, dependenciesOf(tasks, waiting), nil)...) {
+		if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
+			return fmt.Errorf("write tasks: %w", err)
+		}
 	}
 	return nil
 }
@@ -203,7 +291,7 @@ func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error)
 	prios := make([]int32, n)
 	leases, timeouts := make([]*time.Time, n), make([]*time.Time, n)
 	retries, updated := make([]time.Time, n), make([]time.Time, n)
-	deleted, waiting := make([]bool, n), make([]bool, n)
+	deleted, waiting, waitingDeps := make([]bool, n), make([]bool, n), make([]bool, n)
 	versions := make([]int64, n)
 	docs := make([][]byte, n)
 	for i, t := range tasks {
@@ -214,7 +302,7 @@ func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error)
 		ids[i], statuses[i], agents[i], amachines[i], attempts[i], preempted[i] = t.ID, string(t.Status), t.AgentID, t.AssignedMachine, t.AttemptID, t.PreemptedBy
 		prios[i], leases[i], timeouts[i] = int32(t.Spec.Priority), optTime(t.LeaseExpiresAt), timeoutAt(t)
 		retries[i], updated[i], deleted[i], versions[i], docs[i] = t.RetryAt, t.UpdatedAt, t.Deleted, t.Version, doc
-		waiting[i] = t.AwaitingAdmission()
+		waiting[i], waitingDeps[i] = t.AwaitingAdmission(), awaitsDependencies(t)
 	}
 	// The spec columns (type, targets, labels, dependencies, group) are read
 	// from the doc only where the spec changed.
@@ -222,6 +310,10 @@ func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error)
 		UPDATE tasks t SET status = x.st, priority = x.pr, agent_id = x.ag, assigned_machine_id = x.am, attempt_id = x.att,
 			lease_expires_at = x.le, timeout_at = x.tu, retry_at = x.re, preempted_by = x.pb, updated_at = x.up,
 			deleted = x.de, version = x.ve, doc = x.doc, awaiting_admission = x.aw,
+			-- Only a pending task waits for its dependencies; a new list of
+			-- them is checked again (dependencyStatements).
+			awaiting_dependencies = CASE WHEN x.st <> 'pending' OR x.de THEN false
+				WHEN x.sc THEN x.ad ELSE t.awaiting_dependencies END,
 			type = CASE WHEN x.sc THEN x.doc->'spec'->>'type' ELSE t.type END,
 			machine_id = CASE WHEN x.sc THEN coalesce(x.doc->'spec'->>'machine_id', '') ELSE t.machine_id END,
 			target_ip = CASE WHEN x.sc THEN coalesce(x.doc->'spec'->>'target_ip', '') ELSE t.target_ip END,
@@ -229,11 +321,12 @@ func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error)
 			labels = CASE WHEN x.sc THEN ARRAY(SELECT json_array_elements_text(coalesce(x.doc->'spec'->'labels', '[]'::json))) ELSE t.labels END,
 			depends_on = CASE WHEN x.sc THEN ARRAY(SELECT json_array_elements_text(coalesce(x.doc->'spec'->'depends_on', '[]'::json))) ELSE t.depends_on END
 		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[],
-			$9::timestamptz[], $10::text[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::json[], $15::bool[], $16::bool[])
-			AS x(id, st, pr, ag, am, att, le, tu, re, pb, up, de, ve, doc, sc, aw)
+			$9::timestamptz[], $10::text[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::json[], $15::bool[], $16::bool[],
+			$17::bool[])
+			AS x(id, st, pr, ag, am, att, le, tu, re, pb, up, de, ve, doc, sc, aw, ad)
 		WHERE t.id = x.id`,
 		[]any{ids, statuses, prios, agents, amachines, attempts, leases, timeouts, retries, preempted, updated, deleted, versions, docs,
-			specChanged, waiting}}, nil
+			specChanged, waiting, waitingDeps}}, nil
 }
 
 func timeoutAt(t domain.Task) *time.Time {
@@ -255,7 +348,7 @@ func upsertStatement(tasks []domain.Task) (statement, error) {
 		agents, amachines, attempts, preempted                        = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		prios                                                         = make([]int32, n)
 		labels, deps                                                  = make([][]string, n), make([][]string, n)
-		scatter, deleted, waiting                                     = make([]bool, n), make([]bool, n), make([]bool, n)
+		scatter, deleted, waiting, waitingDeps                        = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
 		leases, timeouts                                              = make([]*time.Time, n), make([]*time.Time, n)
 		retries, created, updated                                     = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		versions                                                      = make([]int64, n)
@@ -271,19 +364,20 @@ func upsertStatement(tasks []domain.Task) (statement, error) {
 		agents[i], amachines[i], attempts[i], preempted[i] = t.AgentID, t.AssignedMachine, t.AttemptID, t.PreemptedBy
 		prios[i], labels[i], deps[i] = int32(t.Spec.Priority), nonNil(t.Spec.Labels), nonNil(t.Spec.DependsOn)
 		scatter[i], deleted[i], waiting[i] = t.Spec.Mode == domain.ModeScatter, t.Deleted, t.AwaitingAdmission()
+		waitingDeps[i] = awaitsDependencies(t)
 		leases[i], timeouts[i] = optTime(t.LeaseExpiresAt), timeoutAt(t)
 		retries[i], created[i], updated[i], versions[i], docs[i] = t.RetryAt, t.CreatedAt, t.UpdatedAt, t.Version, doc
 	}
 	return statement{`
 		INSERT INTO tasks (id, tenant_id, status, priority, type, machine_id, target_ip, labels, depends_on,
 			fanout_id, scatter, group_id, agent_id, assigned_machine_id, attempt_id, lease_expires_at, timeout_at,
-			retry_at, preempted_by, created_at, updated_at, deleted, version, doc, awaiting_admission)
-		SELECT id, tn, st, pr, ty, ma, ip, lb::text[], dp::text[], fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc, aw
+			retry_at, preempted_by, created_at, updated_at, deleted, version, doc, awaiting_admission, awaiting_dependencies)
+		SELECT id, tn, st, pr, ty, ma, ip, lb::text[], dp::text[], fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc, aw, ad
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 			$8::text[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::text[], $14::text[], $15::text[],
 			$16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::text[], $20::timestamptz[],
-			$21::timestamptz[], $22::bool[], $23::bigint[], $24::json[], $25::bool[])
-			AS x(id, tn, st, pr, ty, ma, ip, lb, dp, fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc, aw)
+			$21::timestamptz[], $22::bool[], $23::bigint[], $24::json[], $25::bool[], $26::bool[])
+			AS x(id, tn, st, pr, ty, ma, ip, lb, dp, fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc, aw, ad)
 		ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, priority = EXCLUDED.priority, type = EXCLUDED.type,
 			machine_id = EXCLUDED.machine_id, target_ip = EXCLUDED.target_ip, labels = EXCLUDED.labels,
 			depends_on = EXCLUDED.depends_on, fanout_id = EXCLUDED.fanout_id, scatter = EXCLUDED.scatter,
@@ -291,9 +385,10 @@ func upsertStatement(tasks []domain.Task) (statement, error) {
 			attempt_id = EXCLUDED.attempt_id, lease_expires_at = EXCLUDED.lease_expires_at, timeout_at = EXCLUDED.timeout_at,
 			retry_at = EXCLUDED.retry_at, preempted_by = EXCLUDED.preempted_by, updated_at = EXCLUDED.updated_at,
 			deleted = EXCLUDED.deleted, version = EXCLUDED.version, doc = EXCLUDED.doc,
-			awaiting_admission = EXCLUDED.awaiting_admission`,
+			awaiting_admission = EXCLUDED.awaiting_admission, awaiting_dependencies = EXCLUDED.awaiting_dependencies`,
 		[]any{ids, tenants, statuses, prios, types, machines, ips, textArray(labels), textArray(deps), fanouts, scatter, groups,
-			agents, amachines, attempts, leases, timeouts, retries, preempted, created, updated, deleted, versions, docs, waiting}}, nil
+			agents, amachines, attempts, leases, timeouts, retries, preempted, created, updated, deleted, versions, docs, waiting,
+			waitingDeps}}, nil
 }
 
 // textArray encodes a list of lists as Postgres array literals, because a
@@ -336,6 +431,10 @@ func optTime(t time.Time) *time.Time {
 
 // isConflict reports an optimistic-concurrency conflict on a task.
 func isConflict(err error) bool { return errors.Is(err, eventstore.ErrConflict) }
+
+// retryable: a batch decided on stale state (isConflict), or aborted only
+// because of another transaction's locks (a deadlock), is decided again.
+func retryable(err error) bool { return isConflict(err) || pg.IsSerializationFailure(err) }
 
 // SameDoc reports whether two task states serialize identically (what the
 // tasks.doc column would hold).
@@ -429,7 +528,7 @@ func NewTaskStore(pool *pgxpool.Pool, o TaskStoreOptions) *TaskStore {
 		pool: pool,
 		gc:   pg.NewGroupCommitter(pool, pg.GroupCommitOptions{Workers: workers, MaxBatch: 128, AfterCommit: o.AfterCommit}),
 		batcher: pg.NewKeyedBatcher[domain.Task, traced](pool, taskRows{}, pg.KeyedBatcherOptions{
-			Workers: workers, MaxBatch: 256, Retryable: isConflict, AfterCommit: o.AfterCommit}),
+			Workers: workers, MaxBatch: 256, Retryable: retryable, AfterCommit: o.AfterCommit}),
 	}
 }
 

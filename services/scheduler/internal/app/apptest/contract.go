@@ -858,6 +858,8 @@ func (c *contract) preemptionCandidates(t *testing.T) {
 		c.newTask("t1", "close", T0, prio(7)),                    // gap 2 to the lowest running: not enough
 		c.newTask("t1", "fresh", now.Add(-time.Second), prio(1)), // has not waited long enough
 		c.newTask("t1", "elsewhere", T0, prio(1), func(in *domain.SpecInput) { in.MachineID = "m9" }),
+		// Waits for mid: a slot freed for it could not be used.
+		c.newTask("t1", "after-mid", T0, prio(1), func(in *domain.SpecInput) { in.DependsOn = []string{"mid"} }),
 	)
 	// Started 100 ms and 120 ms after T0: written as text, ".1Z" sorts
 	// after ".12Z", so only a comparison of times gets "most recent" right.

@@ -736,7 +736,7 @@ func (s *Store) PreemptionCandidates(_ context.Context, waitedSince time.Time, g
 	}
 	var waiting []domain.Task
 	for _, p := range s.tasks {
-		if p.Status == domain.StatusPending && !p.Deleted && !p.AwaitingAdmission() &&
+		if p.Status == domain.StatusPending && !p.Deleted && !p.AwaitingAdmission() && s.dependenciesCompleted(p) &&
 			p.CreatedAt.Before(waitedSince) && p.RetryAt.Before(waitedSince) && !s.preemptedFor(p.ID) && !s.couldRun(p) {
 			waiting = append(waiting, p)
 		}
