@@ -221,6 +221,7 @@ func dependenciesOf(tasks []domain.Task, ids []string) []string {
 // A lock taken here, after the batch's own, can meet another
 // transaction's in the other order; the deadlock Postgres then reports
 // is retried (TaskStore's writers).
+//
 // Claims still check the dependencies themselves (unmetDependency): the
 // flag only keeps the tasks it holds back out of the claim indexes.
 func dependencyStatements(waiting, deps, completed []string) []statement {
