@@ -22,14 +22,14 @@ import (
 // write tasks as the store's batches do but in transactions the test
 // holds open, to put two writers side by side.
 type depsWorld struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	pool  *pgxpool.Pool
 	store *postgres.TaskStore
 	now   time.Time
 }
 
-func newDepsWorld(t *testing.T) *depsWorld {
+func newDepsWorld(t testing.TB) *depsWorld {
 	ctx := context.Background()
 	pool := pgtest.New(t).Open(t, scheduler.Schema)
 	store := postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2})
@@ -304,4 +304,51 @@ func TestClaimsDoNotWalkWaitingDependents(t *testing.T) {
 	if !w.claimable("free") {
 		t.Fatal("the claimable task is not a candidate")
 	}
+}
+
+// BenchmarkClaimBehindWaitingDependents is one claim's candidates query
+// with 10,000 tasks waiting for a running root ahead of a claimable task
+// in priority order: held out of the claim indexes (decision 0087), and,
+// beside it, in them, as before that decision, where the claim checks
+// each one's dependencies and passes it by.
+func BenchmarkClaimBehindWaitingDependents(b *testing.B) {
+	w := newDepsWorld(b)
+	ctx, pool := w.ctx, w.pool
+	w.create("root")
+	if got := w.run(); len(got) != 1 {
+		b.Fatalf("ran %v, want the root", got)
+	}
+	for i := 0; i < 10_000; i += 500 {
+		batch := make([][]domain.Record, 0, 500)
+		for j := i; j < i+500; j++ {
+			batch = append(batch, w.submit(fmt.Sprint("child-", j), "root"))
+		}
+		if _, err := w.store.Create(ctx, app.NewTasks{Tenant: "acme", At: apptest.T0, Tasks: batch}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w.create("free")
+	claim := func(b *testing.B) {
+		if _, err := pool.Exec(ctx, `ANALYZE tasks`); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got, err := postgres.ClaimCandidates(ctx, tx, app.ClaimFilter{Tenant: "*", Limit: 1, Now: w.now})
+			if err != nil || len(got) != 1 || got[0].ID != "free" {
+				b.Fatalf("candidates %v, %v: want the free task", len(got), err)
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("held-out", claim)
+	if _, err := pool.Exec(ctx, `UPDATE tasks SET awaiting_dependencies = false`); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("in-the-claim-index", claim)
 }
