@@ -277,6 +277,10 @@ func (c *Config) shimDefaults() error {
 // own executable.
 const ShimBinary = "taskmesh-shim"
 
+// ShimBeside is the shim binary next to the executable exe, the one an
+// agent of that executable starts tasks through; "" when there is none.
+func ShimBeside(exe string) string { return besideExecutable(exe) }
+
 // besideExecutable is the shim binary next to exe, "" when there is none.
 func besideExecutable(exe string) string {
 	if resolved, err := filepath.EvalSymlinks(exe); err == nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/taskmesh/taskmesh/services/executor"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/bench"
 )
 
@@ -66,6 +68,7 @@ func newBenchCommand(benchmarks []benchmark, alone ...benchmark) *cobra.Command 
 				return err
 			}
 			common.Out = cmd.OutOrStdout()
+			warnWithoutShim(cmd.ErrOrStderr())
 			return b.run(cmd.Context(), common)
 		}}
 		sub.Flags().AddFlagSet(b.flags)
@@ -88,6 +91,7 @@ func benchAllCommand(common *bench.Common, benchmarks []benchmark) *cobra.Comman
 			return err
 		}
 		common.Out = cmd.OutOrStdout()
+		warnWithoutShim(cmd.ErrOrStderr())
 		for i, b := range benchmarks {
 			if i > 0 {
 				fmt.Fprintln(common.Out)
@@ -114,6 +118,7 @@ func benchCheckCommand(benchmarks []benchmark) *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "every program the benchmarks run is installed")
+			warnWithoutShim(cmd.ErrOrStderr())
 			return nil
 		}}
 }
@@ -299,4 +304,17 @@ func scaleBenchmark() benchmark {
 			_, err := bench.Scale(ctx, o)
 			return err
 		}}
+}
+
+// warnWithoutShim says when the benchmarks' agents would start their
+// tasks by re-executing this binary, not through the small shim binary
+// beside it: every figure with a spawned process in it is then slower
+// than a deployment's (`make build` puts both in bin/).
+func warnWithoutShim(w io.Writer) {
+	if executor.ShimBinaryBeside() != "" {
+		return
+	}
+	exe, _ := os.Executable()
+	fmt.Fprintf(w, "note: no %s beside %s: agents start every task by re-executing this binary, which is several times slower than the shim; build both with make build and run bin/taskmesh\n",
+		executor.ShimBinary, exe)
 }

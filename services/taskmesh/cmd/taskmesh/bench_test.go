@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -78,5 +79,23 @@ func TestEveryBenchmarkListsItsPrerequisites(t *testing.T) {
 		if !bench.HasRequirements(c.Name()) {
 			t.Errorf("bench %s lists no prerequisites (internal/bench/prereq.go)", c.Name())
 		}
+	}
+}
+
+// A test binary has no shim beside it, as a binary built alone has not:
+// the benchmarks say so before they run, since every spawned task would
+// then re-execute the whole binary.
+func TestBenchSaysWhenNoShimIsBesideTheBinary(t *testing.T) {
+	var got []string
+	cmd := newBenchCommand(recordingBenchmarks(&got, "one"))
+	var stderr strings.Builder
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(&stderr)
+	cmd.SetArgs([]string{"one", "--runs", "1"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !strings.Contains(stderr.String(), "no taskmesh-shim beside") || !strings.Contains(stderr.String(), "make build") {
+		t.Fatalf("ran %v; stderr %q, want the note about the missing shim", got, stderr.String())
 	}
 }

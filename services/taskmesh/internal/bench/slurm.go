@@ -370,6 +370,9 @@ func (b *slurmBench) latency(ctx context.Context, run int, r *SlurmResult) error
 			return err
 		}
 		sbScript, tmScript = append(sbScript, sbBegan.Sub(sbatchAt[i])), append(tmScript, tmBegan.Sub(taskAt[i]))
+		// Beside the backend's own steps in --service-log.
+		b.log.Info("script began", "task_id", id, "began_at", tmBegan)
+		b.log.Info("script began", "name", anchors[i], "began_at", sbBegan)
 	}
 	r.SbatchScriptP50, r.SbatchScriptP99 = percentile(sbScript, 50), percentile(sbScript, 99)
 	r.TaskmeshScriptP50, r.TaskmeshScriptP99 = percentile(tmScript, 50), percentile(tmScript, 99)
