@@ -116,6 +116,13 @@ func RunSlurm(ctx context.Context, cfg SlurmConfig) error {
 	return b.Run(ctx)
 }
 
+// SlurmNice is the nice the backend configured by cfg gives the job of a
+// task with this priority (docs/slurm.md#priority-and-qos); 0 when its
+// mapping sets none.
+func SlurmNice(cfg SlurmConfig, priority int32) int {
+	return slurm.JobConfig{Priority: slurm.PriorityMode(cfg.Priority), PriorityStep: cfg.PriorityStep}.Nice(priority)
+}
+
 // checkStartSignal refuses start signal settings that cannot work, before
 // anything is dialled.
 func checkStartSignal(cfg SlurmConfig) error {

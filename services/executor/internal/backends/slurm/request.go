@@ -169,6 +169,14 @@ func timeLimitMinutes(t *taskv1.Task, mode Mode) int {
 	return max(1, (secs+59)/60)
 }
 
+// Nice is the nice a job of a task with this priority gets (0 when the
+// mapping sets none).
+func (c JobConfig) Nice(taskPriority int32) int {
+	var spec JobSpec
+	c.priorityFields(taskPriority, &spec)
+	return spec.Nice
+}
+
 // priorityFields maps the task's priority onto the job.
 func (c JobConfig) priorityFields(taskPriority int32, spec *JobSpec) {
 	p := int(taskPriority)

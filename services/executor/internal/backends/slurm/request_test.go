@@ -173,3 +173,25 @@ func TestOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// Nice is what the job of a task of each priority gets: what anyone
+// comparing with the backend's jobs (the benchmark's sbatch anchor) must
+// ask for to stand level with them.
+func TestNiceFollowsThePriorityMapping(t *testing.T) {
+	for _, tc := range []struct {
+		cfg      JobConfig
+		priority int32
+		want     int
+	}{
+		{JobConfig{}, 5, 400},
+		{JobConfig{}, 1, 0},
+		{JobConfig{}, 0, 400}, // unset: the default priority, 5
+		{JobConfig{PriorityStep: 10}, 10, 90},
+		{JobConfig{Priority: PriorityAbsolute}, 5, 0},
+		{JobConfig{Priority: PriorityOff}, 9, 0},
+	} {
+		if got := tc.cfg.Nice(tc.priority); got != tc.want {
+			t.Errorf("%+v: Nice(%d) = %d, want %d", tc.cfg, tc.priority, got, tc.want)
+		}
+	}
+}
