@@ -82,9 +82,9 @@ func TestEveryBenchmarkListsItsPrerequisites(t *testing.T) {
 	}
 }
 
-// A test binary has no shim beside it, as a binary built alone has not:
-// the benchmarks say so before they run, since every spawned task would
-// then re-execute the whole binary.
+// A test binary, like a taskmesh built on its own, has no shim beside
+// it: the benchmarks say so before they run, since every spawned task
+// would then re-execute the whole binary.
 func TestBenchSaysWhenNoShimIsBesideTheBinary(t *testing.T) {
 	var got []string
 	cmd := newBenchCommand(recordingBenchmarks(&got, "one"))

@@ -88,8 +88,7 @@ type SlurmResult struct {
 // when it began: the overhead compares the moments the work itself
 // began. Both submit the same job, nice included: slurmctld launches a
 // pass's jobs in priority order (docs/slurm.md, "Measuring the
-// overhead"). Needs root and the
-// packages the script names.
+// overhead"). Needs root and the packages the script names.
 func Slurm(ctx context.Context, o SlurmOptions) (*SlurmResult, error) {
 	o.defaults()
 	if o.Jobs <= 0 {
