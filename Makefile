@@ -39,7 +39,7 @@ GOARCH_IMG ?= $(shell go env GOARCH)
 .PHONY: build
 build: ## Build the taskmesh binary and the executor's per-task shim (taskmesh-shim, found beside it) into bin/.
 	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/taskmesh ./services/taskmesh/cmd/taskmesh
-	go build -o $(BIN)/taskmesh-shim ./services/executor/cmd/taskmesh-shim
+	CGO_ENABLED=0 go build -trimpath -o $(BIN)/taskmesh-shim ./services/executor/cmd/taskmesh-shim
 
 .PHONY: image
 image: ## Build the container image without Docker: OCI layout bin/image/taskmesh and docker-load tarball bin/image/taskmesh.tar.

@@ -20,7 +20,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 go build -o bin/taskmesh ./services/taskmesh/cmd/taskmesh
-go build -o bin/taskmesh-shim ./services/executor/cmd/taskmesh-shim # the agents' per-task shim
+# The agents' per-task shim, static: it starts once per task, and a static
+# binary skips the dynamic loader (docs/executor.md "The shim binary").
+CGO_ENABLED=0 go build -trimpath -o bin/taskmesh-shim ./services/executor/cmd/taskmesh-shim
 state=${STATE_DIR:-.taskmesh/local}
 mkdir -p "$state"
 trap 'kill 0' EXIT
