@@ -149,12 +149,22 @@ func TestGroupCommitterRerunsABatchAbortedByADeadlock(t *testing.T) {
 	}
 	g := pg.NewGroupCommitter(pool, pg.GroupCommitOptions{Workers: 1})
 	defer g.Close()
-	aLocked, bLocked := make(chan struct{}), make(chan struct{})
+	aLocked, bLocked, otherCommitted := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var otherEnded sync.Once
+	endOther := func() { otherEnded.Do(func() { close(otherCommitted) }) }
+	defer endOther() // before g.Close: a failed test must not leave the rerun waiting
 	var attempts atomic.Int32
 	done := make(chan error, 1)
 	go func() {
 		done <- g.Do(ctx, "k", func(ctx context.Context, tx pgx.Tx) error {
 			first := attempts.Add(1) == 1
+			if !first {
+				// The rerun waits for the other transaction to end. Were it
+				// to take a's row lock before the other, woken by the abort,
+				// took it, the two would deadlock again over b, and the test
+				// would measure the scheduler instead of the committer.
+				<-otherCommitted
+			}
 			if _, err := tx.Exec(ctx, `UPDATE gc.dl SET n = n + 1 WHERE id = 'a'`); err != nil {
 				return err
 			}
@@ -185,6 +195,7 @@ func TestGroupCommitterRerunsABatchAbortedByADeadlock(t *testing.T) {
 	if err := other.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	endOther()
 	if err := <-done; err != nil {
 		t.Fatalf("the command failed with its batch's deadlock: %v", err)
 	}
