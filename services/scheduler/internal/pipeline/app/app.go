@@ -150,7 +150,7 @@ var DefaultUploadLimits = map[domain.Kind]int64{
 // App is the pipeline's use cases.
 type App struct {
 	cfg     Config
-	changes []chan change
+	changes *changeQueue
 	metrics *metrics
 }
 
@@ -187,10 +187,8 @@ func New(cfg Config) *App {
 		}
 	}
 	cfg.UploadLimits = limits
-	a := &App{cfg: cfg, changes: make([]chan change, managerShards), metrics: newMetrics()}
-	for i := range a.changes {
-		a.changes[i] = make(chan change, managerBuffer)
-	}
+	a := &App{cfg: cfg, metrics: newMetrics()}
+	a.changes = newChangeQueue(a.applyChange)
 	return a
 }
 

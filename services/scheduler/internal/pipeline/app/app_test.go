@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"reflect"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/objectstore"
 	sched "github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/app"
@@ -354,5 +356,110 @@ func TestAStageTheSchedulerRefusesFailsTheJob(t *testing.T) {
 	j := h.newJob(user("acme"))
 	if j.Status != domain.StatusFailed || j.Error.Step != domain.StageONNX || !strings.Contains(j.Error.Reason, "could not be queued") {
 		t.Errorf("%+v", j)
+	}
+}
+
+// The next stage's task is created before the stage's end is recorded. A
+// crash in between (here: the job's write fails) leaves the job in its
+// stage with its task completed; applying that again (the sweep) finds
+// the task already created and records both.
+func TestAStageEndLostBeforeItsRecordFindsTheNextTaskCreated(t *testing.T) {
+	h := newHarness(t)
+	j := h.newJob(user("acme"))
+	h.agentRuns(j, domain.StageONNX, []byte("onnx"), 0, "")
+	h.store.failWrite = func(rs []domain.Record) error {
+		h.store.failWrite = nil // once (called under the store's lock)
+		return errors.New("the scheduler crashed")
+	}
+	if n, _ := h.app.Reconcile(h.ctx); n != 0 {
+		t.Fatalf("Reconcile with the write lost moved %d jobs", n)
+	}
+	if got := h.job(j.ID); got.Status != domain.StatusONNX || got.StageTasks[domain.StageBIE] != "" {
+		t.Fatalf("the lost write was recorded: %+v", got)
+	}
+	created := h.stageTasks(j.ID, domain.StageBIE)
+	if len(created) != 1 {
+		t.Fatalf("BIE tasks created before the job's write: %v, want one", created)
+	}
+	if n, err := h.app.Reconcile(h.ctx); err != nil || n != 1 {
+		t.Fatalf("Reconcile = %d, %v", n, err)
+	}
+	got := h.job(j.ID)
+	if got.Status != domain.StatusBIE || got.StageTasks[domain.StageBIE] != created[0] {
+		t.Fatalf("after the sweep: %+v, want BIE with task %s", got, created[0])
+	}
+	var ends, queued int
+	for _, r := range h.store.recordsOf(j.ID) {
+		switch r.Event.(type) {
+		case domain.StageSucceeded:
+			ends++
+		case domain.StageQueued:
+			queued++
+		}
+	}
+	if ends != 1 || queued != 2 { // ONNX's and BIE's
+		t.Errorf("recorded %d stage ends and %d queued stages, want 1 and 2", ends, queued)
+	}
+	if all := h.stageTasks(j.ID, domain.StageBIE); len(all) != 1 {
+		t.Errorf("BIE tasks created: %v, want the one", all)
+	}
+}
+
+// A job's hand-off does not wait for another job's: changes are applied in
+// order per job, jobs side by side.
+func TestAJobMovesOnBesideAStuckHandOff(t *testing.T) {
+	release := make(chan struct{})
+	stuck := &stuckStat{release: release}
+	h := newHarness(t, func(c *app.Config) {
+		stuck.Store = c.Objects
+		c.Objects = stuck
+	})
+	a := h.newJob(user("acme"))
+	stuck.key = domain.OutputObject(a.ID, domain.StageONNX)
+	h.run(time.Hour)
+	h.agentRuns(a, domain.StageONNX, []byte("a"), 0, "")
+	b := h.newJob(user("acme"))
+	h.agentRuns(b, domain.StageONNX, []byte("b"), 0, "")
+	h.waitJob(b.ID, "in BIE", func(j domain.Job) bool { return j.Status == domain.StatusBIE && j.StageTasks[domain.StageBIE] != "" })
+	if got := h.job(a.ID); got.Status != domain.StatusONNX {
+		t.Fatalf("a moved on while its hand-off was stuck: %+v", got)
+	}
+	close(release)
+	h.waitJob(a.ID, "in BIE", func(j domain.Job) bool { return j.Status == domain.StatusBIE && j.StageTasks[domain.StageBIE] != "" })
+}
+
+// stuckStat is an object store whose Stat of key waits for release.
+type stuckStat struct {
+	objectstore.Store
+	key     string
+	release chan struct{}
+}
+
+func (s *stuckStat) Stat(ctx context.Context, key string) (objectstore.Info, error) {
+	if key == s.key {
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return objectstore.Info{}, ctx.Err()
+		}
+	}
+	return s.Store.Stat(ctx, key)
+}
+
+// A next stage the scheduler refuses fails the job there, with the stage
+// before it recorded as done.
+func TestANextStageTheSchedulerRefusesFailsTheJob(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) {
+		bie := c.Stages[domain.StageBIE]
+		bie.Timeout = 10 * 86400
+		c.Stages[domain.StageBIE] = bie
+	})
+	h.run(time.Hour)
+	j := h.newJob(user("acme"))
+	h.agentRuns(j, domain.StageONNX, []byte("onnx"), 0, "")
+	got := h.waitJob(j.ID, "failed", func(j domain.Job) bool { return j.Status == domain.StatusFailed })
+	if got.Error.Step != domain.StageBIE || !strings.Contains(got.Error.Reason, "could not be queued") ||
+		got.Output(domain.StageONNX) != domain.OutputObject(j.ID, domain.StageONNX) {
+		t.Errorf("%+v", got)
 	}
 }

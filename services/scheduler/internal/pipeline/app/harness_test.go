@@ -36,6 +36,9 @@ type jobStore struct {
 	uploads map[string]app.Upload
 	purged  map[string]bool
 	calls   []string
+	// failWrite, when set, is asked before each Mutate stores records; an
+	// error fails that write (a crash before the job's commit).
+	failWrite func(rs []domain.Record) error
 }
 
 func newJobStore() *jobStore {
@@ -74,6 +77,11 @@ func (s *jobStore) Mutate(_ context.Context, id string, decide func(domain.Job) 
 	rs, err := decide(j)
 	if err != nil {
 		return domain.Job{}, err
+	}
+	if s.failWrite != nil && len(rs) > 0 {
+		if err := s.failWrite(rs); err != nil {
+			return domain.Job{}, err
+		}
 	}
 	for _, r := range rs {
 		j = domain.Apply(j, r)
@@ -172,6 +180,7 @@ type harness struct {
 	t       *testing.T
 	ctx     context.Context
 	tasks   *sched.App
+	tstore  *apptest.Store // the scheduler's
 	store   *jobStore
 	objects *objectstore.FS
 	app     *app.App
@@ -186,8 +195,9 @@ func newHarness(t *testing.T, opts ...func(*app.Config)) *harness {
 		t.Fatal(err)
 	}
 	hub := sched.NewHub()
-	tasks := sched.New(apptest.NewStore().Stores(), objects, time.Now, hub, sched.Config{}, nil)
-	h := &harness{t: t, ctx: context.Background(), tasks: tasks, store: newJobStore(), objects: objects}
+	tstore := apptest.NewStore()
+	tasks := sched.New(tstore.Stores(), objects, time.Now, hub, sched.Config{}, nil)
+	h := &harness{t: t, ctx: context.Background(), tasks: tasks, tstore: tstore, store: newJobStore(), objects: objects}
 	h.cfg = app.Config{Tasks: tasks, Jobs: h.store, Uploads: h.store, Objects: objects,
 		Worker: []string{"/usr/local/bin/taskmesh", "pipeline-stage"},
 		Stages: map[domain.Stage]app.StageConfig{
@@ -360,4 +370,16 @@ func signedKey(t *testing.T, raw string) string {
 func isInvalid(err error, field string) bool {
 	var ie *domain.InvalidError
 	return errors.As(err, &ie) && ie.Field == field
+}
+
+// stageTasks returns the ids of the tasks created for job's stage s, in
+// creation order.
+func (h *harness) stageTasks(jobID string, s domain.Stage) []string {
+	var out []string
+	for _, e := range h.tstore.Events() {
+		if sub, ok := e.Record.Event.(task.Submitted); ok && sub.RequestID == domain.StageRequestID(jobID, s) {
+			out = append(out, e.TaskID)
+		}
+	}
+	return out
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/objectstore"
@@ -18,23 +18,28 @@ import (
 //
 //  1. Observe sees every task change the scheduler committed in this
 //     process. A change of a stage task (created by the pipeline with a
-//     stage request id) is queued to a shard chosen by its job, so one
-//     job's changes are handled in order, and the committing goroutine
-//     never waits.
-//  2. A shard worker applies the change to the job: progress, the
-//     stage's end with its output (the job moves on and the next stage's
-//     task is queued at once), or its failure.
+//     stage request id) is queued for its job, and the committing
+//     goroutine never waits.
+//  2. A worker applies the job's changes in order, one at a time, while
+//     other jobs' changes are applied beside them (at most
+//     managerWorkers at once): a job never waits behind another job's
+//     hand-off. A change applies to the job: progress, the stage's end
+//     with its output (the next stage's task is created at once, then
+//     both are recorded), or its failure.
 //  3. The reconciliation sweep (Reconcile, at start and every interval)
 //     reads the current stage task of every active job and applies it the
 //     same way. It covers what Observe cannot: a change committed just
 //     before a crash, by another replica that crashed, or dropped from a
-//     full shard, and a job recorded without its stage task.
+//     full queue, and a job recorded without its stage task.
 //
 // Every step is idempotent (the domain records nothing for an outcome it
 // already has; a stage task is created under its stage's request id), so
 // the paths may overlap freely.
 const (
-	managerShards = 4
+	// managerWorkers bounds the changes applied at once.
+	managerWorkers = 16
+	// managerBuffer bounds the changes waiting; beyond it a change is
+	// left to the sweep.
 	managerBuffer = 4096
 	sweepBatch    = 200
 )
@@ -44,6 +49,93 @@ type change struct {
 	job   string
 	stage domain.Stage
 	task  task.Task
+}
+
+// changeQueue holds the observed changes: in order per job, and applied
+// only while Run runs (start).
+type changeQueue struct {
+	mu      sync.Mutex
+	pending map[string][]change // by job, in the order observed
+	busy    map[string]bool     // a worker drains this job's changes
+	waiting int
+	ctx     context.Context // Run's; nil while the manager is not running
+	apply   func(ctx context.Context, c change)
+	slots   chan struct{}
+	wg      sync.WaitGroup
+}
+
+func newChangeQueue(apply func(ctx context.Context, c change)) *changeQueue {
+	return &changeQueue{pending: map[string][]change{}, busy: map[string]bool{}, apply: apply,
+		slots: make(chan struct{}, managerWorkers)}
+}
+
+// add queues c; false when the queue is full.
+func (q *changeQueue) add(c change) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.waiting >= managerBuffer {
+		return false
+	}
+	q.pending[c.job] = append(q.pending[c.job], c)
+	q.waiting++
+	q.startLocked(c.job)
+	return true
+}
+
+// startLocked starts a worker for job's changes unless one runs or the
+// manager does not.
+func (q *changeQueue) startLocked(job string) {
+	if q.ctx == nil || q.busy[job] {
+		return
+	}
+	q.busy[job] = true
+	q.wg.Add(1)
+	go q.drain(q.ctx, job)
+}
+
+// drain applies job's changes in order until none is left or ctx ends.
+func (q *changeQueue) drain(ctx context.Context, job string) {
+	defer q.wg.Done()
+	for {
+		q.mu.Lock()
+		cs := q.pending[job]
+		if len(cs) == 0 || ctx.Err() != nil {
+			delete(q.busy, job)
+			q.mu.Unlock()
+			return
+		}
+		c := cs[0]
+		if len(cs) == 1 {
+			delete(q.pending, job)
+		} else {
+			q.pending[job] = cs[1:]
+		}
+		q.waiting--
+		q.mu.Unlock()
+		select {
+		case q.slots <- struct{}{}:
+		case <-ctx.Done():
+			continue // ends the loop above
+		}
+		q.apply(ctx, c)
+		<-q.slots
+	}
+}
+
+// run applies queued and arriving changes until ctx is done, then waits
+// for the workers.
+func (q *changeQueue) run(ctx context.Context) {
+	q.mu.Lock()
+	q.ctx = ctx
+	for job := range q.pending {
+		q.startLocked(job)
+	}
+	q.mu.Unlock()
+	<-ctx.Done()
+	q.mu.Lock()
+	q.ctx = nil
+	q.mu.Unlock()
+	q.wg.Wait()
 }
 
 // Observe is called with every task after a committed change (the
@@ -56,36 +148,17 @@ func (a *App) Observe(t task.Task) {
 	if !ok {
 		return
 	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(jobID))
-	select {
-	case a.changes[h.Sum32()%managerShards] <- change{job: jobID, stage: s, task: t}:
-	default:
+	if !a.changes.add(change{job: jobID, stage: s, task: t}) {
 		// The sweep applies it later.
 		a.cfg.Log.Warn("pipeline: change queue full; the sweep will apply the change", "job_id", jobID, "task_id", t.ID)
 	}
 }
 
-// Run handles observed changes and sweeps every interval until ctx is
+// Run applies observed changes and sweeps every interval until ctx is
 // done.
 func (a *App) Run(ctx context.Context, interval time.Duration) {
 	done := make(chan struct{})
-	for _, ch := range a.changes {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case c := <-ch:
-					if err := a.apply(ctx, c.job, c.stage, c.task); err != nil && ctx.Err() == nil {
-						a.cfg.Log.Warn("pipeline: applying a stage change failed; the sweep retries", "job_id", c.job,
-							"stage", c.stage, "err", err)
-					}
-				}
-			}
-		}()
-	}
+	go func() { a.changes.run(ctx); close(done) }()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -96,12 +169,19 @@ func (a *App) Run(ctx context.Context, interval time.Duration) {
 		}
 		select {
 		case <-ctx.Done():
-			for range a.changes {
-				<-done
-			}
+			<-done
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+// applyChange applies one observed change; a failure is left to the
+// sweep.
+func (a *App) applyChange(ctx context.Context, c change) {
+	if err := a.apply(ctx, c.job, c.stage, c.task); err != nil && ctx.Err() == nil {
+		a.cfg.Log.Warn("pipeline: applying a stage change failed; the sweep retries", "job_id", c.job,
+			"stage", c.stage, "err", err)
 	}
 }
 
@@ -135,8 +215,11 @@ func (a *App) fail(ctx context.Context, jobID string, s domain.Stage, taskID, re
 	return err
 }
 
-// stageDone records stage s's end once its output is in place and queues
-// the next stage.
+// stageDone records stage s's end once its output is in place, with the
+// next stage's task. That task is created first: it is what the stage
+// hand-off waits for, and creating it is idempotent (the stage's request
+// id), so a crash between the two leaves the job in s with its task
+// completed, which the sweep applies again, finding the same next task.
 func (a *App) stageDone(ctx context.Context, jobID string, s domain.Stage, t task.Task) error {
 	output := domain.OutputObject(jobID, s)
 	switch _, err := a.cfg.Objects.Stat(ctx, output); {
@@ -145,18 +228,50 @@ func (a *App) stageDone(ctx context.Context, jobID string, s domain.Stage, t tas
 	case err != nil:
 		return fmt.Errorf("pipeline: %s: %w", output, err)
 	}
-	j, err := a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
-		return j.StageDone(a.now(), actor, s, t.ID, output), nil
-	})
+	j, err := a.cfg.Jobs.Get(ctx, "*", jobID)
 	if err != nil {
 		return err
 	}
-	// Queue the next stage unless that happened already (a repeated
-	// outcome finds the job moved on and its task queued).
-	if next, ok := s.Next(); ok && j.Status == next.Status() && j.StageTasks[next] == "" {
-		_, _, err = a.queue(ctx, j, next)
+	done := j.StageDone(a.now(), actor, s, t.ID, output)
+	if len(done) == 0 {
+		return nil // recorded already, or not the stage's own task
 	}
+	next, ok := s.Next()
+	var queued task.Task
+	var refused error
+	if after := fold(j, done); ok && after.StageTasks[next] == "" {
+		queued, err = a.createStage(ctx, after, next)
+		switch {
+		case errors.Is(err, task.ErrInvalid):
+			refused, err = err, nil
+		case err != nil:
+			return err
+		}
+	}
+	_, err = a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
+		now := a.now()
+		recs := j.StageDone(now, actor, s, t.ID, output)
+		if len(recs) == 0 || !ok {
+			return recs, nil
+		}
+		after := fold(j, recs)
+		if refused != nil {
+			return append(recs, refusedStage(after, now, next, refused)...), nil
+		}
+		if queued.ID != "" {
+			recs = append(recs, after.QueueStage(now, actor, next, queued.ID)...)
+		}
+		return recs, nil
+	})
 	return err
+}
+
+// fold is j after recs.
+func fold(j domain.Job, recs []domain.Record) domain.Job {
+	for _, r := range recs {
+		j = domain.Apply(j, r)
+	}
+	return j
 }
 
 // failureReason is why a stage task failed: the worker's last line on

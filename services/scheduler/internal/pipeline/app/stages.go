@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path"
 	"strconv"
+	"time"
 
 	sched "github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
@@ -25,26 +26,44 @@ const (
 // stage) fails the job; any other error is returned and the
 // reconciliation sweep tries again.
 func (a *App) queue(ctx context.Context, job domain.Job, s domain.Stage) (domain.Job, task.Task, error) {
-	spec, err := a.stageSpec(ctx, job, s)
-	if err != nil {
-		return job, task.Task{}, err
-	}
-	created, err := a.cfg.Tasks.CreateTasks(ctx, sched.Caller{Tenant: job.TenantID, Subject: actor}, spec,
-		domain.StageRequestID(job.ID, s))
+	t, err := a.createStage(ctx, job, s)
 	if errors.Is(err, task.ErrInvalid) {
 		j, ferr := a.cfg.Jobs.Mutate(ctx, job.ID, func(j domain.Job) ([]domain.Record, error) {
-			return j.Fail(a.now(), actor, s, "", "the "+string(s)+" stage could not be queued: "+err.Error()), nil
+			return refusedStage(j, a.now(), s, err), nil
 		})
 		return j, task.Task{}, ferr
 	}
 	if err != nil {
-		return job, task.Task{}, fmt.Errorf("pipeline: queueing the %s stage of %s: %w", s, job.ID, err)
+		return job, task.Task{}, err
 	}
-	t := created[0]
 	j, err := a.cfg.Jobs.Mutate(ctx, job.ID, func(j domain.Job) ([]domain.Record, error) {
 		return j.QueueStage(a.now(), actor, s, t.ID), nil
 	})
 	return j, t, err
+}
+
+// createStage creates stage s's task for job, or finds the one created
+// before under the stage's request id. The scheduler's refusal of the
+// task (task.ErrInvalid) is returned as it is.
+func (a *App) createStage(ctx context.Context, job domain.Job, s domain.Stage) (task.Task, error) {
+	spec, err := a.stageSpec(ctx, job, s)
+	if err != nil {
+		return task.Task{}, err
+	}
+	created, err := a.cfg.Tasks.CreateTasks(ctx, sched.Caller{Tenant: job.TenantID, Subject: actor}, spec,
+		domain.StageRequestID(job.ID, s))
+	if errors.Is(err, task.ErrInvalid) {
+		return task.Task{}, err
+	}
+	if err != nil {
+		return task.Task{}, fmt.Errorf("pipeline: queueing the %s stage of %s: %w", s, job.ID, err)
+	}
+	return created[0], nil
+}
+
+// refusedStage fails job in stage s, whose task the scheduler refused.
+func refusedStage(job domain.Job, now time.Time, s domain.Stage, refusal error) []domain.Record {
+	return job.Fail(now, actor, s, "", "the "+string(s)+" stage could not be queued: "+refusal.Error())
 }
 
 // stageInputs names the files of stage s's work directory (docs/api/
