@@ -255,3 +255,43 @@ func TestRestartAfterQuotaShrank(t *testing.T) {
 		t.Fatalf("s1 events = %v, want %v", got, want)
 	}
 }
+
+// A loop with nothing to do opens no transaction: its cycles (one per
+// tick here, 20 ms) take no transaction id, so none of them waits for a
+// WAL flush at commit, and a stay handed over meanwhile does not wait
+// for one either. It still admits what arrives.
+func TestAnIdleLoopTakesNoTransactionID(t *testing.T) {
+	e := newEnv(t)
+	e.soloQueue("solo", "2")
+	first := &task{id: "first", tenant: "t", queue: "solo", priority: 5, gpus: "1"}
+	e.submit(first)
+	e.waitState("first", "admitted", 1)
+	nextXID := func() string {
+		t.Helper()
+		var xid string
+		if err := e.pool.QueryRow(context.Background(), `SELECT pg_snapshot_xmax(pg_current_snapshot())::text`).Scan(&xid); err != nil {
+			t.Fatal(err)
+		}
+		return xid
+	}
+	// Settle: the relay publishes the admission and records how far it got.
+	settled := nextXID()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		time.Sleep(200 * time.Millisecond)
+		now := nextXID()
+		if now == settled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("transactions kept taking ids for 10 s (next id %s)", now)
+		}
+		settled = now
+	}
+	time.Sleep(300 * time.Millisecond) // about 15 idle cycles
+	if after := nextXID(); after != settled {
+		t.Errorf("the next transaction id moved from %s to %s while the loop was idle", settled, after)
+	}
+	second := &task{id: "second", tenant: "t", queue: "solo", priority: 5, gpus: "1"}
+	e.submit(second)
+	e.waitState("second", "admitted", 1)
+}

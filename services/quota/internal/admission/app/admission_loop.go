@@ -26,6 +26,10 @@ type LoopStore interface {
 	// share lock on it until the transaction ends, so no definition
 	// changes during the cycle.
 	DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error)
+	// Waiting reads, without a transaction or a lock, the topology's
+	// generation and whether facts wait to be consumed: what a cycle
+	// would find to do besides the core's own decisions.
+	Waiting(ctx context.Context, q eventstore.Querier) (generation int64, facts bool, err error)
 	LoadDefinitions(ctx context.Context, tx pgx.Tx) (Definitions, error)
 	// LoadWorkloads returns every recorded workload, finished ones included.
 	LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]WorkloadRecord, error)
@@ -70,6 +74,14 @@ type LoopConfig struct {
 //     resulting event and workload row; delete the consumed facts; commit.
 //  3. Wait for a wake-up (new facts, a definition change) or the tick, and
 //     check the lock is still held.
+//
+// A cycle with nothing to do opens no transaction: without offers, facts
+// waiting, a definition change or a decision the core would make, it ends
+// after one read (LoopStore.Waiting). Such cycles are most of them (the
+// one that follows every deciding cycle, the wake-ups for facts another
+// cycle consumed), and a transaction that share-locks the generation
+// row takes a transaction id, so its commit waits for a WAL flush; an
+// offer arriving meanwhile would wait for it.
 //
 // The core is changed before the commit; when a cycle fails the session
 // ends and the next one rebuilds the core from what was committed, so the
@@ -467,6 +479,16 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		}
 		l.answerOffers(admitted, !more, err)
 	}()
+	if len(offers) == 0 {
+		quiet, qerr := l.quiet(ctx, conn)
+		if qerr != nil {
+			err = fmt.Errorf("admission cycle: %w", qerr)
+			return false, err
+		}
+		if quiet {
+			return false, nil
+		}
+	}
 	err = pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		gen, err := l.store.DefinitionsGeneration(ctx, tx)
 		if err != nil {
@@ -534,6 +556,17 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		}
 	}
 	return more, nil
+}
+
+// quiet reports whether a cycle would find nothing to do: no facts wait,
+// the topology is the core's, and the core decides nothing now (Schedule
+// changes nothing). Called with l.mu held.
+func (l *Loop) quiet(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
+	gen, facts, err := l.store.Waiting(ctx, conn)
+	if err != nil {
+		return false, err
+	}
+	return !facts && gen == l.gen && len(l.core.Schedule(l.now(), 1)) == 0, nil
 }
 
 // seeOffers returns the facts of offers the loop has not seen before

@@ -36,6 +36,21 @@ func (Store) DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error
 	return gen, nil
 }
 
+// Waiting implements app.LoopStore.
+func (Store) Waiting(ctx context.Context, q eventstore.Querier) (int64, bool, error) {
+	var gen int64
+	var facts bool
+	rows, err := q.Query(ctx, `SELECT (SELECT generation FROM definitions_generation WHERE id = 1),
+		EXISTS (SELECT 1 FROM workload_facts)`)
+	if err == nil {
+		_, err = pgx.ForEachRow(rows, []any{&gen, &facts}, func() error { return nil })
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read what the admission loop waits for: %w", err)
+	}
+	return gen, facts, nil
+}
+
 // LoadWorkloads implements app.LoopStore.
 func (Store) LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]app.WorkloadRecord, error) {
 	rows, err := tx.Query(ctx, `
