@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
@@ -21,14 +22,21 @@ type Wakeups struct{ DB *pgxpool.Pool }
 // most one per 5 ms (a burst of submissions needs one), and LISTENs for
 // theirs, until ctx is done. Losing it only costs latency: waiting claims
 // look again every second anyway.
+//
+// A notification reaches every listener, this replica's too. Each one
+// carries its sender's id, and a replica ignores its own: the work it
+// signals woke its claims already, and waking them again a few
+// milliseconds later would only send them to look once more, keeping the
+// claim writers busy with empty claims when the next work appears.
 func (w Wakeups) Run(ctx context.Context, hub *app.Hub) {
-	go w.listen(ctx, hub)
+	self := uuid.NewString()
+	go w.listen(ctx, hub, self)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-hub.OtherReplicas():
-			_, _ = w.DB.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
+			_, _ = w.DB.Exec(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, self)
 			select {
 			case <-ctx.Done():
 				return
@@ -38,7 +46,7 @@ func (w Wakeups) Run(ctx context.Context, hub *app.Hub) {
 	}
 }
 
-func (w Wakeups) listen(ctx context.Context, hub *app.Hub) {
+func (w Wakeups) listen(ctx context.Context, hub *app.Hub, self string) {
 	for ctx.Err() == nil {
 		conn, err := w.DB.Acquire(ctx)
 		if err != nil {
@@ -51,10 +59,13 @@ func (w Wakeups) listen(ctx context.Context, hub *app.Hub) {
 			continue
 		}
 		for {
-			if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			n, err := conn.Conn().WaitForNotification(ctx)
+			if err != nil {
 				break
 			}
-			hub.WakeLocal()
+			if n.Payload != self {
+				hub.WakeLocal()
+			}
 		}
 		// The session may be in any state after an error: never reuse it.
 		conn.Hijack().Close(context.WithoutCancel(ctx))

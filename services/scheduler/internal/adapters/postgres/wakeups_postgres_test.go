@@ -35,6 +35,25 @@ func TestWakeupsCarryWorkToOtherReplicas(t *testing.T) {
 			t.Fatal("the other replica's claims were not woken")
 		}
 	}
+	// Its own signal does not come back to the replica that sent it.
+	mine, theirs := here.WorkSignal(), there.WorkSignal()
+	here.WakeClaimers()
+	again := here.WorkSignal()
+	select {
+	case <-mine: // WakeClaimers woke this replica's claims itself, once
+	default:
+		t.Fatal("WakeClaimers did not wake this replica's claims")
+	}
+	select {
+	case <-theirs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other replica's claims were not woken")
+	}
+	select {
+	case <-again:
+		t.Fatal("the replica heard its own signal back and woke its claims again")
+	case <-time.After(300 * time.Millisecond):
+	}
 	cancel()
 	<-done
 	<-done
