@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -69,6 +71,7 @@ func newBenchCommand(benchmarks []benchmark, alone ...benchmark) *cobra.Command 
 			}
 			common.Out = cmd.OutOrStdout()
 			warnWithoutShim(cmd.ErrOrStderr())
+			noteAutogroups(cmd.ErrOrStderr())
 			return b.run(cmd.Context(), common)
 		}}
 		sub.Flags().AddFlagSet(b.flags)
@@ -92,6 +95,7 @@ func benchAllCommand(common *bench.Common, benchmarks []benchmark) *cobra.Comman
 		}
 		common.Out = cmd.OutOrStdout()
 		warnWithoutShim(cmd.ErrOrStderr())
+		noteAutogroups(cmd.ErrOrStderr())
 		for i, b := range benchmarks {
 			if i > 0 {
 				fmt.Fprintln(common.Out)
@@ -119,6 +123,7 @@ func benchCheckCommand(benchmarks []benchmark) *cobra.Command {
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "every program the benchmarks run is installed")
 			warnWithoutShim(cmd.ErrOrStderr())
+			noteAutogroups(cmd.ErrOrStderr())
 			return nil
 		}}
 }
@@ -317,4 +322,56 @@ func warnWithoutShim(w io.Writer) {
 	exe, _ := os.Executable()
 	fmt.Fprintf(w, "note: no %s beside %s: agents start every task by re-executing this binary, which is several times slower than the shim; build both with make build and run bin/taskmesh\n",
 		executor.ShimBinary, exe)
+}
+
+// noteAutogroups says when the kernel schedules every session as a CPU
+// group of its own (sched_autogroup_enabled) and this process sits in
+// the root CPU cgroup, where those groups apply: on one machine every
+// Postgres backend (each its own session) and every task's shim then
+// weighs as much as all of the services together, and the latency tails
+// of a benchmark that keeps the CPU busy grow with them. A deployment's
+// services run in cgroups of their own (systemd units, containers),
+// where the kernel does not form autogroups (docs/operations.md,
+// "Benchmarks on one machine").
+func noteAutogroups(w io.Writer) {
+	if b, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled"); err != nil || strings.TrimSpace(string(b)) != "1" {
+		return
+	}
+	if cg, err := os.ReadFile("/proc/self/cgroup"); err != nil || !inRootCPUCgroup(string(cg), v2Controllers) {
+		return
+	}
+	fmt.Fprintln(w, "note: kernel.sched_autogroup_enabled=1 and the root CPU cgroup: each Postgres backend and each task is a CPU group as heavy as all the services together, which lengthens latency tails under load (docs/operations.md, \"Benchmarks on one machine\")")
+}
+
+// inRootCPUCgroup reads /proc/self/cgroup: whether the process is in the
+// root of the cgroup v1 cpu hierarchy or, when there is none, in a v2
+// cgroup without the cpu controller (controllers lists a v2 cgroup's),
+// which the scheduler treats as the root.
+func inRootCPUCgroup(procCgroup string, controllers func(path string) string) bool {
+	v2 := ""
+	for _, line := range strings.Split(strings.TrimSpace(procCgroup), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2 = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "cpu" {
+				return parts[2] == "/"
+			}
+		}
+	}
+	if v2 == "" || v2 == "/" {
+		return true
+	}
+	return !slices.Contains(strings.Fields(controllers(v2)), "cpu")
+}
+
+// v2Controllers reads the controllers of the v2 cgroup at path.
+func v2Controllers(path string) string {
+	b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup", path, "cgroup.controllers"))
+	return string(b)
 }

@@ -99,3 +99,24 @@ func TestBenchSaysWhenNoShimIsBesideTheBinary(t *testing.T) {
 		t.Fatalf("ran %v; stderr %q, want the note about the missing shim", got, stderr.String())
 	}
 }
+
+func TestInRootCPUCgroup(t *testing.T) {
+	none := func(string) string { return "" }
+	withCPU := func(string) string { return "cpuset cpu io memory pids" }
+	for _, c := range []struct {
+		name, proc  string
+		controllers func(string) string
+		want        bool
+	}{
+		{"v1 cpu hierarchy, root", "4:memory:/x\n1:cpu,cpuacct:/\n0::/user.slice", withCPU, true},
+		{"v1 cpu hierarchy, a cgroup", "2:cpu,cpuacct:/system.slice/postgresql.service\n0::/", none, false},
+		{"v2 only, root", "0::/\n", withCPU, true},
+		{"v2 only, a cgroup with the cpu controller", "0::/system.slice/taskmesh.service\n", withCPU, false},
+		{"v2 only, a cgroup without it", "0::/user.slice/session-1.scope\n", none, true},
+		{"nothing readable", "", withCPU, true},
+	} {
+		if got := inRootCPUCgroup(c.proc, c.controllers); got != c.want {
+			t.Errorf("%s: inRootCPUCgroup = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
