@@ -55,6 +55,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
+	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 	"google.golang.org/grpc"
 )
 
@@ -99,6 +100,10 @@ type Agent struct {
 	// isolation limits each task's resources (cgroups, else rlimits) and
 	// sandboxes it when configured.
 	isolation *isolation.Limiter
+	// tracedStart: the shims put tasks in their cgroups and under their
+	// limits while the tasks are stopped at their first instruction,
+	// without the exec trampoline (shim.ProbeTracedStart, at New).
+	tracedStart bool
 
 	wg       sync.WaitGroup // every goroutine Run started
 	listener net.Listener
@@ -156,6 +161,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		localWake:     make(chan struct{}, 1),
 		heartbeatWake: make(chan struct{}, 1),
 		isolation:     limiter,
+	}
+	if err := shim.ProbeTracedStart(cfg.ShimCommand[0]); err != nil {
+		a.log.Info("tasks with limits start through the shim's exec trampoline", "reason", err)
+	} else {
+		a.tracedStart = true
 	}
 	if cfg.Server != "" {
 		conn, err := dial(cfg)

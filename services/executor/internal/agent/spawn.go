@@ -137,6 +137,7 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 		Socket:           shim.SocketPath(runDir),
 		SelfArgv:         a.cfg.ShimCommand,
 		Cgroup:           group,
+		TracedStart:      a.tracedStart,
 	}
 	if uid, gid, ok := a.isolation.Credential(); ok && sandboxed {
 		spec.Credential = &shim.Credential{UID: uid, GID: gid}

@@ -391,6 +391,20 @@ func (g *Group) Join() error {
 	return nil
 }
 
+// Move moves process pid (all its threads) into the group: the shim's
+// traced start does it while the task is stopped at its first
+// instruction, which keeps Join's guarantee that no task code runs
+// outside the group.
+func (g *Group) Move(pid int) error {
+	b := []byte(strconv.Itoa(pid))
+	for _, d := range g.Dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), b, 0); err != nil {
+			return fmt.Errorf("cgroup: move %d into %s: %w", pid, d, err)
+		}
+	}
+	return nil
+}
+
 // OOMKilled reports whether the kernel's OOM killer killed a process of
 // the group because of its memory limit: memory.events' oom_kill on v2,
 // memory.oom_control's oom_kill on v1.

@@ -24,25 +24,29 @@ func (s *server) spawn() (<-chan syscall.WaitStatus, error) {
 		return nil, err
 	}
 	argv := append([]string{spec.Argv[0]}, spec.Argv[1:]...)
-	if spec.MemoryLimitBytes > 0 || spec.CPULimitSeconds > 0 || spec.Cgroup != nil || spec.Credential != nil {
-		// The wrapper (`shim exec`) joins the cgroup, drops to the
-		// credential and sets the rlimits on itself, then execs the task:
-		// no task code runs before all of them hold.
-		if len(spec.SelfArgv) == 0 {
-			return nil, errors.New("resource limits need the shim command")
-		}
-		wrapper := append([]string{}, spec.SelfArgv...)
-		wrapper = append(wrapper, "exec",
+	// A task with limits, a cgroup or another user must have them all
+	// before its first instruction. The traced start (traced_linux.go)
+	// sets cgroup and limits from outside while it is stopped there; the
+	// wrapper (`shim exec`) joins the cgroup, drops to the credential and
+	// sets the rlimits on itself, then execs the task.
+	limited := spec.MemoryLimitBytes > 0 || spec.CPULimitSeconds > 0 || spec.Cgroup != nil || spec.Credential != nil
+	traced := limited && spec.TracedStart && spec.Credential == nil
+	var wrapperArgv []string
+	if limited && len(spec.SelfArgv) > 0 {
+		wrapperArgv = append([]string{}, spec.SelfArgv...)
+		wrapperArgv = append(wrapperArgv, "exec",
 			"-as", strconv.FormatInt(spec.MemoryLimitBytes, 10),
 			"-cpu", strconv.FormatInt(spec.CPULimitSeconds, 10))
 		if spec.Cgroup != nil {
-			wrapper = append(wrapper, "-cgroup", strings.Join(spec.Cgroup.Dirs, ","))
+			wrapperArgv = append(wrapperArgv, "-cgroup", strings.Join(spec.Cgroup.Dirs, ","))
 		}
 		if c := spec.Credential; c != nil {
-			wrapper = append(wrapper, "-uid", strconv.FormatUint(uint64(c.UID), 10), "-gid", strconv.FormatUint(uint64(c.GID), 10))
+			wrapperArgv = append(wrapperArgv, "-uid", strconv.FormatUint(uint64(c.UID), 10), "-gid", strconv.FormatUint(uint64(c.GID), 10))
 		}
-		argv = append(append(wrapper, "--", path), argv...)
-		path = spec.SelfArgv[0]
+		wrapperArgv = append(append(wrapperArgv, "--", path), argv...)
+	}
+	if limited && !traced && wrapperArgv == nil {
+		return nil, errors.New("resource limits need the shim command")
 	}
 
 	outF, err := os.OpenFile(filepath.Join(s.runDir, StdoutFile), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
@@ -77,12 +81,26 @@ func (s *server) spawn() (<-chan syscall.WaitStatus, error) {
 	reaped := make(chan struct{})
 	go reap(pidCh, exitCh, reaped)
 
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+	attr := &syscall.ProcAttr{
 		Dir:   spec.Dir,
 		Env:   spec.Env,
 		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	})
+	}
+	var pid int
+	if traced {
+		pid, err = startTraced(path, argv, attr, s.setUp)
+		if errors.Is(err, errTraceDenied) && wrapperArgv != nil {
+			traced = false // refused here: the wrapper does it
+		}
+	}
+	switch {
+	case traced:
+	case wrapperArgv != nil:
+		pid, err = syscall.ForkExec(spec.SelfArgv[0], wrapperArgv, attr)
+	default:
+		pid, err = syscall.ForkExec(path, argv, attr)
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -124,6 +142,17 @@ func (s *server) spawn() (<-chan syscall.WaitStatus, error) {
 		result <- ws
 	}()
 	return result, nil
+}
+
+// setUp puts the task, stopped at its first instruction, in its cgroup
+// and under its rlimits (the traced start).
+func (s *server) setUp(pid int) error {
+	if g := s.spec.Cgroup; g != nil {
+		if err := g.Move(pid); err != nil {
+			return err
+		}
+	}
+	return setRlimits(pid, s.spec.MemoryLimitBytes, s.spec.CPULimitSeconds)
 }
 
 // reap waits for every child. The main process's status goes to exitCh;

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 )
 
 // TestMain lets the test binary act as the shim: the agent re-executes its
@@ -287,19 +289,150 @@ func TestShimLimits(t *testing.T) {
 		{name: "cpu", argv: []string{"sh", "-c", "while :; do :; done"},
 			mod: func(s *Spec) { s.CPULimitSeconds = 1 }, wantCode: 128 + int(syscall.SIGXCPU)},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r, err := launch(t, tc.argv, tc.mod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st := r.wait(t, 30*time.Second)
-			if st.ExitCode != tc.wantCode {
-				errb, _ := os.ReadFile(filepath.Join(r.dir, StderrFile))
-				t.Fatalf("exit = %d, want %d (stderr %q)", st.ExitCode, tc.wantCode, errb)
-			}
-		})
+	// Each limit holds both ways: through the `shim exec` wrapper, and
+	// traced with no wrapper to fall back to, so the traced start alone
+	// set it.
+	starts := []struct {
+		name string
+		mod  func(*Spec)
+	}{
+		{"wrapper", func(*Spec) {}},
+		{"traced", func(s *Spec) { s.TracedStart, s.SelfArgv = true, []string{"/nonexistent/taskmesh-shim"} }},
 	}
+	for _, start := range starts {
+		for _, tc := range tests {
+			t.Run(start.name+"/"+tc.name, func(t *testing.T) {
+				r, err := launch(t, tc.argv, func(s *Spec) {
+					if tc.mod != nil {
+						tc.mod(s)
+					}
+					start.mod(s)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st := r.wait(t, 30*time.Second)
+				if st.ExitCode != tc.wantCode {
+					errb, _ := os.ReadFile(filepath.Join(r.dir, StderrFile))
+					t.Fatalf("exit = %d, want %d (stderr %q)", st.ExitCode, tc.wantCode, errb)
+				}
+			})
+		}
+	}
+}
+
+// tracedOnly makes a spec that can only start traced: limited, and with
+// no wrapper to fall back to.
+func tracedOnly(s *Spec) {
+	s.TracedStart, s.SelfArgv = true, []string{"/nonexistent/taskmesh-shim"}
+	if s.CPULimitSeconds == 0 {
+		s.CPULimitSeconds = 3600
+	}
+}
+
+func TestProbeTracedStart(t *testing.T) {
+	if err := ProbeTracedStart(os.Args[0]); err != nil {
+		t.Fatalf("probe: %v (this host permits ptrace; the tests rely on it)", err)
+	}
+	if err := ProbeTracedStart("/nonexistent/taskmesh-shim"); err == nil {
+		t.Fatal("probing a missing binary succeeded")
+	}
+}
+
+// A task started traced is in its cgroup from its first instruction: what
+// it reads of its own cgroups is the task's group on every controller.
+func TestTracedStartPutsTheTaskInItsCgroupFirst(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making cgroups needs root")
+	}
+	h, err := cgroup.Detect(cgroup.Host{}, "taskmesh-shim-test")
+	if err != nil {
+		t.Fatalf("running as root but no usable cgroups: %v", err)
+	}
+	defer h.Release()
+	g, err := h.Create("traced-a1", cgroup.Limits{MemoryBytes: 256 << 20, Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cgroup.Remove(g.Dirs) }()
+	r, err := launch(t, []string{"cat", "/proc/self/cgroup"}, func(s *Spec) {
+		s.Cgroup = g
+		tracedOnly(s)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := r.wait(t, 10*time.Second); st.ExitCode != 0 {
+		t.Fatalf("exit = %d", st.ExitCode)
+	}
+	out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
+	for _, dir := range g.Dirs {
+		// v1: "<id>:memory:/…/traced-a1"; v2: "0::/…/traced-a1".
+		want := strings.TrimPrefix(dir, filepath.Dir(filepath.Dir(dir)))
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the task's cgroups %q lack %s", out, want)
+		}
+	}
+}
+
+// A traced task whose set-up fails never runs: the start fails with the
+// reason, and no process is left.
+func TestTracedStartThatCannotSetUpLeavesNoProcess(t *testing.T) {
+	marker := "4242.25" // sleep's argument, to find it in /proc
+	r, err := launch(t, []string{"sleep", marker}, func(s *Spec) {
+		s.Cgroup = &cgroup.Group{Version: 1, Dirs: []string{filepath.Join(t.TempDir(), "no-such-cgroup")}}
+		tracedOnly(s)
+	})
+	var se *StartError
+	if !errors.As(err, &se) || !strings.Contains(se.Msg, "no-such-cgroup") {
+		t.Fatalf("err = %v, want a start error naming the cgroup", err)
+	}
+	if st, ok, _ := ReadStatus(r.dir); !ok || st.ExitCode != -1 {
+		t.Fatalf("status = %+v ok=%v, want a task that never ran", st, ok)
+	}
+	if pids := processesWithArg(t, marker); len(pids) > 0 {
+		t.Fatalf("processes %v still run the task", pids)
+	}
+}
+
+// A task started traced does not outlive its shim.
+func TestTracedTaskDiesWithItsShim(t *testing.T) {
+	r, err := launch(t, []string{"sleep", "1000"}, tracedOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(r.started.ShimPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !errors.Is(syscall.Kill(r.started.PID, 0), syscall.ESRCH) {
+		if time.Now().After(deadline) {
+			t.Fatalf("task %d outlived its shim %d", r.started.PID, r.started.ShimPID)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// processesWithArg lists the pids whose command line has arg.
+func processesWithArg(t *testing.T, arg string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, a := range strings.Split(string(b), "\x00") {
+			if a == arg {
+				out = append(out, e.Name())
+			}
+		}
+	}
+	return out
 }
 
 func TestParseProgress(t *testing.T) {

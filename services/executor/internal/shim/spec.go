@@ -58,6 +58,12 @@ type Spec struct {
 	// Credential, if set, is the user the task runs as (the sandbox's):
 	// the wrapper drops to it, after joining the cgroup, before exec.
 	Credential *Credential `json:"credential,omitempty"`
+	// TracedStart puts the task in its cgroup and under its rlimits while
+	// it is stopped at its first instruction (traced_linux.go) instead of
+	// through the wrapper. The agent sets it where ptrace is permitted
+	// (ProbeTracedStart); a task with a Credential always takes the
+	// wrapper, and so does one whose traced start is refused.
+	TracedStart bool `json:"traced_start,omitempty"`
 }
 
 // Credential is a user and group to run as.
