@@ -240,7 +240,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.runInBackground(func() { a.servicesLoop(ctx) })
 	}
 	a.log.Info("executor agent started", "server", a.cfg.Server, "slots", a.cfg.Slots,
-		"local_api", a.LocalAPIAddr(), "data_dir", a.cfg.DataDir, "shim", a.cfg.ShimCommand[0])
+		"local_api", a.LocalAPIAddr(), "data_dir", a.cfg.DataDir, "shim", a.cfg.ShimCommand[0],
+		"traced_start", a.tracedStart)
 
 	<-ctx.Done()
 	if srv != nil {
