@@ -236,7 +236,7 @@ func (e *executorFlags) addSlurm(f *pflag.FlagSet) {
 	f.StringVar(&s.NodeAgentURL, "slurm-node-agent-url", "", "local API address of the other nodes' agents, with {node}, e.g. http://{node}:7071 (placement)")
 	f.DurationVar(&s.PollInterval, "slurm-poll-interval", time.Second, "how often slurmctld's job list is read")
 	f.DurationVar(&s.PendingPollInterval, "slurm-pending-poll-interval", 100*time.Millisecond,
-		"how often slurmctld's job list is read while a job waits to start and the backend's jobs are moving (not with --slurm-start-signal)")
+		"how often slurmctld's job list is read while a job waits to start and the backend's jobs are moving (with --slurm-start-signal too: a listing can see a start before its signal)")
 	f.StringVar(&s.StartSignalListen, "slurm-start-signal", "",
 		"placement: host:port to take placeholders' start signals on, so a start is seen without waiting for a job listing (e.g. 10.0.0.2:7090)")
 	f.StringVar(&s.StartSignalAddr, "slurm-start-signal-addr", "", "host:port the nodes reach the start signal at (default: the --slurm-start-signal address)")

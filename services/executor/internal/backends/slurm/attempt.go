@@ -41,6 +41,9 @@ type run struct {
 	reportedAt   time.Time
 	// steppedAt is when the job's state was last acted on.
 	steppedAt time.Time
+	// signalledJob is the job as slurmctld answered after the start
+	// signal: running, and newer than any listing sent before it.
+	signalledJob Job
 	// limitLowered: the job's time limit was cut to the task's timeout.
 	limitLowered bool
 	progress     *progressTail
@@ -149,6 +152,13 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 		renew.Reset(0) // an adopted attempt may be gone already
 	}
 	defer renew.Stop()
+	// look brings a running attempt's next look a PollInterval after the
+	// last one, whether or not a listing comes then: listings come at
+	// their own pace (every PollInterval at most), and an end seen on the
+	// node a whole interval late would hold the allocation that long.
+	look := time.NewTimer(time.Hour)
+	look.Stop()
+	defer look.Stop()
 	for {
 		j, listed, known, next := b.watch.job(r.jobID, r.submitted)
 		if known && !listed {
@@ -161,6 +171,11 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 			case err == nil:
 				j, listed = jj, true
 			}
+		}
+		if r.started && listed && j.State == StatePending && r.signalledJob.ID == r.jobID {
+			// A listing older than the start signal: the job read that
+			// confirmed the start is the newer word.
+			j = r.signalledJob
 		}
 		// A running attempt is looked at (its node's agent asked, its
 		// progress file read) once a PollInterval, not at every listing:
@@ -175,10 +190,18 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 		}
 		if r.started {
 			b.watch.started(r.jobID)
+			wait := b.cfg.PollInterval - time.Since(r.steppedAt)
+			if wait <= 0 {
+				// Due and yet not looked at (the job could not be read):
+				// the next try is a whole interval on, not a busy loop.
+				wait = b.cfg.PollInterval
+			}
+			look.Reset(wait)
 		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-look.C:
 		case reason := <-r.stop:
 			b.runLog(r).Info("server stops the attempt", "reason", reason)
 			b.abandon(r)
@@ -216,6 +239,7 @@ func (b *Backend) signalled(ctx context.Context, r *run, jobID int64) bool {
 		b.runLog(r).Warn("start signal for a job slurmctld does not run", "state", j.State)
 		return false
 	}
+	r.signalledJob = j
 	r.steppedAt = time.Now()
 	return b.step(ctx, r, j)
 }

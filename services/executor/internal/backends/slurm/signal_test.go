@@ -27,9 +27,19 @@ import (
 type listingSwitch struct {
 	*Client
 	down atomic.Bool
+	// hang makes a listing wait (until hang is cleared or its context
+	// ends) instead of failing: no listing ends, so none wakes anyone.
+	hang atomic.Bool
 }
 
 func (l *listingSwitch) Jobs(ctx context.Context) ([]Job, error) {
+	for l.hang.Load() {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	if l.down.Load() {
 		return nil, errors.New("job listing turned off by the test")
 	}
@@ -87,6 +97,31 @@ func TestPlacementStartSignalStartsWithoutAListing(t *testing.T) {
 		t.Fatalf("outcome exit %d stdout %q error %q", done.GetExitCode(), done.GetStdout(), done.GetError())
 	}
 	leasetest.WaitFor(t, 30*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
+}
+
+// A placement that runs is looked at on its node once a PollInterval
+// whether or not a listing comes: with every listing hanging, its end is
+// still seen, the task completed and the placeholder released.
+func TestPlacementRunningIsLookedAtWithoutListings(t *testing.T) {
+	w, sw := newSignalWorld(t)
+	// No renewal within the test either: nothing but the look wakes the
+	// attempt.
+	w.cfg.RenewInterval = 30 * time.Second
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 60, Command: `sleep 2; echo looked-at`})[0]
+	leasetest.WaitFor(t, 60*time.Second, "the task on its node", func() bool {
+		return strings.Contains(strings.Join(w.progressMessages(id), "|"), "RUNNING on ")
+	})
+	job := w.jobOf(id, "the placeholder running", func(j Job) bool { return j.State == StateRunning })
+	// From here no listing ends (the watcher's own timeout is 30 s): the
+	// end can only be seen by looking at the node.
+	sw.hang.Store(true)
+	defer sw.hang.Store(false)
+	done := w.fake.WaitComplete(t, id, 20*time.Second)
+	if done.GetExitCode() != 0 || done.GetStdout() != "looked-at\n" {
+		t.Fatalf("outcome exit %d stdout %q error %q", done.GetExitCode(), done.GetStdout(), done.GetError())
+	}
+	leasetest.WaitFor(t, 20*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
 }
 
 // Signals are refused unless they carry the attempt's token; one that
