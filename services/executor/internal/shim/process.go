@@ -87,20 +87,11 @@ func (s *server) spawn() (<-chan syscall.WaitStatus, error) {
 		Files: []uintptr{devnull.Fd(), outW.Fd(), errW.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
-	var pid int
-	if traced {
-		pid, err = startTraced(path, argv, attr, s.setUp)
-		if errors.Is(err, errTraceDenied) && wrapperArgv != nil {
-			traced = false // refused here: the wrapper does it
-		}
+	start := taskStart{path: path, argv: argv, traced: traced, setUp: s.setUp}
+	if wrapperArgv != nil {
+		start.wrapperPath, start.wrapperArgv = spec.SelfArgv[0], wrapperArgv
 	}
-	switch {
-	case traced:
-	case wrapperArgv != nil:
-		pid, err = syscall.ForkExec(spec.SelfArgv[0], wrapperArgv, attr)
-	default:
-		pid, err = syscall.ForkExec(path, argv, attr)
-	}
+	pid, err := start.fork(attr, startTraced)
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -142,6 +133,39 @@ func (s *server) spawn() (<-chan syscall.WaitStatus, error) {
 		result <- ws
 	}()
 	return result, nil
+}
+
+// taskStart is how spawn forks the task.
+type taskStart struct {
+	path string
+	argv []string
+	// wrapperPath and wrapperArgv run the task through `shim exec`; empty
+	// when the task needs no wrapper or none is configured.
+	wrapperPath string
+	wrapperArgv []string
+	// traced: start it traced (traced_linux.go), with setUp run while it
+	// is stopped at its first instruction.
+	traced bool
+	setUp  func(pid int) error
+}
+
+// fork starts the task: traced when asked, through the wrapper when
+// ptrace is refused here (or when not traced and there is a wrapper),
+// else plainly. tracedStart is startTraced, given so that a refusal can
+// be tested.
+func (t taskStart) fork(attr *syscall.ProcAttr,
+	tracedStart func(string, []string, *syscall.ProcAttr, func(int) error) (int, error)) (int, error) {
+	if t.traced {
+		pid, err := tracedStart(t.path, t.argv, attr, t.setUp)
+		if !errors.Is(err, errTraceDenied) || t.wrapperArgv == nil {
+			return pid, err
+		}
+		// Refused here: the wrapper does the set-up instead.
+	}
+	if t.wrapperArgv != nil {
+		return syscall.ForkExec(t.wrapperPath, t.wrapperArgv, attr)
+	}
+	return syscall.ForkExec(t.path, t.argv, attr)
 }
 
 // setUp puts the task, stopped at its first instruction, in its cgroup

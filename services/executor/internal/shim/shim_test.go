@@ -413,6 +413,51 @@ func TestTracedTaskDiesWithItsShim(t *testing.T) {
 	}
 }
 
+// Where ptrace is refused, a task that has a wrapper starts through it,
+// and one without a wrapper fails with the refusal; a traced start's
+// other errors are never retried through the wrapper.
+func TestRefusedTracedStartFallsBackToTheWrapper(t *testing.T) {
+	refused := func(string, []string, *syscall.ProcAttr, func(int) error) (int, error) {
+		return 0, errTraceDenied
+	}
+	broken := errors.New("the set-up failed")
+	failing := func(string, []string, *syscall.ProcAttr, func(int) error) (int, error) { return 0, broken }
+	task := taskStart{path: "/bin/sh", argv: []string{"sh", "-c", "exit 4"}, traced: true}
+	wrapped := task
+	wrapped.wrapperPath, wrapped.wrapperArgv = "/bin/sh", []string{"sh", "-c", "exit 7"}
+	exitOf := func(pid int) int {
+		t.Helper()
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		return ws.ExitStatus()
+	}
+
+	pid, err := wrapped.fork(&syscall.ProcAttr{}, refused)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(pid); code != 7 {
+		t.Fatalf("refused with a wrapper: exit %d, want the wrapper's 7", code)
+	}
+	if _, err := task.fork(&syscall.ProcAttr{}, refused); !errors.Is(err, errTraceDenied) {
+		t.Fatalf("refused without a wrapper: err %v, want the refusal", err)
+	}
+	if _, err := wrapped.fork(&syscall.ProcAttr{}, failing); !errors.Is(err, broken) {
+		t.Fatalf("a failed traced start: err %v, want it as it is", err)
+	}
+	untraced := wrapped
+	untraced.traced = false
+	pid, err = untraced.fork(&syscall.ProcAttr{}, failing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(pid); code != 7 {
+		t.Fatalf("not traced, with a wrapper: exit %d, want the wrapper's 7", code)
+	}
+}
+
 // processesWithArg lists the pids whose command line has arg.
 func processesWithArg(t *testing.T, arg string) []string {
 	t.Helper()
