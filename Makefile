@@ -37,16 +37,18 @@ IMAGE      ?= ghcr.io/taskmesh/taskmesh
 GOARCH_IMG ?= $(shell go env GOARCH)
 
 .PHONY: build
-build: ## Build the taskmesh binary and the executor's per-task shim (taskmesh-shim, found beside it) into bin/.
+build: ## Build the taskmesh binary and, beside it, the per-task shim (taskmesh-shim) and the pipeline's stage worker (taskmesh-stage) into bin/.
 	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/taskmesh ./services/taskmesh/cmd/taskmesh
 	CGO_ENABLED=0 go build -trimpath -o $(BIN)/taskmesh-shim ./services/executor/cmd/taskmesh-shim
+	CGO_ENABLED=0 go build -trimpath -o $(BIN)/taskmesh-stage ./services/executor/cmd/taskmesh-stage
 
 .PHONY: image
 image: ## Build the container image without Docker: OCI layout bin/image/taskmesh and docker-load tarball bin/image/taskmesh.tar.
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMG) go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" \
 	  -o $(BIN)/linux/taskmesh ./services/taskmesh/cmd/taskmesh
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMG) go build -trimpath -ldflags "-s -w" -o $(BIN)/linux/taskmesh-shim ./services/executor/cmd/taskmesh-shim
-	go run ./services/taskmesh/cmd/taskmesh-image -binary $(BIN)/linux/taskmesh -shim $(BIN)/linux/taskmesh-shim -version $(VERSION) -arch $(GOARCH_IMG) \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_IMG) go build -trimpath -ldflags "-s -w" -o $(BIN)/linux/taskmesh-stage ./services/executor/cmd/taskmesh-stage
+	go run ./services/taskmesh/cmd/taskmesh-image -binary $(BIN)/linux/taskmesh -shim $(BIN)/linux/taskmesh-shim -stage $(BIN)/linux/taskmesh-stage -version $(VERSION) -arch $(GOARCH_IMG) \
 	  -tags $(IMAGE):$(VERSION),$(IMAGE):latest -layout $(BIN)/image/taskmesh -tarball $(BIN)/image/taskmesh.tar
 
 .PHONY: test

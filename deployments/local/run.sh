@@ -23,6 +23,9 @@ go build -o bin/taskmesh ./services/taskmesh/cmd/taskmesh
 # The agents' per-task shim, static: it starts once per task, and a static
 # binary skips the dynamic loader (docs/executor.md "The shim binary").
 CGO_ENABLED=0 go build -trimpath -o bin/taskmesh-shim ./services/executor/cmd/taskmesh-shim
+# The pipeline's stage worker, which starts twice per stage
+# (docs/api/pipeline.md "Stage workers").
+CGO_ENABLED=0 go build -trimpath -o bin/taskmesh-stage ./services/executor/cmd/taskmesh-stage
 state=${STATE_DIR:-.taskmesh/local}
 mkdir -p "$state"
 trap 'kill 0' EXIT

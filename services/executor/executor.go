@@ -11,7 +11,6 @@ package executor
 
 import (
 	"context"
-	"os"
 
 	"github.com/taskmesh/taskmesh/services/executor/internal/agent"
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/pipeline"
@@ -46,22 +45,6 @@ func Shim(args []string) int {
 		return video.Main(args[1:])
 	}
 	return shim.Main(args)
-}
-
-// ShimBinary is the name of the shim binary an agent looks for beside its
-// own executable.
-const ShimBinary = agent.ShimBinary
-
-// ShimBinaryBeside is the shim binary next to this executable, the one
-// its agents start tasks through. When it is "" they re-execute this
-// binary instead (`executor shim`), which works but starts each task
-// several times slower: the whole binary initialises first.
-func ShimBinaryBeside() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	return agent.ShimBeside(exe)
 }
 
 // PipelineStage runs a stage of the model-conversion pipeline on this

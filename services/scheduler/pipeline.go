@@ -18,6 +18,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/leader"
 	"github.com/taskmesh/taskmesh/platform/outbox"
 	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/platform/sibling"
 	pipelinepg "github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/adapters/postgres"
 	pipelineapp "github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/app"
 	pipelinedomain "github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/domain"
@@ -67,6 +68,18 @@ func DefaultPipelineStages() map[string]PipelineStage {
 	return out
 }
 
+// DefaultPipelineWorker is the stage worker command of a deployment whose
+// agents have the scheduler's executable exe at the same path:
+// taskmesh-stage beside it, which starts in a fraction of the CPU
+// (docs/decisions/0091-small-stage-worker-binary.md), else exe itself;
+// either runs as `<binary> pipeline-stage run …`.
+func DefaultPipelineWorker(exe string) []string {
+	if stage := sibling.Of(exe, sibling.Stage); stage != "" {
+		return []string{stage, "pipeline-stage"}
+	}
+	return []string{exe, "pipeline-stage"}
+}
+
 // PipelineConfig configures the model-conversion pipeline API
 // (PipelineService). Zero values take the defaults documented on each
 // field.
@@ -78,7 +91,8 @@ type PipelineConfig struct {
 	// Topic of job events (PipelineTopic).
 	Topic string
 	// Worker is the command an agent runs for a stage, the stage's
-	// arguments after it (default: this executable, "pipeline-stage").
+	// arguments after it (default: DefaultPipelineWorker of this
+	// executable).
 	Worker []string
 	// Stages by name (onnx, bie, nef); DefaultPipelineStages for a
 	// missing one.
@@ -129,7 +143,7 @@ func newPipeline(cfg Config, tasks pipelineapp.Tasks, log *slog.Logger) (*pipeli
 		if err != nil {
 			return nil, fmt.Errorf("scheduler: the pipeline's worker command: %w", err)
 		}
-		pc.Worker = []string{exe, "pipeline-stage"}
+		pc.Worker = DefaultPipelineWorker(exe)
 	}
 	stages := map[pipelinedomain.Stage]pipelineapp.StageConfig{}
 	defaults := DefaultPipelineStages()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/sibling"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
@@ -116,14 +117,14 @@ func TestStartRefusedAlongsideStopsTheProcess(t *testing.T) {
 func TestShimBinaryDefaults(t *testing.T) {
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "taskmesh")
-	if besideExecutable(exe) != "" {
+	if sibling.Of(exe, ShimBinary) != "" {
 		t.Error("found a shim binary in an empty directory")
 	}
 	shimPath := filepath.Join(dir, ShimBinary)
 	if err := os.WriteFile(shimPath, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got := besideExecutable(exe); got != shimPath {
+	if got := sibling.Of(exe, ShimBinary); got != shimPath {
 		t.Errorf("beside %s: %q, want %q", exe, got, shimPath)
 	}
 	c := Config{Settings: Settings{ShimPath: shimPath}}
@@ -139,7 +140,7 @@ func TestShimBinaryDefaults(t *testing.T) {
 	if err := os.Chmod(shimPath, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := besideExecutable(exe); got != "" {
+	if got := sibling.Of(exe, ShimBinary); got != "" {
 		t.Errorf("a file that is not executable was taken as the shim: %q", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/sibling"
 	"github.com/taskmesh/taskmesh/services/executor/internal/isolation"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 )
@@ -262,8 +263,8 @@ func (c *Config) shimDefaults() error {
 		return nil
 	}
 	if c.ShimPath == "" {
-		c.ShimPath = besideExecutable(exe)
-	} else if err := isExecutable(c.ShimPath); err != nil {
+		c.ShimPath = sibling.Of(exe, ShimBinary)
+	} else if err := sibling.Runnable(c.ShimPath); err != nil {
 		return fmt.Errorf("shim binary: %w", err)
 	}
 	c.ShimCommand = self
@@ -275,37 +276,7 @@ func (c *Config) shimDefaults() error {
 
 // ShimBinary is the name of the shim binary the agent looks for beside its
 // own executable.
-const ShimBinary = "taskmesh-shim"
-
-// ShimBeside is the shim binary next to the executable exe, the one an
-// agent of that executable starts tasks through; "" when there is none.
-func ShimBeside(exe string) string { return besideExecutable(exe) }
-
-// besideExecutable is the shim binary next to exe, "" when there is none.
-func besideExecutable(exe string) string {
-	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = resolved
-	}
-	p := filepath.Join(filepath.Dir(exe), ShimBinary)
-	if isExecutable(p) != nil {
-		return ""
-	}
-	return p
-}
-
-// isExecutable says why p cannot be run as a program (nil if it can).
-func isExecutable(p string) error {
-	fi, err := os.Stat(p)
-	switch {
-	case err != nil:
-		return err
-	case fi.IsDir():
-		return fmt.Errorf("%s is a directory", p)
-	case fi.Mode()&0o111 == 0:
-		return fmt.Errorf("%s is not executable", p)
-	}
-	return nil
-}
+const ShimBinary = sibling.Shim
 
 // buildVersion is the binary's module version and revision, as the Go
 // toolchain recorded them.

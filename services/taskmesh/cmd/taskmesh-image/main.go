@@ -19,6 +19,7 @@ func main() {
 	)
 	flag.StringVar(&opts.Binary, "binary", "bin/linux/taskmesh", "the static taskmesh binary")
 	flag.StringVar(&opts.Shim, "shim", "", "the static taskmesh-shim binary (empty: none; agents then re-execute taskmesh per task)")
+	flag.StringVar(&opts.Stage, "stage", "", "the static taskmesh-stage binary (empty: none; stage tasks then run taskmesh)")
 	flag.StringVar(&opts.CACerts, "ca-certs", ociimage.CAPath, "CA bundle to include")
 	flag.StringVar(&opts.Version, "version", "dev", "the image's version label")
 	flag.StringVar(&tags, "tags", ociimage.Repository+":latest", "comma-separated image references")

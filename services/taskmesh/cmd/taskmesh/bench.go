@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/taskmesh/taskmesh/services/executor"
+	"github.com/taskmesh/taskmesh/platform/sibling"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/bench"
 )
 
@@ -70,7 +70,7 @@ func newBenchCommand(benchmarks []benchmark, alone ...benchmark) *cobra.Command 
 				return err
 			}
 			common.Out = cmd.OutOrStdout()
-			warnWithoutShim(cmd.ErrOrStderr())
+			warnWithoutSiblings(cmd.ErrOrStderr())
 			noteAutogroups(cmd.ErrOrStderr())
 			return b.run(cmd.Context(), common)
 		}}
@@ -94,7 +94,7 @@ func benchAllCommand(common *bench.Common, benchmarks []benchmark) *cobra.Comman
 			return err
 		}
 		common.Out = cmd.OutOrStdout()
-		warnWithoutShim(cmd.ErrOrStderr())
+		warnWithoutSiblings(cmd.ErrOrStderr())
 		noteAutogroups(cmd.ErrOrStderr())
 		for i, b := range benchmarks {
 			if i > 0 {
@@ -122,7 +122,7 @@ func benchCheckCommand(benchmarks []benchmark) *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "every program the benchmarks run is installed")
-			warnWithoutShim(cmd.ErrOrStderr())
+			warnWithoutSiblings(cmd.ErrOrStderr())
 			noteAutogroups(cmd.ErrOrStderr())
 			return nil
 		}}
@@ -311,17 +311,25 @@ func scaleBenchmark() benchmark {
 		}}
 }
 
-// warnWithoutShim says when the benchmarks' agents would start their
-// tasks by re-executing this binary, not through the small shim binary
-// beside it: every figure with a spawned process in it is then slower
-// than a deployment's (`make build` puts both in bin/).
-func warnWithoutShim(w io.Writer) {
-	if executor.ShimBinaryBeside() != "" {
+// warnWithoutSiblings says when the small binaries that run once per
+// task are not beside this one: the benchmarks' agents would then start
+// every task by re-executing this binary instead of taskmesh-shim, and
+// every pipeline stage's worker and program instead of taskmesh-stage,
+// and every figure with a spawned process in it is slower than a
+// deployment's (`make build` puts all three in bin/).
+func warnWithoutSiblings(w io.Writer) {
+	var missing []string
+	for _, name := range []string{sibling.Shim, sibling.Stage} {
+		if sibling.OfSelf(name) == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
 		return
 	}
 	exe, _ := os.Executable()
-	fmt.Fprintf(w, "note: no %s beside %s: agents start every task by re-executing this binary, which is several times slower than the shim; build both with make build and run bin/taskmesh\n",
-		executor.ShimBinary, exe)
+	fmt.Fprintf(w, "note: no %s beside %s: tasks and pipeline stages then re-execute this binary, which starts several times slower; build them with make build and run bin/taskmesh\n",
+		strings.Join(missing, " or "), exe)
 }
 
 // noteAutogroups says when the kernel schedules every session as a CPU

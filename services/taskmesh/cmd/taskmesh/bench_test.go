@@ -82,10 +82,10 @@ func TestEveryBenchmarkListsItsPrerequisites(t *testing.T) {
 	}
 }
 
-// A test binary, like a taskmesh built on its own, has no shim beside
-// it: the benchmarks say so before they run, since every spawned task
-// would then re-execute the whole binary.
-func TestBenchSaysWhenNoShimIsBesideTheBinary(t *testing.T) {
+// A test binary, like a taskmesh built on its own, has no shim or stage
+// worker beside it: the benchmarks say so before they run, since every
+// spawned task would then re-execute the whole binary.
+func TestBenchSaysWhenNoSiblingIsBesideTheBinary(t *testing.T) {
 	var got []string
 	cmd := newBenchCommand(recordingBenchmarks(&got, "one"))
 	var stderr strings.Builder
@@ -95,8 +95,8 @@ func TestBenchSaysWhenNoShimIsBesideTheBinary(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || !strings.Contains(stderr.String(), "no taskmesh-shim beside") || !strings.Contains(stderr.String(), "make build") {
-		t.Fatalf("ran %v; stderr %q, want the note about the missing shim", got, stderr.String())
+	if len(got) != 1 || !strings.Contains(stderr.String(), "no taskmesh-shim or taskmesh-stage beside") || !strings.Contains(stderr.String(), "make build") {
+		t.Fatalf("ran %v; stderr %q, want the note about the missing siblings", got, stderr.String())
 	}
 }
 

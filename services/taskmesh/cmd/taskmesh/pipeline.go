@@ -28,7 +28,7 @@ type pipelineFlags struct {
 
 func (p *pipelineFlags) add(f *pflag.FlagSet, enabledByDefault bool) {
 	f.BoolVar(&p.enabled, "pipeline", enabledByDefault, "serve the model-conversion pipeline API (/jobs); needs an object store")
-	f.StringVar(&p.worker, "pipeline-worker", "", "the taskmesh executable on the agents, run as `<it> pipeline-stage run …` for each stage (default: this executable)")
+	f.StringVar(&p.worker, "pipeline-worker", "", "the stage worker on the agents, taskmesh-stage or taskmesh, run as `<it> pipeline-stage run …` for each stage (default: taskmesh-stage beside this executable, else this executable)")
 	f.StringArrayVar(&p.programs, "pipeline-program", nil, `a stage's program: stage='["/opt/kneron/bin/bie_flow","--workdir","{workdir}"]' (repeatable; default: the built-in stand-in)`)
 	f.StringArrayVar(&p.limits, "pipeline-upload-limit", nil, "an upload kind's size limit in bytes: model=1073741824, quant=…, ref_image=… (repeatable)")
 	f.DurationVar(&p.sweep, "pipeline-sweep-interval", 5*time.Second, "how often jobs are reconciled with their stage tasks")

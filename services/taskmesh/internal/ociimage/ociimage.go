@@ -45,10 +45,14 @@ const (
 	// ShimPath is the executor's per-task shim, beside the binary where
 	// the agent looks for it (docs/decisions/0075-small-shim-binary.md).
 	ShimPath = "/usr/local/bin/taskmesh-shim"
-	CAPath   = "/etc/ssl/certs/ca-certificates.crt"
-	DataDir  = "/data"
-	UID      = 65532
-	UserName = "taskmesh"
+	// StagePath is the pipeline's stage worker, beside the binary where
+	// the scheduler looks for it
+	// (docs/decisions/0091-small-stage-worker-binary.md).
+	StagePath = "/usr/local/bin/taskmesh-stage"
+	CAPath    = "/etc/ssl/certs/ca-certificates.crt"
+	DataDir   = "/data"
+	UID       = 65532
+	UserName  = "taskmesh"
 )
 
 // Options say what goes into the image and where it is written.
@@ -58,6 +62,9 @@ type Options struct {
 	// Shim, if set, is the taskmesh-shim binary, built static; without it
 	// the image's agents start each task's shim from the taskmesh binary.
 	Shim string
+	// Stage, if set, is the taskmesh-stage binary, built static; without
+	// it the image's stage tasks run the taskmesh binary.
+	Stage string
 	// CACerts is the CA bundle (the build machine's
 	// /etc/ssl/certs/ca-certificates.crt by default).
 	CACerts string
@@ -138,12 +145,15 @@ func assemble(opts Options) (v1.Image, error) {
 		return nil, err
 	}
 	bins := []file{{path: BinaryPath, mode: 0o755, data: bin}}
-	if opts.Shim != "" {
-		shim, err := os.ReadFile(opts.Shim)
-		if err != nil {
-			return nil, fmt.Errorf("ociimage: shim: %w", err)
+	for _, sib := range []struct{ name, from, to string }{{"shim", opts.Shim, ShimPath}, {"stage", opts.Stage, StagePath}} {
+		if sib.from == "" {
+			continue
 		}
-		bins = append(bins, file{path: ShimPath, mode: 0o755, data: shim})
+		data, err := os.ReadFile(sib.from)
+		if err != nil {
+			return nil, fmt.Errorf("ociimage: %s: %w", sib.name, err)
+		}
+		bins = append(bins, file{path: sib.to, mode: 0o755, data: data})
 	}
 	binLayer, err := layer(at, bins)
 	if err != nil {

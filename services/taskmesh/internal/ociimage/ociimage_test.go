@@ -36,16 +36,19 @@ func TestImageReadsBackAndItsEntrypointRuns(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	shimBin := filepath.Join(dir, "taskmesh-shim")
-	build = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", shimBin,
-		"github.com/taskmesh/taskmesh/services/executor/cmd/taskmesh-shim")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build shim: %v\n%s", err, out)
+	siblings := map[string]string{}
+	for _, sib := range []string{"taskmesh-shim", "taskmesh-stage"} {
+		siblings[sib] = filepath.Join(dir, sib)
+		build = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", siblings[sib],
+			"github.com/taskmesh/taskmesh/services/executor/cmd/"+sib)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", sib, err, out)
+		}
 	}
 	tags := []string{ociimage.Repository + ":" + version, ociimage.Repository + ":latest"}
 	layoutDir, tarPath := filepath.Join(dir, "layout"), filepath.Join(dir, "taskmesh.tar")
-	built, err := ociimage.Build(ociimage.Options{Binary: bin, Shim: shimBin, Version: version, Tags: tags, Arch: runtime.GOARCH,
+	built, err := ociimage.Build(ociimage.Options{Binary: bin, Shim: siblings["taskmesh-shim"], Stage: siblings["taskmesh-stage"], Version: version, Tags: tags, Arch: runtime.GOARCH,
 		LayoutDir: layoutDir, Tarball: tarPath})
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +115,19 @@ func TestImageReadsBackAndItsEntrypointRuns(t *testing.T) {
 	requireStatic(t, extractedShim)
 	if out, err := exec.Command(extractedShim).CombinedOutput(); !strings.Contains(string(out), "usage: shim serve") {
 		t.Fatalf("shim without arguments = %q, %v; want its usage", out, err)
+	}
+	// So does the stage worker, where the scheduler looks for it.
+	stage := files[ociimage.StagePath[1:]]
+	if stage.mode&0o111 == 0 || len(stage.data) == 0 || filepath.Dir(ociimage.StagePath) != filepath.Dir(c.Entrypoint[0]) {
+		t.Fatalf("stage worker in the image: mode %o, %d bytes, at %s", stage.mode, len(stage.data), ociimage.StagePath)
+	}
+	extractedStage := filepath.Join(dir, "stage")
+	if err := os.WriteFile(extractedStage, stage.data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	requireStatic(t, extractedStage)
+	if out, err := exec.Command(extractedStage).CombinedOutput(); !strings.Contains(string(out), "usage: pipeline-stage") {
+		t.Fatalf("stage worker without arguments = %q, %v; want its usage", out, err)
 	}
 
 	for _, tg := range tags {
