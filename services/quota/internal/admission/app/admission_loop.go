@@ -33,18 +33,27 @@ type LoopStore interface {
 	LoadDefinitions(ctx context.Context, tx pgx.Tx) (Definitions, error)
 	// LoadWorkloads returns every recorded workload, finished ones included.
 	LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]WorkloadRecord, error)
-	// PendingFacts returns up to limit facts in arrival order.
-	PendingFacts(ctx context.Context, tx pgx.Tx, limit int) ([]Fact, error)
-	// SeeFacts records the task versions of facts handed to the loop
-	// directly (Loop.Queue) with the versions the task-topic projection
-	// records, and returns the facts newer than the version already
-	// recorded for their task, in their order; the others were seen
-	// before and must not be applied again. Its version write conflicts
-	// with the projection's (row locks), so a fact is seen once.
-	SeeFacts(ctx context.Context, tx pgx.Tx, facts []Fact) ([]Fact, error)
+	// StartCycle reads, in one round trip, what a cycle starts from: the
+	// topology's generation, holding the share lock DefinitionsGeneration
+	// holds; up to limit pending facts in arrival order; and of the facts
+	// handed to the loop directly (Loop.Queue, Loop.Finish) those newer
+	// than the version recorded for their task, in their order, recording
+	// their versions with the ones the task-topic projection records (the
+	// others were seen before and must not be applied again). Its version
+	// write conflicts with the projection's (row locks), so a fact is seen
+	// once.
+	StartCycle(ctx context.Context, tx pgx.Tx, limit int, direct []Fact) (CycleStart, error)
 	// SaveCycle appends events, upserts changed workloads, deletes removed
 	// ones and the facts up to lastFact.
 	SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*WorkloadRecord, removed []string, lastFact int64) error
+}
+
+// CycleStart is what a cycle starts from (LoopStore.StartCycle).
+type CycleStart struct {
+	Generation int64
+	// Facts wait in arrival order; Direct are the direct facts not seen
+	// before.
+	Facts, Direct []Fact
 }
 
 // LoopConfig tunes the admission loop.
@@ -180,7 +189,7 @@ func (l *Loop) Wake() {
 // without having admitted it (it waits in its queue as usual, and its
 // decision comes through the quota topic). The fact is the same the
 // projection makes of the task's event and is applied once, whichever
-// comes first (SeeFacts). Nothing here weakens admission: the loop alone
+// comes first (StartCycle). Nothing here weakens admission: the loop alone
 // decides, in its cycle, from its recorded state. ErrNotActive when no
 // session runs here; a cycle's error is returned and nothing of the fact
 // is recorded (the task topic still brings it).
@@ -490,27 +499,20 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		}
 	}
 	err = pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		gen, err := l.store.DefinitionsGeneration(ctx, tx)
+		start, err := l.store.StartCycle(ctx, tx, l.cfg.MaxFacts, offerFacts(offers))
 		if err != nil {
 			return err
 		}
 		now := l.now()
-		if gen != l.gen {
+		if start.Generation != l.gen {
 			defs, err := l.store.LoadDefinitions(ctx, tx)
 			if err != nil {
 				return err
 			}
 			l.reconfigure(defs)
-			l.gen = gen
+			l.gen = start.Generation
 		}
-		facts, err := l.store.PendingFacts(ctx, tx, l.cfg.MaxFacts)
-		if err != nil {
-			return err
-		}
-		direct, err := l.seeOffers(ctx, tx, offers)
-		if err != nil {
-			return err
-		}
+		facts, direct := start.Facts, start.Direct
 		out = &cycleOut{changed: map[string]*WorkloadRecord{}, decided: map[[2]string]int64{}}
 		for _, f := range facts {
 			l.applyFact(f, now, out)
@@ -569,17 +571,13 @@ func (l *Loop) quiet(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
 	return !facts && gen == l.gen && len(l.core.Schedule(l.now(), 1)) == 0, nil
 }
 
-// seeOffers returns the facts of offers the loop has not seen before
-// (LoopStore.SeeFacts), their versions recorded in tx.
-func (l *Loop) seeOffers(ctx context.Context, tx pgx.Tx, offers []*offer) ([]Fact, error) {
-	if len(offers) == 0 {
-		return nil, nil
-	}
+// offerFacts are the facts of offers.
+func offerFacts(offers []*offer) []Fact {
 	facts := make([]Fact, len(offers))
 	for i, o := range offers {
 		facts[i] = o.fact
 	}
-	return l.store.SeeFacts(ctx, tx, facts)
+	return facts
 }
 
 // reconfigure moves the core to new definitions. Pending workloads of

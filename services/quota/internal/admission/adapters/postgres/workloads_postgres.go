@@ -30,7 +30,7 @@ var (
 // DefinitionsGeneration implements app.LoopStore.
 func (Store) DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error) {
 	var gen int64
-	if err := tx.QueryRow(ctx, `SELECT generation FROM definitions_generation WHERE id = 1 FOR SHARE`).Scan(&gen); err != nil {
+	if err := tx.QueryRow(ctx, generationSQL).Scan(&gen); err != nil {
 		return 0, fmt.Errorf("read definitions generation: %w", err)
 	}
 	return gen, nil
@@ -104,11 +104,67 @@ func (s Store) Workload(ctx context.Context, taskID string) (r app.WorkloadRecor
 	return r, true, nil
 }
 
-// SeeFacts implements app.LoopStore. One statement records each task's
-// newest version where it is above the one recorded and returns those
-// tasks; an insert or update racing the task-topic projection's waits for
-// it on the row (or its unique key) and then sees its version.
-func (Store) SeeFacts(ctx context.Context, tx pgx.Tx, facts []app.Fact) ([]app.Fact, error) {
+// StartCycle implements app.LoopStore: the generation (FOR SHARE, as
+// DefinitionsGeneration), the pending facts and the direct facts' versions
+// in one batch, so a cycle spends one round trip before it decides
+// instead of three. Under load each round trip waits for the CPU twice
+// (the backend's turn, then the loop's), and the loop's cycles are what
+// every direct stay waits behind (docs/decisions/0055-direct-admission-of-new-tasks.md).
+func (Store) StartCycle(ctx context.Context, tx pgx.Tx, limit int, direct []app.Fact) (app.CycleStart, error) {
+	var cs app.CycleStart
+	b := &pgx.Batch{}
+	b.Queue(generationSQL).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&cs.Generation); err != nil {
+			return fmt.Errorf("read definitions generation: %w", err)
+		}
+		return nil
+	})
+	b.Queue(pendingFactsSQL, limit).Query(func(rows pgx.Rows) (err error) {
+		cs.Facts, err = scanFacts(rows)
+		return err
+	})
+	if len(direct) > 0 {
+		ids, vers := newestVersions(direct)
+		b.Queue(seeFactsSQL, ids, vers).Query(func(rows pgx.Rows) error {
+			moved, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return fmt.Errorf("see workload facts: %w", err)
+			}
+			// The tasks whose version moved: their facts are new (the
+			// direct path hands one fact per task).
+			for _, f := range direct {
+				if slices.Contains(moved, f.TaskID) {
+					cs.Direct = append(cs.Direct, f)
+				}
+			}
+			return nil
+		})
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return app.CycleStart{}, fmt.Errorf("start admission cycle: %w", err)
+	}
+	return cs, nil
+}
+
+const (
+	generationSQL   = `SELECT generation FROM definitions_generation WHERE id = 1 FOR SHARE`
+	pendingFactsSQL = `
+		SELECT seq, task_id, task_version, kind, tenant_id, cluster_queue, priority, created_at, requests, reason
+		FROM workload_facts ORDER BY seq LIMIT $1`
+	// seeFactsSQL records each task's newest version where it is above the
+	// one recorded and returns those tasks; an insert or update racing the
+	// task-topic projection's waits for it on the row (or its unique key)
+	// and then sees its version.
+	seeFactsSQL = `
+		INSERT INTO workload_task_versions AS w (task_id, version) SELECT * FROM unnest($1::text[], $2::bigint[])
+		ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version WHERE w.version < EXCLUDED.version
+		RETURNING task_id`
+)
+
+// newestVersions are the tasks of facts in id order, as the projection
+// writes them (two transactions writing the same tasks' versions lock
+// them in one order and never deadlock), with each one's newest version.
+func newestVersions(facts []app.Fact) ([]string, []int64) {
 	newest := map[string]int64{}
 	var ids []string
 	for _, f := range facts {
@@ -118,44 +174,16 @@ func (Store) SeeFacts(ctx context.Context, tx pgx.Tx, facts []app.Fact) ([]app.F
 		}
 		newest[f.TaskID] = max(v, f.TaskVersion)
 	}
-	// In id order, as the projection writes them: two transactions
-	// writing the same tasks' versions lock them in one order and never
-	// deadlock.
 	slices.Sort(ids)
 	vers := make([]int64, len(ids))
 	for i, id := range ids {
 		vers[i] = newest[id]
 	}
-	rows, err := tx.Query(ctx, `
-		INSERT INTO workload_task_versions AS w (task_id, version) SELECT * FROM unnest($1::text[], $2::bigint[])
-		ON CONFLICT (task_id) DO UPDATE SET version = EXCLUDED.version WHERE w.version < EXCLUDED.version
-		RETURNING task_id`, ids, vers)
-	if err != nil {
-		return nil, fmt.Errorf("see workload facts: %w", err)
-	}
-	// The tasks whose version moved: their facts are new (the direct path
-	// hands one fact per task).
-	moved, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("see workload facts: %w", err)
-	}
-	var out []app.Fact
-	for _, f := range facts {
-		if slices.Contains(moved, f.TaskID) {
-			out = append(out, f)
-		}
-	}
-	return out, nil
+	return ids, vers
 }
 
-// PendingFacts implements app.LoopStore.
-func (Store) PendingFacts(ctx context.Context, tx pgx.Tx, limit int) ([]app.Fact, error) {
-	rows, err := tx.Query(ctx, `
-		SELECT seq, task_id, task_version, kind, tenant_id, cluster_queue, priority, created_at, requests, reason
-		FROM workload_facts ORDER BY seq LIMIT $1`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read workload facts: %w", err)
-	}
+// scanFacts reads the rows of pendingFactsSQL.
+func scanFacts(rows pgx.Rows) ([]app.Fact, error) {
 	var out []app.Fact
 	for rows.Next() {
 		var f app.Fact

@@ -216,7 +216,7 @@ func store(ctx context.Context, tx pgx.Tx, factsTable, versionsTable string, fac
 	if len(taskIDs) == 0 {
 		return nil
 	}
-	// In id order: the admission loop writes versions too (SeeFacts, in
+	// In id order: the admission loop writes versions too (StartCycle, in
 	// id order), and one lock order keeps the two from deadlocking.
 	vids := slices.Sorted(maps.Keys(changed))
 	vvers := make([]int64, len(vids))
