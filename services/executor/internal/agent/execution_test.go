@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 )
@@ -217,5 +219,33 @@ func TestHeartbeatStopGraceThenKill(t *testing.T) {
 	}
 	if !found {
 		t.Error("heartbeats never listed the running attempt")
+	}
+}
+
+// A task whose process cannot start (its command does not exist) fails
+// with the reason and leaves no cgroup behind on any controller: the
+// agent made one for it before the shim found out.
+func TestTaskThatCannotStartLeavesNoCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making cgroups needs root")
+	}
+	h := newHarness(t, nil)
+	id := h.fake.Add(shell("no-such-command-xyz"))[0]
+	h.start()
+	if c := h.fake.WaitComplete(t, id, 30*time.Second); !strings.Contains(c.GetError(), "executable file not found") {
+		t.Fatalf("completion = %v, want the start error", c)
+	}
+	attempt := h.row(id).AttemptID
+	// The agent's own parents, found the way the agent finds them.
+	hier, err := cgroup.Detect(cgroup.Host{}, "taskmesh-"+safeName(h.cfg.AgentID))
+	if err != nil {
+		t.Fatalf("running as root but no usable cgroups: %v", err)
+	}
+	defer hier.Release()
+	for c, parent := range hier.Parents {
+		dir := filepath.Join(parent, safeName(attempt))
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the attempt's cgroup %s is still there (%v)", c, dir, err)
+		}
 	}
 }

@@ -181,6 +181,15 @@ func dedupeEnv(env []string) []string {
 	return out
 }
 
+// removeGroup removes the cgroup prepared for spec when no shim was
+// started to remove it at the task's end (a shim that reports a start
+// error removes it itself).
+func removeGroup(spec shim.Spec) {
+	if spec.Cgroup != nil {
+		_ = cgroup.Remove(spec.Cgroup.Dirs)
+	}
+}
+
 // spawnAndSupervise starts the shim and watches the attempt to its end.
 func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 	t := at.task
@@ -191,6 +200,7 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 	}
 	cp, err := a.prepareCheckpoint(ctx, t, runDir)
 	if err != nil {
+		removeGroup(spec)
 		a.finish(ctx, at, a.failedBeforeStart(err.Error()))
 		return
 	}
@@ -219,10 +229,7 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 	case err != nil && ctx.Err() != nil:
 		return // shutting down; recovery finds the shim through the journal
 	case err != nil:
-		if spec.Cgroup != nil {
-			// No shim to remove it once the task ends.
-			_ = cgroup.Remove(spec.Cgroup.Dirs)
-		}
+		removeGroup(spec)
 		a.finish(ctx, at, a.failedBeforeStart("shim: "+err.Error()))
 		return
 	}

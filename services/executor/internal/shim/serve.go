@@ -147,8 +147,15 @@ func reportReady(r ready) {
 	f.Close()
 }
 
-// failStart records a task that never ran.
+// failStart records a task that never ran. Its cgroup goes first, as at
+// a task's end (finish): the agent made it for this shim to remove, and
+// once status.json says how the attempt ended, nothing else will.
 func (s *server) failStart(err error) {
+	if g := s.spec.Cgroup; g != nil {
+		if rerr := cgroup.Remove(g.Dirs); rerr != nil {
+			fmt.Fprintf(os.Stderr, "shim: %v\n", rerr)
+		}
+	}
 	now := time.Now()
 	st := Status{
 		TaskID: s.spec.TaskID, AttemptID: s.spec.AttemptID,

@@ -521,3 +521,62 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A task that cannot start leaves no cgroup behind: the agent made the
+// group for the shim to remove, whether the task ran or not, on either
+// start path.
+func TestStartThatFailsRemovesTheCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making cgroups needs root")
+	}
+	h, err := cgroup.Detect(cgroup.Host{}, "taskmesh-shim-test")
+	if err != nil {
+		t.Fatalf("running as root but no usable cgroups: %v", err)
+	}
+	defer h.Release()
+	for _, c := range []struct {
+		name   string
+		traced bool
+	}{{"traced", true}, {"wrapper", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := h.Create("unstartable-"+c.name, cgroup.Limits{MemoryBytes: 256 << 20, Pids: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = cgroup.Remove(g.Dirs) }()
+			r, err := launch(t, []string{"no-such-command-xyz"}, func(s *Spec) {
+				s.Cgroup = g
+				if c.traced {
+					tracedOnly(s)
+				} else {
+					s.CPULimitSeconds = 3600 // a limit: the wrapper's path
+				}
+			})
+			var se *StartError
+			switch {
+			case errors.As(err, &se):
+			case err == nil:
+				// The wrapper started and its exec failed: the task ran
+				// and ended, and the shim's end removes the group.
+				if st := r.wait(t, 10*time.Second); st.ExitCode == 0 {
+					t.Fatalf("a command that does not exist exited 0: %+v", st)
+				}
+			default:
+				t.Fatalf("start: %v", err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for _, dir := range g.Dirs {
+				for {
+					_, err := os.Stat(dir)
+					if errors.Is(err, os.ErrNotExist) {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("the cgroup %s is still there after the failed start (%v)", dir, err)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		})
+	}
+}
