@@ -79,15 +79,19 @@ func TestServerErrorsMustBe503InsideAnOutage(t *testing.T) {
 		{kind: faultAgentCut, target: "agent-1", start: t0.Add(time.Minute), end: t0.Add(70 * time.Second)},
 	}
 	errs := []serverError{
-		{at: t0.Add(time.Second), status: 503, code: "30099"},                // inside
-		{at: t0.Add(5 * time.Second), status: 503, code: "grpc Unavailable"}, // in the slack
-		{at: t0.Add(time.Second), status: 500, code: "30099"},                // not a 503
-		{at: t0.Add(65 * time.Second), status: 503, code: "30099"},           // an agent's fault does not excuse it
-		{at: t0.Add(-time.Second), status: 503, code: "30099"},               // before any fault
+		{at: t0.Add(time.Second), path: "/api/v1/tasks", status: 503, code: "30099"},        // inside
+		{at: t0.Add(5 * time.Second), status: 503, code: "grpc Unavailable"},                // in the slack
+		{at: t0.Add(time.Second), path: "/jobs", status: 503, code: `"ServiceUnavailable"`}, // the pipeline's envelope
+		{at: t0.Add(time.Second), path: "/jobs/uploads", status: 503, code: `"ServiceUnavailable"`},
+		{at: t0.Add(time.Second), path: "/api/v1/tasks", status: 500, code: "30099"},                // not a 503
+		{at: t0.Add(time.Second), path: "/jobs", status: 503, code: "30099"},                        // not the route's envelope
+		{at: t0.Add(time.Second), path: "/api/v1/tasks", status: 503, code: `"ServiceUnavailable"`}, // nor here
+		{at: t0.Add(65 * time.Second), path: "/api/v1/tasks", status: 503, code: "30099"},           // an agent's fault does not excuse it
+		{at: t0.Add(-time.Second), path: "/api/v1/tasks", status: 503, code: "30099"},               // before any fault
 	}
 	inv := checkServerErrors(errs, windows, 10*time.Second)
-	if inv.Count != 3 {
-		t.Fatalf("offenders = %d %v, want 3", inv.Count, inv.First)
+	if inv.Count != 5 {
+		t.Fatalf("offenders = %d %v, want 5", inv.Count, inv.First)
 	}
 }
 

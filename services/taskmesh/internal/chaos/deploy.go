@@ -35,9 +35,24 @@ type deployment struct {
 	proxies    []*proxy
 	gatewayURL []string // REST base URLs
 	gatewayRPC []string // gRPC front doors
-	apiKey     string
-	adminKey   string
+	// gatewayHTTP and gatewayGRPC are the gateways' addresses, picked
+	// before the schedulers start: the object store's links name the
+	// first gateway, which serves /objects.
+	gatewayHTTP, gatewayGRPC []string
+	// objects is the filesystem object store the schedulers and the
+	// gateways share (pipeline inputs, stage outputs and logs).
+	objects  []string
+	apiKey   string
+	adminKey string
 }
+
+// pipelineStageRetries: a stage task whose agent is lost or cut off is
+// retried like any task, instead of failing its job.
+const pipelineStageRetries = 3
+
+// pipelinePools are the labels that let every agent run every stage of a
+// conversion job (docs/api/pipeline.md, "Pools and caps").
+const pipelinePools = "pool:onnx,pool:bie,pool:nef"
 
 // Kinds of process the fault driver may kill.
 const (
@@ -82,6 +97,9 @@ func (d *deployment) start(ctx context.Context) error {
 		return err
 	}
 	common := []string{"--database-url", d.dbURL, "--kafka-brokers", d.brokerAddr, "--internal-token-file", token}
+	if err := d.prepareObjects(); err != nil {
+		return err
+	}
 	quotas, err := d.startServices(ctx, kindQuota, []string{"127.0.0.6", "127.0.0.7"}, func(addr string, _ int) []string {
 		return append([]string{"quota", "--listen", addr}, common...)
 	})
@@ -89,7 +107,9 @@ func (d *deployment) start(ctx context.Context) error {
 		return err
 	}
 	scheds, err := d.startServices(ctx, kindScheduler, []string{"127.0.0.4", "127.0.0.5"}, func(addr string, i int) []string {
-		return append([]string{"scheduler", "--listen", addr, "--quota", quotas[i], "--agent-lost-after", agentLostAfter.String()}, common...)
+		args := []string{"scheduler", "--listen", addr, "--quota", quotas[i], "--agent-lost-after", agentLostAfter.String(),
+			"--objects", "fs", "--pipeline", "--pipeline-stage-retries", fmt.Sprint(pipelineStageRetries)}
+		return append(append(args, d.objects...), common...)
 	})
 	if err != nil {
 		return err
@@ -210,11 +230,12 @@ func (d *deployment) startServices(ctx context.Context, kind string, hosts []str
 	return addrs, nil
 }
 
-// startGateways starts two gateways, each in front of its own scheduler
-// and quota service, sharing the rate limits through Redis.
-func (d *deployment) startGateways(ctx context.Context, common, scheds, quotas []string, consumers string) error {
-	adminKey := filepath.Join(d.dir, "secrets", "admin-key")
-	for i, host := range []string{"127.0.0.2", "127.0.0.3"} {
+// prepareObjects picks the gateways' addresses and makes the filesystem
+// object store every scheduler and gateway shares: one directory, one
+// URL-signing secret, links to the first gateway (a stage worker retries
+// its transfers while that gateway restarts).
+func (d *deployment) prepareObjects() error {
+	for _, host := range []string{"127.0.0.2", "127.0.0.3"} {
 		httpAddr, err := freeport.Addr(host)
 		if err != nil {
 			return err
@@ -223,10 +244,31 @@ func (d *deployment) startGateways(ctx context.Context, common, scheds, quotas [
 		if err != nil {
 			return err
 		}
+		d.gatewayHTTP, d.gatewayGRPC = append(d.gatewayHTTP, httpAddr), append(d.gatewayGRPC, grpcAddr)
+	}
+	root := filepath.Join(d.dir, "objects")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	secret, err := d.secret("objects-secret", 32)
+	if err != nil {
+		return err
+	}
+	d.objects = []string{"--objects-fs-root", root, "--objects-fs-secret-file", secret,
+		"--objects-fs-base-url", "http://" + d.gatewayHTTP[0] + "/objects"}
+	return nil
+}
+
+// startGateways starts two gateways, each in front of its own scheduler
+// and quota service, sharing the rate limits through Redis.
+func (d *deployment) startGateways(ctx context.Context, common, scheds, quotas []string, consumers string) error {
+	adminKey := filepath.Join(d.dir, "secrets", "admin-key")
+	for i := range d.gatewayHTTP {
+		httpAddr, grpcAddr := d.gatewayHTTP[i], d.gatewayGRPC[i]
 		name := fmt.Sprintf("gateway-%d", i+1)
-		args := append([]string{"gateway", "--http", httpAddr, "--grpc", grpcAddr, "--scheduler", scheds[i], "--quota", quotas[i],
+		args := append(append([]string{"gateway", "--http", httpAddr, "--grpc", grpcAddr, "--scheduler", scheds[i], "--quota", quotas[i],
 			"--consumers", consumers, "--admin-key-file", adminKey, "--redis-url", d.cfg.redisURL,
-			"--standard-rpm", "0", "--standard-tpm", "0", "--no-console"}, common...)
+			"--standard-rpm", "0", "--standard-tpm", "0", "--no-console"}, d.objects...), common...)
 		url := "http://" + httpAddr
 		p := &proc{name: name, kind: kindGateway, path: d.cfg.Binary, args: args, log: logPath(d.dir, name), ready: httpReady(url + "/healthz")}
 		if err := p.start(ctx); err != nil {
@@ -348,7 +390,8 @@ func (d *deployment) startAgents(ctx context.Context) error {
 		p := &proc{name: id, kind: kindAgent, path: d.cfg.Binary, log: logPath(d.dir, id),
 			args: []string{"executor", "--agent-id", id, "--machine-id", "machine-" + id, "--server", px.addr(),
 				"--token-file", tokenFile, "--data-dir", filepath.Join(d.dir, id), "--slots", fmt.Sprint(agentSlots), "--claim-wait", "2s",
-				"--heartbeat-interval", heartbeatInterval.String(), "--local-api", "", "--no-cgroups"}}
+				"--heartbeat-interval", heartbeatInterval.String(), "--local-api", "", "--no-cgroups",
+				"--labels", pipelinePools}}
 		if err := p.start(ctx); err != nil {
 			return err
 		}

@@ -1,12 +1,14 @@
 package chaos
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand"
+	"mime/multipart"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -25,10 +27,11 @@ import (
 // key: retried with the same key until a front door accepts it.
 type request struct {
 	key   string // request_id
-	kind  string // e.g. "true", "sleep", "false", "timeout", "gpu", "gpu-queue", "quota", "grpc", "dag"
+	kind  string // e.g. "true", "sleep", "false", "timeout", "gpu", "gpu-queue", "quota", "grpc", "dag", "pipeline"
 	group bool   // a task group, not a task
 	quota bool   // a change of the chaos-gpu ClusterQueue's quota, no work
-	id    string // the task or group id once accepted ("quota" for a quota change)
+	job   bool   // a conversion job (POST /jobs), not a task
+	id    string // the task, group or job id once accepted ("quota" for a quota change)
 }
 
 // serverError is one 5xx answer (REST) or Unavailable/Internal status
@@ -36,6 +39,7 @@ type request struct {
 type serverError struct {
 	at     time.Time
 	via    string // the front door
+	path   string // the REST route's path ("" for gRPC)
 	status int    // HTTP status; for gRPC the HTTP status its code maps to
 	code   string // the envelope's business code or the gRPC code
 	body   string
@@ -56,6 +60,9 @@ type load struct {
 	rejected []string // requests refused with a 4xx: a defect of the load or of the edge
 	next     atomic.Int64
 	inflight sync.WaitGroup
+	// inputs are the upload keys (model, quant) every conversion job
+	// uses, uploaded by the first one that needs them (under mu).
+	inputs []string
 }
 
 func newLoad(d *deployment, rate int, seed int64) (*load, error) {
@@ -101,18 +108,21 @@ func (l *load) run(ctx, retryCtx context.Context) {
 var kinds = []struct {
 	name   string
 	weight int
-}{{"true", 39}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"gpu", 3}, {"gpu-queue", 2}, {"quota", 1}, {"grpc", 18}, {"dag", 2}}
+}{{"true", 37}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"gpu", 3}, {"gpu-queue", 2}, {"quota", 1}, {"grpc", 18}, {"dag", 2},
+	{"pipeline", 2}}
 
-// gpuRates bounds the arrival of GPU work, in requests a second, whatever
-// the load's rate. Each GPU task holds its GPU for its second of sleep plus
-// the hand-offs around it (admission, claim, start, completion, release),
-// and the queues are small on purpose: chaos-gpu's quota goes down to one
-// GPU, the standard tier's default queue has two. At 2% and 3% of a high
-// rate the work would arrive faster than those queues can ever serve it,
-// and the backlog left at the end of the drain would count as lost work
-// that no fault caused. Below the bounds (up to 15 and 16 requests a
-// second) the mix is exactly the table's.
-var gpuRates = map[string]float64{"gpu": 0.5, "gpu-queue": 0.3}
+// boundedRates bounds the arrival of work that small queues serve, in
+// requests a second, whatever the load's rate. Each GPU task holds its GPU
+// for its second of sleep plus the hand-offs around it (admission, claim,
+// start, completion, release), and the queues are small on purpose:
+// chaos-gpu's quota goes down to one GPU, the standard tier's default
+// queue has two. A conversion job passes through the BIE stage's queue,
+// whose cap is two. At 2% and 3% of a high rate the work would arrive
+// faster than those queues can ever serve it, and the backlog left at the
+// end of the drain would count as lost work that no fault caused. Below
+// the bounds (up to 15 and 16 requests a second for GPU work) the mix is
+// exactly the table's.
+var boundedRates = map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3}
 
 func (l *load) newRequest() *request {
 	n := l.next.Add(1)
@@ -121,8 +131,8 @@ func (l *load) newRequest() *request {
 	for _, k := range kinds {
 		if w < k.weight {
 			kind = k.name
-			if bound, ok := gpuRates[kind]; ok {
-				// Above its bound, a GPU request is kept with the
+			if bound, ok := boundedRates[kind]; ok {
+				// Above its bound, a bounded request is kept with the
 				// probability that brings its rate down to the bound and
 				// is a /bin/true task otherwise.
 				if rate := float64(l.rate) * float64(k.weight) / 100; rate > bound && l.mix.Float64() >= bound/rate {
@@ -133,7 +143,8 @@ func (l *load) newRequest() *request {
 		}
 		w -= k.weight
 	}
-	r := &request{key: fmt.Sprintf("chaos-%d-%s", n, kind), kind: kind, group: kind == "dag", quota: kind == "quota"}
+	r := &request{key: fmt.Sprintf("chaos-%d-%s", n, kind), kind: kind, group: kind == "dag", quota: kind == "quota",
+		job: kind == "pipeline"}
 	l.mu.Lock()
 	l.requests = append(l.requests, r)
 	l.mu.Unlock()
@@ -207,6 +218,14 @@ func (l *load) submitREST(ctx context.Context, gw int, r *request) (string, bool
 		// Between 1 and 3 GPUs; a PUT is idempotent by itself.
 		method, path, key = http.MethodPut, "/api/v1/cluster-queues/"+chaosQueue, l.d.adminKey
 		body = chaosQueueSpec(1 + int(l.next.Load()%3))
+	case r.job:
+		// POST /jobs takes no idempotency key: an answer lost on the way
+		// leaves a job nobody counts, which runs and ends like the others.
+		inputs, ok := l.pipelineInputs(ctx, gw)
+		if !ok {
+			return "", false
+		}
+		path, body = "/jobs", map[string]any{"model_key": inputs[0], "quant_key": inputs[1]}
 	}
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequestWithContext(ctx, method, l.d.gatewayURL[gw]+path, bytes.NewReader(b))
@@ -223,25 +242,101 @@ func (l *load) submitREST(ctx context.Context, gw int, r *request) (string, bool
 		return "quota", true
 	case resp.StatusCode/100 == 2:
 		var out struct {
-			ID string `json:"id"`
+			ID    string `json:"id"`
+			JobID string `json:"job_id"`
 		}
-		if err := json.Unmarshal(raw, &out); err != nil || out.ID == "" {
+		if err := json.Unmarshal(raw, &out); err != nil || out.ID+out.JobID == "" {
 			l.reject(r, fmt.Sprintf("%d without an id: %s", resp.StatusCode, raw))
 			return "", true
 		}
-		return out.ID, true
+		return out.ID + out.JobID, true
 	case resp.StatusCode >= 500:
 		var env struct {
 			Code json.RawMessage `json:"code"`
 		}
 		_ = json.Unmarshal(raw, &env)
-		l.serverError(serverError{at: time.Now(), via: l.d.gatewayURL[gw], status: resp.StatusCode, code: string(env.Code), body: string(raw)})
+		l.serverError(serverError{at: time.Now(), via: l.d.gatewayURL[gw], path: path, status: resp.StatusCode, code: string(env.Code), body: string(raw)})
 		return "", false
 	case resp.StatusCode == http.StatusTooManyRequests:
 		return "", false
 	}
 	l.reject(r, fmt.Sprintf("%d: %s", resp.StatusCode, raw))
 	return "", true
+}
+
+// pipelineInputs returns the upload keys of the conversion jobs' model and
+// quantisation files, uploading both through gateway gw the first time;
+// false while an upload fails (the job's request is retried).
+func (l *load) pipelineInputs(ctx context.Context, gw int) ([]string, bool) {
+	l.mu.Lock()
+	inputs := l.inputs
+	l.mu.Unlock()
+	if inputs != nil {
+		return inputs, true
+	}
+	model, ok := l.upload(ctx, gw, "model", onnxModel())
+	if !ok {
+		return nil, false
+	}
+	quant, ok := l.upload(ctx, gw, "quant", quantArchive())
+	if !ok {
+		return nil, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.inputs == nil {
+		l.inputs = []string{model, quant}
+	}
+	return l.inputs, true
+}
+
+// upload posts one input file to POST /jobs/uploads; a 5xx is recorded
+// like any other.
+func (l *load) upload(ctx context.Context, gw int, kind string, data []byte) (string, bool) {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	_ = mw.WriteField("kind", kind)
+	fw, _ := mw.CreateFormFile("file", kind)
+	_, _ = fw.Write(data)
+	_ = mw.Close()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.d.gatewayURL[gw]+"/jobs/uploads", &body)
+	req.Header.Set("Authorization", "Bearer "+l.d.apiKey)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := l.http.Do(req)
+	if err != nil {
+		return "", false
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	var out struct {
+		Key string `json:"key"`
+	}
+	if resp.StatusCode >= 500 {
+		var env struct {
+			Code json.RawMessage `json:"code"`
+		}
+		_ = json.Unmarshal(raw, &env)
+		l.serverError(serverError{at: time.Now(), via: l.d.gatewayURL[gw], path: "/jobs/uploads", status: resp.StatusCode,
+			code: string(env.Code), body: string(raw)})
+	}
+	if resp.StatusCode/100 != 2 || json.Unmarshal(raw, &out) != nil || out.Key == "" {
+		return "", false
+	}
+	return out.Key, true
+}
+
+// onnxModel is the smallest ModelProto the ONNX stage accepts: ir_version
+// 8 and an empty graph.
+func onnxModel() []byte { return []byte("\x08\x08\x3a\x00") }
+
+// quantArchive is a zip of one calibration file.
+func quantArchive() []byte {
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	w, _ := zw.Create("calibration.txt")
+	_, _ = w.Write([]byte("chaos\n"))
+	_ = zw.Close()
+	return b.Bytes()
 }
 
 // dagGroup is a diamond: a, then b and c, then d.

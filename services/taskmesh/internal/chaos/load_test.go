@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// The GPU kinds arrive at most at their bounds whatever the rate, and
-// below the bounds the mix is the table's, draw for draw.
-func TestGPUWorkIsBoundedByWhatItsQueuesServe(t *testing.T) {
+// The GPU kinds and conversion jobs arrive at most at their bounds
+// whatever the rate, and below the bounds the mix is the table's, draw for
+// draw.
+func TestBoundedWorkArrivesNoFasterThanItsQueuesServe(t *testing.T) {
 	const draws = 200_000
 	mixOf := func(rate int) map[string]int {
 		l := &load{rate: rate, mix: rand.New(rand.NewSource(1))}
@@ -19,15 +20,15 @@ func TestGPUWorkIsBoundedByWhatItsQueuesServe(t *testing.T) {
 		return got
 	}
 	for _, tc := range []struct {
-		rate                  int
-		wantGPU, wantGPUQueue float64 // requests a second
+		rate                                int
+		wantGPU, wantGPUQueue, wantPipeline float64 // requests a second
 	}{
-		{rate: 10, wantGPU: 0.3, wantGPUQueue: 0.2},
-		{rate: 50, wantGPU: 0.5, wantGPUQueue: 0.3},
-		{rate: 200, wantGPU: 0.5, wantGPUQueue: 0.3},
+		{rate: 10, wantGPU: 0.3, wantGPUQueue: 0.2, wantPipeline: 0.2},
+		{rate: 50, wantGPU: 0.5, wantGPUQueue: 0.3, wantPipeline: 0.3},
+		{rate: 200, wantGPU: 0.5, wantGPUQueue: 0.3, wantPipeline: 0.3},
 	} {
 		got := mixOf(tc.rate)
-		for kind, want := range map[string]float64{"gpu": tc.wantGPU, "gpu-queue": tc.wantGPUQueue} {
+		for kind, want := range map[string]float64{"gpu": tc.wantGPU, "gpu-queue": tc.wantGPUQueue, "pipeline": tc.wantPipeline} {
 			rate := float64(got[kind]) / draws * float64(tc.rate)
 			if math.Abs(rate-want) > want*0.1 { // a binomial count of about 2,000: σ ≈ 2.5%
 				t.Errorf("rate %d: %s arrives at %.3f/s, want %.3f/s", tc.rate, kind, rate, want)
