@@ -180,6 +180,10 @@ func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep
 	if err != nil {
 		return err
 	}
+	videos, err := checkVideosFailed(ctx, db, reqs)
+	if err != nil {
+		return err
+	}
 	doubles, err := checkDoubleRuns(ctx, db)
 	if err != nil {
 		return err
@@ -201,7 +205,7 @@ func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep
 	if replay.Count > 0 {
 		fmt.Fprint(cfg.Out, out)
 	}
-	rep.Invariants = []Invariant{checkHealed(rep.Windows), lost, jobs, checkUnanswered(reqs, rejected), doubles, admitted, replay,
+	rep.Invariants = []Invariant{checkHealed(rep.Windows), lost, jobs, videos, checkUnanswered(reqs, rejected), doubles, admitted, replay,
 		checkServerErrors(errs, rep.Windows, outageSlack), stream}
 	rep.print(cfg.Out)
 	return nil

@@ -188,6 +188,40 @@ func checkJobsFailed(ctx context.Context, db *pgxpool.Pool, reqs []request) (Inv
 	return inv, rows.Err()
 }
 
+// checkVideosFailed: every video generation that ended completed: its
+// task is retried when its agent is lost, and its upload goes to an object
+// store every scheduler shares, so no fault here should fail one.
+func checkVideosFailed(ctx context.Context, db *pgxpool.Pool, reqs []request) (Invariant, error) {
+	inv := Invariant{Name: "video generations failed"}
+	var ids []string
+	for _, r := range reqs {
+		if r.video && r.id != "" {
+			ids = append(ids, r.id)
+		}
+	}
+	rows, err := db.Query(ctx, `SELECT id, status, coalesce(doc->>'error', '') FROM scheduler.tasks WHERE id = ANY($1) ORDER BY id`, ids)
+	if err != nil {
+		return inv, err
+	}
+	completed := 0
+	for rows.Next() {
+		var id, st, why string
+		if err := rows.Scan(&id, &st, &why); err != nil {
+			rows.Close()
+			return inv, err
+		}
+		switch st {
+		case "completed":
+			completed++
+		case "failed", "cancelled":
+			inv.offend(id + " " + st + ": " + truncate(why, 160))
+		}
+	}
+	rows.Close()
+	inv.Checked = fmt.Sprintf("%d accepted generations, %d completed", len(ids), completed)
+	return inv, rows.Err()
+}
+
 // checkUnanswered: every request was eventually accepted (each is
 // retried with its key until the drain ends).
 func checkUnanswered(reqs []request, rejected []string) Invariant {
@@ -328,14 +362,14 @@ func checkDoubleRuns(ctx context.Context, db *pgxpool.Pool) (Invariant, error) {
 // 30099, or gRPC Unavailable) answered inside an outage window of a fault
 // that touches the front doors, or within slack after it ended.
 // unavailableCode is the code a 503 carries in the envelope of the route
-// at path (docs/api): the pipeline's /jobs routes name it, the other REST
-// routes number it, and gRPC answers Unavailable (recorded with an empty
-// path).
+// at path (docs/api): the pipeline's /jobs routes and the video routes
+// name it, the other REST routes number it, and gRPC answers Unavailable
+// (recorded with an empty path).
 func unavailableCode(path string) string {
 	switch {
 	case path == "":
 		return "grpc Unavailable"
-	case path == "/jobs" || strings.HasPrefix(path, "/jobs/"):
+	case path == "/jobs" || strings.HasPrefix(path, "/jobs/"), strings.HasPrefix(path, "/v1/video/"):
 		return `"ServiceUnavailable"`
 	}
 	return "30099"

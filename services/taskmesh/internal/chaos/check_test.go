@@ -83,11 +83,12 @@ func TestServerErrorsMustBe503InsideAnOutage(t *testing.T) {
 		{at: t0.Add(5 * time.Second), status: 503, code: "grpc Unavailable"},                // in the slack
 		{at: t0.Add(time.Second), path: "/jobs", status: 503, code: `"ServiceUnavailable"`}, // the pipeline's envelope
 		{at: t0.Add(time.Second), path: "/jobs/uploads", status: 503, code: `"ServiceUnavailable"`},
-		{at: t0.Add(time.Second), path: "/api/v1/tasks", status: 500, code: "30099"},                // not a 503
-		{at: t0.Add(time.Second), path: "/jobs", status: 503, code: "30099"},                        // not the route's envelope
-		{at: t0.Add(time.Second), path: "/api/v1/tasks", status: 503, code: `"ServiceUnavailable"`}, // nor here
-		{at: t0.Add(65 * time.Second), path: "/api/v1/tasks", status: 503, code: "30099"},           // an agent's fault does not excuse it
-		{at: t0.Add(-time.Second), path: "/api/v1/tasks", status: 503, code: "30099"},               // before any fault
+		{at: t0.Add(time.Second), path: "/v1/video/generations", status: 503, code: `"ServiceUnavailable"`}, // the video API's
+		{at: t0.Add(time.Second), path: "/api/v1/tasks", status: 500, code: "30099"},                        // not a 503
+		{at: t0.Add(time.Second), path: "/jobs", status: 503, code: "30099"},                                // not the route's envelope
+		{at: t0.Add(time.Second), path: "/api/v1/tasks", status: 503, code: `"ServiceUnavailable"`},         // nor here
+		{at: t0.Add(65 * time.Second), path: "/api/v1/tasks", status: 503, code: "30099"},                   // an agent's fault does not excuse it
+		{at: t0.Add(-time.Second), path: "/api/v1/tasks", status: 503, code: "30099"},                       // before any fault
 	}
 	inv := checkServerErrors(errs, windows, 10*time.Second)
 	if inv.Count != 5 {

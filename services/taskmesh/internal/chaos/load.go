@@ -31,6 +31,7 @@ type request struct {
 	group bool   // a task group, not a task
 	quota bool   // a change of the chaos-gpu ClusterQueue's quota, no work
 	job   bool   // a conversion job (POST /jobs), not a task
+	video bool   // a video generation (POST /v1/video/generations): a task
 	id    string // the task, group or job id once accepted ("quota" for a quota change)
 }
 
@@ -108,8 +109,8 @@ func (l *load) run(ctx, retryCtx context.Context) {
 var kinds = []struct {
 	name   string
 	weight int
-}{{"true", 37}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"gpu", 3}, {"gpu-queue", 2}, {"quota", 1}, {"grpc", 18}, {"dag", 2},
-	{"pipeline", 2}}
+}{{"true", 36}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"gpu", 3}, {"gpu-queue", 2}, {"quota", 1}, {"grpc", 18}, {"dag", 2},
+	{"pipeline", 2}, {"video", 1}}
 
 // boundedRates bounds the arrival of work that small queues serve, in
 // requests a second, whatever the load's rate. Each GPU task holds its GPU
@@ -117,12 +118,13 @@ var kinds = []struct {
 // start, completion, release), and the queues are small on purpose:
 // chaos-gpu's quota goes down to one GPU, the standard tier's default
 // queue has two. A conversion job passes through the BIE stage's queue,
-// whose cap is two. At 2% and 3% of a high rate the work would arrive
+// whose cap is two; a video generation renders an MP4 with ffmpeg, seconds
+// of CPU on a small machine. At 2% and 3% of a high rate the work would arrive
 // faster than those queues can ever serve it, and the backlog left at the
 // end of the drain would count as lost work that no fault caused. Below
 // the bounds (up to 15 and 16 requests a second for GPU work) the mix is
 // exactly the table's.
-var boundedRates = map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3}
+var boundedRates = map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3, "video": 0.1}
 
 func (l *load) newRequest() *request {
 	n := l.next.Add(1)
@@ -144,7 +146,7 @@ func (l *load) newRequest() *request {
 		w -= k.weight
 	}
 	r := &request{key: fmt.Sprintf("chaos-%d-%s", n, kind), kind: kind, group: kind == "dag", quota: kind == "quota",
-		job: kind == "pipeline"}
+		job: kind == "pipeline", video: kind == "video"}
 	l.mu.Lock()
 	l.requests = append(l.requests, r)
 	l.mu.Unlock()
@@ -226,6 +228,12 @@ func (l *load) submitREST(ctx context.Context, gw int, r *request) (string, bool
 			return "", false
 		}
 		path, body = "/jobs", map[string]any{"model_key": inputs[0], "quant_key": inputs[1]}
+	case r.video:
+		// Takes no idempotency key either; a text_to_video at the smallest
+		// size, rendered by an agent's ffmpeg and uploaded as its result.
+		path = "/v1/video/generations"
+		body = map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "chaos " + r.key},
+			"parameters": map[string]any{"resolution": "480P", "prompt_extend": false}}
 	}
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequestWithContext(ctx, method, l.d.gatewayURL[gw]+path, bytes.NewReader(b))
@@ -242,14 +250,21 @@ func (l *load) submitREST(ctx context.Context, gw int, r *request) (string, bool
 		return "quota", true
 	case resp.StatusCode/100 == 2:
 		var out struct {
-			ID    string `json:"id"`
-			JobID string `json:"job_id"`
+			ID     string `json:"id"`
+			JobID  string `json:"job_id"`
+			Output struct {
+				TaskID string `json:"task_id"`
+			} `json:"output"`
 		}
-		if err := json.Unmarshal(raw, &out); err != nil || out.ID+out.JobID == "" {
+		id := ""
+		if err := json.Unmarshal(raw, &out); err == nil {
+			id = out.ID + out.JobID + out.Output.TaskID
+		}
+		if id == "" {
 			l.reject(r, fmt.Sprintf("%d without an id: %s", resp.StatusCode, raw))
 			return "", true
 		}
-		return out.ID + out.JobID, true
+		return id, true
 	case resp.StatusCode >= 500:
 		var env struct {
 			Code json.RawMessage `json:"code"`

@@ -20,18 +20,20 @@ func TestBoundedWorkArrivesNoFasterThanItsQueuesServe(t *testing.T) {
 		return got
 	}
 	for _, tc := range []struct {
-		rate                                int
-		wantGPU, wantGPUQueue, wantPipeline float64 // requests a second
+		rate int
+		want map[string]float64 // requests a second
 	}{
-		{rate: 10, wantGPU: 0.3, wantGPUQueue: 0.2, wantPipeline: 0.2},
-		{rate: 50, wantGPU: 0.5, wantGPUQueue: 0.3, wantPipeline: 0.3},
-		{rate: 200, wantGPU: 0.5, wantGPUQueue: 0.3, wantPipeline: 0.3},
+		{rate: 10, want: map[string]float64{"gpu": 0.3, "gpu-queue": 0.2, "pipeline": 0.2, "video": 0.1}},
+		{rate: 50, want: map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3, "video": 0.1}},
+		{rate: 200, want: map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3, "video": 0.1}},
 	} {
 		got := mixOf(tc.rate)
-		for kind, want := range map[string]float64{"gpu": tc.wantGPU, "gpu-queue": tc.wantGPUQueue, "pipeline": tc.wantPipeline} {
-			rate := float64(got[kind]) / draws * float64(tc.rate)
-			if math.Abs(rate-want) > want*0.1 { // a binomial count of about 2,000: σ ≈ 2.5%
-				t.Errorf("rate %d: %s arrives at %.3f/s, want %.3f/s", tc.rate, kind, rate, want)
+		for kind, want := range tc.want {
+			// A binomial count: within three standard deviations of
+			// what the rate gives.
+			expected := want / float64(tc.rate) * draws
+			if math.Abs(float64(got[kind])-expected) > 3*math.Sqrt(expected) {
+				t.Errorf("rate %d: %s arrives at %.3f/s, want %.3f/s", tc.rate, kind, float64(got[kind])/draws*float64(tc.rate), want)
 			}
 		}
 		total := 0
