@@ -17,6 +17,7 @@ import (
 	"io"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -90,6 +91,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.RedisServer == "" {
 		cfg.RedisServer = "redis-server"
+	}
+	// The agents render the load's video generations with ffmpeg; without
+	// it they never claim them, and every one would count as lost.
+	if _, err := exec.LookPath("ffmpeg"); err != nil {
+		return nil, fmt.Errorf("chaos: ffmpeg not found (%v): the load's video generations need it; install it with apt-get install -y ffmpeg", err)
 	}
 	rep := &Report{Seed: cfg.Seed}
 	fmt.Fprintf(cfg.Out, "chaos: seed %d (replay with --seed %d), %s at %d/s\n", cfg.Seed, cfg.Seed, cfg.Duration, cfg.Rate)

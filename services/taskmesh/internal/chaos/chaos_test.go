@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -44,5 +45,15 @@ func TestChaosShort(t *testing.T) {
 	}
 	if rep.Failed() {
 		t.Fatalf("an invariant does not hold with seed %d (logs in %s)", rep.Seed, rep.Dir)
+	}
+}
+
+// Without ffmpeg the run stops before it starts anything and names the
+// package to install: the agents could not render the load's videos.
+func TestRunWithoutFFmpegSaysWhatToInstall(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	rep, err := Run(context.Background(), Config{Binary: "taskmesh", Rate: 1, Duration: time.Second, Drain: time.Second, Seed: 1})
+	if err == nil || !strings.Contains(err.Error(), "apt-get install -y ffmpeg") || rep != nil {
+		t.Fatalf("Run without ffmpeg: report %v, err %v; want the install command and no run", rep, err)
 	}
 }
