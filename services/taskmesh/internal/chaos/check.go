@@ -188,11 +188,13 @@ func checkJobsFailed(ctx context.Context, db *pgxpool.Pool, reqs []request) (Inv
 	return inv, rows.Err()
 }
 
-// checkVideosFailed: every video generation that ended completed: its
-// task is retried when its agent is lost, and its upload goes to an object
-// store every scheduler shares, so no fault here should fail one.
+// checkVideosFailed: every video generation that ended completed, but for
+// one whose agent was lost under it. A generation is not retried
+// (docs/api/video.md, "Routing"), so a lease that expired with its agent
+// (killed, stopped or cut off here) fails it by design; any other failure
+// — a render, an upload, a result the object store lost — is an offence.
 func checkVideosFailed(ctx context.Context, db *pgxpool.Pool, reqs []request) (Invariant, error) {
-	inv := Invariant{Name: "video generations failed"}
+	inv := Invariant{Name: "video generations failed, not by a lost agent"}
 	var ids []string
 	for _, r := range reqs {
 		if r.video && r.id != "" {
@@ -203,23 +205,46 @@ func checkVideosFailed(ctx context.Context, db *pgxpool.Pool, reqs []request) (I
 	if err != nil {
 		return inv, err
 	}
-	completed := 0
+	completed, agentLost := 0, 0
 	for rows.Next() {
 		var id, st, why string
 		if err := rows.Scan(&id, &st, &why); err != nil {
 			rows.Close()
 			return inv, err
 		}
-		switch st {
-		case "completed":
+		switch videoOutcome(st, why) {
+		case videoCompleted:
 			completed++
-		case "failed", "cancelled":
+		case videoAgentLost:
+			agentLost++
+		case videoFailed:
 			inv.offend(id + " " + st + ": " + truncate(why, 160))
 		}
 	}
 	rows.Close()
-	inv.Checked = fmt.Sprintf("%d accepted generations, %d completed", len(ids), completed)
+	inv.Checked = fmt.Sprintf("%d accepted generations, %d completed, %d failed with their agent", len(ids), completed, agentLost)
 	return inv, rows.Err()
+}
+
+// How a video generation's task ended, for checkVideosFailed.
+const (
+	videoOpen = iota
+	videoCompleted
+	videoAgentLost // failed by a lease that expired with its agent
+	videoFailed
+)
+
+// videoOutcome classifies a video task by its status and error.
+func videoOutcome(status, why string) int {
+	switch {
+	case status == "completed":
+		return videoCompleted
+	case status == "failed" && strings.HasPrefix(why, "lease expired"):
+		return videoAgentLost
+	case status == "failed" || status == "cancelled":
+		return videoFailed
+	}
+	return videoOpen
 }
 
 // checkUnanswered: every request was eventually accepted (each is

@@ -96,6 +96,26 @@ func TestServerErrorsMustBe503InsideAnOutage(t *testing.T) {
 	}
 }
 
+// A video lost with its agent fails by design (it is not retried); any
+// other end but completion is an offence.
+func TestVideoOutcome(t *testing.T) {
+	for _, c := range []struct {
+		status, why string
+		want        int
+	}{
+		{"completed", "", videoCompleted},
+		{"failed", "lease expired: agent_lost", videoAgentLost},
+		{"failed", "result upload failed: 503", videoFailed},
+		{"failed", "", videoFailed},
+		{"cancelled", "cancelled", videoFailed},
+		{"running", "", videoOpen},
+	} {
+		if got := videoOutcome(c.status, c.why); got != c.want {
+			t.Errorf("videoOutcome(%q, %q) = %d, want %d", c.status, c.why, got, c.want)
+		}
+	}
+}
+
 func TestReplayDiffsNamesWhatDiffers(t *testing.T) {
 	out := `tasks (inline projection): 10 tasks from 40 events, 2 differ
 quota (inline projection): 3 aggregates from 9 events, 0 differ
