@@ -194,7 +194,7 @@ func checkJobsFailed(ctx context.Context, db *pgxpool.Pool, reqs []request) (Inv
 // (killed, stopped or cut off here) fails it by design; any other failure
 // — a render, an upload, a result the object store lost — is an offence.
 func checkVideosFailed(ctx context.Context, db *pgxpool.Pool, reqs []request) (Invariant, error) {
-	inv := Invariant{Name: "video generations failed, not by a lost agent"}
+	inv := Invariant{Name: "videos failed, not by a lost agent"}
 	var ids []string
 	for _, r := range reqs {
 		if r.video && r.id != "" {
