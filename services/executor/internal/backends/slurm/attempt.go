@@ -30,8 +30,8 @@ type run struct {
 	leaseExpires time.Time
 	// stop receives the server's stop reason (cancelled, preempted, ...).
 	stop chan string
-	// signal receives the job id of a placeholder's start signal.
-	signal chan int64
+	// signal receives a placeholder's start signal.
+	signal chan startReport
 
 	// What the attempt has done so far.
 	started      bool
@@ -41,9 +41,11 @@ type run struct {
 	reportedAt   time.Time
 	// steppedAt is when the job's state was last acted on.
 	steppedAt time.Time
-	// signalledJob is the job as slurmctld answered after the start
-	// signal: running, and newer than any listing sent before it.
-	signalledJob Job
+	// signalledJob is the job as the start signal said or slurmctld
+	// answered after it: running, and newer than any listing sent before
+	// it. unconfirmed is the job as a signal acted on said, until
+	// slurmctld has answered about it (confirmStart).
+	signalledJob, unconfirmed Job
 	// limitLowered: the job's time limit was cut to the task's timeout.
 	limitLowered bool
 	progress     *progressTail
@@ -55,7 +57,7 @@ type run struct {
 }
 
 func newRun(taskID, attemptID string, task *taskv1.Task) *run {
-	return &run{taskID: taskID, attemptID: attemptID, task: task, stop: make(chan string, 1), signal: make(chan int64, 1), lastProgress: -1}
+	return &run{taskID: taskID, attemptID: attemptID, task: task, stop: make(chan string, 1), signal: make(chan startReport, 1), lastProgress: -1}
 }
 
 func (b *Backend) runLog(r *run) *slog.Logger {
@@ -173,8 +175,8 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 			}
 		}
 		if r.started && listed && j.State == StatePending && r.signalledJob.ID == r.jobID {
-			// A listing older than the start signal: the job read that
-			// confirmed the start is the newer word.
+			// A listing older than the start signal: the signal, or the
+			// job read that confirmed the start, is the newer word.
 			j = r.signalledJob
 		}
 		// A running attempt is looked at (its node's agent asked, its
@@ -182,6 +184,18 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 		// the listings come faster while other jobs wait to start. Its
 		// job's end is acted on at once.
 		due := !r.started || j.Final() || time.Since(r.steppedAt) >= b.cfg.PollInterval
+		if r.unconfirmed.ID != 0 && due {
+			// The read that went with the signal had no answer: ask again.
+			began := time.Now()
+			jj, err := b.slurm.Job(ctx, r.jobID)
+			r.steppedAt = time.Now()
+			if b.confirmStart(ctx, r, r.unconfirmed, jobRead{job: jj, err: err, took: time.Since(began)}) {
+				return
+			}
+			if r.unconfirmed.ID == 0 && err == nil {
+				j, listed, known = jj, true, true
+			}
+		}
 		if known && listed && due {
 			r.steppedAt = time.Now()
 			if b.step(ctx, r, j) {
@@ -206,8 +220,8 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 			b.runLog(r).Info("server stops the attempt", "reason", reason)
 			b.abandon(r)
 			return
-		case jobID := <-r.signal:
-			if b.signalled(ctx, r, jobID) {
+		case s := <-r.signal:
+			if b.signalled(ctx, r, s) {
 				return
 			}
 		case <-renew.C:
@@ -221,16 +235,32 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 	}
 }
 
-// signalled: the placeholder says it runs (signal.go). Only slurmctld is
-// believed: this one job is read from it, and acted on as a listing would
-// be. It reports whether the attempt is over.
-func (b *Backend) signalled(ctx context.Context, r *run, jobID int64) bool {
-	if r.started || jobID != r.jobID {
+// signalled: the placeholder says it runs (signal.go). When the signal
+// says enough for the hand-off (taskGPUs), the task goes to the node it
+// names at once, and slurmctld's word on the job, read meanwhile, confirms
+// it (confirmStart); otherwise the job is read first and acted on as a
+// listing would be. It reports whether the attempt is over.
+func (b *Backend) signalled(ctx context.Context, r *run, s startReport) bool {
+	if r.started || s.jobID != r.jobID {
 		return false
+	}
+	if said, ok := s.job(taskGPUs(r.task)); ok && r.task != nil {
+		read := make(chan jobRead, 1)
+		go func() {
+			began := time.Now()
+			j, err := b.slurm.Job(ctx, r.jobID)
+			read <- jobRead{job: j, err: err, took: time.Since(began)}
+		}()
+		b.runLog(r).Info("start signal", "node", s.node, "acted_on", "signal")
+		r.signalledJob, r.steppedAt = said, time.Now()
+		if b.step(ctx, r, said) {
+			return true
+		}
+		return b.confirmStart(ctx, r, said, <-read)
 	}
 	began := time.Now()
 	j, err := b.slurm.Job(ctx, r.jobID)
-	b.runLog(r).Info("start signal", "job_read_ms", time.Since(began).Milliseconds())
+	b.runLog(r).Info("start signal", "job_read_ms", time.Since(began).Milliseconds(), "acted_on", "job read")
 	if err != nil {
 		b.runLog(r).Warn("read the job that signalled its start; the listing will show it", "err", err)
 		return false
@@ -242,6 +272,59 @@ func (b *Backend) signalled(ctx context.Context, r *run, jobID int64) bool {
 	r.signalledJob = j
 	r.steppedAt = time.Now()
 	return b.step(ctx, r, j)
+}
+
+// jobRead is one read of a job from slurmctld.
+type jobRead struct {
+	job  Job
+	err  error
+	took time.Duration
+}
+
+// confirmStart checks a start acted on by its signal against slurmctld's
+// read of the job. Running on the signal's node confirms it (and is the
+// newer word against older listings); an end is acted on as any end; a
+// job slurmctld holds pending, or runs elsewhere, means the signal was
+// not its placeholder's: the task stops on the node and the attempt
+// fails. Without an answer it is asked again at the attempt's next look.
+func (b *Backend) confirmStart(ctx context.Context, r *run, said Job, read jobRead) bool {
+	log := b.runLog(r)
+	j, err := read.job, read.err
+	r.unconfirmed = Job{}
+	switch {
+	case errors.Is(err, ErrJobNotFound):
+		if r.agent != nil {
+			b.stopLocal(r)
+		}
+		b.vanished(ctx, r)
+		return true
+	case err != nil:
+		log.Warn("read the job that signalled its start; asked again at the next look", "err", err)
+		r.unconfirmed = said
+		return false
+	case j.Final() || j.Completing:
+		return b.step(ctx, r, j)
+	case (j.State == StateRunning || j.State == StateSuspended) && j.FirstNode() == said.FirstNode():
+		log.Info("start confirmed by slurmctld", "job_read_ms", read.took.Milliseconds(), "nodes", j.Nodes)
+		r.signalledJob = j
+		return false
+	}
+	msg := fmt.Sprintf("slurm backend: a start signal named node %s for job %d, but slurmctld has the job %s on %q",
+		said.FirstNode(), r.jobID, j.State, j.Nodes)
+	log.Error("start signal contradicted by slurmctld", "err", msg)
+	if r.agent != nil {
+		b.stopLocal(r)
+	}
+	return b.failPlacement(ctx, r, msg)
+}
+
+// taskGPUs is the GPUs per node the task asks for (0 when unknown).
+func taskGPUs(t *taskv1.Task) int {
+	res, err := taskResources(t.GetResources())
+	if err != nil {
+		return 0
+	}
+	return res.GPUs
 }
 
 // step acts on the job's state; it reports whether the attempt is over.

@@ -216,7 +216,7 @@ func (b *Backend) StartSignalAddr() string {
 }
 
 // nudge passes a placeholder's start signal to its attempt's follower.
-func (b *Backend) nudge(attemptID string, jobID int64) bool {
+func (b *Backend) nudge(attemptID string, s startReport) bool {
 	b.mu.Lock()
 	r := b.runs[attemptID]
 	b.mu.Unlock()
@@ -224,7 +224,7 @@ func (b *Backend) nudge(attemptID string, jobID int64) bool {
 		return false
 	}
 	select {
-	case r.signal <- jobID:
+	case r.signal <- s:
 	default: // one is waiting already
 	}
 	return true

@@ -279,7 +279,7 @@ const placeholderScript = `#!/bin/sh
 # the backend cancels the job when the task ends. It first tells the backend it runs.
 if [ -n "$TASKMESH_SIGNAL_HOST" ] && command -v bash >/dev/null 2>&1; then
   bash -c '
-body="attempt=$TASKMESH_ATTEMPT_ID&job=$SLURM_JOB_ID&node=$SLURMD_NODENAME&token=$TASKMESH_SIGNAL_TOKEN"
+body="attempt=$TASKMESH_ATTEMPT_ID&job=$SLURM_JOB_ID&node=$SLURMD_NODENAME&nodes=$SLURM_JOB_NODELIST&gpus=$SLURM_JOB_GPUS&token=$TASKMESH_SIGNAL_TOKEN"
 exec 3<>"/dev/tcp/$TASKMESH_SIGNAL_HOST/$TASKMESH_SIGNAL_PORT" || exit 0
 printf "POST ` + signalPath + ` HTTP/1.0\r\nHost: %s\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s" "$TASKMESH_SIGNAL_HOST" "${#body}" "$body" >&3
 read -r -t 10 status <&3

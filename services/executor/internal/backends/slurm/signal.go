@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -26,10 +27,17 @@ import (
 // a token) or from Slurm (the job id, the node), and is only ever data
 // of printf, never read by a shell.
 //
-// A signal is a hint, never the truth: the backend answers it by reading
-// that one job from slurmctld, and acts only on what slurmctld says. A
-// forged or replayed signal can therefore at worst cause one read of a
-// job; one without a valid token causes nothing.
+// A signal with a valid token comes from the placeholder's own job: the
+// token is in that job's environment only, which only its Slurm user and
+// Slurm's administrators can read. What it says of the allocation (the
+// node, the node list, the GPUs) is slurmd's own environment for the
+// script, so the backend hands the task to that node at once, and reads
+// the job from slurmctld alongside to confirm: a signal slurmctld
+// contradicts (the job pends, or runs elsewhere) stops the task and fails
+// the attempt. One without a valid token causes nothing; a replayed one
+// finds the attempt started and is ignored. A signal that cannot say
+// everything the hand-off needs (a GPU task without the GPUs' indexes)
+// is a hint only: the job is read first, and acted on as slurmctld says.
 
 // signalPath is where placeholders send their start signal.
 const signalPath = "/slurm/v1/started"
@@ -49,7 +57,32 @@ type startSignal struct {
 	log        *slog.Logger
 	// nudge passes a valid signal to the attempt's follower; false when
 	// the backend holds no such attempt.
-	nudge func(attemptID string, jobID int64) bool
+	nudge func(attemptID string, s startReport) bool
+}
+
+// startReport is what a placeholder's start signal says: its job, the
+// node its script runs on, the job's node list and GPU indexes (Slurm's
+// SLURMD_NODENAME, SLURM_JOB_NODELIST, SLURM_JOB_GPUS; empty when Slurm
+// set none).
+type startReport struct {
+	jobID             int64
+	node, nodes, gpus string
+}
+
+// job is the running job the report describes; ok is false when it does
+// not say enough to hand a task asking for gpus GPUs to its node.
+func (s startReport) job(gpus int) (j Job, ok bool) {
+	if s.node == "" || (gpus > 0 && s.gpus == "") {
+		return Job{}, false
+	}
+	j = Job{ID: s.jobID, State: StateRunning, Nodes: s.nodes, BatchHost: s.node}
+	if j.Nodes == "" {
+		j.Nodes = s.node
+	}
+	if s.gpus != "" {
+		j.GRES = []string{"gpu(IDX:" + s.gpus + ")"}
+	}
+	return j, true
 }
 
 // newStartSignal listens on listen; advertise is the host:port the
@@ -134,7 +167,8 @@ func (s *startSignal) close() { _ = s.srv.Close() }
 func (s *startSignal) Addr() string { return s.ln.Addr().String() }
 
 // ServeHTTP takes one signal: POST signalPath with the form fields
-// attempt, job, node and token. 202: the attempt's job is looked at now;
+// attempt, job, token, and what the placeholder knows of its allocation:
+// node, nodes and gpus (startReport). 202: the attempt's job is looked at now;
 // 400: malformed; 403: the token is not the attempt's; 404: the backend
 // holds no such attempt (it ended, or is another backend's).
 func (s *startSignal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -168,9 +202,47 @@ func (s *startSignal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad token", http.StatusForbidden)
 		return
 	}
-	if !s.nudge(attemptID, jobID) {
+	report := startReport{jobID: jobID, node: form.Get("node"), nodes: form.Get("nodes"), gpus: form.Get("gpus")}
+	if !validNodeName(report.node) || !validNodeList(report.nodes) || !validGPUList(report.gpus) {
+		http.Error(w, "node, nodes or gpus is malformed", http.StatusBadRequest)
+		return
+	}
+	if !s.nudge(attemptID, report) {
 		http.Error(w, "no such attempt", http.StatusNotFound)
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// validNodeName, validNodeList and validGPUList accept what Slurm sets in
+// SLURMD_NODENAME, SLURM_JOB_NODELIST ("node-[a-b],gpu7") and
+// SLURM_JOB_GPUS ("0,1,2"), or nothing; a signal carrying anything else
+// is refused, so nothing odd reaches a task's environment or a node's
+// address.
+func validNodeName(s string) bool { return len(s) <= 255 && onlyRunes(s, "-_.") }
+
+func validNodeList(s string) bool { return len(s) <= 4096 && onlyRunes(s, "-_.,[]") }
+
+func validGPUList(s string) bool {
+	if len(s) > 1024 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && c != ',' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func onlyRunes(s, extra string) bool {
+	for _, c := range s {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.ContainsRune(extra, c):
+		default:
+			return false
+		}
+	}
+	return true
 }

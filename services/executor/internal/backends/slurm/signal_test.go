@@ -17,6 +17,7 @@ import (
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/agent"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 )
 
@@ -30,6 +31,15 @@ type listingSwitch struct {
 	// hang makes a listing wait (until hang is cleared or its context
 	// ends) instead of failing: no listing ends, so none wakes anyone.
 	hang atomic.Bool
+	// readDown makes reads of one job fail as well.
+	readDown atomic.Bool
+}
+
+func (l *listingSwitch) Job(ctx context.Context, id int64) (Job, error) {
+	if l.readDown.Load() {
+		return Job{}, errors.New("job reads turned off by the test")
+	}
+	return l.Client.Job(ctx, id)
 }
 
 func (l *listingSwitch) Jobs(ctx context.Context) ([]Job, error) {
@@ -46,13 +56,13 @@ func (l *listingSwitch) Jobs(ctx context.Context) ([]Job, error) {
 	return l.Client.Jobs(ctx)
 }
 
-func newSignalWorld(t *testing.T) (*world, *listingSwitch) {
+func newSignalWorld(t *testing.T) (*world, *listingSwitch, map[string]*agent.Agent) {
 	w := newWorld(t, ModePlacement)
-	w.startNodeAgents()
+	agents := w.startNodeAgents()
 	w.cfg.StartSignalListen = "127.0.0.1:0"
 	sw := &listingSwitch{Client: w.client}
 	w.api = sw
-	return w, sw
+	return w, sw, agents
 }
 
 // signal sends a start signal as a placeholder would, and returns the
@@ -72,7 +82,7 @@ func signal(t *testing.T, addr string, form url.Values) int {
 // chose all the same; once the listing is back, the attempt completes
 // through it as usual.
 func TestPlacementStartSignalStartsWithoutAListing(t *testing.T) {
-	w, sw := newSignalWorld(t)
+	w, sw, _ := newSignalWorld(t)
 	w.start()
 	// The listing goes down once adoption has read it: from here, only
 	// the signal can show the start.
@@ -91,6 +101,9 @@ func TestPlacementStartSignalStartsWithoutAListing(t *testing.T) {
 	leasetest.WaitFor(t, 30*time.Second, "progress saying where it runs", func() bool {
 		return strings.Contains(strings.Join(w.progressMessages(id), "|"), "RUNNING on node-b")
 	})
+	if !strings.Contains(w.logs.String(), "acted_on=signal") {
+		t.Fatal("the start was not acted on by the signal, which names the node and the GPUs")
+	}
 	sw.down.Store(false)
 	done := w.fake.WaitComplete(t, id, 60*time.Second)
 	if done.GetExitCode() != 0 || done.GetStdout() != "gpus=0,1,2\n" {
@@ -103,7 +116,7 @@ func TestPlacementStartSignalStartsWithoutAListing(t *testing.T) {
 // whether or not a listing comes: with every listing hanging, its end is
 // still seen, the task completed and the placeholder released.
 func TestPlacementRunningIsLookedAtWithoutListings(t *testing.T) {
-	w, sw := newSignalWorld(t)
+	w, sw, _ := newSignalWorld(t)
 	// No renewal within the test either: nothing but the look wakes the
 	// attempt.
 	w.cfg.RenewInterval = 30 * time.Second
@@ -127,7 +140,7 @@ func TestPlacementRunningIsLookedAtWithoutListings(t *testing.T) {
 // Signals are refused unless they carry the attempt's token; one that
 // carries it starts nothing slurmctld does not run.
 func TestPlacementStartSignalRefusesForgedSignals(t *testing.T) {
-	w, sw := newSignalWorld(t)
+	w, sw, _ := newSignalWorld(t)
 	w.start()
 	addr := w.backend.StartSignalAddr()
 	// Only node-c, which is down, has 8 GPUs: the job pends.
@@ -153,6 +166,9 @@ func TestPlacementStartSignalRefusesForgedSignals(t *testing.T) {
 		{"another attempt's token", url.Values{"attempt": {attempt}, "job": {jobID}, "token": {signalToken(key, "other-attempt")}}, http.StatusForbidden},
 		{"no token", url.Values{"attempt": {attempt}, "job": {jobID}}, http.StatusBadRequest},
 		{"job not a number", url.Values{"attempt": {attempt}, "job": {"1;reboot"}, "token": {valid}}, http.StatusBadRequest},
+		{"node not a node name", url.Values{"attempt": {attempt}, "job": {jobID}, "node": {"node-a;reboot"}, "token": {valid}}, http.StatusBadRequest},
+		{"node list not a node list", url.Values{"attempt": {attempt}, "job": {jobID}, "node": {"node-a"}, "nodes": {"node-$(id)"}, "token": {valid}}, http.StatusBadRequest},
+		{"gpus not indexes", url.Values{"attempt": {attempt}, "job": {jobID}, "node": {"node-a"}, "gpus": {"0 1"}, "token": {valid}}, http.StatusBadRequest},
 		{"attempt not held", url.Values{"attempt": {"other-attempt"}, "job": {jobID}, "token": {signalToken(key, "other-attempt")}}, http.StatusNotFound},
 	} {
 		if got := signal(t, addr, tc.form); got != tc.want {
@@ -163,8 +179,9 @@ func TestPlacementStartSignalRefusesForgedSignals(t *testing.T) {
 		t.Fatalf("GET: %v %v, want 405", resp, err)
 	}
 
-	// A valid token for a job slurmctld holds pending is taken as a hint:
-	// the backend asks slurmctld, which says PENDING, and starts nothing.
+	// A valid token for a job slurmctld holds pending, in a signal that
+	// does not say where the job runs, is a hint: the backend asks
+	// slurmctld, which says PENDING, and starts nothing.
 	if got := signal(t, addr, url.Values{"attempt": {attempt}, "job": {jobID}, "token": {valid}}); got != http.StatusAccepted {
 		t.Fatalf("valid signal: HTTP %d, want 202", got)
 	}
@@ -177,6 +194,83 @@ func TestPlacementStartSignalRefusesForgedSignals(t *testing.T) {
 	sw.down.Store(false)
 	w.fake.StopOnHeartbeat(id, "cancelled", 0)
 	leasetest.WaitFor(t, 30*time.Second, "the job leaving the queue", func() bool { return !w.squeueHas(job.ID) })
+}
+
+// A signal with the attempt's token that slurmctld contradicts — it names
+// a node while slurmctld holds the job pending — hands the task to that
+// node (a valid signal is acted on at once); the read of the job that
+// goes alongside, asked again while slurmctld does not answer, stops it
+// there and fails the attempt with the reason; the placeholder is
+// cancelled.
+func TestPlacementStartSignalContradictedBySlurmStopsTheTask(t *testing.T) {
+	w, sw, agents := newSignalWorld(t)
+	w.start()
+	addr := w.backend.StartSignalAddr()
+	// Only node-c, which is down, has 8 GPUs: the job pends.
+	id := w.fake.Add(&taskv1.Task{Type: "script", Command: "sleep 60", Timeout: 120, Resources: map[string]string{"nvidia.com/gpu": "8"}})[0]
+	job := w.jobOf(id, "the placeholder pending", func(j Job) bool { return j.State == StatePending })
+	sw.down.Store(true) // no listing can start or end anything meanwhile
+	key, err := os.ReadFile(filepath.Join(w.cfg.StateDir, signalKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempt := w.fake.Attempt(id)
+	form := url.Values{"attempt": {attempt}, "job": {strconv.FormatInt(job.ID, 10)}, "node": {"node-a"},
+		"nodes": {"node-a"}, "gpus": {"0,1,2,3,4,5,6,7"}, "token": {signalToken(key, attempt)}}
+	sw.readDown.Store(true)
+	if got := signal(t, addr, form); got != http.StatusAccepted {
+		t.Fatalf("signal: HTTP %d, want 202", got)
+	}
+	waitRunning(t, agents["node-a"], 1, "the task running on node-a")
+	leasetest.WaitFor(t, 30*time.Second, "the unanswered read asked again", func() bool {
+		return strings.Count(w.logs.String(), "asked again at the next look") >= 2
+	})
+	if c := w.fake.Complete(id); c != nil {
+		t.Fatalf("the attempt ended (%v) before slurmctld answered", c)
+	}
+	sw.readDown.Store(false)
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != -1 || !strings.Contains(done.GetError(), "a start signal named node node-a") ||
+		!strings.Contains(done.GetError(), "slurmctld has the job PENDING") {
+		t.Fatalf("outcome exit %d error %q, want the contradiction", done.GetExitCode(), done.GetError())
+	}
+	if n := len(w.fake.Calls("StartTask")); n != 1 {
+		t.Fatalf("%d StartTask calls, want 1 (the signal was acted on)", n)
+	}
+	waitRunning(t, agents["node-a"], 0, "the task stopped on node-a")
+	sw.down.Store(false)
+	leasetest.WaitFor(t, 30*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
+}
+
+// What a signal says becomes the job the hand-off uses only when it is
+// enough for the task: a node, and the GPUs' indexes for a GPU task.
+func TestStartReportJob(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		report startReport
+		gpus   int
+		ok     bool
+		nodes  string
+		first  string
+		gpuIdx string
+	}{
+		{"node only, no GPUs asked", startReport{jobID: 7, node: "node-a"}, 0, true, "node-a", "node-a", ""},
+		{"node list", startReport{jobID: 7, node: "node-a", nodes: "node-[a-b]"}, 0, true, "node-[a-b]", "node-a", ""},
+		{"GPUs", startReport{jobID: 7, node: "node-b", gpus: "0-2,5"}, 4, true, "node-b", "node-b", "0,1,2,5"},
+		{"GPUs asked, none said", startReport{jobID: 7, node: "node-b"}, 2, false, "", "", ""},
+		{"no node", startReport{jobID: 7}, 0, false, "", "", ""},
+	} {
+		j, ok := tc.report.job(tc.gpus)
+		if ok != tc.ok {
+			t.Fatalf("%s: ok %v, want %v", tc.name, ok, tc.ok)
+		}
+		if !ok {
+			continue
+		}
+		if j.ID != 7 || j.State != StateRunning || j.Nodes != tc.nodes || j.FirstNode() != tc.first || j.GPUIndexes() != tc.gpuIdx {
+			t.Fatalf("%s: job %+v (first node %q, GPUs %q)", tc.name, j, j.FirstNode(), j.GPUIndexes())
+		}
+	}
 }
 
 func signalToken(key []byte, attemptID string) string {
