@@ -75,6 +75,7 @@ func (b *Backend) begin(ctx context.Context, r *run) {
 		return
 	}
 	if b.signal != nil {
+		spec.Script = signallingPlaceholderScript
 		for k, v := range b.signal.env(r.attemptID) {
 			spec.Env[k] = v
 		}

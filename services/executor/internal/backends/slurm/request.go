@@ -265,26 +265,36 @@ func (c JobConfig) jobSpec(t *taskv1.Task) (JobSpec, error) {
 }
 
 // placeholderScript holds the allocation until the backend cancels the
-// job: the task runs on the node's agent meanwhile. Given the backend's
-// address (TASKMESH_SIGNAL_HOST, …: the start signal, signal.go) it
-// first tells the backend it runs, through bash's /dev/tcp, so that no
-// client program is needed on the node. Nothing in the script comes from
-// the task or the user: the values are the environment's (the backend's)
-// and Slurm's, and are printf's data, never read as shell. The signal is
-// sent before the sleep, not beside it: the allocation is held either
-// way, and no process outlives its part. Without bash, or without an
-// answer, the backend's listing of the jobs sees the start instead.
+// job: the task runs on the node's agent meanwhile. Nothing in it comes
+// from the task or the user.
 const placeholderScript = `#!/bin/sh
 # Taskmesh placement: holds this allocation while the node's Taskmesh agent runs the task;
+# the backend cancels the job when the task ends.
+exec sleep infinity
+`
+
+// signallingPlaceholderScript is the placeholder when the backend takes
+// start signals (signal.go): it first tells the backend it runs, through
+// bash's /dev/tcp, so that no client program is needed on the node. It is
+// bash's own script, so that slurmd's launch starts one interpreter, not
+// a shell that then starts bash: during a scheduling pass the launches
+// share the node's cores, and the signal is what the task's start waits
+// for. The nodes therefore need /bin/bash (docs/slurm.md#the-start-signal).
+// Nothing in the script comes from the task or the user: the values are
+// the environment's (the backend's) and Slurm's, and are printf's data,
+// never read as shell. The signal is sent before the sleep, from a
+// subshell (a failed connection ends only the subshell), not beside it:
+// the allocation is held either way, and no process outlives its part.
+// Without an answer, the backend's listing of the jobs sees the start.
+const signallingPlaceholderScript = `#!/bin/bash
+# Taskmesh placement: holds this allocation while the node's Taskmesh agent runs the task;
 # the backend cancels the job when the task ends. It first tells the backend it runs.
-if [ -n "$TASKMESH_SIGNAL_HOST" ] && command -v bash >/dev/null 2>&1; then
-  bash -c '
+(
 body="attempt=$TASKMESH_ATTEMPT_ID&job=$SLURM_JOB_ID&node=$SLURMD_NODENAME&nodes=$SLURM_JOB_NODELIST&gpus=$SLURM_JOB_GPUS&token=$TASKMESH_SIGNAL_TOKEN"
 exec 3<>"/dev/tcp/$TASKMESH_SIGNAL_HOST/$TASKMESH_SIGNAL_PORT" || exit 0
 printf "POST ` + signalPath + ` HTTP/1.0\r\nHost: %s\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n%s" "$TASKMESH_SIGNAL_HOST" "${#body}" "$body" >&3
 read -r -t 10 status <&3
-' </dev/null >/dev/null 2>&1
-fi
+) </dev/null >/dev/null 2>&1
 exec sleep infinity
 `
 

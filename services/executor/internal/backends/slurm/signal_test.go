@@ -6,9 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -277,4 +280,67 @@ func signalToken(key []byte, attemptID string) string {
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte("taskmesh slurm start\x00" + attemptID))
 	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// The signalling placeholder, run by bash as slurmd would run it, sends
+// Slurm's view of its allocation to the backend and then holds it (sleep,
+// stubbed here); with the backend unreachable it holds it all the same.
+func TestSignallingPlaceholderScript(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "placeholder")
+	if err := os.WriteFile(script, []byte(signallingPlaceholderScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// sleep stands in for `sleep infinity`: it records that it was
+	// reached, and with what.
+	if err := os.WriteFile(filepath.Join(dir, "sleep"), []byte("#!/bin/sh\necho \"$@\" > \"$SLEPT\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newStartSignal("127.0.0.1:0", "", dir, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan startReport, 1)
+	s.nudge = func(attemptID string, r startReport) bool {
+		if attemptID == "att-1" {
+			got <- r
+		}
+		return true
+	}
+	go s.serve()
+	defer s.close()
+	run := func(env map[string]string) {
+		t.Helper()
+		cmd := exec.Command(script)
+		cmd.Env = []string{"PATH=" + dir, "SLEPT=" + filepath.Join(dir, "slept"), "SLURM_JOB_ID=42",
+			"SLURMD_NODENAME=node-a", "SLURM_JOB_NODELIST=node-[a-b]", "SLURM_JOB_GPUS=0,1"}
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil || len(out) != 0 {
+			t.Fatalf("placeholder: %v, output %q", err, out)
+		}
+		if slept, err := os.ReadFile(filepath.Join(dir, "slept")); err != nil || string(slept) != "infinity\n" {
+			t.Fatalf("the placeholder did not hold its allocation: %q %v", slept, err)
+		}
+		os.Remove(filepath.Join(dir, "slept"))
+	}
+	run(s.env("att-1"))
+	select {
+	case r := <-got:
+		if r != (startReport{jobID: 42, node: "node-a", nodes: "node-[a-b]", gpus: "0,1"}) {
+			t.Fatalf("signal said %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no start signal")
+	}
+	// Nobody listens at the address: the placeholder still holds.
+	env := s.env("att-1")
+	s.close()
+	run(env)
+	select {
+	case r := <-got:
+		t.Fatalf("a signal arrived after the listener closed: %+v", r)
+	default:
+	}
 }
