@@ -238,7 +238,7 @@ func (e *executorFlags) addSlurm(f *pflag.FlagSet) {
 	f.DurationVar(&s.PendingPollInterval, "slurm-pending-poll-interval", 100*time.Millisecond,
 		"how often slurmctld's job list is read while a job waits to start and the backend's jobs are moving (with --slurm-start-signal too: a listing can see a start before its signal)")
 	f.StringVar(&s.StartSignalListen, "slurm-start-signal", "",
-		"placement: host:port to take placeholders' start signals on, so a start is seen without waiting for a job listing (e.g. 10.0.0.2:7090)")
+		"placement: host:port to take placeholders' start signals on, so a start is seen without waiting for a job listing; the nodes need /bin/bash (e.g. 10.0.0.2:7090)")
 	f.StringVar(&s.StartSignalAddr, "slurm-start-signal-addr", "", "host:port the nodes reach the start signal at (default: the --slurm-start-signal address)")
 }
 
