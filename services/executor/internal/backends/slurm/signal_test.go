@@ -146,9 +146,7 @@ func TestPlacementStartSignalRefusesForgedSignals(t *testing.T) {
 	w, sw, _ := newSignalWorld(t)
 	w.start()
 	addr := w.backend.StartSignalAddr()
-	// Only node-c, which is down, has 8 GPUs: the job pends.
-	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "true", Timeout: 60, Resources: map[string]string{"nvidia.com/gpu": "8"}})[0]
-	job := w.jobOf(id, "the placeholder pending", func(j Job) bool { return j.State == StatePending })
+	id, job := addPendingTask(w, &taskv1.Task{Type: "shell", Command: "true", Timeout: 60})
 	attempt := w.fake.Attempt(id)
 	jobID := strconv.FormatInt(job.ID, 10)
 	sw.down.Store(true) // no listing can start anything meanwhile
@@ -209,9 +207,7 @@ func TestPlacementStartSignalContradictedBySlurmStopsTheTask(t *testing.T) {
 	w, sw, agents := newSignalWorld(t)
 	w.start()
 	addr := w.backend.StartSignalAddr()
-	// Only node-c, which is down, has 8 GPUs: the job pends.
-	id := w.fake.Add(&taskv1.Task{Type: "script", Command: "sleep 60", Timeout: 120, Resources: map[string]string{"nvidia.com/gpu": "8"}})[0]
-	job := w.jobOf(id, "the placeholder pending", func(j Job) bool { return j.State == StatePending })
+	id, job := addPendingTask(w, &taskv1.Task{Type: "script", Command: "sleep 60", Timeout: 120})
 	sw.down.Store(true) // no listing can start or end anything meanwhile
 	key, err := os.ReadFile(filepath.Join(w.cfg.StateDir, signalKeyFile))
 	if err != nil {
@@ -274,6 +270,14 @@ func TestStartReportJob(t *testing.T) {
 			t.Fatalf("%s: job %+v (first node %q, GPUs %q)", tc.name, j, j.FirstNode(), j.GPUIndexes())
 		}
 	}
+}
+
+// addPendingTask adds t asking for 8 GPUs, which only node-c, a node that
+// is down, has: its placeholder pends. It returns the task's id and job.
+func addPendingTask(w *world, t *taskv1.Task) (string, Job) {
+	t.Resources = map[string]string{"nvidia.com/gpu": "8"}
+	id := w.fake.Add(t)[0]
+	return id, w.jobOf(id, "the placeholder pending", func(j Job) bool { return j.State == StatePending })
 }
 
 func signalToken(key []byte, attemptID string) string {
