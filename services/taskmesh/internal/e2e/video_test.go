@@ -131,7 +131,13 @@ func newVideoWorld(t *testing.T) *videoWorld {
 // post submits a generation and returns its task id.
 func (w *videoWorld) post(key string, body map[string]any) string {
 	w.t.Helper()
-	code, resp, hdr := w.call("POST", "/v1/video/generations", key, body)
+	return w.postAt("/v1/video/generations", key, body)
+}
+
+// postAt submits a generation through the route path.
+func (w *videoWorld) postAt(path, key string, body map[string]any) string {
+	w.t.Helper()
+	code, resp, hdr := w.call("POST", path, key, body)
 	out, _ := resp["output"].(map[string]any)
 	if code != 200 || out["task_status"] != "QUEUED" || resp["request_id"] != hdr.Get("X-Request-Id") || len(resp) != 2 || len(out) != 2 {
 		w.t.Fatalf("POST = %d %v", code, resp)
@@ -145,17 +151,24 @@ func (w *videoWorld) get(key, id string) (int, map[string]any) {
 	return code, body
 }
 
-// status GETs id through both documented routes and checks they agree.
+// status GETs id through the documented routes and their /api/v1 alias,
+// and checks they agree.
 func (w *videoWorld) status(key, id string) map[string]any {
 	w.t.Helper()
 	code, a := w.get(key, id)
-	code2, b, _ := w.call("GET", "/api/v1/video/generations/tasks/"+id, key, nil)
-	if code != 200 || code2 != 200 {
-		w.t.Fatalf("GET %s = %d %v / %d %v", id, code, a, code2, b)
+	if code != 200 {
+		w.t.Fatalf("GET %s = %d %v", id, code, a)
 	}
-	da, db := a["data"].(map[string]any), b["data"].(map[string]any)
-	if da["task_status"] != db["task_status"] || da["taskProgress"] != db["taskProgress"] {
-		w.t.Fatalf("the two GET routes disagree: %v / %v", a, b)
+	da := a["data"].(map[string]any)
+	for _, path := range []string{"/api/v1/video/generations/tasks/", "/api/v1/video/generations/"} {
+		code2, b, _ := w.call("GET", path+id, key, nil)
+		if code2 != 200 {
+			w.t.Fatalf("GET %s%s = %d %v", path, id, code2, b)
+		}
+		db := b["data"].(map[string]any)
+		if da["task_status"] != db["task_status"] || da["taskProgress"] != db["taskProgress"] {
+			w.t.Fatalf("GET routes disagree: %v / %s: %v", a, path, b)
+		}
 	}
 	return a
 }
@@ -225,6 +238,11 @@ func TestVideoGenerationAPI(t *testing.T) {
 		w := w.in(t)
 		id := w.post(w.premium, map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "一只猫在草地上奔跑"}})
 		resp := w.status(w.premium, id)
+		// The /api/v1 prefix the DELETE route documents takes the submission too.
+		alias := w.postAt("/api/v1/video/generations", w.premium, map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "一只狗"}})
+		if d := w.status(w.premium, alias)["data"].(map[string]any); d["task_status"] != "QUEUED" || d["taskType"] != "text_to_video" {
+			t.Errorf("submitted through /api/v1: %v", d)
+		}
 		if resp["success"] != true || resp["code"] != 200.0 || resp["failed"] != false || resp["requestId"] != resp["request_id"] || resp["requestId"] == "" {
 			t.Errorf("envelope = %v", resp)
 		}
