@@ -62,7 +62,7 @@ func newBenchCommand(benchmarks []benchmark, alone ...benchmark) *cobra.Command 
 	pf.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	pf.StringVar(&common.Dir, "dir", ".taskmesh/bench", "work directory (on the disk under test, not tmpfs)")
 	pf.IntVar(&common.Runs, "runs", 3, "repetitions: every figure is the median of the runs, printed with its spread")
-	pf.BoolVar(&common.PGStats, "pg-stats", false, "load pg_stat_statements and print the statements that took most server time (tasks, spawn, dag, admission, scale)")
+	pf.BoolVar(&common.PGStats, "pg-stats", false, "load pg_stat_statements and print the statements that took most server time (tasks, spawn, dag, admission, scale, pipeline)")
 	pf.StringVar(&common.ServiceLog, "service-log", "", "write the logs of the services a benchmark runs to this file (JSON)")
 	for _, b := range append(slices.Clip(benchmarks), alone...) {
 		sub := &cobra.Command{Use: b.name, Short: b.short, RunE: func(cmd *cobra.Command, _ []string) error {

@@ -88,7 +88,15 @@ func serviceLog(c Common, name string) (log *slog.Logger, file *os.File, err err
 // serverParams are the server's settings beyond PostgreSQL's durable
 // defaults.
 func serverParams(pgStats bool, extra map[string]string) map[string]string {
-	params := map[string]string{"max_connections": "300"}
+	params := tracingParams(pgStats, map[string]string{"max_connections": "300"})
+	maps.Copy(params, extra)
+	return params
+}
+
+// tracingParams adds to params the settings that trace statements:
+// pg_stat_statements with pgStats, auto_explain with
+// TASKMESH_BENCH_EXPLAIN_MS. It returns params.
+func tracingParams(pgStats bool, params map[string]string) map[string]string {
 	var preload []string
 	if pgStats {
 		preload = append(preload, "pg_stat_statements")
@@ -107,7 +115,6 @@ func serverParams(pgStats bool, extra map[string]string) map[string]string {
 	if len(preload) > 0 {
 		params["shared_preload_libraries"] = strings.Join(preload, ",")
 	}
-	maps.Copy(params, extra)
 	return params
 }
 

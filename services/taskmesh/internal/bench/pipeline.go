@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/quota/admission"
 	"github.com/taskmesh/taskmesh/services/scheduler"
@@ -142,14 +143,27 @@ func pipelineRun(ctx context.Context, o PipelineOptions, run int) (*PipelineResu
 		sc.Program = []string{"{self}", "pipeline-stage", "noop", "--workdir", "{workdir}", "out." + s}
 		stages[s] = sc
 	}
+	// --pg-stats: the statements of the first run, from its first upload.
+	stats := o.PGStats && run == 1
+	params := tracingParams(stats, map[string]string{"track_commit_timestamp": "on"})
 	st, err := stack.Start(ctx, stack.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Durable: true,
-		PGParams: map[string]string{"track_commit_timestamp": "on"},
+		PGParams: params,
 		Agent:    true, AgentSlots: o.Slots, PipelineCaps: o.Caps, Pipeline: &scheduler.PipelineConfig{Stages: stages}})
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
 	fmt.Fprintf(o.Out, "pipeline run %d: Taskmesh on %s (durable Postgres, embedded Kafka)\n", run, dir)
+	var statsDB *pgxpool.Pool
+	if stats {
+		if statsDB, err = pg.Open(ctx, pg.Config{URL: st.Postgres, MaxConns: 1}); err != nil {
+			return nil, err
+		}
+		defer statsDB.Close()
+		if _, err := statsDB.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+			return nil, err
+		}
+	}
 	c := &client{base: st.HTTPURL, key: st.DemoAPIKey}
 	model, err := c.upload("model", onnxStub())
 	if err != nil {
@@ -165,6 +179,11 @@ func pipelineRun(ctx context.Context, o PipelineOptions, run int) (*PipelineResu
 	}
 	if err := waitJobs(ctx, st.Postgres, len(ids), 10*time.Minute); err != nil {
 		return nil, err
+	}
+	if stats {
+		if err := printStatements(ctx, statsDB, o.Out); err != nil {
+			return nil, err
+		}
 	}
 	return measurePipeline(ctx, st.Postgres, o.Caps)
 }

@@ -19,7 +19,7 @@ type Common struct {
 	Dir  string // work directory on the disk under test (not tmpfs)
 	Runs int    // repetitions: each figure is the median of the runs
 	// PGStats loads pg_stat_statements into the server and prints the
-	// statements that took most of its time (tasks, spawn, dag, admission, scale), for
+	// statements that took most of its time (tasks, spawn, dag, admission, scale, pipeline), for
 	// tuning. Off, the server runs without the extension.
 	PGStats bool
 	// ServiceLog, when set, is a file that receives the logs of the
