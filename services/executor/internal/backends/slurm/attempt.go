@@ -252,7 +252,7 @@ func (b *Backend) signalled(ctx context.Context, r *run, s startReport) bool {
 			j, err := b.slurm.Job(ctx, r.jobID)
 			read <- jobRead{job: j, err: err, took: time.Since(began)}
 		}()
-		b.runLog(r).Info("start signal", "node", s.node, "acted_on", "signal")
+		b.runLog(r).Info("start signal", "node", s.node, "acted_on", "signal", "waited_ms", time.Since(s.received).Milliseconds())
 		r.signalledJob, r.steppedAt = said, time.Now()
 		if b.step(ctx, r, said) {
 			return true
@@ -261,7 +261,8 @@ func (b *Backend) signalled(ctx context.Context, r *run, s startReport) bool {
 	}
 	began := time.Now()
 	j, err := b.slurm.Job(ctx, r.jobID)
-	b.runLog(r).Info("start signal", "job_read_ms", time.Since(began).Milliseconds(), "acted_on", "job read")
+	b.runLog(r).Info("start signal", "job_read_ms", time.Since(began).Milliseconds(), "acted_on", "job read",
+		"waited_ms", began.Sub(s.received).Milliseconds())
 	if err != nil {
 		b.runLog(r).Warn("read the job that signalled its start; the listing will show it", "err", err)
 		return false

@@ -67,6 +67,10 @@ type startSignal struct {
 type startReport struct {
 	jobID             int64
 	node, nodes, gpus string
+	// received is when the signal came: the attempt's follower may be in
+	// a call to slurmctld or the server, and the log says how long the
+	// signal waited for it.
+	received time.Time
 }
 
 // job is the running job the report describes; ok is false when it does
@@ -202,7 +206,7 @@ func (s *startSignal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad token", http.StatusForbidden)
 		return
 	}
-	report := startReport{jobID: jobID, node: form.Get("node"), nodes: form.Get("nodes"), gpus: form.Get("gpus")}
+	report := startReport{jobID: jobID, node: form.Get("node"), nodes: form.Get("nodes"), gpus: form.Get("gpus"), received: time.Now()}
 	if !validNodeName(report.node) || !validNodeList(report.nodes) || !validGPUList(report.gpus) {
 		http.Error(w, "node, nodes or gpus is malformed", http.StatusBadRequest)
 		return
