@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -213,6 +214,54 @@ CREATE INDEX IF NOT EXISTS idx_local_tasks_unsynced ON local_tasks(synced, ended
 // Journal is the SQLite-backed store. It is safe for concurrent use.
 type Journal struct {
 	db *sql.DB
+	// stmts are the statements prepared so far, by their text. SQLite
+	// parses and plans a statement at preparation, which took about half
+	// of the journal's CPU per task when every call prepared afresh
+	// (BenchmarkAttemptLife); the statements are few and fixed, so each
+	// is prepared once, on the one connection.
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt
+}
+
+// maxStmts bounds the prepared statements kept; a statement beyond it is
+// prepared for each call, as before. The journal's fixed statements are
+// fewer; only lists by a set of statuses vary, and few sets are used.
+const maxStmts = 64
+
+// stmt returns q prepared, from the cache when it is there. A statement
+// that could not be kept is closed by done after its use.
+func (j *Journal) stmt(ctx context.Context, q string) (st *sql.Stmt, done func(), err error) {
+	j.mu.Lock()
+	st = j.stmts[q]
+	j.mu.Unlock()
+	if st != nil {
+		return st, func() {}, nil
+	}
+	if st, err = j.db.PrepareContext(ctx, q); err != nil {
+		return nil, nil, err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if kept := j.stmts[q]; kept != nil {
+		// Prepared meanwhile by another call: use the one kept.
+		_ = st.Close()
+		return kept, func() {}, nil
+	}
+	if len(j.stmts) >= maxStmts {
+		return st, func() { _ = st.Close() }, nil
+	}
+	j.stmts[q] = st
+	return st, func() {}, nil
+}
+
+// execStmt runs q, prepared once (stmt).
+func (j *Journal) execStmt(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, done, err := j.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return st.ExecContext(ctx, args...)
 }
 
 // Open opens (creating if needed) the journal at path.
@@ -244,7 +293,7 @@ func Open(ctx context.Context, path string) (*Journal, error) {
 			return nil, fmt.Errorf("journal %s: %w", f, err)
 		}
 	}
-	return &Journal{db: db}, nil
+	return &Journal{db: db, stmts: map[string]*sql.Stmt{}}, nil
 }
 
 // addedColumns are columns later versions added to local_tasks: a journal
@@ -286,7 +335,15 @@ func addMissingColumns(ctx context.Context, db *sql.DB) error {
 }
 
 // Close closes the database.
-func (j *Journal) Close() error { return j.db.Close() }
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	for q, st := range j.stmts {
+		_ = st.Close()
+		delete(j.stmts, q)
+	}
+	j.mu.Unlock()
+	return j.db.Close()
+}
 
 const timeLayout = "2006-01-02T15:04:05.000000000Z"
 
@@ -319,11 +376,19 @@ func b2i(b bool) int {
 // it was new: an attempt already journaled (a replayed claim) is left as it
 // is, so the caller never starts it twice.
 func (j *Journal) Insert(ctx context.Context, ts ...Task) ([]bool, error) {
+	// Prepared before the transaction begins: the journal has one
+	// connection, which the transaction holds until it ends.
+	ins, done, err := j.stmt(ctx, insertTask)
+	if err != nil {
+		return nil, fmt.Errorf("insert tasks: %w", err)
+	}
+	defer done()
 	tx, err := j.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("insert tasks: %w", err)
 	}
 	defer tx.Rollback()
+	ins = tx.StmtContext(ctx, ins)
 	created := make([]bool, len(ts))
 	for i, t := range ts {
 		args, _ := json.Marshal(nonNil(t.Args))
@@ -332,13 +397,7 @@ func (j *Journal) Insert(ctx context.Context, ts ...Task) ([]bool, error) {
 		if len(t.Resources) > 0 {
 			resources, _ = json.Marshal(t.Resources)
 		}
-		res, err := tx.ExecContext(ctx, `
-INSERT INTO local_tasks (id, attempt_id, name, type, origin, command, args, workdir, env,
-    timeout, priority, lease_ttl_sec, renew_interval_sec, grace_period_sec,
-    status, assigned_agent_id, lease_expires_at, received_at, assigned_at, synced, video, resources)
-VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?,?,?)
-ON CONFLICT DO NOTHING`,
-			t.ID, t.AttemptID, t.Name, t.Type, t.Origin, t.Command, string(args), t.Workdir, string(env),
+		res, err := ins.ExecContext(ctx, t.ID, t.AttemptID, t.Name, t.Type, t.Origin, t.Command, string(args), t.Workdir, string(env),
 			t.Timeout, t.Priority, t.LeaseTTLSec, t.RenewIntervalSec, t.GracePeriodSec,
 			t.Status, t.AssignedAgentID, fmtTime(t.LeaseExpiresAt), fmtTime(t.ReceivedAt), fmtTime(t.AssignedAt), b2i(t.Synced), t.Video,
 			string(resources))
@@ -353,6 +412,13 @@ ON CONFLICT DO NOTHING`,
 	}
 	return created, nil
 }
+
+const insertTask = `
+INSERT INTO local_tasks (id, attempt_id, name, type, origin, command, args, workdir, env,
+    timeout, priority, lease_ttl_sec, renew_interval_sec, grace_period_sec,
+    status, assigned_agent_id, lease_expires_at, received_at, assigned_at, synced, video, resources)
+VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?,?,?)
+ON CONFLICT DO NOTHING`
 
 func nonNil(s []string) []string {
 	if s == nil {
@@ -419,7 +485,12 @@ func scanTask(s scanner) (Task, error) {
 }
 
 func (j *Journal) query(ctx context.Context, q string, args ...any) ([]Task, error) {
-	rows, err := j.db.QueryContext(ctx, `SELECT `+columns+` FROM local_tasks `+q, args...)
+	st, done, err := j.stmt(ctx, `SELECT `+columns+` FROM local_tasks `+q)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -534,7 +605,7 @@ FROM local_tasks`).Scan(&c.Pending, &c.Assigned, &c.Running, &c.Unsynced)
 
 // exec runs an update of one attempt and reports whether a row changed.
 func (j *Journal) exec(ctx context.Context, what, q string, args ...any) (bool, error) {
-	res, err := j.db.ExecContext(ctx, q, args...)
+	res, err := j.execStmt(ctx, q, args...)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", what, err)
 	}

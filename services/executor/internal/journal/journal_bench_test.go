@@ -1,0 +1,56 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// BenchmarkAttemptLife is the journal's part of one short task: the
+// writes and reads an agent makes from the claim to the synced outcome,
+// beside 100 other attempts (a busy agent's journal).
+func BenchmarkAttemptLife(b *testing.B) {
+	ctx := context.Background()
+	j, err := Open(ctx, filepath.Join(b.TempDir(), "journal.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	for i := range 100 {
+		if _, err := j.Insert(ctx, row(fmt.Sprintf("bg%d", i), fmt.Sprintf("bga%d", i), t0)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		id, attempt := fmt.Sprintf("t%d", i), fmt.Sprintf("a%d", i)
+		if _, err := j.Insert(ctx, row(id, attempt, t0)); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := j.MarkRunning(ctx, attempt, t0); err != nil {
+			b.Fatal(err)
+		}
+		if err := j.SetProcess(ctx, attempt, "/run/"+attempt, "/run/"+attempt+"/shim.sock", 100, 101); err != nil {
+			b.Fatal(err)
+		}
+		if err := j.SetServerStarted(ctx, attempt); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := j.Get(ctx, attempt); err != nil {
+			b.Fatal(err)
+		}
+		code := 0
+		if _, err := j.Finish(ctx, attempt, Outcome{Status: StatusCompleted, ExitCode: &code, EndedAt: t0.Add(time.Second)}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := j.Latest(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		if err := j.MarkSynced(ctx, attempt, "", t0.Add(time.Second)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
