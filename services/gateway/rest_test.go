@@ -126,6 +126,43 @@ func TestRESTTaskAnswerIsBareSnakeCase(t *testing.T) {
 	}
 }
 
+// TestRESTExitCodeIsNullUntilSet: a task without an outcome shows
+// "exit_code": null (docs/api/tasks.md#task: int or null), not a missing
+// key, on the task, in lists and in its result; once set it is the number,
+// 0 included.
+func TestRESTExitCodeIsNullUntilSet(t *testing.T) {
+	e := newEnv(t)
+	pending := &taskv1.Task{Id: "task-1", Name: "train", Status: "pending"}
+	e.fake.Respond("GetTask", &taskv1.GetTaskResponse{Task: pending})
+	r := e.do(t, "GET", "/api/v1/tasks/task-1", e.userSecret, "")
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if v, ok := r.json(t)["exit_code"]; !ok || v != nil {
+		t.Errorf("pending task: exit_code = %v (present %v), want null in %s", v, ok, r.body)
+	}
+
+	e.fake.Respond("ListTasks", &taskv1.ListTasksResponse{Tasks: []*taskv1.Task{pending}})
+	r = e.do(t, "GET", "/api/v1/tasks", e.userSecret, "")
+	if !strings.Contains(string(r.body), `"exit_code":null`) {
+		t.Errorf("list: no \"exit_code\":null in %s", r.body)
+	}
+
+	e.fake.Respond("GetTaskResult", &taskv1.GetTaskResultResponse{Result: &taskv1.TaskResult{TaskId: "task-1", Status: "pending"}})
+	r = e.do(t, "GET", "/api/v1/tasks/task-1/result", e.userSecret, "")
+	if v, ok := r.json(t)["exit_code"]; !ok || v != nil {
+		t.Errorf("result: exit_code = %v (present %v), want null in %s", v, ok, r.body)
+	}
+
+	zero := int32(0)
+	done := &taskv1.Task{Id: "task-1", Name: "train", Status: "completed", ExitCode: &zero}
+	e.fake.Respond("GetTask", &taskv1.GetTaskResponse{Task: done})
+	r = e.do(t, "GET", "/api/v1/tasks/task-1", e.userSecret, "")
+	if v, ok := r.json(t)["exit_code"]; !ok || v != float64(0) {
+		t.Errorf("completed task: exit_code = %v (present %v), want 0 in %s", v, ok, r.body)
+	}
+}
+
 func TestRESTRequestID(t *testing.T) {
 	e := newEnv(t)
 	tests := []struct {

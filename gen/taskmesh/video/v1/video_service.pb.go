@@ -999,11 +999,11 @@ const file_taskmesh_video_v1_video_service_proto_rawDesc = "" +
 	"\x06output\x18\x01 \x01(\v2(.taskmesh.video.v1.VideoGenerationOutputR\x06output\x12\x1e\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\n" +
-	"request_id2\x8b\x05\n" +
+	"request_id2\x8e\x06\n" +
 	"\fVideoService\x12\xbc\x01\n" +
-	"\x15CreateVideoGeneration\x12/.taskmesh.video.v1.CreateVideoGenerationRequest\x1a0.taskmesh.video.v1.CreateVideoGenerationResponse\"@\x82\xd3\xe4\x93\x02::\x01*Z\x1e:\x01*\"\x19/api/v1/video/generations\"\x15/v1/video/generations\x12\xee\x01\n" +
-	"\x12GetVideoGeneration\x12,.taskmesh.video.v1.GetVideoGenerationRequest\x1a-.taskmesh.video.v1.GetVideoGenerationResponse\"{\x82\xd3\xe4\x93\x02uZ+\x12)/api/v1/video/generations/tasks/{task_id}Z%\x12#/api/v1/video/generations/{task_id}\x12\x1f/v1/video/generations/{task_id}\x12\xca\x01\n" +
-	"\x15DeleteVideoGeneration\x12/.taskmesh.video.v1.DeleteVideoGenerationRequest\x1a0.taskmesh.video.v1.DeleteVideoGenerationResponse\"N\x82\xd3\xe4\x93\x02HZ!*\x1f/v1/video/generations/{task_id}*#/api/v1/video/generations/{task_id}B<Z:github.com/taskmesh/taskmesh/gen/taskmesh/video/v1;videov1b\x06proto3"
+	"\x15CreateVideoGeneration\x12/.taskmesh.video.v1.CreateVideoGenerationRequest\x1a0.taskmesh.video.v1.CreateVideoGenerationResponse\"@\x82\xd3\xe4\x93\x02::\x01*Z\x1e:\x01*\"\x19/api/v1/video/generations\"\x15/v1/video/generations\x12\x99\x02\n" +
+	"\x12GetVideoGeneration\x12,.taskmesh.video.v1.GetVideoGenerationRequest\x1a-.taskmesh.video.v1.GetVideoGenerationResponse\"\xa5\x01\x82\xd3\xe4\x93\x02\x9e\x01Z+\x12)/api/v1/video/generations/tasks/{task_id}Z%\x12#/api/v1/video/generations/{task_id}Z'\x12%/v1/video/generations/tasks/{task_id}\x12\x1f/v1/video/generations/{task_id}\x12\xa2\x02\n" +
+	"\x15DeleteVideoGeneration\x12/.taskmesh.video.v1.DeleteVideoGenerationRequest\x1a0.taskmesh.video.v1.DeleteVideoGenerationResponse\"\xa5\x01\x82\xd3\xe4\x93\x02\x9e\x01Z!*\x1f/v1/video/generations/{task_id}Z+*)/api/v1/video/generations/tasks/{task_id}Z'*%/v1/video/generations/tasks/{task_id}*#/api/v1/video/generations/{task_id}B<Z:github.com/taskmesh/taskmesh/gen/taskmesh/video/v1;videov1b\x06proto3"
 
 var (
 	file_taskmesh_video_v1_video_service_proto_rawDescOnce sync.Once

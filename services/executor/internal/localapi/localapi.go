@@ -2,13 +2,15 @@
 // queue status; docs/api/agent-local.md) as agentv1.AgentLocalServiceServer
 // over the journal and the agent, exposed as REST through grpc-gateway.
 //
-// JSON uses the proto field names (protojson UseProtoNames). Errors are the
+// JSON uses the proto field names (protojson UseProtoNames), every field
+// present, a task without an exit code showing "exit_code": null. Errors are the
 // task API's envelope {"code":…,"message":…,"data":null} with the business
 // code (30004 → 404, 30005 → 400, 30001/30002 → 409, 30003 → 410, else 500),
 // mapped in one place: writeError.
 package localapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,16 +161,59 @@ func toProto(t journal.Task) *agentv1.LocalTask {
 // Handler returns the REST handler for srv.
 func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer) http.Handler {
 	mux := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &localJSON{runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{},
-		}),
+		}}),
 		runtime.WithErrorHandler(writeError),
 		runtime.WithRoutingErrorHandler(routingError),
 	)
 	// RegisterAgentLocalServiceHandlerServer only fails for a nil mux.
 	_ = agentv1.RegisterAgentLocalServiceHandlerServer(ctx, mux, srv)
 	return mux
+}
+
+// localJSON is protojson with every field present, as JSONPb with
+// EmitUnpopulated writes it, except that protojson leaves an unset proto3
+// optional field out: a local task without an exit code would have no
+// exit_code key. It is written as null, as the task API shows it.
+type localJSON struct{ runtime.JSONPb }
+
+func (m *localJSON) Marshal(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case *agentv1.LocalTask:
+		return m.task(x)
+	case *agentv1.ListLocalTasksResponse:
+		b := []byte(`{"tasks":[`)
+		for i, t := range x.GetTasks() {
+			tb, err := m.task(t)
+			if err != nil {
+				return nil, err
+			}
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, tb...)
+		}
+		return append(b, "]}"...), nil
+	}
+	return m.JSONPb.Marshal(v)
+}
+
+// task writes t with "exit_code": null when it has none.
+func (m *localJSON) task(t *agentv1.LocalTask) ([]byte, error) {
+	b, err := m.JSONPb.Marshal(t)
+	if err != nil || t == nil || t.ExitCode != nil {
+		return b, err
+	}
+	rest, ok := bytes.CutPrefix(bytes.TrimSpace(b), []byte("{"))
+	if !ok {
+		return b, nil
+	}
+	if rest = bytes.TrimSpace(rest); !bytes.HasPrefix(rest, []byte("}")) {
+		rest = append([]byte(","), rest...)
+	}
+	return append([]byte(`{"exit_code":null`), rest...), nil
 }
 
 // envelope is the task API's error body (docs/api/README.md#the-error-envelope).

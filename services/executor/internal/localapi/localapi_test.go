@@ -72,7 +72,8 @@ func TestHandler(t *testing.T) {
 				"ended_at": "2026-02-05T12:00:00Z", "assigned_agent_id": ""}},
 		{name: "list", method: "GET", path: "/api/v1/tasks", wantHTTP: 200},
 		{name: "create", method: "POST", path: "/api/v1/tasks", body: `{"name":"x","command":"echo"}`, wantHTTP: 200,
-			want: map[string]any{"id": "new", "status": "pending", "origin": "local"}},
+			// No exit code yet: null, not a missing key.
+			want: map[string]any{"id": "new", "status": "pending", "origin": "local", "exit_code": nil, "stdout": ""}},
 		{name: "queue status", method: "GET", path: "/api/v1/queue/status", wantHTTP: 200,
 			want: map[string]any{"agent_id": "a", "slots": float64(4), "running": float64(1), "last_heartbeat_at": "2026-02-05T12:00:00Z"}},
 		{name: "not found", method: "GET", path: "/api/v1/tasks/zz", wantHTTP: 404,
@@ -112,5 +113,57 @@ func TestHandler(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestExitCodeIsNullUntilSet: a local task without an exit code shows
+// "exit_code": null, in a list too; one with an exit code shows it, 0
+// included.
+func TestExitCodeIsNullUntilSet(t *testing.T) {
+	code := 0
+	f := &fake{tasks: []journal.Task{
+		{ID: "t1", Name: "one", Status: journal.StatusCompleted, ExitCode: &code, Origin: journal.OriginLocal},
+		{ID: "t2", Name: "two", Status: journal.StatusPending, Origin: journal.OriginLocal},
+	}}
+	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f)))
+	defer srv.Close()
+	get := func(path string, into any) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+	}
+	var list struct {
+		Tasks []map[string]any `json:"tasks"`
+	}
+	get("/api/v1/tasks", &list)
+	if len(list.Tasks) != 2 {
+		t.Fatalf("tasks = %v", list.Tasks)
+	}
+	for _, task := range list.Tasks {
+		v, ok := task["exit_code"]
+		switch task["id"] {
+		case "t1":
+			if !ok || v != float64(0) {
+				t.Errorf("t1 exit_code = %v (present %v), want 0", v, ok)
+			}
+		case "t2":
+			if !ok || v != nil {
+				t.Errorf("t2 exit_code = %v (present %v), want null", v, ok)
+			}
+		}
+		if task["name"] == "" || task["status"] == "" {
+			t.Errorf("task = %v", task)
+		}
+	}
+	var one map[string]any
+	get("/api/v1/tasks/t2", &one)
+	if v, ok := one["exit_code"]; !ok || v != nil || one["id"] != "t2" || one["status"] != "pending" {
+		t.Errorf("t2 = %v", one)
 	}
 }

@@ -19,7 +19,9 @@
 // field, and any value the fast path cannot write (invalid UTF-8, a
 // timestamp out of range) goes to protojson itself, so errors are its
 // errors too. apijson_test.go compares the two on every message type the
-// API serves.
+// API serves. One option departs from protojson on purpose: NullOptional
+// writes an unset proto3 optional field as null rather than leaving it
+// out, so the task API's answers carry every field.
 package apijson
 
 import (
@@ -45,6 +47,12 @@ import (
 // Marshal hand every message to protojson.
 type Options struct {
 	protojson.MarshalOptions
+	// NullOptional writes an unset proto3 optional field as null, as
+	// EmitUnpopulated writes other unset fields with presence, instead of
+	// leaving it out as protojson does (it treats such a field as a oneof
+	// member). It needs EmitUnpopulated, and holds for the message types
+	// the fast path writes; those handed to protojson are protojson's.
+	NullOptional bool
 }
 
 // fast reports whether o's options are ones the plans implement.
@@ -102,6 +110,7 @@ type fieldPlan struct {
 	// UseProtoNames and for the default JSON names.
 	protoName, jsonName []byte
 	inOneof             bool // skipped unless set (oneof members, proto3 optional)
+	optional            bool // a proto3 optional field: null when unset with NullOptional
 	presence            bool // unset writes null (or is skipped without EmitUnpopulated)
 	// elem is the plan of the field's message type, or its map value's.
 	elem *plan
@@ -180,6 +189,7 @@ func build(desc protoreflect.MessageDescriptor, building map[protoreflect.FullNa
 			protoName: quotedKey(fd.TextName()),
 			jsonName:  quotedKey(fd.JSONName()),
 			inOneof:   fd.ContainingOneof() != nil,
+			optional:  fd.HasOptionalKeyword() && fd.ContainingOneof() != nil && fd.ContainingOneof().IsSynthetic(),
 			presence:  fd.HasPresence(),
 		}
 		switch {
@@ -248,6 +258,8 @@ func (w *writer) message(m protoreflect.Message, p *plan) error {
 			v = m.Get(fd)
 		default:
 			switch {
+			case f.optional && w.opts.NullOptional && w.opts.EmitUnpopulated:
+				// An invalid value writes null.
 			case f.inOneof:
 				continue
 			case !w.opts.EmitUnpopulated && !w.opts.EmitDefaultValues:
@@ -554,13 +566,15 @@ func appendFloat(out []byte, n float64, bits int) []byte {
 // Decoding and streaming encoders are JSONPb's.
 type Marshaler struct {
 	runtime.JSONPb
+	// NullOptional is Options.NullOptional.
+	NullOptional bool
 }
 
 // Marshal writes v: a proto message as Options.Marshal does, anything
 // else as JSONPb.
 func (m *Marshaler) Marshal(v any) ([]byte, error) {
 	if pm, ok := v.(proto.Message); ok {
-		return Options{m.MarshalOptions}.Marshal(pm)
+		return Options{MarshalOptions: m.MarshalOptions, NullOptional: m.NullOptional}.Marshal(pm)
 	}
 	return m.JSONPb.Marshal(v)
 }

@@ -67,9 +67,9 @@ func same(t *testing.T, name string, o protojson.MarshalOptions, m proto.Message
 	t.Helper()
 	full := m.ProtoReflect().Descriptor().FullName()
 	want, wantErr := o.Marshal(m)
-	got, err := Options{o}.Marshal(m)
+	got, err := Options{MarshalOptions: o}.Marshal(m)
 	if p := planFor(m.ProtoReflect().Descriptor()); p.supported && m.ProtoReflect().IsValid() {
-		w := writer{opts: Options{o}}
+		w := writer{opts: Options{MarshalOptions: o}}
 		if fastErr := w.message(m.ProtoReflect(), p); fastErr == nil {
 			if wantErr != nil {
 				t.Fatalf("%s %s: the fast path wrote %s where protojson fails: %v", name, full, w.buf, wantErr)
@@ -133,6 +133,62 @@ func TestTaskTakesTheFastPath(t *testing.T) {
 			t.Errorf("%T takes the fast path; its JSON form is its own", m)
 		}
 	}
+}
+
+// TestNullOptional: with NullOptional an unset proto3 optional field is
+// null where protojson leaves it out; everything else is protojson's.
+func TestNullOptional(t *testing.T) {
+	o := Options{MarshalOptions: optionSets["api"], NullOptional: true}
+	got, err := o.Marshal(&taskv1.Task{Id: "t-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(got, &body); err != nil {
+		t.Fatalf("invalid JSON %s: %v", got, err)
+	}
+	if v, ok := body["exit_code"]; !ok || v != nil {
+		t.Errorf("exit_code = %v (present %v), want null in %s", v, ok, got)
+	}
+	want, err := optionSets["api"].Marshal(&taskv1.Task{Id: "t-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var protojsonBody map[string]any
+	if err := json.Unmarshal(want, &protojsonBody); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := protojsonBody["exit_code"]; ok {
+		t.Fatalf("protojson wrote exit_code for an unset optional field: %s", want)
+	}
+	delete(body, "exit_code")
+	if a, b := mustMarshal(t, body), mustMarshal(t, protojsonBody); a != b {
+		t.Errorf("apart from exit_code\n got: %s\nwant: %s", a, b)
+	}
+
+	// Set, it is the value, 0 included.
+	code := int32(0)
+	got, err = o.Marshal(&taskv1.Task{Id: "t-1", ExitCode: &code})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), `"exit_code":0`) {
+		t.Errorf("exit_code 0 missing from %s", got)
+	}
+	// Without EmitUnpopulated nothing unset is written.
+	sparse := Options{NullOptional: true}
+	if got, _ := sparse.Marshal(&taskv1.Task{Id: "t-1"}); strings.Contains(string(got), "exitCode") || strings.Contains(string(got), "exit_code") {
+		t.Errorf("without EmitUnpopulated: %s", got)
+	}
+}
+
+func mustMarshal(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestValuesProtojsonWritesItsOwnWay sends the values whose JSON form is
@@ -311,7 +367,7 @@ func BenchmarkMarshalTask(b *testing.B) {
 	b.Run("apijson", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := (Options{o}).Marshal(task); err != nil {
+			if _, err := (Options{MarshalOptions: o}).Marshal(task); err != nil {
 				b.Fatal(err)
 			}
 		}

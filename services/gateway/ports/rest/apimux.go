@@ -25,14 +25,15 @@ import (
 
 // marshaler writes the documented JSON (docs/api/README.md#json): proto
 // field names (snake_case) and every field present even when unset, so
-// clients see "exit_code": null rather than a missing key. Unknown request
-// fields are errors, so a misspelt field is reported instead of silently
-// ignored. Answers are written by package apijson, protojson's output
-// at a fraction of its cost.
+// clients see "exit_code": null rather than a missing key (protojson
+// leaves an unset proto3 optional field out; NullOptional writes it as
+// null). Unknown request fields are errors, so a misspelt field is
+// reported instead of silently ignored. Answers are written by package
+// apijson, protojson's output at a fraction of its cost.
 var marshaler = &apijson.Marshaler{JSONPb: runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-}}
+}, NullOptional: true}
 
 // newAPIMux returns the generated REST mux for the task, lease, task-group
 // and template services, the quota service's routes when quota is set, and

@@ -83,8 +83,15 @@ func TestDocumentMergesTheVideoAPI(t *testing.T) {
 		resp409["schema"].(map[string]any)["$ref"] != "#/definitions/VideoErrorEnvelope" {
 		t.Errorf("409 = %v", resp409)
 	}
-	if _, ok := paths["/api/v1/video/generations/tasks/{task_id}"]; !ok {
-		t.Error("no GET /api/v1/video/generations/tasks/{task_id}")
+	// Query and delete answer under both prefixes, with and without tasks/.
+	for _, prefix := range []string{"/v1/video/generations/", "/api/v1/video/generations/"} {
+		for _, path := range []string{prefix + "{task_id}", prefix + "tasks/{task_id}"} {
+			for _, method := range []string{"get", "delete"} {
+				if _, ok := paths[path].(map[string]any)[method]; !ok {
+					t.Errorf("no %s %s", strings.ToUpper(method), path)
+				}
+			}
+		}
 	}
 	defs := doc["definitions"].(map[string]any)
 	env := defs["VideoErrorEnvelope"].(map[string]any)

@@ -206,6 +206,12 @@ func TestFailuresInSerialAndDAGGroups(t *testing.T) {
 	if runs := spans(t, pool, serial); runs[m["last"]["task_id"].(string)] != nil {
 		t.Fatalf("the last member ran: %+v", runs[m["last"]["task_id"].(string)])
 	}
+	// Starting a group that has started (at creation) changes nothing: the
+	// answer is the group as it is, every member included.
+	code, again, _ := w.call("POST", "/api/v1/task-groups/"+serial+"/start", key, map[string]any{})
+	if tasks, _ := again["tasks"].([]any); code != 200 || again["status"] != "failed" || len(tasks) != 3 || again["version"] != g["version"] {
+		t.Fatalf("start of the ended serial group = %d %v", code, again)
+	}
 
 	g = w.waitGroup(key, dag, 60*time.Second, "the DAG to fail", settledAs("failed"))
 	m = members(g)

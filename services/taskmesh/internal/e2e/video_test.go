@@ -151,8 +151,8 @@ func (w *videoWorld) get(key, id string) (int, map[string]any) {
 	return code, body
 }
 
-// status GETs id through the documented routes and their /api/v1 alias,
-// and checks they agree.
+// status GETs id through the documented routes and their aliases under
+// the other prefix, and checks they agree.
 func (w *videoWorld) status(key, id string) map[string]any {
 	w.t.Helper()
 	code, a := w.get(key, id)
@@ -160,7 +160,7 @@ func (w *videoWorld) status(key, id string) map[string]any {
 		w.t.Fatalf("GET %s = %d %v", id, code, a)
 	}
 	da := a["data"].(map[string]any)
-	for _, path := range []string{"/api/v1/video/generations/tasks/", "/api/v1/video/generations/"} {
+	for _, path := range []string{"/api/v1/video/generations/tasks/", "/api/v1/video/generations/", "/v1/video/generations/tasks/"} {
 		code2, b, _ := w.call("GET", path+id, key, nil)
 		if code2 != 200 {
 			w.t.Fatalf("GET %s%s = %d %v", path, id, code2, b)
@@ -521,7 +521,7 @@ func TestVideoGenerationAPI(t *testing.T) {
 		if d["task_status"] != "FAILED" || d["code"] != "InvalidParameter" || d["message"] != "The size is not match" {
 			t.Errorf("failed = %v", d)
 		}
-		code, body, _ = del(failed, "/api/v1/video/generations/")
+		code, body, _ = del(failed, "/api/v1/video/generations/tasks/")
 		if out, _ := body["output"].(map[string]any); code != 200 || out["task_status"] != "UNKNOWN" {
 			t.Errorf("DELETE failed = %d %v", code, body)
 		}
@@ -529,7 +529,7 @@ func TestVideoGenerationAPI(t *testing.T) {
 			t.Errorf("after DELETE: %v", d)
 		}
 		// UNKNOWN → nothing to do.
-		code, body, _ = del("no-such-task", "/api/v1/video/generations/")
+		code, body, _ = del("no-such-task", "/v1/video/generations/tasks/")
 		if out, _ := body["output"].(map[string]any); code != 200 || out["task_status"] != "UNKNOWN" {
 			t.Errorf("DELETE unknown = %d %v", code, body)
 		}

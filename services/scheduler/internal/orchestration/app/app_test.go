@@ -316,6 +316,10 @@ func TestGroupCommandsAndReset(t *testing.T) {
 	if st, err = w.app.StartGroup(ctx, alice, id); err != nil || len(w.store.Tasks(id)) != 2 {
 		t.Fatalf("start: %+v, %v", st.Group, err)
 	}
+	// Starting a started group succeeds and creates nothing.
+	if st, err = w.app.StartGroup(ctx, alice, id); err != nil || st.Group.Status != orch.StatusRunning || len(w.store.Tasks(id)) != 2 {
+		t.Fatalf("second start: %+v, %v, %d tasks", st.Group, err, len(w.store.Tasks(id)))
+	}
 	if _, err := w.app.ResetRepeat(ctx, alice, id, "why"); !errors.Is(err, sched.ErrForbidden) {
 		t.Fatalf("a tenant's reset: %v", err)
 	}

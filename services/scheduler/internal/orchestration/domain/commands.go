@@ -66,9 +66,15 @@ func immutable(g Group, what string) error {
 	return fmt.Errorf("%w: cannot %s a %s group", task.ErrImmutable, what, g.Status)
 }
 
-// Start starts a pending group.
+// Start starts a pending group. Starting is idempotent: a group that has
+// started already (as a group does at creation unless it is created with
+// start false), whatever became of it since, is left as it is and the
+// decision is empty. A group cancelled before it started cannot start.
 func (s State) Start(now time.Time, actor string, newID func() string) (State, Decision, error) {
 	if s.Group.Status != StatusPending {
+		if !s.Group.StartedAt.IsZero() {
+			return s, Decision{}, nil
+		}
 		return s, Decision{}, immutable(s.Group, "start")
 	}
 	x := &decider{s: s.Clone(), now: now, actor: actor, newID: newID}

@@ -275,8 +275,30 @@ func TestCreateWithoutStartAndStart(t *testing.T) {
 	if len(x.tasks) != 2 || x.s.Group.Status != StatusRunning {
 		t.Fatalf("started: %+v", x.s.Group)
 	}
-	if _, _, err := x.s.Start(x.now, "user-1", x.newID); !errors.Is(err, task.ErrImmutable) {
-		t.Fatalf("second start: %v", err)
+	// Starting again changes nothing and succeeds, while it runs and once
+	// it ended.
+	if s, d, err := x.s.Start(x.now, "user-1", x.newID); err != nil || !d.Empty() || s.Group.Status != StatusRunning {
+		t.Fatalf("second start: %+v, %+v, %v", s.Group, d, err)
+	}
+	x.set("a", task.StatusCompleted)
+	x.set("b", task.StatusCompleted)
+	x.advance()
+	if x.s.Group.Status != StatusCompleted {
+		t.Fatalf("group = %+v", x.s.Group)
+	}
+	if s, d, err := x.s.Start(x.now, "user-1", x.newID); err != nil || !d.Empty() || s.Group.Status != StatusCompleted {
+		t.Fatalf("start of a completed group: %+v, %+v, %v", s.Group, d, err)
+	}
+
+	// A group cancelled before it started cannot start.
+	y := newSim(t, Input{Mode: "serial", Tasks: []MemberInput{member("a")}}, false)
+	s, d, err = y.s.Cancel(y.now, "user-1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y.apply(s, d)
+	if _, _, err := y.s.Start(y.now, "user-1", y.newID); !errors.Is(err, task.ErrImmutable) {
+		t.Fatalf("start of a group cancelled before it started: %v", err)
 	}
 }
 

@@ -133,6 +133,50 @@ func (c Catalog) Model(id string) (Model, bool) {
 	return Model{}, false
 }
 
+// Resolve finds the model a request names. Besides its id (wan2.2-t2v) a
+// request may name a model by its display name, the name answers show
+// (Wan2.2-T2V-14B), in any case; or by its family, the id without its last
+// part (wan2.2), in which case the generation type picks the family's
+// model: typ when given, else image_to_video when the request carries an
+// image and text_to_video when it does not.
+func (c Catalog) Resolve(name, typ string, image bool) (Model, bool) {
+	if m, ok := c.Model(name); ok {
+		return m, true
+	}
+	name = strings.TrimSpace(name)
+	if name == "" {
+		return Model{}, false
+	}
+	for _, m := range c.models {
+		if strings.EqualFold(m.ID, name) || strings.EqualFold(m.DisplayName, name) {
+			return m, true
+		}
+	}
+	if typ == "" {
+		typ = TextToVideo
+		if image {
+			typ = ImageToVideo
+		}
+	}
+	var family []Model
+	for _, m := range c.models {
+		if i := strings.LastIndex(m.ID, "-"); i > 0 && strings.EqualFold(m.ID[:i], name) {
+			family = append(family, m)
+		}
+	}
+	for _, m := range family {
+		if m.Type == typ {
+			return m, true
+		}
+	}
+	if len(family) == 1 {
+		// The family's one model; a type it does not make is refused by
+		// Normalize, naming the type.
+		return family[0], true
+	}
+	return Model{}, false
+}
+
 // IDs lists the model ids, for messages.
 func (c Catalog) IDs() string {
 	ids := make([]string, len(c.models))

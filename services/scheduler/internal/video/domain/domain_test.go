@@ -68,7 +68,33 @@ func TestNormalize(t *testing.T) {
 					t.Errorf("negative prompt has %d characters", len(p.NegativePrompt))
 				}
 			}},
-		"i2v with image":          {in: i2v(nil)},
+		"i2v with image": {in: i2v(nil)},
+		"display name": {in: t2v(func(r *Request) { r.Model = "Wan2.2-T2V-14B" }), check: func(t *testing.T, p Plan) {
+			if p.Model.ID != "wan2.2-t2v" || p.Type != TextToVideo {
+				t.Errorf("plan = %+v", p)
+			}
+		}},
+		"id in another case": {in: i2v(func(r *Request) { r.Model = "WAN2.2-I2V" }), check: func(t *testing.T, p Plan) {
+			if p.Model.ID != "wan2.2-i2v" {
+				t.Errorf("model = %s", p.Model.ID)
+			}
+		}},
+		"family with type": {in: i2v(func(r *Request) { r.Model = "wan2.2" }), check: func(t *testing.T, p Plan) {
+			if p.Model.ID != "wan2.2-i2v" || p.Type != ImageToVideo {
+				t.Errorf("plan = %+v", p)
+			}
+		}},
+		"family, type from the image": {in: i2v(func(r *Request) { r.Model, r.Type = "wan2.2", "" }), check: func(t *testing.T, p Plan) {
+			if p.Model.ID != "wan2.2-i2v" || p.Type != ImageToVideo {
+				t.Errorf("plan = %+v", p)
+			}
+		}},
+		"family without image": {in: t2v(func(r *Request) { r.Model = "Wan2.2" }), check: func(t *testing.T, p Plan) {
+			if p.Model.ID != "wan2.2-t2v" || p.Type != TextToVideo {
+				t.Errorf("plan = %+v", p)
+			}
+		}},
+		"family, unknown type":    {in: t2v(func(r *Request) { r.Model, r.Type = "wan2.2", "text_to_image" }), wantField: "type"},
 		"missing model":           {in: t2v(func(r *Request) { r.Model = "" }), wantField: "model"},
 		"unknown model":           {in: t2v(func(r *Request) { r.Model = "wan9" }), wantField: "model"},
 		"unknown type":            {in: t2v(func(r *Request) { r.Type = "text_to_image" }), wantField: "type"},

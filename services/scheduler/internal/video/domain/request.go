@@ -50,7 +50,8 @@ type Plan struct {
 }
 
 // Normalize applies the documented rules to r: prompt required and cut to
-// 800 characters, negative_prompt cut to 500, the model known and of the
+// 800 characters, negative_prompt cut to 500, the model known (by id,
+// display name or family, see Resolve; the plan names it by id) and of the
 // requested type, the first frame required for image_to_video and refused
 // for text_to_video, the resolution one of the model's (default its
 // default), duration omitted or one the model makes, seed 0 to 2147483647
@@ -60,7 +61,11 @@ func (c Catalog) Normalize(r Request, randomSeed func() int) (Plan, error) {
 	if r.Model == "" {
 		return Plan{}, invalid("model", "is required (one of %s)", c.IDs())
 	}
-	m, ok := c.Model(r.Model)
+	// The type is checked first: it may pick the model of a family.
+	if r.Type != "" && r.Type != TextToVideo && r.Type != ImageToVideo {
+		return Plan{}, invalid("type", "must be %s or %s, not %q", TextToVideo, ImageToVideo, r.Type)
+	}
+	m, ok := c.Resolve(r.Model, r.Type, strings.TrimSpace(r.Image) != "")
 	if !ok {
 		return Plan{}, invalid("model", "unknown model %q; available: %s", r.Model, c.IDs())
 	}
@@ -72,8 +77,6 @@ func (c Catalog) Normalize(r Request, randomSeed func() int) (Plan, error) {
 		// An omitted type is the model's: every model makes exactly one
 		// type, so there is nothing to guess.
 		p.Type = m.Type
-	case p.Type != TextToVideo && p.Type != ImageToVideo:
-		return Plan{}, invalid("type", "must be %s or %s, not %q", TextToVideo, ImageToVideo, r.Type)
 	case p.Type != m.Type:
 		return Plan{}, invalid("type", "model %s makes %s, not %s", m.ID, m.Type, p.Type)
 	}
