@@ -213,12 +213,29 @@ CREATE INDEX IF NOT EXISTS idx_local_tasks_unsynced ON local_tasks(synced, ended
 
 // Journal is the SQLite-backed store. It is safe for concurrent use.
 type Journal struct {
-	db *sql.DB
-	// stmts are the statements prepared so far, by their text. SQLite
-	// parses and plans a statement at preparation, which took about half
-	// of the journal's CPU per task when every call prepared afresh
-	// (BenchmarkAttemptLife); the statements are few and fixed, so each
-	// is prepared once, on the one connection.
+	// db writes, on one connection: SQLite serialises writers anyway, and
+	// a single connection turns lock contention into Go-side queueing
+	// instead of SQLITE_BUSY retries.
+	db *handle
+	// reads reads rows, on connections of its own: in WAL mode readers
+	// neither wait for the writer nor hold it up, and every read begins
+	// after the writes committed before it. A busy agent is asked for its
+	// tasks all the time (a Slurm backend asks for each of its attempts
+	// once a second), and those reads queued behind the writes of starts
+	// and ends on the one connection.
+	reads *handle
+}
+
+// readConns bounds the reading connections.
+const readConns = 4
+
+// handle is a database handle with the statements prepared on it so far,
+// by their text. SQLite parses and plans a statement at preparation,
+// which took about half of the journal's CPU per task when every call
+// prepared afresh (BenchmarkAttemptLife); the statements are few and
+// fixed, so each is prepared once per connection.
+type handle struct {
+	*sql.DB
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt
 }
@@ -230,33 +247,43 @@ const maxStmts = 64
 
 // stmt returns q prepared, from the cache when it is there. A statement
 // that could not be kept is closed by done after its use.
-func (j *Journal) stmt(ctx context.Context, q string) (st *sql.Stmt, done func(), err error) {
-	j.mu.Lock()
-	st = j.stmts[q]
-	j.mu.Unlock()
+func (h *handle) stmt(ctx context.Context, q string) (st *sql.Stmt, done func(), err error) {
+	h.mu.Lock()
+	st = h.stmts[q]
+	h.mu.Unlock()
 	if st != nil {
 		return st, func() {}, nil
 	}
-	if st, err = j.db.PrepareContext(ctx, q); err != nil {
+	if st, err = h.PrepareContext(ctx, q); err != nil {
 		return nil, nil, err
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if kept := j.stmts[q]; kept != nil {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if kept := h.stmts[q]; kept != nil {
 		// Prepared meanwhile by another call: use the one kept.
 		_ = st.Close()
 		return kept, func() {}, nil
 	}
-	if len(j.stmts) >= maxStmts {
+	if len(h.stmts) >= maxStmts {
 		return st, func() { _ = st.Close() }, nil
 	}
-	j.stmts[q] = st
+	h.stmts[q] = st
 	return st, func() {}, nil
 }
 
-// execStmt runs q, prepared once (stmt).
+func (h *handle) close() error {
+	h.mu.Lock()
+	for q, st := range h.stmts {
+		_ = st.Close()
+		delete(h.stmts, q)
+	}
+	h.mu.Unlock()
+	return h.DB.Close()
+}
+
+// execStmt runs q on the writing connection, prepared once (stmt).
 func (j *Journal) execStmt(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	st, done, err := j.stmt(ctx, q)
+	st, done, err := j.db.stmt(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -266,16 +293,12 @@ func (j *Journal) execStmt(ctx context.Context, q string, args ...any) (sql.Resu
 
 // Open opens (creating if needed) the journal at path.
 func Open(ctx context.Context, path string) (*Journal, error) {
-	dsn := "file:" + path +
-		"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sql.Open("sqlite", "file:"+path+
+		"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open journal %s: %w", path, err)
 	}
-	// One connection: SQLite serialises writers anyway, and a single
-	// connection turns lock contention into Go-side queueing instead of
-	// SQLITE_BUSY retries.
-	db.SetMaxOpenConns(1)
+	db.SetMaxOpenConns(1) // see Journal.db
 	if _, err := db.ExecContext(ctx, schema+filesSchema); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("create journal schema: %w", err)
@@ -293,7 +316,17 @@ func Open(ctx context.Context, path string) (*Journal, error) {
 			return nil, fmt.Errorf("journal %s: %w", f, err)
 		}
 	}
-	return &Journal{db: db, stmts: map[string]*sql.Stmt{}}, nil
+	// Opened once the schema exists and the file is in WAL mode (a
+	// setting the file keeps).
+	rdb, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=query_only(1)")
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(readConns)
+	rdb.SetMaxIdleConns(readConns)
+	return &Journal{db: &handle{DB: db, stmts: map[string]*sql.Stmt{}},
+		reads: &handle{DB: rdb, stmts: map[string]*sql.Stmt{}}}, nil
 }
 
 // addedColumns are columns later versions added to local_tasks: a journal
@@ -336,13 +369,7 @@ func addMissingColumns(ctx context.Context, db *sql.DB) error {
 
 // Close closes the database.
 func (j *Journal) Close() error {
-	j.mu.Lock()
-	for q, st := range j.stmts {
-		_ = st.Close()
-		delete(j.stmts, q)
-	}
-	j.mu.Unlock()
-	return j.db.Close()
+	return errors.Join(j.reads.close(), j.db.close())
 }
 
 const timeLayout = "2006-01-02T15:04:05.000000000Z"
@@ -378,7 +405,7 @@ func b2i(b bool) int {
 func (j *Journal) Insert(ctx context.Context, ts ...Task) ([]bool, error) {
 	// Prepared before the transaction begins: the journal has one
 	// connection, which the transaction holds until it ends.
-	ins, done, err := j.stmt(ctx, insertTask)
+	ins, done, err := j.db.stmt(ctx, insertTask)
 	if err != nil {
 		return nil, fmt.Errorf("insert tasks: %w", err)
 	}
@@ -485,7 +512,7 @@ func scanTask(s scanner) (Task, error) {
 }
 
 func (j *Journal) query(ctx context.Context, q string, args ...any) ([]Task, error) {
-	st, done, err := j.stmt(ctx, `SELECT `+columns+` FROM local_tasks `+q)
+	st, done, err := j.reads.stmt(ctx, `SELECT `+columns+` FROM local_tasks `+q)
 	if err != nil {
 		return nil, err
 	}

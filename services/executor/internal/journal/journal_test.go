@@ -220,3 +220,39 @@ func TestAttemptFilesSurviveAReopen(t *testing.T) {
 		t.Fatalf("att-2 = %+v, %v", f, err)
 	}
 }
+
+// A read neither waits for the writing connection nor sees what it has
+// not committed; once committed, the next read sees it.
+func TestReadsDoNotWaitForTheWriter(t *testing.T) {
+	ctx := context.Background()
+	j := open(t)
+	if _, err := j.Insert(ctx, row("t1", "a1", t0)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := j.db.Conn(ctx) // the one writing connection, held
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `UPDATE local_tasks SET status = ? WHERE attempt_id = 'a1'`, StatusRunning); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	got, err := j.Get(rctx, "a1")
+	if err != nil {
+		t.Fatalf("Get while the writer holds its transaction: %v", err)
+	}
+	if got.Status != StatusAssigned {
+		t.Errorf("read saw an uncommitted status %q", got.Status)
+	}
+	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = j.Latest(ctx, "t1"); err != nil || got.Status != StatusRunning {
+		t.Errorf("after the commit Latest = %q, %v; want %q", got.Status, err, StatusRunning)
+	}
+}

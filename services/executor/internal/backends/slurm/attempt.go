@@ -573,6 +573,7 @@ func (b *Backend) bind(ctx context.Context, r *run, j Job) (bound bool, failure 
 			return false, ""
 		}
 	}
+	began := time.Now()
 	if lt == nil {
 		r.createTried = true
 		if lt, err = agent.create(ctx, localTaskSpec(r.task, j)); err != nil {
@@ -585,7 +586,7 @@ func (b *Backend) bind(ctx context.Context, r *run, j Job) (bound bool, failure 
 		}
 	}
 	r.agent, r.localID = agent, lt.GetId()
-	log.Info("task bound to the node's agent", "node", node, "local_task_id", r.localID)
+	log.Info("task bound to the node's agent", "node", node, "local_task_id", r.localID, "hand_off_ms", time.Since(began).Milliseconds())
 	return true, ""
 }
 

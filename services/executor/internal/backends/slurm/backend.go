@@ -111,7 +111,15 @@ func (c Config) withDefaults() (Config, error) {
 		c.OutputLimit = 16 << 20
 	}
 	if c.HTTP == nil {
-		c.HTTP = &http.Client{Timeout: 10 * time.Minute}
+		// Every attempt on a node asks that node's agent for its task
+		// once a PollInterval, and a scheduling pass hands many tasks to
+		// one agent at once: keep a connection per attempt that may ask
+		// at the same time, not net/http's default of two per host, so
+		// that the calls do not dial (and leave TIME_WAIT behind) each
+		// time.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = max(c.Slots, 2)
+		c.HTTP = &http.Client{Timeout: 10 * time.Minute, Transport: tr}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
