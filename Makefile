@@ -77,9 +77,11 @@ bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print 
 	# apt-get command that installs what is missing.
 	$(BIN)/taskmesh bench check
 	$(BIN)/taskmesh bench all $(BENCHFLAGS)
-	# In-process costs: the rate limiter's decision (mean and p99) and the
-	# admission core's scheduling, BENCHRUNS runs each, printed as medians.
+	# In-process costs: the rate limiter's decision (mean and p99), the
+	# admission core's scheduling and an attempt's journal calls on an
+	# agent, BENCHRUNS runs each, printed as medians.
 	go test -run '^$$' -bench . -count $(BENCHRUNS) ./services/gateway/internal/ratelimit/ ./services/quota/internal/domain/admitcore/ \
+	  ./services/executor/internal/journal/ \
 	  | $(BIN)/taskmesh bench medians
 
 # Loading a month of history takes minutes, so `bench all` leaves this
