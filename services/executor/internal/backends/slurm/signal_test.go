@@ -332,6 +332,10 @@ func TestSignallingPlaceholderScript(t *testing.T) {
 	run(s.env("att-1"))
 	select {
 	case r := <-got:
+		if r.received.IsZero() {
+			t.Errorf("the signal has no time it was received")
+		}
+		r.received = time.Time{}
 		if r != (startReport{jobID: 42, node: "node-a", nodes: "node-[a-b]", gpus: "0,1"}) {
 			t.Fatalf("signal said %+v", r)
 		}
