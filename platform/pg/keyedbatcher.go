@@ -35,6 +35,7 @@ type KeyedBatcher[S, E any] struct {
 	maxBatch int
 	retry    func(error) bool
 	after    func()
+	keyed    bool
 	queues   *workQueues[*keyedCmd[S, E]]
 	wg       sync.WaitGroup
 }
@@ -87,6 +88,9 @@ type KeyedBatcherOptions struct {
 	Retryable func(error) bool
 	// AfterCommit runs after every successful commit.
 	AfterCommit func()
+	// KeyedPlans says the store's statements are all keyed (QueueKeyedPlans):
+	// each batch's transaction then runs them on their generic plans.
+	KeyedPlans bool
 }
 
 // NewKeyedBatcher starts the workers; Close stops them.
@@ -100,7 +104,7 @@ func NewKeyedBatcher[S, E any](pool *pgxpool.Pool, store KeyedStore[S, E], o Key
 	if o.Retryable == nil {
 		o.Retryable = func(error) bool { return false }
 	}
-	b := &KeyedBatcher[S, E]{pool: pool, store: store, maxBatch: o.MaxBatch, retry: o.Retryable, after: o.AfterCommit,
+	b := &KeyedBatcher[S, E]{pool: pool, store: store, maxBatch: o.MaxBatch, retry: o.Retryable, after: o.AfterCommit, keyed: o.KeyedPlans,
 		queues: newWorkQueues[*keyedCmd[S, E]](o.Workers, 4*o.MaxBatch)}
 	for _, ch := range b.queues.chans {
 		b.wg.Add(1)
@@ -246,6 +250,9 @@ func (b *KeyedBatcher[S, E]) attempt(cmds []*keyedCmd[S, E]) (results []keyedRes
 	// BEGIN and the lock query in one round trip.
 	lock := &pgx.Batch{}
 	lock.Queue("BEGIN")
+	if b.keyed {
+		QueueKeyedPlans(lock) // for the rest of the transaction
+	}
 	lock.Queue(sql, args...)
 	// From here a failure must roll back (the deferred ROLLBACK): BEGIN may
 	// have run even when reading its answer failed.
@@ -255,6 +262,11 @@ func (b *KeyedBatcher[S, E]) attempt(cmds []*keyedCmd[S, E]) (results []keyedRes
 		defer br.Close()
 		if _, err := br.Exec(); err != nil {
 			return nil, fmt.Errorf("pg: begin: %w", err)
+		}
+		if b.keyed {
+			if _, err := br.Exec(); err != nil {
+				return nil, fmt.Errorf("pg: keyed plans: %w", err)
+			}
 		}
 		rows, err := br.Query()
 		if err != nil {

@@ -243,19 +243,39 @@ func dependencyStatements(waiting, deps, completed []string) []statement {
 }
 
 // save appends the events of every change and writes the tasks rows, all
-// in tx, and returns the tasks after the changes.
+// in tx, and returns the tasks after the changes. The statements are
+// keyed, so they run on their generic plans (pg.QueueKeyedPlans), and they
+// travel in one round trip; the statements after them plan as before.
 func save(ctx context.Context, tx pgx.Tx, changes ...change) ([]domain.Task, error) {
 	evs, stmts, after, err := plan(ctx, changes)
-	if err != nil {
+	if err != nil || len(evs) == 0 && len(stmts) == 0 {
+		return after, err
+	}
+	b := &pgx.Batch{}
+	pg.QueueKeyedPlans(b)
+	if err := events.QueueAppend(b, evs...); err != nil {
 		return nil, err
 	}
-	if err := events.Append(ctx, tx, evs...); err != nil {
-		return nil, err
-	}
+	appended := len(evs) > 0
 	for _, st := range stmts {
-		if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
+		b.Queue(st.sql, st.args...)
+	}
+	pg.QueueDefaultPlans(b)
+	br := tx.SendBatch(ctx, b)
+	for i := range b.Len() {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			switch {
+			case i == 1 && appended:
+				return nil, eventstore.AppendError(err, evs)
+			case i == 0 || i >= b.Len()-2:
+				return nil, fmt.Errorf("write tasks: planning settings: %w", err)
+			}
 			return nil, fmt.Errorf("write tasks: %w", err)
 		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("write tasks: %w", err)
 	}
 	return after, nil
 }
@@ -529,7 +549,10 @@ func NewTaskStore(pool *pgxpool.Pool, o TaskStoreOptions) *TaskStore {
 		pool: pool,
 		gc:   pg.NewGroupCommitter(pool, pg.GroupCommitOptions{Workers: workers, MaxBatch: 128, AfterCommit: o.AfterCommit}),
 		batcher: pg.NewKeyedBatcher[domain.Task, traced](pool, taskRows{}, pg.KeyedBatcherOptions{
-			Workers: workers, MaxBatch: 256, Retryable: retryable, AfterCommit: o.AfterCommit}),
+			Workers: workers, MaxBatch: 256, Retryable: retryable, AfterCommit: o.AfterCommit,
+			// The lock, the event append and the task writes are keyed
+			// (TestTaskWritesRunOnKeyedPlans).
+			KeyedPlans: true}),
 	}
 }
 
