@@ -62,7 +62,8 @@ func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	// batches its writes, so planning happens per batch, not per command.
 	// A statement whose generic plan is the same at every table size may
 	// ask for it for itself, as the claim does
-	// (docs/decisions/0089-the-claim-runs-on-its-generic-plan.md).
+	// (docs/decisions/0089-the-claim-runs-on-its-generic-plan.md), and so
+	// may keyed statements, with sequential scans disabled (QueueKeyedPlans).
 	for param, value := range map[string]string{"jit": "off", "plan_cache_mode": "force_custom_plan"} {
 		if _, set := pcfg.ConnConfig.RuntimeParams[param]; !set {
 			pcfg.ConnConfig.RuntimeParams[param] = value
