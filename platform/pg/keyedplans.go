@@ -21,7 +21,7 @@ import "github.com/jackc/pgx/v5"
 // plan at every table size. A statement that has no usable index still
 // gets its scan (the setting only penalises it), so a mistake costs speed,
 // never correctness
-// (docs/decisions/0093-keyed-statements-run-on-generic-plans.md).
+// (docs/decisions/0094-keyed-statements-run-on-generic-plans.md).
 //
 // Both settings are the transaction's own (SET LOCAL); they must be sent
 // inside a transaction.
