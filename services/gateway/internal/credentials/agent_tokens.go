@@ -81,7 +81,8 @@ func (s *Store) insertAgentToken(ctx context.Context, tx pgx.Tx, spec AgentSpec,
 }
 
 // RotateAgentToken gives the token a new secret and returns it; the old
-// secret stops working at once. The address binding is cleared so the new
+// secret stops working at once on this gateway and within KeyCacheTTL on
+// the others. The address binding is cleared so the new
 // secret binds to the first address it is used from (rotation is how an
 // operator re-issues a token to an agent that moved). Expiry and allowed
 // CIDRs are kept. It is RotateAgent done by the gateway itself. Errors:
@@ -113,6 +114,11 @@ func (s *Store) rotateAgentToken(ctx context.Context, tokenID string, expiresAt 
 				&adminv1.AdminEvent{Event: &adminv1.AdminEvent_AgentTokenRotated{AgentTokenRotated: &adminv1.AgentTokenRotated{
 					TokenId: t.ID, Prefix: t.Prefix, ExpiresAt: timestamp(t.ExpiresAt)}}})
 		})
+		// The old secret's entries; t is zero when nothing was updated, and
+		// then nothing of this token can be cached.
+		if t.AgentID != "" {
+			s.keys.forgetAgent(t.AgentID)
+		}
 		if pg.IsUniqueViolation(err, "agent_tokens_prefix_key") {
 			continue
 		}
@@ -131,9 +137,9 @@ func (s *Store) rotateAgentToken(ctx context.Context, tokenID string, expiresAt 
 	return AgentToken{}, "", fmt.Errorf("rotate agent token %s: no free prefix after %d attempts", tokenID, prefixAttempts)
 }
 
-// RevokeAgentToken revokes the token; it stops working at once. Revoking a
-// revoked token succeeds and keeps the first revocation. Errors:
-// ErrNotFound.
+// RevokeAgentToken revokes the token; it stops working at once on this
+// gateway and within KeyCacheTTL on the others. Revoking a revoked token
+// succeeds and keeps the first revocation. Errors: ErrNotFound.
 func (s *Store) RevokeAgentToken(ctx context.Context, tokenID string) error {
 	_, err := s.revokeAgentToken(ctx, tokenID, "revoked by operator", System, nil)
 	if err != nil {
@@ -164,8 +170,17 @@ func (s *Store) revokeAgentToken(ctx context.Context, tokenID, reason string, by
 				TokenId: t.ID, Reason: reason, BoundIp: details["bound_ip"], UsedFrom: details["remote_ip"]}}})
 	})
 	if errNoRows(err) {
-		// Already revoked (keep the first revocation), or unknown.
-		return s.GetAgentToken(ctx, tokenID)
+		// Already revoked (keep the first revocation), or unknown. Revoked
+		// by another gateway, it may still be cached here: forget it too.
+		cur, gerr := s.GetAgentToken(ctx, tokenID)
+		if gerr == nil {
+			s.keys.forgetAgent(cur.AgentID)
+		}
+		return cur, gerr
+	}
+	if t.AgentID != "" {
+		// Whether or not it committed: the cache may only shrink.
+		s.keys.forgetAgent(t.AgentID)
 	}
 	if err != nil {
 		return AgentToken{}, fmt.Errorf("revoke agent token %s: %w", tokenID, err)

@@ -120,7 +120,7 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenantID, keyID string, by Act
 			event: &adminv1.AdminEvent{Event: &adminv1.AdminEvent_ApiKeyRevoked{ApiKeyRevoked: &adminv1.ApiKeyRevoked{
 				KeyId: keyID, Prefix: prefix}}}})
 	})
-	s.keys.forget() // whether or not it committed: the cache may only shrink
+	s.keys.forgetAPIKey(keyID) // whether or not it committed: the cache may only shrink
 	if errors.Is(err, ErrNotFound) {
 		return err
 	}

@@ -34,6 +34,10 @@ const lastUsedGranularity = time.Minute
 // An agent token used from an address it may not be used from is revoked
 // before the error is returned (see checkAgentAddress; ForHeartbeat marks
 // the calls that may move it within its allowed CIDRs).
+//
+// An API key that authenticated, and an agent token that authenticated
+// from the address it is bound to, are taken on trust for KeyCacheTTL
+// (keyCache); operator keys are looked up on every call.
 func (s *Store) Authenticate(ctx context.Context, bearer, remoteIP string) (authn.Principal, error) {
 	kind, prefix, ok := parseBearer(bearer)
 	if !ok {
@@ -50,10 +54,11 @@ func (s *Store) Authenticate(ctx context.Context, bearer, remoteIP string) (auth
 }
 
 func (s *Store) authenticateUser(ctx context.Context, prefix string, hash []byte, remoteIP string) (authn.Principal, error) {
-	if p, ok := s.keys.get(hash, s.now()); ok {
+	if p, ok := s.keys.get(userCacheKey(hash), s.now()); ok {
 		p.RemoteIP = canonicalIP(remoteIP)
 		return p, nil
 	}
+	gen := s.keys.generation()
 	var (
 		keyID, tenantID, tier          string
 		stored                         []byte
@@ -84,7 +89,7 @@ func (s *Store) authenticateUser(ctx context.Context, prefix string, hash []byte
 	}
 	s.touch(ctx, "api_keys", keyID, lastUsed, now)
 	p := authn.Principal{Kind: authn.KindUser, TenantID: tenantID, Subject: keyID, Tier: tier}
-	s.keys.put(hash, p, now, expiresAt)
+	s.keys.put(gen, userCacheKey(hash), p, now, expiresAt)
 	p.RemoteIP = canonicalIP(remoteIP)
 	return p, nil
 }
@@ -137,7 +142,22 @@ func (s *Store) touch(ctx context.Context, table, keyID string, lastUsed *time.T
 	}
 }
 
+// authenticateAgent checks an agent token used from remoteIP. A token that
+// authenticated from the address it is bound to is cached under that
+// address (agentCacheKey): the same secret from the same address finds
+// it, heartbeat or not, since the full path would accept it there and
+// change nothing; from any other address it misses and the full path
+// refuses, revokes or moves the token as checkAgentAddress decides.
 func (s *Store) authenticateAgent(ctx context.Context, prefix string, hash []byte, remoteIP string) (authn.Principal, error) {
+	ip, ipErr := netip.ParseAddr(remoteIP)
+	ip = ip.Unmap().WithZone("")
+	if ipErr == nil {
+		if p, ok := s.keys.get(agentCacheKey(hash, ip), s.now()); ok {
+			p.RemoteIP = ip.String()
+			return p, nil
+		}
+	}
+	gen := s.keys.generation()
 	var (
 		tier   string
 		stored []byte
@@ -160,27 +180,31 @@ func (s *Store) authenticateAgent(ctx context.Context, prefix string, hash []byt
 	if tok.RevokedAt != nil {
 		return authn.Principal{}, unauthenticated("agent token revoked")
 	}
-	if tok.ExpiresAt != nil && !s.now().Before(*tok.ExpiresAt) {
+	now := s.now()
+	if tok.ExpiresAt != nil && !now.Before(*tok.ExpiresAt) {
 		return authn.Principal{}, unauthenticated("agent token expired")
 	}
-	ip, err := netip.ParseAddr(remoteIP)
-	if err != nil {
+	if ipErr != nil {
 		// Without an address neither an allow-list nor a binding can be
 		// checked; refuse rather than guess.
 		return authn.Principal{}, forbidden("remote address unknown")
 	}
-	ip = ip.Unmap().WithZone("")
-	if err := s.checkAgentAddress(ctx, tok, ip); err != nil {
+	boundHere, err := s.checkAgentAddress(ctx, tok, ip)
+	if err != nil {
 		return authn.Principal{}, err
 	}
-	return authn.Principal{
+	p := authn.Principal{
 		Kind:     authn.KindAgent,
 		TenantID: tok.TenantID,
 		Subject:  tok.AgentID,
 		AgentID:  tok.AgentID,
-		RemoteIP: ip.String(),
 		Tier:     tier,
-	}, nil
+	}
+	if boundHere {
+		s.keys.put(gen, agentCacheKey(hash, ip), p, now, tok.ExpiresAt)
+	}
+	p.RemoteIP = ip.String()
+	return p, nil
 }
 
 // heartbeatKey marks a context whose request is an agent's heartbeat.
@@ -208,9 +232,13 @@ func isHeartbeat(ctx context.Context) bool {
 // from there are refused without revoking (a NAT's new address may reach
 // a claim before the heartbeat). Every revocation and move is recorded in
 // the agent's audit trail in the same transaction.
-func (s *Store) checkAgentAddress(ctx context.Context, tok AgentToken, ip netip.Addr) error {
+//
+// boundHere reports an acceptance that may be cached under ip: the token
+// was bound to ip already, or has just been bound to it by this call. A
+// move is accepted but not cached (it forgets the agent's entries).
+func (s *Store) checkAgentAddress(ctx context.Context, tok AgentToken, ip netip.Addr) (boundHere bool, err error) {
 	if len(tok.AllowedCIDRs) > 0 && !slices.ContainsFunc(tok.AllowedCIDRs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-		return s.revokeForAddress(ctx, tok, ip, fmt.Sprintf("used from %s, outside its allowed CIDRs %v", ip, cidrStrings(tok.AllowedCIDRs)))
+		return false, s.revokeForAddress(ctx, tok, ip, fmt.Sprintf("used from %s, outside its allowed CIDRs %v", ip, cidrStrings(tok.AllowedCIDRs)))
 	}
 	bound := tok.BoundIP
 	if !bound.IsValid() {
@@ -223,37 +251,42 @@ func (s *Store) checkAgentAddress(ctx context.Context, tok AgentToken, ip netip.
 			WHERE id = $1 AND prefix = $2 AND bound_ip IS NULL AND revoked_at IS NULL`,
 			tok.ID, tok.Prefix, ip.String())
 		if err != nil {
-			return fmt.Errorf("bind agent token %s: %w", tok.ID, err)
+			return false, fmt.Errorf("bind agent token %s: %w", tok.ID, err)
 		}
 		if tag.RowsAffected() == 1 {
+			// Nothing cached goes stale: entries are made only under the
+			// address a secret is bound to, and this secret had none (a
+			// rotation, which clears the binding, changes the secret and
+			// forgets the old one's entries).
 			s.log.Info("agent token bound to its first address",
 				"token_id", tok.ID, "agent_id", tok.AgentID, "remote_ip", ip.String())
-			return nil
+			return true, nil
 		}
 		now, err := s.GetAgentToken(ctx, tok.ID)
 		if err != nil {
-			return fmt.Errorf("bind agent token %s: %w", tok.ID, err)
+			return false, fmt.Errorf("bind agent token %s: %w", tok.ID, err)
 		}
 		if now.Prefix != tok.Prefix || now.RevokedAt != nil || !now.BoundIP.IsValid() {
-			return unauthenticated("agent token revoked")
+			return false, unauthenticated("agent token revoked")
 		}
 		bound, tok.BoundIP = now.BoundIP, now.BoundIP
 	}
 	switch {
 	case bound == ip:
-		return nil
+		return true, nil
 	case len(tok.AllowedCIDRs) == 0:
-		return s.revokeForAddress(ctx, tok, ip, fmt.Sprintf("used from %s while bound to %s", ip, bound))
+		return false, s.revokeForAddress(ctx, tok, ip, fmt.Sprintf("used from %s while bound to %s", ip, bound))
 	case isHeartbeat(ctx):
-		return s.moveAgentAddress(ctx, tok, bound, ip)
+		return false, s.moveAgentAddress(ctx, tok, bound, ip)
 	}
 	s.log.Info("agent call refused: its address changed; its next heartbeat moves the token",
 		"token_id", tok.ID, "agent_id", tok.AgentID, "bound_ip", bound.String(), "remote_ip", ip.String())
-	return forbidden("agent address changed: send a heartbeat from the new address first")
+	return false, forbidden("agent address changed: send a heartbeat from the new address first")
 }
 
 // moveAgentAddress moves the token's binding from bound to ip on a
-// heartbeat, recording it. A concurrent change of the binding wins: the
+// heartbeat, recording it, and forgets the agent's cached entries (the one
+// under bound among them). A concurrent change of the binding wins: the
 // heartbeat is refused and the agent's next one decides again.
 func (s *Store) moveAgentAddress(ctx context.Context, tok AgentToken, bound, ip netip.Addr) error {
 	moved := false
@@ -269,6 +302,7 @@ func (s *Store) moveAgentAddress(ctx context.Context, tok AgentToken, bound, ip 
 			&adminv1.AdminEvent{Event: &adminv1.AdminEvent_AgentAddressChanged{AgentAddressChanged: &adminv1.AgentAddressChanged{
 				TokenId: tok.ID, From: bound.String(), To: ip.String()}}})
 	})
+	s.keys.forgetAgent(tok.AgentID)
 	if err != nil {
 		return fmt.Errorf("move agent token %s to %s: %w", tok.ID, ip, err)
 	}
@@ -281,7 +315,8 @@ func (s *Store) moveAgentAddress(ctx context.Context, tok AgentToken, bound, ip 
 }
 
 // revokeForAddress revokes a token used from where it may not be, records
-// why, and returns the refusal.
+// why, and returns the refusal. (revokeAgentToken forgets the agent's
+// cached entries.)
 func (s *Store) revokeForAddress(ctx context.Context, tok AgentToken, ip netip.Addr, reason string) error {
 	details := map[string]string{"remote_ip": ip.String()}
 	if tok.BoundIP.IsValid() {

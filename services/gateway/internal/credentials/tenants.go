@@ -171,7 +171,7 @@ func (s *Store) UpdateTenant(ctx context.Context, id string, u TenantUpdate) (Te
 			event: &adminv1.AdminEvent{Event: &adminv1.AdminEvent_TenantUpdated{TenantUpdated: &adminv1.TenantUpdated{
 				Name: t.Name, Tier: t.Tier, RpmLimit: int32(t.Limits.RPM), TpmLimit: int32(t.Limits.TPM)}}}})
 	})
-	s.keys.forget() // cached keys carry the tenant's tier
+	s.keys.forgetTenant(id) // cached keys and agent tokens carry the tenant's tier
 	if errNoRows(err) {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", id, ErrNotFound)
 	}

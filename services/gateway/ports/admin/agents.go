@@ -364,7 +364,8 @@ const revokeTimeout = 5 * time.Second
 // credentials.Store.OnAgentRevoked), as the gateway itself: a claim the
 // agent started before the revocation may still be waiting in the
 // scheduler. A failure is logged: the token is revoked either way, and a
-// claim leased meanwhile can start nothing (every later call is refused).
+// claim leased meanwhile can start nothing (every later call is refused,
+// at once on this gateway and within credentials.KeyCacheTTL on others).
 func (s *AgentServer) DrainRevoked(ctx context.Context, agentID string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
 	defer cancel()
