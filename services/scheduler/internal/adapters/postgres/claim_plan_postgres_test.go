@@ -111,16 +111,7 @@ func checkClaimPlan(t *testing.T, ctx context.Context, conn *pgxpool.Conn, when 
 	if err := tx.QueryRow(ctx, `SELECT name FROM pg_prepared_statements WHERE statement = $1`, postgres.ClaimSQL).Scan(&name); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`('`+time.Now().UTC().Format(time.RFC3339Nano)+`', '*', 'm-1', '', '{gpu}', '{}', 8)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	var line string
-	if _, err := pgx.ForEachRow(rows, []any{&line}, func() error { lines = append(lines, line); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	plan := strings.Join(lines, "\n")
+	plan := explain(t, tx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`('`+time.Now().UTC().Format(time.RFC3339Nano)+`', '*', 'm-1', '', '{gpu}', '{}', 8)`)
 	for _, idx := range []string{"tasks_claim_open_idx", "tasks_claim_machine_idx", "tasks_claim_address_idx", "tasks_claim_labelled_idx"} {
 		if !strings.Contains(plan, "using "+idx+" on tasks t") {
 			t.Errorf("%s the claim's generic plan does not read %s:\n%s", when, idx, plan)

@@ -150,14 +150,5 @@ func explainKeyed(t *testing.T, ctx context.Context, conn *pgx.Conn, name string
 		t.Fatal(err)
 	}
 	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
-	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`(`+nulls+`)`, pgx.QueryExecModeSimpleProtocol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	var line string
-	if _, err := pgx.ForEachRow(rows, []any{&line}, func() error { lines = append(lines, line); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(lines, "\n")
+	return explain(t, tx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`(`+nulls+`)`, pgx.QueryExecModeSimpleProtocol)
 }

@@ -97,9 +97,11 @@ func literals(t *testing.T, args []any) string {
 	return strings.Join(out, ", ")
 }
 
-func explain(t *testing.T, conn *pgx.Conn, stmt string) string {
+// explain runs an EXPLAIN statement on q (a connection or a transaction)
+// and returns the plan's text.
+func explain(t *testing.T, q postgres.Querier, stmt string, args ...any) string {
 	t.Helper()
-	rows, err := conn.Query(context.Background(), stmt)
+	rows, err := q.Query(context.Background(), stmt, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
