@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -477,13 +478,24 @@ func doneViews(ctx context.Context, s *schedulerUnderTest, n int) bool {
 
 func ptr32(v int32) *int32 { return &v }
 
-// printStatements lists the statements with the most total execution time.
+// printStatements lists the statements with the most total execution time
+// (15, or TASKMESH_BENCH_STATEMENTS), after the totals of all of them.
 func printStatements(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error {
+	limit := 15
+	if n, err := strconv.Atoi(os.Getenv("TASKMESH_BENCH_STATEMENTS")); err == nil && n > 0 {
+		limit = n
+	}
+	var calls, exec, planning int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(round(sum(total_exec_time)), 0)::bigint,
+		coalesce(round(sum(total_plan_time)), 0)::bigint FROM pg_stat_statements`).Scan(&calls, &exec, &planning); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nall statements: %d calls, %d ms executing, %d ms planning\n", calls, exec, planning)
 	// Planning counts: a prepared statement that gets a custom plan on
 	// every execution spends its time there, not in the executor.
 	rows, err := pool.Query(ctx, `SELECT calls, round(total_exec_time)::bigint, round(total_plan_time)::bigint,
 		round(mean_exec_time::numeric, 3)::float8, rows, regexp_replace(left(query, 110), '\s+', ' ', 'g')
-		FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT 15`)
+		FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT $1`, limit)
 	if err != nil {
 		return err
 	}
