@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -290,12 +291,15 @@ func (s *Service) build() {
 	}
 	s.usageConsumer = consumer.New(cfg.DB, consumer.Config{Name: Usage, Topic: cfg.TaskTopic, Partitions: cfg.Partitions,
 		Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(Usage, nil)}, usagepg.Meter{Tables: usagepg.LiveTables}.Apply)
+	// The dispatcher is woken after a commit that scheduled a delivery to
+	// send, not after every one: most tasks notify nobody.
+	taskHooks, groupHooks := &scheduleWaker{wake: s.hooks.Wake}, &scheduleWaker{wake: s.hooks.Wake}
 	s.hookConsumer = consumer.New(cfg.DB, consumer.Config{Name: Webhooks, Topic: cfg.TaskTopic, Partitions: cfg.Partitions,
-		Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(Webhooks, s.hooks.Wake)},
-		hookpg.Notifier{Tables: hookpg.LiveTables, MaxAge: cfg.Webhooks.Backoff.MaxAge}.Apply)
+		Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(Webhooks, taskHooks.afterCommit)},
+		hookpg.Notifier{Tables: hookpg.LiveTables, MaxAge: cfg.Webhooks.Backoff.MaxAge, Scheduled: taskHooks.scheduled}.Apply)
 	s.alertConsumer = consumer.New(cfg.DB, consumer.Config{Name: WebhookAlerts, Topic: cfg.OrchestrationTopic, Partitions: cfg.Partitions,
-		Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(WebhookAlerts, s.hooks.Wake)},
-		hookpg.Alerts{Tables: hookpg.LiveTables, MaxAge: cfg.Webhooks.Backoff.MaxAge}.Apply)
+		Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(WebhookAlerts, groupHooks.afterCommit)},
+		hookpg.Alerts{Tables: hookpg.LiveTables, MaxAge: cfg.Webhooks.Backoff.MaxAge, Scheduled: groupHooks.scheduled}.Apply)
 }
 
 // Register adds AuditService, UsageService, WebhookService and
@@ -435,3 +439,24 @@ func replayAlerts(k kafka.Config) projection.ReplaySpec {
 // UsageApply is the usage consumer's Apply on the live tables, for tests
 // and benchmarks that run the consumer alone.
 func UsageApply() consumer.Apply { return usagepg.Meter{Tables: usagepg.LiveTables}.Apply }
+
+// scheduleWaker wakes the webhook dispatcher after a consumer's commit
+// whose transaction scheduled a delivery to send. The consumer applies
+// and commits on one goroutine, so the flag belongs to the transaction
+// that just committed; one that scheduled a delivery and then failed
+// leaves it set, which costs one early look, and a delivery the flag
+// missed is found at the dispatcher's next poll.
+type scheduleWaker struct {
+	wake    func()
+	pending atomic.Bool
+}
+
+// scheduled is the notifier's Scheduled hook.
+func (w *scheduleWaker) scheduled() { w.pending.Store(true) }
+
+// afterCommit is the consumer's AfterCommit hook.
+func (w *scheduleWaker) afterCommit() {
+	if w.pending.Swap(false) {
+		w.wake()
+	}
+}

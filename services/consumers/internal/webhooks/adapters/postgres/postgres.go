@@ -36,6 +36,12 @@ type Notifier struct {
 	Tables Tables
 	// MaxAge is how long a new delivery is retried.
 	MaxAge time.Duration
+	// Scheduled, if set, is called inside the transaction when it
+	// scheduled a delivery to send: the dispatcher is worth waking after
+	// the commit. A delivery skipped at once (no endpoint anywhere) does
+	// not call it, so a tenant without webhooks costs the dispatcher
+	// nothing.
+	Scheduled func()
 }
 
 // Apply folds a run of task-topic records (consumer.Apply): the tasks'
@@ -127,8 +133,9 @@ func storeTasks(ctx context.Context, tx pgx.Tx, table string, state map[string]d
 // is written from the creation alone, so a record seen again changes
 // nothing. It shares the deliveries and their schedule with Notifier.
 type Alerts struct {
-	Tables Tables
-	MaxAge time.Duration
+	Tables    Tables
+	MaxAge    time.Duration
+	Scheduled func() // as Notifier's
 }
 
 // Apply implements consumer.Apply. The batch is folded in order: a group
@@ -217,7 +224,7 @@ func (n Notifier) storeDeliveries(ctx context.Context, tx pgx.Tx, ds []domain.De
 			subjects[i] = domain.SubjectTask
 		}
 	}
-	_, err := tx.Exec(ctx, `
+	rows, err := tx.Query(ctx, `
 		WITH made AS (
 			INSERT INTO `+pgx.Identifier{n.Tables.Deliveries}.Sanitize()+` (id, event_id, tenant_id, task_id, status, url, body, created_at, subject)
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[],
@@ -231,9 +238,18 @@ func (n Notifier) storeDeliveries(ctx context.Context, tx pgx.Tx, ds []domain.De
 				THEN 'pending' ELSE 'skipped' END,
 			now(), now() + $9::interval, now()
 		FROM made
-		ON CONFLICT (delivery_id) DO NOTHING`, ids, evs, tenants, tasks, statuses, urls, bodies, created, n.MaxAge, subjects)
+		ON CONFLICT (delivery_id) DO NOTHING
+		RETURNING state = 'pending'`, ids, evs, tenants, tasks, statuses, urls, bodies, created, n.MaxAge, subjects)
 	if err != nil {
 		return fmt.Errorf("webhooks: store deliveries: %w", err)
+	}
+	pending := false
+	var p bool
+	if _, err := pgx.ForEachRow(rows, []any{&p}, func() error { pending = pending || p; return nil }); err != nil {
+		return fmt.Errorf("webhooks: store deliveries: %w", err)
+	}
+	if pending && n.Scheduled != nil {
+		n.Scheduled()
 	}
 	return nil
 }
