@@ -193,12 +193,11 @@ func (a *Agent) sendStart(ctx context.Context, taskID, attemptID string) (time.T
 		})
 		cancel()
 		if err == nil {
-			_ = a.journal.SetServerStarted(journalCtx, attemptID)
 			var expires time.Time
 			if resp.GetLeaseExpiresAt() != nil {
 				expires = resp.GetLeaseExpiresAt().AsTime()
-				_ = a.journal.SetLease(journalCtx, attemptID, expires, a.now())
 			}
+			_ = a.journal.SetServerStarted(journalCtx, attemptID, expires, a.now())
 			return expires, nil
 		}
 		if !rpcerr.Transient(err) {

@@ -649,10 +649,18 @@ SET status = '`+StatusRunning+`', started_at = COALESCE(started_at, ?)
 WHERE attempt_id = ? AND status IN (`+activeIn+`)`, fmtTime(at), attemptID)
 }
 
-// SetServerStarted records that StartTask was acknowledged.
-func (j *Journal) SetServerStarted(ctx context.Context, attemptID string) error {
-	_, err := j.exec(ctx, "set server started "+attemptID,
-		`UPDATE local_tasks SET server_started = 1 WHERE attempt_id = ?`, attemptID)
+// SetServerStarted records that StartTask was acknowledged, with the
+// lease its answer gave (expires, at now; a zero expires leaves the lease
+// as it was): one write for one answer.
+func (j *Journal) SetServerStarted(ctx context.Context, attemptID string, expires, now time.Time) error {
+	if expires.IsZero() {
+		_, err := j.exec(ctx, "set server started "+attemptID,
+			`UPDATE local_tasks SET server_started = 1 WHERE attempt_id = ?`, attemptID)
+		return err
+	}
+	_, err := j.exec(ctx, "set server started "+attemptID, `UPDATE local_tasks
+SET server_started = 1, lease_expires_at = ?, last_heartbeat_at = ? WHERE attempt_id = ?`,
+		fmtTime(expires), fmtTime(now), attemptID)
 	return err
 }
 

@@ -33,10 +33,15 @@ func BenchmarkAttemptLife(b *testing.B) {
 		if _, err := j.MarkRunning(ctx, attempt, t0); err != nil {
 			b.Fatal(err)
 		}
-		if err := j.SetProcess(ctx, attempt, "/run/"+attempt, "/run/"+attempt+"/shim.sock", 100, 101); err != nil {
+		// As the agent does: the run directory before the shim starts,
+		// StartTask's answer with its lease, the shim's pids.
+		if err := j.SetProcess(ctx, attempt, "/run/"+attempt, "/run/"+attempt+"/shim.sock", 0, 0); err != nil {
 			b.Fatal(err)
 		}
-		if err := j.SetServerStarted(ctx, attempt); err != nil {
+		if err := j.SetServerStarted(ctx, attempt, t0.Add(time.Minute), t0); err != nil {
+			b.Fatal(err)
+		}
+		if err := j.SetProcess(ctx, attempt, "/run/"+attempt, "/run/"+attempt+"/shim.sock", 100, 101); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := j.Get(ctx, attempt); err != nil {

@@ -256,3 +256,29 @@ func TestReadsDoNotWaitForTheWriter(t *testing.T) {
 		t.Errorf("after the commit Latest = %q, %v; want %q", got.Status, err, StatusRunning)
 	}
 }
+
+// StartTask's answer is journaled in one write: the acknowledgement with
+// the lease it gave, or the acknowledgement alone when it gave none.
+func TestSetServerStartedWithItsLease(t *testing.T) {
+	ctx := context.Background()
+	j := open(t)
+	if _, err := j.Insert(ctx, row("t1", "a1", t0), row("t2", "a2", t0)); err != nil {
+		t.Fatal(err)
+	}
+	expires, now := t0.Add(10*time.Minute), t0.Add(time.Second)
+	if err := j.SetServerStarted(ctx, "a1", expires, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.SetServerStarted(ctx, "a2", time.Time{}, now); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := j.Get(ctx, "a1")
+	if !got.ServerStarted || !got.LeaseExpiresAt.Equal(expires) || !got.LastHeartbeatAt.Equal(now) {
+		t.Errorf("with a lease: server started %v, lease %v, heartbeat %v", got.ServerStarted, got.LeaseExpiresAt, got.LastHeartbeatAt)
+	}
+	got, _ = j.Get(ctx, "a2")
+	if !got.ServerStarted || !got.LeaseExpiresAt.Equal(t0.Add(5*time.Minute)) || !got.LastHeartbeatAt.IsZero() {
+		t.Errorf("without a lease: server started %v, lease %v, heartbeat %v; want the claim's lease kept",
+			got.ServerStarted, got.LeaseExpiresAt, got.LastHeartbeatAt)
+	}
+}
