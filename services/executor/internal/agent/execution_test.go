@@ -94,6 +94,19 @@ func TestExecution(t *testing.T) {
 			},
 		},
 		{
+			// The API refuses a NUL in any string: the agent must not send
+			// one, or the outcome would never be accepted.
+			name:       "NUL bytes in output",
+			task:       script(`printf 'a\000b\n'; printf 'c\000\n' >&2`),
+			wantStatus: journal.StatusCompleted,
+			check: func(t *testing.T, id string) {
+				c := h.fake.Complete(id)
+				if c.GetStdout() != "a\uFFFDb\n" || c.GetStderr() != "c\uFFFD\n" {
+					t.Errorf("stdout = %q, stderr = %q", c.GetStdout(), c.GetStderr())
+				}
+			},
+		},
+		{
 			name:       "command not found",
 			task:       shell("no-such-command-xyz"),
 			wantStatus: journal.StatusFailed, wantCode: -1,

@@ -48,10 +48,27 @@ func readFile(p string) []byte {
 	return b
 }
 
-// sanitize makes b valid UTF-8 (protobuf strings must be), replacing
-// invalid bytes with U+FFFD.
+// sanitize makes b a string the API accepts: valid UTF-8 (protobuf
+// strings must be) without NUL (the gateway refuses a request with a NUL
+// in any string, docs/api/README.md#bad-input), replacing invalid bytes
+// and NULs with U+FFFD. A NUL sent as is would have the outcome refused.
 func sanitize(b []byte) string {
+	return noNUL(validUTF8(b))
+}
+
+// validUTF8 replaces b's invalid bytes with U+FFFD. The result object
+// uploaded for a large output is JSON, which carries a NUL as \u0000, so
+// it keeps them.
+func validUTF8(b []byte) string {
 	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// noNUL replaces every NUL of s with U+FFFD.
+func noNUL(s string) string {
+	if strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
 }
 
 // tailUTF8 returns the valid UTF-8 form of b's last bytes, at most n bytes
@@ -70,7 +87,7 @@ func tailUTF8(b []byte, n int) string {
 
 // truncateUTF8 cuts s to at most n bytes on a character boundary.
 func truncateUTF8(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = noNUL(strings.ToValidUTF8(s, "\uFFFD"))
 	if len(s) <= n {
 		return s
 	}
@@ -92,8 +109,8 @@ type resultBody struct {
 // buildResultBody reads the kept output of a run directory.
 func buildResultBody(runDir string, stdoutDropped, stderrDropped int64) ([]byte, error) {
 	return json.Marshal(resultBody{
-		Stdout:               sanitize(readFile(filepath.Join(runDir, shim.StdoutFile))),
-		Stderr:               sanitize(readFile(filepath.Join(runDir, shim.StderrFile))),
+		Stdout:               validUTF8(readFile(filepath.Join(runDir, shim.StdoutFile))),
+		Stderr:               validUTF8(readFile(filepath.Join(runDir, shim.StderrFile))),
 		StdoutTruncatedBytes: stdoutDropped,
 		StderrTruncatedBytes: stderrDropped,
 	})

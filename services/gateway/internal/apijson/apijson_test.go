@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -27,7 +28,7 @@ import (
 	_ "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	_ "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
-	_ "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 	_ "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
 )
 
@@ -372,4 +373,31 @@ func BenchmarkMarshalTask(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A wrongly typed value is reported under the key the request used: the
+// proto name, not protojson's camelCase JSON name; a field with its own
+// json_name keeps it.
+func TestDecoderNamesTheFieldAsSent(t *testing.T) {
+	m := &Marshaler{JSONPb: runtime.JSONPb{UnmarshalOptions: protojson.UnmarshalOptions{}}}
+	for _, tt := range []struct {
+		body string
+		msg  proto.Message
+		want string
+	}{
+		{`{"spec": {"retry_delay": "x"}}`, &taskv1.CreateTaskRequest{}, "field retry_delay:"},
+		{`{"retry_delay": "x"}`, &taskv1.TaskSpec{}, "field retry_delay:"},
+		{`{"name": 1}`, &taskv1.TaskSpec{}, "field name:"},
+		{`{"parameters": {"prompt_extend": "no"}}`, &videov1.CreateVideoGenerationRequest{}, "field prompt_extend:"},
+	} {
+		err := m.NewDecoder(strings.NewReader(tt.body)).Decode(tt.msg)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want it to name %q", tt.body, err, tt.want)
+		}
+	}
+	// The generated handlers decode a body field through a pointer to it.
+	var spec *taskv1.TaskSpec
+	if err := m.NewDecoder(strings.NewReader(`{"retry_delay": "x"}`)).Decode(&spec); err == nil || !strings.Contains(err.Error(), "field retry_delay:") {
+		t.Errorf("into a body field: %v", err)
+	}
 }

@@ -6,11 +6,13 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 )
 
 // inputTypes caches each method's request type; a nil entry means the
@@ -50,7 +52,7 @@ func CheckFrame(fullMethod string, payload []byte) error {
 	}
 	m := mt.New().Interface()
 	if err := proto.Unmarshal(payload, m); err != nil {
-		return status.Errorf(codes.InvalidArgument, "malformed request message: %v", err)
+		return refusal("", fmt.Sprintf("malformed request message: %v", err))
 	}
 	return CheckMessage(m)
 }
@@ -60,9 +62,21 @@ func CheckFrame(fullMethod string, payload []byte) error {
 // valid UTF-8, with an InvalidArgument status naming the field.
 func CheckMessage(m proto.Message) error {
 	if path, msg := badStrings(m.ProtoReflect(), ""); msg != "" {
-		return status.Errorf(codes.InvalidArgument, "field %s %s", path, msg)
+		return refusal(path, fmt.Sprintf("field %s %s", path, msg))
 	}
 	return nil
+}
+
+// refusal is the answer to a bad request message: InvalidArgument carrying
+// the business code 30005 (INVALID_ARGUMENT) like every other refused
+// request, and the field as a violation when one is named, so a caller
+// tells it from a transient failure and does not send it again.
+func refusal(field, msg string) error {
+	var fields []*errdetails.BadRequest_FieldViolation
+	if field != "" {
+		fields = append(fields, &errdetails.BadRequest_FieldViolation{Field: field, Description: msg})
+	}
+	return grpcserver.Status(codes.InvalidArgument, grpcserver.CodeInvalidArgument, "INVALID_ARGUMENT", msg, fields...)
 }
 
 func badStrings(m protoreflect.Message, prefix string) (string, string) {

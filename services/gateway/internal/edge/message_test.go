@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 )
 
 func TestCheckFrame(t *testing.T) {
@@ -42,6 +43,12 @@ func TestCheckFrame(t *testing.T) {
 		err := CheckFrame(tt.method, tt.payload)
 		if tt.ok != (err == nil) || (err != nil && status.Code(err) != codes.InvalidArgument) {
 			t.Errorf("%s: %v", tt.name, err)
+		}
+		// A refusal carries the business code of every invalid request, so
+		// a caller (an agent delivering an outcome) knows that sending it
+		// again cannot succeed.
+		if err != nil && grpcserver.Code(err) != grpcserver.CodeInvalidArgument {
+			t.Errorf("%s: business code %d, want %d", tt.name, grpcserver.Code(err), grpcserver.CodeInvalidArgument)
 		}
 	}
 }

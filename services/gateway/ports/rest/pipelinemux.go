@@ -40,7 +40,7 @@ var pipelineMarshaler = pipelineJSON{&apijson.Marshaler{JSONPb: runtime.JSONPb{
 type pipelineJSON struct{ *apijson.Marshaler }
 
 func (m pipelineJSON) NewDecoder(r io.Reader) runtime.Decoder {
-	d := m.JSONPb.NewDecoder(r)
+	d := m.Marshaler.NewDecoder(r)
 	return runtime.DecoderFunc(func(v any) error {
 		err := d.Decode(v)
 		if err != nil && !errors.Is(err, io.EOF) { // io.EOF: no body, which the handlers accept

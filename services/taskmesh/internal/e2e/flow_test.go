@@ -241,6 +241,30 @@ func TestLargeResultThroughTheObjectStore(t *testing.T) {
 	}
 }
 
+// Output with NUL bytes, small (inline) and large (the object store, its
+// tail inline): the API refuses a NUL in any string, so the agent sends
+// each as U+FFFD, the tasks complete, and the outcomes after them are not
+// held up behind a refused one.
+func TestOutputWithNULBytesCompletes(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	w.startAgent("agent-1", w.agentToken("agent-1"), 1)
+	small := w.submit(key, map[string]any{"name": "nul", "type": "script", "command": `printf 'a\000b\n'`})
+	large := w.submit(key, map[string]any{"name": "zeros", "type": "shell", "command": "head", "args": []string{"-c", "100000", "/dev/zero"}})
+	after := w.submit(key, map[string]any{"name": "after", "type": "shell", "command": "echo", "args": []string{"after"}})
+	if done := w.waitStatus(key, small, 30*time.Second, "completed"); done["stdout"] != "a\uFFFDb\n" {
+		t.Fatalf("small: stdout %q", done["stdout"])
+	}
+	w.waitStatus(key, large, 30*time.Second, "completed")
+	code, res, _ := w.call("GET", "/api/v1/tasks/"+large+"/result", key, nil)
+	if code != 200 || res["storage_type"] != "s3" {
+		t.Fatalf("large result = %d %v", code, res)
+	}
+	if done := w.waitStatus(key, after, 30*time.Second, "completed"); done["stdout"] != "after\n" {
+		t.Fatalf("after: stdout %q", done["stdout"])
+	}
+}
+
 // freeLoopbackAddr is a 127.0.0.1 address with a port free now, for a
 // child process to listen on.
 func freeLoopbackAddr(t *testing.T) string {

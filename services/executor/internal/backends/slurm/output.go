@@ -66,7 +66,7 @@ type batchOutput struct {
 func collectOutput(stdoutPath, stderrPath string, limit int64) batchOutput {
 	so, se := readStream(stdoutPath, limit), readStream(stderrPath, limit)
 	if so.size < inlineLimit && se.size < inlineLimit {
-		out, errOut := validUTF8(so.head), validUTF8(se.head)
+		out, errOut := inlineText(so.head), inlineText(se.head)
 		if len(out) <= inlineLimit && len(errOut) <= inlineLimit {
 			return batchOutput{stdout: out, stderr: errOut}
 		}
@@ -80,9 +80,15 @@ func collectOutput(stdoutPath, stderrPath string, limit int64) batchOutput {
 
 func validUTF8(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") }
 
-// tailUTF8 is b as valid UTF-8, at most n bytes, starting on a character.
+// inlineText is b as CompleteTask may carry it: valid UTF-8 without NUL
+// (the API refuses a NUL in any string), each replaced by U+FFFD.
+func inlineText(b []byte) string {
+	return strings.ReplaceAll(validUTF8(b), "\x00", "\uFFFD")
+}
+
+// tailUTF8 is b as inline text, at most n bytes, starting on a character.
 func tailUTF8(b []byte, n int) string {
-	s := validUTF8(b)
+	s := inlineText(b)
 	for len(s) > n {
 		_, size := utf8.DecodeRuneInString(s)
 		s = s[size:]
