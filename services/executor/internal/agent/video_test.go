@@ -114,8 +114,12 @@ func TestVideoTaskUploadsTheMP4(t *testing.T) {
 			t.Fatalf("progress went back: %v", seen)
 		}
 	}
-	if seen[len(seen)-1] < 50 {
-		t.Errorf("progress reports %v never got past half way", seen)
+	// How far the last report gets depends on how the render's pace falls
+	// against the once-a-second reports (the completion, not a report,
+	// carries the end): a loaded machine reported [1 5 27 48]. What must
+	// hold is that progress rose over the render, not stood still.
+	if seen[len(seen)-1] <= seen[0] {
+		t.Errorf("progress reports %v did not rise while the video rendered", seen)
 	}
 	// The run directory goes once the result is delivered.
 	row := h.row(id)
