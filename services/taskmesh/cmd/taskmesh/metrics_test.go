@@ -271,10 +271,13 @@ func TestMetricsOfARunningStack(t *testing.T) {
 	}
 
 	// Caught up: every relay's backlog is back to 0 and the read model
-	// has applied every completion.
-	small := waitScrape(t, base, 30*time.Second, "relays caught up", func(s scrape) bool {
+	// has applied every completion. The agent sends StartTask alongside
+	// the spawn, so the sleeping task can be running on the server before
+	// its shim has started: wait for its slot too.
+	small := waitScrape(t, base, 30*time.Second, "relays caught up and the sleeper spawned", func(s scrape) bool {
 		n, ok := s.sum("taskmesh_tasks_completed_total", nil)
-		return ok && n == completedSmall && caughtUp(s)
+		used, _ := s.sum("taskmesh_agent_slots", map[string]string{"state": "used"})
+		return ok && n == completedSmall && caughtUp(s) && used == 1
 	})
 	// The task gauge counts at most every 10 s: wait for the count that
 	// includes the sleeping task.
