@@ -79,7 +79,7 @@ func TestCompletePreemptedRequeuesWithoutARetry(t *testing.T) {
 	}
 	evs := h.store.Events(x.ID)
 	if p, ok := evs[len(evs)-2].Event.(domain.Preempted); !ok || p.By != "slurm" || p.AttemptID != x.AttemptID ||
-		p.Reason != "slurm: job 7 PREEMPTED" || evs[len(evs)-2].Actor != "a1" {
+		p.Reason != "slurm: job 7 PREEMPTED" || evs[len(evs)-2].Actor != "agent:a1" {
 		t.Errorf("preempted event = %+v by %s", evs[len(evs)-2].Event, evs[len(evs)-2].Actor)
 	}
 	again, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, in)

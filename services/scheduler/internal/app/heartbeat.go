@@ -128,7 +128,7 @@ func (a *App) requeueStopped(ctx context.Context, h Heartbeat) error {
 		if t.Status != domain.StatusPreempted || t.AgentID != h.AgentID || running[t.AttemptID] {
 			return nil, nil
 		}
-		return t.Requeue(now, "agent:"+h.AgentID, "stopped after preemption")
+		return t.Requeue(now, domain.AgentActor(h.AgentID), "stopped after preemption")
 	})
 	return nil
 }

@@ -16,6 +16,17 @@ func recordOf(now time.Time, actor string, e Event) []Record {
 	return []Record{{At: now, Actor: actor, Event: e}}
 }
 
+// AgentActor is the actor of a change an agent caused: "agent:<id>", the
+// form the audit log's user_id documents (docs/api/audit.md), so an
+// agent is never mistaken for an API key of the same id. A change with
+// no agent (a backend reporting for the server) has no agent actor.
+func AgentActor(agentID string) string {
+	if agentID == "" {
+		return ""
+	}
+	return "agent:" + agentID
+}
+
 // Update replaces a pending task's spec; a task with a clusterQueue waits
 // for admission again (its requests or priority may have changed).
 func (t Task) Update(now time.Time, actor string, spec Spec, clusterQueue string) ([]Record, error) {
@@ -79,7 +90,7 @@ func (t Task) Lease(now time.Time, attemptID, agentID, machineID, claimRequestID
 	if !t.Claimable(now) {
 		return nil, immutable(t, "lease")
 	}
-	return recordOf(now, agentID, Leased{AttemptID: attemptID, AgentID: agentID, MachineID: machineID,
+	return recordOf(now, AgentActor(agentID), Leased{AttemptID: attemptID, AgentID: agentID, MachineID: machineID,
 		ClaimRequestID: claimRequestID, LeaseExpiresAt: now.Add(time.Duration(t.Spec.LeaseTTL) * time.Second)}), nil
 }
 
@@ -157,7 +168,7 @@ func (t Task) Start(now time.Time, agentID, attemptID string) ([]Record, error) 
 	if t.Status == StatusRunning {
 		return nil, nil
 	}
-	return recordOf(now, agentID, Started{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, 0)}), nil
+	return recordOf(now, AgentActor(agentID), Started{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, 0)}), nil
 }
 
 func (t Task) renewedUntil(now time.Time, extendSec int) time.Time {
@@ -177,7 +188,7 @@ func (t Task) Renew(now time.Time, agentID, attemptID string, extendSec int) ([]
 	if err := t.checkLive(now, "renew the lease of"); err != nil {
 		return nil, err
 	}
-	return recordOf(now, agentID, LeaseRenewed{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, extendSec)}), nil
+	return recordOf(now, AgentActor(agentID), LeaseRenewed{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, extendSec)}), nil
 }
 
 // ReportProgress records progress of the current attempt.
@@ -193,7 +204,7 @@ func (t Task) ReportProgress(now time.Time, agentID, attemptID string, progress 
 	if progress < 0 || progress > 100 {
 		return nil, invalid("progress", "must be 0 to 100")
 	}
-	return recordOf(now, agentID, Progressed{AttemptID: attemptID, Progress: progress, Message: message}), nil
+	return recordOf(now, AgentActor(agentID), Progressed{AttemptID: attemptID, Progress: progress, Message: message}), nil
 }
 
 // Outcome is what an agent reports at the end of an attempt.
@@ -243,7 +254,7 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 		return t.preemptedOutside(now, agentID, o), false, nil
 	}
 	if o.ExitCode == 0 && o.Error == "" {
-		return recordOf(now, agentID, Succeeded{AttemptID: attemptID, ExitCode: 0, Result: o.Result, EndedAt: o.EndedAt}), false, nil
+		return recordOf(now, AgentActor(agentID), Succeeded{AttemptID: attemptID, ExitCode: 0, Result: o.Result, EndedAt: o.EndedAt}), false, nil
 	}
 	reason := o.Reason
 	if reason == "" {
@@ -257,7 +268,7 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 	if msg == "" {
 		msg = fmt.Sprintf("exit code %d", code)
 	}
-	return t.fail(now, agentID, Failed{AttemptID: attemptID, ExitCode: &code, Error: msg, Reason: reason,
+	return t.fail(now, AgentActor(agentID), Failed{AttemptID: attemptID, ExitCode: &code, Error: msg, Reason: reason,
 		Result: o.Result, EndedAt: o.EndedAt}), false, nil
 }
 
@@ -274,8 +285,8 @@ func (t Task) preemptedOutside(now time.Time, agentID string, o Outcome) []Recor
 		reason = "preempted by " + o.PreemptedBy
 	}
 	return []Record{
-		{At: now, Actor: agentID, Event: Preempted{AttemptID: t.AttemptID, By: o.PreemptedBy, Reason: reason}},
-		{At: now, Actor: agentID, Event: Requeued{From: string(StatusPreempted), Reason: "preempted by " + o.PreemptedBy}},
+		{At: now, Actor: AgentActor(agentID), Event: Preempted{AttemptID: t.AttemptID, By: o.PreemptedBy, Reason: reason}},
+		{At: now, Actor: AgentActor(agentID), Event: Requeued{From: string(StatusPreempted), Reason: "preempted by " + o.PreemptedBy}},
 	}
 }
 
@@ -397,7 +408,7 @@ func (t Task) RecordCheckpoint(now time.Time, agentID, attemptID, key string, si
 	if key == "" {
 		return nil, invalid("object_key", "is required")
 	}
-	return recordOf(now, agentID, Checkpointed{AttemptID: attemptID, Key: key, SizeBytes: size, SHA256: sha}), nil
+	return recordOf(now, AgentActor(agentID), Checkpointed{AttemptID: attemptID, Key: key, SizeBytes: size, SHA256: sha}), nil
 }
 
 // AwaitsCheckpoint reports whether a preempted cooperative task should stay

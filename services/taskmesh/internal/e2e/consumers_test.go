@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -105,6 +106,25 @@ func TestConsumersThroughTheGateway(t *testing.T) {
 	first := created[0].(map[string]any)
 	if first["ip"] != "127.0.0.1" || first["action"] != "task.created" || first["resource"] != "task" || first["user_id"] == "" {
 		t.Errorf("audit entry = %v", first)
+	}
+	// What the agent did is attributed to it as agent:<id>, whichever call
+	// it made (docs/api/audit.md), and found by that user_id.
+	var byAgent []any
+	waitFor(t, 30*time.Second, "the agent's entries in the audit log", func() bool {
+		_, body, _ := w.call("GET", "/api/v1/audit-logs?resource=task&user_id=agent:agent-1", key, nil)
+		byAgent, _ = body["audit_logs"].([]any)
+		return len(byAgent) >= 4 // started and ended, for both tasks
+	})
+	actions := map[string]int{}
+	for _, e := range byAgent {
+		entry := e.(map[string]any)
+		actions[fmt.Sprint(entry["action"])]++
+		if entry["user_id"] != "agent:agent-1" {
+			t.Errorf("an agent's entry = %v", entry)
+		}
+	}
+	if actions["task.started"] != 2 || actions["task.completed"] != 1 || actions["task.failed"] != 1 {
+		t.Errorf("the agent's actions = %v", actions)
 	}
 	if code, body, _ := w.call("GET", "/api/v1/audit-logs?from=yesterday", key, nil); code != 400 || body["code"] != float64(30005) {
 		t.Errorf("a bad date = %d %v", code, body)
