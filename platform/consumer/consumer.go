@@ -76,7 +76,9 @@ import (
 
 // Apply handles records, in order, inside tx. It must derive everything
 // from the records (and the rows it wrote before), never from the clock,
-// so a replay writes the same rows.
+// so a replay writes the same rows. Its statements run on keyed plans
+// (pg.ReadModelTx): they must find their rows by key, as the records'
+// ids do, never by scanning a table.
 type Apply func(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error
 
 // Config configures a Consumer.
@@ -313,7 +315,9 @@ func (c *Consumer) handle(led *ledger, msg *message.Message) error {
 		// Rows and offset commit together: a lost commit loses both, the
 		// next handler finds the offset gone back (ledger) and the
 		// records are read again, so the WAL flush need not be awaited.
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+		// The offsets' statements and Apply's are keyed, and run on
+		// their generic plans.
+		if err := pg.ReadModelTx(ctx, tx); err != nil {
 			return err
 		}
 		fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs, led.expected(recs[0].Partition))

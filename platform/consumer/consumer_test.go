@@ -388,3 +388,35 @@ func TestReplayEqualsLive(t *testing.T) {
 		t.Fatalf("replay = %+v", report)
 	}
 }
+
+// A consumer's transactions run on generic plans that read indexes: the
+// lock and the upsert of its offsets and Apply's statements
+// (pg.ReadModelTx).
+func TestConsumerRunsOnKeyedPlans(t *testing.T) {
+	pool := pgtest.New(t).Open(t, schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	var recs []*kgo.Record
+	for v := int64(1); v <= 10; v++ {
+		for i := range 20 {
+			recs = append(recs, record(t, fmt.Sprintf("task-%02d", i), v, "ok"))
+		}
+	}
+	fn := &counter{}
+	stop := running(New(pool, config(b), fn.apply))
+	produce(t, b, recs)
+	eventually(t, "every record", func() bool {
+		got := read(t, pool)
+		for i := range 20 {
+			if got[fmt.Sprintf("task-%02d", i)].last != 10 {
+				return false
+			}
+		}
+		return true
+	})
+	stop()
+	pgtest.CheckKeyedPlans(t, context.Background(), pool, "after the consumer", []string{
+		"SELECT next_offset FROM projection_offsets", // the offset's lock
+		"INSERT INTO projection_offsets",             // its upsert
+		"INSERT INTO counts",                         // Apply's write
+	})
+}

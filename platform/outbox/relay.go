@@ -214,6 +214,18 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	// session has lost the lock (its server session ended), they fail
 	// instead of running beside the successor.
 	conn := lock.Conn()
+	// Every statement on it is keyed — the read by position, the
+	// checkpoint by relay — and runs on its generic plan, made once, not
+	// planned again on every poll.
+	restore, err := pg.KeyedSession(setup, conn)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ProduceTimeout)
+		defer cancel()
+		_ = restore(ctx) // a broken session is closed by the lock's release
+	}()
 	cp, err := loadCheckpoint(setup, conn, r.cfg.Name, r.cfg.Topic, names)
 	if err != nil {
 		return err

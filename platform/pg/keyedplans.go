@@ -1,6 +1,12 @@
 package pg
 
-import "github.com/jackc/pgx/v5"
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
 
 // Keyed statements — those that find their rows by a primary key or by an
 // index whose predicate they spell out literally, never by scanning a
@@ -39,3 +45,42 @@ func QueueDefaultPlans(b *pgx.Batch) {
 // keyedPlansOn sets both settings in one statement (set_config with
 // is_local = true is SET LOCAL).
 const keyedPlansOn = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`
+
+// ReadModelTx readies tx as the batch transaction of a read-model writer
+// (a projection runner or an event consumer), in one statement:
+//
+//   - it commits without waiting for the WAL flush: the batch's rows and
+//     its offsets commit together, so a commit lost in a crash loses both
+//     and the batch is read again from the broker;
+//   - every statement in it runs on its keyed plan (QueueKeyedPlans): the
+//     offsets' lock and upsert, and the handler's writes, which find
+//     their rows by the records' ids. A handler must keep to keyed
+//     statements; one that scans still gets its scan, only slower.
+func ReadModelTx(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, readModelTx)
+	return err
+}
+
+const readModelTx = `SELECT set_config('synchronous_commit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true),
+	set_config('enable_seqscan', 'off', true)`
+
+// KeyedSession makes every statement on conn run on its keyed plan, for a
+// connection held through a long session of keyed statements outside
+// transactions (a relay's lock connection: its reads by position, its
+// checkpoint by key). restore gives conn the pool's settings back; call
+// it before the connection returns to the pool. Should restore fail (the
+// session broke), the connection carries the settings only as far as
+// the pool closes it or its next user's statements: they are slower then,
+// never wrong (see QueueKeyedPlans).
+func KeyedSession(ctx context.Context, conn *pgxpool.Conn) (restore func(context.Context) error, err error) {
+	if _, err := conn.Exec(ctx, keyedSessionOn); err != nil {
+		return nil, fmt.Errorf("pg: keyed plans for the session: %w", err)
+	}
+	return func(ctx context.Context) error {
+		b := &pgx.Batch{}
+		QueueDefaultPlans(b)
+		return conn.SendBatch(ctx, b).Close()
+	}, nil
+}
+
+const keyedSessionOn = `SELECT set_config('plan_cache_mode', 'force_generic_plan', false), set_config('enable_seqscan', 'off', false)`

@@ -63,7 +63,9 @@ func Open(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	// A statement whose generic plan is the same at every table size may
 	// ask for it for itself, as the claim does
 	// (docs/decisions/0089-the-claim-runs-on-its-generic-plan.md), and so
-	// may keyed statements, with sequential scans disabled (QueueKeyedPlans).
+	// may keyed statements, with sequential scans disabled (QueueKeyedPlans;
+	// for read-model writers' transactions ReadModelTx, for a relay's
+	// connection KeyedSession).
 	for param, value := range map[string]string{"jit": "off", "plan_cache_mode": "force_custom_plan"} {
 		if _, set := pcfg.ConnConfig.RuntimeParams[param]; !set {
 			pcfg.ConnConfig.RuntimeParams[param] = value

@@ -389,3 +389,51 @@ func TestProjectionFollowsSeveralTopics(t *testing.T) {
 		t.Fatalf("replay = %+v", report)
 	}
 }
+
+// The relay's statements and a runner's batches run on generic plans that
+// read indexes: the relay's read by position and its checkpoint on its
+// lock's connection (pg.KeyedSession), the runner's handler and offsets
+// in its transactions (pg.ReadModelTx). The relay gives its connection the
+// pool's settings back when it stops.
+func TestRelayAndRunnerRunOnKeyedPlans(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool := pgtest.New(t).Open(t, eventtest.Schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		_ = outbox.New(pool, outbox.Config{Name: "test", Topic: topic, Partitions: 4, Kafka: kafka.Config{Brokers: b.Addrs()}}).Run(relayCtx)
+	}()
+	runCtx, stopRunner := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		_ = projection.NewRunner(pool, runnerConfig(b.Addrs()), progressHandler("task_progress", 0)).Run(runCtx)
+	}()
+	w := &eventtest.Writer{Pool: pool, Aggregates: 20, Writers: 2}
+	if err := w.Write(ctx, 300); err != nil {
+		t.Fatal(err)
+	}
+	waitConverged(t, pool, 30*time.Second)
+	stopRunner()
+	<-runDone
+	stopRelay()
+	<-relayDone
+
+	pgtest.CheckKeyedPlans(t, ctx, pool, "after the relay and the runner", []string{
+		"SELECT tx_id::text AS tx_text",  // the relay's read
+		"INSERT INTO outbox_checkpoints", // its checkpoint
+		`INSERT INTO "task_progress"`,    // the handler's write
+		"INSERT INTO projection_offsets", // the runner's offsets
+	})
+	for _, conn := range pool.AcquireAllIdle(ctx) {
+		var mode, seqscan string
+		err := conn.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan')`).Scan(&mode, &seqscan)
+		conn.Release()
+		if err != nil || mode != "force_custom_plan" || seqscan != "on" {
+			t.Errorf("a pool connection after the relay stopped: plan_cache_mode %q, enable_seqscan %q, %v", mode, seqscan, err)
+		}
+	}
+}

@@ -80,7 +80,9 @@ func Migrations() pg.MigrationSet {
 // value from the records (never from the clock or the database's state
 // beyond its own rows), so a replay produces identical rows, and must skip
 // records it already applied (a version guard), because replays and
-// redeliveries feed it records again.
+// redeliveries feed it records again. Live, its statements run on keyed
+// plans (pg.ReadModelTx): they must find their rows by key, never by
+// scanning a table.
 type Handler interface {
 	Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error
 }
@@ -343,8 +345,9 @@ func (r *Runner) commitBatch(ctx context.Context, conn *pgxpool.Conn, records []
 	return pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		// No need to wait for the WAL flush: rows and offsets commit
 		// together, so a crash that loses this commit loses both, and
-		// the batch is applied again from Kafka.
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+		// the batch is applied again from Kafka. The handler's statements
+		// and the offsets' are keyed, and run on their generic plans.
+		if err := pg.ReadModelTx(ctx, tx); err != nil {
 			return err
 		}
 		if err := r.handler.Apply(ctx, tx, records); err != nil {

@@ -1,16 +1,11 @@
 package postgres_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -58,7 +53,7 @@ func TestTaskWritesRunOnKeyedPlans(t *testing.T) {
 		}
 	}
 	round(0)
-	checkKeyedPlans(t, w.ctx, w.pool, "planned on the empty table")
+	pgtest.CheckKeyedPlans(t, w.ctx, w.pool, "planned on the empty table", keyedWrites)
 
 	const cols = `tenant_id, status, priority, type, machine_id, target_ip, labels, depends_on, fanout_id, scatter,
 		retry_at, created_at, updated_at, version, deleted, awaiting_admission, awaiting_dependencies, doc`
@@ -73,82 +68,5 @@ func TestTaskWritesRunOnKeyedPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	round(1)
-	checkKeyedPlans(t, w.ctx, w.pool, "on 20,000 tasks after ANALYZE")
-}
-
-// checkKeyedPlans reads every connection's prepared statements (pgx's
-// statement cache): each keyed write must have run, only on generic
-// plans, and its generic plan, explained as the writes run it, must scan
-// no table sequentially.
-func checkKeyedPlans(t *testing.T, ctx context.Context, pool *pgxpool.Pool, when string) {
-	t.Helper()
-	seen := map[string]bool{}
-	for _, conn := range pool.AcquireAllIdle(ctx) {
-		func() {
-			defer conn.Release()
-			rows, err := conn.Query(ctx, `SELECT name, regexp_replace(statement, '\s+', ' ', 'g'), generic_plans, custom_plans,
-				cardinality(parameter_types) FROM pg_prepared_statements`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			type prepared struct {
-				name, text      string
-				generic, custom int64
-				params          int
-			}
-			var list []prepared
-			var p prepared
-			if _, err := pgx.ForEachRow(rows, []any{&p.name, &p.text, &p.generic, &p.custom, &p.params}, func() error {
-				list = append(list, p)
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range list {
-				prefix := keyedPrefix(strings.TrimSpace(p.text))
-				if prefix == "" || p.generic+p.custom == 0 {
-					continue
-				}
-				seen[prefix] = true
-				if p.custom != 0 {
-					t.Errorf("%s: %q ran on %d custom plans (and %d generic), want only generic ones", when, prefix, p.custom, p.generic)
-				}
-				if plan := explainKeyed(t, ctx, conn.Conn(), p.name, p.params); strings.Contains(plan, "Seq Scan") {
-					t.Errorf("%s: the generic plan of %q scans a table:\n%s", when, prefix, plan)
-				}
-			}
-		}()
-	}
-	for _, prefix := range keyedWrites {
-		if !seen[prefix] {
-			t.Errorf("%s: no connection ran %q", when, prefix)
-		}
-	}
-}
-
-func keyedPrefix(text string) string {
-	for _, prefix := range keyedWrites {
-		if strings.HasPrefix(text, prefix) {
-			return prefix
-		}
-	}
-	return ""
-}
-
-// explainKeyed explains a prepared statement under the keyed settings.
-// The parameters are NULL: a generic plan does not depend on them.
-func explainKeyed(t *testing.T, ctx context.Context, conn *pgx.Conn, name string, params int) string {
-	t.Helper()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	b := &pgx.Batch{}
-	pg.QueueKeyedPlans(b)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		t.Fatal(err)
-	}
-	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
-	return explain(t, tx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`(`+nulls+`)`, pgx.QueryExecModeSimpleProtocol)
+	pgtest.CheckKeyedPlans(t, w.ctx, w.pool, "on 20,000 tasks after ANALYZE", keyedWrites)
 }
