@@ -14,19 +14,20 @@
 //     projection runners use) and read every partition from there with
 //     read_committed isolation, through a Watermill Subscriber over
 //     franz-go (one Kafka client library across the code). Each Watermill
-//     message is the run of records fetched for one partition (at most
-//     MaxBatch), and a partition has one message in flight at a time: a
-//     task's events are applied in order, partitions in parallel, and a
-//     busy partition's records share a transaction.
+//     message is what one poll fetched, from every partition (at most
+//     MaxBatch records), and one message is in flight at a time: a task's
+//     events are applied in order, and the records of a burst — a relay's
+//     Kafka transaction spreads its events over many partitions — share a
+//     transaction.
 //  3. The Router's middleware wraps the handler: a consumer span linked to
 //     the producers' traces (OpenTelemetry), the correlation id, the poison
 //     queue, retries with exponential backoff, and the panic recoverer.
-//  4. The handler begins a transaction, locks the partition's stored
-//     offset, leaves out the records below it (applied before: a
-//     redelivery, or a deposed leader that still runs), calls Apply with
-//     the rest, stores the offset past the last, and commits. Rows and
-//     offset commit together, so a consumer killed mid-batch neither loses
-//     nor doubles a record.
+//  4. The handler begins a transaction, locks the stored offsets of the
+//     message's partitions, leaves out the records below them (applied
+//     before: a redelivery, or a deposed leader that still runs), calls
+//     Apply with the rest, stores each partition's offset past its last
+//     record, and commits. Rows and offsets commit together, so a consumer
+//     killed mid-batch neither loses nor doubles a record.
 //  5. A message that still fails after the retries goes to the poison
 //     queue, whose publisher applies its records one by one, each in a
 //     savepoint, parks those that fail alone in projection_dead_letters
@@ -57,6 +58,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,7 +107,8 @@ type Config struct {
 	RetryPoll time.Duration
 	// StandbyInterval is how often a standby asks for the lock (default 1s).
 	StandbyInterval time.Duration
-	// MaxBatch bounds the records of one message (default 500).
+	// MaxBatch bounds the records of one message, one transaction
+	// (default 500).
 	MaxBatch int
 	// AfterCommit, if set, is called with the records of each committed
 	// transaction (wake-ups, metrics); it runs on the handler's goroutine.
@@ -153,8 +157,8 @@ type Consumer struct {
 
 // New returns a consumer writing through pool, whose search_path holds the
 // read model's tables, projection_offsets and projection_dead_letters
-// (projection.Migrations). The pool needs a connection per partition in
-// flight plus the lock's.
+// (projection.Migrations). The pool needs two connections: the handler's
+// and the lock's.
 func New(pool *pgxpool.Pool, cfg Config, apply Apply) *Consumer {
 	cfg.defaults()
 	return &Consumer{pool: pool, cfg: cfg, apply: apply}
@@ -227,8 +231,8 @@ var ErrOffsetsLost = errors.New("stored offsets went back: the database lost com
 
 // ledger is what one tenure knows of its stored offsets: per partition,
 // the next offset it read at its start or has committed since (a
-// partition without a stored offset is not in it). Partitions are handled
-// in parallel, hence the lock.
+// partition without a stored offset is not in it). The handler and the
+// dead-letter retries of the session's loop read it, hence the lock.
 type ledger struct {
 	mu   sync.Mutex
 	next map[int32]int64
@@ -253,12 +257,15 @@ func (l *ledger) expected(p int32) int64 {
 	return -1
 }
 
-// committed records that the offset of p is stored as next.
-func (l *ledger) committed(p int32, next int64) {
+// committed records that the offsets of recs' partitions are stored past
+// recs.
+func (l *ledger) committed(recs []*kgo.Record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if o, ok := l.next[p]; !ok || next > o {
-		l.next[p] = next
+	for _, rec := range recs {
+		if o, ok := l.next[rec.Partition]; !ok || rec.Offset+1 > o {
+			l.next[rec.Partition] = rec.Offset + 1
+		}
 	}
 }
 
@@ -320,7 +327,7 @@ func (c *Consumer) handle(led *ledger, msg *message.Message) error {
 		if err := pg.ReadModelTx(ctx, tx); err != nil {
 			return err
 		}
-		fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs, led.expected(recs[0].Partition))
+		fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs, led)
 		if err != nil || len(fresh) == 0 {
 			return err
 		}
@@ -330,7 +337,7 @@ func (c *Consumer) handle(led *ledger, msg *message.Message) error {
 		led.failed(err)
 		return err
 	}
-	led.committed(recs[0].Partition, recs[len(recs)-1].Offset+1)
+	led.committed(recs)
 	c.applied.Add(int64(len(recs)))
 	if c.cfg.AfterCommit != nil {
 		c.cfg.AfterCommit(recs)
@@ -343,38 +350,62 @@ func (c *Consumer) retryDeadLetter(ctx context.Context, tx pgx.Tx, d projection.
 	return c.apply(ctx, tx, []*kgo.Record{d.Record()})
 }
 
-// claimOffsets locks the stored offset of the records' partition (one
-// partition, in offset order), stores it past the last record, and
-// returns the records at or above it before: those not applied yet. It
-// fails with ErrOffsetsLost when the stored offset is below expected, what
-// the tenure knows was stored (-1: nothing known).
-func claimOffsets(ctx context.Context, tx pgx.Tx, name string, recs []*kgo.Record, expected int64) ([]*kgo.Record, error) {
-	first, last := recs[0], recs[len(recs)-1]
-	var stored int64
-	err := tx.QueryRow(ctx, `SELECT next_offset FROM projection_offsets WHERE projection = $1 AND topic = $2 AND partition = $3
-		FOR UPDATE`, name, first.Topic, first.Partition).Scan(&stored)
-	if errors.Is(err, pgx.ErrNoRows) {
-		stored = -1
-	} else if err != nil {
-		return nil, fmt.Errorf("claim offsets of %d: %w", first.Partition, err)
+// claimOffsets locks the stored offsets of the records' partitions (each
+// partition's records in offset order), stores them past each
+// partition's last record, and returns the records at or above them
+// before, in their order: those not applied yet. It fails with
+// ErrOffsetsLost when a stored offset is below what the tenure knows was
+// stored (led).
+func claimOffsets(ctx context.Context, tx pgx.Tx, name string, recs []*kgo.Record, led *ledger) ([]*kgo.Record, error) {
+	topic := recs[0].Topic
+	last := map[int32]int64{}
+	for _, rec := range recs {
+		last[rec.Partition] = max(last[rec.Partition], rec.Offset)
 	}
-	if stored < expected {
-		return nil, fmt.Errorf("%w (partition %d: stored %d, committed %d)", ErrOffsetsLost, first.Partition, stored, expected)
+	partitions := slices.Sorted(maps.Keys(last))
+	// Locked in partition order, the order every handler of the consumer
+	// locks them in: two tenures overlapping for a moment wait, never
+	// deadlock.
+	rows, err := tx.Query(ctx, `SELECT partition, next_offset FROM projection_offsets
+		WHERE projection = $1 AND topic = $2 AND partition = ANY($3) ORDER BY partition FOR UPDATE`, name, topic, partitions)
+	if err != nil {
+		return nil, fmt.Errorf("claim offsets: %w", err)
 	}
-	if stored > last.Offset {
-		return nil, nil
+	stored := map[int32]int64{}
+	var (
+		p int32
+		o int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&p, &o}, func() error { stored[p] = o; return nil }); err != nil {
+		return nil, fmt.Errorf("claim offsets: %w", err)
 	}
-	fresh := recs
-	for len(fresh) > 0 && fresh[0].Offset < stored {
-		fresh = fresh[1:]
+	next := map[int32]int64{}
+	for _, p := range partitions {
+		s, ok := stored[p]
+		if !ok {
+			s = -1
+		}
+		if expected := led.expected(p); s < expected {
+			return nil, fmt.Errorf("%w (partition %d: stored %d, committed %d)", ErrOffsetsLost, p, s, expected)
+		}
+		stored[p] = s
+		if last[p] >= s {
+			next[p] = last[p] + 1
+		}
 	}
-	// A successor inserting the first row at the same time makes this
-	// fail on the key; the message is retried and finds the row.
-	if _, err := tx.Exec(ctx, `INSERT INTO projection_offsets (projection, topic, partition, next_offset, updated_at)
-		VALUES ($1, $2, $3, $4, now())
-		ON CONFLICT (projection, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = now()`,
-		name, first.Topic, first.Partition, last.Offset+1); err != nil {
-		return nil, fmt.Errorf("store offsets of %d: %w", first.Partition, err)
+	if len(next) == 0 {
+		return nil, nil // all applied before
+	}
+	fresh := make([]*kgo.Record, 0, len(recs))
+	for _, rec := range recs {
+		if rec.Offset >= stored[rec.Partition] {
+			fresh = append(fresh, rec)
+		}
+	}
+	// A successor inserting a partition's first row at the same time makes
+	// this fail on the key; the message is retried and finds the row.
+	if err := projection.StoreOffsets(ctx, tx, name, topic, next); err != nil {
+		return nil, err
 	}
 	return fresh, nil
 }
@@ -398,7 +429,7 @@ func (p *deadLetterPublisher) Publish(_ string, msgs ...*message.Message) error 
 		ctx := msg.Context()
 		err := pg.InTx(ctx, c.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 			parked = parked[:0]
-			fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs, p.ledger.expected(recs[0].Partition))
+			fresh, err := claimOffsets(ctx, tx, c.cfg.Name, recs, p.ledger)
 			if err != nil {
 				return err
 			}
@@ -430,7 +461,7 @@ func (p *deadLetterPublisher) Publish(_ string, msgs ...*message.Message) error 
 			p.ledger.failed(err)
 			return err
 		}
-		p.ledger.committed(recs[0].Partition, recs[len(recs)-1].Offset+1)
+		p.ledger.committed(recs)
 		for _, d := range parked {
 			projection.ReportParked(c.cfg.Logger, c.cfg.OnDeadLetter, d)
 		}

@@ -415,8 +415,44 @@ func TestConsumerRunsOnKeyedPlans(t *testing.T) {
 	})
 	stop()
 	pgtest.CheckKeyedPlans(t, context.Background(), pool, "after the consumer", []string{
-		"SELECT next_offset FROM projection_offsets", // the offset's lock
-		"INSERT INTO projection_offsets",             // its upsert
-		"INSERT INTO counts",                         // Apply's write
+		"SELECT partition, next_offset FROM projection_offsets WHERE projection = $1 AND topic = $2 AND partition = ANY", // the offsets' lock
+		"INSERT INTO projection_offsets", // their upsert
+		"INSERT INTO counts",             // Apply's write
 	})
+}
+
+// What one poll fetches is one transaction, whatever partitions it spans:
+// records waiting on all four partitions when the consumer starts are
+// applied in fewer commits than there are partitions, each record once.
+func TestOnePollIsOneTransaction(t *testing.T) {
+	pool := pgtest.New(t).Open(t, schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	var recs []*kgo.Record
+	for v := int64(1); v <= 5; v++ {
+		for i := range 40 {
+			recs = append(recs, record(t, fmt.Sprintf("task-%02d", i), v, "ok"))
+		}
+	}
+	produce(t, b, recs)
+	partitions := map[int32]bool{}
+	for _, rec := range recs {
+		partitions[rec.Partition] = true
+	}
+	if len(partitions) != 4 {
+		t.Fatalf("the records went to %d partitions, want 4", len(partitions))
+	}
+	cfg := config(b)
+	var commits, committed atomic.Int64
+	cfg.AfterCommit = func(recs []*kgo.Record) { commits.Add(1); committed.Add(int64(len(recs))) }
+	stop := running(New(pool, cfg, (&counter{}).apply))
+	defer stop()
+	eventually(t, "every record", func() bool { return committed.Load() == int64(len(recs)) })
+	if n := commits.Load(); n >= 4 {
+		t.Errorf("%d records on 4 partitions took %d commits, want fewer than one per partition", len(recs), n)
+	}
+	for id, c := range read(t, pool) {
+		if c.applied != 5 || c.disorder != 0 {
+			t.Errorf("%s: applied %d times (want 5), %d out of order", id, c.applied, c.disorder)
+		}
+	}
 }

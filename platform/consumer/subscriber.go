@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -21,20 +23,20 @@ import (
 
 // Metadata keys a message carries.
 const (
-	MetadataTopic       = "kafka_topic"
-	MetadataPartition   = "kafka_partition"
-	MetadataFirstOffset = "kafka_first_offset"
-	MetadataLastOffset  = "kafka_last_offset"
-	MetadataRecords     = "kafka_records"
+	MetadataTopic = "kafka_topic"
+	// MetadataPartitions lists the runs of the message by partition:
+	// "partition:first-last", comma-separated, in partition order.
+	MetadataPartitions = "kafka_partitions"
+	MetadataRecords    = "kafka_records"
 )
 
 type recordsKey struct{}
 
-// recordsOf returns the Kafka records a message was made from: a run of
-// one partition's records in offset order. They ride in the message's
-// context, which the Router's middleware keep, so the handler and the
-// poison queue's publisher see the exact records (keys, headers, offsets)
-// and not copies rebuilt from metadata.
+// recordsOf returns the Kafka records a message was made from: what one
+// poll fetched, each partition's records in offset order. They ride in
+// the message's context, which the Router's middleware keep, so the
+// handler and the poison queue's publisher see the exact records (keys,
+// headers, offsets) and not copies rebuilt from metadata.
 func recordsOf(msg *message.Message) []*kgo.Record {
 	recs, _ := msg.Context().Value(recordsKey{}).([]*kgo.Record)
 	return recs
@@ -42,14 +44,6 @@ func recordsOf(msg *message.Message) []*kgo.Record {
 
 // Records returns the Kafka records a message of a Consumer holds.
 func Records(msg *message.Message) []*kgo.Record { return recordsOf(msg) }
-
-// queueDepth bounds the records buffered per partition; fetching a
-// partition pauses above half of it and resumes below a quarter, so a
-// partition whose handler retries does not hold back the others.
-const queueDepth = 2048
-
-// pollRecords is the most records one poll returns.
-const pollRecords = 512
 
 // subscriber is a Watermill Subscriber over franz-go that reads every
 // partition of one topic from offsets stored in Postgres (step 2 of the
@@ -150,20 +144,16 @@ func (s *subscriber) fail(err error) {
 	}
 }
 
-// poll fetches records and hands each partition's to that partition's
-// sender, in offset order.
+// poll fetches records and offers them to the Router as one message —
+// every partition's records of the poll, at most MaxBatch, each
+// partition's in offset order — and polls again only once it was acked.
+// One message in flight keeps each task's events in order, and makes a
+// burst spread over many partitions (a relay's Kafka transaction) one
+// transaction of the handler, not one per partition.
 func (s *subscriber) poll(ctx context.Context, out chan<- *message.Message) {
-	queues := map[int32]*partitionQueue{}
-	var senders sync.WaitGroup
-	defer func() {
-		for _, q := range queues {
-			close(q.records)
-		}
-		senders.Wait()
-		close(out)
-	}()
+	defer close(out)
 	for {
-		fetches := s.cl.PollRecords(ctx, pollRecords)
+		fetches := s.cl.PollRecords(ctx, s.cfg.MaxBatch)
 		if ctx.Err() != nil {
 			return
 		}
@@ -177,60 +167,7 @@ func (s *subscriber) poll(ctx context.Context, out chan<- *message.Message) {
 			s.fail(failed)
 			return
 		}
-		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-			if len(p.Records) == 0 {
-				return
-			}
-			q := queues[p.Partition]
-			if q == nil {
-				q = &partitionQueue{partition: p.Partition, records: make(chan *kgo.Record, queueDepth)}
-				queues[p.Partition] = q
-				senders.Add(1)
-				go func() { defer senders.Done(); s.send(ctx, q, out) }()
-			}
-			for _, rec := range p.Records {
-				select {
-				case q.records <- rec:
-				case <-ctx.Done():
-					return
-				}
-			}
-			if len(q.records) > queueDepth/2 && q.paused.CompareAndSwap(false, true) {
-				s.cl.PauseFetchPartitions(map[string][]int32{s.topic: {q.partition}})
-			}
-		})
-	}
-}
-
-type partitionQueue struct {
-	partition int32
-	records   chan *kgo.Record
-	paused    atomic.Bool
-}
-
-// send offers one partition's records to the Router, each time all those
-// queued (at most MaxBatch) as one message, and the next only once the last
-// was acked. A nacked message (neither applied nor parked) is offered
-// again after NackDelay.
-func (s *subscriber) send(ctx context.Context, q *partitionQueue, out chan<- *message.Message) {
-	for rec := range q.records {
-		batch := []*kgo.Record{rec}
-	more:
-		for len(batch) < s.cfg.MaxBatch {
-			select {
-			case r, ok := <-q.records:
-				if !ok {
-					break more
-				}
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
-		if q.paused.Load() && len(q.records) < queueDepth/4 && q.paused.CompareAndSwap(true, false) {
-			s.cl.ResumeFetchPartitions(map[string][]int32{s.topic: {q.partition}})
-		}
-		if !s.offer(ctx, batch, out) {
+		if batch := fetches.Records(); len(batch) > 0 && !s.offer(ctx, batch, out) {
 			return
 		}
 	}
@@ -260,19 +197,30 @@ func (s *subscriber) offer(ctx context.Context, batch []*kgo.Record, out chan<- 
 	}
 }
 
-// newMessage makes the Watermill message of a run of one partition's
-// records: its UUID names the run (topic/partition/first-last offsets),
-// its payload is the first record's value, its metadata says where the
-// run is, and its correlation id is the first record's event id.
+// newMessage makes the Watermill message of a poll's records: its UUID
+// names them (topic and each partition's first and last offsets), its
+// payload is the first record's value, its metadata says where they are,
+// and its correlation id is the first record's event id.
 func newMessage(ctx context.Context, recs []*kgo.Record) *message.Message {
-	first, last := recs[0], recs[len(recs)-1]
-	msg := message.NewMessage(fmt.Sprintf("%s/%d/%d-%d", first.Topic, first.Partition, first.Offset, last.Offset), first.Value)
-	msg.Metadata.Set(MetadataTopic, first.Topic)
-	msg.Metadata.Set(MetadataPartition, strconv.Itoa(int(first.Partition)))
-	msg.Metadata.Set(MetadataFirstOffset, strconv.FormatInt(first.Offset, 10))
-	msg.Metadata.Set(MetadataLastOffset, strconv.FormatInt(last.Offset, 10))
+	type run struct{ first, last int64 }
+	runs := map[int32]*run{}
+	for _, rec := range recs {
+		if r := runs[rec.Partition]; r == nil {
+			runs[rec.Partition] = &run{rec.Offset, rec.Offset}
+		} else {
+			r.last = rec.Offset
+		}
+	}
+	parts := make([]string, 0, len(runs))
+	for _, p := range slices.Sorted(maps.Keys(runs)) {
+		parts = append(parts, fmt.Sprintf("%d:%d-%d", p, runs[p].first, runs[p].last))
+	}
+	where := strings.Join(parts, ",")
+	msg := message.NewMessage(recs[0].Topic+"/"+where, recs[0].Value)
+	msg.Metadata.Set(MetadataTopic, recs[0].Topic)
+	msg.Metadata.Set(MetadataPartitions, where)
 	msg.Metadata.Set(MetadataRecords, strconv.Itoa(len(recs)))
-	if id := projection.HeaderValue(first, projection.EventIDHeader); id != "" {
+	if id := projection.HeaderValue(recs[0], projection.EventIDHeader); id != "" {
 		middleware.SetCorrelationID(id, msg)
 	}
 	msg.SetContext(context.WithValue(ctx, recordsKey{}, recs))

@@ -498,14 +498,18 @@ func loadOffsets(ctx context.Context, q querier, name, topic string) (map[int32]
 // of the batch.
 func storeAllOffsets(ctx context.Context, tx pgx.Tx, name string, next map[string]map[int32]int64) error {
 	for topic, offsets := range next {
-		if err := storeOffsets(ctx, tx, name, topic, offsets); err != nil {
+		if err := StoreOffsets(ctx, tx, name, topic, offsets); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func storeOffsets(ctx context.Context, tx pgx.Tx, name, topic string, next map[int32]int64) error {
+// StoreOffsets stores next (partition → the offset after the last record
+// applied) as name's offsets of topic in projection_offsets, in one
+// statement; a partition absent from next keeps its stored offset. The
+// event consumers store theirs the same way (platform/consumer).
+func StoreOffsets(ctx context.Context, tx pgx.Tx, name, topic string, next map[int32]int64) error {
 	parts := make([]int32, 0, len(next))
 	offs := make([]int64, 0, len(next))
 	for p, o := range next {
