@@ -40,6 +40,9 @@ type OrchestrationEvent struct {
 	TraceContext map[string]string `protobuf:"bytes,6,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Who caused it: a user or API key id, an operator, or "scheduler".
 	Actor string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The address the actor's request came from, as the gateway saw it;
+	// empty when no client caused the event (the process manager).
+	ActorIp string `protobuf:"bytes,8,opt,name=actor_ip,json=actorIp,proto3" json:"actor_ip,omitempty"`
 	// Types that are valid to be assigned to Event:
 	//
 	//	*OrchestrationEvent_TaskGroupCreated
@@ -135,6 +138,13 @@ func (x *OrchestrationEvent) GetTraceContext() map[string]string {
 func (x *OrchestrationEvent) GetActor() string {
 	if x != nil {
 		return x.Actor
+	}
+	return ""
+}
+
+func (x *OrchestrationEvent) GetActorIp() string {
+	if x != nil {
+		return x.ActorIp
 	}
 	return ""
 }
@@ -1322,7 +1332,7 @@ var File_taskmesh_task_v1_orchestration_events_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_orchestration_events_proto_rawDesc = "" +
 	"\n" +
-	"+taskmesh/task/v1/orchestration_events.proto\x12\x10taskmesh.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a\x1btaskmesh/task/v1/task.proto\x1a'taskmesh/task/v1/template_service.proto\"\xb6\f\n" +
+	"+taskmesh/task/v1/orchestration_events.proto\x12\x10taskmesh.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a\x1btaskmesh/task/v1/task.proto\x1a'taskmesh/task/v1/template_service.proto\"\xd1\f\n" +
 	"\x12OrchestrationEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
 	"\faggregate_id\x18\x02 \x01(\tR\vaggregateId\x12\x18\n" +
@@ -1331,7 +1341,8 @@ const file_taskmesh_task_v1_orchestration_events_proto_rawDesc = "" +
 	"occurredAt\x12\x1b\n" +
 	"\ttenant_id\x18\x05 \x01(\tR\btenantId\x12[\n" +
 	"\rtrace_context\x18\x06 \x03(\v26.taskmesh.task.v1.OrchestrationEvent.TraceContextEntryR\ftraceContext\x12\x14\n" +
-	"\x05actor\x18\a \x01(\tR\x05actor\x12R\n" +
+	"\x05actor\x18\a \x01(\tR\x05actor\x12\x19\n" +
+	"\bactor_ip\x18\b \x01(\tR\aactorIp\x12R\n" +
 	"\x12task_group_created\x18\n" +
 	" \x01(\v2\".taskmesh.task.v1.TaskGroupCreatedH\x00R\x10taskGroupCreated\x12R\n" +
 	"\x12task_group_started\x18\v \x01(\v2\".taskmesh.task.v1.TaskGroupStartedH\x00R\x10taskGroupStarted\x12k\n" +

@@ -90,12 +90,17 @@ type Agent struct {
 	reachable     bool
 	lastHeartbeat time.Time
 
-	backlog       atomic.Bool // some outcome waits for the sync loop
-	localWaiting  atomic.Int32
-	syncWake      chan struct{}
-	localWake     chan struct{}
-	heartbeatWake chan struct{}
-	drained       atomic.Bool // the last heartbeat said an operator drained us
+	backlog      atomic.Bool // some outcome waits for the sync loop
+	localWaiting atomic.Int32
+	// claimCancel ends the claim long-polling now (nil when none does),
+	// and claimInterrupted says a local task ended it for a slot the
+	// claim holds (interruptClaim).
+	claimCancel      context.CancelFunc
+	claimInterrupted bool
+	syncWake         chan struct{}
+	localWake        chan struct{}
+	heartbeatWake    chan struct{}
+	drained          atomic.Bool // the last heartbeat said an operator drained us
 
 	// isolation limits each task's resources (cgroups, else rlimits) and
 	// sandboxes it when configured.

@@ -29,17 +29,14 @@ func (a *Agent) claimLoop(ctx context.Context) {
 		if requestID == "" {
 			requestID = uuid.NewString()
 		}
-		cctx, cancel := context.WithTimeout(ctx, a.cfg.ClaimWait+a.cfg.RPCTimeout)
-		resp, err := a.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
-			AgentId:   a.cfg.AgentID,
-			MachineId: a.cfg.MachineID,
-			Limit:     int32(n),
-			RequestId: requestID,
-			Labels:    a.cfg.Labels,
-			Wait:      durationpb.New(a.cfg.ClaimWait),
-			Types:     a.cfg.Types,
-		})
-		cancel()
+		resp, err := a.claim(ctx, n, requestID, a.cfg.ClaimWait, true)
+		if a.endClaim() && ctx.Err() == nil {
+			// A local task wants a slot this long poll holds: ask again
+			// with the same request id and no wait, which returns what
+			// the interrupted claim leased, if anything, or leases what
+			// is claimable now; the slots nobody uses go back.
+			resp, err = a.claim(ctx, n, requestID, 0, false)
+		}
 		if err != nil {
 			a.giveSlots(held)
 			if ctx.Err() != nil {
@@ -64,6 +61,48 @@ func (a *Agent) claimLoop(ctx context.Context) {
 		bo.reset()
 		requestID = ""
 		a.startClaimed(ctx, resp.GetTasks(), held)
+	}
+}
+
+// claim asks the server for up to n tasks, long-polling up to wait; an
+// interruptible claim can be ended early by interruptClaim.
+func (a *Agent) claim(ctx context.Context, n int, requestID string, wait time.Duration, interruptible bool) (*taskv1.ClaimTasksResponse, error) {
+	cctx, cancel := context.WithTimeout(ctx, wait+a.cfg.RPCTimeout)
+	defer cancel()
+	if interruptible {
+		a.mu.Lock()
+		a.claimCancel, a.claimInterrupted = cancel, false
+		a.mu.Unlock()
+	}
+	return a.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
+		AgentId:   a.cfg.AgentID,
+		MachineId: a.cfg.MachineID,
+		Limit:     int32(n),
+		RequestId: requestID,
+		Labels:    a.cfg.Labels,
+		Wait:      durationpb.New(wait),
+		Types:     a.cfg.Types,
+	})
+}
+
+// endClaim marks the long poll over and reports whether interruptClaim
+// ended it.
+func (a *Agent) endClaim() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	interrupted := a.claimInterrupted
+	a.claimCancel, a.claimInterrupted = nil, false
+	return interrupted
+}
+
+// interruptClaim ends the claim long-polling now, if one is, so that the
+// process slots it holds come back at once instead of when its wait ends.
+func (a *Agent) interruptClaim() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.claimCancel != nil && !a.claimInterrupted {
+		a.claimInterrupted = true
+		a.claimCancel()
 	}
 }
 

@@ -17,9 +17,10 @@ import (
 // Local tasks (docs/api/agent-local.md) run on this agent only and are never
 // reported to the server. They wait in the journal as pending, highest
 // priority first, and take process slots before the claim loop starts its
-// next claim; a claim already long-polling keeps its slots until it
-// returns (at most ClaimWait), because abandoning it could lose tasks the
-// server leased in the meantime.
+// next claim. A claim long-polling when a local task arrives is ended
+// early and asked again with its request id and no wait, so the tasks the
+// server may have leased to it meanwhile are not lost and the slots it
+// held that nothing claimed go to the local task at once.
 
 // Submit queues a local task. The policy applies as to server tasks; a
 // refused or malformed spec is an InvalidArgument (30005) error and
@@ -201,6 +202,15 @@ func (a *Agent) takeLocalSlot(ctx context.Context, at *attempt) bool {
 	}
 	a.localWaiting.Add(1)
 	defer a.localWaiting.Add(-1)
+	select {
+	case a.slots <- struct{}{}:
+		at.slot = true
+		return true
+	default:
+	}
+	// Every slot is busy or held by a claim: a claim waiting for server
+	// work gives its slots back now rather than when its wait ends.
+	a.interruptClaim()
 	select {
 	case a.slots <- struct{}{}:
 		at.slot = true

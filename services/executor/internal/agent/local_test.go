@@ -56,3 +56,41 @@ func TestLocalQueueSurvivesRestart(t *testing.T) {
 		return len(entries) == 0
 	})
 }
+
+// TestLocalTaskEndsALongPoll: an idle agent's claim holds every slot while
+// it long-polls the server. A local task submitted then starts at once —
+// the claim is ended and asked again with its request id and no wait —
+// not when the poll's wait runs out; server work is still claimed after.
+func TestLocalTaskEndsALongPoll(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Slots = 1; c.ClaimWait = 30 * time.Second })
+	h.start()
+	leasetest.WaitFor(t, 10*time.Second, "a parked claim", func() bool { return h.fake.Parked() == 1 })
+	submitted := time.Now()
+	local, err := h.agent.Submit(context.Background(), &taskv1.TaskSpec{Name: "local", Command: "echo", Args: []string{"local"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := h.waitFinal(local.ID, 10*time.Second)
+	if row.Status != journal.StatusCompleted || row.Stdout != "local\n" {
+		t.Fatalf("local task: status %s stdout %q", row.Status, row.Stdout)
+	}
+	if took := time.Since(submitted); took > 5*time.Second {
+		t.Errorf("the local task took %s: it waited for the claim's long poll", took)
+	}
+	calls := h.fake.Calls("ClaimTasks")
+	var polled, again *taskv1.ClaimTasksRequest
+	for i, c := range calls {
+		if r := c.Req.(*taskv1.ClaimTasksRequest); r.GetWait().AsDuration() == 0 && i > 0 {
+			polled, again = calls[i-1].Req.(*taskv1.ClaimTasksRequest), r
+			break
+		}
+	}
+	if again == nil || polled.GetRequestId() != again.GetRequestId() {
+		t.Errorf("the interrupted claim was not asked again with its request id: %v then %v", polled, again)
+	}
+
+	id := h.fake.Add(shell("echo", "server"))[0]
+	if done := h.fake.WaitComplete(t, id, 10*time.Second); done.GetExitCode() != 0 || done.GetStdout() != "server\n" {
+		t.Errorf("server task after the local one = %v", done)
+	}
+}

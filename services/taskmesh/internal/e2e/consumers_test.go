@@ -126,6 +126,28 @@ func TestConsumersThroughTheGateway(t *testing.T) {
 	if actions["task.started"] != 2 || actions["task.completed"] != 1 || actions["task.failed"] != 1 {
 		t.Errorf("the agent's actions = %v", actions)
 	}
+	// Templates and groups a client changes carry its address too.
+	if code, body, _ := w.call("POST", "/api/v1/templates", key, map[string]any{"id": "audited", "name": "audited", "command": "echo"}); code != 200 {
+		t.Fatalf("create template = %d %v", code, body)
+	}
+	if code, body, _ := w.call("DELETE", "/api/v1/templates/audited", key, nil); code != 200 {
+		t.Fatalf("delete template = %d %v", code, body)
+	}
+	if code, body, _ := w.call("POST", "/api/v1/task-groups", key, map[string]any{"name": "audited", "start": false,
+		"tasks": []any{map[string]any{"name": "a", "command": "echo"}}}); code != 200 {
+		t.Fatalf("create group = %d %v", code, body)
+	}
+	for _, q := range []string{"resource=template&action=created", "resource=template&action=deleted", "resource=task_group&action=created"} {
+		var entries []any
+		waitFor(t, 30*time.Second, q+" in the audit log", func() bool {
+			_, body, _ := w.call("GET", "/api/v1/audit-logs?"+q, key, nil)
+			entries, _ = body["audit_logs"].([]any)
+			return len(entries) == 1
+		})
+		if e := entries[0].(map[string]any); e["ip"] != "127.0.0.1" || e["user_id"] == "" {
+			t.Errorf("%s: audit entry = %v", q, e)
+		}
+	}
 	if code, body, _ := w.call("GET", "/api/v1/audit-logs?from=yesterday", key, nil); code != 400 || body["code"] != float64(30005) {
 		t.Errorf("a bad date = %d %v", code, body)
 	}

@@ -480,6 +480,11 @@ func TestOtherTenantsGroupsAndTemplatesAreNotFound(t *testing.T) {
 		if code != http.StatusNotFound || resp["code"] != float64(30004) {
 			t.Errorf("%s %s as another tenant: %d %v", r.method, r.path, code, resp)
 		}
+		// The message names what is missing.
+		want := map[bool]string{true: "template not found", false: "task group not found"}[strings.HasPrefix(r.path, "/api/v1/templates/")]
+		if resp["message"] != want {
+			t.Errorf("%s %s as another tenant: message %q, want %q", r.method, r.path, resp["message"], want)
+		}
 	}
 	if code, resp := w.wsStatus(other, "/api/v1/task-groups/"+id+"/ws"); code != http.StatusNotFound || resp["code"] != float64(30004) {
 		t.Errorf("the group's WebSocket as another tenant: %d %v", code, resp)

@@ -20,7 +20,7 @@ import (
 // event.
 func OrchestrationEnvelope(eventID, aggregateID, tenantID string, version int64, r orch.Record, trace map[string]string) (*taskv1.OrchestrationEvent, error) {
 	env := &taskv1.OrchestrationEvent{EventId: eventID, AggregateId: aggregateID, Version: version, TenantId: tenantID,
-		OccurredAt: taskproto.ToTimestamp(r.At), TraceContext: trace, Actor: r.Actor}
+		OccurredAt: taskproto.ToTimestamp(r.At), TraceContext: trace, Actor: r.Actor, ActorIp: r.IP}
 	switch e := r.Event.(type) {
 	case orch.Created:
 		// The id, tenant and creator are the envelope's.
@@ -89,7 +89,7 @@ func UnmarshalOrchestration(payload []byte) (*taskv1.OrchestrationEvent, orch.Re
 // OrchestrationRecord turns an orchestration envelope back into the domain
 // record.
 func OrchestrationRecord(env *taskv1.OrchestrationEvent) (orch.Record, error) {
-	r := orch.Record{At: taskproto.FromTimestamp(env.GetOccurredAt()), Actor: env.GetActor()}
+	r := orch.Record{At: taskproto.FromTimestamp(env.GetOccurredAt()), Actor: env.GetActor(), IP: env.GetActorIp()}
 	switch e := env.GetEvent().(type) {
 	case *taskv1.OrchestrationEvent_TaskGroupCreated:
 		r.Event = createdFromProto(env, e.TaskGroupCreated)

@@ -47,7 +47,7 @@ func TestEveryOrchestrationEventRoundTrips(t *testing.T) {
 		{"template/t/train", orch.TemplateDeleted{}},
 	}
 	for _, e := range events {
-		in := orch.Record{Event: e.event, At: at, Actor: "key-1"}
+		in := orch.Record{Event: e.event, At: at, Actor: "key-1", IP: "203.0.113.7"}
 		payload, err := MarshalOrchestration("ev-1", e.aggregate, "t", 3, in, map[string]string{"traceparent": "00-x"})
 		if err != nil {
 			t.Fatalf("%T: %v", e.event, err)

@@ -116,13 +116,40 @@ func New(d Deps, now func() time.Time, cfg Config, log *slog.Logger) *App {
 func (a *App) mutate(ctx context.Context, c sched.Caller, id string, scope Scope,
 	decide func(s orch.State, facts map[string]orch.Facts, now time.Time) (orch.State, orch.Decision, error)) (orch.State, error) {
 	s, written, err := a.groups.Mutate(ctx, c.Tenant, id, scope, func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error) {
-		return decide(s, facts, a.now())
+		s, d, err := decide(s, facts, a.now())
+		return s, withIP(d, c.IP), err
 	})
 	if err != nil {
 		return s, err
 	}
 	a.committed(s, written)
 	return s, nil
+}
+
+// withIP stamps the address of the client whose command decided d on its
+// group events and on the member tasks it created, as the task app does
+// on a task's own events.
+func withIP(d orch.Decision, ip string) orch.Decision {
+	if ip == "" {
+		return d
+	}
+	for i := range d.Records {
+		d.Records[i].IP = ip
+	}
+	for _, recs := range d.NewTasks {
+		for i := range recs {
+			recs[i].IP = ip
+		}
+	}
+	return d
+}
+
+// templateIP stamps the client's address on a template's events.
+func templateIP(recs []orch.Record, ip string) []orch.Record {
+	for i := range recs {
+		recs[i].IP = ip
+	}
+	return recs
 }
 
 // committed tells the task hub about every task written and wakes the

@@ -76,7 +76,7 @@ func (a *App) CreateGroup(ctx context.Context, c sched.Caller, r GroupRequest) (
 		return orch.State{}, err
 	}
 	s, d := orch.Create(a.now(), a.newID(), c.Tenant, c.Subject, r.RequestID, def, r.Start, a.newID)
-	s, written, err := a.groups.Create(ctx, NewGroup{State: s, Decision: d})
+	s, written, err := a.groups.Create(ctx, NewGroup{State: s, Decision: withIP(d, c.IP)})
 	if err != nil {
 		return orch.State{}, err
 	}

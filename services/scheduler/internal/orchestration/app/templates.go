@@ -23,7 +23,7 @@ func (a *App) CreateTemplate(ctx context.Context, c sched.Caller, def orch.Templ
 	if err != nil {
 		return orch.Template{}, err
 	}
-	return a.templates.Create(ctx, c.Tenant, def.ID, recs)
+	return a.templates.Create(ctx, c.Tenant, def.ID, templateIP(recs, c.IP))
 }
 
 // tenantOnly refuses a caller of no tenant: groups and templates belong
@@ -49,7 +49,8 @@ func (a *App) ListTemplates(ctx context.Context, c sched.Caller, f TemplateFilte
 // UpdateTemplate replaces a template's definition.
 func (a *App) UpdateTemplate(ctx context.Context, c sched.Caller, id string, def orch.Template) (orch.Template, error) {
 	return a.templates.Mutate(ctx, c.Tenant, id, func(t orch.Template) ([]orch.Record, error) {
-		return t.Update(a.now(), c.Subject, def)
+		recs, err := t.Update(a.now(), c.Subject, def)
+		return templateIP(recs, c.IP), err
 	})
 }
 
@@ -57,7 +58,8 @@ func (a *App) UpdateTemplate(ctx context.Context, c sched.Caller, id string, def
 // what it made.
 func (a *App) DeleteTemplate(ctx context.Context, c sched.Caller, id string) error {
 	_, err := a.templates.Mutate(ctx, c.Tenant, id, func(t orch.Template) ([]orch.Record, error) {
-		return t.Delete(a.now(), c.Subject)
+		recs, err := t.Delete(a.now(), c.Subject)
+		return templateIP(recs, c.IP), err
 	})
 	return err
 }

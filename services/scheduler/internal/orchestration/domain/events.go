@@ -15,6 +15,9 @@ type Record struct {
 	Event Event
 	At    time.Time
 	Actor string
+	// IP is the address of the client whose request caused the event
+	// (empty for the process manager's own decisions).
+	IP string
 }
 
 // Group events.

@@ -30,6 +30,16 @@ func toStatus(log *slog.Logger, err error) error {
 	return sports.ToStatus(log, err)
 }
 
+// notFound names what is missing: the stores answer an unknown (or
+// another tenant's) group or template with task.ErrNotFound itself, whose
+// message speaks of a task. Any other error is returned as it is.
+func notFound(err error, what string) error {
+	if err == task.ErrNotFound { // the bare sentinel only: a wrapping error has words of its own
+		return grpcserver.CodeStatus(codes.NotFound, taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND, what+" not found")
+	}
+	return err
+}
+
 func intPtr(p *int32) *int {
 	if p == nil {
 		return nil

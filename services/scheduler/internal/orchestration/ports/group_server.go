@@ -24,7 +24,7 @@ func (s *GroupServer) CreateTaskGroup(ctx context.Context, r *taskv1.CreateTaskG
 	}
 	st, err := s.App.CreateGroup(ctx, c, groupRequest(r))
 	if err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "task group"))
 	}
 	return &taskv1.CreateTaskGroupResponse{Group: groupToProto(st.Group, st.Ordered())}, nil
 }
@@ -37,7 +37,7 @@ func (s *GroupServer) ListTaskGroups(ctx context.Context, r *taskv1.ListTaskGrou
 	groups, next, err := s.App.ListGroups(ctx, c, oapp.GroupFilter{Status: r.GetStatus(), Mode: r.GetMode(),
 		PageSize: int(r.GetPageSize()), PageToken: r.GetPageToken()})
 	if err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "task group"))
 	}
 	resp := &taskv1.ListTaskGroupsResponse{NextPageToken: next, Groups: make([]*taskv1.TaskGroup, 0, len(groups))}
 	for _, g := range groups {
@@ -53,7 +53,7 @@ func (s *GroupServer) GetTaskGroup(ctx context.Context, r *taskv1.GetTaskGroupRe
 	}
 	st, err := s.App.GetGroup(ctx, c, r.GetId())
 	if err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "task group"))
 	}
 	return &taskv1.GetTaskGroupResponse{Group: groupToProto(st.Group, st.Ordered())}, nil
 }
@@ -107,7 +107,7 @@ func (s *GroupServer) ResetTaskGroupRepeat(ctx context.Context, r *taskv1.ResetT
 // member as they are after it.
 func (s *GroupServer) change(ctx context.Context, id string, do func(a *oapp.App, ctx context.Context, id string) error) (*taskv1.TaskGroup, error) {
 	if err := do(s.App, ctx, id); err != nil {
-		return nil, toStatus(s.Log, err) // a status passes through unchanged
+		return nil, toStatus(s.Log, notFound(err, "task group")) // a status passes through unchanged
 	}
 	c, err := sports.UserCaller(ctx)
 	if err != nil {
@@ -115,7 +115,7 @@ func (s *GroupServer) change(ctx context.Context, id string, do func(a *oapp.App
 	}
 	st, err := s.App.GetGroup(ctx, c, id)
 	if err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "task group"))
 	}
 	return groupToProto(st.Group, st.Ordered()), nil
 }
@@ -126,7 +126,7 @@ func (s *GroupServer) DeleteTaskGroup(ctx context.Context, r *taskv1.DeleteTaskG
 		return nil, err
 	}
 	if err := s.App.DeleteGroup(ctx, c, r.GetId()); err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "task group"))
 	}
 	return &taskv1.DeleteTaskGroupResponse{Id: r.GetId(), Deleted: true}, nil
 }
@@ -145,7 +145,7 @@ func (s *GroupServer) WatchTaskGroup(r *taskv1.WatchTaskGroupRequest, stream tas
 	defer cancel()
 	st, err := s.App.GetGroup(ctx, c, r.GetId())
 	if err != nil {
-		return toStatus(s.Log, err)
+		return toStatus(s.Log, notFound(err, "task group"))
 	}
 	if err := stream.Send(&taskv1.WatchTaskGroupResponse{Group: groupToProto(st.Group, st.Ordered())}); err != nil {
 		return err
@@ -164,7 +164,7 @@ func (s *GroupServer) WatchTaskGroup(r *taskv1.WatchTaskGroupRequest, stream tas
 		}
 		next, err := s.App.GroupChanges(ctx, c, r.GetId(), st.Group.Version)
 		if err != nil {
-			return toStatus(s.Log, err)
+			return toStatus(s.Log, notFound(err, "task group"))
 		}
 		if next.Group.Version == st.Group.Version {
 			continue

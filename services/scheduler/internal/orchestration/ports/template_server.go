@@ -24,7 +24,7 @@ func (s *TemplateServer) CreateTemplate(ctx context.Context, r *taskv1.CreateTem
 	}
 	t, err := s.App.CreateTemplate(ctx, c, taskproto.TemplateFromProto(r.GetTemplate()))
 	if err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "template"))
 	}
 	return &taskv1.CreateTemplateResponse{Template: taskproto.TemplateToProto(t)}, nil
 }
@@ -37,7 +37,7 @@ func (s *TemplateServer) ListTemplates(ctx context.Context, r *taskv1.ListTempla
 	ts, next, err := s.App.ListTemplates(ctx, c, oapp.TemplateFilter{Category: r.GetCategory(), PageSize: int(r.GetPageSize()),
 		PageToken: r.GetPageToken()})
 	if err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "template"))
 	}
 	resp := &taskv1.ListTemplatesResponse{NextPageToken: next, Templates: make([]*taskv1.TaskTemplate, 0, len(ts))}
 	for _, t := range ts {
@@ -53,7 +53,7 @@ func (s *TemplateServer) GetTemplate(ctx context.Context, r *taskv1.GetTemplateR
 	}
 	t, err := s.App.GetTemplate(ctx, c, r.GetId())
 	if err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "template"))
 	}
 	return &taskv1.GetTemplateResponse{Template: taskproto.TemplateToProto(t)}, nil
 }
@@ -65,7 +65,7 @@ func (s *TemplateServer) UpdateTemplate(ctx context.Context, r *taskv1.UpdateTem
 	}
 	t, err := s.App.UpdateTemplate(ctx, c, r.GetId(), taskproto.TemplateFromProto(r.GetTemplate()))
 	if err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "template"))
 	}
 	return &taskv1.UpdateTemplateResponse{Template: taskproto.TemplateToProto(t)}, nil
 }
@@ -76,7 +76,7 @@ func (s *TemplateServer) DeleteTemplate(ctx context.Context, r *taskv1.DeleteTem
 		return nil, err
 	}
 	if err := s.App.DeleteTemplate(ctx, c, r.GetId()); err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "template"))
 	}
 	return &taskv1.DeleteTemplateResponse{Id: r.GetId(), Deleted: true}, nil
 }
@@ -90,7 +90,7 @@ func (s *TemplateServer) RunTemplate(ctx context.Context, r *taskv1.RunTemplateR
 		Priority: intPtr(r.Priority), TargetMachines: r.GetTargets().GetMachineIds(), TargetIPs: r.GetTargets().GetIps(),
 		RequestID: r.GetRequestId()})
 	if err != nil {
-		return nil, toStatus(s.Log, err)
+		return nil, toStatus(s.Log, notFound(err, "template"))
 	}
 	resp := &taskv1.RunTemplateResponse{Task: taskproto.TaskToProto(tasks[0])}
 	for _, t := range tasks {

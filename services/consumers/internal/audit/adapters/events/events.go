@@ -216,7 +216,7 @@ func OrchestrationEntry(ev *taskv1.OrchestrationEvent) (e domain.Entry, ok bool,
 		if e.Resource == "template" {
 			id = strings.TrimPrefix(id, "template/"+ev.GetTenantId()+"/")
 		}
-		e.ResourceID = pg.CleanText(id)
+		e.ResourceID, e.IP = pg.CleanText(id), pg.CleanText(ev.GetActorIp())
 	}
 	return e, ok, err
 }

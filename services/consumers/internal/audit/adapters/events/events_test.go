@@ -107,7 +107,7 @@ func TestQuotaEventCoverage(t *testing.T) {
 
 func TestOrchestrationEntry(t *testing.T) {
 	env := func(agg string, ev *taskv1.OrchestrationEvent) *taskv1.OrchestrationEvent {
-		ev.EventId, ev.AggregateId, ev.TenantId, ev.Actor, ev.OccurredAt = "ev-o", agg, "acme", "key-1", timestamppb.New(at)
+		ev.EventId, ev.AggregateId, ev.TenantId, ev.Actor, ev.ActorIp, ev.OccurredAt = "ev-o", agg, "acme", "key-1", "192.0.2.8", timestamppb.New(at)
 		return ev
 	}
 	tests := []struct {
@@ -131,7 +131,7 @@ func TestOrchestrationEntry(t *testing.T) {
 	for _, tt := range tests {
 		e, ok, err := OrchestrationEntry(tt.ev)
 		want := domain.Entry{ID: "ev-o", At: at, TenantID: "acme", Action: tt.action, Resource: tt.resource, ResourceID: tt.id,
-			UserID: "key-1", Details: tt.want}
+			UserID: "key-1", Details: tt.want, IP: "192.0.2.8"}
 		if err != nil || !ok || e != want {
 			t.Errorf("%s:\n got  %+v (%v, %v)\n want %+v", tt.action, e, ok, err, want)
 		}
