@@ -812,7 +812,13 @@ type TaskSpec struct {
 	Checkpoint *CheckpointSpec `protobuf:"bytes,50,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
 	// Output files to keep: globs relative to the working directory
 	// (docs/api/tasks.md#artifacts).
-	Artifacts     []string `protobuf:"bytes,51,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	Artifacts []string `protobuf:"bytes,51,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	// The client's own id for a task it creates, as in a task file
+	// (docs/api/tasks.md#the-clients-id): the creation's idempotency key,
+	// CreateTaskRequest.request_id, when that is not given. The task's id is
+	// still the server's. Only CreateTask reads it; the agent's local API
+	// refuses it.
+	Id            string `protobuf:"bytes,60,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1041,6 +1047,13 @@ func (x *TaskSpec) GetArtifacts() []string {
 		return x.Artifacts
 	}
 	return nil
+}
+
+func (x *TaskSpec) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
 }
 
 // Webhook names a notification endpoint.
@@ -1629,7 +1642,7 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x10\n" +
-	"\x03url\x18\x04 \x01(\tR\x03url\"\xc4\x0e\n" +
+	"\x03url\x18\x04 \x01(\tR\x03url\"\xde\x0e\n" +
 	"\bTaskSpec\x12\x1c\n" +
 	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x12?\n" +
 	"\x04type\x18\x02 \x01(\tB+\xbaH(r&R\x00R\x05shellR\x06pythonR\x06scriptR\x04noopR\x05videoR\x04type\x12\"\n" +
@@ -1669,7 +1682,8 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\n" +
 	"checkpoint\x182 \x01(\v2 .taskmesh.task.v1.CheckpointSpecR\n" +
 	"checkpoint\x12/\n" +
-	"\tartifacts\x183 \x03(\tB\x11\xbaH\x0e\x92\x01\v\x10 \"\ar\x05\x10\x01\x18\xf4\x03R\tartifacts\x1a6\n" +
+	"\tartifacts\x183 \x03(\tB\x11\xbaH\x0e\x92\x01\v\x10 \"\ar\x05\x10\x01\x18\xf4\x03R\tartifacts\x12\x18\n" +
+	"\x02id\x18< \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x02id\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +

@@ -68,6 +68,9 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 
 // validateSpec checks what the task API's validation would (task.proto).
 func validateSpec(s *taskv1.TaskSpec) error {
+	if s.GetId() != "" {
+		return errors.New("id: a local task's id is the agent's; leave it out")
+	}
 	switch n := len([]rune(s.GetName())); {
 	case n == 0:
 		return errors.New("name is required")

@@ -108,6 +108,7 @@ func TestLocalAPI(t *testing.T) {
 		{"missing name", "POST", "/api/v1/tasks", `{"command":"echo"}`, 400, 30005, "name is required"},
 		{"bad type", "POST", "/api/v1/tasks", `{"name":"x","type":"docker","command":"echo"}`, 400, 30005, "type"},
 		{"missing command", "POST", "/api/v1/tasks", `{"name":"x","type":"shell"}`, 400, 30005, "command is required"},
+		{"an id", "POST", "/api/v1/tasks", `{"id":"mine","name":"x","command":"echo"}`, 400, 30005, "id: a local task's id is the agent's"},
 		{"blocked pattern", "POST", "/api/v1/tasks", `{"name":"x","command":"sh","args":["-c","rm -rf /"]}`, 400, 30005, `blocked pattern "rm -rf /"`},
 		{"bad json", "POST", "/api/v1/tasks", `{"name":`, 400, 30005, ""},
 		{"bad limit", "GET", "/api/v1/tasks?limit=5000", "", 400, 30005, "limit"},

@@ -2,11 +2,13 @@ package ports
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
 // TaskServer serves taskv1.TaskService.
@@ -21,7 +23,11 @@ func (s *TaskServer) CreateTask(ctx context.Context, r *taskv1.CreateTaskRequest
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := s.App.CreateTasks(ctx, c, specInput(r.GetSpec()), r.GetRequestId())
+	requestID, err := createRequestID(r)
+	if err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	tasks, err := s.App.CreateTasks(ctx, c, specInput(r.GetSpec()), requestID)
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
@@ -30,6 +36,20 @@ func (s *TaskServer) CreateTask(ctx context.Context, r *taskv1.CreateTaskRequest
 		resp.TaskIds = append(resp.TaskIds, t.ID)
 	}
 	return resp, nil
+}
+
+// createRequestID is the creation's idempotency key: request_id, else the
+// spec's id (the client's own id for the task, as a task file names it).
+// The two may not say different things.
+func createRequestID(r *taskv1.CreateTaskRequest) (string, error) {
+	id, requestID := r.GetSpec().GetId(), r.GetRequestId()
+	switch {
+	case id == "":
+		return requestID, nil
+	case requestID != "" && requestID != id:
+		return "", &domain.InvalidError{Field: "id", Reason: fmt.Sprintf("is %q but request_id is %q; they name the same creation", id, requestID)}
+	}
+	return id, nil
 }
 
 func (s *TaskServer) ListTasks(ctx context.Context, r *taskv1.ListTasksRequest) (*taskv1.ListTasksResponse, error) {

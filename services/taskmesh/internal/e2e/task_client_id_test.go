@@ -1,0 +1,41 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// The design's task file example, sent as the create body with its id:
+// the id is the client's own, the creation's idempotency key, so sending
+// the same body again returns the same task; a request_id that says
+// otherwise is refused and creates nothing.
+func TestCreateTakesTheClientsID(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	example := map[string]any{
+		"id": "task-train-001", "name": "pytorch-train", "type": "python", "command": "python",
+		"args": []string{"train.py", "--epochs=100"}, "workdir": "/workspace", "env": map[string]string{"CUDA_VISIBLE_DEVICES": "0"},
+		"timeout": 86400, "priority": 3, "max_retries": 3, "retry_delay": 60,
+		"machine_id": "machine-001", "group_id": "", "parent_id": "", "depends_on": []string{},
+		"lease_ttl_sec": 300, "renew_interval_sec": 60, "heartbeat_interval_sec": 30, "grace_period_sec": 30,
+	}
+	code, first, _ := w.call("POST", "/api/v1/tasks", key, example)
+	id, _ := first["id"].(string)
+	if code != 200 || id == "" || id == "task-train-001" || first["name"] != "pytorch-train" || first["status"] != "pending" {
+		t.Fatalf("create = %d %v", code, first)
+	}
+	if code, again, _ := w.call("POST", "/api/v1/tasks", key, example); code != 200 || again["id"] != id {
+		t.Fatalf("the same body again = %d %v, want task %s", code, again, id)
+	}
+	if code, same, _ := w.call("POST", "/api/v1/tasks?request_id=task-train-001", key, example); code != 200 || same["id"] != id {
+		t.Fatalf("with the same request_id = %d %v, want task %s", code, same, id)
+	}
+	code, refused, _ := w.call("POST", "/api/v1/tasks?request_id=another", key, example)
+	if msg, _ := refused["message"].(string); code != 400 || refused["code"] != float64(30005) || !strings.Contains(msg, "request_id") {
+		t.Fatalf("a different request_id = %d %v", code, refused)
+	}
+	_, list, _ := w.call("GET", "/api/v1/tasks", key, nil)
+	if tasks, _ := list["tasks"].([]any); len(tasks) != 1 {
+		t.Fatalf("tasks after the creations = %v", list)
+	}
+}
