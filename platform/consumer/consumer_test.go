@@ -113,6 +113,19 @@ func send(b *kafkatest.Broker, recs []*kgo.Record) error {
 	return cl.ProduceSync(ctx, recs...).FirstErr()
 }
 
+// okRecords is versions rounds of one record for each of tasks tasks
+// ("task-00", …), versions 1 to versions in order.
+func okRecords(t testing.TB, tasks int, versions int64) []*kgo.Record {
+	t.Helper()
+	var recs []*kgo.Record
+	for v := int64(1); v <= versions; v++ {
+		for i := range tasks {
+			recs = append(recs, record(t, fmt.Sprintf("task-%02d", i), v, "ok"))
+		}
+	}
+	return recs
+}
+
 type counts struct{ applied, last, disorder int64 }
 
 func read(t *testing.T, pool *pgxpool.Pool) map[string]counts {
@@ -350,12 +363,7 @@ func TestTransientFailuresAreNotParked(t *testing.T) {
 func TestReplayEqualsLive(t *testing.T) {
 	pool := pgtest.New(t).Open(t, schema)
 	b := kafkatest.New(t, kafkatest.WithPartitions(4))
-	var recs []*kgo.Record
-	for v := int64(1); v <= 5; v++ {
-		for i := range 10 {
-			recs = append(recs, record(t, fmt.Sprintf("task-%d", i), v, "ok"))
-		}
-	}
+	recs := okRecords(t, 10, 5)
 	produce(t, b, recs)
 	fn := &counter{}
 	cfg := config(b)
@@ -395,12 +403,7 @@ func TestReplayEqualsLive(t *testing.T) {
 func TestConsumerRunsOnKeyedPlans(t *testing.T) {
 	pool := pgtest.New(t).Open(t, schema)
 	b := kafkatest.New(t, kafkatest.WithPartitions(4))
-	var recs []*kgo.Record
-	for v := int64(1); v <= 10; v++ {
-		for i := range 20 {
-			recs = append(recs, record(t, fmt.Sprintf("task-%02d", i), v, "ok"))
-		}
-	}
+	recs := okRecords(t, 20, 10)
 	fn := &counter{}
 	stop := running(New(pool, config(b), fn.apply))
 	produce(t, b, recs)
@@ -427,12 +430,7 @@ func TestConsumerRunsOnKeyedPlans(t *testing.T) {
 func TestOnePollIsOneTransaction(t *testing.T) {
 	pool := pgtest.New(t).Open(t, schema)
 	b := kafkatest.New(t, kafkatest.WithPartitions(4))
-	var recs []*kgo.Record
-	for v := int64(1); v <= 5; v++ {
-		for i := range 40 {
-			recs = append(recs, record(t, fmt.Sprintf("task-%02d", i), v, "ok"))
-		}
-	}
+	recs := okRecords(t, 40, 5)
 	produce(t, b, recs)
 	partitions := map[int32]bool{}
 	for _, rec := range recs {

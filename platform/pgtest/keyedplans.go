@@ -87,7 +87,18 @@ func explainKeyed(t *testing.T, ctx context.Context, conn *pgx.Conn, name string
 		t.Fatal(err)
 	}
 	nulls := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
-	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`(`+nulls+`)`, pgx.QueryExecModeSimpleProtocol)
+	return Explain(t, tx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`(`+nulls+`)`, pgx.QueryExecModeSimpleProtocol)
+}
+
+// Querier is what Explain runs on: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Explain runs an EXPLAIN statement on q and returns the plan's text.
+func Explain(t testing.TB, q Querier, stmt string, args ...any) string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), stmt, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

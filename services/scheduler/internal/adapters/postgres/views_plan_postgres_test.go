@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
@@ -101,13 +99,5 @@ func literals(t *testing.T, args []any) string {
 // and returns the plan's text.
 func explain(t *testing.T, q postgres.Querier, stmt string, args ...any) string {
 	t.Helper()
-	rows, err := q.Query(context.Background(), stmt, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(lines, "\n")
+	return pgtest.Explain(t, q, stmt, args...)
 }
