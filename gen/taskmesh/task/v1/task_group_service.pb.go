@@ -1604,9 +1604,13 @@ func (x *DeleteTaskGroupResponse) GetDeleted() bool {
 
 type ResetTaskGroupRepeatRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The group's id, from the route POST /api/v1/task-groups/{id}/repeat/reset.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Why the operator resets the breaker; required.
-	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The group's id in the body, for the route that carries none
+	// (POST /api/v1/tasks/repeat/reset). When both are given they must agree.
+	GroupId       string `protobuf:"bytes,3,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1651,6 +1655,13 @@ func (x *ResetTaskGroupRepeatRequest) GetId() string {
 func (x *ResetTaskGroupRepeatRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResetTaskGroupRepeatRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
 	}
 	return ""
 }
@@ -1974,27 +1985,29 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\"C\n" +
 	"\x17DeleteTaskGroupResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted\"]\n" +
-	"\x1bResetTaskGroupRepeatRequest\x12\x1a\n" +
-	"\x02id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\x12\"\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"\xf8\x02\n" +
+	"\x1bResetTaskGroupRepeatRequest\x12\x18\n" +
+	"\x02id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x02id\x12\"\n" +
 	"\x06reason\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\bR\x06reason\"Q\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\bR\x06reason\x12#\n" +
+	"\bgroup_id\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\agroupId:\xf5\x01\xbaH\xf1\x01\x1af\n" +
+	"\x11reset_names_group\x12+group_id is required: the repeat's group id\x1a$this.id != '' || this.group_id != ''\x1a\x86\x01\n" +
+	"\x0freset_one_group\x121group_id and the route's id name different groups\x1a@this.id == '' || this.group_id == '' || this.id == this.group_id\"Q\n" +
 	"\x1cResetTaskGroupRepeatResponse\x121\n" +
 	"\x05group\x18\x01 \x01(\v2\x1b.taskmesh.task.v1.TaskGroupR\x05group\"3\n" +
 	"\x15WatchTaskGroupRequest\x12\x1a\n" +
 	"\x02id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\"K\n" +
 	"\x16WatchTaskGroupResponse\x121\n" +
-	"\x05group\x18\x01 \x01(\v2\x1b.taskmesh.task.v1.TaskGroupR\x05group2\x85\t\n" +
+	"\x05group\x18\x01 \x01(\v2\x1b.taskmesh.task.v1.TaskGroupR\x05group2\xad\t\n" +
 	"\x10TaskGroupService\x12\x8d\x01\n" +
 	"\x0fCreateTaskGroup\x12(.taskmesh.task.v1.CreateTaskGroupRequest\x1a).taskmesh.task.v1.CreateTaskGroupResponse\"%\x82\xd3\xe4\x93\x02\x1f:\x01*b\x05group\"\x13/api/v1/task-groups\x12\x80\x01\n" +
 	"\x0eListTaskGroups\x12'.taskmesh.task.v1.ListTaskGroupsRequest\x1a(.taskmesh.task.v1.ListTaskGroupsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/task-groups\x12\x86\x01\n" +
 	"\fGetTaskGroup\x12%.taskmesh.task.v1.GetTaskGroupRequest\x1a&.taskmesh.task.v1.GetTaskGroupResponse\"'\x82\xd3\xe4\x93\x02!b\x05group\x12\x18/api/v1/task-groups/{id}\x12\x95\x01\n" +
 	"\x0eStartTaskGroup\x12'.taskmesh.task.v1.StartTaskGroupRequest\x1a(.taskmesh.task.v1.StartTaskGroupResponse\"0\x82\xd3\xe4\x93\x02*:\x01*b\x05group\"\x1e/api/v1/task-groups/{id}/start\x12\x99\x01\n" +
 	"\x0fCancelTaskGroup\x12(.taskmesh.task.v1.CancelTaskGroupRequest\x1a).taskmesh.task.v1.CancelTaskGroupResponse\"1\x82\xd3\xe4\x93\x02+:\x01*b\x05group\"\x1f/api/v1/task-groups/{id}/cancel\x12\x88\x01\n" +
-	"\x0fDeleteTaskGroup\x12(.taskmesh.task.v1.DeleteTaskGroupRequest\x1a).taskmesh.task.v1.DeleteTaskGroupResponse\" \x82\xd3\xe4\x93\x02\x1a*\x18/api/v1/task-groups/{id}\x12\xae\x01\n" +
-	"\x14ResetTaskGroupRepeat\x12-.taskmesh.task.v1.ResetTaskGroupRepeatRequest\x1a..taskmesh.task.v1.ResetTaskGroupRepeatResponse\"7\x82\xd3\xe4\x93\x021:\x01*b\x05group\"%/api/v1/task-groups/{id}/repeat/reset\x12e\n" +
+	"\x0fDeleteTaskGroup\x12(.taskmesh.task.v1.DeleteTaskGroupRequest\x1a).taskmesh.task.v1.DeleteTaskGroupResponse\" \x82\xd3\xe4\x93\x02\x1a*\x18/api/v1/task-groups/{id}\x12\xd6\x01\n" +
+	"\x14ResetTaskGroupRepeat\x12-.taskmesh.task.v1.ResetTaskGroupRepeatRequest\x1a..taskmesh.task.v1.ResetTaskGroupRepeatResponse\"_\x82\xd3\xe4\x93\x02Y:\x01*Z&:\x01*b\x05group\"\x1a/api/v1/tasks/repeat/resetb\x05group\"%/api/v1/task-groups/{id}/repeat/reset\x12e\n" +
 	"\x0eWatchTaskGroup\x12'.taskmesh.task.v1.WatchTaskGroupRequest\x1a(.taskmesh.task.v1.WatchTaskGroupResponse0\x01B:Z8github.com/taskmesh/taskmesh/gen/taskmesh/task/v1;taskv1b\x06proto3"
 
 var (

@@ -310,6 +310,33 @@ func local_request_TaskGroupService_ResetTaskGroupRepeat_0(ctx context.Context, 
 	return msg, metadata, err
 }
 
+func request_TaskGroupService_ResetTaskGroupRepeat_1(ctx context.Context, marshaler runtime.Marshaler, client TaskGroupServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResetTaskGroupRepeatRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ResetTaskGroupRepeat(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_TaskGroupService_ResetTaskGroupRepeat_1(ctx context.Context, marshaler runtime.Marshaler, server TaskGroupServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResetTaskGroupRepeatRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ResetTaskGroupRepeat(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterTaskGroupServiceHandlerServer registers the http handlers for service TaskGroupService to "mux".
 // UnaryRPC     :call TaskGroupServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -455,6 +482,26 @@ func RegisterTaskGroupServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 			return
 		}
 		forward_TaskGroupService_ResetTaskGroupRepeat_0(annotatedContext, mux, outboundMarshaler, w, req, response_TaskGroupService_ResetTaskGroupRepeat_0{resp.(*ResetTaskGroupRepeatResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_TaskGroupService_ResetTaskGroupRepeat_1, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/taskmesh.task.v1.TaskGroupService/ResetTaskGroupRepeat", runtime.WithHTTPPathPattern("/api/v1/tasks/repeat/reset"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_TaskGroupService_ResetTaskGroupRepeat_1(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_TaskGroupService_ResetTaskGroupRepeat_1(annotatedContext, mux, outboundMarshaler, w, req, response_TaskGroupService_ResetTaskGroupRepeat_1{resp.(*ResetTaskGroupRepeatResponse)}, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -615,6 +662,23 @@ func RegisterTaskGroupServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_TaskGroupService_ResetTaskGroupRepeat_0(annotatedContext, mux, outboundMarshaler, w, req, response_TaskGroupService_ResetTaskGroupRepeat_0{resp.(*ResetTaskGroupRepeatResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_TaskGroupService_ResetTaskGroupRepeat_1, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/taskmesh.task.v1.TaskGroupService/ResetTaskGroupRepeat", runtime.WithHTTPPathPattern("/api/v1/tasks/repeat/reset"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_TaskGroupService_ResetTaskGroupRepeat_1(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_TaskGroupService_ResetTaskGroupRepeat_1(annotatedContext, mux, outboundMarshaler, w, req, response_TaskGroupService_ResetTaskGroupRepeat_1{resp.(*ResetTaskGroupRepeatResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -663,6 +727,15 @@ func (m response_TaskGroupService_ResetTaskGroupRepeat_0) XXX_ResponseBody() int
 	return response.Group
 }
 
+type response_TaskGroupService_ResetTaskGroupRepeat_1 struct {
+	*ResetTaskGroupRepeatResponse
+}
+
+func (m response_TaskGroupService_ResetTaskGroupRepeat_1) XXX_ResponseBody() interface{} {
+	response := m.ResetTaskGroupRepeatResponse
+	return response.Group
+}
+
 var (
 	pattern_TaskGroupService_CreateTaskGroup_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "task-groups"}, ""))
 	pattern_TaskGroupService_ListTaskGroups_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "task-groups"}, ""))
@@ -671,6 +744,7 @@ var (
 	pattern_TaskGroupService_CancelTaskGroup_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"api", "v1", "task-groups", "id", "cancel"}, ""))
 	pattern_TaskGroupService_DeleteTaskGroup_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "task-groups", "id"}, ""))
 	pattern_TaskGroupService_ResetTaskGroupRepeat_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 2, 5}, []string{"api", "v1", "task-groups", "id", "repeat", "reset"}, ""))
+	pattern_TaskGroupService_ResetTaskGroupRepeat_1 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3, 2, 4}, []string{"api", "v1", "tasks", "repeat", "reset"}, ""))
 )
 
 var (
@@ -681,4 +755,5 @@ var (
 	forward_TaskGroupService_CancelTaskGroup_0      = runtime.ForwardResponseMessage
 	forward_TaskGroupService_DeleteTaskGroup_0      = runtime.ForwardResponseMessage
 	forward_TaskGroupService_ResetTaskGroupRepeat_0 = runtime.ForwardResponseMessage
+	forward_TaskGroupService_ResetTaskGroupRepeat_1 = runtime.ForwardResponseMessage
 )

@@ -17,7 +17,8 @@
 // REST /api/v1/admin/…), the dead letters (taskmesh.deadletter.v1, REST
 // under /api/v1/admin/), manages quotas and queues (QuotaService,
 // AdmissionService, REST OperatorRoutes) and resets a repeat's circuit
-// breaker (ResetTaskGroupRepeat, POST /api/v1/task-groups/{id}/repeat/reset),
+// breaker (ResetTaskGroupRepeat, POST /api/v1/task-groups/{id}/repeat/reset
+// and POST /api/v1/tasks/repeat/reset),
 // and nothing else. Both a tenant's key and an operator key read the
 // consumers service's APIs — the audit log, usage and webhook deliveries
 // (taskmesh.audit.v1, usage.v1, webhook.v1), which scope what each sees.
@@ -172,8 +173,12 @@ func agentMethod(fullMethod string) bool {
 		strings.HasPrefix(fullMethod, serviceAgentMethods)
 }
 
-// resetRoute reports POST /api/v1/task-groups/{id}/repeat/reset's path.
+// resetRoute reports the paths of a repeat's reset:
+// /api/v1/task-groups/{id}/repeat/reset and /api/v1/tasks/repeat/reset.
 func resetRoute(path string) bool {
+	if path == "/api/v1/tasks/repeat/reset" {
+		return true
+	}
 	id, ok := strings.CutPrefix(path, "/api/v1/task-groups/")
 	if !ok {
 		return false

@@ -345,6 +345,10 @@ func TestCircuitBreakerAndOperatorReset(t *testing.T) {
 	if code != 403 || body["code"] != float64(403) {
 		t.Fatalf("a tenant's reset: %d %v", code, body)
 	}
+	code, body, _ = w.call("POST", "/api/v1/tasks/repeat/reset", key, map[string]any{"group_id": id, "reason": "let me"})
+	if code != 403 || body["code"] != float64(403) {
+		t.Fatalf("a tenant's reset on the tasks route: %d %v", code, body)
+	}
 	adminKey, err := os.ReadFile(w.s.AdminKeyFile)
 	if err != nil {
 		t.Fatal(err)
@@ -353,13 +357,27 @@ func TestCircuitBreakerAndOperatorReset(t *testing.T) {
 	if code, body, _ := w.call("POST", "/api/v1/task-groups/"+id+"/repeat/reset", admin, map[string]any{"reason": " "}); code != 400 || body["code"] != float64(30005) {
 		t.Fatalf("a reset without a reason: %d %v", code, body)
 	}
+	for _, bad := range []struct {
+		path string
+		body map[string]any
+		says string
+	}{
+		{"/api/v1/tasks/repeat/reset", map[string]any{"reason": "no group"}, "group_id is required"},
+		{"/api/v1/task-groups/" + id + "/repeat/reset", map[string]any{"group_id": "tg-other", "reason": "two groups"}, "name different groups"},
+	} {
+		code, body, _ := w.call("POST", bad.path, admin, bad.body)
+		if code != 400 || body["code"] != float64(30005) || !strings.Contains(fmt.Sprint(body["message"]), bad.says) {
+			t.Fatalf("POST %s %v: %d %v", bad.path, bad.body, code, body)
+		}
+	}
 	// Nothing ran while the breaker was open: still three runs, the
 	// first attempt and two retries of run 1.
 	if total := count(t, pool, `SELECT count(*) FROM tasks WHERE group_id = $1`, id); total != 3 || failedRuns() != 3 {
 		t.Fatalf("%d runs (%d failed) while the breaker was open", total, failedRuns())
 	}
-	code, body, _ = w.call("POST", "/api/v1/task-groups/"+id+"/repeat/reset", admin, map[string]any{"reason": "stress rig repaired"})
-	if code != 200 || body["repeat"].(map[string]any)["circuit_open"] != false {
+	// The document's second route, naming the group in the body.
+	code, body, _ = w.call("POST", "/api/v1/tasks/repeat/reset", admin, map[string]any{"group_id": id, "reason": "stress rig repaired"})
+	if code != 200 || body["id"] != id || body["repeat"].(map[string]any)["circuit_open"] != false {
 		t.Fatalf("operator reset: %d %v", code, body)
 	}
 	waitFor(t, 30*time.Second, "runs to resume", func() bool { return failedRuns() > 3 })

@@ -89,7 +89,13 @@ func (s *GroupServer) CancelTaskGroup(ctx context.Context, r *taskv1.CancelTaskG
 }
 
 func (s *GroupServer) ResetTaskGroupRepeat(ctx context.Context, r *taskv1.ResetTaskGroupRepeatRequest) (*taskv1.ResetTaskGroupRepeatResponse, error) {
-	g, err := s.change(ctx, r.GetId(), func(a *oapp.App, ctx context.Context, id string) error {
+	// The request's validation has made sure that id and group_id, when
+	// both are given, agree (docs/api/task-groups.md).
+	id := r.GetId()
+	if id == "" {
+		id = r.GetGroupId()
+	}
+	g, err := s.change(ctx, id, func(a *oapp.App, ctx context.Context, id string) error {
 		c, err := sports.UserCaller(ctx)
 		if err != nil {
 			return err
