@@ -30,12 +30,13 @@ func TaskToProto(t domain.Task) *taskv1.Task {
 		ClusterQueue: t.ClusterQueue, Admitted: t.Admitted,
 		CreatedBy: t.CreatedBy, Artifacts: t.Spec.Artifacts,
 	}
-	if t.Spec.Checkpoint || t.Checkpoint != nil {
-		p.Checkpoint = &taskv1.TaskCheckpoint{Enabled: t.Spec.Checkpoint}
-		if c := t.Checkpoint; c != nil {
-			p.Checkpoint.Key, p.Checkpoint.SizeBytes, p.Checkpoint.Sha256 = c.Key, c.SizeBytes, c.SHA256
-			p.Checkpoint.AttemptId, p.Checkpoint.SavedAt = c.AttemptID, ToTimestamp(c.SavedAt)
-		}
+	// Always present, so that a task that never enabled checkpoints shows
+	// the documented default {"enabled": false} rather than null
+	// (docs/api/tasks.md, "Task").
+	p.Checkpoint = &taskv1.TaskCheckpoint{Enabled: t.Spec.Checkpoint}
+	if c := t.Checkpoint; c != nil {
+		p.Checkpoint.Key, p.Checkpoint.SizeBytes, p.Checkpoint.Sha256 = c.Key, c.SizeBytes, c.SHA256
+		p.Checkpoint.AttemptId, p.Checkpoint.SavedAt = c.AttemptID, ToTimestamp(c.SavedAt)
 	}
 	if pr := t.Preemption; pr != nil {
 		p.Preemption = &taskv1.PreemptedTask{TaskId: t.ID, Checkpoint: pr.Checkpoint, PreemptedAt: ToTimestamp(pr.PreemptedAt),

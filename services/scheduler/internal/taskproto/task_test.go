@@ -131,3 +131,19 @@ func commands(t domain.Task, spec domain.Spec, attempt string) []func(now time.T
 		},
 	}
 }
+
+// A task shows its checkpoint setting whether or not it checkpoints: the
+// documented default is {"enabled": false}, never a missing object.
+func TestCheckpointShownForEveryTask(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	for _, cooperative := range []bool{false, true} {
+		spec, err := domain.NormalizeSpec(domain.SpecInput{Name: "n", Command: "echo", Checkpoint: cooperative})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := TaskToProto(domain.Fold(domain.Submit(now, "task-1", "tenant-a", "key-1", "req-1", "", spec, "")))
+		if p.GetCheckpoint() == nil || p.GetCheckpoint().GetEnabled() != cooperative || p.GetCheckpoint().GetKey() != "" {
+			t.Errorf("checkpoint of a task with checkpoint %v: %v", cooperative, p.GetCheckpoint())
+		}
+	}
+}
