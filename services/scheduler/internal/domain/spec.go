@@ -6,6 +6,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // SpecInput is a submission as received: optional numbers are nil when the
@@ -93,7 +94,7 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	switch {
 	case s.Name == "":
 		return s, invalid("name", "is required")
-	case len(s.Name) > 255:
+	case utf8.RuneCountInString(s.Name) > 255:
 		return s, invalid("name", "is longer than 255 characters")
 	case s.Type != TypeShell && s.Type != TypePython && s.Type != TypeScript && s.Type != TypeNoop && s.Type != TypeVideo:
 		return s, invalid("type", "must be shell, python, script, noop or video, not %q", s.Type)

@@ -186,6 +186,11 @@ func (s *TaskServer) GetTaskResult(ctx context.Context, r *taskv1.GetTaskResultR
 		if len(res.Artifacts) > 0 {
 			out.ExpiresIn = int32(res.ExpiresIn / time.Second)
 		}
+	} else if t.ExitCode != nil || t.Status == domain.StatusCompleted || t.Status == domain.StatusFailed {
+		// An attempt ended without output: nothing was kept, but its
+		// outcome is in the database like any small result, so a finished
+		// task never reads as one still without a result.
+		out.StorageType = "db"
 	}
 	return &taskv1.GetTaskResultResponse{Result: out}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -170,11 +171,11 @@ func Normalize(s Spec) (Spec, error) {
 		return &task.InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
 	switch {
-	case s.Name == "" || len(s.Name) > 255:
+	case s.Name == "" || utf8.RuneCountInString(s.Name) > 255:
 		return s, invalid("name", "is required, at most 255 characters")
 	case s.Command == "" || strings.ContainsRune(s.Command, 0):
 		return s, invalid("command", "is required and contains no NUL byte")
-	case len(s.Version) > 128:
+	case utf8.RuneCountInString(s.Version) > 128:
 		return s, invalid("version", "is longer than 128 characters")
 	case !slices.Contains([]string{RestartAlways, RestartOnFailure, RestartNever}, s.RestartPolicy):
 		return s, invalid("restart_policy", "must be always, on-failure or never, not %q", s.RestartPolicy)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -133,7 +134,7 @@ func (s State) ResetRepeat(now time.Time, operator, reason string, newID func() 
 	switch {
 	case reason == "":
 		return s, Decision{}, invalid("reason", "is required: say why the breaker may close")
-	case len(reason) > 1024:
+	case utf8.RuneCountInString(reason) > 1024:
 		return s, Decision{}, invalid("reason", "is longer than 1024 characters")
 	case g.Mode != ModeRepeat:
 		return s, Decision{}, fmt.Errorf("%w: a %s group has no circuit breaker (only a repeat has)", task.ErrImmutable, g.Mode)

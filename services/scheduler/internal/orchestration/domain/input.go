@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -177,7 +178,7 @@ func checkName(name *string, fallback string) error {
 	switch {
 	case *name == "":
 		*name = fallback
-	case len(*name) > 255:
+	case utf8.RuneCountInString(*name) > 255:
 		return invalid("name", "is longer than 255 characters")
 	}
 	return nil

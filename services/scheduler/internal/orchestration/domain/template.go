@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -163,15 +164,15 @@ func checkTemplate(d Template) (Template, error) {
 		return t, invalid("id", "%q is not a valid template id (letters, digits, . _ : -; at most 128)", t.ID)
 	case t.Name == "":
 		return t, invalid("name", "is required")
-	case len(t.Name) > 255:
+	case utf8.RuneCountInString(t.Name) > 255:
 		return t, invalid("name", "is longer than 255 characters")
-	case len(t.Description) > maxDescribing:
+	case utf8.RuneCountInString(t.Description) > maxDescribing:
 		return t, invalid("description", "is longer than %d characters", maxDescribing)
 	case t.Timeout < 0 || t.Timeout > 7*86400:
 		return t, invalid("timeout", "must be 0 (the default) to 604800 seconds")
 	case t.Priority < 0 || t.Priority > 10:
 		return t, invalid("priority", "must be 0 (the default) or 1 (highest) to 10")
-	case len(t.Category) > 128:
+	case utf8.RuneCountInString(t.Category) > 128:
 		return t, invalid("category", "is longer than 128 characters")
 	case len(t.Tags) > MaxTags:
 		return t, invalid("tags", "has %d tags; at most %d", len(t.Tags), MaxTags)
