@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -71,8 +72,8 @@ func (s *Store) BootstrapAdminKey(ctx context.Context, name string) (k AdminKey,
 
 func (s *Store) insertAdminKey(ctx context.Context, tx pgx.Tx, name string, expiresAt *time.Time) (AdminKey, string, error) {
 	now := s.now()
-	if len(name) > 255 {
-		return AdminKey{}, "", fmt.Errorf("create admin key: %w: name longer than 255 bytes", ErrInvalid)
+	if utf8.RuneCountInString(name) > 255 {
+		return AdminKey{}, "", fmt.Errorf("create admin key: %w: name longer than 255 characters", ErrInvalid)
 	}
 	if expiresAt != nil && !expiresAt.After(now) {
 		return AdminKey{}, "", fmt.Errorf("create admin key: %w: expiry %s is not in the future", ErrInvalid, expiresAt.Format(time.RFC3339))

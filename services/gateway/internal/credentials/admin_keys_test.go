@@ -62,6 +62,13 @@ func TestAdminKeyLifecycle(t *testing.T) {
 	if _, _, err := f.store.CreateAdminKey(ctx, "late", &past); !errors.Is(err, ErrInvalid) {
 		t.Errorf("CreateAdminKey(expiry now) error = %v, want ErrInvalid", err)
 	}
+	// A name is limited in characters, not bytes.
+	if _, _, err := f.store.CreateAdminKey(ctx, strings.Repeat("运", 255), nil); err != nil {
+		t.Errorf("CreateAdminKey(255 characters) error = %v", err)
+	}
+	if _, _, err := f.store.CreateAdminKey(ctx, strings.Repeat("运", 256), nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("CreateAdminKey(256 characters) error = %v, want ErrInvalid", err)
+	}
 	if _, _, err := f.store.CreateAdminKey(ctx, strings.Repeat("n", 256), nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("CreateAdminKey(long name) error = %v, want ErrInvalid", err)
 	}

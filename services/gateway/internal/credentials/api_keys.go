@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -38,8 +39,8 @@ func (s *Store) CreateAPIKey(ctx context.Context, tenantID, name string, expires
 func (s *Store) AddAPIKey(ctx context.Context, spec APIKeySpec) (APIKey, string, error) {
 	now := s.now()
 	tenantID := spec.TenantID
-	if len(spec.Name) > 255 {
-		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w: name longer than 255 bytes", tenantID, ErrInvalid)
+	if utf8.RuneCountInString(spec.Name) > 255 {
+		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w: name longer than 255 characters", tenantID, ErrInvalid)
 	}
 	if spec.ExpiresAt != nil && !spec.ExpiresAt.After(now) {
 		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w: expiry %s is not in the future", tenantID, ErrInvalid, spec.ExpiresAt.Format(time.RFC3339))

@@ -182,6 +182,13 @@ func TestAPIKeyLimitsAndLastUse(t *testing.T) {
 	if _, _, err := f.store.AddAPIKey(ctx, APIKeySpec{TenantID: "acme", Limits: Limits{TPM: -1}}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("AddAPIKey(negative tpm) error = %v, want ErrInvalid", err)
 	}
+	// A key's name is limited in characters, not bytes.
+	if _, _, err := f.store.AddAPIKey(ctx, APIKeySpec{TenantID: "acme", Name: strings.Repeat("键", 255)}); err != nil {
+		t.Errorf("AddAPIKey(255 characters) error = %v", err)
+	}
+	if _, _, err := f.store.AddAPIKey(ctx, APIKeySpec{TenantID: "acme", Name: strings.Repeat("键", 256)}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("AddAPIKey(256 characters) error = %v, want ErrInvalid", err)
+	}
 
 	// Use is recorded at most once a minute.
 	lastUsed := func() *time.Time {

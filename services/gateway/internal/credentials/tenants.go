@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -69,8 +70,8 @@ func checkTenant(id, name, tier string) error {
 	switch {
 	case !tenantID.MatchString(id):
 		return fmt.Errorf("%w: id must be 1-63 characters of a-z, 0-9, '_' and '-', starting with a letter or digit", ErrInvalid)
-	case name == "" || len(name) > 255:
-		return fmt.Errorf("%w: name must be 1-255 bytes", ErrInvalid)
+	case name == "" || utf8.RuneCountInString(name) > 255:
+		return fmt.Errorf("%w: name must be 1-255 characters", ErrInvalid)
 	case tier != TierPremium && tier != TierStandard:
 		return fmt.Errorf("%w: tier must be %q or %q, not %q", ErrInvalid, TierPremium, TierStandard, tier)
 	}

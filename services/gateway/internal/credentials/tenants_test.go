@@ -24,6 +24,10 @@ func TestCreateTenant(t *testing.T) {
 		{id: "ok", name: "", tier: TierStandard, wantErr: ErrInvalid},
 		{id: "ok", name: "x", tier: "gold", wantErr: ErrInvalid},
 		{id: "ok", name: "x", tier: "", wantErr: ErrInvalid},
+		// Names are limited in characters, not bytes: 255 three-byte
+		// characters are a name, 256 are not.
+		{id: "cjk", name: strings.Repeat("租", 255), tier: TierStandard},
+		{id: "cjk-2", name: strings.Repeat("租", 256), tier: TierStandard, wantErr: ErrInvalid},
 	}
 	for _, tt := range tests {
 		got, err := f.store.CreateTenant(ctx, tt.id, tt.name, tt.tier)
