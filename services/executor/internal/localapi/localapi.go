@@ -150,6 +150,7 @@ func toProto(t journal.Task) *agentv1.LocalTask {
 		LeaseExpiresAt: ts(t.LeaseExpiresAt), Stdout: t.Stdout, Stderr: t.Stderr, Error: t.Error,
 		ReceivedAt: ts(t.ReceivedAt), AssignedAt: ts(t.AssignedAt), StartedAt: ts(t.StartedAt),
 		EndedAt: ts(t.EndedAt), Synced: t.Synced, Origin: t.Origin, Progress: int32(t.Progress),
+		LastHeartbeatAt: ts(t.LastHeartbeatAt),
 	}
 	if t.ExitCode != nil {
 		c := int32(*t.ExitCode)

@@ -122,7 +122,8 @@ func TestHandler(t *testing.T) {
 func TestExitCodeIsNullUntilSet(t *testing.T) {
 	code := 0
 	f := &fake{tasks: []journal.Task{
-		{ID: "t1", Name: "one", Status: journal.StatusCompleted, ExitCode: &code, Origin: journal.OriginLocal},
+		{ID: "t1", Name: "one", Status: journal.StatusCompleted, ExitCode: &code, Origin: journal.OriginServer,
+			LastHeartbeatAt: time.Date(2026, 2, 5, 12, 4, 55, 0, time.UTC)},
 		{ID: "t2", Name: "two", Status: journal.StatusPending, Origin: journal.OriginLocal},
 	}}
 	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f)))
@@ -152,9 +153,15 @@ func TestExitCodeIsNullUntilSet(t *testing.T) {
 			if !ok || v != float64(0) {
 				t.Errorf("t1 exit_code = %v (present %v), want 0", v, ok)
 			}
+			if task["last_heartbeat_at"] != "2026-02-05T12:04:55Z" {
+				t.Errorf("t1 last_heartbeat_at = %v", task["last_heartbeat_at"])
+			}
 		case "t2":
 			if !ok || v != nil {
 				t.Errorf("t2 exit_code = %v (present %v), want null", v, ok)
+			}
+			if v, ok := task["last_heartbeat_at"]; !ok || v != nil {
+				t.Errorf("t2 last_heartbeat_at = %v (present %v), want null", v, ok)
 			}
 		}
 		if task["name"] == "" || task["status"] == "" {
