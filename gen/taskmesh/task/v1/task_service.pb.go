@@ -141,8 +141,10 @@ type ListTasksRequest struct {
 	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
 	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
 	// At most 500; default 50.
-	PageSize      int32  `protobuf:"varint,7,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,7,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Another name for page_size (?limit=), for clients that page by limit.
+	Limit         int32 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -231,6 +233,13 @@ func (x *ListTasksRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListTasksRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
 }
 
 type ListTasksResponse struct {
@@ -1121,7 +1130,7 @@ const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\"[\n" +
 	"\x12CreateTaskResponse\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.taskmesh.task.v1.TaskR\x04task\x12\x19\n" +
-	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"\xe0\x03\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"\xa7\x05\n" +
 	"\x10ListTasksRequest\x12o\n" +
 	"\x06status\x18\x01 \x01(\tBW\xbaHTrRR\x00R\apendingR\bassignedR\arunningR\tcompletedR\x06failedR\tcancelledR\tpreemptedR\tsuspendedR\x06status\x12'\n" +
 	"\n" +
@@ -1134,7 +1143,10 @@ const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"\tpage_size\x18\a \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageTokenB\v\n" +
+	"page_token\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\x12 \n" +
+	"\x05limit\x18\t \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\x05limit:\xa2\x01\xbaH\x9e\x01\x1a\x9b\x01\n" +
+	"\x18list_tasks_one_page_size\x127limit and page_size are the same setting and must agree\x1aFthis.limit == 0 || this.page_size == 0 || this.limit == this.page_sizeB\v\n" +
 	"\t_priority\"i\n" +
 	"\x11ListTasksResponse\x12,\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x16.taskmesh.task.v1.TaskR\x05tasks\x12&\n" +

@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -58,7 +59,7 @@ func (s *TaskServer) ListTasks(ctx context.Context, r *taskv1.ListTasksRequest) 
 		return nil, err
 	}
 	f := app.ListFilter{Status: r.GetStatus(), Machine: r.GetMachineId(), Group: r.GetGroupId(),
-		Priority: int(r.GetPriority()), PageSize: int(r.GetPageSize()), PageToken: r.GetPageToken()}
+		Priority: int(r.GetPriority()), PageSize: int(cmp.Or(r.GetPageSize(), r.GetLimit())), PageToken: r.GetPageToken()}
 	if r.CreatedAfter != nil {
 		f.CreatedAfter = r.GetCreatedAfter().AsTime()
 	}
