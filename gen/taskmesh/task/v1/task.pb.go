@@ -771,7 +771,9 @@ type TaskSpec struct {
 	// Required when creating; an update may leave it out to keep it.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	// Required except for types noop and video.
+	// Required except for types noop and video. For shell and python
+	// without args it may be a whole command line, split into its words
+	// (no shell runs it; docs/api/tasks.md, "A command line").
 	Command              string            `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
 	Args                 []string          `protobuf:"bytes,4,rep,name=args,proto3" json:"args,omitempty"`
 	Workdir              string            `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`

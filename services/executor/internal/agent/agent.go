@@ -99,8 +99,13 @@ type Agent struct {
 	claimInterrupted bool
 	syncWake         chan struct{}
 	localWake        chan struct{}
-	heartbeatWake    chan struct{}
-	drained          atomic.Bool // the last heartbeat said an operator drained us
+	// localAccept is held by Submit from a local task's insert to its
+	// read-back, and by the local loop while it picks its next task: the
+	// answer to a create is the task as accepted, never one the loop has
+	// already started.
+	localAccept   sync.Mutex
+	heartbeatWake chan struct{}
+	drained       atomic.Bool // the last heartbeat said an operator drained us
 
 	// isolation limits each task's resources (cgroups, else rlimits) and
 	// sandboxes it when configured.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/domain/cmdline"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
@@ -33,15 +34,24 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 		return journal.Task{}, rpcerr.New(rpcerr.InvalidArgument, err.Error())
 	}
 	typ := policy.NormalizeType(spec.GetType())
+	command, args := spec.GetCommand(), spec.GetArgs()
+	// A command line without args runs as its words, as on the server
+	// (docs/api/tasks.md, "A command line").
+	if typ == policy.TypeShell || typ == policy.TypePython {
+		var err error
+		if command, args, err = cmdline.Resolve(command, args); err != nil {
+			return journal.Task{}, rpcerr.New(rpcerr.InvalidArgument, "command: "+err.Error())
+		}
+	}
 	if err := a.policy.Check(policy.Task{
-		Type: typ, Command: spec.GetCommand(), Args: spec.GetArgs(), Env: spec.GetEnv(), Workdir: spec.GetWorkdir(),
+		Type: typ, Command: command, Args: args, Env: spec.GetEnv(), Workdir: spec.GetWorkdir(),
 	}); err != nil {
 		return journal.Task{}, rpcerr.New(rpcerr.InvalidArgument, err.Error())
 	}
 	now := a.now()
 	t := journal.Task{
 		ID: uuid.NewString(), AttemptID: uuid.NewString(), Name: spec.GetName(), Type: typ,
-		Origin: journal.OriginLocal, Command: spec.GetCommand(), Args: spec.GetArgs(),
+		Origin: journal.OriginLocal, Command: command, Args: args,
 		Workdir: spec.GetWorkdir(), Env: spec.GetEnv(),
 		Timeout: 3600, Priority: 5,
 		Status: journal.StatusPending, AssignedAgentID: a.cfg.AgentID,
@@ -56,12 +66,16 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 	if spec.GracePeriodSec != nil {
 		t.GracePeriodSec = int(spec.GetGracePeriodSec())
 	}
+	// Inserted and read back under localAccept: the answer is the task as
+	// accepted (pending), not whatever state the loop has moved it to since
+	// (it may be awake already, for an earlier task or its start).
+	a.localAccept.Lock()
 	if _, err := a.journal.Insert(journalCtx, t); err != nil {
+		a.localAccept.Unlock()
 		return journal.Task{}, rpcerr.New(rpcerr.Internal, err.Error())
 	}
-	// Read back before waking the local loop: the answer is the task as
-	// accepted (pending), not whatever state the loop has moved it to since.
 	accepted, err := a.journal.Get(journalCtx, t.AttemptID)
+	a.localAccept.Unlock()
 	wake(a.localWake)
 	return accepted, err
 }
@@ -174,6 +188,8 @@ func (a *Agent) localLoop(ctx context.Context) {
 
 // nextLocal registers and returns the next pending local task, if any.
 func (a *Agent) nextLocal() *attempt {
+	a.localAccept.Lock()
+	defer a.localAccept.Unlock()
 	rows, err := a.journal.WithStatus(journalCtx, journal.StatusPending)
 	if err != nil {
 		a.log.Error("journal", "err", err)

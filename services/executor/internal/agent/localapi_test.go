@@ -57,7 +57,7 @@ func TestLocalAPI(t *testing.T) {
 	}).start()
 	api := apiClient{t: t, base: "http://" + h.agent.LocalAPIAddr()}
 
-	code, created := api.do("POST", "/api/v1/tasks", `{"name":"hello","type":"shell","command":"echo","args":["hi"],"priority":3}`)
+	code, created := api.do("POST", "/api/v1/tasks", `{"name":"hello","type":"shell","command":"echo 'hi'","priority":3}`)
 	if code != 200 || created["status"] != "pending" || created["origin"] != "local" || created["synced"] != true ||
 		created["priority"] != float64(3) || created["id"] == "" {
 		t.Fatalf("create = %d %v", code, created)
@@ -111,6 +111,7 @@ func TestLocalAPI(t *testing.T) {
 		{"an id", "POST", "/api/v1/tasks", `{"id":"mine","name":"x","command":"echo"}`, 400, 30005, "id: a local task's id is the agent's"},
 		{"blocked pattern", "POST", "/api/v1/tasks", `{"name":"x","command":"sh","args":["-c","rm -rf /"]}`, 400, 30005, `blocked pattern "rm -rf /"`},
 		{"bad json", "POST", "/api/v1/tasks", `{"name":`, 400, 30005, ""},
+		{"shell syntax", "POST", "/api/v1/tasks", `{"name":"x","command":"echo a | wc -l"}`, 400, 30005, "command: '|' at character 8 is shell syntax"},
 		{"bad limit", "GET", "/api/v1/tasks?limit=5000", "", 400, 30005, "limit"},
 	}
 	for _, tc := range errTests {

@@ -76,6 +76,9 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 		"targets+machine":  {func(in *SpecInput) { in.TargetMachines, in.MachineID = []string{"a"}, "b" }, "targets"},
 		"timeout 0":        {func(in *SpecInput) { in.Timeout = ptr(0) }, "timeout"},
 		"nul in arg":       {func(in *SpecInput) { in.Args = []string{"a\x00b"} }, "args"},
+		"unclosed quote":   {func(in *SpecInput) { in.Command = `echo 'hi` }, "command"},
+		"a pipe":           {func(in *SpecInput) { in.Command = "echo hi | wc -l" }, "command"},
+		"blank line":       {func(in *SpecInput) { in.Command = "   " }, "command"},
 		"bad quantity":     {func(in *SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "two"} }, "resources"},
 		"bad resource":     {func(in *SpecInput) { in.Resources = map[string]string{"gpu count": "1"} }, "resources"},
 		"bad quota":        {func(in *SpecInput) { in.Quota = "no spaces" }, "quota"},
@@ -120,6 +123,30 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 		Resources: map[string]string{"nvidia.com/gpu": "2", "cpu": "500m", "memory": "4Gi"}, Quota: "gu-q1"})
 	if err != nil || v.Video == nil || v.Resources["cpu"] != "500m" || v.Quota != "gu-q1" {
 		t.Errorf("video without command = %+v, %v", v, err)
+	}
+}
+
+// A shell or python task's command without args is a command line: it
+// runs as its words. With args, or for a script, the command is kept as
+// given.
+func TestNormalizeSpecReadsACommandLine(t *testing.T) {
+	for _, tt := range []struct {
+		in       SpecInput
+		cmd      string
+		wantArgs []string
+	}{
+		{SpecInput{Command: "python process.py --shard=1"}, "python", []string{"process.py", "--shard=1"}},
+		{SpecInput{Type: TypePython, Command: `python -c 'print("a b")'`}, "python", []string{"-c", `print("a b")`}},
+		{SpecInput{Command: "echo", Args: []string{"a b"}}, "echo", []string{"a b"}},
+		{SpecInput{Command: "/opt/My App/run", Args: []string{"-v"}}, "/opt/My App/run", []string{"-v"}},
+		{SpecInput{Type: TypeScript, Command: "echo a | wc -l"}, "echo a | wc -l", nil},
+		{SpecInput{Command: "true"}, "true", nil},
+	} {
+		tt.in.Name = "n"
+		s, err := NormalizeSpec(tt.in)
+		if err != nil || s.Command != tt.cmd || !slices.Equal(s.Args, tt.wantArgs) {
+			t.Errorf("NormalizeSpec(%q, %q) = %q %q, %v; want %q %q", tt.in.Command, tt.in.Args, s.Command, s.Args, err, tt.cmd, tt.wantArgs)
+		}
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/taskmesh/taskmesh/platform/domain/cmdline"
 )
 
 // SpecInput is a submission as received: optional numbers are nil when the
@@ -90,6 +92,14 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	}
 	if s.Mode == "" {
 		s.Mode = ModeSingle
+	}
+	// A shell or python task's command without args is a command line,
+	// split into the words it runs (docs/api/tasks.md, "A command line").
+	if s.Type == TypeShell || s.Type == TypePython {
+		var err error
+		if s.Command, s.Args, err = cmdline.Resolve(s.Command, s.Args); err != nil {
+			return s, invalid("command", "%v", err)
+		}
 	}
 	switch {
 	case s.Name == "":

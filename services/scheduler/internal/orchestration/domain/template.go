@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/taskmesh/taskmesh/platform/domain/cmdline"
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -202,7 +203,11 @@ func checkTemplate(d Template) (Template, error) {
 	for _, v := range t.Variables {
 		stand[v.Name] = "x"
 	}
-	if _, err := task.NormalizeSpec(substitute(t, stand)); err != nil {
+	in, err := substitute(t, stand)
+	if err != nil {
+		return t, err
+	}
+	if _, err := task.NormalizeSpec(in); err != nil {
 		return t, err
 	}
 	return t, nil
@@ -382,23 +387,29 @@ func (t Template) Render(values map[string]any) (task.SpecInput, error) {
 	}); err != nil {
 		return task.SpecInput{}, err
 	}
-	return substitute(t, text), nil
+	return substitute(t, text)
 }
 
 // substitute replaces the placeholders of t's strings with text and makes
 // the task input: type shell (run directly), the template's timeout and
-// priority when set.
-func substitute(t Template, text map[string]string) task.SpecInput {
+// priority when set. A command line without args is split into its words
+// first (cmdline.Resolve), so that a value stays within the word that
+// holds its placeholder, as it stays within its argument.
+func substitute(t Template, text map[string]string) (task.SpecInput, error) {
 	rep := func(s string) string {
 		return placeholder.ReplaceAllStringFunc(s, func(m string) string {
 			return text[placeholder.FindStringSubmatch(m)[1]]
 		})
 	}
-	in := task.SpecInput{Name: t.Name, Type: task.TypeShell, Command: rep(t.Command), Workdir: rep(t.Workdir),
+	command, args, err := cmdline.Resolve(t.Command, t.Args)
+	if err != nil {
+		return task.SpecInput{}, invalid("command", "%v", err)
+	}
+	in := task.SpecInput{Name: t.Name, Type: task.TypeShell, Command: rep(command), Workdir: rep(t.Workdir),
 		Checkpoint: t.Checkpoint, Artifacts: t.Artifacts}
-	if t.Args != nil {
-		in.Args = make([]string, len(t.Args))
-		for i, a := range t.Args {
+	if args != nil {
+		in.Args = make([]string, len(args))
+		for i, a := range args {
 			in.Args[i] = rep(a)
 		}
 	}
@@ -416,5 +427,5 @@ func substitute(t Template, text map[string]string) task.SpecInput {
 		priority := t.Priority
 		in.Priority = &priority
 	}
-	return in
+	return in, nil
 }

@@ -78,6 +78,32 @@ func TestTemplateValueStaysOneArgument(t *testing.T) {
 	}
 }
 
+// A template whose command is a command line (no args) is split into its
+// words before the values go in: a value stays inside the word that holds
+// its placeholder. A line with shell syntax is refused when the template
+// is defined.
+func TestTemplateCommandLineSplitsBeforeValues(t *testing.T) {
+	tpl := created(t, Template{ID: "line", Name: "line", Command: `printf '<%s>' "{{msg}}" --tag={{tag}}`,
+		Variables: []Var{{Name: "msg", Type: VarString, Required: true}, {Name: "tag", Type: VarString, Default: "a"}}})
+	hostile := `x y; rm -rf / #`
+	in, err := tpl.Render(map[string]any{"msg": hostile, "tag": "b c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Command != "printf" || !slices.Equal(in.Args, []string{"<%s>", hostile, "--tag=b c"}) {
+		t.Fatalf("rendered %q %q", in.Command, in.Args)
+	}
+	if s, err := task.NormalizeSpec(in); err != nil || !slices.Equal(s.Args, in.Args) {
+		t.Fatalf("normalized %q, %v", s.Args, err)
+	}
+	_, err = NewTemplate(time.Now(), "tenant-a", "user-1", Template{ID: "pipe", Name: "pipe", Command: "echo {{x}} | wc -l",
+		Variables: []Var{{Name: "x", Type: VarString}}})
+	var inv *task.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "command" || !strings.Contains(err.Error(), "shell syntax") {
+		t.Fatalf("a template with a pipe: %v", err)
+	}
+}
+
 func TestTemplateRenderRefusesBadVariables(t *testing.T) {
 	tpl := created(t, trainTemplate())
 	tests := []struct {
