@@ -41,7 +41,7 @@ func Resolve(command string, args []string) (string, []string, error) {
 // needsReading reports whether command is anything but one plain word: a
 // plain word splits into itself.
 func needsReading(command string) bool {
-	return strings.ContainsAny(command, " \t\n\r'\"\\"+shellSyntax)
+	return strings.ContainsAny(command, blanks+"'\"\\"+shellSyntax)
 }
 
 // shellSyntax are the characters a shell acts on outside quotes: lists and
@@ -50,11 +50,17 @@ func needsReading(command string) bool {
 // pass them on too when nothing matches).
 const shellSyntax = "|&;<>()`$"
 
+// blanks separate words.
+const blanks = " \t\r\n"
+
 // Split splits line into words as a POSIX shell does before it expands
 // anything: blanks separate words; '…' keeps everything literal; "…" keeps
 // everything literal but \" \\ \$ \` and a backslash-newline; a backslash
 // outside quotes keeps the next character literal (a backslash-newline is
-// removed); "" and ” make an empty word. An unterminated quote, a
+// removed); an empty pair of quotes makes an empty word. A line break
+// between words ends a command in a shell, so it is shell syntax here;
+// blanks and line breaks before the first word and after the last are
+// ignored (a YAML block scalar ends in one). An unterminated quote, a
 // trailing backslash, or unquoted shell syntax is an error that says which.
 func Split(line string) ([]string, error) {
 	// Byte by byte: every character with a meaning here is ASCII, and no
@@ -66,10 +72,15 @@ func Split(line string) ([]string, error) {
 		inWord bool
 	)
 	at := func(i int) int { return utf8.RuneCountInString(line[:i]) + 1 }
+	// The first and the last character that is not a blank: a line break
+	// between them separates commands.
+	first, last := len(line)-len(strings.TrimLeft(line, blanks)), len(strings.TrimRight(line, blanks))-1
 	for i := 0; i < len(line); i++ {
 		c := line[i]
 		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		case c == '\n' && i > first && i < last:
+			return nil, fmt.Errorf("the line break at character %d is shell syntax (it ends a command), and no shell runs the command: run a script as type script", at(i))
+		case strings.IndexByte(blanks, c) >= 0:
 			if inWord {
 				words, cur, inWord = append(words, string(cur)), cur[:0], false
 			}

@@ -19,6 +19,9 @@ func TestSplit(t *testing.T) {
 		{`cmd "" ''`, []string{"cmd", "", ""}},
 		{"ls *.txt ~/data", []string{"ls", "*.txt", "~/data"}},
 		{"a\\\nb", []string{"ab"}},
+		{"python train.py\n", []string{"python", "train.py"}},
+		{"\n  echo hi  \n\n", []string{"echo", "hi"}},
+		{"echo 'two\nlines'", []string{"echo", "two\nlines"}},
 		{"名前 训练 --epochs=100", []string{"名前", "训练", "--epochs=100"}},
 		{"   ", nil},
 	} {
@@ -43,6 +46,7 @@ func TestSplitRefuses(t *testing.T) {
 		"echo $HOME":           `'$' at character 6`,
 		"echo `date`":          "'`' at character 6",
 		"(cd x)":               `'(' at character 1`,
+		"echo a\necho b":       "line break at character 7",
 	} {
 		_, err := Split(line)
 		if err == nil || !strings.Contains(err.Error(), says) {

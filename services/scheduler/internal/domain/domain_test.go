@@ -78,6 +78,7 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 		"nul in arg":       {func(in *SpecInput) { in.Args = []string{"a\x00b"} }, "args"},
 		"unclosed quote":   {func(in *SpecInput) { in.Command = `echo 'hi` }, "command"},
 		"a pipe":           {func(in *SpecInput) { in.Command = "echo hi | wc -l" }, "command"},
+		"two commands":     {func(in *SpecInput) { in.Command = "echo a\necho b" }, "command"},
 		"blank line":       {func(in *SpecInput) { in.Command = "   " }, "command"},
 		"bad quantity":     {func(in *SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "two"} }, "resources"},
 		"bad resource":     {func(in *SpecInput) { in.Resources = map[string]string{"gpu count": "1"} }, "resources"},
