@@ -6,6 +6,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/domain/cmdline"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -96,6 +97,18 @@ func merge(s domain.Spec, in domain.SpecInput) domain.SpecInput {
 	}
 	if in.Env == nil {
 		out.Env = s.Env
+	}
+	// A new command line without args brings its own arguments: the old
+	// args went with the old command (docs/api/tasks.md, "A command line").
+	// A new one-word command keeps them, as any field left out does.
+	if t := out.Type; in.Command != "" && in.Args == nil && (t == domain.TypeShell || t == domain.TypePython) {
+		if cmd, words, err := cmdline.Resolve(in.Command, nil); err != nil {
+			out.Args = nil // NormalizeSpec refuses the line, naming command
+		} else if len(words) > 0 {
+			out.Command, out.Args = cmd, words
+		} else {
+			out.Command = cmd
+		}
 	}
 	return out
 }

@@ -91,6 +91,21 @@ func TestUpdateTask(t *testing.T) {
 		!slices.Equal(got.Spec.Args, []string{"x"}) || !slices.Equal(got.Spec.Labels, []string{"gpu"}) {
 		t.Errorf("updated spec %+v: fields left out must keep their value", got.Spec)
 	}
+	// A new one-word command keeps the args; a new command line brings its
+	// own; a line with shell syntax is refused and changes nothing.
+	if got, err = h.app.UpdateTask(h.ctx, user("t1"), x.ID, domain.SpecInput{Command: "echo"}); err != nil ||
+		got.Spec.Command != "echo" || !slices.Equal(got.Spec.Args, []string{"x"}) {
+		t.Errorf("one-word command: %q %q, %v", got.Spec.Command, got.Spec.Args, err)
+	}
+	if got, err = h.app.UpdateTask(h.ctx, user("t1"), x.ID, domain.SpecInput{Command: "printf '%s' 'a b'"}); err != nil ||
+		got.Spec.Command != "printf" || !slices.Equal(got.Spec.Args, []string{"%s", "a b"}) {
+		t.Errorf("command line: %q %q, %v", got.Spec.Command, got.Spec.Args, err)
+	}
+	_, err = h.app.UpdateTask(h.ctx, user("t1"), x.ID, domain.SpecInput{Command: "echo a | wc"})
+	wantInvalid(t, "update to a pipe", err, "command")
+	if got := h.get(x.ID); got.Spec.Command != "printf" {
+		t.Errorf("a refused update changed the task: %+v", got.Spec)
+	}
 	_, err = h.app.UpdateTask(h.ctx, user("t1"), x.ID, domain.SpecInput{Priority: intp(0)})
 	wantInvalid(t, "update to priority 0", err, "priority")
 	_, err = h.app.UpdateTask(h.ctx, user("t2"), x.ID, domain.SpecInput{Priority: intp(2)})
