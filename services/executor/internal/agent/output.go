@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
@@ -85,18 +86,9 @@ func tailUTF8(b []byte, n int) string {
 	return s
 }
 
-// truncateUTF8 cuts s to at most n bytes on a character boundary.
-func truncateUTF8(s string, n int) string {
-	s = noNUL(strings.ToValidUTF8(s, "\uFFFD"))
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
+// truncateUTF8 cuts s to at most n bytes on a character boundary, with
+// NUL bytes (which Postgres text refuses) replaced.
+func truncateUTF8(s string, n int) string { return textcut.Bytes(noNUL(s), n) }
 
 // resultBody is the JSON object uploaded for a large result.
 type resultBody struct {

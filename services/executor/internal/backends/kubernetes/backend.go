@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/domain/textcut"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/holder"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,19 +103,14 @@ func (c Config) withDefaults() (Config, error) {
 type Backend struct {
 	cfg   Config
 	log   *slog.Logger
-	lease taskv1.LeaseServiceClient
+	lease *holder.Holder[*run] // the attempts held, by attempt id
 	jobs  dynamic.ResourceInterface
-
-	mu   sync.Mutex
-	runs map[string]*run // by attempt id
-	wg   sync.WaitGroup
-	// freed wakes the claim loop when a job ends.
-	freed chan struct{}
 }
 
 // run is one attempt held as a PyTorchJob.
 type run struct {
-	taskID, attemptID, job string
+	holder.Attempt
+	job string
 	// leaseExpires is the lease's end as the server last said.
 	leaseExpires time.Time
 	// stop receives the server's stop reason (cancelled, preempted, ...).
@@ -128,7 +121,7 @@ type run struct {
 }
 
 func newRun(taskID, attemptID, job string) *run {
-	return &run{taskID: taskID, attemptID: attemptID, job: job, stop: make(chan string, 1), progress: -1}
+	return &run{Attempt: holder.Attempt{TaskID: taskID, AttemptID: attemptID}, job: job, stop: make(chan string, 1), progress: -1}
 }
 
 // New returns a backend that leases through lease and keeps its jobs in
@@ -138,10 +131,13 @@ func New(cfg Config, lease taskv1.LeaseServiceClient, client dynamic.Interface) 
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes backend: %w", err)
 	}
+	log := cfg.Logger.With("backend", "kubernetes", "agent_id", cfg.AgentID)
 	return &Backend{
-		cfg: cfg, log: cfg.Logger.With("backend", "kubernetes", "agent_id", cfg.AgentID),
-		lease: lease, jobs: client.Resource(PyTorchJobs).Namespace(cfg.Render.Namespace),
-		runs: map[string]*run{}, freed: make(chan struct{}, 1),
+		cfg: cfg, log: log, jobs: client.Resource(PyTorchJobs).Namespace(cfg.Render.Namespace),
+		lease: holder.New(holder.Config{
+			AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots, Types: []string{TaskType},
+			ClaimWait: cfg.ClaimWait, RPCTimeout: cfg.RPCTimeout, RenewInterval: cfg.RenewInterval, HeartbeatInterval: cfg.HeartbeatInterval,
+		}, lease, log, func(r *run) chan<- string { return r.stop }),
 	}, nil
 }
 
@@ -151,20 +147,12 @@ func (b *Backend) Run(ctx context.Context) error {
 	if err := b.adopt(ctx); err != nil {
 		return err
 	}
-	b.spawn(func() { b.claimLoop(ctx) })
-	b.spawn(func() { b.heartbeatLoop(ctx) })
+	b.lease.Go(func() { b.lease.ClaimLoop(ctx, func(t *taskv1.Task) { b.accept(ctx, t) }) })
+	b.lease.Go(func() { b.lease.HeartbeatLoop(ctx) })
 	b.log.Info("kubernetes backend started", "namespace", b.cfg.Render.Namespace, "slots", b.cfg.Slots)
 	<-ctx.Done()
-	b.wg.Wait()
+	b.lease.Wait()
 	return nil
-}
-
-func (b *Backend) spawn(f func()) {
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		f()
-	}()
 }
 
 // adopt resumes following the jobs this backend left running.
@@ -177,96 +165,32 @@ func (b *Backend) adopt(ctx context.Context) error {
 		job := &list.Items[i]
 		a := job.GetAnnotations()
 		r := newRun(a[TaskAnnotation], a[AttemptAnno], job.GetName())
-		if r.taskID == "" || r.attemptID == "" || !b.register(r) {
+		if r.TaskID == "" || r.AttemptID == "" || !b.lease.Hold(r.AttemptID, r) {
 			continue
 		}
-		b.log.Info("following the job of an earlier run", "task_id", r.taskID, "job", r.job)
-		b.spawn(func() { b.follow(ctx, r, nil) })
+		b.log.Info("following the job of an earlier run", "task_id", r.TaskID, "job", r.job)
+		b.lease.Go(func() { b.follow(ctx, r, nil) })
 	}
 	return nil
 }
 
-func (b *Backend) register(r *run) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.runs[r.attemptID]; ok {
-		return false
+// accept holds a claimed video task and follows its job.
+func (b *Backend) accept(ctx context.Context, t *taskv1.Task) {
+	r := newRun(t.GetId(), t.GetAttemptId(), JobName(t.GetId()))
+	if t.GetLeaseExpiresAt() != nil {
+		r.leaseExpires = t.GetLeaseExpiresAt().AsTime()
 	}
-	b.runs[r.attemptID] = r
-	return true
-}
-
-func (b *Backend) release(r *run) {
-	b.mu.Lock()
-	delete(b.runs, r.attemptID)
-	b.mu.Unlock()
-	select {
-	case b.freed <- struct{}{}:
-	default:
+	if !b.lease.Hold(r.AttemptID, r) {
+		return
 	}
-}
-
-func (b *Backend) free() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return max(b.cfg.Slots-len(b.runs), 0)
-}
-
-func (b *Backend) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, b.cfg.RPCTimeout)
-}
-
-// claimLoop leases video tasks whenever a slot is free.
-func (b *Backend) claimLoop(ctx context.Context) {
-	requestID := ""
-	for ctx.Err() == nil {
-		n := b.free()
-		if n == 0 {
-			select {
-			case <-b.freed:
-			case <-ctx.Done():
-			}
-			continue
-		}
-		if requestID == "" {
-			requestID = uuid.NewString()
-		}
-		cctx, cancel := context.WithTimeout(ctx, b.cfg.ClaimWait+b.cfg.RPCTimeout)
-		resp, err := b.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
-			AgentId: b.cfg.AgentID, MachineId: b.cfg.MachineID, Labels: b.cfg.Labels,
-			Limit: int32(n), RequestId: requestID, Wait: durationpb.New(b.cfg.ClaimWait), Types: []string{TaskType},
-		})
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if !rpcerr.Transient(err) {
-				requestID = "" // a refused request is not retried as is
-			}
-			b.log.Warn("claim failed", "err", err)
-			sleep(ctx, time.Second)
-			continue
-		}
-		requestID = ""
-		for _, t := range resp.GetTasks() {
-			r := newRun(t.GetId(), t.GetAttemptId(), JobName(t.GetId()))
-			if t.GetLeaseExpiresAt() != nil {
-				r.leaseExpires = t.GetLeaseExpiresAt().AsTime()
-			}
-			if !b.register(r) {
-				continue
-			}
-			b.spawn(func() { b.follow(ctx, r, t) })
-		}
-	}
+	b.lease.Go(func() { b.follow(ctx, r, t) })
 }
 
 // follow submits the task's job (task nil: the job exists already) and maps
 // its conditions to the lease API until the attempt ends.
 func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
-	defer b.release(r)
-	log := b.log.With("task_id", r.taskID, "attempt_id", r.attemptID, "job", r.job)
+	defer b.lease.Release(r.AttemptID)
+	log := b.log.With("task_id", r.TaskID, "attempt_id", r.AttemptID, "job", r.job)
 	if t != nil {
 		job, err := Render(t, b.cfg.Render)
 		if err != nil {
@@ -288,7 +212,7 @@ func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
 	defer poll.Stop()
 	renew := time.NewTimer(0) // verify the lease at once (an adopted job's may be gone)
 	if t != nil {
-		renew.Reset(b.renewDelay(r))
+		renew.Reset(b.lease.RenewDelay(r.leaseExpires))
 	}
 	defer renew.Stop()
 	check := time.NewTimer(0)
@@ -304,9 +228,7 @@ func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
 			b.deleteJob(log, r.job)
 			return
 		case <-renew.C:
-			cctx, cancel := b.rpcCtx(ctx)
-			resp, err := b.lease.RenewTaskLease(cctx, &taskv1.RenewTaskLeaseRequest{TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID})
-			cancel()
+			expires, err := b.lease.Renew(ctx, r.Attempt)
 			switch {
 			case rpcerr.AttemptGone(err):
 				log.Info("lease lost: deleting the job", "err", err)
@@ -314,12 +236,12 @@ func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
 				return
 			case err != nil:
 				log.Warn("lease renewal failed", "err", err)
-				renew.Reset(min(b.renewDelay(r), 2*time.Second))
+				renew.Reset(min(b.lease.RenewDelay(r.leaseExpires), 2*time.Second))
 			default:
-				if resp.GetLeaseExpiresAt() != nil {
-					r.leaseExpires = resp.GetLeaseExpiresAt().AsTime()
+				if !expires.IsZero() {
+					r.leaseExpires = expires
 				}
-				renew.Reset(b.renewDelay(r))
+				renew.Reset(b.lease.RenewDelay(r.leaseExpires))
 			}
 		case <-poll.C:
 		case <-check.C:
@@ -392,13 +314,13 @@ func (b *Backend) submit(ctx context.Context, r *run, job *unstructured.Unstruct
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			if transientAPI(err) && try < 5 {
-				sleep(ctx, time.Duration(try+1)*time.Second)
+				holder.Sleep(ctx, time.Duration(try+1)*time.Second)
 				continue
 			}
 			return fmt.Errorf("create PyTorchJob %s: %w", r.job, err)
 		}
 		old, gerr := b.jobs.Get(ctx, r.job, metav1.GetOptions{})
-		if gerr == nil && old.GetAnnotations()[AttemptAnno] == r.attemptID {
+		if gerr == nil && old.GetAnnotations()[AttemptAnno] == r.AttemptID {
 			return nil
 		}
 		if try >= 10 {
@@ -407,7 +329,7 @@ func (b *Backend) submit(ctx context.Context, r *run, job *unstructured.Unstruct
 		if gerr == nil && old.GetDeletionTimestamp() == nil {
 			b.deleteJob(b.log, r.job)
 		}
-		if !sleep(ctx, time.Second) {
+		if !holder.Sleep(ctx, time.Second) {
 			return ctx.Err()
 		}
 	}
@@ -440,26 +362,14 @@ func (b *Backend) forget(log *slog.Logger, name string) {
 	}
 }
 
-// renewDelay is the renew interval, but no later than a third of the
-// remaining lease.
-func (b *Backend) renewDelay(r *run) time.Duration {
-	d := b.cfg.RenewInterval
-	if !r.leaseExpires.IsZero() {
-		d = min(d, time.Until(r.leaseExpires)/3)
-	}
-	return max(d, 100*time.Millisecond)
-}
-
 // start reports the job running (StartTask is idempotent).
 func (b *Backend) start(ctx context.Context, r *run) error {
-	cctx, cancel := b.rpcCtx(ctx)
-	defer cancel()
-	resp, err := b.lease.StartTask(cctx, &taskv1.StartTaskRequest{TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID})
+	expires, err := b.lease.Start(ctx, r.Attempt)
 	if err != nil {
 		return err
 	}
-	if resp.GetLeaseExpiresAt() != nil {
-		r.leaseExpires = resp.GetLeaseExpiresAt().AsTime()
+	if !expires.IsZero() {
+		r.leaseExpires = expires
 	}
 	return nil
 }
@@ -468,26 +378,10 @@ func (b *Backend) start(ctx context.Context, r *run) error {
 // unreachable. It reports whether the server answered for good: it took
 // the outcome, or refused it (the attempt is no longer this backend's).
 func (b *Backend) complete(ctx context.Context, r *run, exit int, stdout, errText string, video *taskv1.ResultObject) bool {
-	req := &taskv1.CompleteTaskRequest{
-		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID,
-		ExitCode: int32(exit), Stdout: stdout, Error: truncate(errText, 4096), ResultObject: video, EndedAt: timestamppb.Now(),
-	}
-	delay := 200 * time.Millisecond
-	for {
-		cctx, cancel := b.rpcCtx(ctx)
-		_, err := b.lease.CompleteTask(cctx, req)
-		cancel()
-		if err == nil || !rpcerr.Transient(err) {
-			if err != nil {
-				b.log.Warn("outcome rejected", "task_id", r.taskID, "attempt_id", r.attemptID, "err", err)
-			}
-			return true
-		}
-		if !sleep(ctx, delay) {
-			return false
-		}
-		delay = min(delay*2, 10*time.Second)
-	}
+	return b.lease.Complete(ctx, &taskv1.CompleteTaskRequest{
+		TaskId: r.TaskID, AttemptId: r.AttemptID, ExitCode: int32(exit), Stdout: stdout,
+		Error: textcut.Bytes(errText, 4096), ResultObject: video, EndedAt: timestamppb.Now(),
+	}, b.log.With("task_id", r.TaskID, "attempt_id", r.AttemptID))
 }
 
 // Result is the stdout of a succeeded job: where the model put the video.
@@ -505,64 +399,4 @@ func (b *Backend) resultJSON(job string) string {
 		S3URL: "s3://" + b.cfg.Render.S3Bucket + "/" + job + "/",
 	})
 	return string(raw)
-}
-
-// heartbeatLoop sends the backend's heartbeat and passes the server's
-// stops to their attempts.
-func (b *Backend) heartbeatLoop(ctx context.Context) {
-	for {
-		b.mu.Lock()
-		ids := make([]string, 0, len(b.runs))
-		for id := range b.runs {
-			ids = append(ids, id)
-		}
-		free := max(b.cfg.Slots-len(b.runs), 0)
-		b.mu.Unlock()
-		cctx, cancel := b.rpcCtx(ctx)
-		resp, err := b.lease.SendHeartbeat(cctx, &taskv1.SendHeartbeatRequest{
-			AgentId: b.cfg.AgentID, MachineId: b.cfg.MachineID, Labels: b.cfg.Labels,
-			AttemptIds: ids, FreeSlots: int32(free),
-		})
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			b.log.Warn("heartbeat failed", "err", err)
-		}
-		for _, s := range resp.GetStop() {
-			b.mu.Lock()
-			r := b.runs[s.GetAttemptId()]
-			b.mu.Unlock()
-			if r == nil {
-				continue
-			}
-			reason := s.GetReason()
-			if reason == "" {
-				reason = "cancelled"
-			}
-			select {
-			case r.stop <- reason:
-			default:
-			}
-		}
-		if !sleep(ctx, b.cfg.HeartbeatInterval) {
-			return
-		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
 }

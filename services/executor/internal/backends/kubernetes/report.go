@@ -155,13 +155,8 @@ func (b *Backend) reportProgress(ctx context.Context, r *run, v int, msg string)
 	if v == r.progress && msg == r.progressMsg {
 		return
 	}
-	cctx, cancel := b.rpcCtx(ctx)
-	_, err := b.lease.ReportTaskProgress(cctx, &taskv1.ReportTaskProgressRequest{
-		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID, Progress: int32(v), Message: truncate(msg, 4096),
-	})
-	cancel()
-	if err != nil {
-		b.log.Warn("report progress", "task_id", r.taskID, "err", err)
+	if err := b.lease.Progress(ctx, r.Attempt, v, msg); err != nil {
+		b.log.Warn("report progress", "task_id", r.TaskID, "err", err)
 		return
 	}
 	r.progress, r.progressMsg = v, msg
@@ -190,6 +185,6 @@ func (b *Backend) uploadVideo(ctx context.Context, r *run) (*taskv1.ResultObject
 	}
 	body := resultupload.Body{Size: size, SHA256: hex.EncodeToString(h.Sum(nil)), ContentType: "video/mp4",
 		Open: func() (io.ReadCloser, error) { return os.Open(tmp.Name()) }}
-	return resultupload.Upload(ctx, b.lease, b.cfg.HTTP,
-		resultupload.Attempt{TaskID: r.taskID, AgentID: b.cfg.AgentID, AttemptID: r.attemptID}, body, b.cfg.RPCTimeout)
+	return resultupload.Upload(ctx, b.lease.Client(), b.cfg.HTTP,
+		resultupload.Attempt{TaskID: r.TaskID, AgentID: b.cfg.AgentID, AttemptID: r.AttemptID}, body, b.cfg.RPCTimeout)
 }

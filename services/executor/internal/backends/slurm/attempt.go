@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	agentv1 "github.com/taskmesh/taskmesh/gen/taskmesh/agent/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/domain/textcut"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/holder"
 	"github.com/taskmesh/taskmesh/services/executor/internal/resultupload"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -18,7 +19,7 @@ import (
 
 // run is one attempt held as a Slurm job.
 type run struct {
-	taskID, attemptID string
+	holder.Attempt
 	// task is the task as claimed; nil for an adopted job without a record.
 	task  *taskv1.Task
 	mode  Mode
@@ -57,11 +58,11 @@ type run struct {
 }
 
 func newRun(taskID, attemptID string, task *taskv1.Task) *run {
-	return &run{taskID: taskID, attemptID: attemptID, task: task, stop: make(chan string, 1), signal: make(chan startReport, 1), lastProgress: -1}
+	return &run{Attempt: holder.Attempt{TaskID: taskID, AttemptID: attemptID}, task: task, stop: make(chan string, 1), signal: make(chan startReport, 1), lastProgress: -1}
 }
 
 func (b *Backend) runLog(r *run) *slog.Logger {
-	return b.log.With("task_id", r.taskID, "attempt_id", r.attemptID, "job_id", r.jobID)
+	return b.log.With("task_id", r.TaskID, "attempt_id", r.AttemptID, "job_id", r.jobID)
 }
 
 // begin submits a claimed task's job and follows it.
@@ -71,12 +72,12 @@ func (b *Backend) begin(ctx context.Context, r *run) {
 	if err != nil {
 		log.Warn("task refused", "err", err)
 		b.finish(ctx, r, outcome{exitCode: -1, err: "slurm backend: " + err.Error()}, "", "", nil)
-		b.release(r)
+		b.lease.Release(r.AttemptID)
 		return
 	}
 	if b.signal != nil {
 		spec.Script = signallingPlaceholderScript
-		for k, v := range b.signal.env(r.attemptID) {
+		for k, v := range b.signal.env(r.AttemptID) {
 			spec.Env[k] = v
 		}
 	}
@@ -89,7 +90,7 @@ func (b *Backend) begin(ctx context.Context, r *run) {
 	id, err := b.submit(ctx, r, spec)
 	if err != nil {
 		if ctx.Err() != nil {
-			b.release(r)
+			b.lease.Release(r.AttemptID)
 			return
 		}
 		msg := err.Error()
@@ -99,7 +100,7 @@ func (b *Backend) begin(ctx context.Context, r *run) {
 		}
 		log.Warn("job not submitted", "err", err)
 		b.finish(ctx, r, outcome{exitCode: -1, err: msg}, "", "", nil)
-		b.release(r)
+		b.lease.Release(r.AttemptID)
 		return
 	}
 	r.jobID = id
@@ -128,12 +129,12 @@ func (b *Backend) submit(ctx context.Context, r *run, spec JobSpec) (int64, erro
 			return 0, err
 		}
 		b.runLog(r).Warn("job submission failed; looking for it before trying again", "err", err)
-		if !sleep(ctx, time.Duration(try+1)*time.Second) {
+		if !holder.Sleep(ctx, time.Duration(try+1)*time.Second) {
 			return 0, ctx.Err()
 		}
 		if jobs, lerr := b.slurm.Jobs(ctx); lerr == nil {
 			for _, j := range jobs {
-				if ref, ok := parseComment(j.Comment); ok && ref.AgentID == b.cfg.AgentID && ref.AttemptID == r.attemptID {
+				if ref, ok := parseComment(j.Comment); ok && ref.AgentID == b.cfg.AgentID && ref.AttemptID == r.AttemptID {
 					return j.ID, nil
 				}
 			}
@@ -147,10 +148,10 @@ func (b *Backend) submit(ctx context.Context, r *run, spec JobSpec) (int64, erro
 
 // follow maps the job's states onto the lease API until the attempt ends.
 func (b *Backend) follow(ctx context.Context, r *run) {
-	defer b.release(r)
+	defer b.lease.Release(r.AttemptID)
 	unfollow := b.watch.follow(r.jobID)
 	defer unfollow()
-	renew := time.NewTimer(b.renewDelay(r))
+	renew := time.NewTimer(b.lease.RenewDelay(r.leaseExpires))
 	if r.adopted {
 		renew.Reset(0) // an adopted attempt may be gone already
 	}
@@ -230,7 +231,7 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 				b.abandon(r)
 				return
 			}
-			renew.Reset(b.renewDelay(r))
+			renew.Reset(b.lease.RenewDelay(r.leaseExpires))
 		case <-next:
 		}
 	}
@@ -369,11 +370,7 @@ func (b *Backend) report(ctx context.Context, r *run, progress int, msg string) 
 	if msg == r.lastMessage && time.Since(r.reportedAt) < time.Second {
 		return false // the next poll sends the newest
 	}
-	cctx, cancel := b.rpcCtx(ctx)
-	_, err := b.lease.ReportTaskProgress(cctx, &taskv1.ReportTaskProgressRequest{
-		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID, Progress: int32(progress), Message: truncate(msg, 4096),
-	})
-	cancel()
+	err := b.lease.Progress(ctx, r.Attempt, progress, msg)
 	switch {
 	case rpcerr.AttemptGone(err):
 		b.runLog(r).Info("attempt gone", "err", err)
@@ -412,14 +409,12 @@ func (b *Backend) markStarted(ctx context.Context, r *run, j Job) bool {
 
 // start reports the attempt running (StartTask is idempotent).
 func (b *Backend) start(ctx context.Context, r *run) error {
-	cctx, cancel := b.rpcCtx(ctx)
-	defer cancel()
-	resp, err := b.lease.StartTask(cctx, &taskv1.StartTaskRequest{TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID})
+	expires, err := b.lease.Start(ctx, r.Attempt)
 	if err != nil {
 		return err
 	}
-	if resp.GetLeaseExpiresAt() != nil {
-		r.leaseExpires = resp.GetLeaseExpiresAt().AsTime()
+	if !expires.IsZero() {
+		r.leaseExpires = expires
 	}
 	return nil
 }
@@ -439,7 +434,7 @@ func (b *Backend) batchRunning(ctx context.Context, r *run, j Job) bool {
 		return true
 	}
 	if r.progress == nil {
-		r.progress = &progressTail{stdoutPath: b.cfg.Job.stdoutPath(r.attemptID), progressPath: b.cfg.Job.progressPath(r.attemptID)}
+		r.progress = &progressTail{stdoutPath: b.cfg.Job.stdoutPath(r.AttemptID), progressPath: b.cfg.Job.progressPath(r.AttemptID)}
 	}
 	if v, msg, ok := r.progress.poll(); ok {
 		if msg == "" {
@@ -472,13 +467,13 @@ func (b *Backend) batchEnded(ctx context.Context, r *run, j Job) bool {
 	if j.State == StateTimeout && r.task != nil && r.task.GetTimeout() > 0 {
 		o.err = fmt.Sprintf("%s: timeout after %ds", stateError(j), r.task.GetTimeout())
 	}
-	stdoutPath, stderrPath := b.cfg.Job.stdoutPath(r.attemptID), b.cfg.Job.stderrPath(r.attemptID)
+	stdoutPath, stderrPath := b.cfg.Job.stdoutPath(r.AttemptID), b.cfg.Job.stderrPath(r.AttemptID)
 	out := collectOutput(stdoutPath, stderrPath, b.cfg.OutputLimit)
 	var obj *taskv1.ResultObject
 	if out.object != nil {
 		var err error
-		obj, err = resultupload.Upload(ctx, b.lease, b.cfg.HTTP,
-			resultupload.Attempt{TaskID: r.taskID, AgentID: b.cfg.AgentID, AttemptID: r.attemptID},
+		obj, err = resultupload.Upload(ctx, b.lease.Client(), b.cfg.HTTP,
+			resultupload.Attempt{TaskID: r.TaskID, AgentID: b.cfg.AgentID, AttemptID: r.AttemptID},
 			resultupload.Bytes(out.object, "application/json"), b.cfg.RPCTimeout)
 		if err != nil {
 			b.runLog(r).Warn("upload output; reporting its tails only", "err", err)
@@ -486,7 +481,7 @@ func (b *Backend) batchEnded(ctx context.Context, r *run, j Job) bool {
 	}
 	b.runLog(r).Info("job ended", "state", j.State, "exit_code", o.exitCode, "err", o.err)
 	if b.finish(ctx, r, o, out.stdout, out.stderr, obj) {
-		for _, p := range []string{stdoutPath, stderrPath, b.cfg.Job.progressPath(r.attemptID)} {
+		for _, p := range []string{stdoutPath, stderrPath, b.cfg.Job.progressPath(r.AttemptID)} {
 			_ = os.Remove(p)
 		}
 	}
@@ -568,7 +563,7 @@ func (b *Backend) bind(ctx context.Context, r *run, j Job) (bound bool, failure 
 	}
 	var lt *agentv1.LocalTask
 	if r.adopted || r.createTried {
-		if lt, err = agent.find(ctx, localTaskName(r.attemptID)); err != nil {
+		if lt, err = agent.find(ctx, localTaskName(r.AttemptID)); err != nil {
 			log.Warn("node's agent unreachable; the allocation is held", "node", node, "err", err)
 			return false, ""
 		}
@@ -616,15 +611,10 @@ func (b *Backend) startAlongside(ctx context.Context, r *run, j Job) (gone, boun
 	}
 	answered := make(chan answer, 1)
 	began := time.Now()
-	taskID, attemptID := r.taskID, r.attemptID
+	attempt := r.Attempt
 	go func() {
-		cctx, cancel := b.rpcCtx(ctx)
-		defer cancel()
-		resp, err := b.lease.StartTask(cctx, &taskv1.StartTaskRequest{TaskId: taskID, AgentId: b.cfg.AgentID, AttemptId: attemptID})
 		var a answer
-		if a.err = err; err == nil && resp.GetLeaseExpiresAt() != nil {
-			a.expires = resp.GetLeaseExpiresAt().AsTime()
-		}
+		a.expires, a.err = b.lease.Start(ctx, attempt)
 		answered <- a
 	}()
 	bound, failure = b.bind(ctx, r, j)
@@ -691,7 +681,7 @@ func (b *Backend) placeholderEnded(ctx context.Context, r *run, j Job) bool {
 		// A restarted backend may find its placeholder ended: the task may
 		// have been handed over before the restart.
 		if agent, err := b.agents.resolve(j.FirstNode()); err == nil && j.FirstNode() != "" {
-			if lt, err := agent.find(ctx, localTaskName(r.attemptID)); err == nil && lt != nil {
+			if lt, err := agent.find(ctx, localTaskName(r.AttemptID)); err == nil && lt != nil {
 				r.agent, r.localID = agent, lt.GetId()
 			}
 		}
@@ -738,9 +728,9 @@ func (b *Backend) abandon(r *run) {
 		b.stopLocal(r)
 	}
 	b.cancelJob(r)
-	b.store.remove(r.attemptID)
+	b.store.remove(r.AttemptID)
 	if r.mode == ModeBatch {
-		for _, p := range []string{b.cfg.Job.stdoutPath(r.attemptID), b.cfg.Job.stderrPath(r.attemptID), b.cfg.Job.progressPath(r.attemptID)} {
+		for _, p := range []string{b.cfg.Job.stdoutPath(r.AttemptID), b.cfg.Job.stderrPath(r.AttemptID), b.cfg.Job.progressPath(r.AttemptID)} {
 			_ = os.Remove(p)
 		}
 	}
@@ -780,9 +770,7 @@ func (b *Backend) stopLocal(r *run) {
 
 // renew extends the lease; it reports false when the attempt is gone.
 func (b *Backend) renew(ctx context.Context, r *run) bool {
-	cctx, cancel := b.rpcCtx(ctx)
-	resp, err := b.lease.RenewTaskLease(cctx, &taskv1.RenewTaskLeaseRequest{TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID})
-	cancel()
+	expires, err := b.lease.Renew(ctx, r.Attempt)
 	switch {
 	case rpcerr.AttemptGone(err):
 		b.runLog(r).Info("lease lost", "err", err)
@@ -790,21 +778,11 @@ func (b *Backend) renew(ctx context.Context, r *run) bool {
 	case err != nil:
 		b.runLog(r).Warn("lease renewal failed", "err", err)
 	default:
-		if resp.GetLeaseExpiresAt() != nil {
-			r.leaseExpires = resp.GetLeaseExpiresAt().AsTime()
+		if !expires.IsZero() {
+			r.leaseExpires = expires
 		}
 	}
 	return true
-}
-
-// renewDelay is the renew interval, but no later than a third of the
-// remaining lease.
-func (b *Backend) renewDelay(r *run) time.Duration {
-	d := b.cfg.RenewInterval
-	if !r.leaseExpires.IsZero() {
-		d = min(d, time.Until(r.leaseExpires)/3)
-	}
-	return max(d, 100*time.Millisecond)
 }
 
 // finish reports the outcome and forgets the attempt's record once the
@@ -813,7 +791,7 @@ func (b *Backend) finish(ctx context.Context, r *run, o outcome, stdout, stderr 
 	if !b.complete(ctx, r, o, stdout, stderr, obj) {
 		return false
 	}
-	b.store.remove(r.attemptID)
+	b.store.remove(r.AttemptID)
 	return true
 }
 
@@ -821,33 +799,9 @@ func (b *Backend) finish(ctx context.Context, r *run, o outcome, stdout, stderr 
 // unreachable. It reports whether the server answered for good: it took
 // the outcome, or refused it (the attempt is no longer this backend's).
 func (b *Backend) complete(ctx context.Context, r *run, o outcome, stdout, stderr string, obj *taskv1.ResultObject) bool {
-	req := &taskv1.CompleteTaskRequest{
-		TaskId: r.taskID, AgentId: b.cfg.AgentID, AttemptId: r.attemptID, ExitCode: int32(o.exitCode),
-		Stdout: truncate(stdout, inlineLimit), Stderr: truncate(stderr, inlineLimit), Error: truncate(o.err, 4096),
+	return b.lease.Complete(ctx, &taskv1.CompleteTaskRequest{
+		TaskId: r.TaskID, AttemptId: r.AttemptID, ExitCode: int32(o.exitCode),
+		Stdout: textcut.Bytes(stdout, inlineLimit), Stderr: textcut.Bytes(stderr, inlineLimit), Error: textcut.Bytes(o.err, 4096),
 		ResultObject: obj, EndedAt: timestamppb.Now(), PreemptedBy: o.preemptedBy,
-	}
-	delay := 200 * time.Millisecond
-	for {
-		cctx, cancel := b.rpcCtx(ctx)
-		_, err := b.lease.CompleteTask(cctx, req)
-		cancel()
-		if err == nil || !rpcerr.Transient(err) {
-			if err != nil {
-				b.runLog(r).Warn("outcome rejected", "err", err)
-			}
-			return true
-		}
-		if !sleep(ctx, delay) {
-			return false
-		}
-		delay = min(delay*2, 10*time.Second)
-	}
-}
-
-// truncate cuts s to at most n bytes of valid UTF-8.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
+	}, b.runLog(r))
 }

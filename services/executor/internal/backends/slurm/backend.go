@@ -11,10 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
-	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
-	"google.golang.org/protobuf/types/known/durationpb"
+	"github.com/taskmesh/taskmesh/services/executor/internal/backends/holder"
 )
 
 // Config configures a backend. Zero durations and sizes take the
@@ -164,7 +162,7 @@ type slurmAPI interface {
 type Backend struct {
 	cfg    Config
 	log    *slog.Logger
-	lease  taskv1.LeaseServiceClient
+	lease  *holder.Holder[*run] // the attempts held, by attempt id
 	slurm  slurmAPI
 	watch  *watcher
 	store  attemptStore
@@ -172,13 +170,9 @@ type Backend struct {
 	// signal takes placeholders' start signals; nil when off.
 	signal *startSignal
 
-	mu   sync.Mutex
-	runs map[string]*run // by attempt id
+	mu sync.Mutex
 	// checked: when each node agent (by address) last proved its machine.
 	checked map[string]time.Time
-	wg      sync.WaitGroup
-	// freed wakes the claim loop when an attempt ends.
-	freed chan struct{}
 }
 
 // New returns a backend that leases through lease and runs jobs through
@@ -201,12 +195,17 @@ func New(cfg Config, lease taskv1.LeaseServiceClient, slurm slurmAPI) (*Backend,
 		}
 	}
 	b := &Backend{
-		cfg: cfg, log: log, lease: lease, slurm: slurm,
-		watch:  newWatcher(slurm, cfg.PollInterval, cfg.PendingPollInterval, log),
-		store:  attemptStore{dir: cfg.StateDir},
-		agents: agentResolver{byNode: cfg.NodeAgents, template: cfg.NodeAgentURL, http: cfg.HTTP},
-		signal: signal,
-		runs:   map[string]*run{}, checked: map[string]time.Time{}, freed: make(chan struct{}, 1),
+		cfg: cfg, log: log, slurm: slurm,
+		lease: holder.New(holder.Config{
+			AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots, Types: cfg.Types,
+			MaxClaim: 1000, ClaimWait: cfg.ClaimWait, RPCTimeout: cfg.RPCTimeout, RenewInterval: cfg.RenewInterval,
+			HeartbeatInterval: cfg.HeartbeatInterval,
+		}, lease, log, func(r *run) chan<- string { return r.stop }),
+		watch:   newWatcher(slurm, cfg.PollInterval, cfg.PendingPollInterval, log),
+		store:   attemptStore{dir: cfg.StateDir},
+		agents:  agentResolver{byNode: cfg.NodeAgents, template: cfg.NodeAgentURL, http: cfg.HTTP},
+		signal:  signal,
+		checked: map[string]time.Time{},
 	}
 	if signal != nil {
 		signal.nudge = b.nudge
@@ -225,10 +224,8 @@ func (b *Backend) StartSignalAddr() string {
 
 // nudge passes a placeholder's start signal to its attempt's follower.
 func (b *Backend) nudge(attemptID string, s startReport) bool {
-	b.mu.Lock()
-	r := b.runs[attemptID]
-	b.mu.Unlock()
-	if r == nil {
+	r, ok := b.lease.Get(attemptID)
+	if !ok {
 		return false
 	}
 	select {
@@ -261,55 +258,17 @@ func (b *Backend) Run(ctx context.Context) error {
 		defer b.signal.close()
 		go b.signal.serve()
 	}
-	b.spawn(func() { b.watch.run(ctx) })
+	b.lease.Go(func() { b.watch.run(ctx) })
 	if err := b.adopt(ctx); err != nil {
-		b.wg.Wait()
+		b.lease.Wait()
 		return err
 	}
-	b.spawn(func() { b.claimLoop(ctx) })
-	b.spawn(func() { b.heartbeatLoop(ctx) })
+	b.lease.Go(func() { b.lease.ClaimLoop(ctx, func(t *taskv1.Task) { b.accept(ctx, t) }) })
+	b.lease.Go(func() { b.lease.HeartbeatLoop(ctx) })
 	b.log.Info("slurm backend started", "partition", b.cfg.Job.Partition, "slots", b.cfg.Slots)
 	<-ctx.Done()
-	b.wg.Wait()
+	b.lease.Wait()
 	return nil
-}
-
-func (b *Backend) spawn(f func()) {
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		f()
-	}()
-}
-
-func (b *Backend) register(r *run) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.runs[r.attemptID]; ok {
-		return false
-	}
-	b.runs[r.attemptID] = r
-	return true
-}
-
-func (b *Backend) release(r *run) {
-	b.mu.Lock()
-	delete(b.runs, r.attemptID)
-	b.mu.Unlock()
-	select {
-	case b.freed <- struct{}{}:
-	default:
-	}
-}
-
-func (b *Backend) free() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return max(b.cfg.Slots-len(b.runs), 0)
-}
-
-func (b *Backend) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, b.cfg.RPCTimeout)
 }
 
 // adopt resumes the attempts an earlier run of this backend left in
@@ -326,7 +285,7 @@ func (b *Backend) adopt(ctx context.Context) error {
 			return nil
 		}
 		b.log.Warn("slurmctld unreachable; waiting to read the jobs of an earlier run", "err", err)
-		if !sleep(ctx, delay) {
+		if !holder.Sleep(ctx, delay) {
 			return nil
 		}
 	}
@@ -343,11 +302,11 @@ func (b *Backend) adopt(ctx context.Context) error {
 		}
 		r := newRun(ref.TaskID, ref.AttemptID, task)
 		r.jobID, r.adopted, r.mode = j.ID, true, ref.Mode
-		if !b.register(r) {
+		if !b.lease.Hold(r.AttemptID, r) {
 			continue
 		}
-		b.log.Info("following a job of an earlier run", "task_id", r.taskID, "attempt_id", r.attemptID, "job_id", j.ID, "state", j.State)
-		b.spawn(func() { b.follow(ctx, r) })
+		b.log.Info("following a job of an earlier run", "task_id", r.TaskID, "attempt_id", r.AttemptID, "job_id", j.ID, "state", j.State)
+		b.lease.Go(func() { b.follow(ctx, r) })
 	}
 	// Records without a job: the backend stopped between writing the
 	// record and submitting, or the job ended and left slurmctld's memory
@@ -363,15 +322,15 @@ func (b *Backend) adopt(ctx context.Context) error {
 			continue
 		}
 		r := newRun(task.GetId(), attemptID, task)
-		if !b.register(r) {
+		if !b.lease.Hold(r.AttemptID, r) {
 			continue
 		}
 		msg := "slurm backend: restarted before the attempt's job was submitted"
 		if jobID != 0 {
 			msg = fmt.Sprintf("slurm: job %d ended while the backend was away and slurmctld no longer knows its outcome", jobID)
 		}
-		b.spawn(func() {
-			defer b.release(r)
+		b.lease.Go(func() {
+			defer b.lease.Release(r.AttemptID)
 			if b.complete(ctx, r, outcome{exitCode: -1, err: msg}, "", "", nil) {
 				b.store.remove(attemptID)
 			}
@@ -380,102 +339,15 @@ func (b *Backend) adopt(ctx context.Context) error {
 	return nil
 }
 
-// claimLoop leases tasks whenever a slot is free.
-func (b *Backend) claimLoop(ctx context.Context) {
-	requestID := ""
-	for ctx.Err() == nil {
-		n := b.free()
-		if n == 0 {
-			select {
-			case <-b.freed:
-			case <-ctx.Done():
-			}
-			continue
-		}
-		if requestID == "" {
-			requestID = uuid.NewString()
-		}
-		cctx, cancel := context.WithTimeout(ctx, b.cfg.ClaimWait+b.cfg.RPCTimeout)
-		resp, err := b.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
-			AgentId: b.cfg.AgentID, MachineId: b.cfg.MachineID, Labels: b.cfg.Labels,
-			Limit: int32(min(n, 1000)), RequestId: requestID, Wait: durationpb.New(b.cfg.ClaimWait), Types: b.cfg.Types,
-		})
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if !rpcerr.Transient(err) {
-				requestID = "" // a refused request is not retried as is
-			}
-			b.log.Warn("claim failed", "err", err)
-			sleep(ctx, time.Second)
-			continue
-		}
-		requestID = ""
-		for _, t := range resp.GetTasks() {
-			r := newRun(t.GetId(), t.GetAttemptId(), t)
-			r.mode = b.cfg.Job.Mode
-			if t.GetLeaseExpiresAt() != nil {
-				r.leaseExpires = t.GetLeaseExpiresAt().AsTime()
-			}
-			if r.taskID == "" || r.attemptID == "" || !b.register(r) {
-				continue
-			}
-			b.spawn(func() { b.begin(ctx, r) })
-		}
+// accept holds a claimed task and submits its job.
+func (b *Backend) accept(ctx context.Context, t *taskv1.Task) {
+	r := newRun(t.GetId(), t.GetAttemptId(), t)
+	r.mode = b.cfg.Job.Mode
+	if t.GetLeaseExpiresAt() != nil {
+		r.leaseExpires = t.GetLeaseExpiresAt().AsTime()
 	}
-}
-
-// heartbeatLoop sends the backend's heartbeat and passes the server's
-// stops (cancelled, preempted, lease_lost, …) to their attempts.
-func (b *Backend) heartbeatLoop(ctx context.Context) {
-	for {
-		b.mu.Lock()
-		ids := make([]string, 0, len(b.runs))
-		for id := range b.runs {
-			ids = append(ids, id)
-		}
-		free := max(b.cfg.Slots-len(b.runs), 0)
-		b.mu.Unlock()
-		cctx, cancel := b.rpcCtx(ctx)
-		resp, err := b.lease.SendHeartbeat(cctx, &taskv1.SendHeartbeatRequest{
-			AgentId: b.cfg.AgentID, MachineId: b.cfg.MachineID, Labels: b.cfg.Labels,
-			AttemptIds: ids, FreeSlots: int32(free),
-		})
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			b.log.Warn("heartbeat failed", "err", err)
-		}
-		for _, s := range resp.GetStop() {
-			b.mu.Lock()
-			r := b.runs[s.GetAttemptId()]
-			b.mu.Unlock()
-			if r == nil {
-				continue
-			}
-			reason := s.GetReason()
-			if reason == "" {
-				reason = "cancelled"
-			}
-			select {
-			case r.stop <- reason:
-			default:
-			}
-		}
-		if !sleep(ctx, b.cfg.HeartbeatInterval) {
-			return
-		}
+	if !b.lease.Hold(r.AttemptID, r) {
+		return
 	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	b.lease.Go(func() { b.begin(ctx, r) })
 }

@@ -3,7 +3,8 @@ package domain
 import (
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 )
 
 // Submit records a new job whose inputs are in place; it starts in its
@@ -36,7 +37,7 @@ func (j Job) QueueStage(now time.Time, actor string, s Stage, taskID string) []R
 // when the job is in s and it changed.
 func (j Job) ReportProgress(now time.Time, actor string, s Stage, taskID string, progress int, message string) []Record {
 	progress = min(max(progress, 0), 100)
-	message = Truncate(message, 256)
+	message = textcut.Bytes(message, 256)
 	if !j.current(s) || j.foreign(s, taskID) || (progress == j.Progress && message == j.Message) {
 		return nil
 	}
@@ -58,22 +59,9 @@ func (j Job) Fail(now time.Time, actor string, s Stage, taskID, reason string) [
 	if !j.current(s) || (taskID != "" && j.foreign(s, taskID)) {
 		return nil
 	}
-	reason = Truncate(strings.TrimSpace(reason), MaxReasonBytes)
+	reason = textcut.Bytes(strings.TrimSpace(reason), MaxReasonBytes)
 	if reason == "" {
 		reason = "the " + string(s) + " stage failed"
 	}
 	return []Record{{Event: Failed{Step: s, Reason: reason, TaskID: taskID}, At: now, Actor: actor}}
-}
-
-// Truncate cuts s to at most n bytes on a character boundary.
-func Truncate(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }

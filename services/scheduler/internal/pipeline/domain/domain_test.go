@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -125,13 +126,14 @@ func TestStageRequestIDRoundTrips(t *testing.T) {
 	}
 }
 
-func TestProgressIsClampedAndTruncate(t *testing.T) {
+func TestProgressIsClampedAndCut(t *testing.T) {
 	j := submitted()
 	if p := apply(j, j.ReportProgress(t0, "p", StageONNX, "t", 250, "")).Progress; p != 100 {
 		t.Errorf("progress %d", p)
 	}
-	if got := Truncate("日本語", 4); got != "日" {
-		t.Errorf("Truncate = %q", got)
+	// 86 three-byte characters are 258 bytes: the message keeps 85 (255).
+	if m := apply(j, j.ReportProgress(t0, "p", StageONNX, "t", 10, strings.Repeat("日", 86))).Message; m != strings.Repeat("日", 85) {
+		t.Errorf("message of %d bytes, want the 85 characters that fit in 256 bytes", len(m))
 	}
 }
 
