@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/taskmesh/taskmesh/services/consumers/internal/domain/datebound"
 )
 
 // Entry is one audit log entry (the task API's AuditLog fields, plus the
@@ -138,10 +140,10 @@ func ParseQuery(in QueryInput, scope Scope) (Query, error) {
 		q.ActionVerb = action
 	}
 	var err error
-	if q.From, err = ParseBound(in.From, false); err != nil {
+	if q.From, err = datebound.Parse(in.From, false); err != nil {
 		return q, invalid("from", "%v", err)
 	}
-	if q.Until, err = ParseBound(in.To, true); err != nil {
+	if q.Until, err = datebound.Parse(in.To, true); err != nil {
 		return q, invalid("to", "%v", err)
 	}
 	if !q.From.IsZero() && !q.Until.IsZero() && !q.From.Before(q.Until) {
@@ -168,33 +170,6 @@ func ParseQuery(in QueryInput, scope Scope) (Query, error) {
 		q.Tenant = scope.Tenant
 	}
 	return q, nil
-}
-
-// ParseBound reads a date bound: "" is unbounded, YYYY-MM-DD is the start
-// of that day (UTC) or, for an upper bound, the start of the next day, and
-// an RFC 3339 time is itself (an upper bound includes it, to the
-// microsecond). Upper bounds are returned exclusive.
-func ParseBound(s string, upper bool) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.Parse(time.DateOnly, s); err == nil {
-		if upper {
-			d = d.AddDate(0, 0, 1)
-		}
-		return d, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%q is neither YYYY-MM-DD nor an RFC 3339 time", s)
-	}
-	t = t.UTC()
-	if upper {
-		// Stored times have microseconds: the next one bounds from above.
-		t = t.Truncate(time.Microsecond).Add(time.Microsecond)
-	}
-	return t, nil
 }
 
 // Retention is the document's audit block: how long entries stay in the

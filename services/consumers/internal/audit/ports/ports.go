@@ -10,14 +10,13 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	auditv1 "github.com/taskmesh/taskmesh/gen/taskmesh/audit/v1"
-	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/audit/app"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/audit/domain"
+	consumerports "github.com/taskmesh/taskmesh/services/consumers/internal/ports"
 )
 
 // Server is AuditService.
@@ -29,17 +28,8 @@ type Server struct {
 
 // caller is a tenant's API key or an operator; agents read no audit log.
 func caller(ctx context.Context) (app.Caller, error) {
-	p, err := authn.Require(ctx)
-	if err != nil {
-		return app.Caller{}, err
-	}
-	switch p.Kind {
-	case authn.KindAdmin:
-		return app.Caller{Operator: true}, nil
-	case authn.KindUser:
-		return app.Caller{Tenant: p.TenantID}, nil
-	}
-	return app.Caller{}, status.Errorf(codes.PermissionDenied, "a %s credential cannot read the audit log", p.Kind)
+	tenant, operator, err := consumerports.CallerOf(ctx, "read the audit log")
+	return app.Caller{Tenant: tenant, Operator: operator}, err
 }
 
 // ListAuditLogs implements AuditService.

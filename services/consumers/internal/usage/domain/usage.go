@@ -26,6 +26,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/taskmesh/taskmesh/services/consumers/internal/domain/datebound"
 )
 
 // Kinds of metered quantity.
@@ -303,10 +305,10 @@ func ParseQuery(from, to, groupBy, tenantFilter, tenant string, operator bool, n
 		return q, &InvalidError{"group_by", fmt.Sprintf("must be day, model, queue, flavor, tenant or stage, not %q", groupBy)}
 	}
 	var err error
-	if q.From, err = parseBound(from, false); err != nil {
+	if q.From, err = datebound.Parse(from, false); err != nil {
 		return q, &InvalidError{"from", err.Error()}
 	}
-	if q.Until, err = parseBound(to, true); err != nil {
+	if q.Until, err = datebound.Parse(to, true); err != nil {
 		return q, &InvalidError{"to", err.Error()}
 	}
 	if q.From.IsZero() {
@@ -330,28 +332,6 @@ func ParseQuery(from, to, groupBy, tenantFilter, tenant string, operator bool, n
 		q.Tenant = tenant
 	}
 	return q, nil
-}
-
-func parseBound(s string, upper bool) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if d, err := time.Parse(time.DateOnly, s); err == nil {
-		if upper {
-			d = d.AddDate(0, 0, 1)
-		}
-		return d, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%q is neither YYYY-MM-DD nor an RFC 3339 time", s)
-	}
-	t = t.UTC()
-	if upper {
-		t = t.Truncate(time.Microsecond).Add(time.Microsecond)
-	}
-	return t, nil
 }
 
 // Sum is the quantity of one kind in one group, as stored records add up

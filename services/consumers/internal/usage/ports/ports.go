@@ -11,11 +11,10 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
-	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	consumerports "github.com/taskmesh/taskmesh/services/consumers/internal/ports"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/usage/app"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/usage/domain"
 )
@@ -28,17 +27,8 @@ type Server struct {
 }
 
 func caller(ctx context.Context) (app.Caller, error) {
-	p, err := authn.Require(ctx)
-	if err != nil {
-		return app.Caller{}, err
-	}
-	switch p.Kind {
-	case authn.KindAdmin:
-		return app.Caller{Operator: true}, nil
-	case authn.KindUser:
-		return app.Caller{Tenant: p.TenantID}, nil
-	}
-	return app.Caller{}, status.Errorf(codes.PermissionDenied, "a %s credential cannot read usage", p.Kind)
+	tenant, operator, err := consumerports.CallerOf(ctx, "read usage")
+	return app.Caller{Tenant: tenant, Operator: operator}, err
 }
 
 // GetUsage implements UsageService. format only matters to the REST

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	webhookv1 "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
-	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	consumerports "github.com/taskmesh/taskmesh/services/consumers/internal/ports"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/webhooks/app"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/webhooks/domain"
 )
@@ -29,17 +29,8 @@ type Server struct {
 }
 
 func caller(ctx context.Context) (app.Caller, error) {
-	p, err := authn.Require(ctx)
-	if err != nil {
-		return app.Caller{}, err
-	}
-	switch p.Kind {
-	case authn.KindAdmin:
-		return app.Caller{Operator: true}, nil
-	case authn.KindUser:
-		return app.Caller{Tenant: p.TenantID}, nil
-	}
-	return app.Caller{}, status.Errorf(codes.PermissionDenied, "a %s credential cannot use the webhook API", p.Kind)
+	tenant, operator, err := consumerports.CallerOf(ctx, "use the webhook API")
+	return app.Caller{Tenant: tenant, Operator: operator}, err
 }
 
 // GetWebhookEndpoint implements WebhookService.

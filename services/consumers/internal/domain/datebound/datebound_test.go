@@ -1,0 +1,39 @@
+package datebound
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	day := func(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 0, 0, 0, 0, time.UTC) }
+	cases := []struct {
+		in    string
+		upper bool
+		want  time.Time
+	}{
+		{"", false, time.Time{}},
+		{"  ", true, time.Time{}},
+		{"2026-11-20", false, day(2026, 11, 20)},
+		{"2026-11-20", true, day(2026, 11, 21)},
+		{"2026-12-31", true, day(2027, 1, 1)},
+		{"2026-11-22T10:00:00+01:00", false, time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)},
+		{"2026-11-22T12:00:00.0000005Z", true, time.Date(2026, 11, 22, 12, 0, 0, 1000, time.UTC)},
+		{" 2026-11-20 ", false, day(2026, 11, 20)},
+	}
+	for _, c := range cases {
+		got, err := Parse(c.in, c.upper)
+		if err != nil || !got.Equal(c.want) {
+			t.Errorf("Parse(%q, upper %v) = %v, %v; want %v", c.in, c.upper, got, err, c.want)
+		}
+		if err == nil && !got.IsZero() && got.Location() != time.UTC {
+			t.Errorf("Parse(%q) in %v, want UTC", c.in, got.Location())
+		}
+	}
+	for _, bad := range []string{"2026-13-01", "yesterday", "2026-11-20 10:00", "1732000000"} {
+		if _, err := Parse(bad, false); err == nil || !strings.Contains(err.Error(), "neither YYYY-MM-DD nor an RFC 3339 time") {
+			t.Errorf("Parse(%q): %v, want the format refused", bad, err)
+		}
+	}
+}
