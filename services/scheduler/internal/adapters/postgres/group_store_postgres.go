@@ -433,20 +433,8 @@ func (s *GroupStore) List(ctx context.Context, f oapp.GroupFilter) ([]orch.Group
 	if err != nil {
 		return nil, "", fmt.Errorf("list task groups: %w", err)
 	}
-	defer rows.Close()
-	var out []orch.Group
-	for rows.Next() {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return nil, "", err
-		}
-		var g orch.Group
-		if err := gojson.Unmarshal(doc, &g); err != nil {
-			return nil, "", fmt.Errorf("decode task group: %w", err)
-		}
-		out = append(out, g)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := collectDocs[orch.Group](rows, "task group")
+	if err != nil {
 		return nil, "", fmt.Errorf("list task groups: %w", err)
 	}
 	next := ""

@@ -144,20 +144,8 @@ func (s *ManagedStore) OnAgents(ctx context.Context, agentIDs []string) ([]domai
 // collect decodes rows of managed_services.doc and sets the instances'
 // liveness.
 func (s *ManagedStore) collect(ctx context.Context, rows pgx.Rows) ([]domain.Service, error) {
-	defer rows.Close()
-	var out []domain.Service
-	for rows.Next() {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return nil, err
-		}
-		var sv domain.Service
-		if err := gojson.Unmarshal(doc, &sv); err != nil {
-			return nil, fmt.Errorf("decode service: %w", err)
-		}
-		out = append(out, sv)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := collectDocs[domain.Service](rows, "service")
+	if err != nil {
 		return nil, fmt.Errorf("list services: %w", err)
 	}
 	return out, s.withLiveness(ctx, out)

@@ -90,20 +90,8 @@ func (s *TemplateStore) List(ctx context.Context, f oapp.TemplateFilter) ([]orch
 	if err != nil {
 		return nil, "", fmt.Errorf("list templates: %w", err)
 	}
-	defer rows.Close()
-	var out []orch.Template
-	for rows.Next() {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return nil, "", err
-		}
-		var t orch.Template
-		if err := gojson.Unmarshal(doc, &t); err != nil {
-			return nil, "", fmt.Errorf("decode template: %w", err)
-		}
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := collectDocs[orch.Template](rows, "template")
+	if err != nil {
 		return nil, "", fmt.Errorf("list templates: %w", err)
 	}
 	next := ""
