@@ -15,10 +15,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
-	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/apijson"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
-	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
 
 // This file streams task groups. A group's stream is fed by the
@@ -121,30 +119,15 @@ func (s *Service) openGroup(w http.ResponseWriter, r *http.Request, groupID stri
 		httperr.WriteFor(w, r, httperr.New(http.StatusBadRequest, httperr.CodeInvalidArgument, "group id is empty"))
 		return nil, nil, false
 	}
-	after, err := resumePoint(r)
-	if err != nil {
-		httperr.WriteFor(w, r, httperr.New(http.StatusBadRequest, httperr.CodeInvalidArgument, err.Error()))
-		return nil, nil, false
-	}
-	p, _ := authn.FromContext(r.Context())
-	tenant := p.TenantID
-	if tenant == "" {
-		tenant = "subject:" + p.Subject
-	}
-	switch err := s.acquire(tenant); {
-	case errors.Is(err, errStopping):
-		httperr.WriteFor(w, r, httperr.New(http.StatusServiceUnavailable, httperr.CodeInternal, "gateway shutting down"))
-		return nil, nil, false
-	case err != nil:
-		s.metrics.refused(r.Context())
-		httperr.WriteFor(w, r, httperr.New(http.StatusTooManyRequests, httperr.CodeTooManyRequests, err.Error()))
+	after, _, slot, ok := s.admit(w, r)
+	if !ok {
 		return nil, nil, false
 	}
 	// The watch lives as long as the stream: cancelled by the client
 	// going, the gateway stopping, or the stream ending.
 	ctx, cancel := s.streamContext(r.Context())
 	st := &groupStream{svc: s, id: groupID, sent: after, messages: make(chan *taskv1.TaskGroup, 16), errs: make(chan error, 1), cancel: cancel}
-	closeFn := func() { cancel(); s.release(tenant) }
+	closeFn := func() { cancel(); s.release(slot) }
 	watch, err := s.cfg.Groups.WatchTaskGroup(ctx, &taskv1.WatchTaskGroupRequest{Id: groupID})
 	if err == nil {
 		var first *taskv1.WatchTaskGroupResponse
@@ -154,12 +137,7 @@ func (s *Service) openGroup(w http.ResponseWriter, r *http.Request, groupID stri
 	}
 	if err != nil {
 		closeFn()
-		pr := httperr.FromError(err)
-		if pr.HTTPStatus >= 500 {
-			s.log.Error("live group stream: watching the group failed", "group_id", groupID, "err", err,
-				"request_id", requestid.FromContext(r.Context()))
-		}
-		httperr.WriteFor(w, r, pr)
+		s.openFailed(w, r, err, "live group stream: watching the group failed", "group_id", groupID)
 		return nil, nil, false
 	}
 	go func() {

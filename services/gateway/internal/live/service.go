@@ -221,43 +221,64 @@ func (s *Service) open(w http.ResponseWriter, r *http.Request, taskID string, vi
 		httperr.WriteFor(w, r, httperr.New(http.StatusBadRequest, httperr.CodeInvalidArgument, "task id is empty"))
 		return nil, nil, false
 	}
-	after, err := resumePoint(r)
-	if err != nil {
-		httperr.WriteFor(w, r, httperr.New(http.StatusBadRequest, httperr.CodeInvalidArgument, err.Error()))
-		return nil, nil, false
-	}
-	p, _ := authn.FromContext(r.Context())
-	tenant := p.TenantID
-	if tenant == "" {
-		tenant = "subject:" + p.Subject
-	}
-	switch err := s.acquire(tenant); {
-	case errors.Is(err, errStopping):
-		httperr.WriteFor(w, r, httperr.New(http.StatusServiceUnavailable, httperr.CodeInternal, "gateway shutting down"))
-		return nil, nil, false
-	case err != nil:
-		s.metrics.refused(r.Context())
-		httperr.WriteFor(w, r, httperr.New(http.StatusTooManyRequests, httperr.CodeTooManyRequests, err.Error()))
+	after, p, slot, ok := s.admit(w, r)
+	if !ok {
 		return nil, nil, false
 	}
 	// Subscribe before reading the snapshot: an event committed after the
 	// read is then either in the subscription or in a later snapshot.
 	sub := s.hub.Subscribe(taskID, p.TenantID)
-	closeFn = func() { sub.Close(); s.release(tenant) }
+	closeFn = func() { sub.Close(); s.release(slot) }
 	snap, err := s.getTask(r.Context(), taskID)
 	if err != nil {
 		closeFn()
-		pr := httperr.FromError(err)
-		if pr.HTTPStatus >= 500 {
-			s.log.Error("live stream: reading the task failed", "task_id", taskID, "err", err,
-				"request_id", requestid.FromContext(r.Context()))
-		}
-		httperr.WriteFor(w, r, pr)
+		s.openFailed(w, r, err, "live stream: reading the task failed", "task_id", taskID)
 		return nil, nil, false
 	}
 	st = &stream{svc: s, view: view, id: taskID, sub: sub, sent: after}
 	st.start(snap)
 	return st, closeFn, true
+}
+
+// admit reads a stream request's resume point (resumePoint) and takes one
+// of its caller's stream slots (acquire): the slot's key is the caller's
+// tenant, or its subject for a caller of no tenant (an operator). On a
+// refusal it has answered with the API's error envelope (400 for a bad
+// resume point, 429 at the caller's limit, 503 while the gateway stops)
+// and returns false; otherwise the caller releases the slot (release)
+// when the stream ends.
+func (s *Service) admit(w http.ResponseWriter, r *http.Request) (after int64, p authn.Principal, slot string, ok bool) {
+	after, err := resumePoint(r)
+	if err != nil {
+		httperr.WriteFor(w, r, httperr.New(http.StatusBadRequest, httperr.CodeInvalidArgument, err.Error()))
+		return 0, p, "", false
+	}
+	p, _ = authn.FromContext(r.Context())
+	slot = p.TenantID
+	if slot == "" {
+		slot = "subject:" + p.Subject
+	}
+	switch err := s.acquire(slot); {
+	case errors.Is(err, errStopping):
+		httperr.WriteFor(w, r, httperr.New(http.StatusServiceUnavailable, httperr.CodeInternal, "gateway shutting down"))
+		return 0, p, "", false
+	case err != nil:
+		s.metrics.refused(r.Context())
+		httperr.WriteFor(w, r, httperr.New(http.StatusTooManyRequests, httperr.CodeTooManyRequests, err.Error()))
+		return 0, p, "", false
+	}
+	return after, p, slot, true
+}
+
+// openFailed answers a stream whose first read failed with err, as the
+// API answers that error, and logs it when it is the server's (5xx) with
+// msg and the stream's attributes.
+func (s *Service) openFailed(w http.ResponseWriter, r *http.Request, err error, msg string, attrs ...any) {
+	pr := httperr.FromError(err)
+	if pr.HTTPStatus >= 500 {
+		s.log.Error(msg, append(attrs, "err", err, "request_id", requestid.FromContext(r.Context()))...)
+	}
+	httperr.WriteFor(w, r, pr)
 }
 
 // resumePoint is the last version the client has: the larger of the
