@@ -13,6 +13,7 @@ import (
 	openapi "github.com/taskmesh/taskmesh/gen/openapi"
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
@@ -157,7 +158,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	if opts.Live != nil {
-		if err := opts.Live.Register(video, liveVideoRoutes, live.VideoView); err != nil {
+		if err := opts.Live.RegisterVideo(video, liveVideoRoutes, videov1.NewVideoServiceClient(opts.Upstream)); err != nil {
 			return nil, fmt.Errorf("rest: %w", err)
 		}
 	}
