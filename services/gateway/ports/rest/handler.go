@@ -124,7 +124,11 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rest: openapi document: %w", err)
 	}
-	mux, err := newAPIMux(ctx, opts.Upstream, opts.QuotaUpstream, opts.ConsumersUpstream, opts.Logger)
+	routes, err := newAllowIndex(doc)
+	if err != nil {
+		return nil, err
+	}
+	mux, err := newAPIMux(ctx, opts.Upstream, opts.QuotaUpstream, opts.ConsumersUpstream, routes, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +157,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: register dead-letter service: %w", err)
 		}
 	}
-	video, err := newVideoMux(ctx, opts.Upstream, opts.Logger)
+	video, err := newVideoMux(ctx, opts.Upstream, routes, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +166,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: %w", err)
 		}
 	}
-	pipeline, err := newPipelineMux(ctx, opts.Upstream, opts.Logger)
+	pipeline, err := newPipelineMux(ctx, opts.Upstream, routes, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
