@@ -2,7 +2,6 @@ package live
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -65,7 +64,7 @@ func (s *Service) RegisterVideo(mux Router, prefix string, videos VideoReader) e
 // reconnecting, and a WebSocket closes normally at once.
 func (s *Service) serveUnknownVideo(w http.ResponseWriter, r *http.Request, taskID string, ws bool) {
 	resumed := r.Header.Get("Last-Event-ID") != "" || r.URL.Query().Get("after_version") != ""
-	data, err := json.Marshal(VideoFrame{TaskID: taskID, TaskIDCamel: taskID, TaskStatus: videoUnknown,
+	data, err := marshalFrame(VideoFrame{TaskID: taskID, TaskIDCamel: taskID, TaskStatus: videoUnknown,
 		StatusCamel: videoUnknown, Final: true})
 	if err != nil {
 		httperr.WriteFor(w, r, httperr.New(http.StatusInternalServerError, httperr.CodeInternal, "render frame"))
@@ -90,7 +89,7 @@ func (s *Service) serveUnknownVideo(w http.ResponseWriter, r *http.Request, task
 	}
 	defer c.CloseNow()
 	if !resumed {
-		msg, _ := json.Marshal(wsMessage{ID: 0, Event: EventStatus, Data: data})
+		msg, _ := marshalFrame(wsMessage{ID: 0, Event: EventStatus, Data: data})
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
 		err := c.Write(ctx, websocket.MessageText, msg)
 		cancel()

@@ -139,7 +139,9 @@ type wsSink struct {
 }
 
 func (s *wsSink) send(ctx context.Context, id int64, event string, data []byte) error {
-	msg, err := json.Marshal(wsMessage{ID: id, Event: event, Data: data})
+	// As the frame itself: marshalling the envelope must not escape what
+	// the frame left plain.
+	msg, err := marshalFrame(wsMessage{ID: id, Event: event, Data: data})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,13 @@ type videoSSEFrame struct {
 // generation ends after one frame); header, when set, is sent too.
 func (w *videoWorld) videoSSE(key, id string, header http.Header) (int, []videoSSEFrame, map[string]any) {
 	w.t.Helper()
+	code, frames, body, _ := w.videoSSERaw(key, id, header)
+	return code, frames, body
+}
+
+// videoSSERaw is videoSSE that also returns the stream as sent.
+func (w *videoWorld) videoSSERaw(key, id string, header http.Header) (int, []videoSSEFrame, map[string]any, string) {
+	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", w.s.HTTPURL+"/v1/video/generations/"+id+"/events", nil)
@@ -42,7 +49,7 @@ func (w *videoWorld) videoSSE(key, id string, header http.Header) (int, []videoS
 	if resp.StatusCode != 200 {
 		body := map[string]any{}
 		_ = json.Unmarshal(raw, &body)
-		return resp.StatusCode, nil, body
+		return resp.StatusCode, nil, body, string(raw)
 	}
 	var frames []videoSSEFrame
 	for _, block := range strings.Split(strings.TrimSpace(string(raw)), "\n\n") {
@@ -63,7 +70,7 @@ func (w *videoWorld) videoSSE(key, id string, header http.Header) (int, []videoS
 			frames = append(frames, f)
 		}
 	}
-	return resp.StatusCode, frames, nil
+	return resp.StatusCode, frames, nil, string(raw)
 }
 
 // The live streams of the video API show what its GET answer shows
@@ -165,7 +172,7 @@ func TestVideoStreamsAnswerAsTheGETDoes(t *testing.T) {
 		}
 		w.agentCall(id+"/complete", map[string]any{"attempt_id": att, "exit_code": 0,
 			"result_object": map[string]any{"key": up["object_key"], "size_bytes": len(mp4)}})
-		code, frames, body := w.videoSSE(w.premium, id, nil)
+		code, frames, body, raw := w.videoSSERaw(w.premium, id, nil)
 		if code != 200 || len(frames) != 1 {
 			t.Fatalf("stream = %d %v %v", code, frames, body)
 		}
@@ -173,6 +180,23 @@ func TestVideoStreamsAnswerAsTheGETDoes(t *testing.T) {
 		url, _ := d["video_url"].(string)
 		if d["task_status"] != "SUCCEEDED" || d["taskProgress"] != 100.0 || d["final"] != true || url == "" {
 			t.Fatalf("SUCCEEDED frame = %v", d)
+		}
+		// The link reads as in the GET answer: its query's & not escaped
+		// as \u0026.
+		if !strings.Contains(url, "&") || !strings.Contains(raw, `"video_url":"`+url+`"`) {
+			t.Errorf("the link as sent: %s", raw)
+		}
+		// The WebSocket's frame carries the same link, as plain.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(w.s.HTTPURL, "http")+"/v1/video/generations/"+id+"/ws",
+			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + w.premium}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.CloseNow()
+		if _, msg, err := conn.Read(ctx); err != nil || !strings.Contains(string(msg), `"video_url":"`+url+`"`) {
+			t.Errorf("WebSocket frame = %s (%v)", msg, err)
 		}
 		resp, err := http.Get(url)
 		if err != nil {
