@@ -10,8 +10,9 @@ import (
 // Kueue manifest, numbers (nominalQuota: 8), as well as with quantity
 // strings (docs/api/quota.md#queue-admission); either way the API answers
 // the quantity strings. A quantity that is no quantity is still refused,
-// naming the field, and records nothing.
-func TestQueueQuantitiesMayBeNumbers(t *testing.T) {
+// naming the field, and records nothing. The body may also be the whole
+// Kueue object (apiVersion, kind, metadata, spec) of the path's name.
+func TestQueuesTakeKueueForms(t *testing.T) {
 	w := newWorld(t)
 	raw, err := os.ReadFile(w.s.AdminKeyFile)
 	if err != nil {
@@ -48,5 +49,27 @@ func TestQueueQuantitiesMayBeNumbers(t *testing.T) {
 	}
 	if code, _, _ := w.call("GET", "/api/v1/cluster-queues/bad-queue", op, nil); code != 404 {
 		t.Errorf("the refused queue was recorded: GET = %d", code)
+	}
+
+	// The whole Kueue object, as the document's manifest reads in JSON.
+	manifest := `{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"ClusterQueue","metadata":{"name":"gold-queue"},
+		"spec":{"resourceGroups":[{"coveredResources":["nvidia.com/gpu"],"flavors":[{"name":"default-flavor",
+		"resources":[{"name":"nvidia.com/gpu","nominalQuota":8}]}]}]}}`
+	code, body, _ = w.call("PUT", "/api/v1/cluster-queues/gold-queue", op, manifest)
+	if code != 200 || body["name"] != "gold-queue" {
+		t.Fatalf("PUT the manifest = %d %v", code, body)
+	}
+	code, body, _ = w.call("PUT", "/api/v1/local-queues/gold", op,
+		`{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"LocalQueue","metadata":{"name":"gold"},"spec":{"clusterQueue":"gold-queue"}}`)
+	if code != 200 || body["name"] != "gold" {
+		t.Fatalf("PUT the LocalQueue manifest = %d %v", code, body)
+	}
+	// A manifest naming another queue than the path is refused.
+	code, body, _ = w.call("PUT", "/api/v1/cluster-queues/silver-queue", op, manifest)
+	if msg, _ := body["message"].(string); code != 400 || body["code"] != 30005.0 || !strings.Contains(msg, "metadata.name") {
+		t.Errorf("a manifest of another name = %d %v", code, body)
+	}
+	if code, _, _ := w.call("GET", "/api/v1/cluster-queues/silver-queue", op, nil); code != 404 {
+		t.Errorf("the refused manifest was recorded: GET = %d", code)
 	}
 }

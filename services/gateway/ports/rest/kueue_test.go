@@ -38,10 +38,37 @@ func TestSpellQuantities(t *testing.T) {
 			t.Errorf("%s: %s, want %s", tt.name, ga, gb)
 		}
 	}
-	for path, want := range map[string]bool{"/api/v1/cluster-queues/q1": true, "/api/v1/cohorts/c1": true,
-		"/api/v1/cluster-queues/": false, "/api/v1/cluster-queues/q1/x": false, "/api/v1/local-queues/q1": false} {
-		if isQuantityRoute(path) != want {
-			t.Errorf("isQuantityRoute(%s) = %v", path, !want)
+	for path, want := range map[string]string{"/api/v1/cluster-queues/q1": "ClusterQueue", "/api/v1/cohorts/c1": "Cohort",
+		"/api/v1/local-queues/q1": "LocalQueue", "/api/v1/cluster-queues/": "", "/api/v1/cluster-queues/q1/x": "", "/api/v1/quotas/q1": ""} {
+		if _, kind, _ := kueueRoute(path); kind != want {
+			t.Errorf("kueueRoute(%s) = %q, want %q", path, kind, want)
+		}
+	}
+}
+
+func TestKueueManifest(t *testing.T) {
+	tests := []struct {
+		name, body string
+		wantSpec   string // "" = not a manifest
+		wantErr    bool
+	}{
+		{"the document's ClusterQueue", `{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"ClusterQueue","metadata":{"name":"q1"},"spec":{"cohort":"c"}}`,
+			`{"cohort":"c"}`, false},
+		{"without metadata", `{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"ClusterQueue","spec":{}}`, `{}`, false},
+		{"another name", `{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"ClusterQueue","metadata":{"name":"q2"},"spec":{}}`, "", true},
+		{"another kind", `{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"LocalQueue","spec":{}}`, "", false},
+		{"another group", `{"apiVersion":"batch/v1","kind":"ClusterQueue","spec":{}}`, "", false},
+		{"a status beside", `{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"ClusterQueue","spec":{},"status":{}}`, "", false},
+		{"a plain spec", `{"cohort":"c"}`, "", false},
+		{"malformed", `{"apiVersion":`, "", false},
+	}
+	for _, tt := range tests {
+		spec, ok, err := kueueManifest([]byte(tt.body), "ClusterQueue", "q1")
+		switch {
+		case (err != nil) != tt.wantErr:
+			t.Errorf("%s: error %v, want error %v", tt.name, err, tt.wantErr)
+		case ok != (tt.wantSpec != "") || (ok && string(spec) != tt.wantSpec):
+			t.Errorf("%s: spec %s (%v), want %q", tt.name, spec, ok, tt.wantSpec)
 		}
 	}
 }
