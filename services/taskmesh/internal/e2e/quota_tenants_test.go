@@ -54,3 +54,59 @@ func TestAdminTenantsAreQuotaTenants(t *testing.T) {
 		t.Errorf("quota tenants = %d %v, want demo and studio", code, body)
 	}
 }
+
+// Every GU quota a task may name has a WorkGroup to read (docs/api/
+// quota.md): a root's is its WorkGroup child's, a third-level quota's its
+// second-level ancestor's — the ones the submit-time check uses. The
+// background quota has none (31004).
+func TestEveryGUQuotaShowsTheWorkGroupServingIt(t *testing.T) {
+	w := newWorld(t)
+	raw, err := os.ReadFile(w.s.AdminKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, demo := strings.TrimSpace(string(raw)), w.s.DemoAPIKey
+	code, root, _ := w.call("POST", "/api/v1/quotas", op, map[string]any{"tenant_id": "demo", "cluster": w.s.QuotaCluster, "kind": "GU",
+		"spec": map[string]any{"name": "gu1", "min_units": 4, "max_units": 8, "machine_type": "A100",
+			"children": []any{
+				map[string]any{"name": "gu1-team", "min_units": 4, "max_units": 8,
+					"children": []any{map[string]any{"name": "gu1-team-a", "min_units": 2, "max_units": 4}}},
+				map[string]any{"name": "gu1-spare", "min_units": 0, "max_units": 8, "background": true},
+			}}})
+	if code != 200 {
+		t.Fatalf("create = %d %v", code, root)
+	}
+	ids := map[string]string{}
+	var walk func(q map[string]any)
+	walk = func(q map[string]any) {
+		ids[q["name"].(string)] = q["id"].(string)
+		for _, c := range q["children"].([]any) {
+			walk(c.(map[string]any))
+		}
+	}
+	walk(root)
+	waitFor(t, 30*time.Second, "the quota to be produced", func() bool {
+		code, body, _ := w.call("GET", "/api/v1/quotas/"+ids["gu1"], op, nil)
+		return code == 200 && body["status"] == "Active"
+	})
+	for _, name := range []string{"gu1", "gu1-team", "gu1-team-a"} {
+		code, wg, _ := w.call("GET", "/api/v1/quotas/"+ids[name]+"/workgroup", demo, nil)
+		if code != 200 || wg["quota_id"] != ids["gu1-team"] || wg["status"] != "Running" || wg["gpus"] != 4.0 {
+			t.Errorf("WorkGroup of %s = %d %v, want gu1-team's", name, code, wg)
+		}
+	}
+	code, body, _ := w.call("GET", "/api/v1/quotas/"+ids["gu1-spare"]+"/workgroup", demo, nil)
+	if code != 404 || body["code"] != 31004.0 {
+		t.Errorf("WorkGroup of the background quota = %d %v", code, body)
+	}
+	code, body, _ = w.call("GET", "/api/v1/quotas/q-nope/workgroup", demo, nil)
+	if code != 404 || body["code"] != 31004.0 {
+		t.Errorf("WorkGroup of an unknown quota = %d %v", code, body)
+	}
+	// Another tenant does not see it, whichever quota it names.
+	beta := w.tenantKey("beta")
+	code, body, _ = w.call("GET", "/api/v1/quotas/"+ids["gu1"]+"/workgroup", beta, nil)
+	if code != 404 || body["code"] != 31004.0 {
+		t.Errorf("another tenant's = %d %v", code, body)
+	}
+}
