@@ -59,6 +59,15 @@ func TestQueuesTakeKueueForms(t *testing.T) {
 	if code != 200 || body["name"] != "gold-queue" {
 		t.Fatalf("PUT the manifest = %d %v", code, body)
 	}
+	// What the manifest leaves out is answered as the default in force, as
+	// Kueue answers it.
+	code, body, _ = w.call("GET", "/api/v1/cluster-queues/gold-queue", op, nil)
+	spec, _ = body["spec"].(map[string]any)
+	pre, _ := spec["preemption"].(map[string]any)
+	if code != 200 || spec["queueing_strategy"] != "BestEffortFIFO" || pre["within_cluster_queue"] != "Never" ||
+		pre["reclaim_within_cohort"] != "Never" || pre["min_priority_gap"] != 0.0 {
+		t.Errorf("defaults of the manifest's queue = %d %v", code, spec)
+	}
 	code, body, _ = w.call("PUT", "/api/v1/local-queues/gold", op,
 		`{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"LocalQueue","metadata":{"name":"gold"},"spec":{"clusterQueue":"gold-queue"}}`)
 	if code != 200 || body["name"] != "gold" {
