@@ -244,6 +244,9 @@ func New(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	if err := g.dial(cfg); err != nil {
 		return nil, err
 	}
+	if g.quota != nil {
+		adminSrv.RegisterTenantsWith(quotav1.NewQuotaServiceClient(g.quota))
+	}
 	agentSrv, err := admin.NewAgentServer(g.creds, taskv1.NewAgentFleetServiceClient(g.upstream), cfg.Now, log)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

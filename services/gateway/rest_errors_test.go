@@ -108,13 +108,17 @@ func TestRESTRoutingErrors(t *testing.T) {
 		bearer             bool
 		wantStatus         int
 		wantCode           int
+		// wantAllow is the Allow header of a 405: HTTP requires it.
+		wantAllow string
 	}{
-		{"unknown api route", "GET", "/api/v1/nothing", true, 404, 404},
-		{"unknown agent route", "POST", "/api/v1/agent/tasks/t1/strat", false, 404, 404},
-		{"wrong method", "DELETE", "/api/v1/tasks", true, 405, 405},
-		{"outside the api", "GET", "/index.html", false, 404, 404},
-		{"post to healthz", "POST", "/healthz", false, 405, 405},
-		{"post to openapi", "POST", "/openapi.json", false, 405, 405},
+		{"unknown api route", "GET", "/api/v1/nothing", true, 404, 404, ""},
+		{"unknown agent route", "POST", "/api/v1/agent/tasks/t1/strat", false, 404, 404, ""},
+		{"wrong method", "DELETE", "/api/v1/tasks", true, 405, 405, "GET, POST"},
+		{"wrong method on a task", "POST", "/api/v1/tasks/t1", true, 405, 405, "GET, PUT, DELETE"},
+		{"wrong method on an agent route", "GET", "/api/v1/agent/tasks/claim", false, 405, 405, "POST"},
+		{"outside the api", "GET", "/index.html", false, 404, 404, ""},
+		{"post to healthz", "POST", "/healthz", false, 405, 405, "GET, HEAD"},
+		{"post to openapi", "POST", "/openapi.json", false, 405, 405, "GET, HEAD"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,7 +130,22 @@ func TestRESTRoutingErrors(t *testing.T) {
 			}
 			r := e.do(t, tt.method, tt.path, bearer, "")
 			assertEnvelope(t, r, tt.wantStatus, tt.wantCode, "")
+			if got := r.header.Get("Allow"); got != tt.wantAllow {
+				t.Errorf("Allow = %q, want %q", got, tt.wantAllow)
+			}
 		})
+	}
+	// The video API's routes answer 405 in their own body, with Allow too.
+	for _, tt := range []struct{ method, path, allow string }{
+		{"PUT", "/v1/video/generations", "POST"},
+		{"POST", "/v1/video/generations/t1", "GET, DELETE"},
+		{"PATCH", "/api/v1/video/generations/tasks/t1", "GET, DELETE"},
+	} {
+		r := e.do(t, tt.method, tt.path, e.userSecret, "")
+		if body := r.json(t); r.status != 405 || body["code"] != "MethodNotAllowed" || r.header.Get("Allow") != tt.allow {
+			t.Errorf("%s %s = %d %v, Allow %q; want 405 MethodNotAllowed, Allow %q", tt.method, tt.path, r.status, body,
+				r.header.Get("Allow"), tt.allow)
+		}
 	}
 	if calls := e.fake.Calls(); len(calls) != 0 {
 		t.Errorf("the scheduler got %d calls, want none", len(calls))

@@ -126,8 +126,9 @@ type TenantUpdate struct {
 	By Actor
 }
 
-// UpdateTenant changes the given fields and returns the tenant. Errors:
-// ErrInvalid (nothing is changed then), ErrNotFound.
+// UpdateTenant changes the given fields and returns the tenant; given none,
+// it returns the tenant as it is. Errors: ErrInvalid (nothing is changed
+// then), ErrNotFound.
 func (s *Store) UpdateTenant(ctx context.Context, id string, u TenantUpdate) (Tenant, error) {
 	cur, err := s.GetTenant(ctx, id)
 	if err != nil {
@@ -152,6 +153,11 @@ func (s *Store) UpdateTenant(ctx context.Context, id string, u TenantUpdate) (Te
 	}
 	if err := next.Limits.check(); err != nil {
 		return Tenant{}, fmt.Errorf("update tenant %q: %w", id, err)
+	}
+	if u.Name == nil && u.Tier == nil && u.RPM == nil && u.TPM == nil {
+		// An update naming no field changes nothing: no new updated_at,
+		// no admin event or audit entry claiming a change.
+		return cur, nil
 	}
 	// Each column is set from the request or kept (coalesce), so two
 	// updates of different fields racing each other both take effect.

@@ -124,6 +124,20 @@ func TestUpdateTenant(t *testing.T) {
 	if got.Name != "Acme Corp" || got.Tier != TierPremium || got.Limits != (Limits{TPM: 900}) {
 		t.Errorf("second update = %+v", got)
 	}
+	// An update naming no field changes nothing, updated_at included, and
+	// records no event.
+	var events int
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(time.Hour)
+	if same, err := f.store.UpdateTenant(ctx, "acme", TenantUpdate{}); err != nil || same != got {
+		t.Errorf("empty update = %+v, %v; want %+v unchanged", same, err, got)
+	}
+	var after int
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&after); err != nil || after != events {
+		t.Errorf("empty update recorded %d events (%v)", after-events, err)
+	}
 
 	tests := []struct {
 		name    string

@@ -20,7 +20,10 @@
 // client that reconnects with its last id misses nothing, the final state
 // included.
 //
-// What a frame says is a View: TaskView for the task API; another API (the
-// video API's statuses and taskProgress) registers the same two routes
-// under its own prefix with its own view (Service.Register).
+// What a frame says is a View: TaskView for the task API; another API
+// registers the same two routes under its own prefix with its own view
+// (Service.Register). The video API's (Service.RegisterVideo) first reads
+// the generation through the video API itself, so its streams refuse and
+// report UNKNOWN exactly as its GET answer does, and its SUCCEEDED frame
+// carries the video's link.
 package live

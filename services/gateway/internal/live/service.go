@@ -187,19 +187,35 @@ type Router interface {
 // view renders the API's frames. Authentication is mux's caller's job: the
 // handlers expect the principal in the request's context.
 func (s *Service) Register(mux Router, prefix string, view View) error {
-	if !strings.HasSuffix(prefix, "/{task_id}") {
-		return fmt.Errorf("live: route prefix %q must end with /{task_id}", prefix)
-	}
 	if view == nil {
 		return errors.New("live: nil view")
 	}
+	return s.register(mux, prefix, func(_ bool, serve transport) serveFunc {
+		return func(w http.ResponseWriter, r *http.Request, taskID string) { serve(w, r, taskID, view) }
+	})
+}
+
+// transport serves one stream (ServeSSE, ServeWebSocket).
+type transport func(w http.ResponseWriter, r *http.Request, taskID string, view View)
+
+// serveFunc answers one stream request for taskID.
+type serveFunc func(w http.ResponseWriter, r *http.Request, taskID string)
+
+// register adds GET <prefix>/events and <prefix>/ws, each served by what
+// handler makes of its transport (ws: the WebSocket's, else SSE's).
+func (s *Service) register(mux Router, prefix string, handler func(ws bool, serve transport) serveFunc) error {
+	if !strings.HasSuffix(prefix, "/{task_id}") {
+		return fmt.Errorf("live: route prefix %q must end with /{task_id}", prefix)
+	}
 	routes := []struct {
 		suffix string
-		serve  func(http.ResponseWriter, *http.Request, string, View)
-	}{{"/events", s.ServeSSE}, {"/ws", s.ServeWebSocket}}
+		ws     bool
+		serve  transport
+	}{{"/events", false, s.ServeSSE}, {"/ws", true, s.ServeWebSocket}}
 	for _, rt := range routes {
+		serve := handler(rt.ws, rt.serve)
 		err := mux.HandlePath(http.MethodGet, prefix+rt.suffix, func(w http.ResponseWriter, r *http.Request, p map[string]string) {
-			rt.serve(w, r, p["task_id"], view)
+			serve(w, r, p["task_id"])
 		})
 		if err != nil {
 			return fmt.Errorf("live: route %s%s: %w", prefix, rt.suffix, err)

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -246,7 +247,7 @@ func (st *stream) emit(ctx context.Context, out sink, u Update, link trace.SpanC
 	if !ok {
 		return false, nil
 	}
-	data, err := json.Marshal(f.Data)
+	data, err := marshalFrame(f.Data)
 	if err != nil {
 		return false, fmt.Errorf("render frame: %w", err)
 	}
@@ -265,4 +266,18 @@ func (st *stream) emit(ctx context.Context, out sink, u Update, link trace.SpanC
 	st.sent = u.Version
 	st.svc.frameSent()
 	return true, nil
+}
+
+// marshalFrame renders a frame's data as one line of JSON. It does not
+// escape &, < and > as encoding/json does for HTML: a frame is no HTML, and
+// a link in it (a video's video_url) must read as the GET answer's does,
+// its query's & a plain &.
+func marshalFrame(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

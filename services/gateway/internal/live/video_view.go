@@ -1,6 +1,14 @@
 package live
 
-import taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+import (
+	"context"
+	"regexp"
+
+	"google.golang.org/grpc"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+)
 
 // VideoFrame is VideoView's data: a video generation's status and progress
 // in the video API's vocabulary (docs/api/video.md#live-streams), with the
@@ -11,18 +19,30 @@ type VideoFrame struct {
 	TaskStatus   string `json:"task_status"`
 	StatusCamel  string `json:"taskStatus"`
 	TaskProgress int32  `json:"taskProgress"`
-	// Message is the failure's text when TaskStatus is FAILED.
+	// Code and Message say why the generation failed when TaskStatus is
+	// FAILED, split as the GET answer's data.code and data.message are.
+	Code    string `json:"code,omitempty"`
 	Message string `json:"message,omitempty"`
-	Version int64  `json:"version"`
+	// VideoURL links to the video on the SUCCEEDED frame: the result the
+	// stream exists to deliver, as the GET answer's taskInput.video_url.
+	VideoURL string `json:"video_url,omitempty"`
+	Version  int64  `json:"version"`
 	// Final marks the last frame of the stream.
 	Final bool `json:"final"`
 }
+
+// Video statuses a frame may carry.
+const (
+	videoSucceeded = "SUCCEEDED"
+	videoFailed    = "FAILED"
+	videoUnknown   = "UNKNOWN"
+)
 
 // VideoStatus reads a task's status as a video status: waiting in any form
 // is QUEUED; a deleted or expired task is UNKNOWN.
 func VideoStatus(status string, deleted bool) string {
 	if deleted {
-		return "UNKNOWN"
+		return videoUnknown
 	}
 	switch status {
 	case StatusPending, StatusAssigned, StatusPreempted, StatusSuspended:
@@ -30,13 +50,30 @@ func VideoStatus(status string, deleted bool) string {
 	case StatusRunning:
 		return "RUNNING"
 	case StatusCompleted:
-		return "SUCCEEDED"
+		return videoSucceeded
 	case StatusFailed:
-		return "FAILED"
+		return videoFailed
 	case StatusCancelled:
 		return "CANCELED"
 	}
-	return "UNKNOWN"
+	return videoUnknown
+}
+
+// failureCode is a video API error code leading a runner's error text, the
+// rule the GET answer applies (services/scheduler/internal/video/app).
+var failureCode = regexp.MustCompile(`^([A-Z][A-Za-z]+(?:\.[A-Za-z]+)*): (.*)$`)
+
+// VideoFailure splits a failed task's error into the video API's code and
+// message: "InvalidParameter: The size is not match" is InvalidParameter
+// with "The size is not match"; any other text is an InternalError.
+func VideoFailure(text string) (code, message string) {
+	if m := failureCode.FindStringSubmatch(text); m != nil {
+		return m[1], m[2]
+	}
+	if text == "" {
+		text = "the generation failed"
+	}
+	return "InternalError", text
 }
 
 // VideoView is the video API's view (GET /v1/video/generations/{task_id}/
@@ -63,8 +100,47 @@ func VideoView(u Update) (Frame, bool) {
 	}
 	f := VideoFrame{TaskID: t.GetId(), TaskIDCamel: t.GetId(), TaskStatus: status, StatusCamel: status,
 		TaskProgress: t.GetProgress(), Version: u.Version, Final: u.Final}
-	if status == "FAILED" {
-		f.Message = t.GetError()
+	switch status {
+	case videoFailed:
+		f.Code, f.Message = VideoFailure(t.GetError())
+	case videoSucceeded:
+		// As the GET answer shows it (taskProgress is 100 once SUCCEEDED).
+		f.TaskProgress = 100
 	}
 	return Frame{Event: event, Data: f}, true
+}
+
+// VideoReader reads a generation as the video API's GET answers it, as
+// the caller in ctx; videov1.VideoServiceClient on the gateway's upstream
+// connection is one.
+type VideoReader interface {
+	GetVideoGeneration(ctx context.Context, in *videov1.GetVideoGenerationRequest, opts ...grpc.CallOption) (*videov1.GetVideoGenerationResponse, error)
+}
+
+// videoResultView is VideoView whose SUCCEEDED frame also carries the
+// link to the video, read through the video API as the stream's caller
+// (ctx): the task event says where the result object is, only the video
+// API signs the link to it. When the link cannot be read the frame goes
+// out without it; the GET answer still has it.
+func (s *Service) videoResultView(ctx context.Context, videos VideoReader) View {
+	return func(u Update) (Frame, bool) {
+		f, ok := VideoView(u)
+		if !ok {
+			return f, ok
+		}
+		vf := f.Data.(VideoFrame)
+		if vf.TaskStatus != videoSucceeded {
+			return f, ok
+		}
+		ctx, cancel := context.WithTimeout(ctx, getTaskTimeout)
+		defer cancel()
+		g, err := videos.GetVideoGeneration(ctx, &videov1.GetVideoGenerationRequest{TaskId: vf.TaskID})
+		if err != nil {
+			s.log.Warn("live stream: reading the video's link failed", "task_id", vf.TaskID, "err", err)
+			return f, ok
+		}
+		vf.VideoURL = g.GetData().GetTaskInput().GetVideoUrl().GetValue()
+		f.Data = vf
+		return f, ok
+	}
 }

@@ -50,16 +50,7 @@ func (s *Service) ServeWebSocket(w http.ResponseWriter, r *http.Request, taskID 
 		return
 	}
 	defer closeFn()
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		// Callers authenticate with a bearer header, never a cookie, so a
-		// page of another origin cannot ride on a user's session: no
-		// origin restriction is needed.
-		OriginPatterns: []string{"*"},
-		// A browser authenticates with the subprotocol taskmesh.bearer
-		// followed by its key (see rest.WebSocketBearerProtocol); the
-		// handshake must select one the client offered.
-		Subprotocols: []string{"taskmesh.bearer"},
-	})
+	c, err := websocket.Accept(w, r, acceptOptions())
 	if err != nil {
 		return // Accept answered the client
 	}
@@ -83,6 +74,20 @@ func (s *Service) ServeWebSocket(w http.ResponseWriter, r *http.Request, taskID 
 	_ = c.Close(code, text)
 	s.metrics.finished(context.WithoutCancel(ctx), "websocket", reason)
 	s.log.Debug("live stream ended", "transport", "websocket", "task_id", taskID, "reason", reason.String(), "err", err)
+}
+
+// acceptOptions are the WebSocket handshake's options of every stream.
+func acceptOptions() *websocket.AcceptOptions {
+	return &websocket.AcceptOptions{
+		// Callers authenticate with a bearer header, never a cookie, so a
+		// page of another origin cannot ride on a user's session: no
+		// origin restriction is needed.
+		OriginPatterns: []string{"*"},
+		// A browser authenticates with the subprotocol taskmesh.bearer
+		// followed by its key (see rest.WebSocketBearerProtocol); the
+		// handshake must select one the client offered.
+		Subprotocols: []string{"taskmesh.bearer"},
+	}
 }
 
 // closeStatus is the close frame for a stream that ended for reason.
@@ -134,7 +139,9 @@ type wsSink struct {
 }
 
 func (s *wsSink) send(ctx context.Context, id int64, event string, data []byte) error {
-	msg, err := json.Marshal(wsMessage{ID: id, Event: event, Data: data})
+	// As the frame itself: marshalling the envelope must not escape what
+	// the frame left plain.
+	msg, err := marshalFrame(wsMessage{ID: id, Event: event, Data: data})
 	if err != nil {
 		return err
 	}

@@ -17,11 +17,13 @@ import (
 	"time"
 
 	"buf.build/go/protovalidate"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
@@ -42,6 +44,41 @@ type Server struct {
 	changed func()
 	v       protovalidate.Validator
 	log     *slog.Logger
+	// quota, when set, is told of every tenant created or updated here.
+	quota QuotaTenants
+}
+
+// QuotaTenants registers tenants with the quota service
+// (quotav1.QuotaServiceClient is one).
+type QuotaTenants interface {
+	RegisterTenant(ctx context.Context, in *quotav1.RegisterTenantRequest, opts ...grpc.CallOption) (*quotav1.RegisterTenantResponse, error)
+}
+
+// RegisterTenantsWith makes the quota service learn every tenant this
+// server creates or updates, under the same id and name. The quota service
+// keeps its own tenants (docs/api/quota.md); without this a tenant created
+// through the admin API would be unknown there (31004), and no GU or CU
+// quota could be produced for it until an operator also registered it
+// with PUT /api/v1/tenants/{tenant_id}.
+func (s *Server) RegisterTenantsWith(q QuotaTenants) { s.quota = q }
+
+// quotaRegisterTimeout bounds the quota service's registration of a tenant.
+const quotaRegisterTimeout = 10 * time.Second
+
+// registerQuotaTenant tells the quota service of tenant t, as the calling
+// operator. The tenant is already stored, so a failure does not undo or
+// fail the admin call: it is logged, and registering again is safe — any
+// UpdateTenant of the tenant, or PUT /api/v1/tenants/{tenant_id}, does it.
+func (s *Server) registerQuotaTenant(ctx context.Context, t credentials.Tenant) {
+	if s.quota == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, quotaRegisterTimeout)
+	defer cancel()
+	if _, err := s.quota.RegisterTenant(ctx, &quotav1.RegisterTenantRequest{TenantId: t.ID, Name: t.Name}); err != nil {
+		s.log.WarnContext(ctx, "the quota service did not register the tenant; update the tenant to try again",
+			"tenant_id", t.ID, "err", err)
+	}
 }
 
 // New returns the admin service on store. tiers are the default limits by
@@ -91,6 +128,7 @@ func (s *Server) CreateTenant(ctx context.Context, req *adminv1.CreateTenantRequ
 		return nil, s.fail(ctx, err)
 	}
 	s.audit(ctx, "tenant created", "tenant_id", t.ID)
+	s.registerQuotaTenant(ctx, t)
 	return &adminv1.CreateTenantResponse{Tenant: s.tenant(t)}, nil
 }
 
@@ -148,6 +186,9 @@ func (s *Server) UpdateTenant(ctx context.Context, req *adminv1.UpdateTenantRequ
 	}
 	s.changed()
 	s.audit(ctx, "tenant updated", "tenant_id", t.ID)
+	// A rename reaches the quota service; any update also registers a
+	// tenant whose registration failed when it was created.
+	s.registerQuotaTenant(ctx, t)
 	return &adminv1.UpdateTenantResponse{Tenant: s.tenant(t)}, nil
 }
 

@@ -38,8 +38,8 @@ var marshaler = &apijson.Marshaler{JSONPb: runtime.JSONPb{
 // newAPIMux returns the generated REST mux for the task, lease, task-group
 // and template services, the quota service's routes when quota is set, and
 // the consumers service's (audit log, usage, webhooks) when consumers is.
-func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnInterface, log *slog.Logger) (*runtime.ServeMux, error) {
-	errs := &errorWriter{log: log}
+func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnInterface, routes allowIndex, log *slog.Logger) (*runtime.ServeMux, error) {
+	errs := &errorWriter{log: log, routes: routes}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
 		// A usage report asked for as CSV (Accept: text/csv, or format=csv
@@ -103,7 +103,11 @@ func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnIn
 }
 
 // errorWriter answers grpc-gateway's errors with the envelope.
-type errorWriter struct{ log *slog.Logger }
+type errorWriter struct {
+	log *slog.Logger
+	// routes gives a 405 its Allow header.
+	routes allowIndex
+}
 
 // grpcError handles every error of a routed request: the body did not
 // decode (InvalidArgument from the generated code), the outbound check
@@ -124,6 +128,9 @@ func (e *errorWriter) grpcError(ctx context.Context, _ *runtime.ServeMux, _ runt
 func (e *errorWriter) routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	switch httpStatus {
 	case http.StatusMethodNotAllowed:
+		if allow := e.routes.allow(r.URL.Path); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
 		httperr.WriteFor(w, r, httperr.New(httpStatus, httperr.CodeMethodNotAllowed, r.Method+" not allowed on "+r.URL.Path))
 	case http.StatusBadRequest:
 		httperr.WriteFor(w, r, httperr.New(httpStatus, httperr.CodeInvalidArgument, "malformed request path"))

@@ -13,6 +13,7 @@ import (
 	openapi "github.com/taskmesh/taskmesh/gen/openapi"
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
@@ -123,7 +124,11 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rest: openapi document: %w", err)
 	}
-	mux, err := newAPIMux(ctx, opts.Upstream, opts.QuotaUpstream, opts.ConsumersUpstream, opts.Logger)
+	routes, err := newAllowIndex(doc)
+	if err != nil {
+		return nil, err
+	}
+	mux, err := newAPIMux(ctx, opts.Upstream, opts.QuotaUpstream, opts.ConsumersUpstream, routes, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -152,16 +157,16 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: register dead-letter service: %w", err)
 		}
 	}
-	video, err := newVideoMux(ctx, opts.Upstream, opts.Logger)
+	video, err := newVideoMux(ctx, opts.Upstream, routes, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
 	if opts.Live != nil {
-		if err := opts.Live.Register(video, liveVideoRoutes, live.VideoView); err != nil {
+		if err := opts.Live.RegisterVideo(video, liveVideoRoutes, videov1.NewVideoServiceClient(opts.Upstream)); err != nil {
 			return nil, fmt.Errorf("rest: %w", err)
 		}
 	}
-	pipeline, err := newPipelineMux(ctx, opts.Upstream, opts.Logger)
+	pipeline, err := newPipelineMux(ctx, opts.Upstream, routes, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +183,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	// (garbage costs like anything else) and before any service sees it.
 	// Uploads are multipart and streamed: only their declared size is
 	// checked at the edge.
-	var api, videoAPI, pipelineAPI http.Handler = edge.Middleware(edge.Options{MaxBody: maxBodyBytes}, csvFormat(unwrapFileForms(mux))),
+	var api, videoAPI, pipelineAPI http.Handler = edge.Middleware(edge.Options{MaxBody: maxBodyBytes}, csvFormat(unwrapFileForms(kueueSpecs(mux)))),
 		edge.Middleware(edge.Options{MaxBody: maxVideoBodyBytes}, video),
 		edge.Middleware(edge.Options{MaxBody: maxBodyBytes, RawMaxBody: maxUpload,
 			RawBody: func(r *http.Request) bool { return r.URL.Path == uploadRoute }}, bodyLimit{next: pipeline, maxUpload: maxUpload})

@@ -13,10 +13,20 @@ import (
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
-// GetWorkGroup returns the WorkGroup of a quota; another tenant's is not
-// found.
+// GetWorkGroup returns the WorkGroup of a GU quota; another tenant's is
+// not found. A GU quota without a WorkGroup of its own is served by the one
+// the submit-time check (CheckGUQuota) uses for it: a root's, that of its
+// WorkGroup child (the `<name>-default` of a root made without children);
+// a deeper quota's, that of its second-level ancestor. So the WorkGroup of
+// every GU quota a task may name can be read, as "one GU quota, one Ray
+// WorkGroup" has it.
 func (a *App) GetWorkGroup(ctx context.Context, c Caller, quotaID string) (capacity.WorkGroup, error) {
 	w, err := a.store.WorkGroup(ctx, quotaID)
+	if errors.Is(err, capacity.ErrNotFound) {
+		if served, ok := a.servingWorkGroup(ctx, quotaID); ok {
+			w, err = served, nil
+		}
+	}
 	if err != nil {
 		return w, err
 	}
@@ -24,6 +34,30 @@ func (a *App) GetWorkGroup(ctx context.Context, c Caller, quotaID string) (capac
 		return capacity.WorkGroup{}, capacity.NotFound("WorkGroup of quota", quotaID)
 	}
 	return w, nil
+}
+
+// servingWorkGroup is the WorkGroup that serves GU quota quotaID when the
+// quota has none of its own (workGroupQuota); ok is false when there is
+// none, or the quota is unknown or not a GU quota.
+func (a *App) servingWorkGroup(ctx context.Context, quotaID string) (capacity.WorkGroup, bool) {
+	q, err := a.store.Quota(ctx, quotaID)
+	if err != nil || !q.Exists() || q.Kind != capacity.KindGU {
+		return capacity.WorkGroup{}, false
+	}
+	tree, err := a.store.Quotas(ctx, QuotaFilter{RootID: q.RootID})
+	if err != nil {
+		return capacity.WorkGroup{}, false
+	}
+	byID := map[string]capacity.Quota{}
+	for _, x := range tree {
+		byID[x.ID] = x
+	}
+	wq, ok := workGroupQuota(q, tree, byID)
+	if !ok || wq.ID == q.ID {
+		return capacity.WorkGroup{}, false
+	}
+	w, err := a.store.WorkGroup(ctx, wq.ID)
+	return w, err == nil
 }
 
 // ListWorkGroups lists WorkGroups; a tenant's key lists its own only.

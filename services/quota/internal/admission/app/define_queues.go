@@ -31,6 +31,9 @@ func (a *App) Put(ctx context.Context, c Caller, d Definition) (Definition, erro
 	if d.Origin == "" {
 		d.Origin = OriginAPI
 	}
+	if d.Kind == KindClusterQueue {
+		d.ClusterQueue = withDefaults(d.ClusterQueue)
+	}
 	err := a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
 		return a.put(tx, c, d, false)
 	})
@@ -39,6 +42,31 @@ func (a *App) Put(ctx context.Context, c Caller, d Definition) (Definition, erro
 	}
 	a.written()
 	return d, nil
+}
+
+// withDefaults is spec with the documented defaults written out, as
+// Kueue's own defaulting does: queueing_strategy BestEffortFIFO and
+// preemption Never within the queue and in the cohort. The core reads an
+// empty value the same way, so nothing changes but what answers show: the
+// policy in force rather than "" and null. spec itself is not modified.
+func withDefaults(spec *quotav1.ClusterQueueSpec) *quotav1.ClusterQueueSpec {
+	if spec == nil {
+		return nil
+	}
+	spec = proto.CloneOf(spec)
+	if spec.QueueingStrategy == "" {
+		spec.QueueingStrategy = "BestEffortFIFO"
+	}
+	if spec.Preemption == nil {
+		spec.Preemption = &quotav1.ClusterQueuePreemption{}
+	}
+	if spec.Preemption.WithinClusterQueue == "" {
+		spec.Preemption.WithinClusterQueue = "Never"
+	}
+	if spec.Preemption.ReclaimWithinCohort == "" {
+		spec.Preemption.ReclaimWithinCohort = "Never"
+	}
+	return spec
 }
 
 // put records d in tx; onlyIfAbsent skips an existing name (embedded

@@ -162,8 +162,11 @@ type View struct {
 
 // Get reports generation id. An unknown, removed or expired one, or a task
 // that is not a video generation, is UNKNOWN; another tenant's is
-// domain.ErrForbidden.
+// domain.ErrForbidden; an empty id is an *domain.InvalidError.
 func (a *App) Get(ctx context.Context, c sched.Caller, id string) (View, error) {
+	if err := domain.RequireTaskID(id); err != nil {
+		return View{}, err
+	}
 	t, err := a.find(ctx, c, id)
 	if errors.Is(err, task.ErrNotFound) {
 		return View{ID: id, Status: domain.StatusUnknown}, nil
@@ -225,6 +228,9 @@ func (a *App) find(ctx context.Context, c sched.Caller, id string) (task.Task, e
 // domain.ErrTaskCanceled). The decision is taken on the task as locked for
 // the change, so it cannot race with an agent starting it.
 func (a *App) Delete(ctx context.Context, c sched.Caller, id string) (string, error) {
+	if err := domain.RequireTaskID(id); err != nil {
+		return "", err
+	}
 	if _, err := a.find(ctx, c, id); errors.Is(err, task.ErrNotFound) {
 		return domain.StatusUnknown, nil
 	} else if err != nil {

@@ -15,6 +15,17 @@ type InvalidError struct {
 
 func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
 
+// RequireTaskID refuses a query or DELETE that names no task: a path
+// ending in "generations/" (or "tasks/") is a client's mistake, not a
+// question about a task that does not exist, so it must not be answered
+// UNKNOWN, and above all a DELETE must not report success.
+func RequireTaskID(id string) error {
+	if id == "" {
+		return invalid("task_id", "is required: the task id goes at the end of the path")
+	}
+	return nil
+}
+
 func invalid(field, format string, args ...any) error {
 	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
