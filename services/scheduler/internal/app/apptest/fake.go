@@ -62,6 +62,8 @@ type agent struct {
 	app.Agent
 	firstSeen time.Time
 	lost      bool
+	// heartbeats: the agent sent a Heartbeat, so its silence makes it lost.
+	heartbeats bool
 }
 
 // NewStore returns an empty fake.
@@ -460,17 +462,18 @@ func (s *Store) Heartbeat(_ context.Context, a app.Agent) error {
 	}
 	a.Labels, a.Warnings = slices.Clone(a.Labels), slices.Clone(a.Warnings)
 	s.put(a)
+	s.agents[a.AgentID].heartbeats = true
 	return nil
 }
 
 // put records a as the agent's latest state, keeping when it was first
 // seen. The caller holds s.mu.
 func (s *Store) put(a app.Agent) {
-	first := a.LastHeartbeatAt
+	first, beats := a.LastHeartbeatAt, false
 	if old, ok := s.agents[a.AgentID]; ok {
-		first = old.firstSeen
+		first, beats = old.firstSeen, old.heartbeats
 	}
-	s.agents[a.AgentID] = &agent{Agent: a, firstSeen: first}
+	s.agents[a.AgentID] = &agent{Agent: a, firstSeen: first, heartbeats: beats}
 }
 
 // Seen implements app.AgentRegistry.
@@ -585,7 +588,9 @@ func (s *Store) LostAgents(_ context.Context, now time.Time) ([]string, error) {
 	for id, a := range s.agents {
 		if !a.lost && a.LostAfter.Before(now) {
 			a.lost = true
-			out = append(out, id)
+			if a.heartbeats {
+				out = append(out, id)
+			}
 		}
 	}
 	slices.Sort(out)
