@@ -53,6 +53,9 @@ func unwrapFileForms(next http.Handler) http.Handler {
 			if inner, ok := wrapped(body, key); ok {
 				body = inner
 			}
+			if r.Method == http.MethodPut {
+				body = withoutTaskReadOnly(body)
+			}
 		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		next.ServeHTTP(w, r)
