@@ -26,6 +26,11 @@ type TaskStore interface {
 	// tenant, a deleted one and an unknown id are all domain.ErrNotFound.
 	Get(ctx context.Context, tenant, id string) (domain.Task, error)
 
+	// GetMany returns the tasks of tenant ("*": of any tenant) among ids,
+	// in no particular order; another tenant's, deleted and unknown ids
+	// are left out.
+	GetMany(ctx context.Context, tenant string, ids []string) ([]domain.Task, error)
+
 	// Mutate runs decide on the task's current state and stores what it
 	// recorded: the events, and the task after domain.Apply of each. It
 	// returns the task after them (as it was, when decide recorded

@@ -508,6 +508,16 @@ func (c *contract) taskQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.wantSet("missing", missing, []string{"gone", "theirs", "nope"})
+	for _, tc := range []struct {
+		tenant string
+		want   []string
+	}{{"t1", []string{"a", "b"}}, {"*", []string{"a", "b", "theirs"}}} {
+		got, err := c.s.Tasks.GetMany(c.ctx, tc.tenant, []string{"a", "b", "gone", "theirs", "nope", "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.wantSet("tasks of "+tc.tenant+" by id", ids(got), tc.want)
+	}
 
 	c.lease("a", "ag1", "m1", now)
 	c.lease("b", "ag1", "m1", now)

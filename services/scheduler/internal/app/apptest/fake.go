@@ -189,6 +189,22 @@ func (s *Store) Get(_ context.Context, tenant, id string) (domain.Task, error) {
 	return t, nil
 }
 
+// GetMany implements app.TaskStore.
+func (s *Store) GetMany(_ context.Context, tenant string, ids []string) ([]domain.Task, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("GetMany", strings.Join(ids, ",")); err != nil {
+		return nil, err
+	}
+	var out []domain.Task
+	for _, id := range ids {
+		if t, ok := s.live(id); ok && (tenant == "*" || t.TenantID == tenant) && !slices.ContainsFunc(out, func(o domain.Task) bool { return o.ID == id }) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
 // Mutate implements app.TaskStore.
 func (s *Store) Mutate(_ context.Context, id string, decide func(domain.Task) ([]domain.Record, error)) (domain.Task, error) {
 	s.mu.Lock()
