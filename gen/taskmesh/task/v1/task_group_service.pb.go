@@ -635,7 +635,13 @@ type TaskGroupTask struct {
 	Variables map[string]*structpb.Value `protobuf:"bytes,24,rep,name=variables,proto3" json:"variables,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Where the member's task is notified when it ends (docs/api/webhooks.md);
 	// default: the group's webhook.
-	Webhook       *Webhook `protobuf:"bytes,25,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	Webhook *Webhook `protobuf:"bytes,25,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	// A task's fields that place it, which the group does for a member: a
+	// member written as a whole task (group_id "", repeat_count 1, no
+	// targets) is accepted; any other value is refused, naming the field.
+	GroupId       string   `protobuf:"bytes,26,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	RepeatCount   *int32   `protobuf:"varint,27,opt,name=repeat_count,json=repeatCount,proto3,oneof" json:"repeat_count,omitempty"`
+	Targets       *Targets `protobuf:"bytes,28,opt,name=targets,proto3" json:"targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -841,6 +847,27 @@ func (x *TaskGroupTask) GetVariables() map[string]*structpb.Value {
 func (x *TaskGroupTask) GetWebhook() *Webhook {
 	if x != nil {
 		return x.Webhook
+	}
+	return nil
+}
+
+func (x *TaskGroupTask) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *TaskGroupTask) GetRepeatCount() int32 {
+	if x != nil && x.RepeatCount != nil {
+		return *x.RepeatCount
+	}
+	return 0
+}
+
+func (x *TaskGroupTask) GetTargets() *Targets {
+	if x != nil {
+		return x.Targets
 	}
 	return nil
 }
@@ -2037,7 +2064,7 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_exit_code\"\xf0\f\n" +
+	"_exit_code\"\x8f\x0e\n" +
 	"\rTaskGroupTask\x12\x18\n" +
 	"\x02id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x02id\x12\x1c\n" +
 	"\x04name\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x128\n" +
@@ -2072,7 +2099,11 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\vtemplate_id\x18\x17 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\n" +
 	"templateId\x12V\n" +
 	"\tvariables\x18\x18 \x03(\v2..taskmesh.task.v1.TaskGroupTask.VariablesEntryB\b\xbaH\x05\x9a\x01\x02\x10@R\tvariables\x123\n" +
-	"\awebhook\x18\x19 \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x1a6\n" +
+	"\awebhook\x18\x19 \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x12#\n" +
+	"\bgroup_id\x18\x1a \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\agroupId\x122\n" +
+	"\frepeat_count\x18\x1b \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x01H\bR\vrepeatCount\x88\x01\x01\x123\n" +
+	"\atargets\x18\x1c \x01(\v2\x19.taskmesh.task.v1.TargetsR\atargets\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
@@ -2090,7 +2121,8 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\x0e_lease_ttl_secB\x15\n" +
 	"\x13_renew_interval_secB\x19\n" +
 	"\x17_heartbeat_interval_secB\x13\n" +
-	"\x11_grace_period_sec\"\xb6\x05\n" +
+	"\x11_grace_period_secB\x0f\n" +
+	"\r_repeat_count\"\xb6\x05\n" +
 	"\fRepeatPolicy\x12!\n" +
 	"\x05count\x18\x01 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xa0\x8d\x06(\x01R\x05count\x12+\n" +
 	"\bparallel\x18\x02 \x01(\x05B\n" +
@@ -2243,8 +2275,9 @@ var file_taskmesh_task_v1_task_group_service_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),        // 27: google.protobuf.Timestamp
 	(*Webhook)(nil),                      // 28: taskmesh.task.v1.Webhook
 	(*Distribution)(nil),                 // 29: taskmesh.task.v1.Distribution
-	(*TaskSpec)(nil),                     // 30: taskmesh.task.v1.TaskSpec
-	(*structpb.Value)(nil),               // 31: google.protobuf.Value
+	(*Targets)(nil),                      // 30: taskmesh.task.v1.Targets
+	(*TaskSpec)(nil),                     // 31: taskmesh.task.v1.TaskSpec
+	(*structpb.Value)(nil),               // 32: google.protobuf.Value
 }
 var file_taskmesh_task_v1_task_group_service_proto_depIdxs = []int32{
 	2,  // 0: taskmesh.task.v1.TaskGroup.tasks:type_name -> taskmesh.task.v1.TaskGroupMember
@@ -2266,43 +2299,44 @@ var file_taskmesh_task_v1_task_group_service_proto_depIdxs = []int32{
 	24, // 16: taskmesh.task.v1.TaskGroupTask.resources:type_name -> taskmesh.task.v1.TaskGroupTask.ResourcesEntry
 	25, // 17: taskmesh.task.v1.TaskGroupTask.variables:type_name -> taskmesh.task.v1.TaskGroupTask.VariablesEntry
 	28, // 18: taskmesh.task.v1.TaskGroupTask.webhook:type_name -> taskmesh.task.v1.Webhook
-	30, // 19: taskmesh.task.v1.RepeatPolicy.template:type_name -> taskmesh.task.v1.TaskSpec
-	26, // 20: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
-	27, // 21: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
-	27, // 22: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
-	3,  // 23: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
-	4,  // 24: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
-	28, // 25: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
-	0,  // 26: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 27: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 28: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 29: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 30: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 31: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 32: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	31, // 33: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
-	31, // 34: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
-	6,  // 35: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
-	8,  // 36: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
-	10, // 37: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
-	12, // 38: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
-	14, // 39: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
-	16, // 40: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
-	18, // 41: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
-	20, // 42: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
-	7,  // 43: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
-	9,  // 44: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
-	11, // 45: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
-	13, // 46: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
-	15, // 47: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
-	17, // 48: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
-	19, // 49: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
-	21, // 50: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
-	43, // [43:51] is the sub-list for method output_type
-	35, // [35:43] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	30, // 19: taskmesh.task.v1.TaskGroupTask.targets:type_name -> taskmesh.task.v1.Targets
+	31, // 20: taskmesh.task.v1.RepeatPolicy.template:type_name -> taskmesh.task.v1.TaskSpec
+	26, // 21: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
+	27, // 22: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
+	27, // 23: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
+	3,  // 24: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
+	4,  // 25: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
+	28, // 26: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
+	0,  // 27: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 28: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 29: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 30: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 31: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 32: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 33: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	32, // 34: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
+	32, // 35: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
+	6,  // 36: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
+	8,  // 37: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
+	10, // 38: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
+	12, // 39: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
+	14, // 40: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
+	16, // 41: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
+	18, // 42: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
+	20, // 43: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
+	7,  // 44: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
+	9,  // 45: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
+	11, // 46: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
+	13, // 47: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
+	15, // 48: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
+	17, // 49: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
+	19, // 50: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
+	21, // 51: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
+	44, // [44:52] is the sub-list for method output_type
+	36, // [36:44] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_group_service_proto_init() }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -48,5 +49,41 @@ func TestGroupMembersShowTheirTasks(t *testing.T) {
 		if mm["exit_code"] != float64(0) || mm["assigned_agent_id"] != "agent-1" || mm["group_id"] != id || mm["created_at"] == nil {
 			t.Errorf("%s after the run = %v", name, mm)
 		}
+	}
+}
+
+// A member may be written as a whole task, as the design's task file has
+// it: an empty group_id, repeat_count 1 and empty targets place nothing
+// and are accepted; a value that would place the task otherwise is
+// refused, naming the member's field, and nothing is stored.
+func TestGroupMemberWrittenAsAWholeTask(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	whole := func(extra map[string]any) map[string]any {
+		m := map[string]any{"id": "task-train-001", "name": "pytorch-train", "type": "python", "command": "python",
+			"args": []string{"train.py", "--epochs=100"}, "workdir": "/workspace", "env": map[string]string{"CUDA_VISIBLE_DEVICES": "0"},
+			"timeout": 86400, "priority": 3, "max_retries": 3, "retry_delay": 60, "machine_id": "machine-001",
+			"group_id": "", "parent_id": "", "depends_on": []string{}, "repeat_count": 1,
+			"targets":       map[string]any{"machine_ids": []string{}, "ips": []string{}},
+			"lease_ttl_sec": 300, "renew_interval_sec": 60, "heartbeat_interval_sec": 30, "grace_period_sec": 30}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return map[string]any{"mode": "serial", "start": false, "tasks": []map[string]any{m}}
+	}
+	code, g, _ := w.call("POST", "/api/v1/task-groups", key, whole(nil))
+	if list, _ := g["tasks"].([]any); code != 200 || len(list) != 1 {
+		t.Fatalf("a member written as a whole task = %d %v", code, g)
+	}
+	for field, v := range map[string]any{"group_id": "other", "repeat_count": 2,
+		"targets": map[string]any{"machine_ids": []string{"machine-002"}}} {
+		code, resp, _ := w.call("POST", "/api/v1/task-groups", key, whole(map[string]any{field: v}))
+		if msg, _ := resp["message"].(string); code != 400 || resp["code"] != float64(30005) || !strings.Contains(msg, "tasks[0]."+field) {
+			t.Errorf("a member with %s %v = %d %v, want 400/30005 naming tasks[0].%s", field, v, code, resp, field)
+		}
+	}
+	code, list, _ := w.call("GET", "/api/v1/task-groups", key, nil)
+	if groups, _ := list["groups"].([]any); code != 200 || len(groups) != 1 {
+		t.Fatalf("groups after the refused creates = %d %v, want the first only", code, list)
 	}
 }

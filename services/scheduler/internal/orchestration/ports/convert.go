@@ -56,6 +56,8 @@ func memberRequest(m *taskv1.TaskGroupTask) oapp.MemberRequest {
 		MachineID: m.GetMachineId(), ParentID: m.GetParentId(), DependsOn: m.GetDependsOn(), Queue: m.GetQueue(),
 		LeaseTTL: intPtr(m.LeaseTtlSec), RenewInterval: intPtr(m.RenewIntervalSec), HeartbeatInterval: intPtr(m.HeartbeatIntervalSec),
 		GracePeriod: intPtr(m.GracePeriodSec), Resources: m.GetResources(), Quota: m.GetQuota(), Webhook: m.GetWebhook().GetUrl(),
+		GroupID: m.GetGroupId(), TargetMachines: m.GetTargets().GetMachineIds(), TargetIPs: m.GetTargets().GetIps(),
+		Repeat: int(m.GetRepeatCount()),
 	}
 	if d := m.GetDistribution(); d != nil {
 		in.Mode, in.Labels, in.ScatterCount = d.GetMode(), d.GetLabels(), int(d.GetCount())
