@@ -31,6 +31,12 @@ func TestDeadAgentDetectedByMissedHeartbeats(t *testing.T) {
 	ctx := user("tenant-a")
 	id := e.create(ctx, &taskv1.TaskSpec{Name: "long", Command: "sleep", Args: []string{"600"}, LeaseTtlSec: i32(300)}).GetId()
 	old := e.claim("agent-dead", "m1", 1)[0]
+	// agent-dead heartbeats, as Taskmesh's agents do: its silence from now
+	// on is what makes it lost (an agent that never heartbeats is judged
+	// by its leases alone).
+	if _, err := e.leases().SendHeartbeat(agent("agent-dead"), &taskv1.SendHeartbeatRequest{AgentId: "agent-dead", MachineId: "m1", AttemptIds: []string{old.GetAttemptId()}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.leases().StartTask(agent("agent-dead"), &taskv1.StartTaskRequest{TaskId: id, AgentId: "agent-dead", AttemptId: old.GetAttemptId()}); err != nil {
 		t.Fatal(err)
 	}

@@ -294,7 +294,7 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	managedv1.RegisterManagedServiceServiceServer(g, &mports.ServiceServer{App: s.managed, Log: s.log})
 	managedv1.RegisterServiceAgentServiceServer(g, &mports.AgentServer{App: s.managed, Log: s.log})
 	taskv1.RegisterAgentFleetServiceServer(g, &ports.AgentFleetServer{App: s.app, Services: s.managed, Log: s.log})
-	taskv1.RegisterTaskGroupServiceServer(g, &oports.GroupServer{App: s.orch, Log: s.log})
+	taskv1.RegisterTaskGroupServiceServer(g, &oports.GroupServer{App: s.orch, Tasks: s.app, Log: s.log})
 	taskv1.RegisterTemplateServiceServer(g, &oports.TemplateServer{App: s.orch, Log: s.log})
 	deadletterv1.RegisterDeadLetterServiceServer(g, &deadletter.Server{Service: "scheduler", DB: s.cfg.DB, Log: s.log})
 	if s.video != nil {

@@ -330,13 +330,38 @@ type TaskGroupMember struct {
 	// Member ids this one waits for.
 	DependsOn []string `protobuf:"bytes,5,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	// repeat only: the run number (1…count) and its attempt (1 = first).
-	Run           int32                  `protobuf:"varint,6,opt,name=run,proto3" json:"run,omitempty"`
-	Attempt       int32                  `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	EndedAt       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
-	Error         string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Run       int32                  `protobuf:"varint,6,opt,name=run,proto3" json:"run,omitempty"`
+	Attempt   int32                  `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	EndedAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	Error     string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// The member's task as the task API shows it (docs/api/tasks.md#task):
+	// a group's tasks are tasks. Before its release, what its task will be
+	// made from (a repeat run's: nothing yet). Inline output (stdout,
+	// stderr) is left out, as every member of a large group would carry
+	// up to 128 KiB of it: GET /api/v1/tasks/{task_id} or its result has it.
+	Type       string                 `protobuf:"bytes,11,opt,name=type,proto3" json:"type,omitempty"`
+	Command    string                 `protobuf:"bytes,12,opt,name=command,proto3" json:"command,omitempty"`
+	Args       []string               `protobuf:"bytes,13,rep,name=args,proto3" json:"args,omitempty"`
+	Workdir    string                 `protobuf:"bytes,14,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	Env        map[string]string      `protobuf:"bytes,15,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Timeout    int32                  `protobuf:"varint,16,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Priority   int32                  `protobuf:"varint,17,opt,name=priority,proto3" json:"priority,omitempty"`
+	RetryCount int32                  `protobuf:"varint,18,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
+	RetryDelay int32                  `protobuf:"varint,19,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
+	MaxRetries int32                  `protobuf:"varint,20,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
+	ExitCode   *int32                 `protobuf:"varint,21,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	AssignedAt *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=assigned_at,json=assignedAt,proto3" json:"assigned_at,omitempty"`
+	MachineId  string                 `protobuf:"bytes,24,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// The group's id.
+	GroupId         string                 `protobuf:"bytes,25,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	ParentId        string                 `protobuf:"bytes,26,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	AssignedAgentId string                 `protobuf:"bytes,27,opt,name=assigned_agent_id,json=assignedAgentId,proto3" json:"assigned_agent_id,omitempty"`
+	LeaseExpiresAt  *timestamppb.Timestamp `protobuf:"bytes,28,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
+	AttemptId       string                 `protobuf:"bytes,29,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TaskGroupMember) Reset() {
@@ -439,6 +464,139 @@ func (x *TaskGroupMember) GetError() string {
 	return ""
 }
 
+func (x *TaskGroupMember) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *TaskGroupMember) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *TaskGroupMember) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *TaskGroupMember) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *TaskGroupMember) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *TaskGroupMember) GetTimeout() int32 {
+	if x != nil {
+		return x.Timeout
+	}
+	return 0
+}
+
+func (x *TaskGroupMember) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *TaskGroupMember) GetRetryCount() int32 {
+	if x != nil {
+		return x.RetryCount
+	}
+	return 0
+}
+
+func (x *TaskGroupMember) GetRetryDelay() int32 {
+	if x != nil {
+		return x.RetryDelay
+	}
+	return 0
+}
+
+func (x *TaskGroupMember) GetMaxRetries() int32 {
+	if x != nil {
+		return x.MaxRetries
+	}
+	return 0
+}
+
+func (x *TaskGroupMember) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
+}
+
+func (x *TaskGroupMember) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *TaskGroupMember) GetAssignedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AssignedAt
+	}
+	return nil
+}
+
+func (x *TaskGroupMember) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *TaskGroupMember) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *TaskGroupMember) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *TaskGroupMember) GetAssignedAgentId() string {
+	if x != nil {
+		return x.AssignedAgentId
+	}
+	return ""
+}
+
+func (x *TaskGroupMember) GetLeaseExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseExpiresAt
+	}
+	return nil
+}
+
+func (x *TaskGroupMember) GetAttemptId() string {
+	if x != nil {
+		return x.AttemptId
+	}
+	return ""
+}
+
 // TaskGroupTask is one member as submitted: a task (the TaskSpec fields
 // that make sense for one task) with the member's id and dependencies, or
 // a reference to a template with its variables.
@@ -477,7 +635,13 @@ type TaskGroupTask struct {
 	Variables map[string]*structpb.Value `protobuf:"bytes,24,rep,name=variables,proto3" json:"variables,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Where the member's task is notified when it ends (docs/api/webhooks.md);
 	// default: the group's webhook.
-	Webhook       *Webhook `protobuf:"bytes,25,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	Webhook *Webhook `protobuf:"bytes,25,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	// A task's fields that place it, which the group does for a member: a
+	// member written as a whole task (group_id "", repeat_count 1, no
+	// targets) is accepted; any other value is refused, naming the field.
+	GroupId       string   `protobuf:"bytes,26,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	RepeatCount   *int32   `protobuf:"varint,27,opt,name=repeat_count,json=repeatCount,proto3,oneof" json:"repeat_count,omitempty"`
+	Targets       *Targets `protobuf:"bytes,28,opt,name=targets,proto3" json:"targets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -683,6 +847,27 @@ func (x *TaskGroupTask) GetVariables() map[string]*structpb.Value {
 func (x *TaskGroupTask) GetWebhook() *Webhook {
 	if x != nil {
 		return x.Webhook
+	}
+	return nil
+}
+
+func (x *TaskGroupTask) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *TaskGroupTask) GetRepeatCount() int32 {
+	if x != nil && x.RepeatCount != nil {
+		return *x.RepeatCount
+	}
+	return 0
+}
+
+func (x *TaskGroupTask) GetTargets() *Targets {
+	if x != nil {
+		return x.Targets
 	}
 	return nil
 }
@@ -1834,7 +2019,7 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\x06failed\x18\x05 \x01(\x05R\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\x06 \x01(\x05R\tcancelled\x12\x1c\n" +
 	"\tpreempted\x18\a \x01(\x05R\tpreempted\x12\x1c\n" +
-	"\tsuspended\x18\b \x01(\x05R\tsuspended\"\xb9\x02\n" +
+	"\tsuspended\x18\b \x01(\x05R\tsuspended\"\xb4\b\n" +
 	"\x0fTaskGroupMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
@@ -1848,7 +2033,38 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x125\n" +
 	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x14\n" +
 	"\x05error\x18\n" +
-	" \x01(\tR\x05error\"\xf0\f\n" +
+	" \x01(\tR\x05error\x12\x12\n" +
+	"\x04type\x18\v \x01(\tR\x04type\x12\x18\n" +
+	"\acommand\x18\f \x01(\tR\acommand\x12\x12\n" +
+	"\x04args\x18\r \x03(\tR\x04args\x12\x18\n" +
+	"\aworkdir\x18\x0e \x01(\tR\aworkdir\x12<\n" +
+	"\x03env\x18\x0f \x03(\v2*.taskmesh.task.v1.TaskGroupMember.EnvEntryR\x03env\x12\x18\n" +
+	"\atimeout\x18\x10 \x01(\x05R\atimeout\x12\x1a\n" +
+	"\bpriority\x18\x11 \x01(\x05R\bpriority\x12\x1f\n" +
+	"\vretry_count\x18\x12 \x01(\x05R\n" +
+	"retryCount\x12\x1f\n" +
+	"\vretry_delay\x18\x13 \x01(\x05R\n" +
+	"retryDelay\x12\x1f\n" +
+	"\vmax_retries\x18\x14 \x01(\x05R\n" +
+	"maxRetries\x12 \n" +
+	"\texit_code\x18\x15 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x129\n" +
+	"\n" +
+	"created_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vassigned_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"assignedAt\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x18 \x01(\tR\tmachineId\x12\x19\n" +
+	"\bgroup_id\x18\x19 \x01(\tR\agroupId\x12\x1b\n" +
+	"\tparent_id\x18\x1a \x01(\tR\bparentId\x12*\n" +
+	"\x11assigned_agent_id\x18\x1b \x01(\tR\x0fassignedAgentId\x12D\n" +
+	"\x10lease_expires_at\x18\x1c \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12\x1d\n" +
+	"\n" +
+	"attempt_id\x18\x1d \x01(\tR\tattemptId\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
+	"\n" +
+	"_exit_code\"\x8f\x0e\n" +
 	"\rTaskGroupTask\x12\x18\n" +
 	"\x02id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x02id\x12\x1c\n" +
 	"\x04name\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x128\n" +
@@ -1883,7 +2099,11 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\vtemplate_id\x18\x17 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\n" +
 	"templateId\x12V\n" +
 	"\tvariables\x18\x18 \x03(\v2..taskmesh.task.v1.TaskGroupTask.VariablesEntryB\b\xbaH\x05\x9a\x01\x02\x10@R\tvariables\x123\n" +
-	"\awebhook\x18\x19 \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x1a6\n" +
+	"\awebhook\x18\x19 \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x12#\n" +
+	"\bgroup_id\x18\x1a \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\agroupId\x122\n" +
+	"\frepeat_count\x18\x1b \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xe8\a(\x01H\bR\vrepeatCount\x88\x01\x01\x123\n" +
+	"\atargets\x18\x1c \x01(\v2\x19.taskmesh.task.v1.TargetsR\atargets\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
@@ -1901,7 +2121,8 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\x0e_lease_ttl_secB\x15\n" +
 	"\x13_renew_interval_secB\x19\n" +
 	"\x17_heartbeat_interval_secB\x13\n" +
-	"\x11_grace_period_sec\"\xb6\x05\n" +
+	"\x11_grace_period_secB\x0f\n" +
+	"\r_repeat_count\"\xb6\x05\n" +
 	"\fRepeatPolicy\x12!\n" +
 	"\x05count\x18\x01 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xa0\x8d\x06(\x01R\x05count\x12+\n" +
 	"\bparallel\x18\x02 \x01(\x05B\n" +
@@ -2022,7 +2243,7 @@ func file_taskmesh_task_v1_task_group_service_proto_rawDescGZIP() []byte {
 	return file_taskmesh_task_v1_task_group_service_proto_rawDescData
 }
 
-var file_taskmesh_task_v1_task_group_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_taskmesh_task_v1_task_group_service_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_taskmesh_task_v1_task_group_service_proto_goTypes = []any{
 	(*TaskGroup)(nil),                    // 0: taskmesh.task.v1.TaskGroup
 	(*TaskGroupCounts)(nil),              // 1: taskmesh.task.v1.TaskGroupCounts
@@ -2046,69 +2267,76 @@ var file_taskmesh_task_v1_task_group_service_proto_goTypes = []any{
 	(*ResetTaskGroupRepeatResponse)(nil), // 19: taskmesh.task.v1.ResetTaskGroupRepeatResponse
 	(*WatchTaskGroupRequest)(nil),        // 20: taskmesh.task.v1.WatchTaskGroupRequest
 	(*WatchTaskGroupResponse)(nil),       // 21: taskmesh.task.v1.WatchTaskGroupResponse
-	nil,                                  // 22: taskmesh.task.v1.TaskGroupTask.EnvEntry
-	nil,                                  // 23: taskmesh.task.v1.TaskGroupTask.ResourcesEntry
-	nil,                                  // 24: taskmesh.task.v1.TaskGroupTask.VariablesEntry
-	nil,                                  // 25: taskmesh.task.v1.RepeatPolicy.VariablesEntry
-	(*timestamppb.Timestamp)(nil),        // 26: google.protobuf.Timestamp
-	(*Webhook)(nil),                      // 27: taskmesh.task.v1.Webhook
-	(*Distribution)(nil),                 // 28: taskmesh.task.v1.Distribution
-	(*TaskSpec)(nil),                     // 29: taskmesh.task.v1.TaskSpec
-	(*structpb.Value)(nil),               // 30: google.protobuf.Value
+	nil,                                  // 22: taskmesh.task.v1.TaskGroupMember.EnvEntry
+	nil,                                  // 23: taskmesh.task.v1.TaskGroupTask.EnvEntry
+	nil,                                  // 24: taskmesh.task.v1.TaskGroupTask.ResourcesEntry
+	nil,                                  // 25: taskmesh.task.v1.TaskGroupTask.VariablesEntry
+	nil,                                  // 26: taskmesh.task.v1.RepeatPolicy.VariablesEntry
+	(*timestamppb.Timestamp)(nil),        // 27: google.protobuf.Timestamp
+	(*Webhook)(nil),                      // 28: taskmesh.task.v1.Webhook
+	(*Distribution)(nil),                 // 29: taskmesh.task.v1.Distribution
+	(*Targets)(nil),                      // 30: taskmesh.task.v1.Targets
+	(*TaskSpec)(nil),                     // 31: taskmesh.task.v1.TaskSpec
+	(*structpb.Value)(nil),               // 32: google.protobuf.Value
 }
 var file_taskmesh_task_v1_task_group_service_proto_depIdxs = []int32{
 	2,  // 0: taskmesh.task.v1.TaskGroup.tasks:type_name -> taskmesh.task.v1.TaskGroupMember
-	26, // 1: taskmesh.task.v1.TaskGroup.created_at:type_name -> google.protobuf.Timestamp
-	26, // 2: taskmesh.task.v1.TaskGroup.ended_at:type_name -> google.protobuf.Timestamp
-	26, // 3: taskmesh.task.v1.TaskGroup.started_at:type_name -> google.protobuf.Timestamp
-	26, // 4: taskmesh.task.v1.TaskGroup.updated_at:type_name -> google.protobuf.Timestamp
+	27, // 1: taskmesh.task.v1.TaskGroup.created_at:type_name -> google.protobuf.Timestamp
+	27, // 2: taskmesh.task.v1.TaskGroup.ended_at:type_name -> google.protobuf.Timestamp
+	27, // 3: taskmesh.task.v1.TaskGroup.started_at:type_name -> google.protobuf.Timestamp
+	27, // 4: taskmesh.task.v1.TaskGroup.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: taskmesh.task.v1.TaskGroup.counts:type_name -> taskmesh.task.v1.TaskGroupCounts
 	5,  // 6: taskmesh.task.v1.TaskGroup.repeat:type_name -> taskmesh.task.v1.RepeatStatus
-	27, // 7: taskmesh.task.v1.TaskGroup.webhook:type_name -> taskmesh.task.v1.Webhook
-	26, // 8: taskmesh.task.v1.TaskGroupMember.started_at:type_name -> google.protobuf.Timestamp
-	26, // 9: taskmesh.task.v1.TaskGroupMember.ended_at:type_name -> google.protobuf.Timestamp
-	22, // 10: taskmesh.task.v1.TaskGroupTask.env:type_name -> taskmesh.task.v1.TaskGroupTask.EnvEntry
-	28, // 11: taskmesh.task.v1.TaskGroupTask.distribution:type_name -> taskmesh.task.v1.Distribution
-	23, // 12: taskmesh.task.v1.TaskGroupTask.resources:type_name -> taskmesh.task.v1.TaskGroupTask.ResourcesEntry
-	24, // 13: taskmesh.task.v1.TaskGroupTask.variables:type_name -> taskmesh.task.v1.TaskGroupTask.VariablesEntry
-	27, // 14: taskmesh.task.v1.TaskGroupTask.webhook:type_name -> taskmesh.task.v1.Webhook
-	29, // 15: taskmesh.task.v1.RepeatPolicy.template:type_name -> taskmesh.task.v1.TaskSpec
-	25, // 16: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
-	26, // 17: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
-	26, // 18: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
-	3,  // 19: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
-	4,  // 20: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
-	27, // 21: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
-	0,  // 22: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 23: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 24: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 25: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 26: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 27: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 28: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	30, // 29: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
-	30, // 30: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
-	6,  // 31: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
-	8,  // 32: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
-	10, // 33: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
-	12, // 34: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
-	14, // 35: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
-	16, // 36: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
-	18, // 37: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
-	20, // 38: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
-	7,  // 39: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
-	9,  // 40: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
-	11, // 41: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
-	13, // 42: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
-	15, // 43: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
-	17, // 44: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
-	19, // 45: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
-	21, // 46: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
-	39, // [39:47] is the sub-list for method output_type
-	31, // [31:39] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	28, // 7: taskmesh.task.v1.TaskGroup.webhook:type_name -> taskmesh.task.v1.Webhook
+	27, // 8: taskmesh.task.v1.TaskGroupMember.started_at:type_name -> google.protobuf.Timestamp
+	27, // 9: taskmesh.task.v1.TaskGroupMember.ended_at:type_name -> google.protobuf.Timestamp
+	22, // 10: taskmesh.task.v1.TaskGroupMember.env:type_name -> taskmesh.task.v1.TaskGroupMember.EnvEntry
+	27, // 11: taskmesh.task.v1.TaskGroupMember.created_at:type_name -> google.protobuf.Timestamp
+	27, // 12: taskmesh.task.v1.TaskGroupMember.assigned_at:type_name -> google.protobuf.Timestamp
+	27, // 13: taskmesh.task.v1.TaskGroupMember.lease_expires_at:type_name -> google.protobuf.Timestamp
+	23, // 14: taskmesh.task.v1.TaskGroupTask.env:type_name -> taskmesh.task.v1.TaskGroupTask.EnvEntry
+	29, // 15: taskmesh.task.v1.TaskGroupTask.distribution:type_name -> taskmesh.task.v1.Distribution
+	24, // 16: taskmesh.task.v1.TaskGroupTask.resources:type_name -> taskmesh.task.v1.TaskGroupTask.ResourcesEntry
+	25, // 17: taskmesh.task.v1.TaskGroupTask.variables:type_name -> taskmesh.task.v1.TaskGroupTask.VariablesEntry
+	28, // 18: taskmesh.task.v1.TaskGroupTask.webhook:type_name -> taskmesh.task.v1.Webhook
+	30, // 19: taskmesh.task.v1.TaskGroupTask.targets:type_name -> taskmesh.task.v1.Targets
+	31, // 20: taskmesh.task.v1.RepeatPolicy.template:type_name -> taskmesh.task.v1.TaskSpec
+	26, // 21: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
+	27, // 22: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
+	27, // 23: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
+	3,  // 24: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
+	4,  // 25: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
+	28, // 26: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
+	0,  // 27: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 28: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 29: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 30: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 31: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 32: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 33: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	32, // 34: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
+	32, // 35: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
+	6,  // 36: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
+	8,  // 37: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
+	10, // 38: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
+	12, // 39: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
+	14, // 40: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
+	16, // 41: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
+	18, // 42: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
+	20, // 43: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
+	7,  // 44: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
+	9,  // 45: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
+	11, // 46: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
+	13, // 47: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
+	15, // 48: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
+	17, // 49: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
+	19, // 50: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
+	21, // 51: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
+	44, // [44:52] is the sub-list for method output_type
+	36, // [36:44] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_group_service_proto_init() }
@@ -2117,6 +2345,7 @@ func file_taskmesh_task_v1_task_group_service_proto_init() {
 		return
 	}
 	file_taskmesh_task_v1_task_proto_init()
+	file_taskmesh_task_v1_task_group_service_proto_msgTypes[2].OneofWrappers = []any{}
 	file_taskmesh_task_v1_task_group_service_proto_msgTypes[3].OneofWrappers = []any{}
 	file_taskmesh_task_v1_task_group_service_proto_msgTypes[4].OneofWrappers = []any{}
 	file_taskmesh_task_v1_task_group_service_proto_msgTypes[6].OneofWrappers = []any{}
@@ -2126,7 +2355,7 @@ func file_taskmesh_task_v1_task_group_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_task_v1_task_group_service_proto_rawDesc), len(file_taskmesh_task_v1_task_group_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -10,7 +10,6 @@
 package localapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -177,7 +176,9 @@ func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer) http.Hand
 // localJSON is protojson with every field present, as JSONPb with
 // EmitUnpopulated writes it, except that protojson leaves an unset proto3
 // optional field out: a local task without an exit code would have no
-// exit_code key. It is written as null, as the task API shows it.
+// exit_code key. It is written as null, as the task API shows it; and a
+// task without an error shows "error": null, as the design's local queue
+// shows a task that has not failed (exit_code: null, error: null).
 type localJSON struct{ runtime.JSONPb }
 
 func (m *localJSON) Marshal(v any) ([]byte, error) {
@@ -201,20 +202,24 @@ func (m *localJSON) Marshal(v any) ([]byte, error) {
 	return m.JSONPb.Marshal(v)
 }
 
-// task writes t with "exit_code": null when it has none.
+// task writes t with "exit_code": null when it has none and "error": null
+// when it has no error.
 func (m *localJSON) task(t *agentv1.LocalTask) ([]byte, error) {
 	b, err := m.JSONPb.Marshal(t)
-	if err != nil || t == nil || t.ExitCode != nil {
+	if err != nil || t == nil || (t.ExitCode != nil && t.GetError() != "") {
 		return b, err
 	}
-	rest, ok := bytes.CutPrefix(bytes.TrimSpace(b), []byte("{"))
-	if !ok {
-		return b, nil
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return nil, err
 	}
-	if rest = bytes.TrimSpace(rest); !bytes.HasPrefix(rest, []byte("}")) {
-		rest = append([]byte(","), rest...)
+	if t.ExitCode == nil {
+		fields["exit_code"] = json.RawMessage("null")
 	}
-	return append([]byte(`{"exit_code":null`), rest...), nil
+	if t.GetError() == "" {
+		fields["error"] = json.RawMessage("null")
+	}
+	return json.Marshal(fields)
 }
 
 // envelope is the task API's error body (docs/api/README.md#the-error-envelope).

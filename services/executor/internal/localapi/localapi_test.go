@@ -118,13 +118,14 @@ func TestHandler(t *testing.T) {
 
 // TestExitCodeIsNullUntilSet: a local task without an exit code shows
 // "exit_code": null, in a list too; one with an exit code shows it, 0
-// included.
+// included. Likewise "error": null without an error.
 func TestExitCodeIsNullUntilSet(t *testing.T) {
-	code := 0
+	code, failed := 0, 1
 	f := &fake{tasks: []journal.Task{
 		{ID: "t1", Name: "one", Status: journal.StatusCompleted, ExitCode: &code, Origin: journal.OriginServer,
 			LastHeartbeatAt: time.Date(2026, 2, 5, 12, 4, 55, 0, time.UTC)},
 		{ID: "t2", Name: "two", Status: journal.StatusPending, Origin: journal.OriginLocal},
+		{ID: "t3", Name: "three", Status: journal.StatusFailed, ExitCode: &failed, Error: "exit code 1", Origin: journal.OriginLocal},
 	}}
 	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f)))
 	defer srv.Close()
@@ -143,7 +144,7 @@ func TestExitCodeIsNullUntilSet(t *testing.T) {
 		Tasks []map[string]any `json:"tasks"`
 	}
 	get("/api/v1/tasks", &list)
-	if len(list.Tasks) != 2 {
+	if len(list.Tasks) != 3 {
 		t.Fatalf("tasks = %v", list.Tasks)
 	}
 	for _, task := range list.Tasks {
@@ -156,12 +157,22 @@ func TestExitCodeIsNullUntilSet(t *testing.T) {
 			if task["last_heartbeat_at"] != "2026-02-05T12:04:55Z" {
 				t.Errorf("t1 last_heartbeat_at = %v", task["last_heartbeat_at"])
 			}
+			if v, ok := task["error"]; !ok || v != nil {
+				t.Errorf("t1 error = %v (present %v), want null", v, ok)
+			}
+		case "t3":
+			if task["exit_code"] != float64(1) || task["error"] != "exit code 1" {
+				t.Errorf("t3 = %v", task)
+			}
 		case "t2":
 			if !ok || v != nil {
 				t.Errorf("t2 exit_code = %v (present %v), want null", v, ok)
 			}
 			if v, ok := task["last_heartbeat_at"]; !ok || v != nil {
 				t.Errorf("t2 last_heartbeat_at = %v (present %v), want null", v, ok)
+			}
+			if v, ok := task["error"]; !ok || v != nil {
+				t.Errorf("t2 error = %v (present %v), want null", v, ok)
 			}
 		}
 		if task["name"] == "" || task["status"] == "" {

@@ -38,7 +38,7 @@ type GroupWatcher interface {
 const EventGroup = "group"
 
 // groupJSON renders frames like the task-group API's JSON.
-var groupJSON = apijson.Options{MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}}
+var groupJSON = apijson.Options{MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}, NullOptional: true}
 
 // groupFrame renders one watch message: the group's fields as GET shows
 // them (tasks: every member in the first frame, then the members that

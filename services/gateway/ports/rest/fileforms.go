@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // fileForms are the create routes whose body may also be a task file's
@@ -17,7 +18,23 @@ var fileForms = map[string]string{
 	"/api/v1/task-groups": "group",
 }
 
-// unwrapFileForms makes a create body that is the task file's form,
+// fileFormOf returns the wrapper key r's body may use: a create of
+// fileForms, or an update of one task (PUT /api/v1/tasks/{id}), whose body
+// is a TaskSpec as the create's is, so the edited task file is sent back
+// the way it was first sent.
+func fileFormOf(r *http.Request) (string, bool) {
+	switch r.Method {
+	case http.MethodPost:
+		key, ok := fileForms[r.URL.Path]
+		return key, ok
+	case http.MethodPut:
+		id, ok := strings.CutPrefix(r.URL.Path, "/api/v1/tasks/")
+		return "task", ok && id != "" && !strings.Contains(id, "/")
+	}
+	return "", false
+}
+
+// unwrapFileForms makes a create (or task update) body that is the task file's form,
 // `{"task": {…}}` or `{"group": {…}}` and nothing else, the object it
 // wraps. Any other body, a wrapper beside other keys included, goes on
 // as sent (and an unknown key is then refused as usual). The edge has
@@ -25,8 +42,8 @@ var fileForms = map[string]string{
 // is decoded here.
 func unwrapFileForms(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, ok := fileForms[r.URL.Path]
-		if !ok || r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
+		key, ok := fileFormOf(r)
+		if !ok || r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -35,6 +52,9 @@ func unwrapFileForms(next http.Handler) http.Handler {
 		if err == nil {
 			if inner, ok := wrapped(body, key); ok {
 				body = inner
+			}
+			if r.Method == http.MethodPut {
+				body = withoutTaskReadOnly(body)
 			}
 		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))

@@ -11,6 +11,23 @@ func (a *App) GetTask(ctx context.Context, c Caller, id string) (domain.Task, er
 	return a.tasks.Get(ctx, c.Tenant, id)
 }
 
+// TasksByID returns the caller's tasks among ids by id (as GetTask reads
+// them: every acknowledged write); the others are left out.
+func (a *App) TasksByID(ctx context.Context, c Caller, ids []string) (map[string]domain.Task, error) {
+	out := make(map[string]domain.Task, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	ts, err := a.tasks.GetMany(ctx, c.Tenant, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range ts {
+		out[t.ID] = t
+	}
+	return out, nil
+}
+
 // ListTasks lists the caller's tasks from TaskViews (eventually
 // consistent: it trails writes by the relay and projection lag).
 func (a *App) ListTasks(ctx context.Context, c Caller, f ListFilter) ([]domain.Task, string, error) {

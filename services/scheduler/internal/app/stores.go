@@ -26,6 +26,11 @@ type TaskStore interface {
 	// tenant, a deleted one and an unknown id are all domain.ErrNotFound.
 	Get(ctx context.Context, tenant, id string) (domain.Task, error)
 
+	// GetMany returns the tasks of tenant ("*": of any tenant) among ids,
+	// in no particular order; another tenant's, deleted and unknown ids
+	// are left out.
+	GetMany(ctx context.Context, tenant string, ids []string) ([]domain.Task, error)
+
 	// Mutate runs decide on the task's current state and stores what it
 	// recorded: the events, and the task after domain.Apply of each. It
 	// returns the task after them (as it was, when decide recorded
@@ -131,7 +136,8 @@ var ErrBadPageToken = &domain.InvalidError{Field: "page_token", Reason: "is not 
 // which of them are drained.
 type AgentRegistry interface {
 	// Heartbeat records a alive until a.LostAfter (a lost agent that
-	// heartbeats is alive again) and as a describes it.
+	// heartbeats is alive again) and as a describes it, and marks it as an
+	// agent that heartbeats, whose silence makes it lost (LostAgents).
 	Heartbeat(ctx context.Context, a Agent) error
 	// Seen records a alive until a.LostAfter, with its machine, tenant,
 	// address and labels, keeping what its heartbeats said of its slots,
@@ -187,7 +193,11 @@ type FleetAgent struct {
 // so an answer that is already stale changes nothing.
 type SweepQueries interface {
 	// LostAgents marks the agents whose LostAfter is before now as lost
-	// and returns them (each agent once, until it heartbeats again).
+	// and returns those of them that heartbeat (have sent a Heartbeat),
+	// each agent once, until it heartbeats again: their leases are to be
+	// released. An agent only ever seen through its claims is marked lost
+	// (its machine no longer counts as live) but not returned: its
+	// heartbeat is its lease renewal, so its leases expire instead.
 	LostAgents(ctx context.Context, now time.Time) ([]string, error)
 	// LeasesOf returns the leased (assigned or running) tasks agentID holds.
 	LeasesOf(ctx context.Context, agentID string) ([]string, error)

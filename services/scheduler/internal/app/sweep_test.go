@@ -22,9 +22,11 @@ func (h *harness) sweep() app.SweepReport {
 func TestSweepReleasesTheLeasesOfALostAgent(t *testing.T) {
 	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
 	leased := h.create(user("t1"), spec("leased"))
-	h.claimOne("a1", "m1", leased.ID)
+	claimed := h.claimOne("a1", "m1", leased.ID)
 	running := h.running("a1", "m1", spec("running"))
 	other := h.running("a2", "m2", spec("other"))
+	// a1 is an agent that heartbeats: its silence will make it lost.
+	h.heartbeat("a1", claimed.AttemptID, running.AttemptID)
 	h.clock.Advance(10 * time.Second)
 	h.heartbeat("a2", other.AttemptID)
 	h.clock.Advance(6 * time.Second)
@@ -43,6 +45,43 @@ func TestSweepReleasesTheLeasesOfALostAgent(t *testing.T) {
 	h.wantStatus(other.ID, domain.StatusRunning)
 	if rep := h.sweep(); rep != (app.SweepReport{}) {
 		t.Errorf("a second sweep did %+v", rep)
+	}
+}
+
+// An agent that speaks only the lease protocol — claims, starts, renews
+// at its renew_interval_sec, never sends SendHeartbeat — is never lost for
+// its silence: its attempt ends when its lease runs out. Once it has
+// heartbeated, its silence makes it lost as any agent's.
+func TestSweepJudgesAnAgentWithoutHeartbeatsByItsLeases(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
+	x := h.running("a1", "m1", spec("renewed every minute", func(in *domain.SpecInput) { in.MaxRetries = intp(0) }))
+	h.clock.Advance(59 * time.Second)
+	if rep := h.sweep(); rep.AgentsLost != 0 || rep.LeasesExpired != 0 {
+		t.Fatalf("sweep a minute after the claim = %+v", rep)
+	}
+	if _, err := h.app.RenewLease(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 0); err != nil {
+		t.Fatalf("renew after a minute: %v", err)
+	}
+	h.wantStatus(x.ID, domain.StatusRunning)
+	// Its lease (300 s) runs out: then it is released, as lease_expired.
+	h.clock.Advance(301 * time.Second)
+	if rep := h.sweep(); rep.AgentsLost != 0 || rep.LeasesExpired != 1 {
+		t.Fatalf("sweep after the lease ran out = %+v", rep)
+	}
+	h.wantStatus(x.ID, domain.StatusFailed) // no retry left
+	if e, ok := h.lastEvent(x.ID).(domain.LeaseExpired); !ok || e.Reason != domain.ReasonLeaseExpired {
+		t.Fatalf("last event = %+v, want the lease expired", h.lastEvent(x.ID))
+	}
+
+	// The same agent heartbeats once: from then on its silence counts.
+	y := h.running("a1", "m1", spec("heartbeated"))
+	h.heartbeat("a1", y.AttemptID)
+	h.clock.Advance(16 * time.Second)
+	if rep := h.sweep(); rep.AgentsLost != 1 || rep.LeasesExpired != 1 {
+		t.Fatalf("sweep 16 s after its heartbeat = %+v", rep)
+	}
+	if e, ok := h.lastEvent(y.ID).(domain.LeaseExpired); !ok || e.Reason != domain.ReasonAgentLost {
+		t.Fatalf("last event = %+v, want the lease released as agent_lost", h.lastEvent(y.ID))
 	}
 }
 

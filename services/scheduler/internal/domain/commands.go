@@ -116,7 +116,7 @@ func (t Task) checkAttempt(agentID, attemptID string) error {
 func (t Task) checkLeaseOf(now time.Time, agentID, attemptID string) error {
 	if attemptID != "" && attemptID != t.AttemptID {
 		if p, ok := t.pastAttempt(attemptID); ok && p.LeaseExpired && (agentID == "" || agentID == p.AgentID) {
-			return fmt.Errorf("%w at %s", ErrLeaseExpired, p.LeaseExpiresAt.UTC().Format(time.RFC3339))
+			return leaseEnded(now, p)
 		}
 	}
 	if err := t.checkAttempt(agentID, attemptID); err != nil {
@@ -125,9 +125,20 @@ func (t Task) checkLeaseOf(now time.Time, agentID, attemptID string) error {
 	if p, ok := t.pastAttempt(attemptID); ok && p.LeaseExpired {
 		// The current attempt's lease expired with no retry left: the task
 		// failed, but for this attempt the lease is what ended.
-		return fmt.Errorf("%w at %s", ErrLeaseExpired, p.LeaseExpiresAt.UTC().Format(time.RFC3339))
+		return leaseEnded(now, p)
 	}
 	return nil
+}
+
+// leaseEnded is the 30003 of an attempt whose lease ended. A lease taken
+// back before it would have run out was released because its agent was
+// lost: saying it expired at a time still to come would send its agent
+// looking at its clock.
+func leaseEnded(now time.Time, p PastAttempt) error {
+	if p.LeaseExpiresAt.After(now) {
+		return fmt.Errorf("%w: the task was taken back from this attempt before its lease ran out, its agent being lost (silent past the lost-agent window)", ErrLeaseExpired)
+	}
+	return fmt.Errorf("%w at %s", ErrLeaseExpired, p.LeaseExpiresAt.UTC().Format(time.RFC3339))
 }
 
 // pastAttempt finds an earlier attempt of the task.

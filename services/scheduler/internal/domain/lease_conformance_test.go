@@ -3,6 +3,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -159,5 +160,22 @@ func TestRememberAttemptDoesNotAlias(t *testing.T) {
 	_ = run(t, next, recs, err)
 	if after := fmt.Sprint(task.PastAttempts); after != before {
 		t.Errorf("the earlier task's past attempts changed:\n%s\n%s", before, after)
+	}
+}
+
+// An attempt taken back from its lost agent before its lease would have
+// run out learns that, not that its lease expired at a time to come; one
+// whose lease ran out learns when.
+func TestLeaseEndedSaysWhy(t *testing.T) {
+	task := leased(t, nil) // at t0+1s for 300 s
+	recs, err := task.ExpireLease(t0.Add(20*time.Second), ReasonAgentLost)
+	task = run(t, task, recs, err)
+	_, err = task.Renew(t0.Add(30*time.Second), "agent-1", "att-1", 0)
+	if !errors.Is(err, ErrLeaseExpired) || !strings.Contains(err.Error(), "agent being lost") {
+		t.Errorf("renew before the lease would have run out = %v", err)
+	}
+	_, err = task.Renew(t0.Add(302*time.Second), "agent-1", "att-1", 0)
+	if want := "at " + t0.Add(301*time.Second).Format(time.RFC3339); !errors.Is(err, ErrLeaseExpired) || !strings.Contains(err.Error(), want) {
+		t.Errorf("renew after it would have run out = %v, want %q", err, want)
 	}
 }

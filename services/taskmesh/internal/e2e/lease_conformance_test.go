@@ -74,8 +74,13 @@ func TestLeaseConformanceThroughREST(t *testing.T) {
 		t.Fatalf("task after the old attempt's calls = %v", got)
 	}
 
-	// lc-2 leased it but never started it; it falls silent and is lost:
-	// the task goes back without using a retry.
+	// lc-2 leased it but never started it; it heartbeats (an agent that
+	// never does is judged by its leases alone), then falls silent and is
+	// lost: the task goes back without using a retry.
+	if code, resp, _ := w.call("POST", "/api/v1/agent/heartbeat", tok2,
+		map[string]any{"agent_id": "lc-2", "attempt_ids": []string{att2}}); code != 200 {
+		t.Fatalf("heartbeat of lc-2: %d %v", code, resp)
+	}
 	clk.Advance(2 * time.Minute)
 	got := w.waitStatus(key, id, 10*time.Second, "pending")
 	if got["retry_count"] != float64(1) {
@@ -101,4 +106,49 @@ func (w *world) claimREST(tok, agent, id string) string {
 	}
 	w.t.Fatalf("claim by %s did not return %s: %v", agent, id, resp)
 	return ""
+}
+
+// The agent protocol as the design spells it has no heartbeat call of its
+// own: the lease renewal is the heartbeat, every renew_interval_sec. An
+// agent that claims, starts, and renews and reports progress less often
+// than Taskmesh's own agents heartbeat — here every 4 s, past the 3 s of
+// silence after which an agent that heartbeats is lost — keeps its
+// attempt and completes it.
+func TestRenewingAgentWithoutHeartbeatsKeepsItsLease(t *testing.T) {
+	w := newWorld(t) // agents that heartbeat are lost after 3 s of silence
+	key := w.s.DemoAPIKey
+	tok := w.agentToken("renewer")
+	id := w.submit(key, map[string]any{"name": "renewed", "type": "shell", "command": "true", "machine_id": "renewer-m",
+		"lease_ttl_sec": 60, "renew_interval_sec": 4})
+	code, resp, _ := w.call("POST", "/api/v1/agent/tasks/claim", tok,
+		map[string]any{"agent_id": "renewer", "machine_id": "renewer-m", "limit": 1, "request_id": "req-renewer", "wait": "5s"})
+	tasks, _ := resp["tasks"].([]any)
+	if code != 200 || len(tasks) != 1 {
+		t.Fatalf("claim: %d %v", code, resp)
+	}
+	attempt, _ := tasks[0].(map[string]any)["attempt_id"].(string)
+	send := func(path string, body map[string]any) (int, map[string]any) {
+		t.Helper()
+		body["agent_id"], body["attempt_id"] = "renewer", attempt
+		code, resp, _ := w.call("POST", "/api/v1/agent/tasks/"+id+path, tok, body)
+		return code, resp
+	}
+	if code, resp := send("/start", map[string]any{}); code != 200 {
+		t.Fatalf("start: %d %v", code, resp)
+	}
+	for round := 1; round <= 2; round++ {
+		time.Sleep(4 * time.Second)
+		if code, resp := send("/lease/renew", map[string]any{}); code != 200 {
+			t.Fatalf("renew %d: %d %v", round, code, resp)
+		}
+		if code, resp := send("/progress", map[string]any{"progress": 50 * round}); code != 200 {
+			t.Fatalf("progress %d: %d %v", round, code, resp)
+		}
+	}
+	if got := w.task(key, id); got["status"] != "running" || got["attempt_id"] != attempt || got["retry_count"] != float64(0) {
+		t.Fatalf("task after 8 s of renewals = %v", got)
+	}
+	if code, resp := send("/complete", map[string]any{"exit_code": 0}); code != 200 || resp["status"] != "completed" {
+		t.Fatalf("complete: %d %v", code, resp)
+	}
 }

@@ -30,6 +30,12 @@ func TestCreateTakesTheTaskFilesForms(t *testing.T) {
 		t.Fatalf("the same file again = %d %v, want task %s", code, again, id)
 	}
 
+	// An update takes the file's form too.
+	if code, updated, _ := w.call("PUT", "/api/v1/tasks/"+id, key, `{"task": {"priority": 2, "timeout": 7200}}`); code != 200 ||
+		updated["id"] != id || updated["priority"] != float64(2) || updated["timeout"] != float64(7200) || updated["name"] != "pytorch-train" {
+		t.Fatalf("update in the file's form = %d %v", code, updated)
+	}
+
 	mvp := `{"task": {"name": "stability-test", "type": "shell", "command": "bash", "args": ["-c", "./stress_test.sh"],
   "timeout": 3600, "priority": 3, "repeat_count": 1,
   "targets": {"machine_ids": ["machine-001", "machine-002"], "ips": []}}}`
@@ -59,12 +65,17 @@ func TestCreateTakesTheTaskFilesForms(t *testing.T) {
 
 	for _, c := range []struct{ path, body string }{
 		{"/api/v1/tasks", `{"task": {"name": "a", "command": "true"}, "priority": 3}`},
+		{"/api/v1/tasks/" + id, `{"task": {"priority": 4}, "timeout": 60}`},
 		{"/api/v1/tasks", `{"group": {"mode": "serial", "tasks": [{"name": "a", "command": "true"}]}}`},
 		{"/api/v1/task-groups", `{"group": {"mode": "serial", "tasks": [{"name": "a", "command": "true"}]}, "start": false}`},
 		{"/api/v1/task-groups", `{"task": {"name": "a", "command": "true"}}`},
 	} {
-		if code, resp, _ := w.call("POST", c.path, key, c.body); code != 400 || resp["code"] != float64(30005) {
-			t.Errorf("POST %s %s = %d %v, want 400/30005", c.path, c.body, code, resp)
+		method := "POST"
+		if c.path == "/api/v1/tasks/"+id {
+			method = "PUT"
+		}
+		if code, resp, _ := w.call(method, c.path, key, c.body); code != 400 || resp["code"] != float64(30005) {
+			t.Errorf("%s %s %s = %d %v, want 400/30005", method, c.path, c.body, code, resp)
 		}
 	}
 }

@@ -19,11 +19,11 @@ type Agents struct{ DB *pgxpool.Pool }
 func (g Agents) Heartbeat(ctx context.Context, a app.Agent) error {
 	_, err := g.DB.Exec(ctx, `
 		INSERT INTO agents (agent_id, machine_id, tenant_id, labels, ip, free_slots, first_seen_at, last_heartbeat_at, lost_after, lost,
-			slots, version, isolation, warnings)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, false, $9, $10, $11, $12)
+			slots, version, isolation, warnings, heartbeats)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, false, $9, $10, $11, $12, true)
 		ON CONFLICT (agent_id) DO UPDATE SET machine_id = EXCLUDED.machine_id, tenant_id = EXCLUDED.tenant_id,
 			labels = EXCLUDED.labels, ip = EXCLUDED.ip, free_slots = EXCLUDED.free_slots,
-			last_heartbeat_at = EXCLUDED.last_heartbeat_at, lost_after = EXCLUDED.lost_after, lost = false,
+			last_heartbeat_at = EXCLUDED.last_heartbeat_at, lost_after = EXCLUDED.lost_after, lost = false, heartbeats = true,
 			slots = EXCLUDED.slots, version = EXCLUDED.version, isolation = EXCLUDED.isolation, warnings = EXCLUDED.warnings`,
 		a.AgentID, a.MachineID, a.TenantID, nonNil(a.Labels), a.IP, a.FreeSlots, a.LastHeartbeatAt, a.LostAfter,
 		a.Slots, a.Version, a.Isolation, nonNil(a.Warnings))

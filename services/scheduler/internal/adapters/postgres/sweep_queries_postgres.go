@@ -17,7 +17,8 @@ type SweepQueries struct{ DB *pgxpool.Pool }
 
 // LostAgents implements app.SweepQueries.
 func (q SweepQueries) LostAgents(ctx context.Context, now time.Time) ([]string, error) {
-	rows, err := q.DB.Query(ctx, `UPDATE agents SET lost = true WHERE NOT lost AND lost_after < $1 RETURNING agent_id`, now)
+	rows, err := q.DB.Query(ctx, `WITH l AS (UPDATE agents SET lost = true WHERE NOT lost AND lost_after < $1 RETURNING agent_id, heartbeats)
+		SELECT agent_id FROM l WHERE heartbeats`, now)
 	if err != nil {
 		return nil, fmt.Errorf("lost agents: %w", err)
 	}

@@ -81,6 +81,20 @@ func Get(ctx context.Context, q Querier, tenant, id string) (domain.Task, error)
 	return ts[0], nil
 }
 
+// GetMany implements app.TaskStore.
+func (s *TaskStore) GetMany(ctx context.Context, tenant string, ids []string) ([]domain.Task, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = ANY($1::text[]) AND ($2 = '*' OR tenant_id = $2) AND NOT deleted`,
+		ids, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("get %d tasks: %w", len(ids), err)
+	}
+	ts, err := scanTasks(rows)
+	if err != nil {
+		return nil, fmt.Errorf("get %d tasks: %w", len(ids), err)
+	}
+	return ts, nil
+}
+
 // change is one task's new events.
 type change struct {
 	Before  domain.Task // zero for a new task

@@ -508,6 +508,16 @@ func (c *contract) taskQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.wantSet("missing", missing, []string{"gone", "theirs", "nope"})
+	for _, tc := range []struct {
+		tenant string
+		want   []string
+	}{{"t1", []string{"a", "b"}}, {"*", []string{"a", "b", "theirs"}}} {
+		got, err := c.s.Tasks.GetMany(c.ctx, tc.tenant, []string{"a", "b", "gone", "theirs", "nope", "a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.wantSet("tasks of "+tc.tenant+" by id", ids(got), tc.want)
+	}
 
 	c.lease("a", "ag1", "m1", now)
 	c.lease("b", "ag1", "m1", now)
@@ -606,6 +616,11 @@ func (c *contract) agents(t *testing.T) {
 	c.heartbeat(app.Agent{AgentID: "a2", MachineID: "m1", TenantID: "t1", Labels: []string{"gpu"}, LastHeartbeatAt: T0, LostAfter: T0.Add(20 * time.Second)})
 	c.heartbeat(app.Agent{AgentID: "a3", MachineID: "m2", LastHeartbeatAt: T0, LostAfter: T0.Add(20 * time.Second)})
 	c.heartbeat(app.Agent{AgentID: "a4", MachineID: "m3", TenantID: "t2", Labels: []string{"gpu"}, LastHeartbeatAt: T0, LostAfter: T0.Add(20 * time.Second)})
+	// a5 has only claimed, never heartbeated: its silence makes its
+	// machine no longer live, but its leases are left to expire.
+	if err := c.s.Agents.Seen(c.ctx, app.Agent{AgentID: "a5", MachineID: "m5", TenantID: "t1", LastHeartbeatAt: T0, LostAfter: T0.Add(10 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
 	machines := func(tenant string, labels ...string) []string {
 		t.Helper()
 		got, err := c.s.Agents.Machines(c.ctx, tenant, labels)
@@ -614,7 +629,7 @@ func (c *contract) agents(t *testing.T) {
 		}
 		return got
 	}
-	c.wantIDs("t1's machines", machines("t1"), []string{"m1", "m2"})
+	c.wantIDs("t1's machines", machines("t1"), []string{"m1", "m2", "m5"})
 	c.wantIDs("t1's gpu machines", machines("t1", "gpu"), []string{"m1", "m2"})
 	c.wantIDs("t1's a100 machines", machines("t1", "gpu", "a100"), []string{"m2"})
 	c.wantIDs("t2's gpu machines", machines("t2", "gpu"), []string{"m2", "m3"})
@@ -623,7 +638,8 @@ func (c *contract) agents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.wantIDs("lost at 15s", lost, []string{"a1"})
+	c.wantIDs("lost at 15s (a5 never heartbeated)", lost, []string{"a1"})
+	c.wantIDs("t1's machines with a1 and a5 silent", machines("t1"), []string{"m1", "m2"})
 	lost, err = c.s.Sweeps.LostAgents(c.ctx, T0.Add(15*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -62,6 +62,8 @@ type agent struct {
 	app.Agent
 	firstSeen time.Time
 	lost      bool
+	// heartbeats: the agent sent a Heartbeat, so its silence makes it lost.
+	heartbeats bool
 }
 
 // NewStore returns an empty fake.
@@ -185,6 +187,22 @@ func (s *Store) Get(_ context.Context, tenant, id string) (domain.Task, error) {
 		return domain.Task{}, domain.ErrNotFound
 	}
 	return t, nil
+}
+
+// GetMany implements app.TaskStore.
+func (s *Store) GetMany(_ context.Context, tenant string, ids []string) ([]domain.Task, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("GetMany", strings.Join(ids, ",")); err != nil {
+		return nil, err
+	}
+	var out []domain.Task
+	for _, id := range ids {
+		if t, ok := s.live(id); ok && (tenant == "*" || t.TenantID == tenant) && !slices.ContainsFunc(out, func(o domain.Task) bool { return o.ID == id }) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // Mutate implements app.TaskStore.
@@ -460,17 +478,18 @@ func (s *Store) Heartbeat(_ context.Context, a app.Agent) error {
 	}
 	a.Labels, a.Warnings = slices.Clone(a.Labels), slices.Clone(a.Warnings)
 	s.put(a)
+	s.agents[a.AgentID].heartbeats = true
 	return nil
 }
 
 // put records a as the agent's latest state, keeping when it was first
 // seen. The caller holds s.mu.
 func (s *Store) put(a app.Agent) {
-	first := a.LastHeartbeatAt
+	first, beats := a.LastHeartbeatAt, false
 	if old, ok := s.agents[a.AgentID]; ok {
-		first = old.firstSeen
+		first, beats = old.firstSeen, old.heartbeats
 	}
-	s.agents[a.AgentID] = &agent{Agent: a, firstSeen: first}
+	s.agents[a.AgentID] = &agent{Agent: a, firstSeen: first, heartbeats: beats}
 }
 
 // Seen implements app.AgentRegistry.
@@ -585,7 +604,9 @@ func (s *Store) LostAgents(_ context.Context, now time.Time) ([]string, error) {
 	for id, a := range s.agents {
 		if !a.lost && a.LostAfter.Before(now) {
 			a.lost = true
-			out = append(out, id)
+			if a.heartbeats {
+				out = append(out, id)
+			}
 		}
 	}
 	slices.Sort(out)

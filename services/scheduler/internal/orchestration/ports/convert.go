@@ -56,6 +56,8 @@ func memberRequest(m *taskv1.TaskGroupTask) oapp.MemberRequest {
 		MachineID: m.GetMachineId(), ParentID: m.GetParentId(), DependsOn: m.GetDependsOn(), Queue: m.GetQueue(),
 		LeaseTTL: intPtr(m.LeaseTtlSec), RenewInterval: intPtr(m.RenewIntervalSec), HeartbeatInterval: intPtr(m.HeartbeatIntervalSec),
 		GracePeriod: intPtr(m.GracePeriodSec), Resources: m.GetResources(), Quota: m.GetQuota(), Webhook: m.GetWebhook().GetUrl(),
+		GroupID: m.GetGroupId(), TargetMachines: m.GetTargets().GetMachineIds(), TargetIPs: m.GetTargets().GetIps(),
+		Repeat: int(m.GetRepeatCount()),
 	}
 	if d := m.GetDistribution(); d != nil {
 		in.Mode, in.Labels, in.ScatterCount = d.GetMode(), d.GetLabels(), int(d.GetCount())
@@ -109,7 +111,7 @@ func values(m map[string]*structpb.Value) map[string]any {
 
 // groupToProto shows a group as the API documents it; members are the
 // ones to show (all, or none for lists, or those that changed).
-func groupToProto(g orch.Group, members []orch.Member) *taskv1.TaskGroup {
+func groupToProto(g orch.Group, members []orch.Member, tasks map[string]task.Task) *taskv1.TaskGroup {
 	p := &taskv1.TaskGroup{Id: g.ID, Name: g.Name, Mode: string(g.Mode), Status: string(g.Status),
 		CreatedAt: taskproto.ToTimestamp(g.CreatedAt), EndedAt: taskproto.ToTimestamp(g.EndedAt),
 		StartedAt: taskproto.ToTimestamp(g.StartedAt), UpdatedAt: taskproto.ToTimestamp(g.UpdatedAt),
@@ -132,9 +134,34 @@ func groupToProto(g orch.Group, members []orch.Member) *taskv1.TaskGroup {
 		p.Webhook = &taskv1.Webhook{Url: g.Webhook}
 	}
 	for _, m := range members {
-		p.Tasks = append(p.Tasks, &taskv1.TaskGroupMember{Id: m.Key, TaskId: m.TaskID, Name: m.Name, Status: string(m.Status),
+		pm := &taskv1.TaskGroupMember{Id: m.Key, TaskId: m.TaskID, Name: m.Name, Status: string(m.Status),
 			DependsOn: m.DependsOn, Run: int32(m.Run), Attempt: int32(m.Attempt), StartedAt: taskproto.ToTimestamp(m.StartedAt),
-			EndedAt: taskproto.ToTimestamp(m.EndedAt), Error: m.Error})
+			EndedAt: taskproto.ToTimestamp(m.EndedAt), Error: m.Error, GroupId: g.ID}
+		if t, ok := tasks[m.TaskID]; ok && m.TaskID != "" {
+			withTask(pm, taskproto.TaskToProto(t))
+		} else if !m.Released() && m.Spec.Name != "" {
+			withSpec(pm, m.Spec)
+		}
+		p.Tasks = append(p.Tasks, pm)
 	}
 	return p
+}
+
+// withTask shows the member's task on its summary, as the task API shows
+// it (stdout and stderr aside). Status, times and error stay the group's
+// record of them, which its counts agree with.
+func withTask(m *taskv1.TaskGroupMember, t *taskv1.Task) {
+	m.Type, m.Command, m.Args, m.Workdir, m.Env = t.GetType(), t.GetCommand(), t.GetArgs(), t.GetWorkdir(), t.GetEnv()
+	m.Timeout, m.Priority, m.RetryCount, m.RetryDelay, m.MaxRetries = t.GetTimeout(), t.GetPriority(), t.GetRetryCount(),
+		t.GetRetryDelay(), t.GetMaxRetries()
+	m.ExitCode, m.CreatedAt, m.AssignedAt, m.MachineId, m.ParentId = t.ExitCode, t.GetCreatedAt(), t.GetAssignedAt(),
+		t.GetMachineId(), t.GetParentId()
+	m.AssignedAgentId, m.LeaseExpiresAt, m.AttemptId = t.GetAssignedAgentId(), t.GetLeaseExpiresAt(), t.GetAttemptId()
+}
+
+// withSpec shows what a member not yet released will run.
+func withSpec(m *taskv1.TaskGroupMember, s task.Spec) {
+	m.Type, m.Command, m.Args, m.Workdir, m.Env = s.Type, s.Command, s.Args, s.Workdir, s.Env
+	m.Timeout, m.Priority, m.RetryDelay, m.MaxRetries = int32(s.Timeout), int32(s.Priority), int32(s.RetryDelay), int32(s.MaxRetries)
+	m.MachineId, m.ParentId = s.MachineID, s.ParentID
 }

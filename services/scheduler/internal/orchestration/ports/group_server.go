@@ -6,7 +6,10 @@ import (
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	oapp "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/app"
+	orch "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/domain"
 	sports "github.com/taskmesh/taskmesh/services/scheduler/internal/ports"
 )
 
@@ -14,7 +17,33 @@ import (
 type GroupServer struct {
 	taskv1.UnimplementedTaskGroupServiceServer
 	App *oapp.App
-	Log *slog.Logger
+	// Tasks reads the members' tasks, which every answer shows with its
+	// member (a group's tasks are tasks); nil shows the summaries alone.
+	Tasks MemberTasks
+	Log   *slog.Logger
+}
+
+// MemberTasks reads the caller's tasks by id (the scheduler's app).
+type MemberTasks interface {
+	TasksByID(ctx context.Context, c app.Caller, ids []string) (map[string]task.Task, error)
+}
+
+// toProto shows the group with members, each with its task as it is now.
+func (s *GroupServer) toProto(ctx context.Context, c app.Caller, g orch.Group, members []orch.Member) (*taskv1.TaskGroup, error) {
+	var tasks map[string]task.Task
+	if s.Tasks != nil && len(members) > 0 {
+		ids := make([]string, 0, len(members))
+		for _, m := range members {
+			if m.Released() {
+				ids = append(ids, m.TaskID)
+			}
+		}
+		var err error
+		if tasks, err = s.Tasks.TasksByID(ctx, c, ids); err != nil {
+			return nil, toStatus(s.Log, err)
+		}
+	}
+	return groupToProto(g, members, tasks), nil
 }
 
 func (s *GroupServer) CreateTaskGroup(ctx context.Context, r *taskv1.CreateTaskGroupRequest) (*taskv1.CreateTaskGroupResponse, error) {
@@ -26,7 +55,11 @@ func (s *GroupServer) CreateTaskGroup(ctx context.Context, r *taskv1.CreateTaskG
 	if err != nil {
 		return nil, toStatus(s.Log, notFound(err, "task group"))
 	}
-	return &taskv1.CreateTaskGroupResponse{Group: groupToProto(st.Group, st.Ordered())}, nil
+	g, err := s.toProto(ctx, c, st.Group, st.Ordered())
+	if err != nil {
+		return nil, err
+	}
+	return &taskv1.CreateTaskGroupResponse{Group: g}, nil
 }
 
 func (s *GroupServer) ListTaskGroups(ctx context.Context, r *taskv1.ListTaskGroupsRequest) (*taskv1.ListTaskGroupsResponse, error) {
@@ -41,7 +74,7 @@ func (s *GroupServer) ListTaskGroups(ctx context.Context, r *taskv1.ListTaskGrou
 	}
 	resp := &taskv1.ListTaskGroupsResponse{NextPageToken: next, Groups: make([]*taskv1.TaskGroup, 0, len(groups))}
 	for _, g := range groups {
-		resp.Groups = append(resp.Groups, groupToProto(g, nil))
+		resp.Groups = append(resp.Groups, groupToProto(g, nil, nil))
 	}
 	return resp, nil
 }
@@ -55,7 +88,11 @@ func (s *GroupServer) GetTaskGroup(ctx context.Context, r *taskv1.GetTaskGroupRe
 	if err != nil {
 		return nil, toStatus(s.Log, notFound(err, "task group"))
 	}
-	return &taskv1.GetTaskGroupResponse{Group: groupToProto(st.Group, st.Ordered())}, nil
+	g, err := s.toProto(ctx, c, st.Group, st.Ordered())
+	if err != nil {
+		return nil, err
+	}
+	return &taskv1.GetTaskGroupResponse{Group: g}, nil
 }
 
 func (s *GroupServer) StartTaskGroup(ctx context.Context, r *taskv1.StartTaskGroupRequest) (*taskv1.StartTaskGroupResponse, error) {
@@ -123,7 +160,7 @@ func (s *GroupServer) change(ctx context.Context, id string, do func(a *oapp.App
 	if err != nil {
 		return nil, toStatus(s.Log, notFound(err, "task group"))
 	}
-	return groupToProto(st.Group, st.Ordered()), nil
+	return s.toProto(ctx, c, st.Group, st.Ordered())
 }
 
 func (s *GroupServer) DeleteTaskGroup(ctx context.Context, r *taskv1.DeleteTaskGroupRequest) (*taskv1.DeleteTaskGroupResponse, error) {
@@ -153,7 +190,11 @@ func (s *GroupServer) WatchTaskGroup(r *taskv1.WatchTaskGroupRequest, stream tas
 	if err != nil {
 		return toStatus(s.Log, notFound(err, "task group"))
 	}
-	if err := stream.Send(&taskv1.WatchTaskGroupResponse{Group: groupToProto(st.Group, st.Ordered())}); err != nil {
+	g, err := s.toProto(ctx, c, st.Group, st.Ordered())
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&taskv1.WatchTaskGroupResponse{Group: g}); err != nil {
 		return err
 	}
 	for {
@@ -176,7 +217,11 @@ func (s *GroupServer) WatchTaskGroup(r *taskv1.WatchTaskGroupRequest, stream tas
 			continue
 		}
 		st = next
-		if err := stream.Send(&taskv1.WatchTaskGroupResponse{Group: groupToProto(st.Group, st.Ordered())}); err != nil {
+		g, err := s.toProto(ctx, c, st.Group, st.Ordered())
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&taskv1.WatchTaskGroupResponse{Group: g}); err != nil {
 			return err
 		}
 	}

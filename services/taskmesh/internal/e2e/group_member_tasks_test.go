@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// A group's tasks are tasks (the design's TaskGroup.tasks is []Task): each
+// member shows, beside its place in the group, the task fields — what it
+// will run before its release, its task as the task API shows it after.
+func TestGroupMembersShowTheirTasks(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	id := w.createGroup(key, map[string]any{"mode": "dag", "start": false, "tasks": []map[string]any{
+		{"id": "download", "name": "下载数据", "command": "echo downloaded", "priority": 3, "timeout": 600, "max_retries": 1},
+		{"id": "merge", "name": "合并结果", "type": "python", "command": "python3", "args": []string{"-c", "print(1)"},
+			"workdir": "", "env": map[string]string{"A": "1"}, "retry_delay": 5, "parent_id": "p-1", "depends_on": []string{"download"}},
+	}})
+	before := members(w.group(key, id))
+	d, m := before["download"], before["merge"]
+	if d["type"] != "shell" || d["command"] != "echo" || d["priority"] != float64(3) || d["timeout"] != float64(600) ||
+		d["max_retries"] != float64(1) || d["retry_delay"] != float64(60) || d["group_id"] != id || d["task_id"] != "" ||
+		d["exit_code"] != nil || d["created_at"] != nil || d["attempt_id"] != "" || d["retry_count"] != float64(0) {
+		t.Fatalf("download before the start = %v", d)
+	}
+	if args, _ := d["args"].([]any); len(args) != 1 || args[0] != "downloaded" {
+		t.Fatalf("download's args = %v", d["args"])
+	}
+	if env, _ := m["env"].(map[string]any); m["type"] != "python" || m["command"] != "python3" || env["A"] != "1" ||
+		m["parent_id"] != "p-1" || m["retry_delay"] != float64(5) || m["priority"] != float64(5) {
+		t.Fatalf("merge before the start = %v", m)
+	}
+
+	if code, resp, _ := w.call("POST", "/api/v1/task-groups/"+id+"/start", key, map[string]any{}); code != 200 {
+		t.Fatalf("start: %d %v", code, resp)
+	}
+	w.startAgent("agent-1", w.agentToken("agent-1"), 1)
+	g := w.waitGroup(key, id, 30*time.Second, "the group to complete", settledAs("completed"))
+	for name, mm := range members(g) {
+		taskID, _ := mm["task_id"].(string)
+		task := w.task(key, taskID)
+		for _, f := range []string{"type", "command", "timeout", "priority", "retry_count", "retry_delay", "max_retries",
+			"exit_code", "created_at", "assigned_at", "machine_id", "group_id", "parent_id", "assigned_agent_id", "attempt_id"} {
+			if mm[f] != task[f] {
+				t.Errorf("%s: %s = %v, its task's %v", name, f, mm[f], task[f])
+			}
+		}
+		if mm["exit_code"] != float64(0) || mm["assigned_agent_id"] != "agent-1" || mm["group_id"] != id || mm["created_at"] == nil {
+			t.Errorf("%s after the run = %v", name, mm)
+		}
+	}
+}
+
+// A member may be written as a whole task, as the design's task file has
+// it: an empty group_id, repeat_count 1 and empty targets place nothing
+// and are accepted; a value that would place the task otherwise is
+// refused, naming the member's field, and nothing is stored.
+func TestGroupMemberWrittenAsAWholeTask(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	whole := func(extra map[string]any) map[string]any {
+		m := map[string]any{"id": "task-train-001", "name": "pytorch-train", "type": "python", "command": "python",
+			"args": []string{"train.py", "--epochs=100"}, "workdir": "/workspace", "env": map[string]string{"CUDA_VISIBLE_DEVICES": "0"},
+			"timeout": 86400, "priority": 3, "max_retries": 3, "retry_delay": 60, "machine_id": "machine-001",
+			"group_id": "", "parent_id": "", "depends_on": []string{}, "repeat_count": 1,
+			"targets":       map[string]any{"machine_ids": []string{}, "ips": []string{}},
+			"lease_ttl_sec": 300, "renew_interval_sec": 60, "heartbeat_interval_sec": 30, "grace_period_sec": 30}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return map[string]any{"mode": "serial", "start": false, "tasks": []map[string]any{m}}
+	}
+	code, g, _ := w.call("POST", "/api/v1/task-groups", key, whole(nil))
+	if list, _ := g["tasks"].([]any); code != 200 || len(list) != 1 {
+		t.Fatalf("a member written as a whole task = %d %v", code, g)
+	}
+	for field, v := range map[string]any{"group_id": "other", "repeat_count": 2,
+		"targets": map[string]any{"machine_ids": []string{"machine-002"}}} {
+		code, resp, _ := w.call("POST", "/api/v1/task-groups", key, whole(map[string]any{field: v}))
+		if msg, _ := resp["message"].(string); code != 400 || resp["code"] != float64(30005) || !strings.Contains(msg, "tasks[0]."+field) {
+			t.Errorf("a member with %s %v = %d %v, want 400/30005 naming tasks[0].%s", field, v, code, resp, field)
+		}
+	}
+	code, list, _ := w.call("GET", "/api/v1/task-groups", key, nil)
+	if groups, _ := list["groups"].([]any); code != 200 || len(groups) != 1 {
+		t.Fatalf("groups after the refused creates = %d %v, want the first only", code, list)
+	}
+}
