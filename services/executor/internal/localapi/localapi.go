@@ -177,7 +177,7 @@ func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer) http.Hand
 // EmitUnpopulated writes it, except that protojson leaves an unset proto3
 // optional field out: a local task without an exit code would have no
 // exit_code key. It is written as null, as the task API shows it; and a
-// task without an error shows "error": null, as the design's local queue
+// task without an error shows "error": null, as docs/api/agent-local.md
 // shows a task that has not failed (exit_code: null, error: null).
 type localJSON struct{ runtime.JSONPb }
 

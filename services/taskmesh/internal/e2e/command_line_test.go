@@ -8,10 +8,9 @@ import (
 	"time"
 )
 
-// A command given as one command line without args — the form of the
-// design document's group examples — runs as its words, with no shell:
-// a single task, and a serial group and a DAG written as the document
-// writes them. Shell syntax is refused with 30005 and creates nothing.
+// A command given as one command line without args (docs/api/tasks.md,
+// "A command line") runs as its words, with no shell: a single task, and
+// a serial group and a DAG whose members are command lines. Shell syntax is refused with 30005 and creates nothing.
 func TestCommandLinesRunAsTheirWords(t *testing.T) {
 	w := newWorld(t)
 	key := w.s.DemoAPIKey

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// A group's tasks are tasks (the design's TaskGroup.tasks is []Task): each
+// A group's tasks are tasks (docs/api/task-groups.md, the group): each
 // member shows, beside its place in the group, the task fields — what it
 // will run before its release, its task as the task API shows it after.
 func TestGroupMembersShowTheirTasks(t *testing.T) {
@@ -52,8 +52,8 @@ func TestGroupMembersShowTheirTasks(t *testing.T) {
 	}
 }
 
-// A member may be written as a whole task, as the design's task file has
-// it: an empty group_id, repeat_count 1 and empty targets place nothing
+// A member may be written as a whole task, as a task file has it
+// (docs/api/task-groups.md): an empty group_id, repeat_count 1 and empty targets place nothing
 // and are accepted; a value that would place the task otherwise is
 // refused, naming the member's field, and nothing is stored.
 func TestGroupMemberWrittenAsAWholeTask(t *testing.T) {

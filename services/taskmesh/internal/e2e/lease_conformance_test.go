@@ -108,7 +108,7 @@ func (w *world) claimREST(tok, agent, id string) string {
 	return ""
 }
 
-// The agent protocol as the design spells it has no heartbeat call of its
+// The agent protocol of docs/api/tasks.md has no heartbeat call of its
 // own: the lease renewal is the heartbeat, every renew_interval_sec. An
 // agent that claims, starts, and renews and reports progress less often
 // than Taskmesh's own agents heartbeat — here every 4 s, past the 3 s of

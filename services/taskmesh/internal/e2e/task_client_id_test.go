@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// The design's task file example, sent as the create body with its id:
+// A task file with its own id (docs/api/tasks.md, "The client's id"),
+// sent as the create body:
 // the id is the client's own, the creation's idempotency key, so sending
 // the same body again returns the same task; a request_id that says
 // otherwise is refused and creates nothing.

@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// The design's task and group files, turned into JSON as they are
+// Task and group files (docs/api/tasks.md), turned into JSON as they are
 // (`task:` and `group:` at the top), are create bodies too: the wrapper's
 // object is the task or the group. A wrapper beside other keys is not the
 // file's form and is refused like any unknown field.
