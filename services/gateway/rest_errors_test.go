@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -150,4 +151,36 @@ func TestRESTRoutingErrors(t *testing.T) {
 	if calls := e.fake.Calls(); len(calls) != 0 {
 		t.Errorf("the scheduler got %d calls, want none", len(calls))
 	}
+}
+
+// A validation error names the fields of the body the client sent: on a
+// route whose body is one field of the request (POST /api/v1/tasks: the
+// request's spec), "spec.priority" is "priority"; on a route whose body
+// is the whole request the paths are already the body's and stay as they
+// are.
+func TestRESTValidationErrorsNameTheBodysFields(t *testing.T) {
+	e := newEnv(t)
+	one := "validation error: spec.priority: must be greater than or equal to 1 and less than or equal to 10"
+	e.fake.Fail("CreateTask", schedulertest.BusinessError(codes.InvalidArgument, one, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT))
+	r := e.do(t, "POST", "/api/v1/tasks", e.userSecret, `{"name":"x","type":"shell","command":"true","priority":11}`)
+	assertEnvelope(t, r, 400, 30005, "validation error: priority: must be greater than or equal to 1 and less than or equal to 10")
+
+	several := "validation error:\n - spec.priority: must be <= 10\n - spec.env: spec.env keys must not be empty"
+	e.fake.Fail("UpdateTask", schedulertest.BusinessError(codes.InvalidArgument, several, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT))
+	r = e.do(t, "PUT", "/api/v1/tasks/task-1", e.userSecret, `{"priority":11}`)
+	var got struct{ Message string }
+	if err := json.Unmarshal(r.body, &got); err != nil || r.status != 400 {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	// Each listed path loses its prefix; the description's own text is
+	// left as written.
+	if strings.Contains(got.Message, "- spec.") || !strings.Contains(got.Message, "priority: must be <= 10") ||
+		!strings.Contains(got.Message, "env: spec.env keys must not be empty") {
+		t.Errorf("PUT message %q: want the body's paths (priority, env) and the descriptions untouched", got.Message)
+	}
+
+	whole := "validation error: agent_id: value is required"
+	e.fake.Fail("ClaimTasks", schedulertest.BusinessError(codes.InvalidArgument, whole, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT))
+	r = e.do(t, "POST", "/api/v1/agent/tasks/claim", e.agentSec, `{"agent_id":"agent-001","limit":1}`)
+	assertEnvelope(t, r, 400, 30005, whole)
 }

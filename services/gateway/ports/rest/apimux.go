@@ -38,7 +38,7 @@ var marshaler = &apijson.Marshaler{JSONPb: runtime.JSONPb{
 // newAPIMux returns the generated REST mux for the task, lease, task-group
 // and template services, the quota service's routes when quota is set, and
 // the consumers service's (audit log, usage, webhooks) when consumers is.
-func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnInterface, routes allowIndex, log *slog.Logger) (*runtime.ServeMux, error) {
+func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnInterface, routes routeIndex, log *slog.Logger) (*runtime.ServeMux, error) {
 	errs := &errorWriter{log: log, routes: routes}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
@@ -105,8 +105,9 @@ func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnIn
 // errorWriter answers grpc-gateway's errors with the envelope.
 type errorWriter struct {
 	log *slog.Logger
-	// routes gives a 405 its Allow header.
-	routes allowIndex
+	// routes gives a 405 its Allow header, and a validation error the
+	// body's field paths.
+	routes routeIndex
 }
 
 // grpcError handles every error of a routed request: the body did not
@@ -115,6 +116,12 @@ type errorWriter struct {
 func (e *errorWriter) grpcError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	st := status.Convert(err)
 	p := httperr.FromStatus(st)
+	if p.Code == httperr.CodeInvalidArgument {
+		// The request's field paths, as the body a client sent names them.
+		if pattern, ok := runtime.HTTPPathPattern(ctx); ok {
+			p.Message = bodyFieldPaths(p.Message, e.routes.bodyField(r.Method, pattern))
+		}
+	}
 	if p.HTTPStatus >= 500 && st.Code() != codes.Canceled {
 		e.log.Error("internal service error", "method", r.Method, "path", r.URL.Path,
 			"grpc_code", st.Code().String(), "error", st.Message(), "request_id", requestid.FromContext(ctx))

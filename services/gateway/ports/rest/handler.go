@@ -124,7 +124,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rest: openapi document: %w", err)
 	}
-	routes, err := newAllowIndex(doc)
+	routes, err := newRouteIndex(doc)
 	if err != nil {
 		return nil, err
 	}

@@ -56,7 +56,7 @@ const uploadRoute = "/jobs/uploads"
 
 // newPipelineMux returns the pipeline API's REST mux: the generated
 // routes of PipelineService and POST /jobs/uploads.
-func newPipelineMux(ctx context.Context, upstream grpc.ClientConnInterface, routes allowIndex, log *slog.Logger) (*runtime.ServeMux, error) {
+func newPipelineMux(ctx context.Context, upstream grpc.ClientConnInterface, routes routeIndex, log *slog.Logger) (*runtime.ServeMux, error) {
 	errs := &errorWriter{log: log, routes: routes}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, pipelineMarshaler),

@@ -33,7 +33,7 @@ var videoMarshaler = &apijson.Marshaler{JSONPb: runtime.JSONPb{
 // newVideoMux returns the generated REST mux of the video API, with the
 // same header rules and error handlers as the task API's (the error writer
 // picks the video error body by path).
-func newVideoMux(ctx context.Context, upstream grpc.ClientConnInterface, routes allowIndex, log *slog.Logger) (*runtime.ServeMux, error) {
+func newVideoMux(ctx context.Context, upstream grpc.ClientConnInterface, routes routeIndex, log *slog.Logger) (*runtime.ServeMux, error) {
 	errs := &errorWriter{log: log, routes: routes}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, videoMarshaler),
