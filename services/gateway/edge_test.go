@@ -29,7 +29,8 @@ func TestRESTBadInputAtTheEdge(t *testing.T) {
 		wantStatus, wantCode                  int
 	}{
 		{"body too large", "POST", "/api/v1/tasks", `{"name":"` + strings.Repeat("x", 2<<20) + `"}`, "application/json", 413, 413},
-		{"text/plain", "POST", "/api/v1/tasks", `{"name":"t","command":"true"}`, "text/plain", 415, 415},
+		{"XML", "POST", "/api/v1/tasks", `{"name":"t","command":"true"}`, "application/xml", 415, 415},
+		{"a form", "POST", "/api/v1/tasks", `name=t&command=true`, "application/x-www-form-urlencoded", 415, 415},
 		{"NUL in a field", "POST", "/api/v1/tasks", `{"name":"a\u0000b","command":"true"}`, "application/json", 400, 30005},
 		{"invalid UTF-8", "POST", "/api/v1/tasks", "{\"name\":\"\xff\",\"command\":\"true\"}", "application/json", 400, 30005},
 		{"page token of bytes", "GET", "/api/v1/tasks?page_token=%00%ff..%2f", "", "", 400, 30005},
@@ -196,5 +197,29 @@ func TestGRPCReflection(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("describe TaskService: no CreateTask in %d files", len(files))
+	}
+}
+
+// A JSON body under the type a client puts on a body it did not label
+// (curl -d: application/x-www-form-urlencoded; fetch: text/plain) is read
+// as JSON, so the task is created as with application/json.
+func TestRESTReadsJSONUnderDefaultContentTypes(t *testing.T) {
+	e := newEnv(t)
+	for _, ct := range []string{"application/x-www-form-urlencoded", "text/plain;charset=UTF-8"} {
+		t.Run(ct, func(t *testing.T) {
+			e.fake.Reset()
+			r := e.doRaw(t, "POST", "/api/v1/tasks", e.userSecret, `{"name":"train","command":"python","args":["train.py"]}`, ct)
+			if r.status != http.StatusOK {
+				t.Fatalf("POST /api/v1/tasks as %s: %d %s", ct, r.status, r.body)
+			}
+			c, ok := e.fake.LastCall()
+			if !ok || c.Method != "CreateTask" {
+				t.Fatalf("the scheduler got %v, want CreateTask", e.fake.Calls())
+			}
+			spec := c.Request.(*taskv1.CreateTaskRequest).GetSpec()
+			if spec.GetName() != "train" || spec.GetCommand() != "python" || len(spec.GetArgs()) != 1 {
+				t.Errorf("the scheduler got spec %v, want the body's", spec)
+			}
+		})
 	}
 }

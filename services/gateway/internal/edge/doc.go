@@ -12,7 +12,10 @@
 //   - a path segment (an id) longer than MaxSegmentRunes characters is
 //     400, the cap every id of the APIs has;
 //   - a body over the route family's limit is 413, whatever the route;
-//   - a body whose Content-Type is not JSON on a JSON route is 415.
+//   - a body whose Content-Type is not JSON on a JSON route is 415,
+//     except that a JSON text under a client's default type for an
+//     unlabelled body (curl -d's form type, fetch's text/plain) is read
+//     as JSON.
 //
 // Over gRPC the front door decodes each request message with its
 // method's type and refuses invalid UTF-8 and NUL in any string field with

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -111,7 +112,9 @@ func checkBody(o Options, r *http.Request) *httperr.Problem {
 	if r.ContentLength > o.MaxBody {
 		return tooLarge(o.MaxBody)
 	}
-	if p := checkContentType(r.Header.Get("Content-Type")); p != nil {
+	ct := r.Header.Get("Content-Type")
+	kind, p := classifyContentType(ct)
+	if p != nil {
 		return p
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, o.MaxBody+1))
@@ -128,6 +131,13 @@ func checkBody(o Options, r *http.Request) *httperr.Problem {
 	if len(body) == 0 {
 		return nil
 	}
+	if kind == defaultType {
+		if !json.Valid(body) {
+			return notJSON(ct)
+		}
+		// What follows decodes by the Content-Type; the body is JSON.
+		r.Header.Set("Content-Type", "application/json")
+	}
 	if msg := badJSONText(body); msg != "" {
 		return invalid("request body: %s", msg)
 	}
@@ -140,17 +150,42 @@ func tooLarge(limit int64) *httperr.Problem {
 	return &p
 }
 
-// checkContentType accepts JSON (application/json, any +json type, any
-// parameters) and no Content-Type at all, which clients that send JSON
-// without naming it do; anything else is 415.
-func checkContentType(ct string) *httperr.Problem {
+// bodyType is what a request's Content-Type says of its body.
+type bodyType int
+
+const (
+	// jsonType: application/json, any application/*+json, or no
+	// Content-Type at all, which clients that send JSON without naming it
+	// do.
+	jsonType bodyType = iota
+	// defaultType: a type clients put on a body they did not label
+	// (curl -d sends application/x-www-form-urlencoded, fetch with a
+	// string body text/plain). The body is taken as JSON if it is JSON,
+	// else refused as not JSON. No credential rides on such a request by
+	// itself (every route authenticates by a header a page cannot set
+	// without a CORS preflight), so accepting these types opens no
+	// cross-site path.
+	defaultType
+)
+
+// classifyContentType sorts a request's Content-Type; any type that names
+// another format (XML, multipart, octet-stream, …) is 415.
+func classifyContentType(ct string) (bodyType, *httperr.Problem) {
 	if ct == "" {
-		return nil
+		return jsonType, nil
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	if err == nil && (mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
-		return nil
+	switch {
+	case err != nil:
+	case mt == "application/json", strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"):
+		return jsonType, nil
+	case mt == "application/x-www-form-urlencoded", mt == "text/plain":
+		return defaultType, nil
 	}
+	return jsonType, notJSON(ct)
+}
+
+func notJSON(ct string) *httperr.Problem {
 	p := httperr.New(http.StatusUnsupportedMediaType, httperr.CodeUnsupportedMediaType,
 		fmt.Sprintf("Content-Type %q is not JSON: send application/json", ct))
 	return &p

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -20,6 +21,8 @@ func TestMiddleware(t *testing.T) {
 		chunked     bool
 		wantStatus  int // 0: passed to next
 		wantCode    any
+		// wantType: the Content-Type next sees when passed ("": as sent)
+		wantType string
 	}{
 		{name: "plain GET", method: "GET", target: "/api/v1/tasks/t-1?page_size=5"},
 		{name: "good JSON", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":"été ☃ \ud83d\ude00"}`},
@@ -29,6 +32,8 @@ func TestMiddleware(t *testing.T) {
 		{name: "an escaped backslash before u0000 is text", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":"a\\u0000"}`},
 		{name: "malformed JSON is the decoder's", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":`},
 		{name: "empty body, any type", method: "POST", target: "/api/v1/tasks/t/cancel", contentType: "text/plain"},
+		{name: "curl -d's default type with JSON", method: "POST", target: "/api/v1/tasks", contentType: "application/x-www-form-urlencoded", body: `{"name":"t"}`, wantType: "application/json"},
+		{name: "fetch's default type with JSON", method: "POST", target: "/api/v1/tasks", contentType: "text/plain;charset=UTF-8", body: `[1]`, wantType: "application/json"},
 		{name: "128-character id", method: "GET", target: "/api/v1/tasks/" + strings.Repeat("a", 128)},
 
 		{name: "NUL escape", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":"a\u0000b"}`, wantStatus: 400, wantCode: 30005.0},
@@ -37,7 +42,11 @@ func TestMiddleware(t *testing.T) {
 		{name: "invalid UTF-8", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: "{\"name\":\"\xff\xfe\"}", wantStatus: 400, wantCode: 30005.0},
 		{name: "lone high surrogate", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":"\ud83d"}`, wantStatus: 400, wantCode: 30005.0},
 		{name: "lone low surrogate", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":"\ude00x"}`, wantStatus: 400, wantCode: 30005.0},
-		{name: "text/plain", method: "POST", target: "/api/v1/tasks", contentType: "text/plain", body: `{}`, wantStatus: 415, wantCode: 415.0},
+		{name: "text/plain, not JSON", method: "POST", target: "/api/v1/tasks", contentType: "text/plain", body: `name=t`, wantStatus: 415, wantCode: 415.0},
+		{name: "form, malformed JSON", method: "POST", target: "/api/v1/tasks", contentType: "application/x-www-form-urlencoded", body: `{"name":`, wantStatus: 415, wantCode: 415.0},
+		{name: "XML", method: "POST", target: "/api/v1/tasks", contentType: "application/xml", body: `{}`, wantStatus: 415, wantCode: 415.0},
+		{name: "multipart on a JSON route", method: "POST", target: "/api/v1/tasks", contentType: "multipart/form-data; boundary=x", body: `{}`, wantStatus: 415, wantCode: 415.0},
+		{name: "unparsable type", method: "POST", target: "/api/v1/tasks", contentType: "json;;", body: `{}`, wantStatus: 415, wantCode: 415.0},
 		{name: "form", method: "POST", target: "/api/v1/tasks", contentType: "application/x-www-form-urlencoded", body: `a=b`, wantStatus: 415, wantCode: 415.0},
 		{name: "declared too large", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":"` + strings.Repeat("x", limit) + `"}`, wantStatus: 413, wantCode: 413.0},
 		{name: "chunked too large", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":"` + strings.Repeat("x", limit) + `"}`, chunked: true, wantStatus: 413, wantCode: 413.0},
@@ -55,12 +64,12 @@ func TestMiddleware(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var gotBody string
+			var gotBody, gotType string
 			reached := false
 			h := Middleware(Options{MaxBody: limit}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				reached = true
 				b, _ := io.ReadAll(r.Body)
-				gotBody = string(b)
+				gotBody, gotType = string(b), r.Header.Get("Content-Type")
 			}))
 			var rd io.Reader
 			if tt.body != "" {
@@ -84,6 +93,9 @@ func TestMiddleware(t *testing.T) {
 				}
 				if gotBody != tt.body {
 					t.Errorf("next read %q, want the whole body %q", gotBody, tt.body)
+				}
+				if want := cmp.Or(tt.wantType, tt.contentType); gotType != want {
+					t.Errorf("next saw Content-Type %q, want %q", gotType, want)
 				}
 				return
 			}

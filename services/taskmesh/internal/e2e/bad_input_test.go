@@ -187,7 +187,7 @@ func (r openAPIRoute) badInputs(id string) []badInput {
 				body: strings.NewReader(`{"` + field + `":"a\u0000b"}`), wantStatus: 400},
 			badInput{name: "invalid UTF-8 in a body string", target: good, contentType: "application/json",
 				body: strings.NewReader("{\"" + field + "\":\"a\xffb\"}"), wantStatus: 400},
-			badInput{name: "a body that is not JSON", target: good, contentType: "text/plain", body: strings.NewReader(`{}`), wantStatus: 415},
+			badInput{name: "a body that is not JSON", target: good, contentType: "application/xml", body: strings.NewReader(`{}`), wantStatus: 415},
 			badInput{name: "a body sent over the limit", target: good, contentType: "application/json", body: bigBody(r.path), wantStatus: 413})
 	}
 	if len(r.params) > 0 {
