@@ -324,6 +324,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.app.SetUpResultRetention(ctx)
 	g.Go(func() error { s.app.RunSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
+	g.Go(func() error { s.app.RunReleases(ctx); return nil })
 	g.Go(func() error { s.orch.RunManager(ctx); return nil })
 	g.Go(func() error { s.managed.RunLostSweeper(ctx, s.cfg.Timing.SweepInterval); return nil })
 	g.Go(func() error { postgres.Wakeups{DB: s.cfg.DB}.Run(ctx, s.hub); return nil })

@@ -62,6 +62,7 @@ type TaskEvent struct {
 	//	*TaskEvent_Deleted
 	//	*TaskEvent_Expired
 	//	*TaskEvent_Checkpointed
+	//	*TaskEvent_DependenciesMet
 	Event         isTaskEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -322,6 +323,15 @@ func (x *TaskEvent) GetCheckpointed() *TaskCheckpointed {
 	return nil
 }
 
+func (x *TaskEvent) GetDependenciesMet() *TaskDependenciesMet {
+	if x != nil {
+		if x, ok := x.Event.(*TaskEvent_DependenciesMet); ok {
+			return x.DependenciesMet
+		}
+	}
+	return nil
+}
+
 type isTaskEvent_Event interface {
 	isTaskEvent_Event()
 }
@@ -398,6 +408,10 @@ type TaskEvent_Checkpointed struct {
 	Checkpointed *TaskCheckpointed `protobuf:"bytes,40,opt,name=checkpointed,proto3,oneof"`
 }
 
+type TaskEvent_DependenciesMet struct {
+	DependenciesMet *TaskDependenciesMet `protobuf:"bytes,41,opt,name=dependencies_met,json=dependenciesMet,proto3,oneof"`
+}
+
 func (*TaskEvent_Submitted) isTaskEvent_Event() {}
 
 func (*TaskEvent_Updated) isTaskEvent_Event() {}
@@ -434,6 +448,8 @@ func (*TaskEvent_Expired) isTaskEvent_Event() {}
 
 func (*TaskEvent_Checkpointed) isTaskEvent_Event() {}
 
+func (*TaskEvent_DependenciesMet) isTaskEvent_Event() {}
+
 // TaskSubmitted: the task exists and is pending. spec has every default
 // filled in.
 type TaskSubmitted struct {
@@ -443,9 +459,13 @@ type TaskSubmitted struct {
 	// Set when targets fanned one submission out into several tasks.
 	FanoutId string `protobuf:"bytes,3,opt,name=fanout_id,json=fanoutId,proto3" json:"fanout_id,omitempty"`
 	// The ClusterQueue that admits the task; empty = no admission needed.
-	ClusterQueue  string `protobuf:"bytes,4,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClusterQueue string `protobuf:"bytes,4,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	// The task has dependencies and a cluster_queue: it enters the queue
+	// only with TaskDependenciesMet, so that it never holds quota while it
+	// cannot run.
+	HeldForDependencies bool `protobuf:"varint,5,opt,name=held_for_dependencies,json=heldForDependencies,proto3" json:"held_for_dependencies,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TaskSubmitted) Reset() {
@@ -506,14 +526,24 @@ func (x *TaskSubmitted) GetClusterQueue() string {
 	return ""
 }
 
+func (x *TaskSubmitted) GetHeldForDependencies() bool {
+	if x != nil {
+		return x.HeldForDependencies
+	}
+	return false
+}
+
 // TaskUpdated: a pending task's spec changed; spec is the whole new spec.
 // A task with a cluster_queue waits for admission again.
 type TaskUpdated struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *TaskSpec              `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
-	ClusterQueue  string                 `protobuf:"bytes,2,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Spec         *TaskSpec              `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	ClusterQueue string                 `protobuf:"bytes,2,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	// As in TaskSubmitted: the task leaves its queue until
+	// TaskDependenciesMet.
+	HeldForDependencies bool `protobuf:"varint,3,opt,name=held_for_dependencies,json=heldForDependencies,proto3" json:"held_for_dependencies,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TaskUpdated) Reset() {
@@ -558,6 +588,13 @@ func (x *TaskUpdated) GetClusterQueue() string {
 		return x.ClusterQueue
 	}
 	return ""
+}
+
+func (x *TaskUpdated) GetHeldForDependencies() bool {
+	if x != nil {
+		return x.HeldForDependencies
+	}
+	return false
 }
 
 // TaskAdmitted: quota admission granted the task its queue's resources.
@@ -1455,6 +1492,61 @@ func (x *TaskSuspended) GetReason() string {
 	return ""
 }
 
+// TaskDependenciesMet: every dependency of a task held for them
+// (held_for_dependencies) completed; the task now waits in cluster_queue
+// for admission. spec is the task's spec at that moment.
+type TaskDependenciesMet struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Spec          *TaskSpec              `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	ClusterQueue  string                 `protobuf:"bytes,2,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskDependenciesMet) Reset() {
+	*x = TaskDependenciesMet{}
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskDependenciesMet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskDependenciesMet) ProtoMessage() {}
+
+func (x *TaskDependenciesMet) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskDependenciesMet.ProtoReflect.Descriptor instead.
+func (*TaskDependenciesMet) Descriptor() ([]byte, []int) {
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *TaskDependenciesMet) GetSpec() *TaskSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *TaskDependenciesMet) GetClusterQueue() string {
+	if x != nil {
+		return x.ClusterQueue
+	}
+	return ""
+}
+
 // TaskRequeued: preempted or suspended → pending.
 type TaskRequeued struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1466,7 +1558,7 @@ type TaskRequeued struct {
 
 func (x *TaskRequeued) Reset() {
 	*x = TaskRequeued{}
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[16]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1478,7 +1570,7 @@ func (x *TaskRequeued) String() string {
 func (*TaskRequeued) ProtoMessage() {}
 
 func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[16]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1491,7 +1583,7 @@ func (x *TaskRequeued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRequeued.ProtoReflect.Descriptor instead.
 func (*TaskRequeued) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{16}
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskRequeued) GetFromStatus() string {
@@ -1520,7 +1612,7 @@ type TaskCanceled struct {
 
 func (x *TaskCanceled) Reset() {
 	*x = TaskCanceled{}
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[17]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1624,7 @@ func (x *TaskCanceled) String() string {
 func (*TaskCanceled) ProtoMessage() {}
 
 func (x *TaskCanceled) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[17]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1637,7 @@ func (x *TaskCanceled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskCanceled.ProtoReflect.Descriptor instead.
 func (*TaskCanceled) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{17}
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TaskCanceled) GetReason() string {
@@ -1571,7 +1663,7 @@ type TaskDeleted struct {
 
 func (x *TaskDeleted) Reset() {
 	*x = TaskDeleted{}
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[18]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1675,7 @@ func (x *TaskDeleted) String() string {
 func (*TaskDeleted) ProtoMessage() {}
 
 func (x *TaskDeleted) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[18]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1688,7 @@ func (x *TaskDeleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskDeleted.ProtoReflect.Descriptor instead.
 func (*TaskDeleted) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{18}
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{19}
 }
 
 // TaskExpired: the task outlived its retention; it is gone from every view.
@@ -1608,7 +1700,7 @@ type TaskExpired struct {
 
 func (x *TaskExpired) Reset() {
 	*x = TaskExpired{}
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[19]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1712,7 @@ func (x *TaskExpired) String() string {
 func (*TaskExpired) ProtoMessage() {}
 
 func (x *TaskExpired) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[19]
+	mi := &file_taskmesh_task_v1_task_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,14 +1725,14 @@ func (x *TaskExpired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskExpired.ProtoReflect.Descriptor instead.
 func (*TaskExpired) Descriptor() ([]byte, []int) {
-	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{19}
+	return file_taskmesh_task_v1_task_events_proto_rawDescGZIP(), []int{20}
 }
 
 var File_taskmesh_task_v1_task_events_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\n" +
-	"\"taskmesh/task/v1/task_events.proto\x12\x10taskmesh.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xb8\f\n" +
+	"\"taskmesh/task/v1/task_events.proto\x12\x10taskmesh.task.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a\x1btaskmesh/task/v1/task.proto\"\x8c\r\n" +
 	"\tTaskEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
 	"\faggregate_id\x18\x02 \x01(\tR\vaggregateId\x12\x18\n" +
@@ -1671,20 +1763,23 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\bcanceled\x18\x18 \x01(\v2\x1e.taskmesh.task.v1.TaskCanceledH\x00R\bcanceled\x129\n" +
 	"\adeleted\x18\x19 \x01(\v2\x1d.taskmesh.task.v1.TaskDeletedH\x00R\adeleted\x129\n" +
 	"\aexpired\x18\x1a \x01(\v2\x1d.taskmesh.task.v1.TaskExpiredH\x00R\aexpired\x12H\n" +
-	"\fcheckpointed\x18( \x01(\v2\".taskmesh.task.v1.TaskCheckpointedH\x00R\fcheckpointed\x1a?\n" +
+	"\fcheckpointed\x18( \x01(\v2\".taskmesh.task.v1.TaskCheckpointedH\x00R\fcheckpointed\x12R\n" +
+	"\x10dependencies_met\x18) \x01(\v2%.taskmesh.task.v1.TaskDependenciesMetH\x00R\x0fdependenciesMet\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:\x1b\xc2\xf3\x18\x17taskmesh.task.events.v1B\a\n" +
-	"\x05event\"\xa0\x01\n" +
+	"\x05event\"\xd4\x01\n" +
 	"\rTaskSubmitted\x12.\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecR\x04spec\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x1b\n" +
 	"\tfanout_id\x18\x03 \x01(\tR\bfanoutId\x12#\n" +
-	"\rcluster_queue\x18\x04 \x01(\tR\fclusterQueue\"b\n" +
+	"\rcluster_queue\x18\x04 \x01(\tR\fclusterQueue\x122\n" +
+	"\x15held_for_dependencies\x18\x05 \x01(\bR\x13heldForDependencies\"\x96\x01\n" +
 	"\vTaskUpdated\x12.\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecR\x04spec\x12#\n" +
-	"\rcluster_queue\x18\x02 \x01(\tR\fclusterQueue\"\xcc\x01\n" +
+	"\rcluster_queue\x18\x02 \x01(\tR\fclusterQueue\x122\n" +
+	"\x15held_for_dependencies\x18\x03 \x01(\bR\x13heldForDependencies\"\xcc\x01\n" +
 	"\fTaskAdmitted\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12#\n" +
 	"\rcluster_queue\x18\x02 \x01(\tR\fclusterQueue\x12E\n" +
@@ -1771,7 +1866,10 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\rTaskSuspended\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"G\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"j\n" +
+	"\x13TaskDependenciesMet\x12.\n" +
+	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecR\x04spec\x12#\n" +
+	"\rcluster_queue\x18\x02 \x01(\tR\fclusterQueue\"G\n" +
 	"\fTaskRequeued\x12\x1f\n" +
 	"\vfrom_status\x18\x01 \x01(\tR\n" +
 	"fromStatus\x12\x16\n" +
@@ -1795,7 +1893,7 @@ func file_taskmesh_task_v1_task_events_proto_rawDescGZIP() []byte {
 	return file_taskmesh_task_v1_task_events_proto_rawDescData
 }
 
-var file_taskmesh_task_v1_task_events_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_taskmesh_task_v1_task_events_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_taskmesh_task_v1_task_events_proto_goTypes = []any{
 	(*TaskEvent)(nil),             // 0: taskmesh.task.v1.TaskEvent
 	(*TaskSubmitted)(nil),         // 1: taskmesh.task.v1.TaskSubmitted
@@ -1813,19 +1911,20 @@ var file_taskmesh_task_v1_task_events_proto_goTypes = []any{
 	(*TaskPreempted)(nil),         // 13: taskmesh.task.v1.TaskPreempted
 	(*TaskCheckpointed)(nil),      // 14: taskmesh.task.v1.TaskCheckpointed
 	(*TaskSuspended)(nil),         // 15: taskmesh.task.v1.TaskSuspended
-	(*TaskRequeued)(nil),          // 16: taskmesh.task.v1.TaskRequeued
-	(*TaskCanceled)(nil),          // 17: taskmesh.task.v1.TaskCanceled
-	(*TaskDeleted)(nil),           // 18: taskmesh.task.v1.TaskDeleted
-	(*TaskExpired)(nil),           // 19: taskmesh.task.v1.TaskExpired
-	nil,                           // 20: taskmesh.task.v1.TaskEvent.TraceContextEntry
-	nil,                           // 21: taskmesh.task.v1.TaskAdmitted.FlavorsEntry
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(*TaskSpec)(nil),              // 23: taskmesh.task.v1.TaskSpec
-	(*Artifact)(nil),              // 24: taskmesh.task.v1.Artifact
+	(*TaskDependenciesMet)(nil),   // 16: taskmesh.task.v1.TaskDependenciesMet
+	(*TaskRequeued)(nil),          // 17: taskmesh.task.v1.TaskRequeued
+	(*TaskCanceled)(nil),          // 18: taskmesh.task.v1.TaskCanceled
+	(*TaskDeleted)(nil),           // 19: taskmesh.task.v1.TaskDeleted
+	(*TaskExpired)(nil),           // 20: taskmesh.task.v1.TaskExpired
+	nil,                           // 21: taskmesh.task.v1.TaskEvent.TraceContextEntry
+	nil,                           // 22: taskmesh.task.v1.TaskAdmitted.FlavorsEntry
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*TaskSpec)(nil),              // 24: taskmesh.task.v1.TaskSpec
+	(*Artifact)(nil),              // 25: taskmesh.task.v1.Artifact
 }
 var file_taskmesh_task_v1_task_events_proto_depIdxs = []int32{
-	22, // 0: taskmesh.task.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	20, // 1: taskmesh.task.v1.TaskEvent.trace_context:type_name -> taskmesh.task.v1.TaskEvent.TraceContextEntry
+	23, // 0: taskmesh.task.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	21, // 1: taskmesh.task.v1.TaskEvent.trace_context:type_name -> taskmesh.task.v1.TaskEvent.TraceContextEntry
 	1,  // 2: taskmesh.task.v1.TaskEvent.submitted:type_name -> taskmesh.task.v1.TaskSubmitted
 	2,  // 3: taskmesh.task.v1.TaskEvent.updated:type_name -> taskmesh.task.v1.TaskUpdated
 	3,  // 4: taskmesh.task.v1.TaskEvent.admitted:type_name -> taskmesh.task.v1.TaskAdmitted
@@ -1839,28 +1938,30 @@ var file_taskmesh_task_v1_task_events_proto_depIdxs = []int32{
 	12, // 12: taskmesh.task.v1.TaskEvent.lease_expired:type_name -> taskmesh.task.v1.TaskLeaseExpired
 	13, // 13: taskmesh.task.v1.TaskEvent.preempted:type_name -> taskmesh.task.v1.TaskPreempted
 	15, // 14: taskmesh.task.v1.TaskEvent.suspended:type_name -> taskmesh.task.v1.TaskSuspended
-	16, // 15: taskmesh.task.v1.TaskEvent.requeued:type_name -> taskmesh.task.v1.TaskRequeued
-	17, // 16: taskmesh.task.v1.TaskEvent.canceled:type_name -> taskmesh.task.v1.TaskCanceled
-	18, // 17: taskmesh.task.v1.TaskEvent.deleted:type_name -> taskmesh.task.v1.TaskDeleted
-	19, // 18: taskmesh.task.v1.TaskEvent.expired:type_name -> taskmesh.task.v1.TaskExpired
+	17, // 15: taskmesh.task.v1.TaskEvent.requeued:type_name -> taskmesh.task.v1.TaskRequeued
+	18, // 16: taskmesh.task.v1.TaskEvent.canceled:type_name -> taskmesh.task.v1.TaskCanceled
+	19, // 17: taskmesh.task.v1.TaskEvent.deleted:type_name -> taskmesh.task.v1.TaskDeleted
+	20, // 18: taskmesh.task.v1.TaskEvent.expired:type_name -> taskmesh.task.v1.TaskExpired
 	14, // 19: taskmesh.task.v1.TaskEvent.checkpointed:type_name -> taskmesh.task.v1.TaskCheckpointed
-	23, // 20: taskmesh.task.v1.TaskSubmitted.spec:type_name -> taskmesh.task.v1.TaskSpec
-	23, // 21: taskmesh.task.v1.TaskUpdated.spec:type_name -> taskmesh.task.v1.TaskSpec
-	21, // 22: taskmesh.task.v1.TaskAdmitted.flavors:type_name -> taskmesh.task.v1.TaskAdmitted.FlavorsEntry
-	22, // 23: taskmesh.task.v1.TaskLeased.lease_expires_at:type_name -> google.protobuf.Timestamp
-	22, // 24: taskmesh.task.v1.TaskStarted.lease_expires_at:type_name -> google.protobuf.Timestamp
-	22, // 25: taskmesh.task.v1.TaskLeaseRenewed.lease_expires_at:type_name -> google.protobuf.Timestamp
-	24, // 26: taskmesh.task.v1.ResultRef.artifacts:type_name -> taskmesh.task.v1.Artifact
-	8,  // 27: taskmesh.task.v1.TaskSucceeded.result:type_name -> taskmesh.task.v1.ResultRef
-	22, // 28: taskmesh.task.v1.TaskSucceeded.ended_at:type_name -> google.protobuf.Timestamp
-	8,  // 29: taskmesh.task.v1.TaskFailed.result:type_name -> taskmesh.task.v1.ResultRef
-	22, // 30: taskmesh.task.v1.TaskFailed.ended_at:type_name -> google.protobuf.Timestamp
-	22, // 31: taskmesh.task.v1.TaskRetryScheduled.retry_at:type_name -> google.protobuf.Timestamp
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	16, // 20: taskmesh.task.v1.TaskEvent.dependencies_met:type_name -> taskmesh.task.v1.TaskDependenciesMet
+	24, // 21: taskmesh.task.v1.TaskSubmitted.spec:type_name -> taskmesh.task.v1.TaskSpec
+	24, // 22: taskmesh.task.v1.TaskUpdated.spec:type_name -> taskmesh.task.v1.TaskSpec
+	22, // 23: taskmesh.task.v1.TaskAdmitted.flavors:type_name -> taskmesh.task.v1.TaskAdmitted.FlavorsEntry
+	23, // 24: taskmesh.task.v1.TaskLeased.lease_expires_at:type_name -> google.protobuf.Timestamp
+	23, // 25: taskmesh.task.v1.TaskStarted.lease_expires_at:type_name -> google.protobuf.Timestamp
+	23, // 26: taskmesh.task.v1.TaskLeaseRenewed.lease_expires_at:type_name -> google.protobuf.Timestamp
+	25, // 27: taskmesh.task.v1.ResultRef.artifacts:type_name -> taskmesh.task.v1.Artifact
+	8,  // 28: taskmesh.task.v1.TaskSucceeded.result:type_name -> taskmesh.task.v1.ResultRef
+	23, // 29: taskmesh.task.v1.TaskSucceeded.ended_at:type_name -> google.protobuf.Timestamp
+	8,  // 30: taskmesh.task.v1.TaskFailed.result:type_name -> taskmesh.task.v1.ResultRef
+	23, // 31: taskmesh.task.v1.TaskFailed.ended_at:type_name -> google.protobuf.Timestamp
+	23, // 32: taskmesh.task.v1.TaskRetryScheduled.retry_at:type_name -> google.protobuf.Timestamp
+	24, // 33: taskmesh.task.v1.TaskDependenciesMet.spec:type_name -> taskmesh.task.v1.TaskSpec
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_events_proto_init() }
@@ -1888,6 +1989,7 @@ func file_taskmesh_task_v1_task_events_proto_init() {
 		(*TaskEvent_Deleted)(nil),
 		(*TaskEvent_Expired)(nil),
 		(*TaskEvent_Checkpointed)(nil),
+		(*TaskEvent_DependenciesMet)(nil),
 	}
 	file_taskmesh_task_v1_task_events_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
@@ -1896,7 +1998,7 @@ func file_taskmesh_task_v1_task_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_task_v1_task_events_proto_rawDesc), len(file_taskmesh_task_v1_task_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

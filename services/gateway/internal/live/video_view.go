@@ -90,10 +90,10 @@ func VideoView(u Update) (Frame, bool) {
 	case *taskv1.TaskEvent_Progressed:
 		event = EventProgress
 	case *taskv1.TaskEvent_Leased, *taskv1.TaskEvent_LeaseRenewed, *taskv1.TaskEvent_Admitted, *taskv1.TaskEvent_Updated,
-		*taskv1.TaskEvent_Checkpointed:
+		*taskv1.TaskEvent_Checkpointed, *taskv1.TaskEvent_DependenciesMet:
 		// A lease (pending → assigned: both QUEUED), a renewal, an
-		// admission, an update or a checkpoint leaves the video status as
-		// it was.
+		// admission, an update, a release into the admission queue or a
+		// checkpoint leaves the video status as it was.
 		if !u.Final && !u.Deleted {
 			return Frame{}, false
 		}

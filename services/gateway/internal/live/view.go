@@ -80,14 +80,15 @@ type TaskFrame struct {
 // TaskView is the task API's view (GET /api/v1/tasks/{task_id}/events and
 // /ws). Status changes and snapshots are "status" frames, progress reports
 // "progress" frames, deletion a "deleted" frame. Lease renewals, spec
-// updates, admissions and saved checkpoints change nothing a frame shows
-// and are skipped.
+// updates, admissions, a release into the admission queue and saved
+// checkpoints change nothing a frame shows and are skipped.
 func TaskView(u Update) (Frame, bool) {
 	event := EventStatus
 	switch u.Event.GetEvent().(type) {
 	case *taskv1.TaskEvent_Progressed:
 		event = EventProgress
-	case *taskv1.TaskEvent_LeaseRenewed, *taskv1.TaskEvent_Updated, *taskv1.TaskEvent_Admitted, *taskv1.TaskEvent_Checkpointed:
+	case *taskv1.TaskEvent_LeaseRenewed, *taskv1.TaskEvent_Updated, *taskv1.TaskEvent_Admitted, *taskv1.TaskEvent_Checkpointed,
+		*taskv1.TaskEvent_DependenciesMet:
 		if !u.Final {
 			return Frame{}, false
 		}

@@ -80,8 +80,8 @@ func (a *App) admitAtOnce(ctx context.Context, tasks []domain.Task) {
 		return
 	}
 	for _, t := range tasks {
-		if !t.AwaitingAdmission() {
-			continue
+		if !t.AwaitingAdmission() || t.HeldForDependencies {
+			continue // a held task enters its queue once released
 		}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queueTimeout)
@@ -124,6 +124,90 @@ func (a *App) finishAtOnce(ctx context.Context, t domain.Task) {
 			}
 		}
 	}()
+}
+
+// releaseHeldSoon wakes RunReleases: a task completed, or a task was
+// created held for dependencies that may have completed already.
+func (a *App) releaseHeldSoon() {
+	select {
+	case a.releaseKick <- struct{}{}:
+	default: // a release is due already; it will see this change too
+	}
+}
+
+// heldRecheck is how often RunReleases asks whether any task is held.
+const heldRecheck = time.Second
+
+// RunReleases puts held tasks whose dependencies have completed in their
+// ClusterQueues (ReleaseHeld) whenever a change may have released some,
+// until ctx is done. Every replica runs it for the changes it commits;
+// the sweeper's pass catches what a crash left between a completion and
+// its release.
+//
+// A completion wakes it only while held tasks may exist (heldMayExist),
+// so that a replica completing thousands of plain tasks a second does not
+// query for held ones after each: the flag is set when this replica
+// creates a held task and by a check every heldRecheck, which also finds
+// held tasks another replica created (their release may then wait for
+// that check), and cleared by the check when none is left.
+func (a *App) RunReleases(ctx context.Context) {
+	tick := time.NewTicker(heldRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.releaseKick:
+		case <-tick.C:
+			held, err := a.sweeps.AnyHeld(ctx)
+			if err != nil {
+				continue
+			}
+			a.heldMayExist.Store(held)
+			if !held {
+				continue
+			}
+		}
+		if _, err := a.ReleaseHeld(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("releasing tasks held for their dependencies failed; the sweeper retries", "err", err)
+		}
+	}
+}
+
+// ReleaseHeld records TaskDependenciesMet for every held task whose
+// dependencies have all completed and hands each new stay to the
+// admission loop at once (admitAtOnce), as a creation does. It returns how
+// many tasks it released. Releasing is idempotent (Task.ReleaseForAdmission),
+// so replicas and the sweeper may overlap.
+func (a *App) ReleaseHeld(ctx context.Context) (int, error) {
+	n := 0
+	for {
+		ids, err := a.sweeps.ReleasableHeld(ctx, sweepBatch)
+		if err != nil {
+			return n, err
+		}
+		var released []domain.Task
+		for _, id := range ids {
+			changed := false
+			t, err := a.mutate(ctx, system, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+				recs := t.ReleaseForAdmission(now)
+				changed = len(recs) > 0
+				return recs, nil
+			})
+			switch {
+			case errors.Is(err, domain.ErrNotFound):
+			case err != nil:
+				return n, err
+			case changed:
+				released = append(released, t)
+			}
+		}
+		n += len(released)
+		a.admitAtOnce(ctx, released)
+		if len(ids) < sweepBatch || len(released) == 0 {
+			return n, nil
+		}
+	}
 }
 
 // AdmitTask applies the quota service's admission of a task's stay in its

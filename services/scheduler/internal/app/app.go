@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/objectstore"
@@ -97,6 +98,10 @@ type App struct {
 	// selfExpiring whether the store expires them itself (no sweep).
 	resultSweep  time.Time
 	selfExpiring bool
+	// releaseKick wakes RunReleases (releaseHeldSoon); heldMayExist says
+	// whether a completion should (see RunReleases).
+	releaseKick  chan struct{}
+	heldMayExist atomic.Bool
 }
 
 // Stores are the storage the use cases work on.
@@ -116,7 +121,8 @@ func New(stores Stores, objects objectstore.Store, now func() time.Time, hub *Hu
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &App{tasks: meteredTasks{TaskStore: stores.Tasks, m: newTaskMetrics()}, views: stores.Views, agents: stores.Agents, sweeps: stores.Sweeps, sweeper: stores.Sweeper,
-		objects: objects, now: func() time.Time { return now().UTC() }, cfg: cfg, hub: hub, log: log}
+		objects: objects, now: func() time.Time { return now().UTC() }, cfg: cfg, hub: hub, log: log,
+		releaseKick: make(chan struct{}, 1)}
 }
 
 // SetAdmission makes tasks that name a queue, a GU quota or resources wait
@@ -181,6 +187,11 @@ func (a *App) mutate(ctx context.Context, c Caller, id string, decide func(t dom
 		a.hub.Changed(out)
 		if recorded {
 			a.finishAtOnce(ctx, out)
+			if out.Status == domain.StatusCompleted && a.heldMayExist.Load() || out.HeldForDependencies {
+				// Its dependents may be free to queue, or (held, written
+				// again) it may be.
+				a.releaseHeldSoon()
+			}
 		}
 	}
 	return out, err

@@ -70,6 +70,15 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 	}
 	a.hub.WakeClaimers()
 	a.admitAtOnce(ctx, created)
+	for _, t := range created {
+		if t.HeldForDependencies {
+			// Completions must look for it from now on, and its
+			// dependencies may have completed before it was written.
+			a.heldMayExist.Store(true)
+			a.releaseHeldSoon()
+			break
+		}
+	}
 	return created, nil
 }
 

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -375,4 +376,120 @@ func TestEventsCarryTheCallersAddress(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("events = %v, want %v", got, want)
 	}
+}
+
+// A task that depends on another and waits in a ClusterQueue is held out
+// of the queue: the admission loop gets no stay for it until its
+// dependency completed, so it never holds quota its dependency needs.
+// The completion releases it at once (RunReleases); the sweeper would
+// otherwise.
+func TestTaskHeldForItsDependencyQueuesWhenItCompletes(t *testing.T) {
+	h := newHarness(t).withAdmission()
+	h.admission.ClusterQueue = "cq-standard"
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	go h.app.RunReleases(ctx)
+	gpu := func(in *domain.SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "1"} }
+	parent := h.create(user("t1"), spec("parent", gpu))
+	child := h.create(user("t1"), spec("child", gpu, func(in *domain.SpecInput) { in.DependsOn = []string{parent.ID} }))
+	if !child.HeldForDependencies || child.AdmissionEpoch != 0 {
+		t.Fatalf("child = %+v: want held for its dependency", child)
+	}
+	waitFor(t, "the parent's stay", func() bool { return len(h.admission.Queued()) == 1 })
+	if err := h.app.AdmitTask(h.ctx, child.ID, 0, "cq-standard", nil); err != nil {
+		t.Fatal(err)
+	}
+	if h.get(child.ID).Admitted {
+		t.Fatal("a decision admitted the held child")
+	}
+	if n, err := h.app.ReleaseHeld(h.ctx); err != nil || n != 0 {
+		t.Fatalf("release before the parent completed: %d, %v", n, err)
+	}
+	if q := h.admission.Queued(); len(q) != 1 || q[0].ID != parent.ID {
+		t.Fatalf("stays = %v, want only the parent's", taskIDs(q))
+	}
+
+	if err := h.app.AdmitTask(h.ctx, parent.ID, 1, "cq-standard", nil); err != nil {
+		t.Fatal(err)
+	}
+	p := h.claimOne("a1", "m1", parent.ID)
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), p.ID, app.Completion{AgentID: "a1", AttemptID: p.AttemptID}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the child's stay", func() bool { return len(h.admission.Queued()) == 2 })
+	c := h.get(child.ID)
+	if q := h.admission.Queued()[1]; q.ID != child.ID || q.AdmissionEpoch != c.Version || q.HeldForDependencies {
+		t.Fatalf("second stay = %+v, want the child's at version %d", q, c.Version)
+	}
+	if got := h.eventNames(child.ID); got != "[TaskSubmitted TaskDependenciesMet]" {
+		t.Errorf("child's events = %s", got)
+	}
+	if err := h.app.AdmitTask(h.ctx, child.ID, c.Version, "cq-standard", nil); err != nil {
+		t.Fatal(err)
+	}
+	h.claimOne("a1", "m1", child.ID)
+
+	// Released once, however often a release runs.
+	if n, err := h.app.ReleaseHeld(h.ctx); err != nil || n != 0 {
+		t.Errorf("a second release: %d, %v", n, err)
+	}
+}
+
+// A held task whose dependency had completed before it was created is
+// released right after its creation; one left held by a crash is
+// released by the sweeper.
+func TestHeldTaskWhoseDependencyIsDoneIsReleased(t *testing.T) {
+	h := newHarness(t).withAdmission()
+	h.admission.ClusterQueue = "cq-standard"
+	gpu := func(in *domain.SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "1"} }
+	parent := h.create(user("t1"), spec("parent", gpu))
+	if err := h.app.AdmitTask(h.ctx, parent.ID, 1, "cq-standard", nil); err != nil {
+		t.Fatal(err)
+	}
+	p := h.claimOne("a1", "m1", parent.ID)
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), p.ID, app.Completion{AgentID: "a1", AttemptID: p.AttemptID}); err != nil {
+		t.Fatal(err)
+	}
+	// No RunReleases here: as after a crash, only the sweeper is left.
+	child := h.create(user("t1"), spec("child", gpu, func(in *domain.SpecInput) { in.DependsOn = []string{parent.ID} }))
+	if !child.HeldForDependencies {
+		t.Fatalf("child = %+v: want held until released", child)
+	}
+	if rep := h.sweep(); rep.Released != 1 {
+		t.Fatalf("sweep = %+v, want the child released", rep)
+	}
+	if c := h.get(child.ID); c.HeldForDependencies || c.AdmissionEpoch != c.Version {
+		t.Errorf("child after the sweep = %+v", c)
+	}
+	waitFor(t, "the child's stay", func() bool {
+		// Each stay is handed over on a goroutine of its own: in any order.
+		return slices.ContainsFunc(h.admission.Queued(), func(q domain.Task) bool { return q.ID == child.ID })
+	})
+}
+
+// A held task another replica created is found by the periodic check
+// (RunReleases), even though this replica completes its dependency
+// without knowing any task is held.
+func TestHeldTaskOfAnotherReplicaIsReleased(t *testing.T) {
+	h := newHarness(t).withAdmission()
+	h.admission.ClusterQueue = "cq-standard"
+	other := app.New(h.store.Stores(), h.objects, h.clock.Now, app.NewHub(), app.Config{}, nil)
+	other.SetAdmission(h.admission)
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	go h.app.RunReleases(ctx)
+	gpu := func(in *domain.SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "1"} }
+	parent := h.create(user("t1"), spec("parent", gpu))
+	children, err := other.CreateTasks(h.ctx, user("t1"), spec("child", gpu, func(in *domain.SpecInput) { in.DependsOn = []string{parent.ID} }), "")
+	if err != nil || len(children) != 1 || !children[0].HeldForDependencies {
+		t.Fatalf("child created on the other replica: %+v, %v", children, err)
+	}
+	if err := h.app.AdmitTask(h.ctx, parent.ID, 1, "cq-standard", nil); err != nil {
+		t.Fatal(err)
+	}
+	p := h.claimOne("a1", "m1", parent.ID)
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), p.ID, app.Completion{AgentID: "a1", AttemptID: p.AttemptID}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the child's release", func() bool { return !h.get(children[0].ID).HeldForDependencies })
 }

@@ -223,6 +223,13 @@ type SweepQueries interface {
 	// that failed, was cancelled or was deleted, each mapped to one such
 	// dependency.
 	BlockedByFailure(ctx context.Context, limit int) (map[string]string, error)
+	// ReleasableHeld returns up to limit pending tasks held out of their
+	// ClusterQueue for dependencies (domain.Task.HeldForDependencies) that
+	// have all completed, oldest first.
+	ReleasableHeld(ctx context.Context, limit int) ([]string, error)
+	// AnyHeld reports whether any pending task is held for its
+	// dependencies, released or not.
+	AnyHeld(ctx context.Context) (bool, error)
 	// PreemptionCandidates returns up to limit pending tasks created (and
 	// due) before waitedSince, not waiting for admission or for a
 	// dependency, that no live

@@ -16,6 +16,9 @@ const sweepBatch = 500
 // SweepReport counts what one sweep did.
 type SweepReport struct {
 	AgentsLost, LeasesExpired, TimedOut, Requeued, DependentsCancelled, Preempted, ResultsExpired int
+	// Released: tasks held for their dependencies that entered their
+	// queues here, not at once (a crash came between).
+	Released int
 }
 
 // Sweep does the scheduler's timed work once:
@@ -33,7 +36,10 @@ type SweepReport struct {
 //  6. pending tasks that outrank running work by PreemptGap and found no
 //     free capacity preempt it;
 //  7. results stored longer than ResultRetention are deleted from an
-//     object store that cannot expire them itself (once an hour).
+//     object store that cannot expire them itself (once an hour);
+//  8. tasks held out of their ClusterQueue whose dependencies have all
+//     completed enter it (ReleaseHeld; RunReleases does it at once,
+//     this covers a crash in between).
 //
 // Each task changes in its own command, so one bad task cannot stall the
 // rest. Run it from exactly one replica (RunSweeper holds a lock).
@@ -122,6 +128,9 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 	if err := a.sweeps.PruneClaims(ctx, now.Add(-a.cfg.ClaimRetention)); err != nil {
 		return rep, err
 	}
+	if rep.Released, err = a.ReleaseHeld(ctx); err != nil {
+		return rep, err
+	}
 	n, err := a.SweepResults(ctx)
 	rep.ResultsExpired = n
 	return rep, err
@@ -190,7 +199,7 @@ func (a *App) RunSweeper(ctx context.Context, interval time.Duration) {
 			} else if rep != (SweepReport{}) {
 				a.log.Info("sweep", "agents_lost", rep.AgentsLost, "leases_expired", rep.LeasesExpired,
 					"timed_out", rep.TimedOut, "requeued", rep.Requeued, "dependents_cancelled", rep.DependentsCancelled,
-					"preempted", rep.Preempted, "results_expired", rep.ResultsExpired)
+					"preempted", rep.Preempted, "results_expired", rep.ResultsExpired, "released", rep.Released)
 			}
 			select {
 			case <-ctx.Done():

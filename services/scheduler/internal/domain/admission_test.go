@@ -126,3 +126,54 @@ func TestAdmissionFollowsTheLifecycle(t *testing.T) {
 		t.Errorf("updated = %+v: want a new stay at epoch 2", task)
 	}
 }
+
+// A task with dependencies that waits in a ClusterQueue stays out of it
+// until they have completed: admitted earlier it would hold quota it
+// cannot use, and could keep its own dependency out of a full queue.
+func TestTaskHeldForItsDependenciesEntersTheQueueOnRelease(t *testing.T) {
+	withDeps := func(in *SpecInput) {
+		in.Queue, in.Resources = "premium", map[string]string{"nvidia.com/gpu": "2"}
+		in.DependsOn = []string{"task-0"}
+	}
+	task := Fold(Submit(t0, "task-1", "tenant-a", "key-1", "", "", spec(t, withDeps), "gpu-cq"))
+	if !task.HeldForDependencies || task.AdmissionEpoch != 0 || !task.AwaitingAdmission() || task.Claimable(t0) {
+		t.Fatalf("submitted with dependencies = %+v: want held, no stay, not claimable", task)
+	}
+	// No stay: no decision can admit it.
+	if recs := task.Admit(t0, 0, "gpu-cq", nil); recs != nil {
+		t.Errorf("a held task was admitted: %v", recs)
+	}
+	task = run(t, task, task.ReleaseForAdmission(t0), nil)
+	if task.HeldForDependencies || task.AdmissionEpoch != task.Version || !task.AwaitingAdmission() {
+		t.Fatalf("released = %+v: want a stay at version %d", task, task.Version)
+	}
+	if recs := task.ReleaseForAdmission(t0); recs != nil {
+		t.Errorf("a second release recorded %v", recs)
+	}
+	task = run(t, task, task.Admit(t0, task.Version, "gpu-cq", nil), nil)
+	if !task.Claimable(t0) {
+		t.Fatalf("admitted after release = %+v: want claimable", task)
+	}
+
+	// An update that keeps the dependencies holds it again (its stay
+	// ends); without a queue, or without dependencies, nothing is held.
+	held := Fold(Submit(t0, "task-2", "tenant-a", "key-1", "", "", spec(t, withDeps), "gpu-cq"))
+	released := run(t, held, held.ReleaseForAdmission(t0), nil)
+	recs, err := released.Update(t0, "key-1", released.Spec, "gpu-cq")
+	again := run(t, released, recs, err)
+	if !again.HeldForDependencies || again.AdmissionEpoch != 0 {
+		t.Errorf("updated with its dependencies = %+v: want held again", again)
+	}
+	if plain := Fold(Submit(t0, "task-3", "tenant-a", "key-1", "", "", spec(t, withDeps), "")); plain.HeldForDependencies {
+		t.Errorf("a task without a queue is held: %+v", plain)
+	}
+	if q := queued(t); q.HeldForDependencies {
+		t.Errorf("a queued task without dependencies is held: %+v", q)
+	}
+	// Cancelled while held: nothing left to release.
+	recs, err = held.Cancel(t0, "key-1", "no longer needed")
+	cancelled := run(t, held, recs, err)
+	if recs := cancelled.ReleaseForAdmission(t0); recs != nil {
+		t.Errorf("a cancelled task was released: %v", recs)
+	}
+}

@@ -9,7 +9,18 @@ import (
 // for admission before any agent may claim it.
 func Submit(now time.Time, id, tenantID, createdBy, requestID, fanoutID string, spec Spec, clusterQueue string) []Record {
 	return []Record{{At: now, Actor: createdBy, Event: Submitted{ID: id, TenantID: tenantID, CreatedBy: createdBy,
-		RequestID: requestID, FanoutID: fanoutID, Spec: spec, ClusterQueue: clusterQueue}}}
+		RequestID: requestID, FanoutID: fanoutID, Spec: spec, ClusterQueue: clusterQueue,
+		HeldForDependencies: holdsForDependencies(spec, clusterQueue)}}}
+}
+
+// holdsForDependencies is the rule for a task written with spec and
+// clusterQueue: a task with dependencies enters its queue only once they
+// have completed (DependenciesMet). Admitted earlier it would hold quota
+// it cannot use, and in a queue too small for both it would keep its own
+// dependency from ever being admitted. See docs/api/quota.md, "Which work
+// waits, and where".
+func holdsForDependencies(spec Spec, clusterQueue string) bool {
+	return clusterQueue != "" && len(spec.DependsOn) > 0
 }
 
 func recordOf(now time.Time, actor string, e Event) []Record {
@@ -33,7 +44,8 @@ func (t Task) Update(now time.Time, actor string, spec Spec, clusterQueue string
 	if t.Status != StatusPending {
 		return nil, immutable(t, "update")
 	}
-	return recordOf(now, actor, Updated{Spec: spec, ClusterQueue: clusterQueue}), nil
+	return recordOf(now, actor, Updated{Spec: spec, ClusterQueue: clusterQueue,
+		HeldForDependencies: holdsForDependencies(spec, clusterQueue)}), nil
 }
 
 // Delete removes a task that no attempt holds.
@@ -463,12 +475,24 @@ func (t Task) MustStop(attemptID string) (bool, string) {
 	return false, ""
 }
 
+// ReleaseForAdmission puts a task held for its dependencies in its
+// ClusterQueue. The caller has seen them all completed (the task store's
+// awaiting_dependencies); a task not held, or no longer pending, records
+// nothing, so releasing twice is harmless.
+func (t Task) ReleaseForAdmission(now time.Time) []Record {
+	if !t.HeldForDependencies || t.Status != StatusPending || t.Deleted {
+		return nil
+	}
+	return recordOf(now, "scheduler", DependenciesMet{Spec: t.Spec, ClusterQueue: t.ClusterQueue})
+}
+
 // Admit records the quota service's admission of the task's stay in its
 // ClusterQueue that began at version epoch. A decision about another queue
-// or an earlier stay, or for a task no longer waiting, records nothing:
+// or an earlier stay, or for a task no longer waiting or held out of its
+// queue for its dependencies, records nothing:
 // decisions arrive asynchronously and may have been overtaken.
 func (t Task) Admit(now time.Time, epoch int64, clusterQueue string, flavors map[string]string) []Record {
-	if !t.AwaitingAdmission() || t.AdmissionEpoch != epoch || t.ClusterQueue != clusterQueue {
+	if !t.AwaitingAdmission() || t.HeldForDependencies || t.AdmissionEpoch != epoch || t.ClusterQueue != clusterQueue {
 		return nil
 	}
 	return recordOf(now, "quota", Admitted{Queue: t.Spec.Queue, ClusterQueue: clusterQueue, Flavors: flavors})

@@ -21,8 +21,18 @@ type (
 		Spec                                         Spec
 		// ClusterQueue admits the task; "" = it needs no admission.
 		ClusterQueue string
+		// HeldForDependencies: the task enters ClusterQueue only with
+		// DependenciesMet (holdsForDependencies).
+		HeldForDependencies bool
 	}
 	Updated struct {
+		Spec                Spec
+		ClusterQueue        string
+		HeldForDependencies bool
+	}
+	// DependenciesMet: a task held for its dependencies saw them all
+	// completed and now waits in its ClusterQueue.
+	DependenciesMet struct {
 		Spec         Spec
 		ClusterQueue string
 	}
@@ -86,24 +96,25 @@ type (
 	Expired   struct{}
 )
 
-func (Submitted) EventName() string      { return "TaskSubmitted" }
-func (Updated) EventName() string        { return "TaskUpdated" }
-func (Admitted) EventName() string       { return "TaskAdmitted" }
-func (Leased) EventName() string         { return "TaskLeased" }
-func (Started) EventName() string        { return "TaskStarted" }
-func (Progressed) EventName() string     { return "TaskProgressed" }
-func (LeaseRenewed) EventName() string   { return "TaskLeaseRenewed" }
-func (Succeeded) EventName() string      { return "TaskSucceeded" }
-func (Failed) EventName() string         { return "TaskFailed" }
-func (RetryScheduled) EventName() string { return "TaskRetryScheduled" }
-func (LeaseExpired) EventName() string   { return "TaskLeaseExpired" }
-func (Preempted) EventName() string      { return "TaskPreempted" }
-func (Suspended) EventName() string      { return "TaskSuspended" }
-func (Checkpointed) EventName() string   { return "TaskCheckpointed" }
-func (Requeued) EventName() string       { return "TaskRequeued" }
-func (Canceled) EventName() string       { return "TaskCanceled" }
-func (Deleted) EventName() string        { return "TaskDeleted" }
-func (Expired) EventName() string        { return "TaskExpired" }
+func (Submitted) EventName() string       { return "TaskSubmitted" }
+func (Updated) EventName() string         { return "TaskUpdated" }
+func (Admitted) EventName() string        { return "TaskAdmitted" }
+func (DependenciesMet) EventName() string { return "TaskDependenciesMet" }
+func (Leased) EventName() string          { return "TaskLeased" }
+func (Started) EventName() string         { return "TaskStarted" }
+func (Progressed) EventName() string      { return "TaskProgressed" }
+func (LeaseRenewed) EventName() string    { return "TaskLeaseRenewed" }
+func (Succeeded) EventName() string       { return "TaskSucceeded" }
+func (Failed) EventName() string          { return "TaskFailed" }
+func (RetryScheduled) EventName() string  { return "TaskRetryScheduled" }
+func (LeaseExpired) EventName() string    { return "TaskLeaseExpired" }
+func (Preempted) EventName() string       { return "TaskPreempted" }
+func (Suspended) EventName() string       { return "TaskSuspended" }
+func (Checkpointed) EventName() string    { return "TaskCheckpointed" }
+func (Requeued) EventName() string        { return "TaskRequeued" }
+func (Canceled) EventName() string        { return "TaskCanceled" }
+func (Deleted) EventName() string         { return "TaskDeleted" }
+func (Expired) EventName() string         { return "TaskExpired" }
 
 // Apply folds one recorded event into t: the one fold of task events. The
 // inline projection, the task_views read model, the rebuild from the event
@@ -136,9 +147,13 @@ func apply(t *Task, r Record) bool {
 		*t = Task{ID: e.ID, TenantID: e.TenantID, CreatedBy: e.CreatedBy, RequestID: e.RequestID,
 			FanoutID: e.FanoutID, Spec: e.Spec, Version: t.Version, Status: StatusPending,
 			CreatedAt: r.At, UpdatedAt: r.At, RetryAt: r.At, ClusterQueue: e.ClusterQueue}
+		t.HeldForDependencies = e.HeldForDependencies
 		t.queueForAdmission()
 	case Updated:
-		t.Spec, t.ClusterQueue = e.Spec, e.ClusterQueue
+		t.Spec, t.ClusterQueue, t.HeldForDependencies = e.Spec, e.ClusterQueue, e.HeldForDependencies
+		t.queueForAdmission()
+	case DependenciesMet:
+		t.Spec, t.ClusterQueue, t.HeldForDependencies = e.Spec, e.ClusterQueue, false
 		t.queueForAdmission()
 	case Admitted:
 		t.Admitted, t.Flavors = true, e.Flavors
@@ -261,8 +276,8 @@ func (t *Task) queueForAdmission() {
 	t.Admitted, t.Flavors, t.AdmissionEpoch = false, nil, 0
 	// The epoch is the version of the event that began the stay. A decision
 	// names it, so one about an earlier stay is recognised and ignored
-	// (Admit, Evict).
-	if t.ClusterQueue != "" {
+	// (Admit, Evict). A task held for its dependencies has no stay yet.
+	if t.ClusterQueue != "" && !t.HeldForDependencies {
 		t.AdmissionEpoch = t.Version
 	}
 }

@@ -225,6 +225,11 @@ type Task struct {
 	Admitted       bool              `json:"admitted,omitempty"`
 	Flavors        map[string]string `json:"flavors,omitempty"`
 	AdmissionEpoch int64             `json:"admission_epoch,omitempty"`
+	// HeldForDependencies: the task has a ClusterQueue and dependencies
+	// and is not in the queue yet; it enters it (DependenciesMet) once they
+	// have all completed, so it never holds quota it cannot use. It still
+	// awaits admission meanwhile (AwaitingAdmission).
+	HeldForDependencies bool `json:"held_for_dependencies,omitempty"`
 }
 
 // PastAttempt is an attempt that is no longer the task's current one, or

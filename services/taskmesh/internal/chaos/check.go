@@ -292,7 +292,7 @@ func attemptStep(ev *taskv1.TaskEvent) (opens, uses, closes string, succeeded bo
 	case *taskv1.TaskEvent_Deleted, *taskv1.TaskEvent_Expired:
 		return "", "", "*", false, nil
 	case *taskv1.TaskEvent_Submitted, *taskv1.TaskEvent_Updated, *taskv1.TaskEvent_Admitted,
-		*taskv1.TaskEvent_RetryScheduled, *taskv1.TaskEvent_Requeued:
+		*taskv1.TaskEvent_RetryScheduled, *taskv1.TaskEvent_Requeued, *taskv1.TaskEvent_DependenciesMet:
 		return "", "", "", false, nil
 	}
 	return "", "", "", false, fmt.Errorf("no case for task event %T", ev.GetEvent())

@@ -28,7 +28,9 @@ func (a *App) ExplainTask(ctx context.Context, c Caller, taskID string) (TaskAdm
 		ex = Explanation{ClusterQueue: r.ClusterQueue, State: r.State, Flavors: r.Flavors, Reason: r.Reason}
 	}
 	if !known || (!c.Operator && rec.TenantID != c.TenantID) {
-		return out, fmt.Errorf("task %q: %w", taskID, ErrNotFound)
+		// The same words whether the task is another tenant's or none.
+		return out, fmt.Errorf("task %q is in no admission queue (it needs no admission, waits for its dependencies to complete, or does not exist): %w",
+			taskID, ErrNotFound)
 	}
 	out.Explanation = ex
 	if ex.State == StateAdmitted && ex.Flavors == nil {

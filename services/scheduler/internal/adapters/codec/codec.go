@@ -23,10 +23,14 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 	switch e := r.Event.(type) {
 	case domain.Submitted:
 		env.Event = &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{Spec: specToProto(e.Spec),
-			RequestId: e.RequestID, FanoutId: e.FanoutID, ClusterQueue: e.ClusterQueue}}
+			RequestId: e.RequestID, FanoutId: e.FanoutID, ClusterQueue: e.ClusterQueue, HeldForDependencies: e.HeldForDependencies}}
 		// Ids and the creator are the envelope's; CreatedBy rides in actor.
 	case domain.Updated:
-		env.Event = &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{Spec: specToProto(e.Spec), ClusterQueue: e.ClusterQueue}}
+		env.Event = &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{Spec: specToProto(e.Spec), ClusterQueue: e.ClusterQueue,
+			HeldForDependencies: e.HeldForDependencies}}
+	case domain.DependenciesMet:
+		env.Event = &taskv1.TaskEvent_DependenciesMet{DependenciesMet: &taskv1.TaskDependenciesMet{Spec: specToProto(e.Spec),
+			ClusterQueue: e.ClusterQueue}}
 	case domain.Admitted:
 		env.Event = &taskv1.TaskEvent_Admitted{Admitted: &taskv1.TaskAdmitted{Queue: e.Queue, ClusterQueue: e.ClusterQueue, Flavors: e.Flavors}}
 	case domain.Leased:
@@ -103,9 +107,12 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 	case *taskv1.TaskEvent_Submitted:
 		r.Event = domain.Submitted{ID: env.GetAggregateId(), TenantID: env.GetTenantId(), CreatedBy: env.GetActor(),
 			RequestID: e.Submitted.GetRequestId(), FanoutID: e.Submitted.GetFanoutId(), Spec: specFromProto(e.Submitted.GetSpec()),
-			ClusterQueue: e.Submitted.GetClusterQueue()}
+			ClusterQueue: e.Submitted.GetClusterQueue(), HeldForDependencies: e.Submitted.GetHeldForDependencies()}
 	case *taskv1.TaskEvent_Updated:
-		r.Event = domain.Updated{Spec: specFromProto(e.Updated.GetSpec()), ClusterQueue: e.Updated.GetClusterQueue()}
+		r.Event = domain.Updated{Spec: specFromProto(e.Updated.GetSpec()), ClusterQueue: e.Updated.GetClusterQueue(),
+			HeldForDependencies: e.Updated.GetHeldForDependencies()}
+	case *taskv1.TaskEvent_DependenciesMet:
+		r.Event = domain.DependenciesMet{Spec: specFromProto(e.DependenciesMet.GetSpec()), ClusterQueue: e.DependenciesMet.GetClusterQueue()}
 	case *taskv1.TaskEvent_Admitted:
 		r.Event = domain.Admitted{Queue: e.Admitted.GetQueue(), ClusterQueue: e.Admitted.GetClusterQueue(), Flavors: e.Admitted.GetFlavors()}
 	case *taskv1.TaskEvent_Leased:

@@ -106,6 +106,32 @@ func (q SweepQueries) BlockedByFailure(ctx context.Context, limit int) (map[stri
 	return out, err
 }
 
+// ReleasableHeld returns pending tasks (up to limit, oldest first) held
+// out of their ClusterQueue for dependencies that have all completed.
+// awaiting_dependencies is cleared by the commit that completes the last
+// of them; the check is made again here because a manual retry can make a
+// dependent pending again behind a dependency that failed.
+func (q SweepQueries) ReleasableHeld(ctx context.Context, limit int) ([]string, error) {
+	rows, err := q.DB.Query(ctx, `SELECT t.id FROM tasks t
+		WHERE t.held_for_dependencies AND t.status = 'pending' AND NOT t.deleted AND NOT t.awaiting_dependencies
+		  AND NOT EXISTS (`+unmetDependency+`)
+		ORDER BY t.created_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("held tasks: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// AnyHeld reports whether any pending task is held for its dependencies.
+func (q SweepQueries) AnyHeld(ctx context.Context) (bool, error) {
+	var held bool
+	err := q.DB.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE held_for_dependencies AND status = 'pending' AND NOT deleted)`).Scan(&held)
+	if err != nil {
+		return false, fmt.Errorf("held tasks: %w", err)
+	}
+	return held, nil
+}
+
 // PreemptionCandidates finds pending tasks created before waitedSince that
 // no live agent with free slots could take, each with the lowest-priority,
 // most recently started leased task (priority at least gap lower) on a

@@ -326,7 +326,7 @@ func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error)
 	prios := make([]int32, n)
 	leases, timeouts := make([]*time.Time, n), make([]*time.Time, n)
 	retries, updated := make([]time.Time, n), make([]time.Time, n)
-	deleted, waiting, waitingDeps := make([]bool, n), make([]bool, n), make([]bool, n)
+	deleted, waiting, waitingDeps, held := make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
 	versions := make([]int64, n)
 	docs := make([][]byte, n)
 	for i, t := range tasks {
@@ -337,14 +337,14 @@ func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error)
 		ids[i], statuses[i], agents[i], amachines[i], attempts[i], preempted[i] = t.ID, string(t.Status), t.AgentID, t.AssignedMachine, t.AttemptID, t.PreemptedBy
 		prios[i], leases[i], timeouts[i] = int32(t.Spec.Priority), optTime(t.LeaseExpiresAt), timeoutAt(t)
 		retries[i], updated[i], deleted[i], versions[i], docs[i] = t.RetryAt, t.UpdatedAt, t.Deleted, t.Version, doc
-		waiting[i], waitingDeps[i] = t.AwaitingAdmission(), awaitsDependencies(t)
+		waiting[i], waitingDeps[i], held[i] = t.AwaitingAdmission(), awaitsDependencies(t), t.HeldForDependencies
 	}
 	// The spec columns (type, targets, labels, dependencies, group) are read
 	// from the doc only where the spec changed.
 	return statement{`
 		UPDATE tasks t SET status = x.st, priority = x.pr, agent_id = x.ag, assigned_machine_id = x.am, attempt_id = x.att,
 			lease_expires_at = x.le, timeout_at = x.tu, retry_at = x.re, preempted_by = x.pb, updated_at = x.up,
-			deleted = x.de, version = x.ve, doc = x.doc, awaiting_admission = x.aw,
+			deleted = x.de, version = x.ve, doc = x.doc, awaiting_admission = x.aw, held_for_dependencies = x.hd,
 			-- Only a pending task waits for its dependencies; a new list of
 			-- them is checked again (dependencyStatements).
 			awaiting_dependencies = CASE WHEN x.st <> 'pending' OR x.de THEN false
@@ -357,11 +357,11 @@ func updateStatement(tasks []domain.Task, specChanged []bool) (statement, error)
 			depends_on = CASE WHEN x.sc THEN ARRAY(SELECT json_array_elements_text(coalesce(x.doc->'spec'->'depends_on', '[]'::json))) ELSE t.depends_on END
 		FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::timestamptz[],
 			$9::timestamptz[], $10::text[], $11::timestamptz[], $12::bool[], $13::bigint[], $14::json[], $15::bool[], $16::bool[],
-			$17::bool[])
-			AS x(id, st, pr, ag, am, att, le, tu, re, pb, up, de, ve, doc, sc, aw, ad)
+			$17::bool[], $18::bool[])
+			AS x(id, st, pr, ag, am, att, le, tu, re, pb, up, de, ve, doc, sc, aw, ad, hd)
 		WHERE t.id = x.id`,
 		[]any{ids, statuses, prios, agents, amachines, attempts, leases, timeouts, retries, preempted, updated, deleted, versions, docs,
-			specChanged, waiting, waitingDeps}}, nil
+			specChanged, waiting, waitingDeps, held}}, nil
 }
 
 func timeoutAt(t domain.Task) *time.Time {
@@ -383,7 +383,7 @@ func upsertStatement(tasks []domain.Task) (statement, error) {
 		agents, amachines, attempts, preempted                        = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		prios                                                         = make([]int32, n)
 		labels, deps                                                  = make([][]string, n), make([][]string, n)
-		scatter, deleted, waiting, waitingDeps                        = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
+		scatter, deleted, waiting, waitingDeps, held                  = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
 		leases, timeouts                                              = make([]*time.Time, n), make([]*time.Time, n)
 		retries, created, updated                                     = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 		versions                                                      = make([]int64, n)
@@ -399,20 +399,21 @@ func upsertStatement(tasks []domain.Task) (statement, error) {
 		agents[i], amachines[i], attempts[i], preempted[i] = t.AgentID, t.AssignedMachine, t.AttemptID, t.PreemptedBy
 		prios[i], labels[i], deps[i] = int32(t.Spec.Priority), nonNil(t.Spec.Labels), nonNil(t.Spec.DependsOn)
 		scatter[i], deleted[i], waiting[i] = t.Spec.Mode == domain.ModeScatter, t.Deleted, t.AwaitingAdmission()
-		waitingDeps[i] = awaitsDependencies(t)
+		waitingDeps[i], held[i] = awaitsDependencies(t), t.HeldForDependencies
 		leases[i], timeouts[i] = optTime(t.LeaseExpiresAt), timeoutAt(t)
 		retries[i], created[i], updated[i], versions[i], docs[i] = t.RetryAt, t.CreatedAt, t.UpdatedAt, t.Version, doc
 	}
 	return statement{`
 		INSERT INTO tasks (id, tenant_id, status, priority, type, machine_id, target_ip, labels, depends_on,
 			fanout_id, scatter, group_id, agent_id, assigned_machine_id, attempt_id, lease_expires_at, timeout_at,
-			retry_at, preempted_by, created_at, updated_at, deleted, version, doc, awaiting_admission, awaiting_dependencies)
-		SELECT id, tn, st, pr, ty, ma, ip, lb::text[], dp::text[], fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc, aw, ad
+			retry_at, preempted_by, created_at, updated_at, deleted, version, doc, awaiting_admission, awaiting_dependencies,
+			held_for_dependencies)
+		SELECT id, tn, st, pr, ty, ma, ip, lb::text[], dp::text[], fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc, aw, ad, hd
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[],
 			$8::text[], $9::text[], $10::text[], $11::bool[], $12::text[], $13::text[], $14::text[], $15::text[],
 			$16::timestamptz[], $17::timestamptz[], $18::timestamptz[], $19::text[], $20::timestamptz[],
-			$21::timestamptz[], $22::bool[], $23::bigint[], $24::json[], $25::bool[], $26::bool[])
-			AS x(id, tn, st, pr, ty, ma, ip, lb, dp, fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc, aw, ad)
+			$21::timestamptz[], $22::bool[], $23::bigint[], $24::json[], $25::bool[], $26::bool[], $27::bool[])
+			AS x(id, tn, st, pr, ty, ma, ip, lb, dp, fo, sc, gr, ag, am, att, le, tu, re, pb, cr, up, de, ve, doc, aw, ad, hd)
 		ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, priority = EXCLUDED.priority, type = EXCLUDED.type,
 			machine_id = EXCLUDED.machine_id, target_ip = EXCLUDED.target_ip, labels = EXCLUDED.labels,
 			depends_on = EXCLUDED.depends_on, fanout_id = EXCLUDED.fanout_id, scatter = EXCLUDED.scatter,
@@ -420,10 +421,11 @@ func upsertStatement(tasks []domain.Task) (statement, error) {
 			attempt_id = EXCLUDED.attempt_id, lease_expires_at = EXCLUDED.lease_expires_at, timeout_at = EXCLUDED.timeout_at,
 			retry_at = EXCLUDED.retry_at, preempted_by = EXCLUDED.preempted_by, updated_at = EXCLUDED.updated_at,
 			deleted = EXCLUDED.deleted, version = EXCLUDED.version, doc = EXCLUDED.doc,
-			awaiting_admission = EXCLUDED.awaiting_admission, awaiting_dependencies = EXCLUDED.awaiting_dependencies`,
+			awaiting_admission = EXCLUDED.awaiting_admission, awaiting_dependencies = EXCLUDED.awaiting_dependencies,
+			held_for_dependencies = EXCLUDED.held_for_dependencies`,
 		[]any{ids, tenants, statuses, prios, types, machines, ips, textArray(labels), textArray(deps), fanouts, scatter, groups,
 			agents, amachines, attempts, leases, timeouts, retries, preempted, created, updated, deleted, versions, docs, waiting,
-			waitingDeps}}, nil
+			waitingDeps, held}}, nil
 }
 
 // textArray encodes a list of lists as Postgres array literals, because a

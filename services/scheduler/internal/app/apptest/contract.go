@@ -48,6 +48,7 @@ func StoreContract(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"SweepLeases", (*contract).sweepLeases},
 		{"SweepPreempted", (*contract).sweepPreempted},
 		{"SweepBlockedByFailure", (*contract).sweepBlocked},
+		{"ReleasableHeld", (*contract).releasableHeld},
 		{"PreemptionCandidates", (*contract).preemptionCandidates},
 		{"PruneClaims", (*contract).pruneClaims},
 		{"SweeperLockIsExclusive", (*contract).sweeperLock},
@@ -857,6 +858,53 @@ func (c *contract) sweepBlocked(t *testing.T) {
 	}
 	if got, err = c.s.Sweeps.BlockedByFailure(c.ctx, 2); err != nil || len(got) != 2 {
 		t.Errorf("blocked, at most 2 = %v, %v", got, err)
+	}
+}
+
+// releasableHeld: tasks held out of their ClusterQueue for dependencies
+// are listed once every dependency completed, oldest first, until
+// released or no longer pending.
+func (c *contract) releasableHeld(t *testing.T) {
+	held := func(id string, at time.Time, deps ...string) []domain.Record {
+		return domain.Submit(at, id, "t1", "user", "", "", Spec(t, id, func(in *domain.SpecInput) { in.DependsOn = deps }), "cq1")
+	}
+	c.create("t1", c.newTask("t1", "parent", T0), c.newTask("t1", "other", T0), c.newTask("t1", "done", T0))
+	c.lease("done", "ag", "m", T0)
+	c.finish("done", T0, 0)
+	c.create("t1",
+		held("held-on-parent", T0.Add(2*time.Second), "parent"),
+		held("held-on-done", T0.Add(3*time.Second), "done"),
+		held("held-on-two", T0.Add(time.Second), "parent", "other"),
+		held("held-cancelled", T0, "done"),
+		c.newTask("t1", "plain-child", T0, func(in *domain.SpecInput) { in.DependsOn = []string{"done"} }),
+	)
+	c.mutate("held-cancelled", func(t domain.Task) ([]domain.Record, error) { return t.Cancel(T0, "user", "") })
+	list := func(limit int) []string {
+		t.Helper()
+		ids, err := c.s.Sweeps.ReleasableHeld(c.ctx, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	c.wantIDs("releasable before the parent completed", list(10), []string{"held-on-done"})
+	if held, err := c.s.Sweeps.AnyHeld(c.ctx); err != nil || !held {
+		t.Errorf("AnyHeld = %v, %v; want true", held, err)
+	}
+	c.lease("parent", "ag", "m", T0)
+	c.finish("parent", T0, 0)
+	c.wantIDs("releasable after it completed", list(10), []string{"held-on-parent", "held-on-done"})
+	c.wantIDs("releasable, at most 1", list(1), []string{"held-on-parent"})
+	released := c.mutate("held-on-parent", func(t domain.Task) ([]domain.Record, error) { return t.ReleaseForAdmission(T0), nil })
+	if released.HeldForDependencies || !released.AwaitingAdmission() {
+		t.Errorf("released = %+v", released)
+	}
+	c.wantIDs("releasable after one release", list(10), []string{"held-on-done"})
+	for _, id := range []string{"held-on-done", "held-on-two"} {
+		c.mutate(id, func(t domain.Task) ([]domain.Record, error) { return t.Cancel(T0, "user", "") })
+	}
+	if held, err := c.s.Sweeps.AnyHeld(c.ctx); err != nil || held {
+		t.Errorf("AnyHeld with every held task released or cancelled = %v, %v; want false", held, err)
 	}
 }
 

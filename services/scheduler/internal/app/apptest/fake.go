@@ -748,6 +748,41 @@ func (s *Store) BlockedByFailure(_ context.Context, limit int) (map[string]strin
 	return out, nil
 }
 
+// AnyHeld implements app.SweepQueries.
+func (s *Store) AnyHeld(context.Context) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("AnyHeld", ""); err != nil {
+		return false, err
+	}
+	for _, t := range s.tasks {
+		if t.HeldForDependencies && t.Status == domain.StatusPending && !t.Deleted {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// ReleasableHeld implements app.SweepQueries.
+func (s *Store) ReleasableHeld(_ context.Context, limit int) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("ReleasableHeld", ""); err != nil {
+		return nil, err
+	}
+	return s.ids(func(t domain.Task) bool {
+		if !t.HeldForDependencies || t.Status != domain.StatusPending || t.Deleted {
+			return false
+		}
+		for _, dep := range t.Spec.DependsOn {
+			if d, ok := s.tasks[dep]; !ok || d.Status != domain.StatusCompleted {
+				return false
+			}
+		}
+		return true
+	}, func(t domain.Task) time.Time { return t.CreatedAt }, limit), nil
+}
+
 // PreemptionCandidates implements app.SweepQueries.
 func (s *Store) PreemptionCandidates(_ context.Context, waitedSince time.Time, gap, limit int) ([]app.Preemption, error) {
 	s.mu.Lock()

@@ -59,7 +59,7 @@ func Convert(ev *taskv1.TaskEvent) (domain.Event, error) {
 		ended(x.LeaseExpired.GetAttemptId(), nil, false)
 	case *taskv1.TaskEvent_Leased, *taskv1.TaskEvent_Progressed, *taskv1.TaskEvent_LeaseRenewed,
 		*taskv1.TaskEvent_RetryScheduled, *taskv1.TaskEvent_Requeued, *taskv1.TaskEvent_Deleted, *taskv1.TaskEvent_Expired,
-		*taskv1.TaskEvent_Checkpointed:
+		*taskv1.TaskEvent_Checkpointed, *taskv1.TaskEvent_DependenciesMet:
 		// Nothing metered: running time is measured from Started to the
 		// attempt's end, and a deleted task keeps the usage it had.
 		e.Kind = domain.Ignored

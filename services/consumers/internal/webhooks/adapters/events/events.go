@@ -78,7 +78,7 @@ func Convert(ev *taskv1.TaskEvent) (domain.Event, error) {
 	case *taskv1.TaskEvent_Admitted, *taskv1.TaskEvent_Leased, *taskv1.TaskEvent_Started, *taskv1.TaskEvent_Progressed,
 		*taskv1.TaskEvent_LeaseRenewed, *taskv1.TaskEvent_RetryScheduled, *taskv1.TaskEvent_Preempted,
 		*taskv1.TaskEvent_Suspended, *taskv1.TaskEvent_Requeued, *taskv1.TaskEvent_Deleted, *taskv1.TaskEvent_Expired,
-		*taskv1.TaskEvent_Checkpointed:
+		*taskv1.TaskEvent_Checkpointed, *taskv1.TaskEvent_DependenciesMet:
 		// Not an end the tenant is told about: the task goes on, or it is
 		// removed after it ended (and was notified then).
 	default:

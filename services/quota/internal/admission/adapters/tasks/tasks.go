@@ -71,15 +71,24 @@ func Convert(ev *taskv1.TaskEvent) (Fact, error) {
 	}
 	switch e := ev.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
-		if cq := e.Submitted.GetClusterQueue(); cq != "" {
+		if cq := e.Submitted.GetClusterQueue(); cq != "" && !e.Submitted.GetHeldForDependencies() {
 			return queue(cq, e.Submitted.GetSpec(), ev.GetOccurredAt().AsTime()), nil
 		}
-		// No queue: the task needs no admission.
+		// No queue: the task needs no admission. Held for its
+		// dependencies: it enters the queue with TaskDependenciesMet.
 	case *taskv1.TaskEvent_Updated:
-		if cq := e.Updated.GetClusterQueue(); cq != "" {
+		switch cq := e.Updated.GetClusterQueue(); {
+		case cq == "":
+			f.Kind, f.Reason = app.FactFinish, "the task no longer needs admission"
+		case e.Updated.GetHeldForDependencies():
+			// Out of the queue (its earlier stay ends) until its new
+			// dependencies have completed.
+			f.Kind, f.Reason = app.FactFinish, "the task waits for its dependencies"
+		default:
 			return queue(cq, e.Updated.GetSpec(), time.Time{}), nil
 		}
-		f.Kind, f.Reason = app.FactFinish, "the task no longer needs admission"
+	case *taskv1.TaskEvent_DependenciesMet:
+		return queue(e.DependenciesMet.GetClusterQueue(), e.DependenciesMet.GetSpec(), ev.GetOccurredAt().AsTime()), nil
 	case *taskv1.TaskEvent_RetryScheduled:
 		f.Kind, f.Reason = app.FactRequeue, "retry"
 	case *taskv1.TaskEvent_Requeued:

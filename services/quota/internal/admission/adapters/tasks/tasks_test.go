@@ -26,6 +26,9 @@ func TestConvert(t *testing.T) {
 		{"submitted without queue", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{Spec: spec}}}, "", false},
 		{"updated with queue", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{ClusterQueue: "q", Spec: spec}}}, app.FactQueue, true},
 		{"updated without queue", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{Spec: spec}}}, app.FactFinish, false},
+		{"submitted held for dependencies", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{ClusterQueue: "q", Spec: spec, HeldForDependencies: true}}}, "", false},
+		{"updated held for dependencies", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{ClusterQueue: "q", Spec: spec, HeldForDependencies: true}}}, app.FactFinish, false},
+		{"dependencies met", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_DependenciesMet{DependenciesMet: &taskv1.TaskDependenciesMet{ClusterQueue: "q", Spec: spec}}}, app.FactQueue, true},
 		{"retry", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_RetryScheduled{RetryScheduled: &taskv1.TaskRetryScheduled{}}}, app.FactRequeue, false},
 		{"requeued", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Requeued{Requeued: &taskv1.TaskRequeued{}}}, app.FactRequeue, false},
 		{"preempted keeps usage", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Preempted{Preempted: &taskv1.TaskPreempted{}}}, "", false},
@@ -58,8 +61,10 @@ func TestConvert(t *testing.T) {
 				if f.Priority != 10 || f.Requests["nvidia.com/gpu"] != 2000 || f.Requests["cpu"] != 500 || f.ClusterQueue != "q" {
 					t.Fatalf("queued workload = %+v", f.Fact)
 				}
-				if _, ok := tt.ev.GetEvent().(*taskv1.TaskEvent_Submitted); ok != f.Created.Equal(at) {
-					t.Fatalf("created = %v (only a submission sets it)", f.Created)
+				_, submitted := tt.ev.GetEvent().(*taskv1.TaskEvent_Submitted)
+				_, released := tt.ev.GetEvent().(*taskv1.TaskEvent_DependenciesMet)
+				if (submitted || released) != f.Created.Equal(at) {
+					t.Fatalf("created = %v (a submission or a release sets it, an update does not)", f.Created)
 				}
 			}
 		})
