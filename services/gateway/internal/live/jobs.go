@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
@@ -142,6 +143,8 @@ type jobStream struct {
 	id   string
 	sub  *Subscription
 	sent int64 // the last version the client has
+	// last is the job as the last frame showed it (nil before the first).
+	last *pipelinev1.Job
 }
 
 func (js *jobStream) read(ctx context.Context) (*pipelinev1.Job, error) {
@@ -169,7 +172,6 @@ func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (e
 	idle := time.NewTimer(cfg.IdleTimeout)
 	defer idle.Stop()
 	for {
-		event := EventStatus
 		select {
 		case <-ctx.Done():
 			return js.ended(ctx.Err())
@@ -187,9 +189,6 @@ func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (e
 			if d.event.GetVersion() <= js.sent {
 				continue // the client has it
 			}
-			if ev, ok := d.event.(*pipelinev1.JobEvent); ok && ev.GetProgressed() != nil {
-				event = EventProgress
-			}
 		}
 		job, err := js.read(ctx)
 		if err != nil {
@@ -200,7 +199,7 @@ func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (e
 		if job.GetVersion() <= js.sent {
 			continue
 		}
-		if err := js.emit(ctx, out, job, event); err != nil {
+		if err := js.emit(ctx, out, job, js.eventOf(job)); err != nil {
 			return js.ended(err)
 		}
 		idle.Reset(cfg.IdleTimeout)
@@ -208,6 +207,27 @@ func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (e
 			return endFinal, nil
 		}
 	}
+}
+
+// eventOf names the frame that shows job: "progress" when it differs
+// from the last frame sent only by its progress (a progress report),
+// "status" for any other change (docs/api/pipeline.md, "Live stream").
+// The frame is what the job is when it is read, not the event that woke
+// the stream: a progress report read after the stage already moved on
+// carries the move, and a client that follows only status frames must
+// see it.
+func (js *jobStream) eventOf(job *pipelinev1.Job) string {
+	if js.last == nil {
+		return EventStatus
+	}
+	a, b := proto.CloneOf(js.last), proto.CloneOf(job)
+	for _, j := range []*pipelinev1.Job{a, b} {
+		j.Progress, j.UpdatedAt, j.Version = 0, nil, 0
+	}
+	if proto.Equal(a, b) {
+		return EventProgress
+	}
+	return EventStatus
 }
 
 func (js *jobStream) ended(err error) (end, error) {
@@ -238,7 +258,7 @@ func (js *jobStream) emit(ctx context.Context, out sink, job *pipelinev1.Job, ev
 	if err := out.send(ctx, job.GetVersion(), event, frame); err != nil {
 		return err
 	}
-	js.sent = job.GetVersion()
+	js.sent, js.last = job.GetVersion(), job
 	js.svc.frameSent()
 	return nil
 }
