@@ -125,6 +125,12 @@ func (s *Service) ServeJobSSE(w http.ResponseWriter, r *http.Request, jobID stri
 	ctx, cancel := s.streamContext(r.Context())
 	defer cancel()
 	s.metrics.started(ctx, "sse")
+	// The headers go out at once: a client that resumed at the current
+	// version gets no frame until the job changes.
+	if err := out.flush(); err != nil {
+		s.metrics.finished(ctx, "sse", endClient)
+		return
+	}
 	reason, err := js.run(ctx, out, snap)
 	if reason != endFinal && reason != endClient {
 		out.close(reason, err)
@@ -157,12 +163,18 @@ func (js *jobStream) read(ctx context.Context) (*pipelinev1.Job, error) {
 	return resp.GetJob(), nil
 }
 
-// run sends snap, then the job again after each of its events, until it is
-// final or the stream ends otherwise.
+// run sends snap unless the client has it, then the job again after each
+// of its events, until it is final or the stream ends otherwise.
 func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (end, error) {
 	cfg := js.svc.cfg
-	if err := js.emit(ctx, out, snap, EventStatus); err != nil {
-		return js.ended(err)
+	if snap.GetVersion() > js.sent {
+		if err := js.emit(ctx, out, snap, EventStatus); err != nil {
+			return js.ended(err)
+		}
+	} else {
+		// The client resumed at this version: it has the frame, which
+		// the next one is named against.
+		js.last = snap
 	}
 	if jobFinal(snap) {
 		return endFinal, nil
@@ -197,6 +209,9 @@ func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (e
 			continue
 		}
 		if job.GetVersion() <= js.sent {
+			if jobFinal(job) {
+				return endFinal, nil // the client has the end, or says it has
+			}
 			continue
 		}
 		if err := js.emit(ctx, out, job, js.eventOf(job)); err != nil {

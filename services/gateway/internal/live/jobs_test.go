@@ -115,3 +115,69 @@ func TestJobFrameIsNamedByWhatChanged(t *testing.T) {
 		}
 	}
 }
+
+// A client that resumes at the job's current version does not get that
+// frame again: the stream sends what comes after it, named against it.
+func TestJobStreamResumedAtTheCurrentVersionSendsOnlyWhatFollows(t *testing.T) {
+	jobs := &fakeJobs{}
+	svc, err := New(Config{Tasks: &fakeTasks{}, Jobs: jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &Subscription{events: make(chan delivery, 4), resync: make(chan struct{}, 1), dropped: make(chan struct{})}
+	js := &jobStream{svc: svc, id: "j1", sub: sub, sent: 6} // Last-Event-ID: 6
+	out := &frameLog{}
+	done := make(chan end, 1)
+	go func() {
+		reason, _ := js.run(context.Background(), out, pipelineJob(6, "NEF", "NEF", 0))
+		done <- reason
+	}()
+	jobs.set(pipelineJob(7, "NEF", "NEF", 40))
+	sub.events <- delivery{event: &pipelinev1.JobEvent{AggregateId: "j1", Version: 7}}
+	waitFor(t, "the progress frame", func() bool { return out.count() == 1 })
+	jobs.set(pipelineJob(8, JobCompleted, "NEF", 100))
+	sub.events <- delivery{event: &pipelinev1.JobEvent{AggregateId: "j1", Version: 8}}
+	select {
+	case reason := <-done:
+		if reason != endFinal {
+			t.Fatalf("stream ended with %v, want the final frame", reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream did not end after the COMPLETED frame")
+	}
+	want := []sentFrame{{7, EventProgress}, {8, EventStatus}}
+	if len(out.frames) != len(want) || out.frames[0] != want[0] || out.frames[1] != want[1] {
+		t.Fatalf("frames %v, want %v", out.frames, want)
+	}
+}
+
+// A client that says it has a version the job has not reached gets
+// nothing older, and the stream still ends once the job is final.
+func TestJobStreamResumedAheadEndsWhenTheJobIsFinal(t *testing.T) {
+	jobs := &fakeJobs{}
+	svc, err := New(Config{Tasks: &fakeTasks{}, Jobs: jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &Subscription{events: make(chan delivery, 4), resync: make(chan struct{}, 1), dropped: make(chan struct{})}
+	js := &jobStream{svc: svc, id: "j1", sub: sub, sent: 99}
+	out := &frameLog{}
+	done := make(chan end, 1)
+	go func() {
+		reason, _ := js.run(context.Background(), out, pipelineJob(6, "NEF", "NEF", 0))
+		done <- reason
+	}()
+	jobs.set(pipelineJob(7, JobCompleted, "NEF", 100))
+	sub.resync <- struct{}{}
+	select {
+	case reason := <-done:
+		if reason != endFinal {
+			t.Fatalf("stream ended with %v, want the end", reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream did not end once the job was COMPLETED")
+	}
+	if out.count() != 0 {
+		t.Errorf("frames %v, want none", out.frames)
+	}
+}
