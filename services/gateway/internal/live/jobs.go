@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
@@ -124,6 +125,12 @@ func (s *Service) ServeJobSSE(w http.ResponseWriter, r *http.Request, jobID stri
 	ctx, cancel := s.streamContext(r.Context())
 	defer cancel()
 	s.metrics.started(ctx, "sse")
+	// The headers go out at once: a client that resumed at the current
+	// version gets no frame until the job changes.
+	if err := out.flush(); err != nil {
+		s.metrics.finished(ctx, "sse", endClient)
+		return
+	}
 	reason, err := js.run(ctx, out, snap)
 	if reason != endFinal && reason != endClient {
 		out.close(reason, err)
@@ -142,6 +149,8 @@ type jobStream struct {
 	id   string
 	sub  *Subscription
 	sent int64 // the last version the client has
+	// last is the job as the last frame showed it (nil before the first).
+	last *pipelinev1.Job
 }
 
 func (js *jobStream) read(ctx context.Context) (*pipelinev1.Job, error) {
@@ -154,12 +163,18 @@ func (js *jobStream) read(ctx context.Context) (*pipelinev1.Job, error) {
 	return resp.GetJob(), nil
 }
 
-// run sends snap, then the job again after each of its events, until it is
-// final or the stream ends otherwise.
+// run sends snap unless the client has it, then the job again after each
+// of its events, until it is final or the stream ends otherwise.
 func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (end, error) {
 	cfg := js.svc.cfg
-	if err := js.emit(ctx, out, snap, EventStatus); err != nil {
-		return js.ended(err)
+	if snap.GetVersion() > js.sent {
+		if err := js.emit(ctx, out, snap, EventStatus); err != nil {
+			return js.ended(err)
+		}
+	} else {
+		// The client resumed at this version: it has the frame, which
+		// the next one is named against.
+		js.last = snap
 	}
 	if jobFinal(snap) {
 		return endFinal, nil
@@ -169,7 +184,6 @@ func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (e
 	idle := time.NewTimer(cfg.IdleTimeout)
 	defer idle.Stop()
 	for {
-		event := EventStatus
 		select {
 		case <-ctx.Done():
 			return js.ended(ctx.Err())
@@ -187,9 +201,6 @@ func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (e
 			if d.event.GetVersion() <= js.sent {
 				continue // the client has it
 			}
-			if ev, ok := d.event.(*pipelinev1.JobEvent); ok && ev.GetProgressed() != nil {
-				event = EventProgress
-			}
 		}
 		job, err := js.read(ctx)
 		if err != nil {
@@ -198,9 +209,12 @@ func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (e
 			continue
 		}
 		if job.GetVersion() <= js.sent {
+			if jobFinal(job) {
+				return endFinal, nil // the client has the end, or says it has
+			}
 			continue
 		}
-		if err := js.emit(ctx, out, job, event); err != nil {
+		if err := js.emit(ctx, out, job, js.eventOf(job)); err != nil {
 			return js.ended(err)
 		}
 		idle.Reset(cfg.IdleTimeout)
@@ -208,6 +222,27 @@ func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (e
 			return endFinal, nil
 		}
 	}
+}
+
+// eventOf names the frame that shows job: "progress" when it differs
+// from the last frame sent only by its progress (a progress report),
+// "status" for any other change (docs/api/pipeline.md, "Live stream").
+// The frame is what the job is when it is read, not the event that woke
+// the stream: a progress report read after the stage already moved on
+// carries the move, and a client that follows only status frames must
+// see it.
+func (js *jobStream) eventOf(job *pipelinev1.Job) string {
+	if js.last == nil {
+		return EventStatus
+	}
+	a, b := proto.CloneOf(js.last), proto.CloneOf(job)
+	for _, j := range []*pipelinev1.Job{a, b} {
+		j.Progress, j.UpdatedAt, j.Version = 0, nil, 0
+	}
+	if proto.Equal(a, b) {
+		return EventProgress
+	}
+	return EventStatus
 }
 
 func (js *jobStream) ended(err error) (end, error) {
@@ -238,7 +273,7 @@ func (js *jobStream) emit(ctx context.Context, out sink, job *pipelinev1.Job, ev
 	if err := out.send(ctx, job.GetVersion(), event, frame); err != nil {
 		return err
 	}
-	js.sent = job.GetVersion()
+	js.sent, js.last = job.GetVersion(), job
 	js.svc.frameSent()
 	return nil
 }

@@ -145,6 +145,29 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Error("the unknown job was not forgotten")
 	}
 
+	// A job whose stage fails is shown FAILED with its step and reason,
+	// and its user is asked to submit it again.
+	bad := filepath.Join(dir, "bad.onnx")
+	if err := os.WriteFile(bad, []byte{0x08, 0x08, 0x6c, 0x01, 0x02}, 0o644); err != nil { // ir_version, then wire type 4
+		t.Fatal(err)
+	}
+	var failed string
+	run("a failed job", 2*time.Minute,
+		chromedp.Evaluate(`sessionStorage.removeItem('taskmesh.jobs')`, nil),
+		chromedp.Navigate(w.s.HTTPURL+"/ui/#/pipeline"),
+		chromedp.WaitVisible(`#submit-job`, chromedp.ByID),
+		chromedp.SetUploadFiles(`input[name="model"]`, []string{bad}, chromedp.ByQuery),
+		chromedp.SetUploadFiles(`input[name="quant"]`, []string{quant}, chromedp.ByQuery),
+		chromedp.Click(`#submit-job`, chromedp.ByID),
+		chromedp.Poll(`(document.querySelector('[data-job-status]')||{}).textContent === 'FAILED'`, nil,
+			chromedp.WithPollingInterval(200*time.Millisecond)),
+		chromedp.Text(`[data-job] .error`, &failed, chromedp.ByQuery),
+	)
+	if !strings.Contains(failed, "The onnx stage failed: model.onnx is not an ONNX model") ||
+		!strings.Contains(failed, "Please submit the job again.") {
+		t.Errorf("the failed job reads %q", failed)
+	}
+
 	run("generate a video", 30*time.Second,
 		chromedp.Navigate(w.s.HTTPURL+"/ui/#/video"),
 		chromedp.WaitVisible(`#generate`, chromedp.ByID),

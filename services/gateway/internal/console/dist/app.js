@@ -207,7 +207,10 @@ function jobCard(id, signal) {
       b.p.value = v;
       b.pct.textContent = `${v}%`;
     });
-    if (job.error) error.textContent = `The ${job.error.step} stage failed: ${job.error.reason}`;
+    if (job.error) {
+      const reason = String(job.error.reason ?? "").replace(/\.$/, "");
+      error.textContent = `The ${job.error.step} stage failed: ${reason}. Please submit the job again.`;
+    }
     final = job.status === "COMPLETED" || job.status === "FAILED";
     if (final) void showDownloads(id, downloads);
   };

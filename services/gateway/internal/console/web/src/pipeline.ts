@@ -111,7 +111,12 @@ function jobCard(id: string, signal: AbortSignal): HTMLElement {
       b.p.value = v;
       b.pct.textContent = `${v}%`;
     });
-    if (job.error) error.textContent = `The ${job.error.step} stage failed: ${job.error.reason}`;
+    // A failed job is not retried: its user is asked to submit it again
+    // (docs/console.md).
+    if (job.error) {
+      const reason = String(job.error.reason ?? "").replace(/\.$/, "");
+      error.textContent = `The ${job.error.step} stage failed: ${reason}. Please submit the job again.`;
+    }
     final = job.status === "COMPLETED" || job.status === "FAILED";
     if (final) void showDownloads(id, downloads);
   };
