@@ -208,6 +208,32 @@ func TestHappyPathAndFencing(t *testing.T) {
 	}
 }
 
+// An agent starts the process alongside StartTask, so a short task's end by
+// the agent's clock can precede the start the server recorded; the task must
+// still read as ending no earlier than it started (or was leased).
+func TestCompleteNeverEndsBeforeTheAttemptBegan(t *testing.T) {
+	task := leased(t, nil)
+	start := t0.Add(2 * time.Second)
+	recs, err := task.Start(start, "agent-1", "att-1")
+	task = run(t, task, recs, err)
+	recs, _, err = task.Complete(start.Add(time.Second), "agent-1", "att-1", Outcome{EndedAt: start.Add(-20 * time.Millisecond)})
+	task = run(t, task, recs, err)
+	if task.EndedAt.Before(task.StartedAt) || !task.EndedAt.Equal(start) {
+		t.Fatalf("started_at %s, ended_at %s: want ended_at = started_at", task.StartedAt, task.EndedAt)
+	}
+
+	// Never started: not before the lease was handed out.
+	task = leased(t, func(in *SpecInput) { in.MaxRetries = ptr(0) })
+	recs, _, err = task.Complete(t0.Add(3*time.Second), "agent-1", "att-1", Outcome{ExitCode: 1, EndedAt: t0})
+	task = run(t, task, recs, err)
+	if !task.EndedAt.Equal(task.AssignedAt) {
+		t.Fatalf("assigned_at %s, ended_at %s: want ended_at = assigned_at", task.AssignedAt, task.EndedAt)
+	}
+	if task.StartedAt.After(task.EndedAt) {
+		t.Fatalf("started_at %s after ended_at %s", task.StartedAt, task.EndedAt)
+	}
+}
+
 func TestExpiredLeaseAnswers410ButLateResultIsKept(t *testing.T) {
 	task := leased(t, func(in *SpecInput) { in.LeaseTTL = ptr(30); in.RenewInterval = ptr(10) })
 	late := t0.Add(time.Hour)
