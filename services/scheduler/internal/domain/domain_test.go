@@ -130,6 +130,22 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 // A shell or python task's command without args is a command line: it
 // runs as its words. With args, or for a script, the command is kept as
 // given.
+// A task that sets only a short lease gets a renewal interval inside it, so
+// that a lease of a few seconds can be asked for without also choosing how
+// often it is renewed.
+func TestNormalizeSpecFitsTheDefaultRenewalToTheLease(t *testing.T) {
+	for ttl, want := range map[int]int{5: 1, 10: 2, 60: 12, 299: 59, 300: 60, 3600: 60} {
+		s := spec(t, func(in *SpecInput) { in.LeaseTTL = ptr(ttl) })
+		if s.LeaseTTL != ttl || s.RenewInterval != want {
+			t.Errorf("lease_ttl_sec %d: renew_interval_sec %d, want %d", ttl, s.RenewInterval, want)
+		}
+	}
+	// An interval the task sets is kept, and checked against the lease.
+	if s := spec(t, func(in *SpecInput) { in.LeaseTTL, in.RenewInterval = ptr(10), ptr(9) }); s.RenewInterval != 9 {
+		t.Errorf("renew_interval_sec = %d, want 9", s.RenewInterval)
+	}
+}
+
 func TestNormalizeSpecReadsACommandLine(t *testing.T) {
 	for _, tt := range []struct {
 		in       SpecInput

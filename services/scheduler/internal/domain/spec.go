@@ -82,7 +82,7 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		Resources: in.Resources, Quota: in.Quota, Video: in.Video, Webhook: strings.TrimSpace(in.Webhook),
 		Checkpoint: in.Checkpoint, Artifacts: in.Artifacts,
 		LeaseTTL:          orDefault(in.LeaseTTL, DefaultLeaseTTL),
-		RenewInterval:     orDefault(in.RenewInterval, DefaultRenewInterval),
+		RenewInterval:     orDefault(in.RenewInterval, defaultRenewInterval(orDefault(in.LeaseTTL, DefaultLeaseTTL))),
 		HeartbeatInterval: orDefault(in.HeartbeatInterval, DefaultHeartbeatInterval),
 		GracePeriod:       orDefault(in.GracePeriod, DefaultGracePeriod),
 	}
@@ -345,4 +345,12 @@ func checkVideo(v *Video) error {
 		return invalid("video.seed", "must be 0 to 2147483647")
 	}
 	return nil
+}
+
+// defaultRenewInterval is the renewal interval of a task that sets none:
+// 60 s, or a fifth of a shorter lease (the defaults' own ratio, 300 s and
+// 60 s), so that a task setting only a short lease_ttl_sec is valid and
+// renews in time (docs/api/tasks.md#taskspec).
+func defaultRenewInterval(leaseTTL int) int {
+	return max(1, min(DefaultRenewInterval, leaseTTL/5))
 }
