@@ -71,6 +71,10 @@ func TestHandler(t *testing.T) {
 			want: map[string]any{"id": "t1", "exit_code": float64(0), "stdout": "hi\n", "synced": true,
 				"ended_at": "2026-02-05T12:00:00Z", "assigned_agent_id": ""}},
 		{name: "list", method: "GET", path: "/api/v1/tasks", wantHTTP: 200},
+		{name: "list by status", method: "GET", path: "/api/v1/tasks?status=completed&limit=10", wantHTTP: 200},
+		// A status no task has is refused, as the server's task list does.
+		{name: "list by unknown status", method: "GET", path: "/api/v1/tasks?status=done", wantHTTP: 400,
+			want: map[string]any{"code": float64(30005), "data": nil}},
 		{name: "create", method: "POST", path: "/api/v1/tasks", body: `{"name":"x","command":"echo"}`, wantHTTP: 200,
 			// No exit code yet: null, not a missing key.
 			want: map[string]any{"id": "new", "status": "pending", "origin": "local", "exit_code": nil, "stdout": ""}},
