@@ -226,10 +226,12 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	if in.Repeat < 0 || in.Repeat > 1000 {
 		return s, invalid("repeat_count", "must be 1 to 1000")
 	}
-	// Repeats run one after another on one placement; repeating a fan-out
-	// would need the product of both, which the task API does not define.
-	if in.Repeat > 1 && (len(in.TargetMachines) > 0 || len(in.TargetIPs) > 0 || s.Mode != ModeSingle) {
-		return s, invalid("repeat_count", "cannot be combined with targets or a broadcast/scatter distribution")
+	// Repeats run one after another on each placement: the task's own, or
+	// each of its targets (docs/api/tasks.md#targeting). Broadcast and
+	// scatter choose their machines themselves, and a scatter's machine
+	// takes only one of its tasks, so repeating them is refused.
+	if in.Repeat > 1 && s.Mode != ModeSingle {
+		return s, invalid("repeat_count", "cannot be combined with a broadcast/scatter distribution")
 	}
 	for _, m := range in.TargetMachines {
 		if !ident.MatchString(m) {
