@@ -173,6 +173,13 @@ func toProto(t journal.Task) *agentv1.LocalTask {
 		c := int32(*t.ExitCode)
 		lt.ExitCode = &c
 	}
+	// A task still waiting in the queue has not been taken by anything: no
+	// attempt and no agent yet, as the local queue shows a pending task
+	// (docs/api/agent-local.md#localtask). The journal already keys its row
+	// by the attempt it will run as.
+	if t.Status == journal.StatusPending {
+		lt.AttemptId, lt.AssignedAgentId = "", ""
+	}
 	return lt
 }
 
