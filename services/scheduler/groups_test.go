@@ -193,6 +193,14 @@ func TestRepeatBreakerAndOperatorReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := created.GetGroup().GetId()
+	// The repeat shows the task its runs execute, as its policy gave it,
+	// on creation and when read.
+	for _, g := range []*taskv1.TaskGroup{created.GetGroup(), e.group(ctx, id)} {
+		tpl := g.GetRepeat().GetTemplate()
+		if tpl.GetName() != "flaky" || tpl.GetCommand() != "false" || tpl.GetMaxRetries() != 0 || tpl.GetPriority() != 5 {
+			t.Fatalf("repeat.template = %v", tpl)
+		}
+	}
 	for i := 0; i < 2; i++ {
 		var got []*taskv1.Task
 		eventually(t, 5*time.Second, fmt.Sprint("run ", i+1), func() bool { got = e.claim("agent-1", "m1", 10); return len(got) > 0 })

@@ -1012,9 +1012,12 @@ type RepeatStatus struct {
 	// backoff_sec.
 	NextRunAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=next_run_at,json=nextRunAt,proto3" json:"next_run_at,omitempty"`
 	// The last reset: who, why and when.
-	ResetBy       string                 `protobuf:"bytes,12,opt,name=reset_by,json=resetBy,proto3" json:"reset_by,omitempty"`
-	ResetReason   string                 `protobuf:"bytes,13,opt,name=reset_reason,json=resetReason,proto3" json:"reset_reason,omitempty"`
-	ResetAt       *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
+	ResetBy     string                 `protobuf:"bytes,12,opt,name=reset_by,json=resetBy,proto3" json:"reset_by,omitempty"`
+	ResetReason string                 `protobuf:"bytes,13,opt,name=reset_reason,json=resetReason,proto3" json:"reset_reason,omitempty"`
+	ResetAt     *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=reset_at,json=resetAt,proto3" json:"reset_at,omitempty"`
+	// The task each run executes, as created from the policy's template (a
+	// template_id rendered with its variables, template's fields on top).
+	Template      *TaskSpec `protobuf:"bytes,15,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1143,6 +1146,13 @@ func (x *RepeatStatus) GetResetReason() string {
 func (x *RepeatStatus) GetResetAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ResetAt
+	}
+	return nil
+}
+
+func (x *RepeatStatus) GetTemplate() *TaskSpec {
+	if x != nil {
+		return x.Template
 	}
 	return nil
 }
@@ -2143,7 +2153,7 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\r_interval_secB\x0f\n" +
 	"\r_max_failuresB\x0e\n" +
 	"\f_backoff_secB\x1c\n" +
-	"\x1a_circuit_breaker_threshold\"\xad\x04\n" +
+	"\x1a_circuit_breaker_threshold\"\xe5\x04\n" +
 	"\fRepeatStatus\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x05R\x05count\x12\x1a\n" +
 	"\bparallel\x18\x02 \x01(\x05R\bparallel\x12!\n" +
@@ -2160,7 +2170,8 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\vnext_run_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tnextRunAt\x12\x19\n" +
 	"\breset_by\x18\f \x01(\tR\aresetBy\x12!\n" +
 	"\freset_reason\x18\r \x01(\tR\vresetReason\x125\n" +
-	"\breset_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\"\x9e\x03\n" +
+	"\breset_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\aresetAt\x126\n" +
+	"\btemplate\x18\x0f \x01(\v2\x1a.taskmesh.task.v1.TaskSpecR\btemplate\"\x9e\x03\n" +
 	"\x16CreateTaskGroupRequest\x12\x1c\n" +
 	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x12:\n" +
 	"\x04mode\x18\x02 \x01(\tB&\xbaH#r!R\x00R\x06serialR\bparallelR\x03dagR\x06repeatR\x04mode\x12@\n" +
@@ -2304,39 +2315,40 @@ var file_taskmesh_task_v1_task_group_service_proto_depIdxs = []int32{
 	26, // 21: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
 	27, // 22: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
 	27, // 23: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
-	3,  // 24: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
-	4,  // 25: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
-	28, // 26: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
-	0,  // 27: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 28: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 29: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 30: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 31: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 32: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 33: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	32, // 34: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
-	32, // 35: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
-	6,  // 36: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
-	8,  // 37: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
-	10, // 38: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
-	12, // 39: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
-	14, // 40: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
-	16, // 41: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
-	18, // 42: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
-	20, // 43: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
-	7,  // 44: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
-	9,  // 45: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
-	11, // 46: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
-	13, // 47: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
-	15, // 48: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
-	17, // 49: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
-	19, // 50: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
-	21, // 51: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
-	44, // [44:52] is the sub-list for method output_type
-	36, // [36:44] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	31, // 24: taskmesh.task.v1.RepeatStatus.template:type_name -> taskmesh.task.v1.TaskSpec
+	3,  // 25: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
+	4,  // 26: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
+	28, // 27: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
+	0,  // 28: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 29: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 30: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 31: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 32: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 33: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 34: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	32, // 35: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
+	32, // 36: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
+	6,  // 37: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
+	8,  // 38: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
+	10, // 39: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
+	12, // 40: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
+	14, // 41: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
+	16, // 42: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
+	18, // 43: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
+	20, // 44: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
+	7,  // 45: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
+	9,  // 46: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
+	11, // 47: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
+	13, // 48: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
+	15, // 49: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
+	17, // 50: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
+	19, // 51: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
+	21, // 52: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
+	45, // [45:53] is the sub-list for method output_type
+	37, // [37:45] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_group_service_proto_init() }

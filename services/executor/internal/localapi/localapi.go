@@ -13,7 +13,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -21,6 +24,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -79,6 +83,11 @@ func (s *Server) ListLocalTasks(ctx context.Context, req *agentv1.ListLocalTasks
 	if len(req.GetStatus()) > 32 {
 		return nil, rpcerr.New(rpcerr.InvalidArgument, "status is longer than 32 characters")
 	}
+	// A status no task can have is a mistake, refused as the server's task
+	// list refuses it, rather than an empty list (docs/api/agent-local.md).
+	if st := req.GetStatus(); st != "" && !slices.Contains(statuses(), st) {
+		return nil, rpcerr.New(rpcerr.InvalidArgument, fmt.Sprintf("status must be one of %s, not %q", strings.Join(statuses(), ", "), st))
+	}
 	if req.GetLimit() < 0 || req.GetLimit() > 1000 {
 		return nil, rpcerr.New(rpcerr.InvalidArgument, "limit must be between 0 and 1000")
 	}
@@ -91,6 +100,15 @@ func (s *Server) ListLocalTasks(ctx context.Context, req *agentv1.ListLocalTasks
 		resp.Tasks = append(resp.Tasks, toProto(t))
 	}
 	return resp, nil
+}
+
+// statuses are the task statuses a list may filter by: the task API's.
+func statuses() []string {
+	var out []string
+	for _, st := range lifecycle.Statuses() {
+		out = append(out, string(st))
+	}
+	return out
 }
 
 // GetLocalTask returns one journal entry (the task's newest attempt).
@@ -154,6 +172,13 @@ func toProto(t journal.Task) *agentv1.LocalTask {
 	if t.ExitCode != nil {
 		c := int32(*t.ExitCode)
 		lt.ExitCode = &c
+	}
+	// A task still waiting in the queue has not been taken by anything: no
+	// attempt and no agent yet, as the local queue shows a pending task
+	// (docs/api/agent-local.md#localtask). The journal already keys its row
+	// by the attempt it will run as.
+	if t.Status == journal.StatusPending {
+		lt.AttemptId, lt.AssignedAgentId = "", ""
 	}
 	return lt
 }

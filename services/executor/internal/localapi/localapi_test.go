@@ -40,7 +40,8 @@ func (f *fake) List(_ context.Context, status string, _ int) ([]journal.Task, er
 }
 
 func (f *fake) Submit(_ context.Context, spec *taskv1.TaskSpec) (journal.Task, error) {
-	return journal.Task{ID: "new", Name: spec.GetName(), Status: journal.StatusPending, Origin: journal.OriginLocal}, nil
+	return journal.Task{ID: "new", AttemptID: "att-new", AssignedAgentID: "a", Name: spec.GetName(),
+		Status: journal.StatusPending, Origin: journal.OriginLocal}, nil
 }
 
 func (f *fake) Cancel(_ context.Context, id string) (journal.Task, error) {
@@ -71,9 +72,15 @@ func TestHandler(t *testing.T) {
 			want: map[string]any{"id": "t1", "exit_code": float64(0), "stdout": "hi\n", "synced": true,
 				"ended_at": "2026-02-05T12:00:00Z", "assigned_agent_id": ""}},
 		{name: "list", method: "GET", path: "/api/v1/tasks", wantHTTP: 200},
+		{name: "list by status", method: "GET", path: "/api/v1/tasks?status=completed&limit=10", wantHTTP: 200},
+		// A status no task has is refused, as the server's task list does.
+		{name: "list by unknown status", method: "GET", path: "/api/v1/tasks?status=done", wantHTTP: 400,
+			want: map[string]any{"code": float64(30005), "data": nil}},
 		{name: "create", method: "POST", path: "/api/v1/tasks", body: `{"name":"x","command":"echo"}`, wantHTTP: 200,
-			// No exit code yet: null, not a missing key.
-			want: map[string]any{"id": "new", "status": "pending", "origin": "local", "exit_code": nil, "stdout": ""}},
+			// No exit code yet: null, not a missing key. Waiting in the
+			// queue, nothing has taken it: no attempt, no agent yet.
+			want: map[string]any{"id": "new", "status": "pending", "origin": "local", "exit_code": nil, "stdout": "",
+				"attempt_id": "", "assigned_agent_id": "", "assigned_at": nil, "started_at": nil}},
 		{name: "queue status", method: "GET", path: "/api/v1/queue/status", wantHTTP: 200,
 			want: map[string]any{"agent_id": "a", "slots": float64(4), "running": float64(1), "last_heartbeat_at": "2026-02-05T12:00:00Z"}},
 		{name: "not found", method: "GET", path: "/api/v1/tasks/zz", wantHTTP: 404,

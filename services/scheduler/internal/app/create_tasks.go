@@ -52,10 +52,13 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 		ids[i] = uuid.Must(uuid.NewV7()).String()
 	}
 	if in.Repeat > 1 {
-		// Each repetition waits for the previous one to complete; a failed
-		// one cancels the rest (the sweeper's dependency rule).
+		// Each repetition waits for the previous one on its placement to
+		// complete; a failed one cancels the rest there (the sweeper's
+		// dependency rule). fanOut lists a placement's repetitions together.
 		for i := 1; i < len(specs); i++ {
-			specs[i].DependsOn = append(append([]string(nil), spec.DependsOn...), ids[i-1])
+			if i%in.Repeat != 0 {
+				specs[i].DependsOn = append(append([]string(nil), spec.DependsOn...), ids[i-1])
+			}
 		}
 	}
 
@@ -110,16 +113,27 @@ func (a *App) fanOut(ctx context.Context, c Caller, spec domain.Spec, in domain.
 			s.MachineID = m
 			out = append(out, s)
 		}
-	case in.Repeat > 1:
-		for i := 0; i < in.Repeat; i++ {
-			out = append(out, spec) // chained one after another by CreateTasks
-		}
 	case spec.Mode == domain.ModeScatter:
 		for i := 0; i < spec.ScatterCount; i++ {
 			out = append(out, spec)
 		}
 	default:
 		out = []domain.Spec{spec}
+	}
+	// repeat_count runs on every placement (one without targets, or each
+	// target) that many times, one after another: the placement's
+	// repetitions follow each other here and CreateTasks chains them.
+	if in.Repeat > 1 {
+		if n := len(out) * in.Repeat; n > MaxFanout {
+			return nil, &domain.InvalidError{Field: "repeat_count", Reason: fmt.Sprintf("would create %d tasks; at most %d", n, MaxFanout)}
+		}
+		placements := out
+		out = make([]domain.Spec, 0, len(placements)*in.Repeat)
+		for _, p := range placements {
+			for range in.Repeat {
+				out = append(out, p)
+			}
+		}
 	}
 	if len(out) > MaxFanout {
 		return nil, &domain.InvalidError{Field: "targets", Reason: fmt.Sprintf("would create %d tasks; at most %d", len(out), MaxFanout)}

@@ -187,6 +187,54 @@ func TestCreateRepeatedTaskChainsTheRepetitions(t *testing.T) {
 	}
 }
 
+// The task API's smallest input names the target machines and a
+// repeat_count together: every target runs the task that many times, one
+// run after another there, each machine's chain on its own.
+func TestCreateRepeatedTaskRepeatsOnEveryTarget(t *testing.T) {
+	h := newHarness(t)
+	ts, err := h.app.CreateTasks(h.ctx, user("t1"), spec("stability-test", func(in *domain.SpecInput) {
+		in.Repeat, in.TargetMachines, in.TargetIPs = 3, []string{"machine-001", "machine-002"}, []string{"10.0.0.7"}
+	}), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 9 {
+		t.Fatalf("created %d tasks, want 9 (3 runs on each of 3 targets)", len(ts))
+	}
+	for i, x := range ts {
+		place, run := i/3, i%3
+		if want := []string{"machine-001", "machine-002", ""}[place]; x.Spec.MachineID != want {
+			t.Errorf("task %d: machine %q, want %q", i, x.Spec.MachineID, want)
+		}
+		if want := []string{"", "", "10.0.0.7"}[place]; x.Spec.TargetIP != want {
+			t.Errorf("task %d: ip %q, want %q", i, x.Spec.TargetIP, want)
+		}
+		var want []string
+		if run > 0 {
+			want = []string{ts[i-1].ID}
+		}
+		if !slices.Equal(x.Spec.DependsOn, want) {
+			t.Errorf("task %d (run %d on target %d) depends on %v, want %v", i, run+1, place+1, x.Spec.DependsOn, want)
+		}
+		if x.Spec.GroupID == "" || x.Spec.GroupID != ts[0].Spec.GroupID {
+			t.Errorf("task %d: group %q, want the fan-out's %q", i, x.Spec.GroupID, ts[0].Spec.GroupID)
+		}
+	}
+
+	before := len(h.store.CallsOf("Create"))
+	_, err = h.app.CreateTasks(h.ctx, user("t1"), spec("many", func(in *domain.SpecInput) {
+		in.Repeat, in.TargetMachines = 1000, []string{"m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9", "m10", "m11"}
+	}), "")
+	wantInvalid(t, "targets × repeat_count above the limit", err, "repeat_count")
+	if len(h.store.CallsOf("Create")) != before {
+		t.Error("a refused fan-out reached the store")
+	}
+	_, err = h.app.CreateTasks(h.ctx, user("t1"), spec("s", func(in *domain.SpecInput) {
+		in.Repeat, in.Mode, in.ScatterCount = 2, domain.ModeScatter, 2
+	}), "")
+	wantInvalid(t, "repeat_count with scatter", err, "repeat_count")
+}
+
 func TestCreateTaskAsksAdmissionOnlyWhenTheSpecNeedsIt(t *testing.T) {
 	h := newHarness(t).withAdmission()
 	h.admission.ClusterQueue = "cq-standard"

@@ -273,6 +273,16 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 	if o.EndedAt.IsZero() || o.EndedAt.After(now) {
 		o.EndedAt = now
 	}
+	// Nor before the attempt's recorded lease and start: an agent starts the
+	// process alongside its StartTask (docs/executor.md), so a short task
+	// can end by the agent's clock before the server recorded its start,
+	// and a task must never read as ending before it started
+	// (docs/api/tasks.md#agent-protocol).
+	for _, floor := range []time.Time{t.AssignedAt, t.StartedAt} {
+		if o.EndedAt.Before(floor) {
+			o.EndedAt = floor
+		}
+	}
 	if o.PreemptedBy != "" {
 		return t.preemptedOutside(now, agentID, o), false, nil
 	}

@@ -130,6 +130,22 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 // A shell or python task's command without args is a command line: it
 // runs as its words. With args, or for a script, the command is kept as
 // given.
+// A task that sets only a short lease gets a renewal interval inside it, so
+// that a lease of a few seconds can be asked for without also choosing how
+// often it is renewed.
+func TestNormalizeSpecFitsTheDefaultRenewalToTheLease(t *testing.T) {
+	for ttl, want := range map[int]int{5: 1, 10: 2, 60: 12, 299: 59, 300: 60, 3600: 60} {
+		s := spec(t, func(in *SpecInput) { in.LeaseTTL = ptr(ttl) })
+		if s.LeaseTTL != ttl || s.RenewInterval != want {
+			t.Errorf("lease_ttl_sec %d: renew_interval_sec %d, want %d", ttl, s.RenewInterval, want)
+		}
+	}
+	// An interval the task sets is kept, and checked against the lease.
+	if s := spec(t, func(in *SpecInput) { in.LeaseTTL, in.RenewInterval = ptr(10), ptr(9) }); s.RenewInterval != 9 {
+		t.Errorf("renew_interval_sec = %d, want 9", s.RenewInterval)
+	}
+}
+
 func TestNormalizeSpecReadsACommandLine(t *testing.T) {
 	for _, tt := range []struct {
 		in       SpecInput
@@ -205,6 +221,32 @@ func TestHappyPathAndFencing(t *testing.T) {
 	}
 	if task.Version != 6 {
 		t.Fatalf("version = %d, want 6", task.Version)
+	}
+}
+
+// An agent starts the process alongside StartTask, so a short task's end by
+// the agent's clock can precede the start the server recorded; the task must
+// still read as ending no earlier than it started (or was leased).
+func TestCompleteNeverEndsBeforeTheAttemptBegan(t *testing.T) {
+	task := leased(t, nil)
+	start := t0.Add(2 * time.Second)
+	recs, err := task.Start(start, "agent-1", "att-1")
+	task = run(t, task, recs, err)
+	recs, _, err = task.Complete(start.Add(time.Second), "agent-1", "att-1", Outcome{EndedAt: start.Add(-20 * time.Millisecond)})
+	task = run(t, task, recs, err)
+	if task.EndedAt.Before(task.StartedAt) || !task.EndedAt.Equal(start) {
+		t.Fatalf("started_at %s, ended_at %s: want ended_at = started_at", task.StartedAt, task.EndedAt)
+	}
+
+	// Never started: not before the lease was handed out.
+	task = leased(t, func(in *SpecInput) { in.MaxRetries = ptr(0) })
+	recs, _, err = task.Complete(t0.Add(3*time.Second), "agent-1", "att-1", Outcome{ExitCode: 1, EndedAt: t0})
+	task = run(t, task, recs, err)
+	if !task.EndedAt.Equal(task.AssignedAt) {
+		t.Fatalf("assigned_at %s, ended_at %s: want ended_at = assigned_at", task.AssignedAt, task.EndedAt)
+	}
+	if task.StartedAt.After(task.EndedAt) {
+		t.Fatalf("started_at %s after ended_at %s", task.StartedAt, task.EndedAt)
 	}
 }
 

@@ -82,7 +82,7 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		Resources: in.Resources, Quota: in.Quota, Video: in.Video, Webhook: strings.TrimSpace(in.Webhook),
 		Checkpoint: in.Checkpoint, Artifacts: in.Artifacts,
 		LeaseTTL:          orDefault(in.LeaseTTL, DefaultLeaseTTL),
-		RenewInterval:     orDefault(in.RenewInterval, DefaultRenewInterval),
+		RenewInterval:     orDefault(in.RenewInterval, defaultRenewInterval(orDefault(in.LeaseTTL, DefaultLeaseTTL))),
 		HeartbeatInterval: orDefault(in.HeartbeatInterval, DefaultHeartbeatInterval),
 		GracePeriod:       orDefault(in.GracePeriod, DefaultGracePeriod),
 	}
@@ -226,10 +226,12 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	if in.Repeat < 0 || in.Repeat > 1000 {
 		return s, invalid("repeat_count", "must be 1 to 1000")
 	}
-	// Repeats run one after another on one placement; repeating a fan-out
-	// would need the product of both, which the task API does not define.
-	if in.Repeat > 1 && (len(in.TargetMachines) > 0 || len(in.TargetIPs) > 0 || s.Mode != ModeSingle) {
-		return s, invalid("repeat_count", "cannot be combined with targets or a broadcast/scatter distribution")
+	// Repeats run one after another on each placement: the task's own, or
+	// each of its targets (docs/api/tasks.md#targeting). Broadcast and
+	// scatter choose their machines themselves, and a scatter's machine
+	// takes only one of its tasks, so repeating them is refused.
+	if in.Repeat > 1 && s.Mode != ModeSingle {
+		return s, invalid("repeat_count", "cannot be combined with a broadcast/scatter distribution")
 	}
 	for _, m := range in.TargetMachines {
 		if !ident.MatchString(m) {
@@ -345,4 +347,12 @@ func checkVideo(v *Video) error {
 		return invalid("video.seed", "must be 0 to 2147483647")
 	}
 	return nil
+}
+
+// defaultRenewInterval is the renewal interval of a task that sets none:
+// 60 s, or a fifth of a shorter lease (the defaults' own ratio, 300 s and
+// 60 s), so that a task setting only a short lease_ttl_sec is valid and
+// renews in time (docs/api/tasks.md#taskspec).
+func defaultRenewInterval(leaseTTL int) int {
+	return max(1, min(DefaultRenewInterval, leaseTTL/5))
 }

@@ -35,3 +35,34 @@ func VideoFromProto(p *taskv1.VideoParams) *domain.Video {
 		Watermark: p.GetWatermark(),
 	}
 }
+
+// SpecToProto maps a normalized spec to the TaskSpec that states it: the
+// task topic's submissions and updates, a group's member definitions, and
+// the task a repeat runs as a group shows it (docs/api/task-groups.md).
+func SpecToProto(s domain.Spec) *taskv1.TaskSpec {
+	p := &taskv1.TaskSpec{
+		Name: s.Name, Type: s.Type, Command: s.Command, Args: s.Args, Workdir: s.Workdir, Env: s.Env,
+		Timeout: i32(s.Timeout), Priority: i32(s.Priority), RetryDelay: i32(s.RetryDelay), MaxRetries: i32(s.MaxRetries),
+		MachineId: s.MachineID, GroupId: s.GroupID, ParentId: s.ParentID, DependsOn: s.DependsOn,
+		LeaseTtlSec: i32(s.LeaseTTL), RenewIntervalSec: i32(s.RenewInterval), HeartbeatIntervalSec: i32(s.HeartbeatInterval),
+		GracePeriodSec: i32(s.GracePeriod), Queue: s.Queue,
+		Distribution: &taskv1.Distribution{Mode: s.Mode, Labels: s.Labels, Count: int32(s.ScatterCount)},
+		Resources:    s.Resources, Quota: s.Quota, Video: VideoToProto(s.Video),
+		Artifacts: s.Artifacts,
+	}
+	if s.Checkpoint {
+		p.Checkpoint = &taskv1.CheckpointSpec{Enabled: true}
+	}
+	if s.Webhook != "" {
+		p.Webhook = &taskv1.Webhook{Url: s.Webhook}
+	}
+	if s.TargetIP != "" {
+		p.Targets = &taskv1.Targets{Ips: []string{s.TargetIP}}
+	}
+	return p
+}
+
+func i32(v int) *int32 {
+	x := int32(v)
+	return &x
+}

@@ -22,14 +22,14 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 	}
 	switch e := r.Event.(type) {
 	case domain.Submitted:
-		env.Event = &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{Spec: specToProto(e.Spec),
+		env.Event = &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{Spec: taskproto.SpecToProto(e.Spec),
 			RequestId: e.RequestID, FanoutId: e.FanoutID, ClusterQueue: e.ClusterQueue, HeldForDependencies: e.HeldForDependencies}}
 		// Ids and the creator are the envelope's; CreatedBy rides in actor.
 	case domain.Updated:
-		env.Event = &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{Spec: specToProto(e.Spec), ClusterQueue: e.ClusterQueue,
+		env.Event = &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{Spec: taskproto.SpecToProto(e.Spec), ClusterQueue: e.ClusterQueue,
 			HeldForDependencies: e.HeldForDependencies}}
 	case domain.DependenciesMet:
-		env.Event = &taskv1.TaskEvent_DependenciesMet{DependenciesMet: &taskv1.TaskDependenciesMet{Spec: specToProto(e.Spec),
+		env.Event = &taskv1.TaskEvent_DependenciesMet{DependenciesMet: &taskv1.TaskDependenciesMet{Spec: taskproto.SpecToProto(e.Spec),
 			ClusterQueue: e.ClusterQueue}}
 	case domain.Admitted:
 		env.Event = &taskv1.TaskEvent_Admitted{Admitted: &taskv1.TaskAdmitted{Queue: e.Queue, ClusterQueue: e.ClusterQueue, Flavors: e.Flavors}}
@@ -172,34 +172,6 @@ func eventCase(env *taskv1.TaskEvent) string {
 		return string(fd.Name())
 	}
 	return "none"
-}
-
-func i32(v int) *int32 {
-	x := int32(v)
-	return &x
-}
-
-func specToProto(s domain.Spec) *taskv1.TaskSpec {
-	p := &taskv1.TaskSpec{
-		Name: s.Name, Type: s.Type, Command: s.Command, Args: s.Args, Workdir: s.Workdir, Env: s.Env,
-		Timeout: i32(s.Timeout), Priority: i32(s.Priority), RetryDelay: i32(s.RetryDelay), MaxRetries: i32(s.MaxRetries),
-		MachineId: s.MachineID, GroupId: s.GroupID, ParentId: s.ParentID, DependsOn: s.DependsOn,
-		LeaseTtlSec: i32(s.LeaseTTL), RenewIntervalSec: i32(s.RenewInterval), HeartbeatIntervalSec: i32(s.HeartbeatInterval),
-		GracePeriodSec: i32(s.GracePeriod), Queue: s.Queue,
-		Distribution: &taskv1.Distribution{Mode: s.Mode, Labels: s.Labels, Count: int32(s.ScatterCount)},
-		Resources:    s.Resources, Quota: s.Quota, Video: taskproto.VideoToProto(s.Video),
-		Artifacts: s.Artifacts,
-	}
-	if s.Checkpoint {
-		p.Checkpoint = &taskv1.CheckpointSpec{Enabled: true}
-	}
-	if s.Webhook != "" {
-		p.Webhook = &taskv1.Webhook{Url: s.Webhook}
-	}
-	if s.TargetIP != "" {
-		p.Targets = &taskv1.Targets{Ips: []string{s.TargetIP}}
-	}
-	return p
 }
 
 func specFromProto(p *taskv1.TaskSpec) domain.Spec {

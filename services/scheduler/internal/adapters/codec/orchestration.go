@@ -156,13 +156,13 @@ func createdToProto(e orch.Created) *taskv1.TaskGroupCreated {
 	p := &taskv1.TaskGroupCreated{Name: d.Name, Mode: string(d.Mode), MaxParallel: int32(d.MaxParallel), RequestId: e.RequestID,
 		WebhookUrl: d.Webhook}
 	for _, m := range d.Members {
-		p.Members = append(p.Members, &taskv1.TaskGroupMemberDefinition{Id: m.Key, Spec: specToProto(m.Spec),
+		p.Members = append(p.Members, &taskv1.TaskGroupMemberDefinition{Id: m.Key, Spec: taskproto.SpecToProto(m.Spec),
 			DependsOn: m.DependsOn, ClusterQueue: m.ClusterQueue})
 	}
 	if r := d.Repeat; r != nil {
 		p.Repeat = &taskv1.RepeatDefinition{Count: int32(r.Count), Parallel: int32(r.Parallel), IntervalSec: int32(r.IntervalSec),
 			MaxFailures: int32(r.MaxFailures), BackoffSec: int32(r.BackoffSec), CircuitBreakerThreshold: int32(r.Threshold),
-			Spec: specToProto(r.Spec), ClusterQueue: r.ClusterQueue}
+			Spec: taskproto.SpecToProto(r.Spec), ClusterQueue: r.ClusterQueue}
 	}
 	return p
 }

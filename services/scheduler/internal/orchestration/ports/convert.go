@@ -128,7 +128,7 @@ func groupToProto(g orch.Group, members []orch.Member, tasks map[string]task.Tas
 			MaxFailures: int32(r.MaxFailures), BackoffSec: int32(r.BackoffSec), CircuitBreakerThreshold: int32(r.Threshold),
 			RunsCompleted: int32(r.Completed), Failures: int32(r.Failures), ConsecutiveFailures: int32(r.ConsecutiveFailures),
 			CircuitOpen: r.CircuitOpen, NextRunAt: taskproto.ToTimestamp(g.NextWake()), ResetBy: r.ResetBy,
-			ResetReason: r.ResetReason, ResetAt: taskproto.ToTimestamp(r.ResetAt)}
+			ResetReason: r.ResetReason, ResetAt: taskproto.ToTimestamp(r.ResetAt), Template: taskproto.SpecToProto(r.Spec)}
 	}
 	if g.Webhook != "" {
 		p.Webhook = &taskv1.Webhook{Url: g.Webhook}
