@@ -169,6 +169,55 @@ func TestDefinitionsAreForOperatorsAndValidated(t *testing.T) {
 	e.waitState("lost", "admitted", 1)
 }
 
+// A write's answer shows the usage of what it wrote, as a read right after
+// it does: a new queue's flavors, a changed nominal quota, a new cohort.
+func TestPutAnswersTheUsageOfWhatItWrote(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	// The loop's session has started: queues answer with their usage.
+	waitFor(t, func() bool {
+		r, err := c.GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: admission.LowPriorityQueue})
+		return err == nil && len(r.ClusterQueue.GetFlavorsUsage()) > 0
+	})
+	usage := func(q *quotav1.ClusterQueue) string {
+		var out []string
+		for _, f := range q.GetFlavorsUsage() {
+			for _, r := range f.GetResources() {
+				out = append(out, f.GetName()+"/"+r.GetName()+" nominal "+r.GetNominalQuota()+" available "+r.GetAvailable())
+			}
+		}
+		return strings.Join(out, "; ")
+	}
+	for _, gpus := range []string{"2", "5"} {
+		r, err := c.PutClusterQueue(admin(), &quotav1.PutClusterQueueRequest{Name: "fresh", Spec: gpuQueue("", gpus)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "a100/nvidia.com/gpu nominal " + gpus + " available " + gpus
+		if got := usage(r.ClusterQueue); got != want {
+			t.Fatalf("put %s GPUs answers usage %q, want %q", gpus, got, want)
+		}
+		g, err := c.GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "fresh"})
+		if err != nil || usage(g.ClusterQueue) != want {
+			t.Fatalf("get after put = %v, %v", g, err)
+		}
+	}
+	if _, err := c.PutCohort(admin(), &quotav1.PutCohortRequest{Name: "lenders", Spec: &quotav1.CohortSpec{}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.PutClusterQueue(admin(), &quotav1.PutClusterQueueRequest{Name: "fresh", Spec: gpuQueue("lenders", "3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := usage(r.ClusterQueue); got != "a100/nvidia.com/gpu nominal 3 available 3" {
+		t.Fatalf("moved to a cohort: usage %q", got)
+	}
+	ch, err := c.PutCohort(admin(), &quotav1.PutCohortRequest{Name: "lenders", Spec: &quotav1.CohortSpec{}})
+	if err != nil || len(ch.Cohort.GetFlavorsUsage()) != 1 || ch.Cohort.GetFlavorsUsage()[0].GetResources()[0].GetAvailable() != "3" {
+		t.Fatalf("cohort put = %v, %v", ch, err)
+	}
+}
+
 func TestExplainTaskAdmission(t *testing.T) {
 	e := newEnv(t)
 	e.soloQueue("solo", "1")

@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -41,7 +43,29 @@ func (a *App) Put(ctx context.Context, c Caller, d Definition) (Definition, erro
 		return Definition{}, err
 	}
 	a.written()
+	a.settle(ctx)
 	return d, nil
+}
+
+// settleWait bounds how long a definition write waits for the admission
+// loop to take it up.
+const settleWait = 2 * time.Second
+
+// settle waits, when this instance runs the admission loop, until the
+// loop runs on the definitions just committed, so the write's answer shows
+// the usage of what it wrote — a new queue's flavors, a changed nominal
+// quota — as a read right after it would (docs/api/quota.md#queue-admission).
+// A standby instance answers without usage anyway; a loop that does not
+// get to it in time leaves the answer with the usage it has.
+func (a *App) settle(ctx context.Context) {
+	if a.loop == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	if err := a.loop.Sync(ctx); err != nil && !errors.Is(err, ErrNotActive) && a.log != nil {
+		a.log.Warn("admission loop did not take up a definition change in time", "err", err)
+	}
 }
 
 // withDefaults is spec with the documented defaults written out, as
