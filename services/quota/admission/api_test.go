@@ -50,6 +50,12 @@ func TestEmbeddedDefaults(t *testing.T) {
 			if q.Origin != "config" || q.Spec.Cohort != "" || rq.GetName() != "taskmesh.io/"+q.Name || rq.GetNominalQuota() != want {
 				t.Fatalf("pipeline queue %v", q)
 			}
+			// Answered with the policy in force, as a queue PUT without
+			// one is (docs/api/quota.md).
+			if p := q.Spec.GetPreemption(); q.Spec.GetQueueingStrategy() != "StrictFIFO" ||
+				p.GetWithinClusterQueue() != "Never" || p.GetReclaimWithinCohort() != "Never" {
+				t.Fatalf("pipeline queue %s answers strategy %q, preemption %v", q.Name, q.Spec.GetQueueingStrategy(), p)
+			}
 			delete(caps, q.Name)
 			continue
 		}
@@ -326,7 +332,8 @@ func TestSyncWorkGroups(t *testing.T) {
 	q, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"})
 	if err != nil || q.ClusterQueue.Origin != "work_group" ||
 		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Name != "h100" ||
-		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota != "2" {
+		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota != "2" ||
+		q.ClusterQueue.Spec.GetPreemption().GetReclaimWithinCohort() != "Never" {
 		t.Fatalf("work group queue = %v, %v", q, err)
 	}
 	tk := &task{id: "gu-task", tenant: "t1", queue: "gu-t1-q1", priority: 5, gpus: "2"}

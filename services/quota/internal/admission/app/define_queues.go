@@ -216,7 +216,7 @@ func (a *App) written() {
 	}
 }
 
-// Get reads one definition.
+// Get reads one definition, a ClusterQueue with its defaults written out.
 func (a *App) Get(ctx context.Context, kind DefinitionKind, name string) (Definition, error) {
 	d, ok, err := a.store.GetDefinition(ctx, kind, name)
 	if err != nil {
@@ -225,12 +225,28 @@ func (a *App) Get(ctx context.Context, kind DefinitionKind, name string) (Defini
 	if !ok {
 		return d, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
 	}
-	return d, nil
+	return shown(d), nil
 }
 
-// List reads every definition of kind.
+// List reads every definition of kind, ClusterQueues with their defaults
+// written out.
 func (a *App) List(ctx context.Context, kind DefinitionKind) ([]Definition, error) {
-	return a.store.ListDefinitions(ctx, kind)
+	ds, err := a.store.ListDefinitions(ctx, kind)
+	for i := range ds {
+		ds[i] = shown(ds[i])
+	}
+	return ds, err
+}
+
+// shown is d as answers show it: a ClusterQueue's policy in force rather
+// than "" and null, whichever way it was recorded — through the API, as an
+// embedded default (the pipeline queues) or for a WorkGroup
+// (docs/api/quota.md#queue-admission).
+func shown(d Definition) Definition {
+	if d.Kind == KindClusterQueue {
+		d.ClusterQueue = withDefaults(d.ClusterQueue)
+	}
+	return d
 }
 
 // Usage is the live usage of the named queues and cohorts; ok is false
