@@ -169,7 +169,7 @@ for loopback addresses unless --insecure is given.`,
 		},
 	}
 	update.Flags().Int32Var(&umin, "min", 0, "min units (unchanged when not given)")
-	update.Flags().Int32Var(&umax, "max", 1, "max units (unchanged when not given)")
+	update.Flags().Int32Var(&umax, "max", 0, "max units (unchanged when not given)")
 	unsubscribe := &cobra.Command{
 		Use: "delete QUOTA_ID", Short: "Unsubscribe a quota and its subtree", Args: exactArgs(1, "a quota id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
