@@ -2,6 +2,7 @@ package quota_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 
@@ -175,4 +176,78 @@ func TestQuotaServiceOverGRPC(t *testing.T) {
 		t.Fatalf("delete = %v, %v", del, err)
 	}
 	e.waitStatus(q.GetId(), capacity.QuotaDeletedStatus)
+}
+
+// UpdateQuota changes the limits the request has (a PATCH of min_units
+// alone keeps max_units); with neither it answers the quota as it is.
+func TestUpdateQuotaChangesTheLimitsGiven(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ops := operator()
+	if _, err := c.RegisterTenant(ops, &quotav1.RegisterTenantRequest{TenantId: "acme", Name: "Acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateCluster(ops, &quotav1.CreateClusterRequest{Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetInventory(ops, &quotav1.SetInventoryRequest{Cluster: "c1", MachineType: "A100", TotalGpus: 8}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := c.CreateQuota(ops, &quotav1.CreateQuotaRequest{TenantId: "acme", Cluster: "c1", Kind: "GU",
+		Spec: &quotav1.QuotaSpec{Name: "gu1", MinUnits: 2, MaxUnits: 4, MachineType: "A100"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetQuota().GetId()
+	e.waitStatus(id, capacity.QuotaActive)
+	limits := func(r *quotav1.UpdateQuotaResponse, err error) string {
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%d-%d", r.GetQuota().GetMinUnits(), r.GetQuota().GetMaxUnits())
+	}
+	if got := limits(c.UpdateQuota(ops, &quotav1.UpdateQuotaRequest{QuotaId: id, MaxUnits: new(int32(6))})); got != "2-6" {
+		t.Fatalf("max_units alone: %s, want 2-6", got)
+	}
+	if got := limits(c.UpdateQuota(ops, &quotav1.UpdateQuotaRequest{QuotaId: id, MinUnits: new(int32(3))})); got != "3-6" {
+		t.Fatalf("min_units alone: %s, want 3-6", got)
+	}
+	before, err := c.GetQuota(ops, &quotav1.GetQuotaRequest{QuotaId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, err := c.UpdateQuota(ops, &quotav1.UpdateQuotaRequest{QuotaId: id})
+	if err != nil || limits(same, nil) != "3-6" || !same.GetQuota().GetUpdatedAt().AsTime().Equal(before.GetQuota().GetUpdatedAt().AsTime()) {
+		t.Fatalf("neither: %v, %v; want the quota as it was", same, err)
+	}
+	// min_units 0 is a value, not an absence (on the background quota,
+	// whose min the root's need not cover).
+	var bg string
+	for _, ch := range created.GetQuota().GetChildren() {
+		if ch.GetBackground() {
+			bg = ch.GetId()
+		}
+	}
+	if got := limits(c.UpdateQuota(ops, &quotav1.UpdateQuotaRequest{QuotaId: bg, MinUnits: new(int32(1))})); got != "1-4" {
+		t.Fatalf("background min_units 1: %s, want 1-4", got)
+	}
+	if got := limits(c.UpdateQuota(ops, &quotav1.UpdateQuotaRequest{QuotaId: bg, MinUnits: new(int32(0))})); got != "0-4" {
+		t.Fatalf("background min_units 0: %s, want 0-4", got)
+	}
+	for _, tc := range []struct {
+		name string
+		req  *quotav1.UpdateQuotaRequest
+	}{
+		{"min above the kept max", &quotav1.UpdateQuotaRequest{QuotaId: id, MinUnits: new(int32(7))}},
+		{"min above max", &quotav1.UpdateQuotaRequest{QuotaId: id, MinUnits: new(int32(5)), MaxUnits: new(int32(4))}},
+		{"max 0", &quotav1.UpdateQuotaRequest{QuotaId: id, MaxUnits: new(int32(0))}},
+	} {
+		_, err := c.UpdateQuota(ops, tc.req)
+		if code, business := businessCode(err); code != codes.InvalidArgument || business != "30005" {
+			t.Errorf("%s: %s %q, want InvalidArgument 30005", tc.name, code, business)
+		}
+	}
+	if got := limits(c.UpdateQuota(ops, &quotav1.UpdateQuotaRequest{QuotaId: id})); got != "3-6" {
+		t.Fatalf("after the refused updates: %s, want 3-6", got)
+	}
 }

@@ -118,7 +118,7 @@ func TestProductionOperatorFailure(t *testing.T) {
 
 	// Updates are allowed while the resource exists (here Failed).
 	e.op.FailWorkGroup("gu1-default", "")
-	if _, err := e.app().UpdateQuota(context.Background(), admin, def.Quota.ID, 3, 4); err != nil {
+	if _, err := e.app().UpdateQuota(context.Background(), admin, def.Quota.ID, new(int64(3)), new(int64(4))); err != nil {
 		t.Fatal(err)
 	}
 	v = e.waitStatus(v.Quota.ID, capacity.QuotaActive)

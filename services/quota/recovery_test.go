@@ -144,6 +144,24 @@ func TestProductionReappliesVanishedResources(t *testing.T) {
 	}
 }
 
+// A Ray cluster recorded Running but gone from the cluster (an operator
+// that lost its state, a resource deleted by hand) is created again with
+// the next WorkGroup that needs it, rather than that WorkGroup waiting for
+// it forever.
+func TestNewWorkGroupRecreatesAVanishedRayCluster(t *testing.T) {
+	e := newEnv(t)
+	e.seed("acme", "c1", "A100", 8)
+	first := e.createGU("acme", "c1", "gu1", "A100", 2, 4)
+	e.waitStatus(first.Quota.ID, capacity.QuotaActive)
+	e.op = inprocess.New(inprocess.Config{Delay: 10 * time.Millisecond})
+	e.start(nil)
+	second := e.createGU("acme", "c1", "gu2", "A100", 2, 4)
+	e.waitStatus(second.Quota.ID, capacity.QuotaActive)
+	if c := e.op.Counts(); c.RayCreated != 1 || c.WorkGroupCreated != 1 {
+		t.Fatalf("operator counts = %+v, want the Ray cluster and gu2's WorkGroup created", c)
+	}
+}
+
 // Two instances driving the same flows at once (two replicas) create
 // nothing twice: operator calls are idempotent and each step is recorded
 // once, the loser of a version race seeing it done.

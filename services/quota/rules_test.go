@@ -189,7 +189,7 @@ func TestQuotaRules(t *testing.T) {
 	if _, err := e.app().CreateQuota(ctx, app.Caller{TenantID: "acme"}, bad[0].cmd); !errors.Is(err, app.ErrForbidden) {
 		t.Fatalf("tenant produced a quota: %v", err)
 	}
-	if _, err := e.app().UpdateQuota(ctx, admin, v.Quota.ID, 1, 8); !errors.Is(err, capacity.ErrInvalid) {
+	if _, err := e.app().UpdateQuota(ctx, admin, v.Quota.ID, new(int64(1)), new(int64(8))); !errors.Is(err, capacity.ErrInvalid) {
 		t.Fatalf("root min below its children's: %v", err)
 	}
 	e.start(func(s string) error { // hold the deletion
@@ -201,7 +201,7 @@ func TestQuotaRules(t *testing.T) {
 	if _, err := e.app().DeleteQuota(ctx, admin, v.Quota.ID, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.app().UpdateQuota(ctx, admin, l2.Quota.ID, 1, 4); !errors.Is(err, capacity.ErrConflict) {
+	if _, err := e.app().UpdateQuota(ctx, admin, l2.Quota.ID, new(int64(1)), new(int64(4))); !errors.Is(err, capacity.ErrConflict) {
 		t.Fatalf("update while deleting: %v", err)
 	}
 }
@@ -232,7 +232,7 @@ func TestEventsReachKafkaAndProjectionRebuilds(t *testing.T) {
 	e.seed("acme", "c1", "A100", 8)
 	v := e.createGU("acme", "c1", "gu1", "A100", 4, 8)
 	e.waitStatus(v.Quota.ID, capacity.QuotaActive)
-	if _, err := e.app().UpdateQuota(context.Background(), admin, v.Quota.ID, 5, 8); err != nil {
+	if _, err := e.app().UpdateQuota(context.Background(), admin, v.Quota.ID, new(int64(5)), new(int64(8))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.app().DeleteQuota(context.Background(), admin, v.Quota.ID, "bye"); err != nil {

@@ -50,6 +50,12 @@ func TestEmbeddedDefaults(t *testing.T) {
 			if q.Origin != "config" || q.Spec.Cohort != "" || rq.GetName() != "taskmesh.io/"+q.Name || rq.GetNominalQuota() != want {
 				t.Fatalf("pipeline queue %v", q)
 			}
+			// Answered with the policy in force, as a queue PUT without
+			// one is (docs/api/quota.md).
+			if p := q.Spec.GetPreemption(); q.Spec.GetQueueingStrategy() != "StrictFIFO" ||
+				p.GetWithinClusterQueue() != "Never" || p.GetReclaimWithinCohort() != "Never" {
+				t.Fatalf("pipeline queue %s answers strategy %q, preemption %v", q.Name, q.Spec.GetQueueingStrategy(), p)
+			}
 			delete(caps, q.Name)
 			continue
 		}
@@ -169,6 +175,55 @@ func TestDefinitionsAreForOperatorsAndValidated(t *testing.T) {
 	e.waitState("lost", "admitted", 1)
 }
 
+// A write's answer shows the usage of what it wrote, as a read right after
+// it does: a new queue's flavors, a changed nominal quota, a new cohort.
+func TestPutAnswersTheUsageOfWhatItWrote(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	// The loop's session has started: queues answer with their usage.
+	waitFor(t, func() bool {
+		r, err := c.GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: admission.LowPriorityQueue})
+		return err == nil && len(r.ClusterQueue.GetFlavorsUsage()) > 0
+	})
+	usage := func(q *quotav1.ClusterQueue) string {
+		var out []string
+		for _, f := range q.GetFlavorsUsage() {
+			for _, r := range f.GetResources() {
+				out = append(out, f.GetName()+"/"+r.GetName()+" nominal "+r.GetNominalQuota()+" available "+r.GetAvailable())
+			}
+		}
+		return strings.Join(out, "; ")
+	}
+	for _, gpus := range []string{"2", "5"} {
+		r, err := c.PutClusterQueue(admin(), &quotav1.PutClusterQueueRequest{Name: "fresh", Spec: gpuQueue("", gpus)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "a100/nvidia.com/gpu nominal " + gpus + " available " + gpus
+		if got := usage(r.ClusterQueue); got != want {
+			t.Fatalf("put %s GPUs answers usage %q, want %q", gpus, got, want)
+		}
+		g, err := c.GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "fresh"})
+		if err != nil || usage(g.ClusterQueue) != want {
+			t.Fatalf("get after put = %v, %v", g, err)
+		}
+	}
+	if _, err := c.PutCohort(admin(), &quotav1.PutCohortRequest{Name: "lenders", Spec: &quotav1.CohortSpec{}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.PutClusterQueue(admin(), &quotav1.PutClusterQueueRequest{Name: "fresh", Spec: gpuQueue("lenders", "3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := usage(r.ClusterQueue); got != "a100/nvidia.com/gpu nominal 3 available 3" {
+		t.Fatalf("moved to a cohort: usage %q", got)
+	}
+	ch, err := c.PutCohort(admin(), &quotav1.PutCohortRequest{Name: "lenders", Spec: &quotav1.CohortSpec{}})
+	if err != nil || len(ch.Cohort.GetFlavorsUsage()) != 1 || ch.Cohort.GetFlavorsUsage()[0].GetResources()[0].GetAvailable() != "3" {
+		t.Fatalf("cohort put = %v, %v", ch, err)
+	}
+}
+
 func TestExplainTaskAdmission(t *testing.T) {
 	e := newEnv(t)
 	e.soloQueue("solo", "1")
@@ -277,7 +332,8 @@ func TestSyncWorkGroups(t *testing.T) {
 	q, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"})
 	if err != nil || q.ClusterQueue.Origin != "work_group" ||
 		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Name != "h100" ||
-		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota != "2" {
+		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota != "2" ||
+		q.ClusterQueue.Spec.GetPreemption().GetReclaimWithinCohort() != "Never" {
 		t.Fatalf("work group queue = %v, %v", q, err)
 	}
 	tk := &task{id: "gu-task", tenant: "t1", queue: "gu-t1-q1", priority: 5, gpus: "2"}

@@ -1862,11 +1862,14 @@ func (x *ListQuotasResponse) GetNextPageToken() string {
 	return ""
 }
 
+// UpdateQuotaRequest changes the limits that are present; an absent one
+// keeps its value (a PATCH of min_units alone keeps max_units), and with
+// neither the quota is answered as it is.
 type UpdateQuotaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	QuotaId       string                 `protobuf:"bytes,1,opt,name=quota_id,json=quotaId,proto3" json:"quota_id,omitempty"`
-	MinUnits      int32                  `protobuf:"varint,2,opt,name=min_units,json=minUnits,proto3" json:"min_units,omitempty"`
-	MaxUnits      int32                  `protobuf:"varint,3,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
+	MinUnits      *int32                 `protobuf:"varint,2,opt,name=min_units,json=minUnits,proto3,oneof" json:"min_units,omitempty"`
+	MaxUnits      *int32                 `protobuf:"varint,3,opt,name=max_units,json=maxUnits,proto3,oneof" json:"max_units,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1909,15 +1912,15 @@ func (x *UpdateQuotaRequest) GetQuotaId() string {
 }
 
 func (x *UpdateQuotaRequest) GetMinUnits() int32 {
-	if x != nil {
-		return x.MinUnits
+	if x != nil && x.MinUnits != nil {
+		return *x.MinUnits
 	}
 	return 0
 }
 
 func (x *UpdateQuotaRequest) GetMaxUnits() int32 {
-	if x != nil {
-		return x.MaxUnits
+	if x != nil && x.MaxUnits != nil {
+		return *x.MaxUnits
 	}
 	return 0
 }
@@ -2614,13 +2617,17 @@ const file_taskmesh_quota_v1_quota_service_proto_rawDesc = "" +
 	"page_token\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tpageToken\"n\n" +
 	"\x12ListQuotasResponse\x120\n" +
 	"\x06quotas\x18\x01 \x03(\v2\x18.taskmesh.quota.v1.QuotaR\x06quotas\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf6\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xcf\x02\n" +
 	"\x12UpdateQuotaRequest\x12%\n" +
 	"\bquota_id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\aquotaId\x12(\n" +
-	"\tmin_units\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00R\bminUnits\x12(\n" +
-	"\tmax_units\x18\x03 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x01R\bmaxUnits:e\xbaHb\x1a`\n" +
-	"\x17update_quota.min_le_max\x12#min_units must not exceed max_units\x1a this.min_units <= this.max_units\"E\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\aquotaId\x12-\n" +
+	"\tmin_units\x18\x02 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x00H\x00R\bminUnits\x88\x01\x01\x12-\n" +
+	"\tmax_units\x18\x03 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xc0\x84=(\x01H\x01R\bmaxUnits\x88\x01\x01:\x97\x01\xbaH\x93\x01\x1a\x90\x01\n" +
+	"\x17update_quota.min_le_max\x12#min_units must not exceed max_units\x1aP!has(this.min_units) || !has(this.max_units) || this.min_units <= this.max_unitsB\f\n" +
+	"\n" +
+	"_min_unitsB\f\n" +
+	"\n" +
+	"_max_units\"E\n" +
 	"\x13UpdateQuotaResponse\x12.\n" +
 	"\x05quota\x18\x01 \x01(\v2\x18.taskmesh.quota.v1.QuotaR\x05quota\"]\n" +
 	"\x12DeleteQuotaRequest\x12%\n" +
@@ -2814,6 +2821,7 @@ func file_taskmesh_quota_v1_quota_service_proto_init() {
 	if File_taskmesh_quota_v1_quota_service_proto != nil {
 		return
 	}
+	file_taskmesh_quota_v1_quota_service_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

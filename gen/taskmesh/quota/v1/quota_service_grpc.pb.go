@@ -93,7 +93,8 @@ type QuotaServiceClient interface {
 	// ListQuotas lists quotas (each with its WorkGroup, without subtree),
 	// ordered by id. A tenant's key lists its own only.
 	ListQuotas(ctx context.Context, in *ListQuotasRequest, opts ...grpc.CallOption) (*ListQuotasResponse, error)
-	// UpdateQuota changes a quota's min and max units. It is allowed while
+	// UpdateQuota changes a quota's min and max units, those the request
+	// has (an absent one keeps its value). It is allowed while
 	// the WorkGroup's resource exists (Creating, Running or Failed); the
 	// WorkGroup is then applied again with the new capacity. A root GU
 	// quota's min takes or gives back inventory.
@@ -351,7 +352,8 @@ type QuotaServiceServer interface {
 	// ListQuotas lists quotas (each with its WorkGroup, without subtree),
 	// ordered by id. A tenant's key lists its own only.
 	ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error)
-	// UpdateQuota changes a quota's min and max units. It is allowed while
+	// UpdateQuota changes a quota's min and max units, those the request
+	// has (an absent one keeps its value). It is allowed while
 	// the WorkGroup's resource exists (Creating, Running or Failed); the
 	// WorkGroup is then applied again with the new capacity. A root GU
 	// quota's min takes or gives back inventory.

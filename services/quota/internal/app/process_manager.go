@@ -278,6 +278,9 @@ func (m *ProcessManager) workGroup(ctx context.Context, w capacity.WorkGroup) er
 			return err
 		}
 		err = m.op.ApplyWorkGroup(ctx, spec)
+		if err != nil && !errors.Is(err, capacity.ErrOperatorRejected) {
+			err = m.applyInRecreatedRay(ctx, ray, spec, err)
+		}
 		if errors.Is(err, capacity.ErrOperatorRejected) {
 			return m.failWorkGroup(ctx, w, err.Error())
 		}
@@ -347,6 +350,25 @@ func (m *ProcessManager) workGroup(ctx context.Context, w capacity.WorkGroup) er
 		}
 		return capacity.ObserveWorkGroup(cur, o, m.now()), nil
 	})
+}
+
+// applyInRecreatedRay handles a WorkGroup the operator would not apply
+// (applyErr): when its Ray cluster, recorded as applied, is gone from the
+// cluster (deleted by hand, or an operator that lost its state), the Ray
+// cluster is applied again and then the WorkGroup — the production checks
+// that the Ray cluster exists and creates it with the WorkGroup when it
+// does not (docs/api/quota.md#production-and-unsubscription). Otherwise
+// applyErr stands, and the pass is retried.
+func (m *ProcessManager) applyInRecreatedRay(ctx context.Context, ray capacity.RayCluster, spec capacity.WorkGroupSpec, applyErr error) error {
+	raySpec := capacity.RaySpecOf(ray)
+	o, err := m.op.RayClusterStatus(ctx, raySpec)
+	if err != nil || o.Phase != capacity.PhaseAbsent {
+		return applyErr
+	}
+	if err := m.op.ApplyRayCluster(ctx, raySpec); err != nil {
+		return fmt.Errorf("apply Ray cluster %s again: %w", ray.Name, err)
+	}
+	return m.op.ApplyWorkGroup(ctx, spec)
 }
 
 func (m *ProcessManager) deleteWorkGroup(ctx context.Context, w capacity.WorkGroup, spec capacity.WorkGroupSpec) error {

@@ -243,7 +243,7 @@ func TestUpdatedWorkGroupIsAppliedAgain(t *testing.T) {
 	f.seed(8)
 	f.createGU("gu1", 4, 8)
 	f.produce()
-	if _, err := f.app.UpdateQuota(f.ctx, admin, "q-2", 2, 8); err != nil {
+	if _, err := f.app.UpdateQuota(f.ctx, admin, "q-2", new(int64(2)), new(int64(8))); err != nil {
 		t.Fatal(err)
 	}
 	wantEvents(t, "the pass after the update", f.pass(), "workgroup/q-2 WorkGroupApplied")

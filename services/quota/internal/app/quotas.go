@@ -97,10 +97,15 @@ func anchorOf(tx Tx, q capacity.Quota) (capacity.Quota, capacity.WorkGroup, erro
 	return q, wg, err
 }
 
-// UpdateQuota changes a quota's limits (operators only).
-func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max int64) (QuotaView, error) {
+// UpdateQuota changes a quota's limits (operators only): those given; a
+// nil one keeps its value, and with neither the quota is answered as it
+// is, nothing recorded (docs/api/quota.md#quotas).
+func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max *int64) (QuotaView, error) {
 	if err := requireAdmin(c); err != nil {
 		return QuotaView{}, err
+	}
+	if min == nil && max == nil {
+		return a.GetQuota(ctx, c, id)
 	}
 	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
 		st := capacity.UpdateState{Now: a.clock()}
@@ -128,7 +133,14 @@ func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max int
 		if st.Anchor, st.AnchorWorkGroup, err = anchorOf(tx, st.Quota); err != nil {
 			return err
 		}
-		events, err := capacity.UpdateQuota(st, min, max)
+		newMin, newMax := st.Quota.Min, st.Quota.Max
+		if min != nil {
+			newMin = *min
+		}
+		if max != nil {
+			newMax = *max
+		}
+		events, err := capacity.UpdateQuota(st, newMin, newMax)
 		if err != nil {
 			return err
 		}

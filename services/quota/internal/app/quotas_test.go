@@ -130,7 +130,7 @@ func TestUpdateQuota(t *testing.T) {
 	// The WorkGroup quota's limits: its WorkGroup is applied again with
 	// the new GPUs.
 	mark := len(f.store.Events(0))
-	v, err := f.app.UpdateQuota(f.ctx, admin, "q-2", 2, 8)
+	v, err := f.app.UpdateQuota(f.ctx, admin, "q-2", new(int64(2)), new(int64(8)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,12 +143,12 @@ func TestUpdateQuota(t *testing.T) {
 
 	// A GU root's min_units takes inventory, or is refused when short.
 	mark = len(f.store.Events(0))
-	if _, err := f.app.UpdateQuota(f.ctx, admin, "q-1", 6, 8); err != nil {
+	if _, err := f.app.UpdateQuota(f.ctx, admin, "q-1", new(int64(6)), new(int64(8))); err != nil {
 		t.Fatal(err)
 	}
 	wantEvents(t, "an update of the root", eventNames(f.store.Events(mark)), "cluster/c1 InventoryReserved", "quota/q-1 QuotaUpdated")
 	mark = len(f.store.Events(0))
-	if _, err := f.app.UpdateQuota(f.ctx, admin, "q-1", 10, 10); !errors.Is(err, capacity.ErrInventoryInsufficient) {
+	if _, err := f.app.UpdateQuota(f.ctx, admin, "q-1", new(int64(10)), new(int64(10))); !errors.Is(err, capacity.ErrInventoryInsufficient) {
 		t.Errorf("a root above the inventory: %v, want ErrInventoryInsufficient", err)
 	}
 	wantEvents(t, "the refused update", eventNames(f.store.Events(mark)))
@@ -162,11 +162,11 @@ func TestUpdateQuota(t *testing.T) {
 		{"a tenant's key", acme, "q-2", app.ErrForbidden},
 		{"an unknown quota", admin, "q-99", capacity.ErrNotFound},
 	} {
-		if _, err := f.app.UpdateQuota(f.ctx, tt.c, tt.id, 1, 2); !errors.Is(err, tt.want) {
+		if _, err := f.app.UpdateQuota(f.ctx, tt.c, tt.id, new(int64(1)), new(int64(2))); !errors.Is(err, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, err, tt.want)
 		}
 	}
-	if _, err := f.app.UpdateQuota(f.ctx, admin, "q-2", 3, 2); !errors.Is(err, capacity.ErrInvalid) {
+	if _, err := f.app.UpdateQuota(f.ctx, admin, "q-2", new(int64(3)), new(int64(2))); !errors.Is(err, capacity.ErrInvalid) {
 		t.Errorf("min above max: %v, want ErrInvalid", err)
 	}
 }

@@ -202,7 +202,14 @@ func (s *QuotaServer) ListQuotas(ctx context.Context, r *quotav1.ListQuotasReque
 // UpdateQuota implements quotav1.QuotaServiceServer.
 func (s *QuotaServer) UpdateQuota(ctx context.Context, r *quotav1.UpdateQuotaRequest) (*quotav1.UpdateQuotaResponse, error) {
 	return serve(ctx, s.Log, func(c app.Caller) (*quotav1.UpdateQuotaResponse, error) {
-		v, err := s.App.UpdateQuota(ctx, c, r.GetQuotaId(), int64(r.GetMinUnits()), int64(r.GetMaxUnits()))
+		var min, max *int64
+		if r.MinUnits != nil {
+			min = new(int64(r.GetMinUnits()))
+		}
+		if r.MaxUnits != nil {
+			max = new(int64(r.GetMaxUnits()))
+		}
+		v, err := s.App.UpdateQuota(ctx, c, r.GetQuotaId(), min, max)
 		if err != nil {
 			return nil, err
 		}

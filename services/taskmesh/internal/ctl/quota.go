@@ -155,13 +155,21 @@ for loopback addresses unless --insecure is given.`,
 		Use: "update QUOTA_ID", Short: "Change a quota's min and max units", Args: exactArgs(1, "a quota id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return call(cmd, func(ctx context.Context, c quotav1.QuotaServiceClient) (proto.Message, func(io.Writer) error, error) {
-				r, err := c.UpdateQuota(ctx, &quotav1.UpdateQuotaRequest{QuotaId: args[0], MinUnits: umin, MaxUnits: umax})
+				// Only the flags given change: the other limit keeps its value.
+				req := &quotav1.UpdateQuotaRequest{QuotaId: args[0]}
+				if cmd.Flags().Changed("min") {
+					req.MinUnits = &umin
+				}
+				if cmd.Flags().Changed("max") {
+					req.MaxUnits = &umax
+				}
+				r, err := c.UpdateQuota(ctx, req)
 				return r.GetQuota(), func(w io.Writer) error { return quotaTree(w, r.GetQuota()) }, err
 			})
 		},
 	}
-	update.Flags().Int32Var(&umin, "min", 0, "min units")
-	update.Flags().Int32Var(&umax, "max", 1, "max units")
+	update.Flags().Int32Var(&umin, "min", 0, "min units (unchanged when not given)")
+	update.Flags().Int32Var(&umax, "max", 0, "max units (unchanged when not given)")
 	unsubscribe := &cobra.Command{
 		Use: "delete QUOTA_ID", Short: "Unsubscribe a quota and its subtree", Args: exactArgs(1, "a quota id"),
 		RunE: func(cmd *cobra.Command, args []string) error {

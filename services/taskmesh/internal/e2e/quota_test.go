@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +128,22 @@ func TestQuotasThroughREST(t *testing.T) {
 	}
 	if _, err := qc.DeleteQuota(asKey(acme), &quotav1.DeleteQuotaRequest{QuotaId: id}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("acme unsubscribed through the front door: %v", err)
+	}
+
+	// A PATCH of one limit keeps the other: max_units alone leaves the
+	// WorkGroup quota's min_units, and so its WorkGroup's GPUs, as they were.
+	raw, err := os.ReadFile(w.s.AdminKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := strings.TrimSpace(string(raw))
+	code, patched, _ := w.call("PATCH", "/api/v1/quotas/"+child, op, map[string]any{"max_units": 3})
+	if code != 200 || patched["min_units"] != float64(2) || patched["max_units"] != float64(3) ||
+		patched["work_group"].(map[string]any)["gpus"] != float64(2) {
+		t.Fatalf("PATCH max_units alone: %d %v", code, patched)
+	}
+	code, patched, _ = w.call("PATCH", "/api/v1/quotas/"+child, op, map[string]any{})
+	if code != 200 || patched["min_units"] != float64(2) || patched["max_units"] != float64(3) {
+		t.Fatalf("PATCH of nothing: %d %v", code, patched)
 	}
 }

@@ -127,6 +127,9 @@ type Loop struct {
 // its answer goes.
 type offer struct {
 	fact Fact
+	// sync offers carry no fact: the cycle that takes one has read the
+	// definitions committed before it was made (Loop.Sync).
+	sync bool
 	done chan queued
 }
 
@@ -237,6 +240,28 @@ func (l *Loop) Finish(ctx context.Context, f Fact) ([]Admission, error) {
 	}
 }
 
+// Sync waits until a cycle has started after the call, so the core runs
+// on every definition committed before it: a definition write answers
+// with the usage of the topology it wrote (docs/api/quota.md#queue-admission)
+// rather than the previous one. ErrNotActive when no session runs here.
+func (l *Loop) Sync(ctx context.Context) error {
+	o := &offer{sync: true, done: make(chan queued, 1)}
+	l.offersMu.Lock()
+	if !l.active {
+		l.offersMu.Unlock()
+		return ErrNotActive
+	}
+	l.offers = append(l.offers, o)
+	l.offersMu.Unlock()
+	l.Wake()
+	select {
+	case q := <-o.done:
+		return q.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // takeOffers moves the new offers to the taken ones and returns them.
 func (l *Loop) takeOffers() []*offer {
 	l.offersMu.Lock()
@@ -256,8 +281,9 @@ func (l *Loop) answerOffers(admitted []Admission, final bool, err error) {
 	defer l.offersMu.Unlock()
 	keep := l.taken[:0]
 	for _, o := range l.taken {
-		if o.fact.Kind == FactFinish {
-			// Taken by this cycle: every cycle answers its finishes.
+		if o.sync || o.fact.Kind == FactFinish {
+			// Taken by this cycle: every cycle answers its finishes and
+			// syncs.
 			o.done <- queued{admitted: admitted, err: err}
 			continue
 		}
@@ -573,9 +599,11 @@ func (l *Loop) quiet(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
 
 // offerFacts are the facts of offers.
 func offerFacts(offers []*offer) []Fact {
-	facts := make([]Fact, len(offers))
-	for i, o := range offers {
-		facts[i] = o.fact
+	facts := make([]Fact, 0, len(offers))
+	for _, o := range offers {
+		if !o.sync {
+			facts = append(facts, o.fact)
+		}
 	}
 	return facts
 }

@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -41,7 +43,29 @@ func (a *App) Put(ctx context.Context, c Caller, d Definition) (Definition, erro
 		return Definition{}, err
 	}
 	a.written()
+	a.settle(ctx)
 	return d, nil
+}
+
+// settleWait bounds how long a definition write waits for the admission
+// loop to take it up.
+const settleWait = 2 * time.Second
+
+// settle waits, when this instance runs the admission loop, until the
+// loop runs on the definitions just committed, so the write's answer shows
+// the usage of what it wrote — a new queue's flavors, a changed nominal
+// quota — as a read right after it would (docs/api/quota.md#queue-admission).
+// A standby instance answers without usage anyway; a loop that does not
+// get to it in time leaves the answer with the usage it has.
+func (a *App) settle(ctx context.Context) {
+	if a.loop == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	if err := a.loop.Sync(ctx); err != nil && !errors.Is(err, ErrNotActive) && a.log != nil {
+		a.log.Warn("admission loop did not take up a definition change in time", "err", err)
+	}
 }
 
 // withDefaults is spec with the documented defaults written out, as
@@ -192,7 +216,7 @@ func (a *App) written() {
 	}
 }
 
-// Get reads one definition.
+// Get reads one definition, a ClusterQueue with its defaults written out.
 func (a *App) Get(ctx context.Context, kind DefinitionKind, name string) (Definition, error) {
 	d, ok, err := a.store.GetDefinition(ctx, kind, name)
 	if err != nil {
@@ -201,12 +225,28 @@ func (a *App) Get(ctx context.Context, kind DefinitionKind, name string) (Defini
 	if !ok {
 		return d, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
 	}
-	return d, nil
+	return shown(d), nil
 }
 
-// List reads every definition of kind.
+// List reads every definition of kind, ClusterQueues with their defaults
+// written out.
 func (a *App) List(ctx context.Context, kind DefinitionKind) ([]Definition, error) {
-	return a.store.ListDefinitions(ctx, kind)
+	ds, err := a.store.ListDefinitions(ctx, kind)
+	for i := range ds {
+		ds[i] = shown(ds[i])
+	}
+	return ds, err
+}
+
+// shown is d as answers show it: a ClusterQueue's policy in force rather
+// than "" and null, whichever way it was recorded — through the API, as an
+// embedded default (the pipeline queues) or for a WorkGroup
+// (docs/api/quota.md#queue-admission).
+func shown(d Definition) Definition {
+	if d.Kind == KindClusterQueue {
+		d.ClusterQueue = withDefaults(d.ClusterQueue)
+	}
+	return d
 }
 
 // Usage is the live usage of the named queues and cohorts; ok is false
