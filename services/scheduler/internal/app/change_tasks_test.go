@@ -118,6 +118,40 @@ func TestUpdateTask(t *testing.T) {
 	}
 }
 
+// An update keeps what it leaves out — the artifacts, the checkpoint
+// setting, the address a fan-out targeted — and works on a broadcast's task.
+func TestUpdateTaskKeepsItsPlacementAndFiles(t *testing.T) {
+	h := newHarness(t)
+	a := app.Agent{AgentID: "a1", MachineID: "m1", LastHeartbeatAt: h.clock.Now(), LostAfter: h.clock.Now().Add(time.Minute)}
+	if err := h.store.Heartbeat(h.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	coop := h.create(user("t1"), spec("coop", func(in *domain.SpecInput) {
+		in.Artifacts, in.Checkpoint = []string{"out/*.pt"}, new(true)
+	}))
+	got, err := h.app.UpdateTask(h.ctx, user("t1"), coop.ID, domain.SpecInput{Priority: intp(2)})
+	if err != nil || !got.Spec.Checkpoint || !slices.Equal(got.Spec.Artifacts, []string{"out/*.pt"}) {
+		t.Errorf("a priority update dropped the checkpoint or the artifacts: %+v, %v", got.Spec, err)
+	}
+	byIP, err := h.app.CreateTasks(h.ctx, user("t1"), spec("ip", func(in *domain.SpecInput) { in.TargetIPs = []string{"10.1.1.1"} }), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.app.UpdateTask(h.ctx, user("t1"), byIP[0].ID, domain.SpecInput{Name: "renamed"}); err != nil || got.Spec.TargetIP != "10.1.1.1" {
+		t.Errorf("an update dropped the target address: %+v, %v", got.Spec, err)
+	}
+	_, err = h.app.UpdateTask(h.ctx, user("t1"), byIP[0].ID, domain.SpecInput{TargetMachines: []string{"m1", "m2"}})
+	wantInvalid(t, "targets in an update", err, "targets")
+	bc, err := h.app.CreateTasks(h.ctx, user("t1"), spec("bc", func(in *domain.SpecInput) { in.Mode = domain.ModeBroadcast }), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.app.UpdateTask(h.ctx, user("t1"), bc[0].ID, domain.SpecInput{Priority: intp(3)}); err != nil ||
+		got.Spec.Priority != 3 || got.Spec.Mode != domain.ModeBroadcast || got.Spec.MachineID != "m1" {
+		t.Errorf("update of a broadcast's task: %+v, %v", got.Spec, err)
+	}
+}
+
 func TestUpdateTaskResolvesItsQueueAgain(t *testing.T) {
 	h := newHarness(t).withAdmission()
 	h.admission.ClusterQueue = "cq-low"
