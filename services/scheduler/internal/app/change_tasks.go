@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
@@ -37,6 +38,9 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 	if err != nil {
 		return domain.Task{}, err
 	}
+	if err := a.checkAddedDependencies(ctx, cur, want.DependsOn); err != nil {
+		return domain.Task{}, err
+	}
 	cq, err := a.resolveQueue(ctx, c, want)
 	if err != nil {
 		return domain.Task{}, err
@@ -51,6 +55,25 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 		}
 		return t.Update(now, c.Subject, spec, cq)
 	})
+}
+
+// checkAddedDependencies fetches the tasks deps names beyond those t
+// already depends on, for domain.Task.CheckAddedDependencies.
+func (a *App) checkAddedDependencies(ctx context.Context, t domain.Task, deps []string) error {
+	var added []string
+	for _, d := range deps {
+		if !slices.Contains(t.Spec.DependsOn, d) && !slices.Contains(added, d) {
+			added = append(added, d)
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	found, err := a.tasks.GetMany(ctx, t.TenantID, added)
+	if err != nil {
+		return err
+	}
+	return t.CheckAddedDependencies(added, found)
 }
 
 // DeleteTask removes a task no attempt holds.

@@ -152,6 +152,37 @@ func TestUpdateTaskKeepsItsPlacementAndFiles(t *testing.T) {
 	}
 }
 
+// An update's new dependencies must exist, as a create's must, and be
+// older than the task, so that no update can close a cycle of tasks that
+// would all wait for each other.
+func TestUpdateTaskDependencies(t *testing.T) {
+	h := newHarness(t)
+	first := h.create(user("t1"), spec("first"))
+	h.clock.Advance(time.Millisecond)
+	second := h.create(user("t1"), spec("second"))
+	other := h.create(user("t2"), spec("other's"))
+	got, err := h.app.UpdateTask(h.ctx, user("t1"), second.ID, domain.SpecInput{DependsOn: []string{first.ID}})
+	if err != nil || !slices.Equal(got.Spec.DependsOn, []string{first.ID}) {
+		t.Fatalf("second depends on first: %+v, %v", got.Spec.DependsOn, err)
+	}
+	for name, deps := range map[string][]string{
+		"a cycle":               {second.ID},
+		"itself":                {first.ID},
+		"an unknown task":       {"00000000-0000-0000-0000-000000000000"},
+		"another tenant's task": {other.ID},
+	} {
+		_, err := h.app.UpdateTask(h.ctx, user("t1"), first.ID, domain.SpecInput{DependsOn: deps})
+		wantInvalid(t, "depending on "+name, err, "depends_on")
+	}
+	if got := h.get(first.ID); len(got.Spec.DependsOn) != 0 {
+		t.Errorf("a refused update changed the dependencies: %v", got.Spec.DependsOn)
+	}
+	// Dependencies the task has already are not checked again.
+	if _, err := h.app.UpdateTask(h.ctx, user("t1"), second.ID, domain.SpecInput{DependsOn: []string{first.ID}, Priority: intp(2)}); err != nil {
+		t.Errorf("the same dependencies again: %v", err)
+	}
+}
+
 func TestUpdateTaskResolvesItsQueueAgain(t *testing.T) {
 	h := newHarness(t).withAdmission()
 	h.admission.ClusterQueue = "cq-low"
