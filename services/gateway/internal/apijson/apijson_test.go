@@ -389,6 +389,11 @@ func TestDecoderNamesTheFieldAsSent(t *testing.T) {
 		{`{"retry_delay": "x"}`, &taskv1.TaskSpec{}, "field retry_delay:"},
 		{`{"name": 1}`, &taskv1.TaskSpec{}, "field name:"},
 		{`{"parameters": {"prompt_extend": "no"}}`, &videov1.CreateVideoGenerationRequest{}, "field prompt_extend:"},
+		// A map's value: protojson names the entry's field, "value".
+		{`{"name": "x", "env": {"A": "1", "B": 2}}`, &taskv1.TaskSpec{}, `field env["B"]: 2`},
+		{"\n  {\"spec\": {\"args\": [\"a\"],\n \"resources\": {\"cpu\": 2}}}", &taskv1.CreateTaskRequest{}, `field resources["cpu"]: 2`},
+		{`{"spec": {"env": {"名字": null}}}`, &taskv1.CreateTaskRequest{}, `field env["名字"]: null`},
+		{`{"name": "g", "tasks": [{"name": "a", "env": {}}, {"name": "b", "env": {"K": [1]}}]}`, &taskv1.CreateTaskGroupRequest{}, `field env["K"]: [`},
 	} {
 		err := m.NewDecoder(strings.NewReader(tt.body)).Decode(tt.msg)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
