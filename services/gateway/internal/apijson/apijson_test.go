@@ -400,6 +400,22 @@ func TestDecoderNamesTheFieldAsSent(t *testing.T) {
 			t.Errorf("%s: %v, want it to name %q", tt.body, err, tt.want)
 		}
 	}
+	// A value of the wrong shape is a syntax error to protojson, which
+	// names no field; the field is added.
+	for _, tt := range []struct {
+		body string
+		msg  proto.Message
+		want string
+	}{
+		{`{"name": "x", "depends_on": "a"}`, &taskv1.TaskSpec{}, "for field depends_on"},
+		{`{"spec": {"env": ["A"]}}`, &taskv1.CreateTaskRequest{}, "for field spec.env"},
+		{`{"name": "g", "tasks": [{"name": "a", "args": {"x": 1}}]}`, &taskv1.CreateTaskGroupRequest{}, "for field tasks.args"},
+	} {
+		err := m.NewDecoder(strings.NewReader(tt.body)).Decode(tt.msg)
+		if err == nil || !strings.Contains(err.Error(), "syntax error") || !strings.HasSuffix(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want it to end %q", tt.body, err, tt.want)
+		}
+	}
 	// The generated handlers decode a body field through a pointer to it.
 	var spec *taskv1.TaskSpec
 	if err := m.NewDecoder(strings.NewReader(`{"retry_delay": "x"}`)).Decode(&spec); err == nil || !strings.Contains(err.Error(), "field retry_delay:") {

@@ -43,6 +43,9 @@ func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 			if msg, renamed := mapValueName(err.Error(), desc, body.Bytes()); renamed {
 				return &decodeError{msg: msg, err: err}
 			}
+			if msg, renamed := misplacedTokenName(err.Error(), desc, body.Bytes()); renamed {
+				return &decodeError{msg: msg, err: err}
+			}
 		}
 		if msg, renamed := protoNames(err.Error(), desc); renamed {
 			return &decodeError{msg: msg, err: err}
@@ -91,6 +94,58 @@ func mapValueName(msg string, desc protoreflect.MessageDescriptor, body []byte) 
 		return msg, false
 	}
 	return msg[:m[7]] + name + ":" + msg[m[1]:], true
+}
+
+var misplacedToken = regexp.MustCompile(`syntax error \(line (\d+):(\d+)\): unexpected token .*$`)
+
+// misplacedTokenName adds the field to protojson's "syntax error (line
+// l:c): unexpected token …", which is what a value of the wrong shape gets
+// (a string for a list, a list for an object): "… for field depends_on".
+// Malformed JSON never gets here; the route's decoder reports it first.
+func misplacedTokenName(msg string, desc protoreflect.MessageDescriptor, body []byte) (string, bool) {
+	m := misplacedToken.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return msg, false
+	}
+	line, _ := strconv.Atoi(msg[m[2]:m[3]])
+	col, _ := strconv.Atoi(msg[m[4]:m[5]])
+	raw := bytes.TrimLeft(body, " \t\r\n")
+	name, ok := fieldPath(desc, keysAt(raw, offsetOf(raw, line, col)))
+	if !ok {
+		return msg, false
+	}
+	return msg + " for field " + name, true
+}
+
+// fieldPath names the field that keys (from desc's message down) lead to,
+// as the body spells it: `tasks.env["A"]`; false when they lead nowhere.
+func fieldPath(desc protoreflect.MessageDescriptor, keys []string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(keys); i++ {
+		if desc == nil {
+			return "", false
+		}
+		fd := desc.Fields().ByJSONName(keys[i])
+		if fd == nil {
+			fd = desc.Fields().ByName(protoreflect.Name(keys[i]))
+		}
+		if fd == nil {
+			return "", false
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(keys[i])
+		desc = fd.Message()
+		if fd.IsMap() {
+			if i+1 < len(keys) {
+				i++
+				b.WriteString("[" + strconv.Quote(keys[i]) + "]")
+			}
+			desc = fd.MapValue().Message()
+		}
+	}
+	return b.String(), b.Len() > 0
 }
 
 // offsetOf is the byte offset of protojson's position (1-based line, and
