@@ -297,3 +297,39 @@ func TestRebuildAndReplay(t *testing.T) {
 		}
 	}
 }
+
+// An update keeps the address a targets.ips fan-out gave the task: only an
+// agent at that address claims it afterwards, and an update of a
+// broadcast's task succeeds and keeps its machine.
+func TestUpdateKeepsTheTargetOfAFanOut(t *testing.T) {
+	e := newEnv(t)
+	ctx := user("tenant-a")
+	resp, err := e.tasks().CreateTask(ctx, &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "by-ip", Command: "true",
+		Targets: &taskv1.Targets{Ips: []string{"10.0.9.9"}}, Artifacts: []string{"out/*.pt"}, Checkpoint: &taskv1.CheckpointSpec{Enabled: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := e.tasks().UpdateTask(ctx, &taskv1.UpdateTaskRequest{Id: resp.GetTask().GetId(), Spec: &taskv1.TaskSpec{Priority: i32(1)}})
+	if err != nil || !up.GetTask().GetCheckpoint().GetEnabled() || len(up.GetTask().GetArtifacts()) != 1 {
+		t.Fatalf("update = %v, %v", up, err)
+	}
+	// The agent helper connects from 10.0.1.1, not the target's address.
+	if got := e.claim("agent-1", "m1", 10); len(got) != 0 {
+		t.Fatalf("an updated IP-targeted task was claimed from another address: %v", got)
+	}
+
+	// A claim that leases a task makes its machine live for the broadcast.
+	e.create(ctx, &taskv1.TaskSpec{Name: "warm-up", Command: "true"})
+	if got := e.claim("agent-2", "m2", 1); len(got) != 1 {
+		t.Fatalf("warm-up claim = %v", got)
+	}
+	bc, err := e.tasks().CreateTask(ctx, &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "everywhere", Command: "uptime",
+		Distribution: &taskv1.Distribution{Mode: "broadcast"}}})
+	if err != nil || len(bc.GetTaskIds()) == 0 {
+		t.Fatalf("broadcast = %v, %v", bc, err)
+	}
+	up, err = e.tasks().UpdateTask(ctx, &taskv1.UpdateTaskRequest{Id: bc.GetTaskIds()[0], Spec: &taskv1.TaskSpec{Name: "renamed"}})
+	if err != nil || up.GetTask().GetName() != "renamed" || up.GetTask().GetDistribution().GetMode() != "broadcast" || up.GetTask().GetMachineId() == "" {
+		t.Fatalf("update of a broadcast's task = %v, %v", up, err)
+	}
+}

@@ -389,10 +389,31 @@ func TestDecoderNamesTheFieldAsSent(t *testing.T) {
 		{`{"retry_delay": "x"}`, &taskv1.TaskSpec{}, "field retry_delay:"},
 		{`{"name": 1}`, &taskv1.TaskSpec{}, "field name:"},
 		{`{"parameters": {"prompt_extend": "no"}}`, &videov1.CreateVideoGenerationRequest{}, "field prompt_extend:"},
+		// A map's value: protojson names the entry's field, "value".
+		{`{"name": "x", "env": {"A": "1", "B": 2}}`, &taskv1.TaskSpec{}, `field env["B"]: 2`},
+		{"\n  {\"spec\": {\"args\": [\"a\"],\n \"resources\": {\"cpu\": 2}}}", &taskv1.CreateTaskRequest{}, `field resources["cpu"]: 2`},
+		{`{"spec": {"env": {"名字": null}}}`, &taskv1.CreateTaskRequest{}, `field env["名字"]: null`},
+		{`{"name": "g", "tasks": [{"name": "a", "env": {}}, {"name": "b", "env": {"K": [1]}}]}`, &taskv1.CreateTaskGroupRequest{}, `field env["K"]: [`},
 	} {
 		err := m.NewDecoder(strings.NewReader(tt.body)).Decode(tt.msg)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want it to name %q", tt.body, err, tt.want)
+		}
+	}
+	// A value of the wrong shape is a syntax error to protojson, which
+	// names no field; the field is added.
+	for _, tt := range []struct {
+		body string
+		msg  proto.Message
+		want string
+	}{
+		{`{"name": "x", "depends_on": "a"}`, &taskv1.TaskSpec{}, "for field depends_on"},
+		{`{"spec": {"env": ["A"]}}`, &taskv1.CreateTaskRequest{}, "for field spec.env"},
+		{`{"name": "g", "tasks": [{"name": "a", "args": {"x": 1}}]}`, &taskv1.CreateTaskGroupRequest{}, "for field tasks.args"},
+	} {
+		err := m.NewDecoder(strings.NewReader(tt.body)).Decode(tt.msg)
+		if err == nil || !strings.Contains(err.Error(), "syntax error") || !strings.HasSuffix(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want it to end %q", tt.body, err, tt.want)
 		}
 	}
 	// The generated handlers decode a body field through a pointer to it.

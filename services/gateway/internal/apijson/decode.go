@@ -1,10 +1,14 @@
 package apijson
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/proto"
@@ -17,11 +21,15 @@ import (
 // snake_case keys of the API (docs/api/README.md#json) is a spelling no
 // client sent; the message names the field as the request did
 // ("retry_delay"). A field whose proto gives it its own json_name (the
-// video API's) is already named by its key.
+// video API's) is already named by its key. A map's value is named by its
+// map and key (`env["A"]`), where protojson says only "value".
 func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
-	d := m.JSONPb.NewDecoder(r)
+	body := &headBuffer{max: maxNamedBody}
+	d := m.JSONPb.NewDecoder(io.TeeReader(r, body))
+	decodes := 0
 	return runtime.DecoderFunc(func(v any) error {
 		err := d.Decode(v)
+		decodes++
 		if err == nil {
 			return nil
 		}
@@ -29,11 +37,209 @@ func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 		if desc == nil {
 			return err
 		}
+		// Positions count from the value being decoded, which is the
+		// body's first only on the first call (a handler makes one).
+		if decodes == 1 {
+			if msg, renamed := mapValueName(err.Error(), desc, body.Bytes()); renamed {
+				return &decodeError{msg: msg, err: err}
+			}
+			if msg, renamed := misplacedTokenName(err.Error(), desc, body.Bytes()); renamed {
+				return &decodeError{msg: msg, err: err}
+			}
+		}
 		if msg, renamed := protoNames(err.Error(), desc); renamed {
 			return &decodeError{msg: msg, err: err}
 		}
 		return err
 	})
+}
+
+// maxNamedBody is how much of a body the decoder keeps to name a map's
+// value in an error: every route's cap but the video API's, whose large
+// bodies are images (a value past it keeps protojson's wording).
+const maxNamedBody = 1 << 20
+
+// headBuffer keeps the first max bytes written to it.
+type headBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *headBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// protojson's wording varies its spaces on purpose (a non-breaking one
+// after "proto:" in some builds), so only the part after it is matched.
+var mapValueErr = regexp.MustCompile(`\(line (\d+):(\d+)\): (invalid value for \S+ field )value:`)
+
+// mapValueName rewrites protojson's "(line l:c): invalid value for <kind>
+// field value:", about a value of a map, to name the map and the key the
+// value is under, as the body has them. body is what the decoder read: its
+// first JSON value is the one protojson's position counts in.
+func mapValueName(msg string, desc protoreflect.MessageDescriptor, body []byte) (string, bool) {
+	m := mapValueErr.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return msg, false
+	}
+	line, _ := strconv.Atoi(msg[m[2]:m[3]])
+	col, _ := strconv.Atoi(msg[m[4]:m[5]])
+	raw := bytes.TrimLeft(body, " \t\r\n")
+	path := keysAt(raw, offsetOf(raw, line, col))
+	name, ok := mapEntry(desc, path)
+	if !ok {
+		return msg, false
+	}
+	return msg[:m[7]] + name + ":" + msg[m[1]:], true
+}
+
+var misplacedToken = regexp.MustCompile(`syntax error \(line (\d+):(\d+)\): unexpected token .*$`)
+
+// misplacedTokenName adds the field to protojson's "syntax error (line
+// l:c): unexpected token …", which is what a value of the wrong shape gets
+// (a string for a list, a list for an object): "… for field depends_on".
+// Malformed JSON never gets here; the route's decoder reports it first.
+func misplacedTokenName(msg string, desc protoreflect.MessageDescriptor, body []byte) (string, bool) {
+	m := misplacedToken.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return msg, false
+	}
+	line, _ := strconv.Atoi(msg[m[2]:m[3]])
+	col, _ := strconv.Atoi(msg[m[4]:m[5]])
+	raw := bytes.TrimLeft(body, " \t\r\n")
+	name, ok := fieldPath(desc, keysAt(raw, offsetOf(raw, line, col)))
+	if !ok {
+		return msg, false
+	}
+	return msg + " for field " + name, true
+}
+
+// fieldPath names the field that keys (from desc's message down) lead to,
+// as the body spells it: `tasks.env["A"]`; false when they lead nowhere.
+func fieldPath(desc protoreflect.MessageDescriptor, keys []string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(keys); i++ {
+		if desc == nil {
+			return "", false
+		}
+		fd := desc.Fields().ByJSONName(keys[i])
+		if fd == nil {
+			fd = desc.Fields().ByName(protoreflect.Name(keys[i]))
+		}
+		if fd == nil {
+			return "", false
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(keys[i])
+		desc = fd.Message()
+		if fd.IsMap() {
+			if i+1 < len(keys) {
+				i++
+				b.WriteString("[" + strconv.Quote(keys[i]) + "]")
+			}
+			desc = fd.MapValue().Message()
+		}
+	}
+	return b.String(), b.Len() > 0
+}
+
+// offsetOf is the byte offset of protojson's position (1-based line, and
+// column in runes) in raw.
+func offsetOf(raw []byte, line, col int) int {
+	off := 0
+	for ; line > 1; line-- {
+		i := bytes.IndexByte(raw[off:], '\n')
+		if i < 0 {
+			return len(raw)
+		}
+		off += i + 1
+	}
+	for ; col > 1 && off < len(raw); col-- {
+		_, n := utf8.DecodeRune(raw[off:])
+		off += n
+	}
+	return off
+}
+
+// keysAt returns the keys of the objects enclosing the value that starts
+// at offset in raw, outermost first; an array's item adds no key.
+func keysAt(raw []byte, offset int) []string {
+	type frame struct {
+		obj, wantKey bool
+		key          string
+	}
+	var stack []frame
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		if dec.InputOffset() > int64(offset) {
+			var keys []string
+			for _, f := range stack {
+				if f.obj {
+					keys = append(keys, f.key)
+				}
+			}
+			return keys
+		}
+		top := len(stack) - 1
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				stack = append(stack, frame{obj: t == '{', wantKey: t == '{'})
+				continue
+			default:
+				stack = stack[:top]
+				top--
+			}
+		case string:
+			if top >= 0 && stack[top].wantKey {
+				stack[top].key, stack[top].wantKey = t, false
+				continue
+			}
+		}
+		// A value ended: the object it was in wants its next key.
+		if top >= 0 && stack[top].obj {
+			stack[top].wantKey = true
+		}
+	}
+}
+
+// mapEntry names, as `field["key"]`, the map value that path (keys from
+// desc's message down) leads to; false when path does not end at a value
+// of a map field.
+func mapEntry(desc protoreflect.MessageDescriptor, path []string) (string, bool) {
+	if len(path) < 2 {
+		return "", false
+	}
+	for i, k := range path[:len(path)-1] {
+		if desc == nil {
+			return "", false
+		}
+		fd := desc.Fields().ByJSONName(k)
+		if fd == nil {
+			fd = desc.Fields().ByName(protoreflect.Name(k))
+		}
+		if fd == nil {
+			return "", false
+		}
+		if fd.IsMap() {
+			if i != len(path)-2 {
+				return "", false
+			}
+			return string(fd.Name()) + "[" + strconv.Quote(path[len(path)-1]) + "]", true
+		}
+		desc = fd.Message()
+	}
+	return "", false
 }
 
 // descriptorOf is the message type v decodes into: a message, or (as the

@@ -21,7 +21,7 @@ func (h *harness) put(key, body string) (int64, string) {
 	return int64(len(body)), hex.EncodeToString(sum[:])
 }
 
-func cooperative(in *domain.SpecInput) { in.Checkpoint, in.GracePeriod = true, intp(5) }
+func cooperative(in *domain.SpecInput) { in.Checkpoint, in.GracePeriod = new(true), intp(5) }
 
 func TestCheckpointOfAPreemptedTask(t *testing.T) {
 	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter, c.TimeoutSlack = time.Hour, time.Second })

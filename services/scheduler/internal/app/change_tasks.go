@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"time"
 
-	"github.com/taskmesh/taskmesh/platform/domain/cmdline"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
-// UpdateTask changes a pending task. Fields left out (nil numbers, empty
-// strings and lists) keep their current value.
+// UpdateTask changes a pending task: domain.UpdatedSpec says how the
+// fields given change its spec.
 //
 // The new spec's queue is resolved first (a call to the quota service,
 // which must not happen inside the task's batch) against the task as read;
@@ -34,8 +34,11 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 	if err != nil {
 		return domain.Task{}, err
 	}
-	want, err := domain.NormalizeSpec(merge(cur.Spec, in))
+	want, err := domain.UpdatedSpec(cur.Spec, in)
 	if err != nil {
+		return domain.Task{}, err
+	}
+	if err := a.checkAddedDependencies(ctx, cur, want.DependsOn); err != nil {
 		return domain.Task{}, err
 	}
 	cq, err := a.resolveQueue(ctx, c, want)
@@ -43,7 +46,7 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 		return domain.Task{}, err
 	}
 	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
-		spec, err := domain.NormalizeSpec(merge(t.Spec, in))
+		spec, err := domain.UpdatedSpec(t.Spec, in)
 		if err != nil {
 			return nil, err
 		}
@@ -54,63 +57,23 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 	})
 }
 
-// merge overlays the fields set in in on the current spec.
-func merge(s domain.Spec, in domain.SpecInput) domain.SpecInput {
-	str := func(v, cur string) string {
-		if v != "" {
-			return v
-		}
-		return cur
-	}
-	num := func(v *int, cur int) *int {
-		if v != nil {
-			return v
-		}
-		return &cur
-	}
-	list := func(v, cur []string) []string {
-		if v != nil {
-			return v
-		}
-		return cur
-	}
-	out := domain.SpecInput{
-		Name: str(in.Name, s.Name), Type: str(in.Type, s.Type), Command: str(in.Command, s.Command),
-		Workdir: str(in.Workdir, s.Workdir), Args: list(in.Args, s.Args), Env: in.Env,
-		Timeout: num(in.Timeout, s.Timeout), Priority: num(in.Priority, s.Priority),
-		RetryDelay: num(in.RetryDelay, s.RetryDelay), MaxRetries: num(in.MaxRetries, s.MaxRetries),
-		MachineID: str(in.MachineID, s.MachineID), GroupID: str(in.GroupID, s.GroupID), ParentID: str(in.ParentID, s.ParentID),
-		Queue: str(in.Queue, s.Queue), DependsOn: list(in.DependsOn, s.DependsOn), Mode: str(in.Mode, s.Mode),
-		Labels: list(in.Labels, s.Labels), ScatterCount: s.ScatterCount,
-		LeaseTTL: num(in.LeaseTTL, s.LeaseTTL), RenewInterval: num(in.RenewInterval, s.RenewInterval),
-		HeartbeatInterval: num(in.HeartbeatInterval, s.HeartbeatInterval), GracePeriod: num(in.GracePeriod, s.GracePeriod),
-		Resources: in.Resources, Quota: str(in.Quota, s.Quota), Video: in.Video, Webhook: str(in.Webhook, s.Webhook),
-	}
-	if in.Resources == nil {
-		out.Resources = s.Resources
-	}
-	if in.Video == nil {
-		out.Video = s.Video
-	}
-	if in.ScatterCount != 0 {
-		out.ScatterCount = in.ScatterCount
-	}
-	if in.Env == nil {
-		out.Env = s.Env
-	}
-	// A new command line without args brings its own arguments: the old
-	// args went with the old command (docs/api/tasks.md, "A command line").
-	// A new one-word command keeps them, as any field left out does.
-	if t := out.Type; in.Command != "" && in.Args == nil && (t == domain.TypeShell || t == domain.TypePython) {
-		if cmd, words, err := cmdline.Resolve(in.Command, nil); err != nil {
-			out.Args = nil // NormalizeSpec refuses the line, naming command
-		} else if len(words) > 0 {
-			out.Command, out.Args = cmd, words
-		} else {
-			out.Command = cmd
+// checkAddedDependencies fetches the tasks deps names beyond those t
+// already depends on, for domain.Task.CheckAddedDependencies.
+func (a *App) checkAddedDependencies(ctx context.Context, t domain.Task, deps []string) error {
+	var added []string
+	for _, d := range deps {
+		if !slices.Contains(t.Spec.DependsOn, d) && !slices.Contains(added, d) {
+			added = append(added, d)
 		}
 	}
-	return out
+	if len(added) == 0 {
+		return nil
+	}
+	found, err := a.tasks.GetMany(ctx, t.TenantID, added)
+	if err != nil {
+		return err
+	}
+	return t.CheckAddedDependencies(added, found)
 }
 
 // DeleteTask removes a task no attempt holds.

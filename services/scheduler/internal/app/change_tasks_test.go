@@ -118,6 +118,71 @@ func TestUpdateTask(t *testing.T) {
 	}
 }
 
+// An update keeps what it leaves out — the artifacts, the checkpoint
+// setting, the address a fan-out targeted — and works on a broadcast's task.
+func TestUpdateTaskKeepsItsPlacementAndFiles(t *testing.T) {
+	h := newHarness(t)
+	a := app.Agent{AgentID: "a1", MachineID: "m1", LastHeartbeatAt: h.clock.Now(), LostAfter: h.clock.Now().Add(time.Minute)}
+	if err := h.store.Heartbeat(h.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	coop := h.create(user("t1"), spec("coop", func(in *domain.SpecInput) {
+		in.Artifacts, in.Checkpoint = []string{"out/*.pt"}, new(true)
+	}))
+	got, err := h.app.UpdateTask(h.ctx, user("t1"), coop.ID, domain.SpecInput{Priority: intp(2)})
+	if err != nil || !got.Spec.Checkpoint || !slices.Equal(got.Spec.Artifacts, []string{"out/*.pt"}) {
+		t.Errorf("a priority update dropped the checkpoint or the artifacts: %+v, %v", got.Spec, err)
+	}
+	byIP, err := h.app.CreateTasks(h.ctx, user("t1"), spec("ip", func(in *domain.SpecInput) { in.TargetIPs = []string{"10.1.1.1"} }), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.app.UpdateTask(h.ctx, user("t1"), byIP[0].ID, domain.SpecInput{Name: "renamed"}); err != nil || got.Spec.TargetIP != "10.1.1.1" {
+		t.Errorf("an update dropped the target address: %+v, %v", got.Spec, err)
+	}
+	_, err = h.app.UpdateTask(h.ctx, user("t1"), byIP[0].ID, domain.SpecInput{TargetMachines: []string{"m1", "m2"}})
+	wantInvalid(t, "targets in an update", err, "targets")
+	bc, err := h.app.CreateTasks(h.ctx, user("t1"), spec("bc", func(in *domain.SpecInput) { in.Mode = domain.ModeBroadcast }), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.app.UpdateTask(h.ctx, user("t1"), bc[0].ID, domain.SpecInput{Priority: intp(3)}); err != nil ||
+		got.Spec.Priority != 3 || got.Spec.Mode != domain.ModeBroadcast || got.Spec.MachineID != "m1" {
+		t.Errorf("update of a broadcast's task: %+v, %v", got.Spec, err)
+	}
+}
+
+// An update's new dependencies must exist, as a create's must, and be
+// older than the task, so that no update can close a cycle of tasks that
+// would all wait for each other.
+func TestUpdateTaskDependencies(t *testing.T) {
+	h := newHarness(t)
+	first := h.create(user("t1"), spec("first"))
+	h.clock.Advance(time.Millisecond)
+	second := h.create(user("t1"), spec("second"))
+	other := h.create(user("t2"), spec("other's"))
+	got, err := h.app.UpdateTask(h.ctx, user("t1"), second.ID, domain.SpecInput{DependsOn: []string{first.ID}})
+	if err != nil || !slices.Equal(got.Spec.DependsOn, []string{first.ID}) {
+		t.Fatalf("second depends on first: %+v, %v", got.Spec.DependsOn, err)
+	}
+	for name, deps := range map[string][]string{
+		"a cycle":               {second.ID},
+		"itself":                {first.ID},
+		"an unknown task":       {"00000000-0000-0000-0000-000000000000"},
+		"another tenant's task": {other.ID},
+	} {
+		_, err := h.app.UpdateTask(h.ctx, user("t1"), first.ID, domain.SpecInput{DependsOn: deps})
+		wantInvalid(t, "depending on "+name, err, "depends_on")
+	}
+	if got := h.get(first.ID); len(got.Spec.DependsOn) != 0 {
+		t.Errorf("a refused update changed the dependencies: %v", got.Spec.DependsOn)
+	}
+	// Dependencies the task has already are not checked again.
+	if _, err := h.app.UpdateTask(h.ctx, user("t1"), second.ID, domain.SpecInput{DependsOn: []string{first.ID}, Priority: intp(2)}); err != nil {
+		t.Errorf("the same dependencies again: %v", err)
+	}
+}
+
 func TestUpdateTaskResolvesItsQueueAgain(t *testing.T) {
 	h := newHarness(t).withAdmission()
 	h.admission.ClusterQueue = "cq-low"

@@ -38,6 +38,29 @@ func AgentActor(agentID string) string {
 	return "agent:" + agentID
 }
 
+// CheckAddedDependencies checks the task ids an update adds to t's
+// depends_on; found are the tasks of t's tenant among them. Each must
+// exist and be older than t: a task is created depending only on tasks
+// that exist, so every dependency is older than its dependent, and keeping
+// that order on update means dependencies never form a cycle, whose tasks
+// would all wait for ever (docs/api/tasks.md, UpdateTask).
+func (t Task) CheckAddedDependencies(added []string, found []Task) error {
+	byID := make(map[string]Task, len(found))
+	for _, d := range found {
+		byID[d.ID] = d
+	}
+	for _, id := range added {
+		d, ok := byID[id]
+		switch {
+		case !ok:
+			return invalid("depends_on", "no such task %q", id)
+		case !d.CreatedAt.Before(t.CreatedAt) && !(d.CreatedAt.Equal(t.CreatedAt) && d.ID < t.ID):
+			return invalid("depends_on", "task %q is not older than this task: a task depends only on tasks created before it", id)
+		}
+	}
+	return nil
+}
+
 // Update replaces a pending task's spec; a task with a clusterQueue waits
 // for admission again (its requests or priority may have changed).
 func (t Task) Update(now time.Time, actor string, spec Spec, clusterQueue string) ([]Record, error) {

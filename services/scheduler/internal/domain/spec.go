@@ -35,8 +35,9 @@ type SpecInput struct {
 	Resources map[string]string
 	Quota     string
 	Video     *Video
-	// Checkpoint asks for cooperative checkpointing (checkpoint.enabled).
-	Checkpoint bool
+	// Checkpoint asks for cooperative checkpointing (checkpoint.enabled);
+	// nil when the submission has no checkpoint object.
+	Checkpoint *bool
 	// Artifacts are output globs relative to the working directory.
 	Artifacts []string
 	// Webhook is an http(s) URL to notify when the task ends.
@@ -80,7 +81,7 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		MachineID:  in.MachineID, GroupID: in.GroupID, ParentID: in.ParentID, DependsOn: in.DependsOn,
 		Mode: in.Mode, Labels: in.Labels, ScatterCount: in.ScatterCount, Queue: in.Queue,
 		Resources: in.Resources, Quota: in.Quota, Video: in.Video, Webhook: strings.TrimSpace(in.Webhook),
-		Checkpoint: in.Checkpoint, Artifacts: in.Artifacts,
+		Checkpoint: in.Checkpoint != nil && *in.Checkpoint, Artifacts: in.Artifacts,
 		LeaseTTL:          orDefault(in.LeaseTTL, DefaultLeaseTTL),
 		RenewInterval:     orDefault(in.RenewInterval, defaultRenewInterval(orDefault(in.LeaseTTL, DefaultLeaseTTL))),
 		HeartbeatInterval: orDefault(in.HeartbeatInterval, DefaultHeartbeatInterval),
@@ -355,4 +356,105 @@ func checkVideo(v *Video) error {
 // renews in time (docs/api/tasks.md#taskspec).
 func defaultRenewInterval(leaseTTL int) int {
 	return max(1, min(DefaultRenewInterval, leaseTTL/5))
+}
+
+// UpdatedSpec is cur changed by in, an update's fields (docs/api/tasks.md,
+// UpdateTask): what in leaves out (nil numbers, empty strings and lists, no
+// checkpoint object) keeps its value, and the result is validated as a
+// submission is.
+//
+// Where the task runs was settled when it was created: a fan-out (targets,
+// repeat_count, a broadcast or a scatter) made it one of several tasks and
+// gave it its machine or target address. An update changes one task, so it
+// cannot fan out or change that mode, and what the fan-out gave the task
+// stays.
+func UpdatedSpec(cur Spec, in SpecInput) (Spec, error) {
+	switch {
+	case len(in.TargetMachines) > 0 || len(in.TargetIPs) > 0:
+		return cur, invalid("targets", "fan a submission out into several tasks; an update changes one task")
+	case in.Repeat > 1:
+		return cur, invalid("repeat_count", "makes several tasks at creation; an update changes one task")
+	case in.Mode != "" && in.Mode != cur.Mode:
+		return cur, invalid("distribution.mode", "is %s: a task keeps the mode it was created with", cur.Mode)
+	case cur.Mode == ModeScatter && in.ScatterCount != 0 && in.ScatterCount != cur.ScatterCount:
+		return cur, invalid("distribution.count", "is %d: a scatter's count is fixed when its tasks are created", cur.ScatterCount)
+	case cur.Mode == ModeBroadcast && in.MachineID != "" && in.MachineID != cur.MachineID:
+		return cur, invalid("machine_id", "a broadcast's task runs on the machine it was made for (%s)", cur.MachineID)
+	}
+	merged := mergeSpec(cur, in)
+	// A broadcast's task carries both the mode and the machine it was made
+	// for, a pair a new submission may not name; as one task it is checked
+	// as the single task it is.
+	if cur.Mode == ModeBroadcast {
+		merged.Mode = ModeSingle
+	}
+	s, err := NormalizeSpec(merged)
+	if err != nil {
+		return s, err
+	}
+	s.Mode, s.TargetIP = cur.Mode, cur.TargetIP
+	return s, nil
+}
+
+// mergeSpec overlays the fields set in in on s.
+func mergeSpec(s Spec, in SpecInput) SpecInput {
+	str := func(v, cur string) string {
+		if v != "" {
+			return v
+		}
+		return cur
+	}
+	num := func(v *int, cur int) *int {
+		if v != nil {
+			return v
+		}
+		return &cur
+	}
+	list := func(v, cur []string) []string {
+		if v != nil {
+			return v
+		}
+		return cur
+	}
+	out := SpecInput{
+		Name: str(in.Name, s.Name), Type: str(in.Type, s.Type), Command: str(in.Command, s.Command),
+		Workdir: str(in.Workdir, s.Workdir), Args: list(in.Args, s.Args), Env: in.Env,
+		Timeout: num(in.Timeout, s.Timeout), Priority: num(in.Priority, s.Priority),
+		RetryDelay: num(in.RetryDelay, s.RetryDelay), MaxRetries: num(in.MaxRetries, s.MaxRetries),
+		MachineID: str(in.MachineID, s.MachineID), GroupID: str(in.GroupID, s.GroupID), ParentID: str(in.ParentID, s.ParentID),
+		Queue: str(in.Queue, s.Queue), DependsOn: list(in.DependsOn, s.DependsOn), Mode: str(in.Mode, s.Mode),
+		Labels: list(in.Labels, s.Labels), ScatterCount: s.ScatterCount,
+		LeaseTTL: num(in.LeaseTTL, s.LeaseTTL), RenewInterval: num(in.RenewInterval, s.RenewInterval),
+		HeartbeatInterval: num(in.HeartbeatInterval, s.HeartbeatInterval), GracePeriod: num(in.GracePeriod, s.GracePeriod),
+		Resources: in.Resources, Quota: str(in.Quota, s.Quota), Video: in.Video, Webhook: str(in.Webhook, s.Webhook),
+		Checkpoint: in.Checkpoint, Artifacts: list(in.Artifacts, s.Artifacts),
+	}
+	if in.Resources == nil {
+		out.Resources = s.Resources
+	}
+	if in.Video == nil {
+		out.Video = s.Video
+	}
+	if in.ScatterCount != 0 {
+		out.ScatterCount = in.ScatterCount
+	}
+	if in.Env == nil {
+		out.Env = s.Env
+	}
+	if in.Checkpoint == nil {
+		out.Checkpoint = &s.Checkpoint
+	}
+	// A new command line without args brings its own arguments: the old
+	// args went with the old command (docs/api/tasks.md, "A command line").
+	// A new one-word command keeps them, as any field left out does.
+	if t := out.Type; in.Command != "" && in.Args == nil && (t == TypeShell || t == TypePython) {
+		if cmd, words, err := cmdline.Resolve(in.Command, nil); err != nil {
+			out.Args = nil // NormalizeSpec refuses the line, naming command
+		} else if len(words) > 0 {
+			out.Command, out.Args = cmd, words
+		} else {
+			out.Command = cmd
+		}
+	}
+	return out
 }

@@ -61,7 +61,7 @@ func TestSuspendAndResume(t *testing.T) {
 }
 
 func TestCheckpointOnPreemption(t *testing.T) {
-	coop := leased(t, func(in *SpecInput) { in.Checkpoint, in.GracePeriod = true, ptr(10) })
+	coop := leased(t, func(in *SpecInput) { in.Checkpoint, in.GracePeriod = new(true), ptr(10) })
 	at := t0.Add(5 * time.Second)
 	recs, err := coop.Preempt(at, "urgent", "priority")
 	p := run(t, coop, recs, err)

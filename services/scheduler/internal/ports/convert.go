@@ -57,8 +57,7 @@ func specInput(s *taskv1.TaskSpec) domain.SpecInput {
 		GracePeriod:    intPtr(s.GracePeriodSec),
 		TargetMachines: s.GetTargets().GetMachineIds(), TargetIPs: s.GetTargets().GetIps(),
 		Resources: s.GetResources(), Quota: s.GetQuota(), Video: taskproto.VideoFromProto(s.GetVideo()),
-		Checkpoint: s.GetCheckpoint().GetEnabled(), Artifacts: s.GetArtifacts(),
-		Webhook: s.GetWebhook().GetUrl(),
+		Artifacts: s.GetArtifacts(), Webhook: s.GetWebhook().GetUrl(),
 	}
 	if d := s.GetDistribution(); d != nil {
 		in.Mode, in.Labels, in.ScatterCount = d.GetMode(), d.GetLabels(), int(d.GetCount())
@@ -68,6 +67,11 @@ func specInput(s *taskv1.TaskSpec) domain.SpecInput {
 	}
 	if s.RepeatCount != nil {
 		in.Repeat = int(s.GetRepeatCount())
+	}
+	// An update tells an absent checkpoint object (keep the setting) from
+	// one that turns checkpointing off.
+	if c := s.GetCheckpoint(); c != nil {
+		in.Checkpoint = new(c.GetEnabled())
 	}
 	return in
 }

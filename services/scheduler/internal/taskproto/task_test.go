@@ -21,7 +21,7 @@ func TestRenderedTaskFoldsLikeTheAggregate(t *testing.T) {
 	specs := map[string]domain.SpecInput{
 		"untargeted":  {Name: "n", Command: "python", Args: []string{"a"}, Env: map[string]string{"K": "v"}, Labels: []string{"gpu:a100"}},
 		"targeted":    {Name: "m", Command: "echo", MachineID: "m-9", MaxRetries: ptr(1)},
-		"cooperative": {Name: "c", Command: "python", Checkpoint: true, Artifacts: []string{"out/*.pt"}},
+		"cooperative": {Name: "c", Command: "python", Checkpoint: new(true), Artifacts: []string{"out/*.pt"}},
 		"by address":  {Name: "ip", Command: "echo", TargetMachines: nil, TargetIPs: []string{"10.0.0.9"}},
 		"queued": {Name: "v", Type: domain.TypeVideo, Quota: "gu-1", Queue: "premium",
 			Resources: map[string]string{"nvidia.com/gpu": "2"}, Video: &domain.Video{Model: "wan2.2-t2v", Type: "text_to_video",
@@ -137,7 +137,7 @@ func commands(t domain.Task, spec domain.Spec, attempt string) []func(now time.T
 func TestCheckpointShownForEveryTask(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	for _, cooperative := range []bool{false, true} {
-		spec, err := domain.NormalizeSpec(domain.SpecInput{Name: "n", Command: "echo", Checkpoint: cooperative})
+		spec, err := domain.NormalizeSpec(domain.SpecInput{Name: "n", Command: "echo", Checkpoint: &cooperative})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -406,7 +406,7 @@ func substitute(t Template, text map[string]string) (task.SpecInput, error) {
 		return task.SpecInput{}, invalid("command", "%v", err)
 	}
 	in := task.SpecInput{Name: t.Name, Type: task.TypeShell, Command: rep(command), Workdir: rep(t.Workdir),
-		Checkpoint: t.Checkpoint, Artifacts: t.Artifacts}
+		Checkpoint: &t.Checkpoint, Artifacts: t.Artifacts}
 	if args != nil {
 		in.Args = make([]string, len(args))
 		for i, a := range args {

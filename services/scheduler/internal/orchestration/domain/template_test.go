@@ -223,7 +223,7 @@ func TestTemplateCarriesCheckpointAndArtifacts(t *testing.T) {
 	def.Checkpoint, def.Artifacts = true, []string{"out/*.pt"}
 	tpl := created(t, def)
 	in, err := tpl.Render(map[string]any{"model": "bert"})
-	if err != nil || !in.Checkpoint || !slices.Equal(in.Artifacts, []string{"out/*.pt"}) {
+	if err != nil || in.Checkpoint == nil || !*in.Checkpoint || !slices.Equal(in.Artifacts, []string{"out/*.pt"}) {
 		t.Fatalf("rendered %+v, %v", in, err)
 	}
 	def.Artifacts = []string{"../escape/*"}

@@ -1,0 +1,87 @@
+package domain
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// An update keeps what it does not name: the artifacts, the checkpoint
+// setting and the target address a fan-out gave the task included.
+func TestUpdatedSpecKeepsWhatItLeavesOut(t *testing.T) {
+	cur := spec(t, func(in *SpecInput) {
+		in.Artifacts, in.Checkpoint = []string{"out/*.pt"}, new(true)
+	})
+	cur.TargetIP = "10.0.0.9" // as targets.ips gives it
+	got, err := UpdatedSpec(cur, SpecInput{Priority: ptr(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Priority != 2 || !got.Checkpoint || !slices.Equal(got.Artifacts, []string{"out/*.pt"}) || got.TargetIP != "10.0.0.9" {
+		t.Errorf("after a priority update: %+v", got)
+	}
+	// What an update names, it changes: a checkpoint object even when it
+	// turns checkpointing off.
+	got, err = UpdatedSpec(got, SpecInput{Checkpoint: new(false), Artifacts: []string{"metrics.json"}})
+	if err != nil || got.Checkpoint || !slices.Equal(got.Artifacts, []string{"metrics.json"}) {
+		t.Errorf("checkpoint off, new artifacts: %+v, %v", got, err)
+	}
+	if got, err = UpdatedSpec(got, SpecInput{Checkpoint: new(true)}); err != nil || !got.Checkpoint {
+		t.Errorf("checkpoint on: %+v, %v", got, err)
+	}
+	_, err = UpdatedSpec(got, SpecInput{Artifacts: []string{"../escape"}})
+	wantInvalidField(t, "artifact outside the working directory", err, "artifacts")
+}
+
+// A broadcast's task names its mode and its machine; updating anything
+// else of it works, and sending it back as read changes nothing.
+func TestUpdatedSpecOfABroadcastTask(t *testing.T) {
+	cur := spec(t, func(in *SpecInput) { in.Mode, in.Labels = ModeBroadcast, []string{"gpu"} })
+	cur.MachineID = "m-1" // as the broadcast gave it
+	got, err := UpdatedSpec(cur, SpecInput{Priority: ptr(1)})
+	if err != nil || got.Priority != 1 || got.Mode != ModeBroadcast || got.MachineID != "m-1" || !slices.Equal(got.Labels, []string{"gpu"}) {
+		t.Errorf("update of a broadcast's task = %+v, %v", got, err)
+	}
+	if _, err := UpdatedSpec(cur, SpecInput{Mode: ModeBroadcast, MachineID: "m-1", Name: "renamed"}); err != nil {
+		t.Errorf("the task sent back as read: %v", err)
+	}
+	_, err = UpdatedSpec(cur, SpecInput{MachineID: "m-2"})
+	wantInvalidField(t, "another machine for a broadcast's task", err, "machine_id")
+}
+
+// An update changes one task: it cannot fan out or change the mode the
+// task was created with.
+func TestUpdatedSpecRefusesAFanOut(t *testing.T) {
+	single := spec(t, nil)
+	scatter := spec(t, func(in *SpecInput) { in.Mode, in.ScatterCount = ModeScatter, 3 })
+	for name, tt := range map[string]struct {
+		cur   Spec
+		in    SpecInput
+		field string
+	}{
+		"targets":           {single, SpecInput{TargetMachines: []string{"m-1", "m-2"}}, "targets"},
+		"target ips":        {single, SpecInput{TargetIPs: []string{"10.0.0.1"}}, "targets"},
+		"repeat_count":      {single, SpecInput{Repeat: 3}, "repeat_count"},
+		"to broadcast":      {single, SpecInput{Mode: ModeBroadcast}, "distribution.mode"},
+		"to scatter":        {single, SpecInput{Mode: ModeScatter, ScatterCount: 2}, "distribution.mode"},
+		"scatter to single": {scatter, SpecInput{Mode: ModeSingle}, "distribution.mode"},
+		"scatter count":     {scatter, SpecInput{ScatterCount: 5}, "distribution.count"},
+	} {
+		_, err := UpdatedSpec(tt.cur, tt.in)
+		wantInvalidField(t, name, err, tt.field)
+	}
+	if got, err := UpdatedSpec(scatter, SpecInput{Mode: ModeScatter, ScatterCount: 3, Priority: ptr(9)}); err != nil || got.Priority != 9 {
+		t.Errorf("a scatter's task sent back as read: %+v, %v", got, err)
+	}
+	if got, err := UpdatedSpec(single, SpecInput{Repeat: 1, MachineID: "m-7"}); err != nil || got.MachineID != "m-7" {
+		t.Errorf("repeat_count 1 and a new machine: %+v, %v", got, err)
+	}
+}
+
+func wantInvalidField(t *testing.T, what string, err error, field string) {
+	t.Helper()
+	var ie *InvalidError
+	if !errors.As(err, &ie) || ie.Field != field || !errors.Is(err, ErrInvalid) {
+		t.Errorf("%s: err = %v, want invalid %s", what, err, field)
+	}
+}
