@@ -91,6 +91,9 @@ type Task struct {
 	// Whether admission granted the task its quota; a pending task with a
 	// cluster_queue is claimed only once admitted.
 	Admitted bool `protobuf:"varint,45,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// The task has dependencies that have not all completed, and enters its
+	// cluster_queue only once they have (see TaskDependenciesMet).
+	HeldForDependencies bool `protobuf:"varint,46,opt,name=held_for_dependencies,json=heldForDependencies,proto3" json:"held_for_dependencies,omitempty"`
 	// The task's own notification endpoint, when it has one.
 	Webhook *Webhook `protobuf:"bytes,60,opt,name=webhook,proto3" json:"webhook,omitempty"`
 	// Who submitted the task (the API key's subject).
@@ -449,6 +452,13 @@ func (x *Task) GetClusterQueue() string {
 func (x *Task) GetAdmitted() bool {
 	if x != nil {
 		return x.Admitted
+	}
+	return false
+}
+
+func (x *Task) GetHeldForDependencies() bool {
+	if x != nil {
+		return x.HeldForDependencies
 	}
 	return false
 }
@@ -1546,7 +1556,7 @@ var File_taskmesh_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x10\n" +
+	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x10\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1603,7 +1613,8 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x05quota\x18* \x01(\tR\x05quota\x123\n" +
 	"\x05video\x18+ \x01(\v2\x1d.taskmesh.task.v1.VideoParamsR\x05video\x12#\n" +
 	"\rcluster_queue\x18, \x01(\tR\fclusterQueue\x12\x1a\n" +
-	"\badmitted\x18- \x01(\bR\badmitted\x123\n" +
+	"\badmitted\x18- \x01(\bR\badmitted\x122\n" +
+	"\x15held_for_dependencies\x18. \x01(\bR\x13heldForDependencies\x123\n" +
 	"\awebhook\x18< \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x12\x1d\n" +
 	"\n" +
 	"created_by\x18F \x01(\tR\tcreatedBy\x12@\n" +

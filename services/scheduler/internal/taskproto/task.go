@@ -27,7 +27,7 @@ func TaskToProto(t domain.Task) *taskv1.Task {
 		LastHeartbeatAt: ToTimestamp(t.LastHeartbeatAt), Progress: int32(t.Progress), ProgressMessage: t.ProgressMessage,
 		Queue: t.Spec.Queue, Version: int32(t.Version), UpdatedAt: ToTimestamp(t.UpdatedAt),
 		Resources: t.Spec.Resources, Quota: t.Spec.Quota, Video: VideoToProto(t.Spec.Video),
-		ClusterQueue: t.ClusterQueue, Admitted: t.Admitted,
+		ClusterQueue: t.ClusterQueue, Admitted: t.Admitted, HeldForDependencies: t.HeldForDependencies,
 		CreatedBy: t.CreatedBy, Artifacts: t.Spec.Artifacts,
 	}
 	// Always present, so that a task that never enabled checkpoints shows
@@ -82,7 +82,7 @@ func TaskFromProto(p *taskv1.Task) domain.Task {
 		LeaseExpiresAt: FromTimestamp(p.GetLeaseExpiresAt()), LastHeartbeatAt: FromTimestamp(p.GetLastHeartbeatAt()),
 		AgentID: p.GetAssignedAgentId(), AttemptID: p.GetAttemptId(),
 		Progress: int(p.GetProgress()), ProgressMessage: p.GetProgressMessage(),
-		ClusterQueue: p.GetClusterQueue(), Admitted: p.GetAdmitted(), CreatedBy: p.GetCreatedBy(),
+		ClusterQueue: p.GetClusterQueue(), Admitted: p.GetAdmitted(), HeldForDependencies: p.GetHeldForDependencies(), CreatedBy: p.GetCreatedBy(),
 		Spec: domain.Spec{
 			Name: p.GetName(), Type: p.GetType(), Command: p.GetCommand(), Args: p.GetArgs(), Workdir: p.GetWorkdir(),
 			Env: p.GetEnv(), Timeout: int(p.GetTimeout()), Priority: int(p.GetPriority()),

@@ -26,6 +26,8 @@ func TestRenderedTaskFoldsLikeTheAggregate(t *testing.T) {
 		"queued": {Name: "v", Type: domain.TypeVideo, Quota: "gu-1", Queue: "premium",
 			Resources: map[string]string{"nvidia.com/gpu": "2"}, Video: &domain.Video{Model: "wan2.2-t2v", Type: "text_to_video",
 				Prompt: "p", Resolution: "480P", Width: 832, Height: 480, Duration: 5, FrameNum: 81}},
+		"queued behind a dependency": {Name: "d", Command: "echo", Queue: "standard", DependsOn: []string{"task-0"},
+			Resources: map[string]string{"nvidia.com/gpu": "1"}},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	steps := 0
@@ -123,6 +125,7 @@ func commands(t domain.Task, spec domain.Spec, attempt string) []func(now time.T
 		func(now time.Time) ([]domain.Record, error) {
 			return t.RecordCheckpoint(now, t.AgentID, t.AttemptID, "checkpoints/tenant-a/task-1/"+t.AttemptID+".tar.gz", 10, "ab")
 		},
+		func(now time.Time) ([]domain.Record, error) { return t.ReleaseForAdmission(now), nil },
 		func(now time.Time) ([]domain.Record, error) {
 			return t.Admit(now, t.AdmissionEpoch, t.ClusterQueue, map[string]string{"nvidia.com/gpu": "a100"}), nil
 		},

@@ -39,12 +39,15 @@ func TestDependentTaskDoesNotTakeTheQuotaOfItsDependency(t *testing.T) {
 		!strings.Contains(fmt.Sprint(ex["message"]), "waits for its dependencies") {
 		t.Fatalf("the dependent's admission while the blocker runs: %d %v", code, ex)
 	}
+	if held := w.task(key, then); held["held_for_dependencies"] != true || held["admitted"] != false {
+		t.Fatalf("the dependent while the blocker runs: %v", held)
+	}
 	if code, body, _ := w.call("POST", "/api/v1/tasks/"+blocker+"/cancel", key, map[string]any{}); code != 200 {
 		t.Fatalf("cancel the blocker: %d %v", code, body)
 	}
 	done := w.waitStatus(key, first, 30*time.Second, "completed")
 	after := w.waitStatus(key, then, 30*time.Second, "completed")
-	if done["stdout"] != "first\n" || after["stdout"] != "then\n" {
+	if done["stdout"] != "first\n" || after["stdout"] != "then\n" || after["held_for_dependencies"] != false {
 		t.Fatalf("first = %v, then = %v", done, after)
 	}
 	if !timeAt(t, after, "started_at").After(timeAt(t, done, "ended_at")) {
