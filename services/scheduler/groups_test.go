@@ -313,3 +313,43 @@ func TestTemplates(t *testing.T) {
 		t.Fatalf("rebuild = %+v, %v", rep, err)
 	}
 }
+
+// A member asks for checkpointing and output files as a task does, itself
+// or over its template's; a member that leaves them out keeps the
+// template's.
+func TestGroupMembersCarryCheckpointsAndArtifacts(t *testing.T) {
+	e := newEnv(t)
+	ctx := user("tenant-a")
+	tpl, err := e.templates().CreateTemplate(ctx, &taskv1.CreateTemplateRequest{Template: &taskv1.TaskTemplate{Id: "trainer",
+		Name: "trainer", Command: "python", Args: []string{"train.py"}, Checkpoint: &taskv1.CheckpointSpec{Enabled: true},
+		Artifacts: []string{"out/*.pt"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := node("own", "python")
+	own.Checkpoint, own.Artifacts = &taskv1.CheckpointSpec{Enabled: true}, []string{"model/*.onnx"}
+	fromTemplate := &taskv1.TaskGroupTask{Id: "from-template", TemplateId: tpl.GetTemplate().GetId()}
+	overridden := &taskv1.TaskGroupTask{Id: "overridden", TemplateId: tpl.GetTemplate().GetId(),
+		Checkpoint: &taskv1.CheckpointSpec{Enabled: false}, Artifacts: []string{"logs/*"}}
+	created, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Name: "train", Mode: "parallel",
+		Tasks: []*taskv1.TaskGroupTask{own, fromTemplate, overridden, node("plain", "true")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		checkpoint bool
+		artifacts  string
+	}{"own": {true, "model/*.onnx"}, "from-template": {true, "out/*.pt"}, "overridden": {false, "logs/*"}, "plain": {false, ""}}
+	for _, m := range created.GetGroup().GetTasks() {
+		task, err := e.tasks().GetTask(ctx, &taskv1.GetTaskRequest{Id: m.GetTaskId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := task.GetTask()
+		w := want[m.GetId()]
+		if got.GetCheckpoint().GetEnabled() != w.checkpoint || strings.Join(got.GetArtifacts(), ",") != w.artifacts {
+			t.Errorf("member %s: checkpoint %v, artifacts %v; want %v, %q", m.GetId(), got.GetCheckpoint().GetEnabled(),
+				got.GetArtifacts(), w.checkpoint, w.artifacts)
+		}
+	}
+}

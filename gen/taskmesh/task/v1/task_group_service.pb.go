@@ -639,9 +639,13 @@ type TaskGroupTask struct {
 	// A task's fields that place it, which the group does for a member: a
 	// member written as a whole task (group_id "", repeat_count 1, no
 	// targets) is accepted; any other value is refused, naming the field.
-	GroupId       string   `protobuf:"bytes,26,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	RepeatCount   *int32   `protobuf:"varint,27,opt,name=repeat_count,json=repeatCount,proto3,oneof" json:"repeat_count,omitempty"`
-	Targets       *Targets `protobuf:"bytes,28,opt,name=targets,proto3" json:"targets,omitempty"`
+	GroupId     string   `protobuf:"bytes,26,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	RepeatCount *int32   `protobuf:"varint,27,opt,name=repeat_count,json=repeatCount,proto3,oneof" json:"repeat_count,omitempty"`
+	Targets     *Targets `protobuf:"bytes,28,opt,name=targets,proto3" json:"targets,omitempty"`
+	// Cooperative checkpointing and the output files to keep, as a task's
+	// (docs/api/tasks.md#checkpoints, #artifacts).
+	Checkpoint    *CheckpointSpec `protobuf:"bytes,29,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	Artifacts     []string        `protobuf:"bytes,30,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -868,6 +872,20 @@ func (x *TaskGroupTask) GetRepeatCount() int32 {
 func (x *TaskGroupTask) GetTargets() *Targets {
 	if x != nil {
 		return x.Targets
+	}
+	return nil
+}
+
+func (x *TaskGroupTask) GetCheckpoint() *CheckpointSpec {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *TaskGroupTask) GetArtifacts() []string {
+	if x != nil {
+		return x.Artifacts
 	}
 	return nil
 }
@@ -2074,7 +2092,7 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_exit_code\"\x8f\x0e\n" +
+	"_exit_code\"\x82\x0f\n" +
 	"\rTaskGroupTask\x12\x18\n" +
 	"\x02id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x02id\x12\x1c\n" +
 	"\x04name\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x128\n" +
@@ -2113,7 +2131,11 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\bgroup_id\x18\x1a \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\agroupId\x122\n" +
 	"\frepeat_count\x18\x1b \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x01H\bR\vrepeatCount\x88\x01\x01\x123\n" +
-	"\atargets\x18\x1c \x01(\v2\x19.taskmesh.task.v1.TargetsR\atargets\x1a6\n" +
+	"\atargets\x18\x1c \x01(\v2\x19.taskmesh.task.v1.TargetsR\atargets\x12@\n" +
+	"\n" +
+	"checkpoint\x18\x1d \x01(\v2 .taskmesh.task.v1.CheckpointSpecR\n" +
+	"checkpoint\x12/\n" +
+	"\tartifacts\x18\x1e \x03(\tB\x11\xbaH\x0e\x92\x01\v\x10 \"\ar\x05\x10\x01\x18\xf4\x03R\tartifacts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a<\n" +
@@ -2287,8 +2309,9 @@ var file_taskmesh_task_v1_task_group_service_proto_goTypes = []any{
 	(*Webhook)(nil),                      // 28: taskmesh.task.v1.Webhook
 	(*Distribution)(nil),                 // 29: taskmesh.task.v1.Distribution
 	(*Targets)(nil),                      // 30: taskmesh.task.v1.Targets
-	(*TaskSpec)(nil),                     // 31: taskmesh.task.v1.TaskSpec
-	(*structpb.Value)(nil),               // 32: google.protobuf.Value
+	(*CheckpointSpec)(nil),               // 31: taskmesh.task.v1.CheckpointSpec
+	(*TaskSpec)(nil),                     // 32: taskmesh.task.v1.TaskSpec
+	(*structpb.Value)(nil),               // 33: google.protobuf.Value
 }
 var file_taskmesh_task_v1_task_group_service_proto_depIdxs = []int32{
 	2,  // 0: taskmesh.task.v1.TaskGroup.tasks:type_name -> taskmesh.task.v1.TaskGroupMember
@@ -2311,44 +2334,45 @@ var file_taskmesh_task_v1_task_group_service_proto_depIdxs = []int32{
 	25, // 17: taskmesh.task.v1.TaskGroupTask.variables:type_name -> taskmesh.task.v1.TaskGroupTask.VariablesEntry
 	28, // 18: taskmesh.task.v1.TaskGroupTask.webhook:type_name -> taskmesh.task.v1.Webhook
 	30, // 19: taskmesh.task.v1.TaskGroupTask.targets:type_name -> taskmesh.task.v1.Targets
-	31, // 20: taskmesh.task.v1.RepeatPolicy.template:type_name -> taskmesh.task.v1.TaskSpec
-	26, // 21: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
-	27, // 22: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
-	27, // 23: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
-	31, // 24: taskmesh.task.v1.RepeatStatus.template:type_name -> taskmesh.task.v1.TaskSpec
-	3,  // 25: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
-	4,  // 26: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
-	28, // 27: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
-	0,  // 28: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 29: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 30: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 31: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 32: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 33: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	0,  // 34: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
-	32, // 35: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
-	32, // 36: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
-	6,  // 37: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
-	8,  // 38: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
-	10, // 39: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
-	12, // 40: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
-	14, // 41: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
-	16, // 42: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
-	18, // 43: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
-	20, // 44: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
-	7,  // 45: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
-	9,  // 46: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
-	11, // 47: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
-	13, // 48: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
-	15, // 49: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
-	17, // 50: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
-	19, // 51: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
-	21, // 52: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
-	45, // [45:53] is the sub-list for method output_type
-	37, // [37:45] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	31, // 20: taskmesh.task.v1.TaskGroupTask.checkpoint:type_name -> taskmesh.task.v1.CheckpointSpec
+	32, // 21: taskmesh.task.v1.RepeatPolicy.template:type_name -> taskmesh.task.v1.TaskSpec
+	26, // 22: taskmesh.task.v1.RepeatPolicy.variables:type_name -> taskmesh.task.v1.RepeatPolicy.VariablesEntry
+	27, // 23: taskmesh.task.v1.RepeatStatus.next_run_at:type_name -> google.protobuf.Timestamp
+	27, // 24: taskmesh.task.v1.RepeatStatus.reset_at:type_name -> google.protobuf.Timestamp
+	32, // 25: taskmesh.task.v1.RepeatStatus.template:type_name -> taskmesh.task.v1.TaskSpec
+	3,  // 26: taskmesh.task.v1.CreateTaskGroupRequest.tasks:type_name -> taskmesh.task.v1.TaskGroupTask
+	4,  // 27: taskmesh.task.v1.CreateTaskGroupRequest.repeat:type_name -> taskmesh.task.v1.RepeatPolicy
+	28, // 28: taskmesh.task.v1.CreateTaskGroupRequest.webhook:type_name -> taskmesh.task.v1.Webhook
+	0,  // 29: taskmesh.task.v1.CreateTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 30: taskmesh.task.v1.ListTaskGroupsResponse.groups:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 31: taskmesh.task.v1.GetTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 32: taskmesh.task.v1.StartTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 33: taskmesh.task.v1.CancelTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 34: taskmesh.task.v1.ResetTaskGroupRepeatResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	0,  // 35: taskmesh.task.v1.WatchTaskGroupResponse.group:type_name -> taskmesh.task.v1.TaskGroup
+	33, // 36: taskmesh.task.v1.TaskGroupTask.VariablesEntry.value:type_name -> google.protobuf.Value
+	33, // 37: taskmesh.task.v1.RepeatPolicy.VariablesEntry.value:type_name -> google.protobuf.Value
+	6,  // 38: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:input_type -> taskmesh.task.v1.CreateTaskGroupRequest
+	8,  // 39: taskmesh.task.v1.TaskGroupService.ListTaskGroups:input_type -> taskmesh.task.v1.ListTaskGroupsRequest
+	10, // 40: taskmesh.task.v1.TaskGroupService.GetTaskGroup:input_type -> taskmesh.task.v1.GetTaskGroupRequest
+	12, // 41: taskmesh.task.v1.TaskGroupService.StartTaskGroup:input_type -> taskmesh.task.v1.StartTaskGroupRequest
+	14, // 42: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:input_type -> taskmesh.task.v1.CancelTaskGroupRequest
+	16, // 43: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:input_type -> taskmesh.task.v1.DeleteTaskGroupRequest
+	18, // 44: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:input_type -> taskmesh.task.v1.ResetTaskGroupRepeatRequest
+	20, // 45: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:input_type -> taskmesh.task.v1.WatchTaskGroupRequest
+	7,  // 46: taskmesh.task.v1.TaskGroupService.CreateTaskGroup:output_type -> taskmesh.task.v1.CreateTaskGroupResponse
+	9,  // 47: taskmesh.task.v1.TaskGroupService.ListTaskGroups:output_type -> taskmesh.task.v1.ListTaskGroupsResponse
+	11, // 48: taskmesh.task.v1.TaskGroupService.GetTaskGroup:output_type -> taskmesh.task.v1.GetTaskGroupResponse
+	13, // 49: taskmesh.task.v1.TaskGroupService.StartTaskGroup:output_type -> taskmesh.task.v1.StartTaskGroupResponse
+	15, // 50: taskmesh.task.v1.TaskGroupService.CancelTaskGroup:output_type -> taskmesh.task.v1.CancelTaskGroupResponse
+	17, // 51: taskmesh.task.v1.TaskGroupService.DeleteTaskGroup:output_type -> taskmesh.task.v1.DeleteTaskGroupResponse
+	19, // 52: taskmesh.task.v1.TaskGroupService.ResetTaskGroupRepeat:output_type -> taskmesh.task.v1.ResetTaskGroupRepeatResponse
+	21, // 53: taskmesh.task.v1.TaskGroupService.WatchTaskGroup:output_type -> taskmesh.task.v1.WatchTaskGroupResponse
+	46, // [46:54] is the sub-list for method output_type
+	38, // [38:46] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_group_service_proto_init() }

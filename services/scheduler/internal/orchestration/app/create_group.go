@@ -165,6 +165,12 @@ func overlay(base, over task.SpecInput) task.SpecInput {
 	if over.Resources != nil {
 		base.Resources = over.Resources
 	}
+	if over.Checkpoint != nil {
+		base.Checkpoint = over.Checkpoint
+	}
+	if over.Artifacts != nil {
+		base.Artifacts = over.Artifacts
+	}
 	base.DependsOn = over.DependsOn
 	base.TargetMachines, base.TargetIPs, base.Repeat, base.ScatterCount = over.TargetMachines, over.TargetIPs, over.Repeat, over.ScatterCount
 	return base

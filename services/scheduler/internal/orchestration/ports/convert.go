@@ -57,7 +57,10 @@ func memberRequest(m *taskv1.TaskGroupTask) oapp.MemberRequest {
 		LeaseTTL: intPtr(m.LeaseTtlSec), RenewInterval: intPtr(m.RenewIntervalSec), HeartbeatInterval: intPtr(m.HeartbeatIntervalSec),
 		GracePeriod: intPtr(m.GracePeriodSec), Resources: m.GetResources(), Quota: m.GetQuota(), Webhook: m.GetWebhook().GetUrl(),
 		GroupID: m.GetGroupId(), TargetMachines: m.GetTargets().GetMachineIds(), TargetIPs: m.GetTargets().GetIps(),
-		Repeat: int(m.GetRepeatCount()),
+		Repeat: int(m.GetRepeatCount()), Artifacts: m.GetArtifacts(),
+	}
+	if c := m.GetCheckpoint(); c != nil {
+		in.Checkpoint = new(c.GetEnabled())
 	}
 	if d := m.GetDistribution(); d != nil {
 		in.Mode, in.Labels, in.ScatterCount = d.GetMode(), d.GetLabels(), int(d.GetCount())
