@@ -11,6 +11,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -342,7 +343,12 @@ type UpdateTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The fields to change; absent or empty fields keep their value.
-	Spec          *TaskSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	Spec *TaskSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Lists and maps of the spec that take its value even when it is empty,
+	// which clears them: args, env, depends_on, distribution.labels,
+	// artifacts, resources. Another path is INVALID_ARGUMENT. The REST
+	// facade names every one of them the body gives as [] or {}.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -387,6 +393,13 @@ func (x *UpdateTaskRequest) GetId() string {
 func (x *UpdateTaskRequest) GetSpec() *TaskSpec {
 	if x != nil {
 		return x.Spec
+	}
+	return nil
+}
+
+func (x *UpdateTaskRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
 	}
 	return nil
 }
@@ -1123,7 +1136,7 @@ var File_taskmesh_task_v1_task_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"\n" +
-	"#taskmesh/task/v1/task_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"t\n" +
+	"#taskmesh/task/v1/task_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"t\n" +
 	"\x11CreateTaskRequest\x126\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\x12'\n" +
 	"\n" +
@@ -1153,11 +1166,13 @@ const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\",\n" +
 	"\x0eGetTaskRequest\x12\x1a\n" +
 	"\x02id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\"g\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\"\xa4\x01\n" +
 	"\x11UpdateTaskRequest\x12\x1a\n" +
 	"\x02id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\x126\n" +
-	"\x04spec\x18\x02 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\"/\n" +
+	"\x04spec\x18\x02 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\x12;\n" +
+	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"/\n" +
 	"\x11DeleteTaskRequest\x12\x1a\n" +
 	"\x02id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\">\n" +
@@ -1258,7 +1273,8 @@ var file_taskmesh_task_v1_task_service_proto_goTypes = []any{
 	(*TaskSpec)(nil),              // 22: taskmesh.task.v1.TaskSpec
 	(*Task)(nil),                  // 23: taskmesh.task.v1.Task
 	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
-	(*TaskResult)(nil),            // 25: taskmesh.task.v1.TaskResult
+	(*fieldmaskpb.FieldMask)(nil), // 25: google.protobuf.FieldMask
+	(*TaskResult)(nil),            // 26: taskmesh.task.v1.TaskResult
 }
 var file_taskmesh_task_v1_task_service_proto_depIdxs = []int32{
 	22, // 0: taskmesh.task.v1.CreateTaskRequest.spec:type_name -> taskmesh.task.v1.TaskSpec
@@ -1267,41 +1283,42 @@ var file_taskmesh_task_v1_task_service_proto_depIdxs = []int32{
 	24, // 3: taskmesh.task.v1.ListTasksRequest.created_before:type_name -> google.protobuf.Timestamp
 	23, // 4: taskmesh.task.v1.ListTasksResponse.tasks:type_name -> taskmesh.task.v1.Task
 	22, // 5: taskmesh.task.v1.UpdateTaskRequest.spec:type_name -> taskmesh.task.v1.TaskSpec
-	23, // 6: taskmesh.task.v1.SuspendTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	23, // 7: taskmesh.task.v1.ResumeTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	23, // 8: taskmesh.task.v1.GetTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	23, // 9: taskmesh.task.v1.UpdateTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	23, // 10: taskmesh.task.v1.CancelTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	23, // 11: taskmesh.task.v1.RetryTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	25, // 12: taskmesh.task.v1.GetTaskResultResponse.result:type_name -> taskmesh.task.v1.TaskResult
-	23, // 13: taskmesh.task.v1.WatchTaskResponse.task:type_name -> taskmesh.task.v1.Task
-	0,  // 14: taskmesh.task.v1.TaskService.CreateTask:input_type -> taskmesh.task.v1.CreateTaskRequest
-	2,  // 15: taskmesh.task.v1.TaskService.ListTasks:input_type -> taskmesh.task.v1.ListTasksRequest
-	4,  // 16: taskmesh.task.v1.TaskService.GetTask:input_type -> taskmesh.task.v1.GetTaskRequest
-	5,  // 17: taskmesh.task.v1.TaskService.UpdateTask:input_type -> taskmesh.task.v1.UpdateTaskRequest
-	6,  // 18: taskmesh.task.v1.TaskService.DeleteTask:input_type -> taskmesh.task.v1.DeleteTaskRequest
-	8,  // 19: taskmesh.task.v1.TaskService.CancelTask:input_type -> taskmesh.task.v1.CancelTaskRequest
-	9,  // 20: taskmesh.task.v1.TaskService.RetryTask:input_type -> taskmesh.task.v1.RetryTaskRequest
-	10, // 21: taskmesh.task.v1.TaskService.SuspendTask:input_type -> taskmesh.task.v1.SuspendTaskRequest
-	12, // 22: taskmesh.task.v1.TaskService.ResumeTask:input_type -> taskmesh.task.v1.ResumeTaskRequest
-	14, // 23: taskmesh.task.v1.TaskService.GetTaskResult:input_type -> taskmesh.task.v1.GetTaskResultRequest
-	15, // 24: taskmesh.task.v1.TaskService.WatchTask:input_type -> taskmesh.task.v1.WatchTaskRequest
-	1,  // 25: taskmesh.task.v1.TaskService.CreateTask:output_type -> taskmesh.task.v1.CreateTaskResponse
-	3,  // 26: taskmesh.task.v1.TaskService.ListTasks:output_type -> taskmesh.task.v1.ListTasksResponse
-	16, // 27: taskmesh.task.v1.TaskService.GetTask:output_type -> taskmesh.task.v1.GetTaskResponse
-	17, // 28: taskmesh.task.v1.TaskService.UpdateTask:output_type -> taskmesh.task.v1.UpdateTaskResponse
-	7,  // 29: taskmesh.task.v1.TaskService.DeleteTask:output_type -> taskmesh.task.v1.DeleteTaskResponse
-	18, // 30: taskmesh.task.v1.TaskService.CancelTask:output_type -> taskmesh.task.v1.CancelTaskResponse
-	19, // 31: taskmesh.task.v1.TaskService.RetryTask:output_type -> taskmesh.task.v1.RetryTaskResponse
-	11, // 32: taskmesh.task.v1.TaskService.SuspendTask:output_type -> taskmesh.task.v1.SuspendTaskResponse
-	13, // 33: taskmesh.task.v1.TaskService.ResumeTask:output_type -> taskmesh.task.v1.ResumeTaskResponse
-	20, // 34: taskmesh.task.v1.TaskService.GetTaskResult:output_type -> taskmesh.task.v1.GetTaskResultResponse
-	21, // 35: taskmesh.task.v1.TaskService.WatchTask:output_type -> taskmesh.task.v1.WatchTaskResponse
-	25, // [25:36] is the sub-list for method output_type
-	14, // [14:25] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	25, // 6: taskmesh.task.v1.UpdateTaskRequest.update_mask:type_name -> google.protobuf.FieldMask
+	23, // 7: taskmesh.task.v1.SuspendTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	23, // 8: taskmesh.task.v1.ResumeTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	23, // 9: taskmesh.task.v1.GetTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	23, // 10: taskmesh.task.v1.UpdateTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	23, // 11: taskmesh.task.v1.CancelTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	23, // 12: taskmesh.task.v1.RetryTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	26, // 13: taskmesh.task.v1.GetTaskResultResponse.result:type_name -> taskmesh.task.v1.TaskResult
+	23, // 14: taskmesh.task.v1.WatchTaskResponse.task:type_name -> taskmesh.task.v1.Task
+	0,  // 15: taskmesh.task.v1.TaskService.CreateTask:input_type -> taskmesh.task.v1.CreateTaskRequest
+	2,  // 16: taskmesh.task.v1.TaskService.ListTasks:input_type -> taskmesh.task.v1.ListTasksRequest
+	4,  // 17: taskmesh.task.v1.TaskService.GetTask:input_type -> taskmesh.task.v1.GetTaskRequest
+	5,  // 18: taskmesh.task.v1.TaskService.UpdateTask:input_type -> taskmesh.task.v1.UpdateTaskRequest
+	6,  // 19: taskmesh.task.v1.TaskService.DeleteTask:input_type -> taskmesh.task.v1.DeleteTaskRequest
+	8,  // 20: taskmesh.task.v1.TaskService.CancelTask:input_type -> taskmesh.task.v1.CancelTaskRequest
+	9,  // 21: taskmesh.task.v1.TaskService.RetryTask:input_type -> taskmesh.task.v1.RetryTaskRequest
+	10, // 22: taskmesh.task.v1.TaskService.SuspendTask:input_type -> taskmesh.task.v1.SuspendTaskRequest
+	12, // 23: taskmesh.task.v1.TaskService.ResumeTask:input_type -> taskmesh.task.v1.ResumeTaskRequest
+	14, // 24: taskmesh.task.v1.TaskService.GetTaskResult:input_type -> taskmesh.task.v1.GetTaskResultRequest
+	15, // 25: taskmesh.task.v1.TaskService.WatchTask:input_type -> taskmesh.task.v1.WatchTaskRequest
+	1,  // 26: taskmesh.task.v1.TaskService.CreateTask:output_type -> taskmesh.task.v1.CreateTaskResponse
+	3,  // 27: taskmesh.task.v1.TaskService.ListTasks:output_type -> taskmesh.task.v1.ListTasksResponse
+	16, // 28: taskmesh.task.v1.TaskService.GetTask:output_type -> taskmesh.task.v1.GetTaskResponse
+	17, // 29: taskmesh.task.v1.TaskService.UpdateTask:output_type -> taskmesh.task.v1.UpdateTaskResponse
+	7,  // 30: taskmesh.task.v1.TaskService.DeleteTask:output_type -> taskmesh.task.v1.DeleteTaskResponse
+	18, // 31: taskmesh.task.v1.TaskService.CancelTask:output_type -> taskmesh.task.v1.CancelTaskResponse
+	19, // 32: taskmesh.task.v1.TaskService.RetryTask:output_type -> taskmesh.task.v1.RetryTaskResponse
+	11, // 33: taskmesh.task.v1.TaskService.SuspendTask:output_type -> taskmesh.task.v1.SuspendTaskResponse
+	13, // 34: taskmesh.task.v1.TaskService.ResumeTask:output_type -> taskmesh.task.v1.ResumeTaskResponse
+	20, // 35: taskmesh.task.v1.TaskService.GetTaskResult:output_type -> taskmesh.task.v1.GetTaskResultResponse
+	21, // 36: taskmesh.task.v1.TaskService.WatchTask:output_type -> taskmesh.task.v1.WatchTaskResponse
+	26, // [26:37] is the sub-list for method output_type
+	15, // [15:26] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_task_service_proto_init() }

@@ -55,6 +55,7 @@ func unwrapFileForms(next http.Handler) http.Handler {
 			}
 			if r.Method == http.MethodPut {
 				body = withoutTaskReadOnly(body)
+				clearedLists(r, body)
 			}
 		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))

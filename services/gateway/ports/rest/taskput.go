@@ -3,6 +3,9 @@ package rest
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -85,4 +88,58 @@ func drop(obj []byte, keys keyTree) ([]byte, bool) {
 		return obj, false
 	}
 	return out, true
+}
+
+// clearableKeys are the TaskSpec lists and maps a task update clears when
+// its body gives them empty, by the JSON keys protojson reads them under,
+// with the update mask path that names each (docs/api/tasks.md,
+// UpdateTask). distribution's labels are one level down.
+var clearableKeys = map[string]string{
+	"args": "args", "env": "env", "depends_on": "depends_on", "dependsOn": "depends_on",
+	"artifacts": "artifacts", "resources": "resources",
+}
+
+// clearedLists names, in r's update_mask query parameter, the lists and
+// maps the task update body gives as [] or {}: protobuf carries an empty
+// list like one left out, which keeps the task's, so the mask says which
+// ones the client emptied on purpose. Paths the client put in the query
+// itself are kept. A body that is not a JSON object changes nothing here.
+func clearedLists(r *http.Request, body []byte) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return
+	}
+	var paths []string
+	for k, v := range m {
+		if p, ok := clearableKeys[k]; ok && emptyJSON(v) {
+			paths = append(paths, p)
+		}
+	}
+	if d, ok := m["distribution"]; ok {
+		var dist map[string]json.RawMessage
+		if json.Unmarshal(d, &dist) == nil && emptyJSON(dist["labels"]) {
+			paths = append(paths, "distribution.labels")
+		}
+	}
+	if len(paths) == 0 {
+		return
+	}
+	q := r.URL.Query()
+	for _, given := range q["update_mask"] {
+		paths = append(paths, strings.Split(given, ",")...)
+	}
+	slices.Sort(paths)
+	q.Set("update_mask", strings.Join(slices.Compact(paths), ","))
+	r.URL.RawQuery = q.Encode()
+}
+
+// emptyJSON reports whether v is [] or {} (a missing key or null is not:
+// that leaves the field out).
+func emptyJSON(v json.RawMessage) bool {
+	var arr []json.RawMessage
+	if json.Unmarshal(v, &arr) == nil && arr != nil {
+		return len(arr) == 0
+	}
+	var obj map[string]json.RawMessage
+	return json.Unmarshal(v, &obj) == nil && obj != nil && len(obj) == 0
 }

@@ -3,8 +3,14 @@ package rest
 import (
 	"encoding/json"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
 // An update may carry the task as an answer shows it: what only the
@@ -32,6 +38,39 @@ func TestTaskUpdateLeavesOutWhatOnlyTheServerSets(t *testing.T) {
 	for _, body := range []string{`{"name": "n", "priority": 2}`, `[1]`, `{"name": `, ``} {
 		if out := withoutTaskReadOnly([]byte(body)); string(out) != body {
 			t.Errorf("%q became %q", body, out)
+		}
+	}
+}
+
+// A task update's lists and maps given as [] or {} are named in
+// update_mask, beside what the client put there; nothing else is.
+func TestTaskUpdateNamesTheListsItEmpties(t *testing.T) {
+	for _, tt := range []struct{ query, body, want string }{
+		{"", `{"args": [], "env": {}, "dependsOn": [], "artifacts": [], "resources": {}, "distribution": {"labels": []}}`,
+			"args,artifacts,depends_on,distribution.labels,env,resources"},
+		{"", `{"depends_on": [], "args": ["a"], "env": {"A": "1"}, "priority": 2, "name": "", "webhook": {}}`, "depends_on"},
+		{"update_mask=env", `{"artifacts": []}`, "artifacts,env"},
+		{"update_mask=env", `{"priority": 2}`, "env"},
+		{"", `{"args": null, "distribution": {"mode": "single"}}`, ""},
+		{"", `[]`, ""},
+		{"", `{"args": `, ""},
+	} {
+		r := httptest.NewRequest(http.MethodPut, "/api/v1/tasks/t1?"+tt.query, nil)
+		clearedLists(r, []byte(tt.body))
+		if got := r.URL.Query().Get("update_mask"); got != tt.want {
+			t.Errorf("%s with %s: update_mask = %q, want %q", tt.query, tt.body, got, tt.want)
+		}
+	}
+}
+
+// Every key the facade maps to a mask path is a field of TaskSpec, by
+// the proto or JSON name protojson reads it under.
+func TestClearableKeysAreTaskSpecFields(t *testing.T) {
+	fields := (&taskv1.TaskSpec{}).ProtoReflect().Descriptor().Fields()
+	for key, path := range clearableKeys {
+		f := fields.ByName(protoreflect.Name(path))
+		if f == nil || (key != path && f.JSONName() != key) || !(f.IsList() || f.IsMap()) {
+			t.Errorf("%q → %q is no list or map of TaskSpec under that name", key, path)
 		}
 	}
 }

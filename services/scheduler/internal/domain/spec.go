@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -358,9 +359,57 @@ func defaultRenewInterval(leaseTTL int) int {
 	return max(1, min(DefaultRenewInterval, leaseTTL/5))
 }
 
+// ClearablePaths are the spec's lists and maps an update may clear, by
+// their names in an update mask (docs/api/tasks.md, UpdateTask). Protobuf
+// cannot tell an empty list or map from one left out, so an update names
+// the ones it gives empty on purpose.
+var ClearablePaths = []string{"args", "env", "depends_on", "distribution.labels", "artifacts", "resources"}
+
+// Clear marks the lists and maps named by paths (ClearablePaths) as given:
+// one in leaves empty then replaces the task's instead of keeping it, which
+// clears it. Any other path is ErrInvalid naming update_mask, and in is
+// unchanged.
+func (in *SpecInput) Clear(paths []string) error {
+	for _, p := range paths {
+		if !slices.Contains(ClearablePaths, p) {
+			return invalid("update_mask", "%q is not a list or map an update can clear (one of %s); "+
+				"other fields change by giving their new value", p, strings.Join(ClearablePaths, ", "))
+		}
+	}
+	given := func(l []string) []string {
+		if l == nil {
+			return []string{}
+		}
+		return l
+	}
+	givenMap := func(m map[string]string) map[string]string {
+		if m == nil {
+			return map[string]string{}
+		}
+		return m
+	}
+	for _, p := range paths {
+		switch p {
+		case "args":
+			in.Args = given(in.Args)
+		case "env":
+			in.Env = givenMap(in.Env)
+		case "depends_on":
+			in.DependsOn = given(in.DependsOn)
+		case "distribution.labels":
+			in.Labels = given(in.Labels)
+		case "artifacts":
+			in.Artifacts = given(in.Artifacts)
+		case "resources":
+			in.Resources = givenMap(in.Resources)
+		}
+	}
+	return nil
+}
+
 // UpdatedSpec is cur changed by in, an update's fields (docs/api/tasks.md,
-// UpdateTask): what in leaves out (nil numbers, empty strings and lists, no
-// checkpoint object) keeps its value, and the result is validated as a
+// UpdateTask): what in leaves out (nil numbers, empty strings, lists and maps
+// not named by Clear, no checkpoint object) keeps its value, and the result is validated as a
 // submission is.
 //
 // Where the task runs was settled when it was created: a fan-out (targets,
@@ -447,7 +496,7 @@ func mergeSpec(s Spec, in SpecInput) SpecInput {
 	// A new command line without args brings its own arguments: the old
 	// args went with the old command (docs/api/tasks.md, "A command line").
 	// A new one-word command keeps them, as any field left out does.
-	if t := out.Type; in.Command != "" && in.Args == nil && (t == TypeShell || t == TypePython) {
+	if t := out.Type; in.Command != "" && len(in.Args) == 0 && (t == TypeShell || t == TypePython) {
 		if cmd, words, err := cmdline.Resolve(in.Command, nil); err != nil {
 			out.Args = nil // NormalizeSpec refuses the line, naming command
 		} else if len(words) > 0 {

@@ -85,3 +85,43 @@ func wantInvalidField(t *testing.T, what string, err error, field string) {
 		t.Errorf("%s: err = %v, want invalid %s", what, err, field)
 	}
 }
+
+// An update clears the lists and maps it names as cleared and gives
+// empty; the ones it gives empty without naming them keep their value,
+// and a path that names no list or map is refused.
+func TestUpdatedSpecClearsTheListsItNames(t *testing.T) {
+	cur := spec(t, func(in *SpecInput) {
+		in.Args, in.Env, in.Artifacts = []string{"-v"}, map[string]string{"A": "1"}, []string{"out/*"}
+		in.Labels, in.Resources = []string{"gpu"}, map[string]string{"cpu": "2"}
+	})
+	cur.DependsOn = []string{"t0"}
+	kept, err := UpdatedSpec(cur, SpecInput{Priority: ptr(3)})
+	if err != nil || len(kept.Args) != 1 || len(kept.Env) != 1 || len(kept.DependsOn) != 1 || len(kept.Artifacts) != 1 ||
+		len(kept.Labels) != 1 || len(kept.Resources) != 1 {
+		t.Fatalf("an update naming nothing: %+v, %v", kept, err)
+	}
+	in := SpecInput{Env: map[string]string{"B": "2"}}
+	if err := in.Clear(ClearablePaths); err != nil {
+		t.Fatal(err)
+	}
+	got, err := UpdatedSpec(cur, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Args) != 0 || got.Env["B"] != "2" || len(got.Env) != 1 || len(got.DependsOn) != 0 || len(got.Artifacts) != 0 ||
+		len(got.Labels) != 0 || len(got.Resources) != 0 {
+		t.Errorf("after clearing every list (env given anew): %+v", got)
+	}
+	// A command line with its args cleared brings its own arguments.
+	in = SpecInput{Command: "python train.py --epochs 3"}
+	_ = in.Clear([]string{"args"})
+	if got, err := UpdatedSpec(cur, in); err != nil || got.Command != "python" || !slices.Equal(got.Args, []string{"train.py", "--epochs", "3"}) {
+		t.Errorf("a new command line, args cleared: %q %q, %v", got.Command, got.Args, err)
+	}
+	in = SpecInput{}
+	err = in.Clear([]string{"args", "priority"})
+	wantInvalidField(t, "a mask naming a number", err, "update_mask")
+	if in.Args != nil {
+		t.Errorf("a refused mask changed the input: %+v", in)
+	}
+}

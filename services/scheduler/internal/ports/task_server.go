@@ -94,7 +94,11 @@ func (s *TaskServer) UpdateTask(ctx context.Context, r *taskv1.UpdateTaskRequest
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.App.UpdateTask(ctx, c, r.GetId(), specInput(r.GetSpec()))
+	in := specInput(r.GetSpec())
+	if err := in.Clear(r.GetUpdateMask().GetPaths()); err != nil {
+		return nil, toStatus(s.Log, err)
+	}
+	t, err := s.App.UpdateTask(ctx, c, r.GetId(), in)
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
