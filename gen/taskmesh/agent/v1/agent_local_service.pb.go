@@ -58,8 +58,16 @@ type LocalTask struct {
 	// The agent's last report of this attempt to the server (start, lease
 	// renewal, progress); unset before the first or for a local task.
 	LastHeartbeatAt *timestamppb.Timestamp `protobuf:"bytes,25,opt,name=last_heartbeat_at,json=lastHeartbeatAt,proto3" json:"last_heartbeat_at,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A local task's retries: how many it may have, the delay before each,
+	// how many attempts came before this one, and when this attempt may
+	// start (set on a retry waiting for its delay). Server attempts leave
+	// them 0: the server decides their retries.
+	MaxRetries    int32                  `protobuf:"varint,26,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
+	RetryDelay    int32                  `protobuf:"varint,27,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
+	RetryCount    int32                  `protobuf:"varint,28,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
+	RetryAt       *timestamppb.Timestamp `protobuf:"bytes,29,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LocalTask) Reset() {
@@ -263,6 +271,34 @@ func (x *LocalTask) GetProgress() int32 {
 func (x *LocalTask) GetLastHeartbeatAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.LastHeartbeatAt
+	}
+	return nil
+}
+
+func (x *LocalTask) GetMaxRetries() int32 {
+	if x != nil {
+		return x.MaxRetries
+	}
+	return 0
+}
+
+func (x *LocalTask) GetRetryDelay() int32 {
+	if x != nil {
+		return x.RetryDelay
+	}
+	return 0
+}
+
+func (x *LocalTask) GetRetryCount() int32 {
+	if x != nil {
+		return x.RetryCount
+	}
+	return 0
+}
+
+func (x *LocalTask) GetRetryAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RetryAt
 	}
 	return nil
 }
@@ -776,7 +812,7 @@ var File_taskmesh_agent_v1_agent_local_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\n" +
-	"+taskmesh/agent/v1/agent_local_service.proto\x12\x11taskmesh.agent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xd1\a\n" +
+	"+taskmesh/agent/v1/agent_local_service.proto\x12\x11taskmesh.agent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xeb\b\n" +
 	"\tLocalTask\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -807,7 +843,14 @@ const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\x06synced\x18\x16 \x01(\bR\x06synced\x12\x16\n" +
 	"\x06origin\x18\x17 \x01(\tR\x06origin\x12\x1a\n" +
 	"\bprogress\x18\x18 \x01(\x05R\bprogress\x12F\n" +
-	"\x11last_heartbeat_at\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\x1a6\n" +
+	"\x11last_heartbeat_at\x18\x19 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\x12\x1f\n" +
+	"\vmax_retries\x18\x1a \x01(\x05R\n" +
+	"maxRetries\x12\x1f\n" +
+	"\vretry_delay\x18\x1b \x01(\x05R\n" +
+	"retryDelay\x12\x1f\n" +
+	"\vretry_count\x18\x1c \x01(\x05R\n" +
+	"retryCount\x125\n" +
+	"\bretry_at\x18\x1d \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
@@ -889,27 +932,28 @@ var file_taskmesh_agent_v1_agent_local_service_proto_depIdxs = []int32{
 	12, // 4: taskmesh.agent.v1.LocalTask.started_at:type_name -> google.protobuf.Timestamp
 	12, // 5: taskmesh.agent.v1.LocalTask.ended_at:type_name -> google.protobuf.Timestamp
 	12, // 6: taskmesh.agent.v1.LocalTask.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	13, // 7: taskmesh.agent.v1.CreateLocalTaskRequest.spec:type_name -> taskmesh.task.v1.TaskSpec
-	0,  // 8: taskmesh.agent.v1.CreateLocalTaskResponse.task:type_name -> taskmesh.agent.v1.LocalTask
-	0,  // 9: taskmesh.agent.v1.ListLocalTasksResponse.tasks:type_name -> taskmesh.agent.v1.LocalTask
-	0,  // 10: taskmesh.agent.v1.GetLocalTaskResponse.task:type_name -> taskmesh.agent.v1.LocalTask
-	0,  // 11: taskmesh.agent.v1.CancelLocalTaskResponse.task:type_name -> taskmesh.agent.v1.LocalTask
-	12, // 12: taskmesh.agent.v1.GetQueueStatusResponse.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	1,  // 13: taskmesh.agent.v1.AgentLocalService.CreateLocalTask:input_type -> taskmesh.agent.v1.CreateLocalTaskRequest
-	3,  // 14: taskmesh.agent.v1.AgentLocalService.ListLocalTasks:input_type -> taskmesh.agent.v1.ListLocalTasksRequest
-	5,  // 15: taskmesh.agent.v1.AgentLocalService.GetLocalTask:input_type -> taskmesh.agent.v1.GetLocalTaskRequest
-	7,  // 16: taskmesh.agent.v1.AgentLocalService.CancelLocalTask:input_type -> taskmesh.agent.v1.CancelLocalTaskRequest
-	9,  // 17: taskmesh.agent.v1.AgentLocalService.GetQueueStatus:input_type -> taskmesh.agent.v1.GetQueueStatusRequest
-	2,  // 18: taskmesh.agent.v1.AgentLocalService.CreateLocalTask:output_type -> taskmesh.agent.v1.CreateLocalTaskResponse
-	4,  // 19: taskmesh.agent.v1.AgentLocalService.ListLocalTasks:output_type -> taskmesh.agent.v1.ListLocalTasksResponse
-	6,  // 20: taskmesh.agent.v1.AgentLocalService.GetLocalTask:output_type -> taskmesh.agent.v1.GetLocalTaskResponse
-	8,  // 21: taskmesh.agent.v1.AgentLocalService.CancelLocalTask:output_type -> taskmesh.agent.v1.CancelLocalTaskResponse
-	10, // 22: taskmesh.agent.v1.AgentLocalService.GetQueueStatus:output_type -> taskmesh.agent.v1.GetQueueStatusResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	12, // 7: taskmesh.agent.v1.LocalTask.retry_at:type_name -> google.protobuf.Timestamp
+	13, // 8: taskmesh.agent.v1.CreateLocalTaskRequest.spec:type_name -> taskmesh.task.v1.TaskSpec
+	0,  // 9: taskmesh.agent.v1.CreateLocalTaskResponse.task:type_name -> taskmesh.agent.v1.LocalTask
+	0,  // 10: taskmesh.agent.v1.ListLocalTasksResponse.tasks:type_name -> taskmesh.agent.v1.LocalTask
+	0,  // 11: taskmesh.agent.v1.GetLocalTaskResponse.task:type_name -> taskmesh.agent.v1.LocalTask
+	0,  // 12: taskmesh.agent.v1.CancelLocalTaskResponse.task:type_name -> taskmesh.agent.v1.LocalTask
+	12, // 13: taskmesh.agent.v1.GetQueueStatusResponse.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: taskmesh.agent.v1.AgentLocalService.CreateLocalTask:input_type -> taskmesh.agent.v1.CreateLocalTaskRequest
+	3,  // 15: taskmesh.agent.v1.AgentLocalService.ListLocalTasks:input_type -> taskmesh.agent.v1.ListLocalTasksRequest
+	5,  // 16: taskmesh.agent.v1.AgentLocalService.GetLocalTask:input_type -> taskmesh.agent.v1.GetLocalTaskRequest
+	7,  // 17: taskmesh.agent.v1.AgentLocalService.CancelLocalTask:input_type -> taskmesh.agent.v1.CancelLocalTaskRequest
+	9,  // 18: taskmesh.agent.v1.AgentLocalService.GetQueueStatus:input_type -> taskmesh.agent.v1.GetQueueStatusRequest
+	2,  // 19: taskmesh.agent.v1.AgentLocalService.CreateLocalTask:output_type -> taskmesh.agent.v1.CreateLocalTaskResponse
+	4,  // 20: taskmesh.agent.v1.AgentLocalService.ListLocalTasks:output_type -> taskmesh.agent.v1.ListLocalTasksResponse
+	6,  // 21: taskmesh.agent.v1.AgentLocalService.GetLocalTask:output_type -> taskmesh.agent.v1.GetLocalTaskResponse
+	8,  // 22: taskmesh.agent.v1.AgentLocalService.CancelLocalTask:output_type -> taskmesh.agent.v1.CancelLocalTaskResponse
+	10, // 23: taskmesh.agent.v1.AgentLocalService.GetQueueStatus:output_type -> taskmesh.agent.v1.GetQueueStatusResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_agent_v1_agent_local_service_proto_init() }

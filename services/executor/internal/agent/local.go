@@ -66,6 +66,7 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 	if spec.GracePeriodSec != nil {
 		t.GracePeriodSec = int(spec.GetGracePeriodSec())
 	}
+	t.MaxRetries, t.RetryDelaySec = int(spec.GetMaxRetries()), int(spec.GetRetryDelay())
 	// Inserted and read back under localAccept: the answer is the task as
 	// accepted (pending), not whatever state the loop has moved it to since
 	// (it may be awake already, for an earlier task or its start).
@@ -105,7 +106,43 @@ func validateSpec(s *taskv1.TaskSpec) error {
 	if s.GracePeriodSec != nil && (s.GetGracePeriodSec() < 0 || s.GetGracePeriodSec() > 3600) {
 		return errors.New("grace_period_sec must be between 0 and 3600")
 	}
+	if s.MaxRetries != nil && (s.GetMaxRetries() < 0 || s.GetMaxRetries() > 100) {
+		return errors.New("max_retries must be between 0 and 100")
+	}
+	if s.RetryDelay != nil && (s.GetRetryDelay() < 0 || s.GetRetryDelay() > 86400) {
+		return errors.New("retry_delay must be between 0 and 86400 seconds")
+	}
 	return nil
+}
+
+// retryLocal queues the next attempt of a local task whose attempt t
+// failed, when it has retries left: a new pending row of the same task,
+// startable retry_delay after the failure (docs/api/agent-local.md). A
+// cancelled attempt is not retried, nor is a server task (the server
+// decides its retries). The row is in the journal before the local loop
+// hears of it, so a restart in between keeps the retry.
+func (a *Agent) retryLocal(t journal.Task, o journal.Outcome) {
+	if t.Origin != journal.OriginLocal || o.Status != journal.StatusFailed || t.RetryCount >= t.MaxRetries {
+		return
+	}
+	now := a.now()
+	next := journal.Task{
+		ID: t.ID, AttemptID: uuid.NewString(), Name: t.Name, Type: t.Type, Origin: journal.OriginLocal,
+		Command: t.Command, Args: t.Args, Workdir: t.Workdir, Env: t.Env, Timeout: t.Timeout, Priority: t.Priority,
+		GracePeriodSec: t.GracePeriodSec, Status: journal.StatusPending, AssignedAgentID: a.cfg.AgentID,
+		ReceivedAt: now, Synced: true, Resources: t.Resources,
+		MaxRetries: t.MaxRetries, RetryDelaySec: t.RetryDelaySec, RetryCount: t.RetryCount + 1,
+		RetryAt: now.Add(time.Duration(t.RetryDelaySec) * time.Second),
+	}
+	a.localAccept.Lock()
+	_, err := a.journal.Insert(journalCtx, next)
+	a.localAccept.Unlock()
+	if err != nil {
+		a.log.Error("journal: queueing the retry of a local task", "task_id", t.ID, "err", err)
+		return
+	}
+	a.log.Info("local task retried", "task_id", t.ID, "retry_count", next.RetryCount, "retry_at", next.RetryAt)
+	wake(a.localWake)
 }
 
 // Cancel stops a task of this agent: a pending local task is cancelled at
@@ -163,18 +200,26 @@ func (a *Agent) Status(ctx context.Context) (localapi.QueueStatus, error) {
 	}, nil
 }
 
-// localLoop runs pending local tasks, highest priority first.
+// localLoop runs pending local tasks, highest priority first; a retry
+// waiting for its delay runs once the delay is over.
 func (a *Agent) localLoop(ctx context.Context) {
 	wake(a.localWake)
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.localWake:
+		case <-retry.C:
 		}
 		for ctx.Err() == nil {
-			at := a.nextLocal()
+			at, due := a.nextLocal()
 			if at == nil {
+				if !due.IsZero() {
+					retry.Reset(max(due.Sub(a.now()), time.Millisecond))
+				}
 				break
 			}
 			if !a.takeLocalSlot(ctx, at) {
@@ -186,25 +231,34 @@ func (a *Agent) localLoop(ctx context.Context) {
 	}
 }
 
-// nextLocal registers and returns the next pending local task, if any.
-func (a *Agent) nextLocal() *attempt {
+// nextLocal registers and returns the next pending local task that may
+// start now, if any; else due is when the first retry waiting for its
+// delay may start (zero when none waits).
+func (a *Agent) nextLocal() (at *attempt, due time.Time) {
 	a.localAccept.Lock()
 	defer a.localAccept.Unlock()
 	rows, err := a.journal.WithStatus(journalCtx, journal.StatusPending)
 	if err != nil {
 		a.log.Error("journal", "err", err)
-		return nil
+		return nil, time.Time{}
 	}
+	now := a.now()
 	for _, t := range rows {
 		if t.Origin != journal.OriginLocal {
 			continue
 		}
+		if t.RetryAt.After(now) {
+			if due.IsZero() || t.RetryAt.Before(due) {
+				due = t.RetryAt
+			}
+			continue
+		}
 		at := newAttempt(t)
 		if a.register(at) {
-			return at
+			return at, time.Time{}
 		}
 	}
-	return nil
+	return nil, due
 }
 
 // takeLocalSlot takes the slot the attempt needs; while it waits, the

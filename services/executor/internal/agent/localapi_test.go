@@ -80,9 +80,36 @@ func TestLocalAPI(t *testing.T) {
 		t.Errorf("cancelled task = %v", c)
 	}
 
+	// A local task shows its retries; a failed attempt with retries left
+	// is followed by the next, which the task's id reads.
+	code, flaky := api.do("POST", "/api/v1/tasks", `{"name":"flaky","command":"false","max_retries":1,"retry_delay":0}`)
+	if code != 200 || flaky["max_retries"] != float64(1) || flaky["retry_delay"] != float64(0) || flaky["retry_count"] != float64(0) ||
+		flaky["retry_at"] != nil {
+		t.Fatalf("create with retries = %d %v", code, flaky)
+	}
+	flakyID := flaky["id"].(string)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, got := api.do("GET", "/api/v1/tasks/"+flakyID, "")
+		if got["retry_count"] == float64(1) && got["status"] == "failed" {
+			if got["retry_at"] == nil {
+				t.Errorf("the retry shows no retry_at: %v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retried task is %v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, rows := api.do("GET", "/api/v1/tasks?status=failed", ""); code != 200 || len(rows["tasks"].([]any)) != 2 {
+		t.Errorf("failed attempts = %d %v, want the task's two", code, rows)
+	}
+
 	code, list := api.do("GET", "/api/v1/tasks", "")
 	tasks, _ := list["tasks"].([]any)
-	if code != 200 || len(tasks) != 2 || tasks[0].(map[string]any)["id"] != longID || tasks[1].(map[string]any)["id"] != helloID {
+	if code != 200 || len(tasks) != 4 || tasks[0].(map[string]any)["id"] != flakyID || tasks[2].(map[string]any)["id"] != longID ||
+		tasks[3].(map[string]any)["id"] != helloID {
 		t.Errorf("list = %d %v, want newest first", code, list)
 	}
 	_, filtered := api.do("GET", "/api/v1/tasks?status=completed", "")
@@ -113,6 +140,8 @@ func TestLocalAPI(t *testing.T) {
 		{"bad json", "POST", "/api/v1/tasks", `{"name":`, 400, 30005, ""},
 		{"shell syntax", "POST", "/api/v1/tasks", `{"name":"x","command":"echo a | wc -l"}`, 400, 30005, "command: '|' at character 8 is shell syntax"},
 		{"bad limit", "GET", "/api/v1/tasks?limit=5000", "", 400, 30005, "limit"},
+		{"too many retries", "POST", "/api/v1/tasks", `{"name":"x","command":"false","max_retries":101}`, 400, 30005, "max_retries"},
+		{"long retry delay", "POST", "/api/v1/tasks", `{"name":"x","command":"false","retry_delay":86401}`, 400, 30005, "retry_delay"},
 	}
 	for _, tc := range errTests {
 		t.Run(tc.name, func(t *testing.T) {

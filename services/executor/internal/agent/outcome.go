@@ -98,6 +98,7 @@ func (a *Agent) finish(ctx context.Context, at *attempt, o journal.Outcome) {
 	if !changed {
 		return
 	}
+	a.retryLocal(t, o)
 	a.freeSlot(at)
 	a.awaitStarted(ctx, at)
 	a.log.Info("task finished", "task_id", t.ID, "attempt_id", t.AttemptID,

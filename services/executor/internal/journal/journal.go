@@ -140,6 +140,13 @@ type Task struct {
 	// Resources are the task's resources ("memory": "64Mi", "cpu": "500m",
 	// "pids": "100", GPUs…), the agent's limits for it.
 	Resources map[string]string
+
+	// A local task's retries (the server decides a server task's):
+	// MaxRetries attempts may follow a failed one, each RetryDelaySec
+	// after the failure; RetryCount attempts came before this one, and a
+	// retry waits in pending until RetryAt.
+	MaxRetries, RetryDelaySec, RetryCount int
+	RetryAt                               time.Time
 }
 
 // Final reports whether an attempt in status has ended: the task's final
@@ -202,6 +209,10 @@ CREATE TABLE IF NOT EXISTS local_tasks (
     video                  TEXT NOT NULL DEFAULT '',
     resources              TEXT NOT NULL DEFAULT '{}',
     synced_at              TEXT,
+    max_retries            INTEGER NOT NULL DEFAULT 0,
+    retry_delay            INTEGER NOT NULL DEFAULT 0,
+    retry_count            INTEGER NOT NULL DEFAULT 0,
+    retry_at               TEXT,
 
     PRIMARY KEY (id, attempt_id)
 );
@@ -336,6 +347,10 @@ var addedColumns = []struct{ name, ddl string }{
 	{"video", `ALTER TABLE local_tasks ADD COLUMN video TEXT NOT NULL DEFAULT ''`},
 	{"resources", `ALTER TABLE local_tasks ADD COLUMN resources TEXT NOT NULL DEFAULT '{}'`},
 	{"synced_at", `ALTER TABLE local_tasks ADD COLUMN synced_at TEXT`},
+	{"max_retries", `ALTER TABLE local_tasks ADD COLUMN max_retries INTEGER NOT NULL DEFAULT 0`},
+	{"retry_delay", `ALTER TABLE local_tasks ADD COLUMN retry_delay INTEGER NOT NULL DEFAULT 0`},
+	{"retry_count", `ALTER TABLE local_tasks ADD COLUMN retry_count INTEGER NOT NULL DEFAULT 0`},
+	{"retry_at", `ALTER TABLE local_tasks ADD COLUMN retry_at TEXT`},
 }
 
 func addMissingColumns(ctx context.Context, db *sql.DB) error {
@@ -427,7 +442,7 @@ func (j *Journal) Insert(ctx context.Context, ts ...Task) ([]bool, error) {
 		res, err := ins.ExecContext(ctx, t.ID, t.AttemptID, t.Name, t.Type, t.Origin, t.Command, string(args), t.Workdir, string(env),
 			t.Timeout, t.Priority, t.LeaseTTLSec, t.RenewIntervalSec, t.GracePeriodSec,
 			t.Status, t.AssignedAgentID, fmtTime(t.LeaseExpiresAt), fmtTime(t.ReceivedAt), fmtTime(t.AssignedAt), b2i(t.Synced), t.Video,
-			string(resources))
+			string(resources), t.MaxRetries, t.RetryDelaySec, t.RetryCount, fmtTime(t.RetryAt))
 		if err != nil {
 			return nil, fmt.Errorf("insert task %s: %w", t.ID, err)
 		}
@@ -443,8 +458,9 @@ func (j *Journal) Insert(ctx context.Context, ts ...Task) ([]bool, error) {
 const insertTask = `
 INSERT INTO local_tasks (id, attempt_id, name, type, origin, command, args, workdir, env,
     timeout, priority, lease_ttl_sec, renew_interval_sec, grace_period_sec,
-    status, assigned_agent_id, lease_expires_at, received_at, assigned_at, synced, video, resources)
-VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?,?,?)
+    status, assigned_agent_id, lease_expires_at, received_at, assigned_at, synced, video, resources,
+    max_retries, retry_delay, retry_count, retry_at)
+VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?,?,?, ?,?,?,?)
 ON CONFLICT DO NOTHING`
 
 func nonNil(s []string) []string {
@@ -461,7 +477,8 @@ const columns = `id, attempt_id, name, type, origin, command, args, workdir, env
     received_at, assigned_at, started_at, ended_at, last_heartbeat_at,
     synced, sync_attempts, last_sync_error, server_started,
     run_dir, shim_socket, shim_pid, pid, stop_reason,
-    result_upload, result_key, result_size, result_sha256, video, resources`
+    result_upload, result_key, result_size, result_sha256, video, resources,
+    max_retries, retry_delay, retry_count, retry_at`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -471,6 +488,7 @@ func scanTask(s scanner) (Task, error) {
 		args, env, workdir, agent, resources      sql.NullString
 		stdout, stderr, errText                   sql.NullString
 		lease, recv, assigned, started, ended, hb sql.NullString
+		retryAt                                   sql.NullString
 		exit                                      sql.NullInt64
 		timeout, priority, synced                 sql.NullInt64
 		serverStarted, upload                     int
@@ -482,7 +500,8 @@ func scanTask(s scanner) (Task, error) {
 		&recv, &assigned, &started, &ended, &hb,
 		&synced, &t.SyncAttempts, &t.LastSyncError, &serverStarted,
 		&t.RunDir, &t.ShimSocket, &t.ShimPID, &t.PID, &t.StopReason,
-		&upload, &t.ResultKey, &t.ResultSize, &t.ResultSHA256, &t.Video, &resources)
+		&upload, &t.ResultKey, &t.ResultSize, &t.ResultSHA256, &t.Video, &resources,
+		&t.MaxRetries, &t.RetryDelaySec, &t.RetryCount, &retryAt)
 	if err != nil {
 		return Task{}, err
 	}
@@ -508,6 +527,7 @@ func scanTask(s scanner) (Task, error) {
 	t.Synced = synced.Int64 != 0
 	t.ServerStarted = serverStarted != 0
 	t.ResultUpload = upload != 0
+	t.RetryAt = parseTime(retryAt)
 	return t, nil
 }
 

@@ -156,9 +156,15 @@ func TestOpenUpgradesAnOlderJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := strings.Replace(schema, "    video                  TEXT NOT NULL DEFAULT '',\n", "", 1)
-	if old == schema {
-		t.Fatal("schema has no video column to remove")
+	old := schema
+	for _, col := range []string{"    video                  TEXT NOT NULL DEFAULT '',\n",
+		"    max_retries            INTEGER NOT NULL DEFAULT 0,\n", "    retry_delay            INTEGER NOT NULL DEFAULT 0,\n",
+		"    retry_count            INTEGER NOT NULL DEFAULT 0,\n", "    retry_at               TEXT,\n"} {
+		without := strings.Replace(old, col, "", 1)
+		if without == old {
+			t.Fatalf("schema has no column %q to remove", col)
+		}
+		old = without
 	}
 	if _, err := db.ExecContext(ctx, old); err != nil {
 		t.Fatal(err)
@@ -179,8 +185,13 @@ func TestOpenUpgradesAnOlderJournal(t *testing.T) {
 	}
 	r := row("v1", "va1", t0)
 	r.Video = `{"model":"m"}`
+	r.MaxRetries, r.RetryDelaySec, r.RetryCount, r.RetryAt = 3, 60, 1, t0.Add(time.Minute)
 	if _, err := j.Insert(ctx, r); err != nil {
 		t.Fatalf("insert after upgrade: %v", err)
+	}
+	if got, err := j.Get(ctx, "va1"); err != nil || got.MaxRetries != 3 || got.RetryDelaySec != 60 || got.RetryCount != 1 ||
+		!got.RetryAt.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("retries after the upgrade = %+v, %v", got, err)
 	}
 }
 

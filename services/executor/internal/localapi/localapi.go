@@ -168,6 +168,8 @@ func toProto(t journal.Task) *agentv1.LocalTask {
 		ReceivedAt: ts(t.ReceivedAt), AssignedAt: ts(t.AssignedAt), StartedAt: ts(t.StartedAt),
 		EndedAt: ts(t.EndedAt), Synced: t.Synced, Origin: t.Origin, Progress: int32(t.Progress),
 		LastHeartbeatAt: ts(t.LastHeartbeatAt),
+		MaxRetries:      int32(t.MaxRetries), RetryDelay: int32(t.RetryDelaySec), RetryCount: int32(t.RetryCount),
+		RetryAt: ts(t.RetryAt),
 	}
 	if t.ExitCode != nil {
 		c := int32(*t.ExitCode)
