@@ -34,13 +34,21 @@ var quantityKeys = map[string]bool{
 
 // kueueSpecs lets the body of a ClusterQueue, cohort or LocalQueue PUT be
 // written as Kueue writes it: the whole object, {"apiVersion":
-// "kueue.x-k8s.io/…", "kind", "metadata": {"name"}, "spec"}, whose spec is
+// "kueue.x-k8s.io/…", "kind", "metadata", "spec", "status"}, whose spec is
 // then the body (its metadata.name, when given, must be the path's name);
-// and quantities as JSON numbers (nominalQuota: 8), as Kubernetes accepts
-// them, which become the quantity strings the API stores and answers
-// ("8"). Field names may be Kueue's camelCase as well: protobuf JSON takes
-// both. Any other body, and one that does not decode, goes on as sent, for
-// the route to answer.
+// the fields Kueue writes or defaults that describe what Taskmesh does
+// anyway (namespaceSelector: {}, stopPolicy: None, …), which are dropped,
+// while a value asking for behaviour Taskmesh does not have is refused
+// (kueueOnlyFields); and quantities as JSON numbers (nominalQuota: 8), as
+// Kubernetes accepts them, which become the quantity strings the API
+// stores and answers ("8"). Field names may be Kueue's camelCase as well:
+// protobuf JSON takes both. Any other body, and one that does not decode,
+// goes on as sent, for the route to answer.
+//
+// This is the one place for Kueue's own fields: they have no place in the
+// specs of the AdmissionService (gRPC callers cannot send them), so the
+// quota service never sees them; only the JSON of a REST body can carry
+// them, and it is judged here before it is decoded.
 func kueueSpecs(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, kind, ok := kueueRoute(r.URL.Path)
@@ -51,21 +59,51 @@ func kueueSpecs(next http.Handler) http.Handler {
 		body, err := io.ReadAll(r.Body)
 		r.Body.Close()
 		if err == nil {
-			spec, isManifest, err := kueueManifest(body, kind, name)
+			out, err := kueueBody(body, kind, name)
 			if err != nil {
 				httperr.WriteFor(w, r, httperr.New(http.StatusBadRequest, httperr.CodeInvalidArgument, err.Error()))
 				return
 			}
-			if isManifest {
-				body = spec
-			}
-			if spelled, ok := spellQuantities(body); ok {
-				body = spelled
+			if out != nil {
+				body = out
 			}
 		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// kueueBody is the body a PUT of kind's object name goes on with: the
+// spec of a manifest, without the fields kueueOnlyFields drops, with its
+// quantities spelled as strings. It is nil when body goes on as sent, and
+// err is set when the body is refused.
+func kueueBody(body []byte, kind, name string) ([]byte, error) {
+	spec, isManifest, err := kueueManifest(body, kind, name)
+	if err != nil {
+		return nil, err
+	}
+	at := ""
+	if isManifest {
+		body, at = spec, "spec."
+	}
+	obj, ok := decodeObject(body)
+	if !ok {
+		if isManifest {
+			return body, nil
+		}
+		return nil, nil
+	}
+	dropped, err := kueueOnlyFields(obj, kind, at)
+	if err != nil {
+		return nil, err
+	}
+	if spelled := spellQuantityValues(obj); !dropped && !spelled {
+		if isManifest {
+			return body, nil
+		}
+		return nil, nil
+	}
+	return encodeObject(obj)
 }
 
 // kueueRoute reports the name and Kueue kind of a PUT route's object.
@@ -79,8 +117,11 @@ func kueueRoute(path string) (name, kind string, ok bool) {
 }
 
 // kueueManifest returns the spec of body when body is a Kueue object of
-// kind: apiVersion of Kueue's group, kind, metadata and spec, and nothing
-// else. err is set when it is one whose metadata.name is not name.
+// kind: apiVersion of Kueue's group, kind, metadata, spec and status (what
+// Kueue reports, dropped), and nothing else. Only metadata.name is read:
+// namespace, labels, annotations, uid, resourceVersion, … say nothing
+// Taskmesh keeps. err is set when it is one whose metadata.name is not
+// name.
 func kueueManifest(body []byte, kind, name string) (spec []byte, ok bool, err error) {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(body, &m) != nil {
@@ -93,7 +134,7 @@ func kueueManifest(body []byte, kind, name string) (spec []byte, ok bool, err er
 	}
 	for k := range m {
 		switch k {
-		case "apiVersion", "kind", "metadata", "spec":
+		case "apiVersion", "kind", "metadata", "spec", "status":
 		default:
 			return nil, false, nil
 		}
@@ -117,12 +158,17 @@ func kueueManifest(body []byte, kind, name string) (spec []byte, ok bool, err er
 // there were none (or body is no JSON object), and body is then sent as
 // it is.
 func spellQuantities(body []byte) ([]byte, bool) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var spec map[string]any
-	if dec.Decode(&spec) != nil || dec.More() {
+	spec, ok := decodeObject(body)
+	if !ok || !spellQuantityValues(spec) {
 		return nil, false
 	}
+	out, err := encodeObject(spec)
+	return out, err == nil
+}
+
+// spellQuantityValues rewrites the numeric quantities of spec's resources
+// as strings and reports whether there were any.
+func spellQuantityValues(spec map[string]any) bool {
 	changed := false
 	for _, groups := range []any{spec["resource_groups"], spec["resourceGroups"]} {
 		for _, g := range objects(groups) {
@@ -138,16 +184,29 @@ func spellQuantities(body []byte) ([]byte, bool) {
 			}
 		}
 	}
-	if !changed {
+	return changed
+}
+
+// decodeObject decodes body when it is one JSON object, numbers kept as
+// written.
+func decodeObject(body []byte) (map[string]any, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var obj map[string]any
+	if dec.Decode(&obj) != nil || dec.More() || obj == nil {
 		return nil, false
 	}
+	return obj, true
+}
+
+func encodeObject(obj map[string]any) ([]byte, error) {
 	var out bytes.Buffer
 	enc := json.NewEncoder(&out)
 	enc.SetEscapeHTML(false)
-	if enc.Encode(spec) != nil {
-		return nil, false
+	if err := enc.Encode(obj); err != nil {
+		return nil, err
 	}
-	return out.Bytes(), true
+	return out.Bytes(), nil
 }
 
 // objects is the JSON objects of v when v is an array.
