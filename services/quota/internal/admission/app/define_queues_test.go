@@ -14,8 +14,9 @@ func TestPutDefinition(t *testing.T) {
 		t.Fatalf("a tenant defined a queue: %v", err)
 	}
 	// The topology is checked before anything is recorded.
-	if _, err := f.app.Put(f.ctx, operator, cq); !errors.Is(err, ErrInvalid) || !errors.Is(err, errUnknownCohort) {
-		t.Fatalf("a queue of an unknown cohort: %v, want ErrInvalid wrapping the core's error", err)
+	cycle := Definition{Kind: KindCohort, Name: "team", Cohort: &quotav1.CohortSpec{Parent: "team"}}
+	if _, err := f.app.Put(f.ctx, operator, cycle); !errors.Is(err, ErrInvalid) || !errors.Is(err, errCohortCycle) {
+		t.Fatalf("a cohort of its own: %v, want ErrInvalid wrapping the core's error", err)
 	}
 	wantStrings(t, "refused definitions recorded", f.store.events())
 	if f.written != 0 {
@@ -137,7 +138,7 @@ func TestApplyDefaults(t *testing.T) {
 
 	// A default the core refuses records none of them.
 	f2 := newFixture(t)
-	err := f2.app.ApplyDefaults(f2.ctx, []Definition{defaults[2], {Kind: KindClusterQueue, Name: "cq", ClusterQueue: gpuQueue("none", "1")}})
+	err := f2.app.ApplyDefaults(f2.ctx, []Definition{defaults[2], {Kind: KindCohort, Name: "loop", Cohort: &quotav1.CohortSpec{Parent: "loop"}}})
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("an invalid default: %v, want ErrInvalid", err)
 	}

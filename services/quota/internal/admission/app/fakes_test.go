@@ -166,20 +166,23 @@ func (t *definitionsTx) SaveDefinition(d Definition, deleted bool, _ time.Time, 
 	return nil
 }
 
-// errUnknownCohort is the fake validator's refusal.
-var errUnknownCohort = errors.New("unknown cohort")
+// errCohortCycle is the fake validator's refusal.
+var errCohortCycle = errors.New("cohort cycle")
 
-// validate stands in for the core's checks: a ClusterQueue or cohort may
-// only name cohorts that exist.
+// validate stands in for the core's checks: a cohort may not be its own
+// ancestor. (A cohort a queue or cohort names without defining it exists
+// by being named, as in the core.)
 func validate(defs Definitions) error {
-	for name, q := range defs.ClusterQueues {
-		if c := q.GetCohort(); c != "" && defs.Cohorts[c] == nil {
-			return fmt.Errorf("cluster queue %s: cohort %s: %w", name, c, errUnknownCohort)
-		}
-	}
-	for name, c := range defs.Cohorts {
-		if p := c.GetParent(); p != "" && defs.Cohorts[p] == nil {
-			return fmt.Errorf("cohort %s: parent %s: %w", name, p, errUnknownCohort)
+	for name := range defs.Cohorts {
+		for p, steps := defs.Cohorts[name].GetParent(), 0; p != ""; steps++ {
+			if p == name || steps > len(defs.Cohorts) {
+				return fmt.Errorf("cohort %s: parent %s: %w", name, p, errCohortCycle)
+			}
+			next := defs.Cohorts[p]
+			if next == nil {
+				break
+			}
+			p = next.GetParent()
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package admitcore
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -350,5 +351,34 @@ func TestAdmittedUsageSurvivesFlavorRemoval(t *testing.T) {
 	}
 	if err := s.Remove("a"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A cohort that queues (or cohorts) only name, as Kueue lets them, exists
+// without quota of its own: its members borrow from each other through
+// it, and a defined cohort may name it as its parent.
+func TestImplicitCohortsShareQuota(t *testing.T) {
+	cfg := Config{Cohorts: []Cohort{{Name: "team", Parent: "org"}}, ClusterQueues: []ClusterQueue{
+		cpuCQ("a", "shared", 4), cpuCQ("b", "shared", 4), cpuCQ("c", "team", 2), cpuCQ("d", "org", 2)}}
+	s := mustNew(t, cfg)
+	if len(cfg.Cohorts) != 1 {
+		t.Fatalf("New changed its argument: %+v", cfg.Cohorts)
+	}
+	mustEnqueue(t, s, wl("a1", "a", 0, 0, cpu(7)), wl("c1", "c", 0, 1, cpu(4)))
+	if got := admittedIDs(s.Schedule(t0, 10)); !slices.Equal(got, []string{"a1", "c1"}) {
+		t.Fatalf("admitted %v, want a1 borrowing from b and c1 from d through the implicit org", got)
+	}
+	for name, subtree := range map[string]int64{"shared": 8, "org": 4} {
+		u, err := s.CohortUsage(name)
+		if err != nil || u.Name != name || len(u.Resources) != 1 || u.Resources[0].Subtree != subtree || u.Resources[0].Nominal != 0 {
+			t.Errorf("usage of the implicit cohort %s = %+v, %v; want its members' %d and none of its own", name, u, err, subtree)
+		}
+	}
+	// Reconfigured without the queues that named it, the cohort is gone.
+	if err := s.Reconfigure(Config{ClusterQueues: []ClusterQueue{cpuCQ("a", "", 8), cpuCQ("c", "", 4)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CohortUsage("shared"); !errors.Is(err, ErrUnknownCohort) {
+		t.Errorf("usage of a cohort no queue names = %v, want ErrUnknownCohort", err)
 	}
 }

@@ -106,6 +106,41 @@ type Preemption struct {
 	MinPriorityGap int
 }
 
+// withImplicitCohorts is c with a cohort of no quota and no parent for
+// every cohort a ClusterQueue or cohort names without defining it: as in
+// Kueue, naming a cohort is enough to make it, and its members share
+// their unused quota through it (docs/api/quota.md#queue-admission). c is
+// not changed; the implicit cohorts come after the defined ones, in name
+// order, so the result is deterministic.
+func (c Config) withImplicitCohorts() Config {
+	defined := make(map[string]bool, len(c.Cohorts))
+	for _, ch := range c.Cohorts {
+		defined[ch.Name] = true
+	}
+	var implicit []string
+	name := func(n string) {
+		if n != "" && !defined[n] {
+			defined[n] = true
+			implicit = append(implicit, n)
+		}
+	}
+	for _, cq := range c.ClusterQueues {
+		name(cq.Cohort)
+	}
+	for _, ch := range c.Cohorts {
+		name(ch.Parent)
+	}
+	if len(implicit) == 0 {
+		return c
+	}
+	slices.Sort(implicit)
+	out := Config{ClusterQueues: c.ClusterQueues, Cohorts: slices.Clip(c.Cohorts)}
+	for _, n := range implicit {
+		out.Cohorts = append(out.Cohorts, Cohort{Name: n})
+	}
+	return out
+}
+
 // validate checks everything New and Reconfigure refuse, returning the
 // first problem found (in config order, so the error is deterministic).
 func (c Config) validate() error {

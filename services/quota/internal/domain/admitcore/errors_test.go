@@ -24,8 +24,6 @@ func TestConfigValidation(t *testing.T) {
 		{"empty queue name", Config{ClusterQueues: []ClusterQueue{cpuCQ("", "", 1)}}, ErrEmptyName, "clusterQueues[0].name"},
 		{"duplicate cohort", Config{Cohorts: []Cohort{{Name: "c"}, {Name: "c"}}}, ErrDuplicateName, ""},
 		{"duplicate queue", Config{ClusterQueues: []ClusterQueue{ok, ok}}, ErrDuplicateName, ""},
-		{"unknown cohort", Config{ClusterQueues: []ClusterQueue{cpuCQ("q", "nope", 1)}}, ErrUnknownCohort, "cohort"},
-		{"unknown parent", Config{Cohorts: []Cohort{{Name: "c", Parent: "nope"}}}, ErrUnknownCohort, "parent"},
 		{"cycle", Config{Cohorts: []Cohort{{Name: "a", Parent: "b"}, {Name: "b", Parent: "a"}}}, ErrCohortCycle, "parent"},
 		{"self parent", Config{Cohorts: []Cohort{{Name: "a", Parent: "a"}}}, ErrCohortCycle, "parent"},
 		{"negative nominal", Config{ClusterQueues: []ClusterQueue{cpuCQ("q", "", -1)}}, ErrInvalidQuantity,

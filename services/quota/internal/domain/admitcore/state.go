@@ -127,6 +127,7 @@ type frKey struct{ flavor, resource string }
 
 // New validates cfg and returns an empty state for it.
 func New(cfg Config) (*State, error) {
+	cfg = cfg.withImplicitCohorts()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -141,6 +142,7 @@ func New(cfg Config) (*State, error) {
 // ClusterQueue that still has admitted workloads is refused with
 // ErrQueueInUse. On error nothing changes.
 func (s *State) Reconfigure(cfg Config) error {
+	cfg = cfg.withImplicitCohorts()
 	if err := cfg.validate(); err != nil {
 		return err
 	}

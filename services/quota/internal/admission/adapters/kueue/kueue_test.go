@@ -29,7 +29,8 @@ func TestValidate(t *testing.T) {
 		{"bad nominal", app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{"q": gpuQueue("", "eight", nil)}}, quantity.ErrInvalid},
 		{"bad borrowing limit", app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{"q": gpuQueue("c", "8", new("x"))},
 			Cohorts: map[string]*quotav1.CohortSpec{"c": {}}}, quantity.ErrInvalid},
-		{"unknown cohort", app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{"q": gpuQueue("c", "8", nil)}}, admitcore.ErrUnknownCohort},
+		// As in Kueue, a cohort named by a queue needs no object of its own.
+		{"implicit cohort", app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{"q": gpuQueue("c", "8", new("2"))}}, nil},
 		{"cohort cycle", app.Definitions{Cohorts: map[string]*quotav1.CohortSpec{"a": {Parent: "b"}, "b": {Parent: "a"}}}, admitcore.ErrCohortCycle},
 	}
 	for _, tt := range tests {
