@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // listIDs is GET /api/v1/tasks?query as key: the status, the ids listed,
@@ -87,5 +88,58 @@ func TestListTasksFiltersByType(t *testing.T) {
 	for _, query := range []string{"type=bash", "type=SHELL", "type=shell,python", "type=bash&status=pending"} {
 		code, _, _, body := w.listIDs(key, query)
 		wantRefused(t, query, code, body, "type", "shell, python, script, noop, video")
+	}
+}
+
+// created_after and created_before take a date (YYYY-MM-DD, UTC) as the
+// audit log's from and to do: created_after=D from the start of D,
+// created_before=D up to the end of D (the whole day, as to=D); an RFC
+// 3339 time is itself (created_before exclusive). Neither is 30005 naming
+// the parameter.
+func TestListTasksTakesDates(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	id := w.submit(key, map[string]any{"name": "dated", "command": "true"})
+	w.waitListed(key, id)
+	created, err := time.Parse(time.RFC3339Nano, fmt.Sprint(w.task(key, id)["created_at"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	created = created.UTC()
+	day := func(d int) string { return created.AddDate(0, 0, d).Format(time.DateOnly) }
+	at := func(d time.Duration) string { return url.QueryEscape(created.Add(d).Format(time.RFC3339Nano)) }
+	for query, listed := range map[string]bool{
+		"created_after=" + day(0):                                         true,
+		"created_after=" + day(1):                                         false,
+		"created_after=" + day(-1):                                        true,
+		"created_before=" + day(0):                                        true,
+		"created_before=" + day(-1):                                       false,
+		"created_after=" + day(0) + "&created_before=" + day(0):           true,
+		"createdAfter=" + day(1):                                          false,
+		"createdBefore=" + day(0):                                         true,
+		"created_after=" + at(0):                                          true,
+		"created_after=" + at(time.Microsecond):                           false,
+		"created_before=" + at(0):                                         false,
+		"created_before=" + at(time.Microsecond):                          true,
+		"created_after=" + day(0) + "&created_before=" + at(0):            false,
+		"created_after=&created_before=":                                  true,
+		"created_after=" + day(0) + "&type=shell&status=pending&limit=10": true,
+	} {
+		code, ids, _, body := w.listIDs(key, query)
+		if code != 200 || slices.Contains(ids, id) != listed {
+			t.Errorf("?%s: %d %v, want the task listed %v: %v", query, code, ids, listed, body)
+		}
+	}
+	for query, param := range map[string]string{
+		"created_after=2024-13-01":                     "created_after",
+		"created_after=yesterday":                      "created_after",
+		"created_before=2024-02-30":                    "created_before",
+		"created_before=31/01/2024":                    "created_before",
+		"created_after=2024-01-01&created_before=soon": "created_before",
+		"createdAfter=1732000000":                      "createdAfter",
+		"created_before=2024-01-31T25:00:00Z":          "created_before",
+	} {
+		code, _, _, body := w.listIDs(key, query)
+		wantRefused(t, query, code, body, param, "neither YYYY-MM-DD nor an RFC 3339 time")
 	}
 }
