@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -337,4 +338,50 @@ func TestHealthzAndObjects(t *testing.T) {
 	// Without an object handler the path is an ordinary unknown route.
 	e2 := newEnv(t)
 	assertEnvelope(t, e2.do(t, "GET", "/objects/x", "", ""), 404, 404, "")
+}
+
+// GET /api/v1/tasks reads created_after and created_before as dates too
+// (docs/api/tasks.md, ListTasks): the scheduler gets the times they mean,
+// created_before=D being the start of the next day (D included, as the
+// audit log's to=D); an RFC 3339 time goes on as itself, an empty value
+// is no bound, and anything else is 30005 naming the parameter before the
+// scheduler sees it.
+func TestRESTListTasksReadsDateBounds(t *testing.T) {
+	e := newEnv(t)
+	e.fake.Respond("ListTasks", &taskv1.ListTasksResponse{})
+	day := func(y int, m time.Month, d int) *timestamppb.Timestamp {
+		return timestamppb.New(time.Date(y, m, d, 0, 0, 0, 0, time.UTC))
+	}
+	for query, want := range map[string]*taskv1.ListTasksRequest{
+		"created_after=2024-01-01&created_before=2024-01-31": {CreatedAfter: day(2024, 1, 1), CreatedBefore: day(2024, 2, 1)},
+		"createdAfter=2024-02-29&createdBefore=2024-12-31":   {CreatedAfter: day(2024, 2, 29), CreatedBefore: day(2025, 1, 1)},
+		"created_before=2024-01-31T12%3A00%3A00%2B08%3A00":   {CreatedBefore: timestamppb.New(time.Date(2024, 1, 31, 4, 0, 0, 0, time.UTC))},
+		"created_after=2024-01-01T00:00:00.5Z&type=python":   {CreatedAfter: timestamppb.New(time.Date(2024, 1, 1, 0, 0, 0, 5e8, time.UTC)), Type: "python"},
+		"created_after=&created_before=&status=pending":      {Status: "pending"},
+	} {
+		e.fake.Reset()
+		e.fake.Respond("ListTasks", &taskv1.ListTasksResponse{})
+		r := e.do(t, "GET", "/api/v1/tasks?"+query, e.userSecret, "")
+		c, ok := e.fake.LastCall()
+		if r.status != 200 || !ok || !proto.Equal(c.Request, want) {
+			t.Errorf("?%s: %d %s, scheduler got %v, want %v", query, r.status, r.body, c.Request, want)
+		}
+	}
+	for query, param := range map[string]string{
+		"created_after=2024-13-01":                   "created_after",
+		"created_before=tomorrow":                    "created_before",
+		"created_after=2024-01-01&created_before=x":  "created_before",
+		"createdBefore=2024-01-31+10:00":             "createdBefore",
+		"created_after=2024-01-01&created_after=bad": "created_after",
+	} {
+		e.fake.Reset()
+		r := e.do(t, "GET", "/api/v1/tasks?"+query, e.userSecret, "")
+		body := r.json(t)
+		if r.status != 400 || body["code"] != float64(30005) || !strings.HasPrefix(fmt.Sprint(body["message"]), param+" ") {
+			t.Errorf("?%s: %d %s, want 400 30005 naming %s", query, r.status, r.body, param)
+		}
+		if _, called := e.fake.LastCall(); called {
+			t.Errorf("?%s reached the scheduler", query)
+		}
+	}
 }

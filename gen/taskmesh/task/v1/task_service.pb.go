@@ -134,18 +134,26 @@ func (x *CreateTaskResponse) GetTaskIds() []string {
 }
 
 type ListTasksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	MachineId     string                 `protobuf:"bytes,2,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
-	GroupId       string                 `protobuf:"bytes,3,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	Priority      *int32                 `protobuf:"varint,4,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
-	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Status    string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	MachineId string                 `protobuf:"bytes,2,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	GroupId   string                 `protobuf:"bytes,3,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Priority  *int32                 `protobuf:"varint,4,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
+	// Tasks created at or after this time. Over REST also a date,
+	// YYYY-MM-DD (UTC): from the start of that day.
+	CreatedAfter *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	// Tasks created before this time (exclusive). Over REST also a date,
+	// YYYY-MM-DD (UTC): up to the end of that day, the day included.
 	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
 	// At most 500; default 50.
 	PageSize  int32  `protobuf:"varint,7,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Another name for page_size (?limit=), for clients that page by limit.
-	Limit         int32 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,9,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The task type (shell, python, script, noop, video); empty lists every
+	// type. The scheduler refuses a type no task can have, listing the
+	// types there are.
+	Type          string `protobuf:"bytes,10,opt,name=type,proto3" json:"type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -241,6 +249,13 @@ func (x *ListTasksRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *ListTasksRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
 }
 
 type ListTasksResponse struct {
@@ -1143,7 +1158,7 @@ const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\"[\n" +
 	"\x12CreateTaskResponse\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.taskmesh.task.v1.TaskR\x04task\x12\x19\n" +
-	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"\xa7\x05\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"\xbb\x05\n" +
 	"\x10ListTasksRequest\x12o\n" +
 	"\x06status\x18\x01 \x01(\tBW\xbaHTrRR\x00R\apendingR\bassignedR\arunningR\tcompletedR\x06failedR\tcancelledR\tpreemptedR\tsuspendedR\x06status\x12'\n" +
 	"\n" +
@@ -1158,7 +1173,9 @@ const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\x12 \n" +
 	"\x05limit\x18\t \x01(\x05B\n" +
-	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\x05limit:\xa2\x01\xbaH\x9e\x01\x1a\x9b\x01\n" +
+	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\x05limit\x12\x12\n" +
+	"\x04type\x18\n" +
+	" \x01(\tR\x04type:\xa2\x01\xbaH\x9e\x01\x1a\x9b\x01\n" +
 	"\x18list_tasks_one_page_size\x127limit and page_size are the same setting and must agree\x1aFthis.limit == 0 || this.page_size == 0 || this.limit == this.page_sizeB\v\n" +
 	"\t_priority\"i\n" +
 	"\x11ListTasksResponse\x12,\n" +

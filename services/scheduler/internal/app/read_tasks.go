@@ -29,8 +29,15 @@ func (a *App) TasksByID(ctx context.Context, c Caller, ids []string) (map[string
 }
 
 // ListTasks lists the caller's tasks from TaskViews (eventually
-// consistent: it trails writes by the relay and projection lag).
+// consistent: it trails writes by the relay and projection lag). A type
+// filter no task can have is refused with the types there are, as a
+// spec's type is (docs/api/tasks.md, ListTasks).
 func (a *App) ListTasks(ctx context.Context, c Caller, f ListFilter) ([]domain.Task, string, error) {
+	if f.Type != "" {
+		if err := domain.CheckType(f.Type); err != nil {
+			return nil, "", err
+		}
+	}
 	f.Tenant = c.Tenant
 	return a.views.List(ctx, f)
 }

@@ -1,6 +1,8 @@
 package app_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +46,30 @@ func TestListTasksListsTheCallersTenant(t *testing.T) {
 	wantErr(t, "a forged page token", err, app.ErrBadPageToken)
 	if calls := h.store.CallsOf("List"); calls[0] != "t1" {
 		t.Errorf("List calls = %v", calls)
+	}
+}
+
+// A type filter no task can have is refused, naming type and the types
+// there are, before the read model is asked; a known type lists only the
+// caller's tasks of that type.
+func TestListTasksFiltersByType(t *testing.T) {
+	h := newHarness(t)
+	a := h.create(user("t1"), spec("a"))
+	h.create(user("t1"), domain.SpecInput{Name: "n", Type: domain.TypeNoop})
+	h.create(user("t2"), spec("c"))
+	got, _, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{Type: domain.TypeShell})
+	if err != nil || len(got) != 1 || got[0].ID != a.ID {
+		t.Errorf("shell tasks = %v, %v", taskIDs(got), err)
+	}
+	calls := len(h.store.CallsOf("List"))
+	_, _, err = h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{Type: "bash"})
+	wantErr(t, "an unknown type", err, domain.ErrInvalid)
+	var invalid *domain.InvalidError
+	if !errors.As(err, &invalid) || invalid.Field != "type" || !strings.Contains(invalid.Reason, "shell, python, script, noop, video") {
+		t.Errorf("unknown type: %v", err)
+	}
+	if len(h.store.CallsOf("List")) != calls {
+		t.Errorf("an unknown type was listed")
 	}
 }
 

@@ -122,6 +122,7 @@ type TaskViews interface {
 type ListFilter struct {
 	Tenant                      string // "*" = every tenant
 	Status, Machine, Group      string // Machine: the target or the assigned machine
+	Type                        string // one of domain.Types
 	Priority                    int
 	CreatedAfter, CreatedBefore time.Time // [after, before)
 	PageSize                    int       // default 50

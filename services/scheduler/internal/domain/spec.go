@@ -108,8 +108,8 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		return s, invalid("name", "is required")
 	case utf8.RuneCountInString(s.Name) > 255:
 		return s, invalid("name", "is longer than 255 characters")
-	case s.Type != TypeShell && s.Type != TypePython && s.Type != TypeScript && s.Type != TypeNoop && s.Type != TypeVideo:
-		return s, invalid("type", "must be shell, python, script, noop or video, not %q", s.Type)
+	case CheckType(s.Type) != nil:
+		return s, CheckType(s.Type)
 	case s.Command == "" && s.Type != TypeNoop && s.Type != TypeVideo:
 		return s, invalid("command", "is required")
 	case s.Type == TypeVideo && s.Video == nil:

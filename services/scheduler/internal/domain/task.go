@@ -2,6 +2,7 @@ package domain
 
 import (
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -47,6 +48,21 @@ const (
 	// TypeVideo runs the executor's video runner on Spec.Video.
 	TypeVideo = "video"
 )
+
+// Types lists every task type: the one set a spec's type (CreateTask,
+// UpdateTask) and the task list's type filter accept.
+func Types() []string {
+	return []string{TypeShell, TypePython, TypeScript, TypeNoop, TypeVideo}
+}
+
+// CheckType refuses a type that is not one of Types, naming field type
+// and the types there are.
+func CheckType(typ string) error {
+	if slices.Contains(Types(), typ) {
+		return nil
+	}
+	return invalid("type", "must be one of %s, not %q", strings.Join(Types(), ", "), typ)
+}
 
 // Distribution modes (docs/api/tasks.md#targeting).
 const (

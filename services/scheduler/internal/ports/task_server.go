@@ -58,7 +58,7 @@ func (s *TaskServer) ListTasks(ctx context.Context, r *taskv1.ListTasksRequest) 
 	if err != nil {
 		return nil, err
 	}
-	f := app.ListFilter{Status: r.GetStatus(), Machine: r.GetMachineId(), Group: r.GetGroupId(),
+	f := app.ListFilter{Status: r.GetStatus(), Machine: r.GetMachineId(), Group: r.GetGroupId(), Type: r.GetType(),
 		Priority: int(r.GetPriority()), PageSize: int(cmp.Or(r.GetPageSize(), r.GetLimit())), PageToken: r.GetPageToken()}
 	if r.CreatedAfter != nil {
 		f.CreatedAfter = r.GetCreatedAfter().AsTime()

@@ -359,6 +359,13 @@ func TestIntegrationExampleFilesAndManagement(t *testing.T) {
 	if got := s.listIDs(t, "--priority", "7"); !slices.Equal(got, fromStdin) {
 		t.Errorf("--priority 7: %q", got)
 	}
+	if got := s.listIDs(t, "--type", "noop"); !slices.Equal(got, fromStdin) {
+		t.Errorf("--type noop: %q", got)
+	}
+	if got := s.listIDs(t, "--type", "python"); !slices.Contains(got, single[0]) || slices.Contains(got, fromStdin[0]) {
+		t.Errorf("--type python: %q", got)
+	}
+	fails(t, s.ctl(t, "tasks", "list", "--type", "bash"), "shell, python, script, noop, video")
 	if got := s.listIDs(t, "--group", t1.GetGroupId()); !slices.Equal(got, sorted(targets)) {
 		t.Errorf("--group: %q", got)
 	}

@@ -30,7 +30,7 @@ var listStatuses = func() []string {
 }()
 
 func (a *app) listCommand() *cobra.Command {
-	var status, machine, group, since, until string
+	var status, typ, machine, group, since, until string
 	var priority, limit int
 	var all bool
 	cmd := &cobra.Command{
@@ -46,7 +46,7 @@ every acknowledged write.`,
 			if err != nil {
 				return err
 			}
-			req := &taskv1.ListTasksRequest{Status: status, MachineId: machine, GroupId: group, PageSize: int32(limit)}
+			req := &taskv1.ListTasksRequest{Status: status, Type: typ, MachineId: machine, GroupId: group, PageSize: int32(limit)}
 			if status != "" && !slices.Contains(listStatuses, status) {
 				return usageErrorf(cmd, "--status %s: want one of %s", status, strings.Join(listStatuses, ", "))
 			}
@@ -103,6 +103,7 @@ every acknowledged write.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&status, "status", "", "only tasks in this status ("+strings.Join(listStatuses, ", ")+")")
+	f.StringVar(&typ, "type", "", "only tasks of this type (shell, python, script, noop, video)")
 	f.StringVar(&machine, "machine", "", "only tasks for this machine id")
 	f.StringVar(&group, "group", "", "only tasks of this group id")
 	f.IntVar(&priority, "priority", 0, "only tasks of this priority (1-10)")

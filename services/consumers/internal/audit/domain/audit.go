@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/taskmesh/taskmesh/services/consumers/internal/domain/datebound"
+	"github.com/taskmesh/taskmesh/platform/domain/datebound"
 )
 
 // Entry is one audit log entry (the task API's AuditLog fields, plus the

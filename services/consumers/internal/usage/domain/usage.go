@@ -27,7 +27,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/taskmesh/taskmesh/services/consumers/internal/domain/datebound"
+	"github.com/taskmesh/taskmesh/platform/domain/datebound"
 )
 
 // Kinds of metered quantity.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/scheduler"
@@ -26,7 +27,8 @@ func TestListPlansUseTheTenantsIndexes(t *testing.T) {
 	// ones, a few running.
 	if _, err := pool.Exec(ctx, `INSERT INTO task_views (id, tenant_id, status, priority, type, name, created_at, updated_at, version, doc)
 		SELECT 'task-' || g, 'tenant-' || (g % 40), CASE WHEN g % 97 = 0 THEN 'running' WHEN g % 5 = 0 THEN 'pending' ELSE 'completed' END,
-		       1 + g % 10, 'shell', 'n', now() - g * interval '1 second', now(), 3, '{}'
+		       1 + g % 10, CASE WHEN g % 7 = 0 THEN 'python' WHEN g % 251 = 0 THEN 'video' ELSE 'shell' END, 'n',
+		       now() - g * interval '1 second', now(), 3, '{}'
 		FROM generate_series(1, 60000) g`); err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +51,13 @@ func TestListPlansUseTheTenantsIndexes(t *testing.T) {
 		{"status and priority", app.ListFilter{Tenant: "tenant-7", Status: "running", Priority: 5, PageSize: 50}},
 		{"pending", app.ListFilter{Tenant: "tenant-7", Status: "pending", PageSize: 50}},
 		{"completed", app.ListFilter{Tenant: "tenant-7", Status: "completed", PageSize: 50}},
+		// The type is a filter on the tenant's range of an index, as the
+		// group and the machine are: it needs no index of its own.
+		{"type", app.ListFilter{Tenant: "tenant-7", Type: "python", PageSize: 50}},
+		{"a rare type", app.ListFilter{Tenant: "tenant-7", Type: "video", PageSize: 50}},
+		{"type and pending", app.ListFilter{Tenant: "tenant-7", Status: "pending", Type: "shell", PageSize: 50}},
+		{"type and a day", app.ListFilter{Tenant: "tenant-7", Type: "shell", PageSize: 50,
+			CreatedAfter: time.Now().Add(-24 * time.Hour), CreatedBefore: time.Now()}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -88,6 +97,8 @@ func literals(t *testing.T, args []any) string {
 			out = append(out, "'"+strings.ReplaceAll(v, "'", "''")+"'")
 		case int, int32, int64:
 			out = append(out, fmt.Sprint(v))
+		case time.Time:
+			out = append(out, "'"+v.UTC().Format(time.RFC3339Nano)+"'")
 		default:
 			t.Fatalf("no literal for %T", a)
 		}

@@ -79,6 +79,9 @@ func listQuery(f app.ListFilter) (string, []any, error) {
 	if f.Priority != 0 {
 		add("priority = ?", f.Priority)
 	}
+	if f.Type != "" {
+		add("type = ?", f.Type)
+	}
 	if !f.CreatedAfter.IsZero() {
 		add("created_at >= ?", f.CreatedAfter)
 	}

@@ -558,11 +558,11 @@ func (c *contract) listTasks(t *testing.T) {
 	c.create("t1",
 		c.newTask("t1", "a", at(1), prio(1), func(in *domain.SpecInput) { in.GroupID = "g1" }),
 		c.newTask("t1", "b", at(2), func(in *domain.SpecInput) { in.MachineID = "m1" }),
-		c.newTask("t1", "c", at(3), func(in *domain.SpecInput) { in.GroupID = "g1" }),
+		c.newTask("t1", "c", at(3), func(in *domain.SpecInput) { in.GroupID = "g1"; in.Type = domain.TypePython }),
 		c.newTask("t1", "d", at(4)),
 		c.newTask("t1", "e", at(5)),
 	)
-	c.create("t2", c.newTask("t2", "z", at(6)))
+	c.create("t2", c.newTask("t2", "z", at(6), func(in *domain.SpecInput) { in.Type = domain.TypePython }))
 	c.lease("d", "ag", "m1", at(10))
 	c.mutate("e", func(t domain.Task) ([]domain.Record, error) { return t.Delete(at(10), "user") })
 	if c.s.SyncViews != nil {
@@ -588,6 +588,11 @@ func (c *contract) listTasks(t *testing.T) {
 		{"group", app.ListFilter{Tenant: "t1", Group: "g1"}, []string{"c", "a"}},
 		{"priority", app.ListFilter{Tenant: "t1", Priority: 1}, []string{"a"}},
 		{"created in [2s, 4s)", app.ListFilter{Tenant: "t1", CreatedAfter: at(2), CreatedBefore: at(4)}, []string{"c", "b"}},
+		{"type", app.ListFilter{Tenant: "t1", Type: "python"}, []string{"c"}},
+		{"type and group", app.ListFilter{Tenant: "t1", Type: "shell", Group: "g1"}, []string{"a"}},
+		{"type and status", app.ListFilter{Tenant: "t1", Type: "shell", Status: "pending"}, []string{"b", "a"}},
+		{"type of every tenant", app.ListFilter{Tenant: "*", Type: "python"}, []string{"z", "c"}},
+		{"a type no task has", app.ListFilter{Tenant: "t1", Type: "video"}, nil},
 	} {
 		got, next := list(tc.f)
 		c.wantIDs(tc.name, got, tc.want)
@@ -607,6 +612,21 @@ func (c *contract) listTasks(t *testing.T) {
 	}
 	if fmt.Sprint(pages) != "[[d c b] [a]]" {
 		t.Errorf("pages = %v", pages)
+	}
+	// A filter keeps its pages: the token goes on from the last task of
+	// the filtered page.
+	pages = nil
+	f = app.ListFilter{Tenant: "t1", Type: "shell", PageSize: 2}
+	for {
+		got, next := list(f)
+		pages = append(pages, got)
+		if next == "" || len(pages) > 3 {
+			break
+		}
+		f.PageToken = next
+	}
+	if fmt.Sprint(pages) != "[[d b] [a]]" {
+		t.Errorf("pages of type shell = %v", pages)
 	}
 	_, _, err := c.s.Views.List(c.ctx, app.ListFilter{Tenant: "t1", PageToken: "not a token"})
 	c.wantErr("a page token List did not make", err, app.ErrBadPageToken)

@@ -447,6 +447,7 @@ func (s *Store) List(_ context.Context, f app.ListFilter) ([]domain.Task, string
 		if t.Deleted || (f.Tenant != "*" && t.TenantID != f.Tenant) || (f.Status != "" && string(t.Status) != f.Status) ||
 			(f.Machine != "" && t.Spec.MachineID != f.Machine && t.AssignedMachine != f.Machine) ||
 			(f.Group != "" && t.Spec.GroupID != f.Group) || (f.Priority != 0 && t.Spec.Priority != f.Priority) ||
+			(f.Type != "" && t.Spec.Type != f.Type) ||
 			(!f.CreatedAfter.IsZero() && t.CreatedAt.Before(f.CreatedAfter)) ||
 			(!f.CreatedBefore.IsZero() && !t.CreatedAt.Before(f.CreatedBefore)) ||
 			(after != nil && newestFirst(t, *after) <= 0) {

@@ -37,3 +37,29 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// ParseBefore is the exclusive upper bound: a time excludes itself, a date
+// still includes its whole day.
+func TestParseBefore(t *testing.T) {
+	cases := []struct {
+		in   string
+		want time.Time
+	}{
+		{"", time.Time{}},
+		{"2024-01-31", time.Date(2024, 2, 1, 0, 0, 0, 0, time.UTC)},
+		{"2024-12-31", time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{"2024-01-31T12:00:00.0000005Z", time.Date(2024, 1, 31, 12, 0, 0, 500, time.UTC)},
+		{"2024-01-31T12:00:00+08:00", time.Date(2024, 1, 31, 4, 0, 0, 0, time.UTC)},
+	}
+	for _, c := range cases {
+		got, err := ParseBefore(c.in)
+		if err != nil || !got.Equal(c.want) {
+			t.Errorf("ParseBefore(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"2024-02-30", "31/01/2024", "2024-01-31T25:00:00Z"} {
+		if _, err := ParseBefore(bad); err == nil || !strings.Contains(err.Error(), "neither YYYY-MM-DD nor an RFC 3339 time") {
+			t.Errorf("ParseBefore(%q): %v, want the format refused", bad, err)
+		}
+	}
+}
