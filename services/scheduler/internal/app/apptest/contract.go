@@ -600,32 +600,23 @@ func (c *contract) listTasks(t *testing.T) {
 			t.Errorf("%s: next page token %q on the last page", tc.name, next)
 		}
 	}
-	var pages [][]string
-	f := app.ListFilter{Tenant: "t1", PageSize: 3}
-	for {
-		got, next := list(f)
-		pages = append(pages, got)
-		if next == "" || len(pages) > 3 {
-			break
+	// pagesOf follows f's page tokens (at most four pages).
+	pagesOf := func(f app.ListFilter) (pages [][]string) {
+		for {
+			got, next := list(f)
+			pages = append(pages, got)
+			if next == "" || len(pages) > 3 {
+				return pages
+			}
+			f.PageToken = next
 		}
-		f.PageToken = next
 	}
-	if fmt.Sprint(pages) != "[[d c b] [a]]" {
+	if pages := pagesOf(app.ListFilter{Tenant: "t1", PageSize: 3}); fmt.Sprint(pages) != "[[d c b] [a]]" {
 		t.Errorf("pages = %v", pages)
 	}
 	// A filter keeps its pages: the token goes on from the last task of
 	// the filtered page.
-	pages = nil
-	f = app.ListFilter{Tenant: "t1", Type: "shell", PageSize: 2}
-	for {
-		got, next := list(f)
-		pages = append(pages, got)
-		if next == "" || len(pages) > 3 {
-			break
-		}
-		f.PageToken = next
-	}
-	if fmt.Sprint(pages) != "[[d b] [a]]" {
+	if pages := pagesOf(app.ListFilter{Tenant: "t1", Type: "shell", PageSize: 2}); fmt.Sprint(pages) != "[[d b] [a]]" {
 		t.Errorf("pages of type shell = %v", pages)
 	}
 	_, _, err := c.s.Views.List(c.ctx, app.ListFilter{Tenant: "t1", PageToken: "not a token"})
