@@ -524,7 +524,9 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 			return false, nil
 		}
 	}
-	err = pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	// Two round trips: BEGIN goes out with StartCycle's reads and COMMIT
+	// with SaveCycle's writes (pg.PipelinedTx).
+	err = pg.InPipelinedTx(ctx, conn.Conn(), func(tx *pg.PipelinedTx) error {
 		start, err := l.store.StartCycle(ctx, tx, l.cfg.MaxFacts, offerFacts(offers))
 		if err != nil {
 			return err
@@ -572,6 +574,7 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 			}
 		}
 		recorded = len(out.events) > 0
+		tx.CommitWithNextBatch()
 		return l.store.SaveCycle(ctx, tx, out.events, changed, out.removed, last)
 	})
 	if err != nil {
