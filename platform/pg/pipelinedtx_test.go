@@ -29,7 +29,9 @@ func TestPipelinedTx(t *testing.T) {
 		t.Helper()
 		return conn.Conn().PgConn().TxStatus() != 'I'
 	}
-	count := func(t *testing.T, where string) int { return queryInt(t, pool, `SELECT count(*) FROM pipelined WHERE `+where) }
+	count := func(t *testing.T, where string) int {
+		return queryInt(t, pool, `SELECT count(*) FROM pipelined WHERE `+where)
+	}
 
 	t.Run("reads and writes in two batches", func(t *testing.T) {
 		var v string
