@@ -38,8 +38,8 @@ func collectOutput(runDir string, st shim.Status) output {
 		}
 	}
 	return output{
-		stdout: tailUTF8(readFile(filepath.Join(runDir, shim.StdoutTail)), tailBytes),
-		stderr: tailUTF8(readFile(filepath.Join(runDir, shim.StderrTail)), tailBytes),
+		stdout: tailUTF8(streamTail(runDir, shim.StdoutFile, shim.StdoutTail), tailBytes),
+		stderr: tailUTF8(streamTail(runDir, shim.StderrFile, shim.StderrTail), tailBytes),
 		large:  true,
 	}
 }
@@ -47,6 +47,34 @@ func collectOutput(runDir string, st shim.Status) output {
 func readFile(p string) []byte {
 	b, _ := os.ReadFile(p)
 	return b
+}
+
+// streamTail is a stream's last bytes: its tail file when the shim wrote
+// one (the output limit cut the stream), else the end of the stream's own
+// file, which then holds all of it.
+func streamTail(runDir, file, tail string) []byte {
+	if b, err := os.ReadFile(filepath.Join(runDir, tail)); err == nil {
+		return b
+	}
+	return readLast(filepath.Join(runDir, file), tailBytes+utf8.UTFMax)
+}
+
+// readLast reads at most the last n bytes of the file at p (nothing when
+// it cannot be read).
+func readLast(p string, n int64) []byte {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	off := max(0, info.Size()-n)
+	b := make([]byte, info.Size()-off)
+	k, _ := f.ReadAt(b, off)
+	return b[:k]
 }
 
 // sanitize makes b a string the API accepts: valid UTF-8 (protobuf

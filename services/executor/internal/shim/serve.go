@@ -184,8 +184,17 @@ func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
 	var outTail, errTail []byte
 	st.StdoutBytes, st.StdoutDropped, outTail = s.stdout.result()
 	st.StderrBytes, st.StderrDropped, errTail = s.stderr.result()
-	_ = os.WriteFile(filepath.Join(s.runDir, StdoutTail), outTail, 0o600)
-	_ = os.WriteFile(filepath.Join(s.runDir, StderrTail), errTail, 0o600)
+	// A stream's tail file only when the output limit cut the stream: its
+	// own file then lacks the end. Otherwise the file holds all of it and
+	// its end is the tail, and two files fewer per task spare the disk's
+	// inode allocation, which a short task pays for every file it makes
+	// (docs/executor.md, "The spawn path").
+	if st.StdoutDropped > 0 {
+		_ = os.WriteFile(filepath.Join(s.runDir, StdoutTail), outTail, 0o600)
+	}
+	if st.StderrDropped > 0 {
+		_ = os.WriteFile(filepath.Join(s.runDir, StderrTail), errTail, 0o600)
+	}
 	s.pollProgressFile()
 
 	s.mu.Lock()

@@ -120,7 +120,8 @@ func TestShimExitAndOutput(t *testing.T) {
 		wantDropped int64
 		wantTail    string
 	}{
-		{name: "ok", argv: []string{"sh", "-c", "echo hello; echo err >&2"}, limit: 1 << 20, wantStdout: "hello\n", wantTail: "hello\n"},
+		// A tail file only when the limit cut the stream.
+		{name: "ok", argv: []string{"sh", "-c", "echo hello; echo err >&2"}, limit: 1 << 20, wantStdout: "hello\n"},
 		{name: "exit code", argv: []string{"sh", "-c", "exit 7"}, limit: 1 << 20, wantCode: 7},
 		{name: "signal", argv: []string{"sh", "-c", "kill -KILL $$"}, limit: 1 << 20, wantCode: 137, wantSignal: "SIGKILL"},
 		{name: "cap", argv: []string{"sh", "-c", "printf 0123456789abcdef"}, limit: 10, wantStdout: "0123456789", wantDropped: 6, wantTail: "0123456789abcdef"},
@@ -142,9 +143,12 @@ func TestShimExitAndOutput(t *testing.T) {
 			if st.StdoutDropped != tc.wantDropped {
 				t.Errorf("dropped = %d, want %d", st.StdoutDropped, tc.wantDropped)
 			}
-			tail, _ := os.ReadFile(filepath.Join(r.dir, StdoutTail))
-			if string(tail) != tc.wantTail {
-				t.Errorf("tail = %q, want %q", tail, tc.wantTail)
+			tail, err := os.ReadFile(filepath.Join(r.dir, StdoutTail))
+			if string(tail) != tc.wantTail || (tc.wantTail == "") != errors.Is(err, os.ErrNotExist) {
+				t.Errorf("tail = %q (%v), want %q", tail, err, tc.wantTail)
+			}
+			if _, err := os.Stat(filepath.Join(r.dir, StderrTail)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a stderr tail of an uncut stream: %v", err)
 			}
 			disk, ok, err := ReadStatus(r.dir)
 			if err != nil || !ok || disk.ExitCode != st.ExitCode || disk.PID != r.started.PID {

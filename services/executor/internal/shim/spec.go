@@ -19,6 +19,8 @@ const (
 	StatusFile = "status.json"
 	StdoutFile = "stdout.log"
 	StderrFile = "stderr.log"
+	// The tails: a stream's last bytes, written only when the output
+	// limit cut the stream (its file then lacks its end).
 	StdoutTail = "stdout.tail"
 	StderrTail = "stderr.tail"
 	LogFile    = "shim.log"
