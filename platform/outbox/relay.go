@@ -262,18 +262,37 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		lastSaved time.Time
 		saved     = cursor
 	)
+	// Statements on the lock's connection are not cut short by a stop:
+	// pgx closes a connection whose query is cancelled, which would throw
+	// away the session's prepared plans and end the lock's session instead
+	// of unlocking it. A stop waits for the statement under way, bounded
+	// like a produce.
+	onLock := func(f func(context.Context) error) error {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ProduceTimeout)
+		defer cancel()
+		return f(sctx)
+	}
+	save := func(cp checkpoint) error {
+		return onLock(func(sctx context.Context) error { return saveCheckpoint(sctx, conn, r.cfg.Name, r.cfg.Topic, cp) })
+	}
 	for {
+		if ctx.Err() != nil {
+			return nil
+		}
 		// Each read runs in its own snapshot, so the xmin bound moves up as
 		// the transactions that held it back finish.
-		batch, err := readBatch(ctx, conn, cursor, r.cfg.BatchSize)
-		if err != nil {
+		var batch []row
+		if err := onLock(func(sctx context.Context) (err error) {
+			batch, err = readBatch(sctx, conn, cursor, r.cfg.BatchSize)
+			return err
+		}); err != nil {
 			return err
 		}
 		r.noteBacklog(batch)
 		if len(batch) == 0 {
 			if saved != cursor {
 				// Idle: record how far the relay got.
-				if err := saveCheckpoint(ctx, conn, r.cfg.Name, r.cfg.Topic, inKafka.checkpoint(cursor)); err != nil {
+				if err := save(inKafka.checkpoint(cursor)); err != nil {
 					return err
 				}
 				saved, lastSaved = cursor, time.Now()
@@ -304,7 +323,7 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		// relay writes it at most every checkpointEvery instead of
 		// committing per batch; an idle one writes it at once (above).
 		if time.Since(lastSaved) >= checkpointEvery {
-			if err := saveCheckpoint(ctx, conn, r.cfg.Name, r.cfg.Topic, inKafka.checkpoint(cursor)); err != nil {
+			if err := save(inKafka.checkpoint(cursor)); err != nil {
 				return err
 			}
 			saved, lastSaved = cursor, time.Now()
