@@ -356,6 +356,7 @@ func TestRESTListTasksReadsDateBounds(t *testing.T) {
 		"created_after=2024-01-01&created_before=2024-01-31": {CreatedAfter: day(2024, 1, 1), CreatedBefore: day(2024, 2, 1)},
 		"createdAfter=2024-02-29&createdBefore=2024-12-31":   {CreatedAfter: day(2024, 2, 29), CreatedBefore: day(2025, 1, 1)},
 		"created_before=2024-01-31T12%3A00%3A00%2B08%3A00":   {CreatedBefore: timestamppb.New(time.Date(2024, 1, 31, 4, 0, 0, 0, time.UTC))},
+		"created_before=2024-01-31T12:00:00+08:00":           {CreatedBefore: timestamppb.New(time.Date(2024, 1, 31, 4, 0, 0, 0, time.UTC))},
 		"created_after=2024-01-01T00:00:00.5Z&type=python":   {CreatedAfter: timestamppb.New(time.Date(2024, 1, 1, 0, 0, 0, 5e8, time.UTC)), Type: "python"},
 		"created_after=&created_before=&status=pending":      {Status: "pending"},
 	} {

@@ -54,7 +54,30 @@ func read(s string) (t time.Time, day bool, err error) {
 	}
 	t, err = time.Parse(time.RFC3339Nano, s)
 	if err != nil {
+		// A query string decodes a bare "+" as a space, so
+		// created_after=2026-11-22T10:00:00+08:00 sent unescaped arrives
+		// as "…T10:00:00 08:00". A space can stand nowhere else in an
+		// RFC 3339 time, so it is read back as the offset's sign.
+		if i := strings.LastIndexByte(s, ' '); i > 0 && offsetDigits(s[i+1:]) {
+			t, err = time.Parse(time.RFC3339Nano, s[:i]+"+"+s[i+1:])
+		}
+	}
+	if err != nil {
 		return time.Time{}, false, fmt.Errorf("%q is neither YYYY-MM-DD nor an RFC 3339 time", s)
 	}
 	return t.UTC(), false, nil
+}
+
+// offsetDigits reports whether s is an offset's digits without its sign:
+// HH:MM.
+func offsetDigits(s string) bool {
+	if len(s) != 5 || s[2] != ':' {
+		return false
+	}
+	for i, c := range []byte(s) {
+		if i != 2 && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
 }

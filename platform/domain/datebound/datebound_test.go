@@ -21,6 +21,9 @@ func TestParse(t *testing.T) {
 		{"2026-11-22T10:00:00+01:00", false, time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)},
 		{"2026-11-22T12:00:00.0000005Z", true, time.Date(2026, 11, 22, 12, 0, 0, 1000, time.UTC)},
 		{" 2026-11-20 ", false, day(2026, 11, 20)},
+		// A "+" sent unescaped in a query string arrives as a space.
+		{"2026-11-22T10:00:00 01:00", false, time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)},
+		{"2026-11-22T10:00:00.5 08:00", false, time.Date(2026, 11, 22, 2, 0, 0, 5e8, time.UTC)},
 	}
 	for _, c := range cases {
 		got, err := Parse(c.in, c.upper)
@@ -31,7 +34,8 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q) in %v, want UTC", c.in, got.Location())
 		}
 	}
-	for _, bad := range []string{"2026-13-01", "yesterday", "2026-11-20 10:00", "1732000000"} {
+	for _, bad := range []string{"2026-13-01", "yesterday", "2026-11-20 10:00", "1732000000",
+		"2026-11-22T10:00:00 1:00", "2026-11-22T10:00:00 08:0a", "2026-11-22 10:00:00 08:00"} {
 		if _, err := Parse(bad, false); err == nil || !strings.Contains(err.Error(), "neither YYYY-MM-DD nor an RFC 3339 time") {
 			t.Errorf("Parse(%q): %v, want the format refused", bad, err)
 		}

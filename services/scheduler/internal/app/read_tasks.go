@@ -38,6 +38,11 @@ func (a *App) ListTasks(ctx context.Context, c Caller, f ListFilter) ([]domain.T
 			return nil, "", err
 		}
 	}
+	// A window that ends before it starts is a mistake in the request, not
+	// an empty answer: refused as the audit log refuses from after to.
+	if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && f.CreatedAfter.After(f.CreatedBefore) {
+		return nil, "", &domain.InvalidError{Field: "created_after", Reason: "is after created_before"}
+	}
 	f.Tenant = c.Tenant
 	return a.views.List(ctx, f)
 }

@@ -73,6 +73,28 @@ func TestListTasksFiltersByType(t *testing.T) {
 	}
 }
 
+// A creation window that ends before it starts is refused, naming
+// created_after, before the read model is asked; an empty window (the two
+// equal) is a valid question with no answer.
+func TestListTasksRefusesAWindowEndingBeforeItStarts(t *testing.T) {
+	h := newHarness(t)
+	h.create(user("t1"), spec("a"))
+	at := h.clock.Now()
+	calls := len(h.store.CallsOf("List"))
+	_, _, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{CreatedAfter: at.Add(time.Hour), CreatedBefore: at})
+	wantErr(t, "created_after after created_before", err, domain.ErrInvalid)
+	var invalid *domain.InvalidError
+	if !errors.As(err, &invalid) || invalid.Field != "created_after" || !strings.Contains(invalid.Reason, "created_before") {
+		t.Errorf("reversed window: %v", err)
+	}
+	if len(h.store.CallsOf("List")) != calls {
+		t.Errorf("a reversed window was listed")
+	}
+	if got, _, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{CreatedAfter: at, CreatedBefore: at}); err != nil || len(got) != 0 {
+		t.Errorf("an empty window = %v, %v", taskIDs(got), err)
+	}
+}
+
 func TestWatchSignalsChangesOfOneTask(t *testing.T) {
 	h := newHarness(t)
 	x := h.create(user("t1"), spec("a"))

@@ -124,6 +124,8 @@ func TestListTasksTakesDates(t *testing.T) {
 		"created_after=" + day(0) + "&created_before=" + at(0):            false,
 		"created_after=&created_before=":                                  true,
 		"created_after=" + day(0) + "&type=shell&status=pending&limit=10": true,
+		// The offset's "+" sent unescaped, as a browser's address bar does.
+		"created_after=" + created.In(time.FixedZone("", 8*3600)).Format(time.RFC3339Nano): true,
 	} {
 		code, ids, _, body := w.listIDs(key, query)
 		if code != 200 || slices.Contains(ids, id) != listed {
@@ -142,4 +144,6 @@ func TestListTasksTakesDates(t *testing.T) {
 		code, _, _, body := w.listIDs(key, query)
 		wantRefused(t, query, code, body, param, "neither YYYY-MM-DD nor an RFC 3339 time")
 	}
+	code, _, _, body := w.listIDs(key, "created_after="+day(1)+"&created_before="+day(-1))
+	wantRefused(t, "a window ending before it starts", code, body, "created_after", "is after created_before")
 }
