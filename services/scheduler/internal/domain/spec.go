@@ -416,7 +416,8 @@ func (in *SpecInput) Clear(paths []string) error {
 // repeat_count, a broadcast or a scatter) made it one of several tasks and
 // gave it its machine or target address. An update changes one task, so it
 // cannot fan out or change that mode, and what the fan-out gave the task
-// stays.
+// stays. So does a group_id once set: a group's member or a fan-out's task
+// stays in its group (a task without one may be given one).
 func UpdatedSpec(cur Spec, in SpecInput) (Spec, error) {
 	switch {
 	case len(in.TargetMachines) > 0 || len(in.TargetIPs) > 0:
@@ -429,6 +430,11 @@ func UpdatedSpec(cur Spec, in SpecInput) (Spec, error) {
 		return cur, invalid("distribution.count", "is %d: a scatter's count is fixed when its tasks are created", cur.ScatterCount)
 	case cur.Mode == ModeBroadcast && in.MachineID != "" && in.MachineID != cur.MachineID:
 		return cur, invalid("machine_id", "a broadcast's task runs on the machine it was made for (%s)", cur.MachineID)
+	case cur.GroupID != "" && in.GroupID != "" && in.GroupID != cur.GroupID:
+		// A group's member or a fan-out's task: the group goes on running
+		// it whatever the task says, so moving it would only hide it from
+		// the group's list.
+		return cur, invalid("group_id", "is %s: a task stays in the group it was created in", cur.GroupID)
 	}
 	merged := mergeSpec(cur, in)
 	// A broadcast's task carries both the mode and the machine it was made

@@ -54,6 +54,7 @@ func TestUpdatedSpecOfABroadcastTask(t *testing.T) {
 func TestUpdatedSpecRefusesAFanOut(t *testing.T) {
 	single := spec(t, nil)
 	scatter := spec(t, func(in *SpecInput) { in.Mode, in.ScatterCount = ModeScatter, 3 })
+	grouped := spec(t, func(in *SpecInput) { in.GroupID = "g-1" })
 	for name, tt := range map[string]struct {
 		cur   Spec
 		in    SpecInput
@@ -66,6 +67,7 @@ func TestUpdatedSpecRefusesAFanOut(t *testing.T) {
 		"to scatter":        {single, SpecInput{Mode: ModeScatter, ScatterCount: 2}, "distribution.mode"},
 		"scatter to single": {scatter, SpecInput{Mode: ModeSingle}, "distribution.mode"},
 		"scatter count":     {scatter, SpecInput{ScatterCount: 5}, "distribution.count"},
+		"out of its group":  {grouped, SpecInput{GroupID: "g-2"}, "group_id"},
 	} {
 		_, err := UpdatedSpec(tt.cur, tt.in)
 		wantInvalidField(t, name, err, tt.field)
@@ -75,6 +77,12 @@ func TestUpdatedSpecRefusesAFanOut(t *testing.T) {
 	}
 	if got, err := UpdatedSpec(single, SpecInput{Repeat: 1, MachineID: "m-7"}); err != nil || got.MachineID != "m-7" {
 		t.Errorf("repeat_count 1 and a new machine: %+v, %v", got, err)
+	}
+	if got, err := UpdatedSpec(grouped, SpecInput{GroupID: "g-1", Priority: ptr(9)}); err != nil || got.GroupID != "g-1" || got.Priority != 9 {
+		t.Errorf("a member sent back with its own group: %+v, %v", got, err)
+	}
+	if got, err := UpdatedSpec(single, SpecInput{GroupID: "g-3"}); err != nil || got.GroupID != "g-3" {
+		t.Errorf("a task given a group: %+v, %v", got, err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,37 @@ func TestGroupMemberWrittenAsAWholeTask(t *testing.T) {
 	code, list, _ := w.call("GET", "/api/v1/task-groups", key, nil)
 	if groups, _ := list["groups"].([]any); code != 200 || len(groups) != 1 {
 		t.Fatalf("groups after the refused creates = %d %v, want the first only", code, list)
+	}
+}
+
+// A member's task stays in its group (docs/api/tasks.md, UpdateTask): a
+// PUT naming another group_id is 30005 naming group_id and changes
+// nothing, while the task sent back with its own group_id is an update
+// like any other.
+func TestGroupMemberTaskStaysInItsGroup(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	id := w.createGroup(key, map[string]any{"mode": "serial", "tasks": []map[string]any{
+		{"id": "first", "name": "first", "command": "true"},
+		{"id": "second", "name": "second", "command": "true"},
+	}})
+	g := w.waitGroup(key, id, 30*time.Second, "the first member released", func(g map[string]any) bool {
+		taskID, _ := members(g)["first"]["task_id"].(string)
+		return taskID != ""
+	})
+	taskID := members(g)["first"]["task_id"].(string)
+	code, resp, _ := w.call("PUT", "/api/v1/tasks/"+taskID, key, map[string]any{"group_id": "elsewhere", "priority": 9})
+	if code != 400 || resp["code"] != float64(30005) || !strings.Contains(fmt.Sprint(resp["message"]), "group_id") {
+		t.Fatalf("moving a member out of its group: %d %v", code, resp)
+	}
+	if task := w.task(key, taskID); task["group_id"] != id || task["priority"] != float64(5) {
+		t.Fatalf("after the refused move: group_id %v, priority %v", task["group_id"], task["priority"])
+	}
+	code, resp, _ = w.call("PUT", "/api/v1/tasks/"+taskID, key, map[string]any{"group_id": id, "priority": 9})
+	if code != 200 {
+		t.Fatalf("the member sent back with its own group: %d %v", code, resp)
+	}
+	if task := w.task(key, taskID); task["group_id"] != id || task["priority"] != float64(9) {
+		t.Errorf("after the update: group_id %v, priority %v", task["group_id"], task["priority"])
 	}
 }
