@@ -375,6 +375,15 @@ func TestIntegrationExampleFilesAndManagement(t *testing.T) {
 	if got := s.listIDs(t, "--until", "2000-01-01T00:00:00Z"); len(got) != 0 {
 		t.Errorf("--until 2000: %q", got)
 	}
+	// A date is a whole day (UTC), as on the API: --until today includes
+	// today's tasks.
+	today := time.Now().UTC()
+	if got := s.listIDs(t, "--until", today.Format(time.DateOnly)); !slices.Equal(got, all) {
+		t.Errorf("--until today: %q", got)
+	}
+	if got := s.listIDs(t, "--since", today.AddDate(0, 0, 1).Format(time.DateOnly)); len(got) != 0 {
+		t.Errorf("--since tomorrow: %q", got)
+	}
 	page := s.ctl(t, "tasks", "list", "--limit", "2")
 	if rows := lines(ok(t, page).stdout); len(rows) != 3 || !strings.Contains(page.stderr, "use --all") {
 		t.Errorf("--limit 2: %d rows, stderr %q", len(rows)-1, page.stderr)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/domain/datebound"
 	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
 )
 
@@ -61,10 +62,10 @@ every acknowledged write.`,
 				req.Priority = &p
 			}
 			now := a.now()
-			if req.CreatedAfter, err = parseWhen(since, now); err != nil {
+			if req.CreatedAfter, err = parseWhen(since, now, sinceBound); err != nil {
 				return usageErrorf(cmd, "--since: %v", err)
 			}
-			if req.CreatedBefore, err = parseWhen(until, now); err != nil {
+			if req.CreatedBefore, err = parseWhen(until, now, datebound.ParseBefore); err != nil {
 				return usageErrorf(cmd, "--until: %v", err)
 			}
 
@@ -107,8 +108,8 @@ every acknowledged write.`,
 	f.StringVar(&machine, "machine", "", "only tasks for this machine id")
 	f.StringVar(&group, "group", "", "only tasks of this group id")
 	f.IntVar(&priority, "priority", 0, "only tasks of this priority (1-10)")
-	f.StringVar(&since, "since", "", "only tasks created at or after this time: RFC 3339, or a duration ago (90m, 24h, 7d)")
-	f.StringVar(&until, "until", "", "only tasks created before this time: RFC 3339, or a duration ago")
+	f.StringVar(&since, "since", "", "only tasks created at or after this time: a date (YYYY-MM-DD, UTC), RFC 3339, or a duration ago (90m, 24h, 7d)")
+	f.StringVar(&until, "until", "", "only tasks created before this time: a date (YYYY-MM-DD, UTC, the day included), RFC 3339, or a duration ago")
 	f.IntVar(&limit, "limit", 50, "tasks per page (1-500)")
 	f.BoolVar(&all, "all", false, "follow every page")
 	return cmd
@@ -124,27 +125,32 @@ func writeTaskTable(out io.Writer, tasks []*taskv1.Task) error {
 	return tw.Flush()
 }
 
-// parseWhen reads --since/--until: an RFC 3339 time, or a duration before
-// now (Go syntax, plus whole days such as 7d).
-func parseWhen(s string, now time.Time) (*timestamppb.Timestamp, error) {
+// parseWhen reads --since/--until: a date or an RFC 3339 time, read by
+// bound as the API reads created_after and created_before (a date in
+// --until includes its whole day), or a duration before now (Go syntax,
+// plus whole days such as 7d).
+func parseWhen(s string, now time.Time, bound func(string) (time.Time, error)) (*timestamppb.Timestamp, error) {
 	if s == "" {
 		return nil, nil
 	}
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
+	if t, err := bound(s); err == nil {
 		return timestamppb.New(t), nil
 	}
+	const want = "is neither a date (2026-02-05), an RFC 3339 time (2026-02-05T12:00:00Z) nor a duration (24h, 7d)"
 	var d time.Duration
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.Atoi(days)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%q is neither an RFC 3339 time nor a duration", s)
+			return nil, fmt.Errorf("%q %s", s, want)
 		}
 		d = time.Duration(n) * 24 * time.Hour
 	} else {
 		var err error
 		if d, err = time.ParseDuration(s); err != nil || d < 0 {
-			return nil, fmt.Errorf("%q is neither an RFC 3339 time (2026-02-05T12:00:00Z) nor a duration (24h, 7d)", s)
+			return nil, fmt.Errorf("%q %s", s, want)
 		}
 	}
 	return timestamppb.New(now.Add(-d)), nil
 }
+
+func sinceBound(s string) (time.Time, error) { return datebound.Parse(s, false) }
