@@ -2,10 +2,12 @@ package metrics_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -14,10 +16,15 @@ import (
 	"github.com/taskmesh/taskmesh/platform/metrics"
 )
 
+var runs atomic.Int64
+
 // Instruments of the global provider come out under Prometheus names: the
 // unit appended, counters with _total, histograms in seconds with the
 // shared buckets, no scope labels; Serve answers /metrics only.
 func TestSetupExportsInstrumentsUnderPrometheusNames(t *testing.T) {
+	// The provider is the process's: each run of the test (-count) writes
+	// series of its own.
+	kind := fmt.Sprintf("run%d", runs.Add(1))
 	exp, err := metrics.Setup("test")
 	if err != nil {
 		t.Fatal(err)
@@ -27,9 +34,9 @@ func TestSetupExportsInstrumentsUnderPrometheusNames(t *testing.T) {
 	}
 	m := metrics.Meter("github.com/taskmesh/taskmesh/platform/metrics_test")
 	c, _ := m.Int64Counter("taskmesh.test.things", metric.WithUnit("{thing}"))
-	c.Add(context.Background(), 3, metric.WithAttributes(attribute.String("kind", "a")))
+	c.Add(context.Background(), 3, metric.WithAttributes(attribute.String("kind", kind)))
 	h, _ := m.Float64Histogram("taskmesh.test.wait", metric.WithUnit("s"))
-	h.Record(context.Background(), 0.2)
+	h.Record(context.Background(), 0.2, metric.WithAttributes(attribute.String("kind", kind)))
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -41,10 +48,10 @@ func TestSetupExportsInstrumentsUnderPrometheusNames(t *testing.T) {
 	base := "http://" + lis.Addr().String()
 	body := get(t, base+metrics.Path, http.StatusOK)
 	for _, want := range []string{
-		`taskmesh_test_things_total{kind="a"} 3`,
-		`taskmesh_test_wait_seconds_bucket{le="0.25"} 1`,
-		`taskmesh_test_wait_seconds_bucket{le="0.1"} 0`,
-		`taskmesh_test_wait_seconds_count 1`,
+		`taskmesh_test_things_total{kind="` + kind + `"} 3`,
+		`taskmesh_test_wait_seconds_bucket{kind="` + kind + `",le="0.25"} 1`,
+		`taskmesh_test_wait_seconds_bucket{kind="` + kind + `",le="0.1"} 0`,
+		`taskmesh_test_wait_seconds_count{kind="` + kind + `"} 1`,
 		"go_goroutines",
 		"process_resident_memory_bytes",
 	} {
