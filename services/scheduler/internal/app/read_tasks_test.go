@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -61,15 +60,22 @@ func TestListTasksFiltersByType(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].ID != a.ID {
 		t.Errorf("shell tasks = %v, %v", taskIDs(got), err)
 	}
+	h.wantListRefused(t, "an unknown type", app.ListFilter{Type: "bash"}, "type", "shell, python, script, noop, video")
+}
+
+// wantListRefused checks that listing by f is refused as invalid, naming
+// field and saying says, without asking the read model.
+func (h *harness) wantListRefused(t *testing.T, what string, f app.ListFilter, field, says string) {
+	t.Helper()
 	calls := len(h.store.CallsOf("List"))
-	_, _, err = h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{Type: "bash"})
-	wantErr(t, "an unknown type", err, domain.ErrInvalid)
-	var invalid *domain.InvalidError
-	if !errors.As(err, &invalid) || invalid.Field != "type" || !strings.Contains(invalid.Reason, "shell, python, script, noop, video") {
-		t.Errorf("unknown type: %v", err)
+	_, _, err := h.app.ListTasks(h.ctx, user("t1"), f)
+	wantErr(t, what, err, domain.ErrInvalid)
+	wantInvalid(t, what, err, field)
+	if !strings.Contains(err.Error(), says) {
+		t.Errorf("%s: %v does not say %q", what, err, says)
 	}
 	if len(h.store.CallsOf("List")) != calls {
-		t.Errorf("an unknown type was listed")
+		t.Errorf("%s was listed", what)
 	}
 }
 
@@ -80,16 +86,8 @@ func TestListTasksRefusesAWindowEndingBeforeItStarts(t *testing.T) {
 	h := newHarness(t)
 	h.create(user("t1"), spec("a"))
 	at := h.clock.Now()
-	calls := len(h.store.CallsOf("List"))
-	_, _, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{CreatedAfter: at.Add(time.Hour), CreatedBefore: at})
-	wantErr(t, "created_after after created_before", err, domain.ErrInvalid)
-	var invalid *domain.InvalidError
-	if !errors.As(err, &invalid) || invalid.Field != "created_after" || !strings.Contains(invalid.Reason, "created_before") {
-		t.Errorf("reversed window: %v", err)
-	}
-	if len(h.store.CallsOf("List")) != calls {
-		t.Errorf("a reversed window was listed")
-	}
+	h.wantListRefused(t, "a reversed window", app.ListFilter{CreatedAfter: at.Add(time.Hour), CreatedBefore: at},
+		"created_after", "is after created_before")
 	if got, _, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{CreatedAfter: at, CreatedBefore: at}); err != nil || len(got) != 0 {
 		t.Errorf("an empty window = %v, %v", taskIDs(got), err)
 	}
