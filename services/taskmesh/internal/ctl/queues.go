@@ -91,10 +91,7 @@ func (a *app) whyCommand() *cobra.Command {
 				}
 				resp, err := c.admission.ExplainTaskAdmission(ctx, &quotav1.ExplainTaskAdmissionRequest{TaskId: args[0]})
 				if status.Code(err) == codes.NotFound && task != nil {
-					// Work without resources or a queue never waits for
-					// admission; the executor may still explain a wait.
-					resp, err = &quotav1.ExplainTaskAdmissionResponse{TaskId: task.GetId(), State: "none",
-						Reason: "the task needs no admission"}, nil
+					resp, err = unknownToAdmission(task), nil
 				}
 				if err != nil {
 					return nil, nil, err
@@ -103,6 +100,19 @@ func (a *app) whyCommand() *cobra.Command {
 			})
 		},
 	}
+}
+
+// unknownToAdmission explains a task the admission layer does not know:
+// one held out of its ClusterQueue until its dependencies complete (its
+// stay begins then: docs/api/quota.md, "Which work waits and where"), or
+// work without resources or a queue, which never waits for admission (the
+// executor may still explain a wait).
+func unknownToAdmission(task *taskv1.Task) *quotav1.ExplainTaskAdmissionResponse {
+	if task.GetHeldForDependencies() {
+		return &quotav1.ExplainTaskAdmissionResponse{TaskId: task.GetId(), ClusterQueue: task.GetClusterQueue(), State: "held",
+			Reason: "held out of its ClusterQueue until its dependencies complete: " + strings.Join(task.GetDependsOn(), ", ")}
+	}
+	return &quotav1.ExplainTaskAdmissionResponse{TaskId: task.GetId(), State: "none", Reason: "the task needs no admission"}
 }
 
 // slurmPrefix starts the progress messages of the Slurm backend

@@ -44,3 +44,23 @@ func TestWhyShowsTheExecutorsReason(t *testing.T) {
 		}
 	}
 }
+
+// A task the admission layer does not know is explained from its own
+// record: held for its dependencies (naming them and its ClusterQueue),
+// or needing no admission.
+func TestWhyExplainsATaskAdmissionDoesNotKnow(t *testing.T) {
+	held := unknownToAdmission(&taskv1.Task{Id: "t2", Status: "pending", ClusterQueue: "gpu", HeldForDependencies: true,
+		DependsOn: []string{"t0", "t1"}})
+	if held.GetState() != "held" || held.GetClusterQueue() != "gpu" ||
+		held.GetReason() != "held out of its ClusterQueue until its dependencies complete: t0, t1" {
+		t.Errorf("held task: %v", held)
+	}
+	var out bytes.Buffer
+	if err := writeExplanation(&out, held, nil); err != nil || !strings.Contains(out.String(), "state:       held") {
+		t.Errorf("held task written: %v\n%s", err, out.String())
+	}
+	if free := unknownToAdmission(&taskv1.Task{Id: "t3", Status: "pending"}); free.GetState() != "none" ||
+		free.GetReason() != "the task needs no admission" {
+		t.Errorf("task without admission: %v", free)
+	}
+}
