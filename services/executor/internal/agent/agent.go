@@ -51,6 +51,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
+	"github.com/taskmesh/taskmesh/services/executor/internal/fsalloc"
 	"github.com/taskmesh/taskmesh/services/executor/internal/isolation"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
@@ -140,6 +141,15 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	if err := os.MkdirAll(cfg.WorkRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("work root: %w", err)
+	}
+	// Every attempt creates and removes a directory in each of these two;
+	// spread over ext4's block groups, the inodes of their files are
+	// found quickly (internal/fsalloc). Elsewhere the hint is refused,
+	// and nothing else depends on it.
+	for _, d := range []string{filepath.Join(cfg.DataDir, "runs"), cfg.WorkRoot} {
+		if err := fsalloc.SpreadSubdirs(d); err != nil {
+			cfg.Logger.Debug("directories not spread over block groups", "dir", d, "err", err)
+		}
 	}
 	for _, d := range []string{cfg.DataDir, filepath.Join(cfg.DataDir, "runs"), cfg.WorkRoot} {
 		if err := limiter.Traversable(d); err != nil {
