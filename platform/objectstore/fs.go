@@ -80,6 +80,7 @@ func redactBytes(b []byte) string {
 // and "a/b"): Put reports the conflict. S3 has no such limit.
 type FS struct {
 	root     *os.Root
+	link     func(oldname, newname string) error // root.Link; replaced in tests
 	baseURL  string // without trailing "/"
 	basePath string // path of baseURL, without trailing "/"
 	secret   []byte
@@ -148,6 +149,7 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	}
 	f := &FS{
 		root:     root,
+		link:     root.Link,
 		baseURL:  strings.TrimSuffix(base.String(), "/"),
 		basePath: strings.TrimSuffix(base.Path, "/"), // decoded, like Request.URL.Path
 		secret:   bytes.Clone(cfg.Secret),
@@ -158,8 +160,8 @@ func NewFS(cfg FSConfig) (*FS, error) {
 	return f, nil
 }
 
-// removeStaleTemps deletes leftovers of uploads that died with the process.
-// Best effort: a failure here only costs disk space.
+// removeStaleTemps deletes leftovers of uploads and copies that died with
+// the process. Best effort: a failure here only costs disk space.
 func (f *FS) removeStaleTemps() {
 	d, err := f.root.Open(tmpDir)
 	if err != nil {
@@ -172,7 +174,14 @@ func (f *FS) removeStaleTemps() {
 	}
 	for _, e := range entries {
 		info, err := e.Info()
-		if err == nil && info.Mode().IsRegular() && time.Since(info.ModTime()) > staleTempAge {
+		if err != nil || !info.Mode().IsRegular() {
+			continue
+		}
+		at := info.ModTime()
+		if strings.HasPrefix(e.Name(), copyTempPrefix) {
+			at = changedAt(info)
+		}
+		if time.Since(at) > staleTempAge {
 			_ = f.root.Remove(filepath.Join(tmpDir, e.Name()))
 		}
 	}
@@ -415,12 +424,84 @@ func (f *FS) Put(ctx context.Context, key string, body io.Reader, size int64, co
 	return h.info(key), nil
 }
 
+// Copy implements Store. The copy is a second hard link to from's file:
+// an object's file is never changed once installed (Put renames a new
+// file over the name), so both keys read the same bytes until either is
+// replaced or deleted, and nothing is written or synced but a directory
+// entry. Where no link can be made (the file system's limit of links to
+// one file, a root spanning file systems), the bytes are copied as Put
+// stores them.
+func (f *FS) Copy(ctx context.Context, from, to string) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, err
+	}
+	if err := ValidateKey(from); err != nil {
+		return Info{}, err
+	}
+	if err := ValidateKey(to); err != nil {
+		return Info{}, err
+	}
+	if from == to {
+		// Renaming a link over another link to the same file does nothing
+		// and leaves both names, so the temporary link would stay.
+		return f.Stat(ctx, from)
+	}
+	tmpName := tempName(copyTempPrefix)
+	err := f.link(objectName(from), tmpName)
+	switch {
+	case err == nil:
+		return f.installLink(tmpName, from, to)
+	case isNotExist(err):
+		return Info{}, fmt.Errorf("%w: %s", ErrNotFound, from)
+	}
+	r, info, err := f.Open(ctx, from) // a directory (a prefix of keys) is ErrNotFound here
+	if err != nil {
+		return Info{}, err
+	}
+	defer r.Close()
+	return f.Put(ctx, to, r, info.Size, info.ContentType)
+}
+
+// installLink installs the temporary link tmpName to from's file as to.
+// The header is read from the link itself: from may have been replaced
+// since, and the link holds the version it was made to.
+func (f *FS) installLink(tmpName, from, to string) (Info, error) {
+	installed := false
+	defer func() {
+		if !installed {
+			_ = f.root.Remove(tmpName)
+		}
+	}()
+	file, err := f.root.Open(tmpName)
+	if err != nil {
+		return Info{}, fmt.Errorf("objectstore: copy %s: %w", from, err)
+	}
+	h, err := readHeader(file)
+	file.Close()
+	if err != nil {
+		return Info{}, fmt.Errorf("%s: %w", from, err)
+	}
+	if err := f.install(tmpName, to); err != nil {
+		return Info{}, err
+	}
+	installed = true
+	return h.info(to), nil
+}
+
+// copyTempPrefix starts the names of Copy's temporary links in tmp/.
+const copyTempPrefix = "copy-"
+
+// tempName is a fresh name in tmp/: 128 random bits after prefix.
+func tempName(prefix string) string {
+	var rnd [16]byte
+	_, _ = rand.Read(rnd[:]) // never fails (crypto/rand panics instead)
+	return filepath.Join(tmpDir, prefix+hex.EncodeToString(rnd[:]))
+}
+
 // createTemp creates a new, exclusive file in tmp/. os.Root has no
 // CreateTemp, so the name is 128 random bits.
 func (f *FS) createTemp() (*os.File, string, error) {
-	var rnd [16]byte
-	_, _ = rand.Read(rnd[:]) // never fails (crypto/rand panics instead)
-	name := filepath.Join(tmpDir, "put-"+hex.EncodeToString(rnd[:]))
+	name := tempName("put-")
 	file, err := f.root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, "", fmt.Errorf("objectstore: creating temporary file: %w", err)

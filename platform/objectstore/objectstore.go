@@ -56,6 +56,13 @@ type Store interface {
 	// bytes or an error and nothing stored). Writes are atomic: readers see
 	// the old object or the whole new one.
 	Put(ctx context.Context, key string, body io.Reader, size int64, contentType string) (Info, error)
+	// Copy stores the object under from again under to, replacing what
+	// to held, as atomically as Put; ErrNotFound if from does not exist.
+	// The copy has from's content, size, content type and SHA-256. Its
+	// ModTime is the store's: S3 gives the time of the copy, FS keeps
+	// from's (the copy shares its file). Neither passes the bytes
+	// through this process when it can avoid it.
+	Copy(ctx context.Context, from, to string) (Info, error)
 	// Open returns the object's content and description; ErrNotFound if
 	// it does not exist. The caller must Close the reader, and keep ctx
 	// alive until done reading: S3 streams the body under ctx.

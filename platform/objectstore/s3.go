@@ -217,6 +217,51 @@ func (s *S3) Put(ctx context.Context, key string, body io.Reader, size int64, co
 	return Info{Key: key, Size: n, ContentType: ct, SHA256: sum, ModTime: mod}, nil
 }
 
+// maxSingleCopy is the largest object S3 copies in one CopyObject call.
+const maxSingleCopy = 5 << 30
+
+// Copy implements Store. The service copies the object itself
+// (CopyObject, or UploadPartCopy past 5 GiB), so no byte passes through
+// this process. The metadata is given again rather than copied, because a
+// multipart copy would not carry the content type over; the copy is made
+// only of the version the metadata was read from (its ETag), so the two
+// agree.
+func (s *S3) Copy(ctx context.Context, from, to string) (Info, error) {
+	src, err := s.objectKey(from)
+	if err != nil {
+		return Info{}, err
+	}
+	dst, err := s.objectKey(to)
+	if err != nil {
+		return Info{}, err
+	}
+	oi, err := s.client.StatObject(ctx, s.bucket, src, minio.StatObjectOptions{})
+	if err != nil {
+		return Info{}, s.mapErr("copy", from, err)
+	}
+	info := s.info(to, oi)
+	meta := map[string]string{"Content-Type": info.ContentType}
+	if info.SHA256 != "" {
+		meta[sha256MetaKey] = info.SHA256
+	}
+	dstOpts := minio.CopyDestOptions{Bucket: s.bucket, Object: dst, ReplaceMetadata: true, UserMetadata: meta}
+	srcOpts := minio.CopySrcOptions{Bucket: s.bucket, Object: src, MatchETag: oi.ETag}
+	var up minio.UploadInfo
+	if oi.Size <= maxSingleCopy {
+		up, err = s.client.CopyObject(ctx, dstOpts, srcOpts)
+	} else {
+		up, err = s.client.ComposeObject(ctx, dstOpts, srcOpts)
+	}
+	if err != nil {
+		return Info{}, s.mapErr("copy", from, err)
+	}
+	info.ModTime = up.LastModified
+	if info.ModTime.IsZero() {
+		info.ModTime = time.Now()
+	}
+	return info, nil
+}
+
 // hashBody computes the SHA-256 and length of body and returns a reader
 // positioned to upload the same bytes again, plus a cleanup to call after
 // the upload.

@@ -35,6 +35,81 @@ func storeSuite(t *testing.T, newStore func(t *testing.T) objectstore.Store) {
 	t.Run("ConcurrentPutsAtomic", func(t *testing.T) { testConcurrentPuts(t, newStore(t)) })
 	t.Run("PresignedPutThenGet", func(t *testing.T) { testPresignedRoundTrip(t, newStore(t)) })
 	t.Run("PresignArguments", func(t *testing.T) { testPresignArguments(t, newStore(t)) })
+	t.Run("Copy", func(t *testing.T) { testCopy(t, newStore(t)) })
+}
+
+func testCopy(t *testing.T, s objectstore.Store) {
+	ctx := context.Background()
+	model := []byte("\x08\x08\x3a\x00 an onnx model")
+	mustPut(t, s, "uploads/t1/model", model, "application/octet-stream")
+
+	info, err := s.Copy(ctx, "uploads/t1/model", "jobs/j1/input/model.onnx")
+	if err != nil {
+		t.Fatalf("Copy: %v", err)
+	}
+	checkInfo(t, "Copy", info, "jobs/j1/input/model.onnx", model, "application/octet-stream")
+	got, oinfo := readAll(t, s, "jobs/j1/input/model.onnx")
+	if !bytes.Equal(got, model) {
+		t.Fatalf("copy reads %q, want %q", got, model)
+	}
+	checkInfo(t, "Open of the copy", oinfo, "jobs/j1/input/model.onnx", model, "application/octet-stream")
+
+	// The copy is an object of its own: replacing or deleting the source
+	// leaves it as it was, and replacing it leaves the source.
+	mustPut(t, s, "uploads/t1/model", []byte("replaced"), "text/plain")
+	if got, _ := readAll(t, s, "jobs/j1/input/model.onnx"); !bytes.Equal(got, model) {
+		t.Fatalf("after the source was replaced the copy reads %q", got)
+	}
+	if _, err := s.Copy(ctx, "uploads/t1/model", "jobs/j2/input/model.onnx"); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, "jobs/j2/input/model.onnx", []byte("changed copy"), "text/plain")
+	if got, _ := readAll(t, s, "uploads/t1/model"); string(got) != "replaced" {
+		t.Fatalf("after the copy was replaced the source reads %q", got)
+	}
+	if err := s.Delete(ctx, "uploads/t1/model"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readAll(t, s, "jobs/j1/input/model.onnx"); !bytes.Equal(got, model) {
+		t.Fatalf("after the source was deleted the copy reads %q", got)
+	}
+
+	// A copy over an existing object replaces it whole.
+	quant := []byte("PK quant")
+	mustPut(t, s, "uploads/t1/quant", quant, "application/zip")
+	info, err = s.Copy(ctx, "uploads/t1/quant", "jobs/j1/input/model.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInfo(t, "Copy over an object", info, "jobs/j1/input/model.onnx", quant, "application/zip")
+	if got, _ := readAll(t, s, "jobs/j1/input/model.onnx"); !bytes.Equal(got, quant) {
+		t.Fatalf("the replaced copy reads %q", got)
+	}
+
+	// A copy onto itself changes nothing.
+	info, err = s.Copy(ctx, "uploads/t1/quant", "uploads/t1/quant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInfo(t, "Copy onto itself", info, "uploads/t1/quant", quant, "application/zip")
+
+	// A missing source is ErrNotFound and creates nothing; so is a prefix
+	// of other keys, which is no object.
+	for _, from := range []string{"uploads/t1/none", "jobs/j1"} {
+		if _, err := s.Copy(ctx, from, "jobs/j3/input/model.onnx"); !errors.Is(err, objectstore.ErrNotFound) {
+			t.Fatalf("Copy(%q) = %v, want ErrNotFound", from, err)
+		}
+	}
+	if _, err := s.Stat(ctx, "jobs/j3/input/model.onnx"); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("a failed copy left an object: %v", err)
+	}
+
+	// Invalid keys on either side are refused.
+	for _, c := range [][2]string{{"../escape", "jobs/j4/x"}, {"uploads/t1/quant", "/abs"}} {
+		if _, err := s.Copy(ctx, c[0], c[1]); err == nil || errors.Is(err, objectstore.ErrNotFound) {
+			t.Fatalf("Copy(%q, %q) = %v, want a key error", c[0], c[1], err)
+		}
+	}
 }
 
 func sha(b []byte) string {
