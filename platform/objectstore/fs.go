@@ -79,8 +79,9 @@ func redactBytes(b []byte) string {
 // A key cannot be both an object and a "directory" of other keys (e.g. "a"
 // and "a/b"): Put reports the conflict. S3 has no such limit.
 type FS struct {
-	root     *os.Root
-	link     func(oldname, newname string) error // root.Link; replaced in tests
+	root *os.Root
+	// link is root.Link; tests replace it to refuse links.
+	link     func(oldname, newname string) error
 	baseURL  string // without trailing "/"
 	basePath string // path of baseURL, without trailing "/"
 	secret   []byte

@@ -68,7 +68,9 @@ func TestFSCopyLinksTheFile(t *testing.T) {
 func TestFSCopyWithoutALinkCopiesTheBytes(t *testing.T) {
 	for _, errno := range []syscall.Errno{syscall.EMLINK, syscall.EXDEV} {
 		f, root := newCopyTestFS(t)
-		f.link = func(oldname, newname string) error { return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: errno} }
+		f.link = func(oldname, newname string) error {
+			return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: errno}
+		}
 		ctx := context.Background()
 		data := bytes.Repeat([]byte("q"), 3000)
 		if _, err := f.Put(ctx, "uploads/q", bytes.NewReader(data), int64(len(data)), "application/zip"); err != nil {
