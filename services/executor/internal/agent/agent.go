@@ -90,6 +90,11 @@ type Agent struct {
 	inflight      map[string]bool     // attempts being delivered now
 	reachable     bool
 	lastHeartbeat time.Time
+	// keeps (under mu) holds what attempts claimed by this process keep
+	// (journal.AttemptFiles) until their outcome is settled, so that the
+	// reads at start and delivery need no journal query; after a restart
+	// they come from the journal (attempt_files.go).
+	keeps map[string]journal.AttemptFiles
 
 	backlog      atomic.Bool // some outcome waits for the sync loop
 	localWaiting atomic.Int32
@@ -176,6 +181,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		noops:         make(chan struct{}, cfg.NoopConcurrency),
 		runs:          map[string]*attempt{},
 		inflight:      map[string]bool{},
+		keeps:         map[string]journal.AttemptFiles{},
 		syncWake:      make(chan struct{}, 1),
 		aheadWake:     make(chan struct{}, 1),
 		localWake:     make(chan struct{}, 1),

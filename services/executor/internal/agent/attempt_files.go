@@ -23,13 +23,39 @@ import (
 // agent while it saves). Artifacts are uploaded when the outcome is
 // delivered, before CompleteTask names them.
 
-// filesOf reads what the attempt keeps; a journal error counts as nothing.
+// filesOf is what the attempt keeps: from memory for an attempt this
+// process claimed, else from the journal; a journal error counts as
+// nothing.
 func (a *Agent) filesOf(t journal.Task) journal.AttemptFiles {
+	a.mu.Lock()
+	f, ok := a.keeps[t.AttemptID]
+	a.mu.Unlock()
+	if ok {
+		return f
+	}
 	f, err := a.journal.AttemptFiles(journalCtx, t.AttemptID)
 	if err != nil {
 		a.log.Warn("journal", "attempt_id", t.AttemptID, "err", err)
 	}
 	return f
+}
+
+// rememberFiles keeps f in memory for a claimed attempt once the journal
+// has it.
+func (a *Agent) rememberFiles(attemptID string, f journal.AttemptFiles) {
+	a.mu.Lock()
+	a.keeps[attemptID] = f
+	a.mu.Unlock()
+}
+
+// settled removes what an attempt whose outcome is settled (delivered,
+// refused for good, or local) left: its run directory and what memory
+// kept of it.
+func (a *Agent) settled(t journal.Task) {
+	a.mu.Lock()
+	delete(a.keeps, t.AttemptID)
+	a.mu.Unlock()
+	a.cleanup(t.RunDir)
 }
 
 // filesFromClaim is what a claimed task declared.

@@ -205,6 +205,7 @@ func (a *Agent) giveSlots(n int) {
 func (a *Agent) startClaimed(ctx context.Context, tasks []*taskv1.Task, held int) {
 	now := a.now()
 	rows := make([]journal.Task, 0, len(tasks))
+	keeps := make([]journal.AttemptFiles, 0, len(tasks))
 	for _, t := range tasks {
 		if t.GetId() == "" || t.GetAttemptId() == "" {
 			a.log.Error("claimed task without id or attempt id", "task_id", t.GetId())
@@ -212,11 +213,13 @@ func (a *Agent) startClaimed(ctx context.Context, tasks []*taskv1.Task, held int
 		}
 		// Journaled before the attempt row: once the row exists, a
 		// restarted agent may run it, and needs these.
-		if err := a.journal.SetAttemptFiles(journalCtx, t.GetAttemptId(), filesFromClaim(t)); err != nil {
+		files := filesFromClaim(t)
+		if err := a.journal.SetAttemptFiles(journalCtx, t.GetAttemptId(), files); err != nil {
 			a.log.Error("journal claimed tasks", "err", err)
 			continue
 		}
 		rows = append(rows, fromClaim(t, a.cfg.AgentID, now))
+		keeps = append(keeps, files)
 	}
 	created, err := a.journal.Insert(journalCtx, rows...)
 	if err != nil {
@@ -231,6 +234,7 @@ func (a *Agent) startClaimed(ctx context.Context, tasks []*taskv1.Task, held int
 		if !created[i] || !a.register(at) {
 			continue // already known: a replayed answer
 		}
+		a.rememberFiles(row.AttemptID, keeps[i])
 		if policy.NormalizeType(row.Type) == policy.TypeNoop {
 			// noop needs no process slot, only a noop slot.
 			select {

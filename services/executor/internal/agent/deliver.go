@@ -165,7 +165,7 @@ func (a *Agent) deliver(ctx context.Context, attemptID string) error {
 		return err
 	}
 	log.Debug("outcome delivered", "status", t.Status)
-	a.cleanup(t.RunDir)
+	a.settled(t)
 	return nil
 }
 
@@ -180,7 +180,7 @@ func (a *Agent) deliveryFailed(t journal.Task, what string, err error) error {
 		if merr := a.journal.MarkSynced(journalCtx, t.AttemptID, note, a.now()); merr != nil {
 			return merr
 		}
-		a.cleanup(t.RunDir)
+		a.settled(t)
 		return nil
 	}
 	_ = a.journal.RecordSyncFailure(journalCtx, t.AttemptID, what+": "+err.Error())

@@ -104,7 +104,7 @@ func (a *Agent) finish(ctx context.Context, at *attempt, o journal.Outcome) {
 	a.log.Info("task finished", "task_id", t.ID, "attempt_id", t.AttemptID,
 		"status", o.Status, "exit_code", derefInt(o.ExitCode), "error", o.Error)
 	if o.Synced {
-		a.cleanup(at.task.RunDir)
+		a.settled(at.task)
 		return
 	}
 	a.deliverLive(ctx, t.AttemptID)

@@ -778,16 +778,37 @@ SET sync_attempts = sync_attempts + 1, last_sync_error = ? WHERE attempt_id = ?`
 }
 
 // Prune deletes the rows of ended attempts whose outcome reached the
-// server (synced) before cutoff: what the journal must keep is what the
-// agent still owes or runs; the rest is history for the local API, kept
-// for a while. It returns how many rows it deleted.
+// server (synced) before cutoff, with what they kept (attempt_files):
+// what the journal must keep is what the agent still owes or runs; the
+// rest is history for the local API, kept for a while. It returns how
+// many attempts it deleted.
+//
+// An attempt's files are journaled before its row (claim.go), so they are
+// deleted by the rows pruned, never as rows without an attempt: that
+// would take the files of an attempt being claimed.
 func (j *Journal) Prune(ctx context.Context, cutoff time.Time) (int64, error) {
-	res, err := j.db.ExecContext(ctx, `DELETE FROM local_tasks
-WHERE synced = 1 AND status IN (`+endedIn+`) AND COALESCE(synced_at, ended_at) < ?`, fmtTime(cutoff))
+	tx, err := j.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("prune journal: %w", err)
 	}
-	return res.RowsAffected()
+	defer tx.Rollback()
+	pruned := `synced = 1 AND status IN (` + endedIn + `) AND COALESCE(synced_at, ended_at) < ?`
+	if _, err := tx.ExecContext(ctx, `DELETE FROM attempt_files
+WHERE attempt_id IN (SELECT attempt_id FROM local_tasks WHERE `+pruned+`)`, fmtTime(cutoff)); err != nil {
+		return 0, fmt.Errorf("prune journal: %w", err)
+	}
+	res, err := tx.ExecContext(ctx, `DELETE FROM local_tasks WHERE `+pruned, fmtTime(cutoff))
+	if err != nil {
+		return 0, fmt.Errorf("prune journal: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("prune journal: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("prune journal: %w", err)
+	}
+	return n, nil
 }
 
 // Held returns the attempts (and their tasks) whose files must stay: those

@@ -23,6 +23,14 @@ func TestPruneKeepsWhatIsOwedOrYoung(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// What an attempt keeps goes with its row, and only with it: "young"
+	// is kept, and "claiming" has files journaled and no row yet (claim
+	// order).
+	for _, a := range []string{"old", "young", "claiming"} {
+		if err := j.SetAttemptFiles(ctx, a, AttemptFiles{Checkpoint: true, Artifacts: []string{"out/*"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	_ = j.MarkSynced(ctx, "old", "", t0.Add(time.Minute))
 	_ = j.MarkSynced(ctx, "young", "", t0.Add(6*24*time.Hour))
 	n, err := j.Prune(ctx, t0.Add(7*24*time.Hour).Add(-24*time.Hour))
@@ -31,6 +39,12 @@ func TestPruneKeepsWhatIsOwedOrYoung(t *testing.T) {
 	}
 	if _, err := j.Get(ctx, "old"); err == nil {
 		t.Error("the old delivered row survived")
+	}
+	for a, kept := range map[string]bool{"old": false, "young": true, "claiming": true} {
+		f, err := j.AttemptFiles(ctx, a)
+		if err != nil || f.Checkpoint != kept {
+			t.Errorf("files of %s after the prune: %+v, %v; want kept %v", a, f, err, kept)
+		}
 	}
 	attempts, tasks, err := j.Held(ctx)
 	if err != nil || !attempts["owed"] || !attempts["running"] || attempts["young"] || !tasks["t3"] || !tasks["t4"] {
