@@ -190,25 +190,6 @@ func getMany(ctx context.Context, q Querier, ids []string) ([]domain.Task, error
 	return scanTasks(rows)
 }
 
-// priorCreate returns the task ids of an earlier create with the same
-// tenant and request id. It takes the request id first (INSERT … ON
-// CONFLICT) so concurrent duplicates wait for the first to commit.
-func priorCreate(ctx context.Context, tx pgx.Tx, tenant, requestID string, ids []string, now time.Time) (prior []string, ok bool, err error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO create_requests (tenant_id, request_id, task_ids, created_at)
-		VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, tenant, requestID, ids, now)
-	if err != nil {
-		return nil, false, fmt.Errorf("create request: %w", err)
-	}
-	if tag.RowsAffected() == 1 {
-		return nil, false, nil
-	}
-	err = tx.QueryRow(ctx, `SELECT task_ids FROM create_requests WHERE tenant_id = $1 AND request_id = $2`, tenant, requestID).Scan(&prior)
-	if err != nil {
-		return nil, false, fmt.Errorf("create request: %w", err)
-	}
-	return prior, true, nil
-}
-
 // missingTasks returns which of ids are not tasks of tenant.
 func missingTasks(ctx context.Context, q Querier, tenant string, ids []string) ([]string, error) {
 	rows, err := q.Query(ctx, `SELECT x.id FROM unnest($1::text[]) AS x(id)

@@ -542,6 +542,9 @@ type TaskStore struct {
 	pool    *pgxpool.Pool
 	gc      *pg.GroupCommitter
 	batcher *pg.KeyedBatcher[domain.Task, traced]
+	// requests runs the creations with a request id
+	// (create_requests_postgres.go).
+	requests *pg.KeyedBatcher[createRequest, change]
 }
 
 // TaskStoreOptions tunes a TaskStore's writers.
@@ -569,6 +572,8 @@ func NewTaskStore(pool *pgxpool.Pool, o TaskStoreOptions) *TaskStore {
 			// The lock, the event append and the task writes are keyed
 			// (TestTaskWritesRunOnKeyedPlans).
 			KeyedPlans: true}),
+		requests: pg.NewKeyedBatcher[createRequest, change](pool, requestRows{}, pg.KeyedBatcherOptions{
+			Workers: workers, MaxBatch: 128, Retryable: retryable, AfterCommit: o.AfterCommit, KeyedPlans: true}),
 	}
 }
 
@@ -576,6 +581,7 @@ func NewTaskStore(pool *pgxpool.Pool, o TaskStoreOptions) *TaskStore {
 func (s *TaskStore) Close() {
 	s.gc.Close()
 	s.batcher.Close()
+	s.requests.Close()
 }
 
 // stopping marks the writers' "closed" as app.ErrStopping.
@@ -615,8 +621,9 @@ func (s *TaskStore) Mutate(ctx context.Context, id string, decide func(t domain.
 }
 
 // Create implements app.TaskStore. One task without a request id — the
-// common case — joins the set-based batches; several tasks (all or none)
-// or an idempotency key take a group-committed transaction of their own.
+// common case — joins the set-based batches; a create with a request id
+// joins the batches of such creates (createWithRequest); several tasks
+// without one (all or none) take a group-committed transaction.
 func (s *TaskStore) Create(ctx context.Context, n app.NewTasks) ([]domain.Task, error) {
 	if len(n.Tasks) == 1 && n.RequestID == "" {
 		recs := n.Tasks[0]
@@ -652,22 +659,11 @@ func (s *TaskStore) Create(ctx context.Context, n app.NewTasks) ([]domain.Task, 
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	key := ids[0]
 	if n.RequestID != "" {
-		key = n.Tenant + "/" + n.RequestID
+		return s.createWithRequest(ctx, n, changes)
 	}
 	var created []domain.Task
-	err := s.gc.Do(ctx, key, func(ctx context.Context, tx pgx.Tx) error {
-		if n.RequestID != "" {
-			prior, ok, err := priorCreate(ctx, tx, n.Tenant, n.RequestID, ids, n.At)
-			if err != nil {
-				return err
-			}
-			if ok {
-				created, err = getMany(ctx, tx, prior)
-				return err
-			}
-		}
+	err := s.gc.Do(ctx, ids[0], func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		created, err = save(ctx, tx, changes...)
 		return err

@@ -1,0 +1,209 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/platform/pgtest"
+	"github.com/taskmesh/taskmesh/services/scheduler"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app/apptest"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// createWith creates one new task id under a tenant's request id through
+// store and returns the ids of the tasks the store answers with.
+func createWith(t *testing.T, store *postgres.TaskStore, tenant, requestID, id string) ([]string, error) {
+	t.Helper()
+	out, err := store.Create(context.Background(), app.NewTasks{Tenant: tenant, RequestID: requestID, At: apptest.T0,
+		Tasks: [][]domain.Record{domain.Submit(apptest.T0, id, tenant, "user", "", "", apptest.Spec(t, id), "")}})
+	ids := make([]string, len(out))
+	for i, tk := range out {
+		ids[i] = tk.ID
+	}
+	return ids, err
+}
+
+// Many creations with one request id at once, through two stores on one
+// database (two replicas): the batches of one store meet the same id, and
+// the two stores race to record it. Every caller gets the first create's
+// task, and one task exists; distinct request ids sent alongside each make
+// their own task.
+func TestConcurrentCreatesWithOneRequestIDMakeOneTask(t *testing.T) {
+	pool := pgtest.New(t).Open(t, scheduler.Schema)
+	stores := []*postgres.TaskStore{
+		postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2}),
+		postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2}),
+	}
+	for _, s := range stores {
+		t.Cleanup(s.Close)
+	}
+	const rounds, callers = 5, 16
+	for round := range rounds {
+		shared := fmt.Sprint("shared-", round)
+		answers := make([][]string, callers)
+		own := make([][]string, callers)
+		errs := make([]error, 2*callers)
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				answers[i], errs[2*i] = createWith(t, stores[i%2], "acme", shared, fmt.Sprintf("s-%d-%d", round, i))
+			}()
+			go func() {
+				defer wg.Done()
+				own[i], errs[2*i+1] = createWith(t, stores[i%2], "acme", fmt.Sprintf("own-%d-%d", round, i),
+					fmt.Sprintf("o-%d-%d", round, i))
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		for i := range callers {
+			if len(answers[i]) != 1 || answers[i][0] != answers[0][0] {
+				t.Fatalf("round %d: caller %d got %v, caller 0 got %v: want one task for everyone", round, i, answers[i], answers[0])
+			}
+			if want := fmt.Sprintf("o-%d-%d", round, i); !slices.Equal(own[i], []string{want}) {
+				t.Fatalf("round %d: a create with its own request id got %v, want [%s]", round, own[i], want)
+			}
+		}
+		var tasks, events int
+		if err := pool.QueryRow(context.Background(), `SELECT
+			(SELECT count(*) FROM tasks WHERE id LIKE 's-' || $1 || '-%'),
+			(SELECT count(*) FROM events WHERE aggregate_id LIKE 's-' || $1 || '-%')`, fmt.Sprint(round)).Scan(&tasks, &events); err != nil {
+			t.Fatal(err)
+		}
+		if tasks != 1 || events != 1 {
+			t.Fatalf("round %d: %d tasks and %d events for one request id, want 1 and 1", round, tasks, events)
+		}
+	}
+}
+
+// A request id names the tenant's create only: another tenant's same id
+// makes its own task, and asking again answers the task as it is now.
+func TestRequestIDsAreTheTenants(t *testing.T) {
+	pool := pgtest.New(t).Open(t, scheduler.Schema)
+	store := postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2})
+	t.Cleanup(store.Close)
+	first, err := createWith(t, store, "acme", "r", "a-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := createWith(t, store, "globex", "r", "g-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(first, []string{"a-1"}) || !slices.Equal(other, []string{"g-1"}) {
+		t.Fatalf("creates answered %v and %v, want [a-1] and [g-1]", first, other)
+	}
+	if _, err := store.Mutate(context.Background(), "a-1", func(tk domain.Task) ([]domain.Record, error) {
+		return tk.Cancel(apptest.T0, "user", "no longer needed")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := store.Create(context.Background(), app.NewTasks{Tenant: "acme", RequestID: "r", At: apptest.T0,
+		Tasks: [][]domain.Record{domain.Submit(apptest.T0, "a-2", "acme", "user", "", "", apptest.Spec(t, "a-2"), "")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 1 || again[0].ID != "a-1" || again[0].Status != domain.StatusCancelled {
+		t.Fatalf("the repeated create answered %+v, want a-1 as it is now (cancelled)", again)
+	}
+}
+
+// The batches' read of request ids and their insert run on generic
+// plans that read the index, with a few thousand requests recorded and
+// analyzed.
+func TestCreateRequestsRunOnKeyedPlans(t *testing.T) {
+	pool := pgtest.New(t).Open(t, scheduler.Schema)
+	store := postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2})
+	t.Cleanup(store.Close)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO create_requests (tenant_id, request_id, task_ids, created_at)
+		SELECT 'tenant-' || (i % 40), 'request-' || i, ARRAY['task-' || i], now() FROM generate_series(1, 20000) i;
+		ANALYZE create_requests`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := createWith(t, store, "acme", fmt.Sprint("keyed-", i), fmt.Sprint("k-", i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := createWith(t, store, "acme", fmt.Sprint("keyed-", i), fmt.Sprint("k-again-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgtest.CheckKeyedPlans(t, ctx, pool, "on 20,000 recorded requests", []string{
+		"SELECT r.tenant_id, r.request_id, ARRAY",
+		"INSERT INTO create_requests",
+	})
+}
+
+// A create whose request id another transaction records after the batch
+// read it unused (another replica's create, committed while this one's
+// insert waited for it) is decided again and answers that create's task;
+// its own task is not written.
+func TestCreateLosingTheRaceForItsRequestIDAnswersTheWinner(t *testing.T) {
+	pool := pgtest.New(t).Open(t, scheduler.Schema)
+	store := postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2})
+	t.Cleanup(store.Close)
+	ctx := context.Background()
+	if _, err := store.Create(ctx, app.NewTasks{Tenant: "acme", At: apptest.T0,
+		Tasks: [][]domain.Record{domain.Submit(apptest.T0, "winner", "acme", "user", "", "", apptest.Spec(t, "winner"), "")}}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(ctx) }()
+	if _, err := other.Exec(ctx, `INSERT INTO create_requests (tenant_id, request_id, task_ids, created_at)
+		VALUES ('acme', 'r', ARRAY['winner'], now())`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		ids []string
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		ids, err := createWith(t, store, "acme", "r", "loser")
+		done <- answer{ids, err}
+	}()
+	// The store's insert waits for the open transaction's row.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO create_requests%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store's insert of the request id never waited for the open transaction")
+		}
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	if a.err != nil || !slices.Equal(a.ids, []string{"winner"}) {
+		t.Fatalf("the create answered %v, %v; want [winner]", a.ids, a.err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM tasks WHERE id = 'loser') + (SELECT count(*) FROM events WHERE aggregate_id = 'loser')`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("the losing create wrote %d rows of its task", n)
+	}
+}
