@@ -78,3 +78,21 @@ func Run(ctx context.Context, srv *grpc.Server, lis net.Listener, grace time.Dur
 	group.Go(func() error { return work(workCtx) })
 	return group.Wait()
 }
+
+// RunWithLocal is Run for a service that also serves callers in its
+// process through local. In-process calls stop as network calls do:
+// refused from the moment ctx is done or either part fails, and finished
+// (or cut after grace) before work's context is cancelled, so none of them
+// finds the service's background work stopped under it.
+func RunWithLocal(ctx context.Context, srv *grpc.Server, local *Local, lis net.Listener, grace time.Duration,
+	work func(context.Context) error) error {
+	defer context.AfterFunc(ctx, func() { local.Stop(grace) })()
+	err := Run(ctx, srv, lis, grace, func(w context.Context) error {
+		run, cancel := context.WithCancel(context.WithoutCancel(w))
+		defer cancel()
+		defer context.AfterFunc(w, func() { local.Stop(grace); cancel() })()
+		return work(run)
+	})
+	local.Stop(grace) // after a failure too: nothing may call a stopped service
+	return err
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/taskmesh/taskmesh/platform/closer"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
@@ -44,6 +45,7 @@ type Server struct {
 	Service   *Service
 	Admission *admission.Service
 	grpc      *grpcserver.Server
+	local     *grpcserver.Local
 	lis       net.Listener
 	owned     closer.Stack // the pools and the listener it opened
 }
@@ -86,8 +88,13 @@ func NewServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	if s.grpc, err = grpcserver.New(grpcserver.Options{InternalToken: cfg.InternalToken, Logger: cfg.Service.Logger}); err != nil {
 		return nil, err
 	}
-	s.Service.Register(s.grpc)
-	s.Admission.Register(s.grpc)
+	if s.local, err = grpcserver.NewLocal(grpcserver.Options{InternalToken: cfg.InternalToken, Logger: cfg.Service.Logger}); err != nil {
+		return nil, err
+	}
+	for _, r := range []grpc.ServiceRegistrar{s.grpc, s.local} {
+		s.Service.Register(r)
+		s.Admission.Register(r)
+	}
 	var lc net.ListenConfig
 	if s.lis, err = lc.Listen(ctx, "tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("quota: listen: %w", err)
@@ -120,6 +127,11 @@ func (s *Server) database(ctx context.Context, cfg ServerConfig, db *pgxpool.Poo
 // Addr is the address the gRPC server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 
+// Local serves the same services to callers in this process without a
+// network hop (a scheduler beside the quota service:
+// scheduler.Config.Quota). It stops with the gRPC server.
+func (s *Server) Local() *grpcserver.Local { return s.local }
+
 // Run serves gRPC and runs both layers' background work (the service's
 // relay and process manager, admission's relay, task follower and loop,
 // and the WorkGroup queues kept in step between them) until ctx is done or
@@ -127,7 +139,7 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // what NewServer opened. It returns nil after a stop caused by ctx.
 func (s *Server) Run(ctx context.Context) error {
 	s.Service.log.Info("quota serving", "addr", s.Addr())
-	err := grpcserver.Run(ctx, s.grpc.Server, s.lis, grpcserver.DefaultShutdownGrace, s.work)
+	err := grpcserver.RunWithLocal(ctx, s.grpc.Server, s.local, s.lis, grpcserver.DefaultShutdownGrace, s.work)
 	return errors.Join(err, s.owned.Close())
 }
 

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/kafkatest"
@@ -77,6 +79,19 @@ func TestServerServesBothLayersAndReleasesItsPools(t *testing.T) {
 		lqs, err := queues.ListLocalQueues(operator(), &quotav1.ListLocalQueuesRequest{})
 		return err == nil && len(lqs.GetLocalQueues()) > 0
 	})
+	// Both layers answer callers in the process too (a scheduler beside
+	// the quota service), behind the same authentication.
+	if _, err := quotav1.NewQuotaServiceClient(srv.Local()).GetTenant(operator(),
+		&quotav1.GetTenantRequest{TenantId: "acme"}); err != nil {
+		t.Fatalf("QuotaService in-process: %v", err)
+	}
+	local := quotav1.NewAdmissionServiceClient(srv.Local())
+	if lqs, err := local.ListLocalQueues(operator(), &quotav1.ListLocalQueuesRequest{}); err != nil || len(lqs.GetLocalQueues()) == 0 {
+		t.Fatalf("AdmissionService in-process: %v, %v", lqs, err)
+	}
+	if _, err := local.ListLocalQueues(context.Background(), &quotav1.ListLocalQueuesRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("an in-process call without credentials: %v, want Unauthenticated", err)
+	}
 
 	cancel()
 	select {
@@ -89,6 +104,9 @@ func TestServerServesBothLayersAndReleasesItsPools(t *testing.T) {
 	}
 	sessions := ownSessions(t, db)
 	waitFor(t, "the quota server's pools to close", func() bool { return sessions() == 0 })
+	if _, err := local.ListLocalQueues(operator(), &quotav1.ListLocalQueuesRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("an in-process call after the stop: %v, want Unavailable", err)
+	}
 }
 
 func TestNewServerRefusesAndReleases(t *testing.T) {

@@ -135,18 +135,7 @@ func (s *Server) Local() *grpcserver.Local { return s.local }
 // NewServer opened. It returns nil after a stop caused by ctx.
 func (s *Server) Run(ctx context.Context) error {
 	s.Service.log.Info("scheduler serving", "addr", s.Addr())
-	grace := grpcserver.DefaultShutdownGrace
-	// In-process calls stop as network calls do: refused from the moment
-	// ctx is done, and finished (or cut after grace) before the service's
-	// work stops.
-	defer context.AfterFunc(ctx, func() { s.local.Stop(grace) })()
-	err := grpcserver.Run(ctx, s.grpc.Server, s.lis, grace, func(work context.Context) error {
-		run, cancel := context.WithCancel(context.WithoutCancel(work))
-		defer cancel()
-		defer context.AfterFunc(work, func() { s.local.Stop(grace); cancel() })()
-		return s.Service.Run(run)
-	})
-	s.local.Stop(grace) // after a failure too: nothing may call a stopped service
+	err := grpcserver.RunWithLocal(ctx, s.grpc.Server, s.local, s.lis, grpcserver.DefaultShutdownGrace, s.Service.Run)
 	return errors.Join(err, s.owned.Close())
 }
 

@@ -152,6 +152,9 @@ type Stack struct {
 	// schedulerLocal serves the gateway's REST calls to the scheduler
 	// in-process.
 	schedulerLocal *grpcserver.Local
+	// quotaLocal serves the scheduler's calls to the quota service in
+	// this process.
+	quotaLocal *grpcserver.Local
 	// httpLis is the gateway's HTTP listener when the stack chose the
 	// port itself (see objectStore).
 	httpLis net.Listener
@@ -376,7 +379,9 @@ func (s *Stack) startScheduler(ctx context.Context, objects objectstore.Store) (
 		DatabaseURL: s.Postgres, MaxConns: 48, Listen: "127.0.0.1:0",
 	}
 	if !s.opts.NoAdmission {
-		cfg.QuotaTarget = s.QuotaAddr
+		// Beside the quota service: its calls on every submission and
+		// completion need no network hop (docs/decisions/0080-in-process-scheduler-calls.md).
+		cfg.Service.Quota = s.quotaLocal
 	}
 	srv, err := scheduler.NewServer(ctx, cfg)
 	if err != nil {
@@ -413,7 +418,7 @@ func (s *Stack) startQuota(ctx context.Context) error {
 	if err := srv.Service.EnsureCluster(ctx, s.QuotaCluster, "embedded default cluster (in-process operator)", s.QuotaInventory); err != nil {
 		return errors.Join(fmt.Errorf("quota: default cluster: %w", err), srv.Close())
 	}
-	s.Quota, s.Admission, s.QuotaAddr = srv.Service, srv.Admission, srv.Addr()
+	s.Quota, s.Admission, s.QuotaAddr, s.quotaLocal = srv.Service, srv.Admission, srv.Addr(), srv.Local()
 	s.run(srv.Run)
 	return s.setPipelineCaps(ctx)
 }
