@@ -117,7 +117,8 @@ type Config struct {
 	// Objects keeps large results; nil refuses them.
 	Objects objectstore.Store
 	Timing  Timing
-	// Writers is how many group-commit transactions run at once (default 4).
+	// Writers sets how many write transactions run at once (default 4;
+	// see postgres.TaskStoreOptions.Writers).
 	Writers int
 	// Quota, if set, is a connection to the quota service: tasks that name a
 	// queue, a GU quota or resources wait for its admission, and its
@@ -150,6 +151,11 @@ type Service struct {
 	log      *slog.Logger
 }
 
+// WriterConns is how many connections the service's writers hold at once
+// with Config.Writers = writers; its pool needs them beside the
+// long-lived ones and some for reads.
+func WriterConns(writers int) int { return postgres.WriterConns(writers) }
+
 // New builds the service; Run starts its background work.
 func New(cfg Config) (*Service, error) {
 	if cfg.DB == nil {
@@ -168,9 +174,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Objects != nil && cfg.Timing.HistoryRetention >= 0 {
 		long++
 	}
-	if need := int32(long + cfg.Writers + 4); cfg.DB.Config().MaxConns < need {
+	writers := WriterConns(cfg.Writers)
+	if need := int32(long + writers + 4); cfg.DB.Config().MaxConns < need {
 		return nil, fmt.Errorf("scheduler: the database pool allows %d connections; it needs at least %d (%d long-lived, %d writers, 4 for reads)",
-			cfg.DB.Config().MaxConns, need, long, cfg.Writers)
+			cfg.DB.Config().MaxConns, need, long, writers)
 	}
 	gap := cfg.Timing.PreemptGap
 	switch {

@@ -88,7 +88,7 @@ func (s *schedulerFlags) config(ctx context.Context, p *process) (scheduler.Serv
 			Video:         video,
 			Pipeline:      pipeline,
 			InternalToken: p.internalToken},
-		DatabaseURL: s.databaseURL, MaxConns: int32(5 + s.writers + 16), Listen: s.listen, QuotaTarget: s.quotaTarget,
+		DatabaseURL: s.databaseURL, MaxConns: int32(5 + scheduler.WriterConns(s.writers) + 16), Listen: s.listen, QuotaTarget: s.quotaTarget,
 	}, nil
 }
 

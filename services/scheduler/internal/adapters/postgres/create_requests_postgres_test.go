@@ -207,3 +207,13 @@ func TestCreateLosingTheRaceForItsRequestIDAnswersTheWinner(t *testing.T) {
 		t.Fatalf("the losing create wrote %d rows of its task", n)
 	}
 }
+
+// The store's three writers (batched changes, creations with a request
+// id, group commits) each run Writers/2 transactions, at least one.
+func TestWriterConnsCountsEveryWriter(t *testing.T) {
+	for writers, want := range map[int]int{0: 6, 1: 3, 2: 3, 4: 6, 9: 12} {
+		if got := postgres.WriterConns(writers); got != want {
+			t.Errorf("WriterConns(%d) = %d, want %d", writers, got, want)
+		}
+	}
+}

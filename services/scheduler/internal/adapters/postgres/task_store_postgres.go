@@ -549,13 +549,23 @@ type TaskStore struct {
 
 // TaskStoreOptions tunes a TaskStore's writers.
 type TaskStoreOptions struct {
-	// Writers is how many write transactions run at once (default 4):
-	// half batch changes and plain creations, half claims and the other
-	// creations.
+	// Writers sets how many write transactions run at once (default 4):
+	// Writers/2 (at least one) each for batched changes and plain
+	// creations, for creations with a request id, and for claims and the
+	// other creations (WriterConns).
 	Writers int
 	// AfterCommit, if set, runs after every committed write (it wakes the
 	// outbox relay).
 	AfterCommit func()
+}
+
+// WriterConns is how many connections a TaskStore's writers hold at once
+// with TaskStoreOptions.Writers = writers.
+func WriterConns(writers int) int {
+	if writers <= 0 {
+		writers = 4
+	}
+	return 3 * max(1, writers/2)
 }
 
 // NewTaskStore starts the store's writers; Close stops them.
