@@ -49,7 +49,7 @@ func (s *schedulerFlags) add(cmd *cobra.Command) {
 	s.flags(cmd)
 	f := cmd.Flags()
 	f.StringVar(&s.listen, "listen", "127.0.0.1:9091", "internal gRPC address")
-	f.IntVar(&s.writers, "writers", 4, "concurrent group-commit transactions")
+	f.IntVar(&s.writers, "writers", 4, "write transactions at once: writers/2 (at least one) each for batched changes, creations with a request id, and claims")
 	f.StringVar(&s.quotaTarget, "quota", "", "quota service's internal gRPC address: admission of queued GPU work (empty: tasks are admitted at once)")
 	f.DurationVar(&s.agentLostAfter, "agent-lost-after", 15*time.Second, "release an agent's leases after this long without heartbeats")
 	f.DurationVar(&s.resultRetention, "result-retention", 30*24*time.Hour,
