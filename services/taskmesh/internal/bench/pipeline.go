@@ -3,6 +3,7 @@ package bench
 import (
 	"archive/zip"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +13,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +56,43 @@ type PipelineResult struct {
 	// Steps splits the claimable hand-off (same hand-offs) at the
 	// events the services record on the way, p50 and p99 of each.
 	Steps []handoffStep
+	// Slowest are the run's slowest claimable hand-offs, slowest first,
+	// each split into the same steps: where its tail came from.
+	Slowest []handoffTiming
+}
+
+// handoffTiming is one measured hand-off: when its stage ended (since
+// the run's first job was created), the stages, how long it took to be
+// claimable, and its steps (handoffSteps' order).
+type handoffTiming struct {
+	at         time.Duration
+	from, to   string
+	claimable  time.Duration
+	stepsTaken []time.Duration
+}
+
+// slowestShown is how many of a run's slowest hand-offs it prints.
+const slowestShown = 3
+
+// slowest returns the n slowest of hs, slowest first.
+func slowest(hs []handoffTiming, n int) []handoffTiming {
+	out := slices.Clone(hs)
+	slices.SortStableFunc(out, func(a, b handoffTiming) int { return cmp.Compare(b.claimable, a.claimable) })
+	return out[:min(n, len(out))]
+}
+
+// String is one line: "0.23 s onnx → bie 265.1 ms (step 17.8 ms, …)".
+func (h handoffTiming) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%.2f s %s → %s %s (", h.at.Seconds(), h.from, h.to, ms(h.claimable))
+	for i, d := range h.stepsTaken {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %s", handoffSteps[i].name, ms(d))
+	}
+	b.WriteString(")")
+	return b.String()
 }
 
 // handoffStep is one step of the stage hand-off, from one recorded event
@@ -109,6 +149,9 @@ func Pipeline(ctx context.Context, o PipelineOptions) (*PipelineResult, error) {
 			fmt.Fprintf(o.Out, " %s %s / %s;", st.name, ms(st.p50), ms(st.p99))
 		}
 		fmt.Fprintln(o.Out)
+		for _, h := range r.Slowest {
+			fmt.Fprintf(o.Out, "run %d: slow hand-off at %s\n", run, h)
+		}
 	}
 	fmt.Fprintf(o.Out, "\n%d jobs per run through the pools (caps ONNX %d, BIE %d, NEF %d; one agent of %d slots in every pool; no-op stage programs)\n",
 		o.Jobs, o.Caps["onnx"], o.Caps["bie"], o.Caps["nef"], o.Slots)
@@ -372,16 +415,23 @@ func measurePipeline(ctx context.Context, url string, caps map[string]int) (*Pip
 			handoffs = append(handoffs, handoff{prev, next})
 		}
 	}
+	var timings []handoffTiming
 	for _, h := range handoffs {
 		prev, next := h.prev, h.next
 		queued = append(queued, next.submitted.Sub(prev.finished))
 		if roomAt(tasks, next, prev.finished) < caps[next.stage] {
 			claimable = append(claimable, next.claimable.Sub(prev.finished))
+			ht := handoffTiming{at: prev.finished.Sub(first), from: prev.stage, to: next.stage,
+				claimable: next.claimable.Sub(prev.finished)}
 			for i, st := range handoffSteps {
-				steps[i] = append(steps[i], st.took(prev, next))
+				d := st.took(prev, next)
+				steps[i] = append(steps[i], d)
+				ht.stepsTaken = append(ht.stepsTaken, d)
 			}
+			timings = append(timings, ht)
 		}
 	}
+	r.Slowest = slowest(timings, slowestShown)
 	r.JobsPerMinute = float64(len(jobs)) / last.Sub(first).Minutes()
 	r.QueuedP50, r.QueuedP99 = percentile(queued, 50), percentile(queued, 99)
 	r.ClaimableP50, r.ClaimableP99 = percentile(claimable, 50), percentile(claimable, 99)

@@ -34,3 +34,30 @@ func TestRoomAtCountsSlotsTakenOrSpokenFor(t *testing.T) {
 		t.Errorf("the measured hand-off counted itself: roomAt = %d", got)
 	}
 }
+
+func TestSlowestHandOffsComeSlowestFirstWithTheirSteps(t *testing.T) {
+	steps := func(ms ...int) []time.Duration {
+		out := make([]time.Duration, len(handoffSteps))
+		for i, m := range ms {
+			out[i] = time.Duration(m) * time.Millisecond
+		}
+		return out
+	}
+	hs := []handoffTiming{
+		{at: 200 * time.Millisecond, from: "onnx", to: "bie", claimable: 90 * time.Millisecond, stepsTaken: steps(10, 20, 0, 50, 10)},
+		{at: 1500 * time.Millisecond, from: "bie", to: "nef", claimable: 120 * time.Millisecond, stepsTaken: steps(30, 40, 0, 45, 5)},
+		{at: 3 * time.Second, from: "bie", to: "nef", claimable: 40 * time.Millisecond, stepsTaken: steps(10, 10, 0, 15, 5)},
+	}
+	got := slowest(hs, 2)
+	if len(got) != 2 || got[0].claimable != 120*time.Millisecond || got[1].claimable != 90*time.Millisecond {
+		t.Fatalf("slowest(2) = %v", got)
+	}
+	if len(slowest(hs, 10)) != 3 || len(slowest(nil, 3)) != 0 {
+		t.Fatal("slowest returns at most what it is given")
+	}
+	want := "1.50 s bie → nef 120.0 ms (done → next submitted 30.0 ms, submitted → workload queued 40.0 ms, " +
+		"workload queued → admitted 0.0 ms, workload admitted → task admitted 45.0 ms, task admitted → committed 5.0 ms)"
+	if s := got[0].String(); s != want {
+		t.Errorf("line:\n got %s\nwant %s", s, want)
+	}
+}
