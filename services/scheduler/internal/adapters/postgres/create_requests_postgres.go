@@ -95,24 +95,15 @@ func (requestRows) Queue(b *pgx.Batch, changes []pg.KeyedChange[createRequest, c
 			tenant, id, ids, c.After.At)
 		list = append(list, c.Events...)
 	}
-	evs, stmts, _, err := plan(context.Background(), list)
+	mapErr, err := queueChanges(b, list)
 	if err != nil {
 		return nil, err
 	}
-	if err := events.QueueAppend(b, evs...); err != nil {
-		return nil, err
-	}
-	for _, st := range stmts {
-		b.Queue(st.sql, st.args...)
-	}
 	return func(err error) error {
-		switch {
-		case pg.IsUniqueViolation(err, "create_requests_pkey"):
+		if pg.IsUniqueViolation(err, "create_requests_pkey") {
 			return requestTaken{err}
-		case pg.IsUniqueViolation(err, "events_aggregate_version_key"):
-			return eventstore.AppendError(err, evs)
 		}
-		return fmt.Errorf("write tasks: %w", err)
+		return mapErr(err)
 	}, nil
 }
 

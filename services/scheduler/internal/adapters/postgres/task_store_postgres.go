@@ -519,7 +519,14 @@ func (taskRows) Queue(b *pgx.Batch, changes []pg.KeyedChange[domain.Task, traced
 		}
 		list[i] = ch
 	}
-	evs, stmts, _, err := plan(context.Background(), list)
+	return queueChanges(b, list)
+}
+
+// queueChanges adds the event append and the row statements of changes
+// to b, and returns how a batch maps their errors: a duplicate event
+// version is a typed conflict (the batch is decided again).
+func queueChanges(b *pgx.Batch, changes []change) (func(error) error, error) {
+	evs, stmts, _, err := plan(context.Background(), changes)
 	if err != nil {
 		return nil, err
 	}
@@ -531,7 +538,7 @@ func (taskRows) Queue(b *pgx.Batch, changes []pg.KeyedChange[domain.Task, traced
 	}
 	return func(err error) error {
 		if pg.IsUniqueViolation(err, "events_aggregate_version_key") {
-			return eventstore.AppendError(err, evs) // a typed conflict: the batch is decided again
+			return eventstore.AppendError(err, evs)
 		}
 		return fmt.Errorf("write tasks: %w", err)
 	}, nil
