@@ -72,6 +72,25 @@ func TestPipelineUploadsExpireThroughTheLeaderSweeper(t *testing.T) {
 	if got, _ := store.Upload(ctx, "acme", model.Key); !got.UsedAt.Equal(t0.Add(time.Hour)) {
 		t.Errorf("the used model's used_at = %v", got.UsedAt)
 	}
+	// Marking used uploads again reads them and writes nothing: the rows
+	// keep their version and their first use.
+	rowVersion := func(key string) (xmin string) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT xmin::text FROM uploads WHERE key = $1`, key).Scan(&xmin); err != nil {
+			t.Fatal(err)
+		}
+		return xmin
+	}
+	before := rowVersion(model.Key)
+	if err := store.UseUploads(ctx, "acme", []string{model.Key, quant.Key}, t0.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if after := rowVersion(model.Key); after != before {
+		t.Errorf("marking a used upload again wrote its row (xmin %s → %s)", before, after)
+	}
+	if got, _ := store.Upload(ctx, "acme", model.Key); !got.UsedAt.Equal(t0.Add(time.Hour)) {
+		t.Errorf("marking a used upload again moved its used_at to %v", got.UsedAt)
+	}
 	// Marking another tenant's key (or an unknown one) fails, naming it.
 	var expired *pipelineapp.UploadExpiredError
 	if err := store.UseUploads(ctx, "other", []string{model.Key}, t0); !errors.As(err, &expired) || expired.Key != model.Key {

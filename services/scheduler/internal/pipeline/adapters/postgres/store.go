@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -235,22 +237,41 @@ func (s *Store) Upload(ctx context.Context, tenant, key string) (app.Upload, err
 // expiry write the same rows: whichever commits first wins and the other
 // re-reads the row (READ COMMITTED rechecks its conditions), so an upload
 // is either used or expired, never both.
+//
+// An upload a job used stays used (the sweeper expires unused ones only),
+// so a read confirms it without the update: jobs created from one upload
+// at once then neither wait for each other's lock on its row nor each
+// commit a write to it. Only the keys the read does not confirm are
+// updated.
 func (s *Store) UseUploads(ctx context.Context, tenant string, keys []string, at time.Time) error {
 	want := map[string]bool{}
 	for _, k := range keys {
 		want[k] = true
 	}
-	rows, err := s.DB.Query(ctx, `UPDATE uploads SET used_at = COALESCE(used_at, $3)
-		WHERE key = ANY($1) AND tenant_id = $2 AND expired_at IS NULL RETURNING key`, keys, tenant, at)
+	used, err := s.DB.Query(ctx, `SELECT key FROM uploads
+		WHERE key = ANY($1) AND tenant_id = $2 AND used_at IS NOT NULL AND expired_at IS NULL`, keys, tenant)
 	if err != nil {
 		return fmt.Errorf("use uploads: %w", err)
 	}
-	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	got, err := pgx.CollectRows(used, pgx.RowTo[string])
 	if err != nil {
 		return fmt.Errorf("use uploads: %w", err)
 	}
 	for _, k := range got {
 		delete(want, k)
+	}
+	if len(want) > 0 {
+		rows, err := s.DB.Query(ctx, `UPDATE uploads SET used_at = COALESCE(used_at, $3)
+			WHERE key = ANY($1) AND tenant_id = $2 AND expired_at IS NULL RETURNING key`, slices.Collect(maps.Keys(want)), tenant, at)
+		if err != nil {
+			return fmt.Errorf("use uploads: %w", err)
+		}
+		if got, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return fmt.Errorf("use uploads: %w", err)
+		}
+		for _, k := range got {
+			delete(want, k)
+		}
 	}
 	for _, k := range keys {
 		if want[k] {
