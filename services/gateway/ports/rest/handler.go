@@ -157,6 +157,9 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, fmt.Errorf("rest: register dead-letter service: %w", err)
 		}
 	}
+	if err := registerHotRoutes(ctx, mux, opts.Upstream); err != nil {
+		return nil, err
+	}
 	video, err := newVideoMux(ctx, opts.Upstream, routes, opts.Logger)
 	if err != nil {
 		return nil, err

@@ -184,12 +184,15 @@ func gatewayRun(ctx context.Context, env *env, o GatewayOptions, run int) (*gate
 		{"gRPC", grpcOp, &res.grpc},
 	}
 	// Warm every path (connections, prepared statements). Then measure the
-	// paths in turns of one slice each, rotating which goes first, until
-	// each has run o.For. Whole phases one after the other measured the
-	// order more than the paths: each inherited the background work the
-	// previous one left (relaying and projecting its tasks, checkpoints),
-	// so the path measured first was the slow one. Interleaved, every path
-	// meets the same database and the same backlog.
+	// paths in slices, in an order where every path follows every other
+	// one equally often (balancedOrder). Whole phases one after the other
+	// measured the order more than the paths: each inherited the
+	// background work the previous one left (relaying and projecting its
+	// tasks, checkpoints), so the path measured first was the slow one.
+	// Interleaved, every path meets the same database; balanced, every
+	// path inherits the same backlog. A plain rotation did not: it kept
+	// the cyclic order, so REST always followed gRPC (the heavier
+	// backlog) twice as often as gRPC followed it.
 	for _, p := range phases {
 		if _, _, err := closedLoop(ctx, o.Clients, time.Second, p.op); err != nil {
 			return nil, err
@@ -206,25 +209,26 @@ func gatewayRun(ctx context.Context, env *env, o GatewayOptions, run int) (*gate
 		self, server time.Duration
 	}
 	tallies := make([]tally, len(phases))
-	turns := max(1, int(o.For/o.Slice))
-	for turn := range turns {
-		for i := range phases {
-			// Each turn starts one path later, so no path always
-			// follows the same one.
-			j := (i + turn) % len(phases)
-			self0, server0 := cpuClock(pgData)
-			began := time.Now()
-			_, lat, err := closedLoop(ctx, o.Clients, o.For/time.Duration(turns), phases[j].op)
-			if err != nil {
-				return nil, err
-			}
-			t := &tallies[j]
-			t.elapsed += time.Since(began)
-			self1, server1 := cpuClock(pgData)
-			t.ops += len(lat)
-			t.lat = append(t.lat, lat...)
-			t.self, t.server = t.self+self1-self0, t.server+server1-server0
+	// Each path gets the same number of slices, whole rounds of the
+	// balanced order (a path comes len(phases)-1 times a round), and in
+	// all runs o.For.
+	order := balancedOrder(len(phases))
+	perRound := max(1, len(phases)-1)
+	slices := (max(1, int(o.For/o.Slice)) + perRound - 1) / perRound * perRound
+	for slice := range slices * len(phases) {
+		j := order[slice%len(order)]
+		self0, server0 := cpuClock(pgData)
+		began := time.Now()
+		_, lat, err := closedLoop(ctx, o.Clients, o.For/time.Duration(slices), phases[j].op)
+		if err != nil {
+			return nil, err
 		}
+		t := &tallies[j]
+		t.elapsed += time.Since(began)
+		self1, server1 := cpuClock(pgData)
+		t.ops += len(lat)
+		t.lat = append(t.lat, lat...)
+		t.self, t.server = t.self+self1-self0, t.server+server1-server0
 	}
 	for i, p := range phases {
 		t := tallies[i]
@@ -232,6 +236,47 @@ func gatewayRun(ctx context.Context, env *env, o GatewayOptions, run int) (*gate
 		*p.out = phaseResult{rate: float64(t.ops) / t.elapsed.Seconds(), p99: percentile(t.lat, 99), self: t.self / n, server: t.server / n}
 	}
 	return &res, nil
+}
+
+// balancedOrder is an order of slices of n paths, to be repeated, in
+// which every path comes equally often and follows every other path
+// exactly once: a closed walk through every ordered pair of distinct
+// paths (an Eulerian circuit of the complete directed graph on n
+// vertices, found by Hierholzer's algorithm). For 3 paths it is
+// 0 1 0 2 1 2: 0 follows 1 and 2 (at the wrap), 1 follows 0 and 2, 2
+// follows 0 and 1.
+func balancedOrder(n int) []int {
+	if n < 2 {
+		return []int{0}
+	}
+	// next[v] is the next unused edge target from v, in ascending order.
+	next := make([]int, n)
+	unused := func(v int) (int, bool) {
+		for next[v] < n {
+			w := next[v]
+			next[v]++
+			if w != v {
+				return w, true
+			}
+		}
+		return 0, false
+	}
+	stack, circuit := []int{0}, []int{}
+	for len(stack) > 0 {
+		v := stack[len(stack)-1]
+		if w, ok := unused(v); ok {
+			stack = append(stack, w)
+			continue
+		}
+		circuit = append(circuit, v)
+		stack = stack[:len(stack)-1]
+	}
+	// The circuit closes on its start; as an order to repeat, the last
+	// vertex is the first one's repetition.
+	for i, j := 0, len(circuit)-1; i < j; i, j = i+1, j-1 {
+		circuit[i], circuit[j] = circuit[j], circuit[i]
+	}
+	return circuit[:len(circuit)-1]
 }
 
 // restSubmitGet is what a REST client of the task API does: POST a task,
