@@ -8,22 +8,20 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/taskmesh/taskmesh/platform/gcdefaults"
 )
 
 func main() {
 	if code, ok := executorShim(os.Args); ok {
 		os.Exit(code)
 	}
-	if os.Getenv("GOGC") == "" {
-		// The services allocate briskly (protobuf, JSON, pgx buffers) but
-		// keep small heaps: collecting half as often buys throughput for
-		// little memory. GOGC in the environment still wins.
-		debug.SetGCPercent(200)
-	}
+	// Collect less often than Go's default, within the cgroup's memory
+	// limit; GOGC and GOMEMLIMIT in the environment still win.
+	gcdefaults.Set()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := rootCommand()
