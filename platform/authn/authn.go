@@ -94,9 +94,15 @@ func Outgoing(ctx context.Context, p Principal, internalToken string) context.Co
 	if md == nil {
 		md = make(metadata.MD, 7)
 	}
-	for _, k := range []string{MDKind, MDTenant, MDSubject, MDAgent, MDRemoteIP, MDTier, MDInternalToken} {
-		delete(md, k)
-	}
+	SetOutgoing(md, p, internalToken)
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
+// SetOutgoing writes into md, replacing what it held under their keys,
+// the metadata that names p and carries the internal token: what Outgoing
+// adds, for a caller building its outgoing metadata anew, which saves the
+// copy Outgoing makes of what the context already holds.
+func SetOutgoing(md metadata.MD, p Principal, internalToken string) {
 	md.Set(MDKind, string(p.Kind))
 	md.Set(MDTenant, p.TenantID)
 	md.Set(MDSubject, p.Subject)
@@ -104,7 +110,6 @@ func Outgoing(ctx context.Context, p Principal, internalToken string) context.Co
 	md.Set(MDRemoteIP, p.RemoteIP)
 	md.Set(MDTier, p.Tier)
 	md.Set(MDInternalToken, internalToken)
-	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // fromIncoming checks the internal token and reads the principal.

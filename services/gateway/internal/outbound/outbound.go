@@ -73,7 +73,9 @@ func Context(ctx context.Context, method, internalToken string) (context.Context
 	if err := check(p, method); err != nil {
 		return ctx, status.Error(codes.PermissionDenied, err.Error())
 	}
-	md := metadata.MD{}
+	// The outgoing metadata is built anew: nothing the context held (such
+	// as what grpc-gateway annotated from the HTTP request) is forwarded.
+	md := make(metadata.MD, 10)
 	if id := requestid.FromContext(ctx); id != "" {
 		md.Set(requestid.MetadataKey, id)
 	}
@@ -83,7 +85,8 @@ func Context(ctx context.Context, method, internalToken string) (context.Context
 			md.Set(k, v)
 		}
 	}
-	return authn.Outgoing(metadata.NewOutgoingContext(ctx, md), p, internalToken), nil
+	authn.SetOutgoing(md, p, internalToken)
+	return metadata.NewOutgoingContext(ctx, md), nil
 }
 
 // ownCallKey marks the context of a call the gateway makes for a service

@@ -125,16 +125,24 @@ func (t *Throttle) Middleware(next http.Handler) http.Handler {
 // setHeaders writes X-RateLimit-{Limit,Remaining,Reset}-{Requests,Tokens};
 // Reset is in whole seconds, rounded up.
 func setHeaders(h http.Header, u Usage) {
+	// These headers go on every answer: they are set by their canonical
+	// keys, worked out once, and their values share one allocation, each
+	// a slice capped at its one value so that an Add to one header
+	// cannot write over the next.
+	values := make([]string, 0, 6)
+	value := func(v int64) []string {
+		values = append(values, strconv.FormatInt(v, 10))
+		n := len(values)
+		return values[n-1 : n : n]
+	}
 	for i, w := range [...]*Window{u.Requests, u.Tokens} {
 		if w == nil {
 			continue
 		}
-		// Set by their canonical keys, worked out once: these headers
-		// go on every answer.
 		keys := &rateLimitHeaders[i]
-		h[keys.limit] = []string{strconv.FormatInt(w.Limit, 10)}
-		h[keys.remaining] = []string{strconv.FormatInt(w.Remaining, 10)}
-		h[keys.reset] = []string{strconv.FormatInt(int64(math.Ceil(w.ResetAfter.Seconds())), 10)}
+		h[keys.limit] = value(w.Limit)
+		h[keys.remaining] = value(w.Remaining)
+		h[keys.reset] = value(int64(math.Ceil(w.ResetAfter.Seconds())))
 	}
 }
 

@@ -216,8 +216,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(requestid.Header, id)
 	ctx := requestid.NewContext(r.Context(), id)
 	ctx = outbound.ExtractTrace(ctx, r.Header.Get("Traceparent"), r.Header.Get("Tracestate"))
-	r = r.WithContext(ctx)
-	h.measured.measure(w, r, h.route(r.URL.Path), h.serve)
+	h.measured.measure(ctx, w, r, h.route(r.URL.Path), h.serve)
 }
 
 // route is the metrics' route label of path before a mux refines it.

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -62,11 +63,25 @@ type routeLabelKey struct{}
 // template for the metrics. The mux has matched the route's pattern
 // (runtime.HTTPPattern) by then; its String spells variables as
 // {name=*}, shortened here to the documented {name}.
+//
+// The mux wraps each route's handler in its own call of recordRoute, so
+// the closure serves one pattern: its template is worked out on the
+// route's first request and kept (String formats the pattern anew on
+// every call, and a Pattern, holding slices, cannot key a map).
 func recordRoute(next runtime.HandlerFunc) runtime.HandlerFunc {
+	var template atomic.Pointer[string]
 	return func(w http.ResponseWriter, r *http.Request, p map[string]string) {
 		if l, ok := r.Context().Value(routeLabelKey{}).(*routeLabel); ok {
-			if pattern, ok := runtime.HTTPPattern(r.Context()); ok {
-				l.route = routeTemplate(pattern.String())
+			t := template.Load()
+			if t == nil {
+				if pattern, ok := runtime.HTTPPattern(r.Context()); ok {
+					s := routeTemplate(pattern.String())
+					template.Store(&s)
+					t = &s
+				}
+			}
+			if t != nil {
+				l.route = *t
 			}
 		}
 		next(w, r, p)
@@ -89,13 +104,14 @@ func routeTemplate(pattern string) string {
 	return t
 }
 
-// measure serves r through serve and records it under the route serve
-// leaves in the label (initially route).
-func (m httpMetrics) measure(w http.ResponseWriter, r *http.Request, route string, serve func(http.ResponseWriter, *http.Request)) {
+// measure serves r, with ctx as its context, through serve and records it
+// under the route serve leaves in the label (initially route). Taking the
+// caller's context saves the request a copy (WithContext copies it).
+func (m httpMetrics) measure(ctx context.Context, w http.ResponseWriter, r *http.Request, route string, serve func(http.ResponseWriter, *http.Request)) {
 	start := time.Now()
-	r, label := withRouteLabel(r, route)
+	r, label := withRouteLabel(ctx, r, route)
 	rec := &statusRecorder{ResponseWriter: w}
-	ctx := r.Context()
+	ctx = r.Context()
 	defer func() {
 		// Recorded on panics too (recover answers 500 further up).
 		code := rec.status
@@ -146,9 +162,9 @@ func requestLabelsFor(route, method string, code int) requestLabels {
 	return l
 }
 
-func withRouteLabel(r *http.Request, route string) (*http.Request, *routeLabel) {
+func withRouteLabel(ctx context.Context, r *http.Request, route string) (*http.Request, *routeLabel) {
 	label := &routeLabel{route: route}
-	return r.WithContext(context.WithValue(r.Context(), routeLabelKey{}, label)), label
+	return r.WithContext(context.WithValue(ctx, routeLabelKey{}, label)), label
 }
 
 // methodLabel keeps the method label bounded: any method outside the
