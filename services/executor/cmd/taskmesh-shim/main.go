@@ -1,7 +1,8 @@
-// Command taskmesh-shim is the executor's per-task shim on its own: the
-// process that runs one task and outlives the agent (docs/executor.md).
-// The agent starts it for every task when it sits beside the taskmesh
-// binary; it is small so that starting it costs little next to the task.
+// Command taskmesh-shim is the executor's shim on its own: the process
+// that runs tasks and outlives the agent (docs/executor.md), either one
+// shim host serving all of an agent's tasks or, with --shim-per-task, one
+// process per task. The agent starts it when it sits beside the taskmesh
+// binary; it is small so that starting it costs little.
 package main
 
 import (

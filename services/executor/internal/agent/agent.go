@@ -120,6 +120,9 @@ type Agent struct {
 	// limits while the tasks are stopped at their first instruction,
 	// without the exec trampoline (shim.ProbeTracedStart, at New).
 	tracedStart bool
+	// shims starts the shim that serves a run directory: the agent's
+	// shim host, or a shim of the task's own (Config.ShimPerTask).
+	shims shimStarter
 
 	wg       sync.WaitGroup // every goroutine Run started
 	listener net.Listener
@@ -188,6 +191,15 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		heartbeatWake: make(chan struct{}, 1),
 		isolation:     limiter,
 	}
+	a.shims = perTaskShims{command: cfg.ShimCommand, env: a.baseEnv}
+	if !cfg.ShimPerTask {
+		dir := filepath.Join(cfg.DataDir, "shims")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			j.Close()
+			return nil, fmt.Errorf("shim host directory: %w", err)
+		}
+		a.shims = shim.NewHost(cfg.ShimCommand, a.baseEnv, dir)
+	}
 	if err := shim.ProbeTracedStart(cfg.ShimCommand[0]); err != nil {
 		a.log.Info("tasks with limits start through the shim's exec trampoline", "reason", err)
 	} else {
@@ -221,6 +233,11 @@ func (a *Agent) LocalAPIAddr() string {
 }
 
 func (a *Agent) close() {
+	// The host goes on serving the tasks it has until each is read (by the
+	// agent that comes next) or orphaned.
+	if h, ok := a.shims.(*shim.Host); ok {
+		h.Close()
+	}
 	a.isolation.Close()
 	if a.listener != nil {
 		a.listener.Close()

@@ -99,11 +99,16 @@ type Settings struct {
 	// suits a machine that runs floods of short tasks, not one of several
 	// agents sharing longer work.
 	ClaimAhead int
-	// ShimPath is the shim binary (taskmesh-shim) started for every task.
+	// ShimPath is the shim binary (taskmesh-shim) that serves tasks.
 	// Default: taskmesh-shim beside the agent's executable when it is
 	// there, else the agent's own executable re-executed as `executor
 	// shim`, which works the same but costs more per task.
 	ShimPath string
+	// ShimPerTask starts a shim process for every task, as before there
+	// was a shim host. Default: one shim host per agent process serves
+	// every task, which spares each task a process start-up
+	// (docs/decisions/0099-one-shim-host-per-agent.md).
+	ShimPerTask bool
 	// OrphanGrace is how long a shim keeps a task running without an agent
 	// attached (default 10 s, at most 14 s: below the server's ~15 s
 	// dead-agent timeout, so a task is stopped before it is re-leased).

@@ -215,12 +215,7 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 	}
 	at.task.RunDir, at.task.ShimSocket = runDir, spec.Socket
 	spawnStart := time.Now()
-	started, err := shim.Start(ctx, shim.Launch{
-		Command: a.cfg.ShimCommand,
-		Env:     a.baseEnv,
-		RunDir:  runDir,
-		Spec:    spec,
-	})
+	started, err := a.shims.Start(ctx, runDir, spec)
 	var se *shim.StartError
 	switch {
 	case errors.As(err, &se):
@@ -237,4 +232,19 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 	_ = a.journal.SetProcess(journalCtx, t.AttemptID, runDir, spec.Socket, started.ShimPID, started.PID)
 	at.task.ShimPID, at.task.PID = started.ShimPID, started.PID
 	a.supervise(ctx, at)
+}
+
+// shimStarter starts serving a run directory's task; its errors are
+// shim.Start's (a *shim.StartError when the task could not start).
+type shimStarter interface {
+	Start(ctx context.Context, runDir string, spec shim.Spec) (shim.Started, error)
+}
+
+// perTaskShims starts a shim process for every task.
+type perTaskShims struct {
+	command, env []string
+}
+
+func (p perTaskShims) Start(ctx context.Context, runDir string, spec shim.Spec) (shim.Started, error) {
+	return shim.Start(ctx, shim.Launch{Command: p.command, Env: p.env, RunDir: runDir, Spec: spec})
 }

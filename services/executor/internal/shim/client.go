@@ -83,26 +83,18 @@ func Start(ctx context.Context, l Launch) (Started, error) {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	lineCh := make(chan []byte, 1)
-	go func() {
-		line, _ := bufio.NewReader(pr).ReadBytes('\n')
-		lineCh <- line
-	}()
-	var line []byte
-	select {
-	case line = <-lineCh:
-	case <-time.After(timeout):
-		_ = cmd.Process.Kill()
-		return Started{}, fmt.Errorf("shim did not become ready within %s", timeout)
-	case <-ctx.Done():
-		// The shim goes on; if it started the task it will notice that no
-		// agent attaches and stop it after its orphan grace.
-		return Started{}, ctx.Err()
-	}
-	var r ready
-	if len(line) == 0 || json.Unmarshal(line, &r) != nil {
+	r, err := readReady(ctx, pr, timeout)
+	switch {
+	case errors.Is(err, errExitedEarly):
 		b, _ := os.ReadFile(filepath.Join(l.RunDir, LogFile))
 		return Started{}, fmt.Errorf("shim exited before it was ready: %s", strings.TrimSpace(string(b)))
+	case err != nil && ctx.Err() != nil:
+		// The shim goes on; if it started the task it will notice that no
+		// agent attaches and stop it after its orphan grace.
+		return Started{}, err
+	case err != nil:
+		_ = cmd.Process.Kill()
+		return Started{}, fmt.Errorf("shim %w", err)
 	}
 	if r.Error != "" {
 		return Started{ShimPID: cmd.Process.Pid}, &StartError{Msg: r.Error}

@@ -2,10 +2,12 @@
 // the way containerd-shim and conmon do for containers.
 //
 // The agent never forks a task itself. For each process task it writes a
-// Spec to the attempt's run directory and starts a shim (the agent binary
-// re-executed as `<exe> executor shim serve -dir <run dir>`) in a session of
-// its own and without a parent-death signal, so the shim and the task
-// survive the agent. The shim:
+// Spec to the attempt's run directory and has a shim serve it: by default
+// its shim host (host.go), one process serving every task of the agent,
+// started as `<shim command> host -socket <path>`; with ShimPerTask a shim
+// of the task's own, `<shim command> serve -dir <run dir>`. Either is
+// started in a session of its own and without a parent-death signal, so
+// the shim and its tasks survive the agent. For each task the shim:
 //
 //   - makes itself a child subreaper, so the task's orphaned descendants are
 //     reparented to it and reaped;
@@ -37,8 +39,13 @@
 // alive, a task that never started and a process whose outcome is lost
 // (see lock.go).
 //
+// Exits are collected by one reaper per process (reaper.go), which hands
+// each to the task that forked the pid and reaps the orphans.
+//
 // Readiness: the agent passes a pipe as file descriptor 3. The shim writes
 // one JSON line to it ({"pid":N} once the task runs, or {"error":"..."} if
 // it could not be started) and closes it, so Start returns only when the
-// socket is listening and the task exists (or definitely does not).
+// socket is listening and the task exists (or definitely does not). A
+// host reports itself ready the same way, and then answers each serve
+// request with that line.
 package shim

@@ -13,6 +13,7 @@ import (
 // taskmesh-shim binary's name):
 //
 //	serve -dir <run dir>                          run the shim for a run directory
+//	host -socket <path>                           serve the run directories asked for on path (host.go)
 //	exec -as <bytes> -cpu <seconds> [-cgroup dirs] [-uid N -gid N] -- <path> <argv...>
 //	                                              join, drop privileges, set limits, execve
 //
@@ -21,7 +22,7 @@ import (
 // so that it starts fast (docs/decisions/0075-small-shim-binary.md).
 func Main(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: shim serve -dir DIR | shim exec -as N -cpu N -- PATH ARGV...")
+		fmt.Fprintln(os.Stderr, "usage: shim serve -dir DIR | shim host -socket PATH | shim exec -as N -cpu N -- PATH ARGV...")
 		return 2
 	}
 	switch args[0] {
@@ -32,6 +33,13 @@ func Main(args []string) int {
 			return 2
 		}
 		return serve(*dir)
+	case "host":
+		fs := flag.NewFlagSet("shim host", flag.ContinueOnError)
+		socket := fs.String("socket", "", "control socket to listen on")
+		if err := fs.Parse(args[1:]); err != nil || *socket == "" {
+			return 2
+		}
+		return hostMain(*socket)
 	case "exec":
 		return execMain(args[1:])
 	}

@@ -74,13 +74,6 @@ func (s *server) spawn() (<-chan syscall.WaitStatus, error) {
 	}
 	defer devnull.Close()
 
-	// The reaper must be running before the fork: it is the only caller of
-	// wait4, and as a subreaper the shim also inherits the task's orphans.
-	exitCh := make(chan syscall.WaitStatus, 1)
-	pidCh := make(chan int, 1)
-	reaped := make(chan struct{})
-	go reap(pidCh, exitCh, reaped)
-
 	attr := &syscall.ProcAttr{
 		Dir:   spec.Dir,
 		Env:   spec.Env,
@@ -91,17 +84,17 @@ func (s *server) spawn() (<-chan syscall.WaitStatus, error) {
 	if wrapperArgv != nil {
 		start.wrapperPath, start.wrapperArgv = spec.SelfArgv[0], wrapperArgv
 	}
-	pid, err := start.fork(attr, startTraced)
+	// The process's reaper collects the exit (reaper.go): it is the only
+	// caller of wait4 but for a traced start's own wait for its stop.
+	pid, exitCh, err := s.reaper.fork(func() (int, error) { return start.fork(attr, startTraced) })
 	outW.Close()
 	errW.Close()
 	if err != nil {
-		close(pidCh)
 		outR.Close()
 		errR.Close()
 		return nil, fmt.Errorf("exec %s: %w", spec.Argv[0], err)
 	}
 	s.pid = pid
-	pidCh <- pid
 
 	var pumps sync.WaitGroup
 	pumps.Add(2)
@@ -177,29 +170,6 @@ func (s *server) setUp(pid int) error {
 		}
 	}
 	return setRlimits(pid, s.spec.MemoryLimitBytes, s.spec.CPULimitSeconds)
-}
-
-// reap waits for every child. The main process's status goes to exitCh;
-// the others (descendants reparented to the subreaper) are just reaped.
-func reap(pidCh <-chan int, exitCh chan<- syscall.WaitStatus, done chan<- struct{}) {
-	defer close(done)
-	main, ok := <-pidCh
-	if !ok {
-		return
-	}
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil {
-			return // ECHILD: nothing left to reap
-		}
-		if pid == main {
-			exitCh <- ws
-		}
-	}
 }
 
 // waitGroupGone polls until no process is left in the group.

@@ -22,6 +22,8 @@ type Request struct {
 	Op     string        `json:"op"`
 	Reason string        `json:"reason,omitempty"`
 	Grace  time.Duration `json:"grace,omitempty"`
+	// RunDir is the run directory a host is asked to serve (OpServe).
+	RunDir string `json:"run_dir,omitempty"`
 }
 
 // Response is the shim's answer.
@@ -49,7 +51,8 @@ type State struct {
 	Exit *Status `json:"exit,omitempty"`
 }
 
-// ready is the line written to the readiness pipe.
+// ready is the line written to the readiness pipe, and a host's answer to
+// OpServe.
 type ready struct {
 	PID   int    `json:"pid,omitempty"`
 	Error string `json:"error,omitempty"`

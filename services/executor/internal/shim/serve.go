@@ -15,16 +15,22 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 )
 
-// server is the running shim.
+// server serves one task.
 type server struct {
 	spec   Spec
 	runDir string
 	pid    int // task pid = its process group id
+	reaper *reaper
+	// report tells whoever started the task that it runs (or why it does
+	// not), once: the readiness pipe of a shim of its own, the control
+	// connection's answer in a host.
+	report func(ready)
 
 	stdout, stderr *capture
 
 	mu        sync.Mutex // guards the fields below
 	conns     int
+	open      map[net.Conn]struct{} // the agent's connections
 	orphan    *time.Timer
 	stopping  string
 	ended     bool // the main process exited; no stop may be recorded now
@@ -35,33 +41,56 @@ type server struct {
 	done      chan struct{} // closed when exit is set
 }
 
-// serve runs the shim for runDir and returns its exit code.
+// serve runs a shim of its own for runDir (`shim serve`) and returns its
+// exit code.
 func serve(runDir string) int {
+	p := newProcess()
+	return p.serveTask(runDir, reportReady)
+}
+
+// process is what the tasks a shim process serves share: the reaper, and
+// the SIGTERM/SIGINT that stops them all.
+type process struct {
+	reaper *reaper
+	term   <-chan struct{} // closed at the first SIGTERM or SIGINT
+}
+
+// newProcess sets up the process for serving tasks.
+func newProcess() *process {
+	// The shim lives in its own session; a hangup from a terminal the agent
+	// once had must not kill it, and a closed agent socket must not either.
+	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	term := make(chan struct{})
+	go func() { <-sig; close(term) }()
+	if err := becomeSubreaper(); err != nil {
+		fmt.Fprintf(os.Stderr, "shim: subreaper: %v\n", err)
+	}
+	return &process{reaper: newReaper(), term: term}
+}
+
+// serveTask serves the task of runDir to its end: report is called once,
+// when the task runs or could not start; serveTask returns once the agent
+// has read the outcome (or gave it time to), with the shim's exit code.
+func (p *process) serveTask(runDir string, report func(ready)) int {
 	// The lock comes first: a second shim for the same directory must
 	// leave before it touches the socket or any file (see lock.go).
 	lock, err := lockRunDir(runDir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "shim: %v\n", err)
-		reportReady(ready{Error: err.Error()})
+		fmt.Fprintf(os.Stderr, "shim: %s: %v\n", runDir, err)
+		report(ready{Error: err.Error()})
 		return 1
 	}
 	defer lock.Close()
 	spec, err := readSpec(runDir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "shim: %v\n", err)
-		reportReady(ready{Error: err.Error()})
+		fmt.Fprintf(os.Stderr, "shim: %s: %v\n", runDir, err)
+		report(ready{Error: err.Error()})
 		return 1
 	}
-	// The shim lives in its own session; a hangup from a terminal the agent
-	// once had must not kill it, and a closed agent socket must not either.
-	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
-	if err := becomeSubreaper(); err != nil {
-		fmt.Fprintf(os.Stderr, "shim: subreaper: %v\n", err)
-	}
 
-	s := &server{spec: spec, runDir: runDir, done: make(chan struct{})}
+	s := &server{spec: spec, runDir: runDir, reaper: p.reaper, report: report, open: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	_ = os.Remove(spec.Socket)
 	ln, err := net.Listen("unix", spec.Socket)
 	if err != nil {
@@ -84,7 +113,7 @@ func serve(runDir string) int {
 		s.failStart(err)
 		return 0
 	}
-	reportReady(ready{PID: s.pid})
+	report(ready{PID: s.pid})
 
 	s.mu.Lock()
 	s.armOrphanLocked()
@@ -99,6 +128,7 @@ func serve(runDir string) int {
 	poll := time.NewTicker(250 * time.Millisecond)
 	defer poll.Stop()
 
+	term := p.term
 	var ws syscall.WaitStatus
 	for waiting := true; waiting; {
 		select {
@@ -108,6 +138,7 @@ func serve(runDir string) int {
 			s.stop(StopTimeout, spec.Grace)
 		case <-term:
 			s.stop(StopTerminated, spec.Grace)
+			term = nil // closed for good: once is enough
 		case <-poll.C:
 			s.pollProgressFile()
 		}
@@ -127,12 +158,24 @@ func serve(runDir string) int {
 		}
 		select {
 		case <-deadline:
+			ln.Close()
+			s.hangUp()
 			return 0
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	ln.Close()
 	return 0
+}
+
+// hangUp closes the connections still open after the linger: a shim of
+// its own exits next, and a host must not keep them.
+func (s *server) hangUp() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.open {
+		c.Close()
+	}
 }
 
 // reportReady writes the readiness line to fd 3 (see the package doc) and
@@ -164,7 +207,7 @@ func (s *server) failStart(err error) {
 	if werr := writeStatus(s.runDir, st); werr != nil {
 		fmt.Fprintf(os.Stderr, "shim: write status: %v\n", werr)
 	}
-	reportReady(ready{Error: err.Error()})
+	s.report(ready{Error: err.Error()})
 }
 
 // finish writes the outcome and wakes every waiter.

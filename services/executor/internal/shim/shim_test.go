@@ -43,7 +43,48 @@ type run struct {
 	sess    *Session
 }
 
+// launcher starts a task in a new run directory: launch, or launchHosted
+// with a host of the test's own.
+type launcher func(t *testing.T, argv []string, mod func(*Spec)) (*run, error)
+
+// forEachShim runs test with a shim of the task's own and with a shim
+// host: a task is served alike by both.
+func forEachShim(t *testing.T, test func(t *testing.T, launch launcher)) {
+	t.Run("own", func(t *testing.T) { test(t, launch) })
+	t.Run("host", func(t *testing.T) {
+		h := testHost(t)
+		test(t, func(t *testing.T, argv []string, mod func(*Spec)) (*run, error) {
+			return launchHosted(t, h, argv, mod)
+		})
+	})
+}
+
+// testHost is a host client whose host goes when the test ends.
+func testHost(t *testing.T) *Host {
+	t.Helper()
+	h := NewHost([]string{os.Args[0], "executor", "shim"}, baseEnv(), shortDir(t))
+	t.Cleanup(h.Close)
+	return h
+}
+
 func launch(t *testing.T, argv []string, mod func(*Spec)) (*run, error) {
+	t.Helper()
+	return launchVia(t, argv, mod, func(dir string, spec Spec) (Started, error) {
+		return Start(context.Background(), Launch{
+			Command: []string{os.Args[0], "executor", "shim"}, Env: baseEnv(), RunDir: dir, Spec: spec,
+		})
+	})
+}
+
+// launchHosted starts the task through the host of h.
+func launchHosted(t *testing.T, h *Host, argv []string, mod func(*Spec)) (*run, error) {
+	t.Helper()
+	return launchVia(t, argv, mod, func(dir string, spec Spec) (Started, error) {
+		return h.Start(context.Background(), dir, spec)
+	})
+}
+
+func launchVia(t *testing.T, argv []string, mod func(*Spec), start func(dir string, spec Spec) (Started, error)) (*run, error) {
 	t.Helper()
 	dir := shortDir(t)
 	spec := Spec{
@@ -56,9 +97,7 @@ func launch(t *testing.T, argv []string, mod func(*Spec)) (*run, error) {
 	if mod != nil {
 		mod(&spec)
 	}
-	st, err := Start(context.Background(), Launch{
-		Command: []string{os.Args[0], "executor", "shim"}, Env: baseEnv(), RunDir: dir, Spec: spec,
-	})
+	st, err := start(dir, spec)
 	r := &run{dir: dir, started: st}
 	if err != nil {
 		return r, err
@@ -110,219 +149,235 @@ func groupGone(pgid int) bool {
 }
 
 func TestShimExitAndOutput(t *testing.T) {
-	tests := []struct {
-		name        string
-		argv        []string
-		limit       int64
-		wantCode    int
-		wantSignal  string
-		wantStdout  string
-		wantDropped int64
-		wantTail    string
-	}{
-		// A tail file only when the limit cut the stream.
-		{name: "ok", argv: []string{"sh", "-c", "echo hello; echo err >&2"}, limit: 1 << 20, wantStdout: "hello\n"},
-		{name: "exit code", argv: []string{"sh", "-c", "exit 7"}, limit: 1 << 20, wantCode: 7},
-		{name: "signal", argv: []string{"sh", "-c", "kill -KILL $$"}, limit: 1 << 20, wantCode: 137, wantSignal: "SIGKILL"},
-		{name: "cap", argv: []string{"sh", "-c", "printf 0123456789abcdef"}, limit: 10, wantStdout: "0123456789", wantDropped: 6, wantTail: "0123456789abcdef"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r, err := launch(t, tc.argv, func(s *Spec) { s.OutputLimit = tc.limit })
-			if err != nil {
-				t.Fatal(err)
-			}
-			st := r.wait(t, 10*time.Second)
-			if st.ExitCode != tc.wantCode || st.SignalName != tc.wantSignal {
-				t.Fatalf("exit = %d %q, want %d %q", st.ExitCode, st.SignalName, tc.wantCode, tc.wantSignal)
-			}
-			out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
-			if string(out) != tc.wantStdout {
-				t.Errorf("stdout = %q, want %q", out, tc.wantStdout)
-			}
-			if st.StdoutDropped != tc.wantDropped {
-				t.Errorf("dropped = %d, want %d", st.StdoutDropped, tc.wantDropped)
-			}
-			tail, err := os.ReadFile(filepath.Join(r.dir, StdoutTail))
-			if string(tail) != tc.wantTail || (tc.wantTail == "") != errors.Is(err, os.ErrNotExist) {
-				t.Errorf("tail = %q (%v), want %q", tail, err, tc.wantTail)
-			}
-			if _, err := os.Stat(filepath.Join(r.dir, StderrTail)); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("a stderr tail of an uncut stream: %v", err)
-			}
-			disk, ok, err := ReadStatus(r.dir)
-			if err != nil || !ok || disk.ExitCode != st.ExitCode || disk.PID != r.started.PID {
-				t.Errorf("status.json = %+v ok=%v err=%v", disk, ok, err)
-			}
-		})
-	}
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		tests := []struct {
+			name        string
+			argv        []string
+			limit       int64
+			wantCode    int
+			wantSignal  string
+			wantStdout  string
+			wantDropped int64
+			wantTail    string
+		}{
+			// A tail file only when the limit cut the stream.
+			{name: "ok", argv: []string{"sh", "-c", "echo hello; echo err >&2"}, limit: 1 << 20, wantStdout: "hello\n"},
+			{name: "exit code", argv: []string{"sh", "-c", "exit 7"}, limit: 1 << 20, wantCode: 7},
+			{name: "signal", argv: []string{"sh", "-c", "kill -KILL $$"}, limit: 1 << 20, wantCode: 137, wantSignal: "SIGKILL"},
+			{name: "cap", argv: []string{"sh", "-c", "printf 0123456789abcdef"}, limit: 10, wantStdout: "0123456789", wantDropped: 6, wantTail: "0123456789abcdef"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				r, err := launch(t, tc.argv, func(s *Spec) { s.OutputLimit = tc.limit })
+				if err != nil {
+					t.Fatal(err)
+				}
+				st := r.wait(t, 10*time.Second)
+				if st.ExitCode != tc.wantCode || st.SignalName != tc.wantSignal {
+					t.Fatalf("exit = %d %q, want %d %q", st.ExitCode, st.SignalName, tc.wantCode, tc.wantSignal)
+				}
+				out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
+				if string(out) != tc.wantStdout {
+					t.Errorf("stdout = %q, want %q", out, tc.wantStdout)
+				}
+				if st.StdoutDropped != tc.wantDropped {
+					t.Errorf("dropped = %d, want %d", st.StdoutDropped, tc.wantDropped)
+				}
+				tail, err := os.ReadFile(filepath.Join(r.dir, StdoutTail))
+				if string(tail) != tc.wantTail || (tc.wantTail == "") != errors.Is(err, os.ErrNotExist) {
+					t.Errorf("tail = %q (%v), want %q", tail, err, tc.wantTail)
+				}
+				if _, err := os.Stat(filepath.Join(r.dir, StderrTail)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("a stderr tail of an uncut stream: %v", err)
+				}
+				disk, ok, err := ReadStatus(r.dir)
+				if err != nil || !ok || disk.ExitCode != st.ExitCode || disk.PID != r.started.PID {
+					t.Errorf("status.json = %+v ok=%v err=%v", disk, ok, err)
+				}
+			})
+		}
+	})
 }
 
 func TestShimStartError(t *testing.T) {
-	r, err := launch(t, []string{"no-such-command-xyz"}, nil)
-	var se *StartError
-	if !errors.As(err, &se) || !strings.Contains(se.Msg, "not found") {
-		t.Fatalf("err = %v, want StartError not found", err)
-	}
-	st, ok, _ := ReadStatus(r.dir)
-	if !ok || st.ExitCode != -1 || st.StartError == "" {
-		t.Fatalf("status = %+v ok=%v", st, ok)
-	}
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		r, err := launch(t, []string{"no-such-command-xyz"}, nil)
+		var se *StartError
+		if !errors.As(err, &se) || !strings.Contains(se.Msg, "not found") {
+			t.Fatalf("err = %v, want StartError not found", err)
+		}
+		st, ok, _ := ReadStatus(r.dir)
+		if !ok || st.ExitCode != -1 || st.StartError == "" {
+			t.Fatalf("status = %+v ok=%v", st, ok)
+		}
+	})
 }
 
 func TestShimStopGraceThenKill(t *testing.T) {
-	// The task traps SIGTERM and keeps running: only SIGKILL after the grace
-	// period ends it.
-	r, err := launch(t, []string{"sh", "-c", `trap 'echo got-term' TERM; echo ready; while :; do sleep 0.05; done`}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool {
-		b, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
-		return strings.Contains(string(b), "ready")
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		// The task traps SIGTERM and keeps running: only SIGKILL after the grace
+		// period ends it.
+		r, err := launch(t, []string{"sh", "-c", `trap 'echo got-term' TERM; echo ready; while :; do sleep 0.05; done`}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			b, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
+			return strings.Contains(string(b), "ready")
+		})
+		begin := time.Now()
+		if _, err := r.sess.Stop(context.Background(), "cancelled", 500*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		st := r.wait(t, 10*time.Second)
+		if took := time.Since(begin); took < 450*time.Millisecond {
+			t.Errorf("ended after %s, before the grace period", took)
+		}
+		if st.Stop != "cancelled" || st.SignalName != "SIGKILL" {
+			t.Errorf("status = %+v, want stop cancelled by SIGKILL", st)
+		}
+		out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
+		if !strings.Contains(string(out), "got-term") {
+			t.Errorf("stdout %q: SIGTERM was not delivered first", out)
+		}
+		if !groupGone(r.started.PID) {
+			t.Error("process group still has members")
+		}
 	})
-	begin := time.Now()
-	if _, err := r.sess.Stop(context.Background(), "cancelled", 500*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	st := r.wait(t, 10*time.Second)
-	if took := time.Since(begin); took < 450*time.Millisecond {
-		t.Errorf("ended after %s, before the grace period", took)
-	}
-	if st.Stop != "cancelled" || st.SignalName != "SIGKILL" {
-		t.Errorf("status = %+v, want stop cancelled by SIGKILL", st)
-	}
-	out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
-	if !strings.Contains(string(out), "got-term") {
-		t.Errorf("stdout %q: SIGTERM was not delivered first", out)
-	}
-	if !groupGone(r.started.PID) {
-		t.Error("process group still has members")
-	}
 }
 
 func TestShimTimeoutKillsTree(t *testing.T) {
-	r, err := launch(t, []string{"sh", "-c", `sleep 300 & sleep 300 & sh -c 'sleep 300 & sleep 300' & wait`},
-		func(s *Spec) { s.Timeout = 300 * time.Millisecond; s.Grace = time.Second })
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := r.wait(t, 10*time.Second)
-	if st.Stop != StopTimeout {
-		t.Fatalf("stop = %q, want timeout", st.Stop)
-	}
-	if !groupGone(r.started.PID) {
-		t.Fatal("process group still has members after timeout")
-	}
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		r, err := launch(t, []string{"sh", "-c", `sleep 300 & sleep 300 & sh -c 'sleep 300 & sleep 300' & wait`},
+			func(s *Spec) { s.Timeout = 300 * time.Millisecond; s.Grace = time.Second })
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := r.wait(t, 10*time.Second)
+		if st.Stop != StopTimeout {
+			t.Fatalf("stop = %q, want timeout", st.Stop)
+		}
+		if !groupGone(r.started.PID) {
+			t.Fatal("process group still has members after timeout")
+		}
+	})
 }
 
 func TestShimOrphaned(t *testing.T) {
-	r, err := launch(t, []string{"sleep", "300"}, func(s *Spec) { s.OrphanGrace = 300 * time.Millisecond })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.sess.Close()
-	waitFor(t, func() bool { _, ok, _ := ReadStatus(r.dir); return ok })
-	st, _, _ := ReadStatus(r.dir)
-	if st.Stop != StopOrphaned || st.SignalName != "SIGTERM" {
-		t.Fatalf("status = %+v, want orphaned by SIGTERM", st)
-	}
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		r, err := launch(t, []string{"sleep", "300"}, func(s *Spec) { s.OrphanGrace = 300 * time.Millisecond })
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.sess.Close()
+		waitFor(t, func() bool { _, ok, _ := ReadStatus(r.dir); return ok })
+		st, _, _ := ReadStatus(r.dir)
+		if st.Stop != StopOrphaned || st.SignalName != "SIGTERM" {
+			t.Fatalf("status = %+v, want orphaned by SIGTERM", st)
+		}
+	})
 }
 
 func TestShimReattach(t *testing.T) {
-	r, err := launch(t, []string{"sh", "-c", "sleep 0.5; exit 3"}, func(s *Spec) { s.OrphanGrace = 5 * time.Second })
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.sess.Close()
-	time.Sleep(100 * time.Millisecond)
-	sess, err := Attach(SocketPath(r.dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	r.sess = sess
-	if st := r.wait(t, 10*time.Second); st.ExitCode != 3 || st.Stop != "" {
-		t.Fatalf("status = %+v, want exit 3", st)
-	}
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		r, err := launch(t, []string{"sh", "-c", "sleep 0.5; exit 3"}, func(s *Spec) { s.OrphanGrace = 5 * time.Second })
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.sess.Close()
+		time.Sleep(100 * time.Millisecond)
+		sess, err := Attach(SocketPath(r.dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		r.sess = sess
+		if st := r.wait(t, 10*time.Second); st.ExitCode != 3 || st.Stop != "" {
+			t.Fatalf("status = %+v, want exit 3", st)
+		}
+	})
 }
 
 func TestShimProgress(t *testing.T) {
-	tests := []struct {
-		name    string
-		script  string
-		wantVal int
-		wantMsg string
-	}{
-		{name: "stdout", script: `echo '::progress::40 loading'; sleep 1`, wantVal: 40, wantMsg: "loading"},
-		{name: "file", script: `echo 10 a >> "$TASKMESH_PROGRESS_FILE"; echo '75 almost' >> "$TASKMESH_PROGRESS_FILE"; sleep 1`, wantVal: 75, wantMsg: "almost"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			r, err := launch(t, []string{"sh", "-c", tc.script}, func(s *Spec) {
-				s.Env = append(s.Env, "TASKMESH_PROGRESS_FILE="+s.ProgressFile)
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, func() bool {
-				st, err := r.sess.State(context.Background())
-				return err == nil && st.Progress.Value == tc.wantVal && st.Progress.Message == tc.wantMsg
-			})
-			if st := r.wait(t, 10*time.Second); st.Progress != tc.wantVal {
-				t.Errorf("final progress = %d, want %d", st.Progress, tc.wantVal)
-			}
-		})
-	}
-}
-
-func TestShimLimits(t *testing.T) {
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 is needed for the memory limit test: %v", err)
-	}
-	tests := []struct {
-		name     string
-		argv     []string
-		mod      func(*Spec)
-		wantCode int
-	}{
-		{name: "memory", argv: []string{python, "-c", "b = bytearray(1 << 30)"},
-			mod: func(s *Spec) { s.MemoryLimitBytes = 256 << 20 }, wantCode: 1},
-		{name: "memory unlimited", argv: []string{python, "-c", "b = bytearray(1 << 30)"}, wantCode: 0},
-		{name: "cpu", argv: []string{"sh", "-c", "while :; do :; done"},
-			mod: func(s *Spec) { s.CPULimitSeconds = 1 }, wantCode: 128 + int(syscall.SIGXCPU)},
-	}
-	// Each limit holds both ways: through the `shim exec` wrapper, and
-	// traced with no wrapper to fall back to, so the traced start alone
-	// set it.
-	starts := []struct {
-		name string
-		mod  func(*Spec)
-	}{
-		{"wrapper", func(*Spec) {}},
-		{"traced", func(s *Spec) { s.TracedStart, s.SelfArgv = true, []string{"/nonexistent/taskmesh-shim"} }},
-	}
-	for _, start := range starts {
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		tests := []struct {
+			name    string
+			script  string
+			wantVal int
+			wantMsg string
+		}{
+			{name: "stdout", script: `echo '::progress::40 loading'; sleep 1`, wantVal: 40, wantMsg: "loading"},
+			{name: "file", script: `echo 10 a >> "$TASKMESH_PROGRESS_FILE"; echo '75 almost' >> "$TASKMESH_PROGRESS_FILE"; sleep 1`, wantVal: 75, wantMsg: "almost"},
+		}
 		for _, tc := range tests {
-			t.Run(start.name+"/"+tc.name, func(t *testing.T) {
-				r, err := launch(t, tc.argv, func(s *Spec) {
-					if tc.mod != nil {
-						tc.mod(s)
-					}
-					start.mod(s)
+			t.Run(tc.name, func(t *testing.T) {
+				r, err := launch(t, []string{"sh", "-c", tc.script}, func(s *Spec) {
+					s.Env = append(s.Env, "TASKMESH_PROGRESS_FILE="+s.ProgressFile)
 				})
 				if err != nil {
 					t.Fatal(err)
 				}
-				st := r.wait(t, 30*time.Second)
-				if st.ExitCode != tc.wantCode {
-					errb, _ := os.ReadFile(filepath.Join(r.dir, StderrFile))
-					t.Fatalf("exit = %d, want %d (stderr %q)", st.ExitCode, tc.wantCode, errb)
+				waitFor(t, func() bool {
+					st, err := r.sess.State(context.Background())
+					return err == nil && st.Progress.Value == tc.wantVal && st.Progress.Message == tc.wantMsg
+				})
+				if st := r.wait(t, 10*time.Second); st.Progress != tc.wantVal {
+					t.Errorf("final progress = %d, want %d", st.Progress, tc.wantVal)
 				}
 			})
 		}
-	}
+	})
+}
+
+func TestShimLimits(t *testing.T) {
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		python, err := exec.LookPath("python3")
+		if err != nil {
+			t.Fatalf("python3 is needed for the memory limit test: %v", err)
+		}
+		tests := []struct {
+			name     string
+			argv     []string
+			mod      func(*Spec)
+			wantCode int
+		}{
+			{name: "memory", argv: []string{python, "-c", "b = bytearray(1 << 30)"},
+				mod: func(s *Spec) { s.MemoryLimitBytes = 256 << 20 }, wantCode: 1},
+			{name: "memory unlimited", argv: []string{python, "-c", "b = bytearray(1 << 30)"}, wantCode: 0},
+			{name: "cpu", argv: []string{"sh", "-c", "while :; do :; done"},
+				mod: func(s *Spec) { s.CPULimitSeconds = 1 }, wantCode: 128 + int(syscall.SIGXCPU)},
+		}
+		// Each limit holds both ways: through the `shim exec` wrapper, and
+		// traced with no wrapper to fall back to, so the traced start alone
+		// set it.
+		starts := []struct {
+			name string
+			mod  func(*Spec)
+		}{
+			{"wrapper", func(*Spec) {}},
+			{"traced", func(s *Spec) { s.TracedStart, s.SelfArgv = true, []string{"/nonexistent/taskmesh-shim"} }},
+		}
+		for _, start := range starts {
+			for _, tc := range tests {
+				t.Run(start.name+"/"+tc.name, func(t *testing.T) {
+					r, err := launch(t, tc.argv, func(s *Spec) {
+						if tc.mod != nil {
+							tc.mod(s)
+						}
+						start.mod(s)
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					st := r.wait(t, 30*time.Second)
+					if st.ExitCode != tc.wantCode {
+						errb, _ := os.ReadFile(filepath.Join(r.dir, StderrFile))
+						t.Fatalf("exit = %d, want %d (stderr %q)", st.ExitCode, tc.wantCode, errb)
+					}
+				})
+			}
+		}
+	})
 }
 
 // tracedOnly makes a spec that can only start traced: limited, and with
@@ -346,75 +401,81 @@ func TestProbeTracedStart(t *testing.T) {
 // A task started traced is in its cgroup from its first instruction: what
 // it reads of its own cgroups is the task's group on every controller.
 func TestTracedStartPutsTheTaskInItsCgroupFirst(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("making cgroups needs root")
-	}
-	h, err := cgroup.Detect(cgroup.Host{}, "taskmesh-shim-test")
-	if err != nil {
-		t.Fatalf("running as root but no usable cgroups: %v", err)
-	}
-	defer h.Release()
-	g, err := h.Create("traced-a1", cgroup.Limits{MemoryBytes: 256 << 20, Pids: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cgroup.Remove(g.Dirs) }()
-	r, err := launch(t, []string{"cat", "/proc/self/cgroup"}, func(s *Spec) {
-		s.Cgroup = g
-		tracedOnly(s)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st := r.wait(t, 10*time.Second); st.ExitCode != 0 {
-		t.Fatalf("exit = %d", st.ExitCode)
-	}
-	out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
-	for _, dir := range g.Dirs {
-		// v1: "<id>:memory:/…/traced-a1"; v2: "0::/…/traced-a1".
-		want := strings.TrimPrefix(dir, filepath.Dir(filepath.Dir(dir)))
-		if !strings.Contains(string(out), want) {
-			t.Errorf("the task's cgroups %q lack %s", out, want)
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		if os.Geteuid() != 0 {
+			t.Skip("making cgroups needs root")
 		}
-	}
+		h, err := cgroup.Detect(cgroup.Host{}, "taskmesh-shim-test")
+		if err != nil {
+			t.Fatalf("running as root but no usable cgroups: %v", err)
+		}
+		defer h.Release()
+		g, err := h.Create("traced-a1", cgroup.Limits{MemoryBytes: 256 << 20, Pids: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cgroup.Remove(g.Dirs) }()
+		r, err := launch(t, []string{"cat", "/proc/self/cgroup"}, func(s *Spec) {
+			s.Cgroup = g
+			tracedOnly(s)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := r.wait(t, 10*time.Second); st.ExitCode != 0 {
+			t.Fatalf("exit = %d", st.ExitCode)
+		}
+		out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
+		for _, dir := range g.Dirs {
+			// v1: "<id>:memory:/…/traced-a1"; v2: "0::/…/traced-a1".
+			want := strings.TrimPrefix(dir, filepath.Dir(filepath.Dir(dir)))
+			if !strings.Contains(string(out), want) {
+				t.Errorf("the task's cgroups %q lack %s", out, want)
+			}
+		}
+	})
 }
 
 // A traced task whose set-up fails never runs: the start fails with the
 // reason, and no process is left.
 func TestTracedStartThatCannotSetUpLeavesNoProcess(t *testing.T) {
-	marker := "4242.25" // sleep's argument, to find it in /proc
-	r, err := launch(t, []string{"sleep", marker}, func(s *Spec) {
-		s.Cgroup = &cgroup.Group{Version: 1, Dirs: []string{filepath.Join(t.TempDir(), "no-such-cgroup")}}
-		tracedOnly(s)
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		marker := "4242.25" // sleep's argument, to find it in /proc
+		r, err := launch(t, []string{"sleep", marker}, func(s *Spec) {
+			s.Cgroup = &cgroup.Group{Version: 1, Dirs: []string{filepath.Join(t.TempDir(), "no-such-cgroup")}}
+			tracedOnly(s)
+		})
+		var se *StartError
+		if !errors.As(err, &se) || !strings.Contains(se.Msg, "no-such-cgroup") {
+			t.Fatalf("err = %v, want a start error naming the cgroup", err)
+		}
+		if st, ok, _ := ReadStatus(r.dir); !ok || st.ExitCode != -1 {
+			t.Fatalf("status = %+v ok=%v, want a task that never ran", st, ok)
+		}
+		if pids := processesWithArg(t, marker); len(pids) > 0 {
+			t.Fatalf("processes %v still run the task", pids)
+		}
 	})
-	var se *StartError
-	if !errors.As(err, &se) || !strings.Contains(se.Msg, "no-such-cgroup") {
-		t.Fatalf("err = %v, want a start error naming the cgroup", err)
-	}
-	if st, ok, _ := ReadStatus(r.dir); !ok || st.ExitCode != -1 {
-		t.Fatalf("status = %+v ok=%v, want a task that never ran", st, ok)
-	}
-	if pids := processesWithArg(t, marker); len(pids) > 0 {
-		t.Fatalf("processes %v still run the task", pids)
-	}
 }
 
 // A task started traced does not outlive its shim.
 func TestTracedTaskDiesWithItsShim(t *testing.T) {
-	r, err := launch(t, []string{"sleep", "1000"}, tracedOnly)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(r.started.ShimPID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !errors.Is(syscall.Kill(r.started.PID, 0), syscall.ESRCH) {
-		if time.Now().After(deadline) {
-			t.Fatalf("task %d outlived its shim %d", r.started.PID, r.started.ShimPID)
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		r, err := launch(t, []string{"sleep", "1000"}, tracedOnly)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if err := syscall.Kill(r.started.ShimPID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !errors.Is(syscall.Kill(r.started.PID, 0), syscall.ESRCH) {
+			if time.Now().After(deadline) {
+				t.Fatalf("task %d outlived its shim %d", r.started.PID, r.started.ShimPID)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 }
 
 // Where ptrace is refused, a task that has a wrapper starts through it,
@@ -530,57 +591,59 @@ func waitFor(t *testing.T, cond func() bool) {
 // group for the shim to remove, whether the task ran or not, on either
 // start path.
 func TestStartThatFailsRemovesTheCgroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("making cgroups needs root")
-	}
-	h, err := cgroup.Detect(cgroup.Host{}, "taskmesh-shim-test")
-	if err != nil {
-		t.Fatalf("running as root but no usable cgroups: %v", err)
-	}
-	defer h.Release()
-	for _, c := range []struct {
-		name   string
-		traced bool
-	}{{"traced", true}, {"wrapper", false}} {
-		t.Run(c.name, func(t *testing.T) {
-			g, err := h.Create("unstartable-"+c.name, cgroup.Limits{MemoryBytes: 256 << 20, Pids: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = cgroup.Remove(g.Dirs) }()
-			r, err := launch(t, []string{"no-such-command-xyz"}, func(s *Spec) {
-				s.Cgroup = g
-				if c.traced {
-					tracedOnly(s)
-				} else {
-					s.CPULimitSeconds = 3600 // a limit: the wrapper's path
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		if os.Geteuid() != 0 {
+			t.Skip("making cgroups needs root")
+		}
+		h, err := cgroup.Detect(cgroup.Host{}, "taskmesh-shim-test")
+		if err != nil {
+			t.Fatalf("running as root but no usable cgroups: %v", err)
+		}
+		defer h.Release()
+		for _, c := range []struct {
+			name   string
+			traced bool
+		}{{"traced", true}, {"wrapper", false}} {
+			t.Run(c.name, func(t *testing.T) {
+				g, err := h.Create("unstartable-"+c.name, cgroup.Limits{MemoryBytes: 256 << 20, Pids: 64})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = cgroup.Remove(g.Dirs) }()
+				r, err := launch(t, []string{"no-such-command-xyz"}, func(s *Spec) {
+					s.Cgroup = g
+					if c.traced {
+						tracedOnly(s)
+					} else {
+						s.CPULimitSeconds = 3600 // a limit: the wrapper's path
+					}
+				})
+				var se *StartError
+				switch {
+				case errors.As(err, &se):
+				case err == nil:
+					// The wrapper started and its exec failed: the task ran
+					// and ended, and the shim's end removes the group.
+					if st := r.wait(t, 10*time.Second); st.ExitCode == 0 {
+						t.Fatalf("a command that does not exist exited 0: %+v", st)
+					}
+				default:
+					t.Fatalf("start: %v", err)
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for _, dir := range g.Dirs {
+					for {
+						_, err := os.Stat(dir)
+						if errors.Is(err, os.ErrNotExist) {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatalf("the cgroup %s is still there after the failed start (%v)", dir, err)
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
 				}
 			})
-			var se *StartError
-			switch {
-			case errors.As(err, &se):
-			case err == nil:
-				// The wrapper started and its exec failed: the task ran
-				// and ended, and the shim's end removes the group.
-				if st := r.wait(t, 10*time.Second); st.ExitCode == 0 {
-					t.Fatalf("a command that does not exist exited 0: %+v", st)
-				}
-			default:
-				t.Fatalf("start: %v", err)
-			}
-			deadline := time.Now().Add(5 * time.Second)
-			for _, dir := range g.Dirs {
-				for {
-					_, err := os.Stat(dir)
-					if errors.Is(err, os.ErrNotExist) {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("the cgroup %s is still there after the failed start (%v)", dir, err)
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		})
-	}
+		}
+	})
 }

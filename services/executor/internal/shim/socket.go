@@ -20,6 +20,7 @@ func (s *server) accept(ln net.Listener) {
 		}
 		s.mu.Lock()
 		s.conns++
+		s.open[c] = struct{}{}
 		if s.orphan != nil {
 			s.orphan.Stop()
 		}
@@ -35,6 +36,7 @@ func (s *server) handle(c net.Conn) {
 		c.Close()
 		s.mu.Lock()
 		s.conns--
+		delete(s.open, c)
 		if s.conns == 0 && s.exit == nil {
 			s.armOrphanLocked()
 		}

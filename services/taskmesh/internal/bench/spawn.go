@@ -155,7 +155,7 @@ func Spawn(ctx context.Context, o TasksOptions) (float64, error) {
 		return 0, err
 	}
 	defer env.close()
-	fmt.Fprintf(o.Out, "spawning: %d /bin/true tasks submitted over gRPC to the scheduler, run by a real executor agent (%d slots, claiming up to %d ahead, one shim per process) leasing through the gateway\n",
+	fmt.Fprintf(o.Out, "spawning: %d /bin/true tasks submitted over gRPC to the scheduler, run by a real executor agent (%d slots, claiming up to %d ahead, its shim host serving every process) leasing through the gateway\n",
 		o.SpawnTasks, o.SpawnSlots, spawnClaimAhead*o.SpawnSlots)
 	var rates sample
 	for run := 1; run <= o.Runs; run++ {

@@ -163,7 +163,7 @@ func reportTasks(o TasksOptions, runs []tasksRun) *TasksResult {
 		o.Tasks, o.Agents, o.ClaimBatch, o.InFlight)
 	fmt.Fprintf(o.Out, "submit → start: open-loop submissions at %d/s for %s; recovery: production timing (agent lost after 15 s without heartbeats, sweep every 1 s);\n",
 		o.StartRate, o.StartFor)
-	fmt.Fprintf(o.Out, "spawning: %d /bin/true tasks submitted over gRPC to the scheduler, run by a real executor agent (%d slots, one shim per process) leasing through the gateway\n",
+	fmt.Fprintf(o.Out, "spawning: %d /bin/true tasks submitted over gRPC to the scheduler, run by a real executor agent (%d slots, its shim host serving every process) leasing through the gateway\n",
 		o.SpawnTasks, o.SpawnSlots)
 	table(o.Out, []string{"run", "order", "taskmesh tasks/s", "river jobs/s", "ratio", "submit tasks/s", "start p50", "start p99",
 		"submitted/s", "recovery", "spawning tasks/s"}, rows)

@@ -42,7 +42,7 @@ const Repository = "ghcr.io/taskmesh/taskmesh"
 // Paths and the user inside the image.
 const (
 	BinaryPath = "/usr/local/bin/taskmesh"
-	// ShimPath is the executor's per-task shim, beside the binary where
+	// ShimPath is the executor's shim, beside the binary where
 	// the agent looks for it (docs/decisions/0075-small-shim-binary.md).
 	ShimPath = "/usr/local/bin/taskmesh-shim"
 	// StagePath is the pipeline's stage worker, beside the binary where
