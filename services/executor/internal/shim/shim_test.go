@@ -59,6 +59,21 @@ func forEachShim(t *testing.T, test func(t *testing.T, launch launcher)) {
 	})
 }
 
+// testCgroups is the test's cgroup hierarchy, released when the test
+// ends; making cgroups needs root.
+func testCgroups(t *testing.T) *cgroup.Hierarchy {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("making cgroups needs root")
+	}
+	h, err := cgroup.Detect(cgroup.Host{}, "taskmesh-shim-test")
+	if err != nil {
+		t.Fatalf("running as root but no usable cgroups: %v", err)
+	}
+	t.Cleanup(h.Release)
+	return h
+}
+
 // testHost is a host client whose host goes when the test ends.
 func testHost(t *testing.T) *Host {
 	t.Helper()
@@ -402,14 +417,7 @@ func TestProbeTracedStart(t *testing.T) {
 // it reads of its own cgroups is the task's group on every controller.
 func TestTracedStartPutsTheTaskInItsCgroupFirst(t *testing.T) {
 	forEachShim(t, func(t *testing.T, launch launcher) {
-		if os.Geteuid() != 0 {
-			t.Skip("making cgroups needs root")
-		}
-		h, err := cgroup.Detect(cgroup.Host{}, "taskmesh-shim-test")
-		if err != nil {
-			t.Fatalf("running as root but no usable cgroups: %v", err)
-		}
-		defer h.Release()
+		h := testCgroups(t)
 		g, err := h.Create("traced-a1", cgroup.Limits{MemoryBytes: 256 << 20, Pids: 64})
 		if err != nil {
 			t.Fatal(err)
@@ -592,14 +600,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // start path.
 func TestStartThatFailsRemovesTheCgroup(t *testing.T) {
 	forEachShim(t, func(t *testing.T, launch launcher) {
-		if os.Geteuid() != 0 {
-			t.Skip("making cgroups needs root")
-		}
-		h, err := cgroup.Detect(cgroup.Host{}, "taskmesh-shim-test")
-		if err != nil {
-			t.Fatalf("running as root but no usable cgroups: %v", err)
-		}
-		defer h.Release()
+		h := testCgroups(t)
 		for _, c := range []struct {
 			name   string
 			traced bool
