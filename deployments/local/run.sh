@@ -20,8 +20,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 go build -o bin/taskmesh ./services/taskmesh/cmd/taskmesh
-# The agents' per-task shim, static: it starts once per task, and a static
-# binary skips the dynamic loader (docs/executor.md "The shim binary").
+# The agents' shim, static: a shim host starts once per agent (once per
+# task with --shim-per-task), and a static binary skips the dynamic loader
+# (docs/executor.md "The shim binary").
 CGO_ENABLED=0 go build -trimpath -o bin/taskmesh-shim ./services/executor/cmd/taskmesh-shim
 # The pipeline's stage worker, which starts twice per stage
 # (docs/api/pipeline.md "Stage workers").
