@@ -198,7 +198,12 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			j.Close()
 			return nil, fmt.Errorf("shim host directory: %w", err)
 		}
-		a.shims = shim.NewHost(cfg.ShimCommand, a.baseEnv, dir)
+		host := shim.NewHost(cfg.ShimCommand, a.baseEnv, dir)
+		host.Launched = func(pid int, socket string) {
+			a.metrics.shimHostStarted(context.Background())
+			a.log.Info("shim host started", "pid", pid, "socket", socket)
+		}
+		a.shims = host
 	}
 	if err := shim.ProbeTracedStart(cfg.ShimCommand[0]); err != nil {
 		a.log.Info("tasks with limits start through the shim's exec trampoline", "reason", err)

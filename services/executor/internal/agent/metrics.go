@@ -18,6 +18,7 @@ const agentMeter = "github.com/taskmesh/taskmesh/services/executor/internal/agen
 type agentMetrics struct {
 	heartbeats metric.Int64Counter
 	spawn      metric.Float64Histogram
+	shimHosts  metric.Int64Counter
 	ok, failed metric.MeasurementOption
 }
 
@@ -30,6 +31,9 @@ func newAgentMetrics() agentMetrics {
 		metric.WithDescription("machine heartbeats sent, by result (ok, error)"), metric.WithUnit("{heartbeat}"))
 	m.spawn, _ = meter.Float64Histogram("taskmesh.agent.spawn_duration",
 		metric.WithDescription("time to start a task's process (shim and child) until its PID is known"), metric.WithUnit("s"))
+	m.shimHosts, _ = meter.Int64Counter("taskmesh.agent.shim_host_starts",
+		metric.WithDescription("shim hosts started: the first, and each that replaced one that died"), metric.WithUnit("{start}"))
+	m.shimHosts.Add(context.Background(), 0)
 	m.heartbeats.Add(context.Background(), 0, m.ok)
 	m.heartbeats.Add(context.Background(), 0, m.failed)
 	return m
@@ -41,6 +45,10 @@ func (m agentMetrics) heartbeat(ctx context.Context, err error) {
 		return
 	}
 	m.heartbeats.Add(ctx, 1, m.ok)
+}
+
+func (m agentMetrics) shimHostStarted(ctx context.Context) {
+	m.shimHosts.Add(ctx, 1)
 }
 
 func (m agentMetrics) spawned(ctx context.Context, since time.Time) {

@@ -185,6 +185,9 @@ type Host struct {
 	command []string
 	env     []string
 	dir     string
+	// Launched, if set, is told of every host started (pid and control
+	// socket): the first, and each that replaces one that died.
+	Launched func(pid int, socket string)
 
 	mu     sync.Mutex // serialises starting a host
 	socket string     // the current host's control socket ("": none)
@@ -312,6 +315,9 @@ func (h *Host) current(ctx context.Context) (string, int, error) {
 	}
 	h.socket, h.pid, h.hold = socket, pid, hold
 	go h.watch(socket, hold)
+	if h.Launched != nil {
+		h.Launched(pid, socket)
+	}
 	return socket, pid, nil
 }
 

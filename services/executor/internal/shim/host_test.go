@@ -105,6 +105,8 @@ func TestHostOutlivesItsAgentThenLeaves(t *testing.T) {
 // lost with it only if they were started traced.
 func TestHostIsStartedAgainWhenItDies(t *testing.T) {
 	h := testHost(t)
+	var launched []int
+	h.Launched = func(pid int, _ string) { launched = append(launched, pid) }
 	first, err := launchHosted(t, h, []string{"sleep", "300"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +126,9 @@ func TestHostIsStartedAgainWhenItDies(t *testing.T) {
 	}
 	if st := second.wait(t, 10*time.Second); st.ExitCode != 9 {
 		t.Fatalf("status = %+v, want exit 9", st)
+	}
+	if len(launched) != 2 || launched[0] != first.started.ShimPID || launched[1] != second.started.ShimPID {
+		t.Fatalf("hosts launched %v, want %d then %d", launched, first.started.ShimPID, second.started.ShimPID)
 	}
 }
 

@@ -395,6 +395,8 @@ func checkNamedMetrics(t *testing.T, s scrape, completed float64) {
 	add("taskmesh_agent_slots", nil, exactly, 4)
 	add("taskmesh_agent_slots", l("state", "used"), exactly, 1)
 	add("taskmesh_agent_spawn_duration_seconds", nil, exactly, completed+3)
+	// One shim host served them all.
+	add("taskmesh_agent_shim_host_starts_total", nil, exactly, 1)
 	// Pipeline uploads expired unused: none yet, exported from the start.
 	add("taskmesh_pipeline_uploads_expired_total", l("kind", "model"), exactly, 0)
 	// Postgres pools.
