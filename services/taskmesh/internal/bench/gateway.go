@@ -85,7 +85,7 @@ func Gateway(ctx context.Context, o GatewayOptions) (*GatewayResult, error) {
 			ratio(r.REST.rate / r.grpc.rate), ratio(r.hop.rate / r.grpc.rate)})
 	}
 	fmt.Fprintf(o.Out, "\n%d clients per path, %s per path in turns of %s; one operation = submit a task + get it; "+
-		"CPU/op = this process + Postgres, µs\n", o.Clients, o.For, o.Slice)
+		"CPU/op = total (this process + Postgres), µs\n", o.Clients, o.For, o.Slice)
 	table(o.Out, []string{"run", "first", "REST ops/s", "REST p99", "CPU/op", "REST hop ops/s", "CPU/op",
 		"gRPC ops/s", "gRPC p99", "CPU/op", "ratio", "hop ratio"}, rows)
 	res := &GatewayResult{REST: rest.median(), RESTHop: hop.median(), GRPC: direct.median(), Ratio: ratios.median(),
@@ -110,8 +110,10 @@ type phaseResult struct {
 	self, server time.Duration
 }
 
+// cpu is the CPU per operation with its two parts, this process's and
+// Postgres's: the paths differ mostly in the first.
 func (p phaseResult) cpu() string {
-	return fmt.Sprintf("%.0f", float64((p.self + p.server).Microseconds()))
+	return fmt.Sprintf("%d (%d+%d)", (p.self + p.server).Microseconds(), p.self.Microseconds(), p.server.Microseconds())
 }
 
 type gatewayRunResult struct {
