@@ -246,3 +246,71 @@ func TestHostThatNeverStartsFailsTheStart(t *testing.T) {
 		t.Fatalf("run directory = %+v (%v), want nothing served", st, err)
 	}
 }
+
+// A failed serve request is sent to another host only when it certainly
+// started nothing.
+func TestNothingServedAfterAFailedRequest(t *testing.T) {
+	fresh := shortDir(t)
+	spawned := shortDir(t)
+	if err := markSpawned(spawned); err != nil {
+		t.Fatal(err)
+	}
+	finished := shortDir(t)
+	if err := writeStatus(finished, Status{ExitCode: 0}); err != nil {
+		t.Fatal(err)
+	}
+	broken := errors.New("shim host did not answer: EOF")
+	for _, tc := range []struct {
+		name   string
+		err    error
+		runDir string
+		want   bool
+	}{
+		{"never reached a host", fmt.Errorf("%w: connection refused", errHostGone), spawned, true},
+		{"timed out", fmt.Errorf("shim host did not answer: %w", os.ErrDeadlineExceeded), fresh, false},
+		{"broken, nothing in the run directory", broken, fresh, true},
+		{"broken after the spawn marker", broken, spawned, false},
+		{"broken after the status", broken, finished, false},
+	} {
+		if got := nothingServed(tc.err, tc.runDir); got != tc.want {
+			t.Errorf("%s: nothingServed = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// A run directory whose lock is held (a host serving it) is not retried.
+	lock, err := lockRunDir(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if nothingServed(broken, fresh) {
+		t.Error("locked run directory: nothingServed = true, want false")
+	}
+}
+
+// Each host gets a socket of its own, in the host directory or, when that
+// path is too long for a unix socket, in the temporary directory.
+func TestHostSocketPath(t *testing.T) {
+	short := shortDir(t)
+	long := filepath.Join(short, strings.Repeat("d", 120))
+	for _, dir := range []string{short, long} {
+		a, err := hostSocketPath(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := hostSocketPath(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a == b || len(a) >= 100 || !strings.HasSuffix(a, ".sock") {
+			t.Errorf("%d-byte dir: sockets %q and %q, want two distinct paths under 100 bytes", len(dir), a, b)
+		}
+		if want := dir; len(filepath.Join(dir, "host-0123456789abcdef.sock")) >= 100 {
+			want = os.TempDir()
+			if filepath.Dir(a) != want {
+				t.Errorf("long dir: socket %q, want it in %s", a, want)
+			}
+		} else if filepath.Dir(a) != want {
+			t.Errorf("short dir: socket %q, want it in %s", a, want)
+		}
+	}
+}
