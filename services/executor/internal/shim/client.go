@@ -52,32 +52,11 @@ func Start(ctx context.Context, l Launch) (Started, error) {
 	if err := WriteSpec(l.RunDir, l.Spec); err != nil {
 		return Started{}, fmt.Errorf("write shim spec: %w", err)
 	}
-	logf, err := os.OpenFile(filepath.Join(l.RunDir, LogFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return Started{}, err
-	}
-	defer logf.Close()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return Started{}, err
-	}
-	defer pr.Close()
-
-	args := append(append([]string{}, l.Command[1:]...), "serve", "-dir", l.RunDir)
-	cmd := exec.Command(l.Command[0], args...)
-	cmd.Env = l.Env
-	cmd.Dir = l.RunDir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = []*os.File{pw}
-	// Setsid: the shim must not share the agent's session or process group,
-	// so signals aimed at the agent (a terminal's ^C, a group kill) miss it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	pw.Close()
+	cmd, pr, err := startDetached(l.Command, []string{"serve", "-dir", l.RunDir}, l.Env, l.RunDir, filepath.Join(l.RunDir, LogFile))
 	if err != nil {
 		return Started{}, fmt.Errorf("start shim: %w", err)
 	}
-	go func() { _ = cmd.Wait() }()
+	defer pr.Close()
 
 	timeout := l.ReadyTimeout
 	if timeout <= 0 {
@@ -100,6 +79,42 @@ func Start(ctx context.Context, l Launch) (Started, error) {
 		return Started{ShimPID: cmd.Process.Pid}, &StartError{Msg: r.Error}
 	}
 	return Started{ShimPID: cmd.Process.Pid, PID: r.PID}, nil
+}
+
+// startDetached starts command + args in dir, in a session of its own,
+// its output appended to logPath and a readiness pipe as its file
+// descriptor 3, whose read end it returns. The process's exit is reaped by
+// a goroutine of the caller; once the caller's process dies it is
+// reparented and keeps running.
+func startDetached(command, args, env []string, dir, logPath string) (*exec.Cmd, *os.File, error) {
+	if len(command) == 0 {
+		return nil, nil, errors.New("no command")
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer logf.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(command[0], append(append([]string{}, command[1:]...), args...)...)
+	cmd.Env = env
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{pw}
+	// Setsid: a shim must not share the agent's session or process group,
+	// so signals aimed at the agent (a terminal's ^C, a group kill) miss it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		return nil, nil, err
+	}
+	go func() { _ = cmd.Wait() }()
+	return cmd, pr, nil
 }
 
 // ErrGone is returned by Attach when no shim listens on the socket (it

@@ -11,11 +11,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -194,33 +192,11 @@ func (h *Host) Close() {
 // launch starts a host in a session of its own and waits for its
 // readiness line.
 func (h *Host) launch(ctx context.Context, socket string) (int, error) {
-	if len(h.command) == 0 {
-		return 0, errors.New("shim: no command")
-	}
-	logf, err := os.OpenFile(filepath.Join(h.dir, HostLogFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	defer logf.Close()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return 0, err
-	}
-	defer pr.Close()
-	args := append(append([]string{}, h.command[1:]...), "host", "-socket", socket)
-	cmd := exec.Command(h.command[0], args...)
-	cmd.Env = h.env
-	cmd.Dir = h.dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = []*os.File{pw}
-	// As a shim of its own: out of the agent's session and process group.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	pw.Close()
+	cmd, pr, err := startDetached(h.command, []string{"host", "-socket", socket}, h.env, h.dir, filepath.Join(h.dir, HostLogFile))
 	if err != nil {
 		return 0, fmt.Errorf("start shim host: %w", err)
 	}
-	go func() { _ = cmd.Wait() }()
+	defer pr.Close()
 	r, err := readReady(ctx, pr, 30*time.Second)
 	if err != nil {
 		_ = cmd.Process.Kill()
