@@ -117,8 +117,14 @@ func checkBody(o Options, r *http.Request) *httperr.Problem {
 	if p != nil {
 		return p
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, o.MaxBody+1))
-	r.Body.Close()
+	var body []byte
+	var err error
+	if _, held := r.Body.(heldBody); held {
+		body, err = ReadBody(r)
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, o.MaxBody+1))
+		r.Body.Close()
+	}
 	var maxErr *http.MaxBytesError
 	switch {
 	case errors.As(err, &maxErr), int64(len(body)) > o.MaxBody:
@@ -127,7 +133,7 @@ func checkBody(o Options, r *http.Request) *httperr.Problem {
 		// The client went away or sent a broken chunked body.
 		return invalid("request body could not be read")
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	SetBody(r, body)
 	if len(body) == 0 {
 		return nil
 	}

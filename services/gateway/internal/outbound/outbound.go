@@ -75,14 +75,15 @@ func Context(ctx context.Context, method, internalToken string) (context.Context
 	}
 	// The outgoing metadata is built anew: nothing the context held (such
 	// as what grpc-gateway annotated from the HTTP request) is forwarded.
+	// The keys are lower case, as metadata.MD.Set would make them.
 	md := make(metadata.MD, 10)
 	if id := requestid.FromContext(ctx); id != "" {
-		md.Set(requestid.MetadataKey, id)
+		md[requestid.MetadataKey] = []string{id}
 	}
 	tc := otel.Inject(ctx)
 	for _, k := range traceKeys {
 		if v, ok := tc[k]; ok {
-			md.Set(k, v)
+			md[k] = []string{v}
 		}
 	}
 	authn.SetOutgoing(md, p, internalToken)

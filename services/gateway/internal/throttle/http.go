@@ -1,11 +1,9 @@
 package throttle
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
@@ -74,11 +73,11 @@ func (t *Throttle) tokensOf(r *http.Request) (int64, error) {
 	if r.Method != http.MethodPost || !videoGenerationPaths[r.URL.Path] {
 		return t.cfg.OtherRouteTokens, nil
 	}
-	body, err := io.ReadAll(r.Body)
+	body, err := edge.ReadBody(r)
 	if err != nil {
 		return 0, err
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	edge.SetBody(r, body)
 	return VideoCost(body, t.cfg.VideoTokensPerSecond), nil
 }
 

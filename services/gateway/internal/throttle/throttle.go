@@ -182,10 +182,8 @@ func (t *Throttle) Check(ctx context.Context, p authn.Principal, tokens int64) (
 	// One hash tag per tenant: every key of a call lands in one Redis
 	// Cluster slot.
 	base := "rl:{" + p.TenantID + "}:"
-	var (
-		charges []ratelimit.Charge
-		kinds   []limitKind
-	)
+	// At most four limits apply; sized for them, the slices never grow.
+	charges, kinds := make([]ratelimit.Charge, 0, 4), make([]limitKind, 0, 4)
 	add := func(limit int, key string, cost int64, k limitKind) {
 		if limit <= 0 {
 			return
@@ -238,8 +236,10 @@ func (t *Throttle) Check(ctx context.Context, p authn.Principal, tokens int64) (
 // remaining.
 func usageOf(charges []ratelimit.Charge, kinds []limitKind, d ratelimit.Decision) Usage {
 	var u Usage
+	windows := make([]Window, len(d.States)) // one allocation for all
 	for i, s := range d.States {
-		w := &Window{Limit: charges[i].Limit.Rate, Remaining: s.Remaining, ResetAfter: s.ResetAfter}
+		w := &windows[i]
+		*w = Window{Limit: charges[i].Limit.Rate, Remaining: s.Remaining, ResetAfter: s.ResetAfter}
 		cur := &u.Requests
 		if kinds[i].tokens {
 			cur = &u.Tokens

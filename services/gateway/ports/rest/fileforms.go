@@ -3,9 +3,10 @@ package rest
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
+
+	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 )
 
 // fileForms are the create routes whose body may also be a task file's
@@ -47,8 +48,7 @@ func unwrapFileForms(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(r.Body)
-		r.Body.Close()
+		body, err := edge.ReadBody(r)
 		if err == nil {
 			if inner, ok := wrapped(body, key); ok {
 				body = inner
@@ -58,7 +58,7 @@ func unwrapFileForms(next http.Handler) http.Handler {
 				clearedLists(r, body)
 			}
 		}
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		edge.SetBody(r, body)
 		next.ServeHTTP(w, r)
 	})
 }

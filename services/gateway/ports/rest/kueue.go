@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
+	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 )
 
@@ -56,8 +56,7 @@ func kueueSpecs(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(r.Body)
-		r.Body.Close()
+		body, err := edge.ReadBody(r)
 		if err == nil {
 			out, err := kueueBody(body, kind, name)
 			if err != nil {
@@ -68,7 +67,7 @@ func kueueSpecs(next http.Handler) http.Handler {
 				body = out
 			}
 		}
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		edge.SetBody(r, body)
 		next.ServeHTTP(w, r)
 	})
 }
