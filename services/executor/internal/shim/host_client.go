@@ -40,8 +40,14 @@ func NewHost(command, env []string, dir string) *Host {
 	return &Host{command: command, env: env, dir: dir}
 }
 
-// HostLogFile is the hosts' shared log in the host directory.
+// HostLogFile is the hosts' shared log in the host directory. Every host
+// of a data directory appends to it; a host about to start moves a file
+// past HostLogMaxBytes to HostLogFile+".1" (replacing the one before), so
+// the two stay near that size however long the agent runs.
 const HostLogFile = "shim-host.log"
+
+// HostLogMaxBytes is the size past which the hosts' log is rotated.
+const HostLogMaxBytes = 8 << 20
 
 // errHostGone: the request never reached a host that could serve it.
 var errHostGone = errors.New("shim host gone")
@@ -192,7 +198,9 @@ func (h *Host) Close() {
 // launch starts a host in a session of its own and waits for its
 // readiness line.
 func (h *Host) launch(ctx context.Context, socket string) (int, error) {
-	cmd, pr, err := startDetached(h.command, []string{"host", "-socket", socket}, h.env, h.dir, filepath.Join(h.dir, HostLogFile))
+	logPath := filepath.Join(h.dir, HostLogFile)
+	rotateLog(logPath, HostLogMaxBytes)
+	cmd, pr, err := startDetached(h.command, []string{"host", "-socket", socket}, h.env, h.dir, logPath)
 	if err != nil {
 		return 0, fmt.Errorf("start shim host: %w", err)
 	}
@@ -249,4 +257,14 @@ func hostSocketPath(dir string) (string, error) {
 	}
 	sum := sha256.Sum256([]byte(dir))
 	return filepath.Join(os.TempDir(), "taskmesh-"+hex.EncodeToString(sum[:4])+"-"+strings.TrimSuffix(name, ".sock")+".sock"), nil
+}
+
+// rotateLog moves path to path+".1" when it is larger than maxBytes. A host
+// still writing to the old file keeps its descriptor and goes on writing
+// there. A failure leaves the file where it is: a log is not worth failing
+// a start for.
+func rotateLog(path string, maxBytes int64) {
+	if fi, err := os.Stat(path); err == nil && fi.Size() > maxBytes {
+		_ = os.Rename(path, path+".1")
+	}
 }

@@ -314,3 +314,36 @@ func TestHostSocketPath(t *testing.T) {
 		}
 	}
 }
+
+// A host about to start moves a log past its bound aside: the hosts of a
+// long-lived agent keep two files near HostLogMaxBytes, not one that grows.
+func TestHostLogIsRotatedPastItsBound(t *testing.T) {
+	h := testHost(t)
+	logPath := filepath.Join(h.dir, HostLogFile)
+	if err := os.MkdirAll(h.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(logPath, []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(logPath, HostLogMaxBytes+1); err != nil {
+		t.Fatal(err)
+	}
+	r, err := launchHosted(t, h, []string{"true"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.wait(t, 10*time.Second)
+	old, err := os.Stat(logPath + ".1")
+	if err != nil || old.Size() != HostLogMaxBytes+1 {
+		t.Fatalf("rotated log: %v, %v; want the old file of %d bytes", old, err, HostLogMaxBytes+1)
+	}
+	if cur, err := os.Stat(logPath); err != nil || cur.Size() > HostLogMaxBytes {
+		t.Fatalf("current log: %v, %v; want a new file", cur, err)
+	}
+	// Under the bound, the file stays where it is.
+	rotateLog(logPath, HostLogMaxBytes)
+	if _, err := os.Stat(logPath); err != nil {
+		t.Fatalf("a log under the bound was moved: %v", err)
+	}
+}
