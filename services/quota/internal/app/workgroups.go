@@ -156,14 +156,22 @@ func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGro
 		}
 	}
 	return WorkGroup{}, guStatus(codes.FailedPrecondition, ReasonGUQuotaCreating,
-		"GU quota is being created: "+why+"; retry once it runs")
+		MsgGUQuotaCreating+": "+why+"; retry once it runs")
 }
+
+// The two answers of the submit-time GU check begin with the names the
+// design gives these errors (docs/api/quota.md#the-submit-time-gu-check),
+// so a client matching either finds it.
+const (
+	MsgGUQuotaNotExists = "GU Quota Not Exists"
+	MsgGUQuotaCreating  = "GU Quota创建中 (the GU quota is being created)"
+)
 
 // GUQuotaNotExists is CheckGUQuota's NotFound answer.
 func GUQuotaNotExists(tenantID, quota string) error {
-	msg := fmt.Sprintf("GU quota does not exist: tenant %s has no GU quota %q", tenantID, quota)
+	msg := fmt.Sprintf("%s: tenant %s has no GU quota %q", MsgGUQuotaNotExists, tenantID, quota)
 	if quota == "" {
-		msg = fmt.Sprintf("GU quota does not exist: tenant %s has no GU quota", tenantID)
+		msg = fmt.Sprintf("%s: tenant %s has no GU quota", MsgGUQuotaNotExists, tenantID)
 	}
 	return guStatus(codes.NotFound, ReasonGUQuotaNotExists, msg)
 }

@@ -142,18 +142,26 @@ func (t Task) checkAttempt(agentID, attemptID string) error {
 	return nil
 }
 
-// checkLeaseOf is the rule of renew and progress (docs/api/tasks.md,
-// "Leases"): an attempt whose lease expired gets 30003 whatever happened
-// to the task since (the sweeper took it back, another attempt holds it,
-// it failed for want of retries), so an agent learns why it lost the task
-// rather than being told it never had it. Every other attempt that is not
-// the current one gets 30001.
+// checkLeaseOf is the rule of renew (docs/api/tasks.md, "Leases"): an
+// attempt whose lease expired gets 30003 whatever happened to the task
+// since (the sweeper took it back, another attempt holds it, it failed for
+// want of retries), so an agent learns why it lost the task rather than
+// being told it never had it. Every other attempt that is not the current
+// one gets 30001.
 func (t Task) checkLeaseOf(now time.Time, agentID, attemptID string) error {
 	if attemptID != "" && attemptID != t.AttemptID {
 		if p, ok := t.pastAttempt(attemptID); ok && p.LeaseExpired && (agentID == "" || agentID == p.AgentID) {
 			return leaseEnded(now, p)
 		}
 	}
+	return t.checkCurrentLease(now, agentID, attemptID)
+}
+
+// checkCurrentLease is the rule of progress: any attempt but the current
+// one is 30001, as the design has an old attempt's progress refused with
+// 409 (an agent that lost its task learns it from renew and complete), and
+// the current attempt whose lease ended is 30003.
+func (t Task) checkCurrentLease(now time.Time, agentID, attemptID string) error {
 	if err := t.checkAttempt(agentID, attemptID); err != nil {
 		return err
 	}
@@ -239,7 +247,7 @@ func (t Task) Renew(now time.Time, agentID, attemptID string, extendSec int) ([]
 
 // ReportProgress records progress of the current attempt.
 func (t Task) ReportProgress(now time.Time, agentID, attemptID string, progress int, message string) ([]Record, error) {
-	if err := t.checkLeaseOf(now, agentID, attemptID); err != nil {
+	if err := t.checkCurrentLease(now, agentID, attemptID); err != nil {
 		return nil, err
 	}
 	if err := t.checkLive(now, "report progress on"); err != nil {
@@ -370,18 +378,19 @@ const (
 // ExpireLease takes the task back from an attempt whose lease ran out or
 // whose agent stopped heartbeating: pending again at once (a crash should
 // not wait for retry_delay), or failed when its retries are used up. A
-// task its lost agent never started goes back without using a retry:
-// nothing of it ran, so nothing failed.
+// task its agent never started (assigned, whether the lease ran out or the
+// agent was lost) goes back without using a retry: nothing of it ran, so
+// nothing failed (docs/api/tasks.md, "Expired leases").
 func (t Task) ExpireLease(now time.Time, reason string) ([]Record, error) {
 	if !t.Status.Leased() {
 		return nil, immutable(t, "expire the lease of")
 	}
 	// A lost lease uses up a retry like a failed attempt, so a task that
 	// keeps killing its agents stops after max_retries instead of cycling
-	// for ever. A task its lost agent never started cannot have killed it.
+	// for ever. A task its agent never started cannot have killed it.
 	count := t.RetryCount
 	exhausted := false
-	if !(reason == ReasonAgentLost && t.Status == StatusAssigned) {
+	if t.Status != StatusAssigned {
 		exhausted = t.RetryCount >= t.Spec.MaxRetries
 		if !exhausted {
 			count++

@@ -311,10 +311,13 @@ func TestLeaseExpiryRequeuesOrFails(t *testing.T) {
 	}{
 		{"running, retries left", 2, ReasonAgentLost, true, StatusPending, 1},
 		{"running, exhausted", 0, ReasonAgentLost, true, StatusFailed, 0},
-		{"lease ran out, never started", 2, ReasonLeaseExpired, false, StatusPending, 1},
-		{"lease ran out, never started, exhausted", 0, ReasonLeaseExpired, false, StatusFailed, 0},
-		// Nothing of it ran: the lost agent's task goes back without
-		// using a retry, even when none is left.
+		{"lease ran out while running", 2, ReasonLeaseExpired, true, StatusPending, 1},
+		{"lease ran out while running, exhausted", 0, ReasonLeaseExpired, true, StatusFailed, 0},
+		// Nothing of it ran: a task its agent never started goes back
+		// (assigned → pending) without using a retry, even when none is
+		// left, whether its lease ran out or its agent was lost.
+		{"lease ran out, never started", 2, ReasonLeaseExpired, false, StatusPending, 0},
+		{"lease ran out, never started, no retries", 0, ReasonLeaseExpired, false, StatusPending, 0},
 		{"agent lost, never started", 2, ReasonAgentLost, false, StatusPending, 0},
 		{"agent lost, never started, no retries", 0, ReasonAgentLost, false, StatusPending, 0},
 	}

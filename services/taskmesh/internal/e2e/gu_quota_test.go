@@ -36,7 +36,7 @@ func TestGPUWorkRunsInItsGUQuotasWorkGroup(t *testing.T) {
 			t.Fatalf("submit = %d %v, want %d/%v (%s)", code, body, wantHTTP, wantCode, reason)
 		}
 	}
-	refused(400, 30010, "GU quota does not exist")
+	refused(400, 30010, "GU Quota Not Exists: tenant")
 
 	// The operator produces the quota through the gateway with an operator
 	// key; a tenant's key may not.
@@ -50,7 +50,7 @@ func TestGPUWorkRunsInItsGUQuotasWorkGroup(t *testing.T) {
 		t.Fatalf("produce = %d %v", code, created)
 	}
 	// The in-process operator takes seconds to run the WorkGroup.
-	refused(409, 30011, "GU quota is being created")
+	refused(409, 30011, "GU Quota创建中 (the GU quota is being created): the WorkGroup")
 	if n := countEvents(t, w); n != 0 {
 		t.Fatalf("%d events stored after refused submissions", n)
 	}

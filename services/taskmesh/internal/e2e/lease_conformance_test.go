@@ -9,11 +9,11 @@ import (
 )
 
 // The lease rules through REST
-// (docs/api/tasks.md, "Leases, attempts and heartbeats"): renew and
-// progress by an attempt whose lease expired are 410/30003 before and
-// after the sweeper requeued the task and after another attempt took it;
-// start and complete by an attempt that is not the current one, and every
-// call by an attempt never issued, are 409/30001; a task leased but never
+// (docs/api/tasks.md, "Leases, attempts and heartbeats"): renew by an
+// attempt whose lease expired is 410/30003 before and after the sweeper
+// requeued the task and after another attempt took it; start, progress
+// and complete by an attempt that is not the current one, and every call
+// by an attempt never issued, are 409/30001; a task leased but never
 // started whose agent is lost is requeued without using a retry.
 func TestLeaseConformanceThroughREST(t *testing.T) {
 	clk := &videoClock{}
@@ -54,14 +54,14 @@ func TestLeaseConformanceThroughREST(t *testing.T) {
 	// The lease runs out and the sweeper requeues the task.
 	clk.Advance(6 * time.Second)
 	w.waitStatus(key, id, 10*time.Second, "pending")
-	expired := map[string][2]int{"start": {409, 30001}, "renew": {410, 30003}, "progress": {410, 30003}, "complete": {409, 30001}}
+	expired := map[string][2]int{"start": {409, 30001}, "renew": {410, 30003}, "progress": {409, 30001}, "complete": {409, 30001}}
 	for _, c := range calls {
 		code, resp := send(c, tok1, "lc-1", att1)
 		want("after the sweeper requeued the task", c, code, resp, expired[c.name][0], expired[c.name][1])
 	}
 
 	// Another attempt holds it now: still 410 for the old attempt's
-	// renewals, and the new attempt is untouched.
+	// renewals, 409 for its progress, and the new attempt is untouched.
 	att2 := w.claimREST(tok2, "lc-2", id)
 	for _, c := range calls {
 		code, resp := send(c, tok1, "lc-1", att1)
@@ -88,6 +88,28 @@ func TestLeaseConformanceThroughREST(t *testing.T) {
 	}
 	code, resp := send(calls[1], tok2, "lc-2", att2)
 	want("renew after the agent was lost", calls[1], code, resp, 410, 30003)
+}
+
+// A task claimed but never started whose lease runs out goes back to
+// pending (assigned → pending) without using a retry, even with none to
+// use, and is claimed again.
+func TestLeaseExpiryOfATaskNeverStartedRequeuesIt(t *testing.T) {
+	clk := &videoClock{}
+	w := newWorldWith(t, stack.Options{Now: clk.Now, Timing: scheduler.Timing{AgentLostAfter: time.Hour,
+		SweepInterval: 100 * time.Millisecond, PreemptAfter: time.Hour}})
+	key := w.s.DemoAPIKey
+	tok := w.agentToken("ns-1")
+	id := w.submit(key, map[string]any{"name": "never-started", "type": "shell", "command": "true",
+		"lease_ttl_sec": 5, "max_retries": 0})
+	first := w.claimREST(tok, "ns-1", id)
+	clk.Advance(6 * time.Second)
+	got := w.waitStatus(key, id, 10*time.Second, "pending")
+	if got["retry_count"] != float64(0) || got["attempt_id"] != "" || got["assigned_agent_id"] != "" {
+		t.Fatalf("after the lease ran out: %v, want pending with retry_count 0 and no attempt", got)
+	}
+	if again := w.claimREST(tok, "ns-1", id); again == first {
+		t.Fatalf("claimed again under the expired attempt %s", first)
+	}
 }
 
 // claimREST claims task id for agent through REST and returns the
