@@ -86,6 +86,12 @@ func TestLeaseExpiryRetriesAndTimeouts(t *testing.T) {
 	id := e.create(ctx, &taskv1.TaskSpec{Name: "flaky", Command: "true", LeaseTtlSec: i32(30), RenewIntervalSec: i32(10),
 		MaxRetries: i32(1), RetryDelay: i32(120)}).GetId()
 	first := e.claim("agent-1", "m1", 1)[0]
+	// Started: an attempt that ran uses a retry when its lease expires (one
+	// never started would not).
+	if _, err := e.leases().StartTask(agent("agent-1"), &taskv1.StartTaskRequest{TaskId: id, AgentId: "agent-1",
+		AttemptId: first.GetAttemptId()}); err != nil {
+		t.Fatal(err)
+	}
 	// Keep agent-1 alive so only the lease can expire.
 	e.clock.Advance(31 * time.Second)
 	_, _ = e.leases().SendHeartbeat(agent("agent-1"), &taskv1.SendHeartbeatRequest{AgentId: "agent-1", MachineId: "m1"})
