@@ -142,12 +142,12 @@ func (t Task) checkAttempt(agentID, attemptID string) error {
 	return nil
 }
 
-// checkLeaseOf is the rule of renew (docs/api/tasks.md, "Leases"): an
-// attempt whose lease expired gets 30003 whatever happened to the task
-// since (the sweeper took it back, another attempt holds it, it failed for
-// want of retries), so an agent learns why it lost the task rather than
-// being told it never had it. Every other attempt that is not the current
-// one gets 30001.
+// checkLeaseOf is the rule of renew (docs/api/tasks.md, "Leases, attempts
+// and heartbeats"): an attempt whose lease expired gets 30003 whatever
+// happened to the task since (the sweeper took it back, another attempt
+// holds it, it failed for want of retries), so an agent learns why it lost
+// the task rather than being told it never had it. Every other attempt
+// that is not the current one gets 30001.
 func (t Task) checkLeaseOf(now time.Time, agentID, attemptID string) error {
 	if attemptID != "" && attemptID != t.AttemptID {
 		if p, ok := t.pastAttempt(attemptID); ok && p.LeaseExpired && (agentID == "" || agentID == p.AgentID) {
@@ -380,7 +380,7 @@ const (
 // not wait for retry_delay), or failed when its retries are used up. A
 // task its agent never started (assigned, whether the lease ran out or the
 // agent was lost) goes back without using a retry: nothing of it ran, so
-// nothing failed (docs/api/tasks.md, "Expired leases").
+// nothing failed (docs/api/tasks.md, "Leases, attempts and heartbeats").
 func (t Task) ExpireLease(now time.Time, reason string) ([]Record, error) {
 	if !t.Status.Leased() {
 		return nil, immutable(t, "expire the lease of")
