@@ -35,7 +35,8 @@ var kueueFields = []kueueField{
 
 // kueueOnlyFields drops from spec, the spec of a kind's object, the
 // fields of kueueFields whose values describe what Taskmesh does, and
-// spells a cohort's parentName as parent; dropped reports a change. err
+// spells Kueue's names of kueueRenames as Taskmesh's; dropped reports a
+// change. err
 // names the first field refused (at is what the spec's fields are under
 // in the body: "spec." for a manifest) and says why.
 func kueueOnlyFields(spec map[string]any, kind, at string) (dropped bool, err error) {
@@ -65,28 +66,49 @@ func kueueOnlyFields(spec map[string]any, kind, at string) (dropped bool, err er
 			dropped = true
 		}
 	}
-	if kind == "Cohort" {
-		renamed, err := cohortParentName(spec, at)
-		return dropped || renamed, err
+	for _, r := range kueueRenames {
+		if r.kind != kind {
+			continue
+		}
+		renamed, err := r.apply(spec, at)
+		if err != nil {
+			return false, err
+		}
+		dropped = dropped || renamed
 	}
 	return dropped, nil
 }
 
-// cohortParentName spells Kueue's parentName of a Cohort as Taskmesh's
-// parent; both, naming different cohorts, are refused.
-func cohortParentName(spec map[string]any, at string) (bool, error) {
+// kueueRenames are Kueue's names of fields Taskmesh names otherwise: a
+// Cohort's parentName is its parent, and v1beta2's cohortName of a
+// ClusterQueue is v1beta1's cohort.
+var kueueRenames = []kueueRename{
+	{kind: "Cohort", names: []string{"parentName", "parent_name"}, to: "parent", what: "the parent"},
+	{kind: "ClusterQueue", names: []string{"cohortName", "cohort_name"}, to: "cohort", what: "the cohort"},
+}
+
+type kueueRename struct {
+	kind  string
+	names []string // Kueue's spellings
+	to    string   // Taskmesh's name
+	what  string   // the value, in an error
+}
+
+// apply spells r's names in spec as r.to; two of them naming different
+// values are refused.
+func (r kueueRename) apply(spec map[string]any, at string) (bool, error) {
 	renamed := false
-	for _, name := range []string{"parentName", "parent_name"} {
+	for _, name := range r.names {
 		v, has := spec[name]
 		if !has {
 			continue
 		}
-		if p, given := spec["parent"]; given && p != nil && v != nil && shown(p) != shown(v) {
-			return false, fmt.Errorf("invalid %s%s: %s: the parent is already %s", at, name, shown(v), shown(p))
+		if p, given := spec[r.to]; given && p != nil && v != nil && shown(p) != shown(v) {
+			return false, fmt.Errorf("invalid %s%s: %s: %s is already %s", at, name, shown(v), r.what, shown(p))
 		}
 		delete(spec, name)
 		if v != nil {
-			spec["parent"] = v
+			spec[r.to] = v
 		}
 		renamed = true
 	}

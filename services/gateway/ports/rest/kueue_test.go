@@ -114,6 +114,9 @@ func TestKueueBodyAcceptsKueueDefaults(t *testing.T) {
 		{"a Cohort's parentName", "Cohort", `{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"Cohort","metadata":{"name":"q1"},
 			"spec":{"parentName":"root","fairSharing":{}}}`, `{"parent":"root"}`},
 		{"parentName and the same parent", "Cohort", `{"parent":"root","parent_name":"root"}`, `{"parent":"root"}`},
+		{"a v1beta2 ClusterQueue's cohortName", "ClusterQueue", `{"apiVersion":"kueue.x-k8s.io/v1beta2","kind":"ClusterQueue",
+			"metadata":{"name":"q1"},"spec":{"cohortName":"team-a","resourceGroups":[]}}`, `{"cohort":"team-a","resourceGroups":[]}`},
+		{"cohort_name and the same cohort", "ClusterQueue", `{"cohort":"team-a","cohort_name":"team-a"}`, `{"cohort":"team-a"}`},
 	}
 	for _, tt := range tests {
 		got, err := kueueBody([]byte(tt.body), tt.kind, "q1")
@@ -174,6 +177,7 @@ func TestKueueBodyRefusesWhatTaskmeshDoesNotDo(t *testing.T) {
 		{"in a manifest", "ClusterQueue", `{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"ClusterQueue","metadata":{"name":"q1"},
 			"spec":{"stopPolicy":"HoldAndDrain"},"status":{}}`, "spec.stopPolicy", "HoldAndDrain"},
 		{"parentName beside another parent", "Cohort", `{"parent":"a","parentName":"b"}`, "parentName", `"a"`},
+		{"cohortName beside another cohort", "ClusterQueue", `{"cohort":"a","cohortName":"b"}`, "cohortName", `the cohort is already "a"`},
 	}
 	for _, tt := range tests {
 		got, err := kueueBody([]byte(tt.body), tt.kind, "q1")

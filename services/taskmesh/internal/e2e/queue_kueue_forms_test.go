@@ -142,6 +142,18 @@ func TestQueuesTakeKueueDefaults(t *testing.T) {
 	if code != 200 || body["name"] != "snake-queue" {
 		t.Fatalf("PUT a snake_case spec with Kueue's defaults = %d %v", code, body)
 	}
+	// Kueue v1beta2 names a ClusterQueue's cohort cohortName.
+	code, body, _ = w.call("PUT", "/api/v1/cluster-queues/v1beta2-queue", op, `{"apiVersion":"kueue.x-k8s.io/v1beta2",
+		"kind":"ClusterQueue","metadata":{"name":"v1beta2-queue"},"spec":{"cohortName":"team-a",`+
+		`"resourceGroups":[{"coveredResources":["nvidia.com/gpu"],"flavors":[{"name":"default-flavor","resources":[
+		{"name":"nvidia.com/gpu","nominalQuota":1}]}]}]}}`)
+	if code != 200 {
+		t.Fatalf("PUT a v1beta2 ClusterQueue = %d %v", code, body)
+	}
+	code, body, _ = w.call("GET", "/api/v1/cluster-queues/v1beta2-queue", op, nil)
+	if spec, _ := body["spec"].(map[string]any); code != 200 || spec["cohort"] != "team-a" {
+		t.Fatalf("GET the v1beta2 ClusterQueue = %d %v", code, body)
+	}
 	code, body, _ = w.call("PUT", "/api/v1/local-queues/team-a-queue", op, `{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"LocalQueue",
 		"metadata":{"name":"team-a-queue","namespace":"team-a"},"spec":{"clusterQueue":"cluster-queue","stopPolicy":"None"},
 		"status":{"pendingWorkloads":0}}`)
