@@ -42,6 +42,10 @@ type Options struct {
 	Logger        *slog.Logger
 	// Extra server options (e.g. keepalive, message sizes).
 	Extra []grpc.ServerOption
+	// Authorize, if set, runs on every unary call after authentication and
+	// before validation: a caller that may not call a method learns that
+	// before whether its request was valid. Its error is the call's.
+	Authorize func(ctx context.Context, fullMethod string) error
 }
 
 // MaxRecvMsgBytes bounds a request message. gRPC's default (4 MiB) is too
@@ -80,7 +84,20 @@ func New(o Options) (*Server, error) {
 // unaryChain is the interceptors of every unary call, in order; Local
 // runs the same ones.
 func unaryChain(o Options, v protovalidate.Validator) []grpc.UnaryServerInterceptor {
-	return []grpc.UnaryServerInterceptor{recoverUnary(o.Logger), authn.UnaryServerInterceptor(o.InternalToken), validateUnary(v, o.Logger)}
+	chain := []grpc.UnaryServerInterceptor{recoverUnary(o.Logger), authn.UnaryServerInterceptor(o.InternalToken)}
+	if o.Authorize != nil {
+		chain = append(chain, authorizeUnary(o.Authorize))
+	}
+	return append(chain, validateUnary(v, o.Logger))
+}
+
+func authorizeUnary(authorize func(context.Context, string) error) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := authorize(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
 }
 
 // Status builds a status carrying a business code in ErrorInfo metadata

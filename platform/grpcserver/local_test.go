@@ -218,3 +218,55 @@ func TestLocalServesNoStreams(t *testing.T) {
 		t.Fatalf("WatchTask = %v, %v; want Unimplemented", stream, err)
 	}
 }
+
+// Authorize runs after authentication and before validation, on both
+// transports: a caller it refuses learns that whatever its request holds,
+// and the handler never runs.
+func TestAuthorizeComesBeforeValidation(t *testing.T) {
+	refuse := func(ctx context.Context, method string) error {
+		if p, _ := authn.FromContext(ctx); method == taskv1.TaskService_GetTask_FullMethodName && p.TenantID == "t1" {
+			return status.Error(codes.PermissionDenied, "not for t1")
+		}
+		return nil
+	}
+	o := Options{InternalToken: "tok", Authorize: refuse}
+	servers := map[string]func(f *fakeTasks) grpc.ClientConnInterface{
+		"tcp": func(f *fakeTasks) grpc.ClientConnInterface {
+			s, err := New(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			taskv1.RegisterTaskServiceServer(s, f)
+			return serve(t, s)
+		},
+		"local": func(f *fakeTasks) grpc.ClientConnInterface {
+			l, err := NewLocal(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			taskv1.RegisterTaskServiceServer(l, f)
+			return l
+		},
+	}
+	for name, open := range servers {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeTasks{}
+			c := taskv1.NewTaskServiceClient(open(f))
+			for _, id := range []string{"", "x"} { // invalid, then valid
+				if _, err := c.GetTask(asUser(), &taskv1.GetTaskRequest{Id: id}); status.Code(err) != codes.PermissionDenied {
+					t.Errorf("GetTask(%q) by t1 = %v, want PermissionDenied", id, err)
+				}
+			}
+			if _, err := c.GetTask(context.Background(), &taskv1.GetTaskRequest{Id: "x"}); status.Code(err) != codes.Unauthenticated {
+				t.Errorf("unauthenticated GetTask = %v, want Unauthenticated first", err)
+			}
+			other := authn.Outgoing(context.Background(), authn.Principal{Kind: authn.KindUser, TenantID: "t2", Subject: "k"}, "tok")
+			if _, err := c.GetTask(other, &taskv1.GetTaskRequest{Id: ""}); status.Code(err) != codes.InvalidArgument {
+				t.Errorf("GetTask(\"\") by t2 = %v, want InvalidArgument", err)
+			}
+			if n := f.calls.Load(); n != 0 {
+				t.Errorf("the handler ran %d times", n)
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/quota/admission"
+	"github.com/taskmesh/taskmesh/services/quota/internal/ports"
 )
 
 // ServerConfig configures the quota service as a process: the service and
@@ -85,10 +86,13 @@ func NewServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	if s.Admission, err = admission.New(adm); err != nil {
 		return nil, err
 	}
-	if s.grpc, err = grpcserver.New(grpcserver.Options{InternalToken: cfg.InternalToken, Logger: cfg.Service.Logger}); err != nil {
+	// A tenant's key calling an operator action is refused before its
+	// request is validated, on both doors.
+	o := grpcserver.Options{InternalToken: cfg.InternalToken, Logger: cfg.Service.Logger, Authorize: ports.Authorize}
+	if s.grpc, err = grpcserver.New(o); err != nil {
 		return nil, err
 	}
-	if s.local, err = grpcserver.NewLocal(grpcserver.Options{InternalToken: cfg.InternalToken, Logger: cfg.Service.Logger}); err != nil {
+	if s.local, err = grpcserver.NewLocal(o); err != nil {
 		return nil, err
 	}
 	for _, r := range []grpc.ServiceRegistrar{s.grpc, s.local} {

@@ -45,6 +45,17 @@ func TestGPUWorkRunsInItsGUQuotasWorkGroup(t *testing.T) {
 	if code, body, _ := w.call("POST", "/api/v1/quotas", acme, quota); code != 403 {
 		t.Fatalf("a tenant producing a quota: %d %v", code, body)
 	}
+	// 403 whatever the body holds: the right to call comes before the
+	// request's validity.
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/api/v1/quotas", `{}`},
+		{"PUT", "/api/v1/clusters/x/inventory/A100", `{"total_gpus":-1}`},
+		{"PUT", "/api/v1/cluster-queues/q", `{}`},
+	} {
+		if code, body, _ := w.call(c.method, c.path, acme, c.body); code != 403 {
+			t.Fatalf("a tenant's %s %s %s: %d %v, want 403", c.method, c.path, c.body, code, body)
+		}
+	}
 	code, created, _ := w.call("POST", "/api/v1/quotas", operator, quota)
 	if code != 200 || created["status"] != "Provisioning" {
 		t.Fatalf("produce = %d %v", code, created)
