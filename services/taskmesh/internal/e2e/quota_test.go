@@ -77,6 +77,11 @@ func TestQuotasThroughREST(t *testing.T) {
 		t.Fatalf("list: %d %v", code, list)
 	}
 
+	raw, err := os.ReadFile(w.s.AdminKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator := strings.TrimSpace(string(raw))
 	cases := []struct {
 		name, method, path, key string
 		body                    any
@@ -88,9 +93,12 @@ func TestQuotasThroughREST(t *testing.T) {
 		{"tenant produces", "POST", "/api/v1/quotas", acme, map[string]any{"tenant_id": "acme", "cluster": w.s.QuotaCluster, "kind": "GU",
 			"spec": map[string]any{"name": "x", "min_units": 1, "max_units": 1, "machine_type": "A100"}}, 403, 403},
 		{"tenant unsubscribes", "DELETE", "/api/v1/quotas/" + id, acme, nil, 403, 403},
-		{"min above max", "POST", "/api/v1/quotas", acme, map[string]any{"tenant_id": "acme", "cluster": w.s.QuotaCluster, "kind": "GU",
+		{"min above max", "POST", "/api/v1/quotas", operator, map[string]any{"tenant_id": "acme", "cluster": w.s.QuotaCluster, "kind": "GU",
 			"spec": map[string]any{"name": "x", "min_units": 3, "max_units": 1, "machine_type": "A100"}}, 400, 30005},
-		{"bad kind", "POST", "/api/v1/quotas", acme, map[string]any{"kind": "XPU", "spec": map[string]any{"name": "x", "max_units": 1}}, 400, 30005},
+		{"bad kind", "POST", "/api/v1/quotas", operator, map[string]any{"kind": "XPU", "spec": map[string]any{"name": "x", "max_units": 1}}, 400, 30005},
+		// A tenant's key learns that it may not call before whether its
+		// values were valid.
+		{"tenant's bad kind", "POST", "/api/v1/quotas", acme, map[string]any{"kind": "XPU", "spec": map[string]any{"name": "x", "max_units": 1}}, 403, 403},
 		{"unknown field", "PATCH", "/api/v1/quotas/" + id, acme, map[string]any{"min_units": 1, "max_units": 2, "nope": 1}, 400, 30005},
 		{"no credential", "GET", "/api/v1/quotas/" + id, "", nil, 401, 401},
 	}
@@ -132,11 +140,7 @@ func TestQuotasThroughREST(t *testing.T) {
 
 	// A PATCH of one limit keeps the other: max_units alone leaves the
 	// WorkGroup quota's min_units, and so its WorkGroup's GPUs, as they were.
-	raw, err := os.ReadFile(w.s.AdminKeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	op := strings.TrimSpace(string(raw))
+	op := operator
 	code, patched, _ := w.call("PATCH", "/api/v1/quotas/"+child, op, map[string]any{"max_units": 3})
 	if code != 200 || patched["min_units"] != float64(2) || patched["max_units"] != float64(3) ||
 		patched["work_group"].(map[string]any)["gpus"] != float64(2) {
