@@ -364,7 +364,11 @@ type TaskGroupMemberDefinition struct {
 	Spec      *TaskSpec              `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	DependsOn []string               `protobuf:"bytes,3,rep,name=depends_on,json=dependsOn,proto3" json:"depends_on,omitempty"`
 	// The ClusterQueue that admits the member's task; empty = none.
-	ClusterQueue  string `protobuf:"bytes,4,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	ClusterQueue string `protobuf:"bytes,4,opt,name=cluster_queue,json=clusterQueue,proto3" json:"cluster_queue,omitempty"`
+	// The id of the task the member becomes, fixed at creation for a member
+	// whose id the client did not give (its id is this task id); empty: a
+	// fresh id when the member is released.
+	TaskId        string `protobuf:"bytes,5,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +427,13 @@ func (x *TaskGroupMemberDefinition) GetDependsOn() []string {
 func (x *TaskGroupMemberDefinition) GetClusterQueue() string {
 	if x != nil {
 		return x.ClusterQueue
+	}
+	return ""
+}
+
+func (x *TaskGroupMemberDefinition) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
 	}
 	return ""
 }
@@ -1360,13 +1371,14 @@ const file_taskmesh_task_v1_orchestration_events_proto_rawDesc = "" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01:$\xc2\xf3\x18 taskmesh.orchestration.events.v1B\a\n" +
-	"\x05event\"\x9f\x01\n" +
+	"\x05event\"\xb8\x01\n" +
 	"\x19TaskGroupMemberDefinition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12.\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecR\x04spec\x12\x1d\n" +
 	"\n" +
 	"depends_on\x18\x03 \x03(\tR\tdependsOn\x12#\n" +
-	"\rcluster_queue\x18\x04 \x01(\tR\fclusterQueue\"\xbc\x02\n" +
+	"\rcluster_queue\x18\x04 \x01(\tR\fclusterQueue\x12\x17\n" +
+	"\atask_id\x18\x05 \x01(\tR\x06taskId\"\xbc\x02\n" +
 	"\x10RepeatDefinition\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x05R\x05count\x12\x1a\n" +
 	"\bparallel\x18\x02 \x01(\x05R\bparallel\x12!\n" +

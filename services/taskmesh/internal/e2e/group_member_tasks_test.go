@@ -120,3 +120,40 @@ func TestGroupMemberTaskStaysInItsGroup(t *testing.T) {
 		t.Errorf("after the update: group_id %v, priority %v", task["group_id"], task["priority"])
 	}
 }
+
+// A member created without an id is known by its task's id, fixed when the
+// group is created (docs/api/task-groups.md, the members): the group
+// shows it before the task exists, the task API finds the task by it once
+// released, and the next member of a serial group depends on it.
+func TestUnnamedGroupMembersAreKnownByTheirTaskIDs(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	id := w.createGroup(key, map[string]any{"mode": "serial", "start": false, "tasks": []map[string]any{
+		{"name": "下载数据", "command": "echo download"}, {"name": "处理数据", "command": "echo process"}}})
+	before, _ := w.group(key, id)["tasks"].([]any)
+	if len(before) != 2 {
+		t.Fatalf("members = %v", before)
+	}
+	first, second := before[0].(map[string]any), before[1].(map[string]any)
+	firstID, _ := first["id"].(string)
+	if len(firstID) != 36 || first["task_id"] != "" || fmt.Sprint(second["depends_on"]) != fmt.Sprint([]any{firstID}) {
+		t.Fatalf("before the start: %v, %v; want UUID ids and the second depending on the first", first, second)
+	}
+	if code, resp, _ := w.call("POST", "/api/v1/task-groups/"+id+"/start", key, map[string]any{}); code != 200 {
+		t.Fatalf("start: %d %v", code, resp)
+	}
+	w.startAgent("agent-1", w.agentToken("agent-1"), 1)
+	g := w.waitGroup(key, id, 30*time.Second, "the group to complete", settledAs("completed"))
+	for _, raw := range g["tasks"].([]any) {
+		m := raw.(map[string]any)
+		if m["id"] != m["task_id"] {
+			t.Errorf("member %v: id and task_id differ", m)
+		}
+		if task := w.task(key, m["id"].(string)); task["group_id"] != id || task["name"] != m["name"] || task["status"] != "completed" {
+			t.Errorf("GET /api/v1/tasks/%s = %v", m["id"], task)
+		}
+	}
+	if got := g["tasks"].([]any)[0].(map[string]any)["id"]; got != firstID {
+		t.Errorf("the first member's id changed from %s to %v", firstID, got)
+	}
+}

@@ -157,7 +157,7 @@ func createdToProto(e orch.Created) *taskv1.TaskGroupCreated {
 		WebhookUrl: d.Webhook}
 	for _, m := range d.Members {
 		p.Members = append(p.Members, &taskv1.TaskGroupMemberDefinition{Id: m.Key, Spec: taskproto.SpecToProto(m.Spec),
-			DependsOn: m.DependsOn, ClusterQueue: m.ClusterQueue})
+			DependsOn: m.DependsOn, ClusterQueue: m.ClusterQueue, TaskId: m.TaskID})
 	}
 	if r := d.Repeat; r != nil {
 		p.Repeat = &taskv1.RepeatDefinition{Count: int32(r.Count), Parallel: int32(r.Parallel), IntervalSec: int32(r.IntervalSec),
@@ -173,7 +173,7 @@ func createdFromProto(env *taskv1.OrchestrationEvent, p *taskv1.TaskGroupCreated
 			Webhook: p.GetWebhookUrl()}}
 	for _, m := range p.GetMembers() {
 		c.Def.Members = append(c.Def.Members, orch.MemberDef{Key: m.GetId(), Spec: specFromProto(m.GetSpec()),
-			DependsOn: m.GetDependsOn(), ClusterQueue: m.GetClusterQueue()})
+			DependsOn: m.GetDependsOn(), ClusterQueue: m.GetClusterQueue(), TaskID: m.GetTaskId()})
 	}
 	if r := p.GetRepeat(); r != nil {
 		c.Def.Repeat = &orch.RepeatDef{Count: int(r.GetCount()), Parallel: int(r.GetParallel()), IntervalSec: int(r.GetIntervalSec()),

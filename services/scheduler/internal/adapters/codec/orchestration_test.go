@@ -19,7 +19,8 @@ func TestEveryOrchestrationEventRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	dag := orch.Definition{Name: "g", Mode: orch.ModeDAG, Webhook: "https://hooks.example.com/g", Members: []orch.MemberDef{
-		{Key: "download", Spec: spec}, {Key: "merge", Spec: spec, DependsOn: []string{"download"}, ClusterQueue: "cq"}}}
+		{Key: "download", Spec: spec}, {Key: "merge", Spec: spec, DependsOn: []string{"download"}, ClusterQueue: "cq"},
+		{Key: "0192a000-0000-7000-8000-000000000001", Spec: spec, TaskID: "0192a000-0000-7000-8000-000000000001"}}}
 	repeat := orch.Definition{Name: "r", Mode: orch.ModeRepeat, Repeat: &orch.RepeatDef{Count: 20, Parallel: 5, IntervalSec: 1,
 		MaxFailures: 3, BackoffSec: 30, Threshold: 3, Spec: spec, ClusterQueue: "cq"}}
 	tpl := orch.Template{ID: "train", TenantID: "t", Name: "Train", Description: "d", Command: "python", Args: []string{"{{m}}"},

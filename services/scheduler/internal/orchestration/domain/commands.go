@@ -56,7 +56,7 @@ func (x *decider) cancel(taskID, reason string) {
 // ids.
 func Create(now time.Time, id, tenant, actor, requestID string, def Definition, start bool, newID func() string) (State, Decision) {
 	x := &decider{s: State{Members: map[string]Member{}}, now: now, actor: actor, newID: newID}
-	x.record(Created{ID: id, TenantID: tenant, CreatedBy: actor, RequestID: requestID, Def: def})
+	x.record(Created{ID: id, TenantID: tenant, CreatedBy: actor, RequestID: requestID, Def: def.withTaskIDs(newID)})
 	if start {
 		x.start()
 	}
@@ -353,8 +353,12 @@ func (x *decider) releaseNext() {
 	}
 	rel := make([]Release, len(waiting))
 	for i, m := range waiting {
-		rel[i] = Release{Key: m.Key, TaskID: x.newID()}
-		ids[m.Key] = rel[i].TaskID
+		taskID := m.PlannedTaskID
+		if taskID == "" {
+			taskID = x.newID()
+		}
+		rel[i] = Release{Key: m.Key, TaskID: taskID}
+		ids[m.Key] = taskID
 	}
 	for i, m := range waiting {
 		spec := m.Spec

@@ -499,3 +499,37 @@ func TestHandlesEveryGroupEvent(t *testing.T) {
 		}
 	}
 }
+
+// A member whose id the client did not give is known by its task's id,
+// fixed at creation: its dependents name that id, and its task, released
+// at once or later (max_parallel), has it. Named members keep their ids and
+// get a fresh task id at release.
+func TestUnnamedMembersAreTheirTasks(t *testing.T) {
+	x := newSim(t, Input{Mode: "serial", Tasks: []MemberInput{member(""), member("named"), member("")}}, true)
+	ordered := x.s.Ordered()
+	first, named, last := ordered[0], ordered[1], ordered[2]
+	if first.Key == "" || unnamed(first.Key) || first.TaskID != first.Key || last.TaskID != last.Key {
+		t.Fatalf("unnamed members: %+v, %+v; want each known by its task's id", first, last)
+	}
+	if named.Key != "named" || named.TaskID == "named" || named.TaskID == "" {
+		t.Fatalf("named member: %+v; want its own id and a task id of its own", named)
+	}
+	if !slices.Equal(named.DependsOn, []string{first.Key}) || !slices.Equal(last.DependsOn, []string{"named"}) {
+		t.Fatalf("dependencies: %v, %v", named.DependsOn, last.DependsOn)
+	}
+	if deps := x.tasks[named.TaskID].spec.DependsOn; !slices.Equal(deps, []string{first.Key}) {
+		t.Fatalf("the named member's task depends on %v, want the first member's id %s", deps, first.Key)
+	}
+
+	// Released later, a member's task still gets the id fixed at creation.
+	y := newSim(t, Input{Mode: "parallel", MaxParallel: 1, Tasks: []MemberInput{member(""), member("")}}, true)
+	waiting := y.s.Ordered()[1]
+	if waiting.Released() || waiting.PlannedTaskID != waiting.Key {
+		t.Fatalf("the second member before its release: %+v", waiting)
+	}
+	y.set(y.s.Ordered()[0].Key, task.StatusCompleted)
+	y.advance()
+	if got := y.s.Members[waiting.Key]; got.TaskID != waiting.Key || y.tasks[waiting.Key] == nil {
+		t.Fatalf("released as %+v; want its task to have the id %s", got, waiting.Key)
+	}
+}

@@ -156,7 +156,7 @@ func (s *State) create(e Created, at time.Time) {
 	s.Members = make(map[string]Member, len(d.Members))
 	for i, m := range d.Members {
 		s.Members[m.Key] = Member{Key: m.Key, Index: i, Name: m.Spec.Name, DependsOn: m.DependsOn, Spec: m.Spec,
-			ClusterQueue: m.ClusterQueue, Status: task.StatusPending, Version: s.Group.Version}
+			ClusterQueue: m.ClusterQueue, PlannedTaskID: m.TaskID, Status: task.StatusPending, Version: s.Group.Version}
 	}
 }
 

@@ -140,6 +140,9 @@ type Member struct {
 	ClusterQueue string    `json:"cluster_queue,omitempty"`
 	// TaskID is empty until the member is released.
 	TaskID string `json:"task_id,omitempty"`
+	// PlannedTaskID is the id its task gets at release when that was fixed
+	// at creation (MemberDef.TaskID): the member's own id.
+	PlannedTaskID string `json:"planned_task_id,omitempty"`
 	// Status is the member task's status as last seen; pending before
 	// the release.
 	Status    task.Status `json:"status"`

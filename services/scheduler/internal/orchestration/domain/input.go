@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -69,6 +70,50 @@ type MemberDef struct {
 	Spec         task.Spec
 	DependsOn    []string // member keys
 	ClusterQueue string
+	// TaskID is the id of the task the member becomes, fixed when the
+	// group is created for a member whose id the client did not give: its
+	// id is that task id, so the task routes find it by the id the group
+	// shows. "" (a member named by the client): a fresh id at release.
+	TaskID string
+}
+
+// unnamedKey is the placeholder key of the member at index i whose id the
+// client did not give, until Create gives it its task's id. It is not a
+// valid id (ident), so no client's id can equal it.
+func unnamedKey(i int) string { return fmt.Sprintf("#%d", i+1) }
+
+// unnamed reports whether key is a placeholder of unnamedKey.
+func unnamed(key string) bool { return strings.HasPrefix(key, "#") }
+
+// withTaskIDs gives each member whose id the client did not give the id of
+// its task-to-be, newID's, as its id and TaskID, and renames the
+// dependencies on it. d is not changed.
+func (d Definition) withTaskIDs(newID func() string) Definition {
+	rename := map[string]string{}
+	members := make([]MemberDef, len(d.Members))
+	for i, m := range d.Members {
+		if unnamed(m.Key) {
+			id := newID()
+			rename[m.Key] = id
+			m.Key, m.TaskID = id, id
+		}
+		members[i] = m
+	}
+	if len(rename) == 0 {
+		return d
+	}
+	for i, m := range members {
+		if len(m.DependsOn) == 0 {
+			continue
+		}
+		deps := make([]string, len(m.DependsOn))
+		for j, dep := range m.DependsOn {
+			deps[j] = cmp.Or(rename[dep], dep)
+		}
+		members[i].DependsOn = deps
+	}
+	d.Members = members
+	return d
 }
 
 // RepeatDef is a valid repeat.
@@ -184,13 +229,14 @@ func checkName(name *string, fallback string) error {
 	return nil
 }
 
-// memberKey is the member's id: the one given, or task-<n> outside dag.
+// memberKey is the member's id: the one given, or outside dag a
+// placeholder that Create replaces with the id of the member's task.
 func memberKey(mode Mode, i int, id string) (string, error) {
 	switch {
 	case id == "" && mode == ModeDAG:
 		return "", invalid(fmt.Sprintf("tasks[%d].id", i), "is required in dag mode (depends_on names these ids)")
 	case id == "":
-		return fmt.Sprintf("task-%d", i+1), nil
+		return unnamedKey(i), nil
 	case !ident.MatchString(id):
 		return "", invalid(fmt.Sprintf("tasks[%d].id", i), "%q is not a valid id (letters, digits, . _ : / -; at most 128)", id)
 	}
