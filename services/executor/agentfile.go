@@ -3,7 +3,9 @@ package executor
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,10 +31,16 @@ const (
 )
 
 // File is an agent's configuration file in the shapes of the task-queue
-// design (docs/executor.md, "Configuration file"): the isolation, log and
-// cleanup blocks. Unknown keys are errors.
+// design (docs/executor.md, "Configuration file"): the command allow-list,
+// the isolation, log and cleanup blocks. Unknown keys are errors; the
+// design's blocks that configure the server instead are refused with the
+// setting that replaces them (serverBlocks).
 type File struct {
-	Isolation struct {
+	// AllowedCommands and BlockedPatterns are the command allow-list
+	// (Config.AllowedCommands, Config.BlockedPatterns).
+	AllowedCommands []string `json:"allowed_commands"`
+	BlockedPatterns []string `json:"blocked_patterns"`
+	Isolation       struct {
 		Enabled       bool     `json:"enabled"`
 		Type          string   `json:"type"`
 		User          string   `json:"user"`
@@ -62,12 +70,39 @@ type LogConfig struct {
 	LocalDir string `json:"local_dir"`
 }
 
+// serverBlocks are the design's configuration blocks that are not an
+// agent's: each names what sets it instead. An operator who pastes one
+// into an agent's file learns where it belongs rather than reading
+// "unknown field".
+var serverBlocks = map[string]string{
+	"agent":   "the agent's connection is set by flags: --server (the gRPC front door), --claim-wait (claims long-poll instead of polling every poll_interval), --slots (tasks claimed at once)",
+	"storage": "the object store of results is the scheduler's (taskmesh scheduler --s3-endpoint, --s3-bucket, --s3-prefix, …)",
+	"webhook": "webhooks are set per task (its webhook field) or per tenant (the webhooks API)",
+	"audit":   "the audit log's retention is the consumers' (taskmesh consumers --audit-retention, --audit-archive)",
+}
+
 // LoadFile reads an agent configuration file.
 func LoadFile(path string) (File, error) {
 	var f File
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return f, err
+	}
+	var blocks struct {
+		Cleanup struct {
+			S3 any `json:"s3"`
+		} `json:"cleanup"`
+	}
+	var top map[string]any
+	if yaml.Unmarshal(b, &top) == nil && yaml.Unmarshal(b, &blocks) == nil {
+		for _, key := range slices.Sorted(maps.Keys(serverBlocks)) {
+			if _, ok := top[key]; ok {
+				return f, fmt.Errorf("%s: %s: is not an agent setting: %s", path, key, serverBlocks[key])
+			}
+		}
+		if blocks.Cleanup.S3 != nil {
+			return f, fmt.Errorf("%s: cleanup.s3: is not an agent setting: results in the object store are kept by the scheduler (taskmesh scheduler --result-retention)", path)
+		}
 	}
 	if err := yaml.UnmarshalStrict(b, &f); err != nil {
 		return f, fmt.Errorf("%s: %w", path, err)
@@ -77,6 +112,19 @@ func LoadFile(path string) (File, error) {
 
 // Apply sets cfg from the file's blocks.
 func (f File) Apply(cfg *Config) error {
+	for _, list := range []struct {
+		key    string
+		values []string
+	}{{"allowed_commands", f.AllowedCommands}, {"blocked_patterns", f.BlockedPatterns}} {
+		for n, v := range list.values {
+			// An empty name allows nothing and an empty pattern would
+			// block everything: both are mistakes.
+			if strings.TrimSpace(v) == "" {
+				return fmt.Errorf("%s[%d]: is empty", list.key, n)
+			}
+		}
+	}
+	cfg.AllowedCommands, cfg.BlockedPatterns = f.AllowedCommands, f.BlockedPatterns
 	i := f.Isolation
 	cfg.Sandbox = Sandbox{Enabled: i.Enabled, Type: i.Type, User: i.User, ReadonlyPaths: i.ReadonlyPaths, WritablePaths: i.WritablePaths}
 	var err error

@@ -150,7 +150,15 @@ func (e *executorFlags) config() (executor.Config, error) {
 		}
 		return strings.Split(s, ",")
 	}
-	cfg.Labels, cfg.Types, cfg.AllowedCommands, cfg.BlockedPatterns = split(e.labels), split(e.types), split(e.allowed), split(e.blocked)
+	cfg.Labels, cfg.Types = split(e.labels), split(e.types)
+	// The allow-list flags win over the file's lists when given, even
+	// empty (--allowed-commands "" lifts the file's list).
+	if e.configFile == "" || e.isolation.flags.Changed("allowed-commands") {
+		cfg.AllowedCommands = split(e.allowed)
+	}
+	if e.configFile == "" || e.isolation.flags.Changed("blocked-patterns") {
+		cfg.BlockedPatterns = split(e.blocked)
+	}
 	out, err := e.logOutput()
 	if err != nil {
 		return executor.Config{}, err
@@ -266,7 +274,7 @@ func pairs(s, what string) (map[string]string, error) {
 func (e *executorFlags) addIsolation(f *pflag.FlagSet) {
 	i := &e.isolation
 	i.flags = f
-	f.StringVar(&e.configFile, "config", "", "agent configuration file with isolation:, log: and cleanup: blocks (docs/executor.md)")
+	f.StringVar(&e.configFile, "config", "", "agent configuration file with allowed_commands:, blocked_patterns:, isolation:, log: and cleanup: blocks (docs/executor.md)")
 	f.StringVar(&i.sandbox, "isolation", "none", "task sandbox: none or bwrap (bubblewrap, tasks as an unprivileged user)")
 	f.StringVar(&i.user, "isolation-user", "nobody", "the user sandboxed tasks run as")
 	f.StringSliceVar(&i.readonly, "isolation-readonly-paths", nil, "paths a sandboxed task sees read-only (default /usr,/bin,/sbin,/lib,/lib64,/etc)")

@@ -3,6 +3,7 @@ package main
 import (
 	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,8 @@ func TestExecutorConfigFileAndFlags(t *testing.T) {
 	dir := t.TempDir()
 	file := dir + "/agent.yaml"
 	if err := os.WriteFile(file, []byte("isolation: {enabled: true, type: bwrap, user: nobody, writable_paths: [/data]}\n"+
-		"log: {max_size_mb: 5, retain_count: 2, local_dir: "+dir+"/logs}\ncleanup: {local: {max_age: 3d, max_size: 2GB}}\n"), 0o600); err != nil {
+		"log: {max_size_mb: 5, retain_count: 2, local_dir: "+dir+"/logs}\ncleanup: {local: {max_age: 3d, max_size: 2GB}}\n"+
+		"allowed_commands: [python, bash]\nblocked_patterns: [\"rm -rf /\"]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	token := dir + "/token"
@@ -61,7 +63,7 @@ func TestExecutorConfigFileAndFlags(t *testing.T) {
 	f.addAgent(cmd.Flags())
 	f.addIsolation(cmd.Flags())
 	if err := cmd.Flags().Parse([]string{"--agent-id", "a", "--token-file", token, "--config", file,
-		"--isolation-writable-paths", "/scratch", "--journal-max-age", "12h"}); err != nil {
+		"--isolation-writable-paths", "/scratch", "--journal-max-age", "12h", "--blocked-patterns", "dd if=,mkfs"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := f.config()
@@ -74,6 +76,10 @@ func TestExecutorConfigFileAndFlags(t *testing.T) {
 	}
 	if r := cfg.Retention; r.MaxAge != 72*time.Hour || r.MaxBytes != 2e9 || r.JournalMaxAge != 12*time.Hour {
 		t.Errorf("retention = %+v", r)
+	}
+	// The file's allow-list stands; the blocked patterns given as a flag win.
+	if !slices.Equal(cfg.AllowedCommands, []string{"python", "bash"}) || !slices.Equal(cfg.BlockedPatterns, []string{"dd if=", "mkfs"}) {
+		t.Errorf("allowed %q, blocked %q", cfg.AllowedCommands, cfg.BlockedPatterns)
 	}
 	if cfg.TokenFile != token || cfg.Token != "tma_x_y" {
 		t.Errorf("token file %q, token set %v", cfg.TokenFile, cfg.Token != "")
