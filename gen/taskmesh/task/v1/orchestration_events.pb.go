@@ -966,8 +966,8 @@ func (*TaskGroupCompleted) Descriptor() ([]byte, []int) {
 }
 
 // TaskGroupFailed: a member failed (serial: the rest were cancelled; dag:
-// its descendants were; parallel: the others finished), or a repeat
-// reached max_failures.
+// its descendants were; parallel: the others finished), or more than
+// max_failures runs of a repeat failed.
 type TaskGroupFailed struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Reason string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`

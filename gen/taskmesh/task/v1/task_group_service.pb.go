@@ -899,7 +899,8 @@ type RepeatPolicy struct {
 	Parallel *int32 `protobuf:"varint,2,opt,name=parallel,proto3,oneof" json:"parallel,omitempty"`
 	// Runs start at least this many seconds apart (default 0).
 	IntervalSec *int32 `protobuf:"varint,3,opt,name=interval_sec,json=intervalSec,proto3,oneof" json:"interval_sec,omitempty"`
-	// The repeat fails once this many runs failed (default 0: never).
+	// Failed runs the repeat tolerates: one more fails it (default 0: it
+	// never fails for its failures).
 	MaxFailures *int32 `protobuf:"varint,4,opt,name=max_failures,json=maxFailures,proto3,oneof" json:"max_failures,omitempty"`
 	// A failed run is tried again this many seconds after it failed
 	// (default 0).

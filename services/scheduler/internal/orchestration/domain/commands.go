@@ -238,13 +238,16 @@ func (x *decider) react(changes []Change) {
 	case ModeRepeat:
 		r := g.Repeat
 		switch {
-		case r.MaxFailures > 0 && r.Failures >= r.MaxFailures:
+		// max_failures is the number of failed runs a repeat tolerates: the
+		// one after it ends the repeat, as the breaker's threshold is the
+		// failure that opens it (docs/decisions/0102-max-failures-are-tolerated.md).
+		case r.MaxFailures > 0 && r.Failures > r.MaxFailures:
 			for _, m := range x.s.Members {
 				if m.Released() && !m.Status.Final() {
-					x.cancel(m.TaskID, fmt.Sprintf("repeat %s failed: max_failures reached", g.ID))
+					x.cancel(m.TaskID, fmt.Sprintf("repeat %s failed: more than max_failures runs failed", g.ID))
 				}
 			}
-			x.record(Failed{Reason: fmt.Sprintf("%d runs failed (max_failures %d)", r.Failures, r.MaxFailures)})
+			x.record(Failed{Reason: fmt.Sprintf("%d runs failed, more than max_failures %d", r.Failures, r.MaxFailures)})
 		case r.Threshold > 0 && r.ConsecutiveFailures >= r.Threshold && !r.CircuitOpen:
 			x.record(CircuitOpened{ConsecutiveFailures: r.ConsecutiveFailures, Failures: r.Failures})
 		}

@@ -451,6 +451,8 @@ func TestRepeatBreakerOpensAndResets(t *testing.T) {
 	}
 }
 
+// max_failures failed runs are tolerated; the next failure ends the
+// repeat and cancels its open runs.
 func TestRepeatMaxFailuresFailsAndCancelsOpenRuns(t *testing.T) {
 	x := repeatSim(t, RepeatInput{Count: 10, Parallel: ptr(3), MaxFailures: ptr(2)})
 	runs := x.openRuns()
@@ -459,12 +461,22 @@ func TestRepeatMaxFailuresFailsAndCancelsOpenRuns(t *testing.T) {
 	}
 	x.set(runs[0].Key, task.StatusFailed)
 	x.set(runs[1].Key, task.StatusFailed)
+	x.advance()
+	open := x.openRuns()
+	if x.s.Group.Status != StatusRunning || x.s.Group.Repeat.Failures != 2 || len(open) != 3 {
+		t.Fatalf("after max_failures failures: group %+v, repeat %+v, %d runs open", x.s.Group, x.s.Group.Repeat, len(open))
+	}
+	x.set(open[0].Key, task.StatusFailed)
 	d := x.advance()
-	if x.s.Group.Status != StatusFailed || len(d.CancelTasks) != 1 || d.CancelTasks[runs[2].TaskID] == "" || len(d.NewTasks) != 0 {
+	if x.s.Group.Status != StatusFailed || len(d.CancelTasks) != 2 || d.CancelTasks[open[1].TaskID] == "" ||
+		d.CancelTasks[open[2].TaskID] == "" || len(d.NewTasks) != 0 {
 		t.Fatalf("group %+v, cancels %v, events %v", x.s.Group, d.CancelTasks, names(d.Records))
 	}
+	if want := "3 runs failed, more than max_failures 2"; x.s.Group.Reason != want {
+		t.Errorf("reason %q, want %q", x.s.Group.Reason, want)
+	}
 	x.advance()
-	if x.s.Group.Repeat.Failures != 2 || x.counts()[task.StatusCancelled] != 1 {
+	if x.s.Group.Repeat.Failures != 3 || x.counts()[task.StatusCancelled] != 2 {
 		t.Fatalf("after: %+v counts %v", x.s.Group.Repeat, x.counts())
 	}
 }

@@ -94,8 +94,8 @@ type Repeat struct {
 	Count       int `json:"count"`
 	Parallel    int `json:"parallel"`
 	IntervalSec int `json:"interval_sec"`
-	// MaxFailures ends the repeat failed once that many runs failed (0:
-	// never).
+	// MaxFailures is how many failed runs the repeat tolerates: one more
+	// ends it failed (0: it never fails for its failures).
 	MaxFailures int `json:"max_failures"`
 	BackoffSec  int `json:"backoff_sec"`
 	// Threshold failures in a row open the breaker (0: no breaker).
