@@ -740,8 +740,12 @@ type TaskStarted struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	AttemptId      string                 `protobuf:"bytes,1,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
 	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The machine the attempt was leased to (as on TaskSucceeded, TaskFailed
+	// and TaskPreempted): the audit entry's machine_id. Empty on events
+	// recorded before it was added.
+	MachineId     string `protobuf:"bytes,3,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskStarted) Reset() {
@@ -786,6 +790,13 @@ func (x *TaskStarted) GetLeaseExpiresAt() *timestamppb.Timestamp {
 		return x.LeaseExpiresAt
 	}
 	return nil
+}
+
+func (x *TaskStarted) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
 }
 
 // TaskProgressed: the running attempt reported progress (also a heartbeat).
@@ -1005,6 +1016,7 @@ type TaskSucceeded struct {
 	ExitCode      int32                  `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	Result        *ResultRef             `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
 	EndedAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	MachineId     string                 `protobuf:"bytes,5,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1067,6 +1079,13 @@ func (x *TaskSucceeded) GetEndedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *TaskSucceeded) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
 // TaskFailed: the attempt failed. A retry, if any, follows as
 // TaskRetryScheduled.
 type TaskFailed struct {
@@ -1080,7 +1099,8 @@ type TaskFailed struct {
 	EndedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
 	// A TaskRetryScheduled follows in the same transaction: the task is not
 	// failed for good.
-	RetryFollows  bool `protobuf:"varint,7,opt,name=retry_follows,json=retryFollows,proto3" json:"retry_follows,omitempty"`
+	RetryFollows  bool   `protobuf:"varint,7,opt,name=retry_follows,json=retryFollows,proto3" json:"retry_follows,omitempty"`
+	MachineId     string `protobuf:"bytes,8,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1162,6 +1182,13 @@ func (x *TaskFailed) GetRetryFollows() bool {
 		return x.RetryFollows
 	}
 	return false
+}
+
+func (x *TaskFailed) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
 }
 
 // TaskRetryScheduled: failed → pending; claimable from retry_at.
@@ -1313,6 +1340,7 @@ type TaskPreempted struct {
 	AttemptId     string                 `protobuf:"bytes,1,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
 	PreemptedBy   string                 `protobuf:"bytes,2,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	MachineId     string                 `protobuf:"bytes,4,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1364,6 +1392,13 @@ func (x *TaskPreempted) GetPreemptedBy() string {
 func (x *TaskPreempted) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *TaskPreempted) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
 	}
 	return ""
 }
@@ -1795,11 +1830,13 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\n" +
 	"machine_id\x18\x03 \x01(\tR\tmachineId\x12D\n" +
 	"\x10lease_expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12(\n" +
-	"\x10claim_request_id\x18\x05 \x01(\tR\x0eclaimRequestId\"r\n" +
+	"\x10claim_request_id\x18\x05 \x01(\tR\x0eclaimRequestId\"\x91\x01\n" +
 	"\vTaskStarted\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12D\n" +
-	"\x10lease_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\"e\n" +
+	"\x10lease_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x03 \x01(\tR\tmachineId\"e\n" +
 	"\x0eTaskProgressed\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x1a\n" +
@@ -1819,13 +1856,15 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"size_bytes\x18\x05 \x01(\x03R\tsizeBytes\x12\x16\n" +
 	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x128\n" +
 	"\tartifacts\x18\n" +
-	" \x03(\v2\x1a.taskmesh.task.v1.ArtifactR\tartifacts\"\xb7\x01\n" +
+	" \x03(\v2\x1a.taskmesh.task.v1.ArtifactR\tartifacts\"\xd6\x01\n" +
 	"\rTaskSucceeded\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x123\n" +
 	"\x06result\x18\x03 \x01(\v2\x1b.taskmesh.task.v1.ResultRefR\x06result\x125\n" +
-	"\bended_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\x9a\x02\n" +
+	"\bended_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x05 \x01(\tR\tmachineId\"\xb9\x02\n" +
 	"\n" +
 	"TaskFailed\x12\x1d\n" +
 	"\n" +
@@ -1835,7 +1874,9 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x123\n" +
 	"\x06result\x18\x05 \x01(\v2\x1b.taskmesh.task.v1.ResultRefR\x06result\x125\n" +
 	"\bended_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12#\n" +
-	"\rretry_follows\x18\a \x01(\bR\fretryFollowsB\f\n" +
+	"\rretry_follows\x18\a \x01(\bR\fretryFollows\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\b \x01(\tR\tmachineIdB\f\n" +
 	"\n" +
 	"_exit_code\"\x84\x01\n" +
 	"\x12TaskRetryScheduled\x12\x1f\n" +
@@ -1850,12 +1891,14 @@ const file_taskmesh_task_v1_task_events_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1f\n" +
 	"\vretry_count\x18\x04 \x01(\x05R\n" +
 	"retryCount\x12\x16\n" +
-	"\x06failed\x18\x05 \x01(\bR\x06failed\"i\n" +
+	"\x06failed\x18\x05 \x01(\bR\x06failed\"\x88\x01\n" +
 	"\rTaskPreempted\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12!\n" +
 	"\fpreempted_by\x18\x02 \x01(\tR\vpreemptedBy\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"z\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\x04 \x01(\tR\tmachineId\"z\n" +
 	"\x10TaskCheckpointed\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x10\n" +

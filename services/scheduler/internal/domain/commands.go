@@ -222,7 +222,7 @@ func (t Task) Start(now time.Time, agentID, attemptID string) ([]Record, error) 
 	if t.Status == StatusRunning {
 		return nil, nil
 	}
-	return recordOf(now, AgentActor(agentID), Started{AttemptID: attemptID, LeaseExpiresAt: t.renewedUntil(now, 0)}), nil
+	return recordOf(now, AgentActor(agentID), Started{AttemptID: attemptID, MachineID: t.AssignedMachine, LeaseExpiresAt: t.renewedUntil(now, 0)}), nil
 }
 
 func (t Task) renewedUntil(now time.Time, extendSec int) time.Time {
@@ -318,7 +318,7 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 		return t.preemptedOutside(now, agentID, o), false, nil
 	}
 	if o.ExitCode == 0 && o.Error == "" {
-		return recordOf(now, AgentActor(agentID), Succeeded{AttemptID: attemptID, ExitCode: 0, Result: o.Result, EndedAt: o.EndedAt}), false, nil
+		return recordOf(now, AgentActor(agentID), Succeeded{AttemptID: attemptID, MachineID: t.AssignedMachine, ExitCode: 0, Result: o.Result, EndedAt: o.EndedAt}), false, nil
 	}
 	reason := o.Reason
 	if reason == "" {
@@ -349,7 +349,7 @@ func (t Task) preemptedOutside(now time.Time, agentID string, o Outcome) []Recor
 		reason = "preempted by " + o.PreemptedBy
 	}
 	return []Record{
-		{At: now, Actor: AgentActor(agentID), Event: Preempted{AttemptID: t.AttemptID, By: o.PreemptedBy, Reason: reason}},
+		{At: now, Actor: AgentActor(agentID), Event: Preempted{AttemptID: t.AttemptID, MachineID: t.AssignedMachine, By: o.PreemptedBy, Reason: reason}},
 		{At: now, Actor: AgentActor(agentID), Event: Requeued{From: string(StatusPreempted), Reason: "preempted by " + o.PreemptedBy}},
 	}
 }
@@ -357,6 +357,7 @@ func (t Task) preemptedOutside(now time.Time, agentID string, o Outcome) []Recor
 // fail records a failed attempt and, while retries remain, its retry after
 // retry_delay.
 func (t Task) fail(now time.Time, actor string, f Failed) []Record {
+	f.MachineID = t.AssignedMachine
 	f.RetryFollows = t.RetryCount < t.Spec.MaxRetries
 	out := recordOf(now, actor, f)
 	// The retry is recorded with the failure, in one command: no crash can
@@ -428,7 +429,7 @@ func (t Task) Preempt(now time.Time, by, reason string) ([]Record, error) {
 	if !t.Status.Leased() {
 		return nil, immutable(t, "preempt")
 	}
-	return recordOf(now, "scheduler", Preempted{AttemptID: t.AttemptID, By: by, Reason: reason}), nil
+	return recordOf(now, "scheduler", Preempted{AttemptID: t.AttemptID, MachineID: t.AssignedMachine, By: by, Reason: reason}), nil
 }
 
 // Suspend pauses a task on purpose (docs/api/tasks.md#suspend-and-resume):
@@ -554,7 +555,7 @@ func (t Task) Evict(now time.Time, epoch int64, by, reason string) []Record {
 	// its queue at once.
 	switch t.Status {
 	case StatusAssigned, StatusRunning:
-		return recordOf(now, "quota", Preempted{AttemptID: t.AttemptID, By: by, Reason: reason})
+		return recordOf(now, "quota", Preempted{AttemptID: t.AttemptID, MachineID: t.AssignedMachine, By: by, Reason: reason})
 	case StatusPending:
 		return recordOf(now, "quota", Requeued{From: string(StatusPending), Reason: reason})
 	}

@@ -359,7 +359,7 @@ func TestCompletePreemptedRequeuesWithoutARetry(t *testing.T) {
 		}
 		p, ok := recs[0].Event.(Preempted)
 		q, ok2 := recs[1].Event.(Requeued)
-		if !ok || !ok2 || p != (Preempted{AttemptID: "att-1", By: "slurm", Reason: "slurm: job 7 PREEMPTED"}) ||
+		if !ok || !ok2 || p != (Preempted{AttemptID: "att-1", MachineID: "m-1", By: "slurm", Reason: "slurm: job 7 PREEMPTED"}) ||
 			q.From != string(StatusPreempted) || recs[0].Actor != "agent:agent-1" {
 			t.Fatalf("max_retries %d: records %+v", retries, recs)
 		}

@@ -44,9 +44,13 @@ type (
 		AttemptID, AgentID, MachineID, ClaimRequestID string
 		LeaseExpiresAt                                time.Time
 	}
+	// MachineID of Started, Succeeded, Failed and Preempted is the machine
+	// the attempt was leased to, for the audit trail's machine_id
+	// (docs/api/audit.md); the fold does not read it (Leased set
+	// AssignedMachine). Events recorded before it existed carry "".
 	Started struct {
-		AttemptID      string
-		LeaseExpiresAt time.Time
+		AttemptID, MachineID string
+		LeaseExpiresAt       time.Time
 	}
 	Progressed struct {
 		AttemptID string
@@ -59,12 +63,14 @@ type (
 	}
 	Succeeded struct {
 		AttemptID string
+		MachineID string
 		ExitCode  int
 		Result    *Result
 		EndedAt   time.Time
 	}
 	Failed struct {
 		AttemptID string
+		MachineID string
 		ExitCode  *int
 		Error     string
 		Reason    string // exit_code, timeout, spawn_error, killed, …
@@ -84,7 +90,7 @@ type (
 		RetryCount                 int
 		Failed                     bool
 	}
-	Preempted    struct{ AttemptID, By, Reason string }
+	Preempted    struct{ AttemptID, MachineID, By, Reason string }
 	Checkpointed struct {
 		AttemptID, Key, SHA256 string
 		SizeBytes              int64

@@ -119,7 +119,8 @@ func TestConsumersThroughTheGateway(t *testing.T) {
 	for _, e := range byAgent {
 		entry := e.(map[string]any)
 		actions[fmt.Sprint(entry["action"])]++
-		if entry["user_id"] != "agent:agent-1" {
+		// Each names the machine the attempt ran on.
+		if entry["user_id"] != "agent:agent-1" || entry["machine_id"] != "machine-agent-1" {
 			t.Errorf("an agent's entry = %v", entry)
 		}
 	}

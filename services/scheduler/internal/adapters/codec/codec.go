@@ -37,17 +37,17 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 		env.Event = &taskv1.TaskEvent_Leased{Leased: &taskv1.TaskLeased{AttemptId: e.AttemptID, AgentId: e.AgentID,
 			MachineId: e.MachineID, LeaseExpiresAt: taskproto.ToTimestamp(e.LeaseExpiresAt), ClaimRequestId: e.ClaimRequestID}}
 	case domain.Started:
-		env.Event = &taskv1.TaskEvent_Started{Started: &taskv1.TaskStarted{AttemptId: e.AttemptID, LeaseExpiresAt: taskproto.ToTimestamp(e.LeaseExpiresAt)}}
+		env.Event = &taskv1.TaskEvent_Started{Started: &taskv1.TaskStarted{AttemptId: e.AttemptID, MachineId: e.MachineID, LeaseExpiresAt: taskproto.ToTimestamp(e.LeaseExpiresAt)}}
 	case domain.Progressed:
 		env.Event = &taskv1.TaskEvent_Progressed{Progressed: &taskv1.TaskProgressed{AttemptId: e.AttemptID,
 			Progress: int32(e.Progress), Message: e.Message}}
 	case domain.LeaseRenewed:
 		env.Event = &taskv1.TaskEvent_LeaseRenewed{LeaseRenewed: &taskv1.TaskLeaseRenewed{AttemptId: e.AttemptID, LeaseExpiresAt: taskproto.ToTimestamp(e.LeaseExpiresAt)}}
 	case domain.Succeeded:
-		env.Event = &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{AttemptId: e.AttemptID,
+		env.Event = &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{AttemptId: e.AttemptID, MachineId: e.MachineID,
 			ExitCode: int32(e.ExitCode), Result: resultToProto(e.Result), EndedAt: taskproto.ToTimestamp(e.EndedAt)}}
 	case domain.Failed:
-		f := &taskv1.TaskFailed{AttemptId: e.AttemptID, Error: e.Error, Reason: e.Reason, Result: resultToProto(e.Result),
+		f := &taskv1.TaskFailed{AttemptId: e.AttemptID, MachineId: e.MachineID, Error: e.Error, Reason: e.Reason, Result: resultToProto(e.Result),
 			EndedAt: taskproto.ToTimestamp(e.EndedAt), RetryFollows: e.RetryFollows}
 		if e.ExitCode != nil {
 			c := int32(*e.ExitCode)
@@ -61,7 +61,7 @@ func Envelope(eventID, taskID, tenantID string, version int64, r domain.Record, 
 		env.Event = &taskv1.TaskEvent_LeaseExpired{LeaseExpired: &taskv1.TaskLeaseExpired{AttemptId: e.AttemptID, AgentId: e.AgentID,
 			Reason: e.Reason, RetryCount: int32(e.RetryCount), Failed: e.Failed}}
 	case domain.Preempted:
-		env.Event = &taskv1.TaskEvent_Preempted{Preempted: &taskv1.TaskPreempted{AttemptId: e.AttemptID, PreemptedBy: e.By, Reason: e.Reason}}
+		env.Event = &taskv1.TaskEvent_Preempted{Preempted: &taskv1.TaskPreempted{AttemptId: e.AttemptID, MachineId: e.MachineID, PreemptedBy: e.By, Reason: e.Reason}}
 	case domain.Checkpointed:
 		env.Event = &taskv1.TaskEvent_Checkpointed{Checkpointed: &taskv1.TaskCheckpointed{AttemptId: e.AttemptID, Key: e.Key,
 			SizeBytes: e.SizeBytes, Sha256: e.SHA256}}
@@ -120,17 +120,17 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 		r.Event = domain.Leased{AttemptID: l.GetAttemptId(), AgentID: l.GetAgentId(), MachineID: l.GetMachineId(),
 			ClaimRequestID: l.GetClaimRequestId(), LeaseExpiresAt: taskproto.FromTimestamp(l.GetLeaseExpiresAt())}
 	case *taskv1.TaskEvent_Started:
-		r.Event = domain.Started{AttemptID: e.Started.GetAttemptId(), LeaseExpiresAt: taskproto.FromTimestamp(e.Started.GetLeaseExpiresAt())}
+		r.Event = domain.Started{AttemptID: e.Started.GetAttemptId(), MachineID: e.Started.GetMachineId(), LeaseExpiresAt: taskproto.FromTimestamp(e.Started.GetLeaseExpiresAt())}
 	case *taskv1.TaskEvent_Progressed:
 		r.Event = domain.Progressed{AttemptID: e.Progressed.GetAttemptId(), Progress: int(e.Progressed.GetProgress()), Message: e.Progressed.GetMessage()}
 	case *taskv1.TaskEvent_LeaseRenewed:
 		r.Event = domain.LeaseRenewed{AttemptID: e.LeaseRenewed.GetAttemptId(), LeaseExpiresAt: taskproto.FromTimestamp(e.LeaseRenewed.GetLeaseExpiresAt())}
 	case *taskv1.TaskEvent_Succeeded:
 		s := e.Succeeded
-		r.Event = domain.Succeeded{AttemptID: s.GetAttemptId(), ExitCode: int(s.GetExitCode()), Result: resultFromProto(s.GetResult()), EndedAt: taskproto.FromTimestamp(s.GetEndedAt())}
+		r.Event = domain.Succeeded{AttemptID: s.GetAttemptId(), MachineID: s.GetMachineId(), ExitCode: int(s.GetExitCode()), Result: resultFromProto(s.GetResult()), EndedAt: taskproto.FromTimestamp(s.GetEndedAt())}
 	case *taskv1.TaskEvent_Failed:
 		f := e.Failed
-		ev := domain.Failed{AttemptID: f.GetAttemptId(), Error: f.GetError(), Reason: f.GetReason(), Result: resultFromProto(f.GetResult()),
+		ev := domain.Failed{AttemptID: f.GetAttemptId(), MachineID: f.GetMachineId(), Error: f.GetError(), Reason: f.GetReason(), Result: resultFromProto(f.GetResult()),
 			EndedAt: taskproto.FromTimestamp(f.GetEndedAt()), RetryFollows: f.GetRetryFollows()}
 		if f.ExitCode != nil {
 			c := int(f.GetExitCode())
@@ -145,7 +145,7 @@ func Record(env *taskv1.TaskEvent) (domain.Record, error) {
 		r.Event = domain.LeaseExpired{AttemptID: le.GetAttemptId(), AgentID: le.GetAgentId(), Reason: le.GetReason(),
 			RetryCount: int(le.GetRetryCount()), Failed: le.GetFailed()}
 	case *taskv1.TaskEvent_Preempted:
-		r.Event = domain.Preempted{AttemptID: e.Preempted.GetAttemptId(), By: e.Preempted.GetPreemptedBy(), Reason: e.Preempted.GetReason()}
+		r.Event = domain.Preempted{AttemptID: e.Preempted.GetAttemptId(), MachineID: e.Preempted.GetMachineId(), By: e.Preempted.GetPreemptedBy(), Reason: e.Preempted.GetReason()}
 	case *taskv1.TaskEvent_Checkpointed:
 		c := e.Checkpointed
 		r.Event = domain.Checkpointed{AttemptID: c.GetAttemptId(), Key: c.GetKey(), SizeBytes: c.GetSizeBytes(), SHA256: c.GetSha256()}
