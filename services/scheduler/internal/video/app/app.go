@@ -180,7 +180,9 @@ func (a *App) Get(ctx context.Context, c sched.Caller, id string) (View, error) 
 		return View{ID: id, Status: domain.StatusUnknown}, nil
 	case domain.StatusSucceeded:
 		if t.Result != nil && t.Result.ObjectKey != "" && a.cfg.Objects != nil {
-			if v.VideoURL, err = a.cfg.Objects.PresignGet(ctx, t.Result.ObjectKey, domain.Retention); err != nil {
+			// The link ends with the generation: the sweeper removes the
+			// video then, so a link signed for longer would outlive it.
+			if v.VideoURL, err = a.cfg.Objects.PresignGet(ctx, t.Result.ObjectKey, domain.Remaining(t, a.cfg.Now())); err != nil {
 				return View{}, fmt.Errorf("video: signing the video's link: %w", err)
 			}
 		}

@@ -67,6 +67,7 @@ type fakeObjects struct {
 	objectstore.Store
 	puts, deletes []string
 	failPut       bool
+	signedFor     map[string]time.Duration // by key, the last PresignGet's ttl
 }
 
 func (o *fakeObjects) Put(_ context.Context, key string, body io.Reader, _ int64, _ string) (objectstore.Info, error) {
@@ -78,7 +79,11 @@ func (o *fakeObjects) Put(_ context.Context, key string, body io.Reader, _ int64
 	return objectstore.Info{}, nil
 }
 
-func (o *fakeObjects) PresignGet(_ context.Context, key string, _ time.Duration) (string, error) {
+func (o *fakeObjects) PresignGet(_ context.Context, key string, ttl time.Duration) (string, error) {
+	if o.signedFor == nil {
+		o.signedFor = map[string]time.Duration{}
+	}
+	o.signedFor[key] = ttl
 	return "http://objects/" + key, nil
 }
 
@@ -207,6 +212,25 @@ func TestFailure(t *testing.T) {
 		if code, msg := failure(text); code != want[0] || msg != want[1] {
 			t.Errorf("failure(%q) = %q, %q", text, code, msg)
 		}
+	}
+}
+
+// A video's link ends with its generation, 24 hours after the
+// submission, however late it is asked for: the sweeper removes the video
+// then.
+func TestVideoLinkEndsWithTheGeneration(t *testing.T) {
+	done := task.Task{ID: "done", TenantID: "acme", Status: task.StatusCompleted, CreatedAt: t0.Add(-20 * time.Hour),
+		Spec: task.Spec{Type: task.TypeVideo, Video: &task.Video{}}, Result: &task.Result{ObjectKey: "results/acme/done/a.mp4"}}
+	objects := &fakeObjects{}
+	v, err := newApp(t, &fakeTasks{tasks: map[string]task.Task{"done": done}}, objects, upperRewriter{}).Get(context.Background(), caller, "done")
+	if err != nil || v.Status != domain.StatusSucceeded || v.VideoURL == "" {
+		t.Fatalf("Get = %+v, %v", v, err)
+	}
+	if got := objects.signedFor["results/acme/done/a.mp4"]; got != 4*time.Hour {
+		t.Errorf("the link is signed for %s, want the 4h the generation has left", got)
+	}
+	if d := domain.Remaining(done, t0.Add(5*time.Hour)); d != 0 {
+		t.Errorf("Remaining after the retention = %s, want 0", d)
 	}
 }
 

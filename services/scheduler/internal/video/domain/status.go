@@ -45,6 +45,12 @@ func StatusOf(t task.Task, now time.Time) string {
 // Expired reports whether t's retention has ended at now.
 func Expired(t task.Task, now time.Time) bool { return !now.Before(t.CreatedAt.Add(Retention)) }
 
+// Remaining is how long t's retention lasts after now (0 once it has
+// ended): what a link to its video may be signed for.
+func Remaining(t task.Task, now time.Time) time.Duration {
+	return max(0, t.CreatedAt.Add(Retention).Sub(now))
+}
+
 // Deletion is what a DELETE does to a task.
 type Deletion int
 
