@@ -103,7 +103,7 @@ func TestGRPCUnaryThroughProxy(t *testing.T) {
 	if c.Principal.Kind != authn.KindAgent || c.Principal.AgentID != "agent-001" || c.Principal.RemoteIP != "127.0.0.1" {
 		t.Errorf("agent principal = %+v", c.Principal)
 	}
-	if got := c.MD.Get("x-request-id"); len(got) != 1 || len(got[0]) != 32 {
+	if got := c.MD.Get("x-request-id"); len(got) != 1 || len(got[0]) != 36 {
 		t.Errorf("x-request-id = %v, want a generated one", got)
 	}
 }

@@ -175,7 +175,7 @@ func TestRESTRequestID(t *testing.T) {
 		{name: "replaced when not sane", sent: "bad id\twith tab"},
 		{name: "replaced when too long", sent: strings.Repeat("a", 200)},
 	}
-	hex32 := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	generated := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var headers []string
@@ -187,7 +187,7 @@ func TestRESTRequestID(t *testing.T) {
 			switch {
 			case tt.wantEcho && got != tt.sent:
 				t.Errorf("X-Request-Id = %q, want %q echoed", got, tt.sent)
-			case !tt.wantEcho && !hex32.MatchString(got):
+			case !tt.wantEcho && !generated.MatchString(got):
 				t.Errorf("X-Request-Id = %q, want a generated id", got)
 			}
 			c, _ := e.fake.LastCall()
@@ -197,7 +197,7 @@ func TestRESTRequestID(t *testing.T) {
 		})
 	}
 	// Error answers carry it too.
-	if r := e.do(t, "GET", "/api/v1/tasks", "", ""); !hex32.MatchString(r.header.Get("X-Request-Id")) {
+	if r := e.do(t, "GET", "/api/v1/tasks", "", ""); !generated.MatchString(r.header.Get("X-Request-Id")) {
 		t.Errorf("401 answer without X-Request-Id")
 	}
 }

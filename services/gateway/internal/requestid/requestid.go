@@ -35,11 +35,21 @@ func Valid(id string) bool {
 	return true
 }
 
-// New returns a fresh id: 32 hex digits (128 random bits).
+// New returns a fresh id: a random (version 4) UUID in its 36-character
+// form, the shape the API's documents show their request ids in.
 func New() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b) // never fails; see crypto/rand.Read
-	return hex.EncodeToString(b)
+	var b [16]byte
+	_, _ = rand.Read(b[:])  // never fails; see crypto/rand.Read
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // the RFC 9562 variant
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	hex.Encode(out[9:13], b[4:6])
+	hex.Encode(out[14:18], b[6:8])
+	hex.Encode(out[19:23], b[8:10])
+	hex.Encode(out[24:], b[10:])
+	out[8], out[13], out[18], out[23] = '-', '-', '-', '-'
+	return string(out[:])
 }
 
 // Ensure returns id if it is Valid, else a new one.

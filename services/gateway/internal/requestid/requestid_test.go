@@ -2,9 +2,12 @@ package requestid
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 )
+
+var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 func TestValid(t *testing.T) {
 	tests := []struct {
@@ -34,8 +37,8 @@ func TestEnsure(t *testing.T) {
 		t.Errorf("Ensure(abc) = %q", got)
 	}
 	got := Ensure("bad id")
-	if !Valid(got) || len(got) != 32 || got == Ensure("bad id") {
-		t.Errorf("Ensure(bad id) = %q, want a fresh 32-digit id", got)
+	if !Valid(got) || !uuidV4.MatchString(got) || got == Ensure("bad id") {
+		t.Errorf("Ensure(bad id) = %q, want a fresh UUID", got)
 	}
 	if FromContext(NewContext(context.Background(), "x")) != "x" || FromContext(context.Background()) != "" {
 		t.Error("context round trip failed")
