@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"time"
 
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -28,10 +29,10 @@ func (a *App) TasksByID(ctx context.Context, c Caller, ids []string) (map[string
 	return out, nil
 }
 
-// ListTasks lists the caller's tasks from TaskViews (eventually
-// consistent: it trails writes by the relay and projection lag). A type
-// filter no task can have is refused with the types there are, as a
-// spec's type is (docs/api/tasks.md, ListTasks).
+// ListTasks lists the caller's tasks from TaskViews, once it shows the
+// caller's changes committed before the call (awaitViews). A type filter
+// no task can have is refused with the types there are, as a spec's type
+// is (docs/api/tasks.md, ListTasks).
 func (a *App) ListTasks(ctx context.Context, c Caller, f ListFilter) ([]domain.Task, string, error) {
 	if f.Type != "" {
 		if err := domain.CheckType(f.Type); err != nil {
@@ -44,5 +45,47 @@ func (a *App) ListTasks(ctx context.Context, c Caller, f ListFilter) ([]domain.T
 		return nil, "", &domain.InvalidError{Field: "created_after", Reason: "is after created_before"}
 	}
 	f.Tenant = c.Tenant
+	if err := a.awaitViews(ctx, f.Tenant); err != nil {
+		return nil, "", err
+	}
 	return a.views.List(ctx, f)
+}
+
+// How long a list waits for TaskViews to show the changes committed
+// before it, and how often it looks again.
+const (
+	listWaitLimit = time.Second
+	listWaitPoll  = 5 * time.Millisecond
+)
+
+// awaitViews waits until TaskViews shows the tenant's task changes that
+// were committed when the list was asked (among the latest changes), so
+// that a client listing right after it created, cancelled or completed a
+// task sees that change: the projection trails the writes by the relay's
+// and the consumer's lag, tens of milliseconds. Changes committed after
+// the call are not waited for, so steady writes do not hold a list up.
+// Past listWaitLimit (a projection far behind, or stopped) the list
+// answers from the views as they are: lists stay eventually consistent,
+// never unavailable (docs/api/tasks.md, "Lists show your writes").
+func (a *App) awaitViews(ctx context.Context, tenant string) error {
+	pending, err := a.views.Unapplied(ctx, tenant)
+	if err != nil || len(pending) == 0 {
+		return err
+	}
+	deadline := time.NewTimer(listWaitLimit)
+	defer deadline.Stop()
+	poll := time.NewTicker(listWaitPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return nil
+		case <-poll.C:
+		}
+		if done, err := a.views.Applied(ctx, pending); err != nil || done {
+			return err
+		}
+	}
 }

@@ -1,6 +1,9 @@
 package app_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +132,70 @@ func TestVideoTasksCreatedBeforeReadsTheStore(t *testing.T) {
 	got, err := h.app.VideoTasksCreatedBefore(h.ctx, apptest.T0.Add(time.Minute), 10)
 	if err != nil || len(got) != 1 || got[0].ID != old.ID {
 		t.Errorf("old video tasks = %v, %v", taskIDs(got), err)
+	}
+}
+
+// laggingViews is a read model that shows the tasks after a number of
+// looks: the projection trailing the writes.
+type laggingViews struct {
+	app.TaskViews
+	unappliedFor string // the tenant Unapplied was asked about
+	looks, after int    // Applied is true from the after-th look on (0: never)
+}
+
+func (v *laggingViews) Unapplied(_ context.Context, tenant string) ([]app.TaskVersion, error) {
+	v.unappliedFor = tenant
+	return []app.TaskVersion{{ID: "task-x", Version: 2}}, nil
+}
+
+func (v *laggingViews) Applied(_ context.Context, changes []app.TaskVersion) (bool, error) {
+	v.looks++
+	if len(changes) != 1 || changes[0] != (app.TaskVersion{ID: "task-x", Version: 2}) {
+		return false, fmt.Errorf("asked about %v", changes)
+	}
+	return v.after > 0 && v.looks >= v.after, nil
+}
+
+func laggingHarness(t *testing.T, after int) (*harness, *laggingViews) {
+	h := newHarness(t)
+	stores := h.store.Stores()
+	lag := &laggingViews{TaskViews: stores.Views, after: after}
+	stores.Views = lag
+	h.app = app.New(stores, h.objects, h.clock.Now, h.hub, app.Config{}, nil)
+	return h, lag
+}
+
+// A list waits until the read model shows the caller's changes committed
+// before it, and lists then.
+func TestListTasksWaitsForTheViewsToShowEarlierChanges(t *testing.T) {
+	h, lag := laggingHarness(t, 3)
+	x := h.create(user("t1"), spec("a"))
+	got, _, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{})
+	if err != nil || len(got) != 1 || got[0].ID != x.ID {
+		t.Fatalf("list = %v, %v", taskIDs(got), err)
+	}
+	if lag.unappliedFor != "t1" || lag.looks != 3 {
+		t.Errorf("Unapplied asked for %q, Applied looked %d times; want t1 and 3", lag.unappliedFor, lag.looks)
+	}
+}
+
+// A read model that does not catch up (a projection stopped) delays a
+// list by the bound, and the list answers from it as it is.
+func TestListTasksDoesNotWaitForeverForTheViews(t *testing.T) {
+	h, lag := laggingHarness(t, 0)
+	x := h.create(user("t1"), spec("a"))
+	began := time.Now()
+	got, _, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{})
+	if err != nil || len(got) != 1 || got[0].ID != x.ID {
+		t.Fatalf("list = %v, %v", taskIDs(got), err)
+	}
+	if lag.looks < 2 || time.Since(began) < time.Second {
+		t.Errorf("gave up after %d looks and %s; want the one-second bound", lag.looks, time.Since(began))
+	}
+	// A caller that gives up first gets its context's error.
+	ctx, cancel := context.WithCancel(h.ctx)
+	cancel()
+	if _, _, err := h.app.ListTasks(ctx, user("t1"), app.ListFilter{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled list: %v", err)
 	}
 }

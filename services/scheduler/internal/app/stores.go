@@ -116,6 +116,19 @@ type TaskViews interface {
 	// created meanwhile do not shift pages. A page token List did not make
 	// is ErrBadPageToken.
 	List(ctx context.Context, f ListFilter) ([]domain.Task, string, error)
+	// Unapplied returns the changes of tenant's tasks ("*": every
+	// tenant's) committed before the call that the read model does not
+	// show yet, among the latest changes of the event store (a bounded
+	// window: a projection far behind is not waited for change by change).
+	Unapplied(ctx context.Context, tenant string) ([]TaskVersion, error)
+	// Applied reports whether the read model shows every one of changes.
+	Applied(ctx context.Context, changes []TaskVersion) (bool, error)
+}
+
+// TaskVersion is one change of a task: the task's version after it.
+type TaskVersion struct {
+	ID      string
+	Version int64
 }
 
 // ListFilter selects tasks to list. Zero fields match everything.

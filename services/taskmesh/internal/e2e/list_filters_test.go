@@ -147,3 +147,24 @@ func TestListTasksTakesDates(t *testing.T) {
 	code, _, _, body := w.listIDs(key, "created_after="+day(1)+"&created_before="+day(-1))
 	wantRefused(t, "a window ending before it starts", code, body, "created_after", "is after created_before")
 }
+
+// A list shows the caller's changes acknowledged before it, with no
+// waiting on the client's side: a task just created is on the first
+// page, a task just cancelled is in the cancelled filter
+// (docs/api/tasks.md, "Lists show your writes").
+func TestListsShowYourWrites(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	for i := range 5 {
+		id := w.submit(key, map[string]any{"name": fmt.Sprint("fresh-", i), "command": "true", "machine_id": "nowhere"})
+		if code, ids, _, body := w.listIDs(key, "page_size=5"); code != 200 || len(ids) == 0 || ids[0] != id {
+			t.Fatalf("list right after creating %s: %d %v %v", id, code, ids, body)
+		}
+		if code, body, _ := w.call("POST", "/api/v1/tasks/"+id+"/cancel", key, map[string]any{}); code != 200 {
+			t.Fatalf("cancel %s: %d %v", id, code, body)
+		}
+		if code, ids, _, body := w.listIDs(key, "status=cancelled&page_size=5"); code != 200 || len(ids) == 0 || ids[0] != id {
+			t.Fatalf("cancelled list right after cancelling %s: %d %v %v", id, code, ids, body)
+		}
+	}
+}

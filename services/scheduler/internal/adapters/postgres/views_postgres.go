@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
@@ -42,6 +43,54 @@ func (tv TaskViews) List(ctx context.Context, f app.ListFilter) ([]domain.Task, 
 		next = encodeToken(last.CreatedAt, last.ID)
 	}
 	return tasks, next, nil
+}
+
+// freshnessWindow is how many of the event store's latest events Unapplied
+// compares with task_views: a client's own changes just made are among
+// them; older ones the projection has applied unless it is far behind,
+// and then a list is eventually consistent anyway.
+const freshnessWindow = 500
+
+// Unapplied implements app.TaskViews. The window is read backwards along
+// events_position_idx; the tenant and the aggregate type filter it
+// afterwards, so the statement costs the same whoever asks.
+func (tv TaskViews) Unapplied(ctx context.Context, tenant string) ([]app.TaskVersion, error) {
+	rows, err := tv.DB.Query(ctx, `
+		SELECT e.aggregate_id, e.version
+		FROM (SELECT aggregate_id, version, tenant_id, aggregate_type FROM events
+			ORDER BY tx_id DESC, id DESC LIMIT $3) e
+		WHERE e.aggregate_type = $2 AND ($1 = '*' OR e.tenant_id = $1)
+			AND NOT EXISTS (SELECT 1 FROM task_views v WHERE v.id = e.aggregate_id AND v.version >= e.version)`,
+		tenant, AggregateType, freshnessWindow)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: changes not in task_views: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.TaskVersion, error) {
+		var c app.TaskVersion
+		err := r.Scan(&c.ID, &c.Version)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: changes not in task_views: %w", err)
+	}
+	return out, nil
+}
+
+// Applied implements app.TaskViews.
+func (tv TaskViews) Applied(ctx context.Context, changes []app.TaskVersion) (bool, error) {
+	ids, versions := make([]string, len(changes)), make([]int64, len(changes))
+	for i, c := range changes {
+		ids[i], versions[i] = c.ID, c.Version
+	}
+	var done bool
+	err := tv.DB.QueryRow(ctx, `
+		SELECT NOT EXISTS (SELECT 1 FROM unnest($1::text[], $2::bigint[]) AS c(id, version)
+			WHERE NOT EXISTS (SELECT 1 FROM task_views v WHERE v.id = c.id AND v.version >= c.version))`,
+		ids, versions).Scan(&done)
+	if err != nil {
+		return false, fmt.Errorf("list tasks: waiting for task_views: %w", err)
+	}
+	return done, nil
 }
 
 // listQuery is List's statement for f (f.PageSize set): one page and one

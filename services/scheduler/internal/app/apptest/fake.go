@@ -422,6 +422,13 @@ func (s *Store) VideoTasksCreatedBefore(_ context.Context, before time.Time, lim
 	return out[:min(len(out), limit)], nil
 }
 
+// Unapplied implements app.TaskViews: the fake's list reads the tasks
+// themselves, so it never trails a write.
+func (s *Store) Unapplied(context.Context, string) ([]app.TaskVersion, error) { return nil, nil }
+
+// Applied implements app.TaskViews.
+func (s *Store) Applied(context.Context, []app.TaskVersion) (bool, error) { return true, nil }
+
 // List implements app.TaskViews.
 func (s *Store) List(_ context.Context, f app.ListFilter) ([]domain.Task, string, error) {
 	s.mu.Lock()
