@@ -153,7 +153,13 @@ type ListTasksRequest struct {
 	// The task type (shell, python, script, noop, video); empty lists every
 	// type. The scheduler refuses a type no task can have, listing the
 	// types there are.
-	Type          string `protobuf:"bytes,10,opt,name=type,proto3" json:"type,omitempty"`
+	Type string `protobuf:"bytes,10,opt,name=type,proto3" json:"type,omitempty"`
+	// Tasks to skip before the page (?offset=), for clients that page by
+	// offset; at most 10000, past which page_token pages on.
+	Offset int32 `protobuf:"varint,11,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The page to answer, from 1, of page_size tasks each (?page=); it
+	// starts at most 10000 tasks in.
+	Page          int32 `protobuf:"varint,12,opt,name=page,proto3" json:"page,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -256,6 +262,20 @@ func (x *ListTasksRequest) GetType() string {
 		return x.Type
 	}
 	return ""
+}
+
+func (x *ListTasksRequest) GetOffset() int32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ListTasksRequest) GetPage() int32 {
+	if x != nil {
+		return x.Page
+	}
+	return 0
 }
 
 type ListTasksResponse struct {
@@ -1158,7 +1178,7 @@ const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\"[\n" +
 	"\x12CreateTaskResponse\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.taskmesh.task.v1.TaskR\x04task\x12\x19\n" +
-	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"\xbb\x05\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"\xca\a\n" +
 	"\x10ListTasksRequest\x12o\n" +
 	"\x06status\x18\x01 \x01(\tBW\xbaHTrRR\x00R\apendingR\bassignedR\arunningR\tcompletedR\x06failedR\tcancelledR\tpreemptedR\tsuspendedR\x06status\x12'\n" +
 	"\n" +
@@ -1175,8 +1195,13 @@ const file_taskmesh_task_v1_task_service_proto_rawDesc = "" +
 	"\x05limit\x18\t \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\x05limit\x12\x12\n" +
 	"\x04type\x18\n" +
-	" \x01(\tR\x04type:\xa2\x01\xbaH\x9e\x01\x1a\x9b\x01\n" +
-	"\x18list_tasks_one_page_size\x127limit and page_size are the same setting and must agree\x1aFthis.limit == 0 || this.page_size == 0 || this.limit == this.page_sizeB\v\n" +
+	" \x01(\tR\x04type\x12\"\n" +
+	"\x06offset\x18\v \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x90N(\x00R\x06offset\x12\x1e\n" +
+	"\x04page\x18\f \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x90N(\x00R\x04page:\xed\x02\xbaH\xe9\x02\x1a\x9b\x01\n" +
+	"\x18list_tasks_one_page_size\x127limit and page_size are the same setting and must agree\x1aFthis.limit == 0 || this.page_size == 0 || this.limit == this.page_size\x1a\xc8\x01\n" +
+	"\x1clist_tasks_one_way_to_a_page\x12Jpage_token, offset and page each say where a page starts: give one of them\x1a\\(this.page_token == '' ? 0 : 1) + (this.offset == 0 ? 0 : 1) + (this.page == 0 ? 0 : 1) <= 1B\v\n" +
 	"\t_priority\"i\n" +
 	"\x11ListTasksResponse\x12,\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x16.taskmesh.task.v1.TaskR\x05tasks\x12&\n" +

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
@@ -43,6 +44,15 @@ func (a *App) ListTasks(ctx context.Context, c Caller, f ListFilter) ([]domain.T
 	// an empty answer: refused as the audit log refuses from after to.
 	if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && f.CreatedAfter.After(f.CreatedBefore) {
 		return nil, "", &domain.InvalidError{Field: "created_after", Reason: "is after created_before"}
+	}
+	switch {
+	case f.Offset < 0 || f.Offset > MaxListOffset:
+		return nil, "", &domain.InvalidError{Field: "offset", Reason: fmt.Sprintf("must be 0 to %d; page on with page_token", MaxListOffset)}
+	case f.Offset > 0 && f.PageToken != "":
+		return nil, "", &domain.InvalidError{Field: "offset", Reason: "starts a listing; page_token continues one: give one of them"}
+	}
+	if f.PageSize <= 0 {
+		f.PageSize = DefaultPageSize
 	}
 	f.Tenant = c.Tenant
 	if err := a.awaitViews(ctx, f.Tenant); err != nil {

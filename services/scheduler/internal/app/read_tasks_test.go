@@ -199,3 +199,31 @@ func TestListTasksDoesNotWaitForeverForTheViews(t *testing.T) {
 		t.Errorf("a cancelled list: %v", err)
 	}
 }
+
+// An offset skips that many of the matching tasks; it starts a listing,
+// so it does not go with a page token, and it is bounded.
+func TestListTasksByOffset(t *testing.T) {
+	h := newHarness(t)
+	var ids []string
+	for i := range 5 {
+		h.clock.Advance(time.Second)
+		ids = append(ids, h.create(user("t1"), spec(fmt.Sprint("task-", i))).ID)
+	}
+	got, next, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{PageSize: 2, Offset: 2})
+	if err != nil || len(got) != 2 || got[0].ID != ids[2] || got[1].ID != ids[1] || next == "" {
+		t.Fatalf("offset 2 = %v, %q, %v; want %v", taskIDs(got), next, err, []string{ids[2], ids[1]})
+	}
+	if got, next, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{PageSize: 2, Offset: 4}); err != nil || len(got) != 1 || got[0].ID != ids[0] || next != "" {
+		t.Errorf("offset 4 = %v, %q, %v", taskIDs(got), next, err)
+	}
+	if got, _, err := h.app.ListTasks(h.ctx, user("t1"), app.ListFilter{Offset: 9}); err != nil || len(got) != 0 {
+		t.Errorf("offset past the end = %v, %v", taskIDs(got), err)
+	}
+	for _, f := range []app.ListFilter{{Offset: app.MaxListOffset + 1}, {Offset: -1}, {Offset: 2, PageToken: next}} {
+		_, _, err := h.app.ListTasks(h.ctx, user("t1"), f)
+		var invalid *domain.InvalidError
+		if !errors.As(err, &invalid) || invalid.Field != "offset" {
+			t.Errorf("%+v: %v, want an invalid offset", f, err)
+		}
+	}
+}

@@ -140,7 +140,17 @@ type ListFilter struct {
 	CreatedAfter, CreatedBefore time.Time // [after, before)
 	PageSize                    int       // default 50
 	PageToken                   string
+	// Offset skips that many matching tasks before the page (at most
+	// MaxListOffset); not with PageToken.
+	Offset int
 }
+
+// MaxListOffset bounds ListFilter.Offset: a page is found by reading the
+// tasks before it, so deeper pages are reached with page tokens.
+const MaxListOffset = 10000
+
+// DefaultPageSize is a list's page size when the request names none.
+const DefaultPageSize = 50
 
 // ErrBadPageToken is TaskViews.List's answer to a page token it did not
 // make.

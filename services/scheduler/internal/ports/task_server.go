@@ -59,7 +59,16 @@ func (s *TaskServer) ListTasks(ctx context.Context, r *taskv1.ListTasksRequest) 
 		return nil, err
 	}
 	f := app.ListFilter{Status: r.GetStatus(), Machine: r.GetMachineId(), Group: r.GetGroupId(), Type: r.GetType(),
-		Priority: int(r.GetPriority()), PageSize: int(cmp.Or(r.GetPageSize(), r.GetLimit())), PageToken: r.GetPageToken()}
+		Priority: int(r.GetPriority()), PageSize: int(cmp.Or(r.GetPageSize(), r.GetLimit())), PageToken: r.GetPageToken(),
+		Offset: int(r.GetOffset())}
+	if r.GetPage() > 0 {
+		// Page n starts after n-1 pages of the size asked for.
+		f.Offset = (int(r.GetPage()) - 1) * cmp.Or(f.PageSize, app.DefaultPageSize)
+		if f.Offset > app.MaxListOffset {
+			return nil, toStatus(s.Log, &domain.InvalidError{Field: "page", Reason: fmt.Sprintf(
+				"starts %d tasks in, past the %d a page may start at; page on with page_token", f.Offset, app.MaxListOffset)})
+		}
+	}
 	if r.CreatedAfter != nil {
 		f.CreatedAfter = r.GetCreatedAfter().AsTime()
 	}

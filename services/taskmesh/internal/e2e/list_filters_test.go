@@ -168,3 +168,41 @@ func TestListsShowYourWrites(t *testing.T) {
 		}
 	}
 }
+
+// Pages by offset or by page number, for clients that page that way; a
+// listing starts with one of page_token, offset and page, and a page
+// starts at most 10000 tasks in.
+func TestListTasksByOffsetAndPage(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	var ids []string // newest first
+	for i := range 5 {
+		ids = append([]string{w.submit(key, map[string]any{"name": fmt.Sprint("paged-", i), "command": "true",
+			"machine_id": "nowhere", "group_id": "g-paged"})}, ids...)
+	}
+	for query, want := range map[string][]string{
+		"group_id=g-paged&limit=2&offset=0":   ids[0:2],
+		"group_id=g-paged&limit=2&offset=2":   ids[2:4],
+		"group_id=g-paged&page_size=2&page=2": ids[2:4],
+		"group_id=g-paged&page_size=2&page=3": ids[4:5],
+		"group_id=g-paged&page_size=2&page=4": nil,
+		"group_id=g-paged&page=1":             ids,
+		"group_id=g-paged&offset=3":           ids[3:],
+	} {
+		if code, got, _, body := w.listIDs(key, query); code != 200 || !slices.Equal(got, want) {
+			t.Errorf("?%s: %d %v %v, want %v", query, code, got, body, want)
+		}
+	}
+	_, _, token, _ := w.listIDs(key, "group_id=g-paged&limit=2")
+	for query, says := range map[string]string{
+		"offset=2&page_token=" + url.QueryEscape(token): "page_token, offset and page",
+		"offset=1&page=2":          "page_token, offset and page",
+		"offset=10001":             "offset",
+		"offset=-1":                "offset",
+		"page=10000&page_size=500": "page",
+		"page=abc":                 "page",
+	} {
+		code, _, _, body := w.listIDs(key, query)
+		wantRefused(t, query, code, body, says)
+	}
+}

@@ -146,8 +146,13 @@ func listQuery(f app.ListFilter) (string, []any, error) {
 		where = append(where, fmt.Sprintf("(created_at, id) < ($%d, $%d)", len(args)-1, len(args)))
 	}
 	args = append(args, f.PageSize+1)
-	return `SELECT doc FROM task_views WHERE ` + strings.Join(where, " AND ") +
-		fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args, nil
+	query := `SELECT doc FROM task_views WHERE ` + strings.Join(where, " AND ") +
+		fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args))
+	if f.Offset > 0 {
+		args = append(args, f.Offset)
+		query += fmt.Sprintf(` OFFSET $%d`, len(args))
+	}
+	return query, args, nil
 }
 
 // activeStatuses is task_views_active_idx's status predicate.

@@ -463,6 +463,7 @@ func (s *Store) List(_ context.Context, f app.ListFilter) ([]domain.Task, string
 		out = append(out, t)
 	}
 	slices.SortFunc(out, newestFirst)
+	out = out[min(f.Offset, len(out)):]
 	next := ""
 	if len(out) > f.PageSize {
 		out = out[:f.PageSize]
