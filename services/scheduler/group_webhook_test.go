@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
@@ -14,7 +16,7 @@ import (
 func TestGroupWebhookReachesItsTasks(t *testing.T) {
 	e := newEnv(t)
 	ctx := user("tenant-a")
-	created, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Name: "hooked", Mode: "parallel",
+	created, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Name: "hooked", Mode: "parallel", Start: proto.Bool(true),
 		Webhook: &taskv1.Webhook{Url: "https://hooks.example.com/group"},
 		Tasks: []*taskv1.TaskGroupTask{{Id: "a", Name: "a", Command: "true"},
 			{Id: "b", Name: "b", Command: "true", Webhook: &taskv1.Webhook{Url: "https://hooks.example.com/own"}}}})
@@ -35,7 +37,7 @@ func TestGroupWebhookReachesItsTasks(t *testing.T) {
 			t.Errorf("member %s: %v, %v; want webhook %s", m.GetId(), got, err, want[m.GetId()])
 		}
 	}
-	rep, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Webhook: &taskv1.Webhook{Url: "https://hooks.example.com/runs"},
+	rep, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Start: proto.Bool(true), Webhook: &taskv1.Webhook{Url: "https://hooks.example.com/runs"},
 		Repeat: &taskv1.RepeatPolicy{Count: 2, Template: &taskv1.TaskSpec{Name: "run", Command: "true"}}})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -32,7 +33,7 @@ func node(id, command string, deps ...string) *taskv1.TaskGroupTask {
 
 // etlDAG is the documented DAG: download → process1 ∥ process2 → merge.
 func etlDAG() *taskv1.CreateTaskGroupRequest {
-	return &taskv1.CreateTaskGroupRequest{Name: "etl", Mode: "dag", Tasks: []*taskv1.TaskGroupTask{
+	return &taskv1.CreateTaskGroupRequest{Name: "etl", Mode: "dag", Start: proto.Bool(true), Tasks: []*taskv1.TaskGroupTask{
 		node("download", "wget"), node("process1", "python", "download"), node("process2", "python", "download"),
 		node("merge", "python", "process1", "process2")}}
 }
@@ -187,7 +188,7 @@ func str(s string) *structpb.Value { return structpb.NewStringValue(s) }
 func TestRepeatBreakerAndOperatorReset(t *testing.T) {
 	e := newEnv(t)
 	ctx := user("tenant-a")
-	created, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Repeat: &taskv1.RepeatPolicy{Count: 5,
+	created, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Start: proto.Bool(true), Repeat: &taskv1.RepeatPolicy{Count: 5,
 		CircuitBreakerThreshold: i32(2), Template: &taskv1.TaskSpec{Name: "flaky", Command: "false"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +332,7 @@ func TestGroupMembersCarryCheckpointsAndArtifacts(t *testing.T) {
 	fromTemplate := &taskv1.TaskGroupTask{Id: "from-template", TemplateId: tpl.GetTemplate().GetId()}
 	overridden := &taskv1.TaskGroupTask{Id: "overridden", TemplateId: tpl.GetTemplate().GetId(),
 		Checkpoint: &taskv1.CheckpointSpec{Enabled: false}, Artifacts: []string{"logs/*"}}
-	created, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Name: "train", Mode: "parallel",
+	created, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Name: "train", Mode: "parallel", Start: proto.Bool(true),
 		Tasks: []*taskv1.TaskGroupTask{own, fromTemplate, overridden, node("plain", "true")}})
 	if err != nil {
 		t.Fatal(err)

@@ -1185,7 +1185,9 @@ type CreateTaskGroupRequest struct {
 	// parallel only: at most this many members run at once (0: no limit).
 	MaxParallel int32         `protobuf:"varint,4,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
 	Repeat      *RepeatPolicy `protobuf:"bytes,5,opt,name=repeat,proto3" json:"repeat,omitempty"`
-	// false: create the group pending; StartTaskGroup starts it. Default true.
+	// true: start the group at once. Default false: the group is created
+	// pending and StartTaskGroup starts it, as the task-queue design's
+	// create-then-start routes do.
 	Start *bool `protobuf:"varint,6,opt,name=start,proto3,oneof" json:"start,omitempty"`
 	// Idempotency key: a second create with the same request_id by the same
 	// tenant returns the first group.

@@ -134,7 +134,7 @@ func TestSchedulerKilledMidDAGResumes(t *testing.T) {
 	}
 	var groupID string
 	wait(60*time.Second, "the group to be created", func() bool {
-		code, g := call("POST", "/api/v1/task-groups", map[string]any{"mode": "dag", "tasks": []any{step("download", "0"),
+		code, g := call("POST", "/api/v1/task-groups", map[string]any{"mode": "dag", "start": true, "tasks": []any{step("download", "0"),
 			step("process1", "4", "download"), step("process2", "4", "download"), step("merge", "0", "process1", "process2")}})
 		groupID, _ = g["id"].(string)
 		return code == 200

@@ -121,8 +121,8 @@ func TestReplayFindsNoDifferenceAfterAMixedWorkload(t *testing.T) {
 	// opens (an alert to the tenant's endpoint), a template.
 	var groups []string
 	for _, g := range []map[string]any{
-		{"name": "serial", "mode": "serial", "tasks": []map[string]any{{"name": "a", "command": "echo"}, {"name": "b", "command": "echo"}}},
-		{"repeat": map[string]any{"count": 3, "circuit_breaker_threshold": 1, "template": map[string]any{"name": "flaky", "command": "false"}}},
+		{"name": "serial", "mode": "serial", "start": true, "tasks": []map[string]any{{"name": "a", "command": "echo"}, {"name": "b", "command": "echo"}}},
+		{"start": true, "repeat": map[string]any{"count": 3, "circuit_breaker_threshold": 1, "template": map[string]any{"name": "flaky", "command": "false"}}},
 	} {
 		code, body := call(t, s, "POST", "/api/v1/task-groups", key, g)
 		if code != 200 {

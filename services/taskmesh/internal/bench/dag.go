@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -185,6 +186,7 @@ func dagOnce(ctx context.Context, env *env, o DAGOptions, run int) (DAGResult, e
 func runGroup(ctx context.Context, groups taskv1.TaskGroupServiceClient, req *taskv1.CreateTaskGroupRequest, agentErrs <-chan error) (string, error) {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
+	req.Start = proto.Bool(true)
 	created, err := groups.CreateTaskGroup(asUser(wctx), req)
 	if err != nil {
 		return "", err

@@ -363,7 +363,7 @@ func dagGroup(key string) map[string]any {
 		}
 		return m
 	}
-	return map[string]any{"name": "chaos dag", "mode": "dag", "request_id": key,
+	return map[string]any{"name": "chaos dag", "mode": "dag", "request_id": key, "start": true,
 		"tasks": []any{member("a"), member("b", "a"), member("c", "a"), member("d", "b", "c")}}
 }
 

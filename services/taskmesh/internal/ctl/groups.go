@@ -66,6 +66,11 @@ ends.`,
 			defer c.Close()
 			var created []*taskv1.TaskGroup
 			for _, g := range groups {
+				// What a file submits runs: a group waits for `groups
+				// start` only when its file says start: false.
+				if g.Request.Start == nil {
+					g.Request.Start = proto.Bool(true)
+				}
 				ctx, cancel := a.call(cmd.Context())
 				resp, err := c.groups.CreateTaskGroup(ctx, g.Request)
 				cancel()

@@ -42,13 +42,25 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 }
 
 // createGroup posts a group and returns its id.
+// createGroup creates a group and starts it, as a client of the design's
+// create-then-start routes does, unless body says "start" itself (true:
+// it starts at creation; false: it stays pending).
 func (w *world) createGroup(key string, body map[string]any) string {
 	w.t.Helper()
 	code, g, _ := w.call("POST", "/api/v1/task-groups", key, body)
 	if code != 200 {
 		w.t.Fatalf("create group: %d %v", code, g)
 	}
-	return g["id"].(string)
+	id := g["id"].(string)
+	if _, said := body["start"]; !said {
+		if g["status"] != "pending" {
+			w.t.Fatalf("a group created without start is %v, want pending", g["status"])
+		}
+		if code, g, _ := w.call("POST", "/api/v1/task-groups/"+id+"/start", key, map[string]any{}); code != 200 {
+			w.t.Fatalf("start group: %d %v", code, g)
+		}
+	}
+	return id
 }
 
 func (w *world) group(key, id string) map[string]any {
@@ -140,6 +152,52 @@ func spans(t *testing.T, pool *pgxpool.Pool, group string) map[string]*span {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// A group is created pending and runs nothing until its start route
+// starts it (decision 0103); "start": true starts it at creation. A
+// group cancelled before its start cannot be started (30002).
+func TestGroupsWaitForTheirStart(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
+	body := func() map[string]any {
+		return map[string]any{"mode": "serial", "tasks": []map[string]any{{"name": "a", "command": "true"}, {"name": "b", "command": "true"}}}
+	}
+	code, g, _ := w.call("POST", "/api/v1/task-groups", key, body())
+	if code != 200 || g["status"] != "pending" {
+		t.Fatalf("create = %d %v, want a pending group", code, g)
+	}
+	id := g["id"].(string)
+	time.Sleep(time.Second) // an agent is polling: nothing may reach it
+	if code, ids, _, _ := w.listIDs(key, "group_id="+id); code != 200 || len(ids) != 0 {
+		t.Fatalf("a pending group has tasks %v", ids)
+	}
+	if g := w.group(key, id); g["status"] != "pending" {
+		t.Fatalf("before its start the group is %v", g["status"])
+	}
+	if code, g, _ := w.call("POST", "/api/v1/task-groups/"+id+"/start", key, map[string]any{}); code != 200 || g["status"] != "running" {
+		t.Fatalf("start = %d %v", code, g)
+	}
+	w.waitGroup(key, id, 30*time.Second, "the started group to complete", settledAs("completed"))
+
+	at := body()
+	at["start"] = true
+	if code, g, _ := w.call("POST", "/api/v1/task-groups", key, at); code != 200 || g["status"] != "running" {
+		t.Fatalf("create with start true = %d %v", code, g)
+	}
+
+	code, g, _ = w.call("POST", "/api/v1/task-groups", key, body())
+	if code != 200 {
+		t.Fatalf("create = %d %v", code, g)
+	}
+	id = g["id"].(string)
+	if code, g, _ := w.call("POST", "/api/v1/task-groups/"+id+"/cancel", key, map[string]any{}); code != 200 || g["status"] != "cancelled" {
+		t.Fatalf("cancel a pending group = %d %v", code, g)
+	}
+	if code, g, _ := w.call("POST", "/api/v1/task-groups/"+id+"/start", key, map[string]any{}); code != 409 || g["code"] != float64(30002) {
+		t.Errorf("start a group cancelled before its start = %d %v, want 409/30002", code, g)
+	}
 }
 
 // The documented DAG: process1 and process2 run at the same time on two

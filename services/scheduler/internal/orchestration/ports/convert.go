@@ -74,7 +74,7 @@ func memberRequest(m *taskv1.TaskGroupTask) oapp.MemberRequest {
 // groupRequest maps a create request.
 func groupRequest(r *taskv1.CreateTaskGroupRequest) oapp.GroupRequest {
 	g := oapp.GroupRequest{Name: r.GetName(), Mode: r.GetMode(), MaxParallel: int(r.GetMaxParallel()),
-		Start: r.Start == nil || r.GetStart(), RequestID: r.GetRequestId(),
+		Start: r.GetStart(), RequestID: r.GetRequestId(),
 		Webhook: r.GetWebhook().GetUrl()}
 	// The group's webhook is every member's and run's unless it has its own.
 	hook := func(in *task.SpecInput) {
