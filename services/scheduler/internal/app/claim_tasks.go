@@ -31,6 +31,33 @@ func (a *App) ClaimTasks(ctx context.Context, c Caller, r ClaimRequest) ([]domai
 	if r.Limit <= 0 {
 		r.Limit = 1
 	}
+	// A claim proves the agent alive, like a heartbeat, whether it gets
+	// work or not: an agent that speaks only the lease protocol polls with
+	// claims, and its machine counts as live (for broadcasts) while it
+	// does. It is alive when its claim arrives; a long poll that ends
+	// empty proves nothing more (the agent may have died or stopped while
+	// it waited, and its liveness must not outlast its last sign), while
+	// tasks answered are taken, so that agent is seen again with the
+	// slots they fill.
+	a.seen(ctx, c, r, r.Limit)
+	tasks, err := a.claimWaiting(ctx, c, r)
+	if err == nil && len(tasks) > 0 {
+		a.seen(ctx, c, r, r.Limit-len(tasks))
+	}
+	return tasks, r.RequestID, err
+}
+
+// seen records the agent of a claim as alive now, with free slots for
+// that many more tasks (what it asked for and did not get). A failure to
+// record it fails nothing: the next claim or heartbeat records it.
+func (a *App) seen(ctx context.Context, c Caller, r ClaimRequest, free int) {
+	_ = a.agents.Seen(ctx, Agent{AgentID: r.AgentID, MachineID: r.MachineID, TenantID: tenantOf(c), IP: c.IP,
+		Labels: r.Labels, FreeSlots: max(free, 0), LastHeartbeatAt: a.now(), LostAfter: a.now().Add(a.cfg.AgentLostAfter)})
+}
+
+// claimWaiting is ClaimTasks's long poll: claims until work appears or
+// the wait ends.
+func (a *App) claimWaiting(ctx context.Context, c Caller, r ClaimRequest) ([]domain.Task, error) {
 	wait := min(r.Wait, a.cfg.MaxWait)
 	deadline := a.now().Add(wait)
 	for {
@@ -41,21 +68,21 @@ func (a *App) ClaimTasks(ctx context.Context, c Caller, r ClaimRequest) ([]domai
 		// repeats; an undrain takes effect at the next recheck.
 		drained, err := a.agents.Drained(ctx, r.AgentID)
 		if err != nil {
-			return nil, r.RequestID, err
+			return nil, err
 		}
 		tasks, err := a.claimOnce(ctx, c, r, drained)
 		if err != nil || len(tasks) > 0 {
-			return tasks, r.RequestID, err
+			return tasks, err
 		}
 		left := deadline.Sub(a.now())
 		if left <= 0 {
-			return nil, r.RequestID, nil
+			return nil, nil
 		}
 		// Re-check every ClaimRecheck anyway: retry_at passing, or another
 		// replica's work when NOTIFY is lost, wake nobody.
 		select {
 		case <-ctx.Done():
-			return nil, r.RequestID, nil
+			return nil, nil
 		case <-signal:
 		case <-time.After(min(left, a.cfg.ClaimRecheck)):
 		}
@@ -95,11 +122,6 @@ func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest, drained b
 	})
 	if err != nil {
 		return nil, err
-	}
-	if len(out) > 0 {
-		// A claim proves the agent alive, like a heartbeat.
-		_ = a.agents.Seen(ctx, Agent{AgentID: r.AgentID, MachineID: r.MachineID, TenantID: tenantOf(c),
-			IP: c.IP, Labels: r.Labels, LastHeartbeatAt: a.now(), LostAfter: a.now().Add(a.cfg.AgentLostAfter)})
 	}
 	return out, nil
 }

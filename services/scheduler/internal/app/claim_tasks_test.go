@@ -107,17 +107,22 @@ func TestClaimAsAnotherAgentIsForbidden(t *testing.T) {
 	}
 }
 
+// A claim, with work or without, proves its agent alive: an agent that
+// only polls with claims keeps its machine live, with the slots it asked
+// to fill and did not.
 func TestClaimCountsAsAHeartbeat(t *testing.T) {
 	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 20 * time.Second })
-	h.claim("a1", "m1", 1)
-	if _, _, known := h.store.AgentOf("a1"); known {
-		t.Error("an empty claim recorded the agent")
-	}
-	h.create(user("t1"), spec("a"))
-	h.claim("a1", "m1", 1, "gpu")
+	h.claim("a1", "m1", 3)
 	a, lost, known := h.store.AgentOf("a1")
+	if !known || lost || a.MachineID != "m1" || a.FreeSlots != 3 || !a.LostAfter.Equal(h.clock.Now().Add(20*time.Second)) {
+		t.Errorf("agent after an empty claim = %+v (lost %v, known %v)", a, lost, known)
+	}
+	h.clock.Advance(5 * time.Second)
+	h.create(user("t1"), spec("a"))
+	h.claim("a1", "m1", 3, "gpu")
+	a, lost, known = h.store.AgentOf("a1")
 	if !known || lost || a.MachineID != "m1" || a.TenantID != "" || a.IP != "10.0.1.1" || !slices.Equal(a.Labels, []string{"gpu"}) ||
-		!a.LostAfter.Equal(h.clock.Now().Add(20*time.Second)) {
+		a.FreeSlots != 2 || !a.LostAfter.Equal(h.clock.Now().Add(20*time.Second)) {
 		t.Errorf("agent after a claim = %+v (lost %v, known %v)", a, lost, known)
 	}
 }

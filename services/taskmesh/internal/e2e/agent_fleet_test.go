@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +141,52 @@ func TestRegisteredAgentRunsRotatesDrainsAndIsRevokedWhenItsTokenLeaks(t *testin
 	})
 	if got := w.task(key, fourth); got["status"] != "pending" {
 		t.Errorf("a task for the revoked agent is %v", got["status"])
+	}
+}
+
+// Agents that speak only the design's REST pull protocol (claims, no
+// heartbeat) make their machines live by polling: a broadcast made while
+// they poll gives each of them its task (docs/api/tasks.md, "Leases,
+// attempts and heartbeats").
+func TestPollingAgentsReceiveBroadcasts(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	tokens := map[string]string{"poller-1": w.agentToken("poller-1"), "poller-2": w.agentToken("poller-2")}
+	claim := func(agent, machine string) []any {
+		code, resp, _ := w.call("POST", "/api/v1/agent/tasks/claim", tokens[agent],
+			map[string]any{"agent_id": agent, "machine_id": machine, "limit": 5})
+		if code != 200 {
+			t.Fatalf("claim by %s: %d %v", agent, code, resp)
+		}
+		tasks, _ := resp["tasks"].([]any)
+		return tasks
+	}
+	// Idle polls: nothing to run yet.
+	for _, a := range [][2]string{{"poller-1", "m-poll-1"}, {"poller-2", "m-poll-2"}} {
+		if got := claim(a[0], a[1]); len(got) != 0 {
+			t.Fatalf("%s got %v before anything was submitted", a[0], got)
+		}
+	}
+	id := w.submit(key, map[string]any{"name": "everywhere", "command": "true", "distribution": map[string]any{"mode": "broadcast"}})
+	group := fmt.Sprint(w.task(key, id)["group_id"])
+	var machines []string
+	waitFor(t, 10*time.Second, "the broadcast's tasks to be listed", func() bool {
+		code, body, _ := w.call("GET", "/api/v1/tasks?group_id="+group, key, nil)
+		tasks, _ := body["tasks"].([]any)
+		machines = machines[:0]
+		for _, x := range tasks {
+			machines = append(machines, fmt.Sprint(x.(map[string]any)["machine_id"]))
+		}
+		slices.Sort(machines)
+		return code == 200 && len(machines) == 2
+	})
+	if !slices.Equal(machines, []string{"m-poll-1", "m-poll-2"}) {
+		t.Fatalf("the broadcast went to %v, want both polling machines", machines)
+	}
+	for _, a := range [][2]string{{"poller-1", "m-poll-1"}, {"poller-2", "m-poll-2"}} {
+		got := claim(a[0], a[1])
+		if len(got) != 1 || got[0].(map[string]any)["machine_id"] != a[1] {
+			t.Errorf("%s claimed %v, want its machine's task", a[0], got)
+		}
 	}
 }
