@@ -82,10 +82,10 @@ func TestAgentCallsAreFencedByAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.wantStatus(x.ID, domain.StatusPending)
-	// Taken back: renew still says why (30003); start, progress and
+	// Taken back: renew and progress still say why (30003); start and
 	// complete are by an attempt that is not the current one (30001).
 	want := map[string]error{"start": domain.ErrAttemptMismatch, "renew": domain.ErrLeaseExpired,
-		"progress": domain.ErrAttemptMismatch, "complete": domain.ErrAttemptMismatch}
+		"progress": domain.ErrLeaseExpired, "complete": domain.ErrAttemptMismatch}
 	for _, c := range calls {
 		wantErr(t, c.name+" after the task was taken back", c.call(x.AttemptID), want[c.name])
 	}

@@ -142,8 +142,8 @@ func (t Task) checkAttempt(agentID, attemptID string) error {
 	return nil
 }
 
-// checkLeaseOf is the rule of renew (docs/api/tasks.md, "Leases, attempts
-// and heartbeats"): an attempt whose lease expired gets 30003 whatever
+// checkLeaseOf is the rule of renew and progress (docs/api/tasks.md,
+// "Leases, attempts and heartbeats"): an attempt whose lease expired gets 30003 whatever
 // happened to the task since (the sweeper took it back, another attempt
 // holds it, it failed for want of retries), so an agent learns why it lost
 // the task rather than being told it never had it. Every other attempt
@@ -157,10 +157,8 @@ func (t Task) checkLeaseOf(now time.Time, agentID, attemptID string) error {
 	return t.checkCurrentLease(now, agentID, attemptID)
 }
 
-// checkCurrentLease is the rule of progress: any attempt but the current
-// one is 30001, as the design has an old attempt's progress refused with
-// 409 (an agent that lost its task learns it from renew and complete), and
-// the current attempt whose lease ended is 30003.
+// checkCurrentLease is checkLeaseOf for the current attempt: any other
+// attempt is 30001, and the current attempt whose lease ended is 30003.
 func (t Task) checkCurrentLease(now time.Time, agentID, attemptID string) error {
 	if err := t.checkAttempt(agentID, attemptID); err != nil {
 		return err
@@ -247,7 +245,10 @@ func (t Task) Renew(now time.Time, agentID, attemptID string, extendSec int) ([]
 
 // ReportProgress records progress of the current attempt.
 func (t Task) ReportProgress(now time.Time, agentID, attemptID string, progress int, message string) ([]Record, error) {
-	if err := t.checkCurrentLease(now, agentID, attemptID); err != nil {
+	// Progress is a heartbeat as a renewal is, and is fenced like one: an
+	// attempt whose lease expired learns it (30003), whatever happened to
+	// the task since (decision 0100, revised).
+	if err := t.checkLeaseOf(now, agentID, attemptID); err != nil {
 		return nil, err
 	}
 	if err := t.checkLive(now, "report progress on"); err != nil {

@@ -9,11 +9,12 @@ import (
 )
 
 // The lease rules of the agent calls
-// (docs/api/tasks.md, "Leases, attempts and heartbeats"): renew by an
-// attempt whose lease expired is 30003 whatever happened to the task
-// since; start, progress and complete by an attempt that is not the
-// current one, or that was never issued, are 30001; every call but
-// complete by the current attempt whose lease ran out is 30003.
+// (docs/api/tasks.md, "Leases, attempts and heartbeats"): renew and
+// progress by an attempt whose lease expired are 30003 whatever happened
+// to the task since; start and complete by an attempt that is not the
+// current one, and every call by an attempt never issued, are 30001;
+// every call but complete by the current attempt whose lease ran out is
+// 30003.
 
 // agentCall is one of the four fenced agent calls on task at now by
 // agent-1 (or agent) with attempt.
@@ -55,12 +56,12 @@ func TestLeaseConformance(t *testing.T) {
 			task := leased(t, ttl)
 			recs, err := task.ExpireLease(expiredAt, ReasonLeaseExpired)
 			return run(t, task, recs, err)
-		}, map[string]error{"start": ErrAttemptMismatch, "renew": ErrLeaseExpired, "progress": ErrAttemptMismatch, "complete": ErrAttemptMismatch}},
+		}, map[string]error{"start": ErrAttemptMismatch, "renew": ErrLeaseExpired, "progress": ErrLeaseExpired, "complete": ErrAttemptMismatch}},
 		{"agent lost and requeued", func(t *testing.T) Task {
 			task := leased(t, ttl)
 			recs, err := task.ExpireLease(t0.Add(20*time.Second), ReasonAgentLost)
 			return run(t, task, recs, err)
-		}, map[string]error{"start": ErrAttemptMismatch, "renew": ErrLeaseExpired, "progress": ErrAttemptMismatch, "complete": ErrAttemptMismatch}},
+		}, map[string]error{"start": ErrAttemptMismatch, "renew": ErrLeaseExpired, "progress": ErrLeaseExpired, "complete": ErrAttemptMismatch}},
 		{"swept, then another attempt took it", func(t *testing.T) Task {
 			task := leased(t, ttl)
 			recs, err := task.ExpireLease(expiredAt, ReasonLeaseExpired)
@@ -69,7 +70,7 @@ func TestLeaseConformance(t *testing.T) {
 			task = run(t, task, recs, err)
 			recs, err = task.Start(expiredAt, "agent-2", "att-2")
 			return run(t, task, recs, err)
-		}, map[string]error{"start": ErrAttemptMismatch, "renew": ErrLeaseExpired, "progress": ErrAttemptMismatch, "complete": ErrAttemptMismatch}},
+		}, map[string]error{"start": ErrAttemptMismatch, "renew": ErrLeaseExpired, "progress": ErrLeaseExpired, "complete": ErrAttemptMismatch}},
 		{"swept with no retry left: failed", func(t *testing.T) Task {
 			task := leased(t, func(in *SpecInput) { ttl(in); in.MaxRetries = ptr(0) })
 			recs, err := task.Start(t0.Add(2*time.Second), "agent-1", "att-1")
@@ -89,7 +90,7 @@ func TestLeaseConformance(t *testing.T) {
 			task = run(t, task, recs, err)
 			recs, _, err = task.Complete(expiredAt.Add(5*time.Second), "agent-2", "att-2", Outcome{})
 			return run(t, task, recs, err)
-		}, map[string]error{"start": ErrAttemptMismatch, "renew": ErrLeaseExpired, "progress": ErrAttemptMismatch, "complete": ErrAttemptMismatch}},
+		}, map[string]error{"start": ErrAttemptMismatch, "renew": ErrLeaseExpired, "progress": ErrLeaseExpired, "complete": ErrAttemptMismatch}},
 		{"preempted and requeued: not an expiry", func(t *testing.T) Task {
 			task := leased(t, ttl)
 			recs, err := task.Preempt(t0.Add(5*time.Second), "urgent", "priority")

@@ -9,11 +9,11 @@ import (
 )
 
 // The lease rules through REST
-// (docs/api/tasks.md, "Leases, attempts and heartbeats"): renew by an
-// attempt whose lease expired is 410/30003 before and after the sweeper
-// requeued the task and after another attempt took it; start, progress
-// and complete by an attempt that is not the current one, and every call
-// by an attempt never issued, are 409/30001; a task leased but never
+// (docs/api/tasks.md, "Leases, attempts and heartbeats"): renew and
+// progress by an attempt whose lease expired are 410/30003 before and
+// after the sweeper requeued the task and after another attempt took it;
+// start and complete by an attempt that is not the current one, and every
+// call by an attempt never issued, are 409/30001; a task leased but never
 // started whose agent is lost is requeued without using a retry.
 func TestLeaseConformanceThroughREST(t *testing.T) {
 	clk := &videoClock{}
@@ -54,14 +54,14 @@ func TestLeaseConformanceThroughREST(t *testing.T) {
 	// The lease runs out and the sweeper requeues the task.
 	clk.Advance(6 * time.Second)
 	w.waitStatus(key, id, 10*time.Second, "pending")
-	expired := map[string][2]int{"start": {409, 30001}, "renew": {410, 30003}, "progress": {409, 30001}, "complete": {409, 30001}}
+	expired := map[string][2]int{"start": {409, 30001}, "renew": {410, 30003}, "progress": {410, 30003}, "complete": {409, 30001}}
 	for _, c := range calls {
 		code, resp := send(c, tok1, "lc-1", att1)
 		want("after the sweeper requeued the task", c, code, resp, expired[c.name][0], expired[c.name][1])
 	}
 
 	// Another attempt holds it now: still 410 for the old attempt's
-	// renewals, 409 for its progress, and the new attempt is untouched.
+	// renewals and progress, and the new attempt is untouched.
 	att2 := w.claimREST(tok2, "lc-2", id)
 	for _, c := range calls {
 		code, resp := send(c, tok1, "lc-1", att1)
