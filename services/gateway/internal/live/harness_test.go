@@ -33,6 +33,9 @@ type fakeTasks struct {
 	tenant map[string]string
 	err    error // answered to every call while set
 	calls  int
+	// names maps the names creates gave tasks to the tasks' ids, as the
+	// scheduler resolves them for the task's own tenant.
+	names map[string]string
 }
 
 func (f *fakeTasks) GetTask(ctx context.Context, in *taskv1.GetTaskRequest, _ ...grpc.CallOption) (*taskv1.GetTaskResponse, error) {
@@ -43,8 +46,12 @@ func (f *fakeTasks) GetTask(ctx context.Context, in *taskv1.GetTaskRequest, _ ..
 		return nil, f.err
 	}
 	p, _ := authn.FromContext(ctx)
-	t := f.tasks[in.GetId()]
-	if t == nil || f.tenant[in.GetId()] != p.TenantID {
+	id := in.GetId()
+	if f.tasks[id] == nil && f.names[id] != "" {
+		id = f.names[id]
+	}
+	t := f.tasks[id]
+	if t == nil || f.tenant[id] != p.TenantID {
 		return nil, status.Error(codes.NotFound, "task not found")
 	}
 	return &taskv1.GetTaskResponse{Task: proto.CloneOf(t)}, nil

@@ -53,6 +53,28 @@ func TestStreamFillsGapsAndDeduplicates(t *testing.T) {
 	}
 }
 
+// A stream opened on the name the task's create gave it follows the task's
+// events, which the topic keys by the task's id.
+func TestStreamByTheClientsNameFollowsTheTask(t *testing.T) {
+	h := newHarness(t)
+	h.submit("t1", "acme")
+	h.tasks.mu.Lock()
+	h.tasks.names = map[string]string{"task-train-001": "t1"}
+	h.tasks.mu.Unlock()
+	c := h.openSSE("/api/v1/tasks/task-train-001/events", "acme")
+	if f := c.next(); f["id"] != "1" || summary([]map[string]any{f})[0] != "1 status pending snapshot" {
+		t.Fatalf("first frame = %v", f)
+	}
+	h.step("t1", leased("a1"))
+	h.step("t1", started("a1"))
+	h.step("t1", succeeded("a1"))
+	got := summary(c.all())
+	want := []string{"2 status assigned leased", "3 status running started", "4 status completed succeeded"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("frames = %v, want %v", got, want)
+	}
+}
+
 // A failed attempt with a retry left is not the end: the stream goes on to
 // the retry and ends at the real final state.
 func TestStreamGoesOnAfterAFailureThatIsRetried(t *testing.T) {

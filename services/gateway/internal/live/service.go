@@ -246,6 +246,16 @@ func (s *Service) open(w http.ResponseWriter, r *http.Request, taskID string, vi
 	sub := s.hub.Subscribe(taskID, p.TenantID)
 	closeFn = func() { sub.Close(); s.release(slot) }
 	snap, err := s.getTask(r.Context(), taskID)
+	if err == nil && snap.GetId() != "" && snap.GetId() != taskID {
+		// The path named the task by the name its create gave it
+		// (docs/api/tasks.md, "The client's id"): the topic knows it by
+		// its id, so subscribe to that and read the snapshot again.
+		sub.Close()
+		taskID = snap.GetId()
+		sub = s.hub.Subscribe(taskID, p.TenantID)
+		closeFn = func() { sub.Close(); s.release(slot) }
+		snap, err = s.getTask(r.Context(), taskID)
+	}
 	if err != nil {
 		closeFn()
 		s.openFailed(w, r, err, "live stream: reading the task failed", "task_id", taskID)

@@ -168,6 +168,34 @@ func (c Caller) checkAgent(agentID string) error {
 // admission): every tenant's tasks, no client address.
 var system = Caller{Tenant: "*"}
 
+// byClientID runs op on id and, when id names no task of the caller, on
+// the first task of the caller's create that id was given to (the body's
+// id or ?request_id=): a client reaches the task it named by that name as
+// well as by the task's own id (docs/api/tasks.md, "The client's id"). A
+// task id always wins over a client's name, and the lookup runs only when
+// op found nothing, so a task's own id costs nothing more. Operators
+// ("*") name tasks by their ids only: a client's name is its tenant's.
+func (a *App) byClientID(ctx context.Context, c Caller, id string, op func(id string) (domain.Task, error)) (domain.Task, error) {
+	t, err := op(id)
+	if !errors.Is(err, domain.ErrNotFound) || c.Tenant == "*" || id == "" {
+		return t, err
+	}
+	named, lerr := a.tasks.CreatedBy(ctx, c.Tenant, []string{id})
+	if lerr != nil {
+		return t, lerr
+	}
+	if taskID, ok := named[id]; ok && taskID != id {
+		return op(taskID)
+	}
+	return t, err
+}
+
+// mutateNamed is mutate of a task a user names, by its id or by the name
+// its create gave it (byClientID).
+func (a *App) mutateNamed(ctx context.Context, c Caller, id string, decide func(t domain.Task, now time.Time) ([]domain.Record, error)) (domain.Task, error) {
+	return a.byClientID(ctx, c, id, func(id string) (domain.Task, error) { return a.mutate(ctx, c, id, decide) })
+}
+
 // mutate runs one domain decision on one task (TaskStore.Mutate, which
 // batches it with concurrent decisions on other tasks) and returns the task
 // after it. A decision that records nothing (an idempotent repeat) returns

@@ -34,6 +34,7 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 	if err != nil {
 		return domain.Task{}, err
 	}
+	id = cur.ID // the client may have named it (byClientID)
 	want, err := domain.UpdatedSpec(cur.Spec, in)
 	if err != nil {
 		return domain.Task{}, err
@@ -78,7 +79,7 @@ func (a *App) checkAddedDependencies(ctx context.Context, t domain.Task, deps []
 
 // DeleteTask removes a task no attempt holds.
 func (a *App) DeleteTask(ctx context.Context, c Caller, id string) error {
-	_, err := a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	_, err := a.mutateNamed(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Delete(now, c.Subject)
 	})
 	return err
@@ -87,14 +88,14 @@ func (a *App) DeleteTask(ctx context.Context, c Caller, id string) error {
 // CancelTask cancels a task that is not final; its agent is told to stop
 // the attempt at its next heartbeat.
 func (a *App) CancelTask(ctx context.Context, c Caller, id, reason string) (domain.Task, error) {
-	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutateNamed(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Cancel(now, c.Subject, reason)
 	})
 }
 
 // RetryTask puts a failed or cancelled task back to pending.
 func (a *App) RetryTask(ctx context.Context, c Caller, id string) (domain.Task, error) {
-	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutateNamed(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Retry(now, c.Subject)
 	})
 }

@@ -159,7 +159,7 @@ type Result struct {
 // object store valid for ResultURLTTL. A task without an outcome yet
 // answers with its status and no result.
 func (a *App) GetResult(ctx context.Context, c Caller, id string) (Result, error) {
-	t, err := a.tasks.Get(ctx, c.Tenant, id)
+	t, err := a.GetTask(ctx, c, id)
 	if err != nil {
 		return Result{}, err
 	}

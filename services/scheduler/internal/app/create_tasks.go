@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 
@@ -22,12 +23,8 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 		return nil, err
 	}
 	if len(spec.DependsOn) > 0 {
-		missing, err := a.tasks.MissingTasks(ctx, c.Tenant, spec.DependsOn)
-		if err != nil {
+		if spec.DependsOn, err = a.dependencies(ctx, c, spec.DependsOn); err != nil {
 			return nil, err
-		}
-		if len(missing) > 0 {
-			return nil, &domain.InvalidError{Field: "depends_on", Reason: fmt.Sprintf("no such task %q", missing[0])}
 		}
 	}
 	cq, err := a.resolveQueue(ctx, c, spec)
@@ -83,6 +80,45 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 		}
 	}
 	return created, nil
+}
+
+// dependencies checks that each of deps is a task of the caller, named by
+// its id or by the name its create gave it (byClientID), and returns them
+// as task ids, each once: a task depends on ids, whatever the client
+// calls them.
+func (a *App) dependencies(ctx context.Context, c Caller, deps []string) ([]string, error) {
+	missing, err := a.tasks.MissingTasks(ctx, c.Tenant, deps)
+	if err != nil || len(missing) == 0 {
+		return deps, err
+	}
+	named := map[string]string{}
+	if c.Tenant != "*" {
+		if named, err = a.tasks.CreatedBy(ctx, c.Tenant, missing); err != nil {
+			return nil, err
+		}
+	}
+	var out, asked []string // task ids, and the names the client gave them
+	for _, d := range deps {
+		id := d
+		if slices.Contains(missing, d) {
+			var ok bool
+			if id, ok = named[d]; !ok {
+				return nil, &domain.InvalidError{Field: "depends_on", Reason: fmt.Sprintf("no such task %q", d)}
+			}
+		}
+		if !slices.Contains(out, id) {
+			out, asked = append(out, id), append(asked, d)
+		}
+	}
+	// A named task may have been deleted since its create.
+	gone, err := a.tasks.MissingTasks(ctx, c.Tenant, out)
+	if err != nil {
+		return nil, err
+	}
+	if len(gone) > 0 {
+		return nil, &domain.InvalidError{Field: "depends_on", Reason: fmt.Sprintf("no such task %q", asked[slices.Index(out, gone[0])])}
+	}
+	return out, nil
 }
 
 // fanOut turns one normalized spec into the specs of the tasks to create.

@@ -8,9 +8,10 @@ import (
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
-// GetTask returns one of the caller's tasks as of every acknowledged write.
+// GetTask returns one of the caller's tasks as of every acknowledged write,
+// by its id or by the name its create gave it (byClientID).
 func (a *App) GetTask(ctx context.Context, c Caller, id string) (domain.Task, error) {
-	return a.tasks.Get(ctx, c.Tenant, id)
+	return a.byClientID(ctx, c, id, func(id string) (domain.Task, error) { return a.tasks.Get(ctx, c.Tenant, id) })
 }
 
 // TasksByID returns the caller's tasks among ids by id (as GetTask reads

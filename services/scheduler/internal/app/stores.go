@@ -64,6 +64,12 @@ type TaskStore interface {
 	// ones are missing).
 	MissingTasks(ctx context.Context, tenant string, ids []string) ([]string, error)
 
+	// CreatedBy maps each of requestIDs that tenant created tasks with (a
+	// create body's id or its ?request_id=) to the first task that create
+	// made, as recorded by Create; the others are left out. The task may
+	// have been deleted since.
+	CreatedBy(ctx context.Context, tenant string, requestIDs []string) (map[string]string, error)
+
 	// ByAttempts returns the tasks of agentID whose current attempt is one
 	// of attempts, while the attempt is leased, cancelled, preempted or
 	// suspended (the states in which an agent may still run it).

@@ -12,7 +12,7 @@ import (
 // stop it at its next heartbeat (a cooperative task saves its checkpoint
 // first). The quota service frees its admission either way.
 func (a *App) SuspendTask(ctx context.Context, c Caller, id, reason string) (domain.Task, error) {
-	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutateNamed(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Suspend(now, c.Subject, reason)
 	})
 }
@@ -20,7 +20,7 @@ func (a *App) SuspendTask(ctx context.Context, c Caller, id, reason string) (dom
 // ResumeTask puts a suspended task back in the queue; its next run gets
 // its last checkpoint back.
 func (a *App) ResumeTask(ctx context.Context, c Caller, id string) (domain.Task, error) {
-	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+	return a.mutateNamed(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Resume(now, c.Subject)
 	})
 }

@@ -218,11 +218,18 @@ func (s *TaskServer) WatchTask(r *taskv1.WatchTaskRequest, stream taskv1.TaskSer
 	if err != nil {
 		return err
 	}
-	changes, cancel := s.App.Watch(r.GetId())
+	// The request may name the task by the name its create gave it: the
+	// changes are watched under the task's own id.
+	first, err := s.App.GetTask(ctx, c, r.GetId())
+	if err != nil {
+		return toStatus(s.Log, err)
+	}
+	id := first.ID
+	changes, cancel := s.App.Watch(id)
 	defer cancel()
 	var last int64 = -1
 	for {
-		t, err := s.App.GetTask(ctx, c, r.GetId())
+		t, err := s.App.GetTask(ctx, c, id)
 		if err != nil {
 			return toStatus(s.Log, err)
 		}

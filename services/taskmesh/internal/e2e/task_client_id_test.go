@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -42,5 +43,38 @@ func TestCreateTakesTheClientsID(t *testing.T) {
 	}
 	if tasks := w.waitListed(key, id); len(tasks) != 1 {
 		t.Fatalf("tasks listed = %v", tasks)
+	}
+
+	// The name reaches the task on the task routes, and depends_on takes
+	// it; to another tenant it names nothing.
+	if code, got, _ := w.call("GET", "/api/v1/tasks/task-train-001", key, nil); code != 200 || got["id"] != id {
+		t.Fatalf("GET by the client's id = %d %v, want task %s", code, got, id)
+	}
+	if code, got, _ := w.call("GET", "/api/v1/tasks/task-train-001/result", key, nil); code != 200 || got["task_id"] != id {
+		t.Fatalf("the result by the client's id = %d %v", code, got)
+	}
+	after := w.submit(key, map[string]any{"name": "after", "type": "shell", "command": "true", "depends_on": []string{"task-train-001"}})
+	if got := w.task(key, after); !slices.Equal(got["depends_on"].([]any), []any{id}) {
+		t.Fatalf("depends_on the client's id = %v, want [%s]", got["depends_on"], id)
+	}
+	other := w.tenantKey("other")
+	if code, got, _ := w.call("GET", "/api/v1/tasks/task-train-001", other, nil); code != 404 || got["code"] != float64(30004) {
+		t.Fatalf("another tenant's GET by the name = %d %v", code, got)
+	}
+	if code, got, _ := w.call("POST", "/api/v1/tasks/task-train-001/cancel", other, map[string]any{}); code != 404 || got["code"] != float64(30004) {
+		t.Fatalf("another tenant's cancel by the name = %d %v", code, got)
+	}
+	code, refused, _ = w.call("POST", "/api/v1/tasks", other, map[string]any{"name": "x", "type": "shell", "command": "true", "depends_on": []string{"task-train-001"}})
+	if code != 400 || refused["code"] != float64(30005) {
+		t.Fatalf("another tenant's depends_on the name = %d %v", code, refused)
+	}
+	if code, got, _ := w.call("POST", "/api/v1/tasks/task-train-001/cancel", key, map[string]any{}); code != 200 || got["id"] != id || got["status"] != "cancelled" {
+		t.Fatalf("cancel by the client's id = %d %v", code, got)
+	}
+	if code, got, _ := w.call("DELETE", "/api/v1/tasks/task-train-001", key, nil); code != 200 {
+		t.Fatalf("DELETE by the client's id = %d %v", code, got)
+	}
+	if code, got, _ := w.call("GET", "/api/v1/tasks/"+id, key, nil); code != 404 {
+		t.Fatalf("GET after the DELETE by the client's id = %d %v", code, got)
 	}
 }

@@ -200,6 +200,26 @@ func missingTasks(ctx context.Context, q Querier, tenant string, ids []string) (
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+// createdBy maps the request ids among requestIDs that tenant created
+// with to the first task of that create (the primary key's lookups).
+func createdBy(ctx context.Context, q Querier, tenant string, requestIDs []string) (map[string]string, error) {
+	rows, err := q.Query(ctx, `SELECT r.request_id, r.task_ids[1] FROM create_requests r
+		WHERE r.tenant_id = $1 AND r.request_id = ANY($2::text[]) AND cardinality(r.task_ids) > 0`, tenant, requestIDs)
+	if err != nil {
+		return nil, fmt.Errorf("tasks by request id: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var req, id string
+		if err := rows.Scan(&req, &id); err != nil {
+			return nil, fmt.Errorf("tasks by request id: %w", err)
+		}
+		out[req] = id
+	}
+	return out, rows.Err()
+}
+
 // byAttempts returns the tasks of agent whose current attempt is one of
 // attempts (through the agent index: a heartbeat names its agent).
 func byAttempts(ctx context.Context, q Querier, agentID string, attempts []string) ([]domain.Task, error) {

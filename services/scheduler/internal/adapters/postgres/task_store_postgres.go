@@ -754,6 +754,11 @@ func (s *TaskStore) MissingTasks(ctx context.Context, tenant string, ids []strin
 	return missingTasks(ctx, s.pool, tenant, ids)
 }
 
+// CreatedBy implements app.TaskStore.
+func (s *TaskStore) CreatedBy(ctx context.Context, tenant string, requestIDs []string) (map[string]string, error) {
+	return createdBy(ctx, s.pool, tenant, requestIDs)
+}
+
 // ByAttempts implements app.TaskStore.
 func (s *TaskStore) ByAttempts(ctx context.Context, agentID string, attempts []string) ([]domain.Task, error) {
 	return byAttempts(ctx, s.pool, agentID, attempts)

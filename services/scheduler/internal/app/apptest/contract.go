@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -33,6 +34,7 @@ func StoreContract(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"CreateThenGet", (*contract).createThenGet},
 		{"CreateAllOrNone", (*contract).createAllOrNone},
 		{"CreateIdempotentByRequestID", (*contract).createIdempotent},
+		{"CreatedByRequestID", (*contract).createdBy},
 		{"MutateStoresWhatDecideRecords", (*contract).mutateStores},
 		{"MutateErrorsChangeNothing", (*contract).mutateErrors},
 		{"MutateUnknownOrDeleted", (*contract).mutateUnknownOrDeleted},
@@ -291,6 +293,32 @@ func (c *contract) createIdempotent(t *testing.T) {
 			want = "s3"
 		}
 		c.wantIDs(fmt.Sprintf("create %s by %s", tc.id, tc.tenant), ids(out), []string{want})
+	}
+}
+
+// createdBy maps a tenant's request ids to the first task of their
+// creates; other tenants' request ids and creates without one map to
+// nothing.
+func (c *contract) createdBy(t *testing.T) {
+	for _, n := range []app.NewTasks{
+		{Tenant: "t1", RequestID: "fan", At: T0, Tasks: [][]domain.Record{c.newTask("t1", "a", T0), c.newTask("t1", "b", T0)}},
+		{Tenant: "t1", RequestID: "one", At: T0, Tasks: [][]domain.Record{c.newTask("t1", "c", T0)}},
+		{Tenant: "t2", RequestID: "theirs", At: T0, Tasks: [][]domain.Record{c.newTask("t2", "d", T0)}},
+		{Tenant: "t1", At: T0, Tasks: [][]domain.Record{c.newTask("t1", "e", T0)}},
+	} {
+		if _, err := c.s.Tasks.Create(c.ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := c.s.Tasks.CreatedBy(c.ctx, "t1", []string{"fan", "one", "theirs", "e", "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"fan": "a", "one": "c"}; !maps.Equal(got, want) {
+		t.Errorf("t1's request ids = %v, want %v", got, want)
+	}
+	if got, err := c.s.Tasks.CreatedBy(c.ctx, "t2", []string{"fan", "theirs"}); err != nil || !maps.Equal(got, map[string]string{"theirs": "d"}) {
+		t.Errorf("t2's request ids = %v, %v", got, err)
 	}
 }
 

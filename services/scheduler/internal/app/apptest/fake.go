@@ -370,6 +370,22 @@ func (s *Store) MissingTasks(_ context.Context, tenant string, ids []string) ([]
 	return out, nil
 }
 
+// CreatedBy implements app.TaskStore.
+func (s *Store) CreatedBy(_ context.Context, tenant string, requestIDs []string) (map[string]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("CreatedBy", tenant); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, r := range requestIDs {
+		if ids := s.creates[tenant+"/"+r]; r != "" && len(ids) > 0 {
+			out[r] = ids[0]
+		}
+	}
+	return out, nil
+}
+
 // ByAttempts implements app.TaskStore.
 func (s *Store) ByAttempts(_ context.Context, agentID string, attempts []string) ([]domain.Task, error) {
 	s.mu.Lock()

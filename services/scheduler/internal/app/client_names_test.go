@@ -1,0 +1,111 @@
+package app_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+)
+
+// createNamed creates in as c, named name by its create (a body id or
+// ?request_id=).
+func (h *harness) createNamed(c app.Caller, name string, in domain.SpecInput) domain.Task {
+	h.t.Helper()
+	out, err := h.app.CreateTasks(h.ctx, c, in, name)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return out[0]
+}
+
+// A task is reached by the name its create gave it on every route a user
+// names a task on; the name is its tenant's alone, and a task's own id wins
+// over a name.
+func TestTasksAreFoundByTheNamesTheirCreatesGaveThem(t *testing.T) {
+	h := newHarness(t)
+	train := h.createNamed(user("t1"), "task-train-001", spec("train"))
+	if train.ID == "task-train-001" {
+		t.Fatal("the name became the task's id")
+	}
+	if got, err := h.app.GetTask(h.ctx, user("t1"), "task-train-001"); err != nil || got.ID != train.ID {
+		t.Errorf("get by name = %s, %v; want %s", got.ID, err, train.ID)
+	}
+	if res, err := h.app.GetResult(h.ctx, user("t1"), "task-train-001"); err != nil || res.Task.ID != train.ID {
+		t.Errorf("result by name = %s, %v", res.Task.ID, err)
+	}
+	for _, c := range []app.Caller{user("t2"), admin} {
+		_, err := h.app.GetTask(h.ctx, c, "task-train-001")
+		wantErr(t, "another tenant's (or an operator's) read of t1's name", err, domain.ErrNotFound)
+		_, err = h.app.CancelTask(h.ctx, c, "task-train-001", "")
+		wantErr(t, "another tenant's (or an operator's) cancel by t1's name", err, domain.ErrNotFound)
+	}
+	h.wantStatus(train.ID, domain.StatusPending)
+
+	// A name that is another task's id names that task.
+	other := h.create(user("t1"), spec("other"))
+	h.createNamed(user("t1"), other.ID, spec("named-like-other"))
+	if got, err := h.app.GetTask(h.ctx, user("t1"), other.ID); err != nil || got.ID != other.ID {
+		t.Errorf("an id that is also a name = %s, %v; want %s", got.ID, err, other.ID)
+	}
+
+	// The changes.
+	if _, err := h.app.UpdateTask(h.ctx, user("t1"), "task-train-001", domain.SpecInput{Priority: intp(7)}); err != nil {
+		t.Fatalf("update by name: %v", err)
+	}
+	if p := h.get(train.ID).Spec.Priority; p != 7 {
+		t.Errorf("priority after update by name = %d", p)
+	}
+	if _, err := h.app.SuspendTask(h.ctx, user("t1"), "task-train-001", "pause"); err != nil {
+		t.Fatalf("suspend by name: %v", err)
+	}
+	if _, err := h.app.ResumeTask(h.ctx, user("t1"), "task-train-001"); err != nil {
+		t.Fatalf("resume by name: %v", err)
+	}
+	if got, err := h.app.CancelTask(h.ctx, user("t1"), "task-train-001", "by name"); err != nil || got.ID != train.ID || got.Status != domain.StatusCancelled {
+		t.Fatalf("cancel by name = %s %s, %v", got.ID, got.Status, err)
+	}
+	if _, err := h.app.RetryTask(h.ctx, user("t1"), "task-train-001"); err != nil {
+		t.Fatalf("retry by name: %v", err)
+	}
+	h.wantStatus(train.ID, domain.StatusPending)
+	if _, err := h.app.CancelTask(h.ctx, user("t1"), "task-train-001", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.app.DeleteTask(h.ctx, user("t1"), "task-train-001"); err != nil {
+		t.Fatalf("delete by name: %v", err)
+	}
+	_, err := h.app.GetTask(h.ctx, user("t1"), "task-train-001")
+	wantErr(t, "a deleted task by its name", err, domain.ErrNotFound)
+	_, err = h.app.GetTask(h.ctx, user("t1"), "never-given")
+	wantErr(t, "a name no create was given", err, domain.ErrNotFound)
+}
+
+// depends_on takes the names creates gave, and the task depends on their
+// ids; a name of another tenant, of a deleted task or of nothing is
+// refused as a missing task, naming it.
+func TestDependenciesNamedByTheirCreatesNames(t *testing.T) {
+	h := newHarness(t)
+	prep := h.createNamed(user("t1"), "prep", spec("prep"))
+	data := h.create(user("t1"), spec("data"))
+	train := h.create(user("t1"), spec("train", func(in *domain.SpecInput) { in.DependsOn = []string{"prep", data.ID, prep.ID} }))
+	if want := []string{prep.ID, data.ID}; !slices.Equal(train.Spec.DependsOn, want) {
+		t.Errorf("depends_on = %v, want %v (ids, each once)", train.Spec.DependsOn, want)
+	}
+	h.createNamed(user("t2"), "theirs", spec("theirs"))
+	gone := h.createNamed(user("t1"), "gone", spec("gone"))
+	if _, err := h.app.CancelTask(h.ctx, user("t1"), gone.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.app.DeleteTask(h.ctx, user("t1"), gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range []string{"theirs", "gone", "nothing"} {
+		_, err := h.app.CreateTasks(h.ctx, user("t1"), spec("after", func(in *domain.SpecInput) { in.DependsOn = []string{"prep", dep} }), "")
+		wantInvalid(t, "depends on "+dep, err, "depends_on")
+		if err != nil && !strings.Contains(err.Error(), `"`+dep+`"`) {
+			t.Errorf("depends on %s: %v does not name it", dep, err)
+		}
+	}
+}
