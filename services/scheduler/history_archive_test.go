@@ -114,9 +114,31 @@ func TestHistoryArchiverArchivesEndedTasksAndForgetsThem(t *testing.T) {
 		t.Fatalf("only %d tasks ended before the cutoff; the history should have about a third of 600", len(want))
 	}
 
+	// A create's request id goes with the task it names (the first of the
+	// create), and only then.
+	var archivedTask, keptTask string
+	for id := range want {
+		archivedTask = id
+		break
+	}
+	if err := e.pool.QueryRow(ctx, `SELECT id FROM tasks WHERE status = 'pending' LIMIT 1`).Scan(&keptTask); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `INSERT INTO create_requests (tenant_id, request_id, task_ids, created_at)
+		VALUES ('t', 'archived', $1, now()), ('t', 'kept', $2, now()), ('t', 'kept-first', $3, now())`,
+		[]string{archivedTask}, []string{keptTask}, []string{keptTask, archivedTask}); err != nil {
+		t.Fatal(err)
+	}
+
 	rep, err := e.archiver(20*24*time.Hour, nil).Pass(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := e.count(t, `SELECT count(*) FROM create_requests WHERE request_id = 'archived'`); got != 0 {
+		t.Errorf("the request id of an archived task is still recorded")
+	}
+	if got := e.count(t, `SELECT count(*) FROM create_requests WHERE request_id IN ('kept', 'kept-first')`); got != 2 {
+		t.Errorf("%d of the 2 request ids of a task kept are still recorded", got)
 	}
 	if rep.Forgotten != len(want) || !rep.Cutoff.Equal(cutoff) || len(rep.Archived) != (len(want)+99)/100 {
 		t.Fatalf("pass: %d forgotten in %d archives before %s; want %d in %d before %s",

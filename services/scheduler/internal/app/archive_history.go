@@ -27,9 +27,10 @@ type HistoryStore interface {
 	// published and on which no open task depends, oldest change first
 	// ((updated_at, id) order), each with all its events.
 	Archivable(ctx context.Context, cutoff time.Time, limit int) ([]ArchivedTask, error)
-	// Forget deletes, in one transaction, the events, the tasks row and
-	// the task_views row of every task that has not changed since it was
-	// read (its version), and moves the archive horizon up to the last of
+	// Forget deletes, in one transaction, the events, the tasks row, the
+	// task_views row and the create request id naming it (the first task
+	// of a create) of every task that has not changed since it was read
+	// (its version), and moves the archive horizon up to the last of
 	// them. It returns how many it deleted; a task that changed is kept
 	// and comes back in a later pass.
 	Forget(ctx context.Context, tasks []ArchivedTask) (int, error)

@@ -86,6 +86,7 @@ func (s HistoryStore) Forget(ctx context.Context, tasks []app.ArchivedTask) (int
 				RETURNING t.id, t.updated_at),
 			events_gone AS (DELETE FROM events e USING gone WHERE e.aggregate_id = gone.id),
 			views_gone AS (DELETE FROM task_views v USING gone WHERE v.id = gone.id),
+			requests_gone AS (DELETE FROM create_requests r USING gone WHERE r.task_ids[1] = gone.id),
 			horizon AS (
 				UPDATE task_archive_horizon h SET updated_at = last.updated_at, task_id = last.id
 				FROM (SELECT updated_at, id FROM gone ORDER BY updated_at DESC, id DESC LIMIT 1) AS last
