@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -107,5 +108,24 @@ func TestDependenciesNamedByTheirCreatesNames(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), `"`+dep+`"`) {
 			t.Errorf("depends on %s: %v does not name it", dep, err)
 		}
+	}
+}
+
+// A failed lookup of a name is the store's failure, not a task not found;
+// a task's own id is never looked up as a name.
+func TestNameLookupFailureIsTheStores(t *testing.T) {
+	h := newHarness(t)
+	x := h.createNamed(user("t1"), "named", spec("x"))
+	boom := errors.New("connection reset")
+	h.store.FailOn("CreatedBy", boom)
+	if got, err := h.app.GetTask(h.ctx, user("t1"), x.ID); err != nil || got.ID != x.ID {
+		t.Errorf("get by id with the name lookup failing = %s, %v", got.ID, err)
+	}
+	_, err := h.app.GetTask(h.ctx, user("t1"), "named")
+	wantErr(t, "get by name with the lookup failing", err, boom)
+	_, err = h.app.CreateTasks(h.ctx, user("t1"), spec("after", func(in *domain.SpecInput) { in.DependsOn = []string{"named"} }), "")
+	wantErr(t, "depends_on a name with the lookup failing", err, boom)
+	if n := len(h.store.CallsOf("CreatedBy")); n != 2 {
+		t.Errorf("%d name lookups, want 2 (none for the task's own id)", n)
 	}
 }
