@@ -383,7 +383,7 @@ func TestVideoGenerationAPI(t *testing.T) {
 			"no prompt":         {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{}}, "input.prompt"},
 			"unknown model":     {map[string]any{"model": "sora", "input": map[string]any{"prompt": "x"}}, "model"},
 			"type mismatch":     {map[string]any{"model": "wan2.2-t2v", "type": "image_to_video", "input": map[string]any{"prompt": "x"}}, "type"},
-			"image for t2v":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x", "image": pngDataURI(t, 400, 400, false)}}, "input.image"},
+			"bad image for t2v": {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x", "image": pngDataURI(t, 400, 400, true)}}, "input.image"},
 			"no image for i2v":  {map[string]any{"model": "wan2.2-i2v", "input": map[string]any{"prompt": "x"}}, "input.image"},
 			"png with alpha":    {map[string]any{"model": "wan2.2-i2v", "input": map[string]any{"prompt": "x", "image": pngDataURI(t, 400, 400, true)}}, "input.image"},
 			"359 pixels":        {map[string]any{"model": "wan2.2-i2v", "input": map[string]any{"prompt": "x", "image": pngDataURI(t, 359, 400, false)}}, "input.image"},
@@ -403,6 +403,16 @@ func TestVideoGenerationAPI(t *testing.T) {
 		}
 		if after := inputs(); after != before {
 			t.Errorf("refused requests stored %d first frames", after-before)
+		}
+		// A text_to_video with a good image is accepted; the image was
+		// checked and is not kept (a text_to_video has no first frame).
+		code, body, _ := w.call("POST", "/v1/video/generations", w.premium,
+			map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x", "image": pngDataURI(t, 400, 400, false)}})
+		if out, _ := body["output"].(map[string]any); code != 200 || out["task_status"] != "QUEUED" {
+			t.Errorf("text_to_video with an image = %d %v", code, body)
+		}
+		if after := inputs(); after != before {
+			t.Errorf("a text_to_video stored %d first frames", after-before)
 		}
 	})
 

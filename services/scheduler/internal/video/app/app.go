@@ -102,12 +102,16 @@ func (a *App) Create(ctx context.Context, c sched.Caller, r domain.Request) (tas
 		Seed: plan.Seed, Watermark: plan.Watermark}
 	var frame []byte
 	var info domain.ImageInfo
-	if plan.Type == domain.ImageToVideo {
-		if a.cfg.Objects == nil {
+	if plan.Image != "" {
+		if plan.Type == domain.ImageToVideo && a.cfg.Objects == nil {
 			return task.Task{}, ErrNoObjectStore
 		}
 		if frame, info, err = a.cfg.Frames.Load(ctx, plan.Image); err != nil {
 			return task.Task{}, err
+		}
+		if plan.Type == domain.TextToVideo {
+			// Checked, not used: a text_to_video has no first frame.
+			frame, info = nil, domain.ImageInfo{}
 		}
 	}
 	v.Width, v.Height = domain.OutputSize(plan.Resolution, plan.Type, info.Width, info.Height)

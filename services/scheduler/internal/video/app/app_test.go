@@ -94,7 +94,12 @@ func (o *fakeObjects) Delete(_ context.Context, key string) error {
 
 type fakeFrames struct{}
 
-func (fakeFrames) Load(context.Context, string) ([]byte, domain.ImageInfo, error) {
+// Load refuses an image whose address says "broken", as a frame that does
+// not decode is refused.
+func (fakeFrames) Load(_ context.Context, image string) ([]byte, domain.ImageInfo, error) {
+	if strings.Contains(image, "broken") {
+		return nil, domain.ImageInfo{}, &domain.InvalidError{Field: "input.image", Reason: "could not be decoded"}
+	}
 	return []byte("png"), domain.ImageInfo{Format: domain.FormatPNG, Width: 800, Height: 600, Bytes: 3}, nil
 }
 
@@ -247,5 +252,32 @@ func TestSweepExpiresAndRemovesObjects(t *testing.T) {
 	}
 	if !tasks.tasks["old"].Deleted || strings.Join(objects.deletes, ",") != "video-inputs/acme/x.png,results/acme/old/a.mp4" {
 		t.Errorf("after the sweep: %+v, deletes %v", tasks.tasks["old"], objects.deletes)
+	}
+}
+
+// A text_to_video that carries an image has it checked, then makes the
+// same task as one without: nothing stored, no first frame, the
+// text_to_video's size.
+func TestTextToVideoChecksAnImageItDoesNotUse(t *testing.T) {
+	ctx := context.Background()
+	tasks, objects := &fakeTasks{}, &fakeObjects{}
+	a := newApp(t, tasks, objects, upperRewriter{})
+	if _, err := a.Create(ctx, caller, domain.Request{Model: "wan2.2-t2v", Prompt: "x", Image: "https://example.com/cat.png"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Create(ctx, caller, domain.Request{Model: "wan2.2-t2v", Prompt: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	with, without := tasks.created[0].Video, tasks.created[1].Video
+	if with.ImageURL != "" || with.ImageObjectKey != "" || len(objects.puts) != 0 {
+		t.Errorf("the image was kept: %+v, puts %v", with, objects.puts)
+	}
+	if with.Width != without.Width || with.Height != without.Height || with.Type != domain.TextToVideo {
+		t.Errorf("with an image %dx%d %s, without %dx%d", with.Width, with.Height, with.Type, without.Width, without.Height)
+	}
+	var inv *domain.InvalidError
+	_, err := a.Create(ctx, caller, domain.Request{Model: "wan2.2-t2v", Prompt: "x", Image: "https://example.com/broken.png"})
+	if !errors.As(err, &inv) || inv.Field != "input.image" || len(tasks.created) != 2 {
+		t.Errorf("a text_to_video with a bad image = %v; %d tasks created", err, len(tasks.created))
 	}
 }

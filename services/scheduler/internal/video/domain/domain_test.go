@@ -100,7 +100,16 @@ func TestNormalize(t *testing.T) {
 		"unknown type":            {in: t2v(func(r *Request) { r.Type = "text_to_image" }), wantField: "type"},
 		"type not the model's":    {in: t2v(func(r *Request) { r.Type = ImageToVideo }), wantField: "type"},
 		"missing prompt":          {in: t2v(func(r *Request) { r.Prompt = "  " }), wantField: "input.prompt"},
-		"image for text_to_video": {in: t2v(func(r *Request) { r.Image = "https://example.com/a.png" }), wantField: "input.image"},
+		"image for text_to_video": {in: t2v(func(r *Request) { r.Image = "https://example.com/a.png" }), check: func(t *testing.T, p Plan) {
+			if p.Type != TextToVideo || p.Image != "https://example.com/a.png" {
+				t.Errorf("plan = %+v, want a text_to_video with its image to check", p)
+			}
+		}},
+		"blank image for text_to_video": {in: t2v(func(r *Request) { r.Image = "  " }), check: func(t *testing.T, p Plan) {
+			if p.Image != "" {
+				t.Errorf("image = %q, want none", p.Image)
+			}
+		}},
 		"no image for i2v":        {in: i2v(func(r *Request) { r.Image = "" }), wantField: "input.image"},
 		"unknown resolution":      {in: t2v(func(r *Request) { r.Resolution = "4K" }), wantField: "parameters.resolution"},
 		"duration other than 5":   {in: t2v(func(r *Request) { r.Duration = ptr(10) }), wantField: "parameters.duration"},

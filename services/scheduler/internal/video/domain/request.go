@@ -87,11 +87,15 @@ func (c Catalog) Normalize(r Request, randomSeed func() int) (Plan, error) {
 	// still a usable request.
 	p.Prompt = Truncate(r.Prompt, MaxPromptChars)
 	p.NegativePrompt = Truncate(r.NegativePrompt, MaxNegativePromptChars)
-	switch {
-	case p.Type == ImageToVideo && strings.TrimSpace(p.Image) == "":
-		return Plan{}, invalid("input.image", "is required for %s: a public http(s) URL or data:{MIME_type};base64,{data}", ImageToVideo)
-	case p.Type == TextToVideo && p.Image != "":
-		return Plan{}, invalid("input.image", "is only for %s; %s takes no image", ImageToVideo, TextToVideo)
+	// A text_to_video may carry an image too: the API's document marks
+	// image required for every generation. It is checked like a first
+	// frame (bad input is refused whatever the type) and not used, since
+	// a text_to_video has no first frame (docs/api/video.md, the request).
+	if strings.TrimSpace(p.Image) == "" {
+		if p.Type == ImageToVideo {
+			return Plan{}, invalid("input.image", "is required for %s: a public http(s) URL or data:{MIME_type};base64,{data}", ImageToVideo)
+		}
+		p.Image = ""
 	}
 	// Case and spaces are forgiven ("720p"); the error names what the client
 	// sent.
