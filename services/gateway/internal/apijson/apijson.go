@@ -568,6 +568,12 @@ type Marshaler struct {
 	runtime.JSONPb
 	// NullOptional is Options.NullOptional.
 	NullOptional bool
+	// StrictIntegers refuses a JSON string where the request has an
+	// integer field ("seed": "10"), which protojson takes as protobuf
+	// JSON allows: for an API whose document types such fields
+	// *integer* (the video API). The body is read whole before it is
+	// decoded; the route's size cap still bounds it.
+	StrictIntegers bool
 }
 
 // Marshal writes v: a proto message as Options.Marshal does, anything

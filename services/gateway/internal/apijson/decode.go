@@ -3,6 +3,7 @@ package apijson
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"reflect"
 	"regexp"
@@ -23,7 +24,35 @@ import (
 // ("retry_delay"). A field whose proto gives it its own json_name (the
 // video API's) is already named by its key. A map's value is named by its
 // map and key (`env["A"]`), where protojson says only "value".
+//
+// With StrictIntegers, a string in an integer field is refused first,
+// named by its path in the body: `parameters.seed: must be an integer,
+// not the string "10"`.
 func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
+	if !m.StrictIntegers {
+		return m.newDecoder(r)
+	}
+	var inner runtime.Decoder
+	return runtime.DecoderFunc(func(v any) error {
+		if inner == nil {
+			body, err := io.ReadAll(r)
+			if err != nil {
+				return err
+			}
+			if desc := descriptorOf(v); desc != nil {
+				if path, value, found := stringInteger(body, desc); found {
+					return &decodeError{msg: fmt.Sprintf("%s: must be an integer, not the string %s", path, strconv.Quote(value)),
+						err: errStringInteger}
+				}
+			}
+			inner = m.newDecoder(bytes.NewReader(body))
+		}
+		return inner.Decode(v)
+	})
+}
+
+// newDecoder is NewDecoder without StrictIntegers.
+func (m *Marshaler) newDecoder(r io.Reader) runtime.Decoder {
 	body := &headBuffer{max: maxNamedBody}
 	d := m.JSONPb.NewDecoder(io.TeeReader(r, body))
 	decodes := 0

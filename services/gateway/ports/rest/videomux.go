@@ -24,11 +24,13 @@ const maxVideoBodyBytes = 15 << 20
 // ("completed_time": null, "video_url": null), while unset proto3 optional
 // fields are left out — which is how taskInput.actual_prompt is absent when
 // prompt_extend is off, and data.code and data.message appear only for a
-// FAILED task. Unknown request fields are errors, as on the task API.
+// FAILED task. Unknown request fields are errors, as on the task API, and
+// so is a number sent as a string ("seed": "10"): the document types the
+// video API's numbers *integer*.
 var videoMarshaler = &apijson.Marshaler{JSONPb: runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-}}
+}, StrictIntegers: true}
 
 // newVideoMux returns the generated REST mux of the video API, with the
 // same header rules and error handlers as the task API's (the error writer

@@ -391,6 +391,8 @@ func TestVideoGenerationAPI(t *testing.T) {
 			"duration 10":       {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"duration": 10}}, "parameters.duration"},
 			"resolution 4K":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"resolution": "4K"}}, "parameters.resolution"},
 			"seed out of range": {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"seed": 2147483648}}, "parameters.seed"},
+			"seed as a string":  {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"seed": "10"}}, "parameters.seed: must be an integer"},
+			"duration a string": {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"duration": "5"}}, "parameters.duration: must be an integer"},
 			"unknown field":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "size": "1280*720"}, "size"},
 			"malformed JSON":    {`{"model":`, ""},
 		}

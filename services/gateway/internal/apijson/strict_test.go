@@ -1,0 +1,75 @@
+package apijson
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+)
+
+// With StrictIntegers a number sent as a string is refused, named by its
+// path in the body, wherever the integer field is: nested, a map's value,
+// inside a list of messages. Everything else decodes as before, and
+// protojson still reports what it always did.
+func TestStrictIntegersRefuseNumbersSentAsStrings(t *testing.T) {
+	strict := &Marshaler{JSONPb: runtime.JSONPb{UnmarshalOptions: protojson.UnmarshalOptions{}}, StrictIntegers: true}
+	for _, tt := range []struct {
+		body string
+		msg  proto.Message
+		want string
+	}{
+		{`{"model": "m", "input": {"prompt": "p"}, "parameters": {"seed": "10"}}`, &videov1.CreateVideoGenerationRequest{},
+			`parameters.seed: must be an integer, not the string "10"`},
+		{`{"parameters": {"duration": "5", "seed": 1}}`, &videov1.CreateVideoGenerationRequest{},
+			`parameters.duration: must be an integer, not the string "5"`},
+		{`{"parameters": {"seed": "1e3"}}`, &videov1.CreateVideoGenerationRequest{}, `parameters.seed: must be an integer, not the string "1e3"`},
+		{`{"requests": {"cpu": 1000, "nvidia.com/gpu": "1"}}`, &quotav1.WorkloadQueued{},
+			`requests["nvidia.com/gpu"]: must be an integer, not the string "1"`},
+		{`{"name": "g", "tasks": [{"name": "a", "timeout": 5}, {"name": "b", "env": {"A": "1"}, "timeout": "60"}]}`, &taskv1.CreateTaskGroupRequest{},
+			`tasks[1].timeout: must be an integer, not the string "60"`},
+	} {
+		err := strict.NewDecoder(strings.NewReader(tt.body)).Decode(tt.msg)
+		if err == nil || err.Error() != tt.want || !errors.Is(err, errStringInteger) {
+			t.Errorf("%s: %v, want %q", tt.body, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		body string
+		msg  proto.Message
+		want string // "": decodes
+	}{
+		{`{"model": "m", "input": {"prompt": "10", "image": "data:x"}, "parameters": {"seed": 10, "resolution": "720P"}}`, &videov1.CreateVideoGenerationRequest{}, ""},
+		// Strings in string fields, unknown fields and well-known types
+		// are not integers.
+		{`{"name": "a", "env": {"N": "10"}, "args": ["1"]}`, &taskv1.TaskSpec{}, ""},
+		{`{"parameters": {"seed": 1.5}}`, &videov1.CreateVideoGenerationRequest{}, "seed"},
+		{`{"size": "10"}`, &videov1.CreateVideoGenerationRequest{}, "unknown field"},
+		{`{"parameters": {"seed": `, &videov1.CreateVideoGenerationRequest{}, "unexpected EOF"},
+	} {
+		err := strict.NewDecoder(strings.NewReader(tt.body)).Decode(tt.msg)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v", tt.body, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || errors.Is(err, errStringInteger)):
+			t.Errorf("%s: %v, want protojson's error naming %q", tt.body, err, tt.want)
+		}
+	}
+	// Without the option, protobuf JSON's rule: "10" is 10.
+	loose := &Marshaler{JSONPb: runtime.JSONPb{UnmarshalOptions: protojson.UnmarshalOptions{}}}
+	var req videov1.CreateVideoGenerationRequest
+	if err := loose.NewDecoder(strings.NewReader(`{"parameters": {"seed": "10"}}`)).Decode(&req); err != nil || req.GetParameters().GetSeed() != 10 {
+		t.Errorf("loose decoder: %v, seed %d", err, req.GetParameters().GetSeed())
+	}
+	// The generated handlers decode a body field through a pointer to it.
+	var spec *taskv1.TaskSpec
+	if err := strict.NewDecoder(strings.NewReader(`{"timeout": "1"}`)).Decode(&spec); err == nil || err.Error() != `timeout: must be an integer, not the string "1"` {
+		t.Errorf("into a body field: %v", err)
+	}
+}
