@@ -94,12 +94,12 @@ func TestNormalize(t *testing.T) {
 				t.Errorf("plan = %+v", p)
 			}
 		}},
-		"family, unknown type":    {in: t2v(func(r *Request) { r.Model, r.Type = "wan2.2", "text_to_image" }), wantField: "type"},
-		"missing model":           {in: t2v(func(r *Request) { r.Model = "" }), wantField: "model"},
-		"unknown model":           {in: t2v(func(r *Request) { r.Model = "wan9" }), wantField: "model"},
-		"unknown type":            {in: t2v(func(r *Request) { r.Type = "text_to_image" }), wantField: "type"},
-		"type not the model's":    {in: t2v(func(r *Request) { r.Type = ImageToVideo }), wantField: "type"},
-		"missing prompt":          {in: t2v(func(r *Request) { r.Prompt = "  " }), wantField: "input.prompt"},
+		"family, unknown type": {in: t2v(func(r *Request) { r.Model, r.Type = "wan2.2", "text_to_image" }), wantField: "type"},
+		"missing model":        {in: t2v(func(r *Request) { r.Model = "" }), wantField: "model"},
+		"unknown model":        {in: t2v(func(r *Request) { r.Model = "wan9" }), wantField: "model"},
+		"unknown type":         {in: t2v(func(r *Request) { r.Type = "text_to_image" }), wantField: "type"},
+		"type not the model's": {in: t2v(func(r *Request) { r.Type = ImageToVideo }), wantField: "type"},
+		"missing prompt":       {in: t2v(func(r *Request) { r.Prompt = "  " }), wantField: "input.prompt"},
 		"image for text_to_video": {in: t2v(func(r *Request) { r.Image = "https://example.com/a.png" }), check: func(t *testing.T, p Plan) {
 			if p.Type != TextToVideo || p.Image != "https://example.com/a.png" {
 				t.Errorf("plan = %+v, want a text_to_video with its image to check", p)
@@ -110,12 +110,12 @@ func TestNormalize(t *testing.T) {
 				t.Errorf("image = %q, want none", p.Image)
 			}
 		}},
-		"no image for i2v":        {in: i2v(func(r *Request) { r.Image = "" }), wantField: "input.image"},
-		"unknown resolution":      {in: t2v(func(r *Request) { r.Resolution = "4K" }), wantField: "parameters.resolution"},
-		"duration other than 5":   {in: t2v(func(r *Request) { r.Duration = ptr(10) }), wantField: "parameters.duration"},
-		"duration 0":              {in: t2v(func(r *Request) { r.Duration = ptr(0) }), wantField: "parameters.duration"},
-		"negative seed":           {in: t2v(func(r *Request) { r.Seed = ptr(int64(-1)) }), wantField: "parameters.seed"},
-		"seed above 2147483647":   {in: t2v(func(r *Request) { r.Seed = ptr(int64(MaxSeed) + 1) }), wantField: "parameters.seed"},
+		"no image for i2v":      {in: i2v(func(r *Request) { r.Image = "" }), wantField: "input.image"},
+		"unknown resolution":    {in: t2v(func(r *Request) { r.Resolution = "4K" }), wantField: "parameters.resolution"},
+		"duration other than 5": {in: t2v(func(r *Request) { r.Duration = ptr(10) }), wantField: "parameters.duration"},
+		"duration 0":            {in: t2v(func(r *Request) { r.Duration = ptr(0) }), wantField: "parameters.duration"},
+		"negative seed":         {in: t2v(func(r *Request) { r.Seed = ptr(int64(-1)) }), wantField: "parameters.seed"},
+		"seed above 2147483647": {in: t2v(func(r *Request) { r.Seed = ptr(int64(MaxSeed) + 1) }), wantField: "parameters.seed"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
