@@ -198,7 +198,10 @@ type VideoGenerationParameters struct {
 	// Add the "AI生成" mark bottom-right (default false).
 	Watermark *bool `protobuf:"varint,4,opt,name=watermark,proto3,oneof" json:"watermark,omitempty"`
 	// 0 to 2147483647; random when omitted (and reported back).
-	Seed          *int64 `protobuf:"varint,5,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	Seed *int64 `protobuf:"varint,5,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	// Videos per generation: fixed at 1 (omit it or send 1), as taskInput
+	// reports it.
+	VideoCount    *int32 `protobuf:"varint,6,opt,name=video_count,proto3,oneof" json:"video_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -264,6 +267,13 @@ func (x *VideoGenerationParameters) GetWatermark() bool {
 func (x *VideoGenerationParameters) GetSeed() int64 {
 	if x != nil && x.Seed != nil {
 		return *x.Seed
+	}
+	return 0
+}
+
+func (x *VideoGenerationParameters) GetVideoCount() int32 {
+	if x != nil && x.VideoCount != nil {
+		return *x.VideoCount
 	}
 	return 0
 }
@@ -914,7 +924,7 @@ const file_taskmesh_video_v1_video_service_proto_rawDesc = "" +
 	"\x06prompt\x18\x01 \x01(\tR\x06prompt\x12(\n" +
 	"\x0fnegative_prompt\x18\x02 \x01(\tR\x0fnegative_prompt\x12\x14\n" +
 	"\x05image\x18\x03 \x01(\tR\x05image\x12\x18\n" +
-	"\aimg_url\x18\x04 \x01(\tR\aimg_url\"\xf9\x01\n" +
+	"\aimg_url\x18\x04 \x01(\tR\aimg_url\"\xb0\x02\n" +
 	"\x19VideoGenerationParameters\x12\x1e\n" +
 	"\n" +
 	"resolution\x18\x01 \x01(\tR\n" +
@@ -922,12 +932,14 @@ const file_taskmesh_video_v1_video_service_proto_rawDesc = "" +
 	"\bduration\x18\x02 \x01(\x05H\x00R\bduration\x88\x01\x01\x12)\n" +
 	"\rprompt_extend\x18\x03 \x01(\bH\x01R\rprompt_extend\x88\x01\x01\x12!\n" +
 	"\twatermark\x18\x04 \x01(\bH\x02R\twatermark\x88\x01\x01\x12\x17\n" +
-	"\x04seed\x18\x05 \x01(\x03H\x03R\x04seed\x88\x01\x01B\v\n" +
+	"\x04seed\x18\x05 \x01(\x03H\x03R\x04seed\x88\x01\x01\x12%\n" +
+	"\vvideo_count\x18\x06 \x01(\x05H\x04R\vvideo_count\x88\x01\x01B\v\n" +
 	"\t_durationB\x10\n" +
 	"\x0e_prompt_extendB\f\n" +
 	"\n" +
 	"_watermarkB\a\n" +
-	"\x05_seed\"\x81\x01\n" +
+	"\x05_seedB\x0e\n" +
+	"\f_video_count\"\x81\x01\n" +
 	"\x1dCreateVideoGenerationResponse\x12@\n" +
 	"\x06output\x18\x01 \x01(\v2(.taskmesh.video.v1.VideoGenerationOutputR\x06output\x12\x1e\n" +
 	"\n" +

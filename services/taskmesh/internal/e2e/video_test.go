@@ -286,7 +286,7 @@ func TestVideoGenerationAPI(t *testing.T) {
 		long := strings.Repeat("猫", 900)
 		id := w.post(w.other, map[string]any{"model": "wan2.2-t2v", "type": "text_to_video",
 			"input":      map[string]any{"prompt": long, "negative_prompt": strings.Repeat("x", 600)},
-			"parameters": map[string]any{"resolution": "720P", "duration": 5, "prompt_extend": false, "watermark": true, "seed": 10}})
+			"parameters": map[string]any{"resolution": "720P", "duration": 5, "prompt_extend": false, "watermark": true, "seed": 10, "video_count": 1}})
 		in := w.status(w.other, id)["data"].(map[string]any)["taskInput"].(map[string]any)
 		if _, ok := in["actual_prompt"]; ok {
 			t.Errorf("actual_prompt shown without prompt_extend: %v", in)
@@ -392,6 +392,7 @@ func TestVideoGenerationAPI(t *testing.T) {
 			"resolution 4K":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"resolution": "4K"}}, "parameters.resolution"},
 			"seed out of range": {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"seed": 2147483648}}, "parameters.seed"},
 			"seed as a string":  {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"seed": "10"}}, "parameters.seed: must be an integer"},
+			"video_count 2":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"video_count": 2}}, "parameters.video_count"},
 			"duration a string": {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"duration": "5"}}, "parameters.duration: must be an integer"},
 			"unknown field":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "size": "1280*720"}, "size"},
 			"malformed JSON":    {`{"model":`, ""},

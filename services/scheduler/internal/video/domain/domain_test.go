@@ -114,6 +114,8 @@ func TestNormalize(t *testing.T) {
 		"unknown resolution":    {in: t2v(func(r *Request) { r.Resolution = "4K" }), wantField: "parameters.resolution"},
 		"duration other than 5": {in: t2v(func(r *Request) { r.Duration = ptr(10) }), wantField: "parameters.duration"},
 		"duration 0":            {in: t2v(func(r *Request) { r.Duration = ptr(0) }), wantField: "parameters.duration"},
+		"one video":             {in: t2v(func(r *Request) { r.VideoCount = ptr(1) })},
+		"two videos":            {in: t2v(func(r *Request) { r.VideoCount = ptr(2) }), wantField: "parameters.video_count"},
 		"negative seed":         {in: t2v(func(r *Request) { r.Seed = ptr(int64(-1)) }), wantField: "parameters.seed"},
 		"seed above 2147483647": {in: t2v(func(r *Request) { r.Seed = ptr(int64(MaxSeed) + 1) }), wantField: "parameters.seed"},
 	}

@@ -30,6 +30,8 @@ type Request struct {
 	PromptExtend *bool
 	Watermark    *bool
 	Seed         *int64
+	// VideoCount, when given, must be 1: a generation makes one video.
+	VideoCount *int
 	// Webhook is where the generation's end is notified ("" = the
 	// tenant's default endpoint); the task spec checks it.
 	Webhook string
@@ -112,6 +114,9 @@ func (c Catalog) Normalize(r Request, randomSeed func() int) (Plan, error) {
 			return Plan{}, invalid("parameters.duration", "%s makes videos of %s seconds, not %d", m.ID, joinInts(m.Durations), *r.Duration)
 		}
 		p.Duration = *r.Duration
+	}
+	if r.VideoCount != nil && *r.VideoCount != 1 {
+		return Plan{}, invalid("parameters.video_count", "is fixed at 1, not %d", *r.VideoCount)
 	}
 	if r.Seed != nil {
 		if *r.Seed < 0 || *r.Seed > MaxSeed {

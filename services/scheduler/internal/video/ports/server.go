@@ -86,6 +86,10 @@ func request(r *videov1.CreateVideoGenerationRequest) (domain.Request, error) {
 		d := int(p.GetDuration())
 		out.Duration = &d
 	}
+	if p.VideoCount != nil {
+		n := int(p.GetVideoCount())
+		out.VideoCount = &n
+	}
 	return out, nil
 }
 
