@@ -361,7 +361,12 @@ type JobOutput struct {
 	// jobs/{job_id}/output/result.bie once the BIE stage succeeded.
 	BieKey *wrapperspb.StringValue `protobuf:"bytes,1,opt,name=bie_key,json=bieKey,proto3" json:"bie_key,omitempty"`
 	// jobs/{job_id}/output/result.nef once the NEF stage succeeded.
-	NefKey        *wrapperspb.StringValue `protobuf:"bytes,2,opt,name=nef_key,json=nefKey,proto3" json:"nef_key,omitempty"`
+	NefKey *wrapperspb.StringValue `protobuf:"bytes,2,opt,name=nef_key,json=nefKey,proto3" json:"nef_key,omitempty"`
+	// A GET link to result.bie, signed for an hour, once bie_key is set:
+	// where a client downloads it (GetJobDownloads signs the logs too).
+	BieUrl *wrapperspb.StringValue `protobuf:"bytes,3,opt,name=bie_url,json=bieUrl,proto3" json:"bie_url,omitempty"`
+	// A GET link to result.nef, signed for an hour, once nef_key is set.
+	NefUrl        *wrapperspb.StringValue `protobuf:"bytes,4,opt,name=nef_url,json=nefUrl,proto3" json:"nef_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -406,6 +411,20 @@ func (x *JobOutput) GetBieKey() *wrapperspb.StringValue {
 func (x *JobOutput) GetNefKey() *wrapperspb.StringValue {
 	if x != nil {
 		return x.NefKey
+	}
+	return nil
+}
+
+func (x *JobOutput) GetBieUrl() *wrapperspb.StringValue {
+	if x != nil {
+		return x.BieUrl
+	}
+	return nil
+}
+
+func (x *JobOutput) GetNefUrl() *wrapperspb.StringValue {
+	if x != nil {
+		return x.NefUrl
 	}
 	return nil
 }
@@ -882,10 +901,12 @@ const file_taskmesh_pipeline_v1_pipeline_service_proto_rawDesc = "" +
 	" \x01(\x03R\aversion\x1a=\n" +
 	"\x0fStageTasksEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe7\x01\n" +
 	"\tJobOutput\x125\n" +
 	"\abie_key\x18\x01 \x01(\v2\x1c.google.protobuf.StringValueR\x06bieKey\x125\n" +
-	"\anef_key\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\x06nefKey\"6\n" +
+	"\anef_key\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\x06nefKey\x125\n" +
+	"\abie_url\x18\x03 \x01(\v2\x1c.google.protobuf.StringValueR\x06bieUrl\x125\n" +
+	"\anef_url\x18\x04 \x01(\v2\x1c.google.protobuf.StringValueR\x06nefUrl\"6\n" +
 	"\bJobError\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"/\n" +
@@ -960,26 +981,28 @@ var file_taskmesh_pipeline_v1_pipeline_service_proto_depIdxs = []int32{
 	13, // 5: taskmesh.pipeline.v1.Job.stage_tasks:type_name -> taskmesh.pipeline.v1.Job.StageTasksEntry
 	15, // 6: taskmesh.pipeline.v1.JobOutput.bie_key:type_name -> google.protobuf.StringValue
 	15, // 7: taskmesh.pipeline.v1.JobOutput.nef_key:type_name -> google.protobuf.StringValue
-	15, // 8: taskmesh.pipeline.v1.GetJobDownloadsResponse.bie_url:type_name -> google.protobuf.StringValue
-	15, // 9: taskmesh.pipeline.v1.GetJobDownloadsResponse.nef_url:type_name -> google.protobuf.StringValue
-	9,  // 10: taskmesh.pipeline.v1.GetJobDownloadsResponse.logs:type_name -> taskmesh.pipeline.v1.JobLogLinks
-	15, // 11: taskmesh.pipeline.v1.JobLogLinks.onnx:type_name -> google.protobuf.StringValue
-	15, // 12: taskmesh.pipeline.v1.JobLogLinks.bie:type_name -> google.protobuf.StringValue
-	15, // 13: taskmesh.pipeline.v1.JobLogLinks.nef:type_name -> google.protobuf.StringValue
-	11, // 14: taskmesh.pipeline.v1.UploadJobInputRequest.header:type_name -> taskmesh.pipeline.v1.UploadHeader
-	0,  // 15: taskmesh.pipeline.v1.PipelineService.CreateJob:input_type -> taskmesh.pipeline.v1.CreateJobRequest
-	2,  // 16: taskmesh.pipeline.v1.PipelineService.GetJob:input_type -> taskmesh.pipeline.v1.GetJobRequest
-	7,  // 17: taskmesh.pipeline.v1.PipelineService.GetJobDownloads:input_type -> taskmesh.pipeline.v1.GetJobDownloadsRequest
-	10, // 18: taskmesh.pipeline.v1.PipelineService.UploadJobInput:input_type -> taskmesh.pipeline.v1.UploadJobInputRequest
-	1,  // 19: taskmesh.pipeline.v1.PipelineService.CreateJob:output_type -> taskmesh.pipeline.v1.CreateJobResponse
-	3,  // 20: taskmesh.pipeline.v1.PipelineService.GetJob:output_type -> taskmesh.pipeline.v1.GetJobResponse
-	8,  // 21: taskmesh.pipeline.v1.PipelineService.GetJobDownloads:output_type -> taskmesh.pipeline.v1.GetJobDownloadsResponse
-	12, // 22: taskmesh.pipeline.v1.PipelineService.UploadJobInput:output_type -> taskmesh.pipeline.v1.UploadJobInputResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	15, // 8: taskmesh.pipeline.v1.JobOutput.bie_url:type_name -> google.protobuf.StringValue
+	15, // 9: taskmesh.pipeline.v1.JobOutput.nef_url:type_name -> google.protobuf.StringValue
+	15, // 10: taskmesh.pipeline.v1.GetJobDownloadsResponse.bie_url:type_name -> google.protobuf.StringValue
+	15, // 11: taskmesh.pipeline.v1.GetJobDownloadsResponse.nef_url:type_name -> google.protobuf.StringValue
+	9,  // 12: taskmesh.pipeline.v1.GetJobDownloadsResponse.logs:type_name -> taskmesh.pipeline.v1.JobLogLinks
+	15, // 13: taskmesh.pipeline.v1.JobLogLinks.onnx:type_name -> google.protobuf.StringValue
+	15, // 14: taskmesh.pipeline.v1.JobLogLinks.bie:type_name -> google.protobuf.StringValue
+	15, // 15: taskmesh.pipeline.v1.JobLogLinks.nef:type_name -> google.protobuf.StringValue
+	11, // 16: taskmesh.pipeline.v1.UploadJobInputRequest.header:type_name -> taskmesh.pipeline.v1.UploadHeader
+	0,  // 17: taskmesh.pipeline.v1.PipelineService.CreateJob:input_type -> taskmesh.pipeline.v1.CreateJobRequest
+	2,  // 18: taskmesh.pipeline.v1.PipelineService.GetJob:input_type -> taskmesh.pipeline.v1.GetJobRequest
+	7,  // 19: taskmesh.pipeline.v1.PipelineService.GetJobDownloads:input_type -> taskmesh.pipeline.v1.GetJobDownloadsRequest
+	10, // 20: taskmesh.pipeline.v1.PipelineService.UploadJobInput:input_type -> taskmesh.pipeline.v1.UploadJobInputRequest
+	1,  // 21: taskmesh.pipeline.v1.PipelineService.CreateJob:output_type -> taskmesh.pipeline.v1.CreateJobResponse
+	3,  // 22: taskmesh.pipeline.v1.PipelineService.GetJob:output_type -> taskmesh.pipeline.v1.GetJobResponse
+	8,  // 23: taskmesh.pipeline.v1.PipelineService.GetJobDownloads:output_type -> taskmesh.pipeline.v1.GetJobDownloadsResponse
+	12, // 24: taskmesh.pipeline.v1.PipelineService.UploadJobInput:output_type -> taskmesh.pipeline.v1.UploadJobInputResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_pipeline_v1_pipeline_service_proto_init() }

@@ -93,6 +93,14 @@ func TestPipelineJobCompletesAndStreamsItsStages(t *testing.T) {
 	}
 	_, bie := get(t, dl["bie_url"].(string))
 	checkNEF(t, nef, bie)
+	// The job itself links to its results, beside their keys.
+	for _, name := range []string{"bie", "nef"} {
+		u, _ := outKeys[name+"_url"].(string)
+		code, body := get(t, u)
+		if want := map[string][]byte{"bie": bie, "nef": nef}[name]; code != http.StatusOK || !bytes.Equal(body, want) {
+			t.Errorf("the job's %s_url %q: %d, %d bytes; want the %d of the downloads' link", name, u, code, len(body), len(want))
+		}
+	}
 	logs := dl["logs"].(map[string]any)
 	for _, s := range []string{"onnx", "bie", "nef"} {
 		code, body := get(t, logs[s].(string))
@@ -241,7 +249,7 @@ func TestPipelineFailedStageFailsTheJob(t *testing.T) {
 		!strings.HasPrefix(fmt.Sprint(e["reason"]), "model.onnx is not an ONNX model:") {
 		t.Fatalf("job %v", j)
 	}
-	if out := j["output"].(map[string]any); out["bie_key"] != nil || out["nef_key"] != nil {
+	if out := j["output"].(map[string]any); out["bie_key"] != nil || out["nef_key"] != nil || out["bie_url"] != nil || out["nef_url"] != nil {
 		t.Errorf("a failed job has results: %v", out)
 	}
 	_, dl, _ := w.call(http.MethodGet, "/jobs/"+id+"/downloads", key, nil)

@@ -36,15 +36,8 @@ func (a *App) Downloads(ctx context.Context, c sched.Caller, id string) (Links, 
 		return Links{}, err
 	}
 	l := Links{JobID: job.ID, TTL: a.cfg.LinkTTL, Logs: map[domain.Stage]string{}}
-	for _, x := range []struct {
-		key string
-		to  *string
-	}{{job.Output(domain.StageBIE), &l.BIE}, {job.Output(domain.StageNEF), &l.NEF}} {
-		if x.key != "" {
-			if *x.to, err = a.link(ctx, x.key); err != nil {
-				return Links{}, err
-			}
-		}
+	if l.BIE, l.NEF, err = a.OutputLinks(ctx, job); err != nil {
+		return Links{}, err
 	}
 	for _, s := range domain.Stages() {
 		key := domain.LogObject(job.ID, s)
@@ -59,6 +52,23 @@ func (a *App) Downloads(ctx context.Context, c sched.Caller, id string) (Links, 
 		}
 	}
 	return l, nil
+}
+
+// OutputLinks signs a GET link, valid for LinkTTL, to each result the job
+// has ("" for one it does not have yet): GET /jobs/{job_id} shows them
+// beside the keys.
+func (a *App) OutputLinks(ctx context.Context, job domain.Job) (bie, nef string, err error) {
+	if k := job.Output(domain.StageBIE); k != "" {
+		if bie, err = a.link(ctx, k); err != nil {
+			return "", "", err
+		}
+	}
+	if k := job.Output(domain.StageNEF); k != "" {
+		if nef, err = a.link(ctx, k); err != nil {
+			return "", "", err
+		}
+	}
+	return bie, nef, nil
 }
 
 func (a *App) link(ctx context.Context, key string) (string, error) {

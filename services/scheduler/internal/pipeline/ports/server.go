@@ -52,7 +52,21 @@ func (s *Server) GetJob(ctx context.Context, r *pipelinev1.GetJobRequest) (*pipe
 	if err != nil {
 		return nil, s.status(err)
 	}
-	return &pipelinev1.GetJobResponse{Job: JobToProto(j)}, nil
+	out := JobToProto(j)
+	bie, nef, err := s.App.OutputLinks(ctx, j)
+	if err != nil {
+		return nil, s.status(err)
+	}
+	out.Output.BieUrl, out.Output.NefUrl = link(bie), link(nef)
+	return &pipelinev1.GetJobResponse{Job: out}, nil
+}
+
+// link is a signed link as the API shows it: null when there is none.
+func link(u string) *wrapperspb.StringValue {
+	if u == "" {
+		return nil
+	}
+	return wrapperspb.String(u)
 }
 
 // JobToProto shows a job as GET /jobs/{job_id} documents it.
@@ -86,12 +100,6 @@ func (s *Server) GetJobDownloads(ctx context.Context, r *pipelinev1.GetJobDownlo
 	l, err := s.App.Downloads(ctx, c, r.GetJobId())
 	if err != nil {
 		return nil, s.status(err)
-	}
-	link := func(u string) *wrapperspb.StringValue {
-		if u == "" {
-			return nil
-		}
-		return wrapperspb.String(u)
 	}
 	return &pipelinev1.GetJobDownloadsResponse{JobId: l.JobID, ExpiresIn: int32(l.TTL.Seconds()),
 		BieUrl: link(l.BIE), NefUrl: link(l.NEF), Logs: &pipelinev1.JobLogLinks{
