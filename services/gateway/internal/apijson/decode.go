@@ -53,6 +53,36 @@ func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 
 // newDecoder is NewDecoder without StrictIntegers.
 func (m *Marshaler) newDecoder(r io.Reader) runtime.Decoder {
+	d := m.namingDecoder(r)
+	return runtime.DecoderFunc(func(v any) error { return tidy(d.Decode(v)) })
+}
+
+// protojsonPrefix is what protojson puts before its messages: "proto:", a
+// space it makes non-breaking in some builds on purpose, and for most
+// errors a position, "(line 1:7435): ", which counts in a body the client
+// never sees as lines (an image's base64) and helps no one once the field
+// is named. A syntax error keeps its position, after "syntax error".
+var protojsonPrefix = regexp.MustCompile(`^proto:[\s\x{00a0}]*(\(line \d+:\d+\):[\s\x{00a0}]*)?`)
+
+// tidy takes protojson's prefix off a decoding error's message, so that it
+// begins with what is wrong: `invalid value for int32 field retry_delay:
+// "x"`, `unknown field "size"`, `syntax error (line 1:5): unexpected
+// token …`.
+func tidy(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	n := len(protojsonPrefix.FindString(msg))
+	if n == 0 {
+		return err
+	}
+	return &decodeError{msg: msg[n:], err: err}
+}
+
+// namingDecoder decodes with protojson, naming the field of a wrong value
+// as the body spells it.
+func (m *Marshaler) namingDecoder(r io.Reader) runtime.Decoder {
 	body := &headBuffer{max: maxNamedBody}
 	d := m.JSONPb.NewDecoder(io.TeeReader(r, body))
 	decodes := 0

@@ -73,3 +73,26 @@ func TestStrictIntegersRefuseNumbersSentAsStrings(t *testing.T) {
 		t.Errorf("into a body field: %v", err)
 	}
 }
+
+// Decoding errors begin with what is wrong: protojson's "proto:" prefix,
+// its non-breaking space and the position of a wrong value are taken off;
+// a syntax error keeps its position.
+func TestDecodingErrorsBeginWithWhatIsWrong(t *testing.T) {
+	m := &Marshaler{JSONPb: runtime.JSONPb{UnmarshalOptions: protojson.UnmarshalOptions{}}}
+	for _, tt := range []struct {
+		body string
+		msg  proto.Message
+		want string
+	}{
+		{`{"retry_delay": "x"}`, &taskv1.TaskSpec{}, `invalid value for int32 field retry_delay: "x"`},
+		{`{"input": {"prompt": 123}}`, &videov1.CreateVideoGenerationRequest{}, `invalid value for string field prompt: 123`},
+		{`{"name": "x", "env": {"A": 1}}`, &taskv1.TaskSpec{}, `invalid value for string field env["A"]: 1`},
+		{`{"size": "1280*720"}`, &videov1.CreateVideoGenerationRequest{}, `unknown field "size"`},
+		{`{"name": "x", "depends_on": "a"}`, &taskv1.TaskSpec{}, `syntax error (line 1:29): unexpected token "a" for field depends_on`},
+	} {
+		err := m.NewDecoder(strings.NewReader(tt.body)).Decode(tt.msg)
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%s: %q, want %q", tt.body, err, tt.want)
+		}
+	}
+}
