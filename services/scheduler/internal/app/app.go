@@ -169,9 +169,10 @@ func (c Caller) checkAgent(agentID string) error {
 var system = Caller{Tenant: "*"}
 
 // byClientID runs op on id and, when id names no task of the caller, on
-// the first task of the caller's create that id was given to (the body's
-// id or ?request_id=): a client reaches the task it named by that name as
-// well as by the task's own id (docs/api/tasks.md, "The client's id"). A
+// the task the caller's client knows by that name (TaskStore.TasksNamed:
+// a create's body id or ?request_id=, a DAG member's id): a client
+// reaches the task it named by that name as well as by the task's own id
+// (docs/api/tasks.md, "The client's id"). A
 // task id always wins over a client's name, and the lookup runs only when
 // op found nothing, so a task's own id costs nothing more. Operators
 // ("*") name tasks by their ids only: a client's name is its tenant's.
@@ -180,7 +181,7 @@ func (a *App) byClientID(ctx context.Context, c Caller, id string, op func(id st
 	if !errors.Is(err, domain.ErrNotFound) || c.Tenant == "*" || id == "" {
 		return t, err
 	}
-	named, lerr := a.tasks.CreatedBy(ctx, c.Tenant, []string{id})
+	named, lerr := a.tasks.TasksNamed(ctx, c.Tenant, []string{id})
 	if lerr != nil {
 		return t, lerr
 	}

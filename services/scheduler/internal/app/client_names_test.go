@@ -117,7 +117,7 @@ func TestNameLookupFailureIsTheStores(t *testing.T) {
 	h := newHarness(t)
 	x := h.createNamed(user("t1"), "named", spec("x"))
 	boom := errors.New("connection reset")
-	h.store.FailOn("CreatedBy", boom)
+	h.store.FailOn("TasksNamed", boom)
 	if got, err := h.app.GetTask(h.ctx, user("t1"), x.ID); err != nil || got.ID != x.ID {
 		t.Errorf("get by id with the name lookup failing = %s, %v", got.ID, err)
 	}
@@ -125,7 +125,7 @@ func TestNameLookupFailureIsTheStores(t *testing.T) {
 	wantErr(t, "get by name with the lookup failing", err, boom)
 	_, err = h.app.CreateTasks(h.ctx, user("t1"), spec("after", func(in *domain.SpecInput) { in.DependsOn = []string{"named"} }), "")
 	wantErr(t, "depends_on a name with the lookup failing", err, boom)
-	if n := len(h.store.CallsOf("CreatedBy")); n != 2 {
+	if n := len(h.store.CallsOf("TasksNamed")); n != 2 {
 		t.Errorf("%d name lookups, want 2 (none for the task's own id)", n)
 	}
 }

@@ -93,7 +93,7 @@ func (a *App) dependencies(ctx context.Context, c Caller, deps []string) ([]stri
 	}
 	named := map[string]string{}
 	if c.Tenant != "*" {
-		if named, err = a.tasks.CreatedBy(ctx, c.Tenant, missing); err != nil {
+		if named, err = a.tasks.TasksNamed(ctx, c.Tenant, missing); err != nil {
 			return nil, err
 		}
 	}

@@ -64,11 +64,14 @@ type TaskStore interface {
 	// ones are missing).
 	MissingTasks(ctx context.Context, tenant string, ids []string) ([]string, error)
 
-	// CreatedBy maps each of requestIDs that tenant created tasks with (a
-	// create body's id or its ?request_id=) to the first task that create
-	// made, as recorded by Create; the others are left out. The task may
-	// have been deleted since.
-	CreatedBy(ctx context.Context, tenant string, requestIDs []string) (map[string]string, error)
+	// TasksNamed maps each of names to the task tenant's client knows by
+	// that name; names that name none are left out. A name is a request
+	// id tenant created tasks with (a create body's id or its
+	// ?request_id=), naming the first task that create made, as recorded
+	// by Create; failing that, in a store that also keeps task groups,
+	// the key of a released member of tenant's newest group with a member
+	// of that key (a DAG member's id). The task may have been deleted since.
+	TasksNamed(ctx context.Context, tenant string, names []string) (map[string]string, error)
 
 	// ByAttempts returns the tasks of agentID whose current attempt is one
 	// of attempts, while the attempt is leased, cancelled, preempted or

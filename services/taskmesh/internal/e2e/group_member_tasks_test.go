@@ -157,3 +157,36 @@ func TestUnnamedGroupMembersAreKnownByTheirTaskIDs(t *testing.T) {
 		t.Errorf("the first member's id changed from %s to %v", firstID, got)
 	}
 }
+
+// A DAG member's id names its task on the task routes once it is
+// released (docs/api/tasks.md, "The client's id"): the member of the
+// tenant's newest group with that id, and for the tenant only.
+func TestNamedGroupMembersNameTheirTasks(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
+	dag := func() (string, map[string]map[string]any) {
+		id := w.createGroup(key, map[string]any{"mode": "dag", "tasks": []map[string]any{
+			{"id": "fetch", "name": "下载数据", "command": "echo fetched"},
+			{"id": "merge", "name": "合并结果", "command": "echo merged", "depends_on": []string{"fetch"}},
+		}})
+		return id, members(w.waitGroup(key, id, 30*time.Second, "the group to complete", settledAs("completed")))
+	}
+	_, first := dag()
+	for _, name := range []string{"fetch", "merge"} {
+		code, got, _ := w.call("GET", "/api/v1/tasks/"+name, key, nil)
+		if code != 200 || got["id"] != first[name]["task_id"] || got["status"] != "completed" {
+			t.Fatalf("GET /api/v1/tasks/%s = %d %v, want task %v", name, code, got, first[name]["task_id"])
+		}
+	}
+	if code, got, _ := w.call("GET", "/api/v1/tasks/merge/result", key, nil); code != 200 || got["task_id"] != first["merge"]["task_id"] {
+		t.Fatalf("the result by the member's id = %d %v", code, got)
+	}
+	_, second := dag()
+	if code, got, _ := w.call("GET", "/api/v1/tasks/fetch", key, nil); code != 200 || got["id"] != second["fetch"]["task_id"] {
+		t.Fatalf("after a second group, GET /api/v1/tasks/fetch = %d %v, want the newer group's task %v", code, got, second["fetch"]["task_id"])
+	}
+	if code, got, _ := w.call("GET", "/api/v1/tasks/fetch", w.tenantKey("other"), nil); code != 404 || got["code"] != float64(30004) {
+		t.Fatalf("another tenant's GET by the member's id = %d %v", code, got)
+	}
+}

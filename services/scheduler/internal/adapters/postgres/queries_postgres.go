@@ -200,22 +200,31 @@ func missingTasks(ctx context.Context, q Querier, tenant string, ids []string) (
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// createdBy maps the request ids among requestIDs that tenant created
-// with to the first task of that create (the primary key's lookups).
-func createdBy(ctx context.Context, q Querier, tenant string, requestIDs []string) (map[string]string, error) {
-	rows, err := q.Query(ctx, `SELECT r.request_id, r.task_ids[1] FROM create_requests r
-		WHERE r.tenant_id = $1 AND r.request_id = ANY($2::text[]) AND cardinality(r.task_ids) > 0`, tenant, requestIDs)
+// tasksNamed maps the names among names that tenant's creates were given
+// to the first task of that create (create_requests' primary key), and
+// the others that are keys of released members of tenant's groups to the
+// member's task in the newest such group (task_group_members_key_idx).
+func tasksNamed(ctx context.Context, q Querier, tenant string, names []string) (map[string]string, error) {
+	rows, err := q.Query(ctx, `WITH created AS (
+			SELECT r.request_id AS name, r.task_ids[1] AS task_id FROM create_requests r
+			WHERE r.tenant_id = $1 AND r.request_id = ANY($2::text[]) AND cardinality(r.task_ids) > 0)
+		(SELECT name, task_id FROM created)
+		UNION ALL
+		(SELECT DISTINCT ON (m.key) m.key, m.task_id FROM task_group_members m JOIN task_groups g ON g.id = m.group_id
+			WHERE m.key = ANY($2::text[]) AND m.task_id <> '' AND g.tenant_id = $1 AND NOT g.deleted
+				AND m.key NOT IN (SELECT name FROM created)
+			ORDER BY m.key, g.created_at DESC, g.id DESC)`, tenant, names)
 	if err != nil {
-		return nil, fmt.Errorf("tasks by request id: %w", err)
+		return nil, fmt.Errorf("tasks by name: %w", err)
 	}
 	defer rows.Close()
 	out := map[string]string{}
 	for rows.Next() {
-		var req, id string
-		if err := rows.Scan(&req, &id); err != nil {
-			return nil, fmt.Errorf("tasks by request id: %w", err)
+		var name, id string
+		if err := rows.Scan(&name, &id); err != nil {
+			return nil, fmt.Errorf("tasks by name: %w", err)
 		}
-		out[req] = id
+		out[name] = id
 	}
 	return out, rows.Err()
 }

@@ -754,9 +754,9 @@ func (s *TaskStore) MissingTasks(ctx context.Context, tenant string, ids []strin
 	return missingTasks(ctx, s.pool, tenant, ids)
 }
 
-// CreatedBy implements app.TaskStore.
-func (s *TaskStore) CreatedBy(ctx context.Context, tenant string, requestIDs []string) (map[string]string, error) {
-	return createdBy(ctx, s.pool, tenant, requestIDs)
+// TasksNamed implements app.TaskStore.
+func (s *TaskStore) TasksNamed(ctx context.Context, tenant string, requestIDs []string) (map[string]string, error) {
+	return tasksNamed(ctx, s.pool, tenant, requestIDs)
 }
 
 // ByAttempts implements app.TaskStore.

@@ -34,7 +34,7 @@ func StoreContract(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"CreateThenGet", (*contract).createThenGet},
 		{"CreateAllOrNone", (*contract).createAllOrNone},
 		{"CreateIdempotentByRequestID", (*contract).createIdempotent},
-		{"CreatedByRequestID", (*contract).createdBy},
+		{"CreatedByRequestID", (*contract).tasksNamed},
 		{"MutateStoresWhatDecideRecords", (*contract).mutateStores},
 		{"MutateErrorsChangeNothing", (*contract).mutateErrors},
 		{"MutateUnknownOrDeleted", (*contract).mutateUnknownOrDeleted},
@@ -296,10 +296,10 @@ func (c *contract) createIdempotent(t *testing.T) {
 	}
 }
 
-// createdBy maps a tenant's request ids to the first task of their
+// tasksNamed maps a tenant's request ids to the first task of their
 // creates; other tenants' request ids and creates without one map to
 // nothing.
-func (c *contract) createdBy(t *testing.T) {
+func (c *contract) tasksNamed(t *testing.T) {
 	for _, n := range []app.NewTasks{
 		{Tenant: "t1", RequestID: "fan", At: T0, Tasks: [][]domain.Record{c.newTask("t1", "a", T0), c.newTask("t1", "b", T0)}},
 		{Tenant: "t1", RequestID: "one", At: T0, Tasks: [][]domain.Record{c.newTask("t1", "c", T0)}},
@@ -310,14 +310,14 @@ func (c *contract) createdBy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := c.s.Tasks.CreatedBy(c.ctx, "t1", []string{"fan", "one", "theirs", "e", "none"})
+	got, err := c.s.Tasks.TasksNamed(c.ctx, "t1", []string{"fan", "one", "theirs", "e", "none"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := map[string]string{"fan": "a", "one": "c"}; !maps.Equal(got, want) {
 		t.Errorf("t1's request ids = %v, want %v", got, want)
 	}
-	if got, err := c.s.Tasks.CreatedBy(c.ctx, "t2", []string{"fan", "theirs"}); err != nil || !maps.Equal(got, map[string]string{"theirs": "d"}) {
+	if got, err := c.s.Tasks.TasksNamed(c.ctx, "t2", []string{"fan", "theirs"}); err != nil || !maps.Equal(got, map[string]string{"theirs": "d"}) {
 		t.Errorf("t2's request ids = %v, %v", got, err)
 	}
 }

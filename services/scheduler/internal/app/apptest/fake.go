@@ -370,11 +370,11 @@ func (s *Store) MissingTasks(_ context.Context, tenant string, ids []string) ([]
 	return out, nil
 }
 
-// CreatedBy implements app.TaskStore.
-func (s *Store) CreatedBy(_ context.Context, tenant string, requestIDs []string) (map[string]string, error) {
+// TasksNamed implements app.TaskStore.
+func (s *Store) TasksNamed(_ context.Context, tenant string, requestIDs []string) (map[string]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.begin("CreatedBy", tenant); err != nil {
+	if err := s.begin("TasksNamed", tenant); err != nil {
 		return nil, err
 	}
 	out := map[string]string{}
