@@ -26,3 +26,17 @@ func Bytes(s string, n int) string {
 	}
 	return s
 }
+
+// Tail returns the end of s as valid UTF-8 (as Bytes), at most n bytes,
+// starting on a character boundary: what is kept of a long stream.
+func Tail(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-max(n, 0):]
+	for len(s) > 0 && !utf8.RuneStart(s[0]) {
+		s = s[1:]
+	}
+	return s
+}

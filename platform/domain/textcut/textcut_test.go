@@ -43,3 +43,24 @@ func FuzzBytes(f *testing.F) {
 		}
 	})
 }
+
+func TestTail(t *testing.T) {
+	cases := []struct {
+		name, in string
+		n        int
+		want     string
+	}{
+		{"short text is kept", "hello", 10, "hello"},
+		{"the end of ASCII", "hello world", 5, "world"},
+		{"a character is never split", "日本語", 4, "語"},
+		{"a cut on a boundary keeps the characters after it", "日本語", 6, "本語"},
+		{"invalid bytes become U+FFFD", "a\xffb", 10, "a\uFFFDb"},
+		{"nothing left at zero", "abc", 0, ""},
+		{"a negative size is zero", "abc", -1, ""},
+	}
+	for _, c := range cases {
+		if got := Tail(c.in, c.n); got != c.want {
+			t.Errorf("%s: Tail(%q, %d) = %q, want %q", c.name, c.in, c.n, got, c.want)
+		}
+	}
+}

@@ -606,8 +606,11 @@ type CompleteTaskRequest struct {
 	AgentId   string                 `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	AttemptId string                 `protobuf:"bytes,3,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
 	ExitCode  int32                  `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	// Captured output (each capped by the agent; at most 64 KiB here, larger
-	// results go to the object store and are referenced by result_object).
+	// Captured output. A stream of 64 KiB or more is not kept with the task:
+	// an agent uploads the whole output itself (CreateResultUpload, then
+	// result_object) and sends each stream's tail here, or sends the output
+	// here, up to 1 MiB a stream, and the scheduler stores it in the object
+	// store as the attempt's result object, keeping the last 32 KiB inline.
 	Stdout string `protobuf:"bytes,5,opt,name=stdout,proto3" json:"stdout,omitempty"`
 	Stderr string `protobuf:"bytes,6,opt,name=stderr,proto3" json:"stderr,omitempty"`
 	// Why the attempt failed when the process could not report it (timeout,
@@ -1345,8 +1348,8 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"attempt_id\x18\x03 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\tattemptId\x12\x1b\n" +
 	"\texit_code\x18\x04 \x01(\x05R\bexitCode\x12!\n" +
-	"\x06stdout\x18\x05 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x06stdout\x12!\n" +
-	"\x06stderr\x18\x06 \x01(\tB\t\xbaH\x06r\x04(\x80\x80\x04R\x06stderr\x12\x1e\n" +
+	"\x06stdout\x18\x05 \x01(\tB\t\xbaH\x06r\x04(\x80\x80@R\x06stdout\x12!\n" +
+	"\x06stderr\x18\x06 \x01(\tB\t\xbaH\x06r\x04(\x80\x80@R\x06stderr\x12\x1e\n" +
 	"\x05error\x18\a \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x05error\x12C\n" +
 	"\rresult_object\x18\b \x01(\v2\x1e.taskmesh.task.v1.ResultObjectR\fresultObject\x125\n" +
 	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12+\n" +

@@ -1,11 +1,16 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -45,6 +50,12 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 		// The attempt's output is not the task's: another attempt runs it.
 		r.Stdout, r.Stderr, r.Object, r.Artifacts = "", "", nil, nil
 	}
+	if r.Object == nil && (len(r.Stdout) >= domain.InlineResultLimit || len(r.Stderr) >= domain.InlineResultLimit) {
+		var err error
+		if r, err = a.spillResult(ctx, c, id, r); err != nil {
+			return domain.Task{}, err
+		}
+	}
 	result := &domain.Result{StorageType: "db", Stdout: r.Stdout, Stderr: r.Stderr}
 	var artifacts []domain.Artifact
 	if r.Object != nil || len(r.Artifacts) > 0 {
@@ -72,6 +83,43 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 			Result: result, EndedAt: r.EndedAt, PreemptedBy: r.PreemptedBy})
 		return recs, err
 	})
+}
+
+// spillResult stores output reported inline that is too large to keep
+// with the task (domain.InlineResultLimit or more of a stream) as the
+// attempt's result object, as an agent that uploads its own large
+// results would have: the whole output as JSON under the attempt's result
+// key. The completion then names that object and keeps only each
+// stream's last InlineTail bytes inline. Nothing is stored unless the
+// attempt is the task's current one: another attempt's completion is
+// refused by the task's decision anyway, and must not write objects.
+func (a *App) spillResult(ctx context.Context, c Caller, id string, r Completion) (Completion, error) {
+	t, err := a.tasks.Get(ctx, c.Tenant, id)
+	if err != nil || t.AttemptID != r.AttemptID || r.AttemptID == "" {
+		return r, err
+	}
+	if a.objects == nil {
+		return r, &domain.InvalidError{Field: "stdout", Reason: fmt.Sprintf(
+			"output of %d bytes or more goes to the object store, and none is configured", domain.InlineResultLimit)}
+	}
+	body, err := json.Marshal(struct {
+		Stdout               string `json:"stdout"`
+		Stderr               string `json:"stderr"`
+		StdoutTruncatedBytes int64  `json:"stdout_truncated_bytes"`
+		StderrTruncatedBytes int64  `json:"stderr_truncated_bytes"`
+	}{Stdout: r.Stdout, Stderr: r.Stderr})
+	if err != nil {
+		return r, err
+	}
+	key := resultKey(t, r.AttemptID)
+	info, err := a.objects.Put(ctx, key, bytes.NewReader(body), int64(len(body)), "application/json")
+	if err != nil {
+		return r, fmt.Errorf("store the result of %s: %w", id, err)
+	}
+	sum := sha256.Sum256(body)
+	r.Object = &ResultObject{Key: key, Size: info.Size, SHA256: hex.EncodeToString(sum[:])}
+	r.Stdout, r.Stderr = textcut.Tail(r.Stdout, domain.InlineTail), textcut.Tail(r.Stderr, domain.InlineTail)
+	return r, nil
 }
 
 // resultKey is where an attempt's large result lives: under the task's

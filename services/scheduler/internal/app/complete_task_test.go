@@ -3,6 +3,7 @@ package app_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +223,63 @@ func TestGetResultOfATaskWithoutOutcome(t *testing.T) {
 	}
 	_, err = h.app.GetResult(h.ctx, user("t2"), x.ID)
 	wantErr(t, "another tenant's result", err, domain.ErrNotFound)
+}
+
+// Output reported inline that is 64 KiB or more is stored in the object
+// store as the attempt's result (the whole output, as JSON), and the task
+// keeps each stream's last 32 KiB; less stays with the task. Another
+// attempt's report stores nothing.
+func TestLargeInlineOutputGoesToTheObjectStore(t *testing.T) {
+	h := newHarness(t)
+	small := h.running("a1", "m1", spec("small"))
+	justUnder := strings.Repeat("x", domain.InlineResultLimit-1)
+	done, err := h.app.CompleteTask(h.ctx, agent("a1"), small.ID, app.Completion{AgentID: "a1", AttemptID: small.AttemptID, Stdout: justUnder})
+	if err != nil || done.Result == nil || done.Result.StorageType != "db" || done.Result.Stdout != justUnder {
+		t.Fatalf("65535 bytes: %v, %+v", err, done.Result)
+	}
+
+	large := h.running("a1", "m1", spec("large"))
+	stdout := strings.Repeat("a", domain.InlineResultLimit-3) + "end" // exactly 64 KiB
+	stderr := "日本語" + strings.Repeat("e", 40<<10)
+	stale := app.Completion{AgentID: "a1", AttemptID: "not-the-attempt", Stdout: stdout}
+	_, err = h.app.CompleteTask(h.ctx, agent("a1"), large.ID, stale)
+	wantErr(t, "another attempt's large output", err, domain.ErrAttemptMismatch)
+	if _, err := h.objects.Stat(h.ctx, "results/t1/"+large.ID+"/not-the-attempt.json"); err == nil {
+		t.Errorf("another attempt's output was stored")
+	}
+	done, err = h.app.CompleteTask(h.ctx, agent("a1"), large.ID, app.Completion{AgentID: "a1", AttemptID: large.AttemptID, Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := done.Result
+	if r == nil || r.StorageType != "s3" || r.ObjectKey != "results/t1/"+large.ID+"/"+large.AttemptID+".json" || r.SizeBytes == 0 || r.SHA256 == "" {
+		t.Fatalf("64 KiB: result = %+v", r)
+	}
+	if len(r.Stdout) != domain.InlineTail || !strings.HasSuffix(r.Stdout, "end") || len(r.Stderr) > domain.InlineTail || !strings.HasSuffix(stderr, r.Stderr) {
+		t.Errorf("inline tails: %d bytes of stdout, %d of stderr", len(r.Stdout), len(r.Stderr))
+	}
+	rc, _, err := h.objects.Open(h.ctx, r.ObjectKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var stored struct{ Stdout, Stderr string }
+	if err := json.NewDecoder(rc).Decode(&stored); err != nil || stored.Stdout != stdout || stored.Stderr != stderr {
+		t.Errorf("stored output: %v; %d and %d bytes", err, len(stored.Stdout), len(stored.Stderr))
+	}
+	if res, err := h.app.GetResult(h.ctx, user("t1"), large.ID); err != nil || res.PresignedURL == "" {
+		t.Errorf("result link: %+v, %v", res, err)
+	}
+}
+
+// Without an object store, large inline output is refused, naming stdout,
+// and the attempt is still running.
+func TestLargeInlineOutputWithoutAnObjectStore(t *testing.T) {
+	h := newHarness(t)
+	h.app = app.New(h.store.Stores(), nil, h.clock.Now, h.hub, app.Config{}, nil)
+	x := h.running("a1", "m1", spec("a"))
+	_, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: x.AttemptID,
+		Stdout: strings.Repeat("x", domain.InlineResultLimit)})
+	wantInvalid(t, "large output without an object store", err, "stdout")
+	h.wantStatus(x.ID, domain.StatusRunning)
 }

@@ -145,6 +145,16 @@ const (
 	DefaultGracePeriod       = 30
 )
 
+// InlineResultLimit and InlineTail: a result whose stdout or stderr has
+// InlineResultLimit bytes or more is kept in the object store
+// (storage_type s3), not with the task ("< 64KB: the database, >= 64KB:
+// the object store"), and the task keeps each stream's last InlineTail
+// bytes inline (docs/api/tasks.md, GetTaskResult).
+const (
+	InlineResultLimit = 64 << 10
+	InlineTail        = 32 << 10
+)
+
 // Result is where an attempt's output is kept.
 type Result struct {
 	StorageType string `json:"storage_type"` // db or s3
