@@ -39,6 +39,7 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 	if err != nil {
 		return domain.Task{}, err
 	}
+	want = want.WithParent()
 	if err := a.checkAddedDependencies(ctx, cur, want.DependsOn); err != nil {
 		return domain.Task{}, err
 	}
@@ -51,6 +52,7 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 		if err != nil {
 			return nil, err
 		}
+		spec = spec.WithParent()
 		if spec.Queue != want.Queue || spec.Quota != want.Quota || !maps.Equal(spec.Resources, want.Resources) {
 			return nil, errResolvedStale
 		}

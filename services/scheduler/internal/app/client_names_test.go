@@ -129,3 +129,31 @@ func TestNameLookupFailureIsTheStores(t *testing.T) {
 		t.Errorf("%d name lookups, want 2 (none for the task's own id)", n)
 	}
 }
+
+// parent_id names a task of the caller (by id or name) that the task
+// waits for, as for depends_on: it is stored as the parent's id and among
+// the dependencies. An unknown or another tenant's parent is refused,
+// naming parent_id; an update that names a parent adds it too.
+func TestParentIsADependency(t *testing.T) {
+	h := newHarness(t)
+	parent := h.createNamed(user("t1"), "prep", spec("parent"))
+	child := h.create(user("t1"), spec("child", func(in *domain.SpecInput) { in.ParentID = "prep" }))
+	if child.Spec.ParentID != parent.ID || !slices.Equal(child.Spec.DependsOn, []string{parent.ID}) {
+		t.Fatalf("child: parent_id %q, depends_on %v; want %s in both", child.Spec.ParentID, child.Spec.DependsOn, parent.ID)
+	}
+	if got := h.claim("a1", "m1", 10); len(got) != 1 || got[0].ID != parent.ID {
+		t.Fatalf("claimed %v, want only the parent while it is open", taskIDs(got))
+	}
+	theirs := h.create(user("t2"), spec("theirs"))
+	for _, p := range []string{"no-such-task", theirs.ID} {
+		_, err := h.app.CreateTasks(h.ctx, user("t1"), spec("orphan", func(in *domain.SpecInput) { in.ParentID = p }), "")
+		wantInvalid(t, "parent "+p, err, "parent_id")
+	}
+	later := h.create(user("t1"), spec("later"))
+	updated, err := h.app.UpdateTask(h.ctx, user("t1"), later.ID, domain.SpecInput{ParentID: parent.ID})
+	if err != nil || !slices.Equal(updated.Spec.DependsOn, []string{parent.ID}) {
+		t.Fatalf("update naming a parent: depends_on %v, %v", updated.Spec.DependsOn, err)
+	}
+	_, err = h.app.UpdateTask(h.ctx, user("t1"), later.ID, domain.SpecInput{ParentID: theirs.ID})
+	wantInvalid(t, "an update naming another tenant's parent", err, "depends_on")
+}

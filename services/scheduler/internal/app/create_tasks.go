@@ -22,8 +22,16 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 	if err != nil {
 		return nil, err
 	}
+	if spec.ParentID != "" {
+		parent, err := a.dependencies(ctx, c, "parent_id", []string{spec.ParentID})
+		if err != nil {
+			return nil, err
+		}
+		spec.ParentID = parent[0]
+		spec = spec.WithParent()
+	}
 	if len(spec.DependsOn) > 0 {
-		if spec.DependsOn, err = a.dependencies(ctx, c, spec.DependsOn); err != nil {
+		if spec.DependsOn, err = a.dependencies(ctx, c, "depends_on", spec.DependsOn); err != nil {
 			return nil, err
 		}
 	}
@@ -82,11 +90,11 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 	return created, nil
 }
 
-// dependencies checks that each of deps is a task of the caller, named by
-// its id or by the name its create gave it (byClientID), and returns them
+// dependencies checks that each of deps (the spec's field) is a task of
+// the caller, named by its id or by a name (byClientID), and returns them
 // as task ids, each once: a task depends on ids, whatever the client
 // calls them.
-func (a *App) dependencies(ctx context.Context, c Caller, deps []string) ([]string, error) {
+func (a *App) dependencies(ctx context.Context, c Caller, field string, deps []string) ([]string, error) {
 	missing, err := a.tasks.MissingTasks(ctx, c.Tenant, deps)
 	if err != nil || len(missing) == 0 {
 		return deps, err
@@ -103,7 +111,7 @@ func (a *App) dependencies(ctx context.Context, c Caller, deps []string) ([]stri
 		if slices.Contains(missing, d) {
 			var ok bool
 			if id, ok = named[d]; !ok {
-				return nil, &domain.InvalidError{Field: "depends_on", Reason: fmt.Sprintf("no such task %q", d)}
+				return nil, &domain.InvalidError{Field: field, Reason: fmt.Sprintf("no such task %q", d)}
 			}
 		}
 		if !slices.Contains(out, id) {
@@ -116,7 +124,7 @@ func (a *App) dependencies(ctx context.Context, c Caller, deps []string) ([]stri
 		return nil, err
 	}
 	if len(gone) > 0 {
-		return nil, &domain.InvalidError{Field: "depends_on", Reason: fmt.Sprintf("no such task %q", asked[slices.Index(out, gone[0])])}
+		return nil, &domain.InvalidError{Field: field, Reason: fmt.Sprintf("no such task %q", asked[slices.Index(out, gone[0])])}
 	}
 	return out, nil
 }

@@ -45,6 +45,18 @@ type SpecInput struct {
 	Webhook string
 }
 
+// WithParent is s with its parent task among the tasks it depends on: the
+// parent_id of the task API is a dependency ("父任务ID（用于依赖）"), so
+// the task waits for its parent as for depends_on (docs/api/tasks.md,
+// parent_id). A group member's parent_id is not (its dependencies are
+// the group's).
+func (s Spec) WithParent() Spec {
+	if s.ParentID != "" && !slices.Contains(s.DependsOn, s.ParentID) {
+		s.DependsOn = append(slices.Clone(s.DependsOn), s.ParentID)
+	}
+	return s
+}
+
 // Limits on what one task may carry.
 const (
 	MaxEnvBytes  = 64 << 10

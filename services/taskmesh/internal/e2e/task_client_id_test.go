@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A task file with its own id (docs/api/tasks.md, "The client's id"),
@@ -77,4 +78,26 @@ func TestCreateTakesTheClientsID(t *testing.T) {
 	if code, got, _ := w.call("GET", "/api/v1/tasks/"+id, key, nil); code != 404 {
 		t.Fatalf("GET after the DELETE by the client's id = %d %v", code, got)
 	}
+}
+
+// parent_id names one of the tenant's tasks, which the task then waits for
+// (docs/api/tasks.md, parent_id); an unknown parent is refused.
+func TestParentIDIsADependency(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	parent := w.submit(key, map[string]any{"name": "parent", "type": "shell", "command": "true", "machine_id": "no-such-machine"})
+	child := w.submit(key, map[string]any{"name": "child", "type": "shell", "command": "true", "parent_id": parent})
+	got := w.task(key, child)
+	if got["parent_id"] != parent || !slices.Equal(got["depends_on"].([]any), []any{parent}) || got["status"] != "pending" {
+		t.Fatalf("child = parent_id %v, depends_on %v, status %v", got["parent_id"], got["depends_on"], got["status"])
+	}
+	code, refused, _ := w.call("POST", "/api/v1/tasks", key, map[string]any{"name": "orphan", "type": "shell", "command": "true", "parent_id": "no-such-task"})
+	if msg, _ := refused["message"].(string); code != 400 || refused["code"] != float64(30005) || !strings.Contains(msg, "parent_id") {
+		t.Fatalf("an unknown parent = %d %v", code, refused)
+	}
+	// The parent ending badly cancels the child, as a dependency's does.
+	if code, resp, _ := w.call("POST", "/api/v1/tasks/"+parent+"/cancel", key, map[string]any{}); code != 200 {
+		t.Fatalf("cancel the parent: %d %v", code, resp)
+	}
+	w.waitStatus(key, child, 30*time.Second, "cancelled")
 }
