@@ -81,12 +81,20 @@ func (d *devFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&d.logFile, "log-file", "", "log file (default <data-dir>/taskmesh.log)")
 	d.limits.add(f)
 	d.video.add(f, false)
-	f.StringSliceVar(&d.webhookAllow, "webhook-allow", nil, "networks webhooks may reach although not public (e.g. 127.0.0.1/32 for a receiver on this machine)")
+	// A development stack listens on loopback and its receivers are on the
+	// same machine, so it may call them; the services' own default
+	// (taskmesh consumers) allows nothing (docs/api/webhooks.md).
+	f.StringSliceVar(&d.webhookAllow, "webhook-allow", devWebhookAllow,
+		"networks webhooks may reach although not public (--webhook-allow= allows none)")
 	d.pipe.add(f, true)
 	f.StringVar(&d.caps, "pipeline-caps", "", "set the pipeline's stage caps at start, e.g. onnx=4,bie=2,nef=4 (default: keep the stage queues as they are)")
 	d.metrics.add(f, " (also served at /metrics on --http)")
 	f.StringVar(&d.labels, "agent-labels", "pool:onnx,pool:bie,pool:nef", "the local agent's labels (its pipeline pools)")
 }
+
+// devWebhookAllow is what a development stack's webhooks may reach besides
+// public addresses: receivers on this machine.
+var devWebhookAllow = []string{"127.0.0.0/8", "::1/128"}
 
 // options are the stack's options from the flags and the environment
 // (DATABASE_URL, TASKMESH_KAFKA_BROKERS); the data directory exists once
