@@ -73,6 +73,12 @@ func (a *Agent) claim(ctx context.Context, n int, requestID string, wait time.Du
 		a.mu.Lock()
 		a.claimCancel, a.claimInterrupted = cancel, false
 		a.mu.Unlock()
+		if a.localWaiting.Load() > 0 {
+			// A local task began waiting after takeSlots looked and before
+			// this claim could be interrupted: its interruptClaim found
+			// nothing to end, so end this one now.
+			a.interruptClaim()
+		}
 	}
 	return a.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
 		AgentId:   a.cfg.AgentID,
@@ -131,6 +137,18 @@ func (a *Agent) takeSlots(ctx context.Context) (held, ahead int) {
 		}
 		select {
 		case free <- struct{}{}:
+			if a.localWaiting.Load() > 0 {
+				// A local task waits for a slot too, and goes first: the
+				// slot goes back for it, whichever of the two the freed
+				// slot happened to wake.
+				a.giveSlots(1)
+				for a.localWaiting.Load() > 0 {
+					if !sleep(ctx, 50*time.Millisecond) {
+						return 0, 0
+					}
+				}
+				continue
+			}
 			held = a.takeFreeSlots(1)
 			return held, min(a.aheadRoom(), maxClaimLimit-held)
 		case <-a.aheadWake:

@@ -94,3 +94,42 @@ func TestLocalTaskEndsALongPoll(t *testing.T) {
 		t.Errorf("server task after the local one = %v", done)
 	}
 }
+
+// TestQueuedLocalTaskTakesTheFirstFreedSlot: with every slot busy, the
+// claim loop waits for a slot too. A local task queued then takes the
+// first slot that frees — it does not lose it to a claim that would hold
+// it for a whole long poll — and server work still comes after.
+func TestQueuedLocalTaskTakesTheFirstFreedSlot(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Slots = 2; c.ClaimWait = 30 * time.Second })
+	h.start()
+	submit := func(name string, args ...string) journal.Task {
+		t.Helper()
+		row, err := h.agent.Submit(context.Background(), &taskv1.TaskSpec{Name: name, Command: args[0], Args: args[1:]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return row
+	}
+	long := submit("long", "sleep", "60")
+	defer func() { _, _ = h.agent.Cancel(context.Background(), long.ID) }()
+	for round := range 3 {
+		short := submit("short", "sleep", "0.5")
+		leasetest.WaitFor(t, 10*time.Second, "both slots busy", func() bool {
+			st, err := h.agent.Status(context.Background())
+			return err == nil && st.Running == 2
+		})
+		queued := submit("queued", "echo", "queued")
+		h.waitFinal(short.ID, 10*time.Second)
+		freed := time.Now()
+		if row := h.waitFinal(queued.ID, 20*time.Second); row.Status != journal.StatusCompleted {
+			t.Fatalf("round %d: the queued task ended %s", round, row.Status)
+		}
+		if took := time.Since(freed); took > 5*time.Second {
+			t.Fatalf("round %d: the queued task started %s after a slot freed: a claim took the slot", round, took)
+		}
+	}
+	id := h.fake.Add(shell("echo", "server"))[0]
+	if done := h.fake.WaitComplete(t, id, 40*time.Second); done.GetStdout() != "server\n" {
+		t.Errorf("server task after the local ones = %v", done)
+	}
+}
