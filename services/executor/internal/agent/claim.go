@@ -308,7 +308,11 @@ func fromClaim(t *taskv1.Task, agentID string, now time.Time) journal.Task {
 		Timeout: int(t.GetTimeout()), Priority: int(t.GetPriority()),
 		LeaseTTLSec: int(t.GetLeaseTtlSec()), RenewIntervalSec: int(t.GetRenewIntervalSec()),
 		GracePeriodSec: int(t.GetGracePeriodSec()),
-		Status:         journal.StatusAssigned, AttemptID: t.GetAttemptId(), AssignedAgentID: agentID,
+		// The server's retry settings, shown in the local queue as the
+		// task has them; only the server retries a server task
+		// (retryLocal leaves it alone).
+		MaxRetries: int(t.GetMaxRetries()), RetryDelaySec: int(t.GetRetryDelay()), RetryCount: int(t.GetRetryCount()),
+		Status: journal.StatusAssigned, AttemptID: t.GetAttemptId(), AssignedAgentID: agentID,
 		ReceivedAt: now, AssignedAt: now, Resources: t.GetResources(),
 	}
 	if t.GetLeaseExpiresAt() != nil {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -181,5 +182,32 @@ func TestLocalAPICancelsServerTask(t *testing.T) {
 	c := h.fake.WaitComplete(t, id, 10*time.Second)
 	if c.GetError() != "cancelled through the agent-local API" || c.GetExitCode() != 143 {
 		t.Errorf("completion = %v", c)
+	}
+}
+
+// A server task in the local queue shows the server's retry settings, as
+// the local queue's example has them; the agent does not retry it itself:
+// its failure goes to the server once.
+func TestLocalViewOfAServerTaskShowsItsRetrySettings(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.LocalAPIAddr = "127.0.0.1:0" })
+	task := shell("false")
+	task.MaxRetries, task.RetryDelay, task.RetryCount = 3, 60, 1
+	id := h.fake.Add(task)[0]
+	h.start()
+	if c := h.fake.WaitComplete(t, id, 10*time.Second); c.GetExitCode() != 1 {
+		t.Fatalf("completion = %v", c)
+	}
+	api := apiClient{t: t, base: "http://" + h.agent.LocalAPIAddr()}
+	got := api.waitStatus(id, "failed")
+	if got["max_retries"] != float64(3) || got["retry_delay"] != float64(60) || got["retry_count"] != float64(1) {
+		t.Errorf("local view: max_retries %v, retry_delay %v, retry_count %v", got["max_retries"], got["retry_delay"], got["retry_count"])
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(h.fake.Calls("CompleteTask")); n != 1 {
+		t.Errorf("%d completions of the failed server task, want the one", n)
+	}
+	rows, err := h.agent.journal.WithStatus(context.Background(), journal.StatusPending)
+	if err != nil || len(rows) != 0 {
+		t.Errorf("pending rows after the failure = %v, %v; the agent retried a server task", rows, err)
 	}
 }
