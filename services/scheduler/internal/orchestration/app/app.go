@@ -31,6 +31,9 @@ type Tasks interface {
 	// ResolveQueue names the ClusterQueue that admits a task c submits
 	// with spec ("" when none applies).
 	ResolveQueue(ctx context.Context, c sched.Caller, spec task.Spec) (string, error)
+	// ListTasks lists c's tasks as the task API does (a group's tasks
+	// that no task group has: GetGroup).
+	ListTasks(ctx context.Context, c sched.Caller, f sched.ListFilter) ([]task.Task, string, error)
 }
 
 // TaskEvents is told about tasks written outside the task use cases (the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,32 @@ type tasks struct {
 	created []task.SpecInput
 	queues  map[string]string // queue name → cluster queue
 	resolve int
+	// existing are the tasks ListTasks lists, by group_id and tenant, two
+	// to a page.
+	existing []task.Task
+	lists    int
+}
+
+func (f *tasks) ListTasks(_ context.Context, c sched.Caller, flt sched.ListFilter) ([]task.Task, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	var match []task.Task
+	for _, t := range f.existing {
+		if t.Spec.GroupID == flt.Group && (c.Tenant == "*" || t.TenantID == c.Tenant) {
+			match = append(match, t)
+		}
+	}
+	from := 0
+	if flt.PageToken != "" {
+		from, _ = strconv.Atoi(flt.PageToken)
+	}
+	to := min(from+2, len(match))
+	next := ""
+	if to < len(match) {
+		next = strconv.Itoa(to)
+	}
+	return match[from:to], next, nil
 }
 
 func (f *tasks) CreateTasks(_ context.Context, c sched.Caller, in task.SpecInput, _ string) ([]task.Task, error) {
@@ -387,5 +414,42 @@ func TestTemplateUseCases(t *testing.T) {
 	}
 	if _, err := w.app.GetTemplate(ctx, alice, tpl.ID); !errors.Is(err, task.ErrNotFound) {
 		t.Fatalf("get after delete: %v", err)
+	}
+}
+
+// An id no task group has but some of the caller's tasks have as their
+// group_id (a fan-out's) reads as those tasks, every page of them; another
+// tenant's tasks of that id are not the caller's, and an id of no task is
+// not found.
+func TestGroupOfTasksWithoutATaskGroup(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	at := time.Date(2026, 3, 1, 8, 0, 0, 0, time.UTC)
+	for i, s := range []task.Status{task.StatusCompleted, task.StatusRunning, task.StatusPending} {
+		w.tasks.existing = append(w.tasks.existing, task.Task{ID: fmt.Sprintf("t%d", i), TenantID: "tenant-a", Status: s, Version: 3,
+			CreatedAt: at.Add(time.Duration(i) * time.Second), Spec: task.Spec{Name: "fan", GroupID: "fan-1"}})
+	}
+	w.tasks.existing = append(w.tasks.existing, task.Task{ID: "theirs", TenantID: "tenant-b", Spec: task.Spec{GroupID: "fan-1"}})
+	st, err := w.app.GetGroup(ctx, alice, "fan-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Group.ID != "fan-1" || st.Group.Mode != orch.ModeParallel || st.Group.Status != orch.StatusRunning || st.Group.Total != 3 || len(st.Members) != 3 {
+		t.Fatalf("group of tasks = %+v with %d members", st.Group, len(st.Members))
+	}
+	if w.tasks.lists != 2 {
+		t.Errorf("%d list pages read, want both", w.tasks.lists)
+	}
+	if ch, err := w.app.GroupChanges(ctx, alice, "fan-1", st.Group.Version); err != nil || ch.Group.Version != st.Group.Version || len(ch.Members) != 3 {
+		t.Errorf("changes of a group of tasks = %+v, %v", ch.Group, err)
+	}
+	if _, err := w.app.GetGroup(ctx, sched.Caller{Tenant: "tenant-c"}, "fan-1"); !errors.Is(err, task.ErrNotFound) {
+		t.Errorf("a tenant without such tasks: %v", err)
+	}
+	if _, err := w.app.GetGroup(ctx, alice, "no-such-group"); !errors.Is(err, task.ErrNotFound) {
+		t.Errorf("an id of no task: %v", err)
+	}
+	if _, err := w.app.CancelGroup(ctx, alice, "fan-1", "x"); !errors.Is(err, task.ErrNotFound) {
+		t.Errorf("cancel of a group of tasks: %v (its tasks are cancelled one by one)", err)
 	}
 }
