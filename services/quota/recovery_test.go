@@ -2,6 +2,7 @@ package quota_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -122,9 +123,14 @@ func TestUnsubscriptionOfWhatIsAlreadyGone(t *testing.T) {
 	if err != nil || got.Quota.Status != capacity.QuotaDeletedStatus {
 		t.Fatalf("delete = %+v, %v", got.Quota, err)
 	}
-	// Deleting again: not found.
-	if _, err := e.app().DeleteQuota(context.Background(), admin, w.Quota.ID, ""); err == nil {
-		t.Fatal("deleting a deleted quota succeeded")
+	// Deleting again succeeds and changes nothing: what is gone is
+	// unsubscribed already. An id no quota ever had is still not found.
+	again, err := e.app().DeleteQuota(context.Background(), admin, w.Quota.ID, "")
+	if err != nil || again.Quota.Status != capacity.QuotaDeletedStatus || again.Quota.Version != got.Quota.Version {
+		t.Fatalf("deleting a deleted quota = %+v, %v", again.Quota, err)
+	}
+	if _, err := e.app().DeleteQuota(context.Background(), admin, "q-never-made", ""); !errors.Is(err, capacity.ErrNotFound) {
+		t.Fatalf("deleting an unknown quota: %v", err)
 	}
 }
 

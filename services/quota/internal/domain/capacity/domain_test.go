@@ -203,8 +203,11 @@ func TestUpdateAndUnsubscribe(t *testing.T) {
 		t.Fatalf("last event = %T", events[4].Data)
 	}
 	gone := root.Apply(Event{Version: 2, Data: QuotaDeleted{}})
-	if _, err := Unsubscribe(UnsubscribeState{Quota: gone}); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("unsubscribe a deleted quota: %v", err)
+	if events, err := Unsubscribe(UnsubscribeState{Quota: gone}); err != nil || len(events) != 0 {
+		t.Fatalf("unsubscribe a deleted quota: %v, %v", events, err)
+	}
+	if _, err := Unsubscribe(UnsubscribeState{Quota: Quota{}}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unsubscribe a quota never created: %v", err)
 	}
 	leaving := root.Apply(Event{Version: 2, Data: QuotaUnsubscribed{}})
 	if events, err := Unsubscribe(UnsubscribeState{Quota: leaving}); err != nil || len(events) != 0 {

@@ -143,12 +143,14 @@ type UnsubscribeState struct {
 // deleted at once. Unsubscribing again records nothing.
 func Unsubscribe(st UnsubscribeState) ([]Event, error) {
 	q := st.Quota
-	if !q.Exists() || q.Status == QuotaDeletedStatus {
+	if !q.Exists() {
 		return nil, NotFound("quota", q.ID)
 	}
-	// Already under way, and the process manager finishes it: recording
-	// nothing makes the call safe to repeat.
-	if q.Status == QuotaUnsubscribing {
+	// Already under way, and the process manager finishes it, or already
+	// done: recording nothing makes the call safe to repeat. An
+	// unsubscription of what is already gone succeeds (docs/api/quota.md,
+	// "Production and unsubscription").
+	if q.Status == QuotaUnsubscribing || q.Status == QuotaDeletedStatus {
 		return nil, nil
 	}
 	ev := func(agg string, d any) Event { return Event{Aggregate: agg, TenantID: q.TenantID, At: st.Now, Data: d} }
