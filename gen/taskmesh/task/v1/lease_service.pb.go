@@ -625,6 +625,12 @@ type CompleteTaskRequest struct {
 	// retry (TaskPreempted, TaskRequeued); error says why, and exit_code,
 	// stdout, stderr, result_object and artifacts are ignored.
 	PreemptedBy string `protobuf:"bytes,10,opt,name=preempted_by,json=preemptedBy,proto3" json:"preempted_by,omitempty"`
+	// Set when someone on the agent's machine cancelled the attempt (the
+	// agent-local API's cancel): the task ends cancelled (TaskCanceled),
+	// as a cancel through the task API would end it, without a retry;
+	// error says why, and exit_code, stdout, stderr, result_object and
+	// artifacts are ignored. Not with preempted_by.
+	Cancelled bool `protobuf:"varint,11,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	// Output files uploaded after the attempt (CreateArtifactUpload), at
 	// most 100.
 	Artifacts     []*Artifact `protobuf:"bytes,20,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
@@ -730,6 +736,13 @@ func (x *CompleteTaskRequest) GetPreemptedBy() string {
 		return x.PreemptedBy
 	}
 	return ""
+}
+
+func (x *CompleteTaskRequest) GetCancelled() bool {
+	if x != nil {
+		return x.Cancelled
+	}
+	return false
 }
 
 func (x *CompleteTaskRequest) GetArtifacts() []*Artifact {
@@ -1338,7 +1351,7 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\n" +
 	"attempt_id\x18\x03 \x01(\tR\tattemptId\x12\x1a\n" +
 	"\bprogress\x18\x04 \x01(\x05R\bprogress\x12F\n" +
-	"\x11last_heartbeat_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\"\xfc\x03\n" +
+	"\x11last_heartbeat_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\"\x9a\x04\n" +
 	"\x13CompleteTaskRequest\x12#\n" +
 	"\atask_id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x06taskId\x12%\n" +
@@ -1354,7 +1367,8 @@ const file_taskmesh_task_v1_lease_service_proto_rawDesc = "" +
 	"\rresult_object\x18\b \x01(\v2\x1e.taskmesh.task.v1.ResultObjectR\fresultObject\x125\n" +
 	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12+\n" +
 	"\fpreempted_by\x18\n" +
-	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vpreemptedBy\x12B\n" +
+	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vpreemptedBy\x12\x1c\n" +
+	"\tcancelled\x18\v \x01(\bR\tcancelled\x12B\n" +
 	"\tartifacts\x18\x14 \x03(\v2\x1a.taskmesh.task.v1.ArtifactB\b\xbaH\x05\x92\x01\x02\x10dR\tartifacts\"u\n" +
 	"\fResultObject\x12\x1c\n" +
 	"\x03key\x18\x01 \x01(\tB\n" +

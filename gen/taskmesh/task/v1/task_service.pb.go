@@ -379,10 +379,12 @@ type UpdateTaskRequest struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The fields to change; absent or empty fields keep their value.
 	Spec *TaskSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	// Lists and maps of the spec that take its value even when it is empty,
-	// which clears them: args, env, depends_on, distribution.labels,
-	// artifacts, resources. Another path is INVALID_ARGUMENT. The REST
-	// facade names every one of them the body gives as [] or {}.
+	// Fields of the spec that take its value even when it is empty: the
+	// lists and maps args, env, depends_on, distribution.labels, artifacts
+	// and resources, which it clears, and the strings name, command,
+	// workdir and webhook (an empty name or command is INVALID_ARGUMENT, as
+	// on create). Another path is INVALID_ARGUMENT. The REST facade names
+	// every one of them the body gives as [], {} or "".
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -152,6 +152,12 @@ func (a *Agent) deliver(ctx context.Context, attemptID string) error {
 	if lost != nil {
 		req.ExitCode, req.Error = -1, truncateUTF8(lost.Error(), 4096)
 	}
+	if t.StopReason == reasonLocalCancel && lost == nil {
+		// Someone on this machine cancelled it: the task ends cancelled on
+		// the server too, instead of being retried as a failure.
+		req.Cancelled = true
+		req.Error = "through the agent-local API of agent " + a.cfg.AgentID
+	}
 	if t.ResultKey != "" {
 		req.ResultObject = &taskv1.ResultObject{Key: t.ResultKey, SizeBytes: t.ResultSize, Sha256: t.ResultSHA256}
 	}

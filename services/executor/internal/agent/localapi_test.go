@@ -68,6 +68,12 @@ func TestLocalAPI(t *testing.T) {
 	if done["stdout"] != "hi\n" || done["exit_code"] != float64(0) || done["started_at"] == nil || done["ended_at"] == nil {
 		t.Errorf("completed task = %v", done)
 	}
+	// Taken by this agent when it left the queue: an agent and an attempt
+	// come with the time it was assigned.
+	if done["assigned_agent_id"] != h.agent.cfg.AgentID || done["attempt_id"] == "" || done["assigned_at"] == nil ||
+		done["assigned_at"].(string) > done["started_at"].(string) {
+		t.Errorf("completed task's assignment = %v", done)
+	}
 
 	_, long := api.do("POST", "/api/v1/tasks", `{"name":"long","command":"sleep","args":["30"]}`)
 	longID := long["id"].(string)
@@ -179,8 +185,10 @@ func TestLocalAPICancelsServerTask(t *testing.T) {
 	if code, _ := api.do("POST", "/api/v1/tasks/"+id+"/cancel", "{}"); code != 200 {
 		t.Fatalf("cancel = %d", code)
 	}
+	// The server is told the attempt was cancelled, not that it failed,
+	// so the task ends cancelled there instead of being retried.
 	c := h.fake.WaitComplete(t, id, 10*time.Second)
-	if c.GetError() != "cancelled through the agent-local API" || c.GetExitCode() != 143 {
+	if !c.GetCancelled() || c.GetError() != "through the agent-local API of agent "+h.agent.cfg.AgentID {
 		t.Errorf("completion = %v", c)
 	}
 }

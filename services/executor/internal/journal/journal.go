@@ -662,11 +662,12 @@ func (j *Journal) exec(ctx context.Context, what, q string, args ...any) (bool, 
 
 // MarkRunning records that the attempt is about to start (before StartTask
 // is sent): a restart that finds it running without a process knows the
-// process was lost.
+// process was lost. A local task was assigned to this agent when it left
+// the queue, now, as a server task was when it was claimed.
 func (j *Journal) MarkRunning(ctx context.Context, attemptID string, at time.Time) (bool, error) {
 	return j.exec(ctx, "mark running "+attemptID, `UPDATE local_tasks
-SET status = '`+StatusRunning+`', started_at = COALESCE(started_at, ?)
-WHERE attempt_id = ? AND status IN (`+activeIn+`)`, fmtTime(at), attemptID)
+SET status = '`+StatusRunning+`', started_at = COALESCE(started_at, ?), assigned_at = COALESCE(assigned_at, ?)
+WHERE attempt_id = ? AND status IN (`+activeIn+`)`, fmtTime(at), fmtTime(at), attemptID)
 }
 
 // SetServerStarted records that StartTask was acknowledged, with the

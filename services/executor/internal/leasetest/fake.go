@@ -425,7 +425,10 @@ func (f *Fake) CompleteTask(ctx context.Context, req *taskv1.CompleteTaskRequest
 		return nil, rpcerr.New(rpcerr.InvalidArgument, "inline output over 64 KiB")
 	}
 	t.status = "failed"
-	if req.GetExitCode() == 0 && req.GetError() == "" {
+	switch {
+	case req.GetCancelled():
+		t.status = "cancelled"
+	case req.GetExitCode() == 0 && req.GetError() == "":
 		t.status = "completed"
 	}
 	t.complete = proto.Clone(req).(*taskv1.CompleteTaskRequest)

@@ -574,6 +574,11 @@ type Marshaler struct {
 	// *integer* (the video API). The body is read whole before it is
 	// decoded; the route's size cap still bounds it.
 	StrictIntegers bool
+	// StrictInt32 is StrictIntegers for 32-bit fields only: an API whose
+	// answers write 64-bit integers as strings, as protobuf JSON does,
+	// takes them back in that form (the task API's size_bytes), while
+	// its counts, seconds and priorities are numbers.
+	StrictInt32 bool
 }
 
 // Marshal writes v: a proto message as Options.Marshal does, anything

@@ -27,9 +27,9 @@ import (
 //
 // With StrictIntegers, a string in an integer field is refused first,
 // named by its path in the body: `parameters.seed: must be an integer,
-// not the string "10"`.
+// not the string "10"`; with StrictInt32, a string in a 32-bit one.
 func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
-	if !m.StrictIntegers {
+	if !m.StrictIntegers && !m.StrictInt32 {
 		return m.newDecoder(r)
 	}
 	var inner runtime.Decoder
@@ -40,7 +40,7 @@ func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 				return err
 			}
 			if desc := descriptorOf(v); desc != nil {
-				if path, value, found := stringInteger(body, desc); found {
+				if path, value, found := stringInteger(body, desc, m.StrictIntegers); found {
 					return &decodeError{msg: fmt.Sprintf("%s: must be an integer, not the string %s", path, strconv.Quote(value)),
 						err: errStringInteger}
 				}

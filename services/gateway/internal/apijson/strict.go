@@ -20,10 +20,13 @@ var errStringInteger = errors.New("a string in an integer field")
 // returns the value's path as the body spells it ("parameters.seed",
 // `env["A"]`, "ids[2]") and the string as sent. Malformed JSON and values
 // of any other wrong type find nothing here: protojson reports them.
-func stringInteger(body []byte, desc protoreflect.MessageDescriptor) (path, value string, found bool) {
+// Without wide, 64-bit fields are left to protojson: protobuf JSON writes
+// them as strings, so a client may send back what it read
+// (Marshaler.StrictInt32).
+func stringInteger(body []byte, desc protoreflect.MessageDescriptor, wide bool) (path, value string, found bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	s := integerScan{dec: dec}
+	s := integerScan{dec: dec, wide: wide}
 	tok, err := dec.Token()
 	if err != nil || tok != json.Delim('{') {
 		return "", "", false
@@ -36,6 +39,7 @@ func stringInteger(body []byte, desc protoreflect.MessageDescriptor) (path, valu
 // It stops at the first finding or syntax error (stopped).
 type integerScan struct {
 	dec          *json.Decoder
+	wide         bool // 64-bit fields are checked too
 	path, value  string
 	found, ended bool
 }
@@ -116,10 +120,14 @@ func (s *integerScan) single(fd protoreflect.FieldDescriptor, path string, tok j
 	}
 	switch fd.Kind() {
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
-		protoreflect.Uint32Kind, protoreflect.Fixed32Kind,
-		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
-		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
 		if str, ok := tok.(string); ok {
+			s.path, s.value, s.found = path, str, true
+			return
+		}
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		if str, ok := tok.(string); ok && s.wide {
 			s.path, s.value, s.found = path, str, true
 			return
 		}

@@ -74,6 +74,42 @@ func TestStrictIntegersRefuseNumbersSentAsStrings(t *testing.T) {
 	}
 }
 
+// With StrictInt32 a number sent as a string is refused in a 32-bit
+// field, and a 64-bit field takes the string form protobuf JSON writes it
+// in, so what a client read it may send back.
+func TestStrictInt32LeavesWideIntegersTheirStringForm(t *testing.T) {
+	strict := &Marshaler{JSONPb: runtime.JSONPb{UnmarshalOptions: protojson.UnmarshalOptions{}}, StrictInt32: true}
+	for body, want := range map[string]string{
+		`{"name": "t", "timeout": "60"}`:                        `timeout: must be an integer, not the string "60"`,
+		`{"priority": 3, "max_retries": "2"}`:                   `max_retries: must be an integer, not the string "2"`,
+		`{"agent_id": "a", "progress": "50"}`:                   "",
+		`{"task_id": "t", "attempt_id": "a", "exit_code": "0"}`: "",
+	} {
+		var msg proto.Message = &taskv1.TaskSpec{}
+		switch {
+		case strings.Contains(body, "progress"):
+			msg = &taskv1.ReportTaskProgressRequest{}
+			want = `progress: must be an integer, not the string "50"`
+		case strings.Contains(body, "exit_code"):
+			msg = &taskv1.CompleteTaskRequest{}
+			want = `exit_code: must be an integer, not the string "0"`
+		}
+		err := strict.NewDecoder(strings.NewReader(body)).Decode(msg)
+		if err == nil || err.Error() != want || !errors.Is(err, errStringInteger) {
+			t.Errorf("%s: %v, want %q", body, err, want)
+		}
+	}
+	var wide quotav1.WorkloadQueued
+	if err := strict.NewDecoder(strings.NewReader(`{"requests": {"cpu": "1000", "nvidia.com/gpu": 1}}`)).Decode(&wide); err != nil ||
+		wide.GetRequests()["cpu"] != 1000 {
+		t.Errorf("a 64-bit value as a string: %v, %v", err, wide.GetRequests())
+	}
+	var obj taskv1.ResultObject
+	if err := strict.NewDecoder(strings.NewReader(`{"key": "k", "size_bytes": "9"}`)).Decode(&obj); err != nil || obj.GetSizeBytes() != 9 {
+		t.Errorf("size_bytes as a string: %v, %d", err, obj.GetSizeBytes())
+	}
+}
+
 // Decoding errors begin with what is wrong: protojson's "proto:" prefix,
 // its non-breaking space and the position of a wrong value are taken off;
 // a syntax error keeps its position.

@@ -28,12 +28,14 @@ import (
 // clients see "exit_code": null rather than a missing key (protojson
 // leaves an unset proto3 optional field out; NullOptional writes it as
 // null). Unknown request fields are errors, so a misspelt field is
-// reported instead of silently ignored. Answers are written by package
+// reported instead of silently ignored, and a number sent as a string
+// to a 32-bit integer field ("priority": "3") is refused: the task
+// queue's design types those fields int. Answers are written by package
 // apijson, protojson's output at a fraction of its cost.
 var marshaler = &apijson.Marshaler{JSONPb: runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-}, NullOptional: true}
+}, NullOptional: true, StrictInt32: true}
 
 // newAPIMux returns the generated REST mux for the lease, task-group and
 // template services, the quota service's routes when quota is set, and

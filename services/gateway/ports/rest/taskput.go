@@ -99,10 +99,14 @@ var clearableKeys = map[string]string{
 	"artifacts": "artifacts", "resources": "resources",
 }
 
-// clearedLists names, in r's update_mask query parameter, the lists and
-// maps the task update body gives as [] or {}: protobuf carries an empty
-// list like one left out, which keeps the task's, so the mask says which
-// ones the client emptied on purpose. Paths the client put in the query
+// clearableStrings are the TaskSpec strings an update takes as given when
+// its body gives them as "" (docs/api/tasks.md, UpdateTask).
+var clearableStrings = []string{"name", "command", "workdir", "webhook"}
+
+// clearedLists names, in r's update_mask query parameter, the lists,
+// maps and strings the task update body gives as [], {} or "": protobuf
+// carries an empty value like one left out, which keeps the task's, so the
+// mask says which ones the client emptied on purpose. Paths the client put in the query
 // itself are kept. A body that is not a JSON object changes nothing here.
 func clearedLists(r *http.Request, body []byte) {
 	var m map[string]json.RawMessage
@@ -113,6 +117,9 @@ func clearedLists(r *http.Request, body []byte) {
 	for k, v := range m {
 		if p, ok := clearableKeys[k]; ok && emptyJSON(v) {
 			paths = append(paths, p)
+		}
+		if slices.Contains(clearableStrings, k) && string(bytes.TrimSpace(v)) == `""` {
+			paths = append(paths, k)
 		}
 	}
 	if d, ok := m["distribution"]; ok {

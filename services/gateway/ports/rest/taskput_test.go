@@ -42,13 +42,16 @@ func TestTaskUpdateLeavesOutWhatOnlyTheServerSets(t *testing.T) {
 	}
 }
 
-// A task update's lists and maps given as [] or {} are named in
-// update_mask, beside what the client put there; nothing else is.
+// A task update's lists and maps given as [] or {}, and its clearable
+// strings given as "", are named in update_mask, beside what the client
+// put there; nothing else is.
 func TestTaskUpdateNamesTheListsItEmpties(t *testing.T) {
 	for _, tt := range []struct{ query, body, want string }{
 		{"", `{"args": [], "env": {}, "dependsOn": [], "artifacts": [], "resources": {}, "distribution": {"labels": []}}`,
 			"args,artifacts,depends_on,distribution.labels,env,resources"},
-		{"", `{"depends_on": [], "args": ["a"], "env": {"A": "1"}, "priority": 2, "name": "", "webhook": {}}`, "depends_on"},
+		{"", `{"depends_on": [], "args": ["a"], "env": {"A": "1"}, "priority": 2, "name": "x", "webhook": {}}`, "depends_on"},
+		{"", `{"name": "", "command": "", "workdir": "", "webhook": "", "machine_id": "", "type": ""}`, "command,name,webhook,workdir"},
+		{"", `{"workdir": "/tmp", "webhook": null}`, ""},
 		{"update_mask=env", `{"artifacts": []}`, "artifacts,env"},
 		{"update_mask=env", `{"priority": 2}`, "env"},
 		{"", `{"args": null, "distribution": {"mode": "single"}}`, ""},

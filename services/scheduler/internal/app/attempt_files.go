@@ -38,7 +38,7 @@ func (a *App) currentAttempt(ctx context.Context, c Caller, id, agentID, attempt
 		return domain.Task{}, err
 	}
 	if t.AttemptID != attemptID || t.AgentID != agentID {
-		return domain.Task{}, fmt.Errorf("%w: %s is not the current attempt", domain.ErrAttemptMismatch, attemptID)
+		return domain.Task{}, domain.ErrAttemptMismatch
 	}
 	if a.objects == nil {
 		return domain.Task{}, &domain.InvalidError{Field: "object_store", Reason: "no object store is configured"}

@@ -34,6 +34,10 @@ type Completion struct {
 	// "slurm"); it ends preempted and the task is requeued without using a
 	// retry. Its output, result object and artifacts are not kept.
 	PreemptedBy string
+	// Cancelled: someone on the agent's machine cancelled the attempt; the
+	// task ends cancelled. Its output, result object and artifacts are
+	// not kept.
+	Cancelled bool
 	// Artifacts the attempt uploaded (CreateArtifactUpload).
 	Artifacts []ReportedArtifact
 }
@@ -46,8 +50,9 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 	if err := c.checkAgent(r.AgentID); err != nil {
 		return domain.Task{}, err
 	}
-	if r.PreemptedBy != "" {
-		// The attempt's output is not the task's: another attempt runs it.
+	if r.PreemptedBy != "" || r.Cancelled {
+		// The attempt's output is not the task's result: another attempt
+		// runs it, or the task ends cancelled, without one.
 		r.Stdout, r.Stderr, r.Object, r.Artifacts = "", "", nil, nil
 	}
 	if r.Object == nil && (len(r.Stdout) >= domain.InlineResultLimit || len(r.Stderr) >= domain.InlineResultLimit) {
@@ -80,7 +85,7 @@ func (a *App) CompleteTask(ctx context.Context, c Caller, id string, r Completio
 	}
 	return a.mutate(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		recs, _, err := t.Complete(now, r.AgentID, r.AttemptID, domain.Outcome{ExitCode: r.ExitCode, Error: r.Error,
-			Result: result, EndedAt: r.EndedAt, PreemptedBy: r.PreemptedBy})
+			Result: result, EndedAt: r.EndedAt, PreemptedBy: r.PreemptedBy, Cancelled: r.Cancelled})
 		return recs, err
 	})
 }
@@ -175,7 +180,7 @@ func (a *App) CreateResultUpload(ctx context.Context, c Caller, id, agentID, att
 		return Upload{}, err
 	}
 	if t.AttemptID != attemptID || t.AgentID != agentID {
-		return Upload{}, fmt.Errorf("%w: %s is not the current attempt", domain.ErrAttemptMismatch, attemptID)
+		return Upload{}, domain.ErrAttemptMismatch
 	}
 	if !t.Status.Leased() {
 		return Upload{}, fmt.Errorf("%w: the task is %s", domain.ErrImmutable, t.Status)

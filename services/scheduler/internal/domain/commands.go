@@ -137,7 +137,7 @@ func (t Task) checkAttempt(agentID, attemptID string) error {
 	// check, so a stale attempt always learns that it lost the task rather
 	// than a state it must not act on.
 	if attemptID == "" || attemptID != t.AttemptID || (agentID != "" && agentID != t.AgentID) {
-		return fmt.Errorf("%w: %s is not the current attempt", ErrAttemptMismatch, attemptID)
+		return ErrAttemptMismatch
 	}
 	return nil
 }
@@ -274,6 +274,11 @@ type Outcome struct {
 	// preempted, not failed, and the task is requeued without using a
 	// retry. Error says why; the exit code and result are ignored.
 	PreemptedBy string
+	// Cancelled: someone on the agent's machine cancelled the attempt
+	// (the agent-local API). The task ends cancelled, as CancelTask ends
+	// it: no retry, its dependents cancelled. Error says why; the exit
+	// code and result are ignored.
+	Cancelled bool
 }
 
 // Complete records the attempt's outcome: completed on exit code 0 without
@@ -292,6 +297,15 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 	// A preempted attempt is requeued in the same command, so it is a past
 	// attempt by the time a repeat of its report arrives.
 	if p, ok := t.pastAttempt(attemptID); ok && o.PreemptedBy != "" && p.Preempted && (agentID == "" || agentID == p.AgentID) {
+		return nil, true, nil
+	}
+	if o.Cancelled && o.PreemptedBy != "" {
+		return nil, false, invalid("cancelled", "an attempt ends cancelled or preempted, not both")
+	}
+	// A cancelled attempt keeps its id on the task (Canceled), so its
+	// repeated report is recognised here.
+	if o.Cancelled && t.Status == StatusCancelled && attemptID != "" && attemptID == t.AttemptID &&
+		(agentID == "" || agentID == t.AgentID) {
 		return nil, true, nil
 	}
 	if err := t.checkAttempt(agentID, attemptID); err != nil {
@@ -317,6 +331,13 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 	}
 	if o.PreemptedBy != "" {
 		return t.preemptedOutside(now, agentID, o), false, nil
+	}
+	if o.Cancelled {
+		reason := o.Error
+		if reason == "" {
+			reason = "cancelled on agent " + agentID
+		}
+		return recordOf(now, AgentActor(agentID), Canceled{Reason: reason, AttemptID: attemptID}), false, nil
 	}
 	if o.ExitCode == 0 && o.Error == "" {
 		return recordOf(now, AgentActor(agentID), Succeeded{AttemptID: attemptID, MachineID: t.AssignedMachine, ExitCode: 0, Result: o.Result, EndedAt: o.EndedAt}), false, nil

@@ -276,6 +276,18 @@ func TestFailureRetriesThenFails(t *testing.T) {
 	if task.Status != StatusPending || task.RetryCount != 1 || !task.RetryAt.Equal(now.Add(10*time.Second)) || task.Claimable(now) {
 		t.Fatalf("after first failure = %+v", task)
 	}
+	// Pending reads as pending: nothing of the failed attempt shows.
+	wantNoAttempt := func(what string, task Task) {
+		t.Helper()
+		if task.AttemptID != "" || task.AgentID != "" || !task.AssignedAt.IsZero() || !task.StartedAt.IsZero() ||
+			!task.EndedAt.IsZero() || !task.LeaseExpiresAt.IsZero() || task.ExitCode != nil || task.Error != "" || task.Result != nil {
+			t.Fatalf("%s: pending with an attempt's fields: %+v", what, task)
+		}
+	}
+	wantNoAttempt("a retry scheduled", task)
+	if _, err := task.Renew(now, "agent-1", "att-1", 0); !errors.Is(err, ErrAttemptMismatch) {
+		t.Fatalf("renew by the failed attempt: %v", err)
+	}
 	if _, err := task.Lease(now, "att-2", "agent-1", "m", ""); !errors.Is(err, ErrImmutable) {
 		t.Fatalf("leased before retry_delay: %v", err)
 	}
@@ -298,6 +310,7 @@ func TestFailureRetriesThenFails(t *testing.T) {
 	if task = run(t, task, recs, err); task.Status != StatusPending || !task.Claimable(later) {
 		t.Fatalf("manual retry = %+v", task)
 	}
+	wantNoAttempt("a manual retry", task)
 }
 
 func TestLeaseExpiryRequeuesOrFails(t *testing.T) {
@@ -576,5 +589,39 @@ func TestStatuses(t *testing.T) {
 	}
 	if len(seen) != 8 || !slices.Equal(final, []Status{StatusCompleted, StatusFailed, StatusCancelled}) {
 		t.Errorf("statuses %v, final %v", Statuses(), final)
+	}
+}
+
+// An attempt cancelled on its agent's machine ends the task cancelled, as
+// CancelTask does: no retry is used although retries remain, its output
+// is not the task's, and its repeated report is answered as a repeat.
+func TestAttemptCancelledOnItsAgentCancelsTheTask(t *testing.T) {
+	task := leased(t, func(in *SpecInput) { in.MaxRetries = ptr(3) })
+	recs, err := task.Start(t0.Add(2*time.Second), "agent-1", "att-1")
+	task = run(t, task, recs, err)
+	now := t0.Add(5 * time.Second)
+	if _, _, err := task.Complete(now, "agent-1", "att-1", Outcome{Cancelled: true, PreemptedBy: "slurm"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("cancelled and preempted at once: %v", err)
+	}
+	if _, _, err := task.Complete(now, "agent-1", "att-0", Outcome{Cancelled: true}); !errors.Is(err, ErrAttemptMismatch) {
+		t.Fatalf("another attempt cancelling: %v", err)
+	}
+	recs, repeat, err := task.Complete(now, "agent-1", "att-1", Outcome{Cancelled: true, ExitCode: 143,
+		Error: "through the agent-local API", Result: &Result{StorageType: "db", Stdout: "partial"}})
+	if c, ok := recs[0].Event.(Canceled); repeat || len(recs) != 1 || !ok || c.AttemptID != "att-1" || recs[0].Actor != AgentActor("agent-1") {
+		t.Fatalf("records = %+v, %v", recs, repeat)
+	}
+	task = run(t, task, recs, err)
+	if task.Status != StatusCancelled || task.RetryCount != 0 || task.Error != "cancelled: through the agent-local API" || task.Result != nil {
+		t.Fatalf("after the cancel on the agent = %+v", task)
+	}
+	if stop, why := task.MustStop("att-1"); !stop || why != "cancelled" {
+		t.Fatalf("MustStop = %v %q", stop, why)
+	}
+	if recs, repeat, err := task.Complete(now.Add(time.Second), "agent-1", "att-1", Outcome{Cancelled: true}); !repeat || err != nil || len(recs) != 0 {
+		t.Fatalf("the report repeated = %v %v %v", recs, repeat, err)
+	}
+	if _, _, err := task.Complete(now.Add(time.Second), "agent-1", "att-1", Outcome{ExitCode: 0}); !errors.Is(err, ErrImmutable) {
+		t.Fatalf("a completion after the cancel: %v", err)
 	}
 }

@@ -203,11 +203,16 @@ func apply(t *Task, r Record) bool {
 		t.LeaseExpiresAt = time.Time{}
 		t.FinishedAttemptID, t.FinishedStatus, t.FinishedAt = e.AttemptID, StatusFailed, e.EndedAt
 	case RetryScheduled:
-		// The failed attempt's exit code and error stay readable while the
-		// retry waits; the next lease clears them. Its quota was given back
-		// when it failed, so the retry waits for admission again.
+		// A pending task reads the same however it got there (a new task,
+		// a lease that expired, a retry): no attempt, no times of one, no
+		// exit code or error (docs/api/tasks.md, "Task lifecycle"). The failed
+		// attempt is remembered (its repeated CompleteTask is answered by
+		// FinishedAttemptID) and its exit code and error stay in its
+		// TaskFailed event. Its quota was given back when it failed, so
+		// the retry waits for admission again.
+		t.rememberAttempt(false)
+		t.clearAttempt()
 		t.Status, t.RetryCount, t.RetryAt = StatusPending, e.RetryCount, e.RetryAt
-		t.AgentID, t.AssignedMachine, t.LeaseExpiresAt = "", "", time.Time{}
 		t.queueForAdmission()
 	case LeaseExpired:
 		// A lost lease counts against max_retries like a failed attempt

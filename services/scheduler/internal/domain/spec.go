@@ -43,6 +43,9 @@ type SpecInput struct {
 	Artifacts []string
 	// Webhook is an http(s) URL to notify when the task ends.
 	Webhook string
+	// emptied are the strings an update gives as "" on purpose (Clear):
+	// they replace the task's instead of keeping it.
+	emptied map[string]bool
 }
 
 // WithParent is s with its parent task among the tasks it depends on: the
@@ -371,11 +374,14 @@ func defaultRenewInterval(leaseTTL int) int {
 	return max(1, min(DefaultRenewInterval, leaseTTL/5))
 }
 
-// ClearablePaths are the spec's lists and maps an update may clear, by
-// their names in an update mask (docs/api/tasks.md, UpdateTask). Protobuf
-// cannot tell an empty list or map from one left out, so an update names
-// the ones it gives empty on purpose.
-var ClearablePaths = []string{"args", "env", "depends_on", "distribution.labels", "artifacts", "resources"}
+// ClearablePaths are the spec's lists, maps and strings an update may
+// give empty, by their names in an update mask (docs/api/tasks.md,
+// UpdateTask). Protobuf cannot tell an empty value from one left out, so
+// an update names the ones it gives empty on purpose. An emptied string is
+// then checked as a submission's is: "" clears workdir and webhook, and is
+// refused for name and command, which every task has.
+var ClearablePaths = []string{"args", "env", "depends_on", "distribution.labels", "artifacts", "resources",
+	"name", "command", "workdir", "webhook"}
 
 // Clear marks the lists and maps named by paths (ClearablePaths) as given:
 // one in leaves empty then replaces the task's instead of keeping it, which
@@ -402,6 +408,11 @@ func (in *SpecInput) Clear(paths []string) error {
 	}
 	for _, p := range paths {
 		switch p {
+		case "name", "command", "workdir", "webhook":
+			if in.emptied == nil {
+				in.emptied = map[string]bool{}
+			}
+			in.emptied[p] = true
 		case "args":
 			in.Args = given(in.Args)
 		case "env":
@@ -471,6 +482,13 @@ func mergeSpec(s Spec, in SpecInput) SpecInput {
 		}
 		return cur
 	}
+	// cleared is str for a field an update may give empty on purpose.
+	cleared := func(path, v, cur string) string {
+		if in.emptied[path] {
+			return v
+		}
+		return str(v, cur)
+	}
 	num := func(v *int, cur int) *int {
 		if v != nil {
 			return v
@@ -484,8 +502,8 @@ func mergeSpec(s Spec, in SpecInput) SpecInput {
 		return cur
 	}
 	out := SpecInput{
-		Name: str(in.Name, s.Name), Type: str(in.Type, s.Type), Command: str(in.Command, s.Command),
-		Workdir: str(in.Workdir, s.Workdir), Args: list(in.Args, s.Args), Env: in.Env,
+		Name: cleared("name", in.Name, s.Name), Type: str(in.Type, s.Type), Command: cleared("command", in.Command, s.Command),
+		Workdir: cleared("workdir", in.Workdir, s.Workdir), Args: list(in.Args, s.Args), Env: in.Env,
 		Timeout: num(in.Timeout, s.Timeout), Priority: num(in.Priority, s.Priority),
 		RetryDelay: num(in.RetryDelay, s.RetryDelay), MaxRetries: num(in.MaxRetries, s.MaxRetries),
 		MachineID: str(in.MachineID, s.MachineID), GroupID: str(in.GroupID, s.GroupID), ParentID: str(in.ParentID, s.ParentID),
@@ -493,7 +511,7 @@ func mergeSpec(s Spec, in SpecInput) SpecInput {
 		Labels: list(in.Labels, s.Labels), ScatterCount: s.ScatterCount,
 		LeaseTTL: num(in.LeaseTTL, s.LeaseTTL), RenewInterval: num(in.RenewInterval, s.RenewInterval),
 		HeartbeatInterval: num(in.HeartbeatInterval, s.HeartbeatInterval), GracePeriod: num(in.GracePeriod, s.GracePeriod),
-		Resources: in.Resources, Quota: str(in.Quota, s.Quota), Video: in.Video, Webhook: str(in.Webhook, s.Webhook),
+		Resources: in.Resources, Quota: str(in.Quota, s.Quota), Video: in.Video, Webhook: cleared("webhook", in.Webhook, s.Webhook),
 		Checkpoint: in.Checkpoint, Artifacts: list(in.Artifacts, s.Artifacts),
 	}
 	if in.Resources == nil {

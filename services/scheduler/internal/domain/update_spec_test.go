@@ -109,7 +109,7 @@ func TestUpdatedSpecClearsTheListsItNames(t *testing.T) {
 		t.Fatalf("an update naming nothing: %+v, %v", kept, err)
 	}
 	in := SpecInput{Env: map[string]string{"B": "2"}}
-	if err := in.Clear(ClearablePaths); err != nil {
+	if err := in.Clear([]string{"args", "env", "depends_on", "distribution.labels", "artifacts", "resources"}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := UpdatedSpec(cur, in)
@@ -125,6 +125,24 @@ func TestUpdatedSpecClearsTheListsItNames(t *testing.T) {
 	_ = in.Clear([]string{"args"})
 	if got, err := UpdatedSpec(cur, in); err != nil || got.Command != "python" || !slices.Equal(got.Args, []string{"train.py", "--epochs", "3"}) {
 		t.Errorf("a new command line, args cleared: %q %q, %v", got.Command, got.Args, err)
+	}
+	// Strings: an emptied workdir or webhook is cleared; an emptied name
+	// or command is refused as on create; one given empty unnamed keeps
+	// its value.
+	cur.Workdir, cur.Webhook = "/work", "https://hooks.example.com/t"
+	in = SpecInput{}
+	_ = in.Clear([]string{"workdir", "webhook"})
+	if got, err := UpdatedSpec(cur, in); err != nil || got.Workdir != "" || got.Webhook != "" || got.Name != cur.Name {
+		t.Errorf("workdir and webhook emptied: %q %q %q, %v", got.Workdir, got.Webhook, got.Name, err)
+	}
+	if got, err := UpdatedSpec(cur, SpecInput{}); err != nil || got.Workdir != "/work" || got.Webhook != cur.Webhook {
+		t.Errorf("nothing named: %q %q, %v", got.Workdir, got.Webhook, err)
+	}
+	for _, field := range []string{"name", "command"} {
+		in = SpecInput{}
+		_ = in.Clear([]string{field})
+		_, err := UpdatedSpec(cur, in)
+		wantInvalidField(t, "an emptied "+field, err, field)
 	}
 	in = SpecInput{}
 	err = in.Clear([]string{"args", "priority"})

@@ -79,7 +79,7 @@ func (s *LeaseServer) CompleteTask(ctx context.Context, r *taskv1.CompleteTaskRe
 		return nil, err
 	}
 	in := app.Completion{AgentID: r.GetAgentId(), AttemptID: r.GetAttemptId(), ExitCode: int(r.GetExitCode()),
-		Stdout: r.GetStdout(), Stderr: r.GetStderr(), Error: r.GetError(), PreemptedBy: r.GetPreemptedBy()}
+		Stdout: r.GetStdout(), Stderr: r.GetStderr(), Error: r.GetError(), PreemptedBy: r.GetPreemptedBy(), Cancelled: r.GetCancelled()}
 	if r.EndedAt != nil {
 		in.EndedAt = r.GetEndedAt().AsTime()
 	}

@@ -43,6 +43,7 @@ func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
 		"bad env name":     map[string]any{"name": "x", "command": "true", "env": map[string]string{"1BAD": "x"}},
 		"malformed JSON":   `{"name": "x", "command": "true"`,
 		"wrong type":       map[string]any{"name": "x", "command": "true", "timeout": "soon"},
+		"number as string": map[string]any{"name": "x", "command": "true", "priority": "3"},
 		"unknown type":     map[string]any{"name": "x", "command": "true", "type": "docker"},
 		"bad distribution": map[string]any{"name": "x", "command": "true", "distribution": map[string]any{"mode": "everywhere"}},
 		"unknown dep":      map[string]any{"name": "x", "command": "true", "depends_on": []string{"no-such-task"}},

@@ -291,3 +291,36 @@ func localGet(t *testing.T, addr, path string) map[string]any {
 	}
 	return out
 }
+
+// A server task cancelled through its agent's local API ends cancelled
+// on the server as well: it is not retried as a failure, and its
+// dependents are cancelled as after a cancel through the task API.
+func TestServerTaskCancelledOnItsAgentEndsCancelled(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	local := freeLoopbackAddr(t)
+	w.startAgentSpec(agentSpec{AgentID: "agent-lc", Token: w.agentToken("agent-lc"), Slots: 2, LocalAPIAddr: local})
+	id := w.submit(key, map[string]any{"name": "long", "type": "shell", "command": "sleep", "args": []string{"60"},
+		"max_retries": 3, "retry_delay": 0, "grace_period_sec": 1})
+	dependent := w.submit(key, map[string]any{"name": "after", "type": "shell", "command": "true", "depends_on": []string{id}})
+	w.waitStatus(key, id, 30*time.Second, "running")
+	waitFor(t, 10*time.Second, "the agent-local API", func() bool { return localGet(t, local, "/api/v1/tasks/"+id) != nil })
+	resp, err := http.Post("http://"+local+"/api/v1/tasks/"+id+"/cancel", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("local cancel = %d", resp.StatusCode)
+	}
+	done := w.waitStatus(key, id, 20*time.Second, "cancelled", "pending", "failed")
+	if done["status"] != "cancelled" || done["retry_count"] != float64(0) || !strings.Contains(fmt.Sprint(done["error"]), "agent-local API") {
+		t.Fatalf("server task after the local cancel = %v", done)
+	}
+	w.waitStatus(key, dependent, 20*time.Second, "cancelled")
+	// It stays cancelled: nothing runs it again.
+	time.Sleep(2 * time.Second)
+	if st := w.task(key, id)["status"]; st != "cancelled" {
+		t.Fatalf("status two seconds later = %v", st)
+	}
+}

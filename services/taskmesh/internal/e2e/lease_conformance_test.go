@@ -42,6 +42,10 @@ func TestLeaseConformanceThroughREST(t *testing.T) {
 		if code != status || resp["code"] != float64(biz) || resp["data"] != nil {
 			t.Errorf("%s: %s = %d %v, want %d/%d", what, c.name, code, resp, status, biz)
 		}
+		// The design's example body, word for word.
+		if biz == 30001 && resp["message"] != "attempt mismatch" {
+			t.Errorf("%s: %s message = %q, want \"attempt mismatch\"", what, c.name, resp["message"])
+		}
 	}
 	if code, resp := send(calls[0], tok1, "lc-1", att1); code != 200 {
 		t.Fatalf("start: %d %v", code, resp)

@@ -29,6 +29,24 @@ func TestUpdateClearsTheListsItEmpties(t *testing.T) {
 		t.Fatalf("task after the refused update = %v", got)
 	}
 
+	// An empty name or command is refused as on create and changes
+	// nothing; an empty workdir clears it.
+	for _, body := range []string{`{"name": ""}`, `{"command": "", "priority": 2}`} {
+		code, resp, _ = w.call("PUT", "/api/v1/tasks/"+dependent, key, body)
+		if code != 400 || resp["code"] != float64(30005) {
+			t.Fatalf("PUT %s = %d %v, want 400/30005", body, code, resp)
+		}
+	}
+	if got := w.task(key, dependent); got["name"] != "dependent" || got["command"] != "printenv" || got["priority"] == float64(2) {
+		t.Fatalf("task after the refused updates = %v", got)
+	}
+	if code, resp, _ = w.call("PUT", "/api/v1/tasks/"+dependent, key, `{"workdir": "/tmp"}`); code != 200 || resp["workdir"] != "/tmp" {
+		t.Fatalf("PUT workdir /tmp = %d %v", code, resp)
+	}
+	if code, resp, _ = w.call("PUT", "/api/v1/tasks/"+dependent, key, `{"workdir": ""}`); code != 200 || resp["workdir"] != "" {
+		t.Fatalf("PUT an empty workdir = %d %v", code, resp)
+	}
+
 	// Left out or given, the lists stay; given empty, they are cleared.
 	code, updated, _ := w.call("PUT", "/api/v1/tasks/"+dependent, key, `{"priority": 4}`)
 	if code != 200 || len(updated["depends_on"].([]any)) != 1 || len(updated["args"].([]any)) != 1 {

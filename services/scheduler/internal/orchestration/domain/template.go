@@ -180,6 +180,14 @@ func checkTemplate(d Template) (Template, error) {
 	case len(t.Variables) > MaxVariables:
 		return t, invalid("variables", "has %d variables; at most %d", len(t.Variables), MaxVariables)
 	}
+	// A template left without a timeout or priority shows the task API's
+	// defaults, the values its tasks get, never 0, which is out of range.
+	if t.Timeout == 0 {
+		t.Timeout = task.DefaultTimeout
+	}
+	if t.Priority == 0 {
+		t.Priority = task.DefaultPriority
+	}
 	declared := map[string]bool{}
 	for i, v := range t.Variables {
 		if err := checkVar(i, v, declared); err != nil {

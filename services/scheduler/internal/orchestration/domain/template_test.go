@@ -233,3 +233,20 @@ func TestTemplateCarriesCheckpointAndArtifacts(t *testing.T) {
 		t.Fatalf("bad glob: %v", err)
 	}
 }
+
+// A template given no timeout or priority shows the defaults its tasks
+// get; given ones are kept.
+func TestTemplateShowsTheTaskDefaults(t *testing.T) {
+	tpl := created(t, Template{ID: "mini", Name: "mini", Command: "true"})
+	if tpl.Timeout != task.DefaultTimeout || tpl.Priority != task.DefaultPriority {
+		t.Errorf("timeout, priority = %d, %d; want %d, %d", tpl.Timeout, tpl.Priority, task.DefaultTimeout, task.DefaultPriority)
+	}
+	in, err := tpl.Render(nil)
+	if err != nil || *in.Timeout != task.DefaultTimeout || *in.Priority != task.DefaultPriority {
+		t.Errorf("rendered %+v, %v", in, err)
+	}
+	tpl = created(t, Template{ID: "set", Name: "set", Command: "true", Timeout: 60, Priority: 2})
+	if tpl.Timeout != 60 || tpl.Priority != 2 {
+		t.Errorf("given timeout, priority = %d, %d", tpl.Timeout, tpl.Priority)
+	}
+}
