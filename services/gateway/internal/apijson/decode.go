@@ -3,6 +3,7 @@ package apijson
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
@@ -84,12 +85,22 @@ func tidy(err error) error {
 // as the body spells it.
 func (m *Marshaler) namingDecoder(r io.Reader) runtime.Decoder {
 	body := &headBuffer{max: maxNamedBody}
-	d := m.JSONPb.NewDecoder(io.TeeReader(r, body))
+	// JSONPb's decoder on a json.Decoder of our own, which can tell what
+	// follows the body's value.
+	jd := json.NewDecoder(io.TeeReader(r, body))
+	d := runtime.DecoderWrapper{Decoder: jd, UnmarshalOptions: m.UnmarshalOptions}
 	decodes := 0
 	return runtime.DecoderFunc(func(v any) error {
 		err := d.Decode(v)
 		decodes++
 		if err == nil {
+			// A body is one JSON value: anything after it but white space
+			// ({"name": "a"} xyz, a second object) is refused, not ignored.
+			if decodes == 1 {
+				if _, after := jd.Token(); after != io.EOF {
+					return &decodeError{msg: "unexpected data after the JSON body's value", err: errTrailingData}
+				}
+			}
 			return nil
 		}
 		desc := descriptorOf(v)
@@ -320,6 +331,10 @@ func descriptorOf(v any) protoreflect.MessageDescriptor {
 
 // decodeError is a decoding error with the field named as the API spells
 // it; it unwraps to protojson's.
+// errTrailingData is what a refusal of data after the body's value
+// unwraps to.
+var errTrailingData = errors.New("data after the JSON value")
+
 type decodeError struct {
 	msg string
 	err error

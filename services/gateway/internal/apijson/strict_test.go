@@ -132,3 +132,29 @@ func TestDecodingErrorsBeginWithWhatIsWrong(t *testing.T) {
 		}
 	}
 }
+
+// A body is one JSON value: data after it is refused, white space is not,
+// with or without StrictIntegers.
+func TestDataAfterTheBodyIsRefused(t *testing.T) {
+	for _, m := range []*Marshaler{
+		{JSONPb: runtime.JSONPb{}},
+		{JSONPb: runtime.JSONPb{}, StrictInt32: true},
+		{JSONPb: runtime.JSONPb{}, StrictIntegers: true},
+	} {
+		for _, body := range []string{`{"name": "a"} xyz`, `{"name": "a"}}`, `{"name": "a"}]`, `{"name": "a"}{"name": "b"}`, `{"name": "a"} 1`} {
+			err := m.NewDecoder(strings.NewReader(body)).Decode(&taskv1.TaskSpec{})
+			if err == nil || err.Error() != "unexpected data after the JSON body's value" || !errors.Is(err, errTrailingData) {
+				t.Errorf("%s: %v", body, err)
+			}
+		}
+		var spec taskv1.TaskSpec
+		if err := m.NewDecoder(strings.NewReader(" {\"name\": \"a\"} \r\n\t ")).Decode(&spec); err != nil || spec.GetName() != "a" {
+			t.Errorf("white space after the body: %v", err)
+		}
+		// Through a pointer to a body field, as the generated handlers do.
+		var field *taskv1.TaskSpec
+		if err := m.NewDecoder(strings.NewReader(`{"name": "a"} x`)).Decode(&field); err == nil {
+			t.Error("data after a body field's value was taken")
+		}
+	}
+}

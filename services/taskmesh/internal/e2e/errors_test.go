@@ -42,6 +42,8 @@ func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
 		"oversized env":    map[string]any{"name": "x", "command": "true", "env": bigEnv},
 		"bad env name":     map[string]any{"name": "x", "command": "true", "env": map[string]string{"1BAD": "x"}},
 		"malformed JSON":   `{"name": "x", "command": "true"`,
+		"data after JSON":  `{"name": "x", "command": "true"} xyz`,
+		"two objects":      `{"name": "x", "command": "true"}{"name": "y", "command": "true"}`,
 		"wrong type":       map[string]any{"name": "x", "command": "true", "timeout": "soon"},
 		"number as string": map[string]any{"name": "x", "command": "true", "priority": "3"},
 		"unknown type":     map[string]any{"name": "x", "command": "true", "type": "docker"},

@@ -396,6 +396,7 @@ func TestVideoGenerationAPI(t *testing.T) {
 			"duration a string": {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"duration": "5"}}, "parameters.duration: must be an integer"},
 			"unknown field":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "size": "1280*720"}, "size"},
 			"malformed JSON":    {`{"model":`, ""},
+			"data after JSON":   {`{"model": "wan2.2-t2v", "input": {"prompt": "x"}} xyz`, "unexpected data after"},
 		}
 		for name, tc := range tests {
 			code, body, hdr := w.call("POST", "/v1/video/generations", w.premium, tc.body)
