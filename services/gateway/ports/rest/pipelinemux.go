@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -81,8 +82,11 @@ func newPipelineMux(ctx context.Context, upstream grpc.ClientConnInterface, rout
 }
 
 // uploads serves POST /jobs/uploads: a multipart/form-data body with a
-// "kind" field and then a "file" part, streamed to the scheduler's
-// UploadJobInput as it arrives.
+// "kind" field and a "file" part, streamed to the scheduler's
+// UploadJobInput as it arrives when the kind comes first. A file part
+// that comes first is spooled to a temporary file until the kind is
+// read (the scheduler needs the kind before the bytes: it decides the
+// key and the size limit), then streamed from there and removed.
 type uploads struct {
 	client pipelinev1.PipelineServiceClient
 	log    *slog.Logger
@@ -106,11 +110,22 @@ func (u *uploads) serve(w http.ResponseWriter, r *http.Request, _ map[string]str
 		return
 	}
 	kind := ""
+	var spooled *os.File // the file part, when it came before the kind
+	var spooledName string
+	defer func() {
+		if spooled != nil {
+			_ = spooled.Close()
+			_ = os.Remove(spooled.Name())
+		}
+	}()
 	for {
 		part, err := mr.NextPart()
 		switch {
+		case errors.Is(err, io.EOF) && spooled != nil:
+			bad("no kind field: send a kind field (model, quant or ref_image) with the file part")
+			return
 		case errors.Is(err, io.EOF):
-			bad("no file part: send a kind field and then a file part")
+			bad("no file part: send a kind field and a file part")
 			return
 		case err != nil:
 			u.bodyError(w, r, err)
@@ -124,13 +139,37 @@ func (u *uploads) serve(w http.ResponseWriter, r *http.Request, _ map[string]str
 				return
 			}
 			kind = strings.TrimSpace(string(b))
-		case "file":
 			if kind == "" {
-				bad("the kind field (model, quant or ref_image) must come before the file part")
+				bad("the kind field is empty: send model, quant or ref_image")
 				return
 			}
-			u.stream(w, r, kind, part)
-			return
+			if spooled != nil {
+				if _, err := spooled.Seek(0, io.SeekStart); err != nil {
+					u.bodyError(w, r, err)
+					return
+				}
+				u.stream(w, r, kind, spooledName, spooled)
+				return
+			}
+		case "file":
+			if spooled != nil {
+				bad("more than one file part: send one file per upload")
+				return
+			}
+			if kind != "" {
+				u.stream(w, r, kind, part.FileName(), part)
+				return
+			}
+			if spooled, err = os.CreateTemp("", "taskmesh-upload-*"); err != nil {
+				httperr.WriteFor(w, r, httperr.New(http.StatusInternalServerError, httperr.CodeInternal, "spooling the upload failed"))
+				u.log.Error("upload spool", "err", err)
+				return
+			}
+			spooledName = part.FileName()
+			if _, err := io.Copy(spooled, part); err != nil {
+				u.bodyError(w, r, err)
+				return
+			}
 		default:
 			bad(fmt.Sprintf("unknown form field %q: send kind and file", part.FormName()))
 			return
@@ -138,18 +177,15 @@ func (u *uploads) serve(w http.ResponseWriter, r *http.Request, _ map[string]str
 	}
 }
 
-// stream sends one file part to the scheduler and answers with its key.
-func (u *uploads) stream(w http.ResponseWriter, r *http.Request, kind string, part io.Reader) {
+// stream sends one file (part, named filename by the client) to the
+// scheduler and answers with its key.
+func (u *uploads) stream(w http.ResponseWriter, r *http.Request, kind, filename string, part io.Reader) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stream, err := u.client.UploadJobInput(ctx)
 	if err != nil {
 		httperr.WriteFor(w, r, httperr.FromError(err))
 		return
-	}
-	filename := ""
-	if p, ok := part.(interface{ FileName() string }); ok {
-		filename = p.FileName()
 	}
 	if err := stream.Send(&pipelinev1.UploadJobInputRequest{Part: &pipelinev1.UploadJobInputRequest_Header{
 		Header: &pipelinev1.UploadHeader{Kind: kind, Filename: filename}}}); err != nil && !errors.Is(err, io.EOF) {

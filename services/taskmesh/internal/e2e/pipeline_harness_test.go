@@ -61,13 +61,23 @@ func (w *world) startPools(slots int) {
 // upload sends POST /jobs/uploads and returns the status and body.
 func (w *world) upload(key, kind, filename string, data []byte) (int, map[string]any) {
 	w.t.Helper()
+	return w.uploadInOrder(key, kind, filename, data, false)
+}
+
+// uploadInOrder is upload with the file part before the kind field when
+// fileFirst is set.
+func (w *world) uploadInOrder(key, kind, filename string, data []byte, fileFirst bool) (int, map[string]any) {
+	w.t.Helper()
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
-	if kind != "" {
+	if kind != "" && !fileFirst {
 		_ = mw.WriteField("kind", kind)
 	}
 	fw, _ := mw.CreateFormFile("file", filename)
 	_, _ = fw.Write(data)
+	if kind != "" && fileFirst {
+		_ = mw.WriteField("kind", kind)
+	}
 	_ = mw.Close()
 	req, _ := http.NewRequest(http.MethodPost, w.s.HTTPURL+"/jobs/uploads", &body)
 	req.Header.Set("Authorization", "Bearer "+key)

@@ -170,6 +170,8 @@ func TestPipelineRefusesBadInputAndIsolatesTenants(t *testing.T) {
 	expect("unknown kind", code, out, 400, "InvalidParameter", "kind")
 	code, out = w.upload(acme, "", "x.onnx", onnxModel())
 	expect("no kind", code, out, 400, "InvalidParameter", "kind field")
+	code, out = w.uploadInOrder(acme, "model", "x.onnx", []byte("this is a text file"), true)
+	expect("non-ONNX upload, file part first", code, out, 400, "InvalidParameter", "is not an ONNX model")
 	code, out = w.upload(acme, "quant", "q.zip", []byte("PK\x03\x04 cut short"))
 	expect("broken zip", code, out, 400, "InvalidParameter", "zip")
 	code, out = w.upload(acme, "ref_image", "big.png", append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 33<<20)...))
@@ -178,11 +180,18 @@ func TestPipelineRefusesBadInputAndIsolatesTenants(t *testing.T) {
 	expect("not multipart", code, out, 400, "InvalidParameter", "multipart/form-data")
 
 	m := w.mustUpload(acme, "model", "m.onnx", onnxModel())
+	// The parts in either order: a file part before its kind is kept
+	// until the kind arrives.
+	if code, out := w.uploadInOrder(acme, "model", "m2.onnx", onnxModel(), true); code != 200 || out["kind"] != "model" ||
+		out["size"] != float64(len(onnxModel())) || out["key"] == m || !strings.HasPrefix(fmt.Sprint(out["key"]), "uploads/") {
+		t.Errorf("upload with the file part first = %d %v", code, out)
+	}
 	q := w.mustUpload(acme, "quant", "q.zip", quantZip(t))
 	for _, c := range []struct {
 		what, body, msg string
 	}{
 		{"malformed JSON", `{"model_key":`, "malformed JSON body: unexpected EOF"},
+		{"data after JSON", `{"model_key":"` + m + `","quant_key":"` + q + `"} {}`, "unexpected data after"},
 		{"unknown field", `{"model_key":"` + m + `","quant_key":"` + q + `","priority":1}`, "priority"},
 		{"missing quant_key", `{"model_key":"` + m + `"}`, "quant_key: is required"},
 		{"unknown key", `{"model_key":"uploads/nope/model.onnx","quant_key":"` + q + `"}`, "model_key: no upload"},

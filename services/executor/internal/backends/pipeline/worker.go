@@ -9,7 +9,7 @@
 //     download each input from its signed link into it: the ONNX stage
 //     gets its single input file, the BIE stage out.onnx and quant.zip,
 //     the NEF stage out.bie; reference images go to ref_images/, which
-//     always exists.
+//     always exists, and so do the images inside quant.zip.
 //  2. Run the stage program in the work directory: the configured one
 //     ("{workdir}" in its arguments stands for the directory), or the
 //     built-in stand-in ("{self}" stands for this executable). Its output goes to the stage log and to stdout,
@@ -171,6 +171,13 @@ func (j job) work(ctx context.Context, out io.Writer) error {
 		if err := download(ctx, u, filepath.Join(j.dir, name)); err != nil {
 			return fmt.Errorf("downloading %s: %w", name, err)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(j.dir, "quant.zip")); err == nil {
+		n, err := extractQuantImages(j.dir)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "quant.zip: %d images into %s/\n", n, RefImagesDir)
 	}
 	progress(out, 10, "running the "+j.stage+" stage")
 	if len(j.program) > 0 {
