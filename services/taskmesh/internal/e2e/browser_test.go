@@ -137,12 +137,35 @@ func TestConsoleInABrowser(t *testing.T) {
 	run("an unknown job", 30*time.Second,
 		chromedp.Evaluate(`sessionStorage.setItem('taskmesh.jobs', JSON.stringify(['00000000-0000-4000-8000-00000000dead']))`, nil),
 		chromedp.Navigate(w.s.HTTPURL+"/ui/#/pipeline"),
-		chromedp.Poll(`document.body.textContent.includes('the system restarted. Please submit it again')`, nil,
+		chromedp.Poll(`document.body.textContent.includes('系統已重啟,請重新送出 — This job is not known any more: the system restarted. Please submit it again')`, nil,
 			chromedp.WithPollingInterval(200*time.Millisecond)),
 		chromedp.Evaluate(`!sessionStorage.getItem('taskmesh.jobs').includes('dead')`, &gone),
 	)
 	if !gone {
 		t.Error("the unknown job was not forgotten")
+	}
+
+	// A job this tab did not start is looked up by its id; an id no job
+	// has gets the same words.
+	var notFound string
+	run("look a job up by its id", 30*time.Second,
+		chromedp.Evaluate(`sessionStorage.removeItem('taskmesh.jobs')`, nil),
+		chromedp.Navigate(w.s.HTTPURL+"/ui/#/pipeline"),
+		chromedp.WaitVisible(`#job-id`, chromedp.ByID),
+		chromedp.SendKeys(`#job-id`, "00000000-0000-4000-8000-00000000beef", chromedp.ByID),
+		chromedp.Click(`#find-job-submit`, chromedp.ByID),
+		chromedp.Poll(`document.querySelector('#find-status').textContent.includes('系統已重啟,請重新送出')`, nil,
+			chromedp.WithPollingInterval(100*time.Millisecond)),
+		chromedp.Text(`#find-status`, &notFound, chromedp.ByID),
+		chromedp.Evaluate(`document.getElementById('job-id').value = ''`, nil),
+		chromedp.SendKeys(`#job-id`, " "+jobID+" ", chromedp.ByID),
+		chromedp.Click(`#find-job-submit`, chromedp.ByID),
+		chromedp.Poll(fmt.Sprintf(`(document.querySelector('[data-job="%s"] [data-job-status]')||{}).textContent === 'COMPLETED'`, jobID), nil,
+			chromedp.WithPollingInterval(200*time.Millisecond)),
+		chromedp.WaitVisible(fmt.Sprintf(`[data-job="%s"] a[data-download="nef"]`, jobID), chromedp.ByQuery),
+	)
+	if !strings.Contains(notFound, "00000000-0000-4000-8000-00000000beef") {
+		t.Errorf("an unknown id reads %q", notFound)
 	}
 
 	// A job whose stage fails is shown FAILED with its step and reason,

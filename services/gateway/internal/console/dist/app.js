@@ -111,6 +111,7 @@ function say(el, text, error = false) {
 var jobsKey = "taskmesh.jobs";
 var pollEvery = 4e3;
 var stages = ["ONNX", "BIE", "NEF"];
+var restarted = "系統已重啟,請重新送出";
 function savedJobs() {
   try {
     return JSON.parse(sessionStorage.getItem(jobsKey) ?? "[]");
@@ -168,7 +169,49 @@ function pipelinePage(main2, signal) {
       submit.disabled = false;
     }
   });
-  main2.append(h("h1", {}, "Model conversion"), form, h("h2", {}, "Jobs"), jobs);
+  const jobID = h("input", {
+    type: "text",
+    required: true,
+    name: "job_id",
+    id: "job-id",
+    autocomplete: "off",
+    placeholder: "00000000-0000-4000-8000-000000000000",
+    spellcheck: false
+  });
+  const findMsg = h("p", { className: "msg", role: "status", "aria-live": "polite", id: "find-status" });
+  const find = h(
+    "form",
+    { className: "card", "aria-labelledby": "find-job" },
+    h("h2", { id: "find-job" }, "Look up a job"),
+    field("Job id", jobID),
+    h("button", { type: "submit", id: "find-job-submit" }, "Show job"),
+    findMsg
+  );
+  find.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const id = jobID.value.trim();
+    if (!id) return;
+    const shown = jobs.querySelector(`[data-job="${CSS.escape(id)}"]`);
+    if (shown) {
+      say(findMsg, `Job ${id} is shown below.`);
+      shown.scrollIntoView();
+      return;
+    }
+    try {
+      const job = await call("GET", `/jobs/${encodeURIComponent(id)}`);
+      say(findMsg, "");
+      saveJobs([job.job_id, ...savedJobs()]);
+      jobs.prepend(jobCard(job.job_id, signal));
+      find.reset();
+    } catch (err) {
+      if (err instanceof APIError && err.code === "JOB_NOT_FOUND") {
+        say(findMsg, `${restarted} — no job ${id} is known: the system may have restarted. Please submit it again.`, true);
+      } else {
+        say(findMsg, errorText(err), true);
+      }
+    }
+  });
+  main2.append(h("h1", {}, "Model conversion"), form, find, h("h2", {}, "Jobs"), jobs);
   for (const id of savedJobs()) jobs.append(jobCard(id, signal));
 }
 function errorText(err) {
@@ -217,7 +260,7 @@ function jobCard(id, signal) {
   const gone = () => {
     final = true;
     status.textContent = "unknown";
-    error.textContent = "This job is not known any more: the system restarted. Please submit it again.";
+    error.textContent = `${restarted} — This job is not known any more: the system restarted. Please submit it again.`;
     saveJobs(savedJobs().filter((j) => j !== id));
   };
   const follow = async () => {

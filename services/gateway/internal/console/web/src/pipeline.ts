@@ -1,6 +1,6 @@
 // The pipeline page: upload a model and its quantization archive, start a
-// job, follow its stages live (SSE, polling every 4 s while the stream is
-// down), and download its results and logs.
+// job, look a job up by its id, follow its stages live (SSE, polling every
+// 4 s while the stream is down), and download its results and logs.
 
 import { APIError, call, stream, upload } from "./api";
 import { field, h, say } from "./dom";
@@ -8,6 +8,11 @@ import { field, h, say } from "./dom";
 const jobsKey = "taskmesh.jobs";
 const pollEvery = 4000;
 const stages = ["ONNX", "BIE", "NEF"];
+
+// What a user is told of a job the system does not know, in the words of
+// the pipeline's design ("the system restarted, please submit it again"),
+// then in English.
+const restarted = "系統已重啟,請重新送出";
 
 function savedJobs(): string[] {
   try {
@@ -68,7 +73,44 @@ export function pipelinePage(main: HTMLElement, signal: AbortSignal): void {
       submit.disabled = false;
     }
   });
-  main.append(h("h1", {}, "Model conversion"), form, h("h2", {}, "Jobs"), jobs);
+  // Looking a job up by its id: a job started elsewhere (another tab,
+  // another client of the API) or before the tab was closed.
+  const jobID = h("input", { type: "text", required: true, name: "job_id", id: "job-id", autocomplete: "off",
+    placeholder: "00000000-0000-4000-8000-000000000000", spellcheck: false });
+  const findMsg = h("p", { className: "msg", role: "status", "aria-live": "polite", id: "find-status" });
+  const find = h(
+    "form",
+    { className: "card", "aria-labelledby": "find-job" },
+    h("h2", { id: "find-job" }, "Look up a job"),
+    field("Job id", jobID),
+    h("button", { type: "submit", id: "find-job-submit" }, "Show job"),
+    findMsg,
+  );
+  find.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const id = jobID.value.trim();
+    if (!id) return;
+    const shown = jobs.querySelector(`[data-job="${CSS.escape(id)}"]`);
+    if (shown) {
+      say(findMsg, `Job ${id} is shown below.`);
+      shown.scrollIntoView();
+      return;
+    }
+    try {
+      const job = await call("GET", `/jobs/${encodeURIComponent(id)}`);
+      say(findMsg, "");
+      saveJobs([job.job_id, ...savedJobs()]);
+      jobs.prepend(jobCard(job.job_id, signal));
+      find.reset();
+    } catch (err) {
+      if (err instanceof APIError && err.code === "JOB_NOT_FOUND") {
+        say(findMsg, `${restarted} — no job ${id} is known: the system may have restarted. Please submit it again.`, true);
+      } else {
+        say(findMsg, errorText(err), true);
+      }
+    }
+  });
+  main.append(h("h1", {}, "Model conversion"), form, find, h("h2", {}, "Jobs"), jobs);
   for (const id of savedJobs()) jobs.append(jobCard(id, signal));
 }
 
@@ -123,7 +165,7 @@ function jobCard(id: string, signal: AbortSignal): HTMLElement {
   const gone = () => {
     final = true;
     status.textContent = "unknown";
-    error.textContent = "This job is not known any more: the system restarted. Please submit it again.";
+    error.textContent = `${restarted} — This job is not known any more: the system restarted. Please submit it again.`;
     saveJobs(savedJobs().filter((j) => j !== id));
   };
 
