@@ -104,6 +104,10 @@ func TestLoadDataURI(t *testing.T) {
 	if err != nil || info.Format != domain.FormatPNG || !bytes.Equal(b, img) {
 		t.Fatalf("Load = %+v, %v", info, err)
 	}
+	// Schemes are case-insensitive.
+	if b, _, err := l.Load(context.Background(), "DATA:image/PNG;BASE64,"+base64.StdEncoding.EncodeToString(img)); err != nil || !bytes.Equal(b, img) {
+		t.Fatalf("upper-case data URI: %v", err)
+	}
 	for name, uri := range map[string]string{
 		"not base64":     "data:image/png;base64,@@@",
 		"no base64 flag": "data:image/png," + base64.StdEncoding.EncodeToString(img),
@@ -157,6 +161,11 @@ func TestLoadURL(t *testing.T) {
 	hasty := NewLoader(Options{AllowPrivate: true, Timeout: 300 * time.Millisecond})
 	for _, path := range []string{"/first.png", "/redirect"} {
 		b, info, err := l.Load(context.Background(), srv.URL+path)
+		if err != nil || info.Width != 500 || !bytes.Equal(b, img) {
+			t.Fatalf("%s: Load = %+v, %v", path, info, err)
+		}
+		// Schemes are case-insensitive.
+		b, info, err = l.Load(context.Background(), "HTTP"+strings.TrimPrefix(srv.URL, "http")+path)
 		if err != nil || info.Width != 500 || !bytes.Equal(b, img) {
 			t.Fatalf("%s: Load = %+v, %v", path, info, err)
 		}

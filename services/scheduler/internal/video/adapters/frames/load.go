@@ -49,10 +49,11 @@ func NewLoader(o Options) *Loader {
 func (l *Loader) Load(ctx context.Context, image string) ([]byte, domain.ImageInfo, error) {
 	var b []byte
 	var err error
+	// Schemes are case-insensitive (RFC 3986 §3.1): DATA: and HTTPS: too.
 	switch {
-	case strings.HasPrefix(image, "data:"):
+	case hasScheme(image, "data:"):
 		b, err = decodeDataURI(image)
-	case strings.HasPrefix(image, "http://") || strings.HasPrefix(image, "https://"):
+	case hasScheme(image, "http://") || hasScheme(image, "https://"):
 		b, err = l.download(ctx, image)
 	default:
 		err = domain.ImageUnusable("must be an http(s) URL or data:{MIME_type};base64,{data}")
@@ -67,12 +68,18 @@ func (l *Loader) Load(ctx context.Context, image string) ([]byte, domain.ImageIn
 	return b, info, nil
 }
 
+// hasScheme reports whether s begins with prefix, a scheme and what
+// follows it, in any case.
+func hasScheme(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
 // decodeDataURI reads data:{MIME_type};base64,{data}. The MIME type must be
 // an image type but is otherwise ignored: the content decides.
 func decodeDataURI(s string) ([]byte, error) {
-	header, data, ok := strings.Cut(strings.TrimPrefix(s, "data:"), ",")
+	header, data, ok := strings.Cut(s[len("data:"):], ",")
 	mime, enc, _ := strings.Cut(header, ";")
-	if !ok || enc != "base64" || !strings.HasPrefix(strings.ToLower(mime), "image/") {
+	if !ok || !strings.EqualFold(enc, "base64") || !strings.HasPrefix(strings.ToLower(mime), "image/") {
 		return nil, domain.ImageUnusable("is not data:{MIME_type};base64,{data} with an image MIME type")
 	}
 	if base64.StdEncoding.DecodedLen(len(data)) > domain.MaxImageBytes+2 {
