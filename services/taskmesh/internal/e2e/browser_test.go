@@ -167,6 +167,14 @@ func TestConsoleInABrowser(t *testing.T) {
 	if !strings.Contains(notFound, "00000000-0000-4000-8000-00000000beef") {
 		t.Errorf("an unknown id reads %q", notFound)
 	}
+	// A link to the job (#/pipeline/{job_id}) shows it in a fresh tab.
+	run("a link to a job", 30*time.Second,
+		chromedp.Evaluate(`sessionStorage.removeItem('taskmesh.jobs')`, nil),
+		chromedp.Navigate(w.s.HTTPURL+"/ui/#/tasks"),
+		chromedp.Navigate(w.s.HTTPURL+"/ui/#/pipeline/"+jobID),
+		chromedp.Poll(fmt.Sprintf(`(document.querySelector('[data-job="%s"] [data-job-status]')||{}).textContent === 'COMPLETED'`, jobID), nil,
+			chromedp.WithPollingInterval(200*time.Millisecond)),
+	)
 
 	// A job whose stage fails is shown FAILED with its step and reason,
 	// and its user is asked to submit it again.

@@ -122,7 +122,7 @@ function savedJobs() {
 function saveJobs(ids2) {
   sessionStorage.setItem(jobsKey, JSON.stringify(ids2));
 }
-function pipelinePage(main2, signal) {
+function pipelinePage(main2, signal, selected) {
   const model = h("input", { type: "file", required: true, accept: ".onnx", name: "model" });
   const quant = h("input", { type: "file", required: true, accept: ".zip", name: "quant" });
   const refs = h("input", { type: "file", multiple: true, accept: "image/*", name: "ref_images" });
@@ -187,10 +187,7 @@ function pipelinePage(main2, signal) {
     h("button", { type: "submit", id: "find-job-submit" }, "Show job"),
     findMsg
   );
-  find.addEventListener("submit", async (e) => {
-    e.preventDefault();
-    const id = jobID.value.trim();
-    if (!id) return;
+  const lookUp = async (id) => {
     const shown = jobs.querySelector(`[data-job="${CSS.escape(id)}"]`);
     if (shown) {
       say(findMsg, `Job ${id} is shown below.`);
@@ -210,9 +207,15 @@ function pipelinePage(main2, signal) {
         say(findMsg, errorText(err), true);
       }
     }
+  };
+  find.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const id = jobID.value.trim();
+    if (id) void lookUp(id);
   });
   main2.append(h("h1", {}, "Model conversion"), form, find, h("h2", {}, "Jobs"), jobs);
   for (const id of savedJobs()) jobs.append(jobCard(id, signal));
+  if (selected) void lookUp(decodeURIComponent(selected));
 }
 function errorText(err) {
   if (err instanceof APIError) return `${err.code}: ${err.message}`;
@@ -231,7 +234,7 @@ function jobCard(id, signal) {
   const card = h(
     "section",
     { className: "card", "data-job": id, "aria-label": `Job ${id}` },
-    h("h3", {}, "Job ", h("code", {}, id), " — ", status),
+    h("h3", {}, "Job ", h("a", { href: `#/pipeline/${encodeURIComponent(id)}` }, h("code", {}, id)), " — ", status),
     ...bars.map((b) => b.row),
     error,
     downloads,
@@ -575,6 +578,9 @@ function route() {
       break;
     case "video":
       videoPage(main, current.signal);
+      break;
+    case "pipeline":
+      pipelinePage(main, current.signal, arg);
       break;
     default:
       pipelinePage(main, current.signal);

@@ -56,6 +56,9 @@ function route(): void {
     case "video":
       videoPage(main, current.signal);
       break;
+    case "pipeline":
+      pipelinePage(main, current.signal, arg);
+      break;
     default:
       pipelinePage(main, current.signal);
   }

@@ -26,7 +26,9 @@ function saveJobs(ids: string[]): void {
   sessionStorage.setItem(jobsKey, JSON.stringify(ids));
 }
 
-export function pipelinePage(main: HTMLElement, signal: AbortSignal): void {
+// pipelinePage shows the page; with selected (#/pipeline/{job_id}), that
+// job is looked up as the "Look up a job" form does.
+export function pipelinePage(main: HTMLElement, signal: AbortSignal, selected?: string): void {
   const model = h("input", { type: "file", required: true, accept: ".onnx", name: "model" });
   const quant = h("input", { type: "file", required: true, accept: ".zip", name: "quant" });
   const refs = h("input", { type: "file", multiple: true, accept: "image/*", name: "ref_images" });
@@ -86,10 +88,7 @@ export function pipelinePage(main: HTMLElement, signal: AbortSignal): void {
     h("button", { type: "submit", id: "find-job-submit" }, "Show job"),
     findMsg,
   );
-  find.addEventListener("submit", async (e) => {
-    e.preventDefault();
-    const id = jobID.value.trim();
-    if (!id) return;
+  const lookUp = async (id: string) => {
     const shown = jobs.querySelector(`[data-job="${CSS.escape(id)}"]`);
     if (shown) {
       say(findMsg, `Job ${id} is shown below.`);
@@ -109,9 +108,15 @@ export function pipelinePage(main: HTMLElement, signal: AbortSignal): void {
         say(findMsg, errorText(err), true);
       }
     }
+  };
+  find.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const id = jobID.value.trim();
+    if (id) void lookUp(id);
   });
   main.append(h("h1", {}, "Model conversion"), form, find, h("h2", {}, "Jobs"), jobs);
   for (const id of savedJobs()) jobs.append(jobCard(id, signal));
+  if (selected) void lookUp(decodeURIComponent(selected));
 }
 
 function errorText(err: unknown): string {
@@ -133,7 +138,7 @@ function jobCard(id: string, signal: AbortSignal): HTMLElement {
   const card = h(
     "section",
     { className: "card", "data-job": id, "aria-label": `Job ${id}` },
-    h("h3", {}, "Job ", h("code", {}, id), " — ", status),
+    h("h3", {}, "Job ", h("a", { href: `#/pipeline/${encodeURIComponent(id)}` }, h("code", {}, id)), " — ", status),
     ...bars.map((b) => b.row),
     error,
     downloads,
