@@ -40,7 +40,7 @@ func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 			if err != nil {
 				return err
 			}
-			if desc := descriptorOf(v); desc != nil {
+			if desc := descriptorOf(v); desc != nil && mayHoldNumberString(body) {
 				if path, value, found := stringInteger(body, desc, m.StrictIntegers); found {
 					return &decodeError{msg: fmt.Sprintf("%s: must be an integer, not the string %s", path, strconv.Quote(value)),
 						err: errStringInteger}

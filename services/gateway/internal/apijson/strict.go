@@ -35,6 +35,25 @@ func stringInteger(body []byte, desc protoreflect.MessageDescriptor, wide bool) 
 	return s.path, s.value, s.found
 }
 
+// mayHoldNumberString reports whether body has a JSON string that begins
+// like a number (a quote, then a digit or a sign), which protojson could
+// take for an integer. Most bodies have none, and this one pass over the
+// bytes spares them stringInteger's walk.
+func mayHoldNumberString(body []byte) bool {
+	for i := bytes.IndexByte(body, '"'); i >= 0 && i+1 < len(body); {
+		switch c := body[i+1]; {
+		case c >= '0' && c <= '9', c == '-', c == '+', c == '.':
+			return true
+		}
+		next := bytes.IndexByte(body[i+1:], '"')
+		if next < 0 {
+			return false
+		}
+		i += 1 + next
+	}
+	return false
+}
+
 // integerScan walks one JSON document with the message it decodes into.
 // It stops at the first finding or syntax error (stopped).
 type integerScan struct {

@@ -158,3 +158,23 @@ func TestDataAfterTheBodyIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// The pre-check finds every string that begins like a number, wherever it
+// is, and lets other bodies skip the walk.
+func TestMayHoldNumberString(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"name": "a", "timeout": 60}`:          false,
+		`{"timeout": "60"}`:                     true,
+		`{"name": "a", "env": {"N": "-1"}}`:     true,
+		`{"a":"x","b":".5"}`:                    true,
+		`{"name": "a\"1", "args": ["b"]}`:       true, // every quote is looked at: a walk too many, never one too few
+		`{"name": "noop-1", "command": "true"}`: false,
+		`"7"`:                                   true,
+		`{"name": "`:                            false,
+		``:                                      false,
+	} {
+		if got := mayHoldNumberString([]byte(body)); got != want {
+			t.Errorf("%s: %v, want %v", body, got, want)
+		}
+	}
+}
