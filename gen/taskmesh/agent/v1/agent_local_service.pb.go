@@ -45,11 +45,13 @@ type LocalTask struct {
 	ExitCode        *int32                 `protobuf:"varint,14,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	Stdout          string                 `protobuf:"bytes,15,opt,name=stdout,proto3" json:"stdout,omitempty"`
 	Stderr          string                 `protobuf:"bytes,16,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	Error           string                 `protobuf:"bytes,17,opt,name=error,proto3" json:"error,omitempty"`
-	ReceivedAt      *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
-	AssignedAt      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=assigned_at,json=assignedAt,proto3" json:"assigned_at,omitempty"`
-	StartedAt       *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	EndedAt         *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// Why the task failed or was cancelled; null while it has not (as the
+	// local queue's example shows it).
+	Error      *string                `protobuf:"bytes,17,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	ReceivedAt *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=received_at,json=receivedAt,proto3" json:"received_at,omitempty"`
+	AssignedAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=assigned_at,json=assignedAt,proto3" json:"assigned_at,omitempty"`
+	StartedAt  *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	EndedAt    *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
 	// Whether the outcome reached the server (always true for local tasks).
 	Synced bool `protobuf:"varint,22,opt,name=synced,proto3" json:"synced,omitempty"`
 	// server (claimed from the scheduler) or local (created here).
@@ -213,8 +215,8 @@ func (x *LocalTask) GetStderr() string {
 }
 
 func (x *LocalTask) GetError() string {
-	if x != nil {
-		return x.Error
+	if x != nil && x.Error != nil {
+		return *x.Error
 	}
 	return ""
 }
@@ -812,7 +814,7 @@ var File_taskmesh_agent_v1_agent_local_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\n" +
-	"+taskmesh/agent/v1/agent_local_service.proto\x12\x11taskmesh.agent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xeb\b\n" +
+	"+taskmesh/agent/v1/agent_local_service.proto\x12\x11taskmesh.agent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xfa\b\n" +
 	"\tLocalTask\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -831,8 +833,8 @@ const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\x10lease_expires_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12 \n" +
 	"\texit_code\x18\x0e \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x16\n" +
 	"\x06stdout\x18\x0f \x01(\tR\x06stdout\x12\x16\n" +
-	"\x06stderr\x18\x10 \x01(\tR\x06stderr\x12\x14\n" +
-	"\x05error\x18\x11 \x01(\tR\x05error\x12;\n" +
+	"\x06stderr\x18\x10 \x01(\tR\x06stderr\x12\x19\n" +
+	"\x05error\x18\x11 \x01(\tH\x01R\x05error\x88\x01\x01\x12;\n" +
 	"\vreceived_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"receivedAt\x12;\n" +
 	"\vassigned_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -855,7 +857,8 @@ const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_exit_code\"P\n" +
+	"_exit_codeB\b\n" +
+	"\x06_error\"P\n" +
 	"\x16CreateLocalTaskRequest\x126\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\"K\n" +
 	"\x17CreateLocalTaskResponse\x120\n" +

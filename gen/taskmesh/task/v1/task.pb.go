@@ -47,11 +47,13 @@ type Task struct {
 	RetryDelay int32 `protobuf:"varint,11,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
 	MaxRetries int32 `protobuf:"varint,12,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
 	// pending, assigned, running, completed, failed, cancelled, preempted, suspended.
-	Status               string                 `protobuf:"bytes,13,opt,name=status,proto3" json:"status,omitempty"`
-	ExitCode             *int32                 `protobuf:"varint,14,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
-	Stdout               string                 `protobuf:"bytes,15,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr               string                 `protobuf:"bytes,16,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	Error                string                 `protobuf:"bytes,17,opt,name=error,proto3" json:"error,omitempty"`
+	Status   string `protobuf:"bytes,13,opt,name=status,proto3" json:"status,omitempty"`
+	ExitCode *int32 `protobuf:"varint,14,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	Stdout   string `protobuf:"bytes,15,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr   string `protobuf:"bytes,16,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// Why the task failed or was cancelled; null while it has not (as the
+	// design's task examples show it: "error": null).
+	Error                *string                `protobuf:"bytes,17,opt,name=error,proto3,oneof" json:"error,omitempty"`
 	CreatedAt            *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	AssignedAt           *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=assigned_at,json=assignedAt,proto3" json:"assigned_at,omitempty"`
 	StartedAt            *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
@@ -254,8 +256,8 @@ func (x *Task) GetStderr() string {
 }
 
 func (x *Task) GetError() string {
-	if x != nil {
-		return x.Error
+	if x != nil && x.Error != nil {
+		return *x.Error
 	}
 	return ""
 }
@@ -1420,13 +1422,14 @@ type TaskResult struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
 	// db or s3.
-	StorageType  string `protobuf:"bytes,2,opt,name=storage_type,json=storageType,proto3" json:"storage_type,omitempty"`
-	Status       string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	ExitCode     *int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
-	Stdout       string `protobuf:"bytes,5,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr       string `protobuf:"bytes,6,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	Error        string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
-	PresignedUrl string `protobuf:"bytes,8,opt,name=presigned_url,json=presignedUrl,proto3" json:"presigned_url,omitempty"`
+	StorageType string `protobuf:"bytes,2,opt,name=storage_type,json=storageType,proto3" json:"storage_type,omitempty"`
+	Status      string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	ExitCode    *int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	Stdout      string `protobuf:"bytes,5,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr      string `protobuf:"bytes,6,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// Why the task failed or was cancelled; null while it has not.
+	Error        *string `protobuf:"bytes,7,opt,name=error,proto3,oneof" json:"error,omitempty"`
+	PresignedUrl string  `protobuf:"bytes,8,opt,name=presigned_url,json=presignedUrl,proto3" json:"presigned_url,omitempty"`
 	// Seconds the presigned URL stays valid.
 	ExpiresIn int32  `protobuf:"varint,9,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
 	SizeBytes int64  `protobuf:"varint,10,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
@@ -1511,8 +1514,8 @@ func (x *TaskResult) GetStderr() string {
 }
 
 func (x *TaskResult) GetError() string {
-	if x != nil {
-		return x.Error
+	if x != nil && x.Error != nil {
+		return *x.Error
 	}
 	return ""
 }
@@ -1556,7 +1559,7 @@ var File_taskmesh_task_v1_task_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\n" +
-	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x10\n" +
+	"\x1btaskmesh/task/v1/task.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf7\x10\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1577,8 +1580,8 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x06status\x18\r \x01(\tR\x06status\x12 \n" +
 	"\texit_code\x18\x0e \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x16\n" +
 	"\x06stdout\x18\x0f \x01(\tR\x06stdout\x12\x16\n" +
-	"\x06stderr\x18\x10 \x01(\tR\x06stderr\x12\x14\n" +
-	"\x05error\x18\x11 \x01(\tR\x05error\x129\n" +
+	"\x06stderr\x18\x10 \x01(\tR\x06stderr\x12\x19\n" +
+	"\x05error\x18\x11 \x01(\tH\x01R\x05error\x88\x01\x01\x129\n" +
 	"\n" +
 	"created_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vassigned_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -1632,7 +1635,8 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_exit_code\"*\n" +
+	"_exit_codeB\b\n" +
+	"\x06_error\"*\n" +
 	"\x0eCheckpointSpec\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\"\xc9\x01\n" +
 	"\x0eTaskCheckpoint\x12\x18\n" +
@@ -1748,7 +1752,7 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\aTargets\x123\n" +
 	"\vmachine_ids\x18\x01 \x03(\tB\x12\xbaH\x0f\x92\x01\f\x10\xe8\a\"\ar\x05\x10\x01\x18\x80\x01R\n" +
 	"machineIds\x12!\n" +
-	"\x03ips\x18\x02 \x03(\tB\x0f\xbaH\f\x92\x01\t\x10\xe8\a\"\x04r\x02p\x01R\x03ips\"\x8b\x03\n" +
+	"\x03ips\x18\x02 \x03(\tB\x0f\xbaH\f\x92\x01\t\x10\xe8\a\"\x04r\x02p\x01R\x03ips\"\x9a\x03\n" +
 	"\n" +
 	"TaskResult\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12!\n" +
@@ -1756,8 +1760,8 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12 \n" +
 	"\texit_code\x18\x04 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x16\n" +
 	"\x06stdout\x18\x05 \x01(\tR\x06stdout\x12\x16\n" +
-	"\x06stderr\x18\x06 \x01(\tR\x06stderr\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\x12#\n" +
+	"\x06stderr\x18\x06 \x01(\tR\x06stderr\x12\x19\n" +
+	"\x05error\x18\a \x01(\tH\x01R\x05error\x88\x01\x01\x12#\n" +
 	"\rpresigned_url\x18\b \x01(\tR\fpresignedUrl\x12\x1d\n" +
 	"\n" +
 	"expires_in\x18\t \x01(\x05R\texpiresIn\x12\x1d\n" +
@@ -1767,7 +1771,8 @@ const file_taskmesh_task_v1_task_proto_rawDesc = "" +
 	"\x06sha256\x18\v \x01(\tR\x06sha256\x128\n" +
 	"\tartifacts\x18\x14 \x03(\v2\x1a.taskmesh.task.v1.ArtifactR\tartifactsB\f\n" +
 	"\n" +
-	"_exit_codeB:Z8github.com/taskmesh/taskmesh/gen/taskmesh/task/v1;taskv1b\x06proto3"
+	"_exit_codeB\b\n" +
+	"\x06_errorB:Z8github.com/taskmesh/taskmesh/gen/taskmesh/task/v1;taskv1b\x06proto3"
 
 var (
 	file_taskmesh_task_v1_task_proto_rawDescOnce sync.Once

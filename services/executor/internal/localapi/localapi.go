@@ -164,7 +164,7 @@ func toProto(t journal.Task) *agentv1.LocalTask {
 		Id: t.ID, Name: t.Name, Type: t.Type, Command: t.Command, Args: t.Args,
 		Workdir: t.Workdir, Env: t.Env, Timeout: int32(t.Timeout), Priority: int32(t.Priority),
 		Status: t.Status, AttemptId: t.AttemptID, AssignedAgentId: t.AssignedAgentID,
-		LeaseExpiresAt: ts(t.LeaseExpiresAt), Stdout: t.Stdout, Stderr: t.Stderr, Error: t.Error,
+		LeaseExpiresAt: ts(t.LeaseExpiresAt), Stdout: t.Stdout, Stderr: t.Stderr,
 		ReceivedAt: ts(t.ReceivedAt), AssignedAt: ts(t.AssignedAt), StartedAt: ts(t.StartedAt),
 		EndedAt: ts(t.EndedAt), Synced: t.Synced, Origin: t.Origin, Progress: int32(t.Progress),
 		LastHeartbeatAt: ts(t.LastHeartbeatAt),
@@ -174,6 +174,11 @@ func toProto(t journal.Task) *agentv1.LocalTask {
 	if t.ExitCode != nil {
 		c := int32(*t.ExitCode)
 		lt.ExitCode = &c
+	}
+	// null until the task failed or was cancelled, as the local queue's
+	// example shows it.
+	if t.Error != "" {
+		lt.Error = &t.Error
 	}
 	// A task still waiting in the queue has not been taken by anything: no
 	// attempt and no agent yet, as the local queue shows a pending task

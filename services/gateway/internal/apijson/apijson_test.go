@@ -148,8 +148,10 @@ func TestNullOptional(t *testing.T) {
 	if err := json.Unmarshal(got, &body); err != nil {
 		t.Fatalf("invalid JSON %s: %v", got, err)
 	}
-	if v, ok := body["exit_code"]; !ok || v != nil {
-		t.Errorf("exit_code = %v (present %v), want null in %s", v, ok, got)
+	for _, k := range []string{"exit_code", "error"} {
+		if v, ok := body[k]; !ok || v != nil {
+			t.Errorf("%s = %v (present %v), want null in %s", k, v, ok, got)
+		}
 	}
 	want, err := optionSets["api"].Marshal(&taskv1.Task{Id: "t-1"})
 	if err != nil {
@@ -159,12 +161,14 @@ func TestNullOptional(t *testing.T) {
 	if err := json.Unmarshal(want, &protojsonBody); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := protojsonBody["exit_code"]; ok {
-		t.Fatalf("protojson wrote exit_code for an unset optional field: %s", want)
+	for _, k := range []string{"exit_code", "error"} {
+		if _, ok := protojsonBody[k]; ok {
+			t.Fatalf("protojson wrote %s for an unset optional field: %s", k, want)
+		}
+		delete(body, k)
 	}
-	delete(body, "exit_code")
 	if a, b := mustMarshal(t, body), mustMarshal(t, protojsonBody); a != b {
-		t.Errorf("apart from exit_code\n got: %s\nwant: %s", a, b)
+		t.Errorf("apart from exit_code and error\n got: %s\nwant: %s", a, b)
 	}
 
 	// Set, it is the value, 0 included.

@@ -36,11 +36,11 @@ func TestApply(t *testing.T) {
 			}},
 		{"lease expired for good", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_LeaseExpired{LeaseExpired: &taskv1.TaskLeaseExpired{Failed: true, Reason: "agent lost"}}}, false,
 			func(t *taskv1.Task) bool {
-				return t.Status == StatusFailed && t.Error == "lease expired: agent lost" && t.EndedAt != nil && t.AttemptId == "a1"
+				return t.Status == StatusFailed && t.GetError() == "lease expired: agent lost" && t.EndedAt != nil && t.AttemptId == "a1"
 			}},
 		{"failed", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Failed{Failed: &taskv1.TaskFailed{ExitCode: &code, Error: "exit 2", EndedAt: at}}}, false,
 			func(t *taskv1.Task) bool {
-				return t.Status == StatusFailed && t.GetExitCode() == 2 && t.Error == "exit 2" && t.LeaseExpiresAt == nil
+				return t.Status == StatusFailed && t.GetExitCode() == 2 && t.GetError() == "exit 2" && t.LeaseExpiresAt == nil
 			}},
 		{"preempted", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Preempted{Preempted: &taskv1.TaskPreempted{}}}, false,
 			func(t *taskv1.Task) bool { return t.Status == StatusPreempted && t.AttemptId == "a1" }},
@@ -50,7 +50,7 @@ func TestApply(t *testing.T) {
 			func(t *taskv1.Task) bool { return t.Status == StatusPending && t.AttemptId == "" && t.StartedAt == nil }},
 		{"cancelled", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Canceled{Canceled: &taskv1.TaskCanceled{Reason: "not needed"}}}, false,
 			func(t *taskv1.Task) bool {
-				return t.Status == StatusCancelled && t.Error == "cancelled: not needed" && t.EndedAt != nil
+				return t.Status == StatusCancelled && t.GetError() == "cancelled: not needed" && t.EndedAt != nil
 			}},
 		{"succeeded", &taskv1.TaskEvent{Event: &taskv1.TaskEvent_Succeeded{Succeeded: &taskv1.TaskSucceeded{EndedAt: at}}}, false,
 			func(t *taskv1.Task) bool {

@@ -8,7 +8,11 @@ import (
 
 func TestVideoView(t *testing.T) {
 	task := func(status string, progress int32, errText string) *taskv1.Task {
-		return &taskv1.Task{Id: "t1", Status: status, Progress: progress, Error: errText}
+		p := &taskv1.Task{Id: "t1", Status: status, Progress: progress}
+		if errText != "" {
+			p.Error = &errText
+		}
+		return p
 	}
 	tests := []struct {
 		name      string

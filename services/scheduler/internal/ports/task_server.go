@@ -10,6 +10,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/taskproto"
 )
 
 // TaskServer serves taskv1.TaskService.
@@ -183,7 +184,7 @@ func (s *TaskServer) GetTaskResult(ctx context.Context, r *taskv1.GetTaskResultR
 		return nil, toStatus(s.Log, err)
 	}
 	t := res.Task
-	out := &taskv1.TaskResult{TaskId: t.ID, Status: string(t.Status), Error: t.Error}
+	out := &taskv1.TaskResult{TaskId: t.ID, Status: string(t.Status), Error: taskproto.OptionalString(t.Error)}
 	if t.ExitCode != nil {
 		c := int32(*t.ExitCode)
 		out.ExitCode = &c

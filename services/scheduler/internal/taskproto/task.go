@@ -17,7 +17,7 @@ func TaskToProto(t domain.Task) *taskv1.Task {
 	p := &taskv1.Task{
 		Id: t.ID, Name: t.Spec.Name, Type: t.Spec.Type, Command: t.Spec.Command, Args: t.Spec.Args, Workdir: t.Spec.Workdir,
 		Env: t.Spec.Env, Timeout: int32(t.Spec.Timeout), Priority: int32(t.Spec.Priority), RetryCount: int32(t.RetryCount),
-		RetryDelay: int32(t.Spec.RetryDelay), MaxRetries: int32(t.Spec.MaxRetries), Status: string(t.Status), Error: t.Error,
+		RetryDelay: int32(t.Spec.RetryDelay), MaxRetries: int32(t.Spec.MaxRetries), Status: string(t.Status), Error: OptionalString(t.Error),
 		CreatedAt: ToTimestamp(t.CreatedAt), AssignedAt: ToTimestamp(t.AssignedAt), StartedAt: ToTimestamp(t.StartedAt), EndedAt: ToTimestamp(t.EndedAt),
 		MachineId: t.Spec.MachineID, GroupId: t.Spec.GroupID, ParentId: t.Spec.ParentID, DependsOn: t.Spec.DependsOn,
 		AssignedAgentId: t.AgentID, LeaseExpiresAt: ToTimestamp(t.LeaseExpiresAt), AttemptId: t.AttemptID,
@@ -137,4 +137,13 @@ func FromTimestamp(x *timestamppb.Timestamp) time.Time {
 		return time.Time{}
 	}
 	return x.AsTime()
+}
+
+// OptionalString is s as a proto3 optional string: unset (null in JSON)
+// when empty, as the task API shows an error a task does not have.
+func OptionalString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -108,7 +109,7 @@ func TestWatchReconnectsWithoutDuplicates(t *testing.T) {
 
 func TestWatchOutcomes(t *testing.T) {
 	failed := at(1, 2, "failed", 30, "", "a1")
-	failed.ExitCode, failed.Error = new(int32), "exit status 3"
+	failed.ExitCode, failed.Error = new(int32), proto.String("exit status 3")
 	*failed.ExitCode = 3
 	tests := []struct {
 		name      string
@@ -192,7 +193,7 @@ func TestWatchLine(t *testing.T) {
 	done := at(9, 7, "failed", 80, `said "bye"`, "a2")
 	done.ExitCode = new(int32)
 	*done.ExitCode = 137
-	done.Error = "killed"
+	done.Error = proto.String("killed")
 	want := `2026-02-05T12:00:09Z failed 80% attempt=a2 message="said \"bye\"" exit_code=137 error="killed"`
 	if got := watchLine(done, time.Now); got != want {
 		t.Errorf("line\n %s\nwant\n %s", got, want)
