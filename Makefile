@@ -28,8 +28,8 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: run
-run: build ## Start Taskmesh on embedded defaults (bin/taskmesh dev, with the shim and the stage worker beside it); data under .taskmesh/.
-	$(BIN)/taskmesh dev
+run: build ## Start Taskmesh on embedded defaults (bin/taskmesh dev, with the shim and the stage worker beside it); data under .taskmesh/. DEV_FLAGS adds flags of taskmesh dev (e.g. --no-agent).
+	$(BIN)/taskmesh dev $(DEV_FLAGS)
 
 # The version the binary and the image say (taskmesh version).
 VERSION    ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)

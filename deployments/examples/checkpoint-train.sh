@@ -9,7 +9,8 @@
 # agent uploads the directory and restores it into the next run, on
 # whichever agent claims the task, so no step is done twice. Without
 # TASKMESH_CHECKPOINT_DIR (a generic task) SIGTERM just ends it, and it
-# starts over from step 1 when it runs again.
+# starts over from step 1 when it runs again. Done, it writes out/model.pt
+# in its working directory.
 set -u
 steps=${1:?usage: checkpoint-train.sh STEPS [SECONDS_PER_STEP]}
 pause=${2:-0.2}
@@ -48,4 +49,7 @@ while [ "$step" -lt "$steps" ]; do
 		exit 0
 	fi
 done
+# The trained model, in the task's working directory: what a task's
+# artifacts globs ("out/*.pt") upload after it ends.
+mkdir -p out && echo "weights after $steps steps" >out/model.pt
 echo "done after $steps steps"

@@ -56,9 +56,17 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 	}
 
-	run("sign in", 30*time.Second,
+	// Signed out, only the sign-in form shows: not the navigation.
+	var navShown bool
+	run("the sign-in page", 30*time.Second,
 		chromedp.Navigate(w.s.HTTPURL+"/ui/"),
 		chromedp.WaitVisible(`#api-key`, chromedp.ByID),
+		chromedp.Evaluate(`document.getElementById('nav').offsetParent !== null`, &navShown),
+	)
+	if navShown {
+		t.Error("the navigation shows before a key signed in")
+	}
+	run("sign in", 30*time.Second,
 		chromedp.SendKeys(`#api-key`, key, chromedp.ByID),
 		chromedp.Click(`#sign-in`, chromedp.ByID),
 		chromedp.WaitVisible(`#submit-job`, chromedp.ByID),

@@ -82,3 +82,40 @@ func TestQuantImagesRefuseWhatIsTooLarge(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// The README's example inputs (deployments/examples/pipeline) go through
+// the ONNX and BIE stages, the archive's two images with them.
+func TestTheExampleInputsConvert(t *testing.T) {
+	examples := filepath.Join("..", "..", "..", "..", "..", "deployments", "examples", "pipeline")
+	dir := t.TempDir()
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(examples, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// As the stages' work directories hold them: the ONNX stage its one
+	// input, the BIE stage out.onnx and quant.zip.
+	write(t, dir, "model.onnx", read("model.onnx"))
+	if err := os.MkdirAll(filepath.Join(dir, RefImagesDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	if err := runONNX(dir, &log); err != nil {
+		t.Fatalf("onnx: %v\n%s", err, log.String())
+	}
+	write(t, dir, "quant.zip", read("quant.zip"))
+	if n, err := extractQuantImages(dir); err != nil || n != 2 {
+		t.Fatalf("quant.zip images: %d, %v", n, err)
+	}
+	if err := runBIE(dir, &log); err != nil {
+		t.Fatalf("bie: %v\n%s", err, log.String())
+	}
+	if err := runNEF(dir, &log); err != nil {
+		t.Fatalf("nef: %v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "2 reference images") {
+		t.Errorf("log: %s", log.String())
+	}
+}
