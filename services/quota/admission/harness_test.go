@@ -167,6 +167,10 @@ func (e *env) publish(tk *task, ev any) {
 		env.Event = &taskv1.TaskEvent_Preempted{Preempted: ev}
 	case *taskv1.TaskSucceeded:
 		env.Event = &taskv1.TaskEvent_Succeeded{Succeeded: ev}
+	case *taskv1.TaskFailed:
+		env.Event = &taskv1.TaskEvent_Failed{Failed: ev}
+	case *taskv1.TaskRetryScheduled:
+		env.Event = &taskv1.TaskEvent_RetryScheduled{RetryScheduled: ev}
 	case *taskv1.TaskLeased:
 		env.Event = &taskv1.TaskEvent_Leased{Leased: ev}
 	case *taskv1.TaskDeleted:

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/projection"
@@ -176,6 +178,53 @@ func TestTaskEventsAreIdempotent(t *testing.T) {
 		if !rep.Equal() || rep.Tables[0].LiveRows != 2 {
 			t.Errorf("replay of %s = %+v", spec.Name, rep)
 		}
+	}
+}
+
+// The loop holds only live workloads; a finished one is read back from
+// the records when a fact names its task. A retry after other cycles ran
+// starts its next stay with the known spec and continues the aggregate's
+// history, a restart in between changes nothing, and explaining a
+// finished workload reads its record, to its tenant only.
+func TestFinishedWorkloadsComeBackFromTheRecords(t *testing.T) {
+	e := newEnv(t)
+	e.soloQueue("solo", "1")
+	a := &task{id: "again", tenant: "t1", queue: "solo", priority: 5, gpus: "1"}
+	e.submit(a) // v1
+	e.waitState("again", "admitted", 1)
+	e.publish(a, &taskv1.TaskFailed{AttemptId: "x"}) // v2
+	e.waitState("again", "finished", 1)
+	b := &task{id: "between", tenant: "t1", queue: "solo", priority: 5, gpus: "1"}
+	e.submit(b) // a cycle that does not name "again"
+	e.waitState("between", "admitted", 1)
+
+	c := e.client()
+	ex, err := c.ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "again"})
+	if err != nil || ex.State != "finished" || ex.ClusterQueue != "solo" || ex.Reason != "failed" {
+		t.Fatalf("explain a finished workload = %v, %v", ex, err)
+	}
+	if _, err := c.ExplainTaskAdmission(user("t2", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "again"}); code(err) != codes.NotFound {
+		t.Fatalf("another tenant's finished workload: %v", err)
+	}
+
+	e.publish(a, &taskv1.TaskRetryScheduled{}) // v3: the known spec, waiting behind "between"
+	e.waitState("again", "pending", 3)
+	e.publish(b, &taskv1.TaskSucceeded{AttemptId: "y"})
+	e.waitState("again", "admitted", 3)
+	if m, n := e.admittedGPUs("solo"); m != 1000 || n != 1 {
+		t.Fatalf("admitted %dm GPUs in %d workloads, want 1 in 1", m, n)
+	}
+
+	e.publish(a, &taskv1.TaskSucceeded{AttemptId: "z"}) // v4
+	e.waitState("again", "finished", 3)
+	// A new session loads only the live workloads.
+	e.start()
+	e.publish(a, &taskv1.TaskRequeued{Reason: "resumed"}) // v5
+	e.waitState("again", "admitted", 5)
+	want := []string{"WorkloadQueued", "WorkloadAdmitted", "WorkloadFinished", "WorkloadQueued", "WorkloadAdmitted",
+		"WorkloadFinished", "WorkloadQueued", "WorkloadAdmitted"}
+	if got := e.events("again"); !slices.Equal(got, want) {
+		t.Fatalf("events of again = %v, want %v", got, want)
 	}
 }
 

@@ -240,7 +240,7 @@ func admissionOn(ctx context.Context, env *env, o AdmissionOptions, db, prefix s
 	}
 
 	if o.PGStats {
-		if _, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+		if err := resetStatements(ctx, pool); err != nil {
 			return nil, err
 		}
 	}

@@ -141,7 +141,7 @@ func dagOnce(ctx context.Context, env *env, o DAGOptions, run int) (DAGResult, e
 	defer s.stop()
 	groups := taskv1.NewTaskGroupServiceClient(s.conn)
 	if o.PGStats {
-		if _, err := s.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+		if err := resetStatements(ctx, s.pool); err != nil {
 			return DAGResult{}, err
 		}
 	}

@@ -203,7 +203,7 @@ func pipelineRun(ctx context.Context, o PipelineOptions, run int) (*PipelineResu
 			return nil, err
 		}
 		defer statsDB.Close()
-		if _, err := statsDB.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+		if err := resetStatements(ctx, statsDB); err != nil {
 			return nil, err
 		}
 	}

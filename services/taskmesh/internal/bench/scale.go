@@ -219,7 +219,7 @@ func scaleOnce(ctx context.Context, env *env, o ScaleOptions, db string, run int
 	// --pg-stats: the statements of the first run's loaded measurement.
 	stats := o.PGStats && db == "loaded" && run == 1
 	if stats {
-		if _, err := s.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+		if err := resetStatements(ctx, s.pool); err != nil {
 			return f, err
 		}
 	}
@@ -499,7 +499,13 @@ func loadAdmissionHistory(ctx context.Context, env *env, db string, n int) (int,
 // scaleAdmission measures the admission layer of db: decisions/s of
 // bench admission's flow.
 func scaleAdmission(ctx context.Context, env *env, o ScaleOptions, db string, run int) (float64, error) {
-	r, err := admissionOn(ctx, env, scaleAdmissionOptions(o, o.Workloads), db, fmt.Sprintf("r%d-", run))
+	a := scaleAdmissionOptions(o, o.Workloads)
+	// --pg-stats: the first run's statements of both databases, to read
+	// side by side.
+	if a.PGStats = o.PGStats && run == 1; a.PGStats {
+		fmt.Fprintf(o.Out, "\nrun %d, %s database, the admission measurement:", run, db)
+	}
+	r, err := admissionOn(ctx, env, a, db, fmt.Sprintf("r%d-", run))
 	if err != nil {
 		return 0, fmt.Errorf("admission: %w", err)
 	}

@@ -45,7 +45,7 @@ func spawning(ctx context.Context, env *env, o TasksOptions, run int) (float64, 
 	defer s.stop()
 	stats := o.PGStats && run == 1
 	if stats {
-		if _, err := s.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+		if err := resetStatements(ctx, s.pool); err != nil {
 			return 0, err
 		}
 	}

@@ -318,7 +318,7 @@ func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn, sub
 	}
 	defer s.stop()
 	if o.PGStats {
-		if _, err := s.pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+		if err := resetStatements(ctx, s.pool); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -329,7 +329,7 @@ func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn, sub
 	submit = float64(o.Tasks) / time.Since(began).Seconds()
 	if o.PGStats {
 		// Statistics of the burn-down alone.
-		if _, err := s.pool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		if err := resetStatements(ctx, s.pool); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -478,6 +478,15 @@ func doneViews(ctx context.Context, s *schedulerUnderTest, n int) bool {
 
 func ptr32(v int32) *int32 { return &v }
 
+// resetStatements loads pg_stat_statements into the database's public
+// schema, which a service's pool may not reach (each has its search path
+// on its own schema) but printStatements names, and clears its figures:
+// printStatements then shows what ran since.
+func resetStatements(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public; SELECT public.pg_stat_statements_reset()`)
+	return err
+}
+
 // printStatements lists the statements with the most total execution time
 // (15, or TASKMESH_BENCH_STATEMENTS), after the totals of all of them.
 func printStatements(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error {
@@ -487,7 +496,7 @@ func printStatements(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error
 	}
 	var calls, exec, planning int64
 	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(round(sum(total_exec_time)), 0)::bigint,
-		coalesce(round(sum(total_plan_time)), 0)::bigint FROM pg_stat_statements`).Scan(&calls, &exec, &planning); err != nil {
+		coalesce(round(sum(total_plan_time)), 0)::bigint FROM public.pg_stat_statements`).Scan(&calls, &exec, &planning); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nall statements: %d calls, %d ms executing, %d ms planning\n", calls, exec, planning)
@@ -495,7 +504,7 @@ func printStatements(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error
 	// every execution spends its time there, not in the executor.
 	rows, err := pool.Query(ctx, `SELECT calls, round(total_exec_time)::bigint, round(total_plan_time)::bigint,
 		round(mean_exec_time::numeric, 3)::float8, rows, regexp_replace(left(query, 110), '\s+', ' ', 'g')
-		FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT $1`, limit)
+		FROM public.pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT $1`, limit)
 	if err != nil {
 		return err
 	}

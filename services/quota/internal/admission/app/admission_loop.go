@@ -27,25 +27,34 @@ type LoopStore interface {
 	// changes during the cycle.
 	DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error)
 	// Waiting reads, without a transaction or a lock, the topology's
-	// generation and whether facts wait to be consumed: what a cycle
-	// would find to do besides the core's own decisions.
-	Waiting(ctx context.Context, q eventstore.Querier) (generation int64, facts bool, err error)
+	// generation and whether facts after the sequence number after wait
+	// to be consumed: what a cycle would find to do besides the core's own
+	// decisions.
+	//
+	// after is the last fact the loop consumed (0 before its first). Every
+	// fact at or below it is consumed: the task-topic projection, a single
+	// writer, commits facts in their sequence order. Reading above it, an
+	// index scan starts past the consumed facts' dead rows, which would
+	// otherwise be scanned by every cycle until vacuum removes them.
+	Waiting(ctx context.Context, q eventstore.Querier, after int64) (generation int64, facts bool, err error)
 	LoadDefinitions(ctx context.Context, tx pgx.Tx) (Definitions, error)
-	// LoadWorkloads returns every recorded workload, finished ones included.
+	// LoadWorkloads returns the recorded workloads that are not finished.
 	LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]WorkloadRecord, error)
 	// StartCycle reads, in one round trip, what a cycle starts from: the
 	// topology's generation, holding the share lock DefinitionsGeneration
-	// holds; up to limit pending facts in arrival order; and of the facts
+	// holds; up to limit pending facts after after (Waiting) in arrival
+	// order; and of the facts
 	// handed to the loop directly (Loop.Queue, Loop.Finish) those newer
 	// than the version recorded for their task, in their order, recording
 	// their versions with the ones the task-topic projection records (the
 	// others were seen before and must not be applied again). Its version
 	// write conflicts with the projection's (row locks), so a fact is seen
-	// once.
-	StartCycle(ctx context.Context, tx pgx.Tx, limit int, direct []Fact) (CycleStart, error)
+	// once. Besides, the finished workloads of every task these facts (and
+	// the direct ones not applied) name.
+	StartCycle(ctx context.Context, tx pgx.Tx, after int64, limit int, direct []Fact) (CycleStart, error)
 	// SaveCycle appends events, upserts changed workloads, deletes removed
-	// ones and the facts up to lastFact.
-	SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*WorkloadRecord, removed []string, lastFact int64) error
+	// ones and the consumed facts (StartCycle's, in their order).
+	SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*WorkloadRecord, removed []string, consumed []Fact) error
 }
 
 // CycleStart is what a cycle starts from (LoopStore.StartCycle).
@@ -54,6 +63,9 @@ type CycleStart struct {
 	// Facts wait in arrival order; Direct are the direct facts not seen
 	// before.
 	Facts, Direct []Fact
+	// Finished are recorded finished workloads of the facts' tasks (of
+	// some of them, or none).
+	Finished []WorkloadRecord
 }
 
 // LoopConfig tunes the admission loop.
@@ -75,7 +87,7 @@ type LoopConfig struct {
 // A session, step by step:
 //
 //  1. Take the lock, then rebuild the core from the recorded definitions
-//     and workloads (admitted and evicting ones with their admission).
+//     and live workloads (admitted and evicting ones with their admission).
 //  2. Each cycle, in one transaction on the lock's connection: share-lock
 //     the definitions generation and reconfigure the core if it moved;
 //     consume the pending task facts (new stays, finished work) into the
@@ -107,12 +119,19 @@ type Loop struct {
 
 	// mu guards the session state below against the reads (Explain,
 	// usage) of other goroutines.
-	mu      sync.Mutex
-	core    Core // nil outside a session
-	gen     int64
+	mu   sync.Mutex
+	core Core // nil outside a session
+	gen  int64
+	// work holds the live workloads (pending, admitted, evicting). A
+	// finished one is kept only during the cycle that finishes it or
+	// reads it back for a fact about its task (StartCycle); the rest of
+	// the history stays in the database, so neither memory nor the
+	// loop's work grows with it.
 	work    map[string]*WorkloadRecord
 	outside map[string]bool // pending workloads the core does not hold (unknown queue)
-	queues  []string        // the ClusterQueues of the core's topology (metrics)
+	// factsAfter is the last fact consumed in this session (LoopStore.Waiting).
+	factsAfter int64
+	queues     []string // the ClusterQueues of the core's topology (metrics)
 
 	// offersMu guards the workloads handed to the loop directly: taken
 	// (new) by the next cycle, then waiting (taken) for a decision until
@@ -391,6 +410,7 @@ func (l *Loop) rebuild(ctx context.Context, conn *pgxpool.Conn) error {
 			return err
 		}
 		l.core, l.gen, l.work, l.outside = core, gen, make(map[string]*WorkloadRecord, len(recs)), map[string]bool{}
+		l.factsAfter = 0
 		for i := range recs {
 			r := &recs[i]
 			l.work[r.ID] = r
@@ -502,6 +522,11 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 	var (
 		recorded bool
 		out      *cycleOut
+		// touched are the workloads this cycle read back or changed:
+		// those finished are forgotten once it ends (Loop.work).
+		touched []string
+		// consumed are the facts the cycle applied, once it saved them.
+		consumed []Fact
 	)
 	offers := l.takeOffers()
 	// Offers are answered after the commit: finishes and admitted stays
@@ -527,9 +552,16 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 	// Two round trips: BEGIN goes out with StartCycle's reads and COMMIT
 	// with SaveCycle's writes (pg.PipelinedTx).
 	err = pg.InPipelinedTx(ctx, conn.Conn(), func(tx *pg.PipelinedTx) error {
-		start, err := l.store.StartCycle(ctx, tx, l.cfg.MaxFacts, offerFacts(offers))
+		start, err := l.store.StartCycle(ctx, tx, l.factsAfter, l.cfg.MaxFacts, offerFacts(offers))
 		if err != nil {
 			return err
+		}
+		for i := range start.Finished {
+			r := &start.Finished[i]
+			if l.work[r.ID] == nil {
+				l.work[r.ID] = r
+			}
+			touched = append(touched, r.ID)
 		}
 		now := l.now()
 		if start.Generation != l.gen {
@@ -563,10 +595,6 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		if len(facts) == 0 && len(direct) == 0 && len(out.events) == 0 {
 			return nil
 		}
-		var last int64
-		if len(facts) > 0 {
-			last = facts[len(facts)-1].Seq
-		}
 		changed := make([]*WorkloadRecord, 0, len(out.changed))
 		for _, r := range out.changed {
 			if l.work[r.ID] == r {
@@ -575,10 +603,23 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		}
 		recorded = len(out.events) > 0
 		tx.CommitWithNextBatch()
-		return l.store.SaveCycle(ctx, tx, out.events, changed, out.removed, last)
+		if err := l.store.SaveCycle(ctx, tx, out.events, changed, out.removed, facts); err != nil {
+			return err
+		}
+		consumed = facts
+		return nil
 	})
+	if out != nil {
+		for id := range out.changed {
+			touched = append(touched, id)
+		}
+	}
+	l.forgetFinished(touched)
 	if err != nil {
 		return false, fmt.Errorf("admission cycle: %w", err)
+	}
+	if len(consumed) > 0 {
+		l.factsAfter = consumed[len(consumed)-1].Seq
 	}
 	if recorded {
 		countDecisions(ctx, out.decided)
@@ -589,11 +630,22 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 	return more, nil
 }
 
+// forgetFinished drops the finished workloads among ids from l.work. A
+// cycle that failed ends the session, whose next one rebuilds l.work from
+// what was committed, so forgetting what it did not commit loses nothing.
+func (l *Loop) forgetFinished(ids []string) {
+	for _, id := range ids {
+		if r := l.work[id]; r != nil && r.State == StateFinished {
+			delete(l.work, id)
+		}
+	}
+}
+
 // quiet reports whether a cycle would find nothing to do: no facts wait,
 // the topology is the core's, and the core decides nothing now (Schedule
 // changes nothing). Called with l.mu held.
 func (l *Loop) quiet(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
-	gen, facts, err := l.store.Waiting(ctx, conn)
+	gen, facts, err := l.store.Waiting(ctx, conn, l.factsAfter)
 	if err != nil {
 		return false, err
 	}
@@ -759,7 +811,8 @@ func (l *Loop) applyDecision(d Decision, now time.Time, out *cycleOut) {
 }
 
 // explain returns the live explanation of a workload; ok is false when
-// this instance does not hold the state.
+// this instance does not hold the state, known is false when the workload
+// is not live (it may be finished, in the database).
 func (l *Loop) explain(id string) (rec WorkloadRecord, ex Explanation, known, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -772,8 +825,6 @@ func (l *Loop) explain(id string) (rec WorkloadRecord, ex Explanation, known, ok
 	}
 	rec = *r
 	switch {
-	case r.State == StateFinished:
-		ex = Explanation{ClusterQueue: r.ClusterQueue, State: StateFinished, Reason: r.Reason}
 	case l.outside[id]:
 		ex = Explanation{ClusterQueue: r.ClusterQueue, State: StatePending, Reason: r.Reason}
 	default:

@@ -18,8 +18,9 @@ type TaskAdmission struct {
 func (a *App) ExplainTask(ctx context.Context, c Caller, taskID string) (TaskAdmission, error) {
 	out := TaskAdmission{TaskID: taskID}
 	rec, ex, known, live := a.loop.explain(taskID)
-	if !live {
-		// A standby: the recorded state, without the core's detail.
+	if !live || !known {
+		// A standby, or a workload the loop does not hold (a finished
+		// one, Loop.work): the recorded state, without the core's detail.
 		r, ok, err := a.store.Workload(ctx, taskID)
 		if err != nil {
 			return out, err

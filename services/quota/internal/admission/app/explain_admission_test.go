@@ -32,8 +32,9 @@ func TestExplainTaskOnAStandby(t *testing.T) {
 	}
 }
 
-// The active instance explains from its core; what the core does not
-// hold (a finished workload, one waiting for its queue) from its record.
+// The active instance explains from its core; a workload waiting for its
+// queue from its live record, and one the loop does not hold (finished:
+// the loop keeps only live workloads) from the recorded one.
 func TestExplainTaskOnTheActiveLoop(t *testing.T) {
 	f := newFixture(t)
 	admitted := now.Add(-time.Minute)
@@ -44,10 +45,11 @@ func TestExplainTaskOnTheActiveLoop(t *testing.T) {
 	f.loop.work = map[string]*WorkloadRecord{
 		"t-admitted": {Workload: Workload{ID: "t-admitted", ClusterQueue: "cq"}, TenantID: "acme", State: StateAdmitted,
 			Flavors: map[string]string{GPUResource: "a100"}, AdmittedAt: admitted},
-		"t-pending":  {Workload: Workload{ID: "t-pending", ClusterQueue: "cq"}, TenantID: "acme", State: StatePending},
-		"t-outside":  {Workload: Workload{ID: "t-outside", ClusterQueue: "cq-gone"}, TenantID: "acme", State: StatePending, Reason: "no queue cq-gone"},
-		"t-finished": {Workload: Workload{ID: "t-finished", ClusterQueue: "cq"}, TenantID: "acme", State: StateFinished, Reason: "succeeded"},
+		"t-pending": {Workload: Workload{ID: "t-pending", ClusterQueue: "cq"}, TenantID: "acme", State: StatePending},
+		"t-outside": {Workload: Workload{ID: "t-outside", ClusterQueue: "cq-gone"}, TenantID: "acme", State: StatePending, Reason: "no queue cq-gone"},
 	}
+	f.store.state.workloads["t-finished"] = WorkloadRecord{Workload: Workload{ID: "t-finished", ClusterQueue: "cq"}, TenantID: "acme",
+		State: StateFinished, Reason: "succeeded"}
 	f.loop.outside = map[string]bool{"t-outside": true}
 	tests := []struct {
 		id   string
@@ -72,13 +74,14 @@ func TestExplainTaskOnTheActiveLoop(t *testing.T) {
 			t.Errorf("%s = %+v, %v; want %+v", tt.id, got, err, tt.want)
 		}
 	}
-	// The live state answers for the tenant's own tasks only, and an
-	// unknown task is not looked up in the store.
-	if _, err := f.app.ExplainTask(f.ctx, standard, "t-pending"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("beta explained acme's task: %v, want ErrNotFound", err)
+	// Both answer for the tenant's own tasks only; a task neither holds
+	// is unknown.
+	for _, id := range []string{"t-pending", "t-finished"} {
+		if _, err := f.app.ExplainTask(f.ctx, standard, id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("beta explained acme's %s: %v, want ErrNotFound", id, err)
+		}
 	}
-	f.store.state.workloads["t-recorded"] = WorkloadRecord{TenantID: "acme", State: StatePending}
-	if _, err := f.app.ExplainTask(f.ctx, premium, "t-recorded"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("a task the active loop does not hold: %v, want ErrNotFound", err)
+	if _, err := f.app.ExplainTask(f.ctx, operator, "t-none"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("an unknown task: %v, want ErrNotFound", err)
 	}
 }

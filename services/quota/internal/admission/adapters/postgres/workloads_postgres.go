@@ -36,12 +36,15 @@ func (Store) DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error
 	return gen, nil
 }
 
-// Waiting implements app.LoopStore.
-func (Store) Waiting(ctx context.Context, q eventstore.Querier) (int64, bool, error) {
+// Waiting implements app.LoopStore. min(seq) rather than EXISTS: a
+// generic plan of EXISTS over "seq > $1" expects a third of the table to
+// match and scans it from its start, dead rows and all; min is read from
+// the seq index.
+func (Store) Waiting(ctx context.Context, q eventstore.Querier, after int64) (int64, bool, error) {
 	var gen int64
 	var facts bool
 	rows, err := q.Query(ctx, `SELECT (SELECT generation FROM definitions_generation WHERE id = 1),
-		EXISTS (SELECT 1 FROM workload_facts)`)
+		(SELECT min(seq) FROM workload_facts WHERE seq > $1) IS NOT NULL`, after)
 	if err == nil {
 		_, err = pgx.ForEachRow(rows, []any{&gen, &facts}, func() error { return nil })
 	}
@@ -51,57 +54,57 @@ func (Store) Waiting(ctx context.Context, q eventstore.Querier) (int64, bool, er
 	return gen, facts, nil
 }
 
-// LoadWorkloads implements app.LoopStore.
+// LoadWorkloads implements app.LoopStore: the live workloads. The
+// finished ones, most of the table once it has run a while, stay in the
+// database; a cycle reads back those its facts name (StartCycle). The scan
+// runs once per session: an index on state would make every cycle's
+// update of a workload's state a non-HOT one.
 func (Store) LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]app.WorkloadRecord, error) {
-	rows, err := tx.Query(ctx, `
-		SELECT task_id, tenant_id, cluster_queue, priority, created_at, requests, task_version, state,
-		       flavors, borrowing, admitted_at, preemptor, reason, version
-		FROM workloads`)
+	rows, err := tx.Query(ctx, `SELECT `+workloadColumns+` FROM workloads WHERE state <> '`+app.StateFinished+`'`)
 	if err != nil {
 		return nil, fmt.Errorf("load workloads: %w", err)
 	}
-	var out []app.WorkloadRecord
-	for rows.Next() {
-		var r app.WorkloadRecord
-		var admittedAt *time.Time
-		if err := rows.Scan(&r.ID, &r.TenantID, &r.ClusterQueue, &r.Priority, &r.Created, &r.Requests, &r.TaskVersion,
-			&r.State, &r.Flavors, &r.Borrowing, &admittedAt, &r.Preemptor, &r.Reason, &r.Version); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("load workloads: %w", err)
-		}
-		if admittedAt != nil {
-			r.AdmittedAt = *admittedAt
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := scanWorkloads(rows)
+	if err != nil {
 		return nil, fmt.Errorf("load workloads: %w", err)
 	}
 	return out, nil
 }
 
 // Workload implements app.DefinitionStore.
-func (s Store) Workload(ctx context.Context, taskID string) (r app.WorkloadRecord, ok bool, err error) {
-	rows, err := s.DB.Query(ctx, `
-		SELECT task_id, tenant_id, cluster_queue, priority, created_at, requests, task_version, state,
-		       flavors, borrowing, admitted_at, preemptor, reason, version
-		FROM workloads WHERE task_id = $1`, taskID)
+func (s Store) Workload(ctx context.Context, taskID string) (app.WorkloadRecord, bool, error) {
+	rows, err := s.DB.Query(ctx, `SELECT `+workloadColumns+` FROM workloads WHERE task_id = $1`, taskID)
 	if err != nil {
-		return r, false, fmt.Errorf("read workload: %w", err)
+		return app.WorkloadRecord{}, false, fmt.Errorf("read workload: %w", err)
 	}
+	out, err := scanWorkloads(rows)
+	if err != nil || len(out) == 0 {
+		return app.WorkloadRecord{}, false, err
+	}
+	return out[0], true, nil
+}
+
+// workloadColumns are the columns scanWorkloads reads, in its order.
+const workloadColumns = `task_id, tenant_id, cluster_queue, priority, created_at, requests, task_version, state,
+	flavors, borrowing, admitted_at, preemptor, reason, version`
+
+// scanWorkloads reads rows of workloadColumns and closes them.
+func scanWorkloads(rows pgx.Rows) ([]app.WorkloadRecord, error) {
 	defer rows.Close()
-	if !rows.Next() {
-		return r, false, rows.Err()
+	var out []app.WorkloadRecord
+	for rows.Next() {
+		var r app.WorkloadRecord
+		var admittedAt *time.Time
+		if err := rows.Scan(&r.ID, &r.TenantID, &r.ClusterQueue, &r.Priority, &r.Created, &r.Requests, &r.TaskVersion,
+			&r.State, &r.Flavors, &r.Borrowing, &admittedAt, &r.Preemptor, &r.Reason, &r.Version); err != nil {
+			return nil, fmt.Errorf("read workload: %w", err)
+		}
+		if admittedAt != nil {
+			r.AdmittedAt = *admittedAt
+		}
+		out = append(out, r)
 	}
-	var admittedAt *time.Time
-	if err := rows.Scan(&r.ID, &r.TenantID, &r.ClusterQueue, &r.Priority, &r.Created, &r.Requests, &r.TaskVersion,
-		&r.State, &r.Flavors, &r.Borrowing, &admittedAt, &r.Preemptor, &r.Reason, &r.Version); err != nil {
-		return r, false, fmt.Errorf("read workload: %w", err)
-	}
-	if admittedAt != nil {
-		r.AdmittedAt = *admittedAt
-	}
-	return r, true, nil
+	return out, rows.Err()
 }
 
 // StartCycle implements app.LoopStore: the generation (FOR SHARE, as
@@ -110,7 +113,7 @@ func (s Store) Workload(ctx context.Context, taskID string) (r app.WorkloadRecor
 // instead of three. Under load each round trip waits for the CPU twice
 // (the backend's turn, then the loop's), and the loop's cycles are what
 // every direct stay waits behind (docs/decisions/0055-direct-admission-of-new-tasks.md).
-func (Store) StartCycle(ctx context.Context, tx pgx.Tx, limit int, direct []app.Fact) (app.CycleStart, error) {
+func (Store) StartCycle(ctx context.Context, tx pgx.Tx, after int64, limit int, direct []app.Fact) (app.CycleStart, error) {
 	var cs app.CycleStart
 	b := &pgx.Batch{}
 	b.Queue(generationSQL).QueryRow(func(row pgx.Row) error {
@@ -119,8 +122,18 @@ func (Store) StartCycle(ctx context.Context, tx pgx.Tx, limit int, direct []app.
 		}
 		return nil
 	})
-	b.Queue(pendingFactsSQL, limit).Query(func(rows pgx.Rows) (err error) {
+	b.Queue(pendingFactsSQL, after, limit).Query(func(rows pgx.Rows) (err error) {
 		cs.Facts, err = scanFacts(rows)
+		return err
+	})
+	var lookup []string
+	for _, f := range direct {
+		if f.Kind != app.FactFinish {
+			lookup = append(lookup, f.TaskID)
+		}
+	}
+	b.Queue(finishedOfFactsSQL, after, limit, lookup).Query(func(rows pgx.Rows) (err error) {
+		cs.Finished, err = scanWorkloads(rows)
 		return err
 	})
 	if len(direct) > 0 {
@@ -150,7 +163,20 @@ const (
 	generationSQL   = `SELECT generation FROM definitions_generation WHERE id = 1 FOR SHARE`
 	pendingFactsSQL = `
 		SELECT seq, task_id, task_version, kind, tenant_id, cluster_queue, priority, created_at, requests, reason
-		FROM workload_facts ORDER BY seq LIMIT $1`
+		FROM workload_facts WHERE seq > $1 ORDER BY seq LIMIT $2`
+	// finishedOfFactsSQL reads the finished workloads of the tasks of
+	// pendingFactsSQL's facts and of the direct ones ($3): the loop keeps
+	// only live workloads, and a fact may start a finished one's next stay
+	// or delete it. A finish fact cannot change a workload the loop does
+	// not hold, so those tasks are not looked up. Its own snapshot may
+	// hold facts committed after pendingFactsSQL's (never fewer: only the
+	// loop deletes facts), whose workloads are then read for nothing.
+	finishedOfFactsSQL = `
+		SELECT ` + workloadColumns + ` FROM workloads
+		WHERE state = '` + app.StateFinished + `' AND task_id IN (
+		    SELECT task_id FROM (SELECT task_id, kind FROM workload_facts WHERE seq > $1 ORDER BY seq LIMIT $2) f
+		    WHERE kind <> '` + string(app.FactFinish) + `'
+		    UNION ALL SELECT unnest($3::text[]))`
 	// seeFactsSQL records each task's newest version where it is above the
 	// one recorded and returns those tasks; an insert or update racing the
 	// task-topic projection's waits for it on the row (or its unique key)
@@ -207,7 +233,7 @@ func scanFacts(rows pgx.Rows) ([]app.Fact, error) {
 }
 
 // SaveCycle implements app.LoopStore: one round trip for the whole cycle.
-func (s Store) SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*app.WorkloadRecord, removed []string, lastFact int64) error {
+func (s Store) SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*app.WorkloadRecord, removed []string, consumed []app.Fact) error {
 	b := &pgx.Batch{}
 	if err := s.Events.QueueAppend(b, events...); err != nil {
 		return err
@@ -259,8 +285,10 @@ func (s Store) SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Eve
 	if len(removed) > 0 {
 		b.Queue(`DELETE FROM workloads WHERE task_id = ANY($1)`, removed)
 	}
-	if lastFact > 0 {
-		b.Queue(`DELETE FROM workload_facts WHERE seq <= $1`, lastFact)
+	if n := len(consumed); n > 0 {
+		// By their range, not "up to the last": the index scan starts at
+		// the first, past the dead rows of the facts consumed before.
+		b.Queue(`DELETE FROM workload_facts WHERE seq BETWEEN $1 AND $2`, consumed[0].Seq, consumed[n-1].Seq)
 	}
 	res := tx.SendBatch(ctx, b)
 	for i := range b.Len() {
