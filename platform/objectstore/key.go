@@ -13,9 +13,10 @@ const MaxKeyLen = 1024
 // why). The alphabet is deliberately tiny: every such key is a safe relative
 // file path, needs no escaping in a URL path or an S3 key, and cannot smuggle
 // in a separator, a NUL, a percent-escape or a Unicode look-alike. "." and
-// ".." segments are refused (and ".." anywhere, to keep the rule simple to
-// state) so a key never climbs out of the store's root or aliases another
-// key after path cleaning.
+// ".." segments are refused, so a key never climbs out of the store's root
+// or aliases another key after path cleaning; ".." inside a name
+// ("model..pt") is an ordinary file name, since "/" is the only separator
+// the alphabet has.
 func ValidateKey(key string) error {
 	if key == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidKey)
@@ -26,9 +27,6 @@ func ValidateKey(key string) error {
 	if key[0] == '/' {
 		return fmt.Errorf("%w: %q starts with /", ErrInvalidKey, key)
 	}
-	if strings.Contains(key, "..") {
-		return fmt.Errorf("%w: %q contains \"..\"", ErrInvalidKey, key)
-	}
 	for i := 0; i < len(key); i++ {
 		if !keyByte(key[i]) {
 			return fmt.Errorf("%w: %q has byte %q at %d (allowed: A-Z a-z 0-9 . _ - and / between segments)", ErrInvalidKey, key, key[i], i)
@@ -38,8 +36,8 @@ func ValidateKey(key string) error {
 		switch seg {
 		case "":
 			return fmt.Errorf("%w: %q has an empty segment", ErrInvalidKey, key)
-		case ".":
-			return fmt.Errorf("%w: %q has a \".\" segment", ErrInvalidKey, key)
+		case ".", "..":
+			return fmt.Errorf("%w: %q has a %q segment", ErrInvalidKey, key, seg)
 		}
 	}
 	return nil

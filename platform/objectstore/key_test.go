@@ -16,6 +16,10 @@ func TestValidateKey(t *testing.T) {
 		".hidden",
 		"a/.b",
 		"v1.2/x",
+		// ".." inside a name is no segment: "/" is the only separator.
+		"a..b",
+		"out/model..pt",
+		"a/...",
 		strings.Repeat("a", objectstore.MaxKeyLen),
 	}
 	for _, k := range valid {
@@ -32,7 +36,6 @@ func TestValidateKey(t *testing.T) {
 		"../a",
 		"a/../b",
 		"a/..",
-		"a..b",
 		".",
 		"./a",
 		"a/./b",

@@ -9,8 +9,12 @@
 // behalf, past the check).
 //
 // Refused are loopback, private (RFC 1918, fc00::/7), link-local (cloud
-// metadata lives at 169.254.169.254), shared (100.64.0.0/10), unspecified
-// and multicast addresses, unless the operator allow-lists their network.
+// metadata lives at 169.254.169.254), shared (100.64.0.0/10), unspecified,
+// multicast and other special-purpose IPv4 addresses, unless the operator
+// allow-lists their network. An IPv6 address that carries an IPv4 one a
+// gateway translates to (NAT64, 6to4) is judged by the IPv4 address it
+// reaches; the tunnels and translations that cannot be judged that way
+// (Teredo, local-use NAT64, IPv4-compatible addresses) are refused.
 package safehttp
 
 import (
@@ -26,14 +30,60 @@ import (
 // ErrRefused is wrapped by every refusal of an address.
 var ErrRefused = errors.New("the address is not public and not allow-listed")
 
-// cgnat is the shared address space of RFC 6598, private in practice.
-var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+var (
+	// notPublic4 are IPv4 networks that are global unicast to package
+	// netip but reach no public host: "this network" (0/8, which Linux
+	// dials as the local host), the shared address space of RFC 6598
+	// (private in practice), IETF protocol assignments, benchmarking and
+	// the reserved 240/4.
+	notPublic4 = []netip.Prefix{
+		netip.MustParsePrefix("0.0.0.0/8"),
+		netip.MustParsePrefix("100.64.0.0/10"),
+		netip.MustParsePrefix("192.0.0.0/24"),
+		netip.MustParsePrefix("198.18.0.0/15"),
+		netip.MustParsePrefix("240.0.0.0/4"),
+	}
+	// nat64 (RFC 6052) carries the IPv4 address in its last 32 bits;
+	// sixToFour (RFC 3056) in the 32 bits after its prefix.
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	// Refused whatever they carry: local-use NAT64 (RFC 8215, meant for
+	// private IPv4 networks), Teredo (its client address is obfuscated)
+	// and the deprecated IPv4-compatible addresses (::a.b.c.d).
+	opaque6 = []netip.Prefix{
+		netip.MustParsePrefix("64:ff9b:1::/48"),
+		netip.MustParsePrefix("2001::/32"),
+		netip.MustParsePrefix("::/96"),
+	}
+)
 
 // Public reports whether a is a public unicast address.
 func Public(a netip.Addr) bool {
 	a = a.Unmap()
-	return a.IsValid() && a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast() &&
-		!cgnat.Contains(a)
+	if !a.IsValid() || !a.IsGlobalUnicast() || a.IsPrivate() || a.IsLoopback() || a.IsLinkLocalUnicast() {
+		return false
+	}
+	if a.Is4() {
+		for _, n := range notPublic4 {
+			if n.Contains(a) {
+				return false
+			}
+		}
+		return true
+	}
+	b := a.As16()
+	switch {
+	case nat64.Contains(a):
+		return Public(netip.AddrFrom4([4]byte(b[12:16])))
+	case sixToFour.Contains(a):
+		return Public(netip.AddrFrom4([4]byte(b[2:6])))
+	}
+	for _, n := range opaque6 {
+		if n.Contains(a) {
+			return false
+		}
+	}
+	return true
 }
 
 // Policy decides which addresses may be dialed.

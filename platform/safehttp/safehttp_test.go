@@ -22,6 +22,13 @@ func TestPublicAndPolicy(t *testing.T) {
 		"169.254.169.254": false, "fe80::1": false, "100.64.1.1": false, "0.0.0.0": false, "224.0.0.1": false, "fc00::1": false, "fd00::1": false,
 		"::ffff:127.0.0.1": false, "2001:4860:4860::8888": true,
 		"10.20.3.4": true, "192.168.1.7": true, "::ffff:10.20.0.1": true,
+		// Special-purpose IPv4 that netip calls global unicast.
+		"0.1.2.3": false, "192.0.0.8": false, "198.18.0.1": false, "240.0.0.1": false,
+		// IPv6 carrying IPv4: judged by the IPv4 address a gateway reaches.
+		"64:ff9b::a9fe:a9fe": false, "64:ff9b::a00:1": false, "64:ff9b::808:808": true,
+		"2002:a00:1::": false, "2002:a9fe:a9fe::1": false, "2002:808:808::1": true,
+		// Refused whatever they carry.
+		"64:ff9b:1::808:808": false, "2001:0:4136:e378:8000:63bf:3fff:fdd2": false, "::a00:1": false, "::808:808": false,
 	} {
 		if got := p.Permits(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("Permits(%s) = %v, want %v", addr, got, want)

@@ -13,6 +13,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/artifacts"
 	"github.com/taskmesh/taskmesh/services/executor/internal/checkpoint"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 )
 
 // The files an attempt keeps beyond its process (docs/api/tasks.md#checkpoints,
@@ -232,6 +233,13 @@ func (a *Agent) uploadArtifacts(ctx context.Context, t journal.Task) ([]*taskv1.
 			TaskId: t.ID, AgentId: a.cfg.AgentID, AttemptId: t.AttemptID, Path: f.Path, SizeBytes: f.Size, Sha256: f.SHA256,
 		})
 		cancel()
+		if rpcerr.Code(err) == rpcerr.InvalidArgument {
+			// Refused for good: a name the object store cannot keep (a
+			// space, non-ASCII letters), or no object store at all. The
+			// other files are still kept.
+			a.log.Warn("artifact not kept", "task_id", t.ID, "path", f.Path, "err", rpcerr.Message(err))
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -129,11 +129,17 @@ func (a *App) GetTaskCheckpoint(ctx context.Context, c Caller, id, agentID, atte
 }
 
 // cleanArtifactPath checks an artifact's path as the agent reports it: a
-// clean path relative to the working directory that stays inside it.
+// clean path relative to the working directory that stays inside it, and
+// whose names the object store can keep (its key alphabet,
+// docs/api/tasks.md#artifacts). A file it cannot keep is refused here as
+// bad input, which the agent skips, rather than failing at the store.
 func cleanArtifactPath(p string) (string, error) {
 	c := path.Clean(p)
 	if p == "" || path.IsAbs(p) || c != p || c == "." || c == ".." || strings.HasPrefix(c, "../") || strings.ContainsRune(p, 0) {
 		return "", &domain.InvalidError{Field: "path", Reason: fmt.Sprintf("%q is not a clean path inside the working directory", p)}
+	}
+	if err := objectstore.ValidateKey(c); err != nil {
+		return "", &domain.InvalidError{Field: "path", Reason: fmt.Sprintf("%q cannot be kept: artifact names use the letters A-Z and a-z, digits, '.', '_', '-' and '/' between folders", p)}
 	}
 	return c, nil
 }

@@ -101,12 +101,18 @@ func TestCheckpointWaitEndsAfterTheGracePeriod(t *testing.T) {
 func TestArtifactsAreListedWithLinks(t *testing.T) {
 	h := newHarness(t)
 	x := h.running("a1", "m1", spec("train", func(in *domain.SpecInput) { in.Artifacts = []string{"out/*.pt", "metrics.json"} }))
-	for name, p := range map[string]string{"absolute": "/etc/passwd", "climbing": "out/../../x.pt", "unclean": "out//a.pt", "unmatched": "out/a.txt"} {
+	for name, p := range map[string]string{"absolute": "/etc/passwd", "climbing": "out/../../x.pt", "unclean": "out//a.pt", "unmatched": "out/a.txt",
+		// Names the object store cannot keep: bad input, not a failure.
+		"space": "out/a b.pt", "backslash": `out/a\b.pt`, "non-ASCII": "out/modèle.pt"} {
 		_, err := h.app.CreateArtifactUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, p, 1)
 		wantInvalid(t, name+" artifact path", err, "path")
 	}
 	_, err := h.app.CreateArtifactUpload(h.ctx, agent("a2"), x.ID, "a2", x.AttemptID, "out/a.pt", 1)
 	wantErr(t, "artifact upload by another agent", err, domain.ErrAttemptMismatch)
+	if up, err := h.app.CreateArtifactUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, "out/model..pt", 1); err != nil ||
+		up.Key != "artifacts/t1/"+x.ID+"/"+x.AttemptID+"/out/model..pt" {
+		t.Fatalf("upload of out/model..pt = %+v, %v", up, err)
+	}
 	up, err := h.app.CreateArtifactUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, "out/model.pt", 5)
 	if err != nil || up.Key != "artifacts/t1/"+x.ID+"/"+x.AttemptID+"/out/model.pt" {
 		t.Fatalf("upload = %+v, %v", up, err)

@@ -25,15 +25,17 @@ func fetch(t *testing.T, link string) (int, []byte) {
 }
 
 // A task's declared output files are uploaded after it ends and listed in
-// its result with sizes, sha256 and links that download them; another
-// tenant neither sees the result nor gets in with a link altered to name
-// the task's files.
+// its result with sizes, sha256 and links that download them; a file
+// whose name the object store cannot keep is skipped, not the others, and
+// the task still completes; another tenant neither sees the result nor
+// gets in with a link altered to name the task's files.
 func TestArtifactsAreListedAndDownloadedByTheirOwnerOnly(t *testing.T) {
 	w := newWorld(t)
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
 	key, other := w.s.DemoAPIKey, w.tenantKey("other")
 	script := `mkdir -p out/sub && printf 'weights' > out/model.pt && printf '{"loss":0.1}' > metrics.json &&
-printf 'skip' > out/notes.txt && printf 'deep' > out/sub/deep.pt && echo trained`
+printf 'skip' > out/notes.txt && printf 'deep' > out/sub/deep.pt && printf 'dots' > out/model..pt &&
+printf 'spaced' > 'out/my model.pt' && echo trained`
 	id := w.submit(key, map[string]any{"name": "train", "type": "script", "command": script,
 		"artifacts": []string{"out/*.pt", "metrics.json"}})
 	if tk := w.waitStatus(key, id, 30*time.Second, "completed"); tk["created_by"] == "" || tk["created_by"] == nil {
@@ -41,10 +43,10 @@ printf 'skip' > out/notes.txt && printf 'deep' > out/sub/deep.pt && echo trained
 	}
 	code, res, _ := w.call("GET", "/api/v1/tasks/"+id+"/result", key, nil)
 	arts, _ := res["artifacts"].([]any)
-	if code != 200 || len(arts) != 2 || res["stdout"] != "trained\n" || res["expires_in"] != float64(3600) {
+	if code != 200 || len(arts) != 3 || res["stdout"] != "trained\n" || res["expires_in"] != float64(3600) {
 		t.Fatalf("result = %d %v", code, res)
 	}
-	want := map[string]string{"metrics.json": `{"loss":0.1}`, "out/model.pt": "weights"}
+	want := map[string]string{"metrics.json": `{"loss":0.1}`, "out/model.pt": "weights", "out/model..pt": "dots"}
 	var link string
 	for _, a := range arts {
 		art := obj(a)

@@ -189,4 +189,12 @@ func TestLoadURL(t *testing.T) {
 	if !errors.As(err, &inv) || !strings.Contains(inv.Reason, "public") {
 		t.Fatalf("loopback download: %v, want refused as not public", err)
 	}
+	// So are private and metadata addresses behind NAT64 and 6to4: the
+	// connection is refused before it is tried.
+	for _, u := range []string{"http://[64:ff9b::a9fe:a9fe]/a.png", "http://[2002:a00:1::]/a.png", "http://[::a00:1]/a.png"} {
+		_, _, err := strict.Load(context.Background(), u)
+		if !errors.As(err, &inv) || !strings.Contains(inv.Reason, "public") {
+			t.Errorf("%s: %v, want refused as not public", u, err)
+		}
+	}
 }
