@@ -283,3 +283,54 @@ func TestLargeInlineOutputWithoutAnObjectStore(t *testing.T) {
 	wantInvalid(t, "large output without an object store", err, "stdout")
 	h.wantStatus(x.ID, domain.StatusRunning)
 }
+
+// A repeated report is answered as the first one was, however the task
+// moved on since: a failed attempt's repeat, after the retry was leased to
+// another agent, is a repeat (not 30001) and answers failed; a preempted
+// attempt's repeat answers pending, never the new lease's status under the
+// old attempt's id. Nothing is recorded by either.
+func TestARepeatedReportIsAnsweredAsTheFirstAfterTheTaskMovedOn(t *testing.T) {
+	h := newHarness(t)
+	x := h.running("a1", "m1", spec("a", func(in *domain.SpecInput) { in.RetryDelay, in.MaxRetries = intp(0), intp(5) }))
+	failed := app.Completion{AgentID: "a1", AttemptID: x.AttemptID, ExitCode: 1}
+	first, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, failed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ended := first.OutcomeOf(x.AttemptID); st != domain.StatusFailed || ended.IsZero() {
+		t.Fatalf("first answer %s at %v, want failed with its end", st, ended)
+	}
+	// Pending for its retry: the repeat answers failed, as the first did.
+	again, err := h.app.CompleteTask(h.ctx, agent("a1"), x.ID, failed)
+	if st, _ := again.OutcomeOf(x.AttemptID); err != nil || again.Version != first.Version || st != domain.StatusFailed {
+		t.Fatalf("a repeat while pending = %s, %+v, %v", st, again, err)
+	}
+	// Leased to another agent: still a repeat.
+	y := h.claimOne("a2", "m1", x.ID)
+	again, err = h.app.CompleteTask(h.ctx, agent("a1"), x.ID, failed)
+	if st, _ := again.OutcomeOf(x.AttemptID); err != nil || again.Version != y.Version || st != domain.StatusFailed {
+		t.Fatalf("a repeat after another agent's lease = %s, %+v, %v; want failed, nothing recorded", st, again, err)
+	}
+	// Another agent naming the failed attempt is not its repeat.
+	_, err = h.app.CompleteTask(h.ctx, agent("a3"), x.ID, app.Completion{AgentID: "a3", AttemptID: x.AttemptID, ExitCode: 1})
+	wantErr(t, "another agent repeating a1's report", err, domain.ErrAttemptMismatch)
+
+	// a2's attempt is preempted by Slurm and requeued, then leased again.
+	if _, err := h.app.StartTask(h.ctx, agent("a2"), x.ID, "a2", y.AttemptID); err != nil {
+		t.Fatal(err)
+	}
+	preempted := app.Completion{AgentID: "a2", AttemptID: y.AttemptID, PreemptedBy: "slurm", Error: "taken"}
+	first, err = h.app.CompleteTask(h.ctx, agent("a2"), x.ID, preempted)
+	if st, ended := first.OutcomeOf(y.AttemptID); err != nil || st != domain.StatusPending || !ended.IsZero() {
+		t.Fatalf("a preempted report = %s at %v, %v; want pending", st, ended, err)
+	}
+	z := h.claimOne("a1", "m1", x.ID)
+	again, err = h.app.CompleteTask(h.ctx, agent("a2"), x.ID, preempted)
+	if st, ended := again.OutcomeOf(y.AttemptID); err != nil || again.Version != z.Version || st != domain.StatusPending || !ended.IsZero() {
+		t.Fatalf("a repeated preempted report after a new lease = %s at %v, %+v, %v; want pending", st, ended, again, err)
+	}
+	// The current attempt is answered as the task is.
+	if st, _ := again.OutcomeOf(z.AttemptID); st != domain.StatusAssigned {
+		t.Fatalf("the current attempt's outcome = %s, want assigned", st)
+	}
+}

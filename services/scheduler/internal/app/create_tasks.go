@@ -76,6 +76,13 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 	if err != nil {
 		return nil, err
 	}
+	// A repeat returns the first create's tasks, and those deleted since
+	// are gone from every read: a deleted task (a tombstone, status as it
+	// was) is not answered as though it waited.
+	created = slices.DeleteFunc(created, func(t domain.Task) bool { return t.Deleted })
+	if len(created) == 0 {
+		return nil, domain.ErrNotFound
+	}
 	a.hub.WakeClaimers()
 	a.admitAtOnce(ctx, created)
 	for _, t := range created {

@@ -70,6 +70,24 @@ func TestCreateTaskIsIdempotentByRequestID(t *testing.T) {
 	}
 }
 
+// A repeat after the first create's task was deleted does not answer the
+// deleted task as though it waited: it is 30004, like every read of it.
+func TestARepeatedCreateOfADeletedTaskIsNotFound(t *testing.T) {
+	h := newHarness(t)
+	first, err := h.app.CreateTasks(h.ctx, user("t1"), spec("a"), "req-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.app.DeleteTask(h.ctx, user("t1"), first[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.app.CreateTasks(h.ctx, user("t1"), spec("a"), "req-2")
+	wantErr(t, "a repeated create of a deleted task", err, domain.ErrNotFound)
+	if len(again) != 0 || len(h.store.Events(first[0].ID)) != 2 {
+		t.Errorf("repeat = %v; events %d, want submitted and deleted only", taskIDs(again), len(h.store.Events(first[0].ID)))
+	}
+}
+
 func TestCreateTaskDependingOnAMissingTaskIsInvalid(t *testing.T) {
 	h := newHarness(t)
 	mine := h.create(user("t1"), spec("mine"))

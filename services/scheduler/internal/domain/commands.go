@@ -182,6 +182,38 @@ func leaseEnded(now time.Time, p PastAttempt) error {
 	return fmt.Errorf("%w at %s", ErrLeaseExpired, p.LeaseExpiresAt.UTC().Format(time.RFC3339))
 }
 
+// finishedBy reports whether agentID may be the agent of the attempt that
+// last reported an outcome (FinishedAttemptID): its agent as the task
+// still names it, or as remembered once the task moved on (a retry, a new
+// lease by another agent). An agent no longer known, the attempt being
+// older than the remembered ones, is not held against the repeat.
+func (t Task) finishedBy(agentID string) bool {
+	if t.AttemptID == t.FinishedAttemptID && t.AgentID != "" {
+		return agentID == t.AgentID
+	}
+	if p, ok := t.pastAttempt(t.FinishedAttemptID); ok && p.AgentID != "" {
+		return agentID == p.AgentID
+	}
+	return true
+}
+
+// OutcomeOf is how attemptID ended, as CompleteTask answers its report
+// the first time and on every repeat (docs/api/tasks.md#idempotency): the
+// outcome it reported, whatever the task did since (a retry, another
+// lease); an attempt preempted and requeued left the task pending.
+// Another attempt answers the task as it is.
+func (t Task) OutcomeOf(attemptID string) (Status, time.Time) {
+	switch {
+	case attemptID != "" && attemptID == t.FinishedAttemptID:
+		return t.FinishedStatus, t.FinishedAt
+	case attemptID != t.AttemptID:
+		if p, ok := t.pastAttempt(attemptID); ok && p.Preempted {
+			return StatusPending, time.Time{}
+		}
+	}
+	return t.Status, t.EndedAt
+}
+
 // pastAttempt finds an earlier attempt of the task.
 func (t Task) pastAttempt(attemptID string) (PastAttempt, bool) {
 	for _, p := range t.PastAttempts {
@@ -291,7 +323,7 @@ func (t Task) Complete(now time.Time, agentID, attemptID string, o Outcome) (rec
 	// Before fencing: the attempt's first CompleteTask may have been
 	// recorded and its answer lost. Its retry must succeed even if the task
 	// has moved on to another attempt since.
-	if attemptID != "" && attemptID == t.FinishedAttemptID && (agentID == "" || agentID == t.AgentID || t.AgentID == "") {
+	if attemptID != "" && attemptID == t.FinishedAttemptID && (agentID == "" || t.finishedBy(agentID)) {
 		return nil, true, nil
 	}
 	// A preempted attempt is requeued in the same command, so it is a past

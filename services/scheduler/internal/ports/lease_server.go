@@ -93,11 +93,8 @@ func (s *LeaseServer) CompleteTask(ctx context.Context, r *taskv1.CompleteTaskRe
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
-	// A repeated complete answers with how that attempt ended.
-	status, ended := t.Status, t.EndedAt
-	if t.FinishedAttemptID == r.GetAttemptId() {
-		status, ended = t.FinishedStatus, t.FinishedAt
-	}
+	// The first answer and a repeated one alike: how that attempt ended.
+	status, ended := t.OutcomeOf(r.GetAttemptId())
 	return &taskv1.CompleteTaskResponse{TaskId: t.ID, Status: string(status), AttemptId: r.GetAttemptId(), EndedAt: ts(ended)}, nil
 }
 

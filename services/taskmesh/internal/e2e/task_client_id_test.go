@@ -78,6 +78,11 @@ func TestCreateTakesTheClientsID(t *testing.T) {
 	if code, got, _ := w.call("GET", "/api/v1/tasks/"+id, key, nil); code != 404 {
 		t.Fatalf("GET after the DELETE by the client's id = %d %v", code, got)
 	}
+	// Creating it again by the same id answers as every read does now:
+	// the deleted task is not answered as though it waited.
+	if code, got, _ := w.call("POST", "/api/v1/tasks", key, example); code != 404 || got["code"] != float64(30004) {
+		t.Fatalf("the create repeated after the DELETE = %d %v, want 404/30004", code, got)
+	}
 }
 
 // parent_id names one of the tenant's tasks, which the task then waits for
