@@ -180,6 +180,33 @@ func TestInvalidGroupsStoreNothing(t *testing.T) {
 	}
 }
 
+// A create repeated with its request_id answers the first create's
+// group; once that group is deleted, the repeat is not found, like every
+// read of it, and creates nothing.
+func TestARepeatedGroupCreateAfterItsDeleteIsNotFound(t *testing.T) {
+	e := newEnv(t)
+	ctx := user("tenant-a")
+	req := &taskv1.CreateTaskGroupRequest{Name: "once", RequestId: "grp-1", Tasks: []*taskv1.TaskGroupTask{node("a", "true")}}
+	first, err := e.groups().CreateTaskGroup(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.groups().CreateTaskGroup(ctx, req)
+	if err != nil || again.GetGroup().GetId() != first.GetGroup().GetId() {
+		t.Fatalf("repeat = %v, %v; want group %s", again, err, first.GetGroup().GetId())
+	}
+	if _, err := e.groups().DeleteTaskGroup(ctx, &taskv1.DeleteTaskGroupRequest{Id: first.GetGroup().GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	groups := e.count(`SELECT count(*) FROM task_groups`)
+	if _, err := e.groups().CreateTaskGroup(ctx, req); status.Code(err) != codes.NotFound || code(err) != "30004" {
+		t.Fatalf("repeat after the delete = %v, want NotFound 30004", err)
+	}
+	if n := e.count(`SELECT count(*) FROM task_groups`); n != groups {
+		t.Fatalf("task_groups %d after the repeat, %d before", n, groups)
+	}
+}
+
 func str(s string) *structpb.Value { return structpb.NewStringValue(s) }
 
 // A repeat's breaker opens after threshold failures in a row; a tenant

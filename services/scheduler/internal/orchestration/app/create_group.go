@@ -80,6 +80,11 @@ func (a *App) CreateGroup(ctx context.Context, c sched.Caller, r GroupRequest) (
 	if err != nil {
 		return orch.State{}, err
 	}
+	if s.Group.Deleted {
+		// A repeat of a create whose group was deleted since: gone from
+		// every read, so not answered as though it waited.
+		return orch.State{}, task.ErrNotFound
+	}
 	a.committed(s, written)
 	return s, nil
 }
