@@ -334,7 +334,9 @@ type TaskGroupMember struct {
 	Attempt   int32                  `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	EndedAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
-	Error     string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// Unset (null) until the member has an error, as a task's
+	// (docs/decisions/0104-error-is-null-until-there-is-one.md).
+	Error *string `protobuf:"bytes,10,opt,name=error,proto3,oneof" json:"error,omitempty"`
 	// The member's task as the task API shows it (docs/api/tasks.md#task):
 	// a group's tasks are tasks. Before its release, what its task will be
 	// made from (a repeat run's: nothing yet). Inline output (stdout,
@@ -458,8 +460,8 @@ func (x *TaskGroupMember) GetEndedAt() *timestamppb.Timestamp {
 }
 
 func (x *TaskGroupMember) GetError() string {
-	if x != nil {
-		return x.Error
+	if x != nil && x.Error != nil {
+		return *x.Error
 	}
 	return ""
 }
@@ -2050,7 +2052,7 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\x06failed\x18\x05 \x01(\x05R\x06failed\x12\x1c\n" +
 	"\tcancelled\x18\x06 \x01(\x05R\tcancelled\x12\x1c\n" +
 	"\tpreempted\x18\a \x01(\x05R\tpreempted\x12\x1c\n" +
-	"\tsuspended\x18\b \x01(\x05R\tsuspended\"\xb4\b\n" +
+	"\tsuspended\x18\b \x01(\x05R\tsuspended\"\xc3\b\n" +
 	"\x0fTaskGroupMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
@@ -2062,9 +2064,9 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\aattempt\x18\a \x01(\x05R\aattempt\x129\n" +
 	"\n" +
 	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x125\n" +
-	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x14\n" +
+	"\bended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x19\n" +
 	"\x05error\x18\n" +
-	" \x01(\tR\x05error\x12\x12\n" +
+	" \x01(\tH\x00R\x05error\x88\x01\x01\x12\x12\n" +
 	"\x04type\x18\v \x01(\tR\x04type\x12\x18\n" +
 	"\acommand\x18\f \x01(\tR\acommand\x12\x12\n" +
 	"\x04args\x18\r \x03(\tR\x04args\x12\x18\n" +
@@ -2078,7 +2080,7 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"retryDelay\x12\x1f\n" +
 	"\vmax_retries\x18\x14 \x01(\x05R\n" +
 	"maxRetries\x12 \n" +
-	"\texit_code\x18\x15 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x129\n" +
+	"\texit_code\x18\x15 \x01(\x05H\x01R\bexitCode\x88\x01\x01\x129\n" +
 	"\n" +
 	"created_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vassigned_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
@@ -2093,7 +2095,8 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"attempt_id\x18\x1d \x01(\tR\tattemptId\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
+	"\x06_errorB\f\n" +
 	"\n" +
 	"_exit_code\"\x82\x0f\n" +
 	"\rTaskGroupTask\x12\x18\n" +

@@ -25,6 +25,10 @@ func TestGroupMembersShowTheirTasks(t *testing.T) {
 		d["exit_code"] != nil || d["created_at"] != nil || d["attempt_id"] != "" || d["retry_count"] != float64(0) {
 		t.Fatalf("download before the start = %v", d)
 	}
+	// Null until there is an error, as a task's (decision 0104).
+	if e, ok := d["error"]; !ok || e != nil {
+		t.Fatalf("download's error before the start = %v (present %v), want null", e, ok)
+	}
 	if args, _ := d["args"].([]any); len(args) != 1 || args[0] != "downloaded" {
 		t.Fatalf("download's args = %v", d["args"])
 	}
@@ -42,7 +46,7 @@ func TestGroupMembersShowTheirTasks(t *testing.T) {
 		taskID, _ := mm["task_id"].(string)
 		task := w.task(key, taskID)
 		for _, f := range []string{"type", "command", "timeout", "priority", "retry_count", "retry_delay", "max_retries",
-			"exit_code", "created_at", "assigned_at", "machine_id", "group_id", "parent_id", "assigned_agent_id", "attempt_id"} {
+			"exit_code", "error", "created_at", "assigned_at", "machine_id", "group_id", "parent_id", "assigned_agent_id", "attempt_id"} {
 			if mm[f] != task[f] {
 				t.Errorf("%s: %s = %v, its task's %v", name, f, mm[f], task[f])
 			}

@@ -139,7 +139,7 @@ func groupToProto(g orch.Group, members []orch.Member, tasks map[string]task.Tas
 	for _, m := range members {
 		pm := &taskv1.TaskGroupMember{Id: m.Key, TaskId: m.TaskID, Name: m.Name, Status: string(m.Status),
 			DependsOn: m.DependsOn, Run: int32(m.Run), Attempt: int32(m.Attempt), StartedAt: taskproto.ToTimestamp(m.StartedAt),
-			EndedAt: taskproto.ToTimestamp(m.EndedAt), Error: m.Error, GroupId: g.ID}
+			EndedAt: taskproto.ToTimestamp(m.EndedAt), Error: taskproto.OptionalString(m.Error), GroupId: g.ID}
 		if t, ok := tasks[m.TaskID]; ok && m.TaskID != "" {
 			withTask(pm, taskproto.TaskToProto(t))
 		} else if !m.Released() && m.Spec.Name != "" {
