@@ -43,9 +43,9 @@ type LoopStore interface {
 	// StartCycle reads, in one round trip, what a cycle starts from: the
 	// topology's generation, holding the share lock DefinitionsGeneration
 	// holds; up to limit pending facts after after (Waiting) in arrival
-	// order; and of the facts
-	// handed to the loop directly (Loop.Queue, Loop.Finish) those newer
-	// than the version recorded for their task, in their order, recording
+	// order; and of the facts handed to the loop directly (Loop.Queue,
+	// Loop.Finish) those newer than the version recorded for their task,
+	// in their order, recording
 	// their versions with the ones the task-topic projection records (the
 	// others were seen before and must not be applied again). Its version
 	// write conflicts with the projection's (row locks), so a fact is seen
