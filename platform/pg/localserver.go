@@ -120,13 +120,8 @@ func (s *LocalServer) Start(ctx context.Context) error {
 	if err := s.prepareDataDir(ctx, dataDir, binDir, owner); err != nil {
 		return err
 	}
-	if pid, zombie := runningPostmaster(dataDir); pid != 0 {
-		if zombie {
-			return fmt.Errorf("pg: the server that last ran on %s (pid %d) has exited but has not been reaped by its parent yet; "+
-				"PostgreSQL refuses to start until then, try again shortly", dataDir, pid)
-		}
-		return fmt.Errorf("pg: a PostgreSQL server (pid %d) is already running on %s; stop it first "+
-			"(or, if no such server exists, remove %s)", pid, dataDir, filepath.Join(dataDir, "postmaster.pid"))
+	if err := waitForReap(ctx, dataDir); err != nil {
+		return err
 	}
 
 	logPath := s.LogPath
@@ -163,6 +158,37 @@ func (s *LocalServer) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return err
 		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// reapWait bounds how long Start waits for an exited server to be reaped.
+const reapWait = 15 * time.Second
+
+// waitForReap returns once no server runs on dataDir. A server that has
+// exited but is still a zombie (its parent, e.g. a `taskmesh dev` killed
+// with SIGKILL, died first) is reaped by whoever inherits it, usually
+// within moments, and PostgreSQL refuses to start until then: Start waits
+// for that, up to reapWait, rather than failing a restart that would work
+// a moment later. A live server is an error at once.
+func waitForReap(ctx context.Context, dataDir string) error {
+	deadline := time.Now().Add(reapWait)
+	for {
+		pid, zombie := runningPostmaster(dataDir)
+		switch {
+		case pid == 0:
+			return nil
+		case !zombie:
+			return fmt.Errorf("pg: a PostgreSQL server (pid %d) is already running on %s; stop it first "+
+				"(or, if no such server exists, remove %s)", pid, dataDir, filepath.Join(dataDir, "postmaster.pid"))
+		case time.Now().After(deadline):
+			return fmt.Errorf("pg: the server that last ran on %s (pid %d) has exited but its parent has not reaped it in %s; "+
+				"PostgreSQL refuses to start until then", dataDir, pid, reapWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
@@ -46,6 +49,52 @@ func TestLocalServerKillLeavesNoProcesses(t *testing.T) {
 	// shared memory; startServer's cleanup then stops it.
 	if err := s.Start(testCtx(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A server that exited without being reaped yet (its parent was killed
+// first) holds back a start only until it is reaped: Start waits for that
+// instead of failing.
+func TestLocalServerStartWaitsForAnExitedServerToBeReaped(t *testing.T) {
+	t.Parallel()
+	s := &pg.LocalServer{DataDir: filepath.Join(serverDir(t), "data")}
+	startServer(t, s)
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// A child that exits and is not waited for is a zombie: it stands for
+	// the killed server's postmaster in postmaster.pid.
+	child := osexec.Command("true")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); running(child.Process.Pid); {
+		if time.Now().After(deadline) {
+			t.Fatal("the child never exited")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pidFile := filepath.Join(s.DataDir, "postmaster.pid")
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(child.Process.Pid)+"\n"+s.DataDir+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The server's user (postgres, when the tests run as root) must be
+	// able to replace it, as it would its own.
+	fi, err := os.Stat(s.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); os.Chown(pidFile, int(st.Uid), int(st.Gid)) != nil {
+		t.Fatal("chown postmaster.pid")
+	}
+	const reapAfter = 500 * time.Millisecond
+	go func() { time.Sleep(reapAfter); _ = child.Wait() }()
+	began := time.Now()
+	if err := s.Start(testCtx(t)); err != nil {
+		t.Fatalf("start beside a zombie that is reaped after %s: %v", reapAfter, err)
+	}
+	if took := time.Since(began); took < reapAfter {
+		t.Fatalf("started after %s, before the zombie was reaped", took)
 	}
 }
 
