@@ -83,6 +83,10 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 			_, err := s.hooks().SetWebhookEndpoint(tenantKey("acme"), &webhookv1.SetWebhookEndpointRequest{Url: "https://user:pw@example.com/"})
 			return err
 		}, codes.InvalidArgument, 30005},
+		{"endpoint: a numeric host that is no dotted IPv4 address", func() error {
+			_, err := s.hooks().SetWebhookEndpoint(tenantKey("acme"), &webhookv1.SetWebhookEndpointRequest{Url: "http://167772161/hook"})
+			return err
+		}, codes.InvalidArgument, 30005},
 		{"endpoint: an operator key", func() error {
 			_, err := s.hooks().SetWebhookEndpoint(operator, &webhookv1.SetWebhookEndpointRequest{Url: "https://example.com/"})
 			return err

@@ -2,7 +2,6 @@ package domain
 
 import (
 	"net/netip"
-	"net/url"
 	"path"
 	"regexp"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskmesh/taskmesh/platform/domain/cmdline"
+	"github.com/taskmesh/taskmesh/platform/domain/weburl"
 )
 
 // SpecInput is a submission as received: optional numbers are nil when the
@@ -271,25 +271,15 @@ const MaxWebhookURL = 2048
 func CheckWebhook(raw string) error { return checkWebhook(raw) }
 
 // checkWebhook accepts "" or an absolute http(s) URL with a host and no
-// credentials. Whether the host is one Taskmesh may call is decided when a
-// notification is sent (the address it resolves to then).
+// credentials (package weburl: the rule of every URL a tenant gives to be
+// called back). Whether the host is one Taskmesh may call is decided when
+// a notification is sent (the address it resolves to then).
 func checkWebhook(raw string) error {
 	if raw == "" {
 		return nil
 	}
-	if len(raw) > MaxWebhookURL {
-		return invalid("webhook.url", "is longer than %d characters", MaxWebhookURL)
-	}
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil || strings.ContainsAny(raw, "\x00\r\n\t "):
-		return invalid("webhook.url", "is not a valid URL")
-	case u.Scheme != "http" && u.Scheme != "https":
-		return invalid("webhook.url", "must be an http or https URL")
-	case u.Host == "" || u.Hostname() == "":
-		return invalid("webhook.url", "has no host")
-	case u.User != nil:
-		return invalid("webhook.url", "must not carry credentials")
+	if problem := weburl.Problem(raw, MaxWebhookURL); problem != "" {
+		return invalid("webhook.url", "%s", problem)
 	}
 	return nil
 }

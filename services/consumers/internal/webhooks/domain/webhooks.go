@@ -10,12 +10,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/taskmesh/taskmesh/platform/domain/weburl"
 )
 
 // The statuses a notification reports: the task API's final states.
@@ -236,25 +236,14 @@ func (e *InvalidError) Unwrap() error { return ErrInvalid }
 const MaxURL = 2048
 
 // CheckURL accepts "" or an absolute http(s) URL with a host and no
-// credentials (the same rule as a task's webhook.url). Whether its address
-// may be called is decided when it is called.
+// credentials, by the rule a task's webhook.url follows too (package
+// weburl). Whether its address may be called is decided when it is called.
 func CheckURL(field, raw string) error {
 	if raw == "" {
 		return nil
 	}
-	if len(raw) > MaxURL {
-		return &InvalidError{field, fmt.Sprintf("is longer than %d characters", MaxURL)}
-	}
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil || strings.ContainsAny(raw, "\x00\r\n\t "):
-		return &InvalidError{field, "is not a valid URL"}
-	case u.Scheme != "http" && u.Scheme != "https":
-		return &InvalidError{field, "must be an http or https URL"}
-	case u.Host == "" || u.Hostname() == "":
-		return &InvalidError{field, "has no host"}
-	case u.User != nil:
-		return &InvalidError{field, "must not carry credentials"}
+	if problem := weburl.Problem(raw, MaxURL); problem != "" {
+		return &InvalidError{field, problem}
 	}
 	return nil
 }

@@ -99,7 +99,7 @@ func TestCheckURL(t *testing.T) {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"ftp://x/", "/hook", "https://u:p@x/", "https://x/\x00", "https:///x"} {
+	for _, bad := range []string{"ftp://x/", "/hook", "https://u:p@x/", "https://x/\x00", "https:///x", "http://0x7f.1/"} {
 		var ie *InvalidError
 		if err := CheckURL("url", bad); !errors.As(err, &ie) || ie.Field != "url" {
 			t.Errorf("%q: %v", bad, err)
