@@ -28,6 +28,13 @@ async function failure(resp) {
   }
   return new APIError(resp.status, code, message);
 }
+function describe(err) {
+  if (err instanceof APIError) return `${err.code}: ${err.message}`;
+  if (err instanceof TypeError && /fetch/i.test(err.message)) {
+    return "Taskmesh could not be reached; check the connection and try again.";
+  }
+  return err instanceof Error ? err.message : String(err);
+}
 async function call(method, path, body) {
   const init = { method, headers: headers(body === void 0 ? void 0 : { "Content-Type": "application/json" }) };
   if (body !== void 0) init.body = JSON.stringify(body);
@@ -164,7 +171,7 @@ function pipelinePage(main2, signal, selected) {
       jobs.prepend(jobCard(job.job_id, signal));
       form.reset();
     } catch (err) {
-      say(msg, errorText(err), true);
+      say(msg, describe(err), true);
     } finally {
       submit.disabled = false;
     }
@@ -204,22 +211,29 @@ function pipelinePage(main2, signal, selected) {
       if (err instanceof APIError && err.code === "JOB_NOT_FOUND") {
         say(findMsg, `${restarted} — no job ${id} is known: the system may have restarted. Please submit it again.`, true);
       } else {
-        say(findMsg, errorText(err), true);
+        say(findMsg, describe(err), true);
       }
     }
   };
   find.addEventListener("submit", (e) => {
     e.preventDefault();
-    const id = jobID.value.trim();
+    const id = jobIDOf(jobID.value);
     if (id) void lookUp(id);
   });
   main2.append(h("h1", {}, "Model conversion"), form, find, h("h2", {}, "Jobs"), jobs);
   for (const id of savedJobs()) jobs.append(jobCard(id, signal));
-  if (selected) void lookUp(decodeURIComponent(selected));
+  if (selected) {
+    let id = "";
+    try {
+      id = jobIDOf(decodeURIComponent(selected));
+    } catch {
+    }
+    if (id) void lookUp(id);
+    else say(findMsg, "This link does not hold a job id: paste the id in the form above.", true);
+  }
 }
-function errorText(err) {
-  if (err instanceof APIError) return `${err.code}: ${err.message}`;
-  return String(err);
+function jobIDOf(text) {
+  return text.trim().toLowerCase();
 }
 function jobCard(id, signal) {
   const status = h("span", { className: "status", "data-job-status": "" }, "…");
@@ -306,17 +320,20 @@ async function showDownloads(id, into) {
     for (const s of ["onnx", "bie", "nef"]) add(d.logs?.[s], `${s.toUpperCase()} log`, `${s}.log`, `${s}-log`);
     into.replaceChildren(...links);
   } catch (err) {
-    into.replaceChildren(h("span", { className: "error" }, errorText(err)));
+    into.replaceChildren(h("span", { className: "error" }, describe(err)));
   }
 }
 
 // src/tasks.ts
 var statuses = ["", "pending", "assigned", "running", "completed", "failed", "cancelled", "preempted", "suspended"];
+var pageSize = 100;
+var searchPages = 20;
 function tasksPage(main2, signal, selected) {
   const status = h("select", { name: "status" }, ...statuses.map((s) => h("option", { value: s }, s || "any")));
   const name = h("input", { type: "text", name: "name", placeholder: "part of the name" });
-  const msg = h("p", { className: "msg", role: "status", "aria-live": "polite" });
+  const msg = h("p", { className: "msg", role: "status", "aria-live": "polite", id: "tasks-status" });
   const body = h("tbody", {});
+  const more = h("button", { type: "button", className: "secondary", id: "tasks-more", hidden: true }, "Show more");
   const detail = h("div", { id: "task-detail" });
   const filters = h(
     "form",
@@ -325,37 +342,57 @@ function tasksPage(main2, signal, selected) {
     field("Name contains", name),
     h("div", {}, h("button", { type: "submit" }, "Show"))
   );
-  const load = async () => {
+  let shown = { status: "", needle: "", read: 0, matched: 0, next: "" };
+  let busy = false;
+  const row = (t) => h(
+    "tr",
+    {},
+    h("td", {}, h("button", { type: "button", onclick: () => location.hash = `#/tasks/${t.id}` }, t.id.slice(0, 8))),
+    h("td", {}, t.name),
+    h("td", {}, t.type),
+    h("td", {}, h("span", { className: "status " + t.status }, t.status)),
+    h("td", {}, `${t.progress ?? 0}%`),
+    h("td", {}, t.created_at ? new Date(t.created_at).toLocaleString() : "")
+  );
+  const load = async (fresh) => {
+    if (busy) return;
+    busy = true;
+    more.disabled = true;
     say(msg, "Loading…");
+    if (fresh) shown = { status: status.value, needle: name.value.trim().toLowerCase(), read: 0, matched: 0, next: "" };
     try {
-      const q = new URLSearchParams({ page_size: "100" });
-      if (status.value) q.set("status", status.value);
-      const r = await call("GET", `/api/v1/tasks?${q}`);
-      const needle = name.value.trim().toLowerCase();
-      const tasks = (r.tasks ?? []).filter((t) => !needle || String(t.name).toLowerCase().includes(needle));
-      body.replaceChildren(
-        ...tasks.map(
-          (t) => h(
-            "tr",
-            {},
-            h("td", {}, h("button", { type: "button", onclick: () => location.hash = `#/tasks/${t.id}` }, t.id.slice(0, 8))),
-            h("td", {}, t.name),
-            h("td", {}, t.type),
-            h("td", {}, h("span", { className: "status " + t.status }, t.status)),
-            h("td", {}, `${t.progress ?? 0}%`),
-            h("td", {}, t.created_at ? new Date(t.created_at).toLocaleString() : "")
-          )
-        )
-      );
-      say(msg, `${tasks.length} tasks (the list trails new tasks by a moment).`);
+      const rows = [];
+      for (let pages = 0; pages < (shown.needle ? searchPages : 1); pages++) {
+        const q = new URLSearchParams({ page_size: String(pageSize) });
+        if (shown.status) q.set("status", shown.status);
+        if (shown.next) q.set("page_token", shown.next);
+        const r = await call("GET", `/api/v1/tasks?${q}`);
+        const tasks2 = r.tasks ?? [];
+        const matching = tasks2.filter((t) => !shown.needle || String(t.name).toLowerCase().includes(shown.needle));
+        rows.push(...matching.map(row));
+        shown.read += tasks2.length;
+        shown.matched += matching.length;
+        shown.next = r.next_page_token ?? "";
+        if (!shown.next || rows.length >= pageSize) break;
+      }
+      if (fresh) body.replaceChildren(...rows);
+      else body.append(...rows);
+      const tasks = `${shown.matched} task${shown.matched === 1 ? "" : "s"}`;
+      const what = shown.needle ? `${tasks} whose name contains “${name.value.trim()}” among the newest ${shown.read}` : tasks;
+      say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what} (the list trails new tasks by a moment).`);
+      more.hidden = !shown.next;
     } catch (err) {
-      say(msg, err instanceof APIError ? `${err.code}: ${err.message}` : String(err), true);
+      say(msg, describe(err), true);
+    } finally {
+      busy = false;
+      more.disabled = false;
     }
   };
   filters.addEventListener("submit", (e) => {
     e.preventDefault();
-    void load();
+    void load(true);
   });
+  more.addEventListener("click", () => void load(false));
   const table = h(
     "table",
     {},
@@ -363,14 +400,14 @@ function tasksPage(main2, signal, selected) {
     h("thead", {}, h("tr", {}, ...["Task", "Name", "Type", "Status", "Progress", "Created"].map((c) => h("th", { scope: "col" }, c)))),
     body
   );
-  main2.append(h("h1", {}, "Tasks"), filters, msg, h("div", { className: "card" }, table), detail);
-  void load();
+  main2.append(h("h1", {}, "Tasks"), detail, filters, msg, h("div", { className: "card table-wrap" }, table, more));
+  void load(true);
   if (selected) taskDetail(detail, selected, signal);
 }
 function taskDetail(into, id, signal) {
   const status = h("span", { className: "status", "data-task-status": "" }, "…");
   const progress = h("progress", { max: 100, value: 0, "aria-label": "Task progress" });
-  const message = h("p", { className: "msg", role: "status", "aria-live": "polite" });
+  const message = h("p", { className: "msg", role: "status", "aria-live": "polite", "data-task-message": "" });
   const output = h("pre", { "aria-label": "Output" });
   const result = h("div", {});
   into.replaceChildren(
@@ -380,7 +417,12 @@ function taskDetail(into, id, signal) {
     status.textContent = t.status;
     status.className = "status " + t.status;
     progress.value = t.progress ?? 0;
-    say(message, t.progress_message || t.error || "");
+    say(message, t.error || t.progress_message || "", Boolean(t.error));
+  };
+  const deleted = () => {
+    status.textContent = "deleted";
+    status.className = "status deleted";
+    say(message, "This task was deleted.", true);
   };
   const finish = async () => {
     try {
@@ -393,16 +435,20 @@ function taskDetail(into, id, signal) {
         r.presigned_url ? h("a", { href: r.presigned_url }, "Download the result object") : ""
       );
     } catch (err) {
-      say(message, err instanceof APIError ? `${err.code}: ${err.message}` : String(err), true);
+      say(message, describe(err), true);
     }
   };
   void (async () => {
     let last = "";
+    let gone = false;
     for (let tries = 0; tries < 100 && !signal.aborted; tries++) {
       try {
         await stream(`/api/v1/tasks/${id}/events`, last, (f) => {
           last = f.id;
-          show(f.data);
+          if (f.event === "deleted" || f.data?.deleted) {
+            gone = true;
+            deleted();
+          } else show(f.data);
         }, signal);
         break;
       } catch (err) {
@@ -411,10 +457,11 @@ function taskDetail(into, id, signal) {
           say(message, "No such task.", true);
           return;
         }
+        say(message, "Live updates interrupted; trying again every 4 seconds.", true);
         await new Promise((r) => setTimeout(r, 4e3));
       }
     }
-    await finish();
+    if (!gone && !signal.aborted) await finish();
   })();
 }
 
@@ -450,6 +497,10 @@ function videoPage(main2, signal) {
     e.preventDefault();
     submit.disabled = true;
     player.replaceChildren();
+    progress.value = 0;
+    status.textContent = "";
+    status.className = "status";
+    say(msg, "");
     try {
       const input = { prompt: prompt.value };
       const file = image.files?.[0];
@@ -461,7 +512,7 @@ function videoPage(main2, signal) {
       say(msg, `Generation ${r.output.task_id} queued.`);
       follow(r.output.task_id);
     } catch (err) {
-      say(msg, err instanceof APIError ? `${err.code}: ${err.message}` : String(err), true);
+      say(msg, describe(err), true);
       submit.disabled = false;
     }
   });
@@ -548,17 +599,38 @@ function signIn() {
   );
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    setAPIKey(key.value.trim());
+    const value = key.value.trim();
+    if (!/^[\x21-\x7e]+$/.test(value)) {
+      say(msg, "An API key has only letters, digits and punctuation (tm_…): check what was pasted.", true);
+      return;
+    }
+    setAPIKey(value);
     try {
       await call("GET", "/api/v1/tasks?page_size=1");
       location.hash = "#/pipeline";
     } catch (err) {
       setAPIKey(null);
-      say(msg, err instanceof APIError ? `${err.code}: ${err.message}` : String(err), true);
+      say(msg, describe(err), true);
     }
   });
   main.append(h("h1", {}, "Taskmesh console"), form);
   key.focus();
+}
+function notFound(main2) {
+  main2.append(
+    h("h1", {}, "No such page"),
+    h(
+      "p",
+      { className: "card" },
+      "The console has no page at this address. Go to ",
+      h("a", { href: "#/pipeline" }, "Pipeline"),
+      ", ",
+      h("a", { href: "#/tasks" }, "Tasks"),
+      " or ",
+      h("a", { href: "#/video" }, "Video"),
+      "."
+    )
+  );
 }
 function route() {
   current?.abort();
@@ -582,8 +654,12 @@ function route() {
     case "pipeline":
       pipelinePage(main, current.signal, arg);
       break;
-    default:
+    case void 0:
+    case "":
       pipelinePage(main, current.signal);
+      break;
+    default:
+      notFound(main);
   }
   main.focus();
 }

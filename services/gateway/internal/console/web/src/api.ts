@@ -37,6 +37,17 @@ async function failure(resp: Response): Promise<APIError> {
   return new APIError(resp.status, code, message);
 }
 
+// describe words an error for the page: the API's code and message, or,
+// when fetch itself failed (the server unreachable), a sentence saying so
+// instead of the browser's "TypeError: Failed to fetch".
+export function describe(err: unknown): string {
+  if (err instanceof APIError) return `${err.code}: ${err.message}`;
+  if (err instanceof TypeError && /fetch/i.test(err.message)) {
+    return "Taskmesh could not be reached; check the connection and try again.";
+  }
+  return err instanceof Error ? err.message : String(err);
+}
+
 // call sends a JSON request and returns the decoded answer.
 export async function call<T = any>(method: string, path: string, body?: unknown): Promise<T> {
   const init: RequestInit = { method, headers: headers(body === undefined ? undefined : { "Content-Type": "application/json" }) };

@@ -1,7 +1,7 @@
 // The Taskmesh web console: sign in with an API key (kept in session
 // storage), then the pipeline, tasks and video pages, each a hash route.
 
-import { APIError, apiKey, call, setAPIKey } from "./api";
+import { apiKey, call, describe, setAPIKey } from "./api";
 import { field, h, say } from "./dom";
 import { pipelinePage } from "./pipeline";
 import { tasksPage } from "./tasks";
@@ -24,17 +24,43 @@ function signIn(): void {
   );
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    setAPIKey(key.value.trim());
+    const value = key.value.trim();
+    // A key is printable ASCII (tm_<prefix>_<secret>); anything else could
+    // not even be sent as a header, and the browser's error says nothing.
+    if (!/^[\x21-\x7e]+$/.test(value)) {
+      say(msg, "An API key has only letters, digits and punctuation (tm_…): check what was pasted.", true);
+      return;
+    }
+    setAPIKey(value);
     try {
       await call("GET", "/api/v1/tasks?page_size=1");
       location.hash = "#/pipeline";
     } catch (err) {
       setAPIKey(null);
-      say(msg, err instanceof APIError ? `${err.code}: ${err.message}` : String(err), true);
+      say(msg, describe(err), true);
     }
   });
   main.append(h("h1", {}, "Taskmesh console"), form);
   key.focus();
+}
+
+// notFound answers an address the console has no page for (a mistyped
+// or outdated link) instead of showing another page in its place.
+function notFound(main: HTMLElement): void {
+  main.append(
+    h("h1", {}, "No such page"),
+    h(
+      "p",
+      { className: "card" },
+      "The console has no page at this address. Go to ",
+      h("a", { href: "#/pipeline" }, "Pipeline"),
+      ", ",
+      h("a", { href: "#/tasks" }, "Tasks"),
+      " or ",
+      h("a", { href: "#/video" }, "Video"),
+      ".",
+    ),
+  );
 }
 
 function route(): void {
@@ -59,8 +85,12 @@ function route(): void {
     case "pipeline":
       pipelinePage(main, current.signal, arg);
       break;
-    default:
+    case undefined:
+    case "":
       pipelinePage(main, current.signal);
+      break;
+    default:
+      notFound(main);
   }
   main.focus();
 }

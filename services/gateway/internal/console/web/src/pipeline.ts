@@ -2,7 +2,7 @@
 // job, look a job up by its id, follow its stages live (SSE, polling every
 // 4 s while the stream is down), and download its results and logs.
 
-import { APIError, call, stream, upload } from "./api";
+import { APIError, call, describe, stream, upload } from "./api";
 import { field, h, say } from "./dom";
 
 const jobsKey = "taskmesh.jobs";
@@ -70,7 +70,7 @@ export function pipelinePage(main: HTMLElement, signal: AbortSignal, selected?: 
       jobs.prepend(jobCard(job.job_id, signal));
       form.reset();
     } catch (err) {
-      say(msg, errorText(err), true);
+      say(msg, describe(err), true);
     } finally {
       submit.disabled = false;
     }
@@ -105,23 +105,34 @@ export function pipelinePage(main: HTMLElement, signal: AbortSignal, selected?: 
       if (err instanceof APIError && err.code === "JOB_NOT_FOUND") {
         say(findMsg, `${restarted} — no job ${id} is known: the system may have restarted. Please submit it again.`, true);
       } else {
-        say(findMsg, errorText(err), true);
+        say(findMsg, describe(err), true);
       }
     }
   };
   find.addEventListener("submit", (e) => {
     e.preventDefault();
-    const id = jobID.value.trim();
+    const id = jobIDOf(jobID.value);
     if (id) void lookUp(id);
   });
   main.append(h("h1", {}, "Model conversion"), form, find, h("h2", {}, "Jobs"), jobs);
   for (const id of savedJobs()) jobs.append(jobCard(id, signal));
-  if (selected) void lookUp(decodeURIComponent(selected));
+  if (selected) {
+    let id = "";
+    try {
+      id = jobIDOf(decodeURIComponent(selected));
+    } catch {
+      // A link cut or mangled in transit (a broken %-escape).
+    }
+    if (id) void lookUp(id);
+    else say(findMsg, "This link does not hold a job id: paste the id in the form above.", true);
+  }
 }
 
-function errorText(err: unknown): string {
-  if (err instanceof APIError) return `${err.code}: ${err.message}`;
-  return String(err);
+// jobIDOf is a job id as typed or linked: job ids are UUIDs, which the
+// server writes in lower case, so one pasted in upper case or with spaces
+// around it is the same job.
+function jobIDOf(text: string): string {
+  return text.trim().toLowerCase();
 }
 
 // jobCard shows one job and keeps it current until it is final.
@@ -217,6 +228,6 @@ async function showDownloads(id: string, into: HTMLElement): Promise<void> {
     for (const s of ["onnx", "bie", "nef"]) add(d.logs?.[s], `${s.toUpperCase()} log`, `${s}.log`, `${s}-log`);
     into.replaceChildren(...links);
   } catch (err) {
-    into.replaceChildren(h("span", { className: "error" }, errorText(err)));
+    into.replaceChildren(h("span", { className: "error" }, describe(err)));
   }
 }

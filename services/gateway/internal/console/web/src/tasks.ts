@@ -1,16 +1,24 @@
 // The tasks page: the tenant's tasks with filters, and one task's live
 // status, progress, output and result.
 
-import { APIError, call, stream } from "./api";
+import { APIError, call, describe, stream } from "./api";
 import { field, h, say } from "./dom";
 
 const statuses = ["", "pending", "assigned", "running", "completed", "failed", "cancelled", "preempted", "suspended"];
 
+// The list reads pages of pageSize tasks, newest first. The API filters by
+// status; it has no name filter, so the page matches names itself, reading
+// on until a page's worth matched or searchPages pages were read: "Show
+// more" goes on from there.
+const pageSize = 100;
+const searchPages = 20;
+
 export function tasksPage(main: HTMLElement, signal: AbortSignal, selected?: string): void {
   const status = h("select", { name: "status" }, ...statuses.map((s) => h("option", { value: s }, s || "any")));
   const name = h("input", { type: "text", name: "name", placeholder: "part of the name" });
-  const msg = h("p", { className: "msg", role: "status", "aria-live": "polite" });
+  const msg = h("p", { className: "msg", role: "status", "aria-live": "polite", id: "tasks-status" });
   const body = h("tbody", {});
+  const more = h("button", { type: "button", className: "secondary", id: "tasks-more", hidden: true }, "Show more");
   const detail = h("div", { id: "task-detail" });
   const filters = h(
     "form",
@@ -19,37 +27,60 @@ export function tasksPage(main: HTMLElement, signal: AbortSignal, selected?: str
     field("Name contains", name),
     h("div", {}, h("button", { type: "submit" }, "Show")),
   );
-  const load = async () => {
+  // What the list shows: the filters it was read with, the tasks read so
+  // far and how many matched, and where the next page starts.
+  let shown = { status: "", needle: "", read: 0, matched: 0, next: "" };
+  let busy = false;
+  const row = (t: any) =>
+    h(
+      "tr",
+      {},
+      h("td", {}, h("button", { type: "button", onclick: () => (location.hash = `#/tasks/${t.id}`) }, t.id.slice(0, 8))),
+      h("td", {}, t.name),
+      h("td", {}, t.type),
+      h("td", {}, h("span", { className: "status " + t.status }, t.status)),
+      h("td", {}, `${t.progress ?? 0}%`),
+      h("td", {}, t.created_at ? new Date(t.created_at).toLocaleString() : ""),
+    );
+  const load = async (fresh: boolean) => {
+    if (busy) return;
+    busy = true;
+    more.disabled = true;
     say(msg, "Loading…");
+    if (fresh) shown = { status: status.value, needle: name.value.trim().toLowerCase(), read: 0, matched: 0, next: "" };
     try {
-      const q = new URLSearchParams({ page_size: "100" });
-      if (status.value) q.set("status", status.value);
-      const r = await call("GET", `/api/v1/tasks?${q}`);
-      const needle = name.value.trim().toLowerCase();
-      const tasks = (r.tasks ?? []).filter((t: any) => !needle || String(t.name).toLowerCase().includes(needle));
-      body.replaceChildren(
-        ...tasks.map((t: any) =>
-          h(
-            "tr",
-            {},
-            h("td", {}, h("button", { type: "button", onclick: () => (location.hash = `#/tasks/${t.id}`) }, t.id.slice(0, 8))),
-            h("td", {}, t.name),
-            h("td", {}, t.type),
-            h("td", {}, h("span", { className: "status " + t.status }, t.status)),
-            h("td", {}, `${t.progress ?? 0}%`),
-            h("td", {}, t.created_at ? new Date(t.created_at).toLocaleString() : ""),
-          ),
-        ),
-      );
-      say(msg, `${tasks.length} tasks (the list trails new tasks by a moment).`);
+      const rows: HTMLElement[] = [];
+      for (let pages = 0; pages < (shown.needle ? searchPages : 1); pages++) {
+        const q = new URLSearchParams({ page_size: String(pageSize) });
+        if (shown.status) q.set("status", shown.status);
+        if (shown.next) q.set("page_token", shown.next);
+        const r = await call("GET", `/api/v1/tasks?${q}`);
+        const tasks: any[] = r.tasks ?? [];
+        const matching = tasks.filter((t) => !shown.needle || String(t.name).toLowerCase().includes(shown.needle));
+        rows.push(...matching.map(row));
+        shown.read += tasks.length;
+        shown.matched += matching.length;
+        shown.next = r.next_page_token ?? "";
+        if (!shown.next || rows.length >= pageSize) break;
+      }
+      if (fresh) body.replaceChildren(...rows);
+      else body.append(...rows);
+      const tasks = `${shown.matched} task${shown.matched === 1 ? "" : "s"}`;
+      const what = shown.needle ? `${tasks} whose name contains “${name.value.trim()}” among the newest ${shown.read}` : tasks;
+      say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what} (the list trails new tasks by a moment).`);
+      more.hidden = !shown.next;
     } catch (err) {
-      say(msg, err instanceof APIError ? `${err.code}: ${err.message}` : String(err), true);
+      say(msg, describe(err), true);
+    } finally {
+      busy = false;
+      more.disabled = false;
     }
   };
   filters.addEventListener("submit", (e) => {
     e.preventDefault();
-    void load();
+    void load(true);
   });
+  more.addEventListener("click", () => void load(false));
   const table = h(
     "table",
     {},
@@ -57,8 +88,10 @@ export function tasksPage(main: HTMLElement, signal: AbortSignal, selected?: str
     h("thead", {}, h("tr", {}, ...["Task", "Name", "Type", "Status", "Progress", "Created"].map((c) => h("th", { scope: "col" }, c)))),
     body,
   );
-  main.append(h("h1", {}, "Tasks"), filters, msg, h("div", { className: "card" }, table), detail);
-  void load();
+  // A selected task comes first, where the page opens, above the list it
+  // was picked from.
+  main.append(h("h1", {}, "Tasks"), detail, filters, msg, h("div", { className: "card table-wrap" }, table, more));
+  void load(true);
   if (selected) taskDetail(detail, selected, signal);
 }
 
@@ -67,17 +100,24 @@ export function tasksPage(main: HTMLElement, signal: AbortSignal, selected?: str
 function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
   const status = h("span", { className: "status", "data-task-status": "" }, "…");
   const progress = h("progress", { max: 100, value: 0, "aria-label": "Task progress" });
-  const message = h("p", { className: "msg", role: "status", "aria-live": "polite" });
+  const message = h("p", { className: "msg", role: "status", "aria-live": "polite", "data-task-message": "" });
   const output = h("pre", { "aria-label": "Output" });
   const result = h("div", {});
   into.replaceChildren(
     h("section", { className: "card", "aria-label": `Task ${id}` }, h("h2", {}, "Task ", h("code", {}, id), " — ", status), progress, message, result, output),
   );
+  // show draws a frame or the task itself. Why a task failed or was
+  // cancelled (error) outranks the last progress message it reported.
   const show = (t: any) => {
     status.textContent = t.status;
     status.className = "status " + t.status;
     progress.value = t.progress ?? 0;
-    say(message, t.progress_message || t.error || "");
+    say(message, t.error || t.progress_message || "", Boolean(t.error));
+  };
+  const deleted = () => {
+    status.textContent = "deleted";
+    status.className = "status deleted";
+    say(message, "This task was deleted.", true);
   };
   const finish = async () => {
     try {
@@ -90,16 +130,20 @@ function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
         r.presigned_url ? h("a", { href: r.presigned_url }, "Download the result object") : "",
       );
     } catch (err) {
-      say(message, err instanceof APIError ? `${err.code}: ${err.message}` : String(err), true);
+      say(message, describe(err), true);
     }
   };
   void (async () => {
     let last = "";
+    let gone = false;
     for (let tries = 0; tries < 100 && !signal.aborted; tries++) {
       try {
         await stream(`/api/v1/tasks/${id}/events`, last, (f) => {
           last = f.id;
-          show(f.data);
+          if (f.event === "deleted" || f.data?.deleted) {
+            gone = true;
+            deleted();
+          } else show(f.data);
         }, signal);
         break;
       } catch (err) {
@@ -108,9 +152,11 @@ function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
           say(message, "No such task.", true);
           return;
         }
+        // The status shown may be stale until the stream is back: say so.
+        say(message, "Live updates interrupted; trying again every 4 seconds.", true);
         await new Promise((r) => setTimeout(r, 4000));
       }
     }
-    await finish();
+    if (!gone && !signal.aborted) await finish();
   })();
 }

@@ -2,7 +2,7 @@
 // progress over the WebSocket (polling every 4 s while the socket is
 // down), and the finished MP4 playing in the page.
 
-import { APIError, call, socket } from "./api";
+import { call, describe, socket } from "./api";
 import { field, h, say } from "./dom";
 
 const pollEvery = 4000;
@@ -37,7 +37,13 @@ export function videoPage(main: HTMLElement, signal: AbortSignal): void {
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     submit.disabled = true;
+    // The previous generation's status, progress and video go: what shows
+    // is the new one's (or why it was refused).
     player.replaceChildren();
+    progress.value = 0;
+    status.textContent = "";
+    status.className = "status";
+    say(msg, "");
     try {
       const input: Record<string, string> = { prompt: prompt.value };
       const file = image.files?.[0];
@@ -49,7 +55,7 @@ export function videoPage(main: HTMLElement, signal: AbortSignal): void {
       say(msg, `Generation ${r.output.task_id} queued.`);
       follow(r.output.task_id);
     } catch (err) {
-      say(msg, err instanceof APIError ? `${err.code}: ${err.message}` : String(err), true);
+      say(msg, describe(err), true);
       submit.disabled = false;
     }
   });
