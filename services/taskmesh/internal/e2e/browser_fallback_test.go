@@ -36,10 +36,7 @@ window.WebSocket = class {
 // GET /jobs/{job_id} and its downloads are shown; with WebSockets
 // failing, a video generation still finishes and plays through polling.
 func TestConsoleFallsBackToPollingWithoutLiveStreams(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("Chromium is required (apt-get install -y chromium; .ci/run installs it): %v", err)
-	}
+	chromium := requireChromium(t)
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
 		t.Fatalf("ffmpeg is required for the video page (apt-get install -y ffmpeg): %v", err)
 	}
@@ -74,14 +71,7 @@ func TestConsoleFallsBackToPollingWithoutLiveStreams(t *testing.T) {
 			answered = append(answered, e.Response.URL)
 		}
 	})
-	run := func(what string, timeout time.Duration, actions ...chromedp.Action) {
-		t.Helper()
-		c, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		if err := chromedp.Run(c, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	run := browserSteps(t, ctx)
 	run("block the live channels and sign in", 30*time.Second,
 		network.Enable(),
 		network.SetBlockedURLs([]string{"*/events*"}),

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +16,7 @@ import (
 // long name on a narrow screen, an address the console has no page for,
 // a mangled job link and a job id typed in upper case.
 func TestConsoleTasksPageInABrowser(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("Chromium is required (apt-get install -y chromium; .ci/run installs it): %v", err)
-	}
+	chromium := requireChromium(t)
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	// No agent serves this machine: these tasks stay pending.
@@ -59,14 +54,7 @@ func TestConsoleTasksPageInABrowser(t *testing.T) {
 	w.waitListed(key, failed)
 
 	ctx := newBrowser(t, chromium)
-	run := func(what string, timeout time.Duration, actions ...chromedp.Action) {
-		t.Helper()
-		c, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		if err := chromedp.Run(c, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	run := browserSteps(t, ctx)
 	poll := func(expr string) chromedp.Action {
 		return chromedp.Poll(expr, nil, chromedp.WithPollingInterval(100*time.Millisecond))
 	}

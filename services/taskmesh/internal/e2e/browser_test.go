@@ -23,10 +23,7 @@ import (
 // restart, and generate a video whose MP4 plays in the page. On a
 // failure a screenshot is kept as a test artefact.
 func TestConsoleInABrowser(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("Chromium is required (apt-get install -y chromium; .ci/run installs it): %v", err)
-	}
+	chromium := requireChromium(t)
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
 		t.Fatalf("ffmpeg is required for the video page (apt-get install -y ffmpeg): %v", err)
 	}
@@ -47,14 +44,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 
 	ctx := newBrowser(t, chromium)
-	run := func(what string, timeout time.Duration, actions ...chromedp.Action) {
-		t.Helper()
-		c, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		if err := chromedp.Run(c, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	run := browserSteps(t, ctx)
 
 	// Signed out, only the sign-in form shows: not the navigation.
 	var navShown bool
@@ -222,6 +212,31 @@ func TestConsoleInABrowser(t *testing.T) {
 	run("the progress bar is full", 10*time.Second, chromedp.Evaluate(`document.getElementById('video-progress').value`, &progress))
 	if ready < 2 || progress != 100 {
 		t.Errorf("video readyState %v, progress %v", ready, progress)
+	}
+}
+
+// requireChromium returns the path of Debian's chromium, failing the test
+// when it is not installed.
+func requireChromium(t *testing.T) string {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("Chromium is required (apt-get install -y chromium; .ci/run installs it): %v", err)
+	}
+	return chromium
+}
+
+// browserSteps returns run: it runs a named series of browser actions
+// on ctx within timeout and fails the test, naming the series, when one
+// fails.
+func browserSteps(t *testing.T, ctx context.Context) func(what string, timeout time.Duration, actions ...chromedp.Action) {
+	return func(what string, timeout time.Duration, actions ...chromedp.Action) {
+		t.Helper()
+		c, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if err := chromedp.Run(c, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
 	}
 }
 
