@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"strings"
@@ -148,16 +149,16 @@ func (u *uploads) serve(w http.ResponseWriter, r *http.Request, _ map[string]str
 					u.bodyError(w, r, err)
 					return
 				}
-				u.stream(w, r, kind, spooledName, spooled)
+				u.stream(w, r, kind, spooledName, spooled, mr)
 				return
 			}
 		case "file":
 			if spooled != nil {
-				bad("more than one file part: send one file per upload")
+				bad(secondFile)
 				return
 			}
 			if kind != "" {
-				u.stream(w, r, kind, part.FileName(), part)
+				u.stream(w, r, kind, part.FileName(), part, mr)
 				return
 			}
 			if spooled, err = os.CreateTemp("", "taskmesh-upload-*"); err != nil {
@@ -177,9 +178,14 @@ func (u *uploads) serve(w http.ResponseWriter, r *http.Request, _ map[string]str
 	}
 }
 
+// secondFile refuses an upload with more than one file part.
+const secondFile = "more than one file part: send one file per upload"
+
 // stream sends one file (part, named filename by the client) to the
-// scheduler and answers with its key.
-func (u *uploads) stream(w http.ResponseWriter, r *http.Request, kind, filename string, part io.Reader) {
+// scheduler and answers with its key. The body must end after it (rest
+// holds no further part): the upload is kept only then, so that a second
+// file is refused rather than silently dropped.
+func (u *uploads) stream(w http.ResponseWriter, r *http.Request, kind, filename string, part io.Reader, rest *multipart.Reader) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stream, err := u.client.UploadJobInput(ctx)
@@ -213,6 +219,21 @@ func (u *uploads) stream(w http.ResponseWriter, r *http.Request, kind, filename 
 			u.bodyError(w, r, rerr)
 			return
 		}
+	}
+	switch next, err := rest.NextPart(); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		cancel()
+		u.bodyError(w, r, err)
+		return
+	default:
+		cancel() // the scheduler keeps nothing of a call that did not close
+		msg := secondFile
+		if next.FormName() != "file" {
+			msg = fmt.Sprintf("unexpected form field %q after the file part: send one kind field and one file part", next.FormName())
+		}
+		httperr.WriteFor(w, r, httperr.New(http.StatusBadRequest, httperr.CodeInvalidArgument, msg))
+		return
 	}
 	resp, err := stream.CloseAndRecv()
 	if err != nil {

@@ -68,15 +68,35 @@ func (w *world) upload(key, kind, filename string, data []byte) (int, map[string
 // fileFirst is set.
 func (w *world) uploadInOrder(key, kind, filename string, data []byte, fileFirst bool) (int, map[string]any) {
 	w.t.Helper()
+	file := uploadPart{field: "file", filename: filename, data: data}
+	switch {
+	case kind == "":
+		return w.uploadParts(key, file)
+	case fileFirst:
+		return w.uploadParts(key, file, uploadPart{field: "kind", data: []byte(kind)})
+	}
+	return w.uploadParts(key, uploadPart{field: "kind", data: []byte(kind)}, file)
+}
+
+// uploadPart is one part of a multipart upload body: a file part when it
+// has a filename, else a field.
+type uploadPart struct {
+	field, filename string
+	data            []byte
+}
+
+// uploadParts sends POST /jobs/uploads with these parts, in this order.
+func (w *world) uploadParts(key string, parts ...uploadPart) (int, map[string]any) {
+	w.t.Helper()
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
-	if kind != "" && !fileFirst {
-		_ = mw.WriteField("kind", kind)
-	}
-	fw, _ := mw.CreateFormFile("file", filename)
-	_, _ = fw.Write(data)
-	if kind != "" && fileFirst {
-		_ = mw.WriteField("kind", kind)
+	for _, p := range parts {
+		if p.filename == "" {
+			_ = mw.WriteField(p.field, string(p.data))
+			continue
+		}
+		fw, _ := mw.CreateFormFile(p.field, p.filename)
+		_, _ = fw.Write(p.data)
 	}
 	_ = mw.Close()
 	req, _ := http.NewRequest(http.MethodPost, w.s.HTTPURL+"/jobs/uploads", &body)

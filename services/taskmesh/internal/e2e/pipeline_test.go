@@ -178,6 +178,17 @@ func TestPipelineRefusesBadInputAndIsolatesTenants(t *testing.T) {
 	expect("too large", code, out, 413, "RequestTooLarge", "at most")
 	code, out, _ = w.call(http.MethodPost, "/jobs/uploads", acme, `{"kind":"model"}`)
 	expect("not multipart", code, out, 400, "InvalidParameter", "multipart/form-data")
+	kind := uploadPart{field: "kind", data: []byte("model")}
+	file := uploadPart{field: "file", filename: "m.onnx", data: onnxModel()}
+	code, out = w.uploadParts(acme, kind, file, file)
+	expect("a second file part", code, out, 400, "InvalidParameter", "more than one file part")
+	code, out = w.uploadParts(acme, file, kind, file)
+	expect("a second file part after a spooled one", code, out, 400, "InvalidParameter", "more than one file part")
+	code, out = w.uploadParts(acme, kind, file, kind)
+	expect("a field after the file part", code, out, 400, "InvalidParameter", `unexpected form field "kind" after the file part`)
+	if n := countRows(t, w, scheduler.PipelineSchema, "uploads"); n != 0 {
+		t.Fatalf("%d uploads kept of refused bodies", n)
+	}
 
 	m := w.mustUpload(acme, "model", "m.onnx", onnxModel())
 	// The parts in either order: a file part before its kind is kept
