@@ -171,6 +171,8 @@ func TestGRPCReflection(t *testing.T) {
 			names = append(names, s.GetName())
 		}
 		for _, want := range []string{"taskmesh.task.v1.TaskService", "taskmesh.task.v1.LeaseService",
+			"taskmesh.task.v1.AttemptFilesService", "taskmesh.managed.v1.ManagedServiceService",
+			"taskmesh.managed.v1.ServiceAgentService",
 			"taskmesh.video.v1.VideoService", "taskmesh.admin.v1.AdminService", "grpc.health.v1.Health"} {
 			if !slices.Contains(names, want) {
 				t.Errorf("list = %v, missing %s", names, want)

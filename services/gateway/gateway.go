@@ -475,11 +475,14 @@ func (g *Gateway) servers(ctx context.Context, cfg Config, adminSrv *admin.Serve
 }
 
 // publicServices are the proxied services the front door's reflection
-// lists: the task, group, template, lease, video and pipeline APIs, and
+// lists: the scheduler's (tasks, groups, templates, leases and attempt
+// files, managed services and their agents' sync, video, pipeline), and
 // the quota and consumers services' when they are configured.
 func (g *Gateway) publicServices() []string {
 	out := []string{taskv1.TaskService_ServiceDesc.ServiceName, taskv1.TaskGroupService_ServiceDesc.ServiceName,
 		taskv1.TemplateService_ServiceDesc.ServiceName, taskv1.LeaseService_ServiceDesc.ServiceName,
+		taskv1.AttemptFilesService_ServiceDesc.ServiceName, managedv1.ManagedServiceService_ServiceDesc.ServiceName,
+		managedv1.ServiceAgentService_ServiceDesc.ServiceName,
 		videov1.VideoService_ServiceDesc.ServiceName, pipelinev1.PipelineService_ServiceDesc.ServiceName}
 	if g.quota != nil {
 		out = append(out, quotav1.QuotaService_ServiceDesc.ServiceName, quotav1.AdmissionService_ServiceDesc.ServiceName)
