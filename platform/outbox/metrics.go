@@ -15,6 +15,9 @@ type relayMetrics struct {
 	attrs         metric.MeasurementOption
 	published     metric.Int64Counter
 	publishErrors metric.Int64Counter
+	// foreignRecords counts records that named the relay in its topics but
+	// matched none of its events, found by a start-up scan.
+	foreignRecords metric.Int64Counter
 }
 
 func newRelayMetrics(name string) relayMetrics {
@@ -26,9 +29,13 @@ func newRelayMetrics(name string) relayMetrics {
 	m.publishErrors, _ = meter.Int64Counter("taskmesh.outbox.publish_errors",
 		metric.WithDescription("outbox relay batches whose produce or Kafka commit failed (the session restarts)"),
 		metric.WithUnit("{error}"))
+	m.foreignRecords, _ = meter.Int64Counter("taskmesh.outbox.foreign_records",
+		metric.WithDescription("records naming the outbox relay that matched none of its events, found and ignored when a relay session started"),
+		metric.WithUnit("{record}"))
 	// Present from the start, so a rate over them is 0 rather than absent.
 	m.published.Add(context.Background(), 0, m.attrs)
 	m.publishErrors.Add(context.Background(), 0, m.attrs)
+	m.foreignRecords.Add(context.Background(), 0, m.attrs)
 	return m
 }
 

@@ -601,3 +601,79 @@ func TestRelayRoutesAggregateTypesToTheirTopics(t *testing.T) {
 	}
 	eventtest.CheckExactlyOnceInOrder(t, ctx, pool, all)
 }
+
+// Anything that may produce to the topic can write a relay's headers.
+// Records naming the relay that match none of its events — a position far
+// ahead with another value, no position, an unreadable one — must not make
+// a restarting relay skip events (a position ahead would hide every event
+// up to it in that partition), nor stop it; its own records past a lost
+// checkpoint are still found and not repeated.
+func TestRelayIgnoresRecordsThatOnlyClaimToBeItsOwn(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.New(t)
+	pool := db.Open(t, eventtest.Schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	w := &eventtest.Writer{Pool: pool, Aggregates: 20, Writers: 2}
+
+	stop := runRelay(pool, relayConfig(b.Addrs()))
+	if err := w.Write(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	waitRelayed(t, pool, 20*time.Second)
+	early := checkpointRow(t, pool, "test")
+	if err := w.Write(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	waitRelayed(t, pool, 20*time.Second)
+	stop()
+
+	opts, err := b.Config().Opts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forger, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forger.Close()
+	var ahead outbox.Position
+	if err := pool.QueryRow(ctx, `SELECT max(tx_id)::text::bigint + 1000000, max(id) + 1000000 FROM events`).Scan(&ahead.TxID, &ahead.EventID); err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(4) {
+		for _, headers := range [][]kgo.RecordHeader{
+			{{Key: outbox.HeaderPosition, Value: []byte(ahead.String())}, {Key: outbox.HeaderRelay, Value: []byte("test")}},
+			{{Key: outbox.HeaderRelay, Value: []byte("test")}},
+			{{Key: outbox.HeaderPosition, Value: []byte("not-a-position")}, {Key: outbox.HeaderRelay, Value: []byte("test")}},
+		} {
+			rec := &kgo.Record{Topic: topic, Partition: p, Key: []byte("forged"), Value: []byte("\xff not an event"), Headers: headers}
+			if err := forger.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// The checkpoint of before the second write: the restart must find
+	// the relay's own records of that write past it.
+	restoreCheckpoint(t, pool, "test", early)
+	cfg := relayConfig(b.Addrs())
+	warned := make(chan struct{})
+	cfg.Logger = slog.New(signalHandler{Handler: cfg.Logger.Handler(),
+		msg: "outbox relay ignores records that name it but are none of its events", once: new(sync.Once), seen: warned})
+	stop = runRelay(pool, cfg)
+	defer stop()
+	if err := w.Write(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	waitRelayed(t, pool, 20*time.Second)
+	select {
+	case <-warned:
+	default:
+		t.Error("the relay did not say it ignored the forged records")
+	}
+	records := consumeAll(t, b)
+	eventtest.CheckExactlyOnceInOrder(t, ctx, pool, recordsWithKeyPrefix(records, "task-"))
+	if n := len(recordsWithKeyPrefix(records, "forged")); n != 12 {
+		t.Fatalf("kafka holds %d forged records, want 12", n)
+	}
+}

@@ -27,6 +27,17 @@ func (p Position) Less(q Position) bool {
 	return p.EventID < q.EventID
 }
 
+// Compare returns -1, 0 or +1 as p is before, at or after q.
+func (p Position) Compare(q Position) int {
+	switch {
+	case p.Less(q):
+		return -1
+	case q.Less(p):
+		return 1
+	}
+	return 0
+}
+
 // String is the header form "txid:eventid".
 func (p Position) String() string {
 	return strconv.FormatUint(p.TxID, 10) + ":" + strconv.FormatInt(p.EventID, 10)

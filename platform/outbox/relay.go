@@ -37,6 +37,8 @@ package outbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -47,6 +49,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -238,10 +241,12 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		if err != nil {
 			return err
 		}
-		k, err := scanPublished(setup, cl, r.cfg.Name, t, partitions, cp.offsets[t], r.cfg.Logger)
+		k, foreign, err := scanPublished(setup, cl, r.cfg.Name, t, partitions, cp.offsets[t], cp.cursor,
+			func(ctx context.Context, rec ownRecord) (bool, error) { return confirmOwn(ctx, conn, rec) }, r.cfg.Logger)
 		if err != nil {
 			return err
 		}
+		r.metrics.foreignRecords.Add(setup, int64(foreign), r.metrics.attrs)
 		inKafka[t] = &topicState{partitions: partitions, published: k}
 	}
 	cursor := cp.cursor
@@ -533,6 +538,27 @@ func readBatch(ctx context.Context, conn *pgxpool.Conn, after Position, limit in
 		return nil, fmt.Errorf("read events: %w", err)
 	}
 	return out, nil
+}
+
+// confirmOwn reports whether rec, a record naming this relay found at
+// start, is the relay's record of an event in the store: the event at its
+// position has its event id, its key as aggregate id and its value as
+// payload. Events past the checkpoint's cursor are never archived, so each
+// record the relay wrote there is confirmed.
+func confirmOwn(ctx context.Context, conn *pgxpool.Conn, rec ownRecord) (bool, error) {
+	var (
+		eventID, aggregateID string
+		payload              []byte
+	)
+	err := conn.QueryRow(ctx, `SELECT event_id::text, aggregate_id, payload FROM events WHERE tx_id = $1::text::xid8 AND id = $2`,
+		strconv.FormatUint(rec.pos.TxID, 10), rec.pos.EventID).Scan(&eventID, &aggregateID, &payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read event %s: %w", rec.pos, err)
+	}
+	return eventID == rec.eventID && aggregateID == rec.key && sha256.Sum256(payload) == rec.sum, nil
 }
 
 // checkpoint is how far a relay got: cursor is the last event it published

@@ -2,9 +2,11 @@ package outbox
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -68,7 +70,17 @@ const stableWait = 50 * time.Millisecond
 
 // scanPublished reads every partition of topic from the checkpoint's offset
 // (saved, indexed by partition; a missing one means the partition's start)
-// to its high watermark, and returns the relay's own records found there.
+// to its high watermark, and returns the relay's own records found there
+// past cursor (the checkpoint's), and how many records it found that name
+// the relay but that confirm refused.
+//
+// A record's headers prove nothing: anything that may produce to the topic
+// can write HeaderRelay and HeaderPosition. A position past the cursor
+// makes the relay skip every event up to it in that partition, so only a
+// record confirm matches to an event of the store (its position, event id,
+// key and payload) counts; the scan tries them from the highest position
+// down. Any other record naming the relay is logged and ignored: it can
+// make the relay skip nothing (docs/decisions/0002-relay-in-commit-order.md).
 //
 // It must run after this relay's transactional producer fenced the
 // predecessor, so no transaction of the predecessor can still commit. It
@@ -76,7 +88,8 @@ const stableWait = 50 * time.Millisecond
 // stop at the first open transaction, it first waits until the
 // transactions other relays had open on the topic have finished (their
 // records may precede records the predecessor committed).
-func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, partitions int32, saved []int64, log *slog.Logger) (*published, error) {
+func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, partitions int32, saved []int64, cursor Position,
+	confirm func(context.Context, ownRecord) (bool, error), log *slog.Logger) (*published, int, error) {
 	// The partitions are read with raw fetch requests to each partition's
 	// leader rather than with a consuming client: every read is bounded, at
 	// an offset of our choosing, and answered at once, with no group, no
@@ -85,7 +98,7 @@ func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, par
 	// its name.
 	meta, err := topicMetadata(ctx, cl, topic)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	adm := kadm.NewClient(cl)
 	// The log start offset bounds the scan: what lies before it was removed
@@ -95,7 +108,7 @@ func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, par
 		err = starts.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("outbox: list start offsets of %s: %w", topic, err)
+		return nil, 0, fmt.Errorf("outbox: list start offsets of %s: %w", topic, err)
 	}
 	// High watermarks: after the fence every record the predecessor
 	// committed lies below them.
@@ -104,11 +117,12 @@ func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, par
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("outbox: list end offsets of %s: %w", topic, err)
+		return nil, 0, fmt.Errorf("outbox: list end offsets of %s: %w", topic, err)
 	}
 	if err := waitStable(ctx, adm, topic, ends, relay, log); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	foreign := 0
 	k := &published{last: map[int32]Position{}, from: make([]int64, partitions),
 		end: make([]int64, partitions), next: make([]int64, partitions)}
 	for _, p := range meta.Partitions {
@@ -127,17 +141,56 @@ func scanPublished(ctx context.Context, cl *kgo.Client, relay, topic string, par
 			from = min(max(from, saved[p.Partition]), end.Offset)
 		}
 		k.from[p.Partition], k.end[p.Partition] = from, end.Offset
-		pos, ok, err := lastOwn(ctx, cl, relay, topic, meta.TopicID, p.Partition, p.Leader, from, end.Offset)
+		own, unreadable, err := ownRecords(ctx, cl, relay, topic, meta.TopicID, p.Partition, p.Leader, from, end.Offset, cursor)
 		if err != nil {
-			return nil, fmt.Errorf("outbox: read %s/%d from offset %d: %w", topic, p.Partition, from, err)
+			return nil, 0, fmt.Errorf("outbox: read %s/%d from offset %d: %w", topic, p.Partition, from, err)
+		}
+		pos, ok, refused, err := highestConfirmed(ctx, own, confirm)
+		if err != nil {
+			return nil, 0, fmt.Errorf("outbox: confirm the records of %s/%d: %w", topic, p.Partition, err)
+		}
+		if refused = append(unreadable, refused...); len(refused) > 0 {
+			log.Warn("outbox relay ignores records that name it but are none of its events", "relay", relay, "topic", topic,
+				"partition", p.Partition, "records", len(refused), "first_offset", slices.Min(refused))
+			foreign += len(refused)
 		}
 		// A partition with no record of this relay past the checkpoint's
-		// offset gets no entry: every event that maps to it is published.
+		// cursor gets no entry: every event that maps to it is published
+		// up to the cursor, and the relay goes on from there.
 		if ok {
 			k.last[p.Partition] = pos
 		}
 	}
-	return k, nil
+	return k, foreign, nil
+}
+
+// ownRecord is a record whose HeaderRelay names the relay, as the start-up
+// scan found it: what confirm compares with the event store.
+type ownRecord struct {
+	pos     Position
+	offset  int64
+	eventID string
+	key     string
+	sum     [sha256.Size]byte // of the value
+}
+
+// highestConfirmed returns the highest position among own that confirm
+// accepts, trying them from the highest down (normally the first is
+// accepted), and the offsets of those it refused on the way.
+func highestConfirmed(ctx context.Context, own []ownRecord, confirm func(context.Context, ownRecord) (bool, error)) (Position, bool, []int64, error) {
+	slices.SortFunc(own, func(a, b ownRecord) int { return b.pos.Compare(a.pos) })
+	var refused []int64
+	for _, rec := range own {
+		ok, err := confirm(ctx, rec)
+		if err != nil {
+			return Position{}, false, refused, err
+		}
+		if ok {
+			return rec.pos, true, refused, nil
+		}
+		refused = append(refused, rec.offset)
+	}
+	return Position{}, false, refused, nil
 }
 
 // waitStable returns once every partition's last stable offset (the end of
@@ -196,21 +249,18 @@ func topicMetadata(ctx context.Context, cl *kgo.Client, topic string) (kmsg.Meta
 	return kmsg.MetadataResponseTopic{}, fmt.Errorf("outbox: metadata %s: topic missing from response", topic)
 }
 
-// lastOwn reads committed records from offset from up to end and returns
-// the highest position among those relay published. Records of other
-// relays, and records without a relay header, are not its own.
-func lastOwn(ctx context.Context, cl *kgo.Client, relay, topic string, topicID [16]byte, partition, leader int32, from, end int64) (Position, bool, error) {
-	var (
-		last  Position
-		found bool
-	)
-	// The highest of the relay's own positions in [from, end) wins (its
-	// records grow in Position order anyway: one session at a time
-	// produces, each in Position order).
+// ownRecords reads committed records from offset from up to end and returns
+// those that name relay in HeaderRelay with a position past cursor (one at
+// or before it can make the relay skip nothing), and the offsets of those
+// naming relay whose position is missing or unreadable, which cannot be
+// the relay's. Records of other relays, and records without a relay
+// header, are not its own.
+func ownRecords(ctx context.Context, cl *kgo.Client, relay, topic string, topicID [16]byte, partition, leader int32, from, end int64,
+	cursor Position) (own []ownRecord, unreadable []int64, err error) {
 	for offset := from; offset < end; {
 		rp, err := fetch(ctx, cl, topic, topicID, partition, leader, offset, 4<<20)
 		if err != nil {
-			return last, found, err
+			return nil, nil, err
 		}
 		// ProcessFetchPartition decodes the batches and, with ReadCommitted,
 		// drops the records of the aborted transactions the response lists;
@@ -222,7 +272,7 @@ func lastOwn(ctx context.Context, cl *kgo.Client, relay, topic string, topicID [
 			Partition:      partition,
 		}, rp, kgo.DefaultDecompressor(), nil)
 		if fp.Err != nil {
-			return last, found, fp.Err
+			return nil, nil, fp.Err
 		}
 		for _, r := range fp.Records {
 			// A batch comes back whole, so it may reach past end: those
@@ -233,27 +283,26 @@ func lastOwn(ctx context.Context, cl *kgo.Client, relay, topic string, topicID [
 			if name, ok := header(r, HeaderRelay); !ok || name != relay {
 				continue
 			}
-			h, ok := header(r, HeaderPosition)
-			if !ok {
-				return last, found, fmt.Errorf("record at offset %d has no %s header", r.Offset, HeaderPosition)
-			}
+			h, _ := header(r, HeaderPosition)
 			p, err := ParsePosition(h)
 			if err != nil {
-				return last, found, err
+				unreadable = append(unreadable, r.Offset)
+				continue
 			}
-			if last.Less(p) {
-				last = p
+			if !cursor.Less(p) {
+				continue
 			}
-			found = true
+			eventID, _ := header(r, HeaderEventID)
+			own = append(own, ownRecord{pos: p, offset: r.Offset, eventID: eventID, key: string(r.Key), sum: sha256.Sum256(r.Value)})
 		}
 		// An answer that does not move the offset would loop forever: fail,
 		// and let the session start over.
 		if next <= offset {
-			return last, found, errors.New("fetch made no progress")
+			return nil, nil, errors.New("fetch made no progress")
 		}
 		offset = next
 	}
-	return last, found, nil
+	return own, unreadable, nil
 }
 
 func fetch(ctx context.Context, cl *kgo.Client, topic string, topicID [16]byte, partition, leader int32, offset int64, maxBytes int32) (*kmsg.FetchResponseTopicPartition, error) {

@@ -377,10 +377,11 @@ func checkNamedMetrics(t *testing.T, s scrape, completed float64) {
 	add("taskmesh_admission_borrowed_usage", l("cluster_queue", "tenant-low-priority-queue", "resource", "nvidia.com/gpu"), exactly, 0)
 	add("taskmesh_admission_nominal_quota", l("cluster_queue", "tenant-low-priority-queue", "resource", "nvidia.com/gpu"), atLeast, 1)
 	add("taskmesh_admission_decisions_total", l("cluster_queue", "tenant-low-priority-queue", "decision", "admit"), exactly, 1)
-	// The outbox relays: caught up, no publish errors.
+	// The outbox relays: caught up, no publish errors, no foreign records.
 	add("taskmesh_outbox_backlog_age_seconds", l("relay", "scheduler"), exactly, 0)
 	add("taskmesh_outbox_published_total", l("relay", "scheduler"), atLeast, 1)
 	add("taskmesh_outbox_publish_errors_total", nil, exactly, 0)
+	add("taskmesh_outbox_foreign_records_total", l("relay", "scheduler"), exactly, 0)
 	add("taskmesh_outbox_relay_active", l("relay", "scheduler"), exactly, 1)
 	// Projections: lag, applied records, no errors, no dead letters.
 	add("taskmesh_projection_lag_seconds", l("projection", "task_read_models"), atLeast, 0)
