@@ -102,6 +102,9 @@ type App struct {
 	// whether a completion should (see RunReleases).
 	releaseKick  chan struct{}
 	heldMayExist atomic.Bool
+	// sweepingSince is when this replica last took the sweeper's lock
+	// (Unix ns; 0: it never did, as when tests call Sweep directly).
+	sweepingSince atomic.Int64
 }
 
 // Stores are the storage the use cases work on.

@@ -46,7 +46,7 @@ type SweepReport struct {
 func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
 	now := a.now()
-	lost, err := a.sweeps.LostAgents(ctx, now)
+	lost, err := a.sweeps.LostAgents(ctx, a.lostCutoff(now))
 	if err != nil {
 		return rep, err
 	}
@@ -136,6 +136,21 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 	return rep, err
 }
 
+// lostCutoff is the time an agent's heartbeat deadline must be before to
+// make it lost: now, except in the first AgentLostAfter after this replica
+// took the sweeper's lock, when no agent is lost (the zero time). While no
+// replica swept — every scheduler down, or Postgres — agents could not
+// heartbeat either: their calls were refused, not silent. Judged at once
+// on deadlines that passed then, every agent would be lost and the work it
+// finished meanwhile refused (docs/api/tasks.md, "Lost agents"). A replica
+// taking over from a live one delays a real loss by at most AgentLostAfter.
+func (a *App) lostCutoff(now time.Time) time.Time {
+	if since := a.sweepingSince.Load(); since != 0 && now.Before(time.Unix(0, since).Add(a.cfg.AgentLostAfter)) {
+		return time.Time{}
+	}
+	return now
+}
+
 // each applies decide to every task id (any tenant) and counts the tasks
 // it changed. Errors are logged: the next sweep tries again.
 func (a *App) each(ctx context.Context, ids []string, decide func(domain.Task, time.Time) ([]domain.Record, error)) int {
@@ -189,6 +204,7 @@ func (a *App) RunSweeper(ctx context.Context, interval time.Duration) {
 			sleep(ctx, interval)
 			continue
 		}
+		a.sweepingSince.Store(a.now().UnixNano())
 		tick := time.NewTicker(interval)
 		for ctx.Err() == nil {
 			if err := lock.Alive(ctx); err != nil {

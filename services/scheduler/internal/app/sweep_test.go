@@ -330,3 +330,43 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// While no replica sweeps (every scheduler down), agents' heartbeats are
+// refused, not silent. A replica that takes the sweeper's lock declares no
+// agent lost for AgentLostAfter: an agent back within it keeps its work,
+// and what it finished meanwhile is accepted; one that stays silent is
+// lost once that time has passed.
+func TestSweeperGivesAgentsTheirTimeAgainAfterTakingOver(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
+	finished := h.running("a1", "m1", spec("finished during the outage"))
+	silent := h.running("a2", "m2", spec("its agent never comes back"))
+	h.heartbeat("a1", finished.AttemptID)
+	h.heartbeat("a2", silent.AttemptID)
+	// No scheduler for 30 s: both deadlines pass unseen.
+	h.clock.Advance(30 * time.Second)
+
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); h.app.RunSweeper(ctx, time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "sweeps", func() bool { return len(h.store.CallsOf("LostAgents")) >= 3 })
+	h.clock.Advance(10 * time.Second)
+	before := len(h.store.CallsOf("LostAgents"))
+	waitFor(t, "sweeps 10 s after the takeover", func() bool { return len(h.store.CallsOf("LostAgents")) >= before+3 })
+	h.wantStatus(finished.ID, domain.StatusRunning)
+	h.wantStatus(silent.ID, domain.StatusRunning)
+
+	// a1 is back: its heartbeat, then the completion it kept.
+	h.heartbeat("a1", finished.AttemptID)
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), finished.ID, app.Completion{AgentID: "a1", AttemptID: finished.AttemptID}); err != nil {
+		t.Fatalf("the completion of an attempt that finished while no scheduler ran: %v", err)
+	}
+	h.wantStatus(finished.ID, domain.StatusCompleted)
+
+	// Past the 15 s after the takeover, a2's silence counts.
+	h.clock.Advance(6 * time.Second)
+	waitFor(t, "a2 lost", func() bool { return h.get(silent.ID).Status == domain.StatusPending })
+	if e, ok := h.lastEvent(silent.ID).(domain.LeaseExpired); !ok || e.Reason != domain.ReasonAgentLost {
+		t.Errorf("last event of a2's task = %+v, want its lease expired as agent_lost", h.lastEvent(silent.ID))
+	}
+}
