@@ -122,6 +122,7 @@ func (m httpMetrics) measure(ctx context.Context, w http.ResponseWriter, r *http
 			code = http.StatusInternalServerError
 			defer panic(p)
 		}
+		code = answeredCode(code, ctx.Err())
 		labels := requestLabelsFor(label.route, methodLabel(r.Method), code)
 		m.requests.Add(ctx, 1, labels.requests)
 		m.duration.Record(ctx, time.Since(start).Seconds(), labels.duration)
@@ -129,7 +130,23 @@ func (m httpMetrics) measure(ctx context.Context, w http.ResponseWriter, r *http
 	serve(rec, r)
 }
 
-// withRouteLabel gives r a route label for recordRoute to refine.
+// statusClientClosedRequest is the code recorded for a request whose
+// client went away before its answer (nginx's 499): no status reached it.
+const statusClientClosedRequest = 499
+
+// answeredCode is the code a request is counted under: the one written,
+// except that a 5xx written once the client had gone (the request's
+// context cancelled while it was served: a long-poll claim or a live
+// stream the client closed, an upload it aborted) is 499. The server did
+// nothing wrong, and counting it as 5xx would fire the error-rate alert
+// on every agent that stops mid-poll (docs/operations.md).
+func answeredCode(written int, ctxErr error) int {
+	if written >= 500 && errors.Is(ctxErr, context.Canceled) {
+		return statusClientClosedRequest
+	}
+	return written
+}
+
 // requestLabels are the attribute sets of one route, method and status
 // code, built once: building them per request allocated more than the
 // rest of the measurement.
@@ -162,6 +179,7 @@ func requestLabelsFor(route, method string, code int) requestLabels {
 	return l
 }
 
+// withRouteLabel gives r a route label for recordRoute to refine.
 func withRouteLabel(ctx context.Context, r *http.Request, route string) (*http.Request, *routeLabel) {
 	label := &routeLabel{route: route}
 	return r.WithContext(context.WithValue(ctx, routeLabelKey{}, label)), label
