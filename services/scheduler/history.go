@@ -172,9 +172,10 @@ func loadBatch(ctx context.Context, pool *pgxpool.Pool, spec HistorySpec, weight
 	events := 0
 	changes := make([]views.TaskChange, len(lifecycles))
 	for i, recs := range lifecycles {
-		c := views.TaskChange{TaskID: recs[0].Event.(domain.Submitted).ID, Events: make([]views.VersionedRecord, len(recs))}
+		sub := recs[0].Event.(domain.Submitted)
+		c := views.TaskChange{TaskID: sub.ID, Events: make([]views.VersionedRecord, len(recs))}
 		for v, rec := range recs {
-			c.Events[v] = views.VersionedRecord{Version: int64(v + 1), Record: rec}
+			c.Events[v] = views.VersionedRecord{Version: int64(v + 1), TenantID: sub.TenantID, Record: rec}
 		}
 		changes[i] = c
 		events += len(recs)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
@@ -50,6 +52,37 @@ func TestStreamFillsGapsAndDeduplicates(t *testing.T) {
 	want := []string{"4 progress running progressed", "5 status completed succeeded"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("frames = %v, want %v", got, want)
+	}
+}
+
+// An event on the topic beyond what the scheduler has committed was not
+// published by its relay (it publishes only what committed): it is
+// ignored, and the task's real events after it are still streamed.
+func TestStreamIgnoresAnEventBeyondTheScheduler(t *testing.T) {
+	h := newHarness(t)
+	h.submit("t1", "acme")
+	c := h.openSSE(path, "acme")
+	if f := c.next(); f["id"] != "1" {
+		t.Fatalf("first frame = %v", f)
+	}
+	h.step("t1", leased("a1"))
+	forged := succeeded("a1")
+	forged.AggregateId, forged.TenantId, forged.Version, forged.OccurredAt = "t1", "acme", math.MaxInt64, timestamppb.Now()
+	h.publish(forged)
+	h.step("t1", started("a1"))
+	h.step("t1", succeeded("a1"))
+	// Versions 3 and 4 come as their events or, when the forged one made
+	// the stream read the scheduler after it recorded them, as a snapshot:
+	// either way the stream ends at the real version 4, never at the
+	// forged one.
+	frames := summary(c.all())
+	if len(frames) < 2 || frames[0] != "2 status assigned leased" || !strings.HasPrefix(frames[len(frames)-1], "4 status completed") {
+		t.Fatalf("frames = %v, want version 2 assigned, then up to version 4 completed", frames)
+	}
+	for _, f := range frames {
+		if strings.HasPrefix(f, "9223372036854775807 ") {
+			t.Fatalf("the forged event was streamed: %v", frames)
+		}
 	}
 }
 

@@ -62,7 +62,9 @@ func (e end) String() string {
 // its version: an event at or below the applied version is a duplicate and
 // skipped, an event beyond the next version means the tail missed some (it
 // started after they were published), and the scheduler's snapshot fills
-// the gap, as it does for an event this gateway does not know. Frames carry
+// the gap, as it does for an event this gateway does not know; one still
+// beyond the scheduler's version after that is not the task's and is
+// ignored. Frames carry
 // the version as their id and are sent only above the client's resume
 // point.
 type stream struct {
@@ -170,8 +172,13 @@ func (st *stream) onEvent(ctx context.Context, out sink, d delivery) (bool, erro
 			return sent, err
 		}
 		if v > st.applied+1 {
-			st.svc.log.Warn("live stream: scheduler snapshot behind the task topic", "task_id", st.id,
-				"snapshot_version", st.applied, "event_version", v)
+			// The scheduler answers with its own committed state, and
+			// the relay publishes only what committed: an event beyond
+			// it was not published by the relay. Applied, it would make
+			// the task's real events look old and stop the stream.
+			st.svc.log.Warn("live stream: task event beyond the scheduler's version ignored", "task_id", st.id,
+				"scheduler_version", st.applied, "event_version", v)
+			return sent, nil
 		}
 	}
 	next, deleted, err := lifecycle.Apply(st.task, d.task())

@@ -3,9 +3,13 @@ package views
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
@@ -100,7 +104,10 @@ func TestFoldTaskViews(t *testing.T) {
 			if tt.stored > 0 {
 				current["t1"] = at(tt.stored)
 			}
-			created, changed := FoldTaskViews(current, ConvertTaskViews(tt.batch))
+			created, changed, err := FoldTaskViews(current, ConvertTaskViews(tt.batch))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if tt.wantCreated == 0 && len(created) != 0 || tt.wantCreated != 0 && (len(created) != 1 || created[0].Version != tt.wantCreated) {
 				t.Errorf("created = %+v, want version %d", created, tt.wantCreated)
 			}
@@ -112,6 +119,54 @@ func TestFoldTaskViews(t *testing.T) {
 				t.Errorf("changed row differs from the fold of the whole history:\n got  %+v\n want %+v", changed[0], at(int(tt.wantChanged)))
 			}
 		})
+	}
+}
+
+// An event that cannot be the next of its task — a version below 1, one
+// past a gap, a first event that is no submission or submits another task,
+// another tenant's — fails the fold (the runner parks its record), and the
+// row is left as it was for the task's real next event.
+func TestFoldTaskViewsRefusesEventsOutOfSequence(t *testing.T) {
+	sub := submittedEvent(t, "t1")
+	leased := event(t, "t1", 2, domain.Leased{AttemptID: "a", AgentID: "ag", MachineID: "m"})
+	stored := func() map[string]domain.Task {
+		task := domain.Apply(domain.Task{}, sub.Record)
+		task.Version = 1
+		return map[string]domain.Task{"t1": task}
+	}
+	otherTenant := leased
+	otherTenant.Envelope = proto.Clone(leased.Envelope).(*taskv1.TaskEvent)
+	otherTenant.Envelope.TenantId = "tenant-b"
+	tests := []struct {
+		name    string
+		current map[string]domain.Task
+		e       Event
+		want    string
+	}{
+		{"version 0", stored(), event(t, "t1", 0, domain.Started{AttemptID: "a"}), "versions start at 1"},
+		{"negative version", stored(), event(t, "t1", -1, domain.Started{AttemptID: "a"}), "versions start at 1"},
+		{"a gap", stored(), event(t, "t1", 8, domain.Succeeded{AttemptID: "a"}), "does not follow version 1"},
+		{"the largest version", stored(), event(t, "t1", math.MaxInt64, domain.Started{AttemptID: "a"}), "does not follow version 1"},
+		{"a first event that is no submission", map[string]domain.Task{}, event(t, "t1", 1, domain.Succeeded{AttemptID: "a"}), "first event is its submission"},
+		{"a submission of another task", map[string]domain.Task{}, submittedEvent(t, "t2"), "submits task t2"},
+		{"another tenant's", stored(), otherTenant, `is of tenant "tenant-b"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			batch := ConvertTaskViews([]Event{tt.e})
+			if tt.name == "a submission of another task" {
+				batch[0].TaskID = "t1" // the record's key names t1
+			}
+			created, changed, err := FoldTaskViews(tt.current, batch)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || created != nil || changed != nil {
+				t.Fatalf("fold = %v, %v, %v; want an error saying %q", created, changed, err, tt.want)
+			}
+		})
+	}
+	// The real next event still applies.
+	_, changed, err := FoldTaskViews(stored(), ConvertTaskViews([]Event{leased}))
+	if err != nil || len(changed) != 1 || changed[0].Version != 2 {
+		t.Fatalf("the next event after the refusals: %v, %v", changed, err)
 	}
 }
 
@@ -129,8 +184,12 @@ func TestLifecycleCoverage(t *testing.T) {
 		if !domain.Handles(e.Record.Event) {
 			return fmt.Errorf("domain.Apply, which FoldTaskViews folds with, has no case for %s", e.Record.Event.EventName())
 		}
-		stored := map[string]domain.Task{"task-1": {ID: "task-1", Version: 1}}
-		if _, changed := FoldTaskViews(stored, ConvertTaskViews([]Event{e})); len(changed) != 1 {
+		stored := map[string]domain.Task{"task-1": {ID: "task-1", TenantID: ev.GetTenantId(), Version: ev.GetVersion() - 1}}
+		_, changed, err := FoldTaskViews(stored, ConvertTaskViews([]Event{e}))
+		if err != nil {
+			return err
+		}
+		if len(changed) != 1 {
 			return errors.New("the event changed no row")
 		}
 		return nil

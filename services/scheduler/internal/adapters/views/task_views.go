@@ -21,10 +21,12 @@ type TaskChange struct {
 	Events []VersionedRecord
 }
 
-// VersionedRecord is an event with its aggregate version.
+// VersionedRecord is an event with its aggregate version and tenant (the
+// envelope's).
 type VersionedRecord struct {
-	Version int64
-	Record  domain.Record
+	Version  int64
+	TenantID string
+	Record   domain.Record
 }
 
 // ConvertTaskViews groups a batch's events by task, tasks in the order they
@@ -41,7 +43,8 @@ func ConvertTaskViews(events []Event) []TaskChange {
 			index[id] = i
 			changes = append(changes, TaskChange{TaskID: id})
 		}
-		changes[i].Events = append(changes[i].Events, VersionedRecord{Version: e.Envelope.GetVersion(), Record: e.Record})
+		changes[i].Events = append(changes[i].Events, VersionedRecord{Version: e.Envelope.GetVersion(),
+			TenantID: e.Envelope.GetTenantId(), Record: e.Record})
 	}
 	return changes
 }
@@ -50,14 +53,19 @@ func ConvertTaskViews(events []Event) []TaskChange {
 // a task without a row is absent) with the scheduler's fold, domain.Apply.
 // It returns the rows to insert (tasks new to the table) and the rows to
 // rewrite, each at the version of its last event applied; a task whose
-// events were all applied before is in neither.
-func FoldTaskViews(current map[string]domain.Task, changes []TaskChange) (created, changed []domain.Task) {
+// events were all applied before is in neither. An event out of its task's
+// sequence (checkSequence) fails the fold: the runner then parks that
+// record as a dead letter and applies the others.
+func FoldTaskViews(current map[string]domain.Task, changes []TaskChange) (created, changed []domain.Task, err error) {
 	for _, c := range changes {
 		t := current[c.TaskID]
 		before := t.Version
 		for _, e := range c.Events {
-			if e.Version <= t.Version {
+			if e.Version >= 1 && e.Version <= t.Version {
 				continue // applied before: a replay or a redelivery
+			}
+			if err := checkSequence(t, c.TaskID, e); err != nil {
+				return nil, nil, err
 			}
 			t = domain.Apply(t, e.Record)
 			t.Version = e.Version
@@ -70,7 +78,40 @@ func FoldTaskViews(current map[string]domain.Task, changes []TaskChange) (create
 			changed = append(changed, t)
 		}
 	}
-	return created, changed
+	return created, changed, nil
+}
+
+// checkSequence refuses an event that cannot be the next of task id, whose
+// row (t; Version 0 when it has none) holds the events before it: a
+// task's events are numbered from 1 with none left out, the first is its
+// submission, and all are of its tenant (docs/events.md). The relay never
+// publishes another, so one comes from elsewhere; folded, a gap or a
+// version far ahead would make every later event of the task look
+// applied, and the row would stop for good.
+func checkSequence(t domain.Task, id string, e VersionedRecord) error {
+	refuse := func(reason string) error {
+		return fmt.Errorf("task_views: %s event version %d of task %s %s", e.Record.Event.EventName(), e.Version, id, reason)
+	}
+	if e.Version < 1 {
+		return refuse("is refused: versions start at 1")
+	}
+	if e.Version > t.Version+1 {
+		return refuse(fmt.Sprintf("does not follow version %d: the events between are missing", t.Version))
+	}
+	if t.Version == 0 {
+		sub, ok := e.Record.Event.(domain.Submitted)
+		if !ok {
+			return refuse("is refused: a task's first event is its submission")
+		}
+		if sub.ID != id || sub.TenantID != e.TenantID {
+			return refuse(fmt.Sprintf("submits task %s of tenant %q under the envelope's tenant %q", sub.ID, sub.TenantID, e.TenantID))
+		}
+		return nil
+	}
+	if e.TenantID != t.TenantID {
+		return refuse(fmt.Sprintf("is of tenant %q, the task of tenant %q", e.TenantID, t.TenantID))
+	}
+	return nil
 }
 
 // TaskViewStore writes task_views rows (Table).
@@ -94,7 +135,10 @@ func (s TaskViewStore) Store(ctx context.Context, tx pgx.Tx, changes []TaskChang
 	if err != nil {
 		return err
 	}
-	created, changed := FoldTaskViews(current, changes)
+	created, changed, err := FoldTaskViews(current, changes)
+	if err != nil {
+		return err
+	}
 	if err := insertViews(ctx, tx, table, created); err != nil {
 		return err
 	}
