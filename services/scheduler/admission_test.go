@@ -52,7 +52,7 @@ type admissionEnv struct {
 	producer *kgo.Client
 }
 
-func newAdmissionEnv(t *testing.T) *admissionEnv {
+func newAdmissionEnv(t *testing.T, mutate ...func(*scheduler.Config)) *admissionEnv {
 	t.Helper()
 	fake := &fakeAdmission{queues: map[string]string{"premium": "tenant-high-priority-queue"}}
 	srv, err := grpcserver.New(grpcserver.Options{InternalToken: internalToken})
@@ -71,7 +71,8 @@ func newAdmissionEnv(t *testing.T) *admissionEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	e := newEnv(t, func(c *scheduler.Config) { c.Quota, c.InternalToken = conn, internalToken })
+	e := newEnv(t, append([]func(*scheduler.Config){func(c *scheduler.Config) { c.Quota, c.InternalToken = conn, internalToken }},
+		mutate...)...)
 	opts, err := e.broker.Config().Opts()
 	if err != nil {
 		t.Fatal(err)

@@ -81,6 +81,8 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 		"two commands":       {func(in *SpecInput) { in.Command = "echo a\necho b" }, "command"},
 		"blank line":         {func(in *SpecInput) { in.Command = "   " }, "command"},
 		"bad quantity":       {func(in *SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "two"} }, "resources"},
+		"exponent quantity":  {func(in *SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "1e308"} }, "resources"},
+		"huge quantity":      {func(in *SpecInput) { in.Resources = map[string]string{"nvidia.com/gpu": "99999999999999999999P"} }, "resources"},
 		"bad resource":       {func(in *SpecInput) { in.Resources = map[string]string{"gpu count": "1"} }, "resources"},
 		"bad quota":          {func(in *SpecInput) { in.Quota = "no spaces" }, "quota"},
 		"video on shell":     {func(in *SpecInput) { in.Video = validVideo() }, "video"},

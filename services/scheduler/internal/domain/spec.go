@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskmesh/taskmesh/platform/domain/cmdline"
+	"github.com/taskmesh/taskmesh/platform/domain/quantity"
 	"github.com/taskmesh/taskmesh/platform/domain/weburl"
 )
 
@@ -71,8 +72,6 @@ const (
 var (
 	envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	ident  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
-	// quantity is the Kubernetes resource quantity syntax without exponents.
-	quantity = regexp.MustCompile(`^([0-9]+(\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$`)
 )
 
 func orDefault(p *int, d int) int {
@@ -292,9 +291,10 @@ func checkResources(r map[string]string) error {
 		if !ident.MatchString(name) {
 			return invalid("resources", "%q is not a valid resource name", name)
 		}
-		// Only the syntax is checked here; what a quantity means (how many
-		// GPUs) is for the admission to decide, which parses it.
-		if !quantity.MatchString(q) {
+		// The one rule of quantities (package quantity: syntax, length,
+		// range), which admission parses by and the usage consumer meters
+		// by; what a quantity means for a queue is for admission to decide.
+		if quantity.Check(q) != nil {
 			return invalid("resources", "%s: %q is not a quantity such as 2, 500m or 4Gi", name, q)
 		}
 	}

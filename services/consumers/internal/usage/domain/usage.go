@@ -17,6 +17,17 @@
 // Every quantity is keyed by the event that produced it and derived from
 // the events alone, so metering is exactly once per event however often a
 // record is delivered, and a replay equals the live tables.
+//
+// No arithmetic here can reach Inf or NaN. Every factor is bounded: the
+// GPUs a task requested are a quantity the edge accepts (finite,
+// non-negative, below math.MaxInt64/1000, about 9.2e15; the consumer parks
+// an event carrying another), running time is a time.Duration (at most
+// about 9.2e9 s, never negative: see endAttempt), a video's duration an
+// int32, and a price at most MaxPrice (Prices.Check). So one record is
+// below 1e26, Postgres's float8 sum of any number of rows a table can hold
+// stays far below the float64 range (and Postgres raises an error rather
+// than overflow), and so do Rows' additions and the amounts (quantity ×
+// price).
 package domain
 
 import (
@@ -118,8 +129,14 @@ type Record struct {
 // returns the new state and the quantities e produces; applied is false for
 // an event at or below the state's version (delivered before), which then
 // changes nothing.
+//
+// A task's first event is its TaskSubmitted (the topic keeps every event).
+// One whose submission was never folded — parked as a dead letter because
+// it did not decode or carried a value metering refuses — has no spec to
+// meter by, so its later events change nothing either, rather than meter
+// its running time as CPU seconds on a guess.
 func Fold(t Task, e Event) (next Task, records []Record, applied bool) {
-	if e.Version <= t.Version {
+	if e.Version <= t.Version || (t.TaskID == "" && e.Kind != Submitted) {
 		return t, nil, false
 	}
 	if t.TaskID == "" {
@@ -209,7 +226,12 @@ type Prices struct {
 // DefaultPrices are used without a configured table.
 var DefaultPrices = Prices{Currency: "USD", GPUSecond: 0.0008, CPUSecond: 0.00001, VideoSecond: 0.05, StageSecond: 0.0001}
 
-// Check refuses a table with negative prices or no currency.
+// MaxPrice bounds a price per second, far above any real one, so that an
+// amount (a sum × a price) stays finite (see the package comment).
+const MaxPrice = 1e6
+
+// Check refuses a table with no currency, or a price that is negative,
+// not a number or above MaxPrice.
 func (p Prices) Check() error {
 	if strings.TrimSpace(p.Currency) == "" {
 		return errors.New("price table: currency is empty")
@@ -221,8 +243,8 @@ func (p Prices) Check() error {
 		}
 	}
 	for _, v := range all {
-		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-			return fmt.Errorf("price table: %v is not a price", v)
+		if v < 0 || math.IsNaN(v) || v > MaxPrice {
+			return fmt.Errorf("price table: %v is not a price (0 to %g per second)", v, float64(MaxPrice))
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -56,6 +57,18 @@ func TestFoldMetersAttempts(t *testing.T) {
 		if _, recs, applied := Fold(task, e); applied || len(recs) != 0 {
 			t.Errorf("v%d applied again: %+v", e.Version, recs)
 		}
+	}
+}
+
+// A task whose TaskSubmitted was parked (never folded) has no spec: its
+// attempts are not metered as CPU seconds, or as anything.
+func TestFoldMetersNothingWithoutTheSubmission(t *testing.T) {
+	start := ev(2, 5, Started)
+	start.AttemptID = "a1"
+	done := ev(3, 65, Succeeded)
+	done.AttemptID = "a1"
+	if task, recs := fold(start, done); len(recs) != 0 || task.TaskID != "" {
+		t.Errorf("without the submission: %+v, %+v", task, recs)
 	}
 }
 
@@ -137,9 +150,40 @@ func TestPricesAndRows(t *testing.T) {
 	if !near(total.Amount, 3+1.35+0.25) || total.Items != 12 || total.GPUSeconds != 2000 {
 		t.Errorf("total = %+v", total)
 	}
-	for _, bad := range []Prices{{}, {Currency: "USD", GPUSecond: -1}, {Currency: "USD", VideoSecondByModel: map[string]float64{"m": math.NaN()}}} {
+	for _, bad := range []Prices{{}, {Currency: "USD", GPUSecond: -1}, {Currency: "USD", VideoSecondByModel: map[string]float64{"m": math.NaN()}},
+		{Currency: "USD", CPUSecond: math.Inf(1)}, {Currency: "USD", StageSecondByStage: map[string]float64{"bie": MaxPrice * 2}}} {
 		if bad.Check() == nil {
 			t.Errorf("%+v passed", bad)
+		}
+	}
+}
+
+// The largest quantities the bounds allow — the most GPUs a quantity the
+// edge accepts can ask for, running for the longest time.Duration, in
+// more rows than a table holds — priced at MaxPrice stay finite.
+func TestExtremesStayFinite(t *testing.T) {
+	start := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	task := Task{TaskID: "t", TenantID: "acme", Version: 3, Spec: Spec{GPUs: float64(math.MaxInt64 / 1000)},
+		AttemptID: "a", AttemptStarted: start}
+	_, recs, _ := Fold(task, Event{TaskID: "t", Version: 4, Kind: Succeeded, AttemptID: "a", At: start,
+		EndedAt: time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)})
+	if len(recs) != 1 || recs[0].Kind != KindGPU || math.IsInf(recs[0].Quantity, 0) || recs[0].Quantity > 1e26 {
+		t.Fatalf("records = %+v", recs)
+	}
+	p := Prices{Currency: "USD", GPUSecond: MaxPrice}
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+	var sums []Sum
+	for i := range 1000 {
+		sums = append(sums, Sum{Key: fmt.Sprint(i % 3), Kind: KindGPU, Quantity: recs[0].Quantity * 1e18, Items: 1e15})
+	}
+	rows, total := Rows(sums, p)
+	for _, r := range append(rows, total) {
+		for _, v := range []float64{r.GPUSeconds, r.Amount} {
+			if math.IsInf(v, 0) || math.IsNaN(v) {
+				t.Errorf("row %+v is not finite", r)
+			}
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
+	"github.com/taskmesh/taskmesh/platform/domain/quantity"
 )
 
 // admissionMeter is the instrumentation scope of the admission metrics

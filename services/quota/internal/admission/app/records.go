@@ -3,7 +3,7 @@ package app
 import (
 	"time"
 
-	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
+	"github.com/taskmesh/taskmesh/platform/domain/quantity"
 )
 
 // Workload states as recorded in the workloads table.

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
+	"github.com/taskmesh/taskmesh/platform/domain/quantity"
 )
 
 // GPUResource is the resource name of GPUs.

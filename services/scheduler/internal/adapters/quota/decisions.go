@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -11,6 +12,10 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 )
+
+// ErrNoEvent is returned for a quota-topic record that holds no event this
+// build knows.
+var ErrNoEvent = errors.New("admission decisions: the record holds no quota event")
 
 // Tasks are the use cases decisions apply to (app.App).
 type Tasks interface {
@@ -36,7 +41,9 @@ type decision struct {
 
 // Apply implements projection.Handler. Decisions about different tasks
 // run concurrently (they batch into few transactions); those about one
-// task run in their order on the topic.
+// task run in their order on the topic. A record that does not decode or
+// holds no known event fails the batch (ErrNoEvent), so the runner parks
+// it; a known event of another kind is skipped.
 func (d Decisions) Apply(ctx context.Context, _ pgx.Tx, records []*kgo.Record) error {
 	byTask := map[string][]decision{}
 	var order []string
@@ -52,8 +59,15 @@ func (d Decisions) Apply(ctx context.Context, _ pgx.Tx, records []*kgo.Record) e
 			dec.admit, id = e.WorkloadAdmitted, e.WorkloadAdmitted.GetTaskId()
 		case *quotav1.QuotaEvent_WorkloadPreemptionRequested:
 			dec.evict, id = e.WorkloadPreemptionRequested, e.WorkloadPreemptionRequested.GetTaskId()
+		case nil:
+			// An empty record (a tombstone among them) or an event this
+			// build does not know (an unknown field, which the oneof
+			// does not hold): parked by the runner as a dead letter,
+			// with its log line and metric, like in every projection
+			// (docs/decisions/0025-dead-letters.md).
+			return fmt.Errorf("quota event at %s/%d@%d (%s): %w", r.Topic, r.Partition, r.Offset, env.GetEventId(), ErrNoEvent)
 		default:
-			continue // quotas, WorkGroups, definitions: not the scheduler's business
+			continue // quotas, WorkGroups, definitions: known events, not the scheduler's business
 		}
 		if _, seen := byTask[id]; !seen {
 			order = append(order, id)

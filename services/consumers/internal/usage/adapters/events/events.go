@@ -9,11 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/domain/quantity"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/usage/domain"
 )
@@ -21,12 +21,19 @@ import (
 // ErrNoCase is returned for an event without a case.
 var ErrNoCase = errors.New("usage: no case for the task event")
 
+// ErrRefused is returned for an event carrying a value metering refuses:
+// a GPU quantity the edge would not have accepted (package quantity). The
+// consumer parks its record as a dead letter (docs/decisions/0025-dead-letters.md)
+// rather than meter it as something else.
+var ErrRefused = errors.New("usage: the task event carries a value metering refuses")
+
 // GPUResource is the resource whose quantity counts GPUs.
 const GPUResource = "nvidia.com/gpu"
 
-// Convert reads one task event.
-func Convert(ev *taskv1.TaskEvent) (domain.Event, error) {
-	e := domain.Event{EventID: pg.CleanText(ev.GetEventId()), TaskID: pg.CleanText(ev.GetAggregateId()),
+// Convert reads one task event. An event carrying a GPU quantity the
+// edge refuses is ErrRefused.
+func Convert(ev *taskv1.TaskEvent) (e domain.Event, err error) {
+	e = domain.Event{EventID: pg.CleanText(ev.GetEventId()), TaskID: pg.CleanText(ev.GetAggregateId()),
 		TenantID: pg.CleanText(ev.GetTenantId()), Version: ev.GetVersion(), At: ev.GetOccurredAt().AsTime().UTC()}
 	ended := func(attempt string, at interface{ AsTime() time.Time }, set bool) {
 		e.Kind, e.AttemptID = domain.AttemptEnded, pg.CleanText(attempt)
@@ -36,10 +43,15 @@ func Convert(ev *taskv1.TaskEvent) (domain.Event, error) {
 	}
 	switch x := ev.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
-		e.Kind, e.Spec = domain.Submitted, spec(x.Submitted.GetSpec(), x.Submitted.GetClusterQueue())
-		e.Stage = Stage(ev.GetActor(), x.Submitted.GetRequestId())
+		e.Kind, e.Stage = domain.Submitted, Stage(ev.GetActor(), x.Submitted.GetRequestId())
+		if e.Spec, err = spec(x.Submitted.GetSpec(), x.Submitted.GetClusterQueue()); err != nil {
+			return e, fmt.Errorf("%w: task %s v%d: %w", ErrRefused, ev.GetAggregateId(), ev.GetVersion(), err)
+		}
 	case *taskv1.TaskEvent_Updated:
-		e.Kind, e.Spec = domain.Updated, spec(x.Updated.GetSpec(), x.Updated.GetClusterQueue())
+		e.Kind = domain.Updated
+		if e.Spec, err = spec(x.Updated.GetSpec(), x.Updated.GetClusterQueue()); err != nil {
+			return e, fmt.Errorf("%w: task %s v%d: %w", ErrRefused, ev.GetAggregateId(), ev.GetVersion(), err)
+		}
 	case *taskv1.TaskEvent_Admitted:
 		e.Kind, e.ClusterQueue, e.Flavor = domain.Admitted, pg.CleanText(x.Admitted.GetClusterQueue()), flavor(x.Admitted.GetFlavors())
 	case *taskv1.TaskEvent_Started:
@@ -93,13 +105,17 @@ func Stage(actor, requestID string) string {
 	return pg.CleanText(stage)
 }
 
-func spec(s *taskv1.TaskSpec, clusterQueue string) *domain.Spec {
-	out := &domain.Spec{Type: pg.CleanText(s.GetType()), GPUs: Quantity(s.GetResources()[GPUResource]),
+func spec(s *taskv1.TaskSpec, clusterQueue string) (*domain.Spec, error) {
+	gpus, err := GPUs(s.GetResources())
+	if err != nil {
+		return nil, err
+	}
+	out := &domain.Spec{Type: pg.CleanText(s.GetType()), GPUs: gpus,
 		Queue: pg.CleanText(s.GetQueue()), ClusterQueue: pg.CleanText(clusterQueue)}
 	if v := s.GetVideo(); v != nil {
 		out.Model, out.Resolution, out.VideoSeconds = pg.CleanText(v.GetModel()), pg.CleanText(v.GetResolution()), float64(v.GetDuration())
 	}
-	return out
+	return out, nil
 }
 
 // flavor is the flavor admission gave the GPUs, else the first by
@@ -119,22 +135,19 @@ func flavor(flavors map[string]string) string {
 	return pg.CleanText(flavors[keys[0]])
 }
 
-// Quantity reads a Kubernetes quantity as a number ("2", "500m" is 0.5,
-// "1k" 1000); 0 for one it cannot read (the scheduler validated it).
-func Quantity(s string) float64 {
-	mult := 1.0
-	for _, x := range []struct {
-		suffix string
-		mult   float64
-	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"m", 1e-3}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}} {
-		if strings.HasSuffix(s, x.suffix) {
-			s, mult = strings.TrimSuffix(s, x.suffix), x.mult
-			break
-		}
+// GPUs is how many GPUs resources ask for: 0 without an nvidia.com/gpu
+// entry (CPU work), else its quantity read by the one rule the edge
+// checks it by (package quantity) — finite, non-negative and below
+// math.MaxInt64/1000 (docs/api/usage.md, "What is metered"). A quantity
+// that rule refuses is an error, never metered as some other number.
+func GPUs(resources map[string]string) (float64, error) {
+	q, ok := resources[GPUResource]
+	if !ok {
+		return 0, nil
 	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v < 0 {
-		return 0
+	n, err := quantity.Units(q)
+	if err != nil {
+		return 0, fmt.Errorf("resources[%s]: %w", GPUResource, err)
 	}
-	return v * mult
+	return n, nil
 }

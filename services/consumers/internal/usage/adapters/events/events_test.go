@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -47,9 +48,28 @@ func TestConvert(t *testing.T) {
 			t.Errorf("Stage(%q, %q) = %q", actor, id, s)
 		}
 	}
-	for q, want := range map[string]float64{"2": 2, "500m": 0.5, "1k": 1000, "1Gi": 1 << 30, "": 0, "x": 0, "-1": 0} {
-		if got := Quantity(q); got != want {
-			t.Errorf("Quantity(%q) = %v, want %v", q, got, want)
+	for q, want := range map[string]float64{"2": 2, "500m": 0.5, "1k": 1000, "1Gi": 1 << 30, "0": 0} {
+		if got, err := GPUs(map[string]string{GPUResource: q}); err != nil || got != want {
+			t.Errorf("GPUs(%q) = %v, %v; want %v", q, got, err, want)
+		}
+	}
+	if got, err := GPUs(map[string]string{"cpu": "lots"}); err != nil || got != 0 {
+		t.Errorf("GPUs without a GPU entry = %v, %v", got, err)
+	}
+}
+
+// A GPU quantity the edge refuses is refused here too, whichever event
+// carries the spec: never metered as some other number of GPUs.
+func TestConvertRefusesQuantitiesTheEdgeRefuses(t *testing.T) {
+	for _, q := range []string{"1e308", "NaN", "Inf", "-1000000", "lots", "", "99999999999999999999P", "0x10", "1/2"} {
+		spec := &taskv1.TaskSpec{Name: "x", Resources: map[string]string{GPUResource: q}}
+		for _, ev := range []*taskv1.TaskEvent{
+			{AggregateId: "t", Version: 1, Event: &taskv1.TaskEvent_Submitted{Submitted: &taskv1.TaskSubmitted{Spec: spec}}},
+			{AggregateId: "t", Version: 2, Event: &taskv1.TaskEvent_Updated{Updated: &taskv1.TaskUpdated{Spec: spec}}},
+		} {
+			if e, err := Convert(ev); !errors.Is(err, ErrRefused) {
+				t.Errorf("%q in %T: %+v, %v; want ErrRefused", q, ev.GetEvent(), e, err)
+			}
 		}
 	}
 }

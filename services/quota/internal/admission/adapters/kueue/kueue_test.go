@@ -6,8 +6,8 @@ import (
 	"time"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
+	"github.com/taskmesh/taskmesh/platform/domain/quantity"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
-	"github.com/taskmesh/taskmesh/services/quota/internal/admission/quantity"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/admitcore"
 )
 

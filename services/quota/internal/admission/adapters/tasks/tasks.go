@@ -122,6 +122,8 @@ func Convert(ev *taskv1.TaskEvent) (Fact, error) {
 		// Saving a checkpoint changes nothing the quota counts: the
 		// preemption or suspension around it does.
 	default:
+		// No event (an empty record, a tombstone) or one added to the
+		// lifecycle after this build: nothing to make a fact of.
 		return Fact{}, fmt.Errorf("%w: task %s v%d", ErrUnknownEvent, ev.GetAggregateId(), ev.GetVersion())
 	}
 	return f, nil
@@ -131,10 +133,13 @@ func Convert(ev *taskv1.TaskEvent) (Fact, error) {
 // where higher is more important (app.WorkloadPriority).
 func Priority(taskPriority int32) int { return app.WorkloadPriority(taskPriority) }
 
-// Apply implements projection.Handler: decode, Convert, Store. An event
-// Convert has no case for is skipped, as one that means nothing: the
-// scheduler may be newer than this service, and stalling admission on an
-// event it cannot interpret would stop every queue.
+// Apply implements projection.Handler: decode, Convert, Store. A record
+// that does not decode, is empty (a tombstone among them) or holds no
+// event this build knows fails, like in every projection: the runner
+// parks it as a dead letter, with its log line and metric, and goes on
+// with the records behind it (docs/decisions/0025-dead-letters.md), so it
+// stalls no queue and is not lost without a trace. A known event that
+// means nothing to workloads is a fact of Kind "", skipped.
 func (w WorkloadFacts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Record) error {
 	var facts []Fact
 	for _, r := range records {
@@ -142,7 +147,11 @@ func (w WorkloadFacts) Apply(ctx context.Context, tx pgx.Tx, records []*kgo.Reco
 		if err := proto.Unmarshal(r.Value, &ev); err != nil {
 			return fmt.Errorf("decode task event at %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
 		}
-		if f, err := Convert(&ev); err == nil && f.Kind != "" {
+		f, err := Convert(&ev)
+		if err != nil {
+			return fmt.Errorf("task event at %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+		}
+		if f.Kind != "" {
 			facts = append(facts, f)
 		}
 	}
