@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 )
 
 // Exporter names accepted in Config.Exporter.
@@ -44,6 +47,23 @@ type Config struct {
 	SampleRatio float64
 	// Writer receives the stdout exporter's JSON; nil = os.Stdout.
 	Writer io.Writer
+	// Logger receives OpenTelemetry's own errors (a malformed trace
+	// header on a record or a request, an export that failed) as
+	// warnings; nil discards them.
+	Logger *slog.Logger
+}
+
+// errorLimit bounds an OpenTelemetry error's text in the log: it may quote
+// a header a client or a producer sent, of any length.
+const errorLimit = 256
+
+// errorHandler logs OpenTelemetry's errors through the process's logger.
+// The SDK's default prints them, whole and unstructured, with the standard
+// library's log package.
+type errorHandler struct{ log *slog.Logger }
+
+func (h errorHandler) Handle(err error) {
+	h.log.Warn("opentelemetry", "err", textcut.Bytes(err.Error(), errorLimit))
 }
 
 // Setup installs a global TracerProvider and the W3C TraceContext+Baggage
@@ -60,6 +80,11 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 	if cfg.SampleRatio < 0 || cfg.SampleRatio > 1 {
 		return nil, fmt.Errorf("otel: SampleRatio %v outside [0, 1]", cfg.SampleRatio)
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	gotel.SetErrorHandler(errorHandler{log})
 	var exp sdktrace.SpanExporter
 	switch kind {
 	case "", ExporterNone:

@@ -3,6 +3,8 @@ package otel
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -100,6 +102,26 @@ func TestSetupNoneStillCarriesContext(t *testing.T) {
 	}
 	if got := Inject(ctx)["traceparent"]; got != parent {
 		t.Fatalf("traceparent downstream = %q, want %q", got, parent)
+	}
+}
+
+// OpenTelemetry's own errors — here a baggage header of 5,000 bytes that
+// is no baggage, as any request or record may carry — go to the process's
+// log as one warning of bounded size, not whole to standard error.
+func TestOpenTelemetryErrorsAreLoggedBounded(t *testing.T) {
+	var buf bytes.Buffer
+	shutdown, err := Setup(t.Context(), Config{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdownNow(t, shutdown)
+	Extract(t.Context(), map[string]string{"baggage": strings.Repeat("a", 5000)})
+	var line struct{ Level, Msg, Err string }
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("log = %q: %v", buf.String(), err)
+	}
+	if line.Level != "WARN" || line.Msg != "opentelemetry" || !strings.Contains(line.Err, "baggage") || len(line.Err) > errorLimit {
+		t.Fatalf("logged %+v (err of %d bytes)", line, len(line.Err))
 	}
 }
 

@@ -90,7 +90,7 @@ func (c *common) setup(ctx context.Context, cmd *cobra.Command, service string) 
 		return nil, err
 	}
 	p.shutdownTracing, err = otel.Setup(ctx, otel.Config{Exporter: c.otelExporter, OTLPEndpoint: c.otlpEndpoint,
-		OTLPInsecure: true, ServiceName: "taskmesh-" + service})
+		OTLPInsecure: true, ServiceName: "taskmesh-" + service, Logger: p.log})
 	if err != nil {
 		return nil, err
 	}
