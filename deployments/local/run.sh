@@ -83,11 +83,12 @@ done
 
 export TASKMESH_ADMIN_KEY=$(cat "$state/admin-key")
 for n in 1 2; do
-  grpc=$((9087 + 3 * n))
+  grpc=$((9087 + 3 * n)) other=$((9087 + 3 * (3 - n)))
   # Register once; the token file is then the agent's credential.
   [ -s "$state/agent-$n.token" ] ||
     bin/taskmesh ctl --server "127.0.0.1:$grpc" agents register "local-$n" --token-file "$state/agent-$n.token"
-  bin/taskmesh executor --agent-id "local-$n" --machine-id "local-$n" --server "127.0.0.1:$grpc" \
+  # Each agent prefers its own gateway and uses the other while it is down.
+  bin/taskmesh executor --agent-id "local-$n" --machine-id "local-$n" --server "127.0.0.1:$grpc,127.0.0.1:$other" \
     --token-file "$state/agent-$n.token" --data-dir "$state/agent-$n" --local-api "127.0.0.1:$((7070 + n))" \
     --log-dir "$state/agent-$n/log" &
 done

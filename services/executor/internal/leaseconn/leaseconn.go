@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/otel"
@@ -18,6 +19,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 )
 
 // bearer sends the agent token on every call. It is the only place the
@@ -58,10 +61,40 @@ func FromAddress(ip string) Option {
 	}
 }
 
-// Dial returns a client connection to target (host:port). A nil or empty
-// token sends no credentials; a nil tlsCfg is plaintext. A unary call
-// refused as unauthenticated is retried once when the token's file holds a
-// new secret (a rotation).
+// gatewaysScheme names the resolver of a list of front doors (Dial).
+const gatewaysScheme = "taskmesh-gateways"
+
+// frontDoors turns a list "host:port,host:port,…" into a target whose
+// resolver hands gRPC every address, in order. gRPC's default policy,
+// pick_first, connects to the first that answers and, when that connection
+// breaks, goes through the list again: an agent pointed at several
+// gateways keeps heartbeating, claiming and reporting through the loss of
+// one (docs/executor.md). Each address keeps its own host as its TLS
+// server name. One address is dialled as it is.
+func frontDoors(target string, opts *[]grpc.DialOption) (string, error) {
+	if !strings.Contains(target, ",") {
+		return target, nil
+	}
+	var addrs []resolver.Address
+	for _, a := range strings.Split(target, ",") {
+		a = strings.TrimSpace(a)
+		host, _, err := net.SplitHostPort(a)
+		if err != nil || host == "" {
+			return "", fmt.Errorf("server %q in %q: want host:port", a, target)
+		}
+		addrs = append(addrs, resolver.Address{Addr: a, ServerName: host})
+	}
+	r := manual.NewBuilderWithScheme(gatewaysScheme)
+	r.InitialState(resolver.State{Addresses: addrs})
+	*opts = append(*opts, grpc.WithResolvers(r))
+	return gatewaysScheme + ":///front-doors", nil
+}
+
+// Dial returns a client connection to target: host:port, or several
+// separated by commas (frontDoors). A nil or empty token sends no
+// credentials; a nil tlsCfg is plaintext. A unary call refused as
+// unauthenticated is retried once when the token's file holds a new secret
+// (a rotation).
 func Dial(target string, token *Token, tlsCfg *tls.Config, options ...Option) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if tlsCfg != nil {
@@ -88,7 +121,11 @@ func Dial(target string, token *Token, tlsCfg *tls.Config, options ...Option) (*
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: token, secure: tlsCfg != nil}),
 			grpc.WithChainUnaryInterceptor(token.retryUnary))
 	}
-	conn, err := grpc.NewClient(target, opts...)
+	dialed, err := frontDoors(target, &opts)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(dialed, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}

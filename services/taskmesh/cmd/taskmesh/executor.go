@@ -184,7 +184,7 @@ func (e *executorFlags) addAgent(f *pflag.FlagSet) {
 	f.StringVar(&e.types, "types", "", "task types to run (default shell,python,script,noop, and video when ffmpeg is installed)")
 	f.StringVar(&cfg.VideoFFmpeg, "video-ffmpeg", "", "ffmpeg executable of the video runner (default: ffmpeg on PATH)")
 	f.StringVar(&cfg.VideoFont, "video-font", "", "font file for video title cards and the watermark (default: a CJK font from fontconfig)")
-	f.StringVar(&cfg.Server, "server", "127.0.0.1:9090", "gRPC front door of Taskmesh")
+	f.StringVar(&cfg.Server, "server", "127.0.0.1:9090", "gRPC front door of Taskmesh: host:port, or several separated by commas (the next is used while one is down)")
 	f.StringVar(&cfg.Token, "token", "", "agent token (prefer --token-file or TASKMESH_TOKEN)")
 	f.StringVar(&e.tokenFile, "token-file", "", "file holding the agent token (reread after a rotation)")
 	f.StringVar(&cfg.SourceAddr, "source-address", "", "local address to connect to the server from (default: the system's choice)")
