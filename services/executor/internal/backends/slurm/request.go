@@ -160,11 +160,7 @@ func timeLimitMinutes(t *taskv1.Task, mode Mode) int {
 		secs = 3600
 	}
 	if mode == ModePlacement {
-		grace := int(t.GetGracePeriodSec())
-		if grace <= 0 {
-			grace = 30
-		}
-		secs += grace + 60
+		secs += int(max(t.GetGracePeriodSec(), 0)) + 60
 	}
 	return max(1, (secs+59)/60)
 }
