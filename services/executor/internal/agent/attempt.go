@@ -31,8 +31,9 @@ func newAttempt(t journal.Task) *attempt {
 type stopRequest struct {
 	reason string
 	detail string
-	// grace before SIGKILL; 0 means the task's or the agent's default.
-	grace time.Duration
+	// grace before SIGKILL as the server gave it; nil means the task's own
+	// grace_period_sec. 0 is SIGKILL right after SIGTERM.
+	grace *time.Duration
 }
 
 func (at *attempt) requestStop(r stopRequest) {

@@ -83,10 +83,8 @@ func (a *Agent) heartbeat(ctx context.Context) time.Duration {
 		if reason == "" {
 			reason = reasonCancelled
 		}
-		at.requestStop(stopRequest{
-			reason: reason,
-			grace:  time.Duration(s.GetGracePeriodSec()) * time.Second,
-		})
+		grace := time.Duration(s.GetGracePeriodSec()) * time.Second
+		at.requestStop(stopRequest{reason: reason, grace: &grace})
 	}
 	if nb := resp.GetNextHeartbeatBefore(); nb != nil {
 		if d := nb.AsTime().Sub(a.now()) / 2; d > 0 && d < interval {

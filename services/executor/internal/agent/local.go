@@ -63,6 +63,10 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 	if spec.Priority != nil {
 		t.Priority = int(spec.GetPriority())
 	}
+	// The default is filled here, as the server fills it at submission:
+	// the journal then holds the grace the task gets, and 0 stays a grace
+	// of 0 (docs/api/agent-local.md).
+	t.GracePeriodSec = int(a.cfg.GracePeriod / time.Second)
 	if spec.GracePeriodSec != nil {
 		t.GracePeriodSec = int(spec.GetGracePeriodSec())
 	}

@@ -149,6 +149,8 @@ func TestLocalAPI(t *testing.T) {
 		{"bad limit", "GET", "/api/v1/tasks?limit=5000", "", 400, 30005, "limit"},
 		{"too many retries", "POST", "/api/v1/tasks", `{"name":"x","command":"false","max_retries":101}`, 400, 30005, "max_retries"},
 		{"long retry delay", "POST", "/api/v1/tasks", `{"name":"x","command":"false","retry_delay":86401}`, 400, 30005, "retry_delay"},
+		{"relative workdir", "POST", "/api/v1/tasks", `{"name":"x","command":"pwd","workdir":"relative/dir"}`, 400, 30005, "not an absolute path"},
+		{"workdir upward", "POST", "/api/v1/tasks", `{"name":"x","command":"pwd","workdir":"../../.."}`, 400, 30005, "not an absolute path"},
 	}
 	for _, tc := range errTests {
 		t.Run(tc.name, func(t *testing.T) {

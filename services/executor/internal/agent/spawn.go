@@ -115,10 +115,10 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 		"TASKMESH_TASK_ID="+t.ID,
 		"TASKMESH_ATTEMPT_ID="+t.AttemptID,
 		"TASKMESH_PROGRESS_FILE="+progressFile)
-	grace := a.cfg.GracePeriod
-	if t.GracePeriodSec > 0 {
-		grace = time.Duration(t.GracePeriodSec) * time.Second
-	}
+	// The journal holds the effective grace: the server fills its default
+	// at submission and CreateLocalTask the agent's, so 0 is a grace of 0
+	// (SIGKILL right after SIGTERM), never "unset" (docs/executor.md#stopping).
+	grace := time.Duration(t.GracePeriodSec) * time.Second
 	group, err := a.isolation.Cgroup(safeName(t.AttemptID), res)
 	if err != nil {
 		return runDir, shim.Spec{}, fmt.Errorf("resource limits: %w", err)

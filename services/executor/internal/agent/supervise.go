@@ -70,10 +70,11 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 				continue
 			}
 			stop = &r
-			if r.grace <= 0 {
-				r.grace = time.Duration(t.GracePeriodSec) * time.Second
+			grace := time.Duration(t.GracePeriodSec) * time.Second
+			if r.grace != nil {
+				grace = *r.grace
 			}
-			if _, err := sess.Stop(ctx, r.reason, r.grace); err != nil {
+			if _, err := sess.Stop(ctx, r.reason, grace); err != nil {
 				a.log.Warn("stop request to shim failed", "attempt_id", t.AttemptID, "err", err)
 			}
 		case <-renew.C:

@@ -155,6 +155,12 @@ func checkSizes(t Task) error {
 	if utf8.RuneCountInString(t.Workdir) > MaxWorkdirChars || strings.ContainsRune(t.Workdir, 0) {
 		return refuse("workdir is longer than %d characters or contains a NUL byte", MaxWorkdirChars)
 	}
+	// A relative workdir would be resolved against whatever directory the
+	// process starts from (the agent's own); the task API requires an
+	// absolute one too (docs/api/tasks.md#taskspec).
+	if t.Workdir != "" && !filepath.IsAbs(t.Workdir) {
+		return refuse("workdir %q is not an absolute path", t.Workdir)
+	}
 	return nil
 }
 

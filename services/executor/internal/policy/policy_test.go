@@ -35,6 +35,10 @@ func TestCheck(t *testing.T) {
 		{name: "long command", p: Policy{}, task: Task{Command: strings.Repeat("x", 4097)}, want: "command is 4097 characters, at most 4096 allowed"},
 		{name: "bad env name", p: Policy{}, task: Task{Command: "x", Env: map[string]string{"A-B": "1"}}, want: `env name "A-B" is invalid`},
 		{name: "NUL in arg", p: Policy{}, task: Task{Command: "x", Args: []string{"a\x00b"}}, want: "arg 0 contains a NUL byte"},
+		{name: "relative workdir", p: Policy{}, task: Task{Command: "x", Workdir: "relative/dir"}, want: `workdir "relative/dir" is not an absolute path`},
+		{name: "workdir upward", p: Policy{}, task: Task{Command: "x", Workdir: "../../.."}, want: `workdir "../../.." is not an absolute path`},
+		{name: "noop relative workdir", p: Policy{}, task: Task{Type: "noop", Workdir: "."}, want: `workdir "." is not an absolute path`},
+		{name: "absolute workdir", p: Policy{}, task: Task{Command: "x", Workdir: "/data/run 1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -193,9 +193,9 @@ func (s *Session) State(ctx context.Context) (State, error) {
 }
 
 // Stop asks the shim to stop the task: SIGTERM to its group, then SIGKILL
-// after grace (<= 0: the spec's grace).
+// after grace (0: at once).
 func (s *Session) Stop(ctx context.Context, reason string, grace time.Duration) (State, error) {
-	return s.request(ctx, Request{Op: OpStop, Reason: reason, Grace: grace})
+	return s.request(ctx, Request{Op: OpStop, Reason: reason, Grace: &grace})
 }
 
 func (s *Session) request(ctx context.Context, req Request) (State, error) {

@@ -19,9 +19,11 @@ const (
 
 // Request is a message from the agent.
 type Request struct {
-	Op     string        `json:"op"`
-	Reason string        `json:"reason,omitempty"`
-	Grace  time.Duration `json:"grace,omitempty"`
+	Op     string `json:"op"`
+	Reason string `json:"reason,omitempty"`
+	// Grace is OpStop's time between SIGTERM and SIGKILL; 0 kills right
+	// after SIGTERM. Absent (an agent that sends none) means the spec's.
+	Grace *time.Duration `json:"grace,omitempty"`
 	// RunDir is the run directory a host is asked to serve (OpServe).
 	RunDir string `json:"run_dir,omitempty"`
 }

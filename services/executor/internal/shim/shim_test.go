@@ -261,6 +261,36 @@ func TestShimStopGraceThenKill(t *testing.T) {
 	})
 }
 
+// A stop with grace 0 kills right after SIGTERM, whatever the spec's
+// grace: 0 is no grace, not "the spec's".
+func TestShimStopZeroGraceKillsAtOnce(t *testing.T) {
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		r, err := launch(t, []string{"sh", "-c", `trap 'echo got-term' TERM; echo ready; while :; do sleep 0.05; done`},
+			func(s *Spec) { s.Grace = 30 * time.Second })
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			b, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
+			return strings.Contains(string(b), "ready")
+		})
+		begin := time.Now()
+		if _, err := r.sess.Stop(context.Background(), "cancelled", 0); err != nil {
+			t.Fatal(err)
+		}
+		st := r.wait(t, 20*time.Second)
+		if took := time.Since(begin); took > 5*time.Second {
+			t.Errorf("ended %s after a stop with no grace", took)
+		}
+		if st.Stop != "cancelled" || st.SignalName != "SIGKILL" {
+			t.Errorf("status = %+v, want stop cancelled by SIGKILL", st)
+		}
+		if !groupGone(r.started.PID) {
+			t.Error("process group still has members")
+		}
+	})
+}
+
 func TestShimTimeoutKillsTree(t *testing.T) {
 	forEachShim(t, func(t *testing.T, launch launcher) {
 		r, err := launch(t, []string{"sh", "-c", `sleep 300 & sleep 300 & sh -c 'sleep 300 & sleep 300' & wait`},

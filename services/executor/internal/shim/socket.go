@@ -57,9 +57,9 @@ func (s *server) handle(c net.Conn) {
 			switch req.Op {
 			case OpState:
 			case OpStop:
-				grace := req.Grace
-				if grace <= 0 {
-					grace = s.spec.Grace
+				grace := s.spec.Grace
+				if req.Grace != nil {
+					grace = max(*req.Grace, 0)
 				}
 				reason := req.Reason
 				if reason == "" {

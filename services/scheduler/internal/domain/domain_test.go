@@ -75,6 +75,9 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 		"bad target ip":      {func(in *SpecInput) { in.TargetIPs = []string{"300.1.1.1"} }, "targets.ips"},
 		"targets+machine":    {func(in *SpecInput) { in.TargetMachines, in.MachineID = []string{"a"}, "b" }, "targets"},
 		"timeout 0":          {func(in *SpecInput) { in.Timeout = ptr(0) }, "timeout"},
+		"relative workdir":   {func(in *SpecInput) { in.Workdir = "relative/dir" }, "workdir"},
+		"workdir upward":     {func(in *SpecInput) { in.Workdir = "../../.." }, "workdir"},
+		"workdir dot":        {func(in *SpecInput) { in.Workdir = "." }, "workdir"},
 		"nul in arg":         {func(in *SpecInput) { in.Args = []string{"a\x00b"} }, "args"},
 		"unclosed quote":     {func(in *SpecInput) { in.Command = `echo 'hi` }, "command"},
 		"a pipe":             {func(in *SpecInput) { in.Command = "echo hi | wc -l" }, "command"},
@@ -119,6 +122,9 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 	if s, err := NormalizeSpec(SpecInput{Name: "w", Command: "c", Webhook: " https://hooks.example.com/a?b=c "}); err != nil ||
 		s.Webhook != "https://hooks.example.com/a?b=c" {
 		t.Errorf("webhook = %q, %v", s.Webhook, err)
+	}
+	if s, err := NormalizeSpec(SpecInput{Name: "w", Command: "c", Workdir: "/data/run 1/../x"}); err != nil || s.Workdir != "/data/run 1/../x" {
+		t.Errorf("absolute workdir = %q, %v", s.Workdir, err)
 	}
 	if _, err := NormalizeSpec(SpecInput{Name: "probe", Type: TypeNoop}); err != nil {
 		t.Errorf("noop without command: %v", err)

@@ -152,6 +152,11 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 		return s, invalid("heartbeat_interval_sec", "must be 1 to 86400 seconds")
 	case s.GracePeriod < 0 || s.GracePeriod > 3600:
 		return s, invalid("grace_period_sec", "must be 0 to 3600 seconds")
+	// An agent has no directory of the task's to resolve a relative path
+	// against: it would land in whatever directory the agent runs the
+	// task's process from (docs/api/tasks.md#taskspec).
+	case s.Workdir != "" && !path.IsAbs(s.Workdir):
+		return s, invalid("workdir", "must be an absolute path, not %q", s.Workdir)
 	}
 	// Bounded so that a task always fits in one event
 	// (eventstore.MaxPayload) and its environment and arguments stay far

@@ -1,9 +1,12 @@
 package slurm
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -131,5 +134,36 @@ func TestBatchJobSlurmRefusesFailsTheTask(t *testing.T) {
 	done = w.fake.WaitComplete(t, id, 30*time.Second)
 	if !strings.Contains(done.GetError(), "example.com/fpga") || !strings.Contains(done.GetError(), "no Slurm equivalent") {
 		t.Fatalf("outcome error %q", done.GetError())
+	}
+}
+
+// A workdir that does not exist is made and the task runs there, as on an
+// agent; one that cannot be made fails the attempt before anything of the
+// task runs, never running it elsewhere (Slurm's own fallback is /tmp).
+// The path is quoted like any user string.
+func TestBatchWorkdirIsMadeOrTheAttemptFails(t *testing.T) {
+	w := newWorld(t, ModeBatch)
+	w.start()
+	base := filepath.Join(w.cluster.JobDir, fmt.Sprintf("wd-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	dir := filepath.Join(base, "new dir", "it's $(touch pwned)")
+	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "pwd", Timeout: 60, Workdir: dir})[0]
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != 0 || done.GetError() != "" || done.GetStdout() != dir+"\n" {
+		t.Fatalf("outcome exit %d error %q stdout %q stderr %q, want it run in %s",
+			done.GetExitCode(), done.GetError(), done.GetStdout(), done.GetStderr(), dir)
+	}
+
+	// A regular file where a directory would have to be made.
+	blocker := base + "-file"
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(blocker) })
+	id = w.fake.Add(&taskv1.Task{Type: "shell", Command: "pwd", Timeout: 60, Workdir: filepath.Join(blocker, "sub")})[0]
+	done = w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != 125 || done.GetStdout() != "" ||
+		!strings.Contains(done.GetStderr(), "taskmesh: workdir "+filepath.Join(blocker, "sub")+" cannot be made or entered") {
+		t.Fatalf("outcome exit %d error %q stdout %q stderr %q, want exit 125 and the workdir named",
+			done.GetExitCode(), done.GetError(), done.GetStdout(), done.GetStderr())
 	}
 }

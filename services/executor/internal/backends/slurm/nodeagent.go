@@ -202,9 +202,9 @@ func localTaskSpec(t *taskv1.Task, job Job) *taskv1.TaskSpec {
 	spec := &taskv1.TaskSpec{
 		Name: localTaskName(t.GetAttemptId()), Type: t.GetType(), Command: t.GetCommand(), Args: t.GetArgs(),
 		Workdir: t.GetWorkdir(), Env: env,
-	}
-	if t.GetGracePeriodSec() > 0 {
-		spec.GracePeriodSec = proto.Int32(t.GetGracePeriodSec())
+		// Always given: the server's value is the effective one (its
+		// default filled at submission), and 0 is no grace, not "unset".
+		GracePeriodSec: proto.Int32(t.GetGracePeriodSec()),
 	}
 	if t.GetTimeout() > 0 {
 		spec.Timeout = proto.Int32(t.GetTimeout())

@@ -160,11 +160,7 @@ func timeLimitMinutes(t *taskv1.Task, mode Mode) int {
 		secs = 3600
 	}
 	if mode == ModePlacement {
-		grace := int(t.GetGracePeriodSec())
-		if grace <= 0 {
-			grace = 30
-		}
-		secs += grace + 60
+		secs += int(max(t.GetGracePeriodSec(), 0)) + 60
 	}
 	return max(1, (secs+59)/60)
 }
@@ -253,12 +249,11 @@ func (c JobConfig) jobSpec(t *taskv1.Task) (JobSpec, error) {
 		return JobSpec{}, err
 	}
 	spec.Script = script
-	spec.WorkDir = t.GetWorkdir()
-	if spec.WorkDir == "" {
-		// The script makes and enters the task's own directory: made by
-		// the job's user, it is the job's to write.
-		spec.WorkDir = c.JobDir
-	}
+	// The job starts in JobDir, which exists, and the script makes and
+	// enters the task's directory: its own workdir or one under JobDir,
+	// made by the job's user and so the job's to write. Slurm's own chdir
+	// to a missing directory would run the task in /tmp instead.
+	spec.WorkDir = c.JobDir
 	spec.StdoutPath, spec.StderrPath = c.stdoutPath(t.GetAttemptId()), c.stderrPath(t.GetAttemptId())
 	spec.Env = c.batchEnv(t)
 	return spec, nil
@@ -325,13 +320,18 @@ func (c JobConfig) batchEnv(t *taskv1.Task) map[string]string {
 // the shell with the command. A script task's body is shell by definition;
 // its arguments become $1, $2, … through `set --`, as on an agent.
 //
-// Without a workdir of its own the task runs in workDir, which the script
-// makes first (exit 125 if it cannot).
+// The task runs in workDir (its workdir, or its directory under JobDir),
+// which the script makes first, as an agent does: if it cannot be made or
+// entered, the script says so on stderr and exits 125 before anything of
+// the task runs. The path is a single-quoted word like any user string.
+// A noop runs nothing and needs no directory.
 func batchScript(t *taskv1.Task, workDir string) (string, error) {
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n")
-	if t.GetWorkdir() == "" && workDir != "" {
-		b.WriteString("mkdir -p " + shellQuote(workDir) + " && cd " + shellQuote(workDir) + " || exit 125\n")
+	if workDir != "" && t.GetType() != typeNoop {
+		q := shellQuote(workDir)
+		b.WriteString("mkdir -p " + q + " && cd " + q + " || { printf 'taskmesh: workdir %s cannot be made or entered\\n' " +
+			q + " >&2; exit 125; }\n")
 	}
 	switch t.GetType() {
 	case typeShell, typePython, "":

@@ -33,20 +33,30 @@ func TestShellQuoteIsOneLiteralWord(t *testing.T) {
 }
 
 func TestBatchScript(t *testing.T) {
+	enter := func(dir string) string {
+		return "mkdir -p " + dir + " && cd " + dir + " || { printf 'taskmesh: workdir %s cannot be made or entered\\n' " + dir +
+			" >&2; exit 125; }\n"
+	}
 	tests := []struct {
 		task *taskv1.Task
 		want string
 	}{
 		{&taskv1.Task{Type: "shell", Command: "python3", Args: []string{"-c", "print('hi')"}, Workdir: "/data"},
-			"#!/bin/sh\nexec 'python3' '-c' 'print('\\''hi'\\'')'\n"},
+			"#!/bin/sh\n" + enter("'/data'") + "exec 'python3' '-c' 'print('\\''hi'\\'')'\n"},
 		{&taskv1.Task{Type: "python", Command: "train.py"},
-			"#!/bin/sh\nmkdir -p '/jobs/work/t' && cd '/jobs/work/t' || exit 125\nexec 'train.py'\n"},
+			"#!/bin/sh\n" + enter("'/jobs/work/t'") + "exec 'train.py'\n"},
 		{&taskv1.Task{Type: "script", Command: "echo \"$1\"", Args: []string{"a b"}, Workdir: "/w"},
-			"#!/bin/sh\nset -- 'a b'\necho \"$1\"\n"},
+			"#!/bin/sh\n" + enter("'/w'") + "set -- 'a b'\necho \"$1\"\n"},
+		{&taskv1.Task{Type: "shell", Command: "true", Workdir: "/it's $(here)"},
+			"#!/bin/sh\n" + enter(`'/it'\''s $(here)'`) + "exec 'true'\n"},
 		{&taskv1.Task{Type: "noop", Workdir: "/w"}, "#!/bin/sh\nexit 0\n"},
 	}
 	for _, tt := range tests {
-		got, err := batchScript(tt.task, "/jobs/work/t")
+		dir := tt.task.GetWorkdir()
+		if dir == "" {
+			dir = "/jobs/work/t"
+		}
+		got, err := batchScript(tt.task, dir)
 		if err != nil || got != tt.want {
 			t.Errorf("batchScript(%v) =\n%q, %v\nwant\n%q", tt.task, got, err, tt.want)
 		}
@@ -114,6 +124,12 @@ func TestJobSpec(t *testing.T) {
 		b.StderrPath != "/jobs/out/a1.err" || b.WorkDir != "/jobs" || !reflect.DeepEqual(b.Env, wantEnv) ||
 		!strings.Contains(b.Script, "cd '/jobs/work/t1'") {
 		t.Errorf("batch spec %+v", b)
+	}
+	// A task's own workdir is made and entered by the script too: Slurm
+	// starts the job in the job directory, which exists.
+	task.Workdir = "/data/new"
+	if b, err = cfg.jobSpec(task); err != nil || b.WorkDir != "/jobs" || !strings.Contains(b.Script, "mkdir -p '/data/new' && cd '/data/new'") {
+		t.Errorf("batch spec with a workdir %+v, %v", b, err)
 	}
 	for _, c := range []string{"", "taskmesh:", "taskmesh:agent=a&task=t&attempt=x&mode=other", "someone else's comment"} {
 		if _, ok := parseComment(c); ok {

@@ -41,6 +41,8 @@ func TestNormalizeRefusesBadGroups(t *testing.T) {
 			"tasks[0].targets", "one task"},
 		{"member with group_id", Input{Tasks: []MemberInput{{Spec: task.SpecInput{Name: "n", Command: "c", GroupID: "g"}}}}, "tasks[0].group_id", "set by the group"},
 		{"member spec invalid", Input{Tasks: []MemberInput{{Spec: task.SpecInput{Name: "n"}}}}, "tasks[0].command", "required"},
+		{"member relative workdir", Input{Tasks: []MemberInput{{Spec: task.SpecInput{Name: "n", Command: "c", Workdir: "../../.."}}}},
+			"tasks[0].workdir", "absolute path"},
 		{"repeat with tasks", Input{Repeat: &RepeatInput{Count: 2, Spec: task.SpecInput{Name: "r", Command: "c"}}, Tasks: []MemberInput{member("a")}}, "tasks", "takes no tasks"},
 		{"repeat in serial mode", Input{Mode: "serial", Repeat: &RepeatInput{Count: 2}}, "repeat", "only for mode repeat"},
 		{"repeat mode without repeat", Input{Mode: "repeat"}, "repeat", "required"},

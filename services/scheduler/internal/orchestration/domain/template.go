@@ -206,10 +206,12 @@ func checkTemplate(d Template) (Template, error) {
 		return t, err
 	}
 	// The definition must make a valid task once its variables have values:
-	// try it with a stand-in for each.
+	// try it with a stand-in for each. The stand-in is an absolute path, so
+	// that a workdir that is a variable's value ("{{dir}}") passes here; the
+	// value given is checked with the task it makes.
 	stand := map[string]string{}
 	for _, v := range t.Variables {
-		stand[v.Name] = "x"
+		stand[v.Name] = "/x"
 	}
 	in, err := substitute(t, stand)
 	if err != nil {

@@ -165,6 +165,7 @@ func TestTemplateDefinitionIsChecked(t *testing.T) {
 		{"select default outside", func(t *Template) { t.Variables[0].Default = "gpt" }, "variables[0].default", "one of"},
 		{"priority out of range", func(t *Template) { t.Priority = 11 }, "priority", "1 (highest) to 10"},
 		{"bad env key", func(t *Template) { t.Env["1X"] = "v" }, "env", `"1X"`},
+		{"relative workdir", func(t *Template) { t.Workdir = "runs/{{gpu_id}}" }, "workdir", "absolute path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -179,6 +180,26 @@ func TestTemplateDefinitionIsChecked(t *testing.T) {
 				t.Fatalf("err = %v, want field %s mentioning %q", err, tt.field, tt.text)
 			}
 		})
+	}
+}
+
+// A workdir may be a variable's value: the definition passes, and the
+// value must then be an absolute path, checked with the task it makes.
+func TestTemplateWorkdirFromAVariable(t *testing.T) {
+	def := trainTemplate()
+	def.Workdir = "{{dir}}"
+	def.Variables = append(slices.Clone(def.Variables), Var{Name: "dir", Type: VarString, Default: "/workspace"})
+	tpl := created(t, def)
+	for dir, ok := range map[string]bool{"/data/run-1": true, "relative/dir": false, "../../..": false} {
+		in, err := tpl.Render(map[string]any{"model": "bert", "dir": dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = task.NormalizeSpec(in)
+		var ie *task.InvalidError
+		if ok && err != nil || !ok && (!errors.As(err, &ie) || ie.Field != "workdir") {
+			t.Errorf("workdir %q: %v", dir, err)
+		}
 	}
 }
 
