@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 )
 
 func shutdownNow(t *testing.T, shutdown func(context.Context) error) {
@@ -48,26 +50,8 @@ func TestSetupRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// syncBuffer is written by the batch span processor's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestSetupStdoutWritesSpans(t *testing.T) {
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	shutdown, err := Setup(t.Context(), Config{Exporter: "stdout", ServiceName: "stdout-test", Writer: &buf})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,27 +14,10 @@ import (
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/services/consumers"
 	"github.com/taskmesh/taskmesh/services/consumers/usage"
 )
-
-// syncBuffer is a log destination the test reads while the service writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A TaskSubmitted whose GPU quantity the edge would refuse (an exponent,
 // NaN, a sign, a word, a number past the quantity range) is parked by the
@@ -44,7 +26,7 @@ func (s *syncBuffer) String() string {
 // reports stay finite in JSON and CSV.
 func TestUsageParksGPUQuantitiesTheEdgeRefuses(t *testing.T) {
 	e := newEnv(t)
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	s := e.start(consumers.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	sc := newScript(t)
 	at := func(sec int) time.Time { return day.Add(time.Duration(sec) * time.Second) }

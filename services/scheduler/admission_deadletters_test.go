@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,27 +17,10 @@ import (
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/projection"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 )
-
-// syncBuffer is a log destination the test reads while the service writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Records of the quota topic that hold no event this build knows — bytes
 // that do not decode, an empty record, a tombstone, an envelope without an
@@ -47,7 +29,7 @@ func (s *syncBuffer) String() string {
 // line, and the decision behind them is applied. A known quota event that
 // is no decision (QuotaCreated) is skipped, not parked.
 func TestAdmissionDecisionsParkRecordsWithoutAKnownEvent(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	e := newAdmissionEnv(t, func(c *scheduler.Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	premium := as(authn.Principal{Kind: authn.KindUser, TenantID: "acme", Subject: "key-acme", Tier: "premium"})
 	task := e.create(premium, &taskv1.TaskSpec{Name: "gpu", Command: "train", Queue: "premium",

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,27 +16,10 @@ import (
 
 	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/projection"
 	"github.com/taskmesh/taskmesh/services/quota/admission"
 )
-
-// syncBuffer is a log destination the test reads while the service writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Records of the task topic that hold no event this build knows — bytes
 // that do not decode, an empty record, a tombstone, an envelope without an
@@ -46,7 +28,7 @@ func (s *syncBuffer) String() string {
 // task events behind them are applied. A known event that means nothing
 // to workloads (TaskProgressed) is skipped, not parked.
 func TestWorkloadsParkRecordsWithoutAKnownEvent(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	e := newEnv(t, func(c *admission.Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	noEvent, err := proto.Marshal(&taskv1.TaskEvent{EventId: "ev-no-event", AggregateId: "x", Version: 1, TenantId: "acme",
 		OccurredAt: timestamppb.Now()})

@@ -1,17 +1,16 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/video"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
@@ -33,24 +32,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer collects the agent's log; it is printed when a test fails.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // shortDir is a temporary directory with a short path (unix socket paths
 // are limited to 108 bytes; t.TempDir names can be long).
 func shortDir(t testing.TB) string {
@@ -67,7 +48,7 @@ type harness struct {
 	t    testing.TB
 	fake *leasetest.Fake
 	cfg  Config
-	logs *syncBuffer
+	logs *logbuf.Buffer
 
 	agent  *Agent
 	cancel context.CancelFunc
@@ -78,7 +59,7 @@ type harness struct {
 // intervals; mod adjusts the config before start.
 func newHarness(t testing.TB, mod func(*Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, fake: leasetest.Start(t), logs: &syncBuffer{}}
+	h := &harness{t: t, fake: leasetest.Start(t), logs: &logbuf.Buffer{}}
 	h.cfg = Config{Settings: Settings{
 		AgentID: "agent-1", MachineID: "machine-1", Labels: []string{"gpu:a100"},
 		Slots: 4, Server: h.fake.Addr(), Token: "agent-token-123",

@@ -1,14 +1,14 @@
 package ctl
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 )
 
 // testApp is an app that sees no environment, no home directory and no
@@ -27,25 +27,6 @@ func testApp(env ...string) *app {
 	return a
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a command writes to it
-// from another goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // result is one finished command run.
 type result struct {
 	code           int
@@ -57,7 +38,7 @@ func (a *app) run(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr logbuf.Buffer
 	code := a.main(ctx, args, strings.NewReader(stdin), &stdout, &stderr)
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
 }

@@ -30,6 +30,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/kafkatest"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
@@ -443,9 +444,9 @@ func TestIntegrationExampleFilesAndManagement(t *testing.T) {
 
 // background runs a ctl command in a goroutine; its output can be read
 // while it runs and its exit code arrives on the channel.
-func (s *stack) background(t *testing.T, stdin string, args ...string) (out, errOut *syncBuffer, done <-chan int) {
+func (s *stack) background(t *testing.T, stdin string, args ...string) (out, errOut *logbuf.Buffer, done <-chan int) {
 	t.Helper()
-	out, errOut = &syncBuffer{}, &syncBuffer{}
+	out, errOut = &logbuf.Buffer{}, &logbuf.Buffer{}
 	ch := make(chan int, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -495,7 +496,7 @@ func (s *stack) submitOne(t *testing.T, taskJSON string) string {
 }
 
 // waitLine waits for a watch line containing want.
-func waitLine(t *testing.T, out *syncBuffer, want string) {
+func waitLine(t *testing.T, out *logbuf.Buffer, want string) {
 	t.Helper()
 	waitFor(t, 30*time.Second, "watch to print "+want, func() bool { return strings.Contains(out.String(), want) })
 }
@@ -742,7 +743,7 @@ func TestIntegrationWatchSurvivesBrokenConnection(t *testing.T) {
 	proxy := newCutter(t, s.gw.GRPCAddr())
 	id := s.submitOne(t, `{"task": {"name": "flaky-network", "type": "script", "command": "x"}}`)
 
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &logbuf.Buffer{}, &logbuf.Buffer{}
 	done := make(chan int, 1)
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

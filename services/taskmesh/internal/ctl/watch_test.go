@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 )
 
 // scriptedWatch is a TaskService whose n-th WatchTask sends script[n]'s
@@ -57,7 +58,7 @@ func at(sec int, version int32, status string, progress int32, msg, attempt stri
 }
 
 // newTestWatcher watches through a real gRPC connection to srv.
-func newTestWatcher(t *testing.T, srv taskv1.TaskServiceServer, format string) (*watcher, *syncBuffer, *syncBuffer) {
+func newTestWatcher(t *testing.T, srv taskv1.TaskServiceServer, format string) (*watcher, *logbuf.Buffer, *logbuf.Buffer) {
 	t.Helper()
 	addr := serve(t, func(s *grpc.Server) { taskv1.RegisterTaskServiceServer(s, srv) })
 	c, err := dial(Settings{Server: addr, Target: addr, APIKey: "k"})
@@ -65,7 +66,7 @@ func newTestWatcher(t *testing.T, srv taskv1.TaskServiceServer, format string) (
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &logbuf.Buffer{}, &logbuf.Buffer{}
 	return &watcher{tasks: c.tasks, out: out, errOut: errOut, format: format, now: time.Now,
 		minBackoff: time.Millisecond, maxBackoff: 5 * time.Millisecond, giveUp: time.Minute}, out, errOut
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/scheduler"
@@ -50,24 +51,6 @@ func (c *videoClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.offset += d
-}
-
-// syncBuffer collects log output written from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // in returns the world acting for subtest t, so that helpers fail t.
@@ -96,7 +79,7 @@ func newVideoWorld(t *testing.T) *videoWorld {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	clk := &videoClock{}
 	// The services' warnings and errors are shown when the test fails.
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("service logs:\n%s", logs.String())
