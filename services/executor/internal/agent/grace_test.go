@@ -37,9 +37,9 @@ func killedAtOnce(t *testing.T, row journal.Task, took, within time.Duration) {
 	}
 }
 
-// grace_period_sec 0 is no grace (docs/executor.md#stopping): a server
-// task's timeout kills it right after SIGTERM, not after the agent's
-// default.
+// grace_period_sec 0 is no grace ("Stopping" in
+// docs/executor.md#how-a-task-runs): a server task's timeout kills it
+// right after SIGTERM, not after the agent's default.
 func TestZeroGraceTimeoutKillsAtOnce(t *testing.T) {
 	h := newHarness(t, longGrace).start()
 	ready := filepath.Join(shortDir(t), "ready")

@@ -117,7 +117,8 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 		"TASKMESH_PROGRESS_FILE="+progressFile)
 	// The journal holds the effective grace: the server fills its default
 	// at submission and CreateLocalTask the agent's, so 0 is a grace of 0
-	// (SIGKILL right after SIGTERM), never "unset" (docs/executor.md#stopping).
+	// (SIGKILL right after SIGTERM), never "unset" ("Stopping" in
+	// docs/executor.md#how-a-task-runs).
 	grace := time.Duration(t.GracePeriodSec) * time.Second
 	group, err := a.isolation.Cgroup(safeName(t.AttemptID), res)
 	if err != nil {

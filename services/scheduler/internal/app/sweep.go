@@ -141,9 +141,10 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 // took the sweeper's lock, when no agent is lost (the zero time). While no
 // replica swept — every scheduler down, or Postgres — agents could not
 // heartbeat either: their calls were refused, not silent. Judged at once
-// on deadlines that passed then, every agent would be lost and the work it
-// finished meanwhile refused (docs/api/tasks.md, "Lost agents"). A replica
-// taking over from a live one delays a real loss by at most AgentLostAfter.
+// on deadlines that passed then, every agent would be lost and the work
+// it finished meanwhile refused ("Lost agents" in
+// docs/api/tasks.md#leases-attempts-and-heartbeats). A replica taking
+// over from a live one delays a real loss by at most AgentLostAfter.
 func (a *App) lostCutoff(now time.Time) time.Time {
 	if since := a.sweepingSince.Load(); since != 0 && now.Before(time.Unix(0, since).Add(a.cfg.AgentLostAfter)) {
 		return time.Time{}
