@@ -72,7 +72,9 @@ objects=(--objects-fs-root "$state/objects" --objects-fs-base-url http://127.0.0
          --objects-fs-secret-file "$state/objects-secret")
 
 bin/taskmesh quota --listen 127.0.0.1:9092 &
-bin/taskmesh scheduler --listen 127.0.0.1:9091 --quota 127.0.0.1:9092 --objects fs "${objects[@]}" &
+# --pipeline serves the model-conversion jobs (/jobs); the agents' pool
+# labels let them run its stages.
+bin/taskmesh scheduler --listen 127.0.0.1:9091 --quota 127.0.0.1:9092 --objects fs "${objects[@]}" --pipeline &
 bin/taskmesh consumers --listen 127.0.0.1:9094 --objects fs "${objects[@]}" --webhook-key-file "$state/webhook-key" &
 for n in 1 2; do
   http=$((8079 + n)); grpc=$((9087 + 3 * n))   # 8080/9090 and 8081/9093
@@ -90,6 +92,7 @@ for n in 1 2; do
   # Each agent prefers its own gateway and uses the other while it is down.
   bin/taskmesh executor --agent-id "local-$n" --machine-id "local-$n" --server "127.0.0.1:$grpc,127.0.0.1:$other" \
     --token-file "$state/agent-$n.token" --data-dir "$state/agent-$n" --local-api "127.0.0.1:$((7070 + n))" \
+    --labels pool:onnx,pool:bie,pool:nef \
     --log-dir "$state/agent-$n/log" &
 done
 
