@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -69,7 +70,7 @@ type Options struct {
 // NewServer returns the front door's gRPC server.
 func NewServer(opts Options) *grpc.Server {
 	p := &proxy{upstream: opts.Upstream, quota: opts.QuotaUpstream, consumers: opts.ConsumersUpstream, auth: opts.Auth,
-		trusted: opts.TrustedProxies, log: opts.Logger, throttle: opts.Throttle, local: localRegistrar{}}
+		trusted: opts.TrustedProxies, log: opts.Logger, throttle: opts.Throttle, local: localRegistrar{}, metrics: newCallMetrics()}
 	if opts.Register != nil {
 		opts.Register(p.local)
 	}
@@ -96,6 +97,7 @@ type proxy struct {
 	log       *slog.Logger
 	throttle  func(ctx context.Context, p authn.Principal) error
 	local     localRegistrar
+	metrics   callMetrics
 }
 
 // quotaMethods prefixes the quota service's methods, which go to
@@ -106,11 +108,13 @@ const quotaMethods = "/taskmesh.quota.v1."
 // every kind of RPC: a unary call is a stream of one message each way.
 var bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 
-func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
+func (p *proxy) handle(_ any, ss grpc.ServerStream) (err error) {
 	method, ok := grpc.MethodFromServerStream(ss)
 	if !ok {
 		return status.Error(codes.Internal, "grpcproxy: no method in stream")
 	}
+	start := time.Now()
+	defer func() { p.metrics.record(ss.Context(), method, status.Code(err), time.Since(start)) }()
 	in, _ := metadata.FromIncomingContext(ss.Context())
 	id := requestid.Ensure(first(in, requestid.MetadataKey))
 

@@ -357,6 +357,10 @@ func checkNamedMetrics(t *testing.T, s scrape, completed float64) {
 	// Refused before routing: the API's prefix names it.
 	add("taskmesh_http_requests_total", l("route", "/api/*", "method", "GET", "code", "429"), exactly, 1)
 	add("taskmesh_http_request_duration_seconds", l("route", "/api/v1/tasks/{id}", "method", "GET"), atLeast, 5)
+	// gRPC calls through the front door: the local agent's claims and
+	// heartbeats.
+	add("taskmesh_grpc_requests_total", l("method", "/taskmesh.task.v1.LeaseService/ClaimTasks", "code", "OK"), atLeast, 1)
+	add("taskmesh_grpc_request_duration_seconds", l("method", "/taskmesh.task.v1.LeaseService/ClaimTasks"), atLeast, 1)
 	// Rate-limit rejections by tenant.
 	add("taskmesh_ratelimit_rejections_total", l("tenant", "throttled", "limit", "tenant_rpm"), exactly, 1)
 	// Tasks by status and queue; completions; submit → start latency;
