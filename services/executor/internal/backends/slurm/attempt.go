@@ -662,7 +662,10 @@ func localOutcome(lt *agentv1.LocalTask) outcome {
 	if lt.GetStatus() == "completed" {
 		return outcome{}
 	}
-	o := outcome{exitCode: -1, err: lt.GetError()}
+	// Only someone on the node cancels a task there while the attempt is
+	// still running: the backend's own stops (stopLocal) come after the
+	// attempt ended, and nothing reads the task again.
+	o := outcome{exitCode: -1, err: lt.GetError(), cancelled: lt.GetStatus() == "cancelled"}
 	if lt.ExitCode != nil {
 		o.exitCode = int(lt.GetExitCode())
 	}
@@ -802,6 +805,6 @@ func (b *Backend) complete(ctx context.Context, r *run, o outcome, stdout, stder
 	return b.lease.Complete(ctx, &taskv1.CompleteTaskRequest{
 		TaskId: r.TaskID, AttemptId: r.AttemptID, ExitCode: int32(o.exitCode),
 		Stdout: textcut.Bytes(stdout, inlineLimit), Stderr: textcut.Bytes(stderr, inlineLimit), Error: textcut.Bytes(o.err, 4096),
-		ResultObject: obj, EndedAt: timestamppb.Now(), PreemptedBy: o.preemptedBy,
+		ResultObject: obj, EndedAt: timestamppb.Now(), PreemptedBy: o.preemptedBy, Cancelled: o.cancelled,
 	}, b.runLog(r))
 }

@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,33 @@ func TestPlacementCancelledInSlurmIsReportedPreempted(t *testing.T) {
 		t.Fatalf("outcome preempted_by %q error %q, want preempted by slurm", done.GetPreemptedBy(), done.GetError())
 	}
 	waitRunning(t, a, 0, "the task stopped on the node")
+}
+
+// Someone on the node cancels the task through its agent's local API: the
+// attempt ends cancelled, and with it the task, with no retry, as a cancel
+// on a process agent's local API does (docs/api/agent-local.md); the
+// placeholder leaves Slurm's queue.
+func TestPlacementLocalCancelOnTheNodeEndsTheAttemptCancelled(t *testing.T) {
+	w := newWorld(t, ModePlacement)
+	agents := w.startNodeAgents()
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "shell", Command: "sleep", Args: []string{"300"}, Timeout: 600, GracePeriodSec: 1})[0]
+	job := w.jobOf(id, "the placeholder running", func(j Job) bool { return j.State == StateRunning })
+	a := agents[job.Nodes]
+	waitRunning(t, a, 1, "the task running on the node")
+	node := &nodeAgent{node: job.Nodes, base: w.cfg.NodeAgents[job.Nodes], http: http.DefaultClient}
+	local, err := node.find(context.Background(), localTaskName(w.fake.Attempt(id)))
+	if err != nil || local == nil {
+		t.Fatalf("the task on the node: %v, %v", local, err)
+	}
+	if _, err := a.Cancel(context.Background(), local.GetId()); err != nil {
+		t.Fatal(err)
+	}
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if !done.GetCancelled() || done.GetPreemptedBy() != "" {
+		t.Fatalf("outcome cancelled %v preempted_by %q error %q, want cancelled", done.GetCancelled(), done.GetPreemptedBy(), done.GetError())
+	}
+	leasetest.WaitFor(t, 30*time.Second, "the placeholder leaving the queue", func() bool { return !w.squeueHas(job.ID) })
 }
 
 // With a lease renewed moments ago, the task goes to its node while

@@ -14,10 +14,16 @@ type outcome struct {
 	// preemptedBy: Slurm took the job away; the attempt ends preempted
 	// and the server requeues the task without using a retry.
 	preemptedBy string
+	// cancelled: someone on the node cancelled the task through its
+	// agent's local API; the attempt ends cancelled, and so does the task,
+	// with no retry (docs/api/agent-local.md), as on a process agent.
+	cancelled bool
 }
 
 // Failed reports whether the outcome is a failure on the lease API.
-func (o outcome) Failed() bool { return o.preemptedBy == "" && (o.exitCode != 0 || o.err != "") }
+func (o outcome) Failed() bool {
+	return o.preemptedBy == "" && !o.cancelled && (o.exitCode != 0 || o.err != "")
+}
 
 // preemptedBySlurm is CompleteTask's preempted_by for jobs Slurm took away.
 const preemptedBySlurm = "slurm"
