@@ -21,7 +21,10 @@ func (a *Agent) finishFromRunDir(ctx context.Context, at *attempt, stop *stopReq
 		if spec, serr := shim.ReadSpec(at.task.RunDir); serr == nil && spec.Cgroup != nil {
 			_ = cgroup.Remove(spec.Cgroup.Dirs)
 		}
-		msg := "agent restarted and lost the process"
+		// Reached after a restart of the agent and when the shim (or the
+		// shim host serving the task) died: the message says what is
+		// known, not which of the two happened.
+		msg := "the task's process was lost: its shim ended without recording the exit"
 		if err != nil {
 			msg += ": " + err.Error()
 		}
