@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/domain/datebound"
+	"github.com/taskmesh/taskmesh/platform/domain/eventseq"
 )
 
 // Kinds of metered quantity.
@@ -123,6 +124,20 @@ type Record struct {
 	At                                      time.Time
 	Queue, Flavor, Model, Resolution, Stage string
 	Quantity                                float64
+}
+
+// Refuse reports why e cannot be the next event of the task whose state
+// is t (nil when it can, or when it was folded before): the sequence rule
+// of every read model (eventseq.Next), and a submission only ever as a
+// task's first event. The consumer parks a refused event.
+func Refuse(t Task, e Event) error {
+	if _, err := eventseq.Next(t.Version, t.TenantID, e.Version, e.TenantID); err != nil {
+		return fmt.Errorf("usage: task %s: %w", e.TaskID, err)
+	}
+	if e.Kind == Submitted && e.Version != 1 {
+		return fmt.Errorf("usage: task %s: a submission at version %d is refused: it is a task's first event", e.TaskID, e.Version)
+	}
+	return nil
 }
 
 // Fold applies e to the task's state t (zero when the task is new) and

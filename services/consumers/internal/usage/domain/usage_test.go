@@ -235,3 +235,26 @@ func TestFoldKeepsMicroseconds(t *testing.T) {
 		t.Fatalf("in memory %+v, read back %+v", inMemory, readBack)
 	}
 }
+
+// Refuse: the sequence rule, and a submission only as version 1.
+func TestRefuseEventsOutOfSequence(t *testing.T) {
+	task := Task{TaskID: "t", TenantID: "acme", Version: 2}
+	for _, tt := range []struct {
+		name    string
+		t       Task
+		e       Event
+		refused bool
+	}{
+		{"the next", task, Event{TaskID: "t", TenantID: "acme", Version: 3, Kind: Started}, false},
+		{"seen before", task, Event{TaskID: "t", TenantID: "acme", Version: 2, Kind: Started}, false},
+		{"a first submission", Task{}, Event{TaskID: "t", TenantID: "acme", Version: 1, Kind: Submitted}, false},
+		{"a gap", task, Event{TaskID: "t", TenantID: "acme", Version: 9, Kind: Succeeded}, true},
+		{"version 0", task, Event{TaskID: "t", TenantID: "acme", Version: 0, Kind: Succeeded}, true},
+		{"another tenant's", task, Event{TaskID: "t", TenantID: "globex", Version: 3, Kind: Succeeded}, true},
+		{"a submission later", task, Event{TaskID: "t", TenantID: "acme", Version: 3, Kind: Submitted}, true},
+	} {
+		if err := Refuse(tt.t, tt.e); (err != nil) != tt.refused {
+			t.Errorf("%s: Refuse = %v, want refused %v", tt.name, err, tt.refused)
+		}
+	}
+}

@@ -10,11 +10,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/domain/eventseq"
 	"github.com/taskmesh/taskmesh/platform/domain/weburl"
 )
 
@@ -53,6 +55,8 @@ type Event struct {
 	Kind                      EventKind
 	URL                       string // Spec
 	Status                    string // Final
+	// Submission: the Spec event is the task's submission (not an update).
+	Submission bool
 }
 
 // Task is what notifications keep per task.
@@ -127,6 +131,20 @@ type GroupEvent struct {
 func GroupEnded(e GroupEvent, url string) Delivery {
 	return Delivery{ID: DeliveryID(e.EventID), EventID: e.EventID, TenantID: e.TenantID, TaskID: e.GroupID, Subject: SubjectGroup,
 		Status: e.Status, URL: url, Body: GroupAlertBody(e.GroupID, e.Status), CreatedAt: e.At.UTC()}
+}
+
+// Refuse reports why e cannot be the next event of the task whose state
+// is t (nil when it can, or when it was seen before): the sequence rule of
+// every read model (eventseq.Next), and a submission only ever as a
+// task's first event. The consumer parks a refused event.
+func Refuse(t Task, e Event) error {
+	if _, err := eventseq.Next(t.Version, t.TenantID, e.Version, e.TenantID); err != nil {
+		return fmt.Errorf("webhooks: task %s: %w", e.TaskID, err)
+	}
+	if e.Submission && e.Version != 1 {
+		return fmt.Errorf("webhooks: task %s: a submission at version %d is refused: it is a task's first event", e.TaskID, e.Version)
+	}
+	return nil
 }
 
 // Fold applies e to t (zero for a new task): a spec event sets the task's

@@ -106,3 +106,28 @@ func TestCheckURL(t *testing.T) {
 		}
 	}
 }
+
+// Refuse: the sequence rule, and a submission only as version 1; a final
+// event of a task never seen before still notifies (Fold).
+func TestRefuseEventsOutOfSequence(t *testing.T) {
+	task := Task{TaskID: "t", TenantID: "acme", Version: 2}
+	for _, tt := range []struct {
+		name    string
+		t       Task
+		e       Event
+		refused bool
+	}{
+		{"the next", task, Event{TaskID: "t", TenantID: "acme", Version: 3, Kind: Final}, false},
+		{"seen before", task, Event{TaskID: "t", TenantID: "acme", Version: 1, Kind: Spec, Submission: true}, false},
+		{"a final event of a task never seen", Task{}, Event{TaskID: "t", TenantID: "acme", Version: 4, Kind: Final}, false},
+		{"a gap", task, Event{TaskID: "t", TenantID: "acme", Version: 9, Kind: Final}, true},
+		{"a negative version", task, Event{TaskID: "t", TenantID: "acme", Version: -1, Kind: Final}, true},
+		{"another tenant's", task, Event{TaskID: "t", TenantID: "globex", Version: 3, Kind: Final}, true},
+		{"a submission later", task, Event{TaskID: "t", TenantID: "acme", Version: 3, Kind: Spec, Submission: true}, true},
+		{"an update later", task, Event{TaskID: "t", TenantID: "acme", Version: 3, Kind: Spec}, false},
+	} {
+		if err := Refuse(tt.t, tt.e); (err != nil) != tt.refused {
+			t.Errorf("%s: Refuse = %v, want refused %v", tt.name, err, tt.refused)
+		}
+	}
+}

@@ -148,6 +148,7 @@ func TestFoldTaskViewsRefusesEventsOutOfSequence(t *testing.T) {
 		{"a gap", stored(), event(t, "t1", 8, domain.Succeeded{AttemptID: "a"}), "does not follow version 1"},
 		{"the largest version", stored(), event(t, "t1", math.MaxInt64, domain.Started{AttemptID: "a"}), "does not follow version 1"},
 		{"a first event that is no submission", map[string]domain.Task{}, event(t, "t1", 1, domain.Succeeded{AttemptID: "a"}), "first event is its submission"},
+		{"a submission at the next version", stored(), event(t, "t1", 2, domain.Submitted{ID: "t1", TenantID: "tenant-a"}), "a submission is a task's first event"},
 		{"a submission of another task", map[string]domain.Task{}, submittedEvent(t, "t2"), "submits task t2"},
 		{"another tenant's", stored(), otherTenant, `is of tenant "tenant-b"`},
 	}
@@ -185,11 +186,17 @@ func TestLifecycleCoverage(t *testing.T) {
 			return fmt.Errorf("domain.Apply, which FoldTaskViews folds with, has no case for %s", e.Record.Event.EventName())
 		}
 		stored := map[string]domain.Task{"task-1": {ID: "task-1", TenantID: ev.GetTenantId(), Version: ev.GetVersion() - 1}}
-		_, changed, err := FoldTaskViews(stored, ConvertTaskViews([]Event{e}))
+		if _, ok := e.Record.Event.(domain.Submitted); ok {
+			// A submission is a task's first event: no row before it.
+			e.Envelope = proto.Clone(ev).(*taskv1.TaskEvent)
+			e.Envelope.Version = 1
+			stored = map[string]domain.Task{}
+		}
+		created, changed, err := FoldTaskViews(stored, ConvertTaskViews([]Event{e}))
 		if err != nil {
 			return err
 		}
-		if len(changed) != 1 {
+		if len(changed)+len(created) != 1 {
 			return errors.New("the event changed no row")
 		}
 		return nil

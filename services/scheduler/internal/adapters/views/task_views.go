@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskmesh/taskmesh/platform/domain/eventseq"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
@@ -82,34 +83,25 @@ func FoldTaskViews(current map[string]domain.Task, changes []TaskChange) (create
 }
 
 // checkSequence refuses an event that cannot be the next of task id, whose
-// row (t; Version 0 when it has none) holds the events before it: a
-// task's events are numbered from 1 with none left out, the first is its
-// submission, and all are of its tenant (docs/events.md). The relay never
-// publishes another, so one comes from elsewhere; folded, a gap or a
-// version far ahead would make every later event of the task look
-// applied, and the row would stop for good.
+// row (t; Version 0 when it has none) holds the events before it: the
+// sequence rule of every read model (eventseq.Next), and task_views' own
+// about submissions: a task's first event is its submission, of that
+// task, and a submission is only ever a task's first event.
 func checkSequence(t domain.Task, id string, e VersionedRecord) error {
 	refuse := func(reason string) error {
 		return fmt.Errorf("task_views: %s event version %d of task %s %s", e.Record.Event.EventName(), e.Version, id, reason)
 	}
-	if e.Version < 1 {
-		return refuse("is refused: versions start at 1")
+	if _, err := eventseq.Next(t.Version, t.TenantID, e.Version, e.TenantID); err != nil {
+		return refuse("is refused: " + err.Error())
 	}
-	if e.Version > t.Version+1 {
-		return refuse(fmt.Sprintf("does not follow version %d: the events between are missing", t.Version))
-	}
-	if t.Version == 0 {
-		sub, ok := e.Record.Event.(domain.Submitted)
-		if !ok {
-			return refuse("is refused: a task's first event is its submission")
-		}
-		if sub.ID != id || sub.TenantID != e.TenantID {
-			return refuse(fmt.Sprintf("submits task %s of tenant %q under the envelope's tenant %q", sub.ID, sub.TenantID, e.TenantID))
-		}
-		return nil
-	}
-	if e.TenantID != t.TenantID {
-		return refuse(fmt.Sprintf("is of tenant %q, the task of tenant %q", e.TenantID, t.TenantID))
+	sub, isSubmission := e.Record.Event.(domain.Submitted)
+	switch {
+	case t.Version == 0 && !isSubmission:
+		return refuse("is refused: a task's first event is its submission")
+	case isSubmission && e.Version != 1:
+		return refuse("is refused: a submission is a task's first event, version 1")
+	case isSubmission && (sub.ID != id || sub.TenantID != e.TenantID):
+		return refuse(fmt.Sprintf("submits task %s of tenant %q under the envelope's tenant %q", sub.ID, sub.TenantID, e.TenantID))
 	}
 	return nil
 }

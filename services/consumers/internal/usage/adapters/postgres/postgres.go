@@ -56,6 +56,9 @@ func (m Meter) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
 	changed := map[string]bool{}
 	var metered []domain.Record
 	for _, ev := range evs {
+		if err := domain.Refuse(state[ev.TaskID], ev); err != nil {
+			return err
+		}
 		next, recs, applied := domain.Fold(state[ev.TaskID], ev)
 		if applied {
 			state[ev.TaskID], changed[ev.TaskID] = next, true

@@ -60,7 +60,7 @@ func Convert(ev *taskv1.TaskEvent) (domain.Event, error) {
 	final := func(status string) { e.Kind, e.Status = domain.Final, status }
 	switch x := ev.GetEvent().(type) {
 	case *taskv1.TaskEvent_Submitted:
-		e.Kind, e.URL = domain.Spec, pg.CleanText(x.Submitted.GetSpec().GetWebhook().GetUrl())
+		e.Kind, e.URL, e.Submission = domain.Spec, pg.CleanText(x.Submitted.GetSpec().GetWebhook().GetUrl()), true
 	case *taskv1.TaskEvent_Updated:
 		e.Kind, e.URL = domain.Spec, pg.CleanText(x.Updated.GetSpec().GetWebhook().GetUrl())
 	case *taskv1.TaskEvent_Succeeded:

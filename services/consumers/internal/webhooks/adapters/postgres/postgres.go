@@ -74,6 +74,9 @@ func (n Notifier) Apply(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) erro
 	changed := map[string]bool{}
 	var made []domain.Delivery
 	for _, ev := range evs {
+		if err := domain.Refuse(state[ev.TaskID], ev); err != nil {
+			return err
+		}
 		next, d, applied := domain.Fold(state[ev.TaskID], ev)
 		if !applied {
 			continue
