@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/safehttp"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
@@ -57,6 +58,15 @@ keeps all data.`,
 			}
 			defer logs.Close()
 			o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			// No spans are exported; what this installs is the trace
+			// propagation and OpenTelemetry's error handler, which sends
+			// its errors (a malformed trace header on a request or a
+			// record) to this log rather than whole to standard error.
+			shutdownTracing, err := otel.Setup(cmd.Context(), otel.Config{Logger: o.Logger})
+			if err != nil {
+				return err
+			}
+			defer shutdownTracing(context.Background())
 			return f.metrics.serve(cmd.Context(), "dev", o.Logger, func(ctx context.Context, h http.Handler) error {
 				o.Metrics = h
 				return runDev(ctx, cmd.OutOrStdout(), o, f.logFile)
