@@ -142,19 +142,23 @@ fail_with_log() {
   exit 1
 }
 
-# free_port: a loopback port nobody listens on, below the kernel's
-# ephemeral range (a port in it may be any outgoing connection's).
+# free_port VAR: sets VAR to a loopback port nobody listens on, below the
+# kernel's ephemeral range (a port in it may be any outgoing connection's),
+# and not handed out before. It assigns rather than prints: a $(free_port)
+# would run in a subshell and forget the ports it handed out, so two
+# daemons could get the same one.
 used_ports=" "
 read -r ephemeral_low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || ephemeral_low=32768
 port_span=$((ephemeral_low - 10000))
 free_port() {
+  local -n port_out=$1
   local p
   while :; do
     p=$((10000 + (RANDOM * 32768 + RANDOM) % port_span))
     case $used_ports in *" $p "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       used_ports+="$p "
-      echo "$p"
+      port_out=$p
       return
     fi
   done
@@ -173,23 +177,26 @@ runuser -u munge -- munged --foreground --force --socket="$MUNGE_SOCKET" --key-f
 started $!
 wait_for '[ -S "$MUNGE_SOCKET" ]' munged "$DIR/munge/munged.log"
 
-CTLD_PORT=$(free_port)
-declare -a node_names=() node_gpus=() node_ports=() down_names=() down_gpus=()
+free_port CTLD_PORT
+declare -a node_names=() node_gpus=() node_ports=() down_names=() down_gpus=() down_ports=()
 for n in $NODES; do
   node_names+=("${n%%:*}")
   node_gpus+=("${n##*:}")
-  node_ports+=("$(free_port)")
+  free_port port
+  node_ports+=("$port")
 done
 for n in $DOWN_NODES; do
   down_names+=("${n%%:*}")
   down_gpus+=("${n##*:}")
+  free_port port
+  down_ports+=("$port")
 done
 
 # --- accounting: MariaDB on a private port, slurmdbd in front of it.
 ACCT_CONF=""
 if [ "$ACCOUNTING" = 1 ]; then
-  DB_PORT=$(free_port)
-  DBD_PORT=$(free_port)
+  free_port DB_PORT
+  free_port DBD_PORT
   mkdir -p "$DIR/db"
   chown mysql:mysql "$DIR/db"
   mariadb-install-db --no-defaults --datadir="$DIR/db" --user=mysql --skip-test-db \
@@ -288,7 +295,7 @@ EOF
   for i in "${!down_names[@]}"; do
     gres=""
     if ((down_gpus[i] > 0)); then gres="Gres=gpu:${down_gpus[i]} "; fi
-    echo "NodeName=${down_names[i]} NodeHostname=localhost NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$CPUS RealMemory=$MEMORY ${gres}State=UNKNOWN"
+    echo "NodeName=${down_names[i]} NodeHostname=localhost NodeAddr=127.0.0.1 Port=${down_ports[i]} CPUs=$CPUS RealMemory=$MEMORY ${gres}State=UNKNOWN"
     all+=("${down_names[i]}")
   done
   echo "PartitionName=gpu Nodes=$(
