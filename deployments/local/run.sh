@@ -89,7 +89,8 @@ for n in 1 2; do
   # Register once; the token file is then the agent's credential.
   [ -s "$state/agent-$n.token" ] ||
     bin/taskmesh ctl --server "127.0.0.1:$grpc" agents register "local-$n" --token-file "$state/agent-$n.token"
-  # Each agent prefers its own gateway and uses the other while it is down.
+  # Each agent starts on its own gateway and moves to the other when its
+  # own goes away (it stays there while that one answers).
   bin/taskmesh executor --agent-id "local-$n" --machine-id "local-$n" --server "127.0.0.1:$grpc,127.0.0.1:$other" \
     --token-file "$state/agent-$n.token" --data-dir "$state/agent-$n" --local-api "127.0.0.1:$((7070 + n))" \
     --labels pool:onnx,pool:bie,pool:nef \
