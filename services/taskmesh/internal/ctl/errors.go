@@ -130,11 +130,15 @@ func statusCode(st *status.Status) (int, string) {
 		}
 	}
 	if code != 0 {
-		name := taskv1.ErrorCode(code).String()
-		if _, known := taskv1.ErrorCode_name[int32(code)]; !known {
-			name = quotav1.ErrorCode(code).String() // the quota service's codes
+		if name, known := taskv1.ErrorCode_name[int32(code)]; known {
+			return code, words(strings.TrimPrefix(name, "ERROR_CODE_"))
 		}
-		return code, words(strings.TrimPrefix(name, "ERROR_CODE_"))
+		if name, known := quotav1.ErrorCode_name[int32(code)]; known { // the quota service's codes
+			return code, words(strings.TrimPrefix(name, "ERROR_CODE_"))
+		}
+		// A code neither enum names (an HTTP-style 404 of the admin
+		// API, say): the gRPC code says what it means.
+		return code, words(st.Code().String())
 	}
 	return httpStatus(st.Code()), words(st.Code().String())
 }

@@ -48,6 +48,8 @@ func TestFormatError(t *testing.T) {
 		{"unavailable", status.Error(codes.Unavailable, "cannot reach 127.0.0.1:1: connection refused"),
 			"error: cannot reach 127.0.0.1:1: connection refused (code 503 unavailable)", ExitError},
 		{"another domain's ErrorInfo is not ours", foreignInfo.Err(), "error: no such thing (code 404 not found)", ExitError},
+		{"a business code no enum names", businessStatus(codes.NotFound, "agent nosuch not found", "NOT_FOUND", "404"),
+			"error: agent nosuch not found (code 404 not found)", ExitError},
 		{"multi-line validation message", businessStatus(codes.InvalidArgument, "validation error:\n - spec.name: value is required\n - spec.priority: must be <= 10", "INVALID_ARGUMENT", "30005"),
 			"error: validation error: spec.name: value is required; spec.priority: must be <= 10 (code 30005 invalid argument)", ExitError},
 		{"operation context kept", &opError{Op: "a.yaml:2", Err: businessStatus(codes.InvalidArgument, "name is required", "INVALID_ARGUMENT", "30005")},
