@@ -128,14 +128,11 @@ type Record struct {
 
 // Refuse reports why e cannot be the next event of the task whose state
 // is t (nil when it can, or when it was folded before): the sequence rule
-// of every read model (eventseq.Next), and a submission only ever as a
-// task's first event. The consumer parks a refused event.
+// of every read model (eventseq.Next, a submission creating the task). The
+// consumer parks a refused event.
 func Refuse(t Task, e Event) error {
-	if _, err := eventseq.Next(t.Version, t.TenantID, e.Version, e.TenantID); err != nil {
+	if _, err := eventseq.Next(t.Version, t.TenantID, eventseq.Event{Version: e.Version, Tenant: e.TenantID, Creates: e.Kind == Submitted}); err != nil {
 		return fmt.Errorf("usage: task %s: %w", e.TaskID, err)
-	}
-	if e.Kind == Submitted && e.Version != 1 {
-		return fmt.Errorf("usage: task %s: a submission at version %d is refused: it is a task's first event", e.TaskID, e.Version)
 	}
 	return nil
 }

@@ -135,14 +135,11 @@ func GroupEnded(e GroupEvent, url string) Delivery {
 
 // Refuse reports why e cannot be the next event of the task whose state
 // is t (nil when it can, or when it was seen before): the sequence rule of
-// every read model (eventseq.Next), and a submission only ever as a
-// task's first event. The consumer parks a refused event.
+// every read model (eventseq.Next, a submission creating the task). The
+// consumer parks a refused event.
 func Refuse(t Task, e Event) error {
-	if _, err := eventseq.Next(t.Version, t.TenantID, e.Version, e.TenantID); err != nil {
+	if _, err := eventseq.Next(t.Version, t.TenantID, eventseq.Event{Version: e.Version, Tenant: e.TenantID, Creates: e.Submission}); err != nil {
 		return fmt.Errorf("webhooks: task %s: %w", e.TaskID, err)
-	}
-	if e.Submission && e.Version != 1 {
-		return fmt.Errorf("webhooks: task %s: a submission at version %d is refused: it is a task's first event", e.TaskID, e.Version)
 	}
 	return nil
 }

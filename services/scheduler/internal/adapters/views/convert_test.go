@@ -148,7 +148,7 @@ func TestFoldTaskViewsRefusesEventsOutOfSequence(t *testing.T) {
 		{"a gap", stored(), event(t, "t1", 8, domain.Succeeded{AttemptID: "a"}), "does not follow version 1"},
 		{"the largest version", stored(), event(t, "t1", math.MaxInt64, domain.Started{AttemptID: "a"}), "does not follow version 1"},
 		{"a first event that is no submission", map[string]domain.Task{}, event(t, "t1", 1, domain.Succeeded{AttemptID: "a"}), "first event is its submission"},
-		{"a submission at the next version", stored(), event(t, "t1", 2, domain.Submitted{ID: "t1", TenantID: "tenant-a"}), "a submission is a task's first event"},
+		{"a submission at the next version", stored(), event(t, "t1", 2, domain.Submitted{ID: "t1", TenantID: "tenant-a"}), "only its first event"},
 		{"a submission of another task", map[string]domain.Task{}, submittedEvent(t, "t2"), "submits task t2"},
 		{"another tenant's", stored(), otherTenant, `is of tenant "tenant-b"`},
 	}

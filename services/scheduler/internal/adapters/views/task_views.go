@@ -84,22 +84,20 @@ func FoldTaskViews(current map[string]domain.Task, changes []TaskChange) (create
 
 // checkSequence refuses an event that cannot be the next of task id, whose
 // row (t; Version 0 when it has none) holds the events before it: the
-// sequence rule of every read model (eventseq.Next), and task_views' own
-// about submissions: a task's first event is its submission, of that
-// task, and a submission is only ever a task's first event.
+// sequence rule of every read model (eventseq.Next, a submission creating
+// the task), and task_views' own: a task's first event is its submission,
+// of that task and its tenant.
 func checkSequence(t domain.Task, id string, e VersionedRecord) error {
 	refuse := func(reason string) error {
 		return fmt.Errorf("task_views: %s event version %d of task %s %s", e.Record.Event.EventName(), e.Version, id, reason)
 	}
-	if _, err := eventseq.Next(t.Version, t.TenantID, e.Version, e.TenantID); err != nil {
+	sub, isSubmission := e.Record.Event.(domain.Submitted)
+	if _, err := eventseq.Next(t.Version, t.TenantID, eventseq.Event{Version: e.Version, Tenant: e.TenantID, Creates: isSubmission}); err != nil {
 		return refuse("is refused: " + err.Error())
 	}
-	sub, isSubmission := e.Record.Event.(domain.Submitted)
 	switch {
 	case t.Version == 0 && !isSubmission:
 		return refuse("is refused: a task's first event is its submission")
-	case isSubmission && e.Version != 1:
-		return refuse("is refused: a submission is a task's first event, version 1")
 	case isSubmission && (sub.ID != id || sub.TenantID != e.TenantID):
 		return refuse(fmt.Sprintf("submits task %s of tenant %q under the envelope's tenant %q", sub.ID, sub.TenantID, e.TenantID))
 	}
