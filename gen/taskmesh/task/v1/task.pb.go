@@ -828,10 +828,11 @@ type TaskSpec struct {
 	// (docs/api/tasks.md#artifacts).
 	Artifacts []string `protobuf:"bytes,51,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
 	// The client's own id for a task it creates, as in a task file
-	// (docs/api/tasks.md#the-clients-id): the creation's idempotency key,
-	// CreateTaskRequest.request_id, when that is not given. The task's id is
-	// still the server's. Only CreateTask reads it; the agent's local API
-	// refuses it.
+	// (docs/api/tasks.md#the-clients-id): it names the creation. Creating
+	// again with it answers the earlier task while that waits or runs, and
+	// runs the task again once it ended; with a request_id (which must then
+	// be the same) it is that retry key. The task's id is still the
+	// server's. Only CreateTask reads it; the agent's local API refuses it.
 	Id            string `protobuf:"bytes,60,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -18,6 +18,18 @@ const MaxFanout = 10000
 // unless the spec names one). With requestID, a repeated create by the same
 // tenant returns the tasks of the first instead of creating more.
 func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, requestID string) ([]domain.Task, error) {
+	return a.createTasks(ctx, c, in, requestID, false)
+}
+
+// CreateNamedTasks submits a task the client names (a task file's id):
+// the name is the create's idempotency key while a task of the earlier
+// create with it has not ended, and runs the task file again once every
+// one has (docs/api/tasks.md#the-clients-id).
+func (a *App) CreateNamedTasks(ctx context.Context, c Caller, in domain.SpecInput, name string) ([]domain.Task, error) {
+	return a.createTasks(ctx, c, in, name, true)
+}
+
+func (a *App) createTasks(ctx context.Context, c Caller, in domain.SpecInput, requestID string, rerunnable bool) ([]domain.Task, error) {
 	spec, err := domain.NormalizeSpec(in)
 	if err != nil {
 		return nil, err
@@ -68,7 +80,7 @@ func (a *App) CreateTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 	}
 
 	now := a.now()
-	n := NewTasks{Tenant: c.Tenant, RequestID: requestID, At: now, Tasks: make([][]domain.Record, len(specs))}
+	n := NewTasks{Tenant: c.Tenant, RequestID: requestID, Rerunnable: rerunnable, At: now, Tasks: make([][]domain.Record, len(specs))}
 	for i, s := range specs {
 		n.Tasks[i] = withIP(domain.Submit(now, ids[i], c.Tenant, c.Subject, requestID, fanout, s, cq), c.IP)
 	}

@@ -93,6 +93,11 @@ type NewTasks struct {
 	Tenant string
 	// RequestID, when set, makes the create idempotent per tenant.
 	RequestID string
+	// Rerunnable: RequestID is the client's name for its task (a task
+	// file's id), not a retry key. Once every task of the earlier create
+	// with it ended (domain.Ended), a create with it makes new tasks and
+	// the name moves to them; before that it answers the earlier tasks.
+	Rerunnable bool
 	// At is when the submission happened.
 	At time.Time
 	// Tasks holds each new task's records (domain.Submit), in the order

@@ -38,6 +38,19 @@ func (s Status) Final() bool {
 // Leased reports whether an attempt holds the task.
 func (s Status) Leased() bool { return s == StatusAssigned || s == StatusRunning }
 
+// Ended reports whether every one of tasks has ended: final or deleted.
+// A task file's name (the client's id of a create) may create new tasks
+// then; while one of its tasks still waits or runs, creating again
+// answers that task (docs/api/tasks.md#the-clients-id).
+func Ended(tasks []Task) bool {
+	for _, t := range tasks {
+		if !t.Deleted && !t.Status.Final() {
+			return false
+		}
+	}
+	return true
+}
+
 // Task types.
 const (
 	TypeShell  = "shell"

@@ -29,7 +29,12 @@ func (s *TaskServer) CreateTask(ctx context.Context, r *taskv1.CreateTaskRequest
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
-	tasks, err := s.App.CreateTasks(ctx, c, specInput(r.GetSpec()), requestID)
+	create := s.App.CreateTasks
+	if r.GetRequestId() == "" && r.GetSpec().GetId() != "" {
+		// Named by the task file alone: not a retry key.
+		create = s.App.CreateNamedTasks
+	}
+	tasks, err := create(ctx, c, specInput(r.GetSpec()), requestID)
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}

@@ -230,12 +230,38 @@ func sorted(ids ...[]string) []string {
 	return all
 }
 
+// A task file's id names its task: submitting the file again runs it
+// again once the task ended; --request-id is a retry key that never
+// creates twice.
+func TestIntegrationTaskFileRunsAgainOnceItsTaskEnded(t *testing.T) {
+	s := newStack(t)
+	file := `{"task": {"id": "nightly", "name": "nightly", "type": "shell", "command": "true", "machine_id": "nowhere"}}`
+	first := lines(ok(t, s.ctlStdin(t, file, "tasks", "submit", "-f", "-")).stdout)
+	if again := lines(ok(t, s.ctlStdin(t, file, "tasks", "submit", "-f", "-")).stdout); len(first) != 1 || !slices.Equal(again, first) {
+		t.Fatalf("submitted %q, then while it waits %q: want the same task", first, again)
+	}
+	ok(t, s.ctl(t, "tasks", "cancel", first[0]))
+	second := lines(ok(t, s.ctlStdin(t, file, "tasks", "submit", "-f", "-")).stdout)
+	if len(second) != 1 || second[0] == first[0] {
+		t.Fatalf("submitted again after the cancel: %q, want a task other than %s", second, first[0])
+	}
+	if out := ok(t, s.ctl(t, "tasks", "get", "nightly", "-o", "json")).stdout; !strings.Contains(out, second[0]) {
+		t.Errorf("the name names %s, want the new task %s", out, second[0])
+	}
+
+	retry := lines(ok(t, s.ctlStdin(t, file, "tasks", "submit", "-f", "-", "--request-id", "nightly-r1")).stdout)
+	ok(t, s.ctl(t, "tasks", "cancel", retry[0]))
+	if again := lines(ok(t, s.ctlStdin(t, file, "tasks", "submit", "-f", "-", "--request-id", "nightly-r1")).stdout); !slices.Equal(again, retry) {
+		t.Errorf("--request-id again after the cancel printed %q, want %q", again, retry)
+	}
+}
+
 // TestIntegrationExampleFilesAndManagement submits every example task
 // file and manages the tasks through list, get, cancel, retry and delete.
 func TestIntegrationExampleFilesAndManagement(t *testing.T) {
 	s := newStack(t)
 
-	// A single task: its id is the request id, so a second submit
+	// A single task: its id names it, so a second submit while it waits
 	// creates nothing and prints the same task id.
 	single := lines(ok(t, s.ctl(t, "tasks", "submit", "-f", "testdata/single_task.yaml")).stdout)
 	if len(single) != 1 {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // submitted is one create request and what it created, for -o json|yaml.
@@ -64,7 +65,14 @@ per machine or IP).`,
 			var ids []string
 			for _, t := range tasks {
 				ctx, cancel := a.call(cmd.Context())
-				resp, err := c.tasks.CreateTask(ctx, &taskv1.CreateTaskRequest{Spec: t.Spec, RequestId: t.ID})
+				req := &taskv1.CreateTaskRequest{Spec: t.Spec}
+				if t.Retry {
+					req.RequestId = t.ID
+				} else if t.ID != "" {
+					req.Spec = proto.Clone(t.Spec).(*taskv1.TaskSpec)
+					req.Spec.Id = t.ID
+				}
+				resp, err := c.tasks.CreateTask(ctx, req)
 				cancel()
 				if err != nil {
 					// Tasks created before the failure stay created; show
@@ -157,11 +165,11 @@ func applyRequestID(tasks []FileTask, requestID string) {
 		return
 	}
 	if len(tasks) == 1 {
-		tasks[0].ID = requestID
+		tasks[0].ID, tasks[0].Retry = requestID, true
 		return
 	}
 	for i := range tasks {
-		tasks[i].ID = requestID + "-" + strconv.Itoa(i+1)
+		tasks[i].ID, tasks[i].Retry = requestID+"-"+strconv.Itoa(i+1), true
 	}
 }
 

@@ -35,10 +35,14 @@ import (
 type FileTask struct {
 	// Where names the task in messages: "file:line".
 	Where string
-	// ID is the file's id for the task; submit uses it as the create
-	// request_id, so submitting the same file twice creates nothing new.
-	ID   string
-	Spec *taskv1.TaskSpec
+	// ID is the file's id for the task. Submit sends it as the task's
+	// name (the spec's id), so submitting the file again while its task
+	// waits or runs creates nothing new, and runs it again once it ended;
+	// with --request-id it is that retry key instead.
+	ID string
+	// Retry: ID came from --request-id (a retry key, never reused).
+	Retry bool
+	Spec  *taskv1.TaskSpec
 }
 
 // FileError is a problem with a task file, at a line when known.

@@ -9,8 +9,9 @@ import (
 
 // A task file with its own id (docs/api/tasks.md, "The client's id"),
 // sent as the create body:
-// the id is the client's own, the creation's idempotency key, so sending
-// the same body again returns the same task; a request_id that says
+// the id is the client's own, the creation's idempotency key while its
+// task has not ended, so sending the same body again returns the same
+// task, and runs the task file again once it has; a request_id that says
 // otherwise is refused and creates nothing.
 func TestCreateTakesTheClientsID(t *testing.T) {
 	w := newWorld(t)
@@ -72,16 +73,45 @@ func TestCreateTakesTheClientsID(t *testing.T) {
 	if code, got, _ := w.call("POST", "/api/v1/tasks/task-train-001/cancel", key, map[string]any{}); code != 200 || got["id"] != id || got["status"] != "cancelled" {
 		t.Fatalf("cancel by the client's id = %d %v", code, got)
 	}
+	// Once its task ended, the task file runs again: a new task, which
+	// the name now names; the ended one stays as it was.
+	code, rerun, _ := w.call("POST", "/api/v1/tasks", key, example)
+	rerunID, _ := rerun["id"].(string)
+	if code != 200 || rerunID == "" || rerunID == id || rerun["status"] != "pending" || rerun["priority"] != float64(3) {
+		t.Fatalf("the task file again after its task was cancelled = %d %v, want a new pending task", code, rerun)
+	}
+	if code, got, _ := w.call("GET", "/api/v1/tasks/task-train-001", key, nil); code != 200 || got["id"] != rerunID {
+		t.Fatalf("GET by the client's id after the rerun = %d %v, want task %s", code, got, rerunID)
+	}
+	if code, got, _ := w.call("GET", "/api/v1/tasks/"+id, key, nil); code != 200 || got["status"] != "cancelled" {
+		t.Fatalf("the ended task after the rerun = %d %v", code, got)
+	}
+	if code, got, _ := w.call("POST", "/api/v1/tasks", key, example); code != 200 || got["id"] != rerunID {
+		t.Fatalf("the task file again while its rerun waits = %d %v, want task %s", code, got, rerunID)
+	}
 	if code, got, _ := w.call("DELETE", "/api/v1/tasks/task-train-001", key, nil); code != 200 {
 		t.Fatalf("DELETE by the client's id = %d %v", code, got)
 	}
-	if code, got, _ := w.call("GET", "/api/v1/tasks/"+id, key, nil); code != 404 {
+	if code, got, _ := w.call("GET", "/api/v1/tasks/"+rerunID, key, nil); code != 404 {
 		t.Fatalf("GET after the DELETE by the client's id = %d %v", code, got)
 	}
-	// Creating it again by the same id answers as every read does now:
-	// the deleted task is not answered as though it waited.
-	if code, got, _ := w.call("POST", "/api/v1/tasks", key, example); code != 404 || got["code"] != float64(30004) {
-		t.Fatalf("the create repeated after the DELETE = %d %v, want 404/30004", code, got)
+	// A deleted task has ended too.
+	code, third, _ := w.call("POST", "/api/v1/tasks", key, example)
+	if thirdID, _ := third["id"].(string); code != 200 || thirdID == "" || thirdID == id || thirdID == rerunID {
+		t.Fatalf("the task file again after its task was deleted = %d %v, want a new task", code, third)
+	}
+	// A request_id is a retry key, not a name: what became of its task
+	// does not matter, the create is never made again.
+	if code, got, _ := w.call("POST", "/api/v1/tasks?request_id=retry-1", key, map[string]any{"name": "r", "type": "shell", "command": "true"}); code != 200 {
+		t.Fatalf("create with a request_id = %d %v", code, got)
+	} else {
+		retried, _ := got["id"].(string)
+		if code, got, _ := w.call("POST", "/api/v1/tasks/"+retried+"/cancel", key, map[string]any{}); code != 200 {
+			t.Fatalf("cancel = %d %v", code, got)
+		}
+		if code, got, _ := w.call("POST", "/api/v1/tasks?request_id=retry-1", key, map[string]any{"name": "r", "type": "shell", "command": "true"}); code != 200 || got["id"] != retried || got["status"] != "cancelled" {
+			t.Fatalf("the request_id again after its task was cancelled = %d %v, want task %s as it is", code, got, retried)
+		}
 	}
 }
 

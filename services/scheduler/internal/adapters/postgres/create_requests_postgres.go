@@ -37,6 +37,10 @@ import (
 // that used it first, as they are now.
 type createRequest struct {
 	Tasks []domain.Task
+	// TaskIDs is the row's task_ids as read, missing tasks included: a
+	// request that moves to new tasks replaces the row only if it still
+	// names these.
+	TaskIDs []string
 	// At is when a new request is recorded.
 	At time.Time
 }
@@ -49,14 +53,16 @@ func requestKey(tenant, requestID string) string { return tenant + "\x00" + requ
 type requestRows struct{}
 
 // Lock reads the recorded requests among keys with their tasks (missing
-// tasks skipped, in creation order). The rows are never changed, so
-// nothing is locked.
+// tasks skipped, in creation order). Nothing is locked: a row is only
+// ever replaced by a delete that names the task ids it read, so of two
+// transactions moving one name the second finds nothing to delete and
+// its insert is a conflict.
 func (requestRows) Lock(keys []string) (string, []any, func(pgx.Rows) (map[string]createRequest, error)) {
 	tenants, ids := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		tenants[i], ids[i], _ = strings.Cut(k, "\x00")
 	}
-	return `SELECT r.tenant_id, r.request_id, ARRAY(SELECT t.doc FROM unnest(r.task_ids) WITH ORDINALITY AS x(id, ord)
+	return `SELECT r.tenant_id, r.request_id, r.task_ids, ARRAY(SELECT t.doc FROM unnest(r.task_ids) WITH ORDINALITY AS x(id, ord)
 			JOIN tasks t ON t.id = x.id ORDER BY x.ord)
 		FROM unnest($1::text[], $2::text[]) AS k(tenant_id, request_id)
 		JOIN create_requests r ON r.tenant_id = k.tenant_id AND r.request_id = k.request_id`, []any{tenants, ids},
@@ -65,11 +71,12 @@ func (requestRows) Lock(keys []string) (string, []any, func(pgx.Rows) (map[strin
 			out := map[string]createRequest{}
 			for rows.Next() {
 				var tenant, id string
+				var taskIDs []string
 				var docs [][]byte
-				if err := rows.Scan(&tenant, &id, &docs); err != nil {
+				if err := rows.Scan(&tenant, &id, &taskIDs, &docs); err != nil {
 					return nil, fmt.Errorf("create requests: %w", err)
 				}
-				r := createRequest{Tasks: make([]domain.Task, len(docs))}
+				r := createRequest{Tasks: make([]domain.Task, len(docs)), TaskIDs: taskIDs}
 				for i, doc := range docs {
 					if err := codec.DecodeTask(doc, &r.Tasks[i]); err != nil {
 						return nil, fmt.Errorf("create requests: decode task doc: %w", err)
@@ -81,8 +88,9 @@ func (requestRows) Lock(keys []string) (string, []any, func(pgx.Rows) (map[strin
 		}
 }
 
-// Queue writes each new request's row, then every task and event of the
-// batch as save does.
+// Queue writes each new request's row (replacing the row of a name that
+// moves to new tasks), then every task and event of the batch as save
+// does.
 func (requestRows) Queue(b *pgx.Batch, changes []pg.KeyedChange[createRequest, change]) (func(error) error, error) {
 	var list []change
 	for _, c := range changes {
@@ -90,6 +98,13 @@ func (requestRows) Queue(b *pgx.Batch, changes []pg.KeyedChange[createRequest, c
 		ids := make([]string, len(c.After.Tasks))
 		for i, t := range c.After.Tasks {
 			ids[i] = t.ID
+		}
+		if c.Found {
+			// Only the row as read: when another create moved the name
+			// meanwhile, this deletes nothing and the insert below is a
+			// unique violation, which decides the batch again.
+			b.Queue(`DELETE FROM create_requests WHERE tenant_id = $1 AND request_id = $2 AND task_ids = $3`,
+				tenant, id, c.Before.TaskIDs)
 		}
 		b.Queue(`INSERT INTO create_requests (tenant_id, request_id, task_ids, created_at) VALUES ($1, $2, $3, $4)`,
 			tenant, id, ids, c.After.At)
@@ -121,10 +136,12 @@ func (e requestTaken) Unwrap() error { return e.err }
 func (requestTaken) Is(target error) bool { return target == eventstore.ErrConflict }
 
 // createWithRequest creates the tasks of n, or returns those of the
-// tenant's earlier create with n.RequestID.
+// tenant's earlier create with n.RequestID (for a rerunnable name, only
+// while one of them has not ended).
 func (s *TaskStore) createWithRequest(ctx context.Context, n app.NewTasks, changes []change) ([]domain.Task, error) {
 	trace := otel.Inject(ctx)
 	created := make([]domain.Task, len(changes))
+	createdIDs := make([]string, len(changes))
 	for i := range changes {
 		c := &changes[i]
 		c.Traces = make([]map[string]string, len(c.Records))
@@ -132,13 +149,14 @@ func (s *TaskStore) createWithRequest(ctx context.Context, n app.NewTasks, chang
 			c.Traces[j] = trace
 		}
 		created[i] = domain.Fold(c.Records)
+		createdIDs[i] = created[i].ID
 	}
 	out, err := s.requests.Do(ctx, requestKey(n.Tenant, n.RequestID),
 		func(prior createRequest, found bool) (createRequest, []change, error) {
-			if found {
+			if found && !(n.Rerunnable && domain.Ended(prior.Tasks)) {
 				return prior, nil, nil
 			}
-			return createRequest{Tasks: created, At: n.At}, changes, nil
+			return createRequest{Tasks: created, TaskIDs: createdIDs, At: n.At}, changes, nil
 		})
 	if err != nil {
 		return nil, stopping(err)

@@ -20,7 +20,20 @@ import (
 // store and returns the ids of the tasks the store answers with.
 func createWith(t *testing.T, store *postgres.TaskStore, tenant, requestID, id string) ([]string, error) {
 	t.Helper()
-	out, err := store.Create(context.Background(), app.NewTasks{Tenant: tenant, RequestID: requestID, At: apptest.T0,
+	return create(t, store, app.NewTasks{Tenant: tenant, RequestID: requestID}, id)
+}
+
+// createNamed creates task id under a task file's name (a rerunnable
+// request id).
+func createNamed(t *testing.T, store *postgres.TaskStore, tenant, name, id string) ([]string, error) {
+	t.Helper()
+	return create(t, store, app.NewTasks{Tenant: tenant, RequestID: name, Rerunnable: true}, id)
+}
+
+func create(t *testing.T, store *postgres.TaskStore, n app.NewTasks, id string) ([]string, error) {
+	t.Helper()
+	tenant := n.Tenant
+	out, err := store.Create(context.Background(), app.NewTasks{Tenant: tenant, RequestID: n.RequestID, Rerunnable: n.Rerunnable, At: apptest.T0,
 		Tasks: [][]domain.Record{domain.Submit(apptest.T0, id, tenant, "user", "", "", apptest.Spec(t, id), "")}})
 	ids := make([]string, len(out))
 	for i, tk := range out {
@@ -88,6 +101,65 @@ func TestConcurrentCreatesWithOneRequestIDMakeOneTask(t *testing.T) {
 	}
 }
 
+// Creates under one task file's name race on two stores after its task
+// ended: one new task is made, every caller gets it, and the name names
+// it.
+func TestConcurrentRerunsOfANameMakeOneTask(t *testing.T) {
+	pool := pgtest.New(t).Open(t, scheduler.Schema)
+	stores := []*postgres.TaskStore{
+		postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2}),
+		postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2}),
+	}
+	for _, s := range stores {
+		t.Cleanup(s.Close)
+	}
+	ctx := context.Background()
+	prev, err := createNamed(t, stores[0], "acme", "train", "run-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds, callers = 4, 16
+	for round := 1; round <= rounds; round++ {
+		if _, err := stores[0].Mutate(ctx, prev[0], func(tk domain.Task) ([]domain.Record, error) {
+			return tk.Cancel(apptest.T0, "user", "")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		answers := make([][]string, callers)
+		errs := make([]error, callers)
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answers[i], errs[i] = createNamed(t, stores[i%2], "acme", "train", fmt.Sprintf("run-%d-%d", round, i))
+			}()
+		}
+		wg.Wait()
+		for i := range callers {
+			if errs[i] != nil {
+				t.Fatalf("round %d: %v", round, errs[i])
+			}
+			if len(answers[i]) != 1 || answers[i][0] != answers[0][0] || answers[i][0] == prev[0] {
+				t.Fatalf("round %d: caller %d got %v, caller 0 got %v, the ended run was %v: want one new task for everyone",
+					round, i, answers[i], answers[0], prev)
+			}
+		}
+		var tasks int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE id LIKE 'run-' || $1 || '-%'`, fmt.Sprint(round)).Scan(&tasks); err != nil {
+			t.Fatal(err)
+		}
+		named, err := stores[1].TasksNamed(ctx, "acme", []string{"train"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tasks != 1 || named["train"] != answers[0][0] {
+			t.Fatalf("round %d: %d new tasks, the name names %q; want 1 and %s", round, tasks, named["train"], answers[0][0])
+		}
+		prev = answers[0]
+	}
+}
+
 // A request id names the tenant's create only: another tenant's same id
 // makes its own task, and asking again answers the task as it is now.
 func TestRequestIDsAreTheTenants(t *testing.T) {
@@ -140,10 +212,23 @@ func TestCreateRequestsRunOnKeyedPlans(t *testing.T) {
 		if _, err := createWith(t, store, "acme", fmt.Sprint("keyed-", i), fmt.Sprint("k-again-", i)); err != nil {
 			t.Fatal(err)
 		}
+		// A task file's name whose task ended moves to a new one.
+		if _, err := createNamed(t, store, "acme", fmt.Sprint("named-", i), fmt.Sprint("n-", i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Mutate(ctx, fmt.Sprint("n-", i), func(tk domain.Task) ([]domain.Record, error) {
+			return tk.Cancel(apptest.T0, "user", "")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := createNamed(t, store, "acme", fmt.Sprint("named-", i), fmt.Sprint("n-again-", i)); err != nil || !slices.Equal(again, []string{fmt.Sprint("n-again-", i)}) {
+			t.Fatalf("a rerun answered %v, %v", again, err)
+		}
 	}
 	pgtest.CheckKeyedPlans(t, ctx, pool, "on 20,000 recorded requests", []string{
-		"SELECT r.tenant_id, r.request_id, ARRAY",
+		"SELECT r.tenant_id, r.request_id, r.task_ids, ARRAY",
 		"INSERT INTO create_requests",
+		"DELETE FROM create_requests",
 	})
 }
 

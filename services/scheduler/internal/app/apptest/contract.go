@@ -35,6 +35,7 @@ func StoreContract(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"CreateAllOrNone", (*contract).createAllOrNone},
 		{"CreateIdempotentByRequestID", (*contract).createIdempotent},
 		{"CreatedByRequestID", (*contract).tasksNamed},
+		{"NamedCreateRunsAgainOnceItsTasksEnded", (*contract).namedCreateRunsAgain},
 		{"MutateStoresWhatDecideRecords", (*contract).mutateStores},
 		{"MutateErrorsChangeNothing", (*contract).mutateErrors},
 		{"MutateUnknownOrDeleted", (*contract).mutateUnknownOrDeleted},
@@ -294,6 +295,58 @@ func (c *contract) createIdempotent(t *testing.T) {
 		}
 		c.wantIDs(fmt.Sprintf("create %s by %s", tc.id, tc.tenant), ids(out), []string{want})
 	}
+}
+
+// namedCreateRunsAgain: a task file's name answers its tasks while one of
+// them has not ended, and creates new ones (and names them) once all
+// have; a plain request id answers its first create's tasks for good.
+func (c *contract) namedCreateRunsAgain(t *testing.T) {
+	create := func(name string, rerunnable bool, taskIDs ...string) []string {
+		t.Helper()
+		n := app.NewTasks{Tenant: "t1", RequestID: name, Rerunnable: rerunnable, At: T0}
+		for _, id := range taskIDs {
+			n.Tasks = append(n.Tasks, c.newTask("t1", id, T0))
+		}
+		out, err := c.s.Tasks.Create(c.ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(out)
+	}
+	cancel := func(id string) {
+		c.mutate(id, func(t domain.Task) ([]domain.Record, error) { return t.Cancel(T0, "user", "") })
+	}
+	named := func(name string) string {
+		t.Helper()
+		m, err := c.s.Tasks.TasksNamed(c.ctx, "t1", []string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m[name]
+	}
+	c.wantIDs("first create", create("train", true, "a"), []string{"a"})
+	c.wantIDs("again while a waits", create("train", true, "x"), []string{"a"})
+	if _, err := c.s.Tasks.Get(c.ctx, "*", "x"); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("a create answered with the waiting task stored one: %v", err)
+	}
+	cancel("a")
+	c.wantIDs("again once a was cancelled", create("train", true, "y"), []string{"y"})
+	if got := named("train"); got != "y" {
+		t.Errorf("the name names %q, want the new task y", got)
+	}
+	c.wantIDs("again while y waits", create("train", true, "z"), []string{"y"})
+
+	// A fan-out runs again only when every task of it ended.
+	c.wantIDs("fan-out", create("fan", true, "f1", "f2"), []string{"f1", "f2"})
+	cancel("f1")
+	c.wantIDs("again with f2 waiting", create("fan", true, "g1"), []string{"f1", "f2"})
+	cancel("f2")
+	c.wantIDs("again once both ended", create("fan", true, "g2"), []string{"g2"})
+
+	// A retry key is never reused, whatever became of its tasks.
+	c.wantIDs("request id", create("req", false, "r1"), []string{"r1"})
+	cancel("r1")
+	c.wantIDs("request id again", create("req", false, "r2"), []string{"r1"})
 }
 
 // tasksNamed maps a tenant's request ids to the first task of their

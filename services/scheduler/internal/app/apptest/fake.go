@@ -232,7 +232,9 @@ func (s *Store) Create(_ context.Context, n app.NewTasks) ([]domain.Task, error)
 	}
 	key := n.Tenant + "/" + n.RequestID
 	if prior, ok := s.creates[key]; ok && n.RequestID != "" {
-		return s.getMany(prior), nil
+		if tasks := s.getMany(prior); !n.Rerunnable || !domain.Ended(tasks) {
+			return tasks, nil
+		}
 	}
 	ids := make([]string, len(n.Tasks))
 	for i, recs := range n.Tasks {
