@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
@@ -42,13 +44,9 @@ func create(t *testing.T, store *postgres.TaskStore, n app.NewTasks, id string) 
 	return ids, err
 }
 
-// Many creations with one request id at once, through two stores on one
-// database (two replicas): the batches of one store meet the same id, and
-// the two stores race to record it. Every caller gets the first create's
-// task, and one task exists; distinct request ids sent alongside each make
-// their own task.
-func TestConcurrentCreatesWithOneRequestIDMakeOneTask(t *testing.T) {
-	pool := pgtest.New(t).Open(t, scheduler.Schema)
+// twoReplicas opens two task stores on one database, as two scheduler
+// replicas would.
+func twoReplicas(t *testing.T, pool *pgxpool.Pool) []*postgres.TaskStore {
 	stores := []*postgres.TaskStore{
 		postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2}),
 		postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2}),
@@ -56,6 +54,17 @@ func TestConcurrentCreatesWithOneRequestIDMakeOneTask(t *testing.T) {
 	for _, s := range stores {
 		t.Cleanup(s.Close)
 	}
+	return stores
+}
+
+// Many creations with one request id at once, through two stores on one
+// database (two replicas): the batches of one store meet the same id, and
+// the two stores race to record it. Every caller gets the first create's
+// task, and one task exists; distinct request ids sent alongside each make
+// their own task.
+func TestConcurrentCreatesWithOneRequestIDMakeOneTask(t *testing.T) {
+	pool := pgtest.New(t).Open(t, scheduler.Schema)
+	stores := twoReplicas(t, pool)
 	const rounds, callers = 5, 16
 	for round := range rounds {
 		shared := fmt.Sprint("shared-", round)
@@ -106,13 +115,7 @@ func TestConcurrentCreatesWithOneRequestIDMakeOneTask(t *testing.T) {
 // it.
 func TestConcurrentRerunsOfANameMakeOneTask(t *testing.T) {
 	pool := pgtest.New(t).Open(t, scheduler.Schema)
-	stores := []*postgres.TaskStore{
-		postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2}),
-		postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 2}),
-	}
-	for _, s := range stores {
-		t.Cleanup(s.Close)
-	}
+	stores := twoReplicas(t, pool)
 	ctx := context.Background()
 	prev, err := createNamed(t, stores[0], "acme", "train", "run-0")
 	if err != nil {
