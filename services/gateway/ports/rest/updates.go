@@ -10,7 +10,83 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 )
+
+// updateRoute is a PUT route whose body changes only what it gives: a
+// task's (docs/api/tasks.md, UpdateTask). Protobuf carries a field given
+// empty like one left out, so the request's update_mask says what the
+// body gave, as the route's RPC reads its mask.
+type updateRoute struct {
+	// prefix is the route's path up to its {id}.
+	prefix string
+	// prepare, when set, makes the body what the route reads.
+	prepare func(body []byte) []byte
+	// paths are the update_mask paths body, a JSON object, gives.
+	paths func(body map[string]json.RawMessage) []string
+}
+
+var updateRoutes = []updateRoute{
+	// A task update takes what the body gives that is not empty; the mask
+	// names only the fields it gives empty on purpose.
+	{prefix: "/api/v1/tasks/", prepare: withoutTaskReadOnly, paths: clearedPaths},
+}
+
+// updateRouteOf returns r's route when r is an update of updateRoutes.
+func updateRouteOf(r *http.Request) (updateRoute, bool) {
+	if r.Method != http.MethodPut {
+		return updateRoute{}, false
+	}
+	for _, u := range updateRoutes {
+		if id, ok := strings.CutPrefix(r.URL.Path, u.prefix); ok && id != "" && !strings.Contains(id, "/") {
+			return u, true
+		}
+	}
+	return updateRoute{}, false
+}
+
+// partialUpdates prepares the body of an update of updateRoutes and names
+// in its update_mask what the body gives (fillUpdateMask). Any other
+// request goes on as it is.
+func partialUpdates(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, ok := updateRouteOf(r)
+		if !ok || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := edge.ReadBody(r)
+		if err == nil {
+			if u.prepare != nil {
+				body = u.prepare(body)
+			}
+			fillUpdateMask(r, u, body)
+		}
+		edge.SetBody(r, body)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// fillUpdateMask names, in r's update_mask query parameter, the paths u
+// reads from body, beside those the client put in the query itself. A body
+// that is not a JSON object names nothing (the route then reports it).
+func fillUpdateMask(r *http.Request, u updateRoute, body []byte) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return
+	}
+	paths := u.paths(m)
+	if len(paths) == 0 {
+		return
+	}
+	q := r.URL.Query()
+	for _, given := range q["update_mask"] {
+		paths = append(paths, strings.Split(given, ",")...)
+	}
+	slices.Sort(paths)
+	q.Set("update_mask", strings.Join(slices.Compact(paths), ","))
+	r.URL.RawQuery = q.Encode()
+}
 
 // keyTree names JSON keys of an object: a nil subtree drops the key, a
 // non-nil one drops keys inside the object the key holds.
@@ -103,16 +179,10 @@ var clearableKeys = map[string]string{
 // its body gives them as "" (docs/api/tasks.md, UpdateTask).
 var clearableStrings = []string{"name", "command", "workdir", "webhook"}
 
-// clearedLists names, in r's update_mask query parameter, the lists,
-// maps and strings the task update body gives as [], {} or "": protobuf
-// carries an empty value like one left out, which keeps the task's, so the
-// mask says which ones the client emptied on purpose. Paths the client put in the query
-// itself are kept. A body that is not a JSON object changes nothing here.
-func clearedLists(r *http.Request, body []byte) {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return
-	}
+// clearedPaths are the lists, maps and strings the task update body gives
+// as [], {} or "": those the client emptied on purpose, since an empty
+// value left unnamed keeps the task's.
+func clearedPaths(m map[string]json.RawMessage) []string {
 	var paths []string
 	for k, v := range m {
 		if p, ok := clearableKeys[k]; ok && emptyJSON(v) {
@@ -128,16 +198,7 @@ func clearedLists(r *http.Request, body []byte) {
 			paths = append(paths, "distribution.labels")
 		}
 	}
-	if len(paths) == 0 {
-		return
-	}
-	q := r.URL.Query()
-	for _, given := range q["update_mask"] {
-		paths = append(paths, strings.Split(given, ",")...)
-	}
-	slices.Sort(paths)
-	q.Set("update_mask", strings.Join(slices.Compact(paths), ","))
-	r.URL.RawQuery = q.Encode()
+	return paths
 }
 
 // emptyJSON reports whether v is [] or {} (a missing key or null is not:

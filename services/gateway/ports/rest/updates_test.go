@@ -59,7 +59,11 @@ func TestTaskUpdateNamesTheListsItEmpties(t *testing.T) {
 		{"", `{"args": `, ""},
 	} {
 		r := httptest.NewRequest(http.MethodPut, "/api/v1/tasks/t1?"+tt.query, nil)
-		clearedLists(r, []byte(tt.body))
+		u, ok := updateRouteOf(r)
+		if !ok {
+			t.Fatal("PUT /api/v1/tasks/t1 is no update route")
+		}
+		fillUpdateMask(r, u, []byte(tt.body))
 		if got := r.URL.Query().Get("update_mask"); got != tt.want {
 			t.Errorf("%s with %s: update_mask = %q, want %q", tt.query, tt.body, got, tt.want)
 		}
@@ -74,6 +78,25 @@ func TestClearableKeysAreTaskSpecFields(t *testing.T) {
 		f := fields.ByName(protoreflect.Name(path))
 		if f == nil || (key != path && f.JSONName() != key) || !(f.IsList() || f.IsMap()) {
 			t.Errorf("%q → %q is no list or map of TaskSpec under that name", key, path)
+		}
+	}
+}
+
+// Only a PUT of one task is an update route.
+func TestUpdateRoutes(t *testing.T) {
+	for _, tt := range []struct {
+		method, path string
+		want         bool
+	}{
+		{http.MethodPut, "/api/v1/tasks/t1", true},
+		{http.MethodPut, "/api/v1/templates/t1", false},
+		{http.MethodPut, "/api/v1/tasks/", false},
+		{http.MethodPut, "/api/v1/tasks/t1/result", false},
+		{http.MethodPost, "/api/v1/tasks/t1", false},
+		{http.MethodPut, "/api/v1/cohorts/c1", false},
+	} {
+		if _, got := updateRouteOf(httptest.NewRequest(tt.method, tt.path, nil)); got != tt.want {
+			t.Errorf("%s %s: update route %v, want %v", tt.method, tt.path, got, tt.want)
 		}
 	}
 }
