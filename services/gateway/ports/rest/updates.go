@@ -14,9 +14,10 @@ import (
 )
 
 // updateRoute is a PUT route whose body changes only what it gives: a
-// task's (docs/api/tasks.md, UpdateTask). Protobuf carries a field given
-// empty like one left out, so the request's update_mask says what the
-// body gave, as the route's RPC reads its mask.
+// task's (docs/api/tasks.md, UpdateTask) or a template's
+// (docs/api/templates.md#updating-a-template). Protobuf carries a field
+// given empty like one left out, so the request's update_mask says what
+// the body gave, as the route's RPC reads its mask.
 type updateRoute struct {
 	// prefix is the route's path up to its {id}.
 	prefix string
@@ -30,6 +31,9 @@ var updateRoutes = []updateRoute{
 	// A task update takes what the body gives that is not empty; the mask
 	// names only the fields it gives empty on purpose.
 	{prefix: "/api/v1/tasks/", prepare: withoutTaskReadOnly, paths: clearedPaths},
+	// A template update takes the fields its mask names; the mask names
+	// every one the body gives.
+	{prefix: "/api/v1/templates/", paths: givenTemplatePaths},
 }
 
 // updateRouteOf returns r's route when r is an update of updateRoutes.
@@ -196,6 +200,35 @@ func clearedPaths(m map[string]json.RawMessage) []string {
 		var dist map[string]json.RawMessage
 		if json.Unmarshal(d, &dist) == nil && emptyJSON(dist["labels"]) {
 			paths = append(paths, "distribution.labels")
+		}
+	}
+	return paths
+}
+
+// templateKeys are the TaskTemplate fields by the JSON keys protojson
+// reads them under, its proto name and its JSON name alike.
+var templateKeys = fieldKeys((&taskv1.TaskTemplate{}).ProtoReflect().Descriptor())
+
+func fieldKeys(md protoreflect.MessageDescriptor) map[string]string {
+	keys := map[string]string{}
+	fields := md.Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		keys[string(f.Name())], keys[f.JSONName()] = string(f.Name()), string(f.Name())
+	}
+	return keys
+}
+
+// givenTemplatePaths are the TaskTemplate fields the template update body
+// gives, empty or not, and id, which the route's path gives: so a body
+// that gives nothing changes nothing, as a mask naming no field would
+// replace the whole definition. A key given as null is left out, as
+// protojson reads it; a key of no field is left for the route to refuse.
+func givenTemplatePaths(m map[string]json.RawMessage) []string {
+	paths := []string{"id"}
+	for k, v := range m {
+		if p, ok := templateKeys[k]; ok && string(bytes.TrimSpace(v)) != "null" {
+			paths = append(paths, p)
 		}
 	}
 	return paths
