@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -326,6 +327,19 @@ func TestTemplates(t *testing.T) {
 	if err != nil || up.GetTemplate().GetDescription() != "v2" || up.GetTemplate().GetCreatedBy() != "key-tenant-a" {
 		t.Fatalf("update: %v, %v", up, err)
 	}
+	// With a mask, only the fields it names change; a path of no field is
+	// 30005 naming update_mask.
+	up, err = e.templates().UpdateTemplate(ctx, &taskv1.UpdateTemplateRequest{Id: "echo",
+		Template: &taskv1.TaskTemplate{Description: "v3"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"description"}}})
+	if err != nil || up.GetTemplate().GetDescription() != "v3" || up.GetTemplate().GetName() != "echo" ||
+		!slices.Equal(up.GetTemplate().GetArgs(), tpl.GetArgs()) || len(up.GetTemplate().GetVariables()) != 2 {
+		t.Fatalf("update of the description: %v, %v", up, err)
+	}
+	_, err = e.templates().UpdateTemplate(ctx, &taskv1.UpdateTemplateRequest{Id: "echo",
+		Template: &taskv1.TaskTemplate{Description: "v4"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"descripton"}}})
+	if code(err) != "30005" || !strings.Contains(err.Error(), "update_mask") {
+		t.Fatalf("a mask path of no field: %v", err)
+	}
 	if _, err := e.templates().DeleteTemplate(ctx, &taskv1.DeleteTemplateRequest{Id: "echo"}); err != nil {
 		t.Fatal(err)
 	}
@@ -333,8 +347,8 @@ func TestTemplates(t *testing.T) {
 		t.Fatalf("get after delete: %v", err)
 	}
 	if n := e.count(`SELECT count(*) FROM events WHERE aggregate_id = 'template/tenant-a/echo'
-			AND event_type IN ('TemplateCreated', 'TemplateUpdated', 'TemplateDeleted')`); n != 3 {
-		t.Fatalf("%d template events, want 3", n)
+			AND event_type IN ('TemplateCreated', 'TemplateUpdated', 'TemplateDeleted')`); n != 4 {
+		t.Fatalf("%d template events, want 4", n)
 	}
 	rep, err := scheduler.RebuildInlineProjection(context.Background(), e.pool, false)
 	if err != nil || rep.Templates != 1 || len(rep.Differences) != 0 {

@@ -11,6 +11,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -579,9 +580,18 @@ func (x *GetTemplateResponse) GetTemplate() *TaskTemplate {
 }
 
 type UpdateTemplateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Template      *TaskTemplate          `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The new definition, or with update_mask the fields to change.
+	Template *TaskTemplate `protobuf:"bytes,2,opt,name=template,proto3" json:"template,omitempty"`
+	// The fields of template that take its value, empty ones included, by
+	// their TaskTemplate names (top-level fields only: a list, a map,
+	// variables or checkpoint is replaced whole); the others keep their
+	// value. Empty, template replaces the whole definition. id, created_by
+	// and created_at may be named and stay. Another path is
+	// INVALID_ARGUMENT. The REST facade names every key the body gives, and
+	// id, which the path gives (docs/api/templates.md#updating-a-template).
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -626,6 +636,13 @@ func (x *UpdateTemplateRequest) GetId() string {
 func (x *UpdateTemplateRequest) GetTemplate() *TaskTemplate {
 	if x != nil {
 		return x.Template
+	}
+	return nil
+}
+
+func (x *UpdateTemplateRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
 	}
 	return nil
 }
@@ -907,7 +924,7 @@ var File_taskmesh_task_v1_template_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_template_service_proto_rawDesc = "" +
 	"\n" +
-	"'taskmesh/task/v1/template_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\x9a\x06\n" +
+	"'taskmesh/task/v1/template_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\x9a\x06\n" +
 	"\fTaskTemplate\x12\x18\n" +
 	"\x02id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x02id\x12\x1c\n" +
 	"\x04name\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x04name\x12*\n" +
@@ -960,11 +977,13 @@ const file_taskmesh_task_v1_template_service_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\"Q\n" +
 	"\x13GetTemplateResponse\x12:\n" +
-	"\btemplate\x18\x01 \x01(\v2\x1e.taskmesh.task.v1.TaskTemplateR\btemplate\"w\n" +
+	"\btemplate\x18\x01 \x01(\v2\x1e.taskmesh.task.v1.TaskTemplateR\btemplate\"\xb4\x01\n" +
 	"\x15UpdateTemplateRequest\x12\x1a\n" +
 	"\x02id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\x12B\n" +
-	"\btemplate\x18\x02 \x01(\v2\x1e.taskmesh.task.v1.TaskTemplateB\x06\xbaH\x03\xc8\x01\x01R\btemplate\"T\n" +
+	"\btemplate\x18\x02 \x01(\v2\x1e.taskmesh.task.v1.TaskTemplateB\x06\xbaH\x03\xc8\x01\x01R\btemplate\x12;\n" +
+	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
+	"updateMask\"T\n" +
 	"\x16UpdateTemplateResponse\x12:\n" +
 	"\btemplate\x18\x01 \x01(\v2\x1e.taskmesh.task.v1.TaskTemplateR\btemplate\"3\n" +
 	"\x15DeleteTemplateRequest\x12\x1a\n" +
@@ -1029,9 +1048,10 @@ var file_taskmesh_task_v1_template_service_proto_goTypes = []any{
 	nil,                            // 15: taskmesh.task.v1.RunTemplateRequest.VariablesEntry
 	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
 	(*CheckpointSpec)(nil),         // 17: taskmesh.task.v1.CheckpointSpec
-	(*Targets)(nil),                // 18: taskmesh.task.v1.Targets
-	(*Task)(nil),                   // 19: taskmesh.task.v1.Task
-	(*structpb.Value)(nil),         // 20: google.protobuf.Value
+	(*fieldmaskpb.FieldMask)(nil),  // 18: google.protobuf.FieldMask
+	(*Targets)(nil),                // 19: taskmesh.task.v1.Targets
+	(*Task)(nil),                   // 20: taskmesh.task.v1.Task
+	(*structpb.Value)(nil),         // 21: google.protobuf.Value
 }
 var file_taskmesh_task_v1_template_service_proto_depIdxs = []int32{
 	14, // 0: taskmesh.task.v1.TaskTemplate.env:type_name -> taskmesh.task.v1.TaskTemplate.EnvEntry
@@ -1043,28 +1063,29 @@ var file_taskmesh_task_v1_template_service_proto_depIdxs = []int32{
 	0,  // 6: taskmesh.task.v1.ListTemplatesResponse.templates:type_name -> taskmesh.task.v1.TaskTemplate
 	0,  // 7: taskmesh.task.v1.GetTemplateResponse.template:type_name -> taskmesh.task.v1.TaskTemplate
 	0,  // 8: taskmesh.task.v1.UpdateTemplateRequest.template:type_name -> taskmesh.task.v1.TaskTemplate
-	0,  // 9: taskmesh.task.v1.UpdateTemplateResponse.template:type_name -> taskmesh.task.v1.TaskTemplate
-	15, // 10: taskmesh.task.v1.RunTemplateRequest.variables:type_name -> taskmesh.task.v1.RunTemplateRequest.VariablesEntry
-	18, // 11: taskmesh.task.v1.RunTemplateRequest.targets:type_name -> taskmesh.task.v1.Targets
-	19, // 12: taskmesh.task.v1.RunTemplateResponse.task:type_name -> taskmesh.task.v1.Task
-	20, // 13: taskmesh.task.v1.RunTemplateRequest.VariablesEntry.value:type_name -> google.protobuf.Value
-	2,  // 14: taskmesh.task.v1.TemplateService.CreateTemplate:input_type -> taskmesh.task.v1.CreateTemplateRequest
-	4,  // 15: taskmesh.task.v1.TemplateService.ListTemplates:input_type -> taskmesh.task.v1.ListTemplatesRequest
-	6,  // 16: taskmesh.task.v1.TemplateService.GetTemplate:input_type -> taskmesh.task.v1.GetTemplateRequest
-	8,  // 17: taskmesh.task.v1.TemplateService.UpdateTemplate:input_type -> taskmesh.task.v1.UpdateTemplateRequest
-	10, // 18: taskmesh.task.v1.TemplateService.DeleteTemplate:input_type -> taskmesh.task.v1.DeleteTemplateRequest
-	12, // 19: taskmesh.task.v1.TemplateService.RunTemplate:input_type -> taskmesh.task.v1.RunTemplateRequest
-	3,  // 20: taskmesh.task.v1.TemplateService.CreateTemplate:output_type -> taskmesh.task.v1.CreateTemplateResponse
-	5,  // 21: taskmesh.task.v1.TemplateService.ListTemplates:output_type -> taskmesh.task.v1.ListTemplatesResponse
-	7,  // 22: taskmesh.task.v1.TemplateService.GetTemplate:output_type -> taskmesh.task.v1.GetTemplateResponse
-	9,  // 23: taskmesh.task.v1.TemplateService.UpdateTemplate:output_type -> taskmesh.task.v1.UpdateTemplateResponse
-	11, // 24: taskmesh.task.v1.TemplateService.DeleteTemplate:output_type -> taskmesh.task.v1.DeleteTemplateResponse
-	13, // 25: taskmesh.task.v1.TemplateService.RunTemplate:output_type -> taskmesh.task.v1.RunTemplateResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	18, // 9: taskmesh.task.v1.UpdateTemplateRequest.update_mask:type_name -> google.protobuf.FieldMask
+	0,  // 10: taskmesh.task.v1.UpdateTemplateResponse.template:type_name -> taskmesh.task.v1.TaskTemplate
+	15, // 11: taskmesh.task.v1.RunTemplateRequest.variables:type_name -> taskmesh.task.v1.RunTemplateRequest.VariablesEntry
+	19, // 12: taskmesh.task.v1.RunTemplateRequest.targets:type_name -> taskmesh.task.v1.Targets
+	20, // 13: taskmesh.task.v1.RunTemplateResponse.task:type_name -> taskmesh.task.v1.Task
+	21, // 14: taskmesh.task.v1.RunTemplateRequest.VariablesEntry.value:type_name -> google.protobuf.Value
+	2,  // 15: taskmesh.task.v1.TemplateService.CreateTemplate:input_type -> taskmesh.task.v1.CreateTemplateRequest
+	4,  // 16: taskmesh.task.v1.TemplateService.ListTemplates:input_type -> taskmesh.task.v1.ListTemplatesRequest
+	6,  // 17: taskmesh.task.v1.TemplateService.GetTemplate:input_type -> taskmesh.task.v1.GetTemplateRequest
+	8,  // 18: taskmesh.task.v1.TemplateService.UpdateTemplate:input_type -> taskmesh.task.v1.UpdateTemplateRequest
+	10, // 19: taskmesh.task.v1.TemplateService.DeleteTemplate:input_type -> taskmesh.task.v1.DeleteTemplateRequest
+	12, // 20: taskmesh.task.v1.TemplateService.RunTemplate:input_type -> taskmesh.task.v1.RunTemplateRequest
+	3,  // 21: taskmesh.task.v1.TemplateService.CreateTemplate:output_type -> taskmesh.task.v1.CreateTemplateResponse
+	5,  // 22: taskmesh.task.v1.TemplateService.ListTemplates:output_type -> taskmesh.task.v1.ListTemplatesResponse
+	7,  // 23: taskmesh.task.v1.TemplateService.GetTemplate:output_type -> taskmesh.task.v1.GetTemplateResponse
+	9,  // 24: taskmesh.task.v1.TemplateService.UpdateTemplate:output_type -> taskmesh.task.v1.UpdateTemplateResponse
+	11, // 25: taskmesh.task.v1.TemplateService.DeleteTemplate:output_type -> taskmesh.task.v1.DeleteTemplateResponse
+	13, // 26: taskmesh.task.v1.TemplateService.RunTemplate:output_type -> taskmesh.task.v1.RunTemplateResponse
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_task_v1_template_service_proto_init() }

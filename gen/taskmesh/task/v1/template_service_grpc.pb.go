@@ -42,7 +42,9 @@ type TemplateServiceClient interface {
 	ListTemplates(ctx context.Context, in *ListTemplatesRequest, opts ...grpc.CallOption) (*ListTemplatesResponse, error)
 	// GetTemplate returns one template.
 	GetTemplate(ctx context.Context, in *GetTemplateRequest, opts ...grpc.CallOption) (*GetTemplateResponse, error)
-	// UpdateTemplate replaces a template's definition; its id, created_by
+	// UpdateTemplate changes a template's definition: the fields its
+	// update_mask names take the request's value, or, without a mask, the
+	// request's template replaces the whole definition. Its id, created_by
 	// and created_at stay.
 	UpdateTemplate(ctx context.Context, in *UpdateTemplateRequest, opts ...grpc.CallOption) (*UpdateTemplateResponse, error)
 	// DeleteTemplate removes a template; tasks made from it are unaffected.
@@ -136,7 +138,9 @@ type TemplateServiceServer interface {
 	ListTemplates(context.Context, *ListTemplatesRequest) (*ListTemplatesResponse, error)
 	// GetTemplate returns one template.
 	GetTemplate(context.Context, *GetTemplateRequest) (*GetTemplateResponse, error)
-	// UpdateTemplate replaces a template's definition; its id, created_by
+	// UpdateTemplate changes a template's definition: the fields its
+	// update_mask names take the request's value, or, without a mask, the
+	// request's template replaces the whole definition. Its id, created_by
 	// and created_at stay.
 	UpdateTemplate(context.Context, *UpdateTemplateRequest) (*UpdateTemplateResponse, error)
 	// DeleteTemplate removes a template; tasks made from it are unaffected.

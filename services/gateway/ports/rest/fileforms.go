@@ -53,10 +53,6 @@ func unwrapFileForms(next http.Handler) http.Handler {
 			if inner, ok := wrapped(body, key); ok {
 				body = inner
 			}
-			if r.Method == http.MethodPut {
-				body = withoutTaskReadOnly(body)
-				clearedLists(r, body)
-			}
 		}
 		edge.SetBody(r, body)
 		next.ServeHTTP(w, r)

@@ -186,7 +186,7 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 	// (garbage costs like anything else) and before any service sees it.
 	// Uploads are multipart and streamed: only their declared size is
 	// checked at the edge.
-	var api, videoAPI, pipelineAPI http.Handler = edge.Middleware(edge.Options{MaxBody: maxBodyBytes}, csvFormat(unwrapFileForms(kueueSpecs(readDateBounds(mux))))),
+	var api, videoAPI, pipelineAPI http.Handler = edge.Middleware(edge.Options{MaxBody: maxBodyBytes}, csvFormat(unwrapFileForms(partialUpdates(kueueSpecs(readDateBounds(mux)))))),
 		edge.Middleware(edge.Options{MaxBody: maxVideoBodyBytes}, video),
 		edge.Middleware(edge.Options{MaxBody: maxBodyBytes, RawMaxBody: maxUpload,
 			RawBody: func(r *http.Request) bool { return r.URL.Path == uploadRoute }}, bodyLimit{next: pipeline, maxUpload: maxUpload})

@@ -402,9 +402,25 @@ func TestTemplateUseCases(t *testing.T) {
 	if _, err := w.app.RunTemplate(ctx, sched.Caller{Tenant: "tenant-b"}, tpl.ID, oapp.RunRequest{}); !errors.Is(err, task.ErrNotFound) {
 		t.Fatalf("another tenant's run: %v", err)
 	}
-	up, err := w.app.UpdateTemplate(ctx, alice, tpl.ID, orch.Template{Name: "echo2", Command: "echo"})
+	up, err := w.app.UpdateTemplate(ctx, alice, tpl.ID, orch.Template{Name: "echo2", Command: "echo"}, nil)
 	if err != nil || up.Name != "echo2" || up.Version != 2 {
 		t.Fatalf("update: %+v, %v", up, err)
+	}
+	// Fields named change, the others keep their value; an empty name
+	// named is refused and changes nothing.
+	up, err = w.app.UpdateTemplate(ctx, alice, tpl.ID, orch.Template{Description: "d"}, []string{"id", "description"})
+	if err != nil || up.Description != "d" || up.Name != "echo2" || up.Command != "echo" || up.Version != 3 {
+		t.Fatalf("update of the description: %+v, %v", up, err)
+	}
+	if _, err := w.app.UpdateTemplate(ctx, alice, tpl.ID, orch.Template{Description: "e"}, []string{"name", "description"}); !errors.Is(err, task.ErrInvalid) {
+		t.Fatalf("update with an empty name: %v", err)
+	}
+	if got, _ := w.app.GetTemplate(ctx, alice, tpl.ID); got.Description != "d" || got.Version != 3 {
+		t.Fatalf("after the refused update: %+v", got)
+	}
+	if _, err := w.app.UpdateTemplate(ctx, sched.Caller{Tenant: "tenant-b"}, tpl.ID, orch.Template{Description: "e"},
+		[]string{"description"}); !errors.Is(err, task.ErrNotFound) {
+		t.Fatalf("another tenant's update: %v", err)
 	}
 	if l, _, err := w.app.ListTemplates(ctx, alice, oapp.TemplateFilter{}); err != nil || len(l) != 1 {
 		t.Fatalf("list: %v, %v", l, err)

@@ -46,10 +46,12 @@ func (a *App) ListTemplates(ctx context.Context, c sched.Caller, f TemplateFilte
 	return a.templates.List(ctx, f)
 }
 
-// UpdateTemplate replaces a template's definition.
-func (a *App) UpdateTemplate(ctx context.Context, c sched.Caller, id string, def orch.Template) (orch.Template, error) {
+// UpdateTemplate changes a template's definition: the fields named take
+// def's value, or def replaces the whole definition when none are
+// (orch.Template.Update says how).
+func (a *App) UpdateTemplate(ctx context.Context, c sched.Caller, id string, def orch.Template, fields []string) (orch.Template, error) {
 	return a.templates.Mutate(ctx, c.Tenant, id, func(t orch.Template) ([]orch.Record, error) {
-		recs, err := t.Update(a.now(), c.Subject, def)
+		recs, err := t.Update(a.now(), c.Subject, def, fields)
 		return templateIP(recs, c.IP), err
 	})
 }

@@ -128,14 +128,31 @@ func NewTemplate(now time.Time, tenant, actor string, def Template) ([]Record, e
 	return []Record{{Event: TemplateCreated{Template: t}, At: now, Actor: actor}}, nil
 }
 
-// Update replaces the template's definition with def (the id, creator and
-// creation time stay).
-func (t Template) Update(now time.Time, actor string, def Template) ([]Record, error) {
+// TemplateFields are a template's fields by their names in an update's
+// field mask, the TaskTemplate names of docs/api/templates.md#tasktemplate.
+// id, created_by and created_at are the template's own: an update may
+// name them, and they stay.
+var TemplateFields = []string{"id", "name", "description", "command", "args", "workdir", "env", "timeout",
+	"priority", "variables", "category", "tags", "checkpoint", "artifacts", "created_by", "created_at"}
+
+// Update changes the template's definition by def
+// (docs/api/templates.md#updating-a-template): each field fields names
+// takes def's value, empty included, and the others keep the template's;
+// no fields at all replace the whole definition with def. A name outside
+// TemplateFields is ErrInvalid naming update_mask. The id, creator and
+// creation time stay, and the definition that results is checked as a
+// new template's is. Changing nothing is still an update, recorded as
+// any other.
+func (t Template) Update(now time.Time, actor string, def Template, fields []string) ([]Record, error) {
 	if t.Deleted {
 		return nil, task.ErrNotFound
 	}
 	if def.ID != "" && def.ID != t.ID {
 		return nil, invalid("id", "is %q in the path and %q in the body", t.ID, def.ID)
+	}
+	def, err := t.changedBy(def, fields)
+	if err != nil {
+		return nil, err
 	}
 	def.ID = t.ID
 	next, err := checkTemplate(def)
@@ -144,6 +161,51 @@ func (t Template) Update(now time.Time, actor string, def Template) ([]Record, e
 	}
 	next.TenantID, next.CreatedBy, next.CreatedAt = t.TenantID, t.CreatedBy, t.CreatedAt
 	return []Record{{Event: TemplateUpdated{Template: next}, At: now, Actor: actor}}, nil
+}
+
+// changedBy is t's definition with the fields named taken from def, or def
+// when none are.
+func (t Template) changedBy(def Template, fields []string) (Template, error) {
+	if len(fields) == 0 {
+		return def, nil
+	}
+	for _, f := range fields {
+		if !slices.Contains(TemplateFields, f) {
+			return t, invalid("update_mask", "%q is not a field of a template (one of %s)", f, strings.Join(TemplateFields, ", "))
+		}
+	}
+	out := t
+	for _, f := range fields {
+		switch f {
+		case "name":
+			out.Name = def.Name
+		case "description":
+			out.Description = def.Description
+		case "command":
+			out.Command = def.Command
+		case "args":
+			out.Args = def.Args
+		case "workdir":
+			out.Workdir = def.Workdir
+		case "env":
+			out.Env = def.Env
+		case "timeout":
+			out.Timeout = def.Timeout
+		case "priority":
+			out.Priority = def.Priority
+		case "variables":
+			out.Variables = def.Variables
+		case "category":
+			out.Category = def.Category
+		case "tags":
+			out.Tags = def.Tags
+		case "checkpoint":
+			out.Checkpoint = def.Checkpoint
+		case "artifacts":
+			out.Artifacts = def.Artifacts
+		}
+	}
+	return out, nil
 }
 
 // Delete removes the template.

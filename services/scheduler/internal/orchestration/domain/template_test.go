@@ -1,7 +1,9 @@
 package domain
 
 import (
+	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -208,7 +210,7 @@ func TestTemplateUpdateAndDelete(t *testing.T) {
 	later := tpl.CreatedAt.Add(time.Hour)
 	def := trainTemplate()
 	def.ID, def.Description = "", "updated"
-	recs, err := tpl.Update(later, "user-2", def)
+	recs, err := tpl.Update(later, "user-2", def, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +220,7 @@ func TestTemplateUpdateAndDelete(t *testing.T) {
 		t.Fatalf("updated %+v", up)
 	}
 	def.ID = "other"
-	if _, err := tpl.Update(later, "user-2", def); !errors.Is(err, task.ErrInvalid) {
+	if _, err := tpl.Update(later, "user-2", def, nil); !errors.Is(err, task.ErrInvalid) {
 		t.Fatalf("update with another id: %v", err)
 	}
 	recs, err = up.Delete(later, "user-2")
@@ -229,13 +231,132 @@ func TestTemplateUpdateAndDelete(t *testing.T) {
 	if !gone.Deleted {
 		t.Fatal("not deleted")
 	}
-	if _, err := gone.Update(later, "u", trainTemplate()); !errors.Is(err, task.ErrNotFound) {
+	if _, err := gone.Update(later, "u", trainTemplate(), nil); !errors.Is(err, task.ErrNotFound) {
 		t.Fatalf("update of a deleted template: %v", err)
 	}
 	if _, err := gone.Delete(later, "u"); !errors.Is(err, task.ErrNotFound) {
 		t.Fatalf("delete of a deleted template: %v", err)
 	}
 }
+
+// updated applies the records of an update to tpl.
+func updated(t *testing.T, tpl Template, def Template, fields ...string) Template {
+	t.Helper()
+	recs, err := tpl.Update(tpl.CreatedAt.Add(time.Hour), "user-2", def, fields)
+	if err != nil {
+		t.Fatalf("update of %v: %v", fields, err)
+	}
+	up, ok := ApplyTemplate(tpl, recs[0])
+	if !ok || len(recs) != 1 {
+		t.Fatalf("update of %v recorded %v", fields, recs)
+	}
+	return up
+}
+
+// An update naming fields changes those, empty values included, and keeps
+// every other one; the definition that results is checked as a new one.
+func TestTemplateUpdateChangesTheFieldsNamed(t *testing.T) {
+	tpl := created(t, trainTemplate())
+	up := updated(t, tpl, Template{Description: "updated"}, "id", "description")
+	if up.Description != "updated" || up.Name != tpl.Name || up.Command != tpl.Command || !slices.Equal(up.Args, tpl.Args) ||
+		!slices.EqualFunc(up.Variables, tpl.Variables, varsEqual) || up.Workdir != tpl.Workdir || up.Env["CUDA_VISIBLE_DEVICES"] != "{{gpu_id}}" ||
+		up.Timeout != 86400 || up.Priority != 5 || up.ID != tpl.ID || up.CreatedBy != "user-1" || up.Version != 2 {
+		t.Fatalf("updated %+v", up)
+	}
+
+	// A list or map named takes the value given: variables and args are
+	// replaced whole, and an empty one clears.
+	vars := []Var{{Name: "model", Type: VarString, Default: "resnet50"}}
+	up = updated(t, tpl, Template{Args: []string{"train.py", "{{model}}"}, Variables: vars}, "args", "variables", "env", "tags")
+	if !slices.Equal(up.Args, []string{"train.py", "{{model}}"}) || !slices.EqualFunc(up.Variables, vars, varsEqual) ||
+		len(up.Env) != 0 || len(up.Tags) != 0 || up.Description != tpl.Description || up.Workdir != tpl.Workdir {
+		t.Fatalf("updated %+v", up)
+	}
+
+	// Refused: each error names its field, and nothing is recorded.
+	relative := Template{Workdir: "relative/dir"}
+	for _, tt := range []struct {
+		name   string
+		def    Template
+		fields []string
+		field  string
+	}{
+		{"an empty name named", Template{}, []string{"name"}, "name"},
+		{"an empty command named", Template{Name: "x"}, []string{"name", "command"}, "command"},
+		{"another id", Template{ID: "other", Description: "x"}, []string{"id", "description"}, "id"},
+		{"a relative workdir", relative, []string{"workdir"}, "workdir"},
+		{"a variable still used dropped", Template{Variables: vars}, []string{"variables"}, "args[4]"},
+		{"a path of no field", Template{}, []string{"description", "checkpoint.enabled"}, "update_mask"},
+		{"no path: the whole definition, without a name", Template{Description: "x"}, nil, "name"},
+	} {
+		recs, err := tpl.Update(tpl.CreatedAt.Add(time.Hour), "user-2", tt.def, tt.fields)
+		var ie *task.InvalidError
+		if !errors.As(err, &ie) || ie.Field != tt.field || recs != nil {
+			t.Errorf("%s: %v, %v; want invalid %s", tt.name, recs, err, tt.field)
+		}
+	}
+
+	// The template's own fields may be named, and stay.
+	up = updated(t, tpl, Template{ID: tpl.ID, CreatedBy: "mallory", CreatedAt: time.Unix(0, 0)}, "id", "created_by", "created_at")
+	if up.ID != tpl.ID || up.CreatedBy != "user-1" || !up.CreatedAt.Equal(tpl.CreatedAt) {
+		t.Fatalf("updated %+v", up)
+	}
+}
+
+// An update that changes nothing is still an update, as a task's is: it is
+// recorded, and the template after is the one before.
+func TestTemplateUpdateOfNothing(t *testing.T) {
+	tpl := created(t, trainTemplate())
+	up := updated(t, tpl, Template{}, "id")
+	if !reflect.DeepEqual(definition(up), definition(tpl)) || up.Version != tpl.Version+1 {
+		t.Fatalf("after an update of nothing: %+v, before %+v", up, tpl)
+	}
+}
+
+// Naming one field changes that field alone, for every field an update
+// may name: none is left out of the merge.
+func TestTemplateUpdateNamesEachFieldAlone(t *testing.T) {
+	tpl := created(t, trainTemplate())
+	other := Template{Name: "other", Description: "other", Command: "python3", Args: []string{"train.py", "{{model}}"},
+		Workdir: "/other", Env: map[string]string{"K": "v"}, Timeout: 60, Priority: 1,
+		Variables: []Var{{Name: "model", Type: VarString}, {Name: "epochs", Type: VarInt}, {Name: "gpu_id", Type: VarString},
+			{Name: "amp", Type: VarBool}, {Name: "more", Type: VarString}},
+		Category: "other", Tags: []string{"other"}, Checkpoint: true, Artifacts: []string{"out/*"}}
+	for _, f := range TemplateFields {
+		up := updated(t, tpl, other, f)
+		before, after := definition(tpl), definition(up)
+		var changed []string
+		for k := range after {
+			if !reflect.DeepEqual(before[k], after[k]) {
+				changed = append(changed, k)
+			}
+		}
+		// The mask names a field as the template's JSON does, but for
+		// checkpoint; the template's own fields stay.
+		want := []string{f}
+		switch f {
+		case "id", "created_by", "created_at":
+			want = nil
+		case "checkpoint":
+			want = []string{"checkpoint_enabled"}
+		}
+		if !slices.Equal(changed, want) {
+			t.Errorf("naming %s changed %v", f, changed)
+		}
+	}
+}
+
+// definition is t as JSON keys, without what every write changes.
+func definition(t Template) map[string]any {
+	raw, _ := json.Marshal(t)
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	delete(m, "version")
+	delete(m, "updated_at")
+	return m
+}
+
+func varsEqual(a, b Var) bool { return reflect.DeepEqual(a, b) }
 
 // A template's checkpoint and artifacts pass on to its tasks; bad globs
 // are refused when the template is stored.

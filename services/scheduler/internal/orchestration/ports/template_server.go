@@ -63,7 +63,7 @@ func (s *TemplateServer) UpdateTemplate(ctx context.Context, r *taskv1.UpdateTem
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.App.UpdateTemplate(ctx, c, r.GetId(), taskproto.TemplateFromProto(r.GetTemplate()))
+	t, err := s.App.UpdateTemplate(ctx, c, r.GetId(), taskproto.TemplateFromProto(r.GetTemplate()), r.GetUpdateMask().GetPaths())
 	if err != nil {
 		return nil, toStatus(s.Log, notFound(err, "template"))
 	}

@@ -439,7 +439,7 @@ func (c *contract) templates(t *testing.T) {
 	up, err := c.s.Templates.Mutate(c.ctx, "tenant-a", "t1", func(cur orch.Template) ([]orch.Record, error) {
 		def := cur
 		def.Description = "v2"
-		return cur.Update(T0.Add(time.Second), "user-x", def)
+		return cur.Update(T0.Add(time.Second), "user-x", def, nil)
 	})
 	if err != nil || up.Description != "v2" || up.Version != 2 || up.CreatedBy != "user-tenant-a" {
 		t.Fatalf("update: %+v, %v", up, err)

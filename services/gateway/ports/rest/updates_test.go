@@ -59,7 +59,11 @@ func TestTaskUpdateNamesTheListsItEmpties(t *testing.T) {
 		{"", `{"args": `, ""},
 	} {
 		r := httptest.NewRequest(http.MethodPut, "/api/v1/tasks/t1?"+tt.query, nil)
-		clearedLists(r, []byte(tt.body))
+		u, ok := updateRouteOf(r)
+		if !ok {
+			t.Fatal("PUT /api/v1/tasks/t1 is no update route")
+		}
+		fillUpdateMask(r, u, []byte(tt.body))
 		if got := r.URL.Query().Get("update_mask"); got != tt.want {
 			t.Errorf("%s with %s: update_mask = %q, want %q", tt.query, tt.body, got, tt.want)
 		}
@@ -74,6 +78,58 @@ func TestClearableKeysAreTaskSpecFields(t *testing.T) {
 		f := fields.ByName(protoreflect.Name(path))
 		if f == nil || (key != path && f.JSONName() != key) || !(f.IsList() || f.IsMap()) {
 			t.Errorf("%q → %q is no list or map of TaskSpec under that name", key, path)
+		}
+	}
+}
+
+// A template update names in update_mask every TaskTemplate field its body
+// gives, by either name protojson reads and empty values included, and id,
+// which the path gives; null is left out, as is a key of no field, and
+// paths the client put in the query stay.
+func TestTemplateUpdateNamesWhatTheBodyGives(t *testing.T) {
+	for _, tt := range []struct{ query, body, want string }{
+		{"", `{"description": "updated"}`, "description,id"},
+		{"", `{}`, "id"},
+		{"", `{"name": "", "args": [], "env": {}, "variables": [], "timeout": 0, "checkpoint": {"enabled": false}}`,
+			"args,checkpoint,env,id,name,timeout,variables"},
+		{"", `{"createdBy": "x", "created_at": "2026-01-01T00:00:00Z", "id": "t1"}`, "created_at,created_by,id"},
+		{"", `{"workdir": null, "tags": ["a"], "nope": 1}`, "id,tags"},
+		{"update_mask=category", `{"priority": 2}`, "category,id,priority"},
+		{"", `[]`, ""},
+		{"", `null`, ""},
+		{"", `{"name": `, ""},
+	} {
+		r := httptest.NewRequest(http.MethodPut, "/api/v1/templates/t1?"+tt.query, nil)
+		u, ok := updateRouteOf(r)
+		if !ok {
+			t.Fatal("PUT /api/v1/templates/t1 is no update route")
+		}
+		fillUpdateMask(r, u, []byte(tt.body))
+		if got := r.URL.Query().Get("update_mask"); got != tt.want {
+			t.Errorf("%s with %s: update_mask = %q, want %q", tt.query, tt.body, got, tt.want)
+		}
+	}
+}
+
+// Only a PUT of one task or one template is an update route.
+func TestUpdateRoutes(t *testing.T) {
+	for _, tt := range []struct {
+		method, path string
+		want         bool
+	}{
+		{http.MethodPut, "/api/v1/tasks/t1", true},
+		{http.MethodPut, "/api/v1/templates/t1", true},
+		{http.MethodPost, "/api/v1/templates/t1/run", false},
+		{http.MethodPut, "/api/v1/templates/", false},
+		{http.MethodPut, "/api/v1/templates/t1/run", false},
+		{http.MethodPost, "/api/v1/templates", false},
+		{http.MethodPut, "/api/v1/tasks/", false},
+		{http.MethodPut, "/api/v1/tasks/t1/result", false},
+		{http.MethodPost, "/api/v1/tasks/t1", false},
+		{http.MethodPut, "/api/v1/cohorts/c1", false},
+	} {
+		if _, got := updateRouteOf(httptest.NewRequest(tt.method, tt.path, nil)); got != tt.want {
+			t.Errorf("%s %s: update route %v, want %v", tt.method, tt.path, got, tt.want)
 		}
 	}
 }
