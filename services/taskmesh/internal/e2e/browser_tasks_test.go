@@ -155,11 +155,11 @@ func TestConsoleTasksPageInABrowser(t *testing.T) {
 	// upper-case job id are answered, not thrown or called lost.
 	var heading, findStatus string
 	run("an unknown page", 20*time.Second,
-		chromedp.Navigate(w.s.HTTPURL+"/ui/#/groups"),
+		chromedp.Navigate(w.s.HTTPURL+"/ui/#/queues"),
 		chromedp.Text(`h1`, &heading, chromedp.ByQuery),
 	)
 	if heading != "No such page" {
-		t.Errorf("#/groups shows %q", heading)
+		t.Errorf("#/queues shows %q", heading)
 	}
 	run("a mangled job link", 20*time.Second,
 		chromedp.Navigate(w.s.HTTPURL+"/ui/#/pipeline/%E0%A4%A"),

@@ -29,10 +29,32 @@ export function uid(prefix: string): string {
   return `${prefix}-${ids}`;
 }
 
-// field is a labelled control.
-export function field(label: string, control: HTMLElement): HTMLElement {
+// field is a labelled control; a hint under it is read out with it
+// (aria-describedby).
+export function field(label: string, control: HTMLElement, hint?: string): HTMLElement {
   if (!control.id) control.id = uid("f");
-  return h("div", {}, h("label", { htmlFor: control.id }, label), control);
+  if (!hint) return h("div", {}, h("label", { htmlFor: control.id }, label), control);
+  const note = h("small", { className: "hint", id: uid("hint") }, hint);
+  control.setAttribute("aria-describedby", note.id);
+  return h("div", {}, h("label", { htmlFor: control.id }, label), control, note);
+}
+
+// when shows a timestamp of the API in the reader's time zone, as a
+// <time> that keeps the exact value; nothing for an empty one.
+export function when(ts: string | null | undefined): HTMLElement | string {
+  if (!ts) return "";
+  const d = new Date(ts);
+  return isNaN(d.getTime()) ? ts : h("time", { dateTime: ts }, d.toLocaleString());
+}
+
+// idFromRoute reads the id part of a hash route (#/groups/{id}): the
+// address holds it percent-encoded, and a mangled one is no id at all.
+export function idFromRoute(arg: string): string | null {
+  try {
+    return decodeURIComponent(arg).trim() || null;
+  } catch {
+    return null;
+  }
 }
 
 export function say(el: HTMLElement, text: string, error = false): void {

@@ -1,10 +1,15 @@
 // The Taskmesh web console: sign in with an API key (kept in session
-// storage), then the pipeline, tasks and video pages, each a hash route.
+// storage), then the pipeline, tasks, task groups, audit, usage and video
+// pages, each a hash route.
 
 import { apiKey, call, describe, setAPIKey } from "./api";
+import { auditPage } from "./audit";
 import { field, h, say } from "./dom";
+import { groupsPage } from "./groups";
+import { newTaskPage } from "./newtask";
 import { pipelinePage } from "./pipeline";
 import { tasksPage } from "./tasks";
+import { usagePage } from "./usage";
 import { videoPage } from "./video";
 
 const main = document.getElementById("main") as HTMLElement;
@@ -47,27 +52,21 @@ function signIn(): void {
 // notFound answers an address the console has no page for (a mistyped
 // or outdated link) instead of showing another page in its place.
 function notFound(main: HTMLElement): void {
-  main.append(
-    h("h1", {}, "No such page"),
-    h(
-      "p",
-      { className: "card" },
-      "The console has no page at this address. Go to ",
-      h("a", { href: "#/pipeline" }, "Pipeline"),
-      ", ",
-      h("a", { href: "#/tasks" }, "Tasks"),
-      " or ",
-      h("a", { href: "#/video" }, "Video"),
-      ".",
-    ),
-  );
+  const links = [...nav.querySelectorAll("a")].map((a) => h("a", { href: a.getAttribute("href") ?? "#/" }, a.textContent ?? ""));
+  const list: (Node | string)[] = [];
+  links.forEach((a, i) => list.push(i === 0 ? "" : i === links.length - 1 ? " or " : ", ", a));
+  main.append(h("h1", {}, "No such page"), h("p", { className: "card" }, "The console has no page at this address. Go to ", ...list, "."));
 }
 
 function route(): void {
   current?.abort();
   current = new AbortController();
   main.replaceChildren();
-  const [, page, arg] = location.hash.split("/");
+  // #/page/arg?query: the query is the page's own (the audit filters).
+  const mark = location.hash.indexOf("?");
+  const path = mark < 0 ? location.hash : location.hash.slice(0, mark);
+  const query = mark < 0 ? "" : location.hash.slice(mark + 1);
+  const [, page, arg] = path.split("/");
   const signedIn = apiKey() !== null;
   nav.hidden = !signedIn;
   for (const a of nav.querySelectorAll("a")) {
@@ -77,7 +76,17 @@ function route(): void {
   if (!signedIn) return signIn();
   switch (page) {
     case "tasks":
-      tasksPage(main, current.signal, arg);
+      if (arg === "new") newTaskPage(main);
+      else tasksPage(main, current.signal, arg);
+      break;
+    case "groups":
+      groupsPage(main, current.signal, arg);
+      break;
+    case "audit":
+      auditPage(main, new URLSearchParams(query));
+      break;
+    case "usage":
+      usagePage(main);
       break;
     case "video":
       videoPage(main, current.signal);

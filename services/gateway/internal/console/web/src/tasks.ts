@@ -83,28 +83,43 @@ export function tasksPage(main: HTMLElement, signal: AbortSignal, selected?: str
   more.addEventListener("click", () => void load(false));
   const table = h(
     "table",
-    {},
+    { className: "tasks" },
     h("caption", { className: "msg" }, "Tasks, newest first"),
     h("thead", {}, h("tr", {}, ...["Task", "Name", "Type", "Status", "Progress", "Created"].map((c) => h("th", { scope: "col" }, c)))),
     body,
   );
   // A selected task comes first, where the page opens, above the list it
   // was picked from.
-  main.append(h("h1", {}, "Tasks"), detail, filters, msg, h("div", { className: "card table-wrap" }, table, more));
+  const heading = h("div", { className: "heading" }, h("h1", {}, "Tasks"), h("a", { href: "#/tasks/new", className: "button", id: "new-task-link" }, "New task"));
+  main.append(heading, detail, filters, msg, h("div", { className: "card table-wrap" }, table, more));
   void load(true);
   if (selected) taskDetail(detail, selected, signal);
 }
 
+// What a task's status allows (docs/api/tasks.md): cancel any task that
+// is not final, retry a failed or cancelled one.
+const cancellable = new Set(["pending", "assigned", "running", "preempted", "suspended"]);
+const retryable = new Set(["failed", "cancelled"]);
+
 // taskDetail follows one task live until it is final, then shows its
-// result.
+// result. Cancel and Retry show when the task's status allows them; the
+// page follows the task again after a retry.
 function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
   const status = h("span", { className: "status", "data-task-status": "" }, "…");
   const progress = h("progress", { max: 100, value: 0, "aria-label": "Task progress" });
   const message = h("p", { className: "msg", role: "status", "aria-live": "polite", "data-task-message": "" });
   const output = h("pre", { "aria-label": "Output" });
   const result = h("div", {});
+  const reason = h("input", { type: "text", name: "cancel-reason", id: "cancel-reason", maxLength: 1024, autocomplete: "off" });
+  const cancel = h("button", { type: "submit", id: "task-cancel", className: "danger" }, "Cancel task");
+  const cancelForm = h("form", { className: "row actions", "aria-label": "Cancel the task", hidden: true },
+    field("Reason for cancelling (optional)", reason), h("div", {}, cancel));
+  const retry = h("button", { type: "button", id: "task-retry", hidden: true }, "Retry task");
+  const actionMsg = h("p", { className: "msg", role: "status", "aria-live": "polite", id: "task-action-status" });
+  const audit = h("a", { href: `#/audit?resource=task&resource_id=${encodeURIComponent(id)}` }, "Audit log of this task");
   into.replaceChildren(
-    h("section", { className: "card", "aria-label": `Task ${id}` }, h("h2", {}, "Task ", h("code", {}, id), " — ", status), progress, message, result, output),
+    h("section", { className: "card", "aria-label": `Task ${id}` }, h("h2", {}, "Task ", h("code", {}, id), " — ", status), progress, message,
+      cancelForm, retry, actionMsg, result, output, h("p", {}, audit)),
   );
   // show draws a frame or the task itself. Why a task failed or was
   // cancelled (error) outranks the last progress message it reported.
@@ -113,17 +128,27 @@ function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
     status.className = "status " + t.status;
     progress.value = t.progress ?? 0;
     say(message, t.error || t.progress_message || "", Boolean(t.error));
+    cancelForm.hidden = !cancellable.has(t.status);
+    retry.hidden = !retryable.has(t.status);
+    // A frame names the task by task_id, the task itself by id: the
+    // audit log knows it by that id, not by a client's name for it.
+    const taskID = t.task_id || t.id;
+    if (taskID) audit.href = `#/audit?resource=task&resource_id=${encodeURIComponent(taskID)}`;
   };
   const deleted = () => {
     status.textContent = "deleted";
     status.className = "status deleted";
     say(message, "This task was deleted.", true);
+    cancelForm.hidden = true;
+    retry.hidden = true;
   };
-  const finish = async () => {
+  const finish = async (until: AbortSignal) => {
     try {
       const t = await call("GET", `/api/v1/tasks/${id}`);
+      if (until.aborted) return;
       show(t);
       const r = await call("GET", `/api/v1/tasks/${id}/result`);
+      if (until.aborted) return;
       output.textContent = [r.stdout, r.stderr].filter(Boolean).join("\n--- stderr ---\n") || "(no output)";
       result.replaceChildren(
         h("p", {}, `Result: ${r.status}${r.exit_code != null ? `, exit code ${r.exit_code}` : ""}`),
@@ -133,30 +158,81 @@ function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
       say(message, describe(err), true);
     }
   };
-  void (async () => {
-    let last = "";
-    let gone = false;
-    for (let tries = 0; tries < 100 && !signal.aborted; tries++) {
-      try {
-        await stream(`/api/v1/tasks/${id}/events`, last, (f) => {
-          last = f.id;
-          if (f.event === "deleted" || f.data?.deleted) {
-            gone = true;
-            deleted();
-          } else show(f.data);
-        }, signal);
-        break;
-      } catch (err) {
-        if (signal.aborted) return;
-        if (err instanceof APIError && err.status === 404) {
-          say(message, "No such task.", true);
-          return;
+  // follow reads the task's live stream until it is final (then its
+  // result); a retry follows it again from its current state.
+  let following: AbortController | null = null;
+  let live = false;
+  const follow = () => {
+    following?.abort();
+    const mine = new AbortController();
+    following = mine;
+    signal.addEventListener("abort", () => mine.abort(), { once: true });
+    live = true;
+    void (async () => {
+      let last = "";
+      let gone = false;
+      for (let tries = 0; tries < 100 && !mine.signal.aborted; tries++) {
+        try {
+          await stream(`/api/v1/tasks/${id}/events`, last, (f) => {
+            last = f.id;
+            if (f.event === "deleted" || f.data?.deleted) {
+              gone = true;
+              deleted();
+            } else show(f.data);
+          }, mine.signal);
+          break;
+        } catch (err) {
+          if (mine.signal.aborted) return;
+          if (err instanceof APIError && err.status === 404) {
+            say(message, "No such task.", true);
+            return;
+          }
+          // The status shown may be stale until the stream is back: say so.
+          say(message, "Live updates interrupted; trying again every 4 seconds.", true);
+          await new Promise((r) => setTimeout(r, 4000));
         }
-        // The status shown may be stale until the stream is back: say so.
-        say(message, "Live updates interrupted; trying again every 4 seconds.", true);
-        await new Promise((r) => setTimeout(r, 4000));
       }
+      if (following === mine) live = false;
+      if (!gone && !mine.signal.aborted) await finish(mine.signal);
+    })();
+  };
+  // act sends one action; its answer (the task) shows at once, and the
+  // live stream goes on from there. A refusal is shown with its code,
+  // and the task read again: the page may have been behind it.
+  const act = async (what: string, path: string, body: unknown, done: string) => {
+    cancel.disabled = retry.disabled = true;
+    say(actionMsg, `${what}…`);
+    try {
+      const t = await call("POST", `/api/v1/tasks/${id}/${path}`, body);
+      show(t);
+      say(actionMsg, done);
+      return true;
+    } catch (err) {
+      say(actionMsg, `${what} failed. ${describe(err)}`, true);
+      try {
+        const t = await call("GET", `/api/v1/tasks/${id}`);
+        show(t);
+        // Changed elsewhere since the stream ended (retried): follow it.
+        if (!live && cancellable.has(t.status)) follow();
+      } catch (again) {
+        if (again instanceof APIError && again.status === 404) deleted();
+      }
+      return false;
+    } finally {
+      cancel.disabled = retry.disabled = false;
     }
-    if (!gone && !signal.aborted) await finish();
-  })();
+  };
+  cancelForm.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const why = reason.value.trim();
+    if (await act("Cancelling the task", "cancel", why ? { reason: why } : {}, "Task cancelled.")) reason.value = "";
+  });
+  retry.addEventListener("click", async () => {
+    if (await act("Retrying the task", "retry", {}, "Task put back to pending.")) {
+      output.textContent = "";
+      result.replaceChildren();
+      follow();
+    }
+  });
+  follow();
 }
