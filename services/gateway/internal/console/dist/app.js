@@ -853,6 +853,7 @@ function tasksPage(main2, signal, selected) {
 var cancellable2 = /* @__PURE__ */ new Set(["pending", "assigned", "running", "preempted", "suspended"]);
 var retryable = /* @__PURE__ */ new Set(["failed", "cancelled"]);
 function taskDetail(into, id, signal) {
+  const path = `/api/v1/tasks/${encodeURIComponent(id)}`;
   const status = h("span", { className: "status", "data-task-status": "" }, "…");
   const progress = h("progress", { max: 100, value: 0, "aria-label": "Task progress" });
   const message = h("p", { className: "msg", role: "status", "aria-live": "polite", "data-task-message": "" });
@@ -903,10 +904,10 @@ function taskDetail(into, id, signal) {
   };
   const finish = async (until) => {
     try {
-      const t = await call("GET", `/api/v1/tasks/${id}`);
+      const t = await call("GET", path);
       if (until.aborted) return;
       show(t);
-      const r = await call("GET", `/api/v1/tasks/${id}/result`);
+      const r = await call("GET", `${path}/result`);
       if (until.aborted) return;
       output.textContent = [r.stdout, r.stderr].filter(Boolean).join("\n--- stderr ---\n") || "(no output)";
       result.replaceChildren(
@@ -930,7 +931,7 @@ function taskDetail(into, id, signal) {
       let gone = false;
       for (let tries = 0; tries < 100 && !mine.signal.aborted; tries++) {
         try {
-          await stream(`/api/v1/tasks/${id}/events`, last, (f) => {
+          await stream(`${path}/events`, last, (f) => {
             last = f.id;
             if (f.event === "deleted" || f.data?.deleted) {
               gone = true;
@@ -952,18 +953,18 @@ function taskDetail(into, id, signal) {
       if (!gone && !mine.signal.aborted) await finish(mine.signal);
     })();
   };
-  const act = async (what, path, body, done) => {
+  const act = async (what, action, body, done) => {
     cancel.disabled = retry.disabled = true;
     say(actionMsg, `${what}…`);
     try {
-      const t = await call("POST", `/api/v1/tasks/${id}/${path}`, body);
+      const t = await call("POST", `${path}/${action}`, body);
       show(t);
       say(actionMsg, done);
       return true;
     } catch (err) {
       say(actionMsg, `${what} failed. ${describe(err)}`, true);
       try {
-        const t = await call("GET", `/api/v1/tasks/${id}`);
+        const t = await call("GET", path);
         show(t);
         if (!live && cancellable2.has(t.status)) follow();
       } catch (again) {

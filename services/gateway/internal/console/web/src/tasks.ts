@@ -105,6 +105,8 @@ const retryable = new Set(["failed", "cancelled"]);
 // result. Cancel and Retry show when the task's status allows them; the
 // page follows the task again after a retry.
 function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
+  // The id comes from the address: it is one path segment of every call.
+  const path = `/api/v1/tasks/${encodeURIComponent(id)}`;
   const status = h("span", { className: "status", "data-task-status": "" }, "…");
   const progress = h("progress", { max: 100, value: 0, "aria-label": "Task progress" });
   const message = h("p", { className: "msg", role: "status", "aria-live": "polite", "data-task-message": "" });
@@ -144,10 +146,10 @@ function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
   };
   const finish = async (until: AbortSignal) => {
     try {
-      const t = await call("GET", `/api/v1/tasks/${id}`);
+      const t = await call("GET", path);
       if (until.aborted) return;
       show(t);
-      const r = await call("GET", `/api/v1/tasks/${id}/result`);
+      const r = await call("GET", `${path}/result`);
       if (until.aborted) return;
       output.textContent = [r.stdout, r.stderr].filter(Boolean).join("\n--- stderr ---\n") || "(no output)";
       result.replaceChildren(
@@ -173,7 +175,7 @@ function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
       let gone = false;
       for (let tries = 0; tries < 100 && !mine.signal.aborted; tries++) {
         try {
-          await stream(`/api/v1/tasks/${id}/events`, last, (f) => {
+          await stream(`${path}/events`, last, (f) => {
             last = f.id;
             if (f.event === "deleted" || f.data?.deleted) {
               gone = true;
@@ -199,18 +201,18 @@ function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
   // act sends one action; its answer (the task) shows at once, and the
   // live stream goes on from there. A refusal is shown with its code,
   // and the task read again: the page may have been behind it.
-  const act = async (what: string, path: string, body: unknown, done: string) => {
+  const act = async (what: string, action: string, body: unknown, done: string) => {
     cancel.disabled = retry.disabled = true;
     say(actionMsg, `${what}…`);
     try {
-      const t = await call("POST", `/api/v1/tasks/${id}/${path}`, body);
+      const t = await call("POST", `${path}/${action}`, body);
       show(t);
       say(actionMsg, done);
       return true;
     } catch (err) {
       say(actionMsg, `${what} failed. ${describe(err)}`, true);
       try {
-        const t = await call("GET", `/api/v1/tasks/${id}`);
+        const t = await call("GET", path);
         show(t);
         // Changed elsewhere since the stream ended (retried): follow it.
         if (!live && cancellable.has(t.status)) follow();
