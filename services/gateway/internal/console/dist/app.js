@@ -118,11 +118,13 @@ function when(ts) {
   return isNaN(d.getTime()) ? ts : h("time", { dateTime: ts }, d.toLocaleString());
 }
 function idFromRoute(arg) {
+  let id;
   try {
-    return decodeURIComponent(arg).trim() || null;
+    id = decodeURIComponent(arg).trim();
   } catch {
     return null;
   }
+  return id === "" || id === "." || id === ".." || id.includes("/") ? null : id;
 }
 function say(el, text, error = false) {
   el.textContent = text;
@@ -408,6 +410,14 @@ function groupDetail(main2, id, signal) {
     members.replaceChildren(...[...known.values()].map(member));
     membersMsg.textContent = known.size ? "" : "No members yet.";
   };
+  const gone = () => {
+    status.textContent = "deleted";
+    status.className = "status deleted";
+    say(message, "No such task group: it was deleted, or never was.", true);
+    say(live, "");
+    start.hidden = true;
+    cancelForm.hidden = true;
+  };
   const read = async () => show(await call("GET", `/api/v1/task-groups/${encodeURIComponent(id)}`), true);
   void (async () => {
     let last = "";
@@ -416,20 +426,25 @@ function groupDetail(main2, id, signal) {
         await stream(`/api/v1/task-groups/${encodeURIComponent(id)}/events`, last, (f) => {
           last = f.id;
           say(live, "");
-          show(f.data, f.data?.change === "snapshot");
+          if (f.event === "deleted" || f.data?.deleted) gone();
+          else show(f.data, f.data?.change === "snapshot");
         }, signal);
         await read();
         return;
       } catch (err) {
         if (signal.aborted) return;
         if (err instanceof APIError && err.status === 404) {
-          say(message, "No such task group.", true);
+          gone();
           return;
         }
         say(live, "Live updates interrupted; reading the group every 4 seconds.", true);
         try {
           await read();
-        } catch {
+        } catch (again) {
+          if (again instanceof APIError && again.status === 404) {
+            gone();
+            return;
+          }
         }
         await new Promise((r) => setTimeout(r, pollEvery));
       }
@@ -447,7 +462,8 @@ function groupDetail(main2, id, signal) {
       say(actionMsg, `${what} failed. ${describe(err)}`, true);
       try {
         await read();
-      } catch {
+      } catch (again) {
+        if (again instanceof APIError && again.status === 404) gone();
       }
       return false;
     } finally {
@@ -848,7 +864,11 @@ function tasksPage(main2, signal, selected) {
   const heading = h("div", { className: "heading" }, h("h1", {}, "Tasks"), h("a", { href: "#/tasks/new", className: "button", id: "new-task-link" }, "New task"));
   main2.append(heading, detail, filters, msg, h("div", { className: "card table-wrap" }, table, more));
   void load(true);
-  if (selected) taskDetail(detail, selected, signal);
+  if (selected) {
+    const id = idFromRoute(selected);
+    if (id === null) detail.replaceChildren(h("p", { className: "card error" }, "This address does not hold a task id."));
+    else taskDetail(detail, id, signal);
+  }
 }
 var cancellable2 = /* @__PURE__ */ new Set(["pending", "assigned", "running", "preempted", "suspended"]);
 var retryable = /* @__PURE__ */ new Set(["failed", "cancelled"]);
@@ -945,7 +965,19 @@ function taskDetail(into, id, signal) {
             say(message, "No such task.", true);
             return;
           }
-          say(message, "Live updates interrupted; trying again every 4 seconds.", true);
+          try {
+            const t = await call("GET", path);
+            if (mine.signal.aborted) return;
+            show(t);
+            if (!cancellable2.has(t.status)) break;
+          } catch (again) {
+            if (again instanceof APIError && again.status === 404) {
+              gone = true;
+              deleted();
+              break;
+            }
+          }
+          say(message, "Live updates interrupted; reading the task every 4 seconds.", true);
           await new Promise((r) => setTimeout(r, 4e3));
         }
       }

@@ -49,12 +49,16 @@ export function when(ts: string | null | undefined): HTMLElement | string {
 
 // idFromRoute reads the id part of a hash route (#/groups/{id}): the
 // address holds it percent-encoded, and a mangled one is no id at all.
+// Nor is one that cannot be a single path segment of an API call ("/",
+// "." or ".."): the browser would resolve it into another route.
 export function idFromRoute(arg: string): string | null {
+  let id: string;
   try {
-    return decodeURIComponent(arg).trim() || null;
+    id = decodeURIComponent(arg).trim();
   } catch {
     return null;
   }
+  return id === "" || id === "." || id === ".." || id.includes("/") ? null : id;
 }
 
 export function say(el: HTMLElement, text: string, error = false): void {

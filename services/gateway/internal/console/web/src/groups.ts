@@ -170,6 +170,16 @@ function groupDetail(main: HTMLElement, id: string, signal: AbortSignal): void {
     members.replaceChildren(...[...known.values()].map(member));
     membersMsg.textContent = known.size ? "" : "No members yet.";
   };
+  // gone shows a group deleted meanwhile (or never there) as such, with
+  // no actions left to offer.
+  const gone = () => {
+    status.textContent = "deleted";
+    status.className = "status deleted";
+    say(message, "No such task group: it was deleted, or never was.", true);
+    say(live, "");
+    start.hidden = true;
+    cancelForm.hidden = true;
+  };
   const read = async () => show(await call("GET", `/api/v1/task-groups/${encodeURIComponent(id)}`), true);
   void (async () => {
     let last = "";
@@ -178,7 +188,8 @@ function groupDetail(main: HTMLElement, id: string, signal: AbortSignal): void {
         await stream(`/api/v1/task-groups/${encodeURIComponent(id)}/events`, last, (f) => {
           last = f.id;
           say(live, "");
-          show(f.data, f.data?.change === "snapshot");
+          if (f.event === "deleted" || f.data?.deleted) gone();
+          else show(f.data, f.data?.change === "snapshot");
         }, signal);
         // Ended: the group and every member are final. Read it once more
         // (a client that had the final frame is answered 204).
@@ -187,13 +198,17 @@ function groupDetail(main: HTMLElement, id: string, signal: AbortSignal): void {
       } catch (err) {
         if (signal.aborted) return;
         if (err instanceof APIError && err.status === 404) {
-          say(message, "No such task group.", true);
+          gone();
           return;
         }
         say(live, "Live updates interrupted; reading the group every 4 seconds.", true);
         try {
           await read();
-        } catch {
+        } catch (again) {
+          if (again instanceof APIError && again.status === 404) {
+            gone();
+            return;
+          }
           // still down: try again
         }
         await new Promise((r) => setTimeout(r, pollEvery));
@@ -212,8 +227,9 @@ function groupDetail(main: HTMLElement, id: string, signal: AbortSignal): void {
       say(actionMsg, `${what} failed. ${describe(err)}`, true);
       try {
         await read();
-      } catch {
-        // the refusal is what the page says
+      } catch (again) {
+        // Otherwise the refusal is what the page says.
+        if (again instanceof APIError && again.status === 404) gone();
       }
       return false;
     } finally {

@@ -2,7 +2,7 @@
 // status, progress, output and result.
 
 import { APIError, call, describe, stream } from "./api";
-import { field, h, say } from "./dom";
+import { field, h, idFromRoute, say } from "./dom";
 
 const statuses = ["", "pending", "assigned", "running", "completed", "failed", "cancelled", "preempted", "suspended"];
 
@@ -93,7 +93,11 @@ export function tasksPage(main: HTMLElement, signal: AbortSignal, selected?: str
   const heading = h("div", { className: "heading" }, h("h1", {}, "Tasks"), h("a", { href: "#/tasks/new", className: "button", id: "new-task-link" }, "New task"));
   main.append(heading, detail, filters, msg, h("div", { className: "card table-wrap" }, table, more));
   void load(true);
-  if (selected) taskDetail(detail, selected, signal);
+  if (selected) {
+    const id = idFromRoute(selected);
+    if (id === null) detail.replaceChildren(h("p", { className: "card error" }, "This address does not hold a task id."));
+    else taskDetail(detail, id, signal);
+  }
 }
 
 // What a task's status allows (docs/api/tasks.md): cancel any task that
@@ -189,8 +193,21 @@ function taskDetail(into: HTMLElement, id: string, signal: AbortSignal): void {
             say(message, "No such task.", true);
             return;
           }
-          // The status shown may be stale until the stream is back: say so.
-          say(message, "Live updates interrupted; trying again every 4 seconds.", true);
+          // While the stream is down the task is read instead, so the
+          // page shows where it is (and its actions) all the same.
+          try {
+            const t = await call("GET", path);
+            if (mine.signal.aborted) return;
+            show(t);
+            if (!cancellable.has(t.status)) break;
+          } catch (again) {
+            if (again instanceof APIError && again.status === 404) {
+              gone = true;
+              deleted();
+              break;
+            }
+          }
+          say(message, "Live updates interrupted; reading the task every 4 seconds.", true);
           await new Promise((r) => setTimeout(r, 4000));
         }
       }
