@@ -35,6 +35,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
 // States a service reports (the server's current_state values).
@@ -294,7 +296,7 @@ func exitReason(err error) string {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed by " + ws.Signal().String()
+			return "killed by " + shim.SignalName(ws.Signal())
 		}
 		return fmt.Sprintf("exit code %d", ee.ExitCode())
 	}

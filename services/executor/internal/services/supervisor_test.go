@@ -49,7 +49,7 @@ func TestServiceIsRestartedRolledAndStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a restart", func() bool { st := status(s, "hb"); return st.State == StateRunning && st.PID != first })
-	if st := status(s, "hb"); st.Restarts != 1 || st.Error != "killed by killed" {
+	if st := status(s, "hb"); st.Restarts != 1 || st.Error != "killed by SIGKILL" {
 		t.Fatalf("after the kill: %+v", st)
 	}
 	second := status(s, "hb").PID
@@ -69,6 +69,27 @@ func TestServiceIsRestartedRolledAndStopped(t *testing.T) {
 	s.Reconcile(nil)
 	if len(s.Statuses()) != 0 {
 		t.Fatalf("statuses = %+v", s.Statuses())
+	}
+}
+
+// A process killed by a signal names it as tasks do (docs/api/services.md#managedservice).
+func TestKilledServiceNamesTheSignal(t *testing.T) {
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		want string
+	}{{syscall.SIGKILL, "killed by SIGKILL"}, {syscall.SIGTERM, "killed by SIGTERM"}} {
+		t.Run(tc.want, func(t *testing.T) {
+			s := newSupervisor(t)
+			s.Reconcile([]Desired{{ID: "svc", Version: "1", Command: "sleep", Args: []string{"60"}, RestartPolicy: "never", Running: true}})
+			waitFor(t, "running", func() bool { return status(s, "svc").State == StateRunning })
+			if err := syscall.Kill(status(s, "svc").PID, tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "exited", func() bool { return status(s, "svc").State == StateExited })
+			if st := status(s, "svc"); st.Error != tc.want {
+				t.Fatalf("error = %q, want %q", st.Error, tc.want)
+			}
+		})
 	}
 }
 

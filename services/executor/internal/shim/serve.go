@@ -221,7 +221,7 @@ func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
 		st.ExitCode = ws.ExitStatus()
 	case ws.Signaled():
 		sig := ws.Signal()
-		st.Signal, st.SignalName = int(sig), signalName(sig)
+		st.Signal, st.SignalName = int(sig), SignalName(sig)
 		st.ExitCode = 128 + int(sig)
 	}
 	var outTail, errTail []byte
@@ -272,7 +272,10 @@ func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
 	s.mu.Unlock()
 }
 
-func signalName(sig syscall.Signal) string {
+// SignalName names a signal the way a task's or a service's error does
+// ("killed by SIGKILL"): by its constant name, or "signal N" for one
+// without a name here. Go's own String gives the description ("killed").
+func SignalName(sig syscall.Signal) string {
 	switch sig {
 	case syscall.SIGKILL:
 		return "SIGKILL"

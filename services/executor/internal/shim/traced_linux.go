@@ -89,7 +89,7 @@ func waitPid(pid int) (syscall.WaitStatus, error) {
 
 func describe(ws syscall.WaitStatus) string {
 	if ws.Signaled() {
-		return signalName(ws.Signal())
+		return SignalName(ws.Signal())
 	}
 	return fmt.Sprintf("exit %d", ws.ExitStatus())
 }

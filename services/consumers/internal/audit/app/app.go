@@ -18,8 +18,9 @@ import (
 
 // Store reads the audit log.
 type Store interface {
-	// List returns up to q.PageSize+1 entries q selects, newest first
-	// (timestamp, then id, both descending), after q.After when set.
+	// List returns up to q.PageSize+1 entries q selects in the listing
+	// order (domain.Cursor: timestamp, version, id, all descending), after
+	// q.After when set.
 	List(ctx context.Context, q domain.Query) ([]domain.Entry, error)
 }
 
@@ -91,8 +92,7 @@ func (a *App) ListAuditLogs(ctx context.Context, c Caller, in domain.QueryInput)
 	next := ""
 	if len(entries) > q.PageSize {
 		entries = entries[:q.PageSize]
-		last := entries[len(entries)-1]
-		next = domain.Cursor{At: last.At, ID: last.ID}.Token()
+		next = entries[len(entries)-1].Cursor().Token()
 	}
 	return entries, next, nil
 }

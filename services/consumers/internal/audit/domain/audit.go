@@ -14,11 +14,15 @@ import (
 )
 
 // Entry is one audit log entry (the task API's AuditLog fields, plus the
-// tenant it belongs to).
+// tenant it belongs to and the version of its event).
 type Entry struct {
 	// ID is the id of the event the entry records.
-	ID         string
-	At         time.Time
+	ID string
+	At time.Time
+	// Version is the event's version within its aggregate (the task, the
+	// group, the quota, …): the order in which that resource's events were
+	// recorded, which orders its entries of one timestamp.
+	Version    int64
 	TenantID   string
 	Action     string // resource.verb, e.g. task.created
 	Resource   string
@@ -88,24 +92,35 @@ type Query struct {
 	After *Cursor
 }
 
-// Cursor is the position of an entry in the listing order.
+// Cursor is the position of an entry in the listing order: newest first,
+// by timestamp, then by version (of one resource's entries with the same
+// timestamp, the later event first: the event log's order), then by id
+// (entries of different resources with the same timestamp and version),
+// all descending (docs/api/audit.md#order). It depends on the event
+// alone, so a replay lists the same order.
 type Cursor struct {
-	At time.Time
-	ID string
+	At      time.Time
+	Version int64
+	ID      string
 }
+
+// Cursor is e's position in the listing order.
+func (e Entry) Cursor() Cursor { return Cursor{At: e.At, Version: e.Version, ID: e.ID} }
 
 // Token is the page token that continues after c.
 func (c Cursor) Token() string {
-	return strconv.FormatInt(c.At.UnixNano(), 10) + "_" + c.ID
+	return strconv.FormatInt(c.At.UnixNano(), 10) + "_" + strconv.FormatInt(c.Version, 10) + "_" + c.ID
 }
 
 func parseToken(s string) (*Cursor, error) {
-	ns, id, ok := strings.Cut(s, "_")
-	n, err := strconv.ParseInt(ns, 10, 64)
-	if !ok || err != nil || id == "" {
+	ns, rest, ok1 := strings.Cut(s, "_")
+	vs, id, ok2 := strings.Cut(rest, "_")
+	n, err1 := strconv.ParseInt(ns, 10, 64)
+	v, err2 := strconv.ParseInt(vs, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || id == "" {
 		return nil, invalid("page_token", "is not one this API gave")
 	}
-	return &Cursor{At: time.Unix(0, n).UTC(), ID: id}, nil
+	return &Cursor{At: time.Unix(0, n).UTC(), Version: v, ID: id}, nil
 }
 
 // Page sizes.

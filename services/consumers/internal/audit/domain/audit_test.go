@@ -25,20 +25,25 @@ func TestParseQuery(t *testing.T) {
 		!q.Until.Equal(time.Date(2026, 11, 22, 12, 0, 0, 1000, time.UTC)) || q.Tenant != "other" {
 		t.Errorf("RFC 3339 bounds, operator = %+v, %v", q, err)
 	}
-	c := Cursor{At: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), ID: "ev-1"}
-	if q, err := ParseQuery(QueryInput{PageToken: c.Token(), PageSize: 5}, tenant); err != nil || *q.After != c || q.PageSize != 5 {
-		t.Errorf("page token = %+v, %v", q, err)
+	for _, c := range []Cursor{
+		{At: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Version: 7, ID: "ev-1"},
+		{At: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), ID: "ev_with_underscores"},
+	} {
+		if q, err := ParseQuery(QueryInput{PageToken: c.Token(), PageSize: 5}, tenant); err != nil || *q.After != c || q.PageSize != 5 {
+			t.Errorf("page token of %+v = %+v, %v", c, q, err)
+		}
 	}
 	for name, in := range map[string]QueryInput{
-		"resource":  {Resource: "planet"},
-		"action":    {Action: "planet.created"},
-		"mismatch":  {Resource: "quota", Action: "task.created"},
-		"from":      {From: "2024-13-01"},
-		"to":        {To: "yesterday"},
-		"order":     {From: "2024-02-01", To: "2024-01-01"},
-		"size":      {PageSize: 1001},
-		"token":     {PageToken: "x"},
-		"tenant_id": {TenantID: "other"},
+		"resource":   {Resource: "planet"},
+		"action":     {Action: "planet.created"},
+		"mismatch":   {Resource: "quota", Action: "task.created"},
+		"from":       {From: "2024-13-01"},
+		"to":         {To: "yesterday"},
+		"order":      {From: "2024-02-01", To: "2024-01-01"},
+		"size":       {PageSize: 1001},
+		"token":      {PageToken: "x"},
+		"no version": {PageToken: "1767323045000000006_ev-1"},
+		"tenant_id":  {TenantID: "other"},
 	} {
 		var ie *InvalidError
 		if _, err := ParseQuery(in, tenant); !errors.As(err, &ie) || !errors.Is(err, ErrInvalid) {

@@ -159,10 +159,16 @@ type Report struct {
 	Instance  domain.Instance
 }
 
+// errNotTargeted: a report of a service the reporting agent is not meant
+// to run.
+var errNotTargeted = errors.New("the service does not target the agent")
+
 // Sync records an agent's reports and returns the services it must run:
 // those of its tenant (every tenant's for a shared-pool agent) that target
-// it. Reports of services it must no longer run are recorded too (their
-// stop shows), except for deleted ones.
+// it. A report counts only for a service of that answer; reports of any
+// other service (deleted, another tenant's, or one whose agent_id or
+// labels are not the agent's) are ignored: they record nothing and are no
+// heartbeat (docs/api/services.md#taskmeshmanagedv1serviceagentservice).
 func (a *App) Sync(ctx context.Context, c Caller, agentID string, labels []string, reports []Report) ([]domain.Service, error) {
 	if c.AgentID != "" && c.AgentID != agentID {
 		return nil, ErrForbidden
@@ -171,11 +177,18 @@ func (a *App) Sync(ctx context.Context, c Caller, agentID string, labels []strin
 	seen := make([]string, 0, len(reports))
 	for _, r := range reports {
 		_, err := a.store.Mutate(ctx, c.Tenant, r.ServiceID, func(s domain.Service) ([]domain.Record, error) {
+			if !s.Targets(agentID, labels) {
+				return nil, errNotTargeted
+			}
 			return s.Report(now, agentID, r.Instance), nil
 		})
 		switch {
 		case errors.Is(err, task.ErrNotFound):
-			continue // deleted: the agent stops it, nothing to record
+			continue // deleted (the agent stops it) or not the tenant's: nothing to record
+		case errors.Is(err, errNotTargeted):
+			a.log.Debug("managed services: report of a service that does not target the agent ignored",
+				"service_id", r.ServiceID, "agent_id", agentID)
+			continue
 		case err != nil:
 			return nil, err
 		}

@@ -62,6 +62,14 @@ func TestSyncReportsAndReturnsTheAgentsServices(t *testing.T) {
 	if in := sv.Instances["a1"]; in.PID != 7 || !in.At.Equal(c.now) {
 		t.Fatalf("instance = %+v", in)
 	}
+	// A report of a service pinned to another agent is ignored.
+	stray := app.Report{ServiceID: elsewhere.ID, Instance: domain.Instance{State: domain.StateStopped, Version: "1"}}
+	if _, err := a.Sync(ctx, agent1, "a1", []string{"gpu"}, []app.Report{stray}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.Events(elsewhere.ID)); n != 1 {
+		t.Fatalf("%d events of a service a1 does not run, want its creation only", n)
+	}
 	// Another tenant cannot read it; a report of a deleted service is
 	// ignored.
 	if _, err := a.Get(ctx, userB, mine.ID); !errors.Is(err, task.ErrNotFound) {

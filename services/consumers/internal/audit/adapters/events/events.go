@@ -180,6 +180,7 @@ type envelope interface {
 	proto.Message
 	GetEventId() string
 	GetAggregateId() string
+	GetVersion() int64
 	GetTenantId() string
 	GetActor() string
 }
@@ -276,7 +277,7 @@ func entry(ev envelope, rules map[string]rule) (domain.Entry, bool, error) {
 		at = time.Unix(ts.Get(ts.Descriptor().Fields().ByName("seconds")).Int(),
 			ts.Get(ts.Descriptor().Fields().ByName("nanos")).Int()).UTC()
 	}
-	e := domain.Entry{ID: pg.CleanText(ev.GetEventId()), At: at, TenantID: pg.CleanText(ev.GetTenantId()), Action: r.action,
+	e := domain.Entry{ID: pg.CleanText(ev.GetEventId()), At: at, Version: ev.GetVersion(), TenantID: pg.CleanText(ev.GetTenantId()), Action: r.action,
 		Resource: r.resource, UserID: pg.CleanText(ev.GetActor()), Details: pg.CleanText(string(b))}
 	if r.machine != "" {
 		if v, ok := field(event, r.machine); ok {

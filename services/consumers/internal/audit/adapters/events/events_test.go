@@ -59,7 +59,7 @@ func TestTaskEntry(t *testing.T) {
 	}
 	for _, tt := range tests {
 		e, ok, err := TaskEntry(taskEvent(tt.ev))
-		want := domain.Entry{ID: "ev-1", At: at, TenantID: "acme", Action: tt.action, Resource: "task", ResourceID: "task-1",
+		want := domain.Entry{ID: "ev-1", At: at, Version: 3, TenantID: "acme", Action: tt.action, Resource: "task", ResourceID: "task-1",
 			UserID: "key-1", MachineID: tt.machine, Details: tt.details, IP: "203.0.113.9"}
 		if err != nil || !ok || e != want {
 			t.Errorf("%s:\n got  %+v (%v, %v)\n want %+v", tt.action, e, ok, err, want)
@@ -71,10 +71,10 @@ func TestTaskEntry(t *testing.T) {
 }
 
 func TestQuotaEntry(t *testing.T) {
-	e, ok, err := QuotaEntry(&quotav1.QuotaEvent{EventId: "ev-q", AggregateId: "quota/q-1", TenantId: "acme", Actor: "op",
+	e, ok, err := QuotaEntry(&quotav1.QuotaEvent{EventId: "ev-q", AggregateId: "quota/q-1", Version: 2, TenantId: "acme", Actor: "op",
 		OccurredAt: timestamppb.New(at), Event: &quotav1.QuotaEvent_QuotaCreated{QuotaCreated: &quotav1.QuotaCreated{
 			Name: "gu", Kind: quotav1.QuotaKind_QUOTA_KIND_GU, Cluster: "local", Level: 1, MachineType: "A100", MinUnits: 4, MaxUnits: 8}}})
-	want := domain.Entry{ID: "ev-q", At: at, TenantID: "acme", Action: "quota.created", Resource: "quota", ResourceID: "q-1",
+	want := domain.Entry{ID: "ev-q", At: at, Version: 2, TenantID: "acme", Action: "quota.created", Resource: "quota", ResourceID: "q-1",
 		UserID: "op", Details: `{"cluster":"local","kind":"QUOTA_KIND_GU","level":1,"machine_type":"A100","max_units":8,"min_units":4,"name":"gu"}`}
 	if err != nil || !ok || e != want {
 		t.Errorf("quota created:\n got  %+v (%v, %v)\n want %+v", e, ok, err, want)

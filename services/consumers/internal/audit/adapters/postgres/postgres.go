@@ -128,11 +128,12 @@ func (p Projection) convert(rec *kgo.Record) (domain.Entry, bool, error) {
 }
 
 // Insert writes entries to table in one statement. The event id is the
-// key, so an entry stored before (a replay, a redelivery) stays as it is;
-// an entry older than the archive mark is not written again after the
-// retention archived and deleted its like. The mark is read FOR SHARE,
-// so an Expire that moves it waits for this transaction and the other
-// way round.
+// key, so an entry stored before (a replay, a redelivery) stays as it is,
+// except that one stored before entries carried their event's version
+// (version 0, migration 0004) takes it now; an entry older than the
+// archive mark is not written again after the retention archived and
+// deleted its like. The mark is read FOR SHARE, so an Expire that moves it
+// waits for this transaction and the other way round.
 func Insert(ctx context.Context, tx pgx.Tx, table string, entries []domain.Entry) error {
 	if len(entries) == 0 {
 		return nil
@@ -146,24 +147,30 @@ func Insert(ctx context.Context, tx pgx.Tx, table string, entries []domain.Entry
 	n := len(entries)
 	ids, tenants, actions, resources, rids := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
 	users, machines, details, ips := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-	times := make([]time.Time, 0, n)
+	times, versions := make([]time.Time, 0, n), make([]int64, 0, n)
+	// One row per event id: a record delivered twice in one batch would
+	// otherwise have the upsert touch its row twice, which Postgres refuses.
+	seen := make(map[string]bool, n)
 	for _, e := range entries {
-		if !mark.IsZero() && e.At.Before(mark) {
+		if (!mark.IsZero() && e.At.Before(mark)) || seen[e.ID] {
 			continue
 		}
+		seen[e.ID] = true
 		ids, tenants, actions, resources, rids = append(ids, e.ID), append(tenants, e.TenantID), append(actions, e.Action),
 			append(resources, e.Resource), append(rids, e.ResourceID)
 		users, machines, details, ips = append(users, e.UserID), append(machines, e.MachineID), append(details, e.Details), append(ips, e.IP)
-		times = append(times, e.At)
+		times, versions = append(times, e.At), append(versions, e.Version)
 	}
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{table}.Sanitize()+`
-		(id, timestamp, tenant_id, action, resource, resource_id, user_id, machine_id, details, ip)
+	t := pgx.Identifier{table}.Sanitize()
+	_, err := tx.Exec(ctx, `INSERT INTO `+t+`
+		(id, timestamp, tenant_id, action, resource, resource_id, user_id, machine_id, details, ip, version)
 		SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-			$8::text[], $9::json[], $10::text[])
-		ON CONFLICT (id) DO NOTHING`, ids, times, tenants, actions, resources, rids, users, machines, details, ips)
+			$8::text[], $9::json[], $10::text[], $11::bigint[])
+		ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version WHERE `+t+`.version = 0 AND EXCLUDED.version <> 0`,
+		ids, times, tenants, actions, resources, rids, users, machines, details, ips, versions)
 	if err != nil {
 		return fmt.Errorf("audit: write: %w", err)
 	}
@@ -173,7 +180,7 @@ func Insert(ctx context.Context, tx pgx.Tx, table string, entries []domain.Entry
 // Store lists entries.
 type Store struct{ DB *pgxpool.Pool }
 
-const columns = `id, timestamp, tenant_id, action, resource, resource_id, user_id, machine_id, details::text, ip`
+const columns = `id, timestamp, version, tenant_id, action, resource, resource_id, user_id, machine_id, details::text, ip`
 
 // List implements app.Store.
 func (s Store) List(ctx context.Context, q domain.Query) ([]domain.Entry, error) {
@@ -208,13 +215,15 @@ func (s Store) List(ctx context.Context, q domain.Query) ([]domain.Entry, error)
 		where = append(where, "timestamp < "+arg(q.Until))
 	}
 	if q.After != nil {
-		where = append(where, "(timestamp, id) < ("+arg(q.After.At)+"::timestamptz, "+arg(q.After.ID)+")")
+		where = append(where, "(timestamp, version, id) < ("+arg(q.After.At)+"::timestamptz, "+arg(q.After.Version)+"::bigint, "+
+			arg(q.After.ID)+")")
 	}
 	sql := `SELECT ` + columns + ` FROM audit_logs`
 	if len(where) > 0 {
 		sql += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	sql += ` ORDER BY timestamp DESC, id DESC LIMIT ` + arg(q.PageSize+1)
+	// The listing order (domain.Cursor), as the indexes of migration 0004.
+	sql += ` ORDER BY timestamp DESC, version DESC, id DESC LIMIT ` + arg(q.PageSize+1)
 	rows, err := s.DB.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("audit: list: %w", err)
@@ -226,7 +235,7 @@ func scan(rows pgx.Rows) ([]domain.Entry, error) {
 	var out []domain.Entry
 	for rows.Next() {
 		var e domain.Entry
-		if err := rows.Scan(&e.ID, &e.At, &e.TenantID, &e.Action, &e.Resource, &e.ResourceID, &e.UserID, &e.MachineID,
+		if err := rows.Scan(&e.ID, &e.At, &e.Version, &e.TenantID, &e.Action, &e.Resource, &e.ResourceID, &e.UserID, &e.MachineID,
 			&e.Details, &e.IP); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("audit: read: %w", err)
@@ -253,7 +262,7 @@ func (x Expirer) Expire(ctx context.Context, cutoff time.Time, n int, archive fu
 	if _, err := tx.Exec(ctx, `UPDATE audit_retention SET archived_before = greatest(archived_before, $1)`, cutoff); err != nil {
 		return 0, fmt.Errorf("audit: move the archive mark: %w", err)
 	}
-	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM audit_logs WHERE timestamp < $1 ORDER BY timestamp, id LIMIT $2`, cutoff, n)
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM audit_logs WHERE timestamp < $1 ORDER BY timestamp, version, id LIMIT $2`, cutoff, n)
 	if err != nil {
 		return 0, fmt.Errorf("audit: expired entries: %w", err)
 	}

@@ -148,6 +148,106 @@ func TestListAuditLogs(t *testing.T) {
 	}
 }
 
+// Entries of one timestamp list in the order their events were recorded,
+// newest first: one aggregate's by version whatever their random ids say,
+// across page boundaries too, as the same rows written by a replay.
+func TestEntriesOfOneTimestampFollowTheEventLog(t *testing.T) {
+	pool := pgtest.New(t).Open(t, consumers.Schema)
+	at := timestamppb.New(day0.Add(13*time.Hour + 26*time.Second + 240896*time.Microsecond))
+	// A failed attempt with its retry, twice, all at one instant (as a
+	// command records them), and a group created and started together.
+	// The ids sort against the versions.
+	var recs []*kgo.Record
+	add := func(ev proto.Message) {
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, &kgo.Record{Value: b})
+	}
+	for v, ev := range []*taskv1.TaskEvent{
+		{Event: &taskv1.TaskEvent_Failed{Failed: &taskv1.TaskFailed{AttemptId: "a1", Error: "exit 1", RetryFollows: true}}},
+		{Event: &taskv1.TaskEvent_RetryScheduled{RetryScheduled: &taskv1.TaskRetryScheduled{RetryCount: 1}}},
+		{Event: &taskv1.TaskEvent_Failed{Failed: &taskv1.TaskFailed{AttemptId: "a2", Error: "exit 1", RetryFollows: true}}},
+		{Event: &taskv1.TaskEvent_RetryScheduled{RetryScheduled: &taskv1.TaskRetryScheduled{RetryCount: 2}}},
+	} {
+		ev.EventId, ev.AggregateId, ev.Version, ev.TenantId, ev.OccurredAt = fmt.Sprintf("ev-%c", 'z'-v), "task-1", int64(7+v), "acme", at
+		add(ev)
+	}
+	for v, ev := range []*taskv1.OrchestrationEvent{
+		{Event: &taskv1.OrchestrationEvent_TaskGroupCreated{TaskGroupCreated: &taskv1.TaskGroupCreated{Name: "g"}}},
+		{Event: &taskv1.OrchestrationEvent_TaskGroupStarted{TaskGroupStarted: &taskv1.TaskGroupStarted{}}},
+	} {
+		ev.EventId, ev.AggregateId, ev.Version, ev.TenantId, ev.OccurredAt = fmt.Sprintf("gv-%c", 'z'-v), "group-1", int64(1+v), "acme", at
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pg.InTx(context.Background(), pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			return postgres.Projection{Table: "audit_logs", Topic: postgres.OrchestrationTopic}.Apply(context.Background(), tx,
+				[]*kgo.Record{{Value: b}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Delivered in reverse, and the last record twice in one batch.
+	slices.Reverse(recs)
+	apply(t, pool, "audit_logs", append(recs, recs[len(recs)-1]))
+
+	a := app.New(app.Config{Store: postgres.Store{DB: pool}})
+	ctx := context.Background()
+	list := func(in domain.QueryInput) ([]string, int) {
+		t.Helper()
+		var actions []string
+		pages := 0
+		for {
+			page, next, err := a.ListAuditLogs(ctx, app.Caller{Tenant: "acme"}, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			for _, e := range page {
+				actions = append(actions, e.ResourceID+" "+e.Action)
+			}
+			if next == "" {
+				return actions, pages
+			}
+			in.PageToken = next
+		}
+	}
+	want := []string{"task-1 task.retry_scheduled", "task-1 task.failed", "task-1 task.retry_scheduled", "task-1 task.failed"}
+	for _, size := range []int{1, 3, 100} {
+		if got, pages := list(domain.QueryInput{Resource: "task", PageSize: size}); !slices.Equal(got, want) {
+			t.Errorf("pages of %d (%d pages) = %v, want %v", size, pages, got, want)
+		}
+	}
+	wantGroup := []string{"group-1 task_group.started", "group-1 task_group.created"}
+	if got, _ := list(domain.QueryInput{Resource: "task_group", PageSize: 1}); !slices.Equal(got, wantGroup) {
+		t.Errorf("the group = %v, want %v", got, wantGroup)
+	}
+	// Across resources, ties are still one order whatever the page size.
+	all, _ := list(domain.QueryInput{PageSize: 100})
+	for _, size := range []int{1, 2, 4} {
+		if got, _ := list(domain.QueryInput{PageSize: size}); !slices.Equal(got, all) || len(got) != 6 {
+			t.Errorf("everything in pages of %d = %v, want %v", size, got, all)
+		}
+	}
+
+	// An entry stored before entries carried a version takes it when its
+	// record is read again, and nothing else changes.
+	if _, err := pool.Exec(ctx, `UPDATE audit_logs SET version = 0, details = '{"kept":true}' WHERE resource = 'task'`); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, pool, "audit_logs", recs)
+	if got, _ := list(domain.QueryInput{Resource: "task", PageSize: 1}); !slices.Equal(got, want) {
+		t.Errorf("after the versions were filled in = %v, want %v", got, want)
+	}
+	var kept int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_logs WHERE details::text = '{"kept":true}' AND version > 0`).Scan(&kept); err != nil || kept != 4 {
+		t.Errorf("%d entries kept as stored with their version filled in (%v), want 4", kept, err)
+	}
+}
+
 // Retention with an injected clock archives the expired entries as gzip
 // JSON Lines, deletes them, and the archive reads back; the projection
 // does not write them again.
