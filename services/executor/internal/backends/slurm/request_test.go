@@ -149,7 +149,7 @@ func TestOutcomes(t *testing.T) {
 	}{
 		{ran(Job{State: StateCompleted}), 0, "", true},
 		{ran(Job{State: StateFailed, ExitCode: 3}), 3, "", false},
-		{ran(Job{State: StateFailed, Signal: 9}), -1, "killed by signal 9", false},
+		{ran(Job{State: StateFailed, Signal: 9}), -1, "killed by SIGKILL", false},
 		{Job{ID: 7, State: StateFailed, Reason: "BadConstraints"}, -1, "slurm: job 7 FAILED (BadConstraints)", false},
 		{ran(Job{State: StateTimeout, Reason: "TimeLimit"}), -1, "slurm: job 7 TIMEOUT (TimeLimit)", false},
 		{ran(Job{State: StateOutOfMemory}), -1, "OUT_OF_MEMORY", false},

@@ -3,6 +3,9 @@ package slurm
 import (
 	"fmt"
 	"strings"
+	"syscall"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
 // outcome is what CompleteTask reports for an attempt.
@@ -83,7 +86,8 @@ func preemptedOutcome(j Job) outcome {
 // that killed it.
 func processOutcome(j Job) outcome {
 	if j.Signal != 0 {
-		return outcome{exitCode: -1, err: fmt.Sprintf("killed by signal %d", j.Signal)}
+		// Named as the other backends name it (killed by SIGKILL).
+		return outcome{exitCode: -1, err: "killed by " + shim.SignalName(syscall.Signal(j.Signal))}
 	}
 	return outcome{exitCode: j.ExitCode}
 }
