@@ -55,11 +55,20 @@ func updateRouteOf(r *http.Request) (updateRoute, bool) {
 func partialUpdates(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, ok := updateRouteOf(r)
-		if !ok || r.Body == nil || r.Body == http.NoBody {
+		if !ok {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := edge.ReadBody(r)
+		var body []byte
+		var err error
+		if r.Body != nil && r.Body != http.NoBody {
+			body, err = edge.ReadBody(r)
+		}
+		if err == nil && len(bytes.TrimSpace(body)) == 0 {
+			// No body gives no field, as {} does: it changes nothing,
+			// where an empty message would replace everything.
+			body = []byte("{}")
+		}
 		if err == nil {
 			if u.prepare != nil {
 				body = u.prepare(body)
@@ -84,8 +93,13 @@ func fillUpdateMask(r *http.Request, u updateRoute, body []byte) {
 		return
 	}
 	q := r.URL.Query()
-	for _, given := range q["update_mask"] {
-		paths = append(paths, strings.Split(given, ",")...)
+	// The query may name the mask by its JSON name too; both become the
+	// one parameter, or the route would read the field twice.
+	for _, name := range []string{"update_mask", "updateMask"} {
+		for _, given := range q[name] {
+			paths = append(paths, strings.Split(given, ",")...)
+		}
+		q.Del(name)
 	}
 	slices.Sort(paths)
 	q.Set("update_mask", strings.Join(slices.Compact(paths), ","))

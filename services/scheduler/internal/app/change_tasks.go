@@ -80,11 +80,10 @@ func (a *App) checkAddedDependencies(ctx context.Context, t domain.Task, deps []
 }
 
 // DeleteTask removes a task no attempt holds.
-func (a *App) DeleteTask(ctx context.Context, c Caller, id string) error {
-	_, err := a.mutateNamed(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
+func (a *App) DeleteTask(ctx context.Context, c Caller, id string) (domain.Task, error) {
+	return a.mutateNamed(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Delete(now, c.Subject)
 	})
-	return err
 }
 
 // CancelTask cancels a task that is not final; its agent is told to stop

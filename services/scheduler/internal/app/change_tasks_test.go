@@ -69,15 +69,15 @@ func TestRetryTask(t *testing.T) {
 func TestDeleteTask(t *testing.T) {
 	h := newHarness(t)
 	x := h.running("a1", "m1", spec("a"))
-	wantErr(t, "delete of a running task", h.app.DeleteTask(h.ctx, user("t1"), x.ID), domain.ErrImmutable)
+	wantErr(t, "delete of a running task", second(h.app.DeleteTask(h.ctx, user("t1"), x.ID)), domain.ErrImmutable)
 	y := h.create(user("t1"), spec("b"))
-	wantErr(t, "delete of another tenant's task", h.app.DeleteTask(h.ctx, user("t2"), y.ID), domain.ErrNotFound)
-	if err := h.app.DeleteTask(h.ctx, user("t1"), y.ID); err != nil {
+	wantErr(t, "delete of another tenant's task", second(h.app.DeleteTask(h.ctx, user("t2"), y.ID)), domain.ErrNotFound)
+	if _, err := h.app.DeleteTask(h.ctx, user("t1"), y.ID); err != nil {
 		t.Fatal(err)
 	}
 	_, err := h.app.GetTask(h.ctx, user("t1"), y.ID)
 	wantErr(t, "get of a deleted task", err, domain.ErrNotFound)
-	wantErr(t, "delete again", h.app.DeleteTask(h.ctx, user("t1"), y.ID), domain.ErrNotFound)
+	wantErr(t, "delete again", second(h.app.DeleteTask(h.ctx, user("t1"), y.ID)), domain.ErrNotFound)
 }
 
 func TestUpdateTask(t *testing.T) {

@@ -74,7 +74,7 @@ func TestTasksAreFoundByTheNamesTheirCreatesGaveThem(t *testing.T) {
 	if _, err := h.app.CancelTask(h.ctx, user("t1"), "task-train-001", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.app.DeleteTask(h.ctx, user("t1"), "task-train-001"); err != nil {
+	if _, err := h.app.DeleteTask(h.ctx, user("t1"), "task-train-001"); err != nil {
 		t.Fatalf("delete by name: %v", err)
 	}
 	_, err := h.app.GetTask(h.ctx, user("t1"), "task-train-001")
@@ -99,7 +99,7 @@ func TestDependenciesNamedByTheirCreatesNames(t *testing.T) {
 	if _, err := h.app.CancelTask(h.ctx, user("t1"), gone.ID, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.app.DeleteTask(h.ctx, user("t1"), gone.ID); err != nil {
+	if _, err := h.app.DeleteTask(h.ctx, user("t1"), gone.ID); err != nil {
 		t.Fatal(err)
 	}
 	for _, dep := range []string{"theirs", "gone", "nothing"} {

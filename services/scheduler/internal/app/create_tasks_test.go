@@ -78,7 +78,7 @@ func TestARepeatedCreateOfADeletedTaskIsNotFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.app.DeleteTask(h.ctx, user("t1"), first[0].ID); err != nil {
+	if _, err := h.app.DeleteTask(h.ctx, user("t1"), first[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	again, err := h.app.CreateTasks(h.ctx, user("t1"), spec("a"), "req-2")

@@ -263,3 +263,7 @@ func (h *harness) eventNames(id string) string {
 	}
 	return fmt.Sprint(names)
 }
+
+// second is a call's error, for wantErr with a call that also answers a
+// value.
+func second[T any](_ T, err error) error { return err }

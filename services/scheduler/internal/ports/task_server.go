@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -53,6 +54,10 @@ func createRequestID(r *taskv1.CreateTaskRequest) (string, error) {
 	switch {
 	case id == "":
 		return requestID, nil
+	case id == "." || id == ".." || strings.Contains(id, "/"):
+		// It names the task in routes (GET /api/v1/tasks/{id}), where
+		// it must be one path segment.
+		return "", &domain.InvalidError{Field: "id", Reason: fmt.Sprintf("%q cannot name a task in a route: no \"/\", and not \".\" or \"..\"", id)}
 	case requestID != "" && requestID != id:
 		return "", &domain.InvalidError{Field: "id", Reason: fmt.Sprintf("is %q but request_id is %q; they name the same creation", id, requestID)}
 	}
@@ -125,10 +130,12 @@ func (s *TaskServer) DeleteTask(ctx context.Context, r *taskv1.DeleteTaskRequest
 	if err != nil {
 		return nil, err
 	}
-	if err := s.App.DeleteTask(ctx, c, r.GetId()); err != nil {
+	t, err := s.App.DeleteTask(ctx, c, r.GetId())
+	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
-	return &taskv1.DeleteTaskResponse{Id: r.GetId(), Deleted: true}, nil
+	// The task's id, also when a client's name for it named it.
+	return &taskv1.DeleteTaskResponse{Id: t.ID, Deleted: true}, nil
 }
 
 func (s *TaskServer) CancelTask(ctx context.Context, r *taskv1.CancelTaskRequest) (*taskv1.CancelTaskResponse, error) {

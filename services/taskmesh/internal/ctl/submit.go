@@ -33,9 +33,11 @@ func (a *app) submitCommand() *cobra.Command {
   local_queue: {tasks: [{…}, {…}]}            an agent's local queue
   {name, type, command, args, …}              a bare task
 
-The file's id becomes the create request id, so submitting the same file
-again prints the same task ids instead of creating new tasks; --request-id
-overrides it (with several tasks, each gets --request-id-<n>). State fields
+A task's id in the file names it: submitting the same file again while
+its task waits or runs prints the same task id instead of creating a new
+task, and runs it again once the task ended. --request-id replaces the ids
+with a retry key that never creates twice, whatever became of the tasks
+(with several tasks, each gets --request-id-<n>). State fields
 of a local queue (status, attempt_id, …) are ignored with a note, and the
 queue's machine_id becomes the machine of its tasks that name no placement.
 Prints the id of every created task, one per line (targets create one task

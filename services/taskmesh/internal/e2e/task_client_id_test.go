@@ -38,6 +38,13 @@ func TestCreateTakesTheClientsID(t *testing.T) {
 	if msg, _ := refused["message"].(string); code != 400 || refused["code"] != float64(30005) || !strings.Contains(msg, "request_id") {
 		t.Fatalf("a different request_id = %d %v", code, refused)
 	}
+	// A name must be one path segment of the routes that take it.
+	for _, bad := range []string{"a/b", ".", ".."} {
+		code, refused, _ := w.call("POST", "/api/v1/tasks", key, map[string]any{"id": bad, "name": "x", "type": "shell", "command": "true"})
+		if msg, _ := refused["message"].(string); code != 400 || refused["code"] != float64(30005) || !strings.Contains(msg, "id") {
+			t.Fatalf("a body id %q = %d %v, want 400/30005 naming id", bad, code, refused)
+		}
+	}
 	// The scheduler's own record, not the list (a projection that may
 	// lag): one creation, one task, and nothing from the refusal.
 	if n := countEvents(t, w); n != 1 {
@@ -89,7 +96,8 @@ func TestCreateTakesTheClientsID(t *testing.T) {
 	if code, got, _ := w.call("POST", "/api/v1/tasks", key, example); code != 200 || got["id"] != rerunID {
 		t.Fatalf("the task file again while its rerun waits = %d %v, want task %s", code, got, rerunID)
 	}
-	if code, got, _ := w.call("DELETE", "/api/v1/tasks/task-train-001", key, nil); code != 200 {
+	// The answer names the task by its id, not by the name it was given.
+	if code, got, _ := w.call("DELETE", "/api/v1/tasks/task-train-001", key, nil); code != 200 || got["id"] != rerunID {
 		t.Fatalf("DELETE by the client's id = %d %v", code, got)
 	}
 	if code, got, _ := w.call("GET", "/api/v1/tasks/"+rerunID, key, nil); code != 404 {

@@ -115,4 +115,14 @@ func TestTemplateUpdateChangesWhatTheBodyGives(t *testing.T) {
 	if n := updates(); n != 4 {
 		t.Fatalf("%d TemplateUpdated events, want 4", n)
 	}
+	// No body at all gives no field either.
+	if code, resp, _ = w.call("PUT", "/api/v1/templates/put-me", key, nil); code != 200 {
+		t.Fatalf("PUT with no body: %d %v", code, resp)
+	}
+	same("after the PUT with no body", before, get())
+	// The mask named in the query by its JSON name is the same mask.
+	if code, resp, _ = w.call("PUT", "/api/v1/templates/put-me?updateMask=description", key, `{}`); code != 200 || resp["description"] != "" {
+		t.Fatalf("PUT ?updateMask=description: %d %v", code, resp)
+	}
+	same("after the PUT ?updateMask=description", before, get(), "description")
 }
