@@ -85,7 +85,7 @@ func (s *GroupStore) Create(ctx context.Context, n oapp.NewGroup) (orch.State, [
 			}
 		}
 		var err error
-		written, err = persist(ctx, tx, orch.State{}, n.State, n.Decision)
+		written, err = persist(ctx, tx, orch.State{}, n.State, n.Decision, nil)
 		out = n.State
 		return err
 	})
@@ -104,35 +104,56 @@ func (s *GroupStore) Changed(ctx context.Context, tenant, id string, since int64
 }
 
 // Mutate implements oapp.GroupStore.
+//
+// The facts are read without locking the member tasks (a pass over a
+// large group would otherwise hold every one of them), so a task may end
+// between the read and the decision's write. A decision that cancels a
+// task its facts showed open but which has ended by the time it is locked
+// was made on a group that is no longer so (a cancel racing the last
+// member's completion): the transaction is rolled back and the decision
+// made again on the tasks as they are then.
 func (s *GroupStore) Mutate(ctx context.Context, tenant, id string, scope oapp.Scope,
 	decide func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error)) (orch.State, []domain.Task, error) {
 	var (
 		out     orch.State
 		written []domain.Task
 	)
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		before, err := loadGroup(ctx, tx, tenant, id, scope, true)
-		if err != nil {
+	for attempt := 1; ; attempt++ {
+		// The last attempt takes the tasks as it finds them.
+		strict := attempt < maxAttempts
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			before, err := loadGroup(ctx, tx, tenant, id, scope, true)
+			if err != nil {
+				return err
+			}
+			facts, err := loadFacts(ctx, tx, before)
+			if err != nil {
+				return err
+			}
+			after, d, err := decide(before, facts)
+			if err != nil {
+				return err
+			}
+			out, written = after, nil
+			if d.Empty() {
+				out = before
+				return nil
+			}
+			if !strict {
+				facts = nil
+			}
+			written, err = persist(ctx, tx, before, after, d, facts)
 			return err
+		})
+		if !errors.Is(err, errMovedOn) {
+			return out, written, err
 		}
-		facts, err := loadFacts(ctx, tx, before)
-		if err != nil {
-			return err
-		}
-		after, d, err := decide(before, facts)
-		if err != nil {
-			return err
-		}
-		out, written = after, nil
-		if d.Empty() {
-			out = before
-			return nil
-		}
-		written, err = persist(ctx, tx, before, after, d)
-		return err
-	})
-	return out, written, err
+	}
 }
+
+// errMovedOn: a member task the decision cancels ended after its facts
+// were read (Mutate).
+var errMovedOn = errors.New("a member task ended while its group decided")
 
 // Querier is what reads need.
 type groupQuerier interface {
@@ -255,8 +276,9 @@ func parseTime(s *string) time.Time {
 // persist stores a decision on a group in tx: its records as events (the
 // versions after before's), the member tasks it creates, cancels or
 // deletes, the group row and the member rows that changed. It returns the
-// tasks it wrote.
-func persist(ctx context.Context, tx pgx.Tx, before, after orch.State, d orch.Decision) ([]domain.Task, error) {
+// tasks it wrote. facts are what the decision was made on (nil: nothing
+// is checked against them; see memberTasks).
+func persist(ctx context.Context, tx pgx.Tx, before, after orch.State, d orch.Decision, facts map[string]orch.Facts) ([]domain.Task, error) {
 	g := after.Group
 	trace := otel.Inject(ctx)
 	evs := make([]eventstore.Event, len(d.Records))
@@ -278,7 +300,7 @@ func persist(ctx context.Context, tx pgx.Tx, before, after orch.State, d orch.De
 	if err := events.Append(ctx, tx, evs...); err != nil {
 		return nil, err
 	}
-	written, err := memberTasks(ctx, tx, d)
+	written, err := memberTasks(ctx, tx, d, facts)
 	if err != nil {
 		return nil, err
 	}
@@ -289,8 +311,11 @@ func persist(ctx context.Context, tx pgx.Tx, before, after orch.State, d orch.De
 }
 
 // memberTasks creates, cancels and deletes the decision's tasks, by the
-// task aggregate's rules, and returns the tasks as written.
-func memberTasks(ctx context.Context, tx pgx.Tx, d orch.Decision) ([]domain.Task, error) {
+// task aggregate's rules, and returns the tasks as written. A task to
+// cancel that has ended is left as it ended; when facts showed it open,
+// the decision was made on a task that moved on since, and memberTasks
+// returns errMovedOn instead.
+func memberTasks(ctx context.Context, tx pgx.Tx, d orch.Decision, facts map[string]orch.Facts) ([]domain.Task, error) {
 	changes := make([]change, 0, len(d.NewTasks)+len(d.CancelTasks)+len(d.DeleteTasks))
 	for _, recs := range d.NewTasks {
 		changes = append(changes, change{Records: recs})
@@ -315,6 +340,9 @@ func memberTasks(ctx context.Context, tx pgx.Tx, d orch.Decision) ([]domain.Task
 			if reason, ok := d.CancelTasks[t.ID]; ok {
 				recs, err = t.Cancel(last.At, last.Actor, reason)
 				if errors.Is(err, domain.ErrImmutable) {
+					if f, ok := facts[t.ID]; ok && !f.Gone && !f.Status.Final() {
+						return nil, fmt.Errorf("member task %s is %s: %w", t.ID, t.Status, errMovedOn)
+					}
 					continue // final already: it stays as it ended
 				}
 			} else {

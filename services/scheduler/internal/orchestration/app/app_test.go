@@ -375,6 +375,69 @@ func TestGroupCommandsAndReset(t *testing.T) {
 	}
 }
 
+// A cancel that arrives after the last member ended but before the
+// process manager moved the group on (it is not running here, so the
+// order is the test's) does not cancel the group: it ends by its members'
+// outcome, which is stored, and the cancel is refused as for an ended
+// group. Nothing is cancelled.
+func TestCancelAfterTheLastMemberEndedIsRefused(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	st, err := w.app.CreateGroup(ctx, alice, oapp.GroupRequest{Mode: "parallel", Start: true,
+		Tasks: []oapp.MemberRequest{member("a"), member("b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.Group.ID
+	for _, k := range []string{"a", "b"} {
+		if _, err := w.store.ChangeTask(st.Members[k].TaskID, func(tk task.Task) []task.Record {
+			return apptest.MoveTask(tk, task.StatusCompleted, w.clock.Now())
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = w.app.CancelGroup(ctx, alice, id, "racing the end")
+	if !errors.Is(err, task.ErrImmutable) || !strings.Contains(err.Error(), "cannot cancel a completed group") {
+		t.Fatalf("cancel = %v", err)
+	}
+	got, err := w.app.GetGroup(ctx, alice, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Group.Status != orch.StatusCompleted || got.Group.Counts[task.StatusCompleted] != 2 || got.Group.Reason != "" {
+		t.Fatalf("group = %+v", got.Group)
+	}
+	for _, tk := range w.store.Tasks(id) {
+		if tk.Status != task.StatusCompleted {
+			t.Fatalf("task %s is %s", tk.ID, tk.Status)
+		}
+	}
+	for _, r := range w.store.Events() {
+		if _, ok := r.Event.(orch.Canceled); ok {
+			t.Fatal("the group was cancelled")
+		}
+	}
+	// Once one member is still open the cancel goes on, and the member that
+	// ended keeps its outcome.
+	st, err = w.app.CreateGroup(ctx, alice, oapp.GroupRequest{Mode: "parallel", Start: true,
+		Tasks: []oapp.MemberRequest{member("a"), member("b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.store.ChangeTask(st.Members["a"].TaskID, func(tk task.Task) []task.Record {
+		return apptest.MoveTask(tk, task.StatusCompleted, w.clock.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = w.app.CancelGroup(ctx, alice, st.Group.ID, "stop")
+	if err != nil || got.Group.Status != orch.StatusCancelled || got.Members["a"].Status != task.StatusCompleted {
+		t.Fatalf("cancel with b open: %+v, %v", got.Group, err)
+	}
+	if a, _ := w.store.Task(st.Members["a"].TaskID); a.Status != task.StatusCompleted {
+		t.Fatalf("a = %s", a.Status)
+	}
+}
+
 func TestTemplateUseCases(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()

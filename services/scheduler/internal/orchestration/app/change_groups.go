@@ -18,10 +18,12 @@ func (a *App) StartGroup(ctx context.Context, c sched.Caller, id string) (orch.S
 
 // CancelGroup cancels a group that is not final: members not released
 // never run, pending ones are cancelled, running ones are stopped (their
-// agents are told at their next heartbeat: SIGTERM, grace, SIGKILL).
+// agents are told at their next heartbeat: SIGTERM, grace, SIGKILL). A
+// group whose members have all ended by now ends by their outcome instead
+// and the cancel is refused, as for any group that has ended.
 func (a *App) CancelGroup(ctx context.Context, c sched.Caller, id, reason string) (orch.State, error) {
-	return a.mutate(ctx, c, id, Open, func(s orch.State, _ map[string]orch.Facts, now time.Time) (orch.State, orch.Decision, error) {
-		return s.Cancel(now, c.Subject, reason)
+	return a.mutate(ctx, c, id, Open, func(s orch.State, facts map[string]orch.Facts, now time.Time) (orch.State, orch.Decision, error) {
+		return s.Cancel(now, facts, c.Subject, reason)
 	})
 }
 

@@ -66,7 +66,9 @@ type GroupStore interface {
 	// task.ErrImmutable and nothing is stored). It returns the state
 	// after, and the tasks it wrote. Unknown, deleted or another tenant's:
 	// task.ErrNotFound and decide is not called. An error from decide is
-	// returned and nothing is stored.
+	// returned and nothing is stored. A decision that cancels a task its
+	// facts showed open but that has ended by the time it is written is
+	// not stored: decide is called again with the facts as they are then.
 	Mutate(ctx context.Context, tenant, id string, scope Scope,
 		decide func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error)) (orch.State, []task.Task, error)
 

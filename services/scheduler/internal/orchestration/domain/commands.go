@@ -91,16 +91,29 @@ func (x *decider) start() {
 // Cancel cancels a group that is not final: members never released will
 // not run, and the open members' tasks are cancelled (a running one is
 // stopped: SIGTERM, grace, SIGKILL).
-func (s State) Cancel(now time.Time, actor, reason string) (State, Decision, error) {
+//
+// The group first catches up with its members' tasks as they are now
+// (facts, as for Advance), so a cancel that comes after the last member
+// ended but before the process manager saw it does not cancel a group
+// whose work is done: the group ends by its members' outcome instead, and
+// Cancel refuses as it does for a final group, returning that catch-up's
+// decision beside the error for the caller to store
+// (docs/api/task-groups.md#group-lifecycle).
+func (s State) Cancel(now time.Time, facts map[string]Facts, actor, reason string) (State, Decision, error) {
 	if s.Group.Status.Final() {
 		return s, Decision{}, immutable(s.Group, "cancel")
 	}
-	x := &decider{s: s.Clone(), now: now, actor: actor}
+	x := &decider{s: s.Clone(), now: now, actor: processManager}
+	x.catchUp(facts)
+	if x.s.Group.Status.Final() {
+		return x.s, x.d, immutable(x.s.Group, "cancel")
+	}
+	x.actor = actor
 	why := fmt.Sprintf("group %s cancelled", s.Group.ID)
 	if reason != "" {
 		why += ": " + reason
 	}
-	for _, m := range s.Members {
+	for _, m := range x.s.Members {
 		if m.Released() && !m.Status.Final() {
 			x.cancel(m.TaskID, why)
 		}
@@ -157,7 +170,21 @@ func (s State) ResetRepeat(now time.Time, operator, reason string, newID func() 
 // all final ends; more members or runs are released. Facts of several
 // changes of one task between two looks make one change.
 func (s State) Advance(now time.Time, facts map[string]Facts, newID func() string) (State, Decision) {
-	x := &decider{s: s.Clone(), now: now, actor: "scheduler", newID: newID}
+	x := &decider{s: s.Clone(), now: now, actor: processManager, newID: newID}
+	x.catchUp(facts)
+	x.releaseNext()
+	return x.s, x.d
+}
+
+// processManager is the actor of the group's own decisions.
+const processManager = "scheduler"
+
+// catchUp is Advance up to the release of more members: record how the
+// open members' tasks changed, apply the mode's rule to those that broke,
+// and end a group whose members are all final. A command a client sends
+// runs it first (Cancel, RetryMember), so that it decides on the group as
+// its members are now, not as the process manager last saw them.
+func (x *decider) catchUp(facts map[string]Facts) {
 	changes := x.changes(facts)
 	if len(changes) > 0 {
 		x.record(Changed{Members: changes})
@@ -168,8 +195,6 @@ func (s State) Advance(now time.Time, facts map[string]Facts, newID func() strin
 	if x.s.Group.Status == StatusRunning {
 		x.finish()
 	}
-	x.releaseNext()
-	return x.s, x.d
 }
 
 // changes compares the open members with their tasks.

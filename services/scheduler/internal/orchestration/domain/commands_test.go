@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,10 +109,9 @@ func (x *sim) set(key string, status task.Status) {
 	}
 }
 
-// advance runs the process manager on the open members, as a store loads
-// them.
-func (x *sim) advance() Decision {
-	x.t.Helper()
+// open is the group with its open members and their tasks' facts, as a
+// store loads them (Scope Open).
+func (x *sim) open() (State, map[string]Facts) {
 	open := x.s.Clone()
 	for k, m := range open.Members {
 		if m.Status.Final() {
@@ -124,15 +124,41 @@ func (x *sim) advance() Decision {
 			facts[m.TaskID] = x.tasks[m.TaskID].facts
 		}
 	}
-	s, d := open.Advance(x.now, facts, x.newID)
-	// Final members the store did not load stay as they were.
+	return open, facts
+}
+
+// merge applies a decision made on the open members: final members the
+// store did not load stay as they were.
+func (x *sim) merge(s State, d Decision) {
+	x.t.Helper()
 	for k, m := range x.s.Members {
 		if _, ok := s.Members[k]; !ok {
 			s.Members[k] = m
 		}
 	}
 	x.apply(s, d)
+}
+
+// advance runs the process manager on the open members, as a store loads
+// them.
+func (x *sim) advance() Decision {
+	x.t.Helper()
+	open, facts := x.open()
+	s, d := open.Advance(x.now, facts, x.newID)
+	x.merge(s, d)
 	return d
+}
+
+// cancel runs Cancel on the open members and applies what it decided,
+// refused or not.
+func (x *sim) cancel(reason string) (Decision, error) {
+	x.t.Helper()
+	open, facts := x.open()
+	s, d, err := open.Cancel(x.now, facts, "user-1", reason)
+	if !d.Empty() {
+		x.merge(s, d)
+	}
+	return d, err
 }
 
 func (x *sim) counts() map[task.Status]int { return x.s.Group.Counts }
@@ -292,13 +318,59 @@ func TestCreateWithoutStartAndStart(t *testing.T) {
 
 	// A group cancelled before it started cannot start.
 	y := newSim(t, Input{Mode: "serial", Tasks: []MemberInput{member("a")}}, false)
-	s, d, err = y.s.Cancel(y.now, "user-1", "")
+	if _, err := y.cancel(""); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := y.s.Start(y.now, "user-1", y.newID); !errors.Is(err, task.ErrImmutable) {
+		t.Fatalf("start of a group cancelled before it started: %v", err)
+	}
+}
+
+// A cancel decides on the members' tasks as they are, not as the group
+// last saw them: once every member has ended the group ends by their
+// outcome and the cancel is refused as for any ended group; while one is
+// open the cancel goes on and what ended meanwhile keeps its outcome.
+func TestCancelCatchesUpWithTheMembersFirst(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		last   task.Status
+		status Status
+		reason string
+	}{
+		{"the last member completed", task.StatusCompleted, StatusCompleted, ""},
+		{"the last member failed", task.StatusFailed, StatusFailed, "1 of 2 tasks did not complete"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+			x.set("a", task.StatusCompleted)
+			x.advance()
+			x.set("b", tt.last) // the process manager has not seen it yet
+			d, err := x.cancel("too late")
+			if !errors.Is(err, task.ErrImmutable) || !strings.HasSuffix(err.Error(), ": cannot cancel a "+string(tt.status)+" group") {
+				t.Fatalf("cancel = %v", err)
+			}
+			g := x.s.Group
+			if g.Status != tt.status || g.Reason != tt.reason || len(d.CancelTasks) != 0 ||
+				!slices.Equal(names(d.Records), []string{"TaskGroupMembersChanged", "TaskGroup" + map[Status]string{
+					StatusCompleted: "Completed", StatusFailed: "Failed"}[tt.status]}) {
+				t.Fatalf("group %+v after %v, cancels %v", g, names(d.Records), d.CancelTasks)
+			}
+			if d.Records[0].Actor != "scheduler" || x.s.Members["b"].Status != tt.last {
+				t.Fatalf("catch-up by %q, b %s", d.Records[0].Actor, x.s.Members["b"].Status)
+			}
+		})
+	}
+	x := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+	x.set("a", task.StatusCompleted)
+	x.set("b", task.StatusRunning)
+	d, err := x.cancel("stop")
 	if err != nil {
 		t.Fatal(err)
 	}
-	y.apply(s, d)
-	if _, _, err := y.s.Start(y.now, "user-1", y.newID); !errors.Is(err, task.ErrImmutable) {
-		t.Fatalf("start of a group cancelled before it started: %v", err)
+	if x.s.Group.Status != StatusCancelled || x.s.Members["a"].Status != task.StatusCompleted || len(d.CancelTasks) != 1 ||
+		d.CancelTasks[x.taskOf("b")] == "" || !slices.Equal(names(d.Records), []string{"TaskGroupMembersChanged", "TaskGroupCanceled"}) ||
+		d.Records[1].Actor != "user-1" {
+		t.Fatalf("cancel with b running: %+v, cancels %v, %v", x.s.Group, d.CancelTasks, names(d.Records))
 	}
 }
 
@@ -309,11 +381,10 @@ func TestCancelAndDelete(t *testing.T) {
 	if _, _, err := x.s.Delete(x.now, "user-1"); !errors.Is(err, task.ErrImmutable) {
 		t.Fatalf("delete of a running group: %v", err)
 	}
-	s, d, err := x.s.Cancel(x.now, "user-1", "not needed")
+	d, err := x.cancel("not needed")
 	if err != nil {
 		t.Fatal(err)
 	}
-	x.apply(s, d)
 	if len(d.CancelTasks) != 1 || x.s.Group.Status != StatusCancelled || x.s.Group.Reason != "cancelled: not needed" {
 		t.Fatalf("cancel: %v, %+v", d.CancelTasks, x.s.Group)
 	}
@@ -325,10 +396,10 @@ func TestCancelAndDelete(t *testing.T) {
 	if !equalCounts(x.counts(), map[task.Status]int{task.StatusCancelled: 3}) {
 		t.Fatalf("counts = %v", x.counts())
 	}
-	if _, _, err := x.s.Cancel(x.now, "user-1", ""); !errors.Is(err, task.ErrImmutable) {
-		t.Fatalf("cancel of a cancelled group: %v", err)
+	if d, err := x.cancel(""); !errors.Is(err, task.ErrImmutable) || !d.Empty() {
+		t.Fatalf("cancel of a cancelled group: %v, %v", err, names(d.Records))
 	}
-	s, d, err = x.s.Delete(x.now, "user-1")
+	s, d, err := x.s.Delete(x.now, "user-1")
 	if err != nil {
 		t.Fatal(err)
 	}

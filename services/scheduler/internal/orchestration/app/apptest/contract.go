@@ -244,8 +244,8 @@ func (c *contract) mutateCancels(t *testing.T) {
 	a, b := st.Members["a"].TaskID, st.Members["b"].TaskID
 	c.s.Move(t, a, task.StatusCompleted, T0.Add(time.Second))
 	after, written, err := c.s.Groups.Mutate(c.ctx, "tenant-a", st.Group.ID, oapp.Open,
-		func(s orch.State, _ map[string]orch.Facts) (orch.State, orch.Decision, error) {
-			next, d, err := s.Cancel(T0.Add(2*time.Second), "user-tenant-a", "stop")
+		func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error) {
+			next, d, err := s.Cancel(T0.Add(2*time.Second), facts, "user-tenant-a", "stop")
 			d.CancelTasks[a] = "stop" // final already: must stay completed
 			return next, d, err
 		})
@@ -291,8 +291,8 @@ func (c *contract) deleteGroup(t *testing.T) {
 	a := st.Members["a"].TaskID
 	c.s.Move(t, a, task.StatusAssigned, T0.Add(time.Second))
 	cancelled, _, err := c.s.Groups.Mutate(c.ctx, "tenant-a", st.Group.ID, oapp.Open,
-		func(s orch.State, _ map[string]orch.Facts) (orch.State, orch.Decision, error) {
-			return s.Cancel(T0.Add(2*time.Second), "u", "")
+		func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error) {
+			return s.Cancel(T0.Add(2*time.Second), facts, "u", "")
 		})
 	if err != nil || cancelled.Group.Status != orch.StatusCancelled {
 		t.Fatal(err)
