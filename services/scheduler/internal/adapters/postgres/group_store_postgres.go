@@ -210,8 +210,9 @@ func loadGroupWhere(ctx context.Context, q groupQuerier, tenant, id string, forU
 	return s, rows.Err()
 }
 
-// loadFacts reads the tasks of the group's open released members; a task
-// that is deleted or missing has no facts. Only a task whose status is not
+// loadFacts reads the tasks of the group's released members as loaded
+// (the open ones, or with Scope All every one); a task that is deleted or
+// missing has no facts. Only a task whose status is not
 // the one the group last recorded has its times and error read from its
 // document: on a large group most members have not moved since the last
 // pass, and reading inside a thousand documents each pass would cost more
@@ -221,7 +222,7 @@ func loadFacts(ctx context.Context, q groupQuerier, s orch.State) (map[string]or
 	var ids, seen []string
 	known := map[string]orch.Member{}
 	for _, m := range s.Members {
-		if m.Released() && !m.Status.Final() {
+		if m.Released() {
 			ids, seen = append(ids, m.TaskID), append(seen, string(m.Status))
 			known[m.TaskID] = m
 		}
@@ -310,23 +311,27 @@ func persist(ctx context.Context, tx pgx.Tx, before, after orch.State, d orch.De
 	return written, writeMembers(ctx, tx, before, after)
 }
 
-// memberTasks creates, cancels and deletes the decision's tasks, by the
-// task aggregate's rules, and returns the tasks as written. A task to
-// cancel that has ended is left as it ended; when facts showed it open,
-// the decision was made on a task that moved on since, and memberTasks
-// returns errMovedOn instead.
+// memberTasks creates, cancels, deletes and retries the decision's tasks,
+// by the task aggregate's rules, and returns the tasks as written. A task
+// to cancel that has ended is left as it ended; when facts showed it
+// open, the decision was made on a task that moved on since, and
+// memberTasks returns errMovedOn instead. A task to retry that is gone is
+// domain.ErrNotFound, one the task's rules do not let retry
+// domain.ErrImmutable. A retry carries the address of the client who asked
+// for it, as RetryTask's own records do.
 func memberTasks(ctx context.Context, tx pgx.Tx, d orch.Decision, facts map[string]orch.Facts) ([]domain.Task, error) {
-	changes := make([]change, 0, len(d.NewTasks)+len(d.CancelTasks)+len(d.DeleteTasks))
+	changes := make([]change, 0, len(d.NewTasks)+len(d.CancelTasks)+len(d.DeleteTasks)+len(d.RetryTasks))
 	for _, recs := range d.NewTasks {
 		changes = append(changes, change{Records: recs})
 	}
-	if len(d.CancelTasks) > 0 || len(d.DeleteTasks) > 0 {
+	if len(d.CancelTasks) > 0 || len(d.DeleteTasks) > 0 || len(d.RetryTasks) > 0 {
 		last := d.Records[len(d.Records)-1]
-		ids := make([]string, 0, len(d.CancelTasks)+len(d.DeleteTasks))
+		ids := make([]string, 0, len(d.CancelTasks)+len(d.DeleteTasks)+len(d.RetryTasks))
 		for id := range d.CancelTasks {
 			ids = append(ids, id)
 		}
 		ids = append(ids, d.DeleteTasks...)
+		ids = append(ids, d.RetryTasks...)
 		rows, err := tx.Query(ctx, `SELECT doc FROM tasks WHERE id = ANY($1::text[]) AND NOT deleted ORDER BY id FOR UPDATE`, ids)
 		if err != nil {
 			return nil, fmt.Errorf("lock member tasks: %w", err)
@@ -335,9 +340,30 @@ func memberTasks(ctx context.Context, tx pgx.Tx, d orch.Decision, facts map[stri
 		if err != nil {
 			return nil, fmt.Errorf("lock member tasks: %w", err)
 		}
+		retry := make(map[string]bool, len(d.RetryTasks))
+		for _, id := range d.RetryTasks {
+			retry[id] = false // not found yet
+		}
+		for _, t := range tasks {
+			if _, ok := retry[t.ID]; ok {
+				retry[t.ID] = true
+			}
+		}
+		for id, found := range retry {
+			if !found {
+				return nil, fmt.Errorf("member task %s: %w", id, domain.ErrNotFound)
+			}
+		}
 		for _, t := range tasks {
 			var recs []domain.Record
-			if reason, ok := d.CancelTasks[t.ID]; ok {
+			if retry[t.ID] {
+				if recs, err = t.Retry(last.At, last.Actor); err != nil {
+					return nil, err
+				}
+				for i := range recs {
+					recs[i].IP = last.IP
+				}
+			} else if reason, ok := d.CancelTasks[t.ID]; ok {
 				recs, err = t.Cancel(last.At, last.Actor, reason)
 				if errors.Is(err, domain.ErrImmutable) {
 					if f, ok := facts[t.ID]; ok && !f.Gone && !f.Status.Final() {

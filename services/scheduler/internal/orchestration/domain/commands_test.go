@@ -65,6 +65,13 @@ func (x *sim) apply(s State, d Decision) {
 	for _, id := range d.DeleteTasks {
 		x.tasks[id].facts.Gone = true
 	}
+	for _, id := range d.RetryTasks {
+		f := &x.tasks[id].facts
+		if f.Status != task.StatusFailed && f.Status != task.StatusCancelled {
+			x.t.Fatalf("task %s retried while %s", id, f.Status)
+		}
+		*f = Facts{Status: task.StatusPending}
+	}
 	x.checkRebuild()
 }
 
@@ -147,6 +154,24 @@ func (x *sim) advance() Decision {
 	s, d := open.Advance(x.now, facts, x.newID)
 	x.merge(s, d)
 	return d
+}
+
+// retry runs RetryMember on every member with its task's facts (Scope
+// All) and applies what it decided, refused or not.
+func (x *sim) retry(key string) (Decision, error) {
+	x.t.Helper()
+	all := x.s.Clone()
+	facts := map[string]Facts{}
+	for _, m := range all.Members {
+		if m.Released() && !x.tasks[m.TaskID].facts.Gone {
+			facts[m.TaskID] = x.tasks[m.TaskID].facts
+		}
+	}
+	s, d, err := all.RetryMember(x.now, facts, "user-1", x.taskOf(key))
+	if !d.Empty() {
+		x.apply(s, d)
+	}
+	return d, err
 }
 
 // cancel runs Cancel on the open members and applies what it decided,
@@ -406,6 +431,162 @@ func TestCancelAndDelete(t *testing.T) {
 	x.apply(s, d)
 	if !x.s.Group.Deleted || !slices.Equal(d.DeleteTasks, []string{x.taskOf("a")}) {
 		t.Fatalf("delete: %v, %+v", d.DeleteTasks, x.s.Group)
+	}
+}
+
+// A member retried while its group runs is followed again: pending once
+// more, no longer counted failed, and the group ends by how it ends.
+func TestRetriedMemberIsFollowedAgain(t *testing.T) {
+	x := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+	x.set("a", task.StatusFailed)
+	x.set("b", task.StatusRunning)
+	x.advance()
+	if !slices.Equal(x.s.Group.FailedMembers, []string{"a"}) {
+		t.Fatalf("failed members %v", x.s.Group.FailedMembers)
+	}
+	d, err := x.retry("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := x.s.Members["a"]
+	if !slices.Equal(d.RetryTasks, []string{x.taskOf("a")}) || !slices.Equal(names(d.Records), []string{"TaskGroupMembersChanged"}) ||
+		d.Records[0].Actor != "user-1" || a.Status != task.StatusPending || !a.StartedAt.IsZero() || !a.EndedAt.IsZero() || a.Error != "" {
+		t.Fatalf("retry: %v %v, a = %+v", d.RetryTasks, names(d.Records), a)
+	}
+	if !equalCounts(x.counts(), map[task.Status]int{task.StatusPending: 1, task.StatusRunning: 1}) || len(x.s.Group.FailedMembers) != 0 {
+		t.Fatalf("counts %v, failed members %v", x.counts(), x.s.Group.FailedMembers)
+	}
+	x.set("a", task.StatusRunning)
+	x.advance()
+	x.set("a", task.StatusCompleted)
+	x.set("b", task.StatusCompleted)
+	x.advance()
+	if x.s.Group.Status != StatusCompleted || x.s.Group.Reason != "" || x.counts()[task.StatusCompleted] != 2 {
+		t.Fatalf("group %+v, counts %v", x.s.Group, x.counts())
+	}
+	// Failing again, it is counted failed again.
+	y := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+	y.set("a", task.StatusFailed)
+	y.advance()
+	if _, err := y.retry("a"); err != nil {
+		t.Fatal(err)
+	}
+	y.set("a", task.StatusFailed)
+	y.set("b", task.StatusCompleted)
+	y.advance()
+	if g := y.s.Group; g.Status != StatusFailed || g.Reason != "1 of 2 tasks did not complete" || !slices.Equal(g.FailedMembers, []string{"a"}) {
+		t.Fatalf("group %+v", g)
+	}
+}
+
+// In a dag, the descendants a member's failure cancelled come back with
+// it; a descendant cancelled by hand before it, and one whose other
+// dependency failed, stay cancelled. A member whose dependency failed is
+// not retried on its own.
+func TestRetriedDAGMemberBringsBackWhatItsFailureCancelled(t *testing.T) {
+	x := newSim(t, Input{Mode: "dag", Tasks: []MemberInput{member("root"), member("a", "root"), member("b", "a"),
+		member("c", "b"), member("h", "a"), member("k", "root"), member("j", "a", "k"), member("x")}}, true)
+	x.set("root", task.StatusCompleted)
+	x.set("h", task.StatusCancelled) // by hand, before a ended
+	x.set("x", task.StatusRunning)
+	x.advance()
+	x.now = x.now.Add(time.Second)
+	x.set("k", task.StatusFailed)
+	x.advance()
+	x.advance() // j cancelled for k
+	x.now = x.now.Add(time.Second)
+	x.set("a", task.StatusFailed)
+	x.advance()
+	x.advance() // b and c cancelled for a
+	for k, want := range map[string]task.Status{"b": task.StatusCancelled, "c": task.StatusCancelled, "j": task.StatusCancelled} {
+		if got := x.s.Members[k].Status; got != want {
+			t.Fatalf("%s is %s", k, got)
+		}
+	}
+	for _, tt := range []struct{ key, want string }{
+		{"j", "depends on member a of group group-1, which failed; retry a, and the dependents its end cancelled come back with it"},
+		{"b", "depends on member a of group group-1, which failed; retry a"},
+		{"x", "cannot retry a running task"},
+	} {
+		if d, err := x.retry(tt.key); !errors.Is(err, task.ErrImmutable) || !strings.Contains(err.Error(), tt.want) || !d.Empty() {
+			t.Fatalf("retry of %s: %v, %v", tt.key, err, names(d.Records))
+		}
+	}
+	x.now = x.now.Add(time.Second)
+	d, err := x.retry("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{x.taskOf("a"), x.taskOf("b"), x.taskOf("c")}; !slices.Equal(d.RetryTasks, want) {
+		t.Fatalf("retried %v, want a, b, c (%v)", d.RetryTasks, want)
+	}
+	for k, want := range map[string]task.Status{"a": task.StatusPending, "b": task.StatusPending, "c": task.StatusPending,
+		"h": task.StatusCancelled, "j": task.StatusCancelled} {
+		if got := x.s.Members[k].Status; got != want {
+			t.Fatalf("%s is %s, want %s", k, got, want)
+		}
+	}
+	for _, k := range []string{"a", "b", "c", "x"} {
+		x.set(k, task.StatusCompleted)
+		x.advance()
+	}
+	g := x.s.Group
+	if g.Status != StatusFailed || g.Reason != "3 of 8 tasks did not complete" || !slices.Equal(g.FailedMembers, []string{"k"}) {
+		t.Fatalf("group %+v", g)
+	}
+}
+
+// A retry that comes before the process manager saw the member fail
+// records the failure first; what that failure was about to cancel goes
+// on waiting for the member instead.
+func TestRetryBeforeTheGroupSawTheFailure(t *testing.T) {
+	x := newSim(t, Input{Mode: "dag", Tasks: []MemberInput{member("a"), member("b", "a"), member("c", "b"), member("x")}}, true)
+	x.set("x", task.StatusRunning)
+	x.set("a", task.StatusFailed)
+	d, err := x.retry("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.CancelTasks) != 0 || !slices.Equal(d.RetryTasks, []string{x.taskOf("a")}) ||
+		!slices.Equal(names(d.Records), []string{"TaskGroupMembersChanged", "TaskGroupMembersChanged"}) || d.Records[0].Actor != "scheduler" {
+		t.Fatalf("decided %v, cancels %v, retries %v", names(d.Records), d.CancelTasks, d.RetryTasks)
+	}
+	if !equalCounts(x.counts(), map[task.Status]int{task.StatusPending: 3, task.StatusRunning: 1}) {
+		t.Fatalf("counts %v", x.counts())
+	}
+}
+
+// Once the group has ended — as recorded, or as its members' tasks say
+// when the retry comes — a member is not run again; a repeat tries its
+// runs again itself; a task of no member is not the group's.
+func TestRetryRefusals(t *testing.T) {
+	x := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+	x.set("a", task.StatusFailed)
+	x.advance()
+	x.set("b", task.StatusCompleted) // not seen yet
+	d, err := x.retry("a")
+	if !errors.Is(err, task.ErrImmutable) || !strings.HasSuffix(err.Error(), "the task's group group-1 has ended (failed); its members are not run again") ||
+		len(d.RetryTasks) != 0 || x.s.Group.Status != StatusFailed || x.tasks[x.taskOf("a")].facts.Status != task.StatusFailed {
+		t.Fatalf("retry in a group that ended meanwhile: %v, %+v", err, x.s.Group)
+	}
+	if d, err := x.retry("a"); !errors.Is(err, task.ErrImmutable) || !d.Empty() {
+		t.Fatalf("retry in an ended group: %v, %v", err, names(d.Records))
+	}
+	serial := newSim(t, Input{Tasks: []MemberInput{member("a"), member("b")}}, true)
+	serial.set("a", task.StatusFailed)
+	serial.advance()
+	if _, err := serial.retry("a"); !errors.Is(err, task.ErrImmutable) || !strings.Contains(err.Error(), "has ended (failed)") {
+		t.Fatalf("retry in a failed serial group: %v", err)
+	}
+	rep := repeatSim(t, RepeatInput{Count: 2})
+	rep.set("run-1", task.StatusFailed)
+	rep.advance()
+	if d, err := rep.retry("run-1"); !errors.Is(err, task.ErrImmutable) || !strings.Contains(err.Error(), "tries its failed runs again itself") ||
+		!d.Empty() {
+		t.Fatalf("retry of a repeat's run: %v, %v", err, names(d.Records))
+	}
+	if _, _, err := x.s.RetryMember(x.now, nil, "user-1", "no-such-task"); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("retry of a task of no member: %v", err)
 	}
 }
 
