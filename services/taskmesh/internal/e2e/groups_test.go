@@ -502,7 +502,13 @@ func TestTemplatesEndToEnd(t *testing.T) {
 		{"int of a fraction", map[string]any{"s": "x", "i": 1.5}, "variables.i"},
 		{"bool of text", map[string]any{"s": "x", "b": "yes"}, "variables.b"},
 		{"select outside", map[string]any{"s": "x", "sel": "green"}, "variables.sel"},
-		{"string of a number", map[string]any{"s": 5}, "variables.s"},
+		{"string of a number", map[string]any{"s": 5}, "variables.s: variable s must be a string, not a number"},
+		{"string of an object", map[string]any{"s": map[string]any{"x": 1}}, "variables.s: variable s must be a string, not an object"},
+		{"string of an array", map[string]any{"s": []any{"x"}}, "variables.s: variable s must be a string, not an array"},
+		{"int of an object", map[string]any{"s": "x", "i": map[string]any{}}, "variables.i: variable i must be an integer, not an object"},
+		{"bool of an array", map[string]any{"s": "x", "b": []any{true}}, "variables.b: variable b must be true or false, not an array"},
+		{"select of a boolean", map[string]any{"s": "x", "sel": true}, "variables.sel: variable sel must be one of red, blue, not a boolean"},
+		{"required of null", map[string]any{"s": nil}, "variables.s: variable s is required"},
 	} {
 		code, body, _ := w.call("POST", "/api/v1/templates/show/run", key, map[string]any{"variables": tt.vars})
 		if code != 400 || body["code"] != float64(30005) || !strings.Contains(fmt.Sprint(body["message"]), tt.want) {
