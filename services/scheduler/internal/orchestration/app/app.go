@@ -155,7 +155,11 @@ func withIP(d orch.Decision, ip string) orch.Decision {
 		return d
 	}
 	for i := range d.Records {
-		d.Records[i].IP = ip
+		// What the command recorded of the members on the way is the
+		// process manager's, as it would have recorded it a moment later.
+		if d.Records[i].Actor != orch.ProcessManager {
+			d.Records[i].IP = ip
+		}
 	}
 	for _, recs := range d.NewTasks {
 		for i := range recs {

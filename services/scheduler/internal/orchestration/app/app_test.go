@@ -396,7 +396,9 @@ func TestCancelAfterTheLastMemberEndedIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = w.app.CancelGroup(ctx, alice, id, "racing the end")
+	client := alice
+	client.IP = "10.0.0.7"
+	_, err = w.app.CancelGroup(ctx, client, id, "racing the end")
 	if !errors.Is(err, task.ErrImmutable) || !strings.Contains(err.Error(), "cannot cancel a completed group") {
 		t.Fatalf("cancel = %v", err)
 	}
@@ -416,6 +418,10 @@ func TestCancelAfterTheLastMemberEndedIsRefused(t *testing.T) {
 		if _, ok := r.Event.(orch.Canceled); ok {
 			t.Fatal("the group was cancelled")
 		}
+		if r.IP != "" {
+			// The group's end is the process manager's, not the client's.
+			t.Fatalf("%s by %s carries the client's address", r.Event.EventName(), r.Actor)
+		}
 	}
 	// Once one member is still open the cancel goes on, and the member that
 	// ended keeps its outcome.
@@ -429,9 +435,14 @@ func TestCancelAfterTheLastMemberEndedIsRefused(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got, err = w.app.CancelGroup(ctx, alice, st.Group.ID, "stop")
+	got, err = w.app.CancelGroup(ctx, client, st.Group.ID, "stop")
 	if err != nil || got.Group.Status != orch.StatusCancelled || got.Members["a"].Status != task.StatusCompleted {
 		t.Fatalf("cancel with b open: %+v, %v", got.Group, err)
+	}
+	evs := w.store.Events()
+	if last, before := evs[len(evs)-1], evs[len(evs)-2]; last.Event.EventName() != "TaskGroupCanceled" || last.IP != "10.0.0.7" ||
+		before.Event.EventName() != "TaskGroupMembersChanged" || before.IP != "" {
+		t.Fatalf("recorded %s (%q), then %s (%q)", before.Event.EventName(), before.IP, last.Event.EventName(), last.IP)
 	}
 	if a, _ := w.store.Task(st.Members["a"].TaskID); a.Status != task.StatusCompleted {
 		t.Fatalf("a = %s", a.Status)

@@ -108,7 +108,7 @@ func (s State) Cancel(now time.Time, facts map[string]Facts, actor, reason strin
 	if s.Group.Status.Final() {
 		return s, Decision{}, immutable(s.Group, "cancel")
 	}
-	x := &decider{s: s.Clone(), now: now, actor: processManager}
+	x := &decider{s: s.Clone(), now: now, actor: ProcessManager}
 	x.catchUp(facts)
 	if x.s.Group.Status.Final() {
 		return x.s, x.d, immutable(x.s.Group, "cancel")
@@ -160,7 +160,7 @@ func (s State) RetryMember(now time.Time, facts map[string]Facts, actor, taskID 
 	if key == "" {
 		return s, Decision{}, ErrNotMember
 	}
-	x := &decider{s: s.Clone(), now: now, actor: processManager}
+	x := &decider{s: s.Clone(), now: now, actor: ProcessManager}
 	x.catchUp(facts)
 	g := x.s.Group
 	m := x.s.Members[key]
@@ -297,14 +297,15 @@ func (s State) ResetRepeat(now time.Time, operator, reason string, newID func() 
 // all final ends; more members or runs are released. Facts of several
 // changes of one task between two looks make one change.
 func (s State) Advance(now time.Time, facts map[string]Facts, newID func() string) (State, Decision) {
-	x := &decider{s: s.Clone(), now: now, actor: processManager, newID: newID}
+	x := &decider{s: s.Clone(), now: now, actor: ProcessManager, newID: newID}
 	x.catchUp(facts)
 	x.releaseNext()
 	return x.s, x.d
 }
 
-// processManager is the actor of the group's own decisions.
-const processManager = "scheduler"
+// ProcessManager is the actor of the group's own decisions, those a
+// client's command records too when it first catches the group up.
+const ProcessManager = "scheduler"
 
 // catchUp is Advance up to the release of more members: record how the
 // open members' tasks changed, apply the mode's rule to those that broke,
