@@ -152,6 +152,77 @@ func TestDAGGroupThroughLeases(t *testing.T) {
 	}
 }
 
+// RetryTask of a failed DAG member while its group runs: the group follows
+// the member again and brings back the dependent its failure cancelled;
+// the group completes, its rows rebuild from its events, and a member of
+// the ended group is not run again (30002, nothing changes).
+func TestRetriedDAGMemberThroughLeases(t *testing.T) {
+	e := newEnv(t)
+	ctx := user("tenant-a")
+	a := node("a", "step-a")
+	a.MaxRetries = i32(0)
+	created, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Mode: "dag", Start: proto.Bool(true),
+		Tasks: []*taskv1.TaskGroupTask{a, node("b", "step-b", "a"), node("x", "step-x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetGroup().GetId()
+	member := func(g *taskv1.TaskGroup, key string) *taskv1.TaskGroupMember {
+		for _, m := range g.GetTasks() {
+			if m.GetId() == key {
+				return m
+			}
+		}
+		t.Fatalf("no member %s in %v", key, g)
+		return nil
+	}
+	got := e.claim("agent-1", "m1", 10)
+	if slices.Compare(names(got), []string{"a", "x"}) != 0 {
+		t.Fatalf("first claim %v", names(got))
+	}
+	x := got[1]
+	e.complete(got[0], 1)
+	eventually(t, 10*time.Second, "b cancelled for a", func() bool {
+		return member(e.group(ctx, id), "b").GetStatus() == "cancelled"
+	})
+	retried, err := e.tasks().RetryTask(ctx, &taskv1.RetryTaskRequest{Id: member(e.group(ctx, id), "a").GetTaskId()})
+	if err != nil || retried.GetTask().GetStatus() != "pending" {
+		t.Fatalf("retry a: %v, %v", retried, err)
+	}
+	g := e.group(ctx, id)
+	if member(g, "a").GetStatus() != "pending" || member(g, "b").GetStatus() != "pending" || g.GetCounts().GetPending() != 2 ||
+		g.GetCounts().GetFailed() != 0 || g.GetCounts().GetCancelled() != 0 || g.GetStatus() != "running" {
+		t.Fatalf("after the retry: %v", g)
+	}
+	got = e.claim("agent-1", "m1", 10)
+	if slices.Compare(names(got), []string{"a"}) != 0 {
+		t.Fatalf("claim after the retry %v", names(got))
+	}
+	e.complete(got[0], 0)
+	got = e.claim("agent-1", "m1", 10)
+	if slices.Compare(names(got), []string{"b"}) != 0 {
+		t.Fatalf("claim after a completed %v", names(got))
+	}
+	e.complete(got[0], 0)
+	e.complete(x, 0)
+	eventually(t, 10*time.Second, "the group to complete", func() bool { return e.group(ctx, id).GetStatus() == "completed" })
+	done := e.group(ctx, id)
+	if done.GetCounts().GetCompleted() != 3 || done.GetError() != "" || member(done, "a").GetStatus() != "completed" {
+		t.Fatalf("completed group %v", done)
+	}
+	_, err = e.tasks().RetryTask(ctx, &taskv1.RetryTaskRequest{Id: member(done, "a").GetTaskId()})
+	if status.Code(err) != codes.FailedPrecondition || code(err) != "30002" || !strings.Contains(err.Error(), "has ended (completed)") {
+		t.Fatalf("retry in the ended group: %v", err)
+	}
+	if after := e.group(ctx, id); after.GetVersion() != done.GetVersion() {
+		t.Fatalf("a refused retry changed the group: version %d, was %d", after.GetVersion(), done.GetVersion())
+	}
+	rep, err := scheduler.RebuildInlineProjection(context.Background(), e.pool, false)
+	if err != nil || len(rep.Differences) != 0 {
+		t.Fatalf("rebuild compare = %+v, %v", rep, err)
+	}
+}
+
 // A cycle, an unknown dependency and a duplicate id are refused with
 // 30005 naming the ids, and nothing is stored.
 func TestInvalidGroupsStoreNothing(t *testing.T) {

@@ -255,6 +255,8 @@ func (s *Service) orchestration(cfg Config) {
 			s.orch.Touch(t.Spec.GroupID)
 		}
 	})
+	// A member is retried through its group, which follows it again.
+	s.app.SetGroups(s.orch)
 }
 
 // withDefaults fills in the zero values that have defaults.

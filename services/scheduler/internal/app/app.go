@@ -94,6 +94,9 @@ type App struct {
 	// admission is nil when no quota service is configured: then no task
 	// waits for admission.
 	admission Admission
+	// groups is nil without task groups: then a member is retried as any
+	// task.
+	groups GroupMembers
 	// resultSweep is when the sweeper last deleted expired results, and
 	// selfExpiring whether the store expires them itself (no sweep).
 	resultSweep  time.Time
@@ -131,6 +134,10 @@ func New(stores Stores, objects objectstore.Store, now func() time.Time, hub *Hu
 // SetAdmission makes tasks that name a queue, a GU quota or resources wait
 // for the quota service's admission. Call it before serving.
 func (a *App) SetAdmission(adm Admission) { a.admission = adm }
+
+// SetGroups has RetryTask retry the members of task groups through their
+// groups. Call it before serving.
+func (a *App) SetGroups(g GroupMembers) { a.groups = g }
 
 // Caller is who asks: a tenant's user, an agent, or an admin.
 type Caller struct {

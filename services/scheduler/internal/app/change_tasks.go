@@ -94,8 +94,37 @@ func (a *App) CancelTask(ctx context.Context, c Caller, id, reason string) (doma
 	})
 }
 
-// RetryTask puts a failed or cancelled task back to pending.
+// GroupMembers is what RetryTask needs of task groups (the orchestration
+// use cases): a task group follows its members, so a member is retried
+// through its group, which follows it again or refuses
+// (docs/api/task-groups.md#retrying-a-member).
+type GroupMembers interface {
+	// RetryMember retries t through the task group its group_id names and
+	// returns it as retried. member is false when t is no member of a task
+	// group of c's (a fan-out's task, a group_id the client chose): then
+	// nothing was done.
+	RetryMember(ctx context.Context, c Caller, t domain.Task) (out domain.Task, member bool, err error)
+}
+
+// RetryTask puts a failed or cancelled task back to pending. A member of
+// a task group is retried by its group (GroupMembers).
 func (a *App) RetryTask(ctx context.Context, c Caller, id string) (domain.Task, error) {
+	if a.groups != nil {
+		t, err := a.GetTask(ctx, c, id)
+		if err != nil {
+			return domain.Task{}, err
+		}
+		if t.Spec.GroupID != "" {
+			out, member, err := a.groups.RetryMember(ctx, c, t)
+			if member {
+				if err == nil && out.HeldForDependencies {
+					a.releaseHeldSoon() // its dependencies may have completed
+				}
+				return out, err
+			}
+		}
+		id = t.ID // the client may have named it (byClientID)
+	}
 	return a.mutateNamed(ctx, c, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Retry(now, c.Subject)
 	})

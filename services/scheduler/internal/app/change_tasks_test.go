@@ -1,7 +1,9 @@
 package app_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -63,6 +65,69 @@ func TestRetryTask(t *testing.T) {
 	}
 	if got, err := h.app.RetryTask(h.ctx, user("t1"), cancelled.ID); err != nil || got.Status != domain.StatusPending {
 		t.Errorf("retry of a cancelled task = %+v, %v", got, err)
+	}
+}
+
+// groupMembers is a recording app.GroupMembers: tasks of the group ids in
+// groups are its members; a member's retry answers err, or the task
+// pending.
+type groupMembers struct {
+	groups map[string]bool
+	err    error
+	asked  []string
+}
+
+func (g *groupMembers) RetryMember(_ context.Context, _ app.Caller, t domain.Task) (domain.Task, bool, error) {
+	g.asked = append(g.asked, t.ID)
+	if !g.groups[t.Spec.GroupID] {
+		return domain.Task{}, false, nil
+	}
+	if g.err != nil {
+		return domain.Task{}, true, g.err
+	}
+	t.Status = domain.StatusPending
+	return t, true, nil
+}
+
+// A member of a task group is retried through its group, which decides;
+// a task whose group_id is no task group's (a fan-out's, the client's own)
+// is retried as any task, and so is a task without one, which the groups
+// are not asked about.
+func TestRetryTaskOfAGroupMember(t *testing.T) {
+	h := newHarness(t)
+	groups := &groupMembers{groups: map[string]bool{"g-1": true}}
+	h.app.SetGroups(groups)
+	inGroup := func(name, group string) domain.Task {
+		x := h.create(user("t1"), spec(name, func(in *domain.SpecInput) { in.GroupID = group }))
+		if _, err := h.app.CancelTask(h.ctx, user("t1"), x.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	member := inGroup("m", "g-1")
+	got, err := h.app.RetryTask(h.ctx, user("t1"), member.ID)
+	if err != nil || got.Status != domain.StatusPending || !slices.Equal(groups.asked, []string{member.ID}) {
+		t.Fatalf("retry of a member = %+v, %v (asked %v)", got, err, groups.asked)
+	}
+	h.wantStatus(member.ID, domain.StatusCancelled) // the group's to retry, not RetryTask's
+	groups.err = fmt.Errorf("%w: the task's group g-1 has ended (failed)", domain.ErrImmutable)
+	_, err = h.app.RetryTask(h.ctx, user("t1"), member.ID)
+	wantErr(t, "retry of a member of an ended group (30002)", err, domain.ErrImmutable)
+	h.wantStatus(member.ID, domain.StatusCancelled)
+
+	fan := inGroup("f", "fan-1")
+	if got, err := h.app.RetryTask(h.ctx, user("t1"), fan.ID); err != nil || got.Status != domain.StatusPending {
+		t.Fatalf("retry of a fan-out's task = %+v, %v", got, err)
+	}
+	plain := inGroup("p", "")
+	asked := len(groups.asked)
+	if got, err := h.app.RetryTask(h.ctx, user("t1"), plain.ID); err != nil || got.Status != domain.StatusPending || len(groups.asked) != asked {
+		t.Fatalf("retry of a task of no group = %+v, %v (groups asked %v)", got, err, groups.asked)
+	}
+	_, err = h.app.RetryTask(h.ctx, user("t2"), member.ID)
+	wantErr(t, "retry of another tenant's member", err, domain.ErrNotFound)
+	if len(groups.asked) != asked {
+		t.Fatalf("another tenant's retry reached the group: %v", groups.asked)
 	}
 }
 

@@ -153,12 +153,13 @@ func (a *App) fanOut(ctx context.Context, c Caller, spec domain.Spec, in domain.
 	var out []domain.Spec
 	switch {
 	case len(in.TargetMachines) > 0 || len(in.TargetIPs) > 0:
-		for _, m := range in.TargetMachines {
+		machines, ips := in.DistinctTargets()
+		for _, m := range machines {
 			s := spec
 			s.MachineID = m
 			out = append(out, s)
 		}
-		for _, ip := range in.TargetIPs {
+		for _, ip := range ips {
 			s := spec
 			s.TargetIP = ip
 			out = append(out, s)

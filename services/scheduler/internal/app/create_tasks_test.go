@@ -135,6 +135,15 @@ func TestCreateTaskFansOut(t *testing.T) {
 			}),
 			machine: func(i int) string { return []string{"m7", "m8", ""}[i] },
 			ip:      func(i int) string { return []string{"", "", "10.1.1.1"}[i] }},
+		// A target named twice gets one task, where it first appears; two
+		// spellings of an address are one address.
+		{name: "targets named twice", want: 4,
+			in: spec("d", func(in *domain.SpecInput) {
+				in.TargetMachines = []string{"m8", "m7", "m8", "m7"}
+				in.TargetIPs = []string{"2001:db8::1", "10.1.1.1", "2001:DB8:0::1", "10.1.1.1"}
+			}),
+			machine: func(i int) string { return []string{"m8", "m7", "", ""}[i] },
+			ip:      func(i int) string { return []string{"", "", "2001:db8::1", "10.1.1.1"}[i] }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts, err := h.app.CreateTasks(h.ctx, user("t1"), tc.in, "")

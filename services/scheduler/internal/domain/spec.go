@@ -267,6 +267,38 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	return s, nil
 }
 
+// DistinctTargets returns the submission's target machine ids and IPs,
+// each once, in the order they first appear: a fan-out makes one task per
+// machine and per address however often it is named
+// (docs/api/tasks.md#targeting). IPs are compared as addresses, so
+// 2001:db8::1 and 2001:DB8:0::1 are one (the first spelling is kept); an
+// IP that is not an address (NormalizeSpec refuses it) is compared as
+// written.
+func (in SpecInput) DistinctTargets() (machines, ips []string) {
+	seen := map[string]bool{}
+	for _, m := range in.TargetMachines {
+		if !seen[m] {
+			seen[m] = true
+			machines = append(machines, m)
+		}
+	}
+	addrs := map[netip.Addr]bool{}
+	clear(seen)
+	for _, ip := range in.TargetIPs {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			if addrs[a] {
+				continue
+			}
+			addrs[a] = true
+		} else if seen[ip] {
+			continue
+		}
+		seen[ip] = true
+		ips = append(ips, ip)
+	}
+	return machines, ips
+}
+
 // MaxWebhookURL bounds a webhook URL.
 const MaxWebhookURL = 2048
 

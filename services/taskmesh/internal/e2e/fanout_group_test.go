@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -50,5 +51,65 @@ func TestFanOutGroupIDReadsAsAGroup(t *testing.T) {
 	}
 	if last := frames[len(frames)-1].data; last["final"] != true || last["status"] != "cancelled" {
 		t.Fatalf("the live stream's last frame = %v", last)
+	}
+}
+
+// A machine or an address named twice in targets gets one task, on
+// POST /api/v1/tasks and on a template's run alike, in the order the
+// targets first appear.
+func TestTargetsNamedTwiceMakeOneTaskEach(t *testing.T) {
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	placements := func(first map[string]any) []string {
+		t.Helper()
+		g := w.group(key, first["group_id"].(string))
+		var out []string
+		for _, raw := range g["tasks"].([]any) {
+			m := raw.(map[string]any)
+			out = append(out, m["machine_id"].(string))
+		}
+		if g["total"] != float64(len(out)) {
+			t.Fatalf("group total %v, %d tasks", g["total"], len(out))
+		}
+		return out
+	}
+	code, first, _ := w.call("POST", "/api/v1/tasks", key, map[string]any{"name": "twice", "type": "shell", "command": "true",
+		"targets": map[string]any{"machine_ids": []string{"qa-x9", "qa-x8", "qa-x9"}, "ips": []string{"10.0.0.9", "10.0.0.9"}}})
+	if code != 200 {
+		t.Fatalf("create = %d %v", code, first)
+	}
+	if got := placements(first); !slices.Equal(got, []string{"qa-x9", "qa-x8", ""}) {
+		t.Fatalf("tasks on %q, want one on qa-x9, one on qa-x8 and one for 10.0.0.9", got)
+	}
+	if code, body, _ := w.call("POST", "/api/v1/templates", key, map[string]any{"id": "hello", "name": "hello", "command": "echo",
+		"args": []string{"{{msg}}"}, "variables": []any{map[string]any{"name": "msg", "type": "string", "required": true}}}); code != 200 {
+		t.Fatalf("create template: %d %v", code, body)
+	}
+	code, first, _ = w.call("POST", "/api/v1/templates/hello/run", key, map[string]any{"variables": map[string]any{"msg": "hi"},
+		"targets": map[string]any{"machine_ids": []string{"qa-t1", "qa-t2", "qa-t1"}}})
+	if code != 200 {
+		t.Fatalf("run = %d %v", code, first)
+	}
+	if got := placements(first); !slices.Equal(got, []string{"qa-t1", "qa-t2"}) {
+		t.Fatalf("the run's tasks are on %q, want one on qa-t1 and one on qa-t2", got)
+	}
+	// One machine named twice is one task, as though named once.
+	for _, route := range []struct {
+		path    string
+		body    map[string]any
+		machine string
+	}{
+		{"/api/v1/tasks", map[string]any{"name": "once", "type": "shell", "command": "true",
+			"targets": map[string]any{"machine_ids": []string{"qa-x7", "qa-x7"}}}, "qa-x7"},
+		{"/api/v1/templates/hello/run", map[string]any{"variables": map[string]any{"msg": "hi"},
+			"targets": map[string]any{"machine_ids": []string{"qa-t3", "qa-t3"}}}, "qa-t3"},
+	} {
+		code, task, _ := w.call("POST", route.path, key, route.body)
+		if code != 200 || task["machine_id"] != route.machine {
+			t.Fatalf("POST %s = %d %v", route.path, code, task)
+		}
+		if code, ids, _, _ := w.listIDs(key, "machine_id="+route.machine); code != 200 || !slices.Equal(ids, []string{task["id"].(string)}) {
+			t.Fatalf("tasks on %s: %d %v, want only %v", route.machine, code, ids, task["id"])
+		}
 	}
 }

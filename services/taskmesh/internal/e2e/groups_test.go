@@ -288,8 +288,8 @@ func TestFailuresInSerialAndDAGGroups(t *testing.T) {
 	}
 }
 
-// A cycle, an unknown dependency and a duplicate id are 400/30005 over
-// REST and store nothing.
+// A cycle, an unknown dependency, a duplicate id and an unknown queue are
+// 400/30005 over REST, naming the member's field, and store nothing.
 func TestInvalidGroupsAreRefusedAndStoreNothing(t *testing.T) {
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
@@ -310,11 +310,18 @@ func TestInvalidGroupsAreRefusedAndStoreNothing(t *testing.T) {
 		{"cycle", []any{node("a", "c"), node("b", "a"), node("c", "b")}, "a → c → b → a"},
 		{"unknown dependency", []any{node("a"), node("b", "ghost")}, `"ghost"`},
 		{"duplicate id", []any{node("a"), node("a")}, `duplicate id "a"`},
+		{"unknown queue", []any{node("a"), map[string]any{"id": "q", "name": "q", "command": "true", "queue": "nosuch"}},
+			`invalid tasks[1].queue: queue "nosuch": unknown queue`},
 	} {
 		code, body, _ := w.call("POST", "/api/v1/task-groups", key, map[string]any{"mode": "dag", "tasks": tt.tasks})
 		if code != 400 || body["code"] != float64(30005) || !strings.Contains(fmt.Sprint(body["message"]), tt.want) || body["data"] != nil {
 			t.Errorf("%s: %d %v", tt.name, code, body)
 		}
+	}
+	// A task of its own names the field too.
+	code, body, _ := w.call("POST", "/api/v1/tasks", key, map[string]any{"name": "q", "command": "true", "queue": "nosuch"})
+	if code != 400 || body["code"] != float64(30005) || body["message"] != `invalid queue: queue "nosuch": unknown queue` {
+		t.Errorf("a task with an unknown queue: %d %v", code, body)
 	}
 	if after := rows(); after != before {
 		t.Fatalf("rows (events tasks groups): before %s, after %s", before, after)
@@ -495,7 +502,13 @@ func TestTemplatesEndToEnd(t *testing.T) {
 		{"int of a fraction", map[string]any{"s": "x", "i": 1.5}, "variables.i"},
 		{"bool of text", map[string]any{"s": "x", "b": "yes"}, "variables.b"},
 		{"select outside", map[string]any{"s": "x", "sel": "green"}, "variables.sel"},
-		{"string of a number", map[string]any{"s": 5}, "variables.s"},
+		{"string of a number", map[string]any{"s": 5}, "variables.s: variable s must be a string, not a number"},
+		{"string of an object", map[string]any{"s": map[string]any{"x": 1}}, "variables.s: variable s must be a string, not an object"},
+		{"string of an array", map[string]any{"s": []any{"x"}}, "variables.s: variable s must be a string, not an array"},
+		{"int of an object", map[string]any{"s": "x", "i": map[string]any{}}, "variables.i: variable i must be an integer, not an object"},
+		{"bool of an array", map[string]any{"s": "x", "b": []any{true}}, "variables.b: variable b must be true or false, not an array"},
+		{"select of a boolean", map[string]any{"s": "x", "sel": true}, "variables.sel: variable sel must be one of red, blue, not a boolean"},
+		{"required of null", map[string]any{"s": nil}, "variables.s: variable s is required"},
 	} {
 		code, body, _ := w.call("POST", "/api/v1/templates/show/run", key, map[string]any{"variables": tt.vars})
 		if code != 400 || body["code"] != float64(30005) || !strings.Contains(fmt.Sprint(body["message"]), tt.want) {

@@ -85,7 +85,7 @@ func (s *GroupStore) Create(ctx context.Context, n oapp.NewGroup) (orch.State, [
 			}
 		}
 		var err error
-		written, err = persist(ctx, tx, orch.State{}, n.State, n.Decision)
+		written, err = persist(ctx, tx, orch.State{}, n.State, n.Decision, nil)
 		out = n.State
 		return err
 	})
@@ -104,35 +104,56 @@ func (s *GroupStore) Changed(ctx context.Context, tenant, id string, since int64
 }
 
 // Mutate implements oapp.GroupStore.
+//
+// The facts are read without locking the member tasks (a pass over a
+// large group would otherwise hold every one of them), so a task may end
+// between the read and the decision's write. A decision that cancels a
+// task its facts showed open but which has ended by the time it is locked
+// was made on a group that is no longer so (a cancel racing the last
+// member's completion): the transaction is rolled back and the decision
+// made again on the tasks as they are then.
 func (s *GroupStore) Mutate(ctx context.Context, tenant, id string, scope oapp.Scope,
 	decide func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error)) (orch.State, []domain.Task, error) {
 	var (
 		out     orch.State
 		written []domain.Task
 	)
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		before, err := loadGroup(ctx, tx, tenant, id, scope, true)
-		if err != nil {
+	for attempt := 1; ; attempt++ {
+		// The last attempt takes the tasks as it finds them.
+		strict := attempt < maxAttempts
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			before, err := loadGroup(ctx, tx, tenant, id, scope, true)
+			if err != nil {
+				return err
+			}
+			facts, err := loadFacts(ctx, tx, before)
+			if err != nil {
+				return err
+			}
+			after, d, err := decide(before, facts)
+			if err != nil {
+				return err
+			}
+			out, written = after, nil
+			if d.Empty() {
+				out = before
+				return nil
+			}
+			if !strict {
+				facts = nil
+			}
+			written, err = persist(ctx, tx, before, after, d, facts)
 			return err
+		})
+		if !errors.Is(err, errMovedOn) {
+			return out, written, err
 		}
-		facts, err := loadFacts(ctx, tx, before)
-		if err != nil {
-			return err
-		}
-		after, d, err := decide(before, facts)
-		if err != nil {
-			return err
-		}
-		out, written = after, nil
-		if d.Empty() {
-			out = before
-			return nil
-		}
-		written, err = persist(ctx, tx, before, after, d)
-		return err
-	})
-	return out, written, err
+	}
 }
+
+// errMovedOn: a member task the decision cancels ended after its facts
+// were read (Mutate).
+var errMovedOn = errors.New("a member task ended while its group decided")
 
 // Querier is what reads need.
 type groupQuerier interface {
@@ -189,8 +210,9 @@ func loadGroupWhere(ctx context.Context, q groupQuerier, tenant, id string, forU
 	return s, rows.Err()
 }
 
-// loadFacts reads the tasks of the group's open released members; a task
-// that is deleted or missing has no facts. Only a task whose status is not
+// loadFacts reads the tasks of the group's released members as loaded
+// (the open ones, or with Scope All every one); a task that is deleted or
+// missing has no facts. Only a task whose status is not
 // the one the group last recorded has its times and error read from its
 // document: on a large group most members have not moved since the last
 // pass, and reading inside a thousand documents each pass would cost more
@@ -200,7 +222,7 @@ func loadFacts(ctx context.Context, q groupQuerier, s orch.State) (map[string]or
 	var ids, seen []string
 	known := map[string]orch.Member{}
 	for _, m := range s.Members {
-		if m.Released() && !m.Status.Final() {
+		if m.Released() {
 			ids, seen = append(ids, m.TaskID), append(seen, string(m.Status))
 			known[m.TaskID] = m
 		}
@@ -255,8 +277,9 @@ func parseTime(s *string) time.Time {
 // persist stores a decision on a group in tx: its records as events (the
 // versions after before's), the member tasks it creates, cancels or
 // deletes, the group row and the member rows that changed. It returns the
-// tasks it wrote.
-func persist(ctx context.Context, tx pgx.Tx, before, after orch.State, d orch.Decision) ([]domain.Task, error) {
+// tasks it wrote. facts are what the decision was made on (nil: nothing
+// is checked against them; see memberTasks).
+func persist(ctx context.Context, tx pgx.Tx, before, after orch.State, d orch.Decision, facts map[string]orch.Facts) ([]domain.Task, error) {
 	g := after.Group
 	trace := otel.Inject(ctx)
 	evs := make([]eventstore.Event, len(d.Records))
@@ -278,7 +301,7 @@ func persist(ctx context.Context, tx pgx.Tx, before, after orch.State, d orch.De
 	if err := events.Append(ctx, tx, evs...); err != nil {
 		return nil, err
 	}
-	written, err := memberTasks(ctx, tx, d)
+	written, err := memberTasks(ctx, tx, d, facts)
 	if err != nil {
 		return nil, err
 	}
@@ -288,20 +311,27 @@ func persist(ctx context.Context, tx pgx.Tx, before, after orch.State, d orch.De
 	return written, writeMembers(ctx, tx, before, after)
 }
 
-// memberTasks creates, cancels and deletes the decision's tasks, by the
-// task aggregate's rules, and returns the tasks as written.
-func memberTasks(ctx context.Context, tx pgx.Tx, d orch.Decision) ([]domain.Task, error) {
-	changes := make([]change, 0, len(d.NewTasks)+len(d.CancelTasks)+len(d.DeleteTasks))
+// memberTasks creates, cancels, deletes and retries the decision's tasks,
+// by the task aggregate's rules, and returns the tasks as written. A task
+// to cancel that has ended is left as it ended; when facts showed it
+// open, the decision was made on a task that moved on since, and
+// memberTasks returns errMovedOn instead. A task to retry that is gone is
+// domain.ErrNotFound, one the task's rules do not let retry
+// domain.ErrImmutable. A retry carries the address of the client who asked
+// for it, as RetryTask's own records do.
+func memberTasks(ctx context.Context, tx pgx.Tx, d orch.Decision, facts map[string]orch.Facts) ([]domain.Task, error) {
+	changes := make([]change, 0, len(d.NewTasks)+len(d.CancelTasks)+len(d.DeleteTasks)+len(d.RetryTasks))
 	for _, recs := range d.NewTasks {
 		changes = append(changes, change{Records: recs})
 	}
-	if len(d.CancelTasks) > 0 || len(d.DeleteTasks) > 0 {
+	if len(d.CancelTasks) > 0 || len(d.DeleteTasks) > 0 || len(d.RetryTasks) > 0 {
 		last := d.Records[len(d.Records)-1]
-		ids := make([]string, 0, len(d.CancelTasks)+len(d.DeleteTasks))
+		ids := make([]string, 0, len(d.CancelTasks)+len(d.DeleteTasks)+len(d.RetryTasks))
 		for id := range d.CancelTasks {
 			ids = append(ids, id)
 		}
 		ids = append(ids, d.DeleteTasks...)
+		ids = append(ids, d.RetryTasks...)
 		rows, err := tx.Query(ctx, `SELECT doc FROM tasks WHERE id = ANY($1::text[]) AND NOT deleted ORDER BY id FOR UPDATE`, ids)
 		if err != nil {
 			return nil, fmt.Errorf("lock member tasks: %w", err)
@@ -310,11 +340,35 @@ func memberTasks(ctx context.Context, tx pgx.Tx, d orch.Decision) ([]domain.Task
 		if err != nil {
 			return nil, fmt.Errorf("lock member tasks: %w", err)
 		}
+		retry := make(map[string]bool, len(d.RetryTasks))
+		for _, id := range d.RetryTasks {
+			retry[id] = false // not found yet
+		}
+		for _, t := range tasks {
+			if _, ok := retry[t.ID]; ok {
+				retry[t.ID] = true
+			}
+		}
+		for id, found := range retry {
+			if !found {
+				return nil, fmt.Errorf("member task %s: %w", id, domain.ErrNotFound)
+			}
+		}
 		for _, t := range tasks {
 			var recs []domain.Record
-			if reason, ok := d.CancelTasks[t.ID]; ok {
+			if retry[t.ID] {
+				if recs, err = t.Retry(last.At, last.Actor); err != nil {
+					return nil, err
+				}
+				for i := range recs {
+					recs[i].IP = last.IP
+				}
+			} else if reason, ok := d.CancelTasks[t.ID]; ok {
 				recs, err = t.Cancel(last.At, last.Actor, reason)
 				if errors.Is(err, domain.ErrImmutable) {
+					if f, ok := facts[t.ID]; ok && !f.Gone && !f.Status.Final() {
+						return nil, fmt.Errorf("member task %s is %s: %w", t.ID, t.Status, errMovedOn)
+					}
 					continue // final already: it stays as it ended
 				}
 			} else {

@@ -28,10 +28,14 @@ func NewResolver(conn grpc.ClientConnInterface, internalToken string) *Resolver 
 
 // ResolveQueue implements app.Admission. The caller's principal travels with
 // the call so the quota service decides which queues its tenant and tier may
-// use. The quota service's answers (unknown queue, the GU check's
-// GU_QUOTA_NOT_EXISTS / GU_QUOTA_CREATING,
-// docs/api/quota.md#the-submit-time-gu-check) are returned as they are; an
-// unreachable quota service is Unavailable.
+// use. An invalid request (an unknown queue) is a *domain.InvalidError
+// naming the field the quota service resolved by — queue, else quota,
+// else resources (which route GPU work to the tier's default queue) — so
+// that the caller can place it (a group member's tasks[<i>].queue). Its
+// other answers (the GU check's GU_QUOTA_NOT_EXISTS / GU_QUOTA_CREATING,
+// docs/api/quota.md#the-submit-time-gu-check; a queue the tenant may not
+// use) are returned as they are; an unreachable quota service is
+// Unavailable.
 func (r *Resolver) ResolveQueue(ctx context.Context, c app.Caller, queue, quota string, resources map[string]string) (string, error) {
 	p := authn.Principal{Kind: authn.KindUser, TenantID: c.Tenant, Subject: c.Subject, RemoteIP: c.IP, Tier: c.Tier}
 	if c.Tenant == "*" {
@@ -40,8 +44,18 @@ func (r *Resolver) ResolveQueue(ctx context.Context, c app.Caller, queue, quota 
 	res, err := r.client.ResolveQueue(authn.Outgoing(ctx, p, r.internalToken),
 		&quotav1.ResolveQueueRequest{Queue: queue, Quota: quota, Resources: resources})
 	if err != nil {
-		if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+		st, ok := status.FromError(err)
+		switch {
+		case ok && st.Code() == codes.Unavailable:
 			return "", status.Error(codes.Unavailable, "quota service unavailable: the task was not created; try again")
+		case ok && st.Code() == codes.InvalidArgument:
+			field := "resources"
+			if queue != "" {
+				field = "queue"
+			} else if quota != "" {
+				field = "quota"
+			}
+			return "", &domain.InvalidError{Field: field, Reason: st.Message()}
 		}
 		return "", err
 	}

@@ -118,15 +118,33 @@ func New(d Deps, now func() time.Time, cfg Config, log *slog.Logger) *App {
 // mutate runs a group command and tells everyone what it wrote.
 func (a *App) mutate(ctx context.Context, c sched.Caller, id string, scope Scope,
 	decide func(s orch.State, facts map[string]orch.Facts, now time.Time) (orch.State, orch.Decision, error)) (orch.State, error) {
+	s, _, err := a.mutateTasks(ctx, c, id, scope, decide)
+	return s, err
+}
+
+// mutateTasks is mutate that also returns the tasks the command wrote.
+//
+// A command that refuses may still have decided something: it caught the
+// group up with its members first (orch.State.Cancel, RetryMember), and
+// what the group learned on the way — that its members have all ended, so
+// has the group — stands whatever the command then made of it. Such a
+// decision is stored and the refusal returned after it.
+func (a *App) mutateTasks(ctx context.Context, c sched.Caller, id string, scope Scope,
+	decide func(s orch.State, facts map[string]orch.Facts, now time.Time) (orch.State, orch.Decision, error)) (orch.State, []task.Task, error) {
+	var refused error
 	s, written, err := a.groups.Mutate(ctx, c.Tenant, id, scope, func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error) {
-		s, d, err := decide(s, facts, a.now())
-		return s, withIP(d, c.IP), err
+		refused = nil // the store may run decide again
+		next, d, err := decide(s, facts, a.now())
+		if err != nil && !d.Empty() {
+			refused, err = err, nil
+		}
+		return next, withIP(d, c.IP), err
 	})
 	if err != nil {
-		return s, err
+		return s, nil, err
 	}
 	a.committed(s, written)
-	return s, nil
+	return s, written, refused
 }
 
 // withIP stamps the address of the client whose command decided d on its
@@ -137,7 +155,11 @@ func withIP(d orch.Decision, ip string) orch.Decision {
 		return d
 	}
 	for i := range d.Records {
-		d.Records[i].IP = ip
+		// What the command recorded of the members on the way is the
+		// process manager's, as it would have recorded it a moment later.
+		if d.Records[i].Actor != orch.ProcessManager {
+			d.Records[i].IP = ip
+		}
 	}
 	for _, recs := range d.NewTasks {
 		for i := range recs {

@@ -375,6 +375,150 @@ func TestGroupCommandsAndReset(t *testing.T) {
 	}
 }
 
+// A cancel that arrives after the last member ended but before the
+// process manager moved the group on (it is not running here, so the
+// order is the test's) does not cancel the group: it ends by its members'
+// outcome, which is stored, and the cancel is refused as for an ended
+// group. Nothing is cancelled.
+func TestCancelAfterTheLastMemberEndedIsRefused(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	st, err := w.app.CreateGroup(ctx, alice, oapp.GroupRequest{Mode: "parallel", Start: true,
+		Tasks: []oapp.MemberRequest{member("a"), member("b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.Group.ID
+	for _, k := range []string{"a", "b"} {
+		if _, err := w.store.ChangeTask(st.Members[k].TaskID, func(tk task.Task) []task.Record {
+			return apptest.MoveTask(tk, task.StatusCompleted, w.clock.Now())
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := alice
+	client.IP = "10.0.0.7"
+	_, err = w.app.CancelGroup(ctx, client, id, "racing the end")
+	if !errors.Is(err, task.ErrImmutable) || !strings.Contains(err.Error(), "cannot cancel a completed group") {
+		t.Fatalf("cancel = %v", err)
+	}
+	got, err := w.app.GetGroup(ctx, alice, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Group.Status != orch.StatusCompleted || got.Group.Counts[task.StatusCompleted] != 2 || got.Group.Reason != "" {
+		t.Fatalf("group = %+v", got.Group)
+	}
+	for _, tk := range w.store.Tasks(id) {
+		if tk.Status != task.StatusCompleted {
+			t.Fatalf("task %s is %s", tk.ID, tk.Status)
+		}
+	}
+	for _, r := range w.store.Events() {
+		if _, ok := r.Event.(orch.Canceled); ok {
+			t.Fatal("the group was cancelled")
+		}
+		if r.IP != "" {
+			// The group's end is the process manager's, not the client's.
+			t.Fatalf("%s by %s carries the client's address", r.Event.EventName(), r.Actor)
+		}
+	}
+	// Once one member is still open the cancel goes on, and the member that
+	// ended keeps its outcome.
+	st, err = w.app.CreateGroup(ctx, alice, oapp.GroupRequest{Mode: "parallel", Start: true,
+		Tasks: []oapp.MemberRequest{member("a"), member("b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.store.ChangeTask(st.Members["a"].TaskID, func(tk task.Task) []task.Record {
+		return apptest.MoveTask(tk, task.StatusCompleted, w.clock.Now())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = w.app.CancelGroup(ctx, client, st.Group.ID, "stop")
+	if err != nil || got.Group.Status != orch.StatusCancelled || got.Members["a"].Status != task.StatusCompleted {
+		t.Fatalf("cancel with b open: %+v, %v", got.Group, err)
+	}
+	evs := w.store.Events()
+	if last, before := evs[len(evs)-1], evs[len(evs)-2]; last.Event.EventName() != "TaskGroupCanceled" || last.IP != "10.0.0.7" ||
+		before.Event.EventName() != "TaskGroupMembersChanged" || before.IP != "" {
+		t.Fatalf("recorded %s (%q), then %s (%q)", before.Event.EventName(), before.IP, last.Event.EventName(), last.IP)
+	}
+	if a, _ := w.store.Task(st.Members["a"].TaskID); a.Status != task.StatusCompleted {
+		t.Fatalf("a = %s", a.Status)
+	}
+}
+
+// The tester's DAG: a fails, its dependent b is cancelled, x still runs.
+// RetryTask of a (through RetryMember) re-runs a and brings b back; the
+// group follows both to the end and completes. Once it has ended, its
+// members are not run again and nothing changes.
+func TestRetriedMemberIsFollowedByItsGroup(t *testing.T) {
+	w := newWorld(t)
+	w.run()
+	ctx := context.Background()
+	st, err := w.app.CreateGroup(ctx, alice, oapp.GroupRequest{Mode: "dag", Start: true, Tasks: []oapp.MemberRequest{
+		member("a"), member("b", "a"), member("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.Group.ID
+	w.move(id, "x", task.StatusRunning)
+	w.move(id, "a", task.StatusFailed)
+	w.waitGroup(id, "b cancelled", func(s orch.State) bool { return s.Members["b"].Status == task.StatusCancelled })
+	a, _ := w.store.Task(st.Members["a"].TaskID)
+	got, isMember, err := w.app.RetryMember(ctx, alice, a)
+	if err != nil || !isMember || got.ID != a.ID || got.Status != task.StatusPending {
+		t.Fatalf("retry of a = %+v, %v, %v", got, isMember, err)
+	}
+	g, _ := w.app.GetGroup(ctx, alice, id)
+	if g.Members["a"].Status != task.StatusPending || g.Members["b"].Status != task.StatusPending ||
+		g.Group.Counts[task.StatusFailed] != 0 || g.Group.Counts[task.StatusCancelled] != 0 || len(g.Group.FailedMembers) != 0 {
+		t.Fatalf("after the retry: %+v, a %s, b %s", g.Group, g.Members["a"].Status, g.Members["b"].Status)
+	}
+	for _, k := range []string{"a", "b", "x"} {
+		w.move(id, k, task.StatusCompleted)
+	}
+	done := w.waitGroup(id, "the group to end", func(s orch.State) bool { return s.Group.Status.Final() })
+	if done.Group.Status != orch.StatusCompleted || done.Group.Reason != "" || done.Group.Counts[task.StatusCompleted] != 3 {
+		t.Fatalf("group = %+v", done.Group)
+	}
+
+	// A failed member of an ended group stays as it ended.
+	st, err = w.app.CreateGroup(ctx, alice, oapp.GroupRequest{Mode: "parallel", Start: true, Tasks: []oapp.MemberRequest{member("a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.move(st.Group.ID, "a", task.StatusFailed)
+	ended := w.waitGroup(st.Group.ID, "the group to fail", func(s orch.State) bool { return s.Group.Status == orch.StatusFailed })
+	a, _ = w.store.Task(st.Members["a"].TaskID)
+	_, isMember, err = w.app.RetryMember(ctx, alice, a)
+	if !isMember || !errors.Is(err, task.ErrImmutable) || !strings.Contains(err.Error(), "the task's group "+st.Group.ID+" has ended (failed)") {
+		t.Fatalf("retry in an ended group: %v, %v", isMember, err)
+	}
+	if after, _ := w.app.GetGroup(ctx, alice, st.Group.ID); after.Group.Version != ended.Group.Version {
+		t.Fatalf("the refused retry changed the group: %+v", after.Group)
+	}
+	if a, _ := w.store.Task(a.ID); a.Status != task.StatusFailed {
+		t.Fatalf("the refused retry changed the task: %s", a.Status)
+	}
+
+	// A task that carries the group's id without being a member, and one
+	// whose group_id is no task group, are not the groups' to retry.
+	stray := a
+	stray.ID = "stray"
+	if _, isMember, err := w.app.RetryMember(ctx, alice, stray); isMember || err != nil {
+		t.Fatalf("retry of a task of no member: %v, %v", isMember, err)
+	}
+	stray.Spec.GroupID = "fan-1"
+	if _, isMember, err := w.app.RetryMember(ctx, alice, stray); isMember || err != nil {
+		t.Fatalf("retry of a fan-out's task: %v, %v", isMember, err)
+	}
+	if _, isMember, err := w.app.RetryMember(ctx, sched.Caller{Tenant: "tenant-b"}, a); isMember || err != nil {
+		t.Fatalf("another tenant's retry: %v, %v", isMember, err)
+	}
+}
+
 func TestTemplateUseCases(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()

@@ -2,10 +2,12 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	sched "github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	orch "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/domain"
 )
 
@@ -18,10 +20,12 @@ func (a *App) StartGroup(ctx context.Context, c sched.Caller, id string) (orch.S
 
 // CancelGroup cancels a group that is not final: members not released
 // never run, pending ones are cancelled, running ones are stopped (their
-// agents are told at their next heartbeat: SIGTERM, grace, SIGKILL).
+// agents are told at their next heartbeat: SIGTERM, grace, SIGKILL). A
+// group whose members have all ended by now ends by their outcome instead
+// and the cancel is refused, as for any group that has ended.
 func (a *App) CancelGroup(ctx context.Context, c sched.Caller, id, reason string) (orch.State, error) {
-	return a.mutate(ctx, c, id, Open, func(s orch.State, _ map[string]orch.Facts, now time.Time) (orch.State, orch.Decision, error) {
-		return s.Cancel(now, c.Subject, reason)
+	return a.mutate(ctx, c, id, Open, func(s orch.State, facts map[string]orch.Facts, now time.Time) (orch.State, orch.Decision, error) {
+		return s.Cancel(now, facts, c.Subject, reason)
 	})
 }
 
@@ -44,4 +48,36 @@ func (a *App) ResetRepeat(ctx context.Context, c sched.Caller, id, reason string
 	return a.mutate(ctx, c, id, Open, func(s orch.State, _ map[string]orch.Facts, now time.Time) (orch.State, orch.Decision, error) {
 		return s.ResetRepeat(now, c.Subject, reason, a.newID)
 	})
+}
+
+// RetryMember retries task t, a member of the task group its group_id
+// names, through that group: the group follows the member again (and, in
+// a dag, brings back the descendants it had cancelled because of it), or
+// refuses — it has ended, it is a repeat, the member's dependency failed
+// (orch.State.RetryMember, docs/api/task-groups.md#retrying-a-member). It
+// returns the task as retried. member is false when t is no member of a
+// task group of the caller (a fan-out's task, a group_id a client chose):
+// then nothing was done, and t is retried as any task is.
+func (a *App) RetryMember(ctx context.Context, c sched.Caller, t task.Task) (out task.Task, member bool, err error) {
+	if t.Spec.GroupID == "" {
+		return task.Task{}, false, nil
+	}
+	_, written, err := a.mutateTasks(ctx, c, t.Spec.GroupID, All,
+		func(s orch.State, facts map[string]orch.Facts, now time.Time) (orch.State, orch.Decision, error) {
+			return s.RetryMember(now, facts, c.Subject, t.ID)
+		})
+	switch {
+	case errors.Is(err, orch.ErrNotMember), errors.Is(err, task.ErrNotFound):
+		// No such group of the caller's, or the task is gone: retried as
+		// any task, it is not found either.
+		return task.Task{}, false, nil
+	case err != nil:
+		return task.Task{}, true, err
+	}
+	for _, w := range written {
+		if w.ID == t.ID {
+			return w, true, nil
+		}
+	}
+	return task.Task{}, true, fmt.Errorf("task group %s: the retry of task %s was not written", t.Spec.GroupID, t.ID)
 }

@@ -56,17 +56,22 @@ type GroupStore interface {
 	List(ctx context.Context, f GroupFilter) ([]orch.Group, string, error)
 
 	// Mutate locks the group, loads it with the members of scope and the
-	// facts of its open released members' tasks (a task that is gone has
-	// no facts; a task whose status is the one the group last recorded may
-	// have the group's own record of its times), and calls decide. It stores what decide returns in one
-	// transaction: the group's records (with the state after them), the
-	// new tasks, and the cancellations and deletions of member tasks, each
-	// by the task aggregate's own rules (a task already final is not
-	// cancelled; a task an attempt holds cannot be deleted: then
-	// task.ErrImmutable and nothing is stored). It returns the state
+	// facts of the tasks of the released members it loaded (a task that
+	// is gone has no facts; a task whose status is the one the group last
+	// recorded may have the group's own record of its times), and calls
+	// decide. It stores what decide returns in one transaction: the
+	// group's records (with the state after them), the new tasks, and the
+	// cancellations, deletions and retries of member tasks, each by the
+	// task aggregate's own rules (a task already final is not cancelled; a
+	// task an attempt holds cannot be deleted, nor a task retried that is
+	// not failed or cancelled: then task.ErrImmutable and nothing is
+	// stored; a task to retry that is gone is task.ErrNotFound). A retry's
+	// records carry the IP of the decision's last record. It returns the state
 	// after, and the tasks it wrote. Unknown, deleted or another tenant's:
 	// task.ErrNotFound and decide is not called. An error from decide is
-	// returned and nothing is stored.
+	// returned and nothing is stored. A decision that cancels a task its
+	// facts showed open but that has ended by the time it is written is
+	// not stored: decide is called again with the facts as they are then.
 	Mutate(ctx context.Context, tenant, id string, scope Scope,
 		decide func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error)) (orch.State, []task.Task, error)
 

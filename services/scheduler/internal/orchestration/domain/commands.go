@@ -2,6 +2,7 @@ package domain
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,18 +16,22 @@ import (
 // folded into the state the command returns) and what they mean for the
 // member tasks, to be stored in the same transaction: tasks to create
 // (their TaskSubmitted records), tasks to cancel (with the reason each
-// gets) and tasks to delete. A store cancels or deletes a task by the task
-// aggregate's own rules; one that is final already stays as it is.
+// gets), tasks to delete and tasks to retry. A store cancels, deletes or
+// retries a task by the task aggregate's own rules; a task to cancel that
+// is final already stays as it is, a task to retry that is not failed or
+// cancelled (or is gone) fails the whole decision.
 type Decision struct {
 	Records     []Record
 	NewTasks    [][]task.Record
 	CancelTasks map[string]string
 	DeleteTasks []string
+	RetryTasks  []string
 }
 
 // Empty reports whether nothing was decided.
 func (d Decision) Empty() bool {
-	return len(d.Records) == 0 && len(d.NewTasks) == 0 && len(d.CancelTasks) == 0 && len(d.DeleteTasks) == 0
+	return len(d.Records) == 0 && len(d.NewTasks) == 0 && len(d.CancelTasks) == 0 && len(d.DeleteTasks) == 0 &&
+		len(d.RetryTasks) == 0
 }
 
 // decider records events on a working copy of a state.
@@ -91,22 +96,157 @@ func (x *decider) start() {
 // Cancel cancels a group that is not final: members never released will
 // not run, and the open members' tasks are cancelled (a running one is
 // stopped: SIGTERM, grace, SIGKILL).
-func (s State) Cancel(now time.Time, actor, reason string) (State, Decision, error) {
+//
+// The group first catches up with its members' tasks as they are now
+// (facts, as for Advance), so a cancel that comes after the last member
+// ended but before the process manager saw it does not cancel a group
+// whose work is done: the group ends by its members' outcome instead, and
+// Cancel refuses as it does for a final group, returning that catch-up's
+// decision beside the error for the caller to store
+// (docs/api/task-groups.md#group-lifecycle).
+func (s State) Cancel(now time.Time, facts map[string]Facts, actor, reason string) (State, Decision, error) {
 	if s.Group.Status.Final() {
 		return s, Decision{}, immutable(s.Group, "cancel")
 	}
-	x := &decider{s: s.Clone(), now: now, actor: actor}
+	x := &decider{s: s.Clone(), now: now, actor: ProcessManager}
+	x.catchUp(facts)
+	if x.s.Group.Status.Final() {
+		return x.s, x.d, immutable(x.s.Group, "cancel")
+	}
+	x.actor = actor
 	why := fmt.Sprintf("group %s cancelled", s.Group.ID)
 	if reason != "" {
 		why += ": " + reason
 	}
-	for _, m := range s.Members {
+	for _, m := range x.s.Members {
 		if m.Released() && !m.Status.Final() {
 			x.cancel(m.TaskID, why)
 		}
 	}
 	x.record(Canceled{Reason: reason})
 	return x.s, x.d, nil
+}
+
+// ErrNotMember: the task is not a member of the group. A task may carry a
+// task group's id as its group_id without being one of its members (a
+// client gives its tasks the group_id it likes).
+var ErrNotMember = errors.New("the task is not a member of the group")
+
+// RetryMember puts a member's failed or cancelled task back to pending
+// (the task's own RetryScheduled, as RetryTask records for any task) and
+// has the group follow the member again: it is pending once more
+// (TaskGroupMembersChanged), and the counts, the failed members and the
+// group's end follow it from there as they follow every member. In a dag
+// the member's descendants that were cancelled because it failed or was
+// cancelled come back with it: each cancelled no earlier than the
+// retried dependency ended, and whose other dependencies have completed,
+// are still open or come back too (docs/api/task-groups.md#retrying-a-member).
+//
+// The group catches up with its members first, as Cancel does. Refused,
+// with that catch-up's decision beside the error: a group that has ended
+// (its members are not run again), a repeat (it tries its failed runs
+// again itself), a member whose task is not failed or cancelled, and a
+// dag member that depends on a member that failed or was cancelled (its
+// dependency is the one to retry; it comes back with it). A task that
+// is not the task of any member is ErrNotMember. s must hold every
+// member (Scope All) and facts the tasks of the released ones.
+func (s State) RetryMember(now time.Time, facts map[string]Facts, actor, taskID string) (State, Decision, error) {
+	key := ""
+	for k, m := range s.Members {
+		if m.TaskID == taskID && taskID != "" {
+			key = k
+		}
+	}
+	if key == "" {
+		return s, Decision{}, ErrNotMember
+	}
+	x := &decider{s: s.Clone(), now: now, actor: ProcessManager}
+	x.catchUp(facts)
+	g := x.s.Group
+	m := x.s.Members[key]
+	switch {
+	case g.Status != StatusRunning:
+		return x.s, x.d, fmt.Errorf("%w: the task's group %s has ended (%s); its members are not run again", task.ErrImmutable, g.ID, g.Status)
+	case g.Mode == ModeRepeat:
+		return x.s, x.d, fmt.Errorf("%w: the task is a run of repeat %s, which tries its failed runs again itself (backoff_sec)", task.ErrImmutable, g.ID)
+	}
+	if f, ok := facts[taskID]; !ok || f.Gone {
+		return x.s, x.d, task.ErrNotFound
+	} else if f.Status != task.StatusFailed && f.Status != task.StatusCancelled {
+		return x.s, x.d, fmt.Errorf("%w: cannot retry a %s task", task.ErrImmutable, f.Status)
+	}
+	for _, d := range m.DependsOn {
+		p := x.s.Members[d]
+		if _, doomed := x.d.CancelTasks[p.TaskID]; doomed || p.Status == task.StatusFailed || p.Status == task.StatusCancelled {
+			to := p.Status
+			if doomed {
+				to = task.StatusCancelled
+			}
+			return x.s, x.d, fmt.Errorf("%w: the task depends on member %s of group %s, which %s; retry %s, and the dependents its end cancelled come back with it",
+				task.ErrImmutable, d, g.ID, pastTense(to), d)
+		}
+	}
+	var changes []Change
+	for _, k := range x.comeBack(key, facts) {
+		b := x.s.Members[k]
+		if _, doomed := x.d.CancelTasks[b.TaskID]; doomed {
+			// The catch-up was about to cancel it for the member that
+			// comes back now: it goes on waiting for it instead.
+			delete(x.d.CancelTasks, b.TaskID)
+			continue
+		}
+		changes = append(changes, Change{Key: k, TaskID: b.TaskID, From: b.Status, To: task.StatusPending})
+		x.d.RetryTasks = append(x.d.RetryTasks, b.TaskID)
+	}
+	x.actor = actor
+	x.record(Changed{Members: changes})
+	return x.s, x.d, nil
+}
+
+// comeBack returns, in group order, the member key and, in a dag, its
+// descendants that come back with it: a descendant cancelled (or about to
+// be, by this decision) no earlier than a dependency that comes back
+// ended, whose every other dependency has completed, is open and stays
+// so, or comes back too. A descendant cancelled before its dependency
+// ended was cancelled by hand, and stays so.
+func (x *decider) comeBack(key string, facts map[string]Facts) []string {
+	back := map[string]bool{key: true}
+	if x.s.Group.Mode == ModeDAG {
+		doomed := func(m Member) bool { _, ok := x.d.CancelTasks[m.TaskID]; return ok && m.Released() }
+		for grew := true; grew; {
+			grew = false
+			for _, d := range x.s.Ordered() {
+				if back[d.Key] || len(d.DependsOn) == 0 {
+					continue
+				}
+				f, ok := facts[d.TaskID]
+				cancelled := d.Status == task.StatusCancelled && ok && !f.Gone && f.Status == task.StatusCancelled
+				if !cancelled && !doomed(d) {
+					continue
+				}
+				caused, free := false, true
+				for _, k := range d.DependsOn {
+					p := x.s.Members[k]
+					switch {
+					case back[k]:
+						caused = caused || doomed(d) || !d.EndedAt.Before(p.EndedAt)
+					case doomed(p), p.Status.Final() && p.Status != task.StatusCompleted:
+						free = false
+					}
+				}
+				if caused && free {
+					back[d.Key], grew = true, true
+				}
+			}
+		}
+	}
+	var out []string
+	for _, m := range x.s.Ordered() {
+		if back[m.Key] {
+			out = append(out, m.Key)
+		}
+	}
+	return out
 }
 
 // Delete removes a group that is final or was never started, with its
@@ -157,7 +297,22 @@ func (s State) ResetRepeat(now time.Time, operator, reason string, newID func() 
 // all final ends; more members or runs are released. Facts of several
 // changes of one task between two looks make one change.
 func (s State) Advance(now time.Time, facts map[string]Facts, newID func() string) (State, Decision) {
-	x := &decider{s: s.Clone(), now: now, actor: "scheduler", newID: newID}
+	x := &decider{s: s.Clone(), now: now, actor: ProcessManager, newID: newID}
+	x.catchUp(facts)
+	x.releaseNext()
+	return x.s, x.d
+}
+
+// ProcessManager is the actor of the group's own decisions, those a
+// client's command records too when it first catches the group up.
+const ProcessManager = "scheduler"
+
+// catchUp is Advance up to the release of more members: record how the
+// open members' tasks changed, apply the mode's rule to those that broke,
+// and end a group whose members are all final. A command a client sends
+// runs it first (Cancel, RetryMember), so that it decides on the group as
+// its members are now, not as the process manager last saw them.
+func (x *decider) catchUp(facts map[string]Facts) {
 	changes := x.changes(facts)
 	if len(changes) > 0 {
 		x.record(Changed{Members: changes})
@@ -168,8 +323,6 @@ func (s State) Advance(now time.Time, facts map[string]Facts, newID func() strin
 	if x.s.Group.Status == StatusRunning {
 		x.finish()
 	}
-	x.releaseNext()
-	return x.s, x.d
 }
 
 // changes compares the open members with their tasks.

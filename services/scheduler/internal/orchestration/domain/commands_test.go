@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +65,13 @@ func (x *sim) apply(s State, d Decision) {
 	for _, id := range d.DeleteTasks {
 		x.tasks[id].facts.Gone = true
 	}
+	for _, id := range d.RetryTasks {
+		f := &x.tasks[id].facts
+		if f.Status != task.StatusFailed && f.Status != task.StatusCancelled {
+			x.t.Fatalf("task %s retried while %s", id, f.Status)
+		}
+		*f = Facts{Status: task.StatusPending}
+	}
 	x.checkRebuild()
 }
 
@@ -108,10 +116,9 @@ func (x *sim) set(key string, status task.Status) {
 	}
 }
 
-// advance runs the process manager on the open members, as a store loads
-// them.
-func (x *sim) advance() Decision {
-	x.t.Helper()
+// open is the group with its open members and their tasks' facts, as a
+// store loads them (Scope Open).
+func (x *sim) open() (State, map[string]Facts) {
 	open := x.s.Clone()
 	for k, m := range open.Members {
 		if m.Status.Final() {
@@ -124,15 +131,59 @@ func (x *sim) advance() Decision {
 			facts[m.TaskID] = x.tasks[m.TaskID].facts
 		}
 	}
-	s, d := open.Advance(x.now, facts, x.newID)
-	// Final members the store did not load stay as they were.
+	return open, facts
+}
+
+// merge applies a decision made on the open members: final members the
+// store did not load stay as they were.
+func (x *sim) merge(s State, d Decision) {
+	x.t.Helper()
 	for k, m := range x.s.Members {
 		if _, ok := s.Members[k]; !ok {
 			s.Members[k] = m
 		}
 	}
 	x.apply(s, d)
+}
+
+// advance runs the process manager on the open members, as a store loads
+// them.
+func (x *sim) advance() Decision {
+	x.t.Helper()
+	open, facts := x.open()
+	s, d := open.Advance(x.now, facts, x.newID)
+	x.merge(s, d)
 	return d
+}
+
+// retry runs RetryMember on every member with its task's facts (Scope
+// All) and applies what it decided, refused or not.
+func (x *sim) retry(key string) (Decision, error) {
+	x.t.Helper()
+	all := x.s.Clone()
+	facts := map[string]Facts{}
+	for _, m := range all.Members {
+		if m.Released() && !x.tasks[m.TaskID].facts.Gone {
+			facts[m.TaskID] = x.tasks[m.TaskID].facts
+		}
+	}
+	s, d, err := all.RetryMember(x.now, facts, "user-1", x.taskOf(key))
+	if !d.Empty() {
+		x.apply(s, d)
+	}
+	return d, err
+}
+
+// cancel runs Cancel on the open members and applies what it decided,
+// refused or not.
+func (x *sim) cancel(reason string) (Decision, error) {
+	x.t.Helper()
+	open, facts := x.open()
+	s, d, err := open.Cancel(x.now, facts, "user-1", reason)
+	if !d.Empty() {
+		x.merge(s, d)
+	}
+	return d, err
 }
 
 func (x *sim) counts() map[task.Status]int { return x.s.Group.Counts }
@@ -292,13 +343,59 @@ func TestCreateWithoutStartAndStart(t *testing.T) {
 
 	// A group cancelled before it started cannot start.
 	y := newSim(t, Input{Mode: "serial", Tasks: []MemberInput{member("a")}}, false)
-	s, d, err = y.s.Cancel(y.now, "user-1", "")
+	if _, err := y.cancel(""); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := y.s.Start(y.now, "user-1", y.newID); !errors.Is(err, task.ErrImmutable) {
+		t.Fatalf("start of a group cancelled before it started: %v", err)
+	}
+}
+
+// A cancel decides on the members' tasks as they are, not as the group
+// last saw them: once every member has ended the group ends by their
+// outcome and the cancel is refused as for any ended group; while one is
+// open the cancel goes on and what ended meanwhile keeps its outcome.
+func TestCancelCatchesUpWithTheMembersFirst(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		last   task.Status
+		status Status
+		reason string
+	}{
+		{"the last member completed", task.StatusCompleted, StatusCompleted, ""},
+		{"the last member failed", task.StatusFailed, StatusFailed, "1 of 2 tasks did not complete"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			x := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+			x.set("a", task.StatusCompleted)
+			x.advance()
+			x.set("b", tt.last) // the process manager has not seen it yet
+			d, err := x.cancel("too late")
+			if !errors.Is(err, task.ErrImmutable) || !strings.HasSuffix(err.Error(), ": cannot cancel a "+string(tt.status)+" group") {
+				t.Fatalf("cancel = %v", err)
+			}
+			g := x.s.Group
+			if g.Status != tt.status || g.Reason != tt.reason || len(d.CancelTasks) != 0 ||
+				!slices.Equal(names(d.Records), []string{"TaskGroupMembersChanged", "TaskGroup" + map[Status]string{
+					StatusCompleted: "Completed", StatusFailed: "Failed"}[tt.status]}) {
+				t.Fatalf("group %+v after %v, cancels %v", g, names(d.Records), d.CancelTasks)
+			}
+			if d.Records[0].Actor != "scheduler" || x.s.Members["b"].Status != tt.last {
+				t.Fatalf("catch-up by %q, b %s", d.Records[0].Actor, x.s.Members["b"].Status)
+			}
+		})
+	}
+	x := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+	x.set("a", task.StatusCompleted)
+	x.set("b", task.StatusRunning)
+	d, err := x.cancel("stop")
 	if err != nil {
 		t.Fatal(err)
 	}
-	y.apply(s, d)
-	if _, _, err := y.s.Start(y.now, "user-1", y.newID); !errors.Is(err, task.ErrImmutable) {
-		t.Fatalf("start of a group cancelled before it started: %v", err)
+	if x.s.Group.Status != StatusCancelled || x.s.Members["a"].Status != task.StatusCompleted || len(d.CancelTasks) != 1 ||
+		d.CancelTasks[x.taskOf("b")] == "" || !slices.Equal(names(d.Records), []string{"TaskGroupMembersChanged", "TaskGroupCanceled"}) ||
+		d.Records[1].Actor != "user-1" {
+		t.Fatalf("cancel with b running: %+v, cancels %v, %v", x.s.Group, d.CancelTasks, names(d.Records))
 	}
 }
 
@@ -309,11 +406,10 @@ func TestCancelAndDelete(t *testing.T) {
 	if _, _, err := x.s.Delete(x.now, "user-1"); !errors.Is(err, task.ErrImmutable) {
 		t.Fatalf("delete of a running group: %v", err)
 	}
-	s, d, err := x.s.Cancel(x.now, "user-1", "not needed")
+	d, err := x.cancel("not needed")
 	if err != nil {
 		t.Fatal(err)
 	}
-	x.apply(s, d)
 	if len(d.CancelTasks) != 1 || x.s.Group.Status != StatusCancelled || x.s.Group.Reason != "cancelled: not needed" {
 		t.Fatalf("cancel: %v, %+v", d.CancelTasks, x.s.Group)
 	}
@@ -325,16 +421,172 @@ func TestCancelAndDelete(t *testing.T) {
 	if !equalCounts(x.counts(), map[task.Status]int{task.StatusCancelled: 3}) {
 		t.Fatalf("counts = %v", x.counts())
 	}
-	if _, _, err := x.s.Cancel(x.now, "user-1", ""); !errors.Is(err, task.ErrImmutable) {
-		t.Fatalf("cancel of a cancelled group: %v", err)
+	if d, err := x.cancel(""); !errors.Is(err, task.ErrImmutable) || !d.Empty() {
+		t.Fatalf("cancel of a cancelled group: %v, %v", err, names(d.Records))
 	}
-	s, d, err = x.s.Delete(x.now, "user-1")
+	s, d, err := x.s.Delete(x.now, "user-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	x.apply(s, d)
 	if !x.s.Group.Deleted || !slices.Equal(d.DeleteTasks, []string{x.taskOf("a")}) {
 		t.Fatalf("delete: %v, %+v", d.DeleteTasks, x.s.Group)
+	}
+}
+
+// A member retried while its group runs is followed again: pending once
+// more, no longer counted failed, and the group ends by how it ends.
+func TestRetriedMemberIsFollowedAgain(t *testing.T) {
+	x := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+	x.set("a", task.StatusFailed)
+	x.set("b", task.StatusRunning)
+	x.advance()
+	if !slices.Equal(x.s.Group.FailedMembers, []string{"a"}) {
+		t.Fatalf("failed members %v", x.s.Group.FailedMembers)
+	}
+	d, err := x.retry("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := x.s.Members["a"]
+	if !slices.Equal(d.RetryTasks, []string{x.taskOf("a")}) || !slices.Equal(names(d.Records), []string{"TaskGroupMembersChanged"}) ||
+		d.Records[0].Actor != "user-1" || a.Status != task.StatusPending || !a.StartedAt.IsZero() || !a.EndedAt.IsZero() || a.Error != "" {
+		t.Fatalf("retry: %v %v, a = %+v", d.RetryTasks, names(d.Records), a)
+	}
+	if !equalCounts(x.counts(), map[task.Status]int{task.StatusPending: 1, task.StatusRunning: 1}) || len(x.s.Group.FailedMembers) != 0 {
+		t.Fatalf("counts %v, failed members %v", x.counts(), x.s.Group.FailedMembers)
+	}
+	x.set("a", task.StatusRunning)
+	x.advance()
+	x.set("a", task.StatusCompleted)
+	x.set("b", task.StatusCompleted)
+	x.advance()
+	if x.s.Group.Status != StatusCompleted || x.s.Group.Reason != "" || x.counts()[task.StatusCompleted] != 2 {
+		t.Fatalf("group %+v, counts %v", x.s.Group, x.counts())
+	}
+	// Failing again, it is counted failed again.
+	y := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+	y.set("a", task.StatusFailed)
+	y.advance()
+	if _, err := y.retry("a"); err != nil {
+		t.Fatal(err)
+	}
+	y.set("a", task.StatusFailed)
+	y.set("b", task.StatusCompleted)
+	y.advance()
+	if g := y.s.Group; g.Status != StatusFailed || g.Reason != "1 of 2 tasks did not complete" || !slices.Equal(g.FailedMembers, []string{"a"}) {
+		t.Fatalf("group %+v", g)
+	}
+}
+
+// In a dag, the descendants a member's failure cancelled come back with
+// it; a descendant cancelled by hand before it, and one whose other
+// dependency failed, stay cancelled. A member whose dependency failed is
+// not retried on its own.
+func TestRetriedDAGMemberBringsBackWhatItsFailureCancelled(t *testing.T) {
+	x := newSim(t, Input{Mode: "dag", Tasks: []MemberInput{member("root"), member("a", "root"), member("b", "a"),
+		member("c", "b"), member("h", "a"), member("k", "root"), member("j", "a", "k"), member("x")}}, true)
+	x.set("root", task.StatusCompleted)
+	x.set("h", task.StatusCancelled) // by hand, before a ended
+	x.set("x", task.StatusRunning)
+	x.advance()
+	x.now = x.now.Add(time.Second)
+	x.set("k", task.StatusFailed)
+	x.advance()
+	x.advance() // j cancelled for k
+	x.now = x.now.Add(time.Second)
+	x.set("a", task.StatusFailed)
+	x.advance()
+	x.advance() // b and c cancelled for a
+	for k, want := range map[string]task.Status{"b": task.StatusCancelled, "c": task.StatusCancelled, "j": task.StatusCancelled} {
+		if got := x.s.Members[k].Status; got != want {
+			t.Fatalf("%s is %s", k, got)
+		}
+	}
+	for _, tt := range []struct{ key, want string }{
+		{"j", "depends on member a of group group-1, which failed; retry a, and the dependents its end cancelled come back with it"},
+		{"b", "depends on member a of group group-1, which failed; retry a"},
+		{"x", "cannot retry a running task"},
+	} {
+		if d, err := x.retry(tt.key); !errors.Is(err, task.ErrImmutable) || !strings.Contains(err.Error(), tt.want) || !d.Empty() {
+			t.Fatalf("retry of %s: %v, %v", tt.key, err, names(d.Records))
+		}
+	}
+	x.now = x.now.Add(time.Second)
+	d, err := x.retry("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{x.taskOf("a"), x.taskOf("b"), x.taskOf("c")}; !slices.Equal(d.RetryTasks, want) {
+		t.Fatalf("retried %v, want a, b, c (%v)", d.RetryTasks, want)
+	}
+	for k, want := range map[string]task.Status{"a": task.StatusPending, "b": task.StatusPending, "c": task.StatusPending,
+		"h": task.StatusCancelled, "j": task.StatusCancelled} {
+		if got := x.s.Members[k].Status; got != want {
+			t.Fatalf("%s is %s, want %s", k, got, want)
+		}
+	}
+	for _, k := range []string{"a", "b", "c", "x"} {
+		x.set(k, task.StatusCompleted)
+		x.advance()
+	}
+	g := x.s.Group
+	if g.Status != StatusFailed || g.Reason != "3 of 8 tasks did not complete" || !slices.Equal(g.FailedMembers, []string{"k"}) {
+		t.Fatalf("group %+v", g)
+	}
+}
+
+// A retry that comes before the process manager saw the member fail
+// records the failure first; what that failure was about to cancel goes
+// on waiting for the member instead.
+func TestRetryBeforeTheGroupSawTheFailure(t *testing.T) {
+	x := newSim(t, Input{Mode: "dag", Tasks: []MemberInput{member("a"), member("b", "a"), member("c", "b"), member("x")}}, true)
+	x.set("x", task.StatusRunning)
+	x.set("a", task.StatusFailed)
+	d, err := x.retry("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.CancelTasks) != 0 || !slices.Equal(d.RetryTasks, []string{x.taskOf("a")}) ||
+		!slices.Equal(names(d.Records), []string{"TaskGroupMembersChanged", "TaskGroupMembersChanged"}) || d.Records[0].Actor != "scheduler" {
+		t.Fatalf("decided %v, cancels %v, retries %v", names(d.Records), d.CancelTasks, d.RetryTasks)
+	}
+	if !equalCounts(x.counts(), map[task.Status]int{task.StatusPending: 3, task.StatusRunning: 1}) {
+		t.Fatalf("counts %v", x.counts())
+	}
+}
+
+// Once the group has ended — as recorded, or as its members' tasks say
+// when the retry comes — a member is not run again; a repeat tries its
+// runs again itself; a task of no member is not the group's.
+func TestRetryRefusals(t *testing.T) {
+	x := newSim(t, Input{Mode: "parallel", Tasks: []MemberInput{member("a"), member("b")}}, true)
+	x.set("a", task.StatusFailed)
+	x.advance()
+	x.set("b", task.StatusCompleted) // not seen yet
+	d, err := x.retry("a")
+	if !errors.Is(err, task.ErrImmutable) || !strings.HasSuffix(err.Error(), "the task's group group-1 has ended (failed); its members are not run again") ||
+		len(d.RetryTasks) != 0 || x.s.Group.Status != StatusFailed || x.tasks[x.taskOf("a")].facts.Status != task.StatusFailed {
+		t.Fatalf("retry in a group that ended meanwhile: %v, %+v", err, x.s.Group)
+	}
+	if d, err := x.retry("a"); !errors.Is(err, task.ErrImmutable) || !d.Empty() {
+		t.Fatalf("retry in an ended group: %v, %v", err, names(d.Records))
+	}
+	serial := newSim(t, Input{Tasks: []MemberInput{member("a"), member("b")}}, true)
+	serial.set("a", task.StatusFailed)
+	serial.advance()
+	if _, err := serial.retry("a"); !errors.Is(err, task.ErrImmutable) || !strings.Contains(err.Error(), "has ended (failed)") {
+		t.Fatalf("retry in a failed serial group: %v", err)
+	}
+	rep := repeatSim(t, RepeatInput{Count: 2})
+	rep.set("run-1", task.StatusFailed)
+	rep.advance()
+	if d, err := rep.retry("run-1"); !errors.Is(err, task.ErrImmutable) || !strings.Contains(err.Error(), "tries its failed runs again itself") ||
+		!d.Empty() {
+		t.Fatalf("retry of a repeat's run: %v, %v", err, names(d.Records))
+	}
+	if _, _, err := x.s.RetryMember(x.now, nil, "user-1", "no-such-task"); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("retry of a task of no member: %v", err)
 	}
 }
 

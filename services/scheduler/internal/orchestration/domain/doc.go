@@ -26,7 +26,10 @@
 // open a repeat's circuit breaker, end the group. Every decision is
 // recorded as an event before anything acts on it, and Apply is the one
 // fold of group events, so the group's state is rebuilt from its events
-// alone.
+// alone. A client's command (Cancel, RetryMember) runs the first half of
+// Advance before it decides, so it acts on the members as they are; a
+// member's retry is the group's command, which puts the member back among
+// the open ones, or refuses once the group has ended.
 //
 //	pending → running → completed | failed | cancelled
 //

@@ -82,7 +82,8 @@ func (RepeatReset) EventName() string   { return "TaskGroupRepeatReset" }
 // events (the inline projection, its rebuild and every decision use it).
 // Events are facts, so it never fails; it reports false for an event it
 // has no case for. A member an event names must be in s.Members unless it
-// is final: commands only name open members, and a rebuild loads them all.
+// is final: commands name open members (RetryMember, which names a final
+// one, loads them all), and a rebuild loads them all.
 func (s *State) Apply(r Record) bool {
 	g := &s.Group
 	g.Version++
@@ -183,14 +184,18 @@ func (s *State) release(rel Release) {
 }
 
 // change mirrors one member task's new status, and counts a repeat's run
-// outcomes while the repeat runs.
+// outcomes while the repeat runs. A change from a final status back to an
+// open one is a member retried (RetryMember): its task reads as a new
+// one, without the times of its last attempt, and it is no longer among
+// the failed members.
 func (s *State) change(c Change, at time.Time) {
 	g := &s.Group
 	s.count(c.From, c.To)
+	reopened := c.From.Final() && !c.To.Final()
 	m, loaded := s.Members[c.Key]
 	if loaded {
 		m.Status, m.Error = c.To, c.Error
-		if !c.StartedAt.IsZero() {
+		if !c.StartedAt.IsZero() || reopened {
 			m.StartedAt = c.StartedAt
 		}
 		m.EndedAt, m.Version = c.EndedAt, g.Version
@@ -198,8 +203,11 @@ func (s *State) change(c Change, at time.Time) {
 	}
 	r := g.Repeat
 	if g.Mode != ModeRepeat || r == nil {
-		if c.To == task.StatusFailed && !c.From.Final() {
+		switch {
+		case c.To == task.StatusFailed && !c.From.Final():
 			g.failed(c.Key)
+		case reopened && c.From == task.StatusFailed:
+			g.FailedMembers = slices.DeleteFunc(g.FailedMembers, func(k string) bool { return k == c.Key })
 		}
 		return
 	}

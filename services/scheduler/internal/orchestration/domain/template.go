@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -391,18 +392,28 @@ func (v Var) value(raw any) (string, error) {
 	return "", fmt.Errorf("has unknown type %q", v.Type)
 }
 
+// kindOf names the JSON kind of a value a variable was given, for the
+// error that refuses it: null, a string, a number, a boolean, an object,
+// an array.
 func kindOf(raw any) string {
-	switch raw.(type) {
-	case nil:
+	if raw == nil {
 		return "null"
-	case string:
-		return "a string"
-	case float64:
-		return "a number"
-	case bool:
-		return "a boolean"
 	}
-	return fmt.Sprintf("%T", raw)
+	switch reflect.ValueOf(raw).Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+		reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	// Not a kind a JSON value has (a Go caller's own type).
+	return "a value of another kind"
 }
 
 // Render makes the task the template describes with values for its

@@ -125,6 +125,25 @@ func TestTemplateRenderRefusesBadVariables(t *testing.T) {
 		{"select given a number", map[string]any{"model": float64(1)}, "variables.model", "one of"},
 		{"string given a number", map[string]any{"model": "bert", "gpu_id": float64(1)}, "variables.gpu_id", "must be a string"},
 		{"NUL in a value", map[string]any{"model": "bert", "gpu_id": "a\x00b"}, "variables.gpu_id", "NUL"},
+		// Every JSON kind is named as JSON names it, never by a Go type.
+		{"string given an object", map[string]any{"model": "bert", "gpu_id": map[string]any{"x": float64(1)}}, "variables.gpu_id",
+			"variable gpu_id must be a string, not an object"},
+		{"string given an array", map[string]any{"model": "bert", "gpu_id": []any{"0"}}, "variables.gpu_id",
+			"variable gpu_id must be a string, not an array"},
+		// null is a value left out: the default, or required.
+		{"required given null", map[string]any{"model": nil}, "variables.model", "variable model is required"},
+		{"string given a boolean", map[string]any{"model": "bert", "gpu_id": false}, "variables.gpu_id",
+			"variable gpu_id must be a string, not a boolean"},
+		{"int given an object", map[string]any{"model": "bert", "epochs": map[string]any{}}, "variables.epochs",
+			"variable epochs must be an integer, not an object"},
+		{"int given an array", map[string]any{"model": "bert", "epochs": []any{}}, "variables.epochs",
+			"variable epochs must be an integer, not an array"},
+		{"bool given an array", map[string]any{"model": "bert", "amp": []any{true}}, "variables.amp",
+			"variable amp must be true or false, not an array"},
+		{"select given an object", map[string]any{"model": map[string]any{"name": "bert"}}, "variables.model",
+			"variable model must be one of resnet50, vgg16, bert, not an object"},
+		{"string given a Go number", map[string]any{"model": "bert", "gpu_id": 3}, "variables.gpu_id",
+			"variable gpu_id must be a string, not a number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -32,7 +32,8 @@ func MoveTask(t task.Task, to task.Status, now time.Time) []task.Record {
 		step(t.Cancel(now, "user", "test"))
 		return out
 	}
-	if t.Status == task.StatusPending && !step(t.Lease(now, "attempt-"+t.ID, "agent-1", "m1", "")) {
+	// Each attempt an id of its own: a retried task runs again.
+	if t.Status == task.StatusPending && !step(t.Lease(now, fmt.Sprintf("attempt-%s-%d", t.ID, t.Version), "agent-1", "m1", "")) {
 		return out
 	}
 	if to == task.StatusAssigned {
@@ -75,6 +76,7 @@ func StoreContract(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"MutateSeesFactsAndScope", (*contract).mutateFacts},
 		{"ChangedSinceAVersion", (*contract).changedSince},
 		{"MutateCancelsOpenTasksOnly", (*contract).mutateCancels},
+		{"MutateRetriesTasks", (*contract).mutateRetries},
 		{"MutateErrorsStoreNothing", (*contract).mutateErrors},
 		{"DeleteRemovesGroupAndTasks", (*contract).deleteGroup},
 		{"DueFindsDriftAndWakeTimes", (*contract).due},
@@ -244,8 +246,8 @@ func (c *contract) mutateCancels(t *testing.T) {
 	a, b := st.Members["a"].TaskID, st.Members["b"].TaskID
 	c.s.Move(t, a, task.StatusCompleted, T0.Add(time.Second))
 	after, written, err := c.s.Groups.Mutate(c.ctx, "tenant-a", st.Group.ID, oapp.Open,
-		func(s orch.State, _ map[string]orch.Facts) (orch.State, orch.Decision, error) {
-			next, d, err := s.Cancel(T0.Add(2*time.Second), "user-tenant-a", "stop")
+		func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error) {
+			next, d, err := s.Cancel(T0.Add(2*time.Second), facts, "user-tenant-a", "stop")
 			d.CancelTasks[a] = "stop" // final already: must stay completed
 			return next, d, err
 		})
@@ -260,6 +262,69 @@ func (c *contract) mutateCancels(t *testing.T) {
 	}
 	if tb, _ := c.s.Task(t, b); tb.Status != task.StatusCancelled || tb.Error != "cancelled: group "+st.Group.ID+" cancelled: stop" {
 		t.Fatalf("b = %s %q", tb.Status, tb.Error)
+	}
+}
+
+func (c *contract) mutateRetries(t *testing.T) {
+	m := func(id string, deps ...string) orch.MemberInput {
+		return orch.MemberInput{ID: id, Spec: task.SpecInput{Name: id, Command: "true", DependsOn: deps}}
+	}
+	def, err := orch.Normalize(orch.Input{Mode: "dag", Tasks: []orch.MemberInput{m("a"), m("b", "a"), m("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, d := orch.Create(T0, c.newID(), "tenant-a", "user-tenant-a", "", def, true, c.newID)
+	st, _, err := c.s.Groups.Create(c.ctx, oapp.NewGroup{State: s, Decision: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, x := st.Members["a"].TaskID, st.Members["b"].TaskID, st.Members["x"].TaskID
+	c.s.Move(t, x, task.StatusRunning, T0.Add(time.Second))
+	c.s.Move(t, a, task.StatusFailed, T0.Add(time.Second))
+	c.advance(st.Group.ID, T0.Add(2*time.Second)) // a failed: b cancelled
+	c.advance(st.Group.ID, T0.Add(3*time.Second)) // ... and seen so
+	retry := func(id string, at time.Time) (orch.State, []task.Task, map[string]orch.Facts, error) {
+		var seen map[string]orch.Facts
+		after, written, err := c.s.Groups.Mutate(c.ctx, "tenant-a", st.Group.ID, oapp.All,
+			func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error) {
+				seen = facts
+				next, d, err := s.RetryMember(at, facts, "user-tenant-a", id)
+				if len(d.Records) > 0 {
+					d.Records[len(d.Records)-1].IP = "10.1.2.3"
+				}
+				return next, d, err
+			})
+		return after, written, seen, err
+	}
+	// With every member loaded, every released member has its facts.
+	after, written, facts, err := retry(a, T0.Add(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(facts) != 3 || facts[a].Status != task.StatusFailed || facts[b].Status != task.StatusCancelled || facts[x].Status != task.StatusRunning {
+		t.Fatalf("facts %+v", facts)
+	}
+	if len(written) != 2 || after.Members["a"].Status != task.StatusPending || after.Group.Counts[task.StatusPending] != 2 {
+		t.Fatalf("after %+v, %d written", after.Group, len(written))
+	}
+	for _, id := range []string{a, b} {
+		tk, _ := c.s.Task(t, id)
+		if tk.Status != task.StatusPending || tk.Error != "" || !tk.RetryAt.Equal(T0.Add(4*time.Second)) {
+			t.Fatalf("task %s = %s %q (retry at %v)", id, tk.Status, tk.Error, tk.RetryAt)
+		}
+	}
+	if all := c.get("tenant-a", st.Group.ID, oapp.All); all.Members["b"].Status != task.StatusPending || all.Members["b"].Error != "" {
+		t.Fatalf("b = %+v", all.Members["b"])
+	}
+	// A task that is not failed or cancelled is not retried, by the task's
+	// rules: nothing is stored.
+	version := c.get("tenant-a", st.Group.ID, oapp.All).Group.Version
+	_, _, err = c.s.Groups.Mutate(c.ctx, "tenant-a", st.Group.ID, oapp.All,
+		func(s orch.State, _ map[string]orch.Facts) (orch.State, orch.Decision, error) {
+			return s, orch.Decision{Records: []orch.Record{{Event: orch.Changed{}, At: T0.Add(5 * time.Second)}}, RetryTasks: []string{a}}, nil
+		})
+	if !errors.Is(err, task.ErrImmutable) || c.get("tenant-a", st.Group.ID, oapp.All).Group.Version != version {
+		t.Fatalf("retry of a pending task: %v", err)
 	}
 }
 
@@ -291,8 +356,8 @@ func (c *contract) deleteGroup(t *testing.T) {
 	a := st.Members["a"].TaskID
 	c.s.Move(t, a, task.StatusAssigned, T0.Add(time.Second))
 	cancelled, _, err := c.s.Groups.Mutate(c.ctx, "tenant-a", st.Group.ID, oapp.Open,
-		func(s orch.State, _ map[string]orch.Facts) (orch.State, orch.Decision, error) {
-			return s.Cancel(T0.Add(2*time.Second), "u", "")
+		func(s orch.State, facts map[string]orch.Facts) (orch.State, orch.Decision, error) {
+			return s.Cancel(T0.Add(2*time.Second), facts, "u", "")
 		})
 	if err != nil || cancelled.Group.Status != orch.StatusCancelled {
 		t.Fatal(err)

@@ -148,9 +148,23 @@ func (s *Store) Create(_ context.Context, n oapp.NewGroup) (orch.State, []task.T
 // persist stores a decision. The caller holds s.mu.
 func (s *Store) persist(before, after orch.State, d orch.Decision) ([]task.Task, error) {
 	var written []task.Task
-	if len(d.CancelTasks)+len(d.DeleteTasks) > 0 {
+	if len(d.CancelTasks)+len(d.DeleteTasks)+len(d.RetryTasks) > 0 {
 		last := d.Records[len(d.Records)-1]
 		staged := map[string]task.Task{}
+		for _, id := range d.RetryTasks {
+			t, ok := s.tasks[id]
+			if !ok || t.Deleted {
+				return nil, fmt.Errorf("member task %s: %w", id, task.ErrNotFound)
+			}
+			recs, err := t.Retry(last.At, last.Actor)
+			if err != nil {
+				return nil, err
+			}
+			for i := range recs {
+				recs[i].IP = last.IP
+			}
+			staged[id] = fold(t, recs)
+		}
 		for id, reason := range d.CancelTasks {
 			t, ok := s.tasks[id]
 			if !ok || t.Deleted {
@@ -249,7 +263,7 @@ func (s *Store) Mutate(_ context.Context, tenant, id string, scope oapp.Scope,
 	before := scoped(st, scope)
 	facts := map[string]orch.Facts{}
 	for _, m := range before.Members {
-		if !m.Released() || m.Status.Final() {
+		if !m.Released() {
 			continue
 		}
 		if t, ok := s.tasks[m.TaskID]; ok && !t.Deleted {
