@@ -24,17 +24,20 @@ func (g guQuotas) CheckGUQuota(ctx context.Context, tenantID, quota string) (adm
 }
 
 func admissionWorkGroup(wg app.WorkGroup) admission.WorkGroup {
-	return admission.WorkGroup{TenantID: wg.TenantID, Quota: wg.Quota, MachineType: wg.MachineType, GPUs: wg.GPUs}
+	return admission.WorkGroup{TenantID: wg.TenantID, Quota: wg.Quota, MachineType: wg.MachineType, GPUs: wg.GPUs,
+		Status: wg.Status}
 }
 
-// resyncEvery bounds how long a WorkGroup queue that was kept because it
-// still held admitted work outlives its WorkGroup once that work is done.
+// resyncEvery bounds how long a WorkGroup queue that was closed while it
+// still held admitted work outlives that work, should the admission
+// layer's own removal of drained queues have failed.
 const resyncEvery = 30 * time.Second
 
 // SyncAdmission keeps adm's WorkGroup ClusterQueues in step with the
-// Running WorkGroups — at once, whenever they may have changed, and every
-// resyncEvery — until ctx ends. Both run in this process (WatchWorkGroups
-// is in-process).
+// WorkGroups — at once, whenever they may have changed (a WorkGroup
+// running, or no longer: an unsubscription records WorkGroupDeleting in
+// its own transaction), and every resyncEvery — until ctx ends. Both run
+// in this process (WatchWorkGroups is in-process).
 func (s *Service) SyncAdmission(ctx context.Context, adm *admission.Service) {
 	changed := s.app.WatchWorkGroups(ctx)
 	tick := time.NewTicker(resyncEvery)
@@ -53,7 +56,7 @@ func (s *Service) SyncAdmission(ctx context.Context, adm *admission.Service) {
 }
 
 func (s *Service) syncAdmission(ctx context.Context, adm *admission.Service) error {
-	groups, err := s.app.RunningWorkGroups(ctx)
+	groups, err := s.app.CurrentWorkGroups(ctx)
 	if err != nil {
 		return err
 	}

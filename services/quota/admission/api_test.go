@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -330,10 +331,14 @@ func TestResolveQueue(t *testing.T) {
 	}
 }
 
+// The WorkGroup queues follow the WorkGroups at once
+// (docs/api/quota.md#workgroup-queues): a queue whose WorkGroup stops
+// running admits nothing new — its admitted work runs on, its pending work
+// stays pending, saying why — and goes with its last admitted workload.
 func TestSyncWorkGroups(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	wg := admission.WorkGroup{TenantID: "t1", Quota: "q1", MachineType: "h100", GPUs: 2}
+	wg := admission.WorkGroup{TenantID: "t1", Quota: "q1", MachineType: "h100", GPUs: 2, Status: "Running"}
 	if err := e.svc.SyncWorkGroups(ctx, []admission.WorkGroup{wg}); err != nil {
 		t.Fatal(err)
 	}
@@ -341,21 +346,73 @@ func TestSyncWorkGroups(t *testing.T) {
 	if err != nil || q.ClusterQueue.Origin != "work_group" ||
 		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Name != "h100" ||
 		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota != "2" ||
-		q.ClusterQueue.Spec.GetPreemption().GetReclaimWithinCohort() != "Never" {
+		q.ClusterQueue.Spec.GetPreemption().GetReclaimWithinCohort() != "Never" || q.ClusterQueue.Closing != "" {
 		t.Fatalf("work group queue = %v, %v", q, err)
 	}
 	tk := &task{id: "gu-task", tenant: "t1", queue: "gu-t1-q1", priority: 5, gpus: "2"}
 	e.submit(tk)
 	e.waitState("gu-task", "admitted", 1)
-	// The WorkGroup goes away while it runs: the queue stays until idle.
-	if err := e.svc.SyncWorkGroups(ctx, nil); err != nil {
+	behind := &task{id: "gu-behind", tenant: "t1", queue: "gu-t1-q1", priority: 5, gpus: "1"}
+	e.submit(behind)
+	e.waitState("gu-behind", "pending", 1)
+
+	// The WorkGroup is being deleted while the first runs: the queue is
+	// closed at once, its quota 0, and says why.
+	wg.Status = "Deleting"
+	if err := e.svc.SyncWorkGroups(ctx, []admission.WorkGroup{wg}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"}); err != nil {
-		t.Fatalf("busy work group queue removed: %v", err)
+	q, err = e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"})
+	if err != nil || q.ClusterQueue.Closing != "its GU quota was deleted" ||
+		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota != "0" {
+		t.Fatalf("busy work group queue = %v, %v; want it closed with nominal 0", q, err)
+	}
+	waitFor(t, func() bool {
+		q, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"})
+		u := q.GetClusterQueue().GetFlavorsUsage()
+		return err == nil && len(u) == 1 && u[0].Resources[0].NominalQuota == "0" && q.ClusterQueue.AdmittedWorkloads == 1
+	})
+	ex, err := e.client().ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "gu-behind"})
+	if want := "position 1 in gu-t1-q1, which admits nothing new: its GU quota was deleted"; err != nil ||
+		ex.State != "pending" || ex.Position != 1 || ex.Reason != want {
+		t.Fatalf("explain the waiting task = %v, %v; want reason %q", ex, err, want)
+	}
+	// Work of a priority that would preempt it in an open queue does not
+	// in a closed one: there is no quota to make room in.
+	urgent := &task{id: "gu-urgent", tenant: "t1", queue: "gu-t1-q1", priority: 1, gpus: "1"}
+	e.submit(urgent)
+	e.waitState("gu-urgent", "pending", 1)
+	e.publish(urgent, &taskv1.TaskDeleted{})
+	// It ends, and what waited is not admitted: the queue goes with its
+	// last admitted workload, without a sync.
+	if st, _ := e.state("gu-task"); st != "admitted" {
+		t.Fatalf("the running task is %q, want admitted", st)
 	}
 	e.publish(tk, &taskv1.TaskSucceeded{AttemptId: "a"})
 	e.waitState("gu-task", "finished", 1)
+	waitFor(t, func() bool {
+		_, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"})
+		return code(err) == codes.NotFound
+	})
+	if st, _ := e.state("gu-behind"); st != "pending" {
+		t.Fatalf("the waiting task is %q, want pending", st)
+	}
+	if got, want := e.events("gu-behind"), []string{"WorkloadQueued"}; !slices.Equal(got, want) {
+		t.Fatalf("the waiting task's events = %v, want %v", got, want)
+	}
+	ex, err = e.client().ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "gu-behind"})
+	if err != nil || ex.State != "pending" || ex.Position != 0 || !strings.Contains(ex.Reason, "cluster queue gu-t1-q1 does not exist: its GU quota was deleted") {
+		t.Fatalf("explain the waiting task after its queue went = %v, %v", ex, err)
+	}
+	// A GU quota of that name running again admits it.
+	wg.Status = "Running"
+	if err := e.svc.SyncWorkGroups(ctx, []admission.WorkGroup{wg}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState("gu-behind", "admitted", 1)
+	// An idle queue whose WorkGroup is gone is deleted at once.
+	e.publish(behind, &taskv1.TaskSucceeded{AttemptId: "a"})
+	e.waitState("gu-behind", "finished", 1)
 	if err := e.svc.SyncWorkGroups(ctx, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -2059,7 +2059,13 @@ type ClusterQueueDefined struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Spec  *ClusterQueueSpec      `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	// config, api or work_group.
-	Origin        string `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	Origin string `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	// Why the queue admits nothing new: a WorkGroup queue whose WorkGroup no
+	// longer runs (its GU quota was deleted, or the WorkGroup is being
+	// applied again or failed) keeps its admitted work with a nominal quota
+	// of 0 until that work has ended, and is removed then. Empty for a queue
+	// that admits.
+	Closing       string `protobuf:"bytes,4,opt,name=closing,proto3" json:"closing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2111,6 +2117,13 @@ func (x *ClusterQueueDefined) GetSpec() *ClusterQueueSpec {
 func (x *ClusterQueueDefined) GetOrigin() string {
 	if x != nil {
 		return x.Origin
+	}
+	return ""
+}
+
+func (x *ClusterQueueDefined) GetClosing() string {
+	if x != nil {
+		return x.Closing
 	}
 	return ""
 }
@@ -2861,11 +2874,12 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\x11InventoryReleased\x12!\n" +
 	"\fmachine_type\x18\x01 \x01(\tR\vmachineType\x12\x12\n" +
 	"\x04gpus\x18\x02 \x01(\x03R\x04gpus\x12\x19\n" +
-	"\bquota_id\x18\x03 \x01(\tR\aquotaId\"z\n" +
+	"\bquota_id\x18\x03 \x01(\tR\aquotaId\"\x94\x01\n" +
 	"\x13ClusterQueueDefined\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
 	"\x04spec\x18\x02 \x01(\v2#.taskmesh.quota.v1.ClusterQueueSpecR\x04spec\x12\x16\n" +
-	"\x06origin\x18\x03 \x01(\tR\x06origin\")\n" +
+	"\x06origin\x18\x03 \x01(\tR\x06origin\x12\x18\n" +
+	"\aclosing\x18\x04 \x01(\tR\aclosing\")\n" +
 	"\x13ClusterQueueDeleted\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"n\n" +
 	"\rCohortDefined\x12\x12\n" +

@@ -54,6 +54,11 @@ type Definition struct {
 	ClusterQueue *quotav1.ClusterQueueSpec
 	Cohort       *quotav1.CohortSpec
 	LocalQueue   *quotav1.LocalQueueSpec
+	// Closing says why a ClusterQueue admits nothing new: a WorkGroup
+	// queue whose WorkGroup no longer runs, kept with a nominal quota of 0
+	// while it holds admitted work (docs/api/quota.md#workgroup-queues).
+	// Empty for a queue that admits.
+	Closing string
 }
 
 // DefinitionStore is what the definition use cases, queue resolution and
@@ -108,6 +113,8 @@ type App struct {
 	log      *slog.Logger
 	// afterWrite wakes the relay and the loop after a definition change.
 	afterWrite func()
+	// released wakes RemoveDrainedQueues (QueueReleased).
+	released chan struct{}
 }
 
 // Options configures New.
@@ -128,7 +135,7 @@ type Options struct {
 // New returns the use cases.
 func New(o Options) *App {
 	return &App{store: o.Store, validate: o.Validate, loop: o.Loop, gu: o.GUQuotas, tiers: o.TierQueues,
-		now: o.Now, log: o.Logger, afterWrite: o.AfterWrite}
+		now: o.Now, log: o.Logger, afterWrite: o.AfterWrite, released: make(chan struct{}, 1)}
 }
 
 // Caller is who asks.

@@ -125,9 +125,13 @@ type definitionsTx struct{ s definitionState }
 func (t *definitionsTx) LockDefinitions() error { t.s.locks++; return nil }
 
 func (t *definitionsTx) LoadDefinitions() (Definitions, error) {
-	defs := Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{}, Cohorts: map[string]*quotav1.CohortSpec{}}
+	defs := Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{}, Cohorts: map[string]*quotav1.CohortSpec{},
+		Closing: map[string]string{}}
 	for name, d := range t.s.defs[KindClusterQueue] {
 		defs.ClusterQueues[name] = proto.CloneOf(d.ClusterQueue)
+		if d.Closing != "" {
+			defs.Closing[name] = d.Closing
+		}
 	}
 	for name, d := range t.s.defs[KindCohort] {
 		defs.Cohorts[name] = proto.CloneOf(d.Cohort)

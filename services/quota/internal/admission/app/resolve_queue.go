@@ -18,6 +18,9 @@ type WorkGroup struct {
 	Quota       string
 	MachineType string
 	GPUs        int64
+	// Status is the WorkGroup's: Running (WorkGroupRunning), Creating,
+	// Failed, Deleting or Deleted.
+	Status string
 }
 
 // GUQuotas checks the GU quota a task names (the quota service).
