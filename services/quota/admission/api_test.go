@@ -308,11 +308,24 @@ func TestResolveQueue(t *testing.T) {
 		{"missing GU quota", user("t1", "standard"), &quotav1.ResolveQueueRequest{Quota: "q2", Resources: gpu}, "", codes.NotFound, "GU_QUOTA_NOT_EXISTS"},
 		{"GU quota of another tenant", user("t2", "standard"), &quotav1.ResolveQueueRequest{Quota: "q1", Resources: gpu}, "", codes.NotFound, "GU_QUOTA_NOT_EXISTS"},
 		{"GU quota being created", user("t1", "standard"), &quotav1.ResolveQueueRequest{Quota: "creating", Resources: gpu}, "", codes.FailedPrecondition, "GU_QUOTA_CREATING"},
+		// Work its queue could never admit, refused as an unknown queue is.
+		{"a queue whose cluster queue was deleted", user("t1", "standard"), &quotav1.ResolveQueueRequest{Queue: "orphan", Resources: gpu}, "", codes.InvalidArgument, "INVALID_ARGUMENT"},
+		{"a resource the default queue has no quota for", user("t1", "standard"), &quotav1.ResolveQueueRequest{Resources: map[string]string{"amd.com/gpu": "1"}}, "", codes.InvalidArgument, "INVALID_ARGUMENT"},
+		{"a resource a GU quota has no quota for", user("t1", "standard"), &quotav1.ResolveQueueRequest{Quota: "q1", Resources: map[string]string{"nvidia.com/gpu": "1", "cpu": "2"}}, "", codes.InvalidArgument, "INVALID_ARGUMENT"},
 	}
 	waitFor(t, func() bool {
 		_, err := e.client().ResolveQueue(user("t1", "premium"), &quotav1.ResolveQueueRequest{Queue: "premium"})
 		return err == nil
 	})
+	// A LocalQueue left behind by its ClusterQueue.
+	e.soloQueue("orphaned", "1")
+	if _, err := e.client().PutLocalQueue(admin(), &quotav1.PutLocalQueueRequest{Name: "orphan",
+		Spec: &quotav1.LocalQueueSpec{ClusterQueue: "orphaned"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client().DeleteClusterQueue(admin(), &quotav1.DeleteClusterQueueRequest{Name: "orphaned"}); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r, err := e.client().ResolveQueue(tt.ctx, tt.req)

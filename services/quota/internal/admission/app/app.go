@@ -19,6 +19,10 @@ var (
 	// ErrQueueNotAllowed: the LocalQueue is not open to the caller's
 	// tenant or tier.
 	ErrQueueNotAllowed = errors.New("queue not allowed")
+	// ErrNoQuota: a task's queue could never admit it: its ClusterQueue
+	// does not exist or is closing, or has no quota for a resource the
+	// task asks for.
+	ErrNoQuota = errors.New("no quota to admit it")
 	// ErrPermissionDenied: an operator action by a tenant.
 	ErrPermissionDenied = errors.New("operators only")
 	// ErrInUse: deleting a ClusterQueue with admitted workloads, or a
