@@ -155,8 +155,9 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	registerPorts(g, s)
 }
 
-// operatorCaller is the service acting for its operator (bootstrap).
-var operatorCaller = app.Caller{Admin: true}
+// operatorCaller is the service acting for its operator: the embedded
+// defaults recorded at start (the audit log's "config").
+var operatorCaller = app.Caller{Admin: true, Actor: app.Actor{ID: "config"}}
 
 // EnsureCluster records the cluster if it is new and sets its inventory
 // (GPUs per machine type), for embedded defaults; existing values that

@@ -20,10 +20,12 @@ import (
 // action).
 var ErrForbidden = errors.New("forbidden: operator credential required")
 
-// Caller is who asks: an operator (Admin) or a tenant's key.
+// Caller is who asks: an operator (Admin) or a tenant's key. Actor is
+// what an operator's changes are recorded as.
 type Caller struct {
 	TenantID string
 	Admin    bool
+	Actor    Actor
 }
 
 // Operator is the cluster operator (the MFS custom resources and their

@@ -23,7 +23,7 @@ func (a *App) CreateQuota(ctx context.Context, c Caller, cmd capacity.CreateQuot
 		return QuotaView{}, err
 	}
 	var id string
-	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+	_, err := a.store.Update(ctx, c.Actor, func(tx Tx) error {
 		st := capacity.ProductionState{NewID: a.newID, Now: a.clock()}
 		var err error
 		if cmd.ParentID != "" {
@@ -107,7 +107,7 @@ func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max *in
 	if min == nil && max == nil {
 		return a.GetQuota(ctx, c, id)
 	}
-	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+	_, err := a.store.Update(ctx, c.Actor, func(tx Tx) error {
 		st := capacity.UpdateState{Now: a.clock()}
 		var err error
 		if st.Quota, err = tx.Quota(id); err != nil {
@@ -185,7 +185,7 @@ func (a *App) DeleteQuota(ctx context.Context, c Caller, id, reason string) (Quo
 		return QuotaView{}, err
 	}
 	var view QuotaView
-	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+	_, err := a.store.Update(ctx, c.Actor, func(tx Tx) error {
 		q, err := tx.Quota(id)
 		if err != nil {
 			return err

@@ -519,7 +519,7 @@ func (o *cycleOut) record(r *WorkloadRecord, at time.Time, ev any) {
 		return
 	}
 	r.Version++
-	e, err := newEvent(AggregateWorkload, r.ID, r.Version, r.TenantID, "admission", at, ev)
+	e, err := newEvent(AggregateWorkload, r.ID, r.Version, r.TenantID, "admission", "", at, ev)
 	if err != nil {
 		o.err = err
 		return

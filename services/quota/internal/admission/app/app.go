@@ -148,5 +148,14 @@ type Caller struct {
 	Tier     string
 	// Operator: an admin or an internal service acting as one.
 	Operator bool
-	Actor    string
+	// Actor and IP are what a definition change is recorded as
+	// (docs/api/audit.md#an-entry): an operator key id and the address of
+	// its request as the gateway saw it, or a service acting on its own
+	// and no address.
+	Actor string
+	IP    string
 }
+
+// workGroupUpkeep is the quota service keeping the WorkGroup queues in
+// step with the WorkGroups (SyncWorkGroups, RemoveDrainedQueues).
+var workGroupUpkeep = Caller{Operator: true, Actor: "quota"}

@@ -138,7 +138,7 @@ func (a *App) record(tx DefinitionTx, c Caller, d Definition, deleted bool, ev a
 		return err
 	}
 	now := a.now()
-	e, err := newEvent(agg, d.Name, v+1, "", c.Actor, now, ev)
+	e, err := newEvent(agg, d.Name, v+1, "", c.Actor, c.IP, now, ev)
 	if err != nil {
 		return err
 	}
@@ -292,7 +292,7 @@ func (a *App) ApplyDefaults(ctx context.Context, defaults []Definition) error {
 // RemoveDrainedQueues deletes it. A WorkGroup that runs again opens its
 // queue again.
 func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
-	c := Caller{Operator: true, Actor: "work_group"}
+	c := workGroupUpkeep
 	open := map[string]*quotav1.ClusterQueueSpec{}
 	stopped := map[string]WorkGroup{}
 	for _, g := range groups {
@@ -447,7 +447,7 @@ func (a *App) removeDrained(ctx context.Context) error {
 	if len(closing) == 0 {
 		return nil
 	}
-	c := Caller{Operator: true, Actor: "work_group"}
+	c := workGroupUpkeep
 	err = a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
 		for _, d := range closing {
 			d, ok, err := tx.GetDefinition(KindClusterQueue, d.Name)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 )
 
@@ -56,6 +58,23 @@ func TestPutDefinition(t *testing.T) {
 	}
 	if ds, err := f.app.List(f.ctx, KindClusterQueue); err != nil || len(ds) != 1 || ds[0].Name != "cq" {
 		t.Errorf("List = %+v, %v", ds, err)
+	}
+	// Each is recorded as the operator's, with the address of its request
+	// (docs/api/audit.md#an-entry).
+	wantActors(t, f.store, "ops", "192.0.2.7")
+}
+
+// wantActors checks that every recorded definition event names actor and
+// ip.
+func wantActors(t *testing.T, store *definitions, actor, ip string) {
+	t.Helper()
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	for _, e := range store.state.events {
+		var env quotav1.QuotaEvent
+		if err := proto.Unmarshal(e.Payload, &env); err != nil || env.GetActor() != actor || env.GetActorIp() != ip {
+			t.Errorf("%s %s recorded by %q from %q (%v), want %q from %q", e.AggregateID, e.Type, env.GetActor(), env.GetActorIp(), err, actor, ip)
+		}
 	}
 }
 
@@ -286,4 +305,6 @@ func TestRemoveDrainedQueuesOnRelease(t *testing.T) {
 	}
 	cancel()
 	<-done
+	// The quota service keeps these queues itself: no client's address.
+	wantActors(t, f.store, "quota", "")
 }

@@ -248,7 +248,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 var (
-	operator = Caller{Operator: true, Actor: "ops"}
+	operator = Caller{Operator: true, Actor: "ops", IP: "192.0.2.7"}
 	premium  = Caller{TenantID: "acme", Tier: "premium", Actor: "acme-key"}
 	standard = Caller{TenantID: "beta", Tier: "standard", Actor: "beta-key"}
 )

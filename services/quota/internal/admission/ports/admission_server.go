@@ -25,7 +25,7 @@ func caller(ctx context.Context) (app.Caller, error) {
 	if err != nil {
 		return app.Caller{}, err
 	}
-	return app.Caller{TenantID: p.TenantID, Tier: p.Tier, Operator: p.Kind == authn.KindAdmin, Actor: p.Subject}, nil
+	return app.Caller{TenantID: p.TenantID, Tier: p.Tier, Operator: p.Kind == authn.KindAdmin, Actor: p.Subject, IP: p.RemoteIP}, nil
 }
 
 // ResolveQueue implements quotav1.AdmissionServiceServer.
