@@ -38,8 +38,14 @@ const resyncEvery = 30 * time.Second
 // running, or no longer: an unsubscription records WorkGroupDeleting in
 // its own transaction), and every resyncEvery — until ctx ends. Both run
 // in this process (WatchWorkGroups is in-process).
+//
+// The commands that stop WorkGroups running sync once more before they
+// answer (app.App.FollowWorkGroups): once DeleteQuota has answered, its
+// WorkGroups' queues admit nothing new.
 func (s *Service) SyncAdmission(ctx context.Context, adm *admission.Service) {
 	changed := s.app.WatchWorkGroups(ctx)
+	s.app.FollowWorkGroups(func(ctx context.Context) error { return s.syncAdmission(ctx, adm) })
+	defer s.app.FollowWorkGroups(nil)
 	tick := time.NewTicker(resyncEvery)
 	defer tick.Stop()
 	for {
@@ -56,6 +62,10 @@ func (s *Service) SyncAdmission(ctx context.Context, adm *admission.Service) {
 }
 
 func (s *Service) syncAdmission(ctx context.Context, adm *admission.Service) error {
+	// One sync at a time: each reads the WorkGroups and writes what
+	// follows from them.
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	groups, err := s.app.CurrentWorkGroups(ctx)
 	if err != nil {
 		return err

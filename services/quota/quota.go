@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -85,6 +86,8 @@ type Service struct {
 	operator Operator
 	relay    *outbox.Relay
 	log      *slog.Logger
+	// syncMu serializes the WorkGroup queues' syncs (SyncAdmission).
+	syncMu sync.Mutex
 }
 
 // New builds the service; Run starts its background work.

@@ -73,9 +73,14 @@ func TestDeletedGUQuotasQueueAdmitsNothingMore(t *testing.T) {
 				}
 			}
 
-			// The quota is deleted while its work runs.
+			// The quota is deleted while its work runs: by the time
+			// DeleteQuota answers, its queue admits nothing new.
 			if _, err := s.quotas.DeleteQuota(ctx, &quotav1.DeleteQuotaRequest{QuotaId: id}); err != nil {
 				t.Fatal(err)
+			}
+			if q, err := s.queues.GetClusterQueue(ctx, &quotav1.GetClusterQueueRequest{Name: queue}); err != nil ||
+				q.GetClusterQueue().GetClosing() == "" {
+				t.Fatalf("the queue as DeleteQuota answered = %v, %v; want it closed", q, err)
 			}
 			waitFor(t, "the quota to be deleted and its GPUs given back", func() bool {
 				q, err := s.quotas.GetQuota(ctx, &quotav1.GetQuotaRequest{QuotaId: id})

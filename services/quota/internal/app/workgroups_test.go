@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -139,5 +140,35 @@ func TestCurrentWorkGroupsAndTheirWatch(t *testing.T) {
 	f.app.Committed([]capacity.Event{{Data: capacity.WorkGroupFailed{}}})
 	if !notified() || notified() {
 		t.Error("two changes did not coalesce into one wake-up")
+	}
+}
+
+// The commands that stop a WorkGroup running have admission follow before
+// they answer (FollowWorkGroups); one that changes no WorkGroup does not,
+// and a follower's failure does not fail the command.
+func TestCommandsThatStopAWorkGroupHaveAdmissionFollow(t *testing.T) {
+	f := newFixture(t)
+	f.seed(8)
+	f.createGU("gu1", 4, 8)
+	f.produce()
+	var calls int
+	var fail error
+	f.app.FollowWorkGroups(func(context.Context) error { calls++; return fail })
+	if _, err := f.app.UpdateQuota(f.ctx, admin, "q-2", nil, new(int64(6))); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Errorf("an update applying the WorkGroup again had admission follow %d times, want 1", calls)
+	}
+	if _, err := f.app.UpdateQuota(f.ctx, admin, "q-2", nil, new(int64(6))); err != nil || calls != 1 {
+		t.Errorf("an update changing nothing: %v, admission followed %d times, want still 1", err, calls)
+	}
+	fail = errors.New("admission unreachable")
+	if _, err := f.app.DeleteQuota(f.ctx, admin, "q-1", ""); err != nil || calls != 2 {
+		t.Errorf("DeleteQuota = %v with admission followed %d times, want nil and 2", err, calls)
+	}
+	f.app.FollowWorkGroups(nil)
+	if _, err := f.app.DeleteQuota(f.ctx, admin, "q-1", ""); err != nil || calls != 2 {
+		t.Errorf("after the follower was unset: %v, %d calls", err, calls)
 	}
 }
