@@ -248,6 +248,11 @@ func TestExplainTaskAdmission(t *testing.T) {
 		ex.Shortages[0].Requested != "1" || ex.Shortages[0].Available != "0" {
 		t.Fatalf("explain second = %v, %v", ex, err)
 	}
+	// The sentence says what the fields say: the head of the queue is
+	// position 1, and one GPU is 1 (docs/api/quota.md#explaining-a-wait).
+	if want := "position 1 in solo: a100/nvidia.com/gpu: requested 1, available 0 (nominal 1, borrowable 0)"; ex.Reason != want {
+		t.Fatalf("explain second's reason = %q, want %q", ex.Reason, want)
+	}
 	ex, err = c.ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "first"})
 	if err != nil || ex.State != "admitted" || ex.Flavors["nvidia.com/gpu"] != "a100" || ex.AdmittedAt == nil {
 		t.Fatalf("explain first = %v, %v", ex, err)
@@ -260,6 +265,20 @@ func TestExplainTaskAdmission(t *testing.T) {
 	if _, err := c.ExplainTaskAdmission(admin(), &quotav1.ExplainTaskAdmissionRequest{TaskId: "second"}); err != nil {
 		t.Fatalf("operator: %v", err)
 	}
+
+	// A task whose ClusterQueue is deleted while it waits is told so.
+	e.soloQueue("gone", "1")
+	big := &task{id: "big", tenant: "t1", queue: "gone", priority: 5, gpus: "2"}
+	e.submit(big)
+	e.waitState("big", "pending", 1)
+	if _, err := c.DeleteClusterQueue(admin(), &quotav1.DeleteClusterQueueRequest{Name: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	want := "cluster queue gone does not exist; the task waits until a cluster queue of that name is defined"
+	waitFor(t, func() bool {
+		ex, err := c.ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "big"})
+		return err == nil && ex.State == "pending" && ex.Position == 0 && ex.Reason == want && len(ex.Shortages) == 0
+	})
 }
 
 // guQuotas is a fake GU quota check: running WorkGroups by tenant/quota,
