@@ -24,19 +24,28 @@ func (g guQuotas) CheckGUQuota(ctx context.Context, tenantID, quota string) (adm
 }
 
 func admissionWorkGroup(wg app.WorkGroup) admission.WorkGroup {
-	return admission.WorkGroup{TenantID: wg.TenantID, Quota: wg.Quota, MachineType: wg.MachineType, GPUs: wg.GPUs}
+	return admission.WorkGroup{TenantID: wg.TenantID, Quota: wg.Quota, MachineType: wg.MachineType, GPUs: wg.GPUs,
+		Status: wg.Status}
 }
 
-// resyncEvery bounds how long a WorkGroup queue that was kept because it
-// still held admitted work outlives its WorkGroup once that work is done.
+// resyncEvery bounds how long a WorkGroup queue that was closed while it
+// still held admitted work outlives that work, should the admission
+// layer's own removal of drained queues have failed.
 const resyncEvery = 30 * time.Second
 
 // SyncAdmission keeps adm's WorkGroup ClusterQueues in step with the
-// Running WorkGroups — at once, whenever they may have changed, and every
-// resyncEvery — until ctx ends. Both run in this process (WatchWorkGroups
-// is in-process).
+// WorkGroups — at once, whenever they may have changed (a WorkGroup
+// running, or no longer: an unsubscription records WorkGroupDeleting in
+// its own transaction), and every resyncEvery — until ctx ends. Both run
+// in this process (WatchWorkGroups is in-process).
+//
+// The commands that stop WorkGroups running sync once more before they
+// answer (app.App.FollowWorkGroups): once DeleteQuota has answered, its
+// WorkGroups' queues admit nothing new.
 func (s *Service) SyncAdmission(ctx context.Context, adm *admission.Service) {
 	changed := s.app.WatchWorkGroups(ctx)
+	s.app.FollowWorkGroups(func(ctx context.Context) error { return s.syncAdmission(ctx, adm) })
+	defer s.app.FollowWorkGroups(nil)
 	tick := time.NewTicker(resyncEvery)
 	defer tick.Stop()
 	for {
@@ -53,7 +62,11 @@ func (s *Service) SyncAdmission(ctx context.Context, adm *admission.Service) {
 }
 
 func (s *Service) syncAdmission(ctx context.Context, adm *admission.Service) error {
-	groups, err := s.app.RunningWorkGroups(ctx)
+	// One sync at a time: each reads the WorkGroups and writes what
+	// follows from them.
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	groups, err := s.app.CurrentWorkGroups(ctx)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
@@ -249,5 +250,76 @@ func TestUpdateQuotaChangesTheLimitsGiven(t *testing.T) {
 	}
 	if got := limits(c.UpdateQuota(ops, &quotav1.UpdateQuotaRequest{QuotaId: id})); got != "3-6" {
 		t.Fatalf("after the refused updates: %s, want 3-6", got)
+	}
+}
+
+// An operator's change is recorded as the operator key's, with the address
+// of its request as the gateway saw it; what the process manager does, as
+// the service's own, with none (docs/api/audit.md#quota-and-queue-changes).
+func TestChangesRecordWhoMadeThemAndFromWhere(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	op := as(authn.Principal{Kind: authn.KindAdmin, Subject: "adm_7zaw", RemoteIP: "192.0.2.7"})
+	if _, err := c.RegisterTenant(op, &quotav1.RegisterTenantRequest{TenantId: "acme", Name: "Acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateCluster(op, &quotav1.CreateClusterRequest{Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetInventory(op, &quotav1.SetInventoryRequest{Cluster: "c1", MachineType: "A100", TotalGpus: 8}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.CreateQuota(op, &quotav1.CreateQuotaRequest{TenantId: "acme", Cluster: "c1", Kind: "GU",
+		Spec: &quotav1.QuotaSpec{Name: "gu1", MinUnits: 2, MaxUnits: 4, MachineType: "A100"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := q.GetQuota().GetId()
+	e.waitStatus(id, "Active")
+	if _, err := c.UpdateQuota(op, &quotav1.UpdateQuotaRequest{QuotaId: id, MaxUnits: new(int32(5))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DeleteQuota(op, &quotav1.DeleteQuotaRequest{QuotaId: id}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitStatus(id, "Deleted")
+	want := map[string][2]string{
+		"TenantCreated": {"adm_7zaw", "192.0.2.7"}, "ClusterCreated": {"adm_7zaw", "192.0.2.7"},
+		"InventorySet": {"adm_7zaw", "192.0.2.7"}, "QuotaCreated": {"adm_7zaw", "192.0.2.7"},
+		"QuotaUpdated": {"adm_7zaw", "192.0.2.7"}, "QuotaUnsubscribed": {"adm_7zaw", "192.0.2.7"},
+		"QuotaProduced": {"quota", ""}, "QuotaDeleted": {"quota", ""},
+	}
+	rows, err := e.pool.Query(context.Background(), `SELECT event_type, payload FROM events`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	seen := map[string]bool{}
+	for rows.Next() {
+		var typ string
+		var payload []byte
+		if err := rows.Scan(&typ, &payload); err != nil {
+			t.Fatal(err)
+		}
+		w, ok := want[typ]
+		if !ok {
+			continue
+		}
+		var env quotav1.QuotaEvent
+		if err := proto.Unmarshal(payload, &env); err != nil {
+			t.Fatal(err)
+		}
+		if env.GetActor() != w[0] || env.GetActorIp() != w[1] {
+			t.Errorf("%s %s recorded by %q from %q, want %q from %q", env.GetAggregateId(), typ, env.GetActor(), env.GetActorIp(), w[0], w[1])
+		}
+		seen[typ] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for typ := range want {
+		if !seen[typ] {
+			t.Errorf("no %s recorded", typ)
+		}
 	}
 }

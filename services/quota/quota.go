@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -85,6 +86,8 @@ type Service struct {
 	operator Operator
 	relay    *outbox.Relay
 	log      *slog.Logger
+	// syncMu serializes the WorkGroup queues' syncs (SyncAdmission).
+	syncMu sync.Mutex
 }
 
 // New builds the service; Run starts its background work.
@@ -155,8 +158,9 @@ func (s *Service) Register(g grpc.ServiceRegistrar) {
 	registerPorts(g, s)
 }
 
-// operatorCaller is the service acting for its operator (bootstrap).
-var operatorCaller = app.Caller{Admin: true}
+// operatorCaller is the service acting for its operator: the embedded
+// defaults recorded at start (the audit log's "config").
+var operatorCaller = app.Caller{Admin: true, Actor: app.Actor{ID: "config"}}
 
 // EnsureCluster records the cluster if it is new and sets its inventory
 // (GPUs per machine type), for embedded defaults; existing values that

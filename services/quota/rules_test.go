@@ -74,9 +74,10 @@ func TestCheckGUQuota(t *testing.T) {
 	_, err = e.app().CheckGUQuota(ctx, "acme", "gu1-background")
 	wantGUError(t, err, codes.FailedPrecondition, app.ReasonGUQuotaCreating)
 
-	running, err := e.app().RunningWorkGroups(ctx)
-	if err != nil || len(running) != 1 || running[0].GPUs != 4 || running[0].Quota != "gu1-default" {
-		t.Fatalf("running = %+v, %v", running, err)
+	current, err := e.app().CurrentWorkGroups(ctx)
+	if err != nil || len(current) != 1 || current[0].GPUs != 4 || current[0].Quota != "gu1-default" ||
+		current[0].Status != capacity.StatusRunning {
+		t.Fatalf("current = %+v, %v", current, err)
 	}
 }
 

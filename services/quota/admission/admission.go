@@ -120,7 +120,8 @@ func New(cfg Config) (*Service, error) {
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "admission", Topic: cfg.Topic, Partitions: cfg.Partitions,
 		Kafka: cfg.Kafka, Logger: s.log})
 	store := postgres.Store{DB: cfg.DB, Events: eventstore.New()}
-	s.loop = app.NewLoop(cfg.DB, store, kueue.New, cfg.Now, s.log, app.LoopConfig{Tick: cfg.Tick, AfterCommit: s.relay.Notify})
+	s.loop = app.NewLoop(cfg.DB, store, kueue.New, cfg.Now, s.log, app.LoopConfig{Tick: cfg.Tick, AfterCommit: s.relay.Notify,
+		Released: func() { s.app.QueueReleased() }})
 	s.app = app.New(app.Options{Store: store, Validate: kueue.Validate, Loop: s.loop, GUQuotas: cfg.GUQuotas,
 		TierQueues: TierQueues, Now: cfg.Now, Logger: s.log, AfterWrite: s.relay.Notify})
 	return s, nil
@@ -148,9 +149,10 @@ func ReplaySpecs(k kafka.Config) []projection.ReplaySpec {
 		}}}
 }
 
-// SyncWorkGroups makes the work_group ClusterQueues match the running
-// WorkGroups (one queue gu-<tenant>-<quota> each); call it whenever that
-// set changes.
+// SyncWorkGroups makes the work_group ClusterQueues follow the WorkGroups
+// that exist, with their status (one queue gu-<tenant>-<quota> each, open
+// while its WorkGroup runs, closed from when it stops); call it whenever
+// they may have changed.
 func (s *Service) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
 	return s.app.SyncWorkGroups(ctx, groups)
 }
@@ -171,5 +173,6 @@ func (s *Service) Run(ctx context.Context) error {
 		AfterCommit: func([]*kgo.Record) { s.loop.Wake() }}, tasks.WorkloadFacts{})
 	g.Go(func() error { return facts.Run(ctx) })
 	g.Go(func() error { return s.loop.Run(ctx) })
+	g.Go(func() error { s.app.RemoveDrainedQueues(ctx); return nil })
 	return g.Wait()
 }

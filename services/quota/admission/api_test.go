@@ -2,6 +2,7 @@ package admission_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -247,6 +248,11 @@ func TestExplainTaskAdmission(t *testing.T) {
 		ex.Shortages[0].Requested != "1" || ex.Shortages[0].Available != "0" {
 		t.Fatalf("explain second = %v, %v", ex, err)
 	}
+	// The sentence says what the fields say: the head of the queue is
+	// position 1, and one GPU is 1 (docs/api/quota.md#explaining-a-wait).
+	if want := "position 1 in solo: a100/nvidia.com/gpu: requested 1, available 0 (nominal 1, borrowable 0)"; ex.Reason != want {
+		t.Fatalf("explain second's reason = %q, want %q", ex.Reason, want)
+	}
 	ex, err = c.ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "first"})
 	if err != nil || ex.State != "admitted" || ex.Flavors["nvidia.com/gpu"] != "a100" || ex.AdmittedAt == nil {
 		t.Fatalf("explain first = %v, %v", ex, err)
@@ -259,6 +265,20 @@ func TestExplainTaskAdmission(t *testing.T) {
 	if _, err := c.ExplainTaskAdmission(admin(), &quotav1.ExplainTaskAdmissionRequest{TaskId: "second"}); err != nil {
 		t.Fatalf("operator: %v", err)
 	}
+
+	// A task whose ClusterQueue is deleted while it waits is told so.
+	e.soloQueue("gone", "1")
+	big := &task{id: "big", tenant: "t1", queue: "gone", priority: 5, gpus: "2"}
+	e.submit(big)
+	e.waitState("big", "pending", 1)
+	if _, err := c.DeleteClusterQueue(admin(), &quotav1.DeleteClusterQueueRequest{Name: "gone"}); err != nil {
+		t.Fatal(err)
+	}
+	want := "cluster queue gone does not exist; the task waits until a cluster queue of that name is defined"
+	waitFor(t, func() bool {
+		ex, err := c.ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "big"})
+		return err == nil && ex.State == "pending" && ex.Position == 0 && ex.Reason == want && len(ex.Shortages) == 0
+	})
 }
 
 // guQuotas is a fake GU quota check: running WorkGroups by tenant/quota,
@@ -307,11 +327,24 @@ func TestResolveQueue(t *testing.T) {
 		{"missing GU quota", user("t1", "standard"), &quotav1.ResolveQueueRequest{Quota: "q2", Resources: gpu}, "", codes.NotFound, "GU_QUOTA_NOT_EXISTS"},
 		{"GU quota of another tenant", user("t2", "standard"), &quotav1.ResolveQueueRequest{Quota: "q1", Resources: gpu}, "", codes.NotFound, "GU_QUOTA_NOT_EXISTS"},
 		{"GU quota being created", user("t1", "standard"), &quotav1.ResolveQueueRequest{Quota: "creating", Resources: gpu}, "", codes.FailedPrecondition, "GU_QUOTA_CREATING"},
+		// Work its queue could never admit, refused as an unknown queue is.
+		{"a queue whose cluster queue was deleted", user("t1", "standard"), &quotav1.ResolveQueueRequest{Queue: "orphan", Resources: gpu}, "", codes.InvalidArgument, "INVALID_ARGUMENT"},
+		{"a resource the default queue has no quota for", user("t1", "standard"), &quotav1.ResolveQueueRequest{Resources: map[string]string{"amd.com/gpu": "1"}}, "", codes.InvalidArgument, "INVALID_ARGUMENT"},
+		{"a resource a GU quota has no quota for", user("t1", "standard"), &quotav1.ResolveQueueRequest{Quota: "q1", Resources: map[string]string{"nvidia.com/gpu": "1", "cpu": "2"}}, "", codes.InvalidArgument, "INVALID_ARGUMENT"},
 	}
 	waitFor(t, func() bool {
 		_, err := e.client().ResolveQueue(user("t1", "premium"), &quotav1.ResolveQueueRequest{Queue: "premium"})
 		return err == nil
 	})
+	// A LocalQueue left behind by its ClusterQueue.
+	e.soloQueue("orphaned", "1")
+	if _, err := e.client().PutLocalQueue(admin(), &quotav1.PutLocalQueueRequest{Name: "orphan",
+		Spec: &quotav1.LocalQueueSpec{ClusterQueue: "orphaned"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client().DeleteClusterQueue(admin(), &quotav1.DeleteClusterQueueRequest{Name: "orphaned"}); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r, err := e.client().ResolveQueue(tt.ctx, tt.req)
@@ -330,10 +363,14 @@ func TestResolveQueue(t *testing.T) {
 	}
 }
 
+// The WorkGroup queues follow the WorkGroups at once
+// (docs/api/quota.md#workgroup-queues): a queue whose WorkGroup stops
+// running admits nothing new — its admitted work runs on, its pending work
+// stays pending, saying why — and goes with its last admitted workload.
 func TestSyncWorkGroups(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	wg := admission.WorkGroup{TenantID: "t1", Quota: "q1", MachineType: "h100", GPUs: 2}
+	wg := admission.WorkGroup{TenantID: "t1", Quota: "q1", MachineType: "h100", GPUs: 2, Status: "Running"}
 	if err := e.svc.SyncWorkGroups(ctx, []admission.WorkGroup{wg}); err != nil {
 		t.Fatal(err)
 	}
@@ -341,21 +378,73 @@ func TestSyncWorkGroups(t *testing.T) {
 	if err != nil || q.ClusterQueue.Origin != "work_group" ||
 		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Name != "h100" ||
 		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota != "2" ||
-		q.ClusterQueue.Spec.GetPreemption().GetReclaimWithinCohort() != "Never" {
+		q.ClusterQueue.Spec.GetPreemption().GetReclaimWithinCohort() != "Never" || q.ClusterQueue.Closing != "" {
 		t.Fatalf("work group queue = %v, %v", q, err)
 	}
 	tk := &task{id: "gu-task", tenant: "t1", queue: "gu-t1-q1", priority: 5, gpus: "2"}
 	e.submit(tk)
 	e.waitState("gu-task", "admitted", 1)
-	// The WorkGroup goes away while it runs: the queue stays until idle.
-	if err := e.svc.SyncWorkGroups(ctx, nil); err != nil {
+	behind := &task{id: "gu-behind", tenant: "t1", queue: "gu-t1-q1", priority: 5, gpus: "1"}
+	e.submit(behind)
+	e.waitState("gu-behind", "pending", 1)
+
+	// The WorkGroup is being deleted while the first runs: the queue is
+	// closed at once, its quota 0, and says why.
+	wg.Status = "Deleting"
+	if err := e.svc.SyncWorkGroups(ctx, []admission.WorkGroup{wg}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"}); err != nil {
-		t.Fatalf("busy work group queue removed: %v", err)
+	q, err = e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"})
+	if err != nil || q.ClusterQueue.Closing != "its GU quota was deleted" ||
+		q.ClusterQueue.Spec.ResourceGroups[0].Flavors[0].Resources[0].NominalQuota != "0" {
+		t.Fatalf("busy work group queue = %v, %v; want it closed with nominal 0", q, err)
+	}
+	waitFor(t, func() bool {
+		q, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"})
+		u := q.GetClusterQueue().GetFlavorsUsage()
+		return err == nil && len(u) == 1 && u[0].Resources[0].NominalQuota == "0" && q.ClusterQueue.AdmittedWorkloads == 1
+	})
+	ex, err := e.client().ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "gu-behind"})
+	if want := "position 1 in gu-t1-q1, which admits nothing new: its GU quota was deleted"; err != nil ||
+		ex.State != "pending" || ex.Position != 1 || ex.Reason != want {
+		t.Fatalf("explain the waiting task = %v, %v; want reason %q", ex, err, want)
+	}
+	// Work of a priority that would preempt it in an open queue does not
+	// in a closed one: there is no quota to make room in.
+	urgent := &task{id: "gu-urgent", tenant: "t1", queue: "gu-t1-q1", priority: 1, gpus: "1"}
+	e.submit(urgent)
+	e.waitState("gu-urgent", "pending", 1)
+	e.publish(urgent, &taskv1.TaskDeleted{})
+	// It ends, and what waited is not admitted: the queue goes with its
+	// last admitted workload, without a sync.
+	if st, _ := e.state("gu-task"); st != "admitted" {
+		t.Fatalf("the running task is %q, want admitted", st)
 	}
 	e.publish(tk, &taskv1.TaskSucceeded{AttemptId: "a"})
 	e.waitState("gu-task", "finished", 1)
+	waitFor(t, func() bool {
+		_, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "gu-t1-q1"})
+		return code(err) == codes.NotFound
+	})
+	if st, _ := e.state("gu-behind"); st != "pending" {
+		t.Fatalf("the waiting task is %q, want pending", st)
+	}
+	if got, want := e.events("gu-behind"), []string{"WorkloadQueued"}; !slices.Equal(got, want) {
+		t.Fatalf("the waiting task's events = %v, want %v", got, want)
+	}
+	ex, err = e.client().ExplainTaskAdmission(user("t1", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: "gu-behind"})
+	if err != nil || ex.State != "pending" || ex.Position != 0 || !strings.Contains(ex.Reason, "cluster queue gu-t1-q1 does not exist: its GU quota was deleted") {
+		t.Fatalf("explain the waiting task after its queue went = %v, %v", ex, err)
+	}
+	// A GU quota of that name running again admits it.
+	wg.Status = "Running"
+	if err := e.svc.SyncWorkGroups(ctx, []admission.WorkGroup{wg}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState("gu-behind", "admitted", 1)
+	// An idle queue whose WorkGroup is gone is deleted at once.
+	e.publish(behind, &taskv1.TaskSucceeded{AttemptId: "a"})
+	e.waitState("gu-behind", "finished", 1)
 	if err := e.svc.SyncWorkGroups(ctx, nil); err != nil {
 		t.Fatal(err)
 	}

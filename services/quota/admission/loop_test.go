@@ -305,6 +305,62 @@ func TestRestartAfterQuotaShrank(t *testing.T) {
 	}
 }
 
+// Shrinking a queue's nominal quota below what it holds evicts nothing
+// (as in Kueue; docs/api/quota.md#changing-a-queues-quota): its admitted
+// work runs on, the answer shows the excess as borrowed, and new work
+// waits until the queue's usage leaves room under the new quota.
+func TestShrinkingAQueueBelowItsUsageEvictsNothing(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	for name, gpus := range map[string]string{"qa": "4", "qb": "2"} {
+		if _, err := c.PutClusterQueue(admin(), &quotav1.PutClusterQueueRequest{Name: name, Spec: gpuQueue("co", gpus)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var held []*task
+	for i := range 6 {
+		q := "qa"
+		if i >= 4 {
+			q = "qb"
+		}
+		tk := &task{id: fmt.Sprintf("%s-%d", q, i), tenant: "t", queue: q, priority: 5, gpus: "1"}
+		e.submit(tk)
+		e.waitState(tk.id, "admitted", 1)
+		held = append(held, tk)
+	}
+	next := &task{id: "qa-next", tenant: "t", queue: "qa", priority: 5, gpus: "1"}
+	e.submit(next)
+	e.waitState("qa-next", "pending", 1)
+
+	r, err := c.PutClusterQueue(admin(), &quotav1.PutClusterQueueRequest{Name: "qa", Spec: gpuQueue("co", "2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := r.ClusterQueue.GetFlavorsUsage()[0].GetResources()[0]
+	if u.GetTotal() != "4" || u.GetNominalQuota() != "2" || u.GetBorrowed() != "2" || u.GetAvailable() != "0" {
+		t.Fatalf("shrunk queue's usage = %v, want total 4, nominal 2, borrowed 2, available 0", u)
+	}
+	time.Sleep(200 * time.Millisecond) // several cycles
+	for _, tk := range held {
+		if got, want := e.events(tk.id), []string{"WorkloadQueued", "WorkloadAdmitted"}; !slices.Equal(got, want) {
+			t.Fatalf("%s events = %v, want %v: nothing evicted", tk.id, got, want)
+		}
+	}
+	// Two end: qa holds 2, its new quota, and the cohort has nothing to
+	// lend: what waits still waits.
+	for _, tk := range held[:2] {
+		e.publish(tk, &taskv1.TaskSucceeded{AttemptId: "a"})
+		e.waitState(tk.id, "finished", 1)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if st, _ := e.state("qa-next"); st != "pending" {
+		t.Fatalf("qa-next is %s while qa is at its new quota", st)
+	}
+	// One more ends: there is room under the new quota.
+	e.publish(held[2], &taskv1.TaskSucceeded{AttemptId: "a"})
+	e.waitState("qa-next", "admitted", 1)
+}
+
 // A loop with nothing to do opens no transaction: its cycles (one per
 // tick here, 20 ms) take no transaction id, so none of them waits for a
 // WAL flush at commit, and a stay handed over meanwhile does not wait

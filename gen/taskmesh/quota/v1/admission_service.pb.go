@@ -494,8 +494,12 @@ type ClusterQueue struct {
 	PendingWorkloads  int32          `protobuf:"varint,4,opt,name=pending_workloads,json=pendingWorkloads,proto3" json:"pending_workloads,omitempty"`
 	AdmittedWorkloads int32          `protobuf:"varint,5,opt,name=admitted_workloads,json=admittedWorkloads,proto3" json:"admitted_workloads,omitempty"`
 	FlavorsUsage      []*FlavorUsage `protobuf:"bytes,6,rep,name=flavors_usage,json=flavorsUsage,proto3" json:"flavors_usage,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Why the queue admits nothing new (a WorkGroup queue whose WorkGroup no
+	// longer runs); empty for a queue that admits. Such a queue is removed
+	// once it holds no admitted work.
+	Closing       string `protobuf:"bytes,7,opt,name=closing,proto3" json:"closing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterQueue) Reset() {
@@ -568,6 +572,13 @@ func (x *ClusterQueue) GetFlavorsUsage() []*FlavorUsage {
 		return x.FlavorsUsage
 	}
 	return nil
+}
+
+func (x *ClusterQueue) GetClosing() string {
+	if x != nil {
+		return x.Closing
+	}
+	return ""
 }
 
 type Cohort struct {
@@ -1851,14 +1862,15 @@ const file_taskmesh_quota_v1_admission_service_proto_rawDesc = "" +
 	"\ftask_version\x18\x04 \x01(\x03R\vtaskVersion\x1a:\n" +
 	"\fFlavorsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x02\n" +
 	"\fClusterQueue\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
 	"\x04spec\x18\x02 \x01(\v2#.taskmesh.quota.v1.ClusterQueueSpecR\x04spec\x12\x16\n" +
 	"\x06origin\x18\x03 \x01(\tR\x06origin\x12+\n" +
 	"\x11pending_workloads\x18\x04 \x01(\x05R\x10pendingWorkloads\x12-\n" +
 	"\x12admitted_workloads\x18\x05 \x01(\x05R\x11admittedWorkloads\x12C\n" +
-	"\rflavors_usage\x18\x06 \x03(\v2\x1e.taskmesh.quota.v1.FlavorUsageR\fflavorsUsage\"\xe0\x01\n" +
+	"\rflavors_usage\x18\x06 \x03(\v2\x1e.taskmesh.quota.v1.FlavorUsageR\fflavorsUsage\x12\x18\n" +
+	"\aclosing\x18\a \x01(\tR\aclosing\"\xe0\x01\n" +
 	"\x06Cohort\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1d.taskmesh.quota.v1.CohortSpecR\x04spec\x12%\n" +

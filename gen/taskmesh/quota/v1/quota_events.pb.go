@@ -90,7 +90,15 @@ type QuotaEvent struct {
 	TenantId    string                 `protobuf:"bytes,5,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	// W3C trace context of the command that caused the event.
 	TraceContext map[string]string `protobuf:"bytes,6,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Actor        string            `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Who caused the event: an operator key id, or the service itself
+	// ("quota": the process manager and the WorkGroup queues' upkeep;
+	// "config": the defaults recorded at start; "admission": the admission
+	// loop's decisions).
+	Actor string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The address the actor's request came from, as the gateway saw it;
+	// empty when no client caused the event (the process manager, the
+	// WorkGroup queues' upkeep, admission, the defaults recorded at start).
+	ActorIp string `protobuf:"bytes,8,opt,name=actor_ip,json=actorIp,proto3" json:"actor_ip,omitempty"`
 	// Types that are valid to be assigned to Event:
 	//
 	//	*QuotaEvent_QuotaCreated
@@ -207,6 +215,13 @@ func (x *QuotaEvent) GetTraceContext() map[string]string {
 func (x *QuotaEvent) GetActor() string {
 	if x != nil {
 		return x.Actor
+	}
+	return ""
+}
+
+func (x *QuotaEvent) GetActorIp() string {
+	if x != nil {
+		return x.ActorIp
 	}
 	return ""
 }
@@ -2059,7 +2074,13 @@ type ClusterQueueDefined struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Spec  *ClusterQueueSpec      `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	// config, api or work_group.
-	Origin        string `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	Origin string `protobuf:"bytes,3,opt,name=origin,proto3" json:"origin,omitempty"`
+	// Why the queue admits nothing new: a WorkGroup queue whose WorkGroup no
+	// longer runs (its GU quota was deleted, or the WorkGroup is being
+	// applied again or failed) keeps its admitted work with a nominal quota
+	// of 0 until that work has ended, and is removed then. Empty for a queue
+	// that admits.
+	Closing       string `protobuf:"bytes,4,opt,name=closing,proto3" json:"closing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2111,6 +2132,13 @@ func (x *ClusterQueueDefined) GetSpec() *ClusterQueueSpec {
 func (x *ClusterQueueDefined) GetOrigin() string {
 	if x != nil {
 		return x.Origin
+	}
+	return ""
+}
+
+func (x *ClusterQueueDefined) GetClosing() string {
+	if x != nil {
+		return x.Closing
 	}
 	return ""
 }
@@ -2725,7 +2753,7 @@ var File_taskmesh_quota_v1_quota_events_proto protoreflect.FileDescriptor
 
 const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\n" +
-	"$taskmesh/quota/v1/quota_events.proto\x12\x11taskmesh.quota.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a!taskmesh/quota/v1/admission.proto\"\xe4\x19\n" +
+	"$taskmesh/quota/v1/quota_events.proto\x12\x11taskmesh.quota.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\x1a!taskmesh/quota/v1/admission.proto\"\xff\x19\n" +
 	"\n" +
 	"QuotaEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
@@ -2735,7 +2763,8 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"occurredAt\x12\x1b\n" +
 	"\ttenant_id\x18\x05 \x01(\tR\btenantId\x12T\n" +
 	"\rtrace_context\x18\x06 \x03(\v2/.taskmesh.quota.v1.QuotaEvent.TraceContextEntryR\ftraceContext\x12\x14\n" +
-	"\x05actor\x18\a \x01(\tR\x05actor\x12F\n" +
+	"\x05actor\x18\a \x01(\tR\x05actor\x12\x19\n" +
+	"\bactor_ip\x18\b \x01(\tR\aactorIp\x12F\n" +
 	"\rquota_created\x18\n" +
 	" \x01(\v2\x1f.taskmesh.quota.v1.QuotaCreatedH\x00R\fquotaCreated\x12F\n" +
 	"\rquota_updated\x18\v \x01(\v2\x1f.taskmesh.quota.v1.QuotaUpdatedH\x00R\fquotaUpdated\x12U\n" +
@@ -2861,11 +2890,12 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\x11InventoryReleased\x12!\n" +
 	"\fmachine_type\x18\x01 \x01(\tR\vmachineType\x12\x12\n" +
 	"\x04gpus\x18\x02 \x01(\x03R\x04gpus\x12\x19\n" +
-	"\bquota_id\x18\x03 \x01(\tR\aquotaId\"z\n" +
+	"\bquota_id\x18\x03 \x01(\tR\aquotaId\"\x94\x01\n" +
 	"\x13ClusterQueueDefined\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
 	"\x04spec\x18\x02 \x01(\v2#.taskmesh.quota.v1.ClusterQueueSpecR\x04spec\x12\x16\n" +
-	"\x06origin\x18\x03 \x01(\tR\x06origin\")\n" +
+	"\x06origin\x18\x03 \x01(\tR\x06origin\x12\x18\n" +
+	"\aclosing\x18\x04 \x01(\tR\aclosing\")\n" +
 	"\x13ClusterQueueDeleted\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"n\n" +
 	"\rCohortDefined\x12\x12\n" +

@@ -20,10 +20,12 @@ import (
 // action).
 var ErrForbidden = errors.New("forbidden: operator credential required")
 
-// Caller is who asks: an operator (Admin) or a tenant's key.
+// Caller is who asks: an operator (Admin) or a tenant's key. Actor is
+// what an operator's changes are recorded as.
 type Caller struct {
 	TenantID string
 	Admin    bool
+	Actor    Actor
 }
 
 // Operator is the cluster operator (the MFS custom resources and their
@@ -57,6 +59,8 @@ type App struct {
 
 	mu       sync.Mutex
 	watchers map[chan struct{}]struct{}
+	// follow makes admission follow the WorkGroups now (FollowWorkGroups).
+	follow func(context.Context) error
 }
 
 // New returns the use cases. now and newID may be nil (real clock, random
@@ -87,16 +91,48 @@ func (a *App) clock() time.Time { return a.now().UTC().Truncate(time.Microsecond
 // Committed tells the app what a transaction recorded: WorkGroup changes
 // wake WatchWorkGroups subscribers. The store's AfterCommit calls it.
 func (a *App) Committed(events []capacity.Event) {
+	if changesWorkGroups(events) {
+		a.notify()
+	}
+}
+
+// changesWorkGroups reports whether events start or stop a WorkGroup
+// running.
+func changesWorkGroups(events []capacity.Event) bool {
 	for _, e := range events {
-		if _, ok := e.Data.(capacity.WorkGroupRunning); ok {
-			a.notify()
-			return
-		}
 		switch e.Data.(type) {
-		case capacity.WorkGroupFailed, capacity.WorkGroupDeleting, capacity.WorkGroupDeleted, capacity.WorkGroupSpecChanged:
-			a.notify()
-			return
+		case capacity.WorkGroupRunning, capacity.WorkGroupFailed, capacity.WorkGroupDeleting, capacity.WorkGroupDeleted,
+			capacity.WorkGroupSpecChanged:
+			return true
 		}
+	}
+	return false
+}
+
+// FollowWorkGroups sets what makes the admission layer's WorkGroup queues
+// follow the WorkGroups now (the quota process's SyncAdmission; nil
+// unsets it). A command that stops WorkGroups running — DeleteQuota, an
+// UpdateQuota or CreateQuota that applies one again — calls it before it
+// answers, so once it has answered the queues of those WorkGroups admit
+// nothing new (docs/api/quota.md#workgroup-queues). A failure is logged:
+// the sync its commit woke (WatchWorkGroups) retries.
+func (a *App) FollowWorkGroups(follow func(context.Context) error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.follow = follow
+}
+
+// followWorkGroups has admission follow the WorkGroups when events changed
+// one.
+func (a *App) followWorkGroups(ctx context.Context, events []capacity.Event) {
+	a.mu.Lock()
+	follow := a.follow
+	a.mu.Unlock()
+	if follow == nil || !changesWorkGroups(events) {
+		return
+	}
+	if err := follow(ctx); err != nil {
+		a.log.Warn("the WorkGroup queues did not follow a change at once; the sync retries", "err", err)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	admin = app.Caller{Admin: true}
+	admin = app.Caller{Admin: true, Actor: app.Actor{ID: "adm_ops", IP: "192.0.2.7"}}
 	acme  = app.Caller{TenantID: "acme"}
 	beta  = app.Caller{TenantID: "beta"}
 	now   = time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC)

@@ -119,7 +119,7 @@ func (m *ProcessManager) fault(step string) error {
 
 // record runs decide in a transaction on fresh state and records its events.
 func (m *ProcessManager) record(ctx context.Context, decide func(tx Tx) ([]capacity.Event, error)) error {
-	_, err := m.store.Update(ctx, "process-manager", func(tx Tx) error {
+	_, err := m.store.Update(ctx, ServiceActor, func(tx Tx) error {
 		events, err := decide(tx)
 		if err != nil || len(events) == 0 {
 			return err
@@ -237,7 +237,7 @@ func specOf(tx Tx, w capacity.WorkGroup) (capacity.WorkGroupSpec, error) {
 // readSpec reads a WorkGroup's current spec.
 func (m *ProcessManager) readSpec(ctx context.Context, w capacity.WorkGroup) (capacity.WorkGroupSpec, error) {
 	var spec capacity.WorkGroupSpec
-	_, err := m.store.Update(ctx, "process-manager", func(tx Tx) error {
+	_, err := m.store.Update(ctx, ServiceActor, func(tx Tx) error {
 		var err error
 		spec, err = specOf(tx, w)
 		return err

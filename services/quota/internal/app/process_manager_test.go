@@ -58,8 +58,8 @@ func TestProductionSteps(t *testing.T) {
 		t.Errorf("a pass after production asked the operator %q", extra)
 	}
 	for _, c := range f.store.Committed()[len(f.store.Committed())-4:] {
-		if c.Actor != "process-manager" {
-			t.Errorf("%s recorded by %q, want process-manager", c.Event.Aggregate, c.Actor)
+		if c.Actor != app.ServiceActor {
+			t.Errorf("%s recorded by %+v, want %+v", c.Event.Aggregate, c.Actor, app.ServiceActor)
 		}
 	}
 }

@@ -23,7 +23,7 @@ func (a *App) CreateQuota(ctx context.Context, c Caller, cmd capacity.CreateQuot
 		return QuotaView{}, err
 	}
 	var id string
-	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+	events, err := a.store.Update(ctx, c.Actor, func(tx Tx) error {
 		st := capacity.ProductionState{NewID: a.newID, Now: a.clock()}
 		var err error
 		if cmd.ParentID != "" {
@@ -77,6 +77,7 @@ func (a *App) CreateQuota(ctx context.Context, c Caller, cmd capacity.CreateQuot
 	if err != nil {
 		return QuotaView{}, err
 	}
+	a.followWorkGroups(ctx, events)
 	return a.GetQuota(ctx, c, id)
 }
 
@@ -107,7 +108,7 @@ func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max *in
 	if min == nil && max == nil {
 		return a.GetQuota(ctx, c, id)
 	}
-	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+	events, err := a.store.Update(ctx, c.Actor, func(tx Tx) error {
 		st := capacity.UpdateState{Now: a.clock()}
 		var err error
 		if st.Quota, err = tx.Quota(id); err != nil {
@@ -149,6 +150,7 @@ func (a *App) UpdateQuota(ctx context.Context, c Caller, id string, min, max *in
 	if err != nil {
 		return QuotaView{}, err
 	}
+	a.followWorkGroups(ctx, events)
 	return a.GetQuota(ctx, c, id)
 }
 
@@ -185,7 +187,7 @@ func (a *App) DeleteQuota(ctx context.Context, c Caller, id, reason string) (Quo
 		return QuotaView{}, err
 	}
 	var view QuotaView
-	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+	events, err := a.store.Update(ctx, c.Actor, func(tx Tx) error {
 		q, err := tx.Quota(id)
 		if err != nil {
 			return err
@@ -211,6 +213,7 @@ func (a *App) DeleteQuota(ctx context.Context, c Caller, id, reason string) (Quo
 	if err != nil {
 		return QuotaView{}, err
 	}
+	a.followWorkGroups(ctx, events)
 	return view, nil
 }
 

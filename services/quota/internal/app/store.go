@@ -20,15 +20,27 @@ type Store interface {
 	// effects outside tx. fn's error is returned as is and records
 	// nothing. Two open (not Deleted) quotas of one tenant with the same
 	// name are capacity.ErrExists, even when they were decided
-	// concurrently. actor is recorded with the events.
-	Update(ctx context.Context, actor string, fn func(tx Tx) error) ([]capacity.Event, error)
+	// concurrently. by is recorded with the events.
+	Update(ctx context.Context, by Actor, fn func(tx Tx) error) ([]capacity.Event, error)
 	Queries
 }
+
+// Actor is who caused a command's events, recorded with them for the
+// audit log (docs/api/audit.md#an-entry): ID is an operator key id, or the
+// service acting on its own (ServiceActor; "config" for the embedded
+// defaults recorded at start), and IP the address of the client whose
+// request it was, as the gateway saw it ("" when no client made the
+// change).
+type Actor struct{ ID, IP string }
+
+// ServiceActor records what the service does on its own: the process
+// manager's steps of production and unsubscription.
+var ServiceActor = Actor{ID: "quota"}
 
 // ProcessStore is what the process manager reads and writes.
 type ProcessStore interface {
 	// Update is Store.Update.
-	Update(ctx context.Context, actor string, fn func(tx Tx) error) ([]capacity.Event, error)
+	Update(ctx context.Context, by Actor, fn func(tx Tx) error) ([]capacity.Event, error)
 	// Pending reads the work still to drive, from committed state.
 	Pending(ctx context.Context) (Pending, error)
 	// Ray is Queries.Ray.

@@ -12,7 +12,7 @@ func (a *App) RegisterTenant(ctx context.Context, c Caller, id, name string) (ca
 		return capacity.Tenant{}, err
 	}
 	var out capacity.Tenant
-	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+	_, err := a.store.Update(ctx, c.Actor, func(tx Tx) error {
 		t, err := tx.Tenant(id)
 		if err != nil {
 			return err
@@ -52,7 +52,7 @@ func (a *App) CreateCluster(ctx context.Context, c Caller, name, description str
 		return capacity.Cluster{}, err
 	}
 	var out capacity.Cluster
-	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+	_, err := a.store.Update(ctx, c.Actor, func(tx Tx) error {
 		cl, err := tx.Cluster(name)
 		if err != nil {
 			return err
@@ -87,7 +87,7 @@ func (a *App) SetInventory(ctx context.Context, c Caller, cluster, machineType s
 		return capacity.Inventory{}, err
 	}
 	var out capacity.Inventory
-	_, err := a.store.Update(ctx, "admin", func(tx Tx) error {
+	_, err := a.store.Update(ctx, c.Actor, func(tx Tx) error {
 		cl, err := tx.Cluster(cluster)
 		if err != nil {
 			return err

@@ -35,9 +35,10 @@ func TestRegisterTenant(t *testing.T) {
 	if _, err := f.app.RegisterTenant(f.ctx, admin, "acme", ""); !errors.Is(err, capacity.ErrInvalid) {
 		t.Errorf("a tenant without a name: %v, want ErrInvalid", err)
 	}
+	// Recorded as the operator's, with the address of its request.
 	for _, c := range f.store.Committed() {
-		if c.Actor != "admin" {
-			t.Errorf("event %s recorded by %q, want admin", c.Event.Aggregate, c.Actor)
+		if c.Actor != admin.Actor {
+			t.Errorf("event %s recorded by %+v, want %+v", c.Event.Aggregate, c.Actor, admin.Actor)
 		}
 	}
 }

@@ -79,8 +79,8 @@ func (a *App) GetRayCluster(ctx context.Context, c Caller, tenant, cluster strin
 	return a.store.Ray(ctx, tenant, cluster)
 }
 
-// WorkGroup is a GU quota's Running WorkGroup as admission sees it: the
-// capacity a tenant's GPU work may use under that quota.
+// WorkGroup is a GU quota's WorkGroup as admission sees it: while it is
+// Running, the capacity a tenant's GPU work may use under that quota.
 type WorkGroup struct {
 	TenantID string
 	// Quota is the GU quota's name (what tasks name); QuotaID its id.
@@ -89,11 +89,13 @@ type WorkGroup struct {
 	Cluster     string
 	MachineType string
 	GPUs        int64
+	// Status is the WorkGroup's (capacity.StatusRunning, …).
+	Status string
 }
 
 func workGroupOf(w capacity.WorkGroup) WorkGroup {
 	return WorkGroup{TenantID: w.TenantID, Quota: w.QuotaName, QuotaID: w.QuotaID, Cluster: w.Cluster,
-		MachineType: w.MachineType, GPUs: w.GPUs}
+		MachineType: w.MachineType, GPUs: w.GPUs, Status: w.Status}
 }
 
 // Reasons of CheckGUQuota's errors (google.rpc.ErrorInfo, domain
@@ -209,17 +211,21 @@ func guStatus(c codes.Code, reason, msg string) error {
 	return st.Err()
 }
 
-// RunningWorkGroups lists every Running WorkGroup (for admission: the GPU
-// capacity each tenant's GU quota holds). WatchWorkGroups says when to
+// CurrentWorkGroups lists every WorkGroup that is not Deleted, with its
+// status, for admission: a Running one's GPUs are the capacity its GU
+// quota holds, and the queue of one that stopped running admits nothing
+// new (docs/api/quota.md#workgroup-queues). WatchWorkGroups says when to
 // read it again.
-func (a *App) RunningWorkGroups(ctx context.Context) ([]WorkGroup, error) {
-	ws, err := a.store.WorkGroups(ctx, "", capacity.StatusRunning)
+func (a *App) CurrentWorkGroups(ctx context.Context) ([]WorkGroup, error) {
+	ws, err := a.store.WorkGroups(ctx, "", "")
 	if err != nil {
 		return nil, err
 	}
 	out := make([]WorkGroup, 0, len(ws))
 	for _, w := range ws {
-		out = append(out, workGroupOf(w))
+		if w.Status != capacity.StatusDeleted {
+			out = append(out, workGroupOf(w))
+		}
 	}
 	return out, nil
 }

@@ -141,3 +141,61 @@ func TestUnknownGUQuotaIsRefused(t *testing.T) {
 		t.Fatalf("tasks listed: %v", tasks)
 	}
 }
+
+// Work its queue could never admit is refused when it is submitted, as an
+// unknown queue is (docs/api/quota.md#which-work-waits-and-where), and
+// nothing is stored: a LocalQueue whose ClusterQueue was deleted, and a
+// resource the queue the task is routed to has no quota for.
+func TestWorkItsQueueCouldNeverAdmitIsRefused(t *testing.T) {
+	w := newWorld(t)
+	raw, err := os.ReadFile(w.s.AdminKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, key := strings.TrimSpace(string(raw)), w.s.DemoAPIKey
+	if code, body, _ := w.call("PUT", "/api/v1/cluster-queues/qa-cq-p", op, `{"resourceGroups":[{"coveredResources":["nvidia.com/gpu"],
+		"flavors":[{"name":"default-flavor","resources":[{"name":"nvidia.com/gpu","nominalQuota":1}]}]}]}`); code != 200 {
+		t.Fatalf("put cluster queue = %d %v", code, body)
+	}
+	if code, body, _ := w.call("PUT", "/api/v1/local-queues/l-qa-cq-p", op, map[string]any{"cluster_queue": "qa-cq-p"}); code != 200 {
+		t.Fatalf("put local queue = %d %v", code, body)
+	}
+	if code, body, _ := w.call("DELETE", "/api/v1/cluster-queues/qa-cq-p", op, nil); code != 200 {
+		t.Fatalf("delete cluster queue = %d %v", code, body)
+	}
+	for _, c := range []struct {
+		name string
+		task map[string]any
+		says []string
+	}{
+		{"a queue whose cluster queue was deleted", map[string]any{"name": "orphan", "type": "shell", "command": "true",
+			"queue": "l-qa-cq-p", "resources": map[string]string{"nvidia.com/gpu": "1"}},
+			[]string{`queue "l-qa-cq-p": cluster queue qa-cq-p does not exist`}},
+		{"a resource its queue has no quota for", map[string]any{"name": "amd", "type": "shell", "command": "true",
+			"resources": map[string]string{"amd.com/gpu": "1"}},
+			[]string{"resources[amd.com/gpu]", `default queue "tenant-low-priority-queue"`, "has no quota for amd.com/gpu"}},
+		{"beside a GPU, in a named queue", map[string]any{"name": "cpu", "type": "shell", "command": "true",
+			"queue": "standard", "resources": map[string]string{"nvidia.com/gpu": "1", "cpu": "2"}},
+			[]string{"resources[cpu]", `queue "standard"`, "has no quota for cpu"}},
+	} {
+		code, body, _ := w.call("POST", "/api/v1/tasks", key, c.task)
+		msg := fmt.Sprint(body["message"])
+		if data, ok := body["data"]; code != 400 || body["code"] != float64(30005) || !ok || data != nil {
+			t.Fatalf("%s: submit = %d %v, want 400 with code 30005 and data null", c.name, code, body)
+		}
+		for _, want := range c.says {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: message %q does not say %q", c.name, msg, want)
+			}
+		}
+	}
+	if n := countEvents(t, w); n != 0 {
+		t.Fatalf("%d events stored after refused submissions", n)
+	}
+	// Through the API too: once a task submitted after the refusals is
+	// listed, the list holds that task alone.
+	marker := w.submit(key, map[string]any{"name": "after", "type": "shell", "command": "true"})
+	if tasks := w.waitListed(key, marker); len(tasks) != 1 {
+		t.Fatalf("tasks listed: %v", tasks)
+	}
+}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,14 @@ func TestCtlShowsQueuesAndWhyATaskWaits(t *testing.T) {
 		if !strings.Contains(why, want) {
 			t.Errorf("why lacks %q:\n%s", want, why)
 		}
+	}
+	// Over REST, the reason says what the fields say: position 1 (the
+	// head of its queue) and 16 GPUs as 16 (docs/api/quota.md#explaining-a-wait).
+	code, ex, _ := w.call("GET", "/api/v1/tasks/"+id+"/admission", key, nil)
+	reason := fmt.Sprint(ex["reason"])
+	if code != 200 || ex["position"] != float64(1) || !strings.HasPrefix(reason, "position 1 in "+admission.LowPriorityQueue+": ") ||
+		!strings.Contains(reason, "requested 16,") {
+		t.Errorf("admission = %d %v", code, ex)
 	}
 	queues := run("queues", "list")
 	for _, want := range []string{"NAME", admission.HighPriorityQueue, admission.LowPriorityQueue, "nvidia.com/gpu (default-flavor)"} {

@@ -28,9 +28,9 @@ func AggregateType(aggregate string) string {
 var AggregateTypes = []string{"tenant", "cluster", "quota", "ray", "workgroup"}
 
 // Marshal encodes a recorded event (Version set) in its envelope.
-func Marshal(eventID, actor string, e capacity.Event, trace map[string]string) ([]byte, string, error) {
+func Marshal(eventID, actor, actorIP string, e capacity.Event, trace map[string]string) ([]byte, string, error) {
 	env := &quotav1.QuotaEvent{EventId: eventID, AggregateId: e.Aggregate, Version: e.Version,
-		OccurredAt: timestamppb.New(e.At), TenantId: e.TenantID, TraceContext: trace, Actor: actor}
+		OccurredAt: timestamppb.New(e.At), TenantId: e.TenantID, TraceContext: trace, Actor: actor, ActorIp: actorIP}
 	name, err := setEvent(env, e.Data)
 	if err != nil {
 		return nil, "", err

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
@@ -29,9 +32,13 @@ func TestRoundTrip(t *testing.T) {
 	}
 	for _, data := range events {
 		in := capacity.Event{Aggregate: "quota/q", Version: 7, TenantID: "acme", At: at, Data: data}
-		payload, typ, err := Marshal("7f1f7c4e-8c1e-4a39-9d0e-1d1a2b3c4d5e", "admin", in, nil)
+		payload, typ, err := Marshal("7f1f7c4e-8c1e-4a39-9d0e-1d1a2b3c4d5e", "adm_ops", "192.0.2.7", in, nil)
 		if err != nil {
 			t.Fatalf("%T: %v", data, err)
+		}
+		var env quotav1.QuotaEvent
+		if err := proto.Unmarshal(payload, &env); err != nil || env.GetActor() != "adm_ops" || env.GetActorIp() != "192.0.2.7" {
+			t.Errorf("%T: envelope actor %q from %q (%v), want adm_ops from 192.0.2.7", data, env.GetActor(), env.GetActorIp(), err)
 		}
 		if want := reflect.TypeOf(data).Name(); typ != want {
 			t.Errorf("type name %q, want %q", typ, want)
@@ -41,7 +48,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("%T: round trip = %+v (%v, %v), want %+v", data, out, ok, err, in)
 		}
 	}
-	if _, _, err := Marshal("x", "", capacity.Event{Data: struct{}{}}, nil); err == nil {
+	if _, _, err := Marshal("x", "", "", capacity.Event{Data: struct{}{}}, nil); err == nil {
 		t.Error("an unknown event was encoded")
 	}
 	if _, _, err := Unmarshal([]byte{0xff, 0xff}); err == nil {

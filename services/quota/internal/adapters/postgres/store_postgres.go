@@ -51,7 +51,7 @@ const maxAttempts = 8
 // Update implements app.Store: fn runs in a transaction, and again (with
 // fresh states) when another writer got in first. The recorded events are
 // returned with their versions.
-func (s *Store) Update(ctx context.Context, actor string, fn func(app.Tx) error) ([]capacity.Event, error) {
+func (s *Store) Update(ctx context.Context, by app.Actor, fn func(app.Tx) error) ([]capacity.Event, error) {
 	for attempt := 1; ; attempt++ {
 		var recorded []capacity.Event
 		err := pg.InTx(ctx, s.DB, pgx.TxOptions{}, func(ptx pgx.Tx) error {
@@ -59,7 +59,7 @@ func (s *Store) Update(ctx context.Context, actor string, fn func(app.Tx) error)
 			if err := fn(tx); err != nil {
 				return err
 			}
-			if err := tx.flush(&s.events, actor); err != nil {
+			if err := tx.flush(&s.events, by); err != nil {
 				return err
 			}
 			recorded = tx.recorded
@@ -188,14 +188,14 @@ func decode(into any, doc []byte) (any, error) {
 }
 
 // flush appends the recorded events and upserts the states they changed.
-func (t *Tx) flush(store *eventstore.Store, actor string) error {
+func (t *Tx) flush(store *eventstore.Store, by app.Actor) error {
 	if len(t.recorded) == 0 {
 		return nil
 	}
 	events := make([]eventstore.Event, 0, len(t.recorded))
 	for _, e := range t.recorded {
 		id := uuid.NewString()
-		payload, typ, err := codec.Marshal(id, actor, e, nil)
+		payload, typ, err := codec.Marshal(id, by.ID, by.IP, e, nil)
 		if err != nil {
 			return err
 		}

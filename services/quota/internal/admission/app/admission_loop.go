@@ -79,6 +79,11 @@ type LoopConfig struct {
 	// AfterCommit runs after each cycle that recorded events (wakes the
 	// outbox relay).
 	AfterCommit func()
+	// Released runs after a cycle in which admitted work left a closing
+	// queue (Definitions.Closing), and when a session starts with closing
+	// queues: one may hold no admitted work any more, and goes then
+	// (App.QueueReleased).
+	Released func()
 }
 
 // Loop is the admission loop. Exactly one instance is active: it holds
@@ -132,6 +137,8 @@ type Loop struct {
 	// factsAfter is the last fact consumed in this session (LoopStore.Waiting).
 	factsAfter int64
 	queues     []string // the ClusterQueues of the core's topology (metrics)
+	// closing are the core's topology's closing queues (Definitions.Closing).
+	closing map[string]string
 
 	// offersMu guards the workloads handed to the loop directly: taken
 	// (new) by the next cycle, then waiting (taken) for a decision until
@@ -361,6 +368,11 @@ func (l *Loop) session(ctx context.Context, lock *pg.Lock) error {
 	if err := l.rebuild(ctx, lock.Conn()); err != nil {
 		return err
 	}
+	// A closing queue whose last admitted work ended while no session ran
+	// goes now rather than at the next WorkGroup sync.
+	if len(l.closing) > 0 && l.cfg.Released != nil {
+		l.cfg.Released()
+	}
 	l.setActive(true)
 	defer l.setActive(false)
 	tick := time.NewTicker(l.cfg.Tick)
@@ -421,7 +433,7 @@ func (l *Loop) rebuild(ctx context.Context, conn *pgxpool.Conn) error {
 		if err := core.Reconfigure(defs); err != nil {
 			return fmt.Errorf("admission loop: recorded definitions: %w", err)
 		}
-		l.queues = queueNames(defs)
+		l.queues, l.closing = queueNames(defs), defs.Closing
 		for i := range recs {
 			if r := &recs[i]; r.State == StatePending {
 				l.restore(r)
@@ -497,6 +509,8 @@ type cycleOut struct {
 	events   []eventstore.Event
 	changed  map[string]*WorkloadRecord
 	removed  []string
+	// released: admitted work left a closing queue (LoopConfig.Released).
+	released bool
 	err      error
 }
 
@@ -505,7 +519,7 @@ func (o *cycleOut) record(r *WorkloadRecord, at time.Time, ev any) {
 		return
 	}
 	r.Version++
-	e, err := newEvent(AggregateWorkload, r.ID, r.Version, r.TenantID, "admission", at, ev)
+	e, err := newEvent(AggregateWorkload, r.ID, r.Version, r.TenantID, "admission", "", at, ev)
 	if err != nil {
 		o.err = err
 		return
@@ -626,6 +640,9 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		if l.cfg.AfterCommit != nil {
 			l.cfg.AfterCommit()
 		}
+		if out.released && l.cfg.Released != nil {
+			l.cfg.Released()
+		}
 	}
 	return more, nil
 }
@@ -683,7 +700,7 @@ func (l *Loop) reconfigure(defs Definitions) {
 		// admitted work): keep the previous topology.
 		l.log.Error("admission loop: reconfigure refused; keeping the previous topology", "err", err)
 	} else {
-		l.queues = queueNames(defs)
+		l.queues, l.closing = queueNames(defs), defs.Closing
 	}
 	for id := range l.outside {
 		r := l.work[id]
@@ -738,6 +755,7 @@ func (l *Loop) applyFact(f Fact, now time.Time, out *cycleOut) {
 			return
 		}
 		if r.State != StateFinished {
+			l.noteRelease(r, out)
 			l.leaveCore(r)
 			r.State, r.Reason, r.Flavors, r.Borrowing, r.Preemptor = StateFinished, f.Reason, nil, false, ""
 			out.record(r, now, &quotav1.WorkloadFinished{TaskId: r.ID, Reason: f.Reason})
@@ -754,9 +772,18 @@ func (l *Loop) applyFact(f Fact, now time.Time, out *cycleOut) {
 // records that it no longer holds quota.
 func (l *Loop) leave(r *WorkloadRecord, reason string, now time.Time, out *cycleOut) {
 	held := r.State == StateAdmitted || r.State == StateEvicting
+	l.noteRelease(r, out)
 	l.leaveCore(r)
 	if held {
 		out.record(r, now, &quotav1.WorkloadEvicted{TaskId: r.ID, Reason: reason})
+	}
+}
+
+// noteRelease notes in out when r, about to leave the core, holds quota in
+// a closing queue.
+func (l *Loop) noteRelease(r *WorkloadRecord, out *cycleOut) {
+	if (r.State == StateAdmitted || r.State == StateEvicting) && l.closing[r.ClusterQueue] != "" {
+		out.released = true
 	}
 }
 

@@ -19,6 +19,10 @@ var (
 	// ErrQueueNotAllowed: the LocalQueue is not open to the caller's
 	// tenant or tier.
 	ErrQueueNotAllowed = errors.New("queue not allowed")
+	// ErrNoQuota: a task's queue could never admit it: its ClusterQueue
+	// does not exist or is closing, or has no quota for a resource the
+	// task asks for.
+	ErrNoQuota = errors.New("no quota to admit it")
 	// ErrPermissionDenied: an operator action by a tenant.
 	ErrPermissionDenied = errors.New("operators only")
 	// ErrInUse: deleting a ClusterQueue with admitted workloads, or a
@@ -54,6 +58,11 @@ type Definition struct {
 	ClusterQueue *quotav1.ClusterQueueSpec
 	Cohort       *quotav1.CohortSpec
 	LocalQueue   *quotav1.LocalQueueSpec
+	// Closing says why a ClusterQueue admits nothing new: a WorkGroup
+	// queue whose WorkGroup no longer runs, kept with a nominal quota of 0
+	// while it holds admitted work (docs/api/quota.md#workgroup-queues).
+	// Empty for a queue that admits.
+	Closing string
 }
 
 // DefinitionStore is what the definition use cases, queue resolution and
@@ -108,6 +117,8 @@ type App struct {
 	log      *slog.Logger
 	// afterWrite wakes the relay and the loop after a definition change.
 	afterWrite func()
+	// released wakes RemoveDrainedQueues (QueueReleased).
+	released chan struct{}
 }
 
 // Options configures New.
@@ -128,7 +139,7 @@ type Options struct {
 // New returns the use cases.
 func New(o Options) *App {
 	return &App{store: o.Store, validate: o.Validate, loop: o.Loop, gu: o.GUQuotas, tiers: o.TierQueues,
-		now: o.Now, log: o.Logger, afterWrite: o.AfterWrite}
+		now: o.Now, log: o.Logger, afterWrite: o.AfterWrite, released: make(chan struct{}, 1)}
 }
 
 // Caller is who asks.
@@ -137,5 +148,14 @@ type Caller struct {
 	Tier     string
 	// Operator: an admin or an internal service acting as one.
 	Operator bool
-	Actor    string
+	// Actor and IP are what a definition change is recorded as
+	// (docs/api/audit.md#an-entry): an operator key id and the address of
+	// its request as the gateway saw it, or a service acting on its own
+	// and no address.
+	Actor string
+	IP    string
 }
+
+// workGroupUpkeep is the quota service keeping the WorkGroup queues in
+// step with the WorkGroups (SyncWorkGroups, RemoveDrainedQueues).
+var workGroupUpkeep = Caller{Operator: true, Actor: "quota"}

@@ -47,10 +47,14 @@ type Validator func(defs Definitions) error
 // NewCore builds an empty core over defs.
 type NewCore func(defs Definitions) (Core, error)
 
-// Definitions is the whole topology as recorded: specs by name.
+// Definitions is the whole topology as recorded: specs by name, and the
+// ClusterQueues that are closing (Definition.Closing), by name. The core
+// reads the specs only: a closing queue's nominal quota of 0 is what keeps
+// it from admitting.
 type Definitions struct {
 	ClusterQueues map[string]*quotav1.ClusterQueueSpec
 	Cohorts       map[string]*quotav1.CohortSpec
+	Closing       map[string]string
 }
 
 // Workload is a task waiting for, or holding, admission.

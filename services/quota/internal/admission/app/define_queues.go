@@ -121,7 +121,7 @@ func (a *App) put(tx DefinitionTx, c Caller, d Definition, onlyIfAbsent bool) er
 	var ev any
 	switch d.Kind {
 	case KindClusterQueue:
-		ev = &quotav1.ClusterQueueDefined{Name: d.Name, Spec: d.ClusterQueue, Origin: d.Origin}
+		ev = &quotav1.ClusterQueueDefined{Name: d.Name, Spec: d.ClusterQueue, Origin: d.Origin, Closing: d.Closing}
 	case KindCohort:
 		ev = &quotav1.CohortDefined{Name: d.Name, Spec: d.Cohort, Origin: d.Origin}
 	case KindLocalQueue:
@@ -138,7 +138,7 @@ func (a *App) record(tx DefinitionTx, c Caller, d Definition, deleted bool, ev a
 		return err
 	}
 	now := a.now()
-	e, err := newEvent(agg, d.Name, v+1, "", c.Actor, now, ev)
+	e, err := newEvent(agg, d.Name, v+1, "", c.Actor, c.IP, now, ev)
 	if err != nil {
 		return err
 	}
@@ -280,19 +280,35 @@ func (a *App) ApplyDefaults(ctx context.Context, defaults []Definition) error {
 	return nil
 }
 
-// SyncWorkGroups makes the ClusterQueues of origin work_group match the
-// running WorkGroups: one queue gu-<tenant>-<quota> per WorkGroup with its
-// GPUs as nominal quota of flavor <machine type>; queues of WorkGroups no
-// longer running are deleted (refused, and kept, while they hold admitted
-// work: a later sync retries).
+// SyncWorkGroups makes the ClusterQueues of origin work_group follow the
+// WorkGroups (docs/api/quota.md#workgroup-queues). groups are the
+// WorkGroups that exist, with their status (those Deleted may be left
+// out): each Running one has its queue gu-<tenant>-<quota> with its GPUs
+// as nominal quota of flavor <machine type>. The queue of a WorkGroup that
+// no longer runs — its quota unsubscribed, or a spec change or failure
+// making it Creating or Failed — admits nothing new from then on: it is
+// deleted when it holds no admitted work, and otherwise closed (nominal
+// quota 0, Definition.Closing saying why) until that work has ended, when
+// RemoveDrainedQueues deletes it. A WorkGroup that runs again opens its
+// queue again.
 func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
-	c := Caller{Operator: true, Actor: "work_group"}
+	c := workGroupUpkeep
+	open := map[string]*quotav1.ClusterQueueSpec{}
+	stopped := map[string]WorkGroup{}
+	for _, g := range groups {
+		name := WorkGroupQueue(g.TenantID, g.Quota)
+		if g.Status == WorkGroupRunning {
+			open[name] = workGroupSpec(g)
+			continue
+		}
+		// Of several WorkGroups behind one name (a quota deleted and one of
+		// the same name made since), the one not being deleted says why.
+		if s, ok := stopped[name]; !ok || s.deleted() {
+			stopped[name] = g
+		}
+	}
 	var kept []string
 	err := a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
-		want := map[string]*quotav1.ClusterQueueSpec{}
-		for _, g := range groups {
-			want[WorkGroupQueue(g.TenantID, g.Quota)] = workGroupSpec(g)
-		}
 		existing, err := tx.ListDefinitions(KindClusterQueue)
 		if err != nil {
 			return err
@@ -301,27 +317,22 @@ func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
 			if d.Origin != OriginWorkGroup {
 				continue
 			}
-			spec, ok := want[d.Name]
-			if ok && proto.Equal(spec, d.ClusterQueue) {
-				delete(want, d.Name)
-				continue
+			if spec, ok := open[d.Name]; ok {
+				if d.Closing == "" && proto.Equal(spec, d.ClusterQueue) {
+					delete(open, d.Name)
+				}
+				continue // (re)opened below
 			}
-			if ok {
-				continue // replaced below
-			}
-			n, err := tx.AdmittedIn(d.Name)
+			g, known := stopped[d.Name]
+			removed, err := a.closeWorkGroupQueue(tx, c, d, closingReason(g, known))
 			if err != nil {
 				return err
 			}
-			if n > 0 {
+			if !removed {
 				kept = append(kept, d.Name)
-				continue
-			}
-			if err := a.delete(tx, c, KindClusterQueue, d.Name); err != nil {
-				return err
 			}
 		}
-		for name, spec := range want {
+		for name, spec := range open {
 			d := Definition{Kind: KindClusterQueue, Name: name, Origin: OriginWorkGroup, ClusterQueue: spec}
 			if err := a.put(tx, c, d, false); err != nil {
 				return fmt.Errorf("work group queue %q: %w", name, err)
@@ -333,7 +344,129 @@ func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
 		return err
 	}
 	if len(kept) > 0 {
-		a.log.Info("work group queues kept while they hold admitted work", "cluster_queues", kept)
+		a.log.Info("work group queues closed until their admitted work ends", "cluster_queues", kept)
+	}
+	a.written()
+	return nil
+}
+
+// WorkGroupRunning is the status of a WorkGroup whose GPUs its queue
+// admits work to.
+const WorkGroupRunning = "Running"
+
+// deleted reports whether the WorkGroup is being deleted or gone: its GU
+// quota was unsubscribed.
+func (g WorkGroup) deleted() bool { return g.Status == "Deleting" || g.Status == "Deleted" }
+
+// closingReason says why the queue of WorkGroup g (known: g is one of the
+// WorkGroups that exist) admits nothing new. A WorkGroup that is gone, or
+// going, says the same, so its queue is not recorded again when the
+// unsubscription moves on.
+func closingReason(g WorkGroup, known bool) string {
+	if !known || g.deleted() {
+		return "its GU quota was deleted"
+	}
+	return fmt.Sprintf("the WorkGroup of GU quota %s is %s, not %s", g.Quota, g.Status, WorkGroupRunning)
+}
+
+// closeWorkGroupQueue deletes WorkGroup queue d when it holds no admitted
+// work (removed), else records it closed for why: every nominal quota 0,
+// so the core admits nothing more there while what it admitted runs on
+// (docs/api/quota.md#workgroup-queues). A queue closed for the same
+// reason already records nothing.
+func (a *App) closeWorkGroupQueue(tx DefinitionTx, c Caller, d Definition, why string) (removed bool, err error) {
+	n, err := tx.AdmittedIn(d.Name)
+	if err != nil {
+		return false, err
+	}
+	if n == 0 {
+		return true, a.delete(tx, c, KindClusterQueue, d.Name)
+	}
+	spec := closedSpec(d.ClusterQueue)
+	if d.Closing == why && proto.Equal(spec, d.ClusterQueue) {
+		return false, nil
+	}
+	d.ClusterQueue, d.Closing = spec, why
+	return false, a.put(tx, c, d, false)
+}
+
+// closedSpec is spec with no quota left: every nominal quota 0 and no
+// borrowing or lending limit. Its flavors stay, so the work it admitted
+// keeps them.
+func closedSpec(spec *quotav1.ClusterQueueSpec) *quotav1.ClusterQueueSpec {
+	spec = proto.CloneOf(spec)
+	for _, g := range spec.GetResourceGroups() {
+		for _, f := range g.GetFlavors() {
+			for _, r := range f.GetResources() {
+				r.NominalQuota, r.BorrowingLimit, r.LendingLimit = "0", nil, nil
+			}
+		}
+	}
+	return spec
+}
+
+// QueueReleased tells the app that admitted work left a closing queue
+// (the loop's LoopConfig.Released): RemoveDrainedQueues looks for closing
+// queues to remove.
+func (a *App) QueueReleased() {
+	select {
+	case a.released <- struct{}{}:
+	default:
+	}
+}
+
+// RemoveDrainedQueues deletes, each time the loop says admitted work left
+// a closing queue (QueueReleased), every closing WorkGroup queue that
+// holds no admitted work any more, until ctx ends: such a queue goes with
+// its last admitted workload rather than at the next WorkGroup sync. A
+// failure is logged; the next release, or sync, tries again.
+func (a *App) RemoveDrainedQueues(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.released:
+		}
+		if err := a.removeDrained(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("removing drained work group queues failed; the next sync retries", "err", err)
+		}
+	}
+}
+
+func (a *App) removeDrained(ctx context.Context) error {
+	ds, err := a.store.ListDefinitions(ctx, KindClusterQueue)
+	if err != nil {
+		return err
+	}
+	var closing []Definition
+	for _, d := range ds {
+		if d.Origin == OriginWorkGroup && d.Closing != "" {
+			closing = append(closing, d)
+		}
+	}
+	if len(closing) == 0 {
+		return nil
+	}
+	c := workGroupUpkeep
+	err = a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
+		for _, d := range closing {
+			d, ok, err := tx.GetDefinition(KindClusterQueue, d.Name)
+			if err != nil {
+				return err
+			}
+			if !ok || d.Closing == "" {
+				continue // gone, or opened again meanwhile
+			}
+			// Closed for the same reason again, it is removed if drained
+			// and left as it is otherwise.
+			if _, err := a.closeWorkGroupQueue(tx, c, d, d.Closing); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	a.written()
 	return nil

@@ -1,8 +1,12 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 )
@@ -54,6 +58,23 @@ func TestPutDefinition(t *testing.T) {
 	}
 	if ds, err := f.app.List(f.ctx, KindClusterQueue); err != nil || len(ds) != 1 || ds[0].Name != "cq" {
 		t.Errorf("List = %+v, %v", ds, err)
+	}
+	// Each is recorded as the operator's, with the address of its request
+	// (docs/api/audit.md#an-entry).
+	wantActors(t, f.store, "ops", "192.0.2.7")
+}
+
+// wantActors checks that every recorded definition event names actor and
+// ip.
+func wantActors(t *testing.T, store *definitions, actor, ip string) {
+	t.Helper()
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	for _, e := range store.state.events {
+		var env quotav1.QuotaEvent
+		if err := proto.Unmarshal(e.Payload, &env); err != nil || env.GetActor() != actor || env.GetActorIp() != ip {
+			t.Errorf("%s %s recorded by %q from %q (%v), want %q from %q", e.AggregateID, e.Type, env.GetActor(), env.GetActorIp(), err, actor, ip)
+		}
 	}
 }
 
@@ -145,14 +166,15 @@ func TestApplyDefaults(t *testing.T) {
 	wantStrings(t, "recorded after a refused default", f2.store.events())
 }
 
-// The WorkGroup queues follow the running WorkGroups: created, changed,
-// deleted — except while they hold admitted work.
+// The WorkGroup queues follow the WorkGroups: created, changed, deleted
+// when their WorkGroup stops running — or closed while they hold admitted
+// work, and deleted once it has ended (docs/api/quota.md#workgroup-queues).
 func TestSyncWorkGroups(t *testing.T) {
 	f := newFixture(t)
 	if _, err := f.app.Put(f.ctx, operator, Definition{Kind: KindClusterQueue, Name: "gu-acme-manual", ClusterQueue: gpuQueue("", "1")}); err != nil {
 		t.Fatal(err)
 	}
-	gu1 := WorkGroup{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 4}
+	gu1 := WorkGroup{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 4, Status: WorkGroupRunning}
 	steps := []struct {
 		name   string
 		groups []WorkGroup
@@ -160,9 +182,10 @@ func TestSyncWorkGroups(t *testing.T) {
 	}{
 		{"a new WorkGroup", []WorkGroup{gu1}, []string{"cluster-queue/gu-acme-gu1 v1 ClusterQueueDefined"}},
 		{"the same again", []WorkGroup{gu1}, nil},
-		{"more GPUs", []WorkGroup{{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 8}},
+		{"more GPUs", []WorkGroup{{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 8, Status: WorkGroupRunning}},
 			[]string{"cluster-queue/gu-acme-gu1 v2 ClusterQueueDefined"}},
 		{"no WorkGroup any more", nil, []string{"cluster-queue/gu-acme-gu1 v3 ClusterQueueDeleted"}},
+		{"a WorkGroup not running yet", []WorkGroup{{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 4, Status: "Creating"}}, nil},
 	}
 	for _, s := range steps {
 		before := len(f.store.events())
@@ -177,24 +200,111 @@ func TestSyncWorkGroups(t *testing.T) {
 	d, _ := f.app.Get(f.ctx, KindClusterQueue, "gu-acme-gu1")
 	fq := d.ClusterQueue.GetResourceGroups()[0].GetFlavors()[0]
 	if d.Origin != OriginWorkGroup || fq.GetName() != "A100" || fq.GetResources()[0].GetNominalQuota() != "4" ||
-		d.ClusterQueue.GetPreemption().GetMinPriorityGap() != 3 {
-		t.Errorf("WorkGroup queue = %+v (origin %s), want flavor A100 with 4 GPUs and a priority gap of 3", d.ClusterQueue, d.Origin)
+		d.ClusterQueue.GetPreemption().GetMinPriorityGap() != 3 || d.Closing != "" {
+		t.Errorf("WorkGroup queue = %+v (origin %s, closing %q), want an open flavor A100 with 4 GPUs and a priority gap of 3",
+			d.ClusterQueue, d.Origin, d.Closing)
 	}
 
-	// Admitted work keeps the queue until it is done; a later sync
-	// deletes it.
+	// A queue holding admitted work whose WorkGroup is being deleted is
+	// closed at once: no quota left, the reason recorded with it.
 	f.store.setAdmitted("gu-acme-gu1", 1)
 	before := len(f.store.events())
+	deleting := gu1
+	deleting.Status = "Deleting"
+	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{deleting}); err != nil {
+		t.Fatal(err)
+	}
+	wantStrings(t, "a queue holding work", f.store.events()[before:], "cluster-queue/gu-acme-gu1 v5 ClusterQueueDefined")
+	closed := func(why string) {
+		t.Helper()
+		d, err := f.app.Get(f.ctx, KindClusterQueue, "gu-acme-gu1")
+		fq := d.ClusterQueue.GetResourceGroups()[0].GetFlavors()[0]
+		if err != nil || d.Closing != why || fq.GetName() != "A100" || fq.GetResources()[0].GetNominalQuota() != "0" || d.Origin != OriginWorkGroup {
+			t.Fatalf("closed queue = %+v (closing %q), %v; want flavor A100 with nominal 0, closing %q", d.ClusterQueue, d.Closing, err, why)
+		}
+	}
+	closed("its GU quota was deleted")
+	// Its WorkGroup gone for good says the same: nothing is recorded.
 	if err := f.app.SyncWorkGroups(f.ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	wantStrings(t, "a queue holding work", f.store.events()[before:])
+	wantStrings(t, "the WorkGroup deleted", f.store.events()[before:], "cluster-queue/gu-acme-gu1 v5 ClusterQueueDefined")
+	// Removing drained queues leaves one that still holds work.
+	if err := f.app.removeDrained(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantStrings(t, "still holding work", f.store.events()[before:], "cluster-queue/gu-acme-gu1 v5 ClusterQueueDefined")
+	// Once the work has ended, it goes.
 	f.store.setAdmitted("gu-acme-gu1", 0)
-	if err := f.app.SyncWorkGroups(f.ctx, nil); err != nil {
+	if err := f.app.removeDrained(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantStrings(t, "the queue once its work is done", f.store.events()[before:], "cluster-queue/gu-acme-gu1 v5 ClusterQueueDeleted")
+	wantStrings(t, "the queue once its work is done", f.store.events()[before:],
+		"cluster-queue/gu-acme-gu1 v5 ClusterQueueDefined", "cluster-queue/gu-acme-gu1 v6 ClusterQueueDeleted")
 	if _, err := f.app.Get(f.ctx, KindClusterQueue, "gu-acme-manual"); err != nil {
 		t.Errorf("an operator's queue was touched by the sync: %v", err)
 	}
+
+	// A spec change being applied, or a failure, closes it too, saying so;
+	// running again opens it with the WorkGroup's GPUs.
+	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{gu1}); err != nil {
+		t.Fatal(err)
+	}
+	f.store.setAdmitted("gu-acme-gu1", 1)
+	applying := gu1
+	applying.Status, applying.GPUs = "Creating", 2
+	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{applying}); err != nil {
+		t.Fatal(err)
+	}
+	closed("the WorkGroup of GU quota gu1 is Creating, not Running")
+	back := gu1
+	back.GPUs = 2
+	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{back}); err != nil {
+		t.Fatal(err)
+	}
+	d, _ = f.app.Get(f.ctx, KindClusterQueue, "gu-acme-gu1")
+	if fq := d.ClusterQueue.GetResourceGroups()[0].GetFlavors()[0]; d.Closing != "" || fq.GetResources()[0].GetNominalQuota() != "2" {
+		t.Errorf("reopened queue = %+v (closing %q), want nominal 2, open", d.ClusterQueue, d.Closing)
+	}
+	// Of a deleted quota and a new one of the same name, the new one's
+	// state is what the queue follows.
+	again := gu1
+	again.Status = "Failed"
+	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{deleting, again}); err != nil {
+		t.Fatal(err)
+	}
+	closed("the WorkGroup of GU quota gu1 is Failed, not Running")
+}
+
+// The loop says when admitted work left a closing queue; the app then
+// looks for drained queues to remove, once per wake-up.
+func TestRemoveDrainedQueuesOnRelease(t *testing.T) {
+	f := newFixture(t)
+	gu1 := WorkGroup{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 4, Status: WorkGroupRunning}
+	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{gu1}); err != nil {
+		t.Fatal(err)
+	}
+	f.store.setAdmitted("gu-acme-gu1", 2)
+	if err := f.app.SyncWorkGroups(f.ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.app.RemoveDrainedQueues(ctx) }()
+	f.store.setAdmitted("gu-acme-gu1", 0)
+	f.app.QueueReleased()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := f.app.Get(f.ctx, KindClusterQueue, "gu-acme-gu1"); errors.Is(err, ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the drained queue was not removed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	// The quota service keeps these queues itself: no client's address.
+	wantActors(t, f.store, "quota", "")
 }

@@ -21,9 +21,9 @@ const (
 )
 
 // newEvent wraps one admission event in the quota topic's envelope.
-func newEvent(aggType, name string, version int64, tenant, actor string, at time.Time, ev any) (eventstore.Event, error) {
+func newEvent(aggType, name string, version int64, tenant, actor, actorIP string, at time.Time, ev any) (eventstore.Event, error) {
 	env := &quotav1.QuotaEvent{EventId: uuid.NewString(), AggregateId: aggType + "/" + name, Version: version,
-		OccurredAt: timestamppb.New(at), TenantId: tenant, Actor: actor}
+		OccurredAt: timestamppb.New(at), TenantId: tenant, Actor: actor, ActorIp: actorIP}
 	var typ string
 	switch e := ev.(type) {
 	case *quotav1.ClusterQueueDefined:

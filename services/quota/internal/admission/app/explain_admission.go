@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // TaskAdmission is where a task stands in admission.
@@ -40,5 +41,47 @@ func (a *App) ExplainTask(ctx context.Context, c Caller, taskID string) (TaskAdm
 	if !rec.AdmittedAt.IsZero() && (ex.State == StateAdmitted || ex.State == StateEvicting) {
 		out.AdmittedAtUnixNano = rec.AdmittedAt.UnixNano()
 	}
+	if ex.State == StatePending {
+		if err := a.explainQueue(ctx, rec.TenantID, &out.Explanation); err != nil {
+			return out, err
+		}
+	}
 	return out, nil
+}
+
+// explainQueue says so when a pending workload waits in a queue that
+// admits nothing: one that does not exist (position 0: it is in no queue),
+// or a closing WorkGroup queue (docs/api/quota.md#explaining-a-wait).
+func (a *App) explainQueue(ctx context.Context, tenantID string, ex *Explanation) error {
+	d, ok, err := a.store.GetDefinition(ctx, KindClusterQueue, ex.ClusterQueue)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !ok:
+		ex.Position, ex.Shortages, ex.BlockedBy, ex.WaitingFor = 0, nil, "", nil
+		ex.Reason = missingQueue(tenantID, ex.ClusterQueue)
+	case d.Closing != "":
+		ex.Reason = closingQueue(ex.Position, ex.ClusterQueue, d.Closing)
+	}
+	return nil
+}
+
+// missingQueue says why work waits in a ClusterQueue that does not exist.
+// A WorkGroup queue's name says which GU quota it was for, and that only a
+// quota of that name running again defines it anew.
+func missingQueue(tenantID, queue string) string {
+	if strings.HasPrefix(queue, WorkGroupQueue(tenantID, "")) {
+		return fmt.Sprintf("cluster queue %s does not exist: its GU quota was deleted (or its WorkGroup stopped running); "+
+			"the task waits until a GU quota of that name runs again", queue)
+	}
+	return fmt.Sprintf("cluster queue %s does not exist; the task waits until a cluster queue of that name is defined", queue)
+}
+
+// closingQueue says why work waits in a closing queue.
+func closingQueue(position int, queue, why string) string {
+	if position > 0 {
+		return fmt.Sprintf("position %d in %s, which admits nothing new: %s", position, queue, why)
+	}
+	return fmt.Sprintf("in %s, which admits nothing new: %s", queue, why)
 }

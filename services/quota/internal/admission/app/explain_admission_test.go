@@ -30,6 +30,13 @@ func TestExplainTaskOnAStandby(t *testing.T) {
 	if _, live := f.app.Usage([]string{"cq"}, nil); live {
 		t.Error("a standby reported live usage")
 	}
+	// A standby says so too when a pending task's queue does not exist.
+	f.store.state.workloads["t2"] = WorkloadRecord{Workload: Workload{ID: "t2", ClusterQueue: "cq-gone"}, TenantID: "acme", State: StatePending}
+	got, err = f.app.ExplainTask(f.ctx, premium, "t2")
+	if want := "cluster queue cq-gone does not exist; the task waits until a cluster queue of that name is defined"; err != nil ||
+		got.State != StatePending || got.Position != 0 || got.Reason != want {
+		t.Errorf("a pending task of a deleted queue = %+v, %v; want reason %q", got, err, want)
+	}
 }
 
 // The active instance explains from its core; a workload waiting for its
@@ -50,7 +57,18 @@ func TestExplainTaskOnTheActiveLoop(t *testing.T) {
 	}
 	f.store.state.workloads["t-finished"] = WorkloadRecord{Workload: Workload{ID: "t-finished", ClusterQueue: "cq"}, TenantID: "acme",
 		State: StateFinished, Reason: "succeeded"}
-	f.loop.outside = map[string]bool{"t-outside": true}
+	f.loop.outside = map[string]bool{"t-outside": true, "t-gu-gone": true}
+	f.store.put(Definition{Kind: KindClusterQueue, Name: "cq", ClusterQueue: gpuQueue("", "1")})
+	// A WorkGroup queue closing since its quota was deleted, and one
+	// removed since.
+	f.store.put(Definition{Kind: KindClusterQueue, Name: "gu-acme-gu1", Origin: OriginWorkGroup, ClusterQueue: gpuQueue("", "0"),
+		Closing: "its GU quota was deleted"})
+	f.loop.core.(*core).explained["t-closing"] = Explanation{ClusterQueue: "gu-acme-gu1", State: StatePending, Position: 1,
+		Reason: "position 1 in gu-acme-gu1: a100/nvidia.com/gpu: requested 1, available 0 (nominal 0, borrowable 0)"}
+	f.loop.work["t-closing"] = &WorkloadRecord{Workload: Workload{ID: "t-closing", ClusterQueue: "gu-acme-gu1"}, TenantID: "acme",
+		State: StatePending}
+	f.loop.work["t-gu-gone"] = &WorkloadRecord{Workload: Workload{ID: "t-gu-gone", ClusterQueue: "gu-acme-gu2"}, TenantID: "acme",
+		State: StatePending}
 	tests := []struct {
 		id   string
 		want TaskAdmission
@@ -61,8 +79,15 @@ func TestExplainTaskOnTheActiveLoop(t *testing.T) {
 			Flavors: map[string]string{GPUResource: "a100"}}, AdmittedAtUnixNano: admitted.UnixNano()}},
 		{"t-pending", TaskAdmission{TaskID: "t-pending", Explanation: Explanation{ClusterQueue: "cq", State: StatePending,
 			Position: 2, Reason: "waiting for quota", BlockedBy: "t-admitted"}}},
+		// A queue that does not exist, or admits nothing new, is named as
+		// the reason (docs/api/quota.md#explaining-a-wait).
 		{"t-outside", TaskAdmission{TaskID: "t-outside", Explanation: Explanation{ClusterQueue: "cq-gone", State: StatePending,
-			Reason: "no queue cq-gone"}}},
+			Reason: "cluster queue cq-gone does not exist; the task waits until a cluster queue of that name is defined"}}},
+		{"t-gu-gone", TaskAdmission{TaskID: "t-gu-gone", Explanation: Explanation{ClusterQueue: "gu-acme-gu2", State: StatePending,
+			Reason: "cluster queue gu-acme-gu2 does not exist: its GU quota was deleted (or its WorkGroup stopped running); " +
+				"the task waits until a GU quota of that name runs again"}}},
+		{"t-closing", TaskAdmission{TaskID: "t-closing", Explanation: Explanation{ClusterQueue: "gu-acme-gu1", State: StatePending,
+			Position: 1, Reason: "position 1 in gu-acme-gu1, which admits nothing new: its GU quota was deleted"}}},
 		{"t-finished", TaskAdmission{TaskID: "t-finished", Explanation: Explanation{ClusterQueue: "cq", State: StateFinished,
 			Reason: "succeeded"}}},
 	}

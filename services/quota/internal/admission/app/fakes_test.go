@@ -125,9 +125,13 @@ type definitionsTx struct{ s definitionState }
 func (t *definitionsTx) LockDefinitions() error { t.s.locks++; return nil }
 
 func (t *definitionsTx) LoadDefinitions() (Definitions, error) {
-	defs := Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{}, Cohorts: map[string]*quotav1.CohortSpec{}}
+	defs := Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{}, Cohorts: map[string]*quotav1.CohortSpec{},
+		Closing: map[string]string{}}
 	for name, d := range t.s.defs[KindClusterQueue] {
 		defs.ClusterQueues[name] = proto.CloneOf(d.ClusterQueue)
+		if d.Closing != "" {
+			defs.Closing[name] = d.Closing
+		}
 	}
 	for name, d := range t.s.defs[KindCohort] {
 		defs.Cohorts[name] = proto.CloneOf(d.Cohort)
@@ -244,7 +248,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 var (
-	operator = Caller{Operator: true, Actor: "ops"}
+	operator = Caller{Operator: true, Actor: "ops", IP: "192.0.2.7"}
 	premium  = Caller{TenantID: "acme", Tier: "premium", Actor: "acme-key"}
 	standard = Caller{TenantID: "beta", Tier: "standard", Actor: "beta-key"}
 )

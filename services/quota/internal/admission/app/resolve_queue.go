@@ -3,9 +3,11 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
+	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/domain/quantity"
 )
 
@@ -18,6 +20,9 @@ type WorkGroup struct {
 	Quota       string
 	MachineType string
 	GPUs        int64
+	// Status is the WorkGroup's: Running (WorkGroupRunning), Creating,
+	// Failed, Deleting or Deleted.
+	Status string
 }
 
 // GUQuotas checks the GU quota a task names (the quota service).
@@ -38,14 +43,18 @@ func WorkGroupQueue(tenantID, quota string) string {
 // submits: the LocalQueue it names (ErrUnknownQueue, ErrQueueNotAllowed),
 // the WorkGroup queue of the GU quota it names, the tier's default
 // LocalQueue for GPU work that names neither, or "" for work that needs no
-// admission. Resources that are not quantities are ErrInvalid.
+// admission. Resources that are not quantities are ErrInvalid. Work that
+// queue could never admit is ErrNoQuota (docs/api/quota.md#which-work-waits-and-where):
+// its LocalQueue's ClusterQueue does not exist or is closing, or the task
+// asks for a resource the ClusterQueue has no quota for.
 func (a *App) ResolveQueue(ctx context.Context, c Caller, queue, quota string, resources map[string]string) (string, error) {
-	if _, err := quantity.MilliMap(resources); err != nil {
+	reqs, err := quantity.MilliMap(resources)
+	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
 	case queue != "":
-		return a.localQueue(ctx, c, queue)
+		return a.admittingQueue(ctx, c, fmt.Sprintf("queue %q", queue), queue, reqs)
 	case quota != "":
 		if a.gu == nil {
 			return "", fmt.Errorf("%w: GU quotas are not available", ErrInvalid)
@@ -54,7 +63,13 @@ func (a *App) ResolveQueue(ctx context.Context, c Caller, queue, quota string, r
 		if err != nil {
 			return "", err
 		}
-		return WorkGroupQueue(g.TenantID, g.Quota), nil
+		// The queue of a Running WorkGroup, whose spec is known even
+		// before the sync has recorded it.
+		cq := WorkGroupQueue(g.TenantID, g.Quota)
+		if err := covers(fmt.Sprintf("GU quota %q", quota), cq, workGroupSpec(g), reqs); err != nil {
+			return "", err
+		}
+		return cq, nil
 	case needsGPU(resources):
 		lq, ok := a.tiers[c.Tier]
 		if !ok {
@@ -63,9 +78,51 @@ func (a *App) ResolveQueue(ctx context.Context, c Caller, queue, quota string, r
 		if lq == "" {
 			return "", nil
 		}
-		return a.localQueue(ctx, c, lq)
+		return a.admittingQueue(ctx, c, fmt.Sprintf("default queue %q", lq), lq, reqs)
 	}
 	return "", nil
+}
+
+// admittingQueue resolves LocalQueue name (where says how the task came
+// to it) to a ClusterQueue that exists, admits, and has quota for every
+// resource reqs asks for.
+func (a *App) admittingQueue(ctx context.Context, c Caller, where, name string, reqs map[string]int64) (string, error) {
+	cq, err := a.localQueue(ctx, c, name)
+	if err != nil {
+		return "", err
+	}
+	d, ok, err := a.store.GetDefinition(ctx, KindClusterQueue, cq)
+	switch {
+	case err != nil:
+		return "", err
+	case !ok:
+		return "", fmt.Errorf("%s: cluster queue %s does not exist: %w", where, cq, ErrNoQuota)
+	case d.Closing != "":
+		return "", fmt.Errorf("%s: cluster queue %s admits nothing new (%s): %w", where, cq, d.Closing, ErrNoQuota)
+	}
+	if err := covers(where, cq, d.ClusterQueue, reqs); err != nil {
+		return "", err
+	}
+	return cq, nil
+}
+
+// covers checks that ClusterQueue cq (spec) has quota for every resource
+// reqs asks for: the core never admits a workload asking for one it has
+// not (docs/api/quota.md#which-work-waits-and-where). The first such
+// resource by name is named.
+func covers(where, cq string, spec *quotav1.ClusterQueueSpec, reqs map[string]int64) error {
+	covered := map[string]bool{}
+	for _, g := range spec.GetResourceGroups() {
+		for _, r := range g.GetCoveredResources() {
+			covered[r] = true
+		}
+	}
+	for _, r := range slices.Sorted(maps.Keys(reqs)) {
+		if reqs[r] > 0 && !covered[r] {
+			return fmt.Errorf("resources[%s]: %s (cluster queue %s) has no quota for %s: %w", r, where, cq, r, ErrNoQuota)
+		}
+	}
+	return nil
 }
 
 // needsGPU reports whether resources ask for any GPU.

@@ -25,7 +25,7 @@ func caller(ctx context.Context) (app.Caller, error) {
 	if err != nil {
 		return app.Caller{}, err
 	}
-	return app.Caller{TenantID: p.TenantID, Tier: p.Tier, Operator: p.Kind == authn.KindAdmin, Actor: p.Subject}, nil
+	return app.Caller{TenantID: p.TenantID, Tier: p.Tier, Operator: p.Kind == authn.KindAdmin, Actor: p.Subject, IP: p.RemoteIP}, nil
 }
 
 // ResolveQueue implements quotav1.AdmissionServiceServer.
@@ -83,7 +83,7 @@ func (s *AdmissionServer) clusterQueues(ds []app.Definition) []*quotav1.ClusterQ
 	u, live := s.App.Usage(names, nil)
 	out := make([]*quotav1.ClusterQueue, len(ds))
 	for i, d := range ds {
-		q := &quotav1.ClusterQueue{Name: d.Name, Spec: d.ClusterQueue, Origin: d.Origin}
+		q := &quotav1.ClusterQueue{Name: d.Name, Spec: d.ClusterQueue, Origin: d.Origin, Closing: d.Closing}
 		if live {
 			q.PendingWorkloads, q.AdmittedWorkloads = int32(u.Pending[d.Name]), int32(u.Admitted[d.Name])
 			q.FlavorsUsage = u.Queues[d.Name]

@@ -24,7 +24,7 @@ func toStatus(log *slog.Logger, err error) error {
 
 func admissionStatus(err error) (error, bool) {
 	switch {
-	case errors.Is(err, app.ErrInvalid), errors.Is(err, app.ErrUnknownQueue):
+	case errors.Is(err, app.ErrInvalid), errors.Is(err, app.ErrUnknownQueue), errors.Is(err, app.ErrNoQuota):
 		return grpcserver.CodeStatus(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error()), true
 	case errors.Is(err, app.ErrQueueNotAllowed), errors.Is(err, app.ErrPermissionDenied):
 		return status.Error(codes.PermissionDenied, err.Error()), true

@@ -45,10 +45,13 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 	}
 }
 
+// contractActor records the suite's events.
+var contractActor = app.Actor{ID: "contract"}
+
 // record commits events in one Update and fails the test on an error.
 func record(t *testing.T, s ContractStore, events ...capacity.Event) []capacity.Event {
 	t.Helper()
-	got, err := s.Update(context.Background(), "contract", func(tx app.Tx) error { return tx.Record(events...) })
+	got, err := s.Update(context.Background(), contractActor, func(tx app.Tx) error { return tx.Record(events...) })
 	if err != nil {
 		t.Fatalf("record %d events: %v", len(events), err)
 	}
@@ -127,7 +130,7 @@ func contractVersions(t *testing.T, s ContractStore) {
 }
 
 func contractReadOwnRecords(t *testing.T, s ContractStore) {
-	_, err := s.Update(context.Background(), "contract", func(tx app.Tx) error {
+	_, err := s.Update(context.Background(), contractActor, func(tx app.Tx) error {
 		before, err := tx.Tenant("ta")
 		if err != nil || before.Exists() {
 			return fmt.Errorf("before recording: %+v, %v; want a zero tenant", before, err)
@@ -152,7 +155,7 @@ func contractReadOwnRecords(t *testing.T, s ContractStore) {
 func contractErrorRecordsNothing(t *testing.T, s ContractStore) {
 	ctx := context.Background()
 	boom := errors.New("boom")
-	got, err := s.Update(ctx, "contract", func(tx app.Tx) error {
+	got, err := s.Update(ctx, contractActor, func(tx app.Tx) error {
 		if err := tx.Record(ev(capacity.TenantAggregate("ta"), "ta", capacity.TenantCreated{Name: "A"})); err != nil {
 			return err
 		}
@@ -194,7 +197,7 @@ func contractNotFound(t *testing.T, s ContractStore) {
 			t.Errorf("%s of an empty store = %d, %v; want none", name, n, err)
 		}
 	}
-	_, err := s.Update(ctx, "contract", func(tx app.Tx) error {
+	_, err := s.Update(ctx, contractActor, func(tx app.Tx) error {
 		tn, err1 := tx.Tenant("nobody")
 		cl, err2 := tx.Cluster("nowhere")
 		q, err3 := tx.Quota("q-none")
@@ -269,7 +272,7 @@ func contractQuotaQueries(t *testing.T, s ContractStore) {
 
 func contractTxLists(t *testing.T, s ContractStore) {
 	seedQuotas(t, s)
-	_, err := s.Update(context.Background(), "contract", func(tx app.Tx) error {
+	_, err := s.Update(context.Background(), contractActor, func(tx app.Tx) error {
 		root, err := tx.Quota("qa1")
 		if err != nil {
 			return err
@@ -410,7 +413,7 @@ func contractPending(t *testing.T, s ContractStore) {
 func contractUniqueNames(t *testing.T, s ContractStore) {
 	ctx := context.Background()
 	record(t, s, quotaCreated("ta", "qa1", "same", "", "qa1", 1, capacity.KindGU))
-	_, err := s.Update(ctx, "contract", func(tx app.Tx) error {
+	_, err := s.Update(ctx, contractActor, func(tx app.Tx) error {
 		return tx.Record(quotaCreated("ta", "qa2", "same", "", "qa2", 1, capacity.KindGU))
 	})
 	if !errors.Is(err, capacity.ErrExists) {

@@ -34,7 +34,7 @@ type Store struct {
 
 // Committed is one recorded event and who recorded it.
 type Committed struct {
-	Actor string
+	Actor app.Actor
 	Event capacity.Event
 }
 
@@ -74,7 +74,7 @@ func (s *Store) Updates() int {
 }
 
 // Update implements app.Store.
-func (s *Store) Update(ctx context.Context, actor string, fn func(app.Tx) error) ([]capacity.Event, error) {
+func (s *Store) Update(ctx context.Context, actor app.Actor, fn func(app.Tx) error) ([]capacity.Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -85,7 +85,7 @@ func (s *Store) Update(ctx context.Context, actor string, fn func(app.Tx) error)
 	return recorded, err
 }
 
-func (s *Store) update(actor string, fn func(app.Tx) error) ([]capacity.Event, error) {
+func (s *Store) update(actor app.Actor, fn func(app.Tx) error) ([]capacity.Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.updates++

@@ -3,6 +3,7 @@ package admitcore
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -306,8 +307,10 @@ func TestExplainReasons(t *testing.T) {
 		message  string
 	}{
 		{"low", ReasonAdmitted, -1, "admitted"},
-		{"huge", ReasonInsufficientQuota, 0, "position 0 in q: default/cpu: requested 5, available 0 (nominal 4, borrowable 0)"},
-		{"high", ReasonNeedsPreemption, 1, "position 1 in q: default/cpu: requested 2, available 0 (nominal 4, borrowable 0)"},
+		// The sentence counts from 1, as the API's position does; the
+		// field counts those ahead.
+		{"huge", ReasonInsufficientQuota, 0, "position 1 in q: default/cpu: requested 5, available 0 (nominal 4, borrowable 0)"},
+		{"high", ReasonNeedsPreemption, 1, "position 2 in q: default/cpu: requested 2, available 0 (nominal 4, borrowable 0)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.id, func(t *testing.T) {
@@ -315,15 +318,25 @@ func TestExplainReasons(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e.Reason != tt.reason || e.Position != tt.position || e.Message != tt.message {
-				t.Errorf("Explain = %+v, want %s at %d: %q", e, tt.reason, tt.position, tt.message)
+			if got := e.Sentence(units); e.Reason != tt.reason || e.Position != tt.position || got != tt.message {
+				t.Errorf("Explain = %+v (%q), want %s at %d: %q", e, got, tt.reason, tt.position, tt.message)
 			}
 		})
 	}
 	if e, _ := s.Explain("low"); e.Flavors["cpu"] != "default" {
 		t.Errorf("admitted flavors %v", e.Flavors)
 	}
+	// Quantities are written by the caller's formatter, which knows their
+	// unit.
+	e, _ := s.Explain("huge")
+	if got, want := e.Sentence(func(v int64) string { return strconv.FormatInt(v, 10) + "u" }),
+		"position 1 in q: default/cpu: requested 5u, available 0u (nominal 4u, borrowable 0u)"; got != want {
+		t.Errorf("Sentence = %q, want %q", got, want)
+	}
 }
+
+// units writes a quantity as the plain number the tests count in.
+func units(v int64) string { return strconv.FormatInt(v, 10) }
 
 func TestScheduleStampsAndLimits(t *testing.T) {
 	s := mustNew(t, Config{ClusterQueues: []ClusterQueue{cpuCQ("q", "", 4)}})

@@ -52,7 +52,6 @@ type Explanation struct {
 	Preemptor string
 	// Flavors: the assignment of an admitted workload.
 	Flavors map[string]string
-	Message string
 }
 
 // Explain says why a workload is or is not admitted, against the current
@@ -73,19 +72,14 @@ func (s *State) Explain(id string) (Explanation, error) {
 		}
 		if w.evicting {
 			e.Reason, e.Preemptor = ReasonEvicting, w.evictingFor
-			e.Message = "admitted, being evicted"
-			if w.evictingFor != "" {
-				e.Message += " for " + w.evictingFor
-			}
 			return e, nil
 		}
-		e.Reason, e.Message = ReasonAdmitted, "admitted"
+		e.Reason = ReasonAdmitted
 		return e, nil
 	}
 	e.Position = q.position(w)
 	if q.node == nil {
 		e.Reason = ReasonQueueNotConfigured
-		e.Message = fmt.Sprintf("cluster queue %s is not configured", w.ClusterQueue)
 		return e, nil
 	}
 	n := q.node
@@ -98,36 +92,59 @@ func (s *State) Explain(id string) (Explanation, error) {
 	case n.cq.spec.QueueingStrategy == StrictFIFO && e.Position > 0 &&
 		s.assign(n, q.pending[0], s.usage, nil, nil).mode != modeFit:
 		e.Reason, e.BlockedBy = ReasonBlockedByHead, q.pending[0].ID
-		e.Message = fmt.Sprintf("position %d in %s behind head %s, which does not fit (StrictFIFO)", e.Position, w.ClusterQueue, e.BlockedBy)
 		return e, nil
 	case a.mode == modeFit:
 		e.Reason = ReasonFits
-		e.Message = fmt.Sprintf("position %d in %s: fits now", e.Position, w.ClusterQueue)
 		return e, nil
 	// A preemptor with victims still stopping: its room is being made,
 	// nothing else to do.
 	case len(w.victims) > 0:
 		e.Reason, e.WaitingFor = ReasonWaitingForVictims, append([]string(nil), w.victims...)
-		e.Message = fmt.Sprintf("waiting for %s to be evicted", strings.Join(w.victims, ", "))
 		return e, nil
 	case a.mode == modePreempt:
 		e.Reason = ReasonNeedsPreemption
 	default:
 		e.Reason = ReasonInsufficientQuota
 	}
+	return e, nil
+}
+
+// Sentence says the explanation in words, for an answer's reason. It
+// counts positions from 1, as the API's position does (the head of the
+// queue is position 1), and writes every quantity with quantity: the core
+// does not know the unit its numbers count (the admission layer's are
+// milli-units, written as the API writes its shortages).
+func (e Explanation) Sentence(quantity func(int64) string) string {
+	at := fmt.Sprintf("position %d in %s", e.Position+1, e.ClusterQueue)
+	switch e.Reason {
+	case ReasonAdmitted:
+		return "admitted"
+	case ReasonEvicting:
+		if e.Preemptor != "" {
+			return "admitted, being evicted for " + e.Preemptor
+		}
+		return "admitted, being evicted"
+	case ReasonQueueNotConfigured:
+		return fmt.Sprintf("cluster queue %s is not configured", e.ClusterQueue)
+	case ReasonBlockedByHead:
+		return fmt.Sprintf("%s behind head %s, which does not fit (StrictFIFO)", at, e.BlockedBy)
+	case ReasonFits:
+		return at + ": fits now"
+	case ReasonWaitingForVictims:
+		return fmt.Sprintf("waiting for %s to be evicted", strings.Join(e.WaitingFor, ", "))
+	}
 	parts := make([]string, 0, len(e.Shortages))
 	// Every flavor that was tried, so an operator sees both what is short
 	// and where borrowing could come from.
 	for _, sh := range e.Shortages {
 		if sh.Flavor == "" {
-			parts = append(parts, fmt.Sprintf("%s: no quota in %s", sh.Resource, w.ClusterQueue))
+			parts = append(parts, fmt.Sprintf("%s: no quota in %s", sh.Resource, e.ClusterQueue))
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s/%s: requested %d, available %d (nominal %d, borrowable %d)",
-			sh.Flavor, sh.Resource, sh.Requested, sh.Available, sh.Nominal, sh.Borrowable))
+		parts = append(parts, fmt.Sprintf("%s/%s: requested %s, available %s (nominal %s, borrowable %s)",
+			sh.Flavor, sh.Resource, quantity(sh.Requested), quantity(sh.Available), quantity(sh.Nominal), quantity(sh.Borrowable)))
 	}
-	e.Message = fmt.Sprintf("position %d in %s: %s", e.Position, w.ClusterQueue, strings.Join(parts, "; "))
-	return e, nil
+	return at + ": " + strings.Join(parts, "; ")
 }
 
 // Usage is the quota picture of a ClusterQueue or cohort, for APIs.

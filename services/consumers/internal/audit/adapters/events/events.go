@@ -195,7 +195,8 @@ func TaskEntry(ev *taskv1.TaskEvent) (e domain.Entry, ok bool, err error) {
 }
 
 // QuotaEntry converts a quota event; ok is false for one not audited. The
-// resource id is the aggregate id without its kind ("quota/q-1" → "q-1").
+// resource id is the aggregate id without its kind ("quota/q-1" → "q-1"),
+// the address the one the gateway saw.
 func QuotaEntry(ev *quotav1.QuotaEvent) (e domain.Entry, ok bool, err error) {
 	e, ok, err = entry(ev, quotaRules)
 	if ok {
@@ -203,7 +204,7 @@ func QuotaEntry(ev *quotav1.QuotaEvent) (e domain.Entry, ok bool, err error) {
 		if _, id, cut := strings.Cut(agg, "/"); cut {
 			agg = id
 		}
-		e.ResourceID = pg.CleanText(agg)
+		e.ResourceID, e.IP = pg.CleanText(agg), pg.CleanText(ev.GetActorIp())
 	}
 	return e, ok, err
 }

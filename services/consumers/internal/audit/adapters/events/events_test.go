@@ -71,11 +71,12 @@ func TestTaskEntry(t *testing.T) {
 }
 
 func TestQuotaEntry(t *testing.T) {
-	e, ok, err := QuotaEntry(&quotav1.QuotaEvent{EventId: "ev-q", AggregateId: "quota/q-1", Version: 2, TenantId: "acme", Actor: "op",
-		OccurredAt: timestamppb.New(at), Event: &quotav1.QuotaEvent_QuotaCreated{QuotaCreated: &quotav1.QuotaCreated{
+	e, ok, err := QuotaEntry(&quotav1.QuotaEvent{EventId: "ev-q", AggregateId: "quota/q-1", Version: 2, TenantId: "acme", Actor: "adm_1",
+		ActorIp: "198.51.100.4", OccurredAt: timestamppb.New(at), Event: &quotav1.QuotaEvent_QuotaCreated{QuotaCreated: &quotav1.QuotaCreated{
 			Name: "gu", Kind: quotav1.QuotaKind_QUOTA_KIND_GU, Cluster: "local", Level: 1, MachineType: "A100", MinUnits: 4, MaxUnits: 8}}})
 	want := domain.Entry{ID: "ev-q", At: at, Version: 2, TenantID: "acme", Action: "quota.created", Resource: "quota", ResourceID: "q-1",
-		UserID: "op", Details: `{"cluster":"local","kind":"QUOTA_KIND_GU","level":1,"machine_type":"A100","max_units":8,"min_units":4,"name":"gu"}`}
+		UserID: "adm_1", Details: `{"cluster":"local","kind":"QUOTA_KIND_GU","level":1,"machine_type":"A100","max_units":8,"min_units":4,"name":"gu"}`,
+		IP: "198.51.100.4"}
 	if err != nil || !ok || e != want {
 		t.Errorf("quota created:\n got  %+v (%v, %v)\n want %+v", e, ok, err, want)
 	}

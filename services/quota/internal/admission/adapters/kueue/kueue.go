@@ -174,7 +174,9 @@ func (c *Core) Explain(id string) (app.Explanation, error) {
 	if err != nil {
 		return app.Explanation{}, err
 	}
-	out := app.Explanation{ClusterQueue: e.ClusterQueue, Reason: e.Message, BlockedBy: e.BlockedBy,
+	// The sentence writes quantities as the shortages below do, so the
+	// two say the same numbers (docs/api/quota.md#explaining-a-wait).
+	out := app.Explanation{ClusterQueue: e.ClusterQueue, Reason: e.Sentence(quantity.Format), BlockedBy: e.BlockedBy,
 		WaitingFor: e.WaitingFor, Flavors: e.Flavors}
 	switch e.Reason {
 	case admitcore.ReasonAdmitted:

@@ -76,6 +76,11 @@ func TestCoreRoundTrip(t *testing.T) {
 	if err != nil || ex.State != app.StatePending || ex.Position != 1 || len(ex.Shortages) != 1 || ex.Shortages[0].Requested != "2" {
 		t.Fatalf("explain low = %+v, %v", ex, err)
 	}
+	// The sentence says what the fields say: the same 1-based position, the
+	// same quantities (docs/api/quota.md#explaining-a-wait).
+	if want := "position 1 in q: a100/nvidia.com/gpu: requested 2, available 0 (nominal 2, borrowable 0)"; ex.Reason != want {
+		t.Fatalf("explain low's reason = %q, want %q", ex.Reason, want)
+	}
 	// A lower-priority workload never preempts (gap 3, and it is lower).
 	if ds := c.Schedule(t0, 10); len(ds) != 0 {
 		t.Fatalf("decisions = %+v", ds)

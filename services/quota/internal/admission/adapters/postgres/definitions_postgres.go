@@ -28,13 +28,17 @@ func (Store) LoadDefinitions(ctx context.Context, tx pgx.Tx) (app.Definitions, e
 
 // loadDefinitions reads the whole topology: ClusterQueues and cohorts.
 func loadDefinitions(ctx context.Context, tx pgx.Tx) (app.Definitions, error) {
-	defs := app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{}, Cohorts: map[string]*quotav1.CohortSpec{}}
+	defs := app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{}, Cohorts: map[string]*quotav1.CohortSpec{},
+		Closing: map[string]string{}}
 	cqs, err := listDefinitions(ctx, tx, app.KindClusterQueue)
 	if err != nil {
 		return defs, err
 	}
 	for _, d := range cqs {
 		defs.ClusterQueues[d.Name] = d.ClusterQueue
+		if d.Closing != "" {
+			defs.Closing[d.Name] = d.Closing
+		}
 	}
 	chs, err := listDefinitions(ctx, tx, app.KindCohort)
 	if err != nil {
@@ -84,9 +88,18 @@ func (t definitionTx) GetDefinition(kind app.DefinitionKind, name string) (app.D
 	return getDefinition(t.ctx, t.tx, kind, name)
 }
 
+// closingColumn reads a ClusterQueue's closing reason; the other tables
+// have none.
+func closingColumn(kind app.DefinitionKind) string {
+	if kind == app.KindClusterQueue {
+		return "closing"
+	}
+	return "''"
+}
+
 // listDefinitions returns every definition of kind by name.
 func listDefinitions(ctx context.Context, q eventstore.Querier, kind app.DefinitionKind) ([]app.Definition, error) {
-	rows, err := q.Query(ctx, `SELECT name, spec, origin FROM `+tables[kind]+` ORDER BY name`)
+	rows, err := q.Query(ctx, `SELECT name, spec, origin, `+closingColumn(kind)+` FROM `+tables[kind]+` ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", tables[kind], err)
 	}
@@ -95,7 +108,7 @@ func listDefinitions(ctx context.Context, q eventstore.Querier, kind app.Definit
 	for rows.Next() {
 		var d app.Definition
 		var spec []byte
-		if err := rows.Scan(&d.Name, &spec, &d.Origin); err != nil {
+		if err := rows.Scan(&d.Name, &spec, &d.Origin, &d.Closing); err != nil {
 			return nil, fmt.Errorf("list %s: %w", tables[kind], err)
 		}
 		d.Kind = kind
@@ -109,7 +122,7 @@ func listDefinitions(ctx context.Context, q eventstore.Querier, kind app.Definit
 
 // getDefinition reads one definition; ok is false when there is none.
 func getDefinition(ctx context.Context, q eventstore.Querier, kind app.DefinitionKind, name string) (app.Definition, bool, error) {
-	rows, err := q.Query(ctx, `SELECT spec, origin FROM `+tables[kind]+` WHERE name = $1`, name)
+	rows, err := q.Query(ctx, `SELECT spec, origin, `+closingColumn(kind)+` FROM `+tables[kind]+` WHERE name = $1`, name)
 	if err != nil {
 		return app.Definition{}, false, fmt.Errorf("read %s: %w", tables[kind], err)
 	}
@@ -119,7 +132,7 @@ func getDefinition(ctx context.Context, q eventstore.Querier, kind app.Definitio
 	}
 	d := app.Definition{Kind: kind, Name: name}
 	var spec []byte
-	if err := rows.Scan(&spec, &d.Origin); err != nil {
+	if err := rows.Scan(&spec, &d.Origin, &d.Closing); err != nil {
 		return d, false, fmt.Errorf("read %s: %w", tables[kind], err)
 	}
 	return d, true, decodeSpec(&d, spec)
@@ -181,9 +194,17 @@ func (t definitionTx) SaveDefinition(d app.Definition, deleted bool, at time.Tim
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", d.Kind, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+tables[d.Kind]+` (name, spec, origin, updated_at) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, origin = EXCLUDED.origin, updated_at = EXCLUDED.updated_at`,
-		d.Name, spec, d.Origin, at); err != nil {
+	if d.Kind == app.KindClusterQueue {
+		_, err = tx.Exec(ctx, `INSERT INTO cluster_queues (name, spec, origin, closing, updated_at) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, origin = EXCLUDED.origin, closing = EXCLUDED.closing,
+				updated_at = EXCLUDED.updated_at`,
+			d.Name, spec, d.Origin, d.Closing, at)
+	} else {
+		_, err = tx.Exec(ctx, `INSERT INTO `+tables[d.Kind]+` (name, spec, origin, updated_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, origin = EXCLUDED.origin, updated_at = EXCLUDED.updated_at`,
+			d.Name, spec, d.Origin, at)
+	}
+	if err != nil {
 		return fmt.Errorf("save %s: %w", tables[d.Kind], err)
 	}
 	return nil
