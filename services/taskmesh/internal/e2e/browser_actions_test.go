@@ -52,23 +52,13 @@ func TestConsoleActsInABrowser(t *testing.T) {
 	group := w.createGroup(key, map[string]any{"name": "console-group <em>new</em>", "mode": "serial", "start": false,
 		"tasks": []any{member("prepare", "prepare data"), member("train", "train model")}})
 
-	ctx := newBrowser(t, chromium)
-	run := browserSteps(t, ctx)
-	poll := func(expr string) chromedp.Action {
-		return chromedp.Poll(expr, nil, chromedp.WithPollingInterval(100*time.Millisecond))
-	}
+	run := signedInConsole(t, w, chromium, key)
+	poll := pollJS
 	text := func(sel string) string {
 		var s string
 		run("read "+sel, 10*time.Second, chromedp.Text(sel, &s, chromedp.ByQuery))
 		return s
 	}
-	run("sign in", 30*time.Second,
-		chromedp.Navigate(w.s.HTTPURL+"/ui/"),
-		chromedp.WaitVisible(`#api-key`, chromedp.ByID),
-		chromedp.SendKeys(`#api-key`, key, chromedp.ByID),
-		chromedp.Click(`#sign-in`, chromedp.ByID),
-		chromedp.WaitVisible(`#submit-job`, chromedp.ByID),
-	)
 	var navLinks []string
 	run("the navigation", 10*time.Second,
 		chromedp.Evaluate(`[...document.querySelectorAll('#nav a')].map(a => a.getAttribute('href'))`, &navLinks))

@@ -39,18 +39,8 @@ func TestConsoleAddressesAndGoneThingsInABrowser(t *testing.T) {
 		t.Fatalf("cancel: %d %v", code, resp)
 	}
 
-	ctx := newBrowser(t, chromium)
-	run := browserSteps(t, ctx)
-	poll := func(expr string) chromedp.Action {
-		return chromedp.Poll(expr, nil, chromedp.WithPollingInterval(100*time.Millisecond))
-	}
-	run("sign in", 30*time.Second,
-		chromedp.Navigate(w.s.HTTPURL+"/ui/"),
-		chromedp.WaitVisible(`#api-key`, chromedp.ByID),
-		chromedp.SendKeys(`#api-key`, key, chromedp.ByID),
-		chromedp.Click(`#sign-in`, chromedp.ByID),
-		chromedp.WaitVisible(`#submit-job`, chromedp.ByID),
-	)
+	run := signedInConsole(t, w, chromium, key)
+	poll := pollJS
 
 	// The address holds the name percent-encoded; the page decodes it once.
 	var heading string

@@ -53,18 +53,8 @@ func TestConsoleTasksPageInABrowser(t *testing.T) {
 	}
 	w.waitListed(key, failed)
 
-	ctx := newBrowser(t, chromium)
-	run := browserSteps(t, ctx)
-	poll := func(expr string) chromedp.Action {
-		return chromedp.Poll(expr, nil, chromedp.WithPollingInterval(100*time.Millisecond))
-	}
-	run("sign in", 30*time.Second,
-		chromedp.Navigate(w.s.HTTPURL+"/ui/"),
-		chromedp.WaitVisible(`#api-key`, chromedp.ByID),
-		chromedp.SendKeys(`#api-key`, key, chromedp.ByID),
-		chromedp.Click(`#sign-in`, chromedp.ByID),
-		chromedp.WaitVisible(`#submit-job`, chromedp.ByID),
-	)
+	run := signedInConsole(t, w, chromium, key)
+	poll := pollJS
 
 	// The oldest task is past the first page of 100: the name search reads
 	// on until it finds it.

@@ -240,6 +240,26 @@ func browserSteps(t *testing.T, ctx context.Context) func(what string, timeout t
 	}
 }
 
+// signedInConsole starts a browser (newBrowser) signed in to w's console
+// with key, on its first page, and returns its steps (browserSteps).
+func signedInConsole(t *testing.T, w *world, chromium, key string) func(what string, timeout time.Duration, actions ...chromedp.Action) {
+	t.Helper()
+	run := browserSteps(t, newBrowser(t, chromium))
+	run("sign in", 30*time.Second,
+		chromedp.Navigate(w.s.HTTPURL+"/ui/"),
+		chromedp.WaitVisible(`#api-key`, chromedp.ByID),
+		chromedp.SendKeys(`#api-key`, key, chromedp.ByID),
+		chromedp.Click(`#sign-in`, chromedp.ByID),
+		chromedp.WaitVisible(`#submit-job`, chromedp.ByID),
+	)
+	return run
+}
+
+// pollJS waits until the page's expression is true.
+func pollJS(expr string) chromedp.Action {
+	return chromedp.Poll(expr, nil, chromedp.WithPollingInterval(100*time.Millisecond))
+}
+
 // newBrowser starts headless Chromium on a fresh profile and returns its
 // context. When the test fails, the page's screenshot is kept: in
 // $TASKMESH_TEST_ARTIFACTS, else in a directory the log names.
