@@ -131,6 +131,40 @@ function say(el, text, error = false) {
   el.classList.toggle("error", error);
 }
 
+// src/list.ts
+function pagedList(filters, more, msg, read) {
+  let busy = false;
+  const load = async (fresh) => {
+    if (busy) return;
+    busy = true;
+    more.disabled = true;
+    say(msg, "Loading…");
+    try {
+      await read(fresh);
+    } catch (err) {
+      say(msg, describe(err), true);
+    } finally {
+      busy = false;
+      more.disabled = false;
+    }
+  };
+  filters.addEventListener("submit", (e) => {
+    e.preventDefault();
+    void load(true);
+  });
+  more.addEventListener("click", () => void load(false));
+  return load;
+}
+function listTable(className, caption, columns, body) {
+  return h(
+    "table",
+    className ? { className } : {},
+    h("caption", { className: "msg" }, caption),
+    h("thead", {}, h("tr", {}, ...columns.map((c) => h("th", { scope: "col" }, c)))),
+    body
+  );
+}
+
 // src/audit.ts
 var resources = [
   "",
@@ -185,7 +219,6 @@ function auditPage(main2, query) {
     h("div", {}, h("button", { type: "submit" }, "Show"))
   );
   let shown = { filters: new URLSearchParams(), count: 0, next: "" };
-  let busy = false;
   const row = (e) => {
     const page = pages[e.resource];
     const id = e.resource_id ? page ? h("a", { href: page + encodeURIComponent(e.resource_id) }, e.resource_id) : h("code", {}, e.resource_id) : "";
@@ -202,53 +235,31 @@ function auditPage(main2, query) {
       h("td", { "data-label": "Details" }, details(e.details))
     );
   };
-  const load = async (fresh) => {
-    if (busy) return;
-    busy = true;
-    more.disabled = true;
-    say(msg, "Loading…");
+  const load = pagedList(filters, more, msg, async (fresh) => {
     if (fresh) {
       const f = new URLSearchParams();
       if (resource.value) f.set("resource", resource.value);
       if (action.value.trim()) f.set("action", action.value.trim());
       if (resourceID.value.trim()) f.set("resource_id", resourceID.value.trim());
       shown = { filters: f, count: 0, next: "" };
-      const q = f.toString();
-      history.replaceState(null, "", q ? `#/audit?${q}` : "#/audit");
+      const q2 = f.toString();
+      history.replaceState(null, "", q2 ? `#/audit?${q2}` : "#/audit");
     }
-    try {
-      const q = new URLSearchParams(shown.filters);
-      q.set("page_size", String(pageSize));
-      if (shown.next) q.set("page_token", shown.next);
-      const r = await call("GET", `/api/v1/audit-logs?${q}`);
-      const entries = r.audit_logs ?? [];
-      const rows = entries.map(row);
-      if (fresh) body.replaceChildren(...rows);
-      else body.append(...rows);
-      shown.count += entries.length;
-      shown.next = r.next_page_token ?? "";
-      const what = `${shown.count} entr${shown.count === 1 ? "y" : "ies"}`;
-      say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what} (the log trails changes by a moment).`);
-      more.hidden = !shown.next;
-    } catch (err) {
-      say(msg, describe(err), true);
-    } finally {
-      busy = false;
-      more.disabled = false;
-    }
-  };
-  filters.addEventListener("submit", (e) => {
-    e.preventDefault();
-    void load(true);
+    const q = new URLSearchParams(shown.filters);
+    q.set("page_size", String(pageSize));
+    if (shown.next) q.set("page_token", shown.next);
+    const r = await call("GET", `/api/v1/audit-logs?${q}`);
+    const entries = r.audit_logs ?? [];
+    const rows = entries.map(row);
+    if (fresh) body.replaceChildren(...rows);
+    else body.append(...rows);
+    shown.count += entries.length;
+    shown.next = r.next_page_token ?? "";
+    const what = `${shown.count} entr${shown.count === 1 ? "y" : "ies"}`;
+    say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what} (the log trails changes by a moment).`);
+    more.hidden = !shown.next;
   });
-  more.addEventListener("click", () => void load(false));
-  const table = h(
-    "table",
-    { className: "audit stack" },
-    h("caption", { className: "msg" }, "Audit log, newest first"),
-    h("thead", {}, h("tr", {}, ...["Time", "Action", "Resource", "By", "Address", "Details"].map((c) => h("th", { scope: "col" }, c)))),
-    body
-  );
+  const table = listTable("audit stack", "Audit log, newest first", ["Time", "Action", "Resource", "By", "Address", "Details"], body);
   main2.append(h("h1", {}, "Audit log"), filters, msg, h("div", { className: "card table-wrap" }, table, more));
   void load(true);
 }
@@ -281,7 +292,6 @@ function groupsPage(main2, signal, selected) {
     h("div", {}, h("button", { type: "submit" }, "Show"))
   );
   let shown = { status: "", mode: "", count: 0, next: "" };
-  let busy = false;
   const row = (g) => h(
     "tr",
     { "data-group": g.id },
@@ -291,46 +301,24 @@ function groupsPage(main2, signal, selected) {
     h("td", {}, String(g.total ?? "")),
     h("td", {}, when(g.created_at))
   );
-  const load = async (fresh) => {
-    if (busy) return;
-    busy = true;
-    more.disabled = true;
-    say(msg, "Loading…");
+  const load = pagedList(filters, more, msg, async (fresh) => {
     if (fresh) shown = { status: status.value, mode: mode.value, count: 0, next: "" };
-    try {
-      const q = new URLSearchParams({ page_size: String(pageSize2) });
-      if (shown.status) q.set("status", shown.status);
-      if (shown.mode) q.set("mode", shown.mode);
-      if (shown.next) q.set("page_token", shown.next);
-      const r = await call("GET", `/api/v1/task-groups?${q}`);
-      const groups = r.groups ?? [];
-      const rows = groups.map(row);
-      if (fresh) body.replaceChildren(...rows);
-      else body.append(...rows);
-      shown.count += groups.length;
-      shown.next = r.next_page_token ?? "";
-      const what = `${shown.count} group${shown.count === 1 ? "" : "s"}`;
-      say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what}.`);
-      more.hidden = !shown.next;
-    } catch (err) {
-      say(msg, describe(err), true);
-    } finally {
-      busy = false;
-      more.disabled = false;
-    }
-  };
-  filters.addEventListener("submit", (e) => {
-    e.preventDefault();
-    void load(true);
+    const q = new URLSearchParams({ page_size: String(pageSize2) });
+    if (shown.status) q.set("status", shown.status);
+    if (shown.mode) q.set("mode", shown.mode);
+    if (shown.next) q.set("page_token", shown.next);
+    const r = await call("GET", `/api/v1/task-groups?${q}`);
+    const groups = r.groups ?? [];
+    const rows = groups.map(row);
+    if (fresh) body.replaceChildren(...rows);
+    else body.append(...rows);
+    shown.count += groups.length;
+    shown.next = r.next_page_token ?? "";
+    const what = `${shown.count} group${shown.count === 1 ? "" : "s"}`;
+    say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what}.`);
+    more.hidden = !shown.next;
   });
-  more.addEventListener("click", () => void load(false));
-  const table = h(
-    "table",
-    {},
-    h("caption", { className: "msg" }, "Task groups, newest first"),
-    h("thead", {}, h("tr", {}, ...["Group", "Mode", "Status", "Members", "Created"].map((c) => h("th", { scope: "col" }, c)))),
-    body
-  );
+  const table = listTable("", "Task groups, newest first", ["Group", "Mode", "Status", "Members", "Created"], body);
   main2.append(h("h1", {}, "Task groups"), filters, msg, h("div", { className: "card table-wrap" }, table, more));
   void load(true);
 }
@@ -804,7 +792,6 @@ function tasksPage(main2, signal, selected) {
     h("div", {}, h("button", { type: "submit" }, "Show"))
   );
   let shown = { status: "", needle: "", read: 0, matched: 0, next: "" };
-  let busy = false;
   const row = (t) => h(
     "tr",
     {},
@@ -815,52 +802,30 @@ function tasksPage(main2, signal, selected) {
     h("td", {}, `${t.progress ?? 0}%`),
     h("td", {}, t.created_at ? new Date(t.created_at).toLocaleString() : "")
   );
-  const load = async (fresh) => {
-    if (busy) return;
-    busy = true;
-    more.disabled = true;
-    say(msg, "Loading…");
+  const load = pagedList(filters, more, msg, async (fresh) => {
     if (fresh) shown = { status: status.value, needle: name.value.trim().toLowerCase(), read: 0, matched: 0, next: "" };
-    try {
-      const rows = [];
-      for (let pages2 = 0; pages2 < (shown.needle ? searchPages : 1); pages2++) {
-        const q = new URLSearchParams({ page_size: String(pageSize3) });
-        if (shown.status) q.set("status", shown.status);
-        if (shown.next) q.set("page_token", shown.next);
-        const r = await call("GET", `/api/v1/tasks?${q}`);
-        const tasks2 = r.tasks ?? [];
-        const matching = tasks2.filter((t) => !shown.needle || String(t.name).toLowerCase().includes(shown.needle));
-        rows.push(...matching.map(row));
-        shown.read += tasks2.length;
-        shown.matched += matching.length;
-        shown.next = r.next_page_token ?? "";
-        if (!shown.next || rows.length >= pageSize3) break;
-      }
-      if (fresh) body.replaceChildren(...rows);
-      else body.append(...rows);
-      const tasks = `${shown.matched} task${shown.matched === 1 ? "" : "s"}`;
-      const what = shown.needle ? `${tasks} whose name contains “${name.value.trim()}” among the newest ${shown.read}` : tasks;
-      say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what} (the list trails new tasks by a moment).`);
-      more.hidden = !shown.next;
-    } catch (err) {
-      say(msg, describe(err), true);
-    } finally {
-      busy = false;
-      more.disabled = false;
+    const rows = [];
+    for (let pages2 = 0; pages2 < (shown.needle ? searchPages : 1); pages2++) {
+      const q = new URLSearchParams({ page_size: String(pageSize3) });
+      if (shown.status) q.set("status", shown.status);
+      if (shown.next) q.set("page_token", shown.next);
+      const r = await call("GET", `/api/v1/tasks?${q}`);
+      const tasks2 = r.tasks ?? [];
+      const matching = tasks2.filter((t) => !shown.needle || String(t.name).toLowerCase().includes(shown.needle));
+      rows.push(...matching.map(row));
+      shown.read += tasks2.length;
+      shown.matched += matching.length;
+      shown.next = r.next_page_token ?? "";
+      if (!shown.next || rows.length >= pageSize3) break;
     }
-  };
-  filters.addEventListener("submit", (e) => {
-    e.preventDefault();
-    void load(true);
+    if (fresh) body.replaceChildren(...rows);
+    else body.append(...rows);
+    const tasks = `${shown.matched} task${shown.matched === 1 ? "" : "s"}`;
+    const what = shown.needle ? `${tasks} whose name contains “${name.value.trim()}” among the newest ${shown.read}` : tasks;
+    say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what} (the list trails new tasks by a moment).`);
+    more.hidden = !shown.next;
   });
-  more.addEventListener("click", () => void load(false));
-  const table = h(
-    "table",
-    { className: "tasks" },
-    h("caption", { className: "msg" }, "Tasks, newest first"),
-    h("thead", {}, h("tr", {}, ...["Task", "Name", "Type", "Status", "Progress", "Created"].map((c) => h("th", { scope: "col" }, c)))),
-    body
-  );
+  const table = listTable("tasks", "Tasks, newest first", ["Task", "Name", "Type", "Status", "Progress", "Created"], body);
   const heading = h("div", { className: "heading" }, h("h1", {}, "Tasks"), h("a", { href: "#/tasks/new", className: "button", id: "new-task-link" }, "New task"));
   main2.append(heading, detail, filters, msg, h("div", { className: "card table-wrap" }, table, more));
   void load(true);

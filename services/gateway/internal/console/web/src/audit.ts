@@ -3,7 +3,8 @@
 // filters are kept in the address (#/audit?resource=task&action=cancelled),
 // so a task's or a group's page links to its own entries.
 
-import { call, describe } from "./api";
+import { call } from "./api";
+import { listTable, pagedList } from "./list";
 import { field, h, say, when } from "./dom";
 
 // The resources of docs/api/audit.md.
@@ -51,7 +52,6 @@ export function auditPage(main: HTMLElement, query: URLSearchParams): void {
     h("div", {}, h("button", { type: "submit" }, "Show")),
   );
   let shown = { filters: new URLSearchParams(), count: 0, next: "" };
-  let busy = false;
   const row = (e: any) => {
     const page = pages[e.resource];
     const id = e.resource_id ? (page ? h("a", { href: page + encodeURIComponent(e.resource_id) }, e.resource_id) : h("code", {}, e.resource_id)) : "";
@@ -69,11 +69,7 @@ export function auditPage(main: HTMLElement, query: URLSearchParams): void {
       h("td", { "data-label": "Details" }, details(e.details)),
     );
   };
-  const load = async (fresh: boolean) => {
-    if (busy) return;
-    busy = true;
-    more.disabled = true;
-    say(msg, "Loading…");
+  const load = pagedList(filters, more, msg, async (fresh: boolean) => {
     if (fresh) {
       const f = new URLSearchParams();
       if (resource.value) f.set("resource", resource.value);
@@ -84,39 +80,21 @@ export function auditPage(main: HTMLElement, query: URLSearchParams): void {
       const q = f.toString();
       history.replaceState(null, "", q ? `#/audit?${q}` : "#/audit");
     }
-    try {
-      const q = new URLSearchParams(shown.filters);
-      q.set("page_size", String(pageSize));
-      if (shown.next) q.set("page_token", shown.next);
-      const r = await call("GET", `/api/v1/audit-logs?${q}`);
-      const entries: any[] = r.audit_logs ?? [];
-      const rows = entries.map(row);
-      if (fresh) body.replaceChildren(...rows);
-      else body.append(...rows);
-      shown.count += entries.length;
-      shown.next = r.next_page_token ?? "";
-      const what = `${shown.count} entr${shown.count === 1 ? "y" : "ies"}`;
-      say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what} (the log trails changes by a moment).`);
-      more.hidden = !shown.next;
-    } catch (err) {
-      say(msg, describe(err), true);
-    } finally {
-      busy = false;
-      more.disabled = false;
-    }
-  };
-  filters.addEventListener("submit", (e) => {
-    e.preventDefault();
-    void load(true);
+    const q = new URLSearchParams(shown.filters);
+    q.set("page_size", String(pageSize));
+    if (shown.next) q.set("page_token", shown.next);
+    const r = await call("GET", `/api/v1/audit-logs?${q}`);
+    const entries: any[] = r.audit_logs ?? [];
+    const rows = entries.map(row);
+    if (fresh) body.replaceChildren(...rows);
+    else body.append(...rows);
+    shown.count += entries.length;
+    shown.next = r.next_page_token ?? "";
+    const what = `${shown.count} entr${shown.count === 1 ? "y" : "ies"}`;
+    say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what} (the log trails changes by a moment).`);
+    more.hidden = !shown.next;
   });
-  more.addEventListener("click", () => void load(false));
-  const table = h(
-    "table",
-    { className: "audit stack" },
-    h("caption", { className: "msg" }, "Audit log, newest first"),
-    h("thead", {}, h("tr", {}, ...["Time", "Action", "Resource", "By", "Address", "Details"].map((c) => h("th", { scope: "col" }, c)))),
-    body,
-  );
+  const table = listTable("audit stack", "Audit log, newest first", ["Time", "Action", "Resource", "By", "Address", "Details"], body);
   main.append(h("h1", {}, "Audit log"), filters, msg, h("div", { className: "card table-wrap" }, table, more));
   void load(true);
 }

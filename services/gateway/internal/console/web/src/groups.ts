@@ -4,6 +4,7 @@
 // with Start and Cancel where the group's status allows them.
 
 import { APIError, call, describe, stream } from "./api";
+import { listTable, pagedList } from "./list";
 import { field, h, idFromRoute, say, when } from "./dom";
 
 const statuses = ["", "pending", "running", "completed", "failed", "cancelled"];
@@ -34,7 +35,6 @@ export function groupsPage(main: HTMLElement, signal: AbortSignal, selected?: st
     h("div", {}, h("button", { type: "submit" }, "Show")),
   );
   let shown = { status: "", mode: "", count: 0, next: "" };
-  let busy = false;
   const row = (g: any) =>
     h(
       "tr",
@@ -45,46 +45,24 @@ export function groupsPage(main: HTMLElement, signal: AbortSignal, selected?: st
       h("td", {}, String(g.total ?? "")),
       h("td", {}, when(g.created_at)),
     );
-  const load = async (fresh: boolean) => {
-    if (busy) return;
-    busy = true;
-    more.disabled = true;
-    say(msg, "Loading…");
+  const load = pagedList(filters, more, msg, async (fresh: boolean) => {
     if (fresh) shown = { status: status.value, mode: mode.value, count: 0, next: "" };
-    try {
-      const q = new URLSearchParams({ page_size: String(pageSize) });
-      if (shown.status) q.set("status", shown.status);
-      if (shown.mode) q.set("mode", shown.mode);
-      if (shown.next) q.set("page_token", shown.next);
-      const r = await call("GET", `/api/v1/task-groups?${q}`);
-      const groups: any[] = r.groups ?? [];
-      const rows = groups.map(row);
-      if (fresh) body.replaceChildren(...rows);
-      else body.append(...rows);
-      shown.count += groups.length;
-      shown.next = r.next_page_token ?? "";
-      const what = `${shown.count} group${shown.count === 1 ? "" : "s"}`;
-      say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what}.`);
-      more.hidden = !shown.next;
-    } catch (err) {
-      say(msg, describe(err), true);
-    } finally {
-      busy = false;
-      more.disabled = false;
-    }
-  };
-  filters.addEventListener("submit", (e) => {
-    e.preventDefault();
-    void load(true);
+    const q = new URLSearchParams({ page_size: String(pageSize) });
+    if (shown.status) q.set("status", shown.status);
+    if (shown.mode) q.set("mode", shown.mode);
+    if (shown.next) q.set("page_token", shown.next);
+    const r = await call("GET", `/api/v1/task-groups?${q}`);
+    const groups: any[] = r.groups ?? [];
+    const rows = groups.map(row);
+    if (fresh) body.replaceChildren(...rows);
+    else body.append(...rows);
+    shown.count += groups.length;
+    shown.next = r.next_page_token ?? "";
+    const what = `${shown.count} group${shown.count === 1 ? "" : "s"}`;
+    say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what}.`);
+    more.hidden = !shown.next;
   });
-  more.addEventListener("click", () => void load(false));
-  const table = h(
-    "table",
-    {},
-    h("caption", { className: "msg" }, "Task groups, newest first"),
-    h("thead", {}, h("tr", {}, ...["Group", "Mode", "Status", "Members", "Created"].map((c) => h("th", { scope: "col" }, c)))),
-    body,
-  );
+  const table = listTable("", "Task groups, newest first", ["Group", "Mode", "Status", "Members", "Created"], body);
   main.append(h("h1", {}, "Task groups"), filters, msg, h("div", { className: "card table-wrap" }, table, more));
   void load(true);
 }

@@ -2,6 +2,7 @@
 // status, progress, output and result.
 
 import { APIError, call, describe, stream } from "./api";
+import { listTable, pagedList } from "./list";
 import { field, h, idFromRoute, say } from "./dom";
 
 const statuses = ["", "pending", "assigned", "running", "completed", "failed", "cancelled", "preempted", "suspended"];
@@ -30,7 +31,6 @@ export function tasksPage(main: HTMLElement, signal: AbortSignal, selected?: str
   // What the list shows: the filters it was read with, the tasks read so
   // far and how many matched, and where the next page starts.
   let shown = { status: "", needle: "", read: 0, matched: 0, next: "" };
-  let busy = false;
   const row = (t: any) =>
     h(
       "tr",
@@ -42,52 +42,30 @@ export function tasksPage(main: HTMLElement, signal: AbortSignal, selected?: str
       h("td", {}, `${t.progress ?? 0}%`),
       h("td", {}, t.created_at ? new Date(t.created_at).toLocaleString() : ""),
     );
-  const load = async (fresh: boolean) => {
-    if (busy) return;
-    busy = true;
-    more.disabled = true;
-    say(msg, "Loading…");
+  const load = pagedList(filters, more, msg, async (fresh: boolean) => {
     if (fresh) shown = { status: status.value, needle: name.value.trim().toLowerCase(), read: 0, matched: 0, next: "" };
-    try {
-      const rows: HTMLElement[] = [];
-      for (let pages = 0; pages < (shown.needle ? searchPages : 1); pages++) {
-        const q = new URLSearchParams({ page_size: String(pageSize) });
-        if (shown.status) q.set("status", shown.status);
-        if (shown.next) q.set("page_token", shown.next);
-        const r = await call("GET", `/api/v1/tasks?${q}`);
-        const tasks: any[] = r.tasks ?? [];
-        const matching = tasks.filter((t) => !shown.needle || String(t.name).toLowerCase().includes(shown.needle));
-        rows.push(...matching.map(row));
-        shown.read += tasks.length;
-        shown.matched += matching.length;
-        shown.next = r.next_page_token ?? "";
-        if (!shown.next || rows.length >= pageSize) break;
-      }
-      if (fresh) body.replaceChildren(...rows);
-      else body.append(...rows);
-      const tasks = `${shown.matched} task${shown.matched === 1 ? "" : "s"}`;
-      const what = shown.needle ? `${tasks} whose name contains “${name.value.trim()}” among the newest ${shown.read}` : tasks;
-      say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what} (the list trails new tasks by a moment).`);
-      more.hidden = !shown.next;
-    } catch (err) {
-      say(msg, describe(err), true);
-    } finally {
-      busy = false;
-      more.disabled = false;
+    const rows: HTMLElement[] = [];
+    for (let pages = 0; pages < (shown.needle ? searchPages : 1); pages++) {
+      const q = new URLSearchParams({ page_size: String(pageSize) });
+      if (shown.status) q.set("status", shown.status);
+      if (shown.next) q.set("page_token", shown.next);
+      const r = await call("GET", `/api/v1/tasks?${q}`);
+      const tasks: any[] = r.tasks ?? [];
+      const matching = tasks.filter((t) => !shown.needle || String(t.name).toLowerCase().includes(shown.needle));
+      rows.push(...matching.map(row));
+      shown.read += tasks.length;
+      shown.matched += matching.length;
+      shown.next = r.next_page_token ?? "";
+      if (!shown.next || rows.length >= pageSize) break;
     }
-  };
-  filters.addEventListener("submit", (e) => {
-    e.preventDefault();
-    void load(true);
+    if (fresh) body.replaceChildren(...rows);
+    else body.append(...rows);
+    const tasks = `${shown.matched} task${shown.matched === 1 ? "" : "s"}`;
+    const what = shown.needle ? `${tasks} whose name contains “${name.value.trim()}” among the newest ${shown.read}` : tasks;
+    say(msg, shown.next ? `${what}; “Show more” reads older ones.` : `${what} (the list trails new tasks by a moment).`);
+    more.hidden = !shown.next;
   });
-  more.addEventListener("click", () => void load(false));
-  const table = h(
-    "table",
-    { className: "tasks" },
-    h("caption", { className: "msg" }, "Tasks, newest first"),
-    h("thead", {}, h("tr", {}, ...["Task", "Name", "Type", "Status", "Progress", "Created"].map((c) => h("th", { scope: "col" }, c)))),
-    body,
-  );
+  const table = listTable("tasks", "Tasks, newest first", ["Task", "Name", "Type", "Status", "Progress", "Created"], body);
   // A selected task comes first, where the page opens, above the list it
   // was picked from.
   const heading = h("div", { className: "heading" }, h("h1", {}, "Tasks"), h("a", { href: "#/tasks/new", className: "button", id: "new-task-link" }, "New task"));
