@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -341,6 +342,12 @@ func TestShrinkingAQueueBelowItsUsageEvictsNothing(t *testing.T) {
 		t.Fatalf("shrunk queue's usage = %v, want total 4, nominal 2, borrowed 2, available 0", u)
 	}
 	time.Sleep(200 * time.Millisecond) // several cycles
+	// Over its quota the queue has nothing available, not less, in the
+	// explanation as in the queue's usage.
+	ex, err := c.ExplainTaskAdmission(admin(), &quotav1.ExplainTaskAdmissionRequest{TaskId: "qa-next"})
+	if err != nil || len(ex.GetShortages()) != 1 || ex.GetShortages()[0].GetAvailable() != "0" || !strings.Contains(ex.GetReason(), "available 0 ") {
+		t.Fatalf("explain qa-next in the shrunk queue = %v, %v", ex, err)
+	}
 	for _, tk := range held {
 		if got, want := e.events(tk.id), []string{"WorkloadQueued", "WorkloadAdmitted"}; !slices.Equal(got, want) {
 			t.Fatalf("%s events = %v, want %v: nothing evicted", tk.id, got, want)

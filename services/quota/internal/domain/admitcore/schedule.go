@@ -173,7 +173,9 @@ func (s *State) assign(n *node, w *workload, u []int64, cache *availCache, short
 				if short != nil {
 					own := max(0, n.subtree[fr]-u[n.off+fr])
 					*short = append(*short, Shortage{
-						Flavor: fo.name, Resource: rg.res[k], Requested: q, Available: avail,
+						// Over its quota (shrunk or closed below its
+						// usage) a queue has nothing available, not less.
+						Flavor: fo.name, Resource: rg.res[k], Requested: q, Available: max(0, avail),
 						Nominal: n.nominal[fr], Borrowable: max(0, avail-own),
 					})
 				}
