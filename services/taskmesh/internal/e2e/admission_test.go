@@ -153,14 +153,14 @@ func TestWorkItsQueueCouldNeverAdmitIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	op, key := strings.TrimSpace(string(raw)), w.s.DemoAPIKey
-	if code, body, _ := w.call("PUT", "/api/v1/cluster-queues/qa-cq-p", op, `{"resourceGroups":[{"coveredResources":["nvidia.com/gpu"],
+	if code, body, _ := w.call("PUT", "/api/v1/cluster-queues/orphan-cq", op, `{"resourceGroups":[{"coveredResources":["nvidia.com/gpu"],
 		"flavors":[{"name":"default-flavor","resources":[{"name":"nvidia.com/gpu","nominalQuota":1}]}]}]}`); code != 200 {
 		t.Fatalf("put cluster queue = %d %v", code, body)
 	}
-	if code, body, _ := w.call("PUT", "/api/v1/local-queues/l-qa-cq-p", op, map[string]any{"cluster_queue": "qa-cq-p"}); code != 200 {
+	if code, body, _ := w.call("PUT", "/api/v1/local-queues/l-orphan-cq", op, map[string]any{"cluster_queue": "orphan-cq"}); code != 200 {
 		t.Fatalf("put local queue = %d %v", code, body)
 	}
-	if code, body, _ := w.call("DELETE", "/api/v1/cluster-queues/qa-cq-p", op, nil); code != 200 {
+	if code, body, _ := w.call("DELETE", "/api/v1/cluster-queues/orphan-cq", op, nil); code != 200 {
 		t.Fatalf("delete cluster queue = %d %v", code, body)
 	}
 	for _, c := range []struct {
@@ -169,8 +169,8 @@ func TestWorkItsQueueCouldNeverAdmitIsRefused(t *testing.T) {
 		says []string
 	}{
 		{"a queue whose cluster queue was deleted", map[string]any{"name": "orphan", "type": "shell", "command": "true",
-			"queue": "l-qa-cq-p", "resources": map[string]string{"nvidia.com/gpu": "1"}},
-			[]string{`queue "l-qa-cq-p": cluster queue qa-cq-p does not exist`}},
+			"queue": "l-orphan-cq", "resources": map[string]string{"nvidia.com/gpu": "1"}},
+			[]string{`queue "l-orphan-cq": cluster queue orphan-cq does not exist`}},
 		{"a resource its queue has no quota for", map[string]any{"name": "amd", "type": "shell", "command": "true",
 			"resources": map[string]string{"amd.com/gpu": "1"}},
 			[]string{"resources[amd.com/gpu]", `default queue "tenant-low-priority-queue"`, "has no quota for amd.com/gpu"}},

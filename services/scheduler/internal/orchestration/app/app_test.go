@@ -449,7 +449,7 @@ func TestCancelAfterTheLastMemberEndedIsRefused(t *testing.T) {
 	}
 }
 
-// The tester's DAG: a fails, its dependent b is cancelled, x still runs.
+// A DAG where a fails, its dependent b is cancelled, x still runs.
 // RetryTask of a (through RetryMember) re-runs a and brings b back; the
 // group follows both to the end and completes. Once it has ended, its
 // members are not run again and nothing changes.
