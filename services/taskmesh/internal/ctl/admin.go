@@ -116,28 +116,19 @@ func (a *app) tenantListCommand() *cobra.Command {
 				return usageErrorf(cmd, "--limit %d: want 1 to 1000", limit)
 			}
 			return a.adminCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
-				out := &adminv1.ListTenantsResponse{}
-				token := ""
-				for {
+				tenants, next, err := collectPages(all, func(token string) ([]*adminv1.Tenant, string, error) {
 					resp, err := c.admin.ListTenants(ctx, &adminv1.ListTenantsRequest{PageSize: int32(limit), PageToken: token})
-					if err != nil {
-						return nil, nil, err
-					}
-					out.Tenants = append(out.Tenants, resp.GetTenants()...)
-					out.NextPageToken, token = resp.GetNextPageToken(), resp.GetNextPageToken()
-					if !all || token == "" {
-						break
-					}
+					return resp.GetTenants(), resp.GetNextPageToken(), err
+				})
+				if err != nil {
+					return nil, nil, err
 				}
+				out := &adminv1.ListTenantsResponse{Tenants: tenants, NextPageToken: next}
 				return out, func(w io.Writer) error {
-					if err := writeTenants(w, out.GetTenants()...); err != nil {
+					if err := writeTenants(w, tenants...); err != nil {
 						return err
 					}
-					if out.GetNextPageToken() != "" {
-						_, err := fmt.Fprintln(w, "(more: use --all)")
-						return err
-					}
-					return nil
+					return writeMore(w, next)
 				}, nil
 			})
 		},

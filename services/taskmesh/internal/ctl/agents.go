@@ -131,29 +131,20 @@ func (a *app) agentListCommand() *cobra.Command {
 				return usageErrorf(cmd, "--limit %d: want 1 to 1000", limit)
 			}
 			return a.adminCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
-				out := &adminv1.ListAgentsResponse{}
-				token := ""
-				for {
+				agents, next, err := collectPages(all, func(token string) ([]*adminv1.Agent, string, error) {
 					resp, err := c.agents.ListAgents(ctx, &adminv1.ListAgentsRequest{TenantId: tenant, IncludeRevoked: revoked,
 						PageSize: int32(limit), PageToken: token})
-					if err != nil {
-						return nil, nil, err
-					}
-					out.Agents = append(out.Agents, resp.GetAgents()...)
-					out.NextPageToken, token = resp.GetNextPageToken(), resp.GetNextPageToken()
-					if !all || token == "" {
-						break
-					}
+					return resp.GetAgents(), resp.GetNextPageToken(), err
+				})
+				if err != nil {
+					return nil, nil, err
 				}
+				out := &adminv1.ListAgentsResponse{Agents: agents, NextPageToken: next}
 				return out, func(w io.Writer) error {
-					if err := writeAgents(w, out.GetAgents()...); err != nil {
+					if err := writeAgents(w, agents...); err != nil {
 						return err
 					}
-					if out.GetNextPageToken() != "" {
-						_, err := fmt.Fprintln(w, "(more: use --all)")
-						return err
-					}
-					return nil
+					return writeMore(w, next)
 				}, nil
 			})
 		},

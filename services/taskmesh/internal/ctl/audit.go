@@ -40,18 +40,15 @@ func (a *app) auditCommand() *cobra.Command {
 			}
 			req.PageSize = int32(limit)
 			return a.consumerCall(cmd, op, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
-				out := &auditv1.ListAuditLogsResponse{}
-				for {
+				logs, next, err := collectPages(all, func(token string) ([]*auditv1.AuditLog, string, error) {
+					req.PageToken = token
 					resp, err := c.audit.ListAuditLogs(ctx, &req)
-					if err != nil {
-						return nil, nil, err
-					}
-					out.AuditLogs = append(out.AuditLogs, resp.GetAuditLogs()...)
-					out.NextPageToken, req.PageToken = resp.GetNextPageToken(), resp.GetNextPageToken()
-					if !all || req.PageToken == "" {
-						break
-					}
+					return resp.GetAuditLogs(), resp.GetNextPageToken(), err
+				})
+				if err != nil {
+					return nil, nil, err
 				}
+				out := &auditv1.ListAuditLogsResponse{AuditLogs: logs, NextPageToken: next}
 				return out, func(w io.Writer) error { return writeAudit(w, out, verbosity) }, nil
 			})
 		},
@@ -89,9 +86,5 @@ func writeAudit(w io.Writer, r *auditv1.ListAuditLogsResponse, details bool) err
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if r.GetNextPageToken() != "" {
-		_, err := fmt.Fprintln(w, "(more: use --all)")
-		return err
-	}
-	return nil
+	return writeMore(w, r.GetNextPageToken())
 }

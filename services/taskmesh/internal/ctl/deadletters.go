@@ -63,18 +63,15 @@ func (a *app) deadLetterListCommand() *cobra.Command {
 			}
 			req.PageSize = int32(limit)
 			return a.adminCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
-				out := &deadletterv1.ListDeadLettersResponse{}
-				for {
+				parked, next, err := collectPages(all, func(token string) ([]*deadletterv1.DeadLetter, string, error) {
+					req.PageToken = token
 					resp, err := c.deadLetters.ListDeadLetters(ctx, &req)
-					if err != nil {
-						return nil, nil, err
-					}
-					out.DeadLetters = append(out.DeadLetters, resp.GetDeadLetters()...)
-					out.NextPageToken, req.PageToken = resp.GetNextPageToken(), resp.GetNextPageToken()
-					if !all || req.PageToken == "" {
-						break
-					}
+					return resp.GetDeadLetters(), resp.GetNextPageToken(), err
+				})
+				if err != nil {
+					return nil, nil, err
 				}
+				out := &deadletterv1.ListDeadLettersResponse{DeadLetters: parked, NextPageToken: next}
 				return out, func(w io.Writer) error { return writeDeadLetters(w, out) }, nil
 			})
 		},
@@ -97,11 +94,7 @@ func writeDeadLetters(w io.Writer, r *deadletterv1.ListDeadLettersResponse) erro
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if r.GetNextPageToken() != "" {
-		_, err := fmt.Fprintln(w, "(more: use --all)")
-		return err
-	}
-	return nil
+	return writeMore(w, r.GetNextPageToken())
 }
 
 func (a *app) deadLetterRetryCommand() *cobra.Command {

@@ -158,21 +158,20 @@ func (a *app) groupListCommand() *cobra.Command {
 				return usageErrorf(cmd, "--limit %d: want 1 to %d", limit, maxPageSize)
 			}
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
-				resp := &taskv1.ListTaskGroupsResponse{}
-				req := &taskv1.ListTaskGroupsRequest{Status: status, Mode: mode, PageSize: int32(limit)}
-				for {
-					page, err := c.groups.ListTaskGroups(ctx, req)
-					if err != nil {
-						return nil, nil, err
-					}
-					resp.Groups = append(resp.Groups, page.GetGroups()...)
-					resp.NextPageToken = page.GetNextPageToken()
-					if !all || page.GetNextPageToken() == "" {
-						break
-					}
-					req.PageToken = page.GetNextPageToken()
+				groups, next, err := collectPages(all, func(token string) ([]*taskv1.TaskGroup, string, error) {
+					page, err := c.groups.ListTaskGroups(ctx, &taskv1.ListTaskGroupsRequest{Status: status, Mode: mode, PageSize: int32(limit), PageToken: token})
+					return page.GetGroups(), page.GetNextPageToken(), err
+				})
+				if err != nil {
+					return nil, nil, err
 				}
-				return resp, func(w io.Writer) error { return writeGroupTable(w, resp.GetGroups()) }, nil
+				resp := &taskv1.ListTaskGroupsResponse{Groups: groups, NextPageToken: next}
+				return resp, func(w io.Writer) error {
+					if err := writeGroupTable(w, groups); err != nil {
+						return err
+					}
+					return writeMore(w, next)
+				}, nil
 			})
 		},
 	}

@@ -74,21 +74,17 @@ every acknowledged write.`,
 				return err
 			}
 			defer c.Close()
-			merged := &taskv1.ListTasksResponse{}
-			for {
+			tasks, next, err := collectPages(all, func(token string) ([]*taskv1.Task, string, error) {
 				ctx, cancel := a.call(cmd.Context())
+				defer cancel()
+				req.PageToken = token
 				resp, err := c.tasks.ListTasks(ctx, req)
-				cancel()
-				if err != nil {
-					return err
-				}
-				merged.Tasks = append(merged.Tasks, resp.GetTasks()...)
-				merged.NextPageToken = resp.GetNextPageToken()
-				if !all || resp.GetNextPageToken() == "" {
-					break
-				}
-				req.PageToken = resp.GetNextPageToken()
+				return resp.GetTasks(), resp.GetNextPageToken(), err
+			})
+			if err != nil {
+				return err
 			}
+			merged := &taskv1.ListTasksResponse{Tasks: tasks, NextPageToken: next}
 			out := cmd.OutOrStdout()
 			if format != formatTable {
 				return writeProto(out, format, merged)

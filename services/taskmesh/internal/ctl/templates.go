@@ -138,19 +138,14 @@ func (a *app) templateListCommand() *cobra.Command {
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
-				resp := &taskv1.ListTemplatesResponse{}
-				req := &taskv1.ListTemplatesRequest{Category: category, PageSize: maxPageSize}
-				for {
-					page, err := c.templates.ListTemplates(ctx, req)
-					if err != nil {
-						return nil, nil, err
-					}
-					resp.Templates = append(resp.Templates, page.GetTemplates()...)
-					if page.GetNextPageToken() == "" {
-						break
-					}
-					req.PageToken = page.GetNextPageToken()
+				templates, _, err := collectPages(true, func(token string) ([]*taskv1.TaskTemplate, string, error) {
+					page, err := c.templates.ListTemplates(ctx, &taskv1.ListTemplatesRequest{Category: category, PageSize: maxPageSize, PageToken: token})
+					return page.GetTemplates(), page.GetNextPageToken(), err
+				})
+				if err != nil {
+					return nil, nil, err
 				}
+				resp := &taskv1.ListTemplatesResponse{Templates: templates}
 				return resp, func(w io.Writer) error {
 					tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 					fmt.Fprintln(tw, "ID\tNAME\tCATEGORY\tVARIABLES")

@@ -116,18 +116,15 @@ func (a *app) deliveriesCommand() *cobra.Command {
 			}
 			req.PageSize = int32(limit)
 			return a.consumerCall(cmd, op, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
-				out := &webhookv1.ListWebhookDeliveriesResponse{}
-				for {
+				deliveries, next, err := collectPages(all, func(token string) ([]*webhookv1.WebhookDelivery, string, error) {
+					req.PageToken = token
 					resp, err := c.webhooks.ListWebhookDeliveries(ctx, &req)
-					if err != nil {
-						return nil, nil, err
-					}
-					out.Deliveries = append(out.Deliveries, resp.GetDeliveries()...)
-					out.NextPageToken, req.PageToken = resp.GetNextPageToken(), resp.GetNextPageToken()
-					if !all || req.PageToken == "" {
-						break
-					}
+					return resp.GetDeliveries(), resp.GetNextPageToken(), err
+				})
+				if err != nil {
+					return nil, nil, err
 				}
+				out := &webhookv1.ListWebhookDeliveriesResponse{Deliveries: deliveries, NextPageToken: next}
 				return out, func(w io.Writer) error { return writeDeliveries(w, out) }, nil
 			})
 		},
@@ -152,11 +149,7 @@ func writeDeliveries(w io.Writer, r *webhookv1.ListWebhookDeliveriesResponse) er
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if r.GetNextPageToken() != "" {
-		_, err := fmt.Fprintln(w, "(more: use --all)")
-		return err
-	}
-	return nil
+	return writeMore(w, r.GetNextPageToken())
 }
 
 var deliveryArgs = usageArgs(func(_ *cobra.Command, args []string) error {
