@@ -34,6 +34,14 @@ func TestConsoleAddressesAndGoneThingsInABrowser(t *testing.T) {
 	}
 	doomed := group("deleted-while-open")
 	long := group(strings.Repeat("G", 255))
+	// A fan-out's tasks share a group_id that no task group has; no agent
+	// serves these machines, so they stay pending.
+	code, fan, _ := w.call("POST", "/api/v1/tasks", key, map[string]any{"name": "fan", "type": "shell", "command": "true",
+		"targets": map[string]any{"machine_ids": []string{"console-fan-1", "console-fan-2"}}})
+	fanGroup, _ := fan["group_id"].(string)
+	if code != 200 || fanGroup == "" {
+		t.Fatalf("create fan-out: %d %v", code, fan)
+	}
 	cancelled := w.submit(key, map[string]any{"name": "cancelled-no-stream", "type": "shell", "command": "true", "machine_id": "console-edge-m"})
 	if code, resp, _ := w.call("POST", "/api/v1/tasks/"+cancelled+"/cancel", key, map[string]any{}); code != 200 {
 		t.Fatalf("cancel: %d %v", code, resp)
@@ -95,6 +103,31 @@ func TestConsoleAddressesAndGoneThingsInABrowser(t *testing.T) {
 	)
 	if actions {
 		t.Error("the deleted group's page still offers Start or Cancel")
+	}
+
+	// A fan-out's group is a view: Cancel is refused (404) while the group
+	// still reads, and the page stops offering what no route does.
+	var fanActions bool
+	var fanSays string
+	run("cancel a fan-out's group view", 40*time.Second,
+		chromedp.Navigate(w.s.HTTPURL+"/ui/#/groups/"+fanGroup),
+		poll(`(document.querySelector('[data-group-status]')||{}).textContent === 'running' && !document.querySelector('form[aria-label="Cancel the group"]').hidden`),
+		chromedp.Click(`#group-cancel`, chromedp.ByID),
+		poll(`document.querySelector('form[aria-label="Cancel the group"]').hidden`),
+		chromedp.Evaluate(`!document.getElementById('group-start').hidden || !document.querySelector('form[aria-label="Cancel the group"]').hidden`, &fanActions),
+		chromedp.Evaluate(`document.body.innerText`, &fanSays),
+	)
+	if fanActions || !strings.Contains(fanSays, "one by one") {
+		t.Errorf("after a refused cancel the fan-out's view offers actions: %v; says one by one: %v", fanActions, strings.Contains(fanSays, "one by one"))
+	}
+	if members, _ := w.group(key, fanGroup)["tasks"].([]any); len(members) != 2 {
+		t.Errorf("the fan-out's view after the refused cancel: %v", members)
+	} else {
+		for _, m := range members {
+			if st := m.(map[string]any)["status"]; st != "pending" {
+				t.Errorf("a fan-out's task after the refused cancel: %v, want it still pending", m)
+			}
+		}
 	}
 
 	// With every live stream blocked, the task page reads the task: its

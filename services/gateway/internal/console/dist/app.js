@@ -375,6 +375,7 @@ function groupDetail(main2, id, signal) {
     h("td", { "data-label": "Status" }, h("span", { className: "status " + m.status, "data-member-status": "" }, m.status)),
     h("td", { "data-label": "Task" }, m.task_id ? h("a", { href: `#/tasks/${encodeURIComponent(m.task_id)}`, "data-member-task": m.task_id }, m.task_id) : "not released yet")
   );
+  let view = false;
   const show = (g, all) => {
     title.textContent = g.name || id;
     status.textContent = g.status;
@@ -390,8 +391,8 @@ function groupDetail(main2, id, signal) {
       ...fact("Ended", when(g.ended_at))
     );
     say(message, g.error ?? "", Boolean(g.error));
-    start.hidden = !startable.has(g.status);
-    cancelForm.hidden = !cancellable.has(g.status);
+    start.hidden = view || !startable.has(g.status);
+    cancelForm.hidden = view || !cancellable.has(g.status);
     const tasks = g.tasks ?? [];
     if (all) known.clear();
     for (const m of tasks) known.set(m.id, m);
@@ -450,6 +451,11 @@ function groupDetail(main2, id, signal) {
       say(actionMsg, `${what} failed. ${describe(err)}`, true);
       try {
         await read();
+        if (err instanceof APIError && err.status === 404) {
+          view = true;
+          start.hidden = cancelForm.hidden = true;
+          say(actionMsg, "These tasks share a group id but form no task group (a fan-out's, say): they cannot be started or cancelled together. Cancel them one by one on their pages.", true);
+        }
       } catch (again) {
         if (again instanceof APIError && again.status === 404) gone();
       }

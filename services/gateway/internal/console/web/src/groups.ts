@@ -125,6 +125,12 @@ function groupDetail(main: HTMLElement, id: string, signal: AbortSignal): void {
     );
   // show draws the group; with all, its tasks are every member (a
   // snapshot, an answer), else the members that changed.
+  // view: the id names no task group but tasks that share it as their
+  // group_id (a fan-out's); the API shows them as a group that no route
+  // changes (docs/api/task-groups.md, "Fan-outs as groups"). Nothing in
+  // the answer says so: an action refused with 404 while the group still
+  // reads is how the page learns it.
+  let view = false;
   const show = (g: any, all: boolean) => {
     title.textContent = g.name || id;
     status.textContent = g.status;
@@ -140,8 +146,8 @@ function groupDetail(main: HTMLElement, id: string, signal: AbortSignal): void {
       ...fact("Ended", when(g.ended_at)),
     );
     say(message, g.error ?? "", Boolean(g.error));
-    start.hidden = !startable.has(g.status);
-    cancelForm.hidden = !cancellable.has(g.status);
+    start.hidden = view || !startable.has(g.status);
+    cancelForm.hidden = view || !cancellable.has(g.status);
     const tasks: any[] = g.tasks ?? [];
     if (all) known.clear();
     for (const m of tasks) known.set(m.id, m);
@@ -205,6 +211,12 @@ function groupDetail(main: HTMLElement, id: string, signal: AbortSignal): void {
       say(actionMsg, `${what} failed. ${describe(err)}`, true);
       try {
         await read();
+        if (err instanceof APIError && err.status === 404) {
+          view = true;
+          start.hidden = cancelForm.hidden = true;
+          say(actionMsg, "These tasks share a group id but form no task group (a fan-out's, say): " +
+            "they cannot be started or cancelled together. Cancel them one by one on their pages.", true);
+        }
       } catch (again) {
         // Otherwise the refusal is what the page says.
         if (again instanceof APIError && again.status === 404) gone();
