@@ -81,28 +81,36 @@ func partialUpdates(next http.Handler) http.Handler {
 }
 
 // fillUpdateMask names, in r's update_mask query parameter, the paths u
-// reads from body, beside those the client put in the query itself. A body
-// that is not a JSON object names nothing (the route then reports it).
+// reads from body, beside those the client put in the query itself (an
+// empty one names nothing). A body that is not a JSON object names nothing
+// (the route then reports it).
 func fillUpdateMask(r *http.Request, u updateRoute, body []byte) {
+	var paths []string
 	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil || m == nil {
-		return
-	}
-	paths := u.paths(m)
-	if len(paths) == 0 {
-		return
+	if json.Unmarshal(body, &m) == nil && m != nil {
+		paths = u.paths(m)
 	}
 	q := r.URL.Query()
+	if len(paths) == 0 && !q.Has("update_mask") && !q.Has("updateMask") {
+		return
+	}
 	// The query may name the mask by its JSON name too; both become the
-	// one parameter, or the route would read the field twice.
+	// one parameter, or the route would read the field twice. An empty
+	// value (`?update_mask=`) names nothing.
 	for _, name := range []string{"update_mask", "updateMask"} {
 		for _, given := range q[name] {
-			paths = append(paths, strings.Split(given, ",")...)
+			for _, path := range strings.Split(given, ",") {
+				if path != "" {
+					paths = append(paths, path)
+				}
+			}
 		}
 		q.Del(name)
 	}
-	slices.Sort(paths)
-	q.Set("update_mask", strings.Join(slices.Compact(paths), ","))
+	if len(paths) > 0 {
+		slices.Sort(paths)
+		q.Set("update_mask", strings.Join(slices.Compact(paths), ","))
+	}
 	r.URL.RawQuery = q.Encode()
 }
 

@@ -125,4 +125,12 @@ func TestTemplateUpdateChangesWhatTheBodyGives(t *testing.T) {
 		t.Fatalf("PUT ?updateMask=description: %d %v", code, resp)
 	}
 	same("after the PUT ?updateMask=description", before, get(), "description")
+	// An empty mask in the query names nothing: the body says what changes.
+	before = get()
+	for _, q := range []string{"update_mask=", "updateMask=", "update_mask=,"} {
+		if code, resp, _ = w.call("PUT", "/api/v1/templates/put-me?"+q, key, `{"description": "from `+q+`"}`); code != 200 || resp["description"] != "from "+q {
+			t.Fatalf("PUT ?%s: %d %v", q, code, resp)
+		}
+		same("after the PUT ?"+q, before, get(), "description")
+	}
 }
