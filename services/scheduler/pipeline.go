@@ -19,6 +19,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/outbox"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/sibling"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/adapters/images"
 	pipelinepg "github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/adapters/postgres"
 	pipelineapp "github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/app"
 	pipelinedomain "github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/domain"
@@ -170,7 +171,7 @@ func newPipeline(cfg Config, tasks pipelineapp.Tasks, log *slog.Logger) (*pipeli
 	relay := outbox.New(pc.DB, outbox.Config{Name: "pipeline", Topic: pc.Topic, Partitions: cfg.Partitions, Kafka: cfg.Kafka, Logger: log})
 	store := &pipelinepg.Store{DB: pc.DB, AfterCommit: relay.Notify}
 	a := pipelineapp.New(pipelineapp.Config{Tasks: tasks, Jobs: store, Uploads: store, Objects: cfg.Objects,
-		Worker: pc.Worker, Stages: stages, UploadLimits: limits, MaxOutputBytes: pc.MaxOutputBytes, UploadTTL: pc.UploadTTL,
+		Worker: pc.Worker, Stages: stages, CheckImage: images.Check, UploadLimits: limits, MaxOutputBytes: pc.MaxOutputBytes, UploadTTL: pc.UploadTTL,
 		Now: cfg.Now, Log: log.With("component", "pipeline")})
 	return &pipeline{app: a, relay: relay, db: pc.DB, sweep: pc.SweepInterval, uploadSweep: pc.UploadSweepInterval}, nil
 }

@@ -200,6 +200,12 @@ var (
 
 func pngDataURI(t *testing.T, w, h int, alpha bool) string {
 	t.Helper()
+	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(pngImage(t, w, h, alpha))
+}
+
+// pngImage is a white w×h PNG, with one translucent pixel when alpha.
+func pngImage(t *testing.T, w, h int, alpha bool) []byte {
+	t.Helper()
 	img := image.NewNRGBA(image.Rect(0, 0, w, h))
 	for i := range img.Pix {
 		img.Pix[i] = 0xff
@@ -211,7 +217,7 @@ func pngDataURI(t *testing.T, w, h int, alpha bool) string {
 	if err := png.Encode(&buf, img); err != nil {
 		t.Fatal(err)
 	}
-	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(buf.Bytes())
+	return buf.Bytes()
 }
 
 func TestVideoGenerationAPI(t *testing.T) {

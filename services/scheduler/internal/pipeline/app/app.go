@@ -119,6 +119,9 @@ type Config struct {
 	// arguments follow ("run", "--stage", …).
 	Worker []string
 	Stages map[domain.Stage]StageConfig
+	// CheckImage judges a whole reference image upload (the images
+	// adapter decodes it); nil leaves it judged by its first bytes only.
+	CheckImage func([]byte) error
 	// UploadLimits bound uploads by kind (DefaultUploadLimits for a
 	// missing kind).
 	UploadLimits map[domain.Kind]int64

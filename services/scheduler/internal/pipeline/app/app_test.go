@@ -463,3 +463,39 @@ func TestANextStageTheSchedulerRefusesFailsTheJob(t *testing.T) {
 		t.Errorf("%+v", got)
 	}
 }
+
+// A reference image is read whole and judged by Config.CheckImage before
+// anything is stored; the body stored is the one judged, and one above
+// the limit is refused as too large without being judged.
+func TestUploadJudgesAReferenceImageWhole(t *testing.T) {
+	var judged []int
+	h := newHarness(t, func(c *app.Config) {
+		c.UploadLimits = map[domain.Kind]int64{domain.KindRefImage: 200 << 10}
+		c.CheckImage = func(b []byte) error {
+			judged = append(judged, len(b))
+			if !bytes.HasSuffix(b, []byte("IEND")) {
+				return domain.Invalid("file", "is not a whole png image: unexpected EOF")
+			}
+			return nil
+		}
+	})
+	// Larger than the peek at its start, so the whole of it must be read.
+	whole := append(append(bytes.Clone(pngImage), make([]byte, 150<<10)...), "IEND"...)
+	u := h.upload(user("acme"), "ref_image", "whole.png", whole)
+	if stored := h.readObject(u.Key); !bytes.Equal(stored, whole) {
+		t.Fatalf("stored %d bytes, want the %d judged", len(stored), len(whole))
+	}
+	if _, err := h.app.Upload(h.ctx, user("acme"), "ref_image", "cut.png", bytes.NewReader(whole[:len(whole)-4])); !isInvalid(err, "file") ||
+		!strings.Contains(err.Error(), "unexpected EOF") {
+		t.Errorf("a cut image: %v, want the checker's reason", err)
+	}
+	if _, err := h.app.Upload(h.ctx, user("acme"), "ref_image", "big.png", bytes.NewReader(append(bytes.Clone(whole), make([]byte, 60<<10)...))); !errors.Is(err, app.ErrTooLarge) {
+		t.Errorf("an image above the limit: %v, want ErrTooLarge", err)
+	}
+	if want := []int{len(whole), len(whole) - 4}; !slices.Equal(judged, want) {
+		t.Errorf("judged bodies of %v bytes, want %v", judged, want)
+	}
+	if n := len(h.store.uploads); n != 1 {
+		t.Errorf("%d uploads recorded, want the whole image's only", n)
+	}
+}

@@ -26,7 +26,8 @@ var contentTypes = map[domain.Kind]string{
 // Upload streams body into the object store as an input of kind for c's
 // tenant and returns it. The content is judged by its first bytes before
 // anything is stored (a quant archive also by its end: a zip ends with
-// its central directory); a body above the kind's limit is ErrTooLarge.
+// its central directory; a reference image by Config.CheckImage); a body
+// above the kind's limit is ErrTooLarge.
 // Nothing is kept when it is refused.
 func (a *App) Upload(ctx context.Context, c sched.Caller, kind, filename string, body io.Reader) (Upload, error) {
 	tenant, err := tenantOf(c)
@@ -50,6 +51,22 @@ func (a *App) Upload(ctx context.Context, c sched.Caller, kind, filename string,
 	if err := k.CheckStart(head); err != nil {
 		return Upload{}, err
 	}
+	// A reference image (at most its kind's limit, 32 MiB by default) is
+	// read whole and decoded before anything is stored.
+	var src io.Reader = in
+	if k == domain.KindRefImage && a.cfg.CheckImage != nil {
+		whole, err := io.ReadAll(in)
+		switch {
+		case errors.Is(err, ErrTooLarge):
+			return Upload{}, tooLarge
+		case err != nil:
+			return Upload{}, err
+		}
+		if err := a.cfg.CheckImage(whole); err != nil {
+			return Upload{}, err
+		}
+		src = bytes.NewReader(whole)
+	}
 	u := Upload{Key: "uploads/" + uuid.NewString() + "/" + domain.UploadName(k, filename), TenantID: tenant, Kind: k,
 		Name: domain.UploadName(k, filename), CreatedAt: a.now()}
 	h := sha256.New()
@@ -58,7 +75,7 @@ func (a *App) Upload(ctx context.Context, c sched.Caller, kind, filename string,
 	if k == domain.KindQuant {
 		seen = io.MultiWriter(h, tail)
 	}
-	info, err := a.cfg.Objects.Put(ctx, u.Key, io.TeeReader(in, seen), -1, contentTypes[k])
+	info, err := a.cfg.Objects.Put(ctx, u.Key, io.TeeReader(src, seen), -1, contentTypes[k])
 	if err != nil {
 		a.remove(ctx, u.Key)
 		if errors.Is(err, ErrTooLarge) {
