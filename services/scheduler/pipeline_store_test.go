@@ -29,7 +29,7 @@ func TestPipelineStoreKeepsJobsAsTheFoldOfTheirEvents(t *testing.T) {
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	ids := []string{"00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"}
 	for _, id := range ids {
-		if _, err := s.Create(ctx, domain.Submit(at, id, "acme", "key-1", domain.Inputs{Model: domain.ModelObject(id),
+		if _, err := s.Create(ctx, domain.Submit(at, id, "acme", "key-1", "", domain.Inputs{Model: domain.ModelObject(id),
 			Quant: domain.QuantObject(id), RefImages: []string{domain.RefImageObject(id, 0, "cat.png")}},
 			domain.InputKeys{Model: "uploads/m", Quant: "uploads/q"})); err != nil {
 			t.Fatal(err)

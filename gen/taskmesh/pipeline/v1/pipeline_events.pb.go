@@ -39,6 +39,9 @@ type JobEvent struct {
 	TraceContext map[string]string `protobuf:"bytes,6,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Who caused the event: the submitting user, or "pipeline".
 	Actor string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The address the actor's request came from, as the gateway saw it;
+	// empty when no client caused the event (the pipeline's process manager).
+	ActorIp string `protobuf:"bytes,8,opt,name=actor_ip,json=actorIp,proto3" json:"actor_ip,omitempty"`
 	// Types that are valid to be assigned to Event:
 	//
 	//	*JobEvent_Submitted
@@ -126,6 +129,13 @@ func (x *JobEvent) GetTraceContext() map[string]string {
 func (x *JobEvent) GetActor() string {
 	if x != nil {
 		return x.Actor
+	}
+	return ""
+}
+
+func (x *JobEvent) GetActorIp() string {
+	if x != nil {
+		return x.ActorIp
 	}
 	return ""
 }
@@ -548,7 +558,7 @@ var File_taskmesh_pipeline_v1_pipeline_events_proto protoreflect.FileDescriptor
 
 const file_taskmesh_pipeline_v1_pipeline_events_proto_rawDesc = "" +
 	"\n" +
-	"*taskmesh/pipeline/v1/pipeline_events.proto\x12\x14taskmesh.pipeline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\"\xf9\x05\n" +
+	"*taskmesh/pipeline/v1/pipeline_events.proto\x12\x14taskmesh.pipeline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ftaskmesh/event/v1/options.proto\"\x94\x06\n" +
 	"\bJobEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
 	"\faggregate_id\x18\x02 \x01(\tR\vaggregateId\x12\x18\n" +
@@ -557,7 +567,8 @@ const file_taskmesh_pipeline_v1_pipeline_events_proto_rawDesc = "" +
 	"occurredAt\x12\x1b\n" +
 	"\ttenant_id\x18\x05 \x01(\tR\btenantId\x12U\n" +
 	"\rtrace_context\x18\x06 \x03(\v20.taskmesh.pipeline.v1.JobEvent.TraceContextEntryR\ftraceContext\x12\x14\n" +
-	"\x05actor\x18\a \x01(\tR\x05actor\x12B\n" +
+	"\x05actor\x18\a \x01(\tR\x05actor\x12\x19\n" +
+	"\bactor_ip\x18\b \x01(\tR\aactorIp\x12B\n" +
 	"\tsubmitted\x18\n" +
 	" \x01(\v2\".taskmesh.pipeline.v1.JobSubmittedH\x00R\tsubmitted\x12I\n" +
 	"\fstage_queued\x18\v \x01(\v2$.taskmesh.pipeline.v1.JobStageQueuedH\x00R\vstageQueued\x12E\n" +

@@ -35,6 +35,17 @@ func TestPipelineJobCompletesAndStreamsItsStages(t *testing.T) {
 		t.Fatalf("create: %d %v", code, out)
 	}
 	id := out["job_id"].(string)
+	// The submission is audited with the client's address, as every change
+	// a client made is (docs/api/audit.md).
+	var created []any
+	waitFor(t, 30*time.Second, "job.created in the audit log", func() bool {
+		_, body, _ := w.call(http.MethodGet, "/api/v1/audit-logs?resource=job&action=created&resource_id="+id, key, nil)
+		created, _ = body["audit_logs"].([]any)
+		return len(created) == 1
+	})
+	if e := created[0].(map[string]any); e["action"] != "job.created" || e["ip"] != "127.0.0.1" || e["user_id"] == "" {
+		t.Errorf("the job's audit entry = %v, want job.created by its key from 127.0.0.1", e)
+	}
 
 	frames := w.follow(key, "/jobs/"+id+"/events", 2*time.Minute)
 	if len(frames) < 4 {

@@ -87,6 +87,11 @@ func TestCreateJobCopiesInputsAndQueuesTheONNXStage(t *testing.T) {
 	if len(j.ID) != 36 || j.ID[14] != '4' {
 		t.Errorf("job id %q is not a UUID v4", j.ID)
 	}
+	// The submission records who sent it and from where (the audit log's
+	// job.created shows both).
+	if rs := h.store.records[j.ID]; len(rs) == 0 || rs[0].Actor != "key-acme" || rs[0].IP != "192.0.2.10" {
+		t.Errorf("the submission's record: %+v, want actor key-acme from 192.0.2.10", rs)
+	}
 	want := domain.Inputs{Model: "jobs/" + j.ID + "/input/model.onnx", Quant: "jobs/" + j.ID + "/input/quant.zip",
 		RefImages: []string{"jobs/" + j.ID + "/input/ref_images/01-cat.png", "jobs/" + j.ID + "/input/ref_images/02-dog.jpg"}}
 	if !reflect.DeepEqual(j.Inputs, want) {
@@ -308,7 +313,7 @@ func TestTheSweepCatchesUpOnWhatWasNotObserved(t *testing.T) {
 func TestTheSweepQueuesAStageRecordedWithoutItsTask(t *testing.T) {
 	h := newHarness(t)
 	// A job recorded just before a crash: no stage task yet.
-	j, err := h.store.Create(h.ctx, domain.Submit(time.Now(), "00000000-0000-4000-8000-00000000000a", "acme", "key-acme",
+	j, err := h.store.Create(h.ctx, domain.Submit(time.Now(), "00000000-0000-4000-8000-00000000000a", "acme", "key-acme", "",
 		domain.Inputs{Model: "jobs/x/input/model.onnx", Quant: "jobs/x/input/quant.zip"}, domain.InputKeys{}))
 	if err != nil {
 		t.Fatal(err)

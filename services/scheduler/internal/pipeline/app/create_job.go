@@ -66,7 +66,7 @@ func (a *App) CreateJob(ctx context.Context, c sched.Caller, r domain.JobRequest
 	if err := a.copyInputs(ctx, copies); err != nil {
 		return domain.Job{}, err
 	}
-	job, err := a.cfg.Jobs.Create(ctx, domain.Submit(a.now(), id, tenant, c.Subject, inputs,
+	job, err := a.cfg.Jobs.Create(ctx, domain.Submit(a.now(), id, tenant, c.Subject, c.IP, inputs,
 		domain.InputKeys{Model: r.ModelKey, Quant: r.QuantKey, RefImages: r.RefImageKeys}))
 	if err != nil {
 		for _, obj := range copies {

@@ -223,7 +223,7 @@ func (h *harness) run(interval time.Duration) {
 }
 
 func user(tenant string) sched.Caller {
-	return sched.Caller{Tenant: tenant, Subject: "key-" + tenant, Tier: "standard"}
+	return sched.Caller{Tenant: tenant, Subject: "key-" + tenant, IP: "192.0.2.10", Tier: "standard"}
 }
 
 // Files good enough for each kind's check.

@@ -7,10 +7,10 @@ import (
 	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 )
 
-// Submit records a new job whose inputs are in place; it starts in its
-// ONNX stage.
-func Submit(now time.Time, id, tenant, actor string, inputs Inputs, keys InputKeys) []Record {
-	return []Record{{Event: Submitted{ID: id, TenantID: tenant, Inputs: inputs, Keys: keys}, At: now, Actor: actor}}
+// Submit records a new job whose inputs are in place, submitted by actor
+// from address ip; it starts in its ONNX stage.
+func Submit(now time.Time, id, tenant, actor, ip string, inputs Inputs, keys InputKeys) []Record {
+	return []Record{{Event: Submitted{ID: id, TenantID: tenant, Inputs: inputs, Keys: keys}, At: now, Actor: actor, IP: ip}}
 }
 
 // current reports whether the job is in stage s and not done.

@@ -11,7 +11,7 @@ import (
 var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 
 func submitted() Job {
-	return Fold(Submit(t0, "j1", "acme", "key_1",
+	return Fold(Submit(t0, "j1", "acme", "key_1", "10.0.0.7",
 		Inputs{Model: ModelObject("j1"), Quant: QuantObject("j1")}, InputKeys{Model: "uploads/a/model.onnx", Quant: "uploads/b/quant.zip"}))
 }
 

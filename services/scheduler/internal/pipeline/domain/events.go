@@ -10,6 +10,9 @@ type Record struct {
 	Event Event
 	At    time.Time
 	Actor string
+	// IP is the address the actor's request came from, as the gateway saw
+	// it; empty when no client caused the event.
+	IP string
 }
 
 type (

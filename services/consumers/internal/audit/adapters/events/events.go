@@ -183,13 +183,14 @@ type envelope interface {
 	GetVersion() int64
 	GetTenantId() string
 	GetActor() string
+	GetActorIp() string
 }
 
 // TaskEntry converts a task event; ok is false for one not audited.
 func TaskEntry(ev *taskv1.TaskEvent) (e domain.Entry, ok bool, err error) {
 	e, ok, err = entry(ev, taskRules)
 	if ok {
-		e.ResourceID, e.IP = pg.CleanText(ev.GetAggregateId()), pg.CleanText(ev.GetActorIp())
+		e.ResourceID = pg.CleanText(ev.GetAggregateId())
 	}
 	return e, ok, err
 }
@@ -204,7 +205,7 @@ func QuotaEntry(ev *quotav1.QuotaEvent) (e domain.Entry, ok bool, err error) {
 		if _, id, cut := strings.Cut(agg, "/"); cut {
 			agg = id
 		}
-		e.ResourceID, e.IP = pg.CleanText(agg), pg.CleanText(ev.GetActorIp())
+		e.ResourceID = pg.CleanText(agg)
 	}
 	return e, ok, err
 }
@@ -219,7 +220,7 @@ func OrchestrationEntry(ev *taskv1.OrchestrationEvent) (e domain.Entry, ok bool,
 		if e.Resource == "template" {
 			id = strings.TrimPrefix(id, "template/"+ev.GetTenantId()+"/")
 		}
-		e.ResourceID, e.IP = pg.CleanText(id), pg.CleanText(ev.GetActorIp())
+		e.ResourceID = pg.CleanText(id)
 	}
 	return e, ok, err
 }
@@ -244,7 +245,7 @@ func AdminEntry(ev *adminv1.AdminEvent) (e domain.Entry, ok bool, err error) {
 		if _, id, cut := strings.Cut(agg, "/"); cut {
 			agg = id
 		}
-		e.ResourceID, e.IP = pg.CleanText(agg), pg.CleanText(ev.GetActorIp())
+		e.ResourceID = pg.CleanText(agg)
 	}
 	return e, ok, err
 }
@@ -279,7 +280,7 @@ func entry(ev envelope, rules map[string]rule) (domain.Entry, bool, error) {
 			ts.Get(ts.Descriptor().Fields().ByName("nanos")).Int()).UTC()
 	}
 	e := domain.Entry{ID: pg.CleanText(ev.GetEventId()), At: at, Version: ev.GetVersion(), TenantID: pg.CleanText(ev.GetTenantId()), Action: r.action,
-		Resource: r.resource, UserID: pg.CleanText(ev.GetActor()), Details: pg.CleanText(string(b))}
+		Resource: r.resource, UserID: pg.CleanText(ev.GetActor()), IP: pg.CleanText(ev.GetActorIp()), Details: pg.CleanText(string(b))}
 	if r.machine != "" {
 		if v, ok := field(event, r.machine); ok {
 			e.MachineID, _ = v.(string)

@@ -172,6 +172,14 @@ func TestPipelineEntry(t *testing.T) {
 	if err != nil || !ok || e != want {
 		t.Errorf("job failed:\n got  %+v (%v, %v)\n want %+v", e, ok, err, want)
 	}
+	// A submission records the client's address.
+	e, ok, err = PipelineEntry(&pipelinev1.JobEvent{EventId: "ev-s", AggregateId: "job-1", TenantId: "acme", Actor: "key-1", ActorIp: "192.0.2.10",
+		OccurredAt: timestamppb.New(at), Event: &pipelinev1.JobEvent_Submitted{Submitted: &pipelinev1.JobSubmitted{ModelKey: "uploads/m", QuantKey: "uploads/q"}}})
+	want = domain.Entry{ID: "ev-s", At: at, TenantID: "acme", Action: "job.created", Resource: "job", ResourceID: "job-1", UserID: "key-1",
+		IP: "192.0.2.10", Details: `{"model_key":"uploads/m","quant_key":"uploads/q"}`}
+	if err != nil || !ok || e != want {
+		t.Errorf("job created:\n got  %+v (%v, %v)\n want %+v", e, ok, err, want)
+	}
 	if _, ok, err := PipelineEntry(&pipelinev1.JobEvent{Event: &pipelinev1.JobEvent_Progressed{Progressed: &pipelinev1.JobProgressed{}}}); ok || err != nil {
 		t.Errorf("a progress report is audited: %v %v", ok, err)
 	}

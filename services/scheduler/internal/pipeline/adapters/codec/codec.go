@@ -17,7 +17,7 @@ import (
 // Envelope builds the topic envelope of one recorded event.
 func Envelope(eventID, jobID, tenantID string, version int64, r domain.Record, trace map[string]string) (*pipelinev1.JobEvent, error) {
 	env := &pipelinev1.JobEvent{EventId: eventID, AggregateId: jobID, Version: version, TenantId: tenantID,
-		OccurredAt: timestamppb.New(r.At), TraceContext: trace, Actor: r.Actor}
+		OccurredAt: timestamppb.New(r.At), TraceContext: trace, Actor: r.Actor, ActorIp: r.IP}
 	switch e := r.Event.(type) {
 	case domain.Submitted:
 		env.Event = &pipelinev1.JobEvent_Submitted{Submitted: &pipelinev1.JobSubmitted{
@@ -51,7 +51,7 @@ func Marshal(eventID, jobID, tenantID string, version int64, r domain.Record, tr
 // Record reads the domain record out of an envelope. The job id and
 // tenant of Submitted are the envelope's.
 func Record(env *pipelinev1.JobEvent) (domain.Record, error) {
-	r := domain.Record{At: env.GetOccurredAt().AsTime(), Actor: env.GetActor()}
+	r := domain.Record{At: env.GetOccurredAt().AsTime(), Actor: env.GetActor(), IP: env.GetActorIp()}
 	switch e := env.GetEvent().(type) {
 	case *pipelinev1.JobEvent_Submitted:
 		s := e.Submitted

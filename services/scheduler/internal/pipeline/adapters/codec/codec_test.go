@@ -23,7 +23,7 @@ func TestEveryEventRoundTrips(t *testing.T) {
 	}
 	covered := map[string]bool{}
 	for _, e := range events {
-		r := domain.Record{Event: e, At: at, Actor: "pipeline"}
+		r := domain.Record{Event: e, At: at, Actor: "key-1", IP: "10.0.0.7"}
 		payload, err := Marshal("00000000-0000-4000-8000-000000000001", "j1", "acme", 3, r, map[string]string{"traceparent": "x"})
 		if err != nil {
 			t.Fatalf("%T: %v", e, err)
