@@ -579,6 +579,12 @@ type Marshaler struct {
 	// takes them back in that form (the task API's size_bytes), while
 	// its counts, seconds and priorities are numbers.
 	StrictInt32 bool
+	// PathErrors names a value of the wrong type, a key of no field and a
+	// value of the wrong shape by the field's path in the body, then says
+	// what is wrong (`parameters.seed: must be an integer, not the string
+	// "abc"`, `webhook.secret: unknown field`): for an API whose messages
+	// all begin with the path (the video API).
+	PathErrors bool
 }
 
 // Marshal writes v: a proto message as Options.Marshal does, anything

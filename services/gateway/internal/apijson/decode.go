@@ -110,6 +110,11 @@ func (m *Marshaler) namingDecoder(r io.Reader) runtime.Decoder {
 		// Positions count from the value being decoded, which is the
 		// body's first only on the first call (a handler makes one).
 		if decodes == 1 {
+			if m.PathErrors {
+				if msg, renamed := pathMessage(err.Error(), desc, body.Bytes()); renamed {
+					return &decodeError{msg: msg, err: err}
+				}
+			}
 			if msg, renamed := mapValueName(err.Error(), desc, body.Bytes()); renamed {
 				return &decodeError{msg: msg, err: err}
 			}

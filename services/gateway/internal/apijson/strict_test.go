@@ -178,3 +178,31 @@ func TestMayHoldNumberString(t *testing.T) {
 		}
 	}
 }
+
+// With PathErrors, a value of the wrong type or shape and a key of no
+// field are named by their path in the body, then what is wrong, in the
+// form of the API's other messages; the string-integer check keeps its
+// wording, which is the same.
+func TestPathErrorsNameTheFieldByItsPath(t *testing.T) {
+	m := &Marshaler{JSONPb: runtime.JSONPb{}, StrictIntegers: true, PathErrors: true}
+	for _, tt := range []struct{ body, want string }{
+		{`{"parameters": {"seed": "10"}}`, `parameters.seed: must be an integer, not the string "10"`},
+		{`{"parameters": {"seed": "abc"}}`, `parameters.seed: must be an integer, not the string "abc"`},
+		{`{"parameters": {"seed": true}}`, `parameters.seed: must be an integer, not true`},
+		{`{"parameters": {"seed": 1.5}}`, `parameters.seed: must be an integer, not 1.5`},
+		{`{"parameters": {"watermark": 1}}`, `parameters.watermark: must be true or false, not 1`},
+		{"{\n  \"model\": \"m\",\n  \"input\": {\"prompt\": 5}\n}", `input.prompt: must be a string, not 5`},
+		{`{"input": {"prompt": {"text": "x"}}}`, `input.prompt: must be a string, not an object`},
+		{`{"input": {"prompt": ["x"]}}`, `input.prompt: must be a string, not a list`},
+		{`{"webhook": {"url": 5}}`, `webhook.url: must be a string, not 5`},
+		{`{"webhook": {"url": "https://x", "secret": "s"}}`, `webhook.secret: unknown field`},
+		{`{"input": {"prompt": "x", "bar": 1}}`, `input.bar: unknown field`},
+		{`{"model": "m", "size": "1280*720"}`, `size: unknown field`},
+		{`{"parameters": "fast"}`, `parameters: must be an object, not the string "fast"`},
+	} {
+		err := m.NewDecoder(strings.NewReader(tt.body)).Decode(&videov1.CreateVideoGenerationRequest{})
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%s: %v, want %q", tt.body, err, tt.want)
+		}
+	}
+}

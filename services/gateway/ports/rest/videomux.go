@@ -30,7 +30,7 @@ const maxVideoBodyBytes = 15 << 20
 var videoMarshaler = &apijson.Marshaler{JSONPb: runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-}, StrictIntegers: true}
+}, StrictIntegers: true, PathErrors: true}
 
 // newVideoMux returns the generated REST mux of the video API, with the
 // same header rules and error handlers as the task API's (the error writer

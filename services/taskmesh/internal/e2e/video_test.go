@@ -383,7 +383,11 @@ func TestVideoGenerationAPI(t *testing.T) {
 			"seed as a string":  {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"seed": "10"}}, "parameters.seed: must be an integer"},
 			"video_count 2":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"video_count": 2}}, "parameters.video_count"},
 			"duration a string": {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"duration": "5"}}, "parameters.duration: must be an integer"},
-			"unknown field":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "size": "1280*720"}, "size"},
+			"unknown field":     {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "size": "1280*720"}, "size: unknown field"},
+			"seed not a number": {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"seed": "abc"}}, `parameters.seed: must be an integer, not the string "abc"`},
+			"watermark 1":       {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "parameters": map[string]any{"watermark": 1}}, "parameters.watermark: must be true or false, not 1"},
+			"prompt a number":   {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": 5}}, "input.prompt: must be a string, not 5"},
+			"webhook secret":    {map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "x"}, "webhook": map[string]any{"url": "https://example.com/h", "secret": "s"}}, "webhook.secret: unknown field"},
 			"malformed JSON":    {`{"model":`, ""},
 			"data after JSON":   {`{"model": "wan2.2-t2v", "input": {"prompt": "x"}} xyz`, "unexpected data after"},
 		}
