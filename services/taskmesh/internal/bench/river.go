@@ -35,11 +35,26 @@ const riverInsertBatch = 5_000
 // client.Start has returned and stops at the last completion reported by
 // River's event subscription (which counts a job only once its completion
 // is recorded). It returns jobs/s.
+//
+// Its database is dropped afterwards and the server checkpointed: the
+// peer's dead rows and dirty pages would otherwise be vacuumed and written
+// out during whatever Taskmesh measures next, and the submit → start tail
+// measured after the peer would be the peer's cleanup (docs/operations.md,
+// "Benchmarks on one machine").
 func riverPeer(ctx context.Context, env *env, n, run int) (float64, error) {
 	db := fmt.Sprintf("river%d", run)
 	if err := env.createDatabase(ctx, db); err != nil {
 		return 0, err
 	}
+	rate, err := riverWork(ctx, env, db, n)
+	if err != nil {
+		return 0, err
+	}
+	return rate, env.dropDatabase(ctx, db)
+}
+
+// riverWork runs River on database db until n jobs completed, and stops it.
+func riverWork(ctx context.Context, env *env, db string, n int) (float64, error) {
 	pool, err := openRiverPool(ctx, env.server.URL(db))
 	if err != nil {
 		return 0, err
