@@ -421,8 +421,20 @@ func Rows(sums []Sum, p Prices) ([]Row, Row) {
 	}
 	rows := make([]Row, 0, len(byKey))
 	for _, r := range byKey {
-		rows = append(rows, *r)
+		rows = append(rows, r.rounded())
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Key < rows[j].Key })
-	return rows, total
+	return rows, total.rounded()
+}
+
+// rounded takes the float noise of its sums off r: quantities are
+// recorded to the microsecond, so their sums are too (0.213128, not
+// 0.21312799999999998), and amounts are shown to 1e-12 of the currency,
+// below any price's precision.
+func (r Row) rounded() Row {
+	for _, x := range []*float64{&r.GPUSeconds, &r.CPUSeconds, &r.VideoSeconds, &r.StageSeconds} {
+		*x = math.Round(*x*1e6) / 1e6
+	}
+	r.Amount = math.Round(r.Amount*1e12) / 1e12
+	return r
 }

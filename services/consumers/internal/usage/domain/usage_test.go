@@ -258,3 +258,28 @@ func TestRefuseEventsOutOfSequence(t *testing.T) {
 		}
 	}
 }
+
+// Sums of microsecond quantities are shown to the microsecond, and their
+// amounts to 1e-12, without float noise: three stage attempts of 0.070001,
+// 0.071063 and 0.072064 s add up to 0.213128 s, not 0.21312799999999998.
+func TestRowsShowSumsWithoutFloatNoise(t *testing.T) {
+	sums := []Sum{
+		{Key: "bie", Kind: KindStage, Stage: "bie", Quantity: 0.070001, Items: 1},
+		{Key: "bie", Kind: KindStage, Stage: "bie", Quantity: 0.071063, Items: 1},
+		{Key: "nef", Kind: KindStage, Stage: "nef", Quantity: 0.072064, Items: 1},
+	}
+	noisy := 0.0
+	for _, s := range sums {
+		noisy += s.Quantity
+	}
+	if fmt.Sprint(noisy) == "0.213128" {
+		t.Fatal("the example has no float noise to take off")
+	}
+	rows, total := Rows(sums, Prices{StageSecond: 0.0001})
+	if got := fmt.Sprint(total.StageSeconds, " ", total.Amount); got != "0.213128 2.13128e-05" {
+		t.Errorf("total: %s, want 0.213128 2.13128e-05", got)
+	}
+	if len(rows) != 2 || fmt.Sprint(rows[0].StageSeconds) != "0.141064" || rows[0].Items != 2 || fmt.Sprint(rows[1].StageSeconds) != "0.072064" {
+		t.Errorf("rows: %+v", rows)
+	}
+}
