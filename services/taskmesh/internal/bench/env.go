@@ -131,28 +131,25 @@ func (e *env) close() {
 // dropDatabase drops a database and checkpoints the server, so that what
 // was written there is not flushed during the next measurement.
 func (e *env) dropDatabase(ctx context.Context, db string) error {
-	admin, err := pg.Open(ctx, pg.Config{URL: e.server.URL("postgres")})
-	if err != nil {
-		return err
-	}
-	defer admin.Close()
-	if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+db+` WITH (FORCE)`); err != nil {
-		return err
-	}
-	_, err = admin.Exec(ctx, `CHECKPOINT`)
-	return err
+	return e.onServer(ctx, `DROP DATABASE IF EXISTS `+db+` WITH (FORCE)`, `CHECKPOINT`)
 }
 
 // createDatabase (re)creates an empty database on the server.
 func (e *env) createDatabase(ctx context.Context, db string) error {
+	return e.onServer(ctx, `DROP DATABASE IF EXISTS `+db+` WITH (FORCE)`, `CREATE DATABASE `+db)
+}
+
+// onServer runs statements in turn on the server's postgres database.
+func (e *env) onServer(ctx context.Context, statements ...string) error {
 	admin, err := pg.Open(ctx, pg.Config{URL: e.server.URL("postgres")})
 	if err != nil {
 		return err
 	}
 	defer admin.Close()
-	if _, err := admin.Exec(ctx, `DROP DATABASE IF EXISTS `+db+` WITH (FORCE)`); err != nil {
-		return err
+	for _, s := range statements {
+		if _, err := admin.Exec(ctx, s); err != nil {
+			return err
+		}
 	}
-	_, err = admin.Exec(ctx, `CREATE DATABASE `+db)
-	return err
+	return nil
 }
