@@ -14,14 +14,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	agentv1 "github.com/taskmesh/taskmesh/gen/taskmesh/agent/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
@@ -202,7 +205,47 @@ func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer) http.Hand
 	)
 	// RegisterAgentLocalServiceHandlerServer only fails for a nil mux.
 	_ = agentv1.RegisterAgentLocalServiceHandlerServer(ctx, mux, srv)
-	return mux
+	return refuseBrowsers(mux)
+}
+
+// refuseBrowsers answers 403 to what a web page could send. The API has
+// no credentials: loopback keeps other machines out, but not a page open
+// in a browser on this one, which may POST to it across origins (a
+// text/plain body needs no preflight) or, with its name rebound to
+// 127.0.0.1, read it as its own origin. Browsers mark both: an Origin
+// header on every POST, Sec-Fetch-Site on every request, and the page's
+// own name as Host. Programs on the machine (curl, scripts) send none of
+// these, and name the API by an address or localhost
+// (docs/api/agent-local.md).
+func refuseBrowsers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if problem := fromBrowser(r); problem != "" {
+			writeEnvelope(w, http.StatusForbidden, envelope{Code: rpcerr.InvalidArgument,
+				Message: problem + ": the local API has no credentials and answers programs on this machine only"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// fromBrowser says why r looks sent by a web page, "" when it does not.
+func fromBrowser(r *http.Request) string {
+	if r.Header.Get("Origin") != "" {
+		return "a request with an Origin header (from a web page) is refused"
+	}
+	// "none": the user typed the address; anything else was a page's doing.
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "none" {
+		return "a request a web page made (Sec-Fetch-Site " + site + ") is refused"
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if host != "" && !strings.EqualFold(host, "localhost") && net.ParseIP(host) == nil {
+		return "a request for the host name " + strconv.Quote(textcut.Bytes(host, 64)) + " is refused (name the API by its address or localhost)"
+	}
+	return ""
 }
 
 // localJSON is protojson with every field present, as JSONPb with

@@ -18,6 +18,7 @@ import (
 type fake struct {
 	tasks     []journal.Task
 	cancelErr error
+	submitted int
 }
 
 func (f *fake) Latest(_ context.Context, id string) (journal.Task, error) {
@@ -40,6 +41,7 @@ func (f *fake) List(_ context.Context, status string, _ int) ([]journal.Task, er
 }
 
 func (f *fake) Submit(_ context.Context, spec *taskv1.TaskSpec) (journal.Task, error) {
+	f.submitted++
 	return journal.Task{ID: "new", AttemptID: "att-new", AssignedAgentID: "a", Name: spec.GetName(),
 		Status: journal.StatusPending, Origin: journal.OriginLocal}, nil
 }
@@ -190,5 +192,57 @@ func TestExitCodeIsNullUntilSet(t *testing.T) {
 	get("/api/v1/tasks/t2", &one)
 	if v, ok := one["exit_code"]; !ok || v != nil || one["id"] != "t2" || one["status"] != "pending" {
 		t.Errorf("t2 = %v", one)
+	}
+}
+
+// What a web page in a browser on the agent's machine can send is refused
+// and changes nothing: a cross-origin POST with a body that needs no
+// preflight, a request the browser marks as a page's, and a request to a
+// name rebound to 127.0.0.1 (DNS rebinding). Programs naming the API by
+// an address or localhost are answered.
+func TestBrowsersAreRefused(t *testing.T) {
+	f := &fake{tasks: []journal.Task{{ID: "t1", Name: "one", Status: journal.StatusRunning}}}
+	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f)))
+	defer srv.Close()
+	_, port, _ := strings.Cut(srv.URL, "127.0.0.1:")
+	create := `{"type":"script","command":"id"}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		header                   map[string]string
+		want                     int
+		says                     string
+	}{
+		{"a cross-origin text/plain POST", "POST", "/api/v1/tasks", create,
+			map[string]string{"Origin": "http://evil.example", "Content-Type": "text/plain"}, 403, "Origin header"},
+		{"a same-origin POST after rebinding", "POST", "/api/v1/tasks", create,
+			map[string]string{"Origin": "http://evil.example:" + port, "Host": "evil.example:" + port}, 403, "Origin header"},
+		{"a rebound name reading the journal", "GET", "/api/v1/tasks", "", map[string]string{"Host": "evil.example:" + port}, 403, `host name "evil.example"`},
+		{"a page's cancel", "POST", "/api/v1/tasks/t1/cancel", "{}", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403, "Sec-Fetch-Site cross-site"},
+		{"a page's read", "GET", "/api/v1/tasks", "", map[string]string{"Sec-Fetch-Site": "same-origin"}, 403, "Sec-Fetch-Site same-origin"},
+		{"the address typed into a browser", "GET", "/api/v1/queue/status", "", map[string]string{"Sec-Fetch-Site": "none"}, 200, ""},
+		{"curl by localhost", "GET", "/api/v1/tasks", "", map[string]string{"Host": "localhost:" + port}, 200, ""},
+		{"curl by IPv6 loopback", "GET", "/api/v1/tasks", "", map[string]string{"Host": "[::1]:" + port}, 200, ""},
+		{"curl by address", "POST", "/api/v1/tasks", `{"name":"x","command":"echo"}`, nil, 200, ""},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(tc.body))
+		for k, v := range tc.header {
+			req.Header.Set(k, v)
+		}
+		if h := tc.header["Host"]; h != "" {
+			req.Host = h
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || (tc.want == 403 && (got["code"] != float64(30005) || !strings.Contains(got["message"].(string), tc.says))) {
+			t.Errorf("%s: %d %v, want %d saying %q", tc.name, resp.StatusCode, got, tc.want, tc.says)
+		}
+	}
+	if f.submitted != 1 {
+		t.Errorf("%d tasks submitted, want only curl's", f.submitted)
 	}
 }
