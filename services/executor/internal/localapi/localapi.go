@@ -215,7 +215,7 @@ func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer) http.Hand
 // 127.0.0.1, read it as its own origin. Browsers mark both: an Origin
 // header on every POST, Sec-Fetch-Site on every request, and the page's
 // own name as Host. Programs on the machine (curl, scripts) send none of
-// these, and name the API by an address or localhost
+// these, and name the API on loopback by an address or localhost
 // (docs/api/agent-local.md).
 func refuseBrowsers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -237,13 +237,21 @@ func fromBrowser(r *http.Request) string {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "none" {
 		return "a request a web page made (Sec-Fetch-Site " + site + ") is refused"
 	}
+	// On loopback only addresses and localhost name the API; a name is a
+	// page's that was rebound to 127.0.0.1. An API served on a network
+	// address is named by its node's name (the Slurm backend's placement,
+	// docs/slurm.md), and whoever reaches it there reaches it anyway.
+	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if tcp, ok := local.(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
+		return ""
+	}
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
 	if host != "" && !strings.EqualFold(host, "localhost") && net.ParseIP(host) == nil {
-		return "a request for the host name " + strconv.Quote(textcut.Bytes(host, 64)) + " is refused (name the API by its address or localhost)"
+		return "a request for the host name " + strconv.Quote(textcut.Bytes(host, 64)) + " is refused on loopback (name the API by its address or localhost)"
 	}
 	return ""
 }

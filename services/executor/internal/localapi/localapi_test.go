@@ -3,6 +3,7 @@ package localapi
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -244,5 +245,27 @@ func TestBrowsersAreRefused(t *testing.T) {
 	}
 	if f.submitted != 1 {
 		t.Errorf("%d tasks submitted, want only curl's", f.submitted)
+	}
+
+	// Served on a network address, the API is named by its node's name
+	// (the Slurm backend's placement); browsers are still refused. (Tests
+	// listen on loopback only: the request is made with the address it
+	// would have come in on.)
+	on := func(addr string, header ...string) string {
+		r := httptest.NewRequest("GET", "http://node-b:7071/api/v1/queue/status", nil)
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.ParseIP(addr), Port: 7071}))
+		for i := 0; i+1 < len(header); i += 2 {
+			r.Header.Set(header[i], header[i+1])
+		}
+		return fromBrowser(r)
+	}
+	if why := on("10.0.0.12"); why != "" {
+		t.Errorf("the API on 10.0.0.12 refuses its node's name: %s", why)
+	}
+	if why := on("10.0.0.12", "Origin", "http://evil.example"); !strings.Contains(why, "Origin header") {
+		t.Errorf("the API on 10.0.0.12 takes a page's request: %q", why)
+	}
+	if why := on("127.0.0.1"); !strings.Contains(why, `host name "node-b"`) {
+		t.Errorf("the API on loopback takes a host name: %q", why)
 	}
 }
