@@ -32,7 +32,7 @@ func TestCtlJobsSubmitWatchGetDownload(t *testing.T) {
 	if err := os.Mkdir(refs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	write("refs/cat.png", []byte("\x89PNG\r\n\x1a\n a cat"))
+	write("refs/cat.png", pngImage(t, 16, 16, false))
 	run := func(args ...string) (string, string, int) {
 		var out, errOut bytes.Buffer
 		args = append(args, "--server", w.s.GRPCAddr, "--api-key", key)
