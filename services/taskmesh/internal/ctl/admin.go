@@ -128,7 +128,7 @@ func (a *app) tenantListCommand() *cobra.Command {
 					if err := writeTenants(w, tenants...); err != nil {
 						return err
 					}
-					return writeMore(w, next)
+					return writeMore(cmd.ErrOrStderr(), next, "tenants")
 				}, nil
 			})
 		},

@@ -31,6 +31,12 @@ func TestIntegrationTenantsAndKeys(t *testing.T) {
 	if !strings.Contains(out, "globex") || !strings.Contains(out, tenant) {
 		t.Errorf("list --all:\n%s", out)
 	}
+	// One page of more: the note goes to standard error, the table stays a
+	// table.
+	if r := ok(t, admin("tenants", "list", "--limit", "1")); strings.Contains(r.stdout, "more") ||
+		!strings.Contains(r.stderr, "note: more tenants match; use --all to list them all") {
+		t.Errorf("list --limit 1:\nstdout %s\nstderr %s", r.stdout, r.stderr)
+	}
 	out = ok(t, admin("tenants", "update", "globex", "--tier", "standard", "--tpm", "5000")).stdout
 	if !strings.Contains(out, "standard") || !strings.Contains(out, "5000") {
 		t.Errorf("update output:\n%s", out)

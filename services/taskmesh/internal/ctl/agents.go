@@ -144,7 +144,7 @@ func (a *app) agentListCommand() *cobra.Command {
 					if err := writeAgents(w, agents...); err != nil {
 						return err
 					}
-					return writeMore(w, next)
+					return writeMore(cmd.ErrOrStderr(), next, "agents")
 				}, nil
 			})
 		},

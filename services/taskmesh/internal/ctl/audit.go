@@ -49,7 +49,12 @@ func (a *app) auditCommand() *cobra.Command {
 					return nil, nil, err
 				}
 				out := &auditv1.ListAuditLogsResponse{AuditLogs: logs, NextPageToken: next}
-				return out, func(w io.Writer) error { return writeAudit(w, out, verbosity) }, nil
+				return out, func(w io.Writer) error {
+					if err := writeAudit(w, out, verbosity); err != nil {
+						return err
+					}
+					return writeMore(cmd.ErrOrStderr(), next, "entries")
+				}, nil
 			})
 		},
 	}
@@ -83,8 +88,5 @@ func writeAudit(w io.Writer, r *auditv1.ListAuditLogsResponse, details bool) err
 		}
 		fmt.Fprintln(tw, line)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return writeMore(w, r.GetNextPageToken())
+	return tw.Flush()
 }

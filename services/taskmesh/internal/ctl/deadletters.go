@@ -72,7 +72,12 @@ func (a *app) deadLetterListCommand() *cobra.Command {
 					return nil, nil, err
 				}
 				out := &deadletterv1.ListDeadLettersResponse{DeadLetters: parked, NextPageToken: next}
-				return out, func(w io.Writer) error { return writeDeadLetters(w, out) }, nil
+				return out, func(w io.Writer) error {
+					if err := writeDeadLetters(w, out); err != nil {
+						return err
+					}
+					return writeMore(cmd.ErrOrStderr(), next, "dead letters")
+				}, nil
 			})
 		},
 	}
@@ -91,10 +96,7 @@ func writeDeadLetters(w io.Writer, r *deadletterv1.ListDeadLettersResponse) erro
 		fmt.Fprintf(tw, "%s/%d\t%s\t%s[%d]@%d\t%s %s\t%s\t%d\t%s\n", d.GetService(), d.GetId(), d.GetProjection(), d.GetTopic(),
 			d.GetPartition(), d.GetOffset(), d.GetEventType(), d.GetEventId(), timeText(d.GetParkedAt()), d.GetAttempts(), d.GetError())
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return writeMore(w, r.GetNextPageToken())
+	return tw.Flush()
 }
 
 func (a *app) deadLetterRetryCommand() *cobra.Command {

@@ -170,7 +170,7 @@ func (a *app) groupListCommand() *cobra.Command {
 					if err := writeGroupTable(w, groups); err != nil {
 						return err
 					}
-					return writeMore(w, next)
+					return writeMore(cmd.ErrOrStderr(), next, "groups")
 				}, nil
 			})
 		},

@@ -92,10 +92,7 @@ every acknowledged write.`,
 			if err := writeTaskTable(out, merged.GetTasks()); err != nil {
 				return err
 			}
-			if merged.GetNextPageToken() != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: more tasks match; use --all to list them all\n")
-			}
-			return nil
+			return writeMore(cmd.ErrOrStderr(), merged.GetNextPageToken(), "tasks")
 		},
 	}
 	f := cmd.Flags()

@@ -26,11 +26,12 @@ func collectPages[T any](all bool, list func(token string) ([]T, string, error))
 	}
 }
 
-// writeMore ends a table of a list that has pages left unread.
-func writeMore(w io.Writer, next string) error {
+// writeMore tells, on w (standard error, so that the table piped on
+// stays a table), that a list has pages left unread, naming what it lists.
+func writeMore(w io.Writer, next, what string) error {
 	if next == "" {
 		return nil
 	}
-	_, err := fmt.Fprintln(w, "(more: use --all)")
+	_, err := fmt.Fprintf(w, "note: more %s match; use --all to list them all\n", what)
 	return err
 }

@@ -52,10 +52,10 @@ func TestCollectPagesStopsAtAnError(t *testing.T) {
 
 func TestWriteMoreOnlyWhenPagesRemain(t *testing.T) {
 	var b bytes.Buffer
-	if err := writeMore(&b, ""); err != nil || b.Len() != 0 {
+	if err := writeMore(&b, "", "tenants"); err != nil || b.Len() != 0 {
 		t.Fatalf("no pages left: wrote %q (err %v)", b.String(), err)
 	}
-	if err := writeMore(&b, "p2"); err != nil || b.String() != "(more: use --all)\n" {
+	if err := writeMore(&b, "p2", "tenants"); err != nil || b.String() != "note: more tenants match; use --all to list them all\n" {
 		t.Fatalf("pages left: wrote %q (err %v)", b.String(), err)
 	}
 }

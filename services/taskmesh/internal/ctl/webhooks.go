@@ -125,7 +125,12 @@ func (a *app) deliveriesCommand() *cobra.Command {
 					return nil, nil, err
 				}
 				out := &webhookv1.ListWebhookDeliveriesResponse{Deliveries: deliveries, NextPageToken: next}
-				return out, func(w io.Writer) error { return writeDeliveries(w, out) }, nil
+				return out, func(w io.Writer) error {
+					if err := writeDeliveries(w, out); err != nil {
+						return err
+					}
+					return writeMore(cmd.ErrOrStderr(), next, "deliveries")
+				}, nil
 			})
 		},
 	}
@@ -146,10 +151,7 @@ func writeDeliveries(w io.Writer, r *webhookv1.ListWebhookDeliveriesResponse) er
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.GetId(), d.GetTaskId(), d.GetStatus(), d.GetState(), d.GetAttempts(),
 			timeText(d.GetCreatedAt()), d.GetLastError())
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return writeMore(w, r.GetNextPageToken())
+	return tw.Flush()
 }
 
 var deliveryArgs = usageArgs(func(_ *cobra.Command, args []string) error {
