@@ -202,14 +202,19 @@ func (a *app) call(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // idArgs checks for exactly one task id.
-var idArgs = usageArgs(func(cmd *cobra.Command, args []string) error {
-	switch {
-	case len(args) == 0:
-		return errors.New("no task id given")
-	case len(args) > 1:
-		return fmt.Errorf("want one task id, got %d arguments", len(args))
-	case strings.TrimSpace(args[0]) == "":
-		return errors.New("the task id is empty")
-	}
-	return nil
-})
+var idArgs = idArgsOf("task")
+
+// idArgsOf checks for exactly one id of a what (task, group, service).
+func idArgsOf(what string) cobra.PositionalArgs {
+	return usageArgs(func(cmd *cobra.Command, args []string) error {
+		switch {
+		case len(args) == 0:
+			return fmt.Errorf("no %s id given", what)
+		case len(args) > 1:
+			return fmt.Errorf("want one %s id, got %d arguments", what, len(args))
+		case strings.TrimSpace(args[0]) == "":
+			return fmt.Errorf("the %s id is empty", what)
+		}
+		return nil
+	})
+}

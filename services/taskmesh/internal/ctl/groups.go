@@ -79,8 +79,8 @@ ends.`,
 				}
 				created = append(created, resp.GetGroup())
 				if format == formatTable {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s group %q: %d tasks, %s\n", resp.GetGroup().GetId(),
-						resp.GetGroup().GetMode(), resp.GetGroup().GetName(), resp.GetGroup().GetTotal(), resp.GetGroup().GetStatus())
+					fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s group %q: %s, %s\n", resp.GetGroup().GetId(),
+						resp.GetGroup().GetMode(), resp.GetGroup().GetName(), counted(int(resp.GetGroup().GetTotal()), "task"), resp.GetGroup().GetStatus())
 				} else if err := writeProtoLine(cmd.OutOrStdout(), format, resp.GetGroup()); err != nil {
 					return err
 				}
@@ -202,7 +202,7 @@ func (a *app) groupGetCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get ID",
 		Short: "Show a task group and its members (-o json|yaml for all of it)",
-		Args:  idArgs,
+		Args:  idArgsOf("group"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				resp, err := c.groups.GetTaskGroup(ctx, &taskv1.GetTaskGroupRequest{Id: args[0]})
@@ -219,7 +219,7 @@ func (a *app) groupChangeCommand(verb, short string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   verb + " ID",
 		Short: short,
-		Args:  idArgs,
+		Args:  idArgsOf("group"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				var g *taskv1.TaskGroup
@@ -247,7 +247,7 @@ func (a *app) groupDeleteCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete ID",
 		Short: "Delete a group that ended (or never started) and its tasks",
-		Args:  idArgs,
+		Args:  idArgsOf("group"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				resp, err := c.groups.DeleteTaskGroup(ctx, &taskv1.DeleteTaskGroupRequest{Id: args[0]})
@@ -265,7 +265,7 @@ func (a *app) groupResetCommand() *cobra.Command {
 		Long: `Close the open circuit breaker of a repeat so that its runs resume. Only an
 operator key may (--admin-key, TASKMESH_ADMIN_KEY or admin_key:); the
 operator, the reason and the time are recorded in the audit log.`,
-		Args: idArgs,
+		Args: idArgsOf("group"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {
 				return usageErrorf(cmd, "--reason is required: say why the breaker may close")
@@ -413,11 +413,16 @@ func writeTree(out io.Writer, tree []treeLine) error {
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MEMBER\tSTATUS\tTASK\tAFTER")
-	for _, l := range tree {
+	for i, l := range tree {
 		m := l.member
 		name := m.GetId()
 		if l.depth > 0 {
-			name = strings.Repeat("  ", l.depth-1) + "└─ " + name
+			// The last member of its depth closes the branch.
+			branch := "└─ "
+			if i+1 < len(tree) && tree[i+1].depth == l.depth {
+				branch = "├─ "
+			}
+			name = strings.Repeat("  ", l.depth-1) + branch + name
 		}
 		status := m.GetStatus()
 		if m.GetError() != "" && m.GetStatus() != "completed" {

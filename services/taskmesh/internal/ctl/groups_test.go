@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -177,6 +178,23 @@ func TestGroupTreeDepths(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{"download", ">process1", ">process2", ">>merge"}) {
 		t.Fatalf("tree = %v", got)
+	}
+	// Drawn, a member that another of its depth follows opens a branch,
+	// the last of its depth closes it.
+	var b bytes.Buffer
+	if err := writeTree(&b, groupTree(members)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\n├─ process1 ", "\n└─ process2 ", "\n  └─ merge "} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the drawn tree has no %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestCounted(t *testing.T) {
+	if got := counted(1, "task") + ", " + counted(0, "task") + ", " + counted(3, "task"); got != "1 task, 0 tasks, 3 tasks" {
+		t.Errorf("counted: %s", got)
 	}
 }
 

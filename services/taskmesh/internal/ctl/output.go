@@ -150,6 +150,14 @@ func quoteArg(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
+// counted is n with its noun, singular for one: "1 task", "3 tasks".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 // orDash fills empty table cells so columns stay aligned for readers and
 // awk alike.
 func orDash(s string) string {

@@ -39,7 +39,7 @@ func (a *app) queuesCommand() *cobra.Command {
 	get := &cobra.Command{
 		Use:   "get NAME",
 		Short: "Show one ClusterQueue",
-		Args:  idArgs,
+		Args:  idArgsOf("queue"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				resp, err := c.admission.GetClusterQueue(ctx, &quotav1.GetClusterQueueRequest{Name: args[0]})
@@ -80,7 +80,7 @@ func (a *app) whyCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "why ID",
 		Short: "Say why a task waits: its admission (queue, position, resources it lacks) and the executor's reason (e.g. Slurm's)",
-		Args:  idArgs,
+		Args:  idArgsOf("queue"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				// The task's own record says what the executor reported; a

@@ -105,7 +105,7 @@ func (a *app) serviceGetCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get ID",
 		Short: "Show a managed service and its instances",
-		Args:  idArgs,
+		Args:  idArgsOf("service"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				resp, err := services(c).GetService(ctx, &managedv1.GetServiceRequest{ServiceId: args[0]})
@@ -123,7 +123,7 @@ func (a *app) serviceUpdateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "update ID [--desired-state running|stopped] [--version V [--command C] [--arg A…]]",
 		Short: "Start or stop a managed service, or roll it to a new version",
-		Args:  idArgs,
+		Args:  idArgsOf("service"),
 		RunE: func(cmd *cobra.Command, ids []string) error {
 			r := &managedv1.UpdateServiceRequest{ServiceId: ids[0], Args: args}
 			for flag, dst := range map[string]**string{"desired-state": &r.DesiredState, "version": &r.Version,
@@ -152,7 +152,7 @@ func (a *app) serviceDeleteCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete ID",
 		Short: "Delete a managed service; its agents stop it",
-		Args:  idArgs,
+		Args:  idArgsOf("service"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				resp, err := services(c).DeleteService(ctx, &managedv1.DeleteServiceRequest{ServiceId: args[0]})

@@ -116,7 +116,7 @@ func (a *app) videoGetCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get ID",
 		Short: "Show a video generation: status, progress and, once SUCCEEDED, the video's link",
-		Args:  idArgs,
+		Args:  idArgsOf("video task"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				resp, err := c.video.GetVideoGeneration(ctx, &videov1.GetVideoGenerationRequest{TaskId: args[0]})
@@ -157,7 +157,7 @@ func (a *app) videoDeleteCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete ID",
 		Short: "Cancel a QUEUED generation, or delete a SUCCEEDED or FAILED one",
-		Args:  idArgs,
+		Args:  idArgsOf("video task"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				resp, err := c.video.DeleteVideoGeneration(ctx, &videov1.DeleteVideoGenerationRequest{TaskId: args[0]})
