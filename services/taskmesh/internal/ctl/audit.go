@@ -59,7 +59,7 @@ func (a *app) auditCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&req.Resource, "resource", "", "task, task_group, template, tenant, cluster, quota, cluster_queue, cohort or local_queue")
+	f.StringVar(&req.Resource, "resource", "", "task, task_group, template, job, tenant, cluster, quota, cluster_queue, cohort, local_queue, tenant_account, api_key, admin_key or agent")
 	f.StringVar(&req.Action, "action", "", "an action (task.created) or, with --resource, its verb (created)")
 	f.StringVar(&req.ResourceId, "resource-id", "", "one resource's entries")
 	f.StringVar(&req.UserId, "user", "", "one user's (API key, agent, operator) entries")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -58,22 +57,5 @@ func TestWriteMoreOnlyWhenPagesRemain(t *testing.T) {
 	}
 	if err := writeMore(&b, "p2", "tenants"); err != nil || b.String() != "note: more tenants match; use --all to list them all\n" {
 		t.Fatalf("pages left: wrote %q (err %v)", b.String(), err)
-	}
-}
-
-// A command that takes one id names what kind of id is missing.
-func TestMissingIDsAreNamedByKind(t *testing.T) {
-	for args, want := range map[string]string{
-		"tasks get":      "no task id given",
-		"services get":   "no service id given",
-		"queues get":     "no queue id given",
-		"groups delete":  "no group id given",
-		"video delete":   "no video task id given",
-		"groups get a b": "want one group id, got 2 arguments",
-	} {
-		r := testApp(EnvAPIKey, "tm_x").run(t, "", strings.Fields(args)...)
-		if r.code != ExitUsage || !strings.Contains(r.stderr, want) {
-			t.Errorf("%s: exit %d, stderr %q; want %d and %q", args, r.code, r.stderr, ExitUsage, want)
-		}
 	}
 }

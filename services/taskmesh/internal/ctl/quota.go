@@ -55,7 +55,7 @@ for loopback addresses unless --insecure is given.`,
 		return a.quotaCall(cmd, qf, fn)
 	}
 
-	tenants := &cobra.Command{Use: "tenants", Short: "Register, list and show tenants", Args: cobra.ArbitraryArgs, RunE: groupRunE}
+	tenants := &cobra.Command{Use: "tenants", Short: "Register and list tenants", Args: cobra.ArbitraryArgs, RunE: groupRunE}
 	tenants.AddCommand(&cobra.Command{
 		Use: "register ID NAME", Short: "Register (or rename) a tenant", Args: exactArgs(2, "a tenant id and a name"),
 		RunE: func(cmd *cobra.Command, args []string) error {

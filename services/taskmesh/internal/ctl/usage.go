@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -57,7 +58,7 @@ by day, model, queue, flavor, tenant or stage, and prices them with the operator
 func writeUsage(w io.Writer, r *usagev1.GetUsageResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%s\tGPU_SECONDS\tCPU_SECONDS\tVIDEO_SECONDS\tSTAGE_SECONDS\tITEMS\tAMOUNT (%s)\t\n",
-		map[string]string{"day": "DAY", "model": "MODEL", "queue": "QUEUE", "flavor": "FLAVOR", "tenant": "TENANT"}[r.GetGroupBy()],
+		strings.ToUpper(r.GetGroupBy()),
 		r.GetCurrency())
 	for _, row := range append(r.GetRows(), r.GetTotal()) {
 		if row == nil {

@@ -1,0 +1,42 @@
+package ctl
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	usagev1 "github.com/taskmesh/taskmesh/gen/taskmesh/usage/v1"
+)
+
+// A command that takes one id names what kind of id is missing.
+func TestMissingIDsAreNamedByKind(t *testing.T) {
+	for args, want := range map[string]string{
+		"tasks get":      "no task id given",
+		"services get":   "no service id given",
+		"queues get":     "no queue id given",
+		"groups delete":  "no group id given",
+		"video delete":   "no video task id given",
+		"groups get a b": "want one group id, got 2 arguments",
+	} {
+		r := testApp(EnvAPIKey, "tm_x").run(t, "", strings.Fields(args)...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, want) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", args, r.code, r.stderr, ExitUsage, want)
+		}
+	}
+}
+
+// The usage table's first column is headed by what it groups by, stage
+// included.
+func TestUsageTableHeadsItsKeyColumn(t *testing.T) {
+	for _, by := range []string{"day", "model", "queue", "flavor", "tenant", "stage"} {
+		var b bytes.Buffer
+		resp := &usagev1.GetUsageResponse{GroupBy: by, Currency: "CNY", Rows: []*usagev1.UsageRow{{Key: "k", StageSeconds: 1.5}},
+			Total: &usagev1.UsageRow{Key: "total", StageSeconds: 1.5}}
+		if err := writeUsage(&b, resp); err != nil {
+			t.Fatal(err)
+		}
+		if head := strings.Fields(b.String()); len(head) == 0 || head[0] != strings.ToUpper(by) {
+			t.Errorf("grouped by %s, the table begins %q", by, b.String())
+		}
+	}
+}
