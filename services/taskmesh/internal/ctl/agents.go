@@ -2,11 +2,11 @@ package ctl
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -34,17 +34,7 @@ func (a *app) agentsCommand() *cobra.Command {
 }
 
 // agentArgs checks for exactly one agent id.
-var agentArgs = usageArgs(func(_ *cobra.Command, args []string) error {
-	switch {
-	case len(args) == 0:
-		return errors.New("no agent id given")
-	case len(args) > 1:
-		return fmt.Errorf("want one agent id, got %d arguments", len(args))
-	case strings.TrimSpace(args[0]) == "":
-		return errors.New("the agent id is empty")
-	}
-	return nil
-})
+var agentArgs = idArgsOf("agent")
 
 func (a *app) agentRegisterCommand() *cobra.Command {
 	var tenant, expires, tokenFile string
@@ -70,12 +60,17 @@ func (a *app) agentRegisterCommand() *cobra.Command {
 				}
 				req.ExpiresAt = timestamppb.New(at)
 			}
+			file, err := prepareTokenFile(tokenFile)
+			if err != nil {
+				return usageErrorf(cmd, "%v", err)
+			}
+			defer file.discard()
 			return a.adminCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				resp, err := c.agents.RegisterAgent(ctx, req)
 				if err != nil {
 					return nil, nil, err
 				}
-				return a.showToken(resp.GetAgent(), resp.GetToken(), tokenFile)
+				return a.showToken(resp.GetAgent(), resp.GetToken(), file)
 			})
 		},
 	}
@@ -94,13 +89,58 @@ func (a *app) agentRegisterCommand() *cobra.Command {
 	return cmd
 }
 
+// tokenFile is where --token-file puts a token: a temporary file beside
+// it, made before the token is asked for, so that a path that cannot be
+// written fails the command before an agent gets a token nobody has, and
+// renamed over the path once written, so that a failure midway leaves the
+// old token in place.
+type tokenFile struct {
+	path string
+	tmp  *os.File
+}
+
+// prepareTokenFile makes path's temporary file; nil for no path.
+func prepareTokenFile(path string) (*tokenFile, error) {
+	if path == "" {
+		return nil, nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return nil, fmt.Errorf("--token-file %s: cannot be written: %w", path, err)
+	}
+	return &tokenFile{path: path, tmp: tmp}, nil // CreateTemp makes it 0600
+}
+
+// save writes token and puts the file in place.
+func (f *tokenFile) save(token string) error {
+	_, err := f.tmp.WriteString(token + "\n")
+	if cerr := f.tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.tmp.Name(), f.path)
+	}
+	if err != nil {
+		_ = os.Remove(f.tmp.Name())
+	}
+	return err
+}
+
+// discard removes the temporary file of a command that issued no token.
+func (f *tokenFile) discard() {
+	if f != nil {
+		_ = f.tmp.Close()
+		_ = os.Remove(f.tmp.Name())
+	}
+}
+
 // showToken prints an agent with its token, or writes the token to file
 // (created 0600) and prints the agent; machine-readable output keeps the
 // token field so scripts can read it.
-func (a *app) showToken(agent *adminv1.Agent, token, file string) (proto.Message, func(io.Writer) error, error) {
+func (a *app) showToken(agent *adminv1.Agent, token string, file *tokenFile) (proto.Message, func(io.Writer) error, error) {
 	out := proto.Message(&adminv1.RegisterAgentResponse{Agent: agent, Token: token})
-	if file != "" {
-		if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+	if file != nil {
+		if err := file.save(token); err != nil {
 			return nil, nil, fmt.Errorf("the token was issued but not saved: %w (revoke or rotate the agent)", err)
 		}
 		out = &adminv1.RegisterAgentResponse{Agent: agent}
@@ -109,8 +149,8 @@ func (a *app) showToken(agent *adminv1.Agent, token, file string) (proto.Message
 		if err := writeAgents(w, agent); err != nil {
 			return err
 		}
-		if file != "" {
-			_, err := fmt.Fprintf(w, "\nToken written to %s (0600).\n", file)
+		if file != nil {
+			_, err := fmt.Fprintf(w, "\nToken written to %s (0600).\n", file.path)
 			return err
 		}
 		_, err := fmt.Fprintf(w, "\nToken (shown only now; give it to the agent with --token-file):\n%s\n", token)
@@ -193,12 +233,17 @@ func (a *app) agentRotateCommand() *cobra.Command {
 				}
 				req.ExpiresAt = timestamppb.New(at)
 			}
+			file, err := prepareTokenFile(tokenFile)
+			if err != nil {
+				return usageErrorf(cmd, "%v", err)
+			}
+			defer file.discard()
 			return a.adminCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				resp, err := c.agents.RotateAgentToken(ctx, req)
 				if err != nil {
 					return nil, nil, err
 				}
-				return a.showToken(resp.GetAgent(), resp.GetToken(), tokenFile)
+				return a.showToken(resp.GetAgent(), resp.GetToken(), file)
 			})
 		},
 	}

@@ -109,6 +109,22 @@ func TestIntegrationAgents(t *testing.T) {
 	if fi, _ := os.Stat(file); fi.Mode().Perm() != 0o600 {
 		t.Errorf("token file mode %v", fi.Mode().Perm())
 	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(file), ".agent-token.*")); len(left) != 0 {
+		t.Errorf("temporary token files left: %v", left)
+	}
+	// A token file that cannot be written is a usage error before any
+	// token is issued: the agent is not registered, its token not rotated.
+	nowhere := filepath.Join(t.TempDir(), "no", "such", "dir", "tok")
+	if r := admin("agents", "register", "gpu-8", "--token-file", nowhere); r.code != ExitUsage || !strings.Contains(r.stderr, "--token-file") {
+		t.Errorf("register to an unwritable token file: exit %d, %s", r.code, r.stderr)
+	}
+	fails(t, admin("agents", "get", "gpu-8"), "not found")
+	if r := admin("agents", "rotate", "gpu-7", "--token-file", nowhere); r.code != ExitUsage {
+		t.Errorf("rotate to an unwritable token file: exit %d, %s", r.code, r.stderr)
+	}
+	if again, _ := os.ReadFile(file); strings.TrimSpace(string(again)) != newToken {
+		t.Error("a refused rotation changed the token file")
+	}
 	ok(t, admin("agents", "revoke", "gpu-7", "--reason", "decommissioned"))
 	var events map[string]any
 	if err := json.Unmarshal([]byte(ok(t, admin("agents", "events", "gpu-7", "-o", "json")).stdout), &events); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -44,12 +45,15 @@ func (a *app) serviceCreateCommand() *cobra.Command {
 		Short: "Declare a managed service on one agent or on every agent with the labels",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if r.GetAgentId() != "" && len(r.GetLabels()) > 0 {
+				return usageErrorf(cmd, "--agent and --label: give one (an agent, or every agent with the labels)")
+			}
 			if cmd.Flags().Changed("grace-period") {
 				r.GracePeriodSec = &grace
 			}
 			vars, err := parseEnv(env)
 			if err != nil {
-				return err
+				return usageErrorf(cmd, "%v", err)
 			}
 			r.Env = vars
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
@@ -170,6 +174,14 @@ func serviceAgents(s *managedv1.ManagedService) string {
 	return "labels:" + strings.Join(s.GetLabels(), ",")
 }
 
+// pidText is a process id, "-" for none (0: not running).
+func pidText(pid int32) string {
+	if pid == 0 {
+		return "-"
+	}
+	return strconv.Itoa(int(pid))
+}
+
 // writeServices is the list's table: one line per service.
 func writeServices(w io.Writer, svcs []*managedv1.ManagedService) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -179,8 +191,8 @@ func writeServices(w io.Writer, svcs []*managedv1.ManagedService) error {
 		if s.GetLastHeartbeat() != nil {
 			last = s.GetLastHeartbeat().AsTime().UTC().Format("2006-01-02T15:04:05Z")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", s.GetServiceId(), s.GetName(), s.GetVersion(), serviceAgents(s),
-			s.GetDesiredState(), s.GetCurrentState(), s.GetPid(), s.GetRestarts(), last)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.GetServiceId(), s.GetName(), s.GetVersion(), serviceAgents(s),
+			s.GetDesiredState(), s.GetCurrentState(), pidText(s.GetPid()), s.GetRestarts(), last)
 	}
 	return tw.Flush()
 }
@@ -197,8 +209,8 @@ func serviceTable(s *managedv1.ManagedService) func(io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "\nAGENT\tSTATE\tVERSION\tPID\tRESTARTS\tERROR")
 		for _, in := range s.GetInstances() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\n", in.GetAgentId(), in.GetCurrentState(), in.GetVersion(), in.GetPid(),
-				in.GetRestarts(), in.GetError())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", in.GetAgentId(), in.GetCurrentState(), in.GetVersion(), pidText(in.GetPid()),
+				in.GetRestarts(), orDash(in.GetError()))
 		}
 		return tw.Flush()
 	}

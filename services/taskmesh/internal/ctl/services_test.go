@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -24,6 +25,22 @@ func TestIntegrationServices(t *testing.T) {
 	if len(list) != 2 || !strings.Contains(list[0], "AGENT") || !strings.Contains(list[1], "agent-7") ||
 		!strings.Contains(list[1], "gpu-monitor") || !strings.Contains(list[1], "pending") {
 		t.Fatalf("list = %q", list)
+	}
+	// No process yet: its pid is "-", as agents show theirs.
+	if cols, head := strings.Fields(list[1]), strings.Fields(list[0]); slices.Index(head, "PID") < 0 || cols[slices.Index(head, "PID")] != "-" {
+		t.Errorf("a service without a process shows pid %q", list[1])
+	}
+	// Mistakes in the command line are usage errors, and nothing is sent.
+	for _, args := range [][]string{
+		{"--agent", "agent-7", "--label", "gpu"},
+		{"--agent", "agent-7", "--env", "NOEQUALS"},
+	} {
+		if r := s.ctl(t, append([]string{"services", "create", "--name", "y", "--command", "sleep"}, args...)...); r.code != ExitUsage {
+			t.Errorf("create %v: exit %d, %s", args, r.code, r.stderr)
+		}
+	}
+	if n := len(lines(ok(t, s.ctl(t, "services", "list")).stdout)); n != 2 {
+		t.Errorf("%d lines listed after refused creates, want the header and one service", n)
 	}
 	if got := ok(t, s.ctl(t, "services", "update", id, "--desired-state", "stopped")).stdout; !strings.Contains(got, "stopped") {
 		t.Fatalf("update printed %q", got)
