@@ -42,6 +42,9 @@ const (
 // manual retry.
 func Statuses() []Status { return domain.Statuses() }
 
+// Types lists the task types (shell, python, script, noop, video).
+func Types() []string { return domain.Types() }
+
 // ErrUnknownEvent is returned by Apply for an envelope whose event this
 // build of the scheduler has no case for: none at all, or one added to the
 // proto after it was built.

@@ -38,6 +38,9 @@ func (a *app) auditCommand() *cobra.Command {
 			if req.GetTenantId() != "" && !op {
 				return usageErrorf(cmd, "--tenant needs --operator")
 			}
+			if err := checkBounds(req.GetFrom(), req.GetTo()); err != nil {
+				return usageErrorf(cmd, "%v", err)
+			}
 			req.PageSize = int32(limit)
 			return a.consumerCall(cmd, op, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				logs, next, err := collectPages(all, func(token string) ([]*auditv1.AuditLog, string, error) {

@@ -182,6 +182,9 @@ func (a *app) format(cmd *cobra.Command, allowed ...string) (string, error) {
 // connect resolves the settings and dials. Settings the command line can
 // fix (no key, contradicting flags) are usage errors.
 func (a *app) connect(cmd *cobra.Command) (*conn, error) {
+	if a.timeout <= 0 {
+		return nil, usageErrorf(cmd, "--timeout %s: want a positive duration (30s)", a.timeout)
+	}
 	s, err := resolveSettings(a.conn, a.env)
 	var ie invocationError
 	if errors.As(err, &ie) {

@@ -392,7 +392,10 @@ func TestIntegrationExampleFilesAndManagement(t *testing.T) {
 	if got := s.listIDs(t, "--type", "python"); !slices.Contains(got, single[0]) || slices.Contains(got, fromStdin[0]) {
 		t.Errorf("--type python: %q", got)
 	}
-	fails(t, s.ctl(t, "tasks", "list", "--type", "bash"), "shell, python, script, noop, video")
+	// An unknown type is a usage error, told before anything is sent.
+	if r := s.ctl(t, "tasks", "list", "--type", "bash"); r.code != ExitUsage || !strings.Contains(r.stderr, "shell, python, script, noop, video") {
+		t.Errorf("--type bash: exit %d, %s", r.code, r.stderr)
+	}
 	if got := s.listIDs(t, "--group", t1.GetGroupId()); !slices.Equal(got, sorted(targets)) {
 		t.Errorf("--group: %q", got)
 	}

@@ -51,6 +51,9 @@ every acknowledged write.`,
 			if status != "" && !slices.Contains(listStatuses, status) {
 				return usageErrorf(cmd, "--status %s: want one of %s", status, strings.Join(listStatuses, ", "))
 			}
+			if typ != "" && !slices.Contains(lifecycle.Types(), typ) {
+				return usageErrorf(cmd, "--type %s: want one of %s", typ, strings.Join(lifecycle.Types(), ", "))
+			}
 			if limit < 1 || limit > maxPageSize {
 				return usageErrorf(cmd, "--limit %d: want 1 to %d", limit, maxPageSize)
 			}
@@ -147,3 +150,15 @@ func parseWhen(s string, now time.Time, bound func(string) (time.Time, error)) (
 }
 
 func sinceBound(s string) (time.Time, error) { return datebound.Parse(s, false) }
+
+// checkBounds checks --from and --to as the audit log and usage read them
+// (a date or an RFC 3339 time, docs/api/audit.md), so that a mistake is a
+// usage error before anything is sent.
+func checkBounds(from, to string) error {
+	for _, b := range []struct{ flag, value string }{{"--from", from}, {"--to", to}} {
+		if _, err := datebound.Parse(b.value, false); err != nil {
+			return fmt.Errorf("%s %q: want a date (2026-02-05) or an RFC 3339 time (2026-02-05T12:00:00Z)", b.flag, b.value)
+		}
+	}
+	return nil
+}

@@ -40,3 +40,21 @@ func TestUsageTableHeadsItsKeyColumn(t *testing.T) {
 		}
 	}
 }
+
+// Mistakes the command line can tell are usage errors (exit 2) before
+// anything is sent: here no server answers at all.
+func TestCommandLineMistakesAreUsageErrors(t *testing.T) {
+	for _, args := range []string{
+		"tasks list --type bogus",
+		"audit --from yesterday",
+		"audit --to 2026-13-01",
+		"usage --from nope",
+		"tasks get x --timeout 0s",
+		"tasks get x --timeout -1s",
+	} {
+		r := testApp(EnvAPIKey, "tm_x", EnvServer, "127.0.0.1:1").run(t, "", strings.Fields(args)...)
+		if r.code != ExitUsage {
+			t.Errorf("%s: exit %d, stderr %q; want %d", args, r.code, r.stderr, ExitUsage)
+		}
+	}
+}

@@ -36,6 +36,9 @@ by day, model, queue, flavor, tenant or stage, and prices them with the operator
 			if req.GetTenantId() != "" && !op {
 				return usageErrorf(cmd, "--tenant needs --operator")
 			}
+			if err := checkBounds(req.GetFrom(), req.GetTo()); err != nil {
+				return usageErrorf(cmd, "%v", err)
+			}
 			return a.consumerCall(cmd, op, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
 				resp, err := c.usage.GetUsage(ctx, &req)
 				if csv {
