@@ -39,6 +39,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -125,7 +126,7 @@ root certificates unless --insecure is given.`,
 	}
 	// Flag parse errors are usage errors wherever they happen below.
 	ctl.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &UsageError{Command: c.CommandPath(), Err: err}
+		return &UsageError{Command: c.CommandPath(), Err: plainFlagError(err)}
 	})
 	f := ctl.PersistentFlags()
 	f.StringVar(&a.conn.server, "server", "", "gateway gRPC address host:port (default "+DefaultServer+", env "+EnvServer+")")
@@ -150,6 +151,31 @@ root certificates unless --insecure is given.`,
 		a.tenantsCommand(), a.keysCommand(), a.agentsCommand(), a.quotaCommand(), a.auditCommand(), a.usageCommand(), a.webhooksCommand(),
 		a.deadLettersCommand())
 	return ctl
+}
+
+// flagParseErrors are the Go parsers' words in pflag's "invalid argument
+// "abc" for "--limit" flag: …", and what a user should read instead.
+var flagParseErrors = []struct {
+	re   *regexp.Regexp
+	says string
+}{
+	{regexp.MustCompile(`strconv\.Parse(Int|Uint): parsing "[^"]*": invalid syntax$`), "not a whole number"},
+	{regexp.MustCompile(`strconv\.ParseFloat: parsing "[^"]*": invalid syntax$`), "not a number"},
+	{regexp.MustCompile(`strconv\.Parse\w+: parsing "[^"]*": value out of range$`), "out of range"},
+	{regexp.MustCompile(`strconv\.ParseBool: parsing "[^"]*": invalid syntax$`), "not true or false"},
+	{regexp.MustCompile(`time: (invalid|unknown unit .* in) duration "[^"]*"$`), "not a duration (such as 30s, 5m or 1h)"},
+}
+
+// plainFlagError says what is wrong with a flag's value in words, not in
+// the Go parser's.
+func plainFlagError(err error) error {
+	msg := err.Error()
+	for _, p := range flagParseErrors {
+		if loc := p.re.FindStringIndex(msg); loc != nil {
+			return errors.New(msg[:loc[0]] + p.says)
+		}
+	}
+	return err
 }
 
 // groupRunE serves commands that only group others: bare, they show

@@ -58,3 +58,17 @@ func TestCommandLineMistakesAreUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// A flag's value the Go parsers refuse is explained in words.
+func TestFlagValuesAreExplainedInWords(t *testing.T) {
+	for args, want := range map[string]string{
+		"tasks list --limit abc":  `invalid argument "abc" for "--limit" flag: not a whole number`,
+		"tasks get x --timeout x": `invalid argument "x" for "--timeout" flag: not a duration (such as 30s, 5m or 1h)`,
+		"tasks list --limit 99999999999999999999": "out of range",
+	} {
+		r := testApp(EnvAPIKey, "tm_x").run(t, "", strings.Fields(args)...)
+		if r.code != ExitUsage || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "strconv") {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", args, r.code, r.stderr, ExitUsage, want)
+		}
+	}
+}
