@@ -62,8 +62,8 @@ func TestCommandLineMistakesAreUsageErrors(t *testing.T) {
 // A flag's value the Go parsers refuse is explained in words.
 func TestFlagValuesAreExplainedInWords(t *testing.T) {
 	for args, want := range map[string]string{
-		"tasks list --limit abc":  `invalid argument "abc" for "--limit" flag: not a whole number`,
-		"tasks get x --timeout x": `invalid argument "x" for "--timeout" flag: not a duration (such as 30s, 5m or 1h)`,
+		"tasks list --limit abc":                  `invalid argument "abc" for "--limit" flag: not a whole number`,
+		"tasks get x --timeout x":                 `invalid argument "x" for "--timeout" flag: not a duration (such as 30s, 5m or 1h)`,
 		"tasks list --limit 99999999999999999999": "out of range",
 	} {
 		r := testApp(EnvAPIKey, "tm_x").run(t, "", strings.Fields(args)...)
