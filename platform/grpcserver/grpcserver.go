@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"runtime/debug"
 	"strconv"
+	"strings"
 
 	"buf.build/go/protovalidate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -124,10 +126,47 @@ func validationError(err error, log *slog.Logger) error {
 	}
 	fields := make([]*errdetails.BadRequest_FieldViolation, 0, len(ve.Violations))
 	for _, viol := range ve.Violations {
+		if msg, ok := listedValues(viol.Proto.GetMessage()); ok {
+			viol.Proto.Message = &msg
+		}
 		fields = append(fields, &errdetails.BadRequest_FieldViolation{
 			Field: protovalidate.FieldPathString(viol.Proto.GetField()), Description: viol.Proto.GetMessage()})
 	}
 	return Status(codes.InvalidArgument, CodeInvalidArgument, "INVALID_ARGUMENT", ve.Error(), fields...)
+}
+
+// inList is protovalidate's message for a value outside a field's `in`
+// list.
+var inList = regexp.MustCompile(`^must be in list \[(.*)\]$`)
+
+// listedValues words protovalidate's "must be in list [, always,
+// on-failure, never]", whose first element is the empty value a field may
+// be left at, as "must be always, on-failure or never (or left out)".
+func listedValues(msg string) (string, bool) {
+	m := inList.FindStringSubmatch(msg)
+	if m == nil {
+		return msg, false
+	}
+	var values []string
+	optional := false
+	for _, v := range strings.Split(m[1], ", ") {
+		if v == "" {
+			optional = true
+			continue
+		}
+		values = append(values, v)
+	}
+	if len(values) == 0 {
+		return msg, false
+	}
+	out := values[0]
+	if n := len(values); n > 1 {
+		out = strings.Join(values[:n-1], ", ") + " or " + values[n-1]
+	}
+	if optional {
+		out += " (or left out)"
+	}
+	return "must be " + out, true
 }
 
 // Validate checks m against its protovalidate rules and returns nil or the
