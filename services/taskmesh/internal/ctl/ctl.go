@@ -46,7 +46,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// defaultTimeout bounds each unary call; watch streams are not bounded.
+// defaultTimeout bounds each unary call, each step of an upload and the
+// first answer of a watch; a connected watch is not bounded.
 const defaultTimeout = 30 * time.Second
 
 // app holds what every subcommand shares: the global flags and the
@@ -76,7 +77,8 @@ func defaultApp() *app {
 func Command() *cobra.Command { return defaultApp().command() }
 
 // Main runs `taskmesh ctl` with args (those after "ctl") and returns the
-// exit code: 0, 1 (ExitError) or 2 (ExitUsage). It prints errors as
+// exit code: 0, 1 (ExitError), 2 (ExitUsage) or 130 (ExitInterrupted, ctx
+// was cancelled). It prints errors as
 // FormatError does. The binary calls it rather than executing Command
 // beside the other subcommands so that the exit code and the error line
 // are ctl's own.
@@ -95,6 +97,11 @@ func (a *app) main(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
+	if err != nil && ctx.Err() != nil {
+		// Whatever the command was doing when it was stopped (a watch, a
+		// request) failed because of the stop, not on its own.
+		err = &InterruptedError{Err: err}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, FormatError(err))
 	}
@@ -136,7 +143,7 @@ root certificates unless --insecure is given.`,
 	f.BoolVar(&a.conn.tls, "tls", false, "use TLS with the system roots even for a loopback address")
 	f.BoolVar(&a.conn.insecure, "insecure", false, "use plaintext even for a non-loopback address (sends the key unencrypted)")
 	f.StringVarP(&a.output, "output", "o", formatTable, "output format: table, json or yaml")
-	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each request (not of watch)")
+	f.DurationVar(&a.timeout, "timeout", defaultTimeout, "time limit of each request (of a watch, only its first answer)")
 
 	tasks := &cobra.Command{
 		Use:     "tasks",

@@ -20,7 +20,18 @@ const (
 	ExitOK    = 0
 	ExitError = 1 // the request failed, or the task failed or was cancelled
 	ExitUsage = 2 // bad flags or arguments: nothing was sent
+	// ExitInterrupted is the shell's code for a command ended by SIGINT
+	// (128+2): an interrupted watch is neither a failed task nor a failed
+	// request.
+	ExitInterrupted = 130
 )
+
+// InterruptedError is a command stopped because its context was cancelled
+// (Ctrl-C, SIGTERM) before it finished.
+type InterruptedError struct{ Err error }
+
+func (e *InterruptedError) Error() string { return "interrupted" }
+func (e *InterruptedError) Unwrap() error { return e.Err }
 
 // UsageError is a mistake in the command line itself. It exits with
 // ExitUsage, so scripts can tell "you called me wrong" from "the server
@@ -64,11 +75,14 @@ func (e *TaskEndedError) Error() string {
 // ExitCode is the process exit code for err (ExitOK for nil).
 func ExitCode(err error) int {
 	var ue *UsageError
+	var ie *InterruptedError
 	switch {
 	case err == nil:
 		return ExitOK
 	case errors.As(err, &ue):
 		return ExitUsage
+	case errors.As(err, &ie):
+		return ExitInterrupted
 	}
 	return ExitError
 }
@@ -84,6 +98,10 @@ func FormatError(err error) string {
 	var ue *UsageError
 	if errors.As(err, &ue) {
 		return fmt.Sprintf("error: %s\nRun '%s --help' for usage.", oneLine(ue.Err.Error()), ue.Command)
+	}
+	var ie *InterruptedError
+	if errors.As(err, &ie) {
+		return "interrupted"
 	}
 	st, ok := grpcStatus(err)
 	if !ok {

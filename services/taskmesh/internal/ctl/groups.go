@@ -90,7 +90,9 @@ ends.`,
 			}
 			var ended error
 			for _, g := range created {
-				if _, err := a.newGroupWatcher(cmd, c, format).run(cmd.Context(), g.GetId()); err != nil {
+				w := a.newGroupWatcher(cmd, c, format)
+				w.connected = true // the group was just created
+				if _, err := w.run(cmd.Context(), g.GetId()); err != nil {
 					var te *TaskEndedError
 					if !errors.As(err, &te) {
 						return err

@@ -53,6 +53,10 @@ type groupWatcher struct {
 	format string
 	live   bool // redraw the tree in place (a terminal)
 	now    func() time.Time
+	// firstAnswer and connected are as in watcher: a watch that never
+	// reached the server fails instead of reconnecting.
+	firstAnswer time.Duration
+	connected   bool
 
 	members map[string]*taskv1.TaskGroupMember
 	order   []string
@@ -63,7 +67,8 @@ type groupWatcher struct {
 func (a *app) newGroupWatcher(cmd *cobra.Command, c *conn, format string) *groupWatcher {
 	out := cmd.OutOrStdout()
 	return &groupWatcher{groups: c.groups, out: out, errOut: cmd.ErrOrStderr(), format: format,
-		live: format == formatTable && a.terminal(out), now: a.now, members: map[string]*taskv1.TaskGroupMember{}}
+		live: format == formatTable && a.terminal(out), now: a.now, firstAnswer: max(a.timeout, 0),
+		members: map[string]*taskv1.TaskGroupMember{}}
 }
 
 // run watches until the group has settled and returns it; the error is a
@@ -86,7 +91,11 @@ func (w *groupWatcher) run(ctx context.Context, id string) (*taskv1.TaskGroup, e
 			return nil, err
 		}
 		if received {
+			w.connected = true
 			backoff, failingSince = watchMinBackoff, time.Time{}
+		}
+		if !w.connected {
+			return nil, &opError{Op: "watch " + id, Err: err}
 		}
 		if failingSince.IsZero() {
 			failingSince = w.now()
@@ -104,9 +113,13 @@ func (w *groupWatcher) run(ctx context.Context, id string) (*taskv1.TaskGroup, e
 }
 
 func (w *groupWatcher) stream(ctx context.Context, id string) (final *taskv1.TaskGroup, received bool, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := firstAnswerTimer(w.connected, w.firstAnswer, cancel)
+	defer stop()
 	s, err := w.groups.WatchTaskGroup(ctx, &taskv1.WatchTaskGroupRequest{Id: id})
 	if err != nil {
-		return nil, false, err
+		return nil, false, noAnswer(ctx, err, id, w.firstAnswer)
 	}
 	first := true
 	for {
@@ -115,8 +128,9 @@ func (w *groupWatcher) stream(ctx context.Context, id string) (final *taskv1.Tas
 			return nil, received, errStreamEnded
 		}
 		if err != nil {
-			return nil, received, err
+			return nil, received, noAnswer(ctx, err, id, w.firstAnswer)
 		}
+		stop()
 		received = true
 		g := resp.GetGroup()
 		if err := w.show(g, first); err != nil {

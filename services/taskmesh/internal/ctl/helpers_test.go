@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,4 +54,61 @@ func lines(s string) []string {
 		}
 	}
 	return out
+}
+
+// silentServer accepts connections and never answers, as a hung server
+// or a wrong port behind a firewall that accepts does; returns its address.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return lis.Addr().String()
+}
+
+// refusedAddr is a loopback address where nothing listens.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+// runFor runs the command like run but with a context of d, and says how
+// long it took: a command that should fail at once must not be ended by
+// the deadline instead.
+func (a *app) runFor(t *testing.T, d time.Duration, args ...string) (result, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var stdout, stderr logbuf.Buffer
+	start := time.Now()
+	code := a.main(ctx, args, strings.NewReader(""), &stdout, &stderr)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}, time.Since(start)
 }

@@ -639,13 +639,14 @@ func TestIntegrationWaitForFailureAndCancel(t *testing.T) {
 }
 
 // A result too large for the database is downloaded from the object store
-// through its presigned link and checked against its SHA-256.
+// through its presigned link, checked against its SHA-256 and unwrapped.
 func TestIntegrationResultFromObjectStore(t *testing.T) {
 	s := newStack(t)
 	ctx := context.Background()
 	id := s.submitOne(t, `{"task": {"id": "big", "name": "big", "type": "script", "command": "x"}}`)
 	task := s.claim(t, id)
-	body := []byte(`{"stdout":"` + strings.Repeat("0123456789abcdef", 8192) + `","stderr":""}`)
+	stdout := strings.Repeat("0123456789abcdef", 8192)
+	body := []byte(`{"stdout":"` + stdout + `","stderr":""}`)
 	sum := sha256.Sum256(body)
 	digest := hex.EncodeToString(sum[:])
 	up, err := s.lease.CreateResultUpload(ctx, &taskv1.CreateResultUploadRequest{TaskId: id, AgentId: agentID,
@@ -674,11 +675,15 @@ func TestIntegrationResultFromObjectStore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if r := ok(t, s.ctl(t, "tasks", "result", id)); r.stdout != string(body) {
-		t.Errorf("result to stdout: %d bytes, want %d", len(r.stdout), len(body))
+	// The task's stdout, as for an inline result; --raw gives the object.
+	if r := ok(t, s.ctl(t, "tasks", "result", id)); r.stdout != stdout {
+		t.Errorf("result to stdout: %d bytes, want %d", len(r.stdout), len(stdout))
+	}
+	if r := ok(t, s.ctl(t, "tasks", "result", id, "--raw")); r.stdout != string(body) {
+		t.Errorf("raw result to stdout: %d bytes, want %d", len(r.stdout), len(body))
 	}
 	path := filepath.Join(t.TempDir(), "result.json")
-	ok(t, s.ctl(t, "tasks", "result", id, "-o", path))
+	ok(t, s.ctl(t, "tasks", "result", id, "-o", path, "--raw"))
 	if b, err := os.ReadFile(path); err != nil || !bytes.Equal(b, body) {
 		t.Errorf("result file: %d bytes, %v", len(b), err)
 	}

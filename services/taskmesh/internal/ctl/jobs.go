@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pipelinev1 "github.com/taskmesh/taskmesh/gen/taskmesh/pipeline/v1"
@@ -71,7 +73,8 @@ func (a *app) jobsSubmitCommand() *cobra.Command {
 			if err != nil {
 				return usageErrorf(cmd, "--ref-images: %v", err)
 			}
-			if _, err := a.format(cmd); err != nil {
+			format, err := a.format(cmd)
+			if err != nil {
 				return err
 			}
 			c, err := a.connect(cmd)
@@ -105,8 +108,15 @@ func (a *app) jobsSubmitCommand() *cobra.Command {
 					return err
 				})
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "job %s\n", resp.GetJobId())
-			return a.watchJob(cmd, c, resp.GetJobId())
+			if format != formatTable {
+				// The created job, then each change: one stream.
+				if err := writeProtoLine(cmd.OutOrStdout(), format, resp); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(cmd.ErrOrStderr(), "job %s\n", resp.GetJobId())
+			}
+			return a.watchJob(cmd, c, resp.GetJobId(), format)
 		},
 	}
 	f := cmd.Flags()
@@ -136,21 +146,44 @@ func refImages(dir string) ([]string, error) {
 	return out, nil
 }
 
+// errUploadStalled cancels an upload that made no progress for --timeout.
+var errUploadStalled = errors.New("upload stalled")
+
 // uploadFile streams one file as an input of kind and returns its key.
+//
+// --timeout bounds each step of the upload (opening the stream, each
+// chunk, the server's answer) rather than the whole of it: a large model
+// on a slow link may take any time to send, but a server that stops
+// answering must not hold the command for longer than the limit.
 func (a *app) uploadFile(ctx context.Context, c *conn, kind, path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	progress := func() {}
+	if a.timeout > 0 {
+		t := time.AfterFunc(a.timeout, func() { cancel(errUploadStalled) })
+		defer t.Stop()
+		progress = func() { t.Reset(a.timeout) }
+	}
+	stalled := func(err error) error {
+		if errors.Is(context.Cause(ctx), errUploadStalled) {
+			err = status.Errorf(codes.DeadlineExceeded, "no answer from the server within %s", a.timeout)
+		}
+		return &opError{Op: "uploading " + path, Err: err}
+	}
 	stream, err := c.pipeline.UploadJobInput(ctx)
 	if err != nil {
-		return "", err
+		return "", stalled(err)
 	}
 	if err := stream.Send(&pipelinev1.UploadJobInputRequest{Part: &pipelinev1.UploadJobInputRequest_Header{
 		Header: &pipelinev1.UploadHeader{Kind: kind, Filename: filepath.Base(path)}}}); err != nil && !errors.Is(err, io.EOF) {
-		return "", err
+		return "", stalled(err)
 	}
+	progress()
 	buf := make([]byte, uploadChunkBytes)
 	for {
 		n, rerr := f.Read(buf)
@@ -159,6 +192,7 @@ func (a *app) uploadFile(ctx context.Context, c *conn, kind, path string) (strin
 				Chunk: append([]byte(nil), buf[:n]...)}}); err != nil {
 				break // the server ended the upload; CloseAndRecv says why
 			}
+			progress()
 		}
 		if errors.Is(rerr, io.EOF) {
 			break
@@ -169,7 +203,7 @@ func (a *app) uploadFile(ctx context.Context, c *conn, kind, path string) (strin
 	}
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
-		return "", fmt.Errorf("uploading %s: %w", path, err)
+		return "", stalled(err)
 	}
 	return resp.GetKey(), nil
 }
@@ -224,21 +258,30 @@ func (a *app) jobsWatchCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "watch JOB_ID",
 		Short: "Follow a job's stages with a progress bar each until it is COMPLETED or FAILED",
-		Args:  jobIDArgs,
+		Long: `Follow a job's stages until it is COMPLETED or FAILED (exit 1), printing a
+line of progress bars each time the job changes. With -o json each change
+is printed as the whole job on one line (JSON Lines); with -o yaml as one
+document.`,
+		Args: jobIDArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := a.format(cmd)
+			if err != nil {
+				return err
+			}
 			c, err := a.connect(cmd)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			return a.watchJob(cmd, c, args[0])
+			return a.watchJob(cmd, c, args[0], format)
 		},
 	}
 }
 
-// watchJob prints a line of stage bars whenever the job changes, until it
-// is final; a FAILED job is a *JobEndedError.
-func (a *app) watchJob(cmd *cobra.Command, c *conn, id string) error {
+// watchJob prints a line of stage bars (or, in -o json|yaml, the job)
+// whenever the job changes, until it is final; a FAILED job is a
+// *JobEndedError.
+func (a *app) watchJob(cmd *cobra.Command, c *conn, id, format string) error {
 	var last string
 	for {
 		ctx, cancel := a.call(cmd.Context())
@@ -248,9 +291,18 @@ func (a *app) watchJob(cmd *cobra.Command, c *conn, id string) error {
 			return err
 		}
 		j := resp.GetJob()
+		// The bars are the change filter in every format: what they show
+		// (stage, progress, status, error) is what a change is.
 		if line := stageBars(j); line != last {
-			fmt.Fprintln(cmd.OutOrStdout(), line)
 			last = line
+			if format != formatTable {
+				err = writeProtoLine(cmd.OutOrStdout(), format, j)
+			} else {
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), line)
+			}
+			if err != nil {
+				return err
+			}
 		}
 		switch j.GetStatus() {
 		case "COMPLETED":

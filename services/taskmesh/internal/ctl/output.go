@@ -123,6 +123,23 @@ func writeValue(w io.Writer, format string, v any) error {
 	return enc.Close()
 }
 
+// writeValueLine prints v as one compact JSON line, or as one YAML
+// document starting with --- (as writeProtoLine does for protos).
+func writeValueLine(w io.Writer, format string, v any) error {
+	if format == formatJSON {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	if _, err := io.WriteString(w, "---\n"); err != nil {
+		return err
+	}
+	return writeValue(w, format, v)
+}
+
 // timeText shows a timestamp in UTC, second precision, or "" if unset.
 func timeText(ts *timestamppb.Timestamp) string {
 	if ts == nil {

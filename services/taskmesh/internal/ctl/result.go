@@ -1,9 +1,11 @@
 package ctl
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,15 +30,19 @@ const (
 
 func (a *app) resultCommand() *cobra.Command {
 	var outFile string
+	var raw bool
 	cmd := &cobra.Command{
-		Use:   "result ID [-o FILE]",
+		Use:   "result ID [-o FILE] [--raw]",
 		Short: "Print a finished task's output, or download it from the object store",
-		Long: `Print a finished task's output. Small results are stored inline: their
-stdout is printed (or written to FILE) and their stderr goes to standard
-error. Large results live in the object store: the presigned link is
-downloaded as is (streamed, to FILE or standard output) and checked against
-its SHA-256. A FILE is written under a temporary name and renamed when
-complete and verified, so it never holds a partial or corrupt result.`,
+		Long: `Print a finished task's output: its stdout is printed (or written to FILE)
+and its stderr goes to standard error, whatever the size. Small results
+are stored inline; large ones (64 KiB or more) live in the object store,
+whose presigned link is downloaded and checked against its SHA-256, and
+the stdout and stderr it holds are printed as above. --raw writes the
+stored object as is instead (the JSON with stdout, stderr and the bytes
+the agent dropped, or a video task's MP4). A FILE is written under a
+temporary name and renamed when complete and verified, so it never holds a
+partial or corrupt result.`,
 		Args: idArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(cmd)
@@ -51,7 +57,7 @@ complete and verified, so it never holds a partial or corrupt result.`,
 				return err
 			}
 			r := resp.GetResult()
-			if err := a.writeResult(cmd, r, outFile); err != nil {
+			if err := a.writeResult(cmd, r, outFile, raw); err != nil {
 				return err
 			}
 			if st := r.GetStatus(); st != string(lifecycle.StatusCompleted) {
@@ -71,17 +77,25 @@ complete and verified, so it never holds a partial or corrupt result.`,
 	// has no table, JSON or YAML form. This local flag shadows the global
 	// -o of the other commands.
 	cmd.Flags().StringVarP(&outFile, "output", "o", "", "write the result to FILE instead of standard output")
+	cmd.Flags().BoolVar(&raw, "raw", false, "write an object-store result as stored (JSON, or a video's MP4) instead of its stdout")
 	return cmd
 }
 
-func (a *app) writeResult(cmd *cobra.Command, r *taskv1.TaskResult, outFile string) error {
+func (a *app) writeResult(cmd *cobra.Command, r *taskv1.TaskResult, outFile string, raw bool) error {
 	switch r.GetStorageType() {
 	case storageS3:
 		if r.GetPresignedUrl() == "" {
 			return fmt.Errorf("task %s: the result is in the object store but the server sent no link", r.GetTaskId())
 		}
 		return a.toOutput(cmd, outFile, func(w io.Writer) error {
-			return a.download(cmd.Context(), r.GetPresignedUrl(), r.GetSha256(), r.GetSizeBytes(), w)
+			if raw {
+				return a.download(cmd.Context(), r.GetPresignedUrl(), r.GetSha256(), r.GetSizeBytes(), w)
+			}
+			u := &unwrapper{out: w}
+			if err := a.download(cmd.Context(), r.GetPresignedUrl(), r.GetSha256(), r.GetSizeBytes(), u); err != nil {
+				return err
+			}
+			return u.finish(cmd.ErrOrStderr())
 		})
 	case storageDB, "":
 		if r.GetStorageType() == "" && !isFinal(r.GetStatus()) {
@@ -97,6 +111,76 @@ func (a *app) writeResult(cmd *cobra.Command, r *taskv1.TaskResult, outFile stri
 		return err
 	}
 	return fmt.Errorf("task %s: unknown result storage type %q", r.GetTaskId(), r.GetStorageType())
+}
+
+// storedOutput is the object a large result is stored as: the whole
+// output of both streams (docs/api/tasks.md, CompleteTask; docs/executor.md,
+// Output).
+type storedOutput struct {
+	Stdout               *string `json:"stdout"`
+	Stderr               string  `json:"stderr"`
+	StdoutTruncatedBytes int64   `json:"stdout_truncated_bytes"`
+	StderrTruncatedBytes int64   `json:"stderr_truncated_bytes"`
+}
+
+// unwrapper receives a downloaded result object. An object that starts
+// with "{" may be the stored output, which has to be read whole to be
+// unwrapped, so it is kept; anything else (a video task's MP4) streams
+// through as is.
+type unwrapper struct {
+	out     io.Writer
+	held    bytes.Buffer
+	decided bool // whether the object streams through
+	pass    bool
+}
+
+func (u *unwrapper) Write(p []byte) (int, error) {
+	if u.decided && u.pass {
+		return u.out.Write(p)
+	}
+	u.held.Write(p)
+	if !u.decided {
+		if rest := bytes.TrimLeft(u.held.Bytes(), " \t\r\n"); len(rest) > 0 {
+			u.decided, u.pass = true, rest[0] != '{'
+			if u.pass {
+				_, err := u.out.Write(u.held.Bytes())
+				u.held.Reset()
+				if err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
+	return len(p), nil
+}
+
+// finish writes what was kept once the download is complete and
+// verified: the stored output's stdout to out and its stderr to errOut,
+// or the object as is when it is not the stored output.
+func (u *unwrapper) finish(errOut io.Writer) error {
+	if u.pass {
+		return nil
+	}
+	var so storedOutput
+	if err := json.Unmarshal(u.held.Bytes(), &so); err != nil || so.Stdout == nil {
+		_, err := u.out.Write(u.held.Bytes())
+		return err
+	}
+	if _, err := io.WriteString(u.out, *so.Stdout); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(errOut, so.Stderr); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		stream string
+		n      int64
+	}{{"stdout", so.StdoutTruncatedBytes}, {"stderr", so.StderrTruncatedBytes}} {
+		if d.n > 0 {
+			fmt.Fprintf(errOut, "note: %d bytes of %s were dropped by the agent's output limit\n", d.n, d.stream)
+		}
+	}
+	return nil
 }
 
 // toOutput runs write against standard output, or against a temporary

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,9 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
 func TestDownload(t *testing.T) {
@@ -89,5 +93,63 @@ func TestToOutputFile(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("directory holds %d entries, want only result.json", len(entries))
+	}
+}
+
+// resultServer answers GetTaskResult with an object-store result whose
+// link points at url.
+type resultServer struct {
+	taskv1.UnimplementedTaskServiceServer
+	url, sha string
+	size     int64
+}
+
+func (s *resultServer) GetTaskResult(_ context.Context, r *taskv1.GetTaskResultRequest) (*taskv1.GetTaskResultResponse, error) {
+	return &taskv1.GetTaskResultResponse{Result: &taskv1.TaskResult{TaskId: r.GetId(), Status: "completed", StorageType: storageS3,
+		PresignedUrl: s.url, Sha256: s.sha, SizeBytes: s.size}}, nil
+}
+
+// A result in the object store prints as an inline one does: its stdout
+// on standard output (or in FILE), its stderr on standard error. --raw,
+// and an object that is not the stored output (a video), are written as
+// they are.
+func TestResultFromObjectStorePrintsOutput(t *testing.T) {
+	stdout := strings.Repeat("line of output\n", 5000)
+	envelope, _ := json.Marshal(map[string]any{"stdout": stdout, "stderr": "warn\n", "stdout_truncated_bytes": 7, "stderr_truncated_bytes": 0})
+	video := append([]byte{0, 0, 0, 0x18}, []byte("ftypmp42 rest of the video")...)
+	for _, tt := range []struct {
+		name                 string
+		body                 []byte
+		args                 []string
+		wantOut, wantErrPart string
+	}{
+		{"stored output", envelope, nil, stdout, "warn\nnote: 7 bytes of stdout were dropped by the agent's output limit\n"},
+		{"raw", envelope, []string{"--raw"}, string(envelope), ""},
+		{"video", video, nil, string(video), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(tt.body) }))
+			defer store.Close()
+			sum := sha256.Sum256(tt.body)
+			srv := &resultServer{url: store.URL + "/results/t1.json?sig=x", sha: hex.EncodeToString(sum[:]), size: int64(len(tt.body))}
+			addr := serve(t, func(s *grpc.Server) { taskv1.RegisterTaskServiceServer(s, srv) })
+
+			r := testApp(EnvAPIKey, "k").run(t, "", append([]string{"tasks", "result", "t1", "--server", addr}, tt.args...)...)
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			if r.stdout != tt.wantOut {
+				t.Errorf("stdout: %d bytes starting %.40q, want %d bytes starting %.40q", len(r.stdout), r.stdout, len(tt.wantOut), tt.wantOut)
+			}
+			if r.stderr != tt.wantErrPart {
+				t.Errorf("stderr %q, want %q", r.stderr, tt.wantErrPart)
+			}
+
+			path := filepath.Join(t.TempDir(), "out")
+			r = testApp(EnvAPIKey, "k").run(t, "", append([]string{"tasks", "result", "t1", "--server", addr, "-o", path}, tt.args...)...)
+			if got, err := os.ReadFile(path); r.code != 0 || err != nil || string(got) != tt.wantOut {
+				t.Errorf("-o FILE: exit %d (%s), file %d bytes (%v), want %d bytes", r.code, r.stderr, len(got), err, len(tt.wantOut))
+			}
+		})
 	}
 }

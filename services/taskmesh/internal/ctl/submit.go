@@ -80,7 +80,7 @@ per machine or IP).`,
 					// Tasks created before the failure stay created; show
 					// them so the user knows what to clean up or re-submit
 					// (re-submitting is safe where the files have ids).
-					if perr := printSubmitted(out, format, results, ids); perr != nil {
+					if perr := printSubmitted(out, format, wait, results, ids); perr != nil {
 						return perr
 					}
 					return &opError{Op: t.Where, Err: err}
@@ -88,7 +88,7 @@ per machine or IP).`,
 				results = append(results, submitted{Source: t.Where, RequestID: t.ID, TaskIDs: resp.GetTaskIds()})
 				ids = append(ids, resp.GetTaskIds()...)
 			}
-			if err := printSubmitted(out, format, results, ids); err != nil {
+			if err := printSubmitted(out, format, wait, results, ids); err != nil {
 				return err
 			}
 			if !wait {
@@ -105,8 +105,18 @@ per machine or IP).`,
 }
 
 // printSubmitted prints the created task ids one per line, or the
-// submissions as JSON or YAML.
-func printSubmitted(out io.Writer, format string, results []submitted, ids []string) error {
+// submissions as JSON or YAML. Followed by a watch (stream), each
+// submission is one JSON line or one YAML document, as each change after
+// it is, so the whole output is one JSON Lines or YAML stream.
+func printSubmitted(out io.Writer, format string, stream bool, results []submitted, ids []string) error {
+	if format != formatTable && stream {
+		for _, r := range results {
+			if err := writeValueLine(out, format, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if format != formatTable {
 		if results == nil {
 			results = []submitted{}
@@ -182,6 +192,9 @@ func (a *app) waitAll(cmd *cobra.Command, c *conn, ids []string, format string) 
 	var failed []error
 	for _, id := range ids {
 		w := a.newWatcher(cmd, c, format)
+		// The tasks were just created: the server was reached, so a
+		// failing stream is a broken one, to re-open.
+		w.connected = true
 		if len(ids) > 1 {
 			w.prefix = id + " "
 		}

@@ -282,7 +282,12 @@ shell. --machine fans the run out, one task per machine.`,
 			if err != nil {
 				return err
 			}
-			if format != formatTable {
+			if format != formatTable && wait {
+				// One line (document) before the watch's, as submit --wait.
+				if err := writeProtoLine(cmd.OutOrStdout(), format, resp); err != nil {
+					return err
+				}
+			} else if format != formatTable {
 				if err := writeProto(cmd.OutOrStdout(), format, resp); err != nil {
 					return err
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
@@ -34,8 +35,10 @@ func (a *app) watchCommand() *cobra.Command {
 		Long: `Follow a task until it is final, printing a line for each change of its
 status, progress, progress message or attempt. On a terminal a progress
 bar follows the lines. A broken stream is re-opened without printing what
-was already shown. Exits 0 when the task completed, 1 when it failed or was
-cancelled. With -o json (one object per line) or -o yaml (one document per
+was already shown; a watch that never reached the server (or got no answer
+within --timeout) fails at once. Exits 0 when the task completed, 1 when it
+failed or was cancelled (or the server could not be reached), 130 when
+interrupted. With -o json (one object per line) or -o yaml (one document per
 change) each change is printed as the whole task.`,
 		Args: idArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -71,6 +74,14 @@ type watcher struct {
 	now    func() time.Time
 
 	minBackoff, maxBackoff, giveUp time.Duration
+	// firstAnswer bounds the wait for the first message while the watch
+	// has never connected (--timeout; 0: gRPC's own connect timeout).
+	firstAnswer time.Duration
+	// connected: a stream has delivered a message (or the caller reached
+	// the server just before). Only then is a failure a broken stream
+	// worth re-opening; before, the server was never reachable and
+	// retrying would only hide a wrong --server.
+	connected bool
 
 	lastVersion int32
 	lastChange  string
@@ -82,7 +93,7 @@ func (a *app) newWatcher(cmd *cobra.Command, c *conn, format string) *watcher {
 	return &watcher{
 		tasks: c.tasks, out: out, errOut: cmd.ErrOrStderr(), format: format,
 		bar: format == formatTable && a.terminal(out), now: a.now,
-		minBackoff: watchMinBackoff, maxBackoff: watchMaxBackoff, giveUp: watchGiveUp,
+		minBackoff: watchMinBackoff, maxBackoff: watchMaxBackoff, giveUp: watchGiveUp, firstAnswer: max(a.timeout, 0),
 	}
 }
 
@@ -107,7 +118,11 @@ func (w *watcher) run(ctx context.Context, id string) (*taskv1.Task, error) {
 			return nil, err
 		}
 		if received {
+			w.connected = true
 			backoff, failingSince = w.minBackoff, time.Time{}
+		}
+		if !w.connected {
+			return nil, &opError{Op: "watch " + id, Err: err}
 		}
 		if failingSince.IsZero() {
 			failingSince = w.now()
@@ -129,11 +144,13 @@ func (w *watcher) run(ctx context.Context, id string) (*taskv1.Task, error) {
 // otherwise why the stream ended and whether any message arrived.
 func (w *watcher) stream(ctx context.Context, id string) (final *taskv1.Task, received bool, err error) {
 	// Cancelling ends the stream when we return before the server does.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := w.awaitFirst(cancel)
+	defer stop()
 	s, err := w.tasks.WatchTask(ctx, &taskv1.WatchTaskRequest{Id: id})
 	if err != nil {
-		return nil, false, err
+		return nil, false, noAnswer(ctx, err, id, w.firstAnswer)
 	}
 	for {
 		resp, err := s.Recv()
@@ -141,8 +158,9 @@ func (w *watcher) stream(ctx context.Context, id string) (final *taskv1.Task, re
 			return nil, received, errStreamEnded
 		}
 		if err != nil {
-			return nil, received, err
+			return nil, received, noAnswer(ctx, err, id, w.firstAnswer)
 		}
+		stop()
 		received = true
 		t := resp.GetTask()
 		if err := w.show(t); err != nil {
@@ -152,6 +170,35 @@ func (w *watcher) stream(ctx context.Context, id string) (final *taskv1.Task, re
 			return t, true, nil
 		}
 	}
+}
+
+// errNoFirstAnswer cancels a first stream that got no message in time.
+var errNoFirstAnswer = errors.New("no first answer")
+
+// awaitFirst cancels the stream with errNoFirstAnswer unless the returned
+// stop is called within w.firstAnswer. It applies only until the watch has
+// connected: the server sends the task as soon as the stream opens, so a
+// silent server is as unreachable as a missing one, while a connected
+// watch may wait any time for the next change.
+func (w *watcher) awaitFirst(cancel context.CancelCauseFunc) (stop func()) {
+	return firstAnswerTimer(w.connected, w.firstAnswer, cancel)
+}
+
+func firstAnswerTimer(connected bool, d time.Duration, cancel context.CancelCauseFunc) (stop func()) {
+	if connected || d <= 0 {
+		return func() {}
+	}
+	t := time.AfterFunc(d, func() { cancel(errNoFirstAnswer) })
+	return func() { t.Stop() }
+}
+
+// noAnswer turns the cancellation by firstAnswerTimer into the error a
+// unary call that timed out would give.
+func noAnswer(ctx context.Context, err error, id string, d time.Duration) error {
+	if errors.Is(context.Cause(ctx), errNoFirstAnswer) {
+		return &opError{Op: "watch " + id, Err: status.Errorf(codes.DeadlineExceeded, "no answer from the server within %s", d)}
+	}
+	return err
 }
 
 // retryable tells a broken stream (worth re-opening) from an answer

@@ -3,6 +3,7 @@ package ctl
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -150,6 +151,7 @@ func TestWatchGivesUp(t *testing.T) {
 		script = append(script, watchStep{end: status.Error(codes.Unavailable, "down")})
 	}
 	w, _, _ := newTestWatcher(t, &scriptedWatch{script: script}, formatTable)
+	w.connected = true // giving up is for a watch that had connected
 	w.giveUp = 30 * time.Millisecond
 	_, err := w.run(context.Background(), "t1")
 	msg := FormatError(err)
@@ -222,5 +224,131 @@ func TestRetryable(t *testing.T) {
 		if got := retryable(tt.err); got != tt.want {
 			t.Errorf("retryable(%v) = %v, want %v", tt.err, got, tt.want)
 		}
+	}
+}
+
+// Once a stream has delivered a message, a failing re-open (nothing
+// received) is still a broken connection, to re-open again.
+func TestWatchReconnectsOnceConnected(t *testing.T) {
+	srv := &scriptedWatch{script: []watchStep{
+		{send: []*taskv1.Task{at(0, 1, "running", 10, "", "a1")}, end: status.Error(codes.Unavailable, "transport is closing")},
+		{end: status.Error(codes.Unavailable, "connection refused")},
+		{send: []*taskv1.Task{at(1, 2, "completed", 100, "", "a1")}},
+	}}
+	w, _, errOut := newTestWatcher(t, srv, formatTable)
+	if _, err := w.run(context.Background(), "t1"); err != nil {
+		t.Fatalf("run: %v\n%s", err, errOut.String())
+	}
+	if srv.calls != 3 {
+		t.Errorf("WatchTask called %d times, want 3", srv.calls)
+	}
+}
+
+// A watch that never reached the server (nothing listens, or the server
+// never answers) fails after its first attempt like any other command,
+// instead of reconnecting until it gives up.
+func TestWatchNeverConnectedFails(t *testing.T) {
+	refused, silent := refusedAddr(t), silentServer(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"task, nothing listens", []string{"tasks", "watch", "t1", "--server", refused},
+			"error: watch t1: cannot reach " + refused + ": "},
+		{"group, nothing listens", []string{"groups", "watch", "g1", "--server", refused},
+			"error: watch g1: cannot reach " + refused + ": "},
+		{"task, silent server", []string{"tasks", "watch", "t1", "--server", silent, "--timeout", "300ms"},
+			"error: watch t1: no answer from the server within 300ms (code 504 deadline exceeded)"},
+		{"group, silent server", []string{"groups", "watch", "g1", "--server", silent, "--timeout", "300ms"},
+			"error: watch g1: no answer from the server within 300ms (code 504 deadline exceeded)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, took := testApp(EnvAPIKey, "k").runFor(t, 20*time.Second, tt.args...)
+			if r.code != ExitError || !strings.HasPrefix(r.stderr, tt.want) || len(lines(r.stderr)) != 1 {
+				t.Fatalf("exit %d after %s, stderr:\n%s\nwant one line starting %q", r.code, took, r.stderr, tt.want)
+			}
+			if took > 5*time.Second {
+				t.Errorf("took %s", took)
+			}
+		})
+	}
+}
+
+// blockingWatch sends a running task and then waits for the client to go.
+type blockingWatch struct {
+	taskv1.UnimplementedTaskServiceServer
+}
+
+func (blockingWatch) WatchTask(r *taskv1.WatchTaskRequest, stream grpc.ServerStreamingServer[taskv1.WatchTaskResponse]) error {
+	if err := stream.Send(&taskv1.WatchTaskResponse{Task: at(0, 1, "running", 5, "", "a1")}); err != nil {
+		return err
+	}
+	<-stream.Context().Done()
+	return stream.Context().Err()
+}
+
+// Ctrl-C on a watch exits 130, not 1 (a failed task), with a short note.
+func TestWatchInterrupted(t *testing.T) {
+	addr := serve(t, func(s *grpc.Server) { taskv1.RegisterTaskServiceServer(s, blockingWatch{}) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut logbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- testApp(EnvAPIKey, "k").main(ctx, []string{"tasks", "watch", "t1", "--server", addr}, strings.NewReader(""), &out, &errOut)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), " running 5%") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no watch line; stderr %q", errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != ExitInterrupted || errOut.String() != "interrupted\n" {
+			t.Errorf("exit %d, stderr %q; want %d and \"interrupted\"", code, errOut.String(), ExitInterrupted)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not stop")
+	}
+}
+
+// submitAndWatch creates task t1 and watches it as scriptedWatch does.
+type submitAndWatch struct{ *scriptedWatch }
+
+func (submitAndWatch) CreateTask(context.Context, *taskv1.CreateTaskRequest) (*taskv1.CreateTaskResponse, error) {
+	return &taskv1.CreateTaskResponse{TaskIds: []string{"t1"}}, nil
+}
+
+// submit -o json --wait prints JSON Lines: the submission, then each
+// change. Its watch re-opens a failing stream: creating the task reached
+// the server.
+func TestSubmitWaitJSONLines(t *testing.T) {
+	srv := submitAndWatch{&scriptedWatch{script: []watchStep{
+		{end: status.Error(codes.Unavailable, "transport is closing")},
+		{send: []*taskv1.Task{at(0, 1, "running", 5, "", "a1"), at(1, 2, "completed", 100, "", "a1")}},
+	}}}
+	addr := serve(t, func(s *grpc.Server) { taskv1.RegisterTaskServiceServer(s, srv) })
+	r := testApp(EnvAPIKey, "k").run(t, `{"task": {"name": "n", "command": "true"}}`,
+		"tasks", "submit", "-f", "-", "--wait", "-o", "json", "--server", addr)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	got := lines(r.stdout)
+	if len(got) != 3 {
+		t.Fatalf("want 3 lines, got:\n%s", r.stdout)
+	}
+	for i, l := range got {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("line %d %q is not a JSON object: %v", i+1, l, err)
+		}
+	}
+	if !strings.Contains(got[0], `"task_ids":["t1"]`) || !strings.Contains(got[2], `"status":"completed"`) {
+		t.Errorf("lines:\n%s", r.stdout)
 	}
 }
