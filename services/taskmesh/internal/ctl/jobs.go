@@ -69,6 +69,11 @@ func (a *app) jobsSubmitCommand() *cobra.Command {
 			if model == "" || quant == "" {
 				return usageErrorf(cmd, "--model and --quant are required")
 			}
+			for flag, path := range map[string]string{"--model": model, "--quant": quant} {
+				if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+					return usageErrorf(cmd, "%s %s: not a file that can be read", flag, path)
+				}
+			}
 			refs, err := refImages(refDir)
 			if err != nil {
 				return usageErrorf(cmd, "--ref-images: %v", err)
@@ -355,6 +360,11 @@ func (a *app) jobsDownloadCommand() *cobra.Command {
 		Short: "Download a job's result.bie and result.nef (and its stage logs)",
 		Args:  jobIDArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The directory is made as mkdir -p would, before anything is
+			// asked of the server; one that cannot be made is a usage error.
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return usageErrorf(cmd, "--dir %s: %v", dir, err)
+			}
 			c, err := a.connect(cmd)
 			if err != nil {
 				return err
@@ -394,7 +404,7 @@ func (a *app) jobsDownloadCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", ".", "directory to write the files to")
+	cmd.Flags().StringVar(&dir, "dir", ".", "directory to write the files to (made if missing)")
 	cmd.Flags().BoolVar(&logs, "logs", false, "also download the stage logs")
 	return cmd
 }

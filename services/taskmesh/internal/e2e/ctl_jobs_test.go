@@ -49,10 +49,8 @@ func TestCtlJobsSubmitWatchGetDownload(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "status:      COMPLETED") || !strings.Contains(out, "nef_key:     jobs/"+id+"/output/result.nef") {
 		t.Fatalf("get: exit %d\n%s", code, out)
 	}
-	dl := filepath.Join(dir, "out")
-	if err := os.Mkdir(dl, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// The directory is made when it is missing.
+	dl := filepath.Join(dir, "out", "job")
 	out, errOut, code = run("jobs", "download", id, "--dir", dl, "--logs")
 	if code != 0 || strings.Count(out, " bytes\n") != 5 {
 		t.Fatalf("download: exit %d\n%s%s", code, out, errOut)
@@ -64,6 +62,11 @@ func TestCtlJobsSubmitWatchGetDownload(t *testing.T) {
 		t.Errorf("bie.log: %s", log)
 	}
 
+	// A model file that is not there is a usage error; nothing is sent.
+	if _, errOut, code = run("jobs", "submit", "--model", filepath.Join(dir, "missing.onnx"), "--quant", quant); code != ctl.ExitUsage ||
+		!strings.Contains(errOut, "--model") {
+		t.Errorf("a missing model file: exit %d: %s", code, errOut)
+	}
 	bad := write("bad.onnx", []byte("\x08\x07\x12\x03abc not a model"))
 	_, errOut, code = run("jobs", "submit", "--model", bad, "--quant", quant, "--wait")
 	if code != ctl.ExitError || !strings.Contains(errOut, "FAILED in its onnx stage: bad.onnx") && !strings.Contains(errOut, "FAILED in its onnx stage: model.onnx is not an ONNX model") {
