@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 
@@ -343,8 +344,8 @@ func dial(s Settings) (*conn, error) {
 		grpc.WithPerRPCCredentials(bearer{key: s.APIKey}),
 		grpc.WithUserAgent("taskmesh-ctl"),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvBytes)),
-		grpc.WithChainUnaryInterceptor(unreachableUnary(s.Server)),
-		grpc.WithChainStreamInterceptor(unreachableStream(s.Server)),
+		grpc.WithChainUnaryInterceptor(unreachableUnary(s.Target)),
+		grpc.WithChainStreamInterceptor(unreachableStream(s.Target)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("server %q: %w", s.Server, err)
@@ -365,7 +366,25 @@ func unreachable(server string, err error) error {
 	if !ok || st.Code() != codes.Unavailable || len(st.Details()) > 0 {
 		return err
 	}
-	return status.Errorf(codes.Unavailable, "cannot reach %s: %s", server, st.Message())
+	return status.Errorf(codes.Unavailable, "cannot reach %s: %s", server, dialProblem(st.Message()))
+}
+
+// dialFailure finds the reason at the end of gRPC's "connection error:
+// desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect:
+// connection refused"".
+var dialFailure = regexp.MustCompile(`dial tcp [^ ]+: (?:connect: )?([^"]+)"?$`)
+
+// dialProblem says in a few words why the server could not be reached:
+// the reason gRPC's transport message ends with, or that the address
+// answers HTTP/1.1 (the REST port given where the gRPC port belongs).
+func dialProblem(msg string) string {
+	if strings.Contains(msg, "HTTP/1.1 header") {
+		return "it answers HTTP/1.1, not gRPC: --server takes the gateway's gRPC port (" + defaultPort + " by default), not its REST port"
+	}
+	if m := dialFailure.FindStringSubmatch(msg); m != nil {
+		return m[1]
+	}
+	return msg
 }
 
 func unreachableUnary(server string) grpc.UnaryClientInterceptor {

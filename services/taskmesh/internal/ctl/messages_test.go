@@ -2,6 +2,8 @@ package ctl
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -69,6 +71,24 @@ func TestFlagValuesAreExplainedInWords(t *testing.T) {
 		r := testApp(EnvAPIKey, "tm_x").run(t, "", strings.Fields(args)...)
 		if r.code != ExitUsage || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "strconv") {
 			t.Errorf("%s: exit %d, stderr %q; want %d and %q", args, r.code, r.stderr, ExitUsage, want)
+		}
+	}
+}
+
+// A server that cannot be reached is named by the address dialed, with
+// the reason in a few words; the REST port given for the gRPC one is
+// recognised.
+func TestUnreachableServersAreNamedWithTheReason(t *testing.T) {
+	rest := httptest.NewServer(http.NotFoundHandler())
+	defer rest.Close()
+	restAddr := strings.TrimPrefix(rest.URL, "http://")
+	for server, want := range map[string]string{
+		"127.0.0.1:1": "error: cannot reach 127.0.0.1:1: connection refused (code 503 unavailable)",
+		restAddr:      "cannot reach " + restAddr + ": it answers HTTP/1.1, not gRPC: --server takes the gateway's gRPC port",
+	} {
+		r := testApp(EnvAPIKey, "tm_x", EnvServer, server).run(t, "", "tasks", "get", "x")
+		if r.code != ExitError || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "transport:") {
+			t.Errorf("%s: exit %d, stderr %q; want %q", server, r.code, r.stderr, want)
 		}
 	}
 }
