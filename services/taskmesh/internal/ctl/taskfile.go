@@ -1,10 +1,7 @@
 package ctl
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -49,10 +46,14 @@ type FileTask struct {
 type FileError struct {
 	File string
 	Line int // 0 when the position is unknown
+	Col  int // 0 when only the line is known
 	Msg  string
 }
 
 func (e *FileError) Error() string {
+	if e.Line > 0 && e.Col > 0 {
+		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
+	}
 	if e.Line > 0 {
 		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
 	}
@@ -84,19 +85,8 @@ var taskKeys = []string{
 // but that do not stop the submission, such as ignored state fields.
 func ParseTaskFile(name string, data []byte) (tasks []FileTask, notes []string, err error) {
 	p := &fileParser{file: name}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	for {
-		var doc yaml.Node
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, nil, &FileError{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
-		}
-		if err := p.document(&doc); err != nil {
-			return nil, nil, err
-		}
+	if err := decodeDocuments(name, data, p.document); err != nil {
+		return nil, nil, err
 	}
 	if len(p.tasks) == 0 {
 		return nil, nil, &FileError{File: name, Msg: "no task in file (want task: {…}, local_queue: {tasks: […]} or a task mapping)"}

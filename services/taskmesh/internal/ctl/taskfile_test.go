@@ -262,7 +262,7 @@ func TestParseErrors(t *testing.T) {
 		{"queue task without a name", "local_queue:\n  tasks:\n    - name: a\n    - {command: c}\n",
 			`f.yaml:4: local_queue.tasks[1]: has no name (name: is required)`},
 		{"empty file", "", `f.yaml: no task in file (want task: {…}, local_queue: {tasks: […]} or a task mapping)`},
-		{"syntax error", "task:\n\tname: x\n", `f.yaml: line 2: found character that cannot start any token`},
+		{"syntax error", "task:\n\tname: x\n", `f.yaml:2:1: found character that cannot start any token`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -272,6 +272,77 @@ func TestParseErrors(t *testing.T) {
 			}
 			if err.Error() != tt.want {
 				t.Errorf("error = %q\n want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// Syntax errors name the line (and column) the problem is on, in YAML and
+// in JSON, for task and group files alike; yaml.v3's own messages name
+// the line before. A file named *.json is strict JSON.
+func TestParseSyntaxErrors(t *testing.T) {
+	tests := []struct {
+		name, file, data string
+		want             string // the whole error
+	}{
+		{"tab in the indentation after a scalar", "f.yaml", "\n\n\n\ntask:\n  name: x\n\tcommand: echo\n",
+			"f.yaml:7:1: found a tab character that violates indentation"},
+		{"tab as the first indentation", "f.yaml", "task:\n\tname: x\n",
+			"f.yaml:2:1: found character that cannot start any token"},
+		{"key indented less than its siblings", "f.yaml", "task:\n  name: x\n  command: echo\n bad: indent\n",
+			"f.yaml:4:2: did not find expected key"},
+		{"key indented more than its siblings", "f.yaml", "task:\n  name: x\n    command: echo\n",
+			"f.yaml:3:12: mapping values are not allowed in this context"},
+		{"unclosed list", "f.yaml", "task:\n  name: x\n  command: echo\n  args: [a, b\n\n\n# end\n",
+			"f.yaml:4:9: a flow sequence started here is not closed by the end of the file (did not find expected ',' or ']')"},
+		{"unclosed quote", "f.yaml", "task:\n  name: x\n  env:\n    A: \"open\n",
+			"f.yaml:4:8: a quoted scalar started here is not closed by the end of the file (found unexpected end of stream)"},
+		{"a second document", "f.yaml", "task: {name: a, command: x}\n---\ntask:\n  name: b\n  args: [a\n  command: y\n",
+			"f.yaml:6:10: did not find expected ',' or ']'"},
+		{"yaml-style json read as yaml from stdin", "<stdin>", "{\"task\": {\"name\": \"x\", \"command\": \"echo\",}}",
+			""},
+		{"json: trailing comma", "f.json", "{\n  \"task\": {\n    \"name\": \"x\",\n    \"command\": \"echo\",\n  }\n}\n",
+			"f.json:4:22: trailing comma before '}' (JSON allows none)"},
+		{"json: trailing comma in a list", "f.json", "{\"task\": {\"name\": \"x\", \"args\": [\"a\",]}}",
+			"f.json:1:36: trailing comma before ']' (JSON allows none)"},
+		{"json: comment", "f.json", "{\n  \"task\": {\"name\": \"x\"} // the task\n}\n",
+			"f.json:2:25: invalid character '/' after object key:value pair (JSON has no comments)"},
+		{"json: single quotes", "f.json", "{\"task\": {\"name\": 'x'}}",
+			"f.json:1:19: invalid character '\\'' looking for beginning of value (JSON strings take double quotes)"},
+		{"json: unclosed brace", "f.json", "{\n  \"task\": {\n    \"name\": \"x\",\n    \"command\": \"echo\"\n  \n",
+			"f.json:2:11: '{' opened here is not closed by the end of the file"},
+		{"json: missing colon", "f.json", "{\"task\": {\"name\" \"x\"}}",
+			"f.json:1:18: invalid character '\"' after object key"},
+		{"json: unknown key keeps its line", "f.json", "{\n  \"task\": {\n    \"name\": \"x\",\n    \"prority\": 3\n  }\n}\n",
+			`f.json:4: unknown key "prority" in task (did you mean "priority"?)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := ParseTaskFile(tt.file, []byte(tt.data))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("error %v, want none", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error = %v\n want %s", err, tt.want)
+			}
+		})
+	}
+	groupTests := []struct{ name, file, data, want string }{
+		{"unclosed list in a member", "g.yaml", "group:\n  mode: serial\n  tasks:\n    - name: a\n      args: [x\n",
+			"g.yaml:5:13: a flow sequence started here is not closed by the end of the file (did not find expected ',' or ']')"},
+		{"tab in a group", "g.yaml", "group:\n  mode: serial\n\ttasks: []\n",
+			"g.yaml:3:1: found a tab character that violates indentation"},
+		{"json trailing comma", "g.json", "{\"group\": {\"tasks\": [{\"name\": \"a\", \"command\": \"b\"},]}}",
+			"g.json:1:51: trailing comma before ']' (JSON allows none)"},
+	}
+	for _, tt := range groupTests {
+		t.Run("group "+tt.name, func(t *testing.T) {
+			_, err := ParseGroupFile(tt.file, []byte(tt.data))
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error = %v\n want %s", err, tt.want)
 			}
 		})
 	}
