@@ -61,15 +61,18 @@ func (e *FileError) Error() string {
 }
 
 // stateFields are what an agent's local queue records about a task's
-// execution (the state fields of LocalTask,
-// docs/api/agent-local.md#localtask). They describe one past execution on
-// one machine and the server assigns them itself, so submit ignores them
+// execution: every field of LocalTask (docs/api/agent-local.md#localtask)
+// that is not a task key, so that a row of the agent's own task list
+// resubmits as it is shown, and updated_at and created_at, which a
+// queue's rows carry too. They describe one past execution on one
+// machine and the server assigns them itself, so submit ignores them
 // (with a note) instead of refusing files copied from an agent.
 var stateFields = map[string]bool{
 	"status": true, "attempt_id": true, "assigned_agent_id": true, "assigned_at": true,
 	"lease_expires_at": true, "started_at": true, "ended_at": true, "last_heartbeat_at": true,
 	"exit_code": true, "error": true, "stdout": true, "stderr": true, "retry_count": true,
-	"created_at": true, "received_at": true, "synced": true,
+	"retry_at": true, "origin": true, "progress": true,
+	"created_at": true, "updated_at": true, "received_at": true, "synced": true,
 }
 
 // taskKeys are the keys of a task mapping, for "did you mean" hints.

@@ -2,15 +2,19 @@ package ctl
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	agentv1 "github.com/taskmesh/taskmesh/gen/taskmesh/agent/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
@@ -274,6 +278,50 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error = %q\n want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// A row of the agent's own task list (ListLocalTasks,
+// docs/api/agent-local.md#localtask), as its local API shows it, reads as
+// a local_queue task: every field is a task key or a state field ignored
+// with a note.
+func TestParseLocalQueueFromAgentList(t *testing.T) {
+	now := timestamppb.Now()
+	row := &agentv1.LocalTask{Id: "t-1", Name: "lqc", Type: "shell", Command: "echo", Args: []string{"a"},
+		Env: map[string]string{"A": "1"}, Timeout: 3600, Priority: 5, Status: "completed", AttemptId: "at-1",
+		AssignedAgentId: "agent-1", LeaseExpiresAt: now, ExitCode: proto.Int32(0), Stdout: "a\n", Error: proto.String("x"),
+		ReceivedAt: now, AssignedAt: now, StartedAt: now, EndedAt: now, Synced: true, Origin: "server", Progress: 100,
+		LastHeartbeatAt: now, MaxRetries: 3, RetryDelay: 60, RetryCount: 1, RetryAt: now}
+	js, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every field of LocalTask is set above, so a field added later that
+	// the parser does not know fails here.
+	var fields map[string]any
+	if err := json.Unmarshal(js, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if n := row.ProtoReflect().Descriptor().Fields().Len(); len(fields) != n {
+		t.Fatalf("the row shows %d fields, LocalTask has %d", len(fields), n)
+	}
+	file := `{"local_queue": {"machine_id": "m-1", "updated_at": "2026-12-02T03:58:01Z", "tasks": [` + string(js) + `]}}`
+	tasks, notes, err := ParseTaskFile("lq.json", []byte(file))
+	if err != nil {
+		t.Fatalf("ParseTaskFile: %v", err)
+	}
+	assertTasks(t, tasks, []wantTask{{id: "t-1", spec: &taskv1.TaskSpec{Name: "lqc", Type: "shell", Command: "echo",
+		Args: []string{"a"}, Env: map[string]string{"A": "1"}, Timeout: i32(3600), Priority: i32(5),
+		MaxRetries: i32(3), RetryDelay: i32(60), MachineId: "m-1"}}})
+	all := strings.Join(notes, "\n")
+	for _, f := range []string{"origin", "progress", "retry_at", "received_at", "synced", "exit_code"} {
+		if !strings.Contains(all, f) {
+			t.Errorf("no note names %s:\n%s", f, all)
+		}
+	}
+	// A queue's own rows may carry updated_at, as the queue does.
+	if _, _, err := ParseTaskFile("lq.yaml", []byte("local_queue:\n  tasks:\n    - {name: a, command: c, updated_at: x}\n")); err != nil {
+		t.Errorf("a task's updated_at: %v", err)
 	}
 }
 
