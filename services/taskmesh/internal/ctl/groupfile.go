@@ -71,6 +71,13 @@ func (p *fileParser) groupDocument(root *yaml.Node) (FileGroup, error) {
 	if err != nil {
 		return FileGroup{}, err
 	}
+	for _, kv := range pairs {
+		if kv.key != "group" && kv.key != "repeat" {
+			if s := closest(kv.key, []string{"group", "repeat"}); s != "" {
+				return FileGroup{}, p.errorf(kv.k, "unknown key %q at the top level (did you mean %q?)", kv.key, s)
+			}
+		}
+	}
 	if len(pairs) != 1 || (pairs[0].key != "group" && pairs[0].key != "repeat") {
 		k := root
 		if len(pairs) > 0 {

@@ -150,6 +150,11 @@ func (p *fileParser) document(doc *yaml.Node) error {
 			case "group", "repeat", "tasks":
 				return p.errorf(kv.k, "%q files are task groups: submit them with ctl groups submit -f FILE", kv.key)
 			}
+			// A mistyped form key ("taks:", "local_queu:") would otherwise
+			// read as a bare task with one unknown key and no hint.
+			if top := closest(kv.key, append([]string{"task", "local_queue"}, taskKeys...)); (top == "task" || top == "local_queue") && !stateFields[kv.key] {
+				return p.errorf(kv.k, "unknown key %q at the top level (did you mean %q?)", kv.key, top)
+			}
 		}
 		t, err := p.taskPairs(root, pairs, "", "")
 		if err == nil {
