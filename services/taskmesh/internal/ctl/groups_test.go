@@ -144,6 +144,8 @@ func TestParseGroupFileErrors(t *testing.T) {
 		{"member key", "group:\n  tasks:\n    - name: a\n      comand: x\n", `g.yaml:4: unknown key "comand" in group.tasks[0] (did you mean "command"?)`},
 		{"mistyped group", "gruop:\n  tasks: [{name: a, command: b}]\n", `g.yaml:1: unknown key "gruop" at the top level (did you mean "group"?)`},
 		{"mistyped repeat", "repaet: {count: 2, template: {name: a, command: b}}\n", `g.yaml:1: unknown key "repaet" at the top level (did you mean "repeat"?)`},
+		{"member priority out of range", "group:\n  tasks:\n    - {name: a, command: b, priority: 0}\n", "g.yaml:3: group.tasks[0].priority: 0 is out of range (1 to 10)"},
+		{"repeat timeout out of range", "repeat:\n  count: 2\n  template: {name: a, command: b, timeout: 604801}\n", "g.yaml:3: repeat.template.timeout: 604801 is out of range (1 to 604800)"},
 		{"no tasks", "group:\n  mode: serial\n", "g.yaml:2: group has no tasks"},
 		{"tasks not a list", "group:\n  tasks: {a: 1}\n", "g.yaml:2: group.tasks: want a list of tasks"},
 		{"beside", "group:\n  tasks: []\nrepeat: {}\n", "alone per document"},

@@ -274,13 +274,13 @@ func (p *fileParser) taskPairs(n *yaml.Node, pairs []pair, path, defaultMachine 
 		case "env":
 			s.Env, err = p.strMap(kv.v, f)
 		case "timeout":
-			s.Timeout, err = p.optInt(kv.v, f)
+			s.Timeout, err = p.boundedInt(kv.v, f, 1, 604800)
 		case "priority":
-			s.Priority, err = p.optInt(kv.v, f)
+			s.Priority, err = p.boundedInt(kv.v, f, 1, 10)
 		case "max_retries":
-			s.MaxRetries, err = p.optInt(kv.v, f)
+			s.MaxRetries, err = p.boundedInt(kv.v, f, 0, 100)
 		case "retry_delay":
-			s.RetryDelay, err = p.optInt(kv.v, f)
+			s.RetryDelay, err = p.boundedInt(kv.v, f, 0, 86400)
 		case "machine_id":
 			s.MachineId, err = p.str(kv.v, f)
 		case "group_id":
@@ -502,6 +502,18 @@ func (p *fileParser) optInt(n *yaml.Node, path string) (*int32, error) {
 	}
 	i := int32(v)
 	return &i, nil
+}
+
+// boundedInt reads an optional int32 that must lie in [lo, hi]: the
+// TaskSpec's ranges (docs/api/tasks.md#taskspec), checked here so that a
+// file whose later document is out of range creates nothing at all
+// rather than the documents before it.
+func (p *fileParser) boundedInt(n *yaml.Node, path string, lo, hi int32) (*int32, error) {
+	v, err := p.optInt(n, path)
+	if err == nil && v != nil && (*v < lo || *v > hi) {
+		return nil, p.errorf(n, "%s: %d is out of range (%d to %d)", path, *v, lo, hi)
+	}
+	return v, err
 }
 
 func (p *fileParser) strList(n *yaml.Node, path string) ([]string, error) {
