@@ -108,12 +108,16 @@ func FormatError(err error) string {
 		return "error: " + oneLine(err.Error())
 	}
 	msg := st.Message()
+	var done string
 	var oe *opError
 	if errors.As(err, &oe) {
 		msg = oe.Op + ": " + msg
+		if oe.Done != "" {
+			done = "; " + oe.Done
+		}
 	}
 	code, meaning := statusCode(st)
-	return fmt.Sprintf("error: %s (code %d %s)", oneLine(msg), code, meaning)
+	return fmt.Sprintf("error: %s (code %d %s)%s", oneLine(msg), code, meaning, oneLine(done))
 }
 
 // opError says what a failed request was about (e.g. which file's task)
@@ -122,9 +126,18 @@ func FormatError(err error) string {
 type opError struct {
 	Op  string
 	Err error
+	// Done, when set, says what earlier requests of the same command
+	// already did (the tasks a file created before one was refused), so
+	// the user can tell what a rerun would repeat.
+	Done string
 }
 
-func (e *opError) Error() string { return e.Op + ": " + e.Err.Error() }
+func (e *opError) Error() string {
+	if e.Done != "" {
+		return e.Op + ": " + e.Err.Error() + "; " + e.Done
+	}
+	return e.Op + ": " + e.Err.Error()
+}
 func (e *opError) Unwrap() error { return e.Err }
 
 // grpcStatus finds a gRPC status inside err. status.FromError would

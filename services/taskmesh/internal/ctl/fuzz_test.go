@@ -68,3 +68,34 @@ func FuzzGroupFile(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTemplateFile feeds arbitrary template files to the parser, as YAML
+// and as strict JSON: nothing panics, an error names the file, and every
+// template it accepts encodes as a request.
+func FuzzTemplateFile(f *testing.F) {
+	for _, s := range []string{
+		"id: train\nname: train\ncommand: python\nargs: [train.py, \"--epochs={{epochs}}\"]\nvariables:\n  - {name: epochs, type: int, default: 10}\n",
+		"id: t\nvariables:\n  - {name: x, defualt: a}\n", "comand: x\n", "env: {A: 1}\ntimeout: \"1h\"\n", "created_at: 2026-01-02T03:04:05Z\n",
+		`{"id": "j", "variables": [{"name": "on", "type": "bool", "default": true}], "checkpoint": {"enabled": true}}`,
+		`{"id": "j", "args": ["a",]}`, "- a\n", "id: a\n---\nid: b\n", "args: [a\n",
+	} {
+		f.Add([]byte(s), false)
+		f.Add([]byte(s), true)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, asJSON bool) {
+		name := "fuzz.yaml"
+		if asJSON {
+			name = "fuzz.json"
+		}
+		tpl, err := ParseTemplateFile(name, data)
+		if err != nil {
+			if !strings.Contains(err.Error(), name) {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		if _, err := proto.Marshal(tpl); err != nil {
+			t.Fatalf("accepted a template that does not encode: %v", err)
+		}
+	})
+}

@@ -1,11 +1,8 @@
 package ctl
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"strings"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -45,25 +42,20 @@ type FileGroup struct {
 // ParseGroupFile reads every group of a file.
 func ParseGroupFile(name string, data []byte) ([]FileGroup, error) {
 	p := &fileParser{file: name}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var out []FileGroup
-	for {
-		var doc yaml.Node
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, &FileError{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
-		}
+	err := decodeDocuments(name, data, func(doc *yaml.Node) error {
 		if len(doc.Content) == 0 || isNull(deref(doc.Content[0])) {
-			continue
+			return nil
 		}
 		g, err := p.groupDocument(deref(doc.Content[0]))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		out = append(out, g)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, &FileError{File: name, Msg: "no group in file (want group: {mode, tasks} or repeat: {count, template})"}
@@ -78,6 +70,13 @@ func (p *fileParser) groupDocument(root *yaml.Node) (FileGroup, error) {
 	pairs, err := p.pairs(root, "")
 	if err != nil {
 		return FileGroup{}, err
+	}
+	for _, kv := range pairs {
+		if kv.key != "group" && kv.key != "repeat" {
+			if s := closest(kv.key, []string{"group", "repeat"}); s != "" {
+				return FileGroup{}, p.errorf(kv.k, "unknown key %q at the top level (did you mean %q?)", kv.key, s)
+			}
+		}
 	}
 	if len(pairs) != 1 || (pairs[0].key != "group" && pairs[0].key != "repeat") {
 		k := root

@@ -75,7 +75,18 @@ ends.`,
 				resp, err := c.groups.CreateTaskGroup(ctx, g.Request)
 				cancel()
 				if err != nil {
-					return &opError{Op: "group at " + g.Where, Err: err}
+					// Groups of earlier documents stay created: name them,
+					// as a rerun creates them again unless they have a
+					// request_id.
+					var done string
+					if len(created) > 0 {
+						var parts []string
+						for i, c := range created {
+							parts = append(parts, fmt.Sprintf("%s (%s)", c.GetId(), groups[i].Where))
+						}
+						done = "submitted before it: " + strings.Join(parts, ", ")
+					}
+					return &opError{Op: "group at " + g.Where, Err: err, Done: done}
 				}
 				created = append(created, resp.GetGroup())
 				if format == formatTable {

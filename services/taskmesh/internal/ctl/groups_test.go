@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
@@ -141,6 +143,10 @@ func TestParseGroupFileErrors(t *testing.T) {
 	tests := []struct{ name, src, want string }{
 		{"unknown key", "group:\n  mode: dag\n  taks: []\n", `g.yaml:3: unknown key "taks" in group (did you mean "tasks"?)`},
 		{"member key", "group:\n  tasks:\n    - name: a\n      comand: x\n", `g.yaml:4: unknown key "comand" in group.tasks[0] (did you mean "command"?)`},
+		{"mistyped group", "gruop:\n  tasks: [{name: a, command: b}]\n", `g.yaml:1: unknown key "gruop" at the top level (did you mean "group"?)`},
+		{"mistyped repeat", "repaet: {count: 2, template: {name: a, command: b}}\n", `g.yaml:1: unknown key "repaet" at the top level (did you mean "repeat"?)`},
+		{"member priority out of range", "group:\n  tasks:\n    - {name: a, command: b, priority: 0}\n", "g.yaml:3: group.tasks[0].priority: 0 is out of range (1 to 10)"},
+		{"repeat timeout out of range", "repeat:\n  count: 2\n  template: {name: a, command: b, timeout: 604801}\n", "g.yaml:3: repeat.template.timeout: 604801 is out of range (1 to 604800)"},
 		{"no tasks", "group:\n  mode: serial\n", "g.yaml:2: group has no tasks"},
 		{"tasks not a list", "group:\n  tasks: {a: 1}\n", "g.yaml:2: group.tasks: want a list of tasks"},
 		{"beside", "group:\n  tasks: []\nrepeat: {}\n", "alone per document"},
@@ -262,6 +268,71 @@ func TestGroupsCommands(t *testing.T) {
 	fails(t, s.ctl(t, "groups", "get", id), "30004")
 }
 
+// A template file reads its keys against TaskTemplate and TemplateVar:
+// the example of docs/ctl.md maps field by field, and a wrong key or type
+// is named at the file's line with its key path and a "did you mean".
+func TestParseTemplateFile(t *testing.T) {
+	doc, err := os.ReadFile("../../../../docs/ctl.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "## Template files")
+	_, block, ok2 := strings.Cut(section, "```yaml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/ctl.md has no template file example")
+	}
+	got, err := ParseTemplateFile("t.yaml", []byte(block))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &taskv1.TaskTemplate{Id: "train", Name: "train", Command: "python",
+		Args: []string{"train.py", "--model={{model}}", "--epochs={{epochs}}"}, Workdir: "/workspace", Category: "training",
+		Variables: []*taskv1.TemplateVar{
+			{Name: "model", Type: "select", Options: []string{"resnet50", "vit"}, Required: true},
+			{Name: "epochs", Type: "int", Default: "10"},
+		}}
+	if !proto.Equal(got, want) {
+		t.Fatalf("template\n got: %v\nwant: %v", got, want)
+	}
+	// JSON, camelCase names and a template as get -o json shows it.
+	got, err = ParseTemplateFile("t.json", []byte(`{"id": "j", "command": "c", "createdAt": "2026-01-02T03:04:05Z", "created_by": "k",
+  "variables": [{"name": "on", "type": "bool", "default": true}], "checkpoint": {"enabled": true}, "priority": 3}`))
+	if err != nil || got.GetVariables()[0].GetDefault() != "true" || !got.GetCheckpoint().GetEnabled() ||
+		got.GetCreatedAt().AsTime().Year() != 2026 || got.GetPriority() != 3 {
+		t.Fatalf("json template = %v, %v", got, err)
+	}
+
+	tests := []struct{ name, src, want string }{
+		{"unknown key", "id: t\nname: t\ncomand: echo\n", `t.yaml:3: unknown key "comand" in template (did you mean "command"?)`},
+		{"unknown key of a variable", "id: t\ncommand: echo\nargs: [\"{{x}}\"]\nvariables:\n  - name: x\n    type: string\n    defualt: a\n",
+			`t.yaml:7: unknown key "defualt" in variables[0] (did you mean "default"?)`},
+		{"unknown key in a flow mapping", "id: vt2\nname: vt2\ncommand: echo\nargs: [\"{{x}}\"]\nvariables:\n  - {name: x, type: string, required: true, defualt: a}\n",
+			`t.yaml:6: unknown key "defualt" in variables[0] (did you mean "default"?)`},
+		{"unknown key far from anything", "id: t\ngpu_memory: 3\n", `t.yaml:2: unknown key "gpu_memory" in template`},
+		{"quoted number", "id: t\ntimeout: \"1h\"\n", `t.yaml:2: timeout: want a whole number, got string "1h"`},
+		{"out of range", "id: t\npriority: 99999999999\n", `t.yaml:2: priority: 99999999999 is out of range`},
+		{"string for a list", "id: t\nargs: a b\n", `t.yaml:2: args: want a list, got string "a b"`},
+		{"mapping in a list", "id: t\ntags:\n  - {a: b}\n", `t.yaml:3: tags[0]: want a single value, got a mapping`},
+		{"bool for required", "id: t\nvariables:\n  - {name: x, required: maybe}\n", `t.yaml:3: variables[0].required: want true or false, got string "maybe"`},
+		{"variables a mapping", "id: t\nvariables: {x: 1}\n", `t.yaml:2: variables: want a list, got a mapping`},
+		{"duplicate key", "id: t\nid: u\n", `t.yaml:2: duplicate key "id" (first at line 1)`},
+		{"two documents", "id: t\n---\nid: u\n", `t.yaml:3: a template file holds one template (a second document starts here)`},
+		{"a list", "- id: t\n", `t.yaml:1: template: want a mapping, got a list`},
+		{"empty", "", `t.yaml: no template in file`},
+		{"syntax", "id: t\nargs: [a\n", `t.yaml:2:7: a flow sequence started here is not closed by the end of the file (did not find expected ',' or ']')`},
+		{"bad timestamp", "id: t\ncreated_at: yesterday\n", `t.yaml: not a template: invalid google.protobuf.Timestamp value "yesterday"`},
+	}
+	for _, tt := range tests {
+		if _, err := ParseTemplateFile("t.yaml", []byte(tt.src)); err == nil || err.Error() != tt.want {
+			t.Errorf("%s: %v\n want %s", tt.name, err, tt.want)
+		}
+	}
+	if _, err := ParseTemplateFile("t.json", []byte(`{"id": "t", "args": ["a",]}`)); err == nil || err.Error() != "t.json:1:25: trailing comma before ']' (JSON allows none)" {
+		t.Errorf("json trailing comma: %v", err)
+	}
+}
+
 func TestTemplatesCommands(t *testing.T) {
 	s := newStack(t)
 	file := filepath.Join(t.TempDir(), "train.yaml")
@@ -289,6 +360,11 @@ variables:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	typo := filepath.Join(t.TempDir(), "typo.yaml")
+	if err := os.WriteFile(typo, []byte("id: typo\ncommand: echo\nvariables:\n  - {name: x, type: string, defualt: a}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fails(t, s.ctl(t, "templates", "create", "-f", typo), typo+`:4: unknown key "defualt" in variables[0] (did you mean "default"?)`)
 	ok(t, s.ctl(t, "templates", "create", "-f", file))
 	fails(t, s.ctl(t, "templates", "create", "-f", file), "30006")
 	if got := ok(t, s.ctl(t, "templates", "get", "train-pytorch")).stdout; !strings.Contains(got, "select, required, one of resnet50|vgg16|bert") {

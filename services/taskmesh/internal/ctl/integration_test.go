@@ -256,6 +256,52 @@ func TestIntegrationTaskFileRunsAgainOnceItsTaskEnded(t *testing.T) {
 	}
 }
 
+// A file of several documents is checked whole before anything is sent:
+// a later document the CLI can refuse itself creates nothing. One only
+// the server refuses comes after the earlier ones were created: the error
+// names them, and a rerun answers those with an id instead of creating
+// them again.
+func TestIntegrationMultiDocumentFiles(t *testing.T) {
+	s := newStack(t)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+
+	local := write("local.yaml", "task: {id: multi-first, name: first, command: \"true\", machine_id: nowhere}\n---\ntask: {name: second, command: \"true\", priority: 99}\n")
+	fails(t, s.ctl(t, "tasks", "submit", "-f", local), local+":3: task.priority: 99 is out of range (1 to 10)")
+	if ids := s.listIDs(t); len(ids) != 0 {
+		t.Fatalf("a refused file created %q", ids)
+	}
+
+	server := write("server.yaml", "task: {id: multi-first, name: first, command: \"true\", machine_id: nowhere}\n---\ntask: {name: second, command: \"true\", distribution: {mode: sometimes}}\n")
+	r := s.ctl(t, "tasks", "submit", "-f", server)
+	first := lines(r.stdout)
+	if len(first) != 1 {
+		t.Fatalf("stdout %q, want the first document's task", r.stdout)
+	}
+	fails(t, r, server+":3: ")
+	fails(t, r, "; submitted before it: "+first[0]+" ("+server+":1)")
+	again := s.ctl(t, "tasks", "submit", "-f", server)
+	fails(t, again, "; submitted before it: "+first[0]+" ("+server+":1)")
+	if ids := s.listIDs(t); !slices.Equal(ids, first) {
+		t.Fatalf("after a rerun the tasks are %q, want only %q", ids, first)
+	}
+
+	groups := write("groups.yaml", "group: {name: multi-first, tasks: [{name: a, command: \"true\", machine_id: nowhere}]}\n---\n"+
+		"group:\n  mode: dag\n  tasks:\n    - {id: a, name: a, command: \"true\", depends_on: [b]}\n    - {id: b, name: b, command: \"true\", depends_on: [a]}\n")
+	r = s.ctl(t, "groups", "submit", "-f", groups)
+	gid, _, _ := strings.Cut(r.stdout, "\t")
+	if gid == "" {
+		t.Fatalf("stdout %q, want the first group", r.stdout)
+	}
+	fails(t, r, "; submitted before it: "+gid+" ("+groups+":1)")
+}
+
 // TestIntegrationExampleFilesAndManagement submits every example task
 // file and manages the tasks through list, get, cancel, retry and delete.
 func TestIntegrationExampleFilesAndManagement(t *testing.T) {
@@ -453,7 +499,7 @@ func TestIntegrationExampleFilesAndManagement(t *testing.T) {
 
 	// A spec the server refuses names the file and line.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(bad, []byte("task:\n  name: too-urgent\n  command: c\n  priority: 11\n"), 0o600); err != nil {
+	if err := os.WriteFile(bad, []byte("task:\n  name: odd-mode\n  command: c\n  distribution: {mode: sometimes}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	fails(t, s.ctl(t, "tasks", "submit", "-f", bad), "(code 30005 invalid argument)")

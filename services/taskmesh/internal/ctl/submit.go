@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -41,7 +42,9 @@ with a retry key that never creates twice, whatever became of the tasks
 of a local queue (status, attempt_id, …) are ignored with a note, and the
 queue's machine_id becomes the machine of its tasks that name no placement.
 Prints the id of every created task, one per line (targets create one task
-per machine or IP).`,
+per machine or IP). Every document is checked before anything is sent;
+the tasks are then created in order, and should the server refuse one,
+the error names the tasks submitted before it.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			format, err := a.format(cmd)
@@ -83,7 +86,7 @@ per machine or IP).`,
 					if perr := printSubmitted(out, format, wait, results, ids); perr != nil {
 						return perr
 					}
-					return &opError{Op: t.Where, Err: err}
+					return &opError{Op: t.Where, Err: err, Done: submittedBefore(results)}
 				}
 				results = append(results, submitted{Source: t.Where, RequestID: t.ID, TaskIDs: resp.GetTaskIds()})
 				ids = append(ids, resp.GetTaskIds()...)
@@ -102,6 +105,20 @@ per machine or IP).`,
 	f.StringVar(&requestID, "request-id", "", "idempotency key for the create (default: the file's id)")
 	f.BoolVar(&wait, "wait", false, "watch the created tasks until they are final; exit 1 if any failed or was cancelled")
 	return cmd
+}
+
+// submittedBefore names the tasks earlier documents of the files
+// submitted, for the error of a later one: they stay, and a rerun
+// submits them again (creating them anew unless they have an id).
+func submittedBefore(results []submitted) string {
+	if len(results) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, r := range results {
+		parts = append(parts, fmt.Sprintf("%s (%s)", strings.Join(r.TaskIDs, ", "), r.Source))
+	}
+	return "submitted before it: " + strings.Join(parts, ", ")
 }
 
 // printSubmitted prints the created task ids one per line, or the

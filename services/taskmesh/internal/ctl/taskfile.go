@@ -1,10 +1,7 @@
 package ctl
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -49,10 +46,14 @@ type FileTask struct {
 type FileError struct {
 	File string
 	Line int // 0 when the position is unknown
+	Col  int // 0 when only the line is known
 	Msg  string
 }
 
 func (e *FileError) Error() string {
+	if e.Line > 0 && e.Col > 0 {
+		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
+	}
 	if e.Line > 0 {
 		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
 	}
@@ -60,15 +61,18 @@ func (e *FileError) Error() string {
 }
 
 // stateFields are what an agent's local queue records about a task's
-// execution (the state fields of LocalTask,
-// docs/api/agent-local.md#localtask). They describe one past execution on
-// one machine and the server assigns them itself, so submit ignores them
+// execution: every field of LocalTask (docs/api/agent-local.md#localtask)
+// that is not a task key, so that a row of the agent's own task list
+// resubmits as it is shown, and updated_at and created_at, which a
+// queue's rows carry too. They describe one past execution on one
+// machine and the server assigns them itself, so submit ignores them
 // (with a note) instead of refusing files copied from an agent.
 var stateFields = map[string]bool{
 	"status": true, "attempt_id": true, "assigned_agent_id": true, "assigned_at": true,
 	"lease_expires_at": true, "started_at": true, "ended_at": true, "last_heartbeat_at": true,
 	"exit_code": true, "error": true, "stdout": true, "stderr": true, "retry_count": true,
-	"created_at": true, "received_at": true, "synced": true,
+	"retry_at": true, "origin": true, "progress": true,
+	"created_at": true, "updated_at": true, "received_at": true, "synced": true,
 }
 
 // taskKeys are the keys of a task mapping, for "did you mean" hints.
@@ -84,19 +88,8 @@ var taskKeys = []string{
 // but that do not stop the submission, such as ignored state fields.
 func ParseTaskFile(name string, data []byte) (tasks []FileTask, notes []string, err error) {
 	p := &fileParser{file: name}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	for {
-		var doc yaml.Node
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, nil, &FileError{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
-		}
-		if err := p.document(&doc); err != nil {
-			return nil, nil, err
-		}
+	if err := decodeDocuments(name, data, p.document); err != nil {
+		return nil, nil, err
 	}
 	if len(p.tasks) == 0 {
 		return nil, nil, &FileError{File: name, Msg: "no task in file (want task: {…}, local_queue: {tasks: […]} or a task mapping)"}
@@ -156,6 +149,11 @@ func (p *fileParser) document(doc *yaml.Node) error {
 			switch kv.key {
 			case "group", "repeat", "tasks":
 				return p.errorf(kv.k, "%q files are task groups: submit them with ctl groups submit -f FILE", kv.key)
+			}
+			// A mistyped form key ("taks:", "local_queu:") would otherwise
+			// read as a bare task with one unknown key and no hint.
+			if top := closest(kv.key, append([]string{"task", "local_queue"}, taskKeys...)); (top == "task" || top == "local_queue") && !stateFields[kv.key] {
+				return p.errorf(kv.k, "unknown key %q at the top level (did you mean %q?)", kv.key, top)
 			}
 		}
 		t, err := p.taskPairs(root, pairs, "", "")
@@ -276,13 +274,13 @@ func (p *fileParser) taskPairs(n *yaml.Node, pairs []pair, path, defaultMachine 
 		case "env":
 			s.Env, err = p.strMap(kv.v, f)
 		case "timeout":
-			s.Timeout, err = p.optInt(kv.v, f)
+			s.Timeout, err = p.boundedInt(kv.v, f, 1, 604800)
 		case "priority":
-			s.Priority, err = p.optInt(kv.v, f)
+			s.Priority, err = p.boundedInt(kv.v, f, 1, 10)
 		case "max_retries":
-			s.MaxRetries, err = p.optInt(kv.v, f)
+			s.MaxRetries, err = p.boundedInt(kv.v, f, 0, 100)
 		case "retry_delay":
-			s.RetryDelay, err = p.optInt(kv.v, f)
+			s.RetryDelay, err = p.boundedInt(kv.v, f, 0, 86400)
 		case "machine_id":
 			s.MachineId, err = p.str(kv.v, f)
 		case "group_id":
@@ -504,6 +502,18 @@ func (p *fileParser) optInt(n *yaml.Node, path string) (*int32, error) {
 	}
 	i := int32(v)
 	return &i, nil
+}
+
+// boundedInt reads an optional int32 that must lie in [lo, hi]: the
+// TaskSpec's ranges (docs/api/tasks.md#taskspec), checked here so that a
+// file whose later document is out of range creates nothing at all
+// rather than the documents before it.
+func (p *fileParser) boundedInt(n *yaml.Node, path string, lo, hi int32) (*int32, error) {
+	v, err := p.optInt(n, path)
+	if err == nil && v != nil && (*v < lo || *v > hi) {
+		return nil, p.errorf(n, "%s: %d is out of range (%d to %d)", path, *v, lo, hi)
+	}
+	return v, err
 }
 
 func (p *fileParser) strList(n *yaml.Node, path string) ([]string, error) {

@@ -2,15 +2,19 @@ package ctl
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	agentv1 "github.com/taskmesh/taskmesh/gen/taskmesh/agent/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
@@ -249,10 +253,24 @@ func TestParseErrors(t *testing.T) {
 			`f.yaml:2: task.name: want a string, got a mapping`},
 		{"list for targets", "task:\n  name: x\n  targets: [m1]\n",
 			`f.yaml:3: task.targets: want a mapping with machine_ids and ips, got a list`},
+		{"priority out of range", "task:\n  name: x\n  priority: 99\n",
+			`f.yaml:3: task.priority: 99 is out of range (1 to 10)`},
+		{"timeout out of range", "name: x\ntimeout: 0\n",
+			`f.yaml:2: timeout: 0 is out of range (1 to 604800)`},
+		{"max_retries out of range in a queue", "local_queue:\n  tasks:\n    - {name: a, max_retries: 101}\n",
+			`f.yaml:3: local_queue.tasks[0].max_retries: 101 is out of range (0 to 100)`},
+		{"retry_delay out of range in a later document", "task: {name: a}\n---\ntask: {name: b, retry_delay: -1}\n",
+			`f.yaml:3: task.retry_delay: -1 is out of range (0 to 86400)`},
 		{"duplicate key", "task:\n  name: x\n  priority: 1\n  priority: 2\n",
 			`f.yaml:4: duplicate key "task.priority" (first at line 3)`},
 		{"top-level list", "- name: x\n",
 			`f.yaml:1: want a mapping (task: {…}, local_queue: {…} or a task), got a list`},
+		{"mistyped task", "taks:\n  name: x\n  command: echo\n",
+			`f.yaml:1: unknown key "taks" at the top level (did you mean "task"?)`},
+		{"mistyped local_queue", "local_queu:\n  tasks: []\n",
+			`f.yaml:1: unknown key "local_queu" at the top level (did you mean "local_queue"?)`},
+		{"a bare task's typo is the task's", "name: x\ncomand: echo\n",
+			`f.yaml:2: unknown key "comand" in task (did you mean "command"?)`},
 		{"task groups", "group:\n  mode: serial\n  tasks: []\n",
 			`f.yaml:1: "group" files are task groups: submit them with ctl groups submit -f FILE`},
 		{"queue without tasks", "local_queue:\n  agent_id: a\n",
@@ -262,7 +280,7 @@ func TestParseErrors(t *testing.T) {
 		{"queue task without a name", "local_queue:\n  tasks:\n    - name: a\n    - {command: c}\n",
 			`f.yaml:4: local_queue.tasks[1]: has no name (name: is required)`},
 		{"empty file", "", `f.yaml: no task in file (want task: {…}, local_queue: {tasks: […]} or a task mapping)`},
-		{"syntax error", "task:\n\tname: x\n", `f.yaml: line 2: found character that cannot start any token`},
+		{"syntax error", "task:\n\tname: x\n", `f.yaml:2:1: found character that cannot start any token`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -272,6 +290,121 @@ func TestParseErrors(t *testing.T) {
 			}
 			if err.Error() != tt.want {
 				t.Errorf("error = %q\n want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// A row of the agent's own task list (ListLocalTasks,
+// docs/api/agent-local.md#localtask), as its local API shows it, reads as
+// a local_queue task: every field is a task key or a state field ignored
+// with a note.
+func TestParseLocalQueueFromAgentList(t *testing.T) {
+	now := timestamppb.Now()
+	row := &agentv1.LocalTask{Id: "t-1", Name: "lqc", Type: "shell", Command: "echo", Args: []string{"a"},
+		Env: map[string]string{"A": "1"}, Timeout: 3600, Priority: 5, Status: "completed", AttemptId: "at-1",
+		AssignedAgentId: "agent-1", LeaseExpiresAt: now, ExitCode: proto.Int32(0), Stdout: "a\n", Error: proto.String("x"),
+		ReceivedAt: now, AssignedAt: now, StartedAt: now, EndedAt: now, Synced: true, Origin: "server", Progress: 100,
+		LastHeartbeatAt: now, MaxRetries: 3, RetryDelay: 60, RetryCount: 1, RetryAt: now}
+	js, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every field of LocalTask is set above, so a field added later that
+	// the parser does not know fails here.
+	var fields map[string]any
+	if err := json.Unmarshal(js, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if n := row.ProtoReflect().Descriptor().Fields().Len(); len(fields) != n {
+		t.Fatalf("the row shows %d fields, LocalTask has %d", len(fields), n)
+	}
+	file := `{"local_queue": {"machine_id": "m-1", "updated_at": "2026-12-02T03:58:01Z", "tasks": [` + string(js) + `]}}`
+	tasks, notes, err := ParseTaskFile("lq.json", []byte(file))
+	if err != nil {
+		t.Fatalf("ParseTaskFile: %v", err)
+	}
+	assertTasks(t, tasks, []wantTask{{id: "t-1", spec: &taskv1.TaskSpec{Name: "lqc", Type: "shell", Command: "echo",
+		Args: []string{"a"}, Env: map[string]string{"A": "1"}, Timeout: i32(3600), Priority: i32(5),
+		MaxRetries: i32(3), RetryDelay: i32(60), MachineId: "m-1"}}})
+	all := strings.Join(notes, "\n")
+	for _, f := range []string{"origin", "progress", "retry_at", "received_at", "synced", "exit_code"} {
+		if !strings.Contains(all, f) {
+			t.Errorf("no note names %s:\n%s", f, all)
+		}
+	}
+	// A queue's own rows may carry updated_at, as the queue does.
+	if _, _, err := ParseTaskFile("lq.yaml", []byte("local_queue:\n  tasks:\n    - {name: a, command: c, updated_at: x}\n")); err != nil {
+		t.Errorf("a task's updated_at: %v", err)
+	}
+}
+
+// Syntax errors name the line (and column) the problem is on, in YAML and
+// in JSON, for task and group files alike; yaml.v3's own messages name
+// the line before. A file named *.json is strict JSON.
+func TestParseSyntaxErrors(t *testing.T) {
+	tests := []struct {
+		name, file, data string
+		want             string // the whole error
+	}{
+		{"tab in the indentation after a scalar", "f.yaml", "\n\n\n\ntask:\n  name: x\n\tcommand: echo\n",
+			"f.yaml:7:1: found a tab character that violates indentation"},
+		{"tab as the first indentation", "f.yaml", "task:\n\tname: x\n",
+			"f.yaml:2:1: found character that cannot start any token"},
+		{"key indented less than its siblings", "f.yaml", "task:\n  name: x\n  command: echo\n bad: indent\n",
+			"f.yaml:4:2: did not find expected key"},
+		{"key indented more than its siblings", "f.yaml", "task:\n  name: x\n    command: echo\n",
+			"f.yaml:3:12: mapping values are not allowed in this context"},
+		{"unclosed list", "f.yaml", "task:\n  name: x\n  command: echo\n  args: [a, b\n\n\n# end\n",
+			"f.yaml:4:9: a flow sequence started here is not closed by the end of the file (did not find expected ',' or ']')"},
+		{"unclosed quote", "f.yaml", "task:\n  name: x\n  env:\n    A: \"open\n",
+			"f.yaml:4:8: a quoted scalar started here is not closed by the end of the file (found unexpected end of stream)"},
+		{"a second document", "f.yaml", "task: {name: a, command: x}\n---\ntask:\n  name: b\n  args: [a\n  command: y\n",
+			"f.yaml:6:10: did not find expected ',' or ']'"},
+		{"yaml-style json read as yaml from stdin", "<stdin>", "{\"task\": {\"name\": \"x\", \"command\": \"echo\",}}",
+			""},
+		{"json: trailing comma", "f.json", "{\n  \"task\": {\n    \"name\": \"x\",\n    \"command\": \"echo\",\n  }\n}\n",
+			"f.json:4:22: trailing comma before '}' (JSON allows none)"},
+		{"json: trailing comma in a list", "f.json", "{\"task\": {\"name\": \"x\", \"args\": [\"a\",]}}",
+			"f.json:1:36: trailing comma before ']' (JSON allows none)"},
+		{"json: comment", "f.json", "{\n  \"task\": {\"name\": \"x\"} // the task\n}\n",
+			"f.json:2:25: invalid character '/' after object key:value pair (JSON has no comments)"},
+		{"json: single quotes", "f.json", "{\"task\": {\"name\": 'x'}}",
+			"f.json:1:19: invalid character '\\'' looking for beginning of value (JSON strings take double quotes)"},
+		{"json: unclosed brace", "f.json", "{\n  \"task\": {\n    \"name\": \"x\",\n    \"command\": \"echo\"\n  \n",
+			"f.json:2:11: '{' opened here is not closed by the end of the file"},
+		{"json: missing colon", "f.json", "{\"task\": {\"name\" \"x\"}}",
+			"f.json:1:18: invalid character '\"' after object key"},
+		{"json: unknown key keeps its line", "f.json", "{\n  \"task\": {\n    \"name\": \"x\",\n    \"prority\": 3\n  }\n}\n",
+			`f.json:4: unknown key "prority" in task (did you mean "priority"?)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := ParseTaskFile(tt.file, []byte(tt.data))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("error %v, want none", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error = %v\n want %s", err, tt.want)
+			}
+		})
+	}
+	groupTests := []struct{ name, file, data, want string }{
+		{"unclosed list in a member", "g.yaml", "group:\n  mode: serial\n  tasks:\n    - name: a\n      args: [x\n",
+			"g.yaml:5:13: a flow sequence started here is not closed by the end of the file (did not find expected ',' or ']')"},
+		{"tab in a group", "g.yaml", "group:\n  mode: serial\n\ttasks: []\n",
+			"g.yaml:3:1: found a tab character that violates indentation"},
+		{"json trailing comma", "g.json", "{\"group\": {\"tasks\": [{\"name\": \"a\", \"command\": \"b\"},]}}",
+			"g.json:1:51: trailing comma before ']' (JSON allows none)"},
+	}
+	for _, tt := range groupTests {
+		t.Run("group "+tt.name, func(t *testing.T) {
+			_, err := ParseGroupFile(tt.file, []byte(tt.data))
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error = %v\n want %s", err, tt.want)
 			}
 		})
 	}

@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -10,8 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -34,15 +31,13 @@ func (a *app) templatesCommand() *cobra.Command {
 	return templates
 }
 
-// readTemplateFile reads a template file: the template's fields at the top
-// level (id, name, description, command, args, workdir, env, timeout,
-// priority, variables, category, tags), as YAML or JSON. Unknown fields are
-// refused; a variable's default may be written as a number or a boolean.
+// readTemplateFile reads a template file (templatefile.go; "-" is
+// standard input).
 func readTemplateFile(cmd *cobra.Command, name string) (*taskv1.TaskTemplate, error) {
 	var data []byte
 	var err error
 	if name == "-" {
-		name, data = "<stdin>", nil
+		name = "<stdin>"
 		data, err = io.ReadAll(cmd.InOrStdin())
 	} else {
 		data, err = os.ReadFile(name)
@@ -50,34 +45,7 @@ func readTemplateFile(cmd *cobra.Command, name string) (*taskv1.TaskTemplate, er
 	if err != nil {
 		return nil, fmt.Errorf("read template file: %w", err)
 	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &FileError{File: name, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	if doc == nil {
-		return nil, &FileError{File: name, Msg: "no template in file"}
-	}
-	if vars, ok := doc["variables"].([]any); ok {
-		for _, v := range vars {
-			if m, ok := v.(map[string]any); ok && m["default"] != nil {
-				m["default"] = fmt.Sprint(m["default"])
-			}
-		}
-	}
-	for _, k := range []string{"timeout", "priority"} {
-		if s, ok := doc[k].(string); ok {
-			return nil, &FileError{File: name, Msg: fmt.Sprintf("%s: want a whole number, got %q", k, s)}
-		}
-	}
-	raw, err := json.Marshal(doc)
-	if err != nil {
-		return nil, &FileError{File: name, Msg: err.Error()}
-	}
-	var t taskv1.TaskTemplate
-	if err := protojson.Unmarshal(raw, &t); err != nil {
-		return nil, &FileError{File: name, Msg: "not a template: " + err.Error()}
-	}
-	return &t, nil
+	return ParseTemplateFile(name, data)
 }
 
 func (a *app) templateCreateCommand() *cobra.Command {
