@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -60,9 +58,9 @@ func (a *app) agentRegisterCommand() *cobra.Command {
 				}
 				req.ExpiresAt = timestamppb.New(at)
 			}
-			file, err := prepareTokenFile(tokenFile)
+			file, err := tokenFileFor(cmd, tokenFile)
 			if err != nil {
-				return usageErrorf(cmd, "%v", err)
+				return err
 			}
 			defer file.discard()
 			return a.adminCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {
@@ -89,58 +87,31 @@ func (a *app) agentRegisterCommand() *cobra.Command {
 	return cmd
 }
 
-// tokenFile is where --token-file puts a token: a temporary file beside
-// it, made before the token is asked for, so that a path that cannot be
-// written fails the command before an agent gets a token nobody has, and
-// renamed over the path once written, so that a failure midway leaves the
-// old token in place.
-type tokenFile struct {
-	path string
-	tmp  *os.File
-}
-
-// prepareTokenFile makes path's temporary file; nil for no path.
-func prepareTokenFile(path string) (*tokenFile, error) {
+// tokenFileFor makes --token-file's pending file before a token is asked
+// for (nil without one): a path that cannot be written is a usage error,
+// not an agent with a token nobody has.
+func tokenFileFor(cmd *cobra.Command, path string) (*pendingFile, error) {
 	if path == "" {
 		return nil, nil
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	f, err := createPending(path)
 	if err != nil {
-		return nil, fmt.Errorf("--token-file %s: cannot be written: %w", path, err)
+		return nil, usageErrorf(cmd, "--token-file %v", err)
 	}
-	return &tokenFile{path: path, tmp: tmp}, nil // CreateTemp makes it 0600
-}
-
-// save writes token and puts the file in place.
-func (f *tokenFile) save(token string) error {
-	_, err := f.tmp.WriteString(token + "\n")
-	if cerr := f.tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.tmp.Name(), f.path)
-	}
-	if err != nil {
-		_ = os.Remove(f.tmp.Name())
-	}
-	return err
-}
-
-// discard removes the temporary file of a command that issued no token.
-func (f *tokenFile) discard() {
-	if f != nil {
-		_ = f.tmp.Close()
-		_ = os.Remove(f.tmp.Name())
-	}
+	return f, nil
 }
 
 // showToken prints an agent with its token, or writes the token to file
 // (created 0600) and prints the agent; machine-readable output keeps the
 // token field so scripts can read it.
-func (a *app) showToken(agent *adminv1.Agent, token string, file *tokenFile) (proto.Message, func(io.Writer) error, error) {
+func (a *app) showToken(agent *adminv1.Agent, token string, file *pendingFile) (proto.Message, func(io.Writer) error, error) {
 	out := proto.Message(&adminv1.RegisterAgentResponse{Agent: agent, Token: token})
 	if file != nil {
-		if err := file.save(token); err != nil {
+		_, err := file.Write([]byte(token + "\n"))
+		if err == nil {
+			err = file.commit()
+		}
+		if err != nil {
 			return nil, nil, fmt.Errorf("the token was issued but not saved: %w (revoke or rotate the agent)", err)
 		}
 		out = &adminv1.RegisterAgentResponse{Agent: agent}
@@ -233,9 +204,9 @@ func (a *app) agentRotateCommand() *cobra.Command {
 				}
 				req.ExpiresAt = timestamppb.New(at)
 			}
-			file, err := prepareTokenFile(tokenFile)
+			file, err := tokenFileFor(cmd, tokenFile)
 			if err != nil {
-				return usageErrorf(cmd, "%v", err)
+				return err
 			}
 			defer file.discard()
 			return a.adminCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {

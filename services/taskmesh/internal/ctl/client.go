@@ -363,6 +363,9 @@ func dial(s Settings) (*conn, error) {
 // ("connection error: desc = …") does not always say which address failed.
 func unreachable(server string, err error) error {
 	st, ok := status.FromError(err)
+	if ok && st.Code() == codes.DeadlineExceeded && strings.Contains(st.Message(), "waiting for connections to become ready") {
+		return status.Errorf(codes.DeadlineExceeded, "no answer from %s within --timeout", server)
+	}
 	if !ok || st.Code() != codes.Unavailable || len(st.Details()) > 0 {
 		return err
 	}

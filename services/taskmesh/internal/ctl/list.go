@@ -71,6 +71,9 @@ every acknowledged write.`,
 			if req.CreatedBefore, err = parseWhen(until, now, datebound.ParseBefore); err != nil {
 				return usageErrorf(cmd, "--until: %v", err)
 			}
+			if req.CreatedAfter != nil && req.CreatedBefore != nil && !req.CreatedAfter.AsTime().Before(req.CreatedBefore.AsTime()) {
+				return usageErrorf(cmd, "--since %s is not before --until %s", since, until)
+			}
 
 			c, err := a.connect(cmd)
 			if err != nil {

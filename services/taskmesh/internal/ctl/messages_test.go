@@ -2,8 +2,10 @@ package ctl
 
 import (
 	"bytes"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -53,6 +55,9 @@ func TestCommandLineMistakesAreUsageErrors(t *testing.T) {
 		"usage --from nope",
 		"tasks get x --timeout 0s",
 		"tasks get x --timeout -1s",
+		"services create --agent a",
+		"services create --name n --agent a",
+		"tasks list --since 2026-02-05 --until 2026-02-01",
 	} {
 		r := testApp(EnvAPIKey, "tm_x", EnvServer, "127.0.0.1:1").run(t, "", strings.Fields(args)...)
 		if r.code != ExitUsage {
@@ -90,5 +95,60 @@ func TestUnreachableServersAreNamedWithTheReason(t *testing.T) {
 		if r.code != ExitError || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "transport:") {
 			t.Errorf("%s: exit %d, stderr %q; want %q", server, r.code, r.stderr, want)
 		}
+	}
+}
+
+// A file written whole or not at all: its errors name the path given,
+// never the temporary file beside it, and a discarded one leaves nothing.
+func TestPendingFileNamesThePathGiven(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := createPending(dir + "/no/such/out"); err == nil || err.Error() != dir+"/no/such/out cannot be written: no such file or directory" {
+		t.Errorf("a path in no directory: %v", err)
+	}
+	f, err := createPending(dir + "/out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("half")); err != nil {
+		t.Fatal(err)
+	}
+	f.discard()
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("a discarded file left %v", left)
+	}
+	f, _ = createPending(dir + "/out")
+	_, _ = f.Write([]byte("whole"))
+	if err := f.commit(); err != nil {
+		t.Fatal(err)
+	}
+	f.discard()
+	if b, _ := os.ReadFile(dir + "/out"); string(b) != "whole" {
+		t.Errorf("committed %q", b)
+	}
+	if fi, _ := os.Stat(dir + "/out"); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v", fi.Mode().Perm())
+	}
+}
+
+// A server that takes the connection and never answers is named, with
+// the time limit it did not meet.
+func TestSilentServersAreNamed(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	r := testApp(EnvAPIKey, "tm_x", EnvServer, l.Addr().String()).run(t, "", "tasks", "get", "x", "--timeout", "300ms")
+	if want := "no answer from " + l.Addr().String() + " within --timeout"; r.code != ExitError || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, stderr %q; want %q", r.code, r.stderr, want)
 	}
 }

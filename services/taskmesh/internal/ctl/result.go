@@ -11,8 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -189,24 +187,15 @@ func (a *app) toOutput(cmd *cobra.Command, outFile string, write func(io.Writer)
 	if outFile == "" || outFile == "-" {
 		return write(cmd.OutOrStdout())
 	}
-	dir, base := filepath.Split(outFile)
-	if dir == "" {
-		dir = "."
-	}
-	// 0600 (CreateTemp's mode): task output can hold anything.
-	tmp, err := os.CreateTemp(dir, "."+base+".partial-*")
+	f, err := createPending(outFile)
 	if err != nil {
 		return fmt.Errorf("write result: %w", err)
 	}
-	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
-	if err := write(tmp); err != nil {
-		tmp.Close()
+	defer f.discard()
+	if err := write(f); err != nil {
 		return err
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write result: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), outFile); err != nil {
+	if err := f.commit(); err != nil {
 		return fmt.Errorf("write result: %w", err)
 	}
 	return nil

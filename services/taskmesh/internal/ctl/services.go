@@ -45,6 +45,9 @@ func (a *app) serviceCreateCommand() *cobra.Command {
 		Short: "Declare a managed service on one agent or on every agent with the labels",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if r.GetName() == "" || r.GetCommand() == "" {
+				return usageErrorf(cmd, "--name and --command are required")
+			}
 			if r.GetAgentId() != "" && len(r.GetLabels()) > 0 {
 				return usageErrorf(cmd, "--agent and --label: give one (an agent, or every agent with the labels)")
 			}
