@@ -126,13 +126,61 @@ func validationError(err error, log *slog.Logger) error {
 	}
 	fields := make([]*errdetails.BadRequest_FieldViolation, 0, len(ve.Violations))
 	for _, viol := range ve.Violations {
-		if msg, ok := listedValues(viol.Proto.GetMessage()); ok {
+		if msg, ok := inWords(viol.Proto.GetMessage()); ok {
 			viol.Proto.Message = &msg
 		}
 		fields = append(fields, &errdetails.BadRequest_FieldViolation{
 			Field: protovalidate.FieldPathString(viol.Proto.GetField()), Description: viol.Proto.GetMessage()})
 	}
 	return Status(codes.InvalidArgument, CodeInvalidArgument, "INVALID_ARGUMENT", ve.Error(), fields...)
+}
+
+// inWords rewrites protovalidate's messages that show a rule's source (a
+// value list, a regular expression) as what the value must be, so an API
+// caller and a ctl user read the rule rather than its syntax.
+func inWords(msg string) (string, bool) {
+	if out, ok := listedValues(msg); ok {
+		return out, true
+	}
+	return patternWords(msg)
+}
+
+// notMatched is protovalidate's message for a string outside its field's
+// pattern.
+var notMatched = regexp.MustCompile("^does not match regex pattern `(.*)`$")
+
+// patternInWords says in words what each pattern of proto/ accepts. A
+// pattern missing here is still told (as the expression); a test walks
+// every registered message and fails on one without words, so a new
+// pattern comes with its description.
+var patternInWords = map[string]string{
+	`^[a-z0-9][a-z0-9_-]{0,62}$`:                                  "must be 1 to 63 lower-case letters, digits, '_' or '-', starting with a letter or digit",
+	`^([a-z0-9][a-z0-9_-]{0,62})?$`:                               "must be 1 to 63 lower-case letters, digits, '_' or '-', starting with a letter or digit (or left out)",
+	`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`:                        "must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit",
+	`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)?$`:                     "must be 1 to 63 lower-case letters, digits or '-', starting and ending with a letter or digit (or left out)",
+	`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`:                            "must be lower-case letters, digits, '.' or '-', starting and ending with a letter or digit",
+	`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`:                           "must be 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit",
+	`^([A-Za-z0-9][A-Za-z0-9_.-]{0,62})?$`:                        "must be 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit (or left out)",
+	`^[A-Za-z0-9][A-Za-z0-9._/-]*$`:                               "must be letters, digits, '.', '_', '/' or '-', starting with a letter or digit",
+	`^[A-Za-z0-9][A-Za-z0-9._:/-]*$`:                              "must be letters, digits, '.', '_', ':', '/' or '-', starting with a letter or digit",
+	`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`:                         "must be 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
+	`^[A-Za-z_][A-Za-z0-9_]*$`:                                    "must be letters, digits or '_', not starting with a digit",
+	`^([0-9a-f]{64})?$`:                                           "must be 64 lower-case hexadecimal digits, a SHA-256 (or left out)",
+	`^([0-9]+(\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$`: "must be a quantity: a number with an optional suffix m, k, M, G, T, P, Ki, Mi, Gi, Ti or Pi, such as 2, 0.5, 500m or 16Gi",
+}
+
+// patternWords words protovalidate's "does not match regex pattern `…`"
+// by patternInWords.
+func patternWords(msg string) (string, bool) {
+	m := notMatched.FindStringSubmatch(msg)
+	if m == nil {
+		return msg, false
+	}
+	words, ok := patternInWords[m[1]]
+	if !ok {
+		return msg, false
+	}
+	return words, true
 }
 
 // inList is protovalidate's message for a value outside a field's `in`
