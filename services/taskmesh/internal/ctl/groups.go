@@ -92,7 +92,7 @@ ends.`,
 				if format == formatTable {
 					fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s group %q: %s, %s\n", resp.GetGroup().GetId(),
 						resp.GetGroup().GetMode(), resp.GetGroup().GetName(), counted(int(resp.GetGroup().GetTotal()), "task"), resp.GetGroup().GetStatus())
-				} else if err := writeProtoLine(cmd.OutOrStdout(), format, resp.GetGroup()); err != nil {
+				} else if err := writeCreatedGroup(cmd.OutOrStdout(), format, resp.GetGroup(), wait || len(groups) > 1); err != nil {
 					return err
 				}
 			}
@@ -444,4 +444,16 @@ func writeTree(out io.Writer, tree []treeLine) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, status, orDash(m.GetTaskId()), strings.Join(m.GetDependsOn(), ", "))
 	}
 	return tw.Flush()
+}
+
+// writeCreatedGroup prints a created group as the other create commands
+// print what they create: one group alone, with nothing after it, is
+// pretty-printed; a watch's first line, or one of several documents'
+// groups, is one JSON line (one YAML document), so the output stays one
+// JSON Lines (YAML) stream.
+func writeCreatedGroup(w io.Writer, format string, g *taskv1.TaskGroup, stream bool) error {
+	if stream {
+		return writeProtoLine(w, format, g)
+	}
+	return writeProto(w, format, g)
 }

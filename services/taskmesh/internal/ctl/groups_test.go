@@ -223,6 +223,11 @@ func TestGroupsCommands(t *testing.T) {
 	if id == "" || created["status"] != "running" {
 		t.Fatalf("submit output %s", out)
 	}
+	// One group, nothing after it: printed as `groups get -o json` prints
+	// it, over several lines.
+	if strings.Count(strings.TrimSpace(out), "\n") == 0 {
+		t.Errorf("one created group is printed compact:\n%s", out)
+	}
 	done := make(chan result, 1)
 	go func() { done <- s.ctl(t, "groups", "watch", id) }()
 	ctx := context.Background()
