@@ -47,7 +47,7 @@ func (k Kind) CheckStart(head []byte) error {
 			return Invalid("file", "is not a zip archive (a quant upload must be quant.zip)")
 		}
 	case KindRefImage:
-		if imageFormat(head) == "" {
+		if ImageFormat(head) == "" {
 			return Invalid("file", "is not a JPEG, PNG, BMP or WEBP image")
 		}
 	}
@@ -89,9 +89,9 @@ func uvarint(head []byte) (uint64, int) {
 	return 0, 0
 }
 
-// imageFormat names the image format of head, "" for none of those
+// ImageFormat names the image format of head, "" for none of those
 // accepted.
-func imageFormat(head []byte) string {
+func ImageFormat(head []byte) string {
 	switch {
 	case bytes.HasPrefix(head, []byte{0xFF, 0xD8, 0xFF}):
 		return "jpeg"

@@ -32,10 +32,18 @@ const (
 func Check(b []byte) error {
 	cfg, format, err := image.DecodeConfig(bytes.NewReader(b))
 	if errors.Is(err, image.ErrFormat) {
+		// A file that starts as one of the four (say "RIFF....WEBP" with
+		// no VP8 chunk) is refused as that format's broken image, as a
+		// PNG signature before junk is: what it claims, then why not.
+		// Not for "BM": two letters that start much text ("BMW …") are
+		// no claim to be a bitmap.
+		if claimed := domain.ImageFormat(b); claimed != "" && claimed != "bmp" {
+			return domain.Invalid("file", "is not a whole %s image: its %s header is not followed by an image", claimed, claimed)
+		}
 		return domain.Invalid("file", "is not a JPEG, PNG, BMP or WEBP image")
 	}
 	if err != nil {
-		return domain.Invalid("file", "is not a whole image: %v", err)
+		return domain.Invalid("file", "is not a whole %s image: %v", format, err)
 	}
 	switch format {
 	case "jpeg", "png", "bmp", "webp":

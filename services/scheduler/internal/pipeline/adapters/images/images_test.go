@@ -78,8 +78,9 @@ func TestCheckRefusesWhatIsNoWholeImage(t *testing.T) {
 		want string
 	}{
 		{"text that starts BM", []byte("BMW is a car, not an image at all.\n"), "is not a JPEG, PNG, BMP or WEBP image"},
-		{"a PNG signature and junk", append([]byte("\x89PNG\r\n\x1a\n"), "junk junk junk junk"...), "is not a whole image"},
-		{"JPEG magic and junk", append([]byte{0xFF, 0xD8, 0xFF}, "junk junk junk junk"...), "is not a whole image"},
+		{"a PNG signature and junk", append([]byte("\x89PNG\r\n\x1a\n"), "junk junk junk junk"...), "is not a whole png image"},
+		{"a WEBP header and junk", append([]byte("RIFF\x20\x00\x00\x00WEBP"), "junk junk junk junk"...), "is not a whole webp image"},
+		{"JPEG magic and junk", append([]byte{0xFF, 0xD8, 0xFF}, "junk junk junk junk"...), "is not a whole jpeg image"},
 		{"a PNG cut short", whole[:len(whole)-20], "is not a whole png image"},
 		{"a PNG whose pixel data is broken", brokenData, "is not a whole png image"},
 		{"plain text", []byte("hello"), "is not a JPEG, PNG, BMP or WEBP image"},
