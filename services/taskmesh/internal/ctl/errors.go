@@ -89,7 +89,7 @@ func ExitCode(err error) int {
 
 // FormatError renders err as the one line the user sees:
 //
-//	error: task 42 not found (code 30004 task not found)
+//	error: task 42 not found (code 30004 not found)
 //
 // A gRPC status shows its business code from the google.rpc.ErrorInfo
 // detail when it has one; otherwise the HTTP status the gateway would
@@ -151,6 +151,14 @@ func grpcStatus(err error) (*status.Status, bool) {
 	return nil, false
 }
 
+// sharedMeaning words the codes every resource answers with, whose enum
+// names say "task": a template, group or service not found is 30004 too,
+// and "(code 30004 task not found)" after "template not found" misleads.
+var sharedMeaning = map[int]string{
+	int(taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND): "not found",
+	int(taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE): "immutable",
+}
+
 // statusCode returns the number and words shown in parentheses.
 func statusCode(st *status.Status) (int, string) {
 	code := grpcserver.Code(st.Err())
@@ -161,6 +169,9 @@ func statusCode(st *status.Status) (int, string) {
 		}
 	}
 	if code != 0 {
+		if meaning, shared := sharedMeaning[code]; shared {
+			return code, meaning
+		}
 		if name, known := taskv1.ErrorCode_name[int32(code)]; known {
 			return code, words(strings.TrimPrefix(name, "ERROR_CODE_"))
 		}

@@ -38,8 +38,10 @@ func TestFormatError(t *testing.T) {
 		code int
 	}{
 		{"business code from ErrorInfo", businessStatus(codes.NotFound, "task t1 not found", "TASK_NOT_FOUND", "30004"),
-			"error: task t1 not found (code 30004 task not found)", ExitError},
-		{"reason without code", reasonOnly.Err(), "error: task t1 is completed (code 30002 task immutable)", ExitError},
+			"error: task t1 not found (code 30004 not found)", ExitError},
+		{"every resource's not found", businessStatus(codes.NotFound, "template not found", "TASK_NOT_FOUND", "30004"),
+			"error: template not found (code 30004 not found)", ExitError},
+		{"reason without code", reasonOnly.Err(), "error: task t1 is completed (code 30002 immutable)", ExitError},
 		{"code without reason", codeOnly.Err(), "error: stale attempt (code 30001 attempt mismatch)", ExitError},
 		{"unauthenticated, no details", status.Error(codes.Unauthenticated, "unknown API key"),
 			"error: unknown API key (code 401 unauthenticated)", ExitError},

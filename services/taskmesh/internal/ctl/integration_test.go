@@ -472,17 +472,17 @@ func TestIntegrationExampleFilesAndManagement(t *testing.T) {
 	if out := ok(t, s.ctl(t, "tasks", "suspend", loop[0], "--reason", "maintenance")).stdout; out != loop[0]+" suspended\n" {
 		t.Errorf("suspend printed %q", out)
 	}
-	fails(t, s.ctl(t, "tasks", "suspend", loop[0]), "(code 30002 task immutable)")
+	fails(t, s.ctl(t, "tasks", "suspend", loop[0]), "(code 30002 immutable)")
 	if out := ok(t, s.ctl(t, "tasks", "resume", loop[0])).stdout; out != loop[0]+" pending\n" {
 		t.Errorf("resume printed %q", out)
 	}
-	fails(t, s.ctl(t, "tasks", "resume", loop[0]), "(code 30002 task immutable)")
+	fails(t, s.ctl(t, "tasks", "resume", loop[0]), "(code 30002 immutable)")
 
 	// cancel, then cancel again (final tasks cannot change), retry, delete.
 	if out := ok(t, s.ctl(t, "tasks", "cancel", loop[0], "--reason", "not today")).stdout; out != loop[0]+" cancelled\n" {
 		t.Errorf("cancel printed %q", out)
 	}
-	fails(t, s.ctl(t, "tasks", "cancel", loop[0]), "(code 30002 task immutable)")
+	fails(t, s.ctl(t, "tasks", "cancel", loop[0]), "(code 30002 immutable)")
 	waitFor(t, 30*time.Second, "list --status cancelled", func() bool {
 		return slices.Equal(s.listIDs(t, "--status", "cancelled"), loop)
 	})
@@ -490,12 +490,12 @@ func TestIntegrationExampleFilesAndManagement(t *testing.T) {
 		t.Errorf("retry printed %q", out)
 	}
 	// Only failed or cancelled tasks can be retried.
-	fails(t, s.ctl(t, "tasks", "retry", fromStdin[0]), "(code 30002 task immutable)")
+	fails(t, s.ctl(t, "tasks", "retry", fromStdin[0]), "(code 30002 immutable)")
 	if out := ok(t, s.ctl(t, "tasks", "delete", loop[0])).stdout; out != loop[0]+" deleted\n" {
 		t.Errorf("delete printed %q", out)
 	}
-	fails(t, s.ctl(t, "tasks", "get", loop[0]), "(code 30004 task not found)")
-	fails(t, s.ctl(t, "tasks", "get", "no-such-task"), "(code 30004 task not found)")
+	fails(t, s.ctl(t, "tasks", "get", loop[0]), "(code 30004 not found)")
+	fails(t, s.ctl(t, "tasks", "get", "no-such-task"), "(code 30004 not found)")
 
 	// A spec the server refuses names the file and line.
 	bad := filepath.Join(t.TempDir(), "bad.yaml")

@@ -57,5 +57,5 @@ func TestIntegrationServices(t *testing.T) {
 	if got := ok(t, s.ctl(t, "services", "delete", id)).stdout; got != id+" deleted\n" {
 		t.Fatalf("delete printed %q", got)
 	}
-	fails(t, s.ctl(t, "services", "get", id), "(code 30004 task not found)")
+	fails(t, s.ctl(t, "services", "get", id), "(code 30004 not found)")
 }
