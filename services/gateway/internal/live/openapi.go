@@ -15,6 +15,16 @@ func OpenAPIPaths(prefix, tag, frameRef string) map[string]any {
 			"description": "Resume after this task version (the id of the last frame received); frames up to it are not sent."},
 	}
 	frame := map[string]any{"$ref": frameRef}
+	// A WebSocket message wraps the frame with the SSE frame's id and
+	// event fields.
+	message := map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"id":    map[string]any{"type": "integer", "format": "int64", "description": "The SSE frame's id: the version after the change."},
+			"event": map[string]any{"type": "string", "description": "The SSE frame's event name."},
+			"data":  frame,
+		},
+	}
 	return map[string]any{
 		prefix + "/events": map[string]any{"get": map[string]any{
 			"operationId": tag + "_StreamEvents",
@@ -27,7 +37,9 @@ func OpenAPIPaths(prefix, tag, frameRef string) map[string]any {
 				"cancelled or deleted; `final` is true in it). A reconnect with the final frame's id answers 204. " +
 				"A stream ended early (idle timeout, slow consumer, gateway shutdown) sends " +
 				"`event: close` with data {\"reason\": …} first; reconnect with Last-Event-ID to resume.",
-			"produces": []any{"text/event-stream"},
+			// Refusals (unknown task, no credentials) are answered as
+			// JSON error bodies before any stream starts.
+			"produces": []any{"text/event-stream", "application/json"},
 			"parameters": append(params, map[string]any{"name": "Last-Event-ID", "in": "header", "required": false,
 				"type": "string", "format": "int64", "description": "Resume after this task version (sent by EventSource on reconnect)."}),
 			"responses": map[string]any{
@@ -46,7 +58,7 @@ func OpenAPIPaths(prefix, tag, frameRef string) map[string]any {
 				"1011 internal error.",
 			"parameters": params,
 			"responses": map[string]any{
-				"101": map[string]any{"description": "Switching to the WebSocket protocol; messages carry frames.", "schema": frame},
+				"101": map[string]any{"description": "Switching to the WebSocket protocol; each text message is one frame, wrapped.", "schema": message},
 			},
 		}},
 	}

@@ -55,3 +55,12 @@ func (csvMarshaler) ContentType(v any) string {
 	}
 	return marshaler.ContentType(v)
 }
+
+// documentCSV says in the OpenAPI document that the usage route answers
+// CSV too (?format=csv or Accept: text/csv).
+func documentCSV(paths map[string]any) {
+	item, _ := paths[usageRoute].(map[string]any)
+	if op, ok := item["get"].(map[string]any); ok {
+		op["produces"] = []any{"application/json", csvMIME}
+	}
+}

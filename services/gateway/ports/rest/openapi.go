@@ -55,6 +55,9 @@ func Document(generated []byte, extras ...Extra) ([]byte, error) {
 		defs = map[string]any{}
 		doc["definitions"] = defs
 	}
+	if _, err := markNullable(defs, false); err != nil {
+		return nil, err
+	}
 	defs["ErrorEnvelope"] = envelopeSchema()
 
 	paths, _ := doc["paths"].(map[string]any)
@@ -66,6 +69,7 @@ func Document(generated []byte, extras ...Extra) ([]byte, error) {
 		maps.Copy(paths, x.Paths)
 		maps.Copy(defs, x.Definitions)
 	}
+	documentCSV(paths)
 	for path, item := range paths {
 		ops, ok := item.(map[string]any)
 		if !ok {
@@ -120,6 +124,10 @@ func mergeVideo(doc, defs map[string]any, raw []byte) error {
 		return fmt.Errorf("video document: %w", err)
 	}
 	vdefs, _ := v["definitions"].(map[string]any)
+	// Generated with JSON names: its keys are the fields' JSON names.
+	if _, err := markNullable(vdefs, true); err != nil {
+		return fmt.Errorf("video document: %w", err)
+	}
 	for name, d := range vdefs {
 		// A message both APIs use (taskmesh.task.v1.Webhook) is the same
 		// definition in both documents; only a different one clashes.

@@ -83,17 +83,27 @@ func pipelineExtra(withLive bool) Extra {
 				"`data: <the job as GET /jobs/{job_id} shows it, plus \"final\">`. The first frame is the job now unless " +
 				"the client has it (Last-Event-ID or after_version); the stream ends after the COMPLETED or FAILED frame " +
 				"(a reconnect past it answers 204). Clients fall back to polling GET /jobs/{job_id} every 3–5 s when it drops.",
-			"produces": []any{"text/event-stream"},
+			"produces": []any{"text/event-stream", "application/json"},
 			"parameters": []any{
 				map[string]any{"name": "job_id", "in": "path", "required": true, "type": "string"},
 				map[string]any{"name": "after_version", "in": "query", "required": false, "type": "string", "format": "int64"},
 				map[string]any{"name": "Last-Event-ID", "in": "header", "required": false, "type": "string", "format": "int64"},
 			},
 			"responses": map[string]any{
-				"200": map[string]any{"description": "The event stream; each data line is the job.", "schema": map[string]any{"$ref": "#/definitions/v1Job"}},
+				"200": map[string]any{"description": "The event stream; each data line is the job, with final.", "schema": map[string]any{"$ref": "#/definitions/liveJobFrame"}},
 				"204": map[string]any{"description": "The client already has the job's final state."},
 			},
 		}}
 	}
-	return Extra{Paths: paths}
+	if !withLive {
+		return Extra{Paths: paths}
+	}
+	return Extra{Paths: paths, Definitions: map[string]any{"liveJobFrame": map[string]any{
+		"type":        "object",
+		"description": "One frame of a live job stream: the job as GET /jobs/{job_id} shows it, plus final.",
+		"allOf":       []any{map[string]any{"$ref": "#/definitions/v1Job"}},
+		"properties": map[string]any{
+			"final": map[string]any{"type": "boolean", "description": "Last frame of the stream: the job is COMPLETED or FAILED."},
+		},
+	}}}
 }
