@@ -318,19 +318,3 @@ func TestServeReportsAnEarlyEnd(t *testing.T) {
 		t.Errorf("work's context ended with %v", got)
 	}
 }
-
-// A value outside a field's list is told with the values it may take, in
-// words, the empty one as "left out".
-func TestListedValuesInWords(t *testing.T) {
-	for msg, want := range map[string]string{
-		"must be in list [, always, on-failure, never]": "must be always, on-failure or never (or left out)",
-		"must be in list [json, csv]":                   "must be json or csv",
-		"must be in list [only]":                        "must be only",
-		"must be in list []":                            "must be in list []",
-		"must be at most 10 characters":                 "must be at most 10 characters",
-	} {
-		if got, _ := listedValues(msg); got != want {
-			t.Errorf("%q → %q, want %q", msg, got, want)
-		}
-	}
-}

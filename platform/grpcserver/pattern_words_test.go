@@ -68,13 +68,19 @@ func TestEveryPatternHasWords(t *testing.T) {
 	}
 }
 
-// A value outside its field's pattern is told what the field accepts.
-func TestPatternInWords(t *testing.T) {
+// A value outside its field's list is told the values it may take, the
+// empty one as "left out"; one outside its pattern what the field accepts.
+// Other messages, and rules without words, stay as protovalidate words
+// them.
+func TestRulesInWords(t *testing.T) {
 	for msg, want := range map[string]string{
+		"must be in list [, always, on-failure, never]":             "must be always, on-failure or never (or left out)",
+		"must be in list [json, csv]":                               "must be json or csv",
+		"must be in list [only]":                                    "must be only",
+		"must be in list []":                                        "must be in list []",
 		"does not match regex pattern `^[a-z0-9][a-z0-9_-]{0,62}$`": "must be 1 to 63 lower-case letters, digits, '_' or '-', starting with a letter or digit",
 		"does not match regex pattern `^([0-9a-f]{64})?$`":          "must be 64 lower-case hexadecimal digits, a SHA-256 (or left out)",
 		"does not match regex pattern `^x+$`":                       "does not match regex pattern `^x+$`",
-		"must be in list [, a, b]":                                  "must be a or b (or left out)",
 		"must be at most 10 characters":                             "must be at most 10 characters",
 	} {
 		if got, _ := inWords(msg); got != want {
