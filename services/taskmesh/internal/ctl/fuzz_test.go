@@ -7,6 +7,27 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// Fuzzing these targets usefully:
+//
+//	go test -run XXX -fuzz FuzzTaskFile -fuzzminimizetime 2000x ./internal/ctl/
+//
+// The package's test binary links every service its integration tests
+// start, and the fuzzer instruments all of it: each call pays for a
+// coverage map of about 380 KB, so even a target that does nothing runs
+// only about 2,000 times a second here (in a binary holding only the
+// parsers, about 9,000). The fuzzer also minimizes every input that
+// finds new coverage, trying up to n*n/2 shorter inputs for one of n
+// bytes; while it does, its progress line reads "0/sec". An input of a
+// few kilobytes takes the whole -fuzzminimizetime (60s by default), after
+// which the worker is restarted and the input kept unminimized, so larger
+// inputs breed more of them and a long run spends most of its time
+// minimizing. -fuzzminimizetime 2000x bounds each minimization to 2,000
+// calls (about a second). A worker killed while minimizing (kill -QUIT
+// for its stack) is reported as "fuzzing process hung or terminated
+// unexpectedly while minimizing" and the input it held is written to
+// testdata/fuzz: that is not a failure of the parser, and the file should
+// be deleted.
+
 // FuzzTaskFile feeds arbitrary task files (YAML or JSON, one form per
 // document) to the parser: nothing panics, an error names the file, and
 // every task it accepts has a name.

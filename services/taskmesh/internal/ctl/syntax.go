@@ -49,10 +49,83 @@ func decodeDocuments(name string, data []byte, fn func(doc *yaml.Node) error) er
 		if err != nil {
 			return yamlSyntaxError(name, data, dec, err)
 		}
+		if err := checkAliases(name, &doc); err != nil {
+			return err
+		}
 		if err := fn(&doc); err != nil {
 			return err
 		}
 	}
+}
+
+// maxAliasNodes bounds the nodes that aliases add to a document once
+// expanded (docs/ctl.md#task-files). yaml.v3 keeps an alias as one node
+// pointing at its anchor, but the parsers read every alias as the whole
+// node it names, so a list of m aliases of a task whose args are an alias
+// of n values is read as m*n strings. An 18 KB task file built that way
+// allocated 144 MB, a template file of that size (variables with aliased
+// options) took seconds, and both grow with the square of the size.
+// yaml.v3's own guard against this ("excessive aliasing") applies only
+// when it decodes into Go values, not into the yaml.Nodes read here. A
+// file without aliases is not limited: its size is its cost.
+const maxAliasNodes = 100_000
+
+// checkAliases refuses a document whose aliases expand it by more than
+// maxAliasNodes nodes, or an alias inside the node it names (&a [*a]),
+// which would expand without end. Anchors precede their aliases, so one
+// walk in document order sizes every anchored node before it is used.
+func checkAliases(name string, doc *yaml.Node) error {
+	c := aliasCheck{file: name, sizes: map[*yaml.Node]int{}}
+	_, err := c.size(doc)
+	return err
+}
+
+type aliasCheck struct {
+	file  string
+	sizes map[*yaml.Node]int // expanded size of each anchored node; -1 while it is being sized
+	extra int                // nodes the aliases add so far
+}
+
+// size is the number of nodes n holds with its aliases expanded, capped
+// at maxAliasNodes+2 (already more than one alias may add) so that nested
+// aliases cannot overflow it.
+func (c *aliasCheck) size(n *yaml.Node) (int, error) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		s, seen := c.sizes[n.Alias]
+		if seen && s < 0 {
+			return 0, &FileError{File: c.file, Line: n.Line, Col: n.Column,
+				Msg: fmt.Sprintf("alias *%s is inside the node it names, which would never end", n.Value)}
+		}
+		if !seen {
+			var err error
+			if s, err = c.size(n.Alias); err != nil {
+				return 0, err
+			}
+		}
+		if c.extra += s - 1; c.extra > maxAliasNodes {
+			return 0, &FileError{File: c.file, Line: n.Line, Col: n.Column,
+				Msg: fmt.Sprintf("aliases expand the document by more than %d nodes (the limit)", maxAliasNodes)}
+		}
+		return s, nil
+	}
+	if n.Anchor != "" {
+		if s, seen := c.sizes[n]; seen && s >= 0 {
+			return s, nil
+		}
+		c.sizes[n] = -1
+	}
+	total := 1
+	for _, child := range n.Content {
+		s, err := c.size(child)
+		if err != nil {
+			return 0, err
+		}
+		total = min(total+s, maxAliasNodes+2)
+	}
+	if n.Anchor != "" {
+		c.sizes[n] = total
+	}
+	return total, nil
 }
 
 func isJSONFile(name string) bool { return strings.HasSuffix(strings.ToLower(name), ".json") }

@@ -3,10 +3,12 @@ package ctl
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -408,6 +410,78 @@ func TestParseSyntaxErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Aliases are read as the nodes they name, so m aliases of a node that
+// holds an alias of n values are m*n values: a file of a few kilobytes
+// built that way must be refused at its line, not expanded (which took
+// memory growing with the square of the file's size), in task, group and
+// template files alike.
+func TestAliasExpansionIsBounded(t *testing.T) {
+	rep := strings.Repeat
+	const limit = "aliases expand the document by more than 100000 nodes (the limit)"
+	parse := map[string]func(data string) error{
+		"task":     func(data string) error { _, _, err := ParseTaskFile("f.yaml", []byte(data)); return err },
+		"group":    func(data string) error { _, err := ParseGroupFile("f.yaml", []byte(data)); return err },
+		"template": func(data string) error { _, err := ParseTemplateFile("f.yaml", []byte(data)); return err },
+	}
+	tests := []struct {
+		name, parser, data string
+		want               string // the error's start; "" for none
+	}{
+		{"task file: aliases of a task with aliased args", "task",
+			"local_queue:\n  tasks: [&t {name: n, args: &a [" + rep("x, ", 3000) + "x]}" + rep(", *t", 3000) + "]\n",
+			"f.yaml:2:"},
+		{"group file: aliases of a member with aliased args", "group",
+			"group:\n  mode: parallel\n  tasks: [&t {name: n, command: c, args: &a [" + rep("x, ", 3000) + "x]}" + rep(", *t", 3000) + "]\n",
+			"f.yaml:3:"},
+		{"template file: aliases of a variable with aliased options", "template",
+			"id: t\nvariables: [&v {name: v, type: select, options: [" + rep("x, ", 3000) + "x]}" + rep(", *v", 3000) + "]\n",
+			"f.yaml:2:"},
+		{"an alias inside the node it names", "task",
+			"task: {name: x, args: &a [*a]}\n",
+			"f.yaml:1:27: alias *a is inside the node it names, which would never end"},
+		{"shared env in a thousand tasks stays within the limit", "task",
+			"local_queue:\n  tasks:\n    - {name: t0, env: &env {" + envPairs(20) + "}}\n" + rep("    - {name: t, env: *env}\n", 1000),
+			""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The guard turns a regression into a failure rather than a
+			// test that runs until the package's timeout.
+			done := make(chan error, 1)
+			go func() { done <- parse[tt.parser](tt.data) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("parsing did not end")
+			}
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("error %v, want none", err)
+			case tt.want == "":
+			case err == nil:
+				t.Fatalf("no error, want %s…", tt.want)
+			case !strings.HasPrefix(err.Error(), tt.want):
+				t.Fatalf("error = %v\n want %s…", err, tt.want)
+			case !strings.Contains(tt.want, "alias") && !strings.HasSuffix(err.Error(), limit):
+				t.Fatalf("error = %v\n want it to end %q", err, limit)
+			}
+		})
+	}
+}
+
+// envPairs is n distinct env entries, for a flow mapping.
+func envPairs(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "K%d: v%d", i, i)
+	}
+	return b.String()
 }
 
 // -f - reads standard input, once, and names it <stdin> in messages.
