@@ -188,6 +188,10 @@ func TestPipelineRefusesBadInputAndIsolatesTenants(t *testing.T) {
 	// A reference image is judged whole, not by its first bytes.
 	code, out = w.upload(acme, "ref_image", "notes.txt", []byte("BMW is a car, not an image at all.\n"))
 	expect("text that starts BM", code, out, 400, "InvalidParameter", "is not a JPEG, PNG, BMP or WEBP image")
+	// A whole 1×1 GIF89a: an image, of a format the stages do not take.
+	gif1x1 := []byte("GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;")
+	code, out = w.upload(acme, "ref_image", "dot.gif", gif1x1)
+	expect("a GIF", code, out, 400, "InvalidParameter", "is a gif image; a reference image is JPEG, PNG, BMP or WEBP")
 	code, out = w.upload(acme, "ref_image", "junk.png", append([]byte("\x89PNG\r\n\x1a\n"), "junk junk junk junk"...))
 	expect("a PNG signature and junk", code, out, 400, "InvalidParameter", "is not a whole png image")
 	code, out = w.upload(acme, "ref_image", "junk.webp", append([]byte("RIFF\x20\x00\x00\x00WEBP"), "junk junk junk junk"...))

@@ -32,9 +32,10 @@ const SniffBytes = 16
 
 // CheckStart judges an upload by its first bytes (fewer only when the
 // upload is shorter): a model must begin like an ONNX ModelProto, a quant
-// archive like a zip, a reference image like a JPEG, PNG, BMP or WEBP. The
-// stages read the files in full and fail with their own reasons; this
-// refuses an obviously wrong file before it is stored.
+// archive like a zip, a reference image like a JPEG, PNG, BMP or WEBP (a
+// GIF is refused by name, as the full decode would). The stages read the
+// files in full and fail with their own reasons; this refuses an obviously
+// wrong file before it is stored.
 func (k Kind) CheckStart(head []byte) error {
 	if len(head) == 0 {
 		return Invalid("file", "is empty")
@@ -47,6 +48,11 @@ func (k Kind) CheckStart(head []byte) error {
 			return Invalid("file", "is not a zip archive (a quant upload must be quant.zip)")
 		}
 	case KindRefImage:
+		// A GIF is an image, only not one the stages take: saying so is
+		// more use than "not an image", and matches what the decode says.
+		if bytes.HasPrefix(head, []byte("GIF87a")) || bytes.HasPrefix(head, []byte("GIF89a")) {
+			return UnacceptedImage("gif")
+		}
 		if ImageFormat(head) == "" {
 			return Invalid("file", "is not a JPEG, PNG, BMP or WEBP image")
 		}
@@ -103,6 +109,12 @@ func ImageFormat(head []byte) string {
 		return "webp"
 	}
 	return ""
+}
+
+// UnacceptedImage refuses a reference image that is a real image of a
+// format the stages do not take.
+func UnacceptedImage(format string) error {
+	return Invalid("file", "is a %s image; a reference image is JPEG, PNG, BMP or WEBP", format)
 }
 
 // UploadName is the object name of an upload of kind k: model.onnx and

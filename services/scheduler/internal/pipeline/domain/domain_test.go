@@ -142,27 +142,34 @@ func TestCheckStart(t *testing.T) {
 		kind Kind
 		head string
 		ok   bool
+		msg  string
 	}{
-		{KindModel, "\x08\x07\x12\x07pytorch", true}, // ir_version 7, producer_name
-		{KindModel, "\x3a\x10", true},                // graph first
-		{KindModel, "\x08", true},                    // a varint field's tag is enough
-		{KindModel, "not a model at all", false},     // 'n' = field 13, wire 6
-		{KindModel, "\x0a\x03abc", false},            // field 1 as bytes: not ir_version
-		{KindModel, "", false},
-		{KindModel, "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", false},
-		{KindQuant, "PK\x03\x04\x14\x00", true},
-		{KindQuant, "PK\x05\x06", true},
-		{KindQuant, "\x1f\x8b\x08", false}, // gzip
-		{KindRefImage, "\x89PNG\r\n\x1a\n....", true},
-		{KindRefImage, "\xff\xd8\xff\xe0", true},
-		{KindRefImage, "BM....", true},
-		{KindRefImage, "RIFF\x00\x00\x00\x00WEBPVP8 ", true},
-		{KindRefImage, "GIF89a", false},
+		{KindModel, "\x08\x07\x12\x07pytorch", true, ""}, // ir_version 7, producer_name
+		{KindModel, "\x3a\x10", true, ""},                // graph first
+		{KindModel, "\x08", true, ""},                    // a varint field's tag is enough
+		{KindModel, "not a model at all", false, ""},     // 'n' = field 13, wire 6
+		{KindModel, "\x0a\x03abc", false, ""},            // field 1 as bytes: not ir_version
+		{KindModel, "", false, ""},
+		{KindModel, "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", false, ""},
+		{KindQuant, "PK\x03\x04\x14\x00", true, ""},
+		{KindQuant, "PK\x05\x06", true, ""},
+		{KindQuant, "\x1f\x8b\x08", false, ""}, // gzip
+		{KindRefImage, "\x89PNG\r\n\x1a\n....", true, ""},
+		{KindRefImage, "\xff\xd8\xff\xe0", true, ""},
+		{KindRefImage, "BM....", true, ""},
+		{KindRefImage, "RIFF\x00\x00\x00\x00WEBPVP8 ", true, ""},
+		{KindRefImage, "GIF89a\x01\x00\x01\x00", false, "is a gif image; a reference image is JPEG, PNG, BMP or WEBP"},
+		{KindRefImage, "GIF87a", false, "is a gif image"},
+		{KindRefImage, "GIF", false, "is not a JPEG, PNG, BMP or WEBP image"},
+		{KindRefImage, "text", false, "is not a JPEG, PNG, BMP or WEBP image"},
 	}
 	for _, c := range cases {
 		err := c.kind.CheckStart([]byte(c.head))
 		if (err == nil) != c.ok {
 			t.Errorf("%s %q: err = %v, want ok %v", c.kind, c.head, err, c.ok)
+		}
+		if c.msg != "" && (err == nil || !strings.Contains(err.Error(), c.msg)) {
+			t.Errorf("%s %q: err = %v, want %q", c.kind, c.head, err, c.msg)
 		}
 	}
 }

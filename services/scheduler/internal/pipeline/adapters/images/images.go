@@ -48,7 +48,7 @@ func Check(b []byte) error {
 	switch format {
 	case "jpeg", "png", "bmp", "webp":
 	default:
-		return domain.Invalid("file", "is a %s image; a reference image is JPEG, PNG, BMP or WEBP", format)
+		return domain.UnacceptedImage(format)
 	}
 	w, h := cfg.Width, cfg.Height
 	switch {
