@@ -68,6 +68,7 @@ func TestNormalizeSpecDefaultsAndErrors(t *testing.T) {
 		"bad type":           {func(in *SpecInput) { in.Type = "docker" }, "type"},
 		"env key":            {func(in *SpecInput) { in.Env = map[string]string{"1X": "y"} }, "env"},
 		"oversized env":      {func(in *SpecInput) { in.Env = big }, "env"},
+		"agent's env key":    {func(in *SpecInput) { in.Env = map[string]string{"X": "1", "TASKMESH_TASK_ID": "spoof"} }, "env"},
 		"renew >= ttl":       {func(in *SpecInput) { in.LeaseTTL, in.RenewInterval = ptr(60), ptr(60) }, "renew_interval_sec"},
 		"scatter no count":   {func(in *SpecInput) { in.Mode = ModeScatter }, "distribution.count"},
 		"broadcast+mach":     {func(in *SpecInput) { in.Mode, in.MachineID = ModeBroadcast, "m" }, "distribution"},

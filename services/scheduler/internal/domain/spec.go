@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"maps"
 	"net/netip"
 	"path"
 	"regexp"
@@ -73,6 +74,25 @@ var (
 	envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	ident  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$`)
 )
+
+// ReservedEnvPrefix starts the environment names the agent sets itself
+// for a task's or a service's process (TASKMESH_TASK_ID,
+// TASKMESH_PROGRESS_FILE, TASKMESH_SERVICE_ID, …).
+const ReservedEnvPrefix = "TASKMESH_"
+
+// CheckReservedEnv refuses an env that names a key of the agent's. The
+// agent drops such keys rather than let a spec forge its own identity, so
+// one accepted would be stored and shown but never reach the process. The
+// first such key in name order is named, so the answer does not depend on
+// map order.
+func CheckReservedEnv(env map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if strings.HasPrefix(k, ReservedEnvPrefix) {
+			return invalid("env", "key %q is not allowed", k)
+		}
+	}
+	return nil
+}
 
 func orDefault(p *int, d int) int {
 	if p == nil {
@@ -161,6 +181,9 @@ func NormalizeSpec(in SpecInput) (Spec, error) {
 	// Bounded so that a task always fits in one event
 	// (eventstore.MaxPayload) and its environment and arguments stay far
 	// below the kernel's limit for exec.
+	if err := CheckReservedEnv(s.Env); err != nil {
+		return s, err
+	}
 	var envBytes int
 	for k, v := range s.Env {
 		// A key that is not a variable name cannot be read by the task's

@@ -195,8 +195,11 @@ func Normalize(s Spec) (Spec, error) {
 			return s, invalid("labels", "%q is not a valid label", l)
 		}
 	}
+	if err := task.CheckReservedEnv(s.Env); err != nil {
+		return s, err
+	}
 	for k, v := range s.Env {
-		if strings.HasPrefix(k, "TASKMESH_") || strings.ContainsRune(k, '=') || k == "" || strings.ContainsRune(v, 0) {
+		if strings.ContainsRune(k, '=') || k == "" || strings.ContainsRune(v, 0) {
 			return s, invalid("env", "key %q is not allowed", k)
 		}
 	}
