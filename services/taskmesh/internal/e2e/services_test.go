@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -64,6 +65,16 @@ func TestManagedServiceOnARealAgent(t *testing.T) {
 	id := body["service_id"].(string)
 	if code, body, _ := w.call("POST", "/api/v1/services", key, map[string]any{"name": "nowhere", "command": "sleep"}); code != 400 || body["code"] != float64(30005) {
 		t.Fatalf("a service without a target = %d %v", code, body)
+	}
+	// Exactly one of agent_id and labels: both are refused, and nothing is declared.
+	code, body, _ = w.call("POST", "/api/v1/services", key, map[string]any{"name": "both", "command": "sleep",
+		"agent_id": "agent-1", "labels": []string{"gpu"}})
+	if msg, _ := body["message"].(string); code != 400 || body["code"] != float64(30005) ||
+		!strings.Contains(msg, "agent_id") || !strings.Contains(msg, "labels") {
+		t.Fatalf("a service with agent_id and labels = %d %v", code, body)
+	}
+	if code, body, _ := w.call("GET", "/api/v1/services", key, nil); code != 200 || len(body["services"].([]any)) != 1 {
+		t.Fatalf("services after the refused one = %d %v", code, body)
 	}
 	s := w.waitService(key, id, "running", func(s map[string]any) bool { return s["current_state"] == "running" && pidOf(s) > 0 })
 	if s["last_heartbeat"] == nil || restartsOf(s) != 0 {

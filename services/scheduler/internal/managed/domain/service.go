@@ -217,6 +217,12 @@ func New(now time.Time, id, tenant, actor string, spec Spec) ([]Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	// With both, the labels would be stored and shown but never used: an
+	// agent id alone places the service (Targets). Checked here, where the
+	// target is given, because an update cannot change it.
+	if spec.AgentID != "" && len(spec.Labels) > 0 {
+		return nil, &task.InvalidError{Field: "labels", Reason: "cannot be given with agent_id; give exactly one of agent_id and labels"}
+	}
 	return []Record{{At: now, Actor: actor, Event: Created{ID: id, TenantID: tenant, CreatedBy: actor, Spec: spec}}}, nil
 }
 

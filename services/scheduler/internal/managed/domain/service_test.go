@@ -2,6 +2,7 @@ package domain
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,6 +46,11 @@ func TestNewFillsDefaultsAndRefusesBadSpecs(t *testing.T) {
 		if !errors.As(err, &ie) || ie.Field != field {
 			t.Errorf("%s: %v", field, err)
 		}
+	}
+	// A service is placed by an agent id or by labels, never both.
+	_, err := New(t0, "x", "t", "k", Spec{Name: "n", Command: "c", AgentID: "a", Labels: []string{"gpu"}})
+	if !errors.Is(err, task.ErrInvalid) || !strings.Contains(err.Error(), "agent_id") || !strings.Contains(err.Error(), "labels") {
+		t.Errorf("agent_id with labels: %v", err)
 	}
 }
 
