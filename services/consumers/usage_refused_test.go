@@ -101,8 +101,8 @@ func TestUsageParksGPUQuantitiesTheEdgeRefuses(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := "key,gpu_seconds,cpu_seconds,video_seconds,stage_seconds,items,amount,currency\n" +
-			"acme,120,30,0,0,2,0.096300,USD\n" +
-			"total,120,30,0,0,2,0.096300,USD\n"
+			"acme,120,30,0,0,2,0.0963,USD\n" +
+			"total,120,30,0,0,2,0.0963,USD\n"
 		if csv.String() != want {
 			t.Errorf("CSV =\n%s\nwant\n%s", csv.String(), want)
 		}

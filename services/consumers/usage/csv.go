@@ -18,10 +18,14 @@ var CSVHeader = []string{"key", "gpu_seconds", "cpu_seconds", "video_seconds", "
 // (key "total").
 func WriteCSV(w io.Writer, r *usagev1.GetUsageResponse) error {
 	cw := csv.NewWriter(w)
+	// Every number as the report holds it (seconds to the microsecond,
+	// amounts to 1e-12, rounded where the report is made), in the shortest
+	// decimal that reads back as the same number: the CSV says what the
+	// JSON says, with no second rounding of its own.
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	line := func(row *usagev1.UsageRow) []string {
 		return []string{row.GetKey(), f(row.GetGpuSeconds()), f(row.GetCpuSeconds()), f(row.GetVideoSeconds()),
-			f(row.GetStageSeconds()), strconv.FormatInt(row.GetItems(), 10), strconv.FormatFloat(row.GetAmount(), 'f', 6, 64), r.GetCurrency()}
+			f(row.GetStageSeconds()), strconv.FormatInt(row.GetItems(), 10), f(row.GetAmount()), r.GetCurrency()}
 	}
 	if err := cw.Write(CSVHeader); err != nil {
 		return err

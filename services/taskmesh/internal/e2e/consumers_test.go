@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -162,6 +163,48 @@ func TestConsumersThroughTheGateway(t *testing.T) {
 		total, _ := body["total"].(map[string]any)
 		return total != nil && total["items"] == "2" || total != nil && total["items"] == float64(2)
 	})
+	// The CSV's amounts are the JSON's, not rounded again. Usage may still
+	// grow while the test runs: a CSV is compared with the JSON read just
+	// before it, and read again when the JSON after it differs.
+	totalAmount := func() float64 {
+		_, body, _ := w.call("GET", "/api/v1/usage?group_by=day", key, nil)
+		total, _ := body["total"].(map[string]any)
+		amount, _ := total["amount"].(float64)
+		return amount
+	}
+	csvAmount := func(what string, read func() string) {
+		t.Helper()
+		var got, want, out string
+		for range 10 {
+			before := totalAmount()
+			out = read()
+			if totalAmount() != before {
+				continue
+			}
+			got, want = "", strconv.FormatFloat(before, 'f', -1, 64)
+			for _, l := range strings.Split(out, "\n") {
+				if f := strings.Split(l, ","); f[0] == "total" && len(f) == 8 {
+					got = f[6]
+				}
+			}
+			if before != 0 && got == want {
+				return
+			}
+			break
+		}
+		t.Errorf("%s: total amount %q, want %q as in the JSON:\n%s", what, got, want, out)
+	}
+	csvAmount("format=csv", func() string {
+		req, _ := http.NewRequest("GET", w.s.HTTPURL+"/api/v1/usage?group_by=day&format=csv", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	})
 	for _, accept := range []string{"format=csv", "accept"} {
 		path := "/api/v1/usage?group_by=day"
 		req, _ := http.NewRequest("GET", w.s.HTTPURL+path, nil)
@@ -256,4 +299,5 @@ func TestConsumersThroughTheGateway(t *testing.T) {
 			t.Errorf("ctl %s lacks %q:\n%s", args, want, out)
 		}
 	}
+	csvAmount("ctl usage --csv", func() string { return ctlRun("usage", "--csv") })
 }
