@@ -55,8 +55,12 @@ func (a *App) createTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 	if err != nil {
 		return nil, err
 	}
+	// A broadcast or a scatter is a fan-out however many tasks it makes
+	// (one machine may match): its tasks are a group either way. Targets
+	// and repeat_count fan out only with a second task, so that a single
+	// distinct target stays a plain task.
 	fanout := ""
-	if len(specs) > 1 {
+	if len(specs) > 1 || spec.Mode == domain.ModeBroadcast || spec.Mode == domain.ModeScatter {
 		fanout = uuid.NewString()
 		for i := range specs {
 			if specs[i].GroupID == "" {

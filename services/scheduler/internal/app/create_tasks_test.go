@@ -110,7 +110,7 @@ func TestCreateTaskFansOut(t *testing.T) {
 	for _, a := range []app.Agent{
 		{AgentID: "a1", MachineID: "m1", Labels: []string{"gpu"}},
 		{AgentID: "a2", MachineID: "m2", Labels: []string{"gpu"}},
-		{AgentID: "a3", MachineID: "m3"},
+		{AgentID: "a3", MachineID: "m3", Labels: []string{"cpu"}},
 		{AgentID: "a4", MachineID: "m4", TenantID: "t2", Labels: []string{"gpu"}},
 	} {
 		a.LastHeartbeatAt, a.LostAfter = h.clock.Now(), h.clock.Now().Add(time.Minute)
@@ -129,6 +129,11 @@ func TestCreateTaskFansOut(t *testing.T) {
 		{name: "broadcast to live gpu machines of the tenant", want: 2,
 			in:      spec("b", func(in *domain.SpecInput) { in.Mode, in.Labels = domain.ModeBroadcast, []string{"gpu"} }),
 			machine: func(i int) string { return []string{"m1", "m2"}[i] }},
+		// One machine matched or one task scattered is still a fan-out.
+		{name: "broadcast to the one machine with the labels", want: 1,
+			in:      spec("b1", func(in *domain.SpecInput) { in.Mode, in.Labels = domain.ModeBroadcast, []string{"cpu"} }),
+			machine: func(int) string { return "m3" }},
+		{name: "scatter of one", want: 1, in: spec("s1", func(in *domain.SpecInput) { in.Mode, in.ScatterCount = domain.ModeScatter, 1 })},
 		{name: "targets", want: 3,
 			in: spec("t", func(in *domain.SpecInput) {
 				in.TargetMachines, in.TargetIPs = []string{"m7", "m8"}, []string{"10.1.1.1"}

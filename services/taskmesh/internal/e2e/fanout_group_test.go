@@ -113,3 +113,30 @@ func TestTargetsNamedTwiceMakeOneTaskEach(t *testing.T) {
 		}
 	}
 }
+
+// A broadcast is a fan-out whatever it matches, and so is a scatter of
+// one: a single task made by either carries a new group_id, which reads as
+// a group of that task.
+func TestBroadcastToOneMachineIsAGroup(t *testing.T) {
+	w := newWorld(t)
+	key, token := w.s.DemoAPIKey, w.agentToken("poller-1")
+	// An idle poll makes the machine live: the only one the broadcast finds.
+	if code, resp, _ := w.call("POST", "/api/v1/agent/tasks/claim", token,
+		map[string]any{"agent_id": "poller-1", "machine_id": "m-poll-1", "limit": 1}); code != 200 {
+		t.Fatalf("claim = %d %v", code, resp)
+	}
+	for _, distribution := range []map[string]any{{"mode": "broadcast"}, {"mode": "scatter", "count": 1}} {
+		code, first, _ := w.call("POST", "/api/v1/tasks", key, map[string]any{"name": "one", "command": "true",
+			"distribution": distribution})
+		groupID, _ := first["group_id"].(string)
+		if code != 200 || groupID == "" {
+			t.Fatalf("%v: create = %d %v, want a task with a new group_id", distribution, code, first)
+		}
+		w.waitListed(key, first["id"].(string))
+		code, g, _ := w.call("GET", "/api/v1/task-groups/"+groupID, key, nil)
+		members, _ := g["tasks"].([]any)
+		if code != 200 || g["mode"] != "parallel" || len(members) != 1 || members[0].(map[string]any)["task_id"] != first["id"] {
+			t.Fatalf("%v: GET the fan-out's group = %d %v", distribution, code, g)
+		}
+	}
+}
