@@ -169,12 +169,34 @@ func TestRESTTokensPerMinuteVideoCost(t *testing.T) {
 func TestRESTTokensPerMinuteNeverFits(t *testing.T) {
 	e := newEnv(t)
 	secret := e.limitedKey(t, "tiny", gateway.Limits{TPM: 1000}, gateway.Limits{})
+	// 10 runes + 3 s × 100 = 310 tokens, of the tenant's 1000.
+	short := mustJSON(map[string]any{"input": map[string]any{"prompt": "0123456789"}, "parameters": map[string]any{"duration": 3}})
+	if r := e.do(t, "POST", "/v1/video/generations", secret, short); r.status == http.StatusTooManyRequests {
+		t.Fatalf("short request throttled: %s", r.body)
+	}
 	// A prompt of 2000 runes counts as 800: 800 + 500 = 1300 > 1000.
 	body := mustJSON(map[string]any{"input": map[string]any{"prompt": strings.Repeat("a", 2000)}})
 	r := e.do(t, "POST", "/v1/video/generations", secret, body)
 	assertVideoThrottled(t, r, "request costs 1300 tokens, more than the tenant limit of 1000 tokens per minute")
 	if got := r.header.Get("Retry-After"); got != "" {
 		t.Errorf("Retry-After = %q for a request that never fits, want none", got)
+	}
+	// The limits as they stand, nothing charged for the refused request:
+	// the standard tier's 600 requests a minute, one used; 690 tokens
+	// left, the 310 used rested in 18.6 s.
+	want := map[string]string{
+		"X-RateLimit-Limit-Requests": "600", "X-RateLimit-Remaining-Requests": "599", "X-RateLimit-Reset-Requests": "1",
+		"X-RateLimit-Limit-Tokens": "1000", "X-RateLimit-Remaining-Tokens": "690", "X-RateLimit-Reset-Tokens": "19",
+	}
+	for h, v := range want {
+		if got := r.header.Get(h); got != v {
+			t.Errorf("%s = %q on the refusal, want %q", h, got, v)
+		}
+	}
+	if r := e.do(t, "POST", "/v1/video/generations", secret, short); r.header.Get("X-RateLimit-Remaining-Tokens") != "380" ||
+		r.header.Get("X-RateLimit-Remaining-Requests") != "598" {
+		t.Errorf("next request: status %d, remaining tokens %q and requests %q, want 380 and 598", r.status,
+			r.header.Get("X-RateLimit-Remaining-Tokens"), r.header.Get("X-RateLimit-Remaining-Requests"))
 	}
 }
 

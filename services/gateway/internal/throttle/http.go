@@ -84,7 +84,8 @@ func (t *Throttle) tokensOf(r *http.Request) (int64, error) {
 // Middleware limits the requests next serves. The principal must be in the
 // request's context (authn.NewContext); requests without one pass. Over a
 // limit it answers 429 with Retry-After in the route's error envelope
-// (httperr.WriteFor); every limited answer carries X-RateLimit-* headers.
+// (httperr.WriteFor); every limited answer, a refusal too, carries
+// X-RateLimit-* headers.
 func (t *Throttle) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := authn.FromContext(r.Context())

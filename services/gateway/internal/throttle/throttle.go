@@ -201,9 +201,11 @@ func (t *Throttle) Check(ctx context.Context, p authn.Principal, tokens int64) (
 	for i, c := range charges {
 		if c.Cost > c.Limit.Burst {
 			t.rejected.add(ctx, p.TenantID, "too_large")
-			return Usage{}, &Refusal{
+			usage := t.standing(ctx, charges, kinds)
+			return usage, &Refusal{
 				Never:  true,
 				Reason: fmt.Sprintf("request costs %d tokens, more than the %s limit of %d %s", c.Cost, kinds[i].scope, c.Limit.Burst, kinds[i].name),
+				Usage:  usage,
 			}
 		}
 	}
@@ -230,6 +232,23 @@ func (t *Throttle) Check(ctx context.Context, p authn.Principal, tokens int64) (
 		Reason:     fmt.Sprintf("%s limit of %d %s exceeded", kinds[worst].scope, charges[worst].Limit.Rate, kinds[worst].name),
 		Usage:      usage,
 	}
+}
+
+// standing is where the limits of charges stand, charging nothing (every
+// cost 0): a request refused before it could be charged still tells the
+// client its limits, as every other answer does. When the store cannot
+// say, there is nothing to tell.
+func (t *Throttle) standing(ctx context.Context, charges []ratelimit.Charge, kinds []limitKind) Usage {
+	free := make([]ratelimit.Charge, len(charges))
+	for i, c := range charges {
+		c.Cost = 0
+		free[i] = c
+	}
+	d, err := t.limiter.Allow(ctx, free...)
+	if err != nil {
+		return Usage{}
+	}
+	return usageOf(charges, kinds, d)
 }
 
 // usageOf keeps, for requests and for tokens, the limit with the least
