@@ -64,12 +64,16 @@ type LocalTask struct {
 	// how many attempts came before this one, and when this attempt may
 	// start (set on a retry waiting for its delay). Server attempts leave
 	// them 0: the server decides their retries.
-	MaxRetries    int32                  `protobuf:"varint,26,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
-	RetryDelay    int32                  `protobuf:"varint,27,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
-	RetryCount    int32                  `protobuf:"varint,28,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
-	RetryAt       *timestamppb.Timestamp `protobuf:"bytes,29,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxRetries int32                  `protobuf:"varint,26,opt,name=max_retries,json=maxRetries,proto3" json:"max_retries,omitempty"`
+	RetryDelay int32                  `protobuf:"varint,27,opt,name=retry_delay,json=retryDelay,proto3" json:"retry_delay,omitempty"`
+	RetryCount int32                  `protobuf:"varint,28,opt,name=retry_count,json=retryCount,proto3" json:"retry_count,omitempty"`
+	RetryAt    *timestamppb.Timestamp `protobuf:"bytes,29,opt,name=retry_at,json=retryAt,proto3" json:"retry_at,omitempty"`
+	// The grace between SIGTERM and SIGKILL recorded with the task: its
+	// spec's, or the agent's default when a local spec left it out (0 is
+	// SIGKILL right after SIGTERM).
+	GracePeriodSec int32 `protobuf:"varint,30,opt,name=grace_period_sec,json=gracePeriodSec,proto3" json:"grace_period_sec,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LocalTask) Reset() {
@@ -303,6 +307,13 @@ func (x *LocalTask) GetRetryAt() *timestamppb.Timestamp {
 		return x.RetryAt
 	}
 	return nil
+}
+
+func (x *LocalTask) GetGracePeriodSec() int32 {
+	if x != nil {
+		return x.GracePeriodSec
+	}
+	return 0
 }
 
 type CreateLocalTaskRequest struct {
@@ -814,7 +825,7 @@ var File_taskmesh_agent_v1_agent_local_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\n" +
-	"+taskmesh/agent/v1/agent_local_service.proto\x12\x11taskmesh.agent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xfa\b\n" +
+	"+taskmesh/agent/v1/agent_local_service.proto\x12\x11taskmesh.agent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xa4\t\n" +
 	"\tLocalTask\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -852,7 +863,8 @@ const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"retryDelay\x12\x1f\n" +
 	"\vretry_count\x18\x1c \x01(\x05R\n" +
 	"retryCount\x125\n" +
-	"\bretry_at\x18\x1d \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\x1a6\n" +
+	"\bretry_at\x18\x1d \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\x12(\n" +
+	"\x10grace_period_sec\x18\x1e \x01(\x05R\x0egracePeriodSec\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +

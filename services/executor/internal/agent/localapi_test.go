@@ -64,8 +64,13 @@ func TestLocalAPI(t *testing.T) {
 		t.Fatalf("create = %d %v", code, created)
 	}
 	helloID := created["id"].(string)
+	// Left out, the grace is the agent's, recorded with the task.
+	if created["grace_period_sec"] != float64(1) {
+		t.Errorf("created task's grace_period_sec = %v, want the agent's 1", created["grace_period_sec"])
+	}
 	done := api.waitStatus(helloID, "completed")
-	if done["stdout"] != "hi\n" || done["exit_code"] != float64(0) || done["started_at"] == nil || done["ended_at"] == nil {
+	if done["stdout"] != "hi\n" || done["exit_code"] != float64(0) || done["started_at"] == nil || done["ended_at"] == nil ||
+		done["grace_period_sec"] != float64(1) {
 		t.Errorf("completed task = %v", done)
 	}
 	// Taken by this agent when it left the queue: an agent and an attempt
@@ -75,8 +80,11 @@ func TestLocalAPI(t *testing.T) {
 		t.Errorf("completed task's assignment = %v", done)
 	}
 
-	_, long := api.do("POST", "/api/v1/tasks", `{"name":"long","command":"sleep","args":["30"]}`)
+	_, long := api.do("POST", "/api/v1/tasks", `{"name":"long","command":"sleep","args":["30"],"grace_period_sec":2}`)
 	longID := long["id"].(string)
+	if long["grace_period_sec"] != float64(2) {
+		t.Errorf("grace_period_sec = %v, want the spec's 2", long["grace_period_sec"])
+	}
 	api.waitStatus(longID, "running")
 	code, cancelled := api.do("POST", "/api/v1/tasks/"+longID+"/cancel", `{}`)
 	if code != 200 {
@@ -201,7 +209,7 @@ func TestLocalAPICancelsServerTask(t *testing.T) {
 func TestLocalViewOfAServerTaskShowsItsRetrySettings(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.LocalAPIAddr = "127.0.0.1:0" })
 	task := shell("false")
-	task.MaxRetries, task.RetryDelay, task.RetryCount = 3, 60, 1
+	task.MaxRetries, task.RetryDelay, task.RetryCount, task.GracePeriodSec = 3, 60, 1, 5
 	id := h.fake.Add(task)[0]
 	h.start()
 	if c := h.fake.WaitComplete(t, id, 10*time.Second); c.GetExitCode() != 1 {
@@ -209,8 +217,10 @@ func TestLocalViewOfAServerTaskShowsItsRetrySettings(t *testing.T) {
 	}
 	api := apiClient{t: t, base: "http://" + h.agent.LocalAPIAddr()}
 	got := api.waitStatus(id, "failed")
-	if got["max_retries"] != float64(3) || got["retry_delay"] != float64(60) || got["retry_count"] != float64(1) {
-		t.Errorf("local view: max_retries %v, retry_delay %v, retry_count %v", got["max_retries"], got["retry_delay"], got["retry_count"])
+	if got["max_retries"] != float64(3) || got["retry_delay"] != float64(60) || got["retry_count"] != float64(1) ||
+		got["grace_period_sec"] != float64(5) {
+		t.Errorf("local view: max_retries %v, retry_delay %v, retry_count %v, grace_period_sec %v",
+			got["max_retries"], got["retry_delay"], got["retry_count"], got["grace_period_sec"])
 	}
 	time.Sleep(300 * time.Millisecond)
 	if n := len(h.fake.Calls("CompleteTask")); n != 1 {

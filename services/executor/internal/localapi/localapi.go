@@ -172,7 +172,7 @@ func toProto(t journal.Task) *agentv1.LocalTask {
 		EndedAt: ts(t.EndedAt), Synced: t.Synced, Origin: t.Origin, Progress: int32(t.Progress),
 		LastHeartbeatAt: ts(t.LastHeartbeatAt),
 		MaxRetries:      int32(t.MaxRetries), RetryDelay: int32(t.RetryDelaySec), RetryCount: int32(t.RetryCount),
-		RetryAt: ts(t.RetryAt),
+		RetryAt: ts(t.RetryAt), GracePeriodSec: int32(t.GracePeriodSec),
 	}
 	if t.ExitCode != nil {
 		c := int32(*t.ExitCode)
