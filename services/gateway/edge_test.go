@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -134,6 +135,64 @@ func TestGRPCBadInputAtTheFrontDoor(t *testing.T) {
 		if _, err := client.GetTenant(actx, &adminv1.GetTenantRequest{TenantId: id}); status.Code(err) != codes.NotFound {
 			t.Errorf("tenant %s after a refused create: %v, want NotFound", id, err)
 		}
+	}
+}
+
+// Invalid UTF-8 fails protobuf's decoding before any field is read; the
+// front door still names the field, in the message and as a BadRequest
+// violation with the 30005 ErrorInfo, wherever the string is.
+func TestGRPCInvalidUTF8NamesTheField(t *testing.T) {
+	e := newEnv(t)
+	conn := e.dial(t)
+	ctx, cancel := outgoing(e.userSecret)
+	defer cancel()
+	str := func(b []byte, num protowire.Number, v string) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), []byte(v))
+	}
+	const bad = "x\xc3"
+	// CreateTaskRequest: spec 1, request_id 2; TaskSpec: name 1, command 2, env 6.
+	spec := func(inner []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), inner)
+	}
+	good := str(str(nil, 1, "n"), 2, "true")
+	entry := protowire.AppendBytes(protowire.AppendTag(nil, 6, protowire.BytesType), str(str(nil, 1, "A"), 2, bad))
+	tests := []struct {
+		name    string
+		payload []byte
+		field   string
+	}{
+		{"top-level", str(spec(good), 2, bad), "request_id"},
+		{"nested", spec(str(str(nil, 2, "true"), 1, bad)), "spec.name"},
+		{"map value", spec(append(good, entry...)), `spec.env["A"]`},
+	}
+	for _, tt := range tests {
+		var out []byte
+		err := conn.Invoke(ctx, "/taskmesh.task.v1.TaskService/CreateTask", &tt.payload, &out, grpc.ForceCodec(rawCodec{}))
+		st := status.Convert(err)
+		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tt.field) {
+			t.Errorf("%s: %v, want InvalidArgument naming %s", tt.name, err, tt.field)
+		}
+		var info *errdetails.ErrorInfo
+		var fields []string
+		for _, d := range st.Details() {
+			switch d := d.(type) {
+			case *errdetails.ErrorInfo:
+				info = d
+			case *errdetails.BadRequest:
+				for _, v := range d.GetFieldViolations() {
+					fields = append(fields, v.GetField())
+				}
+			}
+		}
+		if info.GetMetadata()["code"] != "30005" {
+			t.Errorf("%s: ErrorInfo = %v, want code 30005", tt.name, info)
+		}
+		if len(fields) != 1 || fields[0] != tt.field {
+			t.Errorf("%s: violations %v, want [%s]", tt.name, fields, tt.field)
+		}
+	}
+	if calls := e.fake.Calls(); len(calls) != 0 {
+		t.Errorf("the scheduler got %d calls, want none", len(calls))
 	}
 }
 

@@ -8,9 +8,11 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 )
@@ -43,7 +45,9 @@ func inputType(fullMethod string) protoreflect.MessageType {
 
 // CheckFrame decodes a request message of fullMethod from its wire form
 // and checks every string in it (CheckMessage). Decoding refuses invalid
-// UTF-8 in proto3 strings; both refusals are InvalidArgument statuses.
+// UTF-8 in proto3 strings, without naming the field: the wire is then
+// walked to name it. Every refusal is an InvalidArgument status, with
+// the field as a violation when one is found.
 // A method the registry does not know passes unchecked.
 func CheckFrame(fullMethod string, payload []byte) error {
 	mt := inputType(fullMethod)
@@ -52,6 +56,11 @@ func CheckFrame(fullMethod string, payload []byte) error {
 	}
 	m := mt.New().Interface()
 	if err := proto.Unmarshal(payload, m); err != nil {
+		// protobuf's error does not say which field held the bad bytes;
+		// find it on the wire so the answer names it as for NUL.
+		if path := invalidUTF8(mt.Descriptor(), payload, ""); path != "" {
+			return refusal(path, fmt.Sprintf("field %s is not valid UTF-8", path))
+		}
 		return refusal("", fmt.Sprintf("malformed request message: %v", err))
 	}
 	return CheckMessage(m)
@@ -124,4 +133,100 @@ func badValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string
 		return badStrings(v.Message(), path+".")
 	}
 	return "", ""
+}
+
+// invalidUTF8 walks b, a message of md in its wire form, and returns the
+// path of the first string (a field, a repeated item, a map key or value,
+// at any depth) that is not valid UTF-8, spelt as badStrings spells it;
+// "" if there is none or the wire is malformed before one is reached.
+func invalidUTF8(md protoreflect.MessageDescriptor, b []byte, prefix string) string {
+	items := map[protowire.Number]int{} // occurrences so far: a repeated item's index
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		fd := md.Fields().ByNumber(num)
+		if fd == nil || typ != protowire.BytesType {
+			// Strings, messages and map entries are all length-delimited;
+			// anything else (packed scalars included) holds no text.
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return ""
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		path := prefix + string(fd.Name())
+		if fd.IsList() {
+			path = fmt.Sprintf("%s[%d]", path, items[num])
+			items[num]++
+		}
+		var bad string
+		switch {
+		case fd.IsMap():
+			bad = invalidUTF8Entry(fd, v, path)
+		case fd.Kind() == protoreflect.StringKind:
+			if !utf8.Valid(v) {
+				bad = path
+			}
+		case fd.Kind() == protoreflect.MessageKind:
+			bad = invalidUTF8(fd.Message(), v, path+".")
+		}
+		if bad != "" {
+			return bad
+		}
+	}
+	return ""
+}
+
+// invalidUTF8Entry checks one map entry (key field 1, value field 2) of
+// the map field fd, named name.
+func invalidUTF8Entry(fd protoreflect.FieldDescriptor, b []byte, name string) string {
+	var keyField, value []byte // the key's whole field (tag included), the value's bytes
+	hasValue := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		field := b
+		b = b[n:]
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return ""
+		}
+		switch {
+		case num == 1:
+			keyField = field[:len(field)-len(b)+n]
+		case num == 2 && typ == protowire.BytesType:
+			value, _ = protowire.ConsumeBytes(b)
+			hasValue = true
+		}
+		b = b[n:]
+	}
+	key := dynamicpb.NewMessage(fd.Message())
+	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(keyField, key); err != nil {
+		if fd.MapKey().Kind() == protoreflect.StringKind {
+			return name + " (a key)"
+		}
+		return ""
+	}
+	if !hasValue {
+		return ""
+	}
+	path := fmt.Sprintf("%s[%q]", name, key.Get(fd.MapKey()).MapKey().String())
+	switch fd.MapValue().Kind() {
+	case protoreflect.StringKind:
+		if !utf8.Valid(value) {
+			return path
+		}
+	case protoreflect.MessageKind:
+		return invalidUTF8(fd.MapValue().Message(), value, path+".")
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package edge
 import (
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -49,6 +50,63 @@ func TestCheckFrame(t *testing.T) {
 		// again cannot succeed.
 		if err != nil && grpcserver.Code(err) != grpcserver.CodeInvalidArgument {
 			t.Errorf("%s: business code %d, want %d", tt.name, grpcserver.Code(err), grpcserver.CodeInvalidArgument)
+		}
+	}
+}
+
+// TestCheckFrameNamesInvalidUTF8 checks that invalid UTF-8, which fails
+// protobuf's decoding before any field is read, is refused naming the
+// field, as NUL is, with the field as a BadRequest violation.
+func TestCheckFrameNamesInvalidUTF8(t *testing.T) {
+	const create = "/taskmesh.task.v1.TaskService/CreateTask"
+	str := func(b []byte, num protowire.Number, v string) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), []byte(v))
+	}
+	msg := func(b []byte, num protowire.Number, inner []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), inner)
+	}
+	const bad = "a\xffb"
+	// TaskSpec: name 1, args 4, env 6 (map<string,string>); CreateTaskRequest: spec 1, request_id 2.
+	spec := func(fields ...[]byte) []byte {
+		var b []byte
+		for _, f := range fields {
+			b = append(b, f...)
+		}
+		return msg(nil, 1, b)
+	}
+	entry := func(k, v string) []byte { return msg(nil, 6, str(str(nil, 1, k), 2, v)) }
+	tests := []struct {
+		name    string
+		payload []byte
+		path    string
+	}{
+		{"top-level field", str(spec(str(nil, 1, "ok")), 2, bad), "request_id"},
+		{"nested field", spec(str(nil, 1, bad)), "spec.name"},
+		{"repeated item", spec(str(nil, 1, "n"), str(nil, 4, "ok"), str(nil, 4, bad)), "spec.args[1]"},
+		{"map value", spec(str(nil, 1, "n"), entry("A", "ok"), entry("B", bad)), `spec.env["B"]`},
+		{"map value before its key", spec(msg(nil, 6, str(str(nil, 2, bad), 1, "K"))), `spec.env["K"]`},
+		{"map key", spec(entry(bad, "v")), "spec.env (a key)"},
+	}
+	for _, tt := range tests {
+		err := CheckFrame(create, tt.payload)
+		st := status.Convert(err)
+		if st.Code() != codes.InvalidArgument || st.Message() != "field "+tt.path+" is not valid UTF-8" {
+			t.Errorf("%s: %v, want InvalidArgument naming %s", tt.name, err, tt.path)
+			continue
+		}
+		if grpcserver.Code(err) != grpcserver.CodeInvalidArgument {
+			t.Errorf("%s: business code %d", tt.name, grpcserver.Code(err))
+		}
+		var fields []string
+		for _, d := range st.Details() {
+			if br, ok := d.(*errdetails.BadRequest); ok {
+				for _, v := range br.GetFieldViolations() {
+					fields = append(fields, v.GetField())
+				}
+			}
+		}
+		if len(fields) != 1 || fields[0] != tt.path {
+			t.Errorf("%s: violations %v, want [%s]", tt.name, fields, tt.path)
 		}
 	}
 }
