@@ -14,9 +14,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/gateway"
@@ -341,4 +343,106 @@ func TestGRPCClientCancelReachesScheduler(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the scheduler's stream was not cancelled")
 	}
+}
+
+// Every answer of the front door carries the call's request id as header
+// metadata, as REST answers it as a header: the client's own when it sent
+// a valid one, else the one the gateway made; on success and on refusal,
+// proxied or served by the gateway itself, unary or streaming.
+func TestGRPCRequestIDEchoed(t *testing.T) {
+	e := newEnv(t)
+	conn := e.dial(t)
+	admin := e.adminSecret(t)
+	e.fake.Respond("GetTask", &taskv1.GetTaskResponse{Task: claimedTask()})
+	e.fake.HandleWatch(func(req *taskv1.WatchTaskRequest, stream grpc.ServerStreamingServer[taskv1.WatchTaskResponse]) error {
+		// A service's own id does not reach the client twice.
+		stream.SetHeader(metadata.Pairs("x-request-id", "from-the-scheduler"))
+		return stream.Send(&taskv1.WatchTaskResponse{Task: &taskv1.Task{Id: req.GetId()}})
+	})
+	check := func(name string, header metadata.MD, want string) {
+		t.Helper()
+		got := header.Get("x-request-id")
+		switch {
+		case want == "" && (len(got) != 1 || len(got[0]) != 36):
+			t.Errorf("%s: x-request-id = %v, want one generated id", name, got)
+		case want != "" && (len(got) != 1 || got[0] != want):
+			t.Errorf("%s: x-request-id = %v, want [%s]", name, got, want)
+		}
+	}
+	unary := []struct {
+		name, bearer, id string
+		call             func(ctx context.Context, h *metadata.MD) error
+		ok               bool
+	}{
+		{"proxied", e.userSecret, "rid-1", func(ctx context.Context, h *metadata.MD) error {
+			_, err := taskv1.NewTaskServiceClient(conn).GetTask(ctx, &taskv1.GetTaskRequest{Id: "t"}, grpc.Header(h))
+			return err
+		}, true},
+		{"proxied, invalid id replaced", e.userSecret, "", func(ctx context.Context, h *metadata.MD) error {
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-request-id", "has spaces")
+			_, err := taskv1.NewTaskServiceClient(conn).GetTask(ctx, &taskv1.GetTaskRequest{Id: "t"}, grpc.Header(h))
+			return err
+		}, true},
+		{"unauthenticated", "", "rid-2", func(ctx context.Context, h *metadata.MD) error {
+			_, err := taskv1.NewTaskServiceClient(conn).GetTask(ctx, &taskv1.GetTaskRequest{Id: "t"}, grpc.Header(h))
+			return err
+		}, false},
+		{"bad input", e.userSecret, "", func(ctx context.Context, h *metadata.MD) error {
+			_, err := taskv1.NewTaskServiceClient(conn).GetTask(ctx, &taskv1.GetTaskRequest{Id: "a\x00"}, grpc.Header(h))
+			return err
+		}, false},
+		{"the gateway's own", admin, "rid-3", func(ctx context.Context, h *metadata.MD) error {
+			_, err := adminv1.NewAdminServiceClient(conn).ListTenants(ctx, &adminv1.ListTenantsRequest{}, grpc.Header(h))
+			return err
+		}, true},
+		{"the gateway's own, refused", admin, "rid-4", func(ctx context.Context, h *metadata.MD) error {
+			_, err := adminv1.NewAdminServiceClient(conn).GetTenant(ctx, &adminv1.GetTenantRequest{TenantId: "nope"}, grpc.Header(h))
+			return err
+		}, false},
+		{"health", "", "rid-5", func(ctx context.Context, h *metadata.MD) error {
+			_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(h))
+			return err
+		}, true},
+	}
+	for _, tt := range unary {
+		var kv []string
+		if tt.id != "" {
+			kv = []string{"x-request-id", tt.id}
+		}
+		ctx, cancel := outgoing(tt.bearer, kv...)
+		var header metadata.MD
+		err := tt.call(ctx, &header)
+		cancel()
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+		check(tt.name, header, tt.id)
+	}
+
+	ctx, cancel := outgoing(e.userSecret, "x-request-id", "rid-watch")
+	defer cancel()
+	stream, err := taskv1.NewTaskServiceClient(conn).WatchTask(ctx, &taskv1.WatchTaskRequest{Id: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := stream.Header()
+	check("watch", h, "rid-watch")
+
+	rctx, rcancel := outgoing(e.userSecret, "x-request-id", "rid-reflect")
+	defer rcancel()
+	rs, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(rctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	h, _ = rs.Header()
+	check("reflection", h, "rid-reflect")
 }

@@ -12,7 +12,9 @@
 // PermissionDenied). Incoming metadata is dropped except the trace context
 // and x-request-id; package outbound builds the scheduler's metadata from
 // scratch. Response headers, messages, trailers and the final status
-// (including error details such as ErrorInfo) come back unchanged.
+// (including error details such as ErrorInfo) come back unchanged, and
+// every answer carries the call's request id as x-request-id header
+// metadata.
 //
 // Each request message is checked for bad input (package edge) before it
 // is forwarded. The services the gateway implements itself (the admin

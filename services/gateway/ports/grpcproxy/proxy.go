@@ -77,9 +77,11 @@ func NewServer(opts Options) *grpc.Server {
 	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.UnknownServiceHandler(p.handle),
 		grpc.ForceServerCodec(codec{}),
-		// Admits the reflection service; the unknown-service handler
-		// admits its calls itself, and health needs no credentials.
+		// Answers every stream's request id and admits the reflection
+		// service; the unknown-service handler admits its calls itself,
+		// and health needs no credentials.
 		grpc.StreamInterceptor(p.streamLocal),
+		grpc.UnaryInterceptor(unaryLocal),
 	}, opts.ServerOptions...)...)
 	healthpb.RegisterHealthServer(srv, opts.Health)
 	registerReflection(srv, p.local.serviceNames(append(slices.Clone(opts.Services),
@@ -116,7 +118,8 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) (err error) {
 	start := time.Now()
 	defer func() { p.metrics.record(ss.Context(), method, status.Code(err), time.Since(start)) }()
 	in, _ := metadata.FromIncomingContext(ss.Context())
-	id := requestid.Ensure(first(in, requestid.MetadataKey))
+	// streamLocal, which every stream passes first, chose and answered it.
+	id := requestid.FromContext(ss.Context())
 
 	principal, err := p.admit(ss.Context(), in, method, id)
 	if err != nil {
@@ -198,19 +201,43 @@ func (p *proxy) admit(ctx context.Context, in metadata.MD, method, id string) (a
 	return principal, nil
 }
 
-// streamLocal admits the calls of the streaming services the server
-// knows (reflection); proxied and local calls reach the unknown-service
+// streamLocal runs first on every stream, proxied ones included: it
+// chooses the request id and answers it before anything can fail, so
+// refusals carry it too (grpc sends the header with the first message or,
+// for an error, ahead of the status), and hands it on in the context. It
+// admits the calls of the streaming services the server knows
+// (reflection); proxied and local calls reach the unknown-service
 // handler, which admits them itself, and health needs no credentials.
 func (p *proxy) streamLocal(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	in, _ := metadata.FromIncomingContext(ss.Context())
+	id := requestid.Ensure(first(in, requestid.MetadataKey))
+	// Fails only once headers are sent, which nothing has done yet.
+	_ = ss.SetHeader(metadata.Pairs(requestid.MetadataKey, id))
+	ss = withContext{ServerStream: ss, ctx: requestid.NewContext(ss.Context(), id)}
 	if !strings.HasPrefix(info.FullMethod, reflectionMethods) {
 		return handler(srv, ss)
 	}
-	in, _ := metadata.FromIncomingContext(ss.Context())
-	if _, err := p.admit(ss.Context(), in, info.FullMethod, requestid.Ensure(first(in, requestid.MetadataKey))); err != nil {
+	if _, err := p.admit(ss.Context(), in, info.FullMethod, id); err != nil {
 		return err
 	}
 	return handler(srv, ss)
 }
+
+// unaryLocal echoes the request id on the unary calls the server knows
+// (health's Check), which need no credentials.
+func unaryLocal(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	in, _ := metadata.FromIncomingContext(ctx)
+	_ = grpc.SetHeader(ctx, metadata.Pairs(requestid.MetadataKey, requestid.Ensure(first(in, requestid.MetadataKey))))
+	return handler(ctx, req)
+}
+
+// withContext is a stream whose context carries the request id.
+type withContext struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s withContext) Context() context.Context { return s.ctx }
 
 // authenticate reads the bearer secret from the "authorization" metadata.
 func (p *proxy) authenticate(ctx context.Context, in metadata.MD) (authn.Principal, error) {
@@ -271,6 +298,10 @@ func forwardDown(cs grpc.ClientStream, ss grpc.ServerStream) error {
 	// Header blocks until the scheduler sends headers or the call fails;
 	// on failure RecvMsg below returns the status.
 	if md, err := cs.Header(); err == nil && len(md) > 0 {
+		// The front door's request id is already set (streamLocal); a
+		// service's own would answer it twice.
+		md = md.Copy()
+		md.Delete(requestid.MetadataKey)
 		if err := ss.SendHeader(md); err != nil {
 			return err
 		}
