@@ -446,3 +446,56 @@ func TestGRPCRequestIDEchoed(t *testing.T) {
 	h, _ = rs.Header()
 	check("reflection", h, "rid-reflect")
 }
+
+// The front door's own refusals carry the ErrorInfo of the code REST
+// answers them with (401, 403, 429), a 429 keeping its RetryInfo.
+func TestGRPCRefusalsCarryTheRESTCode(t *testing.T) {
+	e := newEnv(t)
+	conn := e.dial(t)
+	e.fake.Respond("GetTask", &taskv1.GetTaskResponse{Task: claimedTask()})
+	limited := e.limitedKey(t, "limited", gateway.Limits{RPM: 1}, gateway.Limits{})
+	tests := []struct {
+		name   string
+		bearer string
+		call   func(ctx context.Context) error
+		code   codes.Code
+		want   string
+		reason string
+	}{
+		{"no token", "", e.getTask(conn), codes.Unauthenticated, "401", "UNAUTHENTICATED"},
+		{"garbage token", "nope", e.getTask(conn), codes.Unauthenticated, "401", "UNAUTHENTICATED"},
+		{"agent token on task service", e.agentSec, e.getTask(conn), codes.PermissionDenied, "403", "PERMISSION_DENIED"},
+		{"user key on lease service", e.userSecret, e.claim(conn), codes.PermissionDenied, "403", "PERMISSION_DENIED"},
+		{"first call within the limit", limited, e.getTask(conn), codes.OK, "", ""},
+		{"over the rate limit", limited, e.getTask(conn), codes.ResourceExhausted, "429", "RESOURCE_EXHAUSTED"},
+	}
+	for _, tt := range tests {
+		ctx, cancel := outgoing(tt.bearer)
+		err := tt.call(ctx)
+		cancel()
+		st := status.Convert(err)
+		if st.Code() != tt.code {
+			t.Errorf("%s: %v, want %v", tt.name, err, tt.code)
+			continue
+		}
+		if tt.code == codes.OK {
+			continue
+		}
+		var info *errdetails.ErrorInfo
+		var retry *errdetails.RetryInfo
+		for _, d := range st.Details() {
+			switch d := d.(type) {
+			case *errdetails.ErrorInfo:
+				info = d
+			case *errdetails.RetryInfo:
+				retry = d
+			}
+		}
+		if info.GetDomain() != "taskmesh" || info.GetMetadata()["code"] != tt.want || info.GetReason() != tt.reason {
+			t.Errorf("%s: ErrorInfo = %v, want code %s, reason %s", tt.name, info, tt.want, tt.reason)
+		}
+		if tt.code == codes.ResourceExhausted && retry.GetRetryDelay().AsDuration() <= 0 {
+			t.Errorf("%s: RetryInfo = %v, want a delay", tt.name, retry)
+		}
+	}
+}

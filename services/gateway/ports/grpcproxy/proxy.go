@@ -5,11 +5,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -20,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/access"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/clientip"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
@@ -190,15 +194,41 @@ func (p *proxy) admit(ctx context.Context, in metadata.MD, method, id string) (a
 	}
 	if err := access.Method(principal, method); err != nil {
 		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", err.Error())
-		return authn.Principal{}, status.Error(codes.PermissionDenied, err.Error())
+		return authn.Principal{}, forbidden(err.Error())
 	}
 	if p.throttle != nil {
 		if err := p.throttle(ctx, principal); err != nil {
 			p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", status.Convert(err).Message())
-			return authn.Principal{}, err
+			return authn.Principal{}, withRateLimitInfo(err)
 		}
 	}
 	return principal, nil
+}
+
+// The gateway's own refusals carry the ErrorInfo of the code REST answers
+// them with (401, 403, 429 reuse the HTTP status), so a gRPC client reads
+// the same business code whichever transport it uses.
+func unauthenticated(msg string) error {
+	return grpcserver.Status(codes.Unauthenticated, http.StatusUnauthorized, "UNAUTHENTICATED", msg)
+}
+
+func forbidden(msg string) error {
+	return grpcserver.Status(codes.PermissionDenied, http.StatusForbidden, "PERMISSION_DENIED", msg)
+}
+
+// withRateLimitInfo adds the 429 ErrorInfo to a rate-limit refusal,
+// keeping its RetryInfo; any other status passes as it is.
+func withRateLimitInfo(err error) error {
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted || grpcserver.Code(err) != 0 {
+		return err
+	}
+	info := &errdetails.ErrorInfo{Domain: grpcserver.ErrorDomain, Reason: "RESOURCE_EXHAUSTED",
+		Metadata: map[string]string{"code": strconv.Itoa(http.StatusTooManyRequests)}}
+	if d, derr := st.WithDetails(info); derr == nil {
+		return d.Err()
+	}
+	return err
 }
 
 // streamLocal runs first on every stream, proxied ones included: it
@@ -243,7 +273,7 @@ func (s withContext) Context() context.Context { return s.ctx }
 func (p *proxy) authenticate(ctx context.Context, in metadata.MD) (authn.Principal, error) {
 	bearer, ok := credentials.FromAuthorization(first(in, "authorization"))
 	if !ok {
-		return authn.Principal{}, status.Error(codes.Unauthenticated, "missing bearer token in authorization metadata")
+		return authn.Principal{}, unauthenticated("missing bearer token in authorization metadata")
 	}
 	var addr string
 	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
@@ -256,12 +286,12 @@ func (p *proxy) authenticate(ctx context.Context, in metadata.MD) (authn.Princip
 	case err == nil:
 		return principal, nil
 	case errors.As(err, &ae) && errors.Is(err, credentials.ErrForbidden):
-		return authn.Principal{}, status.Error(codes.PermissionDenied, ae.Reason)
+		return authn.Principal{}, forbidden(ae.Reason)
 	case errors.As(err, &ae):
-		return authn.Principal{}, status.Error(codes.Unauthenticated, ae.Reason)
+		return authn.Principal{}, unauthenticated(ae.Reason)
 	default:
 		p.log.Error("authenticating a grpc call failed", "err", err)
-		return authn.Principal{}, status.Error(codes.Unavailable, "credential store unavailable")
+		return authn.Principal{}, grpcserver.Status(codes.Unavailable, grpcserver.CodeInternal, "UNAVAILABLE", "credential store unavailable")
 	}
 }
 
