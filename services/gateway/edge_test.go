@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	agentv1 "github.com/taskmesh/taskmesh/gen/taskmesh/agent/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 )
 
@@ -258,6 +259,44 @@ func TestGRPCReflection(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("describe TaskService: no CreateTask in %d files", len(files))
+	}
+
+	// Internal services are neither listed nor described; public services
+	// and the types their methods use still are.
+	symbol := func(name string) *reflectionpb.ServerReflectionRequest {
+		return &reflectionpb.ServerReflectionRequest{
+			MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: name}}
+	}
+	byFile := func(path string) *reflectionpb.ServerReflectionRequest {
+		return &reflectionpb.ServerReflectionRequest{
+			MessageRequest: &reflectionpb.ServerReflectionRequest_FileByFilename{FileByFilename: path}}
+	}
+	_ = agentv1.AgentLocalService_ServiceDesc // linked in, so its descriptors are in the registry
+	for name, req := range map[string]*reflectionpb.ServerReflectionRequest{
+		"AgentFleetService":           symbol("taskmesh.task.v1.AgentFleetService"),
+		"AgentLocalService":           symbol("taskmesh.agent.v1.AgentLocalService"),
+		"an AgentFleetService method": symbol("taskmesh.task.v1.AgentFleetService.SetAgentDrain"),
+		"an AgentFleetService type":   symbol("taskmesh.task.v1.SetAgentDrainRequest"),
+		"AgentFleetService's file":    byFile("taskmesh/task/v1/agent_fleet_service.proto"),
+	} {
+		resp, err := ask(e.userSecret, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.GetErrorResponse().GetErrorCode(); got != int32(codes.NotFound) {
+			t.Errorf("describe %s: error code %d (%d files), want NotFound", name, got, len(resp.GetFileDescriptorResponse().GetFileDescriptorProto()))
+		}
+	}
+	for _, name := range []string{"taskmesh.task.v1.TaskService", "taskmesh.task.v1.TaskSpec", "taskmesh.task.v1.CreateTaskRequest",
+		"taskmesh.admin.v1.AgentService", "taskmesh.admin.v1.RegisterAgentRequest", "taskmesh.deadletter.v1.DeadLetterService",
+		"google.protobuf.Timestamp", "grpc.health.v1.Health"} {
+		resp, err := ask(e.userSecret, symbol(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.GetErrorResponse() != nil || len(resp.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
+			t.Errorf("describe %s: %v, want its file", name, resp.GetErrorResponse())
+		}
 	}
 }
 
