@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
+	deadletterv1 "github.com/taskmesh/taskmesh/gen/taskmesh/deadletter/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 )
@@ -214,4 +216,72 @@ func TestGRPCAdminAgents(t *testing.T) {
 	if calls := e.fake.Calls(); len(calls) != 0 {
 		t.Errorf("the scheduler got %v", calls)
 	}
+}
+
+// The admin services the gateway runs itself refuse invalid input as the
+// protos' own rules do: InvalidArgument naming the field, with the 30005
+// ErrorInfo and the field as a BadRequest violation; REST answers the
+// same message in its envelope.
+func TestAdminInvalidArgumentsNameTheField(t *testing.T) {
+	e := newEnv(t)
+	conn := e.dial(t)
+	admin := e.adminSecret(t)
+	ctx, cancel := outgoing(admin)
+	defer cancel()
+	past := timestamppb.New(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))
+	dropped := func(service string) func() error {
+		return func() error {
+			_, err := deadletterv1.NewDeadLetterServiceClient(conn).DropDeadLetter(ctx, &deadletterv1.DropDeadLetterRequest{Service: service, Id: 1})
+			return err
+		}
+	}
+	tests := []struct {
+		name, field string
+		call        func() error
+	}{
+		{"a bad CIDR", "allowed_cidrs[1]", func() error {
+			_, err := adminv1.NewAgentServiceClient(conn).RegisterAgent(ctx, &adminv1.RegisterAgentRequest{AgentId: "gpu-1", AllowedCidrs: []string{"10.0.0.0/8", "not-a-cidr"}})
+			return err
+		}},
+		{"an expiry in the past", "expires_at", func() error {
+			_, err := adminv1.NewAgentServiceClient(conn).RegisterAgent(ctx, &adminv1.RegisterAgentRequest{AgentId: "gpu-2", ExpiresAt: past})
+			return err
+		}},
+		{"an API key expiring in the past", "expires_at", func() error {
+			_, err := adminv1.NewAdminServiceClient(conn).CreateApiKey(ctx, &adminv1.CreateApiKeyRequest{TenantId: "acme", Name: "k", ExpiresAt: past})
+			return err
+		}},
+		{"an unknown dead-letter service", "service", dropped("billing")},
+		{"a bad dead-letter page size", "page_size", func() error {
+			_, err := deadletterv1.NewDeadLetterServiceClient(conn).ListDeadLetters(ctx, &deadletterv1.ListDeadLettersRequest{PageSize: 5000})
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		st := status.Convert(tt.call())
+		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tt.field+": ") {
+			t.Errorf("%s: %v, want InvalidArgument naming %s", tt.name, st.Err(), tt.field)
+			continue
+		}
+		var code string
+		var fields []string
+		for _, d := range st.Details() {
+			switch d := d.(type) {
+			case *errdetails.ErrorInfo:
+				code = d.GetMetadata()["code"]
+			case *errdetails.BadRequest:
+				for _, v := range d.GetFieldViolations() {
+					fields = append(fields, v.GetField())
+				}
+			}
+		}
+		if code != "30005" || len(fields) != 1 || fields[0] != tt.field {
+			t.Errorf("%s: code %q, violations %v, want 30005 and [%s]", tt.name, code, fields, tt.field)
+		}
+	}
+
+	r := e.do(t, "POST", "/api/v1/admin/agents", admin, `{"agent_id":"x","allowed_cidrs":["not-a-cidr"]}`)
+	assertEnvelope(t, r, 400, 30005, `register agent "x": invalid argument: allowed_cidrs[0]: "not-a-cidr" is neither a CIDR nor an IP address`)
+	r = e.do(t, "DELETE", "/api/v1/admin/dead-letters/billing/1", admin, "")
+	assertEnvelope(t, r, 400, 30005, `service: must be scheduler, quota or consumers, not "billing"`)
 }

@@ -73,10 +73,10 @@ func (s *Store) BootstrapAdminKey(ctx context.Context, name string) (k AdminKey,
 func (s *Store) insertAdminKey(ctx context.Context, tx pgx.Tx, name string, expiresAt *time.Time) (AdminKey, string, error) {
 	now := s.now()
 	if utf8.RuneCountInString(name) > 255 {
-		return AdminKey{}, "", fmt.Errorf("create admin key: %w: name longer than 255 characters", ErrInvalid)
+		return AdminKey{}, "", fmt.Errorf("create admin key: %w", invalidField("name", "longer than 255 characters"))
 	}
 	if expiresAt != nil && !expiresAt.After(now) {
-		return AdminKey{}, "", fmt.Errorf("create admin key: %w: expiry %s is not in the future", ErrInvalid, expiresAt.Format(time.RFC3339))
+		return AdminKey{}, "", fmt.Errorf("create admin key: %w", invalidField("expires_at", "%s is not in the future", expiresAt.Format(time.RFC3339)))
 	}
 	k := AdminKey{ID: newID("adm_"), Name: name, CreatedAt: pgTime(now), ExpiresAt: utc(expiresAt)}
 	for range prefixAttempts {

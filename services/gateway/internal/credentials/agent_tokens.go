@@ -94,7 +94,7 @@ func (s *Store) RotateAgentToken(ctx context.Context, tokenID string) (AgentToke
 func (s *Store) rotateAgentToken(ctx context.Context, tokenID string, expiresAt *time.Time, by Actor) (AgentToken, string, error) {
 	now := s.now()
 	if expiresAt != nil && !expiresAt.After(now) {
-		return AgentToken{}, "", fmt.Errorf("rotate agent token %s: %w: expiry %s is not in the future", tokenID, ErrInvalid, expiresAt.Format(time.RFC3339))
+		return AgentToken{}, "", fmt.Errorf("rotate agent token %s: %w", tokenID, invalidField("expires_at", "%s is not in the future", expiresAt.Format(time.RFC3339)))
 	}
 	for range prefixAttempts {
 		bearer, prefix, hash := newSecret(agentScheme)
@@ -236,12 +236,12 @@ func scanAgentToken(row pgx.Row) (AgentToken, error) {
 // gateway sees.
 func parseCIDRs(in []string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(in))
-	for _, s := range in {
+	for i, s := range in {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			a, aerr := netip.ParseAddr(s)
 			if aerr != nil {
-				return nil, fmt.Errorf("%w: %q is neither a CIDR nor an IP address", ErrInvalid, s)
+				return nil, invalidField(fmt.Sprintf("allowed_cidrs[%d]", i), "%q is neither a CIDR nor an IP address", s)
 			}
 			a = a.Unmap()
 			p = netip.PrefixFrom(a, a.BitLen())

@@ -72,7 +72,7 @@ func (s *Store) RegisterAgent(ctx context.Context, spec AgentSpec, by Actor) (Ag
 		return AgentToken{}, "", fmt.Errorf("register agent %q: %w: agent id must be 1-%d bytes", spec.AgentID, ErrInvalid, maxAgentIDLen)
 	}
 	if spec.ExpiresAt != nil && !spec.ExpiresAt.After(now) {
-		return AgentToken{}, "", fmt.Errorf("register agent %q: %w: expiry %s is not in the future", spec.AgentID, ErrInvalid, spec.ExpiresAt.Format(time.RFC3339))
+		return AgentToken{}, "", fmt.Errorf("register agent %q: %w", spec.AgentID, invalidField("expires_at", "%s is not in the future", spec.ExpiresAt.Format(time.RFC3339)))
 	}
 	cidrs, err := parseCIDRs(spec.AllowedCIDRs)
 	if err != nil {

@@ -40,10 +40,10 @@ func (s *Store) AddAPIKey(ctx context.Context, spec APIKeySpec) (APIKey, string,
 	now := s.now()
 	tenantID := spec.TenantID
 	if utf8.RuneCountInString(spec.Name) > 255 {
-		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w: name longer than 255 characters", tenantID, ErrInvalid)
+		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w", tenantID, invalidField("name", "longer than 255 characters"))
 	}
 	if spec.ExpiresAt != nil && !spec.ExpiresAt.After(now) {
-		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w: expiry %s is not in the future", tenantID, ErrInvalid, spec.ExpiresAt.Format(time.RFC3339))
+		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w", tenantID, invalidField("expires_at", "%s is not in the future", spec.ExpiresAt.Format(time.RFC3339)))
 	}
 	if err := spec.Limits.check(); err != nil {
 		return APIKey{}, "", fmt.Errorf("create api key for tenant %q: %w", tenantID, err)

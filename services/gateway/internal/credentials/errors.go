@@ -1,6 +1,9 @@
 package credentials
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors; the methods wrap them with details.
 var (
@@ -20,6 +23,23 @@ var (
 	// one.
 	ErrRevoked = errors.New("revoked")
 )
+
+// FieldError is an ErrInvalid about one field of a management call,
+// named as the admin API spells it (allowed_cidrs[1], expires_at), so the
+// API can name the field in its answer and as a violation.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return ErrInvalid.Error() + ": " + e.Field + ": " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+func invalidField(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
 
 // AuthError is the error of Authenticate. Reason is written for the caller
 // and is safe to show: it never contains the secret, and it says more than

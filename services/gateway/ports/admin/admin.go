@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"buf.build/go/protovalidate"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -272,7 +273,13 @@ func (s *Server) fail(ctx context.Context, err error) error {
 func storeStatus(ctx context.Context, log *slog.Logger, err error) error {
 	switch {
 	case errors.Is(err, credentials.ErrInvalid):
-		return grpcserver.Status(codes.InvalidArgument, grpcserver.CodeInvalidArgument, "INVALID_ARGUMENT", err.Error())
+		// The field, when the store names one, is a violation as the
+		// protos' own rules give, so a client reads both the same way.
+		var fields []*errdetails.BadRequest_FieldViolation
+		if fe, ok := errors.AsType[*credentials.FieldError](err); ok {
+			fields = append(fields, &errdetails.BadRequest_FieldViolation{Field: fe.Field, Description: fe.Field + ": " + fe.Reason})
+		}
+		return grpcserver.Status(codes.InvalidArgument, grpcserver.CodeInvalidArgument, "INVALID_ARGUMENT", err.Error(), fields...)
 	case errors.Is(err, credentials.ErrNotFound):
 		return grpcserver.Status(codes.NotFound, 404, "NOT_FOUND", err.Error())
 	case errors.Is(err, credentials.ErrExists):

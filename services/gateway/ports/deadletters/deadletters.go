@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -50,8 +51,12 @@ func operator(ctx context.Context) error {
 	return nil
 }
 
-func invalid(msg string) error {
-	return grpcserver.Status(codes.InvalidArgument, grpcserver.CodeInvalidArgument, "INVALID_ARGUMENT", msg)
+// invalid refuses a request for its field, named in the message and as
+// a violation, as the protos' own rules are.
+func invalid(field, msg string) error {
+	msg = field + ": " + msg
+	return grpcserver.Status(codes.InvalidArgument, grpcserver.CodeInvalidArgument, "INVALID_ARGUMENT", msg,
+		&errdetails.BadRequest_FieldViolation{Field: field, Description: msg})
 }
 
 // upstream finds the service a request names.
@@ -65,7 +70,7 @@ func (s *Server) upstream(name string) (int, error) {
 	case "scheduler", "quota", "consumers":
 		return 0, status.Errorf(codes.Unavailable, "the %s service is not configured on this gateway", name)
 	}
-	return 0, invalid(fmt.Sprintf("service must be scheduler, quota or consumers, not %q", name))
+	return 0, invalid("service", fmt.Sprintf("must be scheduler, quota or consumers, not %q", name))
 }
 
 func (s *Server) client(i int) deadletterv1.DeadLetterServiceClient {
@@ -80,7 +85,7 @@ func (s *Server) ListDeadLetters(ctx context.Context, r *deadletterv1.ListDeadLe
 	}
 	size := int(r.GetPageSize())
 	if size < 0 || size > 1000 {
-		return nil, invalid("page_size must be 0 to 1000")
+		return nil, invalid("page_size", "must be 0 to 1000")
 	}
 	if size == 0 {
 		size = 100
@@ -98,7 +103,7 @@ func (s *Server) ListDeadLetters(ctx context.Context, r *deadletterv1.ListDeadLe
 		idx, rest, ok := strings.Cut(tok, ":")
 		i, err := strconv.Atoi(idx)
 		if !ok || err != nil || i < first || i >= last {
-			return nil, invalid("page_token is not one this API gave")
+			return nil, invalid("page_token", "is not one this API gave")
 		}
 		first, inner = i, rest
 	}
