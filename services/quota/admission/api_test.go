@@ -12,6 +12,7 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/services/quota/admission"
 )
 
@@ -152,11 +153,12 @@ func TestDefinitionsAreForOperatorsAndValidated(t *testing.T) {
 	tk := &task{id: "busy", tenant: "t1", queue: "x9", priority: 5, gpus: "1"}
 	e.submit(tk)
 	e.waitState("busy", "admitted", 1)
-	if _, err := c.DeleteClusterQueue(user("t1", "premium"), &quotav1.DeleteClusterQueueRequest{Name: "x9"}); code(err) != codes.PermissionDenied {
-		t.Fatalf("tenant delete: %v", err)
+	// Refusals carry the ErrorInfo of the code REST answers them with.
+	if _, err := c.DeleteClusterQueue(user("t1", "premium"), &quotav1.DeleteClusterQueueRequest{Name: "x9"}); code(err) != codes.PermissionDenied || grpcserver.Code(err) != 403 {
+		t.Fatalf("tenant delete: %v (code %d)", err, grpcserver.Code(err))
 	}
-	if _, err := c.DeleteClusterQueue(admin(), &quotav1.DeleteClusterQueueRequest{Name: "x9"}); code(err) != codes.FailedPrecondition {
-		t.Fatalf("delete busy queue: %v", err)
+	if _, err := c.DeleteClusterQueue(admin(), &quotav1.DeleteClusterQueueRequest{Name: "x9"}); code(err) != codes.FailedPrecondition || grpcserver.Code(err) != 30002 {
+		t.Fatalf("delete busy queue: %v (code %d)", err, grpcserver.Code(err))
 	}
 	if _, err := c.DeleteCohort(admin(), &quotav1.DeleteCohortRequest{Name: admission.DefaultCohort}); code(err) != codes.FailedPrecondition {
 		t.Fatalf("delete cohort with members: %v", err)
@@ -257,9 +259,11 @@ func TestExplainTaskAdmission(t *testing.T) {
 	if err != nil || ex.State != "admitted" || ex.Flavors["nvidia.com/gpu"] != "a100" || ex.AdmittedAt == nil {
 		t.Fatalf("explain first = %v, %v", ex, err)
 	}
+	// An unknown task is 30004 over gRPC too, as REST answers it.
 	for _, id := range []string{"second", "nothing"} {
-		if _, err := c.ExplainTaskAdmission(user("t2", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: id}); code(err) != codes.NotFound {
-			t.Fatalf("another tenant's %s: %v", id, err)
+		_, err := c.ExplainTaskAdmission(user("t2", "standard"), &quotav1.ExplainTaskAdmissionRequest{TaskId: id})
+		if code(err) != codes.NotFound || grpcserver.Code(err) != 30004 || reason(err) != "TASK_NOT_FOUND" {
+			t.Fatalf("another tenant's %s: %v (code %d)", id, err, grpcserver.Code(err))
 		}
 	}
 	if _, err := c.ExplainTaskAdmission(admin(), &quotav1.ExplainTaskAdmissionRequest{TaskId: "second"}); err != nil {

@@ -6,6 +6,7 @@ package ports
 import (
 	"errors"
 	"log/slog"
+	"net/http"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,13 +27,18 @@ func admissionStatus(err error) (error, bool) {
 	switch {
 	case errors.Is(err, app.ErrInvalid), errors.Is(err, app.ErrUnknownQueue), errors.Is(err, app.ErrNoQuota):
 		return grpcserver.CodeStatus(codes.InvalidArgument, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, err.Error()), true
+	// Each carries the ErrorInfo of the code the gateway's REST mapping
+	// gives its gRPC code, so a gRPC client reads the same business code
+	// as a REST one.
 	case errors.Is(err, app.ErrQueueNotAllowed), errors.Is(err, app.ErrPermissionDenied):
-		return status.Error(codes.PermissionDenied, err.Error()), true
+		return grpcserver.Status(codes.PermissionDenied, http.StatusForbidden, "PERMISSION_DENIED", err.Error()), true
 	case errors.Is(err, app.ErrNotFound):
-		return status.Error(codes.NotFound, err.Error()), true
+		return grpcserver.CodeStatus(codes.NotFound, taskv1.ErrorCode_ERROR_CODE_TASK_NOT_FOUND, err.Error()), true
 	case errors.Is(err, app.ErrInUse):
-		return status.Error(codes.FailedPrecondition, err.Error()), true
+		return grpcserver.CodeStatus(codes.FailedPrecondition, taskv1.ErrorCode_ERROR_CODE_TASK_IMMUTABLE, err.Error()), true
 	case errors.Is(err, app.ErrNotActive):
+		// Without ErrorInfo: the gateway answers Unavailable with 503
+		// (30099), where a 30099 ErrorInfo would read 500.
 		return status.Error(codes.Unavailable, err.Error()), true
 	}
 	return nil, false
