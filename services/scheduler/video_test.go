@@ -63,4 +63,10 @@ func TestVideoServiceOverGRPC(t *testing.T) {
 	if _, err := client.GetVideoGeneration(user("other"), &videov1.GetVideoGenerationRequest{TaskId: created.GetOutput().GetTaskId()}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("another tenant: %v", err)
 	}
+	// A gRPC call has no path: the refusal of a missing id says what the
+	// field is on both transports.
+	_, err = client.GetVideoGeneration(ctx, &videov1.GetVideoGenerationRequest{})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || st.Message() != "task_id: is required (over REST it is the last path segment)" {
+		t.Errorf("no task id: %v", err)
+	}
 }

@@ -21,7 +21,8 @@ func (e *InvalidError) Error() string { return e.Field + ": " + e.Reason }
 // UNKNOWN, and above all a DELETE must not report success.
 func RequireTaskID(id string) error {
 	if id == "" {
-		return invalid("task_id", "is required: the task id goes at the end of the path")
+		// Worded for both transports: over gRPC there is no path.
+		return invalid("task_id", "is required (over REST it is the last path segment)")
 	}
 	return nil
 }
