@@ -499,3 +499,22 @@ func TestGRPCRefusalsCarryTheRESTCode(t *testing.T) {
 		}
 	}
 }
+
+// A request message over the 16 MiB cap is refused by gRPC itself with
+// ResourceExhausted and no details: no RetryInfo, which tells it from a
+// rate limit a client may retry (docs/api/README.md).
+func TestGRPCRequestOverTheSizeLimit(t *testing.T) {
+	e := newEnv(t)
+	conn := e.dial(t)
+	ctx, cancel := outgoing(e.userSecret)
+	defer cancel()
+	_, err := taskv1.NewTaskServiceClient(conn).CreateTask(ctx,
+		&taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "n", Command: strings.Repeat("a", 17<<20)}})
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "vs. 16777216") || len(st.Details()) != 0 {
+		t.Errorf("17 MiB request: %v %v, want ResourceExhausted without details", err, st.Details())
+	}
+	if calls := e.fake.Calls(); len(calls) != 0 {
+		t.Errorf("the scheduler got %d calls, want none", len(calls))
+	}
+}
