@@ -307,7 +307,7 @@ func TestParseLocalQueueFromAgentList(t *testing.T) {
 		Env: map[string]string{"A": "1"}, Timeout: 3600, Priority: 5, Status: "completed", AttemptId: "at-1",
 		AssignedAgentId: "agent-1", LeaseExpiresAt: now, ExitCode: proto.Int32(0), Stdout: "a\n", Error: proto.String("x"),
 		ReceivedAt: now, AssignedAt: now, StartedAt: now, EndedAt: now, Synced: true, Origin: "server", Progress: 100,
-		LastHeartbeatAt: now, MaxRetries: 3, RetryDelay: 60, RetryCount: 1, RetryAt: now}
+		LastHeartbeatAt: now, MaxRetries: 3, RetryDelay: 60, RetryCount: 1, RetryAt: now, GracePeriodSec: 30}
 	js, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(row)
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func TestParseLocalQueueFromAgentList(t *testing.T) {
 	}
 	assertTasks(t, tasks, []wantTask{{id: "t-1", spec: &taskv1.TaskSpec{Name: "lqc", Type: "shell", Command: "echo",
 		Args: []string{"a"}, Env: map[string]string{"A": "1"}, Timeout: i32(3600), Priority: i32(5),
-		MaxRetries: i32(3), RetryDelay: i32(60), MachineId: "m-1"}}})
+		MaxRetries: i32(3), RetryDelay: i32(60), MachineId: "m-1", GracePeriodSec: i32(30)}}})
 	all := strings.Join(notes, "\n")
 	for _, f := range []string{"origin", "progress", "retry_at", "received_at", "synced", "exit_code"} {
 		if !strings.Contains(all, f) {
