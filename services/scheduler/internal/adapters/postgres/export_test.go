@@ -15,6 +15,9 @@ var ClaimCandidates = claimCandidates
 // ClaimSQL is the claim's statement.
 var ClaimSQL = claimSQL
 
+// PreemptionSQL is the sweeper's preemption statement.
+const PreemptionSQL = preemptionSQL
+
 // ActiveStatuses is the status predicate of task_views_active_idx.
 const ActiveStatuses = activeStatuses
 

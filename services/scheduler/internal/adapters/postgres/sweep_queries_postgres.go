@@ -132,22 +132,15 @@ func (q SweepQueries) AnyHeld(ctx context.Context) (bool, error) {
 	return held, nil
 }
 
-// PreemptionCandidates finds pending tasks created before waitedSince that
-// no live agent with free slots could take, each with the lowest-priority,
-// most recently started leased task (priority at least gap lower) on a
-// machine that satisfies the pending task's constraints. started_at is
-// compared as a time: as text, RFC 3339 with trimmed fractions does not
-// sort in time order.
-//
-// It runs every sweep, so it must stay cheap with many pending tasks: only
-// tasks that outrank the lowest-priority running work by gap can preempt
-// anything, and that bound comes from an index before any task is looked at.
-func (q SweepQueries) PreemptionCandidates(ctx context.Context, waitedSince time.Time, gap, limit int) ([]app.Preemption, error) {
-	rows, err := q.DB.Query(ctx, `
+// preemptionSQL is PreemptionCandidates' statement: $1 the time before
+// which a pending task must have been created, $2 the priority gap, $3
+// the limit.
+const preemptionSQL = `
 		WITH waiting AS (
 			-- The bound is a scalar subquery, not a joined row, so it is
 			-- an index condition on tasks_claim_idx: with a month of
-			-- history a join made it a scan of the whole table.
+			-- history a join made it a scan of the whole table. It is
+			-- read from the end of tasks_leased_priority_idx.
 			SELECT p.* FROM tasks p
 			WHERE p.status = 'pending' AND NOT p.deleted AND NOT p.awaiting_admission AND NOT p.awaiting_dependencies
 			  AND p.priority <= (SELECT max(priority) FROM tasks WHERE status IN ('assigned', 'running')) - $2
@@ -172,7 +165,20 @@ func (q SweepQueries) PreemptionCandidates(ctx context.Context, waitedSince time
 			  AND (p.machine_id = '' OR p.machine_id = ag.machine_id)
 			  AND p.labels <@ ag.labels)
 		ORDER BY p.priority, p.created_at
-		LIMIT $3`, waitedSince, gap, limit)
+		LIMIT $3`
+
+// PreemptionCandidates finds pending tasks created before waitedSince that
+// no live agent with free slots could take, each with the lowest-priority,
+// most recently started leased task (priority at least gap lower) on a
+// machine that satisfies the pending task's constraints. started_at is
+// compared as a time: as text, RFC 3339 with trimmed fractions does not
+// sort in time order.
+//
+// It runs every sweep, so it must stay cheap with many pending tasks: only
+// tasks that outrank the lowest-priority running work by gap can preempt
+// anything, and that bound comes from an index before any task is looked at.
+func (q SweepQueries) PreemptionCandidates(ctx context.Context, waitedSince time.Time, gap, limit int) ([]app.Preemption, error) {
+	rows, err := q.DB.Query(ctx, preemptionSQL, waitedSince, gap, limit)
 	if err != nil {
 		return nil, fmt.Errorf("preemption candidates: %w", err)
 	}
