@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,4 +54,32 @@ func cpuClock(dataDir string) (self, server time.Duration) {
 		server += time.Duration(u+s) * 10 * time.Millisecond
 	}
 	return self, server
+}
+
+// cpuMark is a moment of a run with the CPU time used until then by this
+// process and by the server.
+type cpuMark struct {
+	at           time.Time
+	self, server time.Duration
+}
+
+func markNow(dataDir string) cpuMark {
+	self, server := cpuClock(dataDir)
+	return cpuMark{at: time.Now(), self: self, server: server}
+}
+
+// perItem is the CPU per item of n between two marks, this process's and
+// the server's.
+type perItem struct{ self, server time.Duration }
+
+func cpuPer(from, to cpuMark, n int) perItem {
+	d := time.Duration(max(n, 1))
+	return perItem{self: (to.self - from.self) / d, server: (to.server - from.server) / d}
+}
+
+func (p perItem) total() time.Duration { return p.self + p.server }
+
+// String is the total in µs with its parts: "312 (201+111)".
+func (p perItem) String() string {
+	return fmt.Sprintf("%d (%d+%d)", p.total().Microseconds(), p.self.Microseconds(), p.server.Microseconds())
 }

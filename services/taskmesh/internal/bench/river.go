@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -41,32 +42,34 @@ const riverInsertBatch = 5_000
 // out during whatever Taskmesh measures next, and the submit → start tail
 // measured after the peer would be the peer's cleanup (docs/operations.md,
 // "Benchmarks on one machine").
-func riverPeer(ctx context.Context, env *env, n, run int) (float64, error) {
+func riverPeer(ctx context.Context, env *env, n, run int) (float64, perItem, error) {
 	db := fmt.Sprintf("river%d", run)
 	if err := env.createDatabase(ctx, db); err != nil {
-		return 0, err
+		return 0, perItem{}, err
 	}
-	rate, err := riverWork(ctx, env, db, n)
+	rate, cpu, err := riverWork(ctx, env, db, n)
 	if err != nil {
-		return 0, err
+		return 0, perItem{}, err
 	}
-	return rate, env.dropDatabase(ctx, db)
+	return rate, cpu, env.dropDatabase(ctx, db)
 }
 
 // riverWork runs River on database db until n jobs completed, and stops it.
-func riverWork(ctx context.Context, env *env, db string, n int) (float64, error) {
+// It returns jobs/s and the CPU per job from the start to the last
+// completion.
+func riverWork(ctx context.Context, env *env, db string, n int) (float64, perItem, error) {
 	pool, err := openRiverPool(ctx, env.server.URL(db))
 	if err != nil {
-		return 0, err
+		return 0, perItem{}, err
 	}
 	defer pool.Close()
 	driver := riverpgxv5.New(pool)
 	migrator, err := rivermigrate.New(driver, nil)
 	if err != nil {
-		return 0, err
+		return 0, perItem{}, err
 	}
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return 0, err
+		return 0, perItem{}, err
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{})
@@ -77,7 +80,7 @@ func riverWork(ctx context.Context, env *env, db string, n int) (float64, error)
 		FetchPollInterval: 20 * time.Millisecond,
 	})
 	if err != nil {
-		return 0, err
+		return 0, perItem{}, err
 	}
 	for left := n; left > 0; left -= riverInsertBatch {
 		params := make([]river.InsertManyParams, min(left, riverInsertBatch))
@@ -85,7 +88,7 @@ func riverWork(ctx context.Context, env *env, db string, n int) (float64, error)
 			params[i] = river.InsertManyParams{Args: noopArgs{}}
 		}
 		if _, err := client.InsertMany(ctx, params); err != nil {
-			return 0, err
+			return 0, perItem{}, err
 		}
 	}
 	// A channel as large as the run: a full one would drop events, and the
@@ -94,14 +97,20 @@ func riverWork(ctx context.Context, env *env, db string, n int) (float64, error)
 		Kinds: []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled}})
 	defer unsubscribe()
 	if err := client.Start(ctx); err != nil {
-		return 0, err
+		return 0, perItem{}, err
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = client.Stop(sctx)
 	}()
-	return countRiverCompletions(ctx, events, n, time.Now())
+	pgData := filepath.Join(env.dir, "pg")
+	began := markNow(pgData)
+	rate, err := countRiverCompletions(ctx, events, n, began.at)
+	if err != nil {
+		return 0, perItem{}, err
+	}
+	return rate, cpuPer(began, markNow(pgData), n), nil
 }
 
 // countRiverCompletions reads n completions and returns n over the time

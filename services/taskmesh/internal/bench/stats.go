@@ -102,6 +102,7 @@ func perSecond(x float64) string { return fmt.Sprintf("%.0f", x) }
 func ratio(x float64) string     { return fmt.Sprintf("%.2f", x) }
 func millis(ns float64) string   { return ms(time.Duration(ns)) }
 func seconds(ns float64) string  { return fmt.Sprintf("%.1f s", time.Duration(ns).Seconds()) }
+func micros(ns float64) string   { return fmt.Sprintf("%d µs", time.Duration(ns).Microseconds()) }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -90,6 +91,7 @@ const benchToken = "bench-internal-token"
 // tasksRun is one run's figures.
 type tasksRun struct {
 	burn, submit, river float64
+	burnCPU, riverCPU   perItem // per task and per job
 	riverFirst          bool
 	start               startFigures
 	recovery            time.Duration
@@ -129,15 +131,15 @@ func tasksOnce(ctx context.Context, env *env, o TasksOptions, run int) (tasksRun
 	r := tasksRun{riverFirst: run%2 == 0}
 	var err error
 	if r.riverFirst {
-		if r.river, err = riverPeer(ctx, env, o.Tasks, run); err != nil {
+		if r.river, r.riverCPU, err = riverPeer(ctx, env, o.Tasks, run); err != nil {
 			return r, err
 		}
 	}
-	if r.burn, r.submit, err = burnDown(ctx, env, o, run); err != nil {
+	if r.burn, r.burnCPU, r.submit, err = burnDown(ctx, env, o, run); err != nil {
 		return r, err
 	}
 	if !r.riverFirst {
-		if r.river, err = riverPeer(ctx, env, o.Tasks, run); err != nil {
+		if r.river, r.riverCPU, err = riverPeer(ctx, env, o.Tasks, run); err != nil {
 			return r, err
 		}
 	}
@@ -151,13 +153,16 @@ func tasksOnce(ctx context.Context, env *env, o TasksOptions, run int) (tasksRun
 // reportTasks prints every run, River's figures by order, and the medians.
 func reportTasks(o TasksOptions, runs []tasksRun) *TasksResult {
 	var burn, submit, river, ratios, p50s, p99s, rates, recs, spawn sample
+	var burnCPU, riverCPU, cpuRatios sample
 	var rows [][]string
 	for i, r := range runs {
 		burn, submit, river, ratios = append(burn, r.burn), append(submit, r.submit), append(river, r.river), append(ratios, r.burn/r.river)
+		burnCPU, riverCPU = append(burnCPU, float64(r.burnCPU.total())), append(riverCPU, float64(r.riverCPU.total()))
+		cpuRatios = append(cpuRatios, float64(r.riverCPU.total())/float64(max(r.burnCPU.total(), 1)))
 		p50s, p99s, rates = append(p50s, float64(r.start.p50)), append(p99s, float64(r.start.p99)), append(rates, r.start.achieved)
 		recs, spawn = append(recs, float64(r.recovery)), append(spawn, r.spawn)
 		rows = append(rows, []string{fmt.Sprint(i + 1), order(r.riverFirst), perSecond(r.burn), perSecond(r.river), ratio(r.burn / r.river),
-			perSecond(r.submit), ms(r.start.p50), ms(r.start.p99), perSecond(r.start.achieved), seconds(float64(r.recovery)), perSecond(r.spawn)})
+			r.burnCPU.String(), r.riverCPU.String(), perSecond(r.submit), ms(r.start.p50), ms(r.start.p99), perSecond(r.start.achieved), seconds(float64(r.recovery)), perSecond(r.spawn)})
 	}
 	fmt.Fprintf(o.Out, "\nburn-down: %d no-op tasks, %d agents claiming %d at a time, %d completions in flight each; River: the same number of no-op jobs\n",
 		o.Tasks, o.Agents, o.ClaimBatch, o.InFlight)
@@ -165,7 +170,8 @@ func reportTasks(o TasksOptions, runs []tasksRun) *TasksResult {
 		o.StartRate, o.StartFor)
 	fmt.Fprintf(o.Out, "spawning: %d /bin/true tasks submitted over gRPC to the scheduler, run by a real executor agent (%d slots, its shim host serving every process) leasing through the gateway\n",
 		o.SpawnTasks, o.SpawnSlots)
-	table(o.Out, []string{"run", "order", "taskmesh tasks/s", "river jobs/s", "ratio", "submit tasks/s", "start p50", "start p99",
+	fmt.Fprintf(o.Out, "CPU/task and CPU/job: from the start to the last completion (Taskmesh: until the views caught up), this process + Postgres, µs\n")
+	table(o.Out, []string{"run", "order", "taskmesh tasks/s", "river jobs/s", "ratio", "CPU/task", "CPU/job", "submit tasks/s", "start p50", "start p99",
 		"submitted/s", "recovery", "spawning tasks/s"}, rows)
 	printByOrder(o.Out, runs)
 	res := &TasksResult{BurnDown: burn.median(), Submit: submit.median(), River: river.median(), Ratio: ratios.median(),
@@ -176,6 +182,9 @@ func reportTasks(o TasksOptions, runs []tasksRun) *TasksResult {
 		{"burn-down tasks/s", burn.format(perSecond), ">= 5000", verdict(res.BurnDown >= 5000)},
 		{"River jobs/s", river.format(perSecond), "", ""},
 		{"ratio to River (per run, both orders)", ratios.format(ratio), ">= 0.5", verdict(res.Ratio >= 0.5)},
+		{"burn-down CPU per task", burnCPU.format(micros), "", ""},
+		{"River CPU per job", riverCPU.format(micros), "", ""},
+		{"River's CPU per job / Taskmesh's per task", cpuRatios.format(ratio), "", ""},
 		{"submit tasks/s", submit.format(perSecond), "", ""},
 		{"submissions/s achieved", rates.format(perSecond), fmt.Sprintf(">= %.0f", 0.95*float64(o.StartRate)), verdict(rateMet)},
 		{"submit → start p50", p50s.format(millis), "", ""},
@@ -311,40 +320,44 @@ func asAgent(ctx context.Context, id string) context.Context {
 }
 
 // burnDown submits o.Tasks no-op tasks, then lets the agents drain them.
-func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn, submit float64, err error) {
+//
+// It returns tasks/s and the CPU per task from the agents' first claim
+// until the views caught up, and the submissions' tasks/s.
+func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn float64, cpu perItem, submit float64, err error) {
 	s, err := startScheduler(ctx, env, fmt.Sprintf("burn%d", run), scheduler.Timing{AgentLostAfter: time.Hour})
 	if err != nil {
-		return 0, 0, err
+		return 0, perItem{}, 0, err
 	}
 	defer s.stop()
 	if o.PGStats {
 		if err := resetStatements(ctx, s.pool); err != nil {
-			return 0, 0, err
+			return 0, perItem{}, 0, err
 		}
 	}
 	began := time.Now()
 	if err := submitNoops(ctx, s, o.Tasks, 16); err != nil {
-		return 0, 0, err
+		return 0, perItem{}, 0, err
 	}
 	submit = float64(o.Tasks) / time.Since(began).Seconds()
 	if o.PGStats {
 		// Statistics of the burn-down alone.
 		if err := resetStatements(ctx, s.pool); err != nil {
-			return 0, 0, err
+			return 0, perItem{}, 0, err
 		}
 	}
 
 	if o.BurnProfile != "" && run == 1 {
 		f, err := os.Create(o.BurnProfile)
 		if err != nil {
-			return 0, 0, err
+			return 0, perItem{}, 0, err
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return 0, 0, err
+			return 0, perItem{}, 0, err
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	start := time.Now()
+	pgData := filepath.Join(env.dir, "pg")
+	start := markNow(pgData)
 	var done atomic.Int64
 	actx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -363,22 +376,24 @@ func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn, sub
 		case err := <-errs:
 			cancel()
 			wg.Wait()
-			return 0, 0, err
+			return 0, perItem{}, 0, err
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
 	cancel()
 	wg.Wait()
-	if err := waitCaughtUp(ctx, s, o.Tasks); err != nil {
-		return 0, 0, err
+	caught, err := waitCaughtUp(ctx, s, o.Tasks, pgData)
+	if err != nil {
+		return 0, perItem{}, 0, err
 	}
-	burn = float64(o.Tasks) / time.Since(start).Seconds()
+	burn = float64(o.Tasks) / caught.at.Sub(start.at).Seconds()
+	cpu = cpuPer(start, caught, o.Tasks)
 	if o.PGStats {
 		if err := printStatements(ctx, s.pool, o.Out); err != nil {
-			return 0, 0, err
+			return 0, perItem{}, 0, err
 		}
 	}
-	return burn, submit, nil
+	return burn, cpu, submit, nil
 }
 
 func submitNoops(ctx context.Context, s *schedulerUnderTest, n, workers int) error {
@@ -443,37 +458,61 @@ func noopAgent(ctx context.Context, s *schedulerUnderTest, id string, o TasksOpt
 	return nil
 }
 
-// waitCaughtUp waits until the relay published every event and task_views
-// shows every task completed.
-func waitCaughtUp(ctx context.Context, s *schedulerUnderTest, n int) error {
+// waitCaughtUp waits until the relay has published every event and
+// task_views shows all n tasks completed, and returns when it first saw
+// that, with the CPU time used until then.
+//
+// The polls read indexes only: the newest event's position against the
+// relay's checkpoint, and the views of the aggregates of the newest 1,000
+// events. The projection applies each partition in order and those
+// events reach every partition, so once their views are current every
+// view is. The count of completed views that confirms it reads the whole
+// table (a second and more for 100,000 views, longer than many a poll's
+// whole wait), so it runs once the polls pass and its own time is not
+// counted. Should it find views missing, polling goes on with the count
+// in every poll, and the time is taken when that passes.
+func waitCaughtUp(ctx context.Context, s *schedulerUnderTest, n int, pgData string) (cpuMark, error) {
 	deadline := time.Now().Add(5 * time.Minute)
+	counted := false
 	for {
-		// Both checks are index lookups, so polling does not slow the run.
-		var unpublished, views bool
+		var unpublished, behind bool
 		err := s.pool.QueryRow(ctx, `SELECT
-			EXISTS (SELECT 1 FROM events e, outbox_checkpoints c WHERE c.relay = 'scheduler' AND (e.tx_id, e.id) > (c.tx_id, c.event_id))
-			  OR NOT EXISTS (SELECT 1 FROM outbox_checkpoints WHERE relay = 'scheduler'),
-			EXISTS (SELECT 1 FROM events e WHERE NOT EXISTS (
-				SELECT 1 FROM task_views v WHERE v.id = e.aggregate_id AND v.version >= e.version)
-				AND e.id > (SELECT coalesce(max(id), 0) - 1000 FROM events))`).Scan(&unpublished, &views)
+			NOT EXISTS (SELECT 1 FROM outbox_checkpoints c WHERE c.relay = 'scheduler'
+				AND (c.tx_id, c.event_id) >= (SELECT e.tx_id, e.id FROM events e ORDER BY e.tx_id DESC, e.id DESC LIMIT 1)),
+			EXISTS (SELECT 1 FROM (SELECT e.aggregate_id, e.version FROM events e ORDER BY e.tx_id DESC, e.id DESC LIMIT 1000) e
+				WHERE NOT EXISTS (SELECT 1 FROM task_views v WHERE v.id = e.aggregate_id AND v.version >= e.version))`).
+			Scan(&unpublished, &behind)
 		if err != nil {
-			return err
+			return cpuMark{}, err
 		}
-		if !unpublished && !views && doneViews(ctx, s, n) {
-			return nil
+		if !unpublished && !behind {
+			at := markNow(pgData)
+			done, err := doneViews(ctx, s, n)
+			if err != nil {
+				return cpuMark{}, err
+			}
+			if done {
+				if counted {
+					at = markNow(pgData)
+				}
+				return at, nil
+			}
+			counted = true
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not caught up: unpublished events %v, views behind %v", unpublished, views)
+			return cpuMark{}, fmt.Errorf("not caught up: unpublished events %v, views behind %v", unpublished, behind)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
 // doneViews reports whether task_views shows all n tasks completed.
-func doneViews(ctx context.Context, s *schedulerUnderTest, n int) bool {
+func doneViews(ctx context.Context, s *schedulerUnderTest, n int) (bool, error) {
 	var c int
-	_ = s.pool.QueryRow(ctx, `SELECT count(*) FROM task_views WHERE status = 'completed'`).Scan(&c)
-	return c == n
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM task_views WHERE status = 'completed'`).Scan(&c); err != nil {
+		return false, err
+	}
+	return c == n, nil
 }
 
 func ptr32(v int32) *int32 { return &v }
