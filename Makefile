@@ -51,8 +51,12 @@ image: ## Build the container image without Docker: OCI layout bin/image/taskmes
 	go run ./services/taskmesh/cmd/taskmesh-image -binary $(BIN)/linux/taskmesh -shim $(BIN)/linux/taskmesh-shim -stage $(BIN)/linux/taskmesh-stage -version $(VERSION) -arch $(GOARCH_IMG) \
 	  -tags $(IMAGE):$(VERSION),$(IMAGE):latest -layout $(BIN)/image/taskmesh -tarball $(BIN)/image/taskmesh.tar
 
+.PHONY: test-deps
+test-deps: ## Install what the tests run beyond Go (as root, with apt-get), or name what is missing and stop.
+	tools/test-deps.sh
+
 .PHONY: test
-test: check-generated check-console ## Run all tests with the race detector (fails when gen/ or the console is stale).
+test: test-deps check-generated check-console ## Run all tests with the race detector (fails when gen/ or the console is stale).
 	go test $(TESTFLAGS) $(MODULES)
 
 # The web console: TypeScript sources in $(CONSOLE)/web, built by the
