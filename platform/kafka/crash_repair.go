@@ -252,7 +252,12 @@ type openTransaction struct {
 // and 3 of the restart after a crash described above. It returns what it
 // aborted.
 func abortOpenTransactions(ctx context.Context, addrs []string) ([]openTransaction, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	// Each request may take as long as the whole repair may (ctx bounds
+	// it): the scan reads every partition's log from its start while the
+	// broker's clients are already reconnecting, and on a saturated
+	// machine one 16 MiB fetch outlasted the client's default 10 s. The
+	// broker then exited at start, and stayed down.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RequestTimeoutOverhead(repairTimeout))
 	if err != nil {
 		return nil, err
 	}
