@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep.Dir = dir
-	d := &deployment{cfg: cfg, dir: dir}
+	d := &deployment{cfg: cfg, dir: dir, exits: exitLog{out: cfg.Out}}
 	defer func() {
 		if err := d.stop(); err != nil {
 			fmt.Fprintln(cfg.Out, "chaos: stopping:", err)
@@ -211,7 +211,7 @@ func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep
 	if replay.Count > 0 {
 		fmt.Fprint(cfg.Out, out)
 	}
-	rep.Invariants = []Invariant{checkHealed(rep.Windows), lost, jobs, videos, checkUnanswered(reqs, rejected), doubles, admitted, replay,
+	rep.Invariants = []Invariant{checkHealed(rep.Windows), checkExits(d.exits.snapshot(), len(d.procs)), lost, jobs, videos, checkUnanswered(reqs, rejected), doubles, admitted, replay,
 		checkServerErrors(errs, rep.Windows, outageSlack), stream}
 	rep.print(cfg.Out)
 	return nil

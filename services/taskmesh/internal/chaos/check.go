@@ -132,6 +132,16 @@ func checkHealed(windows []window) Invariant {
 	return inv
 }
 
+// checkExits: no process ended but by the driver's hand. A process that
+// serves after its restart and then exits is not caught by checkHealed.
+func checkExits(exits []procExit, procs int) Invariant {
+	inv := Invariant{Name: "processes that exited on their own", Checked: fmt.Sprintf("%d processes", procs)}
+	for _, e := range exits {
+		inv.offend(fmt.Sprintf("%s at %s: %s (log: %s)", e.name, e.at.UTC().Format("15:04:05.000"), e.status, e.log))
+	}
+	return inv
+}
+
 // checkLost: every accepted request reached a final state.
 func checkLost(ctx context.Context, db *pgxpool.Pool, reqs []request) (Invariant, error) {
 	inv := Invariant{Name: "lost (accepted, not final)"}

@@ -3,9 +3,13 @@ package chaos
 import (
 	"context"
 	"errors"
+	"io"
 	"maps"
 	"net"
+	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -306,4 +310,69 @@ func TestDrainReportsWorkItCouldNotRead(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "could not be read") {
 		t.Fatalf("drain = %v, want an error saying the work could not be read", err)
 	}
+}
+
+// A process that ends on its own is recorded with its exit status, once;
+// one the driver kills or stops at the end is not, and a restart after a
+// kill is watched again.
+func TestProcessesThatExitOnTheirOwnAreRecorded(t *testing.T) {
+	dir := t.TempDir()
+	var out strings.Builder
+	exits := &exitLog{out: &syncWriter{w: &out}}
+	crasher := &proc{name: "crasher-1", kind: "crasher", path: "/bin/sh", args: []string{"-c", "exit 3"}, log: filepath.Join(dir, "crasher.log"), exits: exits}
+	sleeper := &proc{name: "sleeper-1", kind: "sleeper", path: "/bin/sleep", args: []string{"60"}, log: filepath.Join(dir, "sleeper.log"), exits: exits}
+	for _, p := range []*proc{crasher, sleeper} {
+		if err := p.start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-crasher.done
+	sleeper.kill() // a kill fault
+	if err := sleeper.start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sleeper.stopGroup() // the end of the run
+
+	got := exits.snapshot()
+	if len(got) != 1 || got[0].name != "crasher-1" || got[0].status != "exit status 3" || got[0].log != crasher.log {
+		t.Fatalf("exits = %+v, want crasher-1 with exit status 3 alone", got)
+	}
+	if !strings.Contains(out.String(), "crasher-1 exited on its own") {
+		t.Errorf("the exit was not printed as it happened: %q", out.String())
+	}
+	inv := checkExits(got, 2)
+	if inv.Count != 1 || !strings.Contains(inv.First[0], "crasher-1") || !strings.Contains(inv.First[0], "exit status 3") {
+		t.Fatalf("%+v", inv)
+	}
+
+	// Restarted by hand and killed from outside the driver: recorded too.
+	if err := sleeper.start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sleeper.mu.Lock()
+	pid := sleeper.cmd.Process.Pid
+	sleeper.mu.Unlock()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-sleeper.done
+	got = exits.snapshot()
+	if len(got) != 2 || got[1].name != "sleeper-1" || got[1].status != "signal: killed" {
+		t.Fatalf("exits = %+v, want sleeper-1 killed from outside second", got)
+	}
+	if inv := checkExits(nil, 2); inv.Count != 0 {
+		t.Fatalf("no exits: %+v", inv)
+	}
+}
+
+// syncWriter serialises writes from the processes' watchers.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

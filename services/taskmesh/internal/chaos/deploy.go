@@ -31,6 +31,7 @@ type deployment struct {
 	dbURL      string
 	brokerAddr string
 	procs      []*proc // every service process, broker and Redis included
+	exits      exitLog // those of procs that ended on their own
 	agents     []*proc
 	proxies    []*proxy
 	gatewayURL []string // REST base URLs
@@ -201,10 +202,9 @@ func (d *deployment) startInfra(ctx context.Context) error {
 		log:   logPath(d.dir, "redis"),
 		ready: tcpReady(redisAddr)}
 	for _, p := range []*proc{broker, redis} {
-		if err := p.start(ctx); err != nil {
+		if err := d.launch(ctx, p); err != nil {
 			return err
 		}
-		d.procs = append(d.procs, p)
 	}
 	d.cfg.redisURL = "redis://" + redisAddr + "/0"
 	return nil
@@ -221,10 +221,9 @@ func (d *deployment) startServices(ctx context.Context, kind string, hosts []str
 		}
 		name := fmt.Sprintf("%s-%d", kind, i+1)
 		p := &proc{name: name, kind: kind, path: d.cfg.Binary, args: args(addr, i), log: logPath(d.dir, name), ready: tcpReady(addr)}
-		if err := p.start(ctx); err != nil {
+		if err := d.launch(ctx, p); err != nil {
 			return nil, err
 		}
-		d.procs = append(d.procs, p)
 		addrs = append(addrs, addr)
 	}
 	return addrs, nil
@@ -271,10 +270,9 @@ func (d *deployment) startGateways(ctx context.Context, common, scheds, quotas [
 			"--standard-rpm", "0", "--standard-tpm", "0", "--no-console"}, d.objects...), common...)
 		url := "http://" + httpAddr
 		p := &proc{name: name, kind: kindGateway, path: d.cfg.Binary, args: args, log: logPath(d.dir, name), ready: httpReady(url + "/healthz")}
-		if err := p.start(ctx); err != nil {
+		if err := d.launch(ctx, p); err != nil {
 			return err
 		}
-		d.procs = append(d.procs, p)
 		d.gatewayURL, d.gatewayRPC = append(d.gatewayURL, url), append(d.gatewayRPC, grpcAddr)
 	}
 	b, err := os.ReadFile(adminKey)
@@ -392,10 +390,9 @@ func (d *deployment) startAgents(ctx context.Context) error {
 				"--token-file", tokenFile, "--data-dir", filepath.Join(d.dir, id), "--slots", fmt.Sprint(agentSlots), "--claim-wait", "2s",
 				"--heartbeat-interval", heartbeatInterval.String(), "--local-api", "", "--no-cgroups",
 				"--labels", pipelinePools}}
-		if err := p.start(ctx); err != nil {
+		if err := d.launch(ctx, p); err != nil {
 			return err
 		}
-		d.procs = append(d.procs, p)
 		d.agents = append(d.agents, p)
 	}
 	return nil
@@ -409,6 +406,17 @@ func (d *deployment) secret(name string, n int) (string, error) {
 	}
 	path := filepath.Join(d.dir, "secrets", name)
 	return path, os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600)
+}
+
+// launch starts p, waits until it serves and adds it to the processes the
+// driver may kill, its exits watched.
+func (d *deployment) launch(ctx context.Context, p *proc) error {
+	p.exits = &d.exits
+	if err := p.start(ctx); err != nil {
+		return err
+	}
+	d.procs = append(d.procs, p)
+	return nil
 }
 
 // ofKind lists the processes of kind.

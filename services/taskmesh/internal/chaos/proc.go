@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -25,10 +26,51 @@ type proc struct {
 	log  string // file both output streams are appended to
 	// ready reports whether the process serves; start waits for it.
 	ready func(ctx context.Context) error
+	// exits records the process ending when nobody asked it to; nil
+	// records nothing.
+	exits *exitLog
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+	// ending is set before the driver kills or stops the running command:
+	// its exit was asked for. start clears it.
+	ending bool
+}
+
+// exitLog records the processes that ended on their own during a run. A
+// fault is healed once its process serves again, but a process may serve
+// and then exit seconds later (the broker did, when its start-up repair
+// outlasted a request timeout). Nothing restarts it: the rest of the run
+// goes on without it, and this record names the cause first.
+type exitLog struct {
+	out io.Writer // each exit is also printed as it happens
+
+	mu    sync.Mutex
+	exits []procExit
+}
+
+// procExit is one process ending on its own.
+type procExit struct {
+	name   string
+	at     time.Time
+	status string // e.g. "exit status 1", "signal: segmentation fault"
+	log    string
+}
+
+func (l *exitLog) record(e procExit) {
+	l.mu.Lock()
+	l.exits = append(l.exits, e)
+	l.mu.Unlock()
+	if l.out != nil {
+		fmt.Fprintf(l.out, "chaos: %s exited on its own at %s: %s (log: %s)\n", e.name, e.at.UTC().Format("15:04:05.000"), e.status, e.log)
+	}
+}
+
+func (l *exitLog) snapshot() []procExit {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]procExit(nil), l.exits...)
 }
 
 // start starts the process and waits until it is ready.
@@ -53,13 +95,35 @@ func (p *proc) start(ctx context.Context) error {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); out.Close(); close(done) }()
-	p.cmd, p.done = cmd, done
+	go func() {
+		err := cmd.Wait()
+		out.Close()
+		p.exited(cmd, err)
+		close(done)
+	}()
+	p.cmd, p.done, p.ending = cmd, done, false
 	p.mu.Unlock()
 	if p.ready == nil {
 		return nil
 	}
 	return waitReady(ctx, p, done)
+}
+
+// exited records cmd's end unless the driver asked for it.
+func (p *proc) exited(cmd *exec.Cmd, err error) {
+	p.mu.Lock()
+	asked := p.ending || p.cmd != cmd
+	p.mu.Unlock()
+	if asked || p.exits == nil {
+		return
+	}
+	status := "exited"
+	if cmd.ProcessState != nil {
+		status = cmd.ProcessState.String()
+	} else if err != nil {
+		status = err.Error()
+	}
+	p.exits.record(procExit{name: p.name, at: time.Now(), status: status, log: p.log})
 }
 
 func waitReady(ctx context.Context, p *proc, done chan struct{}) error {
@@ -94,6 +158,7 @@ func (p *proc) signal(sig syscall.Signal) error {
 func (p *proc) kill() {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
+	p.ending = true
 	p.mu.Unlock()
 	if cmd == nil {
 		return
@@ -108,6 +173,7 @@ func (p *proc) kill() {
 func (p *proc) stopGroup() {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
+	p.ending = true
 	p.mu.Unlock()
 	if cmd == nil {
 		return
