@@ -145,6 +145,9 @@ type Config struct {
 	RPCTimeout time.Duration
 	// NoopConcurrency bounds noop tasks in flight (default 16 × Slots).
 	NoopConcurrency int
+	// SyncParallel bounds the outcomes the sync loop delivers at once
+	// (default DefaultSyncParallel; deliver.go).
+	SyncParallel int
 	// AheadBelow: the agent claims tasks ahead of its free slots while
 	// its recent processes ran shorter than this on average (default
 	// DefaultAheadBelow; claim.go).
@@ -168,6 +171,10 @@ const (
 	DefaultOutputLimit       = 16 << 20
 	DefaultLocalAPIAddr      = "127.0.0.1:7071"
 	DefaultOrphanGrace       = 10 * time.Second
+	// DefaultSyncParallel: a backlog of outcomes drains this many at a
+	// time. One at a time, a busy server's answer time bounds the agent's
+	// rate: the backlog outgrew the outcomes of 16 slots and never cleared.
+	DefaultSyncParallel = 16
 	// MaxOrphanGrace keeps the orphan grace below the ~15 s after which the
 	// server re-leases a silent agent's tasks: a task must be dead before
 	// its next attempt can start elsewhere.
@@ -243,6 +250,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.NoopConcurrency <= 0 {
 		c.NoopConcurrency = 16 * c.Slots
+	}
+	if c.SyncParallel <= 0 {
+		c.SyncParallel = DefaultSyncParallel
 	}
 	if c.Version == "" {
 		c.Version = buildVersion()

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -41,8 +43,9 @@ func (a *Agent) deliverLive(ctx context.Context, attemptID string) {
 	}
 }
 
-// syncLoop delivers unsynced outcomes, oldest end first, backing off while
-// the server is unreachable (docs/decisions/0010-agent-sqlite-journal.md).
+// syncLoop delivers unsynced outcomes, oldest end first and several at
+// once (deliverBatch), backing off while the server is unreachable
+// (docs/decisions/0010-agent-sqlite-journal.md).
 func (a *Agent) syncLoop(ctx context.Context) {
 	bo := backoffDelay{base: 500 * time.Millisecond, limit: 30 * time.Second}
 	var retry <-chan time.Time
@@ -68,7 +71,7 @@ func (a *Agent) syncLoop(ctx context.Context) {
 // caller retries after a backoff).
 func (a *Agent) deliverUnsynced(ctx context.Context) (caughtUp bool) {
 	for ctx.Err() == nil {
-		rows, err := a.journal.Unsynced(journalCtx, 50)
+		rows, err := a.journal.Unsynced(journalCtx, 4*a.cfg.SyncParallel)
 		if err != nil {
 			a.log.Error("journal", "err", err)
 			return false
@@ -78,13 +81,42 @@ func (a *Agent) deliverUnsynced(ctx context.Context) (caughtUp bool) {
 			return true
 		}
 		a.backlog.Store(true)
-		for _, t := range rows {
-			if err := a.deliver(ctx, t.AttemptID); err != nil {
-				return false
-			}
+		if !a.deliverBatch(ctx, rows) {
+			return false
 		}
 	}
 	return false
+}
+
+// deliverBatch delivers rows, SyncParallel at a time, each started in the
+// order the attempts ended (Unsynced's order). It returns once every
+// delivery it started has settled, so the next Unsynced read sees none in
+// flight; after a failure it starts no more. The server takes outcomes in
+// any order: each names its attempt, and a stale one is refused whenever
+// it arrives (docs/decisions/0010-agent-sqlite-journal.md).
+func (a *Agent) deliverBatch(ctx context.Context, rows []journal.Task) (ok bool) {
+	var (
+		failed atomic.Bool
+		wg     sync.WaitGroup
+	)
+	slots := make(chan struct{}, a.cfg.SyncParallel)
+	for _, t := range rows {
+		slots <- struct{}{}
+		if failed.Load() || ctx.Err() != nil {
+			<-slots
+			break
+		}
+		wg.Add(1)
+		go func(attemptID string) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			if err := a.deliver(ctx, attemptID); err != nil {
+				failed.Store(true)
+			}
+		}(t.AttemptID)
+	}
+	wg.Wait()
+	return !failed.Load() && ctx.Err() == nil
 }
 
 // deliver sends one outcome: the result object first when the output is

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,8 +76,10 @@ func TestRenewKeepsLeaseAlive(t *testing.T) {
 	}
 }
 
+// One delivery at a time, the backlog goes in the order the attempts ended
+// (with more at once, they are started in that order).
 func TestServerUnreachableOutcomesSyncLater(t *testing.T) {
-	h := newHarness(t, nil)
+	h := newHarness(t, func(c *Config) { c.SyncParallel = 1 })
 	dir := shortDir(t)
 	// Three tasks, each waiting for its file; the test releases them one
 	// at a time, so they end in a known order: 0, 2, 1.
@@ -130,5 +133,72 @@ func TestServerUnreachableOutcomesSyncLater(t *testing.T) {
 	}
 	for _, id := range ids {
 		h.waitRow(id, 5*time.Second, "synced", func(r journal.Task) bool { return r.Synced })
+	}
+}
+
+// A backlog of outcomes drains several at a time: one at a time, a busy
+// server's answer time bounded the agent's rate below what its slots
+// finished, and the backlog never cleared. Each CompleteTask here is held
+// until four are in flight together; delivered one by one, each waits out
+// the hold and the test fails.
+func TestOutcomeBacklogDrainsSeveralAtOnce(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Slots = 8 })
+	dir := shortDir(t)
+	marker := filepath.Join(dir, "go")
+	var ids []string
+	for range 6 {
+		ids = append(ids, h.fake.Add(script(`while [ ! -e "$1" ]; do sleep 0.05; done`, marker))[0])
+	}
+	h.start()
+	for _, id := range ids {
+		h.waitRow(id, 10*time.Second, "process of "+id, func(r journal.Task) bool { return r.PID != 0 })
+	}
+	h.fake.Stop()
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leasetest.WaitFor(t, 10*time.Second, "six outcomes waiting", func() bool {
+		st, _ := h.agent.Status(t.Context())
+		return !st.ServerReachable && st.Unsynced == 6
+	})
+
+	const together = 4
+	var (
+		mu             sync.Mutex
+		inFlight, most int
+		released       bool
+		release        = make(chan struct{})
+	)
+	h.fake.SetFail(func(method string, _ proto.Message) error {
+		if method != "CompleteTask" {
+			return nil
+		}
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		if inFlight == together && !released {
+			released = true
+			close(release)
+		}
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-time.After(5 * time.Second):
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	})
+	h.fake.Restart(t)
+	for _, id := range ids {
+		if c := h.fake.WaitComplete(t, id, 30*time.Second); c.GetExitCode() != 0 {
+			t.Errorf("late completion %v", c)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most < together {
+		t.Fatalf("at most %d outcomes were delivered at once, want %d", most, together)
 	}
 }

@@ -617,7 +617,7 @@ func (j *Journal) WithStatus(ctx context.Context, statuses ...string) ([]Task, e
 }
 
 // Unsynced returns finished attempts whose outcome the server has not
-// acknowledged, oldest end first: the order they must be delivered in.
+// acknowledged, oldest end first: the order their deliveries start in.
 func (j *Journal) Unsynced(ctx context.Context, limit int) ([]Task, error) {
 	if limit <= 0 {
 		limit = 100
