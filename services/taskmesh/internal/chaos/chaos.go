@@ -54,8 +54,12 @@ type Config struct {
 
 // Report is what a run found.
 type Report struct {
-	Seed       int64
-	Requests   int
+	Seed     int64
+	Requests int
+	// Offered is the requests made a second over the load's duration:
+	// below the rate only when the cap on requests in flight held the
+	// load back.
+	Offered    float64
 	Windows    []window
 	Invariants []Invariant
 	Dir        string // logs and data, kept when an invariant failed
@@ -153,7 +157,8 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 	defer stopRetries()
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); f.run(loadCtx) }()
-	l.run(loadCtx, retryCtx)
+	made := l.run(loadCtx, retryCtx)
+	rep.Offered = float64(made) / cfg.Duration.Seconds()
 	<-faultsDone
 	fmt.Fprintln(cfg.Out, "chaos: load stopped, draining")
 	// Requests still unanswered keep being retried while the work drains.
@@ -261,7 +266,7 @@ func (r *Report) print(w io.Writer) {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(w, "\nchaos: seed %d, %d requests, %d faults:", r.Seed, r.Requests, len(r.Windows))
+	fmt.Fprintf(w, "\nchaos: seed %d, %d requests (%.1f/s), %d faults:", r.Seed, r.Requests, r.Offered, len(r.Windows))
 	for _, k := range names {
 		fmt.Fprintf(w, " %s=%d", k, kinds[k])
 	}

@@ -79,30 +79,49 @@ func newLoad(d *deployment, rate int, seed int64) (*load, error) {
 }
 
 // run submits rate requests a second until ctx ends; each request keeps
-// being retried until it is accepted or until retryCtx ends.
-func (l *load) run(ctx, retryCtx context.Context) {
-	tick := time.NewTicker(time.Second / time.Duration(l.rate))
+// being retried until it is accepted or until retryCtx ends. It returns
+// how many it made.
+//
+// The schedule is open-loop: request n is due n/rate after the start, and
+// a driver that fell behind (a busy machine delays its wake-ups) makes
+// the due ones at once. A ticker alone drops the ticks it misses, and the
+// run then offered less than its rate without saying so. Only the cap on
+// requests in flight holds the load back, and then the printed rate shows
+// it.
+func (l *load) run(ctx, retryCtx context.Context) int {
+	tick := time.NewTicker(min(time.Second/time.Duration(l.rate), 10*time.Millisecond))
 	defer tick.Stop()
 	sem := make(chan struct{}, 256)
+	start, made := time.Now(), 0
 	for {
 		select {
 		case <-ctx.Done():
 			l.inflight.Wait()
-			return
+			return made
 		case <-tick.C:
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			continue // the load ended while waiting: this request was never made
+		for due := dueRequests(time.Since(start), l.rate); made < due; made++ {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				l.inflight.Wait()
+				return made // the load ended while waiting: this request was never made
+			}
+			r := l.newRequest() // recorded only once it will be sent
+			l.inflight.Add(1)
+			go func() {
+				defer func() { <-sem; l.inflight.Done() }()
+				l.submit(retryCtx, r)
+			}()
 		}
-		r := l.newRequest() // recorded only once it will be sent
-		l.inflight.Add(1)
-		go func() {
-			defer func() { <-sem; l.inflight.Done() }()
-			l.submit(retryCtx, r)
-		}()
 	}
+}
+
+// dueRequests is how many requests an open-loop load at rate a second has
+// made elapsed after its start: the first at the start, the next 1/rate
+// later.
+func dueRequests(elapsed time.Duration, rate int) int {
+	return int(elapsed*time.Duration(rate)/time.Second) + 1
 }
 
 // kinds of work and their weights out of 100.

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+	"time"
 )
 
 // The GPU kinds and conversion jobs arrive at most at their bounds
@@ -60,6 +61,28 @@ func TestBoundedWorkArrivesNoFasterThanItsQueuesServe(t *testing.T) {
 		}
 		if got := l.newRequest().kind; got != want {
 			t.Fatalf("draw %d at rate 10: %s, the table gives %s", i, got, want)
+		}
+	}
+}
+
+// The load's schedule is open-loop: request n is due n/rate after the
+// start, so a driver woken late makes every request it owes at once.
+func TestDueRequestsFollowTheClock(t *testing.T) {
+	for _, c := range []struct {
+		elapsed time.Duration
+		rate    int
+		want    int
+	}{
+		{0, 50, 1},
+		{19 * time.Millisecond, 50, 1},
+		{20 * time.Millisecond, 50, 2},
+		{time.Second, 50, 51},
+		{10 * time.Minute, 50, 30001},
+		{1500 * time.Millisecond, 1, 2},
+		{10 * time.Minute, 10000, 6_000_001},
+	} {
+		if got := dueRequests(c.elapsed, c.rate); got != c.want {
+			t.Errorf("dueRequests(%s, %d) = %d, want %d", c.elapsed, c.rate, got, c.want)
 		}
 	}
 }
