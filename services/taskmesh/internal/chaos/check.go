@@ -495,11 +495,23 @@ func firstLine(b []byte) string {
 // may still be on their way after the drain, so the check is read again
 // until nothing is missing or ctx ends; duplicates and disorder count at
 // once.
+//
+// What must arrive is the event store as it was when the check began. Work
+// that outlasted the drain goes on writing events while the check reads,
+// and the newest of those are always a moment from the topic: measured
+// against the store of each read, a relay that keeps up but never stops
+// would never pass.
 func checkStream(ctx context.Context, db *pgxpool.Pool, brokers []string) (Invariant, error) {
 	reader := readerFor()
+	// Read before the topics: every event it holds was committed before
+	// they are read, so a relay that keeps up has put it there.
+	target, err := storedVersions(ctx, db)
+	if err != nil {
+		return Invariant{Name: streamInvariant}, err
+	}
 	var last *Invariant
 	for {
-		inv, missing, err := streamOnce(ctx, db, brokers, reader)
+		inv, missing, err := streamOnce(ctx, db, brokers, reader, target)
 		if err != nil && last != nil && ctx.Err() != nil {
 			// Out of time while reading again: the last complete read
 			// is the answer, with what it still missed.
@@ -516,6 +528,8 @@ func checkStream(ctx context.Context, db *pgxpool.Pool, brokers []string) (Invar
 		}
 	}
 }
+
+const streamInvariant = "relay stream not exactly once in order"
 
 // topicReader reads topics from the start and returns each aggregate's
 // versions in the order they came, and the number of records.
@@ -550,17 +564,32 @@ func readerFor() *topicReader {
 // kcatTimeout bounds one kcat read of the topics.
 const kcatTimeout = 45 * time.Second
 
-func streamOnce(ctx context.Context, db *pgxpool.Pool, brokers []string, reader *topicReader) (Invariant, int, error) {
-	inv := Invariant{Name: "relay stream not exactly once in order"}
+// streamOnce reads the topics, then the event store, and compares them
+// (compareStream) with target the events that must be on the topics.
+func streamOnce(ctx context.Context, db *pgxpool.Pool, brokers []string, reader *topicReader, target map[string]int64) (Invariant, int, error) {
+	inv := Invariant{Name: streamInvariant}
 	topics := []string{kafka.EnvelopeTopic(&taskv1.TaskEvent{}), kafka.EnvelopeTopic(&taskv1.OrchestrationEvent{})}
 	seen, records, err := reader.read(ctx, brokers, topics)
 	if err != nil {
 		return inv, 0, err
 	}
+	// After the topics: an aggregate on them is in the store by now.
+	stored, err := storedVersions(ctx, db)
+	if err != nil {
+		return inv, 0, err
+	}
+	missing := compareStream(&inv, seen, stored, target)
+	inv.Checked = fmt.Sprintf("%d records of %d aggregates (%s, read_committed)", records, len(stored), reader.name)
+	return inv, missing, nil
+}
+
+// storedVersions is each relayed aggregate's newest version in the event
+// store.
+func storedVersions(ctx context.Context, db *pgxpool.Pool) (map[string]int64, error) {
 	rows, err := db.Query(ctx, `SELECT aggregate_id, max(version) FROM scheduler.events
 		WHERE aggregate_type IN ('task', 'task_group', 'template') GROUP BY aggregate_id`)
 	if err != nil {
-		return inv, 0, err
+		return nil, err
 	}
 	defer rows.Close()
 	stored := map[string]int64{}
@@ -568,41 +597,44 @@ func streamOnce(ctx context.Context, db *pgxpool.Pool, brokers []string, reader 
 		var id string
 		var v int64
 		if err := rows.Scan(&id, &v); err != nil {
-			return inv, 0, err
+			return nil, err
 		}
 		stored[id] = v
 	}
-	if err := rows.Err(); err != nil {
-		return inv, 0, err
-	}
-	missing := 0
-	ids := make([]string, 0, len(stored))
-	for id := range stored {
+	return stored, rows.Err()
+}
+
+// compareStream charges inv with every aggregate whose records on the
+// topic are not its versions 1, 2, 3… in order (duplicate, gap or
+// disorder), and every aggregate on the topic the store does not hold; it
+// returns how many aggregates of target have not all their events on the
+// topic yet (charged once, as a count).
+func compareStream(inv *Invariant, seen map[string][]int64, stored, target map[string]int64) (missing int) {
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		versions := seen[id]
-		for i, v := range versions {
+		for i, v := range seen[id] {
 			if want := int64(i + 1); v != want {
 				inv.offend(fmt.Sprintf("%s: record %d is version %d, want %d (duplicate, gap or disorder)", id, i+1, v, want))
 				break
 			}
 		}
-		if int64(len(versions)) < stored[id] {
-			missing++
-		}
-	}
-	for id := range seen {
 		if _, ok := stored[id]; !ok {
 			inv.offend(id + ": on the topic, not in the event store")
+		}
+	}
+	for id, v := range target {
+		if int64(len(seen[id])) < v {
+			missing++
 		}
 	}
 	if missing > 0 {
 		inv.offend(fmt.Sprintf("%d aggregates with events not yet on the topic", missing))
 	}
-	inv.Checked = fmt.Sprintf("%d records of %d aggregates (%s, read_committed)", records, len(stored), reader.name)
-	return inv, missing, nil
+	return missing
 }
 
 // readTopics reads topics from the start until a poll brings nothing new

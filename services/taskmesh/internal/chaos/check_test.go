@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -375,4 +376,37 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// The stream is measured against the store as it was when the check
+// began: events written since may still be on their way, an aggregate
+// the store holds now may be on the topic, and the order of what is there
+// counts at once.
+func TestCompareStream(t *testing.T) {
+	target := map[string]int64{"a": 2, "b": 3}
+	stored := map[string]int64{"a": 4, "b": 3, "c": 1} // a and c went on after the check began
+
+	inv := Invariant{}
+	seen := map[string][]int64{"a": {1, 2}, "b": {1, 2, 3}, "c": {1}}
+	if missing := compareStream(&inv, seen, stored, target); missing != 0 || inv.Count != 0 {
+		t.Fatalf("a stream holding the store at the start: missing %d, %+v", missing, inv)
+	}
+
+	inv = Invariant{}
+	seen = map[string][]int64{"a": {1}, "b": {1, 2, 3}}
+	if missing := compareStream(&inv, seen, stored, target); missing != 1 || inv.Count != 1 || !strings.Contains(inv.First[0], "1 aggregates with events not yet on the topic") {
+		t.Fatalf("a's version 2 not on the topic: missing %d, %+v", missing, inv)
+	}
+
+	inv = Invariant{}
+	seen = map[string][]int64{"a": {1, 2, 2}, "b": {1, 3, 2}, "c": {1}, "x": {1}}
+	compareStream(&inv, seen, stored, target)
+	want := []string{
+		"a: record 3 is version 2, want 3 (duplicate, gap or disorder)",
+		"b: record 2 is version 3, want 2 (duplicate, gap or disorder)",
+		"x: on the topic, not in the event store",
+	}
+	if inv.Count != len(want) || !slices.Equal(inv.First, want) {
+		t.Fatalf("offences %d %q, want %q", inv.Count, inv.First, want)
+	}
 }
