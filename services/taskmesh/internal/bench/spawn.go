@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -101,6 +104,46 @@ func spawning(ctx context.Context, env *env, o TasksOptions, run int) (float64, 
 	return rate, nil
 }
 
+// bareSpawns is the machine's own rate for the work the spawning figure
+// asks of an agent, without Taskmesh: n /bin/true processes started with
+// os/exec from this process, par at a time, each waited for. It is the
+// spawning figure's peer, as River is the burn-down's: process creation
+// costs ten times more on some machines than on others (docs/operations.md,
+// "Benchmarks on one machine"), and the ratio of the two says what the
+// agent's own path costs on any of them.
+func bareSpawns(ctx context.Context, n, par int) (float64, error) {
+	return spawnBare(ctx, "/bin/true", n, par)
+}
+
+// spawnBare starts n processes of path, par at a time.
+func spawnBare(ctx context.Context, path string, n, par int) (float64, error) {
+	start := time.Now()
+	var (
+		wg       sync.WaitGroup
+		firstErr atomic.Pointer[error]
+	)
+	slots := make(chan struct{}, par)
+	for range n {
+		slots <- struct{}{}
+		if firstErr.Load() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			if err := exec.CommandContext(ctx, path).Run(); err != nil {
+				firstErr.CompareAndSwap(nil, &err)
+			}
+		}()
+	}
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		return 0, fmt.Errorf("bare %s: %w", path, *p)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
 // spawnAndWait submits n /bin/true tasks and waits for their completion.
 // The submissions run concurrently with the agent, over several
 // connections' worth of calls, so that the figure is the agent's and not
@@ -157,15 +200,24 @@ func Spawn(ctx context.Context, o TasksOptions) (float64, error) {
 	defer env.close()
 	fmt.Fprintf(o.Out, "spawning: %d /bin/true tasks submitted over gRPC to the scheduler, run by a real executor agent (%d slots, claiming up to %d ahead, its shim host serving every process) leasing through the gateway\n",
 		o.SpawnTasks, o.SpawnSlots, spawnClaimAhead*o.SpawnSlots)
-	var rates sample
+	fmt.Fprintf(o.Out, "bare: the same number of /bin/true processes started by this process with os/exec, %d at a time, right after each run\n", o.SpawnSlots)
+	var rates, bares, ratios sample
 	for run := 1; run <= o.Runs; run++ {
 		r, err := spawning(ctx, env, o, run)
 		if err != nil {
 			return 0, fmt.Errorf("run %d: %w", run, err)
 		}
-		fmt.Fprintf(o.Out, "run %d: %s tasks/s\n", run, perSecond(r))
-		rates = append(rates, r)
+		bare, err := bareSpawns(ctx, o.SpawnTasks, o.SpawnSlots)
+		if err != nil {
+			return 0, fmt.Errorf("run %d: %w", run, err)
+		}
+		fmt.Fprintf(o.Out, "run %d: %s tasks/s, bare %s processes/s, ratio %s\n", run, perSecond(r), perSecond(bare), ratio(r/bare))
+		rates, bares, ratios = append(rates, r), append(bares, bare), append(ratios, r/bare)
 	}
-	summary(o.Out, len(rates), [][]string{{"process spawning tasks/s", rates.format(perSecond), fmt.Sprintf(">= %d", SpawnTarget), verdict(rates.median() >= SpawnTarget)}})
+	summary(o.Out, len(rates), [][]string{
+		{"process spawning tasks/s", rates.format(perSecond), fmt.Sprintf(">= %d", SpawnTarget), verdict(rates.median() >= SpawnTarget)},
+		{"bare /bin/true processes/s", bares.format(perSecond), "", ""},
+		{"spawning / bare (per run)", ratios.format(ratio), "", ""},
+	})
 	return rates.median(), nil
 }

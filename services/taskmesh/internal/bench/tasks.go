@@ -95,7 +95,7 @@ type tasksRun struct {
 	riverFirst          bool
 	start               startFigures
 	recovery            time.Duration
-	spawn               float64
+	spawn, bareSpawn    float64 // tasks/s; /bin/true processes/s without Taskmesh
 }
 
 // Tasks measures the scheduler, each figure once per run: burn-down of
@@ -146,13 +146,16 @@ func tasksOnce(ctx context.Context, env *env, o TasksOptions, run int) (tasksRun
 	if r.start, r.recovery, err = startAndRecovery(ctx, env, o, run); err != nil {
 		return r, err
 	}
-	r.spawn, err = spawning(ctx, env, o, run)
+	if r.spawn, err = spawning(ctx, env, o, run); err != nil {
+		return r, err
+	}
+	r.bareSpawn, err = bareSpawns(ctx, o.SpawnTasks, o.SpawnSlots)
 	return r, err
 }
 
 // reportTasks prints every run, River's figures by order, and the medians.
 func reportTasks(o TasksOptions, runs []tasksRun) *TasksResult {
-	var burn, submit, river, ratios, p50s, p99s, rates, recs, spawn sample
+	var burn, submit, river, ratios, p50s, p99s, rates, recs, spawn, bare, spawnRatios sample
 	var burnCPU, riverCPU, cpuRatios sample
 	var rows [][]string
 	for i, r := range runs {
@@ -161,18 +164,20 @@ func reportTasks(o TasksOptions, runs []tasksRun) *TasksResult {
 		cpuRatios = append(cpuRatios, float64(r.riverCPU.total())/float64(max(r.burnCPU.total(), 1)))
 		p50s, p99s, rates = append(p50s, float64(r.start.p50)), append(p99s, float64(r.start.p99)), append(rates, r.start.achieved)
 		recs, spawn = append(recs, float64(r.recovery)), append(spawn, r.spawn)
+		bare, spawnRatios = append(bare, r.bareSpawn), append(spawnRatios, r.spawn/r.bareSpawn)
 		rows = append(rows, []string{fmt.Sprint(i + 1), order(r.riverFirst), perSecond(r.burn), perSecond(r.river), ratio(r.burn / r.river),
-			r.burnCPU.String(), r.riverCPU.String(), perSecond(r.submit), ms(r.start.p50), ms(r.start.p99), perSecond(r.start.achieved), seconds(float64(r.recovery)), perSecond(r.spawn)})
+			r.burnCPU.String(), r.riverCPU.String(), perSecond(r.submit), ms(r.start.p50), ms(r.start.p99), perSecond(r.start.achieved), seconds(float64(r.recovery)), perSecond(r.spawn), perSecond(r.bareSpawn)})
 	}
 	fmt.Fprintf(o.Out, "\nburn-down: %d no-op tasks, %d agents claiming %d at a time, %d completions in flight each; River: the same number of no-op jobs\n",
 		o.Tasks, o.Agents, o.ClaimBatch, o.InFlight)
 	fmt.Fprintf(o.Out, "submit → start: open-loop submissions at %d/s for %s; recovery: production timing (agent lost after 15 s without heartbeats, sweep every 1 s);\n",
 		o.StartRate, o.StartFor)
-	fmt.Fprintf(o.Out, "spawning: %d /bin/true tasks submitted over gRPC to the scheduler, run by a real executor agent (%d slots, its shim host serving every process) leasing through the gateway\n",
+	fmt.Fprintf(o.Out, "spawning: %d /bin/true tasks submitted over gRPC to the scheduler, run by a real executor agent (%d slots, its shim host serving every process) leasing through the gateway;\n",
 		o.SpawnTasks, o.SpawnSlots)
+	fmt.Fprintf(o.Out, "bare: as many /bin/true processes started by this process with os/exec, %d at a time, right after\n", o.SpawnSlots)
 	fmt.Fprintf(o.Out, "CPU/task and CPU/job: from the start to the last completion (Taskmesh: until the views caught up), this process + Postgres, µs\n")
 	table(o.Out, []string{"run", "order", "taskmesh tasks/s", "river jobs/s", "ratio", "CPU/task", "CPU/job", "submit tasks/s", "start p50", "start p99",
-		"submitted/s", "recovery", "spawning tasks/s"}, rows)
+		"submitted/s", "recovery", "spawning tasks/s", "bare processes/s"}, rows)
 	printByOrder(o.Out, runs)
 	res := &TasksResult{BurnDown: burn.median(), Submit: submit.median(), River: river.median(), Ratio: ratios.median(),
 		StartP50: time.Duration(p50s.median()), StartP99: time.Duration(p99s.median()), StartRate: rates.median(),
@@ -191,6 +196,8 @@ func reportTasks(o TasksOptions, runs []tasksRun) *TasksResult {
 		{"submit → start p99", p99s.format(millis), "< 100 ms at that rate", verdict(rateMet && res.StartP99 < 100*time.Millisecond)},
 		{"crash recovery (production timing)", recs.format(seconds), "< 30 s", verdict(res.Recovery < 30*time.Second)},
 		{"process spawning tasks/s", spawn.format(perSecond), fmt.Sprintf(">= %d", SpawnTarget), verdict(res.ProcessSpawning >= SpawnTarget)},
+		{"bare /bin/true processes/s", bare.format(perSecond), "", ""},
+		{"spawning / bare (per run)", spawnRatios.format(ratio), "", ""},
 	})
 	return res
 }
