@@ -3,13 +3,11 @@ package chaos
 import (
 	"context"
 	"errors"
-	"io"
 	"maps"
 	"net"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle/lifecycletest"
 )
 
@@ -318,8 +317,8 @@ func TestDrainReportsWorkItCouldNotRead(t *testing.T) {
 // kill is watched again.
 func TestProcessesThatExitOnTheirOwnAreRecorded(t *testing.T) {
 	dir := t.TempDir()
-	var out strings.Builder
-	exits := &exitLog{out: &syncWriter{w: &out}}
+	var out logbuf.Buffer // written by the processes' watchers
+	exits := &exitLog{out: &out}
 	crasher := &proc{name: "crasher-1", kind: "crasher", path: "/bin/sh", args: []string{"-c", "exit 3"}, log: filepath.Join(dir, "crasher.log"), exits: exits}
 	sleeper := &proc{name: "sleeper-1", kind: "sleeper", path: "/bin/sleep", args: []string{"60"}, log: filepath.Join(dir, "sleeper.log"), exits: exits}
 	for _, p := range []*proc{crasher, sleeper} {
@@ -364,18 +363,6 @@ func TestProcessesThatExitOnTheirOwnAreRecorded(t *testing.T) {
 	if inv := checkExits(nil, 2); inv.Count != 0 {
 		t.Fatalf("no exits: %+v", inv)
 	}
-}
-
-// syncWriter serialises writes from the processes' watchers.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // The stream is measured against the store as it was when the check
