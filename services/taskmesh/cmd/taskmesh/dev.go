@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -84,6 +85,8 @@ func (d *devFlags) add(f *pflag.FlagSet) {
 	f.IntVar(&d.o.PGPort, "pg-port", 54329, "port of the local Postgres server")
 	f.IntVar(&d.o.KafkaPort, "kafka-port", 19092, "port of the embedded Kafka broker")
 	f.IntVar(&d.o.AgentSlots, "agent-slots", 4, "concurrent tasks of the local agent")
+	f.DurationVar(&d.o.Timing.AgentLostAfter, "agent-lost-after", 15*time.Second,
+		"release an agent's leases after this long without heartbeats, counted after a restart from the scheduler's start")
 	f.BoolVar(&d.noAgent, "no-agent", false, "do not start the local agent")
 	f.BoolVar(&d.o.InfraOnly, "infra-only", false, "start only Postgres and the Kafka broker, for services run as separate processes "+
 		"(writes <data-dir>/database-url and <data-dir>/kafka-brokers)")

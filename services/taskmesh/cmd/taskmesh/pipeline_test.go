@@ -88,7 +88,12 @@ func TestDevPipelineJobSurvivesAKill(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	// The BIE stage takes a while, so the kill lands in the middle of it.
 	slow := `bie=["/bin/sh","-c","sleep 6 && exec \"$0\" pipeline-stage bie --workdir \"$1\"","{self}","{workdir}"]`
-	first := startDev(t, dir, ports, "--pipeline-program", slow)
+	// The restarted agent must heartbeat within --agent-lost-after of the
+	// restarted scheduler's start, or its lease is released (agent_lost)
+	// and the stage fails: by design, but not what this test is about. A
+	// busy machine took longer than the default 15 s between the two.
+	lostAfter := "60s"
+	first := startDev(t, dir, ports, "--pipeline-program", slow, "--agent-lost-after", lostAfter)
 	keyBytes, err := os.ReadFile(filepath.Join(dir, "demo-api-key"))
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +121,7 @@ func TestDevPipelineJobSurvivesAKill(t *testing.T) {
 	<-first.done
 	reapPostgres(t, filepath.Join(dir, "pg"))
 
-	second := startDev(t, dir, ports, "--pipeline-program", slow)
+	second := startDev(t, dir, ports, "--pipeline-program", slow, "--agent-lost-after", lostAfter)
 	deadline = time.Now().Add(90 * time.Second)
 	for {
 		j := rest(t, "GET", base+"/jobs/"+id, key, nil)
