@@ -108,6 +108,9 @@ type App struct {
 	// sweepingSince is when this replica last took the sweeper's lock
 	// (Unix ns; 0: it never did, as when tests call Sweep directly).
 	sweepingSince atomic.Int64
+	// heardSince is the first time an agent was heard from after
+	// sweepingSince (Unix ns; 0: not yet), see lostCutoff.
+	heardSince atomic.Int64
 }
 
 // Stores are the storage the use cases work on.

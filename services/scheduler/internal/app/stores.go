@@ -237,6 +237,10 @@ type SweepQueries interface {
 	// (its machine no longer counts as live) but not returned: its
 	// heartbeat is its lease renewal, so its leases expire instead.
 	LostAgents(ctx context.Context, now time.Time) ([]string, error)
+	// LatestHeartbeat returns the latest time any agent was heard from (a
+	// heartbeat or a claim, through any replica), or the zero time when
+	// none ever was.
+	LatestHeartbeat(ctx context.Context) (time.Time, error)
 	// LeasesOf returns the leased (assigned or running) tasks agentID holds.
 	LeasesOf(ctx context.Context, agentID string) ([]string, error)
 	// UnheldLeases returns the assigned (not yet started) tasks leased to

@@ -46,7 +46,11 @@ type SweepReport struct {
 func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
 	now := a.now()
-	lost, err := a.sweeps.LostAgents(ctx, a.lostCutoff(now))
+	cutoff, err := a.lostCutoff(ctx, now)
+	if err != nil {
+		return rep, err
+	}
+	lost, err := a.sweeps.LostAgents(ctx, cutoff)
 	if err != nil {
 		return rep, err
 	}
@@ -136,20 +140,55 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 	return rep, err
 }
 
+// lostGraceLimit bounds, in multiples of AgentLostAfter, how long after
+// taking the sweeper's lock a replica waits for the first sign of an agent
+// before it judges silence anyway (see lostCutoff).
+const lostGraceLimit = 4
+
 // lostCutoff is the time an agent's heartbeat deadline must be before to
-// make it lost: now, except in the first AgentLostAfter after this replica
-// took the sweeper's lock, when no agent is lost (the zero time). While no
-// replica swept — every scheduler down, or Postgres — agents could not
-// heartbeat either: their calls were refused, not silent. Judged at once
-// on deadlines that passed then, every agent would be lost and the work
-// it finished meanwhile refused ("Lost agents" in
-// docs/api/tasks.md#leases-attempts-and-heartbeats). A replica taking
-// over from a live one delays a real loss by at most AgentLostAfter.
-func (a *App) lostCutoff(now time.Time) time.Time {
-	if since := a.sweepingSince.Load(); since != 0 && now.Before(time.Unix(0, since).Add(a.cfg.AgentLostAfter)) {
-		return time.Time{}
+// make it lost: now, or the zero time (no agent is lost) while this
+// replica's grace after taking the sweeper's lock lasts. While no replica
+// swept — every scheduler down, or Postgres — agents could not heartbeat
+// either: their calls were refused, not silent. Judged at once on
+// deadlines that passed then, every agent would be lost and the work it
+// finished meanwhile refused ("Lost agents" in
+// docs/api/tasks.md#leases-attempts-and-heartbeats).
+//
+// The grace is AgentLostAfter counted from the first time any agent is
+// heard from (a heartbeat or a claim, through any replica) after the
+// takeover, not from the takeover itself: in one process the lease API
+// and the local agent start after the sweeper, and on a slow start that
+// alone took longer than AgentLostAfter. So that agents that are all gone
+// are still found lost, the grace ends lostGraceLimit × AgentLostAfter
+// after the takeover even when none is heard from. A replica taking over
+// from a live one hears from an agent within a heartbeat interval, which
+// delays a real loss by about AgentLostAfter.
+func (a *App) lostCutoff(ctx context.Context, now time.Time) (time.Time, error) {
+	since := a.sweepingSince.Load()
+	if since == 0 {
+		return now, nil
 	}
-	return now
+	took, grace := time.Unix(0, since), a.cfg.AgentLostAfter
+	// Asked on every sweep until an agent is heard from, so that the time
+	// found is within a sweep interval of the first sign of one.
+	heard := a.heardSince.Load()
+	if heard == 0 && now.Before(took.Add(lostGraceLimit*grace)) {
+		latest, err := a.sweeps.LatestHeartbeat(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if latest.After(took) {
+			heard = latest.UnixNano()
+			a.heardSince.CompareAndSwap(0, heard)
+		}
+	}
+	inGrace := now.Before(took.Add(grace)) ||
+		heard != 0 && now.Before(time.Unix(0, heard).Add(grace)) ||
+		heard == 0 && now.Before(took.Add(lostGraceLimit*grace))
+	if inGrace {
+		return time.Time{}, nil
+	}
+	return now, nil
 }
 
 // each applies decide to every task id (any tenant) and counts the tasks
@@ -205,6 +244,7 @@ func (a *App) RunSweeper(ctx context.Context, interval time.Duration) {
 			sleep(ctx, interval)
 			continue
 		}
+		a.heardSince.Store(0)
 		a.sweepingSince.Store(a.now().UnixNano())
 		tick := time.NewTicker(interval)
 		for ctx.Err() == nil {

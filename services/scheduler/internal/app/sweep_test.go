@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -331,11 +332,29 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// sweepFor runs the sweeper (1 ms interval) until the test ends.
+func (h *harness) sweepFor(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); h.app.RunSweeper(ctx, time.Millisecond) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// sweepsAfterAdvancing moves the clock on by d and waits for three sweeps
+// that saw the new time.
+func (h *harness) sweepsAfterAdvancing(t *testing.T, d time.Duration) {
+	t.Helper()
+	h.clock.Advance(d)
+	before := len(h.store.CallsOf("LostAgents"))
+	waitFor(t, fmt.Sprintf("sweeps %v later", d), func() bool { return len(h.store.CallsOf("LostAgents")) >= before+3 })
+}
+
 // While no replica sweeps (every scheduler down), agents' heartbeats are
 // refused, not silent. A replica that takes the sweeper's lock declares no
-// agent lost for AgentLostAfter: an agent back within it keeps its work,
-// and what it finished meanwhile is accepted; one that stays silent is
-// lost once that time has passed.
+// agent lost until AgentLostAfter has passed since it first heard from any
+// agent: an agent back within it keeps its work, and what it finished
+// meanwhile is accepted; one that stays silent is lost after that.
 func TestSweeperGivesAgentsTheirTimeAgainAfterTakingOver(t *testing.T) {
 	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
 	finished := h.running("a1", "m1", spec("finished during the outage"))
@@ -345,28 +364,63 @@ func TestSweeperGivesAgentsTheirTimeAgainAfterTakingOver(t *testing.T) {
 	// No scheduler for 30 s: both deadlines pass unseen.
 	h.clock.Advance(30 * time.Second)
 
-	ctx, cancel := context.WithCancel(h.ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); h.app.RunSweeper(ctx, time.Millisecond) }()
-	defer func() { cancel(); <-done }()
+	h.sweepFor(t)
 	waitFor(t, "sweeps", func() bool { return len(h.store.CallsOf("LostAgents")) >= 3 })
-	h.clock.Advance(10 * time.Second)
-	before := len(h.store.CallsOf("LostAgents"))
-	waitFor(t, "sweeps 10 s after the takeover", func() bool { return len(h.store.CallsOf("LostAgents")) >= before+3 })
+	h.sweepsAfterAdvancing(t, 10*time.Second)
 	h.wantStatus(finished.ID, domain.StatusRunning)
 	h.wantStatus(silent.ID, domain.StatusRunning)
 
-	// a1 is back: its heartbeat, then the completion it kept.
+	// a1 is back 10 s after the takeover: its heartbeat, then the
+	// completion it kept.
 	h.heartbeat("a1", finished.AttemptID)
 	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), finished.ID, app.Completion{AgentID: "a1", AttemptID: finished.AttemptID}); err != nil {
 		t.Fatalf("the completion of an attempt that finished while no scheduler ran: %v", err)
 	}
 	h.wantStatus(finished.ID, domain.StatusCompleted)
 
-	// Past the 15 s after the takeover, a2's silence counts.
-	h.clock.Advance(6 * time.Second)
+	// 16 s after the takeover but 6 s after a1 was heard from: a2's
+	// silence does not count yet.
+	h.sweepsAfterAdvancing(t, 6*time.Second)
+	h.wantStatus(silent.ID, domain.StatusRunning)
+
+	// Past 15 s after a1 was heard from, it does.
+	h.clock.Advance(10 * time.Second)
 	waitFor(t, "a2 lost", func() bool { return h.get(silent.ID).Status == domain.StatusPending })
 	if e, ok := h.lastEvent(silent.ID).(domain.LeaseExpired); !ok || e.Reason != domain.ReasonAgentLost {
 		t.Errorf("last event of a2's task = %+v, want its lease expired as agent_lost", h.lastEvent(silent.ID))
 	}
+}
+
+// When no agent is heard from after a takeover (every agent gone with the
+// schedulers), their silence counts lostGraceLimit (4) × AgentLostAfter
+// after it.
+func TestSweeperJudgesAgentsNeverHeardFromAfterABoundedWait(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
+	silent := h.running("a1", "m1", spec("its agent never comes back"))
+	h.heartbeat("a1", silent.AttemptID)
+	h.clock.Advance(30 * time.Second)
+
+	h.sweepFor(t)
+	waitFor(t, "sweeps", func() bool { return len(h.store.CallsOf("LostAgents")) >= 3 })
+	h.sweepsAfterAdvancing(t, 59*time.Second)
+	h.wantStatus(silent.ID, domain.StatusRunning)
+	h.clock.Advance(2 * time.Second)
+	waitFor(t, "a1 lost a minute after the takeover", func() bool { return h.get(silent.ID).Status == domain.StatusPending })
+}
+
+// The question whether an agent was heard from failing stops the sweep
+// (the next one asks again) and finds no agent lost.
+func TestSweeperThatCannotTellWhetherAgentsWereHeardFromLosesNone(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
+	silent := h.running("a1", "m1", spec("silent"))
+	h.heartbeat("a1", silent.AttemptID)
+	h.clock.Advance(30 * time.Second)
+	h.store.FailOn("LatestHeartbeat", errors.New("db down"))
+
+	h.sweepFor(t)
+	waitFor(t, "sweeps asking", func() bool { return len(h.store.CallsOf("LatestHeartbeat")) >= 3 })
+	if n := len(h.store.CallsOf("LostAgents")); n != 0 {
+		t.Errorf("%d sweeps judged agents without knowing whether any was heard from", n)
+	}
+	h.wantStatus(silent.ID, domain.StatusRunning)
 }

@@ -25,6 +25,20 @@ func (q SweepQueries) LostAgents(ctx context.Context, now time.Time) ([]string, 
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+// LatestHeartbeat implements app.SweepQueries. The agents table holds one
+// row per agent, so the scan is small; the sweeper asks only in the minutes
+// after it took over.
+func (q SweepQueries) LatestHeartbeat(ctx context.Context) (time.Time, error) {
+	var at *time.Time
+	if err := q.DB.QueryRow(ctx, `SELECT max(last_heartbeat_at) FROM agents`).Scan(&at); err != nil {
+		return time.Time{}, fmt.Errorf("latest heartbeat: %w", err)
+	}
+	if at == nil {
+		return time.Time{}, nil
+	}
+	return *at, nil
+}
+
 // ExpiredLeases returns up to limit leased tasks whose lease ran out.
 func (q SweepQueries) ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	return ids(ctx, q.DB, `SELECT id FROM tasks WHERE status IN ('assigned', 'running') AND lease_expires_at < $1

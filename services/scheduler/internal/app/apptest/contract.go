@@ -704,7 +704,20 @@ func (c *contract) listTasks(t *testing.T) {
 	c.wantErr("a page token List did not make", err, app.ErrBadPageToken)
 }
 
+// latestHeartbeat is LatestHeartbeat's answer, which must be want.
+func (c *contract) latestHeartbeat(what string, want time.Time) {
+	c.t.Helper()
+	got, err := c.s.Sweeps.LatestHeartbeat(c.ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if !got.Equal(want) {
+		c.t.Errorf("latest heartbeat %s = %v, want %v", what, got, want)
+	}
+}
+
 func (c *contract) agents(t *testing.T) {
+	c.latestHeartbeat("before any agent", time.Time{})
 	c.heartbeat(app.Agent{AgentID: "a1", MachineID: "m2", Labels: []string{"gpu", "a100"}, LastHeartbeatAt: T0, LostAfter: T0.Add(10 * time.Second)})
 	c.heartbeat(app.Agent{AgentID: "a2", MachineID: "m1", TenantID: "t1", Labels: []string{"gpu"}, LastHeartbeatAt: T0, LostAfter: T0.Add(20 * time.Second)})
 	c.heartbeat(app.Agent{AgentID: "a3", MachineID: "m2", LastHeartbeatAt: T0, LostAfter: T0.Add(20 * time.Second)})
@@ -741,6 +754,12 @@ func (c *contract) agents(t *testing.T) {
 	c.wantIDs("t1's a100 machines once a1 is lost", machines("t1", "gpu", "a100"), nil)
 	c.heartbeat(app.Agent{AgentID: "a1", MachineID: "m2", Labels: []string{"gpu", "a100"}, LastHeartbeatAt: T0.Add(16 * time.Second), LostAfter: T0.Add(30 * time.Second)})
 	c.wantIDs("a1 back", machines("t1", "gpu", "a100"), []string{"m2"})
+	c.latestHeartbeat("after a1's", T0.Add(16*time.Second))
+	// A claim is a sign of an agent too.
+	if err := c.s.Agents.Seen(c.ctx, app.Agent{AgentID: "a5", MachineID: "m5", TenantID: "t1", LastHeartbeatAt: T0.Add(17 * time.Second), LostAfter: T0.Add(30 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	c.latestHeartbeat("after a5's claim", T0.Add(17*time.Second))
 }
 
 func (c *contract) fleet(t *testing.T) {

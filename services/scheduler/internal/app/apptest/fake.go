@@ -640,6 +640,22 @@ func (s *Store) LostAgents(_ context.Context, now time.Time) ([]string, error) {
 	return out, nil
 }
 
+// LatestHeartbeat implements app.SweepQueries.
+func (s *Store) LatestHeartbeat(_ context.Context) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin("LatestHeartbeat", ""); err != nil {
+		return time.Time{}, err
+	}
+	var latest time.Time
+	for _, a := range s.agents {
+		if a.LastHeartbeatAt.After(latest) {
+			latest = a.LastHeartbeatAt
+		}
+	}
+	return latest, nil
+}
+
 // LeasesOf implements app.SweepQueries.
 func (s *Store) LeasesOf(_ context.Context, agentID string) ([]string, error) {
 	s.mu.Lock()
