@@ -61,7 +61,7 @@ func newAPIMux(ctx context.Context, upstream, quota, consumers grpc.ClientConnIn
 		runtime.WithDisablePathLengthFallback(),
 		runtime.WithErrorHandler(errs.grpcError),
 		runtime.WithRoutingErrorHandler(errs.routingError),
-		runtime.WithMiddlewares(recordRoute),
+		runtime.WithMiddlewares(recordRoute, requireBodyFields),
 	)
 	// The task service's routes are registered last, by registerHotRoutes.
 	if err := taskv1.RegisterLeaseServiceHandlerClient(ctx, mux, taskv1.NewLeaseServiceClient(upstream)); err != nil {

@@ -82,6 +82,14 @@ func TestConsumersThroughTheGateway(t *testing.T) {
 	if code != 200 || !strings.HasPrefix(secret, "whsec_") {
 		t.Fatalf("set endpoint = %d %v", code, set)
 	}
+	// A PUT without a body would read as {"url": ""}, which removes the
+	// endpoint: it is refused, and the endpoint stays.
+	if code, body, _ := w.call("PUT", "/api/v1/webhook-endpoint", key, nil); code != 400 || body["code"] != float64(30005) {
+		t.Errorf("a body-less PUT = %d %v, want 400 with 30005", code, body)
+	}
+	if code, body, _ := w.call("GET", "/api/v1/webhook-endpoint", key, nil); code != 200 || !strings.Contains(fmt.Sprint(body), rcv.URL+"/default") {
+		t.Errorf("the endpoint after a refused PUT = %d %v", code, body)
+	}
 	ok := w.submit(key, map[string]any{"name": "ok", "type": "shell", "command": "echo", "args": []string{"hi"},
 		"webhook": map[string]any{"url": rcv.URL + "/own"}})
 	bad := w.submit(key, map[string]any{"name": "bad", "type": "shell", "command": "false", "max_retries": 0})
