@@ -14,13 +14,6 @@ export PATH    := $(BIN):$(PATH)
 # Every module of the workspace (go.work), as package patterns.
 MODULES    := ./gen/... ./platform/... ./services/gateway/... ./services/scheduler/... \
               ./services/quota/... ./services/executor/... ./services/consumers/... ./services/taskmesh/... ./tools/protoc/...
-# The order make test starts packages in, at most two at a time: the ones
-# that run for minutes first, so that none of them is left running alone
-# at the end while the other slot is idle. The end-to-end package alone
-# takes a third of the run.
-TESTORDER  := ./services/taskmesh/internal/e2e ./services/taskmesh/cmd/taskmesh ./services/taskmesh/internal/chaos \
-              ./services/taskmesh/internal/slurme2e ./services/executor/internal/backends/slurm \
-              ./services/taskmesh/internal/ociimage $(MODULES)
 PLUGINS    := $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway \
               $(BIN)/protoc-gen-openapiv2 $(BIN)/protosrc
 TESTFLAGS  ?= -race -count=1 -timeout 40m
@@ -64,7 +57,7 @@ test-deps: ## Install what the tests run beyond Go (as root, with apt-get), or n
 
 .PHONY: test
 test: test-deps check-generated check-console ## Run all tests with the race detector (fails when gen/ or the console is stale).
-	go test $(TESTFLAGS) $(TESTORDER)
+	go test $(TESTFLAGS) $(MODULES)
 
 # The web console: TypeScript sources in $(CONSOLE)/web, built by the
 # esbuild that package-lock.json pins into $(CONSOLE)/dist, which is
