@@ -110,10 +110,15 @@ type Settings struct {
 	// (docs/decisions/0099-one-shim-host-per-agent.md).
 	ShimPerTask bool
 	// OrphanGrace is how long a shim keeps a task running without an agent
-	// attached (default 10 s, at most 14 s: below the server's ~15 s
-	// dead-agent timeout, so a task is stopped before it is re-leased).
+	// attached (default two thirds of AgentLostAfter: 10 s). It must end
+	// before AgentLostAfter (a second before, or a third of it when that
+	// is shorter), so that a task is stopped before it is re-leased.
 	OrphanGrace time.Duration
-	Logger      *slog.Logger
+	// AgentLostAfter is the dead-agent timeout of the server this agent
+	// works for (the scheduler's --agent-lost-after; default 15 s): after
+	// that much silence the server leases the agent's tasks elsewhere.
+	AgentLostAfter time.Duration
+	Logger         *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -170,15 +175,16 @@ const (
 	DefaultGracePeriod       = 30 * time.Second
 	DefaultOutputLimit       = 16 << 20
 	DefaultLocalAPIAddr      = "127.0.0.1:7071"
-	DefaultOrphanGrace       = 10 * time.Second
 	// DefaultSyncParallel: a backlog of outcomes drains this many at a
 	// time. One at a time, a busy server's answer time bounds the agent's
 	// rate: the backlog outgrew the outcomes of 16 slots and never cleared.
-	DefaultSyncParallel = 16
-	// MaxOrphanGrace keeps the orphan grace below the ~15 s after which the
-	// server re-leases a silent agent's tasks: a task must be dead before
-	// its next attempt can start elsewhere.
-	MaxOrphanGrace = 14 * time.Second
+	DefaultSyncParallel   = 16
+	DefaultAgentLostAfter = 15 * time.Second
+	// orphanMargin keeps the orphan grace this far below AgentLostAfter
+	// (or a third of it, when that is less), after which the server
+	// re-leases a silent agent's tasks: a task must be dead before its
+	// next attempt can start elsewhere.
+	orphanMargin = time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -227,11 +233,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.OutputLimit <= 0 {
 		c.OutputLimit = DefaultOutputLimit
 	}
-	if c.OrphanGrace <= 0 {
-		c.OrphanGrace = DefaultOrphanGrace
+	if c.AgentLostAfter <= 0 {
+		c.AgentLostAfter = DefaultAgentLostAfter
 	}
-	if c.OrphanGrace > MaxOrphanGrace {
-		return c, errors.New("orphan grace must stay below the server's dead-agent timeout (14s at most)")
+	if c.OrphanGrace <= 0 {
+		c.OrphanGrace = c.AgentLostAfter * 2 / 3
+	}
+	if most := c.AgentLostAfter - min(orphanMargin, c.AgentLostAfter/3); c.OrphanGrace > most {
+		return c, fmt.Errorf("orphan grace must stay below the server's dead-agent timeout of %s (%s at most)", c.AgentLostAfter, most)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -86,7 +86,8 @@ func (d *devFlags) add(f *pflag.FlagSet) {
 	f.IntVar(&d.o.KafkaPort, "kafka-port", 19092, "port of the embedded Kafka broker")
 	f.IntVar(&d.o.AgentSlots, "agent-slots", 4, "concurrent tasks of the local agent")
 	f.DurationVar(&d.o.Timing.AgentLostAfter, "agent-lost-after", 15*time.Second,
-		"release an agent's leases after this long without heartbeats, counted after a restart from the scheduler's start")
+		"release an agent's leases after this long without heartbeats, counted after a restart from the first agent heard; "+
+			"the local agent's tasks outlive a restart of dev for two thirds of it")
 	f.BoolVar(&d.noAgent, "no-agent", false, "do not start the local agent")
 	f.BoolVar(&d.o.InfraOnly, "infra-only", false, "start only Postgres and the Kafka broker, for services run as separate processes "+
 		"(writes <data-dir>/database-url and <data-dir>/kafka-brokers)")

@@ -192,6 +192,8 @@ func (e *executorFlags) addAgent(f *pflag.FlagSet) {
 	f.StringVar(&cfg.WorkRoot, "work-root", "", "base of default working directories (default <data-dir>/work)")
 	f.DurationVar(&cfg.ClaimWait, "claim-wait", 30*time.Second, "long-poll wait per claim")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 5*time.Second, "machine heartbeat interval")
+	f.DurationVar(&cfg.AgentLostAfter, "agent-lost-after", 15*time.Second,
+		"the scheduler's --agent-lost-after: tasks outlive this agent's restart for two thirds of it, and are stopped before the scheduler leases them elsewhere")
 	f.Int64Var(&cfg.OutputLimit, "output-limit", 16<<20, "bytes kept per output stream")
 	f.StringVar(&e.allowed, "allowed-commands", "", "comma-separated command names allowed to run (empty: any)")
 	f.StringVar(&e.blocked, "blocked-patterns", "", "comma-separated substrings refused in command lines")

@@ -63,7 +63,8 @@ func TestExecutorConfigFileAndFlags(t *testing.T) {
 	f.addAgent(cmd.Flags())
 	f.addIsolation(cmd.Flags())
 	if err := cmd.Flags().Parse([]string{"--agent-id", "a", "--token-file", token, "--config", file,
-		"--isolation-writable-paths", "/scratch", "--journal-max-age", "12h", "--blocked-patterns", "dd if=,mkfs"}); err != nil {
+		"--isolation-writable-paths", "/scratch", "--journal-max-age", "12h", "--blocked-patterns", "dd if=,mkfs",
+		"--agent-lost-after", "1m"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := f.config()
@@ -80,6 +81,9 @@ func TestExecutorConfigFileAndFlags(t *testing.T) {
 	// The file's allow-list stands; the blocked patterns given as a flag win.
 	if !slices.Equal(cfg.AllowedCommands, []string{"python", "bash"}) || !slices.Equal(cfg.BlockedPatterns, []string{"dd if=", "mkfs"}) {
 		t.Errorf("allowed %q, blocked %q", cfg.AllowedCommands, cfg.BlockedPatterns)
+	}
+	if cfg.AgentLostAfter != time.Minute {
+		t.Errorf("the scheduler's dead-agent timeout = %s, want 1m", cfg.AgentLostAfter)
 	}
 	if cfg.TokenFile != token || cfg.Token != "tma_x_y" {
 		t.Errorf("token file %q, token set %v", cfg.TokenFile, cfg.Token != "")

@@ -88,10 +88,11 @@ func TestDevPipelineJobSurvivesAKill(t *testing.T) {
 	base := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	// The BIE stage takes a while, so the kill lands in the middle of it.
 	slow := `bie=["/bin/sh","-c","sleep 6 && exec \"$0\" pipeline-stage bie --workdir \"$1\"","{self}","{workdir}"]`
-	// The restarted agent must heartbeat within --agent-lost-after of the
-	// restarted scheduler's start, or its lease is released (agent_lost)
-	// and the stage fails: by design, but not what this test is about. A
-	// busy machine took longer than the default 15 s between the two.
+	// The restarted agent must attach to the stage's shim within the
+	// orphan grace (two thirds of --agent-lost-after), or the shim stops
+	// the stage ("orphaned") and it fails: by design, but not what this
+	// test is about. A busy machine took longer than the default's 10 s
+	// to start dev again.
 	lostAfter := "60s"
 	first := startDev(t, dir, ports, "--pipeline-program", slow, "--agent-lost-after", lostAfter)
 	keyBytes, err := os.ReadFile(filepath.Join(dir, "demo-api-key"))

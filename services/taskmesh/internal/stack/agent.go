@@ -19,7 +19,11 @@ func (s *Stack) startAgent() error {
 	}
 	cfg := executor.Config{AgentID: s.AgentID, MachineID: s.MachineID, Slots: s.opts.AgentSlots, Server: s.GRPCAddr,
 		Labels: s.opts.AgentLabels,
-		Token:  s.AgentToken, DataDir: dir, LocalAPIAddr: s.opts.AgentLocalAPI, Logger: s.opts.Logger.With("service", "executor")}
+		Token:  s.AgentToken, DataDir: dir, LocalAPIAddr: s.opts.AgentLocalAPI, Logger: s.opts.Logger.With("service", "executor"),
+		// The scheduler in this process judges the agent by this timeout;
+		// the agent keeps its tasks through a restart for two thirds of
+		// it (the orphan grace), which is what a slow restart has.
+		AgentLostAfter: s.opts.Timing.AgentLostAfter}
 	s.run(func(ctx context.Context) error { return executor.Run(ctx, cfg) })
 	return nil
 }
