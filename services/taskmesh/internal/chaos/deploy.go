@@ -388,7 +388,8 @@ func (d *deployment) startAgents(ctx context.Context) error {
 		p := &proc{name: id, kind: kindAgent, path: d.cfg.Binary, log: logPath(d.dir, id),
 			args: []string{"executor", "--agent-id", id, "--machine-id", "machine-" + id, "--server", px.addr(),
 				"--token-file", tokenFile, "--data-dir", filepath.Join(d.dir, id), "--slots", fmt.Sprint(agentSlots), "--claim-wait", "2s",
-				"--heartbeat-interval", heartbeatInterval.String(), "--local-api", "", "--no-cgroups",
+				"--heartbeat-interval", heartbeatInterval.String(), "--agent-lost-after", agentLostAfter.String(),
+				"--local-api", "", "--no-cgroups",
 				"--labels", pipelinePools}}
 		if err := d.launch(ctx, p); err != nil {
 			return err
