@@ -341,6 +341,24 @@ func (h *harness) sweepFor(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
+// takeOver runs the sweeper, as a replica that takes the sweeper's lock,
+// and waits for its first sweeps.
+func (h *harness) takeOver(t *testing.T) {
+	t.Helper()
+	h.sweepFor(t)
+	waitFor(t, "the first sweeps", func() bool { return len(h.store.CallsOf("LostAgents")) >= 3 })
+}
+
+// silentFor starts a task on agentID, which heartbeats once, then lets d
+// pass with no scheduler sweeping.
+func (h *harness) silentFor(agentID, name string, d time.Duration) domain.Task {
+	h.t.Helper()
+	task := h.running(agentID, "m-"+agentID, spec(name))
+	h.heartbeat(agentID, task.AttemptID)
+	h.clock.Advance(d)
+	return task
+}
+
 // sweepsAfterAdvancing moves the clock on by d and waits for three sweeps
 // that saw the new time.
 func (h *harness) sweepsAfterAdvancing(t *testing.T, d time.Duration) {
@@ -357,15 +375,11 @@ func (h *harness) sweepsAfterAdvancing(t *testing.T, d time.Duration) {
 // meanwhile is accepted; one that stays silent is lost after that.
 func TestSweeperGivesAgentsTheirTimeAgainAfterTakingOver(t *testing.T) {
 	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
-	finished := h.running("a1", "m1", spec("finished during the outage"))
-	silent := h.running("a2", "m2", spec("its agent never comes back"))
-	h.heartbeat("a1", finished.AttemptID)
-	h.heartbeat("a2", silent.AttemptID)
+	finished := h.silentFor("a1", "finished during the outage", 0)
 	// No scheduler for 30 s: both deadlines pass unseen.
-	h.clock.Advance(30 * time.Second)
+	silent := h.silentFor("a2", "its agent never comes back", 30*time.Second)
 
-	h.sweepFor(t)
-	waitFor(t, "sweeps", func() bool { return len(h.store.CallsOf("LostAgents")) >= 3 })
+	h.takeOver(t)
 	h.sweepsAfterAdvancing(t, 10*time.Second)
 	h.wantStatus(finished.ID, domain.StatusRunning)
 	h.wantStatus(silent.ID, domain.StatusRunning)
@@ -396,12 +410,9 @@ func TestSweeperGivesAgentsTheirTimeAgainAfterTakingOver(t *testing.T) {
 // after it.
 func TestSweeperJudgesAgentsNeverHeardFromAfterABoundedWait(t *testing.T) {
 	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
-	silent := h.running("a1", "m1", spec("its agent never comes back"))
-	h.heartbeat("a1", silent.AttemptID)
-	h.clock.Advance(30 * time.Second)
+	silent := h.silentFor("a1", "its agent never comes back", 30*time.Second)
 
-	h.sweepFor(t)
-	waitFor(t, "sweeps", func() bool { return len(h.store.CallsOf("LostAgents")) >= 3 })
+	h.takeOver(t)
 	h.sweepsAfterAdvancing(t, 59*time.Second)
 	h.wantStatus(silent.ID, domain.StatusRunning)
 	h.clock.Advance(2 * time.Second)
@@ -412,9 +423,7 @@ func TestSweeperJudgesAgentsNeverHeardFromAfterABoundedWait(t *testing.T) {
 // (the next one asks again) and finds no agent lost.
 func TestSweeperThatCannotTellWhetherAgentsWereHeardFromLosesNone(t *testing.T) {
 	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
-	silent := h.running("a1", "m1", spec("silent"))
-	h.heartbeat("a1", silent.AttemptID)
-	h.clock.Advance(30 * time.Second)
+	silent := h.silentFor("a1", "silent", 30*time.Second)
 	h.store.FailOn("LatestHeartbeat", errors.New("db down"))
 
 	h.sweepFor(t)
