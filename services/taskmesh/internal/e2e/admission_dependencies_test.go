@@ -16,6 +16,7 @@ import (
 // dependent. Admitted first, the dependent would have held 6 GPUs while
 // waiting for a task that could never get them.
 func TestDependentTaskDoesNotTakeTheQuotaOfItsDependency(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.startAgent("agent-1", w.agentToken("agent-1"), 4)
 	key := w.s.DemoAPIKey // tier standard

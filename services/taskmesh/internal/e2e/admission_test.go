@@ -38,6 +38,7 @@ func (noGUQuotas) CheckGUQuota(_ context.Context, tenant, quota string) (admissi
 // pending, the premium task runs and completes, then the standard task is
 // admitted again and completes.
 func TestPremiumWorkReclaimsBorrowedGPUs(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
 	std := w.s.DemoAPIKey // tier standard
@@ -121,6 +122,7 @@ sleep 300 & wait`, termFile, ranFile, readyFile)
 // GPU work naming a GU quota the tenant does not have is refused with
 // the task API's envelope, and nothing is stored.
 func TestUnknownGUQuotaIsRefused(t *testing.T) {
+	t.Parallel()
 	w := newWorldWith(t, stack.Options{GUQuotas: noGUQuotas{}})
 	key := w.s.DemoAPIKey
 	code, body, _ := w.call("POST", "/api/v1/tasks", key, map[string]any{"name": "gu", "type": "shell", "command": "true",
@@ -147,6 +149,7 @@ func TestUnknownGUQuotaIsRefused(t *testing.T) {
 // nothing is stored: a LocalQueue whose ClusterQueue was deleted, and a
 // resource the queue the task is routed to has no quota for.
 func TestWorkItsQueueCouldNeverAdmitIsRefused(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	raw, err := os.ReadFile(w.s.AdminKeyFile)
 	if err != nil {

@@ -55,6 +55,7 @@ func fromAddress(ip string) *http.Client {
 // a drain stops its claims until undrained; its token used from 127.0.0.3
 // is refused, revoked, and the revocation is in its audit trail.
 func TestRegisteredAgentRunsRotatesDrainsAndIsRevokedWhenItsTokenLeaks(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	tokenFile := filepath.Join(w.dir, "agent-token")
@@ -149,6 +150,7 @@ func TestRegisteredAgentRunsRotatesDrainsAndIsRevokedWhenItsTokenLeaks(t *testin
 // they poll gives each of them its task (docs/api/tasks.md, "Leases,
 // attempts and heartbeats").
 func TestPollingAgentsReceiveBroadcasts(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	tokens := map[string]string{"poller-1": w.agentToken("poller-1"), "poller-2": w.agentToken("poller-2")}

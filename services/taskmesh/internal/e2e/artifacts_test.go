@@ -30,6 +30,7 @@ func fetch(t *testing.T, link string) (int, []byte) {
 // the task still completes; another tenant neither sees the result nor
 // gets in with a link altered to name the task's files.
 func TestArtifactsAreListedAndDownloadedByTheirOwnerOnly(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
 	key, other := w.s.DemoAPIKey, w.tenantKey("other")

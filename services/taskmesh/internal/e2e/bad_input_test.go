@@ -32,6 +32,7 @@ import (
 // a query parameter and in a string of the body; a body over the limit
 // (413); a body that is not JSON (415).
 func TestEveryRouteRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	// The table sends more requests than a tier's per-minute limit allows
 	// (every route, eight cases, three credentials): the limits are lifted
 	// so that each answer is the edge's, not the limiter's.

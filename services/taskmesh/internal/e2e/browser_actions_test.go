@@ -23,6 +23,7 @@ import (
 // audit log shows the task's creation and cancellations, filtered by
 // resource and action; the usage page shows the day's metered attempt.
 func TestConsoleActsInABrowser(t *testing.T) {
+	t.Parallel()
 	chromium := requireChromium(t)
 	w := newWorld(t)
 	key := w.s.DemoAPIKey

@@ -18,6 +18,7 @@ import (
 // deleted while its page is open, a long group name on a narrow screen,
 // and a task page whose live stream cannot be opened.
 func TestConsoleAddressesAndGoneThingsInABrowser(t *testing.T) {
+	t.Parallel()
 	chromium := requireChromium(t)
 	w := newWorld(t)
 	key := w.s.DemoAPIKey

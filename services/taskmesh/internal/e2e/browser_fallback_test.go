@@ -36,6 +36,7 @@ window.WebSocket = class {
 // GET /jobs/{job_id} and its downloads are shown; with WebSockets
 // failing, a video generation still finishes and plays through polling.
 func TestConsoleFallsBackToPollingWithoutLiveStreams(t *testing.T) {
+	t.Parallel()
 	chromium := requireChromium(t)
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
 		t.Fatalf("ffmpeg is required for the video page (apt-get install -y ffmpeg): %v", err)

@@ -25,6 +25,7 @@ func awaitPromise(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.
 // browser itself withholds; a read after DNS rebinding is refused by the
 // Host check, which the local API's own tests cover.)
 func TestAWebPageCannotReachTheAgentsLocalAPI(t *testing.T) {
+	t.Parallel()
 	chromium := requireChromium(t)
 	w := newWorld(t)
 	local := freeLoopbackAddr(t)

@@ -16,6 +16,7 @@ import (
 // long name on a narrow screen, an address the console has no page for,
 // a mangled job link and a job id typed in upper case.
 func TestConsoleTasksPageInABrowser(t *testing.T) {
+	t.Parallel()
 	chromium := requireChromium(t)
 	w := newWorld(t)
 	key := w.s.DemoAPIKey

@@ -23,6 +23,7 @@ import (
 // restart, and generate a video whose MP4 plays in the page. On a
 // failure a screenshot is kept as a test artefact.
 func TestConsoleInABrowser(t *testing.T) {
+	t.Parallel()
 	chromium := requireChromium(t)
 	if _, err := exec.LookPath("ffmpeg"); err != nil {
 		t.Fatalf("ffmpeg is required for the video page (apt-get install -y ffmpeg): %v", err)

@@ -118,6 +118,7 @@ func preemptOnAgent1(t *testing.T, cooperative bool) (victim map[string]any, pre
 // higher, saves its checkpoint and, once the preemptor ended, resumes on
 // another agent from the saved step: no step is done twice.
 func TestCooperativeTaskResumesFromItsCheckpointOnAnotherAgent(t *testing.T) {
+	t.Parallel()
 	victim, _ := preemptOnAgent1(t, true)
 	done, resumedAt := steps(t, victim["stdout"].(string))
 	if resumedAt < 1 || resumedAt >= 30 || len(done) != 30-resumedAt || done[0] != resumedAt+1 || done[len(done)-1] != 30 {
@@ -135,6 +136,7 @@ func TestCooperativeTaskResumesFromItsCheckpointOnAnotherAgent(t *testing.T) {
 // A generic task preempted the same way is killed and reruns from the
 // start.
 func TestGenericPreemptedTaskRerunsFromTheStart(t *testing.T) {
+	t.Parallel()
 	victim, _ := preemptOnAgent1(t, false)
 	done, resumedAt := steps(t, victim["stdout"].(string))
 	if resumedAt != -1 || len(done) != 30 || done[0] != 1 {
@@ -150,6 +152,7 @@ func TestGenericPreemptedTaskRerunsFromTheStart(t *testing.T) {
 // queue; a pending task is held; both run to the end once resumed. A final
 // task cannot be suspended (409/30002), another tenant's is 404/30004.
 func TestSuspendAndResume(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.startAgent("agent-1", w.agentToken("agent-1"), 3)
 	key := w.s.DemoAPIKey // tier standard: its GPU work borrows the cohort's 8 GPUs

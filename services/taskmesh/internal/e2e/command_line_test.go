@@ -12,6 +12,7 @@ import (
 // "A command line") runs as its words, with no shell: a single task, and
 // a serial group and a DAG whose members are command lines. Shell syntax is refused with 30005 and creates nothing.
 func TestCommandLinesRunAsTheirWords(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 4)

@@ -58,6 +58,7 @@ func signedBy(h hook, secret string) bool {
 // notifications and their deliveries, the dead-letter API for operators,
 // and the ctl commands over all of them.
 func TestConsumersThroughTheGateway(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []hook
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

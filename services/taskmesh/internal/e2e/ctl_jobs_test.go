@@ -16,6 +16,7 @@ import (
 // the results and logs through their signed links; a job that fails exits
 // 1 with its step and reason.
 func TestCtlJobsSubmitWatchGetDownload(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.startPools(4)
 	key := w.tenantKey("acme")

@@ -16,6 +16,7 @@ import (
 // door: the queues with their usage, and why a task that asks for more
 // GPUs than its cohort has waits.
 func TestCtlShowsQueuesAndWhyATaskWaits(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	id := w.submit(key, map[string]any{"name": "huge", "type": "shell", "command": "true",

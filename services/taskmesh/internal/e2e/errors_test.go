@@ -27,6 +27,7 @@ func countEvents(t *testing.T, w *world) int {
 
 // Bad input gets 400 with code 30005 and changes nothing.
 func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	bigEnv := map[string]string{}
@@ -67,6 +68,10 @@ func TestBadInputIsRefusedAndStoresNothing(t *testing.T) {
 
 // Each business code (docs/api/tasks.md#business-codes) from a real request,
 // with its HTTP status and the documented envelope.
+//
+// Not parallel: it stops the package's one Postgres server, which every
+// other test's world uses; Go runs the parallel tests only after the
+// sequential ones.
 func TestEveryErrorCodeThroughREST(t *testing.T) {
 	// No sweeps: an expired lease stays expired (30003) instead of being
 	// taken back.
@@ -140,6 +145,7 @@ func TestEveryErrorCodeThroughREST(t *testing.T) {
 
 // Another tenant's task ids answer 404/30004 and its tasks never appear.
 func TestTenantIsolationThroughREST(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	a, b := w.s.DemoAPIKey, w.tenantKey("tenant-b")
 	id := w.submit(a, map[string]any{"name": "private", "command": "true"})

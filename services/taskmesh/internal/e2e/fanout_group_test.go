@@ -11,6 +11,7 @@ import (
 // tasks as a parallel group whose status follows them; to another tenant
 // it is 404, and the group routes that change a group do not take it.
 func TestFanOutGroupIDReadsAsAGroup(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	code, first, _ := w.call("POST", "/api/v1/tasks", key, map[string]any{"task": map[string]any{
@@ -58,6 +59,7 @@ func TestFanOutGroupIDReadsAsAGroup(t *testing.T) {
 // POST /api/v1/tasks and on a template's run alike, in the order the
 // targets first appear.
 func TestTargetsNamedTwiceMakeOneTaskEach(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	placements := func(first map[string]any) []string {
@@ -118,6 +120,7 @@ func TestTargetsNamedTwiceMakeOneTaskEach(t *testing.T) {
 // one: a single task made by either carries a new group_id, which reads as
 // a group of that task.
 func TestBroadcastToOneMachineIsAGroup(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key, token := w.s.DemoAPIKey, w.agentToken("poller-1")
 	// An idle poll makes the machine live: the only one the broadcast finds.

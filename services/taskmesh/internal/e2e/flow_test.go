@@ -21,6 +21,7 @@ import (
 // The README's quickstart: submit with curl-shaped JSON, a real agent runs
 // it, the result comes back inline.
 func TestQuickstart(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
 	key := w.s.DemoAPIKey
@@ -44,6 +45,7 @@ func TestQuickstart(t *testing.T) {
 // scheduler notices the missed heartbeats and leases the task to another
 // agent, which completes it. The dead attempt's late completion is refused.
 func TestKilledAgentsTaskRunsAgainAndCompletesOnce(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	marker := filepath.Join(w.dir, "ran-once")
@@ -109,6 +111,7 @@ func treeScript(pidFile string) string {
 }
 
 func TestCancelAndTimeoutKillTheWholeProcessTree(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
@@ -148,6 +151,7 @@ func TestCancelAndTimeoutKillTheWholeProcessTree(t *testing.T) {
 // The agent loses the server for a moment: the task keeps running, its
 // outcome is kept locally and delivered when the connection is back.
 func TestDisconnectedAgentSyncsItsResultLater(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t, func(tm *scheduler.Timing) { tm.AgentLostAfter = 20 * time.Second })
 	key := w.s.DemoAPIKey
 	proxy := newProxy(t, w.s.GRPCAddr)
@@ -181,6 +185,7 @@ func TestDisconnectedAgentSyncsItsResultLater(t *testing.T) {
 // A priority-1 task preempts a priority-5 one on a full single-slot agent;
 // the preempted task goes back to pending and completes afterwards.
 func TestPreemptedTaskIsRequeued(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 1)
@@ -213,6 +218,7 @@ func TestPreemptedTaskIsRequeued(t *testing.T) {
 // A result of 64 KiB or more goes to the object store; the result API
 // answers with a presigned link that serves it.
 func TestLargeResultThroughTheObjectStore(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 1)
@@ -246,6 +252,7 @@ func TestLargeResultThroughTheObjectStore(t *testing.T) {
 // each as U+FFFD, the tasks complete, and the outcomes after them are not
 // held up behind a refused one.
 func TestOutputWithNULBytesCompletes(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 1)
@@ -296,6 +303,7 @@ func localGet(t *testing.T, addr, path string) map[string]any {
 // on the server as well: it is not retried as a failure, and its
 // dependents are cancelled as after a cancel through the task API.
 func TestServerTaskCancelledOnItsAgentEndsCancelled(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	local := freeLoopbackAddr(t)

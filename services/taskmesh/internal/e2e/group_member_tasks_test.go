@@ -11,6 +11,7 @@ import (
 // member shows, beside its place in the group, the task fields — what it
 // will run before its release, its task as the task API shows it after.
 func TestGroupMembersShowTheirTasks(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	id := w.createGroup(key, map[string]any{"mode": "dag", "start": false, "tasks": []map[string]any{
@@ -62,6 +63,7 @@ func TestGroupMembersShowTheirTasks(t *testing.T) {
 // and are accepted; a value that would place the task otherwise is
 // refused, naming the member's field, and nothing is stored.
 func TestGroupMemberWrittenAsAWholeTask(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	whole := func(extra map[string]any) map[string]any {
@@ -98,6 +100,7 @@ func TestGroupMemberWrittenAsAWholeTask(t *testing.T) {
 // nothing, while the task sent back with its own group_id is an update
 // like any other.
 func TestGroupMemberTaskStaysInItsGroup(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	id := w.createGroup(key, map[string]any{"mode": "serial", "tasks": []map[string]any{
@@ -130,6 +133,7 @@ func TestGroupMemberTaskStaysInItsGroup(t *testing.T) {
 // shows it before the task exists, the task API finds the task by it once
 // released, and the next member of a serial group depends on it.
 func TestUnnamedGroupMembersAreKnownByTheirTaskIDs(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	id := w.createGroup(key, map[string]any{"mode": "serial", "start": false, "tasks": []map[string]any{
@@ -166,6 +170,7 @@ func TestUnnamedGroupMembersAreKnownByTheirTaskIDs(t *testing.T) {
 // released (docs/api/tasks.md, "The client's id"): the member of the
 // tenant's newest group with that id, and for the tenant only.
 func TestNamedGroupMembersNameTheirTasks(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)

@@ -16,6 +16,7 @@ import (
 // is failed, and a member of a group that has ended is not run again:
 // both 409/30002, changing nothing.
 func TestRetriedGroupMemberIsFollowedByItsGroup(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 3)

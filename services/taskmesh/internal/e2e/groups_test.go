@@ -158,6 +158,7 @@ func spans(t *testing.T, pool *pgxpool.Pool, group string) map[string]*span {
 // starts it (decision 0103); "start": true starts it at creation. A
 // group cancelled before its start cannot be started (30002).
 func TestGroupsWaitForTheirStart(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
@@ -204,6 +205,7 @@ func TestGroupsWaitForTheirStart(t *testing.T) {
 // agents (their running intervals overlap in the event log), and merge
 // starts only after both completed.
 func TestDAGBranchesRunConcurrentlyOnTwoAgents(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 1)
@@ -240,6 +242,7 @@ func TestDAGBranchesRunConcurrentlyOnTwoAgents(t *testing.T) {
 // never starts. A DAG with a failing branch: its descendants are
 // cancelled, the other branch completes, the group fails.
 func TestFailuresInSerialAndDAGGroups(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
@@ -291,6 +294,7 @@ func TestFailuresInSerialAndDAGGroups(t *testing.T) {
 // A cycle, an unknown dependency, a duplicate id and an unknown queue are
 // 400/30005 over REST, naming the member's field, and store nothing.
 func TestInvalidGroupsAreRefusedAndStoreNothing(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	pool := w.schedulerDB()
@@ -333,6 +337,7 @@ func TestInvalidGroupsAreRefusedAndStoreNothing(t *testing.T) {
 // lasts longer than five intervals, so the parallel limit is what holds
 // the sixth back.
 func TestRepeatHonoursParallelAndInterval(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 4)
@@ -385,6 +390,7 @@ func TestRepeatHonoursParallelAndInterval(t *testing.T) {
 // an operator's can, with a reason: runs resume, and the audit log has
 // the operator, the reason and the time.
 func TestCircuitBreakerAndOperatorReset(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
@@ -472,6 +478,7 @@ func TestCircuitBreakerAndOperatorReset(t *testing.T) {
 // variable is 30005 and creates nothing; a hostile value is one literal
 // argument.
 func TestTemplatesEndToEnd(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
@@ -539,6 +546,7 @@ func TestTemplatesEndToEnd(t *testing.T) {
 // Another tenant's group or template is 404/30004 on every route (the
 // repeat reset, an operator's route, is 403 for any tenant's key).
 func TestOtherTenantsGroupsAndTemplatesAreNotFound(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	owner := w.s.DemoAPIKey
 	other := w.tenantKey("other")

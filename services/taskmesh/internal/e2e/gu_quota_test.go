@@ -16,6 +16,7 @@ import (
 // through the gateway, the task is admitted into the WorkGroup's queue and
 // runs.
 func TestGPUWorkRunsInItsGUQuotasWorkGroup(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
 	if err := w.s.Quota.RegisterTenant(context.Background(), "acme", "Acme"); err != nil {

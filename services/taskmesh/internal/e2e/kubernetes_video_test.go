@@ -146,6 +146,7 @@ func (k *kubeAPI) print(job, line string) {
 // its bucket is uploaded as the task's result, so GET serves video_url.
 // Kubernetes is the fake API server above; the bucket is gofakes3.
 func TestKubernetesVideoRunReportsProgressAndServesTheVideo(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 

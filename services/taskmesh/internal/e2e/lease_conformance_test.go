@@ -16,6 +16,7 @@ import (
 // call by an attempt never issued, are 409/30001; a task leased but never
 // started whose agent is lost is requeued without using a retry.
 func TestLeaseConformanceThroughREST(t *testing.T) {
+	t.Parallel()
 	clk := &videoClock{}
 	// The sweeper runs often; agents are lost after a minute of silence,
 	// so only lease expiry acts in the first part.
@@ -98,6 +99,7 @@ func TestLeaseConformanceThroughREST(t *testing.T) {
 // pending (assigned → pending) without using a retry, even with none to
 // use, and is claimed again.
 func TestLeaseExpiryOfATaskNeverStartedRequeuesIt(t *testing.T) {
+	t.Parallel()
 	clk := &videoClock{}
 	w := newWorldWith(t, stack.Options{Now: clk.Now, Timing: scheduler.Timing{AgentLostAfter: time.Hour,
 		SweepInterval: 100 * time.Millisecond, PreemptAfter: time.Hour}})
@@ -141,6 +143,7 @@ func (w *world) claimREST(tok, agent, id string) string {
 // silence after which an agent that heartbeats is lost — keeps its
 // attempt and completes it.
 func TestRenewingAgentWithoutHeartbeatsKeepsItsLease(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t) // agents that heartbeat are lost after 3 s of silence
 	key := w.s.DemoAPIKey
 	tok := w.agentToken("renewer")

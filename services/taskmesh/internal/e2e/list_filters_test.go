@@ -43,6 +43,7 @@ func wantRefused(t *testing.T, query string, code int, body map[string]any, says
 // the pages as they are; a type no task can have is 30005 naming type and
 // the types there are.
 func TestListTasksFiltersByType(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key, other := w.s.DemoAPIKey, w.tenantKey("other-tenant")
 	shell1 := w.submit(key, map[string]any{"name": "shell-1", "type": "shell", "command": "true", "group_id": "g-types"})
@@ -97,6 +98,7 @@ func TestListTasksFiltersByType(t *testing.T) {
 // 3339 time is itself (created_before exclusive). Neither is 30005 naming
 // the parameter.
 func TestListTasksTakesDates(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	id := w.submit(key, map[string]any{"name": "dated", "command": "true"})
@@ -153,6 +155,7 @@ func TestListTasksTakesDates(t *testing.T) {
 // page, a task just cancelled is in the cancelled filter
 // (docs/api/tasks.md, "Lists show your writes").
 func TestListsShowYourWrites(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	for i := range 5 {
@@ -173,6 +176,7 @@ func TestListsShowYourWrites(t *testing.T) {
 // listing starts with one of page_token, offset and page, and a page
 // starts at most 10000 tasks in.
 func TestListTasksByOffsetAndPage(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	var ids []string // newest first

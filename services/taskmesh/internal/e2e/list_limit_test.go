@@ -12,6 +12,7 @@ import (
 // the page and pages on with the token; both given must agree, and an
 // out-of-range limit is refused like an out-of-range page size.
 func TestListTasksTakesLimit(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	for i := range 3 {

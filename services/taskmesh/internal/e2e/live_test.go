@@ -44,6 +44,7 @@ func checkFinal(t *testing.T, w *liveWorld, id string, frames []frame) {
 // final state. A client of another gateway replica, which tails the topic
 // on its own, sees the same.
 func TestLiveSSEFollowsTheTaskToItsEnd(t *testing.T) {
+	t.Parallel()
 	w := newLiveWorld(t)
 	id := w.submit(w.keyA, "watched")
 	resp, c := w.openSSE(w.keyA, id, -1, "")
@@ -86,6 +87,7 @@ func TestLiveSSEFollowsTheTaskToItsEnd(t *testing.T) {
 // The same over a WebSocket: JSON messages {id, event, data}, closed with
 // 1000 after the final state.
 func TestLiveWebSocketFollowsTheTaskToItsEnd(t *testing.T) {
+	t.Parallel()
 	w := newLiveWorld(t)
 	id := w.submit(w.keyA, "watched")
 	c, _, err := w.openWS(w.keyA, id, "")
@@ -131,6 +133,7 @@ func TestLiveWebSocketFollowsTheTaskToItsEnd(t *testing.T) {
 // stream goes on; a task that finished meanwhile gets its final frame, and
 // a client that has it already gets nothing more.
 func TestLiveResumeNeverMissesTheFinalState(t *testing.T) {
+	t.Parallel()
 	w := newLiveWorld(t)
 
 	// SSE: away between assigned and running + progress.
@@ -209,6 +212,7 @@ func TestLiveResumeNeverMissesTheFinalState(t *testing.T) {
 // streamed; no credentials is 401; an agent token is 403; a bad resume
 // point is 400 and a plain GET on the WebSocket route is 400.
 func TestLiveStreamsAreTenantIsolated(t *testing.T) {
+	t.Parallel()
 	w := newLiveWorld(t)
 	id := w.submit(w.keyA, "private")
 	for _, tt := range []struct {
@@ -257,6 +261,7 @@ func TestLiveStreamsAreTenantIsolated(t *testing.T) {
 // that starts at its end — with its last id: it gets the state it missed,
 // then the rest, then the final state.
 func TestLiveResumeAcrossAGatewayRestart(t *testing.T) {
+	t.Parallel()
 	w := newLiveWorld(t)
 	id := w.submit(w.keyA, "survives restarts")
 	_, c := w.openSSE(w.keyA, id, -1, "")
@@ -319,6 +324,7 @@ func TestLiveResumeAcrossAGatewayRestart(t *testing.T) {
 // with the failure): the stream shows the failure, not as final, and goes
 // on to the attempt that completes.
 func TestLiveFailureWithARetryLeftIsNotTheEnd(t *testing.T) {
+	t.Parallel()
 	w := newLiveWorld(t)
 	id := w.must("POST", "/api/v1/tasks", w.keyA, map[string]any{"name": "flaky", "type": "shell", "command": "true",
 		"max_retries": 1, "retry_delay": 0})["id"].(string)

@@ -9,6 +9,7 @@ import (
 // characters (765 bytes of UTF-8) is accepted for a task, a group and a
 // template; 256 characters are refused with 30005 naming the field.
 func TestNameLimitsCountCharacters(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	long, tooLong := strings.Repeat("猫", 255), strings.Repeat("猫", 256)

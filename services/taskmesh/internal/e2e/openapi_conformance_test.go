@@ -25,6 +25,7 @@ import (
 // life, the agent protocol, groups, templates, video, jobs and the
 // operator's lists, and their refusals.
 func TestAnswersMatchTheServedOpenAPIDocument(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	raw, err := os.ReadFile(w.s.AdminKeyFile)

@@ -24,6 +24,7 @@ import (
 // stand-in programs, its stages stream live, and its results and logs are
 // downloadable; the NEF is the BIE packaged with its checksum.
 func TestPipelineJobCompletesAndStreamsItsStages(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.startPools(4)
 	key := w.tenantKey("acme")
@@ -166,6 +167,7 @@ func checkNEF(t *testing.T, nef, bie []byte) {
 // Bad input gets the documented error and creates nothing; tenants see
 // nothing of each other's uploads, jobs and links.
 func TestPipelineRefusesBadInputAndIsolatesTenants(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.startPools(4)
 	acme, other := w.tenantKey("acme"), w.tenantKey("other")
@@ -284,6 +286,7 @@ func countRows(t *testing.T, w *world, schema, table string) int {
 // check and fails the ONNX stage: the job is FAILED with the stage and the
 // stand-in's reason, and the stage's log is kept.
 func TestPipelineFailedStageFailsTheJob(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	w.startPools(4)
 	key := w.tenantKey("acme")
@@ -309,6 +312,7 @@ func TestPipelineFailedStageFailsTheJob(t *testing.T) {
 // pool with four slots each (twelve BIE slots): never more than two BIE stages run at once,
 // as the scheduler's event log shows, and every job completes.
 func TestPipelineBIECapHoldsAcrossAgents(t *testing.T) {
+	t.Parallel()
 	slowBIE := scheduler.PipelineStage{Queue: "pipeline-bie", Resource: "taskmesh.io/pipeline-bie",
 		Program: []string{"/bin/sh", "-c", `sleep 0.4 && exec "$0" pipeline-stage bie --workdir "$1"`, "{self}", "{workdir}"}}
 	w := newWorldWith(t, stack.Options{PipelineCaps: map[string]int{"bie": 2},

@@ -13,6 +13,7 @@ import (
 // naming the field, and records nothing. The body may also be the whole
 // Kueue object (apiVersion, kind, metadata, spec) of the path's name.
 func TestQueuesTakeKueueForms(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	raw, err := os.ReadFile(w.s.AdminKeyFile)
 	if err != nil {
@@ -91,6 +92,7 @@ func TestQueuesTakeKueueForms(t *testing.T) {
 // does not do is 30005 naming the field, and nothing is recorded
 // (docs/api/quota.md#kueues-own-fields).
 func TestQueuesTakeKueueDefaults(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	raw, err := os.ReadFile(w.s.AdminKeyFile)
 	if err != nil {

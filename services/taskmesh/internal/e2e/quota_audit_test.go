@@ -18,6 +18,7 @@ import (
 // operator key's, with the address the gateway saw
 // (docs/api/audit.md#quota-and-queue-changes).
 func TestOperatorQuotaAndQueueChangesAreAuditedAsTheOperator(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	raw, err := os.ReadFile(w.s.AdminKeyFile)
 	if err != nil {

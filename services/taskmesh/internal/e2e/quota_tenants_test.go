@@ -12,6 +12,7 @@ import (
 // GU quota right away, without registering it a second time, and a rename
 // reaches the quota service.
 func TestAdminTenantsAreQuotaTenants(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	raw, err := os.ReadFile(w.s.AdminKeyFile)
 	if err != nil {
@@ -62,6 +63,7 @@ func TestAdminTenantsAreQuotaTenants(t *testing.T) {
 // second-level ancestor's — the ones the submit-time check uses. The
 // background quota has none (31004).
 func TestEveryGUQuotaShowsTheWorkGroupServingIt(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	raw, err := os.ReadFile(w.s.AdminKeyFile)
 	if err != nil {

@@ -34,6 +34,7 @@ func (w *world) quotaAdmin() (quotav1.QuotaServiceClient, context.Context) {
 // quotas and WorkGroups, cannot produce quotas, does not see another
 // tenant's; malformed input is 400/30005 and stores nothing.
 func TestQuotasThroughREST(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	acme, beta := w.tenantKey("acme"), w.tenantKey("beta")
 	for _, id := range []string{"acme", "beta"} {

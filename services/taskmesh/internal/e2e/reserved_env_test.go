@@ -10,6 +10,7 @@ import (
 // group's member, a repeat's template) refuses one with 30005 naming the
 // key, and changes nothing.
 func TestTaskSpecsRefuseTheAgentsEnvKeys(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	spoof := map[string]string{"TASKMESH_X": "mine", "TASKMESH_TASK_ID": "spoof"}

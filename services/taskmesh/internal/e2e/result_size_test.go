@@ -12,6 +12,7 @@ import (
 // in the object store by the scheduler (s3, a link to the whole output as
 // JSON, the last 32 KiB inline).
 func TestResultSizeDecidesWhereItIsKept(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	tok := w.agentToken("rs-1")

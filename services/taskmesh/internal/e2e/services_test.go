@@ -52,6 +52,7 @@ func restartsOf(s map[string]any) int {
 // stops it, and when its agent is lost it is unknown. It never shows up
 // as a task, and another tenant cannot see it.
 func TestManagedServiceOnARealAgent(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key, other := w.s.DemoAPIKey, w.tenantKey("other")
 	kill := w.startAgent("agent-1", w.agentToken("agent-1"), 1)

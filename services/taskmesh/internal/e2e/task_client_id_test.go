@@ -14,6 +14,7 @@ import (
 // task, and runs the task file again once it has; a request_id that says
 // otherwise is refused and creates nothing.
 func TestCreateTakesTheClientsID(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	example := map[string]any{
@@ -126,6 +127,7 @@ func TestCreateTakesTheClientsID(t *testing.T) {
 // parent_id names one of the tenant's tasks, which the task then waits for
 // (docs/api/tasks.md, parent_id); an unknown parent is refused.
 func TestParentIDIsADependency(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	parent := w.submit(key, map[string]any{"name": "parent", "type": "shell", "command": "true", "machine_id": "no-such-machine"})

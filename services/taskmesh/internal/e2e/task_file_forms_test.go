@@ -9,6 +9,7 @@ import (
 // object is the task or the group. A wrapper beside other keys is not the
 // file's form and is refused like any unknown field.
 func TestCreateTakesTheTaskFilesForms(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 

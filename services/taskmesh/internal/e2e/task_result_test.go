@@ -6,6 +6,7 @@ import "testing"
 // database like any small one: storage_type "db" with empty output, not
 // the empty storage_type of a task that has no outcome yet.
 func TestResultOfATaskWithoutOutput(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	tok := w.agentToken("quiet-1")

@@ -11,6 +11,7 @@ import (
 // environment that were cleared with them. A mask naming anything else
 // is refused and changes nothing.
 func TestUpdateClearsTheListsItEmpties(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	kill := w.startAgent("agent-clear", w.agentToken("agent-clear"), 2)

@@ -9,6 +9,7 @@ import (
 // timestamps, the checkpoint's state, …) is left out of the update, the
 // rest is the spec. A misspelt key is still refused and changes nothing.
 func TestUpdateTakesTheTaskAsItWasRead(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t) // no agent: the task stays pending
 	key := w.s.DemoAPIKey
 	id := w.submit(key, map[string]any{"name": "round trip", "type": "shell", "command": "echo", "args": []string{"a"},

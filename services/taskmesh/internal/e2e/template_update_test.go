@@ -15,6 +15,7 @@ import (
 // the envelope and changes nothing; an unknown template is 404. An update
 // of nothing is an update, recorded as one, as a task's is.
 func TestTemplateUpdateChangesWhatTheBodyGives(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	pool := w.schedulerDB()

@@ -21,6 +21,7 @@ import (
 // a playable 5-second MP4 of the requested resolution, rendered by a real
 // agent's ffmpeg runner after quota admission.
 func TestVideoGenerationLiveOverWebSocketToAPlayableMP4(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("ffprobe"); err != nil {
 		t.Fatalf("ffmpeg is required (apt-get install -y ffmpeg; .ci/run installs it): %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 // ends up with the MP4 as the task's result object, and its link serves a
 // playable 5-second H.264 video of the requested size.
 func TestVideoTaskCompletesWithAnMP4(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("ffprobe"); err != nil {
 		t.Fatalf("ffmpeg is required (apt-get install -y ffmpeg; .ci/run installs it): %v", err)
 	}

@@ -79,6 +79,7 @@ func (w *videoWorld) videoSSERaw(key, id string, header http.Header) (int, []vid
 // message split as GET splits them, and the SUCCEEDED frame with the link
 // to the video.
 func TestVideoStreamsAnswerAsTheGETDoes(t *testing.T) {
+	t.Parallel()
 	w := newVideoWorld(t)
 
 	t.Run("an unknown id is one final UNKNOWN frame", func(t *testing.T) {

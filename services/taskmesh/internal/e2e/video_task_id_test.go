@@ -11,6 +11,7 @@ import (
 // (UNKNOWN), which is what the API answers for a task that no longer
 // exists.
 func TestVideoRoutesWithoutATaskID(t *testing.T) {
+	t.Parallel()
 	w := newVideoWorld(t)
 	id := w.post(w.premium, map[string]any{"model": "wan2.2-t2v", "input": map[string]any{"prompt": "一只猫在草地上奔跑"}})
 	for _, method := range []string{"GET", "DELETE"} {

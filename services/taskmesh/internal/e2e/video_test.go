@@ -221,6 +221,7 @@ func pngImage(t *testing.T, w, h int, alpha bool) []byte {
 }
 
 func TestVideoGenerationAPI(t *testing.T) {
+	t.Parallel()
 	w := newVideoWorld(t)
 
 	t.Run("text_to_video answers the documented shapes", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 // 30005 naming workdir, for a task, a group member and a template; a
 // missing absolute one is made and the task runs there.
 func TestWorkdirMustBeAbsolute(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	refused := func(what string, code int, resp map[string]any) {

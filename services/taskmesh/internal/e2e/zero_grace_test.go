@@ -10,6 +10,7 @@ import (
 // and its timeout kills it right after SIGTERM, not after the agent's
 // default (docs/api/tasks.md#taskspec).
 func TestZeroGraceTimeoutKillsAtOnce(t *testing.T) {
+	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
 	w.startAgent("agent-1", w.agentToken("agent-1"), 1)
