@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -219,5 +220,19 @@ func Spawn(ctx context.Context, o TasksOptions) (float64, error) {
 		{"bare /bin/true processes/s", bares.format(perSecond), "", ""},
 		{"spawning / bare (per run)", ratios.format(ratio), "", ""},
 	})
+	spawnCeiling(o.Out, bares.median())
 	return rates.median(), nil
+}
+
+// spawnCeiling says so when the machine itself starts fewer bare
+// processes a second than the spawning target asks of an agent: every
+// task is at least one process, so there the target is beyond the
+// machine, whatever the agent does, and the ratio to the bare rate is
+// the figure to read (docs/executor.md, "The machine's own rate beside
+// it"). The verdict stays what the figure is.
+func spawnCeiling(w io.Writer, bare float64) {
+	if bare > 0 && bare < SpawnTarget {
+		fmt.Fprintf(w, "note: this machine starts %s bare /bin/true processes/s, fewer than the %d tasks/s the spawning target asks: "+
+			"the target is beyond it with or without Taskmesh; read spawning / bare\n", perSecond(bare), SpawnTarget)
+	}
 }

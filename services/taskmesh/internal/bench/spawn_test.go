@@ -21,3 +21,18 @@ func TestSpawnBareFailsWithItsProcess(t *testing.T) {
 		}
 	}
 }
+
+// Below the target the machine's own rate is named; at or above it
+// nothing is added.
+func TestSpawnCeilingNamesASlowMachine(t *testing.T) {
+	var out strings.Builder
+	spawnCeiling(&out, 266)
+	if got := out.String(); !strings.Contains(got, "266 bare /bin/true processes/s") || !strings.Contains(got, "fewer than the 300 tasks/s") {
+		t.Errorf("slow machine: %q", got)
+	}
+	out.Reset()
+	spawnCeiling(&out, 2900)
+	if out.Len() != 0 {
+		t.Errorf("fast machine: %q, want nothing", out.String())
+	}
+}

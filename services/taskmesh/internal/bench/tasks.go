@@ -199,6 +199,7 @@ func reportTasks(o TasksOptions, runs []tasksRun) *TasksResult {
 		{"bare /bin/true processes/s", bare.format(perSecond), "", ""},
 		{"spawning / bare (per run)", spawnRatios.format(ratio), "", ""},
 	})
+	spawnCeiling(o.Out, bare.median())
 	return res
 }
 
