@@ -34,8 +34,9 @@ type Config struct {
 	Binary string
 	// RedisServer is the redis-server executable.
 	RedisServer string
-	// Duration of the load and the faults; Drain bounds the wait for the
-	// accepted work to end afterwards.
+	// Duration of the load and the faults; Drain is the wait for the
+	// accepted work to end afterwards, extended while it keeps ending
+	// (see drainer).
 	Duration, Drain time.Duration
 	// Rate is requests a second (tasks and groups).
 	Rate int
@@ -59,10 +60,13 @@ type Report struct {
 	// Offered is the requests made a second over the load's duration:
 	// below the rate only when the cap on requests in flight held the
 	// load back.
-	Offered    float64
-	Windows    []window
-	Invariants []Invariant
-	Dir        string // logs and data, kept when an invariant failed
+	Offered float64
+	Windows []window
+	// DrainExtended is how long the drain went on past its period while
+	// the open work kept ending (see drainer).
+	DrainExtended time.Duration
+	Invariants    []Invariant
+	Dir           string // logs and data, kept when an invariant failed
 }
 
 // Failed says whether any invariant has offenders.
@@ -174,11 +178,15 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 		return err
 	}
 	defer db.Close()
-	dctx, cancel := context.WithTimeout(ctx, cfg.Drain)
-	defer cancel()
-	if err := drain(dctx, db, reqs); err != nil {
+	dr := &drainer{read: func(ctx context.Context) ([]string, error) { return openWork(ctx, db, reqs) },
+		period: cfg.Drain, stall: drainStall, poll: drainPoll}
+	if err := dr.run(ctx); err != nil {
 		fmt.Fprintln(cfg.Out, "chaos: drain:", err)
+	} else if dr.extendedFor > 0 {
+		fmt.Fprintf(cfg.Out, "chaos: drained %s past the drain period (%s): the open work kept ending\n",
+			dr.extendedFor, cfg.Drain)
 	}
+	rep.DrainExtended = dr.extendedFor
 	return check(ctx, cfg, d, db, rep, reqs, errs, rejected)
 }
 

@@ -32,7 +32,7 @@ func TestChaosShort(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, Config{Binary: bin, RedisServer: redis, Duration: 60 * time.Second, Drain: 2 * time.Minute,
 		Rate: 10, Seed: seed, Short: true, Out: &out})

@@ -39,26 +39,71 @@ func (i *Invariant) offend(id string) {
 // of by itself.
 var final = map[string]bool{"completed": true, "failed": true, "cancelled": true, "COMPLETED": true, "FAILED": true}
 
-// drain waits until every accepted task and group is final or ctx ends.
-func drain(ctx context.Context, db *pgxpool.Pool, reqs []request) error {
+// drainStall is how long the drain goes on past its period without any
+// open work ending: longer than a video's render or a GPU task's turn in
+// its queue on a loaded 2-core machine, so a backlog still being served
+// keeps the drain going and a stuck task does not.
+const drainStall = time.Minute
+
+// drainPoll is how often the drain reads the open work.
+const drainPoll = time.Second
+
+// drainer waits for the accepted work to end after the load stopped.
+//
+// It waits up to period. Work still open then is not lost as long as some
+// of it keeps ending: small queues (a GPU queue, the video renders) serve
+// what arrived during the run more slowly on a slow or busy machine than
+// on a fast one, and their backlog left at the period's end is work being
+// done, not work dropped. So past the period the drain goes on while the
+// open work keeps shrinking, at least once every stall, for at most
+// another period. Work that never ends stops the shrinking, and the drain
+// ends stall after the last work that did (or at once, if that was longer
+// ago), leaving it to the lost invariant.
+type drainer struct {
+	read        func(context.Context) ([]string, error) // the open work
+	period      time.Duration
+	stall, poll time.Duration
+	extendedFor time.Duration // past period, when the drain ended
+}
+
+// run waits until no work is open (nil), or the drain ends with work open
+// or unreadable (an error naming it), or ctx ends.
+func (d *drainer) run(ctx context.Context) error {
+	start := time.Now()
 	var last []string // the last list read; a failed read keeps the one before
 	var lastErr error
+	lastEnded := start // when the open work last shrank
 	for {
-		open, err := openWork(ctx, db, reqs)
+		open, err := d.read(ctx)
+		now := time.Now()
+		// Less than a poll past the period is the period's last read.
+		d.extendedFor = max(0, now.Sub(start)-d.period).Truncate(d.poll)
 		if err == nil && len(open) == 0 {
 			return nil
 		}
 		if err == nil {
+			if last != nil && len(open) < len(last) {
+				lastEnded = now
+			}
 			last = open
 		}
 		lastErr = err
+		over := now.Sub(start) >= d.period &&
+			(now.Sub(lastEnded) >= d.stall || now.Sub(start) >= 2*d.period)
+		if over || ctx.Err() != nil {
+			took := fmt.Sprintf("the drain period (%s", d.period)
+			if d.extendedFor > 0 {
+				took += fmt.Sprintf(", extended by %s while work kept ending", d.extendedFor)
+			}
+			took += ")"
+			if last == nil && lastErr != nil {
+				return fmt.Errorf("still open after %s: unknown, the work could not be read: %w", took, lastErr)
+			}
+			return fmt.Errorf("still open after %s: %d (%v)", took, len(last), firstN(last, 5))
+		}
 		select {
 		case <-ctx.Done():
-			if last == nil && lastErr != nil {
-				return fmt.Errorf("still open after the drain period: unknown, the work could not be read: %w", lastErr)
-			}
-			return fmt.Errorf("still open after the drain period: %d (%v)", len(last), firstN(last, 5))
-		case <-time.After(time.Second):
+		case <-time.After(d.poll):
 		}
 	}
 }

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"path/filepath"
@@ -304,12 +305,75 @@ func TestDrainReportsWorkItCouldNotRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	defer cancel()
-	err = drain(ctx, pool, []request{{key: "k", kind: "true", id: "t1"}})
+	d := &drainer{read: func(ctx context.Context) ([]string, error) {
+		return openWork(ctx, pool, []request{{key: "k", kind: "true", id: "t1"}})
+	}, period: 1500 * time.Millisecond, stall: 500 * time.Millisecond, poll: 100 * time.Millisecond}
+	err = d.run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "could not be read") {
 		t.Fatalf("drain = %v, want an error saying the work could not be read", err)
 	}
+}
+
+// shrinking is open work of which one item ends every step, from n items.
+func shrinking(n int, step time.Duration) func(context.Context) ([]string, error) {
+	start := time.Now()
+	return func(context.Context) ([]string, error) {
+		left := max(0, n-int(time.Since(start)/step))
+		open := make([]string, left)
+		for i := range open {
+			open[i] = fmt.Sprintf("t%d=running", i)
+		}
+		return open, nil
+	}
+}
+
+// A backlog that keeps ending past the drain period is waited for, up to
+// a second period; work that stops ending is reported once it has not
+// moved for the stall; so is a backlog that outlasts both periods.
+func TestDrainWaitsForABacklogThatKeepsEnding(t *testing.T) {
+	const period, stall, poll = time.Second, 500 * time.Millisecond, 10 * time.Millisecond
+	t.Run("backlog", func(t *testing.T) {
+		// Ten items, one ending every 120 ms: 1.2 s, past the period.
+		d := &drainer{read: shrinking(10, 120*time.Millisecond), period: period, stall: stall, poll: poll}
+		if err := d.run(context.Background()); err != nil {
+			t.Fatalf("drain = %v, want the backlog waited for", err)
+		}
+		if d.extendedFor <= 0 || d.extendedFor >= period {
+			t.Fatalf("extended for %s, want between 0 and %s", d.extendedFor, period)
+		}
+	})
+	t.Run("stuck", func(t *testing.T) {
+		// Three items end in the first 150 ms, then two never do.
+		read := shrinking(5, 50*time.Millisecond)
+		stuck := func(ctx context.Context) ([]string, error) {
+			open, err := read(ctx)
+			if len(open) < 2 {
+				open = []string{"t0=running", "t1=running"}
+			}
+			return open, err
+		}
+		d := &drainer{read: stuck, period: period, stall: stall, poll: poll}
+		start := time.Now()
+		err := d.run(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "still open after the drain period (1s): 2 ([t0=running t1=running])") {
+			t.Fatalf("drain = %v, want the two stuck items named", err)
+		}
+		// Their last end was long enough before the period's end.
+		if took := time.Since(start); took > period+stall {
+			t.Fatalf("the drain took %s with nothing ending since before its period ended", took)
+		}
+	})
+	t.Run("endless", func(t *testing.T) {
+		// One item ends every 100 ms of a thousand: never done.
+		d := &drainer{read: shrinking(1000, 100*time.Millisecond), period: period, stall: stall, poll: poll}
+		err := d.run(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "extended by") {
+			t.Fatalf("drain = %v, want it ended after a second period", err)
+		}
+		if d.extendedFor < period || d.extendedFor > period+stall {
+			t.Fatalf("extended for %s, want about %s", d.extendedFor, period)
+		}
+	})
 }
 
 // A process that ends on its own is recorded with its exit status, once;
