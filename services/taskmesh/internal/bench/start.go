@@ -3,9 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -77,7 +80,87 @@ func submitToStart(ctx context.Context, s *schedulerUnderTest, o TasksOptions) (
 		return startFigures{}, fmt.Errorf("submit → start: %d of %d submissions answered, %d of them not started within a minute",
 			len(tr.submitted), total, notStarted)
 	}
+	ids := make([]string, 0, len(tr.started))
+	for id := range tr.started {
+		ids = append(ids, id)
+	}
+	steps, err := startSteps(ctx, s, ids, tr.answered)
+	if err != nil {
+		return startFigures{}, fmt.Errorf("submit → start steps: %w", err)
+	}
+	fmt.Fprintln(o.Out, "submit → start steps:", steps)
 	return startFigures{p50: percentile(tr.lat, 50), p99: percentile(tr.lat, 99), achieved: achieved}, nil
+}
+
+// startSteps splits each task's submit → start at its events' decision
+// times (occurred_at; the scheduler and the quota service run in this
+// process, on one clock) and at the moment its claim answered the agent:
+// submitted → (admitted →) leased: the creation's commit, an admission
+// where the task waits in a queue, the claim's wake and decision; leased
+// → answered: the claim's commit and answer; answered → started: the
+// agent's StartTask up to its decision.
+func startSteps(ctx context.Context, s *schedulerUnderTest, ids []string, answered map[string]time.Time) (string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT aggregate_id, event_type, min(occurred_at) FROM events
+		WHERE aggregate_id = ANY($1) AND event_type IN ('TaskSubmitted', 'TaskAdmitted', 'TaskLeased', 'TaskStarted')
+		GROUP BY aggregate_id, event_type`, ids)
+	if err != nil {
+		return "", err
+	}
+	at := map[string]map[string]time.Time{}
+	var id, typ string
+	var occurred time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&id, &typ, &occurred}, func() error {
+		if at[id] == nil {
+			at[id] = map[string]time.Time{}
+		}
+		at[id][typ] = occurred
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	for id, a := range answered {
+		if at[id] != nil {
+			at[id]["answered"] = a
+		}
+	}
+	return lifecycleSteps(at, ids), nil
+}
+
+// lifecycleSteps gives the p50 and p99 of each step between the moments
+// at holds for each task (event types, and "answered"), in lifecycle
+// order; a task without a moment (no admission when it waits in no
+// queue) counts in the step that spans it.
+func lifecycleSteps(at map[string]map[string]time.Time, ids []string) string {
+	names := []string{"TaskSubmitted", "TaskAdmitted", "TaskLeased", "answered", "TaskStarted"}
+	steps := map[string][]time.Duration{}
+	var order []string
+	for _, id := range ids {
+		ev := at[id]
+		from := ""
+		for _, n := range names {
+			if ev[n].IsZero() {
+				continue // no admission: the task waits in no queue
+			}
+			if from != "" {
+				step := from + " → " + n
+				if steps[step] == nil {
+					order = append(order, step)
+				}
+				steps[step] = append(steps[step], ev[n].Sub(ev[from]))
+			}
+			from = n
+		}
+	}
+	// In the order of the lifecycle (a step's first task shows it).
+	slices.SortStableFunc(order, func(a, b string) int {
+		return slices.Index(names, strings.Split(a, " → ")[0]) - slices.Index(names, strings.Split(b, " → ")[0])
+	})
+	parts := make([]string, len(order))
+	for i, step := range order {
+		st := steps[step]
+		parts[i] = fmt.Sprintf("%s p50 %s p99 %s", step, ms(percentile(st, 50)), ms(percentile(st, 99)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // startTracker records the submissions, the starts, the completions and
@@ -86,6 +169,8 @@ type startTracker struct {
 	mu        sync.Mutex
 	submitted map[string]bool
 	started   map[string]bool
+	// answered is when each task's claim answered its agent.
+	answered  map[string]time.Time
 	completed int
 	lat       []time.Duration
 	failures  int
@@ -99,7 +184,7 @@ type startTracker struct {
 }
 
 func newStartTracker(tenant string) *startTracker {
-	return &startTracker{submitted: map[string]bool{}, started: map[string]bool{}, tenant: tenant}
+	return &startTracker{submitted: map[string]bool{}, started: map[string]bool{}, answered: map[string]time.Time{}, tenant: tenant}
 }
 
 func (t *startTracker) fail(what string, err error) {
@@ -194,8 +279,12 @@ func (t *startTracker) agent(ctx context.Context, s *schedulerUnderTest, id stri
 					from = c
 				}
 			}
+			now := time.Now()
 			t.mu.Lock()
-			t.claims = append(t.claims, time.Since(from))
+			t.claims = append(t.claims, now.Sub(from))
+			for _, task := range resp.GetTasks() {
+				t.answered[task.GetId()] = now
+			}
 			t.mu.Unlock()
 		}
 		for _, task := range resp.GetTasks() {

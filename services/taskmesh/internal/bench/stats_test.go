@@ -120,3 +120,23 @@ func TestTableAlignsWideCharacters(t *testing.T) {
 		t.Errorf("table =\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// Each step is measured between the moments a task has, in lifecycle
+// order; a task that waited in no queue has no admission, and its step
+// spans it.
+func TestLifecycleSteps(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := map[string]map[string]time.Time{
+		"queued": {"TaskSubmitted": t0, "TaskAdmitted": t0.Add(2 * time.Millisecond), "TaskLeased": t0.Add(5 * time.Millisecond),
+			"answered": t0.Add(9 * time.Millisecond), "TaskStarted": t0.Add(10 * time.Millisecond)},
+		"plain": {"TaskSubmitted": t0, "TaskLeased": t0.Add(3 * time.Millisecond), "answered": t0.Add(7 * time.Millisecond),
+			"TaskStarted": t0.Add(8 * time.Millisecond)},
+	}
+	got := lifecycleSteps(at, []string{"plain", "queued"})
+	want := "TaskSubmitted → TaskLeased p50 3.0 ms p99 3.0 ms; TaskSubmitted → TaskAdmitted p50 2.0 ms p99 2.0 ms; " +
+		"TaskAdmitted → TaskLeased p50 3.0 ms p99 3.0 ms; TaskLeased → answered p50 4.0 ms p99 4.0 ms; " +
+		"answered → TaskStarted p50 1.0 ms p99 1.0 ms"
+	if got != want {
+		t.Fatalf("steps:\n got %s\nwant %s", got, want)
+	}
+}
