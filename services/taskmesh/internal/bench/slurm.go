@@ -122,8 +122,8 @@ func Slurm(ctx context.Context, o SlurmOptions) (*SlurmResult, error) {
 		rates, overheads = append(rates, r.TasksPerSecond), append(overheads, r.Overhead)
 		stateOverheads = append(stateOverheads, r.StateOverhead)
 		rows = append(rows, []string{fmt.Sprint(run), ms(r.SbatchP50), ms(r.ToSlurmP50), ms(r.SlurmToTaskmeshP50), ms(r.ToTaskmeshP50),
-			fmt.Sprintf("%.2f", r.StateOverhead), ms(r.SbatchScriptP50), ms(r.TaskmeshScriptP50), ms(r.TaskmeshScriptP99),
-			fmt.Sprintf("%.2f", r.Overhead), fmt.Sprintf("%.1f", r.TasksPerSecond)})
+			ratio(r.StateOverhead), ms(r.SbatchScriptP50), ms(r.TaskmeshScriptP50), ms(r.TaskmeshScriptP99),
+			ratio(r.Overhead), fmt.Sprintf("%.1f", r.TasksPerSecond)})
 	}
 	starts := "starts signalled by the placeholders, job listing every " + orDefault(o.Poll, "1s")
 	if o.NoStartSignal {

@@ -97,9 +97,10 @@ func durations(ds []time.Duration) sample {
 	return s
 }
 
-// Units for sample.format.
+// Units for sample.format. A ratio has three decimals: with two, a
+// median of 0.897 printed as 0.90 beside its target ">= 0.9" and a FAIL.
 func perSecond(x float64) string { return fmt.Sprintf("%.0f", x) }
-func ratio(x float64) string     { return fmt.Sprintf("%.2f", x) }
+func ratio(x float64) string     { return fmt.Sprintf("%.3f", x) }
 func millis(ns float64) string   { return ms(time.Duration(ns)) }
 func seconds(ns float64) string  { return fmt.Sprintf("%.1f s", time.Duration(ns).Seconds()) }
 func micros(ns float64) string   { return fmt.Sprintf("%d µs", time.Duration(ns).Microseconds()) }

@@ -79,7 +79,9 @@ func TestSampleMedianAndSpread(t *testing.T) {
 		{"none", nil, perSecond, 0, 0, 0, "0 (0–0)"},
 		{"one run", sample{5000}, perSecond, 5000, 5000, 5000, "5000 (5000–5000)"},
 		{"three runs", sample{5230, 4980, 5123}, perSecond, 5123, 4980, 5230, "5123 (4980–5230)"},
-		{"ratios", sample{0.5, 0.55, 0.52, 0.48}, ratio, 0.51, 0.48, 0.55, "0.51 (0.48–0.55)"},
+		{"ratios", sample{0.5, 0.55, 0.52, 0.48}, ratio, 0.51, 0.48, 0.55, "0.510 (0.480–0.550)"},
+		// Two decimals would print 0.90 beside the target 0.9 it misses.
+		{"a ratio just under its target", sample{0.897, 0.94, 0.85}, ratio, 0.897, 0.85, 0.94, "0.897 (0.850–0.940)"},
 		{"durations", durations([]time.Duration{12 * time.Millisecond, 9500 * time.Microsecond, 30 * time.Millisecond}),
 			millis, float64(12 * time.Millisecond), float64(9500 * time.Microsecond), float64(30 * time.Millisecond),
 			"12.0 ms (9.5 ms–30.0 ms)"},
