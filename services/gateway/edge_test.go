@@ -323,3 +323,26 @@ func TestRESTReadsJSONUnderDefaultContentTypes(t *testing.T) {
 		})
 	}
 }
+
+// Malformed JSON under curl -d's default type is answered as malformed
+// JSON under application/json is: 400 in the route's envelope (30005 on
+// the task API, InvalidParameter on the video API), not 415, and nothing
+// reaches the scheduler.
+func TestRESTMalformedJSONUnderDefaultContentTypeIs400(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ path, body, code string }{
+		{"/api/v1/tasks", `{"name":"train",`, "30005"},
+		{"/v1/video/generations", `{"model":`, `"InvalidParameter"`},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			e.fake.Reset()
+			r := e.doRaw(t, "POST", tc.path, e.userSecret, tc.body, "application/x-www-form-urlencoded")
+			if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), `"code":`+tc.code) {
+				t.Fatalf("POST %s with malformed JSON as a form: %d %s, want 400 with code %s", tc.path, r.status, r.body, tc.code)
+			}
+			if calls := e.fake.Calls(); len(calls) != 0 {
+				t.Errorf("the scheduler got %v, want nothing", calls)
+			}
+		})
+	}
+}

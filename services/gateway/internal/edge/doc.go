@@ -15,7 +15,8 @@
 //   - a body whose Content-Type is not JSON on a JSON route is 415,
 //     except that a JSON text under a client's default type for an
 //     unlabelled body (curl -d's form type, fetch's text/plain) is read
-//     as JSON.
+//     as JSON, as is a body there that opens as JSON does but is
+//     malformed (the route's decoder then answers it with 400).
 //
 // Over gRPC the front door decodes each request message with its
 // method's type and refuses invalid UTF-8 and NUL in any string field with

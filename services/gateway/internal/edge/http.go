@@ -138,10 +138,12 @@ func checkBody(o Options, r *http.Request) *httperr.Problem {
 		return nil
 	}
 	if kind == defaultType {
-		if !json.Valid(body) {
+		if !json.Valid(body) && !looksLikeJSON(body) {
 			return notJSON(ct)
 		}
-		// What follows decodes by the Content-Type; the body is JSON.
+		// What follows decodes by the Content-Type; the body is JSON, or
+		// meant to be, and a malformed one gets the route's own answer for
+		// malformed JSON (400), as it would under application/json.
 		r.Header.Set("Content-Type", "application/json")
 	}
 	if msg := badJSONText(body); msg != "" {
@@ -166,8 +168,8 @@ const (
 	jsonType bodyType = iota
 	// defaultType: a type clients put on a body they did not label
 	// (curl -d sends application/x-www-form-urlencoded, fetch with a
-	// string body text/plain). The body is taken as JSON if it is JSON,
-	// else refused as not JSON. No credential rides on such a request by
+	// string body text/plain). The body is taken as JSON if it is JSON
+	// or opens as JSON does, else refused as not JSON. No credential rides on such a request by
 	// itself (every route authenticates by a header a page cannot set
 	// without a CORS preflight), so accepting these types opens no
 	// cross-site path.
@@ -195,6 +197,14 @@ func notJSON(ct string) *httperr.Problem {
 	p := httperr.New(http.StatusUnsupportedMediaType, httperr.CodeUnsupportedMediaType,
 		fmt.Sprintf("Content-Type %q is not JSON: send application/json", ct))
 	return &p
+}
+
+// looksLikeJSON reports whether a body opens as a JSON object or array
+// does: a client sending curl -d '{"name":' meant JSON and is told what
+// is wrong with it, while a form (name=t&command=true) is not JSON at all.
+func looksLikeJSON(b []byte) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && (b[0] == '{' || b[0] == '[')
 }
 
 // badJSONText finds invalid UTF-8 and NUL in a JSON text without decoding

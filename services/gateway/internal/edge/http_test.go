@@ -34,6 +34,8 @@ func TestMiddleware(t *testing.T) {
 		{name: "empty body, any type", method: "POST", target: "/api/v1/tasks/t/cancel", contentType: "text/plain"},
 		{name: "curl -d's default type with JSON", method: "POST", target: "/api/v1/tasks", contentType: "application/x-www-form-urlencoded", body: `{"name":"t"}`, wantType: "application/json"},
 		{name: "fetch's default type with JSON", method: "POST", target: "/api/v1/tasks", contentType: "text/plain;charset=UTF-8", body: `[1]`, wantType: "application/json"},
+		{name: "curl -d's default type with malformed JSON is the decoder's", method: "POST", target: "/api/v1/tasks", contentType: "application/x-www-form-urlencoded", body: ` {"name":`, wantType: "application/json"},
+		{name: "fetch's default type with a malformed array is the decoder's", method: "POST", target: "/api/v1/tasks", contentType: "text/plain", body: `[1,`, wantType: "application/json"},
 		{name: "128-character id", method: "GET", target: "/api/v1/tasks/" + strings.Repeat("a", 128)},
 
 		{name: "NUL escape", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":"a\u0000b"}`, wantStatus: 400, wantCode: 30005.0},
@@ -43,7 +45,7 @@ func TestMiddleware(t *testing.T) {
 		{name: "lone high surrogate", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":"\ud83d"}`, wantStatus: 400, wantCode: 30005.0},
 		{name: "lone low surrogate", method: "POST", target: "/api/v1/tasks", contentType: "application/json", body: `{"name":"\ude00x"}`, wantStatus: 400, wantCode: 30005.0},
 		{name: "text/plain, not JSON", method: "POST", target: "/api/v1/tasks", contentType: "text/plain", body: `name=t`, wantStatus: 415, wantCode: 415.0},
-		{name: "form, malformed JSON", method: "POST", target: "/api/v1/tasks", contentType: "application/x-www-form-urlencoded", body: `{"name":`, wantStatus: 415, wantCode: 415.0},
+		{name: "form, not JSON-shaped", method: "POST", target: "/api/v1/tasks", contentType: "application/x-www-form-urlencoded", body: `not json`, wantStatus: 415, wantCode: 415.0},
 		{name: "XML", method: "POST", target: "/api/v1/tasks", contentType: "application/xml", body: `{}`, wantStatus: 415, wantCode: 415.0},
 		{name: "multipart on a JSON route", method: "POST", target: "/api/v1/tasks", contentType: "multipart/form-data; boundary=x", body: `{}`, wantStatus: 415, wantCode: 415.0},
 		{name: "unparsable type", method: "POST", target: "/api/v1/tasks", contentType: "json;;", body: `{}`, wantStatus: 415, wantCode: 415.0},
