@@ -387,3 +387,36 @@ func TestRESTListTasksReadsDateBounds(t *testing.T) {
 		}
 	}
 }
+
+// A create body may be the task as the API shows it: the server's own
+// fields (status, retry_count, the attempt, the timestamps, the outcome)
+// are left out before the spec is read, in the flat form and in the task
+// file's form alike. A key of neither a Task nor a TaskSpec is still
+// 30005 and creates nothing.
+func TestRESTCreateLeavesOutTheServersFields(t *testing.T) {
+	e := newEnv(t)
+	e.fake.Respond("CreateTask", &taskv1.CreateTaskResponse{Task: &taskv1.Task{Id: "task-9", Name: "train", Status: "pending"}, TaskIds: []string{"task-9"}})
+	asRead := `"name":"train","command":"python","args":["train.py"],"priority":3,"max_retries":2,"retry_count":0,"retry_delay":60,` +
+		`"status":"pending","exit_code":null,"stdout":"","stderr":"","error":null,"created_at":"2026-02-05T12:00:00Z",` +
+		`"assigned_at":null,"started_at":null,"ended_at":null,"assigned_agent_id":"","lease_expires_at":null,"attempt_id":""`
+	for _, body := range []string{"{" + asRead + "}", `{"task":{` + asRead + `}}`} {
+		e.fake.Reset()
+		r := e.do(t, "POST", "/api/v1/tasks", e.userSecret, body)
+		if r.status != 200 {
+			t.Fatalf("create with the server's fields: %d %s", r.status, r.body)
+		}
+		c, _ := e.fake.LastCall()
+		spec := c.Request.(*taskv1.CreateTaskRequest).GetSpec()
+		if spec.GetName() != "train" || spec.GetPriority() != 3 || spec.GetMaxRetries() != 2 || spec.GetRetryDelay() != 60 {
+			t.Errorf("scheduler got %v, want the body's spec", spec)
+		}
+	}
+	e.fake.Reset()
+	r := e.do(t, "POST", "/api/v1/tasks", e.userSecret, `{"name":"t","command":"python","retry_count":0,"colour":"red"}`)
+	if r.status != 400 || r.json(t)["code"] != float64(30005) || !strings.Contains(string(r.body), "colour") {
+		t.Errorf("an unknown key beside the server's fields: %d %s, want 30005 naming it", r.status, r.body)
+	}
+	if calls := e.fake.Calls(); len(calls) != 0 {
+		t.Errorf("the scheduler got %v, want nothing", calls)
+	}
+}

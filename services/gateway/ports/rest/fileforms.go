@@ -53,6 +53,13 @@ func unwrapFileForms(next http.Handler) http.Handler {
 			if inner, ok := wrapped(body, key); ok {
 				body = inner
 			}
+			if key == "task" {
+				// A task's body may be the task as the API shows it, the
+				// server's own fields included (a task read back, or written
+				// with every field of the task's model): those are left out,
+				// as an update leaves them out.
+				body = withoutTaskReadOnly(body)
+			}
 		}
 		edge.SetBody(r, body)
 		next.ServeHTTP(w, r)
