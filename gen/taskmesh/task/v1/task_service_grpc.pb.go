@@ -50,7 +50,8 @@ type TaskServiceClient interface {
 	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*GetTaskResponse, error)
 	// UpdateTask changes a pending task's spec; other states are TASK_IMMUTABLE.
 	UpdateTask(ctx context.Context, in *UpdateTaskRequest, opts ...grpc.CallOption) (*UpdateTaskResponse, error)
-	// DeleteTask removes a task that is not assigned or running.
+	// DeleteTask removes a task; an assigned or running one is cancelled first,
+	// in the same change, and its attempt told to stop.
 	DeleteTask(ctx context.Context, in *DeleteTaskRequest, opts ...grpc.CallOption) (*DeleteTaskResponse, error)
 	// CancelTask cancels a task in any non-final state; a running process is
 	// stopped with SIGTERM, then SIGKILL after the grace period.
@@ -215,7 +216,8 @@ type TaskServiceServer interface {
 	GetTask(context.Context, *GetTaskRequest) (*GetTaskResponse, error)
 	// UpdateTask changes a pending task's spec; other states are TASK_IMMUTABLE.
 	UpdateTask(context.Context, *UpdateTaskRequest) (*UpdateTaskResponse, error)
-	// DeleteTask removes a task that is not assigned or running.
+	// DeleteTask removes a task; an assigned or running one is cancelled first,
+	// in the same change, and its attempt told to stop.
 	DeleteTask(context.Context, *DeleteTaskRequest) (*DeleteTaskResponse, error)
 	// CancelTask cancels a task in any non-final state; a running process is
 	// stopped with SIGTERM, then SIGKILL after the grace period.

@@ -133,8 +133,6 @@ func TestRetryTaskOfAGroupMember(t *testing.T) {
 
 func TestDeleteTask(t *testing.T) {
 	h := newHarness(t)
-	x := h.running("a1", "m1", spec("a"))
-	wantErr(t, "delete of a running task", second(h.app.DeleteTask(h.ctx, user("t1"), x.ID)), domain.ErrImmutable)
 	y := h.create(user("t1"), spec("b"))
 	wantErr(t, "delete of another tenant's task", second(h.app.DeleteTask(h.ctx, user("t2"), y.ID)), domain.ErrNotFound)
 	if _, err := h.app.DeleteTask(h.ctx, user("t1"), y.ID); err != nil {
@@ -143,6 +141,36 @@ func TestDeleteTask(t *testing.T) {
 	_, err := h.app.GetTask(h.ctx, user("t1"), y.ID)
 	wantErr(t, "get of a deleted task", err, domain.ErrNotFound)
 	wantErr(t, "delete again", second(h.app.DeleteTask(h.ctx, user("t1"), y.ID)), domain.ErrNotFound)
+}
+
+// Deleting a leased task cancels it in the same decision: its attempt is
+// told to stop at the next heartbeat, its late outcome changes nothing,
+// and the task is gone from reads.
+func TestDeleteLeasedTask(t *testing.T) {
+	h := newHarness(t)
+	running := h.running("a1", "m1", spec("running"))
+	assigned := h.claimOne("a1", "m1", h.create(user("t1"), spec("assigned")).ID)
+	for _, x := range []domain.Task{running, assigned} {
+		if _, err := h.app.DeleteTask(h.ctx, user("t1"), x.ID); err != nil {
+			t.Fatalf("delete of a %s task: %v", x.Status, err)
+		}
+		_, err := h.app.GetTask(h.ctx, user("t1"), x.ID)
+		wantErr(t, "get of a deleted "+string(x.Status)+" task", err, domain.ErrNotFound)
+		stored := h.get(x.ID)
+		if !stored.Deleted || stored.Status != domain.StatusCancelled || stored.Error != "cancelled: deleted" {
+			t.Errorf("a deleted %s task is stored %s (deleted %v, error %q), want a cancelled tombstone", x.Status, stored.Status, stored.Deleted, stored.Error)
+		}
+	}
+	stops, err := h.app.SendHeartbeat(h.ctx, agent("a1"), app.Heartbeat{AgentID: "a1", MachineID: "m1", AttemptIDs: []string{running.AttemptID, assigned.AttemptID}})
+	if err != nil || len(stops) != 2 || stops[0].Reason != "deleted" || stops[0].TaskID != running.ID || stops[1].TaskID != assigned.ID {
+		t.Errorf("stops after deleting = %+v, %v", stops, err)
+	}
+	if _, err := h.app.CompleteTask(h.ctx, agent("a1"), running.ID, app.Completion{AgentID: "a1", AttemptID: running.AttemptID, ExitCode: 0}); err == nil {
+		t.Error("the deleted task's attempt completed it")
+	}
+	if got := h.get(running.ID); got.Status != domain.StatusCancelled {
+		t.Errorf("after its attempt's late outcome the task is %s, want it left cancelled", got.Status)
+	}
 }
 
 func TestUpdateTask(t *testing.T) {

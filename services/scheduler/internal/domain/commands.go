@@ -71,15 +71,19 @@ func (t Task) Update(now time.Time, actor string, spec Spec, clusterQueue string
 		HeldForDependencies: holdsForDependencies(spec, clusterQueue)}), nil
 }
 
-// Delete removes a task that no attempt holds.
+// Delete removes a task. A leased one (assigned or running) is cancelled
+// in the same decision, as the video API's DELETE cancels a running
+// generation: its attempt is told to stop at its agent's next heartbeat
+// (MustStop: deleted), its lease and admission end, its dependents are
+// cancelled, and the attempt's late calls meet the tombstone. A task
+// already removed is not found (the store's reads), so a repeated delete
+// is 30004.
 func (t Task) Delete(now time.Time, actor string) ([]Record, error) {
+	var out []Record
 	if t.Status.Leased() {
-		// Deleting is for tasks nothing runs: a leased one is cancelled
-		// first, so its attempt is told to stop and ends before the task
-		// disappears from reads.
-		return nil, fmt.Errorf("%w: cancel the %s task before deleting it", ErrImmutable, t.Status)
+		out = recordOf(now, actor, Canceled{Reason: "deleted", AttemptID: t.AttemptID})
 	}
-	return recordOf(now, actor, Deleted{}), nil
+	return append(out, Record{At: now, Actor: actor, Event: Deleted{}}), nil
 }
 
 // Cancel stops a task that is not final; an active attempt is told to stop.

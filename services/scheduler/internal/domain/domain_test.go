@@ -456,8 +456,12 @@ func TestCancelPreemptSuspendDelete(t *testing.T) {
 	if _, _, err := c.Complete(t0, "agent-1", "att-1", Outcome{}); !errors.Is(err, ErrImmutable) {
 		t.Fatalf("complete after cancel: %v", err)
 	}
-	if _, err := task.Delete(t0, "user"); !errors.Is(err, ErrImmutable) {
-		t.Fatalf("delete while assigned: %v", err)
+	// Deleting a leased task cancels it in the same decision.
+	recs, err = task.Delete(t0, "user")
+	if d := run(t, task, recs, err); !d.Deleted || d.Status != StatusCancelled || d.Error != "cancelled: deleted" {
+		t.Fatalf("delete while assigned: %s, deleted %v, error %q", d.Status, d.Deleted, d.Error)
+	} else if stop, why := d.MustStop("att-1"); !stop || why != "deleted" {
+		t.Fatalf("must stop after delete = %v %s", stop, why)
 	}
 	recs, err = c.Delete(t0, "user")
 	if c = run(t, c, recs, err); !c.Deleted {

@@ -14,7 +14,7 @@ import (
 func (a *app) deleteCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "delete ID",
-		Short: "Delete a task that is not assigned or running",
+		Short: "Delete a task (an assigned or running one is cancelled first)",
 		Args:  idArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.taskCall(cmd, func(ctx context.Context, c *conn) (proto.Message, func(io.Writer) error, error) {

@@ -376,20 +376,24 @@ func (c *contract) deleteGroup(t *testing.T) {
 			t.Fatalf("task of %s not deleted", k)
 		}
 	}
-	// A member task an attempt holds cannot be deleted: nothing is stored.
+	// A member task an attempt still holds is cancelled as it is deleted,
+	// as a task's own delete cancels it (its attempt is told to stop).
 	other, _ := c.dag("tenant-a", "", T0)
 	x := other.Members["a"].TaskID
 	c.s.Move(t, x, task.StatusRunning, T0.Add(time.Second))
 	_, _, err = c.s.Groups.Mutate(c.ctx, "tenant-a", other.Group.ID, oapp.All,
 		func(s orch.State, _ map[string]orch.Facts) (orch.State, orch.Decision, error) {
-			s.Group.Status = orch.StatusFailed // as if it had ended; the leased task still refuses
+			s.Group.Status = orch.StatusFailed // as if it had ended with its member still running
 			return s.Delete(T0.Add(3*time.Second), "u")
 		})
-	if !errors.Is(err, task.ErrImmutable) {
+	if err != nil {
 		t.Fatalf("delete with a running member: %v", err)
 	}
-	if tk, _ := c.s.Task(t, other.Members["b"].TaskID); tk.Deleted {
-		t.Fatal("a refused delete deleted a task")
+	if tk, _ := c.s.Task(t, x); !tk.Deleted || tk.Status != task.StatusCancelled {
+		t.Fatalf("the running member after its group's delete: %s, deleted %v; want a cancelled tombstone", tk.Status, tk.Deleted)
+	}
+	if tk, _ := c.s.Task(t, other.Members["b"].TaskID); !tk.Deleted {
+		t.Fatal("the group's other member was not deleted")
 	}
 }
 
