@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -50,7 +53,7 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 	}
 	now := a.now()
 	t := journal.Task{
-		ID: uuid.NewString(), AttemptID: uuid.NewString(), Name: spec.GetName(), Type: typ,
+		ID: cmp.Or(spec.GetId(), uuid.NewString()), AttemptID: uuid.NewString(), Name: spec.GetName(), Type: typ,
 		Origin: journal.OriginLocal, Command: command, Args: args,
 		Workdir: spec.GetWorkdir(), Env: spec.GetEnv(),
 		Timeout: 3600, Priority: 5,
@@ -75,6 +78,25 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 	// accepted (pending), not whatever state the loop has moved it to since
 	// (it may be awake already, for an earlier task or its start).
 	a.localAccept.Lock()
+	if spec.GetId() != "" {
+		// The client's own id names the task, as a task file's id names
+		// the server's: while a task of that id waits or runs, creating it
+		// again answers that task; once it ended, the same id runs it
+		// again, as a new attempt the id reads from then on.
+		prev, err := a.journal.Latest(journalCtx, t.ID)
+		switch {
+		case errors.Is(err, journal.ErrNotFound):
+		case err != nil:
+			a.localAccept.Unlock()
+			return journal.Task{}, rpcerr.New(rpcerr.Internal, err.Error())
+		case prev.Origin != journal.OriginLocal:
+			a.localAccept.Unlock()
+			return journal.Task{}, rpcerr.New(rpcerr.InvalidArgument, fmt.Sprintf("id: %q is a server task's on this agent", t.ID))
+		case !journal.Final(prev.Status):
+			a.localAccept.Unlock()
+			return prev, nil
+		}
+	}
 	if _, err := a.journal.Insert(journalCtx, t); err != nil {
 		a.localAccept.Unlock()
 		return journal.Task{}, rpcerr.New(rpcerr.Internal, err.Error())
@@ -85,10 +107,17 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 	return accepted, err
 }
 
+// MaxLocalIDChars is the longest id a client may give a local task, the
+// task API's cap on every id.
+const MaxLocalIDChars = 128
+
 // validateSpec checks what the task API's validation would (task.proto).
 func validateSpec(s *taskv1.TaskSpec) error {
-	if s.GetId() != "" {
-		return errors.New("id: a local task's id is the agent's; leave it out")
+	switch id := s.GetId(); {
+	case utf8.RuneCountInString(id) > MaxLocalIDChars:
+		return fmt.Errorf("id is longer than %d characters", MaxLocalIDChars)
+	case id == "." || id == ".." || strings.Contains(id, "/"):
+		return fmt.Errorf("id %q cannot name a task in a route: no \"/\", and not \".\" or \"..\"", id)
 	}
 	switch n := len([]rune(s.GetName())); {
 	case n == 0:

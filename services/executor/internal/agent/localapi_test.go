@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
+	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
 )
 
 type apiClient struct {
@@ -150,7 +151,11 @@ func TestLocalAPI(t *testing.T) {
 		{"missing name", "POST", "/api/v1/tasks", `{"command":"echo"}`, 400, 30005, "name is required"},
 		{"bad type", "POST", "/api/v1/tasks", `{"name":"x","type":"docker","command":"echo"}`, 400, 30005, "type"},
 		{"missing command", "POST", "/api/v1/tasks", `{"name":"x","type":"shell"}`, 400, 30005, "command is required"},
-		{"an id", "POST", "/api/v1/tasks", `{"id":"mine","name":"x","command":"echo"}`, 400, 30005, "id: a local task's id is the agent's"},
+		{"an id with a slash", "POST", "/api/v1/tasks", `{"id":"a/b","name":"x","command":"echo"}`, 400, 30005, `id "a/b" cannot name a task in a route`},
+		{"an id of dots", "POST", "/api/v1/tasks", `{"id":"..","name":"x","command":"echo"}`, 400, 30005, "cannot name a task in a route"},
+		{"a long id", "POST", "/api/v1/tasks", `{"id":"` + strings.Repeat("é", 129) + `","name":"x","command":"echo"}`, 400, 30005, "id is longer than 128 characters"},
+		{"a key of neither a task nor a spec", "POST", "/api/v1/tasks", `{"name":"x","command":"echo","status":"pending","colour":"red"}`, 400, 30005, "colour"},
+		{"a body too large", "POST", "/api/v1/tasks", `{"name":"` + strings.Repeat("x", localapi.MaxCreateBody) + `"}`, 413, 30005, "request body too large"},
 		{"blocked pattern", "POST", "/api/v1/tasks", `{"name":"x","command":"sh","args":["-c","rm -rf /"]}`, 400, 30005, `blocked pattern "rm -rf /"`},
 		{"bad json", "POST", "/api/v1/tasks", `{"name":`, 400, 30005, ""},
 		{"shell syntax", "POST", "/api/v1/tasks", `{"name":"x","command":"echo a | wc -l"}`, 400, 30005, "command: '|' at character 8 is shell syntax"},
@@ -229,5 +234,48 @@ func TestLocalViewOfAServerTaskShowsItsRetrySettings(t *testing.T) {
 	rows, err := h.agent.journal.WithStatus(context.Background(), journal.StatusPending)
 	if err != nil || len(rows) != 0 {
 		t.Errorf("pending rows after the failure = %v, %v; the agent retried a server task", rows, err)
+	}
+}
+
+// A local task may carry the client's own id, as the design's local queue
+// names its tasks (task-cleanup-002): the id names the task; creating it
+// again while it waits or runs answers that task, and once it ended runs
+// it again as a new attempt. A create body may be a row as the journal
+// shows it: the agent's own fields are left out. A server task's id is
+// refused.
+func TestLocalAPIClientIDs(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.LocalAPIAddr = "127.0.0.1:0" })
+	serverID := h.fake.Add(shell("echo", "from the server"))[0]
+	h.start()
+	api := apiClient{t: t, base: "http://" + h.agent.LocalAPIAddr()}
+	api.waitStatus(serverID, "completed")
+
+	row := `{"id":"task-cleanup-002","name":"cleanup-workdir","type":"shell","command":"sleep","args":["1"],"env":{},"timeout":600,"priority":5,
+		"status":"pending","attempt_id":"","assigned_agent_id":"","assigned_at":null,"lease_expires_at":null,"started_at":null,
+		"last_heartbeat_at":null,"exit_code":null,"error":null}`
+	code, first := api.do("POST", "/api/v1/tasks", row)
+	if code != 200 || first["id"] != "task-cleanup-002" || first["name"] != "cleanup-workdir" || first["origin"] != "local" {
+		t.Fatalf("create with the client's id = %d %v", code, first)
+	}
+	// A pending attempt shows no attempt id yet; an attempt is known by
+	// when it was received.
+	code, again := api.do("POST", "/api/v1/tasks", row)
+	if code != 200 || again["received_at"] != first["received_at"] {
+		t.Errorf("create again while it waits or runs = %d %v, want the attempt received at %v", code, again, first["received_at"])
+	}
+	ran := api.waitStatus("task-cleanup-002", "completed")
+	code, rerun := api.do("POST", "/api/v1/tasks", row)
+	if code != 200 || rerun["id"] != "task-cleanup-002" || rerun["received_at"] == first["received_at"] || rerun["status"] != "pending" {
+		t.Errorf("create again once it ended = %d %v, want a new attempt of the task", code, rerun)
+	}
+	if _, got := api.do("GET", "/api/v1/tasks/task-cleanup-002", ""); got["received_at"] != rerun["received_at"] || got["attempt_id"] == ran["attempt_id"] {
+		t.Errorf("the id reads %v, want the newest attempt", got)
+	}
+	code, body := api.do("POST", "/api/v1/tasks", `{"id":"`+serverID+`","name":"x","command":"echo"}`)
+	if code != 400 || body["code"] != float64(30005) || !strings.Contains(body["message"].(string), "server task") {
+		t.Errorf("a server task's id = %d %v, want 30005", code, body)
+	}
+	if _, got := api.do("GET", "/api/v1/tasks/"+serverID, ""); got["origin"] != "server" || got["status"] != "completed" {
+		t.Errorf("the server task after the refused create: %v", got)
 	}
 }

@@ -10,10 +10,12 @@
 package localapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -25,6 +27,7 @@ import (
 	agentv1 "github.com/taskmesh/taskmesh/gen/taskmesh/agent/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/domain/textcut"
+	"github.com/taskmesh/taskmesh/platform/readonlykeys"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
@@ -205,7 +208,42 @@ func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer) http.Hand
 	)
 	// RegisterAgentLocalServiceHandlerServer only fails for a nil mux.
 	_ = agentv1.RegisterAgentLocalServiceHandlerServer(ctx, mux, srv)
-	return refuseBrowsers(mux)
+	return refuseBrowsers(withoutLocalReadOnly(mux))
+}
+
+// MaxCreateBody is the largest create body the local API reads: a spec's
+// command, args and env are far smaller under the agent's policy.
+const MaxCreateBody = 4 << 20
+
+// localReadOnly are the keys of a LocalTask, as the API answers it, that
+// a spec does not have (status, attempt_id, the timestamps, exit_code, …).
+var localReadOnly = readonlykeys.Between((&agentv1.LocalTask{}).ProtoReflect().Descriptor(), (&taskv1.TaskSpec{}).ProtoReflect().Descriptor())
+
+// withoutLocalReadOnly lets a create body be a task as the journal shows
+// it (a row of the design's local queue): the agent's own fields are left
+// out before the spec is read. A key of neither message is still refused
+// as unknown (30005).
+func withoutLocalReadOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/api/v1/tasks" || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxCreateBody))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				writeEnvelope(w, http.StatusRequestEntityTooLarge, envelope{Code: rpcerr.InvalidArgument,
+					Message: fmt.Sprintf("request body too large: at most %d bytes", MaxCreateBody)})
+				return
+			}
+			writeEnvelope(w, http.StatusBadRequest, envelope{Code: rpcerr.InvalidArgument, Message: "request body could not be read"})
+			return
+		}
+		body, _ = readonlykeys.Drop(body, localReadOnly)
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		next.ServeHTTP(w, r)
+	})
 }
 
 // refuseBrowsers answers 403 to what a web page could send. The API has

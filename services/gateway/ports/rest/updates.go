@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/readonlykeys"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 )
 
@@ -114,82 +115,21 @@ func fillUpdateMask(r *http.Request, u updateRoute, body []byte) {
 	r.URL.RawQuery = q.Encode()
 }
 
-// keyTree names JSON keys of an object: a nil subtree drops the key, a
-// non-nil one drops keys inside the object the key holds.
-type keyTree map[string]keyTree
-
 // taskReadOnly are the keys of a Task, as every answer shows it, that a
 // TaskSpec does not have: what only the server sets (status, retry_count,
 // the attempt, the timestamps, …), and inside checkpoint all but enabled.
-// An update (PUT /api/v1/tasks/{id}) leaves them out, so a client may send
-// back the task it read with the fields it changed, as it may a template;
-// a key of neither message is still an unknown field (30005).
-var taskReadOnly = readOnlyKeys((&taskv1.Task{}).ProtoReflect().Descriptor(), (&taskv1.TaskSpec{}).ProtoReflect().Descriptor())
+// A create or an update (POST /api/v1/tasks, PUT /api/v1/tasks/{id})
+// leaves them out, so a client may send back the task it read with the
+// fields it changed, as it may a template; a key of neither message is
+// still an unknown field (30005).
+var taskReadOnly = readonlykeys.Between((&taskv1.Task{}).ProtoReflect().Descriptor(), (&taskv1.TaskSpec{}).ProtoReflect().Descriptor())
 
-func readOnlyKeys(shown, accepted protoreflect.MessageDescriptor) keyTree {
-	t := keyTree{}
-	fields := shown.Fields()
-	for i := range fields.Len() {
-		f := fields.Get(i)
-		var sub keyTree
-		a := accepted.Fields().ByName(f.Name())
-		switch {
-		case a == nil:
-		case f.Message() != nil && a.Message() != nil && !f.IsMap() && !a.IsMap() && f.IsList() == a.IsList() &&
-			f.Message().FullName() != a.Message().FullName():
-			if sub = readOnlyKeys(f.Message(), a.Message()); len(sub) == 0 {
-				continue
-			}
-		default:
-			continue
-		}
-		// protojson reads a field by its proto name and its JSON name alike.
-		t[string(f.Name())], t[f.JSONName()] = sub, sub
-	}
-	return t
-}
-
-// withoutTaskReadOnly returns body, a task update's JSON object, without
+// withoutTaskReadOnly returns body, a task's JSON object, without
 // taskReadOnly's keys. Anything that is not a JSON object goes on as it is
 // (the route then reports it).
 func withoutTaskReadOnly(body []byte) []byte {
-	out, changed := drop(body, taskReadOnly)
-	if !changed {
-		return body
-	}
+	out, _ := readonlykeys.Drop(body, taskReadOnly)
 	return out
-}
-
-func drop(obj []byte, keys keyTree) ([]byte, bool) {
-	if t := bytes.TrimLeft(obj, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return obj, false
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(obj, &m) != nil {
-		return obj, false
-	}
-	changed := false
-	for k, v := range m {
-		sub, ok := keys[k]
-		switch {
-		case !ok:
-		case sub == nil:
-			delete(m, k)
-			changed = true
-		default:
-			if inner, ch := drop(v, sub); ch {
-				m[k], changed = inner, true
-			}
-		}
-	}
-	if !changed {
-		return obj, false
-	}
-	out, err := json.Marshal(m)
-	if err != nil {
-		return obj, false
-	}
-	return out, true
 }
 
 // clearableKeys are the TaskSpec lists and maps a task update clears when
