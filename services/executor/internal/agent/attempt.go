@@ -43,10 +43,11 @@ func (at *attempt) requestStop(r stopRequest) {
 	}
 }
 
-// Agent-side stop reasons. The server's (cancelled, preempted, suspended, lease_lost)
-// are used as given.
+// Agent-side stop reasons. The server's (cancelled, preempted, suspended,
+// deleted, lease_lost) are used as given.
 const (
 	reasonCancelled    = "cancelled"
+	reasonDeleted      = "deleted"
 	reasonPreempted    = "preempted"
 	reasonSuspended    = "suspended"
 	reasonLeaseLost    = "lease_lost"
@@ -62,6 +63,10 @@ func (a *Agent) stopOutcome(t journal.Task, reason, detail string) (status, errT
 	switch reason {
 	case reasonCancelled:
 		status, errText, serverDecided = journal.StatusCancelled, "cancelled by the server", true
+	case reasonDeleted:
+		// The server cancelled the task as it deleted it (or its retention
+		// ended): the attempt ends cancelled, as for a cancel.
+		status, errText, serverDecided = journal.StatusCancelled, "deleted on the server", true
 	case reasonPreempted:
 		status, errText, serverDecided = journal.StatusPreempted, "preempted by the server", true
 	case reasonSuspended:

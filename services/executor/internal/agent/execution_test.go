@@ -195,6 +195,23 @@ wait`, pids)
 	}
 }
 
+// A task deleted on the server while it runs is stopped as a cancelled
+// one is, and recorded cancelled: the server cancelled it as it deleted it.
+func TestHeartbeatStopForADeletedTask(t *testing.T) {
+	h := newHarness(t, nil).start()
+	ready := filepath.Join(shortDir(t), "ready")
+	id := h.fake.Add(script(`touch "$1"; while :; do sleep 0.05; done`, ready))[0]
+	leasetest.WaitFor(t, 10*time.Second, "task running", func() bool { _, err := os.Stat(ready); return err == nil })
+	h.fake.StopOnHeartbeat(id, "deleted", 0)
+	row := h.waitRow(id, 15*time.Second, "final and synced", func(r journal.Task) bool { return journal.Final(r.Status) && r.Synced })
+	if row.Status != journal.StatusCancelled || !strings.Contains(row.Error, "deleted on the server") {
+		t.Errorf("row = status %s error %q, want cancelled, deleted on the server", row.Status, row.Error)
+	}
+	if !groupGone(row.PID) {
+		t.Error("the deleted task's processes survived")
+	}
+}
+
 func TestHeartbeatStopGraceThenKill(t *testing.T) {
 	h := newHarness(t, nil).start()
 	ready := filepath.Join(shortDir(t), "ready")
