@@ -26,7 +26,7 @@ type startFigures struct {
 // startAndRecovery measures submit → start latency, then crash recovery,
 // on one scheduler with production timing (Timing's zero value).
 func startAndRecovery(ctx context.Context, env *env, o TasksOptions, run int) (startFigures, time.Duration, error) {
-	s, err := startScheduler(ctx, env, fmt.Sprintf("latency%d", run), scheduler.Timing{})
+	s, err := startScheduler(ctx, env, latencyDatabase(run), scheduler.Timing{})
 	if err != nil {
 		return startFigures{}, 0, err
 	}

@@ -138,12 +138,22 @@ func tasksOnce(ctx context.Context, env *env, o TasksOptions, run int) (tasksRun
 	if r.burn, r.burnCPU, r.submit, err = burnDown(ctx, env, o, run); err != nil {
 		return r, err
 	}
+	// Each phase's database is dropped once its figures are taken, as
+	// River's is: the vacuum and the dirty pages of the burn-down's rows
+	// would otherwise fall on the measurements that follow it
+	// (docs/operations.md, "Benchmarks on one machine").
+	if err := env.dropDatabase(ctx, burnDatabase(run)); err != nil {
+		return r, err
+	}
 	if !r.riverFirst {
 		if r.river, r.riverCPU, err = riverPeer(ctx, env, o.Tasks, run); err != nil {
 			return r, err
 		}
 	}
 	if r.start, r.recovery, err = startAndRecovery(ctx, env, o, run); err != nil {
+		return r, err
+	}
+	if err := env.dropDatabase(ctx, latencyDatabase(run)); err != nil {
 		return r, err
 	}
 	if r.spawn, err = spawning(ctx, env, o, run); err != nil {
@@ -327,12 +337,17 @@ func asAgent(ctx context.Context, id string) context.Context {
 	return authn.Outgoing(ctx, authn.Principal{Kind: authn.KindAgent, AgentID: id, Subject: id}, benchToken)
 }
 
+// burnDatabase and latencyDatabase name the databases of a run's
+// burn-down and of its submit → start and recovery measurements.
+func burnDatabase(run int) string    { return fmt.Sprintf("burn%d", run) }
+func latencyDatabase(run int) string { return fmt.Sprintf("latency%d", run) }
+
 // burnDown submits o.Tasks no-op tasks, then lets the agents drain them.
 //
 // It returns tasks/s and the CPU per task from the agents' first claim
 // until the views caught up, and the submissions' tasks/s.
 func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn float64, cpu perItem, submit float64, err error) {
-	s, err := startScheduler(ctx, env, fmt.Sprintf("burn%d", run), scheduler.Timing{AgentLostAfter: time.Hour})
+	s, err := startScheduler(ctx, env, burnDatabase(run), scheduler.Timing{AgentLostAfter: time.Hour})
 	if err != nil {
 		return 0, perItem{}, 0, err
 	}
