@@ -182,3 +182,77 @@ func (s *quotaServer) queueWorkload(t *testing.T, id, queue string) *quotav1.Que
 		return res
 	}
 }
+
+// Tenant ids may hold '-', so ⟨x, y-w⟩ and ⟨x-y, w⟩ spelled out with '-'
+// read the same. Two such tenants' GU quotas get a WorkGroup queue each,
+// with their own GPUs, and two such ⟨tenant, cluster⟩ pairs a Ray cluster
+// each (docs/decisions/0106-names-scoped-to-a-tenant-are-unambiguous.md).
+func TestTenantsWhoseNamesRunTogetherShareNothing(t *testing.T) {
+	s := newQuotaServer(t)
+	ctx := operator()
+	for _, tenant := range []string{"x", "x-y"} {
+		if _, err := s.quotas.RegisterTenant(ctx, &quotav1.RegisterTenantRequest{TenantId: tenant, Name: tenant}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cluster := range []string{"local", "y-local"} {
+		if _, err := s.quotas.CreateCluster(ctx, &quotav1.CreateClusterRequest{Name: cluster}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.quotas.SetInventory(ctx, &quotav1.SetInventoryRequest{Cluster: cluster, MachineType: "A100", TotalGpus: 8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// x's quota y-w on y-local and x-y's quota w on local: with '-' between
+	// the parts, both queues would be gu-x-y-w-default and both Ray
+	// clusters ray-x-y-local.
+	owners := []struct {
+		tenant, cluster, quota string
+		gpus                   int32
+	}{{"x", "y-local", "y-w", 2}, {"x-y", "local", "w", 3}}
+	queues := map[string]bool{}
+	rays := map[string]bool{}
+	for _, o := range owners {
+		if _, err := s.quotas.CreateQuota(ctx, &quotav1.CreateQuotaRequest{TenantId: o.tenant, Cluster: o.cluster, Kind: "GU",
+			Spec: &quotav1.QuotaSpec{Name: o.quota, MinUnits: o.gpus, MaxUnits: o.gpus, MachineType: "A100"}}); err != nil {
+			t.Fatalf("%s's quota %s: %v", o.tenant, o.quota, err)
+		}
+	}
+	for _, o := range owners {
+		var queue string
+		waitFor(t, o.tenant+"'s WorkGroup queue", func() bool {
+			r, err := s.queues.ResolveQueue(tenantKey(o.tenant), &quotav1.ResolveQueueRequest{Quota: o.quota,
+				Resources: map[string]string{"nvidia.com/gpu": "1"}})
+			queue = r.GetClusterQueue()
+			return err == nil
+		})
+		waitFor(t, queue+" with "+o.tenant+"'s GPUs", func() bool {
+			q, err := s.queues.GetClusterQueue(ctx, &quotav1.GetClusterQueueRequest{Name: queue})
+			u := q.GetClusterQueue().GetFlavorsUsage()
+			return err == nil && len(u) == 1 && u[0].GetResources()[0].GetNominalQuota() == fmt.Sprint(o.gpus)
+		})
+		queues[queue] = true
+		ray, err := s.quotas.GetRayCluster(ctx, &quotav1.GetRayClusterRequest{TenantId: o.tenant, Cluster: o.cluster})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rays[ray.GetRayCluster().GetName()] = true
+	}
+	if len(queues) != 2 || len(rays) != 2 {
+		t.Fatalf("WorkGroup queues %v and Ray clusters %v: want two of each, one per tenant", queues, rays)
+	}
+	// A tenant's work on its quota waits for its own GPUs only: x-y's three
+	// taken, x's two still admit.
+	for _, o := range owners {
+		for i := range int(o.gpus) {
+			r, _ := s.queues.ResolveQueue(tenantKey(o.tenant), &quotav1.ResolveQueueRequest{Quota: o.quota,
+				Resources: map[string]string{"nvidia.com/gpu": "1"}})
+			res, err := s.queues.QueueWorkload(ctx, &quotav1.QueueWorkloadRequest{TaskId: fmt.Sprintf("%s-%d", o.tenant, i), TaskVersion: 1,
+				TenantId: o.tenant, ClusterQueue: r.GetClusterQueue(), Priority: 5, CreatedAt: timestamppb.Now(),
+				Resources: map[string]string{"nvidia.com/gpu": "1"}})
+			if err != nil || !res.GetAdmitted() {
+				t.Fatalf("%s's task %d on its own quota = %v, %v; want admitted", o.tenant, i, res, err)
+			}
+		}
+	}
+}

@@ -34,6 +34,10 @@ func (a *App) Put(ctx context.Context, c Caller, d Definition) (Definition, erro
 		d.Origin = OriginAPI
 	}
 	if d.Kind == KindClusterQueue {
+		if IsWorkGroupQueue(d.Name) {
+			return Definition{}, fmt.Errorf("%w: cluster queue %q: names starting %s- belong to the GU quotas' WorkGroups, whose queues follow their quota",
+				ErrInvalid, d.Name, workGroupQueuePrefix)
+		}
 		d.ClusterQueue = withDefaults(d.ClusterQueue)
 	}
 	err := a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
@@ -151,6 +155,12 @@ func (a *App) record(tx DefinitionTx, c Caller, d Definition, deleted bool, ev a
 func (a *App) Delete(ctx context.Context, c Caller, kind DefinitionKind, name string) error {
 	if !c.Operator {
 		return ErrPermissionDenied
+	}
+	if kind == KindClusterQueue && IsWorkGroupQueue(name) {
+		// It goes when its GU quota is deleted (or its WorkGroup stops
+		// running and its work has ended); deleting it here would only
+		// last until the next sync.
+		return fmt.Errorf("cluster queue %q is a WorkGroup's: it goes when its GU quota is deleted: %w", name, ErrInUse)
 	}
 	err := a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
 		return a.delete(tx, c, kind, name)

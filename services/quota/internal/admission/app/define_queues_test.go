@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,6 +103,10 @@ func TestDeleteDefinition(t *testing.T) {
 		{"a queue holding admitted work", operator, KindClusterQueue, "cq", ErrInUse},
 		{"a cohort with a queue", operator, KindCohort, "team", ErrInUse},
 		{"a cohort with a child cohort", operator, KindCohort, "org", ErrInUse},
+		{"a WorkGroup's queue", operator, KindClusterQueue, "gu-acme-gu1", ErrInUse},
+	}
+	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 4, Status: WorkGroupRunning}}); err != nil {
+		t.Fatal(err)
 	}
 	before := f.store.events()
 	for _, tt := range tests {
@@ -124,6 +129,24 @@ func TestDeleteDefinition(t *testing.T) {
 		"cluster-queue/cq v2 ClusterQueueDeleted", "cohort/team v2 CohortDeleted", "cohort/org v2 CohortDeleted")
 	if ds, _ := f.app.List(f.ctx, KindCohort); len(ds) != 0 {
 		t.Errorf("cohorts left: %+v", ds)
+	}
+}
+
+// The WorkGroups' queues are named gu-…, and only they: an operator
+// cannot define one, which would take a GU quota's name or be taken over
+// by its sync (docs/api/quota.md#workgroup-queues).
+func TestOperatorsCannotDefineWorkGroupQueues(t *testing.T) {
+	f := newFixture(t)
+	for _, name := range []string{"gu-acme-gu1", "gu--x-y-w-0123456789ab", "gu-manual"} {
+		_, err := f.app.Put(f.ctx, operator, Definition{Kind: KindClusterQueue, Name: name, ClusterQueue: gpuQueue("", "100")})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "belong to the GU quotas' WorkGroups") {
+			t.Errorf("put %s: %v, want ErrInvalid naming the WorkGroups", name, err)
+		}
+	}
+	wantStrings(t, "refused definitions recorded", f.store.events())
+	// Other kinds may use such names: only ClusterQueues are WorkGroups'.
+	if _, err := f.app.Put(f.ctx, operator, Definition{Kind: KindCohort, Name: "gu-cohort", Cohort: &quotav1.CohortSpec{}}); err != nil {
+		t.Errorf("a cohort named gu-cohort: %v", err)
 	}
 }
 
@@ -171,7 +194,7 @@ func TestApplyDefaults(t *testing.T) {
 // work, and deleted once it has ended (docs/api/quota.md#workgroup-queues).
 func TestSyncWorkGroups(t *testing.T) {
 	f := newFixture(t)
-	if _, err := f.app.Put(f.ctx, operator, Definition{Kind: KindClusterQueue, Name: "gu-acme-manual", ClusterQueue: gpuQueue("", "1")}); err != nil {
+	if _, err := f.app.Put(f.ctx, operator, Definition{Kind: KindClusterQueue, Name: "acme-manual", ClusterQueue: gpuQueue("", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	gu1 := WorkGroup{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 4, Status: WorkGroupRunning}
@@ -241,7 +264,7 @@ func TestSyncWorkGroups(t *testing.T) {
 	}
 	wantStrings(t, "the queue once its work is done", f.store.events()[before:],
 		"cluster-queue/gu-acme-gu1 v5 ClusterQueueDefined", "cluster-queue/gu-acme-gu1 v6 ClusterQueueDeleted")
-	if _, err := f.app.Get(f.ctx, KindClusterQueue, "gu-acme-manual"); err != nil {
+	if _, err := f.app.Get(f.ctx, KindClusterQueue, "acme-manual"); err != nil {
 		t.Errorf("an operator's queue was touched by the sync: %v", err)
 	}
 

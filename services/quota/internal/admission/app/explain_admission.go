@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"strings"
 )
 
 // TaskAdmission is where a task stands in admission.
@@ -71,7 +70,7 @@ func (a *App) explainQueue(ctx context.Context, tenantID string, ex *Explanation
 // A WorkGroup queue's name says which GU quota it was for, and that only a
 // quota of that name running again defines it anew.
 func missingQueue(tenantID, queue string) string {
-	if strings.HasPrefix(queue, WorkGroupQueue(tenantID, "")) {
+	if IsWorkGroupQueue(queue) {
 		return fmt.Sprintf("cluster queue %s does not exist: its GU quota was deleted (or its WorkGroup stopped running); "+
 			"the task waits until a GU quota of that name runs again", queue)
 	}

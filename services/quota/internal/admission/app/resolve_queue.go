@@ -9,6 +9,7 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/domain/quantity"
+	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
 // GPUResource is the resource name of GPUs.
@@ -34,9 +35,23 @@ type GUQuotas interface {
 	CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGroup, error)
 }
 
-// WorkGroupQueue names the ClusterQueue of a GU quota's WorkGroup.
+// workGroupQueuePrefix starts the name of every WorkGroup's ClusterQueue,
+// and of no other: operators cannot define queues of such names
+// (docs/api/quota.md#workgroup-queues).
+const workGroupQueuePrefix = "gu"
+
+// WorkGroupQueue names the ClusterQueue of a GU quota's WorkGroup:
+// gu-<tenant>-<quota>, or that pair's hashed form where it would read back
+// more than one way (capacity.ScopedName), so that no two tenants' quotas
+// ever share a queue.
 func WorkGroupQueue(tenantID, quota string) string {
-	return "gu-" + tenantID + "-" + quota
+	return capacity.ScopedName(workGroupQueuePrefix, tenantID, quota)
+}
+
+// IsWorkGroupQueue reports whether name is in the namespace of the
+// WorkGroups' ClusterQueues.
+func IsWorkGroupQueue(name string) bool {
+	return strings.HasPrefix(name, workGroupQueuePrefix+"-")
 }
 
 // ResolveQueue names the ClusterQueue that admits a task the caller

@@ -3,6 +3,8 @@ package capacity
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -274,12 +276,48 @@ func TestObserveAndSettle(t *testing.T) {
 }
 
 func TestRayName(t *testing.T) {
-	if got := RayName("acme_co", "c1"); got != "ray-acme-co-c1" {
-		t.Errorf("RayName = %s", got)
+	if got := RayName("acme", "c1"); got != "ray-acme-c1" {
+		t.Errorf("RayName = %s, want the plain form", got)
 	}
 	long := RayName("t"+fmt.Sprintf("%062d", 0), "cluster-with-a-long-name")
 	if len(long) > 63 || long == RayName("t"+fmt.Sprintf("%062d", 1), "cluster-with-a-long-name") {
 		t.Errorf("long names: %s", long)
+	}
+}
+
+// No two ⟨tenant, name⟩ pairs share a name, however their parts run
+// together, and every name is a DNS label: a Kubernetes resource's name
+// and a queue definition's.
+func TestScopedName(t *testing.T) {
+	label := regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	pairs := [][2]string{
+		{"acme", "c1"}, {"x", "y-w"}, {"x-y", "w"}, {"x", "y-local"}, {"x-y", "local"},
+		{"a_b", "c"}, {"a-b", "c"}, {"ab", "c"}, {"a", "b-c"}, {"a", "b_c"}, {"a", "B-c"},
+		{"demo", "My_Q-default"}, {"demo", "my-q-default"}, {"t1", "gq1-default"},
+		{"t" + strings.Repeat("0", 62), "c"}, {"t" + strings.Repeat("0", 61) + "1", "c"},
+		{"t", strings.Repeat("q", 80)}, {"t", strings.Repeat("q", 81)}, {"-", "-"}, {"_", "_"},
+	}
+	seen := map[string][2]string{}
+	for _, p := range pairs {
+		for _, prefix := range []string{"gu", "ray"} {
+			n := ScopedName(prefix, p[0], p[1])
+			if !label.MatchString(n) || !strings.HasPrefix(n, prefix+"-") {
+				t.Errorf("ScopedName(%s, %q, %q) = %q: not a DNS label starting %s-", prefix, p[0], p[1], n, prefix)
+			}
+			if q, ok := seen[n]; ok {
+				t.Errorf("%q and %q both named %q", q, p, n)
+			}
+			seen[n] = p
+		}
+	}
+	for _, c := range []struct{ tenant, name, want string }{
+		{"demo", "gq1-default", "gu-demo-gq1-default"}, // the plain form stays as it was
+		{"x-y", "w", "gu--x-y-w-"},                     // a tenant holding '-': hashed
+		{"demo", "My_Q-default", "gu--demo-my-q-default-"},
+	} {
+		if got := ScopedName("gu", c.tenant, c.name); !strings.HasPrefix(got, c.want) {
+			t.Errorf("ScopedName(gu, %q, %q) = %q, want it to start %q", c.tenant, c.name, got, c.want)
+		}
 	}
 }
 

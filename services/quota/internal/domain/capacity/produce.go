@@ -1,11 +1,8 @@
 package capacity
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -363,20 +360,9 @@ func (p *planner) finish(parent *Quota) []Event {
 	return out
 }
 
-// RayName is the name of the Ray cluster of ⟨tenant, cluster⟩: a DNS label
-// (tenant ids may hold '_'); long ones end in a hash to stay unique.
-func RayName(tenant, cluster string) string {
-	n := "ray-" + strings.ReplaceAll(tenant, "_", "-") + "-" + cluster
-	// 63 characters: the longest DNS label, and so the longest name the
-	// operator can give the resource.
-	if len(n) <= 63 {
-		return n
-	}
-	// Truncating alone could make two long names equal; a hash of the whole
-	// ⟨tenant, cluster⟩ keeps them apart.
-	h := sha256.Sum256([]byte(tenant + "/" + cluster))
-	return strings.TrimRight(n[:50], "-") + "-" + hex.EncodeToString(h[:])[:12]
-}
+// RayName is the name of the Ray cluster of ⟨tenant, cluster⟩, unique to
+// the pair (ScopedName).
+func RayName(tenant, cluster string) string { return ScopedName("ray", tenant, cluster) }
 
 // WorkGroupName is the name of a quota's WorkGroup resource.
 func WorkGroupName(quotaID string) string { return "wg-" + quotaID }
