@@ -10,19 +10,20 @@ import (
 )
 
 // protojson's errors about a value, each with its position in the body:
-// a value of the wrong JSON type for a scalar field, a key of no field,
-// and a token of the wrong shape (an object for a string, a string for a
-// list).
+// a value of the wrong JSON type for a scalar field, a key of no field or
+// one given twice in its object, and a token of the wrong shape (an object
+// for a string, a string for a list).
 var (
 	positionedInvalid = regexp.MustCompile(`\(line (\d+):(\d+)\):[\s\x{00a0}]*invalid value for \S+ field \S+: (.*)$`)
-	positionedUnknown = regexp.MustCompile(`\(line (\d+):(\d+)\):[\s\x{00a0}]*unknown field "(.*)"$`)
+	positionedKey     = regexp.MustCompile(`\(line (\d+):(\d+)\):[\s\x{00a0}]*(unknown|duplicate) field "(.*)"$`)
 	positionedToken   = regexp.MustCompile(`syntax error \(line (\d+):(\d+)\): unexpected token (.*)$`)
 )
 
 // pathMessage rewrites protojson's error about a value of the body into
 // the form an API with PathErrors answers: the field's path as the body
 // spells it, then what is wrong, as `parameters.seed: must be an integer,
-// not the string "abc"`, `webhook.secret: unknown field` or
+// not the string "abc"`, `webhook.secret: unknown field`,
+// `parameters.seed: duplicate field` or
 // `input.prompt: must be a string, not an object`. body is what the
 // decoder read; false when the error is about something else or its
 // position leads to no field.
@@ -33,21 +34,22 @@ func pathMessage(msg string, desc protoreflect.MessageDescriptor, body []byte) (
 		raw := bytes.TrimLeft(body, " \t\r\n")
 		return keysAt(raw, offsetOf(raw, line, col))
 	}
-	if m := positionedUnknown.FindStringSubmatch(msg); m != nil {
+	if m := positionedKey.FindStringSubmatch(msg); m != nil {
 		keys := at(m)
 		if len(keys) == 0 {
 			return msg, false
 		}
-		// The innermost object's key is not read yet: it is the unknown one.
-		keys[len(keys)-1] = m[3]
+		// The innermost object's key is not read yet: it is the unknown
+		// or repeated one.
+		what, key := m[3]+" field", m[4]
 		if len(keys) == 1 {
-			return m[3] + ": unknown field", true
+			return key + ": " + what, true
 		}
 		path, ok := fieldPath(desc, keys[:len(keys)-1])
 		if !ok {
 			return msg, false
 		}
-		return path + "." + m[3] + ": unknown field", true
+		return path + "." + key + ": " + what, true
 	}
 	m := positionedInvalid.FindStringSubmatch(msg)
 	if m == nil {

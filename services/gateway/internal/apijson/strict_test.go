@@ -198,6 +198,8 @@ func TestPathErrorsNameTheFieldByItsPath(t *testing.T) {
 		{`{"webhook": {"url": "https://x", "secret": "s"}}`, `webhook.secret: unknown field`},
 		{`{"input": {"prompt": "x", "bar": 1}}`, `input.bar: unknown field`},
 		{`{"model": "m", "size": "1280*720"}`, `size: unknown field`},
+		{`{"parameters": {"prompt_extend": false, "prompt_extend": 0}}`, `parameters.prompt_extend: duplicate field`},
+		{`{"model": "m", "model": "n"}`, `model: duplicate field`},
 		{`{"parameters": "fast"}`, `parameters: must be an object, not the string "fast"`},
 	} {
 		err := m.NewDecoder(strings.NewReader(tt.body)).Decode(&videov1.CreateVideoGenerationRequest{})
