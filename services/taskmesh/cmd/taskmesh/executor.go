@@ -218,7 +218,10 @@ func (e *executorFlags) addKubernetes(f *pflag.FlagSet) {
 	f.StringVar(&k8s.ModelRoot, "k8s-model-root", "/data/Wan-AI", "host directory of the model checkpoints")
 	f.StringVar(&k8s.OutputRoot, "k8s-output-root", "/data/Wan-AI/output", "host directory the videos are written to")
 	f.StringVar(&k8s.DefaultQueue, "k8s-default-queue", "standard", "Kueue LocalQueue of tasks that name no queue")
-	f.StringVar(&e.priorityClasses, "k8s-priority-classes", "premium=taskmesh-premium,standard=taskmesh-standard",
+	// The video API's tier queues and their premium and standard aliases
+	// (deployments/kubernetes/kueue/).
+	f.StringVar(&e.priorityClasses, "k8s-priority-classes",
+		"tenant-high-priority-queue=taskmesh-premium,tenant-low-priority-queue=taskmesh-standard,premium=taskmesh-premium,standard=taskmesh-standard",
 		"LocalQueue=WorkloadPriorityClass pairs, comma-separated")
 	f.IntVar(&k8s.GPUsPerReplica, "k8s-gpus-per-replica", 2, "most GPUs of one PyTorchJob replica; larger tasks get Workers")
 	f.BoolVar(&k8s.UploadVideos, "k8s-upload-videos", true, "upload each succeeded job's video from the bucket as the task's result (served as video_url)")

@@ -89,6 +89,10 @@ func TestKueueManifestsAdmitTheRenderedJobs(t *testing.T) {
 		gpus                string
 		quota               int64
 	}{
+		// The queues the video API gives a generation, by its tenant's
+		// tier (docs/api/video.md), and their aliases.
+		{queue: "tenant-high-priority-queue", clusterQueue: "tenant-high-priority-queue", gpus: "4", quota: 8},
+		{queue: "tenant-low-priority-queue", clusterQueue: "tenant-low-priority-queue", gpus: "2", quota: 2},
 		{queue: "premium", clusterQueue: "tenant-high-priority-queue", gpus: "4", quota: 8},
 		{queue: "standard", clusterQueue: "tenant-low-priority-queue", gpus: "2", quota: 2},
 	} {
@@ -120,6 +124,10 @@ func TestKueueManifestsAdmitTheRenderedJobs(t *testing.T) {
 		job, err := Render(videoTask("t-"+tc.queue, imageToVideo, tc.queue, tc.gpus), cfg)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if l := job.GetLabels(); l[QueueLabel] != tc.queue || l[PriorityClassLabel] == "" ||
+			l[PriorityClassLabel] != cfg.PriorityClasses[tc.queue] {
+			t.Errorf("the %s job's labels %v: want its queue and the priority class %q", tc.queue, l, cfg.PriorityClasses[tc.queue])
 		}
 		need := jobRequests(t, job)
 		for name, q := range need {

@@ -24,7 +24,8 @@ func renderConfig() RenderConfig {
 		Namespace: "video", AgentID: "k8s-backend-1",
 		S3Endpoint: "https://s3.cn-north-1.qiniucs.com", S3Bucket: "wan22",
 		DefaultQueue:    "standard",
-		PriorityClasses: map[string]string{"premium": "taskmesh-premium", "standard": "taskmesh-standard"},
+		PriorityClasses: map[string]string{"premium": "taskmesh-premium", "standard": "taskmesh-standard",
+			"tenant-high-priority-queue": "taskmesh-premium", "tenant-low-priority-queue": "taskmesh-standard"},
 	}
 }
 
