@@ -223,6 +223,43 @@ func TestRetriedDAGMemberThroughLeases(t *testing.T) {
 	}
 }
 
+// A serial group orders its members by their dependencies: an update that
+// would clear a member's is refused (30005) and the members still run one
+// after another; a task that merely carries a group_id of its client's
+// may have its dependencies cleared.
+func TestAMembersDependenciesAreItsGroups(t *testing.T) {
+	e := newEnv(t)
+	ctx := user("tenant-a")
+	created, err := e.groups().CreateTaskGroup(ctx, &taskv1.CreateTaskGroupRequest{Mode: "serial", Start: proto.Bool(true),
+		Tasks: []*taskv1.TaskGroupTask{node("a", "step-a"), node("b", "step-b")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := created.GetGroup().GetTasks()[1].GetTaskId()
+	clear := &fieldmaskpb.FieldMask{Paths: []string{"depends_on"}}
+	_, err = e.tasks().UpdateTask(ctx, &taskv1.UpdateTaskRequest{Id: second, Spec: &taskv1.TaskSpec{}, UpdateMask: clear})
+	if status.Code(err) != codes.InvalidArgument || code(err) != "30005" || !strings.Contains(err.Error(), "its dependencies are the group's") {
+		t.Fatalf("clearing a member's dependencies: %v", err)
+	}
+	if got := e.claim("agent-1", "m1", 10); slices.Compare(names(got), []string{"a"}) != 0 {
+		t.Fatalf("claim after the refused update: %v, want a alone", names(got))
+	}
+
+	dep, err := e.tasks().CreateTask(ctx, &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "dep", Command: "true", MachineId: "elsewhere"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := e.tasks().CreateTask(ctx, &taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "own", Command: "true",
+		GroupId: created.GetGroup().GetId(), DependsOn: []string{dep.GetTask().GetId()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := e.tasks().UpdateTask(ctx, &taskv1.UpdateTaskRequest{Id: own.GetTask().GetId(), Spec: &taskv1.TaskSpec{}, UpdateMask: clear})
+	if err != nil || len(up.GetTask().GetDependsOn()) != 0 {
+		t.Fatalf("clearing the dependencies of a task given the group's id: %v, %v", up, err)
+	}
+}
+
 // A cycle, an unknown dependency and a duplicate id are refused with
 // 30005 naming the ids, and nothing is stored.
 func TestInvalidGroupsStoreNothing(t *testing.T) {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -40,6 +41,9 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 		return domain.Task{}, err
 	}
 	want = want.WithParent()
+	if err := a.checkMemberDependencies(ctx, c, cur, want); err != nil {
+		return domain.Task{}, err
+	}
 	if err := a.checkAddedDependencies(ctx, cur, want.DependsOn); err != nil {
 		return domain.Task{}, err
 	}
@@ -58,6 +62,24 @@ func (a *App) updateTask(ctx context.Context, c Caller, id string, in domain.Spe
 		}
 		return t.Update(now, c.Subject, spec, cq)
 	})
+}
+
+// checkMemberDependencies refuses to change the dependencies of a task
+// group's member: its group ordered it among the others (a serial group
+// after the member before it, a DAG after its edges), and a member whose
+// depends_on were cleared would run out of that order
+// (docs/api/task-groups.md). A task whose group_id is no task group's (a
+// fan-out's, the client's own) keeps the dependencies it is given.
+func (a *App) checkMemberDependencies(ctx context.Context, c Caller, cur domain.Task, want domain.Spec) error {
+	if a.groups == nil || cur.Spec.GroupID == "" || slices.Equal(cur.Spec.WithParent().DependsOn, want.DependsOn) {
+		return nil
+	}
+	member, err := a.groups.IsMember(ctx, c, cur)
+	if err != nil || !member {
+		return err
+	}
+	return &domain.InvalidError{Field: "depends_on", Reason: fmt.Sprintf(
+		"task %s is a member of task group %s, which orders its members; its dependencies are the group's", cur.ID, cur.Spec.GroupID)}
 }
 
 // checkAddedDependencies fetches the tasks deps names beyond those t
@@ -94,7 +116,7 @@ func (a *App) CancelTask(ctx context.Context, c Caller, id, reason string) (doma
 	})
 }
 
-// GroupMembers is what RetryTask needs of task groups (the orchestration
+// GroupMembers is what RetryTask and UpdateTask need of task groups (the orchestration
 // use cases): a task group follows its members, so a member is retried
 // through its group, which follows it again or refuses
 // (docs/api/task-groups.md#retrying-a-member).
@@ -104,6 +126,9 @@ type GroupMembers interface {
 	// group of c's (a fan-out's task, a group_id the client chose): then
 	// nothing was done.
 	RetryMember(ctx context.Context, c Caller, t domain.Task) (out domain.Task, member bool, err error)
+	// IsMember reports whether t is a member of the task group its
+	// group_id names, one of c's.
+	IsMember(ctx context.Context, c Caller, t domain.Task) (bool, error)
 }
 
 // RetryTask puts a failed or cancelled task back to pending. A member of

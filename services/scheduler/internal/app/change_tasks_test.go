@@ -89,6 +89,60 @@ func (g *groupMembers) RetryMember(_ context.Context, _ app.Caller, t domain.Tas
 	return t, true, nil
 }
 
+func (g *groupMembers) IsMember(_ context.Context, _ app.Caller, t domain.Task) (bool, error) {
+	g.asked = append(g.asked, t.ID)
+	return g.groups[t.Spec.GroupID], g.err
+}
+
+// A member's dependencies are its group's: an update that changes them is
+// 30005 and changes nothing, one that leaves them is an update as any;
+// the dependencies of a task whose group_id is no task group's, or that
+// has none, change as they are given.
+func TestUpdateTaskOfAGroupMember(t *testing.T) {
+	h := newHarness(t)
+	groups := &groupMembers{groups: map[string]bool{"g-1": true}}
+	h.app.SetGroups(groups)
+	before := h.create(user("t1"), spec("before"))
+	inGroup := func(name, group string) domain.Task {
+		return h.create(user("t1"), spec(name, func(in *domain.SpecInput) { in.GroupID = group; in.DependsOn = []string{before.ID} }))
+	}
+	member := inGroup("m", "g-1")
+	for _, in := range []domain.SpecInput{
+		{DependsOn: []string{}},                     // cleared
+		{DependsOn: []string{before.ID, member.ID}}, // changed
+		{ParentID: "p-other"},                       // a parent is a dependency
+	} {
+		var cleared []string
+		if in.DependsOn != nil && len(in.DependsOn) == 0 {
+			cleared = []string{"depends_on"}
+		}
+		if err := in.Clear(cleared); err != nil {
+			t.Fatal(err)
+		}
+		_, err := h.app.UpdateTask(h.ctx, user("t1"), member.ID, in)
+		var inv *domain.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "depends_on" {
+			t.Errorf("update %+v of a member = %v, want 30005 naming depends_on", in, err)
+		}
+	}
+	if got := h.get(member.ID); !slices.Equal(got.Spec.DependsOn, []string{before.ID}) || got.Version != member.Version {
+		t.Fatalf("a refused update changed the member: %+v", got)
+	}
+	if got, err := h.app.UpdateTask(h.ctx, user("t1"), member.ID, domain.SpecInput{Name: "renamed"}); err != nil ||
+		got.Spec.Name != "renamed" || !slices.Equal(got.Spec.DependsOn, []string{before.ID}) {
+		t.Fatalf("an update leaving a member's dependencies = %+v, %v", got, err)
+	}
+	for _, x := range []domain.Task{inGroup("f", "fan-1"), inGroup("p", "")} {
+		in := domain.SpecInput{DependsOn: []string{}}
+		if err := in.Clear([]string{"depends_on"}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := h.app.UpdateTask(h.ctx, user("t1"), x.ID, in); err != nil || len(got.Spec.DependsOn) != 0 {
+			t.Errorf("clearing the dependencies of %s (group %q) = %+v, %v", x.ID, x.Spec.GroupID, got, err)
+		}
+	}
+}
+
 // A member of a task group is retried through its group, which decides;
 // a task whose group_id is no task group's (a fan-out's, the client's own)
 // is retried as any task, and so is a task without one, which the groups

@@ -290,7 +290,8 @@ func TestFailureRetriesThenFails(t *testing.T) {
 	wantNoAttempt := func(what string, task Task) {
 		t.Helper()
 		if task.AttemptID != "" || task.AgentID != "" || !task.AssignedAt.IsZero() || !task.StartedAt.IsZero() ||
-			!task.EndedAt.IsZero() || !task.LeaseExpiresAt.IsZero() || task.ExitCode != nil || task.Error != "" || task.Result != nil {
+			!task.EndedAt.IsZero() || !task.LeaseExpiresAt.IsZero() || !task.LastHeartbeatAt.IsZero() || task.Progress != 0 ||
+			task.ExitCode != nil || task.Error != "" || task.Result != nil {
 			t.Fatalf("%s: pending with an attempt's fields: %+v", what, task)
 		}
 	}
@@ -355,8 +356,8 @@ func TestLeaseExpiryRequeuesOrFails(t *testing.T) {
 		if task.Status != tt.wantStatus || task.RetryCount != tt.wantCount {
 			t.Errorf("%s: status %s, retry_count %d; want %s, %d", tt.name, task.Status, task.RetryCount, tt.wantStatus, tt.wantCount)
 		}
-		if tt.wantStatus == StatusPending && (task.AttemptID != "" || !task.Claimable(t0.Add(time.Hour))) {
-			t.Errorf("%s: not claimable again: %+v", tt.name, task)
+		if tt.wantStatus == StatusPending && (task.AttemptID != "" || !task.LastHeartbeatAt.IsZero() || !task.Claimable(t0.Add(time.Hour))) {
+			t.Errorf("%s: not claimable again, or with the lost attempt's fields: %+v", tt.name, task)
 		}
 		// The lost attempt's late complete is rejected.
 		if _, _, err := task.Complete(t0.Add(2*time.Hour), "agent-1", "att-1", Outcome{}); err == nil {
@@ -477,7 +478,7 @@ func TestCancelPreemptSuspendDelete(t *testing.T) {
 		t.Fatalf("must stop = %v %s", stop, why)
 	}
 	recs, err = p.Requeue(t0, "scheduler", "preemptor finished")
-	if p = run(t, p, recs, err); p.Status != StatusPending || p.AttemptID != "" {
+	if p = run(t, p, recs, err); p.Status != StatusPending || p.AttemptID != "" || !p.LastHeartbeatAt.IsZero() {
 		t.Fatalf("requeued = %+v", p)
 	}
 

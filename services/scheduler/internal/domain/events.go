@@ -340,6 +340,7 @@ func (t *Task) rememberAttempt(leaseExpired bool) {
 func (t *Task) clearAttempt() {
 	t.AttemptID, t.AgentID, t.AssignedMachine, t.ClaimRequestID = "", "", "", ""
 	t.AssignedAt, t.StartedAt, t.EndedAt, t.LeaseExpiresAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	t.LastHeartbeatAt = time.Time{}
 	t.ExitCode, t.Error, t.Result = nil, "", nil
 	t.Progress, t.ProgressMessage = 0, ""
 }

@@ -50,6 +50,28 @@ func (a *App) ResetRepeat(ctx context.Context, c sched.Caller, id, reason string
 	})
 }
 
+// IsMember reports whether t is the task of a member of the task group its
+// group_id names, one of c's (not a fan-out's task, nor one given a
+// group_id by its client).
+func (a *App) IsMember(ctx context.Context, c sched.Caller, t task.Task) (bool, error) {
+	if t.Spec.GroupID == "" {
+		return false, nil
+	}
+	st, err := a.groups.Get(ctx, c.Tenant, t.Spec.GroupID, All)
+	if errors.Is(err, task.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, m := range st.Members {
+		if m.TaskID == t.ID {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // RetryMember retries task t, a member of the task group its group_id
 // names, through that group: the group follows the member again (and, in
 // a dag, brings back the descendants it had cancelled because of it), or
