@@ -69,6 +69,15 @@ func (a *App) ResolveQueue(ctx context.Context, c Caller, queue, quota string, r
 	}
 	switch {
 	case queue != "":
+		// The named queue admits it; a GU quota named beside it must
+		// exist and run all the same, as for work that names it alone
+		// (30010, 30011), whatever else the task names
+		// (docs/api/quota.md#which-work-waits-and-where).
+		if quota != "" && a.gu != nil {
+			if _, err := a.gu.CheckGUQuota(ctx, c.TenantID, quota); err != nil {
+				return "", err
+			}
+		}
 		return a.admittingQueue(ctx, c, fmt.Sprintf("queue %q", queue), queue, reqs)
 	case quota != "":
 		if a.gu == nil {

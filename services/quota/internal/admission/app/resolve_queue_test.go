@@ -59,6 +59,7 @@ func TestResolveQueue(t *testing.T) {
 		{"the default queue without quota for a resource", premium, "", "", map[string]string{"amd.com/gpu": "1"}, "", ErrNoQuota},
 		{"a GU quota without quota for a resource", premium, "", "gu1", map[string]string{"amd.com/gpu": "1"}, "", ErrNoQuota},
 		{"none of a resource asks for nothing", premium, "lq-acme", "", map[string]string{GPUResource: "1", "cpu": "0"}, "cq-acme", nil},
+		{"a named queue admits, the GU quota beside it is checked", premium, "lq-acme", "gu1", gpus, "cq-acme", nil},
 	}
 	for _, tt := range tests {
 		got, err := f.app.ResolveQueue(f.ctx, tt.c, tt.queue, tt.quota, tt.resources)
@@ -66,7 +67,13 @@ func TestResolveQueue(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q, %v", tt.name, got, err, tt.want, tt.wantErr)
 		}
 	}
-	wantStrings(t, "GU quota checks", f.gu.calls, "acme/gu1", "acme/gu1")
+	wantStrings(t, "GU quota checks", f.gu.calls, "acme/gu1", "acme/gu1", "acme/gu1")
+	// A GU quota that does not exist is refused beside a named queue too.
+	f.gu.err = status.Error(codes.NotFound, "GU Quota Not Exists")
+	if got, err := f.app.ResolveQueue(f.ctx, premium, "lq-acme", "gu-none", gpus); got != "" || status.Code(err) != codes.NotFound {
+		t.Errorf("a named queue beside a GU quota that does not exist: %q, %v; want NotFound", got, err)
+	}
+	f.gu.err = nil
 	// The refusals name the resource and the queue, or the ClusterQueue
 	// that cannot admit.
 	for _, tt := range []struct {
