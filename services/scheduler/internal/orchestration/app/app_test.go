@@ -436,13 +436,19 @@ func TestCancelAfterTheLastMemberEndedIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err = w.app.CancelGroup(ctx, client, st.Group.ID, "stop")
-	if err != nil || got.Group.Status != orch.StatusCancelled || got.Members["a"].Status != task.StatusCompleted {
+	if err != nil || got.Group.Status != orch.StatusCancelled || got.Members["a"].Status != task.StatusCompleted ||
+		got.Members["b"].Status != task.StatusCancelled {
 		t.Fatalf("cancel with b open: %+v, %v", got.Group, err)
 	}
+	// The catch-up (a completed) is the process manager's; b cancelled
+	// with the group, and the group's cancel, are the client's.
 	evs := w.store.Events()
-	if last, before := evs[len(evs)-1], evs[len(evs)-2]; last.Event.EventName() != "TaskGroupCanceled" || last.IP != "10.0.0.7" ||
-		before.Event.EventName() != "TaskGroupMembersChanged" || before.IP != "" {
-		t.Fatalf("recorded %s (%q), then %s (%q)", before.Event.EventName(), before.IP, last.Event.EventName(), last.IP)
+	caught, stopped, last := evs[len(evs)-3], evs[len(evs)-2], evs[len(evs)-1]
+	if last.Event.EventName() != "TaskGroupCanceled" || last.IP != "10.0.0.7" ||
+		stopped.Event.EventName() != "TaskGroupMembersChanged" || stopped.IP != "10.0.0.7" ||
+		caught.Event.EventName() != "TaskGroupMembersChanged" || caught.IP != "" {
+		t.Fatalf("recorded %s (%q), %s (%q), then %s (%q)", caught.Event.EventName(), caught.IP,
+			stopped.Event.EventName(), stopped.IP, last.Event.EventName(), last.IP)
 	}
 	if a, _ := w.store.Task(st.Members["a"].TaskID); a.Status != task.StatusCompleted {
 		t.Fatalf("a = %s", a.Status)

@@ -118,10 +118,25 @@ func (s State) Cancel(now time.Time, facts map[string]Facts, actor, reason strin
 	if reason != "" {
 		why += ": " + reason
 	}
+	// The members' tasks are cancelled in the same transaction, so the
+	// group records them cancelled with it rather than on its next catch-up:
+	// the answer, and every read after it, shows the group as it is
+	// (docs/api/task-groups.md). A task that ended meanwhile makes the
+	// store decide again on fresh facts, so none is recorded cancelled that
+	// ended otherwise.
+	var stopped []Change
 	for _, m := range x.s.Members {
 		if m.Released() && !m.Status.Final() {
 			x.cancel(m.TaskID, why)
+			stopped = append(stopped, Change{Key: m.Key, TaskID: m.TaskID, From: m.Status, To: task.StatusCancelled,
+				StartedAt: m.StartedAt, EndedAt: now, Error: "cancelled: " + why})
 		}
+	}
+	if len(stopped) > 0 {
+		slices.SortFunc(stopped, func(a, b Change) int {
+			return cmp.Compare(x.s.Members[a.Key].Index, x.s.Members[b.Key].Index)
+		})
+		x.record(Changed{Members: stopped})
 	}
 	x.record(Canceled{Reason: reason})
 	return x.s, x.d, nil

@@ -392,10 +392,22 @@ func TestCancelCatchesUpWithTheMembersFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The catch-up (a completed), then b cancelled with the group, in the
+	// decision that cancels its task: the group reads as it is at once.
 	if x.s.Group.Status != StatusCancelled || x.s.Members["a"].Status != task.StatusCompleted || len(d.CancelTasks) != 1 ||
-		d.CancelTasks[x.taskOf("b")] == "" || !slices.Equal(names(d.Records), []string{"TaskGroupMembersChanged", "TaskGroupCanceled"}) ||
-		d.Records[1].Actor != "user-1" {
+		d.CancelTasks[x.taskOf("b")] == "" ||
+		!slices.Equal(names(d.Records), []string{"TaskGroupMembersChanged", "TaskGroupMembersChanged", "TaskGroupCanceled"}) ||
+		d.Records[0].Actor != "scheduler" || d.Records[1].Actor != "user-1" || d.Records[2].Actor != "user-1" {
 		t.Fatalf("cancel with b running: %+v, cancels %v, %v", x.s.Group, d.CancelTasks, names(d.Records))
+	}
+	b := x.s.Members["b"]
+	if b.Status != task.StatusCancelled || b.Error != "cancelled: group group-1 cancelled: stop" || b.EndedAt.IsZero() ||
+		!equalCounts(x.counts(), map[task.Status]int{task.StatusCompleted: 1, task.StatusCancelled: 1}) {
+		t.Fatalf("b as the cancel answers = %+v, counts %v", b, x.counts())
+	}
+	x.set("b", task.StatusCancelled) // the task as the store cancelled it
+	if d := x.advance(); !d.Empty() {
+		t.Fatalf("the catch-up after the cancel decided %v", names(d.Records))
 	}
 }
 
