@@ -72,7 +72,7 @@ func TestCheckGUQuota(t *testing.T) {
 	}
 	// The background quota has no WorkGroup.
 	_, err = e.app().CheckGUQuota(ctx, "acme", "gu1-background")
-	wantGUError(t, err, codes.FailedPrecondition, app.ReasonGUQuotaCreating)
+	wantGUError(t, err, codes.NotFound, app.ReasonGUQuotaNotExists)
 
 	current, err := e.app().CurrentWorkGroups(ctx)
 	if err != nil || len(current) != 1 || current[0].GPUs != 4 || current[0].Quota != "gu1-default" ||

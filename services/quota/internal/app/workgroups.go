@@ -134,11 +134,15 @@ func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGro
 	for _, q := range qs {
 		byID[q.ID] = q
 	}
-	var why string
+	// why is the latest reason a quota's WorkGroup is not running yet;
+	// without one, every quota named has no WorkGroup at all (a background
+	// quota, a root whose WorkGroup quota was deleted) and will get none
+	// by waiting: that is not "being created" but no quota to run on.
+	var why, none string
 	for _, q := range named {
 		wq, ok := workGroupQuota(q, qs, byID)
 		if !ok {
-			why = fmt.Sprintf("GU quota %s has no WorkGroup", q.Name)
+			none = q.Name
 			continue
 		}
 		w, err := a.store.WorkGroup(ctx, wq.ID)
@@ -156,6 +160,11 @@ func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGro
 		if w.Reason != "" {
 			why += " (" + w.Reason + ")"
 		}
+	}
+	if why == "" {
+		return WorkGroup{}, guStatus(codes.NotFound, ReasonGUQuotaNotExists, fmt.Sprintf(
+			"%s: GU quota %s of tenant %s has no WorkGroup to run work on (a background quota has none, nor a root without a WorkGroup quota below it); name a quota that has one",
+			MsgGUQuotaNotExists, none, tenantID))
 	}
 	return WorkGroup{}, guStatus(codes.FailedPrecondition, ReasonGUQuotaCreating,
 		MsgGUQuotaCreating+": "+why+"; retry once it runs")

@@ -42,9 +42,23 @@ func TestCheckGUQuota(t *testing.T) {
 			t.Errorf("CheckGUQuota(%q) = %+v, %v; want %+v", name, wg, err, want)
 		}
 	}
-	// The background quota has no WorkGroup: work cannot run under it.
+	// The background quota has no WorkGroup and gets none by waiting: work
+	// cannot run under it, and the answer does not say to retry.
 	_, err = f.app.CheckGUQuota(f.ctx, "acme", "gu1-background")
-	wantStatus(t, err, codes.FailedPrecondition, app.ReasonGUQuotaCreating)
+	wantStatus(t, err, codes.NotFound, app.ReasonGUQuotaNotExists)
+	if err == nil || !strings.Contains(err.Error(), "gu1-background of tenant acme has no WorkGroup") || strings.Contains(err.Error(), "retry") {
+		t.Errorf("the background quota's answer %v: want it to say it has no WorkGroup, without a retry", err)
+	}
+
+	// A root whose WorkGroup quota was deleted has no WorkGroup either.
+	if _, err := f.app.DeleteQuota(f.ctx, admin, "q-2", ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.app.CheckGUQuota(f.ctx, "acme", "gu1")
+	wantStatus(t, err, codes.NotFound, app.ReasonGUQuotaNotExists)
+	if err == nil || !strings.Contains(err.Error(), "GU quota gu1 of tenant acme has no WorkGroup") {
+		t.Errorf("the root without its WorkGroup quota: %v", err)
+	}
 
 	// A quota being unsubscribed is gone for new work.
 	if _, err := f.app.DeleteQuota(f.ctx, admin, "q-1", ""); err != nil {
