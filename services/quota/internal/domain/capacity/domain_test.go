@@ -179,11 +179,23 @@ func TestUpdateAndUnsubscribe(t *testing.T) {
 		{"min above max", UpdateState{Quota: root, Cluster: c}, 5, 4, ErrInvalid, 0},
 		{"unchanged", UpdateState{Quota: root, Children: []Quota{child}, Cluster: c}, 4, 8, nil, 0},
 		{"unknown", UpdateState{}, 1, 1, ErrNotFound, 0},
+		{"deleted", UpdateState{Quota: root.Apply(Event{Version: 2, Data: QuotaDeleted{}})}, 4, 8, ErrConflict, 0},
 	}
 	for _, tt := range tests {
 		events, err := UpdateQuota(tt.st, tt.min, tt.max)
 		if !errors.Is(err, tt.want) || len(events) != tt.n {
 			t.Errorf("%s: %d events, err %v; want %d, %v", tt.name, len(events), err, tt.n, tt.want)
+		}
+	}
+	// The field named is the one whose new value broke the rule.
+	for _, tt := range []struct {
+		min, max int64
+		field    string
+	}{{4, 3, "max_units"}, {9, 8, "min_units"}} {
+		_, err := UpdateQuota(UpdateState{Quota: root, Cluster: c}, tt.min, tt.max)
+		var inv *InvalidError
+		if !errors.As(err, &inv) || inv.Field != tt.field {
+			t.Errorf("min %d, max %d on min 4, max 8: %v, want it to name %s", tt.min, tt.max, err, tt.field)
 		}
 	}
 	big := cluster(8).Apply(Event{Version: 3, Data: InventoryReserved{MachineType: "A100", GPUs: 7}})

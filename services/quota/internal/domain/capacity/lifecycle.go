@@ -29,10 +29,14 @@ type UpdateState struct {
 // cover the children.
 func UpdateQuota(st UpdateState, min, max int64) ([]Event, error) {
 	q := st.Quota
-	if !q.Exists() || q.Status == QuotaDeletedStatus {
+	switch {
+	case !q.Exists():
 		return nil, NotFound("quota", q.ID)
-	}
-	if !q.Open() {
+	case q.Status == QuotaDeletedStatus:
+		// Still shown by GetQuota, as deleted: a change to it is refused
+		// as one to a quota being unsubscribed is, not as an unknown id.
+		return nil, conflict("quota %s was deleted", q.ID)
+	case !q.Open():
 		return nil, conflict("quota %s is being unsubscribed", q.ID)
 	}
 	switch {
@@ -40,6 +44,9 @@ func UpdateQuota(st UpdateState, min, max int64) ([]Event, error) {
 		return nil, invalid("min_units", "must not be negative")
 	case max < 1:
 		return nil, invalid("max_units", "must be at least 1")
+	case min > max && min == q.Min:
+		// The new max is the change that broke the rule.
+		return nil, invalid("max_units", "%d is below min_units %d", max, min)
 	case min > max:
 		return nil, invalid("min_units", "%d exceeds max_units %d", min, max)
 	}
