@@ -23,7 +23,7 @@ func renderConfig() RenderConfig {
 	return RenderConfig{
 		Namespace: "video", AgentID: "k8s-backend-1",
 		S3Endpoint: "https://s3.cn-north-1.qiniucs.com", S3Bucket: "wan22",
-		DefaultQueue:    "standard",
+		DefaultQueue: "standard",
 		PriorityClasses: map[string]string{"premium": "taskmesh-premium", "standard": "taskmesh-standard",
 			"tenant-high-priority-queue": "taskmesh-premium", "tenant-low-priority-queue": "taskmesh-standard"},
 	}
