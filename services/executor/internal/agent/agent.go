@@ -253,6 +253,18 @@ func (a *Agent) close() {
 	a.journal.Close()
 }
 
+// localAPIOptions refuses the sandbox's user on the local API: sandboxed
+// tasks share the machine's loopback, and the API would show them every
+// task's spec and output and let them cancel any (docs/api/agent-local.md,
+// "Who may call it"). Tasks that are not sandboxed run as the agent's own
+// user, who may read its journal anyway.
+func (a *Agent) localAPIOptions() localapi.Options {
+	if uid, _, ok := a.isolation.Credential(); ok {
+		return localapi.Options{RefusedUIDs: []uint32{uid}}
+	}
+	return localapi.Options{}
+}
+
 // Run runs the agent until ctx ends. Tasks keep running in their shims
 // after it returns.
 func (a *Agent) Run(ctx context.Context) error {
@@ -264,7 +276,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var srv *http.Server
 	if a.listener != nil {
 		srv = &http.Server{
-			Handler:           localapi.Handler(ctx, localapi.NewServer(a.journal, a)),
+			Handler:           localapi.Handler(ctx, localapi.NewServer(a.journal, a), a.localAPIOptions()),
 			ReadHeaderTimeout: 10 * time.Second,
 		}
 		a.runInBackground(func() {

@@ -111,7 +111,8 @@ func TestWithoutCgroupsMemoryIsAnRlimitWithAWarning(t *testing.T) {
 
 // In the bubblewrap sandbox a task runs as nobody, sees the system read
 // only, writes only its work directory, and sees neither the agent's token
-// file (even inside a path it may read) nor its journal.
+// file (even inside a path it may read) nor its journal, which the
+// agent-local API refuses to show it.
 func TestSandboxedTaskCannotReadTheTokenOrWriteOutsideItsWorkdir(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the sandbox runs tasks as another user, which needs root")
@@ -138,9 +139,15 @@ func TestSandboxedTaskCannotReadTheTokenOrWriteOutsideItsWorkdir(t *testing.T) {
 		c.TokenFile = token
 		c.Sandbox = isolation.Sandbox{Enabled: true, Type: isolation.SandboxBwrap, User: "nobody",
 			ReadonlyPaths: append([]string{secrets}, isolation.DefaultReadonlyPaths...)}
+		c.LocalAPIAddr = "127.0.0.1:0"
 		dataDir = c.DataDir
 	}).start()
-	body := fmt.Sprintf(`id -u
+	host, port, _ := strings.Cut(h.agent.LocalAPIAddr(), ":")
+	// The agent-local API on loopback, which a sandboxed task shares: asked
+	// for the journal's tasks, it answers the sandbox's user 403.
+	local := fmt.Sprintf(`bash -c 'exec 3<>/dev/tcp/%s/%s && printf "GET /api/v1/tasks HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n" >&3 && head -1 <&3' | sed 's/^/LOCAL API /'`, host, port)
+	body := fmt.Sprintf(local+`
+id -u
 cat %[1]s && echo "READ THE TOKEN"
 ls %[2]s/journal.db && echo "SAW THE JOURNAL"
 echo x > /etc/taskmesh-sandbox-test && echo "WROTE /etc"
@@ -161,7 +168,7 @@ exit 0
 			t.Errorf("the sandboxed task printed %q:\n%s", bad, out)
 		}
 	}
-	for _, good := range []string{"65534", "wrote the workdir", "wrote progress", "wrote tmp"} {
+	for _, good := range []string{"65534", "wrote the workdir", "wrote progress", "wrote tmp", "LOCAL API HTTP/1.0 403"} {
 		if !strings.Contains(done.GetStdout(), good) {
 			t.Errorf("the sandboxed task did not print %q:\n%s", good, out)
 		}

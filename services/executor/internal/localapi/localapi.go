@@ -29,6 +29,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 	"github.com/taskmesh/taskmesh/platform/readonlykeys"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/peercred"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 	"github.com/taskmesh/taskmesh/services/scheduler/lifecycle"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -196,8 +197,20 @@ func toProto(t journal.Task) *agentv1.LocalTask {
 	return lt
 }
 
+// Options configure Handler.
+type Options struct {
+	// RefusedUIDs are the users whose connections the API refuses: the
+	// sandbox's user, whose tasks share the machine's loopback but must
+	// never see the agent's journal nor act on other tasks
+	// (docs/api/agent-local.md, "Who may call it").
+	RefusedUIDs []uint32
+	// Proc is the proc file system the callers' users are read from (""
+	// for /proc).
+	Proc string
+}
+
 // Handler returns the REST handler for srv.
-func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer) http.Handler {
+func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer, o Options) http.Handler {
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &localJSON{runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
@@ -208,7 +221,42 @@ func Handler(ctx context.Context, srv agentv1.AgentLocalServiceServer) http.Hand
 	)
 	// RegisterAgentLocalServiceHandlerServer only fails for a nil mux.
 	_ = agentv1.RegisterAgentLocalServiceHandlerServer(ctx, mux, srv)
-	return refuseBrowsers(withoutLocalReadOnly(mux))
+	return refuseUsers(o, refuseBrowsers(withoutLocalReadOnly(mux)))
+}
+
+// refuseUsers answers 403 to a connection made by one of o.RefusedUIDs, as
+// the kernel lists the client's socket (peercred). A connection from this
+// machine whose user cannot be told (its socket is not listed) is refused
+// too: a check that could be dodged would be no check. One from another
+// machine (the API served on a network address) has no socket here and
+// passes, as it always did.
+func refuseUsers(o Options, next http.Handler) http.Handler {
+	if len(o.RefusedUIDs) == 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr)
+		remote, err := net.ResolveTCPAddr("tcp", r.RemoteAddr)
+		if local == nil || err != nil {
+			next.ServeHTTP(w, r) // not TCP: no task's loopback connection
+			return
+		}
+		uid, err := peercred.UID(o.Proc, remote, local)
+		switch {
+		case errors.Is(err, peercred.ErrNotFound) && !remote.IP.IsLoopback() && !local.IP.Equal(remote.IP):
+			next.ServeHTTP(w, r)
+			return
+		case err != nil:
+			writeEnvelope(w, http.StatusForbidden, envelope{Code: rpcerr.InvalidArgument,
+				Message: "the caller's user could not be told, and the local API does not answer sandboxed tasks"})
+			return
+		case slices.Contains(o.RefusedUIDs, uid):
+			writeEnvelope(w, http.StatusForbidden, envelope{Code: rpcerr.InvalidArgument,
+				Message: fmt.Sprintf("a connection of user %d (the sandbox's) is refused: the local API does not answer sandboxed tasks", uid)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // MaxCreateBody is the largest create body the local API reads: a spec's

@@ -3,9 +3,12 @@ package localapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +65,7 @@ func TestHandler(t *testing.T) {
 	code := 0
 	f := &fake{tasks: []journal.Task{{ID: "t1", Name: "one", Status: journal.StatusCompleted, ExitCode: &code,
 		Stdout: "hi\n", Origin: journal.OriginLocal, Synced: true, EndedAt: time.Unix(1770292800, 0)}}}
-	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f)))
+	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f), Options{}))
 	defer srv.Close()
 
 	tests := []struct {
@@ -137,7 +140,7 @@ func TestExitCodeIsNullUntilSet(t *testing.T) {
 		{ID: "t2", Name: "two", Status: journal.StatusPending, Origin: journal.OriginLocal},
 		{ID: "t3", Name: "three", Status: journal.StatusFailed, ExitCode: &failed, Error: "exit code 1", Origin: journal.OriginLocal},
 	}}
-	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f)))
+	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f), Options{}))
 	defer srv.Close()
 	get := func(path string, into any) {
 		t.Helper()
@@ -203,7 +206,7 @@ func TestExitCodeIsNullUntilSet(t *testing.T) {
 // an address or localhost are answered.
 func TestBrowsersAreRefused(t *testing.T) {
 	f := &fake{tasks: []journal.Task{{ID: "t1", Name: "one", Status: journal.StatusRunning}}}
-	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f)))
+	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f), Options{}))
 	defer srv.Close()
 	_, port, _ := strings.Cut(srv.URL, "127.0.0.1:")
 	create := `{"type":"script","command":"id"}`
@@ -268,4 +271,68 @@ func TestBrowsersAreRefused(t *testing.T) {
 	if why := on("127.0.0.1"); !strings.Contains(why, `host name "node-b"`) {
 		t.Errorf("the API on loopback takes a host name: %q", why)
 	}
+}
+
+// The sandbox's user is refused, whatever it asks, and changes nothing;
+// the agent's own user (and root, who runs the test) is answered. Which
+// user made the connection is read from the kernel's socket table, here a
+// copy of it written by the test (peercred reads the real one in its own
+// tests).
+func TestSandboxUserIsRefused(t *testing.T) {
+	f := &fake{tasks: []journal.Task{{ID: "t1", Name: "one", Status: journal.StatusRunning}}}
+	proc := t.TempDir()
+	if err := os.Mkdir(filepath.Join(proc, "net"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := Handler(context.Background(), NewServer(f, f), Options{RefusedUIDs: []uint32{65534}, Proc: proc})
+	server := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7071}
+	call := func(uid int, listed bool, method, path, body string) (int, map[string]any) {
+		client := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000 + uid%1000}
+		table := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+		if listed {
+			table += fmt.Sprintf("   0: %s %s 01 00000000:00000000 00:00000000 00000000 %5d        0 1 1 0 20 4 30 10 -1\n",
+				procAddr(client), procAddr(server), uid)
+		}
+		if err := os.WriteFile(filepath.Join(proc, "net", "tcp"), []byte(table), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest(method, "http://127.0.0.1:7071"+path, strings.NewReader(body))
+		r.RemoteAddr = client.String()
+		r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, server))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		var got map[string]any
+		_ = json.Unmarshal(w.Body.Bytes(), &got)
+		return w.Code, got
+	}
+	for _, tc := range []struct {
+		name               string
+		uid                int
+		listed             bool
+		method, path, body string
+		want               int
+		says               string
+	}{
+		{"a sandboxed task listing the journal", 65534, true, "GET", "/api/v1/tasks", "", 403, "user 65534 (the sandbox's) is refused"},
+		{"a sandboxed task cancelling another", 65534, true, "POST", "/api/v1/tasks/t1/cancel", "{}", 403, "does not answer sandboxed tasks"},
+		{"a sandboxed task creating one", 65534, true, "POST", "/api/v1/tasks", `{"name":"x","command":"echo"}`, 403, "sandbox"},
+		{"a caller whose socket is not listed", 1000, false, "GET", "/api/v1/tasks", "", 403, "could not be told"},
+		{"the agent's user", 0, true, "GET", "/api/v1/tasks", "", 200, ""},
+		{"another user of the machine", 1000, true, "POST", "/api/v1/tasks", `{"name":"x","command":"echo"}`, 200, ""},
+	} {
+		code, got := call(tc.uid, tc.listed, tc.method, tc.path, tc.body)
+		if code != tc.want || (tc.want == 403 && (got["code"] != float64(30005) || !strings.Contains(fmt.Sprint(got["message"]), tc.says))) {
+			t.Errorf("%s: %d %v, want %d saying %q", tc.name, code, got, tc.want, tc.says)
+		}
+	}
+	if f.submitted != 1 {
+		t.Errorf("%d tasks submitted, want only the other user's", f.submitted)
+	}
+}
+
+// procAddr writes a as /proc/net/tcp lists an IPv4 address: its 32-bit
+// word little-endian in hex, then the port.
+func procAddr(a *net.TCPAddr) string {
+	ip := a.IP.To4()
+	return fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], a.Port)
 }
