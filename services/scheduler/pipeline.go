@@ -115,7 +115,9 @@ type PipelineConfig struct {
 
 // pipeline is the composed pipeline API.
 type pipeline struct {
-	app         *pipelineapp.App
+	app *pipelineapp.App
+	// resources are what the stages count, reserved for their tasks.
+	resources   []string
 	relay       *outbox.Relay
 	db          *pgxpool.Pool
 	sweep       time.Duration
@@ -173,7 +175,11 @@ func newPipeline(cfg Config, tasks pipelineapp.Tasks, log *slog.Logger) (*pipeli
 	a := pipelineapp.New(pipelineapp.Config{Tasks: tasks, Jobs: store, Uploads: store, Objects: cfg.Objects,
 		Worker: pc.Worker, Stages: stages, CheckImage: images.Check, UploadLimits: limits, MaxOutputBytes: pc.MaxOutputBytes, UploadTTL: pc.UploadTTL,
 		Now: cfg.Now, Log: log.With("component", "pipeline")})
-	return &pipeline{app: a, relay: relay, db: pc.DB, sweep: pc.SweepInterval, uploadSweep: pc.UploadSweepInterval}, nil
+	var resources []string
+	for _, sc := range stages {
+		resources = append(resources, sc.Resource)
+	}
+	return &pipeline{app: a, resources: resources, relay: relay, db: pc.DB, sweep: pc.SweepInterval, uploadSweep: pc.UploadSweepInterval}, nil
 }
 
 // UploadSweeperLock names the advisory lock that elects the one replica

@@ -234,6 +234,7 @@ func (s *Service) addAPIs(cfg Config) error {
 			return err
 		}
 		s.pipeline = p
+		s.app.ReserveResources(p.resources...)
 		// The process manager hears of every committed change of a stage
 		// task at once (docs/decisions/0022-pipeline-jobs-drive-stage-tasks.md).
 		s.hub.Observe(p.app.Observe)

@@ -49,6 +49,14 @@ func needsResolving(s domain.Spec) bool {
 // resolveQueue returns the ClusterQueue for spec, "" when no admission
 // applies (nothing asked, or no quota service configured).
 func (a *App) resolveQueue(ctx context.Context, c Caller, s domain.Spec) (string, error) {
+	if !c.Pipeline {
+		for name := range s.Resources {
+			if a.reserved[name] {
+				return "", &domain.InvalidError{Field: "resources[" + name + "]",
+					Reason: "counts the model-conversion pipeline's stages: only its own stage tasks ask for it"}
+			}
+		}
+	}
 	if a.admission == nil || !needsResolving(s) {
 		return "", nil
 	}

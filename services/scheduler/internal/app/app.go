@@ -97,6 +97,9 @@ type App struct {
 	// groups is nil without task groups: then a member is retried as any
 	// task.
 	groups GroupMembers
+	// reserved are the resources only the model-conversion pipeline's own
+	// stage tasks may ask for (ReserveResources).
+	reserved map[string]bool
 	// resultSweep is when the sweeper last deleted expired results, and
 	// selfExpiring whether the store expires them itself (no sweep).
 	resultSweep  time.Time
@@ -142,6 +145,22 @@ func (a *App) SetAdmission(adm Admission) { a.admission = adm }
 // groups. Call it before serving.
 func (a *App) SetGroups(g GroupMembers) { a.groups = g }
 
+// ReserveResources keeps names for the model-conversion pipeline's stage
+// tasks (a Caller with Pipeline set): the resources its stage queues
+// count, one per running stage. A tenant's own task asking for one would
+// take a stage's place, every tenant's jobs waiting behind it, so it is
+// 30005 (docs/api/pipeline.md, "Pools and caps"). Call it before serving.
+func (a *App) ReserveResources(names ...string) {
+	if a.reserved == nil {
+		a.reserved = map[string]bool{}
+	}
+	for _, n := range names {
+		if n != "" {
+			a.reserved[n] = true
+		}
+	}
+}
+
 // Caller is who asks: a tenant's user, an agent, or an admin.
 type Caller struct {
 	// Tenant scopes every task the caller may see; "*" for admins and
@@ -153,6 +172,10 @@ type Caller struct {
 	// Tier is the tenant's tier (premium, standard), when known; it picks
 	// the admission queues a task may use.
 	Tier string
+	// Pipeline is set by the model-conversion pipeline for its own stage
+	// tasks, which may ask for the resources it reserved
+	// (ReserveResources).
+	Pipeline bool
 }
 
 // Errors the app adds to the domain's.

@@ -290,6 +290,39 @@ func TestCreateTaskAsksAdmissionOnlyWhenTheSpecNeedsIt(t *testing.T) {
 	}
 }
 
+// The resources the pipeline's stage queues count are its own: a tenant's
+// task asking for one, on create or update, alone or as a group member's
+// spec, is 30005 naming it and stores nothing; the pipeline's stage task
+// asks for it as ever.
+func TestPipelineResourcesAreThePipelines(t *testing.T) {
+	h := newHarness(t).withAdmission()
+	h.app.ReserveResources("taskmesh.io/pipeline-bie")
+	h.admission.ClusterQueue = "cq-pipeline-bie"
+	hog := spec("hog", func(in *domain.SpecInput) {
+		in.Queue, in.Resources = "pipeline-bie", map[string]string{"taskmesh.io/pipeline-bie": "1"}
+	})
+	_, err := h.app.CreateTasks(h.ctx, user("t1"), hog, "")
+	var inv *domain.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "resources[taskmesh.io/pipeline-bie]" {
+		t.Fatalf("a tenant's task asking for a stage's resource: %v, want 30005 naming it", err)
+	}
+	if _, err := h.app.ResolveQueue(h.ctx, user("t1"), domain.Spec{Resources: map[string]string{"taskmesh.io/pipeline-bie": "1"}}); !errors.As(err, &inv) {
+		t.Fatalf("a group member's spec asking for it: %v, want 30005", err)
+	}
+	plain := h.create(user("t1"), spec("plain"))
+	_, err = h.app.UpdateTask(h.ctx, user("t1"), plain.ID, domain.SpecInput{Resources: map[string]string{"taskmesh.io/pipeline-bie": "1"}})
+	if !errors.As(err, &inv) {
+		t.Fatalf("an update asking for it: %v, want 30005", err)
+	}
+	if n := len(h.admission.Calls()); n != 0 {
+		t.Fatalf("refused tasks reached the quota service %d times", n)
+	}
+	stage, err := h.app.CreateTasks(h.ctx, app.Caller{Tenant: "t1", Subject: "pipeline", Pipeline: true}, hog, "")
+	if err != nil || len(stage) != 1 || stage[0].ClusterQueue != "cq-pipeline-bie" {
+		t.Fatalf("the pipeline's stage task = %+v, %v", stage, err)
+	}
+}
+
 // A task the quota service admits as it is queued is claimable at once: a
 // claim already waiting for work is woken with it, with no decision from
 // the quota topic. The claim rechecks only hourly, so nothing but the

@@ -50,7 +50,7 @@ func (a *App) createStage(ctx context.Context, job domain.Job, s domain.Stage) (
 	if err != nil {
 		return task.Task{}, err
 	}
-	created, err := a.cfg.Tasks.CreateTasks(ctx, sched.Caller{Tenant: job.TenantID, Subject: actor}, spec,
+	created, err := a.cfg.Tasks.CreateTasks(ctx, sched.Caller{Tenant: job.TenantID, Subject: actor, Pipeline: true}, spec,
 		domain.StageRequestID(job.ID, s))
 	if errors.Is(err, task.ErrInvalid) {
 		return task.Task{}, err
