@@ -863,6 +863,20 @@ func (l *Loop) explain(id string) (rec WorkloadRecord, ex Explanation, known, ok
 	return rec, ex, true, true
 }
 
+// tenantsOf returns the tenant of each of ids the loop holds ("" for one
+// it does not).
+func (l *Loop) tenantsOf(ids []string) map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]string, len(ids))
+	for _, id := range ids {
+		if r := l.work[id]; r != nil {
+			out[id] = r.TenantID
+		}
+	}
+	return out
+}
+
 // Usage is the live usage of the queues and cohorts, and the number of
 // pending and admitted workloads per queue.
 type Usage struct {

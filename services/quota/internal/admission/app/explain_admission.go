@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // TaskAdmission is where a task stands in admission.
@@ -32,6 +33,9 @@ func (a *App) ExplainTask(ctx context.Context, c Caller, taskID string) (TaskAdm
 		// The same words whether the task is another tenant's or none.
 		return out, fmt.Errorf("task %q is in no admission queue (it needs no admission, waits for its dependencies to complete, or does not exist): %w",
 			taskID, ErrNotFound)
+	}
+	if !c.Operator {
+		ex = a.withoutOthersTasks(c.TenantID, ex)
 	}
 	out.Explanation = ex
 	if ex.State == StateAdmitted && ex.Flavors == nil {
@@ -83,4 +87,34 @@ func closingQueue(position int, queue, why string) string {
 		return fmt.Sprintf("position %d in %s, which admits nothing new: %s", position, queue, why)
 	}
 	return fmt.Sprintf("in %s, which admits nothing new: %s", queue, why)
+}
+
+// anotherTenantsTask stands for a task of another tenant in an
+// explanation shown to a tenant.
+const anotherTenantsTask = "a task of another tenant"
+
+// withoutOthersTasks takes the ids of other tenants' tasks out of ex, the
+// StrictFIFO head it waits behind and the victims it waits for: a tenant
+// learns that its task waits for another tenant's, never which one
+// (docs/api/quota.md#explaining-a-wait). Its own tasks stay named.
+func (a *App) withoutOthersTasks(tenantID string, ex Explanation) Explanation {
+	ids := append([]string{ex.BlockedBy}, ex.WaitingFor...)
+	tenants := a.loop.tenantsOf(ids)
+	foreign := func(id string) bool { return id != "" && tenants[id] != tenantID }
+	if foreign(ex.BlockedBy) {
+		ex.Reason = strings.ReplaceAll(ex.Reason, ex.BlockedBy, anotherTenantsTask)
+		ex.BlockedBy = ""
+	}
+	var own []string
+	for _, id := range ex.WaitingFor {
+		if foreign(id) {
+			ex.Reason = strings.ReplaceAll(ex.Reason, id, anotherTenantsTask)
+			continue
+		}
+		own = append(own, id)
+	}
+	if len(ex.WaitingFor) > 0 {
+		ex.WaitingFor = own
+	}
+	return ex
 }

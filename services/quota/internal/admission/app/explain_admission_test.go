@@ -2,6 +2,7 @@ package app
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -36,6 +37,47 @@ func TestExplainTaskOnAStandby(t *testing.T) {
 	if want := "cluster queue cq-gone does not exist; the task waits until a cluster queue of that name is defined"; err != nil ||
 		got.State != StatePending || got.Position != 0 || got.Reason != want {
 		t.Errorf("a pending task of a deleted queue = %+v, %v; want reason %q", got, err, want)
+	}
+}
+
+// A tenant's explanation never names another tenant's task: the StrictFIFO
+// head it waits behind and the victims it waits for are "a task of
+// another tenant" in the reason, and out of blocked_by and waiting_for;
+// its own tasks stay named, and an operator sees every id.
+func TestExplanationsHideOtherTenantsTasks(t *testing.T) {
+	f := newFixture(t)
+	f.loop.core = &core{explained: map[string]Explanation{
+		"a-behind": {ClusterQueue: "cq", State: StatePending, Position: 2, BlockedBy: "b-head",
+			Reason: "position 2 in cq behind head b-head, which does not fit (StrictFIFO)"},
+		"a-own-head": {ClusterQueue: "cq", State: StatePending, Position: 3, BlockedBy: "a-behind",
+			Reason: "position 3 in cq behind head a-behind, which does not fit (StrictFIFO)"},
+		"a-preemptor": {ClusterQueue: "cq", State: StatePending, Position: 1, WaitingFor: []string{"b-victim", "a-victim"},
+			Reason: "waiting for b-victim, a-victim to be evicted"},
+	}}
+	f.loop.work = map[string]*WorkloadRecord{}
+	for id, tenant := range map[string]string{"a-behind": "acme", "a-own-head": "acme", "a-preemptor": "acme", "a-victim": "acme",
+		"b-head": "beta", "b-victim": "beta"} {
+		f.loop.work[id] = &WorkloadRecord{Workload: Workload{ID: id, ClusterQueue: "cq"}, TenantID: tenant, State: StatePending}
+	}
+	f.store.put(Definition{Kind: KindClusterQueue, Name: "cq", ClusterQueue: gpuQueue("", "1")})
+	for _, tc := range []struct {
+		c          Caller
+		id         string
+		blockedBy  string
+		waitingFor []string
+		reason     string
+	}{
+		{premium, "a-behind", "", nil, "position 2 in cq behind head a task of another tenant, which does not fit (StrictFIFO)"},
+		{premium, "a-own-head", "a-behind", nil, "position 3 in cq behind head a-behind, which does not fit (StrictFIFO)"},
+		{premium, "a-preemptor", "", []string{"a-victim"}, "waiting for a task of another tenant, a-victim to be evicted"},
+		{operator, "a-behind", "b-head", nil, "position 2 in cq behind head b-head, which does not fit (StrictFIFO)"},
+		{operator, "a-preemptor", "", []string{"b-victim", "a-victim"}, "waiting for b-victim, a-victim to be evicted"},
+	} {
+		got, err := f.app.ExplainTask(f.ctx, tc.c, tc.id)
+		if err != nil || got.BlockedBy != tc.blockedBy || !slices.Equal(got.WaitingFor, tc.waitingFor) || got.Reason != tc.reason {
+			t.Errorf("%s as %s = blocked_by %q, waiting_for %v, reason %q, %v; want %q, %v, %q",
+				tc.id, tc.c.Actor, got.BlockedBy, got.WaitingFor, got.Reason, err, tc.blockedBy, tc.waitingFor, tc.reason)
+		}
 	}
 }
 
