@@ -13,6 +13,7 @@ import (
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	webhookv1 "github.com/taskmesh/taskmesh/gen/taskmesh/webhook/v1"
+	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 )
@@ -25,6 +26,14 @@ import (
 var requiredBodyFields = map[string][]protoreflect.FieldDescriptor{
 	"PUT /api/v1/webhook-endpoint":                            fieldsOf(&webhookv1.SetWebhookEndpointRequest{}, "url"),
 	"PUT /api/v1/clusters/{cluster}/inventory/{machine_type}": fieldsOf(&quotav1.SetInventoryRequest{}, "total_gpus"),
+}
+
+// operatorRoutes are the routes of requiredBodyFields only operators may
+// call. Who may call is judged before what is sent
+// (docs/api/quota.md): another caller's body is not checked here, and
+// the service answers it 403.
+var operatorRoutes = map[string]bool{
+	"PUT /api/v1/clusters/{cluster}/inventory/{machine_type}": true,
 }
 
 // fieldsOf returns the descriptors of m's fields named names; it panics on
@@ -50,6 +59,7 @@ func requireBodyFields(next runtime.HandlerFunc) runtime.HandlerFunc {
 	// The route's fields, looked up on its first request (the pattern is
 	// only known then); nil until then, empty for routes with none.
 	var fields atomic.Pointer[[]protoreflect.FieldDescriptor]
+	var operatorOnly atomic.Bool
 	return func(w http.ResponseWriter, r *http.Request, p map[string]string) {
 		want := fields.Load()
 		if want == nil {
@@ -58,14 +68,20 @@ func requireBodyFields(next runtime.HandlerFunc) runtime.HandlerFunc {
 				next(w, r, p)
 				return
 			}
-			f := requiredBodyFields[r.Method+" "+routeTemplate(pattern.String())]
+			route := r.Method + " " + routeTemplate(pattern.String())
+			f := requiredBodyFields[route]
 			if f == nil {
 				f = []protoreflect.FieldDescriptor{}
 			}
+			operatorOnly.Store(operatorRoutes[route])
 			fields.Store(&f)
 			want = &f
 		}
 		if len(*want) == 0 {
+			next(w, r, p)
+			return
+		}
+		if principal, _ := authn.FromContext(r.Context()); operatorOnly.Load() && principal.Kind != authn.KindAdmin {
 			next(w, r, p)
 			return
 		}

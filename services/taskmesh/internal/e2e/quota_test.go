@@ -100,6 +100,8 @@ func TestQuotasThroughREST(t *testing.T) {
 		// A tenant's key learns that it may not call before whether its
 		// values were valid.
 		{"tenant's bad kind", "POST", "/api/v1/quotas", acme, map[string]any{"kind": "XPU", "spec": map[string]any{"name": "x", "max_units": 1}}, 403, 403},
+		{"tenant's inventory without its count", "PUT", "/api/v1/clusters/" + w.s.QuotaCluster + "/inventory/A100", acme, map[string]any{}, 403, 403},
+		{"tenant's inventory", "PUT", "/api/v1/clusters/" + w.s.QuotaCluster + "/inventory/A100", acme, map[string]any{"total_gpus": 0}, 403, 403},
 		{"unknown field", "PATCH", "/api/v1/quotas/" + id, acme, map[string]any{"min_units": 1, "max_units": 2, "nope": 1}, 400, 30005},
 		{"no credential", "GET", "/api/v1/quotas/" + id, "", nil, 401, 401},
 	}
