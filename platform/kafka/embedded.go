@@ -99,7 +99,13 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 		kopts = append(kopts, kfake.WithLogger(logger(opts.Logf)))
 	}
 	if opts.DataDir != "" {
-		if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+		// The log holds every event, task specs and their env among them:
+		// the data directory is its owner's alone, whatever modes the
+		// broker gives the files in it (docs/security.md).
+		if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("kafka: embedded broker data dir: %w", err)
+		}
+		if err := os.Chmod(opts.DataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("kafka: embedded broker data dir: %w", err)
 		}
 		lock, err := lockDir(opts.DataDir)

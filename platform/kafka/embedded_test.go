@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -184,6 +185,27 @@ func TestEmbeddedDataDirIsExclusive(t *testing.T) {
 		t.Fatalf("start after the first broker closed: %v", err)
 	}
 	e.Close()
+}
+
+// The data directory holds every event (task specs and their env among
+// them): it is made, or made again, its owner's alone.
+func TestEmbeddedDataDirIsPrivate(t *testing.T) {
+	for _, existing := range []bool{false, true} {
+		dir := filepath.Join(t.TempDir(), "kafka")
+		if existing {
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e, err := kafka.StartEmbedded(kafka.EmbeddedOptions{DataDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Fatalf("data dir (existing %v): %v, %v; want 0700", existing, fi.Mode(), err)
+		}
+	}
 }
 
 func TestEmbeddedInMemoryAutoCreatesTopics(t *testing.T) {

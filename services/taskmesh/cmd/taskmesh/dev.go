@@ -53,11 +53,16 @@ keeps all data.`,
 			if err != nil {
 				return err
 			}
-			logs, err := os.OpenFile(f.logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+			// The log is its owner's alone, as the rest of the data
+			// directory is (a log kept from before is made so too).
+			logs, err := os.OpenFile(f.logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 			if err != nil {
 				return err
 			}
 			defer logs.Close()
+			if err := logs.Chmod(0o600); err != nil {
+				return err
+			}
 			o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			// No spans are exported; what this installs is the trace
 			// propagation and OpenTelemetry's error handler, which sends
