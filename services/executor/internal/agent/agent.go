@@ -90,6 +90,10 @@ type Agent struct {
 	inflight      map[string]bool     // attempts being delivered now
 	reachable     bool
 	lastHeartbeat time.Time
+	// contact is when the last call the server answered (a heartbeat or a
+	// claim) was sent, by the monotonic clock: the fences count from it
+	// (fence.go).
+	contact time.Time
 	// keeps (under mu) holds what attempts claimed by this process keep
 	// (journal.AttemptFiles) until their outcome is settled, so that the
 	// reads at start and delivery need no journal query; after a restart

@@ -14,6 +14,8 @@ type attempt struct {
 	task journal.Task
 	// stopCh holds the first stop request; later ones are dropped.
 	stopCh chan stopRequest
+	// fenceWake asks supervise to renew the shim's fence (fence.go).
+	fenceWake chan struct{}
 	// done is closed when the attempt's goroutine has ended.
 	done chan struct{}
 	// Tokens held: a process slot and/or a noop slot.
@@ -24,7 +26,7 @@ type attempt struct {
 }
 
 func newAttempt(t journal.Task) *attempt {
-	return &attempt{task: t, stopCh: make(chan stopRequest, 1), done: make(chan struct{})}
+	return &attempt{task: t, stopCh: make(chan stopRequest, 1), fenceWake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // stopRequest asks an attempt to stop.
@@ -81,6 +83,8 @@ func (a *Agent) stopOutcome(t journal.Task, reason, detail string) (status, errT
 		status, errText = journal.StatusFailed, "lease lost while the agent was away"
 	case shim.StopTimeout:
 		status, errText = journal.StatusFailed, fmt.Sprintf("timeout after %ds", t.Timeout)
+	case shim.StopFenced:
+		status, errText = journal.StatusFailed, fmt.Sprintf("fenced: the server had not answered this agent for %s and could lease the task again, so it was stopped", a.cfg.fence)
 	case shim.StopOrphaned:
 		status, errText = journal.StatusFailed, fmt.Sprintf("orphaned: no agent attached for %s", a.cfg.OrphanGrace)
 	case shim.StopTerminated:

@@ -80,7 +80,8 @@ func (a *Agent) claim(ctx context.Context, n int, requestID string, wait time.Du
 			a.interruptClaim()
 		}
 	}
-	return a.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
+	sent := time.Now()
+	resp, err := a.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
 		AgentId:   a.cfg.AgentID,
 		MachineId: a.cfg.MachineID,
 		Limit:     int32(n),
@@ -89,6 +90,11 @@ func (a *Agent) claim(ctx context.Context, n int, requestID string, wait time.Du
 		Wait:      durationpb.New(wait),
 		Types:     a.cfg.Types,
 	})
+	if err == nil {
+		// The server records a claim as a sign of life when it arrives.
+		a.heard(sent)
+	}
+	return resp, err
 }
 
 // endClaim marks the long poll over and reports whether interruptClaim

@@ -112,11 +112,15 @@ type Settings struct {
 	// OrphanGrace is how long a shim keeps a task running without an agent
 	// attached (default two thirds of AgentLostAfter: 10 s). It must end
 	// before AgentLostAfter (a second before, or a third of it when that
-	// is shorter), so that a task is stopped before it is re-leased.
+	// is shorter). A task leased from the server is bounded more tightly
+	// still by its fence (fence.go), which holds whatever the task does
+	// with SIGTERM and whether the agent is dead, stopped or cut off.
 	OrphanGrace time.Duration
 	// AgentLostAfter is the dead-agent timeout of the server this agent
 	// works for (the scheduler's --agent-lost-after; default 15 s): after
-	// that much silence the server leases the agent's tasks elsewhere.
+	// that much silence the server leases the agent's tasks elsewhere, so
+	// the agent's own tasks must be dead by then (fence.go). It bounds
+	// HeartbeatInterval: at most half the fence, 6 s by default.
 	AgentLostAfter time.Duration
 	Logger         *slog.Logger
 	// Now is the clock (default time.Now).
@@ -164,6 +168,9 @@ type Config struct {
 	// typesDefaulted: Types was empty and got the defaults, so video joins
 	// them when its tools are present.
 	typesDefaulted bool
+	// fence and fenceGrace are the fence of a task leased from the server
+	// and the SIGKILL grace after it (fence.go), from AgentLostAfter.
+	fence, fenceGrace time.Duration
 }
 
 // Defaults.
@@ -241,6 +248,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if most := c.AgentLostAfter - min(orphanMargin, c.AgentLostAfter/3); c.OrphanGrace > most {
 		return c, fmt.Errorf("orphan grace must stay below the server's dead-agent timeout of %s (%s at most)", c.AgentLostAfter, most)
+	}
+	c.fence, c.fenceGrace = fenceTimes(c.AgentLostAfter)
+	if c.Server != "" && c.HeartbeatInterval > c.fence/2 {
+		// A fenced task would be stopped whenever one heartbeat is late.
+		return c, fmt.Errorf("heartbeat interval %s is too long for the server's dead-agent timeout of %s: at most %s", c.HeartbeatInterval, c.AgentLostAfter, c.fence/2)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -8,6 +8,9 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 )
 
+// heartbeatRetry is the wait before the heartbeat after a failed one.
+const heartbeatRetry = time.Second
+
 // heartbeatLoop sends the machine heartbeat and obeys its stop list. A
 // call refused because the agent's address changed wakes it early: the
 // heartbeat is what moves the token to the new address.
@@ -39,6 +42,7 @@ func (a *Agent) heartbeat(ctx context.Context) time.Duration {
 	free := max(a.cfg.Slots-int(a.running.Load()), 0)
 
 	cctx, cancel := a.rpcCtx(ctx)
+	sent := time.Now()
 	resp, err := a.lease.SendHeartbeat(cctx, &taskv1.SendHeartbeatRequest{
 		AgentId: a.cfg.AgentID, MachineId: a.cfg.MachineID, Labels: a.cfg.Labels,
 		AttemptIds: ids, FreeSlots: int32(free), Slots: int32(a.cfg.Slots), Version: a.cfg.Version,
@@ -60,8 +64,12 @@ func (a *Agent) heartbeat(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
 		}
-		return interval
+		// Soon again: the fences run out while the server is not heard
+		// from, and the first answer after an outage renews them.
+		return min(interval, heartbeatRetry)
 	}
+	a.heard(sent)
+	a.renewFences()
 	if !was {
 		// The server is back: deliver what waited.
 		wake(a.syncWake)

@@ -208,6 +208,17 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 	if cp != "" {
 		spec.Env = append(spec.Env, cp)
 	}
+	if a.fenced(t) {
+		fence, stop := a.awaitFence(ctx, at)
+		if stop != nil || fence <= 0 {
+			removeGroup(spec)
+			if stop != nil {
+				a.finishStopped(ctx, at, *stop)
+			}
+			return // else shutting down: recovery starts it from the journal
+		}
+		spec.Fence, spec.FenceGrace = fence, a.cfg.fenceGrace
+	}
 	// Journal the run directory before the shim exists: a restart then
 	// finds the shim (or its status file) even if Start never returned.
 	if err := a.journal.SetProcess(journalCtx, t.AttemptID, runDir, spec.Socket, 0, 0); err != nil {

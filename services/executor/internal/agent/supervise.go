@@ -77,6 +77,17 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 			if _, err := sess.Stop(ctx, r.reason, grace); err != nil {
 				a.log.Warn("stop request to shim failed", "attempt_id", t.AttemptID, "err", err)
 			}
+		case <-at.fenceWake:
+			if !a.fenced(t) {
+				continue
+			}
+			// A fence that has passed cannot be renewed (the shim is
+			// stopping the task), and a shim that is gone needs none.
+			if d := a.fenceLeft(); d > 0 {
+				if _, err := sess.Fence(ctx, d); err != nil {
+					a.log.Debug("fence not renewed", "attempt_id", t.AttemptID, "err", err)
+				}
+			}
 		case <-renew.C:
 			next, err := a.renewLease(ctx, at)
 			if rpcerr.AttemptGone(err) {

@@ -198,6 +198,12 @@ func (s *Session) Stop(ctx context.Context, reason string, grace time.Duration) 
 	return s.request(ctx, Request{Op: OpStop, Reason: reason, Grace: &grace})
 }
 
+// Fence renews the task's fence: the shim stops the task unless it is
+// renewed again within d (Spec.Fence).
+func (s *Session) Fence(ctx context.Context, d time.Duration) (State, error) {
+	return s.request(ctx, Request{Op: OpFence, Fence: &d})
+}
+
 func (s *Session) request(ctx context.Context, req Request) (State, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

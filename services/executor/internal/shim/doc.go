@@ -29,9 +29,12 @@
 //   - serves the agent on a unix socket (newline-delimited JSON, see
 //     Request and Response): "state", "stop" and "wait";
 //   - stops the task with reason "orphaned" when no agent has been connected
-//     for OrphanGrace, which bounds how long a task outlives its agent (the
-//     server re-leases a dead agent's tasks after about 15 s, so the grace
-//     must stay below that).
+//     for OrphanGrace, which bounds how long a task outlives its agent;
+//   - stops the task with reason "fenced", and kills it FenceGrace later,
+//     when the agent did not renew its Fence in time. The server leases a
+//     silent agent's tasks again after about 15 s, whether the agent died,
+//     was stopped or was cut off, and the fence holds in all three cases
+//     and whatever the task does with SIGTERM; the orphan rule does not.
 //
 // A shim holds an exclusive flock on the run directory's shim.lock for its
 // whole life and writes the marker file "spawned" just before it forks the

@@ -15,6 +15,10 @@ const (
 	// the agent keeps this request open for the task's whole life, which is
 	// also how the shim knows an agent is attached.
 	OpWait = "wait"
+	// OpFence renews the task's fence (Spec.Fence): it now passes Fence
+	// after the request. It is an error for a task without a fence, and
+	// once the fence has passed (the task is being stopped for it).
+	OpFence = "fence"
 )
 
 // Request is a message from the agent.
@@ -24,6 +28,9 @@ type Request struct {
 	// Grace is OpStop's time between SIGTERM and SIGKILL; 0 kills right
 	// after SIGTERM. Absent (an agent that sends none) means the spec's.
 	Grace *time.Duration `json:"grace,omitempty"`
+	// Fence is OpFence's new fence, counted from the request: a length,
+	// not a time, so that the agent's and the shim's clocks need not agree.
+	Fence *time.Duration `json:"fence,omitempty"`
 	// RunDir is the run directory a host is asked to serve (OpServe).
 	RunDir string `json:"run_dir,omitempty"`
 }

@@ -2,6 +2,7 @@ package shim
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -32,9 +33,12 @@ type server struct {
 	conns     int
 	open      map[net.Conn]struct{} // the agent's connections
 	orphan    *time.Timer
+	fence     *time.Timer // nil: the task has no fence
+	fenced    bool        // the fence passed; renewals come too late
 	stopping  string
 	ended     bool // the main process exited; no stop may be recorded now
 	killTimer *time.Timer
+	killAt    time.Time // when killTimer fires
 	progress  Progress
 	fileStamp string // size+mtime of the progress file last read
 	exit      *Status
@@ -117,6 +121,9 @@ func (p *process) serveTask(runDir string, report func(ready)) int {
 
 	s.mu.Lock()
 	s.armOrphanLocked()
+	if spec.Fence > 0 {
+		s.fence = time.AfterFunc(spec.Fence, s.fenceExpired)
+	}
 	s.mu.Unlock()
 	go s.accept(ln)
 	var timeout <-chan time.Time
@@ -249,6 +256,9 @@ func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
 	if s.orphan != nil {
 		s.orphan.Stop()
 	}
+	if s.fence != nil {
+		s.fence.Stop()
+	}
 	s.mu.Unlock()
 
 	if g := s.spec.Cgroup; g != nil {
@@ -310,7 +320,51 @@ func (s *server) stop(reason string, grace time.Duration) {
 	s.stopping = reason
 	pgid := s.pid
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	s.killAt = time.Now().Add(grace)
 	s.killTimer = time.AfterFunc(grace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+}
+
+// renewFence moves the fence to d from now.
+func (s *server) renewFence(d time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.fence == nil:
+		return errors.New("fence: the task has none")
+	case s.fenced:
+		return errors.New("fence: it passed; the task is being stopped")
+	case s.exit != nil:
+		return nil // ended: nothing left to fence
+	}
+	s.fence.Reset(max(d, 0))
+	return nil
+}
+
+// fenceExpired stops the task: the agent did not renew its fence in time,
+// and the server may lease it elsewhere once FenceGrace and the agent's
+// margin have passed too. A stop already under way (an orphan's, a
+// cancel's with a long grace) keeps its recorded reason but gets its
+// SIGKILL no later than FenceGrace from now: the bound holds whatever the
+// task does with SIGTERM.
+func (s *server) fenceExpired() {
+	s.mu.Lock()
+	if s.fenced || s.exit != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.fenced = true
+	s.mu.Unlock()
+	grace := s.spec.FenceGrace
+	s.stop(StopFenced, grace)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended || s.killTimer == nil {
+		return
+	}
+	if by := time.Now().Add(grace); by.Before(s.killAt) {
+		s.killTimer.Reset(grace)
+		s.killAt = by
+	}
 }
 
 // armOrphanLocked starts the orphan countdown; s.mu is held.

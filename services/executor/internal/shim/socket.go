@@ -66,6 +66,12 @@ func (s *server) handle(c net.Conn) {
 					reason = "stopped"
 				}
 				s.stop(reason, grace)
+			case OpFence:
+				if req.Fence == nil {
+					resp.Error = "fence: no length given"
+				} else if err := s.renewFence(*req.Fence); err != nil {
+					resp.Error = err.Error()
+				}
 			case OpWait:
 				if !s.waitOrHangup(c) {
 					return

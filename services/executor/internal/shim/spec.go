@@ -42,6 +42,17 @@ type Spec struct {
 	Timeout     time.Duration `json:"timeout"`
 	Grace       time.Duration `json:"grace"`
 	OrphanGrace time.Duration `json:"orphan_grace"`
+	// Fence, when positive, is how long the task may run, counted from
+	// its start, before the agent must renew it (OpFence gives the next
+	// length, counted from the request). A task whose fence passes is
+	// stopped with reason StopFenced and killed FenceGrace after SIGTERM,
+	// and a stop already under way is hurried to the same SIGKILL. The
+	// agent fences the tasks a server leased to it: once the server has
+	// not heard from the agent for its dead-agent timeout it leases them
+	// again, and the old process must be dead by then, whether the agent
+	// died, was stopped or was cut off (docs/executor.md, "Fencing").
+	Fence      time.Duration `json:"fence,omitempty"`
+	FenceGrace time.Duration `json:"fence_grace,omitempty"`
 	// OutputLimit is the number of bytes kept per stream.
 	OutputLimit int64 `json:"output_limit"`
 	// TailBytes is the size of the kept end of each stream.
@@ -79,6 +90,7 @@ type Credential struct {
 const (
 	StopTimeout    = "timeout"
 	StopOrphaned   = "orphaned"
+	StopFenced     = "fenced"
 	StopTerminated = "shim_terminated"
 )
 

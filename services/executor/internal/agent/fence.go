@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+)
+
+// Fencing keeps a task from running on two agents at once
+// (docs/executor.md, "Fencing"). The server leases an agent's tasks
+// elsewhere once it has not heard from the agent for AgentLostAfter,
+// whether the agent died, was stopped (SIGSTOP) or was cut off, and
+// whether its task obeys SIGTERM or not. So every task leased from the
+// server runs under a fence held by its shim, which outlives the agent:
+// unless the agent renews it, the shim stops the task when the fence
+// passes and kills it fenceGrace later. The agent renews the fences after
+// each heartbeat the server answers, to a point it can prove is early
+// enough:
+//
+//	contact + AgentLostAfter − margin − fenceGrace
+//
+// where contact is when the last answered heartbeat or claim was sent.
+// The server recorded the call no earlier than that, so it cannot find
+// the agent lost before contact + AgentLostAfter, and the task is dead by
+// then with margin to spare. Only lengths cross between processes, never
+// times, and the fence is measured on the monotonic clock (time.Now, not
+// the configurable Now): it is about real time passing, which a test's
+// fake clock must not stop.
+
+const (
+	// fenceKillGrace is the most a fenced task is given between SIGTERM
+	// and SIGKILL; less when AgentLostAfter is short.
+	fenceKillGrace = 2 * time.Second
+	// fenceMargin is kept between the SIGKILL and the earliest moment the
+	// server may lease the task again: for the shim's timers, the request
+	// that renews a fence, and a busy machine.
+	fenceMargin = time.Second
+	// minFenceAtSpawn: a task is not started with less fence than this
+	// left; it waits for the next answered heartbeat instead.
+	minFenceAtSpawn = time.Second
+)
+
+// fenceTimes returns the fence and the SIGKILL grace for a server whose
+// dead-agent timeout is lostAfter: with the default 15 s, 12 s and 2 s.
+func fenceTimes(lostAfter time.Duration) (fence, grace time.Duration) {
+	grace = min(fenceKillGrace, lostAfter/6)
+	margin := min(fenceMargin, lostAfter/6)
+	return lostAfter - grace - margin, grace
+}
+
+// fenced reports whether t runs under a fence: a task leased from the
+// server. Local tasks have no lease to lose.
+func (a *Agent) fenced(t journal.Task) bool {
+	return t.Origin == journal.OriginServer && a.lease != nil
+}
+
+// heard records that the server answered a call the agent sent at sent.
+func (a *Agent) heard(sent time.Time) {
+	a.mu.Lock()
+	if sent.After(a.contact) {
+		a.contact = sent
+	}
+	a.mu.Unlock()
+}
+
+// fenceLeft is how long a fenced task may run from now unless the server
+// hears from the agent again; 0 or less before the server was first heard
+// from by this process, since what the server last heard (before a
+// restart) is unknown.
+func (a *Agent) fenceLeft() time.Duration {
+	a.mu.Lock()
+	c := a.contact
+	a.mu.Unlock()
+	if c.IsZero() {
+		return 0
+	}
+	return time.Until(c.Add(a.cfg.fence))
+}
+
+// renewFences has every fenced attempt renew its shim's fence to
+// fenceLeft. Each attempt's goroutine does it (supervise), and tells a
+// fenced attempt from another: at.task is that goroutine's to read.
+func (a *Agent) renewFences() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, at := range a.runs {
+		wake(at.fenceWake)
+	}
+}
+
+// awaitFence waits until a fenced task may start: fenceLeft is at least
+// minFenceAtSpawn. After a restart, before the first heartbeat, and while
+// the server is away, it waits for an answered heartbeat; a stop request
+// (the server found the lease lost, once it is back) ends the wait. It
+// returns the fence to start with, or the stop, or 0 and nil when ctx
+// ended.
+func (a *Agent) awaitFence(ctx context.Context, at *attempt) (time.Duration, *stopRequest) {
+	if d := a.fenceLeft(); d >= minFenceAtSpawn {
+		return d, nil
+	}
+	wake(a.heartbeatWake)
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, nil
+		case r := <-at.stopCh:
+			return 0, &r
+		case <-poll.C:
+			if d := a.fenceLeft(); d >= minFenceAtSpawn {
+				return d, nil
+			}
+		}
+	}
+}

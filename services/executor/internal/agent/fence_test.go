@@ -1,0 +1,158 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// fenceLostAfter is the server's dead-agent timeout in these tests: a
+// fence of 4 s, SIGKILL 1 s after it, a second to spare.
+const fenceLostAfter = 6 * time.Second
+
+func fencing(c *Config) {
+	c.AgentLostAfter, c.OrphanGrace = fenceLostAfter, time.Second
+	c.GracePeriod = 30 * time.Second
+}
+
+// lastHeard is when the fake server last received a call that proves the
+// agent alive (a heartbeat or a claim) before cut: the server leases the
+// agent's tasks elsewhere fenceLostAfter after it.
+func lastHeard(f *leasetest.Fake, cut time.Time) time.Time {
+	var last time.Time
+	for _, m := range []string{"SendHeartbeat", "ClaimTasks"} {
+		for _, c := range f.Calls(m) {
+			if c.At.Before(cut) && c.At.After(last) {
+				last = c.At
+			}
+		}
+	}
+	return last
+}
+
+// goneBy waits for the process group to be gone and returns when it was
+// seen gone.
+func goneBy(t *testing.T, pgid int, limit time.Duration) time.Time {
+	t.Helper()
+	var at time.Time
+	leasetest.WaitFor(t, limit, "the task's processes gone", func() bool {
+		if groupGone(pgid) {
+			at = time.Now()
+			return true
+		}
+		return false
+	})
+	return at
+}
+
+// runningStubborn starts a server task that ignores SIGTERM and has a 30 s
+// grace, and waits until it runs; it returns its id and process group.
+func runningStubborn(t *testing.T, h *harness) (string, int) {
+	t.Helper()
+	ready := filepath.Join(shortDir(t), "ready")
+	task := script(trapTerm, ready)
+	task.GracePeriodSec = 30
+	id := h.fake.Add(task)[0]
+	leasetest.WaitFor(t, 10*time.Second, "task running", func() bool { _, err := os.Stat(ready); return err == nil })
+	row := h.waitRow(id, 5*time.Second, "pid journaled", func(r journal.Task) bool { return r.PID > 0 })
+	return id, row.PID
+}
+
+// An agent cut off from the server keeps its connections to its shims,
+// so no orphan rule stops its tasks; the server leases them elsewhere
+// once it has not heard from the agent for its dead-agent timeout. The
+// fence kills the task — which ignores SIGTERM and has a 30 s grace —
+// before then, and the outcome says why once the server is back.
+func TestCutOffAgentsTaskDiesBeforeTheServerMovesIt(t *testing.T) {
+	h := newHarness(t, fencing).start()
+	id, pgid := runningStubborn(t, h)
+
+	unavailable := status.Error(codes.Unavailable, "cut off")
+	cut := time.Now()
+	h.fake.SetFail(func(string, proto.Message) error { return unavailable })
+	gone := goneBy(t, pgid, 20*time.Second)
+	if releasable := lastHeard(h.fake, cut).Add(fenceLostAfter); !gone.Before(releasable) {
+		t.Fatalf("the task ran until %s after the server last heard from its agent; the server could lease it again after %s",
+			gone.Sub(lastHeard(h.fake, cut)), fenceLostAfter)
+	}
+
+	h.fake.SetFail(nil)
+	done := h.fake.WaitComplete(t, id, 20*time.Second)
+	if done.GetExitCode() != 137 || !strings.Contains(done.GetError(), "fenced") {
+		t.Errorf("outcome: exit %d, error %q; want SIGKILL (137) and fenced", done.GetExitCode(), done.GetError())
+	}
+}
+
+// An agent that dies leaves its tasks to their shims. The orphan rule
+// sends SIGTERM; the task ignores it, and its 30 s grace would outlast the
+// server's dead-agent timeout. The fence kills it in time.
+func TestDeadAgentsStubbornTaskDiesBeforeTheServerMovesIt(t *testing.T) {
+	h := newHarness(t, fencing).start()
+	_, pgid := runningStubborn(t, h)
+
+	h.stop()
+	died := time.Now()
+	gone := goneBy(t, pgid, 20*time.Second)
+	if releasable := lastHeard(h.fake, died).Add(fenceLostAfter); !gone.Before(releasable) {
+		t.Fatalf("the task ran until %s after the server last heard from its agent; the server could lease it again after %s",
+			gone.Sub(lastHeard(h.fake, died)), fenceLostAfter)
+	}
+}
+
+// A restarted agent renews the fences of the tasks it finds: a task that
+// outlives its agent by less than the fence runs on to its end, for as
+// long as it takes.
+func TestRestartedAgentRenewsTheFencesItFinds(t *testing.T) {
+	fence, _ := fenceTimes(fenceLostAfter)
+	h := newHarness(t, fencing).start()
+	ready := filepath.Join(shortDir(t), "ready")
+	// Runs three fences long, so only renewals let it finish.
+	task := script(`touch "$1"; sleep `+strings.TrimSuffix((3*fence).String(), "s"), ready)
+	id := h.fake.Add(task)[0]
+	leasetest.WaitFor(t, 10*time.Second, "task running", func() bool { _, err := os.Stat(ready); return err == nil })
+
+	h.stop()
+	time.Sleep(200 * time.Millisecond)
+	h.start()
+	done := h.fake.WaitComplete(t, id, 6*fence)
+	if done.GetExitCode() != 0 || done.GetError() != "" {
+		t.Fatalf("outcome: exit %d, error %q; want exit 0: the new agent did not renew the fence", done.GetExitCode(), done.GetError())
+	}
+}
+
+func TestFenceTimes(t *testing.T) {
+	for _, tt := range []struct{ lostAfter, fence, grace time.Duration }{
+		{15 * time.Second, 12 * time.Second, 2 * time.Second},
+		{6 * time.Second, 4 * time.Second, time.Second},
+		{3 * time.Second, 2 * time.Second, 500 * time.Millisecond},
+	} {
+		fence, grace := fenceTimes(tt.lostAfter)
+		if fence != tt.fence || grace != tt.grace {
+			t.Errorf("fenceTimes(%s) = %s, %s; want %s, %s", tt.lostAfter, fence, grace, tt.fence, tt.grace)
+		}
+		if fence+grace >= tt.lostAfter {
+			t.Errorf("fenceTimes(%s): the kill at %s is not before the server's timeout", tt.lostAfter, fence+grace)
+		}
+	}
+}
+
+// A heartbeat interval that would let the fences run out between two
+// heartbeats is a configuration error.
+func TestHeartbeatIntervalMustFitTheFence(t *testing.T) {
+	_, err := Config{Settings: Settings{AgentID: "a", DataDir: t.TempDir(), Server: "127.0.0.1:1",
+		HeartbeatInterval: 7 * time.Second}}.withDefaults()
+	if err == nil || !strings.Contains(err.Error(), "heartbeat interval") {
+		t.Fatalf("7 s heartbeats against a 15 s timeout: err = %v", err)
+	}
+	if _, err := (Config{Settings: Settings{AgentID: "a", DataDir: t.TempDir(), Server: "127.0.0.1:1"}}).withDefaults(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+}
