@@ -43,5 +43,31 @@ func chaosCommand() *cobra.Command {
 	f.BoolVar(&cfg.Short, "short", false, "shorter broker stalls and gaps between faults (runs of a minute or two)")
 	f.StringVar(&cfg.Dir, "dir", "", "keep data directories and logs here (default: a temporary directory, removed when every invariant holds)")
 	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "the redis-server executable")
+	cmd.AddCommand(chaosWitnessCommand())
+	return cmd
+}
+
+// chaosWitnessCommand is the process the load's stubborn tasks run: it
+// takes its task's lock in --dir and holds it, ignoring SIGTERM, and
+// records an overlap when another run of the task still holds it
+// (docs/chaos.md, "process overlaps"). Hidden: it is meant for the
+// suite's agents, which set the task's ids in its environment.
+func chaosWitnessCommand() *cobra.Command {
+	var (
+		dir  string
+		hold time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:    "witness",
+		Short:  "Hold this task's lock in --dir for --hold, ignoring SIGTERM; record an overlap if another run holds it, and wait for it",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return chaos.Witness(dir, hold, os.Getenv("TASKMESH_TASK_ID"), os.Getenv("TASKMESH_ATTEMPT_ID"))
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "directory of the locks and the overlap records (shared by every agent)")
+	cmd.Flags().DurationVar(&hold, "hold", 8*time.Second, "how long to hold the lock")
+	_ = cmd.MarkFlagRequired("dir")
 	return cmd
 }

@@ -5,9 +5,10 @@
 // printed seed, kills and restarts processes, restarts Postgres
 // immediately, stalls the broker, stops agents past their heartbeat
 // timeout and cuts agents off the network. After a drain period it checks
-// the invariants from the event log and the databases. `taskmesh chaos`
-// and `make chaos` run it; docs/chaos.md explains the faults and the
-// invariants.
+// the invariants from the event log and the databases, and from the
+// records of a witness process some tasks run (witness.go). `taskmesh
+// chaos` and `make chaos` run it; docs/chaos.md explains the faults and
+// the invariants.
 package chaos
 
 import (
@@ -207,6 +208,16 @@ func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep
 	if err != nil {
 		return err
 	}
+	stubborn := 0
+	for _, r := range reqs {
+		if r.kind == "stubborn" && r.id != "" {
+			stubborn++
+		}
+	}
+	overlaps, err := checkOverlaps(d.witnessDir, stubborn)
+	if err != nil {
+		return fmt.Errorf("read the witness's records: %w", err)
+	}
 	admitted, err := checkOverAdmission(ctx, db)
 	if err != nil {
 		return err
@@ -224,7 +235,7 @@ func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep
 	if replay.Count > 0 {
 		fmt.Fprint(cfg.Out, out)
 	}
-	rep.Invariants = []Invariant{checkHealed(rep.Windows), checkExits(d.exits.snapshot(), len(d.procs)), lost, jobs, videos, checkUnanswered(reqs, rejected), doubles, admitted, replay,
+	rep.Invariants = []Invariant{checkHealed(rep.Windows), checkExits(d.exits.snapshot(), len(d.procs)), lost, jobs, videos, checkUnanswered(reqs, rejected), doubles, overlaps, admitted, replay,
 		checkServerErrors(errs, rep.Windows, outageSlack), stream}
 	rep.print(cfg.Out)
 	return nil

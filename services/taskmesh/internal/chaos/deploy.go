@@ -45,6 +45,10 @@ type deployment struct {
 	objects  []string
 	apiKey   string
 	adminKey string
+	// witnessDir holds the stubborn tasks' locks and overlap records,
+	// one directory for every agent: all run on this machine, and a
+	// task's runs meet there whichever agent runs them.
+	witnessDir string
 }
 
 // pipelineStageRetries: a stage task whose agent is lost or cut off is
@@ -73,16 +77,23 @@ const (
 	agentLostAfter    = 4 * time.Second
 	heartbeatInterval = 500 * time.Millisecond
 	// agentSlots: a third of the load sleeps a second or two, so at 50
-	// requests a second the three agents hold about 30 tasks at once.
+	// requests a second the three agents hold about 30 tasks at once,
+	// and the stubborn tasks up to 8 more.
 	agentSlots = 16
 )
 
 func (d *deployment) start(ctx context.Context) error {
-	for _, sub := range []string{"logs", "kafka", "secrets"} {
+	for _, sub := range []string{"logs", "kafka", "secrets", "witness"} {
 		if err := os.MkdirAll(filepath.Join(d.dir, sub), 0o755); err != nil {
 			return err
 		}
 	}
+	// Absolute: the tasks run in work directories of their own.
+	witness, err := filepath.Abs(filepath.Join(d.dir, "witness"))
+	if err != nil {
+		return err
+	}
+	d.witnessDir = witness
 	if err := d.startPostgres(ctx); err != nil {
 		return err
 	}

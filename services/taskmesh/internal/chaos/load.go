@@ -10,6 +10,8 @@ import (
 	"math/rand"
 	"mime/multipart"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +29,7 @@ import (
 // key: retried with the same key until a front door accepts it.
 type request struct {
 	key   string // request_id
-	kind  string // e.g. "true", "sleep", "false", "timeout", "gpu", "gpu-queue", "quota", "grpc", "dag", "pipeline"
+	kind  string // e.g. "true", "sleep", "false", "timeout", "stubborn", "gpu", "gpu-queue", "quota", "grpc", "dag", "pipeline"
 	group bool   // a task group, not a task
 	quota bool   // a change of the chaos-gpu ClusterQueue's quota, no work
 	job   bool   // a conversion job (POST /jobs), not a task
@@ -54,6 +56,10 @@ type load struct {
 	mix  *rand.Rand // the mix of kinds; its own seed, so the faults' schedule does not depend on it
 	http *http.Client
 	rpc  []taskv1.TaskServiceClient
+	// witness is the stubborn tasks' command and args: the deployment's
+	// own taskmesh binary by its absolute path, as `chaos witness` (a
+	// shell task runs its command directly, no shell in between).
+	witness []string
 
 	mu       sync.Mutex
 	requests []*request
@@ -67,7 +73,17 @@ type load struct {
 }
 
 func newLoad(d *deployment, rate int, seed int64) (*load, error) {
-	l := &load{d: d, rate: rate, mix: rand.New(rand.NewSource(seed)), http: &http.Client{Timeout: 15 * time.Second}}
+	// The binary as the agents must name it: they start a task in its
+	// own work directory, with their own PATH.
+	bin, err := exec.LookPath(d.cfg.Binary)
+	if err == nil {
+		bin, err = filepath.Abs(bin)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the taskmesh binary for the stubborn tasks: %w", err)
+	}
+	l := &load{d: d, rate: rate, mix: rand.New(rand.NewSource(seed)), http: &http.Client{Timeout: 15 * time.Second},
+		witness: witnessCommand(bin, d.witnessDir, witnessHold)}
 	for _, addr := range d.gatewayRPC {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -128,7 +144,7 @@ func dueRequests(elapsed time.Duration, rate int) int {
 var kinds = []struct {
 	name   string
 	weight int
-}{{"true", 36}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"gpu", 3}, {"gpu-queue", 2}, {"quota", 1}, {"grpc", 18}, {"dag", 2},
+}{{"true", 33}, {"sleep", 20}, {"false", 10}, {"timeout", 5}, {"stubborn", 3}, {"gpu", 3}, {"gpu-queue", 2}, {"quota", 1}, {"grpc", 18}, {"dag", 2},
 	{"pipeline", 2}, {"video", 1}}
 
 // boundedRates bounds the arrival of work that small queues serve, in
@@ -143,7 +159,12 @@ var kinds = []struct {
 // end of the drain would count as lost work that no fault caused. Below
 // the bounds (up to 15 and 16 requests a second for GPU work) the mix is
 // exactly the table's.
-var boundedRates = map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3, "video": 0.1}
+//
+// A stubborn task holds an agent's slot for the witness's whole hold, so
+// it is bounded at 1 a second: rate × hold is then at most 8 of the 48
+// slots, beside the 30 or so the rest of the load holds, while an agent
+// stopped or cut off takes its 16 away for a while.
+var boundedRates = map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3, "video": 0.1, "stubborn": 1}
 
 func (l *load) newRequest() *request {
 	n := l.next.Add(1)
@@ -174,7 +195,8 @@ func (l *load) newRequest() *request {
 
 // spec is the task a kind of request submits: retries without delay, a
 // timeout, and a short lease so a lost attempt is noticed quickly.
-func spec(kind string, n int) map[string]any {
+// witness is the command line of the stubborn kind's process.
+func spec(kind string, n int, witness []string) map[string]any {
 	s := map[string]any{"name": "chaos " + kind, "type": "shell", "retry_delay": 1, "max_retries": 3, "timeout": 60}
 	switch kind {
 	case "true", "grpc":
@@ -185,6 +207,15 @@ func spec(kind string, n int) map[string]any {
 		s["command"], s["max_retries"] = "false", 1 // fails for good after one retry
 	case "timeout":
 		s["command"], s["args"], s["timeout"], s["max_retries"] = "sleep", []string{"30"}, 2, 0
+	case "stubborn":
+		// The witness (witness.go): ignores SIGTERM and holds its task's
+		// lock for witnessHold, so a run the server gave up on while
+		// its process lived on meets the next run of the task there. It
+		// keeps the default grace period, as a task that ignores SIGTERM
+		// would; retried like the other kinds, a run killed by a fault
+		// may fail it for good after its retries, which the lost
+		// invariant accepts (failed is final).
+		s["command"], s["args"] = witness[0], witness[1:]
 	case "gpu":
 		// Waits for admission in its tier's default queue.
 		s["command"], s["args"], s["resources"] = "sleep", []string{"1"}, map[string]string{"nvidia.com/gpu": "1"}
@@ -230,7 +261,7 @@ func backoff(attempt int) time.Duration {
 // (accepted, or refused with a 4xx, which retrying would not change).
 func (l *load) submitREST(ctx context.Context, gw int, r *request) (string, bool) {
 	method, path, key := http.MethodPost, "/api/v1/tasks?request_id="+r.key, l.d.apiKey
-	body := spec(r.kind, int(l.next.Load()))
+	body := spec(r.kind, int(l.next.Load()), l.witness)
 	switch {
 	case r.group:
 		path = "/api/v1/task-groups"

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// The GPU kinds and conversion jobs arrive at most at their bounds
-// whatever the rate, and below the bounds the mix is the table's, draw for
-// draw.
+// The GPU kinds, conversion jobs, video generations and stubborn tasks
+// arrive at most at their bounds whatever the rate, and below the bounds
+// the mix is the table's, draw for draw.
 func TestBoundedWorkArrivesNoFasterThanItsQueuesServe(t *testing.T) {
 	const draws = 200_000
 	mixOf := func(rate int) map[string]int {
@@ -24,9 +24,9 @@ func TestBoundedWorkArrivesNoFasterThanItsQueuesServe(t *testing.T) {
 		rate int
 		want map[string]float64 // requests a second
 	}{
-		{rate: 10, want: map[string]float64{"gpu": 0.3, "gpu-queue": 0.2, "pipeline": 0.2, "video": 0.1}},
-		{rate: 50, want: map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3, "video": 0.1}},
-		{rate: 200, want: map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3, "video": 0.1}},
+		{rate: 10, want: map[string]float64{"gpu": 0.3, "gpu-queue": 0.2, "pipeline": 0.2, "video": 0.1, "stubborn": 0.3}},
+		{rate: 50, want: map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3, "video": 0.1, "stubborn": 1}},
+		{rate: 200, want: map[string]float64{"gpu": 0.5, "gpu-queue": 0.3, "pipeline": 0.3, "video": 0.1, "stubborn": 1}},
 	} {
 		got := mixOf(tc.rate)
 		for kind, want := range tc.want {
