@@ -72,8 +72,14 @@ type LocalTask struct {
 	// spec's, or the agent's default when a local spec left it out (0 is
 	// SIGKILL right after SIGTERM).
 	GracePeriodSec int32 `protobuf:"varint,30,opt,name=grace_period_sec,json=gracePeriodSec,proto3" json:"grace_period_sec,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What became of the outcome on its way to the server, when not simply
+	// delivered: while unsynced, why the last delivery failed (it is tried
+	// again); once synced, that the server refused it (the attempt was no
+	// longer this agent's: leased again while the agent was silent, or
+	// cancelled) or decided it itself. Null otherwise, and for local tasks.
+	SyncNote      *string `protobuf:"bytes,31,opt,name=sync_note,json=syncNote,proto3,oneof" json:"sync_note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LocalTask) Reset() {
@@ -314,6 +320,13 @@ func (x *LocalTask) GetGracePeriodSec() int32 {
 		return x.GracePeriodSec
 	}
 	return 0
+}
+
+func (x *LocalTask) GetSyncNote() string {
+	if x != nil && x.SyncNote != nil {
+		return *x.SyncNote
+	}
+	return ""
 }
 
 type CreateLocalTaskRequest struct {
@@ -825,7 +838,7 @@ var File_taskmesh_agent_v1_agent_local_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\n" +
-	"+taskmesh/agent/v1/agent_local_service.proto\x12\x11taskmesh.agent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xa4\t\n" +
+	"+taskmesh/agent/v1/agent_local_service.proto\x12\x11taskmesh.agent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xd4\t\n" +
 	"\tLocalTask\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -864,13 +877,16 @@ const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\vretry_count\x18\x1c \x01(\x05R\n" +
 	"retryCount\x125\n" +
 	"\bretry_at\x18\x1d \x01(\v2\x1a.google.protobuf.TimestampR\aretryAt\x12(\n" +
-	"\x10grace_period_sec\x18\x1e \x01(\x05R\x0egracePeriodSec\x1a6\n" +
+	"\x10grace_period_sec\x18\x1e \x01(\x05R\x0egracePeriodSec\x12 \n" +
+	"\tsync_note\x18\x1f \x01(\tH\x02R\bsyncNote\x88\x01\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
 	"_exit_codeB\b\n" +
-	"\x06_error\"P\n" +
+	"\x06_errorB\f\n" +
+	"\n" +
+	"_sync_note\"P\n" +
 	"\x16CreateLocalTaskRequest\x126\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\"K\n" +
 	"\x17CreateLocalTaskResponse\x120\n" +

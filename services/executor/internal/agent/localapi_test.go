@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 	"github.com/taskmesh/taskmesh/services/executor/internal/localapi"
+	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"google.golang.org/protobuf/proto"
 )
 
 type apiClient struct {
@@ -277,5 +280,41 @@ func TestLocalAPIClientIDs(t *testing.T) {
 	}
 	if _, got := api.do("GET", "/api/v1/tasks/"+serverID, ""); got["origin"] != "server" || got["status"] != "completed" {
 		t.Errorf("the server task after the refused create: %v", got)
+	}
+}
+
+// An outcome the server refuses is synced (nothing is left to send) but
+// not accepted: the local view says so in sync_note, and a delivered
+// one has none.
+func TestLocalViewShowsARefusedOutcome(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.LocalAPIAddr = "127.0.0.1:0" })
+	refused := h.fake.Add(shell("true"))[0]
+	h.fake.SetFail(func(method string, req proto.Message) error {
+		if c, ok := req.(*taskv1.CompleteTaskRequest); ok && c.GetTaskId() == refused {
+			return rpcerr.New(rpcerr.LeaseExpired, "lease expired: agent_lost")
+		}
+		return nil
+	})
+	h.start()
+	api := apiClient{t: t, base: "http://" + h.agent.LocalAPIAddr()}
+	var got map[string]any
+	leasetest.WaitFor(t, 10*time.Second, "the refused outcome synced", func() bool {
+		_, got = api.do("GET", "/api/v1/tasks/"+refused, "")
+		return got["synced"] == true
+	})
+	note, _ := got["sync_note"].(string)
+	if got["status"] != "completed" || !strings.Contains(note, "rejected by the server: 30003 lease expired: agent_lost") {
+		t.Errorf("refused outcome: status %v, sync_note %q; want completed with the refusal", got["status"], got["sync_note"])
+	}
+
+	h.fake.SetFail(nil)
+	delivered := h.fake.Add(shell("true"))[0]
+	h.fake.WaitComplete(t, delivered, 10*time.Second)
+	leasetest.WaitFor(t, 10*time.Second, "the delivered outcome synced", func() bool {
+		_, got = api.do("GET", "/api/v1/tasks/"+delivered, "")
+		return got["synced"] == true
+	})
+	if v, ok := got["sync_note"]; !ok || v != nil {
+		t.Errorf("delivered outcome: sync_note %v (present %v), want null", v, ok)
 	}
 }

@@ -182,6 +182,11 @@ func toProto(t journal.Task) *agentv1.LocalTask {
 		c := int32(*t.ExitCode)
 		lt.ExitCode = &c
 	}
+	// A refused outcome is synced too (there is nothing left to send), so
+	// synced alone would show it as accepted.
+	if t.LastSyncError != "" && t.Origin == journal.OriginServer {
+		lt.SyncNote = &t.LastSyncError
+	}
 	// null until the task failed or was cancelled, as the local queue's
 	// example shows it.
 	if t.Error != "" {
@@ -347,7 +352,8 @@ func fromBrowser(r *http.Request) string {
 // optional field out: a local task without an exit code would have no
 // exit_code key. It is written as null, as the task API shows it; and a
 // task without an error shows "error": null, as docs/api/agent-local.md
-// shows a task that has not failed (exit_code: null, error: null).
+// shows a task that has not failed (exit_code: null, error: null). Every
+// optional field of a task is written so.
 type localJSON struct{ runtime.JSONPb }
 
 func (m *localJSON) Marshal(v any) ([]byte, error) {
@@ -371,22 +377,31 @@ func (m *localJSON) Marshal(v any) ([]byte, error) {
 	return m.JSONPb.Marshal(v)
 }
 
-// task writes t with "exit_code": null when it has none and "error": null
-// when it has no error.
+// task writes t with every unset optional field as null: "exit_code"
+// without an exit code, "error" without an error, "sync_note" without a
+// note.
 func (m *localJSON) task(t *agentv1.LocalTask) ([]byte, error) {
 	b, err := m.JSONPb.Marshal(t)
-	if err != nil || t == nil || (t.ExitCode != nil && t.GetError() != "") {
+	if err != nil || t == nil {
 		return b, err
+	}
+	msg := t.ProtoReflect()
+	var unset []string
+	fds := msg.Descriptor().Fields()
+	for i := range fds.Len() {
+		if fd := fds.Get(i); fd.HasOptionalKeyword() && !msg.Has(fd) {
+			unset = append(unset, string(fd.Name()))
+		}
+	}
+	if len(unset) == 0 {
+		return b, nil
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return nil, err
 	}
-	if t.ExitCode == nil {
-		fields["exit_code"] = json.RawMessage("null")
-	}
-	if t.GetError() == "" {
-		fields["error"] = json.RawMessage("null")
+	for _, name := range unset {
+		fields[name] = json.RawMessage("null")
 	}
 	return json.Marshal(fields)
 }
