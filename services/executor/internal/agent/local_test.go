@@ -57,6 +57,34 @@ func TestLocalQueueSurvivesRestart(t *testing.T) {
 	})
 }
 
+// A local task has no lease another agent could take: it outlives its
+// agent for as long as the agent is away, past the orphan grace, and the
+// agent back reads its outcome.
+func TestLocalTaskOutlivesItsAgentPastTheOrphanGrace(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.OrphanGrace = 300 * time.Millisecond })
+	h.start()
+	gate := filepath.Join(shortDir(t), "go")
+	task, err := h.agent.Submit(context.Background(), &taskv1.TaskSpec{Name: "long", Type: "script",
+		Command: `while [ ! -e "$1" ]; do sleep 0.05; done; echo done`, Args: []string{gate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := h.waitRow(task.ID, 10*time.Second, "running", func(r journal.Task) bool { return r.PID != 0 })
+	h.stop()
+	time.Sleep(5 * h.cfg.OrphanGrace)
+	if !alive(row.PID) {
+		t.Fatal("the local task was stopped when its agent had been gone for the orphan grace")
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	done := h.waitFinal(task.ID, 15*time.Second)
+	if done.Status != journal.StatusCompleted || done.Stdout != "done\n" {
+		t.Errorf("status %s stdout %q error %q, want completed", done.Status, done.Stdout, done.Error)
+	}
+}
+
 // TestLocalTaskEndsALongPoll: an idle agent's claim holds every slot while
 // it long-polls the server. A local task submitted then starts at once —
 // the claim is ended and asked again with its request id and no wait —

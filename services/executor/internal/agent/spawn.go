@@ -124,12 +124,20 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 	if err != nil {
 		return runDir, shim.Spec{}, fmt.Errorf("resource limits: %w", err)
 	}
+	// Only a leased task must end when its agent is gone: the server
+	// gives it to another agent. A local task is this machine's alone;
+	// it runs on until its agent is back to read its outcome, however
+	// long that takes (docs/executor.md, "Fencing").
+	orphanGrace := a.cfg.OrphanGrace
+	if t.Origin == journal.OriginLocal {
+		orphanGrace = 0
+	}
 	spec := shim.Spec{
 		TaskID: t.ID, AttemptID: t.AttemptID,
 		Argv: argv, Env: dedupeEnv(env), Dir: workdir,
 		Timeout:          time.Duration(t.Timeout) * time.Second,
 		Grace:            grace,
-		OrphanGrace:      a.cfg.OrphanGrace,
+		OrphanGrace:      orphanGrace,
 		OutputLimit:      a.cfg.OutputLimit,
 		TailBytes:        tailBytes,
 		MemoryLimitBytes: minPositive(a.cfg.MemoryLimitBytes, a.isolation.RlimitAS(res)),

@@ -372,6 +372,9 @@ func (s *server) armOrphanLocked() {
 	if s.orphan != nil {
 		s.orphan.Stop()
 	}
+	if s.spec.OrphanGrace <= 0 {
+		return // never orphaned
+	}
 	s.orphan = time.AfterFunc(s.spec.OrphanGrace, func() {
 		s.mu.Lock()
 		alone := s.conns == 0

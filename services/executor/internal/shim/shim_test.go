@@ -323,6 +323,22 @@ func TestShimOrphaned(t *testing.T) {
 	})
 }
 
+// An orphan grace of 0 never orphans the task: it runs to its end with
+// no agent attached, and its status is there for the next agent.
+func TestShimWithoutOrphanGraceKeepsTheTask(t *testing.T) {
+	forEachShim(t, func(t *testing.T, launch launcher) {
+		r, err := launch(t, []string{"sh", "-c", "sleep 0.5; exit 4"}, func(s *Spec) { s.OrphanGrace = 0 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.sess.Close()
+		waitFor(t, func() bool { _, ok, _ := ReadStatus(r.dir); return ok })
+		if st, _, _ := ReadStatus(r.dir); st.ExitCode != 4 || st.Stop != "" {
+			t.Fatalf("status = %+v, want exit 4, not stopped", st)
+		}
+	})
+}
+
 func TestShimReattach(t *testing.T) {
 	forEachShim(t, func(t *testing.T, launch launcher) {
 		r, err := launch(t, []string{"sh", "-c", "sleep 0.5; exit 3"}, func(s *Spec) { s.OrphanGrace = 5 * time.Second })

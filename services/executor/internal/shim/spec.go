@@ -39,8 +39,10 @@ type Spec struct {
 	Env []string `json:"env"`
 	Dir string   `json:"dir"`
 	// Timeout stops the task (reason "timeout"); 0 means none.
-	Timeout     time.Duration `json:"timeout"`
-	Grace       time.Duration `json:"grace"`
+	Timeout time.Duration `json:"timeout"`
+	Grace   time.Duration `json:"grace"`
+	// OrphanGrace stops the task (reason StopOrphaned) once no agent has
+	// been attached for this long; 0 never does.
 	OrphanGrace time.Duration `json:"orphan_grace"`
 	// Fence, when positive, is how long the task may run, counted from
 	// its start, before the agent must renew it (OpFence gives the next
