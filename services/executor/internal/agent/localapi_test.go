@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -316,5 +317,32 @@ func TestLocalViewShowsARefusedOutcome(t *testing.T) {
 	})
 	if v, ok := got["sync_note"]; !ok || v != nil {
 		t.Errorf("delivered outcome: sync_note %v (present %v), want null", v, ok)
+	}
+}
+
+// The queue status counts processes that run: a finished attempt whose
+// outcome is still on its way to the server is not one.
+func TestQueueStatusDoesNotCountAnOutcomeBeingDelivered(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.LocalAPIAddr = "127.0.0.1:0" })
+	delivering, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.fake.SetFail(func(method string, _ proto.Message) error {
+		if method == "CompleteTask" {
+			once.Do(func() { close(delivering) })
+			<-release
+		}
+		return nil
+	})
+	defer close(release)
+	id := h.fake.Add(shell("true"))[0]
+	h.start()
+	select {
+	case <-delivering:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the outcome was never delivered")
+	}
+	api := apiClient{t: t, base: "http://" + h.agent.LocalAPIAddr()}
+	if _, qs := api.do("GET", "/api/v1/queue/status", ""); qs["running"] != float64(0) {
+		t.Errorf("queue status while %s's outcome is delivered: running %v, want 0", id, qs["running"])
 	}
 }

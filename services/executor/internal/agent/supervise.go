@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -26,8 +27,11 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 		a.finishFromRunDir(ctx, at, nil)
 		return
 	}
+	// A process counts as running until it ends, not until its outcome is
+	// delivered: the queue status and the heartbeat's free slots read it.
 	a.running.Add(1)
-	defer a.running.Add(-1)
+	ended := sync.OnceFunc(func() { a.running.Add(-1) })
+	defer ended()
 
 	server := t.Origin == journal.OriginServer && a.lease != nil
 	renew := time.NewTimer(a.renewDelay(at))
@@ -47,6 +51,7 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 	for {
 		select {
 		case <-sess.Done():
+			ended()
 			st, err := sess.Result()
 			if err == nil && st.StartError == "" {
 				a.ranFor(st.EndedAt.Sub(st.StartedAt))
