@@ -50,7 +50,7 @@ func chaosCommand() *cobra.Command {
 // chaosWitnessCommand is the process the load's stubborn tasks run: it
 // takes its task's lock in --dir and holds it, ignoring SIGTERM, and
 // records an overlap when another run of the task still holds it
-// (docs/chaos.md, "process overlaps"). Hidden: it is meant for the
+// (docs/chaos.md, "The invariants"). Hidden: it is meant for the
 // suite's agents, which set the task's ids in its environment.
 func chaosWitnessCommand() *cobra.Command {
 	var (
