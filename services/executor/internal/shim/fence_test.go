@@ -13,6 +13,22 @@ import (
 // that ignores its stop.
 var stubborn = []string{"sh", "-c", `trap 'echo got-term' TERM; echo ready; while :; do sleep 0.05; done`}
 
+// killedAfterTerm checks that a task that ignores SIGTERM was stopped for
+// reason: SIGTERM first, then SIGKILL, and nothing of its group is left.
+func killedAfterTerm(t *testing.T, r *run, st Status, reason string) {
+	t.Helper()
+	if st.Stop != reason || st.SignalName != "SIGKILL" {
+		t.Fatalf("status = %+v, want stopped %q by SIGKILL", st, reason)
+	}
+	out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
+	if !strings.Contains(string(out), "got-term") {
+		t.Errorf("stdout %q: SIGTERM was not delivered first", out)
+	}
+	if !groupGone(r.started.PID) {
+		t.Error("process group still has members")
+	}
+}
+
 func waitReady(t *testing.T, r *run) {
 	t.Helper()
 	waitFor(t, func() bool {
@@ -34,18 +50,9 @@ func TestFenceNotRenewedKillsTheTask(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := r.wait(t, 20*time.Second)
-		if st.Stop != StopFenced || st.SignalName != "SIGKILL" {
-			t.Fatalf("status = %+v, want stopped %q by SIGKILL", st, StopFenced)
-		}
+		killedAfterTerm(t, r, st, StopFenced)
 		if ran := st.EndedAt.Sub(st.StartedAt); ran > 10*time.Second {
 			t.Errorf("ran %s: the task's 30 s grace was waited, not the fence's", ran)
-		}
-		out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
-		if !strings.Contains(string(out), "got-term") {
-			t.Errorf("stdout %q: SIGTERM was not delivered first", out)
-		}
-		if !groupGone(r.started.PID) {
-			t.Error("process group still has members")
 		}
 	})
 }

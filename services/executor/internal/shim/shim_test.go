@@ -248,16 +248,7 @@ func TestShimStopGraceThenKill(t *testing.T) {
 		if took := time.Since(begin); took < 450*time.Millisecond {
 			t.Errorf("ended after %s, before the grace period", took)
 		}
-		if st.Stop != "cancelled" || st.SignalName != "SIGKILL" {
-			t.Errorf("status = %+v, want stop cancelled by SIGKILL", st)
-		}
-		out, _ := os.ReadFile(filepath.Join(r.dir, StdoutFile))
-		if !strings.Contains(string(out), "got-term") {
-			t.Errorf("stdout %q: SIGTERM was not delivered first", out)
-		}
-		if !groupGone(r.started.PID) {
-			t.Error("process group still has members")
-		}
+		killedAfterTerm(t, r, st, "cancelled")
 	})
 }
 
