@@ -72,7 +72,7 @@ var stateFields = map[string]bool{
 	"lease_expires_at": true, "started_at": true, "ended_at": true, "last_heartbeat_at": true,
 	"exit_code": true, "error": true, "stdout": true, "stderr": true, "retry_count": true,
 	"retry_at": true, "origin": true, "progress": true,
-	"created_at": true, "updated_at": true, "received_at": true, "synced": true,
+	"created_at": true, "updated_at": true, "received_at": true, "synced": true, "sync_note": true,
 }
 
 // taskKeys are the keys of a task mapping, for "did you mean" hints.

@@ -307,7 +307,8 @@ func TestParseLocalQueueFromAgentList(t *testing.T) {
 		Env: map[string]string{"A": "1"}, Timeout: 3600, Priority: 5, Status: "completed", AttemptId: "at-1",
 		AssignedAgentId: "agent-1", LeaseExpiresAt: now, ExitCode: proto.Int32(0), Stdout: "a\n", Error: proto.String("x"),
 		ReceivedAt: now, AssignedAt: now, StartedAt: now, EndedAt: now, Synced: true, Origin: "server", Progress: 100,
-		LastHeartbeatAt: now, MaxRetries: 3, RetryDelay: 60, RetryCount: 1, RetryAt: now, GracePeriodSec: 30}
+		LastHeartbeatAt: now, MaxRetries: 3, RetryDelay: 60, RetryCount: 1, RetryAt: now, GracePeriodSec: 30,
+		SyncNote: proto.String("complete task rejected by the server: 30003 lease expired")}
 	js, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(row)
 	if err != nil {
 		t.Fatal(err)
