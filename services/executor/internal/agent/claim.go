@@ -235,6 +235,12 @@ func (a *Agent) startClaimed(ctx context.Context, tasks []*taskv1.Task, held int
 			a.log.Error("claimed task without id or attempt id", "task_id", t.GetId())
 			continue
 		}
+		if to := t.GetAssignedAgentId(); to != "" && to != a.cfg.AgentID {
+			// A server that answers a claim's retry with a task leased to
+			// another agent since must not make it run twice.
+			a.log.Error("claimed task is leased to another agent", "task_id", t.GetId(), "attempt_id", t.GetAttemptId(), "agent", to)
+			continue
+		}
 		// Journaled before the attempt row: once the row exists, a
 		// restarted agent may run it, and needs these.
 		files := filesFromClaim(t)

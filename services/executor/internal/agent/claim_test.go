@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,5 +127,20 @@ func TestSlotsBoundProcesses(t *testing.T) {
 		if l := c.Req.(*taskv1.ClaimTasksRequest).GetLimit(); l > 2 || l < 1 {
 			t.Errorf("claim limit %d with 2 slots", l)
 		}
+	}
+}
+
+// A claim's answer naming a task leased to another agent is not run: the
+// task would run twice.
+func TestClaimedTaskOfAnotherAgentIsNotRun(t *testing.T) {
+	h := newHarness(t, nil).start()
+	h.agent.startClaimed(context.Background(), []*taskv1.Task{
+		{Id: "elsewhere", AttemptId: "att-elsewhere", AssignedAgentId: "agent-2", Type: "shell", Command: "true", Timeout: 60},
+	}, 0)
+	if row, err := h.agent.journal.Latest(context.Background(), "elsewhere"); err == nil {
+		t.Fatalf("journaled %+v: a task leased to agent-2 was taken", row)
+	}
+	if h.agent.active("att-elsewhere") != nil {
+		t.Fatal("a task leased to agent-2 is running here")
 	}
 }

@@ -90,7 +90,7 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 			// stopping the task), and a shim that is gone needs none.
 			if d := a.fenceLeft(); d > 0 {
 				if _, err := sess.Fence(ctx, d); err != nil {
-					a.log.Debug("fence not renewed", "attempt_id", t.AttemptID, "err", err)
+					a.log.Warn("fence not renewed", "task_id", t.ID, "attempt_id", t.AttemptID, "err", err)
 				}
 			}
 		case <-renew.C:

@@ -355,6 +355,10 @@ func (s *server) fenceExpired() {
 	s.fenced = true
 	s.mu.Unlock()
 	grace := s.spec.FenceGrace
+	// The agent may be stopped or cut off and unable to say why its task
+	// ended; the shim's log does.
+	fmt.Fprintf(os.Stderr, "shim: task %s attempt %s: fence passed without renewal: SIGTERM now, SIGKILL in %s\n",
+		s.spec.TaskID, s.spec.AttemptID, grace)
 	s.stop(StopFenced, grace)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -123,7 +123,24 @@ func (a *App) claimOnce(ctx context.Context, c Caller, r ClaimRequest, drained b
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return heldByClaim(out, r.AgentID, r.RequestID), nil
+}
+
+// heldByClaim keeps the tasks this claim (agent, request id) still holds.
+// A claim's retry is answered with the tasks it leased as they are now,
+// and since then a task may have been released — its agent found lost
+// while the answer was lost with the connection — and leased to another
+// agent, or run and finished. Answered again, it would run a second time
+// beside its new attempt, or after its end. Tasks just leased are held
+// by the claim.
+func heldByClaim(tasks []domain.Task, agentID, requestID string) []domain.Task {
+	held := tasks[:0]
+	for _, t := range tasks {
+		if t.Status.Leased() && t.AgentID == agentID && t.ClaimRequestID == requestID {
+			held = append(held, t)
+		}
+	}
+	return held
 }
 
 // tenantOf is the tenant an agent serves ("" for the shared pool).

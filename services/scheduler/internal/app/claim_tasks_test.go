@@ -229,3 +229,64 @@ func TestClaimLeavesACandidateNotYetClaimable(t *testing.T) {
 		t.Fatalf("the early task is %v (%v), want pending", left.Status, err)
 	}
 }
+
+// A claim's retry answers only the tasks the claim still holds. Here its
+// answer was lost with the connection, the agent fell silent and was
+// found lost, and its task went to another agent: answered again, it
+// would run twice.
+func TestClaimRetryAnswersOnlyTasksTheClaimStillHolds(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
+	x := h.create(user("t1"), spec("x"))
+	h.heartbeat("a1")
+	lostAnswer := app.ClaimRequest{AgentID: "a1", MachineID: "m1", RequestID: "r1", Limit: 1}
+	if got, _, err := h.app.ClaimTasks(h.ctx, agent("a1"), lostAnswer); err != nil || len(got) != 1 {
+		t.Fatalf("first claim = %v, %v", taskIDs(got), err)
+	}
+	h.clock.Advance(16 * time.Second)
+	if rep := h.sweep(); rep.LeasesExpired != 1 {
+		t.Fatalf("sweep = %+v, want a1's lease released", rep)
+	}
+	moved := h.claimOne("a2", "m2", x.ID)
+
+	again, _, err := h.app.ClaimTasks(h.ctx, agent("a1"), lostAnswer)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("the claim's retry = %v, %v; want nothing: %s is a2's now (attempt %s)", taskIDs(again), err, x.ID, moved.AttemptID)
+	}
+	if got := h.get(x.ID); got.AgentID != "a2" || got.AttemptID != moved.AttemptID {
+		t.Errorf("after the retry: agent %s attempt %s, want a2's %s", got.AgentID, got.AttemptID, moved.AttemptID)
+	}
+}
+
+// A claim that was waiting when its agent was found lost leases nothing:
+// the sweeper has just released the agent's tasks, and a long poll sent
+// before the agent fell silent would take them back to an agent that
+// may not hear the answer. The agent's next sign of life lifts it.
+func TestWaitingClaimOfALostAgentTakesNothing(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.AgentLostAfter = 15 * time.Second })
+	h.heartbeat("a1")
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan []domain.Task, 1)
+	go func() {
+		ts, _, _ := h.app.ClaimTasks(ctx, agent("a1"), app.ClaimRequest{AgentID: "a1", MachineID: "m1", Wait: time.Hour})
+		done <- ts
+	}()
+	for len(h.store.CallsOf("Claim")) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	h.clock.Advance(16 * time.Second)
+	if rep := h.sweep(); rep.AgentsLost != 1 {
+		t.Fatalf("sweep = %+v, want a1 lost", rep)
+	}
+	x := h.create(user("t1"), spec("x"))
+	time.Sleep(50 * time.Millisecond) // the waiting claim looks again
+	h.wantStatus(x.ID, domain.StatusPending)
+
+	got := h.claimOne("a2", "m2", x.ID)
+	if got.AgentID != "a2" {
+		t.Fatalf("x went to %s, want a2", got.AgentID)
+	}
+	cancel()
+	if ts := <-done; len(ts) != 0 {
+		t.Errorf("the lost agent's waiting claim got %v", taskIDs(ts))
+	}
+}

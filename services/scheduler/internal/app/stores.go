@@ -48,7 +48,13 @@ type TaskStore interface {
 
 	// Claim runs one claim of agentID as one write. When the agent made a
 	// claim with requestID before, it returns that claim's tasks as they
-	// are now and changes nothing. Otherwise it takes up to f.Limit
+	// are now and changes nothing (the caller keeps those the claim still
+	// holds). When the sweeper has found the agent lost and it has not
+	// been heard from since, it leases nothing and returns nothing: the
+	// sweeper released the agent's leases, and a long poll the agent
+	// sent before it fell silent must not take them back (the check is
+	// in the same write as the leases, so no release slips between).
+	// Otherwise it takes up to f.Limit
 	// claimable candidates (see ClaimFilter) that no concurrent claim
 	// holds, in (priority, created_at) order, and calls lease once with
 	// them: lease returns each candidate's records (nil: not leased). It

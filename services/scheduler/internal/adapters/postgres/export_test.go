@@ -6,11 +6,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
-// ClaimCandidates is claimCandidates, for tests that hold the transaction.
-var ClaimCandidates = claimCandidates
+// ClaimCandidates is claimCandidates of an agent never found lost, for
+// tests that hold the transaction.
+func ClaimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domain.Task, error) {
+	return claimCandidates(ctx, tx, "", f)
+}
 
 // ClaimSQL is the claim's statement.
 var ClaimSQL = claimSQL

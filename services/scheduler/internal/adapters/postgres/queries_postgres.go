@@ -48,7 +48,11 @@ import (
 // TestClaimRunsOnItsGenericPlan). The setting is the transaction's own
 // for this one statement: SET LOCAL before it and RESET after it travel
 // with it in one round trip.
-func claimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domain.Task, error) {
+//
+// An agent the sweeper found lost, and not heard from since, gets no
+// candidates (app.TaskStore's Claim): that is asked in the same batch,
+// and the candidates it locked are left to the next claim.
+func claimCandidates(ctx context.Context, tx pgx.Tx, agentID string, f app.ClaimFilter) ([]domain.Task, error) {
 	if f.Labels == nil {
 		f.Labels = []string{}
 	}
@@ -56,6 +60,7 @@ func claimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domai
 		f.Types = []string{}
 	}
 	b := &pgx.Batch{}
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM agents WHERE agent_id = $1 AND lost)`, agentID)
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 	b.Queue(claimSQL, f.Now, f.Tenant, f.Machine, f.IP, f.Labels, f.Types, f.Limit)
 	b.Queue(`RESET plan_cache_mode`)
@@ -72,6 +77,10 @@ func claimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domai
 
 // claimBatch reads the answers of claimCandidates' batch.
 func claimBatch(br pgx.BatchResults) ([]domain.Task, error) {
+	var lost bool
+	if err := br.QueryRow().Scan(&lost); err != nil {
+		return nil, err
+	}
 	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
@@ -85,6 +94,9 @@ func claimBatch(br pgx.BatchResults) ([]domain.Task, error) {
 	}
 	if _, err := br.Exec(); err != nil {
 		return nil, err
+	}
+	if lost {
+		return nil, nil
 	}
 	return ts, nil
 }

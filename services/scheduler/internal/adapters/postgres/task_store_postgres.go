@@ -719,7 +719,7 @@ func (s *TaskStore) Claim(ctx context.Context, agentID, requestID string, f app.
 			}
 			return err
 		}
-		candidates, err := claimCandidates(ctx, tx, f)
+		candidates, err := claimCandidates(ctx, tx, agentID, f)
 		if err != nil || len(candidates) == 0 {
 			return err
 		}

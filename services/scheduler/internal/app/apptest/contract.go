@@ -44,6 +44,7 @@ func StoreContract(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"ClaimScatterOnePerMachine", (*contract).claimScatter},
 		{"ClaimIdempotentByAgentAndRequestID", (*contract).claimIdempotent},
 		{"ClaimLeaseDecides", (*contract).claimLeaseDecides},
+		{"ClaimOfALostAgent", (*contract).claimOfALostAgent},
 		{"TaskQueries", (*contract).taskQueries},
 		{"ListFiltersAndPages", (*contract).listTasks},
 		{"AgentsAndMachines", (*contract).agents},
@@ -532,6 +533,25 @@ func (c *contract) claimIdempotent(t *testing.T) {
 	c.wantIDs("empty claim", ids(empty), nil)
 	c.create("t1", c.newTask("t1", "d", T0))
 	c.wantIDs("the empty claim's retry", ids(c.claim("a1", "r9", app.ClaimFilter{Machine: "m1"})), []string{"d"})
+}
+
+// An agent the sweeper found lost gets nothing from a claim, and nothing
+// is leased or remembered, until it is heard from again.
+func (c *contract) claimOfALostAgent(t *testing.T) {
+	c.create("t1", c.newTask("t1", "a", T0))
+	c.heartbeat(app.Agent{AgentID: "a1", MachineID: "m1", LastHeartbeatAt: T0, LostAfter: T0.Add(15 * time.Second)})
+	if _, err := c.s.Sweeps.LostAgents(c.ctx, T0.Add(16*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	c.wantIDs("a lost agent's claim", ids(c.claim("a1", "r1", app.ClaimFilter{Machine: "m1"})), nil)
+	if c.get("a").Status != domain.StatusPending {
+		t.Error("a lost agent's claim leased a task")
+	}
+	// Another agent's claim is not held back.
+	c.wantIDs("another agent's claim", ids(c.claim("a2", "r1", app.ClaimFilter{Machine: "m2", Limit: 1})), []string{"a"})
+	c.create("t1", c.newTask("t1", "b", T0))
+	c.heartbeat(app.Agent{AgentID: "a1", MachineID: "m1", LastHeartbeatAt: T0.Add(20 * time.Second), LostAfter: T0.Add(35 * time.Second)})
+	c.wantIDs("its claim once heard from again", ids(c.claim("a1", "r1", app.ClaimFilter{Machine: "m1"})), []string{"b"})
 }
 
 func (c *contract) claimLeaseDecides(t *testing.T) {

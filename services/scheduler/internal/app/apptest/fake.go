@@ -284,6 +284,9 @@ func (s *Store) Claim(_ context.Context, agentID, requestID string, f app.ClaimF
 	if prior, ok := s.claims[key]; ok {
 		return s.getMany(prior.ids), nil
 	}
+	if a := s.agents[agentID]; a != nil && a.lost {
+		return nil, nil
+	}
 	candidates := s.candidates(f)
 	if len(candidates) == 0 {
 		return nil, nil
