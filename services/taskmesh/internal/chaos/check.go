@@ -285,7 +285,7 @@ func checkVideosFailed(ctx context.Context, db *pgxpool.Pool, reqs []request) (I
 const (
 	videoOpen = iota
 	videoCompleted
-	videoAgentLost // failed by a lease that expired with its agent
+	videoAgentLost // failed by a lease that expired with its agent, or stopped by its shim for it
 	videoFailed
 )
 
@@ -295,6 +295,12 @@ func videoOutcome(status, why string) int {
 	case status == "completed":
 		return videoCompleted
 	case status == "failed" && strings.HasPrefix(why, "lease expired"):
+		return videoAgentLost
+	case status == "failed" && (strings.HasPrefix(why, "fenced:") || strings.HasPrefix(why, "orphaned:")):
+		// The same loss seen from the agent, which reported it in time:
+		// its shim stopped the render because the server had not answered
+		// the agent for the fence (docs/executor.md, "Fencing"), or no
+		// agent was attached for the orphan grace.
 		return videoAgentLost
 	case status == "failed" || status == "cancelled":
 		return videoFailed

@@ -110,6 +110,9 @@ func TestVideoOutcome(t *testing.T) {
 	}{
 		{"completed", "", videoCompleted},
 		{"failed", "lease expired: agent_lost", videoAgentLost},
+		{"failed", "fenced: the server had not answered this agent for 2.667s and could lease the task again, so it was stopped", videoAgentLost},
+		{"failed", "orphaned: no agent attached for 2.666666666s", videoAgentLost},
+		{"failed", "stopped by the server: fenced", videoFailed},
 		{"failed", "result upload failed: 503", videoFailed},
 		{"failed", "", videoFailed},
 		{"cancelled", "cancelled", videoFailed},
