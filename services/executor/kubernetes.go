@@ -56,7 +56,11 @@ type KubernetesConfig struct {
 	S3Region, S3AccessKey, S3SecretKey string
 	// PollInterval of the job conditions (default 5 s).
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// AgentLostAfter is the scheduler's --agent-lost-after: the backend
+	// deletes its jobs before the server may lease their tasks again
+	// (docs/executor.md, "Fencing"); zero takes 15 s.
+	AgentLostAfter time.Duration
+	Logger         *slog.Logger
 }
 
 // RunKubernetes runs the Kubernetes backend until ctx is cancelled. Jobs
@@ -91,7 +95,7 @@ func RunKubernetes(ctx context.Context, cfg KubernetesConfig) error {
 	defer conn.Close()
 	b, err := kubernetes.New(kubernetes.Config{
 		AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots,
-		PollInterval: cfg.PollInterval, Logger: cfg.Logger, Logs: logs, Videos: videos,
+		PollInterval: cfg.PollInterval, AgentLostAfter: cfg.AgentLostAfter, Logger: cfg.Logger, Logs: logs, Videos: videos,
 		Render: kubernetes.RenderConfig{
 			Namespace: cfg.Namespace, Image: cfg.Image,
 			S3Endpoint: cfg.S3Endpoint, S3Bucket: cfg.S3Bucket, S3Secret: cfg.S3Secret,

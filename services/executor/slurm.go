@@ -67,7 +67,11 @@ type SlurmConfig struct {
 	// ClaimWait, HeartbeatInterval and RenewInterval: zero takes the
 	// defaults (30 s, 5 s, 30 s).
 	ClaimWait, HeartbeatInterval, RenewInterval time.Duration
-	Logger                                      *slog.Logger
+	// AgentLostAfter is the scheduler's --agent-lost-after: the backend
+	// cancels its jobs before the server may lease their tasks again
+	// (docs/executor.md, "Fencing"); zero takes 15 s.
+	AgentLostAfter time.Duration
+	Logger         *slog.Logger
 }
 
 // RunSlurm runs the Slurm backend until ctx is cancelled. Jobs stay in
@@ -100,7 +104,7 @@ func RunSlurm(ctx context.Context, cfg SlurmConfig) error {
 	b, err := slurm.New(slurm.Config{
 		AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots, Types: cfg.Types,
 		ClaimWait: cfg.ClaimWait, PollInterval: cfg.PollInterval, PendingPollInterval: cfg.PendingPollInterval, HeartbeatInterval: cfg.HeartbeatInterval, RenewInterval: cfg.RenewInterval,
-		StateDir: cfg.StateDir, NodeAgents: cfg.NodeAgents, NodeAgentURL: cfg.NodeAgentURL, Logger: cfg.Logger,
+		AgentLostAfter: cfg.AgentLostAfter, StateDir: cfg.StateDir, NodeAgents: cfg.NodeAgents, NodeAgentURL: cfg.NodeAgentURL, Logger: cfg.Logger,
 		StartSignalListen: cfg.StartSignalListen, StartSignalAddr: cfg.StartSignalAddr,
 		Job: slurm.JobConfig{
 			Mode: slurm.Mode(cfg.Mode), Partition: cfg.Partition, JobDir: cfg.JobDir, DefaultMemoryMB: cfg.DefaultMemoryMB,

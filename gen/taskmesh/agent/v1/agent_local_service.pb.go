@@ -602,10 +602,14 @@ func (x *GetLocalTaskResponse) GetTask() *LocalTask {
 }
 
 type CancelLocalTaskRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Seconds between SIGTERM and SIGKILL for this stop; unset takes the
+	// task's own grace_period_sec. A Slurm backend whose fence passed sets
+	// it, so that the task is dead before the server may lease it again.
+	GracePeriodSec *int32 `protobuf:"varint,2,opt,name=grace_period_sec,json=gracePeriodSec,proto3,oneof" json:"grace_period_sec,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CancelLocalTaskRequest) Reset() {
@@ -643,6 +647,13 @@ func (x *CancelLocalTaskRequest) GetId() string {
 		return x.Id
 	}
 	return ""
+}
+
+func (x *CancelLocalTaskRequest) GetGracePeriodSec() int32 {
+	if x != nil && x.GracePeriodSec != nil {
+		return *x.GracePeriodSec
+	}
+	return 0
 }
 
 type CancelLocalTaskResponse struct {
@@ -901,10 +912,13 @@ const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\"H\n" +
 	"\x14GetLocalTaskResponse\x120\n" +
-	"\x04task\x18\x01 \x01(\v2\x1c.taskmesh.agent.v1.LocalTaskR\x04task\"4\n" +
+	"\x04task\x18\x01 \x01(\v2\x1c.taskmesh.agent.v1.LocalTaskR\x04task\"\x84\x01\n" +
 	"\x16CancelLocalTaskRequest\x12\x1a\n" +
 	"\x02id\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\"K\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\x129\n" +
+	"\x10grace_period_sec\x18\x02 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x90\x1c(\x00H\x00R\x0egracePeriodSec\x88\x01\x01B\x13\n" +
+	"\x11_grace_period_sec\"K\n" +
 	"\x17CancelLocalTaskResponse\x120\n" +
 	"\x04task\x18\x01 \x01(\v2\x1c.taskmesh.agent.v1.LocalTaskR\x04task\"\x17\n" +
 	"\x15GetQueueStatusRequest\"\xc3\x02\n" +
@@ -993,6 +1007,7 @@ func file_taskmesh_agent_v1_agent_local_service_proto_init() {
 		return
 	}
 	file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[0].OneofWrappers = []any{}
+	file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

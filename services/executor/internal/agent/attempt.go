@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/taskmesh/taskmesh/services/executor/internal/fence"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
@@ -84,7 +85,7 @@ func (a *Agent) stopOutcome(t journal.Task, reason, detail string) (status, errT
 	case shim.StopTimeout:
 		status, errText = journal.StatusFailed, fmt.Sprintf("timeout after %ds", t.Timeout)
 	case shim.StopFenced:
-		status, errText = journal.StatusFailed, fmt.Sprintf("fenced: the server had not answered this agent for %s and could lease the task again, so it was stopped", a.cfg.fence.Round(time.Millisecond))
+		status, errText = journal.StatusFailed, fence.Message(a.cfg.fence)
 	case shim.StopOrphaned:
 		status, errText = journal.StatusFailed, fmt.Sprintf("orphaned: no agent attached for %s", a.cfg.OrphanGrace)
 	case shim.StopTerminated:

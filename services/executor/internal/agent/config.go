@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/sibling"
+	"github.com/taskmesh/taskmesh/services/executor/internal/fence"
 	"github.com/taskmesh/taskmesh/services/executor/internal/isolation"
 	"github.com/taskmesh/taskmesh/services/executor/internal/policy"
 )
@@ -249,7 +250,7 @@ func (c Config) withDefaults() (Config, error) {
 	if most := c.AgentLostAfter - min(orphanMargin, c.AgentLostAfter/3); c.OrphanGrace > most {
 		return c, fmt.Errorf("orphan grace must stay below the server's dead-agent timeout of %s (%s at most)", c.AgentLostAfter, most)
 	}
-	c.fence, c.fenceGrace = fenceTimes(c.AgentLostAfter)
+	c.fence, c.fenceGrace = fence.Times(c.AgentLostAfter)
 	if c.Server != "" && c.HeartbeatInterval > c.fence/2 {
 		// A fenced task would be stopped whenever one heartbeat is late.
 		return c, fmt.Errorf("heartbeat interval %s is too long for the server's dead-agent timeout of %s: at most %s", c.HeartbeatInterval, c.AgentLostAfter, c.fence/2)

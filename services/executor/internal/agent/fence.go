@@ -14,7 +14,7 @@ import (
 // whether its task obeys SIGTERM or not. So every task leased from the
 // server runs under a fence held by its shim, which outlives the agent:
 // unless the agent renews it, the shim stops the task when the fence
-// passes and kills it fenceGrace later. The agent renews the fences after
+// passes and kills it fenceGrace later (package fence: the times). The agent renews the fences after
 // each heartbeat the server answers, to a point it can prove is early
 // enough:
 //
@@ -28,26 +28,9 @@ import (
 // the configurable Now): it is about real time passing, which a test's
 // fake clock must not stop.
 
-const (
-	// fenceKillGrace is the most a fenced task is given between SIGTERM
-	// and SIGKILL; less when AgentLostAfter is short.
-	fenceKillGrace = 2 * time.Second
-	// fenceMargin is kept between the SIGKILL and the earliest moment the
-	// server may lease the task again: for the shim's timers, the request
-	// that renews a fence, and a busy machine.
-	fenceMargin = time.Second
-	// minFenceAtSpawn: a task is not started with less fence than this
-	// left; it waits for the next answered heartbeat instead.
-	minFenceAtSpawn = time.Second
-)
-
-// fenceTimes returns the fence and the SIGKILL grace for a server whose
-// dead-agent timeout is lostAfter: with the default 15 s, 12 s and 2 s.
-func fenceTimes(lostAfter time.Duration) (fence, grace time.Duration) {
-	grace = min(fenceKillGrace, lostAfter/6)
-	margin := min(fenceMargin, lostAfter/6)
-	return lostAfter - grace - margin, grace
-}
+// minFenceAtSpawn: a task is not started with less fence than this left;
+// it waits for the next answered heartbeat instead.
+const minFenceAtSpawn = time.Second
 
 // fenced reports whether t runs under a fence: a task leased from the
 // server. Local tasks have no lease to lose.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/services/executor/internal/fence"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 	"google.golang.org/grpc/codes"
@@ -21,21 +22,6 @@ const fenceLostAfter = 6 * time.Second
 func fencing(c *Config) {
 	c.AgentLostAfter, c.OrphanGrace = fenceLostAfter, time.Second
 	c.GracePeriod = 30 * time.Second
-}
-
-// lastHeard is when the fake server last received a call that proves the
-// agent alive (a heartbeat or a claim) before cut: the server leases the
-// agent's tasks elsewhere fenceLostAfter after it.
-func lastHeard(f *leasetest.Fake, cut time.Time) time.Time {
-	var last time.Time
-	for _, m := range []string{"SendHeartbeat", "ClaimTasks"} {
-		for _, c := range f.Calls(m) {
-			if c.At.Before(cut) && c.At.After(last) {
-				last = c.At
-			}
-		}
-	}
-	return last
 }
 
 // goneBy waits for the process group to be gone and returns when it was
@@ -79,9 +65,9 @@ func TestCutOffAgentsTaskDiesBeforeTheServerMovesIt(t *testing.T) {
 	cut := time.Now()
 	h.fake.SetFail(func(string, proto.Message) error { return unavailable })
 	gone := goneBy(t, pgid, 20*time.Second)
-	if releasable := lastHeard(h.fake, cut).Add(fenceLostAfter); !gone.Before(releasable) {
+	if releasable := h.fake.LastHeard(cut).Add(fenceLostAfter); !gone.Before(releasable) {
 		t.Fatalf("the task ran until %s after the server last heard from its agent; the server could lease it again after %s",
-			gone.Sub(lastHeard(h.fake, cut)), fenceLostAfter)
+			gone.Sub(h.fake.LastHeard(cut)), fenceLostAfter)
 	}
 
 	h.fake.SetFail(nil)
@@ -101,9 +87,9 @@ func TestDeadAgentsStubbornTaskDiesBeforeTheServerMovesIt(t *testing.T) {
 	h.stop()
 	died := time.Now()
 	gone := goneBy(t, pgid, 20*time.Second)
-	if releasable := lastHeard(h.fake, died).Add(fenceLostAfter); !gone.Before(releasable) {
+	if releasable := h.fake.LastHeard(died).Add(fenceLostAfter); !gone.Before(releasable) {
 		t.Fatalf("the task ran until %s after the server last heard from its agent; the server could lease it again after %s",
-			gone.Sub(lastHeard(h.fake, died)), fenceLostAfter)
+			gone.Sub(h.fake.LastHeard(died)), fenceLostAfter)
 	}
 }
 
@@ -111,36 +97,20 @@ func TestDeadAgentsStubbornTaskDiesBeforeTheServerMovesIt(t *testing.T) {
 // outlives its agent by less than the fence runs on to its end, for as
 // long as it takes.
 func TestRestartedAgentRenewsTheFencesItFinds(t *testing.T) {
-	fence, _ := fenceTimes(fenceLostAfter)
+	fenceLen, _ := fence.Times(fenceLostAfter)
 	h := newHarness(t, fencing).start()
 	ready := filepath.Join(shortDir(t), "ready")
 	// Runs three fences long, so only renewals let it finish.
-	task := script(`touch "$1"; sleep `+strings.TrimSuffix((3*fence).String(), "s"), ready)
+	task := script(`touch "$1"; sleep `+strings.TrimSuffix((3*fenceLen).String(), "s"), ready)
 	id := h.fake.Add(task)[0]
 	leasetest.WaitFor(t, 10*time.Second, "task running", func() bool { _, err := os.Stat(ready); return err == nil })
 
 	h.stop()
 	time.Sleep(200 * time.Millisecond)
 	h.start()
-	done := h.fake.WaitComplete(t, id, 6*fence)
+	done := h.fake.WaitComplete(t, id, 6*fenceLen)
 	if done.GetExitCode() != 0 || done.GetError() != "" {
 		t.Fatalf("outcome: exit %d, error %q; want exit 0: the new agent did not renew the fence", done.GetExitCode(), done.GetError())
-	}
-}
-
-func TestFenceTimes(t *testing.T) {
-	for _, tt := range []struct{ lostAfter, fence, grace time.Duration }{
-		{15 * time.Second, 12 * time.Second, 2 * time.Second},
-		{6 * time.Second, 4 * time.Second, time.Second},
-		{3 * time.Second, 2 * time.Second, 500 * time.Millisecond},
-	} {
-		fence, grace := fenceTimes(tt.lostAfter)
-		if fence != tt.fence || grace != tt.grace {
-			t.Errorf("fenceTimes(%s) = %s, %s; want %s, %s", tt.lostAfter, fence, grace, tt.fence, tt.grace)
-		}
-		if fence+grace >= tt.lostAfter {
-			t.Errorf("fenceTimes(%s): the kill at %s is not before the server's timeout", tt.lostAfter, fence+grace)
-		}
 	}
 }
 

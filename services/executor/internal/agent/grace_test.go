@@ -87,7 +87,7 @@ func TestLocalZeroGraceCancelKillsAtOnce(t *testing.T) {
 	}
 	leasetest.WaitFor(t, 10*time.Second, "task running", func() bool { _, err := os.Stat(ready); return err == nil })
 	begin := time.Now()
-	if _, err := h.agent.Cancel(ctx, local.ID); err != nil {
+	if _, err := h.agent.Cancel(ctx, local.ID, nil); err != nil {
 		t.Fatal(err)
 	}
 	row := h.waitFinal(local.ID, 25*time.Second)

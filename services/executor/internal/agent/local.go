@@ -179,11 +179,12 @@ func (a *Agent) retryLocal(t journal.Task, o journal.Outcome) {
 }
 
 // Cancel stops a task of this agent: a pending local task is cancelled at
-// once; a running one is stopped (SIGTERM, grace, SIGKILL). A server task
+// once; a running one is stopped (SIGTERM, grace, SIGKILL), with grace
+// when given and the task's own grace_period_sec otherwise. A server task
 // stopped this way is reported to the server as cancelled on the agent.
 // It waits briefly for the stop to finish and returns the task as it is
 // then.
-func (a *Agent) Cancel(ctx context.Context, id string) (journal.Task, error) {
+func (a *Agent) Cancel(ctx context.Context, id string, grace *time.Duration) (journal.Task, error) {
 	t, err := a.journal.Latest(journalCtx, id)
 	if errors.Is(err, journal.ErrNotFound) {
 		return journal.Task{}, rpcerr.New(rpcerr.TaskNotFound, fmt.Sprintf("task %s not found", id))
@@ -207,7 +208,7 @@ func (a *Agent) Cancel(ctx context.Context, id string) (journal.Task, error) {
 		}
 		return journal.Task{}, rpcerr.New(rpcerr.TaskImmutable, fmt.Sprintf("task %s is not running here", id))
 	}
-	at.requestStop(stopRequest{reason: reasonLocalCancel})
+	at.requestStop(stopRequest{reason: reasonLocalCancel, grace: grace})
 	select {
 	case <-at.done:
 	case <-time.After(2 * time.Second):

@@ -120,7 +120,7 @@ func TestLocalRetryWaitsAcrossRestartAndCancels(t *testing.T) {
 	h.waitRow(cancelled.ID, 10*time.Second, "the second task's retry waiting", func(r journal.Task) bool {
 		return r.RetryCount == 1 && r.Status == journal.StatusPending
 	})
-	got, err := h.agent.Cancel(ctx, cancelled.ID)
+	got, err := h.agent.Cancel(ctx, cancelled.ID, nil)
 	if err != nil || got.Status != journal.StatusCancelled {
 		t.Fatalf("cancel of a waiting retry: %+v, %v", got, err)
 	}

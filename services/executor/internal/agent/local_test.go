@@ -139,7 +139,7 @@ func TestQueuedLocalTaskTakesTheFirstFreedSlot(t *testing.T) {
 		return row
 	}
 	long := submit("long", "sleep", "60")
-	defer func() { _, _ = h.agent.Cancel(context.Background(), long.ID) }()
+	defer func() { _, _ = h.agent.Cancel(context.Background(), long.ID, nil) }()
 	for round := range 3 {
 		short := submit("short", "sleep", "0.5")
 		leasetest.WaitFor(t, 10*time.Second, "both slots busy", func() bool {

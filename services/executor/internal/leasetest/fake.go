@@ -214,6 +214,22 @@ func (f *Fake) Calls(method string) []Call {
 	return out
 }
 
+// LastHeard is when the fake last received, before cut, a call that
+// proves an agent alive to a scheduler (a heartbeat or a claim): the
+// scheduler leases the agent's tasks elsewhere its dead-agent timeout
+// after that.
+func (f *Fake) LastHeard(cut time.Time) time.Time {
+	var last time.Time
+	for _, m := range []string{"SendHeartbeat", "ClaimTasks"} {
+		for _, c := range f.Calls(m) {
+			if c.At.Before(cut) && c.At.After(last) {
+				last = c.At
+			}
+		}
+	}
+	return last
+}
+
 // WaitFor polls cond until it holds or the limit passes.
 func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()

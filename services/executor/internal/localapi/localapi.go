@@ -51,7 +51,7 @@ type Backend interface {
 	Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task, error)
 	// Cancel stops or cancels a task of this agent (30004 unknown, 30002
 	// already final).
-	Cancel(ctx context.Context, id string) (journal.Task, error)
+	Cancel(ctx context.Context, id string, grace *time.Duration) (journal.Task, error)
 	// Status summarises slots and queues.
 	Status(ctx context.Context) (QueueStatus, error)
 }
@@ -133,12 +133,22 @@ func (s *Server) GetLocalTask(ctx context.Context, req *agentv1.GetLocalTaskRequ
 	return &agentv1.GetLocalTaskResponse{Task: toProto(t)}, nil
 }
 
-// CancelLocalTask stops a task running here.
+// CancelLocalTask stops a task running here, with the request's grace
+// when it gives one.
 func (s *Server) CancelLocalTask(ctx context.Context, req *agentv1.CancelLocalTaskRequest) (*agentv1.CancelLocalTaskResponse, error) {
 	if req.GetId() == "" || len(req.GetId()) > 128 {
 		return nil, rpcerr.New(rpcerr.InvalidArgument, "id must be 1 to 128 characters")
 	}
-	t, err := s.b.Cancel(ctx, req.GetId())
+	var grace *time.Duration
+	if req.GracePeriodSec != nil {
+		g := req.GetGracePeriodSec()
+		if g < 0 || g > 3600 {
+			return nil, rpcerr.New(rpcerr.InvalidArgument, "grace_period_sec must be 0 to 3600")
+		}
+		d := time.Duration(g) * time.Second
+		grace = &d
+	}
+	t, err := s.b.Cancel(ctx, req.GetId(), grace)
 	if err != nil {
 		return nil, err
 	}

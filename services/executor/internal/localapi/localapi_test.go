@@ -23,6 +23,8 @@ type fake struct {
 	tasks     []journal.Task
 	cancelErr error
 	submitted int
+	// cancels are the graces the cancels passed (nil: the task's own).
+	cancels []*time.Duration
 }
 
 func (f *fake) Latest(_ context.Context, id string) (journal.Task, error) {
@@ -50,7 +52,8 @@ func (f *fake) Submit(_ context.Context, spec *taskv1.TaskSpec) (journal.Task, e
 		Status: journal.StatusPending, Origin: journal.OriginLocal}, nil
 }
 
-func (f *fake) Cancel(_ context.Context, id string) (journal.Task, error) {
+func (f *fake) Cancel(_ context.Context, id string, grace *time.Duration) (journal.Task, error) {
+	f.cancels = append(f.cancels, grace)
 	if f.cancelErr != nil {
 		return journal.Task{}, f.cancelErr
 	}
@@ -128,6 +131,53 @@ func TestHandler(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelGrace: a cancel passes its grace_period_sec on, 0 included;
+// without one, the task's own applies; one out of range is refused and
+// stops nothing.
+func TestCancelGrace(t *testing.T) {
+	f := &fake{tasks: []journal.Task{{ID: "t1", Status: journal.StatusRunning, Origin: journal.OriginLocal}}}
+	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f), Options{}))
+	defer srv.Close()
+	post := func(body string) (int, map[string]any) {
+		resp, err := http.Post(srv.URL+"/api/v1/tasks/t1/cancel", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&got)
+		return resp.StatusCode, got
+	}
+	for _, tc := range []struct {
+		body string
+		want *time.Duration
+	}{
+		{`{}`, nil},
+		{`{"grace_period_sec": 5}`, ptr(5 * time.Second)},
+		{`{"grace_period_sec": 0}`, ptr(time.Duration(0))},
+	} {
+		f.cancels = nil
+		if code, got := post(tc.body); code != 200 {
+			t.Fatalf("%s: HTTP %d %v", tc.body, code, got)
+		}
+		if len(f.cancels) != 1 || (f.cancels[0] == nil) != (tc.want == nil) || (tc.want != nil && *f.cancels[0] != *tc.want) {
+			t.Fatalf("%s: cancels %v, want one with %v", tc.body, f.cancels, tc.want)
+		}
+	}
+	for _, body := range []string{`{"grace_period_sec": -1}`, `{"grace_period_sec": 3601}`} {
+		f.cancels = nil
+		code, got := post(body)
+		if code != 400 || got["code"] != float64(30005) {
+			t.Fatalf("%s: HTTP %d %v, want 400 with code 30005", body, code, got)
+		}
+		if len(f.cancels) != 0 {
+			t.Fatalf("%s: a refused cancel stopped the task", body)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // TestExitCodeIsNullUntilSet: a local task without an exit code shows
 // "exit_code": null, in a list too; one with an exit code shows it, 0

@@ -99,6 +99,7 @@ func (e *executorFlags) runBackend(ctx context.Context, cfg executor.Config) (er
 		k8s := e.k8s
 		k8s.AgentID, k8s.MachineID, k8s.Labels = cfg.AgentID, cfg.MachineID, cfg.Labels
 		k8s.Server, k8s.Token, k8s.Logger = cfg.Server, cfg.Token, cfg.Logger
+		k8s.AgentLostAfter = cfg.AgentLostAfter
 		if k8s.PriorityClasses, err = keyValues(e.priorityClasses); err != nil {
 			return fmt.Errorf("--k8s-priority-classes: %w", err)
 		}
@@ -120,6 +121,7 @@ func (e *executorFlags) runSlurm(ctx context.Context, cfg executor.Config) error
 	s := e.slurm
 	s.AgentID, s.MachineID, s.Labels, s.Types = cfg.AgentID, cfg.MachineID, cfg.Labels, cfg.Types
 	s.Server, s.Token, s.Logger = cfg.Server, cfg.Token, cfg.Logger
+	s.HeartbeatInterval, s.AgentLostAfter = cfg.HeartbeatInterval, cfg.AgentLostAfter
 	var err error
 	if s.QoS, err = executor.ParseSlurmQoS(e.slurmQoS); err != nil {
 		return fmt.Errorf("--slurm-qos: %w", err)

@@ -12,6 +12,7 @@ package holder
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -48,7 +49,16 @@ type Config struct {
 	// HeartbeatInterval of SendHeartbeat, which carries cancel and
 	// preempt.
 	HeartbeatInterval time.Duration
+	// Fence, when set, is how long the attempts held may run on after the
+	// last heartbeat or claim the server answered was sent
+	// (fence.Times); once it passes, each is sent the stop Fenced.
+	Fence time.Duration
 }
+
+// Fenced is the stop reason of an attempt whose fence passed: the server
+// has not answered for Fence and may lease the task elsewhere. Unlike the
+// server's stops it is the backend's own, to report (fence.Message).
+const Fenced = "fenced"
 
 // Attempt names one attempt on the lease API.
 type Attempt struct {
@@ -67,6 +77,10 @@ type Holder[R any] struct {
 
 	mu   sync.Mutex
 	held map[string]R
+	// contact is when the last call the server answered (a heartbeat or a
+	// claim) was sent, by the monotonic clock; it starts as the holder's
+	// creation (see fenceLoop).
+	contact time.Time
 	// freed wakes the claim loop when an attempt is released.
 	freed chan struct{}
 	wg    sync.WaitGroup
@@ -76,8 +90,74 @@ type Holder[R any] struct {
 // an attempt's stop reason is sent to (without blocking: a stop already
 // waiting there is enough).
 func New[R any](cfg Config, lease taskv1.LeaseServiceClient, log *slog.Logger, stopOf func(r R) chan<- string) *Holder[R] {
-	return &Holder[R]{cfg: cfg, lease: lease, log: log, stopOf: stopOf, held: map[string]R{}, freed: make(chan struct{}, 1)}
+	return &Holder[R]{cfg: cfg, lease: lease, log: log, stopOf: stopOf, held: map[string]R{}, freed: make(chan struct{}, 1), contact: time.Now()}
 }
+
+// CheckFence refuses a heartbeat interval under which a fence could pass
+// between two heartbeats of a server that answers them all.
+func (c Config) CheckFence() error {
+	if c.Fence > 0 && c.HeartbeatInterval > c.Fence/2 {
+		return fmt.Errorf("heartbeat interval %s is too long for the fence of %s: at most %s (the server's dead-agent timeout bounds the fence)", c.HeartbeatInterval, c.Fence, c.Fence/2)
+	}
+	return nil
+}
+
+// heard records that the server answered a call sent at sent.
+func (h *Holder[R]) heard(sent time.Time) {
+	h.mu.Lock()
+	if sent.After(h.contact) {
+		h.contact = sent
+	}
+	h.mu.Unlock()
+}
+
+// fenceLoop sends Fenced to every attempt held once Fence has passed
+// since contact, until ctx ends. An attempt held before the fence passed
+// is stopped once; a claim the server answers renews contact, so no
+// attempt is held afterwards without a fence ahead of it.
+//
+// contact starts as the holder's creation, not as unknown: a restarted
+// backend that adopts its jobs and cannot reach the server stops them a
+// fence after its start. The server heard from the backend's earlier run
+// no later than that, so this is still before it may lease them again.
+func (h *Holder[R]) fenceLoop(ctx context.Context) {
+	var fenced time.Time // the contact whose fence was last acted on
+	for {
+		h.mu.Lock()
+		contact := h.contact
+		h.mu.Unlock()
+		wait := time.Until(contact.Add(h.cfg.Fence))
+		if wait <= 0 && !contact.Equal(fenced) {
+			fenced = contact
+			h.fence()
+		}
+		// Past the fence, contact is watched for the next answer.
+		if wait <= 0 {
+			wait = 100 * time.Millisecond
+		}
+		if !Sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+// fence sends Fenced to every attempt held.
+func (h *Holder[R]) fence() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.held) > 0 {
+		h.log.Warn("fence passed: the server has not answered for the fence; stopping the attempts held", "fence", h.cfg.Fence, "attempts", len(h.held))
+	}
+	for _, r := range h.held {
+		select {
+		case h.stopOf(r) <- Fenced:
+		default: // a stop is on its way already
+		}
+	}
+}
+
+// Fence is the holder's fence (Config.Fence).
+func (h *Holder[R]) Fence() time.Duration { return h.cfg.Fence }
 
 // Client is the lease API client, for the calls a Holder does not make
 // (result uploads).
@@ -163,6 +243,7 @@ func (h *Holder[R]) ClaimLoop(ctx context.Context, accept func(t *taskv1.Task)) 
 			requestID = uuid.NewString()
 		}
 		cctx, cancel := context.WithTimeout(ctx, h.cfg.ClaimWait+h.cfg.RPCTimeout)
+		sent := time.Now()
 		resp, err := h.lease.ClaimTasks(cctx, &taskv1.ClaimTasksRequest{
 			AgentId: h.cfg.AgentID, MachineId: h.cfg.MachineID, Labels: h.cfg.Labels,
 			Limit: int32(n), RequestId: requestID, Wait: durationpb.New(h.cfg.ClaimWait), Types: h.cfg.Types,
@@ -180,6 +261,7 @@ func (h *Holder[R]) ClaimLoop(ctx context.Context, accept func(t *taskv1.Task)) 
 			continue
 		}
 		requestID = ""
+		h.heard(sent)
 		for _, t := range resp.GetTasks() {
 			if t.GetId() == "" || t.GetAttemptId() == "" {
 				continue
@@ -190,9 +272,14 @@ func (h *Holder[R]) ClaimLoop(ctx context.Context, accept func(t *taskv1.Task)) 
 }
 
 // HeartbeatLoop sends the backend's heartbeat every HeartbeatInterval
-// until ctx ends, and passes the server's stops (cancelled, preempted,
-// lease_lost, …) to the attempts held.
+// (a failed one again a second later) until ctx ends, and passes the
+// server's stops (cancelled, preempted, lease_lost, …) to the attempts
+// held. With a Fence it also stops them once the fence passes
+// (fenceLoop).
 func (h *Holder[R]) HeartbeatLoop(ctx context.Context) {
+	if h.cfg.Fence > 0 {
+		h.Go(func() { h.fenceLoop(ctx) })
+	}
 	for {
 		h.mu.Lock()
 		ids := make([]string, 0, len(h.held))
@@ -202,13 +289,21 @@ func (h *Holder[R]) HeartbeatLoop(ctx context.Context) {
 		free := max(h.cfg.Slots-len(h.held), 0)
 		h.mu.Unlock()
 		cctx, cancel := h.RPCContext(ctx)
+		sent := time.Now()
 		resp, err := h.lease.SendHeartbeat(cctx, &taskv1.SendHeartbeatRequest{
 			AgentId: h.cfg.AgentID, MachineId: h.cfg.MachineID, Labels: h.cfg.Labels,
 			AttemptIds: ids, FreeSlots: int32(free),
 		})
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		next := h.cfg.HeartbeatInterval
+		switch {
+		case err == nil:
+			h.heard(sent)
+		case ctx.Err() == nil:
 			h.log.Warn("heartbeat failed", "err", err)
+			// Each answered heartbeat moves the fence: one lost to a blip
+			// is not left to cost a whole interval of it.
+			next = min(next, time.Second)
 		}
 		for _, s := range resp.GetStop() {
 			r, ok := h.Get(s.GetAttemptId())
@@ -224,7 +319,7 @@ func (h *Holder[R]) HeartbeatLoop(ctx context.Context) {
 			default:
 			}
 		}
-		if !Sleep(ctx, h.cfg.HeartbeatInterval) {
+		if !Sleep(ctx, next) {
 			return
 		}
 	}

@@ -300,3 +300,146 @@ func TestRenewDelay(t *testing.T) {
 		}
 	}
 }
+
+// cutOff makes every call to fake fail as an unreachable server's would,
+// until the returned function is called.
+func cutOff(fake *leasetest.Fake) (restore func()) {
+	fake.SetFail(func(string, proto.Message) error { return status.Error(codes.Unavailable, "cut off") })
+	return func() { fake.SetFail(nil) }
+}
+
+// heldAttempt holds a new attempt of a task of fake's.
+func heldAttempt(t *testing.T, h *Holder[*attempt], id string) *attempt {
+	t.Helper()
+	a := &attempt{Attempt: Attempt{TaskID: id, AttemptID: "attempt-" + id}, stop: make(chan string, 1)}
+	if !h.Hold(a.AttemptID, a) {
+		t.Fatal("Hold refused a new attempt")
+	}
+	return a
+}
+
+// TestFenceStopsTheAttemptsOnceTheServerStopsAnswering: while the server
+// answers the heartbeats, the attempts held run on however long; once it
+// stops, each is sent Fenced when the fence has passed since the last
+// answered heartbeat was sent, and not before.
+func TestFenceStopsTheAttemptsOnceTheServerStopsAnswering(t *testing.T) {
+	const fence = 600 * time.Millisecond
+	fake := leasetest.Start(t)
+	h := newHolder(t, fake, Config{Slots: 4, Fence: fence})
+	a := heldAttempt(t, h, "t1")
+	run(t, h, h.HeartbeatLoop)
+	select {
+	case reason := <-a.stop:
+		t.Fatalf("stop %q while the server answered every heartbeat", reason)
+	case <-time.After(3 * fence):
+	}
+
+	restore := cutOff(fake)
+	cut := time.Now()
+	// The last heartbeat answered was sent before the cut.
+	lastAnswered := cut
+	if calls := fake.Calls("SendHeartbeat"); len(calls) > 0 {
+		lastAnswered = calls[len(calls)-1].At
+	}
+	select {
+	case reason := <-a.stop:
+		at := time.Now()
+		if reason != Fenced {
+			t.Fatalf("stop %q, want %q", reason, Fenced)
+		}
+		// The fake records a call on arrival, a little after it was sent.
+		if early := lastAnswered.Add(fence - 100*time.Millisecond); at.Before(early) {
+			t.Fatalf("fenced %s after the cut, before the fence of %s had passed since the last answered heartbeat", at.Sub(cut), fence)
+		}
+	case <-time.After(fence + 5*time.Second):
+		t.Fatalf("no stop %s after the server stopped answering (fence %s)", time.Since(cut), fence)
+	}
+
+	// Answered again: an attempt held now runs on.
+	restore()
+	leasetest.WaitFor(t, 5*time.Second, "an answered heartbeat", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return time.Since(h.contact) < fence/2
+	})
+	h.Release(a.AttemptID)
+	b := heldAttempt(t, h, "t2")
+	select {
+	case reason := <-b.stop:
+		t.Fatalf("stop %q of an attempt held after the server answered again", reason)
+	case <-time.After(3 * fence):
+	}
+}
+
+// TestFenceCountsFromTheStartBeforeAnyAnswer: a restarted backend that
+// adopts its jobs and never reaches the server stops them a fence after
+// its start; what the server last heard from its earlier run was no
+// later than that.
+func TestFenceCountsFromTheStartBeforeAnyAnswer(t *testing.T) {
+	const fence = 500 * time.Millisecond
+	fake := leasetest.Start(t)
+	cutOff(fake)
+	h := newHolder(t, fake, Config{Slots: 4, Fence: fence})
+	start := time.Now()
+	a := heldAttempt(t, h, "t1")
+	run(t, h, h.HeartbeatLoop)
+	select {
+	case reason := <-a.stop:
+		if reason != Fenced {
+			t.Fatalf("stop %q, want %q", reason, Fenced)
+		}
+		if since := time.Since(start); since < fence {
+			t.Fatalf("fenced %s after the start, before the fence of %s", since, fence)
+		}
+	case <-time.After(fence + 5*time.Second):
+		t.Fatal("the adopted attempt was not fenced")
+	}
+	// A failed heartbeat is tried again within a second, not a whole
+	// interval later.
+	if n := len(fake.Calls("SendHeartbeat")); n < 2 {
+		t.Fatalf("%d heartbeats sent while the server did not answer", n)
+	}
+}
+
+// TestClaimAnswerRenewsTheFence: an answered claim, even an empty long
+// poll, is contact as a heartbeat is.
+func TestClaimAnswerRenewsTheFence(t *testing.T) {
+	const fence = 600 * time.Millisecond
+	fake := leasetest.Start(t)
+	// Heartbeats fail; claims are answered.
+	fake.SetFail(func(method string, _ proto.Message) error {
+		if method == "SendHeartbeat" {
+			return status.Error(codes.Unavailable, "cut off")
+		}
+		return nil
+	})
+	h := newHolder(t, fake, Config{Slots: 4, Fence: fence, ClaimWait: 100 * time.Millisecond})
+	a := heldAttempt(t, h, "t1")
+	// One run: its cleanup waits for every loop the holder started.
+	run(t, h, func(ctx context.Context) {
+		h.Go(func() { h.ClaimLoop(ctx, func(*taskv1.Task) {}) })
+		h.HeartbeatLoop(ctx)
+	})
+	select {
+	case reason := <-a.stop:
+		t.Fatalf("stop %q while the server answered claims", reason)
+	case <-time.After(3 * fence):
+	}
+}
+
+func TestCheckFence(t *testing.T) {
+	for _, tt := range []struct {
+		heartbeat, fence time.Duration
+		ok               bool
+	}{
+		{5 * time.Second, 12 * time.Second, true},
+		{6 * time.Second, 12 * time.Second, true},
+		{7 * time.Second, 12 * time.Second, false},
+		{time.Minute, 0, true}, // no fence
+	} {
+		err := Config{HeartbeatInterval: tt.heartbeat, Fence: tt.fence}.CheckFence()
+		if (err == nil) != tt.ok {
+			t.Errorf("heartbeat %s, fence %s: err %v", tt.heartbeat, tt.fence, err)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/holder"
+	"github.com/taskmesh/taskmesh/services/executor/internal/fence"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,6 +46,10 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// RPCTimeout bounds every call but the long-poll claim (default 10 s).
 	RPCTimeout time.Duration
+	// AgentLostAfter is the scheduler's --agent-lost-after (default 15 s).
+	// The backend deletes its jobs before the server may lease their
+	// tasks again: a fence of 12 s by default (holder.Config.Fence).
+	AgentLostAfter time.Duration
 	// Render configures the jobs.
 	Render RenderConfig
 	// Logs reads the master pod's log for progress lines; nil reads only
@@ -85,6 +90,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RPCTimeout <= 0 {
 		c.RPCTimeout = 10 * time.Second
 	}
+	if c.AgentLostAfter <= 0 {
+		c.AgentLostAfter = 15 * time.Second
+	}
+	if err := c.holder().CheckFence(); err != nil {
+		return c, err
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -97,6 +108,16 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("the S3 endpoint and bucket of the videos are required")
 	}
 	return c, nil
+}
+
+// holder is the lease side's configuration.
+func (c Config) holder() holder.Config {
+	f, _ := fence.Times(c.AgentLostAfter)
+	return holder.Config{
+		AgentID: c.AgentID, MachineID: c.MachineID, Labels: c.Labels, Slots: c.Slots, Types: []string{TaskType},
+		ClaimWait: c.ClaimWait, RPCTimeout: c.RPCTimeout, RenewInterval: c.RenewInterval, HeartbeatInterval: c.HeartbeatInterval,
+		Fence: f,
+	}
 }
 
 // Backend claims video tasks and runs them as PyTorchJobs.
@@ -134,10 +155,7 @@ func New(cfg Config, lease taskv1.LeaseServiceClient, client dynamic.Interface) 
 	log := cfg.Logger.With("backend", "kubernetes", "agent_id", cfg.AgentID)
 	return &Backend{
 		cfg: cfg, log: log, jobs: client.Resource(PyTorchJobs).Namespace(cfg.Render.Namespace),
-		lease: holder.New(holder.Config{
-			AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots, Types: []string{TaskType},
-			ClaimWait: cfg.ClaimWait, RPCTimeout: cfg.RPCTimeout, RenewInterval: cfg.RenewInterval, HeartbeatInterval: cfg.HeartbeatInterval,
-		}, lease, log, func(r *run) chan<- string { return r.stop }),
+		lease: holder.New(cfg.holder(), lease, log, func(r *run) chan<- string { return r.stop }),
 	}, nil
 }
 
@@ -222,6 +240,16 @@ func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
 		case <-ctx.Done():
 			return
 		case reason := <-r.stop:
+			if reason == holder.Fenced {
+				// The server has not answered for the fence and may lease
+				// the task elsewhere: the job goes, and the attempt is
+				// reported failed once the server answers (it refuses the
+				// report if it has moved on).
+				log.Warn("fence passed: deleting the job")
+				b.deleteJob(log, r.job)
+				b.complete(ctx, r, -1, "", fence.Message(b.lease.Fence()), nil)
+				return
+			}
 			// The server decided (cancelled, preempted, lease lost): the job
 			// goes, nothing is reported.
 			log.Info("server stops the attempt", "reason", reason)

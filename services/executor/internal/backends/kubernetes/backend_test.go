@@ -52,6 +52,9 @@ type world struct {
 	// podLogs and videos, when set, are the backend's log and video sources.
 	podLogs *fakePodLogs
 	videos  *fakeVideos
+	// lostAfter, when set, is the server's dead-agent timeout the backend
+	// is told.
+	lostAfter time.Duration
 }
 
 func newWorld(t *testing.T) *world {
@@ -79,7 +82,7 @@ func (w *world) start() {
 	}
 	cfg := Config{
 		AgentID: "k8s-backend-1", ClaimWait: time.Second, PollInterval: 50 * time.Millisecond,
-		RenewInterval: 200 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
+		RenewInterval: 200 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, AgentLostAfter: w.lostAfter,
 		Render: renderConfig(),
 		Logger: slog.New(slog.NewTextHandler(w.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
@@ -288,6 +291,53 @@ func TestLostLeaseDeletesTheJob(t *testing.T) {
 	w.waitJob(name)
 	w.fake.ExpireLease(id)
 	w.waitGone(name)
+}
+
+// A backend cut off from the server deletes its jobs before the server
+// may lease their tasks again (docs/executor.md, "Fencing"), and reports
+// the attempt fenced once the server answers again.
+func TestCutOffBackendDeletesItsJobsBeforeTheServerMovesThem(t *testing.T) {
+	const lostAfter = 3 * time.Second // a fence of 2 s
+	w := newWorld(t)
+	w.lostAfter = lostAfter
+	id := w.fake.Add(claimed("task-fenced", textToVideo, "standard"))[0]
+	w.start()
+	name := JobName(id)
+	w.waitJob(name)
+	w.setConditions(name, "", "Created", "Running")
+	leasetest.WaitFor(t, 5*time.Second, "StartTask", func() bool { return w.calls("StartTask", id) == 1 })
+
+	cut := time.Now()
+	w.fake.SetFail(func(string, proto.Message) error { return status.Error(codes.Unavailable, "cut off") })
+	w.waitGone(name)
+	gone := time.Now()
+	heard := w.fake.LastHeard(cut)
+	if releasable := heard.Add(lostAfter); !gone.Before(releasable) {
+		t.Fatalf("job deleted %s after the server last heard from the backend; it could lease the task again after %s", gone.Sub(heard), lostAfter)
+	}
+	// Not before the fence (2 s) had passed since then: the call was sent
+	// a little before the fake received it.
+	if early := heard.Add(2*time.Second - 300*time.Millisecond); gone.Before(early) {
+		t.Fatalf("job deleted %s after the server last heard from the backend, before the fence", gone.Sub(heard))
+	}
+
+	w.fake.SetFail(nil)
+	done := w.fake.WaitComplete(t, id, 20*time.Second)
+	if !strings.HasPrefix(done.GetError(), "fenced: ") || done.GetExitCode() != -1 {
+		t.Fatalf("outcome exit %d error %q, want the attempt reported fenced", done.GetExitCode(), done.GetError())
+	}
+}
+
+// A heartbeat interval under which the fence could pass between two
+// answered heartbeats is a configuration error.
+func TestHeartbeatIntervalMustFitTheFence(t *testing.T) {
+	_, err := Config{AgentID: "k", HeartbeatInterval: 7 * time.Second, Render: renderConfig()}.withDefaults()
+	if err == nil || !strings.Contains(err.Error(), "heartbeat interval") {
+		t.Fatalf("err %v, want the heartbeat interval refused for the default 12 s fence", err)
+	}
+	if _, err := (Config{AgentID: "k", HeartbeatInterval: 6 * time.Second, Render: renderConfig()}).withDefaults(); err != nil {
+		t.Fatalf("6 s heartbeats under a 12 s fence: %v", err)
+	}
 }
 
 func TestJobDeletedInTheClusterFailsTheTask(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/holder"
+	"github.com/taskmesh/taskmesh/services/executor/internal/fence"
 	"github.com/taskmesh/taskmesh/services/executor/internal/resultupload"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -219,6 +220,10 @@ func (b *Backend) follow(ctx context.Context, r *run) {
 			return
 		case <-look.C:
 		case reason := <-r.stop:
+			if reason == holder.Fenced {
+				b.fenced(ctx, r)
+				return
+			}
 			b.runLog(r).Info("server stops the attempt", "reason", reason)
 			b.abandon(r)
 			return
@@ -726,9 +731,13 @@ func (b *Backend) vanished(ctx context.Context, r *run) {
 // abandon ends an attempt the server took away (cancelled, preempted,
 // lease lost): the task on the node stops, the job is cancelled, nothing
 // is reported.
-func (b *Backend) abandon(r *run) {
+func (b *Backend) abandon(r *run) { b.abandonWithin(r, nil) }
+
+// abandonWithin is abandon with the grace the task on the node is given
+// between SIGTERM and SIGKILL (nil: its own).
+func (b *Backend) abandonWithin(r *run, grace *time.Duration) {
 	if r.agent != nil {
-		b.stopLocal(r)
+		b.stopLocalWithin(r, grace)
 	}
 	b.cancelJob(r)
 	b.store.remove(r.AttemptID)
@@ -737,6 +746,21 @@ func (b *Backend) abandon(r *run) {
 			_ = os.Remove(p)
 		}
 	}
+}
+
+// fenced ends an attempt whose fence passed (holder.Fenced): the server
+// may lease the task elsewhere soon, so the task on the node is stopped
+// with the fence's kill grace, not its own, and the job is cancelled (its
+// processes then die Slurm's KillWait later), and the attempt is reported
+// failed once the server answers. In the last moments before its timeout
+// the server may still hold the attempt, and must then learn that its job
+// is gone; otherwise it refuses the report.
+func (b *Backend) fenced(ctx context.Context, r *run) {
+	msg := fence.Message(b.lease.Fence())
+	b.runLog(r).Warn("fence passed: cancelling the job", "job_id", r.jobID)
+	_, grace := fence.Times(b.cfg.AgentLostAfter)
+	b.abandonWithin(r, &grace)
+	b.complete(ctx, r, outcome{exitCode: -1, err: msg}, "", "", nil)
 }
 
 // cancelJob cancels the attempt's job (scancel), retrying while slurmrestd
@@ -763,10 +787,14 @@ func (b *Backend) cancelJob(r *run) {
 }
 
 // stopLocal stops the task on the node's agent.
-func (b *Backend) stopLocal(r *run) {
+func (b *Backend) stopLocal(r *run) { b.stopLocalWithin(r, nil) }
+
+// stopLocalWithin stops the task on the node's agent with grace between
+// SIGTERM and SIGKILL (nil: the task's own).
+func (b *Backend) stopLocalWithin(r *run, grace *time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := r.agent.cancel(ctx, r.localID); err != nil {
+	if err := r.agent.cancel(ctx, r.localID, grace); err != nil {
 		b.runLog(r).Warn("stop the task on the node", "node", r.agent.node, "err", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/backends/holder"
+	"github.com/taskmesh/taskmesh/services/executor/internal/fence"
 )
 
 // Config configures a backend. Zero durations and sizes take the
@@ -44,6 +45,10 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// RPCTimeout bounds every lease call but the long-poll claim (10 s).
 	RPCTimeout time.Duration
+	// AgentLostAfter is the scheduler's --agent-lost-after (default 15 s).
+	// The backend cancels its jobs before the server may lease their
+	// tasks again: a fence of 12 s by default (holder.Config.Fence).
+	AgentLostAfter time.Duration
 	// Job configures the jobs (mode, partition, priorities, directories).
 	Job JobConfig
 	// StateDir keeps a record of each attempt held (see attemptStore);
@@ -105,6 +110,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RPCTimeout <= 0 {
 		c.RPCTimeout = 10 * time.Second
 	}
+	if c.AgentLostAfter <= 0 {
+		c.AgentLostAfter = 15 * time.Second
+	}
+	if err := c.holder().CheckFence(); err != nil {
+		return c, err
+	}
 	if c.OutputLimit <= 0 {
 		c.OutputLimit = 16 << 20
 	}
@@ -147,6 +158,16 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("priority mapping %q: want nice, absolute or off", c.Job.Priority)
 	}
 	return c, nil
+}
+
+// holder is the lease side's configuration.
+func (c Config) holder() holder.Config {
+	f, _ := fence.Times(c.AgentLostAfter)
+	return holder.Config{
+		AgentID: c.AgentID, MachineID: c.MachineID, Labels: c.Labels, Slots: c.Slots, Types: c.Types,
+		MaxClaim: 1000, ClaimWait: c.ClaimWait, RPCTimeout: c.RPCTimeout, RenewInterval: c.RenewInterval,
+		HeartbeatInterval: c.HeartbeatInterval, Fence: f,
+	}
 }
 
 // slurmAPI is what the backend asks of slurmrestd (*Client).
@@ -196,11 +217,7 @@ func New(cfg Config, lease taskv1.LeaseServiceClient, slurm slurmAPI) (*Backend,
 	}
 	b := &Backend{
 		cfg: cfg, log: log, slurm: slurm,
-		lease: holder.New(holder.Config{
-			AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots, Types: cfg.Types,
-			MaxClaim: 1000, ClaimWait: cfg.ClaimWait, RPCTimeout: cfg.RPCTimeout, RenewInterval: cfg.RenewInterval,
-			HeartbeatInterval: cfg.HeartbeatInterval,
-		}, lease, log, func(r *run) chan<- string { return r.stop }),
+		lease:   holder.New(cfg.holder(), lease, log, func(r *run) chan<- string { return r.stop }),
 		watch:   newWatcher(slurm, cfg.PollInterval, cfg.PendingPollInterval, log),
 		store:   attemptStore{dir: cfg.StateDir},
 		agents:  agentResolver{byNode: cfg.NodeAgents, template: cfg.NodeAgentURL, http: cfg.HTTP},

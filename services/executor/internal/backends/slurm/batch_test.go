@@ -1,18 +1,26 @@
 package slurm
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 )
 
 // hostile are arguments a shell would act on if they were concatenated
@@ -166,4 +174,91 @@ func TestBatchWorkdirIsMadeOrTheAttemptFails(t *testing.T) {
 		t.Fatalf("outcome exit %d error %q stdout %q stderr %q, want exit 125 and the workdir named",
 			done.GetExitCode(), done.GetError(), done.GetStdout(), done.GetStderr())
 	}
+}
+
+// A backend cut off from the server cancels its jobs before the server
+// may lease their tasks again (docs/executor.md, "Fencing"), even one
+// whose script ignores SIGTERM, and reports the attempt fenced once the
+// server answers again. Slurm kills the job's processes KillWait after the
+// cancel (5 s in the test cluster).
+func TestCutOffBackendCancelsItsJobsBeforeTheServerMovesThem(t *testing.T) {
+	const lostAfter = 3 * time.Second // a fence of 2 s
+	w := newWorld(t, ModeBatch)
+	w.cfg.AgentLostAfter = lostAfter
+	cancels := &cancelRecorder{Client: w.client}
+	w.api = cancels
+	w.start()
+	pidFile := filepath.Join(w.cluster.JobDir, fmt.Sprintf("fenced-%d-%d.pid", os.Getpid(), agentSeq.Load()))
+	t.Cleanup(func() { os.Remove(pidFile) })
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 600,
+		Command: `trap '' TERM; echo $$ > "$1"; while :; do sleep 0.2; done`, Args: []string{pidFile}})[0]
+	job := w.jobOf(id, "the job running", func(j Job) bool { return j.State == StateRunning })
+	var pid int
+	leasetest.WaitFor(t, 30*time.Second, "the script's pid", func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+
+	cut := time.Now()
+	w.fake.SetFail(func(string, proto.Message) error { return status.Error(codes.Unavailable, "cut off") })
+	leasetest.WaitFor(t, 20*time.Second, "the job cancelled", func() bool { return !cancels.at(job.ID).IsZero() })
+	cancelled := cancels.at(job.ID)
+	heard := w.fake.LastHeard(cut)
+	if releasable := heard.Add(lostAfter); !cancelled.Before(releasable) {
+		t.Fatalf("job cancelled %s after the server last heard from the backend; it could lease the task again after %s", cancelled.Sub(heard), lostAfter)
+	}
+	if early := heard.Add(2*time.Second - 300*time.Millisecond); cancelled.Before(early) {
+		t.Fatalf("job cancelled %s after the server last heard from the backend, before the fence", cancelled.Sub(heard))
+	}
+	// Slurm's part: SIGTERM, KillWait, SIGKILL.
+	leasetest.WaitFor(t, 20*time.Second, "the script killed", func() bool { return syscall.Kill(pid, 0) != nil })
+	if took := time.Since(cancelled); took > 5*time.Second+3*time.Second {
+		t.Fatalf("the script outlived the cancel by %s, past Slurm's KillWait of 5 s", took)
+	}
+
+	w.fake.SetFail(nil)
+	done := w.fake.WaitComplete(t, id, 30*time.Second)
+	if !strings.HasPrefix(done.GetError(), "fenced: ") || done.GetExitCode() != -1 {
+		t.Fatalf("outcome exit %d error %q, want the attempt reported fenced", done.GetExitCode(), done.GetError())
+	}
+}
+
+// A heartbeat interval under which the fence could pass between two
+// answered heartbeats is a configuration error.
+func TestHeartbeatIntervalMustFitTheFence(t *testing.T) {
+	cfg := Config{AgentID: "s", HeartbeatInterval: 7 * time.Second, Job: JobConfig{Mode: ModeBatch, JobDir: t.TempDir()}}
+	if _, err := cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), "heartbeat interval") {
+		t.Fatalf("err %v, want the heartbeat interval refused for the default 12 s fence", err)
+	}
+	cfg.HeartbeatInterval = 6 * time.Second
+	if _, err := cfg.withDefaults(); err != nil {
+		t.Fatalf("6 s heartbeats under a 12 s fence: %v", err)
+	}
+}
+
+// cancelRecorder is slurmrestd, recording when each job was first
+// cancelled.
+type cancelRecorder struct {
+	*Client
+	mu    sync.Mutex
+	times map[int64]time.Time
+}
+
+func (c *cancelRecorder) Cancel(ctx context.Context, id int64) error {
+	c.mu.Lock()
+	if c.times == nil {
+		c.times = map[int64]time.Time{}
+	}
+	if _, ok := c.times[id]; !ok {
+		c.times[id] = time.Now()
+	}
+	c.mu.Unlock()
+	return c.Client.Cancel(ctx, id)
+}
+
+func (c *cancelRecorder) at(id int64) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.times[id]
 }

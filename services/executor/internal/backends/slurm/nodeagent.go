@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	agentv1 "github.com/taskmesh/taskmesh/gen/taskmesh/agent/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -137,10 +138,16 @@ func (a *nodeAgent) find(ctx context.Context, name string) (*agentv1.LocalTask, 
 	return nil, nil
 }
 
-// cancel stops a local task (SIGTERM, its grace, SIGKILL). One that has
-// already ended is not an error.
-func (a *nodeAgent) cancel(ctx context.Context, id string) error {
-	err := a.do(ctx, http.MethodPost, "/api/v1/tasks/"+url.PathEscape(id)+"/cancel", &agentv1.CancelLocalTaskRequest{}, nil)
+// cancel stops a local task (SIGTERM, its grace, SIGKILL), with grace
+// instead of the task's own when not nil. One that has already ended is
+// not an error.
+func (a *nodeAgent) cancel(ctx context.Context, id string, grace *time.Duration) error {
+	req := &agentv1.CancelLocalTaskRequest{}
+	if grace != nil {
+		// Whole seconds, rounded down: never later than asked.
+		req.GracePeriodSec = proto.Int32(int32(*grace / time.Second))
+	}
+	err := a.do(ctx, http.MethodPost, "/api/v1/tasks/"+url.PathEscape(id)+"/cancel", req, nil)
 	var ae *agentError
 	if errors.As(err, &ae) && ae.Code == 30002 {
 		return nil // already final

@@ -3,10 +3,16 @@ package slurm
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -143,7 +149,7 @@ func TestPlacementLocalCancelOnTheNodeEndsTheAttemptCancelled(t *testing.T) {
 	if err != nil || local == nil {
 		t.Fatalf("the task on the node: %v, %v", local, err)
 	}
-	if _, err := a.Cancel(context.Background(), local.GetId()); err != nil {
+	if _, err := a.Cancel(context.Background(), local.GetId(), nil); err != nil {
 		t.Fatal(err)
 	}
 	done := w.fake.WaitComplete(t, id, 60*time.Second)
@@ -226,4 +232,40 @@ func waitRunning(t *testing.T, a *agent.Agent, n int, what string) {
 		st, err := a.Status(context.Background())
 		return err == nil && st.Running == n
 	})
+}
+
+// A placement backend cut off from the server stops the task on its node
+// with the fence's kill grace, not the task's own 30 s, so the task is
+// dead before the server may lease it again (docs/executor.md,
+// "Fencing"); the attempt is reported fenced once the server answers.
+func TestPlacementCutOffStopsTheTaskOnItsNodeBeforeTheServerMovesIt(t *testing.T) {
+	const lostAfter = 3 * time.Second // a fence of 2 s, a kill grace of 0.5 s
+	w := newWorld(t, ModePlacement)
+	w.cfg.AgentLostAfter = lostAfter
+	w.startNodeAgents()
+	w.start()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 600, GracePeriodSec: 30,
+		Command: `trap '' TERM; echo $$ > "$1"; while :; do sleep 0.2; done`, Args: []string{pidFile}})[0]
+	var pid int
+	leasetest.WaitFor(t, 60*time.Second, "the task running on its node", func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+
+	cut := time.Now()
+	w.fake.SetFail(func(string, proto.Message) error { return status.Error(codes.Unavailable, "cut off") })
+	leasetest.WaitFor(t, 20*time.Second, "the task killed", func() bool { return syscall.Kill(pid, 0) != nil })
+	gone := time.Now()
+	heard := w.fake.LastHeard(cut)
+	if releasable := heard.Add(lostAfter); !gone.Before(releasable) {
+		t.Fatalf("the task ran until %s after the server last heard from the backend; it could lease the task again after %s", gone.Sub(heard), lostAfter)
+	}
+
+	w.fake.SetFail(nil)
+	done := w.fake.WaitComplete(t, id, 30*time.Second)
+	if !strings.HasPrefix(done.GetError(), "fenced: ") || done.GetExitCode() != -1 {
+		t.Fatalf("outcome exit %d error %q, want the attempt reported fenced", done.GetExitCode(), done.GetError())
+	}
 }
