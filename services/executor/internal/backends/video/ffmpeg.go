@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // geometry is what every render derives from a Job.
@@ -18,7 +19,10 @@ type geometry struct {
 // geometryOf fixes the output's size and timing. H.264 in yuv420p needs
 // even dimensions, so an odd width or height is rounded down by one pixel.
 // The frame rate is FrameNum/Duration (Wan2.2: 81 frames in 5 s, 16 fps),
-// kept within 8–30 fps.
+// kept within 8–30 fps. The video has FrameNum frames when that is the
+// duration's frames and at most a second more (the task's duration × 16
+// + 1: the first frame, then one per 1/16 s to the end), as the model
+// renders them; otherwise fps × duration.
 func geometryOf(j Job) (geometry, error) {
 	g := geometry{width: j.Width &^ 1, height: j.Height &^ 1, duration: j.Duration}
 	if g.width < 16 || g.height < 16 || g.width > 4096 || g.height > 4096 {
@@ -35,7 +39,15 @@ func geometryOf(j Job) (geometry, error) {
 		g.fps = min(max(int(math.Round(float64(j.FrameNum)/float64(g.duration))), 8), 30)
 	}
 	g.frames = g.fps * g.duration
+	if j.FrameNum >= g.frames && j.FrameNum <= g.frames+g.fps {
+		g.frames = j.FrameNum
+	}
 	return g, nil
+}
+
+// length is how long the video plays: frames at fps.
+func (g geometry) length() time.Duration {
+	return time.Duration(g.frames) * time.Second / time.Duration(g.fps)
 }
 
 // escapeFilterValue escapes a value for an ffmpeg filter option inside a
@@ -145,7 +157,7 @@ func ffmpegArgs(j Job, g geometry, in inputs) []string {
 	default:
 		c0, c1 := palette(j.Seed)
 		args = append(args, "-f", "lavfi", "-i", filter("gradients",
-			opt("s", fmt.Sprintf("%dx%d", g.width, g.height)), opt("r", num(g.fps)), opt("d", num(g.duration)),
+			opt("s", fmt.Sprintf("%dx%d", g.width, g.height)), opt("r", num(g.fps)), opt("d", num(g.duration+1)), // -frames:v ends it
 			opt("c0", c0), opt("c1", c1), opt("n", "2"),
 			opt("x0", "0"), opt("y0", "0"), opt("x1", num(g.width)), opt("y1", num(g.height)),
 			opt("speed", "0.006"),

@@ -100,7 +100,7 @@ func runFFmpeg(ctx context.Context, ffmpeg string, args []string, g geometry, pr
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start ffmpeg: %w", err)
 	}
-	parser := progressParser{total: time.Duration(g.duration) * time.Second}
+	parser := progressParser{total: g.length()}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if p, ok := parser.line(sc.Text()); ok {

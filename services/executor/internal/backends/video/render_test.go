@@ -96,9 +96,9 @@ func TestRenderProducesTheRequestedVideo(t *testing.T) {
 		wantW, wantH  int
 		wantFrames    int
 	}{
-		{name: "text to video", typ: TextToVideo, width: 192, height: 108, frameNum: 81, wantW: 192, wantH: 108, wantFrames: 80},
-		{name: "image to video", typ: ImageToVideo, width: 200, height: 120, frameNum: 81, wantW: 200, wantH: 120, wantFrames: 80},
-		{name: "odd size rounds down to even", typ: TextToVideo, width: 161, height: 97, frameNum: 121, wantW: 160, wantH: 96, wantFrames: 120},
+		{name: "text to video", typ: TextToVideo, width: 192, height: 108, frameNum: 81, wantW: 192, wantH: 108, wantFrames: 81},
+		{name: "image to video", typ: ImageToVideo, width: 200, height: 120, frameNum: 81, wantW: 200, wantH: 120, wantFrames: 81},
+		{name: "odd size rounds down to even", typ: TextToVideo, width: 161, height: 97, frameNum: 121, wantW: 160, wantH: 96, wantFrames: 121},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -411,5 +411,32 @@ func TestMainRecordsTheFailure(t *testing.T) {
 	}
 	if code := Main(nil); code != 2 {
 		t.Errorf("no -dir: exit code %d, want 2", code)
+	}
+}
+
+// TestGeometryKeepsTheModelsFrameCount: a frame_num of the duration × 16
+// + 1 renders that many frames (the first, then one per 1/16 s), as the
+// model does; a count the frame rate cannot reach is not stretched into a
+// longer video.
+func TestGeometryKeepsTheModelsFrameCount(t *testing.T) {
+	for _, tc := range []struct {
+		duration, frameNum int
+		fps, frames        int
+	}{
+		{5, 81, 16, 81},
+		{10, 161, 16, 161},
+		{5, 80, 16, 80},
+		{5, 40, 8, 40},
+		{5, 1000, 30, 150}, // past 30 fps: 30 fps for 5 s
+		{5, 10, 8, 40},     // below 8 fps: 8 fps for 5 s
+		{5, 0, DefaultFPS, DefaultFPS * 5},
+	} {
+		g, err := geometryOf(Job{Width: 64, Height: 64, Duration: tc.duration, FrameNum: tc.frameNum})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.fps != tc.fps || g.frames != tc.frames {
+			t.Errorf("%d s, frame_num %d: %d fps, %d frames; want %d fps, %d frames", tc.duration, tc.frameNum, g.fps, g.frames, tc.fps, tc.frames)
+		}
 	}
 }
