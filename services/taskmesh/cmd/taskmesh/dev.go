@@ -191,19 +191,19 @@ Taskmesh is running.
   REST API       %[1]s          (OpenAPI: %[1]s/openapi.json)
   Metrics        %[1]s/metrics  (Prometheus)
   gRPC           %[2]s
-  Postgres       %[3]s%[11]s
+  Postgres       %[3]s%[9]s
   Kafka          %[4]s          (topic taskmesh.task.events.v1)
   Object store   %[5]s
-  Local agent    %[6]s on %[7]s   (its local API: %[10]s)
-  Logs           %[8]s
-  Demo API key   %[9]s   (tenant "demo")
-  Operator key   %[12]s   (admin API: taskmesh ctl tenants|keys)
-  Quota cluster  %[13]s   (in-process operator; GPUs per machine type)
-  Quota service  %[14]s   (operators: taskmesh ctl quota --quota-server %[14]s --internal-token-file %[15]s)
-  Consumers      %[16]s   (audit log, usage, webhooks: taskmesh ctl audit|usage|webhooks)
+  Local agent    %[6]s
+  Logs           %[7]s
+  Demo API key   %[8]s   (tenant "demo")
+  Operator key   %[10]s   (admin API: taskmesh ctl tenants|keys)
+  Quota cluster  %[11]s   (in-process operator; GPUs per machine type)
+  Quota service  %[12]s   (operators: taskmesh ctl quota --quota-server %[12]s --internal-token-file %[13]s)
+  Consumers      %[14]s   (audit log, usage, webhooks: taskmesh ctl audit|usage|webhooks)
 
 Try it:
-  export TASKMESH_API_KEY=%[9]s
+  export TASKMESH_API_KEY=%[8]s
   curl -s -X POST %[1]s/api/v1/tasks -H "Authorization: Bearer $TASKMESH_API_KEY" \
        -H 'Content-Type: application/json' \
        -d '{"name":"hello","type":"shell","command":"echo","args":["hello from taskmesh"]}'
@@ -213,7 +213,7 @@ Try it:
 
 Press Ctrl-C to stop; data stays in the data directory.
 `, s.HTTPURL, s.GRPCAddr, password.ReplaceAllString(s.Postgres, "://$1:***@"), strings.Join(s.Kafka, ","), s.ObjectDir,
-		s.AgentID, s.MachineID, logFile, s.DemoAPIKey, agentAPI(s), pgDirNote(s), s.AdminKeyFile, quotaCluster(s),
+		localAgent(s), logFile, s.DemoAPIKey, pgDirNote(s), s.AdminKeyFile, quotaCluster(s),
 		s.QuotaAddr, s.InternalTokenFile, s.ConsumersAddr)
 }
 
@@ -227,11 +227,18 @@ func quotaCluster(s *stack.Stack) string {
 	return strings.TrimSpace(s.QuotaCluster + " " + strings.Join(types, " "))
 }
 
-func agentAPI(s *stack.Stack) string {
-	if s.AgentLocalAPI == "" {
-		return "off"
+// localAgent describes the local agent: where it runs and its local API,
+// or, under --no-agent, the identity an executor started beside dev may
+// take.
+func localAgent(s *stack.Stack) string {
+	if !s.AgentRunning() {
+		return fmt.Sprintf("off (--no-agent; an executor may run as %s with the token in %s)", s.AgentID, s.AgentTokenFile())
 	}
-	return "http://" + s.AgentLocalAPI
+	api := "off"
+	if s.AgentLocalAPI != "" {
+		api = "http://" + s.AgentLocalAPI
+	}
+	return fmt.Sprintf("%s on %s   (its local API: %s)", s.AgentID, s.MachineID, api)
 }
 
 // pgDirNote mentions where Postgres keeps its data when it is not under the

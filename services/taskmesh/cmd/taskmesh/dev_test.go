@@ -218,5 +218,16 @@ func TestDevRunsTasksAndKeepsThemAcrossRestarts(t *testing.T) {
 	rest(t, "GET", base+"/api/v1/admin/tenants", adminKey, nil)
 	created = rest(t, "POST", base+"/api/v1/tasks", key, map[string]any{"name": "after restart", "command": "echo", "args": []string{"new"}})
 	waitCompleted(t, base, key, created["id"].(string))
+	if !strings.Contains(second.out.String(), "Local agent    agent-local-1 on ") {
+		t.Fatalf("the banner does not show the local agent:\n%s", second.out)
+	}
 	second.stop(t)
+
+	// Without its agent, dev says so, and where an executor of its own
+	// finds the agent's identity.
+	third := startDev(t, dir, ports, "--no-agent")
+	if want := "Local agent    off (--no-agent; an executor may run as agent-local-1 with the token in " + filepath.Join(dir, "agent-token") + ")"; !strings.Contains(third.out.String(), want) {
+		t.Fatalf("the banner of dev --no-agent lacks %q:\n%s", want, third.out)
+	}
+	third.stop(t)
 }

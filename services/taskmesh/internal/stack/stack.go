@@ -494,7 +494,7 @@ func (s *Stack) bootstrap(ctx context.Context) error {
 	}
 	host, _ := os.Hostname()
 	s.MachineID, s.AgentID = "machine-"+sanitize(host), "agent-local-1"
-	tokenFile := filepath.Join(s.opts.DataDir, "agent-token")
+	tokenFile := s.AgentTokenFile()
 	if b, err := os.ReadFile(tokenFile); err == nil {
 		s.AgentToken = strings.TrimSpace(string(b))
 		return nil
@@ -590,3 +590,10 @@ func sanitize(s string) string {
 
 // DataDir is where the stack keeps its state.
 func (s *Stack) DataDir() string { return s.opts.DataDir }
+
+// AgentRunning reports whether the stack runs its local agent (Options.Agent).
+func (s *Stack) AgentRunning() bool { return s.opts.Agent }
+
+// AgentTokenFile holds the local agent's token: an executor started
+// beside a stack without its own agent may use it, as agent AgentID.
+func (s *Stack) AgentTokenFile() string { return filepath.Join(s.opts.DataDir, "agent-token") }
