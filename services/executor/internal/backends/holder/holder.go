@@ -112,28 +112,25 @@ func (h *Holder[R]) heard(sent time.Time) {
 }
 
 // fenceLoop sends Fenced to every attempt held once Fence has passed
-// since contact, until ctx ends. An attempt held before the fence passed
-// is stopped once; a claim the server answers renews contact, so no
-// attempt is held afterwards without a fence ahead of it.
+// since contact, until ctx ends, and again every 100 ms while it stays
+// passed: an attempt held meanwhile (a claim sent long before, answered
+// now) is stopped too. A claim or heartbeat the server answers renews
+// contact.
 //
 // contact starts as the holder's creation, not as unknown: a restarted
 // backend that adopts its jobs and cannot reach the server stops them a
 // fence after its start. The server heard from the backend's earlier run
 // no later than that, so this is still before it may lease them again.
 func (h *Holder[R]) fenceLoop(ctx context.Context) {
-	var fenced time.Time // the contact whose fence was last acted on
+	var fenced time.Time // the contact whose fence was last logged
 	for {
 		h.mu.Lock()
 		contact := h.contact
 		h.mu.Unlock()
 		wait := time.Until(contact.Add(h.cfg.Fence))
-		if wait <= 0 && !contact.Equal(fenced) {
-			fenced = contact
-			h.fence()
-		}
-		// Past the fence, contact is watched for the next answer.
 		if wait <= 0 {
-			wait = 100 * time.Millisecond
+			h.fence(!contact.Equal(fenced))
+			fenced, wait = contact, 100*time.Millisecond
 		}
 		if !Sleep(ctx, wait) {
 			return
@@ -141,11 +138,12 @@ func (h *Holder[R]) fenceLoop(ctx context.Context) {
 	}
 }
 
-// fence sends Fenced to every attempt held.
-func (h *Holder[R]) fence() {
+// fence sends Fenced to every attempt held; log says the fence has just
+// passed.
+func (h *Holder[R]) fence(log bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.held) > 0 {
+	if log && len(h.held) > 0 {
 		h.log.Warn("fence passed: the server has not answered for the fence; stopping the attempts held", "fence", h.cfg.Fence, "attempts", len(h.held))
 	}
 	for _, r := range h.held {

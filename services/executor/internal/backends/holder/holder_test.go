@@ -355,6 +355,19 @@ func TestFenceStopsTheAttemptsOnceTheServerStopsAnswering(t *testing.T) {
 		t.Fatalf("no stop %s after the server stopped answering (fence %s)", time.Since(cut), fence)
 	}
 
+	// An attempt held while the fence stays passed (a claim sent long
+	// before, answered now) is stopped too.
+	late := heldAttempt(t, h, "t-late")
+	select {
+	case reason := <-late.stop:
+		if reason != Fenced {
+			t.Fatalf("stop %q of an attempt held past the fence, want %q", reason, Fenced)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("an attempt held past the fence was not stopped")
+	}
+	h.Release(late.AttemptID)
+
 	// Answered again: an attempt held now runs on.
 	restore()
 	leasetest.WaitFor(t, 5*time.Second, "an answered heartbeat", func() bool {
