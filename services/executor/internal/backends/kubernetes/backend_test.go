@@ -132,6 +132,17 @@ func (w *world) waitGone(name string) {
 	})
 }
 
+// running waits for the task's job, has the training operator run it,
+// and waits for the backend's StartTask; it returns the job's name.
+func (w *world) running(id string) string {
+	w.t.Helper()
+	name := JobName(id)
+	w.waitJob(name)
+	w.setConditions(name, "", "Created", "Running")
+	leasetest.WaitFor(w.t, 5*time.Second, "StartTask", func() bool { return w.calls("StartTask", id) == 1 })
+	return name
+}
+
 // setConditions plays the training operator: the job's conditions become
 // the given types, all True, the last with message.
 func (w *world) setConditions(name, message string, types ...string) {
@@ -302,10 +313,7 @@ func TestCutOffBackendDeletesItsJobsBeforeTheServerMovesThem(t *testing.T) {
 	w.lostAfter = lostAfter
 	id := w.fake.Add(claimed("task-fenced", textToVideo, "standard"))[0]
 	w.start()
-	name := JobName(id)
-	w.waitJob(name)
-	w.setConditions(name, "", "Created", "Running")
-	leasetest.WaitFor(t, 5*time.Second, "StartTask", func() bool { return w.calls("StartTask", id) == 1 })
+	name := w.running(id)
 
 	cut := time.Now()
 	w.fake.SetFail(func(string, proto.Message) error { return status.Error(codes.Unavailable, "cut off") })
@@ -377,10 +385,7 @@ func TestRestartedBackendFollowsItsJobs(t *testing.T) {
 	w := newWorld(t)
 	id := w.fake.Add(claimed("task-restart", textToVideo, "premium"))[0]
 	w.start()
-	name := JobName(id)
-	w.waitJob(name)
-	w.setConditions(name, "", "Created", "Running")
-	leasetest.WaitFor(t, 5*time.Second, "StartTask", func() bool { return w.calls("StartTask", id) == 1 })
+	name := w.running(id)
 	w.stop()
 
 	w.setConditions(name, "", "Created", "Running", "Succeeded")

@@ -193,15 +193,10 @@ func TestCutOffBackendCancelsItsJobsBeforeTheServerMovesThem(t *testing.T) {
 	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 600,
 		Command: `trap '' TERM; echo $$ > "$1"; while :; do sleep 0.2; done`, Args: []string{pidFile}})[0]
 	job := w.jobOf(id, "the job running", func(j Job) bool { return j.State == StateRunning })
-	var pid int
-	leasetest.WaitFor(t, 30*time.Second, "the script's pid", func() bool {
-		b, err := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pid > 0
-	})
+	pid := waitPID(t, pidFile, 30*time.Second)
 
 	cut := time.Now()
-	w.fake.SetFail(func(string, proto.Message) error { return status.Error(codes.Unavailable, "cut off") })
+	cutOff(w.fake)
 	leasetest.WaitFor(t, 20*time.Second, "the job cancelled", func() bool { return !cancels.at(job.ID).IsZero() })
 	cancelled := cancels.at(job.ID)
 	heard := w.fake.LastHeard(cut)
@@ -261,4 +256,22 @@ func (c *cancelRecorder) at(id int64) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.times[id]
+}
+
+// waitPID waits for a task's script to write its pid to file.
+func waitPID(t *testing.T, file string, limit time.Duration) int {
+	t.Helper()
+	var pid int
+	leasetest.WaitFor(t, limit, "the task's pid in "+file, func() bool {
+		b, err := os.ReadFile(file)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	return pid
+}
+
+// cutOff makes every call to the lease server fail as an unreachable
+// server's would, until SetFail(nil).
+func cutOff(f *leasetest.Fake) {
+	f.SetFail(func(string, proto.Message) error { return status.Error(codes.Unavailable, "cut off") })
 }

@@ -3,16 +3,12 @@ package slurm
 import (
 	"context"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
@@ -247,15 +243,10 @@ func TestPlacementCutOffStopsTheTaskOnItsNodeBeforeTheServerMovesIt(t *testing.T
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 600, GracePeriodSec: 30,
 		Command: `trap '' TERM; echo $$ > "$1"; while :; do sleep 0.2; done`, Args: []string{pidFile}})[0]
-	var pid int
-	leasetest.WaitFor(t, 60*time.Second, "the task running on its node", func() bool {
-		b, err := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pid > 0
-	})
+	pid := waitPID(t, pidFile, 60*time.Second)
 
 	cut := time.Now()
-	w.fake.SetFail(func(string, proto.Message) error { return status.Error(codes.Unavailable, "cut off") })
+	cutOff(w.fake)
 	leasetest.WaitFor(t, 20*time.Second, "the task killed", func() bool { return syscall.Kill(pid, 0) != nil })
 	gone := time.Now()
 	heard := w.fake.LastHeard(cut)
