@@ -366,6 +366,15 @@ func (c ctxReader) Read(p []byte) (int, error) {
 // body longer or shorter than size, the temporary file is removed and the
 // previous object, if any, is untouched.
 func (f *FS) Put(ctx context.Context, key string, body io.Reader, size int64, contentType string) (Info, error) {
+	return f.put(ctx, key, body, size, contentType, "")
+}
+
+// errDigestMismatch: a body whose sha256 is not the one required.
+var errDigestMismatch = errors.New("objectstore: body does not match the expected sha256")
+
+// put is Put that, when wantSHA is set, installs the body only if its
+// sha256 is wantSHA (errDigestMismatch otherwise, the object unchanged).
+func (f *FS) put(ctx context.Context, key string, body io.Reader, size int64, contentType, wantSHA string) (Info, error) {
 	if err := ValidateKey(key); err != nil {
 		return Info{}, err
 	}
@@ -403,6 +412,9 @@ func (f *FS) Put(ctx context.Context, key string, body io.Reader, size int64, co
 		return Info{}, fmt.Errorf("objectstore: put %s: %w", key, err)
 	}
 	h := header{Size: n, SHA256: hex.EncodeToString(hash.Sum(nil)), ContentType: ct, ModTimeNS: f.now().UnixNano()}
+	if wantSHA != "" && h.SHA256 != wantSHA {
+		return Info{}, fmt.Errorf("objectstore: put %s: %w", key, errDigestMismatch)
+	}
 	hdr, err := h.marshal()
 	if err != nil {
 		return Info{}, err

@@ -50,7 +50,19 @@ const (
 	paramSignature = "X-Signature"
 	paramSize      = "X-Size"
 	paramMaxSize   = "X-Max-Size"
+	paramSHA256    = "X-SHA256"
 )
+
+// exactSizeSpec is the signed size field of an exact PUT: the size, and
+// the body's sha256 when the URL is bound to one. "<n>:sha256:<hex>" is
+// no plain size, so a bound URL never verifies as an unbound one.
+func exactSizeSpec(size int64, sha string) string {
+	spec := strconv.FormatInt(size, 10)
+	if sha != "" {
+		spec += ":sha256:" + sha
+	}
+	return spec
+}
 
 // PresignGet implements Store. The URL is valid for GET and HEAD.
 func (f *FS) PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error) {
@@ -72,9 +84,12 @@ func (f *FS) PresignGet(ctx context.Context, key string, ttl time.Duration) (str
 // Content-Type verbatim, and a Content-Length equal to size (with net/http,
 // set Request.ContentLength; the header map carries it for other clients).
 // A size above MaxPutBytes is refused here rather than at upload time.
-func (f *FS) PresignPut(ctx context.Context, key string, ttl time.Duration, size int64, contentType string) (string, map[string]string, error) {
+func (f *FS) PresignPut(ctx context.Context, key string, ttl time.Duration, size int64, contentType, sha string) (string, map[string]string, error) {
 	if err := ValidateKey(key); err != nil {
 		return "", nil, err
+	}
+	if err := checkSHA256(sha); err != nil {
+		return "", nil, fmt.Errorf("objectstore: presign put %s: %w", key, err)
 	}
 	if err := checkTTL(ttl); err != nil {
 		return "", nil, err
@@ -90,7 +105,10 @@ func (f *FS) PresignPut(ctx context.Context, key string, ttl time.Duration, size
 	q := url.Values{
 		paramExpires:   {strconv.FormatInt(exp, 10)},
 		paramSize:      {strconv.FormatInt(size, 10)},
-		paramSignature: {encodeSig(f.sign("PUT", key, exp, size, ct))},
+		paramSignature: {encodeSig(f.signSpec("PUT", key, exp, exactSizeSpec(size, sha), ct))},
+	}
+	if sha != "" {
+		q.Set(paramSHA256, sha)
 	}
 	headers := map[string]string{"Content-Type": ct, "Content-Length": strconv.FormatInt(size, 10)}
 	return f.baseURL + "/" + key + "?" + q.Encode(), headers, nil
@@ -276,10 +294,17 @@ func (f *FS) servePut(w http.ResponseWriter, r *http.Request, key string) {
 		plainError(w, "invalid signature", http.StatusForbidden)
 		return
 	}
+	sha := ""
+	if _, bound := q[paramSHA256]; bound {
+		if sha, ok = singleParam(q, paramSHA256); !ok || checkSHA256(sha) != nil || sha == "" {
+			plainError(w, "invalid signature", http.StatusForbidden)
+			return
+		}
+	}
 	// The content type is not in the URL: the client must send exactly the
 	// signed one, so a different header fails the signature like S3 does.
 	ct := r.Header.Get("Content-Type")
-	if !f.verify(w, q, "PUT", key, size, ct) {
+	if !f.verifyWith(w, q, func(exp int64) []byte { return f.signSpec("PUT", key, exp, exactSizeSpec(size, sha), ct) }) {
 		return
 	}
 	switch {
@@ -294,17 +319,20 @@ func (f *FS) servePut(w http.ResponseWriter, r *http.Request, key string) {
 		plainError(w, "Content-Length does not match the signed size", http.StatusBadRequest)
 		return
 	}
-	f.store(w, r, key, size, ct)
+	f.store(w, r, key, size, ct, sha)
 }
 
-// store writes the body of a verified PUT of size bytes and answers it.
-func (f *FS) store(w http.ResponseWriter, r *http.Request, key string, size int64, ct string) {
+// store writes the body of a verified PUT of size bytes (whose sha256
+// must be sha, when given) and answers it.
+func (f *FS) store(w http.ResponseWriter, r *http.Request, key string, size int64, ct, sha string) {
 	body := &bodyReader{r: r.Body}
-	info, err := f.Put(r.Context(), key, body, size, ct)
+	info, err := f.put(r.Context(), key, body, size, ct, sha)
 	if err != nil {
 		switch {
 		case body.err != nil, errors.Is(err, errSizeMismatch):
 			plainError(w, "incomplete or oversized body", http.StatusBadRequest)
+		case errors.Is(err, errDigestMismatch):
+			plainError(w, "body does not match the signed sha256", http.StatusBadRequest)
 		case errors.Is(err, errKeyConflict):
 			plainError(w, "key conflicts with an existing object", http.StatusConflict)
 		case errors.Is(err, syscall.ENOSPC):
@@ -339,5 +367,5 @@ func (f *FS) servePutBounded(w http.ResponseWriter, r *http.Request, key string,
 		plainError(w, "object too large", http.StatusRequestEntityTooLarge)
 		return
 	}
-	f.store(w, r, key, r.ContentLength, ct)
+	f.store(w, r, key, r.ContentLength, ct, "")
 }

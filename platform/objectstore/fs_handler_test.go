@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -214,7 +216,7 @@ func TestFSHandlerGetErrors(t *testing.T) {
 	expectStatus(t, "other secret", get(forged), http.StatusForbidden)
 
 	// A PUT URL is not a GET URL.
-	putURL, _, _ := fs.PresignPut(ctx, "a/b", time.Minute, 13, "")
+	putURL, _, _ := fs.PresignPut(ctx, "a/b", time.Minute, 13, "", "")
 	expectStatus(t, "PUT URL for GET", get(putURL), http.StatusForbidden)
 
 	// Signed but missing object: 404.
@@ -292,7 +294,7 @@ func TestFSHandlerPut(t *testing.T) {
 	ctx := context.Background()
 	data := []byte(`{"accuracy":0.93}`)
 	size := int64(len(data))
-	u, headers, err := fs.PresignPut(ctx, "results/r1.json", time.Minute, size, "application/json")
+	u, headers, err := fs.PresignPut(ctx, "results/r1.json", time.Minute, size, "application/json", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,10 +365,10 @@ func TestFSHandlerPutTooLarge(t *testing.T) {
 	const maxPut = 1000
 	srv, fs := newFSServer(t, func(c *objectstore.FSConfig) { c.MaxPutBytes = maxPut })
 	ctx := context.Background()
-	if _, _, err := fs.PresignPut(ctx, "big", time.Minute, maxPut+1, ""); err == nil {
+	if _, _, err := fs.PresignPut(ctx, "big", time.Minute, maxPut+1, "", ""); err == nil {
 		t.Error("PresignPut above MaxPutBytes accepted")
 	}
-	if _, _, err := fs.PresignPut(ctx, "big", time.Minute, maxPut, ""); err != nil {
+	if _, _, err := fs.PresignPut(ctx, "big", time.Minute, maxPut, "", ""); err != nil {
 		t.Errorf("PresignPut at MaxPutBytes: %v", err)
 	}
 	// A URL signed with the same secret by a store with a higher limit (an
@@ -375,7 +377,7 @@ func TestFSHandlerPutTooLarge(t *testing.T) {
 		c.BaseURL = srv.URL + "/objects"
 		c.MaxPutBytes = 10 * maxPut
 	})
-	u, headers, err := laxFS.PresignPut(ctx, "big", time.Minute, 5*maxPut, "")
+	u, headers, err := laxFS.PresignPut(ctx, "big", time.Minute, 5*maxPut, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +393,7 @@ func TestFSHandlerPutTruncatedBody(t *testing.T) {
 	_, fs := newFSServer(t, nil)
 	ctx := context.Background()
 	mustPut(t, fs, "t/k", []byte("previous"), "")
-	u, _, err := fs.PresignPut(ctx, "t/k", time.Minute, 100, "application/octet-stream")
+	u, _, err := fs.PresignPut(ctx, "t/k", time.Minute, 100, "application/octet-stream", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +437,7 @@ func TestFSHandlerNestedBasePath(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	ctx := context.Background()
-	u, headers, err := fs.PresignPut(ctx, "n/k", time.Minute, 2, "text/plain")
+	u, headers, err := fs.PresignPut(ctx, "n/k", time.Minute, 2, "text/plain", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +456,7 @@ func TestFSHandlerNestedBasePath(t *testing.T) {
 func TestFSHandlerPutKeyConflict(t *testing.T) {
 	_, fs := newFSServer(t, nil)
 	mustPut(t, fs, "a", []byte("object"), "")
-	u, headers, err := fs.PresignPut(context.Background(), "a/b", time.Minute, 1, "")
+	u, headers, err := fs.PresignPut(context.Background(), "a/b", time.Minute, 1, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,4 +521,57 @@ func mustRequest(t *testing.T, method, u string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// A PUT URL bound to a sha256 stores only that body: other bytes of the
+// same size are refused and leave the object as it was, so a link used
+// again after its upload can only write the same bytes; the digest cannot
+// be taken off or changed.
+func TestFSPresignedPutBoundToItsDigest(t *testing.T) {
+	_, fs := newFSServer(t, nil)
+	ctx := context.Background()
+	data, other := []byte("the real result"), []byte("a forged result")
+	sum := sha256.Sum256(data)
+	digest := hex.EncodeToString(sum[:])
+	u, headers, err := fs.PresignPut(ctx, "results/r.json", time.Minute, int64(len(data)), "application/json", digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(u string, body []byte) *http.Response {
+		req, _ := http.NewRequest(http.MethodPut, u, bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
+		req.Header.Set("Content-Type", headers["Content-Type"])
+		return do(t, req)
+	}
+	content := func() string {
+		rc, _, err := fs.Open(ctx, "results/r.json")
+		if err != nil {
+			return "<" + err.Error() + ">"
+		}
+		defer rc.Close()
+		b, _ := io.ReadAll(rc)
+		return string(b)
+	}
+
+	expectStatus(t, "other bytes before the upload", put(u, other), http.StatusBadRequest)
+	if _, err := fs.Stat(ctx, "results/r.json"); !errors.Is(err, objectstore.ErrNotFound) {
+		t.Fatalf("a refused body was stored: %v", err)
+	}
+	expectStatus(t, "the signed body", put(u, data), http.StatusOK)
+	expectStatus(t, "other bytes after the upload", put(u, other), http.StatusBadRequest)
+	expectStatus(t, "the signed body again", put(u, data), http.StatusOK)
+	if got := content(); got != string(data) {
+		t.Fatalf("object = %q, want %q", got, data)
+	}
+	otherSum := sha256.Sum256(other)
+	expectStatus(t, "digest changed", put(withQuery(t, u, func(q url.Values) { q.Set("X-SHA256", hex.EncodeToString(otherSum[:])) }), other), http.StatusForbidden)
+	expectStatus(t, "digest removed", put(withQuery(t, u, func(q url.Values) { q.Del("X-SHA256") }), other), http.StatusForbidden)
+	if got := content(); got != string(data) {
+		t.Fatalf("object = %q after refused uploads, want %q", got, data)
+	}
+	for _, bad := range []string{"xyz", strings.ToUpper(digest), digest[:63]} {
+		if _, _, err := fs.PresignPut(ctx, "k", time.Minute, 1, "", bad); err == nil {
+			t.Errorf("PresignPut took sha256 %q", bad)
+		}
+	}
 }

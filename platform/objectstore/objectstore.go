@@ -76,9 +76,13 @@ type Store interface {
 	// PresignPut returns a URL (and the headers the client must send) that
 	// accepts one PUT of exactly size bytes with contentType until ttl
 	// passes. "One PUT" means the URL is bound to that key, size and
-	// content type; neither implementation can stop the holder from
-	// repeating the same upload before the URL expires.
-	PresignPut(ctx context.Context, key string, ttl time.Duration, size int64, contentType string) (url string, headers map[string]string, err error)
+	// content type, and, when sha256 (hex) is given, to that body: a PUT
+	// of other bytes is refused and leaves the object as it was (FS checks
+	// the body before it replaces anything; S3 checks the signed
+	// x-amz-checksum-sha256 header). Neither implementation can stop the
+	// holder from repeating the same upload before the URL expires; with
+	// sha256 a repeat can only write the same bytes again.
+	PresignPut(ctx context.Context, key string, ttl time.Duration, size int64, contentType, sha256 string) (url string, headers map[string]string, err error)
 	// PresignPutUpTo is PresignPut for a client that does not know the
 	// size when the URL is made (a program's output): the URL accepts a
 	// PUT of any size with contentType. FS refuses more than maxSize
@@ -133,6 +137,17 @@ func normalizeContentType(ct string) (string, error) {
 func checkTTL(ttl time.Duration) error {
 	if ttl < time.Second || ttl > MaxPresignTTL {
 		return fmt.Errorf("objectstore: presign ttl %v out of range [1s, %v]", ttl, MaxPresignTTL)
+	}
+	return nil
+}
+
+// checkSHA256 accepts "" (no digest) or 64 lower-case hex digits.
+func checkSHA256(sha string) error {
+	if sha == "" {
+		return nil
+	}
+	if len(sha) != 64 || strings.Trim(sha, "0123456789abcdef") != "" {
+		return fmt.Errorf("sha256 %q is not 64 lower-case hex digits", sha)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -385,15 +386,23 @@ func (s *S3) PresignGet(ctx context.Context, key string, ttl time.Duration) (str
 	return u.String(), nil
 }
 
+// checksumSHA256Header carries a PUT's sha256 (base64) for S3 to check.
+const checksumSHA256Header = "X-Amz-Checksum-Sha256"
+
 // PresignPut implements Store. Content-Type and Content-Length are signed
-// headers of the URL, so S3 refuses an upload whose type or length differs.
+// headers of the URL, so S3 refuses an upload whose type or length differs;
+// so is the body's sha256, when given.
 // The client must send the returned headers (with net/http, set
 // Request.ContentLength rather than the header). Objects uploaded this way
-// have no SHA-256 metadata: it is unknown when the URL is signed.
-func (s *S3) PresignPut(ctx context.Context, key string, ttl time.Duration, size int64, contentType string) (string, map[string]string, error) {
+// have no SHA-256 metadata of ours (Stat reports none); with sha256 given,
+// S3 has checked the body against it.
+func (s *S3) PresignPut(ctx context.Context, key string, ttl time.Duration, size int64, contentType, sha string) (string, map[string]string, error) {
 	objKey, err := s.objectKey(key)
 	if err != nil {
 		return "", nil, err
+	}
+	if err := checkSHA256(sha); err != nil {
+		return "", nil, fmt.Errorf("objectstore: presign put %s: %w", key, err)
 	}
 	if err := checkTTL(ttl); err != nil {
 		return "", nil, err
@@ -406,12 +415,22 @@ func (s *S3) PresignPut(ctx context.Context, key string, ttl time.Duration, size
 		return "", nil, err
 	}
 	length := strconv.FormatInt(size, 10)
-	u, err := s.client.PresignHeader(ctx, http.MethodPut, s.bucket, objKey, ttl, nil,
-		http.Header{"Content-Type": {ct}, "Content-Length": {length}})
+	signed := http.Header{"Content-Type": {ct}, "Content-Length": {length}}
+	headers := map[string]string{"Content-Type": ct, "Content-Length": length}
+	if sha != "" {
+		// A signed checksum header: S3 refuses a body whose sha256 is not
+		// this one (BadDigest), and a request without the header or with
+		// another value fails the signature.
+		raw, _ := hex.DecodeString(sha)
+		sum := base64.StdEncoding.EncodeToString(raw)
+		signed.Set(checksumSHA256Header, sum)
+		headers[checksumSHA256Header] = sum
+	}
+	u, err := s.client.PresignHeader(ctx, http.MethodPut, s.bucket, objKey, ttl, nil, signed)
 	if err != nil {
 		return "", nil, fmt.Errorf("objectstore: presign put %s: %w", key, err)
 	}
-	return u.String(), map[string]string{"Content-Type": ct, "Content-Length": length}, nil
+	return u.String(), headers, nil
 }
 
 // PresignPutUpTo implements Store. Only Content-Type is a signed header:

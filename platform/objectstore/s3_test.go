@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -301,7 +302,7 @@ func TestS3PrefixPlacement(t *testing.T) {
 	for _, u := range []func() (string, error){
 		func() (string, error) { return s.PresignGet(context.Background(), "t1/out.bin", time.Minute) },
 		func() (string, error) {
-			u, _, err := s.PresignPut(context.Background(), "t1/out.bin", time.Minute, 1, "")
+			u, _, err := s.PresignPut(context.Background(), "t1/out.bin", time.Minute, 1, "", "")
 			return u, err
 		},
 	} {
@@ -415,7 +416,7 @@ func TestS3PresignedURLsAreBound(t *testing.T) {
 	s := f.newStore(t, "p/")
 	ctx := context.Background()
 	data := []byte("0123456789")
-	u, headers, err := s.PresignPut(ctx, "k", time.Minute, int64(len(data)), "text/plain")
+	u, headers, err := s.PresignPut(ctx, "k", time.Minute, int64(len(data)), "text/plain", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,5 +578,51 @@ func TestS3PresignPutUpTo(t *testing.T) {
 	}
 	if _, _, err := s.PresignPutUpTo(ctx, "out/r.nef", time.Minute, -1, ""); err == nil {
 		t.Error("a negative maximum was signed")
+	}
+}
+
+// A PUT URL bound to a sha256 signs S3's checksum header with it: a PUT
+// without the header, or with another digest, fails the signature, and S3
+// itself refuses a body that does not match the header (BadDigest, which
+// the fake server does not check).
+func TestS3PresignedPutBindsItsDigest(t *testing.T) {
+	f := newFakeS3(t)
+	s := f.newStore(t, "p/")
+	ctx := context.Background()
+	data := []byte("the real result")
+	sum := sha256.Sum256(data)
+	u, headers, err := s.PresignPut(ctx, "k", time.Minute, int64(len(data)), "application/json", hex.EncodeToString(sum[:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, _ := url.Parse(u)
+	if sh := q.Query().Get("X-Amz-SignedHeaders"); sh != "content-length;content-type;host;x-amz-checksum-sha256" {
+		t.Errorf("PUT URL signs %q, want the checksum header too", sh)
+	}
+	if got, want := headers["X-Amz-Checksum-Sha256"], base64.StdEncoding.EncodeToString(sum[:]); got != want {
+		t.Fatalf("headers %v: checksum %q, want %q", headers, got, want)
+	}
+	without := map[string]string{}
+	for k, v := range headers {
+		if k != "X-Amz-Checksum-Sha256" {
+			without[k] = v
+		}
+	}
+	other := sha256.Sum256([]byte("a forged result"))
+	forged := map[string]string{}
+	for k, v := range headers {
+		forged[k] = v
+	}
+	forged["X-Amz-Checksum-Sha256"] = base64.StdEncoding.EncodeToString(other[:])
+	for what, h := range map[string]map[string]string{"no checksum header": without, "another checksum": forged} {
+		if resp := httpPut(t, u, h, data); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s: %s %s, want 403", what, resp.Status, readBody(t, resp))
+		}
+	}
+	if resp := httpPut(t, u, headers, data); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the signed upload: %s %s", resp.Status, readBody(t, resp))
+	}
+	if _, _, err := s.PresignPut(ctx, "k", time.Minute, 1, "", "not-hex"); err == nil {
+		t.Error("PresignPut took a sha256 that is not hex")
 	}
 }

@@ -313,7 +313,7 @@ func testInvalidKeys(t *testing.T, s objectstore.Store) {
 		check("Delete", s.Delete(ctx, key))
 		_, err = s.PresignGet(ctx, key, time.Minute)
 		check("PresignGet", err)
-		_, _, err = s.PresignPut(ctx, key, time.Minute, 1, "")
+		_, _, err = s.PresignPut(ctx, key, time.Minute, 1, "", "")
 		check("PresignPut", err)
 	}
 }
@@ -475,7 +475,7 @@ func testPresignedRoundTrip(t *testing.T, s objectstore.Store) {
 	ctx := context.Background()
 	key := "presigned/result.bin"
 	data := bytes.Repeat([]byte{0, 1, 2, 3, 254, 255}, 5000)
-	u, headers, err := s.PresignPut(ctx, key, time.Minute, int64(len(data)), "application/x-tar")
+	u, headers, err := s.PresignPut(ctx, key, time.Minute, int64(len(data)), "application/x-tar", "")
 	if err != nil {
 		t.Fatalf("PresignPut: %v", err)
 	}
@@ -508,7 +508,7 @@ func testPresignedRoundTrip(t *testing.T, s objectstore.Store) {
 	}
 
 	// An empty content type is signed (and must be sent) as the default.
-	u, headers, err = s.PresignPut(ctx, "presigned/default-type", time.Minute, 3, "")
+	u, headers, err = s.PresignPut(ctx, "presigned/default-type", time.Minute, 3, "", "")
 	if err != nil {
 		t.Fatalf("PresignPut: %v", err)
 	}
@@ -526,17 +526,17 @@ func testPresignArguments(t *testing.T, s objectstore.Store) {
 		if _, err := s.PresignGet(ctx, "k", ttl); err == nil {
 			t.Errorf("PresignGet ttl %v accepted", ttl)
 		}
-		if _, _, err := s.PresignPut(ctx, "k", ttl, 1, ""); err == nil {
+		if _, _, err := s.PresignPut(ctx, "k", ttl, 1, "", ""); err == nil {
 			t.Errorf("PresignPut ttl %v accepted", ttl)
 		}
 	}
 	if _, err := s.PresignGet(ctx, "k", objectstore.MaxPresignTTL); err != nil {
 		t.Errorf("PresignGet max ttl: %v", err)
 	}
-	if _, _, err := s.PresignPut(ctx, "k", time.Minute, -1, ""); err == nil {
+	if _, _, err := s.PresignPut(ctx, "k", time.Minute, -1, "", ""); err == nil {
 		t.Error("PresignPut size -1 accepted")
 	}
-	if _, _, err := s.PresignPut(ctx, "k", time.Minute, 1, "not a type"); err == nil {
+	if _, _, err := s.PresignPut(ctx, "k", time.Minute, 1, "not a type", ""); err == nil {
 		t.Error("PresignPut bad content type accepted")
 	}
 }

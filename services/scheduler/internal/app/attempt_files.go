@@ -46,8 +46,11 @@ func (a *App) currentAttempt(ctx context.Context, c Caller, id, agentID, attempt
 	return t, nil
 }
 
-func (a *App) presignUpload(ctx context.Context, key string, size int64, contentType string) (Upload, error) {
-	url, headers, err := a.objects.PresignPut(ctx, key, a.cfg.UploadURLTTL, size, contentType)
+// presignUpload issues the upload link of key. With sha256 (hex) the link
+// takes only that body, so using it again after the upload cannot change
+// what the attempt recorded.
+func (a *App) presignUpload(ctx context.Context, key string, size int64, contentType, sha256 string) (Upload, error) {
+	url, headers, err := a.objects.PresignPut(ctx, key, a.cfg.UploadURLTTL, size, contentType, sha256)
 	if err != nil {
 		return Upload{}, fmt.Errorf("presign upload: %w", err)
 	}
@@ -57,7 +60,7 @@ func (a *App) presignUpload(ctx context.Context, key string, size int64, content
 // CreateCheckpointUpload issues a presigned PUT for the attempt's
 // checkpoint archive. The attempt must be current and the task
 // cooperative; a preempted or suspended attempt may still save one.
-func (a *App) CreateCheckpointUpload(ctx context.Context, c Caller, id, agentID, attemptID string, size int64) (Upload, error) {
+func (a *App) CreateCheckpointUpload(ctx context.Context, c Caller, id, agentID, attemptID string, size int64, sha256 string) (Upload, error) {
 	t, err := a.currentAttempt(ctx, c, id, agentID, attemptID)
 	if err != nil {
 		return Upload{}, err
@@ -67,7 +70,7 @@ func (a *App) CreateCheckpointUpload(ctx context.Context, c Caller, id, agentID,
 	if _, err := t.RecordCheckpoint(a.now(), agentID, attemptID, checkpointKey(t, attemptID), size, ""); err != nil {
 		return Upload{}, err
 	}
-	return a.presignUpload(ctx, checkpointKey(t, attemptID), size, "application/gzip")
+	return a.presignUpload(ctx, checkpointKey(t, attemptID), size, "application/gzip", sha256)
 }
 
 // RecordTaskCheckpoint records the uploaded checkpoint as the task's
@@ -147,7 +150,7 @@ func cleanArtifactPath(p string) (string, error) {
 // CreateArtifactUpload issues a presigned PUT for one artifact of the
 // current attempt: a file the task's artifacts globs match. The agent
 // uploads artifacts after the process ended and before CompleteTask.
-func (a *App) CreateArtifactUpload(ctx context.Context, c Caller, id, agentID, attemptID, rel string, size int64) (Upload, error) {
+func (a *App) CreateArtifactUpload(ctx context.Context, c Caller, id, agentID, attemptID, rel string, size int64, sha256 string) (Upload, error) {
 	t, err := a.currentAttempt(ctx, c, id, agentID, attemptID)
 	if err != nil {
 		return Upload{}, err
@@ -162,7 +165,7 @@ func (a *App) CreateArtifactUpload(ctx context.Context, c Caller, id, agentID, a
 	if !matchesAny(t.Spec.Artifacts, rel) {
 		return Upload{}, &domain.InvalidError{Field: "path", Reason: fmt.Sprintf("%q matches none of the task's artifacts globs", rel)}
 	}
-	return a.presignUpload(ctx, artifactKey(t, attemptID, rel), size, "application/octet-stream")
+	return a.presignUpload(ctx, artifactKey(t, attemptID, rel), size, "application/octet-stream", sha256)
 }
 
 func matchesAny(globs []string, rel string) bool {

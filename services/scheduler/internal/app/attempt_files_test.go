@@ -35,13 +35,17 @@ func TestCheckpointOfAPreemptedTask(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := h.app.CreateCheckpointUpload(h.ctx, agent("a1"), generic.ID, "a1", generic.AttemptID, 10)
+	_, err := h.app.CreateCheckpointUpload(h.ctx, agent("a1"), generic.ID, "a1", generic.AttemptID, 10, "")
 	wantErr(t, "checkpoint upload of a generic task (30002)", err, domain.ErrImmutable)
-	_, err = h.app.CreateCheckpointUpload(h.ctx, agent("a2"), victim.ID, "a2", victim.AttemptID, 10)
+	_, err = h.app.CreateCheckpointUpload(h.ctx, agent("a2"), victim.ID, "a2", victim.AttemptID, 10, "")
 	wantErr(t, "checkpoint upload by another agent (30001)", err, domain.ErrAttemptMismatch)
-	up, err := h.app.CreateCheckpointUpload(h.ctx, agent("a1"), victim.ID, "a1", victim.AttemptID, 10)
+	digest := strings.Repeat("ab", 32)
+	up, err := h.app.CreateCheckpointUpload(h.ctx, agent("a1"), victim.ID, "a1", victim.AttemptID, 10, digest)
 	if err != nil || up.URL == "" || up.Key != "checkpoints/t1/"+victim.ID+"/"+victim.AttemptID+".tar.gz" {
 		t.Fatalf("upload = %+v, %v", up, err)
+	}
+	if !strings.Contains(up.URL, "X-SHA256="+digest) {
+		t.Fatalf("checkpoint upload link %s is not bound to the archive's sha256", up.URL)
 	}
 	// Not uploaded yet: refused. The preemptor finishing does not requeue
 	// the victim while its checkpoint may still come.
@@ -104,18 +108,22 @@ func TestArtifactsAreListedWithLinks(t *testing.T) {
 	for name, p := range map[string]string{"absolute": "/etc/passwd", "climbing": "out/../../x.pt", "unclean": "out//a.pt", "unmatched": "out/a.txt",
 		// Names the object store cannot keep: bad input, not a failure.
 		"space": "out/a b.pt", "backslash": `out/a\b.pt`, "non-ASCII": "out/modèle.pt"} {
-		_, err := h.app.CreateArtifactUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, p, 1)
+		_, err := h.app.CreateArtifactUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, p, 1, "")
 		wantInvalid(t, name+" artifact path", err, "path")
 	}
-	_, err := h.app.CreateArtifactUpload(h.ctx, agent("a2"), x.ID, "a2", x.AttemptID, "out/a.pt", 1)
+	_, err := h.app.CreateArtifactUpload(h.ctx, agent("a2"), x.ID, "a2", x.AttemptID, "out/a.pt", 1, "")
 	wantErr(t, "artifact upload by another agent", err, domain.ErrAttemptMismatch)
-	if up, err := h.app.CreateArtifactUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, "out/model..pt", 1); err != nil ||
+	if up, err := h.app.CreateArtifactUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, "out/model..pt", 1, ""); err != nil ||
 		up.Key != "artifacts/t1/"+x.ID+"/"+x.AttemptID+"/out/model..pt" {
 		t.Fatalf("upload of out/model..pt = %+v, %v", up, err)
 	}
-	up, err := h.app.CreateArtifactUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, "out/model.pt", 5)
+	modelSum := sha256.Sum256([]byte("model"))
+	up, err := h.app.CreateArtifactUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, "out/model.pt", 5, hex.EncodeToString(modelSum[:]))
 	if err != nil || up.Key != "artifacts/t1/"+x.ID+"/"+x.AttemptID+"/out/model.pt" {
 		t.Fatalf("upload = %+v, %v", up, err)
+	}
+	if !strings.Contains(up.URL, "X-SHA256="+hex.EncodeToString(modelSum[:])) {
+		t.Fatalf("artifact upload link %s is not bound to the file's sha256", up.URL)
 	}
 	size, sum := h.put(up.Key, "model")
 	complete := func(arts ...app.ReportedArtifact) error {

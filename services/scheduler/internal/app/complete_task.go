@@ -168,7 +168,7 @@ type Upload struct {
 }
 
 // CreateResultUpload issues a presigned PUT for the current attempt's result.
-func (a *App) CreateResultUpload(ctx context.Context, c Caller, id, agentID, attemptID string, size int64, contentType string) (Upload, error) {
+func (a *App) CreateResultUpload(ctx context.Context, c Caller, id, agentID, attemptID string, size int64, contentType, sha256 string) (Upload, error) {
 	if err := c.checkAgent(agentID); err != nil {
 		return Upload{}, err
 	}
@@ -191,12 +191,7 @@ func (a *App) CreateResultUpload(ctx context.Context, c Caller, id, agentID, att
 			contentType = "video/mp4"
 		}
 	}
-	key := resultKey(t, attemptID)
-	url, headers, err := a.objects.PresignPut(ctx, key, a.cfg.UploadURLTTL, size, contentType)
-	if err != nil {
-		return Upload{}, fmt.Errorf("presign upload: %w", err)
-	}
-	return Upload{URL: url, Headers: headers, Key: key, ExpiresAt: a.now().Add(a.cfg.UploadURLTTL)}, nil
+	return a.presignUpload(ctx, resultKey(t, attemptID), size, contentType, sha256)
 }
 
 // Result is a finished task's output as the result API shows it.

@@ -123,21 +123,27 @@ func TestCompletePreemptedForAnotherAttemptIsRefused(t *testing.T) {
 // upload stores body as the result object of the current attempt of x.
 func (h *harness) upload(x domain.Task, body string) app.ResultObject {
 	h.t.Helper()
-	up, err := h.app.CreateResultUpload(h.ctx, agent(x.AgentID), x.ID, x.AgentID, x.AttemptID, int64(len(body)), "")
+	sum := sha256.Sum256([]byte(body))
+	digest := hex.EncodeToString(sum[:])
+	up, err := h.app.CreateResultUpload(h.ctx, agent(x.AgentID), x.ID, x.AgentID, x.AttemptID, int64(len(body)), "", digest)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	// The link takes only the body whose sha256 the agent gave
+	// (objectstore.Store.PresignPut).
+	if !strings.Contains(up.URL, "X-SHA256="+digest) {
+		h.t.Fatalf("upload link %s is not bound to the body's sha256", up.URL)
 	}
 	if _, err := h.objects.Put(h.ctx, up.Key, strings.NewReader(body), int64(len(body)), "application/json"); err != nil {
 		h.t.Fatal(err)
 	}
-	sum := sha256.Sum256([]byte(body))
-	return app.ResultObject{Key: up.Key, Size: int64(len(body)), SHA256: hex.EncodeToString(sum[:])}
+	return app.ResultObject{Key: up.Key, Size: int64(len(body)), SHA256: digest}
 }
 
 func TestCompleteWithAResultObject(t *testing.T) {
 	h := newHarness(t)
 	x := h.running("a1", "m1", spec("a"))
-	up, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "")
+	up, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,18 +193,18 @@ func TestResultUploadIsForTheCurrentAttempt(t *testing.T) {
 		in.Type, in.Command = domain.TypeVideo, ""
 		in.Video = &domain.Video{Model: "m", Type: "text_to_video", Prompt: "p", Width: 832, Height: 480, Duration: 5, FrameNum: 81}
 	}))
-	up, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "")
+	up, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "", "")
 	if err != nil || !strings.HasSuffix(up.Key, x.AttemptID+".mp4") {
 		t.Errorf("a video's upload = %+v, %v; want an .mp4 key", up, err)
 	}
-	_, err = h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", "other-attempt", 10, "")
+	_, err = h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", "other-attempt", 10, "", "")
 	wantErr(t, "upload for another attempt", err, domain.ErrAttemptMismatch)
-	_, err = h.app.CreateResultUpload(h.ctx, agent("a2"), x.ID, "a1", x.AttemptID, 10, "")
+	_, err = h.app.CreateResultUpload(h.ctx, agent("a2"), x.ID, "a1", x.AttemptID, 10, "", "")
 	wantErr(t, "upload with another agent's token", err, app.ErrForbidden)
 	if _, err := h.app.CancelTask(h.ctx, user("t1"), x.ID, ""); err != nil {
 		t.Fatal(err)
 	}
-	_, err = h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "")
+	_, err = h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "", "")
 	wantErr(t, "upload for a cancelled task", err, domain.ErrImmutable)
 }
 
@@ -206,7 +212,7 @@ func TestResultsWithoutAnObjectStore(t *testing.T) {
 	h := newHarness(t)
 	h.app = app.New(h.store.Stores(), nil, h.clock.Now, h.hub, app.Config{}, nil)
 	x := h.running("a1", "m1", spec("a"))
-	_, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "")
+	_, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 10, "", "")
 	wantInvalid(t, "upload without an object store", err, "result")
 	key := "results/t1/" + x.ID + "/" + x.AttemptID + ".json"
 	_, err = h.app.CompleteTask(h.ctx, agent("a1"), x.ID, app.Completion{AgentID: "a1", AttemptID: x.AttemptID,

@@ -67,7 +67,7 @@ func TestResultPastItsRetentionIsExpired(t *testing.T) {
 	h := newHarness(t, func(c *app.Config) { c.ResultRetention = 30 * 24 * time.Hour })
 	x := h.create(user("t1"), spec("big"))
 	x = h.claimOne("a1", "m1", x.ID)
-	up, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 2, "")
+	up, err := h.app.CreateResultUpload(h.ctx, agent("a1"), x.ID, "a1", x.AttemptID, 2, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func (s *AttemptFilesServer) CreateCheckpointUpload(ctx context.Context, r *task
 	if err != nil {
 		return nil, err
 	}
-	up, err := s.App.CreateCheckpointUpload(ctx, c, r.GetTaskId(), r.GetAgentId(), r.GetAttemptId(), r.GetSizeBytes())
+	up, err := s.App.CreateCheckpointUpload(ctx, c, r.GetTaskId(), r.GetAgentId(), r.GetAttemptId(), r.GetSizeBytes(), r.GetSha256())
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
@@ -65,7 +65,7 @@ func (s *AttemptFilesServer) CreateArtifactUpload(ctx context.Context, r *taskv1
 	if err != nil {
 		return nil, err
 	}
-	up, err := s.App.CreateArtifactUpload(ctx, c, r.GetTaskId(), r.GetAgentId(), r.GetAttemptId(), r.GetPath(), r.GetSizeBytes())
+	up, err := s.App.CreateArtifactUpload(ctx, c, r.GetTaskId(), r.GetAgentId(), r.GetAttemptId(), r.GetPath(), r.GetSizeBytes(), r.GetSha256())
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}

@@ -103,7 +103,7 @@ func (s *LeaseServer) CreateResultUpload(ctx context.Context, r *taskv1.CreateRe
 	if err != nil {
 		return nil, err
 	}
-	up, err := s.App.CreateResultUpload(ctx, c, r.GetTaskId(), r.GetAgentId(), r.GetAttemptId(), r.GetSizeBytes(), r.GetContentType())
+	up, err := s.App.CreateResultUpload(ctx, c, r.GetTaskId(), r.GetAgentId(), r.GetAttemptId(), r.GetSizeBytes(), r.GetContentType(), r.GetSha256())
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
