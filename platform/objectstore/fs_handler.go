@@ -149,7 +149,8 @@ func (f *FS) PresignPutUpTo(ctx context.Context, key string, ttl time.Duration, 
 // behind middleware that demands other credentials from executors.
 //
 // Errors are short plain text and never name a filesystem path:
-// 400 invalid key or size mismatch, 403 bad or expired signature, 404
+// 400 invalid key, size mismatch or a body that is not the signed sha256,
+// 403 bad or expired signature, 404
 // missing object, 405 method, 409 key conflict, 411 no Content-Length,
 // 413 above MaxPutBytes, 507 disk full, 500 anything else.
 func (f *FS) Handler() http.Handler { return http.HandlerFunc(f.serveHTTP) }
