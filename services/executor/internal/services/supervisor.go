@@ -32,7 +32,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -120,6 +123,10 @@ type service struct {
 	stop chan struct{}
 	done chan struct{}
 
+	// forgotten: the service is no longer the agent's (not just stopping
+	// with it); its saved restart count goes when it has stopped.
+	forgotten atomic.Bool
+
 	mu     sync.Mutex
 	status Status
 }
@@ -127,8 +134,14 @@ type service struct {
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 
 // Reconcile converges the services to desired: services absent from it
-// are stopped and forgotten.
-func (s *Supervisor) Reconcile(desired []Desired) {
+// are stopped and forgotten, their restart counts with them.
+func (s *Supervisor) Reconcile(desired []Desired) { s.reconcile(desired, true) }
+
+// reconcile is Reconcile; forget says whether services absent from
+// desired are no longer the agent's (their saved restart counts go) or
+// only stop with the agent (Close: they are counted on after its
+// restart).
+func (s *Supervisor) reconcile(desired []Desired, forget bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keep := map[string]bool{}
@@ -136,8 +149,10 @@ func (s *Supervisor) Reconcile(desired []Desired) {
 		keep[d.ID] = true
 		svc, ok := s.svcs[d.ID]
 		if !ok {
+			// A service the agent ran before its restart goes on with its
+			// count: the agent's own restart is not the service's.
 			svc = &service{id: d.ID, want: make(chan Desired, 1), stop: make(chan struct{}), done: make(chan struct{}),
-				status: Status{ID: d.ID, Version: d.Version, State: StateStopped}}
+				status: Status{ID: d.ID, Version: d.Version, State: StateStopped, Restarts: s.savedRestarts(d.ID)}}
 			s.svcs[d.ID] = svc
 			s.wg.Add(1)
 			go func() {
@@ -154,9 +169,50 @@ func (s *Supervisor) Reconcile(desired []Desired) {
 	}
 	for id, svc := range s.svcs {
 		if !keep[id] {
+			svc.forgotten.Store(forget)
 			close(svc.stop)
 			delete(s.svcs, id)
 		}
+	}
+}
+
+// restartsFile keeps a service's restart count across agent restarts, in
+// the service's directory.
+const restartsFile = "restarts"
+
+// serviceDir holds a service's logs and restart count.
+func (s *Supervisor) serviceDir(id string) string {
+	return filepath.Join(s.cfg.Dir, unsafeChars.ReplaceAllString(id, "_"))
+}
+
+// savedRestarts is the restart count an earlier run of the agent kept for
+// the service; 0 when none (or unreadable).
+func (s *Supervisor) savedRestarts(id string) int {
+	b, err := os.ReadFile(filepath.Join(s.serviceDir(id), restartsFile))
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// saveRestarts keeps the service's restart count (written whole, then
+// renamed over the old one).
+func (s *Supervisor) saveRestarts(id string, n int) {
+	dir := s.serviceDir(id)
+	tmp := filepath.Join(dir, restartsFile+".tmp")
+	err := os.MkdirAll(dir, 0o700)
+	if err == nil {
+		err = os.WriteFile(tmp, []byte(strconv.Itoa(n)+"\n"), 0o600)
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, restartsFile))
+	}
+	if err != nil {
+		s.log.Warn("cannot keep the service's restart count", "service_id", id, "err", err)
 	}
 }
 
@@ -174,9 +230,10 @@ func (s *Supervisor) Statuses() []Status {
 	return out
 }
 
-// Close stops every service and waits for them.
+// Close stops every service and waits for them. Their restart counts
+// stay for the agent's next run.
 func (s *Supervisor) Close() {
-	s.Reconcile(nil)
+	s.reconcile(nil, false)
 	s.wg.Wait()
 }
 
@@ -211,6 +268,9 @@ func (s *Supervisor) run(svc *service) {
 			s.terminate(p, cur.Grace)
 		}
 		svc.set(func(st *Status) { st.State, st.PID = StateStopped, 0 })
+		if svc.forgotten.Load() {
+			_ = os.Remove(filepath.Join(s.serviceDir(svc.id), restartsFile))
+		}
 		close(svc.done)
 	}()
 	start := func() {
@@ -274,7 +334,9 @@ func (s *Supervisor) run(svc *service) {
 		case <-retry:
 			retry = nil
 			if cur.Running && p == nil {
-				svc.set(func(st *Status) { st.Restarts++ })
+				var n int
+				svc.set(func(st *Status) { st.Restarts++; n = st.Restarts })
+				s.saveRestarts(svc.id, n)
 				start()
 			}
 		}
@@ -309,7 +371,7 @@ func exitReason(err error) string {
 // start launches d's process in a process group of its own, its output
 // into the service's rotating logs.
 func (s *Supervisor) start(id string, d Desired) (*proc, error) {
-	dir := filepath.Join(s.cfg.Dir, unsafeChars.ReplaceAllString(id, "_"))
+	dir := s.serviceDir(id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -137,3 +137,49 @@ func TestServiceOutputGoesToItsLog(t *testing.T) {
 		t.Fatalf("log = %q, %v", got, err)
 	}
 }
+
+// A service's restart count outlives the agent: a new supervisor on the
+// same directory (the agent restarted) counts on from it, and the agent's
+// own restart is not counted. A service no longer desired loses its
+// count.
+func TestRestartCountOutlivesTheAgent(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Dir: dir, BaseEnv: []string{"PATH=" + os.Getenv("PATH")}, BackoffMin: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+	d := Desired{ID: "hb", Version: "1", Command: "sleep", Args: []string{"60"}, RestartPolicy: "always", Running: true, Grace: time.Second}
+	killOnce := func(s *Supervisor) {
+		t.Helper()
+		waitFor(t, "running", func() bool { return status(s, "hb").State == StateRunning })
+		pid := status(s, "hb").PID
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "a restart", func() bool { st := status(s, "hb"); return st.State == StateRunning && st.PID != pid })
+	}
+
+	first := New(cfg)
+	first.Reconcile([]Desired{d})
+	killOnce(first)
+	killOnce(first)
+	first.Close()
+
+	second := New(cfg)
+	second.Reconcile([]Desired{d})
+	waitFor(t, "running again", func() bool { return status(second, "hb").State == StateRunning })
+	if st := status(second, "hb"); st.Restarts != 2 {
+		t.Fatalf("after the agent's restart: restarts %d, want the 2 of before", st.Restarts)
+	}
+	killOnce(second)
+	if st := status(second, "hb"); st.Restarts != 3 {
+		t.Fatalf("restarts %d, want 3", st.Restarts)
+	}
+	// No longer desired: the count goes with it.
+	second.Reconcile(nil)
+	second.Close()
+	third := New(cfg)
+	t.Cleanup(third.Close)
+	third.Reconcile([]Desired{d})
+	waitFor(t, "running anew", func() bool { return status(third, "hb").State == StateRunning })
+	if st := status(third, "hb"); st.Restarts != 0 {
+		t.Fatalf("a service declared anew starts at restarts %d, want 0", st.Restarts)
+	}
+}
