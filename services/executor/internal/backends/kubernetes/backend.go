@@ -126,6 +126,8 @@ type Backend struct {
 	log   *slog.Logger
 	lease *holder.Holder[*run] // the attempts held, by attempt id
 	jobs  dynamic.ResourceInterface
+	// pods are the jobs' pods, killed at once when the fence passes.
+	pods dynamic.ResourceInterface
 }
 
 // run is one attempt held as a PyTorchJob.
@@ -155,6 +157,7 @@ func New(cfg Config, lease taskv1.LeaseServiceClient, client dynamic.Interface) 
 	log := cfg.Logger.With("backend", "kubernetes", "agent_id", cfg.AgentID)
 	return &Backend{
 		cfg: cfg, log: log, jobs: client.Resource(PyTorchJobs).Namespace(cfg.Render.Namespace),
+		pods:  client.Resource(Pods).Namespace(cfg.Render.Namespace),
 		lease: holder.New(cfg.holder(), lease, log, func(r *run) chan<- string { return r.stop }),
 	}, nil
 }
@@ -245,8 +248,9 @@ func (b *Backend) follow(ctx context.Context, r *run, t *taskv1.Task) {
 				// the task elsewhere: the job goes, and the attempt is
 				// reported failed once the server answers (it refuses the
 				// report if it has moved on).
-				log.Warn("fence passed: deleting the job")
+				log.Warn("fence passed: deleting the job and its pods")
 				b.deleteJob(log, r.job)
+				b.killPods(log, r.job)
 				b.complete(ctx, r, -1, "", fence.Message(b.lease.Fence()), nil)
 				return
 			}
@@ -375,6 +379,26 @@ func (b *Backend) deleteJob(log *slog.Logger, name string) {
 	policy := metav1.DeletePropagationBackground
 	if err := b.jobs.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil && !apierrors.IsNotFound(err) {
 		log.Error("delete job", "err", err)
+	}
+}
+
+// killPods deletes a job's pods with the fence's kill grace: deleting
+// the job alone leaves them to the garbage collector, which gives each its
+// own termination grace (30 s by default), longer than the server waits.
+func (b *Backend) killPods(log *slog.Logger, job string) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RPCTimeout)
+	defer cancel()
+	list, err := b.pods.List(ctx, metav1.ListOptions{LabelSelector: jobNameLabel + "=" + job})
+	if err != nil {
+		log.Error("list the job's pods", "err", err)
+		return
+	}
+	_, grace := fence.Times(b.cfg.AgentLostAfter)
+	seconds := int64(grace / time.Second) // rounded down: never later than the fence allows
+	for _, p := range list.Items {
+		if err := b.pods.Delete(ctx, p.GetName(), metav1.DeleteOptions{GracePeriodSeconds: &seconds}); err != nil && !apierrors.IsNotFound(err) {
+			log.Error("delete pod", "pod", p.GetName(), "err", err)
+		}
 	}
 }
 

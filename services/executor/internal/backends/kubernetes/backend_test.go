@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 type logBuffer struct {
@@ -61,7 +62,7 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	w := &world{t: t, fake: leasetest.Start(t), logs: &logBuffer{},
 		cluster: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{PyTorchJobs: "PyTorchJobList"})}
+			map[schema.GroupVersionResource]string{PyTorchJobs: "PyTorchJobList", Pods: "PodList"})}
 	t.Cleanup(func() {
 		if w.stop != nil {
 			w.stop()
@@ -315,10 +316,33 @@ func TestCutOffBackendDeletesItsJobsBeforeTheServerMovesThem(t *testing.T) {
 	w.start()
 	name := w.running(id)
 
+	// The training operator's pods of the job, and another job's.
+	for _, p := range []struct{ name, job string }{{name + "-master-0", name}, {name + "-worker-0", name}, {"other-master-0", "other"}} {
+		pod := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": p.name, "namespace": "video", "labels": map[string]any{jobNameLabel: p.job}}}}
+		if _, err := w.cluster.Resource(Pods).Namespace("video").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	cut := time.Now()
 	w.fake.SetFail(func(string, proto.Message) error { return status.Error(codes.Unavailable, "cut off") })
 	w.waitGone(name)
 	gone := time.Now()
+	// Its pods go at once (the fence's kill grace, 0 s under a 3 s
+	// timeout), not after their own termination grace; the other job's
+	// stays.
+	leasetest.WaitFor(t, 5*time.Second, "the job's pods deleted", func() bool {
+		list, err := w.cluster.Resource(Pods).Namespace("video").List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == 1 && list.Items[0].GetName() == "other-master-0"
+	})
+	for _, a := range w.cluster.Actions() {
+		if d, ok := a.(k8stesting.DeleteActionImpl); ok && d.GetResource() == Pods {
+			if g := d.GetDeleteOptions().GracePeriodSeconds; g == nil || *g != 0 {
+				t.Fatalf("pod %s deleted with grace %v, want 0", d.GetName(), g)
+			}
+		}
+	}
 	heard := w.fake.LastHeard(cut)
 	if releasable := heard.Add(lostAfter); !gone.Before(releasable) {
 		t.Fatalf("job deleted %s after the server last heard from the backend; it could lease the task again after %s", gone.Sub(heard), lostAfter)
