@@ -60,7 +60,10 @@ type KubernetesConfig struct {
 	// deletes its jobs before the server may lease their tasks again
 	// (docs/executor.md, "Fencing"); zero takes 15 s.
 	AgentLostAfter time.Duration
-	Logger         *slog.Logger
+	// HeartbeatInterval of the backend's heartbeat (zero: 5 s); at most
+	// half the fence.
+	HeartbeatInterval time.Duration
+	Logger            *slog.Logger
 }
 
 // RunKubernetes runs the Kubernetes backend until ctx is cancelled. Jobs
@@ -95,7 +98,7 @@ func RunKubernetes(ctx context.Context, cfg KubernetesConfig) error {
 	defer conn.Close()
 	b, err := kubernetes.New(kubernetes.Config{
 		AgentID: cfg.AgentID, MachineID: cfg.MachineID, Labels: cfg.Labels, Slots: cfg.Slots,
-		PollInterval: cfg.PollInterval, AgentLostAfter: cfg.AgentLostAfter, Logger: cfg.Logger, Logs: logs, Videos: videos,
+		PollInterval: cfg.PollInterval, AgentLostAfter: cfg.AgentLostAfter, HeartbeatInterval: cfg.HeartbeatInterval, Logger: cfg.Logger, Logs: logs, Videos: videos,
 		Render: kubernetes.RenderConfig{
 			Namespace: cfg.Namespace, Image: cfg.Image,
 			S3Endpoint: cfg.S3Endpoint, S3Bucket: cfg.S3Bucket, S3Secret: cfg.S3Secret,

@@ -102,6 +102,14 @@ current-context: test
 	if labels["kueue.x-k8s.io/queue-name"] != "premium" || !strings.Contains(string(api.job("wan22-"+id)), "雨中的城市") {
 		t.Errorf("job %s", api.job("wan22-"+id))
 	}
+
+	// A heartbeat interval under which the fence could pass between two
+	// answered heartbeats is refused before anything is claimed.
+	err := RunKubernetes(context.Background(), KubernetesConfig{AgentID: "k8s-2", Server: fake.Addr(), Kubeconfig: kubeconfig,
+		Namespace: "video", S3Endpoint: "https://s3.example", S3Bucket: "videos", HeartbeatInterval: 7 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "heartbeat interval") {
+		t.Fatalf("RunKubernetes with 7 s heartbeats under the default 12 s fence: %v", err)
+	}
 }
 
 func TestRunKubernetesRefusesBadSettings(t *testing.T) {

@@ -99,7 +99,7 @@ func (e *executorFlags) runBackend(ctx context.Context, cfg executor.Config) (er
 		k8s := e.k8s
 		k8s.AgentID, k8s.MachineID, k8s.Labels = cfg.AgentID, cfg.MachineID, cfg.Labels
 		k8s.Server, k8s.Token, k8s.Logger = cfg.Server, cfg.Token, cfg.Logger
-		k8s.AgentLostAfter = cfg.AgentLostAfter
+		k8s.AgentLostAfter, k8s.HeartbeatInterval = cfg.AgentLostAfter, cfg.HeartbeatInterval
 		if k8s.PriorityClasses, err = keyValues(e.priorityClasses); err != nil {
 			return fmt.Errorf("--k8s-priority-classes: %w", err)
 		}
