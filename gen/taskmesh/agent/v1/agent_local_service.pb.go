@@ -330,8 +330,18 @@ func (x *LocalTask) GetSyncNote() string {
 }
 
 type CreateLocalTaskRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *v1.TaskSpec           `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *v1.TaskSpec           `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// Runs the task under a fence held by its shim: unless the creator
+	// renews it (RenewLocalTaskFence) within this many milliseconds, and
+	// again before each renewal runs out, the task is stopped and fails
+	// "fenced: …". Unset: no fence. A Slurm backend that hands a task to
+	// the node's agent sets it, so that the task stops when the backend
+	// dies or freezes. Query parameter of POST /api/v1/tasks.
+	FenceMs *int32 `protobuf:"varint,2,opt,name=fence_ms,json=fenceMs,proto3,oneof" json:"fence_ms,omitempty"`
+	// Milliseconds between the fence's SIGTERM and its SIGKILL; unset
+	// takes the agent's own fence grace. Only with fence_ms.
+	FenceGraceMs  *int32 `protobuf:"varint,3,opt,name=fence_grace_ms,json=fenceGraceMs,proto3,oneof" json:"fence_grace_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -371,6 +381,20 @@ func (x *CreateLocalTaskRequest) GetSpec() *v1.TaskSpec {
 		return x.Spec
 	}
 	return nil
+}
+
+func (x *CreateLocalTaskRequest) GetFenceMs() int32 {
+	if x != nil && x.FenceMs != nil {
+		return *x.FenceMs
+	}
+	return 0
+}
+
+func (x *CreateLocalTaskRequest) GetFenceGraceMs() int32 {
+	if x != nil && x.FenceGraceMs != nil {
+		return *x.FenceGraceMs
+	}
+	return 0
 }
 
 type CreateLocalTaskResponse struct {
@@ -700,6 +724,104 @@ func (x *CancelLocalTaskResponse) GetTask() *LocalTask {
 	return nil
 }
 
+type RenewLocalTaskFenceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The fence now passes this many milliseconds from when the agent reads
+	// the request (0: at once).
+	FenceMs       int32 `protobuf:"varint,2,opt,name=fence_ms,json=fenceMs,proto3" json:"fence_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLocalTaskFenceRequest) Reset() {
+	*x = RenewLocalTaskFenceRequest{}
+	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLocalTaskFenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLocalTaskFenceRequest) ProtoMessage() {}
+
+func (x *RenewLocalTaskFenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLocalTaskFenceRequest.ProtoReflect.Descriptor instead.
+func (*RenewLocalTaskFenceRequest) Descriptor() ([]byte, []int) {
+	return file_taskmesh_agent_v1_agent_local_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RenewLocalTaskFenceRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RenewLocalTaskFenceRequest) GetFenceMs() int32 {
+	if x != nil {
+		return x.FenceMs
+	}
+	return 0
+}
+
+type RenewLocalTaskFenceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Task          *LocalTask             `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewLocalTaskFenceResponse) Reset() {
+	*x = RenewLocalTaskFenceResponse{}
+	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewLocalTaskFenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewLocalTaskFenceResponse) ProtoMessage() {}
+
+func (x *RenewLocalTaskFenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewLocalTaskFenceResponse.ProtoReflect.Descriptor instead.
+func (*RenewLocalTaskFenceResponse) Descriptor() ([]byte, []int) {
+	return file_taskmesh_agent_v1_agent_local_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RenewLocalTaskFenceResponse) GetTask() *LocalTask {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
 type GetQueueStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -708,7 +830,7 @@ type GetQueueStatusRequest struct {
 
 func (x *GetQueueStatusRequest) Reset() {
 	*x = GetQueueStatusRequest{}
-	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[9]
+	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +842,7 @@ func (x *GetQueueStatusRequest) String() string {
 func (*GetQueueStatusRequest) ProtoMessage() {}
 
 func (x *GetQueueStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[9]
+	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +855,7 @@ func (x *GetQueueStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueStatusRequest) Descriptor() ([]byte, []int) {
-	return file_taskmesh_agent_v1_agent_local_service_proto_rawDescGZIP(), []int{9}
+	return file_taskmesh_agent_v1_agent_local_service_proto_rawDescGZIP(), []int{11}
 }
 
 type GetQueueStatusResponse struct {
@@ -754,7 +876,7 @@ type GetQueueStatusResponse struct {
 
 func (x *GetQueueStatusResponse) Reset() {
 	*x = GetQueueStatusResponse{}
-	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[10]
+	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +888,7 @@ func (x *GetQueueStatusResponse) String() string {
 func (*GetQueueStatusResponse) ProtoMessage() {}
 
 func (x *GetQueueStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[10]
+	mi := &file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +901,7 @@ func (x *GetQueueStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueStatusResponse) Descriptor() ([]byte, []int) {
-	return file_taskmesh_agent_v1_agent_local_service_proto_rawDescGZIP(), []int{10}
+	return file_taskmesh_agent_v1_agent_local_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetQueueStatusResponse) GetAgentId() string {
@@ -897,9 +1019,14 @@ const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"_exit_codeB\b\n" +
 	"\x06_errorB\f\n" +
 	"\n" +
-	"_sync_note\"P\n" +
+	"_sync_note\"\xd7\x01\n" +
 	"\x16CreateLocalTaskRequest\x126\n" +
-	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\"K\n" +
+	"\x04spec\x18\x01 \x01(\v2\x1a.taskmesh.task.v1.TaskSpecB\x06\xbaH\x03\xc8\x01\x01R\x04spec\x12-\n" +
+	"\bfence_ms\x18\x02 \x01(\x05B\r\xbaH\n" +
+	"\x1a\b\x18\x80\xdd\xdb\x01(\xe8\aH\x00R\afenceMs\x88\x01\x01\x126\n" +
+	"\x0efence_grace_ms\x18\x03 \x01(\x05B\v\xbaH\b\x1a\x06\x18\xe0\xd4\x03(\x00H\x01R\ffenceGraceMs\x88\x01\x01B\v\n" +
+	"\t_fence_msB\x11\n" +
+	"\x0f_fence_grace_ms\"K\n" +
 	"\x17CreateLocalTaskResponse\x120\n" +
 	"\x04task\x18\x01 \x01(\v2\x1c.taskmesh.agent.v1.LocalTaskR\x04task\"Z\n" +
 	"\x15ListLocalTasksRequest\x12\x1f\n" +
@@ -920,6 +1047,12 @@ const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\xbaH\a\x1a\x05\x18\x90\x1c(\x00H\x00R\x0egracePeriodSec\x88\x01\x01B\x13\n" +
 	"\x11_grace_period_sec\"K\n" +
 	"\x17CancelLocalTaskResponse\x120\n" +
+	"\x04task\x18\x01 \x01(\v2\x1c.taskmesh.agent.v1.LocalTaskR\x04task\"a\n" +
+	"\x1aRenewLocalTaskFenceRequest\x12\x1a\n" +
+	"\x02id\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x01R\x02id\x12'\n" +
+	"\bfence_ms\x18\x02 \x01(\x05B\f\xbaH\t\x1a\a\x18\x80\xdd\xdb\x01(\x00R\afenceMs\"O\n" +
+	"\x1bRenewLocalTaskFenceResponse\x120\n" +
 	"\x04task\x18\x01 \x01(\v2\x1c.taskmesh.agent.v1.LocalTaskR\x04task\"\x17\n" +
 	"\x15GetQueueStatusRequest\"\xc3\x02\n" +
 	"\x16GetQueueStatusResponse\x12\x19\n" +
@@ -932,12 +1065,13 @@ const file_taskmesh_agent_v1_agent_local_service_proto_rawDesc = "" +
 	"\bunsynced\x18\x06 \x01(\x05R\bunsynced\x12)\n" +
 	"\x10server_reachable\x18\a \x01(\bR\x0fserverReachable\x12F\n" +
 	"\x11last_heartbeat_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0flastHeartbeatAt\x12\x16\n" +
-	"\x06labels\x18\t \x03(\tR\x06labels2\xc0\x05\n" +
+	"\x06labels\x18\t \x03(\tR\x06labels2\xe2\x06\n" +
 	"\x11AgentLocalService\x12\x8b\x01\n" +
 	"\x0fCreateLocalTask\x12).taskmesh.agent.v1.CreateLocalTaskRequest\x1a*.taskmesh.agent.v1.CreateLocalTaskResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x04specb\x04task\"\r/api/v1/tasks\x12|\n" +
 	"\x0eListLocalTasks\x12(.taskmesh.agent.v1.ListLocalTasksRequest\x1a).taskmesh.agent.v1.ListLocalTasksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/api/v1/tasks\x12\x81\x01\n" +
 	"\fGetLocalTask\x12&.taskmesh.agent.v1.GetLocalTaskRequest\x1a'.taskmesh.agent.v1.GetLocalTaskResponse\" \x82\xd3\xe4\x93\x02\x1ab\x04task\x12\x12/api/v1/tasks/{id}\x12\x94\x01\n" +
-	"\x0fCancelLocalTask\x12).taskmesh.agent.v1.CancelLocalTaskRequest\x1a*.taskmesh.agent.v1.CancelLocalTaskResponse\"*\x82\xd3\xe4\x93\x02$:\x01*b\x04task\"\x19/api/v1/tasks/{id}/cancel\x12\x83\x01\n" +
+	"\x0fCancelLocalTask\x12).taskmesh.agent.v1.CancelLocalTaskRequest\x1a*.taskmesh.agent.v1.CancelLocalTaskResponse\"*\x82\xd3\xe4\x93\x02$:\x01*b\x04task\"\x19/api/v1/tasks/{id}/cancel\x12\x9f\x01\n" +
+	"\x13RenewLocalTaskFence\x12-.taskmesh.agent.v1.RenewLocalTaskFenceRequest\x1a..taskmesh.agent.v1.RenewLocalTaskFenceResponse\")\x82\xd3\xe4\x93\x02#:\x01*b\x04task\"\x18/api/v1/tasks/{id}/fence\x12\x83\x01\n" +
 	"\x0eGetQueueStatus\x12(.taskmesh.agent.v1.GetQueueStatusRequest\x1a).taskmesh.agent.v1.GetQueueStatusResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/api/v1/queue/statusB<Z:github.com/taskmesh/taskmesh/gen/taskmesh/agent/v1;agentv1b\x06proto3"
 
 var (
@@ -952,53 +1086,58 @@ func file_taskmesh_agent_v1_agent_local_service_proto_rawDescGZIP() []byte {
 	return file_taskmesh_agent_v1_agent_local_service_proto_rawDescData
 }
 
-var file_taskmesh_agent_v1_agent_local_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_taskmesh_agent_v1_agent_local_service_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_taskmesh_agent_v1_agent_local_service_proto_goTypes = []any{
-	(*LocalTask)(nil),               // 0: taskmesh.agent.v1.LocalTask
-	(*CreateLocalTaskRequest)(nil),  // 1: taskmesh.agent.v1.CreateLocalTaskRequest
-	(*CreateLocalTaskResponse)(nil), // 2: taskmesh.agent.v1.CreateLocalTaskResponse
-	(*ListLocalTasksRequest)(nil),   // 3: taskmesh.agent.v1.ListLocalTasksRequest
-	(*ListLocalTasksResponse)(nil),  // 4: taskmesh.agent.v1.ListLocalTasksResponse
-	(*GetLocalTaskRequest)(nil),     // 5: taskmesh.agent.v1.GetLocalTaskRequest
-	(*GetLocalTaskResponse)(nil),    // 6: taskmesh.agent.v1.GetLocalTaskResponse
-	(*CancelLocalTaskRequest)(nil),  // 7: taskmesh.agent.v1.CancelLocalTaskRequest
-	(*CancelLocalTaskResponse)(nil), // 8: taskmesh.agent.v1.CancelLocalTaskResponse
-	(*GetQueueStatusRequest)(nil),   // 9: taskmesh.agent.v1.GetQueueStatusRequest
-	(*GetQueueStatusResponse)(nil),  // 10: taskmesh.agent.v1.GetQueueStatusResponse
-	nil,                             // 11: taskmesh.agent.v1.LocalTask.EnvEntry
-	(*timestamppb.Timestamp)(nil),   // 12: google.protobuf.Timestamp
-	(*v1.TaskSpec)(nil),             // 13: taskmesh.task.v1.TaskSpec
+	(*LocalTask)(nil),                   // 0: taskmesh.agent.v1.LocalTask
+	(*CreateLocalTaskRequest)(nil),      // 1: taskmesh.agent.v1.CreateLocalTaskRequest
+	(*CreateLocalTaskResponse)(nil),     // 2: taskmesh.agent.v1.CreateLocalTaskResponse
+	(*ListLocalTasksRequest)(nil),       // 3: taskmesh.agent.v1.ListLocalTasksRequest
+	(*ListLocalTasksResponse)(nil),      // 4: taskmesh.agent.v1.ListLocalTasksResponse
+	(*GetLocalTaskRequest)(nil),         // 5: taskmesh.agent.v1.GetLocalTaskRequest
+	(*GetLocalTaskResponse)(nil),        // 6: taskmesh.agent.v1.GetLocalTaskResponse
+	(*CancelLocalTaskRequest)(nil),      // 7: taskmesh.agent.v1.CancelLocalTaskRequest
+	(*CancelLocalTaskResponse)(nil),     // 8: taskmesh.agent.v1.CancelLocalTaskResponse
+	(*RenewLocalTaskFenceRequest)(nil),  // 9: taskmesh.agent.v1.RenewLocalTaskFenceRequest
+	(*RenewLocalTaskFenceResponse)(nil), // 10: taskmesh.agent.v1.RenewLocalTaskFenceResponse
+	(*GetQueueStatusRequest)(nil),       // 11: taskmesh.agent.v1.GetQueueStatusRequest
+	(*GetQueueStatusResponse)(nil),      // 12: taskmesh.agent.v1.GetQueueStatusResponse
+	nil,                                 // 13: taskmesh.agent.v1.LocalTask.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 14: google.protobuf.Timestamp
+	(*v1.TaskSpec)(nil),                 // 15: taskmesh.task.v1.TaskSpec
 }
 var file_taskmesh_agent_v1_agent_local_service_proto_depIdxs = []int32{
-	11, // 0: taskmesh.agent.v1.LocalTask.env:type_name -> taskmesh.agent.v1.LocalTask.EnvEntry
-	12, // 1: taskmesh.agent.v1.LocalTask.lease_expires_at:type_name -> google.protobuf.Timestamp
-	12, // 2: taskmesh.agent.v1.LocalTask.received_at:type_name -> google.protobuf.Timestamp
-	12, // 3: taskmesh.agent.v1.LocalTask.assigned_at:type_name -> google.protobuf.Timestamp
-	12, // 4: taskmesh.agent.v1.LocalTask.started_at:type_name -> google.protobuf.Timestamp
-	12, // 5: taskmesh.agent.v1.LocalTask.ended_at:type_name -> google.protobuf.Timestamp
-	12, // 6: taskmesh.agent.v1.LocalTask.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	12, // 7: taskmesh.agent.v1.LocalTask.retry_at:type_name -> google.protobuf.Timestamp
-	13, // 8: taskmesh.agent.v1.CreateLocalTaskRequest.spec:type_name -> taskmesh.task.v1.TaskSpec
+	13, // 0: taskmesh.agent.v1.LocalTask.env:type_name -> taskmesh.agent.v1.LocalTask.EnvEntry
+	14, // 1: taskmesh.agent.v1.LocalTask.lease_expires_at:type_name -> google.protobuf.Timestamp
+	14, // 2: taskmesh.agent.v1.LocalTask.received_at:type_name -> google.protobuf.Timestamp
+	14, // 3: taskmesh.agent.v1.LocalTask.assigned_at:type_name -> google.protobuf.Timestamp
+	14, // 4: taskmesh.agent.v1.LocalTask.started_at:type_name -> google.protobuf.Timestamp
+	14, // 5: taskmesh.agent.v1.LocalTask.ended_at:type_name -> google.protobuf.Timestamp
+	14, // 6: taskmesh.agent.v1.LocalTask.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	14, // 7: taskmesh.agent.v1.LocalTask.retry_at:type_name -> google.protobuf.Timestamp
+	15, // 8: taskmesh.agent.v1.CreateLocalTaskRequest.spec:type_name -> taskmesh.task.v1.TaskSpec
 	0,  // 9: taskmesh.agent.v1.CreateLocalTaskResponse.task:type_name -> taskmesh.agent.v1.LocalTask
 	0,  // 10: taskmesh.agent.v1.ListLocalTasksResponse.tasks:type_name -> taskmesh.agent.v1.LocalTask
 	0,  // 11: taskmesh.agent.v1.GetLocalTaskResponse.task:type_name -> taskmesh.agent.v1.LocalTask
 	0,  // 12: taskmesh.agent.v1.CancelLocalTaskResponse.task:type_name -> taskmesh.agent.v1.LocalTask
-	12, // 13: taskmesh.agent.v1.GetQueueStatusResponse.last_heartbeat_at:type_name -> google.protobuf.Timestamp
-	1,  // 14: taskmesh.agent.v1.AgentLocalService.CreateLocalTask:input_type -> taskmesh.agent.v1.CreateLocalTaskRequest
-	3,  // 15: taskmesh.agent.v1.AgentLocalService.ListLocalTasks:input_type -> taskmesh.agent.v1.ListLocalTasksRequest
-	5,  // 16: taskmesh.agent.v1.AgentLocalService.GetLocalTask:input_type -> taskmesh.agent.v1.GetLocalTaskRequest
-	7,  // 17: taskmesh.agent.v1.AgentLocalService.CancelLocalTask:input_type -> taskmesh.agent.v1.CancelLocalTaskRequest
-	9,  // 18: taskmesh.agent.v1.AgentLocalService.GetQueueStatus:input_type -> taskmesh.agent.v1.GetQueueStatusRequest
-	2,  // 19: taskmesh.agent.v1.AgentLocalService.CreateLocalTask:output_type -> taskmesh.agent.v1.CreateLocalTaskResponse
-	4,  // 20: taskmesh.agent.v1.AgentLocalService.ListLocalTasks:output_type -> taskmesh.agent.v1.ListLocalTasksResponse
-	6,  // 21: taskmesh.agent.v1.AgentLocalService.GetLocalTask:output_type -> taskmesh.agent.v1.GetLocalTaskResponse
-	8,  // 22: taskmesh.agent.v1.AgentLocalService.CancelLocalTask:output_type -> taskmesh.agent.v1.CancelLocalTaskResponse
-	10, // 23: taskmesh.agent.v1.AgentLocalService.GetQueueStatus:output_type -> taskmesh.agent.v1.GetQueueStatusResponse
-	19, // [19:24] is the sub-list for method output_type
-	14, // [14:19] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 13: taskmesh.agent.v1.RenewLocalTaskFenceResponse.task:type_name -> taskmesh.agent.v1.LocalTask
+	14, // 14: taskmesh.agent.v1.GetQueueStatusResponse.last_heartbeat_at:type_name -> google.protobuf.Timestamp
+	1,  // 15: taskmesh.agent.v1.AgentLocalService.CreateLocalTask:input_type -> taskmesh.agent.v1.CreateLocalTaskRequest
+	3,  // 16: taskmesh.agent.v1.AgentLocalService.ListLocalTasks:input_type -> taskmesh.agent.v1.ListLocalTasksRequest
+	5,  // 17: taskmesh.agent.v1.AgentLocalService.GetLocalTask:input_type -> taskmesh.agent.v1.GetLocalTaskRequest
+	7,  // 18: taskmesh.agent.v1.AgentLocalService.CancelLocalTask:input_type -> taskmesh.agent.v1.CancelLocalTaskRequest
+	9,  // 19: taskmesh.agent.v1.AgentLocalService.RenewLocalTaskFence:input_type -> taskmesh.agent.v1.RenewLocalTaskFenceRequest
+	11, // 20: taskmesh.agent.v1.AgentLocalService.GetQueueStatus:input_type -> taskmesh.agent.v1.GetQueueStatusRequest
+	2,  // 21: taskmesh.agent.v1.AgentLocalService.CreateLocalTask:output_type -> taskmesh.agent.v1.CreateLocalTaskResponse
+	4,  // 22: taskmesh.agent.v1.AgentLocalService.ListLocalTasks:output_type -> taskmesh.agent.v1.ListLocalTasksResponse
+	6,  // 23: taskmesh.agent.v1.AgentLocalService.GetLocalTask:output_type -> taskmesh.agent.v1.GetLocalTaskResponse
+	8,  // 24: taskmesh.agent.v1.AgentLocalService.CancelLocalTask:output_type -> taskmesh.agent.v1.CancelLocalTaskResponse
+	10, // 25: taskmesh.agent.v1.AgentLocalService.RenewLocalTaskFence:output_type -> taskmesh.agent.v1.RenewLocalTaskFenceResponse
+	12, // 26: taskmesh.agent.v1.AgentLocalService.GetQueueStatus:output_type -> taskmesh.agent.v1.GetQueueStatusResponse
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_taskmesh_agent_v1_agent_local_service_proto_init() }
@@ -1007,6 +1146,7 @@ func file_taskmesh_agent_v1_agent_local_service_proto_init() {
 		return
 	}
 	file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[0].OneofWrappers = []any{}
+	file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[1].OneofWrappers = []any{}
 	file_taskmesh_agent_v1_agent_local_service_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1014,7 +1154,7 @@ func file_taskmesh_agent_v1_agent_local_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskmesh_agent_v1_agent_local_service_proto_rawDesc), len(file_taskmesh_agent_v1_agent_local_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,12 +35,20 @@ var (
 	_ = metadata.Join
 )
 
+var filter_AgentLocalService_CreateLocalTask_0 = &utilities.DoubleArray{Encoding: map[string]int{"spec": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
 func request_AgentLocalService_CreateLocalTask_0(ctx context.Context, marshaler runtime.Marshaler, client AgentLocalServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq CreateLocalTaskRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq.Spec); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_AgentLocalService_CreateLocalTask_0); err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	if req.Body != nil {
@@ -56,6 +64,12 @@ func local_request_AgentLocalService_CreateLocalTask_0(ctx context.Context, mars
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq.Spec); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_AgentLocalService_CreateLocalTask_0); err != nil {
 		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
 	}
 	msg, err := server.CreateLocalTask(ctx, &protoReq)
@@ -181,6 +195,51 @@ func local_request_AgentLocalService_CancelLocalTask_0(ctx context.Context, mars
 	return msg, metadata, err
 }
 
+func request_AgentLocalService_RenewLocalTaskFence_0(ctx context.Context, marshaler runtime.Marshaler, client AgentLocalServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq RenewLocalTaskFenceRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
+	}
+	protoReq.Id, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.RenewLocalTaskFence(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_AgentLocalService_RenewLocalTaskFence_0(ctx context.Context, marshaler runtime.Marshaler, server AgentLocalServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq RenewLocalTaskFenceRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
+	}
+	protoReq.Id, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
+	}
+	msg, err := server.RenewLocalTaskFence(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_AgentLocalService_GetQueueStatus_0(ctx context.Context, marshaler runtime.Marshaler, client AgentLocalServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetQueueStatusRequest
@@ -287,6 +346,26 @@ func RegisterAgentLocalServiceHandlerServer(ctx context.Context, mux *runtime.Se
 			return
 		}
 		forward_AgentLocalService_CancelLocalTask_0(annotatedContext, mux, outboundMarshaler, w, req, response_AgentLocalService_CancelLocalTask_0{resp.(*CancelLocalTaskResponse)}, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_AgentLocalService_RenewLocalTaskFence_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/taskmesh.agent.v1.AgentLocalService/RenewLocalTaskFence", runtime.WithHTTPPathPattern("/api/v1/tasks/{id}/fence"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_AgentLocalService_RenewLocalTaskFence_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_AgentLocalService_RenewLocalTaskFence_0(annotatedContext, mux, outboundMarshaler, w, req, response_AgentLocalService_RenewLocalTaskFence_0{resp.(*RenewLocalTaskFenceResponse)}, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodGet, pattern_AgentLocalService_GetQueueStatus_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -416,6 +495,23 @@ func RegisterAgentLocalServiceHandlerClient(ctx context.Context, mux *runtime.Se
 		}
 		forward_AgentLocalService_CancelLocalTask_0(annotatedContext, mux, outboundMarshaler, w, req, response_AgentLocalService_CancelLocalTask_0{resp.(*CancelLocalTaskResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_AgentLocalService_RenewLocalTaskFence_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/taskmesh.agent.v1.AgentLocalService/RenewLocalTaskFence", runtime.WithHTTPPathPattern("/api/v1/tasks/{id}/fence"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_AgentLocalService_RenewLocalTaskFence_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_AgentLocalService_RenewLocalTaskFence_0(annotatedContext, mux, outboundMarshaler, w, req, response_AgentLocalService_RenewLocalTaskFence_0{resp.(*RenewLocalTaskFenceResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_AgentLocalService_GetQueueStatus_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -463,18 +559,29 @@ func (m response_AgentLocalService_CancelLocalTask_0) XXX_ResponseBody() interfa
 	return response.Task
 }
 
+type response_AgentLocalService_RenewLocalTaskFence_0 struct {
+	*RenewLocalTaskFenceResponse
+}
+
+func (m response_AgentLocalService_RenewLocalTaskFence_0) XXX_ResponseBody() interface{} {
+	response := m.RenewLocalTaskFenceResponse
+	return response.Task
+}
+
 var (
-	pattern_AgentLocalService_CreateLocalTask_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "tasks"}, ""))
-	pattern_AgentLocalService_ListLocalTasks_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "tasks"}, ""))
-	pattern_AgentLocalService_GetLocalTask_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "tasks", "id"}, ""))
-	pattern_AgentLocalService_CancelLocalTask_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"api", "v1", "tasks", "id", "cancel"}, ""))
-	pattern_AgentLocalService_GetQueueStatus_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "queue", "status"}, ""))
+	pattern_AgentLocalService_CreateLocalTask_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "tasks"}, ""))
+	pattern_AgentLocalService_ListLocalTasks_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"api", "v1", "tasks"}, ""))
+	pattern_AgentLocalService_GetLocalTask_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"api", "v1", "tasks", "id"}, ""))
+	pattern_AgentLocalService_CancelLocalTask_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"api", "v1", "tasks", "id", "cancel"}, ""))
+	pattern_AgentLocalService_RenewLocalTaskFence_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"api", "v1", "tasks", "id", "fence"}, ""))
+	pattern_AgentLocalService_GetQueueStatus_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"api", "v1", "queue", "status"}, ""))
 )
 
 var (
-	forward_AgentLocalService_CreateLocalTask_0 = runtime.ForwardResponseMessage
-	forward_AgentLocalService_ListLocalTasks_0  = runtime.ForwardResponseMessage
-	forward_AgentLocalService_GetLocalTask_0    = runtime.ForwardResponseMessage
-	forward_AgentLocalService_CancelLocalTask_0 = runtime.ForwardResponseMessage
-	forward_AgentLocalService_GetQueueStatus_0  = runtime.ForwardResponseMessage
+	forward_AgentLocalService_CreateLocalTask_0     = runtime.ForwardResponseMessage
+	forward_AgentLocalService_ListLocalTasks_0      = runtime.ForwardResponseMessage
+	forward_AgentLocalService_GetLocalTask_0        = runtime.ForwardResponseMessage
+	forward_AgentLocalService_CancelLocalTask_0     = runtime.ForwardResponseMessage
+	forward_AgentLocalService_RenewLocalTaskFence_0 = runtime.ForwardResponseMessage
+	forward_AgentLocalService_GetQueueStatus_0      = runtime.ForwardResponseMessage
 )

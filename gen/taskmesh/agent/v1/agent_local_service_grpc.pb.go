@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentLocalService_CreateLocalTask_FullMethodName = "/taskmesh.agent.v1.AgentLocalService/CreateLocalTask"
-	AgentLocalService_ListLocalTasks_FullMethodName  = "/taskmesh.agent.v1.AgentLocalService/ListLocalTasks"
-	AgentLocalService_GetLocalTask_FullMethodName    = "/taskmesh.agent.v1.AgentLocalService/GetLocalTask"
-	AgentLocalService_CancelLocalTask_FullMethodName = "/taskmesh.agent.v1.AgentLocalService/CancelLocalTask"
-	AgentLocalService_GetQueueStatus_FullMethodName  = "/taskmesh.agent.v1.AgentLocalService/GetQueueStatus"
+	AgentLocalService_CreateLocalTask_FullMethodName     = "/taskmesh.agent.v1.AgentLocalService/CreateLocalTask"
+	AgentLocalService_ListLocalTasks_FullMethodName      = "/taskmesh.agent.v1.AgentLocalService/ListLocalTasks"
+	AgentLocalService_GetLocalTask_FullMethodName        = "/taskmesh.agent.v1.AgentLocalService/GetLocalTask"
+	AgentLocalService_CancelLocalTask_FullMethodName     = "/taskmesh.agent.v1.AgentLocalService/CancelLocalTask"
+	AgentLocalService_RenewLocalTaskFence_FullMethodName = "/taskmesh.agent.v1.AgentLocalService/RenewLocalTaskFence"
+	AgentLocalService_GetQueueStatus_FullMethodName      = "/taskmesh.agent.v1.AgentLocalService/GetQueueStatus"
 )
 
 // AgentLocalServiceClient is the client API for AgentLocalService service.
@@ -44,6 +45,10 @@ type AgentLocalServiceClient interface {
 	// CancelLocalTask stops a local or server task running here (SIGTERM,
 	// grace period, SIGKILL) and reports it.
 	CancelLocalTask(ctx context.Context, in *CancelLocalTaskRequest, opts ...grpc.CallOption) (*CancelLocalTaskResponse, error)
+	// RenewLocalTaskFence moves the fence of a task created with one
+	// (CreateLocalTaskRequest.fence_ms) to fence_ms from now, and returns
+	// the task: a creator that follows its task renews it as it reads it.
+	RenewLocalTaskFence(ctx context.Context, in *RenewLocalTaskFenceRequest, opts ...grpc.CallOption) (*RenewLocalTaskFenceResponse, error)
 	// GetQueueStatus summarises slots, the local queue and sync state.
 	GetQueueStatus(ctx context.Context, in *GetQueueStatusRequest, opts ...grpc.CallOption) (*GetQueueStatusResponse, error)
 }
@@ -96,6 +101,16 @@ func (c *agentLocalServiceClient) CancelLocalTask(ctx context.Context, in *Cance
 	return out, nil
 }
 
+func (c *agentLocalServiceClient) RenewLocalTaskFence(ctx context.Context, in *RenewLocalTaskFenceRequest, opts ...grpc.CallOption) (*RenewLocalTaskFenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewLocalTaskFenceResponse)
+	err := c.cc.Invoke(ctx, AgentLocalService_RenewLocalTaskFence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *agentLocalServiceClient) GetQueueStatus(ctx context.Context, in *GetQueueStatusRequest, opts ...grpc.CallOption) (*GetQueueStatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetQueueStatusResponse)
@@ -124,6 +139,10 @@ type AgentLocalServiceServer interface {
 	// CancelLocalTask stops a local or server task running here (SIGTERM,
 	// grace period, SIGKILL) and reports it.
 	CancelLocalTask(context.Context, *CancelLocalTaskRequest) (*CancelLocalTaskResponse, error)
+	// RenewLocalTaskFence moves the fence of a task created with one
+	// (CreateLocalTaskRequest.fence_ms) to fence_ms from now, and returns
+	// the task: a creator that follows its task renews it as it reads it.
+	RenewLocalTaskFence(context.Context, *RenewLocalTaskFenceRequest) (*RenewLocalTaskFenceResponse, error)
 	// GetQueueStatus summarises slots, the local queue and sync state.
 	GetQueueStatus(context.Context, *GetQueueStatusRequest) (*GetQueueStatusResponse, error)
 	mustEmbedUnimplementedAgentLocalServiceServer()
@@ -147,6 +166,9 @@ func (UnimplementedAgentLocalServiceServer) GetLocalTask(context.Context, *GetLo
 }
 func (UnimplementedAgentLocalServiceServer) CancelLocalTask(context.Context, *CancelLocalTaskRequest) (*CancelLocalTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelLocalTask not implemented")
+}
+func (UnimplementedAgentLocalServiceServer) RenewLocalTaskFence(context.Context, *RenewLocalTaskFenceRequest) (*RenewLocalTaskFenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewLocalTaskFence not implemented")
 }
 func (UnimplementedAgentLocalServiceServer) GetQueueStatus(context.Context, *GetQueueStatusRequest) (*GetQueueStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetQueueStatus not implemented")
@@ -244,6 +266,24 @@ func _AgentLocalService_CancelLocalTask_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentLocalService_RenewLocalTaskFence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewLocalTaskFenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentLocalServiceServer).RenewLocalTaskFence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentLocalService_RenewLocalTaskFence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentLocalServiceServer).RenewLocalTaskFence(ctx, req.(*RenewLocalTaskFenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AgentLocalService_GetQueueStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetQueueStatusRequest)
 	if err := dec(in); err != nil {
@@ -284,6 +324,10 @@ var AgentLocalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelLocalTask",
 			Handler:    _AgentLocalService_CancelLocalTask_Handler,
+		},
+		{
+			MethodName: "RenewLocalTaskFence",
+			Handler:    _AgentLocalService_RenewLocalTaskFence_Handler,
 		},
 		{
 			MethodName: "GetQueueStatus",

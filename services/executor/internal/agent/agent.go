@@ -94,6 +94,10 @@ type Agent struct {
 	// claim) was sent, by the monotonic clock: the fences count from it
 	// (fence.go).
 	contact time.Time
+	// ownerFences (under mu) are the deadlines of the local tasks that run
+	// under their creator's fence, by task id, on the monotonic clock
+	// (owner_fence.go); unknown after a restart until the next renewal.
+	ownerFences map[string]time.Time
 	// keeps (under mu) holds what attempts claimed by this process keep
 	// (journal.AttemptFiles) until their outcome is settled, so that the
 	// reads at start and delivery need no journal query; after a restart

@@ -86,6 +86,9 @@ func (a *Agent) stopOutcome(t journal.Task, reason, detail string) (status, errT
 		status, errText = journal.StatusFailed, fmt.Sprintf("timeout after %ds", t.Timeout)
 	case shim.StopFenced:
 		status, errText = journal.StatusFailed, fence.Message(a.cfg.fence)
+		if t.OwnerFenced() {
+			errText = fence.OwnerMessage
+		}
 	case shim.StopOrphaned:
 		status, errText = journal.StatusFailed, fmt.Sprintf("orphaned: no agent attached for %s", a.cfg.OrphanGrace)
 	case shim.StopTerminated:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
+	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
 // Fencing keeps a task from running on two agents at once
@@ -33,9 +34,27 @@ import (
 const minFenceAtSpawn = time.Second
 
 // fenced reports whether t runs under a fence: a task leased from the
-// server. Local tasks have no lease to lose.
+// server, or a local task whose creator asked for one (owner_fence.go).
+// Other local tasks have no lease to lose.
 func (a *Agent) fenced(t journal.Task) bool {
-	return t.Origin == journal.OriginServer && a.lease != nil
+	return (t.Origin == journal.OriginServer && a.lease != nil) || t.OwnerFenced()
+}
+
+// fenceLeftFor is how long t may run from now unless its fence is
+// renewed: the server's (fenceLeft) or its creator's.
+func (a *Agent) fenceLeftFor(t journal.Task) time.Duration {
+	if t.OwnerFenced() {
+		return a.ownerFenceLeft(t.ID)
+	}
+	return a.fenceLeft()
+}
+
+// fenceGraceFor is the SIGKILL grace after t's fence passes.
+func (a *Agent) fenceGraceFor(t journal.Task) time.Duration {
+	if t.OwnerFenced() {
+		return t.OwnerFenceGrace
+	}
+	return a.cfg.fenceGrace
 }
 
 // heard records that the server answered a call the agent sent at sent.
@@ -78,11 +97,25 @@ func (a *Agent) renewFences() {
 // (the server found the lease lost, once it is back) ends the wait. It
 // returns the fence to start with, or the stop, or 0 and nil when ctx
 // ended.
+//
+// A task under its creator's fence waits for its creator's renewal
+// instead, and no longer than the fence it was created with: a creator
+// that has not renewed it by then is gone, and the task fails fenced
+// without having run.
 func (a *Agent) awaitFence(ctx context.Context, at *attempt) (time.Duration, *stopRequest) {
-	if d := a.fenceLeft(); d >= minFenceAtSpawn {
+	t := at.task
+	least := minFenceAtSpawn
+	if t.OwnerFenced() {
+		// A creator may renew with as little as its own fence.
+		least = min(least, t.OwnerFence/2)
+	}
+	if d := a.fenceLeftFor(t); d >= least {
 		return d, nil
 	}
-	wake(a.heartbeatWake)
+	if !t.OwnerFenced() {
+		wake(a.heartbeatWake)
+	}
+	giveUp := time.Now().Add(t.OwnerFence)
 	poll := time.NewTicker(50 * time.Millisecond)
 	defer poll.Stop()
 	for {
@@ -91,9 +124,12 @@ func (a *Agent) awaitFence(ctx context.Context, at *attempt) (time.Duration, *st
 			return 0, nil
 		case r := <-at.stopCh:
 			return 0, &r
-		case <-poll.C:
-			if d := a.fenceLeft(); d >= minFenceAtSpawn {
+		case now := <-poll.C:
+			if d := a.fenceLeftFor(t); d >= least {
 				return d, nil
+			}
+			if t.OwnerFenced() && now.After(giveUp) {
+				return 0, &stopRequest{reason: shim.StopFenced}
 			}
 		}
 	}

@@ -30,6 +30,13 @@ import (
 // refused or malformed spec is an InvalidArgument (30005) error and
 // changes nothing.
 func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task, error) {
+	return a.SubmitWithFence(ctx, spec, localapi.Fence{})
+}
+
+// SubmitWithFence is Submit with the creator's fence: with fence.Length >
+// 0 the task runs only while its creator renews it (owner_fence.go); a
+// zero fence.Grace takes the agent's own fence grace.
+func (a *Agent) SubmitWithFence(ctx context.Context, spec *taskv1.TaskSpec, fence localapi.Fence) (journal.Task, error) {
 	if spec == nil {
 		return journal.Task{}, rpcerr.New(rpcerr.InvalidArgument, "spec is required")
 	}
@@ -74,6 +81,12 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 		t.GracePeriodSec = int(spec.GetGracePeriodSec())
 	}
 	t.MaxRetries, t.RetryDelaySec = int(spec.GetMaxRetries()), int(spec.GetRetryDelay())
+	if fence.Length > 0 {
+		t.OwnerFence, t.OwnerFenceGrace = fence.Length, fence.Grace
+		if fence.Grace == 0 {
+			t.OwnerFenceGrace = a.cfg.fenceGrace
+		}
+	}
 	// Inserted and read back under localAccept: the answer is the task as
 	// accepted (pending), not whatever state the loop has moved it to since
 	// (it may be awake already, for an earlier task or its start).
@@ -96,6 +109,10 @@ func (a *Agent) Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task
 			a.localAccept.Unlock()
 			return prev, nil
 		}
+	}
+	if t.OwnerFenced() {
+		// Counted from the acceptance, before the task can start.
+		a.setOwnerFence(t.ID, t.OwnerFence)
 	}
 	if _, err := a.journal.Insert(journalCtx, t); err != nil {
 		a.localAccept.Unlock()
@@ -165,7 +182,8 @@ func (a *Agent) retryLocal(t journal.Task, o journal.Outcome) {
 		GracePeriodSec: t.GracePeriodSec, Status: journal.StatusPending, AssignedAgentID: a.cfg.AgentID,
 		ReceivedAt: now, Synced: true, Resources: t.Resources,
 		MaxRetries: t.MaxRetries, RetryDelaySec: t.RetryDelaySec, RetryCount: t.RetryCount + 1,
-		RetryAt: now.Add(time.Duration(t.RetryDelaySec) * time.Second),
+		RetryAt:    now.Add(time.Duration(t.RetryDelaySec) * time.Second),
+		OwnerFence: t.OwnerFence, OwnerFenceGrace: t.OwnerFenceGrace,
 	}
 	a.localAccept.Lock()
 	_, err := a.journal.Insert(journalCtx, next)
@@ -200,10 +218,12 @@ func (a *Agent) Cancel(ctx context.Context, id string, grace *time.Duration) (jo
 		// Pending and not yet picked up: nothing runs.
 		if t.Status == journal.StatusPending {
 			now := a.now()
-			_, _ = a.journal.Finish(journalCtx, t.AttemptID, journal.Outcome{
+			o := journal.Outcome{
 				Status: journal.StatusCancelled, Error: "cancelled through the agent-local API",
 				EndedAt: now, StopReason: reasonLocalCancel, Synced: t.Origin == journal.OriginLocal,
-			})
+			}
+			_, _ = a.journal.Finish(journalCtx, t.AttemptID, o)
+			a.forgetOwnerFence(t, o)
 			return a.journal.Get(journalCtx, t.AttemptID)
 		}
 		return journal.Task{}, rpcerr.New(rpcerr.TaskImmutable, fmt.Sprintf("task %s is not running here", id))

@@ -102,6 +102,7 @@ func (a *Agent) finish(ctx context.Context, at *attempt, o journal.Outcome) {
 		return
 	}
 	a.retryLocal(t, o)
+	a.forgetOwnerFence(t, o)
 	a.freeSlot(at)
 	a.awaitStarted(ctx, at)
 	a.log.Info("task finished", "task_id", t.ID, "attempt_id", t.AttemptID,

@@ -225,7 +225,7 @@ func (a *Agent) spawnAndSupervise(ctx context.Context, at *attempt) {
 			}
 			return // else shutting down: recovery starts it from the journal
 		}
-		spec.Fence, spec.FenceGrace = fence, a.cfg.fenceGrace
+		spec.Fence, spec.FenceGrace = fence, a.fenceGraceFor(t)
 	}
 	// Journal the run directory before the shim exists: a restart then
 	// finds the shim (or its status file) even if Start never returned.

@@ -88,7 +88,7 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 			}
 			// A fence that has passed cannot be renewed (the shim is
 			// stopping the task), and a shim that is gone needs none.
-			if d := a.fenceLeft(); d > 0 {
+			if d := a.fenceLeftFor(t); d > 0 {
 				if _, err := sess.Fence(ctx, d); err != nil {
 					a.log.Warn("fence not renewed", "task_id", t.ID, "attempt_id", t.AttemptID, "err", err)
 				}

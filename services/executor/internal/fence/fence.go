@@ -40,3 +40,9 @@ func Times(lostAfter time.Duration) (fence, grace time.Duration) {
 func Message(fence time.Duration) string {
 	return fmt.Sprintf("fenced: the server had not answered this agent for %s and could lease the task again, so it was stopped", fence.Round(time.Millisecond))
 }
+
+// OwnerMessage is the error of a local task stopped because its creator
+// did not renew the fence it asked for (docs/api/agent-local.md, "Fenced
+// local tasks"): a Slurm backend that handed the task to its node and
+// then died, froze or lost the server.
+const OwnerMessage = "fenced: the task's creator did not renew its fence in time, so it was stopped"

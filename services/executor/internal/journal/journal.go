@@ -147,7 +147,17 @@ type Task struct {
 	// retry waits in pending until RetryAt.
 	MaxRetries, RetryDelaySec, RetryCount int
 	RetryAt                               time.Time
+
+	// OwnerFence, when not 0, is the fence a local task's creator asked
+	// for (docs/api/agent-local.md, "Fenced local tasks"): the task runs
+	// only while its creator keeps renewing it, and OwnerFenceGrace is
+	// the SIGKILL grace after it passes. The deadline itself is the
+	// agent's, in memory, and the shim's.
+	OwnerFence, OwnerFenceGrace time.Duration
 }
+
+// OwnerFenced reports whether the task runs under its creator's fence.
+func (t Task) OwnerFenced() bool { return t.OwnerFence > 0 }
 
 // Final reports whether an attempt in status has ended: the task's final
 // statuses, and preempted, which ends this agent's attempt (the scheduler
@@ -213,6 +223,8 @@ CREATE TABLE IF NOT EXISTS local_tasks (
     retry_delay            INTEGER NOT NULL DEFAULT 0,
     retry_count            INTEGER NOT NULL DEFAULT 0,
     retry_at               TEXT,
+    owner_fence_ms         INTEGER NOT NULL DEFAULT 0,
+    owner_fence_grace_ms   INTEGER NOT NULL DEFAULT 0,
 
     PRIMARY KEY (id, attempt_id)
 );
@@ -351,6 +363,8 @@ var addedColumns = []struct{ name, ddl string }{
 	{"retry_delay", `ALTER TABLE local_tasks ADD COLUMN retry_delay INTEGER NOT NULL DEFAULT 0`},
 	{"retry_count", `ALTER TABLE local_tasks ADD COLUMN retry_count INTEGER NOT NULL DEFAULT 0`},
 	{"retry_at", `ALTER TABLE local_tasks ADD COLUMN retry_at TEXT`},
+	{"owner_fence_ms", `ALTER TABLE local_tasks ADD COLUMN owner_fence_ms INTEGER NOT NULL DEFAULT 0`},
+	{"owner_fence_grace_ms", `ALTER TABLE local_tasks ADD COLUMN owner_fence_grace_ms INTEGER NOT NULL DEFAULT 0`},
 }
 
 func addMissingColumns(ctx context.Context, db *sql.DB) error {
@@ -442,7 +456,8 @@ func (j *Journal) Insert(ctx context.Context, ts ...Task) ([]bool, error) {
 		res, err := ins.ExecContext(ctx, t.ID, t.AttemptID, t.Name, t.Type, t.Origin, t.Command, string(args), t.Workdir, string(env),
 			t.Timeout, t.Priority, t.LeaseTTLSec, t.RenewIntervalSec, t.GracePeriodSec,
 			t.Status, t.AssignedAgentID, fmtTime(t.LeaseExpiresAt), fmtTime(t.ReceivedAt), fmtTime(t.AssignedAt), b2i(t.Synced), t.Video,
-			string(resources), t.MaxRetries, t.RetryDelaySec, t.RetryCount, fmtTime(t.RetryAt))
+			string(resources), t.MaxRetries, t.RetryDelaySec, t.RetryCount, fmtTime(t.RetryAt),
+			t.OwnerFence.Milliseconds(), t.OwnerFenceGrace.Milliseconds())
 		if err != nil {
 			return nil, fmt.Errorf("insert task %s: %w", t.ID, err)
 		}
@@ -459,8 +474,8 @@ const insertTask = `
 INSERT INTO local_tasks (id, attempt_id, name, type, origin, command, args, workdir, env,
     timeout, priority, lease_ttl_sec, renew_interval_sec, grace_period_sec,
     status, assigned_agent_id, lease_expires_at, received_at, assigned_at, synced, video, resources,
-    max_retries, retry_delay, retry_count, retry_at)
-VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?,?,?, ?,?,?,?)
+    max_retries, retry_delay, retry_count, retry_at, owner_fence_ms, owner_fence_grace_ms)
+VALUES (?,?,?,?,?,?,?,?,?, ?,?,?,?,?, ?,?,?,?,?,?,?,?, ?,?,?,?, ?,?)
 ON CONFLICT DO NOTHING`
 
 func nonNil(s []string) []string {
@@ -478,7 +493,7 @@ const columns = `id, attempt_id, name, type, origin, command, args, workdir, env
     synced, sync_attempts, last_sync_error, server_started,
     run_dir, shim_socket, shim_pid, pid, stop_reason,
     result_upload, result_key, result_size, result_sha256, video, resources,
-    max_retries, retry_delay, retry_count, retry_at`
+    max_retries, retry_delay, retry_count, retry_at, owner_fence_ms, owner_fence_grace_ms`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -492,6 +507,7 @@ func scanTask(s scanner) (Task, error) {
 		exit                                      sql.NullInt64
 		timeout, priority, synced                 sql.NullInt64
 		serverStarted, upload                     int
+		ownerFence, ownerFenceGrace               int64
 	)
 	err := s.Scan(&t.ID, &t.AttemptID, &t.Name, &t.Type, &t.Origin, &t.Command, &args, &workdir, &env,
 		&timeout, &priority, &t.LeaseTTLSec, &t.RenewIntervalSec, &t.GracePeriodSec,
@@ -501,10 +517,11 @@ func scanTask(s scanner) (Task, error) {
 		&synced, &t.SyncAttempts, &t.LastSyncError, &serverStarted,
 		&t.RunDir, &t.ShimSocket, &t.ShimPID, &t.PID, &t.StopReason,
 		&upload, &t.ResultKey, &t.ResultSize, &t.ResultSHA256, &t.Video, &resources,
-		&t.MaxRetries, &t.RetryDelaySec, &t.RetryCount, &retryAt)
+		&t.MaxRetries, &t.RetryDelaySec, &t.RetryCount, &retryAt, &ownerFence, &ownerFenceGrace)
 	if err != nil {
 		return Task{}, err
 	}
+	t.OwnerFence, t.OwnerFenceGrace = time.Duration(ownerFence)*time.Millisecond, time.Duration(ownerFenceGrace)*time.Millisecond
 	if args.Valid && args.String != "" {
 		_ = json.Unmarshal([]byte(args.String), &t.Args)
 	}

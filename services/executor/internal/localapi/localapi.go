@@ -47,14 +47,32 @@ type Reader interface {
 // Backend is what the agent does for the API. Its errors are status
 // errors carrying business codes (rpcerr.New).
 type Backend interface {
-	// Submit queues a local task.
-	Submit(ctx context.Context, spec *taskv1.TaskSpec) (journal.Task, error)
+	// SubmitWithFence queues a local task, under its creator's fence
+	// when fence.Length > 0.
+	SubmitWithFence(ctx context.Context, spec *taskv1.TaskSpec, fence Fence) (journal.Task, error)
+	// RenewFence moves a fenced local task's fence to d from now and
+	// returns the task (30004 unknown, 30005 created without a fence).
+	RenewFence(ctx context.Context, id string, d time.Duration) (journal.Task, error)
 	// Cancel stops or cancels a task of this agent (30004 unknown, 30002
 	// already final).
 	Cancel(ctx context.Context, id string, grace *time.Duration) (journal.Task, error)
 	// Status summarises slots and queues.
 	Status(ctx context.Context) (QueueStatus, error)
 }
+
+// Fence is the fence a local task's creator asks for
+// (docs/api/agent-local.md, "Fenced local tasks"): Length 0 is none; Grace
+// 0 takes the agent's own.
+type Fence struct {
+	Length, Grace time.Duration
+}
+
+// Bounds of the fence parameters, in milliseconds.
+const (
+	minFenceMS      = 1000
+	maxFenceMS      = 3_600_000
+	maxFenceGraceMS = 60_000
+)
 
 // QueueStatus is the agent's summary for GET /api/v1/queue/status.
 type QueueStatus struct {
@@ -78,7 +96,23 @@ func NewServer(r Reader, b Backend) *Server { return &Server{r: r, b: b} }
 
 // CreateLocalTask queues a task on this agent only.
 func (s *Server) CreateLocalTask(ctx context.Context, req *agentv1.CreateLocalTaskRequest) (*agentv1.CreateLocalTaskResponse, error) {
-	t, err := s.b.Submit(ctx, req.GetSpec())
+	var fence Fence
+	if req.FenceMs != nil {
+		if ms := req.GetFenceMs(); ms < minFenceMS || ms > maxFenceMS {
+			return nil, rpcerr.New(rpcerr.InvalidArgument, fmt.Sprintf("fence_ms must be %d to %d", minFenceMS, maxFenceMS))
+		}
+		fence.Length = time.Duration(req.GetFenceMs()) * time.Millisecond
+	}
+	if req.FenceGraceMs != nil {
+		if req.FenceMs == nil {
+			return nil, rpcerr.New(rpcerr.InvalidArgument, "fence_grace_ms needs fence_ms")
+		}
+		if ms := req.GetFenceGraceMs(); ms < 0 || ms > maxFenceGraceMS {
+			return nil, rpcerr.New(rpcerr.InvalidArgument, fmt.Sprintf("fence_grace_ms must be 0 to %d", maxFenceGraceMS))
+		}
+		fence.Grace = time.Duration(req.GetFenceGraceMs()) * time.Millisecond
+	}
+	t, err := s.b.SubmitWithFence(ctx, req.GetSpec(), fence)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +187,22 @@ func (s *Server) CancelLocalTask(ctx context.Context, req *agentv1.CancelLocalTa
 		return nil, err
 	}
 	return &agentv1.CancelLocalTaskResponse{Task: toProto(t)}, nil
+}
+
+// RenewLocalTaskFence moves a fenced local task's fence and returns the
+// task.
+func (s *Server) RenewLocalTaskFence(ctx context.Context, req *agentv1.RenewLocalTaskFenceRequest) (*agentv1.RenewLocalTaskFenceResponse, error) {
+	if req.GetId() == "" || len(req.GetId()) > 128 {
+		return nil, rpcerr.New(rpcerr.InvalidArgument, "id must be 1 to 128 characters")
+	}
+	if ms := req.GetFenceMs(); ms < 0 || ms > maxFenceMS {
+		return nil, rpcerr.New(rpcerr.InvalidArgument, fmt.Sprintf("fence_ms must be 0 to %d", maxFenceMS))
+	}
+	t, err := s.b.RenewFence(ctx, req.GetId(), time.Duration(req.GetFenceMs())*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.RenewLocalTaskFenceResponse{Task: toProto(t)}, nil
 }
 
 // GetQueueStatus summarises slots, the local queue and sync state.

@@ -25,6 +25,10 @@ type fake struct {
 	submitted int
 	// cancels are the graces the cancels passed (nil: the task's own).
 	cancels []*time.Duration
+	// fences are the fences the creations passed, renewals the fences
+	// the renewals passed.
+	fences   []Fence
+	renewals []time.Duration
 }
 
 func (f *fake) Latest(_ context.Context, id string) (journal.Task, error) {
@@ -46,8 +50,9 @@ func (f *fake) List(_ context.Context, status string, _ int) ([]journal.Task, er
 	return out, nil
 }
 
-func (f *fake) Submit(_ context.Context, spec *taskv1.TaskSpec) (journal.Task, error) {
+func (f *fake) SubmitWithFence(_ context.Context, spec *taskv1.TaskSpec, fence Fence) (journal.Task, error) {
 	f.submitted++
+	f.fences = append(f.fences, fence)
 	return journal.Task{ID: "new", AttemptID: "att-new", AssignedAgentID: "a", Name: spec.GetName(),
 		Status: journal.StatusPending, Origin: journal.OriginLocal}, nil
 }
@@ -58,6 +63,15 @@ func (f *fake) Cancel(_ context.Context, id string, grace *time.Duration) (journ
 		return journal.Task{}, f.cancelErr
 	}
 	return f.Latest(context.Background(), id)
+}
+
+func (f *fake) RenewFence(_ context.Context, id string, d time.Duration) (journal.Task, error) {
+	t, err := f.Latest(context.Background(), id)
+	if err != nil {
+		return journal.Task{}, rpcerr.New(rpcerr.TaskNotFound, "task "+id+" not found")
+	}
+	f.renewals = append(f.renewals, d)
+	return t, nil
 }
 
 func (f *fake) Status(context.Context) (QueueStatus, error) {
@@ -178,6 +192,94 @@ func TestCancelGrace(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestFenceParameters: a creation passes its fence_ms and fence_grace_ms
+// on (none without them); a renewal its fence_ms, 0 included, and
+// answers with the task. Values out of range, a grace without a fence, an
+// unknown field and an unknown task are refused in the local API's
+// envelope, and reach nothing.
+func TestFenceParameters(t *testing.T) {
+	f := &fake{tasks: []journal.Task{{ID: "t1", Name: "one", Status: journal.StatusRunning, Origin: journal.OriginLocal}}}
+	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f), Options{}))
+	defer srv.Close()
+	post := func(path, body string) (int, map[string]any) {
+		t.Helper()
+		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&got)
+		return resp.StatusCode, got
+	}
+	spec := `{"name":"x","command":"echo"}`
+	for _, tc := range []struct {
+		query string
+		want  Fence
+	}{
+		{"", Fence{}},
+		{"?fence_ms=12000", Fence{Length: 12 * time.Second}},
+		{"?fence_ms=1000&fence_grace_ms=0", Fence{Length: time.Second}},
+		{"?fence_ms=3600000&fence_grace_ms=2500", Fence{Length: time.Hour, Grace: 2500 * time.Millisecond}},
+	} {
+		f.fences = nil
+		if code, got := post("/api/v1/tasks"+tc.query, spec); code != 200 {
+			t.Fatalf("create%s: HTTP %d %v", tc.query, code, got)
+		}
+		if len(f.fences) != 1 || f.fences[0] != tc.want {
+			t.Fatalf("create%s passed %v, want one %v", tc.query, f.fences, tc.want)
+		}
+	}
+	for _, query := range []string{"?fence_ms=999", "?fence_ms=0", "?fence_ms=3600001", "?fence_ms=-5",
+		"?fence_grace_ms=100", "?fence_ms=5000&fence_grace_ms=60001", "?fence_ms=5000&fence_grace_ms=-1", "?fence_ms=soon"} {
+		f.submitted = 0
+		code, got := post("/api/v1/tasks"+query, spec)
+		if code != 400 || got["code"] != float64(30005) {
+			t.Fatalf("create%s: HTTP %d %v, want 400 with code 30005", query, code, got)
+		}
+		if f.submitted != 0 {
+			t.Fatalf("create%s: a refused creation queued a task", query)
+		}
+	}
+
+	for _, tc := range []struct {
+		body string
+		want time.Duration
+	}{
+		{`{"fence_ms": 12000}`, 12 * time.Second},
+		{`{"fence_ms": 0}`, 0},
+		{`{}`, 0},
+	} {
+		f.renewals = nil
+		code, got := post("/api/v1/tasks/t1/fence", tc.body)
+		if code != 200 || got["id"] != "t1" || got["status"] != "running" {
+			t.Fatalf("renew %s: HTTP %d %v, want 200 with the task", tc.body, code, got)
+		}
+		if len(f.renewals) != 1 || f.renewals[0] != tc.want {
+			t.Fatalf("renew %s passed %v, want one %v", tc.body, f.renewals, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		path, body string
+		http, code int
+	}{
+		{"/api/v1/tasks/t1/fence", `{"fence_ms": -1}`, 400, 30005},
+		{"/api/v1/tasks/t1/fence", `{"fence_ms": 3600001}`, 400, 30005},
+		{"/api/v1/tasks/t1/fence", `{"fence_ms": "soon"}`, 400, 30005},
+		{"/api/v1/tasks/t1/fence", `{"fence_ms": 1000, "grace": 1}`, 400, 30005},
+		{"/api/v1/tasks/zz/fence", `{"fence_ms": 1000}`, 404, 30004},
+	} {
+		f.renewals = nil
+		code, got := post(tc.path, tc.body)
+		if code != tc.http || got["code"] != float64(tc.code) {
+			t.Fatalf("renew %s %s: HTTP %d %v, want %d with code %d", tc.path, tc.body, code, got, tc.http, tc.code)
+		}
+		if tc.code == 30005 && len(f.renewals) != 0 {
+			t.Fatalf("renew %s: a refused renewal reached the agent", tc.body)
+		}
+	}
+}
 
 // TestExitCodeIsNullUntilSet: a local task without an exit code shows
 // "exit_code": null, in a list too; one with an exit code shows it, 0

@@ -81,6 +81,9 @@ type Holder[R any] struct {
 	// claim) was sent, by the monotonic clock; it starts as the holder's
 	// creation (see fenceLoop).
 	contact time.Time
+	// answered: the server has answered a call of this process (contact
+	// is then a send time, not the holder's creation).
+	answered bool
 	// freed wakes the claim loop when an attempt is released.
 	freed chan struct{}
 	wg    sync.WaitGroup
@@ -108,6 +111,7 @@ func (h *Holder[R]) heard(sent time.Time) {
 	if sent.After(h.contact) {
 		h.contact = sent
 	}
+	h.answered = true
 	h.mu.Unlock()
 }
 
@@ -156,6 +160,27 @@ func (h *Holder[R]) fence(log bool) {
 
 // Fence is the holder's fence (Config.Fence).
 func (h *Holder[R]) Fence() time.Duration { return h.cfg.Fence }
+
+// FenceLeft is how long from now the attempts held may run unless the
+// server answers again: what is left of the fence since contact, 0 or
+// less once it passed (fenceLoop is stopping them then). A backend that
+// hands its attempts to processes of their own (a Slurm node's agent)
+// passes it on, so that they stop by the same moment when the backend
+// can no longer stop them itself.
+//
+// It is 0 until the server has answered this process: a restarted
+// backend's contact is its start, which proves nothing about when the
+// server last heard from it, and a fence passed on from it could outlast
+// the one its earlier run passed on.
+func (h *Holder[R]) FenceLeft() time.Duration {
+	h.mu.Lock()
+	contact, answered := h.contact, h.answered
+	h.mu.Unlock()
+	if h.cfg.Fence <= 0 || !answered {
+		return 0
+	}
+	return time.Until(contact.Add(h.cfg.Fence))
+}
 
 // Client is the lease API client, for the calls a Holder does not make
 // (result uploads).

@@ -456,3 +456,31 @@ func TestCheckFence(t *testing.T) {
 		}
 	}
 }
+
+// TestFenceLeftIsPassedOnOnlyOnceTheServerAnswered: FenceLeft, the fence
+// a backend passes on to its attempts' own processes, is 0 before the
+// server answered this process (a restart proves nothing about when the
+// server last heard from the backend), then what is left of the fence
+// since the last answered call, and 0 again once the server stops
+// answering for longer than the fence.
+func TestFenceLeftIsPassedOnOnlyOnceTheServerAnswered(t *testing.T) {
+	const fence = 2 * time.Second
+	fake := leasetest.Start(t)
+	restore := cutOff(fake)
+	h := newHolder(t, fake, Config{Slots: 4, Fence: fence})
+	if left := h.FenceLeft(); left != 0 {
+		t.Fatalf("FenceLeft %s before any answer, want 0", left)
+	}
+	run(t, h, h.HeartbeatLoop)
+	time.Sleep(300 * time.Millisecond)
+	if left := h.FenceLeft(); left != 0 {
+		t.Fatalf("FenceLeft %s while no heartbeat was answered, want 0", left)
+	}
+	restore()
+	leasetest.WaitFor(t, 5*time.Second, "an answered heartbeat", func() bool { return h.FenceLeft() > 0 })
+	if left := h.FenceLeft(); left > fence {
+		t.Fatalf("FenceLeft %s, more than the fence of %s", left, fence)
+	}
+	cutOff(fake)
+	leasetest.WaitFor(t, fence+5*time.Second, "the fence passed", func() bool { return h.FenceLeft() <= 0 })
+}

@@ -523,7 +523,16 @@ func (b *Backend) placementRunning(ctx context.Context, r *run, j Job) bool {
 		return true
 	}
 	log := b.runLog(r)
-	lt, err := r.agent.get(ctx, r.localID)
+	// Each read renews the task's fence on the node to what is left of
+	// the backend's own: should the backend die or freeze, the node's
+	// agent stops the task by the moment the backend would have.
+	var lt *agentv1.LocalTask
+	var err error
+	if left := b.lease.FenceLeft(); left > 0 {
+		lt, err = r.agent.renew(ctx, r.localID, left)
+	} else {
+		lt, err = r.agent.get(ctx, r.localID)
+	}
 	if errors.Is(err, ErrLocalTaskNotFound) {
 		return b.failPlacement(ctx, r, fmt.Sprintf("the agent of node %s lost the task", r.agent.node))
 	}
@@ -575,8 +584,15 @@ func (b *Backend) bind(ctx context.Context, r *run, j Job) (bound bool, failure 
 	}
 	began := time.Now()
 	if lt == nil {
+		// Handed over only with a fence left to give: the backend is
+		// stopping its attempts otherwise (fenceLoop).
+		left := b.lease.FenceLeft()
+		if left < minFenceToHandOver {
+			return false, ""
+		}
+		_, grace := fence.Times(b.cfg.AgentLostAfter)
 		r.createTried = true
-		if lt, err = agent.create(ctx, localTaskSpec(r.task, j)); err != nil {
+		if lt, err = agent.create(ctx, localTaskSpec(r.task, j), left, grace); err != nil {
 			var ae *agentError
 			if errors.As(err, &ae) && ae.Status/100 == 4 {
 				return false, fmt.Sprintf("the agent of node %s refused the task: %s", node, ae.Message)
@@ -589,6 +605,10 @@ func (b *Backend) bind(ctx context.Context, r *run, j Job) (bound bool, failure 
 	log.Info("task bound to the node's agent", "node", node, "local_task_id", r.localID, "hand_off_ms", time.Since(began).Milliseconds())
 	return true, ""
 }
+
+// minFenceToHandOver is the least fence a task is handed to its node
+// with (the local API's least fence_ms).
+const minFenceToHandOver = time.Second
 
 // startAlongsideMargin is how much of the lease must be left for the
 // hand-off to the node to go alongside StartTask.

@@ -106,10 +106,25 @@ func (a *nodeAgent) checkMachine(ctx context.Context) error {
 	return nil
 }
 
-// create queues the task on the node's agent.
-func (a *nodeAgent) create(ctx context.Context, spec *taskv1.TaskSpec) (*agentv1.LocalTask, error) {
+// create queues the task on the node's agent, under a fence of fence
+// (its SIGKILL grace after it) that renew moves on
+// (docs/api/agent-local.md, "Fenced local tasks").
+func (a *nodeAgent) create(ctx context.Context, spec *taskv1.TaskSpec, fence, grace time.Duration) (*agentv1.LocalTask, error) {
 	var t agentv1.LocalTask
-	if err := a.do(ctx, http.MethodPost, "/api/v1/tasks", spec, &t); err != nil {
+	q := url.Values{}
+	q.Set("fence_ms", strconv.FormatInt(fence.Milliseconds(), 10))
+	q.Set("fence_grace_ms", strconv.FormatInt(grace.Milliseconds(), 10))
+	if err := a.do(ctx, http.MethodPost, "/api/v1/tasks?"+q.Encode(), spec, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// renew moves the local task's fence to fence from now and reads it.
+func (a *nodeAgent) renew(ctx context.Context, id string, fence time.Duration) (*agentv1.LocalTask, error) {
+	var t agentv1.LocalTask
+	req := &agentv1.RenewLocalTaskFenceRequest{FenceMs: int32(max(fence.Milliseconds(), 0))}
+	if err := a.do(ctx, http.MethodPost, "/api/v1/tasks/"+url.PathEscape(id)+"/fence", req, &t); err != nil {
 		return nil, err
 	}
 	return &t, nil

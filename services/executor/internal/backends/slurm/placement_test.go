@@ -13,6 +13,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/agent"
+	"github.com/taskmesh/taskmesh/services/executor/internal/fence"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
 )
@@ -235,23 +236,15 @@ func waitRunning(t *testing.T, a *agent.Agent, n int, what string) {
 // dead before the server may lease it again (docs/executor.md,
 // "Fencing"); the attempt is reported fenced once the server answers.
 func TestPlacementCutOffStopsTheTaskOnItsNodeBeforeTheServerMovesIt(t *testing.T) {
-	const lostAfter = 3 * time.Second // a fence of 2 s, a kill grace of 0.5 s
-	w := newWorld(t, ModePlacement)
-	w.cfg.AgentLostAfter = lostAfter
-	w.startNodeAgents()
-	w.start()
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 600, GracePeriodSec: 30,
-		Command: `trap '' TERM; echo $$ > "$1"; while :; do sleep 0.2; done`, Args: []string{pidFile}})[0]
-	pid := waitPID(t, pidFile, 60*time.Second)
+	w, id, pid := placeStubbornTask(t, stubbornLostAfter)
 
 	cut := time.Now()
 	cutOff(w.fake)
 	leasetest.WaitFor(t, 20*time.Second, "the task killed", func() bool { return syscall.Kill(pid, 0) != nil })
 	gone := time.Now()
 	heard := w.fake.LastHeard(cut)
-	if releasable := heard.Add(lostAfter); !gone.Before(releasable) {
-		t.Fatalf("the task ran until %s after the server last heard from the backend; it could lease the task again after %s", gone.Sub(heard), lostAfter)
+	if releasable := heard.Add(stubbornLostAfter); !gone.Before(releasable) {
+		t.Fatalf("the task ran until %s after the server last heard from the backend; it could lease the task again after %s", gone.Sub(heard), stubbornLostAfter)
 	}
 
 	w.fake.SetFail(nil)
@@ -259,4 +252,63 @@ func TestPlacementCutOffStopsTheTaskOnItsNodeBeforeTheServerMovesIt(t *testing.T
 	if !strings.HasPrefix(done.GetError(), "fenced: ") || done.GetExitCode() != -1 {
 		t.Fatalf("outcome exit %d error %q, want the attempt reported fenced", done.GetExitCode(), done.GetError())
 	}
+}
+
+// A backend that dies or freezes stops nothing itself, so the task it
+// handed to a node runs under the backend's fence there: each read of the
+// task renews it to what is left of the backend's own, and once the
+// backend is gone the node's agent stops the task by the moment the
+// backend would have, before the server may lease it again. The backend
+// back reports the attempt fenced.
+func TestPlacementStoppedBackendHasItsTaskStoppedOnTheNodeBeforeTheServerMovesIt(t *testing.T) {
+	w, id, pid := placeStubbornTask(t, stubbornLostAfter)
+
+	stopped := time.Now()
+	w.stop() // as dead: nothing of the backend runs, and its job stays
+	leasetest.WaitFor(t, 20*time.Second, "the task killed", func() bool { return syscall.Kill(pid, 0) != nil })
+	gone := time.Now()
+	heard := w.fake.LastHeard(stopped)
+	if releasable := heard.Add(stubbornLostAfter); !gone.Before(releasable) {
+		t.Fatalf("the task ran until %s after the server last heard from the backend; it could lease the task again after %s", gone.Sub(heard), stubbornLostAfter)
+	}
+
+	w.start()
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetError() != fence.OwnerMessage {
+		t.Fatalf("outcome exit %d error %q, want the attempt reported fenced on the node (%q)", done.GetExitCode(), done.GetError(), fence.OwnerMessage)
+	}
+}
+
+// While the backend follows its task, its reads renew the task's fence on
+// the node: the task runs to its end well past the fence it was handed
+// over with.
+func TestPlacementFollowedTaskRunsPastItsFence(t *testing.T) {
+	w := newWorld(t, ModePlacement)
+	w.cfg.AgentLostAfter = stubbornLostAfter // a fence of 2 s
+	w.startNodeAgents()
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 60, Command: `sleep 6; echo finished`})[0]
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != 0 || done.GetStdout() != "finished\n" {
+		t.Fatalf("outcome exit %d stdout %q error %q, want the task run to its end", done.GetExitCode(), done.GetStdout(), done.GetError())
+	}
+}
+
+// stubbornLostAfter is the server's dead-agent timeout of the fencing
+// tests: a fence of 2 s, a kill grace of 0.5 s.
+const stubbornLostAfter = 3 * time.Second
+
+// placeStubbornTask runs a backend with lostAfter and the nodes' agents,
+// and places a task that ignores SIGTERM and has a 30 s grace; it returns
+// once the task runs on its node, with the task's pid.
+func placeStubbornTask(t *testing.T, lostAfter time.Duration) (w *world, id string, pid int) {
+	t.Helper()
+	w = newWorld(t, ModePlacement)
+	w.cfg.AgentLostAfter = lostAfter
+	w.startNodeAgents()
+	w.start()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	id = w.fake.Add(&taskv1.Task{Type: "script", Timeout: 600, GracePeriodSec: 30,
+		Command: `trap '' TERM; echo $$ > "$1"; while :; do sleep 0.2; done`, Args: []string{pidFile}})[0]
+	return w, id, waitPID(t, pidFile, 60*time.Second)
 }
