@@ -56,6 +56,9 @@ type run struct {
 	agent       *nodeAgent
 	localID     string
 	createTried bool
+	// unfenced: the node's agent does not take fence renewals (one older
+	// than the backend); the task is read, not renewed.
+	unfenced bool
 }
 
 func newRun(taskID, attemptID string, task *taskv1.Task) *run {
@@ -523,16 +526,7 @@ func (b *Backend) placementRunning(ctx context.Context, r *run, j Job) bool {
 		return true
 	}
 	log := b.runLog(r)
-	// Each read renews the task's fence on the node to what is left of
-	// the backend's own: should the backend die or freeze, the node's
-	// agent stops the task by the moment the backend would have.
-	var lt *agentv1.LocalTask
-	var err error
-	if left := b.lease.FenceLeft(); left > 0 {
-		lt, err = r.agent.renew(ctx, r.localID, left)
-	} else {
-		lt, err = r.agent.get(ctx, r.localID)
-	}
+	lt, err := b.readPlaced(ctx, r)
 	if errors.Is(err, ErrLocalTaskNotFound) {
 		return b.failPlacement(ctx, r, fmt.Sprintf("the agent of node %s lost the task", r.agent.node))
 	}
@@ -548,6 +542,30 @@ func (b *Backend) placementRunning(ctx context.Context, r *run, j Job) bool {
 	b.finish(ctx, r, o, lt.GetStdout(), lt.GetStderr(), nil)
 	b.cancelJob(r)
 	return true
+}
+
+// readPlaced reads the task on its node. Each read renews the task's
+// fence there to what is left of the backend's own (decision 0109):
+// should the backend die or freeze, the node's agent stops the task by
+// the moment the backend would have. A node's agent that has no renewal
+// route (older than the backend) answers it "not found"; the task is
+// then read instead, unfenced, rather than failed as lost.
+func (b *Backend) readPlaced(ctx context.Context, r *run) (*agentv1.LocalTask, error) {
+	left := b.lease.FenceLeft()
+	if left <= 0 || r.unfenced {
+		return r.agent.get(ctx, r.localID)
+	}
+	lt, err := r.agent.renew(ctx, r.localID, left)
+	if !errors.Is(err, ErrLocalTaskNotFound) {
+		return lt, err
+	}
+	lt, err = r.agent.get(ctx, r.localID)
+	if err == nil {
+		r.unfenced = true
+		b.runLog(r).Warn("the node's agent does not renew fences (it is older than the backend): its task runs unfenced, and would outlive a dead backend",
+			"node", r.agent.node)
+	}
+	return lt, err
 }
 
 // bind hands the task to the agent of the node Slurm allocated, once

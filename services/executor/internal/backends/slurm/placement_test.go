@@ -3,6 +3,9 @@ package slurm
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -311,4 +314,41 @@ func placeStubbornTask(t *testing.T, lostAfter time.Duration) (w *world, id stri
 	id = w.fake.Add(&taskv1.Task{Type: "script", Timeout: 600, GracePeriodSec: 30,
 		Command: `trap '' TERM; echo $$ > "$1"; while :; do sleep 0.2; done`, Args: []string{pidFile}})[0]
 	return w, id, waitPID(t, pidFile, 60*time.Second)
+}
+
+// A node's agent older than the backend has no renewal route and ignores
+// the fence's parameters: its answer to a renewal is "not found", and the
+// backend reads the task instead, unfenced, rather than fail it as lost.
+func TestPlacementOnAnAgentWithoutFencesRunsUnfenced(t *testing.T) {
+	w := newWorld(t, ModePlacement)
+	w.cfg.AgentLostAfter = stubbornLostAfter // a fence of 2 s
+	w.startNodeAgents()
+	for node, addr := range w.cfg.NodeAgents {
+		target, err := url.Parse(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		old := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+			if strings.HasSuffix(req.URL.Path, "/fence") {
+				rw.Header().Set("Content-Type", "application/json")
+				rw.WriteHeader(http.StatusNotFound)
+				_, _ = rw.Write([]byte(`{"code":30004,"message":"Not Found","data":null}`))
+				return
+			}
+			req.URL.RawQuery = "" // unknown query parameters are ignored
+			proxy.ServeHTTP(rw, req)
+		}))
+		t.Cleanup(old.Close)
+		w.cfg.NodeAgents[node] = old.URL
+	}
+	w.start()
+	id := w.fake.Add(&taskv1.Task{Type: "script", Timeout: 60, Command: `sleep 4; echo finished`})[0]
+	done := w.fake.WaitComplete(t, id, 60*time.Second)
+	if done.GetExitCode() != 0 || done.GetStdout() != "finished\n" {
+		t.Fatalf("outcome exit %d stdout %q error %q, want the task run to its end", done.GetExitCode(), done.GetStdout(), done.GetError())
+	}
+	if !strings.Contains(w.logs.String(), "does not renew fences") {
+		t.Fatal("the backend did not say that the task runs unfenced")
+	}
 }
