@@ -153,16 +153,7 @@ func TestCancelGrace(t *testing.T) {
 	f := &fake{tasks: []journal.Task{{ID: "t1", Status: journal.StatusRunning, Origin: journal.OriginLocal}}}
 	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f), Options{}))
 	defer srv.Close()
-	post := func(body string) (int, map[string]any) {
-		resp, err := http.Post(srv.URL+"/api/v1/tasks/t1/cancel", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var got map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&got)
-		return resp.StatusCode, got
-	}
+	post := func(body string) (int, map[string]any) { return postJSON(t, srv.URL+"/api/v1/tasks/t1/cancel", body) }
 	for _, tc := range []struct {
 		body string
 		want *time.Duration
@@ -193,6 +184,20 @@ func TestCancelGrace(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// postJSON posts body to url and returns the HTTP status and the decoded
+// answer.
+func postJSON(t *testing.T, url, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&got)
+	return resp.StatusCode, got
+}
+
 // TestFenceParameters: a creation passes its fence_ms and fence_grace_ms
 // on (none without them); a renewal its fence_ms, 0 included, and
 // answers with the task. Values out of range, a grace without a fence, an
@@ -202,17 +207,7 @@ func TestFenceParameters(t *testing.T) {
 	f := &fake{tasks: []journal.Task{{ID: "t1", Name: "one", Status: journal.StatusRunning, Origin: journal.OriginLocal}}}
 	srv := httptest.NewServer(Handler(context.Background(), NewServer(f, f), Options{}))
 	defer srv.Close()
-	post := func(path, body string) (int, map[string]any) {
-		t.Helper()
-		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var got map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&got)
-		return resp.StatusCode, got
-	}
+	post := func(path, body string) (int, map[string]any) { return postJSON(t, srv.URL+path, body) }
 	spec := `{"name":"x","command":"echo"}`
 	for _, tc := range []struct {
 		query string
