@@ -124,6 +124,9 @@ type Agent struct {
 	// isolation limits each task's resources (cgroups, else rlimits) and
 	// sandboxes it when configured.
 	isolation *isolation.Limiter
+	// spareRuns holds emptied run directories for the next attempts
+	// (nil when tasks are sandboxed).
+	spareRuns *spareRunDirs
 	// tracedStart: the shims put tasks in their cgroups and under their
 	// limits while the tasks are stopped at their first instruction,
 	// without the exec trampoline (shim.ProbeTracedStart, at New).
@@ -198,6 +201,17 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		localWake:     make(chan struct{}, 1),
 		heartbeatWake: make(chan struct{}, 1),
 		isolation:     limiter,
+	}
+	// A sandboxed task's run directory is laid out differently (its own
+	// task/ directory, owned by the sandbox user), so only the agents
+	// whose tasks run as themselves reuse run directories.
+	if !limiter.Sandboxed() {
+		spares, err := newSpareRunDirs(filepath.Join(cfg.DataDir, "spare-runs"), 2*cfg.Slots)
+		if err != nil {
+			j.Close()
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		a.spareRuns = spares
 	}
 	a.shims = perTaskShims{command: cfg.ShimCommand, env: a.baseEnv}
 	if !cfg.ShimPerTask {

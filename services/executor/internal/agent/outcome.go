@@ -127,5 +127,8 @@ func (a *Agent) cleanup(runDir string) {
 	if runDir == "" || filepath.Dir(runDir) != filepath.Join(a.cfg.DataDir, "runs") {
 		return // never remove anything outside our run directories
 	}
+	if a.spareRuns.recycle(runDir) {
+		return
+	}
 	_ = os.RemoveAll(runDir)
 }

@@ -46,7 +46,8 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 	if sandboxed {
 		taskDir = filepath.Join(runDir, "task")
 	}
-	if err := os.MkdirAll(filepath.Join(taskDir, "tmp"), 0o700); err != nil {
+	a.spareRuns.take(runDir) // a spare, when there is one; else created here
+	if err := os.MkdirAll(filepath.Join(taskDir, runTmpDir), 0o700); err != nil {
 		return "", shim.Spec{}, fmt.Errorf("run dir: %w", err)
 	}
 	workdir := t.Workdir
@@ -104,7 +105,7 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 	}
 	progressFile := filepath.Join(taskDir, "progress")
 	env := append([]string{}, a.baseEnv...)
-	env = append(env, "TMPDIR="+filepath.Join(taskDir, "tmp"))
+	env = append(env, "TMPDIR="+filepath.Join(taskDir, runTmpDir))
 	for k, v := range t.Env {
 		if strings.HasPrefix(k, "TASKMESH_") {
 			continue
