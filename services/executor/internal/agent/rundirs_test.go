@@ -80,20 +80,29 @@ rm -rf "$TMPDIR" && ln -s "$1" "$TMPDIR"`, target)
 	}
 }
 
-// A spare that holds anything but an empty tmp is never handed out: it is
-// removed, and the attempt gets a directory of its own.
-func TestSpareRunDirectoryWithAStrayFileIsNotHandedOut(t *testing.T) {
-	root := filepath.Join(shortDir(t), "spare-runs")
-	s, err := newSpareRunDirs(root, 4)
+// newTestSpares is a pool of at most max spares beside a runs directory,
+// and mk, which makes a run directory there as prepare does.
+func newTestSpares(t *testing.T, max int) (s *spareRunDirs, runs string, mk func(name string) string) {
+	t.Helper()
+	s, err := newSpareRunDirs(filepath.Join(shortDir(t), "spare-runs"), max)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := shortDir(t)
-	used := filepath.Join(runs, "attempt-1")
-	if err := os.MkdirAll(filepath.Join(used, runTmpDir), 0o700); err != nil {
-		t.Fatal(err)
+	runs = shortDir(t)
+	return s, runs, func(name string) string {
+		d := filepath.Join(runs, name)
+		if err := os.MkdirAll(filepath.Join(d, runTmpDir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		return d
 	}
-	if !s.recycle(used) {
+}
+
+// A spare that holds anything but an empty tmp is never handed out: it is
+// removed, and the attempt gets a directory of its own.
+func TestSpareRunDirectoryWithAStrayFileIsNotHandedOut(t *testing.T) {
+	s, runs, mk := newTestSpares(t, 4)
+	if !s.recycle(mk("attempt-1")) {
 		t.Fatal("an emptied run directory was not taken back")
 	}
 	spare := s.free[0]
@@ -116,19 +125,7 @@ func TestSpareRunDirectoryWithAStrayFileIsNotHandedOut(t *testing.T) {
 // after a restart keeps what it holds) and keeps its spare; recycle gives
 // up once the pool is full, and the caller removes the directory.
 func TestSpareRunDirectoriesKeepExistingDirectoriesAndTheirBound(t *testing.T) {
-	root := filepath.Join(shortDir(t), "spare-runs")
-	s, err := newSpareRunDirs(root, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := shortDir(t)
-	mk := func(name string) string {
-		d := filepath.Join(runs, name)
-		if err := os.MkdirAll(filepath.Join(d, runTmpDir), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	s, runs, mk := newTestSpares(t, 1)
 	if !s.recycle(mk("a")) {
 		t.Fatal("the first directory was not taken back")
 	}
