@@ -51,8 +51,10 @@ type TaskGroup struct {
 	MaxParallel int32 `protobuf:"varint,12,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
 	// repeat only.
 	Repeat *RepeatStatus `protobuf:"bytes,13,opt,name=repeat,proto3" json:"repeat,omitempty"`
-	// Why the group failed or was cancelled.
-	Error string `protobuf:"bytes,14,opt,name=error,proto3" json:"error,omitempty"`
+	// Why the group failed or was cancelled; unset (null) until it has
+	// one, as a task's and a member's
+	// (docs/decisions/0104-error-is-null-until-there-is-one.md).
+	Error *string `protobuf:"bytes,14,opt,name=error,proto3,oneof" json:"error,omitempty"`
 	// The number of events recorded for the group.
 	Version int64 `protobuf:"varint,15,opt,name=version,proto3" json:"version,omitempty"`
 	// The group's own endpoint, notified when the group ends and by every
@@ -187,8 +189,8 @@ func (x *TaskGroup) GetRepeat() *RepeatStatus {
 }
 
 func (x *TaskGroup) GetError() string {
-	if x != nil {
-		return x.Error
+	if x != nil && x.Error != nil {
+		return *x.Error
 	}
 	return ""
 }
@@ -2020,7 +2022,7 @@ var File_taskmesh_task_v1_task_group_service_proto protoreflect.FileDescriptor
 
 const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\n" +
-	")taskmesh/task/v1/task_group_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xac\x05\n" +
+	")taskmesh/task/v1/task_group_service.proto\x12\x10taskmesh.task.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1btaskmesh/task/v1/task.proto\"\xbb\x05\n" +
 	"\tTaskGroup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -2038,12 +2040,13 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	" \x01(\v2!.taskmesh.task.v1.TaskGroupCountsR\x06counts\x12\x14\n" +
 	"\x05total\x18\v \x01(\x05R\x05total\x12!\n" +
 	"\fmax_parallel\x18\f \x01(\x05R\vmaxParallel\x126\n" +
-	"\x06repeat\x18\r \x01(\v2\x1e.taskmesh.task.v1.RepeatStatusR\x06repeat\x12\x14\n" +
-	"\x05error\x18\x0e \x01(\tR\x05error\x12\x18\n" +
+	"\x06repeat\x18\r \x01(\v2\x1e.taskmesh.task.v1.RepeatStatusR\x06repeat\x12\x19\n" +
+	"\x05error\x18\x0e \x01(\tH\x00R\x05error\x88\x01\x01\x12\x18\n" +
 	"\aversion\x18\x0f \x01(\x03R\aversion\x123\n" +
 	"\awebhook\x18\x10 \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhook\x12\x1d\n" +
 	"\n" +
-	"created_by\x18< \x01(\tR\tcreatedBy\"\xf1\x01\n" +
+	"created_by\x18< \x01(\tR\tcreatedByB\b\n" +
+	"\x06_error\"\xf1\x01\n" +
 	"\x0fTaskGroupCounts\x12\x18\n" +
 	"\apending\x18\x01 \x01(\x05R\apending\x12\x1a\n" +
 	"\bassigned\x18\x02 \x01(\x05R\bassigned\x12\x18\n" +
@@ -2387,6 +2390,7 @@ func file_taskmesh_task_v1_task_group_service_proto_init() {
 		return
 	}
 	file_taskmesh_task_v1_task_proto_init()
+	file_taskmesh_task_v1_task_group_service_proto_msgTypes[0].OneofWrappers = []any{}
 	file_taskmesh_task_v1_task_group_service_proto_msgTypes[2].OneofWrappers = []any{}
 	file_taskmesh_task_v1_task_group_service_proto_msgTypes[3].OneofWrappers = []any{}
 	file_taskmesh_task_v1_task_group_service_proto_msgTypes[4].OneofWrappers = []any{}

@@ -169,6 +169,10 @@ func TestGroupsWaitForTheirStart(t *testing.T) {
 	if code != 200 || g["status"] != "pending" {
 		t.Fatalf("create = %d %v, want a pending group", code, g)
 	}
+	// Null until there is one, as a task's (decision 0104).
+	if e, ok := g["error"]; !ok || e != nil {
+		t.Fatalf("a pending group's error = %v (present %v), want null", e, ok)
+	}
 	id := g["id"].(string)
 	time.Sleep(time.Second) // an agent is polling: nothing may reach it
 	if code, ids, _, _ := w.listIDs(key, "group_id="+id); code != 200 || len(ids) != 0 {
@@ -180,7 +184,9 @@ func TestGroupsWaitForTheirStart(t *testing.T) {
 	if code, g, _ := w.call("POST", "/api/v1/task-groups/"+id+"/start", key, map[string]any{}); code != 200 || g["status"] != "running" {
 		t.Fatalf("start = %d %v", code, g)
 	}
-	w.waitGroup(key, id, 30*time.Second, "the started group to complete", settledAs("completed"))
+	if g := w.waitGroup(key, id, 30*time.Second, "the started group to complete", settledAs("completed")); g["error"] != nil {
+		t.Errorf("a completed group's error = %v, want null", g["error"])
+	}
 
 	at := body()
 	at["start"] = true

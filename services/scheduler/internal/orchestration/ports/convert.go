@@ -118,7 +118,7 @@ func groupToProto(g orch.Group, members []orch.Member, tasks map[string]task.Tas
 	p := &taskv1.TaskGroup{Id: g.ID, Name: g.Name, Mode: string(g.Mode), Status: string(g.Status),
 		CreatedAt: taskproto.ToTimestamp(g.CreatedAt), EndedAt: taskproto.ToTimestamp(g.EndedAt),
 		StartedAt: taskproto.ToTimestamp(g.StartedAt), UpdatedAt: taskproto.ToTimestamp(g.UpdatedAt),
-		Total: int32(g.Total), MaxParallel: int32(g.MaxParallel), Error: g.Reason, Version: g.Version, CreatedBy: g.CreatedBy,
+		Total: int32(g.Total), MaxParallel: int32(g.MaxParallel), Error: taskproto.OptionalString(g.Reason), Version: g.Version, CreatedBy: g.CreatedBy,
 		Tasks: make([]*taskv1.TaskGroupMember, 0, len(members)),
 		Counts: &taskv1.TaskGroupCounts{
 			Pending: int32(g.Counts[task.StatusPending]), Assigned: int32(g.Counts[task.StatusAssigned]),
