@@ -1338,8 +1338,14 @@ type ListTaskGroupsRequest struct {
 	Status string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	Mode   string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
 	// At most 500; default 50.
-	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Groups to skip before the page (?offset=), for clients that page by
+	// offset; at most 10000, past which page_token pages on.
+	Offset int32 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The page to answer, from 1, of page_size groups each (?page=); it
+	// starts at most 10000 groups in.
+	Page          int32 `protobuf:"varint,6,opt,name=page,proto3" json:"page,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1400,6 +1406,20 @@ func (x *ListTaskGroupsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListTaskGroupsRequest) GetOffset() int32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ListTaskGroupsRequest) GetPage() int32 {
+	if x != nil {
+		return x.Page
+	}
+	return 0
 }
 
 type ListTaskGroupsResponse struct {
@@ -2216,14 +2236,19 @@ const file_taskmesh_task_v1_task_group_service_proto_rawDesc = "" +
 	"\awebhook\x18\b \x01(\v2\x19.taskmesh.task.v1.WebhookR\awebhookB\b\n" +
 	"\x06_start\"L\n" +
 	"\x17CreateTaskGroupResponse\x121\n" +
-	"\x05group\x18\x01 \x01(\v2\x1b.taskmesh.task.v1.TaskGroupR\x05group\"\xf6\x01\n" +
+	"\x05group\x18\x01 \x01(\v2\x1b.taskmesh.task.v1.TaskGroupR\x05group\"\x92\x04\n" +
 	"\x15ListTaskGroupsRequest\x12O\n" +
 	"\x06status\x18\x01 \x01(\tB7\xbaH4r2R\x00R\apendingR\arunningR\tcompletedR\x06failedR\tcancelledR\x06status\x12:\n" +
 	"\x04mode\x18\x02 \x01(\tB&\xbaH#r!R\x00R\x06serialR\bparallelR\x03dagR\x06repeatR\x04mode\x12'\n" +
 	"\tpage_size\x18\x03 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xf4\x03(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\"u\n" +
+	"page_token\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x04R\tpageToken\x12\"\n" +
+	"\x06offset\x18\x05 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x90N(\x00R\x06offset\x12\x1e\n" +
+	"\x04page\x18\x06 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\x90N(\x00R\x04page:\xd5\x01\xbaH\xd1\x01\x1a\xce\x01\n" +
+	"\"list_task_groups_one_way_to_a_page\x12Jpage_token, offset and page each say where a page starts: give one of them\x1a\\(this.page_token == '' ? 0 : 1) + (this.offset == 0 ? 0 : 1) + (this.page == 0 ? 0 : 1) <= 1\"u\n" +
 	"\x16ListTaskGroupsResponse\x123\n" +
 	"\x06groups\x18\x01 \x03(\v2\x1b.taskmesh.task.v1.TaskGroupR\x06groups\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"1\n" +

@@ -46,11 +46,8 @@ func (a *App) ListTasks(ctx context.Context, c Caller, f ListFilter) ([]domain.T
 	if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && f.CreatedAfter.After(f.CreatedBefore) {
 		return nil, "", &domain.InvalidError{Field: "created_after", Reason: "is after created_before"}
 	}
-	switch {
-	case f.Offset < 0 || f.Offset > MaxListOffset:
-		return nil, "", &domain.InvalidError{Field: "offset", Reason: fmt.Sprintf("must be 0 to %d; page on with page_token", MaxListOffset)}
-	case f.Offset > 0 && f.PageToken != "":
-		return nil, "", &domain.InvalidError{Field: "offset", Reason: "starts a listing; page_token continues one: give one of them"}
+	if err := CheckListStart(f.Offset, f.PageToken); err != nil {
+		return nil, "", err
 	}
 	if f.PageSize <= 0 {
 		f.PageSize = DefaultPageSize
@@ -99,4 +96,18 @@ func (a *App) awaitViews(ctx context.Context, tenant string) error {
 			return err
 		}
 	}
+}
+
+// CheckListStart refuses where a listing is asked to start when it cannot:
+// an offset out of 0 to MaxListOffset, or an offset beside a page token
+// (the one starts a listing, the other continues one). Every list that
+// pages by offset as well as by token checks the same.
+func CheckListStart(offset int, pageToken string) error {
+	switch {
+	case offset < 0 || offset > MaxListOffset:
+		return &domain.InvalidError{Field: "offset", Reason: fmt.Sprintf("must be 0 to %d; page on with page_token", MaxListOffset)}
+	case offset > 0 && pageToken != "":
+		return &domain.InvalidError{Field: "offset", Reason: "starts a listing; page_token continues one: give one of them"}
+	}
+	return nil
 }

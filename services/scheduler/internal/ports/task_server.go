@@ -73,11 +73,8 @@ func (s *TaskServer) ListTasks(ctx context.Context, r *taskv1.ListTasksRequest) 
 		Priority: int(r.GetPriority()), PageSize: int(cmp.Or(r.GetPageSize(), r.GetLimit())), PageToken: r.GetPageToken(),
 		Offset: int(r.GetOffset())}
 	if r.GetPage() > 0 {
-		// Page n starts after n-1 pages of the size asked for.
-		f.Offset = (int(r.GetPage()) - 1) * cmp.Or(f.PageSize, app.DefaultPageSize)
-		if f.Offset > app.MaxListOffset {
-			return nil, toStatus(s.Log, &domain.InvalidError{Field: "page", Reason: fmt.Sprintf(
-				"starts %d tasks in, past the %d a page may start at; page on with page_token", f.Offset, app.MaxListOffset)})
+		if f.Offset, err = PageStart(int(r.GetPage()), f.PageSize, "tasks"); err != nil {
+			return nil, toStatus(s.Log, err)
 		}
 	}
 	if r.CreatedAfter != nil {
@@ -262,4 +259,16 @@ func (s *TaskServer) WatchTask(r *taskv1.WatchTaskRequest, stream taskv1.TaskSer
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// PageStart is where page n (from 1) of a listing starts: after n-1 pages
+// of pageSize entries (app.DefaultPageSize when 0). A page that would
+// start past app.MaxListOffset is refused, naming page and what is listed.
+func PageStart(page, pageSize int, what string) (int, error) {
+	start := (page - 1) * cmp.Or(pageSize, app.DefaultPageSize)
+	if start > app.MaxListOffset {
+		return 0, &domain.InvalidError{Field: "page", Reason: fmt.Sprintf(
+			"starts %d %s in, past the %d a page may start at; page on with page_token", start, what, app.MaxListOffset)}
+	}
+	return start, nil
 }

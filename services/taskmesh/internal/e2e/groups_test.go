@@ -297,6 +297,71 @@ func TestFailuresInSerialAndDAGGroups(t *testing.T) {
 	}
 }
 
+// The group list pages by number and by offset as the task list does,
+// and refuses, in the envelope, a start it cannot serve.
+func TestGroupListPagesByNumberAndOffset(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	var ids []string // oldest first
+	for i := range 5 {
+		code, g, _ := w.call("POST", "/api/v1/task-groups", key, map[string]any{"name": fmt.Sprint("g", i), "mode": "serial",
+			"tasks": []map[string]any{{"name": "a", "command": "true"}}})
+		if code != 200 {
+			t.Fatalf("create = %d %v", code, g)
+		}
+		ids = append(ids, g["id"].(string))
+	}
+	newest := slices.Clone(ids)
+	slices.Reverse(newest)
+	list := func(query string) ([]string, string) {
+		t.Helper()
+		code, body, _ := w.call("GET", "/api/v1/task-groups?"+query, key, nil)
+		if code != 200 {
+			t.Fatalf("?%s = %d %v", query, code, body)
+		}
+		var got []string
+		for _, g := range body["groups"].([]any) {
+			got = append(got, g.(map[string]any)["id"].(string))
+		}
+		return got, body["next_page_token"].(string)
+	}
+	for _, tt := range []struct {
+		query    string
+		want     []string
+		lastPage bool
+	}{
+		{"page_size=2&page=1", newest[0:2], false},
+		{"page_size=2&page=2", newest[2:4], false},
+		{"page_size=2&page=3", newest[4:5], true},
+		{"page_size=2&page=4", nil, true},
+		{"page_size=2&offset=1", newest[1:3], false},
+		{"offset=3", newest[3:5], true},
+	} {
+		got, next := list(tt.query)
+		if !slices.Equal(got, tt.want) || (next == "") != tt.lastPage {
+			t.Errorf("?%s = %v (next %q), want %v (last page %v)", tt.query, got, next, tt.want, tt.lastPage)
+		}
+	}
+	// A numbered page's token pages on from it.
+	_, next := list("page_size=2&page=2")
+	if got, _ := list("page_size=2&page_token=" + next); !slices.Equal(got, newest[4:5]) {
+		t.Errorf("the token of page 2 led to %v, want %v", got, newest[4:5])
+	}
+	for _, tt := range []struct{ query, want string }{
+		{"page=2&page_token=" + next, "give one of them"},
+		{"offset=2&page=2", "give one of them"},
+		{"offset=10001", "offset"},
+		{"page=5001&page_size=3", "starts 15000 task groups in"},
+		{"page=-1", "page"},
+	} {
+		code, body, _ := w.call("GET", "/api/v1/task-groups?"+tt.query, key, nil)
+		if code != 400 || body["code"] != float64(30005) || !strings.Contains(fmt.Sprint(body["message"]), tt.want) {
+			t.Errorf("?%s = %d %v, want 400/30005 saying %q", tt.query, code, body, tt.want)
+		}
+	}
+}
+
 // A cycle, an unknown dependency, a duplicate id and an unknown queue are
 // 400/30005 over REST, naming the member's field, and store nothing.
 func TestInvalidGroupsAreRefusedAndStoreNothing(t *testing.T) {

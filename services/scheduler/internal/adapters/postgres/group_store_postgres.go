@@ -452,7 +452,8 @@ func upsertMembers(ctx context.Context, tx pgx.Tx, groupID string, members []orc
 	return nil
 }
 
-// List implements oapp.GroupStore: keyset pages on (created_at, id).
+// List implements oapp.GroupStore: keyset pages on (created_at, id), the
+// first of them after f.Offset groups.
 func (s *GroupStore) List(ctx context.Context, f oapp.GroupFilter) ([]orch.Group, string, error) {
 	if f.PageSize <= 0 {
 		f.PageSize = 50
@@ -481,9 +482,9 @@ func (s *GroupStore) List(ctx context.Context, f oapp.GroupFilter) ([]orch.Group
 		args = append(args, at, id)
 		where = append(where, fmt.Sprintf("(created_at, id) < ($%d, $%d)", len(args)-1, len(args)))
 	}
-	args = append(args, f.PageSize+1)
+	args = append(args, f.PageSize+1, f.Offset)
 	rows, err := s.DB.Query(ctx, `SELECT doc FROM task_groups WHERE `+strings.Join(where, " AND ")+
-		fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args...)
+		fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d OFFSET $%d`, len(args)-1, len(args)), args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("list task groups: %w", err)
 	}

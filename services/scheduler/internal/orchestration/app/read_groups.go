@@ -69,6 +69,9 @@ func (a *App) GroupChanges(ctx context.Context, c sched.Caller, id string, since
 
 // ListGroups lists the caller's groups, newest first, without members.
 func (a *App) ListGroups(ctx context.Context, c sched.Caller, f GroupFilter) ([]orch.Group, string, error) {
+	if err := sched.CheckListStart(f.Offset, f.PageToken); err != nil {
+		return nil, "", err
+	}
 	f.Tenant = c.Tenant
 	return a.groups.List(ctx, f)
 }

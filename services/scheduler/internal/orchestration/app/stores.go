@@ -95,6 +95,9 @@ type GroupFilter struct {
 	Status, Mode string
 	PageSize     int // default 50
 	PageToken    string
+	// Offset skips that many matching groups before the page (at most
+	// sched.MaxListOffset); not with PageToken.
+	Offset int
 }
 
 // TemplateStore keeps the template aggregate: its events and the template

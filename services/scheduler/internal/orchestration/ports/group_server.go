@@ -67,8 +67,14 @@ func (s *GroupServer) ListTaskGroups(ctx context.Context, r *taskv1.ListTaskGrou
 	if err != nil {
 		return nil, err
 	}
-	groups, next, err := s.App.ListGroups(ctx, c, oapp.GroupFilter{Status: r.GetStatus(), Mode: r.GetMode(),
-		PageSize: int(r.GetPageSize()), PageToken: r.GetPageToken()})
+	f := oapp.GroupFilter{Status: r.GetStatus(), Mode: r.GetMode(),
+		PageSize: int(r.GetPageSize()), PageToken: r.GetPageToken(), Offset: int(r.GetOffset())}
+	if r.GetPage() > 0 {
+		if f.Offset, err = sports.PageStart(int(r.GetPage()), f.PageSize, "task groups"); err != nil {
+			return nil, toStatus(s.Log, err)
+		}
+	}
+	groups, next, err := s.App.ListGroups(ctx, c, f)
 	if err != nil {
 		return nil, toStatus(s.Log, notFound(err, "task group"))
 	}

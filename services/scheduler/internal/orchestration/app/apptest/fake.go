@@ -316,6 +316,7 @@ func (s *Store) List(_ context.Context, f oapp.GroupFilter) ([]orch.Group, strin
 		out = append(out, g)
 	}
 	slices.SortFunc(out, func(a, b orch.Group) int { return -newer(a, b) })
+	out = out[min(f.Offset, len(out)):]
 	next := ""
 	if len(out) > f.PageSize {
 		out = out[:f.PageSize]
