@@ -48,7 +48,7 @@ func Between(shown, accepted protoreflect.MessageDescriptor) Keys {
 // dropped. Anything that is not a JSON object is returned as it is, for
 // the route's decoder to report.
 func Drop(obj []byte, keys Keys) ([]byte, bool) {
-	if t := bytes.TrimLeft(obj, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+	if t := bytes.TrimLeft(obj, " \t\r\n"); len(t) == 0 || t[0] != '{' || !mayHold(obj, keys) {
 		return obj, false
 	}
 	var m map[string]json.RawMessage
@@ -77,4 +77,22 @@ func Drop(obj []byte, keys Keys) ([]byte, bool) {
 		return obj, false
 	}
 	return out, true
+}
+
+// mayHold reports whether obj may have one of keys' names as a key: it
+// spells one between quotes, or holds an escape, which could spell one
+// ("st\u0061tus"). Names inside a subtree need their parent's key, so
+// the top level's names are enough. Most bodies (a client sending only
+// what it may set) have none, and are passed on without being decoded.
+func mayHold(obj []byte, keys Keys) bool {
+	if bytes.IndexByte(obj, '\\') >= 0 {
+		return true
+	}
+	var buf [64]byte
+	for k := range keys {
+		if bytes.Contains(obj, append(append(append(buf[:0], '"'), k...), '"')) {
+			return true
+		}
+	}
+	return false
 }

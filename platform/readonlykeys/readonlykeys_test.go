@@ -40,6 +40,9 @@ func TestDrop(t *testing.T) {
 	}{
 		{"top level and nested", `{"name":"a","status":"running","checkpoint":{"enabled":true,"saved_at":"x"}}`, `{"checkpoint":{"enabled":true},"name":"a"}`, true},
 		{"nothing to drop", `{"name":"a"}`, `{"name":"a"}`, false},
+		{"a name as a value only", `{"name":"status","args":["checkpoint"]}`, `{"name":"status","args":["checkpoint"]}`, false},
+		{"a name spelt with an escape", `{"name":"a","st\u0061tus":"running"}`, `{"name":"a"}`, true},
+		{"a nested name under its parent only", `{"saved_at":"x","checkpoint":{"saved_at":"y"}}`, `{"saved_at":"x","checkpoint":{}}`, true},
 		{"unknown keys stay for the decoder", `{"colour":"red","status":1}`, `{"colour":"red"}`, true},
 		{"not an object", `[1,2]`, `[1,2]`, false},
 		{"malformed", `{"status":`, `{"status":`, false},
