@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/taskmesh/taskmesh/platform/otel"
 )
@@ -28,9 +29,10 @@ import (
 //
 // A call sees what it would see over the network, because the same parts
 // run on it: the request is marshalled and unmarshalled into a fresh
-// message (so neither side shares memory with the other, unknown fields
+// message (so the handler shares no memory with the caller, unknown fields
 // and invalid UTF-8 are handled as on the wire, and MaxRecvMsgBytes
-// holds); the handler runs behind New's unary chain (panic recovery,
+// holds); the answer is handed over whole (handOver: the handler gives it
+// up when it returns, as it does to a server that marshals it); the handler runs behind New's unary chain (panic recovery,
 // internal authentication from the metadata, validation); its context
 // carries the caller's deadline and cancellation, the outgoing metadata
 // as incoming metadata and the trace context, and none of the caller's
@@ -176,12 +178,36 @@ func (l *Local) Invoke(ctx context.Context, method string, args, reply any, opts
 	if !ok {
 		return status.Errorf(codes.Internal, "grpcserver: %s answered %T, not a proto message", method, resp)
 	}
-	b, err := proto.Marshal(rm)
-	if err != nil {
-		return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
+	return handOver(rm, out)
+}
+
+// handOver makes out the handler's answer: out takes answer's fields
+// themselves, not copies of them. A gRPC server marshals an answer once
+// its handler has returned and drops it, so a handler keeps no hold on
+// what it answers; the caller, which owns out, now owns answer's fields.
+// Copying them (marshal, unmarshal) cost the REST path more than its JSON
+// encoding of the answer (docs/decisions/0111-in-process-answers-are-handed-over.md).
+// An answer of another type than out (a handler bug) is copied through
+// the wire format, as the network would.
+func handOver(answer, out proto.Message) error {
+	src, dst := answer.ProtoReflect(), out.ProtoReflect()
+	if src.Descriptor() != dst.Descriptor() {
+		b, err := proto.Marshal(answer)
+		if err != nil {
+			return status.Errorf(codes.Internal, "grpc: error while marshaling: %v", err)
+		}
+		if err := proto.Unmarshal(b, out); err != nil {
+			return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
+		}
+		return nil
 	}
-	if err := proto.Unmarshal(b, out); err != nil {
-		return status.Errorf(codes.Internal, "grpc: failed to unmarshal the received message: %v", err)
+	proto.Reset(out)
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	if u := src.GetUnknown(); len(u) > 0 {
+		dst.SetUnknown(u)
 	}
 	return nil
 }

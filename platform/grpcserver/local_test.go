@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
@@ -268,5 +270,61 @@ func TestAuthorizeComesBeforeValidation(t *testing.T) {
 				t.Errorf("the handler ran %d times", n)
 			}
 		})
+	}
+}
+
+// keptTasks answers GetTask with the same message every time, and keeps it.
+type keptTasks struct {
+	taskv1.UnimplementedTaskServiceServer
+	answer *taskv1.GetTaskResponse
+}
+
+func (k keptTasks) GetTask(context.Context, *taskv1.GetTaskRequest) (*taskv1.GetTaskResponse, error) {
+	return k.answer, nil
+}
+
+// An in-process caller gets the handler's answer itself, its fields not
+// copied; what it then does to its reply stays its own business as the
+// handler gave the answer up. Over the network it gets a copy, equal.
+func TestLocalHandsTheAnswerOver(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			task := &taskv1.Task{Id: "t-1", Name: "kept", Env: map[string]string{"a": "b"}}
+			c := taskv1.NewTaskServiceClient(tr.serve(t, keptTasks{answer: &taskv1.GetTaskResponse{Task: task}}))
+			resp, err := c.GetTask(asUser(), &taskv1.GetTaskRequest{Id: "t-1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(resp.GetTask(), task) {
+				t.Fatalf("answer %v, want %v", resp.GetTask(), task)
+			}
+			if handed := resp.GetTask() == task; handed != (tr.name == "local") {
+				t.Errorf("the reply holds the handler's own task: %v, want %v", handed, tr.name == "local")
+			}
+		})
+	}
+}
+
+// An answer of another type than the reply is copied through the wire
+// format, unknown fields and all, and shares nothing with the reply.
+func TestHandOverOfAnotherTypeCopies(t *testing.T) {
+	answer := &taskv1.GetTaskResponse{Task: &taskv1.Task{Id: "t-1"}}
+	answer.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 7))
+	var out taskv1.CreateTaskResponse
+	if err := handOver(answer, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.GetTask().GetId() != "t-1" || out.GetTask() == answer.GetTask() {
+		t.Errorf("reply %v: want a copy of the answer's task", &out)
+	}
+	if len(out.ProtoReflect().GetUnknown()) == 0 {
+		t.Error("the answer's unknown field was lost")
+	}
+	same := &taskv1.GetTaskResponse{}
+	if err := handOver(answer, same); err != nil {
+		t.Fatal(err)
+	}
+	if same.GetTask() != answer.GetTask() || len(same.ProtoReflect().GetUnknown()) == 0 {
+		t.Errorf("reply of the answer's type %v: want its task and unknown field handed over", same)
 	}
 }
