@@ -161,10 +161,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.WorkRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("work root: %w", err)
 	}
-	// Every attempt creates and removes a directory in each of these two;
-	// spread over ext4's block groups, the inodes of their files are
-	// found quickly (internal/fsalloc). Elsewhere the hint is refused,
-	// and nothing else depends on it.
+	// Attempts create directories in these two (each task its work
+	// directory, an attempt its run directory when no spare is left) and
+	// retention removes them; spread over ext4's block groups, the inodes
+	// of their files are found quickly (internal/fsalloc). Elsewhere the
+	// hint is refused, and nothing else depends on it.
 	for _, d := range []string{filepath.Join(cfg.DataDir, "runs"), cfg.WorkRoot} {
 		if err := fsalloc.SpreadSubdirs(d); err != nil {
 			cfg.Logger.Debug("directories not spread over block groups", "dir", d, "err", err)
