@@ -63,7 +63,7 @@ type drainer struct {
 	read        func(context.Context) ([]string, error) // the open work
 	period      time.Duration
 	stall, poll time.Duration
-	extendedFor time.Duration // past period, when the drain ended
+	extendedFor time.Duration // past period, when the drain ended; 0 unless it went on for work still ending
 }
 
 // run waits until no work is open (nil), or the drain ends with work open
@@ -73,11 +73,18 @@ func (d *drainer) run(ctx context.Context) error {
 	var last []string // the last list read; a failed read keeps the one before
 	var lastErr error
 	lastEnded := start // when the open work last shrank
+	// extending: a read past the period found work still ending, and the
+	// drain went on. Only then is the time past the period an extension;
+	// a read that merely came late (a poll held up on a busy machine)
+	// extends nothing.
+	extending := false
 	for {
 		open, err := d.read(ctx)
 		now := time.Now()
-		// Less than a poll past the period is the period's last read.
-		d.extendedFor = max(0, now.Sub(start)-d.period).Truncate(d.poll)
+		d.extendedFor = 0
+		if extending {
+			d.extendedFor = max(0, now.Sub(start)-d.period).Truncate(d.poll)
+		}
 		if err == nil && len(open) == 0 {
 			return nil
 		}
@@ -101,6 +108,7 @@ func (d *drainer) run(ctx context.Context) error {
 			}
 			return fmt.Errorf("still open after %s: %d (%v)", took, len(last), firstN(last, 5))
 		}
+		extending = now.Sub(start) >= d.period
 		select {
 		case <-ctx.Done():
 		case <-time.After(d.poll):

@@ -464,3 +464,24 @@ func TestCompareStream(t *testing.T) {
 		t.Fatalf("offences %d %q, want %q", inv.Count, inv.First, want)
 	}
 }
+
+// A read that comes back past the period (a poll held up on a busy
+// machine) is the period's last read, not an extension: work that never
+// ended is reported after the period alone.
+func TestDrainALateReadExtendsNothing(t *testing.T) {
+	// Every read takes 30 ms and the polls are 10 ms apart: the reads end
+	// at 30, 70 and 110 ms or later, the third at least 10 ms past the
+	// period of 100 ms.
+	slow := func(context.Context) ([]string, error) {
+		time.Sleep(30 * time.Millisecond)
+		return []string{"t0=running"}, nil
+	}
+	d := &drainer{read: slow, period: 100 * time.Millisecond, stall: 50 * time.Millisecond, poll: 10 * time.Millisecond}
+	err := d.run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "still open after the drain period (100ms): 1 ([t0=running])") {
+		t.Fatalf("drain = %v, want the item reported after the period, not extended", err)
+	}
+	if d.extendedFor != 0 {
+		t.Fatalf("extended for %s, want 0: nothing ended", d.extendedFor)
+	}
+}
