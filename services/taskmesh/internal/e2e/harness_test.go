@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/executor"
 	"github.com/taskmesh/taskmesh/services/gateway"
@@ -94,6 +96,21 @@ func worldTiming() scheduler.Timing {
 	return scheduler.Timing{AgentLostAfter: 3 * time.Second, SweepInterval: 200 * time.Millisecond, PreemptAfter: time.Second}
 }
 
+// worldLogTail bounds what a failed test prints of its world's log.
+const worldLogTail = 32 << 10
+
+// tail is the last n bytes of s, from a line's start.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
+
 // newWorldWith starts a world on o (directories, addresses and database
 // are filled in).
 func newWorldWith(t *testing.T, o stack.Options) *world {
@@ -103,6 +120,20 @@ func newWorldWith(t *testing.T, o stack.Options) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	if o.Logger == nil {
+		// The services' warnings and errors (a relay or projection
+		// retrying, a component stopping) are kept and shown when the
+		// test fails: what a failure on a loaded machine needs to be
+		// read without running it again. Registered before the stack's
+		// own cleanup, this runs after it, with the shutdown's lines.
+		logs := &logbuf.Buffer{}
+		o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the world's service log (warnings and errors), last %d bytes:\n%s", worldLogTail, tail(logs.String(), worldLogTail))
+			}
+		})
+	}
 	o.DataDir, o.HTTPAddr, o.GRPCAddr, o.DatabaseURL = dir, "127.0.0.1:0", "127.0.0.1:0", pgtest.New(t).URL
 	s, err := stack.Start(context.Background(), o)
 	if err != nil {
