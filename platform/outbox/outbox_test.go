@@ -230,6 +230,55 @@ func TestRelayWaitsForLateCommit(t *testing.T) {
 	}
 }
 
+// A transaction of another database of the same server does not hold the
+// relay back, however long it stays open: it cannot write this database's
+// events. One of the relay's own database still does (the test above).
+func TestRelayPassesOverAnotherDatabasesTransaction(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	db := pgtest.New(t)
+	pool := db.Open(t, eventtest.Schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	relay := outbox.New(pool, relayConfig(b.Addrs()))
+	done := make(chan struct{})
+	go func() { defer close(done); _ = relay.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// Another database of the server (pgtest's databases share one), with
+	// a transaction that took a transaction id and stays open.
+	otherPool := pgtest.New(t).Open(t, eventtest.Schema)
+	foreign, err := otherPool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = foreign.Rollback(context.Background()) }()
+	var foreignXID string
+	if err := foreign.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&foreignXID); err != nil {
+		t.Fatal(err)
+	}
+
+	st := eventstore.New()
+	if err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return st.Append(ctx, tx, eventtest.Event("after-the-foreign-one", 1))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Positive control: the event's transaction came after the foreign
+	// one, so the snapshot's xmin alone would hold it back.
+	var held bool
+	if err := pool.QueryRow(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot()) <= $1::text::xid8`, foreignXID).Scan(&held); err != nil || !held {
+		t.Fatalf("the foreign transaction %s does not hold the server's xmin back (%v, %v)", foreignXID, held, err)
+	}
+	relay.Notify()
+	waitRelayed(t, pool, 10*time.Second)
+	if got := relay.Stats().Published; got != 1 {
+		t.Fatalf("published = %d, want 1", got)
+	}
+	if records := b.ConsumeAll(t, topic); len(records) != 1 || string(records[0].Key) != "after-the-foreign-one" {
+		t.Fatalf("kafka holds %v, want the one event", records)
+	}
+}
+
 // A relay that crashed after a Kafka commit but before its checkpoint write
 // must not publish those events again: the successor finds them in Kafka.
 // Deleting the checkpoint simulates losing every write of it, so the

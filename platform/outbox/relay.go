@@ -19,7 +19,8 @@
 //     skipped, not repeated. The checkpoint is rewritten at once, so the
 //     next start reads only what is published after this one.
 //  4. Repeatedly read up to BatchSize events after the cursor whose writing
-//     transactions have all finished (tx_id below the snapshot's xmin), in
+//     transactions have all finished (tx_id below the snapshot's xmin, the
+//     server's other databases aside), in
 //     Position order; produce them in one Kafka transaction (topic by the
 //     event's aggregate type, Config.Routes; key = aggregate id, partition
 //     chosen like Kafka's default partitioner); commit; then store the
@@ -32,7 +33,8 @@
 // Reading by "tx_id < xmin" instead of "id > last id" is what makes late
 // commits safe: a transaction that got a lower id but commits after a higher
 // one keeps xmin at or below its tx_id until it finishes, so the relay cannot
-// move past it.
+// move past it. Transactions of the server's other databases do not hold it
+// back (readBatchSQL).
 package outbox
 
 import (
@@ -500,21 +502,47 @@ func (e *row) record(topic string, partition int32, relay []byte) *kgo.Record {
 	return rec
 }
 
+// readBatchSQL reads the events after a position ($1 the transaction id
+// as text, $2 the event id), up to $3 of them, whose writing transactions
+// have all finished (readBatch).
+//
+// The bound is the oldest transaction of the statement's own snapshot that
+// may write this table: every row below it is committed or rolled back, so
+// no row can appear later below the cursor, and rows at or above it wait
+// for a later read, in Position order. That is the snapshot's xmin, except
+// that a transaction known to run in another database of the server is
+// passed over: it cannot write this database's events, and a long one (a
+// CREATE DATABASE that copies files and waits for checkpoints, another
+// application's batch) held every relay of the server back until it
+// ended. A transaction is known to be another database's when
+// pg_stat_activity, read after the snapshot was taken, shows it on a
+// session of that database; a session never changes database. One that
+// ended in between, or that has no session (a prepared transaction), is
+// not known, and bounds the read as before. pg_stat_activity's backend_xid
+// is the 32-bit form of the snapshot's xid8: while both run, no two
+// transactions share it. With no transaction running the bound is the
+// snapshot's xmax, and pg_stat_activity is not read at all
+// (docs/decisions/0112-the-relay-passes-over-other-databases-transactions.md).
+const readBatchSQL = `
+	SELECT tx_id::text AS tx_text, id, aggregate_type, aggregate_id, version, event_type, event_id::text,
+	       tenant_id, occurred_at, payload, headers
+	FROM events
+	WHERE (tx_id, id) > ($1::text::xid8, $2::bigint)
+	  AND tx_id < coalesce(
+	        (SELECT min(x) FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+	         WHERE NOT EXISTS (
+	           SELECT 1 FROM pg_stat_activity a
+	           WHERE a.backend_xid IS NOT NULL
+	             AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database())
+	             AND a.backend_xid::text::bigint = x::text::bigint % 4294967296)),
+	        pg_snapshot_xmax(pg_current_snapshot()))
+	ORDER BY events.tx_id, events.id -- qualified: the xid8 column, not its text form
+	LIMIT $3`
+
 func readBatch(ctx context.Context, conn *pgxpool.Conn, after Position, limit int) ([]row, error) {
 	// The row comparison (tx_id, id) > cursor lets the (tx_id, id) index
-	// serve both the filter and the order. pg_snapshot_xmin of the
-	// statement's own snapshot is the oldest transaction still running:
-	// every row below it is committed or rolled back, so no row can appear
-	// later below the cursor. Rows of transactions at or above it wait for a
-	// later read, in Position order.
-	rows, err := conn.Query(ctx, `
-		SELECT tx_id::text AS tx_text, id, aggregate_type, aggregate_id, version, event_type, event_id::text,
-		       tenant_id, occurred_at, payload, headers
-		FROM events
-		WHERE (tx_id, id) > ($1::text::xid8, $2::bigint)
-		  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
-		ORDER BY events.tx_id, events.id -- qualified: the xid8 column, not its text form
-		LIMIT $3`, strconv.FormatUint(after.TxID, 10), after.EventID, limit)
+	// serve both the filter and the order; the bound is readBatchSQL's.
+	rows, err := conn.Query(ctx, readBatchSQL, strconv.FormatUint(after.TxID, 10), after.EventID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
 	}
