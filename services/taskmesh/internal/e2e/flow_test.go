@@ -46,7 +46,7 @@ func TestQuickstart(t *testing.T) {
 // agent, which completes it. The dead attempt's late completion is refused.
 func TestKilledAgentsTaskRunsAgainAndCompletesOnce(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newWorld(t, agentsLostFast)
 	key := w.s.DemoAPIKey
 	marker := filepath.Join(w.dir, "ran-once")
 	pidFile := filepath.Join(w.dir, "first.pid")

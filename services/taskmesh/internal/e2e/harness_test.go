@@ -90,11 +90,20 @@ func newWorld(t *testing.T, timing ...func(*scheduler.Timing)) *world {
 	return newWorldWith(t, stack.Options{Timing: tm})
 }
 
-// worldTiming is the scheduler's timing in these tests: agents are lost,
-// sweeps run and preemptions act within seconds.
+// worldTiming is the scheduler's timing in these tests: sweeps run and
+// preemptions act within a second. Agents are lost after the product's
+// default time, which the agents' own fence assumes too: with 3 s, a
+// loaded machine that held up an agent's heartbeats (every 300 ms) for 3 s
+// had the server lease the task a test was about again, and the test
+// failed on its agent_lost. A test about losing an agent shortens it with
+// agentsLostFast.
 func worldTiming() scheduler.Timing {
-	return scheduler.Timing{AgentLostAfter: 3 * time.Second, SweepInterval: 200 * time.Millisecond, PreemptAfter: time.Second}
+	return scheduler.Timing{AgentLostAfter: 15 * time.Second, SweepInterval: 200 * time.Millisecond, PreemptAfter: time.Second}
 }
+
+// agentsLostFast is the timing of a test that kills an agent and waits for
+// the server to find it lost.
+func agentsLostFast(tm *scheduler.Timing) { tm.AgentLostAfter = 3 * time.Second }
 
 // worldLogTail bounds what a failed test prints of its world's log.
 const worldLogTail = 32 << 10

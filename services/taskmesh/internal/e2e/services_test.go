@@ -53,7 +53,7 @@ func restartsOf(s map[string]any) int {
 // as a task, and another tenant cannot see it.
 func TestManagedServiceOnARealAgent(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t)
+	w := newWorld(t, agentsLostFast)
 	key, other := w.s.DemoAPIKey, w.tenantKey("other")
 	kill := w.startAgent("agent-1", w.agentToken("agent-1"), 1)
 
