@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/executor"
@@ -158,7 +160,49 @@ func newWorldWith(t *testing.T, o stack.Options) *world {
 		w.mu.Unlock()
 		s.Close()
 	})
+	// Registered after the stack's cleanup, this runs before it, while the
+	// services still run: where a failed test's events stood.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the world's event pipeline when the test failed:\n%s", pipelineState(o.DatabaseURL))
+		}
+	})
 	return w
+}
+
+// pipelineState reads, from a world's database, how far its scheduler's
+// relay and projections have got and which transactions of the server
+// were open: a list that does not show a task, or a wait for a state that
+// never comes, is often an event that was not published or not applied.
+func pipelineState(url string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "connect: " + err.Error()
+	}
+	defer conn.Close(ctx)
+	var out strings.Builder
+	queries := []struct{ what, sql string }{
+		{"scheduler events (count, newest position)", `SELECT count(*)::text || ', newest at ' || coalesce((SELECT '(' || tx_id::text || ',' || id || ')'
+			FROM scheduler.events ORDER BY tx_id DESC, id DESC LIMIT 1), '-') FROM scheduler.events`},
+		{"scheduler events not relayed", `SELECT count(*)::text FROM scheduler.events e WHERE NOT EXISTS (
+			SELECT 1 FROM scheduler.outbox_checkpoints c WHERE c.relay = 'scheduler' AND (e.tx_id, e.id) <= (c.tx_id, c.event_id))`},
+		{"relay checkpoints", `SELECT coalesce(string_agg(relay || ' at (' || tx_id::text || ',' || event_id || ') ' || updated_at::text, '; '), '-') FROM scheduler.outbox_checkpoints`},
+		{"projection offsets (sum over partitions)", `SELECT coalesce(string_agg(projection || ' ' || topic || ' ' || n || ' ' || at, '; '), '-')
+			FROM (SELECT projection, topic, sum(next_offset)::text AS n, max(updated_at)::text AS at FROM scheduler.projection_offsets GROUP BY 1, 2) o`},
+		{"open transactions of the server", `SELECT coalesce(string_agg(pid || ' ' || coalesce(datname, '-') || ' xid ' || coalesce(backend_xid::text, '-') ||
+			' open ' || coalesce((now() - xact_start)::text, '-') || ' ' || coalesce(state, '-') || ': ' || left(query, 80), E'\n'), '-')
+			FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND (backend_xid IS NOT NULL OR state NOT IN ('idle'))`},
+	}
+	for _, q := range queries {
+		var v string
+		if err := conn.QueryRow(ctx, q.sql).Scan(&v); err != nil {
+			v = "error: " + err.Error()
+		}
+		fmt.Fprintf(&out, "%s: %s\n", q.what, v)
+	}
+	return out.String()
 }
 
 // tenantKey creates a tenant and returns an API key of it.
