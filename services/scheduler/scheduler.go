@@ -80,7 +80,8 @@ type Timing struct {
 	PreemptAfter, PreemptMaxWait                             time.Duration
 	// PreemptGap is the priority gap from which a waiting task preempts
 	// running work: 0 means the documented default, 3 (docs/api/tasks.md);
-	// a negative value turns preemption off.
+	// an urgent task (1) also preempts high-priority work (3) and lower
+	// whatever the gap. A negative value turns preemption off.
 	PreemptGap    int
 	SweepInterval time.Duration // default 1s
 	// ClaimRecheck is how often a long-polling claim looks again without

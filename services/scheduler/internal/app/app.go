@@ -34,8 +34,9 @@ type Config struct {
 	UploadURLTTL time.Duration
 	// ClaimRetention: how long claim request ids are remembered (default 1h).
 	ClaimRetention time.Duration
-	// PreemptGap: a pending task preempts running work only when its
-	// priority is at least this much higher (0 disables).
+	// PreemptGap: a pending task preempts running work when its priority
+	// is at least this much higher, or when it is urgent and the work of
+	// high priority or lower (domain.PreemptsByPriority; 0 disables).
 	PreemptGap int
 	// PreemptAfter: how long a preempting task waits for free capacity
 	// before taking it (default 2s).

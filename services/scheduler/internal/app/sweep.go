@@ -33,8 +33,8 @@ type SweepReport struct {
 //     do tasks preempted for quota whose agent can no longer confirm the
 //     stop (the heartbeat does it otherwise);
 //  5. pending tasks whose dependency failed or was cancelled are cancelled;
-//  6. pending tasks that outrank running work by PreemptGap and found no
-//     free capacity preempt it;
+//  6. pending tasks that may preempt running work (domain.PreemptsByPriority
+//     under PreemptGap) and found no free capacity preempt it;
 //  7. results stored longer than ResultRetention are deleted from an
 //     object store that cannot expire them itself (once an hour);
 //  8. tasks held out of their ClusterQueue whose dependencies have all
@@ -217,8 +217,10 @@ func (a *App) each(ctx context.Context, ids []string, decide func(domain.Task, t
 
 // preempt: a pending task that has waited PreemptAfter with no agent able
 // to take it preempts the lowest-priority, most recently started running
-// task it could replace, when the priority gap is at least PreemptGap. The victim's agent is told to stop at its
-// next heartbeat; the victim returns to pending when the preemptor ends.
+// task it could replace, when its priority allows it
+// (domain.PreemptsByPriority under PreemptGap). The victim's agent is told
+// to stop at its next heartbeat; the victim returns to pending when the
+// preemptor ends.
 func (a *App) preempt(ctx context.Context, now time.Time) (int, error) {
 	pairs, err := a.sweeps.PreemptionCandidates(ctx, now.Add(-a.cfg.PreemptAfter), a.cfg.PreemptGap, 20)
 	if err != nil {
@@ -227,7 +229,7 @@ func (a *App) preempt(ctx context.Context, now time.Time) (int, error) {
 	n := 0
 	for _, p := range pairs {
 		n += a.each(ctx, []string{p.Victim}, func(t domain.Task, now time.Time) ([]domain.Record, error) {
-			if !t.Status.Leased() || t.Spec.Priority-p.Priority < a.cfg.PreemptGap {
+			if !t.Status.Leased() || !domain.PreemptsByPriority(p.Priority, t.Spec.Priority, a.cfg.PreemptGap) {
 				return nil, nil
 			}
 			return t.Preempt(now, p.Preemptor, fmt.Sprintf("priority %d task %s needs the slot", p.Priority, p.Preemptor))

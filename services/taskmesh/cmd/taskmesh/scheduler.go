@@ -56,7 +56,7 @@ func (s *schedulerFlags) add(cmd *cobra.Command) {
 		"delete results from the object store after this long (an S3 lifecycle rule when the store takes one)")
 	f.DurationVar(&s.historyRetention, "history-retention", scheduler.DefaultHistoryRetention,
 		"archive the events of tasks that ended this long ago to the object store and delete their rows (negative: keep them for ever)")
-	f.IntVar(&s.preemptGap, "preempt-gap", 3, "priority gap from which waiting tasks preempt running ones (negative: never)")
+	f.IntVar(&s.preemptGap, "preempt-gap", 3, "priority gap from which waiting tasks preempt running ones; an urgent task (1) also preempts work of priority 3 or lower (negative: never)")
 	s.objects.add(cmd)
 	s.video.add(f, true)
 	s.pipeline.add(f, false)

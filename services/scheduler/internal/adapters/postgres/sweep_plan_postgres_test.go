@@ -39,7 +39,7 @@ func TestPreemptionBoundReadsTheLeasedPriorityIndex(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
-		plan := explain(t, w.pool, "EXPLAIN "+postgres.PreemptionSQL, time.Now(), 3, 20)
+		plan := explain(t, w.pool, "EXPLAIN "+postgres.PreemptionSQL, time.Now(), 3, 20, domain.PriorityUrgent, domain.PriorityHigh)
 		if !strings.Contains(plan, "Backward using tasks_leased_priority_idx on tasks") {
 			t.Errorf("%s the preemption bound does not read tasks_leased_priority_idx:\n%s", when, plan)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
 // SweepQueries is app.SweepQueries over the tasks and agents tables.
@@ -148,16 +149,20 @@ func (q SweepQueries) AnyHeld(ctx context.Context) (bool, error) {
 
 // preemptionSQL is PreemptionCandidates' statement: $1 the time before
 // which a pending task must have been created, $2 the priority gap, $3
-// the limit.
+// the limit, $4 the urgent priority and $5 the high one. Its priority
+// conditions are domain.PreemptsByPriority's.
 const preemptionSQL = `
 		WITH waiting AS (
 			-- The bound is a scalar subquery, not a joined row, so it is
 			-- an index condition on tasks_claim_idx: with a month of
 			-- history a join made it a scan of the whole table. It is
-			-- read from the end of tasks_leased_priority_idx.
+			-- read from the end of tasks_leased_priority_idx: the
+			-- lowest-priority running work less the gap, or the urgent
+			-- priority when that work is of high priority or lower.
 			SELECT p.* FROM tasks p
 			WHERE p.status = 'pending' AND NOT p.deleted AND NOT p.awaiting_admission AND NOT p.awaiting_dependencies
-			  AND p.priority <= (SELECT max(priority) FROM tasks WHERE status IN ('assigned', 'running')) - $2
+			  AND p.priority <= (SELECT greatest(max(priority) - $2, CASE WHEN max(priority) >= $5::int THEN $4::int END)
+			                     FROM tasks WHERE status IN ('assigned', 'running'))
 			  AND p.created_at < $1 AND p.retry_at < $1
 			ORDER BY p.priority, p.created_at
 			LIMIT $3 * 4
@@ -166,7 +171,8 @@ const preemptionSQL = `
 		FROM waiting p
 		CROSS JOIN LATERAL (
 			SELECT r.id FROM tasks r JOIN agents ag ON ag.agent_id = r.agent_id AND NOT ag.lost
-			WHERE r.status IN ('assigned', 'running') AND r.priority - p.priority >= $2
+			WHERE r.status IN ('assigned', 'running')
+			  AND (r.priority - p.priority >= $2 OR (p.priority = $4::int AND r.priority >= $5::int))
 			  AND (p.tenant_id = ag.tenant_id OR ag.tenant_id = '')
 			  AND (p.machine_id = '' OR p.machine_id = ag.machine_id)
 			  AND p.labels <@ ag.labels
@@ -183,16 +189,17 @@ const preemptionSQL = `
 
 // PreemptionCandidates finds pending tasks created before waitedSince that
 // no live agent with free slots could take, each with the lowest-priority,
-// most recently started leased task (priority at least gap lower) on a
-// machine that satisfies the pending task's constraints. started_at is
+// most recently started leased task it may preempt
+// (domain.PreemptsByPriority) on a machine that satisfies the pending
+// task's constraints. started_at is
 // compared as a time: as text, RFC 3339 with trimmed fractions does not
 // sort in time order.
 //
 // It runs every sweep, so it must stay cheap with many pending tasks: only
-// tasks that outrank the lowest-priority running work by gap can preempt
+// tasks that may preempt the lowest-priority running work can preempt
 // anything, and that bound comes from an index before any task is looked at.
 func (q SweepQueries) PreemptionCandidates(ctx context.Context, waitedSince time.Time, gap, limit int) ([]app.Preemption, error) {
-	rows, err := q.DB.Query(ctx, preemptionSQL, waitedSince, gap, limit)
+	rows, err := q.DB.Query(ctx, preemptionSQL, waitedSince, gap, limit, domain.PriorityUrgent, domain.PriorityHigh)
 	if err != nil {
 		return nil, fmt.Errorf("preemption candidates: %w", err)
 	}
