@@ -130,11 +130,10 @@ func TestCreateJobCopiesInputsAndQueuesTheONNXStage(t *testing.T) {
 
 func TestCreateJobRefusesBadKeysAndCreatesNothing(t *testing.T) {
 	h := newHarness(t)
-	acme, other := user("acme"), user("other")
+	acme := user("acme")
 	m := h.upload(acme, "model", "m.onnx", onnxModel)
 	q := h.upload(acme, "quant", "q.zip", quantZip)
 	img := h.upload(acme, "ref_image", "i.png", pngImage)
-	foreign := h.upload(other, "model", "m.onnx", onnxModel)
 	cases := []struct {
 		name  string
 		req   domain.JobRequest
@@ -143,12 +142,9 @@ func TestCreateJobRefusesBadKeysAndCreatesNothing(t *testing.T) {
 	}{
 		{"no model key", domain.JobRequest{QuantKey: q.Key}, acme, "model_key"},
 		{"no quant key", domain.JobRequest{ModelKey: m.Key}, acme, "quant_key"},
-		{"unknown model key", domain.JobRequest{ModelKey: "uploads/nope/model.onnx", QuantKey: q.Key}, acme, "model_key"},
-		{"another tenant's key", domain.JobRequest{ModelKey: foreign.Key, QuantKey: q.Key}, acme, "model_key"},
 		{"keys swapped", domain.JobRequest{ModelKey: q.Key, QuantKey: m.Key}, acme, "model_key"},
 		{"an image as quant", domain.JobRequest{ModelKey: m.Key, QuantKey: img.Key}, acme, "quant_key"},
 		{"a model as ref image", domain.JobRequest{ModelKey: m.Key, QuantKey: q.Key, RefImageKeys: []string{img.Key, m.Key}}, acme, "ref_image_keys[1]"},
-		{"acme's keys used by another tenant", domain.JobRequest{ModelKey: m.Key, QuantKey: q.Key}, other, "model_key"},
 	}
 	for _, c := range cases {
 		_, err := h.app.CreateJob(h.ctx, c.c, c.req)
@@ -172,6 +168,48 @@ func TestCreateJobRefusesBadKeysAndCreatesNothing(t *testing.T) {
 	}
 	if n := h.store.count(); n != 0 {
 		t.Errorf("%d jobs created", n)
+	}
+}
+
+// A key that names no upload of the caller's tenant, an unknown one or
+// another tenant's, is taken: the job is created and its ONNX stage
+// queued, with nothing in the store where that input would be, so the
+// stage fails for want of it. Another tenant's upload is neither copied
+// nor marked used; the caller's own uploads in the request are.
+func TestCreateJobTakesKeysThatNameNoUpload(t *testing.T) {
+	h := newHarness(t)
+	acme, other := user("acme"), user("other")
+	m := h.upload(acme, "model", "m.onnx", onnxModel)
+	q := h.upload(other, "quant", "q.zip", quantZip)
+	for _, c := range []struct {
+		what string
+		req  domain.JobRequest
+	}{
+		{"an unknown model key", domain.JobRequest{ModelKey: "jobs/0b7c1d2e-0000-4000-8000-000000000001/input/model.onnx", QuantKey: q.Key,
+			RefImageKeys: []string{"uploads/nope/i.png"}}},
+		{"another tenant's model key", domain.JobRequest{ModelKey: m.Key, QuantKey: q.Key}},
+	} {
+		j, err := h.app.CreateJob(h.ctx, other, c.req)
+		if err != nil || j.Status != domain.StatusONNX || j.StageTasks[domain.StageONNX] == "" {
+			t.Fatalf("%s: job %+v, %v; want it created with its onnx stage queued", c.what, j, err)
+		}
+		if _, err := h.objects.Stat(h.ctx, j.Inputs.Model); !errors.Is(err, objectstore.ErrNotFound) {
+			t.Errorf("%s: the job's model input %s: %v, want none", c.what, j.Inputs.Model, err)
+		}
+		if got := h.readObject(j.Inputs.Quant); !bytes.Equal(got, quantZip) {
+			t.Errorf("%s: the tenant's own quant upload was not copied: %d bytes", c.what, len(got))
+		}
+		for _, obj := range j.Inputs.RefImages {
+			if _, err := h.objects.Stat(h.ctx, obj); !errors.Is(err, objectstore.ErrNotFound) {
+				t.Errorf("%s: the job's reference image %s: %v, want none", c.what, obj, err)
+			}
+		}
+	}
+	if u, err := h.store.Upload(h.ctx, "acme", m.Key); err != nil || !u.UsedAt.IsZero() {
+		t.Errorf("acme's upload named by another tenant = %+v, %v; want it unused", u, err)
+	}
+	if u, err := h.store.Upload(h.ctx, "other", q.Key); err != nil || u.UsedAt.IsZero() {
+		t.Errorf("the caller's own upload = %+v, %v; want it used", u, err)
 	}
 }
 

@@ -14,13 +14,18 @@ import (
 )
 
 // CreateJob starts a job on uploads of c's tenant: it checks the keys
-// (present, the caller's own, of the right kind), copies the inputs to
-// the job's layout, records the job and queues its ONNX stage. A request
-// it refuses creates nothing. The uploads are marked used before they are
-// copied, so the upload sweeper never deletes an object a job is being
-// created from; an upload that expired is refused like an unknown one,
-// with its own reason. The job it returns is ONNX, or FAILED when
-// its first stage could not be queued.
+// (present, of the right kind when they are the tenant's), copies the
+// inputs to the job's layout, records the job and queues its ONNX stage.
+// A request it refuses creates nothing. The uploads are marked used before
+// they are copied, so the upload sweeper never deletes an object a job is
+// being created from; an upload that expired is refused with its own
+// reason. A key that names no upload of the tenant (unknown, or another
+// tenant's) is not refused: the design has clients put inputs in the store
+// themselves and name them, so the scheduler takes the key and the job's
+// stage finds no input there, as it would a file that never arrived. The
+// job fails at that stage (docs/api/pipeline.md, "Create"); nothing of
+// another tenant's is read. The job it returns is ONNX, or FAILED when its
+// first stage could not be queued.
 func (a *App) CreateJob(ctx context.Context, c sched.Caller, r domain.JobRequest) (domain.Job, error) {
 	tenant, err := tenantOf(c)
 	if err != nil {
@@ -37,31 +42,53 @@ func (a *App) CreateJob(ctx context.Context, c sched.Caller, r domain.JobRequest
 	if err != nil {
 		return domain.Job{}, err
 	}
-	images := make([]Upload, len(r.RefImageKeys))
+	images := make([]*Upload, len(r.RefImageKeys))
 	for i, k := range r.RefImageKeys {
 		if images[i], err = a.input(ctx, tenant, fmt.Sprintf("ref_image_keys[%d]", i), k, domain.KindRefImage); err != nil {
 			return domain.Job{}, err
 		}
 	}
-	fields := map[string]string{r.ModelKey: "model_key", r.QuantKey: "quant_key"}
-	keys := []string{r.ModelKey, r.QuantKey}
-	for i, k := range r.RefImageKeys {
-		fields[k] = fmt.Sprintf("ref_image_keys[%d]", i)
-		keys = append(keys, k)
-	}
-	if err := a.cfg.Uploads.UseUploads(ctx, tenant, keys, a.now()); err != nil {
-		if e := (*UploadExpiredError)(nil); errors.As(err, &e) {
-			return domain.Job{}, a.expired(fields[e.Key], e.Key)
+	// The uploads found are marked used; keys that name none are left out.
+	fields := map[string]string{}
+	var keys []string
+	use := func(u *Upload, field string) {
+		if u != nil {
+			fields[u.Key] = field
+			keys = append(keys, u.Key)
 		}
-		return domain.Job{}, err
+	}
+	use(model, "model_key")
+	use(quant, "quant_key")
+	for i, u := range images {
+		use(u, fmt.Sprintf("ref_image_keys[%d]", i))
+	}
+	if len(keys) > 0 {
+		if err := a.cfg.Uploads.UseUploads(ctx, tenant, keys, a.now()); err != nil {
+			if e := (*UploadExpiredError)(nil); errors.As(err, &e) {
+				return domain.Job{}, a.expired(fields[e.Key], e.Key)
+			}
+			return domain.Job{}, err
+		}
 	}
 	id := uuid.NewString() // version 4
 	inputs := domain.Inputs{Model: domain.ModelObject(id), Quant: domain.QuantObject(id)}
-	copies := map[string]string{model.Key: inputs.Model, quant.Key: inputs.Quant}
+	copies := map[string]string{}
+	if model != nil {
+		copies[model.Key] = inputs.Model
+	}
+	if quant != nil {
+		copies[quant.Key] = inputs.Quant
+	}
 	for i, u := range images {
-		obj := domain.RefImageObject(id, i, u.Name)
+		name := missingRefImage
+		if u != nil {
+			name = u.Name
+		}
+		obj := domain.RefImageObject(id, i, name)
 		inputs.RefImages = append(inputs.RefImages, obj)
-		copies[u.Key] = obj
+		if u != nil {
+			copies[u.Key] = obj
+		}
 	}
 	if err := a.copyInputs(ctx, copies); err != nil {
 		return domain.Job{}, err
@@ -84,21 +111,27 @@ func (a *App) CreateJob(ctx context.Context, c sched.Caller, r domain.JobRequest
 	return job, nil
 }
 
-// input reads the upload key names for field and checks that it is the
-// tenant's and of kind.
-func (a *App) input(ctx context.Context, tenant, field, key string, kind domain.Kind) (Upload, error) {
+// missingRefImage names, in the job's layout, a reference image whose key
+// named no upload: nothing is copied there.
+const missingRefImage = "missing"
+
+// input reads the upload key names for field and checks that it is of
+// kind. It returns nil for a key that names no upload of the tenant's
+// (CreateJob takes it all the same) and refuses one of another kind, or
+// one that expired.
+func (a *App) input(ctx context.Context, tenant, field, key string, kind domain.Kind) (*Upload, error) {
 	u, err := a.cfg.Uploads.Upload(ctx, tenant, key)
 	switch {
 	case errors.Is(err, domain.ErrNotFound):
-		return Upload{}, domain.Invalid(field, "no upload %q (upload the file first with POST /jobs/uploads)", key)
+		return nil, nil
 	case err != nil:
-		return Upload{}, err
+		return nil, err
 	case !u.ExpiredAt.IsZero():
-		return Upload{}, a.expired(field, key)
+		return nil, a.expired(field, key)
 	case u.Kind != kind:
-		return Upload{}, domain.Invalid(field, "upload %q is a %s, not a %s", key, u.Kind, kind)
+		return nil, domain.Invalid(field, "upload %q is a %s, not a %s", key, u.Kind, kind)
 	}
-	return u, nil
+	return &u, nil
 }
 
 // expired is the refusal of an upload key that expired unused
