@@ -129,6 +129,9 @@ func TestRESTAdminAPIKeys(t *testing.T) {
 			t.Errorf("%s: status %d, body %s; want 400", b, r.status, r.body)
 		}
 	}
+	// The message docs/api/admin.md gives for a past expiry.
+	assertEnvelope(t, e.do(t, "POST", "/api/v1/admin/tenants/acme/api-keys", admin, `{"name":"past","expires_at":"2020-01-01T00:00:00Z"}`),
+		400, 30005, "validation error: expires_at: must be greater than now")
 	assertEnvelope(t, e.do(t, "POST", "/api/v1/admin/tenants/nobody/api-keys", admin, `{"name":"x"}`), 404, 404, "")
 
 	r = e.do(t, "POST", "/api/v1/admin/tenants/acme/api-keys/"+keyID+"/revoke", admin, `{}`)
