@@ -23,7 +23,7 @@ import (
 // tenant's) is not refused: the design has clients put inputs in the store
 // themselves and name them, so the scheduler takes the key and the job's
 // stage finds no input there, as it would a file that never arrived. The
-// job fails at that stage (docs/api/pipeline.md, "Create"); nothing of
+// job fails at that stage (docs/decisions/0113-job-keys-that-name-no-upload.md); nothing of
 // another tenant's is read. The job it returns is ONNX, or FAILED when its
 // first stage could not be queued.
 func (a *App) CreateJob(ctx context.Context, c sched.Caller, r domain.JobRequest) (domain.Job, error) {
