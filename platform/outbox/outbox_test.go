@@ -174,18 +174,25 @@ func TestRelayExactlyOnceThroughKillsAndBrokerOutage(t *testing.T) {
 	eventtest.CheckExactlyOnceInOrder(t, ctx, pool, consumeAll(t, b))
 }
 
-// A transaction that took a lower id but commits after a later one must not
-// be skipped: the relay waits for it, then publishes both, in order.
-func TestRelayWaitsForLateCommit(t *testing.T) {
+// runTestRelay runs the "test" relay on a database and a broker of its
+// own until the test ends.
+func runTestRelay(t *testing.T) (*pgxpool.Pool, *kafkatest.Broker, *outbox.Relay) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	db := pgtest.New(t)
-	pool := db.Open(t, eventtest.Schema)
+	pool := pgtest.New(t).Open(t, eventtest.Schema)
 	b := kafkatest.New(t, kafkatest.WithPartitions(4))
 	relay := outbox.New(pool, relayConfig(b.Addrs()))
 	done := make(chan struct{})
 	go func() { defer close(done); _ = relay.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+	return pool, b, relay
+}
+
+// A transaction that took a lower id but commits after a later one must not
+// be skipped: the relay waits for it, then publishes both, in order.
+func TestRelayWaitsForLateCommit(t *testing.T) {
+	ctx := context.Background()
+	pool, b, relay := runTestRelay(t)
 
 	st := eventstore.New()
 	early, err := pool.Begin(ctx)
@@ -234,15 +241,8 @@ func TestRelayWaitsForLateCommit(t *testing.T) {
 // relay back, however long it stays open: it cannot write this database's
 // events. One of the relay's own database still does (the test above).
 func TestRelayPassesOverAnotherDatabasesTransaction(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	db := pgtest.New(t)
-	pool := db.Open(t, eventtest.Schema)
-	b := kafkatest.New(t, kafkatest.WithPartitions(4))
-	relay := outbox.New(pool, relayConfig(b.Addrs()))
-	done := make(chan struct{})
-	go func() { defer close(done); _ = relay.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := context.Background()
+	pool, b, relay := runTestRelay(t)
 
 	// Another database of the server (pgtest's databases share one), with
 	// a transaction that took a transaction id and stays open.
