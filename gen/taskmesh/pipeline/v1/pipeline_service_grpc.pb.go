@@ -42,8 +42,10 @@ const (
 type PipelineServiceClient interface {
 	// CreateJob starts a job from uploaded inputs (UploadJobInput keys of the
 	// caller's tenant). The inputs are copied to jobs/{job_id}/input/ and the
-	// ONNX stage is queued. Bad input (a missing, unknown or foreign key, a
-	// key of the wrong kind) creates nothing.
+	// ONNX stage is queued. Bad input (a missing key, an upload of the wrong
+	// kind or one that expired) creates nothing. A key that names no upload
+	// of the caller's tenant creates the job with nothing copied for it, and
+	// the first stage that reads that input fails the job.
 	CreateJob(ctx context.Context, in *CreateJobRequest, opts ...grpc.CallOption) (*CreateJobResponse, error)
 	// GetJob returns the job's record; it reflects every acknowledged change.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*GetJobResponse, error)
@@ -125,8 +127,10 @@ type PipelineService_UploadJobInputClient = grpc.ClientStreamingClient[UploadJob
 type PipelineServiceServer interface {
 	// CreateJob starts a job from uploaded inputs (UploadJobInput keys of the
 	// caller's tenant). The inputs are copied to jobs/{job_id}/input/ and the
-	// ONNX stage is queued. Bad input (a missing, unknown or foreign key, a
-	// key of the wrong kind) creates nothing.
+	// ONNX stage is queued. Bad input (a missing key, an upload of the wrong
+	// kind or one that expired) creates nothing. A key that names no upload
+	// of the caller's tenant creates the job with nothing copied for it, and
+	// the first stage that reads that input fails the job.
 	CreateJob(context.Context, *CreateJobRequest) (*CreateJobResponse, error)
 	// GetJob returns the job's record; it reflects every acknowledged change.
 	GetJob(context.Context, *GetJobRequest) (*GetJobResponse, error)
