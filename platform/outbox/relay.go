@@ -511,10 +511,9 @@ func (e *row) record(topic string, partition int32, relay []byte) *kgo.Record {
 // no row can appear later below the cursor, and rows at or above it wait
 // for a later read, in Position order. That is the snapshot's xmin, except
 // that a transaction known to run in another database of the server is
-// passed over: it cannot write this database's events, and a long one (a
-// CREATE DATABASE that copies files and waits for checkpoints, another
-// application's batch) held every relay of the server back until it
-// ended. A transaction is known to be another database's when
+// passed over: it cannot write this database's events, and a long one
+// (another application's batch, another test's write on a shared test
+// server) held every relay of the server back until it ended. A transaction is known to be another database's when
 // pg_stat_activity, read after the snapshot was taken, shows it on a
 // session of that database; a session never changes database. One that
 // ended in between, or that has no session (a prepared transaction), is
