@@ -120,7 +120,7 @@ func New(cfg Config) (*Service, error) {
 	s.relay = outbox.New(cfg.DB, outbox.Config{Name: "admission", Topic: cfg.Topic, Partitions: cfg.Partitions,
 		Kafka: cfg.Kafka, Logger: s.log})
 	store := postgres.Store{DB: cfg.DB, Events: eventstore.New()}
-	s.loop = app.NewLoop(cfg.DB, store, kueue.New, cfg.Now, s.log, app.LoopConfig{Tick: cfg.Tick, AfterCommit: s.relay.Notify,
+	s.loop = app.NewLoop(store, kueue.New, cfg.Now, s.log, app.LoopConfig{Tick: cfg.Tick, AfterCommit: s.relay.Notify,
 		Released: func() { s.app.QueueReleased() }})
 	s.app = app.New(app.Options{Store: store, Validate: kueue.Validate, Loop: s.loop, GUQuotas: cfg.GUQuotas,
 		TierQueues: TierQueues, Now: cfg.Now, Logger: s.log, AfterWrite: s.relay.Notify})

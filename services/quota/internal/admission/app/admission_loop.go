@@ -8,24 +8,33 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
-	"github.com/taskmesh/taskmesh/platform/leader"
-	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
-// LoopStore is what the admission loop reads and writes (package
-// adapters/postgres). Every method runs in the caller's transaction.
+// LoopStore is where the admission loop runs (package adapters/postgres):
+// the lock that makes one replica's loop the active one, and the reads
+// and transactions of its sessions.
 type LoopStore interface {
-	// DefinitionsGeneration reads the topology's generation and holds a
-	// share lock on it until the transaction ends, so no definition
-	// changes during the cycle.
-	DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error)
+	// Lead runs session each time this replica takes the loop's lock,
+	// until ctx is done; the sessions of every replica's loop never
+	// overlap. A standby asks for the lock again every retry, and a
+	// session that ended in an error is followed by a new one after
+	// retry. It returns nil when ctx is done, or an error that no retry
+	// would mend (the lock cannot be asked for at all).
+	Lead(ctx context.Context, retry time.Duration, log *slog.Logger, session func(context.Context, LoopSession) error) error
+}
+
+// LoopSession is a session's hold on the database: its reads and
+// transactions run where the lock is held, so that none of them outlives
+// the lock unnoticed.
+type LoopSession interface {
+	// Alive fails once the lock is no longer held (its connection
+	// broke): the session must end.
+	Alive(ctx context.Context) error
 	// Waiting reads, without a transaction or a lock, the topology's
 	// generation and whether facts after the sequence number after wait
 	// to be consumed: what a cycle would find to do besides the core's own
@@ -36,25 +45,42 @@ type LoopStore interface {
 	// writer, commits facts in their sequence order. Reading above it, an
 	// index scan starts past the consumed facts' dead rows, which would
 	// otherwise be scanned by every cycle until vacuum removes them.
-	Waiting(ctx context.Context, q eventstore.Querier, after int64) (generation int64, facts bool, err error)
-	LoadDefinitions(ctx context.Context, tx pgx.Tx) (Definitions, error)
+	Waiting(ctx context.Context, after int64) (generation int64, facts bool, err error)
+	// Rebuild runs fn in one transaction, which commits when fn returns
+	// nil; fn's error is returned as is.
+	Rebuild(ctx context.Context, fn func(LoopTx) error) error
+	// Cycle runs fn in one transaction of two round trips: BEGIN goes out
+	// with StartCycle's reads and COMMIT with SaveCycle's writes, so
+	// SaveCycle is the last call fn makes. What SaveCycle wrote commits
+	// when fn returns nil, nothing does otherwise; fn's error is returned
+	// as is.
+	Cycle(ctx context.Context, fn func(LoopTx) error) error
+}
+
+// LoopTx is one transaction of a session.
+type LoopTx interface {
+	// DefinitionsGeneration reads the topology's generation and holds a
+	// share lock on it until the transaction ends, so no definition
+	// changes during the cycle.
+	DefinitionsGeneration() (int64, error)
+	LoadDefinitions() (Definitions, error)
 	// LoadWorkloads returns the recorded workloads that are not finished.
-	LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]WorkloadRecord, error)
+	LoadWorkloads() ([]WorkloadRecord, error)
 	// StartCycle reads, in one round trip, what a cycle starts from: the
 	// topology's generation, holding the share lock DefinitionsGeneration
-	// holds; up to limit pending facts after after (Waiting) in arrival
-	// order; and of the facts handed to the loop directly (Loop.Queue,
-	// Loop.Finish) those newer than the version recorded for their task,
-	// in their order, recording
-	// their versions with the ones the task-topic projection records (the
-	// others were seen before and must not be applied again). Its version
-	// write conflicts with the projection's (row locks), so a fact is seen
-	// once. Besides, the finished workloads of every task these facts (and
-	// the direct ones not applied) name.
-	StartCycle(ctx context.Context, tx pgx.Tx, after int64, limit int, direct []Fact) (CycleStart, error)
+	// holds; up to limit pending facts after after (LoopSession.Waiting)
+	// in arrival order; and of the facts handed to the loop directly
+	// (Loop.Queue, Loop.Finish) those newer than the version recorded for
+	// their task, in their order, recording their versions with the ones
+	// the task-topic projection records (the others were seen before and
+	// must not be applied again). Its version write conflicts with the
+	// projection's (row locks), so a fact is seen once. Besides, the
+	// finished workloads of every task these facts (and the direct ones
+	// not applied) name.
+	StartCycle(after int64, limit int, direct []Fact) (CycleStart, error)
 	// SaveCycle appends events, upserts changed workloads, deletes removed
 	// ones and the consumed facts (StartCycle's, in their order).
-	SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*WorkloadRecord, removed []string, consumed []Fact) error
+	SaveCycle(events []eventstore.Event, changed []*WorkloadRecord, removed []string, consumed []Fact) error
 }
 
 // CycleStart is what a cycle starts from (LoopStore.StartCycle).
@@ -87,7 +113,7 @@ type LoopConfig struct {
 }
 
 // Loop is the admission loop. Exactly one instance is active: it holds
-// the advisory lock "admission-loop", and standbys wait for it.
+// the loop's lock (LoopStore.Lead), and standbys wait for it.
 //
 // A session, step by step:
 //
@@ -103,7 +129,7 @@ type LoopConfig struct {
 //
 // A cycle with nothing to do opens no transaction: without offers, facts
 // waiting, a definition change or a decision the core would make, it ends
-// after one read (LoopStore.Waiting). Such cycles are most of them (the
+// after one read (LoopSession.Waiting). Such cycles are most of them (the
 // one that follows every deciding cycle, the wake-ups for facts another
 // cycle consumed), and a transaction that share-locks the generation
 // row takes a transaction id, so its commit waits for a WAL flush; an
@@ -114,7 +140,6 @@ type LoopConfig struct {
 // core never holds an unrecorded decision for long, and a decision is
 // never published without being recorded.
 type Loop struct {
-	db      *pgxpool.Pool
 	store   LoopStore
 	newCore NewCore
 	now     func() time.Time
@@ -134,7 +159,7 @@ type Loop struct {
 	// loop's work grows with it.
 	work    map[string]*WorkloadRecord
 	outside map[string]bool // pending workloads the core does not hold (unknown queue)
-	// factsAfter is the last fact consumed in this session (LoopStore.Waiting).
+	// factsAfter is the last fact consumed in this session (LoopSession.Waiting).
 	factsAfter int64
 	queues     []string // the ClusterQueues of the core's topology (metrics)
 	// closing are the core's topology's closing queues (Definitions.Closing).
@@ -189,7 +214,7 @@ type Admission struct {
 var ErrNotActive = errors.New("the admission loop is not active in this instance")
 
 // NewLoop returns a loop; Run starts it.
-func NewLoop(db *pgxpool.Pool, store LoopStore, newCore NewCore, now func() time.Time, log *slog.Logger, cfg LoopConfig) *Loop {
+func NewLoop(store LoopStore, newCore NewCore, now func() time.Time, log *slog.Logger, cfg LoopConfig) *Loop {
 	if cfg.Tick <= 0 {
 		cfg.Tick = 200 * time.Millisecond
 	}
@@ -199,7 +224,7 @@ func NewLoop(db *pgxpool.Pool, store LoopStore, newCore NewCore, now func() time
 	if cfg.MaxDecisions <= 0 {
 		cfg.MaxDecisions = 2000
 	}
-	return &Loop{db: db, store: store, newCore: newCore, now: now, log: log, cfg: cfg, wake: make(chan struct{}, 1)}
+	return &Loop{store: store, newCore: newCore, now: now, log: log, cfg: cfg, wake: make(chan struct{}, 1)}
 }
 
 // Wake makes the loop run a cycle now instead of at its next tick.
@@ -346,26 +371,22 @@ func (l *Loop) setActive(on bool) {
 	l.taken, l.offers = nil, nil
 }
 
-// lockName elects the active loop.
-const lockName = "admission-loop"
-
 // Run runs sessions until ctx is done, as the leader among the loops of
-// every replica (leader.Run): a standby asks for the lock again each tick,
-// and a session that ended in an error is followed by a new one after a
-// tick.
+// every replica (LoopStore.Lead): a standby asks for the lock again each
+// tick, and a session that ended in an error is followed by a new one
+// after a tick.
 func (l *Loop) Run(ctx context.Context) error {
 	defer l.observe()()
-	return leader.Run(ctx, l.db, leader.Config{Lock: lockName, Role: "admission loop", Standby: l.cfg.Tick,
-		MinBackoff: l.cfg.Tick, MaxBackoff: l.cfg.Tick, Logger: l.log}, l.session)
+	return l.store.Lead(ctx, l.cfg.Tick, l.log, l.session)
 }
 
-func (l *Loop) session(ctx context.Context, lock *pg.Lock) error {
+func (l *Loop) session(ctx context.Context, db LoopSession) error {
 	defer func() {
 		l.mu.Lock()
 		l.core, l.work, l.outside = nil, nil, nil
 		l.mu.Unlock()
 	}()
-	if err := l.rebuild(ctx, lock.Conn()); err != nil {
+	if err := l.rebuild(ctx, db); err != nil {
 		return err
 	}
 	// A closing queue whose last admitted work ended while no session ran
@@ -378,7 +399,7 @@ func (l *Loop) session(ctx context.Context, lock *pg.Lock) error {
 	tick := time.NewTicker(l.cfg.Tick)
 	defer tick.Stop()
 	for {
-		more, err := l.cycle(ctx, lock.Conn())
+		more, err := l.cycle(ctx, db)
 		if err != nil {
 			return err
 		}
@@ -390,7 +411,7 @@ func (l *Loop) session(ctx context.Context, lock *pg.Lock) error {
 			return nil
 		case <-l.wake:
 		case <-tick.C:
-			if err := lock.Alive(ctx); err != nil {
+			if err := db.Alive(ctx); err != nil {
 				return err
 			}
 		}
@@ -398,15 +419,15 @@ func (l *Loop) session(ctx context.Context, lock *pg.Lock) error {
 }
 
 // rebuild loads the recorded state into a new core.
-func (l *Loop) rebuild(ctx context.Context, conn *pgxpool.Conn) error {
+func (l *Loop) rebuild(ctx context.Context, db LoopSession) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return pg.InTx(ctx, conn, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		gen, err := l.store.DefinitionsGeneration(ctx, tx)
+	return db.Rebuild(ctx, func(tx LoopTx) error {
+		gen, err := tx.DefinitionsGeneration()
 		if err != nil {
 			return err
 		}
-		defs, err := l.store.LoadDefinitions(ctx, tx)
+		defs, err := tx.LoadDefinitions()
 		if err != nil {
 			return err
 		}
@@ -417,7 +438,7 @@ func (l *Loop) rebuild(ctx context.Context, conn *pgxpool.Conn) error {
 		if err != nil {
 			return fmt.Errorf("admission loop: recorded definitions: %w", err)
 		}
-		recs, err := l.store.LoadWorkloads(ctx, tx)
+		recs, err := tx.LoadWorkloads()
 		if err != nil {
 			return err
 		}
@@ -530,7 +551,7 @@ func (o *cycleOut) record(r *WorkloadRecord, at time.Time, ev any) {
 
 // cycle runs one transaction; more reports that another cycle should
 // follow at once (facts are left, or decisions were made).
-func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err error) {
+func (l *Loop) cycle(ctx context.Context, db LoopSession) (more bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var (
@@ -554,7 +575,7 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		l.answerOffers(admitted, !more, err)
 	}()
 	if len(offers) == 0 {
-		quiet, qerr := l.quiet(ctx, conn)
+		quiet, qerr := l.quiet(ctx, db)
 		if qerr != nil {
 			err = fmt.Errorf("admission cycle: %w", qerr)
 			return false, err
@@ -564,9 +585,9 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		}
 	}
 	// Two round trips: BEGIN goes out with StartCycle's reads and COMMIT
-	// with SaveCycle's writes (pg.PipelinedTx).
-	err = pg.InPipelinedTx(ctx, conn.Conn(), func(tx *pg.PipelinedTx) error {
-		start, err := l.store.StartCycle(ctx, tx, l.factsAfter, l.cfg.MaxFacts, offerFacts(offers))
+	// with SaveCycle's writes (LoopSession.Cycle).
+	err = db.Cycle(ctx, func(tx LoopTx) error {
+		start, err := tx.StartCycle(l.factsAfter, l.cfg.MaxFacts, offerFacts(offers))
 		if err != nil {
 			return err
 		}
@@ -579,7 +600,7 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 		}
 		now := l.now()
 		if start.Generation != l.gen {
-			defs, err := l.store.LoadDefinitions(ctx, tx)
+			defs, err := tx.LoadDefinitions()
 			if err != nil {
 				return err
 			}
@@ -616,8 +637,7 @@ func (l *Loop) cycle(ctx context.Context, conn *pgxpool.Conn) (more bool, err er
 			}
 		}
 		recorded = len(out.events) > 0
-		tx.CommitWithNextBatch()
-		if err := l.store.SaveCycle(ctx, tx, out.events, changed, out.removed, facts); err != nil {
+		if err := tx.SaveCycle(out.events, changed, out.removed, facts); err != nil {
 			return err
 		}
 		consumed = facts
@@ -661,8 +681,8 @@ func (l *Loop) forgetFinished(ids []string) {
 // quiet reports whether a cycle would find nothing to do: no facts wait,
 // the topology is the core's, and the core decides nothing now (Schedule
 // changes nothing). Called with l.mu held.
-func (l *Loop) quiet(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
-	gen, facts, err := l.store.Waiting(ctx, conn, l.factsAfter)
+func (l *Loop) quiet(ctx context.Context, db LoopSession) (bool, error) {
+	gen, facts, err := db.Waiting(ctx, l.factsAfter)
 	if err != nil {
 		return false, err
 	}

@@ -240,7 +240,7 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{t: t, ctx: context.Background(), store: newDefinitions(), gu: &guQuotas{}}
 	log := slog.New(slog.DiscardHandler)
 	clock := func() time.Time { return now }
-	f.loop = NewLoop(nil, nil, nil, clock, log, LoopConfig{})
+	f.loop = NewLoop(nil, nil, clock, log, LoopConfig{})
 	f.app = New(Options{Store: f.store, Validate: validate, Loop: f.loop, GUQuotas: f.gu,
 		TierQueues: map[string]string{"premium": "lq-high", "": "lq-low"}, Now: clock, Logger: log,
 		AfterWrite: func() { f.written++ }})

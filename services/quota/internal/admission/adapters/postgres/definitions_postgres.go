@@ -21,11 +21,6 @@ var tables = map[app.DefinitionKind]string{
 	app.KindLocalQueue:   "local_queues",
 }
 
-// LoadDefinitions implements app.LoopStore.
-func (Store) LoadDefinitions(ctx context.Context, tx pgx.Tx) (app.Definitions, error) {
-	return loadDefinitions(ctx, tx)
-}
-
 // loadDefinitions reads the whole topology: ClusterQueues and cohorts.
 func loadDefinitions(ctx context.Context, tx pgx.Tx) (app.Definitions, error) {
 	defs := app.Definitions{ClusterQueues: map[string]*quotav1.ClusterQueueSpec{}, Cohorts: map[string]*quotav1.CohortSpec{},

@@ -16,8 +16,8 @@ import (
 
 // Store implements app.LoopStore and app.DefinitionStore.
 type Store struct {
-	// DB serves the reads and transactions of app.DefinitionStore; the
-	// loop's methods run in the transaction they are given.
+	// DB serves the reads and transactions of app.DefinitionStore, and
+	// the loop's lock (Lead), on whose connection its sessions run.
 	DB     *pgxpool.Pool
 	Events *eventstore.Store
 }
@@ -27,8 +27,8 @@ var (
 	_ app.DefinitionStore = Store{}
 )
 
-// DefinitionsGeneration implements app.LoopStore.
-func (Store) DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error) {
+// definitionsGeneration is app.LoopTx.DefinitionsGeneration.
+func definitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error) {
 	var gen int64
 	if err := tx.QueryRow(ctx, generationSQL).Scan(&gen); err != nil {
 		return 0, fmt.Errorf("read definitions generation: %w", err)
@@ -36,11 +36,11 @@ func (Store) DefinitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error
 	return gen, nil
 }
 
-// Waiting implements app.LoopStore. min(seq) rather than EXISTS: a
+// waiting is app.LoopSession.Waiting. min(seq) rather than EXISTS: a
 // generic plan of EXISTS over "seq > $1" expects a third of the table to
 // match and scans it from its start, dead rows and all; min is read from
 // the seq index.
-func (Store) Waiting(ctx context.Context, q eventstore.Querier, after int64) (int64, bool, error) {
+func waiting(ctx context.Context, q eventstore.Querier, after int64) (int64, bool, error) {
 	var gen int64
 	var facts bool
 	rows, err := q.Query(ctx, `SELECT (SELECT generation FROM definitions_generation WHERE id = 1),
@@ -54,12 +54,12 @@ func (Store) Waiting(ctx context.Context, q eventstore.Querier, after int64) (in
 	return gen, facts, nil
 }
 
-// LoadWorkloads implements app.LoopStore: the live workloads. The
+// loadWorkloads is app.LoopTx.LoadWorkloads: the live workloads. The
 // finished ones, most of the table once it has run a while, stay in the
-// database; a cycle reads back those its facts name (StartCycle). The scan
+// database; a cycle reads back those its facts name (startCycle). The scan
 // runs once per session: an index on state would make every cycle's
 // update of a workload's state a non-HOT one.
-func (Store) LoadWorkloads(ctx context.Context, tx pgx.Tx) ([]app.WorkloadRecord, error) {
+func loadWorkloads(ctx context.Context, tx pgx.Tx) ([]app.WorkloadRecord, error) {
 	rows, err := tx.Query(ctx, `SELECT `+workloadColumns+` FROM workloads WHERE state <> '`+app.StateFinished+`'`)
 	if err != nil {
 		return nil, fmt.Errorf("load workloads: %w", err)
@@ -107,13 +107,13 @@ func scanWorkloads(rows pgx.Rows) ([]app.WorkloadRecord, error) {
 	return out, rows.Err()
 }
 
-// StartCycle implements app.LoopStore: the generation (FOR SHARE, as
-// DefinitionsGeneration), the pending facts and the direct facts' versions
+// startCycle is app.LoopTx.StartCycle: the generation (FOR SHARE, as
+// definitionsGeneration), the pending facts and the direct facts' versions
 // in one batch, so a cycle spends one round trip before it decides
 // instead of three. Under load each round trip waits for the CPU twice
 // (the backend's turn, then the loop's), and the loop's cycles are what
 // every direct stay waits behind (docs/decisions/0055-direct-admission-of-new-tasks.md).
-func (Store) StartCycle(ctx context.Context, tx pgx.Tx, after int64, limit int, direct []app.Fact) (app.CycleStart, error) {
+func startCycle(ctx context.Context, tx pgx.Tx, after int64, limit int, direct []app.Fact) (app.CycleStart, error) {
 	var cs app.CycleStart
 	b := &pgx.Batch{}
 	b.Queue(generationSQL).QueryRow(func(row pgx.Row) error {
@@ -232,10 +232,11 @@ func scanFacts(rows pgx.Rows) ([]app.Fact, error) {
 	return out, nil
 }
 
-// SaveCycle implements app.LoopStore: one round trip for the whole cycle.
-func (s Store) SaveCycle(ctx context.Context, tx pgx.Tx, events []eventstore.Event, changed []*app.WorkloadRecord, removed []string, consumed []app.Fact) error {
+// saveCycle is app.LoopTx.SaveCycle, events appended to es: one round
+// trip for the whole cycle.
+func saveCycle(ctx context.Context, tx pgx.Tx, es *eventstore.Store, events []eventstore.Event, changed []*app.WorkloadRecord, removed []string, consumed []app.Fact) error {
 	b := &pgx.Batch{}
-	if err := s.Events.QueueAppend(b, events...); err != nil {
+	if err := es.QueueAppend(b, events...); err != nil {
 		return err
 	}
 	appended := len(events) > 0
