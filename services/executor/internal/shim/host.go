@@ -60,7 +60,7 @@ func hostMain(socket string) int {
 	_ = os.Remove(socket)
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "shim host: %v\n", err)
+		logf("host: %v", err)
 		reportReady(ready{Error: err.Error()})
 		return 1
 	}

@@ -69,7 +69,7 @@ func newProcess() *process {
 	term := make(chan struct{})
 	go func() { <-sig; close(term) }()
 	if err := becomeSubreaper(); err != nil {
-		fmt.Fprintf(os.Stderr, "shim: subreaper: %v\n", err)
+		logf("subreaper: %v", err)
 	}
 	return &process{reaper: newReaper(), term: term}
 }
@@ -82,14 +82,14 @@ func (p *process) serveTask(runDir string, report func(ready)) int {
 	// leave before it touches the socket or any file (see lock.go).
 	lock, err := lockRunDir(runDir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "shim: %s: %v\n", runDir, err)
+		logf("%s: %v", runDir, err)
 		report(ready{Error: err.Error()})
 		return 1
 	}
 	defer lock.Close()
 	spec, err := readSpec(runDir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "shim: %s: %v\n", runDir, err)
+		logf("%s: %v", runDir, err)
 		report(ready{Error: err.Error()})
 		return 1
 	}
@@ -203,7 +203,7 @@ func reportReady(r ready) {
 func (s *server) failStart(err error) {
 	if g := s.spec.Cgroup; g != nil {
 		if rerr := cgroup.Remove(g.Dirs); rerr != nil {
-			fmt.Fprintf(os.Stderr, "shim: %v\n", rerr)
+			logf("%v", rerr)
 		}
 	}
 	now := time.Now()
@@ -212,7 +212,7 @@ func (s *server) failStart(err error) {
 		ExitCode: -1, StartError: err.Error(), StartedAt: now, EndedAt: now,
 	}
 	if werr := writeStatus(s.runDir, st); werr != nil {
-		fmt.Fprintf(os.Stderr, "shim: write status: %v\n", werr)
+		logf("write status: %v", werr)
 	}
 	s.report(ready{Error: err.Error()})
 }
@@ -266,15 +266,15 @@ func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
 		// OOM killer did is in the cgroup until it is removed.
 		oom, err := g.OOMKilled()
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+			logf("%v", err)
 		}
 		st.OOMKilled = oom
 		if err := cgroup.Remove(g.Dirs); err != nil {
-			fmt.Fprintf(os.Stderr, "shim: %v\n", err)
+			logf("%v", err)
 		}
 	}
 	if err := writeStatus(s.runDir, st); err != nil {
-		fmt.Fprintf(os.Stderr, "shim: write status: %v\n", err)
+		logf("write status: %v", err)
 	}
 	s.mu.Lock()
 	s.exit = &st
@@ -319,9 +319,32 @@ func (s *server) stop(reason string, grace time.Duration) {
 	}
 	s.stopping = reason
 	pgid := s.pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	task := fmt.Sprintf("task %s attempt %s", s.spec.TaskID, s.spec.AttemptID)
+	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil {
+		logf("%s: stop (%s): SIGTERM to group %d: %v", task, reason, pgid, err)
+	}
 	s.killAt = time.Now().Add(grace)
-	s.killTimer = time.AfterFunc(grace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	s.killTimer = time.AfterFunc(grace, func() {
+		// Logged: a task that outlives its stop is what the fence exists to
+		// prevent, and the time of the SIGKILL is what tells why one did.
+		err := syscall.Kill(-pgid, syscall.SIGKILL)
+		logf("%s: stop (%s): SIGKILL to group %d after %s: %v", task, reason, pgid, grace, errOrOK(err))
+	})
+}
+
+// logf writes one line to the shim's log (stderr: shim-host.log for a
+// host, shim.log in the run directory for a shim of its own), with the
+// time: a fence's and a stop's moments are what an overlap is read from.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().UTC().Format(time.RFC3339Nano)+" shim: "+format+"\n", args...)
+}
+
+// errOrOK is err's text, or "ok".
+func errOrOK(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "ok"
 }
 
 // renewFence moves the fence to d from now.
@@ -357,7 +380,7 @@ func (s *server) fenceExpired() {
 	grace := s.spec.FenceGrace
 	// The agent may be stopped or cut off and unable to say why its task
 	// ended; the shim's log does.
-	fmt.Fprintf(os.Stderr, "shim: task %s attempt %s: fence passed without renewal: SIGTERM now, SIGKILL in %s\n",
+	logf("task %s attempt %s: fence passed without renewal: SIGTERM now, SIGKILL in %s",
 		s.spec.TaskID, s.spec.AttemptID, grace)
 	s.stop(StopFenced, grace)
 	s.mu.Lock()
