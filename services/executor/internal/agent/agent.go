@@ -94,6 +94,14 @@ type Agent struct {
 	// claim) was sent, by the monotonic clock: the fences count from it
 	// (fence.go).
 	contact time.Time
+	// lapses (under mu) counts the answers that came after the fence of
+	// the contact before them had passed, the first one of this process
+	// included: the server may have leased elsewhere the attempts this
+	// agent held before each. stopsLapse (under mu) is the lapse count at
+	// the send of the latest heartbeat whose stops have been delivered.
+	// An attempt registered before the latest lapse starts only once
+	// stopsLapse has caught up (fence.go, awaitFence).
+	lapses, stopsLapse int
 	// ownerFences (under mu) are the deadlines of the local tasks that run
 	// under their creator's fence, by task id, on the monotonic clock
 	// (owner_fence.go); unknown after a restart until the next renewal.

@@ -24,6 +24,9 @@ type attempt struct {
 	// started, when StartTask goes alongside the spawn, is closed once it
 	// has been answered (execution.go).
 	started chan struct{}
+	// lapse is the agent's lapse count when the attempt was registered
+	// (under the agent's mu).
+	lapse int
 }
 
 func newAttempt(t journal.Task) *attempt {

@@ -23,6 +23,7 @@ func (a *Agent) register(at *attempt) bool {
 	if _, ok := a.runs[at.task.AttemptID]; ok {
 		return false
 	}
+	at.lapse = a.lapses
 	a.runs[at.task.AttemptID] = at
 	return true
 }

@@ -60,6 +60,11 @@ func (a *Agent) fenceGraceFor(t journal.Task) time.Duration {
 // heard records that the server answered a call the agent sent at sent.
 func (a *Agent) heard(sent time.Time) {
 	a.mu.Lock()
+	if a.contact.IsZero() || time.Since(a.contact) >= a.cfg.fence {
+		// A lapse: the server may have found this agent lost and leased
+		// its attempts elsewhere meanwhile (awaitFence).
+		a.lapses++
+	}
 	if sent.After(a.contact) {
 		a.contact = sent
 	}
@@ -98,6 +103,15 @@ func (a *Agent) renewFences() {
 // returns the fence to start with, or the stop, or 0 and nil when ctx
 // ended.
 //
+// A renewed fence is not enough after a lapse (heard): the server may
+// have leased the attempt elsewhere while it did not hear from the agent,
+// and the answer that renewed the fence — a claim's, or a heartbeat sent
+// before the lapse was seen — need not say so. Started then, the process
+// ran beside the new attempt until the next heartbeat's stop and its
+// grace. So an attempt registered before the latest lapse also waits for
+// the stops of a heartbeat sent after it (stopsKnown); the heartbeat
+// delivers them before it counts, so they are in at.stopCh by then.
+//
 // A task under its creator's fence waits for its creator's renewal
 // instead, and no longer than the fence it was created with: a creator
 // that has not renewed it by then is gone, and the task fails fenced
@@ -109,8 +123,20 @@ func (a *Agent) awaitFence(ctx context.Context, at *attempt) (time.Duration, *st
 		// A creator may renew with as little as its own fence.
 		least = min(least, t.OwnerFence/2)
 	}
-	if d := a.fenceLeftFor(t); d >= least {
-		return d, nil
+	ready := func() (time.Duration, *stopRequest, bool) {
+		d := a.fenceLeftFor(t)
+		if d < least || !(t.OwnerFenced() || a.stopsKnown(at)) {
+			return 0, nil, false
+		}
+		select {
+		case r := <-at.stopCh:
+			return 0, &r, true
+		default:
+			return d, nil, true
+		}
+	}
+	if d, stop, ok := ready(); ok {
+		return d, stop
 	}
 	if !t.OwnerFenced() {
 		wake(a.heartbeatWake)
@@ -125,12 +151,20 @@ func (a *Agent) awaitFence(ctx context.Context, at *attempt) (time.Duration, *st
 		case r := <-at.stopCh:
 			return 0, &r
 		case now := <-poll.C:
-			if d := a.fenceLeftFor(t); d >= least {
-				return d, nil
+			if d, stop, ok := ready(); ok {
+				return d, stop
 			}
 			if t.OwnerFenced() && now.After(giveUp) {
 				return 0, &stopRequest{reason: shim.StopFenced}
 			}
 		}
 	}
+}
+
+// stopsKnown reports whether the server has answered which attempts to
+// stop since the latest lapse, or at was registered after it.
+func (a *Agent) stopsKnown(at *attempt) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return at.lapse == a.lapses || a.stopsLapse == a.lapses
 }

@@ -126,3 +126,59 @@ func TestHeartbeatIntervalMustFitTheFence(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 }
+
+// After a lapse — here a restart, which does not know when the server
+// last heard from the agent — a claim's answer renews the fence, but
+// says nothing of the attempts the agent held before: the server may have
+// leased them elsewhere meanwhile. A recovered attempt that never started
+// waits for the stops of a heartbeat sent after the lapse, and one the
+// server has moved on from never runs, even while heartbeats still fail
+// and claims get through.
+func TestAttemptHeldBeforeALapseWaitsForTheHeartbeatsStops(t *testing.T) {
+	h := newHarness(t, func(c *Config) {
+		// A "shim" that never takes the run directory: the agent dies
+		// with the attempt journaled but never started.
+		c.ShimCommand = []string{"/bin/sh", "-c", "exec sleep 20", "stuck-shim"}
+	})
+	h.start()
+	ran := filepath.Join(shortDir(t), "ran")
+	id := h.fake.Add(script(`touch "$1"`, ran))[0]
+	h.waitRow(id, 15*time.Second, "run directory journaled", func(r journal.Task) bool { return r.RunDir != "" })
+	h.stop()
+
+	// The server has moved on from the attempt, but the agent cannot hear
+	// it: heartbeats fail, claims (which renew the fence) get through.
+	h.fake.StopOnHeartbeat(id, reasonLeaseLost, 30)
+	h.fake.SetFail(func(method string, _ proto.Message) error {
+		if method == "SendHeartbeat" {
+			return status.Error(codes.Unavailable, "heartbeats cut")
+		}
+		return nil
+	})
+	h.cfg.ShimCommand = []string{os.Args[0], "executor", "shim"}
+	restarted := time.Now()
+	h.start()
+	// A second claim is sent once the first was answered.
+	leasetest.WaitFor(t, 10*time.Second, "a claim answered after the restart", func() bool {
+		n := 0
+		for _, c := range h.fake.Calls("ClaimTasks") {
+			if c.At.After(restarted) {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	time.Sleep(time.Second) // room for a wrong start after the claim's answer
+	if _, err := os.Stat(ran); err == nil {
+		t.Fatal("the attempt started on a claim's answer, before any heartbeat could say it was lost")
+	}
+
+	h.fake.SetFail(nil)
+	final := h.waitFinal(id, 10*time.Second)
+	if final.Status != journal.StatusFailed || !strings.Contains(final.Error, "lease lost") {
+		t.Errorf("outcome: %s %q; want failed, lease lost", final.Status, final.Error)
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the attempt ran although the server had moved on from it")
+	}
+}

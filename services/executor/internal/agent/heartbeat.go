@@ -32,6 +32,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 // heartbeat sends one heartbeat and returns the delay to the next.
 func (a *Agent) heartbeat(ctx context.Context) time.Duration {
 	a.mu.Lock()
+	lapse := a.lapses
 	var ids []string
 	for id, at := range a.runs {
 		if at.task.Origin == journal.OriginServer {
@@ -94,6 +95,11 @@ func (a *Agent) heartbeat(ctx context.Context) time.Duration {
 		grace := time.Duration(s.GetGracePeriodSec()) * time.Second
 		at.requestStop(stopRequest{reason: reason, grace: &grace})
 	}
+	// The stops are delivered: attempts waiting for the answer of a
+	// heartbeat sent after a lapse may start (awaitFence).
+	a.mu.Lock()
+	a.stopsLapse = max(a.stopsLapse, lapse)
+	a.mu.Unlock()
 	if nb := resp.GetNextHeartbeatBefore(); nb != nil {
 		if d := nb.AsTime().Sub(a.now()) / 2; d > 0 && d < interval {
 			interval = max(d, 100*time.Millisecond)
