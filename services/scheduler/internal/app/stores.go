@@ -284,8 +284,9 @@ type SweepQueries interface {
 	// agent with a free slot could take and that have not preempted
 	// anything yet, highest priority first, each paired with the leased
 	// task of a live agent able to run it whose priority is at least gap
-	// lower (the lowest priority, most recently started one). No victim
-	// appears twice.
+	// lower (the lowest priority, most recently started one) and that is
+	// in no ClusterQueue: admitted work holds its queue's quota and only
+	// the quota service preempts it (Evict). No victim appears twice.
 	PreemptionCandidates(ctx context.Context, waitedSince time.Time, gap, limit int) ([]Preemption, error)
 	// PruneClaims forgets the claims made before before: their retries
 	// then lease anew.

@@ -218,7 +218,8 @@ func (a *App) each(ctx context.Context, ids []string, decide func(domain.Task, t
 // preempt: a pending task that has waited PreemptAfter with no agent able
 // to take it preempts the lowest-priority, most recently started running
 // task it could replace, when its priority allows it
-// (domain.PreemptsByPriority under PreemptGap). The victim's agent is told
+// (domain.PreemptsByPriority under PreemptGap), outside admission queues
+// (SweepQueries.PreemptionCandidates). The victim's agent is told
 // to stop at its next heartbeat; the victim returns to pending when the
 // preemptor ends.
 func (a *App) preempt(ctx context.Context, now time.Time) (int, error) {

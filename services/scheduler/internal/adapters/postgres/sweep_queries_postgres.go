@@ -171,7 +171,7 @@ const preemptionSQL = `
 		FROM waiting p
 		CROSS JOIN LATERAL (
 			SELECT r.id FROM tasks r JOIN agents ag ON ag.agent_id = r.agent_id AND NOT ag.lost
-			WHERE r.status IN ('assigned', 'running')
+			WHERE r.status IN ('assigned', 'running') AND r.doc->>'cluster_queue' IS NULL
 			  AND (r.priority - p.priority >= $2 OR (p.priority = $4::int AND r.priority >= $5::int))
 			  AND (p.tenant_id = ag.tenant_id OR ag.tenant_id = '')
 			  AND (p.machine_id = '' OR p.machine_id = ag.machine_id)
@@ -189,7 +189,7 @@ const preemptionSQL = `
 
 // PreemptionCandidates finds pending tasks created before waitedSince that
 // no live agent with free slots could take, each with the lowest-priority,
-// most recently started leased task it may preempt
+// most recently started leased task outside admission queues it may preempt
 // (domain.PreemptsByPriority) on a machine that satisfies the pending
 // task's constraints. started_at is
 // compared as a time: as text, RFC 3339 with trimmed fractions does not

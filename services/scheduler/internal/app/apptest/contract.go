@@ -1055,7 +1055,13 @@ func (c *contract) preemptionCandidates(t *testing.T) {
 		c.newTask("t1", "elsewhere", T0, prio(1), func(in *domain.SpecInput) { in.MachineID = "m9" }),
 		// Waits for mid: a slot freed for it could not be used.
 		c.newTask("t1", "after-mid", T0, prio(1), func(in *domain.SpecInput) { in.DependsOn = []string{"mid"} }),
+		// Admitted in a ClusterQueue: the lowest priority and the latest
+		// start, but only the quota service preempts it.
+		domain.Submit(T0, "in-queue", "t1", "user", "", "", Spec(t, "in-queue", prio(10)), "cq1"),
 	)
+	c.mutate("in-queue", func(t domain.Task) ([]domain.Record, error) { return t.Admit(T0, t.AdmissionEpoch, "cq1", nil), nil })
+	c.lease("in-queue", "busy", "m1", T0)
+	c.start("in-queue", T0.Add(time.Second))
 	// Started 100 ms and 120 ms after T0: written as text, ".1Z" sorts
 	// after ".12Z", so only a comparison of times gets "most recent" right.
 	for id, started := range map[string]time.Duration{"low-started-early": 100 * time.Millisecond, "low-started-late": 120 * time.Millisecond} {

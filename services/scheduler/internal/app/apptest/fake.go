@@ -899,7 +899,7 @@ func (s *Store) victimFor(p domain.Task, gap int) (string, bool) {
 	var best *domain.Task
 	for _, r := range s.tasks {
 		a, ok := s.agents[r.AgentID]
-		if !r.Status.Leased() || !ok || !serves(a, p) || r.Spec.Priority-p.Spec.Priority < gap {
+		if !r.Status.Leased() || r.ClusterQueue != "" || !ok || !serves(a, p) || r.Spec.Priority-p.Spec.Priority < gap {
 			continue
 		}
 		if best == nil || victimBefore(r, *best) {
