@@ -66,8 +66,11 @@ type Report struct {
 	// DrainExtended is how long the drain went on past its period while
 	// the open work kept ending (see drainer).
 	DrainExtended time.Duration
-	Invariants    []Invariant
-	Dir           string // logs and data, kept when an invariant failed
+	// Stalls says how late the driver's own timers woke during the load
+	// and the drain (stalls.go): context for a process overlap.
+	Stalls     string
+	Invariants []Invariant
+	Dir        string // logs and data, kept when an invariant failed
 }
 
 // Failed says whether any invariant has offenders.
@@ -160,6 +163,11 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 	defer stopLoad()
 	retryCtx, stopRetries := context.WithTimeout(ctx, cfg.Duration+cfg.Drain)
 	defer stopRetries()
+	var stalls stallLog
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watched := make(chan struct{})
+	go func() { defer close(watched); stalls.watch(watchCtx) }()
 	faultsDone := make(chan struct{})
 	go func() { defer close(faultsDone); f.run(loadCtx) }()
 	made := l.run(loadCtx, retryCtx)
@@ -188,6 +196,9 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 			dr.extendedFor, cfg.Drain)
 	}
 	rep.DrainExtended = dr.extendedFor
+	stopWatch()
+	<-watched
+	rep.Stalls = stalls.summary()
 	return check(ctx, cfg, d, db, rep, reqs, errs, rejected)
 }
 
@@ -290,6 +301,9 @@ func (r *Report) print(w io.Writer) {
 		fmt.Fprintf(w, " %s=%d", k, kinds[k])
 	}
 	fmt.Fprintln(w)
+	if r.Stalls != "" {
+		fmt.Fprintf(w, "chaos: machine stalls (the driver's timers): %s\n", r.Stalls)
+	}
 	for _, i := range r.Invariants {
 		mark := "ok  "
 		if i.Count > 0 {
