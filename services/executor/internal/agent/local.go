@@ -331,8 +331,7 @@ func (a *Agent) takeLocalSlot(ctx context.Context, at *attempt) bool {
 	defer a.localWaiting.Add(-1)
 	select {
 	case a.slots <- struct{}{}:
-		at.slot = true
-		return true
+		return a.keepLocalSlot(ctx, at)
 	default:
 	}
 	// Every slot is busy or held by a claim: a claim waiting for server
@@ -340,9 +339,22 @@ func (a *Agent) takeLocalSlot(ctx context.Context, at *attempt) bool {
 	a.interruptClaim()
 	select {
 	case a.slots <- struct{}{}:
-		at.slot = true
-		return true
+		return a.keepLocalSlot(ctx, at)
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// keepLocalSlot keeps the slot just taken for at, unless the agent is
+// stopping: then a slot may have come free only because the attempts'
+// goroutines end and give theirs back. Kept, it had the task journaled
+// running for a process that never started, and the next run recovered
+// more running tasks than slots, the waiting one among them.
+func (a *Agent) keepLocalSlot(ctx context.Context, at *attempt) bool {
+	if ctx.Err() != nil {
+		<-a.slots
+		return false
+	}
+	at.slot = true
+	return true
 }

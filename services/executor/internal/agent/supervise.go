@@ -69,6 +69,10 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 			return
 		case <-ctx.Done():
 			sess.Close()
+			// The process runs on under its shim: its slot stays taken
+			// until this agent has stopped, so that no task starts in it
+			// meanwhile (keepLocalSlot).
+			at.slot = false
 			return
 		case r := <-at.stopCh:
 			if stop != nil {
