@@ -14,6 +14,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/services/quota/admission"
+	admapp "github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
 )
 
 func code(err error) codes.Code { return status.Code(err) }
@@ -458,6 +459,68 @@ func TestSyncWorkGroups(t *testing.T) {
 	// Operator queues are never touched by a sync.
 	if _, err := e.client().GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: admission.HighPriorityQueue}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A tenant's key lists and reads the shared queues and its own WorkGroup
+// queues, never another tenant's: those are left out of its lists and
+// answered as an unknown name is (docs/api/quota.md#workgroup-queues).
+func TestTenantsSeeNoOtherTenantsWorkGroupQueues(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	groups := []admission.WorkGroup{{TenantID: "t1", Quota: "q1", MachineType: "h100", GPUs: 2, Status: "Running"},
+		{TenantID: "t-2", Quota: "q1", MachineType: "h100", GPUs: 1, Status: "Running"}}
+	if err := e.svc.SyncWorkGroups(ctx, groups); err != nil {
+		t.Fatal(err)
+	}
+	t1Q, t2Q := admapp.WorkGroupQueue("t1", "q1"), admapp.WorkGroupQueue("t-2", "q1")
+	if _, err := e.client().PutLocalQueue(admin(), &quotav1.PutLocalQueueRequest{Name: "t2-team",
+		Spec: &quotav1.LocalQueueSpec{ClusterQueue: t2Q, Tenants: []string{"t-2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	listed := func(ctx context.Context) map[string]bool {
+		t.Helper()
+		r, err := e.client().ListClusterQueues(ctx, &quotav1.ListClusterQueuesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, q := range r.ClusterQueues {
+			out[q.Name] = true
+		}
+		lqs, err := e.client().ListLocalQueues(ctx, &quotav1.ListLocalQueuesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range lqs.LocalQueues {
+			out["local/"+q.Name] = true
+		}
+		return out
+	}
+	ops, t1, t2 := listed(admin()), listed(user("t1", "standard")), listed(user("t-2", "standard"))
+	if !ops[t1Q] || !ops[t2Q] || !ops["local/t2-team"] {
+		t.Errorf("the operator lists %v, want both WorkGroup queues and t2-team", ops)
+	}
+	if !t1[t1Q] || t1[t2Q] || t1["local/t2-team"] || !t1[admission.HighPriorityQueue] {
+		t.Errorf("t1 lists %v, want its own queue and the shared ones, not t-2's", t1)
+	}
+	if !t2[t2Q] || t2[t1Q] || !t2["local/t2-team"] {
+		t.Errorf("t-2 lists %v, want its own queues, not t1's", t2)
+	}
+	for _, tc := range []struct{ tenant, other string }{{"t1", t2Q}, {"t-2", t1Q}} {
+		_, err := e.client().GetClusterQueue(user(tc.tenant, "standard"), &quotav1.GetClusterQueueRequest{Name: tc.other})
+		_, none := e.client().GetClusterQueue(user(tc.tenant, "standard"), &quotav1.GetClusterQueueRequest{Name: "gu-nobody-q9"})
+		got := strings.ReplaceAll(status.Convert(err).Message(), tc.other, "<name>")
+		want := strings.ReplaceAll(status.Convert(none).Message(), "gu-nobody-q9", "<name>")
+		if code(err) != codes.NotFound || code(none) != codes.NotFound || reason(err) != reason(none) || got != want {
+			t.Errorf("%s reads %s: %v; an unknown name: %v; want the same answer", tc.tenant, tc.other, err, none)
+		}
+	}
+	for _, tc := range []struct{ tenant, own string }{{"t1", t1Q}, {"t-2", t2Q}} {
+		if q, err := e.client().GetClusterQueue(user(tc.tenant, "standard"), &quotav1.GetClusterQueueRequest{Name: tc.own}); err != nil ||
+			q.ClusterQueue.Origin != "work_group" {
+			t.Errorf("%s reads its own %s: %v, %v", tc.tenant, tc.own, q, err)
+		}
 	}
 }
 

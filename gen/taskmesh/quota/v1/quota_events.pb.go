@@ -2080,7 +2080,11 @@ type ClusterQueueDefined struct {
 	// applied again or failed) keeps its admitted work with a nominal quota
 	// of 0 until that work has ended, and is removed then. Empty for a queue
 	// that admits.
-	Closing       string `protobuf:"bytes,4,opt,name=closing,proto3" json:"closing,omitempty"`
+	Closing string `protobuf:"bytes,4,opt,name=closing,proto3" json:"closing,omitempty"`
+	// The tenant whose GU quota's WorkGroup the queue serves (origin
+	// work_group); empty for every other queue. A tenant's key sees no other
+	// tenant's WorkGroup queue (docs/api/quota.md#workgroup-queues).
+	TenantId      string `protobuf:"bytes,5,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2139,6 +2143,13 @@ func (x *ClusterQueueDefined) GetOrigin() string {
 func (x *ClusterQueueDefined) GetClosing() string {
 	if x != nil {
 		return x.Closing
+	}
+	return ""
+}
+
+func (x *ClusterQueueDefined) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
 	}
 	return ""
 }
@@ -2890,12 +2901,13 @@ const file_taskmesh_quota_v1_quota_events_proto_rawDesc = "" +
 	"\x11InventoryReleased\x12!\n" +
 	"\fmachine_type\x18\x01 \x01(\tR\vmachineType\x12\x12\n" +
 	"\x04gpus\x18\x02 \x01(\x03R\x04gpus\x12\x19\n" +
-	"\bquota_id\x18\x03 \x01(\tR\aquotaId\"\x94\x01\n" +
+	"\bquota_id\x18\x03 \x01(\tR\aquotaId\"\xb1\x01\n" +
 	"\x13ClusterQueueDefined\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x127\n" +
 	"\x04spec\x18\x02 \x01(\v2#.taskmesh.quota.v1.ClusterQueueSpecR\x04spec\x12\x16\n" +
 	"\x06origin\x18\x03 \x01(\tR\x06origin\x12\x18\n" +
-	"\aclosing\x18\x04 \x01(\tR\aclosing\")\n" +
+	"\aclosing\x18\x04 \x01(\tR\aclosing\x12\x1b\n" +
+	"\ttenant_id\x18\x05 \x01(\tR\btenantId\")\n" +
 	"\x13ClusterQueueDeleted\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"n\n" +
 	"\rCohortDefined\x12\x12\n" +

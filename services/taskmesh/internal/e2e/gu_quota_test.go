@@ -85,8 +85,23 @@ func TestGPUWorkRunsInItsGUQuotasWorkGroup(t *testing.T) {
 	if done["stdout"] != "rendered\n" || !strings.HasPrefix(fmt.Sprint(done["cluster_queue"]), "gu-acme-gu1") {
 		t.Fatalf("task = %v", done)
 	}
-	code, q, _ := w.call("GET", "/api/v1/cluster-queues/"+fmt.Sprint(done["cluster_queue"]), operator, nil)
-	if code != 200 {
-		t.Fatalf("the WorkGroup's cluster queue: %d %v", code, q)
+	queue := fmt.Sprint(done["cluster_queue"])
+	for _, key := range []string{operator, acme} {
+		if code, q, _ := w.call("GET", "/api/v1/cluster-queues/"+queue, key, nil); code != 200 {
+			t.Fatalf("the WorkGroup's cluster queue: %d %v", code, q)
+		}
+	}
+	// Another tenant neither lists nor reads acme's WorkGroup queue: it
+	// is answered as a queue nobody defined.
+	globex := w.tenantKey("globex")
+	code, list, _ := w.call("GET", "/api/v1/cluster-queues", globex, nil)
+	if code != 200 || strings.Contains(fmt.Sprint(list), queue) || !strings.Contains(fmt.Sprint(list), "tenant-high-priority-queue") {
+		t.Fatalf("globex's list of cluster queues = %d %v; want the shared queues without %s", code, list, queue)
+	}
+	code, got, _ := w.call("GET", "/api/v1/cluster-queues/"+queue, globex, nil)
+	_, unknown, _ := w.call("GET", "/api/v1/cluster-queues/gu-nobody-none", globex, nil)
+	if code != 404 || got["code"] != unknown["code"] ||
+		strings.ReplaceAll(fmt.Sprint(got["message"]), queue, "gu-nobody-none") != fmt.Sprint(unknown["message"]) {
+		t.Fatalf("globex's read of %s = %d %v; want an unknown queue's %v", queue, code, got, unknown)
 	}
 }

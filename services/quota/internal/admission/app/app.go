@@ -63,6 +63,10 @@ type Definition struct {
 	// while it holds admitted work (docs/api/quota.md#workgroup-queues).
 	// Empty for a queue that admits.
 	Closing string
+	// TenantID is the tenant whose GU quota's WorkGroup a ClusterQueue of
+	// origin work_group serves; empty for every other definition. A tenant
+	// sees no other tenant's WorkGroup queue (visibleTo).
+	TenantID string
 }
 
 // DefinitionStore is what the definition use cases, queue resolution and

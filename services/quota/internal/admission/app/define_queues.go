@@ -125,7 +125,7 @@ func (a *App) put(tx DefinitionTx, c Caller, d Definition, onlyIfAbsent bool) er
 	var ev any
 	switch d.Kind {
 	case KindClusterQueue:
-		ev = &quotav1.ClusterQueueDefined{Name: d.Name, Spec: d.ClusterQueue, Origin: d.Origin, Closing: d.Closing}
+		ev = &quotav1.ClusterQueueDefined{Name: d.Name, Spec: d.ClusterQueue, Origin: d.Origin, Closing: d.Closing, TenantId: d.TenantID}
 	case KindCohort:
 		ev = &quotav1.CohortDefined{Name: d.Name, Spec: d.Cohort, Origin: d.Origin}
 	case KindLocalQueue:
@@ -226,26 +226,80 @@ func (a *App) written() {
 	}
 }
 
-// Get reads one definition, a ClusterQueue with its defaults written out.
-func (a *App) Get(ctx context.Context, kind DefinitionKind, name string) (Definition, error) {
+// Get reads one definition the caller may see, a ClusterQueue with its
+// defaults written out. Another tenant's WorkGroup queue is ErrNotFound
+// with the message of a name nobody defined, so that a tenant cannot tell
+// it exists.
+func (a *App) Get(ctx context.Context, c Caller, kind DefinitionKind, name string) (Definition, error) {
 	d, ok, err := a.store.GetDefinition(ctx, kind, name)
 	if err != nil {
-		return d, err
+		return Definition{}, err
 	}
-	if !ok {
-		return d, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
+	if !ok || !visibleTo(c, d, nil) {
+		return Definition{}, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
 	}
 	return shown(d), nil
 }
 
-// List reads every definition of kind, ClusterQueues with their defaults
-// written out.
-func (a *App) List(ctx context.Context, kind DefinitionKind) ([]Definition, error) {
+// List reads every definition of kind the caller may see, ClusterQueues
+// with their defaults written out.
+func (a *App) List(ctx context.Context, c Caller, kind DefinitionKind) ([]Definition, error) {
 	ds, err := a.store.ListDefinitions(ctx, kind)
-	for i := range ds {
-		ds[i] = shown(ds[i])
+	if err != nil {
+		return nil, err
 	}
-	return ds, err
+	var queues map[string]Definition
+	if kind == KindLocalQueue && !c.Operator {
+		// Whose a LocalQueue's ClusterQueue is decides whether it shows.
+		cqs, err := a.store.ListDefinitions(ctx, KindClusterQueue)
+		if err != nil {
+			return nil, err
+		}
+		queues = make(map[string]Definition, len(cqs))
+		for _, q := range cqs {
+			queues[q.Name] = q
+		}
+	}
+	out := ds[:0]
+	for _, d := range ds {
+		if visibleTo(c, d, queues) {
+			out = append(out, shown(d))
+		}
+	}
+	return out, nil
+}
+
+// visibleTo reports whether caller c may see definition d. Operators see
+// every one; a tenant every one but another tenant's WorkGroup queue — a
+// ClusterQueue of origin work_group (or of a name in their namespace) that
+// is not recorded as its own — and a LocalQueue that admits into one
+// (queues: the ClusterQueues by name), so no tenant learns of another's GU
+// quotas (docs/api/quota.md#workgroup-queues). Shared queues, the embedded
+// ones and those operators define, show to every tenant.
+func visibleTo(c Caller, d Definition, queues map[string]Definition) bool {
+	if c.Operator {
+		return true
+	}
+	switch d.Kind {
+	case KindClusterQueue:
+		return ownQueue(c, d.Name, d, true)
+	case KindLocalQueue:
+		name := d.LocalQueue.GetClusterQueue()
+		q, ok := queues[name]
+		return ownQueue(c, name, q, ok)
+	}
+	return true
+}
+
+// ownQueue reports whether ClusterQueue name (q, when known) is not
+// another tenant's WorkGroup queue for c. A WorkGroup queue's name says
+// whose it is only in its plain form, so ownership is what the queue
+// records; one that is not defined (any more) belongs to no one c knows.
+func ownQueue(c Caller, name string, q Definition, known bool) bool {
+	if !IsWorkGroupQueue(name) && (!known || q.Origin != OriginWorkGroup) {
+		return true
+	}
+	return known && q.TenantID != "" && q.TenantID == c.TenantID
 }
 
 // shown is d as answers show it: a ClusterQueue's policy in force rather
@@ -303,12 +357,12 @@ func (a *App) ApplyDefaults(ctx context.Context, defaults []Definition) error {
 // queue again.
 func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
 	c := workGroupUpkeep
-	open := map[string]*quotav1.ClusterQueueSpec{}
+	open := map[string]WorkGroup{}
 	stopped := map[string]WorkGroup{}
 	for _, g := range groups {
 		name := WorkGroupQueue(g.TenantID, g.Quota)
 		if g.Status == WorkGroupRunning {
-			open[name] = workGroupSpec(g)
+			open[name] = g
 			continue
 		}
 		// Of several WorkGroups behind one name (a quota deleted and one of
@@ -327,14 +381,16 @@ func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
 			if d.Origin != OriginWorkGroup {
 				continue
 			}
-			if spec, ok := open[d.Name]; ok {
-				if d.Closing == "" && proto.Equal(spec, d.ClusterQueue) {
+			if g, ok := open[d.Name]; ok {
+				// A queue recorded without its tenant is recorded again
+				// with it.
+				if d.Closing == "" && d.TenantID == g.TenantID && proto.Equal(workGroupSpec(g), d.ClusterQueue) {
 					delete(open, d.Name)
 				}
 				continue // (re)opened below
 			}
 			g, known := stopped[d.Name]
-			removed, err := a.closeWorkGroupQueue(tx, c, d, closingReason(g, known))
+			removed, err := a.closeWorkGroupQueue(tx, c, d, closingReason(g, known), g.TenantID)
 			if err != nil {
 				return err
 			}
@@ -342,8 +398,9 @@ func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
 				kept = append(kept, d.Name)
 			}
 		}
-		for name, spec := range open {
-			d := Definition{Kind: KindClusterQueue, Name: name, Origin: OriginWorkGroup, ClusterQueue: spec}
+		for name, g := range open {
+			d := Definition{Kind: KindClusterQueue, Name: name, Origin: OriginWorkGroup, ClusterQueue: workGroupSpec(g),
+				TenantID: g.TenantID}
 			if err := a.put(tx, c, d, false); err != nil {
 				return fmt.Errorf("work group queue %q: %w", name, err)
 			}
@@ -382,9 +439,10 @@ func closingReason(g WorkGroup, known bool) string {
 // closeWorkGroupQueue deletes WorkGroup queue d when it holds no admitted
 // work (removed), else records it closed for why: every nominal quota 0,
 // so the core admits nothing more there while what it admitted runs on
-// (docs/api/quota.md#workgroup-queues). A queue closed for the same
+// (docs/api/quota.md#workgroup-queues). tenant, when known, is whose queue
+// it is, recorded with it if it was not. A queue closed for the same
 // reason already records nothing.
-func (a *App) closeWorkGroupQueue(tx DefinitionTx, c Caller, d Definition, why string) (removed bool, err error) {
+func (a *App) closeWorkGroupQueue(tx DefinitionTx, c Caller, d Definition, why, tenant string) (removed bool, err error) {
 	n, err := tx.AdmittedIn(d.Name)
 	if err != nil {
 		return false, err
@@ -392,11 +450,14 @@ func (a *App) closeWorkGroupQueue(tx DefinitionTx, c Caller, d Definition, why s
 	if n == 0 {
 		return true, a.delete(tx, c, KindClusterQueue, d.Name)
 	}
+	if tenant == "" {
+		tenant = d.TenantID
+	}
 	spec := closedSpec(d.ClusterQueue)
-	if d.Closing == why && proto.Equal(spec, d.ClusterQueue) {
+	if d.Closing == why && d.TenantID == tenant && proto.Equal(spec, d.ClusterQueue) {
 		return false, nil
 	}
-	d.ClusterQueue, d.Closing = spec, why
+	d.ClusterQueue, d.Closing, d.TenantID = spec, why, tenant
 	return false, a.put(tx, c, d, false)
 }
 
@@ -469,7 +530,7 @@ func (a *App) removeDrained(ctx context.Context) error {
 			}
 			// Closed for the same reason again, it is removed if drained
 			// and left as it is otherwise.
-			if _, err := a.closeWorkGroupQueue(tx, c, d, d.Closing); err != nil {
+			if _, err := a.closeWorkGroupQueue(tx, c, d, d.Closing, ""); err != nil {
 				return err
 			}
 		}

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestPutDefinition(t *testing.T) {
 	wantStrings(t, "recorded", f.store.events(),
 		"cohort/team v1 CohortDefined", "cluster-queue/cq v1 ClusterQueueDefined", "cluster-queue/cq v2 ClusterQueueDefined",
 		"local-queue/lq v1 LocalQueueDefined")
-	d, err := f.app.Get(f.ctx, KindClusterQueue, "cq")
+	d, err := f.app.Get(f.ctx, operator, KindClusterQueue, "cq")
 	if err != nil || d.ClusterQueue.GetResourceGroups()[0].GetFlavors()[0].GetResources()[0].GetNominalQuota() != "16" {
 		t.Errorf("Get = %+v, %v; want the second spec", d, err)
 	}
@@ -54,10 +55,10 @@ func TestPutDefinition(t *testing.T) {
 		t.Errorf("%d writes woke the relay %d times and locked the definitions %d times, want 4 each",
 			4, f.written, f.store.state.locks)
 	}
-	if _, err := f.app.Get(f.ctx, KindCohort, "none"); !errors.Is(err, ErrNotFound) {
+	if _, err := f.app.Get(f.ctx, operator, KindCohort, "none"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get of nothing: %v, want ErrNotFound", err)
 	}
-	if ds, err := f.app.List(f.ctx, KindClusterQueue); err != nil || len(ds) != 1 || ds[0].Name != "cq" {
+	if ds, err := f.app.List(f.ctx, operator, KindClusterQueue); err != nil || len(ds) != 1 || ds[0].Name != "cq" {
 		t.Errorf("List = %+v, %v", ds, err)
 	}
 	// Each is recorded as the operator's, with the address of its request
@@ -127,7 +128,7 @@ func TestDeleteDefinition(t *testing.T) {
 	}
 	wantStrings(t, "deletions recorded", f.store.events()[len(before):],
 		"cluster-queue/cq v2 ClusterQueueDeleted", "cohort/team v2 CohortDeleted", "cohort/org v2 CohortDeleted")
-	if ds, _ := f.app.List(f.ctx, KindCohort); len(ds) != 0 {
+	if ds, _ := f.app.List(f.ctx, operator, KindCohort); len(ds) != 0 {
 		t.Errorf("cohorts left: %+v", ds)
 	}
 }
@@ -173,8 +174,8 @@ func TestApplyDefaults(t *testing.T) {
 	}
 	wantStrings(t, "recorded", f.store.events(),
 		"local-queue/lq-low v1 LocalQueueDefined", "cohort/tenants v1 CohortDefined", "cluster-queue/cq-low v1 ClusterQueueDefined")
-	lq, _ := f.app.Get(f.ctx, KindLocalQueue, "lq-low")
-	cq, _ := f.app.Get(f.ctx, KindClusterQueue, "cq-low")
+	lq, _ := f.app.Get(f.ctx, operator, KindLocalQueue, "lq-low")
+	cq, _ := f.app.Get(f.ctx, operator, KindClusterQueue, "cq-low")
 	if lq.LocalQueue.GetClusterQueue() != "cq-mine" || lq.Origin != OriginAPI || cq.Origin != OriginConfig {
 		t.Errorf("lq-low = %+v (origin %s), cq-low origin %s; want the operator's lq-low kept and cq-low from config",
 			lq.LocalQueue, lq.Origin, cq.Origin)
@@ -220,7 +221,7 @@ func TestSyncWorkGroups(t *testing.T) {
 	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{gu1}); err != nil {
 		t.Fatal(err)
 	}
-	d, _ := f.app.Get(f.ctx, KindClusterQueue, "gu-acme-gu1")
+	d, _ := f.app.Get(f.ctx, operator, KindClusterQueue, "gu-acme-gu1")
 	fq := d.ClusterQueue.GetResourceGroups()[0].GetFlavors()[0]
 	if d.Origin != OriginWorkGroup || fq.GetName() != "A100" || fq.GetResources()[0].GetNominalQuota() != "4" ||
 		d.ClusterQueue.GetPreemption().GetMinPriorityGap() != 3 || d.Closing != "" {
@@ -240,7 +241,7 @@ func TestSyncWorkGroups(t *testing.T) {
 	wantStrings(t, "a queue holding work", f.store.events()[before:], "cluster-queue/gu-acme-gu1 v5 ClusterQueueDefined")
 	closed := func(why string) {
 		t.Helper()
-		d, err := f.app.Get(f.ctx, KindClusterQueue, "gu-acme-gu1")
+		d, err := f.app.Get(f.ctx, operator, KindClusterQueue, "gu-acme-gu1")
 		fq := d.ClusterQueue.GetResourceGroups()[0].GetFlavors()[0]
 		if err != nil || d.Closing != why || fq.GetName() != "A100" || fq.GetResources()[0].GetNominalQuota() != "0" || d.Origin != OriginWorkGroup {
 			t.Fatalf("closed queue = %+v (closing %q), %v; want flavor A100 with nominal 0, closing %q", d.ClusterQueue, d.Closing, err, why)
@@ -264,7 +265,7 @@ func TestSyncWorkGroups(t *testing.T) {
 	}
 	wantStrings(t, "the queue once its work is done", f.store.events()[before:],
 		"cluster-queue/gu-acme-gu1 v5 ClusterQueueDefined", "cluster-queue/gu-acme-gu1 v6 ClusterQueueDeleted")
-	if _, err := f.app.Get(f.ctx, KindClusterQueue, "acme-manual"); err != nil {
+	if _, err := f.app.Get(f.ctx, operator, KindClusterQueue, "acme-manual"); err != nil {
 		t.Errorf("an operator's queue was touched by the sync: %v", err)
 	}
 
@@ -285,7 +286,7 @@ func TestSyncWorkGroups(t *testing.T) {
 	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{back}); err != nil {
 		t.Fatal(err)
 	}
-	d, _ = f.app.Get(f.ctx, KindClusterQueue, "gu-acme-gu1")
+	d, _ = f.app.Get(f.ctx, operator, KindClusterQueue, "gu-acme-gu1")
 	if fq := d.ClusterQueue.GetResourceGroups()[0].GetFlavors()[0]; d.Closing != "" || fq.GetResources()[0].GetNominalQuota() != "2" {
 		t.Errorf("reopened queue = %+v (closing %q), want nominal 2, open", d.ClusterQueue, d.Closing)
 	}
@@ -297,6 +298,93 @@ func TestSyncWorkGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed("the WorkGroup of GU quota gu1 is Failed, not Running")
+}
+
+// A tenant sees the shared queues and its own WorkGroup queues, never
+// another tenant's: such a queue is left out of its lists, a LocalQueue
+// admitting into one too, and reading it is an unknown name's answer
+// (docs/api/quota.md#workgroup-queues). Operators see every queue.
+func TestTenantsSeeNoOtherTenantsWorkGroupQueues(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.app.Put(f.ctx, operator, Definition{Kind: KindClusterQueue, Name: "shared", ClusterQueue: gpuQueue("", "8")}); err != nil {
+		t.Fatal(err)
+	}
+	// acme's name spells its tenant out; be-ta's is hashed and does not.
+	acmeGU := WorkGroup{TenantID: "acme", Quota: "gu1", MachineType: "A100", GPUs: 4, Status: WorkGroupRunning}
+	betaGU := WorkGroup{TenantID: "be-ta", Quota: "gu1", MachineType: "A100", GPUs: 2, Status: WorkGroupRunning}
+	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{acmeGU, betaGU}); err != nil {
+		t.Fatal(err)
+	}
+	acmeQ, betaQ := WorkGroupQueue("acme", "gu1"), WorkGroupQueue("be-ta", "gu1")
+	for _, lq := range []Definition{localQueue("lq-shared", "shared", nil, nil), localQueue("lq-acme", acmeQ, []string{"acme"}, nil),
+		localQueue("lq-beta", betaQ, []string{"be-ta"}, nil)} {
+		if _, err := f.app.Put(f.ctx, operator, lq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beta := Caller{TenantID: "be-ta", Tier: "standard"}
+	names := func(c Caller, kind DefinitionKind) []string {
+		t.Helper()
+		ds, err := f.app.List(f.ctx, c, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := []string{}
+		for _, d := range ds {
+			out = append(out, d.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	all := []string{acmeQ, betaQ, "shared"}
+	slices.Sort(all)
+	wantStrings(t, "the operator's queues", names(operator, KindClusterQueue), all...)
+	wantStrings(t, "acme's queues", names(premium, KindClusterQueue), acmeQ, "shared")
+	wantStrings(t, "be-ta's queues", names(beta, KindClusterQueue), betaQ, "shared")
+	wantStrings(t, "a third tenant's queues", names(standard, KindClusterQueue), "shared")
+	wantStrings(t, "the operator's local queues", names(operator, KindLocalQueue), "lq-acme", "lq-beta", "lq-shared")
+	wantStrings(t, "acme's local queues", names(premium, KindLocalQueue), "lq-acme", "lq-shared")
+	wantStrings(t, "be-ta's local queues", names(beta, KindLocalQueue), "lq-beta", "lq-shared")
+
+	unknown := func(c Caller, name string) string {
+		t.Helper()
+		_, err := f.app.Get(f.ctx, c, KindClusterQueue, name)
+		if !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get %s as %+v = %v, want ErrNotFound", name, c, err)
+		}
+		return strings.ReplaceAll(err.Error(), name, "<name>")
+	}
+	for _, tc := range []struct {
+		c     Caller
+		other string
+	}{{premium, betaQ}, {beta, acmeQ}, {standard, acmeQ}} {
+		if got, want := unknown(tc.c, tc.other), unknown(tc.c, "gu-nobody-nothing"); got != want {
+			t.Errorf("%s's read of %s = %q, want an unknown name's %q", tc.c.TenantID, tc.other, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		c    Caller
+		name string
+	}{{premium, acmeQ}, {beta, betaQ}, {operator, acmeQ}, {operator, betaQ}, {standard, "shared"}} {
+		if d, err := f.app.Get(f.ctx, tc.c, KindClusterQueue, tc.name); err != nil || d.Name != tc.name {
+			t.Errorf("Get %s as %+v = %+v, %v", tc.name, tc.c, d, err)
+		}
+	}
+
+	// A WorkGroup queue recorded before queues recorded their tenant is
+	// nobody's until the sync records it again, with its tenant.
+	legacy := WorkGroup{TenantID: "acme", Quota: "gu2", MachineType: "A100", GPUs: 1, Status: WorkGroupRunning}
+	legacyQ := WorkGroupQueue("acme", "gu2")
+	f.store.put(Definition{Kind: KindClusterQueue, Name: legacyQ, Origin: OriginWorkGroup, ClusterQueue: workGroupSpec(legacy)})
+	unknown(premium, legacyQ)
+	before := len(f.store.events())
+	if err := f.app.SyncWorkGroups(f.ctx, []WorkGroup{acmeGU, betaGU, legacy}); err != nil {
+		t.Fatal(err)
+	}
+	wantStrings(t, "the sync", f.store.events()[before:], "cluster-queue/"+legacyQ+" v1 ClusterQueueDefined")
+	if d, err := f.app.Get(f.ctx, premium, KindClusterQueue, legacyQ); err != nil || d.TenantID != "acme" {
+		t.Errorf("acme's queue once synced = %+v, %v", d, err)
+	}
 }
 
 // The loop says when admitted work left a closing queue; the app then
@@ -318,7 +406,7 @@ func TestRemoveDrainedQueuesOnRelease(t *testing.T) {
 	f.app.QueueReleased()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := f.app.Get(f.ctx, KindClusterQueue, "gu-acme-gu1"); errors.Is(err, ErrNotFound) {
+		if _, err := f.app.Get(f.ctx, operator, KindClusterQueue, "gu-acme-gu1"); errors.Is(err, ErrNotFound) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -95,10 +95,11 @@ func (s *AdmissionServer) clusterQueues(ds []app.Definition) []*quotav1.ClusterQ
 
 // ListClusterQueues implements quotav1.AdmissionServiceServer.
 func (s *AdmissionServer) ListClusterQueues(ctx context.Context, _ *quotav1.ListClusterQueuesRequest) (*quotav1.ListClusterQueuesResponse, error) {
-	if _, err := caller(ctx); err != nil {
+	c, err := caller(ctx)
+	if err != nil {
 		return nil, err
 	}
-	ds, err := s.App.List(ctx, app.KindClusterQueue)
+	ds, err := s.App.List(ctx, c, app.KindClusterQueue)
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
@@ -107,10 +108,11 @@ func (s *AdmissionServer) ListClusterQueues(ctx context.Context, _ *quotav1.List
 
 // GetClusterQueue implements quotav1.AdmissionServiceServer.
 func (s *AdmissionServer) GetClusterQueue(ctx context.Context, req *quotav1.GetClusterQueueRequest) (*quotav1.GetClusterQueueResponse, error) {
-	if _, err := caller(ctx); err != nil {
+	c, err := caller(ctx)
+	if err != nil {
 		return nil, err
 	}
-	d, err := s.App.Get(ctx, app.KindClusterQueue, req.GetName())
+	d, err := s.App.Get(ctx, c, app.KindClusterQueue, req.GetName())
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
@@ -142,8 +144,10 @@ func (s *AdmissionServer) DeleteClusterQueue(ctx context.Context, req *quotav1.D
 	return &quotav1.DeleteClusterQueueResponse{}, nil
 }
 
-func (s *AdmissionServer) cohorts(ctx context.Context, ds []app.Definition) ([]*quotav1.Cohort, error) {
-	queues, err := s.App.List(ctx, app.KindClusterQueue)
+// cohorts answers the cohorts ds, each naming the ClusterQueues in it the
+// caller may see.
+func (s *AdmissionServer) cohorts(ctx context.Context, c app.Caller, ds []app.Definition) ([]*quotav1.Cohort, error) {
+	queues, err := s.App.List(ctx, c, app.KindClusterQueue)
 	if err != nil {
 		return nil, err
 	}
@@ -154,35 +158,36 @@ func (s *AdmissionServer) cohorts(ctx context.Context, ds []app.Definition) ([]*
 	u, live := s.App.Usage(nil, names)
 	out := make([]*quotav1.Cohort, len(ds))
 	for i, d := range ds {
-		c := &quotav1.Cohort{Name: d.Name, Spec: d.Cohort}
+		ch := &quotav1.Cohort{Name: d.Name, Spec: d.Cohort}
 		for _, q := range queues {
 			if q.ClusterQueue.GetCohort() == d.Name {
-				c.ClusterQueues = append(c.ClusterQueues, q.Name)
+				ch.ClusterQueues = append(ch.ClusterQueues, q.Name)
 			}
 		}
 		for _, other := range ds {
 			if other.Cohort.GetParent() == d.Name {
-				c.ChildCohorts = append(c.ChildCohorts, other.Name)
+				ch.ChildCohorts = append(ch.ChildCohorts, other.Name)
 			}
 		}
 		if live {
-			c.FlavorsUsage = u.Cohorts[d.Name]
+			ch.FlavorsUsage = u.Cohorts[d.Name]
 		}
-		out[i] = c
+		out[i] = ch
 	}
 	return out, nil
 }
 
 // ListCohorts implements quotav1.AdmissionServiceServer.
 func (s *AdmissionServer) ListCohorts(ctx context.Context, _ *quotav1.ListCohortsRequest) (*quotav1.ListCohortsResponse, error) {
-	if _, err := caller(ctx); err != nil {
+	c, err := caller(ctx)
+	if err != nil {
 		return nil, err
 	}
-	ds, err := s.App.List(ctx, app.KindCohort)
+	ds, err := s.App.List(ctx, c, app.KindCohort)
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
-	cs, err := s.cohorts(ctx, ds)
+	cs, err := s.cohorts(ctx, c, ds)
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
@@ -199,11 +204,11 @@ func (s *AdmissionServer) PutCohort(ctx context.Context, req *quotav1.PutCohortR
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
-	all, err := s.App.List(ctx, app.KindCohort)
+	all, err := s.App.List(ctx, c, app.KindCohort)
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
-	cs, err := s.cohorts(ctx, all)
+	cs, err := s.cohorts(ctx, c, all)
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
@@ -229,10 +234,11 @@ func (s *AdmissionServer) DeleteCohort(ctx context.Context, req *quotav1.DeleteC
 
 // ListLocalQueues implements quotav1.AdmissionServiceServer.
 func (s *AdmissionServer) ListLocalQueues(ctx context.Context, _ *quotav1.ListLocalQueuesRequest) (*quotav1.ListLocalQueuesResponse, error) {
-	if _, err := caller(ctx); err != nil {
+	c, err := caller(ctx)
+	if err != nil {
 		return nil, err
 	}
-	ds, err := s.App.List(ctx, app.KindLocalQueue)
+	ds, err := s.App.List(ctx, c, app.KindLocalQueue)
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}

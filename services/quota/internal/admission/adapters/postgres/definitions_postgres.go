@@ -83,18 +83,18 @@ func (t definitionTx) GetDefinition(kind app.DefinitionKind, name string) (app.D
 	return getDefinition(t.ctx, t.tx, kind, name)
 }
 
-// closingColumn reads a ClusterQueue's closing reason; the other tables
-// have none.
-func closingColumn(kind app.DefinitionKind) string {
+// queueColumns reads a ClusterQueue's closing reason and tenant; the
+// other tables have neither.
+func queueColumns(kind app.DefinitionKind) string {
 	if kind == app.KindClusterQueue {
-		return "closing"
+		return "closing, tenant_id"
 	}
-	return "''"
+	return "'', ''"
 }
 
 // listDefinitions returns every definition of kind by name.
 func listDefinitions(ctx context.Context, q eventstore.Querier, kind app.DefinitionKind) ([]app.Definition, error) {
-	rows, err := q.Query(ctx, `SELECT name, spec, origin, `+closingColumn(kind)+` FROM `+tables[kind]+` ORDER BY name`)
+	rows, err := q.Query(ctx, `SELECT name, spec, origin, `+queueColumns(kind)+` FROM `+tables[kind]+` ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", tables[kind], err)
 	}
@@ -103,7 +103,7 @@ func listDefinitions(ctx context.Context, q eventstore.Querier, kind app.Definit
 	for rows.Next() {
 		var d app.Definition
 		var spec []byte
-		if err := rows.Scan(&d.Name, &spec, &d.Origin, &d.Closing); err != nil {
+		if err := rows.Scan(&d.Name, &spec, &d.Origin, &d.Closing, &d.TenantID); err != nil {
 			return nil, fmt.Errorf("list %s: %w", tables[kind], err)
 		}
 		d.Kind = kind
@@ -117,7 +117,7 @@ func listDefinitions(ctx context.Context, q eventstore.Querier, kind app.Definit
 
 // getDefinition reads one definition; ok is false when there is none.
 func getDefinition(ctx context.Context, q eventstore.Querier, kind app.DefinitionKind, name string) (app.Definition, bool, error) {
-	rows, err := q.Query(ctx, `SELECT spec, origin, `+closingColumn(kind)+` FROM `+tables[kind]+` WHERE name = $1`, name)
+	rows, err := q.Query(ctx, `SELECT spec, origin, `+queueColumns(kind)+` FROM `+tables[kind]+` WHERE name = $1`, name)
 	if err != nil {
 		return app.Definition{}, false, fmt.Errorf("read %s: %w", tables[kind], err)
 	}
@@ -127,7 +127,7 @@ func getDefinition(ctx context.Context, q eventstore.Querier, kind app.Definitio
 	}
 	d := app.Definition{Kind: kind, Name: name}
 	var spec []byte
-	if err := rows.Scan(&spec, &d.Origin, &d.Closing); err != nil {
+	if err := rows.Scan(&spec, &d.Origin, &d.Closing, &d.TenantID); err != nil {
 		return d, false, fmt.Errorf("read %s: %w", tables[kind], err)
 	}
 	return d, true, decodeSpec(&d, spec)
@@ -190,10 +190,10 @@ func (t definitionTx) SaveDefinition(d app.Definition, deleted bool, at time.Tim
 		return fmt.Errorf("encode %s: %w", d.Kind, err)
 	}
 	if d.Kind == app.KindClusterQueue {
-		_, err = tx.Exec(ctx, `INSERT INTO cluster_queues (name, spec, origin, closing, updated_at) VALUES ($1, $2, $3, $4, $5)
+		_, err = tx.Exec(ctx, `INSERT INTO cluster_queues (name, spec, origin, closing, tenant_id, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, origin = EXCLUDED.origin, closing = EXCLUDED.closing,
-				updated_at = EXCLUDED.updated_at`,
-			d.Name, spec, d.Origin, d.Closing, at)
+				tenant_id = EXCLUDED.tenant_id, updated_at = EXCLUDED.updated_at`,
+			d.Name, spec, d.Origin, d.Closing, d.TenantID, at)
 	} else {
 		_, err = tx.Exec(ctx, `INSERT INTO `+tables[d.Kind]+` (name, spec, origin, updated_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, origin = EXCLUDED.origin, updated_at = EXCLUDED.updated_at`,
