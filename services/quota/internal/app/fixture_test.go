@@ -45,6 +45,18 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
+// newFixtureWithIDs is newFixture with quota ids taken from ids in turn:
+// ids that do not sort in the order the quotas are created in.
+func newFixtureWithIDs(t *testing.T, ids ...string) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	next := 0
+	f.app = app.New(f.store, func() time.Time { return now }, func() string { next++; return ids[next-1] }, nil)
+	f.store.AfterCommit = f.app.Committed
+	f.pm = app.NewProcessManager(f.app, f.store, f.op, time.Hour)
+	return f
+}
+
 // seed registers tenants acme and beta and cluster c1 with gpus A100s.
 func (f *fixture) seed(gpus int64) {
 	f.t.Helper()

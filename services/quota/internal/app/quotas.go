@@ -218,7 +218,8 @@ func (a *App) DeleteQuota(ctx context.Context, c Caller, id, reason string) (Quo
 }
 
 // viewIn builds the view of quota id with its WorkGroup and subtree (the
-// quotas below it, as Tx.Subtree lists them) from tx's states, its
+// quotas below it, as Tx.Subtree lists them: children in creation order,
+// as GetQuota answers them) from tx's states, its
 // recorded events included: what GetQuota reads once tx commits, before
 // anyone else writes.
 func viewIn(tx Tx, id string, subtree []capacity.Quota) (QuotaView, error) {
@@ -254,8 +255,9 @@ func viewIn(tx Tx, id string, subtree []capacity.Quota) (QuotaView, error) {
 	return build(id)
 }
 
-// GetQuota returns a quota with its WorkGroup and subtree; another
-// tenant's quota is not found.
+// GetQuota returns a quota with its WorkGroup and subtree, each quota's
+// children in the order they were created; another tenant's quota is not
+// found.
 func (a *App) GetQuota(ctx context.Context, c Caller, id string) (QuotaView, error) {
 	q, err := a.store.Quota(ctx, id)
 	if err != nil {
@@ -264,7 +266,7 @@ func (a *App) GetQuota(ctx context.Context, c Caller, id string) (QuotaView, err
 	if !visible(c, q.TenantID) {
 		return QuotaView{}, capacity.NotFound("quota", id)
 	}
-	tree, err := a.store.Quotas(ctx, QuotaFilter{RootID: q.RootID})
+	tree, err := a.store.Quotas(ctx, QuotaFilter{RootID: q.RootID, CreationOrder: true})
 	if err != nil {
 		return QuotaView{}, err
 	}

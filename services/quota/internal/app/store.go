@@ -63,7 +63,8 @@ type Tx interface {
 
 	// The lists below select among committed quotas (call them before
 	// Record) and return each one's state in this transaction, ordered by
-	// level, then id.
+	// level, then creation: the order their QuotaCreated events were
+	// recorded in, which within one production is the request's.
 
 	// Children lists the quotas whose parent is parentID, Deleted ones
 	// too.
@@ -92,7 +93,8 @@ type Queries interface {
 	Clusters(ctx context.Context) ([]capacity.Cluster, error)
 	// Quota returns a quota, Deleted ones too.
 	Quota(ctx context.Context, id string) (capacity.Quota, error)
-	// Quotas lists the quotas f selects by id.
+	// Quotas lists the quotas f selects by id, or in creation order (Tx's
+	// lists) with QuotaFilter.CreationOrder.
 	Quotas(ctx context.Context, f QuotaFilter) ([]capacity.Quota, error)
 	// WorkGroup returns the WorkGroup of a quota.
 	WorkGroup(ctx context.Context, quotaID string) (capacity.WorkGroup, error)
@@ -107,6 +109,12 @@ type Queries interface {
 type QuotaFilter struct {
 	TenantID, Cluster, Kind, Status, RootID string
 	RootsOnly                               bool
+	// CreationOrder lists in the order the quotas were created (each
+	// production's in request order, a parent before its children) rather
+	// than by id: how a tree's children are answered, and which of a
+	// root's WorkGroup children serves it (docs/api/quota.md#quotas). Not
+	// with After, which pages by id.
+	CreationOrder bool
 	// After is the last id of the previous page; Limit 0 means no limit.
 	After string
 	Limit int

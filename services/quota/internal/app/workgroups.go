@@ -44,7 +44,7 @@ func (a *App) servingWorkGroup(ctx context.Context, quotaID string) (capacity.Wo
 	if err != nil || !q.Exists() || q.Kind != capacity.KindGU {
 		return capacity.WorkGroup{}, false
 	}
-	tree, err := a.store.Quotas(ctx, QuotaFilter{RootID: q.RootID})
+	tree, err := a.store.Quotas(ctx, QuotaFilter{RootID: q.RootID, CreationOrder: true})
 	if err != nil {
 		return capacity.WorkGroup{}, false
 	}
@@ -114,8 +114,8 @@ const (
 // not exist or is not Running. Other errors are the store's.
 //
 // A root or deeper quota is served by the WorkGroup of its second-level
-// quota (a root: its first non-background one); the background quota has
-// no WorkGroup.
+// quota (a root: its first open non-background one in creation order); the
+// background quota has no WorkGroup.
 func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGroup, error) {
 	qs, err := a.store.Quotas(ctx, guQuotasOf(tenantID))
 	if err != nil {
@@ -187,7 +187,11 @@ func GUQuotaNotExists(tenantID, quota string) error {
 	return guStatus(codes.NotFound, ReasonGUQuotaNotExists, msg)
 }
 
-// workGroupQuota finds the quota whose WorkGroup serves q.
+// workGroupQuota finds the quota whose WorkGroup serves q among all, its
+// tree's quotas in creation order: a root's is its first open child with a
+// WorkGroup — the first non-background second-level quota the request
+// named, or added after it — so a root with several names the same one
+// every time (docs/api/quota.md#quotas).
 func workGroupQuota(q capacity.Quota, all []capacity.Quota, byID map[string]capacity.Quota) (capacity.Quota, bool) {
 	switch {
 	case q.Level == 1:
@@ -239,7 +243,8 @@ func (a *App) CurrentWorkGroups(ctx context.Context) ([]WorkGroup, error) {
 	return out, nil
 }
 
-// guQuotasOf selects the tenant's GU quotas.
+// guQuotasOf selects the tenant's GU quotas, in creation order
+// (workGroupQuota).
 func guQuotasOf(tenant string) QuotaFilter {
-	return QuotaFilter{TenantID: tenant, Kind: string(capacity.KindGU)}
+	return QuotaFilter{TenantID: tenant, Kind: string(capacity.KindGU), CreationOrder: true}
 }

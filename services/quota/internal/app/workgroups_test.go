@@ -186,3 +186,68 @@ func TestCommandsThatStopAWorkGroupHaveAdmissionFollow(t *testing.T) {
 		t.Errorf("after the follower was unset: %v, %d calls", err, calls)
 	}
 }
+
+// A tree's children are answered in the order the request gave them, and
+// a root with several WorkGroup children is served by the first one that
+// is open, in that order — not by whichever id sorts first
+// (docs/api/quota.md#quotas). The ids here sort the other way round.
+func TestATreeKeepsTheRequestsOrder(t *testing.T) {
+	f := newFixtureWithIDs(t, "q-9", "q-8", "q-7", "q-6", "q-5")
+	f.seed(8)
+	v, err := f.app.CreateQuota(f.ctx, admin, capacity.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: capacity.KindGU,
+		Spec: capacity.Spec{Name: "tree", Min: 4, Max: 8, MachineType: "A100", Children: []capacity.Spec{
+			{Name: "t-a", Min: 2, Max: 4, Children: []capacity.Spec{{Name: "t-a-x", Min: 1, Max: 2}}},
+			{Name: "t-b", Min: 2, Max: 4},
+			{Name: "t-bg", Min: 0, Max: 8, Background: true},
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names func(v app.QuotaView) string
+	names = func(v app.QuotaView) string {
+		var out []string
+		for _, c := range v.Children {
+			out = append(out, c.Quota.Name)
+			if len(c.Children) > 0 {
+				out = append(out, "("+names(c)+")")
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	const want = "t-a (t-a-x) t-b t-bg"
+	if got := names(v); got != want {
+		t.Errorf("CreateQuota answers the children %s, want %s", got, want)
+	}
+	if got := names(f.quota("q-9")); got != want {
+		t.Errorf("GetQuota answers the children %s, want %s", got, want)
+	}
+	f.pass()
+	f.op.SetRayPhase(rayName, capacity.PhaseRunning, "")
+	f.op.SetWorkGroupPhase("wg-q-8", capacity.PhaseRunning, "")
+	f.op.SetWorkGroupPhase("wg-q-6", capacity.PhaseRunning, "")
+	f.pass()
+	served := func(want string) {
+		t.Helper()
+		for _, name := range []string{"tree", "q-9"} {
+			if wg, err := f.app.CheckGUQuota(f.ctx, "acme", name); err != nil || wg.Quota != want {
+				t.Errorf("CheckGUQuota(%s) = %+v, %v; want %s's WorkGroup", name, wg, err, want)
+			}
+		}
+		if w, err := f.app.GetWorkGroup(f.ctx, acme, "q-9"); err != nil || w.QuotaName != want {
+			t.Errorf("the root's WorkGroup = %+v, %v; want %s's", w, err, want)
+		}
+	}
+	served("t-a")
+	// With t-a gone, the next one in the request's order serves the root.
+	if _, err := f.app.DeleteQuota(f.ctx, admin, "q-8", ""); err != nil {
+		t.Fatal(err)
+	}
+	served("t-b")
+	d, err := f.app.DeleteQuota(f.ctx, admin, "q-9", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(d); got != want {
+		t.Errorf("DeleteQuota answers the children %s, want %s", got, want)
+	}
+}

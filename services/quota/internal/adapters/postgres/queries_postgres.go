@@ -79,7 +79,12 @@ func (s *Store) Quota(ctx context.Context, id string) (capacity.Quota, error) {
 	return readDoc[capacity.Quota](ctx, s, "quota", id, `SELECT doc FROM quotas WHERE id = $1`, id)
 }
 
-// Quotas lists quotas by id.
+// creationOrder orders rows of quotas as they were created: by the
+// position in the event store of each one's first event (QuotaCreated),
+// appended in the order the production recorded them.
+var creationOrder = `(SELECT e.id FROM events e WHERE e.aggregate_id = '` + capacity.QuotaAggregate("") + `' || quotas.id AND e.version = 1)`
+
+// Quotas lists quotas by id, or in creation order.
 func (s *Store) Quotas(ctx context.Context, f app.QuotaFilter) ([]capacity.Quota, error) {
 	sql := `SELECT doc FROM quotas WHERE id > $1`
 	args := []any{f.After}
@@ -105,7 +110,11 @@ func (s *Store) Quotas(ctx context.Context, f app.QuotaFilter) ([]capacity.Quota
 	if f.RootsOnly {
 		sql += " AND level = 1"
 	}
-	sql += " ORDER BY id"
+	if f.CreationOrder {
+		sql += " ORDER BY " + creationOrder + ", id"
+	} else {
+		sql += " ORDER BY id"
+	}
 	if f.Limit > 0 {
 		sql += " LIMIT " + strconv.Itoa(f.Limit)
 	}

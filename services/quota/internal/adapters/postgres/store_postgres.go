@@ -316,7 +316,7 @@ func (t *Tx) TenantQuotas(tenantID string) ([]capacity.Quota, error) {
 // table, never user input): the rows select them, the states come from
 // this transaction (and stay cached for later reads).
 func (t *Tx) quotas(where string, args ...any) ([]capacity.Quota, error) {
-	rows, err := t.tx.Query(t.ctx, `SELECT id FROM quotas WHERE `+where+` ORDER BY level, id`, args...)
+	rows, err := t.tx.Query(t.ctx, `SELECT id FROM quotas WHERE `+where+` ORDER BY level, `+creationOrder+`, id`, args...)
 	if err != nil {
 		return nil, err
 	}

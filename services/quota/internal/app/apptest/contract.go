@@ -36,6 +36,7 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) ContractStore) {
 		{"missing things are not found", contractNotFound},
 		{"quota queries filter and page by id", contractQuotaQueries},
 		{"transaction lists select committed quotas", contractTxLists},
+		{"quotas list in creation order", contractCreationOrder},
 		{"WorkGroups and Ray clusters", contractWorkGroupsAndRays},
 		{"pending work", contractPending},
 		{"open quota names are unique per tenant", contractUniqueNames},
@@ -313,6 +314,56 @@ func contractTxLists(t *testing.T, s ContractStore) {
 		if children[0].Max != 6 || children[0].Version != 2 {
 			return fmt.Errorf("Children after recording = %+v, want qa1x with max 6 at version 2", children[0])
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// contractCreationOrder: a tree's quotas listed in the order they were
+// created — each production's in the order it recorded them, then later
+// ones — whatever their ids, by Quotas with CreationOrder and by a
+// transaction's lists (after the level).
+func contractCreationOrder(t *testing.T, s ContractStore) {
+	ctx := context.Background()
+	record(t, s,
+		quotaCreated("ta", "qc1", "root", "", "qc1", 1, capacity.KindGU),
+		quotaCreated("ta", "qc1z", "first", "qc1", "qc1", 2, capacity.KindGU),
+		quotaCreated("ta", "qc1zz", "first-below", "qc1z", "qc1", 3, capacity.KindGU),
+		quotaCreated("ta", "qc1m", "second", "qc1", "qc1", 2, capacity.KindGU),
+		quotaCreated("ta", "qc1a", "third", "qc1", "qc1", 2, capacity.KindGU),
+	)
+	record(t, s, quotaCreated("ta", "qc1b", "fourth", "qc1", "qc1", 2, capacity.KindGU))
+	got, err := s.Quotas(ctx, app.QuotaFilter{RootID: "qc1", CreationOrder: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, "the tree in creation order", got, "qc1", "qc1z", "qc1zz", "qc1m", "qc1a", "qc1b")
+	if got, err = s.Quotas(ctx, app.QuotaFilter{RootID: "qc1"}); err != nil {
+		t.Fatal(err)
+	}
+	wantIDs(t, "the tree by id", got, "qc1", "qc1a", "qc1b", "qc1m", "qc1z", "qc1zz")
+	_, err = s.Update(ctx, contractActor, func(tx app.Tx) error {
+		root, err := tx.Quota("qc1")
+		if err != nil {
+			return err
+		}
+		children, err := tx.Children("qc1")
+		if err != nil {
+			return err
+		}
+		wantIDs(t, "Children(qc1)", children, "qc1z", "qc1m", "qc1a", "qc1b")
+		subtree, err := tx.Subtree(root)
+		if err != nil {
+			return err
+		}
+		wantIDs(t, "Subtree(qc1)", subtree, "qc1z", "qc1m", "qc1a", "qc1b", "qc1zz")
+		tenant, err := tx.TenantQuotas("ta")
+		if err != nil {
+			return err
+		}
+		wantIDs(t, "TenantQuotas(ta)", tenant, "qc1", "qc1z", "qc1m", "qc1a", "qc1b", "qc1zz")
 		return nil
 	})
 	if err != nil {

@@ -30,6 +30,9 @@ type Store struct {
 	states    map[string]any // committed, by aggregate id
 	committed []Committed
 	updates   int
+	// created numbers the quotas in the order their QuotaCreated events
+	// committed, as the Postgres store's event positions do.
+	created map[string]int
 }
 
 // Committed is one recorded event and who recorded it.
@@ -44,7 +47,7 @@ var (
 )
 
 // NewStore returns an empty store.
-func NewStore() *Store { return &Store{states: map[string]any{}} }
+func NewStore() *Store { return &Store{states: map[string]any{}, created: map[string]int{}} }
 
 // Committed returns every committed event, oldest first.
 func (s *Store) Committed() []Committed {
@@ -89,7 +92,7 @@ func (s *Store) update(actor app.Actor, fn func(app.Tx) error) ([]capacity.Event
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.updates++
-	tx := &tx{committed: s.states, states: map[string]any{}, dirty: map[string]bool{}}
+	tx := &tx{committed: s.states, created: s.created, states: map[string]any{}, dirty: map[string]bool{}}
 	if err := fn(tx); err != nil {
 		return nil, err
 	}
@@ -109,6 +112,9 @@ func (s *Store) update(actor app.Actor, fn func(app.Tx) error) ([]capacity.Event
 	s.states = next
 	for _, e := range tx.recorded {
 		s.committed = append(s.committed, Committed{Actor: actor, Event: e})
+		if qc, ok := e.Data.(capacity.QuotaCreated); ok {
+			s.created[qc.ID] = len(s.created)
+		}
 	}
 	return tx.recorded, nil
 }
@@ -135,6 +141,7 @@ func uniqueOpenNames(states map[string]any) error {
 // or changed in the transaction.
 type tx struct {
 	committed map[string]any
+	created   map[string]int
 	states    map[string]any
 	dirty     map[string]bool
 	recorded  []capacity.Event
@@ -193,7 +200,9 @@ func (t *tx) quotas(match func(capacity.Quota) bool) ([]capacity.Quota, error) {
 			ids = append(ids, q)
 		}
 	}
-	slices.SortFunc(ids, func(a, b capacity.Quota) int { return cmp.Or(cmp.Compare(a.Level, b.Level), cmp.Compare(a.ID, b.ID)) })
+	slices.SortFunc(ids, func(a, b capacity.Quota) int {
+		return cmp.Or(cmp.Compare(a.Level, b.Level), cmp.Compare(t.created[a.ID], t.created[b.ID]), cmp.Compare(a.ID, b.ID))
+	})
 	out := make([]capacity.Quota, 0, len(ids))
 	for _, q := range ids {
 		cur, err := t.Quota(q.ID)
@@ -305,7 +314,12 @@ func (s *Store) Quotas(_ context.Context, f app.QuotaFilter) ([]capacity.Quota, 
 	out := committedOf(s, func(q capacity.Quota) bool {
 		return q.ID > f.After && eq(f.TenantID, q.TenantID) && eq(f.Cluster, q.Cluster) && eq(f.Kind, string(q.Kind)) &&
 			eq(f.Status, q.Status) && eq(f.RootID, q.RootID) && (!f.RootsOnly || q.Level == 1)
-	}, func(a, b capacity.Quota) int { return cmp.Compare(a.ID, b.ID) })
+	}, func(a, b capacity.Quota) int {
+		if f.CreationOrder {
+			return cmp.Or(cmp.Compare(s.created[a.ID], s.created[b.ID]), cmp.Compare(a.ID, b.ID))
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
 	if f.Limit > 0 && len(out) > f.Limit {
 		out = out[:f.Limit]
 	}
