@@ -177,6 +177,11 @@ func TestQuotaServiceOverGRPC(t *testing.T) {
 		t.Fatalf("delete = %v, %v", del, err)
 	}
 	e.waitStatus(q.GetId(), capacity.QuotaDeletedStatus)
+	// Read through the root, its WorkGroup is there to the end.
+	wg, err := c.GetWorkGroup(tenantKey("acme"), &quotav1.GetWorkGroupRequest{QuotaId: q.GetId()})
+	if err != nil || wg.GetWorkGroup().GetStatus() != capacity.StatusDeleted || wg.GetWorkGroup().GetQuotaName() != "gu1-default" {
+		t.Fatalf("the deleted root's WorkGroup = %v, %v; want gu1-default's, Deleted", wg, err)
+	}
 }
 
 // UpdateQuota changes the limits the request has (a PATCH of min_units

@@ -33,13 +33,15 @@ type fixture struct {
 	op    *apptest.Operator
 	app   *app.App
 	pm    *app.ProcessManager
+	// at is what the clock says: now, until a test moves it.
+	at time.Time
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	n := 0
-	f := &fixture{t: t, ctx: context.Background(), store: apptest.NewStore(), op: apptest.NewOperator()}
-	f.app = app.New(f.store, func() time.Time { return now }, func() string { n++; return fmt.Sprintf("q-%d", n) }, nil)
+	f := &fixture{t: t, ctx: context.Background(), store: apptest.NewStore(), op: apptest.NewOperator(), at: now}
+	f.app = app.New(f.store, func() time.Time { return f.at }, func() string { n++; return fmt.Sprintf("q-%d", n) }, nil)
 	f.store.AfterCommit = f.app.Committed
 	f.pm = app.NewProcessManager(f.app, f.store, f.op, time.Hour)
 	return f
@@ -51,7 +53,7 @@ func newFixtureWithIDs(t *testing.T, ids ...string) *fixture {
 	t.Helper()
 	f := newFixture(t)
 	next := 0
-	f.app = app.New(f.store, func() time.Time { return now }, func() string { next++; return ids[next-1] }, nil)
+	f.app = app.New(f.store, func() time.Time { return f.at }, func() string { next++; return ids[next-1] }, nil)
 	f.store.AfterCommit = f.app.Committed
 	f.pm = app.NewProcessManager(f.app, f.store, f.op, time.Hour)
 	return f

@@ -19,7 +19,9 @@ import (
 // WorkGroup child (the `<name>-default` of a root made without children);
 // a deeper quota's, that of its second-level ancestor. So the WorkGroup of
 // every GU quota a task may name can be read, as "one GU quota, one Ray
-// WorkGroup" has it.
+// WorkGroup" has it — also while the quota is being unsubscribed and once
+// it is deleted, so a client that names a GU quota by its root watches its
+// WorkGroup go Deleting, then Deleted.
 func (a *App) GetWorkGroup(ctx context.Context, c Caller, quotaID string) (capacity.WorkGroup, error) {
 	w, err := a.store.WorkGroup(ctx, quotaID)
 	if errors.Is(err, capacity.ErrNotFound) {
@@ -191,12 +193,13 @@ func GUQuotaNotExists(tenantID, quota string) error {
 // tree's quotas in creation order: a root's is its first open child with a
 // WorkGroup — the first non-background second-level quota the request
 // named, or added after it — so a root with several names the same one
-// every time (docs/api/quota.md#quotas).
+// every time (docs/api/quota.md#quotas). A root being unsubscribed, or
+// deleted, is served the same way by the children that closed with it.
 func workGroupQuota(q capacity.Quota, all []capacity.Quota, byID map[string]capacity.Quota) (capacity.Quota, bool) {
 	switch {
 	case q.Level == 1:
 		for _, c := range all {
-			if c.ParentID == q.ID && c.HasWorkGroup() && c.Open() {
+			if c.ParentID == q.ID && c.HasWorkGroup() && (c.Open() || closedWith(c, q)) {
 				return c, true
 			}
 		}
@@ -211,6 +214,15 @@ func workGroupQuota(q capacity.Quota, all []capacity.Quota, byID map[string]capa
 		}
 	}
 	return q, q.HasWorkGroup()
+}
+
+// closedWith reports whether child c of root was unsubscribed with it,
+// not before it: the root is not open, and c's last change is no older
+// than the root's. An unsubscription records every quota of the subtree
+// at one time, and deletes them at one time once their WorkGroups are
+// gone, while a child unsubscribed on its own earlier has older changes.
+func closedWith(c, root capacity.Quota) bool {
+	return !root.Open() && !c.Open() && !c.UpdatedAt.Before(root.UpdatedAt)
 }
 
 // guStatus builds the check's error: an ErrorInfo with the reason only

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -250,4 +251,71 @@ func TestATreeKeepsTheRequestsOrder(t *testing.T) {
 	if got := names(d); got != want {
 		t.Errorf("DeleteQuota answers the children %s, want %s", got, want)
 	}
+}
+
+// A root names its WorkGroup through the unsubscription too: read through
+// the root, the WorkGroup goes Deleting, then Deleted, as read through its
+// own quota (docs/api/quota.md#quotas).
+func TestARootsWorkGroupIsReadToItsEnd(t *testing.T) {
+	f := newFixture(t)
+	f.seed(8)
+	f.createGU("gu1", 4, 8)
+	f.produce()
+	wantThrough := func(root, child, status string) {
+		t.Helper()
+		for _, id := range []string{root, child} {
+			w, err := f.app.GetWorkGroup(f.ctx, acme, id)
+			if err != nil || w.QuotaID != child || w.Status != status {
+				t.Errorf("WorkGroup through %s = %+v, %v; want %s's, %s", id, w, err, child, status)
+			}
+		}
+	}
+	wantThrough("q-1", "q-2", capacity.StatusRunning)
+	f.at = f.at.Add(time.Minute)
+	if _, err := f.app.DeleteQuota(f.ctx, admin, "q-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	wantThrough("q-1", "q-2", capacity.StatusDeleting)
+	f.at = f.at.Add(time.Minute)
+	f.op.SetWorkGroupPhase("wg-q-2", capacity.PhaseAbsent, "")
+	f.pass()
+	if q := f.quota("q-1"); q.Quota.Status != capacity.QuotaDeletedStatus {
+		t.Fatalf("the root is %s, want Deleted", q.Quota.Status)
+	}
+	wantThrough("q-1", "q-2", capacity.StatusDeleted)
+	if _, err := f.app.GetWorkGroup(f.ctx, beta, "q-1"); !errors.Is(err, capacity.ErrNotFound) {
+		t.Errorf("beta read acme's deleted root's WorkGroup: %v, want ErrNotFound", err)
+	}
+
+	// Of a root's WorkGroup children, one unsubscribed on its own before
+	// the root no longer served it: the root names the one that did.
+	f = newFixture(t)
+	f.seed(8)
+	if _, err := f.app.CreateQuota(f.ctx, admin, capacity.CreateQuota{TenantID: "acme", Cluster: "c1", Kind: capacity.KindGU,
+		Spec: capacity.Spec{Name: "two", Min: 4, Max: 8, MachineType: "A100", Children: []capacity.Spec{
+			{Name: "two-a", Min: 2, Max: 4}, {Name: "two-b", Min: 2, Max: 4}}}}); err != nil {
+		t.Fatal(err)
+	}
+	f.pass()
+	f.op.SetRayPhase(rayName, capacity.PhaseRunning, "")
+	f.op.SetWorkGroupPhase("wg-q-2", capacity.PhaseRunning, "")
+	f.op.SetWorkGroupPhase("wg-q-3", capacity.PhaseRunning, "")
+	f.pass()
+	wantThrough("q-1", "q-2", capacity.StatusRunning)
+	f.at = f.at.Add(time.Minute)
+	if _, err := f.app.DeleteQuota(f.ctx, admin, "q-2", ""); err != nil {
+		t.Fatal(err)
+	}
+	f.op.SetWorkGroupPhase("wg-q-2", capacity.PhaseAbsent, "")
+	f.pass()
+	wantThrough("q-1", "q-3", capacity.StatusRunning)
+	f.at = f.at.Add(time.Minute)
+	if _, err := f.app.DeleteQuota(f.ctx, admin, "q-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	wantThrough("q-1", "q-3", capacity.StatusDeleting)
+	f.at = f.at.Add(time.Minute)
+	f.op.SetWorkGroupPhase("wg-q-3", capacity.PhaseAbsent, "")
+	f.pass()
+	wantThrough("q-1", "q-3", capacity.StatusDeleted)
 }
