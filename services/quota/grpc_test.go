@@ -96,6 +96,11 @@ func TestQuotaServiceOverGRPC(t *testing.T) {
 				Spec: &quotav1.QuotaSpec{Name: "x", MinUnits: 3, MaxUnits: 1, MachineType: "A100"}})
 			return err
 		}, codes.InvalidArgument, "30005"},
+		{"a root without its tenant is invalid", ops, func(ctx context.Context) error {
+			_, err := c.CreateQuota(ctx, &quotav1.CreateQuotaRequest{Cluster: "c1", Kind: "GU",
+				Spec: &quotav1.QuotaSpec{Name: "x", MinUnits: 1, MaxUnits: 1, MachineType: "A100"}})
+			return err
+		}, codes.InvalidArgument, "30005"},
 		{"inventory short", ops, func(ctx context.Context) error {
 			_, err := c.CreateQuota(ctx, &quotav1.CreateQuotaRequest{TenantId: "acme", Cluster: "c1", Kind: "GU",
 				Spec: &quotav1.QuotaSpec{Name: "x", MinUnits: 9, MaxUnits: 9, MachineType: "A100"}})

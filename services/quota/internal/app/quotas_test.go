@@ -82,6 +82,8 @@ func TestCreateQuotaRefusals(t *testing.T) {
 		want error
 	}{
 		{"unknown tenant", gu("nobody", "", "x"), capacity.ErrNotFound},
+		// A root without a tenant is malformed, as one without a cluster.
+		{"no tenant", gu("", "", "x"), capacity.ErrInvalid},
 		{"unknown cluster", capacity.CreateQuota{TenantID: "acme", Cluster: "c9", Kind: capacity.KindGU,
 			Spec: capacity.Spec{Name: "x", Max: 1, MachineType: "A100"}}, capacity.ErrNotFound},
 		{"unknown parent", gu("acme", "q-99", "x"), capacity.ErrNotFound},

@@ -151,6 +151,14 @@ func TestProduceRefusals(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.want)
 		}
 	}
+	// A root that names no tenant is malformed, naming the field, like one
+	// that names no cluster; it is not an unknown tenant "".
+	var inv *InvalidError
+	_, err := Produce(CreateQuota{Cluster: "c1", Kind: KindGU, Spec: Spec{Name: "x", Max: 1, MachineType: "A100"}},
+		ProductionState{Cluster: cluster(8), NewID: ids(), Now: now})
+	if !errors.As(err, &inv) || inv.Field != "tenant_id" {
+		t.Errorf("a root without tenant_id: %v, want it invalid, naming tenant_id", err)
+	}
 }
 
 func TestUpdateAndUnsubscribe(t *testing.T) {

@@ -58,6 +58,11 @@ const (
 // non-background second-level GU quota. The first returned QuotaCreated is
 // the requested quota.
 func Produce(cmd CreateQuota, st ProductionState) ([]Event, error) {
+	// A root names its tenant, as it names its cluster and kind; a subtree
+	// takes its parent's.
+	if cmd.ParentID == "" && cmd.TenantID == "" {
+		return nil, invalid("tenant_id", "is required for a root quota")
+	}
 	if !st.Tenant.Exists() {
 		return nil, NotFound("tenant", cmd.TenantID)
 	}
