@@ -114,6 +114,10 @@ func TestQuotaServiceOverGRPC(t *testing.T) {
 			_, err := c.ListQuotas(ctx, &quotav1.ListQuotasRequest{})
 			return err
 		}, codes.PermissionDenied, ""},
+		{"a page token this API did not give", ops, func(ctx context.Context) error {
+			_, err := c.ListQuotas(ctx, &quotav1.ListQuotasRequest{PageToken: "garbage"})
+			return err
+		}, codes.InvalidArgument, "30005"},
 		{"check: no such GU quota", ops, func(ctx context.Context) error {
 			_, err := c.CheckGUQuota(ctx, &quotav1.CheckGUQuotaRequest{TenantId: "acme", Quota: "gu1"})
 			return err

@@ -297,8 +297,19 @@ func (a *App) GetQuota(ctx context.Context, c Caller, id string) (QuotaView, err
 }
 
 // ListQuotas lists quotas by id, each with its WorkGroup; a tenant's key
-// lists its own only.
+// lists its own only. f.After, the page token, must be a page's last id
+// as this API gives it: a quota the caller sees. Any other is invalid
+// rather than a position to list from.
 func (a *App) ListQuotas(ctx context.Context, c Caller, f QuotaFilter) ([]QuotaView, error) {
+	if f.After != "" {
+		q, err := a.store.Quota(ctx, f.After)
+		switch {
+		case errors.Is(err, capacity.ErrNotFound) || err == nil && !visible(c, q.TenantID):
+			return nil, &capacity.InvalidError{Field: "page_token", Reason: "is not one this API gave"}
+		case err != nil:
+			return nil, err
+		}
+	}
 	if !c.Admin {
 		if f.TenantID != "" && f.TenantID != c.TenantID {
 			return nil, nil

@@ -306,6 +306,27 @@ func TestQuotaReadsAreTenantScoped(t *testing.T) {
 			t.Errorf("listed %s with WorkGroup %+v; only q-2 has one", v.Quota.ID, v.WorkGroup)
 		}
 	}
+	// A page token is the last id of a page: anything else is invalid, and
+	// so is another tenant's quota id, which a page of the caller's never
+	// ends with.
+	for _, tt := range []struct {
+		name  string
+		c     app.Caller
+		after string
+		want  error
+	}{
+		{"a page's last id", acme, "q-1", nil},
+		{"an operator's", admin, "q-1", nil},
+		{"garbage", acme, "garbage", capacity.ErrInvalid},
+		{"an operator's garbage", admin, "garbage", capacity.ErrInvalid},
+		{"another tenant's quota", beta, "q-1", capacity.ErrInvalid},
+	} {
+		vs, err := f.app.ListQuotas(f.ctx, tt.c, app.QuotaFilter{After: tt.after})
+		var inv *capacity.InvalidError
+		if !errors.Is(err, tt.want) || tt.want != nil && (!errors.As(err, &inv) || inv.Field != "page_token" || vs != nil) {
+			t.Errorf("page token %s: %d quotas, %v; want %v naming page_token", tt.name, len(vs), err, tt.want)
+		}
+	}
 	ws, err := f.app.ListWorkGroups(f.ctx, beta, "acme", "")
 	if err != nil || len(ws) != 0 {
 		t.Errorf("beta listed acme's WorkGroups: %+v, %v", ws, err)
