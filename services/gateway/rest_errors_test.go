@@ -153,6 +153,41 @@ func TestRESTRoutingErrors(t *testing.T) {
 	}
 }
 
+// A path no route serves is 404 whoever calls — an operator key and an
+// agent token too, which may call only some of the routes that exist —
+// while a route that exists is still 403 to a kind that may not call it.
+func TestRESTUnknownRouteIsNotFoundForEveryCaller(t *testing.T) {
+	e := newEnv(t)
+	admin := e.adminSecret(t)
+	callers := map[string]string{"an API key": e.userSecret, "an agent token": e.agentSec, "an operator key": admin}
+	for who, bearer := range callers {
+		for _, path := range []string{"/api/v1/nonexistent", "/api/v1/tasks/t1/nothing", "/api/v1/agent/tasks/t1/strat",
+			"/api/v1/admin/nothing"} {
+			assertEnvelope(t, e.do(t, "GET", path, bearer, ""), 404, 404, "no route for GET "+path)
+			if t.Failed() {
+				t.Fatalf("%s calling GET %s", who, path)
+			}
+		}
+	}
+	for _, tt := range []struct{ who, bearer, method, path string }{
+		{"an operator key", admin, "GET", "/api/v1/tasks/task-001"},
+		{"an operator key", admin, "POST", "/api/v1/task-groups/g1/start"},
+		{"an operator key", admin, "POST", "/api/v1/agent/tasks/claim"},
+		{"an agent token", e.agentSec, "GET", "/api/v1/tasks"},
+		{"an agent token", e.agentSec, "GET", "/api/v1/quotas"},
+		{"an API key", e.userSecret, "GET", "/api/v1/admin/tenants"},
+		{"an API key", e.userSecret, "POST", "/api/v1/agent/tasks/claim"},
+	} {
+		if r := e.do(t, tt.method, tt.path, tt.bearer, ""); r.status != 403 {
+			t.Errorf("%s calling %s %s: %d %s, want 403", tt.who, tt.method, tt.path, r.status, r.body)
+		}
+	}
+	assertEnvelope(t, e.do(t, "GET", "/api/v1/nonexistent", "", ""), 401, 401, "missing bearer token")
+	if calls := e.fake.Calls(); len(calls) != 0 {
+		t.Errorf("the scheduler got %d calls, want none", len(calls))
+	}
+}
+
 // A validation error names the fields of the body the client sent: on a
 // route whose body is one field of the request (POST /api/v1/tasks: the
 // request's spec), "spec.priority" is "priority"; on a route whose body

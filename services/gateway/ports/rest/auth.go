@@ -27,6 +27,9 @@ type authenticator struct {
 	log     *slog.Logger
 	// maxBody bounds request bodies (default maxBodyBytes).
 	maxBody int64
+	// routes are the routes the gateway serves: a path none of them
+	// serves is 404 for every caller (nil: every path is taken as served).
+	routes routeIndex
 }
 
 func (a *authenticator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -54,6 +57,13 @@ func (a *authenticator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := access.Route(p, r.URL.Path); err != nil {
+		if a.routes != nil && !a.routes.serves(r.URL.Path) {
+			// No route is refused to a kind of credential: a path that
+			// does not exist is 404 whoever calls, as the mux answers it
+			// for the kinds it lets through (docs/api/README.md#credentials).
+			httperr.WriteFor(w, r, httperr.New(http.StatusNotFound, httperr.CodeNoRoute, "no route for "+r.Method+" "+r.URL.Path))
+			return
+		}
 		a.refuse(w, r, ip, httperr.New(http.StatusForbidden, httperr.CodePermissionDenied, err.Error()))
 		return
 	}

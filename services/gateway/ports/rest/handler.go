@@ -194,13 +194,13 @@ func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
 		api, videoAPI, pipelineAPI = opts.Throttle(api), opts.Throttle(videoAPI), opts.Throttle(pipelineAPI)
 	}
 	return &handler{
-		api: &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger},
+		api: &authenticator{next: api, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger, routes: routes},
 		video: &authenticator{next: videoAPI, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger,
-			maxBody: maxVideoBodyBytes},
+			maxBody: maxVideoBodyBytes, routes: routes},
 		// bodyLimit bounds each route's body; the authenticator's bound is
 		// the largest of them.
 		pipeline: &authenticator{next: pipelineAPI, auth: opts.Auth, trusted: opts.TrustedProxies, log: opts.Logger,
-			maxBody: maxUpload},
+			maxBody: maxUpload, routes: routes},
 		objects:  opts.Objects,
 		console:  opts.Console,
 		metrics:  opts.Metrics,

@@ -104,6 +104,10 @@ func bodyFieldPaths(msg, field string) string {
 	return strings.TrimPrefix(msg, prefix)
 }
 
+// serves reports whether some route template matches path, whatever the
+// method.
+func (ix routeIndex) serves(path string) bool { return ix.allow(path) != "" }
+
 // allow is the Allow header's value for path: the methods of every route
 // template path matches, in methodOrder ("" when none matches).
 func (ix routeIndex) allow(path string) string {
