@@ -21,7 +21,9 @@ type pipelineFlags struct {
 	limits   []string
 	sweep    time.Duration
 	retries  int
-	maxOut   int64
+	// retryDelay: how long a failed stage task waits for its retry.
+	retryDelay time.Duration
+	maxOut     int64
 	// uploadTTL: how long an upload no job used is kept.
 	uploadTTL time.Duration
 }
@@ -33,6 +35,7 @@ func (p *pipelineFlags) add(f *pflag.FlagSet, enabledByDefault bool) {
 	f.StringArrayVar(&p.limits, "pipeline-upload-limit", nil, "an upload kind's size limit in bytes: model=1073741824, quant=…, ref_image=… (repeatable)")
 	f.DurationVar(&p.sweep, "pipeline-sweep-interval", 5*time.Second, "how often jobs are reconciled with their stage tasks")
 	f.IntVar(&p.retries, "pipeline-stage-retries", 0, "retries of a failed stage task before its job FAILS")
+	f.DurationVar(&p.retryDelay, "pipeline-stage-retry-delay", 60*time.Second, "how long a failed stage task waits before its retry (whole seconds, 0s to 24h)")
 	f.Int64Var(&p.maxOut, "pipeline-max-output-bytes", 1<<30, "largest output a stage may upload (enforced by the filesystem object store)")
 	f.DurationVar(&p.uploadTTL, "pipeline-upload-ttl", 24*time.Hour, "how long an upload no job used is kept before it is deleted and its key refused (at least 1m)")
 }
@@ -52,10 +55,14 @@ func (p *pipelineFlags) config() (*scheduler.PipelineConfig, error) {
 	if p.retries < 0 || p.retries > 100 {
 		return nil, fmt.Errorf("--pipeline-stage-retries %d: want 0 to 100", p.retries)
 	}
+	if p.retryDelay < 0 || p.retryDelay > 24*time.Hour || p.retryDelay%time.Second != 0 {
+		return nil, fmt.Errorf("--pipeline-stage-retry-delay %s: want whole seconds from 0s to 24h", p.retryDelay)
+	}
+	delay := int(p.retryDelay / time.Second)
 	defaults := scheduler.DefaultPipelineStages()
 	cfg.Stages = map[string]scheduler.PipelineStage{}
 	for s, sc := range defaults {
-		sc.Retries = p.retries
+		sc.Retries, sc.RetryDelay = p.retries, &delay
 		cfg.Stages[s] = sc
 	}
 	for _, kv := range p.programs {

@@ -7,7 +7,7 @@ import (
 )
 
 func TestPipelineFlags(t *testing.T) {
-	p := pipelineFlags{enabled: true, worker: "/usr/local/bin/taskmesh", retries: 2, maxOut: 5, uploadTTL: 48 * time.Hour,
+	p := pipelineFlags{enabled: true, worker: "/usr/local/bin/taskmesh", retries: 2, retryDelay: 5 * time.Second, maxOut: 5, uploadTTL: 48 * time.Hour,
 		programs: []string{`bie=["/opt/kneron/bie","{workdir}"]`}, limits: []string{"model=100"}}
 	cfg, err := p.config()
 	if err != nil {
@@ -16,7 +16,7 @@ func TestPipelineFlags(t *testing.T) {
 	if !slices.Equal(cfg.Worker, []string{"/usr/local/bin/taskmesh", "pipeline-stage"}) || cfg.MaxOutputBytes != 5 ||
 		!slices.Equal(cfg.Stages["bie"].Program, []string{"/opt/kneron/bie", "{workdir}"}) || cfg.Stages["bie"].Queue != "pipeline-bie" ||
 		cfg.Stages["onnx"].Retries != 2 || cfg.Stages["bie"].Retries != 2 || cfg.UploadLimits["model"] != 100 ||
-		cfg.UploadTTL != 48*time.Hour {
+		cfg.UploadTTL != 48*time.Hour || *cfg.Stages["nef"].RetryDelay != 5 {
 		t.Errorf("%+v", cfg)
 	}
 	if cfg, err := (&pipelineFlags{}).config(); cfg != nil || err != nil {
@@ -28,6 +28,9 @@ func TestPipelineFlags(t *testing.T) {
 		{enabled: true, programs: []string{`bie=/opt/bie`}},
 		{enabled: true, limits: []string{"model=lots"}},
 		{enabled: true, retries: -1},
+		{enabled: true, retryDelay: -time.Second},
+		{enabled: true, retryDelay: 25 * time.Hour},
+		{enabled: true, retryDelay: 1500 * time.Millisecond},
 		{enabled: true, uploadTTL: time.Second},
 		{enabled: true, uploadTTL: -time.Hour},
 	} {

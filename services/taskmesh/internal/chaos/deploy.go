@@ -55,6 +55,13 @@ type deployment struct {
 // retried like any task, instead of failing its job.
 const pipelineStageRetries = 3
 
+// pipelineStageRetryDelay: a stage task fenced on an overloaded machine
+// (its agent unanswered past the fence) can fail every attempt; with the
+// task default of 60 s between them, three retries outlast the drain and
+// the job counts as lost though it ends later. A few seconds keeps a
+// stage's retries inside the drain.
+const pipelineStageRetryDelay = "5s"
+
 // pipelinePools are the labels that let every agent run every stage of a
 // conversion job (docs/api/pipeline.md, "Pools and caps").
 const pipelinePools = "pool:onnx,pool:bie,pool:nef"
@@ -120,7 +127,8 @@ func (d *deployment) start(ctx context.Context) error {
 	}
 	scheds, err := d.startServices(ctx, kindScheduler, []string{"127.0.0.4", "127.0.0.5"}, func(addr string, i int) []string {
 		args := []string{"scheduler", "--listen", addr, "--quota", quotas[i], "--agent-lost-after", agentLostAfter.String(),
-			"--objects", "fs", "--pipeline", "--pipeline-stage-retries", fmt.Sprint(pipelineStageRetries)}
+			"--objects", "fs", "--pipeline", "--pipeline-stage-retries", fmt.Sprint(pipelineStageRetries),
+			"--pipeline-stage-retry-delay", pipelineStageRetryDelay}
 		return append(append(args, d.objects...), common...)
 	})
 	if err != nil {

@@ -106,6 +106,9 @@ type StageConfig struct {
 	Timeout int
 	// Retries of a failed stage task (default 0: a failure fails the job).
 	Retries int
+	// RetryDelay is how many seconds a failed stage task waits before its
+	// retry; nil leaves the task's default (60 s).
+	RetryDelay *int
 }
 
 // Config wires the use cases.

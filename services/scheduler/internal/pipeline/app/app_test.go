@@ -108,7 +108,7 @@ func TestCreateJobCopiesInputsAndQueuesTheONNXStage(t *testing.T) {
 	s := onnx.Spec
 	if s.Type != task.TypeShell || s.Command != "/usr/local/bin/taskmesh" || s.Args[0] != "pipeline-stage" || s.Args[1] != "run" ||
 		!slices.Equal(s.Labels, []string{"pool:onnx"}) || s.Queue != "pipeline-onnx" ||
-		!reflect.DeepEqual(s.Resources, map[string]string{"taskmesh.io/pipeline-onnx": "1"}) || s.MaxRetries != 0 ||
+		!reflect.DeepEqual(s.Resources, map[string]string{"taskmesh.io/pipeline-onnx": "1"}) || s.MaxRetries != 0 || s.RetryDelay != 7 ||
 		onnx.CreatedBy != "pipeline" || onnx.RequestID != "pipeline/"+j.ID+"/onnx" {
 		t.Errorf("onnx task %+v", onnx)
 	}

@@ -195,13 +195,14 @@ func newHarness(t *testing.T, opts ...func(*app.Config)) *harness {
 		t.Fatal(err)
 	}
 	hub := sched.NewHub()
+	onnxRetryDelay := 7
 	tstore := apptest.NewStore()
 	tasks := sched.New(tstore.Stores(), objects, time.Now, hub, sched.Config{}, nil)
 	h := &harness{t: t, ctx: context.Background(), tasks: tasks, tstore: tstore, store: newJobStore(), objects: objects}
 	h.cfg = app.Config{Tasks: tasks, Jobs: h.store, Uploads: h.store, Objects: objects,
 		Worker: []string{"/usr/local/bin/taskmesh", "pipeline-stage"},
 		Stages: map[domain.Stage]app.StageConfig{
-			domain.StageONNX: {Queue: "pipeline-onnx", Resource: "taskmesh.io/pipeline-onnx"},
+			domain.StageONNX: {Queue: "pipeline-onnx", Resource: "taskmesh.io/pipeline-onnx", RetryDelay: &onnxRetryDelay},
 			domain.StageBIE:  {Queue: "pipeline-bie", Resource: "taskmesh.io/pipeline-bie", Program: []string{"/opt/kneron/bie", "{workdir}"}},
 			domain.StageNEF:  {Labels: []string{"pool:nef", "gpu:none"}, Timeout: 60, Retries: 1},
 		}}

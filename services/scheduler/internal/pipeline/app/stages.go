@@ -128,7 +128,7 @@ func (a *App) stageSpec(ctx context.Context, job domain.Job, s domain.Stage) (ta
 	}
 	in := task.SpecInput{
 		Name: "pipeline " + string(s) + " " + job.ID, Type: task.TypeShell, Command: a.cfg.Worker[0], Args: args,
-		Labels: labels, Timeout: &timeout, MaxRetries: &retries, Queue: sc.Queue,
+		Labels: labels, Timeout: &timeout, MaxRetries: &retries, RetryDelay: sc.RetryDelay, Queue: sc.Queue,
 	}
 	if sc.Queue != "" && sc.Resource != "" {
 		in.Resources = map[string]string{sc.Resource: "1"}
