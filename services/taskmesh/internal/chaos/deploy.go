@@ -51,16 +51,19 @@ type deployment struct {
 	witnessDir string
 }
 
-// pipelineStageRetries: a stage task whose agent is lost or cut off is
-// retried like any task, instead of failing its job.
-const pipelineStageRetries = 3
-
-// pipelineStageRetryDelay: a stage task fenced on an overloaded machine
-// (its agent unanswered past the fence) can fail every attempt; with the
-// task default of 60 s between them, three retries outlast the drain and
-// the job counts as lost though it ends later. A few seconds keeps a
-// stage's retries inside the drain.
-const pipelineStageRetryDelay = "5s"
+// pipelineStageRetries and pipelineStageRetryDelay: a stage task whose
+// agent is lost, cut off or fenced is retried like any task, instead of
+// failing its job. On an overloaded machine a stage can be fenced on
+// attempt after attempt (its agent unanswered past the fence) while the
+// faults last; the retries must outlast that stretch, yet end within the
+// drain: with the task default of 60 s between them, three retries did
+// not (a job counted as lost, ending later), and three retries 5 s apart
+// were all used up inside it (a job failed). Eight, 10 s apart, span
+// about 80 s.
+const (
+	pipelineStageRetries    = 8
+	pipelineStageRetryDelay = "10s"
+)
 
 // pipelinePools are the labels that let every agent run every stage of a
 // conversion job (docs/api/pipeline.md, "Pools and caps").
