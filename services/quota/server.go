@@ -86,6 +86,11 @@ func NewServer(ctx context.Context, cfg ServerConfig) (_ *Server, err error) {
 	if s.Admission, err = admission.New(adm); err != nil {
 		return nil, err
 	}
+	// Before the server answers anyone: a list of queues right after
+	// start shows the embedded defaults.
+	if err = s.Admission.RecordDefaults(ctx); err != nil {
+		return nil, err
+	}
 	// A tenant's key calling an operator action is refused before its
 	// request is validated, on both doors.
 	o := grpcserver.Options{InternalToken: cfg.InternalToken, Logger: cfg.Service.Logger, Authorize: ports.Authorize}

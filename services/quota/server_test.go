@@ -3,6 +3,7 @@ package quota_test
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,12 +74,12 @@ func TestServerServesBothLayersAndReleasesItsPools(t *testing.T) {
 		&quotav1.RegisterTenantRequest{TenantId: "acme", Name: "Acme"}); err != nil {
 		t.Fatalf("QuotaService: %v", err)
 	}
-	// Admission's Run records the embedded default queues.
+	// The embedded default queues exist from the server's first answer.
 	queues := quotav1.NewAdmissionServiceClient(conn)
-	waitFor(t, "the default local queues", func() bool {
-		lqs, err := queues.ListLocalQueues(operator(), &quotav1.ListLocalQueuesRequest{})
-		return err == nil && len(lqs.GetLocalQueues()) > 0
-	})
+	if cqs, err := queues.ListClusterQueues(operator(), &quotav1.ListClusterQueuesRequest{}); err != nil ||
+		!slices.ContainsFunc(cqs.GetClusterQueues(), func(q *quotav1.ClusterQueue) bool { return q.Name == admission.HighPriorityQueue }) {
+		t.Fatalf("the first list of cluster queues = %v, %v; want the defaults in it", cqs, err)
+	}
 	// Both layers answer callers in the process too (a scheduler beside
 	// the quota service), behind the same authentication.
 	if _, err := quotav1.NewQuotaServiceClient(srv.Local()).GetTenant(operator(),

@@ -157,13 +157,25 @@ func (s *Service) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error 
 	return s.app.SyncWorkGroups(ctx, groups)
 }
 
-// Run records the embedded defaults, then relays events, follows the task
-// topic and runs the admission loop until ctx is done.
+// RecordDefaults records the embedded defaults whose names do not exist
+// yet (nothing with Config.NoDefaults). A caller that serves the API
+// calls it before serving, so no one lists the queues in the moment
+// before they exist; calling it again writes nothing.
+func (s *Service) RecordDefaults(ctx context.Context) error {
+	if s.cfg.NoDefaults {
+		return nil
+	}
+	if err := s.app.ApplyDefaults(ctx, DefaultDefinitions()); err != nil {
+		return fmt.Errorf("admission: defaults: %w", err)
+	}
+	return nil
+}
+
+// Run records the embedded defaults (RecordDefaults), then relays events,
+// follows the task topic and runs the admission loop until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	if !s.cfg.NoDefaults {
-		if err := s.app.ApplyDefaults(ctx, DefaultDefinitions()); err != nil {
-			return fmt.Errorf("admission: defaults: %w", err)
-		}
+	if err := s.RecordDefaults(ctx); err != nil {
+		return err
 	}
 	// The first part that fails stops the others, and its error is Run's.
 	g, ctx := errgroup.WithContext(ctx)

@@ -98,6 +98,11 @@ func (e *env) instance(pool *pgxpool.Pool, mutate ...func(*admission.Config)) (*
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// As the quota server does: the defaults exist before anyone is
+	// answered.
+	if err := svc.RecordDefaults(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
 	srv, err := grpcserver.New(grpcserver.Options{InternalToken: internalToken})
 	if err != nil {
 		e.t.Fatal(err)
