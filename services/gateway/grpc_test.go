@@ -227,7 +227,7 @@ func TestGRPCAuthRefusals(t *testing.T) {
 		{"agent token on task service", e.agentSec, e.getTask(conn), codes.PermissionDenied},
 		{"unknown service", e.userSecret, func(ctx context.Context) error {
 			return conn.Invoke(ctx, "/taskmesh.billing.v1.BillingService/Charge", &taskv1.GetTaskRequest{}, &taskv1.GetTaskResponse{})
-		}, codes.PermissionDenied},
+		}, codes.Unimplemented},
 		// Without Config.QuotaTarget there is no quota service to reach.
 		{"quota service not configured", e.userSecret, func(ctx context.Context) error {
 			return conn.Invoke(ctx, "/taskmesh.quota.v1.QuotaService/GetQuota", &taskv1.GetTaskRequest{}, &taskv1.GetTaskResponse{})
@@ -466,6 +466,9 @@ func TestGRPCRefusalsCarryTheRESTCode(t *testing.T) {
 		{"garbage token", "nope", e.getTask(conn), codes.Unauthenticated, "401", "UNAUTHENTICATED"},
 		{"agent token on task service", e.agentSec, e.getTask(conn), codes.PermissionDenied, "403", "PERMISSION_DENIED"},
 		{"user key on lease service", e.userSecret, e.claim(conn), codes.PermissionDenied, "403", "PERMISSION_DENIED"},
+		{"unknown method", e.userSecret, func(ctx context.Context) error {
+			return conn.Invoke(ctx, "/taskmesh.task.v1.TaskService/Nothing", &taskv1.GetTaskRequest{}, &taskv1.GetTaskResponse{})
+		}, codes.Unimplemented, "404", "NOT_FOUND"},
 		{"first call within the limit", limited, e.getTask(conn), codes.OK, "", ""},
 		{"over the rate limit", limited, e.getTask(conn), codes.ResourceExhausted, "429", "RESOURCE_EXHAUSTED"},
 	}
@@ -513,6 +516,51 @@ func TestGRPCRequestOverTheSizeLimit(t *testing.T) {
 	st := status.Convert(err)
 	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "vs. 16777216") || len(st.Details()) != 0 {
 		t.Errorf("17 MiB request: %v %v, want ResourceExhausted without details", err, st.Details())
+	}
+	if calls := e.fake.Calls(); len(calls) != 0 {
+		t.Errorf("the scheduler got %d calls, want none", len(calls))
+	}
+}
+
+// A method no service has is Unimplemented whoever calls — an operator key
+// and an agent token too, which may call only some of the methods that
+// exist — while a method that exists is still PermissionDenied to a kind
+// that may not call it; the refusal repeats a bounded part of the name.
+func TestGRPCUnknownMethodIsUnimplementedForEveryCaller(t *testing.T) {
+	e := newEnv(t)
+	conn := e.dial(t)
+	invoke := func(bearer, method string) error {
+		ctx, cancel := outgoing(bearer)
+		defer cancel()
+		return conn.Invoke(ctx, method, &taskv1.GetTaskRequest{}, &taskv1.GetTaskResponse{})
+	}
+	admin := e.adminSecret(t)
+	callers := map[string]string{"an API key": e.userSecret, "an agent token": e.agentSec, "an operator key": admin}
+	for who, bearer := range callers {
+		for _, method := range []string{"/taskmesh.billing.v1.BillingService/Charge", "/taskmesh.task.v1.TaskService/Nothing",
+			"/taskmesh.task.v1.LeaseService/Steal", "/taskmesh.admin.v1.AdminService/Nothing"} {
+			err := invoke(bearer, method)
+			if st := status.Convert(err); st.Code() != codes.Unimplemented || st.Message() != "unknown method "+method {
+				t.Errorf("%s calling %s: %v, want Unimplemented %q", who, method, err, "unknown method "+method)
+			}
+		}
+	}
+	long := "/taskmesh.task.v1.TaskService/" + strings.Repeat("x", 5000)
+	if st := status.Convert(invoke(e.userSecret, long)); st.Code() != codes.Unimplemented || st.Message() != "unknown method "+long[:256] {
+		t.Errorf("a 5,000-byte name: %v %d bytes, want Unimplemented with its first 256 bytes", st.Code(), len(st.Message()))
+	}
+	for _, tt := range []struct{ who, bearer, method string }{
+		{"an operator key", admin, "/taskmesh.task.v1.TaskService/GetTask"},
+		{"an agent token", e.agentSec, "/taskmesh.task.v1.TaskService/GetTask"},
+		{"an API key", e.userSecret, "/taskmesh.task.v1.LeaseService/ClaimTasks"},
+		{"an API key", e.userSecret, "/taskmesh.task.v1.AgentFleetService/ListFleetAgents"},
+	} {
+		if err := invoke(tt.bearer, tt.method); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s calling %s: %v, want PermissionDenied", tt.who, tt.method, err)
+		}
+	}
+	if err := invoke("", "/taskmesh.task.v1.TaskService/Nothing"); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("no credential: %v, want Unauthenticated", err)
 	}
 	if calls := e.fake.Calls(); len(calls) != 0 {
 		t.Errorf("the scheduler got %d calls, want none", len(calls))

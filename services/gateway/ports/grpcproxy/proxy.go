@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/access"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/clientip"
@@ -192,6 +193,16 @@ func (p *proxy) admit(ctx context.Context, in metadata.MD, method, id string) (a
 		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", status.Convert(err).Message())
 		return authn.Principal{}, err
 	}
+	if methodLabel(method) == methodUnknown {
+		// Which kind of credential may call a method is judged only for
+		// methods that exist: one no service has is Unimplemented whoever
+		// calls, as a REST path no route serves is 404, and is never
+		// forwarded (docs/api/README.md#grpc). The name is the client's:
+		// bounded, and valid UTF-8.
+		name := textcut.Bytes(method, maxEchoedMethod)
+		p.log.Info("grpc call refused", "method", name, "request_id", id, "reason", "unknown method")
+		return authn.Principal{}, unimplemented("unknown method " + name)
+	}
 	if err := access.Method(principal, method); err != nil {
 		p.log.Info("grpc call refused", "method", method, "request_id", id, "reason", err.Error())
 		return authn.Principal{}, forbidden(err.Error())
@@ -214,6 +225,14 @@ func unauthenticated(msg string) error {
 
 func forbidden(msg string) error {
 	return grpcserver.Status(codes.PermissionDenied, http.StatusForbidden, "PERMISSION_DENIED", msg)
+}
+
+// maxEchoedMethod bounds how much of an unknown method's name a refusal
+// repeats; the longest method Taskmesh has is under 100 bytes.
+const maxEchoedMethod = 256
+
+func unimplemented(msg string) error {
+	return grpcserver.Status(codes.Unimplemented, http.StatusNotFound, "NOT_FOUND", msg)
 }
 
 // withRateLimitInfo adds the 429 ErrorInfo to a rate-limit refusal,
