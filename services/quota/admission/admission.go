@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -90,6 +91,9 @@ type Service struct {
 	loop  *app.Loop
 	relay *outbox.Relay
 	log   *slog.Logger
+	// defaultsRecorded is set once RecordDefaults has succeeded: Run
+	// skips what the server did before serving.
+	defaultsRecorded atomic.Bool
 }
 
 // New builds the layer; Run starts its background work.
@@ -162,12 +166,13 @@ func (s *Service) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error 
 // calls it before serving, so no one lists the queues in the moment
 // before they exist; calling it again writes nothing.
 func (s *Service) RecordDefaults(ctx context.Context) error {
-	if s.cfg.NoDefaults {
+	if s.cfg.NoDefaults || s.defaultsRecorded.Load() {
 		return nil
 	}
 	if err := s.app.ApplyDefaults(ctx, DefaultDefinitions()); err != nil {
 		return fmt.Errorf("admission: defaults: %w", err)
 	}
+	s.defaultsRecorded.Store(true)
 	return nil
 }
 
@@ -175,6 +180,9 @@ func (s *Service) RecordDefaults(ctx context.Context) error {
 // follows the task topic and runs the admission loop until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
 	if err := s.RecordDefaults(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it began: not a failure
+		}
 		return err
 	}
 	// The first part that fails stops the others, and its error is Run's.

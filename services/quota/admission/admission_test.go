@@ -98,3 +98,27 @@ func (e *env) consumeDecisions(t *testing.T, taskID string, n int) []*quotav1.Qu
 	}
 	return out
 }
+
+// The server records the defaults before it serves, and Run would do it
+// again: the second call touches nothing (it succeeds even on a context
+// already done), and a Run stopped before its first write is a stop, not
+// a failure.
+func TestRecordDefaultsOnceAndRunStoppedEarly(t *testing.T) {
+	e := newEnv(t)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := e.svc.RecordDefaults(done); err != nil {
+		t.Errorf("RecordDefaults again, on a context already done = %v, want nil", err)
+	}
+	cfg := admission.Config{DB: e.pool, Kafka: e.broker.Config(), Partitions: 1, Logger: testLogger(t)}
+	fresh, err := admission.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.RecordDefaults(done); err == nil {
+		t.Error("a first RecordDefaults on a context already done succeeded; want its error")
+	}
+	if err := fresh.Run(done); err != nil {
+		t.Errorf("Run on a context already done = %v, want nil", err)
+	}
+}
