@@ -51,12 +51,3 @@ func (a *App) SetDrain(ctx context.Context, c Caller, agentID string, drained bo
 	}
 	return FleetAgent{Agent: Agent{AgentID: agentID}}, nil
 }
-
-// AgentDrained reports whether the calling agent is drained (the
-// heartbeat's answer tells it).
-func (a *App) AgentDrained(ctx context.Context, c Caller, agentID string) (bool, error) {
-	if err := c.checkAgent(agentID); err != nil {
-		return false, err
-	}
-	return a.agents.Drained(ctx, agentID)
-}

@@ -35,7 +35,8 @@ func TestCancelTask(t *testing.T) {
 	if _, err := h.app.CancelTask(h.ctx, user("t1"), x.ID, ""); err != nil {
 		t.Fatal(err)
 	}
-	stops, err := h.app.SendHeartbeat(h.ctx, agent("a1"), app.Heartbeat{AgentID: "a1", MachineID: "m1", AttemptIDs: []string{x.AttemptID}})
+	answer, err := h.app.SendHeartbeat(h.ctx, agent("a1"), app.Heartbeat{AgentID: "a1", MachineID: "m1", AttemptIDs: []string{x.AttemptID}})
+	stops := answer.Stops
 	if err != nil || len(stops) != 1 || stops[0].Reason != "cancelled" || stops[0].TaskID != x.ID {
 		t.Errorf("stops after a cancel = %+v, %v", stops, err)
 	}
@@ -215,7 +216,8 @@ func TestDeleteLeasedTask(t *testing.T) {
 			t.Errorf("a deleted %s task is stored %s (deleted %v, error %q), want a cancelled tombstone", x.Status, stored.Status, stored.Deleted, stored.Error)
 		}
 	}
-	stops, err := h.app.SendHeartbeat(h.ctx, agent("a1"), app.Heartbeat{AgentID: "a1", MachineID: "m1", AttemptIDs: []string{running.AttemptID, assigned.AttemptID}})
+	answer, err := h.app.SendHeartbeat(h.ctx, agent("a1"), app.Heartbeat{AgentID: "a1", MachineID: "m1", AttemptIDs: []string{running.AttemptID, assigned.AttemptID}})
+	stops := answer.Stops
 	if err != nil || len(stops) != 2 || stops[0].Reason != "deleted" || stops[0].TaskID != running.ID || stops[1].TaskID != assigned.ID {
 		t.Errorf("stops after deleting = %+v, %v", stops, err)
 	}
@@ -270,7 +272,7 @@ func TestUpdateTask(t *testing.T) {
 func TestUpdateTaskKeepsItsPlacementAndFiles(t *testing.T) {
 	h := newHarness(t)
 	a := app.Agent{AgentID: "a1", MachineID: "m1", LastHeartbeatAt: h.clock.Now(), LostAfter: h.clock.Now().Add(time.Minute)}
-	if err := h.store.Heartbeat(h.ctx, a); err != nil {
+	if _, err := h.store.Heartbeat(h.ctx, a, nil); err != nil {
 		t.Fatal(err)
 	}
 	coop := h.create(user("t1"), spec("coop", func(in *domain.SpecInput) {

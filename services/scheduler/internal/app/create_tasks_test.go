@@ -114,7 +114,7 @@ func TestCreateTaskFansOut(t *testing.T) {
 		{AgentID: "a4", MachineID: "m4", TenantID: "t2", Labels: []string{"gpu"}},
 	} {
 		a.LastHeartbeatAt, a.LostAfter = h.clock.Now(), h.clock.Now().Add(time.Minute)
-		if err := h.store.Heartbeat(h.ctx, a); err != nil {
+		if _, err := h.store.Heartbeat(h.ctx, a, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

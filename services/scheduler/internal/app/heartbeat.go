@@ -25,48 +25,53 @@ type Stop struct {
 	GracePeriodSec            int
 }
 
+// HeartbeatAnswer is what an agent is told in answer to its heartbeat.
+type HeartbeatAnswer struct {
+	// Stops are the attempts it must stop: cancelled, preempted,
+	// suspended, or no longer its lease.
+	Stops []Stop
+	// Drained tells it to claim no more work.
+	Drained bool
+}
+
 // SendHeartbeat records the agent alive and answers which of its attempts
-// it must stop: cancelled, preempted, suspended, or no longer its lease.
-func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop, error) {
+// it must stop and whether it is drained. Everything it reads comes from
+// the round trip that records the heartbeat (HeartbeatReads); what it
+// changes after that (a requeue, a release) is decided again on each
+// task's current state, so reads that are stale by then change nothing.
+func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) (HeartbeatAnswer, error) {
 	if err := c.checkAgent(h.AgentID); err != nil {
-		return nil, err
+		return HeartbeatAnswer{}, err
 	}
 	now := a.now()
-	if err := a.agents.Heartbeat(ctx, Agent{AgentID: h.AgentID, MachineID: h.MachineID, TenantID: tenantOf(c),
+	reads, err := a.agents.Heartbeat(ctx, Agent{AgentID: h.AgentID, MachineID: h.MachineID, TenantID: tenantOf(c),
 		IP: c.IP, Labels: h.Labels, FreeSlots: h.FreeSlots, LastHeartbeatAt: now, LostAfter: now.Add(a.cfg.AgentLostAfter),
-		Slots: h.Slots, Version: h.Version, Isolation: h.Isolation, Warnings: h.Warnings}); err != nil {
-		return nil, err
-	}
-	if err := a.requeueStopped(ctx, h); err != nil {
-		return nil, err
-	}
-	if err := a.releaseUnheld(ctx, h, now); err != nil {
-		return nil, err
-	}
-	if len(h.AttemptIDs) == 0 {
-		return nil, nil
-	}
-	tasks, err := a.tasks.ByAttempts(ctx, h.AgentID, h.AttemptIDs)
+		Slots: h.Slots, Version: h.Version, Isolation: h.Isolation, Warnings: h.Warnings}, h.AttemptIDs)
 	if err != nil {
-		return nil, err
+		return HeartbeatAnswer{}, err
 	}
+	// The three sets are disjoint: preempted tasks the agent no longer
+	// runs, assigned ones it never got, and the ones it runs; so neither
+	// change below alters what the other, or the answer, read.
+	a.requeueStopped(ctx, h, reads.Preempted)
+	a.releaseUnheld(ctx, h, reads.Unheld, now)
 	byAttempt := map[string]domain.Task{}
-	for _, t := range tasks {
+	for _, t := range reads.Held {
 		byAttempt[t.AttemptID] = t
 	}
-	var stops []Stop
+	answer := HeartbeatAnswer{Drained: reads.Drained}
 	for _, att := range h.AttemptIDs {
 		t, ok := byAttempt[att]
 		if !ok {
 			// The task moved on to another attempt (or is gone).
-			stops = append(stops, Stop{AttemptID: att, Reason: "lease_lost", GracePeriodSec: domain.DefaultGracePeriod})
+			answer.Stops = append(answer.Stops, Stop{AttemptID: att, Reason: "lease_lost", GracePeriodSec: domain.DefaultGracePeriod})
 			continue
 		}
 		if stop, why := t.MustStop(att); stop {
-			stops = append(stops, Stop{TaskID: t.ID, AttemptID: att, Reason: why, GracePeriodSec: t.Spec.GracePeriod})
+			answer.Stops = append(answer.Stops, Stop{TaskID: t.ID, AttemptID: att, Reason: why, GracePeriodSec: t.Spec.GracePeriod})
 		}
 	}
-	return stops, nil
+	return answer, nil
 }
 
 // releaseUnheld takes back the tasks leased to the agent that it does not
@@ -84,10 +89,9 @@ func (a *App) SendHeartbeat(ctx context.Context, c Caller, h Heartbeat) ([]Stop,
 // later than that arrives at an agent that has lost the lease and whose
 // StartTask is refused. Running attempts are left to their leases: their
 // agent reported them.
-func (a *App) releaseUnheld(ctx context.Context, h Heartbeat, now time.Time) error {
-	ids, err := a.sweeps.UnheldLeases(ctx, h.AgentID, h.AttemptIDs)
-	if err != nil || len(ids) == 0 {
-		return err
+func (a *App) releaseUnheld(ctx context.Context, h Heartbeat, ids []string, now time.Time) {
+	if len(ids) == 0 {
+		return
 	}
 	held := make(map[string]bool, len(h.AttemptIDs))
 	for _, att := range h.AttemptIDs {
@@ -103,16 +107,14 @@ func (a *App) releaseUnheld(ctx context.Context, h Heartbeat, now time.Time) err
 	if released > 0 {
 		a.log.Warn("agent does not hold its leases: releasing them", "agent", h.AgentID, "tasks", released)
 	}
-	return nil
 }
 
 // requeueStopped returns admitted work the quota service preempted to its
 // queue once the agent's heartbeat no longer lists the attempt: the process
 // has stopped, so its quota is free for the preemptor.
-func (a *App) requeueStopped(ctx context.Context, h Heartbeat) error {
-	preempted, err := a.tasks.PreemptedOf(ctx, h.AgentID)
-	if err != nil || len(preempted) == 0 {
-		return err
+func (a *App) requeueStopped(ctx context.Context, h Heartbeat, preempted []domain.Task) {
+	if len(preempted) == 0 {
+		return
 	}
 	running := make(map[string]bool, len(h.AttemptIDs))
 	for _, att := range h.AttemptIDs {
@@ -130,7 +132,6 @@ func (a *App) requeueStopped(ctx context.Context, h Heartbeat) error {
 		}
 		return t.Requeue(now, domain.AgentActor(h.AgentID), "stopped after preemption")
 	})
-	return nil
 }
 
 // NextHeartbeatBefore is when an agent heartbeating now is lost unless it

@@ -12,12 +12,12 @@ import (
 
 func (h *harness) heartbeat(agentID string, attempts ...string) []app.Stop {
 	h.t.Helper()
-	stops, err := h.app.SendHeartbeat(h.ctx, agent(agentID), app.Heartbeat{AgentID: agentID, MachineID: "m-" + agentID,
+	answer, err := h.app.SendHeartbeat(h.ctx, agent(agentID), app.Heartbeat{AgentID: agentID, MachineID: "m-" + agentID,
 		Labels: []string{"gpu"}, AttemptIDs: attempts, FreeSlots: 1})
 	if err != nil {
 		h.t.Fatalf("heartbeat: %v", err)
 	}
-	return stops
+	return answer.Stops
 }
 
 func TestHeartbeatRecordsTheAgent(t *testing.T) {

@@ -79,15 +79,6 @@ type TaskStore interface {
 	// of that key (a DAG member's id). The task may have been deleted since.
 	TasksNamed(ctx context.Context, tenant string, names []string) (map[string]string, error)
 
-	// ByAttempts returns the tasks of agentID whose current attempt is one
-	// of attempts, while the attempt is leased, cancelled, preempted or
-	// suspended (the states in which an agent may still run it).
-	ByAttempts(ctx context.Context, agentID string, attempts []string) ([]domain.Task, error)
-
-	// PreemptedOf returns the tasks with a ClusterQueue that were preempted
-	// while agentID ran them.
-	PreemptedOf(ctx context.Context, agentID string) ([]domain.Task, error)
-
 	// VideoTasksCreatedBefore returns up to limit video tasks of every
 	// tenant created before before, oldest first; deleted ones are
 	// skipped.
@@ -181,8 +172,10 @@ var ErrBadPageToken = &domain.InvalidError{Field: "page_token", Reason: "is not 
 type AgentRegistry interface {
 	// Heartbeat records a alive until a.LostAfter (a lost agent that
 	// heartbeats is alive again) and as a describes it, and marks it as an
-	// agent that heartbeats, whose silence makes it lost (LostAgents).
-	Heartbeat(ctx context.Context, a Agent) error
+	// agent that heartbeats, whose silence makes it lost (LostAgents). With
+	// the same round trip it reads what the answer to the heartbeat depends
+	// on, held being the attempts the agent runs now.
+	Heartbeat(ctx context.Context, a Agent, held []string) (HeartbeatReads, error)
 	// Seen records a alive until a.LostAfter, with its machine, tenant,
 	// address and labels, keeping what its heartbeats said of its slots,
 	// version and isolation (a claim proves the agent alive but does not
@@ -200,6 +193,27 @@ type AgentRegistry interface {
 	SetDrained(ctx context.Context, agentID string, drained bool, at time.Time) error
 	// Drained reports whether the agent is drained.
 	Drained(ctx context.Context, agentID string) (bool, error)
+}
+
+// HeartbeatReads is what the answer to an agent's heartbeat depends on,
+// read in the round trip that records the heartbeat. An agent stops its
+// tasks when its heartbeats go unanswered for less than AgentLostAfter
+// (docs/executor.md, "Fencing"), and on a loaded machine each round trip
+// waits for a connection and for the database to be scheduled: a slow
+// answer fences a live agent. One round trip instead of five is one wait.
+type HeartbeatReads struct {
+	// Held are the agent's tasks whose current attempt is one it runs now,
+	// while the attempt is leased, cancelled, preempted or suspended (the
+	// states in which an agent may still run it).
+	Held []domain.Task
+	// Preempted are the tasks with a ClusterQueue that were preempted while
+	// the agent ran them.
+	Preempted []domain.Task
+	// Unheld are the ids of the assigned (not yet started) tasks leased to
+	// the agent whose attempt it does not run.
+	Unheld []string
+	// Drained reports whether the agent is drained.
+	Drained bool
 }
 
 // Agent is an executor agent as its heartbeats describe it.
@@ -249,9 +263,6 @@ type SweepQueries interface {
 	LatestHeartbeat(ctx context.Context) (time.Time, error)
 	// LeasesOf returns the leased (assigned or running) tasks agentID holds.
 	LeasesOf(ctx context.Context, agentID string) ([]string, error)
-	// UnheldLeases returns the assigned (not yet started) tasks leased to
-	// agentID whose attempt is not among held.
-	UnheldLeases(ctx context.Context, agentID string, held []string) ([]string, error)
 	// ExpiredLeases returns up to limit leased tasks whose lease ended
 	// before now, soonest expired first.
 	ExpiredLeases(ctx context.Context, now time.Time, limit int) ([]string, error)

@@ -39,7 +39,8 @@ func TestSuspendAndResumeTask(t *testing.T) {
 	if _, err := h.app.SuspendTask(h.ctx, user("t1"), x.ID, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
-	stops, err := h.app.SendHeartbeat(h.ctx, agent("a2"), app.Heartbeat{AgentID: "a2", MachineID: "m2", AttemptIDs: []string{x.AttemptID}})
+	answer, err := h.app.SendHeartbeat(h.ctx, agent("a2"), app.Heartbeat{AgentID: "a2", MachineID: "m2", AttemptIDs: []string{x.AttemptID}})
+	stops := answer.Stops
 	if err != nil || len(stops) != 1 || stops[0].Reason != "suspended" || stops[0].TaskID != x.ID {
 		t.Errorf("stops after a suspend = %+v, %v", stops, err)
 	}

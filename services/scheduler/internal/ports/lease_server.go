@@ -116,18 +116,14 @@ func (s *LeaseServer) SendHeartbeat(ctx context.Context, r *taskv1.SendHeartbeat
 	if err != nil {
 		return nil, err
 	}
-	stops, err := s.App.SendHeartbeat(ctx, c, app.Heartbeat{AgentID: r.GetAgentId(), MachineID: r.GetMachineId(),
+	answer, err := s.App.SendHeartbeat(ctx, c, app.Heartbeat{AgentID: r.GetAgentId(), MachineID: r.GetMachineId(),
 		Labels: r.GetLabels(), AttemptIDs: r.GetAttemptIds(), FreeSlots: int(r.GetFreeSlots()), Slots: int(r.GetSlots()),
 		Version: r.GetVersion(), Isolation: r.GetIsolation(), Warnings: r.GetWarnings()})
 	if err != nil {
 		return nil, toStatus(s.Log, err)
 	}
-	drained, err := s.App.AgentDrained(ctx, c, r.GetAgentId())
-	if err != nil {
-		return nil, toStatus(s.Log, err)
-	}
-	resp := &taskv1.SendHeartbeatResponse{NextHeartbeatBefore: timestamppb.New(s.App.NextHeartbeatBefore()), Drained: drained}
-	for _, st := range stops {
+	resp := &taskv1.SendHeartbeatResponse{NextHeartbeatBefore: timestamppb.New(s.App.NextHeartbeatBefore()), Drained: answer.Drained}
+	for _, st := range answer.Stops {
 		resp.Stop = append(resp.Stop, &taskv1.StopAttempt{TaskId: st.TaskID, AttemptId: st.AttemptID, Reason: st.Reason,
 			GracePeriodSec: int32(st.GracePeriodSec)})
 	}

@@ -15,9 +15,16 @@ import (
 // that heartbeats overwrite, not events.
 type Agents struct{ DB *pgxpool.Pool }
 
-// Heartbeat implements app.AgentRegistry.
-func (g Agents) Heartbeat(ctx context.Context, a app.Agent) error {
-	_, err := g.DB.Exec(ctx, `
+// Heartbeat implements app.AgentRegistry: the upsert and the four reads go
+// in one batch, so one connection and one round trip (the batch runs as
+// one implicit transaction: the reads see the upsert, and a failure undoes
+// it). Each read uses the agent's range of tasks_agent_idx, usually a few
+// rows.
+func (g Agents) Heartbeat(ctx context.Context, a app.Agent, held []string) (app.HeartbeatReads, error) {
+	var r app.HeartbeatReads
+	held = nonNil(held)
+	b := &pgx.Batch{}
+	b.Queue(`
 		INSERT INTO agents (agent_id, machine_id, tenant_id, labels, ip, free_slots, first_seen_at, last_heartbeat_at, lost_after, lost,
 			slots, version, isolation, warnings, heartbeats)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, false, $9, $10, $11, $12, true)
@@ -27,10 +34,26 @@ func (g Agents) Heartbeat(ctx context.Context, a app.Agent) error {
 			slots = EXCLUDED.slots, version = EXCLUDED.version, isolation = EXCLUDED.isolation, warnings = EXCLUDED.warnings`,
 		a.AgentID, a.MachineID, a.TenantID, nonNil(a.Labels), a.IP, a.FreeSlots, a.LastHeartbeatAt, a.LostAfter,
 		a.Slots, a.Version, a.Isolation, nonNil(a.Warnings))
-	if err != nil {
-		return fmt.Errorf("heartbeat of %s: %w", a.AgentID, err)
+	b.Queue(drainedSQL, a.AgentID).QueryRow(func(row pgx.Row) error { return row.Scan(&r.Drained) })
+	if len(held) > 0 {
+		b.Queue(byAttemptsSQL, a.AgentID, held).Query(func(rows pgx.Rows) (err error) {
+			r.Held, err = scanTasks(rows)
+			return err
+		})
 	}
-	return nil
+	b.Queue(preemptedOfSQL, a.AgentID).Query(func(rows pgx.Rows) (err error) {
+		r.Preempted, err = scanTasks(rows)
+		return err
+	})
+	b.Queue(`SELECT id FROM tasks WHERE status = 'assigned' AND agent_id = $1 AND NOT (attempt_id = ANY($2))`,
+		a.AgentID, held).Query(func(rows pgx.Rows) (err error) {
+		r.Unheld, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err := g.DB.SendBatch(ctx, b).Close(); err != nil {
+		return app.HeartbeatReads{}, fmt.Errorf("heartbeat of %s: %w", a.AgentID, err)
+	}
+	return r, nil
 }
 
 // Seen implements app.AgentRegistry.
@@ -103,11 +126,13 @@ func (g Agents) SetDrained(ctx context.Context, agentID string, drained bool, at
 // Drained implements app.AgentRegistry.
 func (g Agents) Drained(ctx context.Context, agentID string) (bool, error) {
 	var drained bool
-	if err := g.DB.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM agent_drains WHERE agent_id = $1)`, agentID).Scan(&drained); err != nil {
+	if err := g.DB.QueryRow(ctx, drainedSQL, agentID).Scan(&drained); err != nil {
 		return false, fmt.Errorf("is %s drained: %w", agentID, err)
 	}
 	return drained, nil
 }
+
+const drainedSQL = `SELECT EXISTS (SELECT 1 FROM agent_drains WHERE agent_id = $1)`
 
 // Machines implements app.AgentRegistry (for broadcast fan-out).
 func (g Agents) Machines(ctx context.Context, tenant string, labels []string) ([]string, error) {

@@ -241,17 +241,12 @@ func tasksNamed(ctx context.Context, q Querier, tenant string, names []string) (
 	return out, rows.Err()
 }
 
-// byAttempts returns the tasks of agent whose current attempt is one of
-// attempts (through the agent index: a heartbeat names its agent).
-func byAttempts(ctx context.Context, q Querier, agentID string, attempts []string) ([]domain.Task, error) {
-	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE agent_id = $1
-		AND status IN ('assigned', 'running', 'cancelled', 'preempted', 'suspended')
-		AND attempt_id = ANY($2::text[])`, agentID, attempts)
-	if err != nil {
-		return nil, fmt.Errorf("tasks by attempt: %w", err)
-	}
-	return scanTasks(rows)
-}
+// byAttemptsSQL selects the tasks of agent $1 whose current attempt is one
+// of $2, while the attempt is leased, cancelled, preempted or suspended
+// (the states in which an agent may still run it).
+const byAttemptsSQL = `SELECT doc FROM tasks WHERE agent_id = $1
+	AND status IN ('assigned', 'running', 'cancelled', 'preempted', 'suspended')
+	AND attempt_id = ANY($2::text[])`
 
 // videoTasksCreatedBefore returns up to limit video tasks (any tenant)
 // submitted before before, oldest first; removed ones are skipped. The
@@ -266,14 +261,8 @@ func videoTasksCreatedBefore(ctx context.Context, q Querier, before time.Time, l
 	return scanTasks(rows)
 }
 
-// preemptedOf returns the tasks with an admission (a cluster queue) that
-// were preempted while agentID ran them; their quota comes back once the
-// agent has stopped them.
-func preemptedOf(ctx context.Context, q Querier, agentID string) ([]domain.Task, error) {
-	rows, err := q.Query(ctx, `SELECT doc FROM tasks WHERE status = 'preempted' AND agent_id = $1
-		AND doc->>'cluster_queue' IS NOT NULL`, agentID)
-	if err != nil {
-		return nil, fmt.Errorf("preempted tasks of %s: %w", agentID, err)
-	}
-	return scanTasks(rows)
-}
+// preemptedOfSQL selects the tasks with an admission (a cluster queue)
+// that were preempted while agent $1 ran them; their quota comes back once
+// the agent has stopped them.
+const preemptedOfSQL = `SELECT doc FROM tasks WHERE status = 'preempted' AND agent_id = $1
+	AND doc->>'cluster_queue' IS NOT NULL`

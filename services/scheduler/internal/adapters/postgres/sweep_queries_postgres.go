@@ -51,13 +51,6 @@ func (q SweepQueries) LeasesOf(ctx context.Context, agentID string) ([]string, e
 	return ids(ctx, q.DB, `SELECT id FROM tasks WHERE status IN ('assigned', 'running') AND agent_id = $1`, agentID)
 }
 
-// UnheldLeases implements app.SweepQueries. It reads the agent's range of
-// tasks_agent_idx, on every heartbeat: usually no row.
-func (q SweepQueries) UnheldLeases(ctx context.Context, agentID string, held []string) ([]string, error) {
-	return ids(ctx, q.DB, `SELECT id FROM tasks WHERE status = 'assigned' AND agent_id = $1 AND NOT (attempt_id = ANY($2))`,
-		agentID, held)
-}
-
 // Overdue returns running tasks past timeout + grace + slack.
 func (q SweepQueries) Overdue(ctx context.Context, now time.Time, slack time.Duration, limit int) ([]string, error) {
 	return ids(ctx, q.DB, `SELECT id FROM tasks WHERE status = 'running' AND timeout_at < $1 ORDER BY timeout_at LIMIT $2`,

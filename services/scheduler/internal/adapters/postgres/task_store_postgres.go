@@ -759,16 +759,6 @@ func (s *TaskStore) TasksNamed(ctx context.Context, tenant string, requestIDs []
 	return tasksNamed(ctx, s.pool, tenant, requestIDs)
 }
 
-// ByAttempts implements app.TaskStore.
-func (s *TaskStore) ByAttempts(ctx context.Context, agentID string, attempts []string) ([]domain.Task, error) {
-	return byAttempts(ctx, s.pool, agentID, attempts)
-}
-
-// PreemptedOf implements app.TaskStore.
-func (s *TaskStore) PreemptedOf(ctx context.Context, agentID string) ([]domain.Task, error) {
-	return preemptedOf(ctx, s.pool, agentID)
-}
-
 // VideoTasksCreatedBefore implements app.TaskStore.
 func (s *TaskStore) VideoTasksCreatedBefore(ctx context.Context, before time.Time, limit int) ([]domain.Task, error) {
 	return videoTasksCreatedBefore(ctx, s.pool, before, limit)

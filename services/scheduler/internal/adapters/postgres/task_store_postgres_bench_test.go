@@ -47,3 +47,40 @@ func BenchmarkTaskLifecycle(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHeartbeat is one agent's heartbeat while it runs 8 tasks: what
+// the scheduler does for it — record the agent, read its tasks, answer —
+// through the use case and these stores. Its time is round trips: on a
+// loaded machine each one waits for the database to be scheduled, and a
+// heartbeat answered too late fences a live agent (docs/executor.md,
+// "Fencing").
+func BenchmarkHeartbeat(b *testing.B) {
+	pool := pgtest.New(b).Open(b, scheduler.Schema)
+	store := postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 4})
+	defer store.Close()
+	a := app.New(app.Stores{Tasks: store, Views: postgres.TaskViews{DB: pool}, Agents: postgres.Agents{DB: pool},
+		Sweeps: postgres.SweepQueries{DB: pool}, Sweeper: postgres.SweeperLock{DB: pool}}, nil, time.Now, app.NewHub(), app.Config{}, nil)
+	ctx := context.Background()
+	user := app.Caller{Tenant: "t1", Subject: "user"}
+	agent := app.Caller{Tenant: "*", Subject: "agent:a1", AgentID: "a1"}
+	var attempts []string
+	for range 8 {
+		if _, err := a.CreateTasks(ctx, user, domain.SpecInput{Name: "noop", Type: domain.TypeNoop}, ""); err != nil {
+			b.Fatal(err)
+		}
+		tasks, _, err := a.ClaimTasks(ctx, agent, app.ClaimRequest{AgentID: "a1", MachineID: "m1", Limit: 1})
+		if err != nil || len(tasks) != 1 {
+			b.Fatal(len(tasks), err)
+		}
+		if _, err := a.StartTask(ctx, agent, tasks[0].ID, "a1", tasks[0].AttemptID); err != nil {
+			b.Fatal(err)
+		}
+		attempts = append(attempts, tasks[0].AttemptID)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := a.SendHeartbeat(ctx, agent, app.Heartbeat{AgentID: "a1", MachineID: "m1", AttemptIDs: attempts, FreeSlots: 0, Slots: 8}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -148,7 +148,7 @@ func (c *contract) finish(id string, now time.Time, exit int) domain.Task {
 
 func (c *contract) heartbeat(a app.Agent) {
 	c.t.Helper()
-	if err := c.s.Agents.Heartbeat(c.ctx, a); err != nil {
+	if _, err := c.s.Agents.Heartbeat(c.ctx, a, nil); err != nil {
 		c.t.Fatalf("heartbeat %s: %v", a.AgentID, err)
 	}
 }
@@ -625,24 +625,46 @@ func (c *contract) taskQueries(t *testing.T) {
 	c.lease("b", "ag1", "m1", now)
 	c.mutate("b", func(t domain.Task) ([]domain.Record, error) { return t.Cancel(now, "user", "") })
 	c.lease("c", "ag2", "m2", now)
-	got, err := c.s.Tasks.ByAttempts(c.ctx, "ag1", []string{"att-a", "att-b", "att-c", "att-x"})
-	if err != nil {
-		t.Fatal(err)
+	// A heartbeat reads what its answer depends on.
+	beat := func(agentID string, held ...string) app.HeartbeatReads {
+		c.t.Helper()
+		r, err := c.s.Agents.Heartbeat(c.ctx, app.Agent{AgentID: agentID, MachineID: "m", LastHeartbeatAt: now, LostAfter: now.Add(time.Minute)}, held)
+		if err != nil {
+			c.t.Fatalf("heartbeat of %s: %v", agentID, err)
+		}
+		return r
 	}
-	c.wantSet("by attempts of ag1", ids(got), []string{"a", "b"})
+	r := beat("ag1", "att-a", "att-b", "att-c", "att-x")
+	c.wantSet("ag1's tasks by the attempts it runs", ids(r.Held), []string{"a", "b"})
+	c.wantSet("ag1's unheld leases while it runs both", r.Unheld, nil)
+	r = beat("ag1", "att-b")
+	c.wantSet("ag1's tasks by attempt b", ids(r.Held), []string{"b"})
+	c.wantSet("ag1's unheld leases while it runs b", r.Unheld, []string{"a"})
+	r = beat("ag1")
+	c.wantSet("ag1's tasks by no attempt", ids(r.Held), nil)
+	c.wantSet("ag1's unheld leases while it runs nothing", r.Unheld, []string{"a"})
+	if r.Drained || len(r.Preempted) != 0 {
+		t.Errorf("ag1's heartbeat = %+v, want neither drained nor preempted tasks", r)
+	}
 
 	c.mutate("in-queue", func(t domain.Task) ([]domain.Record, error) { return t.Admit(now, t.AdmissionEpoch, "cq1", nil), nil })
 	for _, id := range []string{"in-queue", "no-queue"} {
 		c.lease(id, "ag3", "m3", now)
 		c.mutate(id, func(t domain.Task) ([]domain.Record, error) { return t.Preempt(now, "x", "room") })
 	}
-	got, err = c.s.Tasks.PreemptedOf(c.ctx, "ag3")
-	if err != nil {
+	if err := c.s.Agents.SetDrained(c.ctx, "ag3", true, now); err != nil {
 		t.Fatal(err)
 	}
-	c.wantIDs("preempted with a queue", ids(got), []string{"in-queue"})
+	r = beat("ag3")
+	c.wantIDs("preempted with a queue", ids(r.Preempted), []string{"in-queue"})
+	c.wantSet("ag3's unheld leases (preempted ones are not leased)", r.Unheld, nil)
+	if !r.Drained {
+		t.Error("ag3's heartbeat: not drained after its drain")
+	}
+	r = beat("ag3", "att-in-queue")
+	c.wantSet("ag3's preempted task it still runs", ids(r.Held), []string{"in-queue"})
 
-	got, err = c.s.Tasks.VideoTasksCreatedBefore(c.ctx, T0.Add(3*time.Second), 10)
+	got, err := c.s.Tasks.VideoTasksCreatedBefore(c.ctx, T0.Add(3*time.Second), 10)
 	if err != nil {
 		t.Fatal(err)
 	}

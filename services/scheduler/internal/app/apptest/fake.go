@@ -391,41 +391,6 @@ func (s *Store) TasksNamed(_ context.Context, tenant string, requestIDs []string
 	return out, nil
 }
 
-// ByAttempts implements app.TaskStore.
-func (s *Store) ByAttempts(_ context.Context, agentID string, attempts []string) ([]domain.Task, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.begin("ByAttempts", agentID); err != nil {
-		return nil, err
-	}
-	var out []domain.Task
-	for _, t := range s.tasks {
-		switch t.Status {
-		case domain.StatusAssigned, domain.StatusRunning, domain.StatusCancelled, domain.StatusPreempted, domain.StatusSuspended:
-			if t.AgentID == agentID && slices.Contains(attempts, t.AttemptID) {
-				out = append(out, t)
-			}
-		}
-	}
-	return out, nil
-}
-
-// PreemptedOf implements app.TaskStore.
-func (s *Store) PreemptedOf(_ context.Context, agentID string) ([]domain.Task, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.begin("PreemptedOf", agentID); err != nil {
-		return nil, err
-	}
-	var out []domain.Task
-	for _, t := range s.tasks {
-		if t.Status == domain.StatusPreempted && t.AgentID == agentID && t.ClusterQueue != "" {
-			out = append(out, t)
-		}
-	}
-	return out, nil
-}
-
 // VideoTasksCreatedBefore implements app.TaskStore.
 func (s *Store) VideoTasksCreatedBefore(_ context.Context, before time.Time, limit int) ([]domain.Task, error) {
 	s.mu.Lock()
@@ -500,16 +465,35 @@ func newestFirst(a, b domain.Task) int {
 }
 
 // Heartbeat implements app.AgentRegistry.
-func (s *Store) Heartbeat(_ context.Context, a app.Agent) error {
+func (s *Store) Heartbeat(_ context.Context, a app.Agent, held []string) (app.HeartbeatReads, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.begin("Heartbeat", a.AgentID); err != nil {
-		return err
+		return app.HeartbeatReads{}, err
 	}
 	a.Labels, a.Warnings = slices.Clone(a.Labels), slices.Clone(a.Warnings)
 	s.put(a)
 	s.agents[a.AgentID].heartbeats = true
-	return nil
+	_, drained := s.drains[a.AgentID]
+	r := app.HeartbeatReads{Drained: drained}
+	for _, t := range s.tasks {
+		if t.AgentID != a.AgentID {
+			continue
+		}
+		switch t.Status {
+		case domain.StatusAssigned, domain.StatusRunning, domain.StatusCancelled, domain.StatusPreempted, domain.StatusSuspended:
+			if slices.Contains(held, t.AttemptID) {
+				r.Held = append(r.Held, t)
+			}
+		}
+		if t.Status == domain.StatusPreempted && t.ClusterQueue != "" {
+			r.Preempted = append(r.Preempted, t)
+		}
+	}
+	r.Unheld = s.ids(func(t domain.Task) bool {
+		return t.Status == domain.StatusAssigned && t.AgentID == a.AgentID && !slices.Contains(held, t.AttemptID)
+	}, nil, -1)
+	return r, nil
 }
 
 // put records a as the agent's latest state, keeping when it was first
@@ -667,18 +651,6 @@ func (s *Store) LeasesOf(_ context.Context, agentID string) ([]string, error) {
 		return nil, err
 	}
 	return s.ids(func(t domain.Task) bool { return t.Status.Leased() && t.AgentID == agentID }, nil, -1), nil
-}
-
-// UnheldLeases implements app.SweepQueries.
-func (s *Store) UnheldLeases(_ context.Context, agentID string, held []string) ([]string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.begin("UnheldLeases", agentID); err != nil {
-		return nil, err
-	}
-	return s.ids(func(t domain.Task) bool {
-		return t.Status == domain.StatusAssigned && t.AgentID == agentID && !slices.Contains(held, t.AttemptID)
-	}, nil, -1), nil
 }
 
 // ids returns the ids of the tasks keep accepts, ordered by key (id order
