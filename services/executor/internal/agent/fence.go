@@ -60,7 +60,9 @@ func (a *Agent) fenceGraceFor(t journal.Task) time.Duration {
 // heard records that the server answered a call the agent sent at sent.
 func (a *Agent) heard(sent time.Time) {
 	a.mu.Lock()
-	if a.contact.IsZero() || time.Since(a.contact) >= a.cfg.fence {
+	silent := time.Since(a.contact)
+	lapsed := !a.contact.IsZero() && silent >= a.cfg.fence
+	if a.contact.IsZero() || lapsed {
 		// A lapse: the server may have found this agent lost and leased
 		// its attempts elsewhere meanwhile (awaitFence).
 		a.lapses++
@@ -69,6 +71,12 @@ func (a *Agent) heard(sent time.Time) {
 		a.contact = sent
 	}
 	a.mu.Unlock()
+	if lapsed {
+		// Operators (and the fault-injection report) look for this line:
+		// every task leased from the server was stopped by its fence.
+		a.log.Warn("fence passed: the server answered none of this agent's calls for longer than the fence",
+			"silent_for", silent.Round(time.Millisecond), "fence", a.cfg.fence)
+	}
 }
 
 // fenceLeft is how long a fenced task may run from now unless the server

@@ -75,6 +75,14 @@ func TestCutOffAgentsTaskDiesBeforeTheServerMovesIt(t *testing.T) {
 	if done.GetExitCode() != 137 || !strings.Contains(done.GetError(), "fenced") {
 		t.Errorf("outcome: exit %d, error %q; want SIGKILL (137) and fenced", done.GetExitCode(), done.GetError())
 	}
+	// The lapse is logged once, when the server answers again, with how
+	// long it was silent.
+	if n := strings.Count(h.logs.String(), `msg="fence passed: the server answered none of this agent's calls for longer than the fence"`); n != 1 {
+		t.Errorf("%d lapse lines in the agent's log, want 1", n)
+	}
+	if !strings.Contains(h.logs.String(), " silent_for=") {
+		t.Error("the lapse line says nothing of how long the server was silent")
+	}
 }
 
 // An agent that dies leaves its tasks to their shims. The orphan rule

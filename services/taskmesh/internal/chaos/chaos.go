@@ -68,7 +68,10 @@ type Report struct {
 	DrainExtended time.Duration
 	// Stalls says how late the driver's own timers woke during the load
 	// and the drain (stalls.go): context for a process overlap.
-	Stalls     string
+	Stalls string
+	// Lapses says how many times an agent went unanswered past its fence,
+	// and which of those had no fault in progress (lapses.go).
+	Lapses     string
 	Invariants []Invariant
 	Dir        string // logs and data, kept when an invariant failed
 }
@@ -199,6 +202,7 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 	stopWatch()
 	<-watched
 	rep.Stalls = stalls.summary()
+	rep.Lapses = d.lapses(rep.Windows)
 	return check(ctx, cfg, d, db, rep, reqs, errs, rejected)
 }
 
@@ -303,6 +307,9 @@ func (r *Report) print(w io.Writer) {
 	fmt.Fprintln(w)
 	if r.Stalls != "" {
 		fmt.Fprintf(w, "chaos: machine stalls (the driver's timers): %s\n", r.Stalls)
+	}
+	if r.Lapses != "" {
+		fmt.Fprintf(w, "chaos: agents unanswered past their fence: %s\n", r.Lapses)
 	}
 	for _, i := range r.Invariants {
 		mark := "ok  "
