@@ -74,6 +74,7 @@ func (a *Agent) heard(sent time.Time) {
 	if lapsed {
 		// Operators (and the fault-injection report) look for this line:
 		// every task leased from the server was stopped by its fence.
+		a.metrics.fenceLapsed(context.Background())
 		a.log.Warn("fence passed: the server answered none of this agent's calls for longer than the fence",
 			"silent_for", silent.Round(time.Millisecond), "fence", a.cfg.fence)
 	}

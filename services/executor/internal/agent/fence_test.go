@@ -1,11 +1,16 @@
 package agent
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	gotel "go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/taskmesh/taskmesh/services/executor/internal/fence"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
@@ -58,6 +63,11 @@ func runningStubborn(t *testing.T, h *harness) (string, int) {
 // fence kills the task — which ignores SIGTERM and has a 30 s grace —
 // before then, and the outcome says why once the server is back.
 func TestCutOffAgentsTaskDiesBeforeTheServerMovesIt(t *testing.T) {
+	meters := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(meters))
+	was := gotel.GetMeterProvider()
+	gotel.SetMeterProvider(provider)
+	t.Cleanup(func() { gotel.SetMeterProvider(was) })
 	h := newHarness(t, fencing).start()
 	id, pgid := runningStubborn(t, h)
 
@@ -75,13 +85,47 @@ func TestCutOffAgentsTaskDiesBeforeTheServerMovesIt(t *testing.T) {
 	if done.GetExitCode() != 137 || !strings.Contains(done.GetError(), "fenced") {
 		t.Errorf("outcome: exit %d, error %q; want SIGKILL (137) and fenced", done.GetExitCode(), done.GetError())
 	}
-	// The lapse is logged once, when the server answers again, with how
-	// long it was silent.
-	if n := strings.Count(h.logs.String(), `msg="fence passed: the server answered none of this agent's calls for longer than the fence"`); n != 1 {
+	// The lapse is logged once, when the server answers a heartbeat or a
+	// claim again (the outcome's report may come first), with how long it
+	// was silent.
+	const lapseLine = `msg="fence passed: the server answered none of this agent's calls for longer than the fence"`
+	leasetest.WaitFor(t, 10*time.Second, "the lapse logged", func() bool { return strings.Contains(h.logs.String(), lapseLine) })
+	time.Sleep(2 * heartbeatRetry) // room for a second line, which would be wrong
+	if n := strings.Count(h.logs.String(), lapseLine); n != 1 {
 		t.Errorf("%d lapse lines in the agent's log, want 1", n)
 	}
 	if !strings.Contains(h.logs.String(), " silent_for=") {
 		t.Error("the lapse line says nothing of how long the server was silent")
+	}
+	// And counted, beside the heartbeats' durations by result.
+	var rm metricdata.ResourceMetrics
+	if err := meters.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	lapses, failed := int64(-1), uint64(0)
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				if m.Name == "taskmesh.agent.fence_lapses" {
+					lapses = 0
+					for _, p := range d.DataPoints {
+						lapses += p.Value
+					}
+				}
+			case metricdata.Histogram[float64]:
+				if m.Name == "taskmesh.agent.heartbeat_duration" {
+					for _, p := range d.DataPoints {
+						if v, _ := p.Attributes.Value("result"); v.AsString() == "error" {
+							failed += p.Count
+						}
+					}
+				}
+			}
+		}
+	}
+	if lapses != 1 || failed == 0 {
+		t.Errorf("fence lapses counted %d (want 1), failed heartbeats timed %d (want some)", lapses, failed)
 	}
 }
 

@@ -51,7 +51,7 @@ func (a *Agent) heartbeat(ctx context.Context) time.Duration {
 	})
 	cancel()
 	if ctx.Err() == nil {
-		a.metrics.heartbeat(ctx, err)
+		a.metrics.heartbeat(ctx, sent, err)
 	}
 	interval := a.cfg.HeartbeatInterval
 	a.mu.Lock()

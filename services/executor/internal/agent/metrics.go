@@ -16,10 +16,12 @@ const agentMeter = "github.com/taskmesh/taskmesh/services/executor/internal/agen
 
 // agentMetrics are the agent's synchronous instruments.
 type agentMetrics struct {
-	heartbeats metric.Int64Counter
-	spawn      metric.Float64Histogram
-	shimHosts  metric.Int64Counter
-	ok, failed metric.MeasurementOption
+	heartbeats        metric.Int64Counter
+	heartbeatDuration metric.Float64Histogram
+	fenceLapses       metric.Int64Counter
+	spawn             metric.Float64Histogram
+	shimHosts         metric.Int64Counter
+	ok, failed        metric.MeasurementOption
 }
 
 func newAgentMetrics() agentMetrics {
@@ -29,6 +31,12 @@ func newAgentMetrics() agentMetrics {
 	// Instrument errors concern invalid names only; these are constant.
 	m.heartbeats, _ = meter.Int64Counter("taskmesh.agent.heartbeats",
 		metric.WithDescription("machine heartbeats sent, by result (ok, error)"), metric.WithUnit("{heartbeat}"))
+	m.heartbeatDuration, _ = meter.Float64Histogram("taskmesh.agent.heartbeat_duration",
+		metric.WithDescription("time from sending a machine heartbeat to its answer or error, by result (ok, error)"), metric.WithUnit("s"))
+	m.fenceLapses, _ = meter.Int64Counter("taskmesh.agent.fence_lapses",
+		metric.WithDescription("times the server answered none of the agent's calls for longer than the fence, counted when it answered again"),
+		metric.WithUnit("{lapse}"))
+	m.fenceLapses.Add(context.Background(), 0)
 	m.spawn, _ = meter.Float64Histogram("taskmesh.agent.spawn_duration",
 		metric.WithDescription("time to start a task's process (shim and child) until its PID is known"), metric.WithUnit("s"))
 	m.shimHosts, _ = meter.Int64Counter("taskmesh.agent.shim_host_starts",
@@ -39,12 +47,17 @@ func newAgentMetrics() agentMetrics {
 	return m
 }
 
-func (m agentMetrics) heartbeat(ctx context.Context, err error) {
+func (m agentMetrics) heartbeat(ctx context.Context, sent time.Time, err error) {
+	result := m.ok
 	if err != nil {
-		m.heartbeats.Add(ctx, 1, m.failed)
-		return
+		result = m.failed
 	}
-	m.heartbeats.Add(ctx, 1, m.ok)
+	m.heartbeats.Add(ctx, 1, result)
+	m.heartbeatDuration.Record(ctx, time.Since(sent).Seconds(), result)
+}
+
+func (m agentMetrics) fenceLapsed(ctx context.Context) {
+	m.fenceLapses.Add(ctx, 1)
 }
 
 func (m agentMetrics) shimHostStarted(ctx context.Context) {

@@ -397,6 +397,8 @@ func checkNamedMetrics(t *testing.T, s scrape, completed float64) {
 	// The agent: heartbeats, slots (the sleeping task's in use), spawn
 	// latency of the seven processes (the failing task ran twice).
 	add("taskmesh_agent_heartbeats_total", l("result", "ok"), atLeast, 1)
+	add("taskmesh_agent_heartbeat_duration_seconds", l("result", "ok"), atLeast, 1)
+	add("taskmesh_agent_fence_lapses_total", nil, exactly, 0)
 	add("taskmesh_agent_slots", nil, exactly, 4)
 	add("taskmesh_agent_slots", l("state", "used"), exactly, 1)
 	add("taskmesh_agent_spawn_duration_seconds", nil, exactly, completed+3)
