@@ -237,6 +237,44 @@ func TestRelayWaitsForLateCommit(t *testing.T) {
 	}
 }
 
+// An idle relay reads the events table less and less often, down to once
+// per IdlePollMax, and still publishes a commit that nothing woke it for
+// (another replica's), within about that bound.
+func TestIdleRelayBacksOffAndStillSeesUnannouncedCommits(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.New(t).Open(t, eventtest.Schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	cfg := relayConfig(b.Addrs())
+	cfg.PollInterval, cfg.IdlePollMax = 5*time.Millisecond, 100*time.Millisecond
+	relay := outbox.New(pool, cfg)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = relay.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitActive(t, relay)
+
+	// Polling every 5 ms would make 200 reads in a second; backing off
+	// to 100 ms makes about 15 (5, 10, 20, 40, 80, then 100 ms each).
+	// The bound leaves room for a slow machine, where reads only get
+	// fewer.
+	before := relay.Stats().Reads
+	time.Sleep(time.Second)
+	if reads := relay.Stats().Reads - before; reads > 40 {
+		t.Fatalf("an idle relay read the events table %d times in a second, want at most 40", reads)
+	}
+
+	// No Notify: the commit is found by the poll alone.
+	if err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return eventstore.New().Append(ctx, tx, eventtest.Event("unannounced", 1))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitRelayed(t, pool, 10*time.Second)
+	if got := relay.Stats().Published; got != 1 {
+		t.Fatalf("published = %d, want 1", got)
+	}
+}
+
 // A transaction of another database of the same server does not hold the
 // relay back, however long it stays open: it cannot write this database's
 // events. One of the relay's own database still does (the test above).

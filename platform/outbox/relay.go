@@ -91,9 +91,16 @@ type Config struct {
 	Partitions int32
 	// BatchSize is the most events per Kafka transaction (default 1000).
 	BatchSize int
-	// PollInterval is how often an idle relay looks for new events when it
-	// is not woken by Notify (default 10ms).
+	// PollInterval is how soon a relay that has just found nothing looks
+	// again when it is not woken by Notify (default 10ms). Each further
+	// empty read doubles the wait, up to IdlePollMax; a read that finds
+	// events, or a Notify, brings it back to PollInterval.
 	PollInterval time.Duration
+	// IdlePollMax bounds the wait between reads of an idle relay (default
+	// 100ms, never below PollInterval). Writers in the relay's process
+	// wake it at once; this bound is how long an idle relay may take to
+	// see the first commit of another replica, which cannot wake it.
+	IdlePollMax time.Duration
 	// ProduceTimeout bounds producing and committing one batch (default 15s).
 	ProduceTimeout time.Duration
 	// StandbyInterval is how often a standby relay retries the lock (default 1s).
@@ -112,6 +119,10 @@ func (c *Config) defaults() {
 	if c.PollInterval <= 0 {
 		c.PollInterval = 10 * time.Millisecond
 	}
+	if c.IdlePollMax <= 0 {
+		c.IdlePollMax = 100 * time.Millisecond
+	}
+	c.IdlePollMax = max(c.IdlePollMax, c.PollInterval)
 	if c.ProduceTimeout <= 0 {
 		c.ProduceTimeout = 15 * time.Second
 	}
@@ -131,6 +142,7 @@ type Relay struct {
 	name []byte // the HeaderRelay value, shared by every record
 
 	published atomic.Int64
+	reads     atomic.Int64
 	active    atomic.Bool
 	// oldestUnrelayed is the occurred_at (Unix ns) of the first event of
 	// the last read, 0 when that read found nothing: the backlog gauge.
@@ -161,6 +173,7 @@ func (r *Relay) Notify() {
 // Stats is a snapshot of what the relay has done since it was created.
 type Stats struct {
 	Published int64    // records committed to Kafka
+	Reads     int64    // reads of the events table, empty ones included
 	Active    bool     // holds the lock and publishes
 	Cursor    Position // last event read and published (or skipped as published)
 }
@@ -169,7 +182,7 @@ type Stats struct {
 func (r *Relay) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return Stats{Published: r.published.Load(), Active: r.active.Load(), Cursor: r.cursor}
+	return Stats{Published: r.published.Load(), Reads: r.reads.Load(), Active: r.active.Load(), Cursor: r.cursor}
 }
 
 // Run relays until ctx is done, as the leader among the service's relays
@@ -268,6 +281,7 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 	var (
 		lastSaved time.Time
 		saved     = cursor
+		idle      = idlePoll{min: r.cfg.PollInterval, max: r.cfg.IdlePollMax}
 	)
 	// Statements on the lock's connection are not cut short by a stop:
 	// pgx closes a connection whose query is cancelled, which would throw
@@ -295,6 +309,7 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 		}); err != nil {
 			return err
 		}
+		r.reads.Add(1)
 		r.noteBacklog(batch)
 		if len(batch) == 0 {
 			if saved != cursor {
@@ -306,16 +321,20 @@ func (r *Relay) session(ctx context.Context, lock *pg.Lock) error {
 			}
 			// Notify wakes an idle relay as soon as a writer in this process
 			// commits; the poll catches commits of other replicas, which
-			// write the same table.
-			timer.Reset(r.cfg.PollInterval)
+			// write the same table. The poll backs off while nothing comes:
+			// every read is a statement on Postgres, and a deployment's
+			// relays are idle most of the time.
+			timer.Reset(idle.next())
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-r.wake:
+				idle.reset()
 			case <-timer.C:
 			}
 			continue
 		}
+		idle.reset()
 		if err := r.publish(ctx, cl, batch, inKafka); err != nil {
 			if ctx.Err() == nil {
 				r.metrics.publishErrors.Add(ctx, 1, r.metrics.attrs)
@@ -675,3 +694,19 @@ func saveCheckpoint(ctx context.Context, conn *pgxpool.Conn, name, mainTopic str
 	}
 	return nil
 }
+
+// idlePoll is the wait of an idle relay between reads: min after a read
+// that found events, doubling with each empty read up to max.
+type idlePoll struct {
+	min, max time.Duration
+	cur      time.Duration // the last wait; 0 before the first
+}
+
+// next is the wait before the next read, after an empty one.
+func (p *idlePoll) next() time.Duration {
+	p.cur = min(max(2*p.cur, p.min), p.max)
+	return p.cur
+}
+
+// reset starts the next idle spell from min again.
+func (p *idlePoll) reset() { p.cur = 0 }
