@@ -99,7 +99,8 @@ type Config struct {
 	// IdlePollMax bounds the wait between reads of an idle relay (default
 	// 100ms, never below PollInterval). Writers in the relay's process
 	// wake it at once; this bound is how long an idle relay may take to
-	// see the first commit of another replica, which cannot wake it.
+	// see the first commit of another replica, which cannot wake it
+	// (docs/decisions/0114-an-idle-relay-backs-off.md).
 	IdlePollMax time.Duration
 	// ProduceTimeout bounds producing and committing one batch (default 15s).
 	ProduceTimeout time.Duration

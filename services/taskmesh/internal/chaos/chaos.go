@@ -66,6 +66,11 @@ type Report struct {
 	// DrainExtended is how long the drain went on past its period while
 	// the open work kept ending (see drainer).
 	DrainExtended time.Duration
+	// Served says how much of the accepted work ended while the load ran,
+	// as a rate beside Offered: the deployment's capacity on this
+	// machine, under the faults. Empty when the drain could not read the
+	// open work.
+	Served string
 	// Stalls says how late the driver's own timers woke during the load
 	// and the drain (stalls.go): context for a process overlap.
 	Stalls string
@@ -199,11 +204,25 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 			dr.extendedFor, cfg.Drain)
 	}
 	rep.DrainExtended = dr.extendedFor
+	rep.Served = served(reqs, dr.atStart, cfg.Duration)
 	stopWatch()
 	<-watched
 	rep.Stalls = stalls.summary()
 	rep.Lapses = d.lapses(rep.Windows)
 	return check(ctx, cfg, d, db, rep, reqs, errs, rejected)
+}
+
+// served describes the accepted work that ended while the load ran:
+// everything accepted (acceptedWork) but what the drain found open when
+// it began. openAtStop < 0 (never read) gives "".
+func served(reqs []request, openAtStop int, load time.Duration) string {
+	if openAtStop < 0 {
+		return ""
+	}
+	accepted := acceptedWork(reqs)
+	ended := max(0, accepted-openAtStop)
+	return fmt.Sprintf("%d of %d accepted requests ended (%.1f/s); %d open when it stopped",
+		ended, accepted, float64(ended)/load.Seconds(), openAtStop)
 }
 
 func check(ctx context.Context, cfg Config, d *deployment, db *pgxpool.Pool, rep *Report, reqs []request, errs []serverError, rejected []string) error {
@@ -305,6 +324,9 @@ func (r *Report) print(w io.Writer) {
 		fmt.Fprintf(w, " %s=%d", k, kinds[k])
 	}
 	fmt.Fprintln(w)
+	if r.Served != "" {
+		fmt.Fprintf(w, "chaos: work served during the load: %s\n", r.Served)
+	}
 	if r.Stalls != "" {
 		fmt.Fprintf(w, "chaos: machine stalls (the driver's timers): %s\n", r.Stalls)
 	}

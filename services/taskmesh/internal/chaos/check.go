@@ -64,6 +64,10 @@ type drainer struct {
 	period      time.Duration
 	stall, poll time.Duration
 	extendedFor time.Duration // past period, when the drain ended; 0 unless it went on for work still ending
+	// atStart is the open work the drain's first successful read found,
+	// when the load had just stopped: what the deployment had not yet
+	// served of the work it accepted. -1 while no read has succeeded.
+	atStart int
 }
 
 // run waits until no work is open (nil), or the drain ends with work open
@@ -78,9 +82,13 @@ func (d *drainer) run(ctx context.Context) error {
 	// a read that merely came late (a poll held up on a busy machine)
 	// extends nothing.
 	extending := false
+	d.atStart = -1
 	for {
 		open, err := d.read(ctx)
 		now := time.Now()
+		if err == nil && d.atStart < 0 {
+			d.atStart = len(open)
+		}
 		d.extendedFor = 0
 		if extending {
 			d.extendedFor = max(0, now.Sub(start)-d.period).Truncate(d.poll)
@@ -195,16 +203,22 @@ func checkExits(exits []procExit, procs int) Invariant {
 	return inv
 }
 
+// acceptedWork counts the accepted requests that made work of their own:
+// quota changes make none, refused requests have no id.
+func acceptedWork(reqs []request) int {
+	n := 0
+	for _, r := range reqs {
+		if r.id != "" && !r.quota {
+			n++
+		}
+	}
+	return n
+}
+
 // checkLost: every accepted request reached a final state.
 func checkLost(ctx context.Context, db *pgxpool.Pool, reqs []request) (Invariant, error) {
 	inv := Invariant{Name: "lost (accepted, not final)"}
-	accepted := 0
-	for _, r := range reqs {
-		if r.id != "" && !r.quota {
-			accepted++
-		}
-	}
-	inv.Checked = fmt.Sprintf("%d accepted requests", accepted)
+	inv.Checked = fmt.Sprintf("%d accepted requests", acceptedWork(reqs))
 	open, err := openWork(ctx, db, reqs)
 	if err != nil {
 		return inv, err

@@ -315,6 +315,23 @@ func TestDrainReportsWorkItCouldNotRead(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "could not be read") {
 		t.Fatalf("drain = %v, want an error saying the work could not be read", err)
 	}
+	if d.atStart != -1 {
+		t.Fatalf("open work at the start = %d, want -1 (never read)", d.atStart)
+	}
+	if got := served([]request{{key: "k", kind: "true", id: "t1"}}, d.atStart, time.Minute); got != "" {
+		t.Fatalf("served = %q, want nothing said when the open work was never read", got)
+	}
+}
+
+// What was served during the load is the accepted work less what the
+// drain found open: quota changes and refused requests are not work.
+func TestServedCountsAcceptedWorkThatEnded(t *testing.T) {
+	reqs := []request{{id: "t1"}, {id: "t2"}, {id: "g1", group: true}, {id: "j1", job: true}, {id: "q1", quota: true}, {key: "refused"}}
+	got := served(reqs, 1, 2*time.Second)
+	want := "3 of 4 accepted requests ended (1.5/s); 1 open when it stopped"
+	if got != want {
+		t.Fatalf("served = %q, want %q", got, want)
+	}
 }
 
 // shrinking is open work of which one item ends every step, from n items.
@@ -340,6 +357,9 @@ func TestDrainWaitsForABacklogThatKeepsEnding(t *testing.T) {
 		d := &drainer{read: shrinking(10, 120*time.Millisecond), period: period, stall: stall, poll: poll}
 		if err := d.run(context.Background()); err != nil {
 			t.Fatalf("drain = %v, want the backlog waited for", err)
+		}
+		if d.atStart != 10 {
+			t.Fatalf("open work at the start = %d, want 10", d.atStart)
 		}
 		if d.extendedFor <= 0 || d.extendedFor >= period {
 			t.Fatalf("extended for %s, want between 0 and %s", d.extendedFor, period)
