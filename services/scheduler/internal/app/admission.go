@@ -221,12 +221,10 @@ func (a *App) ReleaseHeld(ctx context.Context) (int, error) {
 // AdmitTask applies the quota service's admission of a task's stay in its
 // ClusterQueue (see domain.Task.Admit); stale decisions change nothing.
 func (a *App) AdmitTask(ctx context.Context, id string, epoch int64, clusterQueue string, flavors map[string]string) error {
+	// The admitted task wakes claims through mutate (Hub.Changed).
 	_, err := a.mutate(ctx, system, id, func(t domain.Task, now time.Time) ([]domain.Record, error) {
 		return t.Admit(now, epoch, clusterQueue, flavors), nil
 	})
-	if err == nil {
-		a.hub.WakeClaimers()
-	}
 	return ignoreGone(err)
 }
 

@@ -361,10 +361,12 @@ func TestAdmissionDecisions(t *testing.T) {
 	if got := h.claim("a1", "m1", 1); len(got) != 0 {
 		t.Fatal("a task awaiting admission was claimed")
 	}
-	work := h.hub.WorkSignal()
+	work := h.hub.Wait(app.ClaimWaiter{AgentID: "a1", Tenant: "*", Machine: "m1"})
+	defer work.Stop()
 	if err := h.app.AdmitTask(h.ctx, x.ID, x.AdmissionEpoch+1, "cq1", nil); err != nil {
 		t.Fatal(err)
 	}
+	woken(work) // what a stale decision woke is not the admission's wake
 	if h.get(x.ID).Admitted {
 		t.Error("a decision about another stay in the queue admitted the task")
 	}
@@ -375,7 +377,7 @@ func TestAdmissionDecisions(t *testing.T) {
 		t.Errorf("admitted task %+v", got)
 	}
 	select {
-	case <-work:
+	case <-work.Woken():
 	default:
 		t.Error("an admission did not wake waiting claims")
 	}

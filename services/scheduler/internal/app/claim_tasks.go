@@ -60,9 +60,11 @@ func (a *App) seen(ctx context.Context, c Caller, r ClaimRequest, free int) {
 func (a *App) claimWaiting(ctx context.Context, c Caller, r ClaimRequest) ([]domain.Task, error) {
 	wait := min(r.Wait, a.cfg.MaxWait)
 	deadline := a.now().Add(wait)
+	// Registered before the first look, so work committed in between
+	// wakes it.
+	w := a.hub.Wait(ClaimWaiter{AgentID: r.AgentID, Tenant: c.Tenant, Machine: r.MachineID, IP: c.IP, Labels: r.Labels, Types: r.Types})
+	defer w.Stop()
 	for {
-		// Subscribe before looking, so work submitted in between wakes us.
-		signal := a.hub.WorkSignal()
 		// A drained agent's claim leases nothing but still waits like an
 		// empty one (no busy loop), and still gets the tasks of a claim it
 		// repeats; an undrain takes effect at the next recheck.
@@ -70,7 +72,9 @@ func (a *App) claimWaiting(ctx context.Context, c Caller, r ClaimRequest) ([]dom
 		if err != nil {
 			return nil, err
 		}
+		w.Claiming(drained)
 		tasks, err := a.claimOnce(ctx, c, r, drained)
+		w.Claimed(tasks)
 		if err != nil || len(tasks) > 0 {
 			return tasks, err
 		}
@@ -83,7 +87,7 @@ func (a *App) claimWaiting(ctx context.Context, c Caller, r ClaimRequest) ([]dom
 		select {
 		case <-ctx.Done():
 			return nil, nil
-		case <-signal:
+		case <-w.Woken():
 		case <-time.After(min(left, a.cfg.ClaimRecheck)):
 		}
 	}

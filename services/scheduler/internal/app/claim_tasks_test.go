@@ -152,6 +152,45 @@ func TestClaimWaitsForWork(t *testing.T) {
 	}
 }
 
+func TestANewTaskWakesOneWaitingClaim(t *testing.T) {
+	h := newHarness(t, func(c *app.Config) { c.ClaimRecheck = time.Hour })
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	type answer struct {
+		agent string
+		tasks []domain.Task
+	}
+	answers := make(chan answer, 3)
+	for i, id := range []string{"a1", "a2", "a3"} {
+		go func() {
+			ts, _, err := h.app.ClaimTasks(ctx, agent(id), app.ClaimRequest{AgentID: id, MachineID: "m-" + id, Wait: time.Hour})
+			if err != nil {
+				t.Error(err)
+			}
+			answers <- answer{id, ts}
+		}()
+		// One at a time, so that a1 is the claim waiting longest.
+		for len(h.store.CallsOf("Claim")) <= i {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	x := h.create(user("t1"), spec("a"))
+	select {
+	case got := <-answers:
+		if got.agent != "a1" || len(got.tasks) != 1 || got.tasks[0].ID != x.ID {
+			t.Errorf("claim of %s got %v, want a1 with %s", got.agent, taskIDs(got.tasks), x.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no waiting claim was woken by a new task")
+	}
+	// The other two were not woken: no claim beyond the three first looks
+	// and a1's.
+	time.Sleep(200 * time.Millisecond)
+	if calls := h.store.CallsOf("Claim"); len(calls) != 4 {
+		t.Errorf("%d claims ran, want 4 (three looks and the one woken): %v", len(calls), calls)
+	}
+}
+
 func TestClaimStopsWaitingWhenTheCallerGivesUp(t *testing.T) {
 	h := newHarness(t)
 	ctx, cancel := context.WithCancel(h.ctx)

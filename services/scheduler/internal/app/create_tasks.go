@@ -99,7 +99,7 @@ func (a *App) createTasks(ctx context.Context, c Caller, in domain.SpecInput, re
 	if len(created) == 0 {
 		return nil, domain.ErrNotFound
 	}
-	a.hub.WakeClaimers()
+	a.hub.TasksAppeared(created)
 	a.admitAtOnce(ctx, created)
 	for _, t := range created {
 		if t.HeldForDependencies {

@@ -14,7 +14,8 @@ import (
 
 func TestCreateTaskStoresOneSubmittedTask(t *testing.T) {
 	h := newHarness(t)
-	work := h.hub.WorkSignal()
+	work := h.hub.Wait(app.ClaimWaiter{AgentID: "a1", Tenant: "*", Machine: "m1"})
+	defer work.Stop()
 	got := h.create(user("t1"), spec("hello", func(in *domain.SpecInput) { in.Priority = intp(2) }))
 	if got.ID == "" || got.TenantID != "t1" || got.Status != domain.StatusPending || got.Spec.Priority != 2 ||
 		got.CreatedBy != "key-t1" || !got.CreatedAt.Equal(h.clock.Now()) || got.ClusterQueue != "" {
@@ -24,7 +25,7 @@ func TestCreateTaskStoresOneSubmittedTask(t *testing.T) {
 		t.Errorf("events = %s", names)
 	}
 	select {
-	case <-work:
+	case <-work.Woken():
 	default:
 		t.Error("a new task did not wake waiting claims")
 	}

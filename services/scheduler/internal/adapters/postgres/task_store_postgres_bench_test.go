@@ -2,6 +2,9 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,11 +23,77 @@ var (
 // benchApp is the use cases over this package's stores on a fresh
 // database.
 func benchApp(b *testing.B) (*app.App, context.Context) {
+	a, _ := benchAppCountingClaims(b)
+	return a, context.Background()
+}
+
+// claimCounter counts the claims that reach the store.
+type claimCounter struct {
+	app.TaskStore
+	claims atomic.Int64
+}
+
+func (c *claimCounter) Claim(ctx context.Context, agentID, requestID string, f app.ClaimFilter,
+	lease func([]domain.Task) ([][]domain.Record, error)) ([]domain.Task, error) {
+	c.claims.Add(1)
+	return c.TaskStore.Claim(ctx, agentID, requestID, f, lease)
+}
+
+func benchAppCountingClaims(b *testing.B) (*app.App, *claimCounter) {
 	pool := pgtest.New(b).Open(b, scheduler.Schema)
 	store := postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 4})
 	b.Cleanup(store.Close)
-	return app.New(app.Stores{Tasks: store, Views: postgres.TaskViews{DB: pool}, Agents: postgres.Agents{DB: pool},
-		Sweeps: postgres.SweepQueries{DB: pool}, Sweeper: postgres.SweeperLock{DB: pool}}, nil, time.Now, app.NewHub(), app.Config{}, nil), context.Background()
+	counted := &claimCounter{TaskStore: store}
+	return app.New(app.Stores{Tasks: counted, Views: postgres.TaskViews{DB: pool}, Agents: postgres.Agents{DB: pool},
+		Sweeps: postgres.SweepQueries{DB: pool}, Sweeper: postgres.SweeperLock{DB: pool}}, nil, time.Now, app.NewHub(), app.Config{}, nil), counted
+}
+
+// BenchmarkTaskToWaitingAgents submits one no-op task per iteration while
+// 8 agents long-poll for work, one slot each, and waits until an agent
+// has it. claims/task is how many claims reached the store per task: the
+// waiting claims a submission woke (docs/decisions/0115-a-task-wakes-one-claim.md).
+func BenchmarkTaskToWaitingAgents(b *testing.B) {
+	a, counted := benchAppCountingClaims(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	taken := make(chan string, 8)
+	var agents sync.WaitGroup
+	for i := range 8 {
+		id := fmt.Sprintf("a%d", i)
+		caller := app.Caller{Tenant: "*", Subject: "agent:" + id, AgentID: id}
+		agents.Add(1)
+		go func() {
+			defer agents.Done()
+			for ctx.Err() == nil {
+				tasks, _, err := a.ClaimTasks(ctx, caller, app.ClaimRequest{AgentID: id, MachineID: "m-" + id, Limit: 1, Wait: time.Minute})
+				if err != nil && ctx.Err() == nil {
+					b.Error(err)
+					return
+				}
+				for _, t := range tasks {
+					taken <- t.ID
+				}
+			}
+		}()
+	}
+	// Every agent waiting before the first submission.
+	for counted.claims.Load() < 8 {
+		time.Sleep(time.Millisecond)
+	}
+	before := counted.claims.Load()
+	b.ReportAllocs()
+	for b.Loop() {
+		created, err := a.CreateTasks(ctx, benchUser, domain.SpecInput{Name: "noop", Type: domain.TypeNoop}, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got := <-taken; got != created[0].ID {
+			b.Fatalf("an agent took %s, want %s", got, created[0].ID)
+		}
+	}
+	b.ReportMetric(float64(counted.claims.Load()-before)/float64(b.N), "claims/task")
+	cancel()
+	agents.Wait()
 }
 
 // BenchmarkTaskLifecycle runs one no-op task through the burn-down path

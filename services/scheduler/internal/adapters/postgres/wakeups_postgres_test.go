@@ -22,13 +22,14 @@ func TestWakeupsCarryWorkToOtherReplicas(t *testing.T) {
 		w := postgres.Wakeups{DB: db.Open(t, scheduler.Schema)}
 		go func() { w.Run(ctx, h); done <- struct{}{} }()
 	}
-	waiting := there.WorkSignal()
+	waiting := there.Wait(app.ClaimWaiter{AgentID: "a-there", Tenant: "*"})
+	defer waiting.Stop()
 	// LISTEN starts asynchronously: signal until the other replica hears.
 	deadline := time.After(10 * time.Second)
 	for woken := false; !woken; {
 		here.WakeClaimers()
 		select {
-		case <-waiting:
+		case <-waiting.Woken():
 			woken = true
 		case <-time.After(50 * time.Millisecond):
 		case <-deadline:
@@ -36,21 +37,28 @@ func TestWakeupsCarryWorkToOtherReplicas(t *testing.T) {
 		}
 	}
 	// Its own signal does not come back to the replica that sent it.
-	mine, theirs := here.WorkSignal(), there.WorkSignal()
+	mine := here.Wait(app.ClaimWaiter{AgentID: "a-here", Tenant: "*"})
+	defer mine.Stop()
+	time.Sleep(100 * time.Millisecond) // the signals of the loop above arrive
+	for _, w := range []*app.Waiting{mine, waiting} {
+		select {
+		case <-w.Woken():
+		default:
+		}
+	}
 	here.WakeClaimers()
-	again := here.WorkSignal()
 	select {
-	case <-mine: // WakeClaimers woke this replica's claims itself, once
+	case <-mine.Woken(): // WakeClaimers woke this replica's claims itself, once
 	default:
 		t.Fatal("WakeClaimers did not wake this replica's claims")
 	}
 	select {
-	case <-theirs:
+	case <-waiting.Woken():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the other replica's claims were not woken")
 	}
 	select {
-	case <-again:
+	case <-mine.Woken():
 		t.Fatal("the replica heard its own signal back and woke its claims again")
 	case <-time.After(300 * time.Millisecond):
 	}
