@@ -40,26 +40,27 @@ func (c *claimCounter) Claim(ctx context.Context, agentID, requestID string, f a
 }
 
 func benchAppCountingClaims(b *testing.B) (*app.App, *claimCounter) {
-	pool := pgtest.New(b).Open(b, scheduler.Schema)
+	return benchReplica(b, pgtest.New(b), app.NewHub())
+}
+
+// benchReplica is one scheduler replica's use cases over this package's
+// stores, on its own pool of db, with hub.
+func benchReplica(b *testing.B, db *pgtest.DB, hub *app.Hub) (*app.App, *claimCounter) {
+	pool := db.Open(b, scheduler.Schema)
 	store := postgres.NewTaskStore(pool, postgres.TaskStoreOptions{Writers: 4})
 	b.Cleanup(store.Close)
 	counted := &claimCounter{TaskStore: store}
 	return app.New(app.Stores{Tasks: counted, Views: postgres.TaskViews{DB: pool}, Agents: postgres.Agents{DB: pool},
-		Sweeps: postgres.SweepQueries{DB: pool}, Sweeper: postgres.SweeperLock{DB: pool}}, nil, time.Now, app.NewHub(), app.Config{}, nil), counted
+		Sweeps: postgres.SweepQueries{DB: pool}, Sweeper: postgres.SweeperLock{DB: pool}}, nil, time.Now, hub, app.Config{}, nil), counted
 }
 
-// BenchmarkTaskToWaitingAgents submits one no-op task per iteration while
-// 8 agents long-poll for work, one slot each, and waits until an agent
-// has it. claims/task is how many claims reached the store per task: the
-// waiting claims a submission woke (docs/decisions/0115-a-task-wakes-one-claim.md).
-func BenchmarkTaskToWaitingAgents(b *testing.B) {
-	a, counted := benchAppCountingClaims(b)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	taken := make(chan string, 8)
+// waitingAgents starts n agents (prefix0, prefix1, ...) that long-poll a
+// for one task at a time and send the ids of the tasks they take to
+// taken, until ctx is done; wait for them with the returned WaitGroup.
+func waitingAgents(ctx context.Context, b *testing.B, a *app.App, prefix string, n int, taken chan<- string) *sync.WaitGroup {
 	var agents sync.WaitGroup
-	for i := range 8 {
-		id := fmt.Sprintf("a%d", i)
+	for i := range n {
+		id := fmt.Sprintf("%s%d", prefix, i)
 		caller := app.Caller{Tenant: "*", Subject: "agent:" + id, AgentID: id}
 		agents.Add(1)
 		go func() {
@@ -76,11 +77,20 @@ func BenchmarkTaskToWaitingAgents(b *testing.B) {
 			}
 		}()
 	}
-	// Every agent waiting before the first submission.
-	for counted.claims.Load() < 8 {
-		time.Sleep(time.Millisecond)
+	return &agents
+}
+
+// submitOneAtATime submits a no-op task on a and waits until an agent
+// took it, b.N times, and reports claims/task: the claims that reached
+// the counted stores per task.
+func submitOneAtATime(ctx context.Context, b *testing.B, a *app.App, taken <-chan string, counted ...*claimCounter) {
+	claims := func() (n int64) {
+		for _, c := range counted {
+			n += c.claims.Load()
+		}
+		return n
 	}
-	before := counted.claims.Load()
+	before := claims()
 	b.ReportAllocs()
 	for b.Loop() {
 		created, err := a.CreateTasks(ctx, benchUser, domain.SpecInput{Name: "noop", Type: domain.TypeNoop}, "")
@@ -91,9 +101,71 @@ func BenchmarkTaskToWaitingAgents(b *testing.B) {
 			b.Fatalf("an agent took %s, want %s", got, created[0].ID)
 		}
 	}
-	b.ReportMetric(float64(counted.claims.Load()-before)/float64(b.N), "claims/task")
+	b.ReportMetric(float64(claims()-before)/float64(b.N), "claims/task")
+}
+
+// BenchmarkTaskToWaitingAgents submits one no-op task per iteration while
+// 8 agents long-poll for work, one slot each, and waits until an agent
+// has it. claims/task is how many claims reached the store per task: the
+// waiting claims a submission woke (docs/decisions/0115-a-task-wakes-one-claim.md).
+func BenchmarkTaskToWaitingAgents(b *testing.B) {
+	a, counted := benchAppCountingClaims(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	taken := make(chan string, 8)
+	agents := waitingAgents(ctx, b, a, "a", 8, taken)
+	// Every agent waiting before the first submission.
+	for counted.claims.Load() < 8 {
+		time.Sleep(time.Millisecond)
+	}
+	submitOneAtATime(ctx, b, a, taken, counted)
 	cancel()
 	agents.Wait()
+}
+
+// BenchmarkTaskToWaitingAgentsOnTwoReplicas is the same on two scheduler
+// replicas of one database, 4 agents waiting on each, every task submitted
+// on the first: the second hears of it through LISTEN/NOTIFY
+// (postgres.Wakeups). claims/task counts the claims of both.
+func BenchmarkTaskToWaitingAgentsOnTwoReplicas(b *testing.B) {
+	db := pgtest.New(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	taken := make(chan string, 8)
+	var apps [2]*app.App
+	var counted [2]*claimCounter
+	var wakeups sync.WaitGroup
+	for i := range apps {
+		hub := app.NewHub()
+		apps[i], counted[i] = benchReplica(b, db, hub)
+		w := postgres.Wakeups{DB: db.Open(b, scheduler.Schema)}
+		wakeups.Add(1)
+		go func() { defer wakeups.Done(); w.Run(ctx, hub) }()
+	}
+	agents := []*sync.WaitGroup{waitingAgents(ctx, b, apps[0], "first", 4, taken), waitingAgents(ctx, b, apps[1], "second", 4, taken)}
+	for counted[0].claims.Load() < 4 || counted[1].claims.Load() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	// LISTEN begins asynchronously: submit until the second replica's
+	// claims hear of the first's work.
+	deadline := time.Now().Add(10 * time.Second)
+	for heard := counted[1].claims.Load(); counted[1].claims.Load() == heard; {
+		if time.Now().After(deadline) {
+			b.Fatal("the second replica never heard of the first's work")
+		}
+		if _, err := apps[0].CreateTasks(ctx, benchUser, domain.SpecInput{Name: "noop", Type: domain.TypeNoop}, ""); err != nil {
+			b.Fatal(err)
+		}
+		<-taken
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the last signal's claims return to waiting
+	submitOneAtATime(ctx, b, apps[0], taken, counted[:]...)
+	cancel()
+	for _, a := range agents {
+		a.Wait()
+	}
+	wakeups.Wait()
 }
 
 // BenchmarkTaskLifecycle runs one no-op task through the burn-down path
