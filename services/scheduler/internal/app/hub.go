@@ -10,10 +10,11 @@ import (
 )
 
 // Hub wakes what waits on tasks: claims long-polling for work, and
-// watchers of one task. Across replicas, an adapter carries "work
-// appeared" both ways: it forwards OtherReplicas' signals to the other
-// replicas and calls WakeLocal when one of them signals (package
-// adapters/postgres: LISTEN/NOTIFY).
+// watchers of one task. Across replicas, an adapter carries the work that
+// appeared both ways (package adapters/postgres: LISTEN/NOTIFY): on each
+// OtherReplicas signal it sends what ForOtherReplicas returns, and it
+// hands what the other replicas send to OtherReplicaTasks, or to
+// WakeLocal when they could not say which tasks.
 //
 // A task that became claimable wakes one waiting claim whose agent may
 // take it, the one waiting longest, not every claim: with N agents
@@ -27,6 +28,13 @@ import (
 // fan-outs, a completed group member's dependents) wakes every waiting
 // claim, as does an undrain or an admission decided elsewhere.
 // docs/decisions/0115-a-task-wakes-one-claim.md.
+//
+// Another replica's task wakes one claim here too. Each replica's agents
+// may lease a task without the other replicas' hubs hearing of it, so a
+// wake goes on to the next agent only while the database still has the
+// task pending (SetPendingCheck): otherwise every agent would try in turn
+// a task another replica's agent took.
+// docs/decisions/0116-another-replicas-task-wakes-one-claim.md.
 type Hub struct {
 	mu      sync.Mutex
 	waiting []*Waiting // in the order they began to wait
@@ -35,6 +43,15 @@ type Hub struct {
 	wakes    map[string]*taskWake
 	watchers map[string]map[chan struct{}]struct{}
 	notify   chan struct{}
+	// forOthers are the tasks one claim can take that appeared since the
+	// other replicas were last signalled, and forOthersAll whether work
+	// whose taker the hub cannot tell appeared too (or too many tasks to
+	// name): then the other replicas wake every claim.
+	forOthers    []domain.Task
+	forOthersAll bool
+	// pending, if set, returns which of ids are still pending
+	// (SetPendingCheck).
+	pending func(ctx context.Context, ids []string) ([]string, error)
 	// observers see every task after each committed change.
 	observers []func(domain.Task)
 }
@@ -125,7 +142,7 @@ func (w *Waiting) Claimed(leased []domain.Task) {
 	wk := w.answering
 	w.answering = nil
 	if wk != nil {
-		h.give(wk)
+		h.handOn(wk)
 	}
 }
 
@@ -141,7 +158,7 @@ func (w *Waiting) Stop() {
 	}
 	for _, wk := range []*taskWake{w.answering, w.pending} {
 		if wk != nil {
-			h.give(wk)
+			h.handOn(wk)
 		}
 	}
 	w.answering, w.pending = nil, nil
@@ -168,10 +185,52 @@ func (h *Hub) give(wk *taskWake) {
 		}
 		return
 	}
+	h.end(wk)
+}
+
+// end ends wk. h.mu is held.
+func (h *Hub) end(wk *taskWake) {
 	wk.ended = true
 	if h.wakes[wk.task.ID] == wk {
 		delete(h.wakes, wk.task.ID)
 	}
+}
+
+// handOn gives wk, which a claim did not answer with a lease, to the next
+// claim, if the database still has its task pending (asked outside h.mu,
+// when SetPendingCheck set how): most often a claim finds nothing because
+// another replica's agent took the task, and every agent here would
+// otherwise try it in turn. If the question fails, the wake goes on (an
+// empty claim costs less than a task left to the recheck). h.mu is held.
+func (h *Hub) handOn(wk *taskWake) {
+	if h.pending == nil || wk.ended {
+		h.give(wk)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), pendingCheckTimeout)
+		defer cancel()
+		pending, err := h.pending(ctx, []string{wk.task.ID})
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if err == nil && !slices.Contains(pending, wk.task.ID) {
+			h.end(wk)
+			return
+		}
+		h.give(wk)
+	}()
+}
+
+// pendingCheckTimeout bounds the question handOn asks the database.
+const pendingCheckTimeout = 2 * time.Second
+
+// SetPendingCheck sets how the hub asks which tasks are still pending
+// (the adapter that carries work between replicas sets it). Without it,
+// a wake goes on unasked. Call it before serving.
+func (h *Hub) SetPendingCheck(pending func(ctx context.Context, ids []string) ([]string, error)) {
+	h.mu.Lock()
+	h.pending = pending
+	h.mu.Unlock()
 }
 
 // wakeAll wakes every waiting claim. h.mu is held.
@@ -194,6 +253,11 @@ func oneTaker(t *domain.Task) bool {
 		len(t.Spec.DependsOn) == 0 && t.Spec.Mode != domain.ModeScatter
 }
 
+// maxForOthers bounds the tasks one signal to the other replicas names
+// (a NOTIFY payload holds under 8,000 bytes); with more, they wake every
+// claim, which a burst of that many tasks needs anyway.
+const maxForOthers = 32
+
 // TasksAppeared wakes claims for tasks just written (created, or pending
 // again), and asks for a signal to the other replicas.
 func (h *Hub) TasksAppeared(tasks []domain.Task) {
@@ -204,6 +268,11 @@ func (h *Hub) TasksAppeared(tasks []domain.Task) {
 			all = true
 			continue
 		}
+		if !h.forOthersAll && len(h.forOthers) < maxForOthers {
+			h.forOthers = append(h.forOthers, t)
+		} else {
+			h.forOthersAll, h.forOthers = true, nil
+		}
 		wk := &taskWake{task: t, tried: map[string]bool{}}
 		if old := h.wakes[t.ID]; old != nil {
 			old.ended = true // the task changed again: one wake for it
@@ -213,6 +282,7 @@ func (h *Hub) TasksAppeared(tasks []domain.Task) {
 	}
 	if all {
 		h.wakeAll()
+		h.forOthersAll, h.forOthers = true, nil
 	}
 	h.mu.Unlock()
 	h.askOtherReplicas()
@@ -221,8 +291,40 @@ func (h *Hub) TasksAppeared(tasks []domain.Task) {
 // WakeClaimers wakes every local waiting claim and asks for a signal to
 // the other replicas: work appeared whose takers the hub cannot tell.
 func (h *Hub) WakeClaimers() {
-	h.WakeLocal()
+	h.mu.Lock()
+	h.wakeAll()
+	h.forOthersAll, h.forOthers = true, nil
+	h.mu.Unlock()
 	h.askOtherReplicas()
+}
+
+// ForOtherReplicas returns what to signal to the other replicas after an
+// OtherReplicas signal, and starts collecting anew: the tasks that
+// appeared since the last call, each to wake one claim there, or all
+// when they should wake every claim.
+func (h *Hub) ForOtherReplicas() (tasks []domain.Task, all bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	tasks, all = h.forOthers, h.forOthersAll
+	h.forOthers, h.forOthersAll = nil, false
+	return tasks, all
+}
+
+// OtherReplicaTasks wakes one claim for each task that became pending on
+// another replica, as TasksAppeared does for this replica's (the tasks
+// need their id, tenant and what Task.Matches reads). A task with a wake
+// already under way here gets no second one.
+func (h *Hub) OtherReplicaTasks(tasks []domain.Task) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range tasks {
+		if h.wakes[t.ID] != nil {
+			continue
+		}
+		wk := &taskWake{task: t, tried: map[string]bool{}}
+		h.wakes[t.ID] = wk
+		h.give(wk)
+	}
 }
 
 func (h *Hub) askOtherReplicas() {
@@ -232,12 +334,13 @@ func (h *Hub) askOtherReplicas() {
 	}
 }
 
-// OtherReplicas receives a value when the other replicas should wake their
-// claims. Signals that arrive while one is pending are merged into it.
+// OtherReplicas receives a value when the other replicas should hear of
+// work (ForOtherReplicas says what). Signals that arrive while one is
+// pending are merged into it.
 func (h *Hub) OtherReplicas() <-chan struct{} { return h.notify }
 
 // WakeLocal wakes this process's waiting claims (another replica's work
-// appeared; the signal does not say which).
+// appeared, and its signal does not say which tasks).
 func (h *Hub) WakeLocal() {
 	h.mu.Lock()
 	h.wakeAll()

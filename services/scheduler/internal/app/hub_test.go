@@ -1,7 +1,13 @@
 package app_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
@@ -212,6 +218,159 @@ func TestWorkWhoseTakerTheHubCannotTellWakesEveryClaim(t *testing.T) {
 	wokenOnly(t, "a completed group member", all, "a1", "a2")
 	hub.Changed(domain.Task{ID: "lone", TenantID: "t1", Status: domain.StatusCompleted})
 	wokenOnly(t, "a completed task of no group", all)
+}
+
+func TestHubNamesTheTasksItAsksTheOtherReplicasToTake(t *testing.T) {
+	hub := app.NewHub()
+	names := func() (ids []string, all bool) {
+		tasks, all := hub.ForOtherReplicas()
+		for _, t := range tasks {
+			ids = append(ids, t.ID)
+		}
+		return ids, all
+	}
+	hub.TasksAppeared([]domain.Task{pending("x"), pending("y")})
+	hub.Changed(pending("z"))
+	<-hub.OtherReplicas()
+	if ids, all := names(); all || !slices.Equal(ids, []string{"x", "y", "z"}) {
+		t.Errorf("after three tasks: %v (all %v), want [x y z]", ids, all)
+	}
+	if ids, all := names(); all || ids != nil {
+		t.Errorf("taken twice: %v (all %v), want nothing", ids, all)
+	}
+	// Work whose taker the hub cannot tell, and more tasks than a signal
+	// names, wake every claim there.
+	for what, appear := range map[string]func(){
+		"a task waiting for others": func() {
+			hub.TasksAppeared([]domain.Task{pending("a"), pending("dep", func(t *domain.Task) { t.Spec.DependsOn = []string{"x"} })})
+		},
+		"WakeClaimers": func() { hub.TasksAppeared([]domain.Task{pending("a")}); hub.WakeClaimers() },
+		"many tasks": func() {
+			for i := range 100 {
+				hub.TasksAppeared([]domain.Task{pending(fmt.Sprint("t", i))})
+			}
+		},
+	} {
+		appear()
+		<-hub.OtherReplicas()
+		if ids, all := names(); !all || ids != nil {
+			t.Errorf("%s: %v (all %v), want all", what, ids, all)
+		}
+	}
+	// A task another replica names is not sent back out.
+	hub.OtherReplicaTasks([]domain.Task{pending("theirs")})
+	select {
+	case <-hub.OtherReplicas():
+		t.Error("another replica's task was sent back out")
+	default:
+	}
+}
+
+func TestAnotherReplicasTaskWakesOneClaimWhoseAgentMayTakeIt(t *testing.T) {
+	hub := app.NewHub()
+	all := map[string]*app.Waiting{
+		"tenant2": hub.Wait(app.ClaimWaiter{AgentID: "tenant2", Tenant: "t2"}),
+		"gpu":     hub.Wait(app.ClaimWaiter{AgentID: "gpu", Tenant: "*", Labels: []string{"gpu"}}),
+		"plain":   hub.Wait(app.ClaimWaiter{AgentID: "plain", Tenant: "*"}),
+	}
+	for _, w := range all {
+		defer w.Stop()
+	}
+	hub.OtherReplicaTasks([]domain.Task{pending("x", func(t *domain.Task) { t.Spec.Labels = []string{"gpu"} })})
+	wokenOnly(t, "another replica's task labelled gpu", all, "gpu")
+	// A task with a wake under way here gets no second one.
+	hub.OtherReplicaTasks([]domain.Task{pending("x", func(t *domain.Task) { t.Spec.Labels = []string{"gpu"} })})
+	wokenOnly(t, "the same task named again", all)
+	hub.OtherReplicaTasks([]domain.Task{pending("y")})
+	wokenOnly(t, "another replica's task any agent of t1 may take", all, "plain")
+}
+
+// pendingCheck is a hub's pending check that answers from a set, and
+// sends the ids it was asked about on asked.
+type pendingCheck struct {
+	mu      sync.Mutex
+	pending map[string]bool
+	err     error
+	asked   chan []string
+}
+
+func (p *pendingCheck) check(_ context.Context, ids []string) ([]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() { p.asked <- ids }()
+	if p.err != nil {
+		return nil, p.err
+	}
+	var out []string
+	for _, id := range ids {
+		if p.pending[id] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+func (p *pendingCheck) set(pending map[string]bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending, p.err = pending, err
+}
+
+// wokenWithin fails t unless w is woken within a second (the hand-on of
+// a checked wake happens after the check, in a goroutine of its own).
+func wokenWithin(t *testing.T, what string, w *app.Waiting) {
+	t.Helper()
+	select {
+	case <-w.Woken():
+	case <-time.After(time.Second):
+		t.Errorf("%s: not woken", what)
+	}
+}
+
+func TestAWakeGoesOnOnlyWhileItsTaskIsPending(t *testing.T) {
+	hub := app.NewHub()
+	check := &pendingCheck{asked: make(chan []string, 8)}
+	hub.SetPendingCheck(check.check)
+	all := waitingAgents(t, hub, "a1", "a2", "a3")
+	a1, a2, a3 := all["a1"], all["a2"], all["a3"]
+
+	// Another replica's agent took x: a1's claim finds nothing, and the
+	// wake ends rather than going to a2 and a3 in turn.
+	hub.OtherReplicaTasks([]domain.Task{pending("x")})
+	wokenOnly(t, "another replica's task", all, "a1")
+	check.set(map[string]bool{}, nil)
+	a1.Claiming(false)
+	a1.Claimed(nil)
+	if got := <-check.asked; !slices.Equal(got, []string{"x"}) {
+		t.Errorf("asked about %v, want [x]", got)
+	}
+	// The same holds for this replica's own task.
+	hub.TasksAppeared([]domain.Task{pending("own")})
+	wokenOnly(t, "the wake of a task taken elsewhere ended; then a task of this replica", all, "a1")
+
+	// Still pending (a row another claim held): on to a2.
+	check.set(map[string]bool{"own": true}, nil)
+	a1.Claiming(false)
+	a1.Claimed(nil)
+	<-check.asked
+	wokenWithin(t, "a2, after a1's claim left a pending task", a2)
+	// The check failing: the wake goes on, to a3.
+	check.set(nil, errors.New("database down"))
+	a2.Claiming(false)
+	a2.Claimed(nil)
+	<-check.asked
+	wokenWithin(t, "a3, after the check failed", a3)
+	// A wake whose task a claim leased meanwhile is not asked about.
+	a3.Claiming(false)
+	a1.Claiming(false)
+	a1.Claimed([]domain.Task{pending("own")})
+	a3.Claimed(nil)
+	select {
+	case ids := <-check.asked:
+		t.Errorf("asked about %v after the task was leased", ids)
+	case <-time.After(100 * time.Millisecond):
+	}
+	wokenOnly(t, "after the task was leased", all)
 }
 
 func TestHubTellsObserversOfEveryChange(t *testing.T) {

@@ -61,3 +61,9 @@ func WriteBatchIn(ctx context.Context, tx pgx.Tx, ids []string, decide func(t do
 	}
 	return tx.SendBatch(ctx, b).Close()
 }
+
+// EncodeWakeup and DecodeWakeup are the NOTIFY payload's codec.
+var (
+	EncodeWakeup = encodeWakeup
+	DecodeWakeup = decodeWakeup
+)

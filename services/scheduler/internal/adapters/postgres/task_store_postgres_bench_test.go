@@ -134,14 +134,11 @@ func BenchmarkTaskToWaitingAgentsOnTwoReplicas(b *testing.B) {
 	taken := make(chan string, 8)
 	var apps [2]*app.App
 	var counted [2]*claimCounter
-	var wakeups sync.WaitGroup
+	hubs := []*app.Hub{app.NewHub(), app.NewHub()}
 	for i := range apps {
-		hub := app.NewHub()
-		apps[i], counted[i] = benchReplica(b, db, hub)
-		w := postgres.Wakeups{DB: db.Open(b, scheduler.Schema)}
-		wakeups.Add(1)
-		go func() { defer wakeups.Done(); w.Run(ctx, hub) }()
+		apps[i], counted[i] = benchReplica(b, db, hubs[i])
 	}
+	runWakeups(b, db, hubs...)
 	agents := []*sync.WaitGroup{waitingAgents(ctx, b, apps[0], "first", 4, taken), waitingAgents(ctx, b, apps[1], "second", 4, taken)}
 	for counted[0].claims.Load() < 4 || counted[1].claims.Load() < 4 {
 		time.Sleep(time.Millisecond)
@@ -165,7 +162,6 @@ func BenchmarkTaskToWaitingAgentsOnTwoReplicas(b *testing.B) {
 	for _, a := range agents {
 		a.Wait()
 	}
-	wakeups.Wait()
 }
 
 // BenchmarkTaskLifecycle runs one no-op task through the burn-down path
