@@ -209,7 +209,12 @@ func TestGroupsWaitForTheirStart(t *testing.T) {
 
 // The documented DAG: process1 and process2 run at the same time on two
 // agents (their running intervals overlap in the event log), and merge
-// starts only after both completed.
+// starts only after both completed. A branch's interval in the log begins
+// when the server records its start, which an agent sends alongside the
+// spawn: on a loaded machine it came half a second and more after the
+// process began (a 1.5 s branch spanned 1.06 s in the log), so the
+// branches run for 3 s, long enough that two branches running together
+// still overlap in the log.
 func TestDAGBranchesRunConcurrentlyOnTwoAgents(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -220,7 +225,7 @@ func TestDAGBranchesRunConcurrentlyOnTwoAgents(t *testing.T) {
 		return map[string]any{"id": id, "name": id, "command": "sleep", "args": []string{secs}, "depends_on": deps}
 	}
 	id := w.createGroup(key, map[string]any{"name": "etl", "mode": "dag", "tasks": []any{
-		task("download", "0.2"), task("process1", "1.5", "download"), task("process2", "1.5", "download"),
+		task("download", "0.2"), task("process1", "3", "download"), task("process2", "3", "download"),
 		task("merge", "0.2", "process1", "process2")}})
 	g := w.waitGroup(key, id, 60*time.Second, "the DAG to complete", settledAs("completed"))
 	m := members(g)
