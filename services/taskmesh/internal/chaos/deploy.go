@@ -87,8 +87,10 @@ const (
 	agentLostAfter    = 4 * time.Second
 	heartbeatInterval = 500 * time.Millisecond
 	// agentSlots: a third of the load sleeps a second or two, so at 50
-	// requests a second the three agents hold about 30 tasks at once,
-	// and the stubborn tasks up to 8 more.
+	// requests a second the three agents would hold about 30 tasks at
+	// once, and the stubborn tasks up to 8 more. On a busy 2-core machine
+	// all 48 are held (docs/chaos.md); more slots did not serve more
+	// there, the machine's CPU being the bound.
 	agentSlots = 16
 )
 

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
-	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
 // The claim runs on its generic plan (claimCandidates): planned once per
@@ -54,23 +52,9 @@ func TestClaimRunsOnItsGenericPlan(t *testing.T) {
 	claim(0) // planned on the empty table
 	checkClaimPlan(t, w.ctx, conn, "on the empty table")
 
-	recs := make([][]domain.Record, 0, 1000)
-	for i := range 1000 {
-		recs = append(recs, w.submit(fmt.Sprint("t-", i)))
-	}
-	if _, err := w.store.Create(w.ctx, app.NewTasks{Tenant: "acme", At: w.now, Tasks: recs}); err != nil {
-		t.Fatal(err)
-	}
+	w.createMany(1000, nil)
 	// A history: 100 copies of each task, nine in ten of them completed.
-	const cols = `tenant_id, status, priority, type, machine_id, target_ip, labels, depends_on, fanout_id, scatter,
-		retry_at, created_at, updated_at, version, deleted, awaiting_admission, awaiting_dependencies, doc`
-	if _, err := w.pool.Exec(w.ctx, `INSERT INTO tasks (id, `+cols+`)
-		SELECT 'h-' || g || '-' || t.id, t.tenant_id, CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'completed' END,
-		       t.priority, t.type, t.machine_id, t.target_ip, t.labels, t.depends_on, t.fanout_id, t.scatter,
-		       t.retry_at, t.created_at, t.updated_at, t.version, t.deleted, t.awaiting_admission, t.awaiting_dependencies, t.doc
-		FROM tasks t, generate_series(1, 100) g`); err != nil {
-		t.Fatal(err)
-	}
+	w.copyTasks(100, `'h-' || g || '-' || t.id`, `CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'completed' END`, `t.priority`)
 	claim(8)
 	checkClaimPlan(t, w.ctx, conn, "on 101,000 tasks, planned on the empty table")
 	if _, err := w.pool.Exec(w.ctx, `ANALYZE tasks`); err != nil {
@@ -90,6 +74,53 @@ func TestClaimRunsOnItsGenericPlan(t *testing.T) {
 	}
 }
 
+// The generic plan made over a backlog keeps walking the claim indexes in
+// their order. Made with the statistics of a table whose backlog is a few
+// thousand tasks among finished ones (an ANALYZE of it, as autovacuum
+// runs), it read each branch's candidates from a bitmap and sorted them,
+// the whole backlog on every claim, until the claim ran without bitmap
+// scans (claimPlansOn).
+func TestClaimWalksItsIndexesInOrderOverABacklog(t *testing.T) {
+	w := newDepsWorld(t)
+	w.createMany(100, nil)
+	// 60 copies of each task, 17 of them pending: 1,700 pending among
+	// 6,100, at priorities 0–7 that lie in no order of the table's rows.
+	w.copyTasks(60, `'b-' || g || '-' || t.id`, `CASE WHEN g <= 17 THEN 'pending' ELSE 'completed' END`, `hashtext(g || t.id) & 7`)
+	if _, err := w.pool.Exec(w.ctx, `UPDATE tasks SET status = 'completed' WHERE id LIKE 't-%'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.pool.Exec(w.ctx, `ANALYZE tasks`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := w.pool.Acquire(w.ctx) // no claim ran before: its first plans the claim now
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := postgres.ClaimCandidates(w.ctx, tx, app.ClaimFilter{Tenant: "*", Machine: "m-1", Limit: 2, Now: w.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("the claim found %d candidates, want 2", len(got))
+	}
+	var bitmaps string
+	if err := tx.QueryRow(w.ctx, `SHOW enable_bitmapscan`).Scan(&bitmaps); err != nil {
+		t.Fatal(err)
+	}
+	if bitmaps != "on" {
+		t.Fatalf("after the claim the transaction's enable_bitmapscan is %s, want the pool's on", bitmaps)
+	}
+	if err := tx.Rollback(w.ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkClaimPlan(t, w.ctx, conn, "over a backlog of 1,700 among 6,100 tasks, planned after ANALYZE")
+}
+
 // seqScanOfCandidates is a sequential scan of a claim branch's tasks
 // (aliases t, t_1, ...), not of a subplan's.
 var seqScanOfCandidates = regexp.MustCompile(`Seq Scan on tasks t(_\d+)?\s`)
@@ -104,7 +135,7 @@ func checkClaimPlan(t *testing.T, ctx context.Context, conn *pgxpool.Conn, when 
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+	if _, err := tx.Exec(ctx, postgres.ClaimPlansOn); err != nil {
 		t.Fatal(err)
 	}
 	var name string
@@ -119,5 +150,11 @@ func checkClaimPlan(t *testing.T, ctx context.Context, conn *pgxpool.Conn, when 
 	}
 	if seqScanOfCandidates.MatchString(plan) {
 		t.Errorf("%s the claim's generic plan scans the tasks table:\n%s", when, plan)
+	}
+	if strings.Contains(plan, "Bitmap Heap Scan on tasks t") {
+		t.Errorf("%s the claim's generic plan reads a branch's candidates from a bitmap, to sort them:\n%s", when, plan)
+	}
+	if !strings.Contains(plan, "using tasks_fanout_idx on tasks s") {
+		t.Errorf("%s the claim's generic plan does not read tasks_fanout_idx for a scatter's tasks:\n%s", when, plan)
 	}
 }

@@ -52,6 +52,37 @@ func (w *depsWorld) create(id string, deps ...string) {
 	}
 }
 
+// createMany commits tasks t-0 … t-(n-1) through the store in one
+// create, task i depending on deps(i) (nil: none).
+func (w *depsWorld) createMany(n int, deps func(i int) []string) {
+	w.t.Helper()
+	recs := make([][]domain.Record, 0, n)
+	for i := range n {
+		var d []string
+		if deps != nil {
+			d = deps(i)
+		}
+		recs = append(recs, w.submit(fmt.Sprint("t-", i), d...))
+	}
+	if _, err := w.store.Create(w.ctx, app.NewTasks{Tenant: "acme", At: w.now, Tasks: recs}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// copyTasks inserts copies g = 1 … copies of every task t as a history
+// or a backlog, with SQL expressions (of g and t) for each copy's id,
+// status and priority; the other columns are t's.
+func (w *depsWorld) copyTasks(copies int, id, status, priority string) {
+	w.t.Helper()
+	const cols = `tenant_id, type, machine_id, target_ip, labels, depends_on, fanout_id, scatter,
+		retry_at, created_at, updated_at, version, deleted, awaiting_admission, awaiting_dependencies, doc`
+	if _, err := w.pool.Exec(w.ctx, `INSERT INTO tasks (id, status, priority, `+cols+`)
+		SELECT `+id+`, `+status+`, `+priority+`, `+cols+`
+		FROM tasks t, generate_series(1, $1) g`, copies); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 // run claims and starts every claimable task.
 func (w *depsWorld) run() []string {
 	w.t.Helper()

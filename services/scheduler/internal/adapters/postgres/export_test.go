@@ -19,6 +19,9 @@ func ClaimCandidates(ctx context.Context, tx pgx.Tx, f app.ClaimFilter) ([]domai
 // ClaimSQL is the claim's statement.
 var ClaimSQL = claimSQL
 
+// ClaimPlansOn is the claim's planning settings.
+const ClaimPlansOn = claimPlansOn
+
 // PreemptionSQL is the sweeper's preemption statement.
 const PreemptionSQL = preemptionSQL
 

@@ -501,16 +501,27 @@ func (s *GroupStore) List(ctx context.Context, f oapp.GroupFilter) ([]orch.Group
 	return out, next, nil
 }
 
-// Due implements oapp.GroupStore.
+// Due implements oapp.GroupStore. It runs on its keyed plan (readKeyed):
+// the open members (task_group_members_open_idx) each probe their task by
+// id. Planned from statistics, it hashed the whole tasks table to join a
+// few hundred open members, every few hundred milliseconds.
 func (s *GroupStore) Due(ctx context.Context, now time.Time, limit int) ([]string, error) {
-	return ids(ctx, s.DB, `
+	var out []string
+	err := readKeyed(ctx, s.DB, func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}, dueGroupsSQL, now, limit)
+	return out, err
+}
+
+const dueGroupsSQL = `
 		(SELECT id FROM task_groups WHERE wake_at <= $1 AND NOT deleted LIMIT $2)
 		UNION
 		(SELECT DISTINCT m.group_id FROM task_group_members m LEFT JOIN tasks t ON t.id = m.task_id
 		 WHERE m.status NOT IN ('completed', 'failed', 'cancelled') AND m.task_id <> ''
 		   AND (t.id IS NULL OR t.deleted OR t.status <> m.status)
-		 LIMIT $2)`, now, limit)
-}
+		 LIMIT $2)`
 
 // WriteGroupRows writes a group's row and member rows from its state
 // (the rebuild of the inline projection).
