@@ -65,6 +65,8 @@ func claimCandidates(ctx context.Context, tx pgx.Tx, agentID string, f app.Claim
 	b.Queue(claimSQL, f.Now, f.Tenant, f.Machine, f.IP, f.Labels, f.Types, f.Limit)
 	b.Queue(`RESET plan_cache_mode`)
 	b.Queue(`RESET enable_bitmapscan`)
+	b.Queue(`RESET enable_seqscan`)
+	b.Queue(`RESET jit`)
 	br := tx.SendBatch(ctx, b)
 	ts, err := claimBatch(br)
 	if cerr := br.Close(); err == nil && cerr != nil {
@@ -77,19 +79,25 @@ func claimCandidates(ctx context.Context, tx pgx.Tx, agentID string, f app.Claim
 }
 
 // claimPlansOn readies the claim's planning, for the claim alone (SET
-// LOCAL, undone by the RESETs after it): its generic plan, and no bitmap
-// scans. A generic plan knows none of the claim's values, so it puts the
-// share of candidates that pass the claim rules at the planner's defaults
-// (a label containment alone at 0.5%): about one row of a backlog of
-// thousands. To the planner, fetching every candidate of a branch from a
-// bitmap and sorting that one row then looks cheaper than walking the
-// index in its order, and that plan, kept, read and sorted the whole
-// backlog on every claim: 20–300 ms a claim at 1,700 tasks pending on a
-// 2-core machine, against under a millisecond for the ordered walk that
-// stops at the LIMIT. Without bitmap scans the ordered walk is the only
-// plan that reads a branch's index at all
+// LOCAL, undone by the RESETs after it): its generic plan, with neither
+// bitmap nor sequential scans, and no JIT. A generic plan knows none of
+// the claim's values, so it puts the share of candidates that pass the
+// claim rules at the planner's defaults (a label containment alone at
+// 0.5%): about one row of a backlog of thousands. To the planner,
+// fetching every candidate of a branch from a bitmap and sorting that one
+// row then looks cheaper than walking the index in its order, and that
+// plan, kept, read and sorted the whole backlog on every claim: 20–300 ms
+// a claim at 1,700 tasks pending on a 2-core machine, against under a
+// millisecond for the ordered walk that stops at the LIMIT. Sequential
+// scans are off for the reason of every keyed statement
+// (pg.QueueKeyedPlans): a plan made on an empty table scanned the events
+// for each candidate's check, and kept scanning them as they grew. The
+// penalty that disabling puts on a node with no other path lifts the
+// plan's cost past every JIT threshold, so JIT is off too: with it on,
+// each claim compiled itself, about 1 s a claim
 // (docs/decisions/0117-the-claim-walks-its-indexes-in-order.md).
-const claimPlansOn = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_bitmapscan', 'off', true)`
+const claimPlansOn = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
 
 // claimBatch reads the answers of claimCandidates' batch.
 func claimBatch(br pgx.BatchResults) ([]domain.Task, error) {
@@ -108,7 +116,7 @@ func claimBatch(br pgx.BatchResults) ([]domain.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	for range 2 { // the RESETs
+	for range 4 { // the RESETs
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
