@@ -41,6 +41,8 @@ func chaosCommand() *cobra.Command {
 	f.IntVar(&cfg.Rate, "rate", 50, "requests a second (tasks and task groups)")
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule (0: a random one, printed)")
 	f.BoolVar(&cfg.Short, "short", false, "shorter broker stalls and gaps between faults (runs of a minute or two)")
+	f.BoolVar(&cfg.NoFaults, "no-faults", false, "run the load alone, without faults: what the deployment serves on this machine")
+	f.BoolVar(&cfg.PGStats, "pg-stats", false, "load pg_stat_statements into the deployment's Postgres and print the statements that took most of its time after the drain")
 	f.StringVar(&cfg.Dir, "dir", "", "keep data directories and logs here (default: a temporary directory, removed when every invariant holds)")
 	f.StringVar(&cfg.RedisServer, "redis-server", "redis-server", "the redis-server executable")
 	cmd.AddCommand(chaosWitnessCommand())

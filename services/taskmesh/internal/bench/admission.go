@@ -21,6 +21,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/quota/admission"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/pgstats"
 )
 
 // AdmissionOptions configures the admission benchmark.
@@ -240,7 +241,7 @@ func admissionOn(ctx context.Context, env *env, o AdmissionOptions, db, prefix s
 	}
 
 	if o.PGStats {
-		if err := resetStatements(ctx, pool); err != nil {
+		if err := pgstats.Reset(ctx, pool); err != nil {
 			return nil, err
 		}
 	}
@@ -278,7 +279,7 @@ func admissionOn(ctx context.Context, env *env, o AdmissionOptions, db, prefix s
 		return nil, err
 	}
 	if o.PGStats {
-		if err := printStatements(ctx, pool, o.Out); err != nil {
+		if err := pgstats.Print(ctx, pool, o.Out); err != nil {
 			return nil, err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/scheduler"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/pgstats"
 )
 
 // DAGOptions configures the task-group benchmark.
@@ -141,7 +142,7 @@ func dagOnce(ctx context.Context, env *env, o DAGOptions, run int) (DAGResult, e
 	defer s.stop()
 	groups := taskv1.NewTaskGroupServiceClient(s.conn)
 	if o.PGStats {
-		if err := resetStatements(ctx, s.pool); err != nil {
+		if err := pgstats.Reset(ctx, s.pool); err != nil {
 			return DAGResult{}, err
 		}
 	}
@@ -168,7 +169,7 @@ func dagOnce(ctx context.Context, env *env, o DAGOptions, run int) (DAGResult, e
 		return r, err
 	}
 	if o.PGStats {
-		if err := printStatements(ctx, s.pool, o.Out); err != nil {
+		if err := pgstats.Print(ctx, s.pool, o.Out); err != nil {
 			return r, err
 		}
 	}

@@ -7,11 +7,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 
 	"github.com/taskmesh/taskmesh/platform/kafka"
 	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/pgstats"
 )
 
 // env is a durable Postgres server and an embedded broker under dir.
@@ -88,33 +88,8 @@ func serviceLog(c Common, name string) (log *slog.Logger, file *os.File, err err
 // serverParams are the server's settings beyond PostgreSQL's durable
 // defaults.
 func serverParams(pgStats bool, extra map[string]string) map[string]string {
-	params := tracingParams(pgStats, map[string]string{"max_connections": "300"})
+	params := pgstats.Params(pgStats, map[string]string{"max_connections": "300"})
 	maps.Copy(params, extra)
-	return params
-}
-
-// tracingParams adds to params the settings that trace statements:
-// pg_stat_statements with pgStats, auto_explain with
-// TASKMESH_BENCH_EXPLAIN_MS. It returns params.
-func tracingParams(pgStats bool, params map[string]string) map[string]string {
-	var preload []string
-	if pgStats {
-		preload = append(preload, "pg_stat_statements")
-		params["pg_stat_statements.track"] = "all"
-		params["pg_stat_statements.track_planning"] = "on"
-	}
-	// TASKMESH_BENCH_EXPLAIN_MS=n logs the plans of statements slower than
-	// n ms to the server log (auto_explain), for tuning.
-	if ms := os.Getenv("TASKMESH_BENCH_EXPLAIN_MS"); ms != "" {
-		preload = append(preload, "auto_explain")
-		params["auto_explain.log_min_duration"] = ms
-		params["auto_explain.log_analyze"] = "on"
-		params["auto_explain.log_buffers"] = "on"
-		params["auto_explain.log_nested_statements"] = "on"
-	}
-	if len(preload) > 0 {
-		params["shared_preload_libraries"] = strings.Join(preload, ",")
-	}
 	return params
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/quota/admission"
 	"github.com/taskmesh/taskmesh/services/scheduler"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/pgstats"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
 )
 
@@ -188,7 +189,7 @@ func pipelineRun(ctx context.Context, o PipelineOptions, run int) (*PipelineResu
 	}
 	// --pg-stats: the statements of the first run, from its first upload.
 	stats := o.PGStats && run == 1
-	params := tracingParams(stats, map[string]string{"track_commit_timestamp": "on"})
+	params := pgstats.Params(stats, map[string]string{"track_commit_timestamp": "on"})
 	st, err := stack.Start(ctx, stack.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Durable: true,
 		PGParams: params,
 		Agent:    true, AgentSlots: o.Slots, PipelineCaps: o.Caps, Pipeline: &scheduler.PipelineConfig{Stages: stages}})
@@ -203,7 +204,7 @@ func pipelineRun(ctx context.Context, o PipelineOptions, run int) (*PipelineResu
 			return nil, err
 		}
 		defer statsDB.Close()
-		if err := resetStatements(ctx, statsDB); err != nil {
+		if err := pgstats.Reset(ctx, statsDB); err != nil {
 			return nil, err
 		}
 	}
@@ -224,7 +225,7 @@ func pipelineRun(ctx context.Context, o PipelineOptions, run int) (*PipelineResu
 		return nil, err
 	}
 	if stats {
-		if err := printStatements(ctx, statsDB, o.Out); err != nil {
+		if err := pgstats.Print(ctx, statsDB, o.Out); err != nil {
 			return nil, err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/scheduler"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/pgstats"
 )
 
 // ScaleOptions configures the history benchmark.
@@ -219,7 +220,7 @@ func scaleOnce(ctx context.Context, env *env, o ScaleOptions, db string, run int
 	// --pg-stats: the statements of the first run's loaded measurement.
 	stats := o.PGStats && db == "loaded" && run == 1
 	if stats {
-		if err := resetStatements(ctx, s.pool); err != nil {
+		if err := pgstats.Reset(ctx, s.pool); err != nil {
 			return f, err
 		}
 	}
@@ -302,7 +303,7 @@ func scaleOnce(ctx context.Context, env *env, o ScaleOptions, db string, run int
 	}
 	if stats {
 		fmt.Fprintf(o.Out, "\nrun %d, loaded database, the measured load:", run)
-		if err := printStatements(ctx, s.pool, o.Out); err != nil {
+		if err := pgstats.Print(ctx, s.pool, o.Out); err != nil {
 			return f, err
 		}
 	}

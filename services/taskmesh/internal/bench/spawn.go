@@ -18,6 +18,7 @@ import (
 	"github.com/taskmesh/taskmesh/services/executor"
 	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/scheduler"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/pgstats"
 )
 
 // spawnSubmitters is how many CreateTask calls the spawning benchmark
@@ -49,7 +50,7 @@ func spawning(ctx context.Context, env *env, o TasksOptions, run int) (float64, 
 	defer s.stop()
 	stats := o.PGStats && run == 1
 	if stats {
-		if err := resetStatements(ctx, s.pool); err != nil {
+		if err := pgstats.Reset(ctx, s.pool); err != nil {
 			return 0, err
 		}
 	}
@@ -98,7 +99,7 @@ func spawning(ctx context.Context, env *env, o TasksOptions, run int) (float64, 
 		return 0, fmt.Errorf("the executor: %w", agentErr)
 	}
 	if stats {
-		if err := printStatements(ctx, s.pool, o.Out); err != nil {
+		if err := pgstats.Print(ctx, s.pool, o.Out); err != nil {
 			return 0, err
 		}
 	}

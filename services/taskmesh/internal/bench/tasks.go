@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +23,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/pgstats"
 )
 
 // TasksOptions configures the task scheduler benchmark.
@@ -353,7 +353,7 @@ func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn floa
 	}
 	defer s.stop()
 	if o.PGStats {
-		if err := resetStatements(ctx, s.pool); err != nil {
+		if err := pgstats.Reset(ctx, s.pool); err != nil {
 			return 0, perItem{}, 0, err
 		}
 	}
@@ -364,7 +364,7 @@ func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn floa
 	submit = float64(o.Tasks) / time.Since(began).Seconds()
 	if o.PGStats {
 		// Statistics of the burn-down alone.
-		if err := resetStatements(ctx, s.pool); err != nil {
+		if err := pgstats.Reset(ctx, s.pool); err != nil {
 			return 0, perItem{}, 0, err
 		}
 	}
@@ -412,7 +412,7 @@ func burnDown(ctx context.Context, env *env, o TasksOptions, run int) (burn floa
 	burn = float64(o.Tasks) / caught.at.Sub(start.at).Seconds()
 	cpu = cpuPer(start, caught, o.Tasks)
 	if o.PGStats {
-		if err := printStatements(ctx, s.pool, o.Out); err != nil {
+		if err := pgstats.Print(ctx, s.pool, o.Out); err != nil {
 			return 0, perItem{}, 0, err
 		}
 	}
@@ -539,71 +539,3 @@ func doneViews(ctx context.Context, s *schedulerUnderTest, n int) (bool, error) 
 }
 
 func ptr32(v int32) *int32 { return &v }
-
-// resetStatements loads pg_stat_statements into the database's public
-// schema, which a service's pool may not reach (each has its search path
-// on its own schema) but printStatements names, and clears its figures:
-// printStatements then shows what ran since.
-func resetStatements(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public; SELECT public.pg_stat_statements_reset()`)
-	return err
-}
-
-// printStatements lists the statements with the most total execution time
-// (15, or TASKMESH_BENCH_STATEMENTS), after the totals of all of them.
-func printStatements(ctx context.Context, pool *pgxpool.Pool, w io.Writer) error {
-	limit := 15
-	if n, err := strconv.Atoi(os.Getenv("TASKMESH_BENCH_STATEMENTS")); err == nil && n > 0 {
-		limit = n
-	}
-	var calls, exec, planning int64
-	if err := pool.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint, coalesce(round(sum(total_exec_time)), 0)::bigint,
-		coalesce(round(sum(total_plan_time)), 0)::bigint FROM public.pg_stat_statements`).Scan(&calls, &exec, &planning); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\nall statements: %d calls, %d ms executing, %d ms planning\n", calls, exec, planning)
-	// Planning counts: a prepared statement that gets a custom plan on
-	// every execution spends its time there, not in the executor.
-	rows, err := pool.Query(ctx, `SELECT calls, round(total_exec_time)::bigint, round(total_plan_time)::bigint,
-		round(mean_exec_time::numeric, 3)::float8, rows, regexp_replace(left(query, 110), '\s+', ' ', 'g')
-		FROM public.pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT $1`, limit)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	var out [][]string
-	for rows.Next() {
-		var (
-			calls, total, plan, n int64
-			mean                  float64
-			q                     string
-		)
-		if err := rows.Scan(&calls, &total, &plan, &mean, &n, &q); err != nil {
-			return err
-		}
-		out = append(out, []string{fmt.Sprint(calls), fmt.Sprint(total), fmt.Sprint(plan), fmt.Sprintf("%.3f", mean), fmt.Sprint(n), q})
-	}
-	trows, err := pool.Query(ctx, `SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd,
-		(SELECT count(*) FROM pg_index i WHERE i.indrelid = s.relid) FROM pg_stat_user_tables s
-		WHERE n_tup_ins + n_tup_upd > 1000 ORDER BY n_tup_ins + n_tup_upd DESC`)
-	if err != nil {
-		return err
-	}
-	var tout [][]string
-	for trows.Next() {
-		var (
-			rel                 string
-			ins, upd, hot, idxs int64
-		)
-		if err := trows.Scan(&rel, &ins, &upd, &hot, &idxs); err != nil {
-			return err
-		}
-		tout = append(tout, []string{rel, fmt.Sprint(ins), fmt.Sprint(upd), fmt.Sprint(hot), fmt.Sprint(idxs)})
-	}
-	trows.Close()
-	fmt.Fprintln(w, "\ntable writes since the database was created")
-	table(w, []string{"table", "inserts", "updates", "hot updates", "indexes"}, tout)
-	fmt.Fprintln(w, "\nstatements by total time (pg_stat_statements)")
-	table(w, []string{"calls", "total ms", "planning ms", "mean ms", "rows", "query"}, out)
-	return rows.Err()
-}

@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/pgstats"
 )
 
 // Config is one run.
@@ -46,6 +47,14 @@ type Config struct {
 	// Short makes the broker stalls and the gaps between faults shorter,
 	// for a run of a minute or two.
 	Short bool
+	// NoFaults runs the load alone: what the deployment serves on this
+	// machine with nothing failing, the baseline of a run with faults.
+	NoFaults bool
+	// PGStats loads pg_stat_statements into the deployment's Postgres and
+	// prints, after the drain, the statements that took most of its time
+	// from the load's start (internal/pgstats). A Postgres restart clears
+	// the figures: the print then covers what ran since the last one.
+	PGStats bool
 	// Dir keeps the data directories and logs; "" is a fresh temporary
 	// directory, removed after a run whose invariants hold.
 	Dir string
@@ -119,6 +128,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := &Report{Seed: cfg.Seed}
 	fmt.Fprintf(cfg.Out, "chaos: seed %d (replay with --seed %d), %s at %d/s\n", cfg.Seed, cfg.Seed, cfg.Duration, cfg.Rate)
+	if cfg.NoFaults {
+		fmt.Fprintln(cfg.Out, "chaos: no faults: the load alone")
+	}
 	dir, cleanup, err := runDir(cfg.Dir)
 	if err != nil {
 		return nil, err
@@ -176,8 +188,23 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 	defer stopWatch()
 	watched := make(chan struct{})
 	go func() { defer close(watched); stalls.watch(watchCtx) }()
+	var stats *pgxpool.Pool
+	if cfg.PGStats {
+		if stats, err = pg.Open(ctx, pg.Config{URL: d.dbURL, MaxConns: 1}); err != nil {
+			return err
+		}
+		defer stats.Close()
+		if err := pgstats.Reset(ctx, stats); err != nil {
+			return fmt.Errorf("pg_stat_statements: %w", err)
+		}
+	}
 	faultsDone := make(chan struct{})
-	go func() { defer close(faultsDone); f.run(loadCtx) }()
+	go func() {
+		defer close(faultsDone)
+		if !cfg.NoFaults {
+			f.run(loadCtx)
+		}
+	}()
 	made := l.run(loadCtx, retryCtx)
 	rep.Offered = float64(made) / cfg.Duration.Seconds()
 	<-faultsDone
@@ -195,7 +222,8 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 		return err
 	}
 	defer db.Close()
-	dr := &drainer{read: func(ctx context.Context) ([]string, error) { return openWork(ctx, db, reqs) },
+	ended := map[string]bool{}
+	dr := &drainer{read: func(ctx context.Context) ([]string, error) { return openWork(ctx, db, reqs, ended) },
 		period: cfg.Drain, stall: drainStall, poll: drainPoll}
 	if err := dr.run(ctx); err != nil {
 		fmt.Fprintln(cfg.Out, "chaos: drain:", err)
@@ -204,12 +232,32 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 			dr.extendedFor, cfg.Drain)
 	}
 	rep.DrainExtended = dr.extendedFor
+	if stats != nil {
+		if err := printStatements(ctx, stats, cfg.Out, rep.Windows); err != nil {
+			fmt.Fprintln(cfg.Out, "chaos: pg_stat_statements:", err)
+		}
+	}
 	rep.Served = served(reqs, dr.atStart, cfg.Duration)
 	stopWatch()
 	<-watched
 	rep.Stalls = stalls.summary()
 	rep.Lapses = d.lapses(rep.Windows)
 	return check(ctx, cfg, d, db, rep, reqs, errs, rejected)
+}
+
+// printStatements prints the statements that took most of Postgres's time
+// since the load began, or since its last restart among windows.
+func printStatements(ctx context.Context, pool *pgxpool.Pool, w io.Writer, windows []window) error {
+	restarts := 0
+	for _, win := range windows {
+		if win.kind == faultPostgres {
+			restarts++
+		}
+	}
+	if restarts > 0 {
+		fmt.Fprintf(w, "chaos: Postgres restarted %d times: the statements below ran since its last start\n", restarts)
+	}
+	return pgstats.Print(ctx, pool, w)
 }
 
 // served describes the accepted work that ended while the load ran:

@@ -125,20 +125,13 @@ func (d *drainer) run(ctx context.Context) error {
 }
 
 // openWork lists the accepted tasks, groups and conversion jobs that are
-// not final.
-func openWork(ctx context.Context, db *pgxpool.Pool, reqs []request) ([]string, error) {
-	var tasks, groups, jobs []string
-	for _, r := range reqs {
-		switch {
-		case r.id == "" || r.quota:
-		case r.group:
-			groups = append(groups, r.id)
-		case r.job:
-			jobs = append(jobs, r.id)
-		default:
-			tasks = append(tasks, r.id)
-		}
-	}
+// not final. ended, when not nil, holds the ids found final by earlier
+// reads: they are not read again (a final state is final), and the ids
+// found final now join them. The drain's polls then read only the work
+// still open, where reading every accepted id each second scanned the
+// whole task table while the deployment was still draining.
+func openWork(ctx context.Context, db *pgxpool.Pool, reqs []request, ended map[string]bool) ([]string, error) {
+	tasks, groups, jobs := workIDs(reqs, ended)
 	status := map[string]string{}
 	for _, q := range []struct {
 		sql string
@@ -146,6 +139,9 @@ func openWork(ctx context.Context, db *pgxpool.Pool, reqs []request) ([]string, 
 	}{{`SELECT id, status FROM scheduler.tasks WHERE id = ANY($1)`, tasks},
 		{`SELECT id, status FROM scheduler.task_groups WHERE id = ANY($1)`, groups},
 		{`SELECT job_id, status FROM pipeline.jobs WHERE job_id = ANY($1)`, jobs}} {
+		if len(q.ids) == 0 {
+			continue
+		}
 		rows, err := db.Query(ctx, q.sql, q.ids)
 		if err != nil {
 			return nil, err
@@ -165,11 +161,31 @@ func openWork(ctx context.Context, db *pgxpool.Pool, reqs []request) ([]string, 
 	}
 	var open []string
 	for _, id := range append(append(tasks, groups...), jobs...) {
-		if !final[status[id]] {
+		switch {
+		case !final[status[id]]:
 			open = append(open, id+"="+orMissing(status[id]))
+		case ended != nil:
+			ended[id] = true
 		}
 	}
 	return open, nil
+}
+
+// workIDs are the ids of the accepted tasks, groups and conversion jobs
+// of reqs, less those in ended.
+func workIDs(reqs []request, ended map[string]bool) (tasks, groups, jobs []string) {
+	for _, r := range reqs {
+		switch {
+		case r.id == "" || r.quota || ended[r.id]:
+		case r.group:
+			groups = append(groups, r.id)
+		case r.job:
+			jobs = append(jobs, r.id)
+		default:
+			tasks = append(tasks, r.id)
+		}
+	}
+	return tasks, groups, jobs
 }
 
 func orMissing(s string) string {
@@ -219,7 +235,7 @@ func acceptedWork(reqs []request) int {
 func checkLost(ctx context.Context, db *pgxpool.Pool, reqs []request) (Invariant, error) {
 	inv := Invariant{Name: "lost (accepted, not final)"}
 	inv.Checked = fmt.Sprintf("%d accepted requests", acceptedWork(reqs))
-	open, err := openWork(ctx, db, reqs)
+	open, err := openWork(ctx, db, reqs, nil)
 	if err != nil {
 		return inv, err
 	}

@@ -309,7 +309,7 @@ func TestDrainReportsWorkItCouldNotRead(t *testing.T) {
 	}
 	defer pool.Close()
 	d := &drainer{read: func(ctx context.Context) ([]string, error) {
-		return openWork(ctx, pool, []request{{key: "k", kind: "true", id: "t1"}})
+		return openWork(ctx, pool, []request{{key: "k", kind: "true", id: "t1"}}, map[string]bool{})
 	}, period: 1500 * time.Millisecond, stall: 500 * time.Millisecond, poll: 100 * time.Millisecond}
 	err = d.run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "could not be read") {
@@ -503,5 +503,21 @@ func TestDrainALateReadExtendsNothing(t *testing.T) {
 	}
 	if d.extendedFor != 0 {
 		t.Fatalf("extended for %s, want 0: nothing ended", d.extendedFor)
+	}
+}
+
+// The drain's polls read only the work not yet found final: an id in
+// ended is not asked for again, and quota changes and refused requests
+// are never work.
+func TestDrainReadsOnlyWorkNotYetEnded(t *testing.T) {
+	reqs := []request{{id: "t1"}, {id: "t2"}, {id: "g1", group: true}, {id: "g2", group: true}, {id: "j1", job: true},
+		{id: "q1", quota: true}, {key: "refused"}}
+	tasks, groups, jobs := workIDs(reqs, nil)
+	if !slices.Equal(tasks, []string{"t1", "t2"}) || !slices.Equal(groups, []string{"g1", "g2"}) || !slices.Equal(jobs, []string{"j1"}) {
+		t.Fatalf("nothing ended: tasks %v, groups %v, jobs %v", tasks, groups, jobs)
+	}
+	tasks, groups, jobs = workIDs(reqs, map[string]bool{"t1": true, "g2": true, "j1": true})
+	if !slices.Equal(tasks, []string{"t2"}) || !slices.Equal(groups, []string{"g1"}) || len(jobs) != 0 {
+		t.Fatalf("t1, g2 and j1 ended: tasks %v, groups %v, jobs %v", tasks, groups, jobs)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/taskmesh/taskmesh/platform/freeport"
 	"github.com/taskmesh/taskmesh/platform/pg"
+	"github.com/taskmesh/taskmesh/services/taskmesh/internal/pgstats"
 )
 
 // deployment is Taskmesh as separate OS processes on loopback addresses:
@@ -165,7 +166,7 @@ func (d *deployment) startPostgres(ctx context.Context) error {
 	}
 	d.pgBin = bin
 	d.pg = &pg.LocalServer{DataDir: filepath.Join(d.dir, "pg"), LogPath: logPath(d.dir, "postgres"),
-		Params: map[string]string{"max_connections": "400", "synchronous_commit": "on"}}
+		Params: pgstats.Params(d.cfg.PGStats, map[string]string{"max_connections": "400", "synchronous_commit": "on"})}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := d.pg.Start(sctx); err != nil {
