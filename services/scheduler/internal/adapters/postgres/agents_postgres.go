@@ -18,8 +18,8 @@ type Agents struct{ DB *pgxpool.Pool }
 // Heartbeat implements app.AgentRegistry: the upsert and the four reads go
 // in one batch, so one connection and one round trip (the batch runs as
 // one implicit transaction: the reads see the upsert, and a failure undoes
-// it). Each read uses the agent's range of tasks_agent_idx, usually a few
-// rows.
+// it). The reads of the agent's tasks use tasks_agent_idx (agent, status,
+// attempt), the held attempts by key.
 func (g Agents) Heartbeat(ctx context.Context, a app.Agent, held []string) (app.HeartbeatReads, error) {
 	var r app.HeartbeatReads
 	held = nonNil(held)
@@ -45,8 +45,7 @@ func (g Agents) Heartbeat(ctx context.Context, a app.Agent, held []string) (app.
 		r.Preempted, err = scanTasks(rows)
 		return err
 	})
-	b.Queue(`SELECT id FROM tasks WHERE status = 'assigned' AND agent_id = $1 AND NOT (attempt_id = ANY($2))`,
-		a.AgentID, held).Query(func(rows pgx.Rows) (err error) {
+	b.Queue(unheldSQL, a.AgentID, held).Query(func(rows pgx.Rows) (err error) {
 		r.Unheld, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})

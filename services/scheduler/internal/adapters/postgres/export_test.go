@@ -22,6 +22,13 @@ var ClaimSQL = claimSQL
 // ClaimPlansOn is the claim's planning settings.
 const ClaimPlansOn = claimPlansOn
 
+// ByAttemptsSQL and UnheldSQL are the heartbeat's reads of an agent's
+// tasks.
+const (
+	ByAttemptsSQL = byAttemptsSQL
+	UnheldSQL     = unheldSQL
+)
+
 // PreemptionSQL is the sweeper's preemption statement.
 const PreemptionSQL = preemptionSQL
 

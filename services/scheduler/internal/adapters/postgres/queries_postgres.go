@@ -277,6 +277,10 @@ const byAttemptsSQL = `SELECT doc FROM tasks WHERE agent_id = $1
 	AND status IN ('assigned', 'running', 'cancelled', 'preempted', 'suspended')
 	AND attempt_id = ANY($2::text[])`
 
+// unheldSQL selects the ids of agent $1's assigned tasks whose attempt is
+// none of $2, the attempts the agent holds: leases it never received.
+const unheldSQL = `SELECT id FROM tasks WHERE status = 'assigned' AND agent_id = $1 AND NOT (attempt_id = ANY($2))`
+
 // videoTasksCreatedBefore returns up to limit video tasks (any tenant)
 // submitted before before, oldest first; removed ones are skipped. The
 // type is a literal so the partial index tasks_video_created_idx serves the

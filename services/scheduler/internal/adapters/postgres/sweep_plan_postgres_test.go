@@ -1,12 +1,14 @@
 package postgres_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/postgres"
+	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
 
@@ -71,4 +73,54 @@ func TestSweepsReadTheirIndexes(t *testing.T) {
 		}
 	}
 	pgtest.CheckKeyedPlans(t, w.ctx, w.pool, "after the sweeps", []string{"SELECT t.id, f.id FROM tasks t", "(SELECT id FROM task_groups WHERE wake_at"})
+}
+
+// An agent's heartbeat finds the attempts it holds by key in
+// tasks_agent_idx: agent, status and attempt. Keyed by agent alone, the
+// read walked every entry of the agent — its cancelled tasks, which stay,
+// and the dead versions of its leases since the last vacuum — and
+// filtered them (migration 0059).
+func TestHeartbeatReadsFindTheAgentsTasksByKey(t *testing.T) {
+	w := newDepsWorld(t)
+	w.createMany(100, nil)
+	// 4,100 tasks: agent-1's history of 1,000 cancelled tasks, its 100
+	// running and 100 assigned; as many leased by each of two other
+	// agents.
+	w.copyTasks(40, `'h-' || g || '-' || t.id`, `CASE WHEN g % 4 = 0 THEN 'cancelled' WHEN g IN (1, 3, 5) THEN 'running'
+		WHEN g IN (2, 6, 10) THEN 'assigned' ELSE 'completed' END`, `t.priority`)
+	if _, err := w.pool.Exec(w.ctx, `UPDATE tasks SET attempt_id = 'att-' || id,
+		agent_id = CASE WHEN split_part(id, '-', 2) IN ('3', '6') THEN 'agent-2' WHEN split_part(id, '-', 2) IN ('5', '10') THEN 'agent-3'
+			ELSE 'agent-1' END
+		WHERE status IN ('cancelled', 'running', 'assigned')`); err != nil {
+		t.Fatal(err)
+	}
+	held := []string{"att-h-1-t-0", "att-h-1-t-1", "att-h-1-t-2", "att-h-2-t-0", "att-h-4-t-0", "att-gone"}
+	reads, err := postgres.Agents{DB: w.pool}.Heartbeat(w.ctx, app.Agent{AgentID: "agent-1", MachineID: "m-1",
+		LastHeartbeatAt: w.now, LostAfter: w.now.Add(time.Minute), Slots: 8}, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three running, one assigned, one cancelled; the last is no task's.
+	if len(reads.Held) != 5 {
+		t.Errorf("held = %d tasks, want 5", len(reads.Held))
+	}
+	if len(reads.Unheld) != 99 || slices.Contains(reads.Unheld, "h-2-t-0") {
+		t.Errorf("unheld = %d tasks (h-2-t-0 among them: %v), want the 99 assigned ones other than h-2-t-0",
+			len(reads.Unheld), slices.Contains(reads.Unheld, "h-2-t-0"))
+	}
+	if _, err := w.pool.Exec(w.ctx, `ANALYZE tasks`); err != nil {
+		t.Fatal(err)
+	}
+	// The held attempts' read finds each by key; before, its index
+	// condition was the agent alone, and the attempts a filter.
+	plan := explain(t, w.pool, "EXPLAIN "+postgres.ByAttemptsSQL, "agent-1", held)
+	cond := ""
+	for _, line := range strings.Split(plan, "\n") {
+		if strings.Contains(line, "Index Cond:") {
+			cond = line
+		}
+	}
+	if !strings.Contains(plan, "tasks_agent_idx") || !strings.Contains(cond, "attempt_id = ANY") {
+		t.Errorf("the held attempts' read does not find them by key in tasks_agent_idx:\n%s", plan)
+	}
 }
