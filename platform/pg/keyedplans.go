@@ -42,6 +42,52 @@ func QueueDefaultPlans(b *pgx.Batch) {
 	b.Queue(`RESET enable_seqscan`)
 }
 
+// Batcher is what QueryKeyed runs on: a pool, a connection or a
+// transaction.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// QueryKeyed runs sql, a read that finds its rows through primary keys and
+// indexes whose predicates it spells out, on its keyed plan
+// (QueueKeyedPlans), and hands its rows to scan. The settings before it
+// and their RESET after it (QueueDefaultPlans) travel with it in one
+// batch, one round trip: on a pool or a connection the batch is its own
+// implicit transaction, and in a transaction the statements after it get
+// the connection's own planning back.
+//
+// Under the pool's custom plans such a read is planned again on every
+// execution, which for a lookup by key costs more than running it: about
+// a millisecond on a table with many partial indexes, whose predicates
+// the planner weighs one by one, on a loaded 2-core machine
+// (docs/decisions/0118-frequent-reads-run-on-their-keyed-plans.md).
+func QueryKeyed(ctx context.Context, db Batcher, scan func(pgx.Rows) error, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	QueueKeyedPlans(b)
+	b.Queue(sql, args...)
+	QueueDefaultPlans(b)
+	br := db.SendBatch(ctx, b)
+	err := func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if err := scan(rows); err != nil {
+			return err
+		}
+		rows.Close()
+		return rows.Err()
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // keyedPlansOn sets both settings in one statement (set_config with
 // is_local = true is SET LOCAL).
 const keyedPlansOn = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 )
 
@@ -24,6 +25,11 @@ func (g Agents) Heartbeat(ctx context.Context, a app.Agent, held []string) (app.
 	var r app.HeartbeatReads
 	held = nonNil(held)
 	b := &pgx.Batch{}
+	// Every statement of the batch finds its rows by key: on their keyed
+	// plans (pg.QueueKeyedPlans) they are planned once per connection, not
+	// on every heartbeat (about 4 ms of planning a heartbeat under load on
+	// 2 cores, more than running them).
+	pg.QueueKeyedPlans(b)
 	b.Queue(`
 		INSERT INTO agents (agent_id, machine_id, tenant_id, labels, ip, free_slots, first_seen_at, last_heartbeat_at, lost_after, lost,
 			slots, version, isolation, warnings, heartbeats)

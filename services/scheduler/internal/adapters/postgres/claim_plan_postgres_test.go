@@ -72,6 +72,14 @@ func TestClaimRunsOnItsGenericPlan(t *testing.T) {
 	if generic < 3 || custom != 0 {
 		t.Fatalf("the claim ran on %d generic and %d custom plans, want only generic ones", generic, custom)
 	}
+	// So did the lookup of the agent, lost or not, in the same batch.
+	if err := conn.QueryRow(w.ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+		WHERE statement = 'SELECT EXISTS (SELECT 1 FROM agents WHERE agent_id = $1 AND lost)'`).Scan(&generic, &custom); err != nil {
+		t.Fatal(err)
+	}
+	if generic < 3 || custom != 0 {
+		t.Fatalf("the claim's lookup of its agent ran on %d generic and %d custom plans, want only generic ones", generic, custom)
+	}
 }
 
 // The generic plan made over a backlog keeps walking the claim indexes in

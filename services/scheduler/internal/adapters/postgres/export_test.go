@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
@@ -77,3 +78,8 @@ var (
 	EncodeWakeup = encodeWakeup
 	DecodeWakeup = decodeWakeup
 )
+
+// PendingTasks is the hub's check of which tasks are pending.
+func PendingTasks(ctx context.Context, db *pgxpool.Pool, ids []string) ([]string, error) {
+	return Wakeups{DB: db}.pendingTasks(ctx, ids)
+}

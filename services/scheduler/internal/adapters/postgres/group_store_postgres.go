@@ -501,13 +501,13 @@ func (s *GroupStore) List(ctx context.Context, f oapp.GroupFilter) ([]orch.Group
 	return out, next, nil
 }
 
-// Due implements oapp.GroupStore. It runs on its keyed plan (readKeyed):
+// Due implements oapp.GroupStore. It runs on its keyed plan (pg.QueryKeyed):
 // the open members (task_group_members_open_idx) each probe their task by
 // id. Planned from statistics, it hashed the whole tasks table to join a
 // few hundred open members, every few hundred milliseconds.
 func (s *GroupStore) Due(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	var out []string
-	err := readKeyed(ctx, s.DB, func(rows pgx.Rows) error {
+	err := pg.QueryKeyed(ctx, s.DB, func(rows pgx.Rows) error {
 		var err error
 		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err

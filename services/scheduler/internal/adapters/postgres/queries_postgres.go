@@ -51,7 +51,8 @@ import (
 //
 // An agent the sweeper found lost, and not heard from since, gets no
 // candidates (app.TaskStore's Claim): that is asked in the same batch,
-// and the candidates it locked are left to the next claim.
+// on its generic plan too (a lookup by key), and the candidates it
+// locked are left to the next claim.
 func claimCandidates(ctx context.Context, tx pgx.Tx, agentID string, f app.ClaimFilter) ([]domain.Task, error) {
 	if f.Labels == nil {
 		f.Labels = []string{}
@@ -60,8 +61,8 @@ func claimCandidates(ctx context.Context, tx pgx.Tx, agentID string, f app.Claim
 		f.Types = []string{}
 	}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT EXISTS (SELECT 1 FROM agents WHERE agent_id = $1 AND lost)`, agentID)
 	b.Queue(claimPlansOn)
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM agents WHERE agent_id = $1 AND lost)`, agentID)
 	b.Queue(claimSQL, f.Now, f.Tenant, f.Machine, f.IP, f.Labels, f.Types, f.Limit)
 	b.Queue(`RESET plan_cache_mode`)
 	b.Queue(`RESET enable_bitmapscan`)
@@ -101,11 +102,11 @@ const claimPlansOn = `SELECT set_config('plan_cache_mode', 'force_generic_plan',
 
 // claimBatch reads the answers of claimCandidates' batch.
 func claimBatch(br pgx.BatchResults) ([]domain.Task, error) {
-	var lost bool
-	if err := br.QueryRow().Scan(&lost); err != nil {
+	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
-	if _, err := br.Exec(); err != nil {
+	var lost bool
+	if err := br.QueryRow().Scan(&lost); err != nil {
 		return nil, err
 	}
 	rows, err := br.Query()

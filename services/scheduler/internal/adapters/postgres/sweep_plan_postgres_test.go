@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func TestPreemptionBoundReadsTheLeasedPriorityIndex(t *testing.T) {
 }
 
 // The sweeper's periodic reads of the tasks table run on their keyed
-// plans (readKeyed), which read the indexes whatever the statistics say.
+// plans (pg.QueryKeyed), which read the indexes whatever the statistics say.
 // Planned from statistics, the search for pending tasks blocked by a
 // failed dependency read every task in primary-key order (as a DISTINCT
 // ON the task id, expecting a blocked task early under its LIMIT) or
@@ -123,4 +124,42 @@ func TestHeartbeatReadsFindTheAgentsTasksByKey(t *testing.T) {
 	if !strings.Contains(plan, "tasks_agent_idx") || !strings.Contains(cond, "attempt_id = ANY") {
 		t.Errorf("the held attempts' read does not find them by key in tasks_agent_idx:\n%s", plan)
 	}
+}
+
+// The reads by key that run most often — a heartbeat's, a task's by id,
+// the hub's check of which tasks are pending — run on their keyed plans:
+// planned once per connection, not on every execution (about a
+// millisecond each on the task table under load), and never by scanning
+// a table.
+func TestFrequentReadsRunOnTheirKeyedPlans(t *testing.T) {
+	w := newDepsWorld(t)
+	w.createMany(50, nil)
+	leased := w.run()
+	agents := postgres.Agents{DB: w.pool}
+	for i := range 8 { // past the five executions a cached statement is custom-planned for
+		reads, err := agents.Heartbeat(w.ctx, app.Agent{AgentID: "agent-1", MachineID: "m-1",
+			LastHeartbeatAt: w.now, LostAfter: w.now.Add(time.Minute), Slots: 8}, []string{"attempt-" + leased[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Every leased task runs: none is assigned and unheld.
+		if len(reads.Held) != 1 || reads.Held[0].ID != leased[i] || len(reads.Unheld) != 0 {
+			t.Fatalf("heartbeat holding %s: held %d, unheld %d", leased[i], len(reads.Held), len(reads.Unheld))
+		}
+		got, err := w.store.Get(w.ctx, "acme", leased[i])
+		if err != nil || got.ID != leased[i] {
+			t.Fatalf("get %s = %s, %v", leased[i], got.ID, err)
+		}
+		if _, err := w.store.Get(w.ctx, "another-tenant", leased[i]); !errors.Is(err, domain.ErrNotFound) {
+			t.Fatalf("get %s as another tenant: %v, want not found", leased[i], err)
+		}
+		pending, err := postgres.PendingTasks(w.ctx, w.pool, []string{leased[i], "t-unknown"})
+		if err != nil || len(pending) != 0 {
+			t.Fatalf("pending of a leased task = %v, %v", pending, err)
+		}
+	}
+	pgtest.CheckKeyedPlans(t, w.ctx, w.pool, "after the reads", []string{
+		"INSERT INTO agents", "SELECT EXISTS (SELECT 1 FROM agent_drains", "SELECT doc FROM tasks WHERE agent_id = $1",
+		"SELECT doc FROM tasks WHERE status = 'preempted'", "SELECT id FROM tasks WHERE status = 'assigned'",
+		"SELECT doc FROM tasks WHERE id = $1", "SELECT id FROM tasks WHERE id = ANY($1::text[]) AND status = 'pending'"})
 }

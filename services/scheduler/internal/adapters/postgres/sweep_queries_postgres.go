@@ -108,13 +108,13 @@ func ids(ctx context.Context, q Querier, sql string, args ...any) ([]string, err
 // usual case, that read every task on every sweep: 200–800 ms each on a
 // 2-core machine under load, with a parallel worker started for it.
 //
-// It runs on its keyed plan (readKeyed): even without an order, a plan
+// It runs on its keyed plan (pg.QueryKeyed): even without an order, a plan
 // made from statistics that counted many more pending tasks with
 // dependencies than there were read the table instead of the index
 // (about 1,300 pages for 63 such tasks, 40 ms a sweep on average).
 func (q SweepQueries) BlockedByFailure(ctx context.Context, limit int) (map[string]string, error) {
 	out := map[string]string{}
-	err := readKeyed(ctx, q.DB, func(rows pgx.Rows) error {
+	err := pg.QueryKeyed(ctx, q.DB, func(rows pgx.Rows) error {
 		var id, dep string
 		_, err := pgx.ForEachRow(rows, []any{&id, &dep}, func() error { out[id] = dep; return nil })
 		return err
@@ -123,37 +123,6 @@ func (q SweepQueries) BlockedByFailure(ctx context.Context, limit int) (map[stri
 		return nil, fmt.Errorf("blocked tasks: %w", err)
 	}
 	return out, nil
-}
-
-// readKeyed runs sql, a read that finds its rows through primary keys and
-// partial indexes whose predicates it spells out, on its keyed plan
-// (pg.QueueKeyedPlans: generic, sequential scans disabled) in a
-// read-only transaction of its own, and hands its rows to scan. The
-// sweeper's periodic reads run this way: under the pool's custom plans
-// their planner weighed the index against the table by statistics taken
-// while the backlog was another size, and now and then read the whole
-// table every sweep.
-func readKeyed(ctx context.Context, db *pgxpool.Pool, scan func(pgx.Rows) error, sql string, args ...any) error {
-	return pgx.BeginTxFunc(ctx, db, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		pg.QueueKeyedPlans(b)
-		b.Queue(sql, args...)
-		br := tx.SendBatch(ctx, b)
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			br.Close()
-			return err
-		}
-		if err := scan(rows); err != nil {
-			br.Close()
-			return err
-		}
-		return br.Close()
-	})
 }
 
 const blockedByFailureSQL = `SELECT t.id, f.id FROM tasks t

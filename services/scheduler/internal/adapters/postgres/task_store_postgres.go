@@ -64,10 +64,14 @@ func scanTasks(rows pgx.Rows) ([]domain.Task, error) {
 	return out, rows.Err()
 }
 
+// getSQL reads task $1 of tenant $2 (any tenant when $2 is "*"); deleted
+// tasks are not found.
+const getSQL = `SELECT ` + taskColumns + ` FROM tasks WHERE id = $1 AND ($2 = '*' OR tenant_id = $2) AND NOT deleted`
+
 // Get returns a task of tenant (any tenant when tenant is "*"); deleted
 // tasks are not found.
 func Get(ctx context.Context, q Querier, tenant, id string) (domain.Task, error) {
-	rows, err := q.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = $1 AND ($2 = '*' OR tenant_id = $2) AND NOT deleted`, id, tenant)
+	rows, err := q.Query(ctx, getSQL, id, tenant)
 	if err != nil {
 		return domain.Task{}, fmt.Errorf("get task %s: %w", id, err)
 	}
@@ -609,9 +613,21 @@ func stopping(err error) error {
 	return err
 }
 
-// Get implements app.TaskStore.
+// Get implements app.TaskStore, on the statement's keyed plan
+// (pg.QueryKeyed): a read by id, the API's and the agents' most frequent.
 func (s *TaskStore) Get(ctx context.Context, tenant, id string) (domain.Task, error) {
-	return Get(ctx, s.pool, tenant, id)
+	var ts []domain.Task
+	err := pg.QueryKeyed(ctx, s.pool, func(rows pgx.Rows) (err error) {
+		ts, err = scanTasks(rows)
+		return err
+	}, getSQL, id, tenant)
+	if err != nil {
+		return domain.Task{}, fmt.Errorf("get task %s: %w", id, err)
+	}
+	if len(ts) == 0 {
+		return domain.Task{}, domain.ErrNotFound
+	}
+	return ts[0], nil
 }
 
 // Mutate implements app.TaskStore: the decision joins the set-based

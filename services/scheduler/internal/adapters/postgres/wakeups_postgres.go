@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -93,11 +94,12 @@ func decodeWakeup(payload, self string) (own bool, tasks []domain.Task, all bool
 // pendingTasks returns which of ids are pending: the hub's check before
 // it hands another replica's task wake on (app.Hub.SetPendingCheck).
 func (w Wakeups) pendingTasks(ctx context.Context, ids []string) ([]string, error) {
-	rows, err := w.DB.Query(ctx, `SELECT id FROM tasks WHERE id = ANY($1::text[]) AND status = 'pending' AND NOT deleted`, ids)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	var pending []string
+	err := pg.QueryKeyed(ctx, w.DB, func(rows pgx.Rows) (err error) {
+		pending, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	}, `SELECT id FROM tasks WHERE id = ANY($1::text[]) AND status = 'pending' AND NOT deleted`, ids)
+	return pending, err
 }
 
 // Run sends a NOTIFY for each of hub's signals to the other replicas, at

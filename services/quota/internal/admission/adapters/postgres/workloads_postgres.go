@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/quota/internal/admission/app"
 )
 
@@ -40,14 +41,17 @@ func definitionsGeneration(ctx context.Context, tx pgx.Tx) (int64, error) {
 // generic plan of EXISTS over "seq > $1" expects a third of the table to
 // match and scans it from its start, dead rows and all; min is read from
 // the seq index.
-func waiting(ctx context.Context, q eventstore.Querier, after int64) (int64, bool, error) {
+//
+// The loop asks it many times a second while it waits; on its keyed plan
+// (pg.QueryKeyed) it is planned once per connection, not on every ask.
+func waiting(ctx context.Context, db pg.Batcher, after int64) (int64, bool, error) {
 	var gen int64
 	var facts bool
-	rows, err := q.Query(ctx, `SELECT (SELECT generation FROM definitions_generation WHERE id = 1),
+	err := pg.QueryKeyed(ctx, db, func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&gen, &facts}, func() error { return nil })
+		return err
+	}, `SELECT (SELECT generation FROM definitions_generation WHERE id = 1),
 		(SELECT min(seq) FROM workload_facts WHERE seq > $1) IS NOT NULL`, after)
-	if err == nil {
-		_, err = pgx.ForEachRow(rows, []any{&gen, &facts}, func() error { return nil })
-	}
 	if err != nil {
 		return 0, false, fmt.Errorf("read what the admission loop waits for: %w", err)
 	}
