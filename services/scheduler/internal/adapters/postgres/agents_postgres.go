@@ -130,8 +130,13 @@ func (g Agents) SetDrained(ctx context.Context, agentID string, drained bool, at
 
 // Drained implements app.AgentRegistry.
 func (g Agents) Drained(ctx context.Context, agentID string) (bool, error) {
+	// Every claim asks: on its keyed plan, a lookup by key.
 	var drained bool
-	if err := g.DB.QueryRow(ctx, drainedSQL, agentID).Scan(&drained); err != nil {
+	if err := pg.QueryKeyed(ctx, g.DB, func(rows pgx.Rows) error {
+		var err error
+		drained, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+		return err
+	}, drainedSQL, agentID); err != nil {
 		return false, fmt.Errorf("is %s drained: %w", agentID, err)
 	}
 	return drained, nil

@@ -2,12 +2,12 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 )
@@ -200,16 +200,22 @@ var claimSQL = `
 	LIMIT $7`
 
 // priorClaim returns the task ids leased by an earlier claim with the same
-// agent and request id, or ok=false.
-func priorClaim(ctx context.Context, q Querier, agentID, requestID string) (ids []string, ok bool, err error) {
-	err = q.QueryRow(ctx, `SELECT task_ids FROM claims WHERE agent_id = $1 AND request_id = $2`, agentID, requestID).Scan(&ids)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
-	}
+// agent and request id, or ok=false. Every claim asks, so it runs on its
+// keyed plan (pg.QueryKeyed), a lookup by the claims' key.
+func priorClaim(ctx context.Context, db pg.Batcher, agentID, requestID string) (ids []string, ok bool, err error) {
+	err = pg.QueryKeyed(ctx, db, func(rows pgx.Rows) error {
+		for rows.Next() {
+			ok = true
+			if err := rows.Scan(&ids); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}, `SELECT task_ids FROM claims WHERE agent_id = $1 AND request_id = $2`, agentID, requestID)
 	if err != nil {
 		return nil, false, fmt.Errorf("prior claim: %w", err)
 	}
-	return ids, true, nil
+	return ids, ok, nil
 }
 
 // recordClaim remembers a claim's tasks for its retries.

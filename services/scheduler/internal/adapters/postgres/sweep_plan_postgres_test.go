@@ -127,7 +127,9 @@ func TestHeartbeatReadsFindTheAgentsTasksByKey(t *testing.T) {
 }
 
 // The reads by key that run most often — a heartbeat's, a task's by id,
-// the hub's check of which tasks are pending — run on their keyed plans:
+// the hub's check of which tasks are pending, a claim's look for an
+// earlier claim of its request and for its agent's drain — run on their
+// keyed plans:
 // planned once per connection, not on every execution (about a
 // millisecond each on the task table under load), and never by scanning
 // a table.
@@ -157,9 +159,13 @@ func TestFrequentReadsRunOnTheirKeyedPlans(t *testing.T) {
 		if err != nil || len(pending) != 0 {
 			t.Fatalf("pending of a leased task = %v, %v", pending, err)
 		}
+		if drained, err := agents.Drained(w.ctx, "agent-1"); err != nil || drained {
+			t.Fatalf("agent-1 drained = %v, %v; want not drained", drained, err)
+		}
 	}
 	pgtest.CheckKeyedPlans(t, w.ctx, w.pool, "after the reads", []string{
 		"INSERT INTO agents", "SELECT EXISTS (SELECT 1 FROM agent_drains", "SELECT doc FROM tasks WHERE agent_id = $1",
 		"SELECT doc FROM tasks WHERE status = 'preempted'", "SELECT id FROM tasks WHERE status = 'assigned'",
-		"SELECT doc FROM tasks WHERE id = $1", "SELECT id FROM tasks WHERE id = ANY($1::text[]) AND status = 'pending'"})
+		"SELECT doc FROM tasks WHERE id = $1", "SELECT id FROM tasks WHERE id = ANY($1::text[]) AND status = 'pending'",
+		"SELECT task_ids FROM claims WHERE agent_id = $1"})
 }
