@@ -61,16 +61,20 @@ func (g Agents) Heartbeat(ctx context.Context, a app.Agent, held []string) (app.
 	return r, nil
 }
 
-// Seen implements app.AgentRegistry.
+// Seen implements app.AgentRegistry. Every claim records its agent as
+// seen: the upsert, by key, runs on its keyed plan (pg.QueueKeyedPlans),
+// in a batch of its own.
 func (g Agents) Seen(ctx context.Context, a app.Agent) error {
-	_, err := g.DB.Exec(ctx, `
+	b := &pgx.Batch{}
+	pg.QueueKeyedPlans(b)
+	b.Queue(`
 		INSERT INTO agents (agent_id, machine_id, tenant_id, labels, ip, free_slots, first_seen_at, last_heartbeat_at, lost_after, lost)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, false)
 		ON CONFLICT (agent_id) DO UPDATE SET machine_id = EXCLUDED.machine_id, tenant_id = EXCLUDED.tenant_id,
 			labels = EXCLUDED.labels, ip = EXCLUDED.ip, free_slots = EXCLUDED.free_slots,
 			last_heartbeat_at = EXCLUDED.last_heartbeat_at, lost_after = EXCLUDED.lost_after, lost = false`,
 		a.AgentID, a.MachineID, a.TenantID, nonNil(a.Labels), a.IP, a.FreeSlots, a.LastHeartbeatAt, a.LostAfter)
-	if err != nil {
+	if err := g.DB.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("agent %s seen: %w", a.AgentID, err)
 	}
 	return nil

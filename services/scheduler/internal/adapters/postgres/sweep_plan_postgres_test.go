@@ -128,7 +128,8 @@ func TestHeartbeatReadsFindTheAgentsTasksByKey(t *testing.T) {
 
 // The reads by key that run most often — a heartbeat's, a task's by id,
 // the hub's check of which tasks are pending, a claim's look for an
-// earlier claim of its request and for its agent's drain — run on their
+// earlier claim of its request and for its agent's drain, its record of
+// the agent as seen — run on their
 // keyed plans:
 // planned once per connection, not on every execution (about a
 // millisecond each on the task table under load), and never by scanning
@@ -162,8 +163,15 @@ func TestFrequentReadsRunOnTheirKeyedPlans(t *testing.T) {
 		if drained, err := agents.Drained(w.ctx, "agent-1"); err != nil || drained {
 			t.Fatalf("agent-1 drained = %v, %v; want not drained", drained, err)
 		}
+		if err := agents.Seen(w.ctx, app.Agent{AgentID: "agent-1", MachineID: "m-1", LastHeartbeatAt: w.now,
+			LostAfter: w.now.Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// The first prefix a statement starts with names it: Seen's upsert,
+	// then the heartbeat's, which has more columns.
 	pgtest.CheckKeyedPlans(t, w.ctx, w.pool, "after the reads", []string{
+		"INSERT INTO agents (agent_id, machine_id, tenant_id, labels, ip, free_slots, first_seen_at, last_heartbeat_at, lost_after, lost) VALUES",
 		"INSERT INTO agents", "SELECT EXISTS (SELECT 1 FROM agent_drains", "SELECT doc FROM tasks WHERE agent_id = $1",
 		"SELECT doc FROM tasks WHERE status = 'preempted'", "SELECT id FROM tasks WHERE status = 'assigned'",
 		"SELECT doc FROM tasks WHERE id = $1", "SELECT id FROM tasks WHERE id = ANY($1::text[]) AND status = 'pending'",
