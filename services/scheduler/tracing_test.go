@@ -30,7 +30,7 @@ func TestTraceFollowsATaskThroughKafka(t *testing.T) {
 	trace := span.SpanContext().TraceID()
 
 	var serverSpan, linked bool
-	eventually(t, 15*time.Second, "the projection span linked to the request's trace", func() bool {
+	eventually(t, time.Minute, "the projection span linked to the request's trace", func() bool {
 		for _, s := range exp.GetSpans() {
 			if s.SpanContext.TraceID() == trace && s.Name == "taskmesh.task.v1.TaskService/CreateTask" && s.SpanKind.String() == "server" {
 				serverSpan = true
