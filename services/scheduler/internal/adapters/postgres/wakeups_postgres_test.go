@@ -103,9 +103,23 @@ func TestWakeupsCarryTasksToOneClaimOfAnotherReplica(t *testing.T) {
 		}
 		here.WakeClaimers()
 	}
-	time.Sleep(100 * time.Millisecond) // the signals of the loop above arrive
-	woken(gpu, 0)
-	woken(plain, 0)
+	// The loop's signals may still be on their way (a NOTIFY can take
+	// longer than the loop's 50 ms on a loaded machine, and one arriving
+	// later would wake plain below): go on once neither agent has been
+	// woken for a second.
+	settle := time.Now().Add(30 * time.Second)
+settling:
+	for {
+		select {
+		case <-gpu.Woken():
+		case <-plain.Woken():
+		case <-time.After(time.Second):
+			break settling
+		}
+		if time.Now().After(settle) {
+			t.Fatal("the agents were still being woken 30 s after the signals stopped")
+		}
+	}
 
 	labelled := domain.Task{ID: "labelled", TenantID: "t1", Status: domain.StatusPending, Spec: domain.Spec{Type: "noop", Labels: []string{"gpu"}}}
 	here.TasksAppeared([]domain.Task{labelled})
