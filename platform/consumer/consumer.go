@@ -110,6 +110,13 @@ type Config struct {
 	// MaxBatch bounds the records of one message, one transaction
 	// (default 500).
 	MaxBatch int
+	// BatchWait, if set, lets the broker hold each fetch that long to
+	// gather records, so a consumer that keeps up commits at most one
+	// message per BatchWait instead of one per relay transaction, and
+	// its read model trails by up to BatchWait more
+	// (kafka.ReadModelFetch). 0: each fetch is answered as soon as a
+	// record is there.
+	BatchWait time.Duration
 	// AfterCommit, if set, is called with the records of each committed
 	// transaction (wake-ups, metrics); it runs on the handler's goroutine.
 	AfterCommit func(records []*kgo.Record)

@@ -454,3 +454,40 @@ func TestOnePollIsOneTransaction(t *testing.T) {
 		}
 	}
 }
+
+// Records that come one Kafka transaction at a time, as a relay under a
+// light load publishes them, are one transaction each when every fetch is
+// answered at once, and gathered into a few with BatchWait.
+func TestBatchWaitGathersATrickleOfRecords(t *testing.T) {
+	trickle := func(t *testing.T, wait time.Duration) (commits int64) {
+		pool := pgtest.New(t).Open(t, schema)
+		b := kafkatest.New(t, kafkatest.WithPartitions(4))
+		cfg := config(b)
+		cfg.BatchWait = wait
+		var n, committed atomic.Int64
+		cfg.AfterCommit = func(recs []*kgo.Record) { n.Add(1); committed.Add(int64(len(recs))) }
+		produce(t, b, okRecords(t, 1, 1)) // the topic exists before the consumer starts
+		stop := running(New(pool, cfg, (&counter{}).apply))
+		defer stop()
+		eventually(t, "the first record", func() bool { return committed.Load() == 1 })
+		n.Store(0)
+		const records = 20
+		for v := int64(2); v <= records+1; v++ {
+			produce(t, b, []*kgo.Record{record(t, "task-00", v, "ok")})
+			time.Sleep(20 * time.Millisecond)
+		}
+		eventually(t, "every record", func() bool { return committed.Load() == records+1 })
+		if c := read(t, pool)["task-00"]; c.applied != records+1 || c.disorder != 0 {
+			t.Errorf("applied %d times (want %d), %d out of order", c.applied, records+1, c.disorder)
+		}
+		return n.Load()
+	}
+	// Even on a loaded machine the 20 records come within about one
+	// wait: a commit or two, three if the windows fall badly.
+	if n := trickle(t, 2*time.Second); n > 3 {
+		t.Errorf("with BatchWait, 20 records one at a time took %d commits, want at most 3", n)
+	}
+	if n := trickle(t, 0); n < 8 {
+		t.Errorf("without BatchWait, 20 records one at a time took %d commits, want one for most of them", n)
+	}
+}

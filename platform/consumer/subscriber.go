@@ -82,14 +82,14 @@ func newSubscriber(ctx context.Context, cfg Config, stored map[int32]int64) (*su
 	for p := int32(0); p < partitions; p++ {
 		start[p] = kgo.NewOffset().At(stored[p])
 	}
-	cl, err := kgo.NewClient(append(opts,
+	opts = append(opts,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topic: start}),
 		// The relays publish in Kafka transactions.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Offsets below the log start (retention) resume at the start.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(100*time.Millisecond),
-	)...)
+	)
+	cl, err := kgo.NewClient(append(opts, kafka.ReadModelFetch(cfg.BatchWait)...)...)
 	if err != nil {
 		return nil, err
 	}

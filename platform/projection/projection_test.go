@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -435,5 +436,65 @@ func TestRelayAndRunnerRunOnKeyedPlans(t *testing.T) {
 		if err != nil || mode != "force_custom_plan" || seqscan != "on" {
 			t.Errorf("a pool connection after the relay stopped: plan_cache_mode %q, enable_seqscan %q, %v", mode, seqscan, err)
 		}
+	}
+}
+
+// Events committed one at a time, which the relay publishes one Kafka
+// transaction each, are one batch each when every fetch is answered at
+// once, and gathered into a few with BatchWait.
+func TestBatchWaitGathersATrickleOfEvents(t *testing.T) {
+	trickle := func(t *testing.T, wait time.Duration) (batches int64) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		pool := pgtest.New(t).Open(t, eventtest.Schema)
+		b := kafkatest.New(t, kafkatest.WithPartitions(4))
+		startRelay(t, pool, b)
+		appendOne := func(v int64) {
+			t.Helper()
+			if err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+				return eventstore.New().Append(ctx, tx, eventtest.Event("task-0", v))
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		appendOne(1) // the topic exists and the runner has a first batch behind it
+		cfg := runnerConfig(b.Addrs())
+		cfg.BatchWait = wait
+		var n, committed atomic.Int64
+		cfg.AfterCommit = func(recs []*kgo.Record) { n.Add(1); committed.Add(int64(len(recs))) }
+		runner := projection.NewRunner(pool, cfg, progressHandler("task_progress", 0))
+		done := make(chan struct{})
+		go func() { defer close(done); _ = runner.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		waitFor(t, func() bool { return committed.Load() == 1 })
+		n.Store(0)
+		const events = 20
+		for v := int64(2); v <= events+1; v++ {
+			appendOne(v)
+			// Past the idle relay's first polls (10 and 20 ms), so that
+			// it publishes each event apart.
+			time.Sleep(40 * time.Millisecond)
+		}
+		waitConverged(t, pool, 30*time.Second)
+		return n.Load()
+	}
+	// Even on a loaded machine the 20 events come within about one wait:
+	// a batch or two, three if the windows fall badly.
+	if n := trickle(t, 2*time.Second); n > 3 {
+		t.Errorf("with BatchWait, 20 events one at a time took %d batches, want at most 3", n)
+	}
+	if n := trickle(t, 0); n < 8 {
+		t.Errorf("without BatchWait, 20 events one at a time took %d batches, want one for most of them", n)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

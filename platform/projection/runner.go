@@ -109,6 +109,12 @@ type Config struct {
 	Partitions int32
 	// BatchSize is the most records per transaction (default 1000).
 	BatchSize int
+	// BatchWait, if set, lets the broker hold each fetch that long to
+	// gather records, so a runner that keeps up commits at most one batch
+	// per BatchWait instead of one per relay transaction, and its read
+	// model trails by up to BatchWait more (kafka.ReadModelFetch). For
+	// read models no request waits for; 0 (answer at once) for the others.
+	BatchWait time.Duration
 	// StandbyInterval is how often a standby runner retries the lock (default 1s).
 	StandbyInterval time.Duration
 	Kafka           kafka.Config
@@ -238,7 +244,7 @@ func (r *Runner) session(ctx context.Context, lock *pg.Lock) error {
 			return err
 		}
 	}
-	cl, err := consumer(r.cfg.Kafka, partitions, stored)
+	cl, err := consumer(r.cfg.Kafka, partitions, stored, kafka.ReadModelFetch(r.cfg.BatchWait)...)
 	if err != nil {
 		return err
 	}
@@ -438,10 +444,9 @@ func consumer(cfg kafka.Config, partitions map[string]int32, stored map[string]m
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Offsets below the log start (retention) resume at the start.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// A short fetch wait keeps projection lag low on a quiet topic; a
-		// busy one fills the fetch before it.
-		kgo.FetchMaxWait(100*time.Millisecond),
 	)
+	// extra sets how long a fetch waits at the broker
+	// (kafka.ReadModelFetch for a live runner).
 	opts = append(opts, extra...)
 	return kgo.NewClient(opts...)
 }

@@ -267,18 +267,29 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
+// taskTopicBatchWait is how long the broker may hold a fetch of the task
+// topic for the audit log, usage and webhooks, to gather its records into
+// one transaction (kafka.ReadModelFetch). The task topic carries most of a
+// deployment's events, a few at a time under a steady load. No request
+// waits for these read models, and a tenth of a second is small beside
+// how they are used: audit logs and usage are read after the fact, and a
+// webhook's receiver sees a delivery that much later (its retries back
+// off in seconds). The other topics carry few events: their fetches are
+// answered at once. docs/decisions/0119-read-models-off-the-request-path-gather-their-batches.md
+const taskTopicBatchWait = 100 * time.Millisecond
+
 // build makes the runners and consumers.
 func (s *Service) build() {
 	cfg := s.cfg
-	runner := func(name, topic string, t auditpg.Topic) *projection.Runner {
+	runner := func(name, topic string, t auditpg.Topic, wait time.Duration) *projection.Runner {
 		return projection.NewRunner(cfg.DB, projection.Config{Name: name, Topic: topic, Partitions: cfg.Partitions, Kafka: cfg.Kafka,
-			Logger: s.log}, auditpg.Projection{Table: "audit_logs", Topic: t})
+			BatchWait: wait, Logger: s.log}, auditpg.Projection{Table: "audit_logs", Topic: t})
 	}
-	s.auditTasks = runner(AuditTasks, cfg.TaskTopic, auditpg.TaskTopic)
-	s.auditQuota = runner(AuditQuota, cfg.QuotaTopic, auditpg.QuotaTopic)
-	s.auditOrchestration = runner(AuditOrchestration, cfg.OrchestrationTopic, auditpg.OrchestrationTopic)
-	s.auditPipeline = runner(AuditPipeline, cfg.PipelineTopic, auditpg.PipelineTopic)
-	s.auditAdmin = runner(AuditAdmin, cfg.AdminTopic, auditpg.AdminTopic)
+	s.auditTasks = runner(AuditTasks, cfg.TaskTopic, auditpg.TaskTopic, taskTopicBatchWait)
+	s.auditQuota = runner(AuditQuota, cfg.QuotaTopic, auditpg.QuotaTopic, 0)
+	s.auditOrchestration = runner(AuditOrchestration, cfg.OrchestrationTopic, auditpg.OrchestrationTopic, 0)
+	s.auditPipeline = runner(AuditPipeline, cfg.PipelineTopic, auditpg.PipelineTopic, 0)
+	s.auditAdmin = runner(AuditAdmin, cfg.AdminTopic, auditpg.AdminTopic, 0)
 	after := func(name string, also func()) func([]*kgo.Record) {
 		return func(recs []*kgo.Record) {
 			if also != nil {
@@ -290,12 +301,12 @@ func (s *Service) build() {
 		}
 	}
 	s.usageConsumer = consumer.New(cfg.DB, consumer.Config{Name: Usage, Topic: cfg.TaskTopic, Partitions: cfg.Partitions,
-		Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(Usage, nil)}, usagepg.Meter{Tables: usagepg.LiveTables}.Apply)
+		BatchWait: taskTopicBatchWait, Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(Usage, nil)}, usagepg.Meter{Tables: usagepg.LiveTables}.Apply)
 	// The dispatcher is woken after a commit that scheduled a delivery to
 	// send, not after every one: most tasks notify nobody.
 	taskHooks, groupHooks := &scheduleWaker{wake: s.hooks.Wake}, &scheduleWaker{wake: s.hooks.Wake}
 	s.hookConsumer = consumer.New(cfg.DB, consumer.Config{Name: Webhooks, Topic: cfg.TaskTopic, Partitions: cfg.Partitions,
-		Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(Webhooks, taskHooks.afterCommit)},
+		BatchWait: taskTopicBatchWait, Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(Webhooks, taskHooks.afterCommit)},
 		hookpg.Notifier{Tables: hookpg.LiveTables, MaxAge: cfg.Webhooks.Backoff.MaxAge, Scheduled: taskHooks.scheduled}.Apply)
 	s.alertConsumer = consumer.New(cfg.DB, consumer.Config{Name: WebhookAlerts, Topic: cfg.OrchestrationTopic, Partitions: cfg.Partitions,
 		Kafka: cfg.Kafka, Logger: s.log, AfterCommit: after(WebhookAlerts, groupHooks.afterCommit)},
