@@ -275,6 +275,55 @@ func TestIdleRelayBacksOffAndStillSeesUnannouncedCommits(t *testing.T) {
 	}
 }
 
+// Under a steady trickle of commits, each announced with Notify, a relay
+// that has published everything it read waits for the next wake instead
+// of reading again at once: about one read per Kafka transaction, not
+// two, the second nearly always empty.
+func TestCaughtUpRelayReadsAgainWhenWoken(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.New(t).Open(t, eventtest.Schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	cfg := relayConfig(b.Addrs())
+	// Polls far apart: the reads counted are the ones the wakes cause.
+	cfg.PollInterval, cfg.IdlePollMax = 2*time.Second, 2*time.Second
+	relay := outbox.New(pool, cfg)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = relay.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitActive(t, relay)
+
+	before := relay.Stats()
+	const events = 40
+	for i := range events {
+		if err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			return eventstore.New().Append(ctx, tx, eventtest.Event(fmt.Sprint("trickle-", i), 1))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		relay.Notify()
+		time.Sleep(5 * time.Millisecond)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for relay.Stats().Published-before.Published < events {
+		if time.Now().After(deadline) {
+			t.Fatalf("published %d of %d events", relay.Stats().Published-before.Published, events)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	after := relay.Stats()
+	batches, reads := after.Batches-before.Batches, after.Reads-before.Reads
+	if batches < 10 {
+		t.Fatalf("the %d events went out in %d Kafka transactions: not a trickle", events, batches)
+	}
+	// A wake that comes between a commit and the read that takes its
+	// event costs one empty read; reading again after every publish costs
+	// one per batch.
+	if reads > batches+batches/4 {
+		t.Errorf("%d reads for %d Kafka transactions, want about one each", reads, batches)
+	}
+}
+
 // A transaction of another database of the same server does not hold the
 // relay back, however long it stays open: it cannot write this database's
 // events. One of the relay's own database still does (the test above).
