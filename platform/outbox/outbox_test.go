@@ -237,21 +237,29 @@ func TestRelayWaitsForLateCommit(t *testing.T) {
 	}
 }
 
+// runPollingRelay runs an active relay on a database of its own with the
+// given polls, until the test ends.
+func runPollingRelay(t *testing.T, poll, idleMax time.Duration) (*pgxpool.Pool, *outbox.Relay) {
+	t.Helper()
+	pool := pgtest.New(t).Open(t, eventtest.Schema)
+	b := kafkatest.New(t, kafkatest.WithPartitions(4))
+	cfg := relayConfig(b.Addrs())
+	cfg.PollInterval, cfg.IdlePollMax = poll, idleMax
+	relay := outbox.New(pool, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = relay.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitActive(t, relay)
+	return pool, relay
+}
+
 // An idle relay reads the events table less and less often, down to once
 // per IdlePollMax, and still publishes a commit that nothing woke it for
 // (another replica's), within about that bound.
 func TestIdleRelayBacksOffAndStillSeesUnannouncedCommits(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.New(t).Open(t, eventtest.Schema)
-	b := kafkatest.New(t, kafkatest.WithPartitions(4))
-	cfg := relayConfig(b.Addrs())
-	cfg.PollInterval, cfg.IdlePollMax = 5*time.Millisecond, 100*time.Millisecond
-	relay := outbox.New(pool, cfg)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = relay.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	waitActive(t, relay)
+	pool, relay := runPollingRelay(t, 5*time.Millisecond, 100*time.Millisecond)
 
 	// Polling every 5 ms would make 200 reads in a second; backing off
 	// to 100 ms makes about 15 (5, 10, 20, 40, 80, then 100 ms each).
@@ -281,17 +289,8 @@ func TestIdleRelayBacksOffAndStillSeesUnannouncedCommits(t *testing.T) {
 // two, the second nearly always empty.
 func TestCaughtUpRelayReadsAgainWhenWoken(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.New(t).Open(t, eventtest.Schema)
-	b := kafkatest.New(t, kafkatest.WithPartitions(4))
-	cfg := relayConfig(b.Addrs())
 	// Polls far apart: the reads counted are the ones the wakes cause.
-	cfg.PollInterval, cfg.IdlePollMax = 2*time.Second, 2*time.Second
-	relay := outbox.New(pool, cfg)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = relay.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	waitActive(t, relay)
+	pool, relay := runPollingRelay(t, 2*time.Second, 2*time.Second)
 
 	before := relay.Stats()
 	const events = 40
