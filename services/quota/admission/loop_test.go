@@ -386,10 +386,13 @@ func TestAnIdleLoopTakesNoTransactionID(t *testing.T) {
 		}
 		return xid
 	}
-	// Settle: the relay publishes the admission and records how far it got.
+	// Settle: the relay publishes the admission and records how far it
+	// got, at most five times a second and so up to about a quarter of a
+	// second after its last publish (outbox, checkpointEvery): settled
+	// once no id was taken for longer than that.
 	settled := nextXID()
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(600 * time.Millisecond)
 		now := nextXID()
 		if now == settled {
 			break
