@@ -106,6 +106,12 @@ func New() *Store { return &Store{} }
 // consecutive version order. A version that already exists yields a
 // *ConflictError; the caller's transaction is then aborted and must be
 // rolled back, so nothing of the command is stored.
+//
+// An event whose predecessor was appended by a transaction with a higher
+// id than tx's is refused as a serialization failure
+// (pg.IsSerializationFailure): the relay, which publishes in transaction
+// order, would publish it before its predecessor. The command must be
+// decided again in a new transaction, whose id is newer.
 func (s *Store) Append(ctx context.Context, tx Execer, events ...Event) error {
 	sql, args, err := s.appendStatement(events)
 	if err != nil || sql == "" {
@@ -171,7 +177,17 @@ func (s *Store) appendStatement(events []Event) (string, []any, error) {
 		loads   = make([][]byte, n)
 		heads   = make([][]byte, n)
 	)
+	// The first event of each aggregate in the batch: the one whose
+	// predecessor is stored, not in the batch (validate checked that the
+	// others follow it).
+	var firstIDs []string
+	var firstVers []int64
+	seen := make(map[string]bool, n)
 	for i, e := range events {
+		if !seen[e.AggregateID] {
+			seen[e.AggregateID] = true
+			firstIDs, firstVers = append(firstIDs, e.AggregateID), append(firstVers, e.Version)
+		}
 		types[i], aggIDs[i], vers[i], evTypes[i] = e.AggregateType, e.AggregateID, e.Version, e.Type
 		evIDs[i], tenants[i], times[i], loads[i] = e.EventID, e.TenantID, e.OccurredAt, e.Payload
 		// No headers is SQL NULL rather than an empty object; scan then
@@ -185,16 +201,22 @@ func (s *Store) appendStatement(events []Event) (string, []any, error) {
 		}
 	}
 	// One statement for the whole batch; WITH ORDINALITY keeps the given
-	// order, so ids (and the relay's order) follow version order.
+	// order, so ids (and the relay's order) follow version order. The
+	// check runs once, before any row is written: when the stored
+	// predecessor of an aggregate's first event here was written by a
+	// newer transaction, the statement fails as a serialization failure
+	// (migration 0005, events_check_order). A version that exists already
+	// is left to the unique key: that is a lost race (ConflictError).
 	return `
+		WITH in_order AS MATERIALIZED (SELECT events_check_order($10::text[], $11::bigint[]))
 		INSERT INTO events (aggregate_type, aggregate_id, version, event_type, event_id,
 		                    tenant_id, occurred_at, payload, headers)
 		SELECT t, a, v, et, eid, tn, oc, p, h
-		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::uuid[],
+		FROM in_order, unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::uuid[],
 		            $6::text[], $7::timestamptz[], $8::bytea[], $9::jsonb[])
 		     WITH ORDINALITY AS x(t, a, v, et, eid, tn, oc, p, h, ord)
 		ORDER BY ord`,
-		[]any{types, aggIDs, vers, evTypes, evIDs, tenants, times, loads, heads}, nil
+		[]any{types, aggIDs, vers, evTypes, evIDs, tenants, times, loads, heads, firstIDs, firstVers}, nil
 }
 
 // conflictFrom names the conflicting event. Postgres reports the key in the

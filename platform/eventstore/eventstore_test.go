@@ -221,6 +221,56 @@ func TestAppendRejectsInvalidBatches(t *testing.T) {
 	}
 }
 
+// A transaction that took its id before another appended an aggregate's
+// version N must not append version N+1: the relay publishes in
+// transaction order and would publish N+1 first. The append is refused
+// as a serialization failure, changes nothing, and the same command in a
+// new transaction succeeds. Events of other aggregates, and an aggregate's
+// consecutive versions in one append, are not affected.
+func TestAppendRefusesToFollowANewerTransaction(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.New(t).Open(t, schema)
+	st := eventstore.New()
+	older, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = older.Rollback(ctx) }()
+	// The older transaction takes its id first, as one does that writes
+	// another row before it reads the aggregate.
+	if err := st.Append(ctx, older, event("other", 1, "older"), event("other", 2, "older")); err != nil {
+		t.Fatal(err)
+	}
+	if err := appendWithProjection(ctx, pool, st, "a", 1, "newer"); err != nil {
+		t.Fatal(err)
+	}
+	err = st.Append(ctx, older, event("a", 3, "older"))
+	if !pg.IsSerializationFailure(err) || errors.Is(err, eventstore.ErrConflict) {
+		t.Fatalf("append after a newer transaction's version = %v, want a serialization failure", err)
+	}
+	if err := older.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE aggregate_id IN ('a', 'other')`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("events after the refused append: %d (want a's 2), %v", n, err)
+	}
+	// Decided again in a new transaction: it follows, in position order.
+	if err := pg.InTx(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return st.Append(ctx, tx, event("a", 3, "retry"), event("a", 4, "retry"))
+	}); err != nil {
+		t.Fatalf("the append in a new transaction: %v", err)
+	}
+	rows, err := pool.Query(ctx, `SELECT version FROM events WHERE aggregate_id = 'a' ORDER BY tx_id, id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil || fmt.Sprint(versions) != "[1 2 3 4]" {
+		t.Fatalf("a's versions in position order = %v, %v", versions, err)
+	}
+}
+
 // The inline projection is rebuildable from the events alone.
 func TestRebuildInlineProjectionFromEvents(t *testing.T) {
 	ctx := context.Background()

@@ -49,3 +49,24 @@ func InTx(ctx context.Context, db interface {
 	}
 	return nil
 }
+
+// txAttempts bounds InTxRetried's runs of one transaction.
+const txAttempts = 5
+
+// InTxRetried is InTx for a command decided inside its transaction: when
+// Postgres aborted the transaction only because of concurrent ones
+// (IsSerializationFailure: a deadlock, a serialization failure, an event
+// the event store refused because a newer transaction wrote its
+// predecessor), fn runs again from the start in a new transaction, up to
+// txAttempts times in all. fn must act on tx alone: it may run more than
+// once.
+func InTxRetried(ctx context.Context, db interface {
+	BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
+}, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := InTx(ctx, db, opts, fn)
+		if err == nil || attempt == txAttempts || !IsSerializationFailure(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+}

@@ -111,3 +111,50 @@ func TestInTx(t *testing.T) {
 		}
 	})
 }
+
+// InTxRetried runs a transaction Postgres aborted for a serialization
+// failure again from the start, at most five times in all, and returns
+// any other error at once; what a failed run wrote is rolled back.
+func TestInTxRetried(t *testing.T) {
+	pool := pgtest.New(t).Open(t, "")
+	mustExec(t, pool, `CREATE TABLE attempts (run int PRIMARY KEY)`)
+	ctx := testCtx(t)
+	const abort = `DO $$ BEGIN RAISE EXCEPTION 'lost a race' USING ERRCODE = 'serialization_failure'; END $$`
+	run := func(failing int, last error) (runs int, err error) {
+		mustExec(t, pool, `TRUNCATE attempts`)
+		err = pg.InTxRetried(ctx, pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			runs++
+			if _, err := tx.Exec(ctx, `INSERT INTO attempts VALUES ($1)`, runs); err != nil {
+				return err
+			}
+			if runs <= failing {
+				_, err := tx.Exec(ctx, abort)
+				return err
+			}
+			return last
+		})
+		return runs, err
+	}
+
+	runs, err := run(2, nil)
+	if err != nil || runs != 3 {
+		t.Fatalf("two serialization failures: %d runs, %v; want 3 runs and success", runs, err)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM attempts WHERE run = 3`); n != 1 || queryInt(t, pool, `SELECT count(*) FROM attempts`) != 1 {
+		t.Fatalf("rows after the third run: want only the third run's")
+	}
+
+	runs, err = run(10, nil)
+	if !pg.IsSerializationFailure(err) || runs != 5 {
+		t.Fatalf("failing every time: %d runs, %v; want 5 runs and the serialization failure", runs, err)
+	}
+
+	sentinel := errors.New("sentinel")
+	runs, err = run(0, sentinel)
+	if !errors.Is(err, sentinel) || runs != 1 {
+		t.Fatalf("fn's own error: %d runs, %v; want 1 run and fn's error", runs, err)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM attempts`); n != 0 {
+		t.Fatalf("%d rows after fn's own error, want none", n)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -93,6 +94,7 @@ func replayInline(ctx context.Context, out io.Writer, databaseURL string, inline
 		return false, err
 	}
 	fmt.Fprintf(out, "tasks (inline projection): %d tasks from %d events, %d differ%s\n", rep.Tasks, rep.Events, len(rep.Differences), rebuilt)
+	printFirstDifferences(out, rep.Differences)
 	equal := len(rep.Differences) == 0
 	qrep, found, err := replayQuota(ctx, databaseURL, inline)
 	if err != nil {
@@ -101,6 +103,7 @@ func replayInline(ctx context.Context, out io.Writer, databaseURL string, inline
 	if found {
 		fmt.Fprintf(out, "quota (inline projection): %d aggregates from %d events, %d differ%s\n", qrep.Aggregates, qrep.Events,
 			len(qrep.Differences), rebuilt)
+		printFirstDifferences(out, qrep.Differences)
 		equal = equal && len(qrep.Differences) == 0
 	}
 	prep, found, err := replayPipeline(ctx, databaseURL, inline)
@@ -110,6 +113,7 @@ func replayInline(ctx context.Context, out io.Writer, databaseURL string, inline
 	if found {
 		fmt.Fprintf(out, "pipeline jobs (inline projection): %d jobs from %d events, %d differ%s\n", prep.Jobs, prep.Events,
 			len(prep.Differences), rebuilt)
+		printFirstDifferences(out, prep.Differences)
 		equal = equal && len(prep.Differences) == 0
 	}
 	return equal, nil
@@ -188,4 +192,21 @@ func replayPipeline(ctx context.Context, databaseURL string, apply bool) (schedu
 	}
 	rep, err := scheduler.RebuildPipelineJobs(ctx, pool, apply)
 	return rep, true, err
+}
+
+// shownDifferences is how many differing aggregates a replay names.
+const shownDifferences = 5
+
+// printFirstDifferences names the first aggregates whose rebuilt rows
+// differ from the live ones, so that a failed check can be looked into.
+func printFirstDifferences(out io.Writer, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	more := ""
+	if len(ids) > shownDifferences {
+		more = fmt.Sprintf(" and %d more", len(ids)-shownDifferences)
+		ids = ids[:shownDifferences]
+	}
+	fmt.Fprintf(out, "  differing: %s%s\n", strings.Join(ids, ", "), more)
 }

@@ -276,9 +276,18 @@ func TestReplayFindsNoDifferenceAfterAMixedWorkload(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE consumers.usage_records SET quantity = quantity + 1 WHERE ctid = (SELECT min(ctid) FROM consumers.usage_records)`); err != nil {
 		t.Fatal(err)
 	}
+	// A task row that no event explains: replay names the task.
+	var tampered string
+	if err := pool.QueryRow(ctx, `UPDATE scheduler.tasks SET doc = jsonb_set(doc::jsonb, '{progress}', '7')::json
+		WHERE id = (SELECT min(id) FROM scheduler.tasks) RETURNING id`).Scan(&tampered); err != nil {
+		t.Fatal(err)
+	}
 	out.Reset()
 	if err := replay(ctx, &out, s.Postgres, k, false, false); err == nil || !strings.Contains(out.String(), "usage → usage_records") ||
 		!strings.Contains(out.String(), "1 only live, 1 only replay") {
 		t.Errorf("a tampered usage row: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), ", 1 differ\n  differing: "+tampered+"\n") {
+		t.Errorf("a tampered task row: replay does not name task %s:\n%s", tampered, out.String())
 	}
 }

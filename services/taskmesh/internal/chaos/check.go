@@ -558,10 +558,16 @@ var (
 	onlyRe   = regexp.MustCompile(`^(\S+ → \S+):.* (\d+) only live, (\d+) only replay`)
 )
 
-// replayDiffs names each projection replay reported differences for.
+// replayDiffs names each projection replay reported differences for,
+// with the first differing aggregates replay names after an inline
+// projection's count.
 func replayDiffs(out string) []string {
 	var names []string
 	for _, line := range strings.Split(out, "\n") {
+		if ids, ok := strings.CutPrefix(line, "  differing: "); ok && len(names) > 0 {
+			names[len(names)-1] += " (" + ids + ")"
+			continue
+		}
 		if m := differRe.FindStringSubmatch(line); m != nil && m[2] != "0" {
 			names = append(names, m[1]+": "+m[2]+" differ")
 		}

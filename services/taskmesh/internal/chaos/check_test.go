@@ -126,12 +126,13 @@ func TestVideoOutcome(t *testing.T) {
 
 func TestReplayDiffsNamesWhatDiffers(t *testing.T) {
 	out := `tasks (inline projection): 10 tasks from 40 events, 2 differ
+  differing: t-1, task_group/g-1
 quota (inline projection): 3 aggregates from 9 events, 0 differ
 task_read_models → task_views: 40 records replayed in 5ms (0 skipped as dead letters); live 10 rows, replay 10 rows, 0 only live, 0 only replay
 usage → usage_records: 40 records replayed in 5ms (0 skipped as dead letters); live 10 rows, replay 9 rows, 1 only live, 0 only replay
 `
 	got := replayDiffs(out)
-	if len(got) != 2 || !strings.HasPrefix(got[0], "tasks (inline projection)") || !strings.HasPrefix(got[1], "usage → usage_records") {
+	if len(got) != 2 || got[0] != "tasks (inline projection): 2 differ (t-1, task_group/g-1)" || !strings.HasPrefix(got[1], "usage → usage_records") {
 		t.Fatalf("differences = %q", got)
 	}
 }

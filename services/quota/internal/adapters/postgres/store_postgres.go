@@ -45,11 +45,14 @@ func NewStore(db *pgxpool.Pool, afterCommit func([]capacity.Event)) *Store {
 	return &Store{DB: db, AfterCommit: afterCommit}
 }
 
-// maxAttempts bounds the retries of a command that lost a version race.
+// maxAttempts bounds the retries of a command that lost a version race or
+// whose transaction Postgres aborted only because of concurrent ones (a
+// deadlock, or an event refused because a newer transaction wrote its
+// predecessor: platform/eventstore's Append).
 const maxAttempts = 8
 
 // Update implements app.Store: fn runs in a transaction, and again (with
-// fresh states) when another writer got in first. The recorded events are
+// fresh states, in a new transaction) when another writer got in first. The recorded events are
 // returned with their versions.
 func (s *Store) Update(ctx context.Context, by app.Actor, fn func(app.Tx) error) ([]capacity.Event, error) {
 	for attempt := 1; ; attempt++ {
@@ -71,7 +74,7 @@ func (s *Store) Update(ctx context.Context, by app.Actor, fn func(app.Tx) error)
 				s.AfterCommit(recorded)
 			}
 			return recorded, nil
-		case errors.Is(err, eventstore.ErrConflict) && attempt < maxAttempts:
+		case (errors.Is(err, eventstore.ErrConflict) || pg.IsSerializationFailure(err)) && attempt < maxAttempts:
 			continue
 		case pg.IsUniqueViolation(err, "quotas_open_name_idx"):
 			return nil, fmt.Errorf("%w: a quota of that name exists", capacity.ErrExists)

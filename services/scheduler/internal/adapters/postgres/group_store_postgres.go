@@ -41,22 +41,9 @@ type GroupStore struct {
 	AfterCommit func()
 }
 
-// maxAttempts bounds the retries of a transaction Postgres aborted for a
-// deadlock or a serialization failure.
-const maxAttempts = 5
-
-// inTx runs fn in a transaction, again when Postgres aborted it only
-// because of concurrent transactions.
+// inTx runs fn in a transaction (writeTx).
 func (s *GroupStore) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	for attempt := 1; ; attempt++ {
-		err := pg.InTx(ctx, s.DB, pgx.TxOptions{}, fn)
-		if err == nil && s.AfterCommit != nil {
-			s.AfterCommit()
-		}
-		if err == nil || attempt == maxAttempts || !pg.IsSerializationFailure(err) {
-			return err
-		}
-	}
+	return writeTx(ctx, s.DB, s.AfterCommit, fn)
 }
 
 // Create implements oapp.GroupStore.

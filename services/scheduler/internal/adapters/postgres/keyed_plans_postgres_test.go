@@ -11,11 +11,11 @@ import (
 
 // keyedWrites are the statements a task write sends on keyed plans
 // (pg.QueueKeyedPlans), by the start of their text: the batches' lock,
-// the event append, the inserts and updates of tasks rows, and the
+// the event append (its order check first), the inserts and updates of tasks rows, and the
 // dependency statements of a task written waiting and of one completed.
 var keyedWrites = []string{
 	"SELECT doc FROM tasks WHERE id = ANY",
-	"INSERT INTO events",
+	"WITH in_order AS MATERIALIZED (SELECT events_check_order",
 	"INSERT INTO tasks",
 	"UPDATE tasks t SET status",
 	"SELECT 1 FROM tasks WHERE id = ANY",

@@ -14,7 +14,6 @@ import (
 
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/otel"
-	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	mapp "github.com/taskmesh/taskmesh/services/scheduler/internal/managed/app"
@@ -37,12 +36,9 @@ type ManagedStore struct {
 
 var _ mapp.Store = (*ManagedStore)(nil)
 
+// inTx runs fn in a transaction (writeTx).
 func (s *ManagedStore) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	err := pg.InTx(ctx, s.DB, pgx.TxOptions{}, fn)
-	if err == nil && s.AfterCommit != nil {
-		s.AfterCommit()
-	}
-	return err
+	return writeTx(ctx, s.DB, s.AfterCommit, fn)
 }
 
 func loadService(ctx context.Context, q groupQuerier, id string, forUpdate bool) (domain.Service, bool, error) {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/otel"
-	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/adapters/codec"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	oapp "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/app"
@@ -30,12 +29,9 @@ type TemplateStore struct {
 	AfterCommit func()
 }
 
+// inTx runs fn in a transaction (writeTx).
 func (s *TemplateStore) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	err := pg.InTx(ctx, s.DB, pgx.TxOptions{}, fn)
-	if err == nil && s.AfterCommit != nil {
-		s.AfterCommit()
-	}
-	return err
+	return writeTx(ctx, s.DB, s.AfterCommit, fn)
 }
 
 // loadTemplate reads a template row, deleted or not (found false when

@@ -150,11 +150,13 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (domain.Job, error) 
 
 // Mutate implements app.JobStore. The row lock serializes commands on one
 // job; the event store's (aggregate_id, version) key would refuse a
-// writer that skipped it.
+// writer that skipped it. A transaction aborted only because of
+// concurrent ones is run again (pg.InTxRetried).
 func (s *Store) Mutate(ctx context.Context, id string, decide func(j domain.Job) ([]domain.Record, error)) (domain.Job, error) {
 	var after domain.Job
 	var recorded bool
-	err := pg.InTx(ctx, s.DB, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err := pg.InTxRetried(ctx, s.DB, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		recorded = false // a run again starts over
 		js, err := jobs(ctx, tx, `SELECT doc FROM jobs WHERE job_id = $1 FOR UPDATE`, id)
 		if err != nil {
 			return err
