@@ -2,8 +2,10 @@ package admission_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -545,5 +547,42 @@ func TestStandbyInstanceExplainsFromRecords(t *testing.T) {
 	q, err := c.GetClusterQueue(admin(), &quotav1.GetClusterQueueRequest{Name: "solo"})
 	if err != nil || q.ClusterQueue.Spec == nil {
 		t.Fatalf("standby get = %v, %v", q, err)
+	}
+}
+
+// Concurrent puts of one queue all land, each the next version of its
+// aggregate. A definition write locks the definitions before its first
+// write, so one that waited takes its transaction id after the write it
+// waited for, and the event store accepts its event (decision 0122).
+func TestConcurrentDefinitionPutsAllLand(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	const writers, each = 6, 4
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				gpus := fmt.Sprint(1 + w*each + i)
+				if _, err := c.PutClusterQueue(admin(), &quotav1.PutClusterQueueRequest{Name: "contended", Spec: gpuQueue("", gpus)}); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("PutClusterQueue: %v", err)
+	}
+	var n, last int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*), coalesce(max(version), 0) FROM events
+		WHERE aggregate_id = 'cluster-queue/contended'`).Scan(&n, &last); err != nil {
+		t.Fatal(err)
+	}
+	if n != writers*each || last != writers*each {
+		t.Errorf("cluster-queue/contended has %d events up to version %d, want %d", n, last, writers*each)
 	}
 }

@@ -118,7 +118,7 @@ func (s *Store) insertAdminKey(ctx context.Context, tx pgx.Tx, name string, expi
 // Revoking it again keeps the first revocation time and records nothing
 // new. Errors: ErrNotFound.
 func (s *Store) RevokeAdminKey(ctx context.Context, keyID string) error {
-	err := pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err := s.inCommand(ctx, AggregateAdminKey, keyID, func(tx pgx.Tx) error {
 		var prefix string
 		err := tx.QueryRow(ctx, `UPDATE admin_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING prefix`,
 			keyID, s.now()).Scan(&prefix)

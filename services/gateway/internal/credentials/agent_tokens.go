@@ -96,10 +96,14 @@ func (s *Store) rotateAgentToken(ctx context.Context, tokenID string, expiresAt 
 	if expiresAt != nil && !expiresAt.After(now) {
 		return AgentToken{}, "", fmt.Errorf("rotate agent token %s: %w", tokenID, invalidField("expires_at", "%s is not in the future", expiresAt.Format(time.RFC3339)))
 	}
+	agentID, err := s.agentOfToken(ctx, tokenID)
+	if err != nil {
+		return AgentToken{}, "", fmt.Errorf("rotate agent token %s: %w", tokenID, err)
+	}
 	for range prefixAttempts {
 		bearer, prefix, hash := newSecret(agentScheme)
 		var t AgentToken
-		err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		err := s.inCommand(ctx, AggregateAgent, agentID, func(tx pgx.Tx) error {
 			var err error
 			t, err = scanAgentToken(tx.QueryRow(ctx, `
 				UPDATE agent_tokens AS a SET prefix = $2, secret_hash = $3, rotated_at = $4, bound_ip = NULL,
@@ -153,8 +157,12 @@ func (s *Store) RevokeAgentToken(ctx context.Context, tokenID string) error {
 // after (revoked either way). details are added to the audit entry.
 // Errors: ErrNotFound.
 func (s *Store) revokeAgentToken(ctx context.Context, tokenID, reason string, by Actor, details map[string]string) (AgentToken, error) {
+	agentID, err := s.agentOfToken(ctx, tokenID)
+	if err != nil {
+		return AgentToken{}, fmt.Errorf("revoke agent token %s: %w", tokenID, err)
+	}
 	var t AgentToken
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = s.inCommand(ctx, AggregateAgent, agentID, func(tx pgx.Tx) error {
 		var err error
 		t, err = scanAgentToken(tx.QueryRow(ctx, `
 			UPDATE agent_tokens AS a SET revoked_at = $2, revoked_reason = $3
@@ -189,6 +197,19 @@ func (s *Store) revokeAgentToken(ctx context.Context, tokenID, reason string, by
 		s.revoked(ctx, t.AgentID)
 	}
 	return t, nil
+}
+
+// agentOfToken returns the agent a token was issued to, which no change
+// of the token alters, so a command on the token can take the agent's lock
+// before it writes (inCommand). It is "" for an unknown token: the
+// command's own statement then finds nothing and says so.
+func (s *Store) agentOfToken(ctx context.Context, tokenID string) (string, error) {
+	var agentID string
+	err := s.db.QueryRow(ctx, `SELECT agent_id FROM agent_tokens WHERE id = $1`, tokenID).Scan(&agentID)
+	if errNoRows(err) {
+		return "", nil
+	}
+	return agentID, err
 }
 
 // GetAgentToken returns the token's description. Errors: ErrNotFound.

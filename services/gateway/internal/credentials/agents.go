@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
-	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
 // Actions of an agent's audit trail.
@@ -82,7 +81,7 @@ func (s *Store) RegisterAgent(ctx context.Context, spec AgentSpec, by Actor) (Ag
 		tok    AgentToken
 		secret string
 	)
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = s.inCommand(ctx, AggregateAgent, spec.AgentID, func(tx pgx.Tx) error {
 		var err error
 		if tok, secret, err = s.insertAgentToken(ctx, tx, spec, cidrs, now); err != nil {
 			return err
@@ -200,12 +199,13 @@ func (s *Store) RecordAgentEvent(ctx context.Context, e AgentEvent) error {
 	default:
 		return fmt.Errorf("record %s of agent %s: %w: not an action recorded from outside the store", e.Action, e.AgentID, ErrInvalid)
 	}
-	return pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error { return s.recordAgentEvent(ctx, tx, e, ev) })
+	return s.inCommand(ctx, AggregateAgent, e.AgentID, func(tx pgx.Tx) error { return s.recordAgentEvent(ctx, tx, e, ev) })
 }
 
 // recordAgentEvent inserts e (its id and time filled in when empty) into
-// the agent's trail and appends ev, its admin event, in tx. The admin
-// event belongs to the tenant of the agent's current token.
+// the agent's trail and appends ev, its admin event, in tx, a command on
+// the agent (inCommand). The admin event belongs to the tenant of the
+// agent's current token.
 func (s *Store) recordAgentEvent(ctx context.Context, tx pgx.Tx, e AgentEvent, ev *adminv1.AdminEvent) error {
 	if e.ID == "" {
 		e.ID = newID("aev_")

@@ -119,3 +119,33 @@ func TestListAgentsAndRotateAgent(t *testing.T) {
 		t.Errorf("a's latest events = %+v, %v", events, err)
 	}
 }
+
+// Concurrent changes of one agent — rotations, drains and undrains — all
+// land, each the next version of the agent's aggregate: every command
+// takes the agent's lock before its first write (decision 0122).
+func TestConcurrentAgentChangesAllLand(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.tenant(t, "acme", TierPremium)
+	op := Actor{ID: "adk_op", IP: "192.0.2.100"}
+	if _, _, err := f.store.RegisterAgent(ctx, AgentSpec{AgentID: "gpu-1", TenantID: "acme"}, op); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	concurrently(t, n, func(i int) error {
+		switch i % 3 {
+		case 0:
+			_, _, err := f.store.RotateAgent(ctx, "gpu-1", nil, op)
+			return err
+		case 1:
+			return f.store.RecordAgentEvent(ctx, AgentEvent{Action: ActionDrained, AgentID: "gpu-1", Actor: op.ID})
+		default:
+			return f.store.RecordAgentEvent(ctx, AgentEvent{Action: ActionUndrained, AgentID: "gpu-1", Actor: op.ID})
+		}
+	})
+	f.wantVersions(t, "agent/gpu-1", 1+n)
+	trail, err := f.store.AgentEvents(ctx, "gpu-1", 0)
+	if err != nil || len(trail) != 1+n {
+		t.Errorf("trail has %d entries (%v), want %d", len(trail), err, 1+n)
+	}
+}

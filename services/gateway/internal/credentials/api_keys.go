@@ -61,7 +61,7 @@ func (s *Store) AddAPIKey(ctx context.Context, spec APIKeySpec) (APIKey, string,
 		// INSERT … SELECT: no row is inserted when the tenant does not
 		// exist, which tells "no such tenant" apart without parsing a
 		// foreign-key violation.
-		err := pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		err := s.inCommand(ctx, AggregateAPIKey, k.ID, func(tx pgx.Tx) error {
 			tag, err := tx.Exec(ctx, `
 				INSERT INTO api_keys (id, tenant_id, name, prefix, secret_hash, created_at, expires_at, rpm_limit, tpm_limit)
 				SELECT $1, id, $3, $4, $5, $6, $7, $8, $9 FROM tenants WHERE id = $2`,
@@ -97,7 +97,7 @@ func (s *Store) AddAPIKey(ctx context.Context, spec APIKeySpec) (APIKey, string,
 // Revoking a revoked key succeeds, keeps the first revocation time and
 // records nothing new. Errors: ErrNotFound (no such key for this tenant).
 func (s *Store) RevokeAPIKey(ctx context.Context, tenantID, keyID string, by Actor) error {
-	err := pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err := s.inCommand(ctx, AggregateAPIKey, keyID, func(tx pgx.Tx) error {
 		var prefix string
 		err := tx.QueryRow(ctx, `
 			UPDATE api_keys SET revoked_at = $3

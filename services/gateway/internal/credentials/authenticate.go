@@ -290,7 +290,8 @@ func (s *Store) checkAgentAddress(ctx context.Context, tok AgentToken, ip netip.
 // heartbeat is refused and the agent's next one decides again.
 func (s *Store) moveAgentAddress(ctx context.Context, tok AgentToken, bound, ip netip.Addr) error {
 	moved := false
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err := s.inCommand(ctx, AggregateAgent, tok.AgentID, func(tx pgx.Tx) error {
+		moved = false
 		tag, err := tx.Exec(ctx, `UPDATE agent_tokens SET bound_ip = $4
 			WHERE id = $1 AND prefix = $2 AND bound_ip = $3 AND revoked_at IS NULL`, tok.ID, tok.Prefix, bound.String(), ip.String())
 		if err != nil || tag.RowsAffected() == 0 {

@@ -13,6 +13,7 @@ import (
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
 	"github.com/taskmesh/taskmesh/platform/otel"
+	"github.com/taskmesh/taskmesh/platform/pg"
 )
 
 // Aggregate types of the admin events (the events table's aggregate_type);
@@ -44,6 +45,35 @@ type change struct {
 // events appends the gateway's admin events.
 var events = eventstore.New()
 
+// inCommand runs fn, a command changing the aggregate of aggType and id,
+// in a transaction that holds the aggregate's lock from its start.
+//
+// Writers of one aggregate take turns, so each appends the version after
+// the last committed one; two changes of different aggregates never wait
+// for each other. The lock comes before the command's first write because
+// Postgres gives a transaction its id at its first write (an UPDATE takes
+// it before it waits for the row), and the event store refuses an event
+// whose predecessor a newer transaction wrote
+// (docs/decisions/0122-a-command-locks-its-aggregate-before-it-writes.md):
+// a command that waited for the lock gets its id after the one it waited
+// for has committed. A refused append or a deadlock still runs fn again
+// in a new transaction (pg.InTxRetried), so fn must act on tx alone.
+func (s *Store) inCommand(ctx context.Context, aggType, id string, fn func(pgx.Tx) error) error {
+	return pg.InTxRetried(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		if err := lockAggregate(ctx, tx, aggregatePrefix[aggType]+id); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// lockAggregate takes the transaction-level lock of the admin aggregate
+// agg ("<kind>/<id>").
+func lockAggregate(ctx context.Context, tx pgx.Tx, agg string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "admin-event:"+agg)
+	return err
+}
+
 // record appends c to the events table in tx, the transaction of the
 // change itself: the change and its event commit or roll back together,
 // and the outbox relay publishes the event once committed. The envelope
@@ -54,10 +84,9 @@ func (s *Store) record(ctx context.Context, tx pgx.Tx, c change) error {
 	if by.ID == "" {
 		by = System
 	}
-	// Writers of one aggregate take turns, so each appends the version
-	// after the last committed one; two changes of different aggregates
-	// never wait for each other.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "admin-event:"+agg); err != nil {
+	// The command took the lock before its first write (inCommand); a
+	// change to a new aggregate takes it here. Taking it twice is a no-op.
+	if err := lockAggregate(ctx, tx, agg); err != nil {
 		return fmt.Errorf("record admin event of %s: %w", agg, err)
 	}
 	var last int64

@@ -3,6 +3,7 @@ package credentials
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -82,4 +83,42 @@ func (f fixture) tenant(t *testing.T, id, tier string) Tenant {
 		t.Fatalf("CreateTenant(%q): %v", id, err)
 	}
 	return tn
+}
+
+// concurrently runs fn(0) … fn(n-1) from 8 goroutines at once and reports
+// every error.
+func concurrently(t *testing.T, n int, fn func(i int) error) {
+	t.Helper()
+	const writers = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += writers {
+				if err := fn(i); err != nil {
+					errs <- fmt.Errorf("call %d: %w", i, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// wantVersions checks that the aggregate has events 1 to n, one each.
+func (f fixture) wantVersions(t *testing.T, aggregateID string, n int64) {
+	t.Helper()
+	var count, maxVersion int64
+	if err := f.db.QueryRow(context.Background(), `SELECT count(*), coalesce(max(version), 0) FROM events WHERE aggregate_id = $1`,
+		aggregateID).Scan(&count, &maxVersion); err != nil {
+		t.Fatal(err)
+	}
+	if count != n || maxVersion != n {
+		t.Errorf("%s has %d events up to version %d, want %d", aggregateID, count, maxVersion, n)
+	}
 }

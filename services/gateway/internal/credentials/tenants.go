@@ -46,7 +46,7 @@ func (s *Store) AddTenant(ctx context.Context, spec TenantSpec) (Tenant, error) 
 	}
 	now := pgTime(s.now())
 	t := Tenant{ID: spec.ID, Name: spec.Name, Tier: spec.Tier, Limits: spec.Limits, CreatedAt: now, UpdatedAt: now}
-	err := pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err := s.inCommand(ctx, AggregateTenant, t.ID, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO tenants (id, name, tier, rpm_limit, tpm_limit, created_at, updated_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $6)`,
@@ -162,7 +162,7 @@ func (s *Store) UpdateTenant(ctx context.Context, id string, u TenantUpdate) (Te
 	// Each column is set from the request or kept (coalesce), so two
 	// updates of different fields racing each other both take effect.
 	var t Tenant
-	err = pg.InTx(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	err = s.inCommand(ctx, AggregateTenant, id, func(tx pgx.Tx) error {
 		var err error
 		t, err = scanTenant(tx.QueryRow(ctx, `
 			UPDATE tenants SET name = coalesce($2, name), tier = coalesce($3, tier),

@@ -162,3 +162,21 @@ func TestUpdateTenant(t *testing.T) {
 		t.Errorf("refused updates changed the tenant: %+v, want %+v", after, got)
 	}
 }
+
+// Concurrent updates of one tenant all take effect, each recorded as the
+// next version of its aggregate. An UPDATE takes its transaction id before
+// it waits for the row; were the lock of the aggregate taken only after it,
+// a waiting update would append after a newer transaction's event, which
+// the event store refuses (decision 0122).
+func TestConcurrentTenantUpdatesAllLand(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.tenant(t, "acme", TierStandard)
+	const n = 40
+	concurrently(t, n, func(i int) error {
+		rpm := i + 1
+		_, err := f.store.UpdateTenant(ctx, "acme", TenantUpdate{RPM: &rpm})
+		return err
+	})
+	f.wantVersions(t, "tenant/acme", 1+n)
+}

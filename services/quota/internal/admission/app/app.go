@@ -75,7 +75,9 @@ type Definition struct {
 type DefinitionStore interface {
 	// UpdateDefinitions runs fn in one transaction: what fn wrote commits
 	// when it returns nil, nothing does otherwise (its error is returned
-	// as is).
+	// as is). fn may run more than once, each time in a new transaction
+	// (after one aborted by concurrent writers), so it changes nothing
+	// but tx.
 	UpdateDefinitions(ctx context.Context, fn func(tx DefinitionTx) error) error
 	// ListDefinitions returns every definition of kind by name.
 	ListDefinitions(ctx context.Context, kind DefinitionKind) ([]Definition, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -373,6 +374,8 @@ func (a *App) SyncWorkGroups(ctx context.Context, groups []WorkGroup) error {
 	}
 	var kept []string
 	err := a.store.UpdateDefinitions(ctx, func(tx DefinitionTx) error {
+		kept = kept[:0]
+		open := maps.Clone(open) // the queues still to (re)open, this run
 		existing, err := tx.ListDefinitions(KindClusterQueue)
 		if err != nil {
 			return err

@@ -83,6 +83,12 @@ func (d *definitions) UpdateDefinitions(ctx context.Context, fn func(DefinitionT
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.updates++
+	// fn runs once on a copy thrown away, as a transaction aborted by
+	// concurrent writers would be, and then for real: a use case that
+	// changed anything but tx in the first run shows it in the second.
+	if err := fn(&definitionsTx{s: d.state.clone()}); err != nil {
+		return err
+	}
 	tx := &definitionsTx{s: d.state.clone()}
 	if err := fn(tx); err != nil {
 		return err

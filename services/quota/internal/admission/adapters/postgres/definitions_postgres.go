@@ -55,9 +55,11 @@ func (s Store) GetDefinition(ctx context.Context, kind app.DefinitionKind, name 
 	return getDefinition(ctx, s.DB, kind, name)
 }
 
-// UpdateDefinitions implements app.DefinitionStore.
+// UpdateDefinitions implements app.DefinitionStore. A transaction that
+// Postgres aborted only because of concurrent ones runs fn again in a new
+// one (pg.InTxRetried).
 func (s Store) UpdateDefinitions(ctx context.Context, fn func(app.DefinitionTx) error) error {
-	return pg.InTx(ctx, s.DB, pgx.TxOptions{}, func(tx pgx.Tx) error {
+	return pg.InTxRetried(ctx, s.DB, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		return fn(definitionTx{ctx: ctx, tx: tx, events: s.Events})
 	})
 }
@@ -155,7 +157,16 @@ func decodeSpec(d *app.Definition, spec []byte) error {
 // LockDefinitions bumps the definitions generation, holding its row lock
 // until the transaction ends: the admission loop waits for the change
 // and sees it in its next cycle.
+//
+// Writers first take turns on an advisory lock, which gives a transaction
+// no id. The UPDATE alone would: Postgres gives the transaction its id
+// before it waits for the row, so a writer that waited would append its
+// events after a newer transaction's, and the event store refuses that
+// (docs/decisions/0122-a-command-locks-its-aggregate-before-it-writes.md).
 func (t definitionTx) LockDefinitions() error {
+	if _, err := t.tx.Exec(t.ctx, `SELECT pg_advisory_xact_lock(hashtextextended('quota.definitions', 0))`); err != nil {
+		return fmt.Errorf("lock definitions: %w", err)
+	}
 	if _, err := t.tx.Exec(t.ctx, `UPDATE definitions_generation SET generation = generation + 1 WHERE id = 1`); err != nil {
 		return fmt.Errorf("lock definitions: %w", err)
 	}
