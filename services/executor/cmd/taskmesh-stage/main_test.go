@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/taskmesh/taskmesh/platform/buildtest"
 )
 
 // The binary takes `pipeline-stage`'s arguments with or without that word
@@ -13,11 +15,7 @@ import (
 func TestStageBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "taskmesh-stage")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	buildtest.Binary(t, ".", bin, "")
 	work := t.TempDir()
 	for _, args := range [][]string{
 		{"noop", "--workdir", work, "out.onnx"},

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/taskmesh/taskmesh/platform/buildtest"
 )
 
 // The short version of `make chaos`: the whole deployment as processes,
@@ -21,10 +23,7 @@ func TestChaosShort(t *testing.T) {
 		t.Fatalf("redis-server not found (%v): install it with apt-get install -y redis-server", err)
 	}
 	bin := filepath.Join(t.TempDir(), "taskmesh")
-	build := exec.Command("go", "build", "-o", bin, "github.com/taskmesh/taskmesh/services/taskmesh/cmd/taskmesh")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	buildtest.Binary(t, "github.com/taskmesh/taskmesh/services/taskmesh/cmd/taskmesh", bin, "")
 	seed := int64(7)
 	if s := os.Getenv("TASKMESH_CHAOS_SEED"); s != "" {
 		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/taskmesh/taskmesh/platform/buildtest"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/ociimage"
 )
 
@@ -30,21 +31,11 @@ func TestImageReadsBackAndItsEntrypointRuns(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "taskmesh")
 	const version = "1.2.3-test"
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", bin,
-		"github.com/taskmesh/taskmesh/services/taskmesh/cmd/taskmesh")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	buildtest.Binary(t, "github.com/taskmesh/taskmesh/services/taskmesh/cmd/taskmesh", bin, "-s -w -X main.version="+version)
 	siblings := map[string]string{}
 	for _, sib := range []string{"taskmesh-shim", "taskmesh-stage"} {
 		siblings[sib] = filepath.Join(dir, sib)
-		build = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", siblings[sib],
-			"github.com/taskmesh/taskmesh/services/executor/cmd/"+sib)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", sib, err, out)
-		}
+		buildtest.Binary(t, "github.com/taskmesh/taskmesh/services/executor/cmd/"+sib, siblings[sib], "-s -w")
 	}
 	tags := []string{ociimage.Repository + ":" + version, ociimage.Repository + ":latest"}
 	layoutDir, tarPath := filepath.Join(dir, "layout"), filepath.Join(dir, "taskmesh.tar")
