@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 )
 
@@ -171,7 +172,7 @@ func TestFSHandlerGetRangeHead(t *testing.T) {
 }
 
 func TestFSHandlerGetErrors(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.NewFixed(time.Now().Truncate(time.Second))
 	srv, fs := newFSServer(t, func(c *objectstore.FSConfig) { c.Now = clock.Now })
 	ctx := context.Background()
 	mustPut(t, fs, "a/b", []byte("secret result"), "")
@@ -289,7 +290,7 @@ func TestFSHandlerTraversal(t *testing.T) {
 }
 
 func TestFSHandlerPut(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.NewFixed(time.Now().Truncate(time.Second))
 	_, fs := newFSServer(t, func(c *objectstore.FSConfig) { c.Now = clock.Now })
 	ctx := context.Background()
 	data := []byte(`{"accuracy":0.93}`)
@@ -467,7 +468,7 @@ func TestFSHandlerPutKeyConflict(t *testing.T) {
 // is bound to its key, maximum, expiry and content type; it is never an
 // exact-size URL nor a GET URL.
 func TestFSHandlerPutUpTo(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.NewFixed(time.Now().Truncate(time.Second))
 	_, fs := newFSServer(t, func(c *objectstore.FSConfig) { c.Now = clock.Now; c.MaxPutBytes = 1 << 20 })
 	ctx := context.Background()
 	if _, _, err := fs.PresignPutUpTo(ctx, "out/x", time.Minute, 2<<20, ""); err == nil {

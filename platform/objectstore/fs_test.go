@@ -8,35 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 )
 
 // testSecret is a fixed 32-byte HMAC key for tests.
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
-
-// fakeClock is an injectable clock tests can move.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Now().Truncate(time.Second)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 func newTestFS(t *testing.T, mutate ...func(*objectstore.FSConfig)) (*objectstore.FS, objectstore.FSConfig) {
 	t.Helper()
@@ -275,7 +255,7 @@ func TestFSTempFiles(t *testing.T) {
 }
 
 func TestFSModTimeFromClock(t *testing.T) {
-	clock := newFakeClock()
+	clock := clocktest.NewFixed(time.Now().Truncate(time.Second))
 	clock.Advance(-72 * time.Hour)
 	fs, _ := newTestFS(t, func(c *objectstore.FSConfig) { c.Now = clock.Now })
 	info := mustPut(t, fs, "k", []byte("x"), "")

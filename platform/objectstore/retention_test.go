@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 )
 
@@ -37,7 +38,7 @@ func listed(t *testing.T, l objectstore.Lister, prefix string) []string {
 // The sweep for stores without lifecycle rules: objects under the prefix
 // older than the cutoff go, younger ones and other prefixes stay.
 func TestExpireOldWithAnInjectedClock(t *testing.T) {
-	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := clocktest.NewFixed(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	fs, _ := newTestFS(t, func(c *objectstore.FSConfig) { c.Now = clk.Now })
 	put(t, fs, "results/t1/a/old.json")
 	put(t, fs, "videos/old.mp4")

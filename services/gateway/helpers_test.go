@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,13 +8,14 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/gateway"
@@ -33,50 +33,14 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// logBuffer collects the gateway's log output.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // env is a running gateway in front of a fake scheduler, with a tenant
 // "acme", one of its API keys and an agent token for agent-001.
 type env struct {
 	gw    *gateway.Gateway
 	fake  *schedulertest.Fake
 	creds *gateway.Credentials
-	clock *clock
-	logs  *logBuffer
+	clock *clocktest.Fixed
+	logs  *logbuf.Buffer
 	db    *pgxpool.Pool
 
 	userKey    gateway.APIKey
@@ -117,8 +81,8 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	e := &env{
 		db:    pgtest.New(t).Open(t, schema),
 		fake:  schedulertest.Start(t, internalToken),
-		clock: &clock{t: time.Date(2026, 2, 5, 12, 0, 0, 0, time.UTC)},
-		logs:  &logBuffer{},
+		clock: clocktest.NewFixed(time.Date(2026, 2, 5, 12, 0, 0, 0, time.UTC)),
+		logs:  &logbuf.Buffer{},
 	}
 	cfg := gateway.Config{
 		HTTPAddr:        "127.0.0.1:0",

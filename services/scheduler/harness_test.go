@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/platform/kafkatest"
 	"github.com/taskmesh/taskmesh/platform/otel"
@@ -36,19 +36,13 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// clock is real time plus an offset tests can move forward.
-type clock struct{ offset atomic.Int64 }
-
-func (c *clock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
-
 // env is one scheduler behind a real gRPC server, over a fresh database
 // and broker.
 type env struct {
 	t      testing.TB
 	pool   *pgxpool.Pool
 	broker *kafkatest.Broker
-	clock  *clock
+	clock  *clocktest.Offset
 	conn   *grpc.ClientConn
 	cancel context.CancelFunc
 }
@@ -67,7 +61,7 @@ func newEnv(t testing.TB, mutate ...func(*scheduler.Config)) *env {
 // newEnvOn is newEnv over a database and broker the test prepared.
 func newEnvOn(t testing.TB, pool *pgxpool.Pool, broker *kafkatest.Broker, mutate ...func(*scheduler.Config)) *env {
 	t.Helper()
-	e := &env{t: t, pool: pool, broker: broker, clock: &clock{}}
+	e := &env{t: t, pool: pool, broker: broker, clock: &clocktest.Offset{}}
 	cfg := scheduler.Config{DB: e.pool, Kafka: e.broker.Config(), Partitions: 4, Now: e.clock.Now,
 		Timing: scheduler.Timing{SweepInterval: 50 * time.Millisecond, PreemptAfter: 200 * time.Millisecond}}
 	for _, m := range mutate {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
@@ -20,15 +21,6 @@ import (
 	pipelineapp "github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/domain"
 )
-
-// settable is a clock the test sets.
-type settable struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *settable) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *settable) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.now = t }
 
 // Uploads no job used expire, on real Postgres and the filesystem object
 // store, swept by two competing replicas' sweepers (one holds the lock):
@@ -48,7 +40,7 @@ func TestPipelineUploadsExpireThroughTheLeaderSweeper(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC)
-	clk := &settable{now: t0}
+	clk := clocktest.NewFixed(t0)
 	store := &pipelinepg.Store{DB: pool}
 	a := pipelineapp.New(pipelineapp.Config{Tasks: sched.New(apptest.NewStore().Stores(), objects, clk.Now, sched.NewHub(), sched.Config{}, nil),
 		Jobs: store, Uploads: store, Objects: objects, Worker: []string{"taskmesh", "pipeline-stage"}, Now: clk.Now})

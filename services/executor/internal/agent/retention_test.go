@@ -4,36 +4,18 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 )
-
-// testClock is an agent clock tests move.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // With an injected clock: delivered attempts' journal rows and work
 // directories older than the retention go, younger ones and anything a
 // running attempt holds stay; past the size cap the oldest go first.
 func TestRetentionRemovesExpiredJournalRowsAndLocalFiles(t *testing.T) {
-	clk := &testClock{t: time.Now().Add(-30 * 24 * time.Hour).Truncate(time.Second)}
+	clk := clocktest.NewFixed(time.Now().Add(-30 * 24 * time.Hour).Truncate(time.Second))
 	h := newHarness(t, func(c *Config) {
 		c.Now = clk.Now
 		// The loop's own cleanups must not interfere: once at start, then

@@ -1,7 +1,6 @@
 package credentials
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/platform/eventstore"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 )
@@ -24,54 +25,18 @@ func TestMain(m *testing.M) {
 	}))
 }
 
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// logBuffer collects log output from concurrent goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type fixture struct {
 	store *Store
-	clock *clock
-	logs  *logBuffer
+	clock *clocktest.Fixed
+	logs  *logbuf.Buffer
 	db    *pgxpool.Pool
 }
 
 func newFixture(t *testing.T) fixture {
 	t.Helper()
 	db := pgtest.New(t).Open(t, schema)
-	c := &clock{t: time.Date(2026, 2, 5, 12, 0, 0, 0, time.UTC)}
-	logs := &logBuffer{}
+	c := clocktest.NewFixed(time.Date(2026, 2, 5, 12, 0, 0, 0, time.UTC))
+	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return fixture{store: New(db, c.Now, log), clock: c, logs: logs, db: db}
 }

@@ -5,30 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/redistest"
 )
-
-// testClock is a settable clock shared by a test and the store under test.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // step is one call of a scenario: advance the clock, then charge.
 type step struct {
@@ -138,10 +120,10 @@ func ch(key string, l Limit, cost int64) []Charge {
 
 // runCases runs every GCRA case against a fresh limiter from newLimiter,
 // which must use the given clock.
-func runCases(t *testing.T, newLimiter func(t *testing.T, c *testClock, prefix string) Limiter) {
+func runCases(t *testing.T, newLimiter func(t *testing.T, c *clocktest.Fixed, prefix string) Limiter) {
 	for i, tc := range gcraCases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &testClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+			c := clocktest.NewFixed(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 			l := newLimiter(t, c, fmt.Sprintf("case%d:", i))
 			for j, s := range tc.steps {
 				c.Advance(s.advance)
@@ -193,13 +175,13 @@ func (p prefixed) Allow(ctx context.Context, charges ...Charge) (Decision, error
 }
 
 func TestMemoryGCRA(t *testing.T) {
-	runCases(t, func(_ *testing.T, c *testClock, _ string) Limiter { return NewMemory(c.Now) })
+	runCases(t, func(_ *testing.T, c *clocktest.Fixed, _ string) Limiter { return NewMemory(c.Now) })
 }
 
 func TestRedisGCRA(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t)
-	runCases(t, func(_ *testing.T, c *testClock, prefix string) Limiter {
+	runCases(t, func(_ *testing.T, c *clocktest.Fixed, prefix string) Limiter {
 		return prefixed{NewRedis(client, c.Now), prefix}
 	})
 }
@@ -284,7 +266,7 @@ func TestRedisSharedByReplicas(t *testing.T) {
 }
 
 func TestMemorySweepsRestedKeys(t *testing.T) {
-	c := &testClock{t: time.Unix(1000, 0)}
+	c := clocktest.NewFixed(time.Unix(1000, 0))
 	m := NewMemory(c.Now)
 	for i := range sweepEvery - 1 {
 		if _, err := m.Allow(context.Background(), Charge{Key: fmt.Sprint("k", i), Limit: PerMinute(1), Cost: 1}); err != nil {

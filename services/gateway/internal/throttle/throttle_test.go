@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/ratelimit"
 )
@@ -62,19 +63,15 @@ func (f *fakeLimits) LimitsOfKey(context.Context, string) (credentials.KeyLimits
 	return f.limits, f.err
 }
 
-type testClock struct{ t time.Time }
-
-func (c *testClock) Now() time.Time { return c.t }
-
 var user = authn.Principal{Kind: authn.KindUser, TenantID: "t1", Subject: "key_1", Tier: credentials.TierStandard}
 
-func newThrottle(src LimitSource, c *testClock, cfg Config) *Throttle {
+func newThrottle(src LimitSource, c *clocktest.Fixed, cfg Config) *Throttle {
 	return New(ratelimit.NewMemory(c.Now), src, cfg, c.Now, slog.New(slog.DiscardHandler))
 }
 
 func TestCheckAgentsAndOperatorsAreNotLimited(t *testing.T) {
 	src := &fakeLimits{limits: credentials.KeyLimits{Tenant: credentials.Limits{RPM: 1}}}
-	th := newThrottle(src, &testClock{t: time.Unix(0, 0)}, Config{})
+	th := newThrottle(src, clocktest.NewFixed(time.Unix(0, 0)), Config{})
 	for _, p := range []authn.Principal{{Kind: authn.KindAgent, AgentID: "a"}, {Kind: authn.KindAdmin, Subject: "adm_1"}} {
 		for range 3 {
 			if _, err := th.Check(context.Background(), p, 1); err != nil {
@@ -89,7 +86,7 @@ func TestCheckAgentsAndOperatorsAreNotLimited(t *testing.T) {
 
 func TestCheckCachesLimits(t *testing.T) {
 	src := &fakeLimits{limits: credentials.KeyLimits{Tenant: credentials.Limits{RPM: 100}}}
-	c := &testClock{t: time.Unix(1000, 0)}
+	c := clocktest.NewFixed(time.Unix(1000, 0))
 	th := newThrottle(src, c, Config{CacheTTL: 10 * time.Second})
 	for range 3 {
 		if _, err := th.Check(context.Background(), user, 0); err != nil {
@@ -99,7 +96,7 @@ func TestCheckCachesLimits(t *testing.T) {
 	if src.reads != 1 {
 		t.Fatalf("%d reads within the TTL, want 1", src.reads)
 	}
-	c.t = c.t.Add(10 * time.Second)
+	c.Advance(10 * time.Second)
 	if _, err := th.Check(context.Background(), user, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +118,7 @@ func TestCheckMaxLimit(t *testing.T) {
 		Key:    credentials.Limits{RPM: credentials.MaxLimit, TPM: credentials.MaxLimit},
 		Tenant: credentials.Limits{RPM: credentials.MaxLimit, TPM: credentials.MaxLimit},
 	}}
-	th := newThrottle(src, &testClock{t: time.Unix(0, 0)}, Config{})
+	th := newThrottle(src, clocktest.NewFixed(time.Unix(0, 0)), Config{})
 	u, err := th.Check(context.Background(), user, 1000)
 	if err != nil || u.Requests == nil || u.Requests.Remaining != credentials.MaxLimit-1 || u.Tokens.Remaining != credentials.MaxLimit-1000 {
 		t.Errorf("Check = %+v, %v", u, err)
@@ -130,7 +127,7 @@ func TestCheckMaxLimit(t *testing.T) {
 
 func TestCheckUnlimitedTierChargesNothing(t *testing.T) {
 	src := &fakeLimits{}
-	th := newThrottle(src, &testClock{t: time.Unix(0, 0)}, Config{Tiers: map[string]credentials.Limits{}})
+	th := newThrottle(src, clocktest.NewFixed(time.Unix(0, 0)), Config{Tiers: map[string]credentials.Limits{}})
 	u, err := th.Check(context.Background(), user, 1_000_000)
 	if err != nil || u.Requests != nil || u.Tokens != nil {
 		t.Errorf("Check = %+v, %v; want no limit and no usage", u, err)
@@ -139,7 +136,7 @@ func TestCheckUnlimitedTierChargesNothing(t *testing.T) {
 
 func TestMiddleware(t *testing.T) {
 	src := &fakeLimits{limits: credentials.KeyLimits{Tenant: credentials.Limits{TPM: 2000}}}
-	th := newThrottle(src, &testClock{t: time.Unix(0, 0)}, Config{VideoTokensPerSecond: 100})
+	th := newThrottle(src, clocktest.NewFixed(time.Unix(0, 0)), Config{VideoTokensPerSecond: 100})
 	var seen string
 	h := th.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -177,7 +174,7 @@ func TestMiddleware(t *testing.T) {
 	src.mu.Lock()
 	src.err = errors.New("db down")
 	src.mu.Unlock()
-	th2 := newThrottle(src, &testClock{t: time.Unix(0, 0)}, Config{})
+	th2 := newThrottle(src, clocktest.NewFixed(time.Unix(0, 0)), Config{})
 	seen = ""
 	w = httptest.NewRecorder()
 	th2.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { seen = "called" })).ServeHTTP(w,

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app/apptest"
@@ -19,24 +19,6 @@ import (
 // (apptest.Store, held to the same contract as the Postgres store), a
 // clock the tests move, a real filesystem object store and a recording
 // quota service.
-
-// clock is a settable clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // resolveCall is one question to the quota service.
 type resolveCall struct {
@@ -109,7 +91,7 @@ type harness struct {
 	t         *testing.T
 	ctx       context.Context
 	store     *apptest.Store
-	clock     *clock
+	clock     *clocktest.Fixed
 	hub       *app.Hub
 	objects   objectstore.Store
 	admission *admission
@@ -124,7 +106,7 @@ func newHarness(t *testing.T, opts ...func(*app.Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, ctx: context.Background(), store: apptest.NewStore(), clock: &clock{now: apptest.T0},
+	h := &harness{t: t, ctx: context.Background(), store: apptest.NewStore(), clock: clocktest.NewFixed(apptest.T0),
 		hub: app.NewHub(), objects: objects, admission: &admission{}}
 	cfg := app.Config{}
 	for _, o := range opts {

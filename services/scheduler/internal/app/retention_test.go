@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/app/apptest"
@@ -17,7 +18,7 @@ import (
 // store cannot expire them itself), younger ones stay, and a result past
 // its retention answers "expired" rather than a link that 404s.
 func TestSweeperExpiresResultsWithAnInjectedClock(t *testing.T) {
-	clk := &clock{now: apptest.T0}
+	clk := clocktest.NewFixed(apptest.T0)
 	objects, err := objectstore.NewFS(objectstore.FSConfig{Root: t.TempDir(), BaseURL: "http://127.0.0.1:1/objects",
 		Secret: []byte(strings.Repeat("s", objectstore.MinSecretLen)), Now: clk.Now})
 	if err != nil {

@@ -11,11 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 
 	"github.com/taskmesh/taskmesh/platform/freeport"
@@ -46,26 +46,8 @@ func freePort(t *testing.T) int {
 
 type devProcess struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *logbuf.Buffer
 	done chan error // the exit, once
-}
-
-// lockedBuffer is written by the output reader and read by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) WriteString(s string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.WriteString(s)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // startDev runs `taskmesh dev` on dir (with extra flags) and waits for its
@@ -82,13 +64,13 @@ func startDev(t *testing.T, dir string, ports [4]int, extra ...string) *devProce
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &devProcess{cmd: cmd, out: &lockedBuffer{}, done: make(chan error, 1)}
+	p := &devProcess{cmd: cmd, out: &logbuf.Buffer{}, done: make(chan error, 1)}
 	ready, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			p.out.WriteString(sc.Text() + "\n")
+			_, _ = p.out.Write([]byte(sc.Text() + "\n"))
 			// The banner's last line: the test reads the keys it shows,
 			// so the whole banner must be in before the test goes on.
 			if strings.Contains(sc.Text(), "Press Ctrl-C to stop") {

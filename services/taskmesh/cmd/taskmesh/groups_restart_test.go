@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/taskmesh/taskmesh/platform/kafkatest"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/gateway"
@@ -25,12 +26,12 @@ import (
 
 // startBinary runs `taskmesh <args…>` (this test binary acting as the
 // binary) and returns it and its output.
-func startBinary(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
+func startBinary(t *testing.T, args ...string) (*exec.Cmd, *logbuf.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "TASKMESH_TEST_AS_BINARY=1")
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = writerFunc(out.WriteString), writerFunc(out.WriteString)
+	out := &logbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

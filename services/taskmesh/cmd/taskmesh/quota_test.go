@@ -17,28 +17,25 @@ import (
 	quotav1 "github.com/taskmesh/taskmesh/gen/taskmesh/quota/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/kafkatest"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/quota"
 )
 
 // startQuota runs `taskmesh quota` and returns its process and output.
-func startQuota(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
+func startQuota(t *testing.T, args ...string) (*exec.Cmd, *logbuf.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"quota"}, args...)...)
 	cmd.Env = append(os.Environ(), "TASKMESH_TEST_AS_BINARY=1")
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = writerFunc(out.WriteString), writerFunc(out.WriteString)
+	out := &logbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd, out
 }
-
-type writerFunc func(string)
-
-func (f writerFunc) Write(p []byte) (int, error) { f(string(p)); return len(p), nil }
 
 // A `taskmesh quota` process SIGKILLed in the middle of a production (the
 // WorkGroup applied, not yet running) is started again on the same

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
 )
@@ -17,7 +18,7 @@ import (
 // started whose agent is lost is requeued without using a retry.
 func TestLeaseConformanceThroughREST(t *testing.T) {
 	t.Parallel()
-	clk := &videoClock{}
+	clk := &clocktest.Offset{}
 	// The sweeper runs often; agents are lost after a minute of silence,
 	// so only lease expiry acts in the first part.
 	w := newWorldWith(t, stack.Options{Now: clk.Now, Timing: scheduler.Timing{AgentLostAfter: time.Minute,
@@ -100,7 +101,7 @@ func TestLeaseConformanceThroughREST(t *testing.T) {
 // use, and is claimed again.
 func TestLeaseExpiryOfATaskNeverStartedRequeuesIt(t *testing.T) {
 	t.Parallel()
-	clk := &videoClock{}
+	clk := &clocktest.Offset{}
 	w := newWorldWith(t, stack.Options{Now: clk.Now, Timing: scheduler.Timing{AgentLostAfter: time.Hour,
 		SweepInterval: 100 * time.Millisecond, PreemptAfter: time.Hour}})
 	key := w.s.DemoAPIKey

@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,31 +26,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	videov1 "github.com/taskmesh/taskmesh/gen/taskmesh/video/v1"
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/scheduler"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
 )
-
-// videoClock is the scheduler's clock in the video tests: real time plus
-// an offset the test moves forward to reach the end of the 24 hours.
-type videoClock struct {
-	mu     sync.Mutex
-	offset time.Duration
-}
-
-func (c *videoClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.offset)
-}
-
-func (c *videoClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.offset += d
-}
 
 // in returns the world acting for subtest t, so that helpers fail t.
 func (w *videoWorld) in(t *testing.T) *videoWorld {
@@ -65,7 +46,7 @@ func (w *videoWorld) in(t *testing.T) *videoWorld {
 // video runner through the agent API.
 type videoWorld struct {
 	*world
-	clock          *videoClock
+	clock          *clocktest.Offset
 	premium, other string
 	agent          string
 }
@@ -77,7 +58,7 @@ func newVideoWorld(t *testing.T) *videoWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	clk := &videoClock{}
+	clk := &clocktest.Offset{}
 	// The services' warnings and errors are shown when the test fails.
 	logs := &logbuf.Buffer{}
 	t.Cleanup(func() {

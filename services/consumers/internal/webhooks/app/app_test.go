@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/webhooks/app"
 	"github.com/taskmesh/taskmesh/services/consumers/internal/webhooks/domain"
 )
@@ -18,7 +19,7 @@ var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 
 type harness struct {
 	store  *store
-	clock  *clock
+	clock  *clocktest.Fixed
 	sender *sender
 	app    *app.App
 	stop   func()
@@ -26,7 +27,7 @@ type harness struct {
 
 func newHarness(t *testing.T, backoff domain.Backoff, reply func(string) app.SendResult) *harness {
 	t.Helper()
-	h := &harness{store: newStore(), clock: &clock{t: t0}, sender: &sender{reply: reply}}
+	h := &harness{store: newStore(), clock: clocktest.NewFixed(t0), sender: &sender{reply: reply}}
 	h.app = app.New(app.Config{Endpoints: h.store, Deliveries: deliveries{h.store}, Schedule: h.store, Sender: h.sender,
 		Backoff: backoff, PerTenant: 2, Concurrency: 10, Poll: 2 * time.Millisecond, Now: h.clock.Now,
 		Rand: func() float64 { return 0.5 }, Keys: rand.Reader})

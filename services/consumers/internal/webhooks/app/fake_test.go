@@ -221,24 +221,6 @@ func (d deliveries) Get(_ context.Context, tenant, id string) (app.DeliveryView,
 	return r.view, d.attemptsOf(id), nil
 }
 
-// clock is a settable clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
 // sender records sends and answers with reply (by URL).
 type sender struct {
 	mu    sync.Mutex

@@ -1,17 +1,16 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leaseconn"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 	"google.golang.org/grpc/codes"
@@ -26,29 +25,12 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // world is a fake lease server, a fake cluster and a backend between them.
 type world struct {
 	t       *testing.T
 	fake    *leasetest.Fake
 	cluster *dynamicfake.FakeDynamicClient
-	logs    *logBuffer
+	logs    *logbuf.Buffer
 	stop    func()
 	// podLogs and videos, when set, are the backend's log and video sources.
 	podLogs *fakePodLogs
@@ -60,7 +42,7 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{t: t, fake: leasetest.Start(t), logs: &logBuffer{},
+	w := &world{t: t, fake: leasetest.Start(t), logs: &logbuf.Buffer{},
 		cluster: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 			map[schema.GroupVersionResource]string{PyTorchJobs: "PyTorchJobList", Pods: "PodList"})}
 	t.Cleanup(func() {

@@ -1,19 +1,18 @@
 package slurm
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/slurmtest"
 	"github.com/taskmesh/taskmesh/services/executor/internal/agent"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leaseconn"
@@ -30,23 +29,6 @@ func TestMain(m *testing.M) {
 	slurmtest.Main(m)
 }
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // agentSeq makes every test's backend a different agent, so that no test
 // adopts another's jobs.
 var agentSeq atomic.Int64
@@ -59,7 +41,7 @@ type world struct {
 	fake    *leasetest.Fake
 	client  *Client
 	cfg     Config
-	logs    *logBuffer
+	logs    *logbuf.Buffer
 	stop    func()
 	// api is what the backend calls (default client); backend is the
 	// running one.
@@ -74,7 +56,7 @@ func newWorld(t *testing.T, mode Mode) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, cluster: c, fake: leasetest.Start(t), client: client, logs: &logBuffer{}}
+	w := &world{t: t, cluster: c, fake: leasetest.Start(t), client: client, logs: &logbuf.Buffer{}}
 	w.cfg = Config{
 		AgentID: fmt.Sprintf("slurm-test-%d-%d", os.Getpid(), agentSeq.Add(1)), ClaimWait: time.Second,
 		PollInterval: 200 * time.Millisecond, RenewInterval: time.Second, HeartbeatInterval: 200 * time.Millisecond,

@@ -11,10 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 )
 
 // job is a small, quick render.
@@ -45,23 +46,11 @@ func imageServer(t testing.TB, body []byte) *httptest.Server {
 	return srv
 }
 
-// lockedBuffer collects progress lines written by the render.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) percents() []int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// percents returns the progress percentages in the render's progress
+// output.
+func percents(progress string) []int {
 	var out []int
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(progress, "\n") {
 		rest, ok := strings.CutPrefix(line, progressPrefix)
 		if !ok {
 			continue
@@ -77,12 +66,12 @@ func (l *lockedBuffer) percents() []int {
 func render(t *testing.T, j Job) (string, []int) {
 	t.Helper()
 	dir := t.TempDir()
-	var progress lockedBuffer
+	var progress logbuf.Buffer
 	var stderr bytes.Buffer
 	if err := Render(context.Background(), j, dir, &progress, &stderr); err != nil {
 		t.Fatalf("render: %v\nffmpeg: %s", err, stderr.String())
 	}
-	return filepath.Join(dir, OutputFile), progress.percents()
+	return filepath.Join(dir, OutputFile), percents(progress.String())
 }
 
 func TestRenderProducesTheRequestedVideo(t *testing.T) {
@@ -353,14 +342,14 @@ func TestCancelStopsFFmpeg(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var progress, stderr lockedBuffer
+	var progress, stderr logbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- Render(ctx, j, dir, &progress, &stderr) }()
 
 	var pids []int
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ps := progress.percents()
+		ps := percents(progress.String())
 		pids = ffmpegChildren(t)
 		if len(ps) > 0 && ps[len(ps)-1] >= 2 && len(pids) == 1 {
 			break

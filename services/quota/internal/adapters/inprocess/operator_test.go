@@ -3,29 +3,16 @@ package inprocess
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/services/quota/internal/domain/capacity"
 )
 
-// clock is a settable time.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func TestOperator(t *testing.T) {
 	ctx := context.Background()
-	clk := &clock{t: time.Unix(0, 0)}
+	clk := clocktest.NewFixed(time.Unix(0, 0))
 	op := New(Config{Delay: time.Second, Now: clk.Now})
 	ray := capacity.RaySpec{Name: "ray-a-c1", TenantID: "a", Cluster: "c1"}
 	wg := capacity.WorkGroupSpec{Name: "wg-q", RayCluster: "ray-a-c1", QuotaName: "q", Generation: 1, GPUs: 2}
@@ -45,7 +32,7 @@ func TestOperator(t *testing.T) {
 	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != capacity.PhasePending {
 		t.Fatalf("before the delay: %+v", o)
 	}
-	clk.add(time.Second)
+	clk.Advance(time.Second)
 	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != capacity.PhaseRunning || o.Generation != 1 {
 		t.Fatalf("after the delay: %+v", o)
 	}
@@ -60,14 +47,14 @@ func TestOperator(t *testing.T) {
 	if err := op.ApplyWorkGroup(ctx, wg); err != nil {
 		t.Fatal(err)
 	}
-	clk.add(time.Second)
+	clk.Advance(time.Second)
 	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != capacity.PhaseFailed || o.Reason != "no nodes" || o.Generation != 2 {
 		t.Fatalf("failed: %+v", o)
 	}
 	op.FailWorkGroup("q", "")
 	wg.Generation = 3
 	_ = op.ApplyWorkGroup(ctx, wg)
-	clk.add(time.Second)
+	clk.Advance(time.Second)
 	if o, _ := op.WorkGroupStatus(ctx, wg); o.Phase != capacity.PhaseRunning {
 		t.Fatalf("recovered: %+v", o)
 	}

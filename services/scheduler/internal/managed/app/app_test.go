@@ -6,18 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/managed/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/managed/app/apptest"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/managed/domain"
 )
 
-type clock struct{ now time.Time }
-
-func (c *clock) Now() time.Time { return c.now }
-
-func setup() (*app.App, *apptest.Store, *clock) {
-	st, c := apptest.NewStore(), &clock{now: apptest.T0}
+func setup() (*app.App, *apptest.Store, *clocktest.Fixed) {
+	st, c := apptest.NewStore(), clocktest.NewFixed(apptest.T0)
 	return app.New(st, c.Now, app.Config{AgentLostAfter: 15 * time.Second}, nil), st, c
 }
 
@@ -50,7 +47,7 @@ func TestSyncReportsAndReturnsTheAgentsServices(t *testing.T) {
 	// The same report twice records one event; its time is the heartbeat.
 	rep := app.Report{ServiceID: mine.ID, Instance: domain.Instance{State: domain.StateRunning, PID: 7, Version: "1"}}
 	for range 2 {
-		c.now = c.now.Add(time.Second)
+		c.Advance(time.Second)
 		if _, err := a.Sync(ctx, agent1, "a1", []string{"gpu"}, []app.Report{rep}); err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +56,7 @@ func TestSyncReportsAndReturnsTheAgentsServices(t *testing.T) {
 		t.Fatalf("%d events, want created + one report", n)
 	}
 	sv, _ := a.Get(ctx, userA, mine.ID)
-	if in := sv.Instances["a1"]; in.PID != 7 || !in.At.Equal(c.now) {
+	if in := sv.Instances["a1"]; in.PID != 7 || !in.At.Equal(c.Now()) {
 		t.Fatalf("instance = %+v", in)
 	}
 	// A report of a service pinned to another agent is ignored.
@@ -91,11 +88,11 @@ func TestSilentAgentsServicesBecomeUnknown(t *testing.T) {
 	if _, err := a.Sync(ctx, agent1, "a1", nil, []app.Report{rep}); err != nil {
 		t.Fatal(err)
 	}
-	c.now = c.now.Add(10 * time.Second)
+	c.Advance(10 * time.Second)
 	if n, err := a.MarkLost(ctx); err != nil || n != 0 {
 		t.Fatalf("marked %d before the agent was lost, %v", n, err)
 	}
-	c.now = c.now.Add(10 * time.Second)
+	c.Advance(10 * time.Second)
 	if n, err := a.MarkLost(ctx); err != nil || n != 1 {
 		t.Fatalf("marked %d, %v", n, err)
 	}
@@ -149,7 +146,7 @@ func TestOnAgentsShowsEveryTenantsServicesOnEachAgentToOperators(t *testing.T) {
 		t.Fatalf("before a report = %+v, %v", got, err)
 	}
 
-	c.now = c.now.Add(time.Second)
+	c.Advance(time.Second)
 	reports := []app.Report{
 		{ServiceID: labelled.ID, Instance: domain.Instance{State: domain.StateRunning, PID: 4242, Restarts: 1, Version: "2"}},
 	}
@@ -164,7 +161,7 @@ func TestOnAgentsShowsEveryTenantsServicesOnEachAgentToOperators(t *testing.T) {
 	if len(on1) != 2 || on1[0].Service.ID != pinned.ID || on1[1].Service.ID != labelled.ID {
 		t.Fatalf("on a1 = %+v, want %s (t1) then %s (t2)", on1, pinned.ID, labelled.ID)
 	}
-	if in := on1[1].Instance; in.State != domain.StateRunning || in.PID != 4242 || in.Restarts != 1 || !in.At.Equal(c.now) {
+	if in := on1[1].Instance; in.State != domain.StateRunning || in.PID != 4242 || in.Restarts != 1 || !in.At.Equal(c.Now()) {
 		t.Errorf("reported instance = %+v", in)
 	}
 	if on1[1].Service.TenantID != "t2" || on1[1].Service.Spec.Version != "2" {

@@ -12,23 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	sched "github.com/taskmesh/taskmesh/services/scheduler/internal/app"
 	task "github.com/taskmesh/taskmesh/services/scheduler/internal/domain"
 	oapp "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/app/apptest"
 	orch "github.com/taskmesh/taskmesh/services/scheduler/internal/orchestration/domain"
 )
-
-// clock is a time tests move by hand.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(apptest.T0.UnixNano())
-	return c
-}
-func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // tasks is the scheduler's task use cases as orchestration sees them: it
 // records template runs and answers queue lookups from a table.
@@ -126,12 +116,12 @@ type world struct {
 	store *apptest.Store
 	tasks *tasks
 	hub   *hub
-	clock *clock
+	clock *clocktest.Fixed
 	app   *oapp.App
 }
 
 func newWorld(t *testing.T) *world {
-	w := &world{t: t, store: apptest.NewStore(), tasks: &tasks{queues: map[string]string{"gpu": "cq-gpu"}}, hub: &hub{}, clock: newClock()}
+	w := &world{t: t, store: apptest.NewStore(), tasks: &tasks{queues: map[string]string{"gpu": "cq-gpu"}}, hub: &hub{}, clock: clocktest.NewFixed(apptest.T0)}
 	w.app = oapp.New(oapp.Deps{Groups: w.store, Templates: w.store.Templates(), Tasks: w.tasks, Events: w.hub, Lock: lock{}},
 		w.clock.Now, oapp.Config{Reconcile: 5 * time.Millisecond, Workers: 2}, nil)
 	w.hub.app = w.app

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,28 +11,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/taskmesh/taskmesh/platform/clocktest"
 	"github.com/taskmesh/taskmesh/platform/objectstore"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/app"
 	"github.com/taskmesh/taskmesh/services/scheduler/internal/pipeline/domain"
 )
-
-// clock is a settable clock for the use cases.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
 
 // flakyDeletes fails the object store's deletions while fail is set (the
 // sweeps run on the test's goroutine).
@@ -65,7 +47,7 @@ func TestUploadsNoJobUsedExpire(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	gotel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	t0 := time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC)
-	clk := &clock{now: t0}
+	clk := clocktest.NewFixed(t0)
 	var flaky *flakyDeletes
 	h := newHarness(t, func(c *app.Config) {
 		c.Now = clk.Now
@@ -77,18 +59,18 @@ func TestUploadsNoJobUsedExpire(t *testing.T) {
 	model := h.upload(acme, "model", "m.onnx", onnxModel)
 	quant := h.upload(acme, "quant", "q.zip", quantZip)
 	unused := h.upload(acme, "model", "unused.onnx", onnxModel)
-	clk.set(t0.Add(time.Hour))
+	clk.Set(t0.Add(time.Hour))
 	if _, err := h.app.CreateJob(h.ctx, acme, domain.JobRequest{ModelKey: model.Key, QuantKey: quant.Key}); err != nil {
 		t.Fatal(err)
 	}
-	clk.set(t0.Add(23 * time.Hour))
+	clk.Set(t0.Add(23 * time.Hour))
 	recent := h.upload(acme, "ref_image", "cat.png", pngImage)
 
 	// Not yet 24 hours: nothing goes.
 	if n, err := h.app.SweepUploads(h.ctx); err != nil || n != 0 {
 		t.Fatalf("sweep before the TTL = %d, %v", n, err)
 	}
-	clk.set(t0.Add(24*time.Hour + time.Second))
+	clk.Set(t0.Add(24*time.Hour + time.Second))
 	// The store cannot delete: the upload is expired (refused) all the
 	// same, and its object is deleted by the next sweep.
 	flaky.fail = true
@@ -115,7 +97,7 @@ func TestUploadsNoJobUsedExpire(t *testing.T) {
 
 	// Long after: the recent upload expires too; the used ones stay and
 	// still make jobs.
-	clk.set(t0.Add(100 * time.Hour))
+	clk.Set(t0.Add(100 * time.Hour))
 	if n, err := h.app.SweepUploads(h.ctx); err != nil || n != 1 || h.exists(recent.Key) {
 		t.Fatalf("sweep = %d, %v", n, err)
 	}
