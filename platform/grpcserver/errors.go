@@ -31,8 +31,9 @@ func CodeStatus[C ErrorCode](c codes.Code, code C, msg string, fields ...*errdet
 // the one way every service does: a status passes through unchanged (a
 // dependency's answer, e.g. the GU quota check); then the service's own
 // mapping, which returns false for errors it does not know; then
-// cancellation and deadlines; a database that is unreachable or
-// restarting (pg.IsTransient) is Unavailable, which the gateway answers
+// cancellation and deadlines; a change that lost to concurrent ones in
+// every run its store gave it (pg.IsSerializationFailure), and a database
+// that is unreachable or restarting (pg.IsTransient), are Unavailable, which the gateway answers
 // with 503 (docs/api/README.md: 30099 is 503 when a service is
 // unavailable) and clients retry; anything else is logged and answered as
 // internal, without its text.
@@ -51,6 +52,12 @@ func ToStatus(log *slog.Logger, err error, service func(error) (error, bool)) er
 		return status.Error(codes.Canceled, "request cancelled")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case pg.IsSerializationFailure(err):
+		// Concurrent changes of the same data won every run the store
+		// gave the command (pg.InTxRetried); nothing of it is stored, and
+		// the database is fine.
+		log.Warn("change lost to concurrent changes", "err", err)
+		return status.Error(codes.Unavailable, "service unavailable: concurrent changes of the same data; retry")
 	case pg.IsTransient(err):
 		log.Warn("database unavailable", "err", err)
 		return status.Error(codes.Unavailable, "service unavailable: the database cannot be reached; retry later")

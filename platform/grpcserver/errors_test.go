@@ -45,6 +45,10 @@ func TestToStatus(t *testing.T) {
 			codes.Unavailable, "", "service unavailable: the database cannot be reached; retry later"},
 		{"a database shutting down is unavailable", fmt.Errorf("write: %w", &pgconn.PgError{Code: "57P01"}),
 			codes.Unavailable, "", "service unavailable: the database cannot be reached; retry later"},
+		{"a change that lost to concurrent ones is unavailable, saying so", fmt.Errorf("append: %w", &pgconn.PgError{Code: "40001"}),
+			codes.Unavailable, "", "service unavailable: concurrent changes of the same data; retry"},
+		{"a deadlock too", fmt.Errorf("write: %w", &pgconn.PgError{Code: "40P01"}),
+			codes.Unavailable, "", "service unavailable: concurrent changes of the same data; retry"},
 		{"a constraint is still internal", fmt.Errorf("write: %w", &pgconn.PgError{Code: "23502"}), codes.Internal, "INTERNAL", "internal error"},
 		{"anything else is internal, without its text", errors.New("password=hunter2 leaked"), codes.Internal, "INTERNAL", "internal error"},
 	}
