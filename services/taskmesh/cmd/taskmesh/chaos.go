@@ -37,7 +37,7 @@ func chaosCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Minute, "how long the load and the faults last")
-	f.DurationVar(&cfg.Drain, "drain", 3*time.Minute, "time the accepted work gets to end afterwards; up to as long again while some of it keeps ending")
+	f.DurationVar(&cfg.Drain, "drain", 3*time.Minute, "time the accepted work gets to end afterwards; while some of it keeps ending, up to as long again or the load's duration, whichever is longer")
 	f.IntVar(&cfg.Rate, "rate", 50, "requests a second (tasks and task groups)")
 	f.Int64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule (0: a random one, printed)")
 	f.BoolVar(&cfg.Short, "short", false, "shorter broker stalls and gaps between faults (runs of a minute or two)")

@@ -224,7 +224,7 @@ func drive(ctx context.Context, cfg Config, d *deployment, rep *Report) error {
 	defer db.Close()
 	ended := map[string]bool{}
 	dr := &drainer{read: func(ctx context.Context) ([]string, error) { return openWork(ctx, db, reqs, ended) },
-		period: cfg.Drain, stall: drainStall, poll: drainPoll}
+		period: cfg.Drain, extension: drainExtension(cfg.Drain, cfg.Duration), stall: drainStall, poll: drainPoll}
 	if err := dr.run(ctx); err != nil {
 		fmt.Fprintln(cfg.Out, "chaos: drain:", err)
 	} else if dr.extendedFor > 0 {

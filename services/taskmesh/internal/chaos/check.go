@@ -48,6 +48,15 @@ const drainStall = time.Minute
 // drainPoll is how often the drain reads the open work.
 const drainPoll = time.Second
 
+// drainExtension is the most a drain goes on past its period while work
+// keeps ending: another period, or the load's duration when that is
+// longer. A run whose rate is above the deployment's capacity ends its
+// load with a backlog about (offered/served - 1) times the duration's
+// worth of serving, so a bound that grows with the duration lets a ten
+// minute run at up to twice the capacity finish its work; the stall
+// still ends the drain for work that stops ending.
+func drainExtension(period, load time.Duration) time.Duration { return max(period, load) }
+
 // drainer waits for the accepted work to end after the load stopped.
 //
 // It waits up to period. Work still open then is not lost as long as some
@@ -56,12 +65,19 @@ const drainPoll = time.Second
 // on a fast one, and their backlog left at the period's end is work being
 // done, not work dropped. So past the period the drain goes on while the
 // open work keeps shrinking, at least once every stall, for at most
-// another period. Work that never ends stops the shrinking, and the drain
+// extension more. Work that never ends stops the shrinking, and the drain
 // ends stall after the last work that did (or at once, if that was longer
 // ago), leaving it to the lost invariant.
+//
+// The same holds for a backlog the whole deployment built up: a rate
+// above what the machine serves under the faults leaves work queued when
+// the load stops, and it is served, not lost, as long as it keeps ending.
+// Run sets the extension to the longer of the period and the load's
+// duration, as the backlog grows with the duration (see drainExtension).
 type drainer struct {
 	read        func(context.Context) ([]string, error) // the open work
 	period      time.Duration
+	extension   time.Duration // the most the drain goes on past period
 	stall, poll time.Duration
 	extendedFor time.Duration // past period, when the drain ended; 0 unless it went on for work still ending
 	// atStart is the open work the drain's first successful read found,
@@ -104,7 +120,7 @@ func (d *drainer) run(ctx context.Context) error {
 		}
 		lastErr = err
 		over := now.Sub(start) >= d.period &&
-			(now.Sub(lastEnded) >= d.stall || now.Sub(start) >= 2*d.period)
+			(now.Sub(lastEnded) >= d.stall || now.Sub(start) >= d.period+d.extension)
 		if over || ctx.Err() != nil {
 			took := fmt.Sprintf("the drain period (%s", d.period)
 			if d.extendedFor > 0 {

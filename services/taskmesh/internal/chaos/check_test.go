@@ -311,7 +311,7 @@ func TestDrainReportsWorkItCouldNotRead(t *testing.T) {
 	defer pool.Close()
 	d := &drainer{read: func(ctx context.Context) ([]string, error) {
 		return openWork(ctx, pool, []request{{key: "k", kind: "true", id: "t1"}}, map[string]bool{})
-	}, period: 1500 * time.Millisecond, stall: 500 * time.Millisecond, poll: 100 * time.Millisecond}
+	}, period: 1500 * time.Millisecond, extension: 1500 * time.Millisecond, stall: 500 * time.Millisecond, poll: 100 * time.Millisecond}
 	err = d.run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "could not be read") {
 		t.Fatalf("drain = %v, want an error saying the work could not be read", err)
@@ -349,13 +349,13 @@ func shrinking(n int, step time.Duration) func(context.Context) ([]string, error
 }
 
 // A backlog that keeps ending past the drain period is waited for, up to
-// a second period; work that stops ending is reported once it has not
-// moved for the stall; so is a backlog that outlasts both periods.
+// the extension past it; work that stops ending is reported once it has not
+// moved for the stall; so is a backlog that outlasts the extension.
 func TestDrainWaitsForABacklogThatKeepsEnding(t *testing.T) {
 	const period, stall, poll = time.Second, 500 * time.Millisecond, 10 * time.Millisecond
 	t.Run("backlog", func(t *testing.T) {
 		// Ten items, one ending every 120 ms: 1.2 s, past the period.
-		d := &drainer{read: shrinking(10, 120*time.Millisecond), period: period, stall: stall, poll: poll}
+		d := &drainer{read: shrinking(10, 120*time.Millisecond), period: period, extension: period, stall: stall, poll: poll}
 		if err := d.run(context.Background()); err != nil {
 			t.Fatalf("drain = %v, want the backlog waited for", err)
 		}
@@ -376,7 +376,7 @@ func TestDrainWaitsForABacklogThatKeepsEnding(t *testing.T) {
 			}
 			return open, err
 		}
-		d := &drainer{read: stuck, period: period, stall: stall, poll: poll}
+		d := &drainer{read: stuck, period: period, extension: period, stall: stall, poll: poll}
 		start := time.Now()
 		err := d.run(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "still open after the drain period (1s): 2 ([t0=running t1=running])") {
@@ -389,7 +389,7 @@ func TestDrainWaitsForABacklogThatKeepsEnding(t *testing.T) {
 	})
 	t.Run("endless", func(t *testing.T) {
 		// One item ends every 100 ms of a thousand: never done.
-		d := &drainer{read: shrinking(1000, 100*time.Millisecond), period: period, stall: stall, poll: poll}
+		d := &drainer{read: shrinking(1000, 100*time.Millisecond), period: period, extension: period, stall: stall, poll: poll}
 		err := d.run(context.Background())
 		if err == nil || !strings.Contains(err.Error(), "extended by") {
 			t.Fatalf("drain = %v, want it ended after a second period", err)
@@ -398,6 +398,31 @@ func TestDrainWaitsForABacklogThatKeepsEnding(t *testing.T) {
 			t.Fatalf("extended for %s, want about %s", d.extendedFor, period)
 		}
 	})
+	t.Run("long extension", func(t *testing.T) {
+		// A backlog of a long load: 25 items, one ending every 100 ms,
+		// takes 2.5 s; the extension (1.8 s) lets it end past a second
+		// period, where the default of one period would have cut it.
+		d := &drainer{read: shrinking(25, 100*time.Millisecond), period: period, extension: 1800 * time.Millisecond, stall: stall, poll: poll}
+		if err := d.run(context.Background()); err != nil {
+			t.Fatalf("drain = %v, want the backlog waited for", err)
+		}
+		if d.extendedFor <= period {
+			t.Fatalf("extended for %s, want past a second period", d.extendedFor)
+		}
+	})
+}
+
+// The extension is another period, or the load's duration when longer.
+func TestDrainExtensionGrowsWithTheLoad(t *testing.T) {
+	for _, c := range []struct{ period, load, want time.Duration }{
+		{3 * time.Minute, 10 * time.Minute, 10 * time.Minute},
+		{2 * time.Minute, time.Minute, 2 * time.Minute},
+		{3 * time.Minute, 3 * time.Minute, 3 * time.Minute},
+	} {
+		if got := drainExtension(c.period, c.load); got != c.want {
+			t.Errorf("drainExtension(%s, %s) = %s, want %s", c.period, c.load, got, c.want)
+		}
+	}
 }
 
 // A process that ends on its own is recorded with its exit status, once;
@@ -497,7 +522,7 @@ func TestDrainALateReadExtendsNothing(t *testing.T) {
 		time.Sleep(30 * time.Millisecond)
 		return []string{"t0=running"}, nil
 	}
-	d := &drainer{read: slow, period: 100 * time.Millisecond, stall: 50 * time.Millisecond, poll: 10 * time.Millisecond}
+	d := &drainer{read: slow, period: 100 * time.Millisecond, extension: 100 * time.Millisecond, stall: 50 * time.Millisecond, poll: 10 * time.Millisecond}
 	err := d.run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "still open after the drain period (100ms): 1 ([t0=running])") {
 		t.Fatalf("drain = %v, want the item reported after the period, not extended", err)
