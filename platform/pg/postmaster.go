@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskmesh/taskmesh/platform/freeport"
+	"github.com/taskmesh/taskmesh/platform/timerslack"
 )
 
 // freePort picks a port free on 127.0.0.1 right now. Someone else may take
@@ -90,7 +91,10 @@ func (s *LocalServer) spawn(dataDir, binDir, logPath string, port int, owner *os
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = procAttr(owner)
-	if err := cmd.Start(); err != nil {
+	// Postgres runs with the timer slack this process was started with,
+	// as it would beside a deployment, not a server's coarser one
+	// (platform/timerslack).
+	if err := timerslack.StartChild(cmd.Start); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("pg: start postgres: %w", err)
 	}

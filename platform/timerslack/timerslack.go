@@ -25,15 +25,24 @@
 // inherits it. A process whose slack already is what is asked for is left
 // alone, so the second image goes straight on.
 //
-// The slack is not for processes that start users' tasks: a task would
-// inherit it through its shim, and a task's own timers are the user's.
+// A process started from a thread inherits that thread's slack, and a
+// user's task must not: its own timers are the user's. So Ensure
+// remembers the slack the process was started with (carried across its
+// execution again in the environment, then removed from it), and
+// StartChild starts a process from a thread set back to that slack for
+// the moment of the fork. A process that starts users' work (the
+// executor) starts all of it through StartChild.
 package timerslack
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -85,4 +94,59 @@ func Ensure() error {
 		return err
 	}
 	return ensure(want)
+}
+
+// inheritedEnv carries the slack the process was started with, in
+// nanoseconds, across Ensure's execution of the program again. The second
+// image reads it and removes it from its environment, so that no process
+// it starts sees it.
+const inheritedEnv = "TASKMESH_TIMER_SLACK_INHERITED"
+
+// inherited is the slack this process was started with, once Ensure found
+// its slack in place; 0 when Ensure did not run or changed nothing, and
+// StartChild then has nothing to restore.
+var inherited atomic.Int64
+
+// Inherited is the slack the process was started with, before Ensure
+// changed it; 0 when Ensure has not set a slack of its own.
+func Inherited() time.Duration { return time.Duration(inherited.Load()) }
+
+// adoptInherited records the slack the process was started with, as the
+// image before the execution again passed it on, and removes it from the
+// environment. cur is the slack now: without a value passed on the
+// process was started with the slack it has, and children get it too.
+func adoptInherited(cur time.Duration) {
+	v, passed := os.LookupEnv(inheritedEnv)
+	_ = os.Unsetenv(inheritedEnv)
+	n, err := strconv.ParseInt(v, 10, 64)
+	if !passed || err != nil || n <= 0 || n == int64(cur) {
+		return
+	}
+	inherited.Store(n)
+}
+
+// StartChild runs start, which starts a process (os/exec's Start,
+// syscall.ForkExec), on a thread whose slack is, for the moment, the one
+// this process was started with, so that the process starts with it
+// instead of this process's (the child copies the forking thread's). It
+// is start itself when the slack was not changed, or cannot be set back:
+// the child then has this process's, a coarser timer, and still runs.
+func StartChild(start func() error) error {
+	want := Inherited()
+	if want == 0 {
+		return start()
+	}
+	return startAt(want, start)
+}
+
+// CombinedOutput is cmd.CombinedOutput with cmd started through
+// StartChild.
+func CombinedOutput(cmd *exec.Cmd) ([]byte, error) {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := StartChild(cmd.Start); err != nil {
+		return nil, err
+	}
+	err := cmd.Wait()
+	return out.Bytes(), err
 }

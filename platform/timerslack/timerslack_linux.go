@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -35,6 +36,7 @@ func ensure(want time.Duration) error {
 		return err
 	}
 	if cur == want {
+		adoptInherited(cur)
 		return nil
 	}
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(want), 0, 0, 0); err != nil {
@@ -45,9 +47,34 @@ func ensure(want time.Duration) error {
 	if got, err := Current(); err != nil || got != want {
 		return fmt.Errorf("%w: the kernel kept %s instead of %s", ErrNotApplied, got, want)
 	}
+	// The slack the process was started with goes to the next image, for
+	// the processes it starts (StartChild); an image that executes again
+	// after a refusal keeps the first value.
+	if _, passed := os.LookupEnv(inheritedEnv); !passed {
+		_ = os.Setenv(inheritedEnv, strconv.FormatInt(int64(cur), 10))
+	}
 	if path, err := os.Executable(); err == nil {
 		_ = syscall.Exec(path, os.Args, os.Environ())
 	}
 	err = syscall.Exec(self, os.Args, os.Environ())
+	_ = os.Unsetenv(inheritedEnv)
 	return fmt.Errorf("%w: executing %s again: %v", ErrNotApplied, self, err)
+}
+
+// startAt runs start on a thread whose slack is want for the moment.
+func startAt(want time.Duration, start func() error) error {
+	// The child copies the slack of the thread that forks it, so the
+	// setting, the fork and the setting back happen on one thread, and no
+	// other goroutine runs on it meanwhile.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cur, err := Current()
+	if err != nil || cur == want {
+		return start()
+	}
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(want), 0, 0, 0); err != nil {
+		return start()
+	}
+	defer func() { _ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(cur), 0, 0, 0) }()
+	return start()
 }

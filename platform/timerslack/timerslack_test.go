@@ -77,6 +77,30 @@ func TestHelperProcess(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Two children read their own slack: one started through StartChild,
+	// one plainly; and whether the environment still passes the
+	// inherited value on.
+	for _, c := range []struct {
+		name  string
+		start func(func() error) error
+	}{{"child", StartChild}, {"plain", func(f func() error) error { return f() }}} {
+		cmd := exec.Command("cat", "/proc/self/timerslack_ns")
+		var out strings.Builder
+		cmd.Stdout = &out
+		if err := c.start(cmd.Start); err != nil {
+			os.Exit(5)
+		}
+		if err := cmd.Wait(); err != nil {
+			os.Exit(6)
+		}
+		os.Stdout.WriteString(c.name + " " + strings.TrimSpace(out.String()) + "\n")
+	}
+	if out, err := CombinedOutput(exec.Command("cat", "/proc/self/timerslack_ns")); err == nil {
+		os.Stdout.WriteString("combined " + strings.TrimSpace(string(out)) + "\n")
+	}
+	if v, ok := os.LookupEnv(inheritedEnv); ok {
+		os.Stdout.WriteString("environment passes on " + v + "\n")
+	}
 	comm, _ := os.ReadFile("/proc/self/comm")
 	os.Stdout.WriteString("comm " + strings.TrimSpace(string(comm)) + "\n")
 	tasks, _ := os.ReadDir("/proc/self/task")
@@ -91,10 +115,21 @@ func TestHelperProcess(t *testing.T) {
 	os.Exit(0)
 }
 
+// helperRun is what a run of TestHelperProcess printed.
+type helperRun struct {
+	pids   []string       // of each image started
+	slacks map[string]int // threads per slack, in ns
+	// child and plain are the slacks of its children started through
+	// StartChild and plainly.
+	child, plain string
+	combined     string   // of the child run through CombinedOutput
+	other        []string // any other line
+}
+
 // runHelper starts TestHelperProcess with TASKMESH_TIMER_SLACK set to env
-// and returns the pids of its images and the slacks it printed, and any
-// other line it printed.
-func runHelper(t *testing.T, env string) (pids []string, slacks map[string]int, other []string) {
+// from a thread whose slack is inherited (the test's own), and returns
+// what it printed.
+func runHelper(t *testing.T, env string) (r helperRun, inherited string) {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("timer slack is a Linux setting")
@@ -105,14 +140,32 @@ func runHelper(t *testing.T, env string) (pids []string, slacks map[string]int, 
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
 	cmd.Env = append(os.Environ(), helperEnv+"="+starts, EnvVar+"="+env)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helper: %v\n%s", err, out)
+	var out strings.Builder
+	cmd.Stdout = &out
+	// The helper copies the slack of the thread that starts it.
+	runtime.LockOSThread()
+	cur, err := Current()
+	if err == nil {
+		err = cmd.Start()
 	}
-	slacks = map[string]int{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	runtime.UnlockOSThread()
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out.String())
+	}
+	inherited = strconv.FormatInt(cur.Nanoseconds(), 10)
+	r.slacks = map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		if v, ok := strings.CutPrefix(line, "slack "); ok {
-			slacks[v]++
+			r.slacks[v]++
+		} else if v, ok := strings.CutPrefix(line, "child "); ok {
+			r.child = v
+		} else if v, ok := strings.CutPrefix(line, "plain "); ok {
+			r.plain = v
+		} else if v, ok := strings.CutPrefix(line, "combined "); ok {
+			r.combined = v
 		} else if v, ok := strings.CutPrefix(line, "comm "); ok {
 			// The kernel names a process after the file it executes,
 			// cut to 15 bytes: executing again must keep the name.
@@ -120,27 +173,41 @@ func runHelper(t *testing.T, env string) (pids []string, slacks map[string]int, 
 				t.Errorf("the helper is named %q, want %q", v, want)
 			}
 		} else if line != "" {
-			other = append(other, line)
+			r.other = append(r.other, line)
 		}
 	}
 	b, err := os.ReadFile(starts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Fields(string(b)), slacks, other
+	r.pids = strings.Fields(string(b))
+	return r, inherited
 }
 
 func TestEnsureExecutesOnceAndEveryThreadHasTheSlack(t *testing.T) {
-	pids, slacks, other := runHelper(t, "3ms")
-	if len(other) > 0 {
-		t.Fatalf("helper said %q", other)
+	// A slack the test's threads do not have already.
+	want := 3 * time.Millisecond
+	if cur, _ := Current(); cur == want {
+		want = 4 * time.Millisecond
+	}
+	ns := strconv.FormatInt(want.Nanoseconds(), 10)
+	r, inherited := runHelper(t, want.String())
+	if len(r.other) > 0 {
+		t.Fatalf("helper said %q", r.other)
 	}
 	// One execution again, in the same process.
-	if len(pids) != 2 || pids[0] != pids[1] {
-		t.Fatalf("images started: pids %v, want the same pid twice", pids)
+	if len(r.pids) != 2 || r.pids[0] != r.pids[1] {
+		t.Fatalf("images started: pids %v, want the same pid twice", r.pids)
 	}
-	if len(slacks) != 1 || slacks["3000000"] < 5 {
-		t.Fatalf("threads' slack %v, want every thread (at least 5) at 3000000 ns", slacks)
+	if len(r.slacks) != 1 || r.slacks[ns] < 5 {
+		t.Fatalf("threads' slack %v, want every thread (at least 5) at %s ns", r.slacks, ns)
+	}
+	// A process started through StartChild has the slack the helper was
+	// started with; one started plainly has the helper's. (The helper
+	// said nothing else: its environment no longer passes the value on.)
+	if r.child != inherited || r.combined != inherited || r.plain != ns {
+		t.Fatalf("children's slack: through StartChild %s, through CombinedOutput %s, plainly %s; want %s, %s and %s",
+			r.child, r.combined, r.plain, inherited, inherited, ns)
 	}
 }
 
@@ -149,38 +216,65 @@ func TestEnsureLeavesAProcessThatHasTheSlack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pids, slacks, other := runHelper(t, cur.String())
-	if len(other) > 0 || len(pids) != 1 {
-		t.Fatalf("images started %v, said %q; want one start and nothing said", pids, other)
+	r, inherited := runHelper(t, cur.String())
+	if len(r.other) > 0 || len(r.pids) != 1 {
+		t.Fatalf("images started %v, said %q; want one start and nothing said", r.pids, r.other)
 	}
-	if len(slacks) != 1 || slacks[strconv.FormatInt(cur.Nanoseconds(), 10)] == 0 {
-		t.Fatalf("threads' slack %v, want all at the inherited %d ns", slacks, cur.Nanoseconds())
+	if len(r.slacks) != 1 || r.slacks[inherited] == 0 || r.child != inherited || r.plain != inherited {
+		t.Fatalf("threads' slack %v, children's %s and %s; want all at the inherited %s ns", r.slacks, r.child, r.plain, inherited)
 	}
 }
 
 func TestEnsureOffOrRefusedChangesNothing(t *testing.T) {
-	cur, err := Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	inherited := strconv.FormatInt(cur.Nanoseconds(), 10)
 	for _, tc := range []struct{ env, said string }{
 		{env: "off"},
 		{env: "fast", said: "ensure: " + EnvVar + `="fast": not a duration (say 1ms) or off`},
 		{env: "10s", said: "ensure: " + EnvVar + `="10s": out of range`},
 	} {
-		pids, slacks, other := runHelper(t, tc.env)
-		if len(pids) != 1 {
-			t.Errorf("%s: images started %v, want one", tc.env, pids)
+		r, inherited := runHelper(t, tc.env)
+		if len(r.pids) != 1 {
+			t.Errorf("%s: images started %v, want one", tc.env, r.pids)
 		}
-		if len(slacks) != 1 || slacks[inherited] == 0 {
-			t.Errorf("%s: threads' slack %v, want all at the inherited %s ns", tc.env, slacks, inherited)
+		if len(r.slacks) != 1 || r.slacks[inherited] == 0 || r.child != inherited || r.plain != inherited {
+			t.Errorf("%s: threads' slack %v, children's %s and %s; want all at the inherited %s ns", tc.env, r.slacks, r.child, r.plain, inherited)
 		}
 		switch {
-		case tc.said == "" && len(other) > 0:
-			t.Errorf("%s: helper said %q, want nothing", tc.env, other)
-		case tc.said != "" && (len(other) != 1 || !strings.HasPrefix(other[0], tc.said)):
-			t.Errorf("%s: helper said %q, want %q", tc.env, other, tc.said)
+		case tc.said == "" && len(r.other) > 0:
+			t.Errorf("%s: helper said %q, want nothing", tc.env, r.other)
+		case tc.said != "" && (len(r.other) != 1 || !strings.HasPrefix(r.other[0], tc.said)):
+			t.Errorf("%s: helper said %q, want %q", tc.env, r.other, tc.said)
+		}
+	}
+}
+
+// The value passed on is taken only when it is a slack other than the
+// one the process has, and never stays in the environment.
+func TestAdoptInherited(t *testing.T) {
+	defer inherited.Store(0)
+	for _, tc := range []struct {
+		env  string
+		set  bool
+		want time.Duration
+	}{
+		{env: "50000", set: true, want: 50 * time.Microsecond},
+		{env: "1000000", set: true}, // the slack it has: nothing to restore
+		{env: "fast", set: true},
+		{env: "-5", set: true},
+		{set: false},
+	} {
+		inherited.Store(0)
+		if tc.set {
+			t.Setenv(inheritedEnv, tc.env)
+		}
+		adoptInherited(time.Millisecond)
+		if got := Inherited(); got != tc.want {
+			t.Errorf("%q: Inherited() = %s, want %s", tc.env, got, tc.want)
+		}
+		if out, err := CombinedOutput(exec.Command("cat", "/proc/self/timerslack_ns")); err == nil {
+			os.Stdout.WriteString("combined " + strings.TrimSpace(string(out)) + "\n")
+		}
+		if v, ok := os.LookupEnv(inheritedEnv); ok {
+			t.Errorf("%q: the environment still holds %q", tc.env, v)
 		}
 	}
 }

@@ -39,6 +39,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/taskmesh/taskmesh/platform/timerslack"
 	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
@@ -393,7 +394,10 @@ func (s *Supervisor) start(id string, d Desired) (*proc, error) {
 	cmd.Env = append(env, "TASKMESH_SERVICE_ID="+id, "TASKMESH_SERVICE_VERSION="+d.Version)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// A service is a user's program: it runs with the timer slack the
+	// agent was started with, not the agent's own
+	// (docs/decisions/0124-agents-run-with-the-timer-slack-and-their-tasks-without-it.md).
+	if err := timerslack.StartChild(cmd.Start); err != nil {
 		stdout.Close()
 		stderr.Close()
 		return nil, err

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/taskmesh/taskmesh/platform/timerslack"
 )
 
 // StartError says the task could not be started (command not found, bad
@@ -107,7 +109,10 @@ func startDetached(command, args, env []string, dir, logPath string) (*exec.Cmd,
 	// Setsid: a shim must not share the agent's session or process group,
 	// so signals aimed at the agent (a terminal's ^C, a group kill) miss it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
+	// The shim and the tasks it starts run with the timer slack the agent
+	// was started with, not the agent's own
+	// (docs/decisions/0124-agents-run-with-the-timer-slack-and-their-tasks-without-it.md).
+	err = timerslack.StartChild(cmd.Start)
 	pw.Close()
 	if err != nil {
 		pr.Close()

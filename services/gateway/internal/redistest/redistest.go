@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/taskmesh/taskmesh/platform/freeport"
+	"github.com/taskmesh/taskmesh/platform/timerslack"
 )
 
 // startTimeout bounds how long the server may take to answer PING.
@@ -71,7 +72,9 @@ func start(bin, dir string) (*Server, error) {
 	log := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// Redis runs with the timer slack this process was started with
+	// (platform/timerslack), as beside a deployment.
+	if err := timerslack.StartChild(cmd.Start); err != nil {
 		return nil, err
 	}
 	s := &Server{Addr: addr, URL: "redis://" + addr + "/0", cmd: cmd, done: make(chan struct{}), log: log}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
+	"github.com/taskmesh/taskmesh/platform/timerslack"
 
 	"github.com/taskmesh/taskmesh/platform/freeport"
 )
@@ -200,6 +201,25 @@ func TestDevRunsTasksAndKeepsThemAcrossRestarts(t *testing.T) {
 	rest(t, "GET", base+"/api/v1/admin/tenants", adminKey, nil)
 	created = rest(t, "POST", base+"/api/v1/tasks", key, map[string]any{"name": "after restart", "command": "echo", "args": []string{"new"}})
 	waitCompleted(t, base, key, created["id"].(string))
+	// dev runs with the servers' timer slack; its tasks and its Postgres
+	// with the one it was started with (this test's).
+	inherited, err := timerslack.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d\n", inherited.Nanoseconds())
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/timerslack_ns", second.cmd.Process.Pid)); err != nil || string(b) != fmt.Sprintf("%d\n", timerslack.Default.Nanoseconds()) {
+		t.Errorf("dev's timer slack = %q %v, want %s", b, err, timerslack.Default)
+	}
+	created = rest(t, "POST", base+"/api/v1/tasks", key, map[string]any{"name": "slack", "command": "cat", "args": []string{"/proc/self/timerslack_ns"}})
+	if done := waitCompleted(t, base, key, created["id"].(string)); done["stdout"] != want {
+		t.Errorf("a task's timer slack = %q, want %q", done["stdout"], want)
+	}
+	if pm, err := os.ReadFile(filepath.Join(dir, "pg", "postmaster.pid")); err != nil {
+		t.Errorf("postmaster.pid: %v", err)
+	} else if b, err := os.ReadFile("/proc/" + strings.Fields(string(pm))[0] + "/timerslack_ns"); err != nil || string(b) != want {
+		t.Errorf("Postgres's timer slack = %q %v, want %q", b, err, want)
+	}
 	if !strings.Contains(second.out.String(), "Local agent    agent-local-1 on ") {
 		t.Fatalf("the banner does not show the local agent:\n%s", second.out)
 	}

@@ -41,18 +41,23 @@ func main() {
 	}
 }
 
-// serverTimerSlack gives the server that args start its coarser timer
-// slack (platform/timerslack), executing the program again when it must,
-// and leaves every other command alone. The servers are the control
-// plane's services and the broker; not the executor, nor dev with its
-// agent: the tasks they start would inherit the slack, and a task's
-// timers are its user's.
+// serverTimerSlack gives the long-running process that args start its
+// coarser timer slack (platform/timerslack), executing the program again
+// when it must, and leaves every other command alone. They are the
+// control plane's services, the broker, the executor, dev (all of them in
+// one process) and the benchmarks, which run the services as they are
+// deployed. What those start for users (shims and their tasks, managed
+// services) and Postgres start with the slack the process was started
+// with (timerslack.StartChild): a task's timers are its user's.
 func serverTimerSlack(args []string) error {
 	if len(args) < 2 {
 		return nil
 	}
+	if len(args) >= 3 && args[1] == "executor" && args[2] == "shim" {
+		return nil // a shim is its tasks' parent (executorShim runs it first anyway)
+	}
 	switch args[1] {
-	case "gateway", "scheduler", "quota", "consumers", "broker":
+	case "gateway", "scheduler", "quota", "consumers", "broker", "executor", "dev", "bench":
 		return timerslack.Ensure()
 	}
 	return nil

@@ -15,13 +15,13 @@ import (
 func TestServerTimerSlack(t *testing.T) {
 	for _, bad := range []string{"fast", "0", "5s"} {
 		t.Setenv(timerslack.EnvVar, bad)
-		for _, server := range []string{"gateway", "scheduler", "quota", "consumers", "broker"} {
+		for _, server := range []string{"gateway", "scheduler", "quota", "consumers", "broker", "executor", "dev", "bench"} {
 			err := serverTimerSlack([]string{"taskmesh", server, "--help"})
 			if err == nil || errors.Is(err, timerslack.ErrNotApplied) || !strings.Contains(err.Error(), timerslack.EnvVar) {
 				t.Errorf("%s with %s=%q: %v, want a refusal naming the variable", server, timerslack.EnvVar, bad, err)
 			}
 		}
-		for _, other := range [][]string{{"taskmesh"}, {"taskmesh", "executor"}, {"taskmesh", "dev"}, {"taskmesh", "ctl", "tasks"}, {"taskmesh", "bench", "tasks"}} {
+		for _, other := range [][]string{{"taskmesh"}, {"taskmesh", "executor", "shim", "serve"}, {"taskmesh", "ctl", "tasks"}, {"taskmesh", "replay"}, {"taskmesh", "chaos"}, {"taskmesh", "version"}} {
 			if err := serverTimerSlack(other); err != nil {
 				t.Errorf("%v with %s=%q: %v, want the command left alone", other, timerslack.EnvVar, bad, err)
 			}
