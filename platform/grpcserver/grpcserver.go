@@ -52,8 +52,11 @@ type Options struct {
 
 // MaxRecvMsgBytes bounds a request message. gRPC's default (4 MiB) is too
 // small for the video API, whose requests carry a first frame of up to 10 MB
-// as a base64 data: URI (about 13.4 MB).
-const MaxRecvMsgBytes = 16 << 20
+// as a base64 data: URI (about 13.4 MB), and a frame over that limit must
+// reach the scheduler to be refused with its field's error: the REST
+// facade passes video bodies of up to 32 MiB, and the message made of one
+// is no larger than the JSON it came in.
+const MaxRecvMsgBytes = 32 << 20
 
 // Server is a gRPC server plus its health service.
 type Server struct {

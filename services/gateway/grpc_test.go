@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	adminv1 "github.com/taskmesh/taskmesh/gen/taskmesh/admin/v1"
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/grpcserver"
 	"github.com/taskmesh/taskmesh/services/gateway"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/schedulertest"
 )
@@ -503,7 +505,7 @@ func TestGRPCRefusalsCarryTheRESTCode(t *testing.T) {
 	}
 }
 
-// A request message over the 16 MiB cap is refused by gRPC itself with
+// A request message over the 32 MiB cap is refused by gRPC itself with
 // ResourceExhausted and no details: no RetryInfo, which tells it from a
 // rate limit a client may retry (docs/api/README.md).
 func TestGRPCRequestOverTheSizeLimit(t *testing.T) {
@@ -512,10 +514,10 @@ func TestGRPCRequestOverTheSizeLimit(t *testing.T) {
 	ctx, cancel := outgoing(e.userSecret)
 	defer cancel()
 	_, err := taskv1.NewTaskServiceClient(conn).CreateTask(ctx,
-		&taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "n", Command: strings.Repeat("a", 17<<20)}})
+		&taskv1.CreateTaskRequest{Spec: &taskv1.TaskSpec{Name: "n", Command: strings.Repeat("a", grpcserver.MaxRecvMsgBytes+1<<20)}})
 	st := status.Convert(err)
-	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "vs. 16777216") || len(st.Details()) != 0 {
-		t.Errorf("17 MiB request: %v %v, want ResourceExhausted without details", err, st.Details())
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), fmt.Sprintf("vs. %d", grpcserver.MaxRecvMsgBytes)) || len(st.Details()) != 0 {
+		t.Errorf("33 MiB request: %v %v, want ResourceExhausted without details", err, st.Details())
 	}
 	if calls := e.fake.Calls(); len(calls) != 0 {
 		t.Errorf("the scheduler got %d calls, want none", len(calls))

@@ -308,7 +308,7 @@ type VideoCode struct {
 // document.
 var VideoCodes = []VideoCode{
 	{VideoInvalidParameter, http.StatusBadRequest, "a parameter is missing or out of range, or a string holds NUL or invalid UTF-8; the message names it"},
-	{VideoInvalidParameter, http.StatusRequestEntityTooLarge, "the request body is over 15 MB"},
+	{VideoInvalidParameter, http.StatusRequestEntityTooLarge, "the request body is over 32 MB"},
 	{VideoInvalidParameter, http.StatusUnsupportedMediaType, "the request body is not JSON (Content-Type)"},
 	{VideoInvalidAPIKey, http.StatusUnauthorized, "missing, unknown, expired or revoked API key"},
 	{VideoAccessDenied, http.StatusForbidden, "the task belongs to another tenant, or the credential may not call this API"},

@@ -332,6 +332,15 @@ func TestVideoGenerationAPI(t *testing.T) {
 		if msg, _ := body["message"].(string); !strings.Contains(msg, "10 MB") {
 			t.Errorf("message = %q", msg)
 		}
+		// A frame of about 15 MB, some 20 MB as a data: URI: past what a
+		// 10 MB frame needs, still answered with the field's own error.
+		muchTooBig := "data:image/png;base64," + base64.StdEncoding.EncodeToString(append(buf.Bytes(), make([]byte, 6<<20)...))
+		code, body, hdr = w.call("POST", "/v1/video/generations", w.premium, map[string]any{"model": "wan2.2-i2v",
+			"input": map[string]any{"prompt": "much too big", "image": muchTooBig}})
+		videoError(t, "15 MB", code, body, hdr, 400, "InvalidParameter")
+		if msg, _ := body["message"].(string); !strings.Contains(msg, "input.image") || !strings.Contains(msg, "10 MB") {
+			t.Errorf("message = %q", msg)
+		}
 	})
 
 	t.Run("invalid requests are refused and store nothing", func(t *testing.T) {
