@@ -21,7 +21,16 @@ import (
 // Resolve returns the argument vector a task runs: command and args as
 // given when args are present, and otherwise command read as a command
 // line (Split). A command that is one plain word comes back unchanged.
+// A program that is a shell builtin (ShellBuiltin) is refused either way.
 func Resolve(command string, args []string) (string, []string, error) {
+	cmd, args, err := resolve(command, args)
+	if err == nil && ShellBuiltin(cmd) {
+		err = fmt.Errorf("%s is a shell builtin, not a program, and no shell runs the command: run a shell command line as type script", cmd)
+	}
+	return cmd, args, err
+}
+
+func resolve(command string, args []string) (string, []string, error) {
 	if len(args) > 0 || !needsReading(command) {
 		return command, args, nil
 	}
@@ -36,6 +45,28 @@ func Resolve(command string, args []string) (string, []string, error) {
 		return words[0], args, nil
 	}
 	return words[0], words[1:], nil
+}
+
+// shellBuiltins are the builtins that act on the shell running them (its
+// directory, variables, options, traps, flow) and that no system ships as
+// a program. Started without a shell, as a shell or python task is, such
+// a command cannot run at all: `exit 1` would fail to start on every
+// agent, after every retry, instead of exiting 1. Builtins that some
+// systems also ship as programs (echo, test, kill, wait, command, type)
+// are left to the agent's PATH.
+var shellBuiltins = map[string]bool{
+	".": true, ":": true, "break": true, "continue": true, "eval": true, "exec": true, "exit": true,
+	"export": true, "readonly": true, "return": true, "set": true, "shift": true, "times": true,
+	"trap": true, "unset": true, "cd": true, "pushd": true, "popd": true, "dirs": true, "alias": true,
+	"unalias": true, "source": true, "declare": true, "typeset": true, "local": true, "let": true,
+	"shopt": true, "umask": true, "ulimit": true,
+}
+
+// ShellBuiltin reports whether program, as a task names it, is a shell
+// builtin that exists only inside a shell (shellBuiltins). A path, such as
+// ./exit or /usr/local/bin/cd, names a file and is a program.
+func ShellBuiltin(program string) bool {
+	return shellBuiltins[program]
 }
 
 // needsReading reports whether command is anything but one plain word: a

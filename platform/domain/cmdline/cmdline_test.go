@@ -86,6 +86,30 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+// A shell builtin cannot be started without a shell: as a command line,
+// as a one-word command or as the program of explicit args, it is refused
+// naming the builtin and type script. The same name as a path, or a
+// builtin that systems also ship as a program, is a program.
+func TestResolveRefusesShellBuiltins(t *testing.T) {
+	for _, tt := range []struct {
+		command string
+		args    []string
+	}{
+		{"exit 1", nil}, {"exit", nil}, {"exit", []string{"1"}}, {"  cd /tmp ", nil}, {"export A=1", nil},
+		{"source env.sh", nil}, {". ./env.sh", nil}, {"set -e", nil}, {"'exit' 3", nil}, {":", nil},
+	} {
+		_, _, err := Resolve(tt.command, tt.args)
+		if err == nil || !strings.Contains(err.Error(), "shell builtin") || !strings.Contains(err.Error(), "type script") {
+			t.Errorf("Resolve(%q, %q) = %v; want a shell builtin refused", tt.command, tt.args, err)
+		}
+	}
+	for _, command := range []string{"./exit", "/usr/local/bin/cd", "echo hi", "test -f x", "kill -0 1", "exiting now", "true"} {
+		if _, _, err := Resolve(command, nil); err != nil {
+			t.Errorf("Resolve(%q) = %v; want it run as a program", command, err)
+		}
+	}
+}
+
 func FuzzSplit(f *testing.F) {
 	for _, s := range []string{"python a.py --x=1", `echo 'a b' "c\"d" e\ f`, "", `"`, `\`, "a|b"} {
 		f.Add(s)

@@ -163,6 +163,7 @@ func TestLocalAPI(t *testing.T) {
 		{"blocked pattern", "POST", "/api/v1/tasks", `{"name":"x","command":"sh","args":["-c","rm -rf /"]}`, 400, 30005, `blocked pattern "rm -rf /"`},
 		{"bad json", "POST", "/api/v1/tasks", `{"name":`, 400, 30005, ""},
 		{"shell syntax", "POST", "/api/v1/tasks", `{"name":"x","command":"echo a | wc -l"}`, 400, 30005, "command: '|' at character 8 is shell syntax"},
+		{"a shell builtin", "POST", "/api/v1/tasks", `{"name":"x","command":"exit 1"}`, 400, 30005, "command: exit is a shell builtin, not a program"},
 		{"bad limit", "GET", "/api/v1/tasks?limit=5000", "", 400, 30005, "limit"},
 		{"too many retries", "POST", "/api/v1/tasks", `{"name":"x","command":"false","max_retries":101}`, 400, 30005, "max_retries"},
 		{"long retry delay", "POST", "/api/v1/tasks", `{"name":"x","command":"false","retry_delay":86401}`, 400, 30005, "retry_delay"},

@@ -10,7 +10,8 @@ import (
 
 // A command given as one command line without args (docs/api/tasks.md,
 // "A command line") runs as its words, with no shell: a single task, and
-// a serial group and a DAG whose members are command lines. Shell syntax is refused with 30005 and creates nothing.
+// a serial group and a DAG whose members are command lines. Shell syntax
+// and shell builtins are refused with 30005 and create nothing.
 func TestCommandLinesRunAsTheirWords(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -32,9 +33,22 @@ func TestCommandLinesRunAsTheirWords(t *testing.T) {
 		!strings.Contains(fmt.Sprint(refused["message"]), "command") {
 		t.Fatalf("a pipe: %d %v", code, refused)
 	}
+	// A shell builtin would fail to start on every agent, after every
+	// retry: it is refused at once, as a command line and as the program
+	// of explicit args.
+	for _, body := range []map[string]any{
+		{"name": "builtin", "command": "exit 1"},
+		{"name": "builtin", "command": "cd", "args": []string{"/tmp"}},
+	} {
+		code, refused, _ := w.call("POST", "/api/v1/tasks", key, body)
+		if code != 400 || refused["code"] != float64(30005) || !strings.Contains(fmt.Sprint(refused["message"]), "shell builtin") ||
+			!strings.Contains(fmt.Sprint(refused["message"]), "type script") {
+			t.Fatalf("a shell builtin %v: %d %v", body, code, refused)
+		}
+	}
 	_, list, _ := w.call("GET", "/api/v1/tasks", key, nil)
 	for _, tk := range list["tasks"].([]any) {
-		if tk.(map[string]any)["name"] == "pipe" {
+		if n := tk.(map[string]any)["name"]; n == "pipe" || n == "builtin" {
 			t.Fatalf("the refused task was created: %v", tk)
 		}
 	}
