@@ -161,8 +161,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor config: %w", err)
 	}
+	// Idle cgroups of settled attempts are kept for later ones, as many as
+	// the spare run directories (docs/executor.md, "Cgroups are reused").
 	limiter, err := isolation.New(isolation.Config{Name: "taskmesh-" + safeName(cfg.AgentID), NoCgroups: cfg.NoCgroups,
-		Sandbox: cfg.Sandbox, Hidden: hiddenFromTasks(cfg), Logger: cfg.Logger.With("agent_id", cfg.AgentID)})
+		SpareGroups: 2 * cfg.Slots,
+		Sandbox:     cfg.Sandbox, Hidden: hiddenFromTasks(cfg), Logger: cfg.Logger.With("agent_id", cfg.AgentID)})
 	if err != nil {
 		return nil, fmt.Errorf("executor config: %w", err)
 	}

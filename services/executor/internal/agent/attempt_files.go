@@ -11,9 +11,11 @@ import (
 
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/artifacts"
+	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 	"github.com/taskmesh/taskmesh/services/executor/internal/checkpoint"
 	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/rpcerr"
+	"github.com/taskmesh/taskmesh/services/executor/internal/shim"
 )
 
 // The files an attempt keeps beyond its process (docs/api/tasks.md#checkpoints,
@@ -50,12 +52,24 @@ func (a *Agent) rememberFiles(attemptID string, f journal.AttemptFiles) {
 }
 
 // settled removes what an attempt whose outcome is settled (delivered,
-// refused for good, or local) left: its run directory and what memory
-// kept of it.
+// refused for good, or local) left: its cgroup (kept for a later attempt
+// when it can be), its run directory and what memory kept of it. The
+// cgroup goes first: an attempt recovered after a restart names it only in
+// the spec in its run directory.
 func (a *Agent) settled(t journal.Task) {
 	a.mu.Lock()
 	delete(a.keeps, t.AttemptID)
 	a.mu.Unlock()
+	a.isolation.Recycle(t.AttemptID, func() *cgroup.Group {
+		if t.RunDir == "" {
+			return nil
+		}
+		spec, err := shim.ReadSpec(t.RunDir)
+		if err != nil {
+			return nil
+		}
+		return spec.Cgroup
+	})
 	a.cleanup(t.RunDir)
 }
 

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == allocMemory {
 		os.Exit(allocate(os.Args[2]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == cgroupLimits {
+		os.Exit(printCgroupLimits())
+	}
 	os.Exit(m.Run())
 }
 

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	taskv1 "github.com/taskmesh/taskmesh/gen/taskmesh/task/v1"
 	"github.com/taskmesh/taskmesh/services/executor/internal/cgroup"
 	"github.com/taskmesh/taskmesh/services/executor/internal/isolation"
+	"github.com/taskmesh/taskmesh/services/executor/internal/journal"
 	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 )
 
@@ -72,12 +75,16 @@ func TestTaskOverItsMemoryLimitIsReportedOutOfMemory(t *testing.T) {
 	if ok.GetExitCode() != 0 || ok.GetError() != "" || !strings.Contains(ok.GetStdout(), "allocated 16 MiB") {
 		t.Errorf("the small task's outcome: exit %d, error %q, stdout %q", ok.GetExitCode(), ok.GetError(), ok.GetStdout())
 	}
-	// Each task's cgroup is gone with it.
-	for _, id := range ids {
-		row := h.waitFinal(id, 10*time.Second)
-		leftovers, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "*"+safeName(row.AttemptID)+"*"))
-		if len(leftovers) > 0 {
-			t.Errorf("cgroups left after the task: %v", leftovers)
+	// The hog's cgroup, where the OOM killer struck, is gone with it; the
+	// small task's may be kept, empty, for a later task.
+	hog := h.waitFinal(ids[0], 10*time.Second)
+	leasetest.WaitFor(t, 10*time.Second, "the hog's cgroup removed", func() bool {
+		return len(cgroupDirs(t, safeName(hog.AttemptID))) == 0
+	})
+	small := h.waitFinal(ids[1], 10*time.Second)
+	for _, d := range cgroupDirs(t, safeName(small.AttemptID)) {
+		if procs := read(t, filepath.Join(d, "cgroup.procs")); strings.TrimSpace(procs) != "" {
+			t.Errorf("processes left in %s after the task: %q", d, procs)
 		}
 	}
 	// The heartbeat says how tasks are limited.
@@ -85,6 +92,140 @@ func TestTaskOverItsMemoryLimitIsReportedOutOfMemory(t *testing.T) {
 	last := hb[len(hb)-1].Req.(*taskv1.SendHeartbeatRequest)
 	if last.GetIsolation() != h.agent.isolation.Mode() || last.GetSlots() != 4 || last.GetVersion() == "" {
 		t.Errorf("heartbeat = %v", last)
+	}
+	// Once the agent has stopped, no cgroup of either task is left.
+	h.stop()
+	for _, row := range []journal.Task{hog, small} {
+		if left := cgroupDirs(t, safeName(row.AttemptID)); len(left) > 0 {
+			t.Errorf("cgroups left after the agent stopped: %v", left)
+		}
+	}
+}
+
+// cgroupLimits makes the test binary a task that prints its memory
+// cgroup and that group's memory and CPU limits.
+const cgroupLimits = "cgroup-limits"
+
+func printCgroupLimits() int {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		fmt.Println(err)
+		return 2
+	}
+	paths := map[string]string{} // controller → the group's path ("" on v2)
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 {
+			for _, c := range strings.Split(parts[1], ",") {
+				paths[c] = parts[2]
+			}
+		}
+	}
+	var memDir, memFile, cpuFile string
+	if p, ok := paths["memory"]; ok {
+		memDir, memFile = filepath.Join("/sys/fs/cgroup/memory", p), "memory.limit_in_bytes"
+		cpuFile = filepath.Join("/sys/fs/cgroup/cpu", paths["cpu"], "cpu.cfs_quota_us")
+	} else {
+		memDir, memFile = filepath.Join("/sys/fs/cgroup", paths[""]), "memory.max"
+		cpuFile = filepath.Join(memDir, "cpu.max")
+	}
+	m, _ := os.ReadFile(filepath.Join(memDir, memFile))
+	c, _ := os.ReadFile(cpuFile)
+	fmt.Printf("group=%s memory=%s cpu=%s\n", filepath.Base(memDir), strings.TrimSpace(string(m)), strings.TrimSpace(string(c)))
+	return 0
+}
+
+// cgroupDirs finds the cgroup directories named name anywhere under
+// /sys/fs/cgroup.
+func cgroupDirs(t *testing.T, name string) []string {
+	t.Helper()
+	var found []string
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && d.Name() == name {
+			found = append(found, p)
+		}
+		return nil
+	})
+	return found
+}
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A settled attempt's cgroup, emptied, serves the next task with that
+// task's limits written over its own; a group where the OOM killer struck
+// is removed instead, and the next task gets a new one. None is left once
+// the agent stops.
+func TestCgroupsAreReusedWithTheNextTasksLimits(t *testing.T) {
+	requireCgroups(t)
+	h := newHarness(t, func(c *Config) { c.Slots = 1 }).start()
+	limitsOf := func(task *taskv1.Task) (group, memory, cpu string) {
+		t.Helper()
+		id := h.fake.Add(task)[0]
+		done := h.fake.WaitComplete(t, id, 30*time.Second)
+		if done.GetExitCode() != 0 {
+			t.Fatalf("%s: exit %d, error %q, stdout %q", task.GetName(), done.GetExitCode(), done.GetError(), done.GetStdout())
+		}
+		for _, f := range strings.Fields(done.GetStdout()) {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "group":
+				group = v
+			case "memory":
+				memory = v
+			case "cpu":
+				cpu = v
+			}
+		}
+		return group, memory, cpu
+	}
+	waitSpares := func(n int) {
+		t.Helper()
+		leasetest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d spare cgroups", n), func() bool { return h.agent.isolation.SpareGroups() == n })
+	}
+	limited := &taskv1.Task{Name: "limited", Type: "shell", Command: os.Args[0], Args: []string{cgroupLimits}, Timeout: 60,
+		Resources: map[string]string{"memory": "64Mi", "cpu": "500m"}}
+	first, mem, cpu := limitsOf(limited)
+	if mem != strconv.Itoa(64<<20) || (cpu != "50000" && cpu != "50000 100000") {
+		t.Errorf("the first task's limits: memory %q, cpu %q", mem, cpu)
+	}
+	waitSpares(1)
+	plain := &taskv1.Task{Name: "plain", Type: "shell", Command: os.Args[0], Args: []string{cgroupLimits}, Timeout: 60}
+	second, mem, cpu := limitsOf(plain)
+	if second != first {
+		t.Errorf("the second task ran in group %q, want the first one's %q", second, first)
+	}
+	if (mem != "max" && len(mem) < 18) || (cpu != "-1" && cpu != "max 100000") {
+		t.Errorf("the second task's limits: memory %q, cpu %q; want none", mem, cpu)
+	}
+	waitSpares(1)
+
+	hog := h.fake.Add(&taskv1.Task{Name: "hog", Type: "shell", Command: os.Args[0], Args: []string{allocMemory, "256"}, Timeout: 60,
+		Resources: map[string]string{"memory": "64Mi"}})[0]
+	if done := h.fake.WaitComplete(t, hog, 30*time.Second); !strings.Contains(done.GetError(), "out of memory") {
+		t.Fatalf("the hog's outcome: exit %d, error %q", done.GetExitCode(), done.GetError())
+	}
+	waitSpares(0)
+	leasetest.WaitFor(t, 10*time.Second, "the group the OOM killer struck in removed", func() bool {
+		return len(cgroupDirs(t, first)) == 0
+	})
+	third, _, _ := limitsOf(plain)
+	t.Logf("groups: %s, %s, then %s", first, second, third)
+	if third == first {
+		t.Errorf("the task after the hog ran in the hog's group %q", third)
+	}
+	waitSpares(1)
+	h.stop()
+	if left := cgroupDirs(t, third); len(left) > 0 {
+		t.Errorf("cgroups left after the agent stopped: %v", left)
 	}
 }
 
@@ -198,5 +339,49 @@ exit 0
 	}
 	if !reported {
 		t.Errorf("no progress 50 %q reported from the sandboxed task's progress file", "half")
+	}
+}
+
+// Spare cgroups an agent kept when it stopped without closing are
+// removed when it starts again: those named after an attempt of its
+// journal that is over. A group named after no attempt of its own is not
+// its to remove.
+func TestStaleSpareCgroupsAreRemovedAtStart(t *testing.T) {
+	requireCgroups(t)
+	h := newHarness(t, nil).start()
+	id := h.fake.Add(shell("/bin/true"))[0]
+	h.fake.WaitComplete(t, id, 30*time.Second)
+	row := h.waitFinal(id, 10*time.Second)
+	h.stop()
+
+	// What a killed agent leaves: its spares, and here also a group that
+	// is not its own, in the same parents.
+	hier, err := cgroup.Detect(cgroup.Host{}, "taskmesh-"+safeName(h.cfg.AgentID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare, err := hier.Create(safeName(row.AttemptID), cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := hier.Create("not-an-attempt-"+strconv.Itoa(os.Getpid()), cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cgroup.Remove(other.Dirs) })
+
+	h.start()
+	leasetest.WaitFor(t, 10*time.Second, "the stale spare removed", func() bool {
+		for _, d := range spare.Dirs {
+			if _, err := os.Stat(d); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+	for _, d := range other.Dirs {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("a group that is not the agent's was touched: %v", err)
+		}
 	}
 }

@@ -30,6 +30,7 @@ func (a *Agent) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
+	a.removeStaleGroups(rows)
 	for _, t := range rows {
 		at := newAttempt(t)
 		if !a.register(at) {
@@ -61,6 +62,30 @@ func (a *Agent) recover(ctx context.Context) error {
 		a.runInBackground(func() { a.resume(ctx, at) })
 	}
 	return nil
+}
+
+// removeStaleGroups removes the spare cgroups an earlier run of the agent
+// kept when it stopped without closing (docs/executor.md, "Cgroups are
+// reused"): the empty groups named after an attempt of this journal that
+// is over, except the ones the open attempts' specs name (a spare taken by
+// an attempt keeps its first attempt's name). A group named after no
+// attempt of this journal is left alone: it is not this agent's.
+func (a *Agent) removeStaleGroups(open []journal.Task) {
+	held := map[string]bool{}
+	for _, t := range open {
+		if t.RunDir == "" {
+			continue
+		}
+		if spec, err := shim.ReadSpec(t.RunDir); err == nil && spec.Cgroup != nil {
+			for _, d := range spec.Cgroup.Dirs {
+				held[d] = true
+			}
+		}
+	}
+	a.isolation.RemoveStaleGroups(func(name string) bool {
+		t, err := a.journal.Get(journalCtx, name)
+		return err == nil && safeName(t.AttemptID) == name && journal.Final(t.Status)
+	}, held)
 }
 
 // takeRecoveredSlot takes a slot without waiting: a process that already

@@ -147,6 +147,7 @@ func (a *Agent) prepare(t journal.Task) (string, shim.Spec, error) {
 		Socket:           shim.SocketPath(runDir),
 		SelfArgv:         a.cfg.ShimCommand,
 		Cgroup:           group,
+		KeepCgroup:       group != nil && a.isolation.ReusesGroups(),
 		TracedStart:      a.tracedStart,
 	}
 	if uid, gid, ok := a.isolation.Credential(); ok && sandboxed {

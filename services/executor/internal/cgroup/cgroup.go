@@ -9,7 +9,9 @@
 // task's shim starts; the task joins it itself, before exec (the shim's
 // exec trampoline writes its own pid to each cgroup.procs), so no task
 // code runs outside it; when the task has ended the shim reads whether the
-// kernel's OOM killer struck (OOMKilled) and removes the group (Remove).
+// kernel's OOM killer struck (OOMKilled) and removes the group (Remove),
+// or empties it (Empty) for the agent to give to a later task (Idle,
+// Reuse).
 // The rules are in docs/executor.md ("Resource limits and isolation").
 package cgroup
 
@@ -280,6 +282,12 @@ type Group struct {
 	Dirs []string `json:"dirs"`
 	// MemoryDir holds the memory controller's files.
 	MemoryDir string `json:"memory_dir"`
+	// Controllers name, on v1, the controller of each of Dirs.
+	Controllers []string `json:"controllers,omitempty"`
+	// limits are the limits last written to the group by this process;
+	// nil when unknown (a group read back from a spec), and Reuse then
+	// writes every limit.
+	limits *Limits
 }
 
 // Create makes the cgroup named name (e.g. the attempt id) with limits.
@@ -292,74 +300,142 @@ func (h *Hierarchy) Create(name string, l Limits) (*Group, error) {
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}
 		g.Dirs, g.MemoryDir = []string{dir}, dir
-		return g, g.writeV2(dir, l)
+		// The whole group is killed when the OOM killer strikes in it; a
+		// kernel without the file kills the one process.
+		_ = write(dir, "memory.oom.group", "1")
+	} else {
+		for _, c := range []string{Memory, CPU, Pids} {
+			parent, ok := h.Parents[c]
+			if !ok {
+				continue
+			}
+			dir := filepath.Join(parent, name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				_ = Remove(g.Dirs)
+				return nil, fmt.Errorf("cgroup %s: %w", c, err)
+			}
+			g.Dirs, g.Controllers = append(g.Dirs, dir), append(g.Controllers, c)
+			if c == Memory {
+				g.MemoryDir = dir
+			}
+		}
 	}
-	for _, c := range []string{Memory, CPU, Pids} {
-		parent, ok := h.Parents[c]
-		if !ok {
-			continue
-		}
-		dir := filepath.Join(parent, name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("cgroup %s: %w", c, err)
-		}
-		g.Dirs = append(g.Dirs, dir)
-		if c == Memory {
-			g.MemoryDir = dir
-		}
-		if err := writeV1(c, dir, l); err != nil {
-			_ = Remove(g.Dirs)
-			return nil, err
-		}
+	// A new group has no limits.
+	if err := g.apply(l, &Limits{}); err != nil {
+		_ = Remove(g.Dirs)
+		return nil, err
 	}
 	return g, nil
 }
 
-func (g *Group) writeV2(dir string, l Limits) error {
-	files := map[string]string{"memory.oom.group": "1"}
-	if l.MemoryBytes > 0 {
-		files["memory.max"] = strconv.FormatInt(l.MemoryBytes, 10)
-		// Swap would let the task exceed its limit, slowly.
-		files["memory.swap.max"] = "0"
+// Reuse gives an idle group (Idle) another task's limits, writing only
+// those that differ from the group's own (docs/executor.md, "Cgroups are
+// reused"). On error the group's limits are unknown: the caller removes
+// it.
+func (g *Group) Reuse(l Limits) error {
+	return g.apply(l, g.limits)
+}
+
+// apply writes the limits of l that differ from prev (nil: every one).
+// Unset limits are written as no limit.
+func (g *Group) apply(l Limits, prev *Limits) error {
+	g.limits = nil
+	if g.Version != 2 && len(g.Controllers) != len(g.Dirs) {
+		return errors.New("cgroup: the group's controllers are unknown")
 	}
-	if l.CPUMillis > 0 {
-		files["cpu.max"] = fmt.Sprintf("%d %d", l.CPUMillis*cpuPeriod/1000, cpuPeriod)
+	changed := func(now, before int64) bool { return prev == nil || now != before }
+	for i, dir := range g.Dirs {
+		var err error
+		if g.Version == 2 {
+			err = applyV2(dir, l, prev, changed)
+		} else {
+			err = applyV1(g.Controllers[i], dir, l, prev, changed)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if l.Pids > 0 {
-		files["pids.max"] = strconv.FormatInt(l.Pids, 10)
+	g.limits = &l
+	return nil
+}
+
+// applyV2 writes a v2 group's limits.
+func applyV2(dir string, l Limits, prev *Limits, changed func(now, before int64) bool) error {
+	var p Limits
+	if prev != nil {
+		p = *prev
 	}
-	for _, f := range sortedKeys(files) {
-		if err := write(dir, f, files[f]); err != nil {
-			// memory.swap.max is absent without swap accounting; the
-			// others are the limits and must hold.
-			if f == "memory.swap.max" || f == "memory.oom.group" {
-				continue
-			}
-			_ = Remove([]string{dir})
+	if changed(l.MemoryBytes, p.MemoryBytes) {
+		max, swap := "max", "max"
+		if l.MemoryBytes > 0 {
+			// Swap would let the task exceed its limit, slowly.
+			max, swap = strconv.FormatInt(l.MemoryBytes, 10), "0"
+		}
+		if err := write(dir, "memory.max", max); err != nil {
+			return err
+		}
+		// Absent without swap accounting.
+		_ = write(dir, "memory.swap.max", swap)
+	}
+	if changed(l.CPUMillis, p.CPUMillis) {
+		quota := "max"
+		if l.CPUMillis > 0 {
+			quota = strconv.FormatInt(l.CPUMillis*cpuPeriod/1000, 10)
+		}
+		if err := write(dir, "cpu.max", fmt.Sprintf("%s %d", quota, cpuPeriod)); err != nil && (l.CPUMillis > 0 || !errors.Is(err, os.ErrNotExist)) {
+			return err
+		}
+	}
+	if changed(l.Pids, p.Pids) {
+		if err := write(dir, "pids.max", limitOrMax(l.Pids)); err != nil && (l.Pids > 0 || !errors.Is(err, os.ErrNotExist)) {
 			return err
 		}
 	}
 	return nil
 }
 
-func writeV1(controller, dir string, l Limits) error {
+// applyV1 writes the limits of one v1 controller's directory.
+func applyV1(controller, dir string, l Limits, prev *Limits, changed func(now, before int64) bool) error {
+	var p Limits
+	if prev != nil {
+		p = *prev
+	}
 	switch {
-	case controller == Memory && l.MemoryBytes > 0:
-		if err := write(dir, "memory.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
+	case controller == Memory && changed(l.MemoryBytes, p.MemoryBytes):
+		// Memory plus swap may never be below memory alone: lift it
+		// first. Memory plus swap capped at the memory limit leaves no
+		// escape into swap. The file is absent without swap accounting,
+		// which is fine.
+		if prev == nil || p.MemoryBytes > 0 {
+			_ = write(dir, "memory.memsw.limit_in_bytes", "-1")
+		}
+		if l.MemoryBytes <= 0 {
+			return write(dir, "memory.limit_in_bytes", "-1")
+		}
+		v := strconv.FormatInt(l.MemoryBytes, 10)
+		if err := write(dir, "memory.limit_in_bytes", v); err != nil {
 			return err
 		}
-		// Memory plus swap capped at the same: no escape into swap. Absent
-		// without swap accounting, which is fine.
-		_ = write(dir, "memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryBytes, 10))
-	case controller == CPU && l.CPUMillis > 0:
+		_ = write(dir, "memory.memsw.limit_in_bytes", v)
+	case controller == CPU && changed(l.CPUMillis, p.CPUMillis):
+		if l.CPUMillis <= 0 {
+			return write(dir, "cpu.cfs_quota_us", "-1")
+		}
 		if err := write(dir, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)); err != nil {
 			return err
 		}
 		return write(dir, "cpu.cfs_quota_us", strconv.FormatInt(l.CPUMillis*cpuPeriod/1000, 10))
-	case controller == Pids && l.Pids > 0:
-		return write(dir, "pids.max", strconv.FormatInt(l.Pids, 10))
+	case controller == Pids && changed(l.Pids, p.Pids):
+		return write(dir, "pids.max", limitOrMax(l.Pids))
 	}
 	return nil
+}
+
+func limitOrMax(n int64) string {
+	if n <= 0 {
+		return "max"
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 func write(dir, file, value string) error {
@@ -367,15 +443,6 @@ func write(dir, file, value string) error {
 		return fmt.Errorf("cgroup: set %s: %w", file, err)
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Join moves the calling process into the group: the task's first act,
@@ -431,21 +498,83 @@ func (g *Group) OOMKilled() (bool, error) {
 	return false, nil
 }
 
+// Idle reports whether the group can serve another task (Reuse): each of
+// its directories is there and holds no process, the OOM killer never
+// struck in it (memory.events and memory.oom_control count from the
+// group's creation, and OOMKilled must see only its task's kills), and
+// the memory still charged to it, the page cache and kernel objects its
+// tasks left, is at most maxCharged bytes: a next task's limit counts
+// that charge until the kernel reclaims it.
+func (g *Group) Idle(maxCharged int64) bool {
+	if g == nil || len(g.Dirs) == 0 || g.MemoryDir == "" {
+		return false
+	}
+	for _, d := range g.Dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil || len(bytes.TrimSpace(b)) > 0 {
+			return false
+		}
+	}
+	if oom, err := g.OOMKilled(); err != nil || oom {
+		return false
+	}
+	file := "memory.usage_in_bytes"
+	if g.Version == 2 {
+		file = "memory.current"
+	}
+	b, err := os.ReadFile(filepath.Join(g.MemoryDir, file))
+	if err != nil {
+		return false
+	}
+	charged, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return err == nil && charged <= maxCharged
+}
+
+// Empty kills whatever is left in the group's directories and waits up to
+// a few seconds for the kernel to let it go, leaving the directories for
+// another task (Reuse).
+func Empty(dirs []string) error {
+	return forEachUntil(dirs, "empty", func(d string) error {
+		killAll(d)
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return nil
+		case err != nil:
+			return err
+		case len(bytes.TrimSpace(b)) > 0:
+			return errors.New("processes are left in it")
+		}
+		return nil
+	})
+}
+
 // Remove kills whatever is left in the group (processes that left the
 // task's process group) and removes its directories, waiting up to a few
 // seconds for the kernel to let them go.
 func Remove(dirs []string) error {
+	return forEachUntil(dirs, "remove", func(d string) error {
+		killAll(d)
+		if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+			return err
+		}
+		return nil
+	})
+}
+
+// forEachUntil tries step on each directory until it succeeds, every
+// 20 ms for up to 5 s per directory.
+func forEachUntil(dirs []string, what string, step func(dir string) error) error {
 	var errs []error
 	for _, d := range dirs {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			killAll(d)
-			err := syscall.Rmdir(d)
-			if err == nil || errors.Is(err, syscall.ENOENT) {
+			err := step(d)
+			if err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
-				errs = append(errs, fmt.Errorf("cgroup: remove %s: %w", d, err))
+				errs = append(errs, fmt.Errorf("cgroup: %s %s: %w", what, d, err))
 				break
 			}
 			time.Sleep(20 * time.Millisecond)

@@ -178,3 +178,122 @@ func TestOOMKilled(t *testing.T) {
 		t.Errorf("no group: %v, %v", got, err)
 	}
 }
+
+// fakeGroup lays out a group's directories as files a test can read: on
+// v1 one per controller, with the kernel's initial values.
+func fakeGroup(t *testing.T, version int) *Group {
+	t.Helper()
+	root := t.TempDir()
+	g := &Group{Version: version}
+	if version == 2 {
+		g.Dirs, g.MemoryDir = []string{root}, root
+		return g
+	}
+	for _, c := range []string{Memory, CPU, Pids} {
+		d := filepath.Join(root, c)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		g.Dirs, g.Controllers = append(g.Dirs, d), append(g.Controllers, c)
+	}
+	g.MemoryDir = g.Dirs[0]
+	return g
+}
+
+// A reused group gets the next task's limits: a limit the task does not
+// set is lifted, one it sets is written, and one that is already right is
+// not written again.
+func TestReuseWritesTheNextTasksLimits(t *testing.T) {
+	for _, version := range []int{1, 2} {
+		g := fakeGroup(t, version)
+		if err := g.apply(Limits{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 10}, &Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Reuse(Limits{CPUMillis: 500}); err != nil {
+			t.Fatal(err)
+		}
+		if version == 2 {
+			d := g.Dirs[0]
+			if m, c, p := read(t, filepath.Join(d, "memory.max")), read(t, filepath.Join(d, "cpu.max")), read(t, filepath.Join(d, "pids.max")); m != "max" || c != "50000 100000" || p != "max" {
+				t.Errorf("v2 after reuse: memory %q, cpu %q, pids %q", m, c, p)
+			}
+			if s := read(t, filepath.Join(d, "memory.swap.max")); s != "max" {
+				t.Errorf("v2 swap after reuse: %q", s)
+			}
+		} else {
+			mem, cpu, pids := g.Dirs[0], g.Dirs[1], g.Dirs[2]
+			if m, s := read(t, filepath.Join(mem, "memory.limit_in_bytes")), read(t, filepath.Join(mem, "memory.memsw.limit_in_bytes")); m != "-1" || s != "-1" {
+				t.Errorf("v1 memory after reuse: %q, memsw %q", m, s)
+			}
+			if q, p := read(t, filepath.Join(cpu, "cpu.cfs_quota_us")), read(t, filepath.Join(pids, "pids.max")); q != "50000" || p != "max" {
+				t.Errorf("v1 after reuse: cpu quota %q, pids %q", q, p)
+			}
+		}
+		// The CPU limit is unchanged: not written again.
+		cpuFile := filepath.Join(g.Dirs[0], "cpu.max")
+		if version == 1 {
+			cpuFile = filepath.Join(g.Dirs[1], "cpu.cfs_quota_us")
+		}
+		if err := os.Remove(cpuFile); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Reuse(Limits{CPUMillis: 500, MemoryBytes: 32 << 20}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(cpuFile); !os.IsNotExist(err) {
+			t.Errorf("v%d: an unchanged limit was written again", version)
+		}
+		// A group read back from a spec has unknown limits: every one is
+		// written.
+		back := &Group{Version: g.Version, Dirs: g.Dirs, MemoryDir: g.MemoryDir, Controllers: g.Controllers}
+		if err := back.Reuse(Limits{CPUMillis: 500}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(cpuFile); err != nil {
+			t.Errorf("v%d: a group of unknown limits did not get every limit: %v", version, err)
+		}
+	}
+	// A v1 group whose controllers are unknown is not reused.
+	if err := (&Group{Version: 1, Dirs: []string{t.TempDir()}}).Reuse(Limits{}); err == nil {
+		t.Error("a v1 group of unknown controllers was reused")
+	}
+}
+
+// Only an empty group, the OOM killer never struck in and holding little
+// memory, is idle.
+func TestIdle(t *testing.T) {
+	const max = 16 << 20
+	for _, tt := range []struct {
+		name              string
+		procs, oom, usage string
+		want              bool
+	}{
+		{"empty", "", "oom_kill 0\n", "126976\n", true},
+		{"a process", "1234\n", "oom_kill 0\n", "126976\n", false},
+		{"oom killed", "", "oom_kill 1\n", "126976\n", false},
+		{"much memory", "", "oom_kill 0\n", "67108864\n", false},
+	} {
+		g := fakeGroup(t, 1)
+		for _, d := range g.Dirs {
+			if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(tt.procs), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(g.MemoryDir, "memory.oom_control"), []byte(tt.oom), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(g.MemoryDir, "memory.usage_in_bytes"), []byte(tt.usage), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := g.Idle(max); got != tt.want {
+			t.Errorf("%s: idle %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	gone := fakeGroup(t, 1)
+	if err := os.RemoveAll(filepath.Dir(gone.Dirs[0])); err != nil {
+		t.Fatal(err)
+	}
+	if gone.Idle(max) || (*Group)(nil).Idle(max) {
+		t.Error("a removed group is idle")
+	}
+}

@@ -62,6 +62,9 @@ type Config struct {
 	// NoCgroups forces rlimits (tests, hosts where cgroups are managed
 	// elsewhere).
 	NoCgroups bool
+	// SpareGroups is how many idle cgroups of settled attempts are kept
+	// for later attempts (Recycle); 0 removes each with its attempt.
+	SpareGroups int
 	// Host is the system looked at (zero: this one).
 	Host    cgroup.Host
 	Sandbox Sandbox
@@ -80,6 +83,7 @@ type Limiter struct {
 	bwrap    string
 	uid, gid uint32
 	hidden   []string
+	groups   groupPool
 }
 
 // New detects what this host allows and logs it; a cgroup hierarchy that
@@ -90,7 +94,7 @@ func New(cfg Config) (*Limiter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &Limiter{mode: ModeRlimit, hidden: cfg.Hidden}
+	l := &Limiter{mode: ModeRlimit, hidden: cfg.Hidden, groups: groupPool{max: cfg.SpareGroups, lent: map[string]*cgroup.Group{}}}
 	switch h, err := detect(cfg); {
 	case err != nil:
 		l.warnings = append(l.warnings, "no cgroups ("+err.Error()+"): a task's memory is limited by RLIMIT_AS only, its CPU and process count not at all")
@@ -179,9 +183,11 @@ func (l *Limiter) Warnings() []string {
 	return slices.Clone(l.warnings)
 }
 
-// Close removes the agent's cgroup directories when no task uses them.
+// Close removes the spare cgroups, then the agent's cgroup directories
+// when no task uses them.
 func (l *Limiter) Close() {
 	if l != nil && l.hier != nil {
+		l.groups.close()
 		l.hier.Release()
 	}
 }
@@ -193,11 +199,26 @@ func (l *Limiter) Sandboxed() bool { return l != nil && l.bwrap != "" }
 // without cgroups (Rlimit then gives the memory limit). An attempt with
 // no resources still gets a group when cgroups are there: its OOM kills
 // are then the machine's, and its leftovers are reaped with it.
+//
+// A spare group (Recycle) is taken before a new one is made: it keeps the
+// name of the attempt that made it.
 func (l *Limiter) Cgroup(attemptID string, r Resources) (*cgroup.Group, error) {
 	if l == nil || l.hier == nil {
 		return nil, nil
 	}
-	return l.hier.Create(attemptID, cgroup.Limits{MemoryBytes: r.MemoryBytes, CPUMillis: r.CPUMillis, Pids: r.Pids})
+	limits := cgroup.Limits{MemoryBytes: r.MemoryBytes, CPUMillis: r.CPUMillis, Pids: r.Pids}
+	for g := l.groups.take(attemptID); g != nil; g = l.groups.take(attemptID) {
+		if err := g.Reuse(limits); err == nil {
+			return g, nil
+		}
+		l.groups.giveBack(attemptID, nil)
+		_ = cgroup.Remove(g.Dirs)
+	}
+	g, err := l.hier.Create(attemptID, limits)
+	if err == nil {
+		l.groups.lend(g, attemptID)
+	}
+	return g, err
 }
 
 // RlimitAS is the address-space limit standing in for the task's memory

@@ -269,7 +269,7 @@ func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
 			logf("%v", err)
 		}
 		st.OOMKilled = oom
-		if err := cgroup.Remove(g.Dirs); err != nil {
+		if err := s.releaseGroup(g); err != nil {
 			logf("%v", err)
 		}
 	}
@@ -280,6 +280,15 @@ func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
 	s.exit = &st
 	close(s.done)
 	s.mu.Unlock()
+}
+
+// releaseGroup kills what is left of the task in its cgroup and removes
+// the group, or leaves it empty when the agent reuses it.
+func (s *server) releaseGroup(g *cgroup.Group) error {
+	if s.spec.KeepCgroup {
+		return cgroup.Empty(g.Dirs)
+	}
+	return cgroup.Remove(g.Dirs)
 }
 
 // SignalName names a signal the way a task's or a service's error does

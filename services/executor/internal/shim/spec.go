@@ -68,8 +68,12 @@ type Spec struct {
 	SelfArgv []string `json:"self_argv"`
 	// Cgroup, if set, is the task's cgroup: the task joins it before it
 	// execs, and when it has ended the shim reads whether the OOM killer
-	// struck and removes it.
+	// struck and removes it (or empties it: KeepCgroup).
 	Cgroup *cgroup.Group `json:"cgroup,omitempty"`
+	// KeepCgroup asks the shim to leave the task's cgroup, emptied, for
+	// the agent to give to a later task (docs/executor.md, "Cgroups are
+	// reused") instead of removing it.
+	KeepCgroup bool `json:"keep_cgroup,omitempty"`
 	// Credential, if set, is the user the task runs as (the sandbox's):
 	// the wrapper drops to it, after joining the cgroup, before exec.
 	Credential *Credential `json:"credential,omitempty"`
