@@ -535,14 +535,12 @@ func (g *Group) Idle(maxCharged int64) bool {
 // another task (Reuse).
 func Empty(dirs []string) error {
 	return forEachUntil(dirs, "empty", func(d string) error {
-		killAll(d)
-		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		switch {
+		switch left, err := killAll(d); {
 		case errors.Is(err, os.ErrNotExist):
 			return nil
 		case err != nil:
 			return err
-		case len(bytes.TrimSpace(b)) > 0:
+		case left:
 			return errors.New("processes are left in it")
 		}
 		return nil
@@ -554,7 +552,7 @@ func Empty(dirs []string) error {
 // seconds for the kernel to let them go.
 func Remove(dirs []string) error {
 	return forEachUntil(dirs, "remove", func(d string) error {
-		killAll(d)
+		_, _ = killAll(d)
 		if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
 			return err
 		}
@@ -583,15 +581,18 @@ func forEachUntil(dirs []string, what string, step func(dir string) error) error
 	return errors.Join(errs...)
 }
 
-// killAll SIGKILLs every process listed in dir's cgroup.procs.
-func killAll(dir string) {
+// killAll SIGKILLs every process listed in dir's cgroup.procs and says
+// whether it listed any (they may take a moment to leave).
+func killAll(dir string) (listed bool, err error) {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
-		return
+		return false, err
 	}
 	for _, f := range strings.Fields(string(b)) {
 		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			listed = true
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
+	return listed, nil
 }

@@ -297,3 +297,19 @@ func TestIdle(t *testing.T) {
 		t.Error("a removed group is idle")
 	}
 }
+
+// Empty waits for a group to have no process and leaves its directory;
+// a directory already gone is empty.
+func TestEmpty(t *testing.T) {
+	dir := t.TempDir()
+	procs := filepath.Join(dir, "cgroup.procs")
+	if err := os.WriteFile(procs, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Empty([]string{dir, filepath.Join(dir, "gone")}); err != nil {
+		t.Errorf("empty group: %v", err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Errorf("the directory went: %v", err)
+	}
+}

@@ -3,8 +3,10 @@ package journal
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -291,5 +293,139 @@ func TestSetServerStartedWithItsLease(t *testing.T) {
 	if !got.ServerStarted || !got.LeaseExpiresAt.Equal(t0.Add(5*time.Minute)) || !got.LastHeartbeatAt.IsZero() {
 		t.Errorf("without a lease: server started %v, lease %v, heartbeat %v; want the claim's lease kept",
 			got.ServerStarted, got.LeaseExpiresAt, got.LastHeartbeatAt)
+	}
+}
+
+// Writes that waited for another share one transaction: each gets its
+// own result, a statement that fails is undone alone with its error, and
+// the others of the group are committed.
+func TestWritesThatWaitedShareACommit(t *testing.T) {
+	ctx := context.Background()
+	j := open(t)
+	const n = 6
+	for i := range n {
+		if _, err := j.Insert(ctx, row(fmt.Sprintf("t%d", i), fmt.Sprintf("a%d", i), t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Hold the writing side as a running group does, so that the writes
+	// below queue up and run together.
+	j.mu.Lock()
+	j.busy = true
+	j.mu.Unlock()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			attempt := fmt.Sprintf("a%d", i)
+			if i == 3 {
+				// run_dir is NOT NULL: this one fails.
+				_, errs[i] = j.execStmt(ctx, `UPDATE local_tasks SET run_dir = NULL WHERE attempt_id = ?`, attempt)
+				return
+			}
+			errs[i] = j.SetProcess(ctx, attempt, "/run/"+attempt, "/run/"+attempt+"/sock", 10+i, 20+i)
+		}()
+	}
+	waitUntil(t, func() bool {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return len(j.queue) == n
+	})
+	// Let the first waiting write lead the group, as a finished group
+	// does.
+	j.mu.Lock()
+	next := j.queue[0]
+	j.queue = j.queue[1:]
+	next.lead = true
+	close(next.done)
+	j.mu.Unlock()
+	wg.Wait()
+
+	for i := range n {
+		got, err := j.Get(ctx, fmt.Sprintf("a%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			if errs[i] == nil || !strings.Contains(errs[i].Error(), "NOT NULL") {
+				t.Errorf("the failing write: err %v", errs[i])
+			}
+			if got.RunDir != "" {
+				t.Errorf("the failing write changed its row: %q", got.RunDir)
+			}
+			continue
+		}
+		if errs[i] != nil || got.RunDir != fmt.Sprintf("/run/a%d", i) || got.ShimPID != 10+i || got.PID != 20+i {
+			t.Errorf("write %d: err %v, row run_dir %q pids %d %d", i, errs[i], got.RunDir, got.ShimPID, got.PID)
+		}
+	}
+	j.mu.Lock()
+	busy, queued := j.busy, len(j.queue)
+	j.mu.Unlock()
+	if busy || queued != 0 {
+		t.Errorf("after the group: busy %v, %d queued", busy, queued)
+	}
+}
+
+// Many attempts written at once all reach their final rows.
+func TestConcurrentAttemptsAreAllJournaled(t *testing.T) {
+	ctx := context.Background()
+	j := open(t)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				id, attempt := fmt.Sprintf("t%d-%d", g, i), fmt.Sprintf("a%d-%d", g, i)
+				if _, err := j.Insert(ctx, row(id, attempt, t0)); err != nil {
+					t.Error(err)
+					return
+				}
+				if ok, err := j.MarkRunning(ctx, attempt, t0); err != nil || !ok {
+					t.Errorf("mark running %s: %v %v", attempt, ok, err)
+					return
+				}
+				code := 0
+				if ok, err := j.Finish(ctx, attempt, Outcome{Status: StatusCompleted, ExitCode: &code, EndedAt: t0}); err != nil || !ok {
+					t.Errorf("finish %s: %v %v", attempt, ok, err)
+					return
+				}
+				if err := j.MarkSynced(ctx, attempt, "", t0); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	c, err := j.Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := j.WithStatus(ctx, StatusCompleted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(done) != 200 {
+		t.Errorf("%d completed attempts, want 200 (counts %+v)", len(done), c)
+	}
+	for _, r := range done {
+		if !r.Synced {
+			t.Errorf("%s not synced", r.AttemptID)
+		}
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
