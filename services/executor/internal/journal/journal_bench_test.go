@@ -14,16 +14,7 @@ import (
 // beside 100 other attempts (a busy agent's journal).
 func BenchmarkAttemptLife(b *testing.B) {
 	ctx := context.Background()
-	j, err := Open(ctx, filepath.Join(b.TempDir(), "journal.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer j.Close()
-	for i := range 100 {
-		if _, err := j.Insert(ctx, row(fmt.Sprintf("bg%d", i), fmt.Sprintf("bga%d", i), t0)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	j := busyJournal(ctx, b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
@@ -36,16 +27,7 @@ func BenchmarkAttemptLife(b *testing.B) {
 // of several attempts then share a commit.
 func BenchmarkAttemptLifeParallel(b *testing.B) {
 	ctx := context.Background()
-	j, err := Open(ctx, filepath.Join(b.TempDir(), "journal.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer j.Close()
-	for i := range 100 {
-		if _, err := j.Insert(ctx, row(fmt.Sprintf("bg%d", i), fmt.Sprintf("bga%d", i), t0)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	j := busyJournal(ctx, b)
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(8)
@@ -56,6 +38,22 @@ func BenchmarkAttemptLifeParallel(b *testing.B) {
 			attemptLife(ctx, b, j, fmt.Sprintf("t%d", i), fmt.Sprintf("a%d", i))
 		}
 	})
+}
+
+// busyJournal is a journal holding 100 other attempts, closed at the
+// benchmark's end.
+func busyJournal(ctx context.Context, b *testing.B) *Journal {
+	j, err := Open(ctx, filepath.Join(b.TempDir(), "journal.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { j.Close() })
+	for i := range 100 {
+		if _, err := j.Insert(ctx, row(fmt.Sprintf("bg%d", i), fmt.Sprintf("bga%d", i), t0)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return j
 }
 
 // attemptLife makes the journal calls of one short task, in the agent's

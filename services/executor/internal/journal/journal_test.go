@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskmesh/taskmesh/services/executor/internal/leasetest"
 )
 
 func open(t *testing.T) *Journal {
@@ -328,7 +330,7 @@ func TestWritesThatWaitedShareACommit(t *testing.T) {
 			errs[i] = j.SetProcess(ctx, attempt, "/run/"+attempt, "/run/"+attempt+"/sock", 10+i, 20+i)
 		}()
 	}
-	waitUntil(t, func() bool {
+	leasetest.WaitFor(t, 10*time.Second, "the writes queued", func() bool {
 		j.mu.Lock()
 		defer j.mu.Unlock()
 		return len(j.queue) == n
@@ -416,16 +418,5 @@ func TestConcurrentAttemptsAreAllJournaled(t *testing.T) {
 		if !r.Synced {
 			t.Errorf("%s not synced", r.AttemptID)
 		}
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
