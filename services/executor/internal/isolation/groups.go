@@ -141,14 +141,14 @@ func (l *Limiter) SpareGroups() int {
 // process did not lend one to (recovered after a restart: the group its
 // spec names); it is not called for one it did.
 func (l *Limiter) Recycle(attemptID string, unknown func() *cgroup.Group) {
-	if l == nil || l.hier == nil {
-		return
+	if !l.ReusesGroups() {
+		return // the shims remove the groups
 	}
 	g := l.groups.giveBack(attemptID, unknown)
 	if g == nil {
 		return
 	}
-	if l.groups.max > 0 && g.Idle(maxChargedSpare) && l.groups.keep(g) {
+	if g.Idle(maxChargedSpare) && l.groups.keep(g) {
 		return
 	}
 	_ = cgroup.Remove(g.Dirs)
