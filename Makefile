@@ -85,8 +85,9 @@ bench: build ## Run the benchmarks (durable Postgres, embedded Kafka) and print 
 	# admission core's scheduling, an attempt's journal calls on an agent,
 	# and a heartbeat's, a claim's and a task's calls to the scheduler's
 	# store (and the claims a task wakes among waiting agents, on one
-	# replica and on two), BENCHRUNS runs each, printed as medians.
-	go test -run '^$$' -bench . -count $(BENCHRUNS) ./services/gateway/internal/ratelimit/ ./services/quota/internal/domain/admitcore/ \
+	# replica and on two), BENCHRUNS runs each, printed as medians. One
+	# package at a time: each measures alone, not beside another's.
+	go test -p 1 -run '^$$' -bench . -count $(BENCHRUNS) ./services/gateway/internal/ratelimit/ ./services/quota/internal/domain/admitcore/ \
 	  ./services/executor/internal/journal/ ./services/scheduler/internal/adapters/postgres/ \
 	  | $(BIN)/taskmesh bench medians
 
