@@ -108,13 +108,29 @@ func (p *groupPool) keep(g *cgroup.Group) bool {
 	return true
 }
 
+// close removes the spares, and the lent groups that are empty: those of
+// attempts whose task has ended (its shim emptied the group) but whose
+// outcome was not settled before the agent stopped. The next agent would
+// find such a group only through the attempt's spec; a group removed here
+// it does not miss. A lent group with a process in it (a task that goes
+// on with its shim) is not removed: rmdir refuses it and nothing is
+// killed.
 func (p *groupPool) close() {
 	p.mu.Lock()
 	spares := p.spares
+	lent := make([]*cgroup.Group, 0, len(p.lent))
+	for _, g := range p.lent {
+		lent = append(lent, g)
+	}
 	p.spares, p.closed = nil, true
 	p.mu.Unlock()
 	for _, g := range spares {
 		_ = cgroup.Remove(g.Dirs)
+	}
+	for _, g := range lent {
+		for _, d := range g.Dirs {
+			_ = syscall.Rmdir(d)
+		}
 	}
 }
 

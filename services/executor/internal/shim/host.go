@@ -67,6 +67,7 @@ func hostMain(socket string) int {
 	// The socket starts tasks as the agent's user: the agent's alone.
 	_ = os.Chmod(socket, 0o600)
 	h := &host{process: p, quit: make(chan struct{})}
+	p.agentAttached = h.attached
 	reportReady(ready{PID: os.Getpid()})
 	go h.accept(ln)
 	go func() { <-h.term; h.checkIdle() }()
@@ -75,6 +76,13 @@ func hostMain(socket string) int {
 	ln.Close()
 	_ = os.Remove(socket)
 	return 0
+}
+
+// attached says whether an agent holds a control connection.
+func (h *host) attached() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.conns > 0
 }
 
 // checkIdle ends the host when no task is served and no agent holds a

@@ -26,6 +26,8 @@ type server struct {
 	// not), once: the readiness pipe of a shim of its own, the control
 	// connection's answer in a host.
 	report func(ready)
+	// agentAttached: the process's (nil for a shim of one task).
+	agentAttached func() bool
 
 	stdout, stderr *capture
 
@@ -57,6 +59,9 @@ func serve(runDir string) int {
 type process struct {
 	reaper *reaper
 	term   <-chan struct{} // closed at the first SIGTERM or SIGINT
+	// agentAttached says whether an agent holds a connection to this
+	// process (a host's control connection); nil for a shim of one task.
+	agentAttached func() bool
 }
 
 // newProcess sets up the process for serving tasks.
@@ -94,7 +99,8 @@ func (p *process) serveTask(runDir string, report func(ready)) int {
 		return 1
 	}
 
-	s := &server{spec: spec, runDir: runDir, reaper: p.reaper, report: report, open: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	s := &server{spec: spec, runDir: runDir, reaper: p.reaper, report: report, agentAttached: p.agentAttached,
+		open: map[net.Conn]struct{}{}, done: make(chan struct{})}
 	_ = os.Remove(spec.Socket)
 	ln, err := net.Listen("unix", spec.Socket)
 	if err != nil {
@@ -283,9 +289,12 @@ func (s *server) finish(ws syscall.WaitStatus, started, ended time.Time) {
 }
 
 // releaseGroup kills what is left of the task in its cgroup and removes
-// the group, or leaves it empty when the agent reuses it.
+// the group, or leaves it empty when the agent reuses it. A group is left
+// only while an agent is attached to the host: one that has stopped may
+// never come back to take it, and a group removed here is one it does not
+// find when it does (docs/executor.md, "Cgroups are reused").
 func (s *server) releaseGroup(g *cgroup.Group) error {
-	if s.spec.KeepCgroup {
+	if s.spec.KeepCgroup && s.agentAttached != nil && s.agentAttached() {
 		return cgroup.Empty(g.Dirs)
 	}
 	return cgroup.Remove(g.Dirs)
