@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -56,13 +57,17 @@ type agentSpec struct {
 	TokenFile, SourceAddr string
 }
 
+// runAgent runs an agent until SIGTERM, which stops it as a service
+// manager would (stopAgents).
 func runAgent(raw string) int {
 	var s agentSpec
 	if err := json.Unmarshal([]byte(raw), &s); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	err := executor.Run(context.Background(), executor.Config{AgentID: s.AgentID, MachineID: "machine-" + s.AgentID, Slots: s.Slots,
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	err := executor.Run(ctx, executor.Config{AgentID: s.AgentID, MachineID: "machine-" + s.AgentID, Slots: s.Slots,
 		Labels: s.Labels,
 		Server: s.Server, Token: s.Token, TokenFile: s.TokenFile, SourceAddr: s.SourceAddr, DataDir: s.DataDir,
 		HeartbeatInterval: 300 * time.Millisecond, ClaimWait: 2 * time.Second,
@@ -72,6 +77,35 @@ func runAgent(raw string) int {
 		return 1
 	}
 	return 0
+}
+
+// agentStopWait is how long a test's end waits for an agent to stop
+// before killing it.
+const agentStopWait = 10 * time.Second
+
+// stopAgents stops the agent processes still running at a test's end with
+// SIGTERM, all at once, and kills those still there after wait. An agent
+// that stops removes the spare cgroups it kept for later tasks; a killed
+// one leaves them to its next start with the same data directory, which a
+// test's agent never has.
+func stopAgents(procs []*exec.Cmd, wait time.Duration) {
+	var running []*exec.Cmd
+	for _, p := range procs {
+		if p.ProcessState == nil && p.Process.Signal(syscall.SIGTERM) == nil {
+			running = append(running, p)
+		}
+	}
+	deadline := time.Now().Add(wait)
+	for _, p := range running {
+		exited := make(chan struct{})
+		go func() { _ = p.Wait(); close(exited) }()
+		select {
+		case <-exited:
+		case <-time.After(time.Until(deadline)):
+			_ = p.Process.Kill()
+			<-exited
+		}
+	}
 }
 
 // world is a running Taskmesh plus helpers to act on it.
@@ -153,10 +187,7 @@ func newWorldWith(t *testing.T, o stack.Options) *world {
 	w := &world{t: t, s: s, dir: dir}
 	t.Cleanup(func() {
 		w.mu.Lock()
-		for _, p := range w.procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
-		}
+		stopAgents(w.procs, agentStopWait)
 		w.mu.Unlock()
 		s.Close()
 	})

@@ -14,8 +14,7 @@ func TestUpdateClearsTheListsItEmpties(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	key := w.s.DemoAPIKey
-	kill := w.startAgent("agent-clear", w.agentToken("agent-clear"), 2)
-	defer kill()
+	w.startAgent("agent-clear", w.agentToken("agent-clear"), 2)
 	blocker := w.submit(key, map[string]any{"name": "blocker", "type": "shell", "command": "sleep", "args": []string{"60"}})
 	w.waitStatus(key, blocker, 30*time.Second, "running")
 	dependent := w.submit(key, map[string]any{"name": "dependent", "type": "shell", "command": "printenv",
