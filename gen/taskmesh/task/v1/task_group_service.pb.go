@@ -907,7 +907,9 @@ type RepeatPolicy struct {
 	// never fails for its failures).
 	MaxFailures *int32 `protobuf:"varint,4,opt,name=max_failures,json=maxFailures,proto3,oneof" json:"max_failures,omitempty"`
 	// A failed run is tried again this many seconds after it failed
-	// (default 0).
+	// (default 0). With neither max_failures nor a breaker, failures in a
+	// row wait at least 1, 2, 4 ... seconds, up to 300, however small this
+	// is (docs/decisions/0126-unbounded-failing-repeats-back-off.md).
 	BackoffSec *int32 `protobuf:"varint,5,opt,name=backoff_sec,json=backoffSec,proto3,oneof" json:"backoff_sec,omitempty"`
 	// After this many failed runs in a row the breaker opens: no run starts
 	// until an operator resets it (default 0: no breaker).

@@ -464,6 +464,49 @@ func TestRepeatHonoursParallelAndInterval(t *testing.T) {
 	}
 }
 
+// A repeat with the defaults — no max_failures, no breaker, backoff_sec
+// 0 — on a failing command is never ended by its failures, so its failed
+// runs back off at a doubling pace: the third failure in a row waits 4 s,
+// and next_run_at says when (decision 0126).
+func TestUnboundedFailingRepeatBacksOff(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	key := w.s.DemoAPIKey
+	w.startAgent("agent-1", w.agentToken("agent-1"), 2)
+	created := time.Now()
+	id := w.createGroup(key, map[string]any{"repeat": map[string]any{"count": 5,
+		"template": map[string]any{"name": "always-fails", "command": "false"}}})
+	g := w.waitGroup(key, id, 60*time.Second, "the third failure in a row, waiting", func(g map[string]any) bool {
+		r, _ := g["repeat"].(map[string]any)
+		return r["consecutive_failures"] == float64(3) && r["next_run_at"] != nil
+	})
+	// Three failures took at least the first two waits, 1 s and 2 s.
+	if took := time.Since(created); took < 3*time.Second {
+		t.Fatalf("three failures in %v: the runs did not back off", took)
+	}
+	var lastEnd time.Time
+	members, _ := g["tasks"].([]any)
+	for _, m := range members {
+		m := m.(map[string]any)
+		if m["status"] != "failed" {
+			t.Fatalf("member %v is not failed while the repeat waits", m)
+		}
+		if end, err := time.Parse(time.RFC3339Nano, fmt.Sprint(m["ended_at"])); err != nil {
+			t.Fatalf("member %v: ended_at: %v", m["id"], err)
+		} else if end.After(lastEnd) {
+			lastEnd = end
+		}
+	}
+	r := g["repeat"].(map[string]any)
+	next, err := time.Parse(time.RFC3339Nano, fmt.Sprint(r["next_run_at"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(members) != 3 || r["failures"] != float64(3) || g["status"] != "running" || !next.Equal(lastEnd.Add(4*time.Second)) {
+		t.Fatalf("after three failures: %d members, repeat %v, last run ended %v", len(members), r, lastEnd)
+	}
+}
+
 // A breaker with threshold 3 on a failing command: exactly three failed
 // runs, then none while it is open; a tenant's key cannot reset it (403),
 // an operator's can, with a reason: runs resume, and the audit log has

@@ -715,6 +715,64 @@ func TestRepeatBreakerOpensAndResets(t *testing.T) {
 	}
 }
 
+// A repeat that nothing ends on failure (the defaults: no max_failures,
+// no breaker, backoff_sec 0) retries its failing runs at a doubling pace,
+// 1 s, 2 s, 4 s … up to five minutes; a completed run resets the pace,
+// and a repeat with either limit keeps its backoff_sec as given.
+func TestUnboundedRepeatBacksOff(t *testing.T) {
+	x := repeatSim(t, RepeatInput{Count: 3})
+	var waits []time.Duration
+	for range 11 {
+		run := x.openRuns()
+		if len(run) != 1 {
+			t.Fatalf("after waits %v: %d open runs", waits, len(run))
+		}
+		x.set(run[0].Key, task.StatusFailed)
+		x.advance()
+		if len(x.openRuns()) != 0 {
+			t.Fatalf("after waits %v: a run started before its backoff", waits)
+		}
+		wake := x.s.Group.NextWake()
+		waits = append(waits, wake.Sub(x.now))
+		x.now = wake
+		x.advance()
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300}
+	for i := range want {
+		want[i] *= time.Second
+	}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("waits %v, want %v", waits, want)
+	}
+	// A completed run resets the pace: the next failure waits 1 s again.
+	x.set(x.openRuns()[0].Key, task.StatusCompleted)
+	x.advance()
+	x.set(x.openRuns()[0].Key, task.StatusFailed)
+	x.advance()
+	if got := x.s.Group.NextWake().Sub(x.now); got != time.Second {
+		t.Fatalf("after a completed run, a failure waits %v, want 1s", got)
+	}
+
+	// backoff_sec above the floor is kept as given.
+	slow := repeatSim(t, RepeatInput{Count: 2, BackoffSec: ptr(30)})
+	slow.set(slow.openRuns()[0].Key, task.StatusFailed)
+	slow.advance()
+	if got := slow.s.Group.NextWake().Sub(slow.now); got != 30*time.Second {
+		t.Fatalf("backoff_sec 30 waits %v", got)
+	}
+	// Either limit bounds the failures, and backoff_sec 0 retries at once.
+	for _, r := range []RepeatInput{{Count: 2, MaxFailures: ptr(5)}, {Count: 2, Breaker: ptr(5)}} {
+		y := repeatSim(t, r)
+		for i := range 3 {
+			y.set(y.openRuns()[0].Key, task.StatusFailed)
+			y.advance()
+			if open := y.openRuns(); len(open) != 1 || open[0].Attempt != i+2 {
+				t.Fatalf("%+v: failure %d not retried at once: %v", r, i+1, open)
+			}
+		}
+	}
+}
+
 // max_failures failed runs are tolerated; the next failure ends the
 // repeat and cancels its open runs.
 func TestRepeatMaxFailuresFailsAndCancelsOpenRuns(t *testing.T) {

@@ -229,7 +229,7 @@ func (s *State) change(c Change, at time.Time) {
 		ended = at
 	}
 	r.Retries = append(r.Retries, Retry{Run: m.Run, Attempt: m.Attempt + 1,
-		DueAt: ended.Add(time.Duration(r.BackoffSec) * time.Second)})
+		DueAt: ended.Add(r.RetryWait())})
 }
 
 // count moves one member from status from ("" = new) to status to.

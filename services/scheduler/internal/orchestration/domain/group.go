@@ -245,6 +245,31 @@ func (g Group) unstarted() int {
 	return g.Counts[task.StatusPending] + g.Counts[task.StatusAssigned]
 }
 
+// UnboundedBackoffCap is the longest wait RetryWait puts before a failed
+// run of a repeat that nothing stops on failure.
+const UnboundedBackoffCap = 5 * time.Minute
+
+// RetryWait is how long a run that just failed waits before it is tried
+// again, with ConsecutiveFailures counting that failure: backoff_sec.
+// A repeat with neither max_failures nor a breaker is never ended by its
+// failures, and with backoff_sec 0 — both the defaults — a run that fails
+// at once would be tried again at once, without end, each try a task
+// with its events. Such a repeat's failures in a row wait at least 1 s,
+// 2 s, 4 s …, doubling up to UnboundedBackoffCap, and a completed run
+// resets the pace (decision 0126). A repeat with either limit set is
+// bounded by it and keeps backoff_sec as given.
+func (r *Repeat) RetryWait() time.Duration {
+	wait := time.Duration(r.BackoffSec) * time.Second
+	if r.MaxFailures > 0 || r.Threshold > 0 || r.ConsecutiveFailures < 1 {
+		return wait
+	}
+	floor := UnboundedBackoffCap
+	if n := r.ConsecutiveFailures - 1; n < 30 { // beyond, the shift overflows; the cap is far smaller
+		floor = min(time.Second<<n, UnboundedBackoffCap)
+	}
+	return max(wait, floor)
+}
+
 // spacedFrom is the earliest time a run may start after the last one
 // (zero: no spacing, or nothing started yet).
 func (r *Repeat) spacedFrom() time.Time {
