@@ -410,7 +410,7 @@ const (
 // PipelineCodes lists every code of the pipeline API's error body, for the
 // OpenAPI document.
 var PipelineCodes = []VideoCode{
-	{PipelineInvalidParameter, http.StatusBadRequest, "malformed JSON, an unknown field, a missing, unknown or foreign key, a bad upload; the message says which"},
+	{PipelineInvalidParameter, http.StatusBadRequest, "malformed JSON, an unknown field, a missing key, an upload of another kind or one that expired, a bad upload; the message says which (a key that names no upload of the caller's is taken, and the stage that needs it fails the job)"},
 	{PipelineInvalidAPIKey, http.StatusUnauthorized, "missing, unknown, expired or revoked API key"},
 	{PipelineAccessDenied, http.StatusForbidden, "a credential that may not call this API (agent tokens, operator keys)"},
 	{PipelineJobNotFound, http.StatusNotFound, "no such job for this caller (another tenant's job is not found either)"},

@@ -230,7 +230,9 @@ func (js *jobStream) run(ctx context.Context, out sink, snap *pipelinev1.Job) (e
 // The frame is what the job is when it is read, not the event that woke
 // the stream: a progress report read after the stage already moved on
 // carries the move, and a client that follows only status frames must
-// see it.
+// see it. The outputs' download links are left out of the comparison:
+// each read signs them anew (their expiry moves with the clock), while
+// the keys they link to say whether an output changed.
 func (js *jobStream) eventOf(job *pipelinev1.Job) string {
 	if js.last == nil {
 		return EventStatus
@@ -238,6 +240,9 @@ func (js *jobStream) eventOf(job *pipelinev1.Job) string {
 	a, b := proto.CloneOf(js.last), proto.CloneOf(job)
 	for _, j := range []*pipelinev1.Job{a, b} {
 		j.Progress, j.UpdatedAt, j.Version = 0, nil, 0
+		if o := j.GetOutput(); o != nil {
+			o.BieUrl, o.NefUrl = nil, nil
+		}
 	}
 	if proto.Equal(a, b) {
 		return EventProgress

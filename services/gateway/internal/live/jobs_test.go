@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -58,13 +59,21 @@ func (l *frameLog) count() int {
 	return len(l.frames)
 }
 
+// pipelineJob is the job as GetJob answers it at its version: its output
+// links are signed at each read, so their expiry differs from one read to
+// the next, as a real answer's does.
 func pipelineJob(version int64, status, stage string, progress int32) *pipelinev1.Job {
+	link := func(key string) *wrapperspb.StringValue {
+		return wrapperspb.String(fmt.Sprintf("http://127.0.0.1:9000/%s?X-Expires=%d&X-Signature=s%d", key, 3700+version, version))
+	}
 	j := &pipelinev1.Job{JobId: "j1", Status: status, Stage: stage, Progress: progress, Version: version,
 		CreatedAt: timestamppb.New(time.Unix(100, 0)), UpdatedAt: timestamppb.New(time.Unix(100+version, 0)),
-		Output:     &pipelinev1.JobOutput{BieKey: wrapperspb.String("jobs/j1/output/result.bie")},
+		Output: &pipelinev1.JobOutput{BieKey: wrapperspb.String("jobs/j1/output/result.bie"),
+			BieUrl: link("jobs/j1/output/result.bie")},
 		StageTasks: map[string]string{"onnx": "t1", "bie": "t2", "nef": "t3"}}
 	if status == JobCompleted {
 		j.Output.NefKey = wrapperspb.String("jobs/j1/output/result.nef")
+		j.Output.NefUrl = link("jobs/j1/output/result.nef")
 	}
 	return j
 }
