@@ -29,6 +29,9 @@ help: ## Show this help.
 
 .PHONY: run
 run: build ## Start Taskmesh on embedded defaults (bin/taskmesh dev, with the shim and the stage worker beside it); data under .taskmesh/. DEV_FLAGS adds flags of taskmesh dev (e.g. --no-agent).
+	# What dev runs beyond Go (PostgreSQL, ffmpeg and a CJK font), installed
+	# as root when missing, else named; Taskmesh starts either way.
+	tools/test-deps.sh --run
 	$(BIN)/taskmesh dev $(DEV_FLAGS)
 
 # The version the binary and the image say (taskmesh version).

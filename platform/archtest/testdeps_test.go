@@ -103,3 +103,30 @@ func TestTestDepsRefusesUnknownArguments(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 2 and the usage", code, stderr)
 	}
 }
+
+// `make run` asks only for what Taskmesh itself runs, and starts without
+// it: a machine without ffmpeg is told that video generations will wait,
+// not stopped, and nothing the tests alone use is asked for.
+func TestRunDepsNamesWhatTaskmeshRunsAndGoesOn(t *testing.T) {
+	code, stderr := runTestDeps(t, t.TempDir(), "--run")
+	if code != 0 {
+		t.Fatalf("exit %d with nothing on PATH, want 0 (Taskmesh starts anyway); stderr:\n%s", code, stderr)
+	}
+	named := namedPackages(stderr)
+	for _, pkg := range []string{"ffmpeg", "fontconfig"} {
+		if !named[pkg] {
+			t.Errorf("package %s not named in:\n%s", pkg, stderr)
+		}
+	}
+	runs := map[string]bool{"postgresql": true, "ffmpeg": true, "fontconfig": true, "fonts-wqy-zenhei": true}
+	for pkg := range named {
+		if !runs[pkg] {
+			t.Errorf("--run names %s, which only the tests use:\n%s", pkg, stderr)
+		}
+	}
+	for _, want := range []string{"video generations: they wait QUEUED", "apt-get install -y --no-install-recommends "} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+}

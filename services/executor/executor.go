@@ -36,6 +36,11 @@ func Run(ctx context.Context, cfg Config) error {
 	return a.Run(ctx)
 }
 
+// VideoRunner returns the ffmpeg an agent with the default task types
+// renders video generations with (name, or "ffmpeg" on PATH when name is
+// empty), or why such an agent claims no video tasks.
+func VideoRunner(name string) (string, error) { return video.FindFFmpeg(name) }
+
 // Shim runs a task process on behalf of an agent; args are what follows
 // `executor shim` on the command line. It returns the exit code. The agent
 // starts it by re-executing its own binary, so the binary that calls Run

@@ -20,6 +20,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/otel"
 	"github.com/taskmesh/taskmesh/platform/pg"
 	"github.com/taskmesh/taskmesh/platform/safehttp"
+	"github.com/taskmesh/taskmesh/services/executor"
 	"github.com/taskmesh/taskmesh/services/taskmesh/internal/stack"
 )
 
@@ -195,6 +196,7 @@ Taskmesh is running.
   Kafka          %[4]s          (topic taskmesh.task.events.v1)
   Object store   %[5]s
   Local agent    %[6]s
+  Video runner   %[15]s
   Logs           %[7]s
   Demo API key   %[8]s   (tenant "demo")
   Operator key   %[10]s   (admin API: taskmesh ctl tenants|keys)
@@ -214,7 +216,23 @@ Try it:
 Press Ctrl-C to stop; data stays in the data directory.
 `, s.HTTPURL, s.GRPCAddr, password.ReplaceAllString(s.Postgres, "://$1:***@"), strings.Join(s.Kafka, ","), s.ObjectDir,
 		localAgent(s), logFile, s.DemoAPIKey, pgDirNote(s), s.AdminKeyFile, quotaCluster(s),
-		s.QuotaAddr, s.InternalTokenFile, s.ConsumersAddr)
+		s.QuotaAddr, s.InternalTokenFile, s.ConsumersAddr, videoRunner(s.AgentRunning(), executor.VideoRunner))
+}
+
+// videoRunner says whether the local agent renders video generations. An
+// agent without ffmpeg claims none, and the generations wait QUEUED for one
+// that has it; the banner says so, since the agent's log is not where a
+// first run looks.
+func videoRunner(agent bool, find func(string) (string, error)) string {
+	if !agent {
+		return "none here (--no-agent)"
+	}
+	ffmpeg, err := find("")
+	if err != nil {
+		return "off: ffmpeg is missing, so video generations wait for an agent that has it\n" +
+			"                 (apt-get install -y ffmpeg fonts-wqy-zenhei, then start again)"
+	}
+	return "ffmpeg (" + ffmpeg + ")"
 }
 
 // quotaCluster describes the embedded default cluster, e.g. "local A100=16".

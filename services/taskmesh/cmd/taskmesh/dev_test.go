@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -223,6 +224,12 @@ func TestDevRunsTasksAndKeepsThemAcrossRestarts(t *testing.T) {
 	if !strings.Contains(second.out.String(), "Local agent    agent-local-1 on ") {
 		t.Fatalf("the banner does not show the local agent:\n%s", second.out)
 	}
+	// make test installs ffmpeg, so the local agent renders video here.
+	if ffmpeg, err := exec.LookPath("ffmpeg"); err != nil {
+		t.Fatalf("ffmpeg: %v (tools/test-deps.sh installs it)", err)
+	} else if want := "Video runner   ffmpeg (" + ffmpeg + ")"; !strings.Contains(second.out.String(), want) {
+		t.Fatalf("the banner lacks %q:\n%s", want, second.out)
+	}
 	second.stop(t)
 
 	// Without its agent, dev says so, and where an executor of its own
@@ -231,5 +238,35 @@ func TestDevRunsTasksAndKeepsThemAcrossRestarts(t *testing.T) {
 	if want := "Local agent    off (--no-agent; an executor may run as agent-local-1 with the token in " + filepath.Join(dir, "agent-token") + ")"; !strings.Contains(third.out.String(), want) {
 		t.Fatalf("the banner of dev --no-agent lacks %q:\n%s", want, third.out)
 	}
+	if want := "Video runner   none here (--no-agent)"; !strings.Contains(third.out.String(), want) {
+		t.Fatalf("the banner of dev --no-agent lacks %q:\n%s", want, third.out)
+	}
 	third.stop(t)
+}
+
+// A local agent without ffmpeg claims no video generations, and they wait
+// QUEUED: the banner says so and how to install it, instead of leaving it
+// to the agent's log.
+func TestVideoRunnerLineSaysWhyVideoWaits(t *testing.T) {
+	missing := func(string) (string, error) {
+		return "", errors.New(`exec: "ffmpeg": executable file not found in $PATH`)
+	}
+	got := videoRunner(true, missing)
+	for _, want := range []string{"off: ffmpeg is missing", "video generations wait", "apt-get install -y ffmpeg fonts-wqy-zenhei"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("videoRunner without ffmpeg = %q, want it to contain %q", got, want)
+		}
+	}
+	found := func(name string) (string, error) {
+		if name != "" {
+			t.Errorf("looked up %q, want the agent's default (ffmpeg on PATH)", name)
+		}
+		return "/usr/bin/ffmpeg", nil
+	}
+	if got := videoRunner(true, found); got != "ffmpeg (/usr/bin/ffmpeg)" {
+		t.Errorf("videoRunner with ffmpeg = %q", got)
+	}
+	if got := videoRunner(false, found); got != "none here (--no-agent)" {
+		t.Errorf("videoRunner without an agent = %q", got)
+	}
 }
