@@ -147,10 +147,16 @@ func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGro
 			none = q.Name
 			continue
 		}
+		// A root has no WorkGroup of its own: name the quota whose
+		// WorkGroup the work waits for, and the root it was named by.
+		of := wq.Name
+		if wq.ID != q.ID {
+			of = fmt.Sprintf("%s (the one %s runs on)", wq.Name, q.Name)
+		}
 		w, err := a.store.WorkGroup(ctx, wq.ID)
 		switch {
 		case errors.Is(err, capacity.ErrNotFound):
-			why = fmt.Sprintf("the WorkGroup of GU quota %s does not exist yet", q.Name)
+			why = fmt.Sprintf("the WorkGroup of GU quota %s does not exist yet", of)
 			continue
 		case err != nil:
 			return WorkGroup{}, err
@@ -158,7 +164,7 @@ func (a *App) CheckGUQuota(ctx context.Context, tenantID, quota string) (WorkGro
 		if w.Status == capacity.StatusRunning {
 			return workGroupOf(w), nil
 		}
-		why = fmt.Sprintf("the WorkGroup of GU quota %s is %s, not Running", q.Name, w.Status)
+		why = fmt.Sprintf("the WorkGroup of GU quota %s is %s, not Running", of, w.Status)
 		if w.Reason != "" {
 			why += " (" + w.Reason + ")"
 		}

@@ -28,6 +28,16 @@ func TestCheckGUQuota(t *testing.T) {
 		_, err = f.app.CheckGUQuota(f.ctx, "acme", name)
 		wantStatus(t, err, codes.FailedPrecondition, app.ReasonGUQuotaCreating)
 	}
+	// The root has no WorkGroup of its own: the answer names the quota
+	// whose WorkGroup the work waits for.
+	_, err = f.app.CheckGUQuota(f.ctx, "acme", "gu1")
+	if want := "the WorkGroup of GU quota gu1-default (the one gu1 runs on) is Creating, not Running; retry once it runs"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("naming the root: %v; want it to contain %q", err, want)
+	}
+	_, err = f.app.CheckGUQuota(f.ctx, "acme", "gu1-default")
+	if want := "the WorkGroup of GU quota gu1-default is Creating, not Running"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("naming the WorkGroup quota: %v; want it to contain %q", err, want)
+	}
 	// Another tenant's quota does not exist for beta.
 	_, err = f.app.CheckGUQuota(f.ctx, "beta", "gu1")
 	wantStatus(t, err, codes.NotFound, app.ReasonGUQuotaNotExists)
