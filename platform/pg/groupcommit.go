@@ -111,24 +111,7 @@ func (g *GroupCommitter) Close() {
 
 func (g *GroupCommitter) work(ch chan *command) {
 	defer g.wg.Done()
-	for first := range ch {
-		// A batch is whatever is already waiting, taken without blocking: a
-		// lone command runs at once.
-		batch := []*command{first}
-	drain:
-		for len(batch) < g.maxBatch {
-			select {
-			case c, ok := <-ch:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, c)
-			default:
-				break drain
-			}
-		}
-		g.run(batch)
-	}
+	serveBatches(ch, g.maxBatch, g.run)
 }
 
 // deadlockRetries bounds the reruns of a batch aborted by a deadlock or a

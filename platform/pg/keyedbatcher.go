@@ -145,25 +145,7 @@ func (b *KeyedBatcher[S, E]) Close() {
 
 func (b *KeyedBatcher[S, E]) work(ch chan *keyedCmd[S, E]) {
 	defer b.wg.Done()
-	for first := range ch {
-		// A batch is whatever arrived while the previous one ran, taken
-		// without waiting: one command and no added latency under light
-		// load, up to maxBatch by itself under heavy load.
-		batch := []*keyedCmd[S, E]{first}
-	drain:
-		for len(batch) < b.maxBatch {
-			select {
-			case c, ok := <-ch:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, c)
-			default:
-				break drain
-			}
-		}
-		b.run(batch)
-	}
+	serveBatches(ch, b.maxBatch, b.run)
 }
 
 func (b *KeyedBatcher[S, E]) run(batch []*keyedCmd[S, E]) {

@@ -56,3 +56,26 @@ func (q *workQueues[T]) close() {
 		close(ch)
 	}
 }
+
+// serveBatches runs batch on what ch brings until ch is closed. A batch is
+// whatever arrived while the previous one ran, taken without waiting: one
+// command and no added latency under light load, up to limit by itself
+// under heavy load.
+func serveBatches[T any](ch <-chan T, limit int, batch func([]T)) {
+	for first := range ch {
+		b := []T{first}
+	drain:
+		for len(b) < limit {
+			select {
+			case c, ok := <-ch:
+				if !ok {
+					break drain
+				}
+				b = append(b, c)
+			default:
+				break drain
+			}
+		}
+		batch(b)
+	}
+}

@@ -3,6 +3,7 @@ package pg
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,4 +67,33 @@ func TestWorkQueuesSendHonoursContext(t *testing.T) {
 	if err := q.send(context.Background(), 0, 3); !errors.Is(err, ErrCommitterClosed) {
 		t.Fatalf("send after close: %v", err)
 	}
+}
+
+// A batch is what waits when the worker is free, up to the limit; a lone
+// command is a batch of its own, and the worker ends once the queue is
+// closed and drained.
+func TestServeBatchesTakesWhatWaitsUpToTheLimit(t *testing.T) {
+	ch := make(chan int, 10)
+	for i := range 7 {
+		ch <- i
+	}
+	close(ch)
+	var got [][]int
+	serveBatches(ch, 3, func(b []int) { got = append(got, append([]int(nil), b...)) })
+	want := "[[0 1 2] [3 4 5] [6]]"
+	if s := fmt.Sprint(got); s != want {
+		t.Fatalf("batches = %s, want %s", s, want)
+	}
+
+	// Nothing waiting: the first command runs at once, alone.
+	ch = make(chan int, 10)
+	done := make(chan struct{})
+	batches := make(chan []int, 10)
+	go func() { defer close(done); serveBatches(ch, 3, func(b []int) { batches <- b }) }()
+	ch <- 42
+	if b := <-batches; fmt.Sprint(b) != "[42]" {
+		t.Fatalf("lone command's batch = %v, want [42]", b)
+	}
+	close(ch)
+	<-done
 }

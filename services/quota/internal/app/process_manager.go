@@ -343,8 +343,14 @@ func (m *ProcessManager) workGroup(ctx context.Context, w capacity.WorkGroup) er
 	if err := m.fault(StepWorkGroupObserved); err != nil {
 		return err
 	}
+	return m.recordWorkGroup(ctx, w.QuotaID, o)
+}
+
+// recordWorkGroup records what the operator reports of the WorkGroup of
+// quota quotaID, folded into the WorkGroup as stored.
+func (m *ProcessManager) recordWorkGroup(ctx context.Context, quotaID string, o capacity.Observation) error {
 	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
-		cur, err := tx.WorkGroup(w.QuotaID)
+		cur, err := tx.WorkGroup(quotaID)
 		if err != nil {
 			return nil, err
 		}
@@ -388,13 +394,7 @@ func (m *ProcessManager) deleteWorkGroup(ctx context.Context, w capacity.WorkGro
 	if err := m.fault(StepWorkGroupDeleted); err != nil {
 		return err
 	}
-	return m.record(ctx, func(tx Tx) ([]capacity.Event, error) {
-		cur, err := tx.WorkGroup(w.QuotaID)
-		if err != nil {
-			return nil, err
-		}
-		return capacity.ObserveWorkGroup(cur, o, m.now()), nil
-	})
+	return m.recordWorkGroup(ctx, w.QuotaID, o)
 }
 
 func (m *ProcessManager) quota(ctx context.Context, q capacity.Quota) error {

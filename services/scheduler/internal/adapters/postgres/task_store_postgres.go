@@ -48,20 +48,7 @@ const taskColumns = `doc`
 
 // scanTasks reads rows of a single doc column.
 func scanTasks(rows pgx.Rows) ([]domain.Task, error) {
-	defer rows.Close()
-	var out []domain.Task
-	for rows.Next() {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return nil, err
-		}
-		var t domain.Task
-		if err := codec.DecodeTask(doc, &t); err != nil {
-			return nil, fmt.Errorf("decode task doc: %w", err)
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return pg.CollectDocs(rows, "task doc", codec.DecodeTask)
 }
 
 // getSQL reads task $1 of tenant $2 (any tenant when $2 is "*"); deleted

@@ -108,20 +108,7 @@ func jobs(ctx context.Context, q querier, sql string, args ...any) ([]domain.Job
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []domain.Job
-	for rows.Next() {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return nil, err
-		}
-		var j domain.Job
-		if err := json.Unmarshal(doc, &j); err != nil {
-			return nil, fmt.Errorf("decode job doc: %w", err)
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return pg.CollectDocs(rows, "job doc", func(doc []byte, j *domain.Job) error { return json.Unmarshal(doc, j) })
 }
 
 // Row reads job id's row as stored, in q (the rebuild's comparison).
