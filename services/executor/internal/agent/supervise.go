@@ -83,7 +83,10 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 			if r.grace != nil {
 				grace = *r.grace
 			}
-			if _, err := sess.Stop(ctx, r.reason, grace); err != nil {
+			// A shim that hung up has ended the task (or died): Done
+			// follows and settles it, so only another failure is worth a
+			// warning.
+			if _, err := sess.Stop(ctx, r.reason, grace); err != nil && !shim.HungUp(err) {
 				a.log.Warn("stop request to shim failed", "attempt_id", t.AttemptID, "err", err)
 			}
 		case <-at.fenceWake:
@@ -93,7 +96,7 @@ func (a *Agent) supervise(ctx context.Context, at *attempt) {
 			// A fence that has passed cannot be renewed (the shim is
 			// stopping the task), and a shim that is gone needs none.
 			if d := a.fenceLeftFor(t); d > 0 {
-				if _, err := sess.Fence(ctx, d); err != nil {
+				if _, err := sess.Fence(ctx, d); err != nil && !shim.HungUp(err) {
 					a.log.Warn("fence not renewed", "task_id", t.ID, "attempt_id", t.AttemptID, "err", err)
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -233,6 +234,16 @@ func (s *Session) request(ctx context.Context, req Request) (State, error) {
 		return resp.State, fmt.Errorf("shim %s: %s", req.Op, resp.Error)
 	}
 	return resp.State, nil
+}
+
+// HungUp says a control request failed because the shim closed the
+// connection: it has ended its task and left, or it died. Either way the
+// session's Done follows and Result says which, so the failed request
+// itself tells the caller nothing more. A shim's refusal, a timeout or a
+// garbled answer is not a hang-up.
+func HungUp(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed)
 }
 
 // Close detaches from the shim. The task keeps running; if no agent

@@ -302,26 +302,7 @@ func TestProgressOfTheStageTaskReachesTheJob(t *testing.T) {
 	h := newHarness(t)
 	h.run(time.Hour)
 	j := h.newJob(user("acme"))
-	id := j.StageTasks[domain.StageONNX]
-	agent := sched.Caller{Tenant: "*", Subject: "agent:a", AgentID: "a"}
-	if _, _, err := h.tasks.ClaimTasks(h.ctx, agent, sched.ClaimRequest{AgentID: "a", MachineID: "m", Labels: []string{"pool:onnx"}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []int{0, 30} {
-		if _, err := h.tasks.ChangeTask(h.ctx, agent, id, func(t task.Task, now time.Time) ([]task.Record, error) {
-			if t.Status == task.StatusAssigned {
-				return t.Start(now, "a", t.AttemptID)
-			}
-			return t.ReportProgress(now, "a", t.AttemptID, p, "parsing the graph")
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := h.tasks.ChangeTask(h.ctx, agent, id, func(t task.Task, now time.Time) ([]task.Record, error) {
-		return t.ReportProgress(now, "a", t.AttemptID, 30, "parsing the graph")
-	}); err != nil {
-		t.Fatal(err)
-	}
+	h.onnxRunning(j, 0, 30, 30)
 	h.waitJob(j.ID, "at 30%", func(j domain.Job) bool { return j.Progress == 30 && j.Message == "parsing the graph" })
 }
 
@@ -540,5 +521,40 @@ func TestUploadJudgesAReferenceImageWhole(t *testing.T) {
 	}
 	if n := len(h.store.uploads); n != 1 {
 		t.Errorf("%d uploads recorded, want the whole image's only", n)
+	}
+}
+
+// What the observed changes record while the sweep goes through the jobs
+// it read is theirs: the sweep counts only what it recorded itself, so
+// that its report ("moved jobs on") says it caught up on something.
+func TestTheSweepCountsOnlyWhatItRecorded(t *testing.T) {
+	h := newHarness(t)
+	// No process manager: the stage task's progress is not applied.
+	j := h.newJob(user("acme"))
+	id := h.onnxRunning(j, 0, 30)
+	// The observed path records the progress right after the sweep read
+	// the job.
+	h.store.afterActive = func() {
+		h.store.afterActive = nil
+		if _, err := h.store.Mutate(h.ctx, j.ID, func(j domain.Job) ([]domain.Record, error) {
+			return j.ReportProgress(time.Now(), "pipeline", domain.StageONNX, id, 30, "parsing the graph"), nil
+		}); err != nil {
+			t.Error(err)
+		}
+	}
+	if n, err := h.app.Reconcile(h.ctx); err != nil || n != 0 {
+		t.Fatalf("Reconcile after the observed path recorded the progress = %d, %v; want 0", n, err)
+	}
+	if got := h.job(j.ID); got.Progress != 30 || got.Version != j.Version+1 {
+		t.Fatalf("job = progress %d version %d, want 30 at version %d (one record)", got.Progress, got.Version, j.Version+1)
+	}
+
+	// Nobody else got there: the sweep's own record counts.
+	h.onnxRunning(j, 60)
+	if n, err := h.app.Reconcile(h.ctx); err != nil || n != 1 {
+		t.Fatalf("Reconcile of unapplied progress = %d, %v; want 1", n, err)
+	}
+	if got := h.job(j.ID); got.Progress != 60 || got.Message != "parsing the graph" {
+		t.Fatalf("job progress %d %q, want 60", got.Progress, got.Message)
 	}
 }

@@ -39,6 +39,9 @@ type jobStore struct {
 	// failWrite, when set, is asked before each Mutate stores records; an
 	// error fails that write (a crash before the job's commit).
 	failWrite func(rs []domain.Record) error
+	// afterActive, when set, runs once Active has answered (what another
+	// path records while the sweep goes through the jobs it read).
+	afterActive func()
 }
 
 func newJobStore() *jobStore {
@@ -92,7 +95,6 @@ func (s *jobStore) Mutate(_ context.Context, id string, decide func(domain.Job) 
 
 func (s *jobStore) Active(_ context.Context, after string, limit int) ([]domain.Job, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []domain.Job
 	for _, j := range s.jobs {
 		if !j.Status.Final() && j.ID > after {
@@ -100,6 +102,11 @@ func (s *jobStore) Active(_ context.Context, after string, limit int) ([]domain.
 		}
 	}
 	slices.SortFunc(out, func(a, b domain.Job) int { return strings.Compare(a.ID, b.ID) })
+	f := s.afterActive
+	s.mu.Unlock()
+	if f != nil {
+		f()
+	}
 	return out[:min(limit, len(out))], nil
 }
 
@@ -383,4 +390,31 @@ func (h *harness) stageTasks(jobID string, s domain.Stage) []string {
 		}
 	}
 	return out
+}
+
+// onnxRunning plays agent "a" on job j's ONNX stage task: it claims the
+// task unless it runs already, starts it, and reports each of progress
+// ("parsing the graph"). It returns the task's id.
+func (h *harness) onnxRunning(j domain.Job, progress ...int) string {
+	h.t.Helper()
+	id := j.StageTasks[domain.StageONNX]
+	agent := sched.Caller{Tenant: "*", Subject: "agent:a", AgentID: "a"}
+	if cur, err := h.tasks.GetTask(h.ctx, agent, id); err != nil {
+		h.t.Fatal(err)
+	} else if cur.Status == task.StatusPending {
+		if _, _, err := h.tasks.ClaimTasks(h.ctx, agent, sched.ClaimRequest{AgentID: "a", MachineID: "m", Labels: []string{"pool:onnx"}}); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	for _, p := range progress {
+		if _, err := h.tasks.ChangeTask(h.ctx, agent, id, func(t task.Task, now time.Time) ([]task.Record, error) {
+			if t.Status == task.StatusAssigned {
+				return t.Start(now, "a", t.AttemptID)
+			}
+			return t.ReportProgress(now, "a", t.AttemptID, p, "parsing the graph")
+		}); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	return id
 }

@@ -179,40 +179,51 @@ func (a *App) Run(ctx context.Context, interval time.Duration) {
 // applyChange applies one observed change; a failure is left to the
 // sweep.
 func (a *App) applyChange(ctx context.Context, c change) {
-	if err := a.apply(ctx, c.job, c.stage, c.task); err != nil && ctx.Err() == nil {
+	if _, err := a.apply(ctx, c.job, c.stage, c.task); err != nil && ctx.Err() == nil {
 		a.cfg.Log.Warn("pipeline: applying a stage change failed; the sweep retries", "job_id", c.job,
 			"stage", c.stage, "err", err)
 	}
 }
 
-// apply moves job on by the state of its stage s task t.
-func (a *App) apply(ctx context.Context, jobID string, s domain.Stage, t task.Task) error {
-	var err error
+// apply moves job on by the state of its stage s task t. recorded says
+// whether this call stored anything: false when the job already had it
+// (the other path, observed changes or the sweep, got there first).
+func (a *App) apply(ctx context.Context, jobID string, s domain.Stage, t task.Task) (recorded bool, err error) {
 	switch {
 	case t.Deleted:
-		err = a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage's task was deleted")
+		recorded, err = a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage's task was deleted")
 	case t.Status == task.StatusCompleted:
-		err = a.stageDone(ctx, jobID, s, t)
+		recorded, err = a.stageDone(ctx, jobID, s, t)
 	case t.Status == task.StatusFailed:
-		err = a.fail(ctx, jobID, s, t.ID, failureReason(t))
+		recorded, err = a.fail(ctx, jobID, s, t.ID, failureReason(t))
 	case t.Status == task.StatusCancelled:
-		err = a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage's task was cancelled")
+		recorded, err = a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage's task was cancelled")
 	case t.Status == task.StatusRunning && t.Progress > 0:
-		_, err = a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
-			return j.ReportProgress(a.now(), actor, s, t.ID, t.Progress, t.ProgressMessage), nil
+		recorded, err = a.mutate(ctx, jobID, func(j domain.Job) []domain.Record {
+			return j.ReportProgress(a.now(), actor, s, t.ID, t.Progress, t.ProgressMessage)
 		})
 	}
 	if errors.Is(err, domain.ErrNotFound) {
-		return nil // a task of a job that was never recorded
+		return false, nil // a task of a job that was never recorded
 	}
-	return err
+	return recorded, err
 }
 
-func (a *App) fail(ctx context.Context, jobID string, s domain.Stage, taskID, reason string) error {
-	_, err := a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
-		return j.Fail(a.now(), actor, s, taskID, reason), nil
+// mutate is Jobs.Mutate that says whether decide's records were stored:
+// not when decide found nothing to record.
+func (a *App) mutate(ctx context.Context, jobID string, decide func(j domain.Job) []domain.Record) (recorded bool, err error) {
+	_, err = a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
+		recs := decide(j)
+		recorded = len(recs) > 0 // Mutate decides again after a lost race: the last decision counts
+		return recs, nil
 	})
-	return err
+	return recorded && err == nil, err
+}
+
+func (a *App) fail(ctx context.Context, jobID string, s domain.Stage, taskID, reason string) (bool, error) {
+	return a.mutate(ctx, jobID, func(j domain.Job) []domain.Record {
+		return j.Fail(a.now(), actor, s, taskID, reason)
+	})
 }
 
 // stageDone records stage s's end once its output is in place, with the
@@ -220,21 +231,21 @@ func (a *App) fail(ctx context.Context, jobID string, s domain.Stage, taskID, re
 // hand-off waits for, and creating it is idempotent (the stage's request
 // id), so a crash between the two leaves the job in s with its task
 // completed, which the sweep applies again, finding the same next task.
-func (a *App) stageDone(ctx context.Context, jobID string, s domain.Stage, t task.Task) error {
+func (a *App) stageDone(ctx context.Context, jobID string, s domain.Stage, t task.Task) (bool, error) {
 	output := domain.OutputObject(jobID, s)
 	switch _, err := a.cfg.Objects.Stat(ctx, output); {
 	case errors.Is(err, objectstore.ErrNotFound):
 		return a.fail(ctx, jobID, s, t.ID, "the "+string(s)+" stage ended without storing "+domain.OutputFile(s))
 	case err != nil:
-		return fmt.Errorf("pipeline: %s: %w", output, err)
+		return false, fmt.Errorf("pipeline: %s: %w", output, err)
 	}
 	j, err := a.cfg.Jobs.Get(ctx, "*", jobID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	done := j.StageDone(a.now(), actor, s, t.ID, output)
 	if len(done) == 0 {
-		return nil // recorded already, or not the stage's own task
+		return false, nil // recorded already, or not the stage's own task
 	}
 	next, ok := s.Next()
 	var queued task.Task
@@ -245,25 +256,24 @@ func (a *App) stageDone(ctx context.Context, jobID string, s domain.Stage, t tas
 		case errors.Is(err, task.ErrInvalid):
 			refused, err = err, nil
 		case err != nil:
-			return err
+			return false, err
 		}
 	}
-	_, err = a.cfg.Jobs.Mutate(ctx, jobID, func(j domain.Job) ([]domain.Record, error) {
+	return a.mutate(ctx, jobID, func(j domain.Job) []domain.Record {
 		now := a.now()
 		recs := j.StageDone(now, actor, s, t.ID, output)
 		if len(recs) == 0 || !ok {
-			return recs, nil
+			return recs
 		}
 		after := fold(j, recs)
 		if refused != nil {
-			return append(recs, refusedStage(after, now, next, refused)...), nil
+			return append(recs, refusedStage(after, now, next, refused)...)
 		}
 		if queued.ID != "" {
 			recs = append(recs, after.QueueStage(now, actor, next, queued.ID)...)
 		}
-		return recs, nil
+		return recs
 	})
-	return err
 }
 
 // fold is j after recs.
@@ -323,10 +333,12 @@ func (a *App) Reconcile(ctx context.Context) (int, error) {
 	}
 }
 
-func (a *App) reconcile(ctx context.Context, j domain.Job) (bool, error) {
+// reconcile applies job j's current stage task. changed says whether the
+// sweep itself recorded anything; what the observed changes recorded
+// meanwhile does not count.
+func (a *App) reconcile(ctx context.Context, j domain.Job) (changed bool, err error) {
 	s := j.Stage
 	var t task.Task
-	var err error
 	if id := j.StageTasks[s]; id != "" {
 		t, err = a.cfg.Tasks.GetTask(ctx, sched.Caller{Tenant: "*"}, id)
 		if errors.Is(err, task.ErrNotFound) {
@@ -334,15 +346,15 @@ func (a *App) reconcile(ctx context.Context, j domain.Job) (bool, error) {
 		}
 	} else {
 		// Recorded without its stage task: create it (or find the one
-		// created before a crash, by its request id).
-		_, t, err = a.queue(ctx, j, s)
+		// created before a crash, by its request id). Queueing it is a
+		// change of the sweep's own.
+		var queued domain.Job
+		queued, t, err = a.queue(ctx, j, s)
+		changed = err == nil && queued.Version != j.Version
 	}
 	if err != nil || t.ID == "" {
-		return false, err
+		return changed, err
 	}
-	if err := a.apply(ctx, j.ID, s, t); err != nil {
-		return false, err
-	}
-	after, err := a.cfg.Jobs.Get(ctx, "*", j.ID)
-	return err == nil && after.Version != j.Version, err
+	recorded, err := a.apply(ctx, j.ID, s, t)
+	return changed || recorded, err
 }
