@@ -42,7 +42,7 @@ func TestEveryPatternHasWords(t *testing.T) {
 					rules, _ := proto.GetExtension(field.Options(), validate.E_Field).(*validate.FieldRules)
 					for _, r := range []*validate.FieldRules{rules, rules.GetRepeated().GetItems(),
 						rules.GetMap().GetKeys(), rules.GetMap().GetValues()} {
-						p := r.GetString_().GetPattern()
+						p := r.GetString().GetPattern()
 						if p == "" {
 							continue
 						}

@@ -34,18 +34,3 @@ func recordSpans(t *testing.T, cfg Config) func() tracetest.SpanStubs {
 		return exp.GetSpans()
 	}
 }
-
-func findSpan(t *testing.T, spans tracetest.SpanStubs, name string) tracetest.SpanStub {
-	t.Helper()
-	for _, s := range spans {
-		if s.Name == name {
-			return s
-		}
-	}
-	var names []string
-	for _, s := range spans {
-		names = append(names, s.Name)
-	}
-	t.Fatalf("no span %q among %q", name, names)
-	return tracetest.SpanStub{}
-}

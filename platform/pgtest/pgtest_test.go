@@ -228,7 +228,7 @@ func TestServerKillKeepsCommittedData(t *testing.T) {
 }
 
 func TestServerIsShared(t *testing.T) {
-	if pgtest.Server(t) != pgtest.Server(t) {
+	if first, again := pgtest.Server(t), pgtest.Server(t); first != again {
 		t.Error("Server returned two different servers")
 	}
 	if got := pgtest.Server(t).URL("x"); !strings.HasPrefix(got, "postgres://postgres@127.0.0.1:") {

@@ -79,9 +79,8 @@ func verify(secret string, h http.Header, body []byte, now time.Time) error {
 // under /fail answer 500.
 type receiver struct {
 	*httptest.Server
-	mu   sync.Mutex
-	got  []received
-	fail map[string]int
+	mu  sync.Mutex
+	got []received
 }
 
 type received struct {

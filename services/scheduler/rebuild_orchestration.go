@@ -130,10 +130,7 @@ func differing(live, want map[string]string, groupOrder, templateOrder []string)
 			delete(differ, id)
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(differ)) {
-		out = append(out, id)
-	}
-	return out
+	return append(out, slices.Sorted(maps.Keys(differ))...)
 }
 
 // groupDocs are the documents of a group's rows: "<group id>" for the

@@ -483,7 +483,7 @@ func (b *slurmBench) drain(ctx context.Context) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return errors.New("Slurm's queue did not drain in 3 minutes")
+	return errors.New("the Slurm queue did not drain in 3 minutes")
 }
 
 func (b *slurmBench) submit(ctx context.Context, task map[string]any) (string, error) {
