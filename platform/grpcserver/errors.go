@@ -10,8 +10,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/taskmesh/taskmesh/platform/logthrottle"
 	"github.com/taskmesh/taskmesh/platform/pg"
 )
+
+// outages writes the warnings of a database outage, which every request
+// meets at once, as one line per window (package logthrottle).
+var outages = logthrottle.New(logthrottle.Window)
 
 // ErrorCode is a generated business error enum (taskv1.ErrorCode,
 // quotav1.ErrorCode): its value is the documented code, its name
@@ -35,8 +40,9 @@ func CodeStatus[C ErrorCode](c codes.Code, code C, msg string, fields ...*errdet
 // every run its store gave it (pg.IsSerializationFailure), and a database
 // that is unreachable or restarting (pg.IsTransient), are Unavailable, which the gateway answers
 // with 503 (docs/api/README.md: 30099 is 503 when a service is
-// unavailable) and clients retry; anything else is logged and answered as
-// internal, without its text.
+// unavailable) and clients retry, and are logged once per window of
+// package logthrottle; anything else is logged and answered as internal,
+// without its text.
 func ToStatus(log *slog.Logger, err error, service func(error) (error, bool)) error {
 	if err == nil {
 		return nil
@@ -56,10 +62,10 @@ func ToStatus(log *slog.Logger, err error, service func(error) (error, bool)) er
 		// Concurrent changes of the same data won every run the store
 		// gave the command (pg.InTxRetried); nothing of it is stored, and
 		// the database is fine.
-		log.Warn("change lost to concurrent changes", "err", err)
+		outages.Log(context.Background(), log, slog.LevelWarn, "change lost to concurrent changes", "err", err)
 		return status.Error(codes.Unavailable, "service unavailable: concurrent changes of the same data; retry")
 	case pg.IsTransient(err):
-		log.Warn("database unavailable", "err", err)
+		outages.Log(context.Background(), log, slog.LevelWarn, "database unavailable", "err", err)
 		return status.Error(codes.Unavailable, "service unavailable: the database cannot be reached; retry later")
 	}
 	log.Error("internal error", "err", err)

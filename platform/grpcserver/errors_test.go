@@ -77,3 +77,28 @@ func TestToStatus(t *testing.T) {
 		t.Errorf("ToStatus(nil) = %v", err)
 	}
 }
+
+// TestADatabaseOutageIsOneWarningPerWindow: every call that meets the
+// outage is answered Unavailable, and the service's log gets one warning
+// for the window (package logthrottle), not one per call. An internal
+// error is logged each time.
+func TestADatabaseOutageIsOneWarningPerWindow(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	none := func(error) (error, bool) { return nil, false }
+	for range 20 {
+		err := ToStatus(log, fmt.Errorf("pg: begin: %w", &pgconn.ConnectError{Config: &pgconn.Config{}}), none)
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("ToStatus during the outage = %v, want Unavailable", err)
+		}
+	}
+	for range 3 {
+		ToStatus(log, errors.New("boom"), none)
+	}
+	if n := strings.Count(logs.String(), `msg="database unavailable"`); n != 1 {
+		t.Errorf("%d database unavailable lines for 20 calls, want 1:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), `msg="internal error"`); n != 3 {
+		t.Errorf("%d internal error lines for 3 internal errors, want 3", n)
+	}
+}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -218,4 +219,90 @@ func TestRESTValidationErrorsNameTheBodysFields(t *testing.T) {
 	e.fake.Fail("ClaimTasks", schedulertest.BusinessError(codes.InvalidArgument, whole, taskv1.ErrorCode_ERROR_CODE_INVALID_ARGUMENT))
 	r = e.do(t, "POST", "/api/v1/agent/tasks/claim", e.agentSec, `{"agent_id":"agent-001","limit":1}`)
 	assertEnvelope(t, r, 400, 30005, whole)
+}
+
+// logLines counts the captured JSON log lines with message msg, by level.
+func logLines(t *testing.T, logs, msg string) map[string]int {
+	t.Helper()
+	byLevel := map[string]int{}
+	for _, ln := range strings.Split(strings.TrimSpace(logs), "\n") {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(ln), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %v: %s", err, ln)
+		}
+		if rec.Msg == msg {
+			byLevel[rec.Level]++
+		}
+	}
+	return byLevel
+}
+
+// TestAnUnavailableServiceIsOneWarningPerWindow: while the scheduler
+// answers Unavailable (it or its database is down), every request gets its
+// 503, and the logs get one warning for the window instead of an error
+// per request. An internal error is still an error line each time.
+func TestAnUnavailableServiceIsOneWarningPerWindow(t *testing.T) {
+	e := newEnv(t)
+	e.fake.Fail("GetTask", status.Error(codes.Unavailable, "service unavailable: the database cannot be reached; retry later"))
+	for range 10 {
+		r := e.do(t, "GET", "/api/v1/tasks/task-001", e.userSecret, "")
+		assertEnvelope(t, r, 503, 30099, "service unavailable")
+	}
+	logs := e.logs.String()
+	if got := logLines(t, logs, "service unavailable"); len(got) != 1 || got["WARN"] != 1 {
+		t.Errorf("service unavailable lines by level = %v, want one WARN for ten requests", got)
+	}
+	if got := logLines(t, logs, "internal service error"); len(got) != 0 {
+		t.Errorf("internal service error lines by level = %v, want none for an outage", got)
+	}
+
+	e.fake.Fail("GetTask", status.Error(codes.Internal, "relation tasks does not exist"))
+	for range 2 {
+		e.do(t, "GET", "/api/v1/tasks/task-001", e.userSecret, "")
+	}
+	if got := logLines(t, e.logs.String(), "internal service error"); got["ERROR"] != 2 {
+		t.Errorf("internal service error lines by level = %v, want an ERROR per internal error", got)
+	}
+}
+
+// TestACredentialStoreOutageIsOneLinePerWindow: a key the gateway has not
+// cached cannot be checked while its store fails; REST and gRPC answer
+// each request with their 503, and each front door logs the failure once
+// for the window.
+func TestACredentialStoreOutageIsOneLinePerWindow(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	_, fresh, err := e.creds.CreateAPIKey(ctx, "acme", "never-used", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(ctx, `ALTER TABLE api_keys RENAME TO api_keys_away`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.db.Exec(ctx, `ALTER TABLE api_keys_away RENAME TO api_keys`) })
+	for range 10 {
+		r := e.do(t, "GET", "/api/v1/tasks/task-001", fresh, "")
+		assertEnvelope(t, r, 503, 30099, "credential store unavailable")
+	}
+	conn := e.dial(t)
+	for range 5 {
+		gctx, cancel := outgoing(fresh)
+		_, err := taskv1.NewTaskServiceClient(conn).GetTask(gctx, &taskv1.GetTaskRequest{Id: "task-001"})
+		cancel()
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("gRPC GetTask during the outage: %v, want Unavailable", err)
+		}
+	}
+	logs := e.logs.String()
+	if got := logLines(t, logs, "authenticating a request failed"); len(got) != 1 || got["ERROR"] != 1 {
+		t.Errorf("REST authentication failures logged by level = %v, want one ERROR for ten requests", got)
+	}
+	if got := logLines(t, logs, "authenticating a grpc call failed"); len(got) != 1 || got["ERROR"] != 1 {
+		t.Errorf("gRPC authentication failures logged by level = %v, want one ERROR for five calls", got)
+	}
+	for _, s := range []string{fresh, fresh[len(fresh)-43:]} {
+		if strings.Contains(logs, s) {
+			t.Error("the key's secret appears in the logs")
+		}
+	}
 }

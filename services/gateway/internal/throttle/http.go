@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -15,10 +16,15 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/logthrottle"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/edge"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
+
+// outages writes the failures every request meets while the limits
+// cannot be read as one line per window (package logthrottle).
+var outages = logthrottle.New(logthrottle.Window)
 
 // Video request rules that the token cost follows
 // (docs/api/video.md#the-request): the prompt is truncated to
@@ -114,7 +120,7 @@ func (t *Throttle) Middleware(next http.Handler) http.Handler {
 			httperr.WriteFor(w, r, httperr.New(http.StatusTooManyRequests, httperr.CodeTooManyRequests, refusal.Reason))
 			return
 		case err != nil:
-			t.log.Error("reading rate limits failed", "err", err, "request_id", requestid.FromContext(r.Context()))
+			outages.Log(r.Context(), t.log, slog.LevelError, "reading rate limits failed", "err", err, "request_id", requestid.FromContext(r.Context()))
 			httperr.WriteFor(w, r, httperr.New(http.StatusServiceUnavailable, httperr.CodeInternal, "rate limits unavailable"))
 			return
 		}
@@ -176,7 +182,7 @@ func (t *Throttle) GRPCError(ctx context.Context, p authn.Principal) error {
 		}
 		return st.Err()
 	default:
-		t.log.Error("reading rate limits failed", "err", err)
+		outages.Log(ctx, t.log, slog.LevelError, "reading rate limits failed", "err", err)
 		return status.Error(codes.Unavailable, "rate limits unavailable")
 	}
 }

@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/clocktest"
+	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/ratelimit"
 )
@@ -205,5 +209,32 @@ func BenchmarkMiddlewareInProcess(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h.ServeHTTP(w, r)
+	}
+}
+
+// TestUnreadableLimitsAreOneLinePerWindow: while the limits cannot be read,
+// every REST request and gRPC call is refused with its 503 or Unavailable,
+// and the log gets one line for the window: both front doors log the same
+// line.
+func TestUnreadableLimitsAreOneLinePerWindow(t *testing.T) {
+	src := &fakeLimits{err: errors.New("db down")}
+	var logs logbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	c := clocktest.NewFixed(time.Unix(0, 0))
+	th := New(ratelimit.NewMemory(c.Now), src, Config{}, c.Now, log)
+	h := th.Middleware(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler called without limits") }))
+	ctx := authn.NewContext(context.Background(), user)
+	for range 10 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/api/v1/tasks", nil).WithContext(ctx))
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("REST status %d, want 503", w.Code)
+		}
+		if err := th.GRPCError(ctx, user); status.Code(err) != codes.Unavailable {
+			t.Fatalf("gRPC: %v, want Unavailable", err)
+		}
+	}
+	if n := strings.Count(logs.String(), `msg="reading rate limits failed"`); n != 1 {
+		t.Errorf("%d lines for 20 failures, want one:\n%s", n, logs.String())
 	}
 }

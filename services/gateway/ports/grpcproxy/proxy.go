@@ -25,6 +25,7 @@ import (
 	"github.com/taskmesh/taskmesh/platform/authn"
 	"github.com/taskmesh/taskmesh/platform/domain/textcut"
 	"github.com/taskmesh/taskmesh/platform/grpcserver"
+	"github.com/taskmesh/taskmesh/platform/logthrottle"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/access"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/clientip"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
@@ -32,6 +33,10 @@ import (
 	"github.com/taskmesh/taskmesh/services/gateway/internal/outbound"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
+
+// outages writes the failures every call meets while the credential store
+// is down as one line per window (package logthrottle).
+var outages = logthrottle.New(logthrottle.Window)
 
 // Authenticator checks a bearer secret used from an address (see
 // credentials.Store.Authenticate for the errors).
@@ -309,7 +314,7 @@ func (p *proxy) authenticate(ctx context.Context, in metadata.MD) (authn.Princip
 	case errors.As(err, &ae):
 		return authn.Principal{}, unauthenticated(ae.Reason)
 	default:
-		p.log.Error("authenticating a grpc call failed", "err", err)
+		outages.Log(ctx, p.log, slog.LevelError, "authenticating a grpc call failed", "err", err)
 		return authn.Principal{}, grpcserver.Status(codes.Unavailable, grpcserver.CodeInternal, "UNAVAILABLE", "credential store unavailable")
 	}
 }

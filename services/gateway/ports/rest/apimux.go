@@ -140,7 +140,13 @@ func (e *errorWriter) grpcError(ctx context.Context, _ *runtime.ServeMux, _ runt
 			p.Message = bodyFieldPaths(p.Message, e.routes.bodyField(r.Method, pattern))
 		}
 	}
-	if p.HTTPStatus >= 500 && st.Code() != codes.Canceled {
+	switch {
+	case st.Code() == codes.Unavailable:
+		// A service or its database is down or restarting: every request
+		// meets it, and it is no fault of the gateway's.
+		outages.Log(ctx, e.log, slog.LevelWarn, "service unavailable", "method", r.Method, "path", r.URL.Path,
+			"error", st.Message(), "request_id", requestid.FromContext(ctx))
+	case p.HTTPStatus >= 500 && st.Code() != codes.Canceled:
 		e.log.Error("internal service error", "method", r.Method, "path", r.URL.Path,
 			"grpc_code", st.Code().String(), "error", st.Message(), "request_id", requestid.FromContext(ctx))
 	}

@@ -9,12 +9,18 @@ import (
 	"strings"
 
 	"github.com/taskmesh/taskmesh/platform/authn"
+	"github.com/taskmesh/taskmesh/platform/logthrottle"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/access"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/clientip"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/credentials"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/httperr"
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
+
+// outages writes the failures every request meets while a service, the
+// credential store or its database is down as one line per window
+// (package logthrottle) instead of one per request.
+var outages = logthrottle.New(logthrottle.Window)
 
 // authenticator admits API requests: it authenticates the bearer secret,
 // applies the route's kind rule and hands the request, with the principal
@@ -92,7 +98,7 @@ func (a *authenticator) authProblem(r *http.Request, err error) httperr.Problem 
 	case errors.As(err, &ae):
 		return httperr.New(http.StatusUnauthorized, httperr.CodeUnauthenticated, ae.Reason)
 	}
-	a.log.Error("authenticating a request failed", "err", err, "request_id", requestid.FromContext(r.Context()))
+	outages.Log(r.Context(), a.log, slog.LevelError, "authenticating a request failed", "err", err, "request_id", requestid.FromContext(r.Context()))
 	return httperr.New(http.StatusServiceUnavailable, httperr.CodeInternal, "credential store unavailable")
 }
 
