@@ -22,8 +22,9 @@ import (
 	"github.com/taskmesh/taskmesh/services/gateway/internal/requestid"
 )
 
-// outages writes the failures every request meets while the limits
-// cannot be read as one line per window (package logthrottle).
+// outages writes the failures every request meets while the limits or
+// the limiter's store (Redis) cannot be reached as one line per window
+// (package logthrottle).
 var outages = logthrottle.New(logthrottle.Window)
 
 // Video request rules that the token cost follows

@@ -211,7 +211,7 @@ func (t *Throttle) Check(ctx context.Context, p authn.Principal, tokens int64) (
 	}
 	d, err := t.limiter.Allow(ctx, charges...)
 	if err != nil {
-		t.log.Warn("rate limiter unavailable; request let through", "tenant_id", p.TenantID, "key_id", p.Subject, "err", err)
+		outages.Log(ctx, t.log, slog.LevelWarn, "rate limiter unavailable; request let through", "tenant_id", p.TenantID, "key_id", p.Subject, "err", err)
 		return Usage{}, nil
 	}
 	usage := usageOf(charges, kinds, d)
