@@ -25,7 +25,11 @@ const Window = 10 * time.Second
 // same when they have the same logger, level and message; their
 // attributes (the error, a request id) may differ. Loggers are compared
 // by identity, so a limiter serves long-lived loggers (a server's), not
-// ones made per request. The zero value is not usable; call New.
+// ones made per request. The window's line is written from a timer, up to
+// a window after the last repeat and so possibly after the service that
+// logged stopped: a logger's output must take a line at any time (a
+// test's t.Log does not once the test is over). The zero value is not
+// usable; call New.
 type Limiter struct {
 	window time.Duration
 	// afterFunc runs f once d has passed: time.AfterFunc, or a test's

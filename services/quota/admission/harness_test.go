@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -264,11 +265,34 @@ func (e *env) quotaEvent(id string, version int64) *quotav1.QuotaEvent {
 	return &env
 }
 
-// testLogger logs warnings and errors through t.
+// testLogger logs warnings and errors through t while the test runs.
 func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	w := &testWriter{t: t}
+	t.Cleanup(w.close)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-type testWriter struct{ t testing.TB }
+// testWriter passes lines to t.Log until the test's cleanup, and drops
+// them after it: a line can come later than the service that wrote it (a
+// repeated warning's count is written when its window ends, package
+// logthrottle), and t.Log after the test panics.
+type testWriter struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(string(p))
+	}
+	return len(p), nil
+}
+
+func (w *testWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+}
