@@ -150,7 +150,13 @@ func TestDeadAgentsStubbornTaskDiesBeforeTheServerMovesIt(t *testing.T) {
 // long as it takes.
 func TestRestartedAgentRenewsTheFencesItFinds(t *testing.T) {
 	fenceLen, _ := fence.Times(fenceLostAfter)
-	h := newHarness(t, fencing).start()
+	h := newHarness(t, func(c *Config) {
+		fencing(c)
+		// The new agent must attach within the orphan grace, or the
+		// shims stop the task first: on a loaded 2-core machine the
+		// restart below took 1.7 s, past fencing's 1 s.
+		c.OrphanGrace = 3 * time.Second
+	}).start()
 	ready := filepath.Join(shortDir(t), "ready")
 	// Runs three fences long, so only renewals let it finish.
 	task := script(`touch "$1"; sleep `+strings.TrimSuffix((3*fenceLen).String(), "s"), ready)
