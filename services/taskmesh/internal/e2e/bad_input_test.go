@@ -188,8 +188,10 @@ func (r openAPIRoute) badInputs(id string) []badInput {
 				body: strings.NewReader(`{"` + field + `":"a\u0000b"}`), wantStatus: 400},
 			badInput{name: "invalid UTF-8 in a body string", target: good, contentType: "application/json",
 				body: strings.NewReader("{\"" + field + "\":\"a\xffb\"}"), wantStatus: 400},
-			badInput{name: "a body that is not JSON", target: good, contentType: "application/xml", body: strings.NewReader(`{}`), wantStatus: 415},
-			badInput{name: "a body sent over the limit", target: good, contentType: "application/json", body: bigBody(r.path), wantStatus: 413})
+			badInput{name: "a body that is not JSON", target: good, contentType: "application/xml", body: strings.NewReader(`{}`), wantStatus: 415})
+		if body := bigBody(r.method, r.path); body != nil {
+			out = append(out, badInput{name: "a body sent over the limit", target: good, contentType: "application/json", body: body, wantStatus: 413})
+		}
 	}
 	if len(r.params) > 0 {
 		out = append(out,
@@ -200,14 +202,35 @@ func (r openAPIRoute) badInputs(id string) []badInput {
 	return out
 }
 
-// bigBody is a JSON body over the route family's limit (1 MiB; 32 MiB on
-// the video API).
-func bigBody(path string) io.Reader {
-	n := 2 << 20
+// bigBody is a JSON body streamed without a Content-Length, just past the
+// route family's limit (1 MiB; 32 MiB on the video API, whose first frames
+// may be 10 MB: docs/api/video.md), made as it is read. The gateway has to
+// read up to the limit to refuse it, which under the race detector costs
+// seconds of CPU per 32 MiB: the video API's stream goes to its POST
+// routes only. Its GET and DELETE routes sit behind the same limit, and
+// the declared-size case still covers them.
+func bigBody(method, path string) io.Reader {
+	limit := int64(1 << 20)
 	if strings.Contains(path, "/video/") {
-		n = 40 << 20
+		if method != http.MethodPost {
+			return nil
+		}
+		limit = 32 << 20
 	}
-	return io.MultiReader(strings.NewReader(`{"x":"`), bytes.NewReader(bytes.Repeat([]byte("x"), n)), strings.NewReader(`"}`))
+	return io.MultiReader(strings.NewReader(`{"x":"`), io.LimitReader(xs{}, limit), strings.NewReader(`"}`))
+}
+
+// xs is an endless run of 'x'.
+type xs struct{}
+
+var xRun = bytes.Repeat([]byte("x"), 32<<10)
+
+func (xs) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		n += copy(p[n:], xRun)
+	}
+	return n, nil
 }
 
 // checkRefusal says what is wrong with an answer, or "".
