@@ -55,7 +55,7 @@ func (c Config) Opts() ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, ClientOpts()...)
 	if c.ClientID != "" {
 		opts = append(opts, kgo.ClientID(c.ClientID))
 	}
@@ -74,6 +74,20 @@ func (c Config) Opts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(mech))
 	}
 	return opts, nil
+}
+
+// ClientOpts are the options every client of the event log takes, whatever
+// its brokers: a client made without a Config (a repair, a check) adds them
+// to its own.
+//
+// Client metrics (KIP-714) are not pushed to the brokers. Each push of a
+// franz-go client allocates a fresh 4 MiB lz4 buffer, or a gzip writer, for
+// a few kilobytes of metrics; with a client per projection, relay and
+// consumer, the pushes allocated more than every task, event and request
+// of the end-to-end tests together. The services' Kafka clients are
+// measured through OpenTelemetry instead (docs/decisions/0128).
+func ClientOpts() []kgo.Opt {
+	return []kgo.Opt{kgo.DisableClientMetrics()}
 }
 
 // brokers validates the seed list. franz-go would accept most garbage here and

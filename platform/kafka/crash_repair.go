@@ -257,7 +257,7 @@ func abortOpenTransactions(ctx context.Context, addrs []string) ([]openTransacti
 	// broker's clients are already reconnecting, and on a saturated
 	// machine one 16 MiB fetch outlasted the client's default 10 s. The
 	// broker then exited at start, and stayed down.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RequestTimeoutOverhead(repairTimeout))
+	cl, err := kgo.NewClient(append(ClientOpts(), kgo.SeedBrokers(addrs...), kgo.RequestTimeoutOverhead(repairTimeout))...)
 	if err != nil {
 		return nil, err
 	}

@@ -753,8 +753,8 @@ func compareStream(inv *Invariant, seen map[string][]int64, stored, target map[s
 // records no consumer is given, so they are no stopping mark), and returns
 // each aggregate's versions in the order they came.
 func readTopics(ctx context.Context, brokers, topics []string) (map[string][]int64, int, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kgo.NewClient(append(kafka.ClientOpts(), kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
 		return nil, 0, err
 	}
