@@ -85,7 +85,7 @@ func (c Config) Opts() ([]kgo.Opt, error) {
 // a few kilobytes of metrics; with a client per projection, relay and
 // consumer, the pushes were 39% of all the bytes the end-to-end tests
 // allocated. The event log is watched through Taskmesh's own metrics
-// instead (docs/decisions/0128).
+// instead (docs/decisions/0128-kafka-clients-push-no-client-metrics.md).
 func ClientOpts() []kgo.Opt {
 	return []kgo.Opt{kgo.DisableClientMetrics()}
 }

@@ -63,9 +63,10 @@ func TestConfigOptsAcceptsValidConfigs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: Opts: %v", mech, err)
 		}
-		// seed brokers, client id, TLS dialer, SASL
-		if len(opts) != 4 {
-			t.Fatalf("%s: got %d options, want 4", mech, len(opts))
+		// seed brokers, the options every client takes, client id, TLS
+		// dialer, SASL
+		if want := 4 + len(kafka.ClientOpts()); len(opts) != want {
+			t.Fatalf("%s: got %d options, want %d", mech, len(opts), want)
 		}
 	}
 }
