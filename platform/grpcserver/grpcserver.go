@@ -7,7 +7,6 @@ package grpcserver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"regexp"
 	"runtime/debug"
@@ -70,10 +69,11 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	v, err := protovalidate.New()
-	if err != nil {
-		return nil, fmt.Errorf("grpcserver: protovalidate: %w", err)
-	}
+	// Every server of the process validates with protovalidate's shared
+	// validator: the rules compiled for a message are the same for all of
+	// them, and a validator of each server's own compiled and cached them
+	// once more per server (docs/decisions/0129-one-openapi-document-and-validator-per-process.md).
+	v := protovalidate.GlobalValidator
 	opts := append([]grpc.ServerOption{
 		otel.ServerOption(),
 		grpc.MaxRecvMsgSize(MaxRecvMsgBytes),

@@ -2,7 +2,6 @@ package grpcserver
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -71,10 +70,7 @@ func NewLocal(o Options) (*Local, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	v, err := protovalidate.New()
-	if err != nil {
-		return nil, fmt.Errorf("grpcserver: protovalidate: %w", err)
-	}
+	v := protovalidate.GlobalValidator // the process's shared validator, as New's
 	cut, cutCall := context.WithCancel(context.Background())
 	return &Local{
 		chain:   chainUnary(unaryChain(o, v)...),

@@ -86,10 +86,7 @@ func (s *Server) registerQuotaTenant(ctx context.Context, t credentials.Tenant) 
 // tier, shown as a tenant's effective limits when it has none of its own;
 // changed, if not nil, is called after a tenant's limits or tier change.
 func New(store *credentials.Store, tiers map[string]credentials.Limits, changed func(), log *slog.Logger) (*Server, error) {
-	v, err := protovalidate.New()
-	if err != nil {
-		return nil, fmt.Errorf("admin: protovalidate: %w", err)
-	}
+	v := protovalidate.GlobalValidator // shared by the process (docs/decisions/0129-one-openapi-document-and-validator-per-process.md)
 	if log == nil {
 		log = slog.Default()
 	}

@@ -55,10 +55,7 @@ type AgentServer struct {
 // NewAgentServer returns the agent fleet's admin service on store and the
 // scheduler's fleet. now is the clock (time.Now if nil).
 func NewAgentServer(store *credentials.Store, fleet Fleet, now func() time.Time, log *slog.Logger) (*AgentServer, error) {
-	v, err := protovalidate.New()
-	if err != nil {
-		return nil, fmt.Errorf("admin: protovalidate: %w", err)
-	}
+	v := protovalidate.GlobalValidator // shared by the process (docs/decisions/0129-one-openapi-document-and-validator-per-process.md)
 	if log == nil {
 		log = slog.Default()
 	}

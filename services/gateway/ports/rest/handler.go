@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc"
 
@@ -89,6 +90,56 @@ const (
 	liveJobRoutes   = "/jobs/{job_id}"
 )
 
+// apiDocument is the OpenAPI document of a handler and the index of the
+// routes it serves, read from it. Both depend only on the compiled protos
+// and on which live routes the handler has, so a process builds each of
+// the three shapes at most once (apiDocuments) and every handler of that
+// shape shares it; neither is changed after it is built. A process with
+// several gateways (the end-to-end tests start one per deployment) built
+// the same few megabytes of maps once per gateway before
+// (docs/decisions/0129-one-openapi-document-and-validator-per-process.md).
+type apiDocument struct {
+	doc    []byte
+	routes routeIndex
+}
+
+// apiDocuments builds the document of a handler with the live stream
+// routes or without (the key's first flag), and with the live group
+// routes or without (its second).
+var apiDocuments = map[[2]bool]func() (apiDocument, error){
+	{false, false}: sync.OnceValues(func() (apiDocument, error) { return buildAPIDocument(false, false) }),
+	{true, false}:  sync.OnceValues(func() (apiDocument, error) { return buildAPIDocument(true, false) }),
+	{true, true}:   sync.OnceValues(func() (apiDocument, error) { return buildAPIDocument(true, true) }),
+}
+
+func buildAPIDocument(withLive, liveGroups bool) (apiDocument, error) {
+	extras := []Extra{{Video: openapi.VideoJSON}, pipelineExtra(withLive)}
+	if withLive {
+		extras = append(extras, Extra{
+			Paths:       live.OpenAPIPaths(liveTaskRoutes, "TaskService", "#/definitions/liveTaskFrame"),
+			Definitions: map[string]any{"liveTaskFrame": live.TaskFrameSchema()},
+		}, Extra{
+			Paths:       live.OpenAPIPaths(liveVideoRoutes, "VideoService", "#/definitions/liveVideoFrame"),
+			Definitions: map[string]any{"liveVideoFrame": live.VideoFrameSchema()},
+		})
+		if liveGroups {
+			extras = append(extras, Extra{
+				Paths:       live.OpenAPIGroupPaths(liveGroupRoutes, "TaskGroupService", "#/definitions/liveGroupFrame"),
+				Definitions: map[string]any{"liveGroupFrame": live.GroupFrameSchema()},
+			})
+		}
+	}
+	doc, err := Document(openapi.JSON, extras...)
+	if err != nil {
+		return apiDocument{}, fmt.Errorf("rest: openapi document: %w", err)
+	}
+	routes, err := newRouteIndex(doc)
+	if err != nil {
+		return apiDocument{}, err
+	}
+	return apiDocument{doc: doc, routes: routes}, nil
+}
+
 type handler struct {
 	api      http.Handler // authenticated API
 	video    http.Handler // authenticated video API
@@ -104,30 +155,12 @@ type handler struct {
 
 // NewHandler returns the gateway's HTTP handler.
 func NewHandler(ctx context.Context, opts Options) (http.Handler, error) {
-	extras := []Extra{{Video: openapi.VideoJSON}, pipelineExtra(opts.Live != nil)}
-	if opts.Live != nil {
-		extras = append(extras, Extra{
-			Paths:       live.OpenAPIPaths(liveTaskRoutes, "TaskService", "#/definitions/liveTaskFrame"),
-			Definitions: map[string]any{"liveTaskFrame": live.TaskFrameSchema()},
-		}, Extra{
-			Paths:       live.OpenAPIPaths(liveVideoRoutes, "VideoService", "#/definitions/liveVideoFrame"),
-			Definitions: map[string]any{"liveVideoFrame": live.VideoFrameSchema()},
-		})
-		if opts.Live.Groups() {
-			extras = append(extras, Extra{
-				Paths:       live.OpenAPIGroupPaths(liveGroupRoutes, "TaskGroupService", "#/definitions/liveGroupFrame"),
-				Definitions: map[string]any{"liveGroupFrame": live.GroupFrameSchema()},
-			})
-		}
-	}
-	doc, err := Document(openapi.JSON, extras...)
-	if err != nil {
-		return nil, fmt.Errorf("rest: openapi document: %w", err)
-	}
-	routes, err := newRouteIndex(doc)
+	withLive := opts.Live != nil
+	built, err := apiDocuments[[2]bool{withLive, withLive && opts.Live.Groups()}]()
 	if err != nil {
 		return nil, err
 	}
+	doc, routes := built.doc, built.routes
 	mux, err := newAPIMux(ctx, opts.Upstream, opts.QuotaUpstream, opts.ConsumersUpstream, routes, opts.Logger)
 	if err != nil {
 		return nil, err

@@ -169,3 +169,48 @@ func TestOperationsListWhatTheyProduce(t *testing.T) {
 		}
 	}
 }
+
+// Each shape of handler (live routes or not, live group routes or not)
+// gets one document per process, built on first use, and only the live
+// shapes document the live stream routes.
+func TestHandlersOfOneShapeShareTheirDocument(t *testing.T) {
+	paths := func(doc []byte) map[string]json.RawMessage {
+		var d struct {
+			Paths map[string]json.RawMessage `json:"paths"`
+		}
+		if err := json.Unmarshal(doc, &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Paths
+	}
+	for _, c := range []struct {
+		shape              [2]bool
+		taskEvents, groups bool
+	}{
+		{[2]bool{false, false}, false, false},
+		{[2]bool{true, false}, true, false},
+		{[2]bool{true, true}, true, true},
+	} {
+		first, err := apiDocuments[c.shape]()
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := apiDocuments[c.shape]()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if &first.doc[0] != &again.doc[0] || &first.routes[0] != &again.routes[0] {
+			t.Errorf("shape %v: the document was built twice", c.shape)
+		}
+		p := paths(first.doc)
+		if _, ok := p[liveTaskRoutes+"/events"]; ok != c.taskEvents {
+			t.Errorf("shape %v documents %s/events: %v, want %v", c.shape, liveTaskRoutes, ok, c.taskEvents)
+		}
+		if _, ok := p[liveGroupRoutes+"/events"]; ok != c.groups {
+			t.Errorf("shape %v documents %s/events: %v, want %v", c.shape, liveGroupRoutes, ok, c.groups)
+		}
+		if len(first.routes) != len(p) {
+			t.Errorf("shape %v: %d routes indexed from %d paths", c.shape, len(first.routes), len(p))
+		}
+	}
+}
