@@ -208,3 +208,29 @@ func TestPathErrorsNameTheFieldByItsPath(t *testing.T) {
 		}
 	}
 }
+
+// heldBytes is a body in memory, as the gateway's edge holds one.
+type heldBytes struct {
+	*strings.Reader
+	b []byte
+}
+
+func (h heldBytes) HeldBytes() []byte { return h.b }
+
+// A strict decoder reads a held body's bytes without copying them, and
+// decodes and refuses exactly as from any reader.
+func TestStrictDecoderTakesAHeldBodyAsItIs(t *testing.T) {
+	b := []byte(`{"name": "a", "timeout": 5}`)
+	if got, err := readWhole(heldBytes{b: b}); err != nil || &got[0] != &b[0] || len(got) != len(b) {
+		t.Fatalf("readWhole of a held body: %q, %v: copied", got, err)
+	}
+	strict := &Marshaler{JSONPb: runtime.JSONPb{UnmarshalOptions: protojson.UnmarshalOptions{}}, StrictInt32: true}
+	var spec taskv1.TaskSpec
+	if err := strict.NewDecoder(heldBytes{b: b}).Decode(&spec); err != nil || spec.GetName() != "a" || spec.GetTimeout() != 5 {
+		t.Fatalf("decoded %v, %v", &spec, err)
+	}
+	bad := []byte(`{"name": "a", "timeout": "5"}`)
+	if err := strict.NewDecoder(heldBytes{b: bad}).Decode(&taskv1.TaskSpec{}); err == nil || err.Error() != `timeout: must be an integer, not the string "5"` {
+		t.Fatalf("a string timeout in a held body: %v", err)
+	}
+}

@@ -22,13 +22,22 @@ func SetBody(r *http.Request, b []byte) {
 	r.Body, r.ContentLength = heldBody{Reader: bytes.NewReader(b), b: b}, int64(len(b))
 }
 
+// HeldBytes returns what is left to read of the body and reads it: a
+// decoder given the request's body takes the bytes the edge already holds
+// instead of copying them (apijson.HeldBody). The caller must not change
+// them.
+func (h heldBody) HeldBytes() []byte {
+	rest := h.b[len(h.b)-h.Len():]
+	_, _ = h.Seek(0, io.SeekEnd)
+	return rest
+}
+
 // ReadBody reads r's body to its end. A body set by SetBody and not read
 // since is answered without a copy: the caller must not change the bytes
 // in place, only set new ones with SetBody.
 func ReadBody(r *http.Request) ([]byte, error) {
 	if h, ok := r.Body.(heldBody); ok && h.Len() == len(h.b) {
-		_, _ = h.Seek(0, io.SeekEnd) // read, as io.ReadAll would leave it
-		return h.b, nil
+		return h.HeldBytes(), nil
 	}
 	defer r.Body.Close()
 	return io.ReadAll(r.Body)

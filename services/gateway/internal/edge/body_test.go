@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/taskmesh/taskmesh/services/gateway/internal/apijson"
 )
 
 func TestReadBodyAnswersAHeldBodyWithoutACopy(t *testing.T) {
@@ -37,5 +39,25 @@ func TestReadBodyReadsWhatIsLeftOfAHeldBodyPartlyRead(t *testing.T) {
 	rest, err := ReadBody(r)
 	if err != nil || string(rest) != `name":"b"}` {
 		t.Fatalf("rest: %q, %v", rest, err)
+	}
+}
+
+// A decoder given a held body takes its bytes as they are: what is left of
+// it, the same memory, and the body read to its end after.
+func TestHeldBodyGivesADecoderItsBytes(t *testing.T) {
+	var _ apijson.HeldBody = heldBody{}
+	r := httptest.NewRequest("POST", "/", nil)
+	b := []byte(`{"name":"c"}`)
+	SetBody(r, b)
+	head := make([]byte, 1)
+	if _, err := io.ReadFull(r.Body, head); err != nil {
+		t.Fatal(err)
+	}
+	rest := r.Body.(apijson.HeldBody).HeldBytes()
+	if string(rest) != `"name":"c"}` || &rest[0] != &b[1] {
+		t.Fatalf("HeldBytes: %q, not the held bytes after the one read", rest)
+	}
+	if more, _ := io.ReadAll(r.Body); len(more) != 0 {
+		t.Fatalf("the body still had %q after HeldBytes", more)
 	}
 }
