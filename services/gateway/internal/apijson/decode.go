@@ -46,11 +46,31 @@ func (m *Marshaler) NewDecoder(r io.Reader) runtime.Decoder {
 						err: errStringInteger}
 				}
 			}
+			if msg, ok := v.(proto.Message); ok {
+				// The body is in memory: protojson decodes it in place,
+				// where the streaming decoder would buffer it and copy it
+				// once more (a video body may be 32 MiB). protojson takes
+				// only a whole body that is one valid value, as the
+				// streaming decoder does; anything it refuses is decoded
+				// again by that decoder, whose errors name the field as
+				// the request spelled it.
+				if err := m.UnmarshalOptions.Unmarshal(body, msg); err == nil {
+					inner = decodedWhole{}
+					return nil
+				}
+				proto.Reset(msg)
+			}
 			inner = m.newDecoder(bytes.NewReader(body))
 		}
 		return inner.Decode(v)
 	})
 }
+
+// decodedWhole follows a body decoded whole: there is no further value,
+// as a streaming decoder at the end of its input says.
+type decodedWhole struct{}
+
+func (decodedWhole) Decode(any) error { return io.EOF }
 
 // HeldBody is a body already read into memory that gives its bytes
 // without a copy (the gateway's edge holds every JSON body it checked).

@@ -2,6 +2,7 @@ package apijson
 
 import (
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -229,8 +230,24 @@ func TestStrictDecoderTakesAHeldBodyAsItIs(t *testing.T) {
 	if err := strict.NewDecoder(heldBytes{b: b}).Decode(&spec); err != nil || spec.GetName() != "a" || spec.GetTimeout() != 5 {
 		t.Fatalf("decoded %v, %v", &spec, err)
 	}
+	dec := strict.NewDecoder(heldBytes{b: b})
+	if err := dec.Decode(&spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := dec.Decode(&spec); err != io.EOF {
+		t.Fatalf("a second value after a whole body: %v, want io.EOF", err)
+	}
 	bad := []byte(`{"name": "a", "timeout": "5"}`)
 	if err := strict.NewDecoder(heldBytes{b: bad}).Decode(&taskv1.TaskSpec{}); err == nil || err.Error() != `timeout: must be an integer, not the string "5"` {
 		t.Fatalf("a string timeout in a held body: %v", err)
+	}
+	// What protojson refuses is decoded again by the streaming decoder:
+	// the same errors as from a body streamed.
+	for _, body := range []string{`{"nme": "a"}`, `{"retry_delay": "x"}`, `{"env": {"A": 1}}`, `{"name": "a"} x`, `{"name": `, ``, ` `} {
+		streamed := strict.NewDecoder(strings.NewReader(body)).Decode(&taskv1.TaskSpec{})
+		held := strict.NewDecoder(heldBytes{b: []byte(body)}).Decode(&taskv1.TaskSpec{})
+		if streamed == nil || held == nil || streamed.Error() != held.Error() {
+			t.Errorf("%q: held %v, streamed %v", body, held, streamed)
+		}
 	}
 }
