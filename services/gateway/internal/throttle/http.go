@@ -2,13 +2,11 @@ package throttle
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
-	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -26,53 +24,6 @@ import (
 // the limiter's store (Redis) cannot be reached as one line per window
 // (package logthrottle).
 var outages = logthrottle.New(logthrottle.Window)
-
-// Video request rules that the token cost follows
-// (docs/api/video.md#the-request): the prompt is truncated to
-// maxPromptRunes, and duration is 5 s when absent.
-const (
-	maxPromptRunes  = 800
-	defaultDuration = 5
-	// maxCostDuration bounds the duration the cost is computed from. The
-	// video API accepts only 5; a larger value is refused there as
-	// InvalidParameter, and must not be refused here first as too costly.
-	maxCostDuration = 60
-)
-
-// videoGenerationPaths are the routes that create a video generation task.
-var videoGenerationPaths = map[string]bool{
-	"/v1/video/generations":     true,
-	"/api/v1/video/generations": true,
-}
-
-// videoRequest is the part of a video generation request the cost needs.
-type videoRequest struct {
-	Input struct {
-		Prompt string `json:"prompt"`
-	} `json:"input"`
-	Parameters struct {
-		Duration json.Number `json:"duration"`
-	} `json:"parameters"`
-}
-
-// VideoCost is the token cost of a video generation request body:
-//
-//	runes(prompt, truncated to 800) + perSecond × duration
-//
-// with duration 5 when absent, not a whole number in [1, 60], or when the
-// body does not parse (the video API then refuses it; the cost still
-// counts the attempt).
-func VideoCost(body []byte, perSecond int64) int64 {
-	var req videoRequest
-	duration := int64(defaultDuration)
-	if json.Unmarshal(body, &req) != nil {
-		return perSecond * duration
-	}
-	if d, err := req.Parameters.Duration.Int64(); err == nil && d >= 1 && d <= maxCostDuration {
-		duration = d
-	}
-	return int64(min(utf8.RuneCountInString(req.Input.Prompt), maxPromptRunes)) + perSecond*duration
-}
 
 // tokensOf returns the request's token cost, reading and restoring the
 // body of a video generation request.
