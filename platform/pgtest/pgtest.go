@@ -44,6 +44,7 @@ import (
 // Option configures Main.
 type Option struct {
 	migrate func(ctx context.Context, pool *pgxpool.Pool) error
+	after   func()
 }
 
 // WithMigrations registers fn, run once against the template database before
@@ -52,6 +53,13 @@ type Option struct {
 // search_path public.
 func WithMigrations(fn func(ctx context.Context, pool *pgxpool.Pool) error) Option {
 	return Option{migrate: fn}
+}
+
+// AfterTests registers fn, run by Main once the tests have ended, before
+// the server stops: the removal of what the package's tests shared (a
+// binary built once for all of them, say), which no test's Cleanup can do.
+func AfterTests(fn func()) Option {
+	return Option{after: fn}
 }
 
 // Timeouts for work done on behalf of all tests of the package. They are
@@ -94,6 +102,11 @@ func Main(m *testing.M, opts ...Option) {
 	}
 	state.mainCalled.Store(true)
 	code := m.Run()
+	for _, o := range opts {
+		if o.after != nil {
+			o.after()
+		}
+	}
 	if err := shutdown(); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
 		if code == 0 {

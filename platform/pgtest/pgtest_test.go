@@ -2,6 +2,7 @@ package pgtest_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -51,6 +52,8 @@ func TestMain(m *testing.M) {
 				{Version: 1, Name: "broken", SQL: `CREATE TABLE items (id int); SELECT no_such_column FROM items`},
 			}})
 		}))
+	case "after-tests":
+		pgtest.Main(m, pgtest.AfterTests(func() { fmt.Println(afterTestsMarker) }))
 	}
 	pgtest.Main(m,
 		pgtest.WithMigrations(func(ctx context.Context, pool *pgxpool.Pool) error {

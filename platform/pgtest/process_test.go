@@ -30,7 +30,7 @@ import (
 // nothing to do and passes.
 func TestHelperProcess(t *testing.T) {
 	switch helperMode() {
-	case "":
+	case "", "after-tests":
 	case "no-main", "no-binaries":
 		pgtest.New(t)
 	case "fail-migration":
@@ -64,6 +64,24 @@ func helperCommand(t *testing.T, mode string, env ...string) *exec.Cmd {
 func runHelper(t *testing.T, mode string, env ...string) (string, error) {
 	out, err := helperCommand(t, mode, env...).CombinedOutput()
 	return string(out), err
+}
+
+// afterTestsMarker is what the "after-tests" helper's AfterTests function
+// prints.
+const afterTestsMarker = "pgtest: after the tests"
+
+// A function given to AfterTests runs once, after every test has ended,
+// and the package's result stands.
+func TestAfterTestsRunsOnceTheTestsHaveEnded(t *testing.T) {
+	out, err := runHelper(t, "after-tests")
+	if err != nil {
+		t.Fatalf("the helper failed: %v\n%s", err, out)
+	}
+	ended := strings.Index(out, "--- PASS: TestHelperProcess")
+	after := strings.Index(out, afterTestsMarker)
+	if ended < 0 || after < ended || strings.Count(out, afterTestsMarker) != 1 {
+		t.Errorf("want the marker once, after the test's result:\n%s", out)
+	}
 }
 
 func TestNewFailsWithoutMain(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskmesh/taskmesh/platform/buildtest"
 	"github.com/taskmesh/taskmesh/platform/logbuf"
 	"github.com/taskmesh/taskmesh/platform/pgtest"
 	"github.com/taskmesh/taskmesh/services/executor"
@@ -43,7 +44,60 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(envAgent); cfg != "" {
 		os.Exit(runAgent(cfg))
 	}
-	pgtest.Main(m)
+	pgtest.Main(m, pgtest.AfterTests(stageWorker.remove), pgtest.AfterTests(shimBinary.remove))
+}
+
+// The small binaries a deployment ships beside taskmesh, built once for
+// the package and run as a deployment runs them:
+//   - stageWorker, taskmesh-stage, the conversion pipeline's stage worker
+//     (docs/decisions/0091-small-stage-worker-binary.md);
+//   - shimBinary, taskmesh-shim, every agent's shim host
+//     (docs/decisions/0075-small-shim-binary.md).
+//
+// Left to their defaults, both would be this test binary re-executed, whose
+// start under the race detector costs about 0.17 s of CPU: twice per stage
+// whose program is `{self}`, once per agent for its shim host, which then
+// serves every task under the race detector's instrumentation. Their own
+// code is tested with the race detector in their packages.
+var (
+	stageWorker = &builtOnce{pkg: "github.com/taskmesh/taskmesh/services/executor/cmd/taskmesh-stage", name: "taskmesh-stage"}
+	shimBinary  = &builtOnce{pkg: "github.com/taskmesh/taskmesh/services/executor/cmd/taskmesh-shim", name: "taskmesh-shim"}
+)
+
+// builtOnce is a binary built the first time a test needs it and removed
+// after the package's tests.
+type builtOnce struct {
+	pkg, name string
+	once      sync.Once
+	dir       string
+	path      string
+}
+
+// get builds the binary if no test has yet and returns its path. A failed
+// build fails the test that ran it and every later one.
+func (b *builtOnce) get(t *testing.T) string {
+	t.Helper()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "tmbin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.dir = dir
+		bin := filepath.Join(dir, b.name)
+		buildtest.Binary(t, b.pkg, bin, "")
+		b.path = bin
+	})
+	if b.path == "" {
+		t.Fatalf("%s did not build: see the first test that needed it", b.name)
+	}
+	return b.path
+}
+
+// remove deletes the binary, once no test runs it any more.
+func (b *builtOnce) remove() {
+	if b.dir != "" {
+		os.RemoveAll(b.dir)
+	}
 }
 
 // agentSpec configures an agent child process.
@@ -52,6 +106,7 @@ type agentSpec struct {
 	Slots                           int
 	Labels                          []string
 	LocalAPIAddr                    string // "" = no agent-local API
+	ShimPath                        string // filled in: shimBinary
 	// TokenFile, when set, holds the token instead (reread after a
 	// rotation); SourceAddr is the address the agent connects from.
 	TokenFile, SourceAddr string
@@ -71,7 +126,7 @@ func runAgent(raw string) int {
 		Labels: s.Labels,
 		Server: s.Server, Token: s.Token, TokenFile: s.TokenFile, SourceAddr: s.SourceAddr, DataDir: s.DataDir,
 		HeartbeatInterval: 300 * time.Millisecond, ClaimWait: 2 * time.Second,
-		RenewInterval: time.Second, OrphanGrace: 2 * time.Second, LocalAPIAddr: s.LocalAPIAddr})
+		RenewInterval: time.Second, OrphanGrace: 2 * time.Second, LocalAPIAddr: s.LocalAPIAddr, ShimPath: s.ShimPath})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		return 1
@@ -180,6 +235,14 @@ func newWorldWith(t *testing.T, o stack.Options) *world {
 		})
 	}
 	o.DataDir, o.HTTPAddr, o.GRPCAddr, o.DatabaseURL = dir, "127.0.0.1:0", "127.0.0.1:0", pgtest.New(t).URL
+	pipeline := scheduler.PipelineConfig{}
+	if o.Pipeline != nil {
+		pipeline = *o.Pipeline
+	}
+	if len(pipeline.Worker) == 0 {
+		pipeline.Worker = []string{stageWorker.get(t), "pipeline-stage"}
+	}
+	o.Pipeline = &pipeline
 	s, err := stack.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +340,7 @@ func (w *world) startAgent(id, token string, slots int) (kill func()) {
 // directory filled in); kill SIGKILLs it.
 func (w *world) startAgentSpec(s agentSpec) (kill func()) {
 	w.t.Helper()
-	s.Server, s.DataDir = w.s.GRPCAddr, filepath.Join(w.dir, "agents", s.AgentID)
+	s.Server, s.DataDir, s.ShimPath = w.s.GRPCAddr, filepath.Join(w.dir, "agents", s.AgentID), shimBinary.get(w.t)
 	spec, _ := json.Marshal(s)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envAgent+"="+string(spec))
